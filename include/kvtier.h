@@ -1,0 +1,279 @@
+/*
+ * kvtier.h - the public interface of kvtier, a tiered KV-cache store.
+ *
+ * This header is the reference manual. Every function returns >= 0 on success
+ * (0 or a count) and -errno on failure; kvt_strerror() names the error:
+ *
+ *   -ENOENT     miss (the key is in no tier)
+ *   -ENOSPC     a tier is full and nothing could be evicted
+ *   -EAGAIN     back-pressure: too many operations in flight, retry after kvt_poll()
+ *   -EBADMSG    an object failed its format or checksum checks (it is dropped, never served)
+ *   -ETIMEDOUT  a remote tier was too slow
+ *   -ECANCELED  the store is closing
+ *   -EINVAL     a bad argument or configuration value
+ *
+ * Asynchronous contract (every call that takes a kvt_cb):
+ *   - it returns 0, and its callback runs exactly once, later, on the thread that
+ *     calls kvt_poll() - never inside the submitting call; or
+ *   - it returns < 0, and its callback never runs.
+ *   Buffers passed in are borrowed until the callback has returned.
+ *
+ * Threads: all calls are safe from any thread. Submitting calls never block on I/O;
+ * the *_sync wrappers do, and do not need kvt_poll() (their completions never enter
+ * the poll queue), so several threads may use them at once.
+ *
+ * Data: a chunk is chunk_tokens consecutive tokens (the last chunk of a prompt may be
+ * partial). A caller's chunk buffer is *dense and layer-major*: for each layer, K then V,
+ * each [n_tokens][kv_heads][head_dim] of the geometry's dtype (MLA: one latent
+ * [n_tokens][head_dim] per layer, with kv_heads == 1). Its size is
+ * kvt_payload_bytes(geometry, n_tokens). The stored object adds a 4 KiB header and
+ * pads each layer to 4 KiB (docs/FORMAT.md).
+ */
+#ifndef KVTIER_H
+#define KVTIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KVT_BUILDING_LIBRARY) && defined(__GNUC__)
+#define KVT_EXPORT __attribute__((visibility("default")))
+#else
+#define KVT_EXPORT
+#endif
+
+#define KVT_VERSION_STRING "0.1.0"
+
+#define KVT_KEY_BYTES 32
+#define KVT_NS_ID_BYTES 32
+#define KVT_MAX_LAYERS 256
+#define KVT_HEADER_BYTES 4096
+#define KVT_ALIGN 4096
+#define KVT_MAX_TIERS 8
+#define KVT_TIER_NONE (-1)
+
+/* ---------------------------------------------------------------- errors */
+
+/* A static string for a -errno returned by any kvtier call. Never NULL. */
+KVT_EXPORT const char *kvt_strerror(int err);
+
+/* -------------------------------------------------------------- geometry */
+
+enum kvt_dtype {
+	KVT_DTYPE_BF16 = 1,
+	KVT_DTYPE_FP16 = 2,
+	KVT_DTYPE_FP8 = 3,
+	KVT_DTYPE_FP32 = 4,
+};
+
+enum kvt_kind {
+	KVT_KIND_KV = 1,  /* K and V per layer */
+	KVT_KIND_MLA = 2, /* one compressed latent per layer; kv_heads must be 1 */
+};
+
+/* The shape of one model's KV cache, before tensor parallelism. */
+struct kvt_geometry {
+	uint32_t layers;       /* 1 .. KVT_MAX_LAYERS */
+	uint32_t kv_heads;     /* all KV heads of the model (MLA: 1) */
+	uint32_t head_dim;     /* elements per head (MLA: the latent dimension) */
+	uint32_t chunk_tokens; /* tokens per chunk, 1 .. 65536 */
+	uint8_t dtype;         /* enum kvt_dtype */
+	uint8_t kind;          /* enum kvt_kind */
+};
+
+/* 0 if the geometry is usable; -EINVAL otherwise (zero or out-of-range fields,
+ * an object that would exceed 4 GiB, MLA with kv_heads != 1). */
+KVT_EXPORT int kvt_geometry_check(const struct kvt_geometry *g);
+/* Bytes per element of a dtype, 0 if unknown. */
+KVT_EXPORT uint32_t kvt_dtype_bytes(uint8_t dtype);
+/* Dense bytes of one layer for n_tokens (K+V, or the latent). */
+KVT_EXPORT uint64_t kvt_layer_bytes(const struct kvt_geometry *g, uint32_t n_tokens);
+/* Dense bytes of a whole chunk as callers hand it over: layers * layer bytes. */
+KVT_EXPORT uint64_t kvt_payload_bytes(const struct kvt_geometry *g, uint32_t n_tokens);
+/* Bytes of the stored object: header + each layer padded to KVT_ALIGN. */
+KVT_EXPORT uint64_t kvt_object_bytes(const struct kvt_geometry *g, uint32_t n_tokens);
+/* Byte offset of a layer's segment inside the stored object. */
+KVT_EXPORT uint64_t kvt_layer_offset(const struct kvt_geometry *g, uint32_t n_tokens,
+				     uint32_t layer);
+
+/* ------------------------------------------------------------------ keys */
+
+/* The content address of one chunk and everything before it. */
+struct kvt_key {
+	uint8_t bytes[KVT_KEY_BYTES];
+};
+
+/* A namespace: model identity + geometry + optional tenant salt. Chunks of different
+ * namespaces never share keys. tenant may be NULL or "" for none. */
+struct kvt_namespace {
+	const char *model;
+	const char *revision;
+	const char *tenant;
+	struct kvt_geometry geometry;
+};
+
+/* The canonical text form of a namespace (docs/FORMAT.md), NUL-terminated.
+ * Returns its length, or -ENOSPC if it does not fit len, -EINVAL if invalid. */
+KVT_EXPORT int kvt_namespace_text(const struct kvt_namespace *ns, char *buf, size_t len);
+/* ns_id = SHA-256(canonical text). */
+KVT_EXPORT int kvt_namespace_id(const struct kvt_namespace *ns, uint8_t ns_id[KVT_NS_ID_BYTES]);
+
+/* key = SHA-256("kvtier-chunk-v1" || ns_id || prev || tokens as little-endian u32).
+ * prev NULL means the first chunk (32 zero bytes). n_tokens may be 0..UINT32_MAX/4. */
+KVT_EXPORT void kvt_key_next(const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *prev,
+			     const uint32_t *tokens, size_t n_tokens, struct kvt_key *out);
+/* Keys of every chunk of a prompt: ceil(n_tokens / chunk_tokens) keys, the last one over a
+ * partial chunk. Writes at most max_keys; returns the number of chunks of the prompt
+ * (which may exceed max_keys), or -EINVAL. */
+KVT_EXPORT long kvt_keys_from_tokens(const uint8_t ns_id[KVT_NS_ID_BYTES], uint32_t chunk_tokens,
+				     const uint32_t *tokens, size_t n_tokens, struct kvt_key *keys,
+				     size_t max_keys);
+/* 64 lowercase hex digits + NUL. */
+KVT_EXPORT void kvt_key_to_hex(const struct kvt_key *key, char hex[2 * KVT_KEY_BYTES + 1]);
+/* 0, or -EINVAL if hex is not exactly 64 hex digits. */
+KVT_EXPORT int kvt_key_from_hex(const char *hex, struct kvt_key *key);
+
+/* ---------------------------------------------------------- configuration */
+
+struct kvt_config;
+
+enum kvt_log_level { KVT_LOG_ERROR = 0, KVT_LOG_WARN = 1, KVT_LOG_INFO = 2, KVT_LOG_DEBUG = 3 };
+/* The library never prints; it calls this (from any of its threads). */
+typedef void (*kvt_log_fn)(void *arg, int level, const char *msg);
+
+/* A configuration with every key at its default (docs/CONFIG.md). */
+KVT_EXPORT int kvt_config_create(struct kvt_config **out);
+KVT_EXPORT void kvt_config_destroy(struct kvt_config *cfg);
+/* Set one key ("nvme.dirs", "dram.bytes", ...). -ENOENT unknown key, -EINVAL bad value;
+ * err (may be NULL) receives a one-line reason. */
+KVT_EXPORT int kvt_config_set(struct kvt_config *cfg, const char *key, const char *value,
+			      char *err, size_t errlen);
+/* The value of a key as text. -ENOENT unknown key, -ENOSPC buffer too small. */
+KVT_EXPORT int kvt_config_get(const struct kvt_config *cfg, const char *key, char *buf,
+			      size_t len);
+/* Load an INI file: "[section]" then "name = value" sets "section.name". Stops at the first
+ * error with -EINVAL (or -errno if unreadable) and a line-numbered reason in err. */
+KVT_EXPORT int kvt_config_load_file(struct kvt_config *cfg, const char *path, char *err,
+				    size_t errlen);
+/* Apply KVTIER_<SECTION>_<NAME> environment variables (e.g. KVTIER_NVME_DIRS). */
+KVT_EXPORT int kvt_config_apply_env(struct kvt_config *cfg, char *err, size_t errlen);
+KVT_EXPORT void kvt_config_set_log(struct kvt_config *cfg, kvt_log_fn fn, void *arg, int level);
+/* Iterate the documented keys: returns the i-th key's name/default/help, NULL past the end. */
+KVT_EXPORT const char *kvt_config_key_info(unsigned i, const char **default_value,
+					   const char **help);
+
+/* ----------------------------------------------------------------- store */
+
+struct kvt_store;
+
+/* Open a store: the tier chain of cfg.store.tiers (default "dram,nvme"). The
+ * configuration is copied; cfg may be destroyed afterwards. */
+KVT_EXPORT int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out);
+/* Finish write-behind, cancel what is still queued (-ECANCELED), free everything.
+ * Completions not yet polled are delivered (run) before it returns. */
+KVT_EXPORT void kvt_store_close(struct kvt_store *s);
+KVT_EXPORT const struct kvt_geometry *kvt_store_geometry(const struct kvt_store *s);
+KVT_EXPORT const uint8_t *kvt_store_ns_id(const struct kvt_store *s);
+/* Tiers in chain order; names are "dram", "nvme", ... */
+KVT_EXPORT int kvt_store_tier_count(const struct kvt_store *s);
+KVT_EXPORT const char *kvt_store_tier_name(const struct kvt_store *s, int tier);
+
+/* An eventfd: readable while completions wait for kvt_poll(). Owned by the store. */
+KVT_EXPORT int kvt_store_fd(const struct kvt_store *s);
+/* Run waiting completion callbacks on this thread; waits up to timeout_ms (-1: forever,
+ * 0: not at all) for the first one. Returns how many ran. */
+KVT_EXPORT int kvt_poll(struct kvt_store *s, int timeout_ms);
+
+struct kvt_result {
+	int status;        /* >= 0 success (operation-specific count), < 0 -errno */
+	int tier;          /* get/prefetch: the tier the bytes came from; else KVT_TIER_NONE */
+	uint32_t n_tokens; /* get: tokens in the chunk */
+	uint64_t bytes;    /* bytes delivered (get) or accepted (put) */
+};
+typedef void (*kvt_cb)(void *arg, const struct kvt_result *res);
+
+/* Store one chunk from buf (kvt_payload_bytes(geometry, n_tokens) bytes, dense layer-major).
+ * parent is the key of the chunk before it in its prompt (NULL for the first chunk or if
+ * unknown): DRAM evicts a suffix before its prefix. The bytes are copied into a DRAM slot
+ * before the callback runs (the caller may reuse buf then); deeper tiers are written behind
+ * according to the write policy. status 0; -EINVAL bad length/n_tokens; -ENOSPC no slot. */
+KVT_EXPORT int kvt_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		       uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg);
+
+/* Longest contiguous prefix of keys[0..n) present in some tier. tiers[i] (caller-owned,
+ * n entries, may be NULL) receives the fastest tier holding key i for i < status, and
+ * KVT_TIER_NONE after. status = length of the prefix. Tiers that fail count as misses. */
+KVT_EXPORT int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
+			  kvt_cb cb, void *arg);
+
+/* Read layers [layer_begin, layer_end) of one chunk into buf (dense, layer-major;
+ * layer_end 0 means all layers). len must hold (layer_end-layer_begin) layer bytes of a
+ * full chunk; a partial chunk fills less (result.bytes, result.n_tokens). A hit in a deeper
+ * tier is promoted into DRAM when the store is configured to (store.promote). Checksums are
+ * verified before a byte is copied out. status 0; -ENOENT miss; -EINVAL bad range. */
+KVT_EXPORT int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
+		       uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg);
+
+/* Stage chunks into DRAM from deeper tiers, stopping at the first miss. A deadline
+ * (CLOCK_MONOTONIC ns; 0 = none) drops the part not started by then. status = number of
+ * chunks resident in DRAM afterwards (counting those already there). */
+KVT_EXPORT int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+			    uint64_t deadline_ns, kvt_cb cb, void *arg);
+
+/* Remove a chunk from every tier. status = number of tiers it was removed from. */
+KVT_EXPORT int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg);
+
+/* Completes when every write-behind submitted before it has finished. */
+KVT_EXPORT int kvt_flush(struct kvt_store *s, kvt_cb cb, void *arg);
+
+struct kvt_tier_stats {
+	char name[16];
+	uint64_t objects;           /* resident objects (where the tier knows) */
+	uint64_t bytes;             /* resident bytes */
+	uint64_t capacity_bytes;    /* 0: unbounded or unknown */
+	uint64_t hits;              /* gets served from this tier */
+	uint64_t misses;
+	uint64_t reads, read_bytes; /* I/O the tier performed */
+	uint64_t writes, write_bytes;
+	uint64_t evictions;
+	uint64_t checksum_failures; /* objects rejected with -EBADMSG */
+	uint64_t errors;            /* I/O errors, timeouts */
+	uint64_t writes_skipped;    /* refused by admission, the write budget or ENOSPC */
+	uint64_t removes;
+};
+
+struct kvt_stats {
+	uint32_t n_tiers;
+	struct kvt_tier_stats tier[KVT_MAX_TIERS];
+	uint64_t puts, gets, lookups, prefetches;
+	uint64_t lookup_chunks, lookup_hit_chunks;
+	uint64_t promotions;
+	uint64_t write_behind_pending;
+	uint64_t dram_alloc_bytes; /* heap accounted by the library */
+};
+
+KVT_EXPORT int kvt_stats(struct kvt_store *s, struct kvt_stats *out);
+
+/* Blocking wrappers: submit, wait, return the status (and fill res if non-NULL). */
+KVT_EXPORT int kvt_put_sync(struct kvt_store *s, const struct kvt_key *key,
+			    const struct kvt_key *parent, uint32_t n_tokens, const void *buf,
+			    size_t len);
+KVT_EXPORT int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+			       int8_t *tiers);
+KVT_EXPORT int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
+			    uint32_t layer_end, void *buf, size_t len, struct kvt_result *res);
+KVT_EXPORT int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+				 uint64_t deadline_ns);
+KVT_EXPORT int kvt_remove_sync(struct kvt_store *s, const struct kvt_key *key);
+KVT_EXPORT int kvt_flush_sync(struct kvt_store *s);
+
+/* Library version and the tiers compiled in, e.g. "0.1.0 tiers: dram nvme fs redis". */
+KVT_EXPORT const char *kvt_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,89 @@
+/*
+ * dram.h - the DRAM tier: a pool of object-sized slots allocated once at open (huge pages
+ * when the kernel gives them, optionally mlock'ed), a hash index from key to slot, and an
+ * eviction policy (src/evict.h). It is the hub of the host-centric data flow: puts land
+ * here, deeper tiers are written behind from a slot's bytes, deeper hits are promoted into
+ * a slot, so a slot holds the complete encoded object (header + padded layers) and can be
+ * handed to O_DIRECT or a network send without another copy.
+ *
+ * Unlike the deeper tiers it is not behind the async vtable: its operations are memory
+ * operations that complete in the call, and the engine needs slot pointers, not copies.
+ *
+ * Rules the pool enforces:
+ *   - a pinned slot (being read, filled or written behind) is never evicted or reused;
+ *   - a dirty slot (write-behind pending) is never evicted;
+ *   - a slot whose chunk has resident children (chunks that name it as parent) is evicted
+ *     only after them: suffixes go before prefixes;
+ *   - a slot being filled (alloc'ed, not yet published) is invisible to lookups.
+ * Thread-safe: one mutex, never held across I/O (there is none here).
+ */
+#ifndef KVT_DRAM_H
+#define KVT_DRAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+struct kvt_dram;
+
+struct kvt_dram_options {
+	uint64_t bytes;       /* pool size; slots = bytes / slot_bytes (at least 1) */
+	uint64_t slot_bytes;  /* object bytes of a full chunk, a multiple of KVT_ALIGN */
+	const char *policy;   /* "lru" | "arc" */
+	bool hugepages;       /* try MAP_HUGETLB / THP advice first */
+	bool mlock;           /* lock the pool into memory (failure is logged, not fatal) */
+	const struct kvt_log *log;
+};
+
+/* A pinned slot, as the caller sees it. */
+struct kvt_slot_ref {
+	int32_t id;
+	void *buf;             /* slot_bytes, KVT_ALIGN-aligned */
+	uint64_t object_bytes; /* valid bytes (0 while being filled) */
+	uint32_t n_tokens;
+	bool dirty;
+};
+
+int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out);
+/* All slots must be unpinned. */
+void kvt__dram_destroy(struct kvt_dram *d);
+uint32_t kvt__dram_slots(const struct kvt_dram *d);
+uint64_t kvt__dram_slot_bytes(const struct kvt_dram *d);
+
+/* Is key resident and published? touch: count it as a use for the policy. */
+bool kvt__dram_contains(struct kvt_dram *d, const struct kvt_key *key, bool touch);
+/* Pin a resident, published slot (and touch it). 0 or -ENOENT. */
+int kvt__dram_get(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot_ref *ref);
+/* Reserve a slot for key, evicting by policy if needed; returned pinned and unpublished.
+ * parent (may be NULL) links suffix to prefix for eviction order.
+ * -EEXIST key already resident or being filled (nothing reserved), -ENOSPC every slot is
+ * pinned, dirty or a prefix of something resident. */
+int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct kvt_key *parent,
+		    struct kvt_slot_ref *ref);
+/* Make a reserved slot visible with its contents; it stays pinned until unpinned. */
+void kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, uint32_t n_tokens,
+		       bool dirty);
+/* Give back a reserved, unpublished slot (fill failed). Unpins it. */
+void kvt__dram_abort(struct kvt_dram *d, int32_t id);
+void kvt__dram_pin(struct kvt_dram *d, int32_t id);
+void kvt__dram_unpin(struct kvt_dram *d, int32_t id);
+/* Mark a published slot dirty (write-behind pending) or clean. */
+void kvt__dram_set_dirty(struct kvt_dram *d, int32_t id, bool dirty);
+/* Remove key: 0, -ENOENT, or -EBUSY if pinned (it is then unlinked from the index at once
+ * and its slot freed at the last unpin). */
+int kvt__dram_remove(struct kvt_dram *d, const struct kvt_key *key);
+/* Up to n dirty, unpinned slots nearest to eviction, pinned for the caller (write-back
+ * cleans them, then unpins). Returns the count. */
+uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, uint32_t n);
+/* Count of free (never used or evicted) + clean evictable slots: the headroom. */
+uint32_t kvt__dram_headroom(struct kvt_dram *d);
+/* Key of a slot (for write-behind bookkeeping). */
+void kvt__dram_key(struct kvt_dram *d, int32_t id, struct kvt_key *out);
+/* objects, bytes, capacity, evictions, hits, misses. */
+void kvt__dram_stats(struct kvt_dram *d, struct kvt_tier_stats *out);
+/* Visit published slots (for `kvtier ls` on a live store). */
+int kvt__dram_scan(struct kvt_dram *d, int (*fn)(void *arg, const struct kvt_key *key,
+						 uint64_t bytes), void *arg);
+
+#endif

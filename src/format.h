@@ -1,0 +1,66 @@
+/*
+ * format.h - the canonical chunk object, format v1 (docs/FORMAT.md).
+ *
+ * An object is a 4 KiB header followed by one segment per layer, each starting on a
+ * 4 KiB boundary (so O_DIRECT reads of one layer work and a Range GET fetches a layer).
+ * The header carries the geometry, namespace id, key, n_tokens, per-layer offsets and
+ * CRC32C, and its own CRC32C. Decoding checks everything before trusting any length:
+ * an attacker-chosen header can never make a reader allocate or read out of bounds.
+ */
+#ifndef KVT_FORMAT_H
+#define KVT_FORMAT_H
+
+#include <stdint.h>
+
+#include "kvtier.h"
+
+#define KVT_FORMAT_MAGIC "KVTCHNK1"
+#define KVT_FORMAT_VERSION 1
+
+/* The decoded header. */
+struct kvt_header {
+	uint16_t version;
+	uint16_t flags;
+	struct kvt_geometry geometry;
+	uint32_t n_tokens;
+	uint64_t object_bytes; /* whole object, header included */
+	uint8_t ns_id[KVT_NS_ID_BYTES];
+	struct kvt_key key;
+	uint64_t layer_offset[KVT_MAX_LAYERS];
+	uint32_t layer_crc[KVT_MAX_LAYERS]; /* CRC32C of each layer's dense bytes (no padding) */
+};
+
+/* What a reader expects; NULL members are not checked. */
+struct kvt_expect {
+	const struct kvt_geometry *geometry; /* must match exactly */
+	const uint8_t *ns_id;                /* must match */
+	const struct kvt_key *key;           /* must match */
+	uint64_t max_object_bytes;           /* 0: 4 GiB */
+};
+
+/* Build an object in obj (kvt_object_bytes(g, n_tokens) bytes, KVT_ALIGN-aligned is best)
+ * from a dense layer-major payload: writes the header, copies each layer, zero-pads, and
+ * computes the CRCs. 0 or -EINVAL. */
+int kvt__object_encode(void *obj, uint64_t obj_len, const struct kvt_geometry *g,
+		       const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
+		       uint32_t n_tokens, const void *payload, uint64_t payload_len);
+
+/* Decode and check a header (KVT_HEADER_BYTES bytes): magic, version, header CRC,
+ * geometry sanity and match, n_tokens, offsets, object size. 0 or -EBADMSG. */
+int kvt__header_decode(const void *hdr, struct kvt_header *out, const struct kvt_expect *exp);
+
+/* Check the CRC of layers [l0, l1) given the object's bytes from offset
+ * layer_offset[l0] on (base points at that offset). 0 or -EBADMSG. */
+int kvt__layers_verify(const struct kvt_header *h, uint32_t l0, uint32_t l1, const void *base);
+
+/* Decode + check the header and every layer CRC of a whole object of obj_len bytes
+ * (obj_len must equal the header's object size). 0 or -EBADMSG. */
+int kvt__object_verify(const void *obj, uint64_t obj_len, const struct kvt_expect *exp,
+		       struct kvt_header *out);
+
+/* Copy layers [l0, l1) out of a verified object into a dense buffer (checks the CRCs of
+ * exactly those layers first). Returns bytes copied or -EBADMSG / -EINVAL (dst too small). */
+int64_t kvt__object_extract(const struct kvt_header *h, const void *obj, uint32_t l0, uint32_t l1,
+			    void *dst, uint64_t dst_len);
+
+#endif

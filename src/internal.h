@@ -1,0 +1,65 @@
+/*
+ * internal.h - cross-file helpers of the library: accounted allocation (so DRAM use is
+ * known and allocation failure can be injected in tests), logging through the caller's
+ * callback (the library never prints), time, and small utilities. Names are kvt__*.
+ */
+#ifndef KVT_INTERNAL_H
+#define KVT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvtier.h"
+
+#define KVT_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define KVT_ALIGN_UP(x, a) (((x) + ((a)-1)) & ~((uint64_t)(a)-1))
+#define KVT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KVT_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ---- allocation: every heap byte of the library goes through these ---- */
+void *kvt__malloc(size_t n);
+void *kvt__calloc(size_t n, size_t size);
+void *kvt__realloc(void *p, size_t n);
+char *kvt__strdup(const char *s);
+void kvt__free(void *p);
+/* KVT_ALIGN-aligned memory for O_DIRECT buffers; freed with kvt__free_aligned. */
+void *kvt__aligned_alloc(size_t n);
+void kvt__free_aligned(void *p, size_t n);
+/* Bytes currently allocated through the wrappers. */
+uint64_t kvt__alloc_bytes(void);
+/* Test hook: the n-th allocation from now fails (0 disables). */
+void kvt__alloc_fail_after(uint64_t n);
+
+/* ---- logging ---- */
+struct kvt_log {
+	kvt_log_fn fn;
+	void *arg;
+	int level;
+};
+void kvt__logf(const struct kvt_log *log, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+#define KVT_ERR(log, ...) kvt__logf((log), KVT_LOG_ERROR, __VA_ARGS__)
+#define KVT_WARN(log, ...) kvt__logf((log), KVT_LOG_WARN, __VA_ARGS__)
+#define KVT_INFO(log, ...) kvt__logf((log), KVT_LOG_INFO, __VA_ARGS__)
+#define KVT_DEBUG(log, ...) kvt__logf((log), KVT_LOG_DEBUG, __VA_ARGS__)
+
+/* ---- time ---- */
+uint64_t kvt__now_ns(void); /* CLOCK_MONOTONIC */
+
+/* ---- keys ---- */
+/* A well-mixed 64-bit hash of a key (its first 8 bytes: keys are SHA-256 outputs or
+ * engine hashes; callers with weak opaque keys still get xor-folded mixing). */
+uint64_t kvt__key_hash(const struct kvt_key *key);
+static inline bool kvt__key_eq(const struct kvt_key *a, const struct kvt_key *b)
+{
+	const uint64_t *x = (const uint64_t *)a->bytes, *y = (const uint64_t *)b->bytes;
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
+}
+
+/* ---- CRC32C (Castagnoli), through ISA-L ---- */
+/* Standard CRC32C of buf continuing from crc (start with 0). crc32c("123456789") = 0xe3069283. */
+uint32_t kvt__crc32c(uint32_t crc, const void *buf, size_t len);
+
+#endif

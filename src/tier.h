@@ -1,0 +1,99 @@
+/*
+ * tier.h - the one interface every storage backend implements (DESIGN.md, "Tier
+ * interface"). The engine reaches a backend only through struct kvt_tier_ops; backends
+ * live in src/tier_<name>.c and are listed in the static table of src/tier.c.
+ *
+ * Asynchronous contract, for every call that takes a kvt_tier_cb:
+ *   returns 0  => cb(arg, result) runs exactly once, later, on a thread of the tier
+ *                 (never inside the submitting call);
+ *   returns <0 => cb never runs.
+ * Callbacks must be short and must not call back into the same tier synchronously in a
+ * way that waits; they may submit new operations. No tier holds a lock across I/O.
+ *
+ * Objects are opaque byte strings to a tier (src/format.h gives them meaning): a tier
+ * stores, finds, reads ranges of and deletes them by key. Buffers and lengths handed to a
+ * tier are KVT_ALIGN-aligned (offsets and lengths multiples of KVT_ALIGN) so that O_DIRECT
+ * needs no bounce buffer.
+ */
+#ifndef KVT_TIER_H
+#define KVT_TIER_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "internal.h"
+
+struct kvt_tier;
+
+typedef void (*kvt_tier_cb)(void *arg, int result);
+/* scan: called once per object; return non-zero to stop. */
+typedef int (*kvt_scan_fn)(void *arg, const struct kvt_key *key, uint64_t bytes);
+
+/* One contiguous range of an object to read into buf. */
+struct kvt_seg {
+	uint64_t off;
+	uint64_t len;
+	void *buf;
+};
+
+struct kvt_tier_ops {
+	const char *name; /* "nvme", "fs", "s3", "rados", "redis" */
+	uint32_t version; /* of this backend's on-media layout */
+	size_t state_size; /* bytes of t->state, zeroed before open */
+
+	/* Required. Read the "<name>.*" keys of cfg, set up, start the tier's I/O thread.
+	 * 0 or -errno with a reason logged. */
+	int (*open)(struct kvt_tier *t, const struct kvt_config *cfg);
+	/* Required. Wait for or cancel (-ECANCELED) every pending operation - their callbacks
+	 * have all run when close returns - then free everything. */
+	void (*close)(struct kvt_tier *t);
+	/* Required. present[i] = 1 if keys[i] is stored, else 0; one callback for the batch
+	 * with result 0 or -errno (then present[] is undefined and the engine counts misses). */
+	int (*exists)(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n, uint8_t *present,
+		      kvt_tier_cb cb, void *arg);
+	/* Required. Read nsegs ranges of one object. result = total bytes read (a range past
+	 * the end of the object comes back short), -ENOENT if the object is absent. */
+	int (*read)(struct kvt_tier *t, const struct kvt_key *key, const struct kvt_seg *segs,
+		    uint32_t nsegs, kvt_tier_cb cb, void *arg);
+	/* Required. Store obj[0..len) under key, atomically: a reader sees the whole object
+	 * or nothing, never a torn one, even if the process dies mid-write. Writing a key that
+	 * exists is harmless. result 0, -ENOSPC (full, nothing evictable), -EDQUOT (write
+	 * budget spent), -errno. */
+	int (*write)(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
+		     kvt_tier_cb cb, void *arg);
+	/* Required. result 0, or -ENOENT if it was not there. */
+	int (*remove)(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb cb, void *arg);
+	/* Required. Fill counters (name is filled by the engine). Safe from any thread. */
+	void (*stats)(struct kvt_tier *t, struct kvt_tier_stats *out);
+
+	/* Optional, may be NULL: list stored objects synchronously (recovery, `kvtier ls`). */
+	int (*scan)(struct kvt_tier *t, kvt_scan_fn fn, void *arg);
+	/* Optional, may be NULL: completes when writes submitted before it are durable. */
+	int (*flush)(struct kvt_tier *t, kvt_tier_cb cb, void *arg);
+	/* Optional, may be NULL: would a write of len bytes be accepted now (capacity, write
+	 * budget)? 0 yes, -EDQUOT / -ENOSPC no. Lets admission skip a doomed write cheaply. */
+	int (*can_write)(struct kvt_tier *t, uint64_t len);
+	/* Optional, may be NULL: the object was found corrupt by the engine; drop it. */
+	void (*drop_corrupt)(struct kvt_tier *t, const struct kvt_key *key);
+};
+
+struct kvt_tier {
+	const struct kvt_tier_ops *ops;
+	void *state;
+	int index;            /* position in the chain */
+	struct kvt_log log;   /* copy of the store's log sink */
+	const struct kvt_geometry *geometry; /* the store's geometry */
+	uint64_t object_max;  /* bytes of a full chunk's object */
+};
+
+/* Backend table (src/tier.c). */
+const struct kvt_tier_ops *kvt__tier_find(const char *name);
+/* Space-separated names of the compiled-in tiers. */
+const char *kvt__tier_names(void);
+
+/* Create/destroy a tier instance by name: allocates state, calls open. */
+int kvt__tier_open(const char *name, const struct kvt_config *cfg, const struct kvt_log *log,
+		   const struct kvt_geometry *g, int index, struct kvt_tier **out);
+void kvt__tier_close(struct kvt_tier *t);
+
+#endif

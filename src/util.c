@@ -1,0 +1,203 @@
+/*
+ * util.c - foundations shared by every subsystem: the accounted allocator (one place to
+ * count the library's heap and to inject allocation failures in tests), logging through
+ * the caller's callback, the monotonic clock, CRC32C through ISA-L, key hashing and
+ * kvt_strerror().
+ */
+#include <errno.h>
+#include <isa-l/crc.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "internal.h"
+
+static _Atomic uint64_t alloc_bytes;
+static _Atomic uint64_t alloc_fail_countdown;
+
+/* Each block carries its size in a 16-byte prefix so free can account without a table. */
+#define PREFIX 16
+
+static bool inject_failure(void)
+{
+	uint64_t n = atomic_load(&alloc_fail_countdown);
+	while (n) {
+		if (atomic_compare_exchange_weak(&alloc_fail_countdown, &n, n - 1))
+			return n == 1;
+	}
+	return false;
+}
+
+void kvt__alloc_fail_after(uint64_t n)
+{
+	atomic_store(&alloc_fail_countdown, n);
+}
+
+uint64_t kvt__alloc_bytes(void)
+{
+	return atomic_load(&alloc_bytes);
+}
+
+void *kvt__malloc(size_t n)
+{
+	if (inject_failure() || n > SIZE_MAX - PREFIX)
+		return NULL;
+	unsigned char *p = malloc(n + PREFIX);
+	if (!p)
+		return NULL;
+	memcpy(p, &n, sizeof(n));
+	atomic_fetch_add(&alloc_bytes, n);
+	return p + PREFIX;
+}
+
+void *kvt__calloc(size_t n, size_t size)
+{
+	if (size && n > SIZE_MAX / size)
+		return NULL;
+	void *p = kvt__malloc(n * size);
+	if (p)
+		memset(p, 0, n * size);
+	return p;
+}
+
+void *kvt__realloc(void *p, size_t n)
+{
+	if (!p)
+		return kvt__malloc(n);
+	if (inject_failure() || n > SIZE_MAX - PREFIX)
+		return NULL;
+	unsigned char *base = (unsigned char *)p - PREFIX;
+	size_t old;
+	memcpy(&old, base, sizeof(old));
+	unsigned char *q = realloc(base, n + PREFIX);
+	if (!q)
+		return NULL;
+	memcpy(q, &n, sizeof(n));
+	atomic_fetch_add(&alloc_bytes, n);
+	atomic_fetch_sub(&alloc_bytes, old);
+	return q + PREFIX;
+}
+
+char *kvt__strdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *p = kvt__malloc(n);
+	if (p)
+		memcpy(p, s, n);
+	return p;
+}
+
+void kvt__free(void *p)
+{
+	if (!p)
+		return;
+	unsigned char *base = (unsigned char *)p - PREFIX;
+	size_t n;
+	memcpy(&n, base, sizeof(n));
+	atomic_fetch_sub(&alloc_bytes, n);
+	free(base);
+}
+
+void *kvt__aligned_alloc(size_t n)
+{
+	if (inject_failure())
+		return NULL;
+	void *p = NULL;
+	size_t len = KVT_ALIGN_UP(n ? n : 1, KVT_ALIGN);
+	if (posix_memalign(&p, KVT_ALIGN, len))
+		return NULL;
+	atomic_fetch_add(&alloc_bytes, len);
+	return p;
+}
+
+void kvt__free_aligned(void *p, size_t n)
+{
+	if (!p)
+		return;
+	atomic_fetch_sub(&alloc_bytes, KVT_ALIGN_UP(n ? n : 1, KVT_ALIGN));
+	free(p);
+}
+
+void kvt__logf(const struct kvt_log *log, int level, const char *fmt, ...)
+{
+	if (!log || !log->fn || level > log->level)
+		return;
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log->fn(log->arg, level, msg);
+}
+
+uint64_t kvt__now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint32_t kvt__crc32c(uint32_t crc, const void *buf, size_t len)
+{
+	/* ISA-L's crc32_iscsi is the reflected Castagnoli CRC without the final inversion
+	 * and with the caller's initial value: wrap it into the standard CRC32C. */
+	const unsigned char *p = buf;
+	crc = ~crc;
+	while (len) {
+		int n = len > (1u << 30) ? (1 << 30) : (int)len;
+		crc = crc32_iscsi((unsigned char *)p, n, crc);
+		p += n;
+		len -= (size_t)n;
+	}
+	return ~crc;
+}
+
+uint64_t kvt__key_hash(const struct kvt_key *key)
+{
+	uint64_t h[4];
+	memcpy(h, key->bytes, sizeof(h));
+	uint64_t x = h[0] ^ (h[1] * 0x9e3779b97f4a7c15ull) ^ (h[2] >> 7) ^ (h[3] << 3);
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	return x;
+}
+
+const char *kvt_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case -ENOENT:
+		return "not found (miss)";
+	case -ENOSPC:
+		return "no space: tier full and nothing evictable";
+	case -EAGAIN:
+		return "too many operations in flight, retry";
+	case -EBADMSG:
+		return "corrupt or invalid object (format or checksum)";
+	case -ETIMEDOUT:
+		return "remote tier timed out";
+	case -ECANCELED:
+		return "cancelled: store closing";
+	case -EINVAL:
+		return "invalid argument";
+	case -EDQUOT:
+		return "write budget exhausted";
+	case -EEXIST:
+		return "already exists";
+	case -EBUSY:
+		return "busy";
+	case -ENOMEM:
+		return "out of memory";
+	case -EIO:
+		return "I/O error";
+	case -EHOSTDOWN:
+		return "tier unavailable (circuit open)";
+	default:
+		return err < 0 ? strerror(-err) : "unknown";
+	}
+}

@@ -1,0 +1,48 @@
+/*
+ * cli.h - shared pieces of the kvtier command-line programs: the subcommand table, opening
+ * a store from the common options, and error reporting (one clear line, non-zero exit).
+ * Each subcommand lives in tools/cmd_<name>.c and exports kvt_cmd_<name>().
+ */
+#ifndef KVT_CLI_H
+#define KVT_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "kvtier.h"
+
+/* Options every store-opening subcommand accepts. */
+struct cli_store_opts {
+	const char *config;    /* --config FILE */
+	const char *dir;       /* --dir D: nvme.dirs = D (no config file needed) */
+	const char *tiers;     /* --tiers dram,nvme */
+	const char *sets[32];  /* --set key=value, repeatable */
+	int n_sets;
+	bool json;             /* --json */
+};
+
+/* If argv[*i] is one of the common store options, consume it (and its value) and return 1;
+ * return 0 if it is not; -1 after printing an error if its value is missing or bad. */
+int cli_store_opt(struct cli_store_opts *o, int argc, char **argv, int *i);
+/* Build a configuration: defaults, then --config, then KVTIER_* environment, then --dir,
+ * --tiers and --set. NULL after printing one error line. */
+struct kvt_config *cli_config(const struct cli_store_opts *o);
+/* cli_config + kvt_store_open; NULL after printing one error line. */
+struct kvt_store *cli_open_store(const struct cli_store_opts *o);
+/* Print "kvtier <cmd>: <message>" to stderr; returns 1 (the exit code to use). */
+int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Log callback printing library messages to stderr with a level prefix. */
+void cli_log(void *arg, int level, const char *msg);
+/* Parse a size with binary units ("4M", "2GiB"). 0 or -1. */
+int cli_parse_size(const char *s, unsigned long long *out);
+/* Print a JSON string with escaping. */
+void cli_json_str(FILE *f, const char *s);
+
+/* Subcommands: argv[0] is the subcommand's name. Return the exit code. */
+int kvt_cmd_ls(int argc, char **argv);
+int kvt_cmd_stat(int argc, char **argv);
+int kvt_cmd_verify(int argc, char **argv);
+int kvt_cmd_rm(int argc, char **argv);
+int kvt_cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * kvtier.c - the kvtier command: a table of subcommands, each in tools/cmd_<name>.c.
+ * Errors are one clear line on stderr and a non-zero exit; data goes to stdout, as JSON
+ * with --json.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+struct subcommand {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+};
+
+static const struct subcommand commands[] = {
+	/* subcommands: one row each, kept in alphabetical order */
+	{NULL, NULL, NULL},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: kvtier <command> [options]   (kvtier <command> --help for details)\n\n"
+		   "commands:\n");
+	for (const struct subcommand *c = commands; c->name; c++)
+		fprintf(f, "  %-10s %s\n", c->name, c->summary);
+	fprintf(f, "\nkvtier --version prints the version and the tiers compiled in.\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("kvtier %s\n", kvt_version());
+		return 0;
+	}
+	for (const struct subcommand *c = commands; c->name; c++)
+		if (!strcmp(argv[1], c->name))
+			return c->fn(argc - 1, argv + 1);
+	fprintf(stderr, "kvtier: unknown command '%s' (kvtier --help lists them)\n", argv[1]);
+	return 2;
+}
