@@ -440,26 +440,23 @@ struct ini_ctx {
 	char *err;
 	size_t errlen;
 	int rc;
-	const char *path;
+	char why[256];
 };
 
-static int ini_handler(void *user, const char *section, const char *name, const char *value,
-		       int lineno)
+/* libinih reports the line of the first handler failure as ini_parse_file's result. */
+static int on_ini_pair(void *user, const char *section, const char *name, const char *value)
 {
 	struct ini_ctx *c = user;
-	char key[160], why[256];
+	char key[160], why[200];
 	if (!section || !*section) {
-		snprintf(why, sizeof(why), "%s:%d: '%s' outside a [section]", c->path, lineno, name);
-		seterr(c->err, c->errlen, "%s%s", why, "");
+		seterr(c->why, sizeof(c->why), "'%s' outside a [section]%s", name, "");
 		c->rc = -EINVAL;
 		return 0;
 	}
 	snprintf(key, sizeof(key), "%s.%s", section, name);
 	int rc = kvt_config_set(c->cfg, key, value, why, sizeof(why));
 	if (rc < 0) {
-		char line[300];
-		snprintf(line, sizeof(line), "%s:%d: %s", c->path, lineno, why);
-		seterr(c->err, c->errlen, "%s%s", line, "");
+		snprintf(c->why, sizeof(c->why), "%s", why);
 		c->rc = rc == -ENOENT ? -EINVAL : rc;
 		return 0;
 	}
@@ -474,18 +471,14 @@ int kvt_config_load_file(struct kvt_config *cfg, const char *path, char *err, si
 		seterr(err, errlen, "%s: %s", path, strerror(e));
 		return -e;
 	}
-	struct ini_ctx c = {cfg, err, errlen, 0, path};
-	int rc = ini_parse_file(f, ini_handler, &c);
+	struct ini_ctx c = {cfg, err, errlen, 0, ""};
+	int line = ini_parse_file(f, on_ini_pair, &c);
 	fclose(f);
-	if (c.rc < 0)
-		return c.rc;
-	if (rc != 0) {
-		char line[64];
-		snprintf(line, sizeof(line), "%d", rc);
-		seterr(err, errlen, "%s:%s: syntax error", path, line);
-		return -EINVAL;
-	}
-	return 0;
+	if (line == 0)
+		return 0;
+	if (err && errlen)
+		snprintf(err, errlen, "%s:%d: %s", path, line, c.rc < 0 ? c.why : "syntax error");
+	return c.rc < 0 ? c.rc : -EINVAL;
 }
 
 int kvt_config_apply_env(struct kvt_config *cfg, char *err, size_t errlen)

@@ -100,3 +100,11 @@ void kvt__tier_close(struct kvt_tier *t)
 	kvt__free(t->state);
 	kvt__free(t);
 }
+
+const char *kvt_version(void)
+{
+	static char v[192];
+	if (!v[0])
+		snprintf(v, sizeof(v), "%s tiers: %s", KVT_VERSION_STRING, kvt__tier_names());
+	return v;
+}
