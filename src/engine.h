@@ -1,0 +1,38 @@
+/*
+ * engine.h - internal hooks of the store for other library layers (the device layer moves
+ * KV between an engine's GPU blocks and DRAM slots without an extra host copy; replay and
+ * benchmarks drive the engine directly). The public API in kvtier.h is built on these.
+ */
+#ifndef KVT_ENGINE_H
+#define KVT_ENGINE_H
+
+#include "dram.h"
+#include "kvtier.h"
+
+/* Reserve a DRAM slot for a chunk the caller fills itself, in object layout: layer l's
+ * dense bytes at kvt_layer_offset(geometry, n_tokens, l) of ref->buf (the header is
+ * written by commit). The slot is pinned and invisible to readers until commit.
+ * -EEXIST the key is already resident (nothing reserved), -ENOSPC no evictable slot,
+ * -EINVAL bad n_tokens, -ENOTSUP the chain has no DRAM tier. */
+int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		       uint32_t n_tokens, struct kvt_slot_ref *ref);
+/* The body is filled: zero the padding, write header and CRCs, publish, unpin, and start
+ * write-behind per the write policy. Returns 0 (the slot belongs to the store again). */
+int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref);
+/* Give back a reserved slot without publishing it. */
+void kvt__store_cancel(struct kvt_store *s, struct kvt_slot_ref *ref);
+
+/* Acquire a pinned DRAM slot holding the verified object of key, promoting it from the
+ * fastest deeper tier that has it. Async contract as everywhere: 0 => cb runs exactly once
+ * later (on a store thread, NOT through kvt_poll) with rc 0 and ref filled (pinned; give it
+ * back with kvt__store_release) or rc < 0 (-ENOENT miss, -EBADMSG corrupt); < 0 => never. */
+typedef void (*kvt_acquire_cb)(void *arg, int rc, const struct kvt_slot_ref *ref, int tier);
+int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
+		       void *arg);
+void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref);
+
+/* Queue a user completion for kvt_poll() from any thread (the device layer's
+ * completions go through the same queue as every other). */
+void kvt__store_complete(struct kvt_store *s, kvt_cb cb, void *arg, const struct kvt_result *res);
+
+#endif
