@@ -9,6 +9,8 @@
 #include "dram.h"
 #include "kvtier.h"
 
+struct kvt_tier;
+
 /* Reserve a DRAM slot for a chunk the caller fills itself, in object layout: layer l's
  * dense bytes at kvt_layer_offset(geometry, n_tokens, l) of ref->buf (the header is
  * written by commit). The slot is pinned and invisible to readers until commit.
@@ -34,5 +36,10 @@ void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref);
 /* Queue a user completion for kvt_poll() from any thread (the device layer's
  * completions go through the same queue as every other). */
 void kvt__store_complete(struct kvt_store *s, kvt_cb cb, void *arg, const struct kvt_result *res);
+
+/* For tools (ls, verify) and tests: the tier at a chain position (NULL for DRAM or out of
+ * range), and the DRAM pool (NULL if the chain has none). */
+struct kvt_tier *kvt__store_tier(struct kvt_store *s, int pos);
+struct kvt_dram *kvt__store_dram(struct kvt_store *s);
 
 #endif

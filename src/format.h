@@ -45,6 +45,12 @@ int kvt__object_encode(void *obj, uint64_t obj_len, const struct kvt_geometry *g
 		       const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
 		       uint32_t n_tokens, const void *payload, uint64_t payload_len);
 
+/* The body of obj is already in place (layer l's dense bytes at its layer offset, written
+ * by a DMA engine): zero the padding, compute the layer CRCs and write the header. */
+int kvt__object_seal(void *obj, uint64_t obj_len, const struct kvt_geometry *g,
+		     const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
+		     uint32_t n_tokens);
+
 /* Decode and check a header (KVT_HEADER_BYTES bytes): magic, version, header CRC,
  * geometry sanity and match, n_tokens, offsets, object size. 0 or -EBADMSG. */
 int kvt__header_decode(const void *hdr, struct kvt_header *out, const struct kvt_expect *exp);

@@ -16,6 +16,11 @@ struct subcommand {
 
 static const struct subcommand commands[] = {
 	/* subcommands: one row each, kept in alphabetical order */
+	{"bench", kvt_cmd_bench, "measure a tier's throughput and latency against a reference"},
+	{"ls", kvt_cmd_ls, "list stored objects"},
+	{"rm", kvt_cmd_rm, "remove chunks by key"},
+	{"stat", kvt_cmd_stat, "per-tier counters"},
+	{"verify", kvt_cmd_verify, "check every object's checksums; optionally drop bad ones"},
 	{NULL, NULL, NULL},
 };
 

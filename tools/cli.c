@@ -1,0 +1,157 @@
+/*
+ * cli.c - what every kvtier subcommand shares: the common store options (--config, --dir,
+ * --tiers, --set, --json), building a configuration in a fixed order (defaults, file,
+ * environment, command line), and one-line errors.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_fail(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "kvtier %s: ", cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 1;
+}
+
+void cli_log(void *arg, int level, const char *msg)
+{
+	static const char *names[] = {"error", "warning", "info", "debug"};
+	fprintf(stderr, "kvtier: %s: %s\n", names[level < 0 ? 0 : level > 3 ? 3 : level], msg);
+}
+
+int cli_parse_size(const char *s, unsigned long long *out)
+{
+	char *end;
+	if (!s || !*s || *s == '-')
+		return -1;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -1;
+	double m = 1;
+	switch (*end) {
+	case 'k': case 'K': m = 1024.0; end++; break;
+	case 'm': case 'M': m = 1024.0 * 1024; end++; break;
+	case 'g': case 'G': m = 1024.0 * 1024 * 1024; end++; break;
+	case 't': case 'T': m = 1024.0 * 1024 * 1024 * 1024; end++; break;
+	default: break;
+	}
+	if (m > 1 && (*end == 'i' || *end == 'I'))
+		end++;
+	if (*end == 'b' || *end == 'B')
+		end++;
+	if (*end || v * m >= 1.8e19)
+		return -1;
+	*out = (unsigned long long)(v * m);
+	return 0;
+}
+
+void cli_json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+int cli_store_opt(struct cli_store_opts *o, int argc, char **argv, int *i)
+{
+	const char *a = argv[*i];
+	const char **slot = NULL;
+	if (!strcmp(a, "--json")) {
+		o->json = true;
+		return 1;
+	}
+	if (!strcmp(a, "--config"))
+		slot = &o->config;
+	else if (!strcmp(a, "--dir"))
+		slot = &o->dir;
+	else if (!strcmp(a, "--tiers"))
+		slot = &o->tiers;
+	else if (!strcmp(a, "--set")) {
+		if (*i + 1 >= argc || !strchr(argv[*i + 1], '=')) {
+			fprintf(stderr, "kvtier: --set needs key=value\n");
+			return -1;
+		}
+		if (o->n_sets >= (int)(sizeof(o->sets) / sizeof(o->sets[0]))) {
+			fprintf(stderr, "kvtier: too many --set options\n");
+			return -1;
+		}
+		o->sets[o->n_sets++] = argv[++*i];
+		return 1;
+	} else
+		return 0;
+	if (*i + 1 >= argc) {
+		fprintf(stderr, "kvtier: %s needs a value\n", a);
+		return -1;
+	}
+	*slot = argv[++*i];
+	return 1;
+}
+
+struct kvt_config *cli_config(const struct cli_store_opts *o)
+{
+	struct kvt_config *cfg;
+	char err[320];
+	if (kvt_config_create(&cfg) < 0) {
+		fprintf(stderr, "kvtier: out of memory\n");
+		return NULL;
+	}
+	kvt_config_set_log(cfg, cli_log, NULL, getenv("KVTIER_DEBUG") ? KVT_LOG_DEBUG : KVT_LOG_WARN);
+	if (o->config && kvt_config_load_file(cfg, o->config, err, sizeof(err)) < 0)
+		goto fail;
+	if (kvt_config_apply_env(cfg, err, sizeof(err)) < 0)
+		goto fail;
+	if (o->dir && kvt_config_set(cfg, "nvme.dirs", o->dir, err, sizeof(err)) < 0)
+		goto fail;
+	if (o->tiers && kvt_config_set(cfg, "store.tiers", o->tiers, err, sizeof(err)) < 0)
+		goto fail;
+	for (int i = 0; i < o->n_sets; i++) {
+		char key[128];
+		const char *eq = strchr(o->sets[i], '=');
+		size_t n = (size_t)(eq - o->sets[i]);
+		if (n >= sizeof(key)) {
+			snprintf(err, sizeof(err), "--set: key too long");
+			goto fail;
+		}
+		memcpy(key, o->sets[i], n);
+		key[n] = 0;
+		if (kvt_config_set(cfg, key, eq + 1, err, sizeof(err)) < 0)
+			goto fail;
+	}
+	return cfg;
+fail:
+	fprintf(stderr, "kvtier: %s\n", err);
+	kvt_config_destroy(cfg);
+	return NULL;
+}
+
+struct kvt_store *cli_open_store(const struct cli_store_opts *o)
+{
+	struct kvt_config *cfg = cli_config(o);
+	if (!cfg)
+		return NULL;
+	struct kvt_store *s;
+	int rc = kvt_store_open(cfg, &s);
+	kvt_config_destroy(cfg);
+	if (rc < 0) {
+		fprintf(stderr, "kvtier: cannot open the store: %s\n", kvt_strerror(rc));
+		return NULL;
+	}
+	return s;
+}
