@@ -530,8 +530,19 @@ void kvt_store_close(struct kvt_store *s)
 {
 	if (!s)
 		return;
-	/* Write-behind first: it needs the tiers. Then the tiers (which cancel what is left),
-	 * then operations still running finish, then the service thread. */
+	/* Write-behind first: it needs the tiers. Under write-back, dirty chunks are written
+	 * now so a clean shutdown keeps them. Then the tiers (which cancel what is left), then
+	 * operations still running finish, then the service thread. */
+	if (s->dram && s->write_policy == WP_BACK && s->n_links > s->dram_pos + 1) {
+		struct kvt_slot_ref refs[16];
+		uint32_t n;
+		while ((n = kvt__dram_dirty_victims(s->dram, refs, 16)) > 0)
+			for (uint32_t i = 0; i < n; i++) {
+				struct kvt_key key;
+				kvt__dram_key(s->dram, refs[i].id, &key);
+				wb_submit(s, &key, &refs[i], NULL, NULL, false);
+			}
+	}
 	pthread_mutex_lock(&s->wb_lock);
 	while (s->wb_pending)
 		pthread_cond_wait(&s->wb_cond, &s->wb_lock);
@@ -811,11 +822,16 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	}
 	if (rc < 0) {
 		atomic_fetch_sub(&s->inflight, 1);
-		if (s->write_policy == WP_BACK) {
+		if (rc != -ENOSPC)
+			return rc;
+		/* Every slot is pinned or dirty. If write-behind is under way, slots come free
+		 * soon: tell the caller to retry. */
+		if (s->write_policy == WP_BACK)
 			writeback_clean(s);
-			return -EAGAIN;
-		}
-		return rc;
+		pthread_mutex_lock(&s->wb_lock);
+		bool pending = s->wb_pending > 0;
+		pthread_mutex_unlock(&s->wb_lock);
+		return pending ? -EAGAIN : -ENOSPC;
 	}
 	rc = kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
 	if (rc < 0) {

@@ -1,0 +1,393 @@
+/*
+ * store_engine.c - the engine across real tiers (DRAM + NVMe on real files): round trips,
+ * layer ranges, partial chunks, write-through / write-back / selective, promotion, lookup
+ * prefixes with the tier of each chunk, prefetch, remove, restart keeps the cache,
+ * corrupted and truncated files are detected, dropped and never served, the async
+ * contract (no callback inside the call), and several threads at once.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+
+#include "testlib.h"
+
+static struct kvt_geometry G;
+static size_t PAYLOAD;
+
+static void make_keys(struct kvt_store *s, struct kvt_key *keys, size_t n, uint32_t salt)
+{
+	uint32_t *tok = malloc(n * G.chunk_tokens * 4);
+	for (size_t i = 0; i < n * G.chunk_tokens; i++)
+		tok[i] = (uint32_t)(i * 7 + salt);
+	CHECK(kvt_keys_from_tokens(kvt_store_ns_id(s), G.chunk_tokens, tok, n * G.chunk_tokens,
+				   keys, n) == (long)n);
+	free(tok);
+}
+
+static void put_n(struct kvt_store *s, struct kvt_key *keys, size_t n, uint64_t seed)
+{
+	void *buf = malloc(PAYLOAD);
+	for (size_t i = 0; i < n; i++) {
+		test_fill(buf, PAYLOAD, seed + i);
+		CHECK_RC(kvt_put_sync(s, &keys[i], i ? &keys[i - 1] : NULL, G.chunk_tokens, buf,
+				      PAYLOAD),
+			 0);
+	}
+	free(buf);
+}
+
+static int get_check(struct kvt_store *s, const struct kvt_key *key, uint64_t seed, int *tier)
+{
+	void *buf = malloc(PAYLOAD);
+	struct kvt_result res;
+	int rc = kvt_get_sync(s, key, 0, 0, buf, PAYLOAD, &res);
+	if (rc == 0) {
+		CHECK(res.bytes == PAYLOAD);
+		CHECK(res.n_tokens == G.chunk_tokens);
+		CHECK(test_check(buf, PAYLOAD, seed));
+		if (tier)
+			*tier = res.tier;
+	}
+	free(buf);
+	return rc;
+}
+
+static struct kvt_store *open_store(struct kvt_config *c)
+{
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	G = *kvt_store_geometry(s);
+	PAYLOAD = kvt_payload_bytes(&G, G.chunk_tokens);
+	return s;
+}
+
+/* ---- async contract ---- */
+static _Atomic int in_call, calls;
+static void contract_cb(void *arg, const struct kvt_result *res)
+{
+	CHECK(!atomic_load(&in_call));
+	atomic_fetch_add(&calls, 1);
+	(void)arg;
+	(void)res;
+}
+
+static void test_basic(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	struct kvt_store *s = open_store(c);
+	struct kvt_key keys[8];
+	make_keys(s, keys, 8, 1);
+	put_n(s, keys, 8, 100);
+	int tier = -5;
+	for (int i = 0; i < 8; i++) {
+		CHECK_RC(get_check(s, &keys[i], 100 + i, &tier), 0);
+		CHECK(tier == 0); /* DRAM */
+	}
+	/* Layer range: layers [1,3) equal the matching slice of the dense payload. */
+	uint8_t *full = malloc(PAYLOAD), *part = malloc(PAYLOAD);
+	test_fill(full, PAYLOAD, 103);
+	struct kvt_result res;
+	CHECK_RC(kvt_get_sync(s, &keys[3], 1, 3, part, PAYLOAD, &res), 0);
+	uint64_t lb = kvt_layer_bytes(&G, G.chunk_tokens);
+	CHECK(res.bytes == 2 * lb);
+	CHECK(!memcmp(part, full + lb, 2 * lb));
+	/* Bad ranges and lengths are rejected up front. */
+	CHECK_RC(kvt_get_sync(s, &keys[3], 3, 2, part, PAYLOAD, NULL), -EINVAL);
+	CHECK_RC(kvt_get_sync(s, &keys[3], 0, G.layers + 1, part, PAYLOAD, NULL), -EINVAL);
+	CHECK_RC(kvt_get_sync(s, &keys[3], 0, 0, part, PAYLOAD - 1, NULL), -EINVAL);
+	CHECK_RC(kvt_put_sync(s, &keys[3], NULL, G.chunk_tokens, full, PAYLOAD - 1), -EINVAL);
+	CHECK_RC(kvt_put_sync(s, &keys[3], NULL, 0, full, 0), -EINVAL);
+	CHECK_RC(kvt_put_sync(s, &keys[3], NULL, G.chunk_tokens + 1, full, PAYLOAD), -EINVAL);
+
+	/* Partial last chunk. */
+	struct kvt_key pk;
+	uint32_t toks[5] = {9, 8, 7, 6, 5};
+	kvt_key_next(kvt_store_ns_id(s), &keys[7], toks, 5, &pk);
+	size_t plen = kvt_payload_bytes(&G, 5);
+	test_fill(full, plen, 555);
+	CHECK_RC(kvt_put_sync(s, &pk, &keys[7], 5, full, plen), 0);
+	memset(part, 0, PAYLOAD);
+	CHECK_RC(kvt_get_sync(s, &pk, 0, 0, part, PAYLOAD, &res), 0);
+	CHECK(res.n_tokens == 5 && res.bytes == plen);
+	CHECK(!memcmp(part, full, plen));
+
+	/* Lookup: longest contiguous prefix, tier of each. */
+	int8_t tiers[8];
+	CHECK_RC(kvt_lookup_sync(s, keys, 8, tiers), 8);
+	for (int i = 0; i < 8; i++)
+		CHECK(tiers[i] == 0);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	CHECK_RC(kvt_remove_sync(s, &keys[2]), 2); /* DRAM and NVMe */
+	CHECK_RC(kvt_lookup_sync(s, keys, 8, tiers), 2);
+	CHECK(tiers[2] == KVT_TIER_NONE && tiers[5] == KVT_TIER_NONE);
+	CHECK_RC(get_check(s, &keys[2], 102, NULL), -ENOENT);
+	CHECK_RC(kvt_remove_sync(s, &keys[2]), 0);
+	CHECK_RC(kvt_lookup_sync(s, keys, 0, NULL), 0);
+
+	/* Async contract: callbacks run only from kvt_poll, never inside the call. */
+	atomic_store(&calls, 0);
+	atomic_store(&in_call, 1);
+	CHECK_RC(kvt_get(s, &keys[0], 0, 0, part, PAYLOAD, contract_cb, NULL), 0);
+	CHECK_RC(kvt_lookup(s, keys, 8, NULL, contract_cb, NULL), 0);
+	CHECK_RC(kvt_put(s, &keys[0], NULL, G.chunk_tokens, full, PAYLOAD, contract_cb, NULL), 0);
+	CHECK_RC(kvt_remove(s, &keys[6], contract_cb, NULL), 0);
+	CHECK_RC(kvt_flush(s, contract_cb, NULL), 0);
+	CHECK(kvt_get(s, &keys[0], 5, 1, part, PAYLOAD, contract_cb, NULL) == -EINVAL);
+	atomic_store(&in_call, 0);
+	CHECK(atomic_load(&calls) == 0);
+	for (int i = 0; i < 200 && atomic_load(&calls) < 5; i++)
+		kvt_poll(s, 10);
+	CHECK(atomic_load(&calls) == 5);
+	CHECK(kvt_poll(s, 0) == 0);
+
+	struct kvt_stats st;
+	CHECK_RC(kvt_stats(s, &st), 0);
+	CHECK(st.n_tiers == 2 && !strcmp(st.tier[0].name, "dram") && !strcmp(st.tier[1].name, "nvme"));
+	CHECK(st.tier[1].writes >= 8);
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+	free(full);
+	free(part);
+}
+
+/* Restart keeps the cache: a fresh store on the same directory finds every chunk on NVMe,
+ * promotes it into DRAM on the first get; prefetch stages chunks ahead of gets. */
+static void test_restart_promote_prefetch(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	struct kvt_store *s = open_store(c);
+	struct kvt_key keys[12];
+	make_keys(s, keys, 12, 2);
+	put_n(s, keys, 12, 200);
+	kvt_store_close(s); /* close finishes write-behind */
+
+	s = open_store(c);
+	int8_t tiers[12];
+	CHECK_RC(kvt_lookup_sync(s, keys, 12, tiers), 12);
+	for (int i = 0; i < 12; i++)
+		CHECK(tiers[i] == 1);
+	int tier;
+	CHECK_RC(get_check(s, &keys[0], 200, &tier), 0);
+	CHECK(tier == 1);
+	CHECK_RC(get_check(s, &keys[0], 200, &tier), 0);
+	CHECK(tier == 0); /* promoted */
+	CHECK_RC(kvt_prefetch_sync(s, keys, 6, 0), 6);
+	for (int i = 0; i < 6; i++) {
+		CHECK_RC(get_check(s, &keys[i], 200 + i, &tier), 0);
+		CHECK(tier == 0);
+	}
+	CHECK_RC(get_check(s, &keys[9], 209, &tier), 0);
+	CHECK(tier == 1 || tier == 0);
+	/* An already-passed deadline stages nothing new. */
+	CHECK(kvt_prefetch_sync(s, keys + 10, 2, 1) == 0);
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECK(st.promotions >= 7);
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
+/* DRAM much smaller than the data: everything stays readable through NVMe, under each
+ * write policy. */
+static void test_policies(const char *dir, const char *policy)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "dram.bytes", "256KiB"); /* 7 slots of 36 KiB */
+	test_set(c, "store.write_policy", policy);
+	test_set(c, "store.selective_hits", "1");
+	struct kvt_store *s = open_store(c);
+	enum { N = 40 };
+	struct kvt_key keys[N];
+	make_keys(s, keys, N, 3 + (uint32_t)strlen(policy));
+	void *buf = malloc(PAYLOAD);
+	for (int i = 0; i < N; i++) {
+		test_fill(buf, PAYLOAD, 300 + i);
+		int rc;
+		while ((rc = kvt_put_sync(s, &keys[i], i ? &keys[i - 1] : NULL, G.chunk_tokens, buf,
+					  PAYLOAD)) == -EAGAIN)
+			usleep(1000);
+		CHECK_RC(rc, 0);
+		if (!strcmp(policy, "selective")) /* one hit makes it worth writing */
+			CHECK_RC(get_check(s, &keys[i], 300 + i, NULL), 0);
+	}
+	free(buf);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECK(st.tier[0].evictions > 0);
+	int found = 0;
+	for (int i = 0; i < N; i++)
+		found += get_check(s, &keys[i], 300 + i, NULL) == 0;
+	CHECK(found == N); /* evicted ones from NVMe; under write-back, dirty ones from DRAM */
+	kvt_store_close(s);
+	/* After close (which writes dirty chunks back), a fresh store finds all on NVMe. */
+	s = open_store(c);
+	int deep = 0, tier = -1;
+	for (int i = 0; i < N; i++) {
+		deep += get_check(s, &keys[N - 1 - i], 300 + N - 1 - i, &tier) == 0;
+		CHECK(tier == 1);
+	}
+	CHECK(deep == N);
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
+/* Corrupt and truncated files on NVMe are detected, dropped and never served. */
+static int n_files;
+static char files[64][4096];
+static int collect(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)ftw;
+	if (flag == FTW_F && sb->st_size >= 4096 && n_files < 64)
+		snprintf(files[n_files++], 4096, "%s", p);
+	return 0;
+}
+
+static void test_corruption(const char *dir)
+{
+	struct kvt_config *c = test_config("nvme", dir);
+	struct kvt_store *s = open_store(c);
+	struct kvt_key keys[4];
+	make_keys(s, keys, 4, 4);
+	put_n(s, keys, 4, 400);
+	kvt_store_close(s);
+	n_files = 0;
+	nftw(dir, collect, 16, FTW_PHYS);
+	CHECK(n_files == 4);
+	/* Flip one byte in the body of every object: no get may return those bytes. */
+	for (int i = 0; i < n_files; i++) {
+		int fd = open(files[i], O_RDWR);
+		CHECK(fd >= 0);
+		uint8_t b;
+		CHECK(pread(fd, &b, 1, 4096 + 100 * i) == 1);
+		b ^= 0x40;
+		CHECK(pwrite(fd, &b, 1, 4096 + 100 * i) == 1);
+		close(fd);
+	}
+	s = open_store(c);
+	for (int i = 0; i < 4; i++)
+		CHECK_RC(get_check(s, &keys[i], 400 + i, NULL), -ENOENT);
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECK(st.tier[0].checksum_failures == 4);
+	int8_t tiers[4];
+	CHECK_RC(kvt_lookup_sync(s, keys, 4, tiers), 0); /* dropped */
+	/* Store again, then truncate the files: a short object is never served either. */
+	put_n(s, keys, 4, 410);
+	kvt_store_close(s);
+	n_files = 0;
+	nftw(dir, collect, 16, FTW_PHYS);
+	CHECK(n_files == 4);
+	for (int i = 0; i < n_files; i++)
+		CHECK(truncate(files[i], 8192) == 0);
+	s = open_store(c);
+	for (int i = 0; i < 4; i++)
+		CHECK(get_check(s, &keys[i], 410 + i, NULL) == -ENOENT);
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
+/* Several threads at once on one store, with sync calls; contents never mixed up. */
+struct thr {
+	struct kvt_store *s;
+	struct kvt_key *keys;
+	int id;
+	int errors;
+};
+
+static void *worker(void *arg)
+{
+	struct thr *t = arg;
+	void *buf = malloc(PAYLOAD);
+	for (int round = 0; round < 30; round++) {
+		for (int i = 0; i < 16; i++) {
+			int k = (i * 5 + round + t->id) % 16;
+			if ((round + i) % 3 == 0) {
+				test_fill(buf, PAYLOAD, 900 + k); /* same content per key */
+				int rc = kvt_put_sync(t->s, &t->keys[k], NULL, G.chunk_tokens, buf,
+						      PAYLOAD);
+				if (rc < 0 && rc != -EAGAIN && rc != -ENOSPC)
+					t->errors++;
+			} else {
+				struct kvt_result res;
+				int rc = kvt_get_sync(t->s, &t->keys[k], 0, 0, buf, PAYLOAD, &res);
+				if (rc == 0 && !test_check(buf, PAYLOAD, 900 + k))
+					t->errors++;
+				else if (rc < 0 && rc != -ENOENT)
+					t->errors++;
+			}
+		}
+	}
+	free(buf);
+	return NULL;
+}
+
+static void test_threads(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "dram.bytes", "300KiB");
+	struct kvt_store *s = open_store(c);
+	struct kvt_key keys[16];
+	make_keys(s, keys, 16, 5);
+	pthread_t th[4];
+	struct thr t[4];
+	for (int i = 0; i < 4; i++) {
+		t[i] = (struct thr){s, keys, i, 0};
+		pthread_create(&th[i], NULL, worker, &t[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(t[i].errors == 0);
+	}
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
+static void test_config_errors(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	char err[256];
+	CHECK_RC(kvt_config_set(c, "nvme.queue_depth", "0", err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "nvme.queue_depth"));
+	CHECK_RC(kvt_config_set(c, "dram.bytes", "12XB", err, sizeof(err)), -EINVAL);
+	CHECK_RC(kvt_config_set(c, "no.such", "1", err, sizeof(err)), -ENOENT);
+	CHECK_RC(kvt_config_set(c, "store.write_policy", "sometimes", err, sizeof(err)), -EINVAL);
+	struct kvt_store *s;
+	test_set(c, "store.tiers", "dram,bogus");
+	CHECK(kvt_store_open(c, &s) == -EINVAL);
+	test_set(c, "store.tiers", "nvme,dram");
+	CHECK(kvt_store_open(c, &s) == -EINVAL);
+	test_set(c, "store.tiers", "dram,dram");
+	CHECK(kvt_store_open(c, &s) == -EINVAL);
+	test_set(c, "store.tiers", "dram");
+	test_set(c, "model.kind", "mla"); /* MLA needs kv_heads == 1 */
+	CHECK(kvt_store_open(c, &s) == -EINVAL);
+	kvt_config_destroy(c);
+}
+
+int main(void)
+{
+	char *dir = test_tmpdir("engine");
+	const char *steps[] = {"basic", "restart", "write-through", "write-back", "selective",
+			       "corruption", "threads", "config"};
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		char sub[4200];
+		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
+		mkdir(sub, 0755);
+		fprintf(stderr, "store_engine: %s\n", steps[i]);
+		switch (i) {
+		case 0: test_basic(sub); break;
+		case 1: test_restart_promote_prefetch(sub); break;
+		case 2: case 3: case 4: test_policies(sub, steps[i]); break;
+		case 5: test_corruption(sub); break;
+		case 6: test_threads(sub); break;
+		case 7: test_config_errors(sub); break;
+		}
+	}
+	test_rmdir(dir);
+	free(dir);
+	printf("store_engine: all passed\n");
+	return 0;
+}
