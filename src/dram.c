@@ -43,8 +43,8 @@ struct slot {
 	uint32_t n_tokens;
 	uint32_t pins;
 	uint32_t children; /* resident chunks naming this one as parent */
-	uint32_t gen;      /* bumped when the slot is freed */
-	int32_t parent;    /* slot of the parent chunk, -1 none */
+	uint32_t gen;	   /* bumped when the slot is freed */
+	int32_t parent;	   /* slot of the parent chunk, -1 none */
 	uint32_t parent_gen;
 	int32_t next; /* index chain while indexed, free list while free */
 	uint8_t state;
@@ -548,8 +548,8 @@ void kvt__dram_stats(struct kvt_dram *d, struct kvt_tier_stats *out)
 	pthread_mutex_unlock(&d->mu);
 }
 
-int kvt__dram_scan(struct kvt_dram *d, int (*fn)(void *arg, const struct kvt_key *key,
-						 uint64_t bytes), void *arg)
+int kvt__dram_scan(struct kvt_dram *d,
+		   int (*fn)(void *arg, const struct kvt_key *key, uint64_t bytes), void *arg)
 {
 	int rc = 0;
 	/* fn runs under the pool's mutex: it must not call back into this pool. */

@@ -110,15 +110,15 @@ static uint32_t lru_resident(const void *st)
 }
 
 const struct kvt_evict_ops kvt__evict_lru_ops = {
-	.name = "lru",
-	.create = lru_create,
-	.destroy = lru_destroy,
-	.insert = lru_insert,
-	.touch = lru_touch,
-	.remove = lru_remove,
-	.victim = lru_victim,
-	.peek = lru_peek,
-	.resident = lru_resident,
+    .name = "lru",
+    .create = lru_create,
+    .destroy = lru_destroy,
+    .insert = lru_insert,
+    .touch = lru_touch,
+    .remove = lru_remove,
+    .victim = lru_victim,
+    .peek = lru_peek,
+    .resident = lru_resident,
 };
 
 /* ------------------------------------------------------------------ arc */
@@ -332,22 +332,22 @@ static uint32_t arc_resident(const void *st)
 }
 
 const struct kvt_evict_ops kvt__evict_arc_ops = {
-	.name = "arc",
-	.create = arc_create,
-	.destroy = arc_destroy,
-	.insert = arc_insert,
-	.touch = arc_touch,
-	.remove = arc_remove,
-	.victim = arc_victim,
-	.peek = arc_peek,
-	.resident = arc_resident,
+    .name = "arc",
+    .create = arc_create,
+    .destroy = arc_destroy,
+    .insert = arc_insert,
+    .touch = arc_touch,
+    .remove = arc_remove,
+    .victim = arc_victim,
+    .peek = arc_peek,
+    .resident = arc_resident,
 };
 
 /* ---------------------------------------------------------- the table */
 
 static const struct kvt_evict_ops *const policies[] = {
-	&kvt__evict_lru_ops,
-	&kvt__evict_arc_ops,
+    &kvt__evict_lru_ops,
+    &kvt__evict_arc_ops,
 };
 
 struct kvt_evict {

@@ -27,7 +27,7 @@ static uint64_t mix(uint64_t z)
 	return z ^ (z >> 31);
 }
 
-static struct kvt_key K(uint64_t i)
+static struct kvt_key key_n(uint64_t i)
 {
 	struct kvt_key k;
 	for (int w = 0; w < 4; w++) {
@@ -40,10 +40,10 @@ static struct kvt_key K(uint64_t i)
 static struct kvt_dram *mk(const char *policy, uint32_t slots, uint64_t slot_bytes)
 {
 	struct kvt_dram_options o = {
-		.bytes = (uint64_t)slots * slot_bytes,
-		.slot_bytes = slot_bytes,
-		.policy = policy,
-		.hugepages = false,
+	    .bytes = (uint64_t)slots * slot_bytes,
+	    .slot_bytes = slot_bytes,
+	    .policy = policy,
+	    .hugepages = false,
 	};
 	struct kvt_dram *d = NULL;
 	assert_int_equal(kvt__dram_create(&o, &d), 0);
@@ -54,7 +54,7 @@ static struct kvt_dram *mk(const char *policy, uint32_t slots, uint64_t slot_byt
 /* alloc + write the key at both ends + publish; returns the slot id, left unpinned. */
 static int32_t put(struct kvt_dram *d, uint64_t i, const struct kvt_key *parent, bool dirty)
 {
-	struct kvt_key k = K(i);
+	struct kvt_key k = key_n(i);
 	struct kvt_slot_ref r;
 	assert_int_equal(kvt__dram_alloc(d, &k, parent, &r), 0);
 	uint64_t sb = kvt__dram_slot_bytes(d);
@@ -67,7 +67,7 @@ static int32_t put(struct kvt_dram *d, uint64_t i, const struct kvt_key *parent,
 
 static bool has(struct kvt_dram *d, uint64_t i)
 {
-	struct kvt_key k = K(i);
+	struct kvt_key k = key_n(i);
 	return kvt__dram_contains(d, &k, false);
 }
 
@@ -86,12 +86,12 @@ static void test_create(void **unused)
 	o.slot_bytes = 5000;
 	o.bytes = 100;
 	o.hugepages = true; /* falls back to THP advice when no hugetlbfs pages are reserved */
-	o.mlock = true;     /* may fail under RLIMIT_MEMLOCK: a warning, not an error */
+	o.mlock = true;	    /* may fail under RLIMIT_MEMLOCK: a warning, not an error */
 	assert_int_equal(kvt__dram_create(&o, &d), 0);
 	assert_int_equal(kvt__dram_slot_bytes(d), 8192);
 	assert_int_equal(kvt__dram_slots(d), 1);
 	struct kvt_slot_ref r;
-	struct kvt_key k = K(1);
+	struct kvt_key k = key_n(1);
 	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r), 0);
 	assert_int_equal((uintptr_t)r.buf % KVT_ALIGN, 0);
 	memset(r.buf, 0xab, 8192);
@@ -124,7 +124,7 @@ static void test_create(void **unused)
 static void test_alloc_publish_get(void **unused)
 {
 	struct kvt_dram *d = mk("lru", 4, 8192);
-	struct kvt_key k = K(7);
+	struct kvt_key k = key_n(7);
 	struct kvt_slot_ref r, g;
 	assert_int_equal(kvt__dram_get(d, &k, &g), -ENOENT);
 	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r), 0);
@@ -221,7 +221,7 @@ static void test_dirty_never_evicted(void **unused)
 	assert_int_equal(n, 1);
 	assert_int_equal(r.id, id1);
 	assert_true(r.dirty);
-	struct kvt_key k = K(49), k50 = K(50), knew = K(1000);
+	struct kvt_key k = key_n(49), k50 = key_n(50), knew = key_n(1000);
 	struct kvt_slot_ref a, b;
 	assert_int_equal(kvt__dram_get(d, &k, &a), 0);
 	assert_int_equal(kvt__dram_get(d, &k50, &b), 0);
@@ -247,7 +247,7 @@ static void test_suffix_before_prefix(void **unused)
 		struct kvt_dram *d = mk(pol[p], 4, 4096);
 		struct kvt_key c[4];
 		for (uint64_t i = 0; i < 4; i++) {
-			c[i] = K(i);
+			c[i] = key_n(i);
 			put(d, i, i ? &c[i - 1] : NULL, false);
 		}
 		/* make the prefix the most used: order must still come from the chain */
@@ -282,7 +282,7 @@ static void test_suffix_before_prefix(void **unused)
 
 	/* An alloc never evicts its own parent: a <- b full, c child of b: -ENOSPC. */
 	struct kvt_dram *d = mk("lru", 2, 4096);
-	struct kvt_key a = K(1), b = K(2), c = K(3), x = K(4);
+	struct kvt_key a = key_n(1), b = key_n(2), c = key_n(3), x = key_n(4);
 	struct kvt_slot_ref r;
 	put(d, 1, NULL, false);
 	put(d, 2, &a, false);
@@ -301,7 +301,7 @@ static void test_suffix_before_prefix(void **unused)
 
 	/* A child outliving its removed parent does not disturb the slot's next owner. */
 	d = mk("lru", 3, 4096);
-	struct kvt_key k5 = K(5);
+	struct kvt_key k5 = key_n(5);
 	int32_t ida = put(d, 1, NULL, false);
 	put(d, 3, &a, false);
 	assert_int_equal(kvt__dram_remove(d, &a), 0);
@@ -320,7 +320,7 @@ static void test_suffix_before_prefix(void **unused)
 static void test_remove_while_pinned(void **unused)
 {
 	struct kvt_dram *d = mk("arc", 3, 4096);
-	struct kvt_key k = K(9);
+	struct kvt_key k = key_n(9);
 	struct kvt_slot_ref r, again;
 	int32_t id = put(d, 9, NULL, false);
 	assert_int_equal(kvt__dram_get(d, &k, &r), 0);
@@ -350,12 +350,12 @@ static void test_remove_while_pinned(void **unused)
 	kvt__dram_unpin(d, r.id); /* freed now */
 	assert_int_equal(kvt__dram_headroom(d), 3);
 	struct kvt_slot_ref n;
-	struct kvt_key kn = K(500);
+	struct kvt_key kn = key_n(500);
 	assert_int_equal(kvt__dram_alloc(d, &kn, NULL, &n), 0);
 	assert_int_equal(n.id, id); /* a free slot is taken before any eviction */
 	kvt__dram_abort(d, n.id);
 	/* remove of an unpinned object frees at once */
-	struct kvt_key k29 = K(29);
+	struct kvt_key k29 = key_n(29);
 	assert_int_equal(kvt__dram_remove(d, &k29), 0);
 	assert_int_equal(kvt__dram_headroom(d), 3);
 	kvt__dram_destroy(d);
@@ -367,10 +367,10 @@ static void test_enospc_all_pinned(void **unused)
 	struct kvt_slot_ref r[3], x;
 	struct kvt_key k;
 	for (int i = 0; i < 3; i++) {
-		k = K((uint64_t)i);
+		k = key_n((uint64_t)i);
 		assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r[i]), 0);
 	}
-	k = K(99);
+	k = key_n(99);
 	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &x), -ENOSPC); /* all filling */
 	kvt__dram_publish(d, r[0].id, 10, 1, false);
 	kvt__dram_publish(d, r[1].id, 10, 1, false);
@@ -393,7 +393,7 @@ static void test_enospc_all_pinned(void **unused)
 static void test_abort(void **unused)
 {
 	struct kvt_dram *d = mk("lru", 2, 4096);
-	struct kvt_key k = K(1);
+	struct kvt_key k = key_n(1);
 	struct kvt_slot_ref r;
 	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r), 0);
 	assert_int_equal(kvt__dram_headroom(d), 1);
@@ -419,7 +419,7 @@ static void test_dirty_victims_order(void **unused)
 	for (uint64_t i = 0; i < 8; i++)
 		id[i] = put(d, i, NULL, i % 2 == 1); /* 1 3 5 7 dirty */
 	struct kvt_slot_ref r[8];
-	struct kvt_key k1 = K(1);
+	struct kvt_key k1 = key_n(1);
 	assert_int_equal(kvt__dram_get(d, &k1, &r[0]), 0); /* 1 becomes the hottest */
 	kvt__dram_unpin(d, r[0].id);
 	kvt__dram_pin(d, id[5]); /* pinned: not offered */
@@ -451,7 +451,7 @@ static void test_dirty_victims_order(void **unused)
 	assert_int_equal(kvt__dram_dirty_victims(d, r, 1), 1);
 	struct kvt_key kk;
 	kvt__dram_key(d, r[0].id, &kk);
-	struct kvt_key k250 = K(250);
+	struct kvt_key k250 = key_n(250);
 	assert_memory_equal(&kk, &k250, sizeof(kk));
 	kvt__dram_unpin(d, r[0].id);
 	kvt__dram_destroy(d);
@@ -476,17 +476,17 @@ static void test_stats_and_scan(void **unused)
 	struct kvt_dram *d = mk("arc", 4, 4096);
 	struct kvt_slot_ref r;
 	for (uint64_t i = 0; i < 6; i++) {
-		struct kvt_key k = K(i);
+		struct kvt_key k = key_n(i);
 		assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r), 0);
 		kvt__dram_publish(d, r.id, 1000 + i, 1, false);
 		kvt__dram_unpin(d, r.id);
 	}
-	struct kvt_key k = K(5), miss = K(77);
+	struct kvt_key k = key_n(5), miss = key_n(77);
 	assert_int_equal(kvt__dram_get(d, &k, &r), 0);
 	kvt__dram_unpin(d, r.id);
 	assert_int_equal(kvt__dram_get(d, &miss, &r), -ENOENT);
 	assert_int_equal(kvt__dram_remove(d, &k), 0);
-	struct kvt_key filling = K(55);
+	struct kvt_key filling = key_n(55);
 	assert_int_equal(kvt__dram_alloc(d, &filling, NULL, &r), 0); /* not counted */
 	struct kvt_tier_stats st;
 	kvt__dram_stats(d, &st);
@@ -536,7 +536,7 @@ static void *stress_thread(void *arg)
 		for (int burst = 0; burst < 64; burst++) {
 			x = mix(x);
 			uint64_t i = (x >> 8) % ST_KEYS;
-			struct kvt_key k = K(i), pk = K(i - 1);
+			struct kvt_key k = key_n(i), pk = key_n(i - 1);
 			s->ops++;
 			switch (x % 8) {
 			case 0:
@@ -617,7 +617,8 @@ static void test_stress(void **unused)
 		pthread_t th[ST_THREADS];
 		uint64_t deadline = kvt__now_ns() + ms * 1000000ull / 2;
 		for (int t = 0; t < ST_THREADS; t++) {
-			st[t] = (struct stress){.d = d, .deadline = deadline, .seed = 1000u * t + p};
+			st[t] =
+			    (struct stress){.d = d, .deadline = deadline, .seed = 1000u * t + p};
 			assert_int_equal(pthread_create(&th[t], NULL, stress_thread, &st[t]), 0);
 		}
 		uint64_t ops = 0, gets = 0, allocs = 0, removes = 0, enospc = 0, cleaned = 0;
@@ -655,7 +656,7 @@ static void test_stress(void **unused)
 		assert_true(h >= ST_SLOTS - s.objects + 1 || s.objects == 0);
 		/* every key can be removed, and then the whole pool is free again */
 		for (uint64_t i = 0; i < ST_KEYS; i++) {
-			struct kvt_key k = K(i);
+			struct kvt_key k = key_n(i);
 			int rc = kvt__dram_remove(d, &k);
 			assert_true(rc == 0 || rc == -ENOENT);
 		}
@@ -670,17 +671,17 @@ static void test_stress(void **unused)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_create),
-		cmocka_unit_test(test_alloc_publish_get),
-		cmocka_unit_test(test_pinned_never_evicted),
-		cmocka_unit_test(test_dirty_never_evicted),
-		cmocka_unit_test(test_suffix_before_prefix),
-		cmocka_unit_test(test_remove_while_pinned),
-		cmocka_unit_test(test_enospc_all_pinned),
-		cmocka_unit_test(test_abort),
-		cmocka_unit_test(test_dirty_victims_order),
-		cmocka_unit_test(test_stats_and_scan),
-		cmocka_unit_test(test_stress),
+	    cmocka_unit_test(test_create),
+	    cmocka_unit_test(test_alloc_publish_get),
+	    cmocka_unit_test(test_pinned_never_evicted),
+	    cmocka_unit_test(test_dirty_never_evicted),
+	    cmocka_unit_test(test_suffix_before_prefix),
+	    cmocka_unit_test(test_remove_while_pinned),
+	    cmocka_unit_test(test_enospc_all_pinned),
+	    cmocka_unit_test(test_abort),
+	    cmocka_unit_test(test_dirty_victims_order),
+	    cmocka_unit_test(test_stats_and_scan),
+	    cmocka_unit_test(test_stress),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

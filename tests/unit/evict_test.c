@@ -159,6 +159,8 @@ static void test_lru_vs_model(void **unused)
 	uint32_t got[CAP];
 	rng_state = 42;
 	uint64_t victims = 0, skipped = 0;
+	uint64_t base = kvt__alloc_bytes();
+	kvt__alloc_fail_after(1); /* any allocation from here on would fail */
 	for (int op = 0; op < OPS; op++) {
 		uint32_t id = (uint32_t)(rnd() % CAP);
 		int at = model_find(&m, id);
@@ -214,6 +216,8 @@ static void test_lru_vs_model(void **unused)
 				assert_int_equal(got[i], m.ids[i]);
 		}
 	}
+	kvt__alloc_fail_after(0);
+	assert_int_equal(kvt__alloc_bytes(), base);
 	/* The run exercised both outcomes of victim(). */
 	assert_true(victims > 1000);
 	assert_true(skipped > 10);
@@ -314,8 +318,8 @@ static void test_arc_frequency_vs_lru_random(void **unused)
 	uint64_t la, aa;
 	uint64_t lru = simulate("lru", CAP, trace, N, scan_key, &la, 0);
 	uint64_t arc = simulate("arc", CAP, trace, N, scan_key, &aa, 0);
-	print_message("mixed trace: lru %llu hits, arc %llu hits of %d\n",
-		      (unsigned long long)lru, (unsigned long long)arc, N);
+	print_message("mixed trace: lru %llu hits, arc %llu hits of %d\n", (unsigned long long)lru,
+		      (unsigned long long)arc, N);
 	assert_true(arc > lru);
 	free(trace);
 }
@@ -333,7 +337,7 @@ static void test_arc_ghost_adapts_p(void **unused)
 	kvt__evict_insert(e, 0, hash_of('A'));
 	expect_peek(e, (uint32_t[]){1, 0}, 2);
 	assert_int_equal(kvt__evict_victim(e, NULL, NULL), 1); /* T1 empty: B -> B2 */
-	kvt__evict_insert(e, 1, hash_of('D'));                 /* T1 = [D], T2 = [A] */
+	kvt__evict_insert(e, 1, hash_of('D'));		       /* T1 = [D], T2 = [A] */
 	/* |T1| = 1 = p: T1 is within its target, so T2 is evicted first. Without the
 	 * adaptation (p = 0) D would be the victim. */
 	expect_peek(e, (uint32_t[]){0, 1}, 2);
@@ -513,17 +517,17 @@ static void test_arc_random_invariants(void **unused)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_create_errors),
-		cmocka_unit_test(test_create_alloc_failure),
-		cmocka_unit_test(test_lru_order),
-		cmocka_unit_test(test_lru_vs_model),
-		cmocka_unit_test(test_arc_scan_resistance),
-		cmocka_unit_test(test_arc_frequency_vs_lru_random),
-		cmocka_unit_test(test_arc_ghost_adapts_p),
-		cmocka_unit_test(test_arc_ok_filter),
-		cmocka_unit_test(test_arc_peek_order),
-		cmocka_unit_test(test_capacity_one),
-		cmocka_unit_test(test_arc_random_invariants),
+	    cmocka_unit_test(test_create_errors),
+	    cmocka_unit_test(test_create_alloc_failure),
+	    cmocka_unit_test(test_lru_order),
+	    cmocka_unit_test(test_lru_vs_model),
+	    cmocka_unit_test(test_arc_scan_resistance),
+	    cmocka_unit_test(test_arc_frequency_vs_lru_random),
+	    cmocka_unit_test(test_arc_ghost_adapts_p),
+	    cmocka_unit_test(test_arc_ok_filter),
+	    cmocka_unit_test(test_arc_peek_order),
+	    cmocka_unit_test(test_capacity_one),
+	    cmocka_unit_test(test_arc_random_invariants),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
