@@ -1,0 +1,564 @@
+/*
+ * dram.c - the DRAM tier: a slot pool mapped once at create, a chained hash index from key
+ * to slot, and an eviction policy over slot ids (src/evict.h). Rules are in src/dram.h.
+ *
+ * Why it is built this way:
+ *   - One mmap for the whole pool, so slots are KVT_ALIGN-aligned for O_DIRECT, huge pages
+ *     can back it (MAP_HUGETLB first, then transparent huge page advice), and nothing on
+ *     the hot path allocates: slot metadata, index buckets and the policy's lists are all
+ *     sized at create.
+ *   - The index chains through the slot array itself (one int32 per slot), with one bucket
+ *     per slot rounded up to a power of two: a lookup is a hash, a bucket load and usually
+ *     one key compare, and a slot can be unlinked without any search outside its chain.
+ *   - Whether a slot may be evicted (published, unpinned, clean, no resident children) is
+ *     cached per slot and counted, so the headroom is O(1) and an allocation in a pool
+ *     where nothing can go fails at once instead of walking the policy's lists.
+ *   - Suffix-before-prefix: a chunk records its parent's slot and that slot's generation
+ *     (bumped whenever a slot is freed), and the parent counts resident children. A child
+ *     that outlives its parent's slot finds a different generation and leaves the new
+ *     occupant's count alone, so no child list is needed. The parent is linked before a
+ *     victim is chosen, so an allocation never evicts its own prefix.
+ *   - A filling slot is in the index (a second alloc of the key gets -EEXIST) but not in
+ *     the policy and not visible to get/contains/remove; it joins the policy at publish.
+ *   - A slot removed while pinned leaves the index and the policy at once and is freed by
+ *     its last unpin; until then its bytes stay valid for the readers that hold it.
+ * One mutex guards everything; it is held only for metadata work, never across a copy.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "dram.h"
+#include "evict.h"
+
+#define HUGE_2M (2ull << 20)
+
+enum { S_FREE = 0, S_FILLING, S_PUBLISHED, S_REMOVED };
+
+struct slot {
+	struct kvt_key key;
+	uint64_t khash;
+	uint64_t object_bytes;
+	uint32_t n_tokens;
+	uint32_t pins;
+	uint32_t children; /* resident chunks naming this one as parent */
+	uint32_t gen;	   /* bumped when the slot is freed */
+	int32_t parent;	   /* slot of the parent chunk, -1 none */
+	uint32_t parent_gen;
+	int32_t next; /* index chain while indexed, free list while free */
+	uint8_t state;
+	bool dirty;
+	bool evictable; /* cached evictable(); counted in n_evictable */
+};
+
+struct kvt_dram {
+	pthread_mutex_t mu;
+	uint8_t *pool;
+	size_t map_len;
+	uint64_t slot_bytes;
+	uint32_t nslots;
+	struct slot *slots;
+	int32_t *buckets;
+	uint32_t bmask;
+	int32_t free_head;
+	uint32_t n_free;
+	uint32_t n_evictable;
+	struct kvt_evict *ev;
+	uint32_t *scratch; /* nslots ids for dirty_victims */
+	struct kvt_log log;
+	uint64_t objects, bytes, evictions, hits, misses, removes;
+};
+
+static bool slot_evictable(const struct slot *s)
+{
+	return s->state == S_PUBLISHED && s->pins == 0 && !s->dirty && s->children == 0;
+}
+
+static void refresh(struct kvt_dram *d, struct slot *s)
+{
+	bool e = slot_evictable(s);
+	if (e != s->evictable) {
+		s->evictable = e;
+		if (e)
+			d->n_evictable++;
+		else
+			d->n_evictable--;
+	}
+}
+
+static bool ok_cb(void *arg, uint32_t id)
+{
+	const struct kvt_dram *d = arg;
+	return id < d->nslots && slot_evictable(&d->slots[id]);
+}
+
+static int32_t index_find(const struct kvt_dram *d, const struct kvt_key *key, uint64_t h)
+{
+	for (int32_t i = d->buckets[h & d->bmask]; i >= 0; i = d->slots[i].next) {
+		const struct slot *s = &d->slots[i];
+		if (s->khash == h && kvt__key_eq(&s->key, key))
+			return i;
+	}
+	return -1;
+}
+
+static void index_link(struct kvt_dram *d, int32_t id)
+{
+	struct slot *s = &d->slots[id];
+	int32_t *b = &d->buckets[s->khash & d->bmask];
+	s->next = *b;
+	*b = id;
+}
+
+static void index_unlink(struct kvt_dram *d, int32_t id)
+{
+	struct slot *s = &d->slots[id];
+	int32_t *pp = &d->buckets[s->khash & d->bmask];
+	while (*pp != id)
+		pp = &d->slots[*pp].next;
+	*pp = s->next;
+	s->next = -1;
+}
+
+static void parent_release(struct kvt_dram *d, struct slot *s)
+{
+	if (s->parent < 0)
+		return;
+	struct slot *p = &d->slots[s->parent];
+	if (p->gen == s->parent_gen && p->children > 0) {
+		p->children--;
+		refresh(d, p);
+	}
+	s->parent = -1;
+}
+
+/* A published slot leaves the resident set (eviction or remove). */
+static void unpublish(struct kvt_dram *d, int32_t id)
+{
+	struct slot *s = &d->slots[id];
+	index_unlink(d, id);
+	parent_release(d, s);
+	d->objects--;
+	d->bytes -= s->object_bytes;
+}
+
+/* Reset a slot that is out of the index and the policy, without putting it on the free
+ * list (an alloc reuses it directly). */
+static void slot_reset(struct kvt_dram *d, struct slot *s)
+{
+	s->state = S_FREE;
+	s->pins = 0;
+	s->dirty = false;
+	s->children = 0;
+	s->parent = -1;
+	s->object_bytes = 0;
+	s->n_tokens = 0;
+	s->gen++;
+	refresh(d, s);
+}
+
+static void slot_free(struct kvt_dram *d, int32_t id)
+{
+	struct slot *s = &d->slots[id];
+	slot_reset(d, s);
+	s->next = d->free_head;
+	d->free_head = id;
+	d->n_free++;
+}
+
+static void fill_ref(const struct kvt_dram *d, int32_t id, struct kvt_slot_ref *ref)
+{
+	const struct slot *s = &d->slots[id];
+	ref->id = id;
+	ref->buf = d->pool + (uint64_t)id * d->slot_bytes;
+	ref->object_bytes = s->object_bytes;
+	ref->n_tokens = s->n_tokens;
+	ref->dirty = s->dirty;
+}
+
+static int map_pool(struct kvt_dram *d, const struct kvt_dram_options *o, size_t len)
+{
+	void *p = MAP_FAILED;
+	if (o->hugepages) {
+		size_t hlen = (size_t)KVT_ALIGN_UP(len, HUGE_2M);
+		p = mmap(NULL, hlen, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		if (p != MAP_FAILED) {
+			d->map_len = hlen;
+			KVT_INFO(&d->log, "dram: %zu bytes on hugetlbfs pages", hlen);
+		}
+	}
+	if (p == MAP_FAILED) {
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED) {
+			int err = errno;
+			KVT_ERR(&d->log, "dram: mmap of %zu bytes failed: %s", len, strerror(err));
+			return -err;
+		}
+		d->map_len = len;
+		/* Transparent huge pages: advice only, the kernel may say no. */
+		if (o->hugepages && madvise(p, len, MADV_HUGEPAGE) != 0)
+			KVT_DEBUG(&d->log, "dram: MADV_HUGEPAGE refused: %s", strerror(errno));
+	}
+	d->pool = p;
+	if (o->mlock && mlock(p, d->map_len) != 0)
+		KVT_WARN(&d->log, "dram: mlock of %zu bytes failed (%s); pool stays pageable",
+			 d->map_len, strerror(errno));
+	return 0;
+}
+
+void kvt__dram_destroy(struct kvt_dram *d)
+{
+	if (!d)
+		return;
+	kvt__evict_destroy(d->ev);
+	if (d->pool)
+		munmap(d->pool, d->map_len);
+	kvt__free(d->scratch);
+	kvt__free(d->buckets);
+	kvt__free(d->slots);
+	pthread_mutex_destroy(&d->mu);
+	kvt__free(d);
+}
+
+int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out)
+{
+	if (!o || !out || o->slot_bytes == 0 || o->slot_bytes > UINT64_MAX / 2)
+		return -EINVAL;
+	uint64_t slot_bytes = KVT_ALIGN_UP(o->slot_bytes, KVT_ALIGN);
+	uint64_t n = o->bytes / slot_bytes;
+	if (n == 0)
+		n = 1;
+	if (n > (uint64_t)INT32_MAX || n > SIZE_MAX / slot_bytes)
+		return -EINVAL;
+	const char *policy = o->policy ? o->policy : "lru";
+
+	struct kvt_dram *d = kvt__calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	int rc = pthread_mutex_init(&d->mu, NULL);
+	if (rc) {
+		kvt__free(d);
+		return -rc;
+	}
+	if (o->log)
+		d->log = *o->log;
+	d->slot_bytes = slot_bytes;
+	d->nslots = (uint32_t)n;
+	uint64_t nb = 1;
+	while (nb < n)
+		nb <<= 1;
+	d->bmask = (uint32_t)(nb - 1);
+
+	rc = kvt__evict_create(policy, d->nslots, &d->ev);
+	if (rc < 0)
+		goto fail;
+	rc = -ENOMEM;
+	d->slots = kvt__calloc(n, sizeof(*d->slots));
+	d->buckets = kvt__malloc(nb * sizeof(*d->buckets));
+	d->scratch = kvt__malloc(n * sizeof(*d->scratch));
+	if (!d->slots || !d->buckets || !d->scratch)
+		goto fail;
+	for (uint64_t i = 0; i < nb; i++)
+		d->buckets[i] = -1;
+	d->free_head = -1;
+	for (int64_t i = (int64_t)n - 1; i >= 0; i--) {
+		d->slots[i].parent = -1;
+		d->slots[i].next = d->free_head;
+		d->free_head = (int32_t)i;
+	}
+	d->n_free = (uint32_t)n;
+	rc = map_pool(d, o, (size_t)(n * slot_bytes));
+	if (rc < 0)
+		goto fail;
+	KVT_INFO(&d->log, "dram: %u slots of %llu bytes, policy %s", d->nslots,
+		 (unsigned long long)slot_bytes, policy);
+	*out = d;
+	return 0;
+fail:
+	kvt__dram_destroy(d);
+	return rc;
+}
+
+uint32_t kvt__dram_slots(const struct kvt_dram *d)
+{
+	return d->nslots;
+}
+
+uint64_t kvt__dram_slot_bytes(const struct kvt_dram *d)
+{
+	return d->slot_bytes;
+}
+
+bool kvt__dram_contains(struct kvt_dram *d, const struct kvt_key *key, bool touch)
+{
+	uint64_t h = kvt__key_hash(key);
+	pthread_mutex_lock(&d->mu);
+	int32_t id = index_find(d, key, h);
+	bool yes = id >= 0 && d->slots[id].state == S_PUBLISHED;
+	if (yes && touch)
+		kvt__evict_touch(d->ev, (uint32_t)id);
+	pthread_mutex_unlock(&d->mu);
+	return yes;
+}
+
+int kvt__dram_get(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot_ref *ref)
+{
+	uint64_t h = kvt__key_hash(key);
+	pthread_mutex_lock(&d->mu);
+	int32_t id = index_find(d, key, h);
+	if (id < 0 || d->slots[id].state != S_PUBLISHED) {
+		d->misses++;
+		pthread_mutex_unlock(&d->mu);
+		return -ENOENT;
+	}
+	struct slot *s = &d->slots[id];
+	s->pins++;
+	refresh(d, s);
+	kvt__evict_touch(d->ev, (uint32_t)id);
+	d->hits++;
+	fill_ref(d, id, ref);
+	pthread_mutex_unlock(&d->mu);
+	return 0;
+}
+
+int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct kvt_key *parent,
+		    struct kvt_slot_ref *ref)
+{
+	uint64_t h = kvt__key_hash(key);
+	uint64_t ph = parent ? kvt__key_hash(parent) : 0;
+	pthread_mutex_lock(&d->mu);
+	if (index_find(d, key, h) >= 0) {
+		pthread_mutex_unlock(&d->mu);
+		return -EEXIST;
+	}
+	/* Count the child on its parent first: the parent must not be this alloc's victim. */
+	int32_t pid = parent ? index_find(d, parent, ph) : -1;
+	if (pid >= 0) {
+		d->slots[pid].children++;
+		refresh(d, &d->slots[pid]);
+	}
+	int32_t id;
+	if (d->free_head >= 0) {
+		id = d->free_head;
+		d->free_head = d->slots[id].next;
+		d->n_free--;
+	} else {
+		int v = d->n_evictable ? kvt__evict_victim(d->ev, ok_cb, d) : -ENOENT;
+		if (v < 0) {
+			if (pid >= 0) {
+				d->slots[pid].children--;
+				refresh(d, &d->slots[pid]);
+			}
+			pthread_mutex_unlock(&d->mu);
+			return -ENOSPC;
+		}
+		id = v;
+		unpublish(d, id);
+		slot_reset(d, &d->slots[id]);
+		d->evictions++;
+	}
+	struct slot *s = &d->slots[id];
+	s->key = *key;
+	s->khash = h;
+	s->state = S_FILLING;
+	s->pins = 1;
+	if (pid >= 0) {
+		s->parent = pid;
+		s->parent_gen = d->slots[pid].gen;
+	}
+	index_link(d, id);
+	fill_ref(d, id, ref);
+	pthread_mutex_unlock(&d->mu);
+	return 0;
+}
+
+static bool valid_id(const struct kvt_dram *d, int32_t id)
+{
+	return id >= 0 && (uint32_t)id < d->nslots;
+}
+
+void kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, uint32_t n_tokens,
+		       bool dirty)
+{
+	if (!valid_id(d, id))
+		return;
+	pthread_mutex_lock(&d->mu);
+	struct slot *s = &d->slots[id];
+	if (s->state == S_FILLING) {
+		s->state = S_PUBLISHED;
+		s->object_bytes = KVT_MIN(object_bytes, d->slot_bytes);
+		s->n_tokens = n_tokens;
+		s->dirty = dirty;
+		d->objects++;
+		d->bytes += s->object_bytes;
+		kvt__evict_insert(d->ev, (uint32_t)id, s->khash);
+		refresh(d, s);
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+void kvt__dram_abort(struct kvt_dram *d, int32_t id)
+{
+	if (!valid_id(d, id))
+		return;
+	pthread_mutex_lock(&d->mu);
+	struct slot *s = &d->slots[id];
+	if (s->state == S_FILLING) {
+		index_unlink(d, id);
+		parent_release(d, s);
+		if (s->pins > 0)
+			s->pins--;
+		if (s->pins == 0)
+			slot_free(d, id);
+		else
+			s->state = S_REMOVED;
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+void kvt__dram_pin(struct kvt_dram *d, int32_t id)
+{
+	if (!valid_id(d, id))
+		return;
+	pthread_mutex_lock(&d->mu);
+	struct slot *s = &d->slots[id];
+	if (s->state != S_FREE) {
+		s->pins++;
+		refresh(d, s);
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+void kvt__dram_unpin(struct kvt_dram *d, int32_t id)
+{
+	if (!valid_id(d, id))
+		return;
+	pthread_mutex_lock(&d->mu);
+	struct slot *s = &d->slots[id];
+	if (s->pins > 0) {
+		s->pins--;
+		if (s->pins == 0 && s->state == S_REMOVED)
+			slot_free(d, id);
+		else
+			refresh(d, s);
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+void kvt__dram_set_dirty(struct kvt_dram *d, int32_t id, bool dirty)
+{
+	if (!valid_id(d, id))
+		return;
+	pthread_mutex_lock(&d->mu);
+	struct slot *s = &d->slots[id];
+	if (s->state == S_PUBLISHED || s->state == S_REMOVED) {
+		s->dirty = dirty;
+		refresh(d, s);
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+int kvt__dram_remove(struct kvt_dram *d, const struct kvt_key *key)
+{
+	uint64_t h = kvt__key_hash(key);
+	int rc = 0;
+	pthread_mutex_lock(&d->mu);
+	int32_t id = index_find(d, key, h);
+	if (id < 0 || d->slots[id].state != S_PUBLISHED) {
+		rc = -ENOENT;
+		goto out;
+	}
+	struct slot *s = &d->slots[id];
+	kvt__evict_remove(d->ev, (uint32_t)id);
+	unpublish(d, id);
+	d->removes++;
+	if (s->pins == 0) {
+		slot_free(d, id);
+	} else {
+		s->state = S_REMOVED;
+		refresh(d, s);
+		rc = -EBUSY;
+	}
+out:
+	pthread_mutex_unlock(&d->mu);
+	return rc;
+}
+
+uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, uint32_t n)
+{
+	uint32_t found = 0;
+	if (n == 0)
+		return 0;
+	pthread_mutex_lock(&d->mu);
+	/* Look at the coldest few first and widen only when they hold too few dirty slots.
+	 * Slots pinned here are skipped when a wider look passes them again. */
+	uint32_t want = n > d->nslots / 4 ? d->nslots : n * 4;
+	for (;;) {
+		uint32_t c = kvt__evict_peek(d->ev, d->scratch, want);
+		for (uint32_t i = 0; i < c && found < n; i++) {
+			int32_t id = (int32_t)d->scratch[i];
+			struct slot *s = &d->slots[id];
+			if (s->state != S_PUBLISHED || !s->dirty || s->pins)
+				continue;
+			s->pins = 1;
+			refresh(d, s);
+			fill_ref(d, id, &refs[found++]);
+		}
+		if (found == n || c < want || want == d->nslots)
+			break;
+		want = want > d->nslots / 2 ? d->nslots : want * 2;
+	}
+	pthread_mutex_unlock(&d->mu);
+	return found;
+}
+
+uint32_t kvt__dram_headroom(struct kvt_dram *d)
+{
+	pthread_mutex_lock(&d->mu);
+	uint32_t r = d->n_free + d->n_evictable;
+	pthread_mutex_unlock(&d->mu);
+	return r;
+}
+
+void kvt__dram_key(struct kvt_dram *d, int32_t id, struct kvt_key *out)
+{
+	if (!valid_id(d, id)) {
+		memset(out, 0, sizeof(*out));
+		return;
+	}
+	pthread_mutex_lock(&d->mu);
+	*out = d->slots[id].key;
+	pthread_mutex_unlock(&d->mu);
+}
+
+void kvt__dram_stats(struct kvt_dram *d, struct kvt_tier_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	strncpy(out->name, "dram", sizeof(out->name) - 1);
+	pthread_mutex_lock(&d->mu);
+	out->objects = d->objects;
+	out->bytes = d->bytes;
+	out->capacity_bytes = (uint64_t)d->nslots * d->slot_bytes;
+	out->evictions = d->evictions;
+	out->hits = d->hits;
+	out->misses = d->misses;
+	out->removes = d->removes;
+	pthread_mutex_unlock(&d->mu);
+}
+
+int kvt__dram_scan(struct kvt_dram *d,
+		   int (*fn)(void *arg, const struct kvt_key *key, uint64_t bytes), void *arg)
+{
+	int rc = 0;
+	/* fn runs under the pool's mutex: it must not call back into this pool. */
+	pthread_mutex_lock(&d->mu);
+	for (uint32_t i = 0; i < d->nslots && rc == 0; i++) {
+		const struct slot *s = &d->slots[i];
+		if (s->state == S_PUBLISHED)
+			rc = fn(arg, &s->key, s->object_bytes);
+	}
+	pthread_mutex_unlock(&d->mu);
+	return rc;
+}

@@ -1,0 +1,687 @@
+/*
+ * dram_test.c - the DRAM slot pool: the life of a slot (alloc, publish, get, unpin), the
+ * rules of src/dram.h (pinned and dirty slots stay, suffixes go before prefixes, a removed
+ * pinned slot lives until its last unpin), error returns, write-back victims, stats, and a
+ * multi-threaded stress run that checks slot contents never get mixed up.
+ * KVT_DRAM_STRESS_MS overrides the stress run's length (default 2000 ms).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dram.h"
+
+static uint64_t mix(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static struct kvt_key key_n(uint64_t i)
+{
+	struct kvt_key k;
+	for (int w = 0; w < 4; w++) {
+		uint64_t v = mix(i * 4 + (uint64_t)w);
+		memcpy(k.bytes + 8 * w, &v, 8);
+	}
+	return k;
+}
+
+static struct kvt_dram *mk(const char *policy, uint32_t slots, uint64_t slot_bytes)
+{
+	struct kvt_dram_options o = {
+	    .bytes = (uint64_t)slots * slot_bytes,
+	    .slot_bytes = slot_bytes,
+	    .policy = policy,
+	    .hugepages = false,
+	};
+	struct kvt_dram *d = NULL;
+	assert_int_equal(kvt__dram_create(&o, &d), 0);
+	assert_int_equal(kvt__dram_slots(d), slots);
+	return d;
+}
+
+/* alloc + write the key at both ends + publish; returns the slot id, left unpinned. */
+static int32_t put(struct kvt_dram *d, uint64_t i, const struct kvt_key *parent, bool dirty)
+{
+	struct kvt_key k = key_n(i);
+	struct kvt_slot_ref r;
+	assert_int_equal(kvt__dram_alloc(d, &k, parent, &r), 0);
+	uint64_t sb = kvt__dram_slot_bytes(d);
+	memcpy(r.buf, &k, sizeof(k));
+	memcpy((uint8_t *)r.buf + sb - sizeof(k), &k, sizeof(k));
+	kvt__dram_publish(d, r.id, sb, (uint32_t)i, dirty);
+	kvt__dram_unpin(d, r.id);
+	return r.id;
+}
+
+static bool has(struct kvt_dram *d, uint64_t i)
+{
+	struct kvt_key k = key_n(i);
+	return kvt__dram_contains(d, &k, false);
+}
+
+static void test_create(void **unused)
+{
+	struct kvt_dram *d = NULL;
+	struct kvt_dram_options o = {.bytes = 1 << 20, .slot_bytes = 0, .policy = "lru"};
+	assert_int_equal(kvt__dram_create(&o, &d), -EINVAL);
+	o.slot_bytes = 4096;
+	o.policy = "nope";
+	assert_int_equal(kvt__dram_create(&o, &d), -EINVAL);
+	assert_null(d);
+
+	/* slot size rounds up to KVT_ALIGN; a pool smaller than one slot still has one */
+	o.policy = "arc";
+	o.slot_bytes = 5000;
+	o.bytes = 100;
+	o.hugepages = true; /* falls back to THP advice when no hugetlbfs pages are reserved */
+	o.mlock = true;	    /* may fail under RLIMIT_MEMLOCK: a warning, not an error */
+	assert_int_equal(kvt__dram_create(&o, &d), 0);
+	assert_int_equal(kvt__dram_slot_bytes(d), 8192);
+	assert_int_equal(kvt__dram_slots(d), 1);
+	struct kvt_slot_ref r;
+	struct kvt_key k = key_n(1);
+	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r), 0);
+	assert_int_equal((uintptr_t)r.buf % KVT_ALIGN, 0);
+	memset(r.buf, 0xab, 8192);
+	kvt__dram_publish(d, r.id, 8192, 3, false);
+	kvt__dram_unpin(d, r.id);
+	kvt__dram_destroy(d);
+
+	/* allocation failure at every step of create leaks nothing */
+	uint64_t base = kvt__alloc_bytes();
+	int okay_at = 0;
+	o.policy = "lru";
+	o.bytes = 64 * 4096;
+	o.slot_bytes = 4096;
+	for (int i = 1; i < 40 && !okay_at; i++) {
+		d = NULL;
+		kvt__alloc_fail_after((uint64_t)i);
+		int rc = kvt__dram_create(&o, &d);
+		kvt__alloc_fail_after(0);
+		if (rc == 0) {
+			okay_at = i;
+			kvt__dram_destroy(d);
+		} else {
+			assert_int_equal(rc, -ENOMEM);
+		}
+		assert_int_equal(kvt__alloc_bytes(), base);
+	}
+	assert_true(okay_at > 2);
+}
+
+static void test_alloc_publish_get(void **unused)
+{
+	struct kvt_dram *d = mk("lru", 4, 8192);
+	struct kvt_key k = key_n(7);
+	struct kvt_slot_ref r, g;
+	assert_int_equal(kvt__dram_get(d, &k, &g), -ENOENT);
+	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r), 0);
+	assert_int_equal(r.object_bytes, 0);
+	assert_false(r.dirty);
+	assert_int_equal((uintptr_t)r.buf % KVT_ALIGN, 0);
+	/* filling: invisible, but taken */
+	assert_false(kvt__dram_contains(d, &k, false));
+	assert_int_equal(kvt__dram_get(d, &k, &g), -ENOENT);
+	assert_int_equal(kvt__dram_remove(d, &k), -ENOENT);
+	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &g), -EEXIST);
+	memset(r.buf, 0x5a, 5000);
+	kvt__dram_publish(d, r.id, 5000, 16, false);
+	assert_true(kvt__dram_contains(d, &k, true));
+	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &g), -EEXIST);
+	assert_int_equal(kvt__dram_get(d, &k, &g), 0);
+	assert_int_equal(g.id, r.id);
+	assert_ptr_equal(g.buf, r.buf);
+	assert_int_equal(g.object_bytes, 5000);
+	assert_int_equal(g.n_tokens, 16);
+	assert_false(g.dirty);
+	for (int i = 0; i < 5000; i++)
+		assert_int_equal(((uint8_t *)g.buf)[i], 0x5a);
+	struct kvt_key back;
+	kvt__dram_key(d, g.id, &back);
+	assert_memory_equal(&back, &k, sizeof(k));
+	/* pinned twice (alloc + get): not evictable until both are dropped */
+	assert_int_equal(kvt__dram_headroom(d), 3);
+	kvt__dram_unpin(d, g.id);
+	assert_int_equal(kvt__dram_headroom(d), 3);
+	kvt__dram_unpin(d, r.id);
+	assert_int_equal(kvt__dram_headroom(d), 4);
+
+	struct kvt_tier_stats st;
+	kvt__dram_stats(d, &st);
+	assert_string_equal(st.name, "dram");
+	assert_int_equal(st.objects, 1);
+	assert_int_equal(st.bytes, 5000);
+	assert_int_equal(st.capacity_bytes, 4 * 8192);
+	assert_int_equal(st.hits, 1);
+	assert_int_equal(st.misses, 2);
+	assert_int_equal(st.evictions, 0);
+	kvt__dram_destroy(d);
+}
+
+static void test_pinned_never_evicted(void **unused)
+{
+	const char *pol[] = {"lru", "arc"};
+	for (int p = 0; p < 2; p++) {
+		struct kvt_dram *d = mk(pol[p], 4, 4096);
+		int32_t id0 = put(d, 0, NULL, false);
+		for (uint64_t i = 1; i < 4; i++)
+			put(d, i, NULL, false);
+		kvt__dram_pin(d, id0); /* the coldest entry, pinned without a touch */
+		for (uint64_t i = 4; i < 100; i++) {
+			int32_t id = put(d, i, NULL, false);
+			assert_int_not_equal(id, id0);
+			assert_true(has(d, 0));
+		}
+		kvt__dram_unpin(d, id0);
+		/* under LRU it is now the coldest: the next alloc takes it */
+		put(d, 100, NULL, false);
+		if (p == 0)
+			assert_false(has(d, 0));
+		struct kvt_tier_stats st;
+		kvt__dram_stats(d, &st);
+		assert_int_equal(st.evictions, 97);
+		assert_int_equal(st.objects, 4);
+		kvt__dram_destroy(d);
+	}
+}
+
+static void test_dirty_never_evicted(void **unused)
+{
+	struct kvt_dram *d = mk("lru", 4, 4096);
+	int32_t id0 = put(d, 0, NULL, true);
+	int32_t id1 = put(d, 1, NULL, false);
+	put(d, 2, NULL, false);
+	put(d, 3, NULL, false);
+	kvt__dram_set_dirty(d, id1, true);
+	assert_int_equal(kvt__dram_headroom(d), 2);
+	for (uint64_t i = 4; i < 50; i++) {
+		put(d, i, NULL, false);
+		assert_true(has(d, 0));
+		assert_true(has(d, 1));
+	}
+	kvt__dram_set_dirty(d, id0, false);
+	put(d, 50, NULL, false);
+	assert_false(has(d, 0)); /* clean again, and the coldest */
+	assert_true(has(d, 1));
+	/* every slot dirty or pinned: -ENOSPC, nothing changes */
+	struct kvt_slot_ref r;
+	uint32_t n = kvt__dram_dirty_victims(d, &r, 1); /* pins id1 */
+	assert_int_equal(n, 1);
+	assert_int_equal(r.id, id1);
+	assert_true(r.dirty);
+	struct kvt_key k = key_n(49), k50 = key_n(50), knew = key_n(1000);
+	struct kvt_slot_ref a, b;
+	assert_int_equal(kvt__dram_get(d, &k, &a), 0);
+	assert_int_equal(kvt__dram_get(d, &k50, &b), 0);
+	int32_t other = put(d, 1001, NULL, true);
+	(void)other;
+	assert_int_equal(kvt__dram_headroom(d), 0);
+	assert_int_equal(kvt__dram_alloc(d, &knew, NULL, &r), -ENOSPC);
+	kvt__dram_set_dirty(d, id1, false); /* write-back done */
+	kvt__dram_unpin(d, id1);
+	assert_int_equal(kvt__dram_headroom(d), 1);
+	assert_int_equal(kvt__dram_alloc(d, &knew, NULL, &r), 0);
+	assert_int_equal(r.id, id1);
+	kvt__dram_abort(d, r.id);
+	kvt__dram_unpin(d, a.id);
+	kvt__dram_unpin(d, b.id);
+	kvt__dram_destroy(d);
+}
+
+static void test_suffix_before_prefix(void **unused)
+{
+	const char *pol[] = {"lru", "arc"};
+	for (int p = 0; p < 2; p++) {
+		struct kvt_dram *d = mk(pol[p], 4, 4096);
+		struct kvt_key c[4];
+		for (uint64_t i = 0; i < 4; i++) {
+			c[i] = key_n(i);
+			put(d, i, i ? &c[i - 1] : NULL, false);
+		}
+		/* make the prefix the most used: order must still come from the chain */
+		struct kvt_slot_ref r;
+		for (int t = 0; t < 3; t++) {
+			assert_int_equal(kvt__dram_get(d, &c[0], &r), 0);
+			kvt__dram_unpin(d, r.id);
+		}
+		assert_int_equal(kvt__dram_headroom(d), 1); /* only the tail may go */
+		put(d, 100, NULL, false);
+		assert_false(has(d, 3));
+		assert_true(has(d, 0) && has(d, 1) && has(d, 2));
+		put(d, 101, NULL, false);
+		assert_false(has(d, 2));
+		assert_true(has(d, 0) && has(d, 1));
+		put(d, 102, NULL, false);
+		assert_false(has(d, 1));
+		assert_true(has(d, 0));
+		/* Now c0 is childless: LRU takes it (the coldest); ARC keeps it, as it is the
+		 * only entry used more than once (in T2), and takes the oldest of T1. */
+		put(d, 103, NULL, false);
+		if (p == 0) {
+			assert_false(has(d, 0));
+			assert_true(has(d, 100));
+		} else {
+			assert_true(has(d, 0));
+			assert_false(has(d, 100));
+		}
+		assert_true(has(d, 101) && has(d, 102) && has(d, 103));
+		kvt__dram_destroy(d);
+	}
+
+	/* An alloc never evicts its own parent: a <- b full, c child of b: -ENOSPC. */
+	struct kvt_dram *d = mk("lru", 2, 4096);
+	struct kvt_key a = key_n(1), b = key_n(2), c = key_n(3), x = key_n(4);
+	struct kvt_slot_ref r;
+	put(d, 1, NULL, false);
+	put(d, 2, &a, false);
+	assert_int_equal(kvt__dram_alloc(d, &c, &b, &r), -ENOSPC);
+	/* the failed alloc left no child count behind: b is evictable */
+	assert_int_equal(kvt__dram_headroom(d), 1);
+	assert_int_equal(kvt__dram_alloc(d, &x, NULL, &r), 0);
+	assert_false(kvt__dram_contains(d, &b, false));
+	/* an aborted child gives its parent back */
+	kvt__dram_abort(d, r.id);
+	assert_int_equal(kvt__dram_alloc(d, &c, &a, &r), 0);
+	assert_int_equal(kvt__dram_headroom(d), 0);
+	kvt__dram_abort(d, r.id);
+	assert_int_equal(kvt__dram_headroom(d), 2); /* a free slot + a, childless again */
+	kvt__dram_destroy(d);
+
+	/* A child outliving its removed parent does not disturb the slot's next owner. */
+	d = mk("lru", 3, 4096);
+	struct kvt_key k5 = key_n(5);
+	int32_t ida = put(d, 1, NULL, false);
+	put(d, 3, &a, false);
+	assert_int_equal(kvt__dram_remove(d, &a), 0);
+	assert_int_equal(put(d, 5, NULL, false), ida); /* reuses a's slot */
+	put(d, 6, &k5, false);
+	assert_int_equal(kvt__dram_headroom(d), 2); /* c and 6; 5 has a child */
+	assert_int_equal(kvt__dram_remove(d, &c), 0);
+	assert_int_equal(kvt__dram_headroom(d), 2); /* a free slot and 6; 5 still held */
+	put(d, 7, NULL, false);
+	put(d, 8, NULL, false); /* evicts 6 (5 is older but a prefix), then 5 is a leaf */
+	assert_true(kvt__dram_contains(d, &k5, false));
+	assert_false(has(d, 6));
+	kvt__dram_destroy(d);
+}
+
+static void test_remove_while_pinned(void **unused)
+{
+	struct kvt_dram *d = mk("arc", 3, 4096);
+	struct kvt_key k = key_n(9);
+	struct kvt_slot_ref r, again;
+	int32_t id = put(d, 9, NULL, false);
+	assert_int_equal(kvt__dram_get(d, &k, &r), 0);
+	assert_int_equal(r.id, id);
+	assert_int_equal(kvt__dram_remove(d, &k), -EBUSY);
+	assert_false(kvt__dram_contains(d, &k, false));
+	assert_int_equal(kvt__dram_get(d, &k, &again), -ENOENT);
+	assert_int_equal(kvt__dram_remove(d, &k), -ENOENT);
+	assert_int_equal(kvt__dram_headroom(d), 2);
+	/* the key can be stored again at once, in another slot */
+	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &again), 0);
+	assert_int_not_equal(again.id, id);
+	memset(again.buf, 0, 4096);
+	kvt__dram_publish(d, again.id, 4096, 1, false);
+	kvt__dram_unpin(d, again.id);
+	/* the reader's bytes are still the old ones */
+	assert_memory_equal(r.buf, &k, sizeof(k));
+	/* fill the pool: the removed slot is not reused while pinned */
+	put(d, 10, NULL, false);
+	for (uint64_t i = 11; i < 30; i++)
+		assert_int_not_equal(put(d, i, NULL, false), id);
+	assert_memory_equal(r.buf, &k, sizeof(k));
+	struct kvt_tier_stats st;
+	kvt__dram_stats(d, &st);
+	assert_int_equal(st.objects, 2);
+	assert_int_equal(st.removes, 1);
+	kvt__dram_unpin(d, r.id); /* freed now */
+	assert_int_equal(kvt__dram_headroom(d), 3);
+	struct kvt_slot_ref n;
+	struct kvt_key kn = key_n(500);
+	assert_int_equal(kvt__dram_alloc(d, &kn, NULL, &n), 0);
+	assert_int_equal(n.id, id); /* a free slot is taken before any eviction */
+	kvt__dram_abort(d, n.id);
+	/* remove of an unpinned object frees at once */
+	struct kvt_key k29 = key_n(29);
+	assert_int_equal(kvt__dram_remove(d, &k29), 0);
+	assert_int_equal(kvt__dram_headroom(d), 3);
+	kvt__dram_destroy(d);
+}
+
+static void test_enospc_all_pinned(void **unused)
+{
+	struct kvt_dram *d = mk("lru", 3, 4096);
+	struct kvt_slot_ref r[3], x;
+	struct kvt_key k;
+	for (int i = 0; i < 3; i++) {
+		k = key_n((uint64_t)i);
+		assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r[i]), 0);
+	}
+	k = key_n(99);
+	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &x), -ENOSPC); /* all filling */
+	kvt__dram_publish(d, r[0].id, 10, 1, false);
+	kvt__dram_publish(d, r[1].id, 10, 1, false);
+	kvt__dram_publish(d, r[2].id, 10, 1, false);
+	assert_int_equal(kvt__dram_headroom(d), 0);
+	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &x), -ENOSPC); /* all pinned */
+	struct kvt_tier_stats st;
+	kvt__dram_stats(d, &st);
+	assert_int_equal(st.evictions, 0);
+	assert_int_equal(st.objects, 3);
+	kvt__dram_unpin(d, r[1].id);
+	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &x), 0);
+	assert_int_equal(x.id, r[1].id);
+	kvt__dram_abort(d, x.id);
+	kvt__dram_unpin(d, r[0].id);
+	kvt__dram_unpin(d, r[2].id);
+	kvt__dram_destroy(d);
+}
+
+static void test_abort(void **unused)
+{
+	struct kvt_dram *d = mk("lru", 2, 4096);
+	struct kvt_key k = key_n(1);
+	struct kvt_slot_ref r;
+	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r), 0);
+	assert_int_equal(kvt__dram_headroom(d), 1);
+	kvt__dram_abort(d, r.id);
+	assert_int_equal(kvt__dram_headroom(d), 2);
+	assert_false(kvt__dram_contains(d, &k, false));
+	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r), 0);
+	kvt__dram_publish(d, r.id, 100, 1, false);
+	kvt__dram_abort(d, r.id); /* published: not an abort any more, ignored */
+	kvt__dram_unpin(d, r.id);
+	assert_true(kvt__dram_contains(d, &k, false));
+	struct kvt_tier_stats st;
+	kvt__dram_stats(d, &st);
+	assert_int_equal(st.objects, 1);
+	assert_int_equal(st.bytes, 100);
+	kvt__dram_destroy(d);
+}
+
+static void test_dirty_victims_order(void **unused)
+{
+	struct kvt_dram *d = mk("lru", 16, 4096);
+	int32_t id[16];
+	for (uint64_t i = 0; i < 8; i++)
+		id[i] = put(d, i, NULL, i % 2 == 1); /* 1 3 5 7 dirty */
+	struct kvt_slot_ref r[8];
+	struct kvt_key k1 = key_n(1);
+	assert_int_equal(kvt__dram_get(d, &k1, &r[0]), 0); /* 1 becomes the hottest */
+	kvt__dram_unpin(d, r[0].id);
+	kvt__dram_pin(d, id[5]); /* pinned: not offered */
+	assert_int_equal(kvt__dram_dirty_victims(d, r, 2), 2);
+	assert_int_equal(r[0].id, id[3]);
+	assert_int_equal(r[1].id, id[7]);
+	assert_true(r[0].dirty && r[1].dirty);
+	/* they are pinned for the caller now, so the next call goes on with the rest */
+	struct kvt_slot_ref more[8];
+	assert_int_equal(kvt__dram_dirty_victims(d, more, 8), 1);
+	assert_int_equal(more[0].id, id[1]);
+	kvt__dram_unpin(d, id[5]);
+	assert_int_equal(kvt__dram_dirty_victims(d, more + 1, 8), 1);
+	assert_int_equal(more[1].id, id[5]);
+	/* write-back cleans and unpins */
+	for (int i = 0; i < 2; i++) {
+		kvt__dram_set_dirty(d, r[i].id, false);
+		kvt__dram_unpin(d, r[i].id);
+		kvt__dram_set_dirty(d, more[i].id, false);
+		kvt__dram_unpin(d, more[i].id);
+	}
+	assert_int_equal(kvt__dram_dirty_victims(d, more, 8), 0);
+	assert_int_equal(kvt__dram_headroom(d), 16);
+	/* a big pool: the widening look finds a dirty slot far from the cold end */
+	kvt__dram_destroy(d);
+	d = mk("arc", 256, 4096);
+	for (uint64_t i = 0; i < 256; i++)
+		put(d, i, NULL, i == 250);
+	assert_int_equal(kvt__dram_dirty_victims(d, r, 1), 1);
+	struct kvt_key kk;
+	kvt__dram_key(d, r[0].id, &kk);
+	struct kvt_key k250 = key_n(250);
+	assert_memory_equal(&kk, &k250, sizeof(kk));
+	kvt__dram_unpin(d, r[0].id);
+	kvt__dram_destroy(d);
+}
+
+static int scan_count(void *arg, const struct kvt_key *key, uint64_t bytes)
+{
+	uint64_t *acc = arg;
+	acc[0]++;
+	acc[1] += bytes;
+	return 0;
+}
+
+static int scan_stop(void *arg, const struct kvt_key *key, uint64_t bytes)
+{
+	(*(int *)arg)++;
+	return 7;
+}
+
+static void test_stats_and_scan(void **unused)
+{
+	struct kvt_dram *d = mk("arc", 4, 4096);
+	struct kvt_slot_ref r;
+	for (uint64_t i = 0; i < 6; i++) {
+		struct kvt_key k = key_n(i);
+		assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r), 0);
+		kvt__dram_publish(d, r.id, 1000 + i, 1, false);
+		kvt__dram_unpin(d, r.id);
+	}
+	struct kvt_key k = key_n(5), miss = key_n(77);
+	assert_int_equal(kvt__dram_get(d, &k, &r), 0);
+	kvt__dram_unpin(d, r.id);
+	assert_int_equal(kvt__dram_get(d, &miss, &r), -ENOENT);
+	assert_int_equal(kvt__dram_remove(d, &k), 0);
+	struct kvt_key filling = key_n(55);
+	assert_int_equal(kvt__dram_alloc(d, &filling, NULL, &r), 0); /* not counted */
+	struct kvt_tier_stats st;
+	kvt__dram_stats(d, &st);
+	assert_int_equal(st.evictions, 2);
+	assert_int_equal(st.objects, 3);
+	assert_int_equal(st.hits, 1);
+	assert_int_equal(st.misses, 1);
+	assert_int_equal(st.removes, 1);
+	assert_int_equal(st.capacity_bytes, 4 * 4096);
+	uint64_t acc[2] = {0, 0};
+	assert_int_equal(kvt__dram_scan(d, scan_count, acc), 0);
+	assert_int_equal(acc[0], st.objects);
+	assert_int_equal(acc[1], st.bytes);
+	assert_int_equal(st.bytes, 1002 + 1003 + 1004); /* 0 and 1 were evicted, 5 removed */
+	int calls = 0;
+	assert_int_equal(kvt__dram_scan(d, scan_stop, &calls), 7);
+	assert_int_equal(calls, 1);
+	kvt__dram_abort(d, r.id);
+	kvt__dram_destroy(d);
+}
+
+/* ---- multi-threaded stress ---- */
+
+enum { ST_SLOTS = 16, ST_KEYS = 48, ST_SLOT_BYTES = 8192, ST_THREADS = 4 };
+
+struct stress {
+	struct kvt_dram *d;
+	uint64_t deadline;
+	unsigned seed;
+	uint64_t ops, gets, allocs, removes, enospc, cleaned, mismatches;
+};
+
+static bool check_slot(const struct kvt_slot_ref *r, const struct kvt_key *k)
+{
+	const uint8_t *b = r->buf;
+	return memcmp(b, k, sizeof(*k)) == 0 &&
+	       memcmp(b + ST_SLOT_BYTES - sizeof(*k), k, sizeof(*k)) == 0 &&
+	       r->object_bytes == ST_SLOT_BYTES;
+}
+
+static void *stress_thread(void *arg)
+{
+	struct stress *s = arg;
+	uint64_t x = s->seed;
+	struct kvt_slot_ref r, v[2];
+	while (kvt__now_ns() < s->deadline) {
+		for (int burst = 0; burst < 64; burst++) {
+			x = mix(x);
+			uint64_t i = (x >> 8) % ST_KEYS;
+			struct kvt_key k = key_n(i), pk = key_n(i - 1);
+			s->ops++;
+			switch (x % 8) {
+			case 0:
+			case 1:
+			case 2:
+				if (kvt__dram_get(s->d, &k, &r) == 0) {
+					s->gets++;
+					if (!check_slot(&r, &k) || r.n_tokens != i)
+						s->mismatches++;
+					sched_yield();
+					if (!check_slot(&r, &k))
+						s->mismatches++;
+					kvt__dram_unpin(s->d, r.id);
+				}
+				break;
+			case 3:
+			case 4: {
+				int rc = kvt__dram_alloc(s->d, &k, i % 4 ? &pk : NULL, &r);
+				if (rc == -ENOSPC)
+					s->enospc++;
+				if (rc)
+					break;
+				s->allocs++;
+				memset(r.buf, (int)(x >> 40), ST_SLOT_BYTES);
+				memcpy(r.buf, &k, sizeof(k));
+				memcpy((uint8_t *)r.buf + ST_SLOT_BYTES - sizeof(k), &k, sizeof(k));
+				if (x % 31 == 0) {
+					kvt__dram_abort(s->d, r.id);
+					break;
+				}
+				kvt__dram_publish(s->d, r.id, ST_SLOT_BYTES, (uint32_t)i,
+						  (x >> 20) % 4 == 0);
+				kvt__dram_unpin(s->d, r.id);
+				break;
+			}
+			case 5:
+				if (kvt__dram_remove(s->d, &k) != -ENOENT)
+					s->removes++;
+				break;
+			case 6: {
+				uint32_t n = kvt__dram_dirty_victims(s->d, v, 2);
+				for (uint32_t j = 0; j < n; j++) {
+					struct kvt_key kk;
+					kvt__dram_key(s->d, v[j].id, &kk);
+					if (!check_slot(&v[j], &kk) || !v[j].dirty)
+						s->mismatches++;
+					kvt__dram_set_dirty(s->d, v[j].id, false);
+					kvt__dram_unpin(s->d, v[j].id);
+					s->cleaned++;
+				}
+				break;
+			}
+			default:
+				(void)kvt__dram_contains(s->d, &k, x & 1);
+				(void)kvt__dram_headroom(s->d);
+				break;
+			}
+		}
+	}
+	return NULL;
+}
+
+static int scan_verify(void *arg, const struct kvt_key *key, uint64_t bytes)
+{
+	uint64_t *n = arg;
+	(*n)++;
+	return bytes == ST_SLOT_BYTES ? 0 : -1;
+}
+
+static void test_stress(void **unused)
+{
+	const char *ms_env = getenv("KVT_DRAM_STRESS_MS");
+	uint64_t ms = ms_env ? strtoull(ms_env, NULL, 10) : 2000;
+	const char *pol[] = {"lru", "arc"};
+	for (int p = 0; p < 2; p++) {
+		struct kvt_dram *d = mk(pol[p], ST_SLOTS, ST_SLOT_BYTES);
+		struct stress st[ST_THREADS];
+		pthread_t th[ST_THREADS];
+		uint64_t deadline = kvt__now_ns() + ms * 1000000ull / 2;
+		for (int t = 0; t < ST_THREADS; t++) {
+			st[t] =
+			    (struct stress){.d = d, .deadline = deadline, .seed = 1000u * t + p};
+			assert_int_equal(pthread_create(&th[t], NULL, stress_thread, &st[t]), 0);
+		}
+		uint64_t ops = 0, gets = 0, allocs = 0, removes = 0, enospc = 0, cleaned = 0;
+		for (int t = 0; t < ST_THREADS; t++) {
+			pthread_join(th[t], NULL);
+			assert_int_equal(st[t].mismatches, 0);
+			ops += st[t].ops;
+			gets += st[t].gets;
+			allocs += st[t].allocs;
+			removes += st[t].removes;
+			enospc += st[t].enospc;
+			cleaned += st[t].cleaned;
+		}
+		print_message("stress %s: %llu ops, %llu get hits, %llu allocs, %llu removes, "
+			      "%llu enospc, %llu cleaned\n",
+			      pol[p], (unsigned long long)ops, (unsigned long long)gets,
+			      (unsigned long long)allocs, (unsigned long long)removes,
+			      (unsigned long long)enospc, (unsigned long long)cleaned);
+		assert_true(gets > 100 && allocs > 100 && removes > 10 && cleaned > 10);
+		/* quiescent: the counters agree with what is there, and every pin was dropped */
+		struct kvt_slot_ref v[ST_SLOTS];
+		uint32_t n = kvt__dram_dirty_victims(d, v, ST_SLOTS);
+		for (uint32_t j = 0; j < n; j++) {
+			kvt__dram_set_dirty(d, v[j].id, false);
+			kvt__dram_unpin(d, v[j].id);
+		}
+		struct kvt_tier_stats s;
+		kvt__dram_stats(d, &s);
+		uint64_t seen = 0;
+		assert_int_equal(kvt__dram_scan(d, scan_verify, &seen), 0);
+		assert_int_equal(seen, s.objects);
+		assert_int_equal(s.bytes, s.objects * ST_SLOT_BYTES);
+		/* all clean and unpinned: headroom = every slot except prefixes with children */
+		uint32_t h = kvt__dram_headroom(d);
+		assert_true(h >= ST_SLOTS - s.objects + 1 || s.objects == 0);
+		/* every key can be removed, and then the whole pool is free again */
+		for (uint64_t i = 0; i < ST_KEYS; i++) {
+			struct kvt_key k = key_n(i);
+			int rc = kvt__dram_remove(d, &k);
+			assert_true(rc == 0 || rc == -ENOENT);
+		}
+		assert_int_equal(kvt__dram_headroom(d), ST_SLOTS);
+		kvt__dram_stats(d, &s);
+		assert_int_equal(s.objects, 0);
+		assert_int_equal(s.bytes, 0);
+		kvt__dram_destroy(d);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_create),
+	    cmocka_unit_test(test_alloc_publish_get),
+	    cmocka_unit_test(test_pinned_never_evicted),
+	    cmocka_unit_test(test_dirty_never_evicted),
+	    cmocka_unit_test(test_suffix_before_prefix),
+	    cmocka_unit_test(test_remove_while_pinned),
+	    cmocka_unit_test(test_enospc_all_pinned),
+	    cmocka_unit_test(test_abort),
+	    cmocka_unit_test(test_dirty_victims_order),
+	    cmocka_unit_test(test_stats_and_scan),
+	    cmocka_unit_test(test_stress),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

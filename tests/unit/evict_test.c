@@ -1,0 +1,533 @@
+/*
+ * evict_test.c - the eviction policies driven directly: exact LRU order, LRU against an
+ * independent O(n) model over a long random run, ARC's scan resistance measured against
+ * LRU on the same trace, ARC's adaptation on ghost hits, the ok() filter, peek order,
+ * capacity 1, and that no operation after create allocates.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "evict.h"
+#include "internal.h"
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+	/* splitmix64: fixed seeds make failures reproducible */
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t hash_of(uint64_t key)
+{
+	uint64_t z = key * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+	z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ull;
+	return z ^ (z >> 29);
+}
+
+static struct kvt_evict *mk(const char *policy, uint32_t cap)
+{
+	struct kvt_evict *e = NULL;
+	assert_int_equal(kvt__evict_create(policy, cap, &e), 0);
+	assert_non_null(e);
+	assert_string_equal(kvt__evict_name(e), policy);
+	return e;
+}
+
+static bool ok_all(void *arg, uint32_t id)
+{
+	return true;
+}
+
+/* arg: a uint8_t per id, non-zero = not evictable */
+static bool ok_mask(void *arg, uint32_t id)
+{
+	const uint8_t *blocked = arg;
+	return !blocked[id];
+}
+
+static void expect_peek(struct kvt_evict *e, const uint32_t *want, uint32_t n)
+{
+	uint32_t got[64];
+	assert_true(n <= 64);
+	assert_int_equal(kvt__evict_peek(e, got, 64), n);
+	for (uint32_t i = 0; i < n; i++)
+		assert_int_equal(got[i], want[i]);
+}
+
+static void test_create_errors(void **unused)
+{
+	struct kvt_evict *e = NULL;
+	assert_int_equal(kvt__evict_create("nope", 4, &e), -EINVAL);
+	assert_int_equal(kvt__evict_create("lru", 0, &e), -EINVAL);
+	assert_int_equal(kvt__evict_create(NULL, 4, &e), -EINVAL);
+	assert_null(e);
+}
+
+static void test_create_alloc_failure(void **unused)
+{
+	const char *names[] = {"lru", "arc"};
+	for (int p = 0; p < 2; p++) {
+		uint64_t base = kvt__alloc_bytes();
+		int ok_at = 0;
+		for (int i = 1; i < 50 && !ok_at; i++) {
+			struct kvt_evict *e = NULL;
+			kvt__alloc_fail_after((uint64_t)i);
+			int rc = kvt__evict_create(names[p], 100, &e);
+			kvt__alloc_fail_after(0);
+			if (rc == 0) {
+				ok_at = i;
+				kvt__evict_destroy(e);
+			} else {
+				assert_int_equal(rc, -ENOMEM);
+			}
+			assert_int_equal(kvt__alloc_bytes(), base);
+		}
+		assert_true(ok_at > 1);
+	}
+}
+
+static void test_lru_order(void **unused)
+{
+	struct kvt_evict *e = mk("lru", 5);
+	for (uint32_t i = 0; i < 5; i++)
+		kvt__evict_insert(e, i, hash_of(i));
+	assert_int_equal(kvt__evict_resident(e), 5);
+	expect_peek(e, (uint32_t[]){0, 1, 2, 3, 4}, 5);
+	kvt__evict_touch(e, 2);
+	kvt__evict_touch(e, 0);
+	expect_peek(e, (uint32_t[]){1, 3, 4, 2, 0}, 5);
+	kvt__evict_remove(e, 3);
+	expect_peek(e, (uint32_t[]){1, 4, 2, 0}, 4);
+	uint32_t two[2];
+	assert_int_equal(kvt__evict_peek(e, two, 2), 2);
+	assert_int_equal(two[0], 1);
+	assert_int_equal(two[1], 4);
+	assert_int_equal(kvt__evict_victim(e, NULL, NULL), 1);
+	uint8_t blocked[5] = {0, 0, 0, 0, 1}; /* 4 is pinned: skipped, keeps its place */
+	assert_int_equal(kvt__evict_victim(e, ok_mask, blocked), 2);
+	expect_peek(e, (uint32_t[]){4, 0}, 2);
+	memset(blocked, 1, sizeof(blocked));
+	assert_int_equal(kvt__evict_victim(e, ok_mask, blocked), -ENOENT);
+	assert_int_equal(kvt__evict_resident(e), 2);
+	kvt__evict_insert(e, 3, hash_of(3));
+	expect_peek(e, (uint32_t[]){4, 0, 3}, 3);
+	assert_int_equal(kvt__evict_victim(e, ok_all, NULL), 4);
+	assert_int_equal(kvt__evict_victim(e, ok_all, NULL), 0);
+	assert_int_equal(kvt__evict_victim(e, ok_all, NULL), 3);
+	assert_int_equal(kvt__evict_victim(e, ok_all, NULL), -ENOENT);
+	assert_int_equal(kvt__evict_resident(e), 0);
+	kvt__evict_destroy(e);
+}
+
+/* The model: resident ids in recency order, least recent first; every operation O(n). */
+struct model {
+	uint32_t ids[256];
+	uint32_t n;
+};
+
+static int model_find(const struct model *m, uint32_t id)
+{
+	for (uint32_t i = 0; i < m->n; i++)
+		if (m->ids[i] == id)
+			return (int)i;
+	return -1;
+}
+
+static void model_del(struct model *m, int at)
+{
+	memmove(&m->ids[at], &m->ids[at + 1], (m->n - (uint32_t)at - 1) * sizeof(m->ids[0]));
+	m->n--;
+}
+
+static void test_lru_vs_model(void **unused)
+{
+	enum { CAP = 200, OPS = 100000 };
+	struct kvt_evict *e = mk("lru", CAP);
+	struct model m = {.n = 0};
+	uint8_t blocked[CAP];
+	uint32_t got[CAP];
+	rng_state = 42;
+	uint64_t victims = 0, skipped = 0;
+	uint64_t base = kvt__alloc_bytes();
+	kvt__alloc_fail_after(1); /* any allocation from here on would fail */
+	for (int op = 0; op < OPS; op++) {
+		uint32_t id = (uint32_t)(rnd() % CAP);
+		int at = model_find(&m, id);
+		switch (rnd() % 5) {
+		case 0:
+		case 1: /* insert if absent, else a hit */
+			if (at < 0) {
+				kvt__evict_insert(e, id, hash_of(id));
+				m.ids[m.n++] = id;
+				break;
+			}
+			/* fall through */
+		case 2:
+			if (at >= 0) {
+				kvt__evict_touch(e, id);
+				model_del(&m, at);
+				m.ids[m.n++] = id;
+			}
+			break;
+		case 3:
+			if (at >= 0 && rnd() % 4 == 0) {
+				kvt__evict_remove(e, id);
+				model_del(&m, at);
+			}
+			break;
+		case 4: {
+			uint32_t pct = (uint32_t)(rnd() % 100);
+			for (uint32_t i = 0; i < CAP; i++)
+				blocked[i] = rnd() % 100 < pct;
+			int want = -ENOENT;
+			for (uint32_t i = 0; i < m.n; i++) {
+				if (!blocked[m.ids[i]]) {
+					want = (int)m.ids[i];
+					model_del(&m, (int)i);
+					break;
+				}
+			}
+			int v = kvt__evict_victim(e, ok_mask, blocked);
+			assert_int_equal(v, want);
+			if (v >= 0)
+				victims++;
+			else
+				skipped++;
+			break;
+		}
+		}
+		assert_int_equal(kvt__evict_resident(e), m.n);
+		if (op % 97 == 0) {
+			uint32_t k = (uint32_t)(rnd() % (CAP + 1));
+			uint32_t c = kvt__evict_peek(e, got, k);
+			assert_int_equal(c, KVT_MIN(k, m.n));
+			for (uint32_t i = 0; i < c; i++)
+				assert_int_equal(got[i], m.ids[i]);
+		}
+	}
+	kvt__alloc_fail_after(0);
+	assert_int_equal(kvt__alloc_bytes(), base);
+	/* The run exercised both outcomes of victim(). */
+	assert_true(victims > 1000);
+	assert_true(skipped > 10);
+	kvt__evict_destroy(e);
+}
+
+/* A cache of `cap` entries over keys 0..nkeys-1, driven by a trace; returns hits. */
+static uint64_t simulate(const char *policy, uint32_t cap, const uint32_t *trace, size_t n,
+			 uint32_t nkeys, uint64_t *hits_after, size_t after)
+{
+	struct kvt_evict *e = mk(policy, cap);
+	int32_t *key_id = malloc(nkeys * sizeof(*key_id));
+	uint32_t *id_key = malloc(cap * sizeof(*id_key));
+	assert_non_null(key_id);
+	assert_non_null(id_key);
+	for (uint32_t k = 0; k < nkeys; k++)
+		key_id[k] = -1;
+	uint32_t used = 0;
+	uint64_t hits = 0;
+	*hits_after = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t k = trace[i];
+		if (key_id[k] >= 0) {
+			kvt__evict_touch(e, (uint32_t)key_id[k]);
+			hits++;
+			if (i >= after)
+				(*hits_after)++;
+			continue;
+		}
+		uint32_t id;
+		if (used < cap) {
+			id = used++;
+		} else {
+			int v = kvt__evict_victim(e, ok_all, NULL);
+			assert_true(v >= 0);
+			id = (uint32_t)v;
+			key_id[id_key[id]] = -1;
+		}
+		id_key[id] = k;
+		key_id[k] = (int32_t)id;
+		kvt__evict_insert(e, id, hash_of(k));
+	}
+	assert_int_equal(kvt__evict_resident(e), used);
+	free(key_id);
+	free(id_key);
+	kvt__evict_destroy(e);
+	return hits;
+}
+
+static void test_arc_scan_resistance(void **unused)
+{
+	/* A hot set of 60 keys (used twice to warm up, then once per round) fits a cache of
+	 * 100; between rounds a scan of 150 keys never seen again passes through. LRU lets
+	 * every scan flush the hot set; ARC keeps it in T2 and lets the scan churn T1. */
+	enum { CAP = 100, HOT = 60, SCAN = 150, ROUNDS = 40 };
+	size_t n = 2 * HOT + (size_t)ROUNDS * (HOT + SCAN);
+	uint32_t *trace = malloc(n * sizeof(*trace));
+	assert_non_null(trace);
+	size_t i = 0;
+	for (int r = 0; r < 2; r++)
+		for (uint32_t k = 0; k < HOT; k++)
+			trace[i++] = k;
+	size_t warm = i;
+	uint32_t next = HOT;
+	for (int r = 0; r < ROUNDS; r++) {
+		for (uint32_t k = 0; k < HOT; k++)
+			trace[i++] = k;
+		for (uint32_t s = 0; s < SCAN; s++)
+			trace[i++] = next++;
+	}
+	assert_int_equal(i, n);
+	uint64_t lru_after, arc_after;
+	uint64_t lru = simulate("lru", CAP, trace, n, next, &lru_after, warm);
+	uint64_t arc = simulate("arc", CAP, trace, n, next, &arc_after, warm);
+	print_message("scan resistance: hot hits after warm-up of %d: lru %llu, arc %llu\n",
+		      ROUNDS * HOT, (unsigned long long)lru_after, (unsigned long long)arc_after);
+	assert_true(arc > lru);
+	/* LRU: only the round right after warm-up hits; every scan flushes the set. */
+	assert_int_equal(lru_after, HOT);
+	assert_true(arc_after >= (uint64_t)(ROUNDS * HOT) * 9 / 10); /* ARC keeps it */
+	free(trace);
+}
+
+static void test_arc_frequency_vs_lru_random(void **unused)
+{
+	/* A skewed random trace mixed with scans: ARC must not be worse than LRU. */
+	enum { CAP = 256, N = 200000 };
+	uint32_t *trace = malloc(N * sizeof(*trace));
+	assert_non_null(trace);
+	rng_state = 7;
+	uint32_t scan_key = 1000;
+	for (size_t i = 0; i < N; i++) {
+		if (rnd() % 2)
+			trace[i] = (uint32_t)(rnd() % 200); /* popular set, fits */
+		else
+			trace[i] = scan_key++; /* one-time keys */
+	}
+	uint64_t la, aa;
+	uint64_t lru = simulate("lru", CAP, trace, N, scan_key, &la, 0);
+	uint64_t arc = simulate("arc", CAP, trace, N, scan_key, &aa, 0);
+	print_message("mixed trace: lru %llu hits, arc %llu hits of %d\n", (unsigned long long)lru,
+		      (unsigned long long)arc, N);
+	assert_true(arc > lru);
+	free(trace);
+}
+
+static void test_arc_ghost_adapts_p(void **unused)
+{
+	/* c = 2, ids 0/1, keys named by their hash. */
+	struct kvt_evict *e = mk("arc", 2);
+	kvt__evict_insert(e, 0, hash_of('A'));
+	kvt__evict_insert(e, 1, hash_of('B'));
+	kvt__evict_touch(e, 1); /* T1 = [A], T2 = [B], p = 0 */
+	expect_peek(e, (uint32_t[]){0, 1}, 2);
+	assert_int_equal(kvt__evict_victim(e, NULL, NULL), 0); /* A -> B1 */
+	/* A comes back: a B1 ghost hit, p grows to 1 and A enters T2 (T2 = [B, A]). */
+	kvt__evict_insert(e, 0, hash_of('A'));
+	expect_peek(e, (uint32_t[]){1, 0}, 2);
+	assert_int_equal(kvt__evict_victim(e, NULL, NULL), 1); /* T1 empty: B -> B2 */
+	kvt__evict_insert(e, 1, hash_of('D'));		       /* T1 = [D], T2 = [A] */
+	/* |T1| = 1 = p: T1 is within its target, so T2 is evicted first. Without the
+	 * adaptation (p = 0) D would be the victim. */
+	expect_peek(e, (uint32_t[]){0, 1}, 2);
+	assert_int_equal(kvt__evict_victim(e, NULL, NULL), 0); /* A -> B2 */
+	/* B comes back from B2: p shrinks to 0, T1 is over target again. */
+	kvt__evict_insert(e, 0, hash_of('B')); /* T1 = [D], T2 = [B] */
+	expect_peek(e, (uint32_t[]){1, 0}, 2);
+	assert_int_equal(kvt__evict_victim(e, NULL, NULL), 1);
+	kvt__evict_destroy(e);
+
+	/* Control: the same shape without the ghost hit keeps p = 0 and evicts from T1. */
+	e = mk("arc", 2);
+	kvt__evict_insert(e, 0, hash_of('A'));
+	kvt__evict_insert(e, 1, hash_of('B'));
+	kvt__evict_touch(e, 1);
+	assert_int_equal(kvt__evict_victim(e, NULL, NULL), 0);
+	kvt__evict_insert(e, 0, hash_of('E')); /* new key: T1 = [E], T2 = [B] */
+	expect_peek(e, (uint32_t[]){0, 1}, 2);
+	assert_int_equal(kvt__evict_victim(e, NULL, NULL), 0);
+	kvt__evict_destroy(e);
+}
+
+static void test_arc_ok_filter(void **unused)
+{
+	struct kvt_evict *e = mk("arc", 4);
+	for (uint32_t i = 0; i < 4; i++)
+		kvt__evict_insert(e, i, hash_of(i));
+	kvt__evict_touch(e, 3); /* T1 = [0 1 2], T2 = [3] */
+	uint8_t blocked[4] = {1, 1, 0, 0};
+	assert_int_equal(kvt__evict_victim(e, ok_mask, blocked), 2); /* skips 0 and 1 */
+	memset(blocked, 0, sizeof(blocked));
+	blocked[0] = blocked[1] = 1;
+	/* T1 preferred but nothing in it may go: T2's entry is taken instead. */
+	assert_int_equal(kvt__evict_victim(e, ok_mask, blocked), 3);
+	memset(blocked, 1, sizeof(blocked));
+	assert_int_equal(kvt__evict_victim(e, ok_mask, blocked), -ENOENT);
+	assert_int_equal(kvt__evict_resident(e), 2);
+	/* 3 was evicted from T2: it comes back into T2 (a B2 ghost hit). */
+	kvt__evict_insert(e, 3, hash_of(3));
+	expect_peek(e, (uint32_t[]){0, 1, 3}, 3);
+	kvt__evict_destroy(e);
+}
+
+static void test_arc_peek_order(void **unused)
+{
+	struct kvt_evict *e = mk("arc", 8);
+	for (uint32_t i = 0; i < 6; i++)
+		kvt__evict_insert(e, i, hash_of(i));
+	kvt__evict_touch(e, 4);
+	kvt__evict_touch(e, 1);
+	kvt__evict_touch(e, 4); /* T1 = [0 2 3 5] (LRU first), T2 = [1 4], p = 0 */
+	uint32_t want[] = {0, 2, 3, 5, 1, 4};
+	expect_peek(e, want, 6);
+	/* peek agrees with the victims that follow */
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(kvt__evict_victim(e, NULL, NULL), (int)want[i]);
+	assert_int_equal(kvt__evict_resident(e), 0);
+	kvt__evict_destroy(e);
+}
+
+static void test_capacity_one(void **unused)
+{
+	const char *names[] = {"lru", "arc"};
+	for (int p = 0; p < 2; p++) {
+		struct kvt_evict *e = mk(names[p], 1);
+		uint32_t id = 99;
+		assert_int_equal(kvt__evict_peek(e, &id, 1), 0);
+		assert_int_equal(kvt__evict_victim(e, NULL, NULL), -ENOENT);
+		kvt__evict_insert(e, 0, hash_of(1));
+		kvt__evict_insert(e, 0, hash_of(1)); /* already resident: ignored */
+		assert_int_equal(kvt__evict_resident(e), 1);
+		kvt__evict_touch(e, 0);
+		kvt__evict_touch(e, 0);
+		assert_int_equal(kvt__evict_peek(e, &id, 0), 0);
+		assert_int_equal(kvt__evict_peek(e, &id, 1), 1);
+		assert_int_equal(id, 0);
+		uint8_t blocked = 1;
+		assert_int_equal(kvt__evict_victim(e, ok_mask, &blocked), -ENOENT);
+		assert_int_equal(kvt__evict_victim(e, NULL, NULL), 0);
+		assert_int_equal(kvt__evict_resident(e), 0);
+		/* many distinct keys through one slot: ghosts stay bounded */
+		for (uint64_t k = 2; k < 1000; k++) {
+			kvt__evict_insert(e, 0, hash_of(k % 3));
+			if (k % 5 == 0)
+				kvt__evict_touch(e, 0);
+			if (k % 7 == 0)
+				kvt__evict_remove(e, 0);
+			else
+				assert_int_equal(kvt__evict_victim(e, NULL, NULL), 0);
+			assert_int_equal(kvt__evict_resident(e), 0);
+		}
+		kvt__evict_remove(e, 0); /* not resident: ignored */
+		kvt__evict_insert(e, 0, hash_of(5));
+		kvt__evict_remove(e, 0);
+		assert_int_equal(kvt__evict_resident(e), 0);
+		kvt__evict_destroy(e);
+	}
+}
+
+static void test_arc_random_invariants(void **unused)
+{
+	/* ARC against membership bookkeeping: victims are resident and ok(), peek lists each
+	 * resident exactly once, and nothing allocates after create (allocation would fail). */
+	enum { CAP = 64, KEYS = 300, OPS = 100000 };
+	struct kvt_evict *e = mk("arc", CAP);
+	int32_t key_id[KEYS];
+	int32_t id_key[CAP];
+	uint8_t blocked[CAP];
+	uint32_t got[CAP];
+	for (int i = 0; i < KEYS; i++)
+		key_id[i] = -1;
+	for (int i = 0; i < CAP; i++)
+		id_key[i] = -1;
+	uint32_t resident = 0;
+	uint64_t hits = 0;
+	rng_state = 99;
+	uint64_t base = kvt__alloc_bytes();
+	kvt__alloc_fail_after(1);
+	for (int op = 0; op < OPS; op++) {
+		/* a skewed key choice, so some keys recur and ghosts get hit */
+		uint32_t k = (uint32_t)(rnd() % 4 ? rnd() % 80 : rnd() % KEYS);
+		if (key_id[k] >= 0) {
+			if (rnd() % 10 == 0) {
+				kvt__evict_remove(e, (uint32_t)key_id[k]);
+				id_key[key_id[k]] = -1;
+				key_id[k] = -1;
+				resident--;
+			} else {
+				kvt__evict_touch(e, (uint32_t)key_id[k]);
+				hits++;
+			}
+		} else {
+			int32_t id = -1;
+			for (int i = 0; i < CAP && id < 0; i++)
+				if (id_key[i] < 0)
+					id = i;
+			if (id < 0) {
+				for (int i = 0; i < CAP; i++)
+					blocked[i] = rnd() % 3 == 0;
+				int v = kvt__evict_victim(e, ok_mask, blocked);
+				if (v < 0) {
+					assert_int_equal(v, -ENOENT);
+					for (int i = 0; i < CAP; i++)
+						assert_true(blocked[i]);
+					continue;
+				}
+				assert_true(v < CAP);
+				assert_false(blocked[v]);
+				assert_true(id_key[v] >= 0);
+				key_id[id_key[v]] = -1;
+				resident--;
+				id = v;
+			}
+			id_key[id] = (int32_t)k;
+			key_id[k] = id;
+			kvt__evict_insert(e, (uint32_t)id, hash_of(k));
+			resident++;
+		}
+		assert_int_equal(kvt__evict_resident(e), resident);
+		if (op % 101 == 0) {
+			uint8_t seen[CAP] = {0};
+			assert_int_equal(kvt__evict_peek(e, got, CAP), resident);
+			for (uint32_t i = 0; i < resident; i++) {
+				assert_true(got[i] < CAP);
+				assert_true(id_key[got[i]] >= 0);
+				assert_false(seen[got[i]]);
+				seen[got[i]] = 1;
+			}
+		}
+	}
+	kvt__alloc_fail_after(0);
+	assert_int_equal(kvt__alloc_bytes(), base);
+	assert_true(hits > 1000);
+	kvt__evict_destroy(e);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_create_errors),
+	    cmocka_unit_test(test_create_alloc_failure),
+	    cmocka_unit_test(test_lru_order),
+	    cmocka_unit_test(test_lru_vs_model),
+	    cmocka_unit_test(test_arc_scan_resistance),
+	    cmocka_unit_test(test_arc_frequency_vs_lru_random),
+	    cmocka_unit_test(test_arc_ghost_adapts_p),
+	    cmocka_unit_test(test_arc_ok_filter),
+	    cmocka_unit_test(test_arc_peek_order),
+	    cmocka_unit_test(test_capacity_one),
+	    cmocka_unit_test(test_arc_random_invariants),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
