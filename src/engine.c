@@ -351,6 +351,9 @@ static void link_result(struct kvt_store *s, struct link *l, int rc)
 	}
 }
 
+static void wb_submit(struct kvt_store *s, const struct kvt_key *key,
+		      const struct kvt_slot_ref *ref, kvt_cb cb, void *arg, bool direct);
+
 /* ------------------------------------------------------------ open / close */
 
 static int parse_geometry(struct kvt_store *s, char *err, size_t errlen)

@@ -116,31 +116,16 @@ static uint64_t segment_bytes(uint64_t layer_bytes)
 	return KVT_ALIGN_UP(layer_bytes, KVT_ALIGN);
 }
 
-int kvt__object_encode(void *obj, uint64_t obj_len, const struct kvt_geometry *g,
-		       const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
-		       uint32_t n_tokens, const void *payload, uint64_t payload_len)
+/* Everything but the layer bytes: fields, per-layer offsets and CRCs, header CRC. */
+static void write_header(uint8_t *o, const struct kvt_geometry *g,
+			 const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
+			 uint32_t n_tokens, const uint32_t *crcs)
 {
-	uint8_t *o = obj;
-	const uint8_t *src = payload;
-	uint64_t lb, seg, total;
-
-	if (!obj || !ns_id || !key || kvt_geometry_check(g) || n_tokens < 1 ||
-	    n_tokens > g->chunk_tokens)
-		return -EINVAL;
-	lb = kvt_layer_bytes(g, n_tokens);
-	seg = segment_bytes(lb);
-	total = kvt_object_bytes(g, n_tokens);
-	if (!payload || payload_len != lb * g->layers || obj_len < total)
-		return -EINVAL;
-
+	uint64_t lb = kvt_layer_bytes(g, n_tokens), seg = segment_bytes(lb);
 	memset(o, 0, KVT_HEADER_BYTES);
 	for (uint32_t l = 0; l < g->layers; l++) {
-		uint64_t off = KVT_HEADER_BYTES + l * seg;
-		uint32_t crc = copy_crc(o + off, src + l * lb, lb);
-		if (seg > lb)
-			memset(o + off + lb, 0, seg - lb);
-		put64(o + OFF_LAYER_OFFSET + 8 * l, off);
-		put32(o + OFF_LAYER_CRC + 4 * l, crc);
+		put64(o + OFF_LAYER_OFFSET + 8 * l, KVT_HEADER_BYTES + l * seg);
+		put32(o + OFF_LAYER_CRC + 4 * l, crcs[l]);
 	}
 	memcpy(o + OFF_MAGIC, KVT_FORMAT_MAGIC, 8);
 	put16(o + OFF_VERSION, KVT_FORMAT_VERSION);
@@ -153,12 +138,58 @@ int kvt__object_encode(void *obj, uint64_t obj_len, const struct kvt_geometry *g
 	o[OFF_DTYPE] = g->dtype;
 	o[OFF_KIND] = g->kind;
 	put32(o + OFF_N_TOKENS, n_tokens);
-	put64(o + OFF_OBJECT_BYTES, total);
+	put64(o + OFF_OBJECT_BYTES, kvt_object_bytes(g, n_tokens));
 	memcpy(o + OFF_NS_ID, ns_id, KVT_NS_ID_BYTES);
 	memcpy(o + OFF_KEY, key->bytes, KVT_KEY_BYTES);
 	put32(o + OFF_LAYER_ALIGN, KVT_ALIGN);
 	put64(o + OFF_LAYER_BYTES, lb);
 	put32(o + OFF_HEADER_CRC, kvt__crc32c(0, o, OFF_HEADER_CRC));
+}
+
+int kvt__object_encode(void *obj, uint64_t obj_len, const struct kvt_geometry *g,
+		       const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
+		       uint32_t n_tokens, const void *payload, uint64_t payload_len)
+{
+	uint8_t *o = obj;
+	const uint8_t *src = payload;
+	uint32_t crcs[KVT_MAX_LAYERS];
+
+	if (!obj || !ns_id || !key || kvt_geometry_check(g) || n_tokens < 1 ||
+	    n_tokens > g->chunk_tokens)
+		return -EINVAL;
+	uint64_t lb = kvt_layer_bytes(g, n_tokens), seg = segment_bytes(lb);
+	if (!payload || payload_len != lb * g->layers || obj_len < kvt_object_bytes(g, n_tokens))
+		return -EINVAL;
+	for (uint32_t l = 0; l < g->layers; l++) {
+		uint64_t off = KVT_HEADER_BYTES + l * seg;
+		crcs[l] = copy_crc(o + off, src + l * lb, lb);
+		if (seg > lb)
+			memset(o + off + lb, 0, seg - lb);
+	}
+	write_header(o, g, ns_id, key, n_tokens, crcs);
+	return 0;
+}
+
+int kvt__object_seal(void *obj, uint64_t obj_len, const struct kvt_geometry *g,
+		     const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
+		     uint32_t n_tokens)
+{
+	uint8_t *o = obj;
+	uint32_t crcs[KVT_MAX_LAYERS];
+
+	if (!obj || !ns_id || !key || kvt_geometry_check(g) || n_tokens < 1 ||
+	    n_tokens > g->chunk_tokens)
+		return -EINVAL;
+	uint64_t lb = kvt_layer_bytes(g, n_tokens), seg = segment_bytes(lb);
+	if (obj_len < kvt_object_bytes(g, n_tokens))
+		return -EINVAL;
+	for (uint32_t l = 0; l < g->layers; l++) {
+		uint64_t off = KVT_HEADER_BYTES + l * seg;
+		crcs[l] = kvt__crc32c(0, o + off, lb);
+		if (seg > lb)
+			memset(o + off + lb, 0, seg - lb);
+	}
+	write_header(o, g, ns_id, key, n_tokens, crcs);
 	return 0;
 }
 

@@ -44,5 +44,6 @@ int kvt_cmd_stat(int argc, char **argv);
 int kvt_cmd_verify(int argc, char **argv);
 int kvt_cmd_rm(int argc, char **argv);
 int kvt_cmd_bench(int argc, char **argv);
+int kvt_cmd_config(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ struct subcommand {
 static const struct subcommand commands[] = {
 	/* subcommands: one row each, kept in alphabetical order */
 	{"bench", kvt_cmd_bench, "measure a tier's throughput and latency against a reference"},
+	{"config", kvt_cmd_config, "print configuration keys, defaults and effective values"},
 	{"ls", kvt_cmd_ls, "list stored objects"},
 	{"rm", kvt_cmd_rm, "remove chunks by key"},
 	{"stat", kvt_cmd_stat, "per-tier counters"},
