@@ -508,6 +508,52 @@ static void test_stats_and_scan(void **unused)
 	kvt__dram_destroy(d);
 }
 
+static void test_no_heap_after_create(void **unused)
+{
+	/* Every operation after create works with the allocator failing: none allocates. */
+	const char *pol[] = {"lru", "arc"};
+	for (int p = 0; p < 2; p++) {
+		struct kvt_dram *d = mk(pol[p], 32, 4096);
+		uint64_t base = kvt__alloc_bytes();
+		kvt__alloc_fail_after(1);
+		uint64_t x = 5, stored = 0;
+		struct kvt_slot_ref r, v[4];
+		for (int op = 0; op < 20000; op++) {
+			x = mix(x);
+			uint64_t i = (x >> 8) % 100;
+			struct kvt_key k = key_n(i), pk = key_n(i - 1);
+			switch (x % 5) {
+			case 0:
+			case 1:
+				if (kvt__dram_alloc(d, &k, i % 3 ? &pk : NULL, &r) == 0) {
+					kvt__dram_publish(d, r.id, 4096, 1, x % 7 == 0);
+					kvt__dram_unpin(d, r.id);
+					stored++;
+				}
+				break;
+			case 2:
+				if (kvt__dram_get(d, &k, &r) == 0)
+					kvt__dram_unpin(d, r.id);
+				break;
+			case 3:
+				(void)kvt__dram_remove(d, &k);
+				break;
+			default: {
+				uint32_t n = kvt__dram_dirty_victims(d, v, 4);
+				for (uint32_t j = 0; j < n; j++) {
+					kvt__dram_set_dirty(d, v[j].id, false);
+					kvt__dram_unpin(d, v[j].id);
+				}
+			}
+			}
+		}
+		kvt__alloc_fail_after(0);
+		assert_int_equal(kvt__alloc_bytes(), base);
+		assert_true(stored > 1000);
+		kvt__dram_destroy(d);
+	}
+}
+
 /* ---- multi-threaded stress ---- */
 
 enum { ST_SLOTS = 16, ST_KEYS = 48, ST_SLOT_BYTES = 8192, ST_THREADS = 4 };
@@ -681,6 +727,7 @@ int main(void)
 	    cmocka_unit_test(test_abort),
 	    cmocka_unit_test(test_dirty_victims_order),
 	    cmocka_unit_test(test_stats_and_scan),
+	    cmocka_unit_test(test_no_heap_after_create),
 	    cmocka_unit_test(test_stress),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
