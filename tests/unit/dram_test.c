@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +72,20 @@ static bool has(struct kvt_dram *d, uint64_t i)
 	return kvt__dram_contains(d, &k, false);
 }
 
+struct logbuf {
+	char text[2048];
+	int warnings;
+};
+
+static void log_to_buf(void *arg, int level, const char *msg)
+{
+	struct logbuf *b = arg;
+	size_t n = strlen(b->text);
+	snprintf(b->text + n, sizeof(b->text) - n, "%s\n", msg);
+	if (level == KVT_LOG_WARN)
+		b->warnings++;
+}
+
 static void test_create(void **unused)
 {
 	struct kvt_dram *d = NULL;
@@ -87,7 +102,16 @@ static void test_create(void **unused)
 	o.bytes = 100;
 	o.hugepages = true; /* falls back to THP advice when no hugetlbfs pages are reserved */
 	o.mlock = true;	    /* may fail under RLIMIT_MEMLOCK: a warning, not an error */
+	struct logbuf lb = {.text = "", .warnings = 0};
+	struct kvt_log log = {.fn = log_to_buf, .arg = &lb, .level = KVT_LOG_INFO};
+	o.log = &log;
 	assert_int_equal(kvt__dram_create(&o, &d), 0);
+	o.log = NULL;
+	/* the log says which backing the pool got, and mlock failing is only a warning */
+	print_message("%s", lb.text);
+	assert_non_null(strstr(lb.text, "huge"));
+	assert_non_null(strstr(lb.text, "1 slots of 8192 bytes, policy arc"));
+	assert_true(lb.warnings == 0 || strstr(lb.text, "mlock") != NULL);
 	assert_int_equal(kvt__dram_slot_bytes(d), 8192);
 	assert_int_equal(kvt__dram_slots(d), 1);
 	struct kvt_slot_ref r;
