@@ -198,8 +198,11 @@ static int map_pool(struct kvt_dram *d, const struct kvt_dram_options *o, size_t
 		}
 		d->map_len = len;
 		/* Transparent huge pages: advice only, the kernel may say no. */
-		if (o->hugepages && madvise(p, len, MADV_HUGEPAGE) != 0)
-			KVT_DEBUG(&d->log, "dram: MADV_HUGEPAGE refused: %s", strerror(errno));
+		if (o->hugepages && madvise(p, len, MADV_HUGEPAGE) == 0)
+			KVT_INFO(&d->log, "dram: %zu bytes, transparent huge pages advised", len);
+		else if (o->hugepages)
+			KVT_INFO(&d->log, "dram: %zu bytes, huge pages refused: %s", len,
+				 strerror(errno));
 	}
 	d->pool = p;
 	if (o->mlock && mlock(p, d->map_len) != 0)

@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +72,20 @@ static bool has(struct kvt_dram *d, uint64_t i)
 	return kvt__dram_contains(d, &k, false);
 }
 
+struct logbuf {
+	char text[2048];
+	int warnings;
+};
+
+static void log_to_buf(void *arg, int level, const char *msg)
+{
+	struct logbuf *b = arg;
+	size_t n = strlen(b->text);
+	snprintf(b->text + n, sizeof(b->text) - n, "%s\n", msg);
+	if (level == KVT_LOG_WARN)
+		b->warnings++;
+}
+
 static void test_create(void **unused)
 {
 	struct kvt_dram *d = NULL;
@@ -87,7 +102,16 @@ static void test_create(void **unused)
 	o.bytes = 100;
 	o.hugepages = true; /* falls back to THP advice when no hugetlbfs pages are reserved */
 	o.mlock = true;	    /* may fail under RLIMIT_MEMLOCK: a warning, not an error */
+	struct logbuf lb = {.text = "", .warnings = 0};
+	struct kvt_log log = {.fn = log_to_buf, .arg = &lb, .level = KVT_LOG_INFO};
+	o.log = &log;
 	assert_int_equal(kvt__dram_create(&o, &d), 0);
+	o.log = NULL;
+	/* the log says which backing the pool got, and mlock failing is only a warning */
+	print_message("%s", lb.text);
+	assert_non_null(strstr(lb.text, "huge"));
+	assert_non_null(strstr(lb.text, "1 slots of 8192 bytes, policy arc"));
+	assert_true(lb.warnings == 0 || strstr(lb.text, "mlock") != NULL);
 	assert_int_equal(kvt__dram_slot_bytes(d), 8192);
 	assert_int_equal(kvt__dram_slots(d), 1);
 	struct kvt_slot_ref r;
@@ -508,6 +532,52 @@ static void test_stats_and_scan(void **unused)
 	kvt__dram_destroy(d);
 }
 
+static void test_no_heap_after_create(void **unused)
+{
+	/* Every operation after create works with the allocator failing: none allocates. */
+	const char *pol[] = {"lru", "arc"};
+	for (int p = 0; p < 2; p++) {
+		struct kvt_dram *d = mk(pol[p], 32, 4096);
+		uint64_t base = kvt__alloc_bytes();
+		kvt__alloc_fail_after(1);
+		uint64_t x = 5, stored = 0;
+		struct kvt_slot_ref r, v[4];
+		for (int op = 0; op < 20000; op++) {
+			x = mix(x);
+			uint64_t i = (x >> 8) % 100;
+			struct kvt_key k = key_n(i), pk = key_n(i - 1);
+			switch (x % 5) {
+			case 0:
+			case 1:
+				if (kvt__dram_alloc(d, &k, i % 3 ? &pk : NULL, &r) == 0) {
+					kvt__dram_publish(d, r.id, 4096, 1, x % 7 == 0);
+					kvt__dram_unpin(d, r.id);
+					stored++;
+				}
+				break;
+			case 2:
+				if (kvt__dram_get(d, &k, &r) == 0)
+					kvt__dram_unpin(d, r.id);
+				break;
+			case 3:
+				(void)kvt__dram_remove(d, &k);
+				break;
+			default: {
+				uint32_t n = kvt__dram_dirty_victims(d, v, 4);
+				for (uint32_t j = 0; j < n; j++) {
+					kvt__dram_set_dirty(d, v[j].id, false);
+					kvt__dram_unpin(d, v[j].id);
+				}
+			}
+			}
+		}
+		kvt__alloc_fail_after(0);
+		assert_int_equal(kvt__alloc_bytes(), base);
+		assert_true(stored > 1000);
+		kvt__dram_destroy(d);
+	}
+}
+
 /* ---- multi-threaded stress ---- */
 
 enum { ST_SLOTS = 16, ST_KEYS = 48, ST_SLOT_BYTES = 8192, ST_THREADS = 4 };
@@ -681,6 +751,7 @@ int main(void)
 	    cmocka_unit_test(test_abort),
 	    cmocka_unit_test(test_dirty_victims_order),
 	    cmocka_unit_test(test_stats_and_scan),
+	    cmocka_unit_test(test_no_heap_after_create),
 	    cmocka_unit_test(test_stress),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
