@@ -495,9 +495,7 @@ int kvt_config_apply_env(struct kvt_config *cfg, char *err, size_t errlen)
 		char why[256];
 		int rc = kvt_config_set(cfg, rows[i].name, v, why, sizeof(why));
 		if (rc < 0) {
-			char line[300];
-			snprintf(line, sizeof(line), "%s: %s", env, why);
-			seterr(err, errlen, "%s%s", line, "");
+			seterr(err, errlen, "%s: %s", env, why);
 			return rc;
 		}
 	}
