@@ -224,9 +224,11 @@ int kvt_namespace_id(const struct kvt_namespace *ns, uint8_t ns_id[KVT_NS_ID_BYT
 
 /* ------------------------------------------------------------------ keys */
 
+/* KVT_PORTABLE_LE forces the byte-by-byte path of big-endian hosts (to test it on x86). */
 static void hash_tokens(SHA256_CTX *c, const uint32_t *tokens, size_t n)
 {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && \
+	!defined(KVT_PORTABLE_LE)
 	if (n)
 		SHA256_Update(c, tokens, n * sizeof(uint32_t));
 #else

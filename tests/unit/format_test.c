@@ -203,9 +203,8 @@ static void round_trip(struct kvt_geometry g, uint32_t n_tokens)
 			assert_int_equal(kvt__object_extract(&h, o.bytes, l0, l1, dst, want),
 					 (int64_t)want);
 			assert_memory_equal(dst, o.payload + l0 * lb, want);
-			assert_int_equal(kvt__layers_verify(&h, l0, l1, o.bytes + KVT_HEADER_BYTES +
-									     l0 * KVT_ALIGN_UP(lb, KVT_ALIGN)),
-					 0);
+			const uint8_t *base = o.bytes + kvt_layer_offset(&g, n_tokens, l0);
+			assert_int_equal(kvt__layers_verify(&h, l0, l1, base), 0);
 			if (want)
 				assert_int_equal(kvt__object_extract(&h, o.bytes, l0, l1, dst,
 								     want - 1),
@@ -267,9 +266,12 @@ static void test_encode_invalid(void **state)
 	assert_int_equal(obj[olen], 0xab);
 	assert_int_equal(kvt__object_verify(obj, olen, NULL, NULL), 0);
 
-	assert_int_equal(kvt__object_encode(obj, olen - 1, &g, ns, &key, 8, payload, plen), -EINVAL);
-	assert_int_equal(kvt__object_encode(obj, olen, &g, ns, &key, 8, payload, plen - 1), -EINVAL);
-	assert_int_equal(kvt__object_encode(obj, olen, &g, ns, &key, 8, payload, plen + 1), -EINVAL);
+	assert_int_equal(kvt__object_encode(obj, olen - 1, &g, ns, &key, 8, payload, plen),
+			 -EINVAL);
+	assert_int_equal(kvt__object_encode(obj, olen, &g, ns, &key, 8, payload, plen - 1),
+			 -EINVAL);
+	assert_int_equal(kvt__object_encode(obj, olen, &g, ns, &key, 8, payload, plen + 1),
+			 -EINVAL);
 	assert_int_equal(kvt__object_encode(obj, olen, &g, ns, &key, 0, payload, 0), -EINVAL);
 	assert_int_equal(kvt__object_encode(obj, olen, &g, ns, &key, 9, payload, plen), -EINVAL);
 	assert_int_equal(kvt__object_encode(NULL, olen, &g, ns, &key, 8, payload, plen), -EINVAL);
@@ -311,7 +313,8 @@ static void test_header_every_byte(void **state)
 				continue;
 			fix_crc(copy);
 			if (verify(&o, copy, o.len) != -EBADMSG)
-				fail_msg("header byte %d bit %d accepted with a valid CRC", off, bit);
+				fail_msg("header byte %d bit %d accepted with a valid CRC", off,
+					 bit);
 			/* Without expectations only the ns_id and key bytes may pass, and a
 			 * chunk_tokens that still covers n_tokens (sizes do not depend on it). */
 			int rc = kvt__object_verify(copy, o.len, NULL, NULL);

@@ -27,33 +27,47 @@ struct vector {
 };
 
 static const struct vector vectors[] = {
-/* llama_two_chunks: tokens i for i in 0..511 */
-	{"llama_two_chunks", "31adb4657a54d8eb7ae01f4dd2478a873420dd642b05380d5eadbacfc36cc8ab", 2, {
+	/* llama_two_chunks: tokens i for i in 0..511 */
+	{"llama_two_chunks",
+	 "31adb4657a54d8eb7ae01f4dd2478a873420dd642b05380d5eadbacfc36cc8ab",
+	 2,
+	 {
 		"97a43d99ac6802c423daec67ac34f3e98004ae247c9cbcd49f6ecd68f251a269",
 		"453f8fd3004462f399f1cc21ac1db05f32e716fe2f5e63c7e87d329f8f41e21a",
 	}},
-/* llama_tenant_salt: tokens i for i in 0..511 */
-	{"llama_tenant_salt", "5eff372b501ac2b3d2dc7488ad05f2925c5287a589af9e90c5bb4cd4e6ace193", 2, {
+	/* llama_tenant_salt: tokens i for i in 0..511 */
+	{"llama_tenant_salt",
+	 "5eff372b501ac2b3d2dc7488ad05f2925c5287a589af9e90c5bb4cd4e6ace193",
+	 2,
+	 {
 		"783f6489a5779410374e5a450ca328ad7d973ef00068a3500ba0e1dddbe9587e",
 		"952a32bea0cb8b00feb6f14f9d0011ab7a53a41040c9515f442e443c38c7a373",
 	}},
-/* tiny_partial: tokens 1..10 (last chunk has 2 tokens) */
-	{"tiny_partial", "6009a3f8f385d7650af8fee904b8a3b7d8c28a87f6d085fc181dc2434b56d3df", 3, {
+	/* tiny_partial: tokens 1..10 (last chunk has 2 tokens) */
+	{"tiny_partial",
+	 "6009a3f8f385d7650af8fee904b8a3b7d8c28a87f6d085fc181dc2434b56d3df",
+	 3,
+	 {
 		"6fc76e5ab7e90499a0a43d18a133dc6cf754574bd9f006a9f3fa7539a2a78222",
 		"52ff7f510a58600f1cd1602fb36ce58fba6d404bdb66abc52355ec347de3db08",
 		"41815f3f8a7e21cc25a4a37bb132787bdd6bdc16e79b006df8e72801db6d99ef",
 	}},
-/* mla_fp8_wide_tokens: tokens (i * 2654435761 + 0xdeadbeef) mod 2^32 for i in 0..149 */
-	{"mla_fp8_wide_tokens", "1613b92441fed19127c79c3b5926af49b3a6ed6f7b1004882b71e7c1cd95c0c9", 3, {
+	/* mla_fp8_wide_tokens: tokens (i * 2654435761 + 0xdeadbeef) mod 2^32 for i in 0..149 */
+	{"mla_fp8_wide_tokens",
+	 "1613b92441fed19127c79c3b5926af49b3a6ed6f7b1004882b71e7c1cd95c0c9",
+	 3,
+	 {
 		"ec192403b83f044d9306b79843ad980da5686c593c0da2718685d583f2716eaf",
 		"baf6562c395b55ae19520773470b5c89864700099ac0648f6c8f0f9fcc5b763f",
 		"458949285d70be32c523cf38b3f8c6ec0e5ab6a6acf6b1ad77a3e32e8b35b4a9",
 	}},
-/* single_token: tokens [4294967295] */
-	{"single_token", "16fe6deb1e5a3edef76b53cf560e0393e01943d047852502674ee09507a92e0e", 1, {
+	/* single_token: tokens [4294967295] */
+	{"single_token",
+	 "16fe6deb1e5a3edef76b53cf560e0393e01943d047852502674ee09507a92e0e",
+	 1,
+	 {
 		"30157011e779c92533405ff2743593fc5f5fae4755d229418c7f667d44802466",
 	}},
-
 };
 
 #define LLAMA_MODEL "meta-llama/Llama-3.1-8B-Instruct"
@@ -176,9 +190,12 @@ static void test_namespace_text(void **state)
 	struct kvt_namespace m = ns;
 	uint8_t c[32];
 	const struct kvt_geometry variants[] = {
-		{3, 2, 4, 4, KVT_DTYPE_FP32, KVT_KIND_KV}, {2, 1, 4, 4, KVT_DTYPE_FP32, KVT_KIND_KV},
-		{2, 2, 8, 4, KVT_DTYPE_FP32, KVT_KIND_KV}, {2, 2, 4, 8, KVT_DTYPE_FP32, KVT_KIND_KV},
-		{2, 2, 4, 4, KVT_DTYPE_BF16, KVT_KIND_KV}, {2, 1, 4, 4, KVT_DTYPE_FP32, KVT_KIND_MLA},
+		{3, 2, 4, 4, KVT_DTYPE_FP32, KVT_KIND_KV},
+		{2, 1, 4, 4, KVT_DTYPE_FP32, KVT_KIND_KV},
+		{2, 2, 8, 4, KVT_DTYPE_FP32, KVT_KIND_KV},
+		{2, 2, 4, 8, KVT_DTYPE_FP32, KVT_KIND_KV},
+		{2, 2, 4, 4, KVT_DTYPE_BF16, KVT_KIND_KV},
+		{2, 1, 4, 4, KVT_DTYPE_FP32, KVT_KIND_MLA},
 	};
 	for (size_t i = 0; i < KVT_ARRAY_SIZE(variants); i++) {
 		m.geometry = variants[i];

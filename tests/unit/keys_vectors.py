@@ -82,8 +82,8 @@ def main():
         ns_id = hashlib.sha256(text).digest()
         ks = keys(ns_id, ns["chunk_tokens"], tokens)
         if as_c:
-            print(f"/* {name}: tokens {desc} */")
-            print(f'\t{{"{name}", "{ns_id.hex()}", {len(ks)}, {{')
+            print(f"\t/* {name}: tokens {desc} */")
+            print(f'\t{{"{name}",\n\t "{ns_id.hex()}",\n\t {len(ks)},\n\t {{')
             for k in ks:
                 print(f'\t\t"{k.hex()}",')
             print("\t}},")
