@@ -64,6 +64,12 @@ static const struct cfg_row rows[] = {
 	{"nvme.direct", T_ENUM, "auto", 0, 0, "auto|on|off", "O_DIRECT: auto falls back to buffered I/O where refused (tmpfs)"},
 	{"nvme.write_budget", T_SIZE, "0", 0, 1e18, NULL, "bytes written per day at most (0: unlimited); admission skips writes past it"},
 	{"nvme.open_files", T_U64, "1024", 1, 1000000, NULL, "read file descriptors kept open"},
+	/* faulty: the test-only fault-injecting wrapper tier */
+	{"faulty.inner", T_STR, "nvme", 0, 0, NULL, "tests only: the tier the 'faulty' tier wraps"},
+	{"faulty.fail_pct", T_U64, "0", 0, 100, NULL, "tests only: percent of operations reported as -EIO"},
+	{"faulty.corrupt_pct", T_U64, "0", 0, 100, NULL, "tests only: percent of reads returned with a flipped byte"},
+	{"faulty.delay_ms", T_U64, "0", 0, 600000, NULL, "tests only: delay of every completion"},
+	{"faulty.seed", T_U64, "1", 0, 1.8e19, NULL, "tests only: fault pattern seed"},
 
 	/* ---- fs tier (shared POSIX directory): rows below ---- */
 

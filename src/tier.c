@@ -11,6 +11,7 @@
 #include "tier.h"
 
 extern const struct kvt_tier_ops kvt__tier_nvme_ops;
+extern const struct kvt_tier_ops kvt__tier_faulty_ops;
 #ifdef KVT_HAVE_FS
 extern const struct kvt_tier_ops kvt__tier_fs_ops;
 #endif
@@ -26,6 +27,7 @@ extern const struct kvt_tier_ops kvt__tier_rados_ops;
 
 static const struct kvt_tier_ops *const tier_table[] = {
 	&kvt__tier_nvme_ops,
+	&kvt__tier_faulty_ops, /* test-only fault injection around another tier */
 #ifdef KVT_HAVE_FS
 	&kvt__tier_fs_ops,
 #endif

@@ -1,0 +1,16 @@
+/* tier_faulty.h - run-time control of the fault-injecting test tier (src/tier_faulty.c). */
+#ifndef KVT_TIER_FAULTY_H
+#define KVT_TIER_FAULTY_H
+
+#include <stdint.h>
+
+struct kvt_tier;
+
+/* Percent of operations that fail with -EIO / reads that come back with one flipped byte;
+ * milliseconds each completion is held back. */
+void kvt__faulty_set(struct kvt_tier *t, uint32_t fail_pct, uint32_t corrupt_pct,
+		     uint32_t delay_ms);
+/* Faults injected so far. */
+uint64_t kvt__faulty_injected(struct kvt_tier *t);
+
+#endif
