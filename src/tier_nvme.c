@@ -417,6 +417,8 @@ static int evict_in_dir(struct nv *s, uint32_t dir, uint64_t len)
 	if (!fstatvfs(s->dirs[dir].fd, &vfs))
 		avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	len = len > avail ? len - avail : 0;
+	KVT_DEBUG(s->log, "nvme: %s: ENOSPC with %" PRIu64 " bytes free, %" PRIu64 " needed",
+		  s->dirs[dir].path, avail, len);
 	len = KVT_ALIGN_UP(len, KVT_ALIGN) + KVT_ALIGN; /* a little slack for metadata */
 	for (struct nv_ent *e = s->lru_head; e; e = e->next)
 		if (e->dir == dir)
@@ -764,7 +766,8 @@ static bool write_fail(struct nv *s, struct nv_op *op)
 	if (op->err == -ENOSPC && !op->retried && !s->cancelled) {
 		int n = evict_in_dir(s, op->dir, op->len);
 		if (n > 0) {
-			KVT_INFO(s->log, "nvme: %s full: evicted %d objects, retrying", d->path, n);
+			KVT_INFO(s->log, "nvme: %s full: evicted %d objects, retrying once",
+				 d->path, n);
 			op->retried = true;
 			op->err = 0;
 			op->cursor = 0;
@@ -1486,8 +1489,11 @@ static int probe_direct(struct nv *s, struct nv_dir *d)
 	char name[64];
 	snprintf(name, sizeof(name), NV_TMP_PREFIX "probe.%d", (int)s->pid);
 	int fd = openat(d->fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
-	if (fd < 0)
-		return errno == EINVAL ? 0 : -errno;
+	if (fd < 0) {
+		int e = errno;
+		unlinkat(d->fd, name, 0); /* some file systems create it before refusing */
+		return e == EINVAL ? 0 : -e;
+	}
 	int rc = 1;
 	void *buf = kvt__aligned_alloc(KVT_ALIGN);
 	if (!buf) {
