@@ -1,0 +1,1857 @@
+/*
+ * tier_nvme.c - the local NVMe tier: objects are files, one directory per drive, driven by
+ * one io_uring ring per tier instance. This is the benchmark's hot path, so it is built
+ * to keep the ring full with no per-I/O allocation and no lock held across I/O.
+ *
+ * Layout. Object key K lives in dirs[hash(K) % n]/<K[0] as 2 hex>/<K as 64 hex>.kvt. The
+ * 256 fan-out subdirectories keep directories small. A write goes to
+ * "<sub>/.tmp.<hex>.<pid>.<seq>" first and is renamed onto the final name only after its
+ * data has completed (and, per nvme.fsync, been fdatasync'ed; "full" also fsyncs the
+ * directory after the rename), so a process killed at any moment leaves at most a stray
+ * temp file, never a torn object. The open-time scan deletes temp files, drops empty or
+ * misaligned files and rebuilds the in-memory index (key -> dir, bytes, LRU position) in
+ * mtime order: a restart keeps the cache. A ".kvtier.lock" flock per directory stops two
+ * instances from deleting each other's temp files.
+ *
+ * Threads. Callers never touch the ring. A submitting call fills an operation (recycled
+ * from a free list), appends it to a mutex-protected FIFO and writes an eventfd only when
+ * the FIFO was empty; the ring thread keeps a read of that eventfd armed in the ring, so
+ * one io_uring_submit_and_wait() sleeps on both I/O and new work. We chose the hand-off
+ * over "submit under a mutex" because it lets the ring be SINGLE_ISSUER/DEFER_TASKRUN, keeps
+ * the index, LRU, fd cache and capacity accounting single-threaded (no locks on the I/O
+ * path), and costs one uncontended lock + at most one eventfd write per call. Callbacks run
+ * on the ring thread. The index has a mutex only for scan() from other threads; stats are
+ * atomics; the write budget has its own small mutex for can_write().
+ *
+ * Operations are small state machines advanced by completions. Data, fsync, close and
+ * openat (temp create, read open) go through io_uring (openat and fsync are the slow
+ * metadata operations, so they run on io_uring's workers without stalling the ring thread).
+ * rename and unlink are synchronous syscalls on the ring thread, deliberately: doing them in
+ * program order is what makes "evict/remove key K" and "publish a new write of K" safe
+ * without per-key locking (an async unlink racing a later rename could delete the new
+ * object), and they cost ~10-20 us each on ext4, one per object written, which is small
+ * against a 2 MiB write. Large objects are split into NV_IO_MAX pieces; at most
+ * nvme.queue_depth SQEs are in flight, each tracked by one preallocated nv_io slot.
+ *
+ * O_DIRECT: each directory is probed at open (create + 4 KiB write with O_DIRECT). With
+ * nvme.direct=auto a refusal (EINVAL: ramfs, old tmpfs) gives one warning and buffered I/O
+ * for that directory; "on" fails the open; "off" never uses it.
+ *
+ * Capacity (nvme.bytes) is enforced before a write by unlinking least recently used
+ * objects; a real ENOSPC from the file system evicts objects of the same directory and
+ * retries once, else fails the write with -ENOSPC after removing its temp file. The write
+ * budget (nvme.write_budget bytes per rolling 24 h, hourly buckets) refuses writes with
+ * -EDQUOT. A write of a key already stored completes at once: keys are content addresses.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "tier.h"
+
+#define NV_IO_MAX (2u << 20) /* bytes per SQE */
+#define NV_SEG_INLINE 4
+#define NV_NAME_MAX 128
+#define NV_BUCKETS 24 /* hourly write-budget buckets: a rolling day */
+#define NV_HOUR_NS 3600000000000ull
+#define NV_LOCK_NAME ".kvtier.lock"
+#define NV_TMP_PREFIX ".tmp."
+
+enum nv_fsync { NV_FSYNC_NONE, NV_FSYNC_DATA, NV_FSYNC_FULL };
+enum nv_type { OP_WRITE, OP_READ, OP_EXISTS, OP_REMOVE, OP_FLUSH, OP_DROP };
+enum nv_stage {
+	ST_WAIT,      /* SQEs in flight; the next CQE moves the op on */
+	ST_W_OPEN,    /* create the temp file */
+	ST_W_DATA,    /* write pieces */
+	ST_W_SYNC,    /* fdatasync */
+	ST_W_CLOSE,   /* close, then rename (sync) */
+	ST_W_DIRSYNC, /* fsync the subdirectory (nvme.fsync=full) */
+	ST_W_FAIL,    /* clean up the temp file, maybe retry */
+	ST_R_OPEN,    /* open the object for reading */
+	ST_R_DATA,    /* read pieces */
+	ST_DONE,
+};
+enum nv_kind { IO_OPEN, IO_WRITE, IO_READ, IO_FSYNC, IO_CLOSE, IO_DIRSYNC, IO_WAKE };
+
+struct nv_dir {
+	char *path;
+	int fd;
+	int lock_fd;
+	bool direct;
+};
+
+/* A cached read descriptor. ent is NULL once its object is gone: closed at last unref. */
+struct nv_fdc {
+	struct nv_fdc *prev, *next;
+	struct nv_ent *ent;
+	int fd;
+	uint32_t refs;
+};
+
+struct nv_ent {
+	struct kvt_key key;
+	struct nv_ent *hnext;
+	struct nv_ent *prev, *next; /* LRU, head = most recent */
+	struct nv_fdc *fdc;
+	uint64_t bytes;
+	uint32_t dir;
+};
+
+struct nv_op {
+	struct nv_op *next, *prev;   /* submit FIFO, then the ready list */
+	struct nv_op *wnext, *wprev; /* active writes, in submission order */
+	enum nv_type type;
+	enum nv_stage stage;
+	int err;
+	uint32_t pending; /* SQEs in flight */
+	bool in_ready;
+	bool issued; /* has put an SQE in the ring: no longer cancellable */
+	bool retried;
+	kvt_tier_cb cb;
+	void *arg;
+	struct kvt_key key;
+	uint64_t seq; /* writes and flushes */
+	/* write */
+	const uint8_t *obj;
+	uint64_t len, cursor;
+	int fd;
+	uint32_t dir;
+	uint32_t budget_hour;
+	/* read */
+	struct kvt_seg *segs;
+	uint32_t nsegs, si;
+	uint64_t soff, size, total;
+	struct nv_fdc *fdc;
+	/* exists */
+	const struct kvt_key *keys;
+	uint8_t *present;
+	uint32_t n;
+	/* not cleared by op_new */
+	struct kvt_seg seg_inline[NV_SEG_INLINE];
+	char name[NV_NAME_MAX]; /* temp name (write) or final name (read) */
+};
+
+struct nv_io {
+	struct nv_op *op;
+	struct nv_io *next_free;
+	uint8_t *buf;
+	uint64_t off;
+	uint32_t len;
+	enum nv_kind kind;
+};
+
+struct nv_stats {
+	_Atomic uint64_t objects, bytes, reads, read_bytes, writes, write_bytes, evictions,
+	    checksum_failures, errors, writes_skipped, removes;
+};
+
+struct nv {
+	struct kvt_tier *t;
+	const struct kvt_log *log;
+	struct nv_dir *dirs;
+	uint32_t ndirs;
+	uint64_t capacity, budget;
+	uint32_t qd, open_files;
+	int fsync_mode;
+	pid_t pid;
+
+	/* submit side, under qlock */
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond; /* ring thread start-up handshake */
+	struct nv_op *qhead, *qtail;
+	struct nv_op *free_ops;
+	bool closing;
+	uint64_t wseq;
+	int efd;
+	int init_rc;
+	bool init_done;
+	pthread_t thread;
+	bool thread_started;
+
+	/* ring thread only */
+	struct io_uring ring;
+	struct nv_io *ios, *free_ios;
+	uint32_t inflight;
+	struct nv_io wake;
+	uint64_t wake_val;
+	bool wake_armed;
+	struct nv_op *ready_head, *ready_tail;
+	struct nv_op *whead, *wtail;
+	struct nv_op *flush_head, *flush_tail; /* linked through next */
+	struct nv_op *done_ops;		       /* back to free_ops at next drain */
+	uint64_t active;
+	uint32_t tmpseq;
+	bool cancelled;
+	struct nv_fdc *fdc_head, *fdc_tail;
+	uint32_t nfdc;
+	uint64_t used, reserved;
+
+	/* index: mutations under ilock (scan() reads it from other threads) */
+	pthread_mutex_t ilock;
+	struct nv_ent **buckets;
+	uint64_t nbuckets, nents;
+	struct nv_ent *lru_head, *lru_tail;
+
+	/* write budget */
+	pthread_mutex_t block;
+	uint64_t bucket[NV_BUCKETS];
+	uint64_t bucket_hour;
+	uint64_t budget_used;
+
+	struct nv_stats st;
+};
+
+#define ST_ADD(s, f, v) atomic_fetch_add_explicit(&(s)->st.f, (v), memory_order_relaxed)
+#define ST_SET(s, f, v) atomic_store_explicit(&(s)->st.f, (v), memory_order_relaxed)
+#define ST_GET(s, f) atomic_load_explicit(&(s)->st.f, memory_order_relaxed)
+
+static void key_hex(const struct kvt_key *k, char *hex)
+{
+	static const char d[] = "0123456789abcdef";
+	for (int i = 0; i < KVT_KEY_BYTES; i++) {
+		hex[2 * i] = d[k->bytes[i] >> 4];
+		hex[2 * i + 1] = d[k->bytes[i] & 15];
+	}
+	hex[2 * KVT_KEY_BYTES] = 0;
+}
+
+static int hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/* "<64 lowercase hex>.kvt" -> key; -1 if the name is not an object name. */
+static int parse_object_name(const char *name, struct kvt_key *k)
+{
+	if (strlen(name) != 2 * KVT_KEY_BYTES + 4 || strcmp(name + 2 * KVT_KEY_BYTES, ".kvt"))
+		return -1;
+	for (int i = 0; i < KVT_KEY_BYTES; i++) {
+		int hi = hexval(name[2 * i]), lo = hexval(name[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -1;
+		k->bytes[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
+}
+
+static void object_path(const struct kvt_key *k, char *out)
+{
+	char hex[2 * KVT_KEY_BYTES + 1];
+	key_hex(k, hex);
+	snprintf(out, NV_NAME_MAX, "%.2s/%s.kvt", hex, hex);
+}
+
+static uint32_t key_dir(const struct nv *s, const struct kvt_key *k)
+{
+	return (uint32_t)(kvt__key_hash(k) % s->ndirs);
+}
+
+/* ---------------------------------------------------------------- index */
+
+static struct nv_ent *ent_find(struct nv *s, const struct kvt_key *k)
+{
+	struct nv_ent *e = s->buckets[kvt__key_hash(k) & (s->nbuckets - 1)];
+	while (e && !kvt__key_eq(&e->key, k))
+		e = e->hnext;
+	return e;
+}
+
+static void lru_unlink(struct nv *s, struct nv_ent *e)
+{
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		s->lru_head = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	else
+		s->lru_tail = e->prev;
+	e->prev = e->next = NULL;
+}
+
+static void lru_push_head(struct nv *s, struct nv_ent *e)
+{
+	e->prev = NULL;
+	e->next = s->lru_head;
+	if (s->lru_head)
+		s->lru_head->prev = e;
+	else
+		s->lru_tail = e;
+	s->lru_head = e;
+}
+
+static void lru_touch(struct nv *s, struct nv_ent *e)
+{
+	if (s->lru_head == e)
+		return;
+	lru_unlink(s, e);
+	lru_push_head(s, e);
+}
+
+static void publish_counts(struct nv *s)
+{
+	ST_SET(s, objects, s->nents);
+	ST_SET(s, bytes, s->used);
+}
+
+/* Called with ilock held. */
+static int index_grow(struct nv *s)
+{
+	uint64_t nb = s->nbuckets * 2;
+	struct nv_ent **b = kvt__calloc(nb, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < s->nbuckets; i++) {
+		struct nv_ent *e = s->buckets[i], *nx;
+		for (; e; e = nx) {
+			nx = e->hnext;
+			uint64_t h = kvt__key_hash(&e->key) & (nb - 1);
+			e->hnext = b[h];
+			b[h] = e;
+		}
+	}
+	kvt__free(s->buckets);
+	s->buckets = b;
+	s->nbuckets = nb;
+	return 0;
+}
+
+/* New entry at the LRU head (most recent). */
+static struct nv_ent *ent_insert(struct nv *s, const struct kvt_key *k, uint32_t dir,
+				 uint64_t bytes)
+{
+	struct nv_ent *e = kvt__calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	e->key = *k;
+	e->dir = dir;
+	e->bytes = bytes;
+	pthread_mutex_lock(&s->ilock);
+	if (s->nents >= s->nbuckets)
+		index_grow(s); /* on failure chains just get longer */
+	uint64_t h = kvt__key_hash(k) & (s->nbuckets - 1);
+	e->hnext = s->buckets[h];
+	s->buckets[h] = e;
+	s->nents++;
+	s->used += bytes;
+	pthread_mutex_unlock(&s->ilock);
+	lru_push_head(s, e);
+	publish_counts(s);
+	return e;
+}
+
+static void fdc_detach(struct nv *s, struct nv_ent *e);
+
+static void ent_remove(struct nv *s, struct nv_ent *e)
+{
+	fdc_detach(s, e);
+	lru_unlink(s, e);
+	pthread_mutex_lock(&s->ilock);
+	struct nv_ent **pp = &s->buckets[kvt__key_hash(&e->key) & (s->nbuckets - 1)];
+	while (*pp != e)
+		pp = &(*pp)->hnext;
+	*pp = e->hnext;
+	s->nents--;
+	s->used -= e->bytes;
+	pthread_mutex_unlock(&s->ilock);
+	publish_counts(s);
+	kvt__free(e);
+}
+
+/* Unlink the object's file and forget it. */
+static void ent_unlink(struct nv *s, struct nv_ent *e)
+{
+	char path[NV_NAME_MAX];
+	object_path(&e->key, path);
+	if (unlinkat(s->dirs[e->dir].fd, path, 0) < 0 && errno != ENOENT) {
+		KVT_WARN(s->log, "nvme: unlink %s/%s: %s", s->dirs[e->dir].path, path,
+			 strerror(errno));
+		ST_ADD(s, errors, 1);
+	}
+	ent_remove(s, e);
+}
+
+static void evict(struct nv *s, struct nv_ent *e)
+{
+	ent_unlink(s, e);
+	ST_ADD(s, evictions, 1);
+}
+
+/* Evict LRU objects until len more bytes fit under the capacity. */
+static int make_room(struct nv *s, uint64_t len)
+{
+	if (len > s->capacity)
+		return -ENOSPC; /* never fits: do not empty the cache for nothing */
+	while (s->used + s->reserved + len > s->capacity && s->lru_tail)
+		evict(s, s->lru_tail);
+	return s->used + s->reserved + len > s->capacity ? -ENOSPC : 0;
+}
+
+/* After a real ENOSPC: evict LRU objects of one directory so that len bytes fit, counting
+ * the file system's free space. Evicts nothing (returns 0) if even evicting every object of
+ * the directory could not make room. Returns objects evicted. */
+static int evict_in_dir(struct nv *s, uint32_t dir, uint64_t len)
+{
+	uint64_t freed = 0, in_dir = 0, avail = 0;
+	int n = 0;
+	struct statvfs vfs;
+	if (!fstatvfs(s->dirs[dir].fd, &vfs))
+		avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	len = len > avail ? len - avail : 0;
+	KVT_DEBUG(s->log, "nvme: %s: ENOSPC with %" PRIu64 " bytes free, %" PRIu64 " needed",
+		  s->dirs[dir].path, avail, len);
+	len = KVT_ALIGN_UP(len, KVT_ALIGN) + KVT_ALIGN; /* a little slack for metadata */
+	for (struct nv_ent *e = s->lru_head; e; e = e->next)
+		if (e->dir == dir)
+			in_dir += e->bytes;
+	if (in_dir < len)
+		return 0;
+	struct nv_ent *e = s->lru_tail, *pv;
+	for (; e && freed < len; e = pv) {
+		pv = e->prev;
+		if (e->dir != dir)
+			continue;
+		freed += e->bytes;
+		evict(s, e);
+		n++;
+	}
+	return n;
+}
+
+/* ------------------------------------------------------------- fd cache */
+
+static void fdc_list_unlink(struct nv *s, struct nv_fdc *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->fdc_head = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	else
+		s->fdc_tail = c->prev;
+	c->prev = c->next = NULL;
+	s->nfdc--;
+}
+
+static void fdc_free(struct nv_fdc *c)
+{
+	close(c->fd);
+	kvt__free(c);
+}
+
+/* The object is going away: its cached fd closes now, or at its last unref. */
+static void fdc_detach(struct nv *s, struct nv_ent *e)
+{
+	struct nv_fdc *c = e->fdc;
+	if (!c)
+		return;
+	e->fdc = NULL;
+	c->ent = NULL;
+	fdc_list_unlink(s, c);
+	if (!c->refs)
+		fdc_free(c);
+}
+
+static void fdc_trim(struct nv *s)
+{
+	struct nv_fdc *c = s->fdc_tail, *pv;
+	for (; c && s->nfdc > s->open_files; c = pv) {
+		pv = c->prev;
+		if (c->refs)
+			continue;
+		c->ent->fdc = NULL;
+		fdc_list_unlink(s, c);
+		fdc_free(c);
+	}
+}
+
+static void fdc_put(struct nv *s, struct nv_fdc *c)
+{
+	if (--c->refs)
+		return;
+	if (!c->ent)
+		fdc_free(c);
+	else if (s->nfdc > s->open_files)
+		fdc_trim(s);
+}
+
+static void fdc_use(struct nv *s, struct nv_fdc *c)
+{
+	c->refs++;
+	if (s->fdc_head == c)
+		return;
+	fdc_list_unlink(s, c);
+	c->next = s->fdc_head;
+	if (s->fdc_head)
+		s->fdc_head->prev = c;
+	else
+		s->fdc_tail = c;
+	s->fdc_head = c;
+	s->nfdc++;
+}
+
+/* A freshly opened read fd for op: cache it on the entry if the entry still wants one. */
+static struct nv_fdc *fdc_adopt(struct nv *s, struct nv_op *op, int fd)
+{
+	struct nv_fdc *c = kvt__calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return NULL;
+	}
+	c->fd = fd;
+	c->refs = 1;
+	struct nv_ent *e = ent_find(s, &op->key);
+	if (e && e->fdc) {
+		/* Another read opened it meanwhile: share that one. */
+		kvt__free(c);
+		close(fd);
+		fdc_use(s, e->fdc);
+		return e->fdc;
+	}
+	if (e) {
+		c->ent = e;
+		e->fdc = c;
+		c->next = s->fdc_head;
+		if (s->fdc_head)
+			s->fdc_head->prev = c;
+		else
+			s->fdc_tail = c;
+		s->fdc_head = c;
+		s->nfdc++;
+		if (s->nfdc > s->open_files)
+			fdc_trim(s);
+	}
+	return c;
+}
+
+/* --------------------------------------------------------- write budget */
+
+static void budget_roll(struct nv *s, uint64_t hour)
+{
+	if (hour == s->bucket_hour)
+		return;
+	if (hour - s->bucket_hour >= NV_BUCKETS) {
+		memset(s->bucket, 0, sizeof(s->bucket));
+	} else {
+		for (uint64_t h = s->bucket_hour + 1; h <= hour; h++)
+			s->bucket[h % NV_BUCKETS] = 0;
+	}
+	s->bucket_hour = hour;
+	s->budget_used = 0;
+	for (int i = 0; i < NV_BUCKETS; i++)
+		s->budget_used += s->bucket[i];
+}
+
+/* Charge len to the budget if it fits: 0 or -EDQUOT. */
+static int budget_take(struct nv *s, uint64_t len, uint32_t *hour_out)
+{
+	if (!s->budget)
+		return 0;
+	int rc = 0;
+	uint64_t hour = kvt__now_ns() / NV_HOUR_NS;
+	pthread_mutex_lock(&s->block);
+	budget_roll(s, hour);
+	if (s->budget_used + len > s->budget) {
+		rc = -EDQUOT;
+	} else {
+		s->bucket[hour % NV_BUCKETS] += len;
+		s->budget_used += len;
+		*hour_out = (uint32_t)hour;
+	}
+	pthread_mutex_unlock(&s->block);
+	return rc;
+}
+
+/* A write that never reached the media gives its budget back. */
+static void budget_refund(struct nv *s, uint64_t len, uint32_t hour)
+{
+	if (!s->budget)
+		return;
+	pthread_mutex_lock(&s->block);
+	if (hour + NV_BUCKETS > s->bucket_hour && s->bucket[hour % NV_BUCKETS] >= len) {
+		s->bucket[hour % NV_BUCKETS] -= len;
+		s->budget_used -= len;
+	}
+	pthread_mutex_unlock(&s->block);
+}
+
+/* ------------------------------------------------------------ ring core */
+
+/* A slot and an SQE for op, or NULL when queue_depth SQEs are already in flight. */
+static struct nv_io *io_start(struct nv *s, struct nv_op *op, enum nv_kind kind,
+			      struct io_uring_sqe **sqe)
+{
+	struct nv_io *io = s->free_ios;
+	if (!io)
+		return NULL;
+	/* The SQ holds queue_depth + 8 entries and we never have more than queue_depth + 1
+	 * unsubmitted, so this cannot fail; be defensive anyway. */
+	if (!(*sqe = io_uring_get_sqe(&s->ring)))
+		return NULL;
+	s->free_ios = io->next_free;
+	s->inflight++;
+	io->next_free = NULL;
+	io->op = op;
+	io->kind = kind;
+	op->pending++;
+	op->issued = true;
+	io_uring_sqe_set_data(*sqe, io);
+	return io;
+}
+
+static void io_put(struct nv *s, struct nv_io *io)
+{
+	io->op = NULL;
+	io->next_free = s->free_ios;
+	s->free_ios = io;
+	s->inflight--;
+}
+
+static void ready_push(struct nv *s, struct nv_op *op)
+{
+	if (op->in_ready)
+		return;
+	op->in_ready = true;
+	op->next = NULL;
+	op->prev = s->ready_tail;
+	if (s->ready_tail)
+		s->ready_tail->next = op;
+	else
+		s->ready_head = op;
+	s->ready_tail = op;
+}
+
+static void ready_remove(struct nv *s, struct nv_op *op)
+{
+	if (!op->in_ready)
+		return;
+	if (op->prev)
+		op->prev->next = op->next;
+	else
+		s->ready_head = op->next;
+	if (op->next)
+		op->next->prev = op->prev;
+	else
+		s->ready_tail = op->prev;
+	op->next = op->prev = NULL;
+	op->in_ready = false;
+}
+
+static void op_release(struct nv *s, struct nv_op *op)
+{
+	if (op->segs && op->segs != op->seg_inline)
+		kvt__free(op->segs);
+	op->segs = NULL;
+	op->next = s->done_ops;
+	s->done_ops = op;
+}
+
+static void finish(struct nv *s, struct nv_op *op, int res);
+
+static void check_flushes(struct nv *s)
+{
+	while (s->flush_head && (!s->whead || s->whead->seq > s->flush_head->seq)) {
+		struct nv_op *f = s->flush_head;
+		s->flush_head = f->next;
+		if (!s->flush_head)
+			s->flush_tail = NULL;
+		finish(s, f, 0);
+	}
+}
+
+static void finish(struct nv *s, struct nv_op *op, int res)
+{
+	kvt_tier_cb cb = op->cb;
+	void *arg = op->arg;
+	bool was_write = op->type == OP_WRITE;
+	ready_remove(s, op);
+	if (was_write) {
+		if (op->wprev)
+			op->wprev->wnext = op->wnext;
+		else
+			s->whead = op->wnext;
+		if (op->wnext)
+			op->wnext->wprev = op->wprev;
+		else
+			s->wtail = op->wprev;
+	}
+	op->stage = ST_DONE;
+	s->active--;
+	op_release(s, op);
+	if (cb)
+		cb(arg, res);
+	if (was_write)
+		check_flushes(s);
+}
+
+/* ----------------------------------------------------------- write path */
+
+static void tmp_name(struct nv *s, struct nv_op *op)
+{
+	char hex[2 * KVT_KEY_BYTES + 1];
+	key_hex(&op->key, hex);
+	snprintf(op->name, sizeof(op->name), "%.2s/" NV_TMP_PREFIX "%s.%d.%u", hex, hex,
+		 (int)s->pid, ++s->tmpseq);
+}
+
+static void write_release(struct nv *s, struct nv_op *op)
+{
+	s->reserved -= op->len;
+}
+
+/* The temp file is closed and complete: rename it onto the object's name and index it. */
+static int write_publish(struct nv *s, struct nv_op *op)
+{
+	struct nv_dir *d = &s->dirs[op->dir];
+	char final[NV_NAME_MAX];
+	object_path(&op->key, final);
+	if (renameat(d->fd, op->name, d->fd, final) < 0)
+		return -errno;
+	write_release(s, op);
+	struct nv_ent *e = ent_find(s, &op->key);
+	if (e) {
+		/* Same key written twice at once, or found in another directory (nvme.dirs
+		 * changed): the newest copy wins. */
+		if (e->dir != op->dir) {
+			unlinkat(s->dirs[e->dir].fd, final, 0);
+			e->dir = op->dir;
+		}
+		fdc_detach(s, e);
+		pthread_mutex_lock(&s->ilock);
+		s->used = s->used - e->bytes + op->len;
+		e->bytes = op->len;
+		pthread_mutex_unlock(&s->ilock);
+		lru_touch(s, e);
+		publish_counts(s);
+	} else if (!ent_insert(s, &op->key, op->dir, op->len)) {
+		/* Cannot index it: do not leave an object we do not account for. */
+		unlinkat(d->fd, final, 0);
+		return -ENOMEM;
+	}
+	ST_ADD(s, writes, 1);
+	ST_ADD(s, write_bytes, op->len);
+	return 0;
+}
+
+static bool write_fail(struct nv *s, struct nv_op *op)
+{
+	struct nv_dir *d = &s->dirs[op->dir];
+	if (op->fd >= 0) {
+		close(op->fd);
+		op->fd = -1;
+	}
+	if (unlinkat(d->fd, op->name, 0) < 0 && errno != ENOENT)
+		KVT_WARN(s->log, "nvme: cannot remove temp file %s/%s: %s", d->path, op->name,
+			 strerror(errno));
+	if (op->err == -ENOSPC && !op->retried && !s->cancelled) {
+		int n = evict_in_dir(s, op->dir, op->len);
+		if (n > 0) {
+			KVT_INFO(s->log, "nvme: %s full: evicted %d objects, retrying once",
+				 d->path, n);
+			op->retried = true;
+			op->err = 0;
+			op->cursor = 0;
+			tmp_name(s, op);
+			op->stage = ST_W_OPEN;
+			return false;
+		}
+	}
+	write_release(s, op);
+	budget_refund(s, op->len, op->budget_hour);
+	if (op->err == -ENOSPC) {
+		ST_ADD(s, writes_skipped, 1);
+		KVT_DEBUG(s->log, "nvme: %s full, write refused", d->path);
+	} else {
+		ST_ADD(s, errors, 1);
+		KVT_WARN(s->log, "nvme: write to %s failed: %s", d->path, strerror(-op->err));
+	}
+	return true;
+}
+
+/* Issue what the op can issue now. Returns with the op waiting for CQEs, parked in the
+ * ready list (no free slot), or finished. */
+static void pump(struct nv *s, struct nv_op *op)
+{
+	struct nv_io *io;
+	struct io_uring_sqe *sqe;
+	for (;;) {
+		switch (op->stage) {
+		case ST_WAIT:
+		case ST_DONE:
+			return;
+		case ST_W_OPEN: {
+			if (!(io = io_start(s, op, IO_OPEN, &sqe)))
+				goto blocked;
+			int fl = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+			if (s->dirs[op->dir].direct)
+				fl |= O_DIRECT;
+			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, 0644);
+			op->stage = ST_WAIT;
+			return;
+		}
+		case ST_W_DATA:
+			while (!op->err && op->cursor < op->len) {
+				if (!(io = io_start(s, op, IO_WRITE, &sqe)))
+					goto blocked;
+				io->off = op->cursor;
+				io->len = (uint32_t)KVT_MIN(op->len - op->cursor, NV_IO_MAX);
+				io->buf = (uint8_t *)op->obj + op->cursor;
+				op->cursor += io->len;
+				io_uring_prep_write(sqe, op->fd, io->buf, io->len, io->off);
+			}
+			if (op->pending)
+				return; /* CQEs call pump again */
+			if (op->err)
+				op->stage = ST_W_FAIL;
+			else
+				op->stage = s->fsync_mode == NV_FSYNC_NONE ? ST_W_CLOSE : ST_W_SYNC;
+			break;
+		case ST_W_SYNC:
+			if (!(io = io_start(s, op, IO_FSYNC, &sqe)))
+				goto blocked;
+			io_uring_prep_fsync(sqe, op->fd, IORING_FSYNC_DATASYNC);
+			op->stage = ST_WAIT;
+			return;
+		case ST_W_CLOSE:
+			if (!(io = io_start(s, op, IO_CLOSE, &sqe)))
+				goto blocked;
+			io_uring_prep_close(sqe, op->fd);
+			op->fd = -1;
+			op->stage = ST_WAIT;
+			return;
+		case ST_W_DIRSYNC: {
+			if (!(io = io_start(s, op, IO_DIRSYNC, &sqe)))
+				goto blocked;
+			char sub[3] = {op->name[0], op->name[1], 0};
+			op->fd =
+			    openat(s->dirs[op->dir].fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (op->fd < 0) {
+				op->err = -errno;
+				io_uring_prep_nop(sqe);
+			} else {
+				io_uring_prep_fsync(sqe, op->fd, 0);
+			}
+			op->stage = ST_WAIT;
+			return;
+		}
+		case ST_W_FAIL:
+			if (write_fail(s, op)) {
+				finish(s, op, op->err);
+				return;
+			}
+			break;
+		case ST_R_OPEN: {
+			if (!(io = io_start(s, op, IO_OPEN, &sqe)))
+				goto blocked;
+			int fl = O_RDONLY | O_CLOEXEC;
+			if (s->dirs[op->dir].direct)
+				fl |= O_DIRECT;
+			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, 0);
+			op->stage = ST_WAIT;
+			return;
+		}
+		case ST_R_DATA:
+			while (!op->err && op->si < op->nsegs) {
+				struct kvt_seg *g = &op->segs[op->si];
+				uint64_t end = KVT_MIN(g->off + g->len, op->size);
+				if (g->off + op->soff >= end) {
+					op->si++;
+					op->soff = 0;
+					continue;
+				}
+				if (!(io = io_start(s, op, IO_READ, &sqe)))
+					goto blocked;
+				io->off = g->off + op->soff;
+				io->len = (uint32_t)KVT_MIN(end - io->off, NV_IO_MAX);
+				io->buf = (uint8_t *)g->buf + op->soff;
+				op->soff += io->len;
+				io_uring_prep_read(sqe, op->fdc->fd, io->buf, io->len, io->off);
+			}
+			if (op->pending)
+				return;
+			fdc_put(s, op->fdc);
+			op->fdc = NULL;
+			if (op->err) {
+				ST_ADD(s, errors, 1);
+				finish(s, op, op->err);
+			} else {
+				ST_ADD(s, reads, 1);
+				ST_ADD(s, read_bytes, op->total);
+				finish(s, op, (int)KVT_MIN(op->total, (uint64_t)INT32_MAX));
+			}
+			return;
+		}
+	}
+blocked:
+	ready_push(s, op);
+}
+
+static void on_cqe(struct nv *s, struct nv_io *io, int res)
+{
+	struct nv_op *op = io->op;
+	op->pending--;
+	switch (io->kind) {
+	case IO_OPEN:
+		io_put(s, io);
+		if (op->type == OP_WRITE) {
+			if (res < 0) {
+				op->err = res;
+				op->stage = ST_W_FAIL;
+			} else {
+				op->fd = res;
+				op->stage = ST_W_DATA;
+			}
+		} else if (res < 0) {
+			if (res == -ENOENT) {
+				/* The file vanished behind our back: forget it. */
+				struct nv_ent *e = ent_find(s, &op->key);
+				if (e && !e->fdc)
+					ent_remove(s, e);
+			} else {
+				ST_ADD(s, errors, 1);
+				KVT_WARN(s->log, "nvme: open %s/%s: %s", s->dirs[op->dir].path,
+					 op->name, strerror(-res));
+			}
+			finish(s, op, res);
+			return;
+		} else if (!(op->fdc = fdc_adopt(s, op, res))) {
+			finish(s, op, -ENOMEM);
+			return;
+		} else {
+			op->stage = ST_R_DATA;
+		}
+		break;
+	case IO_WRITE:
+	case IO_READ:
+		if (res < 0) {
+			if (!op->err)
+				op->err = res;
+		} else if (io->kind == IO_READ) {
+			op->total += (uint64_t)res;
+			if (res > 0 && (uint32_t)res < io->len && !op->err) {
+				/* Short read inside the object's known size: read the rest. */
+				io->off += (uint64_t)res;
+				io->buf += res;
+				io->len -= (uint32_t)res;
+				struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+				if (sqe) {
+					op->pending++;
+					io_uring_prep_read(sqe, op->fdc->fd, io->buf, io->len,
+							   io->off);
+					io_uring_sqe_set_data(sqe, io);
+					return;
+				}
+				op->err = -EIO;
+			}
+		} else if ((uint32_t)res < io->len && !op->err) {
+			if (res == 0) {
+				op->err = -ENOSPC;
+			} else {
+				io->off += (uint64_t)res;
+				io->buf += res;
+				io->len -= (uint32_t)res;
+				struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+				if (sqe) {
+					op->pending++;
+					io_uring_prep_write(sqe, op->fd, io->buf, io->len, io->off);
+					io_uring_sqe_set_data(sqe, io);
+					return;
+				}
+				op->err = -EIO;
+			}
+		}
+		io_put(s, io);
+		break;
+	case IO_FSYNC:
+		io_put(s, io);
+		if (res < 0) {
+			op->err = res;
+			op->stage = ST_W_FAIL;
+		} else {
+			op->stage = ST_W_CLOSE;
+		}
+		break;
+	case IO_CLOSE:
+		io_put(s, io);
+		if (res < 0) {
+			op->err = res;
+			op->stage = ST_W_FAIL;
+			break;
+		}
+		if ((res = write_publish(s, op)) < 0) {
+			op->err = res;
+			op->stage = ST_W_FAIL;
+		} else if (s->fsync_mode == NV_FSYNC_FULL) {
+			op->stage = ST_W_DIRSYNC;
+		} else {
+			finish(s, op, 0);
+			return;
+		}
+		break;
+	case IO_DIRSYNC:
+		io_put(s, io);
+		if (op->fd >= 0)
+			close(op->fd);
+		op->fd = -1;
+		if (res < 0 && !op->err)
+			op->err = res;
+		if (op->err) {
+			/* Published but its directory entry may not be durable: say so. */
+			ST_ADD(s, errors, 1);
+			KVT_WARN(s->log, "nvme: directory fsync in %s: %s", s->dirs[op->dir].path,
+				 strerror(-op->err));
+		}
+		finish(s, op, op->err);
+		return;
+	case IO_WAKE:
+		break;
+	}
+	pump(s, op);
+}
+
+/* ------------------------------------------------------- starting ops */
+
+static void start_write(struct nv *s, struct nv_op *op)
+{
+	op->wnext = NULL;
+	op->wprev = s->wtail;
+	if (s->wtail)
+		s->wtail->wnext = op;
+	else
+		s->whead = op;
+	s->wtail = op;
+
+	struct nv_ent *e = ent_find(s, &op->key);
+	if (e) {
+		/* Content-addressed: the same key is the same bytes. */
+		lru_touch(s, e);
+		finish(s, op, 0);
+		return;
+	}
+	int rc = budget_take(s, op->len, &op->budget_hour);
+	if (!rc && (rc = make_room(s, op->len)) < 0)
+		budget_refund(s, op->len, op->budget_hour);
+	if (rc < 0) {
+		ST_ADD(s, writes_skipped, 1);
+		finish(s, op, rc);
+		return;
+	}
+	s->reserved += op->len;
+	op->dir = key_dir(s, &op->key);
+	op->fd = -1;
+	tmp_name(s, op);
+	op->stage = ST_W_OPEN;
+	pump(s, op);
+}
+
+static void start_read(struct nv *s, struct nv_op *op)
+{
+	struct nv_ent *e = ent_find(s, &op->key);
+	if (!e) {
+		finish(s, op, -ENOENT);
+		return;
+	}
+	lru_touch(s, e);
+	op->size = e->bytes;
+	op->dir = e->dir;
+	if (e->fdc) {
+		fdc_use(s, e->fdc);
+		op->fdc = e->fdc;
+		op->stage = ST_R_DATA;
+	} else {
+		object_path(&op->key, op->name);
+		op->stage = ST_R_OPEN;
+	}
+	pump(s, op);
+}
+
+static void start_op(struct nv *s, struct nv_op *op)
+{
+	s->active++;
+	struct nv_ent *e;
+	switch (op->type) {
+	case OP_WRITE:
+		start_write(s, op);
+		break;
+	case OP_READ:
+		start_read(s, op);
+		break;
+	case OP_EXISTS:
+		for (uint32_t i = 0; i < op->n; i++)
+			op->present[i] = ent_find(s, &op->keys[i]) != NULL;
+		finish(s, op, 0);
+		break;
+	case OP_REMOVE:
+		if (!(e = ent_find(s, &op->key))) {
+			finish(s, op, -ENOENT);
+			break;
+		}
+		ent_unlink(s, e);
+		ST_ADD(s, removes, 1);
+		finish(s, op, 0);
+		break;
+	case OP_DROP:
+		if ((e = ent_find(s, &op->key))) {
+			KVT_WARN(s->log, "nvme: dropping corrupt object in %s",
+				 s->dirs[e->dir].path);
+			ent_unlink(s, e);
+		}
+		finish(s, op, 0);
+		break;
+	case OP_FLUSH:
+		if (!s->whead || s->whead->seq > op->seq) {
+			finish(s, op, 0);
+			break;
+		}
+		op->next = NULL;
+		if (s->flush_tail)
+			s->flush_tail->next = op;
+		else
+			s->flush_head = op;
+		s->flush_tail = op;
+		break;
+	}
+}
+
+/* Close: ops that have not put anything in the ring are cancelled. */
+static void cancel_unissued(struct nv *s)
+{
+	struct nv_op *op = s->ready_head, *nx;
+	for (; op; op = nx) {
+		nx = op->next;
+		if (op->issued || op->pending)
+			continue;
+		if (op->type == OP_WRITE) {
+			write_release(s, op);
+			budget_refund(s, op->len, op->budget_hour);
+		}
+		if (op->fdc) {
+			fdc_put(s, op->fdc);
+			op->fdc = NULL;
+		}
+		finish(s, op, -ECANCELED);
+	}
+}
+
+/* Take new ops from the FIFO; give finished ones back to the free list. */
+static bool drain_queue(struct nv *s)
+{
+	pthread_mutex_lock(&s->qlock);
+	struct nv_op *list = s->qhead;
+	s->qhead = s->qtail = NULL;
+	bool closing = s->closing;
+	while (s->done_ops) {
+		struct nv_op *op = s->done_ops;
+		s->done_ops = op->next;
+		op->next = s->free_ops;
+		s->free_ops = op;
+	}
+	pthread_mutex_unlock(&s->qlock);
+	while (list) {
+		struct nv_op *op = list;
+		list = op->next;
+		op->next = NULL;
+		if (closing) {
+			/* Never started: complete without touching any state. */
+			kvt_tier_cb cb = op->cb;
+			void *arg = op->arg;
+			op_release(s, op);
+			if (cb)
+				cb(arg, -ECANCELED);
+		} else {
+			start_op(s, op);
+		}
+	}
+	if (closing && !s->cancelled) {
+		s->cancelled = true;
+		cancel_unissued(s);
+	}
+	return closing;
+}
+
+static void pump_ready(struct nv *s)
+{
+	while (s->ready_head && s->free_ios) {
+		struct nv_op *op = s->ready_head;
+		ready_remove(s, op);
+		pump(s, op);
+		if (op->in_ready)
+			break; /* still blocked: no slot or no SQE */
+	}
+}
+
+static void arm_wake(struct nv *s)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+	if (!sqe) {
+		io_uring_submit(&s->ring);
+		sqe = io_uring_get_sqe(&s->ring);
+	}
+	if (!sqe)
+		return;
+	io_uring_prep_read(sqe, s->efd, &s->wake_val, sizeof(s->wake_val), 0);
+	io_uring_sqe_set_data(sqe, &s->wake);
+	s->wake_armed = true;
+}
+
+static int ring_init(struct nv *s)
+{
+	unsigned entries = s->qd + 8;
+	static const unsigned flag_sets[] = {
+	    IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+	    IORING_SETUP_COOP_TASKRUN,
+	    0,
+	};
+	int rc = -EINVAL;
+	for (size_t i = 0; i < KVT_ARRAY_SIZE(flag_sets); i++) {
+		struct io_uring_params p;
+		memset(&p, 0, sizeof(p));
+		p.flags = flag_sets[i] | IORING_SETUP_CQSIZE;
+		p.cq_entries = 2 * entries;
+		rc = io_uring_queue_init_params(entries, &s->ring, &p);
+		if (rc == 0)
+			return 0;
+		if (rc != -EINVAL)
+			break;
+	}
+	return rc;
+}
+
+static void *ring_main(void *arg)
+{
+	struct nv *s = arg;
+	int rc = ring_init(s);
+	pthread_mutex_lock(&s->qlock);
+	s->init_rc = rc;
+	s->init_done = true;
+	pthread_cond_broadcast(&s->qcond);
+	pthread_mutex_unlock(&s->qlock);
+	if (rc < 0)
+		return NULL;
+	s->wake.kind = IO_WAKE;
+	arm_wake(s);
+	for (;;) {
+		bool closing = drain_queue(s);
+		pump_ready(s);
+		if (closing && !s->active)
+			break;
+		rc = io_uring_submit_and_wait(&s->ring, 1);
+		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) {
+			KVT_ERR(s->log, "nvme: io_uring_submit_and_wait: %s", strerror(-rc));
+			usleep(1000);
+		}
+		struct io_uring_cqe *cqe;
+		while (io_uring_peek_cqe(&s->ring, &cqe) == 0) {
+			struct nv_io *io = io_uring_cqe_get_data(cqe);
+			int res = cqe->res;
+			io_uring_cqe_seen(&s->ring, cqe);
+			if (io == &s->wake)
+				s->wake_armed = false;
+			else
+				on_cqe(s, io, res);
+		}
+		if (!s->wake_armed)
+			arm_wake(s);
+	}
+	io_uring_queue_exit(&s->ring);
+	return NULL;
+}
+
+/* ------------------------------------------------------- submit side */
+
+static struct nv_op *op_new(struct nv *s, enum nv_type type, kvt_tier_cb cb, void *arg)
+{
+	pthread_mutex_lock(&s->qlock);
+	struct nv_op *op = s->free_ops;
+	if (op)
+		s->free_ops = op->next;
+	pthread_mutex_unlock(&s->qlock);
+	if (!op && !(op = kvt__malloc(sizeof(*op))))
+		return NULL;
+	memset(op, 0, offsetof(struct nv_op, seg_inline));
+	op->type = type;
+	op->cb = cb;
+	op->arg = arg;
+	op->fd = -1;
+	return op;
+}
+
+static int op_submit(struct nv *s, struct nv_op *op)
+{
+	pthread_mutex_lock(&s->qlock);
+	if (s->closing) {
+		op->next = s->free_ops;
+		s->free_ops = op;
+		pthread_mutex_unlock(&s->qlock);
+		return -ECANCELED;
+	}
+	if (op->type == OP_WRITE)
+		op->seq = ++s->wseq;
+	else if (op->type == OP_FLUSH)
+		op->seq = s->wseq;
+	bool was_empty = !s->qhead;
+	op->next = NULL;
+	if (s->qtail)
+		s->qtail->next = op;
+	else
+		s->qhead = op;
+	s->qtail = op;
+	pthread_mutex_unlock(&s->qlock);
+	if (was_empty)
+		eventfd_write(s->efd, 1);
+	return 0;
+}
+
+static int nv_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
+		    kvt_tier_cb cb, void *arg)
+{
+	struct nv *s = t->state;
+	if (!len || len % KVT_ALIGN || (uintptr_t)obj % KVT_ALIGN || !cb)
+		return -EINVAL;
+	struct nv_op *op = op_new(s, OP_WRITE, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->key = *key;
+	op->obj = obj;
+	op->len = len;
+	return op_submit(s, op);
+}
+
+static int nv_read(struct kvt_tier *t, const struct kvt_key *key, const struct kvt_seg *segs,
+		   uint32_t nsegs, kvt_tier_cb cb, void *arg)
+{
+	struct nv *s = t->state;
+	if (!nsegs || !cb)
+		return -EINVAL;
+	for (uint32_t i = 0; i < nsegs; i++)
+		if (segs[i].off % KVT_ALIGN || segs[i].len % KVT_ALIGN ||
+		    (uintptr_t)segs[i].buf % KVT_ALIGN)
+			return -EINVAL;
+	struct nv_op *op = op_new(s, OP_READ, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->key = *key;
+	struct kvt_seg *copy = op->seg_inline;
+	if (nsegs > NV_SEG_INLINE && !(copy = kvt__malloc(nsegs * sizeof(*segs)))) {
+		kvt__free(op); /* never seen by anyone else */
+		return -ENOMEM;
+	}
+	memcpy(copy, segs, nsegs * sizeof(*segs));
+	op->segs = copy;
+	op->nsegs = nsegs;
+	int rc = op_submit(s, op);
+	if (rc < 0 && copy != op->seg_inline) {
+		/* op went back to the free list (do not touch it); the copy is ours. */
+		kvt__free(copy);
+	}
+	return rc;
+}
+
+static int nv_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n, uint8_t *present,
+		     kvt_tier_cb cb, void *arg)
+{
+	struct nv *s = t->state;
+	if (!cb || (n && (!keys || !present)))
+		return -EINVAL;
+	struct nv_op *op = op_new(s, OP_EXISTS, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->keys = keys;
+	op->present = present;
+	op->n = n;
+	return op_submit(s, op);
+}
+
+static int nv_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb cb, void *arg)
+{
+	struct nv *s = t->state;
+	if (!cb)
+		return -EINVAL;
+	struct nv_op *op = op_new(s, OP_REMOVE, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->key = *key;
+	return op_submit(s, op);
+}
+
+static int nv_flush(struct kvt_tier *t, kvt_tier_cb cb, void *arg)
+{
+	struct nv *s = t->state;
+	if (!cb)
+		return -EINVAL;
+	struct nv_op *op = op_new(s, OP_FLUSH, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	return op_submit(s, op);
+}
+
+static void nv_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
+{
+	struct nv *s = t->state;
+	ST_ADD(s, checksum_failures, 1);
+	struct nv_op *op = op_new(s, OP_DROP, NULL, NULL);
+	if (!op)
+		return;
+	op->key = *key;
+	op_submit(s, op); /* when closing it is simply not dropped */
+}
+
+static int nv_can_write(struct kvt_tier *t, uint64_t len)
+{
+	struct nv *s = t->state;
+	if (len > s->capacity)
+		return -ENOSPC;
+	if (!s->budget)
+		return 0;
+	int rc = 0;
+	pthread_mutex_lock(&s->block);
+	budget_roll(s, kvt__now_ns() / NV_HOUR_NS);
+	if (s->budget_used + len > s->budget)
+		rc = -EDQUOT;
+	pthread_mutex_unlock(&s->block);
+	return rc;
+}
+
+static void nv_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
+{
+	struct nv *s = t->state;
+	out->objects = ST_GET(s, objects);
+	out->bytes = ST_GET(s, bytes);
+	out->capacity_bytes = s->capacity;
+	out->reads = ST_GET(s, reads);
+	out->read_bytes = ST_GET(s, read_bytes);
+	out->writes = ST_GET(s, writes);
+	out->write_bytes = ST_GET(s, write_bytes);
+	out->evictions = ST_GET(s, evictions);
+	out->checksum_failures = ST_GET(s, checksum_failures);
+	out->errors = ST_GET(s, errors);
+	out->writes_skipped = ST_GET(s, writes_skipped);
+	out->removes = ST_GET(s, removes);
+}
+
+static int nv_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
+{
+	struct nv *s = t->state;
+	pthread_mutex_lock(&s->ilock);
+	for (uint64_t i = 0; i < s->nbuckets; i++)
+		for (struct nv_ent *e = s->buckets[i]; e; e = e->hnext)
+			if (fn(arg, &e->key, e->bytes))
+				goto out;
+out:
+	pthread_mutex_unlock(&s->ilock);
+	return 0;
+}
+
+/* ------------------------------------------------------- open / close */
+
+static int mkdir_p(const char *path)
+{
+	char buf[4096];
+	size_t n = strlen(path);
+	if (n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, n + 1);
+	for (size_t i = 1; i <= n; i++) {
+		if (buf[i] != '/' && buf[i] != 0)
+			continue;
+		char c = buf[i];
+		buf[i] = 0;
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		buf[i] = c;
+	}
+	return 0;
+}
+
+/* 1 if the directory takes O_DIRECT I/O, 0 if the file system refuses it, <0 error. */
+static int probe_direct(struct nv *s, struct nv_dir *d)
+{
+	char name[64];
+	snprintf(name, sizeof(name), NV_TMP_PREFIX "probe.%d", (int)s->pid);
+	int fd = openat(d->fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+	if (fd < 0) {
+		int e = errno;
+		unlinkat(d->fd, name, 0); /* some file systems create it before refusing */
+		return e == EINVAL ? 0 : -e;
+	}
+	int rc = 1;
+	void *buf = kvt__aligned_alloc(KVT_ALIGN);
+	if (!buf) {
+		rc = -ENOMEM;
+	} else {
+		memset(buf, 0, KVT_ALIGN);
+		/* Only EINVAL says "no O_DIRECT"; a full disk must not stop a restart. */
+		if (pwrite(fd, buf, KVT_ALIGN, 0) < 0 && errno == EINVAL)
+			rc = 0;
+		kvt__free_aligned(buf, KVT_ALIGN);
+	}
+	close(fd);
+	unlinkat(d->fd, name, 0);
+	return rc;
+}
+
+struct scan_item {
+	struct nv_ent *e;
+	int64_t mtime_ns;
+};
+
+static int cmp_mtime(const void *a, const void *b)
+{
+	const struct scan_item *x = a, *y = b;
+	return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
+}
+
+/* Add the objects of one directory to the index, cleaning up crash debris. */
+static int scan_dir(struct nv *s, uint32_t di, struct scan_item **items, size_t *n, size_t *cap)
+{
+	struct nv_dir *d = &s->dirs[di];
+	uint64_t temps = 0, junk = 0;
+	for (int sub = -1; sub < 256; sub++) {
+		char subname[3];
+		int sfd;
+		if (sub < 0) {
+			sfd = dup(d->fd); /* stray probe files at the top */
+		} else {
+			snprintf(subname, sizeof(subname), "%02x", sub);
+			if (mkdirat(d->fd, subname, 0755) < 0 && errno != EEXIST)
+				return -errno;
+			sfd = openat(d->fd, subname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		}
+		if (sfd < 0)
+			return -errno;
+		DIR *dir = fdopendir(sfd);
+		if (!dir) {
+			int e = -errno;
+			close(sfd);
+			return e;
+		}
+		struct dirent *de;
+		while ((de = readdir(dir))) {
+			const char *nm = de->d_name;
+			if (!strncmp(nm, NV_TMP_PREFIX, strlen(NV_TMP_PREFIX))) {
+				if (unlinkat(sfd, nm, 0) == 0)
+					temps++;
+				continue;
+			}
+			struct kvt_key k;
+			if (sub < 0 || parse_object_name(nm, &k) < 0 || k.bytes[0] != sub)
+				continue; /* not ours: leave it alone */
+			struct stat st;
+			if (fstatat(sfd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+				continue;
+			if (st.st_size == 0 || st.st_size % KVT_ALIGN || ent_find(s, &k)) {
+				unlinkat(sfd, nm, 0);
+				junk++;
+				continue;
+			}
+			if (*n == *cap) {
+				size_t nc = *cap ? *cap * 2 : 1024;
+				struct scan_item *ni = kvt__realloc(*items, nc * sizeof(**items));
+				if (!ni) {
+					closedir(dir);
+					return -ENOMEM;
+				}
+				*items = ni;
+				*cap = nc;
+			}
+			struct nv_ent *e = ent_insert(s, &k, di, (uint64_t)st.st_size);
+			if (!e) {
+				closedir(dir);
+				return -ENOMEM;
+			}
+			(*items)[*n].e = e;
+			(*items)[*n].mtime_ns =
+			    (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+			(*n)++;
+		}
+		closedir(dir);
+	}
+	if (temps || junk)
+		KVT_INFO(s->log,
+			 "nvme: %s: removed %" PRIu64 " temp files and %" PRIu64
+			 " invalid objects left by a crash",
+			 d->path, temps, junk);
+	return 0;
+}
+
+static int rebuild_index(struct nv *s)
+{
+	struct scan_item *items = NULL;
+	size_t n = 0, cap = 0;
+	int rc = 0;
+	for (uint32_t i = 0; i < s->ndirs && !rc; i++)
+		rc = scan_dir(s, i, &items, &n, &cap);
+	if (!rc && n) {
+		/* Oldest first, each pushed to the head: the newest ends up most recent. */
+		qsort(items, n, sizeof(*items), cmp_mtime);
+		for (size_t i = 0; i < n; i++)
+			lru_unlink(s, items[i].e);
+		for (size_t i = 0; i < n; i++)
+			lru_push_head(s, items[i].e);
+	}
+	kvt__free(items);
+	if (!rc && s->used > s->capacity) {
+		uint64_t before = s->nents;
+		make_room(s, 0);
+		KVT_INFO(s->log, "nvme: over capacity at open: evicted %" PRIu64 " objects",
+			 before - s->nents);
+	}
+	return rc;
+}
+
+struct dir_ctx {
+	struct nv *s;
+	uint32_t n;
+};
+
+static int count_dir(void *arg, const char *item)
+{
+	(void)item;
+	((struct dir_ctx *)arg)->n++;
+	return 0;
+}
+
+static int add_dir(void *arg, const char *item)
+{
+	struct dir_ctx *c = arg;
+	struct nv_dir *d = &c->s->dirs[c->s->ndirs++];
+	d->fd = d->lock_fd = -1;
+	return (d->path = kvt__strdup(item)) ? 0 : -ENOMEM;
+}
+
+static int open_dir(struct nv *s, struct nv_dir *d, const char *direct_mode)
+{
+	int rc = mkdir_p(d->path);
+	if (rc < 0) {
+		KVT_ERR(s->log, "nvme: cannot create %s: %s", d->path, strerror(-rc));
+		return rc;
+	}
+	if ((d->fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		rc = -errno;
+		KVT_ERR(s->log, "nvme: cannot open %s: %s", d->path, strerror(-rc));
+		return rc;
+	}
+	d->lock_fd = openat(d->fd, NV_LOCK_NAME, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (d->lock_fd < 0 || flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = -errno;
+		if (rc == -EWOULDBLOCK) {
+			KVT_ERR(s->log, "nvme: %s is in use by another kvtier instance", d->path);
+			return -EBUSY;
+		}
+		KVT_ERR(s->log, "nvme: cannot lock %s: %s", d->path, strerror(-rc));
+		return rc;
+	}
+	d->direct = false;
+	if (strcmp(direct_mode, "off")) {
+		rc = probe_direct(s, d);
+		if (rc < 0) {
+			KVT_ERR(s->log, "nvme: cannot write in %s: %s", d->path, strerror(-rc));
+			return rc;
+		}
+		if (rc == 0 && !strcmp(direct_mode, "on")) {
+			KVT_ERR(s->log,
+				"nvme: %s: the file system refuses O_DIRECT and nvme.direct=on; "
+				"use nvme.direct=auto or off",
+				d->path);
+			return -EINVAL;
+		}
+		if (rc == 0)
+			KVT_WARN(s->log,
+				 "nvme: %s: the file system refuses O_DIRECT; falling back to "
+				 "buffered I/O for this directory",
+				 d->path);
+		d->direct = rc == 1;
+	}
+	return 0;
+}
+
+static void nv_free(struct nv *s)
+{
+	/* Ring thread is gone: everything below is single-threaded. */
+	while (s->lru_head)
+		ent_remove(s, s->lru_head);
+	while (s->fdc_head) {
+		struct nv_fdc *c = s->fdc_head;
+		c->ent->fdc = NULL;
+		fdc_list_unlink(s, c);
+		fdc_free(c);
+	}
+	kvt__free(s->buckets);
+	while (s->done_ops) {
+		struct nv_op *op = s->done_ops;
+		s->done_ops = op->next;
+		kvt__free(op);
+	}
+	while (s->free_ops) {
+		struct nv_op *op = s->free_ops;
+		s->free_ops = op->next;
+		kvt__free(op);
+	}
+	kvt__free(s->ios);
+	for (uint32_t i = 0; s->dirs && i < s->ndirs; i++) {
+		if (s->dirs[i].lock_fd >= 0)
+			close(s->dirs[i].lock_fd);
+		if (s->dirs[i].fd >= 0)
+			close(s->dirs[i].fd);
+		kvt__free(s->dirs[i].path);
+	}
+	kvt__free(s->dirs);
+	if (s->efd >= 0)
+		close(s->efd);
+	pthread_mutex_destroy(&s->qlock);
+	pthread_cond_destroy(&s->qcond);
+	pthread_mutex_destroy(&s->ilock);
+	pthread_mutex_destroy(&s->block);
+}
+
+static int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
+{
+	struct nv *s = t->state;
+	int rc;
+	s->t = t;
+	s->log = &t->log;
+	s->efd = -1;
+	s->pid = getpid();
+	pthread_mutex_init(&s->qlock, NULL);
+	pthread_cond_init(&s->qcond, NULL);
+	pthread_mutex_init(&s->ilock, NULL);
+	pthread_mutex_init(&s->block, NULL);
+
+	s->capacity = kvt__cfg_u64(cfg, "nvme.bytes");
+	s->qd = (uint32_t)kvt__cfg_u64(cfg, "nvme.queue_depth");
+	s->budget = kvt__cfg_u64(cfg, "nvme.write_budget");
+	s->open_files = (uint32_t)kvt__cfg_u64(cfg, "nvme.open_files");
+	const char *fs = kvt__cfg_str(cfg, "nvme.fsync");
+	s->fsync_mode = !strcmp(fs, "none")   ? NV_FSYNC_NONE
+			: !strcmp(fs, "full") ? NV_FSYNC_FULL
+					      : NV_FSYNC_DATA;
+	char direct_mode[16];
+	snprintf(direct_mode, sizeof(direct_mode), "%s", kvt__cfg_str(cfg, "nvme.direct"));
+	s->bucket_hour = kvt__now_ns() / NV_HOUR_NS;
+
+	/* Keep the fd cache well inside the process' descriptor limit. */
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+	    s->open_files > rl.rlim_cur / 2) {
+		KVT_INFO(s->log, "nvme: open_files %u capped to %lu by RLIMIT_NOFILE",
+			 s->open_files, (unsigned long)(rl.rlim_cur / 2));
+		s->open_files = (uint32_t)KVT_MAX(rl.rlim_cur / 2, 1);
+	}
+
+	const char *list = kvt__cfg_str(cfg, "nvme.dirs");
+	struct dir_ctx dc = {s, 0};
+	kvt__split_list(list, count_dir, &dc);
+	if (!dc.n) {
+		KVT_ERR(s->log, "nvme: nvme.dirs is empty");
+		rc = -EINVAL;
+		goto fail;
+	}
+	if (!(s->dirs = kvt__calloc(dc.n, sizeof(*s->dirs)))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	if ((rc = kvt__split_list(list, add_dir, &dc)) < 0)
+		goto fail;
+	s->nbuckets = 1024;
+	if (!(s->buckets = kvt__calloc(s->nbuckets, sizeof(*s->buckets)))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (uint32_t i = 0; i < s->ndirs; i++)
+		if ((rc = open_dir(s, &s->dirs[i], direct_mode)) < 0)
+			goto fail;
+	if ((rc = rebuild_index(s)) < 0) {
+		KVT_ERR(s->log, "nvme: index rebuild failed: %s", strerror(-rc));
+		goto fail;
+	}
+	for (uint32_t i = 0; i < s->ndirs; i++) {
+		uint64_t objs = 0, bytes = 0;
+		for (struct nv_ent *e = s->lru_head; e; e = e->next)
+			if (e->dir == i) {
+				objs++;
+				bytes += e->bytes;
+			}
+		KVT_INFO(s->log, "nvme: %s: %s I/O, %" PRIu64 " objects, %" PRIu64 " bytes",
+			 s->dirs[i].path, s->dirs[i].direct ? "O_DIRECT" : "buffered", objs, bytes);
+	}
+
+	if (!(s->ios = kvt__calloc(s->qd, sizeof(*s->ios)))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (uint32_t i = 0; i < s->qd; i++) {
+		s->ios[i].next_free = s->free_ios;
+		s->free_ios = &s->ios[i];
+	}
+	if ((s->efd = eventfd(0, EFD_CLOEXEC)) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	if ((rc = -pthread_create(&s->thread, NULL, ring_main, s)) < 0)
+		goto fail;
+	pthread_mutex_lock(&s->qlock);
+	while (!s->init_done)
+		pthread_cond_wait(&s->qcond, &s->qlock);
+	rc = s->init_rc;
+	pthread_mutex_unlock(&s->qlock);
+	if (rc < 0) {
+		pthread_join(s->thread, NULL);
+		KVT_ERR(s->log, "nvme: io_uring setup failed: %s", strerror(-rc));
+		goto fail;
+	}
+	s->thread_started = true;
+	return 0;
+fail:
+	nv_free(s);
+	return rc;
+}
+
+static void nv_close(struct kvt_tier *t)
+{
+	struct nv *s = t->state;
+	if (s->thread_started) {
+		pthread_mutex_lock(&s->qlock);
+		s->closing = true;
+		pthread_mutex_unlock(&s->qlock);
+		eventfd_write(s->efd, 1);
+		pthread_join(s->thread, NULL);
+	}
+	nv_free(s);
+}
+
+const struct kvt_tier_ops kvt__tier_nvme_ops = {
+    .name = "nvme",
+    .version = 1,
+    .state_size = sizeof(struct nv),
+    .open = nv_open,
+    .close = nv_close,
+    .exists = nv_exists,
+    .read = nv_read,
+    .write = nv_write,
+    .remove = nv_remove,
+    .stats = nv_stats,
+    .scan = nv_scan,
+    .flush = nv_flush,
+    .can_write = nv_can_write,
+    .drop_corrupt = nv_drop_corrupt,
+};

@@ -1,0 +1,128 @@
+/* kvt-test-labels: slow */
+/*
+ * nvme_crash.c - crash safety of the nvme tier's publish protocol. A child process writes
+ * self-checking objects (content derived from the key, CRC32C inside) as fast as it can,
+ * many in flight, and is SIGKILLed at a random moment (0-200 ms). The parent then reopens
+ * the tier: every object the index lists must read back complete and correct, and no temp
+ * file may remain. Repeated over many iterations, cycling nvme.fsync none/data/full, with
+ * a capacity small enough that the child also evicts while it writes.
+ */
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "nvme_util.h"
+
+#define ITERATIONS 30
+#define MAX_OBJ (512u << 10)
+
+static const char *fsync_modes[] = {"none", "data", "full"};
+
+static uint64_t obj_len(uint64_t i)
+{
+	return 4096 * (1 + mix64(i ^ 0xabcdef) % (MAX_OBJ / 4096));
+}
+
+static void child(const char *dir, int iter)
+{
+	struct kvt_tier *t;
+	if (open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "64MiB", "nvme.fsync",
+		      fsync_modes[iter % 3], "nvme.queue_depth", "32", NULL))
+		_exit(3);
+	enum { SLOTS = 48 };
+	uint8_t *bufs[SLOTS];
+	struct batch b = BATCH_INIT;
+	for (int i = 0; i < SLOTS; i++)
+		bufs[i] = abuf(MAX_OBJ);
+	uint64_t deadline = kvt__now_ns() + 10ull * 1000000000ull; /* never runs away */
+	for (uint64_t n = 0; kvt__now_ns() < deadline; n++) {
+		/* Buffers are borrowed until the callback: rounds of SLOTS writes, one per slot. */
+		if (n % SLOTS == 0)
+			batch_wait(&b, 0);
+		uint8_t *buf = bufs[n % SLOTS];
+		uint64_t id = (uint64_t)iter << 32 | n;
+		struct kvt_key k = make_key(77, id);
+		uint64_t len = obj_len(id);
+		fill_object(buf, len, &k);
+		batch_add(&b);
+		if (t->ops->write(t, &k, buf, len, batch_cb, &b) < 0)
+			_exit(4);
+	}
+	_exit(0);
+}
+
+struct collect {
+	struct kvt_key *keys;
+	uint64_t *bytes;
+	int n, cap;
+};
+
+static int collect_fn(void *arg, const struct kvt_key *k, uint64_t bytes)
+{
+	struct collect *c = arg;
+	if (c->n == c->cap) {
+		c->cap = c->cap ? 2 * c->cap : 1024;
+		c->keys = realloc(c->keys, (size_t)c->cap * sizeof(*c->keys));
+		c->bytes = realloc(c->bytes, (size_t)c->cap * sizeof(*c->bytes));
+		CHECK(c->keys && c->bytes);
+	}
+	c->keys[c->n] = *k;
+	c->bytes[c->n++] = bytes;
+	return 0;
+}
+
+int main(void)
+{
+	char root[] = "/tmp/kvt-nvme-crash-XXXXXX";
+	CHECK(mkdtemp(root));
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s/d", root);
+	srand((unsigned)time(NULL) ^ (unsigned)getpid());
+	uint8_t *rbuf = abuf(MAX_OBJ);
+	struct collect c = {0};
+	long total_checked = 0;
+	int max_listed = 0;
+	uint64_t t0 = kvt__now_ns();
+	for (int iter = 0; iter < ITERATIONS; iter++) {
+		pid_t pid = fork();
+		CHECK(pid >= 0);
+		if (pid == 0)
+			child(dir, iter);
+		/* Let it get going (the open scans up to 64 MiB of objects), then kill. */
+		usleep(20000 + (useconds_t)(rand() % 200000));
+		CHECK_EQ(kill(pid, SIGKILL), 0);
+		int status;
+		CHECK_EQ(waitpid(pid, &status, 0), pid);
+		if (!WIFSIGNALED(status)) {
+			fprintf(stderr, "child exited early: status %d\n", WEXITSTATUS(status));
+			return 1;
+		}
+
+		struct kvt_tier *t;
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "64MiB", NULL), 0);
+		CHECK_EQ(count_files(dir, ".tmp.", ""), 0);
+		c.n = 0;
+		CHECK_EQ(t->ops->scan(t, collect_fn, &c), 0);
+		for (int i = 0; i < c.n; i++) {
+			CHECK(c.bytes[i] <= MAX_OBJ);
+			int rc = t_read1(t, &c.keys[i], rbuf, 0, c.bytes[i]);
+			if (rc != (int)c.bytes[i] || check_object(rbuf, c.bytes[i], &c.keys[i])) {
+				fprintf(stderr, "iteration %d: object %d of %d is torn (rc %d)\n",
+					iter, i, c.n, rc);
+				return 1;
+			}
+		}
+		total_checked += c.n;
+		if (c.n > max_listed)
+			max_listed = c.n;
+		kvt__tier_close(t);
+	}
+	printf("nvme_crash: %d iterations, %ld objects verified (max %d at once), %.1f s\n",
+	       ITERATIONS, total_checked, max_listed, (double)(kvt__now_ns() - t0) / 1e9);
+	CHECK(max_listed > 0);
+	free(c.keys);
+	free(c.bytes);
+	free(rbuf);
+	rm_rf(root);
+	return 0;
+}

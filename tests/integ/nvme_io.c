@@ -1,0 +1,278 @@
+/*
+ * nvme_io.c - the nvme tier on real files under /tmp (a real disk, so O_DIRECT must be in
+ * use): many writes and reads in flight, multi-segment and short reads, misses, exists,
+ * remove, flush ordering, spread over two directories, restart (index rebuilt, crash debris
+ * cleaned, junk dropped, a small fd cache), close with operations still queued.
+ */
+#include "nvme_util.h"
+
+#define N_OBJ 300
+
+static uint64_t obj_len(int i)
+{
+	if (i == 7)
+		return 5u << 20; /* more than one SQE */
+	return 4096ull * (1 + (uint64_t)(mix64((uint64_t)i) % 48));
+}
+
+struct scan_ctx {
+	int n;
+	uint64_t bytes;
+};
+
+static int scan_count(void *arg, const struct kvt_key *k, uint64_t bytes)
+{
+	(void)k;
+	struct scan_ctx *c = arg;
+	c->n++;
+	c->bytes += bytes;
+	return 0;
+}
+
+static void write_file(const char *path, size_t len)
+{
+	FILE *f = fopen(path, "w");
+	CHECK(f);
+	for (size_t i = 0; i < len; i++)
+		fputc('x', f);
+	fclose(f);
+}
+
+int main(void)
+{
+	char root[] = "/tmp/kvt-nvme-io-XXXXXX";
+	CHECK(mkdtemp(root));
+	char d0[300], d1[300], dirs[700];
+	snprintf(d0, sizeof(d0), "%s/d0", root);
+	snprintf(d1, sizeof(d1), "%s/d1", root);
+	snprintf(dirs, sizeof(dirs), "%s, %s", d0, d1);
+
+	struct kvt_tier *t;
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dirs, "nvme.queue_depth", "32", NULL), 0);
+	/* Real disk: both directories must run O_DIRECT. */
+	CHECK_EQ(log_count("O_DIRECT I/O"), 2);
+	CHECK_EQ(log_count("refuses O_DIRECT"), 0);
+
+	/* ---- many writes in flight */
+	struct kvt_key keys[N_OBJ];
+	uint8_t *bufs[N_OBJ];
+	uint64_t total = 0;
+	struct batch b = BATCH_INIT;
+	for (int i = 0; i < N_OBJ; i++) {
+		keys[i] = make_key(1, (uint64_t)i);
+		bufs[i] = abuf(obj_len(i));
+		fill_object(bufs[i], obj_len(i), &keys[i]);
+		total += obj_len(i);
+		batch_add(&b);
+		CHECK_EQ(t->ops->write(t, &keys[i], bufs[i], obj_len(i), batch_cb, &b), 0);
+	}
+	batch_wait(&b, 0);
+	CHECK_EQ(b.ok, N_OBJ);
+	CHECK_EQ(b.failed, 0);
+	struct kvt_tier_stats st = {0};
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.objects, N_OBJ);
+	CHECK_EQ(st.bytes, total);
+	CHECK_EQ(st.writes, N_OBJ);
+	CHECK_EQ(st.write_bytes, total);
+	CHECK_EQ(count_files(d0, ".tmp.", "") + count_files(d1, ".tmp.", ""), 0);
+
+	/* Spread: each directory holds 35%..65% of the objects. */
+	int n0 = count_files(d0, "", ".kvt"), n1 = count_files(d1, "", ".kvt");
+	printf("spread: %d / %d\n", n0, n1);
+	CHECK_EQ(n0 + n1, N_OBJ);
+	CHECK(n0 > N_OBJ * 35 / 100 && n1 > N_OBJ * 35 / 100);
+
+	/* Invalid arguments fail synchronously. */
+	CHECK_EQ(t->ops->write(t, &keys[0], bufs[0] + 1, 4096, batch_cb, &b), -EINVAL);
+	CHECK_EQ(t->ops->write(t, &keys[0], bufs[0], 100, batch_cb, &b), -EINVAL);
+
+	/* ---- many reads in flight, whole objects */
+	uint8_t *rbufs[N_OBJ];
+	for (int i = 0; i < N_OBJ; i++) {
+		rbufs[i] = abuf(obj_len(i));
+		memset(rbufs[i], 0, obj_len(i));
+		struct kvt_seg sg = {0, obj_len(i), rbufs[i]};
+		batch_add(&b);
+		CHECK_EQ(t->ops->read(t, &keys[i], &sg, 1, batch_cb, &b), 0);
+	}
+	batch_wait(&b, 0);
+	CHECK_EQ(b.failed, 0);
+	for (int i = 0; i < N_OBJ; i++)
+		CHECK_EQ(check_object(rbufs[i], obj_len(i), &keys[i]), 0);
+	/* Each result is the byte count. */
+	CHECK_EQ(t_read1(t, &keys[7], rbufs[7], 0, obj_len(7)), (int)obj_len(7));
+	CHECK_EQ(check_object(rbufs[7], obj_len(7), &keys[7]), 0);
+
+	/* ---- multi-segment read: 6 segments of object 7 (5 MiB), in scrambled order */
+	{
+		uint64_t len = obj_len(7);
+		struct kvt_seg sg[6];
+		uint8_t *seg_buf[6];
+		uint64_t offs[6] = {len - 4096, 0, 2u << 20, 4096 * 3, (1u << 20) + 8192, len / 2};
+		uint64_t lens[6] = {4096, 8192, 3u << 20, 4096, 65536, 4096};
+		uint64_t want = 0;
+		for (int j = 0; j < 6; j++) {
+			seg_buf[j] = abuf(lens[j]);
+			sg[j] = (struct kvt_seg){offs[j], lens[j], seg_buf[j]};
+			want += lens[j];
+		}
+		CHECK_EQ(t_read(t, &keys[7], sg, 6), (int)want);
+		for (int j = 0; j < 6; j++) {
+			CHECK(!memcmp(seg_buf[j], bufs[7] + offs[j], lens[j]));
+			free(seg_buf[j]);
+		}
+	}
+
+	/* ---- short read at EOF: object 0, segment straddling the end, one past it */
+	{
+		uint64_t len = obj_len(0);
+		uint8_t *x = abuf(len + 8192), *y = abuf(4096);
+		struct kvt_seg sg[2] = {{len - 4096, 8192, x}, {len + 4096, 4096, y}};
+		CHECK_EQ(t_read(t, &keys[0], sg, 2), 4096);
+		CHECK(!memcmp(x, bufs[0] + len - 4096, 4096));
+		free(x);
+		free(y);
+	}
+
+	/* ---- misses and exists */
+	struct kvt_key absent = make_key(999, 1);
+	CHECK_EQ(t_read1(t, &absent, rbufs[0], 0, 4096), -ENOENT);
+	{
+		struct kvt_key q[3] = {keys[3], absent, keys[N_OBJ - 1]};
+		uint8_t present[3] = {9, 9, 9};
+		CHECK_EQ(t_exists(t, q, 3, present), 0);
+		CHECK(present[0] == 1 && present[1] == 0 && present[2] == 1);
+	}
+
+	/* ---- rewrite of a stored key: harmless, no new file */
+	CHECK_EQ(t_write(t, &keys[5], bufs[5], obj_len(5)), 0);
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.objects, N_OBJ);
+
+	/* ---- remove every third object */
+	int removed = 0;
+	for (int i = 0; i < N_OBJ; i += 3) {
+		CHECK_EQ(t_remove(t, &keys[i]), 0);
+		removed++;
+	}
+	CHECK_EQ(t_remove(t, &keys[0]), -ENOENT);
+	CHECK_EQ(t_read1(t, &keys[3], rbufs[3], 0, 4096), -ENOENT);
+	char path[600];
+	struct stat sb;
+	key_path(d0, &keys[3], path, sizeof(path));
+	CHECK(stat(path, &sb) < 0);
+	key_path(d1, &keys[3], path, sizeof(path));
+	CHECK(stat(path, &sb) < 0);
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.objects, N_OBJ - removed);
+	CHECK_EQ(st.removes, removed);
+
+	/* ---- flush waits for the writes submitted before it */
+	{
+		struct batch fb = BATCH_INIT;
+		struct kvt_key fk[40];
+		for (int i = 0; i < 40; i++) {
+			fk[i] = make_key(2, (uint64_t)i);
+			batch_add(&fb);
+			/* reuse buffers of removed objects: content need not match their key */
+			CHECK_EQ(t->ops->write(t, &fk[i], bufs[1], obj_len(1), batch_cb, &fb), 0);
+		}
+		struct waiter w = WAITER_INIT;
+		CHECK_EQ(t->ops->flush(t, waiter_cb, &w), 0);
+		waiter_wait(&w, 0);
+		pthread_mutex_lock(&fb.m);
+		CHECK_EQ(fb.outstanding, 0);
+		CHECK_EQ(fb.ok, 40);
+		pthread_mutex_unlock(&fb.m);
+		for (int i = 0; i < 40; i++)
+			CHECK_EQ(t_remove(t, &fk[i]), 0);
+		CHECK_EQ(t_flush(t), 0); /* nothing pending */
+	}
+
+	/* ---- drop_corrupt */
+	t->ops->drop_corrupt(t, &keys[1]);
+	CHECK_EQ(t_flush(t), 0); /* ordered after the drop on the ring thread */
+	CHECK_EQ(t_read1(t, &keys[1], rbufs[1], 0, 4096), -ENOENT);
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.checksum_failures, 1);
+	removed++;
+	kvt__tier_close(t);
+
+	/* ---- crash debris and junk, then restart */
+	char junk[700];
+	snprintf(junk, sizeof(junk), "%s/ab/.tmp.%064d.123.7", d0, 0);
+	write_file(junk, 8192);
+	snprintf(junk, sizeof(junk), "%s/.tmp.probe.99", d1);
+	write_file(junk, 10);
+	struct kvt_key jk1 = make_key(3, 1), jk2 = make_key(3, 2);
+	key_path(d1, &jk1, path, sizeof(path));
+	write_file(path, 1000); /* not a multiple of 4096 */
+	key_path(d0, &jk2, path, sizeof(path));
+	write_file(path, 0); /* empty */
+	snprintf(junk, sizeof(junk), "%s/ab/README", d0);
+	write_file(junk, 5); /* not ours: must survive */
+
+	log_clear();
+	/* a tiny fd cache to exercise its trimming under many reads */
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dirs, "nvme.open_files", "8", NULL), 0);
+	CHECK_EQ(log_count("O_DIRECT I/O"), 2);
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.objects, N_OBJ - removed);
+	struct scan_ctx sc = {0, 0};
+	CHECK_EQ(t->ops->scan(t, scan_count, &sc), 0);
+	CHECK_EQ(sc.n, N_OBJ - removed);
+	CHECK_EQ(sc.bytes, st.bytes);
+	CHECK_EQ(count_files(d0, ".tmp.", "") + count_files(d1, ".tmp.", ""), 0);
+	CHECK(stat(path, &sb) < 0);
+	key_path(d1, &jk1, path, sizeof(path));
+	CHECK(stat(path, &sb) < 0);
+	CHECK(stat(junk, &sb) == 0);
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < N_OBJ; i++) {
+			memset(rbufs[i], 0, obj_len(i));
+			struct kvt_seg sg = {0, obj_len(i), rbufs[i]};
+			batch_add(&b);
+			CHECK_EQ(t->ops->read(t, &keys[i], &sg, 1, batch_cb, &b), 0);
+		}
+		batch_wait(&b, 0);
+		for (int i = 0; i < N_OBJ; i++) {
+			if (i % 3 == 0 || i == 1)
+				continue;
+			CHECK_EQ(check_object(rbufs[i], obj_len(i), &keys[i]), 0);
+		}
+	}
+
+	/* ---- close with work queued: every callback runs once, ok or cancelled */
+	{
+		struct batch cb = BATCH_INIT;
+		struct kvt_key ck[200];
+		for (int i = 0; i < 200; i++) {
+			ck[i] = make_key(4, (uint64_t)i);
+			batch_add(&cb);
+			CHECK_EQ(t->ops->write(t, &ck[i], bufs[9], obj_len(9), batch_cb, &cb), 0);
+		}
+		kvt__tier_close(t);
+		CHECK_EQ(cb.outstanding, 0);
+		CHECK_EQ(cb.ok + cb.cancelled, 200);
+		CHECK_EQ(cb.failed, 0);
+		printf("close: %d written, %d cancelled\n", cb.ok, cb.cancelled);
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dirs, NULL), 0);
+		int present = 0;
+		for (int i = 0; i < 200; i++) {
+			int rc = t_read1(t, &ck[i], rbufs[9], 0, obj_len(9));
+			CHECK(rc == (int)obj_len(9) || rc == -ENOENT);
+			present += rc > 0;
+		}
+		CHECK_EQ(present, cb.ok);
+		kvt__tier_close(t);
+	}
+
+	for (int i = 0; i < N_OBJ; i++) {
+		free(bufs[i]);
+		free(rbufs[i]);
+	}
+	rm_rf(root);
+	printf("nvme_io: ok\n");
+	return 0;
+}

@@ -1,0 +1,351 @@
+/*
+ * nvme_util.h - helpers shared by the nvme tier integration programs: synchronous wrappers
+ * over the asynchronous tier calls, a log sink that keeps messages for assertions,
+ * deterministic keys and self-checking payloads (each object's bytes derive from its key
+ * and carry a CRC32C, so any torn or mixed-up object is caught), temp directories.
+ */
+#ifndef KVT_NVME_UTIL_H
+#define KVT_NVME_UTIL_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tier.h"
+
+#define CHECK(c)                                                                                   \
+	do {                                                                                       \
+		if (!(c)) {                                                                        \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);      \
+			exit(1);                                                                   \
+		}                                                                                  \
+	} while (0)
+#define CHECK_EQ(a, b)                                                                             \
+	do {                                                                                       \
+		long long a_ = (long long)(a), b_ = (long long)(b);                                \
+		if (a_ != b_) {                                                                    \
+			fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld vs %lld)\n",          \
+				__FILE__, __LINE__, #a, #b, a_, b_);                               \
+			exit(1);                                                                   \
+		}                                                                                  \
+	} while (0)
+
+/* ---- log capture */
+struct logcap {
+	pthread_mutex_t m;
+	char text[1 << 16];
+	size_t len;
+	int verbose;
+};
+static struct logcap g_log = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0};
+
+static inline void log_fn(void *arg, int level, const char *msg)
+{
+	struct logcap *l = arg;
+	pthread_mutex_lock(&l->m);
+	int n = snprintf(l->text + l->len, sizeof(l->text) - l->len, "%d %s\n", level, msg);
+	if (n > 0 && l->len + (size_t)n < sizeof(l->text))
+		l->len += (size_t)n;
+	pthread_mutex_unlock(&l->m);
+	if (l->verbose || getenv("KVT_TEST_VERBOSE"))
+		fprintf(stderr, "log[%d] %s\n", level, msg);
+}
+
+static inline void log_clear(void)
+{
+	pthread_mutex_lock(&g_log.m);
+	g_log.len = 0;
+	g_log.text[0] = 0;
+	pthread_mutex_unlock(&g_log.m);
+}
+
+/* Occurrences of needle in the captured log. */
+static inline int log_count(const char *needle)
+{
+	int n = 0;
+	pthread_mutex_lock(&g_log.m);
+	for (const char *p = g_log.text; (p = strstr(p, needle)); p++)
+		n++;
+	pthread_mutex_unlock(&g_log.m);
+	return n;
+}
+
+static const struct kvt_log test_log = {log_fn, &g_log, KVT_LOG_DEBUG};
+static const struct kvt_geometry test_geom = {2, 1, 128, 16, KVT_DTYPE_BF16, KVT_KIND_KV};
+
+/* ---- opening a tier: NULL-terminated key, value pairs */
+static inline int open_tier(struct kvt_tier **t, const char *first, ...)
+{
+	struct kvt_config *cfg;
+	char err[256];
+	if (kvt_config_create(&cfg))
+		return -ENOMEM;
+	va_list ap;
+	va_start(ap, first);
+	for (const char *k = first; k; k = va_arg(ap, const char *)) {
+		const char *v = va_arg(ap, const char *);
+		int rc = kvt_config_set(cfg, k, v, err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "config %s=%s: %s\n", k, v, err);
+			exit(1);
+		}
+	}
+	va_end(ap);
+	int rc = kvt__tier_open("nvme", cfg, &test_log, &test_geom, 0, t);
+	kvt_config_destroy(cfg);
+	return rc;
+}
+
+/* ---- synchronous waits */
+struct waiter {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	int done;
+	int res;
+	int calls;
+};
+#define WAITER_INIT                                                                                \
+	{                                                                                          \
+		PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0                       \
+	}
+
+static inline void waiter_cb(void *arg, int res)
+{
+	struct waiter *w = arg;
+	pthread_mutex_lock(&w->m);
+	w->done = 1;
+	w->res = res;
+	w->calls++;
+	pthread_cond_signal(&w->c);
+	pthread_mutex_unlock(&w->m);
+}
+
+static inline int waiter_wait(struct waiter *w, int rc)
+{
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&w->m);
+	while (!w->done)
+		pthread_cond_wait(&w->c, &w->m);
+	int r = w->res;
+	pthread_mutex_unlock(&w->m);
+	return r;
+}
+
+static inline int t_write(struct kvt_tier *t, const struct kvt_key *k, const void *buf,
+			  uint64_t len)
+{
+	struct waiter w = WAITER_INIT;
+	return waiter_wait(&w, t->ops->write(t, k, buf, len, waiter_cb, &w));
+}
+
+static inline int t_read(struct kvt_tier *t, const struct kvt_key *k, struct kvt_seg *segs,
+			 uint32_t n)
+{
+	struct waiter w = WAITER_INIT;
+	return waiter_wait(&w, t->ops->read(t, k, segs, n, waiter_cb, &w));
+}
+
+static inline int t_read1(struct kvt_tier *t, const struct kvt_key *k, void *buf, uint64_t off,
+			  uint64_t len)
+{
+	struct kvt_seg s = {off, len, buf};
+	return t_read(t, k, &s, 1);
+}
+
+static inline int t_exists(struct kvt_tier *t, const struct kvt_key *k, uint32_t n,
+			   uint8_t *present)
+{
+	struct waiter w = WAITER_INIT;
+	return waiter_wait(&w, t->ops->exists(t, k, n, present, waiter_cb, &w));
+}
+
+static inline int t_remove(struct kvt_tier *t, const struct kvt_key *k)
+{
+	struct waiter w = WAITER_INIT;
+	return waiter_wait(&w, t->ops->remove(t, k, waiter_cb, &w));
+}
+
+static inline int t_flush(struct kvt_tier *t)
+{
+	struct waiter w = WAITER_INIT;
+	return waiter_wait(&w, t->ops->flush(t, waiter_cb, &w));
+}
+
+/* ---- many operations in flight */
+struct batch {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	int outstanding;
+	int ok, failed, cancelled;
+	int last_err;
+};
+#define BATCH_INIT                                                                                 \
+	{                                                                                          \
+		PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0                 \
+	}
+
+static inline void batch_add(struct batch *b)
+{
+	pthread_mutex_lock(&b->m);
+	b->outstanding++;
+	pthread_mutex_unlock(&b->m);
+}
+
+static inline void batch_cb(void *arg, int res)
+{
+	struct batch *b = arg;
+	pthread_mutex_lock(&b->m);
+	if (res >= 0)
+		b->ok++;
+	else if (res == -ECANCELED)
+		b->cancelled++;
+	else {
+		b->failed++;
+		b->last_err = res;
+	}
+	b->outstanding--;
+	pthread_cond_broadcast(&b->c);
+	pthread_mutex_unlock(&b->m);
+}
+
+/* Wait until at most max ops are outstanding. */
+static inline void batch_wait(struct batch *b, int max)
+{
+	pthread_mutex_lock(&b->m);
+	while (b->outstanding > max)
+		pthread_cond_wait(&b->c, &b->m);
+	pthread_mutex_unlock(&b->m);
+}
+
+/* ---- keys and payloads */
+static inline uint64_t mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static inline struct kvt_key make_key(uint64_t seed, uint64_t i)
+{
+	struct kvt_key k;
+	for (int w = 0; w < 4; w++) {
+		uint64_t v = mix64(seed * 0x100000001b3ull + i * 4 + (uint64_t)w);
+		memcpy(k.bytes + 8 * w, &v, 8);
+	}
+	return k;
+}
+
+/* Object layout: [0..8) magic, [8..16) length, [16..48) key, [48..52) crc32c of bytes
+ * [64..len), rest: words derived from the key and their offset. */
+#define PAYLOAD_MAGIC 0x6b76746e766d6521ull
+
+static inline void fill_object(uint8_t *buf, uint64_t len, const struct kvt_key *k)
+{
+	uint64_t seed;
+	memcpy(&seed, k->bytes, 8);
+	for (uint64_t off = 64; off + 8 <= len; off += 8) {
+		uint64_t v = mix64(seed ^ off);
+		memcpy(buf + off, &v, 8);
+	}
+	memset(buf, 0, 64);
+	uint64_t magic = PAYLOAD_MAGIC;
+	memcpy(buf, &magic, 8);
+	memcpy(buf + 8, &len, 8);
+	memcpy(buf + 16, k->bytes, 32);
+	uint32_t crc = kvt__crc32c(0, buf + 64, len - 64);
+	memcpy(buf + 48, &crc, 4);
+}
+
+/* 0 if buf[0..len) is exactly the object of key k and length len. */
+static inline int check_object(const uint8_t *buf, uint64_t len, const struct kvt_key *k)
+{
+	uint64_t magic, l;
+	uint32_t crc;
+	memcpy(&magic, buf, 8);
+	memcpy(&l, buf + 8, 8);
+	memcpy(&crc, buf + 48, 4);
+	if (magic != PAYLOAD_MAGIC || l != len || memcmp(buf + 16, k->bytes, 32))
+		return -1;
+	if (kvt__crc32c(0, buf + 64, len - 64) != crc)
+		return -2;
+	uint64_t seed;
+	memcpy(&seed, k->bytes, 8);
+	for (uint64_t off = 64; off + 8 <= len; off += 8) {
+		uint64_t v = mix64(seed ^ off), got;
+		memcpy(&got, buf + off, 8);
+		if (got != v)
+			return -3;
+	}
+	return 0;
+}
+
+static inline void *abuf(uint64_t len)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, 4096, len ? len : 4096))
+		exit(1);
+	return p;
+}
+
+/* ---- directories */
+static inline int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(p);
+	return 0;
+}
+
+static inline void rm_rf(const char *path)
+{
+	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Files under a tier directory whose name starts with prefix (e.g. ".tmp." or "" for
+ * objects ending in suffix ".kvt"). */
+static inline int count_files(const char *dir, const char *prefix, const char *suffix)
+{
+	int n = 0;
+	char sub[4096];
+	for (int i = -1; i < 256; i++) {
+		if (i < 0)
+			snprintf(sub, sizeof(sub), "%s", dir);
+		else
+			snprintf(sub, sizeof(sub), "%s/%02x", dir, i);
+		DIR *d = opendir(sub);
+		if (!d)
+			continue;
+		struct dirent *de;
+		while ((de = readdir(d))) {
+			size_t nl = strlen(de->d_name), sl = strlen(suffix);
+			if (de->d_name[0] == '.' && !prefix[0])
+				continue;
+			if (!strncmp(de->d_name, prefix, strlen(prefix)) && nl >= sl &&
+			    !strcmp(de->d_name + nl - sl, suffix) && strcmp(de->d_name, ".") &&
+			    strcmp(de->d_name, ".."))
+				n++;
+		}
+		closedir(d);
+	}
+	return n;
+}
+
+static inline void key_path(const char *dir, const struct kvt_key *k, char *out, size_t len)
+{
+	char hex[65];
+	for (int i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", k->bytes[i]);
+	snprintf(out, len, "%s/%.2s/%s.kvt", dir, hex, hex);
+}
+
+#endif
