@@ -17,7 +17,9 @@
  *     (bumped whenever a slot is freed), and the parent counts resident children. A child
  *     that outlives its parent's slot finds a different generation and leaves the new
  *     occupant's count alone, so no child list is needed. The parent is linked before a
- *     victim is chosen, so an allocation never evicts its own prefix.
+ *     victim is chosen, so an allocation never evicts its own prefix. Suffix-first is a
+ *     preference: when only prefixes are evictable, the policy's choice among them goes
+ *     (the deeper tiers still hold it), so a chain longer than the pool streams through.
  *   - A filling slot is in the index (a second alloc of the key gets -EEXIST) but not in
  *     the policy and not visible to get/contains/remove; it joins the policy at publish.
  *   - A slot removed while pinned leaves the index and the policy at once and is freed by
@@ -91,6 +93,21 @@ static bool ok_cb(void *arg, uint32_t id)
 {
 	const struct kvt_dram *d = arg;
 	return id < d->nslots && slot_evictable(&d->slots[id]);
+}
+
+/* Second choice when no leaf can go: any published, unpinned, clean slot except the
+ * prefix of the chunk being allocated. */
+struct any_ctx {
+	const struct kvt_dram *d;
+	int32_t exclude;
+};
+
+static bool ok_any_cb(void *arg, uint32_t id)
+{
+	const struct any_ctx *c = arg;
+	const struct slot *s = &c->d->slots[id];
+	return id < c->d->nslots && (int32_t)id != c->exclude && s->state == S_PUBLISHED &&
+	       s->pins == 0 && !s->dirty;
 }
 
 static int32_t index_find(const struct kvt_dram *d, const struct kvt_key *key, uint64_t h)
@@ -349,6 +366,12 @@ int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct 
 		d->n_free--;
 	} else {
 		int v = d->n_evictable ? kvt__evict_victim(d->ev, ok_cb, d) : -ENOENT;
+		if (v < 0) {
+			/* Only prefixes are left: a chain longer than the pool must still stream
+			 * through, so the policy's choice among them goes (deeper tiers keep it). */
+			struct any_ctx c = {d, pid};
+			v = kvt__evict_victim(d->ev, ok_any_cb, &c);
+		}
 		if (v < 0) {
 			if (pid >= 0) {
 				d->slots[pid].children--;

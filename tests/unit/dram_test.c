@@ -304,23 +304,27 @@ static void test_suffix_before_prefix(void **unused)
 		kvt__dram_destroy(d);
 	}
 
-	/* An alloc never evicts its own parent: a <- b full, c child of b: -ENOSPC. */
+	/* An alloc never evicts its own parent; when only prefixes are left it takes the
+	 * policy's choice among them: a <- b fills the pool, c (child of b) evicts a. */
 	struct kvt_dram *d = mk("lru", 2, 4096);
 	struct kvt_key a = key_n(1), b = key_n(2), c = key_n(3), x = key_n(4);
 	struct kvt_slot_ref r;
 	put(d, 1, NULL, false);
 	put(d, 2, &a, false);
-	assert_int_equal(kvt__dram_alloc(d, &c, &b, &r), -ENOSPC);
-	/* the failed alloc left no child count behind: b is evictable */
-	assert_int_equal(kvt__dram_headroom(d), 1);
+	assert_int_equal(kvt__dram_alloc(d, &c, &b, &r), 0);
+	assert_false(kvt__dram_contains(d, &a, false));
+	assert_true(kvt__dram_contains(d, &b, false));
+	/* an aborted child gives its parent back: b is a leaf again, one slot free */
+	kvt__dram_abort(d, r.id);
+	assert_int_equal(kvt__dram_headroom(d), 2);
 	assert_int_equal(kvt__dram_alloc(d, &x, NULL, &r), 0);
-	assert_false(kvt__dram_contains(d, &b, false));
-	/* an aborted child gives its parent back */
 	kvt__dram_abort(d, r.id);
-	assert_int_equal(kvt__dram_alloc(d, &c, &a, &r), 0);
-	assert_int_equal(kvt__dram_headroom(d), 0);
-	kvt__dram_abort(d, r.id);
-	assert_int_equal(kvt__dram_headroom(d), 2); /* a free slot + a, childless again */
+	/* with the parent pinned and nothing else, the alloc fails instead */
+	struct kvt_slot_ref pb;
+	assert_int_equal(kvt__dram_get(d, &b, &pb), 0);
+	assert_int_equal(kvt__dram_alloc(d, &x, NULL, &r), 0); /* the free slot */
+	assert_int_equal(kvt__dram_alloc(d, &c, &b, &r), -ENOSPC);
+	kvt__dram_unpin(d, pb.id);
 	kvt__dram_destroy(d);
 
 	/* A child outliving its removed parent does not disturb the slot's next owner. */
