@@ -1114,18 +1114,20 @@ static void get_finish(struct get_op *g, int status, int tier, uint32_t n_tokens
 	kvt__free(g);
 }
 
-/* Copy the requested layers out of a verified object in memory. */
-static int64_t get_extract(struct get_op *g, const void *obj, uint64_t obj_len,
-			   struct kvt_header *h, bool verify_all)
+/* Copy the requested layers out of an object in memory. Objects in DRAM slots were
+ * verified when they entered (encoded from the caller's bytes, or checked in full on
+ * promotion), so for them only the header is decoded (trusted = true); bytes read into a
+ * bounce buffer have the header and the requested layers' CRCs checked as they are copied. */
+static int64_t get_extract(struct get_op *g, const void *obj, struct kvt_header *h, bool trusted)
 {
 	struct kvt_store *s = g->s;
 	struct kvt_expect exp = {.geometry = &s->geo, .ns_id = s->ns_id, .key = &g->key,
 				 .max_object_bytes = s->max_object_bytes};
-	int rc = verify_all ? kvt__object_verify(obj, obj_len, &exp, h)
-			    : kvt__header_decode(obj, h, &exp);
+	int rc = kvt__header_decode(obj, h, &exp);
 	if (rc < 0)
 		return rc;
-	return kvt__object_extract(h, obj, g->l0, g->l1, g->buf, g->len);
+	return trusted ? kvt__object_copy_layers(h, obj, g->l0, g->l1, g->buf, g->len)
+		       : kvt__object_extract(h, obj, g->l0, g->l1, g->buf, g->len);
 }
 
 /* Selective write policy: a chunk goes deeper once it has been hit selective_hits times
@@ -1158,7 +1160,7 @@ static void get_acquired(void *arg, int rc, const struct kvt_slot_ref *ref, int 
 		return;
 	}
 	struct kvt_header h;
-	int64_t n = get_extract(g, ref->buf, ref->object_bytes, &h, false);
+	int64_t n = get_extract(g, ref->buf, &h, true);
 	kvt__dram_unpin(s->dram, ref->id);
 	if (n < 0) {
 		get_finish(g, (int)n, KVT_TIER_NONE, 0, 0);
@@ -1175,7 +1177,11 @@ static void get_bounce_done(void *arg, int rc)
 	link_result(s, l, rc);
 	if (rc > 0) {
 		struct kvt_header h;
-		int64_t n = get_extract(g, g->bounce, (uint64_t)rc, &h, true);
+		/* The object's size must be what its header says: a short read is a torn or
+		 * truncated object. */
+		int64_t n = get_extract(g, g->bounce, &h, false);
+		if (n >= 0 && h.object_bytes != (uint64_t)rc)
+			n = -EBADMSG;
 		if (n >= 0) {
 			atomic_fetch_add(&l->hits, 1);
 			get_finish(g, 0, g->pos, h.n_tokens, (uint64_t)n);
@@ -1258,7 +1264,7 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 			/* Objects enter DRAM verified (encoded from the caller's bytes, or checked
 			 * on promotion), so a DRAM hit checks the header only. */
 			struct kvt_header h;
-			int64_t n = get_extract(g, ref.buf, ref.object_bytes, &h, false);
+			int64_t n = get_extract(g, ref.buf, &h, true);
 			atomic_fetch_add(&s->links[s->dram_pos].hits, 1);
 			get_selective(s, key, &ref);
 			kvt__dram_unpin(s->dram, ref.id);

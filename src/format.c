@@ -351,3 +351,26 @@ int64_t kvt__object_extract(const struct kvt_header *h, const void *obj, uint32_
 	}
 	return (int64_t)need;
 }
+
+int64_t kvt__object_copy_layers(const struct kvt_header *h, const void *obj, uint32_t l0,
+				uint32_t l1, void *dst, uint64_t dst_len)
+{
+	const uint8_t *o = obj;
+	uint8_t *d = dst;
+	uint64_t seg = 0;
+
+	if (!h || !obj || l0 > l1 || l1 > h->geometry.layers)
+		return -EINVAL;
+	uint64_t lb = header_layer_bytes(h, &seg);
+	if (!lb)
+		return -EINVAL;
+	uint64_t need = (uint64_t)(l1 - l0) * lb;
+	if (need && (!dst || dst_len < need))
+		return -EINVAL;
+	if (seg == lb) /* unpadded layers are one contiguous range */
+		memcpy(d, o + KVT_HEADER_BYTES + l0 * seg, need);
+	else
+		for (uint32_t l = l0; l < l1; l++)
+			memcpy(d + (l - l0) * lb, o + KVT_HEADER_BYTES + l * seg, lb);
+	return (int64_t)need;
+}

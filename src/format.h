@@ -69,4 +69,9 @@ int kvt__object_verify(const void *obj, uint64_t obj_len, const struct kvt_expec
 int64_t kvt__object_extract(const struct kvt_header *h, const void *obj, uint32_t l0, uint32_t l1,
 			    void *dst, uint64_t dst_len);
 
+/* The same copy without the CRC checks, for objects already verified when they entered
+ * memory (DRAM slots: encoded from the caller's bytes or checked on promotion). */
+int64_t kvt__object_copy_layers(const struct kvt_header *h, const void *obj, uint32_t l0,
+				uint32_t l1, void *dst, uint64_t dst_len);
+
 #endif

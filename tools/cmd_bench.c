@@ -32,6 +32,7 @@ struct bench_opts {
 	double seconds;
 	int read_pct;  /* -1: all phases */
 	int mixed_pct;
+	int rounds; /* kvtier and reference alternate, so both see the same machine noise */
 	unsigned long long set_bytes; /* working set */
 	bool no_ref;
 	struct cli_store_opts so;
@@ -95,6 +96,7 @@ struct run {
 	size_t payload;
 	uint32_t n_tokens;
 	int read_pct;
+	bool rewrite; /* DRAM: a put of a resident key is a no-op, so drop it first */
 	uint64_t end_ns;
 	uint64_t rng;
 	uint64_t reads, writes, errors, inflight;
@@ -137,6 +139,8 @@ static void submit(struct slot *sl)
 	struct run *r = sl->r;
 	size_t k = rnd(&r->rng) % r->n_keys;
 	sl->is_read = (int)(rnd(&r->rng) % 100) < r->read_pct;
+	if (!sl->is_read && r->rewrite)
+		kvt_remove_sync(r->s, &r->keys[k]);
 	sl->t0 = kvt__now_ns();
 	int rc;
 	for (;;) {
@@ -176,11 +180,12 @@ static void phase_fill(struct run *r, struct phase_result *out, double secs)
 
 /* Run one phase: queue_depth operations in flight for `seconds`. */
 static int run_phase(struct kvt_store *s, struct kvt_key *keys, size_t n_keys, size_t payload,
-		     uint32_t n_tokens, unsigned qd, double seconds, int read_pct,
+		     uint32_t n_tokens, unsigned qd, double seconds, int read_pct, bool rewrite,
 		     struct phase_result *out)
 {
 	struct run r = {.s = s, .keys = keys, .n_keys = n_keys, .payload = payload,
-			.n_tokens = n_tokens, .read_pct = read_pct, .rng = 0x9e3779b97f4a7c15ull};
+			.n_tokens = n_tokens, .read_pct = read_pct, .rewrite = rewrite,
+			.rng = 0x9e3779b97f4a7c15ull};
 	struct slot *slots = calloc(qd, sizeof(*slots));
 	if (!slots)
 		return -ENOMEM;
@@ -215,37 +220,51 @@ static int run_phase(struct kvt_store *s, struct kvt_key *keys, size_t n_keys, s
 
 /* ------------------------------------------------------------ references */
 
-/* memcpy of chunk-sized blocks over a working set of the same size, timed per copy. */
-static void ref_memcpy(size_t chunk, size_t n_bufs, double seconds, struct phase_result *out)
+/* memcpy shaped like the DRAM tier's copies: a get copies a random slot of the working set
+ * into one of qd caller buffers, a put copies a caller buffer into a random slot. */
+static void ref_memcpy(size_t chunk, size_t n_bufs, unsigned qd, double seconds, int read_pct,
+		       struct phase_result *out)
 {
-	char *src = NULL, *dst = NULL;
-	if (posix_memalign((void **)&src, KVT_ALIGN, chunk * n_bufs) ||
-	    posix_memalign((void **)&dst, KVT_ALIGN, chunk * n_bufs)) {
-		free(src);
+	char *pool = NULL, *user = NULL;
+	if (posix_memalign((void **)&pool, KVT_ALIGN, chunk * n_bufs) ||
+	    posix_memalign((void **)&user, KVT_ALIGN, chunk * qd)) {
+		free(pool);
 		return;
 	}
-	memset(src, 0x5a, chunk * n_bufs);
-	memset(dst, 0, chunk * n_bufs);
-	struct lat l = {0};
-	uint64_t rng = 12345, n = 0, t0 = kvt__now_ns(), end = t0 + (uint64_t)(seconds * 1e9), now;
+	memset(pool, 0x5a, chunk * n_bufs);
+	memset(user, 0x11, chunk * qd);
+	struct lat rl = {0}, wl = {0};
+	uint64_t rng = 12345, nr = 0, nw = 0, t0 = kvt__now_ns(), now;
+	uint64_t end = t0 + (uint64_t)(seconds * 1e9);
 	do {
-		size_t a = rnd(&rng) % n_bufs, b = rnd(&rng) % n_bufs;
+		char *slot = pool + (rnd(&rng) % n_bufs) * chunk, *u = user + (rnd(&rng) % qd) * chunk;
+		bool rd = (int)(rnd(&rng) % 100) < read_pct;
 		uint64_t t = kvt__now_ns();
-		memcpy(dst + b * chunk, src + a * chunk, chunk);
+		if (rd)
+			memcpy(u, slot, chunk);
+		else
+			memcpy(slot, u, chunk);
 		now = kvt__now_ns();
-		lat_add(&l, (double)(now - t) / 1000.0);
-		n++;
+		lat_add(rd ? &rl : &wl, (double)(now - t) / 1000.0);
+		*(rd ? &nr : &nw) += 1;
 	} while (now < end);
-	double secs = (double)(now - t0) / 1e9, gibps = (double)n * (double)chunk / secs / 1073741824.0;
-	qsort(l.v, l.n, sizeof(double), cmp_double);
-	out->read_gibps = out->write_gibps = gibps;
-	out->read_iops = out->write_iops = (double)n / secs;
-	out->read_p50 = out->write_p50 = lat_pct(&l, 50);
-	out->read_p99 = out->write_p99 = lat_pct(&l, 99);
-	out->read_p999 = out->write_p999 = lat_pct(&l, 99.9);
-	free(l.v);
-	free(src);
-	free(dst);
+	double secs = (double)(now - t0) / 1e9, g = 1073741824.0;
+	qsort(rl.v, rl.n, sizeof(double), cmp_double);
+	qsort(wl.v, wl.n, sizeof(double), cmp_double);
+	out->read_iops = (double)nr / secs;
+	out->write_iops = (double)nw / secs;
+	out->read_gibps = out->read_iops * (double)chunk / g;
+	out->write_gibps = out->write_iops * (double)chunk / g;
+	out->read_p50 = lat_pct(&rl, 50);
+	out->read_p99 = lat_pct(&rl, 99);
+	out->read_p999 = lat_pct(&rl, 99.9);
+	out->write_p50 = lat_pct(&wl, 50);
+	out->write_p99 = lat_pct(&wl, 99);
+	out->write_p999 = lat_pct(&wl, 99.9);
+	free(rl.v);
+	free(wl.v);
+	free(pool);
+	free(user);
 }
 
 /* The number after "key" : inside the JSON object that starts at the first `section`. */
@@ -317,6 +336,39 @@ static int ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, doub
 	return 0;
 }
 
+/* Rounds of equal length: throughput is the mean, a percentile the median of the rounds'. */
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void combine(const struct phase_result *r, int n, struct phase_result *out)
+{
+	double v[100];
+	memset(out, 0, sizeof(*out));
+	for (int i = 0; i < n; i++) {
+		out->read_gibps += r[i].read_gibps / n;
+		out->write_gibps += r[i].write_gibps / n;
+		out->read_iops += r[i].read_iops / n;
+		out->write_iops += r[i].write_iops / n;
+		out->errors += r[i].errors;
+	}
+#define MED(field)                                                                            \
+	do {                                                                                  \
+		for (int i = 0; i < n; i++)                                                   \
+			v[i] = r[i].field;                                                    \
+		out->field = median(v, n);                                                    \
+	} while (0)
+	MED(read_p50);
+	MED(read_p99);
+	MED(read_p999);
+	MED(write_p50);
+	MED(write_p99);
+	MED(write_p999);
+#undef MED
+}
+
 /* ------------------------------------------------------------ driver */
 
 static void usage(void)
@@ -329,11 +381,13 @@ static void usage(void)
 	       "  --tier T            dram | nvme (default nvme)\n"
 	       "  --dir D             directory for nvme (default ./kvtier-bench)\n"
 	       "  --chunk-bytes N     payload bytes per chunk, a multiple of 4096 (default 2M)\n"
-	       "  --queue-depth N     operations in flight (default 32)\n"
+	       "  --queue-depth N     operations in flight (default 32; dram: 1)\n"
 	       "  --seconds S         per phase (default 5)\n"
 	       "  --read-pct P        one phase with P%% reads (default: write, read, mixed)\n"
 	       "  --mixed-pct P       reads in the mixed phase (default 70)\n"
 	       "  --set-bytes N       working set (default 2G for nvme, 512M for dram)\n"
+	       "  --rounds N          kvtier and the reference alternate N times per phase,\n"
+	       "                      each for seconds/N (default 3): both see the same noise\n"
 	       "  --no-ref            skip the reference\n"
 	       "  --config/--set/--json as for every command\n");
 }
@@ -367,8 +421,8 @@ static void json_phase(const char *prefix, const struct phase_result *p)
 
 int kvt_cmd_bench(int argc, char **argv)
 {
-	struct bench_opts o = {.tier = "nvme", .chunk_bytes = 2ull << 20, .queue_depth = 32,
-			       .seconds = 5, .read_pct = -1, .mixed_pct = 70};
+	struct bench_opts o = {.tier = "nvme", .chunk_bytes = 2ull << 20, .queue_depth = 0,
+			       .seconds = 5, .read_pct = -1, .mixed_pct = 70, .rounds = 3};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int r = cli_store_opt(&o.so, argc, argv, &i);
@@ -409,6 +463,11 @@ int kvt_cmd_bench(int argc, char **argv)
 			if (*end || p < 0 || p > 100)
 				return cli_fail("bench", "%s: '%s' is not in [0, 100]", a, v), 2;
 			*(!strcmp(a, "--read-pct") ? &o.read_pct : &o.mixed_pct) = (int)p;
+		} else if (!strcmp(a, "--rounds")) {
+			long q = strtol(v, &end, 10);
+			if (*end || q < 1 || q > 100)
+				return cli_fail("bench", "--rounds: '%s' is not in [1, 100]", v), 2;
+			o.rounds = (int)q;
 		} else if (!strcmp(a, "--set-bytes")) {
 			if (cli_parse_size(v, &o.set_bytes) < 0)
 				return cli_fail("bench", "--set-bytes: '%s' is not a size", v), 2;
@@ -416,6 +475,9 @@ int kvt_cmd_bench(int argc, char **argv)
 			return cli_fail("bench", "unknown option '%s' (see --help)", a), 2;
 	}
 	bool dram = !strcmp(o.tier, "dram");
+	/* DRAM operations complete in the call; more in flight only adds queueing. */
+	if (!o.queue_depth)
+		o.queue_depth = dram ? 1 : 32;
 	if (!dram && strcmp(o.tier, "nvme") && strcmp(o.tier, "fs"))
 		return cli_fail("bench", "--tier '%s': expected dram, nvme or fs", o.tier), 2;
 
@@ -507,17 +569,26 @@ int kvt_cmd_bench(int argc, char **argv)
 		phases[n_ph++] = o.mixed_pct;
 	}
 	struct phase_result kr[3] = {0}, rr[3] = {0};
+	double slice = o.seconds / o.rounds;
 	for (int p = 0; p < n_ph; p++) {
-		run_phase(s, keys, n_keys, payload, n_tokens, o.queue_depth, o.seconds, phases[p],
-			  &kr[p]);
-		kvt_flush_sync(s);
-		if (o.no_ref)
-			continue;
-		if (dram)
-			ref_memcpy(payload, n_keys, o.seconds, &rr[p]);
-		else if (ref_fio(dir, payload + 4096, n_keys, o.queue_depth, o.seconds, phases[p],
-				 &rr[p]) < 0)
-			fprintf(stderr, "kvtier bench: fio reference failed (is fio installed?)\n");
+		struct phase_result kround[100], rround[100];
+		for (int r = 0; r < o.rounds; r++) {
+			memset(&kround[r], 0, sizeof(kround[r]));
+			memset(&rround[r], 0, sizeof(rround[r]));
+			run_phase(s, keys, n_keys, payload, n_tokens, o.queue_depth, slice, phases[p],
+				  dram, &kround[r]);
+			kvt_flush_sync(s);
+			if (o.no_ref)
+				continue;
+			if (dram)
+				ref_memcpy(payload, n_keys, o.queue_depth, slice, phases[p], &rround[r]);
+			else if (ref_fio(dir, payload + 4096, n_keys, o.queue_depth, slice, phases[p],
+					 &rround[r]) < 0)
+				fprintf(stderr, "kvtier bench: fio reference failed (is fio "
+						"installed?)\n");
+		}
+		combine(kround, o.rounds, &kr[p]);
+		combine(rround, o.rounds, &rr[p]);
 	}
 	struct kvt_stats st;
 	kvt_stats(s, &st);
