@@ -74,7 +74,7 @@ static inline uint64_t tr_next(uint64_t *s)
 }
 static inline void tr_fill(uint64_t *seed, void *buf, size_t n)
 {
-	uint8_t *p = buf;
+	uint8_t *p = (uint8_t *)buf;
 	for (size_t i = 0; i < n; i++)
 		p[i] = (uint8_t)(tr_next(seed) >> 56);
 }
@@ -82,7 +82,7 @@ static inline void tr_fill(uint64_t *seed, void *buf, size_t n)
 static inline void tr_shuffled_ids(uint64_t *seed, uint32_t num_blocks, uint32_t *ids,
 				   uint32_t n)
 {
-	uint32_t *all = malloc(num_blocks * sizeof(*all));
+	uint32_t *all = (uint32_t *)malloc(num_blocks * sizeof(*all));
 	for (uint32_t i = 0; i < num_blocks; i++)
 		all[i] = i;
 	for (uint32_t i = num_blocks - 1; i > 0; i--) {
@@ -216,7 +216,7 @@ static inline size_t tr_rank_check_layers(const struct tr_rank *r, const uint8_t
 	const struct kvt_geometry *g = &d->geometry;
 	uint32_t planes = g->kind == KVT_KIND_MLA ? 1 : 2;
 	size_t head = (size_t)g->head_dim * kvt_dtype_bytes(g->dtype), bad = 0;
-	uint8_t *expect = malloc(r->layer_bytes);
+	uint8_t *expect = (uint8_t *)malloc(r->layer_bytes);
 	for (uint32_t l = l0; l < l1; l++) {
 		memset(expect, poison, r->layer_bytes);
 		for (uint32_t p = 0; p < planes; p++)
@@ -226,7 +226,7 @@ static inline size_t tr_rank_check_layers(const struct tr_rank *r, const uint8_t
 								   t % d->block_size,
 								   h - d->head_begin),
 					       logical + tr_logical_off(g, n, l, p, t, h), head);
-		const uint8_t *got = r->base[l];
+		const uint8_t *got = (const uint8_t *)r->base[l];
 		for (size_t i = 0; i < r->layer_bytes; i++)
 			bad += got[i] != expect[i];
 	}
@@ -246,7 +246,7 @@ static inline size_t tr_obj_check(const uint8_t *obj, size_t obj_len,
 {
 	uint32_t planes = g->kind == KVT_KIND_MLA ? 1 : 2;
 	size_t head = (size_t)g->head_dim * kvt_dtype_bytes(g->dtype), bad = 0;
-	uint8_t *expect = malloc(obj_len);
+	uint8_t *expect = (uint8_t *)malloc(obj_len);
 	memset(expect, poison, obj_len);
 	for (uint32_t l = 0; l < g->layers; l++)
 		for (uint32_t p = 0; p < planes; p++)
