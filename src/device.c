@@ -279,6 +279,7 @@ struct kvt_device_op *kvt__dev_op_new(struct kvt_device *dev, int dir, uint32_t 
 		memcpy(op->ids, ids, n_blocks * sizeof(uint32_t));
 	op->dev = dev;
 	op->dir = dir;
+	op->layers = dev->desc.geometry.layers;
 	if (dep)
 		op->dep = *dep;
 	op->refs = 2;
@@ -413,7 +414,7 @@ static int wait_until(struct kvt_device_op *op, uint32_t need_layers, int timeou
 
 int kvt_device_op_wait_layer(struct kvt_device_op *op, uint32_t layer, int timeout_ms)
 {
-	if (!op || layer >= op->plan.layers)
+	if (!op || layer >= op->layers)
 		return -EINVAL;
 	pthread_mutex_lock(&op->mu);
 	int rc = wait_until(op, layer + 1, timeout_ms);

@@ -103,6 +103,7 @@ typedef void (*kvt_dev_finish_fn)(struct kvt_device_op *op);
 struct kvt_device_op {
 	struct kvt_device *dev;
 	int dir;
+	uint32_t layers;             /* immutable copy for waiters (plan is filled late by load) */
 	struct kvt_dev_plan plan;
 	uint32_t *ids;               /* owned copy of the block ids */
 	void *obj;                   /* host object buffer */

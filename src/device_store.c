@@ -203,7 +203,7 @@ int kvt_device_store(struct kvt_device *dev, struct kvt_store *s, const struct k
 	pthread_mutex_lock(&tab_mu);
 	expire_stale();
 	struct partial *p = tab;
-	while (p && (p->s != s || !kvt__key_eq(&p->key, key)))
+	while (p && (p->s != s || memcmp(&p->key, key, sizeof(*key))))
 		p = p->next;
 	if (!p) {
 		struct kvt_slot_ref ref;
