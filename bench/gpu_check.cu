@@ -26,23 +26,23 @@ extern "C" {
 #include "../tests/unit/device_common.h"
 }
 
-#define CK(x)                                                                              \
-	do {                                                                               \
-		cudaError_t e_ = (x);                                                      \
-		if (e_ != cudaSuccess) {                                                   \
-			fprintf(stderr, "gpu_check: %s:%d %s: %s\n", __FILE__, __LINE__, #x, \
-				cudaGetErrorString(e_));                                   \
-			exit(1);                                                           \
-		}                                                                          \
+#define CK(x)                                                                                      \
+	do {                                                                                       \
+		cudaError_t e_ = (x);                                                              \
+		if (e_ != cudaSuccess) {                                                           \
+			fprintf(stderr, "gpu_check: %s:%d %s: %s\n", __FILE__, __LINE__, #x,       \
+				cudaGetErrorString(e_));                                           \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
-#define REQ(x)                                                                         \
-	do {                                                                           \
-		int r_ = (x);                                                          \
-		if (r_ < 0) {                                                          \
-			fprintf(stderr, "gpu_check: %s:%d %s = %d (%s)\n", __FILE__,   \
-				__LINE__, #x, r_, kvt_strerror(r_));                   \
-			exit(1);                                                       \
-		}                                                                      \
+#define REQ(x)                                                                                     \
+	do {                                                                                       \
+		int r_ = (x);                                                                      \
+		if (r_ < 0) {                                                                      \
+			fprintf(stderr, "gpu_check: %s:%d %s = %d (%s)\n", __FILE__, __LINE__, #x, \
+				r_, kvt_strerror(r_));                                             \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
 static double now_s(void)
@@ -65,13 +65,13 @@ __global__ void slow_write(uint8_t *dst, const uint8_t *src, size_t n, long long
 
 /* A rank on the GPU plus its host mirror for the reference checks. */
 struct grank {
-	struct tr_rank host;  /* desc + host copies of the layers (the model's view) */
+	struct tr_rank host; /* desc + host copies of the layers (the model's view) */
 	void *dbase[KVT_MAX_LAYERS];
 	struct kvt_device *dev;
 };
 
-static void grank_open(struct grank *r, const struct kvt_geometry *g, uint32_t layout,
-		       uint32_t bs, uint32_t nb, uint32_t h0, uint32_t h1, uint8_t poison)
+static void grank_open(struct grank *r, const struct kvt_geometry *g, uint32_t layout, uint32_t bs,
+		       uint32_t nb, uint32_t h0, uint32_t h1, uint8_t poison)
 {
 	memset(r, 0, sizeof(*r));
 	struct kvt_device_desc *d = &r->host.desc;
@@ -176,7 +176,8 @@ static void round_trip(const struct kvt_geometry *g, uint32_t layout, uint32_t b
 	for (uint32_t i = 0; i < nr; i++) {
 		grank_open(&rk[i], g, layout, bs, nb, rd[i], rd[i + 1], 0xA5);
 		tr_shuffled_ids(&seed, nb, ids + i * nblk, nblk);
-		REQ(kvt_device_scatter(rk[i].dev, obj, olen, n, ids + i * nblk, nblk, NULL, &op[i]));
+		REQ(kvt_device_scatter(rk[i].dev, obj, olen, n, ids + i * nblk, nblk, NULL,
+				       &op[i]));
 	}
 	for (uint32_t i = 0; i < nr; i++) {
 		for (uint32_t l = 0; l < g->layers; l++)
@@ -249,7 +250,7 @@ static struct bw bandwidth(uint32_t chunks)
 	for (uint32_t c = 0; c < chunks; c++)
 		tr_shuffled_ids(&seed, nb, ids + c * nblk, nblk);
 	struct kvt_device_op **op =
-		(struct kvt_device_op **)malloc(chunks * sizeof(struct kvt_device_op *));
+	    (struct kvt_device_op **)malloc(chunks * sizeof(struct kvt_device_op *));
 	struct bw out;
 	double gib = (double)chunks * payload / (1024.0 * 1024 * 1024);
 	cudaStream_t s;
@@ -259,9 +260,11 @@ static struct bw bandwidth(uint32_t chunks)
 		/* warm-up */
 		for (uint32_t c = 0; c < 4; c++) {
 			if (!dir)
-				REQ(kvt_device_gather(r.dev, ids, nblk, 256, obj[c], olen, NULL, &op[c]));
+				REQ(kvt_device_gather(r.dev, ids, nblk, 256, obj[c], olen, NULL,
+						      &op[c]));
 			else
-				REQ(kvt_device_scatter(r.dev, obj[c], olen, 256, ids, nblk, NULL, &op[c]));
+				REQ(kvt_device_scatter(r.dev, obj[c], olen, 256, ids, nblk, NULL,
+						       &op[c]));
 		}
 		for (uint32_t c = 0; c < 4; c++) {
 			REQ(kvt_device_op_wait(op[c], 60000));
@@ -271,8 +274,8 @@ static struct bw bandwidth(uint32_t chunks)
 		for (uint32_t c = 0; c < chunks; c++) {
 			uint32_t *cid = ids + c * nblk;
 			if (!dir)
-				REQ(kvt_device_gather(r.dev, cid, nblk, 256, obj[c % nbuf], olen, NULL,
-						      &op[c]));
+				REQ(kvt_device_gather(r.dev, cid, nblk, 256, obj[c % nbuf], olen,
+						      NULL, &op[c]));
 			else
 				REQ(kvt_device_scatter(r.dev, obj[c % nbuf], olen, 256, cid, nblk,
 						       NULL, &op[c]));
@@ -286,11 +289,11 @@ static struct bw bandwidth(uint32_t chunks)
 		t0 = now_s();
 		for (uint32_t c = 0; c < chunks; c++) {
 			if (!dir)
-				CK(cudaMemcpyAsync(obj[c % nbuf] + KVT_HEADER_BYTES, ref_dev, payload,
-						   cudaMemcpyDeviceToHost, s));
+				CK(cudaMemcpyAsync(obj[c % nbuf] + KVT_HEADER_BYTES, ref_dev,
+						   payload, cudaMemcpyDeviceToHost, s));
 			else
-				CK(cudaMemcpyAsync(ref_dev, obj[c % nbuf] + KVT_HEADER_BYTES, payload,
-						   cudaMemcpyHostToDevice, s));
+				CK(cudaMemcpyAsync(ref_dev, obj[c % nbuf] + KVT_HEADER_BYTES,
+						   payload, cudaMemcpyHostToDevice, s));
 		}
 		CK(cudaStreamSynchronize(s));
 		double ref = gib / (now_s() - t0);

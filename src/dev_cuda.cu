@@ -33,7 +33,8 @@ extern "C" {
 #include "device.h"
 }
 
-namespace {
+namespace
+{
 
 struct copy_args {
 	const uint32_t *ids; /* device memory */
@@ -55,7 +56,8 @@ __global__ void paged_copy(uint8_t *layer, uint8_t *scratch, copy_args a)
 	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
 	     i += (uint64_t)gridDim.x * blockDim.x) {
 		uint64_t row = i / per_row, v = i - row * per_row;
-		uint32_t p = (uint32_t)(row / a.n_tokens), t = (uint32_t)(row - (uint64_t)p * a.n_tokens);
+		uint32_t p = (uint32_t)(row / a.n_tokens),
+			 t = (uint32_t)(row - (uint64_t)p * a.n_tokens);
 		uint64_t doff = (uint64_t)a.ids[t / a.block_size] * a.block_stride +
 				(uint64_t)p * a.plane_stride +
 				(uint64_t)(t % a.block_size) * a.row_bytes + v * sizeof(V);
@@ -87,10 +89,12 @@ cudaError_t launch(uint8_t *layer, uint8_t *scratch, const copy_args &a, unsigne
 		paged_copy<uint2, GATHER><<<(unsigned)blocks, threads, 0, st>>>(layer, scratch, a);
 		break;
 	case 4:
-		paged_copy<uint32_t, GATHER><<<(unsigned)blocks, threads, 0, st>>>(layer, scratch, a);
+		paged_copy<uint32_t, GATHER>
+		    <<<(unsigned)blocks, threads, 0, st>>>(layer, scratch, a);
 		break;
 	default:
-		paged_copy<uint8_t, GATHER><<<(unsigned)blocks, threads, 0, st>>>(layer, scratch, a);
+		paged_copy<uint8_t, GATHER>
+		    <<<(unsigned)blocks, threads, 0, st>>>(layer, scratch, a);
 		break;
 	}
 	return cudaGetLastError();
@@ -128,9 +132,9 @@ struct cuda_dir {
 	struct kvt_device *dev;
 	cudaStream_t stream;
 	uint8_t *scratch[2];
-	cudaEvent_t dep_ev; /* records an engine stream for KVT_DEP_CUDA_STREAM */
+	cudaEvent_t dep_ev;	   /* records an engine stream for KVT_DEP_CUDA_STREAM */
 	pthread_mutex_t submit_mu; /* one op's layers are enqueued together */
-	pthread_mutex_t mu;        /* the pending FIFO and the pools */
+	pthread_mutex_t mu;	   /* the pending FIFO and the pools */
 	pthread_cond_t cv;
 	struct pending *head, *tail;
 	cudaEvent_t *ev_pool;
@@ -181,7 +185,7 @@ cudaEvent_t ev_get(struct cuda_dir *d)
 		ev = d->ev_pool[--d->ev_n];
 	pthread_mutex_unlock(&d->mu);
 	if (!ev && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventBlockingSync) !=
-			   cudaSuccess)
+		       cudaSuccess)
 		return NULL;
 	return ev;
 }
@@ -273,7 +277,8 @@ void *completer(void *arg)
 			op->bpriv = NULL;
 			kvt__dev_op_done(op, op->status);
 		}
-		kvt__free(p);
+		if (p->last)
+			kvt__free(p - p->layer); /* the op's entry array */
 		pthread_mutex_lock(&d->mu);
 	}
 	pthread_mutex_unlock(&d->mu);
@@ -344,10 +349,12 @@ int cuda_open(struct kvt_device *dev)
 		pthread_mutex_init(&d->submit_mu, NULL);
 		pthread_mutex_init(&d->mu, NULL);
 		pthread_cond_init(&d->cv, NULL);
-		if ((rc = cuda_err(dev, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking),
-				   "stream create")) < 0 ||
-		    (rc = cuda_err(dev, cudaEventCreateWithFlags(&d->dep_ev, cudaEventDisableTiming),
-				   "event create")) < 0 ||
+		if ((rc =
+			 cuda_err(dev, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking),
+				  "stream create")) < 0 ||
+		    (rc =
+			 cuda_err(dev, cudaEventCreateWithFlags(&d->dep_ev, cudaEventDisableTiming),
+				  "event create")) < 0 ||
 		    (rc = cuda_err(dev, cudaMalloc((void **)&d->scratch[0], st->scratch_bytes),
 				   "scratch")) < 0 ||
 		    (rc = cuda_err(dev, cudaMalloc((void **)&d->scratch[1], st->scratch_bytes),
@@ -379,12 +386,12 @@ void cuda_close(struct kvt_device *dev)
 	dev->bstate = NULL;
 }
 
-/* Queue one FIFO entry (an event recorded now on the stream, or none on error). */
-int push(struct cuda_dir *d, struct kvt_device_op *op, uint32_t layer, bool last, int status)
+/* Queue one FIFO entry (an event recorded now on the stream, or none on error). p is
+ * entry `layer` of the op's array, allocated before anything was enqueued so that queuing
+ * cannot fail half way and leave an op that never completes. */
+int push(struct cuda_dir *d, struct pending *p, struct kvt_device_op *op, uint32_t layer, bool last,
+	 int status)
 {
-	struct pending *p = (struct pending *)kvt__calloc(1, sizeof(*p));
-	if (!p)
-		return -ENOMEM;
 	p->op = op;
 	p->layer = layer;
 	p->last = last;
@@ -449,9 +456,14 @@ int cuda_submit(struct kvt_device_op *op)
 	device_guard g(st->device);
 	if (!g.ok)
 		return -ENODEV;
-	struct ids_buf *ids = ids_get(d, st->max_blocks);
-	if (!ids)
+	struct pending *ents = (struct pending *)kvt__calloc(pl->layers, sizeof(*ents));
+	if (!ents)
 		return -ENOMEM;
+	struct ids_buf *ids = ids_get(d, st->max_blocks);
+	if (!ids) {
+		kvt__free(ents);
+		return -ENOMEM;
+	}
 	memcpy(ids->host, op->ids, pl->n_blocks * sizeof(uint32_t));
 	op->bpriv = ids;
 
@@ -462,8 +474,8 @@ int cuda_submit(struct kvt_device_op *op)
 		rc = cuda_err(dev, cudaEventRecord(d->dep_ev, (cudaStream_t)op->dep.handle),
 			      "record engine stream");
 	if (!rc && op->dep.kind != KVT_DEP_NONE) {
-		cudaEvent_t ev = op->dep.kind == KVT_DEP_CUDA_EVENT ? (cudaEvent_t)op->dep.handle
-								    : d->dep_ev;
+		cudaEvent_t ev =
+		    op->dep.kind == KVT_DEP_CUDA_EVENT ? (cudaEvent_t)op->dep.handle : d->dep_ev;
 		rc = cuda_err(dev, cudaStreamWaitEvent(d->stream, ev, 0), "wait engine event");
 	}
 	if (!rc)
@@ -475,9 +487,10 @@ int cuda_submit(struct kvt_device_op *op)
 		pthread_mutex_unlock(&d->submit_mu);
 		op->bpriv = NULL;
 		ids_put(d, ids);
+		kvt__free(ents);
 		return rc;
 	}
-	copy_args a = {ids->dev,	      pl->n_tokens,	     pl->block_size, pl->planes,
+	copy_args a = {ids->dev,      pl->n_tokens,	    pl->block_size,	 pl->planes,
 		       pl->row_bytes, pl->dev_block_stride, pl->dev_plane_stride};
 	unsigned vec = vec_width(dev, pl);
 	for (uint32_t l = 0; l < pl->layers; l++) {
@@ -495,10 +508,11 @@ int cuda_submit(struct kvt_device_op *op)
 		bool last = l + 1 == pl->layers;
 		if (e != cudaSuccess) {
 			/* Part of the op is queued: it completes, with this error, after it. */
-			push(d, op, l, true, cuda_err(dev, e, gather ? "gather" : "scatter"));
+			push(d, &ents[l], op, l, true,
+			     cuda_err(dev, e, gather ? "gather" : "scatter"));
 			break;
 		}
-		push(d, op, l, last, 0);
+		push(d, &ents[l], op, l, last, 0);
 	}
 	pthread_mutex_unlock(&d->submit_mu);
 	return 0;
@@ -549,7 +563,7 @@ int cuda_host_unregister(struct kvt_device *dev, void *p)
 } // namespace
 
 extern "C" const struct kvt_dev_ops kvt__dev_cuda_ops = {
-	"cuda",		 cuda_available, cuda_open,	     cuda_close,
-	cuda_mem_alloc,	 cuda_mem_free,	 cuda_to_dev,	     cuda_to_host,
-	cuda_host_register, cuda_host_unregister, cuda_submit,
+    "cuda",	   cuda_available, cuda_open,	 cuda_close,	     cuda_mem_alloc,
+    cuda_mem_free, cuda_to_dev,	   cuda_to_host, cuda_host_register, cuda_host_unregister,
+    cuda_submit,
 };

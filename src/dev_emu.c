@@ -23,7 +23,7 @@ struct emu_queue {
 	struct kvt_device_op *head, *tail;
 	bool stop;
 	bool started;
-	uint64_t pace_ns;  /* throttle clock: when the link is free again */
+	uint64_t pace_ns; /* throttle clock: when the link is free again */
 	struct kvt_device *dev;
 };
 
@@ -203,15 +203,15 @@ static int emu_copy(struct kvt_device *dev, void *dst, const void *src, size_t n
 }
 
 const struct kvt_dev_ops kvt__dev_emu_ops = {
-	.name = "emu",
-	.available = NULL,
-	.open = emu_open,
-	.close = emu_close,
-	.mem_alloc = emu_mem_alloc,
-	.mem_free = emu_mem_free,
-	.mem_to_dev = emu_copy,
-	.mem_to_host = emu_copy,
-	.host_register = NULL,
-	.host_unregister = NULL,
-	.submit = emu_submit,
+    .name = "emu",
+    .available = NULL,
+    .open = emu_open,
+    .close = emu_close,
+    .mem_alloc = emu_mem_alloc,
+    .mem_free = emu_mem_free,
+    .mem_to_dev = emu_copy,
+    .mem_to_host = emu_copy,
+    .host_register = NULL,
+    .host_unregister = NULL,
+    .submit = emu_submit,
 };

@@ -19,9 +19,9 @@
 
 static const struct kvt_dev_ops *const backends[] = {
 #ifdef KVT_HAVE_CUDA
-	&kvt__dev_cuda_ops,
+    &kvt__dev_cuda_ops,
 #endif
-	&kvt__dev_emu_ops,
+    &kvt__dev_emu_ops,
 };
 
 static const struct kvt_dev_ops *find_backend(const char *name)
@@ -186,8 +186,8 @@ int kvt_device_open(const struct kvt_config *cfg, const char *backend,
 	if ((rc = ops->open(dev)) < 0)
 		goto fail_sync;
 	KVT_INFO(&dev->log, "device: %s backend, layout %u, heads [%u, %u) of %u, %u blocks of %u",
-		 ops->name, desc->layout, desc->head_begin, desc->head_end,
-		 desc->geometry.kv_heads, desc->num_blocks, desc->block_size);
+		 ops->name, desc->layout, desc->head_begin, desc->head_end, desc->geometry.kv_heads,
+		 desc->num_blocks, desc->block_size);
 	kvt_config_destroy(defcfg);
 	*out = dev;
 	return 0;
@@ -288,8 +288,8 @@ struct kvt_device_op *kvt__dev_op_new(struct kvt_device *dev, int dir, uint32_t 
 	pthread_mutex_init(&op->mu, NULL);
 	pthread_cond_init(&op->cv, NULL);
 	/* n_tokens 0: the caller fills the plan later (a load learns it from the slot). */
-	if (n_tokens && (*rc = kvt__dev_plan_init(dev, n_tokens, op->ids, n_blocks,
-						  &op->plan)) < 0) {
+	if (n_tokens &&
+	    (*rc = kvt__dev_plan_init(dev, n_tokens, op->ids, n_blocks, &op->plan)) < 0) {
 		pthread_cond_destroy(&op->cv);
 		pthread_mutex_destroy(&op->mu);
 		kvt__free(op->ids);
@@ -349,9 +349,9 @@ void kvt__dev_op_done(struct kvt_device_op *op, int status)
 	pthread_mutex_unlock(&dev->mu);
 }
 
-static int buffer_op(struct kvt_device *dev, int dir, void *obj, size_t obj_len,
-		     uint32_t n_tokens, const uint32_t *ids, uint32_t n_blocks,
-		     const struct kvt_device_dep *dep, struct kvt_device_op **out)
+static int buffer_op(struct kvt_device *dev, int dir, void *obj, size_t obj_len, uint32_t n_tokens,
+		     const uint32_t *ids, uint32_t n_blocks, const struct kvt_device_dep *dep,
+		     struct kvt_device_op **out)
 {
 	int rc;
 	if (!dev || !obj || !out || !n_tokens || n_tokens > dev->desc.geometry.chunk_tokens)
@@ -376,16 +376,15 @@ int kvt_device_gather(struct kvt_device *dev, const uint32_t *block_ids, uint32_
 		      uint32_t n_tokens, void *obj, size_t obj_len,
 		      const struct kvt_device_dep *dep, struct kvt_device_op **op)
 {
-	return buffer_op(dev, KVT_DEV_GATHER, obj, obj_len, n_tokens, block_ids, n_blocks, dep,
-			 op);
+	return buffer_op(dev, KVT_DEV_GATHER, obj, obj_len, n_tokens, block_ids, n_blocks, dep, op);
 }
 
-int kvt_device_scatter(struct kvt_device *dev, const void *obj, size_t obj_len,
-		       uint32_t n_tokens, const uint32_t *block_ids, uint32_t n_blocks,
+int kvt_device_scatter(struct kvt_device *dev, const void *obj, size_t obj_len, uint32_t n_tokens,
+		       const uint32_t *block_ids, uint32_t n_blocks,
 		       const struct kvt_device_dep *dep, struct kvt_device_op **op)
 {
-	return buffer_op(dev, KVT_DEV_SCATTER, (void *)obj, obj_len, n_tokens, block_ids,
-			 n_blocks, dep, op);
+	return buffer_op(dev, KVT_DEV_SCATTER, (void *)obj, obj_len, n_tokens, block_ids, n_blocks,
+			 dep, op);
 }
 
 /* Wait on op->cv until pred holds or the deadline passes. Called with op->mu held. */

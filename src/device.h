@@ -40,17 +40,17 @@ enum kvt_dev_dir {
 /* Where each row of one operation goes; see the formula above. */
 struct kvt_dev_plan {
 	uint32_t layers;
-	uint32_t planes;          /* 2 for K+V, 1 for MLA */
+	uint32_t planes; /* 2 for K+V, 1 for MLA */
 	uint32_t n_tokens;
 	uint32_t block_size;
 	uint32_t n_blocks;
-	uint64_t row_bytes;       /* one token, one plane, this rank's heads */
-	uint64_t obj_row_pitch;   /* one token, one plane, all heads */
-	uint64_t obj_head_off;    /* h0 * head_dim * es */
+	uint64_t row_bytes;	  /* one token, one plane, this rank's heads */
+	uint64_t obj_row_pitch;	  /* one token, one plane, all heads */
+	uint64_t obj_head_off;	  /* h0 * head_dim * es */
 	uint64_t obj_plane_bytes; /* n_tokens * obj_row_pitch */
 	uint64_t dev_block_stride;
 	uint64_t dev_plane_stride;
-	const uint32_t *ids;      /* n_blocks block ids */
+	const uint32_t *ids;		    /* n_blocks block ids */
 	uint64_t layer_off[KVT_MAX_LAYERS]; /* kvt_layer_offset of each layer for n_tokens */
 };
 
@@ -86,15 +86,15 @@ extern const struct kvt_dev_ops kvt__dev_cuda_ops;
 struct kvt_device {
 	const struct kvt_dev_ops *ops;
 	struct kvt_device_desc desc; /* layer_base points at base below */
-	void **base;                 /* layers entries */
+	void **base;		     /* layers entries */
 	struct kvt_log log;
-	double emu_gbps;             /* device.emu_gbps; 0 = unthrottled */
-	uint32_t es;                 /* dtype bytes */
-	uint32_t heads;              /* h1 - h0 */
-	void *bstate;                /* the backend's */
+	double emu_gbps; /* device.emu_gbps; 0 = unthrottled */
+	uint32_t es;	 /* dtype bytes */
+	uint32_t heads;	 /* h1 - h0 */
+	void *bstate;	 /* the backend's */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	uint64_t inflight;           /* ops created and not yet done */
+	uint64_t inflight; /* ops created and not yet done */
 };
 
 /* Store-level completion work, run once when the copy is done (before waiters wake). */
@@ -103,36 +103,35 @@ typedef void (*kvt_dev_finish_fn)(struct kvt_device_op *op);
 struct kvt_device_op {
 	struct kvt_device *dev;
 	int dir;
-	uint32_t layers;             /* immutable copy for waiters (plan is filled late by load) */
+	uint32_t layers; /* immutable copy for waiters (plan is filled late by load) */
 	struct kvt_dev_plan plan;
-	uint32_t *ids;               /* owned copy of the block ids */
-	void *obj;                   /* host object buffer */
+	uint32_t *ids; /* owned copy of the block ids */
+	void *obj;     /* host object buffer */
 	struct kvt_device_dep dep;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	uint32_t layers_done;        /* layers complete, in order */
+	uint32_t layers_done; /* layers complete, in order */
 	bool done;
 	int status;
-	int refs;                    /* the caller's handle + in flight */
-	uint64_t bytes;              /* bytes this op copies */
+	int refs;	/* the caller's handle + in flight */
+	uint64_t bytes; /* bytes this op copies */
 	kvt_dev_finish_fn finish;
-	void *ctx;                   /* the store-level context of finish */
-	void *bpriv;                 /* the backend's per-op state */
-	struct kvt_device_op *next;  /* backend queue link */
+	void *ctx;		    /* the store-level context of finish */
+	void *bpriv;		    /* the backend's per-op state */
+	struct kvt_device_op *next; /* backend queue link */
 };
 
 /* Fill plan for dev, n_tokens and ids (not copied). 0 or -EINVAL. */
 int kvt__dev_plan_init(const struct kvt_device *dev, uint32_t n_tokens, const uint32_t *ids,
 		       uint32_t n_blocks, struct kvt_dev_plan *plan);
 /* Device byte offset (from the layer's base) and object byte offset of token t, plane p. */
-static inline uint64_t kvt__dev_row_dev_off(const struct kvt_dev_plan *pl, uint32_t p,
-					    uint32_t t)
+static inline uint64_t kvt__dev_row_dev_off(const struct kvt_dev_plan *pl, uint32_t p, uint32_t t)
 {
 	return (uint64_t)pl->ids[t / pl->block_size] * pl->dev_block_stride +
 	       (uint64_t)p * pl->dev_plane_stride + (uint64_t)(t % pl->block_size) * pl->row_bytes;
 }
-static inline uint64_t kvt__dev_row_obj_off(const struct kvt_dev_plan *pl, uint32_t l,
-					    uint32_t p, uint32_t t)
+static inline uint64_t kvt__dev_row_obj_off(const struct kvt_dev_plan *pl, uint32_t l, uint32_t p,
+					    uint32_t t)
 {
 	return pl->layer_off[l] + (uint64_t)p * pl->obj_plane_bytes +
 	       (uint64_t)t * pl->obj_row_pitch + pl->obj_head_off;

@@ -53,9 +53,9 @@ struct partial {
 	uint32_t kv_heads;
 	uint32_t written;
 	int writers;
-	int error;        /* a rank's copy failed: the object is cancelled */
+	int error; /* a rank's copy failed: the object is cancelled */
 	uint64_t touched_ns;
-	uint8_t head[];   /* kv_heads states */
+	uint8_t head[]; /* kv_heads states */
 };
 
 static pthread_mutex_t tab_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -66,7 +66,7 @@ struct store_ctx {
 	kvt_cb cb;
 	void *arg;
 	struct partial *p; /* NULL: nothing to copy */
-	int early;         /* status when nothing is copied */
+	int early;	   /* status when nothing is copied */
 	uint32_t n_tokens;
 	/* load */
 	struct kvt_slot_ref ref;
@@ -80,9 +80,8 @@ static bool engine_linked(void)
 #if __has_include("engine.c")
 	return true;
 #else
-	return kvt__store_reserve && kvt__store_commit && kvt__store_cancel &&
-	       kvt__store_acquire && kvt__store_release && kvt__store_complete &&
-	       kvt_store_geometry;
+	return kvt__store_reserve && kvt__store_commit && kvt__store_cancel && kvt__store_acquire &&
+	       kvt__store_release && kvt__store_complete && kvt_store_geometry;
 #endif
 }
 
@@ -193,7 +192,7 @@ int kvt_device_store(struct kvt_device *dev, struct kvt_store *s, const struct k
 	c->arg = arg;
 	c->n_tokens = n_tokens;
 	struct kvt_device_op *op =
-		kvt__dev_op_new(dev, KVT_DEV_GATHER, n_tokens, block_ids, n_blocks, dep, &rc);
+	    kvt__dev_op_new(dev, KVT_DEV_GATHER, n_tokens, block_ids, n_blocks, dep, &rc);
 	if (!op) {
 		kvt__free(c);
 		return rc;
@@ -331,8 +330,8 @@ static void on_acquired(void *arg, int rc, const struct kvt_slot_ref *ref, int t
 		goto fail;
 	if ((rc = kvt__dev_plan_init(dev, ref->n_tokens, op->ids, need, &op->plan)) < 0)
 		goto fail;
-	op->bytes = (uint64_t)op->plan.layers * op->plan.planes * ref->n_tokens *
-		    op->plan.row_bytes;
+	op->bytes =
+	    (uint64_t)op->plan.layers * op->plan.planes * ref->n_tokens * op->plan.row_bytes;
 	op->obj = ref->buf;
 	if ((rc = dev->ops->submit(op)) < 0)
 		goto fail;
@@ -364,7 +363,7 @@ int kvt_device_load(struct kvt_device *dev, struct kvt_store *s, const struct kv
 	c->arg = arg;
 	c->tier = KVT_TIER_NONE;
 	struct kvt_device_op *op =
-		kvt__dev_op_new(dev, KVT_DEV_SCATTER, 0, block_ids, n_blocks, dep, &rc);
+	    kvt__dev_op_new(dev, KVT_DEV_SCATTER, 0, block_ids, n_blocks, dep, &rc);
 	if (!op) {
 		kvt__free(c);
 		return rc;

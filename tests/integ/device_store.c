@@ -23,13 +23,13 @@ int main(void)
 #include "../unit/device_common.h"
 
 #define POISON 0xA5
-#define CHECK(c)                                                                       \
-	do {                                                                           \
-		if (!(c)) {                                                            \
-			fprintf(stderr, "device_store: %s:%d: check failed: %s\n",     \
-				__FILE__, __LINE__, #c);                               \
-			exit(1);                                                       \
-		}                                                                      \
+#define CHECK(c)                                                                                   \
+	do {                                                                                       \
+		if (!(c)) {                                                                        \
+			fprintf(stderr, "device_store: %s:%d: check failed: %s\n", __FILE__,       \
+				__LINE__, #c);                                                     \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
 struct done {
@@ -76,8 +76,12 @@ static struct kvt_store *open_store(const struct kvt_geometry *g)
 
 int main(void)
 {
-	struct kvt_geometry g = {.layers = 4, .kv_heads = 8, .head_dim = 32, .chunk_tokens = 64,
-				 .dtype = KVT_DTYPE_BF16, .kind = KVT_KIND_KV};
+	struct kvt_geometry g = {.layers = 4,
+				 .kv_heads = 8,
+				 .head_dim = 32,
+				 .chunk_tokens = 64,
+				 .dtype = KVT_DTYPE_BF16,
+				 .kind = KVT_KIND_KV};
 	struct kvt_store *s = open_store(&g);
 	uint64_t seed = 2024;
 	const uint32_t n = 50, bs = 16, nb = 10, nblk = 4;
@@ -146,8 +150,8 @@ int main(void)
 			CHECK(tr_rank_open(&r[i], NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb,
 					   splits[k][i], splits[k][i + 1], POISON, NULL) == 0);
 			tr_shuffled_ids(&seed, nb, ids[i], nblk);
-			CHECK(kvt_device_load(r[i].dev, s, &key, ids[i], nblk, NULL, on_done, &dl[i],
-					      &lop[i]) == 0);
+			CHECK(kvt_device_load(r[i].dev, s, &key, ids[i], nblk, NULL, on_done,
+					      &dl[i], &lop[i]) == 0);
 		}
 		for (uint32_t i = 0; i < counts[k]; i++) {
 			for (uint32_t l = 0; l < g.layers; l++) {

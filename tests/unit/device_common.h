@@ -79,8 +79,7 @@ static inline void tr_fill(uint64_t *seed, void *buf, size_t n)
 		p[i] = (uint8_t)(tr_next(seed) >> 56);
 }
 /* A random permutation of num_blocks ids, first n used: non-contiguous, shuffled. */
-static inline void tr_shuffled_ids(uint64_t *seed, uint32_t num_blocks, uint32_t *ids,
-				   uint32_t n)
+static inline void tr_shuffled_ids(uint64_t *seed, uint32_t num_blocks, uint32_t *ids, uint32_t n)
 {
 	uint32_t *all = (uint32_t *)malloc(num_blocks * sizeof(*all));
 	for (uint32_t i = 0; i < num_blocks; i++)
@@ -143,8 +142,7 @@ static inline size_t tr_obj_off(const struct kvt_geometry *g, uint32_t n, uint32
 
 static inline int tr_rank_open(struct tr_rank *r, const struct kvt_config *cfg,
 			       const struct kvt_geometry *g, uint32_t layout, uint32_t bs,
-			       uint32_t nb, uint32_t h0, uint32_t h1, uint8_t fill,
-			       uint64_t *seed)
+			       uint32_t nb, uint32_t h0, uint32_t h1, uint8_t fill, uint64_t *seed)
 {
 	memset(r, 0, sizeof(*r));
 	r->desc.size = sizeof(r->desc);
@@ -185,7 +183,7 @@ static inline size_t tr_logical_off(const struct kvt_geometry *g, uint32_t n, ui
 {
 	return (size_t)l * kvt_layer_bytes(g, n) +
 	       ((((size_t)plane * n + t) * g->kv_heads + head) * g->head_dim) *
-		       kvt_dtype_bytes(g->dtype);
+		   kvt_dtype_bytes(g->dtype);
 }
 
 /* Copy the logical KV of tokens [0, n) into rank r's blocks ids (the engine "computing"). */
@@ -201,8 +199,8 @@ static inline void tr_rank_load_logical(struct tr_rank *r, const uint8_t *logica
 			for (uint32_t t = 0; t < n; t++)
 				for (uint32_t h = d->head_begin; h < d->head_end; h++)
 					memcpy((uint8_t *)r->base[l] +
-						       tr_dev_off(d, p, ids[t / d->block_size],
-								  t % d->block_size, h - d->head_begin),
+						   tr_dev_off(d, p, ids[t / d->block_size],
+							      t % d->block_size, h - d->head_begin),
 					       logical + tr_logical_off(g, n, l, p, t, h), head);
 }
 
@@ -240,9 +238,9 @@ static inline size_t tr_rank_check(const struct tr_rank *r, const uint8_t *logic
 }
 
 /* Does obj hold the logical KV of heads [h0, h1) (everything else `poison`)? Wrong bytes. */
-static inline size_t tr_obj_check(const uint8_t *obj, size_t obj_len,
-				  const struct kvt_geometry *g, const uint8_t *logical,
-				  uint32_t n, uint32_t h0, uint32_t h1, uint8_t poison)
+static inline size_t tr_obj_check(const uint8_t *obj, size_t obj_len, const struct kvt_geometry *g,
+				  const uint8_t *logical, uint32_t n, uint32_t h0, uint32_t h1,
+				  uint8_t poison)
 {
 	uint32_t planes = g->kind == KVT_KIND_MLA ? 1 : 2;
 	size_t head = (size_t)g->head_dim * kvt_dtype_bytes(g->dtype), bad = 0;

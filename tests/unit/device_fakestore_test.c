@@ -149,8 +149,7 @@ static void *acquire_thread(void *p)
 	return NULL;
 }
 
-int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
-		       void *arg)
+int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb, void *arg)
 {
 	struct acq *a = malloc(sizeof(*a));
 	*a = (struct acq){s, *key, cb, arg};
@@ -209,8 +208,11 @@ static void unused_cb(void *arg, const struct kvt_result *res)
 	fail_msg("user callbacks go through the store's queue, never called directly");
 }
 
-static const struct kvt_geometry G = {.layers = 3, .kv_heads = 8, .head_dim = 16,
-				      .chunk_tokens = 32, .dtype = KVT_DTYPE_BF16,
+static const struct kvt_geometry G = {.layers = 3,
+				      .kv_heads = 8,
+				      .head_dim = 16,
+				      .chunk_tokens = 32,
+				      .dtype = KVT_DTYPE_BF16,
 				      .kind = KVT_KIND_KV};
 
 static struct kvt_store *fake_open(void)
@@ -256,9 +258,9 @@ static void test_tp_publish_once(void **state)
 		tr_rank_load_logical(&r[i], logical, n, ids[i]);
 	}
 	struct kvt_device_op *op;
-	assert_int_equal(kvt_device_store(r[0].dev, s, &key, NULL, n, ids[0], 2, NULL, unused_cb,
-					  &tag[0], &op),
-			 0);
+	assert_int_equal(
+	    kvt_device_store(r[0].dev, s, &key, NULL, n, ids[0], 2, NULL, unused_cb, &tag[0], &op),
+	    0);
 	assert_int_equal(kvt_device_op_wait(op, 5000), 4); /* heads 0..3 missing */
 	kvt_device_op_free(op);
 	struct kvt_result res = wait_done(s, &tag[0]);
@@ -267,9 +269,9 @@ static void test_tp_publish_once(void **state)
 	assert_int_equal(s->commits, 0); /* half an object is not published */
 
 	/* The replica copies nothing and reports the same. */
-	assert_int_equal(kvt_device_store(r[1].dev, s, &key, NULL, n, ids[1], 2, NULL, unused_cb,
-					  &tag[1], NULL),
-			 0);
+	assert_int_equal(
+	    kvt_device_store(r[1].dev, s, &key, NULL, n, ids[1], 2, NULL, unused_cb, &tag[1], NULL),
+	    0);
 	res = wait_done(s, &tag[1]);
 	assert_int_equal(res.status, 4);
 	assert_int_equal(res.bytes, 0);
@@ -279,22 +281,21 @@ static void test_tp_publish_once(void **state)
 					  unused_cb, &tag[2], NULL),
 			 -EINVAL);
 
-	assert_int_equal(kvt_device_store(r[2].dev, s, &key, NULL, n, ids[2], 2, NULL, unused_cb,
-					  &tag[2], NULL),
-			 0);
+	assert_int_equal(
+	    kvt_device_store(r[2].dev, s, &key, NULL, n, ids[2], 2, NULL, unused_cb, &tag[2], NULL),
+	    0);
 	res = wait_done(s, &tag[2]);
 	assert_int_equal(res.status, 0);
 	assert_int_equal(s->commits, 1);
 	assert_int_equal(s->slot[0].state, S_PUBLISHED);
 	/* The slot holds the canonical object body: every head, nothing else. */
-	assert_int_equal(tr_obj_check(s->slot[0].buf, kvt_object_bytes(&G, n), &G, logical, n, 0,
-				      8, POISON),
-			 0);
+	assert_int_equal(
+	    tr_obj_check(s->slot[0].buf, kvt_object_bytes(&G, n), &G, logical, n, 0, 8, POISON), 0);
 
 	/* Resident now: nothing copied, status 0, no second commit. */
-	assert_int_equal(kvt_device_store(r[2].dev, s, &key, NULL, n, ids[2], 2, NULL, unused_cb,
-					  &tag[3], NULL),
-			 0);
+	assert_int_equal(
+	    kvt_device_store(r[2].dev, s, &key, NULL, n, ids[2], 2, NULL, unused_cb, &tag[3], NULL),
+	    0);
 	res = wait_done(s, &tag[3]);
 	assert_int_equal(res.status, 0);
 	assert_int_equal(res.bytes, 0);
@@ -314,25 +315,25 @@ static void test_refused_copy_leaves_nothing(void **state)
 	assert_int_equal(tr_rank_open(&r, NULL, &G, KVT_LAYOUT_FLASH_ATTN, 16, 4, 0, 8, 0, NULL),
 			 0);
 	struct kvt_device_dep bad = {KVT_DEP_CUDA_EVENT, &r}; /* emu cannot honour it */
-	assert_int_equal(kvt_device_store(r.dev, s, &key, NULL, 32, ids, 2, &bad, unused_cb,
-					  &tag[0], NULL),
-			 -EINVAL);
+	assert_int_equal(
+	    kvt_device_store(r.dev, s, &key, NULL, 32, ids, 2, &bad, unused_cb, &tag[0], NULL),
+	    -EINVAL);
 	assert_int_equal(s->cancels, 1);
 	assert_int_equal(s->slot[0].state, S_FREE);
 	/* Geometry mismatch between device and store. */
 	s->g.head_dim = 32;
-	assert_int_equal(kvt_device_store(r.dev, s, &key, NULL, 32, ids, 2, NULL, unused_cb,
-					  &tag[0], NULL),
-			 -EINVAL);
+	assert_int_equal(
+	    kvt_device_store(r.dev, s, &key, NULL, 32, ids, 2, NULL, unused_cb, &tag[0], NULL),
+	    -EINVAL);
 	s->g = G;
 	/* No slot at all. */
 	for (int i = 0; i < SLOTS; i++) {
 		s->slot[i].state = S_PUBLISHED;
 		memset(&s->slot[i].key, 0xE0 + i, sizeof(key));
 	}
-	assert_int_equal(kvt_device_store(r.dev, s, &key, NULL, 32, ids, 2, NULL, unused_cb,
-					  &tag[0], NULL),
-			 -ENOSPC);
+	assert_int_equal(
+	    kvt_device_store(r.dev, s, &key, NULL, 32, ids, 2, NULL, unused_cb, &tag[0], NULL),
+	    -ENOSPC);
 	tr_rank_close(&r);
 	fake_close(s);
 }
@@ -351,14 +352,12 @@ static void test_load(void **state)
 			 0);
 	tr_shuffled_ids(&seed, 5, ids_w, 2);
 	tr_rank_load_logical(&w, logical, n, ids_w);
-	assert_int_equal(kvt_device_store(w.dev, s, &key, NULL, n, ids_w, 2, NULL, unused_cb,
-					  &tag[0], NULL),
-			 0);
+	assert_int_equal(
+	    kvt_device_store(w.dev, s, &key, NULL, n, ids_w, 2, NULL, unused_cb, &tag[0], NULL), 0);
 	assert_int_equal(wait_done(s, &tag[0]).status, 0);
 
-	assert_int_equal(tr_rank_open(&r, NULL, &G, KVT_LAYOUT_FLASH_ATTN, 16, 5, 2, 6, POISON,
-				      NULL),
-			 0);
+	assert_int_equal(
+	    tr_rank_open(&r, NULL, &G, KVT_LAYOUT_FLASH_ATTN, 16, 5, 2, 6, POISON, NULL), 0);
 	tr_shuffled_ids(&seed, 5, ids_r, 2);
 	struct kvt_device_op *op;
 	assert_int_equal(kvt_device_load(r.dev, s, &key, ids_r, 2, NULL, unused_cb, &tag[1], &op),
@@ -399,9 +398,9 @@ static void test_load(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_tp_publish_once),
-		cmocka_unit_test(test_refused_copy_leaves_nothing),
-		cmocka_unit_test(test_load),
+	    cmocka_unit_test(test_tp_publish_once),
+	    cmocka_unit_test(test_refused_copy_leaves_nothing),
+	    cmocka_unit_test(test_load),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,15 +19,23 @@
 
 static struct kvt_geometry geo_kv(uint8_t dtype)
 {
-	struct kvt_geometry g = {.layers = 4, .kv_heads = 8, .head_dim = 16, .chunk_tokens = 64,
-				 .dtype = dtype, .kind = KVT_KIND_KV};
+	struct kvt_geometry g = {.layers = 4,
+				 .kv_heads = 8,
+				 .head_dim = 16,
+				 .chunk_tokens = 64,
+				 .dtype = dtype,
+				 .kind = KVT_KIND_KV};
 	return g;
 }
 
 static struct kvt_geometry geo_mla(void)
 {
-	struct kvt_geometry g = {.layers = 3, .kv_heads = 1, .head_dim = 72, .chunk_tokens = 64,
-				 .dtype = KVT_DTYPE_FP16, .kind = KVT_KIND_MLA};
+	struct kvt_geometry g = {.layers = 3,
+				 .kv_heads = 1,
+				 .head_dim = 72,
+				 .chunk_tokens = 64,
+				 .dtype = KVT_DTYPE_FP16,
+				 .kind = KVT_KIND_MLA};
 	return g;
 }
 
@@ -121,7 +129,7 @@ static void test_dtypes_and_block_sizes(void **state)
 	uint8_t dts[] = {KVT_DTYPE_FP8, KVT_DTYPE_FP16, KVT_DTYPE_FP32};
 	for (size_t i = 0; i < sizeof(dts); i++) {
 		struct kvt_geometry g = geo_kv(dts[i]);
-		round_trip(&g, KVT_LAYOUT_FLASH_ATTN, 1, 64, 100 + i);  /* one token per block */
+		round_trip(&g, KVT_LAYOUT_FLASH_ATTN, 1, 64, 100 + i);	/* one token per block */
 		round_trip(&g, KVT_LAYOUT_FLASHINFER, 64, 40, 200 + i); /* one block per chunk */
 	}
 }
@@ -156,18 +164,16 @@ static void tp_case(uint32_t layout, const struct tp_split *wr, const struct tp_
 	}
 	if (wr->n > 1) {
 		/* One rank alone writes only its own slice of the object. */
-		assert_int_equal(kvt_device_gather(ranks[0].dev, ids[0], nblk, n, obj, len, NULL,
-						   &ops[0]),
-				 0);
+		assert_int_equal(
+		    kvt_device_gather(ranks[0].dev, ids[0], nblk, n, obj, len, NULL, &ops[0]), 0);
 		assert_int_equal(kvt_device_op_wait(ops[0], 10000), 0);
 		kvt_device_op_free(ops[0]);
 		assert_int_equal(tr_obj_check(obj, len, &g, logical, n, wr->h[0], wr->h[1], POISON),
 				 0);
 	}
 	for (uint32_t i = 0; i < wr->n; i++)
-		assert_int_equal(kvt_device_gather(ranks[i].dev, ids[i], nblk, n, obj, len, NULL,
-						   &ops[i]),
-				 0);
+		assert_int_equal(
+		    kvt_device_gather(ranks[i].dev, ids[i], nblk, n, obj, len, NULL, &ops[i]), 0);
 	for (uint32_t i = 0; i < wr->n; i++) {
 		assert_int_equal(kvt_device_op_wait(ops[i], 10000), 0);
 		kvt_device_op_free(ops[i]);
@@ -180,9 +186,8 @@ static void tp_case(uint32_t layout, const struct tp_split *wr, const struct tp_
 		assert_int_equal(tr_rank_open(&ranks[i], NULL, &g, layout, bs, nb, rd->h[i],
 					      rd->h[i + 1], POISON, NULL),
 				 0);
-		assert_int_equal(kvt_device_scatter(ranks[i].dev, obj, len, n, ids[i], nblk, NULL,
-						    &ops[i]),
-				 0);
+		assert_int_equal(
+		    kvt_device_scatter(ranks[i].dev, obj, len, n, ids[i], nblk, NULL, &ops[i]), 0);
 	}
 	for (uint32_t i = 0; i < rd->n; i++) {
 		assert_int_equal(kvt_device_op_wait(ops[i], 10000), 0);
@@ -196,8 +201,8 @@ static void tp_case(uint32_t layout, const struct tp_split *wr, const struct tp_
 
 static void test_tp(void **state)
 {
-	const struct tp_split tp1 = {1, {0, 8}}, tp2 = {2, {0, 4, 8}},
-			      tp4 = {4, {0, 2, 4, 6, 8}}, uneven = {2, {0, 3, 8}};
+	const struct tp_split tp1 = {1, {0, 8}}, tp2 = {2, {0, 4, 8}}, tp4 = {4, {0, 2, 4, 6, 8}},
+			      uneven = {2, {0, 3, 8}};
 	uint32_t layouts[] = {KVT_LAYOUT_FLASH_ATTN, KVT_LAYOUT_FLASHINFER};
 	for (int i = 0; i < 2; i++) {
 		uint64_t s = 900 + i * 10;
@@ -244,9 +249,8 @@ static void test_dependency(void **state)
 
 	/* A scatter waits too: the destination blocks are untouched until the signal. */
 	kvt_emu_event_reset(ev);
-	assert_int_equal(tr_rank_open(&r, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, POISON,
-				      NULL),
-			 0);
+	assert_int_equal(
+	    tr_rank_open(&r, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, POISON, NULL), 0);
 	assert_int_equal(kvt_device_scatter(r.dev, obj, len, n, ids_r, 4, &dep, &op), 0);
 	usleep(50 * 1000);
 	assert_int_equal(kvt_device_op_wait_layer(op, 0, 0), -ETIMEDOUT);
@@ -287,8 +291,12 @@ static struct kvt_config *cfg_gbps(const char *gbps)
 
 static void test_layer_order(void **state)
 {
-	struct kvt_geometry g = {.layers = 8, .kv_heads = 8, .head_dim = 64, .chunk_tokens = 64,
-				 .dtype = KVT_DTYPE_BF16, .kind = KVT_KIND_KV};
+	struct kvt_geometry g = {.layers = 8,
+				 .kv_heads = 8,
+				 .head_dim = 64,
+				 .chunk_tokens = 64,
+				 .dtype = KVT_DTYPE_BF16,
+				 .kind = KVT_KIND_KV};
 	uint64_t seed = 5;
 	uint32_t n = 64, ids[4];
 	struct tr_rank r;
@@ -299,13 +307,11 @@ static void test_layer_order(void **state)
 		for (uint32_t p = 0; p < 2; p++)
 			for (uint32_t t = 0; t < n; t++)
 				memcpy(obj + tr_obj_off(&g, n, l, p, t, 0),
-				       logical + tr_logical_off(&g, n, l, p, t, 0),
-				       8 * 64 * 2);
+				       logical + tr_logical_off(&g, n, l, p, t, 0), 8 * 64 * 2);
 	/* 128 KiB per layer at 10 MB/s: ~13 ms per layer, ~105 ms in all. */
 	struct kvt_config *cfg = cfg_gbps("0.01");
-	assert_int_equal(tr_rank_open(&r, cfg, &g, KVT_LAYOUT_FLASHINFER, 16, 8, 0, 8, POISON,
-				      NULL),
-			 0);
+	assert_int_equal(
+	    tr_rank_open(&r, cfg, &g, KVT_LAYOUT_FLASHINFER, 16, 8, 0, 8, POISON, NULL), 0);
 	struct kvt_device_op *op;
 	assert_int_equal(kvt_device_scatter(r.dev, obj, len, n, ids, 4, NULL, &op), 0);
 	uint32_t seen = 0;
@@ -331,8 +337,12 @@ static void test_layer_order(void **state)
 
 static double seconds_for(struct kvt_config *cfg, uint32_t ops, uint64_t *bytes)
 {
-	struct kvt_geometry g = {.layers = 8, .kv_heads = 8, .head_dim = 128, .chunk_tokens = 64,
-				 .dtype = KVT_DTYPE_BF16, .kind = KVT_KIND_KV};
+	struct kvt_geometry g = {.layers = 8,
+				 .kv_heads = 8,
+				 .head_dim = 128,
+				 .chunk_tokens = 64,
+				 .dtype = KVT_DTYPE_BF16,
+				 .kind = KVT_KIND_KV};
 	uint64_t seed = 9;
 	uint32_t ids[4] = {3, 0, 2, 1};
 	struct tr_rank r;
@@ -359,10 +369,10 @@ static void test_throttle(void **state)
 {
 	uint64_t bytes;
 	struct kvt_config *cfg = cfg_gbps("0.1"); /* 100 MB/s */
-	double s = seconds_for(cfg, 8, &bytes);   /* 8 x 2 MiB = 16.8 MB: ~168 ms */
+	double s = seconds_for(cfg, 8, &bytes);	  /* 8 x 2 MiB = 16.8 MB: ~168 ms */
 	double expect = (double)bytes / 0.1e9;
-	print_message("throttle: %.1f MB in %.1f ms at 0.1 GB/s (expected %.1f ms)\n",
-		      bytes / 1e6, s * 1e3, expect * 1e3);
+	print_message("throttle: %.1f MB in %.1f ms at 0.1 GB/s (expected %.1f ms)\n", bytes / 1e6,
+		      s * 1e3, expect * 1e3);
 	assert_true(s >= 0.9 * expect);
 	assert_true(s <= 3 * expect + 0.2);
 	kvt_config_destroy(cfg);
@@ -473,18 +483,18 @@ static void test_no_leaks(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_flash_attn),
-		cmocka_unit_test(test_flashinfer),
-		cmocka_unit_test(test_mla),
-		cmocka_unit_test(test_partial_last_chunk),
-		cmocka_unit_test(test_dtypes_and_block_sizes),
-		cmocka_unit_test(test_tp),
-		cmocka_unit_test(test_dependency),
-		cmocka_unit_test(test_layer_order),
-		cmocka_unit_test(test_throttle),
-		cmocka_unit_test(test_bad_arguments),
-		cmocka_unit_test(test_backend_choice),
-		cmocka_unit_test(test_no_leaks),
+	    cmocka_unit_test(test_flash_attn),
+	    cmocka_unit_test(test_flashinfer),
+	    cmocka_unit_test(test_mla),
+	    cmocka_unit_test(test_partial_last_chunk),
+	    cmocka_unit_test(test_dtypes_and_block_sizes),
+	    cmocka_unit_test(test_tp),
+	    cmocka_unit_test(test_dependency),
+	    cmocka_unit_test(test_layer_order),
+	    cmocka_unit_test(test_throttle),
+	    cmocka_unit_test(test_bad_arguments),
+	    cmocka_unit_test(test_backend_choice),
+	    cmocka_unit_test(test_no_leaks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
