@@ -273,6 +273,140 @@ KVT_EXPORT int kvt_flush_sync(struct kvt_store *s);
 /* Library version and the tiers compiled in, e.g. "0.1.0 tiers: dram nvme fs redis". */
 KVT_EXPORT const char *kvt_version(void);
 
+/* ------------------------------------------------- Device KV cache (GPU) */
+/*
+ * Moving KV between an engine's paged GPU KV cache and canonical chunk objects
+ * (docs/DEVICE.md). An engine registers its cache once per TP rank with
+ * kvt_device_open(); each gather (device blocks -> object) or scatter (object -> device
+ * blocks) is one asynchronous operation, a struct kvt_device_op.
+ *
+ * Device tensor layouts, per layer (layer_base[l] points at element 0; heads = h1 - h0,
+ * the heads this rank holds; dense, C order):
+ *   KVT_LAYOUT_FLASH_ATTN  [2][num_blocks][block_size][heads][head_dim]   (K plane, V plane)
+ *   KVT_LAYOUT_FLASHINFER  [num_blocks][2][block_size][heads][head_dim]
+ *   KVT_LAYOUT_MLA         [num_blocks][block_size][head_dim]             (latent; kind MLA)
+ * Token t of a chunk lives in block block_ids[t / block_size], row t % block_size.
+ *
+ * Object layout (the canonical chunk, format v1): layer l at
+ * kvt_layer_offset(geometry, n_tokens, l); inside it K then V, each
+ * [n_tokens][kv_heads][head_dim] over ALL heads of the model. A rank holding heads
+ * [h0, h1) reads and writes only that strided slice, so objects are independent of the
+ * writer's tensor parallelism: TP=2 writers, TP=1 or TP=4 readers.
+ *
+ * The dependency rule: a copy never starts before its dependency is complete. For a
+ * gather, pass the event the engine recorded after the compute that writes the blocks;
+ * for a scatter, one recorded after the last reads of the blocks being overwritten.
+ *
+ * Completion: operations of one direction (gathers, scatters) run in submission order on
+ * one copy queue (a CUDA stream); each layer completes in order, observable with
+ * kvt_device_op_wait_layer(). Handles are owned by the caller until kvt_device_op_free().
+ */
+
+enum kvt_device_layout {
+	KVT_LAYOUT_FLASH_ATTN = 1, /* vLLM FlashAttention: [2][blocks][block_size][heads][dim] */
+	KVT_LAYOUT_FLASHINFER = 2, /* FlashInfer: [blocks][2][block_size][heads][dim] */
+	KVT_LAYOUT_MLA = 3,        /* MLA latent: [blocks][block_size][dim] */
+};
+
+/* An engine's KV cache, as registered by one TP rank. Copied by kvt_device_open except
+ * the memory layer_base points to, which must stay valid until kvt_device_close. */
+struct kvt_device_desc {
+	uint32_t size;                 /* sizeof(struct kvt_device_desc) */
+	struct kvt_geometry geometry;  /* the model's, before TP; must equal the store's */
+	uint32_t layout;               /* enum kvt_device_layout (MLA iff geometry.kind MLA) */
+	uint32_t block_size;           /* tokens per block; chunk_tokens % block_size == 0 */
+	uint32_t num_blocks;           /* blocks in each layer's tensor */
+	uint32_t head_begin, head_end; /* heads [h0, h1) this rank holds; {0, kv_heads} = all */
+	int cuda_device;               /* CUDA device ordinal of the tensors (cuda backend) */
+	void *const *layer_base;       /* geometry.layers device pointers (emu: host memory) */
+};
+
+/* A dependency a copy waits for (NULL or kind NONE: none). */
+enum kvt_device_dep_kind {
+	KVT_DEP_NONE = 0,
+	KVT_DEP_CUDA_EVENT = 1,  /* handle is a cudaEvent_t, recorded by the engine */
+	KVT_DEP_CUDA_STREAM = 2, /* handle is a cudaStream_t: waits for work queued on it so far */
+	KVT_DEP_EMU_EVENT = 3,   /* handle is a struct kvt_emu_event * (emu backend) */
+};
+struct kvt_device_dep {
+	int kind;
+	void *handle; /* must stay valid until the operation has completed */
+};
+
+struct kvt_device;
+struct kvt_device_op;
+
+/* Register an engine's KV cache. backend: "auto" (cuda if a GPU is visible, else emu),
+ * "emu" or "cuda"; NULL takes device.backend from cfg. cfg (NULL: defaults) also gives
+ * device.emu_gbps and the log callback. -EINVAL bad descriptor, -ENODEV cuda requested but
+ * not built in or no GPU, -ENOMEM. */
+KVT_EXPORT int kvt_device_open(const struct kvt_config *cfg, const char *backend,
+			       const struct kvt_device_desc *desc, struct kvt_device **out);
+/* Waits for every operation of this device, then frees it. Handles not yet freed with
+ * kvt_device_op_free stay valid (complete) until they are. */
+KVT_EXPORT void kvt_device_close(struct kvt_device *dev);
+/* "emu" or "cuda". */
+KVT_EXPORT const char *kvt_device_backend(const struct kvt_device *dev);
+/* Make host memory usable for fast asynchronous copies (cuda: cudaHostRegister; emu: a
+ * no-op). Buffers handed to gather/scatter should be registered (or come from a registered
+ * store's DRAM pool); unregistered memory still works, slower. */
+KVT_EXPORT int kvt_device_host_register(struct kvt_device *dev, void *ptr, size_t len);
+KVT_EXPORT int kvt_device_host_unregister(struct kvt_device *dev, void *ptr);
+
+/* Buffer level, without a store. obj is an object-layout buffer of at least
+ * kvt_object_bytes(geometry, n_tokens) bytes (its header is neither read nor written);
+ * block_ids[0..n_blocks) with n_blocks == ceil(n_tokens / block_size), each < num_blocks;
+ * 1 <= n_tokens <= chunk_tokens. Gather writes this rank's heads of every layer into obj;
+ * scatter reads them from obj into the blocks (rows past n_tokens in the last block are
+ * not touched). *op receives the handle. obj and block_ids are borrowed until the op has
+ * completed (block_ids: only until the call returns). 0, or -EINVAL / -ENOMEM (no op). */
+KVT_EXPORT int kvt_device_gather(struct kvt_device *dev, const uint32_t *block_ids,
+				 uint32_t n_blocks, uint32_t n_tokens, void *obj, size_t obj_len,
+				 const struct kvt_device_dep *dep, struct kvt_device_op **op);
+KVT_EXPORT int kvt_device_scatter(struct kvt_device *dev, const void *obj, size_t obj_len,
+				  uint32_t n_tokens, const uint32_t *block_ids, uint32_t n_blocks,
+				  const struct kvt_device_dep *dep, struct kvt_device_op **op);
+
+/* Wait until layer is in place (scatter) / copied (gather): 0, the op's error if it
+ * failed, -ETIMEDOUT after timeout_ms (-1: forever), -EINVAL bad layer. */
+KVT_EXPORT int kvt_device_op_wait_layer(struct kvt_device_op *op, uint32_t layer,
+					int timeout_ms);
+/* Wait for the whole operation: its status (>= 0 success), or -ETIMEDOUT. */
+KVT_EXPORT int kvt_device_op_wait(struct kvt_device_op *op, int timeout_ms);
+/* Layers completed so far (0 .. layers), without waiting. */
+KVT_EXPORT uint32_t kvt_device_op_layers_done(const struct kvt_device_op *op);
+/* Give the handle back. An op still in flight completes on its own afterwards. */
+KVT_EXPORT void kvt_device_op_free(struct kvt_device_op *op);
+
+/* Store level. Gather this rank's heads of the chunk in block_ids into a DRAM slot of s
+ * and publish the object once ranks covering all heads have written theirs (ranks of one
+ * process sharing s; see docs/DEVICE.md). cb runs through kvt_poll() once this rank's
+ * copy is done: the engine may free or reuse its blocks. status = heads of the object
+ * still missing (0: published, or already resident); < 0 on failure (-ENOSPC no slot).
+ * The geometry of dev and s must be equal (-EINVAL). op may be NULL (no handle wanted). */
+KVT_EXPORT int kvt_device_store(struct kvt_device *dev, struct kvt_store *s,
+				const struct kvt_key *key, const struct kvt_key *parent,
+				uint32_t n_tokens, const uint32_t *block_ids, uint32_t n_blocks,
+				const struct kvt_device_dep *dep, kvt_cb cb, void *arg,
+				struct kvt_device_op **op);
+/* Load a chunk from s (promoting it from a deeper tier if needed) and scatter this rank's
+ * heads into block_ids layer by layer; wait for layers through *op (may be NULL). cb runs
+ * through kvt_poll() when every layer is in place (res.n_tokens, res.tier, res.bytes =
+ * bytes this rank copied). -ENOENT miss; -EINVAL if the chunk has more tokens than the
+ * blocks hold (the op then fails). */
+KVT_EXPORT int kvt_device_load(struct kvt_device *dev, struct kvt_store *s,
+			       const struct kvt_key *key, const uint32_t *block_ids,
+			       uint32_t n_blocks, const struct kvt_device_dep *dep, kvt_cb cb,
+			       void *arg, struct kvt_device_op **op);
+
+/* An emulated engine event for the emu backend: a copy that depends on it does not start
+ * before kvt_emu_event_signal(). */
+struct kvt_emu_event;
+KVT_EXPORT int kvt_emu_event_create(struct kvt_emu_event **out);
+KVT_EXPORT void kvt_emu_event_signal(struct kvt_emu_event *ev);
+KVT_EXPORT void kvt_emu_event_reset(struct kvt_emu_event *ev);
+KVT_EXPORT void kvt_emu_event_destroy(struct kvt_emu_event *ev);
+
 #ifdef __cplusplus
 }
 #endif

@@ -88,6 +88,8 @@ static const struct cfg_row rows[] = {
 	/* ---- end redis ---- */
 
 	/* ---- device layer (GPU/emu): rows below ---- */
+	{"device.backend", T_ENUM, "auto", 0, 0, "auto|emu|cuda", "transfer backend between an engine's GPU KV cache and chunks: auto picks cuda when a GPU is visible, else emu (host memory stands in for device memory)"},
+	{"device.emu_gbps", T_DOUBLE, "0", 0, 100000, NULL, "emu backend: throttle each copy direction to this many GB/s (10^9 bytes) to stand in for PCIe; 0 = unthrottled"},
 
 	/* ---- end device ---- */
 

@@ -1,0 +1,386 @@
+/*
+ * device_store.c - the device layer on top of the store: gather an engine's blocks
+ * straight into a reserved DRAM slot (no extra host copy), and scatter a chunk acquired
+ * from the store into an engine's blocks layer by layer.
+ *
+ * Tensor parallelism. Under TP each rank holds a slice of the heads; the canonical object
+ * holds all of them, so one object is written by several ranks. Ranks of one process that
+ * share a store meet in a process-wide "partial object" table keyed by (store, key): the
+ * first rank reserves the slot, every rank claims the heads of its range no one has
+ * claimed yet and gathers only those (ranks that replicate a head, TP > kv_heads, do not
+ * write it twice), and the rank whose copy completes the last missing head publishes the
+ * object with kvt__store_commit. Until then the slot stays pinned and invisible to readers,
+ * so a half-written object is never served. A partial object no rank has touched for
+ * STALE_NS (a rank died or never came) is cancelled by the next store call. Ranks in
+ * different processes need a shared DRAM pool (the kvtierd daemon) - docs/DEVICE.md.
+ *
+ * The engine hooks (src/engine.h) are referenced weakly while src/engine.c does not exist
+ * (it is written in parallel): then these calls return -ENOSYS and everything else links.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "device.h"
+#include "engine.h"
+
+/* While src/engine.c does not exist (it is written in parallel), reference the engine
+ * weakly so that everything links; with it, the references are ordinary ones. */
+#if !__has_include("engine.c")
+#pragma weak kvt__store_reserve
+#pragma weak kvt__store_commit
+#pragma weak kvt__store_cancel
+#pragma weak kvt__store_acquire
+#pragma weak kvt__store_release
+#pragma weak kvt__store_complete
+#pragma weak kvt_store_geometry
+#endif
+
+struct kvt_device_op *kvt__dev_op_new(struct kvt_device *dev, int dir, uint32_t n_tokens,
+				      const uint32_t *ids, uint32_t n_blocks,
+				      const struct kvt_device_dep *dep, int *rc);
+void kvt__dev_op_put(struct kvt_device_op *op);
+
+#define STALE_NS (60ull * 1000000000ull)
+
+enum { HEAD_FREE = 0, HEAD_CLAIMED = 1, HEAD_WRITTEN = 2 };
+
+struct partial {
+	struct partial *next;
+	struct kvt_store *s;
+	struct kvt_key key;
+	struct kvt_slot_ref ref;
+	uint32_t n_tokens;
+	uint32_t kv_heads;
+	uint32_t written;
+	int writers;
+	int error; /* a rank's copy failed: the object is cancelled */
+	uint64_t touched_ns;
+	uint8_t head[]; /* kv_heads states */
+};
+
+static pthread_mutex_t tab_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct partial *tab;
+
+struct store_ctx {
+	struct kvt_store *s;
+	kvt_cb cb;
+	void *arg;
+	struct partial *p; /* NULL: nothing to copy */
+	int early;	   /* status when nothing is copied */
+	uint32_t n_tokens;
+	/* load */
+	struct kvt_slot_ref ref;
+	bool have_ref;
+	int tier;
+	uint8_t mine[]; /* store: heads [h0, h1) this op claimed (1) */
+};
+
+static bool engine_linked(void)
+{
+#if __has_include("engine.c")
+	return true;
+#else
+	return kvt__store_reserve && kvt__store_commit && kvt__store_cancel && kvt__store_acquire &&
+	       kvt__store_release && kvt__store_complete && kvt_store_geometry;
+#endif
+}
+
+static int check_store(const struct kvt_device *dev, struct kvt_store *s)
+{
+	if (!engine_linked())
+		return -ENOSYS;
+	const struct kvt_geometry *a = kvt_store_geometry(s), *b = &dev->desc.geometry;
+	if (!a || a->layers != b->layers || a->kv_heads != b->kv_heads ||
+	    a->head_dim != b->head_dim || a->chunk_tokens != b->chunk_tokens ||
+	    a->dtype != b->dtype || a->kind != b->kind)
+		return -EINVAL;
+	return 0;
+}
+
+static void unlink_partial(struct partial *p)
+{
+	for (struct partial **pp = &tab; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			return;
+		}
+	}
+}
+
+/* Cancel partial objects nobody has worked on for STALE_NS. tab_mu held. */
+static void expire_stale(void)
+{
+	uint64_t now = kvt__now_ns();
+	struct partial **pp = &tab;
+	while (*pp) {
+		struct partial *p = *pp;
+		if (!p->writers && now - p->touched_ns > STALE_NS) {
+			*pp = p->next;
+			kvt__store_cancel(p->s, &p->ref);
+			kvt__free(p);
+		} else {
+			pp = &p->next;
+		}
+	}
+}
+
+static void store_finish(struct kvt_device_op *op)
+{
+	struct store_ctx *c = op->ctx;
+	struct kvt_result res = {op->status, KVT_TIER_NONE, c->n_tokens, 0};
+	struct partial *p = c->p, *publish = NULL, *cancel = NULL;
+	if (!p) {
+		res.status = op->status < 0 ? op->status : c->early;
+		goto out;
+	}
+	const struct kvt_device_desc *d = &op->dev->desc;
+	pthread_mutex_lock(&tab_mu);
+	p->writers--;
+	p->touched_ns = kvt__now_ns();
+	if (op->status < 0 && !p->error)
+		p->error = op->status;
+	if (!p->error) {
+		/* Heads of this range still CLAIMED were claimed by this op (others only claim
+		 * FREE heads, and a claim is written by the op that made it). */
+		for (uint32_t h = d->head_begin; h < d->head_end; h++) {
+			if (c->mine[h - d->head_begin]) {
+				p->head[h] = HEAD_WRITTEN;
+				p->written++;
+			}
+		}
+		res.bytes = op->bytes;
+	}
+	res.status = p->error ? p->error : (int)(p->kv_heads - p->written);
+	if (p->error && !p->writers) {
+		unlink_partial(p);
+		cancel = p;
+	} else if (!p->error && p->written == p->kv_heads) {
+		unlink_partial(p);
+		publish = p;
+	}
+	pthread_mutex_unlock(&tab_mu);
+	if (publish) {
+		kvt__store_commit(publish->s, &publish->ref);
+		kvt__free(publish);
+	}
+	if (cancel) {
+		kvt__store_cancel(cancel->s, &cancel->ref);
+		kvt__free(cancel);
+	}
+out:
+	op->status = res.status;
+	kvt__store_complete(c->s, c->cb, c->arg, &res);
+	kvt__free(c);
+}
+
+int kvt_device_store(struct kvt_device *dev, struct kvt_store *s, const struct kvt_key *key,
+		     const struct kvt_key *parent, uint32_t n_tokens, const uint32_t *block_ids,
+		     uint32_t n_blocks, const struct kvt_device_dep *dep, kvt_cb cb, void *arg,
+		     struct kvt_device_op **opp)
+{
+	int rc;
+	if (!dev || !s || !key || !cb)
+		return -EINVAL;
+	if ((rc = check_store(dev, s)) < 0)
+		return rc;
+	const struct kvt_device_desc *d = &dev->desc;
+	struct store_ctx *c = kvt__calloc(1, sizeof(*c) + dev->heads);
+	if (!c)
+		return -ENOMEM;
+	c->s = s;
+	c->cb = cb;
+	c->arg = arg;
+	c->n_tokens = n_tokens;
+	struct kvt_device_op *op =
+	    kvt__dev_op_new(dev, KVT_DEV_GATHER, n_tokens, block_ids, n_blocks, dep, &rc);
+	if (!op) {
+		kvt__free(c);
+		return rc;
+	}
+	op->ctx = c;
+
+	pthread_mutex_lock(&tab_mu);
+	expire_stale();
+	struct partial *p = tab;
+	while (p && (p->s != s || memcmp(&p->key, key, sizeof(*key))))
+		p = p->next;
+	if (!p) {
+		struct kvt_slot_ref ref;
+		rc = kvt__store_reserve(s, key, parent, n_tokens, &ref);
+		if (rc == -EEXIST) {
+			c->early = 0; /* resident already: nothing to copy */
+			goto nocopy;
+		}
+		if (rc < 0)
+			goto fail_locked;
+		p = kvt__calloc(1, sizeof(*p) + d->geometry.kv_heads);
+		if (!p) {
+			kvt__store_cancel(s, &ref);
+			rc = -ENOMEM;
+			goto fail_locked;
+		}
+		p->s = s;
+		p->key = *key;
+		p->ref = ref;
+		p->n_tokens = n_tokens;
+		p->kv_heads = d->geometry.kv_heads;
+		p->next = tab;
+		tab = p;
+	} else if (p->n_tokens != n_tokens) {
+		rc = -EINVAL;
+		goto fail_locked;
+	} else if (p->error) {
+		c->early = p->error;
+		goto nocopy;
+	}
+	p->touched_ns = kvt__now_ns();
+	uint32_t claimed = 0;
+	for (uint32_t h = d->head_begin; h < d->head_end; h++) {
+		if (p->head[h] == HEAD_FREE) {
+			p->head[h] = HEAD_CLAIMED;
+			c->mine[h - d->head_begin] = 1;
+			claimed++;
+		}
+	}
+	if (!claimed) {
+		/* Another rank holds the same heads (replicated KV heads) and writes them. */
+		c->early = (int)(p->kv_heads - p->written);
+		goto nocopy;
+	}
+	/* A rank that replicates part of a claimed range still gathers its whole range (the
+	 * bytes are identical); only the heads it claimed count as written by it. */
+	p->writers++;
+	c->p = p;
+	op->obj = p->ref.buf;
+	op->finish = store_finish;
+	/* Submit under tab_mu: the op may finish on the backend's thread at once, and its
+	 * finish takes tab_mu, so p cannot be published before the claim is complete. */
+	rc = dev->ops->submit(op);
+	if (rc < 0) {
+		for (uint32_t h = d->head_begin; h < d->head_end; h++)
+			if (c->mine[h - d->head_begin])
+				p->head[h] = HEAD_FREE;
+		p->writers--;
+		c->p = NULL;
+		op->finish = NULL;
+		bool untouched = !p->writers;
+		for (uint32_t h = 0; h < p->kv_heads; h++)
+			untouched &= p->head[h] == HEAD_FREE;
+		if (untouched) { /* this rank created it: leave no trace */
+			unlink_partial(p);
+			kvt__store_cancel(s, &p->ref);
+			kvt__free(p);
+		}
+		goto fail_locked;
+	}
+	pthread_mutex_unlock(&tab_mu);
+	if (opp)
+		*opp = op;
+	else
+		kvt__dev_op_put(op);
+	return 0;
+
+nocopy:
+	pthread_mutex_unlock(&tab_mu);
+	op->finish = store_finish;
+	op->bytes = 0;
+	kvt__dev_op_done(op, 0); /* the user callback is queued for kvt_poll, not run here */
+	if (opp)
+		*opp = op;
+	else
+		kvt__dev_op_put(op);
+	return 0;
+
+fail_locked:
+	pthread_mutex_unlock(&tab_mu);
+	op->ctx = NULL;
+	kvt__dev_op_done(op, rc);
+	kvt__dev_op_put(op);
+	kvt__free(c);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ load */
+
+static void load_finish(struct kvt_device_op *op)
+{
+	struct store_ctx *c = op->ctx;
+	struct kvt_result res = {op->status, c->tier, c->have_ref ? c->ref.n_tokens : 0,
+				 op->status < 0 ? 0 : op->bytes};
+	if (c->have_ref)
+		kvt__store_release(c->s, &c->ref);
+	kvt__store_complete(c->s, c->cb, c->arg, &res);
+	kvt__free(c);
+}
+
+static void on_acquired(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
+{
+	struct kvt_device_op *op = arg;
+	struct store_ctx *c = op->ctx;
+	struct kvt_device *dev = op->dev;
+	if (rc < 0)
+		goto fail;
+	c->ref = *ref;
+	c->have_ref = true;
+	c->tier = tier;
+	uint32_t bs = dev->desc.block_size, have = op->plan.n_blocks;
+	uint32_t need = (ref->n_tokens + bs - 1) / bs;
+	rc = -EINVAL;
+	if (need > have)
+		goto fail;
+	if ((rc = kvt__dev_plan_init(dev, ref->n_tokens, op->ids, need, &op->plan)) < 0)
+		goto fail;
+	op->bytes =
+	    (uint64_t)op->plan.layers * op->plan.planes * ref->n_tokens * op->plan.row_bytes;
+	op->obj = ref->buf;
+	if ((rc = dev->ops->submit(op)) < 0)
+		goto fail;
+	return;
+fail:
+	kvt__dev_op_done(op, rc);
+}
+
+int kvt_device_load(struct kvt_device *dev, struct kvt_store *s, const struct kvt_key *key,
+		    const uint32_t *block_ids, uint32_t n_blocks, const struct kvt_device_dep *dep,
+		    kvt_cb cb, void *arg, struct kvt_device_op **opp)
+{
+	int rc;
+	if (!dev || !s || !key || !cb || !block_ids || !n_blocks)
+		return -EINVAL;
+	if ((rc = check_store(dev, s)) < 0)
+		return rc;
+	uint32_t max_blocks = dev->desc.geometry.chunk_tokens / dev->desc.block_size;
+	if (n_blocks > max_blocks)
+		return -EINVAL;
+	for (uint32_t i = 0; i < n_blocks; i++)
+		if (block_ids[i] >= dev->desc.num_blocks)
+			return -EINVAL;
+	struct store_ctx *c = kvt__calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->s = s;
+	c->cb = cb;
+	c->arg = arg;
+	c->tier = KVT_TIER_NONE;
+	struct kvt_device_op *op =
+	    kvt__dev_op_new(dev, KVT_DEV_SCATTER, 0, block_ids, n_blocks, dep, &rc);
+	if (!op) {
+		kvt__free(c);
+		return rc;
+	}
+	op->ctx = c;
+	op->finish = load_finish;
+	if ((rc = kvt__store_acquire(s, key, on_acquired, op)) < 0) {
+		op->finish = NULL;
+		op->ctx = NULL;
+		kvt__dev_op_done(op, rc);
+		kvt__dev_op_put(op);
+		kvt__free(c);
+		return rc;
+	}
+	if (opp)
+		*opp = op;
+	else
+		kvt__dev_op_put(op);
+	return 0;
+}
