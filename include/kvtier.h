@@ -210,8 +210,8 @@ KVT_EXPORT int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_
 			  kvt_cb cb, void *arg);
 
 /* Read layers [layer_begin, layer_end) of one chunk into buf (dense, layer-major;
- * layer_end 0 means all layers). len must hold (layer_end-layer_begin) layer bytes of a
- * full chunk; a partial chunk fills less (result.bytes, result.n_tokens). A hit in a deeper
+ * layer_end 0 means all layers). len must hold those layers of the stored chunk
+ * (result.bytes, result.n_tokens tell its size); if it does not, status is -EINVAL. A hit in a deeper
  * tier is promoted into DRAM when the store is configured to (store.promote). Checksums are
  * verified before a byte is copied out. status 0; -ENOENT miss; -EINVAL bad range. */
 KVT_EXPORT int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,

@@ -13,27 +13,12 @@
  * so a half-written object is never served. A partial object no rank has touched for
  * STALE_NS (a rank died or never came) is cancelled by the next store call. Ranks in
  * different processes need a shared DRAM pool (the kvtierd daemon) - docs/DEVICE.md.
- *
- * The engine hooks (src/engine.h) are referenced weakly while src/engine.c does not exist
- * (it is written in parallel): then these calls return -ENOSYS and everything else links.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "device.h"
 #include "engine.h"
-
-/* While src/engine.c does not exist (it is written in parallel), reference the engine
- * weakly so that everything links; with it, the references are ordinary ones. */
-#if !__has_include("engine.c")
-#pragma weak kvt__store_reserve
-#pragma weak kvt__store_commit
-#pragma weak kvt__store_cancel
-#pragma weak kvt__store_acquire
-#pragma weak kvt__store_release
-#pragma weak kvt__store_complete
-#pragma weak kvt_store_geometry
-#endif
 
 struct kvt_device_op *kvt__dev_op_new(struct kvt_device *dev, int dir, uint32_t n_tokens,
 				      const uint32_t *ids, uint32_t n_blocks,
@@ -75,20 +60,8 @@ struct store_ctx {
 	uint8_t mine[]; /* store: heads [h0, h1) this op claimed (1) */
 };
 
-static bool engine_linked(void)
-{
-#if __has_include("engine.c")
-	return true;
-#else
-	return kvt__store_reserve && kvt__store_commit && kvt__store_cancel && kvt__store_acquire &&
-	       kvt__store_release && kvt__store_complete && kvt_store_geometry;
-#endif
-}
-
 static int check_store(const struct kvt_device *dev, struct kvt_store *s)
 {
-	if (!engine_linked())
-		return -ENOSYS;
 	const struct kvt_geometry *a = kvt_store_geometry(s), *b = &dev->desc.geometry;
 	if (!a || a->layers != b->layers || a->kv_heads != b->kv_heads ||
 	    a->head_dim != b->head_dim || a->chunk_tokens != b->chunk_tokens ||

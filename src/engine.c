@@ -1238,7 +1238,7 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 		l1 = s->geo.layers;
 	if (l0 >= l1 || l1 > s->geo.layers)
 		return -EINVAL;
-	if (len < (uint64_t)(l1 - l0) * kvt_layer_bytes(&s->geo, s->geo.chunk_tokens))
+	if (len < (uint64_t)(l1 - l0) * kvt_layer_bytes(&s->geo, 1))
 		return -EINVAL;
 	if (!admit_inflight(s))
 		return -EAGAIN;

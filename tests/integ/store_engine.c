@@ -97,6 +97,7 @@ static void test_basic(const char *dir)
 	CHECK_RC(kvt_get_sync(s, &keys[3], 3, 2, part, PAYLOAD, NULL), -EINVAL);
 	CHECK_RC(kvt_get_sync(s, &keys[3], 0, G.layers + 1, part, PAYLOAD, NULL), -EINVAL);
 	CHECK_RC(kvt_get_sync(s, &keys[3], 0, 0, part, PAYLOAD - 1, NULL), -EINVAL);
+	CHECK_RC(kvt_get_sync(s, &keys[3], 0, 0, part, 1, NULL), -EINVAL);
 	CHECK_RC(kvt_put_sync(s, &keys[3], NULL, G.chunk_tokens, full, PAYLOAD - 1), -EINVAL);
 	CHECK_RC(kvt_put_sync(s, &keys[3], NULL, 0, full, 0), -EINVAL);
 	CHECK_RC(kvt_put_sync(s, &keys[3], NULL, G.chunk_tokens + 1, full, PAYLOAD), -EINVAL);

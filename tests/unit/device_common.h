@@ -21,48 +21,6 @@
 #include "device.h"
 #include "kvtier.h"
 
-#if !__has_include("keys.c")
-/* The object format of include/kvtier.h + DESIGN.md: 4 KiB header, then each layer
- * (K then V, or the latent) padded to 4 KiB. */
-uint32_t kvt_dtype_bytes(uint8_t dtype)
-{
-	switch (dtype) {
-	case KVT_DTYPE_BF16:
-	case KVT_DTYPE_FP16:
-		return 2;
-	case KVT_DTYPE_FP8:
-		return 1;
-	case KVT_DTYPE_FP32:
-		return 4;
-	}
-	return 0;
-}
-int kvt_geometry_check(const struct kvt_geometry *g)
-{
-	if (!g || !g->layers || g->layers > KVT_MAX_LAYERS || !g->kv_heads || !g->head_dim ||
-	    !g->chunk_tokens || g->chunk_tokens > 65536 || !kvt_dtype_bytes(g->dtype))
-		return -EINVAL;
-	if (g->kind != KVT_KIND_KV && g->kind != KVT_KIND_MLA)
-		return -EINVAL;
-	if (g->kind == KVT_KIND_MLA && g->kv_heads != 1)
-		return -EINVAL;
-	return 0;
-}
-uint64_t kvt_layer_bytes(const struct kvt_geometry *g, uint32_t n)
-{
-	return (g->kind == KVT_KIND_MLA ? 1u : 2u) * (uint64_t)n * g->kv_heads * g->head_dim *
-	       kvt_dtype_bytes(g->dtype);
-}
-uint64_t kvt_layer_offset(const struct kvt_geometry *g, uint32_t n, uint32_t l)
-{
-	uint64_t lb = (kvt_layer_bytes(g, n) + KVT_ALIGN - 1) / KVT_ALIGN * KVT_ALIGN;
-	return KVT_HEADER_BYTES + l * lb;
-}
-uint64_t kvt_object_bytes(const struct kvt_geometry *g, uint32_t n)
-{
-	return kvt_layer_offset(g, n, g->layers);
-}
-#endif
 
 /* xorshift64*: fixed seeds, reproducible failures. */
 static inline uint64_t tr_next(uint64_t *s)
