@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kvtier.h"
 
@@ -52,10 +53,11 @@ uint64_t kvt__now_ns(void); /* CLOCK_MONOTONIC */
 /* A well-mixed 64-bit hash of a key (its first 8 bytes: keys are SHA-256 outputs or
  * engine hashes; callers with weak opaque keys still get xor-folded mixing). */
 uint64_t kvt__key_hash(const struct kvt_key *key);
+/* memcmp, not uint64_t loads: a struct kvt_key has no alignment guarantee. Compilers turn
+ * a fixed 32-byte memcmp into a few vector compares. */
 static inline bool kvt__key_eq(const struct kvt_key *a, const struct kvt_key *b)
 {
-	const uint64_t *x = (const uint64_t *)a->bytes, *y = (const uint64_t *)b->bytes;
-	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
+	return !memcmp(a->bytes, b->bytes, KVT_KEY_BYTES);
 }
 
 /* ---- CRC32C (Castagnoli), through ISA-L ---- */
