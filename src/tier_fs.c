@@ -491,8 +491,11 @@ static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 	case OP_WRITE:
 		if (!cancel)
 			rc = run_write(s, op);
+		/* the write's callback runs before any flush that waited for it */
+		op->cb(op->arg, rc);
 		write_done(s, op);
-		break;
+		kvt__free(op);
+		return;
 	case OP_REMOVE:
 	case OP_DROP:
 		if (!cancel)
