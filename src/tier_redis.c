@@ -9,13 +9,15 @@
  * Requests are appended to the connection's FIFO by any thread (a mutex and an eventfd
  * wake-up, nothing else) and written as soon as the socket takes them, while replies are
  * parsed as they arrive: many requests in flight per connection, continuously, not in
- * lock-step batches. We use hiredis for what it does well - connecting and its RESP reply
- * parser - and write requests ourselves: a SET's value is sent with writev() straight
- * from the caller's buffer (borrowed until the callback), so a 32 MiB object is never
- * copied into an output buffer, and a GETRANGE reply is copied by the parser straight into
- * the caller's segment. hiredis's async API would have needed the same event loop plus its
- * own copies of every value; a blocking context with redisAppendCommand batches would
- * stall new requests behind each batch and could not bound the time of one request.
+ * lock-step batches. hiredis connects and parses the one-line replies (status, error,
+ * integer); the bytes of large objects never go through a parser buffer: a SET's value is
+ * sent with sendmsg() straight from the caller's buffer (borrowed until the callback), and
+ * the body of a GETRANGE reply is read from the socket straight into the caller's segment.
+ * (hiredis's reader grows its buffer 1 MiB at a time past 1 MiB and copies each bulk reply
+ * again into a reply object: quadratic for a 32 MiB value.) hiredis's async API would have
+ * needed the same event loop plus those copies; a blocking context with
+ * redisAppendCommand batches would stall new requests behind each batch and could not
+ * bound the time of one request.
  *
  * Failure. Replies come back in order, so only the oldest request can be late: if it has
  * not completed timeout_ms after it became the oldest (or a connect takes longer), the
@@ -41,7 +43,6 @@
 
 #define RD_MAX_CONNS 64
 #define RD_RBUF (1u << 20)      /* bytes per read() */
-#define RD_READER_KEEP (64u << 20) /* parser buffer kept between replies */
 #define RD_MAX_SEGS 4096
 
 enum rd_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_AUTH, OP_SELECT };
@@ -86,6 +87,15 @@ struct rd_conn {
 	uint64_t send_off;
 	uint64_t head_since_ns; /* when head became the oldest request (or the connect began) */
 	char *rbuf;
+	/* reply framing: a line being assembled, or the body of a bulk string in transit */
+	char line[512];
+	size_t line_len;
+	bool in_bulk;
+	char *bulk_dst;       /* where the wanted part of the body goes (NULL: nowhere) */
+	uint64_t bulk_want;   /* body bytes still to land at bulk_dst */
+	uint64_t bulk_skip;   /* body bytes past the caller's segment, dropped */
+	uint64_t bulk_len;    /* bytes delivered, for the reply */
+	unsigned bulk_crlf;   /* bytes of the closing "\r\n" still to come */
 };
 
 struct rd_state {
@@ -188,16 +198,7 @@ static void *mk_reply(const redisReadTask *task, int type)
 static void *rf_string(const redisReadTask *task, char *str, size_t len)
 {
 	struct rd_reply *r = mk_reply(task, task->type);
-	if (!r || r == &nested_reply)
-		return r;
-	struct rd_conn *c = task->privdata;
-	struct rd_op *op = c->head;
-	if (task->type == REDIS_REPLY_STRING && op && op->kind == OP_READ && op->nreplies >= 1 &&
-	    op->nreplies - 1 < op->nsegs) {
-		struct kvt_seg *seg = &op->segs[op->nreplies - 1];
-		r->len = (size_t)KVT_MIN((uint64_t)len, seg->len);
-		memcpy(seg->buf, str, r->len);
-	} else {
+	if (r && r != &nested_reply) {
 		r->len = len;
 		snprintf(r->msg, sizeof(r->msg), "%.*s", (int)KVT_MIN(len, sizeof(r->msg) - 1),
 			 str);
@@ -263,6 +264,8 @@ static void conn_drop(struct rd_conn *c)
 		redisReaderFree(c->reader);
 	c->reader = NULL;
 	c->state = C_DOWN;
+	c->line_len = 0;
+	c->in_bulk = false;
 }
 
 /* The connection failed: every request taken so far fails with err. */
@@ -333,7 +336,6 @@ static int conn_start(struct rd_conn *c)
 		return -ENOMEM;
 	}
 	c->reader->privdata = c;
-	c->reader->maxbuf = RD_READER_KEEP;
 	c->state = C_CONNECTING;
 	c->head_since_ns = kvt__now_ns();
 	return 0;
@@ -508,11 +510,116 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 	return 0;
 }
 
-/* Read what the socket has and hand every complete reply out. */
+/* Start a bulk string reply "$<len>\r\n": its body goes straight into the segment the oldest
+ * request asked for (no copy through a parser buffer, nothing proportional to the object
+ * allocated), or is counted and dropped. */
+static int bulk_start(struct rd_conn *c, const char *line, size_t len)
+{
+	char *end;
+	errno = 0;
+	long long n = strtoll(line + 1, &end, 10);
+	if (errno || end != line + len - 2 || n < -1)
+		return -EPROTO;
+	if (n == -1) { /* nil: no command of ours returns one, let on_reply judge */
+		struct rd_reply nil = {REDIS_REPLY_NIL, 0, 0, ""};
+		return on_reply(c, &nil);
+	}
+	struct rd_op *op = c->head;
+	c->in_bulk = true;
+	c->bulk_dst = NULL;
+	c->bulk_want = 0;
+	c->bulk_skip = (uint64_t)n;
+	c->bulk_crlf = 2;
+	if (op && op != c->send && op->kind == OP_READ && op->nreplies >= 1 &&
+	    op->nreplies - 1 < op->nsegs) {
+		struct kvt_seg *seg = &op->segs[op->nreplies - 1];
+		c->bulk_dst = seg->buf;
+		c->bulk_want = KVT_MIN((uint64_t)n, seg->len);
+		c->bulk_skip = (uint64_t)n - c->bulk_want;
+	}
+	c->bulk_len = c->bulk_want;
+	return 0;
+}
+
+static int bulk_end(struct rd_conn *c)
+{
+	c->in_bulk = false;
+	struct rd_reply r = {REDIS_REPLY_STRING, 0, c->bulk_len, ""};
+	return on_reply(c, &r);
+}
+
+/* One line reply (status, error, integer): hiredis's parser makes the reply. */
+static int line_reply(struct rd_conn *c)
+{
+	if (c->line[0] == '$')
+		return bulk_start(c, c->line, c->line_len);
+	if (c->line[0] != '+' && c->line[0] != '-' && c->line[0] != ':')
+		return -EPROTO; /* arrays and the like: no command of ours returns one */
+	if (redisReaderFeed(c->reader, c->line, c->line_len) != REDIS_OK)
+		return -ENOMEM;
+	void *reply = NULL;
+	if (redisReaderGetReply(c->reader, &reply) != REDIS_OK || !reply)
+		return c->reader->err == REDIS_ERR_OOM ? -ENOMEM : -EPROTO;
+	int rc = on_reply(c, reply);
+	rf_free(reply);
+	return rc;
+}
+
+/* Frame the bytes of one read() into replies. */
+static int consume(struct rd_conn *c, const char *p, size_t left)
+{
+	while (left) {
+		if (c->in_bulk) {
+			size_t k;
+			if (c->bulk_want) {
+				k = (size_t)KVT_MIN(left, c->bulk_want);
+				memcpy(c->bulk_dst, p, k);
+				c->bulk_dst += k;
+				c->bulk_want -= k;
+			} else if (c->bulk_skip) {
+				k = (size_t)KVT_MIN(left, c->bulk_skip);
+				c->bulk_skip -= k;
+			} else {
+				k = KVT_MIN(left, (size_t)c->bulk_crlf);
+				c->bulk_crlf -= (unsigned)k;
+			}
+			p += k;
+			left -= k;
+			if (!c->bulk_want && !c->bulk_skip && !c->bulk_crlf) {
+				int rc = bulk_end(c);
+				if (rc < 0)
+					return rc;
+			}
+			continue;
+		}
+		const char *nl = memchr(p, '\n', left);
+		size_t k = nl ? (size_t)(nl - p) + 1 : left;
+		if (c->line_len + k > sizeof(c->line))
+			return -EPROTO; /* no reply line of ours is that long */
+		memcpy(c->line + c->line_len, p, k);
+		c->line_len += k;
+		p += k;
+		left -= k;
+		if (!nl)
+			break;
+		if (c->line_len < 3 || c->line[c->line_len - 2] != '\r')
+			return -EPROTO;
+		int rc = line_reply(c);
+		c->line_len = 0;
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* Read what the socket has and hand every complete reply out. The body of a large bulk
+ * reply is read from the socket directly into the caller's segment. */
 static int conn_read(struct rd_conn *c)
 {
 	for (;;) {
-		ssize_t n = read(c->c->fd, c->rbuf, RD_RBUF);
+		bool direct = c->in_bulk && c->bulk_want;
+		size_t want = direct ? (size_t)KVT_MIN(c->bulk_want, (uint64_t)1 << 30) : RD_RBUF;
+		ssize_t n = read(c->c->fd, direct ? c->bulk_dst : c->rbuf, want);
 		if (n == 0)
 			return -ECONNRESET;
 		if (n < 0) {
@@ -522,20 +629,20 @@ static int conn_read(struct rd_conn *c)
 				return 0;
 			return -errno;
 		}
-		if (redisReaderFeed(c->reader, c->rbuf, (size_t)n) != REDIS_OK)
-			return -ENOMEM;
-		for (;;) {
-			void *reply = NULL;
-			if (redisReaderGetReply(c->reader, &reply) != REDIS_OK)
-				return c->reader->err == REDIS_ERR_OOM ? -ENOMEM : -EPROTO;
-			if (!reply)
-				break;
-			int rc = on_reply(c, reply);
-			rf_free(reply);
+		if (direct) {
+			c->bulk_dst += n;
+			c->bulk_want -= (uint64_t)n;
+			if (!c->bulk_want && !c->bulk_skip && !c->bulk_crlf) {
+				int rc = bulk_end(c);
+				if (rc < 0)
+					return rc;
+			}
+		} else {
+			int rc = consume(c, c->rbuf, (size_t)n);
 			if (rc < 0)
 				return rc;
 		}
-		if ((size_t)n < RD_RBUF)
+		if ((size_t)n < want)
 			return 0;
 	}
 }
