@@ -248,7 +248,7 @@ static void run_exists(struct fs_state *s, struct fs_op *op, bool cancel)
 			key_path(&b->keys[i], path);
 			if (fstatat(s->rootfd, path, &st, 0) == 0) {
 				b->present[i] = S_ISREG(st.st_mode);
-			} else if (errno == ENOENT || errno == ENOTDIR) {
+			} else if (errno == ENOENT || errno == ENOTDIR || errno == ESTALE) {
 				b->present[i] = 0;
 			} else {
 				int e = -errno;
@@ -320,7 +320,8 @@ static int run_read(struct fs_state *s, struct fs_op *op)
 		direct = direct && aligned(op->segs[i].buf, op->segs[i].off, op->segs[i].len);
 	int fd = open_maybe_direct(s, path, O_RDONLY, direct);
 	if (fd < 0) {
-		if (errno == ENOENT || errno == ENOTDIR) {
+		/* ESTALE: NFS had the name cached, another node removed the file: a miss too */
+		if (errno == ENOENT || errno == ENOTDIR || errno == ESTALE) {
 			atomic_fetch_add(&s->misses, 1);
 			return -ENOENT;
 		}
@@ -334,6 +335,11 @@ static int run_read(struct fs_state *s, struct fs_op *op)
 	for (uint32_t i = 0; i < op->nsegs; i++) {
 		ssize_t r = io_full(s, fd, false, op->segs[i].buf, op->segs[i].len,
 				    op->segs[i].off);
+		if (r == -ESTALE) { /* removed by another node while we read it */
+			rc = -ENOENT;
+			atomic_fetch_add(&s->misses, 1);
+			break;
+		}
 		if (r < 0) {
 			rc = (int)r;
 			atomic_fetch_add(&s->errors, 1);
@@ -448,7 +454,7 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
 	key_path(&op->key, path);
 	if (unlinkat(s->rootfd, path, 0) < 0) {
 		int e = -errno;
-		if (e == -ENOENT || e == -ENOTDIR)
+		if (e == -ENOENT || e == -ENOTDIR || e == -ESTALE)
 			return -ENOENT;
 		atomic_fetch_add(&s->errors, 1);
 		KVT_WARN(&s->t->log, "fs: unlink %s/%s: %s", s->dir, path, strerror(-e));
