@@ -225,19 +225,27 @@ static void test_server_failures(void)
 	/* 1. SIGKILL with requests in flight */
 	static struct rq q[2 * N];
 	struct many m = {0};
+	unsigned char *big = malloc((size_t)N / 2 * LEN);
+	CHECK(big);
 	for (int i = 0; i < N; i++) {
 		struct kvt_key kk;
 		th_key(&kk, (uint64_t)i, 16);
 		q[i] = (struct rq){&m, NULL, LEN, th_now_ms(), INT32_MIN};
-		CHECK_EQ(t->ops->write(t, &kk, obj, LEN, rq_cb, &q[i]), 0);
+		if (i % 2) { /* reads of the 8 MiB object, bodies landing in big */
+			struct kvt_seg seg = {0, LEN, big + (size_t)(i / 2) * LEN};
+			CHECK_EQ(t->ops->read(t, &k, &seg, 1, rq_cb, &q[i]), 0);
+		} else {
+			CHECK_EQ(t->ops->write(t, &kk, obj, LEN, rq_cb, &q[i]), 0);
+		}
 	}
 	usleep(20000);
 	rs_signal(&r, SIGKILL);
 	uint64_t killed = th_now_ms();
 	wait_calls(&m, N, timeout + 2000);
-	fprintf(stderr, "  SIGKILL: %d writes in flight failed, %d had completed; all called "
-		"back within %llu ms of the kill\n", atomic_load(&m.ok), atomic_load(&m.bad),
-		(unsigned long long)(th_now_ms() - killed));
+	fprintf(stderr, "  SIGKILL: %d reads and writes in flight failed, %d had completed; all "
+		"called back within %llu ms of the kill\n", atomic_load(&m.ok),
+		atomic_load(&m.bad), (unsigned long long)(th_now_ms() - killed));
+	free(big);
 	/* (a write that completed before the kill is fine; none may hang) */
 
 	/* 2. server down: requests fail fast, within the timeout */
