@@ -72,6 +72,10 @@ static const struct cfg_row rows[] = {
 	{"faulty.seed", T_U64, "1", 0, 1.8e19, NULL, "tests only: fault pattern seed"},
 
 	/* ---- fs tier (shared POSIX directory): rows below ---- */
+	{"fs.dir", T_STR, "", 0, 0, NULL, "shared directory (CephFS, NFS, Lustre mount) holding objects under v1/ab/cd/<key>; instances pointing at the same directory share chunks"},
+	{"fs.threads", T_U64, "8", 1, 64, NULL, "worker threads running the blocking file system calls (lookups of a batch are spread over them)"},
+	{"fs.direct", T_ENUM, "auto", 0, 0, "auto|on|off", "O_DIRECT: auto falls back to buffered I/O where the file system refuses it"},
+	{"fs.fsync", T_ENUM, "data", 0, 0, "none|data|full", "before publishing: none, fdatasync of the object, or fdatasync plus fsync of its directory"},
 
 	/* ---- end fs ---- */
 
@@ -84,6 +88,10 @@ static const struct cfg_row rows[] = {
 	/* ---- end rados ---- */
 
 	/* ---- redis tier: rows below ---- */
+	{"redis.url", T_STR, "redis://127.0.0.1:6379", 0, 0, NULL, "redis://[:password@]host:port[/db] of a Redis or Valkey server (the password is never logged)"},
+	{"redis.prefix", T_STR, "kvt:", 0, 0, NULL, "prefix of every key the tier stores"},
+	{"redis.connections", T_U64, "4", 1, 64, NULL, "connections, each with its own I/O thread and a pipeline of requests in flight"},
+	{"redis.timeout_ms", T_U64, "2000", 1, 3600000, NULL, "connect timeout, and the longest a request at the head of a pipeline may wait for its reply before the connection is dropped and its requests fail"},
 
 	/* ---- end redis ---- */
 

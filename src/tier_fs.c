@@ -1,0 +1,869 @@
+/*
+ * tier_fs.c - the "fs" tier: a shared POSIX directory (CephFS, NFS, Lustre, or any local
+ * file system) that several kvtier instances, on one node or many, use at the same time.
+ *
+ * Layout: <fs.dir>/v1/<hex[0:2]>/<hex[2:4]>/<hex>, where hex is the 64-digit key. Keys are
+ * content addresses, so two instances that point at the same directory find each other's
+ * chunks with no configuration, and two writers of the same key write the same bytes.
+ * The two-level fan-out keeps directories small (65536 leaves) on file systems whose
+ * lookups slow down with huge directories; leaves are created on first use.
+ *
+ * Publishing: an object is written to a temporary name in its leaf directory
+ * (".<hex>.tmp.<host>.<pid>.<n>", unique across nodes and processes), optionally synced,
+ * then link()ed onto the final name (rename() where the file system refuses hard links).
+ * A reader therefore sees the whole object or nothing, even if the writer is SIGKILLed;
+ * a link() that finds the name taken means another writer won, which is fine. Stale
+ * temporaries left by dead writers are swept by scan().
+ *
+ * No index in memory: another node may add or delete objects at any time, so exists()
+ * stats paths and read() opens them by name. Every blocking POSIX call runs on a small
+ * pool of worker threads (fs.threads); submitting calls only queue work, and a batch of
+ * lookups is spread over the workers. O_DIRECT is used when fs.direct allows it and the
+ * file system accepts it (auto falls back to buffered I/O, e.g. on tmpfs or some FUSE).
+ */
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "tier.h"
+
+#define FS_LAYOUT "v1"
+#define FS_TMP_MAX_AGE_S 3600 /* scan() removes temporaries older than this */
+#define FS_EXISTS_PIECE 16    /* fewest keys worth handing to another worker */
+
+enum fs_direct { DIRECT_AUTO, DIRECT_ON, DIRECT_OFF };
+enum fs_sync { SYNC_NONE, SYNC_DATA, SYNC_FULL };
+enum fs_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_FLUSH, OP_DROP };
+
+/* One lookup batch, shared by the pieces the workers run. */
+struct fs_batch {
+	struct kvt_key *keys; /* copy */
+	uint8_t *present;
+	atomic_uint pieces_left;
+	atomic_int err;
+	kvt_tier_cb cb;
+	void *arg;
+};
+
+struct fs_op {
+	struct fs_op *next; /* work queue */
+	enum fs_kind kind;
+	kvt_tier_cb cb;
+	void *arg;
+	struct kvt_key key;
+	/* OP_READ */
+	struct kvt_seg *segs; /* points just past this struct */
+	uint32_t nsegs;
+	/* OP_WRITE: also on the pending-writes list, in submission order, for flush */
+	const void *obj;
+	uint64_t len;
+	uint64_t ticket;
+	struct fs_op *wprev, *wnext;
+	/* OP_EXISTS: keys [i0, i1) of batch */
+	struct fs_batch *batch;
+	uint32_t i0, i1;
+};
+
+struct fs_state {
+	struct kvt_tier *t;
+	int rootfd; /* <fs.dir>/v1 */
+	char dir[4096];
+	char host[64];
+	enum fs_direct direct;
+	enum fs_sync sync;
+	atomic_int direct_ok;  /* auto: cleared on the first refusal */
+	atomic_int link_ok;    /* cleared when link() is refused: use rename() */
+	atomic_uint_fast64_t tmp_counter;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct fs_op *head, *tail; /* work queue */
+	bool closing;
+	unsigned nthreads;
+	pthread_t threads[64];
+	/* writes not yet completed, oldest first, and flushes waiting on them */
+	struct fs_op *wfirst, *wlast;
+	uint64_t next_ticket;
+	struct fs_op *flush_head, *flush_tail;
+
+	atomic_uint_fast64_t hits, misses, reads, read_bytes, writes, write_bytes, errors,
+		removes;
+};
+
+static void key_hex(const struct kvt_key *key, char hex[2 * KVT_KEY_BYTES + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+	for (int i = 0; i < KVT_KEY_BYTES; i++) {
+		hex[2 * i] = digits[key->bytes[i] >> 4];
+		hex[2 * i + 1] = digits[key->bytes[i] & 15];
+	}
+	hex[2 * KVT_KEY_BYTES] = 0;
+}
+
+static int hex_val(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Only the canonical lowercase form names an object. */
+static int key_from_hex(const char *hex, struct kvt_key *key)
+{
+	if (strlen(hex) != 2 * KVT_KEY_BYTES)
+		return -EINVAL;
+	for (int i = 0; i < KVT_KEY_BYTES; i++) {
+		int hi = hex_val(hex[2 * i]), lo = hex_val(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		key->bytes[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
+}
+
+static void key_path(const struct kvt_key *key, char *path /* >= 72 bytes */)
+{
+	char hex[2 * KVT_KEY_BYTES + 1];
+	key_hex(key, hex);
+	snprintf(path, 72, "%.2s/%.2s/%s", hex, hex + 2, hex);
+}
+
+/* ------------------------------------------------------------ work queue */
+
+static int submit(struct fs_state *s, struct fs_op *op)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->closing) {
+		pthread_mutex_unlock(&s->lock);
+		return -ECANCELED;
+	}
+	if (op->kind == OP_WRITE) {
+		op->ticket = s->next_ticket++;
+		op->wprev = s->wlast;
+		op->wnext = NULL;
+		if (s->wlast)
+			s->wlast->wnext = op;
+		else
+			s->wfirst = op;
+		s->wlast = op;
+	} else if (op->kind == OP_FLUSH) {
+		op->ticket = s->next_ticket; /* waits for every write with a smaller ticket */
+	}
+	op->next = NULL;
+	if (s->tail)
+		s->tail->next = op;
+	else
+		s->head = op;
+	s->tail = op;
+	pthread_cond_signal(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+static int submit_many(struct fs_state *s, struct fs_op **ops, unsigned n)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->closing) {
+		pthread_mutex_unlock(&s->lock);
+		return -ECANCELED;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		ops[i]->next = NULL;
+		if (s->tail)
+			s->tail->next = ops[i];
+		else
+			s->head = ops[i];
+		s->tail = ops[i];
+	}
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* Flushes whose writes are all done, detached from the waiting list (lock held). */
+static struct fs_op *ready_flushes(struct fs_state *s)
+{
+	struct fs_op *ready = NULL, **tailp = &ready;
+	while (s->flush_head && (!s->wfirst || s->wfirst->ticket >= s->flush_head->ticket)) {
+		struct fs_op *f = s->flush_head;
+		s->flush_head = f->next;
+		if (!s->flush_head)
+			s->flush_tail = NULL;
+		f->next = NULL;
+		*tailp = f;
+		tailp = &f->next;
+	}
+	return ready;
+}
+
+static void finish_flushes(struct fs_state *s, struct fs_op *ready, int result)
+{
+	while (ready) {
+		struct fs_op *f = ready;
+		ready = f->next;
+		int rc = result;
+		/* With fsync off, writes are only in the page cache: make them durable now. */
+		if (!rc && s->sync == SYNC_NONE && syncfs(s->rootfd) < 0)
+			rc = -errno;
+		f->cb(f->arg, rc);
+		kvt__free(f);
+	}
+}
+
+/* A write is over: take it off the pending list and release the flushes it held back. */
+static void write_done(struct fs_state *s, struct fs_op *op)
+{
+	pthread_mutex_lock(&s->lock);
+	if (op->wprev)
+		op->wprev->wnext = op->wnext;
+	else
+		s->wfirst = op->wnext;
+	if (op->wnext)
+		op->wnext->wprev = op->wprev;
+	else
+		s->wlast = op->wprev;
+	struct fs_op *ready = ready_flushes(s);
+	pthread_mutex_unlock(&s->lock);
+	finish_flushes(s, ready, 0);
+}
+
+/* ------------------------------------------------------------ operations */
+
+static void run_exists(struct fs_state *s, struct fs_op *op, bool cancel)
+{
+	struct fs_batch *b = op->batch;
+	if (cancel) {
+		atomic_store(&b->err, -ECANCELED);
+	} else {
+		for (uint32_t i = op->i0; i < op->i1; i++) {
+			char path[72];
+			struct stat st;
+			key_path(&b->keys[i], path);
+			if (fstatat(s->rootfd, path, &st, 0) == 0) {
+				b->present[i] = S_ISREG(st.st_mode);
+			} else if (errno == ENOENT || errno == ENOTDIR || errno == ESTALE) {
+				b->present[i] = 0;
+			} else {
+				int e = -errno;
+				atomic_store(&b->err, e);
+				atomic_fetch_add(&s->errors, 1);
+				KVT_WARN(&s->t->log, "fs: stat %s/%s: %s", s->dir, path,
+					 strerror(-e));
+				break;
+			}
+		}
+	}
+	if (atomic_fetch_sub(&b->pieces_left, 1) == 1) {
+		b->cb(b->arg, atomic_load(&b->err));
+		kvt__free(b->keys);
+		kvt__free(b);
+	}
+}
+
+static bool aligned(const void *p, uint64_t off, uint64_t len)
+{
+	return !(((uintptr_t)p | off | len) & (KVT_ALIGN - 1));
+}
+
+/* Open with O_DIRECT when allowed; fall back to buffered I/O where refused (auto). */
+static int open_maybe_direct(struct fs_state *s, const char *path, int flags, bool want_direct)
+{
+	if (want_direct && s->direct != DIRECT_OFF && atomic_load(&s->direct_ok)) {
+		int fd = openat(s->rootfd, path, flags | O_DIRECT | O_CLOEXEC, 0644);
+		if (fd >= 0 || errno != EINVAL || s->direct == DIRECT_ON)
+			return fd;
+		if (atomic_exchange(&s->direct_ok, 0))
+			KVT_INFO(&s->t->log, "fs: %s refuses O_DIRECT, using buffered I/O", s->dir);
+	}
+	return openat(s->rootfd, path, flags | O_CLOEXEC, 0644);
+}
+
+/* pread/pwrite that clears O_DIRECT and retries if the kernel refuses it (auto). */
+static ssize_t io_full(struct fs_state *s, int fd, bool wr, void *buf, uint64_t len, uint64_t off)
+{
+	uint64_t done = 0;
+	while (done < len) {
+		size_t n = (size_t)KVT_MIN(len - done, (uint64_t)1 << 30);
+		ssize_t r = wr ? pwrite(fd, (char *)buf + done, n, (off_t)(off + done))
+			       : pread(fd, (char *)buf + done, n, (off_t)(off + done));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			int fl = fcntl(fd, F_GETFL);
+			if (errno == EINVAL && s->direct == DIRECT_AUTO && fl >= 0 &&
+			    (fl & O_DIRECT)) {
+				if (fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0)
+					continue;
+			}
+			return -errno;
+		}
+		if (r == 0)
+			break; /* end of file: a short read */
+		done += (uint64_t)r;
+	}
+	return (ssize_t)done;
+}
+
+static int run_read(struct fs_state *s, struct fs_op *op)
+{
+	char path[72];
+	key_path(&op->key, path);
+	bool direct = true;
+	for (uint32_t i = 0; i < op->nsegs; i++)
+		direct = direct && aligned(op->segs[i].buf, op->segs[i].off, op->segs[i].len);
+	int fd = open_maybe_direct(s, path, O_RDONLY, direct);
+	if (fd < 0) {
+		/* ESTALE: NFS had the name cached, another node removed the file: a miss too */
+		if (errno == ENOENT || errno == ENOTDIR || errno == ESTALE) {
+			atomic_fetch_add(&s->misses, 1);
+			return -ENOENT;
+		}
+		int e = -errno;
+		atomic_fetch_add(&s->errors, 1);
+		KVT_WARN(&s->t->log, "fs: open %s/%s: %s", s->dir, path, strerror(-e));
+		return e;
+	}
+	uint64_t total = 0;
+	int rc = 0;
+	for (uint32_t i = 0; i < op->nsegs; i++) {
+		ssize_t r = io_full(s, fd, false, op->segs[i].buf, op->segs[i].len,
+				    op->segs[i].off);
+		if (r == -ESTALE) { /* removed by another node while we read it */
+			rc = -ENOENT;
+			atomic_fetch_add(&s->misses, 1);
+			break;
+		}
+		if (r < 0) {
+			rc = (int)r;
+			atomic_fetch_add(&s->errors, 1);
+			KVT_WARN(&s->t->log, "fs: read %s/%s: %s", s->dir, path, strerror(-rc));
+			break;
+		}
+		total += (uint64_t)r;
+	}
+	close(fd);
+	if (rc < 0)
+		return rc;
+	atomic_fetch_add(&s->hits, 1);
+	atomic_fetch_add(&s->reads, 1);
+	atomic_fetch_add(&s->read_bytes, total);
+	return (int)KVT_MIN(total, (uint64_t)INT32_MAX);
+}
+
+static int make_leaf(struct fs_state *s, const char *path)
+{
+	char d[8];
+	snprintf(d, sizeof(d), "%.2s", path);
+	if (mkdirat(s->rootfd, d, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	snprintf(d, sizeof(d), "%.5s", path);
+	if (mkdirat(s->rootfd, d, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int fsync_leaf(struct fs_state *s, const char *path)
+{
+	char d[8];
+	snprintf(d, sizeof(d), "%.5s", path);
+	int dfd = openat(s->rootfd, d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	int rc = fsync(dfd) < 0 ? -errno : 0;
+	close(dfd);
+	return rc;
+}
+
+/* Move a finished temporary onto its final name. */
+static int publish(struct fs_state *s, const char *tmp, const char *path)
+{
+	if (atomic_load(&s->link_ok)) {
+		if (linkat(s->rootfd, tmp, s->rootfd, path, 0) == 0 || errno == EEXIST) {
+			/* EEXIST: another writer published the same content first. */
+			unlinkat(s->rootfd, tmp, 0);
+			return 0;
+		}
+		if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP &&
+		    errno != ENOSYS && errno != EMLINK)
+			return -errno;
+		if (atomic_exchange(&s->link_ok, 0))
+			KVT_INFO(&s->t->log, "fs: %s refuses hard links, publishing by rename",
+				 s->dir);
+	}
+	return renameat(s->rootfd, tmp, s->rootfd, path) < 0 ? -errno : 0;
+}
+
+static int run_write(struct fs_state *s, struct fs_op *op)
+{
+	char path[72], tmp[256];
+	key_path(&op->key, path);
+	snprintf(tmp, sizeof(tmp), "%.5s/.%s.tmp.%s.%ld.%llu", path, path + 6, s->host,
+		 (long)getpid(), (unsigned long long)atomic_fetch_add(&s->tmp_counter, 1));
+	bool direct = aligned(op->obj, 0, op->len);
+	int flags = O_WRONLY | O_CREAT | O_EXCL;
+	int fd = open_maybe_direct(s, tmp, flags, direct);
+	if (fd < 0 && errno == ENOENT) {
+		int rc = make_leaf(s, path);
+		if (rc < 0) {
+			errno = -rc;
+		} else {
+			fd = open_maybe_direct(s, tmp, flags, direct);
+		}
+	}
+	int rc = 0;
+	if (fd < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	ssize_t w = io_full(s, fd, true, (void *)op->obj, op->len, 0);
+	if (w < 0)
+		rc = (int)w;
+	else if (s->sync != SYNC_NONE && fdatasync(fd) < 0)
+		rc = -errno;
+	if (close(fd) < 0 && !rc)
+		rc = -errno;
+	if (rc < 0)
+		goto fail_unlink;
+	rc = publish(s, tmp, path);
+	if (rc < 0)
+		goto fail_unlink;
+	if (s->sync == SYNC_FULL && (rc = fsync_leaf(s, path)) < 0)
+		goto fail;
+	atomic_fetch_add(&s->writes, 1);
+	atomic_fetch_add(&s->write_bytes, op->len);
+	return 0;
+
+fail_unlink:
+	unlinkat(s->rootfd, tmp, 0);
+fail:
+	atomic_fetch_add(&s->errors, 1);
+	KVT_WARN(&s->t->log, "fs: write %s/%s: %s", s->dir, path, strerror(-rc));
+	return rc;
+}
+
+static int run_remove(struct fs_state *s, struct fs_op *op)
+{
+	char path[72];
+	key_path(&op->key, path);
+	if (unlinkat(s->rootfd, path, 0) < 0) {
+		int e = -errno;
+		if (e == -ENOENT || e == -ENOTDIR || e == -ESTALE)
+			return -ENOENT;
+		atomic_fetch_add(&s->errors, 1);
+		KVT_WARN(&s->t->log, "fs: unlink %s/%s: %s", s->dir, path, strerror(-e));
+		return e;
+	}
+	atomic_fetch_add(&s->removes, 1);
+	return 0;
+}
+
+/* A flush reached a worker: complete it now if no earlier write is pending, else park it. */
+static void run_flush(struct fs_state *s, struct fs_op *op, bool cancel)
+{
+	pthread_mutex_lock(&s->lock);
+	op->next = NULL;
+	if (s->flush_tail)
+		s->flush_tail->next = op;
+	else
+		s->flush_head = op;
+	s->flush_tail = op;
+	struct fs_op *ready = ready_flushes(s);
+	pthread_mutex_unlock(&s->lock);
+	finish_flushes(s, ready, cancel ? -ECANCELED : 0);
+}
+
+static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
+{
+	int rc = -ECANCELED;
+	switch (op->kind) {
+	case OP_EXISTS:
+		run_exists(s, op, cancel);
+		kvt__free(op);
+		return;
+	case OP_FLUSH:
+		run_flush(s, op, cancel);
+		return;
+	case OP_READ:
+		if (!cancel)
+			rc = run_read(s, op);
+		break;
+	case OP_WRITE:
+		if (!cancel)
+			rc = run_write(s, op);
+		/* the write's callback runs before any flush that waited for it */
+		op->cb(op->arg, rc);
+		write_done(s, op);
+		kvt__free(op);
+		return;
+	case OP_REMOVE:
+	case OP_DROP:
+		if (!cancel)
+			rc = run_remove(s, op);
+		break;
+	}
+	if (op->cb)
+		op->cb(op->arg, rc);
+	kvt__free(op);
+}
+
+static void *worker(void *arg)
+{
+	struct fs_state *s = arg;
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		while (!s->head && !s->closing)
+			pthread_cond_wait(&s->cond, &s->lock);
+		struct fs_op *op = s->head;
+		if (!op)
+			break; /* closing and drained */
+		s->head = op->next;
+		if (!s->head)
+			s->tail = NULL;
+		bool cancel = s->closing;
+		pthread_mutex_unlock(&s->lock);
+		run_op(s, op, cancel);
+		pthread_mutex_lock(&s->lock);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* ------------------------------------------------------------ vtable */
+
+static int mkdir_p(char *path)
+{
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		int rc = mkdir(path, 0755);
+		*p = '/';
+		if (rc < 0 && errno != EEXIST)
+			return -errno;
+	}
+	return mkdir(path, 0755) < 0 && errno != EEXIST ? -errno : 0;
+}
+
+static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
+{
+	struct fs_state *s = t->state;
+	s->t = t;
+	s->rootfd = -1;
+	const char *dir = kvt__cfg_str(cfg, "fs.dir");
+	if (!*dir) {
+		KVT_ERR(&t->log, "fs: fs.dir is not set (the shared directory to use)");
+		return -EINVAL;
+	}
+	int n = snprintf(s->dir, sizeof(s->dir), "%s/" FS_LAYOUT, dir);
+	if (n < 0 || (size_t)n >= sizeof(s->dir)) {
+		KVT_ERR(&t->log, "fs: fs.dir is too long");
+		return -ENAMETOOLONG;
+	}
+	int rc = mkdir_p(s->dir);
+	if (rc < 0 || (s->rootfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		rc = rc < 0 ? rc : -errno;
+		KVT_ERR(&t->log, "fs: cannot use %s: %s", s->dir, strerror(-rc));
+		return rc;
+	}
+	const char *d = kvt__cfg_str(cfg, "fs.direct");
+	s->direct = !strcmp(d, "on") ? DIRECT_ON : !strcmp(d, "off") ? DIRECT_OFF : DIRECT_AUTO;
+	const char *y = kvt__cfg_str(cfg, "fs.fsync");
+	s->sync = !strcmp(y, "none") ? SYNC_NONE : !strcmp(y, "full") ? SYNC_FULL : SYNC_DATA;
+	atomic_store(&s->direct_ok, 1);
+	atomic_store(&s->link_ok, 1);
+	/* The host name makes temporaries unique across nodes; keep it to safe characters. */
+	char host[256] = "host";
+	gethostname(host, sizeof(host) - 1);
+	size_t o = 0;
+	for (const char *p = host; *p && o < sizeof(s->host) - 1; p++)
+		s->host[o++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+						      (*p >= '0' && *p <= '9') || *p == '-'
+					      ? *p
+					      : '_');
+	uint64_t nt = kvt__cfg_u64(cfg, "fs.threads");
+	s->nthreads = (unsigned)KVT_MIN(KVT_MAX(nt, 1), KVT_ARRAY_SIZE(s->threads));
+
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->cond, NULL);
+	for (unsigned i = 0; i < s->nthreads; i++) {
+		rc = -pthread_create(&s->threads[i], NULL, worker, s);
+		if (rc < 0) {
+			KVT_ERR(&t->log, "fs: cannot start worker threads: %s", strerror(-rc));
+			pthread_mutex_lock(&s->lock);
+			s->closing = true;
+			pthread_cond_broadcast(&s->cond);
+			pthread_mutex_unlock(&s->lock);
+			for (unsigned j = 0; j < i; j++)
+				pthread_join(s->threads[j], NULL);
+			pthread_cond_destroy(&s->cond);
+			pthread_mutex_destroy(&s->lock);
+			close(s->rootfd);
+			return rc;
+		}
+	}
+	KVT_INFO(&t->log, "fs: %s, %u threads, direct %s, fsync %s", s->dir, s->nthreads, d, y);
+	return 0;
+}
+
+static void fs_close(struct kvt_tier *t)
+{
+	struct fs_state *s = t->state;
+	pthread_mutex_lock(&s->lock);
+	s->closing = true;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	for (unsigned i = 0; i < s->nthreads; i++)
+		pthread_join(s->threads[i], NULL);
+	/* Every write has completed, so no flush can still be waiting. */
+	assert(!s->flush_head && !s->wfirst);
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->lock);
+	close(s->rootfd);
+}
+
+static struct fs_op *op_new(enum fs_kind kind, size_t extra, kvt_tier_cb cb, void *arg)
+{
+	struct fs_op *op = kvt__calloc(1, sizeof(*op) + extra);
+	if (op) {
+		op->kind = kind;
+		op->cb = cb;
+		op->arg = arg;
+	}
+	return op;
+}
+
+static int fs_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n, uint8_t *present,
+		     kvt_tier_cb cb, void *arg)
+{
+	struct fs_state *s = t->state;
+	if (!cb || (n && (!keys || !present)))
+		return -EINVAL;
+	unsigned pieces = (unsigned)KVT_MIN(KVT_MAX(n / FS_EXISTS_PIECE, 1), s->nthreads);
+	struct fs_op *ops[KVT_ARRAY_SIZE(s->threads)] = {0};
+	struct fs_batch *b = kvt__calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->keys = kvt__malloc(n ? (size_t)n * sizeof(*keys) : 1);
+	if (!b->keys)
+		goto nomem;
+	if (n)
+		memcpy(b->keys, keys, (size_t)n * sizeof(*keys));
+	b->present = present;
+	b->cb = cb;
+	b->arg = arg;
+	atomic_init(&b->pieces_left, pieces);
+	atomic_init(&b->err, 0);
+	for (unsigned i = 0; i < pieces; i++) {
+		if (!(ops[i] = op_new(OP_EXISTS, 0, NULL, NULL)))
+			goto nomem;
+		ops[i]->batch = b;
+		ops[i]->i0 = (uint32_t)((uint64_t)n * i / pieces);
+		ops[i]->i1 = (uint32_t)((uint64_t)n * (i + 1) / pieces);
+	}
+	int rc = submit_many(s, ops, pieces);
+	if (rc == 0)
+		return 0;
+	for (unsigned i = 0; i < pieces; i++)
+		kvt__free(ops[i]);
+	kvt__free(b->keys);
+	kvt__free(b);
+	return rc;
+nomem:
+	for (unsigned i = 0; i < pieces; i++)
+		kvt__free(ops[i]);
+	kvt__free(b->keys);
+	kvt__free(b);
+	return -ENOMEM;
+}
+
+static int fs_read(struct kvt_tier *t, const struct kvt_key *key, const struct kvt_seg *segs,
+		   uint32_t nsegs, kvt_tier_cb cb, void *arg)
+{
+	if (!cb || !key || (nsegs && !segs))
+		return -EINVAL;
+	struct fs_op *op = op_new(OP_READ, (size_t)nsegs * sizeof(*segs), cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->key = *key;
+	op->segs = (struct kvt_seg *)(op + 1);
+	op->nsegs = nsegs;
+	if (nsegs)
+		memcpy(op->segs, segs, (size_t)nsegs * sizeof(*segs));
+	int rc = submit(t->state, op);
+	if (rc < 0)
+		kvt__free(op);
+	return rc;
+}
+
+static int fs_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
+		    kvt_tier_cb cb, void *arg)
+{
+	if (!cb || !key || (len && !obj))
+		return -EINVAL;
+	struct fs_op *op = op_new(OP_WRITE, 0, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->key = *key;
+	op->obj = obj;
+	op->len = len;
+	int rc = submit(t->state, op);
+	if (rc < 0)
+		kvt__free(op);
+	return rc;
+}
+
+static int fs_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb cb, void *arg)
+{
+	if (!cb || !key)
+		return -EINVAL;
+	struct fs_op *op = op_new(OP_REMOVE, 0, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->key = *key;
+	int rc = submit(t->state, op);
+	if (rc < 0)
+		kvt__free(op);
+	return rc;
+}
+
+static int fs_flush(struct kvt_tier *t, kvt_tier_cb cb, void *arg)
+{
+	if (!cb)
+		return -EINVAL;
+	struct fs_op *op = op_new(OP_FLUSH, 0, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	int rc = submit(t->state, op);
+	if (rc < 0)
+		kvt__free(op);
+	return rc;
+}
+
+static void fs_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
+{
+	struct fs_op *op = op_new(OP_DROP, 0, NULL, NULL);
+	if (!op)
+		return;
+	op->key = *key;
+	if (submit(t->state, op) < 0)
+		kvt__free(op);
+}
+
+static void fs_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
+{
+	struct fs_state *s = t->state;
+	/* objects/bytes stay 0: other nodes change the directory, there is no count to keep. */
+	out->hits = atomic_load(&s->hits);
+	out->misses = atomic_load(&s->misses);
+	out->reads = atomic_load(&s->reads);
+	out->read_bytes = atomic_load(&s->read_bytes);
+	out->writes = atomic_load(&s->writes);
+	out->write_bytes = atomic_load(&s->write_bytes);
+	out->errors = atomic_load(&s->errors);
+	out->removes = atomic_load(&s->removes);
+}
+
+static bool is_hex(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (hex_val(p[i]) < 0)
+			return false;
+	return true;
+}
+
+/* Visit one leaf directory; returns the callback's non-zero value to stop. */
+static int scan_leaf(struct fs_state *s, const char *leaf, kvt_scan_fn fn, void *arg)
+{
+	int dfd = openat(s->rootfd, leaf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return 0;
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return 0;
+	}
+	int stop = 0;
+	time_t now = time(NULL);
+	struct dirent *e;
+	while (!stop && (e = readdir(d))) {
+		struct stat st;
+		if (e->d_name[0] == '.') {
+			/* A temporary nobody has touched for an hour belongs to a dead writer. */
+			if (strstr(e->d_name, ".tmp.") &&
+			    fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    now - st.st_mtime > FS_TMP_MAX_AGE_S)
+				unlinkat(dfd, e->d_name, 0);
+			continue;
+		}
+		struct kvt_key key;
+		if (key_from_hex(e->d_name, &key) < 0 ||
+		    fstatat(dfd, e->d_name, &st, 0) < 0 || !S_ISREG(st.st_mode))
+			continue;
+		stop = fn(arg, &key, (uint64_t)st.st_size);
+	}
+	closedir(d);
+	return stop;
+}
+
+static int fs_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
+{
+	struct fs_state *s = t->state;
+	if (!fn)
+		return -EINVAL;
+	int dup = fcntl(s->rootfd, F_DUPFD_CLOEXEC, 0);
+	DIR *top = dup >= 0 ? fdopendir(dup) : NULL;
+	if (!top) {
+		int e = -errno;
+		if (dup >= 0)
+			close(dup);
+		return e;
+	}
+	int stop = 0;
+	struct dirent *a;
+	while (!stop && (a = readdir(top))) {
+		if (strlen(a->d_name) != 2 || !is_hex(a->d_name, 2))
+			continue;
+		int afd = openat(s->rootfd, a->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		DIR *mid = afd >= 0 ? fdopendir(afd) : NULL;
+		if (!mid) {
+			if (afd >= 0)
+				close(afd);
+			continue;
+		}
+		struct dirent *b;
+		while (!stop && (b = readdir(mid))) {
+			if (strlen(b->d_name) != 2 || !is_hex(b->d_name, 2))
+				continue;
+			char leaf[8];
+			snprintf(leaf, sizeof(leaf), "%.2s/%.2s", a->d_name, b->d_name);
+			stop = scan_leaf(s, leaf, fn, arg);
+		}
+		closedir(mid);
+	}
+	closedir(top);
+	return 0;
+}
+
+const struct kvt_tier_ops kvt__tier_fs_ops = {
+	.name = "fs",
+	.version = 1,
+	.state_size = sizeof(struct fs_state),
+	.open = fs_open,
+	.close = fs_close,
+	.exists = fs_exists,
+	.read = fs_read,
+	.write = fs_write,
+	.remove = fs_remove,
+	.stats = fs_stats,
+	.scan = fs_scan,
+	.flush = fs_flush,
+	.can_write = NULL,
+	.drop_corrupt = fs_drop_corrupt,
+};

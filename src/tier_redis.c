@@ -1,0 +1,1066 @@
+/*
+ * tier_redis.c - the "redis" tier: objects as Redis (or Valkey) string values, reached
+ * through hiredis. Key: <redis.prefix><64 hex digits>. write = SET, read = STRLEN (to tell
+ * a miss from an empty range) + one GETRANGE per segment, exists = one EXISTS per key,
+ * remove = DEL, all pipelined.
+ *
+ * Why this shape. A small set of connections (redis.connections), each owned by one I/O
+ * thread running its own poll() loop over a non-blocking socket that hiredis connected.
+ * Requests are appended to the connection's FIFO by any thread (a mutex and an eventfd
+ * wake-up, nothing else) and written as soon as the socket takes them, while replies are
+ * parsed as they arrive: many requests in flight per connection, continuously, not in
+ * lock-step batches. hiredis connects and parses the one-line replies (status, error,
+ * integer); the bytes of large objects never go through a parser buffer: a SET's value is
+ * sent with sendmsg() straight from the caller's buffer (borrowed until the callback), and
+ * the body of a GETRANGE reply is read from the socket straight into the caller's segment.
+ * (hiredis's reader grows its buffer 1 MiB at a time past 1 MiB and copies each bulk reply
+ * again into a reply object: quadratic for a 32 MiB value.) hiredis's async API would have
+ * needed the same event loop plus those copies; a blocking context with
+ * redisAppendCommand batches would stall new requests behind each batch and could not
+ * bound the time of one request.
+ *
+ * Failure. Replies come back in order, so only the oldest request can be late: if it has
+ * not completed timeout_ms after it became the oldest (or a connect takes longer), the
+ * connection is dropped and every request on it fails with -ETIMEDOUT; a reset or refused
+ * connection fails them at once. Nothing retries behind the caller's back: the next request
+ * reconnects. AUTH (and SELECT) are the first requests of every connection; a refused
+ * password fails the requests with -EACCES and a log line that never contains it.
+ */
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "tier.h"
+
+#define RD_MAX_CONNS 64
+#define RD_RBUF (1u << 20)      /* bytes per read() */
+#define RD_MAX_SEGS 4096
+
+enum rd_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_AUTH, OP_SELECT };
+enum rd_cstate { C_DOWN, C_CONNECTING, C_UP };
+
+struct rd_op {
+	struct rd_op *next;
+	enum rd_kind kind;
+	kvt_tier_cb cb;
+	void *arg;
+	/* what goes on the wire: hdr, then (SET) the borrowed value and "\r\n" */
+	char *hdr;
+	size_t hdr_len;
+	const void *val;
+	uint64_t val_len;
+	uint64_t out_len;
+	uint32_t ncmds, nreplies;
+	int result;
+	/* OP_READ */
+	struct kvt_seg *segs;
+	uint32_t nsegs;
+	uint64_t total;
+	/* OP_EXISTS */
+	uint8_t *present;
+};
+
+struct rd_conn {
+	struct rd_state *s;
+	int id;
+	pthread_t thread;
+	int efd;
+	pthread_mutex_t lock;
+	struct rd_op *in_head, *in_tail; /* submitted, not yet taken by the I/O thread */
+	bool stop;
+	/* I/O thread only */
+	enum rd_cstate state;
+	bool quiet; /* a failure was logged; stay quiet until the server answers again */
+	redisContext *c;
+	redisReader *reader;
+	struct rd_op *head, *tail; /* taken: replies go to head */
+	struct rd_op *send;        /* first op not fully written */
+	uint64_t send_off;
+	uint64_t head_since_ns; /* when head became the oldest request (or the connect began) */
+	char *rbuf;
+	/* reply framing: a line being assembled, or the body of a bulk string in transit */
+	char line[512];
+	size_t line_len;
+	bool in_bulk;
+	char *bulk_dst;       /* where the wanted part of the body goes (NULL: nowhere) */
+	uint64_t bulk_want;   /* body bytes still to land at bulk_dst */
+	uint64_t bulk_skip;   /* body bytes past the caller's segment, dropped */
+	uint64_t bulk_len;    /* bytes delivered, for the reply */
+	unsigned bulk_crlf;   /* bytes of the closing "\r\n" still to come */
+};
+
+struct rd_state {
+	struct kvt_tier *t;
+	char host[256];
+	int port;
+	char user[128];
+	char pass[512];
+	int db;
+	char prefix[256];
+	size_t prefix_len;
+	uint64_t timeout_ns;
+	unsigned nconns;
+	atomic_uint rr;
+	struct rd_conn conns[RD_MAX_CONNS];
+	atomic_uint_fast64_t hits, misses, reads, read_bytes, writes, write_bytes, errors,
+		removes;
+};
+
+/* ------------------------------------------------------------ requests */
+
+static size_t cmd_bound(int argc, const size_t *lens)
+{
+	size_t n = 16;
+	for (int i = 0; i < argc; i++)
+		n += lens[i] + 32;
+	return n;
+}
+
+/* Append one RESP command; the last argument's bytes are left out if val_follows (the
+ * caller sends them, then "\r\n"). Returns the bytes written. */
+static size_t cmd_put(char *p, int argc, const char *const *argv, const size_t *lens,
+		      bool val_follows)
+{
+	size_t o = (size_t)sprintf(p, "*%d\r\n", argc);
+	for (int i = 0; i < argc; i++) {
+		o += (size_t)sprintf(p + o, "$%zu\r\n", lens[i]);
+		if (val_follows && i == argc - 1)
+			break;
+		memcpy(p + o, argv[i], lens[i]);
+		o += lens[i];
+		p[o++] = '\r';
+		p[o++] = '\n';
+	}
+	return o;
+}
+
+static size_t key_name(const struct rd_state *s, const struct kvt_key *key, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+	memcpy(out, s->prefix, s->prefix_len);
+	char *h = out + s->prefix_len;
+	for (int i = 0; i < KVT_KEY_BYTES; i++) {
+		h[2 * i] = digits[key->bytes[i] >> 4];
+		h[2 * i + 1] = digits[key->bytes[i] & 15];
+	}
+	return s->prefix_len + 2 * KVT_KEY_BYTES;
+}
+
+static struct rd_op *op_new(enum rd_kind kind, size_t hdr_cap, size_t extra, kvt_tier_cb cb,
+			    void *arg)
+{
+	struct rd_op *op = kvt__calloc(1, sizeof(*op) + extra + hdr_cap);
+	if (!op)
+		return NULL;
+	op->kind = kind;
+	op->cb = cb;
+	op->arg = arg;
+	op->hdr = (char *)(op + 1) + extra;
+	return op;
+}
+
+static void op_finish_out(struct rd_op *op)
+{
+	op->out_len = op->hdr_len + (op->val ? op->val_len + 2 : 0);
+}
+
+/* ------------------------------------------------------------ reply parsing */
+
+/* Replies are built by our own hiredis object functions: a GETRANGE result goes straight
+ * into the segment it was asked for; everything else becomes a small rd_reply. */
+struct rd_reply {
+	int type;
+	long long integer;
+	size_t len;
+	char msg[160];
+};
+static struct rd_reply nested_reply = {REDIS_REPLY_NIL, 0, 0, ""};
+
+static void *mk_reply(const redisReadTask *task, int type)
+{
+	if (task->parent)
+		return &nested_reply; /* elements of arrays: no command of ours returns one */
+	struct rd_reply *r = kvt__calloc(1, sizeof(*r));
+	if (r)
+		r->type = type;
+	return r;
+}
+
+static void *rf_string(const redisReadTask *task, char *str, size_t len)
+{
+	struct rd_reply *r = mk_reply(task, task->type);
+	if (r && r != &nested_reply) {
+		r->len = len;
+		snprintf(r->msg, sizeof(r->msg), "%.*s", (int)KVT_MIN(len, sizeof(r->msg) - 1),
+			 str);
+	}
+	return r;
+}
+
+static void *rf_array(const redisReadTask *task, int n)
+{
+	(void)n;
+	return mk_reply(task, REDIS_REPLY_ARRAY);
+}
+
+static void *rf_integer(const redisReadTask *task, long long v)
+{
+	struct rd_reply *r = mk_reply(task, REDIS_REPLY_INTEGER);
+	if (r && r != &nested_reply)
+		r->integer = v;
+	return r;
+}
+
+static void *rf_nil(const redisReadTask *task)
+{
+	return mk_reply(task, REDIS_REPLY_NIL);
+}
+
+static void rf_free(void *p)
+{
+	if (p != &nested_reply)
+		kvt__free(p);
+}
+
+static redisReplyObjectFunctions rd_fns = {rf_string, rf_array, rf_integer, rf_nil, rf_free};
+
+static int error_code(const char *msg)
+{
+	if (!strncmp(msg, "NOAUTH", 6) || !strncmp(msg, "WRONGPASS", 9) ||
+	    strstr(msg, "invalid password") || strstr(msg, "invalid username"))
+		return -EACCES;
+	if (!strncmp(msg, "OOM", 3))
+		return -ENOSPC;
+	return -EIO;
+}
+
+/* ------------------------------------------------------------ connection */
+
+static void complete(struct rd_state *s, struct rd_op *op, int result)
+{
+	if (op->cb) {
+		if (result < 0 && result != -ENOENT && result != -ECANCELED)
+			atomic_fetch_add(&s->errors, 1);
+		op->cb(op->arg, result);
+	}
+	kvt__free(op);
+}
+
+static void conn_drop(struct rd_conn *c)
+{
+	if (c->c)
+		redisFree(c->c);
+	c->c = NULL;
+	if (c->reader)
+		redisReaderFree(c->reader);
+	c->reader = NULL;
+	c->state = C_DOWN;
+	c->line_len = 0;
+	c->in_bulk = false;
+}
+
+/* The connection failed: every request taken so far fails with err. */
+static void conn_fail(struct rd_conn *c, int err, const char *why)
+{
+	struct rd_state *s = c->s;
+	if (c->head && err != -ECANCELED && !c->quiet)
+		KVT_WARN(&s->t->log, "redis %s:%d: %s: %s (failing requests until it answers)",
+			 s->host, s->port, why, kvt_strerror(err));
+	c->quiet = c->head && err != -ECANCELED;
+	conn_drop(c);
+	struct rd_op *op = c->head;
+	c->head = c->tail = c->send = NULL;
+	c->send_off = 0;
+	while (op) {
+		struct rd_op *next = op->next;
+		complete(s, op, err);
+		op = next;
+	}
+}
+
+static struct rd_op *handshake_op(struct rd_state *s, enum rd_kind kind)
+{
+	char dbs[16];
+	const char *argv[3];
+	size_t lens[3];
+	int argc = 0;
+	if (kind == OP_AUTH) {
+		argv[argc++] = "AUTH";
+		if (s->user[0])
+			argv[argc++] = s->user;
+		argv[argc++] = s->pass;
+	} else {
+		snprintf(dbs, sizeof(dbs), "%d", s->db);
+		argv[argc++] = "SELECT";
+		argv[argc++] = dbs;
+	}
+	for (int i = 0; i < argc; i++)
+		lens[i] = strlen(argv[i]);
+	struct rd_op *op = op_new(kind, cmd_bound(argc, lens), 0, NULL, NULL);
+	if (!op)
+		return NULL;
+	op->hdr_len = cmd_put(op->hdr, argc, argv, lens, false);
+	op->ncmds = 1;
+	op_finish_out(op);
+	return op;
+}
+
+static int conn_start(struct rd_conn *c)
+{
+	struct rd_state *s = c->s;
+	c->c = redisConnectNonBlock(s->host, s->port);
+	if (!c->c)
+		return -ENOMEM;
+	if (c->c->err) {
+		int e = errno ? -errno : -ECONNREFUSED;
+		if (c->c->err != REDIS_ERR_IO)
+			e = -EHOSTUNREACH;
+		if (!c->quiet)
+			KVT_WARN(&s->t->log, "redis %s:%d: connect: %s", s->host, s->port,
+				 c->c->errstr);
+		conn_drop(c);
+		return e;
+	}
+	c->reader = redisReaderCreateWithFunctions(&rd_fns);
+	if (!c->reader) {
+		conn_drop(c);
+		return -ENOMEM;
+	}
+	c->reader->privdata = c;
+	c->state = C_CONNECTING;
+	c->head_since_ns = kvt__now_ns();
+	return 0;
+}
+
+/* The socket is connected: put AUTH / SELECT in front of everything waiting. */
+static int conn_up(struct rd_conn *c)
+{
+	struct rd_state *s = c->s;
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (getsockopt(c->c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		err = errno;
+	if (err)
+		return -err;
+	struct rd_op *pre[2];
+	int n = 0;
+	if (s->db && !(pre[n++] = handshake_op(s, OP_SELECT)))
+		return -ENOMEM;
+	if (s->pass[0] && !(pre[n++] = handshake_op(s, OP_AUTH))) {
+		if (n > 1)
+			kvt__free(pre[0]);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < n; i++) { /* AUTH ends up first */
+		pre[i]->next = c->head;
+		c->head = pre[i];
+		if (!c->tail)
+			c->tail = pre[i];
+	}
+	c->send = c->head;
+	c->send_off = 0;
+	c->state = C_UP;
+	c->head_since_ns = kvt__now_ns();
+	return 0;
+}
+
+static int conn_write(struct rd_conn *c)
+{
+	while (c->send) {
+		struct iovec iov[64];
+		int n = 0;
+		uint64_t skip = c->send_off;
+		for (struct rd_op *op = c->send; op && n < 62; op = op->next) {
+			struct iovec parts[3] = {{op->hdr, op->hdr_len},
+						 {(void *)op->val, op->val ? op->val_len : 0},
+						 {(void *)"\r\n", op->val ? 2 : 0}};
+			for (int i = 0; i < 3; i++) {
+				if (skip >= parts[i].iov_len) {
+					skip -= parts[i].iov_len;
+					continue;
+				}
+				iov[n].iov_base = (char *)parts[i].iov_base + skip;
+				iov[n].iov_len = parts[i].iov_len - skip;
+				skip = 0;
+				n++;
+			}
+		}
+		/* MSG_NOSIGNAL: a server that went away must not SIGPIPE the process */
+		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+		ssize_t w = sendmsg(c->c->fd, &msg, MSG_NOSIGNAL);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			return -errno;
+		}
+		uint64_t left = (uint64_t)w;
+		while (c->send && left) {
+			uint64_t rest = c->send->out_len - c->send_off;
+			if (left < rest) {
+				c->send_off += left;
+				left = 0;
+			} else {
+				left -= rest;
+				c->send = c->send->next;
+				c->send_off = 0;
+			}
+		}
+	}
+	return 0;
+}
+
+/* One reply for the oldest request. Returns 0, or -errno to drop the connection. */
+static int on_reply(struct rd_conn *c, struct rd_reply *r)
+{
+	struct rd_state *s = c->s;
+	struct rd_op *op = c->head;
+	if (!op || op == c->send)
+		return -EPROTO; /* a reply nobody asked for */
+	uint32_t i = op->nreplies++;
+	int err = 0;
+	if (r->type != REDIS_REPLY_ERROR)
+		c->quiet = false;
+	if (r->type == REDIS_REPLY_ERROR) {
+		err = error_code(r->msg);
+		if (op->kind == OP_AUTH || op->kind == OP_SELECT || err == -EACCES) {
+			if (!c->quiet)
+				KVT_ERR(&s->t->log, "redis %s:%d: %s refused: %s", s->host, s->port,
+					op->kind == OP_SELECT ? "SELECT" : "authentication", r->msg);
+			return err;
+		}
+		KVT_WARN(&s->t->log, "redis %s:%d: %s", s->host, s->port, r->msg);
+	}
+	if (!err) {
+		switch (op->kind) {
+		case OP_EXISTS:
+			if (r->type != REDIS_REPLY_INTEGER)
+				return -EPROTO;
+			op->present[i] = r->integer > 0;
+			break;
+		case OP_READ:
+			if (i == 0) {
+				if (r->type != REDIS_REPLY_INTEGER)
+					return -EPROTO;
+				if (r->integer == 0)
+					err = -ENOENT; /* objects are never empty */
+			} else {
+				if (r->type != REDIS_REPLY_STRING)
+					return -EPROTO;
+				op->total += r->len;
+			}
+			break;
+		case OP_REMOVE:
+			if (r->type != REDIS_REPLY_INTEGER)
+				return -EPROTO;
+			err = r->integer > 0 ? 0 : -ENOENT;
+			break;
+		case OP_WRITE:
+		case OP_AUTH:
+		case OP_SELECT:
+			if (r->type != REDIS_REPLY_STATUS)
+				return -EPROTO;
+			break;
+		}
+	}
+	if (err && !op->result)
+		op->result = err;
+	if (op->nreplies < op->ncmds)
+		return 0;
+	c->head = op->next;
+	if (!c->head)
+		c->tail = NULL;
+	c->head_since_ns = kvt__now_ns();
+	int res = op->result;
+	switch (op->kind) {
+	case OP_READ:
+		if (res == -ENOENT) {
+			atomic_fetch_add(&s->misses, 1);
+		} else if (!res) {
+			atomic_fetch_add(&s->hits, 1);
+			atomic_fetch_add(&s->reads, 1);
+			atomic_fetch_add(&s->read_bytes, op->total);
+			res = (int)KVT_MIN(op->total, (uint64_t)INT32_MAX);
+		}
+		break;
+	case OP_WRITE:
+		if (!res) {
+			atomic_fetch_add(&s->writes, 1);
+			atomic_fetch_add(&s->write_bytes, op->val_len);
+		}
+		break;
+	case OP_REMOVE:
+		if (!res)
+			atomic_fetch_add(&s->removes, 1);
+		break;
+	default:
+		break;
+	}
+	complete(s, op, res);
+	return 0;
+}
+
+/* Start a bulk string reply "$<len>\r\n": its body goes straight into the segment the oldest
+ * request asked for (no copy through a parser buffer, nothing proportional to the object
+ * allocated), or is counted and dropped. */
+static int bulk_start(struct rd_conn *c, const char *line, size_t len)
+{
+	char *end;
+	errno = 0;
+	long long n = strtoll(line + 1, &end, 10);
+	if (errno || end != line + len - 2 || n < -1)
+		return -EPROTO;
+	if (n == -1) { /* nil: no command of ours returns one, let on_reply judge */
+		struct rd_reply nil = {REDIS_REPLY_NIL, 0, 0, ""};
+		return on_reply(c, &nil);
+	}
+	struct rd_op *op = c->head;
+	c->in_bulk = true;
+	c->bulk_dst = NULL;
+	c->bulk_want = 0;
+	c->bulk_skip = (uint64_t)n;
+	c->bulk_crlf = 2;
+	if (op && op != c->send && op->kind == OP_READ && op->nreplies >= 1 &&
+	    op->nreplies - 1 < op->nsegs) {
+		struct kvt_seg *seg = &op->segs[op->nreplies - 1];
+		c->bulk_dst = seg->buf;
+		c->bulk_want = KVT_MIN((uint64_t)n, seg->len);
+		c->bulk_skip = (uint64_t)n - c->bulk_want;
+	}
+	c->bulk_len = c->bulk_want;
+	return 0;
+}
+
+static int bulk_end(struct rd_conn *c)
+{
+	c->in_bulk = false;
+	struct rd_reply r = {REDIS_REPLY_STRING, 0, c->bulk_len, ""};
+	return on_reply(c, &r);
+}
+
+/* One line reply (status, error, integer): hiredis's parser makes the reply. */
+static int line_reply(struct rd_conn *c)
+{
+	if (c->line[0] == '$')
+		return bulk_start(c, c->line, c->line_len);
+	if (c->line[0] != '+' && c->line[0] != '-' && c->line[0] != ':')
+		return -EPROTO; /* arrays and the like: no command of ours returns one */
+	if (redisReaderFeed(c->reader, c->line, c->line_len) != REDIS_OK)
+		return -ENOMEM;
+	void *reply = NULL;
+	if (redisReaderGetReply(c->reader, &reply) != REDIS_OK || !reply)
+		return c->reader->err == REDIS_ERR_OOM ? -ENOMEM : -EPROTO;
+	int rc = on_reply(c, reply);
+	rf_free(reply);
+	return rc;
+}
+
+/* Frame the bytes of one read() into replies. */
+static int consume(struct rd_conn *c, const char *p, size_t left)
+{
+	while (left) {
+		if (c->in_bulk) {
+			size_t k;
+			if (c->bulk_want) {
+				k = (size_t)KVT_MIN(left, c->bulk_want);
+				memcpy(c->bulk_dst, p, k);
+				c->bulk_dst += k;
+				c->bulk_want -= k;
+			} else if (c->bulk_skip) {
+				k = (size_t)KVT_MIN(left, c->bulk_skip);
+				c->bulk_skip -= k;
+			} else {
+				k = KVT_MIN(left, (size_t)c->bulk_crlf);
+				c->bulk_crlf -= (unsigned)k;
+			}
+			p += k;
+			left -= k;
+			if (!c->bulk_want && !c->bulk_skip && !c->bulk_crlf) {
+				int rc = bulk_end(c);
+				if (rc < 0)
+					return rc;
+			}
+			continue;
+		}
+		const char *nl = memchr(p, '\n', left);
+		size_t k = nl ? (size_t)(nl - p) + 1 : left;
+		if (c->line_len + k > sizeof(c->line))
+			return -EPROTO; /* no reply line of ours is that long */
+		memcpy(c->line + c->line_len, p, k);
+		c->line_len += k;
+		p += k;
+		left -= k;
+		if (!nl)
+			break;
+		if (c->line_len < 3 || c->line[c->line_len - 2] != '\r')
+			return -EPROTO;
+		int rc = line_reply(c);
+		c->line_len = 0;
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* Read what the socket has and hand every complete reply out. The body of a large bulk
+ * reply is read from the socket directly into the caller's segment. */
+static int conn_read(struct rd_conn *c)
+{
+	for (;;) {
+		bool direct = c->in_bulk && c->bulk_want;
+		size_t want = direct ? (size_t)KVT_MIN(c->bulk_want, (uint64_t)1 << 30) : RD_RBUF;
+		ssize_t n = read(c->c->fd, direct ? c->bulk_dst : c->rbuf, want);
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			return -errno;
+		}
+		if (direct) {
+			c->bulk_dst += n;
+			c->bulk_want -= (uint64_t)n;
+			if (!c->bulk_want && !c->bulk_skip && !c->bulk_crlf) {
+				int rc = bulk_end(c);
+				if (rc < 0)
+					return rc;
+			}
+		} else {
+			int rc = consume(c, c->rbuf, (size_t)n);
+			if (rc < 0)
+				return rc;
+		}
+		if ((size_t)n < want)
+			return 0;
+	}
+}
+
+static void *io_thread(void *arg)
+{
+	struct rd_conn *c = arg;
+	struct rd_state *s = c->s;
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		struct rd_op *in = c->in_head;
+		c->in_head = c->in_tail = NULL;
+		bool stop = c->stop;
+		pthread_mutex_unlock(&c->lock);
+		if (in) {
+			if (!c->head)
+				c->head_since_ns = kvt__now_ns();
+			if (c->tail)
+				c->tail->next = in;
+			else
+				c->head = in;
+			/* no send cursor means everything before was written: start at in */
+			if (!c->send) {
+				c->send = in;
+				c->send_off = 0;
+			}
+			while (in->next)
+				in = in->next;
+			c->tail = in;
+		}
+		if (stop) {
+			conn_fail(c, -ECANCELED, "closing");
+			break;
+		}
+		uint64_t now = kvt__now_ns();
+		if (c->head && c->state == C_DOWN) {
+			int rc = conn_start(c);
+			if (rc < 0) {
+				conn_fail(c, rc, "connect");
+				continue;
+			}
+		}
+		struct pollfd pfd[2] = {{c->efd, POLLIN, 0}, {-1, 0, 0}};
+		int timeout = -1;
+		if (c->state != C_DOWN) {
+			pfd[1].fd = c->c->fd;
+			pfd[1].events = c->state == C_CONNECTING ? POLLOUT
+								 : (short)(POLLIN | (c->send ? POLLOUT : 0));
+			if (c->head) {
+				uint64_t end = c->head_since_ns + s->timeout_ns;
+				if (now >= end) {
+					conn_fail(c, -ETIMEDOUT,
+						  c->state == C_CONNECTING ? "connect timed out"
+									   : "request timed out");
+					continue;
+				}
+				timeout = (int)((end - now + 999999) / 1000000);
+			}
+		}
+		int n = poll(pfd, 2, timeout);
+		if (n < 0 && errno != EINTR) {
+			conn_fail(c, -errno, "poll");
+			continue;
+		}
+		if (pfd[0].revents & POLLIN) {
+			uint64_t v;
+			if (read(c->efd, &v, sizeof(v)) < 0) {
+				/* nothing to do: the counter is only a wake-up */
+			}
+		}
+		if (pfd[1].fd < 0 || !pfd[1].revents)
+			continue;
+		int rc = 0;
+		if (c->state == C_CONNECTING) {
+			rc = conn_up(c);
+			if (rc < 0) {
+				conn_fail(c, rc, "connect");
+				continue;
+			}
+		}
+		if (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+			rc = conn_read(c);
+			if (rc < 0) {
+				if (!c->head) {
+					conn_drop(c); /* idle connection closed by the server */
+					continue;
+				}
+				conn_fail(c, rc, rc == -EACCES ? "authentication" : "connection lost");
+				continue;
+			}
+		}
+		if (c->state == C_UP && c->send) {
+			rc = conn_write(c);
+			if (rc < 0)
+				conn_fail(c, rc, "send");
+		}
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------ vtable */
+
+/* redis://[[user]:password@]host[:port][/db] */
+static int parse_url(struct rd_state *s, const char *url)
+{
+	const char *p = url;
+	if (!strncmp(p, "redis://", 8))
+		p += 8;
+	else if (strstr(p, "://"))
+		return -EINVAL;
+	const char *at = strrchr(p, '@');
+	if (at) {
+		const char *colon = memchr(p, ':', (size_t)(at - p));
+		if (!colon)
+			return -EINVAL;
+		size_t ul = (size_t)(colon - p), pl = (size_t)(at - colon - 1);
+		if (ul >= sizeof(s->user) || pl >= sizeof(s->pass))
+			return -EINVAL;
+		memcpy(s->user, p, ul);
+		s->user[ul] = 0;
+		memcpy(s->pass, colon + 1, pl);
+		s->pass[pl] = 0;
+		p = at + 1;
+	}
+	const char *hend;
+	if (*p == '[') { /* [v6 address] */
+		hend = strchr(p, ']');
+		if (!hend)
+			return -EINVAL;
+		p++;
+	} else {
+		hend = p + strcspn(p, ":/");
+	}
+	size_t hl = (size_t)(hend - p);
+	if (!hl || hl >= sizeof(s->host))
+		return -EINVAL;
+	memcpy(s->host, p, hl);
+	s->host[hl] = 0;
+	p = hend + (*hend == ']');
+	s->port = 6379;
+	if (*p == ':') {
+		char *end;
+		long v = strtol(p + 1, &end, 10);
+		if (end == p + 1 || v < 1 || v > 65535)
+			return -EINVAL;
+		s->port = (int)v;
+		p = end;
+	}
+	if (*p == '/' && p[1]) {
+		char *end;
+		long v = strtol(p + 1, &end, 10);
+		if (end == p + 1 || *end || v < 0 || v > 1000000)
+			return -EINVAL;
+		s->db = (int)v;
+	} else if (*p && strcmp(p, "/")) {
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void stop_conns(struct rd_state *s, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		struct rd_conn *c = &s->conns[i];
+		pthread_mutex_lock(&c->lock);
+		c->stop = true;
+		pthread_mutex_unlock(&c->lock);
+		uint64_t one = 1;
+		if (write(c->efd, &one, sizeof(one)) < 0) {
+			/* the eventfd cannot overflow with 1s; ignore */
+		}
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct rd_conn *c = &s->conns[i];
+		pthread_join(c->thread, NULL);
+		/* ops submitted between the last loop and stop: cancel them here, after the
+		 * thread is gone, so no one else can touch the queue */
+		struct rd_op *op = c->in_head;
+		while (op) {
+			struct rd_op *next = op->next;
+			complete(s, op, -ECANCELED);
+			op = next;
+		}
+		close(c->efd);
+		kvt__free(c->rbuf);
+		pthread_mutex_destroy(&c->lock);
+	}
+}
+
+static int rd_open(struct kvt_tier *t, const struct kvt_config *cfg)
+{
+	struct rd_state *s = t->state;
+	s->t = t;
+	const char *url = kvt__cfg_str(cfg, "redis.url");
+	if (parse_url(s, url) < 0) {
+		KVT_ERR(&t->log, "redis: redis.url is not redis://[[user]:password@]host[:port][/db]");
+		return -EINVAL;
+	}
+	const char *prefix = kvt__cfg_str(cfg, "redis.prefix");
+	s->prefix_len = strlen(prefix);
+	if (s->prefix_len >= sizeof(s->prefix)) {
+		KVT_ERR(&t->log, "redis: redis.prefix is longer than %zu bytes",
+			sizeof(s->prefix) - 1);
+		return -EINVAL;
+	}
+	memcpy(s->prefix, prefix, s->prefix_len + 1);
+	s->timeout_ns = kvt__cfg_u64(cfg, "redis.timeout_ms") * 1000000ull;
+	s->nconns = (unsigned)KVT_MIN(kvt__cfg_u64(cfg, "redis.connections"), RD_MAX_CONNS);
+	if (!s->nconns)
+		s->nconns = 1;
+	unsigned i;
+	int rc = 0;
+	for (i = 0; i < s->nconns; i++) {
+		struct rd_conn *c = &s->conns[i];
+		c->s = s;
+		c->id = (int)i;
+		c->state = C_DOWN;
+		c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		c->rbuf = kvt__malloc(RD_RBUF);
+		if (c->efd < 0 || !c->rbuf) {
+			rc = c->efd < 0 ? -errno : -ENOMEM;
+			goto undo;
+		}
+		pthread_mutex_init(&c->lock, NULL);
+		rc = -pthread_create(&c->thread, NULL, io_thread, c);
+		if (rc < 0) {
+			pthread_mutex_destroy(&c->lock);
+			goto undo;
+		}
+	}
+	/* Connections open on first use; the tier works once the server comes up. */
+	KVT_INFO(&t->log, "redis: %s:%d db %d%s, prefix '%s', %u connections, timeout %llu ms",
+		 s->host, s->port, s->db, s->pass[0] ? " (auth)" : "", s->prefix, s->nconns,
+		 (unsigned long long)(s->timeout_ns / 1000000));
+	return 0;
+undo:
+	KVT_ERR(&t->log, "redis: cannot set up connection %u: %s", i, strerror(-rc));
+	if (s->conns[i].efd >= 0)
+		close(s->conns[i].efd);
+	kvt__free(s->conns[i].rbuf);
+	stop_conns(s, i);
+	return rc;
+}
+
+static void rd_close(struct kvt_tier *t)
+{
+	struct rd_state *s = t->state;
+	stop_conns(s, s->nconns);
+	memset(s->pass, 0, sizeof(s->pass));
+}
+
+static int submit(struct rd_state *s, struct rd_op *op)
+{
+	struct rd_conn *c = &s->conns[atomic_fetch_add(&s->rr, 1) % s->nconns];
+	op_finish_out(op);
+	pthread_mutex_lock(&c->lock);
+	if (c->stop) {
+		pthread_mutex_unlock(&c->lock);
+		kvt__free(op);
+		return -ECANCELED;
+	}
+	bool was_empty = !c->in_head;
+	op->next = NULL;
+	if (c->in_tail)
+		c->in_tail->next = op;
+	else
+		c->in_head = op;
+	c->in_tail = op;
+	pthread_mutex_unlock(&c->lock);
+	if (was_empty) {
+		uint64_t one = 1;
+		if (write(c->efd, &one, sizeof(one)) < 0) {
+			/* cannot fail short of a full counter, which 1s never reach */
+		}
+	}
+	return 0;
+}
+
+static int rd_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n, uint8_t *present,
+		     kvt_tier_cb cb, void *arg)
+{
+	struct rd_state *s = t->state;
+	if (!cb || (n && (!keys || !present)))
+		return -EINVAL;
+	size_t klen = s->prefix_len + 2 * KVT_KEY_BYTES;
+	size_t lens[2] = {6, klen};
+	/* An empty batch still needs one reply to complete on the I/O thread: it asks about
+	 * a name no object has and writes the answer to a scratch byte. */
+	uint32_t ncmds = n ? n : 1;
+	struct rd_op *op = op_new(OP_EXISTS, (size_t)ncmds * cmd_bound(2, lens), n ? 0 : 1, cb,
+				  arg);
+	if (!op)
+		return -ENOMEM;
+	op->present = n ? present : (uint8_t *)(op + 1);
+	op->ncmds = ncmds;
+	char name[512];
+	const char *argv[2] = {"EXISTS", name};
+	for (uint32_t i = 0; i < ncmds; i++) {
+		if (n)
+			key_name(s, &keys[i], name);
+		else
+			memset(name, '-', klen);
+		op->hdr_len += cmd_put(op->hdr + op->hdr_len, 2, argv, lens, false);
+	}
+	return submit(s, op);
+}
+
+static int rd_read(struct kvt_tier *t, const struct kvt_key *key, const struct kvt_seg *segs,
+		   uint32_t nsegs, kvt_tier_cb cb, void *arg)
+{
+	struct rd_state *s = t->state;
+	if (!cb || !key || (nsegs && !segs) || nsegs > RD_MAX_SEGS)
+		return -EINVAL;
+	char name[512], a[32], b[32];
+	size_t klen = key_name(s, key, name);
+	size_t lens[4] = {8, klen, 20, 20};
+	struct rd_op *op = op_new(OP_READ, (nsegs + 1) * cmd_bound(4, lens),
+				  (size_t)nsegs * sizeof(*segs), cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->segs = (struct kvt_seg *)(op + 1);
+	op->nsegs = nsegs;
+	if (nsegs)
+		memcpy(op->segs, segs, (size_t)nsegs * sizeof(*segs));
+	op->ncmds = nsegs + 1;
+	const char *sl[2] = {"STRLEN", name};
+	size_t sll[2] = {6, klen};
+	op->hdr_len = cmd_put(op->hdr, 2, sl, sll, false);
+	for (uint32_t i = 0; i < nsegs; i++) {
+		/* GETRANGE's end is inclusive; an empty segment asks for nothing real */
+		uint64_t off = segs[i].off, end = segs[i].len ? off + segs[i].len - 1 : 0;
+		const char *argv[4] = {"GETRANGE", name, a, b};
+		lens[2] = (size_t)snprintf(a, sizeof(a), "%llu",
+					   (unsigned long long)(segs[i].len ? off : 1));
+		lens[3] = (size_t)snprintf(b, sizeof(b), "%llu", (unsigned long long)end);
+		op->hdr_len += cmd_put(op->hdr + op->hdr_len, 4, argv, lens, false);
+	}
+	return submit(s, op);
+}
+
+static int rd_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
+		    kvt_tier_cb cb, void *arg)
+{
+	struct rd_state *s = t->state;
+	if (!cb || !key || !obj || !len)
+		return -EINVAL;
+	char name[512];
+	size_t klen = key_name(s, key, name);
+	const char *argv[3] = {"SET", name, obj};
+	size_t lens[3] = {3, klen, (size_t)len};
+	struct rd_op *op = op_new(OP_WRITE, 3 * 32 + klen + 16, 0, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->hdr_len = cmd_put(op->hdr, 3, argv, lens, true);
+	op->val = obj;
+	op->val_len = len;
+	op->ncmds = 1;
+	return submit(s, op);
+}
+
+static int rd_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb cb, void *arg)
+{
+	struct rd_state *s = t->state;
+	if (!cb || !key)
+		return -EINVAL;
+	char name[512];
+	size_t klen = key_name(s, key, name);
+	const char *argv[2] = {"DEL", name};
+	size_t lens[2] = {3, klen};
+	struct rd_op *op = op_new(OP_REMOVE, cmd_bound(2, lens), 0, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->hdr_len = cmd_put(op->hdr, 2, argv, lens, false);
+	op->ncmds = 1;
+	return submit(s, op);
+}
+
+static void rd_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
+{
+	struct rd_state *s = t->state;
+	char name[512];
+	size_t klen = key_name(s, key, name);
+	const char *argv[2] = {"DEL", name};
+	size_t lens[2] = {3, klen};
+	struct rd_op *op = op_new(OP_REMOVE, cmd_bound(2, lens), 0, NULL, NULL);
+	if (!op)
+		return;
+	op->hdr_len = cmd_put(op->hdr, 2, argv, lens, false);
+	op->ncmds = 1;
+	submit(s, op);
+}
+
+static void rd_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
+{
+	struct rd_state *s = t->state;
+	out->hits = atomic_load(&s->hits);
+	out->misses = atomic_load(&s->misses);
+	out->reads = atomic_load(&s->reads);
+	out->read_bytes = atomic_load(&s->read_bytes);
+	out->writes = atomic_load(&s->writes);
+	out->write_bytes = atomic_load(&s->write_bytes);
+	out->errors = atomic_load(&s->errors);
+	out->removes = atomic_load(&s->removes);
+}
+
+const struct kvt_tier_ops kvt__tier_redis_ops = {
+	.name = "redis",
+	.version = 1,
+	.state_size = sizeof(struct rd_state),
+	.open = rd_open,
+	.close = rd_close,
+	.exists = rd_exists,
+	.read = rd_read,
+	.write = rd_write,
+	.remove = rd_remove,
+	.stats = rd_stats,
+	.scan = NULL,
+	.flush = NULL,
+	.can_write = NULL,
+	.drop_corrupt = rd_drop_corrupt,
+};

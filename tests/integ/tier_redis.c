@@ -1,0 +1,412 @@
+/*
+ * kvt-test-labels: server
+ *
+ * tier_redis.c - the "redis" tier against a real redis-server on 127.0.0.1 (started here,
+ * on a free port, in a temporary directory): round trips up to 32 MiB, ranges, batched
+ * lookups, thousands of requests in flight, AUTH with the right and a wrong password, the
+ * server SIGKILLed and SIGSTOPped mid-run (every request fails within the timeout, nothing
+ * hangs or crashes) and restarted (the tier works again), close with work in flight.
+ * Exit 0 pass, 1 fail, 77 when redis-server is not installed.
+ *
+ * `integ_tier_redis --bench URL SIZE INFLIGHT SECONDS` measures SET and GET throughput
+ * instead (tests/integ/lib/redis_bench.sh compares it with redis-benchmark).
+ */
+#include <signal.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "lib/redis_server.h"
+#include "lib/tierh.h"
+
+extern const struct kvt_tier_ops kvt__tier_redis_ops;
+
+static struct kvt_tier *open_redis(const char *url, const char *timeout_ms, const char *conns)
+{
+	const char *kv[] = {"redis.url", url, "redis.timeout_ms", timeout_ms, "redis.connections",
+			    conns, "redis.prefix", "kvt-test:", NULL};
+	struct kvt_config *cfg = th_config(kv);
+	struct kvt_tier *t;
+	int rc = th_open(&kvt__tier_redis_ops, cfg, &t);
+	kvt_config_destroy(cfg);
+	CHECK_EQ(rc, 0);
+	return t;
+}
+
+static void url_of(const struct rs *r, const char *pass, char *url, size_t len)
+{
+	if (pass)
+		snprintf(url, len, "redis://:%s@127.0.0.1:%d/2", pass, r->port);
+	else
+		snprintf(url, len, "redis://127.0.0.1:%d", r->port);
+}
+
+static void test_round_trip(struct kvt_tier *t)
+{
+	static const uint64_t sizes[] = {4096, 5000, 1 << 20, 32 << 20};
+	for (size_t i = 0; i < KVT_ARRAY_SIZE(sizes); i++) {
+		uint64_t len = sizes[i];
+		struct kvt_key k;
+		th_key(&k, i, 11);
+		unsigned char *obj = malloc(len), *back = malloc(len + 8192);
+		CHECK(obj && back);
+		th_obj_fill(obj, len, 500 + i);
+		CHECK_EQ(th_write(t, &k, obj, len), 0);
+		memset(back, 0, len);
+		CHECK_EQ(th_read_all(t, &k, back, len + 8192), (int64_t)len);
+		CHECK(th_obj_check(back, len, NULL) == 0);
+		if (len >= 3 * 4096) {
+			struct kvt_seg segs[3] = {{4096, 4096, back},
+						  {len - 4096, 8192, back + 4096},
+						  {len + 4096, 4096, back + 3 * 4096}};
+			memset(back, 0, 4 * 4096);
+			CHECK_EQ(th_read(t, &k, segs, 3), 8192);
+			CHECK(!memcmp(back, obj + 4096, 4096));
+			CHECK(!memcmp(back + 4096, obj + len - 4096, 4096));
+		}
+		CHECK_EQ(th_write(t, &k, obj, len), 0); /* rewriting is harmless */
+		free(obj);
+		free(back);
+	}
+	struct kvt_key miss;
+	th_key(&miss, 999, 11);
+	char b[4096];
+	CHECK_EQ(th_read_all(t, &miss, b, sizeof(b)), -ENOENT);
+	CHECK_EQ(th_remove(t, &miss), -ENOENT);
+	struct kvt_key k0;
+	th_key(&k0, 0, 11);
+	CHECK_EQ(th_remove(t, &k0), 0);
+	CHECK_EQ(th_read_all(t, &k0, b, sizeof(b)), -ENOENT);
+
+	enum { N = 500 };
+	static struct kvt_key keys[N];
+	static uint8_t present[N];
+	unsigned char obj[4096];
+	th_obj_fill(obj, sizeof(obj), 1);
+	for (int i = 0; i < N; i++) {
+		th_key(&keys[i], (uint64_t)i, 12);
+		if (i % 7 == 0)
+			CHECK_EQ(th_write(t, &keys[i], obj, sizeof(obj)), 0);
+	}
+	memset(present, 0xee, sizeof(present));
+	CHECK_EQ(th_exists(t, keys, N, present), 0);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(present[i], i % 7 == 0);
+	CHECK_EQ(th_exists(t, keys, 0, present), 0);
+	struct kvt_tier_stats st = {0};
+	t->ops->stats(t, &st);
+	CHECK(st.writes >= 8 && st.reads >= 4 && st.misses == 2 && st.removes == 1);
+	CHECK_EQ(st.errors, 0);
+}
+
+/* Many requests in flight over few connections. */
+struct many {
+	atomic_int calls, ok, bad;
+	atomic_int_fast64_t max_ms;
+};
+struct rq {
+	struct many *m;
+	unsigned char *buf;
+	uint64_t len, t0;
+	int want; /* expected result, or INT32_MIN: any error */
+};
+
+static void rq_cb(void *arg, int r)
+{
+	struct rq *q = arg;
+	struct many *m = q->m;
+	int64_t ms = (int64_t)(th_now_ms() - q->t0);
+	int_fast64_t cur = atomic_load(&m->max_ms);
+	while (ms > cur && !atomic_compare_exchange_weak(&m->max_ms, &cur, ms))
+		;
+	bool good = q->want == INT32_MIN ? r < 0 : r == q->want;
+	if (good && q->buf && r > 0)
+		good = th_obj_check(q->buf, (uint64_t)r, NULL) == 0;
+	if (good)
+		atomic_fetch_add(&m->ok, 1);
+	else
+		atomic_fetch_add(&m->bad, 1);
+	atomic_fetch_add(&m->calls, 1);
+}
+
+static void wait_calls(struct many *m, int n, int timeout_ms)
+{
+	uint64_t end = th_now_ms() + (uint64_t)timeout_ms;
+	while (atomic_load(&m->calls) < n && th_now_ms() < end)
+		usleep(1000);
+	if (atomic_load(&m->calls) != n) {
+		fprintf(stderr, "%d of %d callbacks after %d ms\n", atomic_load(&m->calls), n,
+			timeout_ms);
+		exit(1);
+	}
+}
+
+static void test_many_in_flight(struct kvt_tier *t)
+{
+	enum { NK = 256, NR = 4000, LEN = 65536 };
+	static struct rq q[NK + NR];
+	static unsigned char objs[NK][LEN];
+	struct many m = {0};
+	uint64_t t0 = th_now_ms();
+	for (int i = 0; i < NK; i++) {
+		struct kvt_key k;
+		th_key(&k, (uint64_t)i, 13);
+		th_obj_fill(objs[i], LEN, (uint64_t)i);
+		q[i] = (struct rq){&m, NULL, LEN, th_now_ms(), 0};
+		CHECK_EQ(t->ops->write(t, &k, objs[i], LEN, rq_cb, &q[i]), 0);
+	}
+	wait_calls(&m, NK, 30000);
+	CHECK_EQ(atomic_load(&m.bad), 0);
+	static unsigned char back[NR][LEN / 4];
+	memset(&m, 0, sizeof(m));
+	for (int i = 0; i < NR; i++) {
+		struct kvt_key k;
+		th_key(&k, (uint64_t)(i % NK), 13);
+		/* the first quarter of an object, compared with its source below */
+		struct kvt_seg seg = {0, LEN / 4, back[i]};
+		q[NK + i] = (struct rq){&m, NULL, LEN / 4, th_now_ms(), LEN / 4};
+		CHECK_EQ(t->ops->read(t, &k, &seg, 1, rq_cb, &q[NK + i]), 0);
+	}
+	wait_calls(&m, NR, 60000);
+	CHECK_EQ(atomic_load(&m.bad), 0);
+	for (int i = 0; i < NR; i++)
+		CHECK(!memcmp(back[i], objs[i % NK], LEN / 4));
+	fprintf(stderr, "  %d writes + %d reads of 64 KiB in flight at once: %llu ms\n", NK, NR,
+		(unsigned long long)(th_now_ms() - t0));
+}
+
+static void test_auth(void)
+{
+	struct rs r;
+	CHECK_EQ(rs_start(&r, "s3cret-pw"), 0);
+	char url[256];
+	url_of(&r, "s3cret-pw", url, sizeof(url));
+	struct kvt_tier *t = open_redis(url, "2000", "2");
+	unsigned char obj[8192];
+	th_obj_fill(obj, sizeof(obj), 3);
+	struct kvt_key k;
+	th_key(&k, 1, 14);
+	CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), 0);
+	CHECK_EQ(th_read_all(t, &k, obj, sizeof(obj)), (int)sizeof(obj));
+	CHECK(th_obj_check(obj, sizeof(obj), NULL) == 0);
+	th_close(t);
+	fprintf(stderr, "  right password: works (db 2)\n");
+	url_of(&r, "wrong-pw", url, sizeof(url));
+	t = open_redis(url, "2000", "2");
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), -EACCES);
+		CHECK_EQ(th_read_all(t, &k, obj, sizeof(obj)), -EACCES);
+	}
+	th_close(t);
+	url_of(&r, NULL, url, sizeof(url));
+	t = open_redis(url, "2000", "1");
+	CHECK_EQ(th_read_all(t, &k, obj, sizeof(obj)), -EACCES);
+	th_close(t);
+	fprintf(stderr, "  wrong or missing password: -EACCES (%s)\n", kvt_strerror(-EACCES));
+	rs_stop(&r);
+}
+
+/* Keep a stream of 8 MiB writes and reads in flight, then hurt the server. */
+static void test_server_failures(void)
+{
+	struct rs r;
+	CHECK_EQ(rs_start(&r, NULL), 0);
+	char url[256];
+	url_of(&r, NULL, url, sizeof(url));
+	const int timeout = 500;
+	struct kvt_tier *t = open_redis(url, "500", "4");
+	enum { N = 64, LEN = 8 << 20 };
+	unsigned char *obj = malloc(LEN), *back = malloc((size_t)N * 65536);
+	CHECK(obj && back);
+	th_obj_fill(obj, LEN, 42);
+	struct kvt_key k;
+	th_key(&k, 7, 15);
+	CHECK_EQ(th_write(t, &k, obj, LEN), 0);
+
+	/* 1. SIGKILL with requests in flight */
+	static struct rq q[2 * N];
+	struct many m = {0};
+	unsigned char *big = malloc((size_t)N / 2 * LEN);
+	CHECK(big);
+	for (int i = 0; i < N; i++) {
+		struct kvt_key kk;
+		th_key(&kk, (uint64_t)i, 16);
+		q[i] = (struct rq){&m, NULL, LEN, th_now_ms(), INT32_MIN};
+		if (i % 2) { /* reads of the 8 MiB object, bodies landing in big */
+			struct kvt_seg seg = {0, LEN, big + (size_t)(i / 2) * LEN};
+			CHECK_EQ(t->ops->read(t, &k, &seg, 1, rq_cb, &q[i]), 0);
+		} else {
+			CHECK_EQ(t->ops->write(t, &kk, obj, LEN, rq_cb, &q[i]), 0);
+		}
+	}
+	usleep(20000);
+	rs_signal(&r, SIGKILL);
+	uint64_t killed = th_now_ms();
+	wait_calls(&m, N, timeout + 2000);
+	fprintf(stderr, "  SIGKILL: %d reads and writes in flight failed, %d had completed; all "
+		"called back within %llu ms of the kill\n", atomic_load(&m.ok),
+		atomic_load(&m.bad), (unsigned long long)(th_now_ms() - killed));
+	free(big);
+	/* (a write that completed before the kill is fine; none may hang) */
+
+	/* 2. server down: requests fail fast, within the timeout */
+	memset(&m, 0, sizeof(m));
+	for (int i = 0; i < N; i++) {
+		struct kvt_seg seg = {0, 65536, back + (size_t)i * 65536};
+		q[i] = (struct rq){&m, NULL, 65536, th_now_ms(), INT32_MIN};
+		CHECK_EQ(t->ops->read(t, &k, &seg, 1, rq_cb, &q[i]), 0);
+	}
+	wait_calls(&m, N, timeout + 1000);
+	CHECK_EQ(atomic_load(&m.ok), N);
+	CHECK(atomic_load(&m.max_ms) <= timeout + 1000); /* slack for a loaded CI machine */
+	fprintf(stderr, "  server down: %d reads failed, slowest after %lld ms\n", N,
+		(long long)atomic_load(&m.max_ms));
+
+	/* 3. restart: the next requests reconnect (data is gone: no persistence) */
+	CHECK_EQ(rs_launch(&r), 0);
+	CHECK_EQ(th_read_all(t, &k, back, 65536), -ENOENT);
+	CHECK_EQ(th_write(t, &k, obj, LEN), 0);
+	CHECK_EQ(th_read_all(t, &k, back, 65536), 65536);
+	CHECK(!memcmp(back, obj, 65536));
+	fprintf(stderr, "  restarted: the tier works again\n");
+
+	/* 4. a stopped (hung) server: every request fails with -ETIMEDOUT within the timeout */
+	rs_signal(&r, SIGSTOP);
+	memset(&m, 0, sizeof(m));
+	for (int i = 0; i < 2 * N; i++) {
+		struct kvt_seg seg = {0, 65536, back + (size_t)(i % N) * 65536};
+		q[i] = (struct rq){&m, NULL, 65536, th_now_ms(), -ETIMEDOUT};
+		if (i % 2)
+			CHECK_EQ(t->ops->read(t, &k, &seg, 1, rq_cb, &q[i]), 0);
+		else
+			CHECK_EQ(t->ops->write(t, &k, obj, 65536, rq_cb, &q[i]), 0);
+	}
+	wait_calls(&m, 2 * N, timeout + 2000);
+	CHECK_EQ(atomic_load(&m.ok), 2 * N);
+	CHECK(atomic_load(&m.max_ms) <= timeout + 1000);
+	fprintf(stderr, "  SIGSTOP: %d requests failed with -ETIMEDOUT, slowest after %lld ms "
+		"(timeout %d ms)\n", 2 * N, (long long)atomic_load(&m.max_ms), timeout);
+	rs_signal(&r, SIGCONT);
+	usleep(50000);
+	CHECK_EQ(th_write(t, &k, obj, LEN), 0);
+	CHECK_EQ(th_read_all(t, &k, back, 65536), 65536);
+	fprintf(stderr, "  SIGCONT: works again\n");
+
+	/* 5. close with requests in flight: each callback once */
+	memset(&m, 0, sizeof(m));
+	for (int i = 0; i < N; i++) {
+		q[i] = (struct rq){&m, NULL, LEN, th_now_ms(), 0};
+		CHECK_EQ(t->ops->write(t, &k, obj, LEN, rq_cb, &q[i]), 0);
+	}
+	th_close(t);
+	CHECK_EQ(atomic_load(&m.calls), N);
+	fprintf(stderr, "  close with %d writes in flight: %d done, %d cancelled\n", N,
+		atomic_load(&m.ok), atomic_load(&m.bad));
+	free(obj);
+	free(back);
+	rs_stop(&r);
+}
+
+/* ---- throughput, for tests/integ/lib/redis_bench.sh ---- */
+struct bench {
+	struct kvt_tier *t;
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	int inflight, errors;
+	uint64_t done;
+};
+static void bench_cb(void *arg, int r)
+{
+	struct bench *b = arg;
+	pthread_mutex_lock(&b->m);
+	b->inflight--;
+	b->done++;
+	b->errors += r < 0;
+	pthread_cond_signal(&b->c);
+	pthread_mutex_unlock(&b->m);
+}
+
+static double bench_run(struct bench *b, bool get, uint64_t size, int depth, double secs,
+			unsigned char *obj, unsigned char *bufs)
+{
+	b->done = 0;
+	uint64_t t0 = th_now_ms(), i = 0;
+	pthread_mutex_lock(&b->m);
+	while (th_now_ms() - t0 < (uint64_t)(secs * 1000)) {
+		while (b->inflight >= depth)
+			pthread_cond_wait(&b->c, &b->m);
+		b->inflight++;
+		pthread_mutex_unlock(&b->m);
+		struct kvt_key k;
+		th_key(&k, i % 64, 99);
+		struct kvt_seg seg = {0, size, bufs + (i % (uint64_t)depth) * size};
+		int rc = get ? b->t->ops->read(b->t, &k, &seg, 1, bench_cb, b)
+			     : b->t->ops->write(b->t, &k, obj, size, bench_cb, b);
+		CHECK_EQ(rc, 0);
+		i++;
+		pthread_mutex_lock(&b->m);
+	}
+	while (b->inflight)
+		pthread_cond_wait(&b->c, &b->m);
+	pthread_mutex_unlock(&b->m);
+	double el = (double)(th_now_ms() - t0) / 1000.0;
+	return (double)b->done / el;
+}
+
+static int bench_main(int argc, char **argv)
+{
+	if (argc < 6) {
+		fprintf(stderr, "usage: %s --bench URL SIZE INFLIGHT SECONDS [CONNS]\n", argv[0]);
+		return 1;
+	}
+	uint64_t size = strtoull(argv[3], NULL, 10);
+	int depth = atoi(argv[4]);
+	double secs = atof(argv[5]);
+	struct bench b = {0};
+	pthread_mutex_init(&b.m, NULL);
+	pthread_cond_init(&b.c, NULL);
+	b.t = open_redis(argv[2], "10000", argc > 6 ? argv[6] : "4");
+	unsigned char *obj = malloc(size), *bufs = malloc(size * (uint64_t)depth);
+	CHECK(obj && bufs);
+	th_obj_fill(obj, size, 1);
+	double set = bench_run(&b, false, size, depth, secs, obj, bufs);
+	double get = bench_run(&b, true, size, depth, secs, obj, bufs);
+	printf("{\"tier\":\"redis\",\"size\":%llu,\"inflight\":%d,\"set_ops\":%.1f,"
+	       "\"get_ops\":%.1f,\"set_MBps\":%.1f,\"get_MBps\":%.1f,\"errors\":%d}\n",
+	       (unsigned long long)size, depth, set, get, set * (double)size / 1e6,
+	       get * (double)size / 1e6, b.errors);
+	th_close(b.t);
+	free(obj);
+	free(bufs);
+	return b.errors ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "--bench"))
+		return bench_main(argc, argv);
+	struct rs r;
+	int rc = rs_start(&r, NULL);
+	if (rc == 77) {
+		fprintf(stderr, "SKIP: redis-server is not installed\n");
+		return 77;
+	}
+	CHECK_EQ(rc, 0);
+	char url[256];
+	url_of(&r, NULL, url, sizeof(url));
+	struct kvt_tier *t = open_redis(url, "5000", "4");
+	test_round_trip(t);
+	fprintf(stderr, "ok round trip up to 32 MiB, ranges, misses, batched exists\n");
+	test_many_in_flight(t);
+	fprintf(stderr, "ok thousands of requests in flight\n");
+	th_close(t);
+	rs_stop(&r);
+	test_auth();
+	fprintf(stderr, "ok AUTH\n");
+	test_server_failures();
+	fprintf(stderr, "ok server killed, down, stopped, restarted; close in flight\n");
+	struct kvt_config *cfg = th_config((const char *const[]){"redis.url", "http://x", NULL});
+	CHECK_EQ(th_open(&kvt__tier_redis_ops, cfg, &t), -EINVAL);
+	kvt_config_destroy(cfg);
+	fprintf(stderr, "PASS\n");
+	return 0;
+}
