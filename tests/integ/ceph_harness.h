@@ -327,7 +327,7 @@ static int t_remove(struct kvt_tier *t, const struct kvt_key *k)
 
 /* ---- deterministic data */
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
-static uint64_t rnd(void)
+static inline uint64_t rnd(void)
 {
 	rng_state ^= rng_state << 13;
 	rng_state ^= rng_state >> 7;
