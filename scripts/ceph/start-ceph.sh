@@ -73,6 +73,9 @@ bluestore block size = 10737418240
 bluestore fsck on mount = false
 osd memory target = 939524096
 ${EXTRA_CONF:-}
+[client]
+# Clients (the ceph CLI, tests, kvtier) share names: no admin socket for them.
+admin socket =
 [client.rgw.a]
 rgw frontends = beast endpoint=127.0.0.1:$RGW_PORT
 rgw data = $DIR/rgw
