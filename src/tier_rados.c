@@ -209,7 +209,10 @@ static void *submit_thread(void *arg)
 		s->head = op->next;
 		if (!s->head)
 			s->tail = NULL;
-		for (uint32_t i = 0; i < op->nsub; i++) {
+		/* Once its last sub-request is issued the op may complete and be freed on a
+		 * librados thread: nothing of it is read after that. */
+		uint32_t nsub = op->nsub;
+		for (uint32_t i = 0; i < nsub; i++) {
 			struct rados_sub *u = &op->subs[i];
 			while (s->inflight >= s->max_inflight && !s->closing)
 				pthread_cond_wait(&s->cond, &s->lock);

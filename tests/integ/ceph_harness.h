@@ -39,7 +39,7 @@ static int ceph_rgw_port;
 		}                                                                                  \
 	} while (0)
 
-static void ceph_stop(void)
+static inline void ceph_stop(void)
 {
 	static atomic_flag once = ATOMIC_FLAG_INIT;
 	if (!ceph_dir[0] || atomic_flag_test_and_set(&once))
@@ -54,14 +54,14 @@ static void ceph_stop(void)
 		fprintf(stderr, "warning: stopping the test cluster in %s failed\n", ceph_dir);
 }
 
-static void on_fatal_signal(int sig)
+static inline void on_fatal_signal(int sig)
 {
 	ceph_stop();
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
 
-static int free_port(void)
+static inline int free_port(void)
 {
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -76,8 +76,8 @@ static int free_port(void)
 }
 
 /* Run a shell command; returns its exit status. */
-static int shf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int shf(const char *fmt, ...)
+static inline int shf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int shf(const char *fmt, ...)
 {
 	char cmd[4096];
 	va_list ap;
@@ -89,7 +89,7 @@ static int shf(const char *fmt, ...)
 }
 
 /* Start a cluster: osds OSDs, radosgw if rgw. Exits 77 when the Ceph packages are missing. */
-static void ceph_start(int osds, int rgw)
+static inline void ceph_start(int osds, int rgw)
 {
 	const char *src = getenv("KVT_SRC");
 	if (src)
@@ -155,7 +155,7 @@ static void ceph_start(int osds, int rgw)
 }
 
 /* The PID of one daemon ("rgw.a", "osd.1"). */
-static pid_t ceph_pid(const char *name)
+static inline pid_t ceph_pid(const char *name)
 {
 	char path[512];
 	snprintf(path, sizeof(path), "%s/run/%s.pid", ceph_dir, name);
@@ -172,7 +172,7 @@ static char log_text[65536];
 static size_t log_len;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void test_log(void *arg, int level, const char *msg)
+static inline void test_log(void *arg, int level, const char *msg)
 {
 	(void)arg;
 	fprintf(stderr, "  [tier %d] %s\n", level, msg);
@@ -183,7 +183,7 @@ static void test_log(void *arg, int level, const char *msg)
 	pthread_mutex_unlock(&log_lock);
 }
 
-static void log_clear(void)
+static inline void log_clear(void)
 {
 	pthread_mutex_lock(&log_lock);
 	log_len = 0;
@@ -192,7 +192,7 @@ static void log_clear(void)
 }
 
 /* ---- a tier instance from its ops table (the engine's kvt__tier_open does the same) */
-static int tier_open(const struct kvt_tier_ops *ops, struct kvt_config *cfg, struct kvt_tier **out)
+static inline int tier_open(const struct kvt_tier_ops *ops, struct kvt_config *cfg, struct kvt_tier **out)
 {
 	struct kvt_tier *t = calloc(1, sizeof(*t));
 	t->ops = ops;
@@ -209,7 +209,7 @@ static int tier_open(const struct kvt_tier_ops *ops, struct kvt_config *cfg, str
 	return 0;
 }
 
-static void tier_close(struct kvt_tier *t)
+static inline void tier_close(struct kvt_tier *t)
 {
 	t->ops->close(t);
 	free(t->state);
@@ -227,7 +227,7 @@ struct done {
 	uint64_t t_submit, t_done;
 };
 
-static void done_init(struct done *d)
+static inline void done_init(struct done *d)
 {
 	pthread_mutex_init(&d->m, NULL);
 	pthread_cond_init(&d->c, NULL);
@@ -239,7 +239,7 @@ static void done_init(struct done *d)
 	d->t_done = 0;
 }
 
-static void done_cb(void *arg, int result)
+static inline void done_cb(void *arg, int result)
 {
 	struct done *d = arg;
 	if (pthread_equal(pthread_self(), d->submitter))
@@ -253,7 +253,7 @@ static void done_cb(void *arg, int result)
 }
 
 /* Wait up to ms for the callback; returns its result, or -999 on a hang. */
-static int done_wait(struct done *d, int ms)
+static inline int done_wait(struct done *d, int ms)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -277,7 +277,7 @@ static int done_wait(struct done *d, int ms)
 
 /* Submit-and-wait helpers: check the call returned 0 and the callback ran exactly once. */
 #define SYNC_MS 30000
-static int t_write(struct kvt_tier *t, const struct kvt_key *k, const void *p, uint64_t n)
+static inline int t_write(struct kvt_tier *t, const struct kvt_key *k, const void *p, uint64_t n)
 {
 	struct done d;
 	done_init(&d);
@@ -289,7 +289,7 @@ static int t_write(struct kvt_tier *t, const struct kvt_key *k, const void *p, u
 	return rc;
 }
 
-static int t_read(struct kvt_tier *t, const struct kvt_key *k, const struct kvt_seg *s, uint32_t n)
+static inline int t_read(struct kvt_tier *t, const struct kvt_key *k, const struct kvt_seg *s, uint32_t n)
 {
 	struct done d;
 	done_init(&d);
@@ -301,7 +301,7 @@ static int t_read(struct kvt_tier *t, const struct kvt_key *k, const struct kvt_
 	return rc;
 }
 
-static int t_exists(struct kvt_tier *t, const struct kvt_key *k, uint32_t n, uint8_t *present)
+static inline int t_exists(struct kvt_tier *t, const struct kvt_key *k, uint32_t n, uint8_t *present)
 {
 	struct done d;
 	done_init(&d);
@@ -313,7 +313,7 @@ static int t_exists(struct kvt_tier *t, const struct kvt_key *k, uint32_t n, uin
 	return rc;
 }
 
-static int t_remove(struct kvt_tier *t, const struct kvt_key *k)
+static inline int t_remove(struct kvt_tier *t, const struct kvt_key *k)
 {
 	struct done d;
 	done_init(&d);
@@ -335,7 +335,7 @@ static inline uint64_t rnd(void)
 	return rng_state;
 }
 
-static void fill(void *p, size_t n, uint64_t seed)
+static inline void fill(void *p, size_t n, uint64_t seed)
 {
 	uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
 	uint8_t *b = p;
@@ -347,7 +347,7 @@ static void fill(void *p, size_t n, uint64_t seed)
 	}
 }
 
-static void key_of(struct kvt_key *k, uint64_t tag, uint64_t i)
+static inline void key_of(struct kvt_key *k, uint64_t tag, uint64_t i)
 {
 	memset(k, 0, sizeof(*k));
 	memcpy(k->bytes, &tag, 8);
@@ -356,7 +356,7 @@ static void key_of(struct kvt_key *k, uint64_t tag, uint64_t i)
 	memcpy(k->bytes + 16, &salt, 8);
 }
 
-static void *aligned(size_t n)
+static inline void *aligned(size_t n)
 {
 	void *p = NULL;
 	if (posix_memalign(&p, KVT_ALIGN, n ? n : KVT_ALIGN))
@@ -364,7 +364,7 @@ static void *aligned(size_t n)
 	return p;
 }
 
-static struct kvt_config *cfg_new(void)
+static inline struct kvt_config *cfg_new(void)
 {
 	struct kvt_config *cfg;
 	CHECK(kvt_config_create(&cfg) == 0, "config");
@@ -372,7 +372,7 @@ static struct kvt_config *cfg_new(void)
 	return cfg;
 }
 
-static void cfg_set(struct kvt_config *cfg, const char *k, const char *v)
+static inline void cfg_set(struct kvt_config *cfg, const char *k, const char *v)
 {
 	char err[256];
 	int rc = kvt_config_set(cfg, k, v, err, sizeof(err));
