@@ -80,10 +80,33 @@ static const struct cfg_row rows[] = {
 	/* ---- end fs ---- */
 
 	/* ---- s3 tier: rows below ---- */
+	{"s3.endpoint", T_STR, "", 0, 0, NULL, "S3 endpoint URL, http(s)://host[:port] (empty: KVTIER_S3_ENDPOINT)"},
+	{"s3.region", T_STR, "", 0, 0, NULL, "SigV4 signing region (empty: AWS_DEFAULT_REGION, else us-east-1)"},
+	{"s3.bucket", T_STR, "", 0, 0, NULL, "bucket holding the objects (empty: KVTIER_S3_BUCKET)"},
+	{"s3.prefix", T_STR, "kvtier/", 0, 0, NULL, "key prefix inside the bucket; objects are <prefix><64 hex digits>"},
+	{"s3.addressing", T_ENUM, "path", 0, 0, "path|virtual", "path-style (endpoint/bucket/key) or virtual-hosted (bucket.endpoint/key) URLs"},
+	{"s3.credentials_file", T_STR, "", 0, 0, NULL, "AWS-style credentials file (empty: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"},
+	{"s3.profile", T_STR, "default", 0, 0, NULL, "profile section of s3.credentials_file"},
+	{"s3.tls_verify", T_BOOL, "true", 0, 0, NULL, "verify the server's TLS certificate and host name"},
+	{"s3.ca_file", T_STR, "", 0, 0, NULL, "CA bundle for TLS verification (empty: the system's)"},
+	{"s3.sign_payload", T_BOOL, "false", 0, 0, NULL, "sign the body's SHA-256 instead of sending UNSIGNED-PAYLOAD (costs a hash per write)"},
+	{"s3.max_inflight", T_U64, "64", 1, 4096, NULL, "HTTP requests in flight at once (and keep-alive connections)"},
+	{"s3.retries", T_U64, "3", 0, 20, NULL, "retries of a request on 5xx, SlowDown or a broken connection (exponential backoff with jitter)"},
+	{"s3.timeout_ms", T_U64, "5000", 1, 3600000, NULL, "deadline of every operation, retries included"},
+	{"s3.connect_timeout_ms", T_U64, "2000", 1, 3600000, NULL, "TCP/TLS connection set-up limit"},
+	{"s3.create_bucket", T_BOOL, "true", 0, 0, NULL, "create the bucket at open if it does not exist"},
 
 	/* ---- end s3 ---- */
 
 	/* ---- rados tier: rows below ---- */
+	{"rados.conf", T_STR, "", 0, 0, NULL, "ceph.conf path (empty: CEPH_CONF, else Ceph's default search)"},
+	{"rados.pool", T_STR, "kvtier", 0, 0, NULL, "pool holding the objects (replicated or erasure-coded; env KVTIER_RADOS_POOL)"},
+	{"rados.namespace", T_STR, "", 0, 0, NULL, "RADOS namespace inside the pool"},
+	{"rados.user", T_STR, "admin", 0, 0, NULL, "Ceph client name without 'client.'"},
+	{"rados.keyring", T_STR, "", 0, 0, NULL, "keyring path (empty: from the ceph.conf or CEPH_KEYRING)"},
+	{"rados.create_pool", T_BOOL, "false", 0, 0, NULL, "create a replicated pool with the cluster's defaults if it does not exist"},
+	{"rados.max_inflight", T_U64, "256", 1, 65536, NULL, "RADOS operations in flight at once"},
+	{"rados.timeout_ms", T_U64, "5000", 1, 3600000, NULL, "deadline of every operation (an unreachable OSD or monitor gives -ETIMEDOUT)"},
 
 	/* ---- end rados ---- */
 

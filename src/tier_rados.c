@@ -1,0 +1,524 @@
+/*
+ * tier_rados.c - the "rados" tier: objects in a Ceph pool through librados' C async API.
+ *
+ * One object per chunk, named by the key's 64 hex digits, in rados.pool and
+ * rados.namespace. write is rados_aio_write_full (the OSD replaces the object atomically:
+ * a reader sees the old or the new object, never a mix); read issues one rados_aio_read per
+ * segment at its offset, so a layer range costs only its bytes; exists is one rados_aio_stat
+ * per key, all in flight at once; remove is rados_aio_remove. The pool may be replicated or
+ * erasure-coded: Ceph does the coding, and every call here works on both (no partial
+ * overwrites, no omap), see docs/TIERS.md.
+ *
+ * Why a submission thread: librados throttles in the submitting call (objecter in-flight
+ * ops and bytes), so a burst of large writes would block the caller. Callers only append
+ * to a locked queue; the tier's thread issues the aio calls, at most rados.max_inflight at
+ * once, so even a completion delivered inline by librados never runs inside the caller's
+ * call. Completions arrive on librados' finisher threads (threads of this tier's cluster
+ * handle), which run the callbacks.
+ *
+ * Timeouts: rados.timeout_ms sets client_mount_timeout, rados_mon_op_timeout and
+ * rados_osd_op_timeout, so an unreachable OSD or monitor fails an operation with
+ * -ETIMEDOUT instead of hanging; operations still queued past their deadline fail the same.
+ * close() cancels queued operations (-ECANCELED) and waits for those in flight.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rados/librados.h>
+
+#include "tier.h"
+
+enum rados_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_DROP };
+
+struct rados_op;
+
+/* One librados call of an operation. */
+struct rados_sub {
+	struct rados_op *op;
+	uint32_t idx;
+	uint64_t size; /* stat */
+	time_t mtime;
+	void *buf;     /* read */
+	uint64_t off, len;
+};
+
+/* One tier call. */
+struct rados_op {
+	struct rados_state *s;
+	struct rados_op *next; /* queue */
+	enum rados_kind kind;
+	kvt_tier_cb cb;
+	void *arg;
+	uint64_t deadline_ns;
+	_Atomic uint32_t pending;
+	_Atomic int result;
+	_Atomic uint64_t total;
+	uint8_t *present;
+	const void *obj;
+	uint64_t len;
+	uint32_t nsub;
+	char (*oids)[2 * KVT_KEY_BYTES + 1]; /* one per sub (exists) or one for all */
+	struct rados_sub subs[];
+};
+
+struct rados_state {
+	struct kvt_tier *t;
+	rados_t cluster;
+	rados_ioctx_t io;
+	bool connected, have_io;
+	uint32_t max_inflight;
+	uint64_t timeout_ns;
+	char pool[256];
+	pthread_t thread;
+	bool thread_started;
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* queue not empty, slot freed, closing */
+	bool closing;
+	struct rados_op *head, *tail;
+	uint32_t inflight; /* librados calls not yet completed */
+	_Atomic uint64_t reads, read_bytes, writes, write_bytes, errors, removes;
+};
+
+static void key_hex(const struct kvt_key *k, char out[2 * KVT_KEY_BYTES + 1])
+{
+	static const char d[] = "0123456789abcdef";
+	for (int i = 0; i < KVT_KEY_BYTES; i++) {
+		out[2 * i] = d[k->bytes[i] >> 4];
+		out[2 * i + 1] = d[k->bytes[i] & 15];
+	}
+	out[2 * KVT_KEY_BYTES] = 0;
+}
+
+static const char *sub_oid(struct rados_sub *u)
+{
+	return u->op->kind == OP_EXISTS ? u->op->oids[u->idx] : u->op->oids[0];
+}
+
+/* A sub-request ended with rc (librados' return value, or our own -errno). */
+static void sub_done(struct rados_sub *u, int rc)
+{
+	struct rados_op *op = u->op;
+	struct rados_state *s = op->s;
+	switch (op->kind) {
+	case OP_EXISTS:
+		if (rc == -ENOENT) {
+			op->present[u->idx] = 0;
+			rc = 0;
+		} else if (rc >= 0) {
+			op->present[u->idx] = 1;
+		}
+		break;
+	case OP_READ:
+		if (rc >= 0) {
+			atomic_fetch_add(&op->total, (uint64_t)rc);
+			atomic_fetch_add(&s->read_bytes, (uint64_t)rc);
+			rc = 0;
+		}
+		break;
+	case OP_WRITE:
+		if (rc >= 0)
+			atomic_fetch_add(&s->write_bytes, op->len);
+		break;
+	default:
+		break;
+	}
+	if (rc < 0) {
+		int zero = 0;
+		atomic_compare_exchange_strong(&op->result, &zero, rc);
+	}
+	if (atomic_fetch_sub(&op->pending, 1) != 1)
+		return;
+	int result = atomic_load(&op->result);
+	if (result >= 0 && op->kind == OP_READ) {
+		uint64_t t = atomic_load(&op->total);
+		result = t > INT32_MAX ? INT32_MAX : (int)t;
+	}
+	if (result < 0 && result != -ENOENT && result != -ECANCELED) {
+		atomic_fetch_add(&s->errors, 1);
+		KVT_DEBUG(&s->t->log, "rados: %s: %s", op->oids[0], strerror(-result));
+	}
+	kvt_tier_cb cb = op->cb;
+	void *arg = op->arg;
+	kvt__free(op);
+	if (cb)
+		cb(arg, result);
+}
+
+/* librados finisher thread. */
+static void on_complete(rados_completion_t c, void *arg)
+{
+	struct rados_sub *u = arg;
+	struct rados_state *s = u->op->s;
+	int rc = rados_aio_get_return_value(c);
+	rados_aio_release(c);
+	if (rc == -ETIMEDOUT || rc == -ETIME)
+		rc = -ETIMEDOUT;
+	sub_done(u, rc);
+	pthread_mutex_lock(&s->lock);
+	if (s->inflight-- == s->max_inflight || s->closing)
+		pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static int issue(struct rados_state *s, struct rados_sub *u)
+{
+	rados_completion_t c;
+	int rc = rados_aio_create_completion2(u, on_complete, &c);
+	if (rc < 0)
+		return rc;
+	const char *oid = sub_oid(u);
+	struct rados_op *op = u->op;
+	switch (op->kind) {
+	case OP_EXISTS:
+		rc = rados_aio_stat(s->io, oid, c, &u->size, &u->mtime);
+		break;
+	case OP_READ:
+		rc = rados_aio_read(s->io, oid, c, u->buf, (size_t)u->len, u->off);
+		atomic_fetch_add(&s->reads, 1);
+		break;
+	case OP_WRITE:
+		rc = rados_aio_write_full(s->io, oid, c, op->obj, (size_t)op->len);
+		atomic_fetch_add(&s->writes, 1);
+		break;
+	case OP_REMOVE:
+	case OP_DROP:
+		rc = rados_aio_remove(s->io, oid, c);
+		atomic_fetch_add(&s->removes, 1);
+		break;
+	}
+	if (rc < 0)
+		rados_aio_release(c);
+	return rc;
+}
+
+static void *submit_thread(void *arg)
+{
+	struct rados_state *s = arg;
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		while (!s->head && !s->closing)
+			pthread_cond_wait(&s->cond, &s->lock);
+		struct rados_op *op = s->head;
+		if (!op)
+			break; /* closing and nothing queued */
+		s->head = op->next;
+		if (!s->head)
+			s->tail = NULL;
+		/* Once its last sub-request is issued the op may complete and be freed on a
+		 * librados thread: nothing of it is read after that. */
+		uint32_t nsub = op->nsub;
+		for (uint32_t i = 0; i < nsub; i++) {
+			struct rados_sub *u = &op->subs[i];
+			while (s->inflight >= s->max_inflight && !s->closing)
+				pthread_cond_wait(&s->cond, &s->lock);
+			int rc = 0;
+			if (s->closing)
+				rc = -ECANCELED;
+			else if (kvt__now_ns() >= op->deadline_ns)
+				rc = -ETIMEDOUT;
+			else if (op->kind == OP_READ && !u->len)
+				rc = 1; /* an empty segment: nothing to ask for */
+			if (rc == 0) {
+				s->inflight++;
+				pthread_mutex_unlock(&s->lock);
+				rc = issue(s, u);
+				pthread_mutex_lock(&s->lock);
+				if (rc >= 0)
+					continue;
+				s->inflight--;
+			}
+			pthread_mutex_unlock(&s->lock);
+			sub_done(u, rc > 0 ? 0 : rc);
+			pthread_mutex_lock(&s->lock);
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ submission */
+
+static struct rados_op *op_new(struct rados_state *s, enum rados_kind kind, uint32_t nsub,
+			       uint32_t noids, kvt_tier_cb cb, void *arg)
+{
+	size_t sz = sizeof(struct rados_op) + nsub * sizeof(struct rados_sub);
+	sz = KVT_ALIGN_UP(sz, 8);
+	struct rados_op *op = kvt__calloc(1, sz + (size_t)noids * (2 * KVT_KEY_BYTES + 1));
+	if (!op)
+		return NULL;
+	op->s = s;
+	op->kind = kind;
+	op->cb = cb;
+	op->arg = arg;
+	op->nsub = nsub;
+	atomic_init(&op->pending, nsub);
+	op->deadline_ns = kvt__now_ns() + s->timeout_ns;
+	op->oids = (void *)((char *)op + sz);
+	for (uint32_t i = 0; i < nsub; i++) {
+		op->subs[i].op = op;
+		op->subs[i].idx = i;
+	}
+	return op;
+}
+
+static int submit(struct rados_state *s, struct rados_op *op)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->closing) {
+		pthread_mutex_unlock(&s->lock);
+		kvt__free(op);
+		return -ECANCELED;
+	}
+	op->next = NULL;
+	if (s->tail)
+		s->tail->next = op;
+	else
+		s->head = op;
+	s->tail = op;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+static int rt_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
+			uint8_t *present, kvt_tier_cb cb, void *arg)
+{
+	struct rados_state *s = t->state;
+	if (!cb || (n && (!keys || !present)))
+		return -EINVAL;
+	if (!n) { /* nothing to ask: still complete later, on the tier's thread */
+		struct rados_op *op = op_new(s, OP_READ, 1, 1, cb, arg);
+		if (!op)
+			return -ENOMEM;
+		return submit(s, op);
+	}
+	struct rados_op *op = op_new(s, OP_EXISTS, n, n, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->present = present;
+	for (uint32_t i = 0; i < n; i++)
+		key_hex(&keys[i], op->oids[i]);
+	return submit(s, op);
+}
+
+static int rt_read(struct kvt_tier *t, const struct kvt_key *key, const struct kvt_seg *segs,
+		      uint32_t nsegs, kvt_tier_cb cb, void *arg)
+{
+	struct rados_state *s = t->state;
+	if (!cb || !key || (nsegs && !segs))
+		return -EINVAL;
+	struct rados_op *op = op_new(s, OP_READ, nsegs ? nsegs : 1, 1, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	key_hex(key, op->oids[0]);
+	for (uint32_t i = 0; i < nsegs; i++) {
+		if ((segs[i].len && !segs[i].buf) || segs[i].len > SIZE_MAX / 2) {
+			kvt__free(op);
+			return -EINVAL;
+		}
+		op->subs[i].buf = segs[i].buf;
+		op->subs[i].off = segs[i].off;
+		op->subs[i].len = segs[i].len;
+	}
+	return submit(s, op);
+}
+
+static int rt_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj,
+		       uint64_t len, kvt_tier_cb cb, void *arg)
+{
+	struct rados_state *s = t->state;
+	if (!cb || !key || (len && !obj) || len > SIZE_MAX / 2)
+		return -EINVAL;
+	struct rados_op *op = op_new(s, OP_WRITE, 1, 1, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	key_hex(key, op->oids[0]);
+	op->obj = obj;
+	op->len = len;
+	return submit(s, op);
+}
+
+static int rt_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb cb, void *arg)
+{
+	struct rados_state *s = t->state;
+	if (!cb || !key)
+		return -EINVAL;
+	struct rados_op *op = op_new(s, OP_REMOVE, 1, 1, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	key_hex(key, op->oids[0]);
+	return submit(s, op);
+}
+
+static void rt_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
+{
+	struct rados_state *s = t->state;
+	struct rados_op *op = op_new(s, OP_DROP, 1, 1, NULL, NULL);
+	if (!op)
+		return;
+	key_hex(key, op->oids[0]);
+	submit(s, op);
+}
+
+static void rt_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
+{
+	struct rados_state *s = t->state;
+	out->reads = atomic_load(&s->reads);
+	out->read_bytes = atomic_load(&s->read_bytes);
+	out->writes = atomic_load(&s->writes);
+	out->write_bytes = atomic_load(&s->write_bytes);
+	out->errors = atomic_load(&s->errors);
+	out->removes = atomic_load(&s->removes);
+}
+
+/* ------------------------------------------------------------------ open / close */
+
+static void teardown(struct rados_state *s)
+{
+	if (s->have_io)
+		rados_ioctx_destroy(s->io);
+	s->have_io = false;
+	if (s->cluster)
+		rados_shutdown(s->cluster);
+	s->cluster = NULL;
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->lock);
+}
+
+static int set_opt(struct rados_state *s, const char *k, const char *v)
+{
+	int rc = rados_conf_set(s->cluster, k, v);
+	if (rc < 0)
+		KVT_ERR(&s->t->log, "rados: setting %s = %s: %s", k, v, strerror(-rc));
+	return rc;
+}
+
+static int rt_open(struct kvt_tier *t, const struct kvt_config *cfg)
+{
+	struct rados_state *s = t->state;
+	const struct kvt_log *log = &t->log;
+	int rc;
+	s->t = t;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->cond, NULL);
+	s->max_inflight = (uint32_t)kvt__cfg_u64(cfg, "rados.max_inflight");
+	s->timeout_ns = kvt__cfg_u64(cfg, "rados.timeout_ms") * 1000000ULL;
+	snprintf(s->pool, sizeof(s->pool), "%s", kvt__cfg_str(cfg, "rados.pool"));
+	if (!s->pool[0]) {
+		KVT_ERR(log, "rados: rados.pool is empty");
+		rc = -EINVAL;
+		goto fail;
+	}
+	char name[256];
+	snprintf(name, sizeof(name), "client.%s", kvt__cfg_str(cfg, "rados.user"));
+	rc = rados_create2(&s->cluster, "ceph", name, 0);
+	if (rc < 0) {
+		KVT_ERR(log, "rados: rados_create2(%s): %s", name, strerror(-rc));
+		s->cluster = NULL;
+		goto fail;
+	}
+	const char *conf = kvt__cfg_str(cfg, "rados.conf");
+	if (!*conf && getenv("CEPH_CONF"))
+		conf = getenv("CEPH_CONF");
+	rc = rados_conf_read_file(s->cluster, *conf ? conf : NULL);
+	if (rc < 0) {
+		KVT_ERR(log, "rados: reading %s: %s", *conf ? conf : "the default ceph.conf",
+			strerror(-rc));
+		goto fail;
+	}
+	rados_conf_parse_env(s->cluster, NULL); /* CEPH_ARGS */
+	const char *keyring = kvt__cfg_str(cfg, "rados.keyring");
+	if (!*keyring && getenv("CEPH_KEYRING"))
+		keyring = getenv("CEPH_KEYRING");
+	if (*keyring && (rc = set_opt(s, "keyring", keyring)) < 0)
+		goto fail;
+	/* Seconds, rounded up: librados' timeouts have one-second granularity here. */
+	char secs[32];
+	snprintf(secs, sizeof(secs), "%llu",
+		 (unsigned long long)((s->timeout_ns + 999999999ULL) / 1000000000ULL));
+	if ((rc = set_opt(s, "client_mount_timeout", secs)) < 0 ||
+	    (rc = set_opt(s, "rados_mon_op_timeout", secs)) < 0 ||
+	    (rc = set_opt(s, "rados_osd_op_timeout", secs)) < 0)
+		goto fail;
+	/* A library never writes a log file of its own next to the caller's. */
+	rados_conf_set(s->cluster, "log_to_stderr", "false");
+	rados_conf_set(s->cluster, "err_to_stderr", "false");
+	rc = rados_connect(s->cluster);
+	if (rc < 0) {
+		KVT_ERR(log, "rados: cannot connect to the cluster (%s, as %s): %s",
+			*conf ? conf : "default ceph.conf", name, strerror(-rc));
+		goto fail;
+	}
+	s->connected = true;
+	if (rados_pool_lookup(s->cluster, s->pool) == -ENOENT) {
+		if (!kvt__cfg_bool(cfg, "rados.create_pool")) {
+			KVT_ERR(log, "rados: pool '%s' does not exist; create it (docs/TIERS.md shows "
+				     "a replicated and an erasure-coded one) or set "
+				     "rados.create_pool = true",
+				s->pool);
+			rc = -ENOENT;
+			goto fail;
+		}
+		rc = rados_pool_create(s->cluster, s->pool);
+		if (rc < 0 && rc != -EEXIST) {
+			KVT_ERR(log, "rados: creating pool '%s': %s", s->pool, strerror(-rc));
+			goto fail;
+		}
+		KVT_INFO(log, "rados: created replicated pool '%s'", s->pool);
+	}
+	rc = rados_ioctx_create(s->cluster, s->pool, &s->io);
+	if (rc < 0) {
+		KVT_ERR(log, "rados: opening pool '%s': %s", s->pool, strerror(-rc));
+		goto fail;
+	}
+	s->have_io = true;
+	rados_ioctx_set_namespace(s->io, kvt__cfg_str(cfg, "rados.namespace"));
+	rc = -pthread_create(&s->thread, NULL, submit_thread, s);
+	if (rc < 0) {
+		KVT_ERR(log, "rados: cannot start the submission thread: %s", strerror(-rc));
+		goto fail;
+	}
+	s->thread_started = true;
+	KVT_INFO(log, "rados: pool '%s' namespace '%s' as %s", s->pool,
+		 kvt__cfg_str(cfg, "rados.namespace"), name);
+	return 0;
+fail:
+	teardown(s);
+	return rc;
+}
+
+static void rt_close(struct kvt_tier *t)
+{
+	struct rados_state *s = t->state;
+	pthread_mutex_lock(&s->lock);
+	s->closing = true;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	if (s->thread_started)
+		pthread_join(s->thread, NULL);
+	/* In flight: librados ends each within rados_osd_op_timeout; wait for the callbacks. */
+	pthread_mutex_lock(&s->lock);
+	while (s->inflight)
+		pthread_cond_wait(&s->cond, &s->lock);
+	pthread_mutex_unlock(&s->lock);
+	teardown(s);
+}
+
+const struct kvt_tier_ops kvt__tier_rados_ops = {
+	.name = "rados",
+	.version = 1,
+	.state_size = sizeof(struct rados_state),
+	.open = rt_open,
+	.close = rt_close,
+	.exists = rt_exists,
+	.read = rt_read,
+	.write = rt_write,
+	.remove = rt_remove,
+	.stats = rt_stats,
+	.drop_corrupt = rt_drop_corrupt,
+};

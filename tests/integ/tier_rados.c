@@ -1,0 +1,370 @@
+/* kvt-test-labels: server
+ *
+ * tier_rados.c - the "rados" tier against a real single-node Ceph started by
+ * scripts/ceph/start-ceph.sh: round trip, offset reads, batched stats, misses, namespaces,
+ * many operations in flight, cancel at close, a missing pool, and an OSD stalled (SIGSTOP)
+ * mid-run: -ETIMEDOUT within the deadline, never a hang; then recovery.
+ *
+ * With --bench SECONDS BYTES QD it measures the tier's reads against `rados bench` (rand
+ * reads, same object size and concurrency) in the same run and prints one JSON line.
+ */
+#include "ceph_harness.h"
+
+extern const struct kvt_tier_ops kvt__tier_rados_ops;
+
+#define MiB (1024 * 1024)
+
+static struct kvt_config *rados_cfg(const char *pool, const char *ns)
+{
+	struct kvt_config *cfg = cfg_new();
+	cfg_set(cfg, "rados.pool", pool);
+	cfg_set(cfg, "rados.namespace", ns);
+	return cfg;
+}
+
+static struct kvt_tier *open_cfg(struct kvt_config *cfg)
+{
+	struct kvt_tier *t;
+	int rc = tier_open(&kvt__tier_rados_ops, cfg, &t);
+	CHECK(rc == 0, "open: %s", strerror(-rc));
+	kvt_config_destroy(cfg);
+	return t;
+}
+
+static void test_basic(void)
+{
+	struct kvt_tier *t = open_cfg(rados_cfg("kvt", ""));
+	const size_t n = 5 * MiB + 3 * 4096;
+	uint8_t *obj = aligned(n), *back = aligned(n);
+	struct kvt_key k;
+	key_of(&k, 1, 1);
+	fill(obj, n, 1);
+	CHECK(t_write(t, &k, obj, n) == 0, "write");
+	struct kvt_seg whole = {0, n, back};
+	CHECK(t_read(t, &k, &whole, 1) == (int)n, "read whole");
+	CHECK(!memcmp(obj, back, n), "whole object differs");
+
+	memset(back, 0, n);
+	struct kvt_seg segs[3] = {
+		{4096, 8192, back},
+		{2 * MiB, 4 * 4096, back + 8192},
+		{n - 4096, 4096, back + 6 * 4096},
+	};
+	CHECK(t_read(t, &k, segs, 3) == 7 * 4096, "ranges");
+	CHECK(!memcmp(back, obj + 4096, 8192), "range 0");
+	CHECK(!memcmp(back + 8192, obj + 2 * MiB, 4 * 4096), "range 1");
+	CHECK(!memcmp(back + 6 * 4096, obj + n - 4096, 4096), "range 2");
+	struct kvt_seg tail = {n - 4096, 3 * 4096, back};
+	CHECK(t_read(t, &k, &tail, 1) == 4096, "short tail");
+	struct kvt_seg beyond = {n + 4096, 4096, back};
+	CHECK(t_read(t, &k, &beyond, 1) == 0, "beyond the end");
+
+	/* Replace with a shorter object: write_full leaves no stale tail. */
+	fill(obj, MiB, 2);
+	CHECK(t_write(t, &k, obj, MiB) == 0, "replace");
+	CHECK(t_read(t, &k, &whole, 1) == MiB, "read replaced");
+	CHECK(!memcmp(obj, back, MiB), "replaced object differs");
+
+	/* Misses and removal. */
+	struct kvt_key miss;
+	key_of(&miss, 1, 2);
+	CHECK(t_read(t, &miss, &whole, 1) == -ENOENT, "missing read");
+	CHECK(t_remove(t, &miss) == -ENOENT, "missing remove");
+	CHECK(t_remove(t, &k) == 0, "remove");
+	CHECK(t_read(t, &k, &whole, 1) == -ENOENT, "read after remove");
+
+	/* Batched stats, every third key present. */
+	enum { N = 100 };
+	struct kvt_key keys[N];
+	uint8_t present[N];
+	for (int i = 0; i < N; i++) {
+		key_of(&keys[i], 3, (uint64_t)i);
+		if (i % 3 == 0)
+			CHECK(t_write(t, &keys[i], obj, 4096) == 0, "write %d", i);
+	}
+	memset(present, 0xee, sizeof(present));
+	uint64_t t0 = kvt__now_ns();
+	CHECK(t_exists(t, keys, N, present) == 0, "exists");
+	fprintf(stderr, "exists: %d stats in %.1f ms\n", N, (double)(kvt__now_ns() - t0) / 1e6);
+	for (int i = 0; i < N; i++)
+		CHECK(present[i] == (i % 3 == 0), "present[%d] = %d", i, present[i]);
+	CHECK(t_exists(t, keys, 0, present) == 0, "empty batch");
+	struct kvt_seg none = {0, 0, NULL};
+	CHECK(t_read(t, &keys[0], &none, 1) == 0, "empty segment");
+
+	/* Namespaces keep instances apart inside one pool. */
+	struct kvt_tier *other = open_cfg(rados_cfg("kvt", "tenant-b"));
+	CHECK(t_exists(other, keys, N, present) == 0, "exists in another namespace");
+	for (int i = 0; i < N; i++)
+		CHECK(present[i] == 0, "key %d leaked across namespaces", i);
+	tier_close(other);
+
+	struct kvt_tier_stats st = {0};
+	t->ops->stats(t, &st);
+	CHECK(st.writes > 0 && st.reads > 0 && st.errors == 0, "stats");
+	tier_close(t);
+	free(obj);
+	free(back);
+
+	/* A missing pool is a clear error at open. */
+	log_clear();
+	struct kvt_config *cfg = rados_cfg("no-such-pool", "");
+	struct kvt_tier *bad;
+	CHECK(tier_open(&kvt__tier_rados_ops, cfg, &bad) == -ENOENT, "missing pool");
+	CHECK(strstr(log_text, "does not exist"), "missing-pool message: %s", log_text);
+	kvt_config_destroy(cfg);
+}
+
+static void test_inflight(void)
+{
+	struct kvt_config *cfg = rados_cfg("kvt", "inflight");
+	cfg_set(cfg, "rados.max_inflight", "16");
+	struct kvt_tier *t = open_cfg(cfg);
+	enum { N = 200, SZ = 512 * 1024 };
+	uint8_t *objs = aligned((size_t)N * SZ), *back = aligned((size_t)N * SZ);
+	struct kvt_key keys[N];
+	struct done d[N];
+	struct kvt_seg segs[N];
+	uint64_t t0 = kvt__now_ns();
+	for (int i = 0; i < N; i++) {
+		key_of(&keys[i], 4, (uint64_t)i);
+		fill(objs + (size_t)i * SZ, SZ, 4000 + (uint64_t)i);
+		done_init(&d[i]);
+		CHECK(t->ops->write(t, &keys[i], objs + (size_t)i * SZ, SZ, done_cb, &d[i]) == 0,
+		      "submit write");
+	}
+	for (int i = 0; i < N; i++)
+		CHECK(done_wait(&d[i], SYNC_MS) == 0, "write %d", i);
+	double wms = (double)(kvt__now_ns() - t0) / 1e6;
+	t0 = kvt__now_ns();
+	for (int i = 0; i < N; i++) {
+		done_init(&d[i]);
+		segs[i] = (struct kvt_seg){0, SZ, back + (size_t)i * SZ};
+		CHECK(t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i]) == 0, "submit read");
+	}
+	for (int i = 0; i < N; i++)
+		CHECK(done_wait(&d[i], SYNC_MS) == SZ, "read %d", i);
+	double rms = (double)(kvt__now_ns() - t0) / 1e6;
+	CHECK(!memcmp(objs, back, (size_t)N * SZ), "read back differs");
+	for (int i = 0; i < N; i++)
+		CHECK(atomic_load(&d[i].calls) == 1, "callback %d ran %d times", i,
+		      atomic_load(&d[i].calls));
+	fprintf(stderr, "inflight: %d x 512 KiB, 16 in flight: writes %.0f ms, reads %.0f ms\n", N,
+		wms, rms);
+
+	/* Close with operations queued and in flight: each callback exactly once. */
+	for (int i = 0; i < N; i++) {
+		done_init(&d[i]);
+		CHECK(t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i]) == 0, "submit read");
+	}
+	tier_close(t);
+	int cancelled = 0;
+	for (int i = 0; i < N; i++) {
+		CHECK(atomic_load(&d[i].calls) == 1, "after close: callback %d ran %d times", i,
+		      atomic_load(&d[i].calls));
+		CHECK(d[i].result == SZ || d[i].result == -ECANCELED, "after close: %d",
+		      d[i].result);
+		cancelled += d[i].result == -ECANCELED;
+	}
+	fprintf(stderr, "close with %d submitted: %d cancelled, %d completed\n", N, cancelled,
+		N - cancelled);
+	free(objs);
+	free(back);
+}
+
+/* The only OSD stalled: operations end with -ETIMEDOUT near rados.timeout_ms; after SIGCONT
+ * the same instance serves again. */
+static void test_osd_stall(void)
+{
+	struct kvt_config *cfg = rados_cfg("kvt", "stall");
+	cfg_set(cfg, "rados.timeout_ms", "2000");
+	struct kvt_tier *t = open_cfg(cfg);
+	enum { N = 16, SZ = 64 * 1024 };
+	uint8_t *objs = aligned((size_t)N * SZ), *back = aligned((size_t)N * SZ);
+	struct kvt_key keys[N];
+	struct done d[N];
+	struct kvt_seg segs[N];
+	for (int i = 0; i < N; i++) {
+		key_of(&keys[i], 5, (uint64_t)i);
+		fill(objs + (size_t)i * SZ, SZ, 5000 + (uint64_t)i);
+		CHECK(t_write(t, &keys[i], objs + (size_t)i * SZ, SZ) == 0, "write %d", i);
+		segs[i] = (struct kvt_seg){0, SZ, back + (size_t)i * SZ};
+	}
+	pid_t osd = ceph_pid("osd.0");
+	CHECK(kill(osd, SIGSTOP) == 0, "SIGSTOP osd.0");
+	for (int i = 0; i < N; i++) {
+		done_init(&d[i]);
+		int rc = i % 2 ? t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i])
+			       : t->ops->write(t, &keys[i], objs + (size_t)i * SZ, SZ, done_cb, &d[i]);
+		CHECK(rc == 0, "submit");
+	}
+	uint8_t present[N];
+	struct done de;
+	done_init(&de);
+	CHECK(t->ops->exists(t, keys, N, present, done_cb, &de) == 0, "submit exists");
+	uint64_t worst = 0;
+	int timeouts = 0;
+	for (int i = 0; i < N; i++) {
+		int rc = done_wait(&d[i], 10000);
+		CHECK(rc != -999, "op %d hung with the OSD stopped", i);
+		CHECK(rc < 0, "op %d succeeded with the OSD stopped", i);
+		timeouts += rc == -ETIMEDOUT;
+		worst = KVT_MAX(worst, d[i].t_done - d[i].t_submit);
+	}
+	int rc = done_wait(&de, 10000);
+	CHECK(rc == -ETIMEDOUT, "exists with the OSD stopped: %d", rc);
+	fprintf(stderr, "osd stopped: %d/%d -ETIMEDOUT, slowest %.0f ms (deadline 2000)\n", timeouts,
+		N, (double)worst / 1e6);
+	CHECK(timeouts == N, "timeouts %d", timeouts);
+	CHECK(worst < 4000ULL * 1000000, "answers took %.0f ms", (double)worst / 1e6);
+	CHECK(kill(osd, SIGCONT) == 0, "SIGCONT osd.0");
+	uint64_t t0 = kvt__now_ns();
+	int ok = 0;
+	while (!ok && kvt__now_ns() - t0 < 30000000000ULL)
+		ok = t_read(t, &keys[1], &segs[1], 1) == SZ;
+	CHECK(ok, "no recovery after SIGCONT");
+	CHECK(!memcmp(back + SZ, objs + SZ, SZ), "data after recovery");
+	struct kvt_tier_stats st = {0};
+	t->ops->stats(t, &st);
+	CHECK(st.errors >= (uint64_t)N, "errors counted: %llu", (unsigned long long)st.errors);
+	tier_close(t);
+	free(objs);
+	free(back);
+}
+
+/* ---------------------------------------------------------------- benchmark */
+
+struct bench {
+	struct kvt_tier *t;
+	size_t sz;
+	int nkeys;
+	struct kvt_key *keys;
+	atomic_uint_fast64_t ops, bytes, errs;
+	atomic_int stop, outstanding;
+	pthread_mutex_t m;
+	pthread_cond_t c;
+};
+
+struct bench_slot {
+	struct bench *b;
+	struct kvt_seg seg;
+	uint64_t rng;
+};
+
+static void bench_submit(struct bench_slot *sl);
+
+static void bench_cb(void *arg, int rc)
+{
+	struct bench_slot *sl = arg;
+	struct bench *b = sl->b;
+	if (rc == (int)b->sz) {
+		atomic_fetch_add(&b->ops, 1);
+		atomic_fetch_add(&b->bytes, b->sz);
+	} else {
+		atomic_fetch_add(&b->errs, 1);
+	}
+	if (!atomic_load(&b->stop)) {
+		bench_submit(sl);
+		return;
+	}
+	pthread_mutex_lock(&b->m);
+	atomic_fetch_sub(&b->outstanding, 1);
+	pthread_cond_broadcast(&b->c);
+	pthread_mutex_unlock(&b->m);
+}
+
+static void bench_submit(struct bench_slot *sl)
+{
+	struct bench *b = sl->b;
+	sl->rng ^= sl->rng << 13;
+	sl->rng ^= sl->rng >> 7;
+	sl->rng ^= sl->rng << 17;
+	int k = (int)(sl->rng % (uint64_t)b->nkeys);
+	if (b->t->ops->read(b->t, &b->keys[k], &sl->seg, 1, bench_cb, sl) < 0) {
+		pthread_mutex_lock(&b->m);
+		atomic_fetch_sub(&b->outstanding, 1);
+		pthread_cond_broadcast(&b->c);
+		pthread_mutex_unlock(&b->m);
+	}
+}
+
+static int bench(int seconds, size_t sz, int qd)
+{
+	/* Reference first: rados bench writes its own objects, then reads them at random. */
+	char out[512];
+	snprintf(out, sizeof(out), "%s/rados-bench.txt", ceph_dir);
+	CHECK(shf("rados -p kvt bench %d write -b %zu -t %d --no-cleanup > '%s.w' 2>&1 && "
+		  "rados -p kvt bench %d rand -t %d > '%s' 2>&1",
+		  seconds, sz, qd, out, seconds, qd, out) == 0,
+	      "rados bench failed");
+	double ref_mbs = 0;
+	FILE *f = fopen(out, "r");
+	char line[512];
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "Bandwidth (MB/sec):", 19))
+			ref_mbs = atof(line + 19) * 1048576.0 / 1e6; /* rados bench's MB is MiB */
+	if (f)
+		fclose(f);
+	CHECK(ref_mbs > 0, "no bandwidth in rados bench output");
+	shf("rados -p kvt cleanup >/dev/null 2>&1");
+
+	struct kvt_config *cfg = rados_cfg("kvt", "bench");
+	char v[32];
+	snprintf(v, sizeof(v), "%d", qd);
+	cfg_set(cfg, "rados.max_inflight", v);
+	struct kvt_tier *t = open_cfg(cfg);
+	struct bench b = {.t = t, .sz = sz, .nkeys = 64};
+	pthread_mutex_init(&b.m, NULL);
+	pthread_cond_init(&b.c, NULL);
+	b.keys = calloc((size_t)b.nkeys, sizeof(*b.keys));
+	uint8_t *obj = aligned(sz);
+	for (int i = 0; i < b.nkeys; i++) {
+		key_of(&b.keys[i], 77, (uint64_t)i);
+		fill(obj, sz, (uint64_t)i);
+		CHECK(t_write(t, &b.keys[i], obj, sz) == 0, "bench write");
+	}
+	uint8_t *bufs = aligned((size_t)qd * sz);
+	struct bench_slot *slots = calloc((size_t)qd, sizeof(*slots));
+	uint64_t t0 = kvt__now_ns();
+	atomic_store(&b.outstanding, qd);
+	for (int i = 0; i < qd; i++) {
+		slots[i] = (struct bench_slot){&b, {0, sz, bufs + (size_t)i * sz}, (uint64_t)i * 7919 + 1};
+		bench_submit(&slots[i]);
+	}
+	usleep((useconds_t)seconds * 1000000);
+	atomic_store(&b.stop, 1);
+	pthread_mutex_lock(&b.m);
+	while (atomic_load(&b.outstanding))
+		pthread_cond_wait(&b.c, &b.m);
+	pthread_mutex_unlock(&b.m);
+	double s = (double)(kvt__now_ns() - t0) / 1e9;
+	double mbs = (double)atomic_load(&b.bytes) / s / 1e6;
+	printf("{\"tier\":\"rados\",\"op\":\"read\",\"object_bytes\":%zu,\"queue_depth\":%d,"
+	       "\"seconds\":%.2f,\"ops\":%llu,\"errors\":%llu,\"mb_per_s\":%.1f,"
+	       "\"ops_per_s\":%.1f,\"ref\":\"rados bench rand\",\"ref_mb_per_s\":%.1f,"
+	       "\"ratio\":%.3f}\n",
+	       sz, qd, s, (unsigned long long)atomic_load(&b.ops),
+	       (unsigned long long)atomic_load(&b.errs), mbs, (double)atomic_load(&b.ops) / s,
+	       ref_mbs, mbs / ref_mbs);
+	tier_close(t);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	ceph_start(1, 0);
+	CHECK(shf("ceph osd pool create kvt 8 >/dev/null 2>&1 && "
+		  "ceph osd pool application enable kvt rados >/dev/null 2>&1") == 0,
+	      "creating pool kvt");
+	if (argc >= 5 && !strcmp(argv[1], "--bench"))
+		return bench(atoi(argv[2]), (size_t)strtoull(argv[3], NULL, 0), atoi(argv[4]));
+	test_basic();
+	fprintf(stderr, "ok basic\n");
+	test_inflight();
+	fprintf(stderr, "ok inflight\n");
+	test_osd_stall();
+	fprintf(stderr, "ok osd stall\n");
+	printf("PASS tier_rados\n");
+	return 0;
+}

@@ -1,0 +1,510 @@
+/* kvt-test-labels: server
+ *
+ * tier_s3.c - the "s3" tier against a real radosgw started on loopback by
+ * scripts/ceph/start-ceph.sh: round trip, ranged reads, batched HEAD lookups, misses,
+ * many requests in flight, both addressing styles, a credentials file, signed payloads,
+ * wrong credentials, a body changed behind the tier's back (served as stored), cancel at
+ * close, and radosgw stalled (SIGSTOP) and killed mid-run: errors within the deadline,
+ * never a hang.
+ *
+ * With --bench SECONDS BYTES QD it instead measures the tier against parallel curl at the
+ * same object size and concurrency, in the same run, and prints one JSON line.
+ */
+#include "ceph_harness.h"
+
+extern const struct kvt_tier_ops kvt__tier_s3_ops;
+
+#define MiB (1024 * 1024)
+
+static struct kvt_config *s3_cfg(const char *bucket)
+{
+	struct kvt_config *cfg = cfg_new();
+	cfg_set(cfg, "s3.bucket", bucket);
+	cfg_set(cfg, "s3.endpoint", getenv("KVTIER_S3_ENDPOINT"));
+	return cfg;
+}
+
+static struct kvt_tier *s3_open_cfg(struct kvt_config *cfg)
+{
+	struct kvt_tier *t;
+	int rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+	CHECK(rc == 0, "open: %s", strerror(-rc));
+	kvt_config_destroy(cfg);
+	return t;
+}
+
+static void round_trip(struct kvt_tier *t, uint64_t tag)
+{
+	const size_t n = 3 * MiB + 8192;
+	uint8_t *obj = aligned(n), *back = aligned(n);
+	struct kvt_key k;
+	key_of(&k, tag, 1);
+	fill(obj, n, tag);
+	CHECK(t_write(t, &k, obj, n) == 0, "write");
+	struct kvt_seg whole = {0, n, back};
+	int rc = t_read(t, &k, &whole, 1);
+	CHECK(rc == (int)n, "read whole: %d", rc);
+	CHECK(!memcmp(obj, back, n), "whole object differs");
+
+	/* Layer-like ranges, one GET each, in one call. */
+	memset(back, 0, n);
+	struct kvt_seg segs[3] = {
+		{4096, 8192, back},
+		{MiB, 2 * 4096, back + 8192},
+		{n - 4096, 4096, back + 4 * 4096},
+	};
+	rc = t_read(t, &k, segs, 3);
+	CHECK(rc == 5 * 4096, "ranges: %d", rc);
+	CHECK(!memcmp(back, obj + 4096, 8192), "range 0");
+	CHECK(!memcmp(back + 8192, obj + MiB, 8192), "range 1");
+	CHECK(!memcmp(back + 4 * 4096, obj + n - 4096, 4096), "range 2");
+
+	/* Past the end: a short read; wholly past it: nothing. */
+	struct kvt_seg tail = {n - 4096, 3 * 4096, back};
+	CHECK(t_read(t, &k, &tail, 1) == 4096, "short tail");
+	struct kvt_seg beyond = {n + 4096, 4096, back};
+	CHECK(t_read(t, &k, &beyond, 1) == 0, "beyond the end");
+
+	/* Overwrite is harmless and atomic from a reader's point of view. */
+	fill(obj, n, tag + 1000);
+	CHECK(t_write(t, &k, obj, n) == 0, "overwrite");
+	CHECK(t_read(t, &k, &whole, 1) == (int)n, "read after overwrite");
+	CHECK(!memcmp(obj, back, n), "overwritten object differs");
+	CHECK(t_remove(t, &k) == 0, "remove");
+	CHECK(t_read(t, &k, &whole, 1) == -ENOENT, "read after remove");
+	free(obj);
+	free(back);
+}
+
+static void test_basic(void)
+{
+	struct kvt_tier *t = s3_open_cfg(s3_cfg("kvt-basic"));
+	round_trip(t, 1);
+
+	/* Misses. */
+	struct kvt_key k;
+	key_of(&k, 2, 99);
+	uint8_t buf[4096];
+	struct kvt_seg seg = {0, sizeof(buf), buf};
+	CHECK(t_read(t, &k, &seg, 1) == -ENOENT, "missing read");
+	CHECK(t_remove(t, &k) == -ENOENT, "missing remove");
+
+	/* A batch of HEADs, every other key present. */
+	enum { N = 64 };
+	struct kvt_key keys[N];
+	uint8_t present[N], small[4096];
+	fill(small, sizeof(small), 3);
+	for (int i = 0; i < N; i++) {
+		key_of(&keys[i], 3, (uint64_t)i);
+		if (i % 2 == 0)
+			CHECK(t_write(t, &keys[i], small, sizeof(small)) == 0, "write %d", i);
+	}
+	memset(present, 0xee, sizeof(present));
+	uint64_t t0 = kvt__now_ns();
+	CHECK(t_exists(t, keys, N, present) == 0, "exists");
+	double ms = (double)(kvt__now_ns() - t0) / 1e6;
+	for (int i = 0; i < N; i++)
+		CHECK(present[i] == (i % 2 == 0), "present[%d] = %d", i, present[i]);
+	fprintf(stderr, "exists: %d HEADs in %.1f ms\n", N, ms);
+	CHECK(t_exists(t, keys, 0, present) == 0, "empty batch");
+
+	struct kvt_tier_stats st = {0};
+	t->ops->stats(t, &st);
+	CHECK(st.writes >= N / 2 && st.reads > 0 && st.errors == 0, "stats w=%llu r=%llu e=%llu",
+	      (unsigned long long)st.writes, (unsigned long long)st.reads,
+	      (unsigned long long)st.errors);
+	tier_close(t);
+}
+
+/* Many writes then many reads in flight at once, through a small connection pool. */
+static void test_inflight(void)
+{
+	struct kvt_config *cfg = s3_cfg("kvt-inflight");
+	cfg_set(cfg, "s3.max_inflight", "16");
+	struct kvt_tier *t = s3_open_cfg(cfg);
+	enum { N = 200, SZ = 256 * 1024 };
+	uint8_t *objs = aligned((size_t)N * SZ), *back = aligned((size_t)N * SZ);
+	struct kvt_key keys[N];
+	struct done d[N];
+	struct kvt_seg segs[N];
+	uint64_t t0 = kvt__now_ns();
+	for (int i = 0; i < N; i++) {
+		key_of(&keys[i], 4, (uint64_t)i);
+		fill(objs + (size_t)i * SZ, SZ, 4000 + (uint64_t)i);
+		done_init(&d[i]);
+		CHECK(t->ops->write(t, &keys[i], objs + (size_t)i * SZ, SZ, done_cb, &d[i]) == 0,
+		      "submit write");
+	}
+	for (int i = 0; i < N; i++)
+		CHECK(done_wait(&d[i], SYNC_MS) == 0, "write %d", i);
+	double wms = (double)(kvt__now_ns() - t0) / 1e6;
+	t0 = kvt__now_ns();
+	for (int i = 0; i < N; i++) {
+		done_init(&d[i]);
+		segs[i] = (struct kvt_seg){0, SZ, back + (size_t)i * SZ};
+		CHECK(t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i]) == 0, "submit read");
+	}
+	for (int i = 0; i < N; i++)
+		CHECK(done_wait(&d[i], SYNC_MS) == SZ, "read %d", i);
+	double rms = (double)(kvt__now_ns() - t0) / 1e6;
+	CHECK(!memcmp(objs, back, (size_t)N * SZ), "read back differs");
+	for (int i = 0; i < N; i++)
+		CHECK(atomic_load(&d[i].calls) == 1, "callback %d ran %d times", i,
+		      atomic_load(&d[i].calls));
+	fprintf(stderr, "inflight: %d x 256 KiB, 16 in flight: writes %.0f ms, reads %.0f ms\n", N,
+		wms, rms);
+
+	/* Close with requests still queued and running: every callback exactly once. */
+	for (int i = 0; i < N; i++) {
+		done_init(&d[i]);
+		CHECK(t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i]) == 0, "submit read");
+	}
+	tier_close(t);
+	int cancelled = 0;
+	for (int i = 0; i < N; i++) {
+		CHECK(atomic_load(&d[i].calls) == 1, "after close: callback %d ran %d times", i,
+		      atomic_load(&d[i].calls));
+		CHECK(d[i].result == SZ || d[i].result == -ECANCELED, "after close: %d",
+		      d[i].result);
+		cancelled += d[i].result == -ECANCELED;
+	}
+	fprintf(stderr, "close with %d in flight: %d cancelled\n", N, cancelled);
+	free(objs);
+	free(back);
+}
+
+static void test_addressing_and_credentials(void)
+{
+	/* Virtual-hosted: bucket.localhost resolves to loopback in libcurl; radosgw is told
+	 * its DNS name is localhost. */
+	char ep[128];
+	snprintf(ep, sizeof(ep), "http://localhost:%d", ceph_rgw_port);
+	struct kvt_config *cfg = s3_cfg("kvt-virtual");
+	cfg_set(cfg, "s3.endpoint", ep);
+	cfg_set(cfg, "s3.addressing", "virtual");
+	struct kvt_tier *t = s3_open_cfg(cfg);
+	round_trip(t, 5);
+	tier_close(t);
+
+	/* Signed payloads (the body's SHA-256 in x-amz-content-sha256). */
+	cfg = s3_cfg("kvt-signed");
+	cfg_set(cfg, "s3.sign_payload", "true");
+	t = s3_open_cfg(cfg);
+	round_trip(t, 6);
+	tier_close(t);
+
+	/* A credentials file, with the environment cleared. */
+	char path[512], key[128], secret[128];
+	snprintf(key, sizeof(key), "%s", getenv("AWS_ACCESS_KEY_ID"));
+	snprintf(secret, sizeof(secret), "%s", getenv("AWS_SECRET_ACCESS_KEY"));
+	snprintf(path, sizeof(path), "%s/credentials", ceph_dir);
+	FILE *f = fopen(path, "w");
+	CHECK(f, "credentials file");
+	fprintf(f, "[default]\naws_access_key_id = nope\naws_secret_access_key = nope\n\n"
+		   "[kvt]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
+		key, secret);
+	fclose(f);
+	unsetenv("AWS_ACCESS_KEY_ID");
+	unsetenv("AWS_SECRET_ACCESS_KEY");
+	cfg = s3_cfg("kvt-credfile");
+	cfg_set(cfg, "s3.credentials_file", path);
+	cfg_set(cfg, "s3.profile", "kvt");
+	t = s3_open_cfg(cfg);
+	round_trip(t, 7);
+	tier_close(t);
+
+	/* No credentials at all: a clear error at open. */
+	log_clear();
+	cfg = s3_cfg("kvt-credfile");
+	struct kvt_tier *bad;
+	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &bad) == -EINVAL, "no credentials");
+	CHECK(strstr(log_text, "AWS_ACCESS_KEY_ID"), "no-credentials message: %s", log_text);
+	kvt_config_destroy(cfg);
+
+	/* Wrong secret: -EACCES at open with a message that names the problem, and the secret
+	 * never appears in the log. */
+	setenv("AWS_ACCESS_KEY_ID", key, 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-0123456789", 1);
+	log_clear();
+	cfg = s3_cfg("kvt-basic");
+	int rc = tier_open(&kvt__tier_s3_ops, cfg, &bad);
+	CHECK(rc == -EACCES, "wrong secret: %d", rc);
+	CHECK(strstr(log_text, "access denied"), "wrong-secret message: %s", log_text);
+	CHECK(!strstr(log_text, "wrong-secret-0123456789") && !strstr(log_text, secret),
+	      "a secret was logged");
+	kvt_config_destroy(cfg);
+	setenv("AWS_SECRET_ACCESS_KEY", secret, 1);
+
+	/* Missing bucket without s3.create_bucket: a clear error. */
+	log_clear();
+	cfg = s3_cfg("kvt-absent");
+	cfg_set(cfg, "s3.create_bucket", "false");
+	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &bad) == -ENOENT, "absent bucket");
+	CHECK(strstr(log_text, "does not exist"), "absent-bucket message: %s", log_text);
+	kvt_config_destroy(cfg);
+}
+
+/* The tier serves bytes as stored: a body changed behind its back comes back changed (the
+ * engine's CRC check is what rejects it). */
+static void test_corrupt_body(void)
+{
+	struct kvt_tier *t = s3_open_cfg(s3_cfg("kvt-corrupt"));
+	const size_t n = 64 * 1024;
+	uint8_t *obj = aligned(n), *back = aligned(n);
+	struct kvt_key k;
+	key_of(&k, 8, 1);
+	fill(obj, n, 8);
+	CHECK(t_write(t, &k, obj, n) == 0, "write");
+	for (size_t i = 100; i < n; i += 4099)
+		obj[i] ^= 0x5a;
+	char path[512], hex[65];
+	snprintf(path, sizeof(path), "%s/corrupt.bin", ceph_dir);
+	FILE *f = fopen(path, "w");
+	CHECK(f && fwrite(obj, 1, n, f) == n, "temp file");
+	fclose(f);
+	for (int i = 0; i < 32; i++)
+		sprintf(hex + 2 * i, "%02x", k.bytes[i]);
+	CHECK(shf("curl -sSf --aws-sigv4 aws:amz:us-east-1:s3 --user \"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" "
+		  "-H x-amz-content-sha256:UNSIGNED-PAYLOAD -T '%s' "
+		  "\"$KVTIER_S3_ENDPOINT/kvt-corrupt/kvtier/%s\" -o /dev/null",
+		  path, hex) == 0,
+	      "corrupting PUT with curl");
+	struct kvt_seg whole = {0, n, back};
+	CHECK(t_read(t, &k, &whole, 1) == (int)n, "read");
+	CHECK(!memcmp(obj, back, n), "the tier did not serve the stored (corrupted) bytes");
+	tier_close(t);
+	free(obj);
+	free(back);
+}
+
+/* radosgw stalled, then resumed, then killed, with requests in flight: every callback within
+ * the deadline (plus scheduling slack), errors instead of hangs, and recovery after a stall. */
+static void test_rgw_failure(void)
+{
+	struct kvt_config *cfg = s3_cfg("kvt-fail");
+	cfg_set(cfg, "s3.timeout_ms", "1500");
+	cfg_set(cfg, "s3.max_inflight", "8");
+	struct kvt_tier *t = s3_open_cfg(cfg);
+	enum { N = 32, SZ = 128 * 1024 };
+	uint8_t *objs = aligned((size_t)N * SZ), *back = aligned((size_t)N * SZ);
+	struct kvt_key keys[N];
+	struct done d[N];
+	struct kvt_seg segs[N];
+	for (int i = 0; i < N; i++) {
+		key_of(&keys[i], 9, (uint64_t)i);
+		fill(objs + (size_t)i * SZ, SZ, 9000 + (uint64_t)i);
+		CHECK(t_write(t, &keys[i], objs + (size_t)i * SZ, SZ) == 0, "write %d", i);
+		segs[i] = (struct kvt_seg){0, SZ, back + (size_t)i * SZ};
+	}
+	pid_t rgw = ceph_pid("rgw.a");
+
+	/* Stalled server: connections open, no answers. */
+	CHECK(kill(rgw, SIGSTOP) == 0, "SIGSTOP radosgw");
+	for (int i = 0; i < N; i++) {
+		done_init(&d[i]);
+		CHECK(t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i]) == 0, "submit");
+	}
+	int timeouts = 0;
+	uint64_t worst = 0;
+	for (int i = 0; i < N; i++) {
+		int rc = done_wait(&d[i], 5000);
+		CHECK(rc != -999, "read %d hung with radosgw stopped", i);
+		CHECK(rc < 0, "read %d succeeded with radosgw stopped", i);
+		timeouts += rc == -ETIMEDOUT;
+		worst = KVT_MAX(worst, d[i].t_done - d[i].t_submit);
+	}
+	fprintf(stderr, "radosgw stopped: %d/%d timed out, slowest answer %.0f ms (deadline 1500)\n",
+		timeouts, N, (double)worst / 1e6);
+	CHECK(timeouts == N, "expected -ETIMEDOUT for all, got %d", timeouts);
+	CHECK(worst < 2500ULL * 1000000, "answers took %.0f ms", (double)worst / 1e6);
+
+	/* Resumed: the same tier instance serves again. */
+	CHECK(kill(rgw, SIGCONT) == 0, "SIGCONT radosgw");
+	uint64_t t0 = kvt__now_ns();
+	int ok = 0;
+	while (!ok && kvt__now_ns() - t0 < 10000000000ULL)
+		ok = t_read(t, &keys[0], &segs[0], 1) == SZ;
+	CHECK(ok, "no recovery after SIGCONT");
+
+	/* Killed while requests are in flight. */
+	for (int i = 0; i < N; i++) {
+		done_init(&d[i]);
+		CHECK(t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i]) == 0, "submit");
+	}
+	CHECK(kill(rgw, SIGKILL) == 0, "SIGKILL radosgw");
+	int failed = 0;
+	worst = 0;
+	for (int i = 0; i < N; i++) {
+		int rc = done_wait(&d[i], 5000);
+		CHECK(rc != -999, "read %d hung after radosgw was killed", i);
+		CHECK(rc == SZ || rc < 0, "read %d: %d", i, rc);
+		failed += rc < 0;
+		worst = KVT_MAX(worst, d[i].t_done - d[i].t_submit);
+	}
+	/* After the kill: every new request fails fast (connection refused), well within it. */
+	for (int i = 0; i < N; i++) {
+		done_init(&d[i]);
+		CHECK(t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i]) == 0, "submit");
+	}
+	int refused = 0;
+	for (int i = 0; i < N; i++) {
+		int rc = done_wait(&d[i], 5000);
+		CHECK(rc != -999, "read %d hung with radosgw dead", i);
+		CHECK(rc < 0, "read %d succeeded with radosgw dead", i);
+		refused += rc == -ECONNREFUSED;
+		worst = KVT_MAX(worst, d[i].t_done - d[i].t_submit);
+	}
+	fprintf(stderr, "radosgw killed: %d failed mid-flight, then %d/%d refused; slowest %.0f ms\n",
+		failed, refused, N, (double)worst / 1e6);
+	CHECK(worst < 2500ULL * 1000000, "answers took %.0f ms", (double)worst / 1e6);
+	uint8_t present[N];
+	CHECK(t_exists(t, keys, N, present) < 0, "exists with radosgw dead");
+	struct kvt_tier_stats st = {0};
+	t->ops->stats(t, &st);
+	CHECK(st.errors >= (uint64_t)N, "errors counted: %llu", (unsigned long long)st.errors);
+	tier_close(t);
+	free(objs);
+	free(back);
+}
+
+/* ---------------------------------------------------------------- benchmark */
+
+struct bench {
+	struct kvt_tier *t;
+	uint8_t *bufs;
+	size_t sz;
+	int qd, nkeys;
+	struct kvt_key *keys;
+	atomic_uint_fast64_t ops, bytes, errs;
+	atomic_int stop, outstanding;
+	pthread_mutex_t m;
+	pthread_cond_t c;
+};
+
+struct bench_slot {
+	struct bench *b;
+	int i;
+	struct kvt_seg seg;
+};
+
+static void bench_submit(struct bench_slot *sl);
+
+static void bench_cb(void *arg, int rc)
+{
+	struct bench_slot *sl = arg;
+	struct bench *b = sl->b;
+	if (rc == (int)b->sz) {
+		atomic_fetch_add(&b->ops, 1);
+		atomic_fetch_add(&b->bytes, b->sz);
+	} else {
+		atomic_fetch_add(&b->errs, 1);
+	}
+	if (!atomic_load(&b->stop)) {
+		bench_submit(sl);
+		return;
+	}
+	pthread_mutex_lock(&b->m);
+	atomic_fetch_sub(&b->outstanding, 1);
+	pthread_cond_broadcast(&b->c);
+	pthread_mutex_unlock(&b->m);
+}
+
+static void bench_submit(struct bench_slot *sl)
+{
+	struct bench *b = sl->b;
+	int k = (int)(rnd() % (uint64_t)b->nkeys);
+	if (b->t->ops->read(b->t, &b->keys[k], &sl->seg, 1, bench_cb, sl) < 0) {
+		pthread_mutex_lock(&b->m);
+		atomic_fetch_sub(&b->outstanding, 1);
+		pthread_cond_broadcast(&b->c);
+		pthread_mutex_unlock(&b->m);
+	}
+}
+
+static int bench(int seconds, size_t sz, int qd)
+{
+	struct kvt_config *cfg = s3_cfg("kvt-bench");
+	char v[32];
+	snprintf(v, sizeof(v), "%d", qd);
+	cfg_set(cfg, "s3.max_inflight", v);
+	struct kvt_tier *t = s3_open_cfg(cfg);
+	struct bench b = {.t = t, .sz = sz, .qd = qd, .nkeys = 16};
+	pthread_mutex_init(&b.m, NULL);
+	pthread_cond_init(&b.c, NULL);
+	b.keys = calloc((size_t)b.nkeys, sizeof(*b.keys));
+	uint8_t *obj = aligned(sz);
+	for (int i = 0; i < b.nkeys; i++) {
+		key_of(&b.keys[i], 77, (uint64_t)i);
+		fill(obj, sz, (uint64_t)i);
+		CHECK(t_write(t, &b.keys[i], obj, sz) == 0, "bench write");
+	}
+	/* The reference: curl, one process per request, qd at a time, same objects. */
+	char hex[65], urls[512];
+	snprintf(urls, sizeof(urls), "%s/urls", ceph_dir);
+	FILE *f = fopen(urls, "w");
+	for (int i = 0; i < b.nkeys; i++) {
+		for (int j = 0; j < 32; j++)
+			sprintf(hex + 2 * j, "%02x", b.keys[i].bytes[j]);
+		fprintf(f, "url = \"%s/kvt-bench/kvtier/%s\"\noutput = /dev/null\n",
+			getenv("KVTIER_S3_ENDPOINT"), hex);
+	}
+	fclose(f);
+	/* curl --parallel with one config repeated: qd transfers at once over reused
+	 * connections, like the tier. Count requests per wall second. */
+	int reps = 64;
+	uint64_t t0 = kvt__now_ns();
+	int rc = shf("for i in $(seq %d); do cat '%s'; done > '%s.all'; curl -sS --parallel "
+		     "--parallel-max %d --aws-sigv4 aws:amz:us-east-1:s3 --user "
+		     "\"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" -H "
+		     "x-amz-content-sha256:UNSIGNED-PAYLOAD -K '%s.all'",
+		     reps, urls, urls, qd, urls);
+	double curl_s = (double)(kvt__now_ns() - t0) / 1e9;
+	CHECK(rc == 0, "curl reference failed");
+	double curl_mbs = (double)reps * b.nkeys * (double)sz / curl_s / 1e6;
+
+	b.bufs = aligned((size_t)qd * sz);
+	struct bench_slot *slots = calloc((size_t)qd, sizeof(*slots));
+	t0 = kvt__now_ns();
+	atomic_store(&b.outstanding, qd);
+	for (int i = 0; i < qd; i++) {
+		slots[i] = (struct bench_slot){&b, i, {0, sz, b.bufs + (size_t)i * sz}};
+		bench_submit(&slots[i]);
+	}
+	usleep((useconds_t)seconds * 1000000);
+	atomic_store(&b.stop, 1);
+	pthread_mutex_lock(&b.m);
+	while (atomic_load(&b.outstanding))
+		pthread_cond_wait(&b.c, &b.m);
+	pthread_mutex_unlock(&b.m);
+	double s = (double)(kvt__now_ns() - t0) / 1e9;
+	double mbs = (double)atomic_load(&b.bytes) / s / 1e6;
+	printf("{\"tier\":\"s3\",\"op\":\"read\",\"object_bytes\":%zu,\"queue_depth\":%d,"
+	       "\"seconds\":%.2f,\"ops\":%llu,\"errors\":%llu,\"mb_per_s\":%.1f,"
+	       "\"ops_per_s\":%.1f,\"ref\":\"curl --parallel\",\"ref_mb_per_s\":%.1f,"
+	       "\"ratio\":%.3f}\n",
+	       sz, qd, s, (unsigned long long)atomic_load(&b.ops),
+	       (unsigned long long)atomic_load(&b.errs), mbs, (double)atomic_load(&b.ops) / s,
+	       curl_mbs, mbs / curl_mbs);
+	tier_close(t);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	ceph_start(1, 1);
+	if (argc >= 5 && !strcmp(argv[1], "--bench"))
+		return bench(atoi(argv[2]), (size_t)strtoull(argv[3], NULL, 0), atoi(argv[4]));
+	test_basic();
+	fprintf(stderr, "ok basic\n");
+	test_inflight();
+	fprintf(stderr, "ok inflight\n");
+	test_addressing_and_credentials();
+	fprintf(stderr, "ok addressing and credentials\n");
+	test_corrupt_body();
+	fprintf(stderr, "ok corrupt body\n");
+	test_rgw_failure();
+	fprintf(stderr, "ok radosgw failure\n");
+	printf("PASS tier_s3\n");
+	return 0;
+}
