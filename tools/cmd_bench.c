@@ -22,8 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "cli.h"
-#include "internal.h"
 
 struct bench_opts {
 	const char *tier;
@@ -37,48 +37,6 @@ struct bench_opts {
 	bool no_ref;
 	struct cli_store_opts so;
 };
-
-struct phase_result {
-	double read_gibps, write_gibps, read_iops, write_iops;
-	double read_p50, read_p99, read_p999, write_p50, write_p99, write_p999; /* µs */
-	uint64_t errors;
-};
-
-/* ------------------------------------------------------------ latency samples */
-
-struct lat {
-	double *v;
-	size_t n, cap;
-};
-
-static void lat_add(struct lat *l, double us)
-{
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 65536;
-		double *v = realloc(l->v, cap * sizeof(*v));
-		if (!v)
-			return;
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n++] = us;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double lat_pct(struct lat *l, double p)
-{
-	if (!l->n)
-		return 0;
-	size_t i = (size_t)ceil(p / 100.0 * (double)l->n);
-	if (i)
-		i--;
-	return l->v[i < l->n ? i : l->n - 1];
-}
 
 /* ------------------------------------------------------------ store phases */
 
@@ -104,13 +62,6 @@ struct run {
 	int last_err;
 };
 
-static uint64_t rnd(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
 
 static void submit(struct slot *sl);
 
@@ -137,8 +88,8 @@ static void op_done(void *arg, const struct kvt_result *res)
 static void submit(struct slot *sl)
 {
 	struct run *r = sl->r;
-	size_t k = rnd(&r->rng) % r->n_keys;
-	sl->is_read = (int)(rnd(&r->rng) % 100) < r->read_pct;
+	size_t k = bench_rnd(&r->rng) % r->n_keys;
+	sl->is_read = (int)(bench_rnd(&r->rng) % 100) < r->read_pct;
 	if (!sl->is_read && r->rewrite)
 		kvt_remove_sync(r->s, &r->keys[k]);
 	sl->t0 = kvt__now_ns();
@@ -218,122 +169,13 @@ static int run_phase(struct kvt_store *s, struct kvt_key *keys, size_t n_keys, s
 	return 0;
 }
 
-/* ------------------------------------------------------------ references */
-
-/* memcpy shaped like the DRAM tier's copies: a get copies a random slot of the working set
- * into one of qd caller buffers, a put copies a caller buffer into a random slot. */
-static void ref_memcpy(size_t chunk, size_t n_bufs, unsigned qd, double seconds, int read_pct,
-		       struct phase_result *out)
+static const char *reference_name(const char *tier)
 {
-	char *pool = NULL, *user = NULL;
-	if (posix_memalign((void **)&pool, KVT_ALIGN, chunk * n_bufs) ||
-	    posix_memalign((void **)&user, KVT_ALIGN, chunk * qd)) {
-		free(pool);
-		return;
-	}
-	memset(pool, 0x5a, chunk * n_bufs);
-	memset(user, 0x11, chunk * qd);
-	struct lat rl = {0}, wl = {0};
-	uint64_t rng = 12345, nr = 0, nw = 0, t0 = kvt__now_ns(), now;
-	uint64_t end = t0 + (uint64_t)(seconds * 1e9);
-	do {
-		char *slot = pool + (rnd(&rng) % n_bufs) * chunk, *u = user + (rnd(&rng) % qd) * chunk;
-		bool rd = (int)(rnd(&rng) % 100) < read_pct;
-		uint64_t t = kvt__now_ns();
-		if (rd)
-			memcpy(u, slot, chunk);
-		else
-			memcpy(slot, u, chunk);
-		now = kvt__now_ns();
-		lat_add(rd ? &rl : &wl, (double)(now - t) / 1000.0);
-		*(rd ? &nr : &nw) += 1;
-	} while (now < end);
-	double secs = (double)(now - t0) / 1e9, g = 1073741824.0;
-	qsort(rl.v, rl.n, sizeof(double), cmp_double);
-	qsort(wl.v, wl.n, sizeof(double), cmp_double);
-	out->read_iops = (double)nr / secs;
-	out->write_iops = (double)nw / secs;
-	out->read_gibps = out->read_iops * (double)chunk / g;
-	out->write_gibps = out->write_iops * (double)chunk / g;
-	out->read_p50 = lat_pct(&rl, 50);
-	out->read_p99 = lat_pct(&rl, 99);
-	out->read_p999 = lat_pct(&rl, 99.9);
-	out->write_p50 = lat_pct(&wl, 50);
-	out->write_p99 = lat_pct(&wl, 99);
-	out->write_p999 = lat_pct(&wl, 99.9);
-	free(rl.v);
-	free(wl.v);
-	free(pool);
-	free(user);
-}
-
-/* The number after "key" : inside the JSON object that starts at the first `section`. */
-static double json_num_after(const char *json, const char *section, const char *key)
-{
-	const char *p = strstr(json, section);
-	if (!p)
-		return 0;
-	p = strstr(p, key);
-	if (!p)
-		return 0;
-	p = strchr(p + strlen(key), ':');
-	return p ? strtod(p + 1, NULL) : 0;
-}
-
-/* fio with io_uring + O_DIRECT, bs = the object size, n_files files of that size in dir. */
-static int ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, double seconds,
-		   int read_pct, struct phase_result *out)
-{
-	char path[4096], cmd[8192];
-	snprintf(path, sizeof(path), "%s/fio-ref", dir);
-	mkdir(path, 0755);
-	const char *rw = read_pct >= 100 ? "randread" : read_pct <= 0 ? "randwrite" : "randrw";
-	snprintf(cmd, sizeof(cmd),
-		 "fio --name=ref --directory='%s' --ioengine=io_uring --direct=1 --bs=%zu "
-		 "--iodepth=%u --rw=%s --rwmixread=%d --nrfiles=%zu --filesize=%zu --size=%zu "
-		 "--time_based --runtime=%.0f --ramp_time=1 --group_reporting "
-		 "--percentile_list=50:99:99.9 --output-format=json 2>/dev/null",
-		 path, bs, qd, rw, read_pct > 0 && read_pct < 100 ? read_pct : 50, n_files, bs,
-		 bs * n_files, ceil(seconds));
-	FILE *f = popen(cmd, "r");
-	if (!f)
-		return -errno;
-	size_t cap = 1 << 20, n = 0;
-	char *json = malloc(cap);
-	if (!json) {
-		pclose(f);
-		return -ENOMEM;
-	}
-	size_t got;
-	while ((got = fread(json + n, 1, cap - 1 - n, f)) > 0)
-		n += got;
-	json[n] = 0;
-	int st = pclose(f);
-	if (st != 0 || !strstr(json, "\"jobs\"")) {
-		free(json);
-		return -EIO;
-	}
-	const char *rd = strstr(json, "\"read\" :"), *wr = strstr(json, "\"write\" :");
-	double g = 1073741824.0;
-	if (rd) {
-		out->read_gibps = json_num_after(rd, "\"read\"", "\"bw_bytes\"") / g;
-		out->read_iops = json_num_after(rd, "\"read\"", "\"iops\"");
-		out->read_p50 = json_num_after(rd, "\"clat_ns\"", "\"50.000000\"") / 1000.0;
-		out->read_p99 = json_num_after(rd, "\"clat_ns\"", "\"99.000000\"") / 1000.0;
-		out->read_p999 = json_num_after(rd, "\"clat_ns\"", "\"99.900000\"") / 1000.0;
-	}
-	if (wr) {
-		out->write_gibps = json_num_after(wr, "\"write\"", "\"bw_bytes\"") / g;
-		out->write_iops = json_num_after(wr, "\"write\"", "\"iops\"");
-		out->write_p50 = json_num_after(wr, "\"clat_ns\"", "\"50.000000\"") / 1000.0;
-		out->write_p99 = json_num_after(wr, "\"clat_ns\"", "\"99.000000\"") / 1000.0;
-		out->write_p999 = json_num_after(wr, "\"clat_ns\"", "\"99.900000\"") / 1000.0;
-	}
-	free(json);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
-	if (system(cmd) != 0)
-		fprintf(stderr, "kvtier bench: could not remove %s\n", path);
-	return 0;
+	return !strcmp(tier, "dram")    ? "memcpy"
+	       : !strcmp(tier, "redis") ? "redis-benchmark"
+	       : !strcmp(tier, "s3")    ? "curl --parallel"
+	       : !strcmp(tier, "rados") ? "rados bench"
+					: "fio io_uring O_DIRECT";
 }
 
 /* Rounds of equal length: throughput is the mean, a percentile the median of the rounds'. */
@@ -373,13 +215,17 @@ static void combine(const struct phase_result *r, int n, struct phase_result *ou
 
 static void usage(void)
 {
-	printf("usage: kvtier bench --tier dram|nvme [options]\n"
+	printf("usage: kvtier bench --tier dram|nvme|fs|redis|s3|rados [options]\n"
 	       "Throughput (GiB/s, ops/s) and latency (p50/p99/p99.9) of one tier through the\n"
 	       "store API, with a reference measured in the same run (memcpy for dram; fio\n"
 	       "with io_uring + O_DIRECT at the same block size, queue depth and file count for\n"
 	       "nvme) and the ratio.\n"
-	       "  --tier T            dram | nvme (default nvme)\n"
-	       "  --dir D             directory for nvme (default ./kvtier-bench)\n"
+	       "  --tier T            dram | nvme | fs | redis | s3 | rados (default nvme)\n"
+	       "  --dir D             directory for nvme and fs (default ./kvtier-bench)\n"
+	       "Remote tiers take their connection from --config, or from the environment:\n"
+	       "KVTIER_S3_ENDPOINT, KVTIER_S3_BUCKET, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
+	       "AWS_DEFAULT_REGION; CEPH_CONF, KVTIER_RADOS_POOL; KVTIER_REDIS_URL.\n"
+	       "References: redis-benchmark, curl --parallel, rados bench, fio.\n"
 	       "  --chunk-bytes N     payload bytes per chunk, a multiple of 4096 (default 2M)\n"
 	       "  --queue-depth N     operations in flight (default 32; dram: 1)\n"
 	       "  --seconds S         per phase (default 5)\n"
@@ -478,8 +324,14 @@ int kvt_cmd_bench(int argc, char **argv)
 	/* DRAM operations complete in the call; more in flight only adds queueing. */
 	if (!o.queue_depth)
 		o.queue_depth = dram ? 1 : 32;
-	if (!dram && strcmp(o.tier, "nvme") && strcmp(o.tier, "fs"))
-		return cli_fail("bench", "--tier '%s': expected dram, nvme or fs", o.tier), 2;
+	static const char *known[] = {"dram", "nvme", "fs", "redis", "s3", "rados"};
+	bool ok = false;
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		ok |= !strcmp(o.tier, known[i]);
+	if (!ok)
+		return cli_fail("bench", "--tier '%s': expected dram, nvme, fs, redis, s3 or rados",
+				o.tier), 2;
+	bool local = !strcmp(o.tier, "nvme") || !strcmp(o.tier, "fs");
 
 	/* Geometry: an MLA-shaped bf16 chunk of 256 tokens whose layers are 4 KiB multiples. */
 	uint32_t layers = 32;
@@ -519,15 +371,26 @@ int kvt_cmd_bench(int argc, char **argv)
 		} else {
 			so.dir = dir;
 		}
-		so.sets[so.n_sets++] = "nvme.fsync=none"; /* fio does not fsync either */
-		mkdir(dir, 0755);
+		if (local) {
+			/* fio does not fsync either */
+			so.sets[so.n_sets++] = "nvme.fsync=none";
+			so.sets[so.n_sets++] = "fs.fsync=none";
+			mkdir(dir, 0755);
+		}
 	}
 	char qds[48];
 	snprintf(qds, sizeof(qds), "nvme.queue_depth=%u", o.queue_depth);
 	so.sets[so.n_sets++] = qds;
-	struct kvt_store *s = cli_open_store(&so);
-	if (!s)
+	struct kvt_config *cfg = cli_config(&so);
+	if (!cfg)
 		return 1;
+	struct kvt_store *s;
+	int orc = kvt_store_open(cfg, &s);
+	if (orc < 0) {
+		kvt_config_destroy(cfg);
+		return cli_fail("bench", "cannot open the %s tier: %s", o.tier, kvt_strerror(orc));
+	}
+	char c1[4200], c2[4200], c3[256];
 
 	size_t payload = (size_t)o.chunk_bytes;
 	uint32_t n_tokens = 256;
@@ -580,12 +443,39 @@ int kvt_cmd_bench(int argc, char **argv)
 			kvt_flush_sync(s);
 			if (o.no_ref)
 				continue;
+			int rrc = 0;
+			size_t obj = payload + 4096;
 			if (dram)
-				ref_memcpy(payload, n_keys, o.queue_depth, slice, phases[p], &rround[r]);
-			else if (ref_fio(dir, payload + 4096, n_keys, o.queue_depth, slice, phases[p],
-					 &rround[r]) < 0)
-				fprintf(stderr, "kvtier bench: fio reference failed (is fio "
-						"installed?)\n");
+				bench_ref_memcpy(payload, n_keys, o.queue_depth, slice, phases[p], &rround[r]);
+			else if (local)
+				rrc = bench_ref_fio(dir, obj, n_keys, o.queue_depth, slice, phases[p],
+						    &rround[r]);
+			else if (!strcmp(o.tier, "redis")) {
+				kvt_config_get(cfg, "redis.url", c1, sizeof(c1));
+				rrc = bench_ref_redis(c1, obj, n_keys, o.queue_depth, slice, phases[p],
+						      &rround[r]);
+			} else if (!strcmp(o.tier, "s3")) {
+				kvt_config_get(cfg, "s3.endpoint", c1, sizeof(c1));
+				kvt_config_get(cfg, "s3.bucket", c2, sizeof(c2));
+				kvt_config_get(cfg, "s3.region", c3, sizeof(c3));
+				if (!c1[0] && getenv("KVTIER_S3_ENDPOINT"))
+					snprintf(c1, sizeof(c1), "%s", getenv("KVTIER_S3_ENDPOINT"));
+				if (!c2[0] && getenv("KVTIER_S3_BUCKET"))
+					snprintf(c2, sizeof(c2), "%s", getenv("KVTIER_S3_BUCKET"));
+				if (!c3[0])
+					snprintf(c3, sizeof(c3), "%s",
+						 getenv("AWS_DEFAULT_REGION") ? getenv("AWS_DEFAULT_REGION")
+									      : "us-east-1");
+				rrc = bench_ref_s3(c1, c2, c3, obj, n_keys, o.queue_depth, slice,
+						   phases[p], &rround[r]);
+			} else if (!strcmp(o.tier, "rados")) {
+				kvt_config_get(cfg, "rados.pool", c1, sizeof(c1));
+				rrc = bench_ref_rados(c1, obj, o.queue_depth, slice, phases[p],
+						      &rround[r]);
+			}
+			if (rrc < 0)
+				fprintf(stderr, "kvtier bench: the %s reference failed: %s\n",
+					reference_name(o.tier), kvt_strerror(rrc));
 		}
 		combine(kround, o.rounds, &kr[p]);
 		combine(rround, o.rounds, &rr[p]);
@@ -593,6 +483,7 @@ int kvt_cmd_bench(int argc, char **argv)
 	struct kvt_stats st;
 	kvt_stats(s, &st);
 	kvt_store_close(s);
+	kvt_config_destroy(cfg);
 	free(keys);
 
 	/* Headline figures: reads from the read phase, writes from the write phase. */
@@ -623,13 +514,13 @@ int kvt_cmd_bench(int argc, char **argv)
 		static const char *names[] = {"write", "read", "mixed"};
 		for (int p = 0; p < n_ph; p++)
 			print_phase(n_ph == 1 ? "run" : names[p], &kr[p], &rr[p], phases[p]);
-		printf("  reference: %s\n", dram ? "memcpy" : "fio io_uring O_DIRECT");
+		printf("  reference: %s\n", reference_name(o.tier));
 		return 0;
 	}
 	printf("{\"tier\":\"%s\",\"chunk_bytes\":%llu,\"object_bytes\":%llu,\"queue_depth\":%u,"
 	       "\"objects\":%zu,\"seconds\":%.1f,\"read_pct\":%d,\"reference\":\"%s\"",
 	       o.tier, o.chunk_bytes, o.chunk_bytes + 4096, o.queue_depth, n_keys, o.seconds,
-	       o.read_pct, dram ? "memcpy" : "fio");
+	       o.read_pct, reference_name(o.tier));
 	json_phase("", &head);
 	json_phase("ref_", &ref);
 	printf(",\"read_ratio\":%.4f,\"write_ratio\":%.4f",

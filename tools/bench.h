@@ -1,0 +1,51 @@
+/*
+ * bench.h - shared pieces of `kvtier bench`: one phase's figures, latency samples, and the
+ * reference runners of bench_ref.c (one per storage system).
+ */
+#ifndef KVT_BENCH_H
+#define KVT_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+struct phase_result {
+	double read_gibps, write_gibps, read_iops, write_iops;
+	double read_p50, read_p99, read_p999, write_p50, write_p99, write_p999; /* µs */
+	uint64_t errors;
+};
+
+struct lat {
+	double *v;
+	size_t n, cap;
+};
+
+void lat_add(struct lat *l, double us);
+int cmp_double(const void *a, const void *b);
+void lat_sort(struct lat *l);
+/* p-th percentile of sorted samples. */
+double lat_pct(struct lat *l, double p);
+
+static inline uint64_t bench_rnd(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* References, each measured with the same object size, concurrency and mix. 0 or -errno. */
+void bench_ref_memcpy(size_t chunk, size_t n_bufs, unsigned qd, double seconds, int read_pct,
+		      struct phase_result *out);
+int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, double seconds,
+		  int read_pct, struct phase_result *out);
+int bench_ref_redis(const char *url, size_t bs, size_t n_keys, unsigned qd, double seconds,
+		    int read_pct, struct phase_result *out);
+int bench_ref_s3(const char *endpoint, const char *bucket, const char *region, size_t bs,
+		 size_t n_keys, unsigned qd, double seconds, int read_pct, struct phase_result *out);
+int bench_ref_rados(const char *pool, size_t bs, unsigned qd, double seconds, int read_pct,
+		    struct phase_result *out);
+
+#endif
