@@ -38,6 +38,7 @@ static const struct cfg_row rows[] = {
 	{"store.write_policy", T_ENUM, "write-through", 0, 0, "write-through|write-back|selective", "when deeper tiers are written: at put (behind the DRAM copy), when DRAM evicts, or after store.selective_hits hits"},
 	{"store.selective_hits", T_U64, "2", 1, 1000000, NULL, "hits before a chunk is written deeper under the selective policy"},
 	{"store.promote", T_BOOL, "true", 0, 0, NULL, "copy a deeper-tier hit into DRAM"},
+	{"store.promote_local", T_BOOL, "true", 0, 0, NULL, "also write a hit from a deeper tier into the tiers above it (e.g. an s3 hit into nvme)"},
 	{"store.max_inflight", T_U64, "4096", 1, 1048576, NULL, "operations in flight before calls return -EAGAIN"},
 	{"store.tier_timeout_ms", T_U64, "2000", 1, 3600000, NULL, "an operation on a deeper tier that takes longer is a miss"},
 	{"store.max_object_bytes", T_SIZE, "4GiB", 4096, 4294967296.0, NULL, "largest object a reader accepts"},

@@ -131,6 +131,7 @@ struct kvt_store {
 	int write_policy;
 	uint32_t selective_hits;
 	bool promote;
+	bool promote_local;
 	uint64_t max_inflight;
 	_Atomic uint64_t inflight;
 
@@ -352,7 +353,7 @@ static void link_result(struct kvt_store *s, struct link *l, int rc)
 }
 
 static void wb_submit(struct kvt_store *s, const struct kvt_key *key,
-		      const struct kvt_slot_ref *ref, kvt_cb cb, void *arg, bool direct);
+		      const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct);
 
 /* ------------------------------------------------------------ open / close */
 
@@ -480,6 +481,7 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 						     : WP_THROUGH;
 	s->selective_hits = (uint32_t)KVT_MIN(kvt__cfg_u64(cfg, "store.selective_hits"), 250);
 	s->promote = kvt__cfg_bool(cfg, "store.promote");
+	s->promote_local = kvt__cfg_bool(cfg, "store.promote_local");
 	s->max_inflight = kvt__cfg_u64(cfg, "store.max_inflight");
 	s->max_object_bytes = kvt__cfg_u64(cfg, "store.max_object_bytes");
 	pthread_mutex_init(&s->cq_lock, NULL);
@@ -543,7 +545,7 @@ void kvt_store_close(struct kvt_store *s)
 			for (uint32_t i = 0; i < n; i++) {
 				struct kvt_key key;
 				kvt__dram_key(s->dram, refs[i].id, &key);
-				wb_submit(s, &key, &refs[i], NULL, NULL, false);
+				wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
 			}
 	}
 	pthread_mutex_lock(&s->wb_lock);
@@ -701,10 +703,10 @@ static void wb_finish(struct wb *w)
 }
 
 /* Write an object (a pinned slot, or a staging buffer when ref->id < 0) to every deeper
- * tier that admits it. The job owns the pin / buffer from here on. If cb is set it runs
- * when all writes are done (status 0 if any tier took it). */
+ * tier before chain position end that admits it. The job owns the pin / buffer from here
+ * on. If cb is set it runs when all writes are done (status 0 if any tier took it). */
 static void wb_submit(struct kvt_store *s, const struct kvt_key *key,
-		      const struct kvt_slot_ref *ref, kvt_cb cb, void *arg, bool direct)
+		      const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct)
 {
 	struct wb *w = kvt__calloc(1, sizeof(*w));
 	if (!w) {
@@ -739,7 +741,7 @@ static void wb_submit(struct kvt_store *s, const struct kvt_key *key,
 	s->wb_pending++;
 	pthread_mutex_unlock(&s->wb_lock);
 
-	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
+	for (int i = s->dram_pos + 1; i < end; i++) {
 		struct link *l = &s->links[i];
 		if (!link_usable(l) ||
 		    (l->t->ops->can_write && l->t->ops->can_write(l->t, ref->object_bytes) < 0)) {
@@ -776,7 +778,7 @@ static void writeback_clean(struct kvt_store *s)
 	for (uint32_t i = 0; i < n; i++) {
 		struct kvt_key key;
 		kvt__dram_key(s->dram, refs[i].id, &key);
-		wb_submit(s, &key, &refs[i], NULL, NULL, false);
+		wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
 	}
 }
 
@@ -813,7 +815,7 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 			return -ENOMEM;
 		}
 		kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
-		wb_submit(s, key, &ref, cb, arg, direct);
+		wb_submit(s, key, &ref, s->n_links, cb, arg, direct);
 		return 0;
 	}
 
@@ -849,7 +851,7 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	ref.n_tokens = n_tokens;
 	complete(s, cb, arg, direct, &res);
 	if (write_now)
-		wb_submit(s, key, &ref, NULL, NULL, false);
+		wb_submit(s, key, &ref, s->n_links, NULL, NULL, false);
 	else
 		kvt__dram_unpin(s->dram, ref.id);
 	if (deeper && s->write_policy == WP_BACK)
@@ -893,7 +895,7 @@ int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref)
 	bool dirty = deeper && (s->write_policy == WP_THROUGH || s->write_policy == WP_BACK);
 	kvt__dram_publish(s->dram, ref->id, ref->object_bytes, ref->n_tokens, dirty);
 	if (deeper && s->write_policy == WP_THROUGH)
-		wb_submit(s, &key, ref, NULL, NULL, false);
+		wb_submit(s, &key, ref, s->n_links, NULL, NULL, false);
 	else
 		kvt__dram_unpin(s->dram, ref->id);
 	if (deeper && s->write_policy == WP_BACK)
@@ -953,9 +955,16 @@ static void fill_read_done(void *arg, int rc)
 		int v = kvt__object_verify(f->ref.buf, (uint64_t)rc, &exp, &h);
 		if (v == 0) {
 			atomic_fetch_add(&l->hits, 1);
-			kvt__dram_publish(s->dram, f->ref.id, h.object_bytes, h.n_tokens, false);
 			f->ref.object_bytes = h.object_bytes;
 			f->ref.n_tokens = h.n_tokens;
+			/* A hit from a shared tier is also kept on the local tiers above it, so
+			 * the next miss in DRAM does not cross the network again. */
+			bool local = s->promote_local && f->pos > s->dram_pos + 1;
+			kvt__dram_publish(s->dram, f->ref.id, h.object_bytes, h.n_tokens, local);
+			if (local) {
+				kvt__dram_pin(s->dram, f->ref.id);
+				wb_submit(s, &f->key, &f->ref, f->pos, NULL, NULL, false);
+			}
 			fill_finish(f, 0, f->pos);
 			return;
 		}
@@ -1145,7 +1154,7 @@ static void get_selective(struct kvt_store *s, const struct kvt_key *key,
 		return;
 	kvt__dram_pin(s->dram, ref->id); /* the write-behind job's own pin */
 	kvt__dram_set_dirty(s->dram, ref->id, true);
-	wb_submit(s, key, ref, NULL, NULL, false);
+	wb_submit(s, key, ref, s->n_links, NULL, NULL, false);
 }
 
 static void get_acquired(void *arg, int rc, const struct kvt_slot_ref *ref, int tier);

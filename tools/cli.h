@@ -45,5 +45,6 @@ int kvt_cmd_verify(int argc, char **argv);
 int kvt_cmd_rm(int argc, char **argv);
 int kvt_cmd_bench(int argc, char **argv);
 int kvt_cmd_config(int argc, char **argv);
+int kvt_cmd_session(int argc, char **argv);
 
 #endif

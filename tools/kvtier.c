@@ -20,6 +20,7 @@ static const struct subcommand commands[] = {
 	{"config", kvt_cmd_config, "print configuration keys, defaults and effective values"},
 	{"ls", kvt_cmd_ls, "list stored objects"},
 	{"rm", kvt_cmd_rm, "remove chunks by key"},
+	{"session", kvt_cmd_session, "save a conversation's KV, or resume it (on another node)"},
 	{"stat", kvt_cmd_stat, "per-tier counters"},
 	{"verify", kvt_cmd_verify, "check every object's checksums; optionally drop bad ones"},
 	{NULL, NULL, NULL},

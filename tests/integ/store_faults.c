@@ -1,0 +1,138 @@
+/*
+ * store_faults.c - "a failed tier is a miss, never a crash or a stall", through the
+ * engine, with the fault-injecting tier around a real NVMe tier:
+ *   - corrupted bodies are detected (CRC), counted, dropped, and never served;
+ *   - a failing tier gives misses; after repeated failures the engine stops calling it
+ *     (circuit open), probes it after the cool-down, and uses it again once it recovers;
+ *   - a slow tier never blocks the submitting thread;
+ *   - puts succeed into DRAM while the deeper tier fails, and the failures are counted.
+ */
+#include <sys/stat.h>
+
+#include "engine.h"
+#include "testlib.h"
+#include "tier.h"
+#include "tier_faulty.h"
+
+static struct kvt_geometry G;
+static size_t PAYLOAD;
+
+static struct kvt_store *open_faulty(const char *dir, const char *tiers)
+{
+	struct kvt_config *c = test_config(tiers, dir);
+	test_set(c, "faulty.inner", "nvme");
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	G = *kvt_store_geometry(s);
+	PAYLOAD = kvt_payload_bytes(&G, G.chunk_tokens);
+	return s;
+}
+
+static void keys_for(struct kvt_store *s, struct kvt_key *k, int n, uint32_t salt)
+{
+	for (int i = 0; i < n; i++) {
+		uint32_t t[2] = {salt, (uint32_t)i};
+		kvt_key_next(kvt_store_ns_id(s), i ? &k[i - 1] : NULL, t, 2, &k[i]);
+	}
+}
+
+static void put_all(struct kvt_store *s, struct kvt_key *k, int n, uint64_t seed)
+{
+	void *buf = malloc(PAYLOAD);
+	for (int i = 0; i < n; i++) {
+		test_fill(buf, PAYLOAD, seed + (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k[i], i ? &k[i - 1] : NULL, G.chunk_tokens, buf, PAYLOAD), 0);
+	}
+	free(buf);
+	CHECK_RC(kvt_flush_sync(s), 0);
+}
+
+static int cb_calls;
+static void count_cb(void *arg, const struct kvt_result *res)
+{
+	(void)arg;
+	(void)res;
+	cb_calls++;
+}
+
+int main(void)
+{
+	char *dir = test_tmpdir("faults");
+	enum { N = 12 };
+	struct kvt_key k[N];
+	void *buf = malloc(1 << 20);
+
+	/* 1. Corruption on the way back: never served, counted, dropped. */
+	struct kvt_store *s = open_faulty(dir, "faulty");
+	keys_for(s, k, N, 1);
+	put_all(s, k, N, 10);
+	struct kvt_tier *t = kvt__store_tier(s, 0);
+	kvt__faulty_set(t, 0, 100, 0);
+	for (int i = 0; i < N; i++) {
+		int rc = kvt_get_sync(s, &k[i], 0, 0, buf, PAYLOAD, NULL);
+		CHECK_RC(rc, -ENOENT);
+	}
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECK(st.tier[0].checksum_failures == N);
+	CHECK(kvt__faulty_injected(t) == N);
+	kvt__faulty_set(t, 0, 0, 0);
+	CHECK_RC(kvt_lookup_sync(s, k, N, NULL), 0); /* the corrupt copies were dropped */
+	kvt_store_close(s);
+
+	/* 2. A failing tier: misses, then the circuit opens, then recovery. */
+	s = open_faulty(dir, "dram,faulty");
+	keys_for(s, k, N, 2);
+	put_all(s, k, N, 20);
+	kvt_store_close(s);
+	s = open_faulty(dir, "dram,faulty"); /* empty DRAM: everything must come from below */
+	t = kvt__store_tier(s, 1);
+	kvt__faulty_set(t, 100, 0, 0);
+	for (int i = 0; i < N; i++)
+		CHECK_RC(kvt_get_sync(s, &k[i], 0, 0, buf, PAYLOAD, NULL), -ENOENT);
+	uint64_t injected = kvt__faulty_injected(t);
+	CHECK(injected >= 5 && injected < N); /* the circuit opened before the last gets */
+	CHECK_RC(kvt_lookup_sync(s, k, N, NULL), 0);
+	CHECK(kvt__faulty_injected(t) == injected); /* skipped while open */
+	kvt_stats(s, &st);
+	CHECK(st.tier[1].errors >= 5);
+	/* A put still lands in DRAM; its write-behind is skipped while the circuit is open. */
+	struct kvt_key extra;
+	uint32_t tok = 99;
+	kvt_key_next(kvt_store_ns_id(s), NULL, &tok, 1, &extra);
+	test_fill(buf, PAYLOAD, 777);
+	CHECK_RC(kvt_put_sync(s, &extra, NULL, G.chunk_tokens, buf, PAYLOAD), 0);
+	CHECK_RC(kvt_get_sync(s, &extra, 0, 0, buf, PAYLOAD, NULL), 0);
+	CHECK(test_check(buf, PAYLOAD, 777));
+	/* The tier recovers; after the cool-down a probe goes through and it is used again. */
+	kvt__faulty_set(t, 0, 0, 0);
+	usleep(700 * 1000);
+	struct kvt_result res;
+	CHECK_RC(kvt_get_sync(s, &k[3], 0, 0, buf, PAYLOAD, &res), 0);
+	CHECK(res.tier == 1 && test_check(buf, PAYLOAD, 23));
+	for (int i = 0; i < N; i++)
+		CHECK_RC(kvt_get_sync(s, &k[i], 0, 0, buf, PAYLOAD, NULL), 0);
+	kvt_store_close(s);
+
+	/* 3. A slow tier: the submitting call returns at once, the completion comes later. */
+	s = open_faulty(dir, "dram,faulty");
+	t = kvt__store_tier(s, 1);
+	kvt__faulty_set(t, 0, 0, 300);
+	cb_calls = 0;
+	uint64_t t0 = kvt__now_ns();
+	CHECK_RC(kvt_get(s, &k[0], 0, 0, buf, PAYLOAD, count_cb, NULL), 0);
+	CHECK_RC(kvt_lookup(s, k, N, NULL, count_cb, NULL), 0);
+	uint64_t submit_ns = kvt__now_ns() - t0;
+	CHECK(submit_ns < 50ull * 1000 * 1000);
+	while (cb_calls < 2)
+		kvt_poll(s, 100);
+	CHECK(kvt__now_ns() - t0 >= 250ull * 1000 * 1000);
+	kvt_store_close(s);
+
+	free(buf);
+	test_rmdir(dir);
+	printf("store_faults: ok (submit took %.1f ms while the tier took 300 ms)\n",
+	       (double)submit_ns / 1e6);
+	return 0;
+}

@@ -1,0 +1,234 @@
+/*
+ * cmd_session.c - `kvtier session save|resume`: shows cross-node reuse and session
+ * migration to a user. `save` stores the KV chunks of a conversation (its tokens from a
+ * file, or a seeded synthetic one); `resume`, typically on another node or a fresh
+ * instance pointed at the same shared tier, finds the longest stored prefix, loads every
+ * chunk of it, checks the bytes, and reports which tier served each and how many tokens
+ * would still need a prefill. There is no model here, so a chunk's KV bytes are derived
+ * from its key: resume can prove it got exactly what save stored.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "internal.h"
+
+struct session_opts {
+	const char *tokens_file;
+	unsigned long synthetic;
+	unsigned long seed;
+};
+
+static void fill_from_key(const struct kvt_key *k, void *buf, size_t len)
+{
+	uint64_t x;
+	memcpy(&x, k->bytes, sizeof(x));
+	x |= 1;
+	uint64_t *p = buf;
+	for (size_t i = 0; i < len / 8; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = x;
+	}
+}
+
+/* Tokens: whitespace-separated unsigned 32-bit integers. */
+static int read_tokens(const char *path, uint32_t **out, size_t *n)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -errno;
+	size_t cap = 4096, len = 0;
+	uint32_t *t = malloc(cap * sizeof(*t));
+	unsigned long long v;
+	int c;
+	while (t && (c = fscanf(f, "%llu", &v)) == 1) {
+		if (v > UINT32_MAX) {
+			free(t);
+			fclose(f);
+			return -ERANGE;
+		}
+		if (len == cap) {
+			uint32_t *bigger = realloc(t, (cap *= 2) * sizeof(*t));
+			if (!bigger)
+				break;
+			t = bigger;
+		}
+		t[len++] = (uint32_t)v;
+	}
+	bool bad = !feof(f);
+	fclose(f);
+	if (!t)
+		return -ENOMEM;
+	if (bad || !len) {
+		free(t);
+		return -EINVAL;
+	}
+	*out = t;
+	*n = len;
+	return 0;
+}
+
+static void synthetic(unsigned long n, unsigned long seed, uint32_t **out, size_t *len)
+{
+	uint32_t *t = malloc(n * sizeof(*t));
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+	for (unsigned long i = 0; t && i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		t[i] = (uint32_t)(x % 128256); /* a Llama-3-sized vocabulary */
+	}
+	*out = t;
+	*len = t ? n : 0;
+}
+
+int kvt_cmd_session(int argc, char **argv)
+{
+	struct cli_store_opts o = {0};
+	struct session_opts so = {0};
+	const char *verb = argc > 1 ? argv[1] : "";
+	if (!strcmp(verb, "--help") || !strcmp(verb, "-h") ||
+	    (strcmp(verb, "save") && strcmp(verb, "resume"))) {
+		printf("usage: kvtier session save|resume (--tokens FILE | --synthetic N [--seed S]) "
+		       "[options]\n"
+		       "save:   store the KV chunks of a conversation (bytes derived from each "
+		       "chunk's key)\n"
+		       "resume: look the conversation up, load every chunk of the stored prefix, "
+		       "check its\n        bytes, report the tier of each and the tokens left to "
+		       "prefill. Run it on\n        another instance pointed at the same shared "
+		       "tier to see a session migrate.\n"
+		       "  --tokens FILE    whitespace-separated token ids\n"
+		       "  --synthetic N    N seeded pseudo-random tokens (--seed, default 1)\n"
+		       "  --dir D, --config FILE, --tiers LIST, --set K=V, --json as everywhere\n");
+		return strcmp(verb, "--help") && strcmp(verb, "-h") ? 2 : 0;
+	}
+	for (int i = 2; i < argc; i++) {
+		int r = cli_store_opt(&o, argc, argv, &i);
+		if (r < 0)
+			return 2;
+		if (r > 0)
+			continue;
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		char *end;
+		if (!v)
+			return cli_fail("session", "%s needs a value (see --help)", a), 2;
+		i++;
+		if (!strcmp(a, "--tokens"))
+			so.tokens_file = v;
+		else if (!strcmp(a, "--synthetic") || !strcmp(a, "--seed")) {
+			unsigned long x = strtoul(v, &end, 10);
+			if (*end || *v == '-' || (!strcmp(a, "--synthetic") && (x == 0 || x > 1u << 26)))
+				return cli_fail("session", "%s: '%s' is not a valid number", a, v), 2;
+			*(!strcmp(a, "--seed") ? &so.seed : &so.synthetic) = x;
+		} else
+			return cli_fail("session", "unknown option '%s' (see --help)", a), 2;
+	}
+	if (!so.tokens_file == !so.synthetic)
+		return cli_fail("session", "give exactly one of --tokens FILE or --synthetic N"), 2;
+	uint32_t *tok = NULL;
+	size_t n_tok = 0;
+	if (so.tokens_file) {
+		int rc = read_tokens(so.tokens_file, &tok, &n_tok);
+		if (rc < 0)
+			return cli_fail("session", "%s: %s", so.tokens_file,
+					rc == -EINVAL	 ? "not a list of token ids"
+					: rc == -ERANGE ? "a token id exceeds 32 bits"
+							 : strerror(-rc)),
+			       1;
+	} else {
+		synthetic(so.synthetic, so.seed ? so.seed : 1, &tok, &n_tok);
+	}
+	struct kvt_store *s = cli_open_store(&o);
+	if (!s) {
+		free(tok);
+		return 1;
+	}
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	size_t n_chunks = (n_tok + g->chunk_tokens - 1) / g->chunk_tokens;
+	struct kvt_key *keys = calloc(n_chunks, sizeof(*keys));
+	int8_t *tiers = calloc(n_chunks, 1);
+	size_t full = kvt_payload_bytes(g, g->chunk_tokens);
+	void *buf = malloc(full), *want = malloc(full);
+	int rc = 0;
+	if (!keys || !tiers || !buf || !want) {
+		rc = cli_fail("session", "out of memory");
+		goto out;
+	}
+	kvt_keys_from_tokens(kvt_store_ns_id(s), g->chunk_tokens, tok, n_tok, keys, n_chunks);
+	uint64_t t0 = kvt__now_ns();
+	if (!strcmp(verb, "save")) {
+		for (size_t i = 0; i < n_chunks; i++) {
+			uint32_t nt = (uint32_t)KVT_MIN((size_t)g->chunk_tokens, n_tok - i * g->chunk_tokens);
+			size_t len = kvt_payload_bytes(g, nt);
+			fill_from_key(&keys[i], buf, len);
+			int r;
+			while ((r = kvt_put_sync(s, &keys[i], i ? &keys[i - 1] : NULL, nt, buf, len)) ==
+			       -EAGAIN)
+				kvt_poll(s, 1);
+			if (r < 0) {
+				rc = cli_fail("session", "storing chunk %zu: %s", i, kvt_strerror(r));
+				goto out;
+			}
+		}
+		kvt_flush_sync(s);
+		double ms = (double)(kvt__now_ns() - t0) / 1e6;
+		if (o.json)
+			printf("{\"tokens\":%zu,\"chunks\":%zu,\"ms\":%.1f}\n", n_tok, n_chunks, ms);
+		else
+			printf("saved %zu tokens as %zu chunks in %.1f ms\n", n_tok, n_chunks, ms);
+		goto out;
+	}
+	int prefix = kvt_lookup_sync(s, keys, n_chunks, tiers);
+	if (prefix < 0) {
+		rc = cli_fail("session", "lookup failed: %s", kvt_strerror(prefix));
+		goto out;
+	}
+	uint64_t per_tier[KVT_MAX_TIERS] = {0}, bad = 0, hit_tokens = 0;
+	for (int i = 0; i < prefix; i++) {
+		struct kvt_result res;
+		int r = kvt_get_sync(s, &keys[i], 0, 0, buf, full, &res);
+		if (r < 0) { /* gone since the lookup, or corrupt: from here on it is a prefill */
+			prefix = i;
+			break;
+		}
+		fill_from_key(&keys[i], want, res.bytes);
+		if (memcmp(buf, want, res.bytes))
+			bad++;
+		if (res.tier >= 0 && res.tier < KVT_MAX_TIERS)
+			per_tier[res.tier]++;
+		hit_tokens += res.n_tokens;
+	}
+	double ms = (double)(kvt__now_ns() - t0) / 1e6;
+	if (o.json) {
+		printf("{\"tokens\":%zu,\"chunks\":%zu,\"hit_chunks\":%d,\"hit_tokens\":%llu,"
+		       "\"prefill_tokens\":%llu,\"bad\":%llu,\"ms\":%.1f,\"tiers\":{",
+		       n_tok, n_chunks, prefix, (unsigned long long)hit_tokens,
+		       (unsigned long long)(n_tok - hit_tokens), (unsigned long long)bad, ms);
+		for (int t = 0; t < kvt_store_tier_count(s); t++)
+			printf("%s\"%s\":%llu", t ? "," : "", kvt_store_tier_name(s, t),
+			       (unsigned long long)per_tier[t]);
+		printf("}}\n");
+	} else {
+		printf("resumed %llu of %zu tokens from stored KV (%d of %zu chunks) in %.1f ms; "
+		       "%llu tokens left to prefill\n",
+		       (unsigned long long)hit_tokens, n_tok, prefix, n_chunks, ms,
+		       (unsigned long long)(n_tok - hit_tokens));
+		for (int t = 0; t < kvt_store_tier_count(s); t++)
+			printf("  %-6s %llu chunks\n", kvt_store_tier_name(s, t),
+			       (unsigned long long)per_tier[t]);
+		if (bad)
+			printf("  %llu chunks had wrong bytes\n", (unsigned long long)bad);
+	}
+	rc = bad ? 3 : 0;
+out:
+	free(buf);
+	free(want);
+	free(keys);
+	free(tiers);
+	free(tok);
+	kvt_store_close(s);
+	return rc;
+}
