@@ -5,8 +5,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 FLAVOUR=${1:-release}
 case "$FLAVOUR" in
 	release) B=$ROOT/build; ARGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
-	asan) B=$ROOT/build-asan; ARGS=(-DCMAKE_BUILD_TYPE=Debug -DKVT_SANITIZE=address,undefined) ;;
-	tsan) B=$ROOT/build-tsan; ARGS=(-DCMAKE_BUILD_TYPE=Debug -DKVT_SANITIZE=thread) ;;
+	asan) B=$ROOT/build-asan; ARGS=(-DCMAKE_BUILD_TYPE=Debug -DKVT_SANITIZE=address,undefined -DKVT_CUDA=OFF) ;;
+	tsan) B=$ROOT/build-tsan; ARGS=(-DCMAKE_BUILD_TYPE=Debug -DKVT_SANITIZE=thread -DKVT_CUDA=OFF) ;;
 	*) echo "usage: $0 [release|asan|tsan]" >&2; exit 2 ;;
 esac
 cmake -S "$ROOT" -B "$B" "${ARGS[@]}" >/dev/null
