@@ -727,7 +727,6 @@ static int write_publish(struct nv *s, struct nv_op *op)
 	object_path(&op->key, final);
 	if (renameat(d->fd, op->name, d->fd, final) < 0)
 		return -errno;
-	write_release(s, op);
 	struct nv_ent *e = ent_find(s, &op->key);
 	if (e) {
 		/* Same key written twice at once, or found in another directory (nvme.dirs
@@ -746,8 +745,9 @@ static int write_publish(struct nv *s, struct nv_op *op)
 	} else if (!ent_insert(s, &op->key, op->dir, op->len)) {
 		/* Cannot index it: do not leave an object we do not account for. */
 		unlinkat(d->fd, final, 0);
-		return -ENOMEM;
+		return -ENOMEM; /* the failure path releases the reservation */
 	}
+	write_release(s, op);
 	ST_ADD(s, writes, 1);
 	ST_ADD(s, write_bytes, op->len);
 	return 0;
