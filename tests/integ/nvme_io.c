@@ -272,6 +272,7 @@ int main(void)
 		free(bufs[i]);
 		free(rbufs[i]);
 	}
+	CHECK_EQ(kvt__alloc_bytes(), 0); /* the tier freed everything it allocated */
 	rm_rf(root);
 	printf("nvme_io: ok\n");
 	return 0;
