@@ -101,6 +101,9 @@ int main(void)
 	CHECK_EQ(t_read1(t, &k[6], rbuf, 0, 2 * K64), 2 * K64);
 	CHECK_EQ(check_object(rbuf, 2 * K64, &k[6]), 0);
 	kvt__tier_close(t);
+	/* Evicted files are unlinked behind the ring thread's back; close waits for that. */
+	CHECK_EQ(count_files(dir, ".tmp.", ""), 0);
+	CHECK_EQ(count_files(dir, "", ".kvt"), 3);
 
 	/* ---- restart with a smaller capacity: evicted at open down to it */
 	CHECK_EQ(

@@ -198,6 +198,8 @@ int main(void)
 	CHECK_EQ(st.checksum_failures, 1);
 	removed++;
 	kvt__tier_close(t);
+	CHECK_EQ(count_files(d0, ".tmp.", "") + count_files(d1, ".tmp.", ""), 0);
+	CHECK_EQ(count_files(d0, "", ".kvt") + count_files(d1, "", ".kvt"), N_OBJ - removed);
 
 	/* ---- crash debris and junk, then restart */
 	char junk[700];
