@@ -26,18 +26,23 @@
  * Operations are small state machines advanced by completions. Data, fsync, close and
  * openat (temp create, read open) go through io_uring (openat and fsync are the slow
  * metadata operations, so they run on io_uring's workers without stalling the ring thread).
- * rename and unlink are synchronous syscalls on the ring thread, deliberately: doing them in
- * program order is what makes "evict/remove key K" and "publish a new write of K" safe
- * without per-key locking (an async unlink racing a later rename could delete the new
- * object), and they cost ~10-20 us each on ext4, one per object written, which is small
- * against a 2 MiB write. Large objects are split into NV_IO_MAX pieces; at most
- * nvme.queue_depth SQEs are in flight, each tracked by one preallocated nv_io slot.
+ * rename is a synchronous syscall on the ring thread, deliberately: doing every rename of
+ * a final name in program order is what makes "evict/remove key K" and "publish a new write
+ * of K" safe without per-key locking (an async unlink racing a later rename could delete
+ * the new object). Measured here: ~8-30 us per rename on ext4, one per object written,
+ * small against a 2 MiB write. unlink is NOT cheap: with ext4 mounted "discard" (as here),
+ * unlinking a 2 MiB file takes ~1-2 ms, so an evicted or removed object is first renamed to
+ * a unique ".tmp.evict.*" name (ordered, cheap) and that name is unlinked by an
+ * IORING_OP_UNLINKAT on io_uring's workers (see ent_unlink). Only the rare disk-full path
+ * unlinks synchronously, because it needs the space back before it retries. Large objects
+ * are split into NV_IO_MAX pieces; at most nvme.queue_depth data/metadata SQEs are in
+ * flight, each tracked by one preallocated nv_io slot.
  *
  * O_DIRECT: each directory is probed at open (create + 4 KiB write with O_DIRECT). With
  * nvme.direct=auto a refusal (EINVAL: ramfs, old tmpfs) gives one warning and buffered I/O
  * for that directory; "on" fails the open; "off" never uses it.
  *
- * Capacity (nvme.bytes) is enforced before a write by unlinking least recently used
+ * Capacity (nvme.bytes) is enforced before a write by evicting least recently used
  * objects; a real ENOSPC from the file system evicts objects of the same directory and
  * retries once, else fails the write with -ENOSPC after removing its temp file. The write
  * budget (nvme.write_budget bytes per rolling 24 h, hourly buckets) refuses writes with
@@ -109,6 +114,7 @@ struct nv_ent {
 	struct nv_ent *prev, *next; /* LRU, head = most recent */
 	struct nv_fdc *fdc;
 	uint64_t bytes;
+	uint64_t gen; /* tells this entry from a later one of the same key */
 	uint32_t dir;
 };
 
@@ -136,6 +142,7 @@ struct nv_op {
 	struct kvt_seg *segs;
 	uint32_t nsegs, si;
 	uint64_t soff, size, total;
+	uint64_t gen; /* of the index entry the read started from */
 	struct nv_fdc *fdc;
 	/* exists */
 	const struct kvt_key *keys;
@@ -188,6 +195,9 @@ struct nv {
 	struct nv_io *ios, *free_ios;
 	uint32_t inflight;
 	struct nv_io wake;
+	struct nv_io trash; /* marks the CQEs of evicted files' unlinks */
+	uint32_t trash_inflight;
+	bool ring_ready;
 	uint64_t wake_val;
 	bool wake_armed;
 	struct nv_op *ready_head, *ready_tail;
@@ -200,6 +210,7 @@ struct nv {
 	struct nv_fdc *fdc_head, *fdc_tail;
 	uint32_t nfdc;
 	uint64_t used, reserved;
+	uint64_t gen;
 
 	/* index: mutations under ilock (scan() reads it from other threads) */
 	pthread_mutex_t ilock;
@@ -345,6 +356,7 @@ static struct nv_ent *ent_insert(struct nv *s, const struct kvt_key *k, uint32_t
 	e->key = *k;
 	e->dir = dir;
 	e->bytes = bytes;
+	e->gen = ++s->gen;
 	pthread_mutex_lock(&s->ilock);
 	if (s->nents >= s->nbuckets)
 		index_grow(s); /* on failure chains just get longer */
@@ -378,21 +390,56 @@ static void ent_remove(struct nv *s, struct nv_ent *e)
 }
 
 /* Unlink the object's file and forget it. */
-static void ent_unlink(struct nv *s, struct nv_ent *e)
+static void unlink_now(struct nv *s, struct nv_dir *d, const char *path)
 {
-	char path[NV_NAME_MAX];
-	object_path(&e->key, path);
-	if (unlinkat(s->dirs[e->dir].fd, path, 0) < 0 && errno != ENOENT) {
-		KVT_WARN(s->log, "nvme: unlink %s/%s: %s", s->dirs[e->dir].path, path,
-			 strerror(errno));
+	if (unlinkat(d->fd, path, 0) < 0 && errno != ENOENT) {
+		KVT_WARN(s->log, "nvme: unlink %s/%s: %s", d->path, path, strerror(errno));
 		ST_ADD(s, errors, 1);
 	}
-	ent_remove(s, e);
 }
 
-static void evict(struct nv *s, struct nv_ent *e)
+/* Unlink the object's file and forget it. Freeing a file's blocks costs milliseconds on
+ * some file systems (ext4 mounted with discard: ~1-2 ms for 2 MiB), far too long for the
+ * ring thread. So the file is renamed to a unique temp name here (~10-20 us, and in program
+ * order with publishes of the same key) and that name is unlinked by io_uring's workers. A
+ * crash in between leaves a ".tmp." file, which the next open deletes. now: the caller needs
+ * the space back before it continues (the ENOSPC path), or there is no ring yet. */
+static void ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 {
-	ent_unlink(s, e);
+	struct nv_dir *d = &s->dirs[e->dir];
+	char path[NV_NAME_MAX], trash[NV_NAME_MAX];
+	object_path(&e->key, path);
+	ent_remove(s, e);
+	if (now || !s->ring_ready || s->trash_inflight >= s->qd) {
+		unlink_now(s, d, path);
+		return;
+	}
+	snprintf(trash, sizeof(trash), "%.2s/" NV_TMP_PREFIX "evict.%d.%u", path, (int)s->pid,
+		 ++s->tmpseq);
+	if (renameat(d->fd, path, d->fd, trash) < 0) {
+		unlink_now(s, d, path);
+		return;
+	}
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+	if (!sqe) {
+		io_uring_submit(&s->ring);
+		sqe = io_uring_get_sqe(&s->ring);
+	}
+	if (!sqe) {
+		unlink_now(s, d, trash);
+		return;
+	}
+	io_uring_prep_unlinkat(sqe, d->fd, trash, 0);
+	io_uring_sqe_set_data(sqe, &s->trash);
+	s->trash_inflight++;
+	/* Submit now: the kernel copies the name at submission, trash[] is on our stack. Every
+	 * other SQE in the ring is already fully prepared whenever this runs. */
+	io_uring_submit(&s->ring);
+}
+
+static void evict(struct nv *s, struct nv_ent *e, bool now)
+{
+	ent_unlink(s, e, now);
 	ST_ADD(s, evictions, 1);
 }
 
@@ -402,7 +449,7 @@ static int make_room(struct nv *s, uint64_t len)
 	if (len > s->capacity)
 		return -ENOSPC; /* never fits: do not empty the cache for nothing */
 	while (s->used + s->reserved + len > s->capacity && s->lru_tail)
-		evict(s, s->lru_tail);
+		evict(s, s->lru_tail, false);
 	return s->used + s->reserved + len > s->capacity ? -ENOSPC : 0;
 }
 
@@ -431,7 +478,7 @@ static int evict_in_dir(struct nv *s, uint32_t dir, uint64_t len)
 		if (e->dir != dir)
 			continue;
 		freed += e->bytes;
-		evict(s, e);
+		evict(s, e, true);
 		n++;
 	}
 	return n;
@@ -456,6 +503,23 @@ static void fdc_list_unlink(struct nv *s, struct nv_fdc *c)
 static void fdc_free(struct nv_fdc *c)
 {
 	close(c->fd);
+	kvt__free(c);
+}
+
+/* The last reference to an evicted object's file: its close frees the blocks (slow, see
+ * ent_unlink), so it runs on io_uring's workers. */
+static void fdc_free_async(struct nv *s, struct nv_fdc *c)
+{
+	struct io_uring_sqe *sqe = s->ring_ready ? io_uring_get_sqe(&s->ring) : NULL;
+	if (!sqe) {
+		fdc_free(c);
+		return;
+	}
+	KVT_DEBUG(s->log, "nvme: closing a removed object's last fd in the background");
+	io_uring_prep_close(sqe, c->fd);
+	io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+	io_uring_sqe_set_data(sqe, &s->trash);
+	s->trash_inflight++;
 	kvt__free(c);
 }
 
@@ -490,7 +554,7 @@ static void fdc_put(struct nv *s, struct nv_fdc *c)
 	if (--c->refs)
 		return;
 	if (!c->ent)
-		fdc_free(c);
+		fdc_free_async(s, c);
 	else if (s->nfdc > s->open_files)
 		fdc_trim(s);
 }
@@ -727,7 +791,6 @@ static int write_publish(struct nv *s, struct nv_op *op)
 	object_path(&op->key, final);
 	if (renameat(d->fd, op->name, d->fd, final) < 0)
 		return -errno;
-	write_release(s, op);
 	struct nv_ent *e = ent_find(s, &op->key);
 	if (e) {
 		/* Same key written twice at once, or found in another directory (nvme.dirs
@@ -740,14 +803,16 @@ static int write_publish(struct nv *s, struct nv_op *op)
 		pthread_mutex_lock(&s->ilock);
 		s->used = s->used - e->bytes + op->len;
 		e->bytes = op->len;
+		e->gen = ++s->gen;
 		pthread_mutex_unlock(&s->ilock);
 		lru_touch(s, e);
 		publish_counts(s);
 	} else if (!ent_insert(s, &op->key, op->dir, op->len)) {
 		/* Cannot index it: do not leave an object we do not account for. */
 		unlinkat(d->fd, final, 0);
-		return -ENOMEM;
+		return -ENOMEM; /* the failure path releases the reservation */
 	}
+	write_release(s, op);
 	ST_ADD(s, writes, 1);
 	ST_ADD(s, write_bytes, op->len);
 	return 0;
@@ -923,9 +988,10 @@ static void on_cqe(struct nv *s, struct nv_io *io, int res)
 			}
 		} else if (res < 0) {
 			if (res == -ENOENT) {
-				/* The file vanished behind our back: forget it. */
+				/* The file vanished behind our back: forget it (unless the entry
+				 * is a newer one, published while this open was in flight). */
 				struct nv_ent *e = ent_find(s, &op->key);
-				if (e && !e->fdc)
+				if (e && e->gen == op->gen && !e->fdc)
 					ent_remove(s, e);
 			} else {
 				ST_ADD(s, errors, 1);
@@ -1074,6 +1140,7 @@ static void start_read(struct nv *s, struct nv_op *op)
 	lru_touch(s, e);
 	op->size = e->bytes;
 	op->dir = e->dir;
+	op->gen = e->gen;
 	if (e->fdc) {
 		fdc_use(s, e->fdc);
 		op->fdc = e->fdc;
@@ -1106,7 +1173,7 @@ static void start_op(struct nv *s, struct nv_op *op)
 			finish(s, op, -ENOENT);
 			break;
 		}
-		ent_unlink(s, e);
+		ent_unlink(s, e, false);
 		ST_ADD(s, removes, 1);
 		finish(s, op, 0);
 		break;
@@ -1114,7 +1181,7 @@ static void start_op(struct nv *s, struct nv_op *op)
 		if ((e = ent_find(s, &op->key))) {
 			KVT_WARN(s->log, "nvme: dropping corrupt object in %s",
 				 s->dirs[e->dir].path);
-			ent_unlink(s, e);
+			ent_unlink(s, e, false);
 		}
 		finish(s, op, 0);
 		break;
@@ -1249,11 +1316,12 @@ static void *ring_main(void *arg)
 	if (rc < 0)
 		return NULL;
 	s->wake.kind = IO_WAKE;
+	s->ring_ready = true;
 	arm_wake(s);
 	for (;;) {
 		bool closing = drain_queue(s);
 		pump_ready(s);
-		if (closing && !s->active)
+		if (closing && !s->active && !s->trash_inflight)
 			break;
 		rc = io_uring_submit_and_wait(&s->ring, 1);
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) {
@@ -1265,10 +1333,18 @@ static void *ring_main(void *arg)
 			struct nv_io *io = io_uring_cqe_get_data(cqe);
 			int res = cqe->res;
 			io_uring_cqe_seen(&s->ring, cqe);
-			if (io == &s->wake)
+			if (io == &s->wake) {
 				s->wake_armed = false;
-			else
+			} else if (io == &s->trash) {
+				s->trash_inflight--;
+				if (res < 0 && res != -ENOENT) {
+					KVT_WARN(s->log, "nvme: background unlink/close: %s",
+						 strerror(-res));
+					ST_ADD(s, errors, 1);
+				}
+			} else {
 				on_cqe(s, io, res);
+			}
 		}
 		if (!s->wake_armed)
 			arm_wake(s);

@@ -101,6 +101,9 @@ int main(void)
 	CHECK_EQ(t_read1(t, &k[6], rbuf, 0, 2 * K64), 2 * K64);
 	CHECK_EQ(check_object(rbuf, 2 * K64, &k[6]), 0);
 	kvt__tier_close(t);
+	/* Evicted files are unlinked behind the ring thread's back; close waits for that. */
+	CHECK_EQ(count_files(dir, ".tmp.", ""), 0);
+	CHECK_EQ(count_files(dir, "", ".kvt"), 3);
 
 	/* ---- restart with a smaller capacity: evicted at open down to it */
 	CHECK_EQ(
@@ -118,6 +121,50 @@ int main(void)
 	t->ops->stats(t, &st);
 	CHECK(st.bytes <= 2 * K64);
 	kvt__tier_close(t);
+
+	/* ---- every allocation of open failing in turn: -ENOMEM, nothing leaked, and the
+	 * directory (with objects in it) still opens afterwards */
+	{
+		struct kvt_config *cfg;
+		char err[128];
+		CHECK_EQ(kvt_config_create(&cfg), 0);
+		CHECK_EQ(kvt_config_set(cfg, "nvme.dirs", dir, err, sizeof(err)), 0);
+		uint64_t base = kvt__alloc_bytes();
+		int n, failures = 0;
+		for (n = 1; n < 1000; n++) {
+			kvt__alloc_fail_after((uint64_t)n);
+			int rc = kvt__tier_open("nvme", cfg, &test_log, &test_geom, 0, &t);
+			kvt__alloc_fail_after(0);
+			if (rc == 0) {
+				kvt__tier_close(t);
+				break;
+			}
+			CHECK_EQ(rc, -ENOMEM);
+			CHECK_EQ(kvt__alloc_bytes(), base);
+			failures++;
+		}
+		CHECK(n < 1000 && failures > 3);
+		CHECK_EQ(kvt__alloc_bytes(), base);
+		CHECK_EQ(kvt__tier_open("nvme", cfg, &test_log, &test_geom, 0, &t), 0);
+		t->ops->stats(t, &st);
+		CHECK(st.objects >= 1);
+		/* a failed op allocation is a synchronous -ENOMEM (callback never runs) */
+		struct waiter w = WAITER_INIT;
+		struct kvt_seg sg[8];
+		for (int i = 0; i < 8; i++)
+			sg[i] = (struct kvt_seg){(uint64_t)i * 4096, 4096, rbuf + i * 4096};
+		kvt__alloc_fail_after(2); /* the op comes from the free list; segs[] > 4 do not */
+		int rc = t->ops->read(t, &k[7], sg, 8, waiter_cb, &w);
+		kvt__alloc_fail_after(0);
+		CHECK(rc == -ENOMEM || rc == 0);
+		if (rc == 0)
+			waiter_wait(&w, 0);
+		else
+			CHECK_EQ(w.calls, 0);
+		kvt__tier_close(t);
+		kvt_config_destroy(cfg);
+	}
+	CHECK_EQ(kvt__alloc_bytes(), 0);
 
 	free(buf);
 	free(rbuf);

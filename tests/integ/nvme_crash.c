@@ -1,4 +1,3 @@
-/* kvt-test-labels: slow */
 /*
  * nvme_crash.c - crash safety of the nvme tier's publish protocol. A child process writes
  * self-checking objects (content derived from the key, CRC32C inside) as fast as it can,

@@ -15,6 +15,24 @@ static uint64_t obj_len(int i)
 	return 4096ull * (1 + (uint64_t)(mix64((uint64_t)i) % 48));
 }
 
+struct thread_probe {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	int done;
+	pthread_t caller;
+	int on_caller_thread;
+};
+
+static void probe_cb(void *arg, int res)
+{
+	struct thread_probe *p = arg;
+	pthread_mutex_lock(&p->m);
+	p->on_caller_thread = pthread_equal(pthread_self(), p->caller);
+	p->done = res == 0 ? 1 : -1;
+	pthread_cond_signal(&p->c);
+	pthread_mutex_unlock(&p->m);
+}
+
 struct scan_ctx {
 	int n;
 	uint64_t bytes;
@@ -190,6 +208,36 @@ int main(void)
 		CHECK_EQ(t_flush(t), 0); /* nothing pending */
 	}
 
+	/* ---- remove an object while a read of it is in flight: the read completes whole
+	 * (the open file outlives its name), the object is gone afterwards */
+	{
+		struct batch rb = BATCH_INIT;
+		struct kvt_seg sg = {0, obj_len(7), rbufs[7]};
+		memset(rbufs[7], 0, obj_len(7));
+		batch_add(&rb);
+		CHECK_EQ(t->ops->read(t, &keys[7], &sg, 1, batch_cb, &rb), 0);
+		CHECK_EQ(t_remove(t, &keys[7]), 0);
+		batch_wait(&rb, 0);
+		CHECK_EQ(rb.ok, 1);
+		CHECK_EQ(check_object(rbufs[7], obj_len(7), &keys[7]), 0);
+		CHECK_EQ(t_read1(t, &keys[7], rbufs[7], 0, 4096), -ENOENT);
+		removed++;
+	}
+
+	/* ---- callbacks run on the tier's thread, never inside the submitting call */
+	{
+		struct thread_probe p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0,
+					 pthread_self(), 0};
+		uint8_t present = 0;
+		CHECK_EQ(t->ops->exists(t, &keys[2], 1, &present, probe_cb, &p), 0);
+		pthread_mutex_lock(&p.m);
+		while (!p.done)
+			pthread_cond_wait(&p.c, &p.m);
+		pthread_mutex_unlock(&p.m);
+		CHECK_EQ(p.on_caller_thread, 0);
+		CHECK_EQ(present, 1);
+	}
+
 	/* ---- drop_corrupt */
 	t->ops->drop_corrupt(t, &keys[1]);
 	CHECK_EQ(t_flush(t), 0); /* ordered after the drop on the ring thread */
@@ -198,6 +246,8 @@ int main(void)
 	CHECK_EQ(st.checksum_failures, 1);
 	removed++;
 	kvt__tier_close(t);
+	CHECK_EQ(count_files(d0, ".tmp.", "") + count_files(d1, ".tmp.", ""), 0);
+	CHECK_EQ(count_files(d0, "", ".kvt") + count_files(d1, "", ".kvt"), N_OBJ - removed);
 
 	/* ---- crash debris and junk, then restart */
 	char junk[700];
@@ -237,7 +287,7 @@ int main(void)
 		}
 		batch_wait(&b, 0);
 		for (int i = 0; i < N_OBJ; i++) {
-			if (i % 3 == 0 || i == 1)
+			if (i % 3 == 0 || i == 1 || i == 7)
 				continue;
 			CHECK_EQ(check_object(rbufs[i], obj_len(i), &keys[i]), 0);
 		}
@@ -272,6 +322,7 @@ int main(void)
 		free(bufs[i]);
 		free(rbufs[i]);
 	}
+	CHECK_EQ(kvt__alloc_bytes(), 0); /* the tier freed everything it allocated */
 	rm_rf(root);
 	printf("nvme_io: ok\n");
 	return 0;
