@@ -154,14 +154,20 @@ int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, doubl
 	char path[4096], cmd[8192];
 	snprintf(path, sizeof(path), "%s/fio-ref", dir);
 	mkdir(path, 0755);
-	const char *rw = read_pct >= 100 ? "randread" : read_pct <= 0 ? "randwrite" : "randrw";
+	/* Writes: like the tier, which creates a new file per object (and removes the one it
+	 * replaces), fio creates each file on open and unlinks it after writing it. Reads and
+	 * mixed loads: random I/O over preallocated files of one object each. */
+	const char *rw = read_pct >= 100 ? "randread" : read_pct <= 0 ? "write" : "randrw";
+	const char *fresh = read_pct <= 0 ? "--create_on_open=1 --fallocate=none --unlink=1 "
+					    "--unlink_each_loop=1 "
+					  : "";
 	snprintf(cmd, sizeof(cmd),
 		 "fio --name=ref --directory='%s' --ioengine=io_uring --direct=1 --bs=%zu "
-		 "--iodepth=%u --rw=%s --rwmixread=%d --nrfiles=%zu --filesize=%zu --size=%zu "
+		 "--iodepth=%u --rw=%s --rwmixread=%d --nrfiles=%zu --filesize=%zu --size=%zu %s"
 		 "--time_based --runtime=%.0f --ramp_time=1 --group_reporting "
 		 "--percentile_list=50:99:99.9 --output-format=json 2>/dev/null",
 		 path, bs, qd, rw, read_pct > 0 && read_pct < 100 ? read_pct : 50, n_files, bs,
-		 bs * n_files, ceil(seconds));
+		 bs * n_files, fresh, ceil(seconds));
 	FILE *f = popen(cmd, "r");
 	if (!f)
 		return -errno;

@@ -44,6 +44,7 @@ struct slot {
 	struct run *r;
 	void *buf;
 	bool is_read;
+	size_t k;
 	uint64_t t0;
 };
 
@@ -54,7 +55,7 @@ struct run {
 	size_t payload;
 	uint32_t n_tokens;
 	int read_pct;
-	bool rewrite; /* DRAM: a put of a resident key is a no-op, so drop it first */
+	uint8_t *busy; /* keys an operation in flight is using */
 	uint64_t end_ns;
 	uint64_t rng;
 	uint64_t reads, writes, errors, inflight;
@@ -71,6 +72,7 @@ static void op_done(void *arg, const struct kvt_result *res)
 	struct run *r = sl->r;
 	double us = (double)(kvt__now_ns() - sl->t0) / 1000.0;
 	r->inflight--;
+	r->busy[sl->k] = 0;
 	if (res->status < 0) {
 		r->errors++;
 		r->last_err = res->status;
@@ -85,19 +87,17 @@ static void op_done(void *arg, const struct kvt_result *res)
 		submit(sl);
 }
 
-static void submit(struct slot *sl)
+/* Start the operation chosen for a slot; on failure the slot goes idle. */
+static void start_op(struct slot *sl)
 {
 	struct run *r = sl->r;
-	size_t k = bench_rnd(&r->rng) % r->n_keys;
-	sl->is_read = (int)(bench_rnd(&r->rng) % 100) < r->read_pct;
-	if (!sl->is_read && r->rewrite)
-		kvt_remove_sync(r->s, &r->keys[k]);
+	const struct kvt_key *key = &r->keys[sl->k];
 	sl->t0 = kvt__now_ns();
 	int rc;
 	for (;;) {
-		rc = sl->is_read ? kvt_get(r->s, &r->keys[k], 0, 0, sl->buf, r->payload, op_done, sl)
-				 : kvt_put(r->s, &r->keys[k], NULL, r->n_tokens, sl->buf, r->payload,
-					   op_done, sl);
+		rc = sl->is_read ? kvt_get(r->s, key, 0, 0, sl->buf, r->payload, op_done, sl)
+				 : kvt_put(r->s, key, NULL, r->n_tokens, sl->buf, r->payload, op_done,
+					   sl);
 		if (rc != -EAGAIN)
 			break;
 		kvt_poll(r->s, 1);
@@ -105,9 +105,34 @@ static void submit(struct slot *sl)
 	if (rc < 0) {
 		r->errors++;
 		r->last_err = rc;
-		return;
+		r->busy[sl->k] = 0;
+		r->inflight--;
 	}
+}
+
+static void removed(void *arg, const struct kvt_result *res)
+{
+	(void)res;
+	start_op(arg);
+}
+
+/* Pick a key no other slot is using (a write replaces its object, so a read of the same
+ * key at the same moment could miss), then read it, or replace it: a content-addressed
+ * store skips a put of a key it holds, so a write first removes the old object - the
+ * steady state of a full cache, where every new chunk replaces an old one. */
+static void submit(struct slot *sl)
+{
+	struct run *r = sl->r;
+	size_t k;
+	do
+		k = bench_rnd(&r->rng) % r->n_keys;
+	while (r->busy[k]);
+	r->busy[k] = 1;
+	sl->k = k;
+	sl->is_read = (int)(bench_rnd(&r->rng) % 100) < r->read_pct;
 	r->inflight++;
+	if (sl->is_read || kvt_remove(r->s, &r->keys[k], removed, sl) < 0)
+		start_op(sl);
 }
 
 static void phase_fill(struct run *r, struct phase_result *out, double secs)
@@ -131,15 +156,21 @@ static void phase_fill(struct run *r, struct phase_result *out, double secs)
 
 /* Run one phase: queue_depth operations in flight for `seconds`. */
 static int run_phase(struct kvt_store *s, struct kvt_key *keys, size_t n_keys, size_t payload,
-		     uint32_t n_tokens, unsigned qd, double seconds, int read_pct, bool rewrite,
+		     uint32_t n_tokens, unsigned qd, double seconds, int read_pct,
 		     struct phase_result *out)
 {
 	struct run r = {.s = s, .keys = keys, .n_keys = n_keys, .payload = payload,
-			.n_tokens = n_tokens, .read_pct = read_pct, .rewrite = rewrite,
+			.n_tokens = n_tokens, .read_pct = read_pct,
 			.rng = 0x9e3779b97f4a7c15ull};
+	if (qd > n_keys / 2)
+		qd = (unsigned)(n_keys / 2); /* leave idle keys to pick from */
 	struct slot *slots = calloc(qd, sizeof(*slots));
-	if (!slots)
+	r.busy = calloc(n_keys, 1);
+	if (!slots || !r.busy) {
+		free(slots);
+		free(r.busy);
 		return -ENOMEM;
+	}
 	for (unsigned i = 0; i < qd; i++) {
 		if (posix_memalign(&slots[i].buf, KVT_ALIGN, payload)) {
 			for (unsigned j = 0; j < i; j++)
@@ -164,6 +195,7 @@ static int run_phase(struct kvt_store *s, struct kvt_key *keys, size_t n_keys, s
 	for (unsigned i = 0; i < qd; i++)
 		free(slots[i].buf);
 	free(slots);
+	free(r.busy);
 	free(r.rl.v);
 	free(r.wl.v);
 	return 0;
@@ -439,7 +471,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			memset(&kround[r], 0, sizeof(kround[r]));
 			memset(&rround[r], 0, sizeof(rround[r]));
 			run_phase(s, keys, n_keys, payload, n_tokens, o.queue_depth, slice, phases[p],
-				  dram, &kround[r]);
+				  &kround[r]);
 			kvt_flush_sync(s);
 			if (o.no_ref)
 				continue;
