@@ -1,9 +1,9 @@
 /*
  * evict_shim.h - test-only stand-in for src/evict.c while that file is being written in
- * another branch: a plain LRU under the name "lru" and the "wtlfu" policy through its own
+ * another branch: a plain LRU under the name "lru" and the "pslru" policy through its own
  * functions, behind the src/evict.h interface. It compiles to nothing as soon as
  * src/evict.c exists, so the tests then run against the real policy table (which must list
- * "wtlfu").
+ * "pslru").
  */
 #ifndef KVT_EVICT_SHIM_H
 #define KVT_EVICT_SHIM_H
@@ -13,16 +13,26 @@
 #include <string.h>
 
 #include "evict.h"
-#include "evict_wtlfu.h"
+#include "evict_pslru.h"
 #include "internal.h"
 
 struct kvt_evict {
-	int kind; /* 0 lru, 1 wtlfu */
-	struct kvt_wtlfu *w;
+	void *ps; /* pslru state, or NULL for the LRU below */
 	uint32_t cap, n;
 	uint32_t *prev, *next; /* sentinel at cap */
 	uint8_t *in;
 };
+
+void kvt__evict_destroy(struct kvt_evict *e)
+{
+	if (!e)
+		return;
+	kvt__pslru_destroy(e->ps);
+	kvt__free(e->prev);
+	kvt__free(e->next);
+	kvt__free(e->in);
+	kvt__free(e);
+}
 
 int kvt__evict_create(const char *policy, uint32_t capacity, struct kvt_evict **out)
 {
@@ -31,9 +41,8 @@ int kvt__evict_create(const char *policy, uint32_t capacity, struct kvt_evict **
 	struct kvt_evict *e = kvt__calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	if (!strcmp(policy, "wtlfu")) {
-		e->kind = 1;
-		int rc = kvt__wtlfu_create(capacity, &e->w);
+	if (!strcmp(policy, "pslru")) {
+		int rc = kvt__pslru_create(capacity, &e->ps);
 		if (rc) {
 			kvt__free(e);
 			return rc;
@@ -43,6 +52,10 @@ int kvt__evict_create(const char *policy, uint32_t capacity, struct kvt_evict **
 		e->prev = kvt__malloc((capacity + 1) * sizeof(uint32_t));
 		e->next = kvt__malloc((capacity + 1) * sizeof(uint32_t));
 		e->in = kvt__calloc(capacity, 1);
+		if (!e->prev || !e->next || !e->in) {
+			kvt__evict_destroy(e);
+			return -ENOMEM;
+		}
 		e->prev[capacity] = e->next[capacity] = capacity;
 	} else {
 		kvt__free(e);
@@ -52,20 +65,9 @@ int kvt__evict_create(const char *policy, uint32_t capacity, struct kvt_evict **
 	return 0;
 }
 
-void kvt__evict_destroy(struct kvt_evict *e)
-{
-	if (!e)
-		return;
-	kvt__wtlfu_destroy(e->w);
-	kvt__free(e->prev);
-	kvt__free(e->next);
-	kvt__free(e->in);
-	kvt__free(e);
-}
-
 const char *kvt__evict_name(const struct kvt_evict *e)
 {
-	return e->kind ? "wtlfu" : "lru";
+	return e->ps ? "pslru" : "lru";
 }
 
 static void shim_unlink(struct kvt_evict *e, uint32_t id)
@@ -84,8 +86,8 @@ static void shim_mru(struct kvt_evict *e, uint32_t id)
 
 void kvt__evict_insert(struct kvt_evict *e, uint32_t id, uint64_t khash)
 {
-	if (e->kind) {
-		kvt__wtlfu_insert(e->w, id, khash);
+	if (e->ps) {
+		kvt__pslru_insert(e->ps, id, khash);
 		return;
 	}
 	e->in[id] = 1;
@@ -95,8 +97,8 @@ void kvt__evict_insert(struct kvt_evict *e, uint32_t id, uint64_t khash)
 
 void kvt__evict_touch(struct kvt_evict *e, uint32_t id)
 {
-	if (e->kind) {
-		kvt__wtlfu_touch(e->w, id);
+	if (e->ps) {
+		kvt__pslru_touch(e->ps, id);
 		return;
 	}
 	shim_unlink(e, id);
@@ -105,8 +107,8 @@ void kvt__evict_touch(struct kvt_evict *e, uint32_t id)
 
 void kvt__evict_remove(struct kvt_evict *e, uint32_t id)
 {
-	if (e->kind) {
-		kvt__wtlfu_remove(e->w, id);
+	if (e->ps) {
+		kvt__pslru_remove(e->ps, id);
 		return;
 	}
 	if (e->in[id]) {
@@ -118,8 +120,8 @@ void kvt__evict_remove(struct kvt_evict *e, uint32_t id)
 
 int kvt__evict_victim(struct kvt_evict *e, kvt_evict_ok_fn ok, void *arg)
 {
-	if (e->kind)
-		return kvt__wtlfu_victim(e->w, ok, arg);
+	if (e->ps)
+		return kvt__pslru_victim(e->ps, ok, arg);
 	for (uint32_t id = e->next[e->cap]; id != e->cap; id = e->next[id])
 		if (ok(arg, id)) {
 			kvt__evict_remove(e, id);
@@ -130,8 +132,8 @@ int kvt__evict_victim(struct kvt_evict *e, kvt_evict_ok_fn ok, void *arg)
 
 uint32_t kvt__evict_peek(struct kvt_evict *e, uint32_t *ids, uint32_t n)
 {
-	if (e->kind)
-		return kvt__wtlfu_peek(e->w, ids, n);
+	if (e->ps)
+		return kvt__pslru_peek(e->ps, ids, n);
 	uint32_t k = 0;
 	for (uint32_t id = e->next[e->cap]; id != e->cap && k < n; id = e->next[id])
 		ids[k++] = id;
@@ -140,7 +142,7 @@ uint32_t kvt__evict_peek(struct kvt_evict *e, uint32_t *ids, uint32_t n)
 
 uint32_t kvt__evict_resident(const struct kvt_evict *e)
 {
-	return e->kind ? kvt__wtlfu_resident(e->w) : e->n;
+	return e->ps ? kvt__pslru_resident(e->ps) : e->n;
 }
 #endif
 
