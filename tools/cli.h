@@ -44,5 +44,8 @@ int kvt_cmd_stat(int argc, char **argv);
 int kvt_cmd_verify(int argc, char **argv);
 int kvt_cmd_rm(int argc, char **argv);
 int kvt_cmd_bench(int argc, char **argv);
+int kvt_cmd_calibrate(int argc, char **argv);
+int kvt_cmd_crossover(int argc, char **argv);
+int kvt_cmd_replay(int argc, char **argv);
 
 #endif

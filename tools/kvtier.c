@@ -16,6 +16,9 @@ struct subcommand {
 
 static const struct subcommand commands[] = {
 	/* subcommands: one row each, kept in alphabetical order */
+	{"calibrate", kvt_cmd_calibrate, "measure each tier's latency and bandwidth; write the cost profile"},
+	{"crossover", kvt_cmd_crossover, "break-even prefix length per tier: restore vs recompute"},
+	{"replay", kvt_cmd_replay, "replay a request trace or workload: hit ratios, bytes, TTFT"},
 	{NULL, NULL, NULL},
 };
 

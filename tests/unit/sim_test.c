@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "cost.h"
+#include "evict.h"
 #include "evict_shim.h"
 #include "sim.h"
 #include "trace.h"
