@@ -110,6 +110,13 @@ static const char *gib(double bytes, char *buf, size_t len)
 	return buf;
 }
 
+static double span_s; /* first to last arrival of the trace */
+
+static double util(double busy)
+{
+	return span_s > 0 ? busy / span_s : 0;
+}
+
 static void print_human(const struct opts *o, const char *policy, const struct kvt_sim_result *r,
 			bool cost)
 {
@@ -127,10 +134,15 @@ static void print_human(const struct opts *o, const char *policy, const struct k
 	       gib((double)r->read_bytes[1], c, sizeof(c)), gib((double)r->write_bytes[1], d, sizeof(d)),
 	       (unsigned long long)r->nvme_writes_skipped);
 	printf("          prefill tokens saved %llu of %llu; TTFT p50 %.1f ms p99 %.1f ms "
-	       "(no cache: %.1f / %.1f ms); GPU busy %.0f s (no cache %.0f s)\n",
+	       "(no cache: %.1f / %.1f ms)\n",
 	       (unsigned long long)r->prefill_tokens_saved, (unsigned long long)r->input_tokens,
 	       r->ttft_p50_s * 1e3, r->ttft_p99_s * 1e3, r->nocache_ttft_p50_s * 1e3,
-	       r->nocache_ttft_p99_s * 1e3, r->gpu_busy_s, r->nocache_gpu_busy_s);
+	       r->nocache_ttft_p99_s * 1e3);
+	printf("          GPU prefill load %.0f%% (no cache %.0f%%)%s\n", 100 * util(r->gpu_busy_s),
+	       100 * util(r->nocache_gpu_busy_s),
+	       util(r->nocache_gpu_busy_s) > 1 ? "; over 100%: one GPU cannot keep up, the queue "
+						 "grows (raise cost.tp or lower the rate)"
+					       : "");
 }
 
 static void json_run(const struct opts *o, const char *policy, const struct kvt_sim_result *r)
@@ -154,14 +166,15 @@ static void json_run(const struct opts *o, const char *policy, const struct kvt_
 	       "\"prefill_tokens_saved\":%llu,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,"
 	       "\"ttft_mean_ms\":%.3f,\"nocache_ttft_p50_ms\":%.3f,\"nocache_ttft_p99_ms\":%.3f,"
 	       "\"nocache_ttft_mean_ms\":%.3f,\"gpu_busy_s\":%.3f,\"nocache_gpu_busy_s\":%.3f,"
-	       "\"elapsed_s\":%.3f",
+	       "\"gpu_utilization\":%.4f,\"nocache_gpu_utilization\":%.4f,\"elapsed_s\":%.3f",
 	       (unsigned long long)r->read_bytes[0], (unsigned long long)r->write_bytes[0],
 	       (unsigned long long)r->read_bytes[1], (unsigned long long)r->write_bytes[1],
 	       (unsigned long long)r->nvme_writes_skipped, (unsigned long long)r->evictions[0],
 	       (unsigned long long)r->evictions[1], (unsigned long long)r->prefill_tokens_saved,
 	       r->ttft_p50_s * 1e3, r->ttft_p99_s * 1e3, r->ttft_mean_s * 1e3,
 	       r->nocache_ttft_p50_s * 1e3, r->nocache_ttft_p99_s * 1e3,
-	       r->nocache_ttft_mean_s * 1e3, r->gpu_busy_s, r->nocache_gpu_busy_s, r->elapsed_s);
+	       r->nocache_ttft_mean_s * 1e3, r->gpu_busy_s, r->nocache_gpu_busy_s,
+	       util(r->gpu_busy_s), util(r->nocache_gpu_busy_s), r->elapsed_s);
 }
 
 /* Sweep DRAM-only capacities for every policy (+ Belady); rows[p][i], belady[i]. */
@@ -416,6 +429,7 @@ int kvt_cmd_replay(int argc, char **argv)
 	if (load_trace(&o, &t))
 		goto out;
 	tty_progress = isatty(STDERR_FILENO);
+	span_s = t->n ? t->req[t->n - 1].ts_ms / 1000.0 - t->req[0].ts_ms / 1000.0 : 0;
 
 	{
 		const struct kvt_cost_params *cp = kvt__cost_params(cost);
