@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "config.h"
 #include "cost.h"
+#include "evict.h"
 #include "sim.h"
 #include "trace.h"
 
@@ -426,6 +427,16 @@ int kvt_cmd_replay(int argc, char **argv)
 		cli_fail(CMD, "cannot build the cost model (see the message above)");
 		goto out;
 	}
+	for (int p = 0; p < o.n_policies; p++) {
+		struct kvt_evict *probe;
+		if (kvt__evict_create(o.policies[p], 4, &probe) < 0) {
+			cli_fail(CMD, "unknown policy '%s' (lru, arc, %s)", o.policies[p],
+				 KVT_SIM_DEFAULT_POLICY);
+			goto out;
+		}
+		kvt__evict_destroy(probe);
+	}
+	rc = 1; /* from here on, failures are about the data, not the command line */
 	if (load_trace(&o, &t))
 		goto out;
 	tty_progress = isatty(STDERR_FILENO);
