@@ -65,7 +65,8 @@ static int on_prof(void *user, const char *section, const char *name, const char
 {
 	struct prof_ctx *c = user;
 	if (strncmp(section, "tier.", 5) != 0) {
-		snprintf(c->why, sizeof(c->why), "section [%.40s]: expected [tier.<name>]", section);
+		snprintf(c->why, sizeof(c->why), "section [%.40s]: expected [tier.<name>]",
+			 section);
 		return 0;
 	}
 	char *end;
@@ -95,8 +96,7 @@ static int on_prof(void *user, const char *section, const char *name, const char
 	return 1;
 }
 
-int kvt__profile_load(const char *path, struct kvt_tier_profile *p, int n, char *err,
-		      size_t errlen)
+int kvt__profile_load(const char *path, struct kvt_tier_profile *p, int n, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "r");
 	if (!f) {
@@ -174,8 +174,8 @@ int kvt__cost_create_params(const struct kvt_cost_params *p, struct kvt_cost **o
 		return -ENOMEM;
 	c->p = *p;
 	const struct kvt_model_preset *m = &p->model;
-	double per_layer = m->kind == KVT_KIND_MLA ? (double)m->head_dim
-						   : 2.0 * m->kv_heads * m->head_dim;
+	double per_layer =
+	    m->kind == KVT_KIND_MLA ? (double)m->head_dim : 2.0 * m->kv_heads * m->head_dim;
 	c->bytes_per_token = per_layer * m->layers * p->dtype_bytes;
 	*out = c;
 	return 0;
@@ -205,8 +205,9 @@ int kvt_cost_create(const struct kvt_config *cfg, struct kvt_cost **out)
 
 	const char *mname = kvt__cfg_str(cfg, "cost.model");
 	if (!*mname)
-		mname = kvt__model_find(kvt__cfg_str(cfg, "model.name")) ? kvt__cfg_str(cfg, "model.name")
-									     : "custom";
+		mname = kvt__model_find(kvt__cfg_str(cfg, "model.name"))
+			    ? kvt__cfg_str(cfg, "model.name")
+			    : "custom";
 	const struct kvt_model_preset *m = kvt__model_find(mname);
 	double params_b = kvt__cfg_double(cfg, "cost.params_b");
 	if (m) {
@@ -215,8 +216,8 @@ int kvt_cost_create(const struct kvt_config *cfg, struct kvt_cost **out)
 			p.model.active_params = params_b * 1e9;
 	} else if (!strcasecmp(mname, "custom")) {
 		p.model.name = "custom";
-		p.model.kind = strcmp(kvt__cfg_str(cfg, "model.kind"), "mla") ? KVT_KIND_KV
-									      : KVT_KIND_MLA;
+		p.model.kind =
+		    strcmp(kvt__cfg_str(cfg, "model.kind"), "mla") ? KVT_KIND_KV : KVT_KIND_MLA;
 		p.model.layers = (uint32_t)kvt__cfg_u64(cfg, "model.layers");
 		p.model.kv_heads = (uint32_t)kvt__cfg_u64(cfg, "model.kv_heads");
 		p.model.head_dim = (uint32_t)kvt__cfg_u64(cfg, "model.head_dim");
@@ -243,8 +244,10 @@ int kvt_cost_create(const struct kvt_config *cfg, struct kvt_cost **out)
 	double mfu = kvt__cfg_double(cfg, "cost.mfu");
 	double tp = (double)kvt__cfg_u64(cfg, "cost.tp");
 	if (!g && !(tflops > 0 && h2d > 0)) {
-		KVT_ERR(log, "cost model: unknown GPU '%s' (a custom GPU needs cost.gpu_tflops "
-			     "and cost.h2d_gbps)", gname);
+		KVT_ERR(log,
+			"cost model: unknown GPU '%s' (a custom GPU needs cost.gpu_tflops "
+			"and cost.h2d_gbps)",
+			gname);
 		return -EINVAL;
 	}
 	p.flops_per_s = (tflops > 0 ? tflops : g->peak_tflops * mfu) * 1e12 * tp;
@@ -390,8 +393,8 @@ long kvt_cost_breakeven_tokens(const struct kvt_cost *c, int tier, uint64_t max_
 {
 	if (!c || tier < 0 || tier >= c->p.n_tiers || !max_tokens)
 		return -EINVAL;
-	/* recompute(n) - restore(n) is convex in n (quadratic minus linear) and negative at 0
-	 * (latency), so the n where restore starts to win is unique: bisect for it. */
+		/* recompute(n) - restore(n) is convex in n (quadratic minus linear) and negative at
+		 * 0 (latency), so the n where restore starts to win is unique: bisect for it. */
 #define WINS(n) (kvt_cost_restore_s(c, tier, (n)) < kvt_cost_recompute_s(c, 0, (n)))
 	if (!WINS(max_tokens))
 		return -ERANGE;

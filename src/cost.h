@@ -18,14 +18,14 @@
 
 struct kvt_model_preset {
 	const char *name;
-	uint8_t kind;         /* KVT_KIND_KV or KVT_KIND_MLA */
+	uint8_t kind; /* KVT_KIND_KV or KVT_KIND_MLA */
 	uint32_t layers;
 	uint32_t kv_heads;    /* MLA: 1 */
 	uint32_t head_dim;    /* K/V head dim; MLA: latent dim (kv_lora_rank + rope dim) */
 	uint32_t q_heads;     /* attention (query) heads */
 	uint32_t qk_dim;      /* per-head dim of Q.K^T */
-	uint32_t v_dim;       /* per-head dim of the value product */
-	double params;        /* total parameters */
+	uint32_t v_dim;	      /* per-head dim of the value product */
+	double params;	      /* total parameters */
 	double active_params; /* parameters touched per token (MoE: active experts) */
 	const char *source;   /* where the numbers come from */
 };
@@ -43,15 +43,15 @@ struct kvt_tier_profile {
 	double latency_s; /* first byte of one read */
 	double read_Bps;  /* sequential read bandwidth of large objects */
 	double write_Bps;
-	bool measured;    /* from a calibrate profile, not a default */
+	bool measured; /* from a calibrate profile, not a default */
 };
 
 /* Everything the cost model needs, filled from presets or by hand. */
 struct kvt_cost_params {
 	struct kvt_model_preset model; /* name points to static or caller storage */
-	uint32_t dtype_bytes;          /* KV element size (2 for bf16) */
-	double flops_per_s;            /* effective prefill throughput of the whole instance */
-	double h2d_Bps;                /* effective host->GPU bandwidth of the whole instance */
+	uint32_t dtype_bytes;	       /* KV element size (2 for bf16) */
+	double flops_per_s;	       /* effective prefill throughput of the whole instance */
+	double h2d_Bps;		       /* effective host->GPU bandwidth of the whole instance */
 	int n_tiers;
 	struct kvt_tier_profile tier[KVT_MAX_TIERS];
 };

@@ -65,7 +65,7 @@ struct pslru {
 	uint32_t cap, prot_max, win_max;
 	uint32_t *prev, *next; /* cap + N_LISTS entries: list sentinels at cap + list */
 	uint8_t *list;
-	uint8_t *proven;       /* per id: has been in protected */
+	uint8_t *proven; /* per id: has been in protected */
 	uint64_t *khash;
 	uint32_t size[N_LISTS];
 	/* ghosts: two generations of bitsets per kind, remembering recent evictions */
@@ -183,7 +183,8 @@ void kvt__pslru_insert(void *st, uint32_t id, uint64_t khash)
 	/* a recently evicted chunk is back: the segment it was evicted from was too small */
 	bool g0 = ghost_has(p, 0, khash), g1 = ghost_has(p, 1, khash);
 	if (g0 && p->prot_max > p->prot_lo)
-		p->prot_max = p->prot_max > p->prot_lo + p->step ? p->prot_max - p->step : p->prot_lo;
+		p->prot_max =
+		    p->prot_max > p->prot_lo + p->step ? p->prot_max - p->step : p->prot_lo;
 	else if (g1 && p->prot_max < p->prot_hi)
 		p->prot_max = KVT_MIN(p->prot_hi, p->prot_max + p->step);
 	push_mru(p, id, L_WIN);
@@ -260,14 +261,14 @@ uint32_t kvt__pslru_resident(const void *st)
 #ifdef KVT_HAVE_EVICT_POLICY
 /* The row src/evict.c's table points at (declare it in evict_policy.h). */
 const struct kvt_evict_ops kvt__evict_pslru_ops = {
-	.name = "pslru",
-	.create = kvt__pslru_create,
-	.destroy = kvt__pslru_destroy,
-	.insert = kvt__pslru_insert,
-	.touch = kvt__pslru_touch,
-	.remove = kvt__pslru_remove,
-	.victim = kvt__pslru_victim,
-	.peek = kvt__pslru_peek,
-	.resident = kvt__pslru_resident,
+    .name = "pslru",
+    .create = kvt__pslru_create,
+    .destroy = kvt__pslru_destroy,
+    .insert = kvt__pslru_insert,
+    .touch = kvt__pslru_touch,
+    .remove = kvt__pslru_remove,
+    .victim = kvt__pslru_victim,
+    .peek = kvt__pslru_peek,
+    .resident = kvt__pslru_resident,
 };
 #endif

@@ -46,9 +46,13 @@ const size_t kvt__n_gpu_presets = sizeof(kvt__gpu_presets) / sizeof(kvt__gpu_pre
 static const struct {
 	const char *alias, *name;
 } aliases[] = {
-	{"h100", "h100-sxm"},       {"h100sxm", "h100-sxm"},   {"a100", "a100-80gb"},
-	{"a100-80g", "a100-80gb"},  {"llama-3.1-8b", "llama3.1-8b"},
-	{"llama-3.1-70b", "llama3.1-70b"}, {"deepseek-v3-671b", "deepseek-v3"},
+    {"h100", "h100-sxm"},
+    {"h100sxm", "h100-sxm"},
+    {"a100", "a100-80gb"},
+    {"a100-80g", "a100-80gb"},
+    {"llama-3.1-8b", "llama3.1-8b"},
+    {"llama-3.1-70b", "llama3.1-70b"},
+    {"deepseek-v3-671b", "deepseek-v3"},
 };
 
 static const char *resolve(const char *name)

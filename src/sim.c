@@ -40,9 +40,9 @@
 
 /* Dense indices for the trace's block ids, parents at first sight. */
 struct blocks {
-	uint32_t *idx;    /* per trace id position: dense block index */
+	uint32_t *idx;	  /* per trace id position: dense block index */
 	uint32_t *parent; /* per block: dense parent or NONE */
-	uint64_t *id;     /* per block: trace id */
+	uint64_t *id;	  /* per block: trace id */
 	uint32_t n;
 };
 
@@ -91,8 +91,8 @@ static int blocks_build(const struct kvt_trace *t, struct blocks *b)
 			if (table[s] == NONE) {
 				table[s] = b->n;
 				b->id[b->n] = id;
-				/* first sight fixes the parent; a later, inconsistent one is ignored,
-				 * which also keeps the parent relation acyclic */
+				/* first sight fixes the parent; a later, inconsistent one is
+				 * ignored, which also keeps the parent relation acyclic */
 				b->parent[b->n] = prev;
 				b->n++;
 			}
@@ -267,11 +267,11 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 	out->capacity_blocks[1] = o->nvme_tokens / bt;
 	if (tier[1].cap && ((o->admit_min_freq > 1) || (o->cost && o->admit_cost_check))) {
 		struct kvt_admit_cfg ac = {
-			.min_freq = KVT_MAX(1u, o->admit_min_freq),
-			.sketch_width = KVT_MAX((uint64_t)tier[1].cap, 1024u),
-			.doorkeeper = true,
-			.cost = o->admit_cost_check ? o->cost : NULL,
-			.cost_tier = cost_tier[1],
+		    .min_freq = KVT_MAX(1u, o->admit_min_freq),
+		    .sketch_width = KVT_MAX((uint64_t)tier[1].cap, 1024u),
+		    .doorkeeper = true,
+		    .cost = o->admit_cost_check ? o->cost : NULL,
+		    .cost_tier = cost_tier[1],
 		};
 		if ((rc = kvt__admit_create(&ac, &admit)) < 0)
 			goto out;
@@ -296,7 +296,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		/* lookup */
 		uint32_t hit = 0;
 		for (; hit < q->n_blocks; hit++) {
-			int where = tier_has(&tier[0], blk[hit]) ? 0
+			int where = tier_has(&tier[0], blk[hit])   ? 0
 				    : tier_has(&tier[1], blk[hit]) ? 1
 								   : -1;
 			if (where < 0)
@@ -324,9 +324,10 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 				/* staging runs at NVMe speed during the wait; what is staged
 				 * is then read from DRAM */
 				const struct kvt_tier_profile *np =
-					&kvt__cost_params(o->cost)->tier[cost_tier[1]];
+				    &kvt__cost_params(o->cost)->tier[cost_tier[1]];
 				double stage = np->latency_s + (double)nv / np->read_Bps;
-				uint64_t moved = (uint64_t)((double)nv * KVT_MIN(1.0, wait / stage));
+				uint64_t moved =
+				    (uint64_t)((double)nv * KVT_MIN(1.0, wait / stage));
 				uint64_t by[KVT_MAX_TIERS];
 				memcpy(by, plan.tier_bytes, sizeof(by));
 				by[cost_tier[1]] -= moved;
@@ -369,10 +370,10 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 			if (tier[1].cap) {
 				if (in_nvme) {
 					tier_touch(&tier[1], k);
-				} else if (admit && kvt__admit_decide(admit, hid(b.id[k]),
-								      (uint64_t)i * bt,
-								      kvt__trace_block_len(t, q, i),
-								      bytes) != KVT_ADMIT_YES) {
+				} else if (admit &&
+					   kvt__admit_decide(admit, hid(b.id[k]), (uint64_t)i * bt,
+							     kvt__trace_block_len(t, q, i),
+							     bytes) != KVT_ADMIT_YES) {
 					out->nvme_writes_skipped++;
 				} else {
 					if ((rc = tier_insert(&tier[1], k)) < 0)

@@ -19,15 +19,15 @@ enum { KVT_SIM_DRAM = 0, KVT_SIM_NVME = 1, KVT_SIM_TIERS = 2 };
 struct kvt_cost;
 
 struct kvt_sim_opts {
-	const char *policy;     /* for both tiers; NULL: KVT_SIM_DEFAULT_POLICY */
-	uint64_t dram_tokens;   /* capacity; 0 disables the tier */
+	const char *policy;   /* for both tiers; NULL: KVT_SIM_DEFAULT_POLICY */
+	uint64_t dram_tokens; /* capacity; 0 disables the tier */
 	uint64_t nvme_tokens;
-	bool leaf_first;        /* evict only blocks with no resident child (the engine's rule) */
-	bool belady;            /* also run MIN with capacity dram + nvme blocks */
+	bool leaf_first; /* evict only blocks with no resident child (the engine's rule) */
+	bool belady;	 /* also run MIN with capacity dram + nvme blocks */
 	const struct kvt_cost *cost; /* tiers "dram,nvme"; NULL: no bytes, no TTFT */
-	bool prefetch;          /* stage NVMe hits into DRAM while a request waits in the queue */
+	bool prefetch;		 /* stage NVMe hits into DRAM while a request waits in the queue */
 	uint32_t admit_min_freq; /* NVMe admission by frequency sketch; <= 1 admits all */
-	bool admit_cost_check;   /* skip NVMe writes whose restore is slower than recompute */
+	bool admit_cost_check;	 /* skip NVMe writes whose restore is slower than recompute */
 	/* called every few thousand requests; may be NULL */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;

@@ -40,8 +40,7 @@ static uint64_t mix(uint64_t x)
 	return x;
 }
 
-int kvt__sketch_create(uint64_t width, uint32_t max_count, bool doorkeeper,
-		       struct kvt_sketch **out)
+int kvt__sketch_create(uint64_t width, uint32_t max_count, bool doorkeeper, struct kvt_sketch **out)
 {
 	if (!out || !max_count || max_count > 255 || width > (1ull << 32))
 		return -EINVAL;

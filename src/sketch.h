@@ -36,10 +36,10 @@ struct kvt_cost;
 
 enum kvt_admit_verdict {
 	KVT_ADMIT_YES = 0,
-	KVT_ADMIT_COLD = 1,      /* frequency estimate below min_freq */
-	KVT_ADMIT_SHORT = 2,     /* the chunk ends before min_prefix_tokens */
+	KVT_ADMIT_COLD = 1,	 /* frequency estimate below min_freq */
+	KVT_ADMIT_SHORT = 2,	 /* the chunk ends before min_prefix_tokens */
 	KVT_ADMIT_RECOMPUTE = 3, /* restoring it from the tier is slower than recomputing it */
-	KVT_ADMIT_BUDGET = 4,    /* the write budget refuses the bytes */
+	KVT_ADMIT_BUDGET = 4,	 /* the write budget refuses the bytes */
 };
 
 /* May bytes be written now? (an NVMe endurance budget, a rate limit). It should account
@@ -47,13 +47,13 @@ enum kvt_admit_verdict {
 typedef bool (*kvt_budget_fn)(void *arg, uint64_t bytes);
 
 struct kvt_admit_cfg {
-	uint32_t min_freq;          /* 1: no frequency filter */
+	uint32_t min_freq;	    /* 1: no frequency filter */
 	uint64_t min_prefix_tokens; /* 0: none */
-	uint64_t sketch_width;      /* counters per row (see kvt__sketch_create) */
+	uint64_t sketch_width;	    /* counters per row (see kvt__sketch_create) */
 	bool doorkeeper;
 	const struct kvt_cost *cost; /* NULL: no cost check */
-	int cost_tier;               /* the tier's index in the cost model */
-	kvt_budget_fn budget;        /* NULL: unlimited */
+	int cost_tier;		     /* the tier's index in the cost model */
+	kvt_budget_fn budget;	     /* NULL: unlimited */
 	void *budget_arg;
 };
 

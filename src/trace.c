@@ -156,14 +156,26 @@ static int string(struct lex *l, char *out, size_t outlen)
 				break;
 			char e = *l->p++;
 			switch (e) {
-			case '"': case '\\': case '/':
+			case '"':
+			case '\\':
+			case '/':
 				c = (unsigned char)e;
 				break;
-			case 'b': c = '\b'; break;
-			case 'f': c = '\f'; break;
-			case 'n': c = '\n'; break;
-			case 'r': c = '\r'; break;
-			case 't': c = '\t'; break;
+			case 'b':
+				c = '\b';
+				break;
+			case 'f':
+				c = '\f';
+				break;
+			case 'n':
+				c = '\n';
+				break;
+			case 'r':
+				c = '\r';
+				break;
+			case 't':
+				c = '\t';
+				break;
 			case 'u': {
 				unsigned v = 0;
 				for (int i = 0; i < 4; i++) {
@@ -277,9 +289,9 @@ static int skip_value(struct lex *l, int depth)
 		if (*l->p == '-')
 			l->p++;
 		size_t digits = 0;
-		while (l->p < l->end && ((*l->p >= '0' && *l->p <= '9') || *l->p == '.' ||
-					 *l->p == 'e' || *l->p == 'E' || *l->p == '+' ||
-					 *l->p == '-')) {
+		while (l->p < l->end &&
+		       ((*l->p >= '0' && *l->p <= '9') || *l->p == '.' || *l->p == 'e' ||
+			*l->p == 'E' || *l->p == '+' || *l->p == '-')) {
 			l->p++;
 			digits++;
 		}
@@ -331,7 +343,8 @@ static int parse_object(struct lex *l, struct kvt_trace *t, uint64_t *ids, doubl
 			double frac;
 			switch (bit) {
 			case F_TS:
-				if (integer(l, "timestamp", (uint64_t)KVT_TRACE_MAX_TS_MS, &frac, &v))
+				if (integer(l, "timestamp", (uint64_t)KVT_TRACE_MAX_TS_MS, &frac,
+					    &v))
 					return l->rc;
 				ts = (double)v + frac;
 				break;
@@ -395,8 +408,7 @@ static int parse_object(struct lex *l, struct kvt_trace *t, uint64_t *ids, doubl
 	return 0;
 }
 
-int kvt__trace_parse(struct kvt_trace *t, const char *buf, size_t len, char *err,
-		     size_t errlen)
+int kvt__trace_parse(struct kvt_trace *t, const char *buf, size_t len, char *err, size_t errlen)
 {
 	if (!t || (!buf && len))
 		return -EINVAL;
@@ -651,7 +663,8 @@ static int emit(struct gen *g, double ts, const struct prompt *p, uint32_t out)
 		uint64_t end = KVT_MIN((b + 1) * bt, tokens);
 		h = prev;
 		while (pos < end) {
-			uint32_t take = (uint32_t)KVT_MIN((uint64_t)(p->seg[si].len - off), end - pos);
+			uint32_t take =
+			    (uint32_t)KVT_MIN((uint64_t)(p->seg[si].len - off), end - pos);
 			h = hmix(hmix(h, p->seg[si].id), ((uint64_t)off << 32) | take);
 			pos += take;
 			off += take;
@@ -677,8 +690,8 @@ static int gen_chat(struct gen *g, double start, uint32_t *count)
 {
 	const struct kvt_gen_opts *o = g->o;
 	struct prompt p = {0};
-	int rc = prompt_add(&p, hmix(0x5359535f, rrange(&g->r, 0, o->sys_prompts - 1)),
-			    o->sys_tokens);
+	int rc =
+	    prompt_add(&p, hmix(0x5359535f, rrange(&g->r, 0, o->sys_prompts - 1)), o->sys_tokens);
 	double ts = start;
 	do {
 		if (!rc)
@@ -873,22 +886,46 @@ const char *kvt__gen_workload_name(int w)
 	return w >= 0 && w < 3 ? workloads[w] : "?";
 }
 
-#define KNOB_U32(name) {#name, offsetof(struct kvt_gen_opts, name), 0}
-#define KNOB_DBL(name) {#name, offsetof(struct kvt_gen_opts, name), 1}
+#define KNOB_U32(name)                                                                             \
+	{                                                                                          \
+#name, offsetof(struct kvt_gen_opts, name), 0                                      \
+	}
+#define KNOB_DBL(name)                                                                             \
+	{                                                                                          \
+#name, offsetof(struct kvt_gen_opts, name), 1                                      \
+	}
 
 static const struct {
 	const char *name;
 	size_t off;
 	int type; /* 0 u32, 1 double, 2 u64 */
 } knobs[] = {
-	{"seed", offsetof(struct kvt_gen_opts, seed), 2},
-	KNOB_U32(requests), KNOB_DBL(rate), KNOB_U32(block_tokens), KNOB_U32(sys_prompts),
-	KNOB_U32(sys_tokens), KNOB_DBL(end_prob), KNOB_U32(user_min), KNOB_U32(user_max),
-	KNOB_U32(out_min), KNOB_U32(out_max), KNOB_DBL(think_s), KNOB_U32(docs),
-	KNOB_U32(doc_min), KNOB_U32(doc_max), KNOB_DBL(zipf), KNOB_U32(docs_per_req),
-	KNOB_U32(q_min), KNOB_U32(q_max), KNOB_U32(repos), KNOB_U32(repo_min),
-	KNOB_U32(repo_max), KNOB_U32(steps), KNOB_U32(tool_min), KNOB_U32(tool_max),
-	KNOB_DBL(step_s),
+    {"seed", offsetof(struct kvt_gen_opts, seed), 2},
+    KNOB_U32(requests),
+    KNOB_DBL(rate),
+    KNOB_U32(block_tokens),
+    KNOB_U32(sys_prompts),
+    KNOB_U32(sys_tokens),
+    KNOB_DBL(end_prob),
+    KNOB_U32(user_min),
+    KNOB_U32(user_max),
+    KNOB_U32(out_min),
+    KNOB_U32(out_max),
+    KNOB_DBL(think_s),
+    KNOB_U32(docs),
+    KNOB_U32(doc_min),
+    KNOB_U32(doc_max),
+    KNOB_DBL(zipf),
+    KNOB_U32(docs_per_req),
+    KNOB_U32(q_min),
+    KNOB_U32(q_max),
+    KNOB_U32(repos),
+    KNOB_U32(repo_min),
+    KNOB_U32(repo_max),
+    KNOB_U32(steps),
+    KNOB_U32(tool_min),
+    KNOB_U32(tool_max),
+    KNOB_DBL(step_s),
 };
 
 int kvt__gen_set(struct kvt_gen_opts *o, const char *key, const char *value)

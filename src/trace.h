@@ -15,16 +15,16 @@
 #include <stdio.h>
 
 /* Bounds a trace line must respect (anything larger is rejected, never allocated). */
-#define KVT_TRACE_MAX_LINE (4u << 20)        /* bytes per line */
-#define KVT_TRACE_MAX_INPUT (1u << 24)       /* prompt tokens per request */
-#define KVT_TRACE_MAX_OUTPUT (1u << 24)      /* output tokens per request */
-#define KVT_TRACE_MAX_BLOCKS 65536u          /* hash_ids per request */
-#define KVT_TRACE_MAX_REQUESTS (1u << 24)    /* requests per trace */
-#define KVT_TRACE_MAX_TS_MS 9.0e15           /* timestamp, ms (exact in a double) */
-#define KVT_TRACE_MAX_ID ((1ull << 63) - 1)  /* hash id */
+#define KVT_TRACE_MAX_LINE (4u << 20)	    /* bytes per line */
+#define KVT_TRACE_MAX_INPUT (1u << 24)	    /* prompt tokens per request */
+#define KVT_TRACE_MAX_OUTPUT (1u << 24)	    /* output tokens per request */
+#define KVT_TRACE_MAX_BLOCKS 65536u	    /* hash_ids per request */
+#define KVT_TRACE_MAX_REQUESTS (1u << 24)   /* requests per trace */
+#define KVT_TRACE_MAX_TS_MS 9.0e15	    /* timestamp, ms (exact in a double) */
+#define KVT_TRACE_MAX_ID ((1ull << 63) - 1) /* hash id */
 
 struct kvt_trace_req {
-	double ts_ms;        /* arrival, ms from the start of the trace */
+	double ts_ms;	     /* arrival, ms from the start of the trace */
 	uint32_t input_len;  /* prompt tokens */
 	uint32_t output_len; /* generated tokens */
 	uint32_t n_blocks;   /* ids[first .. first + n_blocks) */
@@ -40,7 +40,7 @@ struct kvt_trace {
 };
 
 static inline const uint64_t *kvt__trace_blocks(const struct kvt_trace *t,
-						 const struct kvt_trace_req *r)
+						const struct kvt_trace_req *r)
 {
 	return t->ids + r->first;
 }
@@ -67,8 +67,7 @@ int kvt__trace_add(struct kvt_trace *t, double ts_ms, uint32_t input_len, uint32
  * >= 0, at most ceil(input_length / block_tokens) of them); other fields are skipped;
  * whitespace-only lines are ignored. Stops at the first error: -EINVAL (or -E2BIG for an
  * over-limit size) with "line N: reason" in err. Requests already parsed stay in t. */
-int kvt__trace_parse(struct kvt_trace *t, const char *buf, size_t len, char *err,
-		     size_t errlen);
+int kvt__trace_parse(struct kvt_trace *t, const char *buf, size_t len, char *err, size_t errlen);
 /* The same from a file ("-" is stdin). -errno if unreadable. */
 int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t errlen);
 /* Write a trace in the same format (what the generator's output looks like on disk). */
@@ -83,27 +82,27 @@ struct kvt_gen_opts {
 	int workload;
 	uint64_t seed;
 	uint32_t requests;
-	double rate;          /* requests per second, on average */
+	double rate; /* requests per second, on average */
 	uint32_t block_tokens;
 	/* chat */
-	uint32_t sys_prompts;      /* distinct shared system prompts */
-	uint32_t sys_tokens;       /* tokens of each */
-	double end_prob;           /* a conversation ends after a turn with this probability */
+	uint32_t sys_prompts;	     /* distinct shared system prompts */
+	uint32_t sys_tokens;	     /* tokens of each */
+	double end_prob;	     /* a conversation ends after a turn with this probability */
 	uint32_t user_min, user_max; /* tokens of one user message */
 	uint32_t out_min, out_max;   /* tokens of one answer (appended to the context) */
-	double think_s;            /* mean pause between a answer and the next turn */
+	double think_s;		     /* mean pause between a answer and the next turn */
 	/* rag */
-	uint32_t docs;             /* shared corpus size */
+	uint32_t docs;		   /* shared corpus size */
 	uint32_t doc_min, doc_max; /* tokens per document */
-	double zipf;               /* document (and repository) popularity skew */
-	uint32_t docs_per_req;     /* retrieved documents per request (1 .. this) */
-	uint32_t q_min, q_max;     /* tokens of a question */
+	double zipf;		   /* document (and repository) popularity skew */
+	uint32_t docs_per_req;	   /* retrieved documents per request (1 .. this) */
+	uint32_t q_min, q_max;	   /* tokens of a question */
 	/* agent */
-	uint32_t repos;            /* code bases */
+	uint32_t repos;		     /* code bases */
 	uint32_t repo_min, repo_max; /* tokens of a repository's context (files, tools) */
-	uint32_t steps;            /* mean steps of one agent task (geometric) */
+	uint32_t steps;		     /* mean steps of one agent task (geometric) */
 	uint32_t tool_min, tool_max; /* tokens of one tool result appended per step */
-	double step_s;             /* mean pause between steps (tool latency) */
+	double step_s;		     /* mean pause between steps (tool latency) */
 };
 
 void kvt__gen_defaults(int workload, struct kvt_gen_opts *o);

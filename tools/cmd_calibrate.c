@@ -9,8 +9,8 @@
  * A deeper tier T is timed with a chain "dram,T" whose DRAM pool holds only a few objects
  * and does not promote: puts plus a flush measure writing T (write-behind), gets that
  * report tier T measure reading it, and whole reads of one-token chunks (a header and one
- * aligned block per layer) measure its latency (the median, less what bandwidth explains). Calibration objects use fresh random keys and are removed at
- * the end.
+ * aligned block per layer) measure its latency (the median, less what bandwidth explains).
+ * Calibration objects use fresh random keys and are removed at the end.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -25,12 +25,13 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: kvtier calibrate [--dir D] [--tiers dram,nvme,...] [--config FILE]\n"
-		   "                        [--set key=value]... [--objects N] [--out FILE] [--json]\n"
-		   "\n"
-		   "  --objects N   chunks written and read per tier (default 8)\n"
-		   "  --out FILE    profile to write (default kvtier-profile.ini); point cost.profile\n"
-		   "                at it\n");
+	fprintf(
+	    f, "usage: kvtier calibrate [--dir D] [--tiers dram,nvme,...] [--config FILE]\n"
+	       "                        [--set key=value]... [--objects N] [--out FILE] [--json]\n"
+	       "\n"
+	       "  --objects N   chunks written and read per tier (default 8)\n"
+	       "  --out FILE    profile to write (default kvtier-profile.ini); point cost.profile\n"
+	       "                at it\n");
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -58,8 +59,8 @@ static void make_key(uint64_t salt, unsigned i, struct kvt_key *k)
 }
 
 /* Put n chunks, waiting out back-pressure by flushing. 0 or -errno. */
-static int put_all(struct kvt_store *s, uint64_t salt, unsigned n, uint32_t tokens,
-		   const void *buf, size_t len)
+static int put_all(struct kvt_store *s, uint64_t salt, unsigned n, uint32_t tokens, const void *buf,
+		   size_t len)
 {
 	for (unsigned i = 0; i < n; i++) {
 		struct kvt_key k;
@@ -226,7 +227,8 @@ int kvt_cmd_calibrate(int argc, char **argv)
 	if (!strcmp(names[0], "dram")) {
 		int m = measure(s, 0, (unsigned)objects, salt, &prof[0]);
 		if (m < 0)
-			fprintf(stderr, "kvtier calibrate: dram: %s (default kept)\n", kvt_strerror(m));
+			fprintf(stderr, "kvtier calibrate: dram: %s (default kept)\n",
+				kvt_strerror(m));
 		remove_all(s, salt, (unsigned)objects);
 	}
 	kvt_store_close(s);

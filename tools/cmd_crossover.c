@@ -19,19 +19,21 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: kvtier crossover [--model M] [--gpu G] [--mfu X] [--tp N]\n"
-		   "                        [--tiers LIST] [--profile FILE] [--max-tokens N]\n"
-		   "                        [--plot FILE.png] [--json] [--config FILE] [--set k=v]...\n"
-		   "\n"
-		   "  --model M        llama3.1-8b, llama3.1-70b, qwen2.5-7b, qwen3-32b, deepseek-v3\n"
-		   "  --gpu G          h100-sxm, h200, a100-80gb, l40s\n"
-		   "  --mfu X          fraction of the GPU's bf16 peak a prefill reaches (0.5)\n"
-		   "  --tp N           GPUs per prefill (tensor parallel)\n"
-		   "  --tiers LIST     tiers to report (default %s)\n"
-		   "  --profile FILE   tier profile from kvtier calibrate (else defaults)\n"
-		   "  --max-tokens N   longest prefix considered (default 1048576)\n"
-		   "  --plot FILE.png  restore vs recompute time plot (needs gnuplot)\n",
-		   ALL_TIERS);
+	fprintf(
+	    f,
+	    "usage: kvtier crossover [--model M] [--gpu G] [--mfu X] [--tp N]\n"
+	    "                        [--tiers LIST] [--profile FILE] [--max-tokens N]\n"
+	    "                        [--plot FILE.png] [--json] [--config FILE] [--set k=v]...\n"
+	    "\n"
+	    "  --model M        llama3.1-8b, llama3.1-70b, qwen2.5-7b, qwen3-32b, deepseek-v3\n"
+	    "  --gpu G          h100-sxm, h200, a100-80gb, l40s\n"
+	    "  --mfu X          fraction of the GPU's bf16 peak a prefill reaches (0.5)\n"
+	    "  --tp N           GPUs per prefill (tensor parallel)\n"
+	    "  --tiers LIST     tiers to report (default %s)\n"
+	    "  --profile FILE   tier profile from kvtier calibrate (else defaults)\n"
+	    "  --max-tokens N   longest prefix considered (default 1048576)\n"
+	    "  --plot FILE.png  restore vs recompute time plot (needs gnuplot)\n",
+	    ALL_TIERS);
 }
 
 static const uint64_t lengths[] = {1024, 4096, 32768, 131072};
@@ -58,11 +60,14 @@ static int plot(const char *path, const struct kvt_cost *c, uint64_t max_tokens)
 	}
 	const struct kvt_cost_params *p = kvt__cost_params(c);
 	fprintf(g, "set terminal pngcairo size 900,560 noenhanced\nset output '%s'\n", path);
-	fprintf(g, "set title 'restore vs recompute: %s, %.0f TFLOP/s effective, %.0f GB/s to GPU'\n",
+	fprintf(g,
+		"set title 'restore vs recompute: %s, %.0f TFLOP/s effective, %.0f GB/s to GPU'\n",
 		p->model.name, p->flops_per_s / 1e12, p->h2d_Bps / 1e9);
-	fprintf(g, "set xlabel 'prefix length (tokens)'\nset ylabel 'seconds'\n"
-		   "set logscale xy\nset key left top\nset grid\n"
-		   "plot '%s' using 1:2 with lines linewidth 3 title 'recompute'", data);
+	fprintf(g,
+		"set xlabel 'prefix length (tokens)'\nset ylabel 'seconds'\n"
+		"set logscale xy\nset key left top\nset grid\n"
+		"plot '%s' using 1:2 with lines linewidth 3 title 'recompute'",
+		data);
 	for (int i = 0; i < n; i++)
 		fprintf(g, ", '' using 1:%d with lines title 'restore from %s'", i + 3,
 			kvt_cost_tier_name(c, i));
@@ -91,13 +96,13 @@ int kvt_cmd_crossover(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		}
-		const char **dst = !strcmp(a, "--model")      ? &model
-				   : !strcmp(a, "--gpu")      ? &gpu
-				   : !strcmp(a, "--mfu")      ? &mfu
-				   : !strcmp(a, "--tp")       ? &tp
-				   : !strcmp(a, "--profile")  ? &profile
-				   : !strcmp(a, "--plot")     ? &out_png
-				   : NULL;
+		const char **dst = !strcmp(a, "--model")     ? &model
+				   : !strcmp(a, "--gpu")     ? &gpu
+				   : !strcmp(a, "--mfu")     ? &mfu
+				   : !strcmp(a, "--tp")	     ? &tp
+				   : !strcmp(a, "--profile") ? &profile
+				   : !strcmp(a, "--plot")    ? &out_png
+							     : NULL;
 		if (!dst && strcmp(a, "--max-tokens")) {
 			usage(stderr);
 			return cli_fail(CMD, "unknown option '%s'", a), 2;
@@ -156,7 +161,8 @@ int kvt_cmd_crossover(int argc, char **argv)
 			cli_json_str(stdout, t->name);
 			printf(",\"latency_us\":%.3f,\"read_gbps\":%.4f,\"measured\":%s,"
 			       "\"breakeven_tokens\":",
-			       t->latency_s * 1e6, t->read_Bps / 1e9, t->measured ? "true" : "false");
+			       t->latency_s * 1e6, t->read_Bps / 1e9,
+			       t->measured ? "true" : "false");
 			if (be[i] > 0)
 				printf("%ld", be[i]);
 			else
@@ -174,8 +180,8 @@ int kvt_cmd_crossover(int argc, char **argv)
 	} else {
 		printf("%s: %.1f KiB of KV per token, prefill at %.0f TFLOP/s effective, %.0f GB/s "
 		       "host->GPU\n\n",
-		       p->model.name, kvt_cost_kv_bytes_per_token(c) / 1024.0, p->flops_per_s / 1e12,
-		       p->h2d_Bps / 1e9);
+		       p->model.name, kvt_cost_kv_bytes_per_token(c) / 1024.0,
+		       p->flops_per_s / 1e12, p->h2d_Bps / 1e9);
 		printf("%-6s %10s %10s  %-16s", "tier", "latency", "read", "break-even");
 		for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++) {
 			char h[32];

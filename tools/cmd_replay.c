@@ -25,34 +25,37 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: kvtier replay (--trace FILE | --workload chat|rag|agent) --simulate\n"
-		"                     [--policy P[,P...]] [--dram-tokens N] [--nvme-tokens N] [--belady]\n"
-		"                     [--model M] [--gpu G] [--admit-freq N] [--no-prefetch]\n"
-		"                     [--no-leaf-first] [--sweep] [--plot FILE.png] [--json]\n"
-		"                     [--requests N] [--seed S] [--gen KNOB=VALUE]... [--save-trace FILE]\n"
-		"                     [--config FILE] [--set key=value]...\n"
-		"\n"
-		"  --trace FILE        Mooncake FAST'25 JSON lines (timestamp ms, input_length,\n"
-		"                      output_length, hash_ids of 512-token blocks); '-' is stdin\n"
-		"  --workload W        generate a trace instead: chat, rag or agent (seeded)\n"
-		"  --requests N        generated requests (default 12000); --seed S (default 42)\n"
-		"  --gen KNOB=VALUE    a generator knob (docs/COST_MODEL.md lists them), repeatable\n"
-		"  --save-trace FILE   write the trace that was replayed as JSON lines\n"
-		"  --simulate          metadata only (required: real-byte replay is not built yet)\n"
-		"  --policy P,...      eviction policies to compare (default %s; also lru, arc)\n"
-		"  --dram-tokens N     DRAM capacity in tokens (default 262144; a block takes 512)\n"
-		"  --nvme-tokens N     NVMe capacity in tokens (default 4194304; 0 disables it)\n"
-		"  --belady            also compute the offline-optimal (MIN) hit ratio\n"
-		"  --model M, --gpu G  cost-model presets for bytes and TTFT (default: cost.model or\n"
-		"                      model.name, and cost.gpu)\n"
-		"  --admit-freq N      write to NVMe only blocks seen N times (frequency sketch)\n"
-		"  --no-prefetch       do not stage NVMe hits into DRAM while a request queues\n"
-		"  --no-leaf-first     let eviction take a block whose suffix is still cached\n"
-		"  --sweep             DRAM-only capacity sweep (1/16x .. 4x of --dram-tokens)\n"
-		"  --plot FILE.png     plot the sweep (implies --sweep; needs gnuplot)\n"
-		"  --json              print a JSON object as the last line\n",
-		KVT_SIM_DEFAULT_POLICY);
+	fprintf(
+	    f,
+	    "usage: kvtier replay (--trace FILE | --workload chat|rag|agent) --simulate\n"
+	    "                     [--policy P[,P...]] [--dram-tokens N] [--nvme-tokens N] "
+	    "[--belady]\n"
+	    "                     [--model M] [--gpu G] [--admit-freq N] [--no-prefetch]\n"
+	    "                     [--no-leaf-first] [--sweep] [--plot FILE.png] [--json]\n"
+	    "                     [--requests N] [--seed S] [--gen KNOB=VALUE]... [--save-trace "
+	    "FILE]\n"
+	    "                     [--config FILE] [--set key=value]...\n"
+	    "\n"
+	    "  --trace FILE        Mooncake FAST'25 JSON lines (timestamp ms, input_length,\n"
+	    "                      output_length, hash_ids of 512-token blocks); '-' is stdin\n"
+	    "  --workload W        generate a trace instead: chat, rag or agent (seeded)\n"
+	    "  --requests N        generated requests (default 12000); --seed S (default 42)\n"
+	    "  --gen KNOB=VALUE    a generator knob (docs/COST_MODEL.md lists them), repeatable\n"
+	    "  --save-trace FILE   write the trace that was replayed as JSON lines\n"
+	    "  --simulate          metadata only (required: real-byte replay is not built yet)\n"
+	    "  --policy P,...      eviction policies to compare (default %s; also lru, arc)\n"
+	    "  --dram-tokens N     DRAM capacity in tokens (default 262144; a block takes 512)\n"
+	    "  --nvme-tokens N     NVMe capacity in tokens (default 4194304; 0 disables it)\n"
+	    "  --belady            also compute the offline-optimal (MIN) hit ratio\n"
+	    "  --model M, --gpu G  cost-model presets for bytes and TTFT (default: cost.model or\n"
+	    "                      model.name, and cost.gpu)\n"
+	    "  --admit-freq N      write to NVMe only blocks seen N times (frequency sketch)\n"
+	    "  --no-prefetch       do not stage NVMe hits into DRAM while a request queues\n"
+	    "  --no-leaf-first     let eviction take a block whose suffix is still cached\n"
+	    "  --sweep             DRAM-only capacity sweep (1/16x .. 4x of --dram-tokens)\n"
+	    "  --plot FILE.png     plot the sweep (implies --sweep; needs gnuplot)\n"
+	    "  --json              print a JSON object as the last line\n",
+	    KVT_SIM_DEFAULT_POLICY);
 }
 
 struct opts {
@@ -95,8 +98,8 @@ static void progress(void *arg, uint64_t done, uint64_t total)
 	if (!tty_progress || !total)
 		return;
 	int w = 40, n = (int)(done * (uint64_t)w / total);
-	fprintf(stderr, "\r%-8s [%.*s%*s] %3d%%", name, n, "########################################",
-		w - n, "", (int)(done * 100 / total));
+	fprintf(stderr, "\r%-8s [%.*s%*s] %3d%%", name, n,
+		"########################################", w - n, "", (int)(done * 100 / total));
 	if (done == total)
 		fputs("\r\033[K", stderr);
 	fflush(stderr);
@@ -131,8 +134,10 @@ static void print_human(const struct opts *o, const char *policy, const struct k
 		return;
 	printf("          dram read %s written %s; nvme read %s written %s (%llu writes "
 	       "skipped)\n",
-	       gib((double)r->read_bytes[0], a, sizeof(a)), gib((double)r->write_bytes[0], b, sizeof(b)),
-	       gib((double)r->read_bytes[1], c, sizeof(c)), gib((double)r->write_bytes[1], d, sizeof(d)),
+	       gib((double)r->read_bytes[0], a, sizeof(a)),
+	       gib((double)r->write_bytes[0], b, sizeof(b)),
+	       gib((double)r->read_bytes[1], c, sizeof(c)),
+	       gib((double)r->write_bytes[1], d, sizeof(d)),
 	       (unsigned long long)r->nvme_writes_skipped);
 	printf("          prefill tokens saved %llu of %llu; TTFT p50 %.1f ms p99 %.1f ms "
 	       "(no cache: %.1f / %.1f ms)\n",
@@ -186,20 +191,22 @@ static int run_sweep(const struct opts *o, const struct kvt_trace *t, double row
 		     double *belady, uint64_t *caps)
 {
 	for (int i = 0; i < SWEEP_N; i++) {
-		caps[i] = (uint64_t)((double)o->dram * sweep_mult[i]) / t->block_tokens *
-			  t->block_tokens;
+		caps[i] =
+		    (uint64_t)((double)o->dram * sweep_mult[i]) / t->block_tokens * t->block_tokens;
 		if (!caps[i])
 			caps[i] = t->block_tokens;
 		int rc = kvt__sim_belady(t, caps[i] / t->block_tokens, &belady[i], NULL);
 		if (rc)
 			return cli_fail(CMD, "belady: %s", kvt_strerror(rc));
 		for (int p = 0; p < o->n_policies; p++) {
-			struct kvt_sim_opts so = {.policy = o->policies[p], .dram_tokens = caps[i],
+			struct kvt_sim_opts so = {.policy = o->policies[p],
+						  .dram_tokens = caps[i],
 						  .leaf_first = o->leaf_first};
 			struct kvt_sim_result r;
 			rc = kvt__sim_run(t, &so, &r);
 			if (rc)
-				return cli_fail(CMD, "policy %s: %s", o->policies[p], kvt_strerror(rc));
+				return cli_fail(CMD, "policy %s: %s", o->policies[p],
+						kvt_strerror(rc));
 			rows[p][i] = r.block_hit_ratio;
 		}
 	}
@@ -227,10 +234,12 @@ static int plot(const struct opts *o, double rows[][SWEEP_N], const double *bela
 		return cli_fail(CMD, "cannot run gnuplot");
 	}
 	fprintf(g, "set terminal pngcairo size 900,560 noenhanced\nset output '%s'\n", o->plot);
-	fprintf(g, "set title 'kvtier replay: block hit ratio vs DRAM capacity'\n"
-		   "set xlabel 'DRAM capacity (tokens)'\nset ylabel 'block hit ratio'\n"
-		   "set logscale x 2\nset key left top\nset grid\n"
-		   "plot '%s' using 1:2 with linespoints dashtype 2 title 'belady (MIN)'", data);
+	fprintf(g,
+		"set title 'kvtier replay: block hit ratio vs DRAM capacity'\n"
+		"set xlabel 'DRAM capacity (tokens)'\nset ylabel 'block hit ratio'\n"
+		"set logscale x 2\nset key left top\nset grid\n"
+		"plot '%s' using 1:2 with linespoints dashtype 2 title 'belady (MIN)'",
+		data);
 	for (int p = 0; p < o->n_policies; p++)
 		fprintf(g, ", '' using 1:%d with linespoints title '%s'", p + 3, o->policies[p]);
 	fputc('\n', g);
@@ -258,7 +267,8 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 		int w = kvt__gen_workload(o->workload);
 		if (w < 0) {
 			kvt__trace_destroy(t);
-			return cli_fail(CMD, "unknown workload '%s' (chat, rag, agent)", o->workload);
+			return cli_fail(CMD, "unknown workload '%s' (chat, rag, agent)",
+					o->workload);
 		}
 		struct kvt_gen_opts g;
 		kvt__gen_defaults(w, &g);
@@ -289,7 +299,8 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 		rc = kvt__gen_run(&g, t);
 		if (rc) {
 			kvt__trace_destroy(t);
-			return cli_fail(CMD, "generator: %s (check the --gen knobs)", kvt_strerror(rc));
+			return cli_fail(CMD, "generator: %s (check the --gen knobs)",
+					kvt_strerror(rc));
 		}
 	}
 	if (o->save) {
@@ -316,11 +327,11 @@ int kvt_cmd_replay(int argc, char **argv)
 			return 2;
 		if (c > 0)
 			continue;
-#define NEEDS_VALUE()                                                                           \
-	do {                                                                                    \
-		if (!v)                                                                         \
-			return cli_fail(CMD, "%s needs a value", a), 2;                         \
-		i++;                                                                            \
+#define NEEDS_VALUE()                                                                              \
+	do {                                                                                       \
+		if (!v)                                                                            \
+			return cli_fail(CMD, "%s needs a value", a), 2;                            \
+		i++;                                                                               \
 	} while (0)
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
@@ -405,8 +416,9 @@ int kvt_cmd_replay(int argc, char **argv)
 		goto out;
 	}
 	if (!o.simulate) {
-		cli_fail(CMD, "only --simulate is available so far (replaying real bytes through the "
-			      "engine is not built yet)");
+		cli_fail(CMD,
+			 "only --simulate is available so far (replaying real bytes through the "
+			 "engine is not built yet)");
 		goto out;
 	}
 	if (!o.n_policies)
@@ -444,24 +456,25 @@ int kvt_cmd_replay(int argc, char **argv)
 
 	{
 		const struct kvt_cost_params *cp = kvt__cost_params(cost);
-		printf("replay %s: %zu requests, %zu blocks of %u tokens; DRAM %llu tokens, NVMe %llu "
-		       "tokens; %s on %.0f TFLOP/s effective\n",
-		       o.trace ? o.trace : o.workload, t->n, t->n_ids, t->block_tokens, o.dram, o.nvme,
-		       cp->model.name, cp->flops_per_s / 1e12);
+		printf(
+		    "replay %s: %zu requests, %zu blocks of %u tokens; DRAM %llu tokens, NVMe %llu "
+		    "tokens; %s on %.0f TFLOP/s effective\n",
+		    o.trace ? o.trace : o.workload, t->n, t->n_ids, t->block_tokens, o.dram, o.nvme,
+		    cp->model.name, cp->flops_per_s / 1e12);
 	}
 	struct kvt_sim_result res[MAX_POLICIES];
 	for (int p = 0; p < o.n_policies; p++) {
 		struct kvt_sim_opts s = {
-			.policy = o.policies[p],
-			.dram_tokens = o.dram,
-			.nvme_tokens = o.nvme,
-			.leaf_first = o.leaf_first,
-			.belady = o.belady && p == 0,
-			.cost = cost,
-			.prefetch = o.prefetch,
-			.admit_min_freq = (uint32_t)o.admit,
-			.progress = progress,
-			.progress_arg = (void *)o.policies[p],
+		    .policy = o.policies[p],
+		    .dram_tokens = o.dram,
+		    .nvme_tokens = o.nvme,
+		    .leaf_first = o.leaf_first,
+		    .belady = o.belady && p == 0,
+		    .cost = cost,
+		    .prefetch = o.prefetch,
+		    .admit_min_freq = (uint32_t)o.admit,
+		    .progress = progress,
+		    .progress_arg = (void *)o.policies[p],
 		};
 		int r = kvt__sim_run(t, &s, &res[p]);
 		if (r == -EINVAL) {

@@ -36,7 +36,8 @@ static void check_trace(const struct kvt_trace *t)
 		CHECK(r->input_len >= 1 && r->input_len <= KVT_TRACE_MAX_INPUT);
 		CHECK(r->output_len <= KVT_TRACE_MAX_OUTPUT);
 		CHECK(r->n_blocks <= KVT_TRACE_MAX_BLOCKS);
-		CHECK((uint64_t)r->n_blocks * t->block_tokens < (uint64_t)r->input_len + t->block_tokens);
+		CHECK((uint64_t)r->n_blocks * t->block_tokens <
+		      (uint64_t)r->input_len + t->block_tokens);
 		CHECK(r->ts_ms >= 0 && r->ts_ms <= KVT_TRACE_MAX_TS_MS);
 		CHECK(!i || r->ts_ms >= t->req[i - 1].ts_ms);
 		CHECK(r->first == ids);
@@ -68,7 +69,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (!kvt__trace_create(512, &u)) {
 				CHECK(kvt__trace_parse(u, buf, len, err, sizeof(err)) == 0);
 				CHECK(u->n == t->n && u->n_ids == t->n_ids);
-				CHECK(!t->n_ids || !memcmp(u->ids, t->ids, t->n_ids * sizeof(uint64_t)));
+				CHECK(!t->n_ids ||
+				      !memcmp(u->ids, t->ids, t->n_ids * sizeof(uint64_t)));
 				for (size_t i = 0; i < t->n; i++)
 					CHECK(u->req[i].input_len == t->req[i].input_len &&
 					      u->req[i].n_blocks == t->req[i].n_blocks);

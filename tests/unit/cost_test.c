@@ -17,7 +17,7 @@
 #include "config.h"
 #include "cost.h"
 
-#define NEAR(a, b, rel) assert_true(fabs((a) - (b)) <= (rel) * fabs(b))
+#define NEAR(a, b, rel) assert_true(fabs((a) - (b)) <= (rel)*fabs(b))
 
 static struct kvt_cost *preset(const char *model, const char *gpu)
 {
@@ -31,12 +31,15 @@ static struct kvt_cost *preset(const char *model, const char *gpu)
 static void test_presets(void **state)
 {
 	(void)state;
-	struct { const char *name; uint64_t bpt; } want[] = {
-		{"llama3.1-8b", 2ull * 32 * 8 * 128 * 2},   /* 128 KiB */
-		{"llama3.1-70b", 2ull * 80 * 8 * 128 * 2},  /* 320 KiB */
-		{"qwen2.5-7b", 2ull * 28 * 4 * 128 * 2},    /* 56 KiB */
-		{"qwen3-32b", 2ull * 64 * 8 * 128 * 2},     /* 256 KiB */
-		{"deepseek-v3", 61ull * 576 * 2},           /* MLA latent, 68.6 KiB */
+	struct {
+		const char *name;
+		uint64_t bpt;
+	} want[] = {
+	    {"llama3.1-8b", 2ull * 32 * 8 * 128 * 2},  /* 128 KiB */
+	    {"llama3.1-70b", 2ull * 80 * 8 * 128 * 2}, /* 320 KiB */
+	    {"qwen2.5-7b", 2ull * 28 * 4 * 128 * 2},   /* 56 KiB */
+	    {"qwen3-32b", 2ull * 64 * 8 * 128 * 2},    /* 256 KiB */
+	    {"deepseek-v3", 61ull * 576 * 2},	       /* MLA latent, 68.6 KiB */
 	};
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		struct kvt_cost *c = preset(want[i].name, "h100-sxm");
@@ -78,8 +81,8 @@ static void test_plan(void **state)
 {
 	(void)state;
 	struct kvt_cost_params p;
-	assert_int_equal(kvt__cost_params_preset("llama3.1-8b", "h100-sxm", 0.5, 1, "dram,nvme,s3",
-						 &p), 0);
+	assert_int_equal(
+	    kvt__cost_params_preset("llama3.1-8b", "h100-sxm", 0.5, 1, "dram,nvme,s3", &p), 0);
 	struct kvt_cost *c;
 	assert_int_equal(kvt__cost_create_params(&p, &c), 0);
 	struct kvt_cost_plan plan;
@@ -107,8 +110,8 @@ static void test_breakeven(void **state)
 {
 	(void)state;
 	struct kvt_cost_params p;
-	assert_int_equal(kvt__cost_params_preset("llama3.1-8b", "h100-sxm", 0.5, 1, "dram,nvme,s3",
-						 &p), 0);
+	assert_int_equal(
+	    kvt__cost_params_preset("llama3.1-8b", "h100-sxm", 0.5, 1, "dram,nvme,s3", &p), 0);
 	struct kvt_cost *c;
 	assert_int_equal(kvt__cost_create_params(&p, &c), 0);
 	for (int t = 0; t < 3; t++) {
@@ -221,12 +224,12 @@ static void test_profile_roundtrip(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_presets),
-		cmocka_unit_test(test_worked_example),
-		cmocka_unit_test(test_plan),
-		cmocka_unit_test(test_breakeven),
-		cmocka_unit_test(test_config_and_profile),
-		cmocka_unit_test(test_profile_roundtrip),
+	    cmocka_unit_test(test_presets),
+	    cmocka_unit_test(test_worked_example),
+	    cmocka_unit_test(test_plan),
+	    cmocka_unit_test(test_breakeven),
+	    cmocka_unit_test(test_config_and_profile),
+	    cmocka_unit_test(test_profile_roundtrip),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,7 +38,8 @@ static struct kvt_trace *random_trace(uint64_t seed, uint32_t n_req, uint32_t ma
 	for (uint32_t r = 0; r < n_req; r++) {
 		uint32_t n = 0;
 		if (t->n && rnd(4)) {
-			const struct kvt_trace_req *base = &t->req[t->n - 1 - rnd((uint32_t)KVT_MIN(t->n, 30u))];
+			const struct kvt_trace_req *base =
+			    &t->req[t->n - 1 - rnd((uint32_t)KVT_MIN(t->n, 30u))];
 			n = rnd(base->n_blocks + 1);
 			memcpy(ids, kvt__trace_blocks(t, base), n * sizeof(uint64_t));
 		}
@@ -140,11 +141,13 @@ static void test_lru_matches_naive(void **state)
 				uint64_t hits, tok;
 				naive_run(t, caps[ci], lf, &hits, &tok);
 				if (res.hit_blocks != hits || res.hit_tokens != tok)
-					fail_msg("seed %llu cap %u leaf_first %d: sim %llu/%llu naive "
-						 "%llu/%llu", (unsigned long long)seed, caps[ci], lf,
-						 (unsigned long long)res.hit_blocks,
-						 (unsigned long long)res.hit_tokens,
-						 (unsigned long long)hits, (unsigned long long)tok);
+					fail_msg(
+					    "seed %llu cap %u leaf_first %d: sim %llu/%llu naive "
+					    "%llu/%llu",
+					    (unsigned long long)seed, caps[ci], lf,
+					    (unsigned long long)res.hit_blocks,
+					    (unsigned long long)res.hit_tokens,
+					    (unsigned long long)hits, (unsigned long long)tok);
 				assert_int_equal(res.tier_hit_blocks[KVT_SIM_DRAM], hits);
 			}
 		}
@@ -174,8 +177,9 @@ static void test_belady_bounds(void **state)
 					struct kvt_sim_result r;
 					assert_int_equal(kvt__sim_run(t, &o, &r), 0);
 					if (r.block_hit_ratio > bel + 1e-12)
-						fail_msg("%s cap %u: %.4f > belady %.4f", policies[p],
-							 caps[ci], r.block_hit_ratio, bel);
+						fail_msg("%s cap %u: %.4f > belady %.4f",
+							 policies[p], caps[ci], r.block_hit_ratio,
+							 bel);
 				}
 			}
 		}
@@ -206,18 +210,19 @@ static void test_default_beats_lru(void **state)
 		uint64_t small[] = {128, 256}, large[] = {16384};
 		for (int s = 0; s < 3; s++) {
 			uint64_t cap = s < 2 ? small[s] : large[s - 2];
-			struct kvt_sim_opts o = {.dram_tokens = cap * 512, .leaf_first = true,
-						 .belady = true};
+			struct kvt_sim_opts o = {
+			    .dram_tokens = cap * 512, .leaf_first = true, .belady = true};
 			struct kvt_sim_result d, l;
 			o.policy = KVT_SIM_DEFAULT_POLICY;
 			assert_int_equal(kvt__sim_run(t, &o, &d), 0);
 			o.policy = "lru";
 			o.belady = false;
 			assert_int_equal(kvt__sim_run(t, &o, &l), 0);
-			print_message("%-5s %6llu blocks: %s %.4f  lru %.4f  belady %.4f  (%.2fs)\n",
-				      kvt__gen_workload_name(w), (unsigned long long)cap,
-				      KVT_SIM_DEFAULT_POLICY, d.block_hit_ratio, l.block_hit_ratio,
-				      d.belady_block_hit_ratio, d.elapsed_s);
+			print_message(
+			    "%-5s %6llu blocks: %s %.4f  lru %.4f  belady %.4f  (%.2fs)\n",
+			    kvt__gen_workload_name(w), (unsigned long long)cap,
+			    KVT_SIM_DEFAULT_POLICY, d.block_hit_ratio, l.block_hit_ratio,
+			    d.belady_block_hit_ratio, d.elapsed_s);
 			if (s < 2)
 				assert_true(d.block_hit_ratio > l.block_hit_ratio);
 			else
@@ -239,12 +244,17 @@ static void test_two_tiers_admission_ttft(void **state)
 	assert_int_equal(kvt__trace_create(512, &t), 0);
 	assert_int_equal(kvt__gen_run(&g, t), 0);
 	struct kvt_cost_params p;
-	assert_int_equal(kvt__cost_params_preset("llama3.1-8b", "h100-sxm", 0.5, 1, "dram,nvme", &p),
-			 0);
+	assert_int_equal(
+	    kvt__cost_params_preset("llama3.1-8b", "h100-sxm", 0.5, 1, "dram,nvme", &p), 0);
 	struct kvt_cost *c;
 	assert_int_equal(kvt__cost_create_params(&p, &c), 0);
-	struct kvt_sim_opts o = {.policy = "lru", .dram_tokens = 64 * 512, .nvme_tokens = 4096 * 512,
-				 .leaf_first = true, .cost = c, .prefetch = true, .belady = true};
+	struct kvt_sim_opts o = {.policy = "lru",
+				 .dram_tokens = 64 * 512,
+				 .nvme_tokens = 4096 * 512,
+				 .leaf_first = true,
+				 .cost = c,
+				 .prefetch = true,
+				 .belady = true};
 	struct kvt_sim_result a, b, dram_only;
 	assert_int_equal(kvt__sim_run(t, &o, &a), 0);
 	/* per-tier ratios add up; NVMe serves what DRAM cannot hold */
@@ -278,10 +288,10 @@ static void test_two_tiers_admission_ttft(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_lru_matches_naive),
-		cmocka_unit_test(test_belady_bounds),
-		cmocka_unit_test(test_default_beats_lru),
-		cmocka_unit_test(test_two_tiers_admission_ttft),
+	    cmocka_unit_test(test_lru_matches_naive),
+	    cmocka_unit_test(test_belady_bounds),
+	    cmocka_unit_test(test_default_beats_lru),
+	    cmocka_unit_test(test_two_tiers_admission_ttft),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

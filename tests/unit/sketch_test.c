@@ -114,18 +114,18 @@ static void test_admission(void **state)
 {
 	(void)state;
 	struct kvt_cost_params p;
-	assert_int_equal(kvt__cost_params_preset("llama3.1-8b", "h100-sxm", 0.5, 1, "dram,nvme,s3",
-						 &p), 0);
+	assert_int_equal(
+	    kvt__cost_params_preset("llama3.1-8b", "h100-sxm", 0.5, 1, "dram,nvme,s3", &p), 0);
 	struct kvt_cost *c;
 	assert_int_equal(kvt__cost_create_params(&p, &c), 0);
 	struct kvt_admit_cfg cfg = {
-		.min_freq = 2,
-		.min_prefix_tokens = 1024,
-		.sketch_width = 4096,
-		.doorkeeper = true,
-		.cost = c,
-		.cost_tier = 1,
-		.budget = budget,
+	    .min_freq = 2,
+	    .min_prefix_tokens = 1024,
+	    .sketch_width = 4096,
+	    .doorkeeper = true,
+	    .cost = c,
+	    .cost_tier = 1,
+	    .budget = budget,
 	};
 	struct kvt_admit *a;
 	assert_int_equal(kvt__admit_create(&cfg, &a), 0);
@@ -166,10 +166,10 @@ static void test_admission(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_accuracy),
-		cmocka_unit_test(test_halving_and_cap),
-		cmocka_unit_test(test_doorkeeper),
-		cmocka_unit_test(test_admission),
+	    cmocka_unit_test(test_accuracy),
+	    cmocka_unit_test(test_halving_and_cap),
+	    cmocka_unit_test(test_doorkeeper),
+	    cmocka_unit_test(test_admission),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

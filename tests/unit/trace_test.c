@@ -29,12 +29,12 @@ static void test_good(void **state)
 {
 	(void)state;
 	const char *text =
-		"{\"timestamp\": 0, \"input_length\": 6755, \"output_length\": 500, "
-		"\"hash_ids\": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]}\n"
-		"\n   \r\n"
-		"{\"hash_ids\":[0,14],\"output_length\":0,\"input_length\":1000,\"timestamp\":3052,"
-		"\"extra\":{\"a\":[1,2,{\"b\":null}],\"s\":\"x\\\"\\u00e9\"},\"f\":-1.5e3,\"t\":true}\n"
-		"{\"timestamp\": 3052.5, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}";
+	    "{\"timestamp\": 0, \"input_length\": 6755, \"output_length\": 500, "
+	    "\"hash_ids\": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]}\n"
+	    "\n   \r\n"
+	    "{\"hash_ids\":[0,14],\"output_length\":0,\"input_length\":1000,\"timestamp\":3052,"
+	    "\"extra\":{\"a\":[1,2,{\"b\":null}],\"s\":\"x\\\"\\u00e9\"},\"f\":-1.5e3,\"t\":true}\n"
+	    "{\"timestamp\": 3052.5, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}";
 	char err[256];
 	int rc;
 	struct kvt_trace *t = parse(text, &rc, err, sizeof(err));
@@ -54,8 +54,9 @@ static void test_good(void **state)
 static void test_malformed(void **state)
 {
 	(void)state;
-	static const char ok[] =
-		"{\"timestamp\": 1, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n";
+	static const char ok[] = "{\"timestamp\": 1, \"input_length\": 600, \"output_length\": 5, "
+				 "\"hash_ids\": [1, 2]}\n";
+	/* clang-format off */
 	struct {
 		const char *line;
 		const char *why;
@@ -90,6 +91,7 @@ static void test_malformed(void **state)
 		{"{\"timestamp\": 1, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [], \"x\": "
 		 "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}", "nested too deeply"},
 	};
+	/* clang-format on */
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char text[4096], err[256];
 		int rc;
@@ -248,12 +250,9 @@ static void test_knobs(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_good),
-		cmocka_unit_test(test_malformed),
-		cmocka_unit_test(test_huge_array),
-		cmocka_unit_test(test_nul_and_truncated_file),
-		cmocka_unit_test(test_generator),
-		cmocka_unit_test(test_knobs),
+	    cmocka_unit_test(test_good),       cmocka_unit_test(test_malformed),
+	    cmocka_unit_test(test_huge_array), cmocka_unit_test(test_nul_and_truncated_file),
+	    cmocka_unit_test(test_generator),  cmocka_unit_test(test_knobs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
