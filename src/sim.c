@@ -265,9 +265,11 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		goto out;
 	out->capacity_blocks[0] = o->dram_tokens / bt;
 	out->capacity_blocks[1] = o->nvme_tokens / bt;
-	if (tier[1].cap && ((o->admit_min_freq > 1) || (o->cost && o->admit_cost_check))) {
+	if (tier[1].cap &&
+	    (o->admit_min_freq > 1 || o->admit_min_prefix || (o->cost && o->admit_cost_check))) {
 		struct kvt_admit_cfg ac = {
 		    .min_freq = KVT_MAX(1u, o->admit_min_freq),
+		    .min_prefix_tokens = o->admit_min_prefix,
 		    .sketch_width = KVT_MAX((uint64_t)tier[1].cap, 1024u),
 		    .doorkeeper = true,
 		    .cost = o->admit_cost_check ? o->cost : NULL,

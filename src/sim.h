@@ -28,6 +28,7 @@ struct kvt_sim_opts {
 	bool prefetch;		 /* stage NVMe hits into DRAM while a request waits in the queue */
 	uint32_t admit_min_freq; /* NVMe admission by frequency sketch; <= 1 admits all */
 	bool admit_cost_check;	 /* skip NVMe writes whose restore is slower than recompute */
+	uint64_t admit_min_prefix; /* skip NVMe writes of blocks ending before this token */
 	/* called every few thousand requests; may be NULL */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;

@@ -49,7 +49,8 @@ static void usage(FILE *f)
 	    "  --belady            also compute the offline-optimal (MIN) hit ratio\n"
 	    "  --model M, --gpu G  cost-model presets for bytes and TTFT (default: cost.model or\n"
 	    "                      model.name, and cost.gpu)\n"
-	    "  --admit-freq N      write to NVMe only blocks seen N times (frequency sketch)\n"
+	    "  --admit-freq N      write to NVMe only blocks seen N times (frequency sketch;\n"
+	    "                      default admission.min_freq; admission.* keys apply too)\n"
 	    "  --no-prefetch       do not stage NVMe hits into DRAM while a request queues\n"
 	    "  --no-leaf-first     let eviction take a block whose suffix is still cached\n"
 	    "  --sweep             DRAM-only capacity sweep (1/16x .. 4x of --dram-tokens)\n"
@@ -472,7 +473,10 @@ int kvt_cmd_replay(int argc, char **argv)
 		    .belady = o.belady && p == 0,
 		    .cost = cost,
 		    .prefetch = o.prefetch,
-		    .admit_min_freq = (uint32_t)o.admit,
+		    .admit_min_freq =
+			(uint32_t)(o.admit ? o.admit : kvt__cfg_u64(cfg, "admission.min_freq")),
+		    .admit_cost_check = kvt__cfg_bool(cfg, "admission.cost_check"),
+		    .admit_min_prefix = kvt__cfg_u64(cfg, "admission.min_prefix_tokens"),
 		    .progress = progress,
 		    .progress_arg = (void *)o.policies[p],
 		};
