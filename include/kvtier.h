@@ -406,6 +406,61 @@ KVT_EXPORT int kvt_emu_event_create(struct kvt_emu_event **out);
 KVT_EXPORT void kvt_emu_event_signal(struct kvt_emu_event *ev);
 KVT_EXPORT void kvt_emu_event_reset(struct kvt_emu_event *ev);
 KVT_EXPORT void kvt_emu_event_destroy(struct kvt_emu_event *ev);
+/* ------------------------------------------------------------ cost model */
+
+/* Restore or recompute (docs/COST_MODEL.md). A cost model combines a model (KV bytes per
+ * token, prefill FLOPs), a GPU (effective prefill throughput, host->GPU bandwidth) and a
+ * profile per tier (latency, read/write bandwidth, measured by `kvtier calibrate`). It is
+ * immutable after creation and safe to use from any thread. All times are in seconds. */
+struct kvt_cost;
+
+/* Build from a configuration: cost.model (a preset; empty: model.name if it names one),
+ * cost.gpu, cost.mfu, cost.tp, the cost.gpu_tflops / cost.h2d_gbps overrides, and tier
+ * profiles from cost.profile (defaults for tiers it does not list). Tier i of the cost
+ * model is the i-th name of store.tiers: the same index kvt_lookup() returns for a store
+ * opened from the same configuration. -EINVAL unknown preset or bad profile (logged). */
+KVT_EXPORT int kvt_cost_create(const struct kvt_config *cfg, struct kvt_cost **out);
+KVT_EXPORT void kvt_cost_destroy(struct kvt_cost *c);
+KVT_EXPORT int kvt_cost_tier_count(const struct kvt_cost *c);
+/* Name of tier i ("dram", "nvme", ...), NULL out of range. Valid while c lives. */
+KVT_EXPORT const char *kvt_cost_tier_name(const struct kvt_cost *c, int tier);
+/* Index of a tier by name, -ENOENT if the chain does not have it. */
+KVT_EXPORT int kvt_cost_tier_index(const struct kvt_cost *c, const char *name);
+
+/* Dense KV bytes of one token (all layers; K+V, or the MLA latent). */
+KVT_EXPORT uint64_t kvt_cost_kv_bytes_per_token(const struct kvt_cost *c);
+/* Prefill FLOPs of tokens [begin, end) with the KV of [0, begin) already present:
+ * 2 * active_params * (end - begin) + layers * heads * (qk_dim + v_dim) *
+ * (end * (end + 1) - begin * (begin + 1)). */
+KVT_EXPORT double kvt_cost_prefill_flops(const struct kvt_cost *c, uint64_t begin, uint64_t end);
+/* Time to recompute tokens [begin, end): FLOPs / effective throughput. */
+KVT_EXPORT double kvt_cost_recompute_s(const struct kvt_cost *c, uint64_t begin, uint64_t end);
+/* Time to restore the KV of tokens from one tier into GPU memory: latency + the tier read
+ * and the host->GPU copy pipelined layer by layer. INFINITY for a bad tier index. */
+KVT_EXPORT double kvt_cost_restore_s(const struct kvt_cost *c, int tier, uint64_t tokens);
+
+/* What a scheduler does with a lookup result. */
+struct kvt_cost_plan {
+	uint32_t load_chunks;                /* leading chunks to restore; recompute the rest */
+	uint64_t load_tokens;                /* tokens those chunks hold */
+	double restore_s;                    /* restoring them (tiers read at once) */
+	double recompute_s;                  /* prefill of the remaining tokens */
+	double total_s;                      /* restore_s + recompute_s */
+	double no_cache_s;                   /* prefill of the whole prompt */
+	uint64_t tier_bytes[KVT_MAX_TIERS];  /* bytes to read from each tier */
+};
+
+/* Given the per-chunk tiers of a lookup hit (tiers[0..n_hit), as kvt_lookup() fills them),
+ * chunks of chunk_tokens tokens and a prompt of prompt_tokens tokens (the last chunk may be
+ * partial), choose how many leading chunks to load so that restore + recompute is least.
+ * At least the last prompt token is always recomputed. Returns load_chunks or -EINVAL. */
+KVT_EXPORT int kvt_cost_plan(const struct kvt_cost *c, const int8_t *tiers, size_t n_hit,
+			     uint32_t chunk_tokens, uint64_t prompt_tokens,
+			     struct kvt_cost_plan *out);
+/* The shortest prefix (tokens, starting at position 0) whose restore from tier beats its
+ * recompute; -ERANGE if none up to max_tokens, -EINVAL bad arguments. */
+KVT_EXPORT long kvt_cost_breakeven_tokens(const struct kvt_cost *c, int tier,
+					  uint64_t max_tokens);
 
 #ifdef __cplusplus
 }

@@ -348,6 +348,7 @@ const struct kvt_evict_ops kvt__evict_arc_ops = {
 static const struct kvt_evict_ops *const policies[] = {
     &kvt__evict_lru_ops,
     &kvt__evict_arc_ops,
+    &kvt__evict_pslru_ops,
 };
 
 struct kvt_evict {

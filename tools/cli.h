@@ -46,5 +46,8 @@ int kvt_cmd_rm(int argc, char **argv);
 int kvt_cmd_bench(int argc, char **argv);
 int kvt_cmd_config(int argc, char **argv);
 int kvt_cmd_session(int argc, char **argv);
+int kvt_cmd_calibrate(int argc, char **argv);
+int kvt_cmd_crossover(int argc, char **argv);
+int kvt_cmd_replay(int argc, char **argv);
 
 #endif

@@ -17,8 +17,11 @@ struct subcommand {
 static const struct subcommand commands[] = {
 	/* subcommands: one row each, kept in alphabetical order */
 	{"bench", kvt_cmd_bench, "measure a tier's throughput and latency against a reference"},
+	{"calibrate", kvt_cmd_calibrate, "measure each tier's latency and bandwidth; write the cost profile"},
 	{"config", kvt_cmd_config, "print configuration keys, defaults and effective values"},
+	{"crossover", kvt_cmd_crossover, "break-even prefix length per tier: restore vs recompute"},
 	{"ls", kvt_cmd_ls, "list stored objects"},
+	{"replay", kvt_cmd_replay, "replay a request trace or workload: hit ratios, bytes, TTFT"},
 	{"rm", kvt_cmd_rm, "remove chunks by key"},
 	{"session", kvt_cmd_session, "save a conversation's KV, or resume it (on another node)"},
 	{"stat", kvt_cmd_stat, "per-tier counters"},

@@ -1,0 +1,575 @@
+/*
+ * sim.c - replay a trace against block metadata only (src/sim.h). Moving no bytes makes a
+ * 12,000-request trace take well under a second, so policies, capacities and admission
+ * rules can be compared side by side and against the offline optimum.
+ *
+ * Model, in trace order:
+ *   lookup   the hit is the longest run of the request's leading blocks resident in some
+ *            tier; each hit block is served by the fastest tier holding it;
+ *   plan     with a cost model, the scheduler loads the leading hit blocks that make
+ *            restore + recompute least (kvt_cost_plan) and recomputes the rest;
+ *   store    then every block of the request is inserted or touched, in order, in DRAM
+ *            (a put or a promotion) and in NVMe (written through, if admission agrees);
+ *            full tiers evict through their policy (src/evict.h); with leaf_first a block
+ *            with a resident child is not evictable (the engine evicts suffixes first, a
+ *            suffix being useless without its prefix);
+ *   queue    one GPU serves prefills first-come first-served at the trace's arrival times;
+ *            TTFT = queueing + restore + recompute, against the same queue with no cache;
+ *            with prefetch, a request's NVMe blocks are staged into DRAM while it waits.
+ * The cache state seen by a request includes every earlier arrival, even one still queued
+ * (a store that indexes a prompt when it is scheduled behaves that way).
+ *
+ * Belady (MIN) runs as a separate pass: next-use positions are precomputed backwards, a
+ * max-heap with lazy deletion finds the resident block used farthest in the future, and a
+ * block whose own next use is farther than all of them is not stored. Block ids that repeat
+ * mean the same prefix, so a parent's next use always precedes its child's and MIN keeps
+ * prefix-closed sets: its block hits are an upper bound for every policy's prefix hits.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+#include "evict.h"
+#include "internal.h"
+#include "sim.h"
+#include "sketch.h"
+
+#define NONE UINT32_MAX
+
+/* Dense indices for the trace's block ids, parents at first sight. */
+struct blocks {
+	uint32_t *idx;	  /* per trace id position: dense block index */
+	uint32_t *parent; /* per block: dense parent or NONE */
+	uint64_t *id;	  /* per block: trace id */
+	uint32_t n;
+};
+
+static uint64_t hid(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
+static void blocks_free(struct blocks *b)
+{
+	kvt__free(b->idx);
+	kvt__free(b->parent);
+	kvt__free(b->id);
+}
+
+static int blocks_build(const struct kvt_trace *t, struct blocks *b)
+{
+	memset(b, 0, sizeof(*b));
+	if (t->n_ids > UINT32_MAX / 2)
+		return -E2BIG;
+	uint64_t slots = 16;
+	while (slots < 2 * (uint64_t)t->n_ids)
+		slots <<= 1;
+	uint32_t *table = kvt__malloc(slots * sizeof(uint32_t));
+	b->idx = kvt__malloc((t->n_ids ? t->n_ids : 1) * sizeof(uint32_t));
+	b->parent = kvt__malloc((t->n_ids ? t->n_ids : 1) * sizeof(uint32_t));
+	b->id = kvt__malloc((t->n_ids ? t->n_ids : 1) * sizeof(uint64_t));
+	if (!table || !b->idx || !b->parent || !b->id) {
+		kvt__free(table);
+		blocks_free(b);
+		return -ENOMEM;
+	}
+	memset(table, 0xff, slots * sizeof(uint32_t));
+	for (size_t r = 0; r < t->n; r++) {
+		const struct kvt_trace_req *q = &t->req[r];
+		uint32_t prev = NONE;
+		for (uint32_t i = 0; i < q->n_blocks; i++) {
+			uint64_t id = t->ids[q->first + i];
+			uint64_t s = hid(id) & (slots - 1);
+			while (table[s] != NONE && b->id[table[s]] != id)
+				s = (s + 1) & (slots - 1);
+			if (table[s] == NONE) {
+				table[s] = b->n;
+				b->id[b->n] = id;
+				/* first sight fixes the parent; a later, inconsistent one is
+				 * ignored, which also keeps the parent relation acyclic */
+				b->parent[b->n] = prev;
+				b->n++;
+			}
+			b->idx[q->first + i] = prev = table[s];
+		}
+	}
+	kvt__free(table);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ tiers */
+
+struct tier {
+	struct kvt_evict *ev;
+	uint32_t cap, used;
+	uint32_t *slot_of;  /* per block: slot or NONE */
+	uint32_t *block_of; /* per slot */
+	uint32_t *free_slots;
+	uint32_t n_free;
+	uint32_t *children; /* per block: resident children in this tier */
+	const struct blocks *b;
+	bool leaf_first;
+};
+
+static void tier_free(struct tier *t)
+{
+	if (t->ev)
+		kvt__evict_destroy(t->ev);
+	kvt__free(t->slot_of);
+	kvt__free(t->block_of);
+	kvt__free(t->free_slots);
+	kvt__free(t->children);
+}
+
+static int tier_init(struct tier *t, const char *policy, uint64_t cap, const struct blocks *b,
+		     bool leaf_first)
+{
+	memset(t, 0, sizeof(*t));
+	t->b = b;
+	t->leaf_first = leaf_first;
+	if (!cap)
+		return 0;
+	cap = KVT_MIN(cap, (uint64_t)KVT_MAX(b->n, 1u)); /* more slots than blocks buys nothing */
+	t->cap = (uint32_t)cap;
+	int rc = kvt__evict_create(policy, t->cap, &t->ev);
+	if (rc < 0) {
+		t->ev = NULL;
+		return rc;
+	}
+	size_t nb = KVT_MAX(b->n, 1u);
+	t->slot_of = kvt__malloc(nb * sizeof(uint32_t));
+	t->block_of = kvt__malloc(cap * sizeof(uint32_t));
+	t->free_slots = kvt__malloc(cap * sizeof(uint32_t));
+	t->children = kvt__calloc(nb, sizeof(uint32_t));
+	if (!t->slot_of || !t->block_of || !t->free_slots || !t->children)
+		return -ENOMEM;
+	memset(t->slot_of, 0xff, nb * sizeof(uint32_t));
+	for (uint32_t i = 0; i < t->cap; i++)
+		t->free_slots[i] = t->cap - 1 - i;
+	t->n_free = t->cap;
+	return 0;
+}
+
+static bool leaf_ok(void *arg, uint32_t slot)
+{
+	struct tier *t = arg;
+	return t->children[t->block_of[slot]] == 0;
+}
+
+static bool any_ok(void *arg, uint32_t slot)
+{
+	(void)arg;
+	(void)slot;
+	return true;
+}
+
+static bool tier_has(const struct tier *t, uint32_t blk)
+{
+	return t->cap && t->slot_of[blk] != NONE;
+}
+
+static void tier_touch(struct tier *t, uint32_t blk)
+{
+	kvt__evict_touch(t->ev, t->slot_of[blk]);
+}
+
+/* Insert blk, evicting if full. Returns 1 if an eviction happened, <0 on error. */
+static int tier_insert(struct tier *t, uint32_t blk)
+{
+	int evicted = 0;
+	if (!t->n_free) {
+		int v = kvt__evict_victim(t->ev, t->leaf_first ? leaf_ok : any_ok, t);
+		if (v < 0) /* cannot happen with an acyclic parent relation; stay safe */
+			v = kvt__evict_victim(t->ev, any_ok, t);
+		if (v < 0 || (uint32_t)v >= t->cap)
+			return -ENOSPC;
+		uint32_t old = t->block_of[v];
+		t->slot_of[old] = NONE;
+		if (t->b->parent[old] != NONE)
+			t->children[t->b->parent[old]]--;
+		t->free_slots[t->n_free++] = (uint32_t)v;
+		evicted = 1;
+	}
+	uint32_t s = t->free_slots[--t->n_free];
+	t->slot_of[blk] = s;
+	t->block_of[s] = blk;
+	if (t->b->parent[blk] != NONE)
+		t->children[t->b->parent[blk]]++;
+	kvt__evict_insert(t->ev, s, hid(t->b->id[blk]) ^ 0x5bd1e995u);
+	return evicted;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double pct(const double *sorted, size_t n, double p)
+{
+	if (!n)
+		return 0;
+	size_t i = (size_t)ceil(p * (double)n) - 1;
+	return sorted[KVT_MIN(i, n - 1)];
+}
+
+static double ratio(uint64_t a, uint64_t b)
+{
+	return b ? (double)a / (double)b : 0;
+}
+
+/* ------------------------------------------------------------------ replay */
+
+int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
+		 struct kvt_sim_result *out)
+{
+	if (!t || !o || !out)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	out->belady_block_hit_ratio = out->belady_token_hit_ratio = -1;
+	uint64_t t0 = kvt__now_ns();
+	const char *policy = o->policy ? o->policy : KVT_SIM_DEFAULT_POLICY;
+	int cost_tier[KVT_SIM_TIERS] = {-1, -1};
+	if (o->cost) {
+		cost_tier[0] = kvt_cost_tier_index(o->cost, "dram");
+		cost_tier[1] = kvt_cost_tier_index(o->cost, "nvme");
+		if (cost_tier[0] < 0 || cost_tier[1] < 0)
+			return -EINVAL;
+	}
+	struct blocks b;
+	int rc = blocks_build(t, &b);
+	if (rc)
+		return rc;
+	struct tier tier[KVT_SIM_TIERS];
+	memset(tier, 0, sizeof(tier));
+	struct kvt_admit *admit = NULL;
+	double *ttft = NULL, *ttft0 = NULL;
+	int8_t *tiers = NULL;
+	uint32_t max_blocks = 0;
+	for (size_t r = 0; r < t->n; r++)
+		max_blocks = KVT_MAX(max_blocks, t->req[r].n_blocks);
+
+	uint64_t bt = t->block_tokens;
+	rc = tier_init(&tier[0], policy, o->dram_tokens / bt, &b, o->leaf_first);
+	if (!rc)
+		rc = tier_init(&tier[1], policy, o->nvme_tokens / bt, &b, o->leaf_first);
+	if (rc)
+		goto out;
+	out->capacity_blocks[0] = o->dram_tokens / bt;
+	out->capacity_blocks[1] = o->nvme_tokens / bt;
+	if (tier[1].cap &&
+	    (o->admit_min_freq > 1 || o->admit_min_prefix || (o->cost && o->admit_cost_check))) {
+		struct kvt_admit_cfg ac = {
+		    .min_freq = KVT_MAX(1u, o->admit_min_freq),
+		    .min_prefix_tokens = o->admit_min_prefix,
+		    .sketch_width = KVT_MAX((uint64_t)tier[1].cap, 1024u),
+		    .doorkeeper = true,
+		    .cost = o->admit_cost_check ? o->cost : NULL,
+		    .cost_tier = cost_tier[1],
+		};
+		if ((rc = kvt__admit_create(&ac, &admit)) < 0)
+			goto out;
+	}
+	ttft = kvt__malloc((t->n ? t->n : 1) * sizeof(double));
+	ttft0 = kvt__malloc((t->n ? t->n : 1) * sizeof(double));
+	tiers = kvt__malloc(KVT_MAX(max_blocks, 1u));
+	if (!ttft || !ttft0 || !tiers) {
+		rc = -ENOMEM;
+		goto out;
+	}
+
+	double bpt = o->cost ? (double)kvt_cost_kv_bytes_per_token(o->cost) : 0;
+	double gpu_free = 0, gpu0_free = 0; /* when the GPU finishes its queue, s */
+	for (size_t r = 0; r < t->n; r++) {
+		const struct kvt_trace_req *q = &t->req[r];
+		const uint32_t *blk = b.idx + q->first;
+		out->requests++;
+		out->blocks += q->n_blocks;
+		out->input_tokens += q->input_len;
+
+		/* lookup */
+		uint32_t hit = 0;
+		for (; hit < q->n_blocks; hit++) {
+			int where = tier_has(&tier[0], blk[hit])   ? 0
+				    : tier_has(&tier[1], blk[hit]) ? 1
+								   : -1;
+			if (where < 0)
+				break;
+			uint32_t len = kvt__trace_block_len(t, q, hit);
+			tiers[hit] = (int8_t)(o->cost ? cost_tier[where] : where);
+			out->tier_hit_blocks[where]++;
+			out->tier_hit_tokens[where] += len;
+			out->hit_tokens += len;
+		}
+		out->hit_blocks += hit;
+
+		/* plan and queue */
+		uint32_t load = hit;
+		if (o->cost) {
+			struct kvt_cost_plan plan;
+			kvt_cost_plan(o->cost, tiers, hit, t->block_tokens, q->input_len, &plan);
+			load = plan.load_chunks;
+			out->prefill_tokens_saved += plan.load_tokens;
+			double arrive = q->ts_ms / 1000.0;
+			double start = KVT_MAX(arrive, gpu_free), wait = start - arrive;
+			double restore = plan.restore_s;
+			uint64_t nv = plan.tier_bytes[cost_tier[1]];
+			if (o->prefetch && nv && wait > 0) {
+				/* staging runs at NVMe speed during the wait; what is staged
+				 * is then read from DRAM */
+				const struct kvt_tier_profile *np =
+				    &kvt__cost_params(o->cost)->tier[cost_tier[1]];
+				double stage = np->latency_s + (double)nv / np->read_Bps;
+				uint64_t moved =
+				    (uint64_t)((double)nv * KVT_MIN(1.0, wait / stage));
+				uint64_t by[KVT_MAX_TIERS];
+				memcpy(by, plan.tier_bytes, sizeof(by));
+				by[cost_tier[1]] -= moved;
+				by[cost_tier[0]] += moved;
+				restore = kvt__cost_restore_mix(o->cost, by);
+			}
+			double service = restore + plan.recompute_s;
+			gpu_free = start + service;
+			out->gpu_busy_s += service;
+			ttft[r] = gpu_free - arrive;
+			double start0 = KVT_MAX(arrive, gpu0_free);
+			gpu0_free = start0 + plan.no_cache_s;
+			out->nocache_gpu_busy_s += plan.no_cache_s;
+			ttft0[r] = gpu0_free - arrive;
+		} else {
+			for (uint32_t i = 0; i < hit; i++)
+				out->prefill_tokens_saved += kvt__trace_block_len(t, q, i);
+		}
+
+		/* store: every block inserted or touched, in order */
+		for (uint32_t i = 0; i < q->n_blocks; i++) {
+			uint32_t k = blk[i];
+			uint64_t bytes = (uint64_t)(bpt * kvt__trace_block_len(t, q, i));
+			bool in_dram = tier_has(&tier[0], k), in_nvme = tier_has(&tier[1], k);
+			if (i < load) /* read from where the lookup found it */
+				out->read_bytes[in_dram ? 0 : 1] += bytes;
+			if (admit)
+				kvt__admit_record(admit, hid(b.id[k]));
+			if (tier[0].cap) {
+				if (in_dram) {
+					tier_touch(&tier[0], k);
+				} else {
+					if ((rc = tier_insert(&tier[0], k)) < 0)
+						goto out;
+					out->evictions[0] += (uint64_t)rc;
+					out->inserts[0]++;
+					out->write_bytes[0] += bytes;
+				}
+			}
+			if (tier[1].cap) {
+				if (in_nvme) {
+					tier_touch(&tier[1], k);
+				} else if (admit &&
+					   kvt__admit_decide(admit, hid(b.id[k]), (uint64_t)i * bt,
+							     kvt__trace_block_len(t, q, i),
+							     bytes) != KVT_ADMIT_YES) {
+					out->nvme_writes_skipped++;
+				} else {
+					if ((rc = tier_insert(&tier[1], k)) < 0)
+						goto out;
+					out->evictions[1] += (uint64_t)rc;
+					out->inserts[1]++;
+					out->write_bytes[1] += bytes;
+				}
+			}
+		}
+		if (o->progress && (r % 4096 == 4095))
+			o->progress(o->progress_arg, r + 1, t->n);
+	}
+	rc = 0;
+
+	out->block_hit_ratio = ratio(out->hit_blocks, out->blocks);
+	out->token_hit_ratio = ratio(out->hit_tokens, out->input_tokens);
+	for (int i = 0; i < KVT_SIM_TIERS; i++) {
+		out->tier_block_hit_ratio[i] = ratio(out->tier_hit_blocks[i], out->blocks);
+		out->tier_token_hit_ratio[i] = ratio(out->tier_hit_tokens[i], out->input_tokens);
+	}
+	if (o->cost && t->n) {
+		double s0 = 0, s1 = 0;
+		for (size_t r = 0; r < t->n; r++) {
+			s0 += ttft[r];
+			s1 += ttft0[r];
+		}
+		out->ttft_mean_s = s0 / (double)t->n;
+		out->nocache_ttft_mean_s = s1 / (double)t->n;
+		qsort(ttft, t->n, sizeof(double), cmp_double);
+		qsort(ttft0, t->n, sizeof(double), cmp_double);
+		out->ttft_p50_s = pct(ttft, t->n, 0.50);
+		out->ttft_p99_s = pct(ttft, t->n, 0.99);
+		out->nocache_ttft_p50_s = pct(ttft0, t->n, 0.50);
+		out->nocache_ttft_p99_s = pct(ttft0, t->n, 0.99);
+	}
+	if (o->progress)
+		o->progress(o->progress_arg, t->n, t->n);
+	if (o->belady)
+		rc = kvt__sim_belady(t, out->capacity_blocks[0] + out->capacity_blocks[1],
+				     &out->belady_block_hit_ratio, &out->belady_token_hit_ratio);
+out:
+	kvt__admit_destroy(admit);
+	kvt__free(ttft);
+	kvt__free(ttft0);
+	kvt__free(tiers);
+	for (int i = 0; i < KVT_SIM_TIERS; i++)
+		tier_free(&tier[i]);
+	blocks_free(&b);
+	out->elapsed_s = (double)(kvt__now_ns() - t0) / 1e9;
+	return rc;
+}
+
+/* ------------------------------------------------------------------ Belady */
+
+struct heap_ent {
+	uint64_t next; /* position of next use; UINT64_MAX: never */
+	uint32_t blk;
+};
+
+struct heap {
+	struct heap_ent *e;
+	size_t n, cap;
+};
+
+static int heap_push(struct heap *h, uint64_t next, uint32_t blk)
+{
+	if (h->n == h->cap) {
+		size_t c = h->cap ? h->cap * 2 : 1024;
+		void *p = kvt__realloc(h->e, c * sizeof(*h->e));
+		if (!p)
+			return -ENOMEM;
+		h->e = p;
+		h->cap = c;
+	}
+	size_t i = h->n++;
+	while (i && h->e[(i - 1) / 2].next < next) {
+		h->e[i] = h->e[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h->e[i] = (struct heap_ent){next, blk};
+	return 0;
+}
+
+static struct heap_ent heap_pop(struct heap *h)
+{
+	struct heap_ent top = h->e[0], last = h->e[--h->n];
+	size_t i = 0;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= h->n)
+			break;
+		if (c + 1 < h->n && h->e[c + 1].next > h->e[c].next)
+			c++;
+		if (h->e[c].next <= last.next)
+			break;
+		h->e[i] = h->e[c];
+		i = c;
+	}
+	if (h->n)
+		h->e[i] = last;
+	return top;
+}
+
+int kvt__sim_belady(const struct kvt_trace *t, uint64_t capacity, double *block_ratio,
+		    double *token_ratio)
+{
+	struct blocks b;
+	int rc = blocks_build(t, &b);
+	if (rc)
+		return rc;
+	size_t n = t->n_ids;
+	uint64_t *next = kvt__malloc((n ? n : 1) * sizeof(uint64_t));
+	uint64_t *last = kvt__malloc((b.n ? b.n : 1) * sizeof(uint64_t));
+	uint64_t *cur = kvt__malloc((b.n ? b.n : 1) * sizeof(uint64_t)); /* resident: next use */
+	uint8_t *res = kvt__calloc(b.n ? b.n : 1, 1);
+	struct heap h = {0};
+	uint64_t hits = 0, blocks = 0, hit_tok = 0, tokens = 0, used = 0;
+	if (!next || !last || !cur || !res) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* requests are laid out in trace order in ids[], so the position is the index */
+	for (uint32_t i = 0; i < b.n; i++)
+		last[i] = UINT64_MAX;
+	for (size_t p = n; p-- > 0;) {
+		next[p] = last[b.idx[p]];
+		last[b.idx[p]] = p;
+	}
+	for (size_t r = 0; r < t->n; r++) {
+		const struct kvt_trace_req *q = &t->req[r];
+		uint32_t hit = 0;
+		while (hit < q->n_blocks && res[b.idx[q->first + hit]])
+			hit++;
+		for (uint32_t i = 0; i < hit; i++)
+			hit_tok += kvt__trace_block_len(t, q, i);
+		hits += hit;
+		blocks += q->n_blocks;
+		tokens += q->input_len;
+		for (uint32_t i = 0; i < q->n_blocks && capacity; i++) {
+			uint64_t pos = q->first + i;
+			uint32_t k = b.idx[pos];
+			if (res[k]) {
+				cur[k] = next[pos];
+				if ((rc = heap_push(&h, next[pos], k)))
+					goto out;
+				continue;
+			}
+			if (next[pos] == UINT64_MAX)
+				continue; /* never used again: storing it cannot help */
+			if (used == capacity) {
+				/* farthest-used resident block, skipping stale heap entries */
+				while (h.n && (!res[h.e[0].blk] || cur[h.e[0].blk] != h.e[0].next))
+					heap_pop(&h);
+				if (h.n && h.e[0].next <= next[pos])
+					continue; /* the new block is the farthest: do not store */
+				struct heap_ent v = heap_pop(&h);
+				res[v.blk] = 0;
+				used--;
+			}
+			res[k] = 1;
+			cur[k] = next[pos];
+			used++;
+			if ((rc = heap_push(&h, next[pos], k)))
+				goto out;
+			/* stale entries could grow the heap without bound on long traces */
+			if (h.n > 4 * (capacity + 1024) + n / 4) {
+				size_t w = 0;
+				for (size_t j = 0; j < h.n; j++)
+					if (res[h.e[j].blk] && cur[h.e[j].blk] == h.e[j].next)
+						h.e[w++] = h.e[j];
+				struct heap_ent *tmp = h.e;
+				size_t cnt = w;
+				h.n = 0;
+				for (size_t j = 0; j < cnt && !rc; j++) {
+					struct heap_ent e = tmp[j];
+					/* rebuild in place: pushing re-reads tmp[j] before writing
+					 * positions <= j, since h.n <= j at each step */
+					rc = heap_push(&h, e.next, e.blk);
+				}
+				if (rc)
+					goto out;
+			}
+		}
+	}
+	*block_ratio = ratio(hits, blocks);
+	if (token_ratio)
+		*token_ratio = ratio(hit_tok, tokens);
+out:
+	kvt__free(h.e);
+	kvt__free(next);
+	kvt__free(last);
+	kvt__free(cur);
+	kvt__free(res);
+	blocks_free(&b);
+	return rc;
+}

@@ -1,0 +1,66 @@
+/*
+ * sim.h - the metadata-only replay simulator behind `kvtier replay --simulate`: a DRAM and
+ * an NVMe tier of given capacities (in blocks of the trace's block_tokens), eviction
+ * policies through src/evict.h, optional admission to NVMe, offline Belady (MIN) as the
+ * bound, and a FIFO single-GPU queueing model that turns hits into TTFT with the cost model.
+ */
+#ifndef KVT_SIM_H
+#define KVT_SIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "trace.h"
+
+#define KVT_SIM_DEFAULT_POLICY "pslru"
+
+enum { KVT_SIM_DRAM = 0, KVT_SIM_NVME = 1, KVT_SIM_TIERS = 2 };
+
+struct kvt_cost;
+
+struct kvt_sim_opts {
+	const char *policy;   /* for both tiers; NULL: KVT_SIM_DEFAULT_POLICY */
+	uint64_t dram_tokens; /* capacity; 0 disables the tier */
+	uint64_t nvme_tokens;
+	bool leaf_first; /* evict only blocks with no resident child (the engine's rule) */
+	bool belady;	 /* also run MIN with capacity dram + nvme blocks */
+	const struct kvt_cost *cost; /* tiers "dram,nvme"; NULL: no bytes, no TTFT */
+	bool prefetch;		 /* stage NVMe hits into DRAM while a request waits in the queue */
+	uint32_t admit_min_freq; /* NVMe admission by frequency sketch; <= 1 admits all */
+	bool admit_cost_check;	 /* skip NVMe writes whose restore is slower than recompute */
+	uint64_t admit_min_prefix; /* skip NVMe writes of blocks ending before this token */
+	/* called every few thousand requests; may be NULL */
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
+};
+
+struct kvt_sim_result {
+	uint64_t requests, blocks, input_tokens;
+	uint64_t hit_blocks, hit_tokens;
+	uint64_t tier_hit_blocks[KVT_SIM_TIERS], tier_hit_tokens[KVT_SIM_TIERS];
+	double block_hit_ratio, token_hit_ratio;
+	double tier_block_hit_ratio[KVT_SIM_TIERS], tier_token_hit_ratio[KVT_SIM_TIERS];
+	double belady_block_hit_ratio; /* -1 when not run */
+	double belady_token_hit_ratio;
+	uint64_t capacity_blocks[KVT_SIM_TIERS];
+	uint64_t inserts[KVT_SIM_TIERS], evictions[KVT_SIM_TIERS];
+	uint64_t nvme_writes_skipped;
+	/* with a cost model */
+	uint64_t read_bytes[KVT_SIM_TIERS], write_bytes[KVT_SIM_TIERS];
+	uint64_t prefill_tokens_saved; /* tokens restored instead of recomputed */
+	double ttft_p50_s, ttft_p99_s, ttft_mean_s;
+	double nocache_ttft_p50_s, nocache_ttft_p99_s, nocache_ttft_mean_s;
+	double gpu_busy_s, nocache_gpu_busy_s;
+	double elapsed_s; /* wall time of the simulation */
+};
+
+/* Run the trace once. -EINVAL bad options or unknown policy, -ENOMEM. */
+int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
+		 struct kvt_sim_result *out);
+/* MIN alone: block and token hit ratios of an offline-optimal cache of capacity blocks
+ * under the same prefix-hit rule (evicts the block used farthest in the future, never
+ * stores one it would evict first). */
+int kvt__sim_belady(const struct kvt_trace *t, uint64_t capacity_blocks, double *block_ratio,
+		    double *token_ratio);
+
+#endif

@@ -1,0 +1,238 @@
+/*
+ * sketch.c - admission for deeper tiers. Writing a chunk to NVMe costs endurance and
+ * bandwidth, and most chunks (one user's unique question, an agent's one-off tool output)
+ * are never read again; a chunk that has been seen a few times recently is likely to be
+ * seen again. Counting that exactly would need a table as large as the key space, so this
+ * is a count-min sketch (TinyLFU, Einziger et al.): 4 rows of small saturating counters,
+ * each key hashed to one counter per row, the estimate the smallest of the four; every
+ * 10 x width additions all counters are halved, which turns counts into a recency-weighted
+ * popularity and bounds the error. Updates are conservative (only counters equal to the
+ * minimum grow), which keeps over-estimates low. An optional doorkeeper Bloom filter takes
+ * the first sighting of a key so one-off keys do not occupy the counters.
+ *
+ * The admission decision layers the cheap checks around the sketch: minimum prefix length,
+ * the cost model's "recomputing this chunk is cheaper than restoring it from that tier",
+ * and the caller's write budget, asked last so it is charged only for real writes.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "cost.h"
+#include "sketch.h"
+
+#define ROWS 4
+
+struct kvt_sketch {
+	uint8_t *cnt; /* ROWS * width */
+	uint64_t *door;
+	uint64_t width, mask, door_bits;
+	uint64_t adds, period, halvings;
+	uint32_t max;
+};
+
+static uint64_t mix(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return x;
+}
+
+int kvt__sketch_create(uint64_t width, uint32_t max_count, bool doorkeeper, struct kvt_sketch **out)
+{
+	if (!out || !max_count || max_count > 255 || width > (1ull << 32))
+		return -EINVAL;
+	uint64_t w = 64;
+	while (w < width)
+		w <<= 1;
+	struct kvt_sketch *s = kvt__calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cnt = kvt__calloc(ROWS, w);
+	if (!s->cnt)
+		goto fail;
+	if (doorkeeper) {
+		s->door_bits = w * 8;
+		s->door = kvt__calloc(s->door_bits / 64, sizeof(uint64_t));
+		if (!s->door)
+			goto fail;
+	}
+	s->width = w;
+	s->mask = w - 1;
+	s->period = 10 * w;
+	s->max = max_count;
+	*out = s;
+	return 0;
+fail:
+	kvt__free(s->cnt);
+	kvt__free(s);
+	return -ENOMEM;
+}
+
+void kvt__sketch_destroy(struct kvt_sketch *s)
+{
+	if (!s)
+		return;
+	kvt__free(s->door);
+	kvt__free(s->cnt);
+	kvt__free(s);
+}
+
+uint64_t kvt__sketch_width(const struct kvt_sketch *s)
+{
+	return s->width;
+}
+
+uint64_t kvt__sketch_halvings(const struct kvt_sketch *s)
+{
+	return s->halvings;
+}
+
+/* Row r's counter: one 64-bit mix split into four independent-enough indices, each row
+ * with its own seed so collisions in one row are unlikely to repeat in another. */
+static uint64_t slot(const struct kvt_sketch *s, uint64_t h, int r)
+{
+	uint64_t x = mix(h + 0x9e3779b97f4a7c15ull * (uint64_t)(r + 1));
+	return (uint64_t)r * s->width + (x & s->mask);
+}
+
+static bool door_test(const struct kvt_sketch *s, uint64_t h)
+{
+	uint64_t x = mix(h ^ 0xd6e8feb86659fd93ull);
+	uint64_t a = x % s->door_bits, b = (x >> 32) % s->door_bits;
+	return (s->door[a / 64] >> (a % 64) & 1) && (s->door[b / 64] >> (b % 64) & 1);
+}
+
+static void door_set(struct kvt_sketch *s, uint64_t h)
+{
+	uint64_t x = mix(h ^ 0xd6e8feb86659fd93ull);
+	uint64_t a = x % s->door_bits, b = (x >> 32) % s->door_bits;
+	s->door[a / 64] |= 1ull << (a % 64);
+	s->door[b / 64] |= 1ull << (b % 64);
+}
+
+static uint32_t raw_min(const struct kvt_sketch *s, uint64_t h)
+{
+	uint32_t m = 255;
+	for (int r = 0; r < ROWS; r++) {
+		uint8_t c = s->cnt[slot(s, h, r)];
+		if (c < m)
+			m = c;
+	}
+	return m;
+}
+
+uint32_t kvt__sketch_estimate(const struct kvt_sketch *s, uint64_t h)
+{
+	uint32_t e = raw_min(s, h);
+	if (s->door && door_test(s, h))
+		e++;
+	return KVT_MIN(e, s->max);
+}
+
+void kvt__sketch_halve(struct kvt_sketch *s)
+{
+	for (uint64_t i = 0; i < ROWS * s->width; i++)
+		s->cnt[i] >>= 1;
+	if (s->door)
+		memset(s->door, 0, s->door_bits / 8);
+	s->adds /= 2;
+	s->halvings++;
+}
+
+uint32_t kvt__sketch_add(struct kvt_sketch *s, uint64_t h)
+{
+	if (s->door && !door_test(s, h)) {
+		door_set(s, h);
+	} else {
+		uint32_t m = raw_min(s, h);
+		/* the doorkeeper already stands for one access */
+		uint32_t cap = s->door ? s->max - 1 : s->max;
+		if (m < cap)
+			for (int r = 0; r < ROWS; r++) {
+				uint8_t *c = &s->cnt[slot(s, h, r)];
+				if (*c == m)
+					(*c)++;
+			}
+	}
+	if (++s->adds >= s->period)
+		kvt__sketch_halve(s);
+	return kvt__sketch_estimate(s, h);
+}
+
+/* ------------------------------------------------------------------ admission */
+
+struct kvt_admit {
+	struct kvt_admit_cfg cfg;
+	struct kvt_sketch *sketch;
+};
+
+int kvt__admit_create(const struct kvt_admit_cfg *cfg, struct kvt_admit **out)
+{
+	if (!cfg || !out || !cfg->min_freq || cfg->min_freq > 255)
+		return -EINVAL;
+	if (cfg->cost && (cfg->cost_tier < 0 || cfg->cost_tier >= kvt_cost_tier_count(cfg->cost)))
+		return -EINVAL;
+	struct kvt_admit *a = kvt__calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	a->cfg = *cfg;
+	uint32_t max = KVT_MAX(15u, cfg->min_freq);
+	int rc = kvt__sketch_create(cfg->sketch_width ? cfg->sketch_width : 4096, max,
+				    cfg->doorkeeper, &a->sketch);
+	if (rc < 0) {
+		kvt__free(a);
+		return rc;
+	}
+	*out = a;
+	return 0;
+}
+
+void kvt__admit_destroy(struct kvt_admit *a)
+{
+	if (!a)
+		return;
+	kvt__sketch_destroy(a->sketch);
+	kvt__free(a);
+}
+
+struct kvt_sketch *kvt__admit_sketch(struct kvt_admit *a)
+{
+	return a->sketch;
+}
+
+void kvt__admit_record(struct kvt_admit *a, uint64_t khash)
+{
+	kvt__sketch_add(a->sketch, khash);
+}
+
+int kvt__admit_decide(struct kvt_admit *a, uint64_t khash, uint64_t begin, uint32_t n_tokens,
+		      uint64_t bytes)
+{
+	const struct kvt_admit_cfg *c = &a->cfg;
+	if (begin + n_tokens < c->min_prefix_tokens)
+		return KVT_ADMIT_SHORT;
+	if (c->min_freq > 1 && kvt__sketch_estimate(a->sketch, khash) < c->min_freq)
+		return KVT_ADMIT_COLD;
+	if (c->cost) {
+		/* The chunk is read as part of its prefix, so its latency is shared with the
+		 * chunks before it: compare its marginal restore time with the recompute time
+		 * of its tokens at their position, which grows with the position. */
+		double restore = kvt_cost_restore_s(c->cost, c->cost_tier, begin + n_tokens) -
+				 kvt_cost_restore_s(c->cost, c->cost_tier, begin);
+		if (restore >= kvt_cost_recompute_s(c->cost, begin, begin + n_tokens))
+			return KVT_ADMIT_RECOMPUTE;
+	}
+	if (c->budget && !c->budget(c->budget_arg, bytes))
+		return KVT_ADMIT_BUDGET;
+	return KVT_ADMIT_YES;
+}
+
+const char *kvt__admit_verdict_name(int verdict)
+{
+	static const char *names[] = {"admit", "cold", "short-prefix", "recompute-cheaper",
+				      "write-budget"};
+	return verdict >= 0 && verdict < (int)KVT_ARRAY_SIZE(names) ? names[verdict] : "?";
+}

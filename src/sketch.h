@@ -1,0 +1,74 @@
+/*
+ * sketch.h - admission: a count-min frequency sketch with periodic halving (TinyLFU), an
+ * optional doorkeeper Bloom filter, and the decision whether a chunk is worth writing to a
+ * deeper tier (frequency, minimum prefix length, write budget, cost model). Pure logic;
+ * not thread-safe (the owner locks).
+ */
+#ifndef KVT_SKETCH_H
+#define KVT_SKETCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+struct kvt_sketch;
+
+/* width: counters per row (rounded up to a power of two, at least 64); max_count: where a
+ * counter saturates (1..255; TinyLFU uses 15); after 10 * width additions every counter is
+ * halved (and the doorkeeper cleared), so old popularity fades. -EINVAL, -ENOMEM. */
+int kvt__sketch_create(uint64_t width, uint32_t max_count, bool doorkeeper,
+		       struct kvt_sketch **out);
+void kvt__sketch_destroy(struct kvt_sketch *s);
+/* Record one access of h; returns the estimate after it. */
+uint32_t kvt__sketch_add(struct kvt_sketch *s, uint64_t h);
+/* Estimated accesses of h since it was last forgotten: never below the true count (up to
+ * max_count) unless halving happened in between. */
+uint32_t kvt__sketch_estimate(const struct kvt_sketch *s, uint64_t h);
+/* Halve every counter now (done automatically every 10 * width additions). */
+void kvt__sketch_halve(struct kvt_sketch *s);
+uint64_t kvt__sketch_width(const struct kvt_sketch *s);
+uint64_t kvt__sketch_halvings(const struct kvt_sketch *s);
+
+/* ---- admission to a deeper tier */
+
+struct kvt_cost;
+
+enum kvt_admit_verdict {
+	KVT_ADMIT_YES = 0,
+	KVT_ADMIT_COLD = 1,	 /* frequency estimate below min_freq */
+	KVT_ADMIT_SHORT = 2,	 /* the chunk ends before min_prefix_tokens */
+	KVT_ADMIT_RECOMPUTE = 3, /* restoring it from the tier is slower than recomputing it */
+	KVT_ADMIT_BUDGET = 4,	 /* the write budget refuses the bytes */
+};
+
+/* May bytes be written now? (an NVMe endurance budget, a rate limit). It should account
+ * the bytes when it says yes. */
+typedef bool (*kvt_budget_fn)(void *arg, uint64_t bytes);
+
+struct kvt_admit_cfg {
+	uint32_t min_freq;	    /* 1: no frequency filter */
+	uint64_t min_prefix_tokens; /* 0: none */
+	uint64_t sketch_width;	    /* counters per row (see kvt__sketch_create) */
+	bool doorkeeper;
+	const struct kvt_cost *cost; /* NULL: no cost check */
+	int cost_tier;		     /* the tier's index in the cost model */
+	kvt_budget_fn budget;	     /* NULL: unlimited */
+	void *budget_arg;
+};
+
+struct kvt_admit;
+
+int kvt__admit_create(const struct kvt_admit_cfg *cfg, struct kvt_admit **out);
+void kvt__admit_destroy(struct kvt_admit *a);
+/* Count an access of a chunk (every lookup hit or put sees it once). */
+void kvt__admit_record(struct kvt_admit *a, uint64_t khash);
+/* Should the chunk with tokens [begin, begin + n_tokens) of its prompt, bytes long, be
+ * written to the tier? The checks run cheapest first; the budget is asked last, so it is
+ * only charged for writes that happen. Returns an enum kvt_admit_verdict. */
+int kvt__admit_decide(struct kvt_admit *a, uint64_t khash, uint64_t begin, uint32_t n_tokens,
+		      uint64_t bytes);
+const char *kvt__admit_verdict_name(int verdict);
+struct kvt_sketch *kvt__admit_sketch(struct kvt_admit *a);
+
+#endif

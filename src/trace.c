@@ -1,0 +1,958 @@
+/*
+ * trace.c - reading and generating request traces (src/trace.h).
+ *
+ * The parser is hand-written for exactly the Mooncake schema rather than a general JSON
+ * library: a trace is untrusted input that can be gigabytes long, and a schema-bound
+ * parser can check every bound before it allocates (a hash_ids array is counted against
+ * KVT_TRACE_MAX_BLOCKS and against what input_length allows while it is being read), can
+ * name the line and the field that is wrong, and needs no DOM. It accepts standard JSON
+ * for the object on each line: unknown fields of any JSON type are skipped (nesting
+ * bounded), duplicate known fields are an error, numbers where integers belong must be
+ * plain non-negative integers.
+ *
+ * The generator builds prompts from segments (a system prompt, a document, a user turn, a
+ * tool result), each with a unique id, and hashes each block_tokens window of the prompt,
+ * chained with the previous block's id: exactly the prefix-chained ids a real tokenizer +
+ * block hasher produce, including a partial last block whose id changes when the prompt
+ * grows. Randomness is one xoshiro256** stream from the seed, so a seed is a trace.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "trace.h"
+
+int kvt__trace_create(uint32_t block_tokens, struct kvt_trace **out)
+{
+	if (!out || !block_tokens || block_tokens > 65536)
+		return -EINVAL;
+	struct kvt_trace *t = kvt__calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->block_tokens = block_tokens;
+	*out = t;
+	return 0;
+}
+
+void kvt__trace_destroy(struct kvt_trace *t)
+{
+	if (!t)
+		return;
+	kvt__free(t->req);
+	kvt__free(t->ids);
+	kvt__free(t);
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t size)
+{
+	if (need <= *cap)
+		return 0;
+	size_t c = *cap ? *cap : 256;
+	while (c < need)
+		c *= 2;
+	void *q = kvt__realloc(*p, c * size);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = c;
+	return 0;
+}
+
+static uint64_t max_blocks(const struct kvt_trace *t, uint32_t input_len)
+{
+	return ((uint64_t)input_len + t->block_tokens - 1) / t->block_tokens;
+}
+
+int kvt__trace_add(struct kvt_trace *t, double ts_ms, uint32_t input_len, uint32_t output_len,
+		   const uint64_t *ids, uint32_t n_blocks)
+{
+	if (!(ts_ms >= 0 && ts_ms <= KVT_TRACE_MAX_TS_MS) || !input_len ||
+	    input_len > KVT_TRACE_MAX_INPUT || output_len > KVT_TRACE_MAX_OUTPUT ||
+	    n_blocks > KVT_TRACE_MAX_BLOCKS || n_blocks > max_blocks(t, input_len))
+		return -EINVAL;
+	if (t->n >= KVT_TRACE_MAX_REQUESTS)
+		return -E2BIG;
+	if (grow((void **)&t->req, &t->cap, t->n + 1, sizeof(*t->req)) ||
+	    grow((void **)&t->ids, &t->ids_cap, t->n_ids + n_blocks, sizeof(*t->ids)))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n_blocks; i++)
+		if (ids[i] > KVT_TRACE_MAX_ID)
+			return -EINVAL;
+	memcpy(t->ids + t->n_ids, ids, (size_t)n_blocks * sizeof(*ids));
+	t->req[t->n++] = (struct kvt_trace_req){ts_ms, input_len, output_len, n_blocks, t->n_ids};
+	t->n_ids += n_blocks;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ parser */
+
+struct lex {
+	const char *p, *end;
+	char *err;
+	size_t errlen;
+	size_t line;
+	int rc;
+};
+
+__attribute__((format(printf, 2, 3))) static int fail(struct lex *l, const char *fmt, ...)
+{
+	if (l->rc)
+		return l->rc;
+	char why[200];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (l->err && l->errlen)
+		snprintf(l->err, l->errlen, "line %zu: %s", l->line, why);
+	l->rc = -EINVAL;
+	return l->rc;
+}
+
+static void ws(struct lex *l)
+{
+	while (l->p < l->end && (*l->p == ' ' || *l->p == '\t' || *l->p == '\r' || *l->p == '\n'))
+		l->p++;
+}
+
+static bool eat(struct lex *l, char c)
+{
+	ws(l);
+	if (l->p < l->end && *l->p == c) {
+		l->p++;
+		return true;
+	}
+	return false;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* A JSON string; its ASCII-decoded form (escapes resolved, non-ASCII kept as bytes) goes
+ * to out when it fits, else out is "" (only field names are ever compared). */
+static int string(struct lex *l, char *out, size_t outlen)
+{
+	size_t o = 0;
+	bool fits = true;
+	if (!eat(l, '"'))
+		return fail(l, "expected a string");
+	while (l->p < l->end && *l->p != '"') {
+		unsigned char c = (unsigned char)*l->p++;
+		if (c < 0x20)
+			return fail(l, "control character in a string");
+		if (c == '\\') {
+			if (l->p >= l->end)
+				break;
+			char e = *l->p++;
+			switch (e) {
+			case '"':
+			case '\\':
+			case '/':
+				c = (unsigned char)e;
+				break;
+			case 'b':
+				c = '\b';
+				break;
+			case 'f':
+				c = '\f';
+				break;
+			case 'n':
+				c = '\n';
+				break;
+			case 'r':
+				c = '\r';
+				break;
+			case 't':
+				c = '\t';
+				break;
+			case 'u': {
+				unsigned v = 0;
+				for (int i = 0; i < 4; i++) {
+					int h = l->p < l->end ? hexval(*l->p) : -1;
+					if (h < 0)
+						return fail(l, "bad \\u escape in a string");
+					v = v * 16 + (unsigned)h;
+					l->p++;
+				}
+				c = v < 0x80 ? (unsigned char)v : '?';
+				break;
+			}
+			default:
+				return fail(l, "bad escape '\\%c' in a string", e);
+			}
+		}
+		if (o + 1 < outlen)
+			out[o++] = (char)c;
+		else
+			fits = false;
+	}
+	if (l->p >= l->end)
+		return fail(l, "unterminated string");
+	l->p++;
+	if (outlen)
+		out[fits ? o : 0] = 0;
+	return 0;
+}
+
+/* A plain non-negative integer (no sign, fraction or exponent) <= max. A fraction is
+ * allowed (and truncated) when *frac is non-NULL. */
+static int integer(struct lex *l, const char *field, uint64_t max, double *frac, uint64_t *out)
+{
+	ws(l);
+	if (l->p < l->end && *l->p == '-')
+		return fail(l, "%s must not be negative", field);
+	if (l->p >= l->end || *l->p < '0' || *l->p > '9')
+		return fail(l, "%s must be a non-negative integer", field);
+	if (*l->p == '0' && l->p + 1 < l->end && l->p[1] >= '0' && l->p[1] <= '9')
+		return fail(l, "%s: leading zero in a number", field);
+	uint64_t v = 0;
+	while (l->p < l->end && *l->p >= '0' && *l->p <= '9') {
+		unsigned d = (unsigned)(*l->p++ - '0');
+		if (v > (max - d) / 10)
+			return fail(l, "%s is too large (at most %llu)", field,
+				    (unsigned long long)max);
+		v = v * 10 + d;
+	}
+	double f = 0;
+	if (l->p < l->end && *l->p == '.') {
+		if (!frac)
+			return fail(l, "%s must be an integer", field);
+		l->p++;
+		double scale = 0.1;
+		if (l->p >= l->end || *l->p < '0' || *l->p > '9')
+			return fail(l, "%s: bad number", field);
+		while (l->p < l->end && *l->p >= '0' && *l->p <= '9') {
+			f += (*l->p++ - '0') * scale;
+			scale /= 10;
+		}
+	}
+	if (l->p < l->end && (*l->p == 'e' || *l->p == 'E'))
+		return fail(l, "%s: exponents are not accepted", field);
+	if (frac)
+		*frac = f;
+	*out = v;
+	return 0;
+}
+
+/* Skip any JSON value (an unknown field's), nesting bounded. */
+static int skip_value(struct lex *l, int depth)
+{
+	if (depth > 32)
+		return fail(l, "values nested too deeply");
+	ws(l);
+	if (l->p >= l->end)
+		return fail(l, "truncated value");
+	char c = *l->p;
+	if (c == '"') {
+		char dummy[1];
+		return string(l, dummy, 0);
+	}
+	if (c == '{' || c == '[') {
+		char close = c == '{' ? '}' : ']';
+		l->p++;
+		if (eat(l, close))
+			return 0;
+		do {
+			if (c == '{') {
+				char dummy[1];
+				if (string(l, dummy, 0) || !eat(l, ':'))
+					return fail(l, "expected \"name\": in an object");
+			}
+			if (skip_value(l, depth + 1))
+				return l->rc;
+		} while (eat(l, ','));
+		if (!eat(l, close))
+			return fail(l, "expected ',' or '%c'", close);
+		return 0;
+	}
+	static const char *lits[] = {"true", "false", "null"};
+	for (int i = 0; i < 3; i++) {
+		size_t n = strlen(lits[i]);
+		if ((size_t)(l->end - l->p) >= n && !memcmp(l->p, lits[i], n)) {
+			l->p += n;
+			return 0;
+		}
+	}
+	if (c == '-' || (c >= '0' && c <= '9')) {
+		const char *s = l->p;
+		if (*l->p == '-')
+			l->p++;
+		size_t digits = 0;
+		while (l->p < l->end &&
+		       ((*l->p >= '0' && *l->p <= '9') || *l->p == '.' || *l->p == 'e' ||
+			*l->p == 'E' || *l->p == '+' || *l->p == '-')) {
+			l->p++;
+			digits++;
+		}
+		char num[64];
+		size_t n = (size_t)(l->p - s);
+		if (!digits || n >= sizeof(num))
+			return fail(l, "bad number");
+		memcpy(num, s, n);
+		num[n] = 0;
+		char *e;
+		strtod(num, &e);
+		if (*e)
+			return fail(l, "bad number");
+		return 0;
+	}
+	return fail(l, "unexpected character '%c'", c >= 0x20 && c < 0x7f ? c : '?');
+}
+
+enum { F_TS = 1, F_IN = 2, F_OUT = 4, F_IDS = 8 };
+
+/* One line holding one object. ids is scratch of KVT_TRACE_MAX_BLOCKS entries. */
+static int parse_object(struct lex *l, struct kvt_trace *t, uint64_t *ids, double last_ts)
+{
+	unsigned seen = 0;
+	double ts = 0;
+	uint64_t in = 0, out = 0, n_ids = 0;
+	if (!eat(l, '{'))
+		return fail(l, "expected '{' (one JSON object per line)");
+	if (!eat(l, '}')) {
+		do {
+			char key[32];
+			unsigned bit = 0;
+			if (string(l, key, sizeof(key)))
+				return l->rc;
+			if (!eat(l, ':'))
+				return fail(l, "expected ':' after \"%s\"", key);
+			if (!strcmp(key, "timestamp"))
+				bit = F_TS;
+			else if (!strcmp(key, "input_length"))
+				bit = F_IN;
+			else if (!strcmp(key, "output_length"))
+				bit = F_OUT;
+			else if (!strcmp(key, "hash_ids"))
+				bit = F_IDS;
+			if (bit & seen)
+				return fail(l, "duplicate field \"%s\"", key);
+			seen |= bit;
+			uint64_t v;
+			double frac;
+			switch (bit) {
+			case F_TS:
+				if (integer(l, "timestamp", (uint64_t)KVT_TRACE_MAX_TS_MS, &frac,
+					    &v))
+					return l->rc;
+				ts = (double)v + frac;
+				break;
+			case F_IN:
+				if (integer(l, "input_length", KVT_TRACE_MAX_INPUT, NULL, &in))
+					return l->rc;
+				break;
+			case F_OUT:
+				if (integer(l, "output_length", KVT_TRACE_MAX_OUTPUT, NULL, &out))
+					return l->rc;
+				break;
+			case F_IDS:
+				if (!eat(l, '['))
+					return fail(l, "hash_ids must be an array of integers");
+				if (eat(l, ']'))
+					break;
+				do {
+					if (n_ids >= KVT_TRACE_MAX_BLOCKS)
+						return fail(l, "hash_ids has more than %u entries",
+							    KVT_TRACE_MAX_BLOCKS);
+					if (integer(l, "hash_ids entry", KVT_TRACE_MAX_ID, NULL,
+						    &ids[n_ids]))
+						return l->rc;
+					n_ids++;
+				} while (eat(l, ','));
+				if (!eat(l, ']'))
+					return fail(l, "expected ',' or ']' in hash_ids");
+				break;
+			default:
+				if (skip_value(l, 0))
+					return l->rc;
+			}
+		} while (eat(l, ','));
+		if (!eat(l, '}'))
+			return fail(l, "expected ',' or '}'");
+	}
+	ws(l);
+	if (l->p != l->end)
+		return fail(l, "text after the object");
+	static const char *names[] = {"timestamp", "input_length", "output_length", "hash_ids"};
+	for (int i = 0; i < 4; i++)
+		if (!(seen & (1u << i)))
+			return fail(l, "missing field \"%s\"", names[i]);
+	if (!in)
+		return fail(l, "input_length must be at least 1");
+	if (ts < last_ts)
+		return fail(l, "timestamp %.3f is before the previous line's %.3f", ts, last_ts);
+	if (n_ids > max_blocks(t, (uint32_t)in))
+		return fail(l, "hash_ids has %llu blocks but input_length %llu fills at most %llu",
+			    (unsigned long long)n_ids, (unsigned long long)in,
+			    (unsigned long long)max_blocks(t, (uint32_t)in));
+	int rc = kvt__trace_add(t, ts, (uint32_t)in, (uint32_t)out, ids, (uint32_t)n_ids);
+	if (rc == -E2BIG) {
+		fail(l, "more than %u requests", KVT_TRACE_MAX_REQUESTS);
+		return l->rc = -E2BIG;
+	}
+	if (rc < 0) {
+		fail(l, "%s", kvt_strerror(rc));
+		return l->rc = rc;
+	}
+	return 0;
+}
+
+int kvt__trace_parse(struct kvt_trace *t, const char *buf, size_t len, char *err, size_t errlen)
+{
+	if (!t || (!buf && len))
+		return -EINVAL;
+	uint64_t *ids = kvt__malloc(KVT_TRACE_MAX_BLOCKS * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	struct lex l = {.err = err, .errlen = errlen};
+	const char *p = buf, *end = buf + len;
+	int rc = 0;
+	double last_ts = t->n ? t->req[t->n - 1].ts_ms : 0;
+	while (p < end && !rc) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *eol = nl ? nl : end;
+		l.line++;
+		l.p = p;
+		l.end = eol;
+		l.rc = 0;
+		if ((size_t)(eol - p) > KVT_TRACE_MAX_LINE) {
+			fail(&l, "line longer than %u bytes", KVT_TRACE_MAX_LINE);
+			rc = -E2BIG;
+			break;
+		}
+		if (memchr(p, 0, (size_t)(eol - p))) {
+			rc = fail(&l, "NUL byte in the line");
+			break;
+		}
+		ws(&l);
+		if (l.p != l.end) {
+			rc = parse_object(&l, t, ids, last_ts);
+			if (!rc)
+				last_ts = t->req[t->n - 1].ts_ms;
+		}
+		p = nl ? nl + 1 : end;
+	}
+	kvt__free(ids);
+	return rc;
+}
+
+int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t errlen)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	if (!f) {
+		int e = errno;
+		if (err && errlen)
+			snprintf(err, errlen, "%s: %s", path, strerror(e));
+		return -e;
+	}
+	size_t cap = 1 << 20, len = 0;
+	char *buf = kvt__malloc(cap);
+	int rc = 0;
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (;;) {
+		if (len == cap) {
+			char *q = kvt__realloc(buf, cap * 2);
+			if (!q) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			buf = q;
+			cap *= 2;
+		}
+		size_t n = fread(buf + len, 1, cap - len, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	if (ferror(f)) {
+		rc = -EIO;
+		if (err && errlen)
+			snprintf(err, errlen, "%s: read error", path);
+		goto out;
+	}
+	rc = kvt__trace_parse(t, buf, len, err, errlen);
+out:
+	kvt__free(buf);
+	if (f != stdin)
+		fclose(f);
+	return rc;
+}
+
+int kvt__trace_write(const struct kvt_trace *t, FILE *f)
+{
+	for (size_t i = 0; i < t->n; i++) {
+		const struct kvt_trace_req *r = &t->req[i];
+		const uint64_t *ids = kvt__trace_blocks(t, r);
+		if (r->ts_ms == floor(r->ts_ms))
+			fprintf(f, "{\"timestamp\": %.0f", r->ts_ms);
+		else
+			fprintf(f, "{\"timestamp\": %.3f", r->ts_ms);
+		fprintf(f, ", \"input_length\": %u, \"output_length\": %u, \"hash_ids\": [",
+			r->input_len, r->output_len);
+		for (uint32_t b = 0; b < r->n_blocks; b++)
+			fprintf(f, "%s%llu", b ? ", " : "", (unsigned long long)ids[b]);
+		fputs("]}\n", f);
+	}
+	return ferror(f) ? -EIO : 0;
+}
+
+/* ------------------------------------------------------------------ generator */
+
+struct rng {
+	uint64_t s[4];
+};
+
+static uint64_t splitmix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void rng_seed(struct rng *r, uint64_t seed)
+{
+	for (int i = 0; i < 4; i++)
+		r->s[i] = splitmix(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t rnext(struct rng *r)
+{
+	uint64_t *s = r->s, res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return res;
+}
+
+static double runif(struct rng *r) /* [0, 1) */
+{
+	return (double)(rnext(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static uint32_t rrange(struct rng *r, uint32_t lo, uint32_t hi) /* [lo, hi] */
+{
+	if (hi <= lo)
+		return lo;
+	return lo + (uint32_t)(runif(r) * (double)(hi - lo + 1));
+}
+
+static double rexp(struct rng *r, double mean)
+{
+	return -mean * log(1.0 - runif(r));
+}
+
+/* Zipf over n items by inverse CDF on a precomputed table. */
+struct zipf {
+	double *cdf;
+	uint32_t n;
+};
+
+static int zipf_init(struct zipf *z, uint32_t n, double s)
+{
+	z->n = n;
+	z->cdf = kvt__malloc((size_t)n * sizeof(double));
+	if (!z->cdf)
+		return -ENOMEM;
+	double sum = 0;
+	for (uint32_t i = 0; i < n; i++)
+		z->cdf[i] = sum += 1.0 / pow((double)(i + 1), s);
+	for (uint32_t i = 0; i < n; i++)
+		z->cdf[i] /= sum;
+	return 0;
+}
+
+static uint32_t zipf_draw(const struct zipf *z, struct rng *r)
+{
+	double u = runif(r);
+	uint32_t lo = 0, hi = z->n - 1;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (z->cdf[mid] < u)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* A prompt under construction: segments of distinct content. */
+struct seg {
+	uint64_t id;
+	uint32_t len;
+};
+
+struct prompt {
+	struct seg *seg;
+	size_t n, cap;
+	uint64_t tokens;
+};
+
+static int prompt_add(struct prompt *p, uint64_t id, uint32_t len)
+{
+	if (!len)
+		return 0;
+	if (grow((void **)&p->seg, &p->cap, p->n + 1, sizeof(*p->seg)))
+		return -ENOMEM;
+	p->seg[p->n++] = (struct seg){id, len};
+	p->tokens += len;
+	return 0;
+}
+
+static uint64_t hmix(uint64_t h, uint64_t v)
+{
+	uint64_t x = h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+	return splitmix(&x);
+}
+
+/* A pending request of one session, before sorting by time. */
+struct gen_req {
+	double ts;
+	uint32_t in, out, n_blocks;
+	uint64_t first;
+};
+
+struct gen {
+	const struct kvt_gen_opts *o;
+	struct rng r;
+	struct gen_req *req;
+	size_t n, cap;
+	uint64_t *ids;
+	size_t n_ids, ids_cap;
+	uint64_t next_seg;
+};
+
+/* Record a request whose prompt is p (truncated to KVT_TRACE_MAX_INPUT tokens). */
+static int emit(struct gen *g, double ts, const struct prompt *p, uint32_t out)
+{
+	uint32_t bt = g->o->block_tokens;
+	uint64_t tokens = KVT_MIN(p->tokens, (uint64_t)KVT_TRACE_MAX_INPUT);
+	uint64_t nb = (tokens + bt - 1) / bt;
+	nb = KVT_MIN(nb, (uint64_t)KVT_TRACE_MAX_BLOCKS);
+	if (!tokens)
+		return 0;
+	if (grow((void **)&g->req, &g->cap, g->n + 1, sizeof(*g->req)) ||
+	    grow((void **)&g->ids, &g->ids_cap, g->n_ids + nb, sizeof(*g->ids)))
+		return -ENOMEM;
+	uint64_t prev = 0x6b767469657221ull, pos = 0, h = prev; /* arbitrary chain start */
+	size_t si = 0;
+	uint32_t off = 0; /* offset inside seg[si] */
+	for (uint64_t b = 0; b < nb; b++) {
+		uint64_t end = KVT_MIN((b + 1) * bt, tokens);
+		h = prev;
+		while (pos < end) {
+			uint32_t take =
+			    (uint32_t)KVT_MIN((uint64_t)(p->seg[si].len - off), end - pos);
+			h = hmix(hmix(h, p->seg[si].id), ((uint64_t)off << 32) | take);
+			pos += take;
+			off += take;
+			if (off == p->seg[si].len) {
+				si++;
+				off = 0;
+			}
+		}
+		prev = h & KVT_TRACE_MAX_ID;
+		g->ids[g->n_ids + b] = prev;
+	}
+	g->req[g->n++] = (struct gen_req){ts, (uint32_t)tokens, out, (uint32_t)nb, g->n_ids};
+	g->n_ids += nb;
+	return 0;
+}
+
+static uint64_t new_seg(struct gen *g)
+{
+	return hmix(g->o->seed, ++g->next_seg);
+}
+
+static int gen_chat(struct gen *g, double start, uint32_t *count)
+{
+	const struct kvt_gen_opts *o = g->o;
+	struct prompt p = {0};
+	int rc =
+	    prompt_add(&p, hmix(0x5359535f, rrange(&g->r, 0, o->sys_prompts - 1)), o->sys_tokens);
+	double ts = start;
+	do {
+		if (!rc)
+			rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->user_min, o->user_max));
+		uint32_t out = rrange(&g->r, o->out_min, o->out_max);
+		if (!rc)
+			rc = emit(g, ts, &p, out);
+		(*count)++;
+		if (!rc) /* the answer becomes part of the next turn's prompt */
+			rc = prompt_add(&p, new_seg(g), out);
+		ts += rexp(&g->r, o->think_s) * 1000.0;
+	} while (!rc && runif(&g->r) >= o->end_prob && p.tokens < KVT_TRACE_MAX_INPUT);
+	kvt__free(p.seg);
+	return rc;
+}
+
+static int gen_rag(struct gen *g, const struct zipf *z, const uint32_t *doc_len, double start,
+		   uint32_t *count)
+{
+	const struct kvt_gen_opts *o = g->o;
+	struct prompt p = {0};
+	int rc = prompt_add(&p, hmix(0x5241475f, 0), o->sys_tokens);
+	uint32_t k = rrange(&g->r, 1, o->docs_per_req);
+	for (uint32_t i = 0; i < k && !rc; i++) {
+		uint32_t d = zipf_draw(z, &g->r);
+		rc = prompt_add(&p, hmix(0x444f435f, d), doc_len[d]);
+	}
+	if (!rc)
+		rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->q_min, o->q_max));
+	if (!rc)
+		rc = emit(g, start, &p, rrange(&g->r, o->out_min, o->out_max));
+	(*count)++;
+	kvt__free(p.seg);
+	return rc;
+}
+
+static int gen_agent(struct gen *g, const struct zipf *z, const uint32_t *repo_len, double start,
+		     uint32_t *count)
+{
+	const struct kvt_gen_opts *o = g->o;
+	struct prompt p = {0};
+	uint32_t repo = zipf_draw(z, &g->r);
+	int rc = prompt_add(&p, hmix(0x5245504f, repo), repo_len[repo]);
+	if (!rc) /* the task statement */
+		rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->q_min, o->q_max));
+	double ts = start, end_p = 1.0 / (o->steps ? o->steps : 1);
+	do {
+		uint32_t out = rrange(&g->r, o->out_min, o->out_max);
+		if (!rc)
+			rc = emit(g, ts, &p, out);
+		(*count)++;
+		if (!rc)
+			rc = prompt_add(&p, new_seg(g), out);
+		if (!rc) /* the tool's result */
+			rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->tool_min, o->tool_max));
+		ts += rexp(&g->r, o->step_s) * 1000.0;
+	} while (!rc && runif(&g->r) >= end_p && p.tokens < KVT_TRACE_MAX_INPUT);
+	kvt__free(p.seg);
+	return rc;
+}
+
+static int cmp_req(const void *a, const void *b)
+{
+	const struct gen_req *x = a, *y = b;
+	if (x->ts != y->ts)
+		return x->ts < y->ts ? -1 : 1;
+	return x->first < y->first ? -1 : x->first > y->first; /* stable: generation order */
+}
+
+static double mean_requests(const struct kvt_gen_opts *o)
+{
+	if (o->workload == KVT_GEN_CHAT)
+		return 1.0 / (o->end_prob > 0 ? o->end_prob : 1.0);
+	if (o->workload == KVT_GEN_AGENT)
+		return o->steps ? o->steps : 1;
+	return 1;
+}
+
+int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
+{
+	if (!o || !t || o->block_tokens != t->block_tokens || !o->requests ||
+	    o->requests > KVT_TRACE_MAX_REQUESTS || !(o->rate > 0) || o->workload < 0 ||
+	    o->workload > KVT_GEN_AGENT || o->user_min > o->user_max || o->out_min > o->out_max ||
+	    o->doc_min > o->doc_max || o->q_min > o->q_max || o->repo_min > o->repo_max ||
+	    o->tool_min > o->tool_max || !o->sys_prompts || !o->docs || !o->repos ||
+	    !o->docs_per_req || !(o->end_prob > 0 && o->end_prob <= 1) || o->zipf < 0)
+		return -EINVAL;
+	struct gen g = {.o = o};
+	rng_seed(&g.r, o->seed);
+	struct zipf z = {0};
+	uint32_t *len = NULL;
+	uint32_t items = o->workload == KVT_GEN_RAG ? o->docs : o->repos;
+	uint32_t lo = o->workload == KVT_GEN_RAG ? o->doc_min : o->repo_min;
+	uint32_t hi = o->workload == KVT_GEN_RAG ? o->doc_max : o->repo_max;
+	int rc = zipf_init(&z, items, o->zipf);
+	if (rc)
+		return rc;
+	len = kvt__malloc((size_t)items * sizeof(*len));
+	if (!len) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < items; i++)
+		len[i] = rrange(&g.r, lo, hi);
+
+	/* Sessions start as a Poisson process whose rate gives o->rate requests per second
+	 * overall; generate until the sessions started so far cover the requested count
+	 * even after the late turns that fall beyond the cut are dropped. */
+	double session_rate = o->rate / mean_requests(o), now = 0;
+	uint32_t count = 0;
+	while (!rc && count < o->requests + o->requests / 4 + 64) {
+		now += rexp(&g.r, 1000.0 / session_rate);
+		if (o->workload == KVT_GEN_CHAT)
+			rc = gen_chat(&g, now, &count);
+		else if (o->workload == KVT_GEN_RAG)
+			rc = gen_rag(&g, &z, len, now, &count);
+		else
+			rc = gen_agent(&g, &z, len, now, &count);
+	}
+	if (rc)
+		goto out;
+	qsort(g.req, g.n, sizeof(*g.req), cmp_req);
+	size_t keep = KVT_MIN(g.n, (size_t)o->requests);
+	double t0 = keep ? g.req[0].ts : 0;
+	for (size_t i = 0; i < keep && !rc; i++) {
+		const struct gen_req *q = &g.req[i];
+		/* whole milliseconds, like the Mooncake trace */
+		rc = kvt__trace_add(t, floor(q->ts - t0), q->in, q->out, g.ids + q->first,
+				    q->n_blocks);
+	}
+out:
+	kvt__free(z.cdf);
+	kvt__free(len);
+	kvt__free(g.req);
+	kvt__free(g.ids);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ knobs */
+
+void kvt__gen_defaults(int workload, struct kvt_gen_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->workload = workload;
+	o->seed = 42;
+	o->requests = 12000;
+	o->block_tokens = 512;
+	o->sys_prompts = 4;
+	o->end_prob = 0.2;
+	o->user_min = 50, o->user_max = 800;
+	o->out_min = 50, o->out_max = 600;
+	o->think_s = 60;
+	o->docs = 2000;
+	o->doc_min = 1024, o->doc_max = 8192;
+	o->zipf = 1.0;
+	o->docs_per_req = 3;
+	o->q_min = 20, o->q_max = 300;
+	o->repos = 16;
+	o->repo_min = 8192, o->repo_max = 32768;
+	o->steps = 12;
+	o->tool_min = 200, o->tool_max = 4000;
+	o->step_s = 5;
+	switch (workload) {
+	case KVT_GEN_RAG:
+		o->rate = 4;
+		o->sys_tokens = 400;
+		break;
+	case KVT_GEN_AGENT:
+		o->rate = 2;
+		o->sys_tokens = 0;
+		o->out_min = 30, o->out_max = 400;
+		o->zipf = 0.8;
+		break;
+	default:
+		o->rate = 4;
+		o->sys_tokens = 1200;
+	}
+}
+
+static const char *workloads[] = {"chat", "rag", "agent"};
+
+int kvt__gen_workload(const char *name)
+{
+	for (int i = 0; i < 3; i++)
+		if (!strcmp(name, workloads[i]))
+			return i;
+	return -EINVAL;
+}
+
+const char *kvt__gen_workload_name(int w)
+{
+	return w >= 0 && w < 3 ? workloads[w] : "?";
+}
+
+#define KNOB_U32(name)                                                                             \
+	{                                                                                          \
+#name, offsetof(struct kvt_gen_opts, name), 0                                      \
+	}
+#define KNOB_DBL(name)                                                                             \
+	{                                                                                          \
+#name, offsetof(struct kvt_gen_opts, name), 1                                      \
+	}
+
+static const struct {
+	const char *name;
+	size_t off;
+	int type; /* 0 u32, 1 double, 2 u64 */
+} knobs[] = {
+    {"seed", offsetof(struct kvt_gen_opts, seed), 2},
+    KNOB_U32(requests),
+    KNOB_DBL(rate),
+    KNOB_U32(block_tokens),
+    KNOB_U32(sys_prompts),
+    KNOB_U32(sys_tokens),
+    KNOB_DBL(end_prob),
+    KNOB_U32(user_min),
+    KNOB_U32(user_max),
+    KNOB_U32(out_min),
+    KNOB_U32(out_max),
+    KNOB_DBL(think_s),
+    KNOB_U32(docs),
+    KNOB_U32(doc_min),
+    KNOB_U32(doc_max),
+    KNOB_DBL(zipf),
+    KNOB_U32(docs_per_req),
+    KNOB_U32(q_min),
+    KNOB_U32(q_max),
+    KNOB_U32(repos),
+    KNOB_U32(repo_min),
+    KNOB_U32(repo_max),
+    KNOB_U32(steps),
+    KNOB_U32(tool_min),
+    KNOB_U32(tool_max),
+    KNOB_DBL(step_s),
+};
+
+int kvt__gen_set(struct kvt_gen_opts *o, const char *key, const char *value)
+{
+	for (size_t i = 0; i < KVT_ARRAY_SIZE(knobs); i++) {
+		if (strcmp(key, knobs[i].name))
+			continue;
+		char *end;
+		errno = 0;
+		void *dst = (char *)o + knobs[i].off;
+		if (knobs[i].type == 1) {
+			double d = strtod(value, &end);
+			if (errno || end == value || *end || !isfinite(d) || d < 0 || d > 1e9)
+				return -EINVAL;
+			*(double *)dst = d;
+			return 0;
+		}
+		if (!*value || *value == '-')
+			return -EINVAL;
+		unsigned long long v = strtoull(value, &end, 10);
+		if (errno || *end || (knobs[i].type == 0 && v > UINT32_MAX))
+			return -EINVAL;
+		if (knobs[i].type == 0)
+			*(uint32_t *)dst = (uint32_t)v;
+		else
+			*(uint64_t *)dst = v;
+		return 0;
+	}
+	return -ENOENT;
+}

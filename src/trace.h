@@ -1,0 +1,118 @@
+/*
+ * trace.h - request traces for replay: the Mooncake FAST'25 JSON-lines format and a seeded
+ * generator of the same shape (multi-turn chat, RAG over shared documents, agents over
+ * code bases). A request is an arrival time, prompt and output lengths and the ids of its
+ * prompt's blocks (block_tokens tokens each, the last one possibly partial), where equal
+ * ids mean equal content *and* equal prefix, so the longest run of cached leading ids is
+ * the reusable prefix.
+ */
+#ifndef KVT_TRACE_H
+#define KVT_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Bounds a trace line must respect (anything larger is rejected, never allocated). */
+#define KVT_TRACE_MAX_LINE (4u << 20)	    /* bytes per line */
+#define KVT_TRACE_MAX_INPUT (1u << 24)	    /* prompt tokens per request */
+#define KVT_TRACE_MAX_OUTPUT (1u << 24)	    /* output tokens per request */
+#define KVT_TRACE_MAX_BLOCKS 65536u	    /* hash_ids per request */
+#define KVT_TRACE_MAX_REQUESTS (1u << 24)   /* requests per trace */
+#define KVT_TRACE_MAX_TS_MS 9.0e15	    /* timestamp, ms (exact in a double) */
+#define KVT_TRACE_MAX_ID ((1ull << 63) - 1) /* hash id */
+
+struct kvt_trace_req {
+	double ts_ms;	     /* arrival, ms from the start of the trace */
+	uint32_t input_len;  /* prompt tokens */
+	uint32_t output_len; /* generated tokens */
+	uint32_t n_blocks;   /* ids[first .. first + n_blocks) */
+	uint64_t first;
+};
+
+struct kvt_trace {
+	struct kvt_trace_req *req;
+	size_t n, cap;
+	uint64_t *ids;
+	size_t n_ids, ids_cap;
+	uint32_t block_tokens;
+};
+
+static inline const uint64_t *kvt__trace_blocks(const struct kvt_trace *t,
+						const struct kvt_trace_req *r)
+{
+	return t->ids + r->first;
+}
+
+/* Tokens of block i of a request: block_tokens, or what is left of input_len. */
+static inline uint32_t kvt__trace_block_len(const struct kvt_trace *t,
+					    const struct kvt_trace_req *r, uint32_t i)
+{
+	uint64_t start = (uint64_t)i * t->block_tokens;
+	if (start >= r->input_len)
+		return 0;
+	uint64_t left = r->input_len - start;
+	return left < t->block_tokens ? (uint32_t)left : t->block_tokens;
+}
+
+int kvt__trace_create(uint32_t block_tokens, struct kvt_trace **out);
+void kvt__trace_destroy(struct kvt_trace *t);
+/* Append a request (ids copied). -EINVAL out of bounds, -ENOMEM. */
+int kvt__trace_add(struct kvt_trace *t, double ts_ms, uint32_t input_len, uint32_t output_len,
+		   const uint64_t *ids, uint32_t n_blocks);
+
+/* Parse Mooncake JSON lines from memory: one object per line with "timestamp" (ms, >= 0,
+ * non-decreasing), "input_length" (>= 1), "output_length" (>= 0) and "hash_ids" (integers
+ * >= 0, at most ceil(input_length / block_tokens) of them); other fields are skipped;
+ * whitespace-only lines are ignored. Stops at the first error: -EINVAL (or -E2BIG for an
+ * over-limit size) with "line N: reason" in err. Requests already parsed stay in t. */
+int kvt__trace_parse(struct kvt_trace *t, const char *buf, size_t len, char *err, size_t errlen);
+/* The same from a file ("-" is stdin). -errno if unreadable. */
+int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t errlen);
+/* Write a trace in the same format (what the generator's output looks like on disk). */
+int kvt__trace_write(const struct kvt_trace *t, FILE *f);
+
+/* ---- generator */
+
+enum kvt_gen_workload { KVT_GEN_CHAT = 0, KVT_GEN_RAG = 1, KVT_GEN_AGENT = 2 };
+
+/* Knobs (docs/COST_MODEL.md, "Workloads"); kvt__gen_defaults() fills typical values. */
+struct kvt_gen_opts {
+	int workload;
+	uint64_t seed;
+	uint32_t requests;
+	double rate; /* requests per second, on average */
+	uint32_t block_tokens;
+	/* chat */
+	uint32_t sys_prompts;	     /* distinct shared system prompts */
+	uint32_t sys_tokens;	     /* tokens of each */
+	double end_prob;	     /* a conversation ends after a turn with this probability */
+	uint32_t user_min, user_max; /* tokens of one user message */
+	uint32_t out_min, out_max;   /* tokens of one answer (appended to the context) */
+	double think_s;		     /* mean pause between a answer and the next turn */
+	/* rag */
+	uint32_t docs;		   /* shared corpus size */
+	uint32_t doc_min, doc_max; /* tokens per document */
+	double zipf;		   /* document (and repository) popularity skew */
+	uint32_t docs_per_req;	   /* retrieved documents per request (1 .. this) */
+	uint32_t q_min, q_max;	   /* tokens of a question */
+	/* agent */
+	uint32_t repos;		     /* code bases */
+	uint32_t repo_min, repo_max; /* tokens of a repository's context (files, tools) */
+	uint32_t steps;		     /* mean steps of one agent task (geometric) */
+	uint32_t tool_min, tool_max; /* tokens of one tool result appended per step */
+	double step_s;		     /* mean pause between steps (tool latency) */
+};
+
+void kvt__gen_defaults(int workload, struct kvt_gen_opts *o);
+/* "chat", "rag", "agent" -> enum; -EINVAL. */
+int kvt__gen_workload(const char *name);
+const char *kvt__gen_workload_name(int workload);
+/* Set one knob by name ("docs", "zipf", "think_s", ...). -ENOENT unknown, -EINVAL bad. */
+int kvt__gen_set(struct kvt_gen_opts *o, const char *key, const char *value);
+/* Generate o->requests requests into t (created with o->block_tokens), sorted by time.
+ * Same options and seed => the same trace, on every machine. */
+int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t);
+
+#endif

@@ -1,0 +1,175 @@
+/*
+ * sketch_test.c - the frequency sketch's error bounds (never under the true count before a
+ * halving, over-estimates within the count-min bound), halving, the doorkeeper, and each
+ * admission verdict.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cost.h"
+#include "sketch.h"
+
+static uint64_t key(uint32_t i)
+{
+	return (uint64_t)i * 0x9e3779b97f4a7c15ull + 12345;
+}
+
+static void test_accuracy(void **state)
+{
+	(void)state;
+	struct kvt_sketch *s;
+	assert_int_equal(kvt__sketch_create(1024, 255, false, &s), 0);
+	assert_int_equal(kvt__sketch_width(s), 1024);
+	enum { KEYS = 3000, ADDS = 9000 };
+	static uint32_t truth[KEYS];
+	memset(truth, 0, sizeof(truth));
+	uint64_t x = 7;
+	for (int i = 0; i < ADDS; i++) {
+		/* skewed: a few hot keys and a long tail */
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		uint32_t k = (uint32_t)((x >> 33) % KEYS);
+		if (k % 7 == 0)
+			k = k % 10;
+		truth[k]++;
+		kvt__sketch_add(s, key(k));
+	}
+	assert_int_equal(kvt__sketch_halvings(s), 0); /* period is 10 x 1024 */
+	uint32_t worst = 0;
+	uint64_t excess = 0;
+	for (uint32_t k = 0; k < KEYS; k++) {
+		uint32_t e = kvt__sketch_estimate(s, key(k));
+		uint32_t t = truth[k] > 255 ? 255 : truth[k];
+		assert_true(e >= t); /* count-min never under-estimates */
+		excess += e - t;
+		if (e - t > worst)
+			worst = e - t;
+	}
+	/* count-min bound: error <= e/width * N = 2.72/1024 * 9000 ~ 24 with probability
+	 * 1 - e^-4 per key; conservative update does much better in practice */
+	assert_true(worst <= 24);
+	/* and the mean excess stays under one row's expected error, N / width */
+	print_message("worst %u mean excess %.2f\n", worst, (double)excess / KEYS);
+	assert_true((double)excess / KEYS <= (double)ADDS / 1024);
+	kvt__sketch_destroy(s);
+}
+
+static void test_halving_and_cap(void **state)
+{
+	(void)state;
+	struct kvt_sketch *s;
+	assert_int_equal(kvt__sketch_create(64, 15, false, &s), 0);
+	for (int i = 0; i < 20; i++)
+		kvt__sketch_add(s, 42);
+	assert_int_equal(kvt__sketch_estimate(s, 42), 15); /* saturates */
+	kvt__sketch_halve(s);
+	assert_int_equal(kvt__sketch_estimate(s, 42), 7);
+	/* automatic halving after 10 x width additions */
+	uint64_t h0 = kvt__sketch_halvings(s);
+	for (int i = 0; i < 640; i++)
+		kvt__sketch_add(s, 1000 + (uint64_t)i);
+	assert_int_equal(kvt__sketch_halvings(s), h0 + 1);
+	assert_true(kvt__sketch_estimate(s, 42) <= 3);
+	kvt__sketch_destroy(s);
+	assert_int_equal(kvt__sketch_create(64, 0, false, &s), -EINVAL);
+	assert_int_equal(kvt__sketch_create(64, 256, false, &s), -EINVAL);
+}
+
+static void test_doorkeeper(void **state)
+{
+	(void)state;
+	struct kvt_sketch *s;
+	assert_int_equal(kvt__sketch_create(4096, 15, true, &s), 0);
+	assert_int_equal(kvt__sketch_estimate(s, 9), 0);
+	assert_int_equal(kvt__sketch_add(s, 9), 1); /* first sighting: doorkeeper only */
+	assert_int_equal(kvt__sketch_add(s, 9), 2);
+	assert_int_equal(kvt__sketch_add(s, 9), 3);
+	/* one-off keys do not reach the counters: a key seen once stays at 1 */
+	for (uint64_t k = 100; k < 1100; k++)
+		kvt__sketch_add(s, k);
+	uint32_t ones = 0;
+	for (uint64_t k = 100; k < 1100; k++)
+		ones += kvt__sketch_estimate(s, k) == 1;
+	assert_true(ones > 950);
+	kvt__sketch_destroy(s);
+}
+
+static uint64_t budget_left;
+static bool budget(void *arg, uint64_t bytes)
+{
+	(void)arg;
+	if (bytes > budget_left)
+		return false;
+	budget_left -= bytes;
+	return true;
+}
+
+static void test_admission(void **state)
+{
+	(void)state;
+	struct kvt_cost_params p;
+	assert_int_equal(
+	    kvt__cost_params_preset("llama3.1-8b", "h100-sxm", 0.5, 1, "dram,nvme,s3", &p), 0);
+	struct kvt_cost *c;
+	assert_int_equal(kvt__cost_create_params(&p, &c), 0);
+	struct kvt_admit_cfg cfg = {
+	    .min_freq = 2,
+	    .min_prefix_tokens = 1024,
+	    .sketch_width = 4096,
+	    .doorkeeper = true,
+	    .cost = c,
+	    .cost_tier = 1,
+	    .budget = budget,
+	};
+	struct kvt_admit *a;
+	assert_int_equal(kvt__admit_create(&cfg, &a), 0);
+	budget_left = 3u << 20;
+	uint64_t bytes = 512 * kvt_cost_kv_bytes_per_token(c); /* 64 MiB */
+	/* too short a prefix */
+	kvt__admit_record(a, 1);
+	kvt__admit_record(a, 1);
+	assert_int_equal(kvt__admit_decide(a, 1, 0, 512, bytes), KVT_ADMIT_SHORT);
+	/* seen once: cold */
+	kvt__admit_record(a, 2);
+	assert_int_equal(kvt__admit_decide(a, 2, 1024, 512, bytes), KVT_ADMIT_COLD);
+	/* seen twice, restore from NVMe beats recompute, but the budget is 3 MiB */
+	kvt__admit_record(a, 2);
+	assert_int_equal(kvt__admit_decide(a, 2, 1024, 512, bytes), KVT_ADMIT_BUDGET);
+	assert_int_equal(budget_left, 3u << 20); /* refused writes are not charged */
+	budget_left = bytes;
+	assert_int_equal(kvt__admit_decide(a, 2, 1024, 512, bytes), KVT_ADMIT_YES);
+	assert_int_equal(budget_left, 0);
+	kvt__admit_destroy(a);
+
+	/* S3 (1 GB/s): a 512-token chunk of an 8B model restores slower than it recomputes
+	 * early in the prompt, faster deep into a long one (the attention term) */
+	cfg.cost_tier = 2;
+	cfg.min_freq = 1;
+	cfg.min_prefix_tokens = 0;
+	cfg.budget = NULL;
+	assert_int_equal(kvt__admit_create(&cfg, &a), 0);
+	assert_int_equal(kvt__admit_decide(a, 3, 0, 512, bytes), KVT_ADMIT_RECOMPUTE);
+	assert_int_equal(kvt__admit_decide(a, 3, 1u << 20, 512, bytes), KVT_ADMIT_YES);
+	assert_string_equal(kvt__admit_verdict_name(KVT_ADMIT_RECOMPUTE), "recompute-cheaper");
+	kvt__admit_destroy(a);
+	cfg.cost_tier = 9;
+	assert_int_equal(kvt__admit_create(&cfg, &a), -EINVAL);
+	kvt_cost_destroy(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_accuracy),
+	    cmocka_unit_test(test_halving_and_cap),
+	    cmocka_unit_test(test_doorkeeper),
+	    cmocka_unit_test(test_admission),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

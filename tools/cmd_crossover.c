@@ -1,0 +1,223 @@
+/*
+ * cmd_crossover.c - `kvtier crossover --model M --gpu G`: for each tier, the shortest
+ * prefix whose restore beats recomputing it, with restore and recompute times at a few
+ * prompt lengths, from the cost model (presets + the calibrate profile, cost.profile).
+ * --plot FILE.png draws restore time per tier and recompute time against prefix length
+ * through gnuplot. The answer to "is my storage fast enough for my model and GPU?".
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cost.h"
+
+#define CMD "crossover"
+#define ALL_TIERS "dram,nvme,fs,redis,rados,s3"
+
+static void usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "usage: kvtier crossover [--model M] [--gpu G] [--mfu X] [--tp N]\n"
+	    "                        [--tiers LIST] [--profile FILE] [--max-tokens N]\n"
+	    "                        [--plot FILE.png] [--json] [--config FILE] [--set k=v]...\n"
+	    "\n"
+	    "  --model M        llama3.1-8b, llama3.1-70b, qwen2.5-7b, qwen3-32b, deepseek-v3\n"
+	    "  --gpu G          h100-sxm, h200, a100-80gb, l40s\n"
+	    "  --mfu X          fraction of the GPU's bf16 peak a prefill reaches (0.5)\n"
+	    "  --tp N           GPUs per prefill (tensor parallel)\n"
+	    "  --tiers LIST     tiers to report (default %s)\n"
+	    "  --profile FILE   tier profile from kvtier calibrate (else defaults)\n"
+	    "  --max-tokens N   longest prefix considered (default 1048576)\n"
+	    "  --plot FILE.png  restore vs recompute time plot (needs gnuplot)\n",
+	    ALL_TIERS);
+}
+
+static const uint64_t lengths[] = {1024, 4096, 32768, 131072};
+
+static int plot(const char *path, const struct kvt_cost *c, uint64_t max_tokens)
+{
+	char data[] = "/tmp/kvtier-crossover-XXXXXX";
+	int fd = mkstemp(data);
+	if (fd < 0)
+		return cli_fail(CMD, "temporary file: %s", strerror(errno));
+	FILE *f = fdopen(fd, "w");
+	int n = kvt_cost_tier_count(c);
+	for (uint64_t t = 256; t <= max_tokens; t = t * 5 / 4 + 1) {
+		fprintf(f, "%llu %.6g", (unsigned long long)t, kvt_cost_recompute_s(c, 0, t));
+		for (int i = 0; i < n; i++)
+			fprintf(f, " %.6g", kvt_cost_restore_s(c, i, t));
+		fputc('\n', f);
+	}
+	fclose(f);
+	FILE *g = popen("gnuplot", "w");
+	if (!g) {
+		unlink(data);
+		return cli_fail(CMD, "cannot run gnuplot");
+	}
+	const struct kvt_cost_params *p = kvt__cost_params(c);
+	fprintf(g, "set terminal pngcairo size 900,560 noenhanced\nset output '%s'\n", path);
+	fprintf(g,
+		"set title 'restore vs recompute: %s, %.0f TFLOP/s effective, %.0f GB/s to GPU'\n",
+		p->model.name, p->flops_per_s / 1e12, p->h2d_Bps / 1e9);
+	fprintf(g,
+		"set xlabel 'prefix length (tokens)'\nset ylabel 'seconds'\n"
+		"set logscale xy\nset key left top\nset grid\n"
+		"plot '%s' using 1:2 with lines linewidth 3 title 'recompute'",
+		data);
+	for (int i = 0; i < n; i++)
+		fprintf(g, ", '' using 1:%d with lines title 'restore from %s'", i + 3,
+			kvt_cost_tier_name(c, i));
+	fputc('\n', g);
+	int rc = pclose(g);
+	unlink(data);
+	if (rc != 0)
+		return cli_fail(CMD, "gnuplot failed (exit %d); is gnuplot installed?", rc);
+	return 0;
+}
+
+int kvt_cmd_crossover(int argc, char **argv)
+{
+	struct cli_store_opts so = {0};
+	const char *model = NULL, *gpu = NULL, *mfu = NULL, *tp = NULL, *profile = NULL;
+	const char *out_png = NULL;
+	unsigned long long max_tokens = 1u << 20;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int c = cli_store_opt(&so, argc, argv, &i);
+		if (c < 0)
+			return 2;
+		if (c > 0)
+			continue;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 0;
+		}
+		const char **dst = !strcmp(a, "--model")     ? &model
+				   : !strcmp(a, "--gpu")     ? &gpu
+				   : !strcmp(a, "--mfu")     ? &mfu
+				   : !strcmp(a, "--tp")	     ? &tp
+				   : !strcmp(a, "--profile") ? &profile
+				   : !strcmp(a, "--plot")    ? &out_png
+							     : NULL;
+		if (!dst && strcmp(a, "--max-tokens")) {
+			usage(stderr);
+			return cli_fail(CMD, "unknown option '%s'", a), 2;
+		}
+		if (!v)
+			return cli_fail(CMD, "%s needs a value", a), 2;
+		i++;
+		if (dst) {
+			*dst = v;
+		} else {
+			char *end;
+			errno = 0;
+			max_tokens = strtoull(v, &end, 10);
+			if (errno || *end || *v == '-' || !max_tokens || max_tokens > (1ull << 40))
+				return cli_fail(CMD, "--max-tokens: '%s' is not 1..2^40", v), 2;
+		}
+	}
+	struct kvt_config *cfg = cli_config(&so);
+	if (!cfg)
+		return 2;
+	int rc = 2;
+	struct kvt_cost *c = NULL;
+	char err[200] = "";
+	const char *keys[] = {"cost.model", "cost.gpu", "cost.mfu", "cost.tp", "cost.profile"};
+	const char *vals[] = {model, gpu, mfu, tp, profile};
+	for (int k = 0; k < 5; k++)
+		if (vals[k] && kvt_config_set(cfg, keys[k], vals[k], err, sizeof(err))) {
+			cli_fail(CMD, "%s", err);
+			goto out;
+		}
+	if (!so.tiers && kvt_config_set(cfg, "store.tiers", ALL_TIERS, err, sizeof(err))) {
+		cli_fail(CMD, "%s", err);
+		goto out;
+	}
+	kvt_config_set_log(cfg, cli_log, NULL, KVT_LOG_WARN);
+	if (kvt_cost_create(cfg, &c) < 0) {
+		cli_fail(CMD, "cannot build the cost model (see the message above)");
+		goto out;
+	}
+	const struct kvt_cost_params *p = kvt__cost_params(c);
+	int n = kvt_cost_tier_count(c);
+	long be[KVT_MAX_TIERS];
+	for (int i = 0; i < n; i++)
+		be[i] = kvt_cost_breakeven_tokens(c, i, max_tokens);
+
+	if (so.json) {
+		printf("{\"model\":");
+		cli_json_str(stdout, p->model.name);
+		printf(",\"kv_bytes_per_token\":%llu,\"flops_per_s\":%.6g,\"h2d_bytes_per_s\":%.6g,"
+		       "\"tiers\":[",
+		       (unsigned long long)kvt_cost_kv_bytes_per_token(c), p->flops_per_s,
+		       p->h2d_Bps);
+		for (int i = 0; i < n; i++) {
+			const struct kvt_tier_profile *t = &p->tier[i];
+			printf("%s{\"tier\":", i ? "," : "");
+			cli_json_str(stdout, t->name);
+			printf(",\"latency_us\":%.3f,\"read_gbps\":%.4f,\"measured\":%s,"
+			       "\"breakeven_tokens\":",
+			       t->latency_s * 1e6, t->read_Bps / 1e9,
+			       t->measured ? "true" : "false");
+			if (be[i] > 0)
+				printf("%ld", be[i]);
+			else
+				printf("null");
+			for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++)
+				printf(",\"restore_%llu_s\":%.6g", (unsigned long long)lengths[l],
+				       kvt_cost_restore_s(c, i, lengths[l]));
+			printf("}");
+		}
+		printf("]");
+		for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++)
+			printf(",\"recompute_%llu_s\":%.6g", (unsigned long long)lengths[l],
+			       kvt_cost_recompute_s(c, 0, lengths[l]));
+		printf("}\n");
+	} else {
+		printf("%s: %.1f KiB of KV per token, prefill at %.0f TFLOP/s effective, %.0f GB/s "
+		       "host->GPU\n\n",
+		       p->model.name, kvt_cost_kv_bytes_per_token(c) / 1024.0,
+		       p->flops_per_s / 1e12, p->h2d_Bps / 1e9);
+		printf("%-6s %10s %10s  %-16s", "tier", "latency", "read", "break-even");
+		for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++) {
+			char h[32];
+			snprintf(h, sizeof(h), "@%lluk", (unsigned long long)lengths[l] / 1024);
+			printf(" %13s", h);
+		}
+		printf("\n");
+		for (int i = 0; i < n; i++) {
+			const struct kvt_tier_profile *t = &p->tier[i];
+			char b[32];
+			if (be[i] > 0)
+				snprintf(b, sizeof(b), "%ld tokens", be[i]);
+			else
+				snprintf(b, sizeof(b), "> %llu", max_tokens);
+			printf("%-6s %8.0fus %5.1f GB/s  %-16s", t->name, t->latency_s * 1e6,
+			       t->read_Bps / 1e9, b);
+			for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++)
+				printf(" %12.3fs", kvt_cost_restore_s(c, i, lengths[l]));
+			printf("%s\n", t->measured ? "" : "  (default profile)");
+		}
+		printf("%-6s %10s %10s  %-16s", "", "", "", "recompute");
+		for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++)
+			printf(" %12.3fs", kvt_cost_recompute_s(c, 0, lengths[l]));
+		printf("\n(times: restoring, or recomputing, a prefix of that many tokens)\n"
+		       "A prefix at least as long as the break-even restores faster than it "
+		       "recomputes.\n");
+	}
+	if (out_png) {
+		if (plot(out_png, c, max_tokens))
+			goto out;
+		if (!so.json)
+			printf("plot written to %s\n", out_png);
+	}
+	rc = 0;
+out:
+	kvt_cost_destroy(c);
+	kvt_config_destroy(cfg);
+	return rc;
+}

@@ -1,0 +1,561 @@
+/*
+ * cmd_replay.c - `kvtier replay`: run a request trace (a Mooncake JSON-lines file or a
+ * built-in generated workload) against DRAM + NVMe capacities and report what each tier
+ * bought: hit ratios (blocks, tokens, per tier), bytes moved, NVMe write volume, prefill
+ * tokens saved and TTFT under the cost model against no cache, for one or more eviction
+ * policies side by side, with the offline optimum (Belady) as the bound. --simulate moves
+ * metadata only (src/sim.c). The last line is one JSON object with --json, so scripts read
+ * `tail -1 | jq`.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "config.h"
+#include "cost.h"
+#include "evict.h"
+#include "sim.h"
+#include "trace.h"
+
+#define CMD "replay"
+#define MAX_POLICIES 8
+
+static void usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "usage: kvtier replay (--trace FILE | --workload chat|rag|agent) --simulate\n"
+	    "                     [--policy P[,P...]] [--dram-tokens N] [--nvme-tokens N] "
+	    "[--belady]\n"
+	    "                     [--model M] [--gpu G] [--admit-freq N] [--no-prefetch]\n"
+	    "                     [--no-leaf-first] [--sweep] [--plot FILE.png] [--json]\n"
+	    "                     [--requests N] [--seed S] [--gen KNOB=VALUE]... [--save-trace "
+	    "FILE]\n"
+	    "                     [--config FILE] [--set key=value]...\n"
+	    "\n"
+	    "  --trace FILE        Mooncake FAST'25 JSON lines (timestamp ms, input_length,\n"
+	    "                      output_length, hash_ids of 512-token blocks); '-' is stdin\n"
+	    "  --workload W        generate a trace instead: chat, rag or agent (seeded)\n"
+	    "  --requests N        generated requests (default 12000); --seed S (default 42)\n"
+	    "  --gen KNOB=VALUE    a generator knob (docs/COST_MODEL.md lists them), repeatable\n"
+	    "  --save-trace FILE   write the trace that was replayed as JSON lines\n"
+	    "  --simulate          metadata only (required: real-byte replay is not built yet)\n"
+	    "  --policy P,...      eviction policies to compare (default %s; also lru, arc)\n"
+	    "  --dram-tokens N     DRAM capacity in tokens (default 262144; a block takes 512)\n"
+	    "  --nvme-tokens N     NVMe capacity in tokens (default 4194304; 0 disables it)\n"
+	    "  --belady            also compute the offline-optimal (MIN) hit ratio\n"
+	    "  --model M, --gpu G  cost-model presets for bytes and TTFT (default: cost.model or\n"
+	    "                      model.name, and cost.gpu)\n"
+	    "  --admit-freq N      write to NVMe only blocks seen N times (frequency sketch;\n"
+	    "                      default admission.min_freq; admission.* keys apply too)\n"
+	    "  --no-prefetch       do not stage NVMe hits into DRAM while a request queues\n"
+	    "  --no-leaf-first     let eviction take a block whose suffix is still cached\n"
+	    "  --sweep             DRAM-only capacity sweep (1/16x .. 4x of --dram-tokens)\n"
+	    "  --plot FILE.png     plot the sweep (implies --sweep; needs gnuplot)\n"
+	    "  --json              print a JSON object as the last line\n",
+	    KVT_SIM_DEFAULT_POLICY);
+}
+
+struct opts {
+	const char *trace, *workload, *save, *plot, *model, *gpu;
+	const char *policies[MAX_POLICIES];
+	int n_policies;
+	unsigned long long dram, nvme, requests, seed, admit;
+	bool simulate, belady, prefetch, leaf_first, sweep, json, have_requests, have_seed;
+	const char *gen[32];
+	int n_gen;
+};
+
+static int parse_u64(const char *opt, const char *v, unsigned long long *out)
+{
+	char *end;
+	errno = 0;
+	if (!v || !*v || *v == '-')
+		return cli_fail(CMD, "%s needs a non-negative integer", opt);
+	*out = strtoull(v, &end, 10);
+	if (errno || *end)
+		return cli_fail(CMD, "%s: '%s' is not a non-negative integer", opt, v);
+	return 0;
+}
+
+static int split_policies(struct opts *o, char *list)
+{
+	for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+		if (o->n_policies == MAX_POLICIES)
+			return cli_fail(CMD, "at most %d policies", MAX_POLICIES);
+		o->policies[o->n_policies++] = tok;
+	}
+	return o->n_policies ? 0 : cli_fail(CMD, "--policy needs a name");
+}
+
+static bool tty_progress;
+
+static void progress(void *arg, uint64_t done, uint64_t total)
+{
+	const char *name = arg;
+	if (!tty_progress || !total)
+		return;
+	int w = 40, n = (int)(done * (uint64_t)w / total);
+	fprintf(stderr, "\r%-8s [%.*s%*s] %3d%%", name, n,
+		"########################################", w - n, "", (int)(done * 100 / total));
+	if (done == total)
+		fputs("\r\033[K", stderr);
+	fflush(stderr);
+}
+
+static const char *gib(double bytes, char *buf, size_t len)
+{
+	if (bytes >= 1099511627776.0)
+		snprintf(buf, len, "%.2f TiB", bytes / 1099511627776.0);
+	else
+		snprintf(buf, len, "%.2f GiB", bytes / 1073741824.0);
+	return buf;
+}
+
+static double span_s; /* first to last arrival of the trace */
+
+static double util(double busy)
+{
+	return span_s > 0 ? busy / span_s : 0;
+}
+
+static void print_human(const struct opts *o, const char *policy, const struct kvt_sim_result *r,
+			bool cost)
+{
+	char a[32], b[32], c[32], d[32];
+	printf("%-8s  blocks %.4f  tokens %.4f  dram %.4f  nvme %.4f", policy, r->block_hit_ratio,
+	       r->token_hit_ratio, r->tier_token_hit_ratio[0], r->tier_token_hit_ratio[1]);
+	if (o->belady)
+		printf("  belady %.4f", r->belady_block_hit_ratio);
+	printf("  (%.2f s)\n", r->elapsed_s);
+	if (!cost)
+		return;
+	printf("          dram read %s written %s; nvme read %s written %s (%llu writes "
+	       "skipped)\n",
+	       gib((double)r->read_bytes[0], a, sizeof(a)),
+	       gib((double)r->write_bytes[0], b, sizeof(b)),
+	       gib((double)r->read_bytes[1], c, sizeof(c)),
+	       gib((double)r->write_bytes[1], d, sizeof(d)),
+	       (unsigned long long)r->nvme_writes_skipped);
+	printf("          prefill tokens saved %llu of %llu; TTFT p50 %.1f ms p99 %.1f ms "
+	       "(no cache: %.1f / %.1f ms)\n",
+	       (unsigned long long)r->prefill_tokens_saved, (unsigned long long)r->input_tokens,
+	       r->ttft_p50_s * 1e3, r->ttft_p99_s * 1e3, r->nocache_ttft_p50_s * 1e3,
+	       r->nocache_ttft_p99_s * 1e3);
+	printf("          GPU prefill load %.0f%% (no cache %.0f%%)%s\n", 100 * util(r->gpu_busy_s),
+	       100 * util(r->nocache_gpu_busy_s),
+	       util(r->nocache_gpu_busy_s) > 1 ? "; over 100%: one GPU cannot keep up, the queue "
+						 "grows (raise cost.tp or lower the rate)"
+					       : "");
+}
+
+static void json_run(const struct opts *o, const char *policy, const struct kvt_sim_result *r)
+{
+	printf("\"policy\":");
+	cli_json_str(stdout, policy);
+	printf(",\"requests\":%llu,\"blocks\":%llu,\"input_tokens\":%llu,"
+	       "\"block_hit_ratio\":%.6f,\"token_hit_ratio\":%.6f,"
+	       "\"dram_hit_ratio\":%.6f,\"nvme_hit_ratio\":%.6f,"
+	       "\"dram_token_hit_ratio\":%.6f,\"nvme_token_hit_ratio\":%.6f,",
+	       (unsigned long long)r->requests, (unsigned long long)r->blocks,
+	       (unsigned long long)r->input_tokens, r->block_hit_ratio, r->token_hit_ratio,
+	       r->tier_block_hit_ratio[0], r->tier_block_hit_ratio[1], r->tier_token_hit_ratio[0],
+	       r->tier_token_hit_ratio[1]);
+	if (o->belady)
+		printf("\"belady_block_hit_ratio\":%.6f,\"belady_token_hit_ratio\":%.6f,",
+		       r->belady_block_hit_ratio, r->belady_token_hit_ratio);
+	printf("\"dram_read_bytes\":%llu,\"dram_write_bytes\":%llu,\"nvme_read_bytes\":%llu,"
+	       "\"nvme_write_bytes\":%llu,\"nvme_writes_skipped\":%llu,"
+	       "\"dram_evictions\":%llu,\"nvme_evictions\":%llu,"
+	       "\"prefill_tokens_saved\":%llu,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,"
+	       "\"ttft_mean_ms\":%.3f,\"nocache_ttft_p50_ms\":%.3f,\"nocache_ttft_p99_ms\":%.3f,"
+	       "\"nocache_ttft_mean_ms\":%.3f,\"gpu_busy_s\":%.3f,\"nocache_gpu_busy_s\":%.3f,"
+	       "\"gpu_utilization\":%.4f,\"nocache_gpu_utilization\":%.4f,\"elapsed_s\":%.3f",
+	       (unsigned long long)r->read_bytes[0], (unsigned long long)r->write_bytes[0],
+	       (unsigned long long)r->read_bytes[1], (unsigned long long)r->write_bytes[1],
+	       (unsigned long long)r->nvme_writes_skipped, (unsigned long long)r->evictions[0],
+	       (unsigned long long)r->evictions[1], (unsigned long long)r->prefill_tokens_saved,
+	       r->ttft_p50_s * 1e3, r->ttft_p99_s * 1e3, r->ttft_mean_s * 1e3,
+	       r->nocache_ttft_p50_s * 1e3, r->nocache_ttft_p99_s * 1e3,
+	       r->nocache_ttft_mean_s * 1e3, r->gpu_busy_s, r->nocache_gpu_busy_s,
+	       util(r->gpu_busy_s), util(r->nocache_gpu_busy_s), r->elapsed_s);
+}
+
+/* Sweep DRAM-only capacities for every policy (+ Belady); rows[p][i], belady[i]. */
+#define SWEEP_N 7
+static const double sweep_mult[SWEEP_N] = {1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, 1, 2, 4};
+
+static int run_sweep(const struct opts *o, const struct kvt_trace *t, double rows[][SWEEP_N],
+		     double *belady, uint64_t *caps)
+{
+	for (int i = 0; i < SWEEP_N; i++) {
+		caps[i] =
+		    (uint64_t)((double)o->dram * sweep_mult[i]) / t->block_tokens * t->block_tokens;
+		if (!caps[i])
+			caps[i] = t->block_tokens;
+		int rc = kvt__sim_belady(t, caps[i] / t->block_tokens, &belady[i], NULL);
+		if (rc)
+			return cli_fail(CMD, "belady: %s", kvt_strerror(rc));
+		for (int p = 0; p < o->n_policies; p++) {
+			struct kvt_sim_opts so = {.policy = o->policies[p],
+						  .dram_tokens = caps[i],
+						  .leaf_first = o->leaf_first};
+			struct kvt_sim_result r;
+			rc = kvt__sim_run(t, &so, &r);
+			if (rc)
+				return cli_fail(CMD, "policy %s: %s", o->policies[p],
+						kvt_strerror(rc));
+			rows[p][i] = r.block_hit_ratio;
+		}
+	}
+	return 0;
+}
+
+static int plot(const struct opts *o, double rows[][SWEEP_N], const double *belady,
+		const uint64_t *caps)
+{
+	char data[] = "/tmp/kvtier-replay-XXXXXX";
+	int fd = mkstemp(data);
+	if (fd < 0)
+		return cli_fail(CMD, "temporary file: %s", strerror(errno));
+	FILE *f = fdopen(fd, "w");
+	for (int i = 0; i < SWEEP_N; i++) {
+		fprintf(f, "%llu %.6f", (unsigned long long)caps[i], belady[i]);
+		for (int p = 0; p < o->n_policies; p++)
+			fprintf(f, " %.6f", rows[p][i]);
+		fputc('\n', f);
+	}
+	fclose(f);
+	FILE *g = popen("gnuplot", "w");
+	if (!g) {
+		unlink(data);
+		return cli_fail(CMD, "cannot run gnuplot");
+	}
+	fprintf(g, "set terminal pngcairo size 900,560 noenhanced\nset output '%s'\n", o->plot);
+	fprintf(g,
+		"set title 'kvtier replay: block hit ratio vs DRAM capacity'\n"
+		"set xlabel 'DRAM capacity (tokens)'\nset ylabel 'block hit ratio'\n"
+		"set logscale x 2\nset key left top\nset grid\n"
+		"plot '%s' using 1:2 with linespoints dashtype 2 title 'belady (MIN)'",
+		data);
+	for (int p = 0; p < o->n_policies; p++)
+		fprintf(g, ", '' using 1:%d with linespoints title '%s'", p + 3, o->policies[p]);
+	fputc('\n', g);
+	int rc = pclose(g);
+	unlink(data);
+	if (rc != 0)
+		return cli_fail(CMD, "gnuplot failed (exit %d); is gnuplot installed?", rc);
+	return 0;
+}
+
+static int load_trace(const struct opts *o, struct kvt_trace **out)
+{
+	struct kvt_trace *t;
+	int rc = kvt__trace_create(512, &t);
+	if (rc)
+		return cli_fail(CMD, "%s", kvt_strerror(rc));
+	char err[300];
+	if (o->trace) {
+		rc = kvt__trace_load(t, o->trace, err, sizeof(err));
+		if (rc) {
+			kvt__trace_destroy(t);
+			return cli_fail(CMD, "%s: %s", o->trace, err);
+		}
+	} else {
+		int w = kvt__gen_workload(o->workload);
+		if (w < 0) {
+			kvt__trace_destroy(t);
+			return cli_fail(CMD, "unknown workload '%s' (chat, rag, agent)",
+					o->workload);
+		}
+		struct kvt_gen_opts g;
+		kvt__gen_defaults(w, &g);
+		if (o->have_requests)
+			g.requests = (uint32_t)KVT_MIN(o->requests, (unsigned long long)UINT32_MAX);
+		if (o->have_seed)
+			g.seed = o->seed;
+		for (int i = 0; i < o->n_gen; i++) {
+			char key[64];
+			const char *eq = strchr(o->gen[i], '=');
+			if (!eq || eq == o->gen[i] || (size_t)(eq - o->gen[i]) >= sizeof(key)) {
+				kvt__trace_destroy(t);
+				return cli_fail(CMD, "--gen wants KNOB=VALUE, got '%s'", o->gen[i]);
+			}
+			snprintf(key, sizeof(key), "%.*s", (int)(eq - o->gen[i]), o->gen[i]);
+			rc = kvt__gen_set(&g, key, eq + 1);
+			if (rc) {
+				kvt__trace_destroy(t);
+				return cli_fail(CMD, "--gen %s: %s", o->gen[i],
+						rc == -ENOENT ? "unknown knob" : "bad value");
+			}
+		}
+		if (g.block_tokens != 512) {
+			kvt__trace_destroy(t);
+			if ((rc = kvt__trace_create(g.block_tokens, &t)))
+				return cli_fail(CMD, "block_tokens: %s", kvt_strerror(rc));
+		}
+		rc = kvt__gen_run(&g, t);
+		if (rc) {
+			kvt__trace_destroy(t);
+			return cli_fail(CMD, "generator: %s (check the --gen knobs)",
+					kvt_strerror(rc));
+		}
+	}
+	if (o->save) {
+		FILE *f = fopen(o->save, "w");
+		if (!f || kvt__trace_write(t, f) || fclose(f)) {
+			kvt__trace_destroy(t);
+			return cli_fail(CMD, "%s: cannot write the trace", o->save);
+		}
+	}
+	*out = t;
+	return 0;
+}
+
+int kvt_cmd_replay(int argc, char **argv)
+{
+	struct opts o = {.dram = 262144, .nvme = 4194304, .prefetch = true, .leaf_first = true};
+	struct cli_store_opts so = {0};
+	char *policy_arg = NULL;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int c = cli_store_opt(&so, argc, argv, &i);
+		if (c < 0)
+			return 2;
+		if (c > 0)
+			continue;
+#define NEEDS_VALUE()                                                                              \
+	do {                                                                                       \
+		if (!v)                                                                            \
+			return cli_fail(CMD, "%s needs a value", a), 2;                            \
+		i++;                                                                               \
+	} while (0)
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "--trace")) {
+			NEEDS_VALUE();
+			o.trace = v;
+		} else if (!strcmp(a, "--workload")) {
+			NEEDS_VALUE();
+			o.workload = v;
+		} else if (!strcmp(a, "--save-trace")) {
+			NEEDS_VALUE();
+			o.save = v;
+		} else if (!strcmp(a, "--plot")) {
+			NEEDS_VALUE();
+			o.plot = v;
+			o.sweep = true;
+		} else if (!strcmp(a, "--model")) {
+			NEEDS_VALUE();
+			o.model = v;
+		} else if (!strcmp(a, "--gpu")) {
+			NEEDS_VALUE();
+			o.gpu = v;
+		} else if (!strcmp(a, "--gen")) {
+			NEEDS_VALUE();
+			if (o.n_gen == 32)
+				return cli_fail(CMD, "too many --gen"), 2;
+			o.gen[o.n_gen++] = v;
+		} else if (!strcmp(a, "--policy")) {
+			NEEDS_VALUE();
+			free(policy_arg);
+			policy_arg = strdup(v);
+			o.n_policies = 0;
+			if (!policy_arg || split_policies(&o, policy_arg))
+				return free(policy_arg), 2;
+		} else if (!strcmp(a, "--dram-tokens")) {
+			NEEDS_VALUE();
+			if (parse_u64(a, v, &o.dram))
+				return 2;
+		} else if (!strcmp(a, "--nvme-tokens")) {
+			NEEDS_VALUE();
+			if (parse_u64(a, v, &o.nvme))
+				return 2;
+		} else if (!strcmp(a, "--requests")) {
+			NEEDS_VALUE();
+			if (parse_u64(a, v, &o.requests))
+				return 2;
+			o.have_requests = true;
+		} else if (!strcmp(a, "--seed")) {
+			NEEDS_VALUE();
+			if (parse_u64(a, v, &o.seed))
+				return 2;
+			o.have_seed = true;
+		} else if (!strcmp(a, "--admit-freq")) {
+			NEEDS_VALUE();
+			if (parse_u64(a, v, &o.admit) || o.admit > 255)
+				return cli_fail(CMD, "--admit-freq is 1..255"), 2;
+		} else if (!strcmp(a, "--simulate")) {
+			o.simulate = true;
+		} else if (!strcmp(a, "--belady")) {
+			o.belady = true;
+		} else if (!strcmp(a, "--no-prefetch")) {
+			o.prefetch = false;
+		} else if (!strcmp(a, "--no-leaf-first")) {
+			o.leaf_first = false;
+		} else if (!strcmp(a, "--sweep")) {
+			o.sweep = true;
+		} else {
+			usage(stderr);
+			free(policy_arg);
+			return cli_fail(CMD, "unknown option '%s'", a), 2;
+		}
+#undef NEEDS_VALUE
+	}
+	o.json = so.json;
+	int rc = 2;
+	struct kvt_config *cfg = NULL;
+	struct kvt_cost *cost = NULL;
+	struct kvt_trace *t = NULL;
+	if (!!o.trace == !!o.workload) {
+		cli_fail(CMD, "give exactly one of --trace FILE and --workload chat|rag|agent");
+		goto out;
+	}
+	if (!o.simulate) {
+		cli_fail(CMD,
+			 "only --simulate is available so far (replaying real bytes through the "
+			 "engine is not built yet)");
+		goto out;
+	}
+	if (!o.n_policies)
+		o.policies[o.n_policies++] = KVT_SIM_DEFAULT_POLICY;
+
+	/* the cost model: configuration (file, environment, --set), then --model / --gpu */
+	if (!(cfg = cli_config(&so)))
+		goto out;
+	char err[200];
+	if ((o.model && kvt_config_set(cfg, "cost.model", o.model, err, sizeof(err))) ||
+	    (o.gpu && kvt_config_set(cfg, "cost.gpu", o.gpu, err, sizeof(err))) ||
+	    kvt_config_set(cfg, "store.tiers", "dram,nvme", err, sizeof(err))) {
+		cli_fail(CMD, "%s", err);
+		goto out;
+	}
+	kvt_config_set_log(cfg, cli_log, NULL, KVT_LOG_WARN);
+	if (kvt_cost_create(cfg, &cost) < 0) {
+		cli_fail(CMD, "cannot build the cost model (see the message above)");
+		goto out;
+	}
+	for (int p = 0; p < o.n_policies; p++) {
+		struct kvt_evict *probe;
+		if (kvt__evict_create(o.policies[p], 4, &probe) < 0) {
+			cli_fail(CMD, "unknown policy '%s' (lru, arc, %s)", o.policies[p],
+				 KVT_SIM_DEFAULT_POLICY);
+			goto out;
+		}
+		kvt__evict_destroy(probe);
+	}
+	rc = 1; /* from here on, failures are about the data, not the command line */
+	if (load_trace(&o, &t))
+		goto out;
+	tty_progress = isatty(STDERR_FILENO);
+	span_s = t->n ? t->req[t->n - 1].ts_ms / 1000.0 - t->req[0].ts_ms / 1000.0 : 0;
+
+	{
+		const struct kvt_cost_params *cp = kvt__cost_params(cost);
+		printf(
+		    "replay %s: %zu requests, %zu blocks of %u tokens; DRAM %llu tokens, NVMe %llu "
+		    "tokens; %s on %.0f TFLOP/s effective\n",
+		    o.trace ? o.trace : o.workload, t->n, t->n_ids, t->block_tokens, o.dram, o.nvme,
+		    cp->model.name, cp->flops_per_s / 1e12);
+	}
+	struct kvt_sim_result res[MAX_POLICIES];
+	for (int p = 0; p < o.n_policies; p++) {
+		struct kvt_sim_opts s = {
+		    .policy = o.policies[p],
+		    .dram_tokens = o.dram,
+		    .nvme_tokens = o.nvme,
+		    .leaf_first = o.leaf_first,
+		    .belady = o.belady && p == 0,
+		    .cost = cost,
+		    .prefetch = o.prefetch,
+		    .admit_min_freq =
+			(uint32_t)(o.admit ? o.admit : kvt__cfg_u64(cfg, "admission.min_freq")),
+		    .admit_cost_check = kvt__cfg_bool(cfg, "admission.cost_check"),
+		    .admit_min_prefix = kvt__cfg_u64(cfg, "admission.min_prefix_tokens"),
+		    .progress = progress,
+		    .progress_arg = (void *)o.policies[p],
+		};
+		int r = kvt__sim_run(t, &s, &res[p]);
+		if (r == -EINVAL) {
+			cli_fail(CMD, "unknown policy '%s' (lru, arc, %s)", o.policies[p],
+				 KVT_SIM_DEFAULT_POLICY);
+			goto out;
+		}
+		if (r) {
+			cli_fail(CMD, "simulation failed: %s", kvt_strerror(r));
+			goto out;
+		}
+		if (p) {
+			res[p].belady_block_hit_ratio = res[0].belady_block_hit_ratio;
+			res[p].belady_token_hit_ratio = res[0].belady_token_hit_ratio;
+		}
+		print_human(&o, o.policies[p], &res[p], true);
+	}
+
+	double rows[MAX_POLICIES][SWEEP_N], belady[SWEEP_N];
+	uint64_t caps[SWEEP_N];
+	if (o.sweep) {
+		if (run_sweep(&o, t, rows, belady, caps))
+			goto out;
+		printf("\nDRAM-only sweep (block hit ratio)\n%12s %8s", "tokens", "belady");
+		for (int p = 0; p < o.n_policies; p++)
+			printf(" %8s", o.policies[p]);
+		putchar('\n');
+		for (int i = 0; i < SWEEP_N; i++) {
+			printf("%12llu %8.4f", (unsigned long long)caps[i], belady[i]);
+			for (int p = 0; p < o.n_policies; p++)
+				printf(" %8.4f", rows[p][i]);
+			putchar('\n');
+		}
+		if (o.plot && plot(&o, rows, belady, caps))
+			goto out;
+		if (o.plot)
+			printf("plot written to %s\n", o.plot);
+	}
+
+	if (o.json) {
+		const struct kvt_cost_params *cp = kvt__cost_params(cost);
+		printf("{");
+		json_run(&o, o.policies[0], &res[0]);
+		printf(",\"source\":");
+		cli_json_str(stdout, o.trace ? o.trace : o.workload);
+		printf(",\"model\":");
+		cli_json_str(stdout, cp->model.name);
+		printf(",\"block_tokens\":%u,\"dram_tokens\":%llu,\"nvme_tokens\":%llu",
+		       t->block_tokens, o.dram, o.nvme);
+		printf(",\"policies\":[");
+		for (int p = 0; p < o.n_policies; p++) {
+			printf("%s{", p ? "," : "");
+			json_run(&o, o.policies[p], &res[p]);
+			printf("}");
+		}
+		printf("]");
+		if (o.sweep) {
+			printf(",\"sweep\":[");
+			for (int i = 0; i < SWEEP_N; i++) {
+				printf("%s{\"dram_tokens\":%llu,\"belady_block_hit_ratio\":%.6f",
+				       i ? "," : "", (unsigned long long)caps[i], belady[i]);
+				for (int p = 0; p < o.n_policies; p++) {
+					printf(",");
+					cli_json_str(stdout, o.policies[p]);
+					printf(":%.6f", rows[p][i]);
+				}
+				printf("}");
+			}
+			printf("]");
+		}
+		printf("}\n");
+	}
+	rc = 0;
+out:
+	kvt__trace_destroy(t);
+	kvt_cost_destroy(cost);
+	kvt_config_destroy(cfg);
+	free(policy_arg);
+	return rc;
+}
