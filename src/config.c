@@ -139,7 +139,7 @@ static const struct cfg_row rows[] = {
 	{"admission.min_prefix_tokens", T_U64, "0", 0, 1e9, NULL, "do not write deeper a chunk that ends before this many prompt tokens"},
 	{"admission.doorkeeper", T_BOOL, "true", 0, 0, NULL, "a Bloom filter in front of the sketch absorbs keys seen once"},
 	{"admission.sketch_counters", T_U64, "0", 0, 1073741824, NULL, "counters per row of the frequency sketch (0: sized from the tier capacity)"},
-	{"admission.cost_check", T_BOOL, "true", 0, 0, NULL, "do not write a chunk to a tier from which restoring it is slower than recomputing it"},
+	{"admission.cost_check", T_BOOL, "true", 0, 0, NULL, "do not write a chunk to a tier from which restoring it is slower than recomputing it (the store applies it only with a measured cost.profile; replay always)"},
 
 	/* ---- end cost ---- */
 };

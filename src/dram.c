@@ -47,6 +47,7 @@ struct slot {
 	uint32_t children; /* resident chunks naming this one as parent */
 	uint32_t gen;	   /* bumped when the slot is freed */
 	int32_t parent;	   /* slot of the parent chunk, -1 none */
+	uint32_t depth;	   /* chunks before it in its chain, as far as DRAM knew at alloc */
 	uint32_t parent_gen;
 	int32_t next; /* index chain while indexed, free list while free */
 	uint8_t state;
@@ -169,6 +170,7 @@ static void slot_reset(struct kvt_dram *d, struct slot *s)
 	s->dirty = false;
 	s->children = 0;
 	s->parent = -1;
+	s->depth = 0;
 	s->object_bytes = 0;
 	s->n_tokens = 0;
 	s->gen++;
@@ -192,6 +194,7 @@ static void fill_ref(const struct kvt_dram *d, int32_t id, struct kvt_slot_ref *
 	ref->object_bytes = s->object_bytes;
 	ref->n_tokens = s->n_tokens;
 	ref->dirty = s->dirty;
+	ref->depth = s->depth;
 }
 
 static int map_pool(struct kvt_dram *d, const struct kvt_dram_options *o, size_t len)
@@ -393,6 +396,7 @@ int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct 
 	if (pid >= 0) {
 		s->parent = pid;
 		s->parent_gen = d->slots[pid].gen;
+		s->depth = d->slots[pid].depth + 1;
 	}
 	index_link(d, id);
 	fill_ref(d, id, ref);

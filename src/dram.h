@@ -43,6 +43,8 @@ struct kvt_slot_ref {
 	uint64_t object_bytes; /* valid bytes (0 while being filled) */
 	uint32_t n_tokens;
 	bool dirty;
+	uint32_t depth; /* chunks before this one in its prompt, if DRAM held its prefix at
+			 * alloc (0 when unknown): admission's position-dependent checks */
 };
 
 int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out);

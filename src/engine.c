@@ -39,6 +39,7 @@
 #include "dram.h"
 #include "engine.h"
 #include "format.h"
+#include "sketch.h"
 #include "tier.h"
 
 #define BREAKER_FAILS 5
@@ -58,6 +59,8 @@ struct link {
 	_Atomic uint64_t cooldown_ns;
 	_Atomic int probing;
 	_Atomic uint64_t hits, misses, checksum_failures, errors, writes_skipped;
+	struct kvt_admit *admit; /* deeper tiers: what is worth writing here (NULL: all) */
+	_Atomic uint64_t admission_rejects;
 };
 
 struct completion {
@@ -125,6 +128,7 @@ struct kvt_store {
 
 	struct kvt_dram *dram;
 	int dram_pos; /* -1 if no DRAM tier */
+	struct kvt_cost *cost; /* for admission's restore-vs-recompute check; may be NULL */
 	int n_links;
 	struct link links[KVT_MAX_TIERS];
 
@@ -445,8 +449,61 @@ static int add_link(void *arg, const char *name)
 	return 0;
 }
 
+/* Admission to each deeper tier (src/sketch.h): a frequency sketch (admission.min_freq),
+ * a minimum prefix length, and - with a measured tier profile (cost.profile) - no write
+ * to a tier from which restoring would be slower than recomputing. Capacity and the NVMe
+ * write budget are the tier's own can_write(). With the defaults nothing is filtered and
+ * no sketch is kept. */
+static int admission_open(struct kvt_store *s)
+{
+	uint32_t min_freq = (uint32_t)kvt__cfg_u64(s->cfg, "admission.min_freq");
+	uint64_t min_prefix = kvt__cfg_u64(s->cfg, "admission.min_prefix_tokens");
+	bool cost_check = kvt__cfg_bool(s->cfg, "admission.cost_check") &&
+			  *kvt__cfg_str(s->cfg, "cost.profile");
+	if (cost_check && kvt_cost_create(s->cfg, &s->cost) < 0) {
+		KVT_WARN(&s->log, "admission: no cost model for this configuration; restore-vs-"
+				  "recompute admission is off");
+		s->cost = NULL;
+	}
+	if (min_freq <= 1 && !min_prefix && !s->cost)
+		return 0;
+	uint64_t width = kvt__cfg_u64(s->cfg, "admission.sketch_counters");
+	if (!width)
+		width = 1u << 20;
+	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
+		struct kvt_admit_cfg ac = {
+			.min_freq = min_freq,
+			.min_prefix_tokens = min_prefix,
+			.sketch_width = width,
+			.doorkeeper = kvt__cfg_bool(s->cfg, "admission.doorkeeper"),
+			.cost = s->cost,
+			.cost_tier = i,
+		};
+		int rc = kvt__admit_create(&ac, &s->links[i].admit);
+		if (rc < 0)
+			return rc;
+	}
+	KVT_INFO(&s->log, "admission: min_freq %u, min_prefix_tokens %llu, cost check %s",
+		 min_freq, (unsigned long long)min_prefix, s->cost ? "on" : "off");
+	return 0;
+}
+
+static void admission_record(struct kvt_store *s, const struct kvt_key *key)
+{
+	uint64_t h = kvt__key_hash(key);
+	for (int i = s->dram_pos + 1; i < s->n_links; i++)
+		if (s->links[i].admit)
+			kvt__admit_record(s->links[i].admit, h);
+}
+
 static void close_links(struct kvt_store *s)
 {
+	for (int i = 0; i < s->n_links; i++) {
+		kvt__admit_destroy(s->links[i].admit);
+		s->links[i].admit = NULL;
+	}
+	kvt_cost_destroy(s->cost);
+	s->cost = NULL;
 	for (int i = s->n_links - 1; i >= 0; i--) {
 		kvt__tier_close(s->links[i].t);
 		s->links[i].t = NULL;
@@ -506,6 +563,9 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 		rc = cc.rc < 0 ? cc.rc : rc < 0 ? rc : -EINVAL;
 		goto fail_links;
 	}
+	rc = admission_open(s);
+	if (rc < 0)
+		goto fail_links;
 	rc = pthread_create(&s->service, NULL, service_main, s);
 	if (rc) {
 		rc = -rc;
@@ -743,6 +803,14 @@ static void wb_submit(struct kvt_store *s, const struct kvt_key *key,
 
 	for (int i = s->dram_pos + 1; i < end; i++) {
 		struct link *l = &s->links[i];
+		if (l->admit &&
+		    kvt__admit_decide(l->admit, kvt__key_hash(key),
+				      (uint64_t)ref->depth * s->geo.chunk_tokens, ref->n_tokens,
+				      ref->object_bytes) != KVT_ADMIT_YES) {
+			atomic_fetch_add(&l->admission_rejects, 1);
+			atomic_fetch_add(&l->writes_skipped, 1);
+			continue;
+		}
 		if (!link_usable(l) ||
 		    (l->t->ops->can_write && l->t->ops->can_write(l->t, ref->object_bytes) < 0)) {
 			atomic_fetch_add(&l->writes_skipped, 1);
@@ -802,6 +870,7 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	if (!admit_inflight(s))
 		return -EAGAIN;
 	atomic_fetch_add(&s->puts, 1);
+	admission_record(s, key);
 	uint64_t obj_bytes = kvt_object_bytes(&s->geo, n_tokens);
 	bool deeper = s->n_links > s->dram_pos + 1;
 	struct kvt_result res = {.status = 0, .tier = KVT_TIER_NONE, .n_tokens = n_tokens,
@@ -1275,6 +1344,7 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 			struct kvt_header h;
 			int64_t n = get_extract(g, ref.buf, &h, true);
 			atomic_fetch_add(&s->links[s->dram_pos].hits, 1);
+			admission_record(s, key);
 			get_selective(s, key, &ref);
 			kvt__dram_unpin(s->dram, ref.id);
 			if (n < 0)
