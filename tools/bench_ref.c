@@ -209,6 +209,20 @@ int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, doubl
 	return 0;
 }
 
+/* A reference that measured reads and writes in separate phases stands for a mixed load by
+ * giving each operation its share of the time: ops/s = 1 / (r / read_ops + (1-r) / write_ops). */
+static void mix_harmonic(struct phase_result *out, int read_pct, size_t bs)
+{
+	if (read_pct <= 0 || read_pct >= 100 || out->read_iops <= 0 || out->write_iops <= 0)
+		return;
+	double r = read_pct / 100.0, g = 1073741824.0;
+	double ops = 1.0 / (r / out->read_iops + (1 - r) / out->write_iops);
+	out->read_iops = ops * r;
+	out->write_iops = ops * (1 - r);
+	out->read_gibps = out->read_iops * (double)bs / g;
+	out->write_gibps = out->write_iops * (double)bs / g;
+}
+
 /* ------------------------------------------------------------ redis */
 
 /* redis://[:password@]host:port[/db] */
@@ -337,7 +351,7 @@ int bench_ref_s3(const char *endpoint, const char *bucket, const char *region, s
 		}
 		fclose(f);
 		snprintf(cmd, sizeof(cmd),
-			 "curl -s -S --parallel --parallel-immediate --parallel-max %u -K '%s' "
+			 "curl -s -S --no-progress-meter --parallel --parallel-immediate --parallel-max %u -K '%s' "
 			 "--aws-sigv4 'aws:amz:%s:s3' --user '%s:%s' -H "
 			 "'x-amz-content-sha256: UNSIGNED-PAYLOAD' -w '%%{time_total}\\n'",
 			 qd, path, region, ak, sk);
@@ -368,6 +382,7 @@ int bench_ref_s3(const char *endpoint, const char *bucket, const char *region, s
 		free(l.v);
 	}
 	(void)seconds;
+	mix_harmonic(out, read_pct, bs);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "kvtier bench: could not remove %s\n", dir);
@@ -421,5 +436,6 @@ int bench_ref_rados(const char *pool, size_t bs, unsigned qd, double seconds, in
 		out->read_gibps = 0;
 	if (read_pct == 100)
 		out->write_gibps = 0;
+	mix_harmonic(out, read_pct, bs);
 	return out->write_gibps > 0 || out->read_gibps > 0 ? 0 : -EIO;
 }
