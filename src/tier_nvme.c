@@ -207,7 +207,7 @@ struct nv {
 	uint64_t active;
 	uint32_t tmpseq;
 	bool cancelled;
-	struct nv_fdc *fdc_head, *fdc_tail;
+	struct nv_fdc *fdc_head, *fdc_tail, *free_fdc;
 	uint32_t nfdc;
 	uint64_t used, reserved;
 	uint64_t gen;
@@ -500,10 +500,17 @@ static void fdc_list_unlink(struct nv *s, struct nv_fdc *c)
 	s->nfdc--;
 }
 
-static void fdc_free(struct nv_fdc *c)
+/* fd cache entries are recycled (ring thread only): no allocation per open. */
+static void fdc_recycle(struct nv *s, struct nv_fdc *c)
+{
+	c->next = s->free_fdc;
+	s->free_fdc = c;
+}
+
+static void fdc_free(struct nv *s, struct nv_fdc *c)
 {
 	close(c->fd);
-	kvt__free(c);
+	fdc_recycle(s, c);
 }
 
 /* The last reference to an evicted object's file: its close frees the blocks (slow, see
@@ -512,7 +519,7 @@ static void fdc_free_async(struct nv *s, struct nv_fdc *c)
 {
 	struct io_uring_sqe *sqe = s->ring_ready ? io_uring_get_sqe(&s->ring) : NULL;
 	if (!sqe) {
-		fdc_free(c);
+		fdc_free(s, c);
 		return;
 	}
 	KVT_DEBUG(s->log, "nvme: closing a removed object's last fd in the background");
@@ -520,7 +527,7 @@ static void fdc_free_async(struct nv *s, struct nv_fdc *c)
 	io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 	io_uring_sqe_set_data(sqe, &s->trash);
 	s->trash_inflight++;
-	kvt__free(c);
+	fdc_recycle(s, c);
 }
 
 /* The object is going away: its cached fd closes now, or at its last unref. */
@@ -533,7 +540,7 @@ static void fdc_detach(struct nv *s, struct nv_ent *e)
 	c->ent = NULL;
 	fdc_list_unlink(s, c);
 	if (!c->refs)
-		fdc_free(c);
+		fdc_free(s, c);
 }
 
 static void fdc_trim(struct nv *s)
@@ -545,7 +552,7 @@ static void fdc_trim(struct nv *s)
 			continue;
 		c->ent->fdc = NULL;
 		fdc_list_unlink(s, c);
-		fdc_free(c);
+		fdc_free(s, c);
 	}
 }
 
@@ -577,18 +584,20 @@ static void fdc_use(struct nv *s, struct nv_fdc *c)
 /* A freshly opened read fd for op: cache it on the entry if the entry still wants one. */
 static struct nv_fdc *fdc_adopt(struct nv *s, struct nv_op *op, int fd)
 {
-	struct nv_fdc *c = kvt__calloc(1, sizeof(*c));
-	if (!c) {
+	struct nv_fdc *c = s->free_fdc;
+	if (c)
+		s->free_fdc = c->next;
+	else if (!(c = kvt__malloc(sizeof(*c)))) {
 		close(fd);
 		return NULL;
 	}
+	memset(c, 0, sizeof(*c));
 	c->fd = fd;
 	c->refs = 1;
 	struct nv_ent *e = ent_find(s, &op->key);
 	if (e && e->fdc) {
 		/* Another read opened it meanwhile: share that one. */
-		kvt__free(c);
-		close(fd);
+		fdc_free(s, c);
 		fdc_use(s, e->fdc);
 		return e->fdc;
 	}
@@ -1770,7 +1779,12 @@ static void nv_free(struct nv *s)
 		struct nv_fdc *c = s->fdc_head;
 		c->ent->fdc = NULL;
 		fdc_list_unlink(s, c);
-		fdc_free(c);
+		fdc_free(s, c);
+	}
+	while (s->free_fdc) {
+		struct nv_fdc *c = s->free_fdc;
+		s->free_fdc = c->next;
+		kvt__free(c);
 	}
 	kvt__free(s->buckets);
 	while (s->done_ops) {

@@ -106,8 +106,9 @@ int main(void)
 	CHECK_EQ(count_files(dir, "", ".kvt"), 3);
 
 	/* ---- restart with a smaller capacity: evicted at open down to it */
-	CHECK_EQ(
-	    open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "128KiB", "nvme.fsync", "none", NULL), 0);
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "128KiB", "nvme.fsync", "none",
+			   "nvme.queue_depth", "1", NULL),
+		 0);
 	t->ops->stats(t, &st);
 	CHECK(st.bytes <= 2 * K64);
 	CHECK(st.objects >= 1);
