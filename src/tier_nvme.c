@@ -74,6 +74,7 @@
 #define NV_NAME_MAX 128
 #define NV_BUCKETS 24 /* hourly write-budget buckets: a rolling day */
 #define NV_HOUR_NS 3600000000000ull
+#define NV_LEADER_BUCKETS 1024 /* in-flight writes by key */
 #define NV_LOCK_NAME ".kvtier.lock"
 #define NV_TMP_PREFIX ".tmp."
 
@@ -121,13 +122,17 @@ struct nv_ent {
 struct nv_op {
 	struct nv_op *next, *prev;   /* submit FIFO, then the ready list */
 	struct nv_op *wnext, *wprev; /* active writes, in submission order */
+	struct nv_op *lnext;	     /* in-flight leader writes, chained by key hash */
+	struct nv_op *followers;     /* same-key writes that wait for this one */
+	bool leader;
 	enum nv_type type;
 	enum nv_stage stage;
 	int err;
 	uint32_t pending; /* SQEs in flight */
 	bool in_ready;
-	bool issued; /* has put an SQE in the ring: no longer cancellable */
-	bool retried;
+	bool issued;   /* has put an SQE in the ring: no longer cancellable */
+	bool retried;  /* after ENOSPC */
+	bool reopened; /* after EMFILE */
 	kvt_tier_cb cb;
 	void *arg;
 	struct kvt_key key;
@@ -202,6 +207,7 @@ struct nv {
 	bool wake_armed;
 	struct nv_op *ready_head, *ready_tail;
 	struct nv_op *whead, *wtail;
+	struct nv_op *leaders[NV_LEADER_BUCKETS];
 	struct nv_op *flush_head, *flush_tail; /* linked through next */
 	struct nv_op *done_ops;		       /* back to free_ops at next drain */
 	uint64_t active;
@@ -556,6 +562,16 @@ static void fdc_trim(struct nv *s)
 	}
 }
 
+/* Out of descriptors: close every idle cached fd. Returns how many were closed. */
+static uint32_t fdc_shed(struct nv *s)
+{
+	uint32_t keep = s->open_files, before = s->nfdc;
+	s->open_files = 0;
+	fdc_trim(s);
+	s->open_files = keep;
+	return before - s->nfdc;
+}
+
 static void fdc_put(struct nv *s, struct nv_fdc *c)
 {
 	if (--c->refs)
@@ -752,12 +768,28 @@ static void check_flushes(struct nv *s)
 	}
 }
 
+static struct nv_op **leader_slot(struct nv *s, const struct kvt_key *k)
+{
+	struct nv_op **pp = &s->leaders[kvt__key_hash(k) & (NV_LEADER_BUCKETS - 1)];
+	while (*pp && !kvt__key_eq(&(*pp)->key, k))
+		pp = &(*pp)->lnext;
+	return pp;
+}
+
 static void finish(struct nv *s, struct nv_op *op, int res)
 {
 	kvt_tier_cb cb = op->cb;
 	void *arg = op->arg;
 	bool was_write = op->type == OP_WRITE;
+	struct nv_op *followers = NULL;
 	ready_remove(s, op);
+	if (op->leader) {
+		struct nv_op **pp = leader_slot(s, &op->key);
+		*pp = op->lnext;
+		op->leader = false;
+		followers = op->followers;
+		op->followers = NULL;
+	}
 	if (was_write) {
 		if (op->wprev)
 			op->wprev->wnext = op->wnext;
@@ -773,6 +805,11 @@ static void finish(struct nv *s, struct nv_op *op, int res)
 	op_release(s, op);
 	if (cb)
 		cb(arg, res);
+	while (followers) {
+		struct nv_op *f = followers;
+		followers = f->lnext;
+		finish(s, f, res);
+	}
 	if (was_write)
 		check_flushes(s);
 }
@@ -987,6 +1024,13 @@ static void on_cqe(struct nv *s, struct nv_io *io, int res)
 	switch (io->kind) {
 	case IO_OPEN:
 		io_put(s, io);
+		if ((res == -EMFILE || res == -ENFILE) && !op->reopened && fdc_shed(s)) {
+			KVT_WARN(s->log, "nvme: out of file descriptors: closed idle cached ones "
+					 "(lower nvme.open_files or raise RLIMIT_NOFILE)");
+			op->reopened = true;
+			op->stage = op->type == OP_WRITE ? ST_W_OPEN : ST_R_OPEN;
+			break;
+		}
 		if (op->type == OP_WRITE) {
 			if (res < 0) {
 				op->err = res;
@@ -1123,6 +1167,13 @@ static void start_write(struct nv *s, struct nv_op *op)
 		finish(s, op, 0);
 		return;
 	}
+	struct nv_op **slot = leader_slot(s, &op->key);
+	if (*slot) {
+		/* The same bytes are being written right now: share that write's result. */
+		op->lnext = (*slot)->followers;
+		(*slot)->followers = op;
+		return;
+	}
 	int rc = budget_take(s, op->len, &op->budget_hour);
 	if (!rc && (rc = make_room(s, op->len)) < 0)
 		budget_refund(s, op->len, op->budget_hour);
@@ -1132,6 +1183,9 @@ static void start_write(struct nv *s, struct nv_op *op)
 		return;
 	}
 	s->reserved += op->len;
+	op->leader = true;
+	op->lnext = NULL;
+	*slot = op;
 	op->dir = key_dir(s, &op->key);
 	op->fd = -1;
 	tmp_name(s, op);
