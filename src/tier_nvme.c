@@ -45,8 +45,9 @@
  * Capacity (nvme.bytes) is enforced before a write by evicting least recently used
  * objects; a real ENOSPC from the file system evicts objects of the same directory and
  * retries once, else fails the write with -ENOSPC after removing its temp file. The write
- * budget (nvme.write_budget bytes per rolling 24 h, hourly buckets) refuses writes with
- * -EDQUOT. A write of a key already stored completes at once: keys are content addresses.
+ * budget (nvme.write_budget bytes per rolling 24 h, hourly wall-clock buckets saved in
+ * <first dir>/.kvtier.budget so restarts do not reset it) refuses writes with -EDQUOT. A write of a
+ * key already stored completes at once: keys are content addresses.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -72,9 +73,9 @@
 #define NV_IO_MAX (2u << 20) /* bytes per SQE */
 #define NV_SEG_INLINE 4
 #define NV_NAME_MAX 128
-#define NV_BUCKETS 24 /* hourly write-budget buckets: a rolling day */
-#define NV_HOUR_NS 3600000000000ull
-#define NV_LEADER_BUCKETS 1024 /* in-flight writes by key */
+#define NV_BUCKETS 24			/* hourly write-budget buckets: a rolling day */
+#define NV_BUDGET_NAME ".kvtier.budget" /* the budget survives restarts */
+#define NV_LEADER_BUCKETS 1024		/* in-flight writes by key */
 #define NV_LOCK_NAME ".kvtier.lock"
 #define NV_TMP_PREFIX ".tmp."
 
@@ -227,7 +228,8 @@ struct nv {
 	/* write budget */
 	pthread_mutex_t block;
 	uint64_t bucket[NV_BUCKETS];
-	uint64_t bucket_hour;
+	uint64_t bucket_hour; /* wall-clock hours since the epoch */
+	bool budget_dirty;
 	uint64_t budget_used;
 
 	struct nv_stats st;
@@ -635,10 +637,19 @@ static struct nv_fdc *fdc_adopt(struct nv *s, struct nv_op *op, int fd)
 
 /* --------------------------------------------------------- write budget */
 
+static uint64_t hour_now(void)
+{
+	/* Wall clock, not monotonic: the buckets are saved across restarts and reboots. */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec / 3600;
+}
+
 static void budget_roll(struct nv *s, uint64_t hour)
 {
-	if (hour == s->bucket_hour)
-		return;
+	if (hour <= s->bucket_hour)
+		return; /* same hour, or the clock stepped back: keep counting */
+	s->budget_dirty = true;
 	if (hour - s->bucket_hour >= NV_BUCKETS) {
 		memset(s->bucket, 0, sizeof(s->bucket));
 	} else {
@@ -651,15 +662,79 @@ static void budget_roll(struct nv *s, uint64_t hour)
 		s->budget_used += s->bucket[i];
 }
 
+/* Written at close and when the hour rolls (not per write: a crash loses at most the last
+ * hour's count), through a temp name so a torn file is never read back. */
+static void budget_save(struct nv *s)
+{
+	char text[64 + NV_BUCKETS * 24], tmp[64];
+	size_t n = 0;
+	pthread_mutex_lock(&s->block);
+	n += (size_t)snprintf(text, sizeof(text), "kvtier-budget-v1 %" PRIu64, s->bucket_hour);
+	for (int i = 0; i < NV_BUCKETS; i++)
+		n += (size_t)snprintf(text + n, sizeof(text) - n, " %" PRIu64, s->bucket[i]);
+	n += (size_t)snprintf(text + n, sizeof(text) - n, "\n");
+	s->budget_dirty = false;
+	pthread_mutex_unlock(&s->block);
+	int dfd = s->dirs[0].fd;
+	snprintf(tmp, sizeof(tmp), NV_TMP_PREFIX "budget.%d", (int)s->pid);
+	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		goto fail;
+	bool ok = write(fd, text, n) == (ssize_t)n;
+	close(fd);
+	if (ok && renameat(dfd, tmp, dfd, NV_BUDGET_NAME) == 0)
+		return;
+	unlinkat(dfd, tmp, 0);
+fail:
+	KVT_WARN(s->log, "nvme: cannot save the write budget in %s: %s", s->dirs[0].path,
+		 strerror(errno));
+}
+
+static void budget_load(struct nv *s)
+{
+	char text[64 + NV_BUCKETS * 24];
+	int fd = openat(s->dirs[0].fd, NV_BUDGET_NAME, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	text[n] = 0;
+	uint64_t v[1 + NV_BUCKETS];
+	char *p = text;
+	if (strncmp(p, "kvtier-budget-v1 ", 17))
+		goto bad;
+	p += 17;
+	for (int i = 0; i <= NV_BUCKETS; i++) {
+		char *end;
+		errno = 0;
+		v[i] = strtoull(p, &end, 10);
+		if (end == p || errno)
+			goto bad;
+		p = end;
+	}
+	s->bucket_hour = v[0];
+	memcpy(s->bucket, v + 1, sizeof(s->bucket));
+	s->budget_used = 0;
+	for (int i = 0; i < NV_BUCKETS; i++)
+		s->budget_used += s->bucket[i];
+	budget_roll(s, hour_now());
+	return;
+bad:
+	KVT_WARN(s->log, "nvme: ignoring a malformed %s/%s", s->dirs[0].path, NV_BUDGET_NAME);
+}
+
 /* Charge len to the budget if it fits: 0 or -EDQUOT. */
 static int budget_take(struct nv *s, uint64_t len, uint32_t *hour_out)
 {
 	if (!s->budget)
 		return 0;
 	int rc = 0;
-	uint64_t hour = kvt__now_ns() / NV_HOUR_NS;
+	uint64_t hour = hour_now();
 	pthread_mutex_lock(&s->block);
 	budget_roll(s, hour);
+	hour = s->bucket_hour;
 	if (s->budget_used + len > s->budget) {
 		rc = -EDQUOT;
 	} else {
@@ -667,7 +742,10 @@ static int budget_take(struct nv *s, uint64_t len, uint32_t *hour_out)
 		s->budget_used += len;
 		*hour_out = (uint32_t)hour;
 	}
+	bool save = s->budget_dirty;
 	pthread_mutex_unlock(&s->block);
+	if (save)
+		budget_save(s);
 	return rc;
 }
 
@@ -1564,7 +1642,7 @@ static int nv_can_write(struct kvt_tier *t, uint64_t len)
 		return 0;
 	int rc = 0;
 	pthread_mutex_lock(&s->block);
-	budget_roll(s, kvt__now_ns() / NV_HOUR_NS);
+	budget_roll(s, hour_now());
 	if (s->budget_used + len > s->budget)
 		rc = -EDQUOT;
 	pthread_mutex_unlock(&s->block);
@@ -1891,7 +1969,7 @@ static int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 					      : NV_FSYNC_DATA;
 	char direct_mode[16];
 	snprintf(direct_mode, sizeof(direct_mode), "%s", kvt__cfg_str(cfg, "nvme.direct"));
-	s->bucket_hour = kvt__now_ns() / NV_HOUR_NS;
+	s->bucket_hour = hour_now();
 
 	/* Keep the fd cache well inside the process' descriptor limit. */
 	struct rlimit rl;
@@ -1928,6 +2006,8 @@ static int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		KVT_ERR(s->log, "nvme: index rebuild failed: %s", strerror(-rc));
 		goto fail;
 	}
+	if (s->budget)
+		budget_load(s);
 	for (uint32_t i = 0; i < s->ndirs; i++) {
 		uint64_t objs = 0, bytes = 0;
 		for (struct nv_ent *e = s->lru_head; e; e = e->next)
@@ -1979,6 +2059,8 @@ static void nv_close(struct kvt_tier *t)
 		pthread_mutex_unlock(&s->qlock);
 		eventfd_write(s->efd, 1);
 		pthread_join(s->thread, NULL);
+		if (s->budget)
+			budget_save(s);
 	}
 	nv_free(s);
 }
