@@ -43,11 +43,14 @@
  * for that directory; "on" fails the open; "off" never uses it.
  *
  * Capacity (nvme.bytes) is enforced before a write by evicting least recently used
- * objects; a real ENOSPC from the file system evicts objects of the same directory and
- * retries once, else fails the write with -ENOSPC after removing its temp file. The write
- * budget (nvme.write_budget bytes per rolling 24 h, hourly wall-clock buckets saved in
- * <first dir>/.kvtier.budget so restarts do not reset it) refuses writes with -EDQUOT. A write of a
- * key already stored completes at once: keys are content addresses.
+ * objects; when the victim has the new object's size (full chunks all do) its file becomes
+ * the new write's temp file and is overwritten in place (see recycle): a full cache then
+ * writes at the speed of an overwrite, not of create + allocate + discard. A real ENOSPC from the
+ * file system evicts objects of the same directory and retries once, else fails the write with
+ * -ENOSPC after removing its temp file. The write budget (nvme.write_budget bytes per rolling 24 h,
+ * hourly wall-clock buckets saved in <first dir>/.kvtier.budget so restarts do not reset it)
+ * refuses writes with -EDQUOT. A write of a key already stored completes at once: keys are content
+ * addresses.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -134,6 +137,7 @@ struct nv_op {
 	bool issued;   /* has put an SQE in the ring: no longer cancellable */
 	bool retried;  /* after ENOSPC */
 	bool reopened; /* after EMFILE */
+	bool recycled; /* the temp file is an evicted object's file, overwritten in place */
 	kvt_tier_cb cb;
 	void *arg;
 	struct kvt_key key;
@@ -412,6 +416,26 @@ static void unlink_now(struct nv *s, struct nv_dir *d, const char *path)
  * order with publishes of the same key) and that name is unlinked by io_uring's workers. A
  * crash in between leaves a ".tmp." file, which the next open deletes. now: the caller needs
  * the space back before it continues (the ENOSPC path), or there is no ring yet. */
+/* Unlink a unique temp name on io_uring's workers (no ordering to keep with anything). */
+static void unlink_async(struct nv *s, struct nv_dir *d, const char *name)
+{
+	struct io_uring_sqe *sqe = NULL;
+	if (s->ring_ready && s->trash_inflight < s->qd && !(sqe = io_uring_get_sqe(&s->ring))) {
+		io_uring_submit(&s->ring);
+		sqe = io_uring_get_sqe(&s->ring);
+	}
+	if (!sqe) {
+		unlink_now(s, d, name);
+		return;
+	}
+	io_uring_prep_unlinkat(sqe, d->fd, name, 0);
+	io_uring_sqe_set_data(sqe, &s->trash);
+	s->trash_inflight++;
+	/* Submit now: the kernel copies the name at submission and name[] may be on the
+	 * caller's stack. Every other SQE in the ring is fully prepared whenever this runs. */
+	io_uring_submit(&s->ring);
+}
+
 static void ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 {
 	struct nv_dir *d = &s->dirs[e->dir];
@@ -428,21 +452,7 @@ static void ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 		unlink_now(s, d, path);
 		return;
 	}
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-	if (!sqe) {
-		io_uring_submit(&s->ring);
-		sqe = io_uring_get_sqe(&s->ring);
-	}
-	if (!sqe) {
-		unlink_now(s, d, trash);
-		return;
-	}
-	io_uring_prep_unlinkat(sqe, d->fd, trash, 0);
-	io_uring_sqe_set_data(sqe, &s->trash);
-	s->trash_inflight++;
-	/* Submit now: the kernel copies the name at submission, trash[] is on our stack. Every
-	 * other SQE in the ring is already fully prepared whenever this runs. */
-	io_uring_submit(&s->ring);
+	unlink_async(s, d, trash);
 }
 
 static void evict(struct nv *s, struct nv_ent *e, bool now)
@@ -451,13 +461,36 @@ static void evict(struct nv *s, struct nv_ent *e, bool now)
 	ST_ADD(s, evictions, 1);
 }
 
-/* Evict LRU objects until len more bytes fit under the capacity. */
-static int make_room(struct nv *s, uint64_t len)
+/* Evict the LRU victim by making its file the temp file of write op, to be overwritten in
+ * place: no unlink (discard), no block allocation, the steady state of a full cache costs
+ * what an overwrite costs. Only for a victim of exactly op's size (full chunks all have one
+ * size; a larger file would need a truncate) in op's directory, and never while a read of
+ * it is in flight (that read would see the new bytes). The file is only ever visible under
+ * a ".tmp." name until op renames it onto its own key, so crash safety is unchanged. */
+static bool recycle(struct nv *s, struct nv_ent *v, struct nv_op *op)
+{
+	if (!op || op->recycled || v->dir != op->dir || v->bytes != op->len ||
+	    (v->fdc && v->fdc->refs))
+		return false;
+	char path[NV_NAME_MAX];
+	object_path(&v->key, path);
+	if (renameat(s->dirs[v->dir].fd, path, s->dirs[v->dir].fd, op->name) < 0)
+		return false;
+	ent_remove(s, v);
+	ST_ADD(s, evictions, 1);
+	op->recycled = true;
+	return true;
+}
+
+/* Evict LRU objects until len more bytes fit under the capacity, recycling one victim's
+ * file for op if it can (op may be NULL). */
+static int make_room(struct nv *s, uint64_t len, struct nv_op *op)
 {
 	if (len > s->capacity)
 		return -ENOSPC; /* never fits: do not empty the cache for nothing */
 	while (s->used + s->reserved + len > s->capacity && s->lru_tail)
-		evict(s, s->lru_tail, false);
+		if (!recycle(s, s->lru_tail, op))
+			evict(s, s->lru_tail, false);
 	return s->used + s->reserved + len > s->capacity ? -ENOSPC : 0;
 }
 
@@ -958,6 +991,7 @@ static bool write_fail(struct nv *s, struct nv_op *op)
 			KVT_INFO(s->log, "nvme: %s full: evicted %d objects, retrying once",
 				 d->path, n);
 			op->retried = true;
+			op->recycled = false;
 			op->err = 0;
 			op->cursor = 0;
 			tmp_name(s, op);
@@ -991,7 +1025,9 @@ static void pump(struct nv *s, struct nv_op *op)
 		case ST_W_OPEN: {
 			if (!(io = io_start(s, op, IO_OPEN, &sqe)))
 				goto blocked;
-			int fl = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+			int fl = O_WRONLY | O_CLOEXEC;
+			if (!op->recycled)
+				fl |= O_CREAT | O_EXCL;
 			if (s->dirs[op->dir].direct)
 				fl |= O_DIRECT;
 			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, 0644);
@@ -1252,10 +1288,15 @@ static void start_write(struct nv *s, struct nv_op *op)
 		(*slot)->followers = op;
 		return;
 	}
+	op->dir = key_dir(s, &op->key);
+	op->fd = -1;
+	tmp_name(s, op);
 	int rc = budget_take(s, op->len, &op->budget_hour);
-	if (!rc && (rc = make_room(s, op->len)) < 0)
+	if (!rc && (rc = make_room(s, op->len, op)) < 0)
 		budget_refund(s, op->len, op->budget_hour);
 	if (rc < 0) {
+		if (op->recycled)
+			unlink_async(s, &s->dirs[op->dir], op->name);
 		ST_ADD(s, writes_skipped, 1);
 		finish(s, op, rc);
 		return;
@@ -1264,9 +1305,6 @@ static void start_write(struct nv *s, struct nv_op *op)
 	op->leader = true;
 	op->lnext = NULL;
 	*slot = op;
-	op->dir = key_dir(s, &op->key);
-	op->fd = -1;
-	tmp_name(s, op);
 	op->stage = ST_W_OPEN;
 	pump(s, op);
 }
@@ -1352,6 +1390,8 @@ static void cancel_unissued(struct nv *s)
 		if (op->type == OP_WRITE) {
 			write_release(s, op);
 			budget_refund(s, op->len, op->budget_hour);
+			if (op->recycled)
+				unlink_async(s, &s->dirs[op->dir], op->name);
 		}
 		if (op->fdc) {
 			fdc_put(s, op->fdc);
@@ -1829,7 +1869,7 @@ static int rebuild_index(struct nv *s)
 	kvt__free(items);
 	if (!rc && s->used > s->capacity) {
 		uint64_t before = s->nents;
-		make_room(s, 0);
+		make_room(s, 0, NULL);
 		KVT_INFO(s->log, "nvme: over capacity at open: evicted %" PRIu64 " objects",
 			 before - s->nents);
 	}

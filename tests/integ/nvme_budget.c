@@ -94,14 +94,21 @@ int main(void)
 	CHECK_EQ(t_read1(t, &k[0], rbuf, 0, 4096), 4096);
 	k[4] = make_key(11, 4);
 	fill_object(buf, K64, &k[4]);
+	char path[600];
+	struct stat sb;
+	key_path(dir, &k[1], path, sizeof(path));
+	CHECK_EQ(stat(path, &sb), 0);
+	ino_t victim_ino = sb.st_ino;
 	CHECK_EQ(t_write(t, &k[4], buf, K64), 0);
+	/* Same size, same directory: the victim's file was recycled, not unlinked. */
+	key_path(dir, &k[4], path, sizeof(path));
+	CHECK_EQ(stat(path, &sb), 0);
+	CHECK_EQ(sb.st_ino, victim_ino);
 	t->ops->stats(t, &st);
 	CHECK_EQ(st.evictions, 1);
 	CHECK_EQ(st.objects, 4);
 	CHECK_EQ(st.bytes, 4 * K64);
 	CHECK_EQ(t_read1(t, &k[1], rbuf, 0, 4096), -ENOENT);
-	char path[600];
-	struct stat sb;
 	key_path(dir, &k[1], path, sizeof(path));
 	CHECK(stat(path, &sb) < 0);
 	for (int i = 0; i < 5; i++) {

@@ -69,7 +69,8 @@ static void child(const char *dir, int iter, int ack_fd)
 		sl->ack_fd = ack_fd;
 		sl->b = &b;
 		struct kvt_key k = make_key(77, sl->id);
-		uint64_t len = obj_len(sl->id);
+		/* odd iterations: one size, so evicted files are recycled for new writes */
+		uint64_t len = iter % 2 ? 128 << 10 : obj_len(sl->id);
 		fill_object(bufs[n % SLOTS], len, &k);
 		batch_add(&b);
 		if (t->ops->write(t, &k, bufs[n % SLOTS], len, child_cb, sl) < 0)
