@@ -121,6 +121,7 @@ struct nv_ent {
 	uint64_t bytes;
 	uint64_t gen; /* tells this entry from a later one of the same key */
 	uint32_t dir;
+	uint32_t opening; /* read opens in flight: the file must not be recycled */
 };
 
 struct nv_op {
@@ -469,7 +470,7 @@ static void evict(struct nv *s, struct nv_ent *e, bool now)
  * a ".tmp." name until op renames it onto its own key, so crash safety is unchanged. */
 static bool recycle(struct nv *s, struct nv_ent *v, struct nv_op *op)
 {
-	if (!op || op->recycled || v->dir != op->dir || v->bytes != op->len ||
+	if (!op || op->recycled || v->dir != op->dir || v->bytes != op->len || v->opening ||
 	    (v->fdc && v->fdc->refs))
 		return false;
 	char path[NV_NAME_MAX];
@@ -1136,13 +1137,26 @@ static void on_cqe(struct nv *s, struct nv_io *io, int res)
 	struct nv_op *op = io->op;
 	op->pending--;
 	switch (io->kind) {
-	case IO_OPEN:
+	case IO_OPEN: {
 		io_put(s, io);
+		struct nv_ent *re = NULL;
+		if (op->type == OP_READ && (re = ent_find(s, &op->key)) && re->gen == op->gen)
+			re->opening--;
+		else
+			re = NULL;
 		if ((res == -EMFILE || res == -ENFILE) && !op->reopened && fdc_shed(s)) {
 			KVT_WARN(s->log, "nvme: out of file descriptors: closed idle cached ones "
 					 "(lower nvme.open_files or raise RLIMIT_NOFILE)");
 			op->reopened = true;
-			op->stage = op->type == OP_WRITE ? ST_W_OPEN : ST_R_OPEN;
+			if (op->type == OP_WRITE) {
+				op->stage = ST_W_OPEN;
+			} else if (!re) {
+				finish(s, op, -ENOENT); /* removed meanwhile */
+				return;
+			} else {
+				re->opening++;
+				op->stage = ST_R_OPEN;
+			}
 			break;
 		}
 		if (op->type == OP_WRITE) {
@@ -1174,6 +1188,7 @@ static void on_cqe(struct nv *s, struct nv_io *io, int res)
 			op->stage = ST_R_DATA;
 		}
 		break;
+	}
 	case IO_WRITE:
 	case IO_READ:
 		if (res < 0) {
@@ -1327,6 +1342,7 @@ static void start_read(struct nv *s, struct nv_op *op)
 	} else {
 		object_path(&op->key, op->name);
 		op->stage = ST_R_OPEN;
+		e->opening++;
 	}
 	pump(s, op);
 }
@@ -1396,6 +1412,11 @@ static void cancel_unissued(struct nv *s)
 		if (op->fdc) {
 			fdc_put(s, op->fdc);
 			op->fdc = NULL;
+		}
+		if (op->type == OP_READ && op->stage == ST_R_OPEN) {
+			struct nv_ent *e = ent_find(s, &op->key);
+			if (e && e->gen == op->gen)
+				e->opening--;
 		}
 		finish(s, op, -ECANCELED);
 	}

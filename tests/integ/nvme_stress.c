@@ -1,9 +1,10 @@
 /*
  * nvme_stress.c - many threads submitting a random mix of writes, reads (single and
  * multi-segment), removes, exists, flushes and drop_corrupt on a small key space, with a
- * capacity small enough that writes evict all the time, while another thread runs scan()
- * and stats(). Every successful read must return exactly its key's bytes; afterwards the
- * index, the stats and the files on disk must agree. Meant for the TSan/ASan builds too.
+ * capacity small enough that writes evict all the time (mostly by recycling the victim's
+ * file, as sizes repeat), while another thread runs scan() and stats(). Every successful read must
+ * return exactly its key's bytes; afterwards the index, the stats and the files on disk must agree.
+ * Meant for the TSan/ASan builds too.
  */
 #include "nvme_util.h"
 
@@ -17,7 +18,8 @@ static _Atomic long n_reads, n_hits, n_writes, n_removes, n_bad;
 
 static uint64_t len_of(int id)
 {
-	return 4096ull * (1 + mix64((uint64_t)id * 31) % 64); /* 4 KiB .. 256 KiB */
+	/* 64, 128, 192 or 256 KiB: few sizes, so evicted files are often recycled */
+	return 65536ull * (1 + mix64((uint64_t)id * 31) % 4);
 }
 
 static void *worker(void *arg)
