@@ -43,10 +43,14 @@
  * for that directory; "on" fails the open; "off" never uses it.
  *
  * Capacity (nvme.bytes) is enforced before a write by evicting least recently used
- * objects; a real ENOSPC from the file system evicts objects of the same directory and
- * retries once, else fails the write with -ENOSPC after removing its temp file. The write
- * budget (nvme.write_budget bytes per rolling 24 h, hourly buckets) refuses writes with
- * -EDQUOT. A write of a key already stored completes at once: keys are content addresses.
+ * objects; when the victim has the new object's size (full chunks all do) its file becomes
+ * the new write's temp file and is overwritten in place (see recycle): a full cache then
+ * writes at the speed of an overwrite, not of create + allocate + discard. A real ENOSPC from the
+ * file system evicts objects of the same directory and retries once, else fails the write with
+ * -ENOSPC after removing its temp file. The write budget (nvme.write_budget bytes per rolling 24 h,
+ * hourly wall-clock buckets saved in <first dir>/.kvtier.budget so restarts do not reset it)
+ * refuses writes with -EDQUOT. A write of a key already stored completes at once: keys are content
+ * addresses.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -72,8 +76,9 @@
 #define NV_IO_MAX (2u << 20) /* bytes per SQE */
 #define NV_SEG_INLINE 4
 #define NV_NAME_MAX 128
-#define NV_BUCKETS 24 /* hourly write-budget buckets: a rolling day */
-#define NV_HOUR_NS 3600000000000ull
+#define NV_BUCKETS 24			/* hourly write-budget buckets: a rolling day */
+#define NV_BUDGET_NAME ".kvtier.budget" /* the budget survives restarts */
+#define NV_LEADER_BUCKETS 1024		/* in-flight writes by key */
 #define NV_LOCK_NAME ".kvtier.lock"
 #define NV_TMP_PREFIX ".tmp."
 
@@ -116,18 +121,24 @@ struct nv_ent {
 	uint64_t bytes;
 	uint64_t gen; /* tells this entry from a later one of the same key */
 	uint32_t dir;
+	uint32_t opening; /* read opens in flight: the file must not be recycled */
 };
 
 struct nv_op {
 	struct nv_op *next, *prev;   /* submit FIFO, then the ready list */
 	struct nv_op *wnext, *wprev; /* active writes, in submission order */
+	struct nv_op *lnext;	     /* in-flight leader writes, chained by key hash */
+	struct nv_op *followers;     /* same-key writes that wait for this one */
+	bool leader;
 	enum nv_type type;
 	enum nv_stage stage;
 	int err;
 	uint32_t pending; /* SQEs in flight */
 	bool in_ready;
-	bool issued; /* has put an SQE in the ring: no longer cancellable */
-	bool retried;
+	bool issued;   /* has put an SQE in the ring: no longer cancellable */
+	bool retried;  /* after ENOSPC */
+	bool reopened; /* after EMFILE */
+	bool recycled; /* the temp file is an evicted object's file, overwritten in place */
 	kvt_tier_cb cb;
 	void *arg;
 	struct kvt_key key;
@@ -202,12 +213,13 @@ struct nv {
 	bool wake_armed;
 	struct nv_op *ready_head, *ready_tail;
 	struct nv_op *whead, *wtail;
+	struct nv_op *leaders[NV_LEADER_BUCKETS];
 	struct nv_op *flush_head, *flush_tail; /* linked through next */
 	struct nv_op *done_ops;		       /* back to free_ops at next drain */
 	uint64_t active;
 	uint32_t tmpseq;
 	bool cancelled;
-	struct nv_fdc *fdc_head, *fdc_tail;
+	struct nv_fdc *fdc_head, *fdc_tail, *free_fdc;
 	uint32_t nfdc;
 	uint64_t used, reserved;
 	uint64_t gen;
@@ -221,7 +233,8 @@ struct nv {
 	/* write budget */
 	pthread_mutex_t block;
 	uint64_t bucket[NV_BUCKETS];
-	uint64_t bucket_hour;
+	uint64_t bucket_hour; /* wall-clock hours since the epoch */
+	bool budget_dirty;
 	uint64_t budget_used;
 
 	struct nv_stats st;
@@ -404,6 +417,26 @@ static void unlink_now(struct nv *s, struct nv_dir *d, const char *path)
  * order with publishes of the same key) and that name is unlinked by io_uring's workers. A
  * crash in between leaves a ".tmp." file, which the next open deletes. now: the caller needs
  * the space back before it continues (the ENOSPC path), or there is no ring yet. */
+/* Unlink a unique temp name on io_uring's workers (no ordering to keep with anything). */
+static void unlink_async(struct nv *s, struct nv_dir *d, const char *name)
+{
+	struct io_uring_sqe *sqe = NULL;
+	if (s->ring_ready && s->trash_inflight < s->qd && !(sqe = io_uring_get_sqe(&s->ring))) {
+		io_uring_submit(&s->ring);
+		sqe = io_uring_get_sqe(&s->ring);
+	}
+	if (!sqe) {
+		unlink_now(s, d, name);
+		return;
+	}
+	io_uring_prep_unlinkat(sqe, d->fd, name, 0);
+	io_uring_sqe_set_data(sqe, &s->trash);
+	s->trash_inflight++;
+	/* Submit now: the kernel copies the name at submission and name[] may be on the
+	 * caller's stack. Every other SQE in the ring is fully prepared whenever this runs. */
+	io_uring_submit(&s->ring);
+}
+
 static void ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 {
 	struct nv_dir *d = &s->dirs[e->dir];
@@ -420,21 +453,7 @@ static void ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 		unlink_now(s, d, path);
 		return;
 	}
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-	if (!sqe) {
-		io_uring_submit(&s->ring);
-		sqe = io_uring_get_sqe(&s->ring);
-	}
-	if (!sqe) {
-		unlink_now(s, d, trash);
-		return;
-	}
-	io_uring_prep_unlinkat(sqe, d->fd, trash, 0);
-	io_uring_sqe_set_data(sqe, &s->trash);
-	s->trash_inflight++;
-	/* Submit now: the kernel copies the name at submission, trash[] is on our stack. Every
-	 * other SQE in the ring is already fully prepared whenever this runs. */
-	io_uring_submit(&s->ring);
+	unlink_async(s, d, trash);
 }
 
 static void evict(struct nv *s, struct nv_ent *e, bool now)
@@ -443,13 +462,36 @@ static void evict(struct nv *s, struct nv_ent *e, bool now)
 	ST_ADD(s, evictions, 1);
 }
 
-/* Evict LRU objects until len more bytes fit under the capacity. */
-static int make_room(struct nv *s, uint64_t len)
+/* Evict the LRU victim by making its file the temp file of write op, to be overwritten in
+ * place: no unlink (discard), no block allocation, the steady state of a full cache costs
+ * what an overwrite costs. Only for a victim of exactly op's size (full chunks all have one
+ * size; a larger file would need a truncate) in op's directory, and never while a read of
+ * it is in flight (that read would see the new bytes). The file is only ever visible under
+ * a ".tmp." name until op renames it onto its own key, so crash safety is unchanged. */
+static bool recycle(struct nv *s, struct nv_ent *v, struct nv_op *op)
+{
+	if (!op || op->recycled || v->dir != op->dir || v->bytes != op->len || v->opening ||
+	    (v->fdc && v->fdc->refs))
+		return false;
+	char path[NV_NAME_MAX];
+	object_path(&v->key, path);
+	if (renameat(s->dirs[v->dir].fd, path, s->dirs[v->dir].fd, op->name) < 0)
+		return false;
+	ent_remove(s, v);
+	ST_ADD(s, evictions, 1);
+	op->recycled = true;
+	return true;
+}
+
+/* Evict LRU objects until len more bytes fit under the capacity, recycling one victim's
+ * file for op if it can (op may be NULL). */
+static int make_room(struct nv *s, uint64_t len, struct nv_op *op)
 {
 	if (len > s->capacity)
 		return -ENOSPC; /* never fits: do not empty the cache for nothing */
 	while (s->used + s->reserved + len > s->capacity && s->lru_tail)
-		evict(s, s->lru_tail, false);
+		if (!recycle(s, s->lru_tail, op))
+			evict(s, s->lru_tail, false);
 	return s->used + s->reserved + len > s->capacity ? -ENOSPC : 0;
 }
 
@@ -500,10 +542,17 @@ static void fdc_list_unlink(struct nv *s, struct nv_fdc *c)
 	s->nfdc--;
 }
 
-static void fdc_free(struct nv_fdc *c)
+/* fd cache entries are recycled (ring thread only): no allocation per open. */
+static void fdc_recycle(struct nv *s, struct nv_fdc *c)
+{
+	c->next = s->free_fdc;
+	s->free_fdc = c;
+}
+
+static void fdc_free(struct nv *s, struct nv_fdc *c)
 {
 	close(c->fd);
-	kvt__free(c);
+	fdc_recycle(s, c);
 }
 
 /* The last reference to an evicted object's file: its close frees the blocks (slow, see
@@ -512,7 +561,7 @@ static void fdc_free_async(struct nv *s, struct nv_fdc *c)
 {
 	struct io_uring_sqe *sqe = s->ring_ready ? io_uring_get_sqe(&s->ring) : NULL;
 	if (!sqe) {
-		fdc_free(c);
+		fdc_free(s, c);
 		return;
 	}
 	KVT_DEBUG(s->log, "nvme: closing a removed object's last fd in the background");
@@ -520,7 +569,7 @@ static void fdc_free_async(struct nv *s, struct nv_fdc *c)
 	io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 	io_uring_sqe_set_data(sqe, &s->trash);
 	s->trash_inflight++;
-	kvt__free(c);
+	fdc_recycle(s, c);
 }
 
 /* The object is going away: its cached fd closes now, or at its last unref. */
@@ -533,7 +582,7 @@ static void fdc_detach(struct nv *s, struct nv_ent *e)
 	c->ent = NULL;
 	fdc_list_unlink(s, c);
 	if (!c->refs)
-		fdc_free(c);
+		fdc_free(s, c);
 }
 
 static void fdc_trim(struct nv *s)
@@ -545,8 +594,18 @@ static void fdc_trim(struct nv *s)
 			continue;
 		c->ent->fdc = NULL;
 		fdc_list_unlink(s, c);
-		fdc_free(c);
+		fdc_free(s, c);
 	}
+}
+
+/* Out of descriptors: close every idle cached fd. Returns how many were closed. */
+static uint32_t fdc_shed(struct nv *s)
+{
+	uint32_t keep = s->open_files, before = s->nfdc;
+	s->open_files = 0;
+	fdc_trim(s);
+	s->open_files = keep;
+	return before - s->nfdc;
 }
 
 static void fdc_put(struct nv *s, struct nv_fdc *c)
@@ -577,18 +636,20 @@ static void fdc_use(struct nv *s, struct nv_fdc *c)
 /* A freshly opened read fd for op: cache it on the entry if the entry still wants one. */
 static struct nv_fdc *fdc_adopt(struct nv *s, struct nv_op *op, int fd)
 {
-	struct nv_fdc *c = kvt__calloc(1, sizeof(*c));
-	if (!c) {
+	struct nv_fdc *c = s->free_fdc;
+	if (c)
+		s->free_fdc = c->next;
+	else if (!(c = kvt__malloc(sizeof(*c)))) {
 		close(fd);
 		return NULL;
 	}
+	memset(c, 0, sizeof(*c));
 	c->fd = fd;
 	c->refs = 1;
 	struct nv_ent *e = ent_find(s, &op->key);
 	if (e && e->fdc) {
 		/* Another read opened it meanwhile: share that one. */
-		kvt__free(c);
-		close(fd);
+		fdc_free(s, c);
 		fdc_use(s, e->fdc);
 		return e->fdc;
 	}
@@ -610,10 +671,19 @@ static struct nv_fdc *fdc_adopt(struct nv *s, struct nv_op *op, int fd)
 
 /* --------------------------------------------------------- write budget */
 
+static uint64_t hour_now(void)
+{
+	/* Wall clock, not monotonic: the buckets are saved across restarts and reboots. */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec / 3600;
+}
+
 static void budget_roll(struct nv *s, uint64_t hour)
 {
-	if (hour == s->bucket_hour)
-		return;
+	if (hour <= s->bucket_hour)
+		return; /* same hour, or the clock stepped back: keep counting */
+	s->budget_dirty = true;
 	if (hour - s->bucket_hour >= NV_BUCKETS) {
 		memset(s->bucket, 0, sizeof(s->bucket));
 	} else {
@@ -626,15 +696,79 @@ static void budget_roll(struct nv *s, uint64_t hour)
 		s->budget_used += s->bucket[i];
 }
 
+/* Written at close and when the hour rolls (not per write: a crash loses at most the last
+ * hour's count), through a temp name so a torn file is never read back. */
+static void budget_save(struct nv *s)
+{
+	char text[64 + NV_BUCKETS * 24], tmp[64];
+	size_t n = 0;
+	pthread_mutex_lock(&s->block);
+	n += (size_t)snprintf(text, sizeof(text), "kvtier-budget-v1 %" PRIu64, s->bucket_hour);
+	for (int i = 0; i < NV_BUCKETS; i++)
+		n += (size_t)snprintf(text + n, sizeof(text) - n, " %" PRIu64, s->bucket[i]);
+	n += (size_t)snprintf(text + n, sizeof(text) - n, "\n");
+	s->budget_dirty = false;
+	pthread_mutex_unlock(&s->block);
+	int dfd = s->dirs[0].fd;
+	snprintf(tmp, sizeof(tmp), NV_TMP_PREFIX "budget.%d", (int)s->pid);
+	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		goto fail;
+	bool ok = write(fd, text, n) == (ssize_t)n;
+	close(fd);
+	if (ok && renameat(dfd, tmp, dfd, NV_BUDGET_NAME) == 0)
+		return;
+	unlinkat(dfd, tmp, 0);
+fail:
+	KVT_WARN(s->log, "nvme: cannot save the write budget in %s: %s", s->dirs[0].path,
+		 strerror(errno));
+}
+
+static void budget_load(struct nv *s)
+{
+	char text[64 + NV_BUCKETS * 24];
+	int fd = openat(s->dirs[0].fd, NV_BUDGET_NAME, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	text[n] = 0;
+	uint64_t v[1 + NV_BUCKETS];
+	char *p = text;
+	if (strncmp(p, "kvtier-budget-v1 ", 17))
+		goto bad;
+	p += 17;
+	for (int i = 0; i <= NV_BUCKETS; i++) {
+		char *end;
+		errno = 0;
+		v[i] = strtoull(p, &end, 10);
+		if (end == p || errno)
+			goto bad;
+		p = end;
+	}
+	s->bucket_hour = v[0];
+	memcpy(s->bucket, v + 1, sizeof(s->bucket));
+	s->budget_used = 0;
+	for (int i = 0; i < NV_BUCKETS; i++)
+		s->budget_used += s->bucket[i];
+	budget_roll(s, hour_now());
+	return;
+bad:
+	KVT_WARN(s->log, "nvme: ignoring a malformed %s/%s", s->dirs[0].path, NV_BUDGET_NAME);
+}
+
 /* Charge len to the budget if it fits: 0 or -EDQUOT. */
 static int budget_take(struct nv *s, uint64_t len, uint32_t *hour_out)
 {
 	if (!s->budget)
 		return 0;
 	int rc = 0;
-	uint64_t hour = kvt__now_ns() / NV_HOUR_NS;
+	uint64_t hour = hour_now();
 	pthread_mutex_lock(&s->block);
 	budget_roll(s, hour);
+	hour = s->bucket_hour;
 	if (s->budget_used + len > s->budget) {
 		rc = -EDQUOT;
 	} else {
@@ -642,7 +776,10 @@ static int budget_take(struct nv *s, uint64_t len, uint32_t *hour_out)
 		s->budget_used += len;
 		*hour_out = (uint32_t)hour;
 	}
+	bool save = s->budget_dirty;
 	pthread_mutex_unlock(&s->block);
+	if (save)
+		budget_save(s);
 	return rc;
 }
 
@@ -743,12 +880,28 @@ static void check_flushes(struct nv *s)
 	}
 }
 
+static struct nv_op **leader_slot(struct nv *s, const struct kvt_key *k)
+{
+	struct nv_op **pp = &s->leaders[kvt__key_hash(k) & (NV_LEADER_BUCKETS - 1)];
+	while (*pp && !kvt__key_eq(&(*pp)->key, k))
+		pp = &(*pp)->lnext;
+	return pp;
+}
+
 static void finish(struct nv *s, struct nv_op *op, int res)
 {
 	kvt_tier_cb cb = op->cb;
 	void *arg = op->arg;
 	bool was_write = op->type == OP_WRITE;
+	struct nv_op *followers = NULL;
 	ready_remove(s, op);
+	if (op->leader) {
+		struct nv_op **pp = leader_slot(s, &op->key);
+		*pp = op->lnext;
+		op->leader = false;
+		followers = op->followers;
+		op->followers = NULL;
+	}
 	if (was_write) {
 		if (op->wprev)
 			op->wprev->wnext = op->wnext;
@@ -764,6 +917,11 @@ static void finish(struct nv *s, struct nv_op *op, int res)
 	op_release(s, op);
 	if (cb)
 		cb(arg, res);
+	while (followers) {
+		struct nv_op *f = followers;
+		followers = f->lnext;
+		finish(s, f, res);
+	}
 	if (was_write)
 		check_flushes(s);
 }
@@ -834,6 +992,7 @@ static bool write_fail(struct nv *s, struct nv_op *op)
 			KVT_INFO(s->log, "nvme: %s full: evicted %d objects, retrying once",
 				 d->path, n);
 			op->retried = true;
+			op->recycled = false;
 			op->err = 0;
 			op->cursor = 0;
 			tmp_name(s, op);
@@ -867,7 +1026,9 @@ static void pump(struct nv *s, struct nv_op *op)
 		case ST_W_OPEN: {
 			if (!(io = io_start(s, op, IO_OPEN, &sqe)))
 				goto blocked;
-			int fl = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+			int fl = O_WRONLY | O_CLOEXEC;
+			if (!op->recycled)
+				fl |= O_CREAT | O_EXCL;
 			if (s->dirs[op->dir].direct)
 				fl |= O_DIRECT;
 			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, 0644);
@@ -976,8 +1137,28 @@ static void on_cqe(struct nv *s, struct nv_io *io, int res)
 	struct nv_op *op = io->op;
 	op->pending--;
 	switch (io->kind) {
-	case IO_OPEN:
+	case IO_OPEN: {
 		io_put(s, io);
+		struct nv_ent *re = NULL;
+		if (op->type == OP_READ && (re = ent_find(s, &op->key)) && re->gen == op->gen)
+			re->opening--;
+		else
+			re = NULL;
+		if ((res == -EMFILE || res == -ENFILE) && !op->reopened && fdc_shed(s)) {
+			KVT_WARN(s->log, "nvme: out of file descriptors: closed idle cached ones "
+					 "(lower nvme.open_files or raise RLIMIT_NOFILE)");
+			op->reopened = true;
+			if (op->type == OP_WRITE) {
+				op->stage = ST_W_OPEN;
+			} else if (!re) {
+				finish(s, op, -ENOENT); /* removed meanwhile */
+				return;
+			} else {
+				re->opening++;
+				op->stage = ST_R_OPEN;
+			}
+			break;
+		}
 		if (op->type == OP_WRITE) {
 			if (res < 0) {
 				op->err = res;
@@ -1007,6 +1188,7 @@ static void on_cqe(struct nv *s, struct nv_io *io, int res)
 			op->stage = ST_R_DATA;
 		}
 		break;
+	}
 	case IO_WRITE:
 	case IO_READ:
 		if (res < 0) {
@@ -1114,18 +1296,30 @@ static void start_write(struct nv *s, struct nv_op *op)
 		finish(s, op, 0);
 		return;
 	}
+	struct nv_op **slot = leader_slot(s, &op->key);
+	if (*slot) {
+		/* The same bytes are being written right now: share that write's result. */
+		op->lnext = (*slot)->followers;
+		(*slot)->followers = op;
+		return;
+	}
+	op->dir = key_dir(s, &op->key);
+	op->fd = -1;
+	tmp_name(s, op);
 	int rc = budget_take(s, op->len, &op->budget_hour);
-	if (!rc && (rc = make_room(s, op->len)) < 0)
+	if (!rc && (rc = make_room(s, op->len, op)) < 0)
 		budget_refund(s, op->len, op->budget_hour);
 	if (rc < 0) {
+		if (op->recycled)
+			unlink_async(s, &s->dirs[op->dir], op->name);
 		ST_ADD(s, writes_skipped, 1);
 		finish(s, op, rc);
 		return;
 	}
 	s->reserved += op->len;
-	op->dir = key_dir(s, &op->key);
-	op->fd = -1;
-	tmp_name(s, op);
+	op->leader = true;
+	op->lnext = NULL;
+	*slot = op;
 	op->stage = ST_W_OPEN;
 	pump(s, op);
 }
@@ -1148,6 +1342,7 @@ static void start_read(struct nv *s, struct nv_op *op)
 	} else {
 		object_path(&op->key, op->name);
 		op->stage = ST_R_OPEN;
+		e->opening++;
 	}
 	pump(s, op);
 }
@@ -1211,10 +1406,17 @@ static void cancel_unissued(struct nv *s)
 		if (op->type == OP_WRITE) {
 			write_release(s, op);
 			budget_refund(s, op->len, op->budget_hour);
+			if (op->recycled)
+				unlink_async(s, &s->dirs[op->dir], op->name);
 		}
 		if (op->fdc) {
 			fdc_put(s, op->fdc);
 			op->fdc = NULL;
+		}
+		if (op->type == OP_READ && op->stage == ST_R_OPEN) {
+			struct nv_ent *e = ent_find(s, &op->key);
+			if (e && e->gen == op->gen)
+				e->opening--;
 		}
 		finish(s, op, -ECANCELED);
 	}
@@ -1501,7 +1703,7 @@ static int nv_can_write(struct kvt_tier *t, uint64_t len)
 		return 0;
 	int rc = 0;
 	pthread_mutex_lock(&s->block);
-	budget_roll(s, kvt__now_ns() / NV_HOUR_NS);
+	budget_roll(s, hour_now());
 	if (s->budget_used + len > s->budget)
 		rc = -EDQUOT;
 	pthread_mutex_unlock(&s->block);
@@ -1688,7 +1890,7 @@ static int rebuild_index(struct nv *s)
 	kvt__free(items);
 	if (!rc && s->used > s->capacity) {
 		uint64_t before = s->nents;
-		make_room(s, 0);
+		make_room(s, 0, NULL);
 		KVT_INFO(s->log, "nvme: over capacity at open: evicted %" PRIu64 " objects",
 			 before - s->nents);
 	}
@@ -1770,7 +1972,12 @@ static void nv_free(struct nv *s)
 		struct nv_fdc *c = s->fdc_head;
 		c->ent->fdc = NULL;
 		fdc_list_unlink(s, c);
-		fdc_free(c);
+		fdc_free(s, c);
+	}
+	while (s->free_fdc) {
+		struct nv_fdc *c = s->free_fdc;
+		s->free_fdc = c->next;
+		kvt__free(c);
 	}
 	kvt__free(s->buckets);
 	while (s->done_ops) {
@@ -1823,7 +2030,7 @@ static int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 					      : NV_FSYNC_DATA;
 	char direct_mode[16];
 	snprintf(direct_mode, sizeof(direct_mode), "%s", kvt__cfg_str(cfg, "nvme.direct"));
-	s->bucket_hour = kvt__now_ns() / NV_HOUR_NS;
+	s->bucket_hour = hour_now();
 
 	/* Keep the fd cache well inside the process' descriptor limit. */
 	struct rlimit rl;
@@ -1860,6 +2067,8 @@ static int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		KVT_ERR(s->log, "nvme: index rebuild failed: %s", strerror(-rc));
 		goto fail;
 	}
+	if (s->budget)
+		budget_load(s);
 	for (uint32_t i = 0; i < s->ndirs; i++) {
 		uint64_t objs = 0, bytes = 0;
 		for (struct nv_ent *e = s->lru_head; e; e = e->next)
@@ -1911,6 +2120,8 @@ static void nv_close(struct kvt_tier *t)
 		pthread_mutex_unlock(&s->qlock);
 		eventfd_write(s->efd, 1);
 		pthread_join(s->thread, NULL);
+		if (s->budget)
+			budget_save(s);
 	}
 	nv_free(s);
 }

@@ -44,6 +44,38 @@ int main(void)
 	CHECK_EQ(t_read1(t, &k[3], rbuf, 0, K64), K64);
 	CHECK_EQ(check_object(rbuf, K64, &k[3]), 0);
 	kvt__tier_close(t);
+	/* The budget is a rolling day, not per process: a restart does not reset it. */
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.write_budget", "1MiB", NULL), 0);
+	CHECK_EQ(t->ops->can_write(t, K64), -EDQUOT);
+	CHECK_EQ(t_write(t, &k[16], buf, K64), -EDQUOT);
+	kvt__tier_close(t);
+	/* A damaged budget file is ignored with a warning, never trusted or fatal. */
+	{
+		char bpath[400];
+		snprintf(bpath, sizeof(bpath), "%s/.kvtier.budget", dir);
+		char saved[1024] = {0};
+		FILE *f = fopen(bpath, "r");
+		CHECK(f && fread(saved, 1, sizeof(saved) - 1, f) > 0);
+		fclose(f);
+		CHECK(!strncmp(saved, "kvtier-budget-v1 ", 17));
+		f = fopen(bpath, "w");
+		fputs("kvtier-budget-v1 12 garbage", f);
+		fclose(f);
+		log_clear();
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.write_budget", "1MiB", NULL), 0);
+		CHECK_EQ(log_count("malformed"), 1);
+		CHECK_EQ(t->ops->can_write(t, K64), 0);
+		kvt__tier_close(t);
+		f = fopen(bpath, "w");
+		fputs(saved, f);
+		fclose(f);
+	}
+	/* A larger budget leaves room for more. */
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.write_budget", "2MiB", NULL), 0);
+	CHECK_EQ(t->ops->can_write(t, K64), 0);
+	fill_object(buf, K64, &k[16]);
+	CHECK_EQ(t_write(t, &k[16], buf, K64), 0);
+	kvt__tier_close(t);
 
 	/* ---- capacity: 256 KiB = 4 objects of 64 KiB */
 	snprintf(dir, sizeof(dir), "%s/cap", root);
@@ -62,14 +94,21 @@ int main(void)
 	CHECK_EQ(t_read1(t, &k[0], rbuf, 0, 4096), 4096);
 	k[4] = make_key(11, 4);
 	fill_object(buf, K64, &k[4]);
+	char path[600];
+	struct stat sb;
+	key_path(dir, &k[1], path, sizeof(path));
+	CHECK_EQ(stat(path, &sb), 0);
+	ino_t victim_ino = sb.st_ino;
 	CHECK_EQ(t_write(t, &k[4], buf, K64), 0);
+	/* Same size, same directory: the victim's file was recycled, not unlinked. */
+	key_path(dir, &k[4], path, sizeof(path));
+	CHECK_EQ(stat(path, &sb), 0);
+	CHECK_EQ(sb.st_ino, victim_ino);
 	t->ops->stats(t, &st);
 	CHECK_EQ(st.evictions, 1);
 	CHECK_EQ(st.objects, 4);
 	CHECK_EQ(st.bytes, 4 * K64);
 	CHECK_EQ(t_read1(t, &k[1], rbuf, 0, 4096), -ENOENT);
-	char path[600];
-	struct stat sb;
 	key_path(dir, &k[1], path, sizeof(path));
 	CHECK(stat(path, &sb) < 0);
 	for (int i = 0; i < 5; i++) {
@@ -106,8 +145,9 @@ int main(void)
 	CHECK_EQ(count_files(dir, "", ".kvt"), 3);
 
 	/* ---- restart with a smaller capacity: evicted at open down to it */
-	CHECK_EQ(
-	    open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "128KiB", "nvme.fsync", "none", NULL), 0);
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "128KiB", "nvme.fsync", "none",
+			   "nvme.queue_depth", "1", NULL),
+		 0);
 	t->ops->stats(t, &st);
 	CHECK(st.bytes <= 2 * K64);
 	CHECK(st.objects >= 1);

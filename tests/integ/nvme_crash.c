@@ -2,10 +2,12 @@
  * nvme_crash.c - crash safety of the nvme tier's publish protocol. A child process writes
  * self-checking objects (content derived from the key, CRC32C inside) as fast as it can,
  * many in flight, and is SIGKILLed at a random moment (0-200 ms). The parent then reopens
- * the tier: every object the index lists must read back complete and correct, and no temp
- * file may remain. Repeated over many iterations, cycling nvme.fsync none/data/full, with
+ * the tier: every object the index lists must read back complete and correct, every write
+ * the child saw acknowledged (reported through a pipe) must be there, and no temp file may
+ * remain. Repeated over many iterations, cycling nvme.fsync none/data/full, with
  * a capacity small enough that the child also evicts while it writes.
  */
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -22,14 +24,38 @@ static uint64_t obj_len(uint64_t i)
 	return 4096 * (1 + mix64(i ^ 0xabcdef) % (MAX_OBJ / 4096));
 }
 
-static void child(const char *dir, int iter)
+/* Even iterations never evict, so every acknowledged write must be found afterwards; odd
+ * ones run with a small capacity, so eviction (rename to a temp name + async unlink) is
+ * also interrupted by the kill. */
+static const char *child_capacity(int iter)
+{
+	return iter % 2 ? "16MiB" : "1GiB";
+}
+
+struct slot {
+	uint64_t id;
+	int ack_fd;
+	struct batch *b;
+};
+
+/* Runs on the tier's thread: report the acknowledged id to the parent, then count. */
+static void child_cb(void *arg, int res)
+{
+	struct slot *sl = arg;
+	if (res == 0 && write(sl->ack_fd, &sl->id, sizeof(sl->id)) != sizeof(sl->id))
+		_exit(5);
+	batch_cb(sl->b, res);
+}
+
+static void child(const char *dir, int iter, int ack_fd)
 {
 	struct kvt_tier *t;
-	if (open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "64MiB", "nvme.fsync",
+	if (open_tier(&t, "nvme.dirs", dir, "nvme.bytes", child_capacity(iter), "nvme.fsync",
 		      fsync_modes[iter % 3], "nvme.queue_depth", "32", NULL))
 		_exit(3);
 	enum { SLOTS = 48 };
 	uint8_t *bufs[SLOTS];
+	struct slot slots[SLOTS];
 	struct batch b = BATCH_INIT;
 	for (int i = 0; i < SLOTS; i++)
 		bufs[i] = abuf(MAX_OBJ);
@@ -38,13 +64,16 @@ static void child(const char *dir, int iter)
 		/* Buffers are borrowed until the callback: rounds of SLOTS writes, one per slot. */
 		if (n % SLOTS == 0)
 			batch_wait(&b, 0);
-		uint8_t *buf = bufs[n % SLOTS];
-		uint64_t id = (uint64_t)iter << 32 | n;
-		struct kvt_key k = make_key(77, id);
-		uint64_t len = obj_len(id);
-		fill_object(buf, len, &k);
+		struct slot *sl = &slots[n % SLOTS];
+		sl->id = (uint64_t)iter << 32 | n;
+		sl->ack_fd = ack_fd;
+		sl->b = &b;
+		struct kvt_key k = make_key(77, sl->id);
+		/* odd iterations: one size, so evicted files are recycled for new writes */
+		uint64_t len = iter % 2 ? 128 << 10 : obj_len(sl->id);
+		fill_object(bufs[n % SLOTS], len, &k);
 		batch_add(&b);
-		if (t->ops->write(t, &k, buf, len, batch_cb, &b) < 0)
+		if (t->ops->write(t, &k, bufs[n % SLOTS], len, child_cb, sl) < 0)
 			_exit(4);
 	}
 	_exit(0);
@@ -79,16 +108,22 @@ int main(void)
 	srand((unsigned)time(NULL) ^ (unsigned)getpid());
 	uint8_t *rbuf = abuf(MAX_OBJ);
 	struct collect c = {0};
-	long total_checked = 0;
+	long total_checked = 0, total_acked = 0;
 	int max_listed = 0;
 	uint64_t t0 = kvt__now_ns();
+	static uint64_t acked[1 << 16];
 	for (int iter = 0; iter < ITERATIONS; iter++) {
+		int p[2];
+		CHECK_EQ(pipe(p), 0);
+		fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
 		pid_t pid = fork();
 		CHECK(pid >= 0);
-		if (pid == 0)
-			child(dir, iter);
-		/* Let it get going (the open scans up to 64 MiB of objects), then kill. */
-		usleep(20000 + (useconds_t)(rand() % 200000));
+		if (pid == 0) {
+			close(p[0]);
+			child(dir, iter, p[1]);
+		}
+		close(p[1]);
+		usleep((useconds_t)(rand() % 200000)); /* 0-200 ms, open included */
 		CHECK_EQ(kill(pid, SIGKILL), 0);
 		int status;
 		CHECK_EQ(waitpid(pid, &status, 0), pid);
@@ -96,14 +131,25 @@ int main(void)
 			fprintf(stderr, "child exited early: status %d\n", WEXITSTATUS(status));
 			return 1;
 		}
+		size_t got = 0;
+		ssize_t r;
+		while ((r = read(p[0], (char *)acked + got, sizeof(acked) - got)) > 0)
+			got += (size_t)r;
+		close(p[0]);
+		int n_acked = (int)(got / sizeof(uint64_t));
+		if (iter % 2 == 0)
+			total_acked += n_acked;
 
 		struct kvt_tier *t;
-		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "64MiB", NULL), 0);
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "1GiB", NULL), 0);
 		CHECK_EQ(count_files(dir, ".tmp.", ""), 0);
+		/* Every object the index lists is whole and correct. */
 		c.n = 0;
 		CHECK_EQ(t->ops->scan(t, collect_fn, &c), 0);
+		uint64_t listed_bytes = 0;
 		for (int i = 0; i < c.n; i++) {
 			CHECK(c.bytes[i] <= MAX_OBJ);
+			listed_bytes += c.bytes[i];
 			int rc = t_read1(t, &c.keys[i], rbuf, 0, c.bytes[i]);
 			if (rc != (int)c.bytes[i] || check_object(rbuf, c.bytes[i], &c.keys[i])) {
 				fprintf(stderr, "iteration %d: object %d of %d is torn (rc %d)\n",
@@ -111,14 +157,32 @@ int main(void)
 				return 1;
 			}
 		}
+		/* An acknowledged write survives the kill (unless evicted, odd iterations). */
+		for (int i = 0; i < n_acked && iter % 2 == 0; i++) {
+			struct kvt_key k = make_key(77, acked[i]);
+			int rc = t_read1(t, &k, rbuf, 0, obj_len(acked[i]));
+			if (rc != (int)obj_len(acked[i]) ||
+			    check_object(rbuf, obj_len(acked[i]), &k)) {
+				fprintf(stderr,
+					"iteration %d: acknowledged object %d lost (rc %d)\n", iter,
+					i, rc);
+				return 1;
+			}
+		}
 		total_checked += c.n;
 		if (c.n > max_listed)
 			max_listed = c.n;
+		/* Keep the read-back of the next iteration short. */
+		if (listed_bytes > (48u << 20))
+			for (int i = 0; i < c.n; i++)
+				CHECK_EQ(t_remove(t, &c.keys[i]), 0);
 		kvt__tier_close(t);
 	}
-	printf("nvme_crash: %d iterations, %ld objects verified (max %d at once), %.1f s\n",
-	       ITERATIONS, total_checked, max_listed, (double)(kvt__now_ns() - t0) / 1e9);
-	CHECK(max_listed > 0);
+	printf("nvme_crash: %d iterations, %ld objects verified (max %d at once), %ld acknowledged "
+	       "writes checked, %.1f s\n",
+	       ITERATIONS, total_checked, max_listed, total_acked,
+	       (double)(kvt__now_ns() - t0) / 1e9);
+	CHECK(max_listed > 0 && total_acked > 0);
 	free(c.keys);
 	free(c.bytes);
 	free(rbuf);

@@ -4,6 +4,8 @@
  * remove, flush ordering, spread over two directories, restart (index rebuilt, crash debris
  * cleaned, junk dropped, a small fd cache), close with operations still queued.
  */
+#include <sys/resource.h>
+
 #include "nvme_util.h"
 
 #define N_OBJ 300
@@ -238,6 +240,29 @@ int main(void)
 		CHECK_EQ(present, 1);
 	}
 
+	/* ---- concurrent writes of one key: one write reaches the disk, all complete */
+	{
+		struct kvt_tier_stats before, after;
+		t->ops->stats(t, &before);
+		struct kvt_key dk = make_key(5, 1);
+		uint8_t *dbuf = abuf(1 << 20);
+		fill_object(dbuf, 1 << 20, &dk);
+		struct batch db = BATCH_INIT;
+		for (int i = 0; i < 10; i++) {
+			batch_add(&db);
+			CHECK_EQ(t->ops->write(t, &dk, dbuf, 1 << 20, batch_cb, &db), 0);
+		}
+		CHECK_EQ(t_flush(t), 0);
+		CHECK_EQ(db.outstanding, 0);
+		CHECK_EQ(db.ok, 10);
+		t->ops->stats(t, &after);
+		CHECK_EQ(after.writes, before.writes + 1);
+		CHECK_EQ(after.objects, before.objects + 1);
+		CHECK_EQ(t_read1(t, &dk, rbufs[0], 0, 4096), 4096);
+		CHECK_EQ(t_remove(t, &dk), 0);
+		free(dbuf);
+	}
+
 	/* ---- drop_corrupt */
 	t->ops->drop_corrupt(t, &keys[1]);
 	CHECK_EQ(t_flush(t), 0); /* ordered after the drop on the ring thread */
@@ -291,6 +316,37 @@ int main(void)
 				continue;
 			CHECK_EQ(check_object(rbufs[i], obj_len(i), &keys[i]), 0);
 		}
+	}
+
+	/* ---- out of file descriptors: the tier sheds its idle cached fds and retries */
+	{
+		struct rlimit old, low;
+		CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+		/* Take every free fd number below the highest one in use (the cached fds may sit
+		 * anywhere), then allow none above: only shedding the cache can make room. */
+		int maxfd = 0, nd = 0, fd;
+		static int dummies[8192];
+		DIR *pd = opendir("/proc/self/fd");
+		CHECK(pd);
+		for (struct dirent *de; (de = readdir(pd));)
+			if (atoi(de->d_name) > maxfd)
+				maxfd = atoi(de->d_name);
+		closedir(pd);
+		while ((fd = dup(0)) >= 0 && fd < maxfd && nd < 8192)
+			dummies[nd++] = fd;
+		CHECK(fd >= maxfd);
+		close(fd);
+		low = old;
+		low.rlim_cur = (rlim_t)fd;
+		CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+		log_clear();
+		int rc = t_read1(t, &keys[2], rbufs[2], 0, obj_len(2));
+		CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+		while (nd)
+			close(dummies[--nd]);
+		CHECK_EQ(rc, (int)obj_len(2));
+		CHECK_EQ(check_object(rbufs[2], obj_len(2), &keys[2]), 0);
+		CHECK_EQ(log_count("out of file descriptors"), 1);
 	}
 
 	/* ---- close with work queued: every callback runs once, ok or cancelled */
