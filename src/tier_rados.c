@@ -9,12 +9,13 @@
  * erasure-coded: Ceph does the coding, and every call here works on both (no partial
  * overwrites, no omap), see docs/TIERS.md.
  *
- * Why a submission thread: librados throttles in the submitting call (objecter in-flight
- * ops and bytes), so a burst of large writes would block the caller. Callers only append
- * to a locked queue; the tier's thread issues the aio calls, at most rados.max_inflight at
- * once, so even a completion delivered inline by librados never runs inside the caller's
- * call. Completions arrive on librados' finisher threads (threads of this tier's cluster
- * handle), which run the callbacks.
+ * Submission: librados' objecter throttles inside the submitting call; this tier lifts
+ * those limits and keeps its own (rados.max_inflight). A call with room under the limit and
+ * nothing queued ahead is issued straight from the caller's thread (no hop); otherwise it
+ * waits in a FIFO that the tier's submission thread drains as completions free room.
+ * Completions arrive on librados' finisher thread (a thread of this tier's cluster handle),
+ * which runs the callbacks; a call whose requests all fail synchronously has its callback
+ * handed to the submission thread, so no callback ever runs inside the caller's call.
  *
  * Timeouts: rados.timeout_ms sets client_mount_timeout, rados_mon_op_timeout and
  * rados_osd_op_timeout, so an unreachable OSD or monitor fails an operation with
@@ -80,6 +81,7 @@ struct rados_state {
 	pthread_cond_t cond; /* queue not empty, slot freed, closing */
 	bool closing;
 	struct rados_op *head, *tail;
+	struct rados_op *deferred; /* issued directly, all ended before the call returned */
 	uint32_t inflight; /* librados calls not yet completed */
 	_Atomic uint64_t reads, read_bytes, writes, write_bytes, errors, removes;
 };
@@ -98,6 +100,8 @@ static const char *sub_oid(struct rados_sub *u)
 {
 	return u->op->kind == OP_EXISTS ? u->op->oids[u->idx] : u->op->oids[0];
 }
+
+static void op_complete(struct rados_op *op);
 
 /* A sub-request ended with rc (librados' return value, or our own -errno). */
 static void sub_done(struct rados_sub *u, int rc)
@@ -131,8 +135,14 @@ static void sub_done(struct rados_sub *u, int rc)
 		int zero = 0;
 		atomic_compare_exchange_strong(&op->result, &zero, rc);
 	}
-	if (atomic_fetch_sub(&op->pending, 1) != 1)
-		return;
+	if (atomic_fetch_sub(&op->pending, 1) == 1)
+		op_complete(op);
+}
+
+/* Every sub-request has ended: the one callback of the tier call, then the op is freed. */
+static void op_complete(struct rados_op *op)
+{
+	struct rados_state *s = op->s;
 	int result = atomic_load(&op->result);
 	if (result >= 0 && op->kind == OP_READ) {
 		uint64_t t = atomic_load(&op->total);
@@ -201,9 +211,18 @@ static void *submit_thread(void *arg)
 	struct rados_state *s = arg;
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		while (!s->head && !s->closing)
+		while (!s->head && !s->deferred && !s->closing)
 			pthread_cond_wait(&s->cond, &s->lock);
+		while (s->deferred) {
+			struct rados_op *d = s->deferred;
+			s->deferred = d->next;
+			pthread_mutex_unlock(&s->lock);
+			op_complete(d);
+			pthread_mutex_lock(&s->lock);
+		}
 		struct rados_op *op = s->head;
+		if (!op && !s->closing)
+			continue;
 		if (!op)
 			break; /* closing and nothing queued */
 		s->head = op->next;
@@ -266,6 +285,35 @@ static struct rados_op *op_new(struct rados_state *s, enum rados_kind kind, uint
 	return op;
 }
 
+/* Issue every sub-request of op from the caller's thread. librados queues the request and
+ * returns (the objecter's throttles are set above anything this tier lets through, so it
+ * does not block), and its completions always come through its finisher thread. A guard
+ * reference keeps op alive until the last issue returns; if everything has already ended
+ * by then (a synchronous failure), the callback is handed to the tier's thread, so it
+ * never runs inside this call. */
+static void issue_direct(struct rados_state *s, struct rados_op *op)
+{
+	uint32_t nsub = op->nsub;
+	atomic_fetch_add(&op->pending, 1);
+	for (uint32_t i = 0; i < nsub; i++) {
+		struct rados_sub *u = &op->subs[i];
+		int rc = op->kind == OP_READ && !u->len ? 1 : issue(s, u);
+		if (rc >= 0 && rc != 1)
+			continue;
+		pthread_mutex_lock(&s->lock);
+		s->inflight--;
+		pthread_mutex_unlock(&s->lock);
+		sub_done(u, rc > 0 ? 0 : rc);
+	}
+	if (atomic_fetch_sub(&op->pending, 1) != 1)
+		return;
+	pthread_mutex_lock(&s->lock);
+	op->next = s->deferred;
+	s->deferred = op;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
 static int submit(struct rados_state *s, struct rados_op *op)
 {
 	pthread_mutex_lock(&s->lock);
@@ -273,6 +321,13 @@ static int submit(struct rados_state *s, struct rados_op *op)
 		pthread_mutex_unlock(&s->lock);
 		kvt__free(op);
 		return -ECANCELED;
+	}
+	/* Fast path: nothing queued ahead and room for all of it - no thread hop. */
+	if (!s->head && s->inflight + op->nsub <= s->max_inflight) {
+		s->inflight += op->nsub;
+		pthread_mutex_unlock(&s->lock);
+		issue_direct(s, op);
+		return 0;
 	}
 	op->next = NULL;
 	if (s->tail)
@@ -444,6 +499,13 @@ static int rt_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	if ((rc = set_opt(s, "client_mount_timeout", secs)) < 0 ||
 	    (rc = set_opt(s, "rados_mon_op_timeout", secs)) < 0 ||
 	    (rc = set_opt(s, "rados_osd_op_timeout", secs)) < 0)
+		goto fail;
+	/* The objecter throttles in the submitting call; this tier limits operations itself
+	 * (rados.max_inflight) and callers own the bytes, so lift its limits out of the way. */
+	char ops[32];
+	snprintf(ops, sizeof(ops), "%u", KVT_MAX(s->max_inflight * 2, 1024u));
+	if ((rc = set_opt(s, "objecter_inflight_ops", ops)) < 0 ||
+	    (rc = set_opt(s, "objecter_inflight_op_bytes", "1099511627776")) < 0)
 		goto fail;
 	/* A library never writes a log file of its own next to the caller's. */
 	rados_conf_set(s->cluster, "log_to_stderr", "false");

@@ -379,4 +379,105 @@ static inline void cfg_set(struct kvt_config *cfg, const char *k, const char *v)
 	CHECK(rc == 0, "%s", err);
 }
 
+/* ---- benchmark drivers shared by the tier benches: count requests, qd in flight */
+struct bench {
+	struct kvt_tier *t;
+	const struct kvt_key *keys;
+	int nkeys;
+	size_t sz;
+	atomic_int left, outstanding;
+	atomic_uint_fast64_t ok, errs;
+	pthread_mutex_t m;
+	pthread_cond_t c;
+};
+
+struct bench_slot {
+	struct bench *b;
+	struct kvt_seg seg;
+	uint64_t rng;
+};
+
+static inline void bench_slot_end(struct bench *b)
+{
+	pthread_mutex_lock(&b->m);
+	atomic_fetch_sub(&b->outstanding, 1);
+	pthread_cond_broadcast(&b->c);
+	pthread_mutex_unlock(&b->m);
+}
+
+static inline void bench_next(struct bench_slot *sl);
+
+static inline void bench_read_cb(void *arg, int rc)
+{
+	struct bench_slot *sl = arg;
+	if (rc == (int)sl->b->sz)
+		atomic_fetch_add(&sl->b->ok, 1);
+	else
+		atomic_fetch_add(&sl->b->errs, 1);
+	bench_next(sl);
+}
+
+static inline void bench_next(struct bench_slot *sl)
+{
+	struct bench *b = sl->b;
+	if (atomic_fetch_sub(&b->left, 1) <= 0) {
+		bench_slot_end(b);
+		return;
+	}
+	sl->rng ^= sl->rng << 13;
+	sl->rng ^= sl->rng >> 7;
+	sl->rng ^= sl->rng << 17;
+	const struct kvt_key *k = &b->keys[sl->rng % (uint64_t)b->nkeys];
+	if (b->t->ops->read(b->t, k, &sl->seg, 1, bench_read_cb, sl) < 0) {
+		atomic_fetch_add(&b->errs, 1);
+		bench_slot_end(b);
+	}
+}
+
+/* count random whole-object reads of keys[0..nkeys), qd at a time; MB/s (1e6 bytes). */
+static inline double bench_reads(struct kvt_tier *t, const struct kvt_key *keys, int nkeys,
+				 size_t sz, int qd, int count, uint64_t *errs)
+{
+	struct bench b = {.t = t, .keys = keys, .nkeys = nkeys, .sz = sz};
+	pthread_mutex_init(&b.m, NULL);
+	pthread_cond_init(&b.c, NULL);
+	atomic_init(&b.left, count);
+	atomic_init(&b.outstanding, qd);
+	uint8_t *bufs = aligned((size_t)qd * sz);
+	struct bench_slot *slots = calloc((size_t)qd, sizeof(*slots));
+	uint64_t t0 = kvt__now_ns();
+	for (int i = 0; i < qd; i++) {
+		slots[i] = (struct bench_slot){&b, {0, sz, bufs + (size_t)i * sz}, (uint64_t)i * 7919 + 1};
+		bench_next(&slots[i]);
+	}
+	pthread_mutex_lock(&b.m);
+	while (atomic_load(&b.outstanding))
+		pthread_cond_wait(&b.c, &b.m);
+	pthread_mutex_unlock(&b.m);
+	double s = (double)(kvt__now_ns() - t0) / 1e9;
+	*errs += atomic_load(&b.errs);
+	double mbs = (double)atomic_load(&b.ok) * (double)sz / s / 1e6;
+	free(slots);
+	free(bufs);
+	return mbs;
+}
+
+/* Write obj under keys[0..nkeys) with all submitted at once (the tier limits what is in
+ * flight); MB/s. */
+static inline double bench_writes(struct kvt_tier *t, const struct kvt_key *keys, int nkeys,
+				  const void *obj, size_t sz)
+{
+	struct done *d = calloc((size_t)nkeys, sizeof(*d));
+	uint64_t t0 = kvt__now_ns();
+	for (int i = 0; i < nkeys; i++) {
+		done_init(&d[i]);
+		CHECK(t->ops->write(t, &keys[i], obj, sz, done_cb, &d[i]) == 0, "bench write");
+	}
+	for (int i = 0; i < nkeys; i++)
+		CHECK(done_wait(&d[i], 120000) == 0, "bench write %d", i);
+	double s = (double)(kvt__now_ns() - t0) / 1e9;
+	free(d);
+	return (double)nkeys * (double)sz / s / 1e6;
+}
+
 #endif

@@ -7,7 +7,7 @@
  * close, and radosgw stalled (SIGSTOP) and killed mid-run: errors within the deadline,
  * never a hang.
  *
- * With --bench SECONDS BYTES QD it instead measures the tier against parallel curl at the
+ * With --bench ROUNDS BYTES QD it instead measures the tier against parallel curl at the
  * same object size and concurrency, in the same run, and prints one JSON line.
  */
 #include "ceph_harness.h"
@@ -369,123 +369,78 @@ static void test_rgw_failure(void)
 
 /* ---------------------------------------------------------------- benchmark */
 
-struct bench {
-	struct kvt_tier *t;
-	uint8_t *bufs;
-	size_t sz;
-	int qd, nkeys;
-	struct kvt_key *keys;
-	atomic_uint_fast64_t ops, bytes, errs;
-	atomic_int stop, outstanding;
-	pthread_mutex_t m;
-	pthread_cond_t c;
-};
-
-struct bench_slot {
-	struct bench *b;
-	int i;
-	struct kvt_seg seg;
-};
-
-static void bench_submit(struct bench_slot *sl);
-
-static void bench_cb(void *arg, int rc)
+/* curl --parallel with a config file of URLs: qd transfers at once over reused
+ * connections, like the tier; MB/s over the wall time of the whole run. */
+static double curl_run(const char *config, int qd, double bytes)
 {
-	struct bench_slot *sl = arg;
-	struct bench *b = sl->b;
-	if (rc == (int)b->sz) {
-		atomic_fetch_add(&b->ops, 1);
-		atomic_fetch_add(&b->bytes, b->sz);
-	} else {
-		atomic_fetch_add(&b->errs, 1);
-	}
-	if (!atomic_load(&b->stop)) {
-		bench_submit(sl);
-		return;
-	}
-	pthread_mutex_lock(&b->m);
-	atomic_fetch_sub(&b->outstanding, 1);
-	pthread_cond_broadcast(&b->c);
-	pthread_mutex_unlock(&b->m);
+	uint64_t t0 = kvt__now_ns();
+	CHECK(shf("curl -sS --no-progress-meter --parallel --parallel-max %d --aws-sigv4 "
+		  "aws:amz:us-east-1:s3 --user \"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" -H "
+		  "x-amz-content-sha256:UNSIGNED-PAYLOAD -K '%s'",
+		  qd, config) == 0,
+	      "curl reference failed");
+	return bytes / ((double)(kvt__now_ns() - t0) / 1e9) / 1e6;
 }
 
-static void bench_submit(struct bench_slot *sl)
-{
-	struct bench *b = sl->b;
-	int k = (int)(rnd() % (uint64_t)b->nkeys);
-	if (b->t->ops->read(b->t, &b->keys[k], &sl->seg, 1, bench_cb, sl) < 0) {
-		pthread_mutex_lock(&b->m);
-		atomic_fetch_sub(&b->outstanding, 1);
-		pthread_cond_broadcast(&b->c);
-		pthread_mutex_unlock(&b->m);
-	}
-}
-
-static int bench(int seconds, size_t sz, int qd)
+/* Reads and writes of sz-byte objects, qd in flight, against curl at the same size and
+ * concurrency. Rounds alternate reference and tier (the machine is shared; alternation
+ * and best-of-3 keep one side from getting all the quiet moments). */
+static int bench(int rounds, size_t sz, int qd)
 {
 	struct kvt_config *cfg = s3_cfg("kvt-bench");
 	char v[32];
 	snprintf(v, sizeof(v), "%d", qd);
 	cfg_set(cfg, "s3.max_inflight", v);
 	struct kvt_tier *t = s3_open_cfg(cfg);
-	struct bench b = {.t = t, .sz = sz, .qd = qd, .nkeys = 16};
-	pthread_mutex_init(&b.m, NULL);
-	pthread_cond_init(&b.c, NULL);
-	b.keys = calloc((size_t)b.nkeys, sizeof(*b.keys));
+	enum { NK = 64 };
+	int count = 4 * NK;
+	struct kvt_key keys[NK];
 	uint8_t *obj = aligned(sz);
-	for (int i = 0; i < b.nkeys; i++) {
-		key_of(&b.keys[i], 77, (uint64_t)i);
-		fill(obj, sz, (uint64_t)i);
-		CHECK(t_write(t, &b.keys[i], obj, sz) == 0, "bench write");
-	}
-	/* The reference: curl, one process per request, qd at a time, same objects. */
-	char hex[65], urls[512];
-	snprintf(urls, sizeof(urls), "%s/urls", ceph_dir);
-	FILE *f = fopen(urls, "w");
-	for (int i = 0; i < b.nkeys; i++) {
-		for (int j = 0; j < 32; j++)
-			sprintf(hex + 2 * j, "%02x", b.keys[i].bytes[j]);
-		fprintf(f, "url = \"%s/kvt-bench/kvtier/%s\"\noutput = /dev/null\n",
-			getenv("KVTIER_S3_ENDPOINT"), hex);
-	}
+	fill(obj, sz, 1);
+	char objpath[512], rd[512], wr[512], hex[65];
+	snprintf(objpath, sizeof(objpath), "%s/obj.bin", ceph_dir);
+	FILE *f = fopen(objpath, "w");
+	CHECK(f && fwrite(obj, 1, sz, f) == sz, "object file");
 	fclose(f);
-	/* curl --parallel with one config repeated: qd transfers at once over reused
-	 * connections, like the tier. Count requests per wall second. */
-	int reps = 64;
-	uint64_t t0 = kvt__now_ns();
-	int rc = shf("for i in $(seq %d); do cat '%s'; done > '%s.all'; curl -sS --parallel "
-		     "--parallel-max %d --aws-sigv4 aws:amz:us-east-1:s3 --user "
-		     "\"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" -H "
-		     "x-amz-content-sha256:UNSIGNED-PAYLOAD -K '%s.all'",
-		     reps, urls, urls, qd, urls);
-	double curl_s = (double)(kvt__now_ns() - t0) / 1e9;
-	CHECK(rc == 0, "curl reference failed");
-	double curl_mbs = (double)reps * b.nkeys * (double)sz / curl_s / 1e6;
-
-	b.bufs = aligned((size_t)qd * sz);
-	struct bench_slot *slots = calloc((size_t)qd, sizeof(*slots));
-	t0 = kvt__now_ns();
-	atomic_store(&b.outstanding, qd);
-	for (int i = 0; i < qd; i++) {
-		slots[i] = (struct bench_slot){&b, i, {0, sz, b.bufs + (size_t)i * sz}};
-		bench_submit(&slots[i]);
+	snprintf(rd, sizeof(rd), "%s/curl-get", ceph_dir);
+	snprintf(wr, sizeof(wr), "%s/curl-put", ceph_dir);
+	FILE *fr = fopen(rd, "w"), *fw = fopen(wr, "w");
+	const char *ep = getenv("KVTIER_S3_ENDPOINT");
+	for (int i = 0; i < NK; i++) {
+		key_of(&keys[i], 77, (uint64_t)i);
+		for (int j = 0; j < 32; j++)
+			sprintf(hex + 2 * j, "%02x", keys[i].bytes[j]);
+		fprintf(fw, "upload-file = \"%s\"\nurl = \"%s/kvt-bench/kvtier/%s\"\n"
+			    "output = /dev/null\n", objpath, ep, hex);
 	}
-	usleep((useconds_t)seconds * 1000000);
-	atomic_store(&b.stop, 1);
-	pthread_mutex_lock(&b.m);
-	while (atomic_load(&b.outstanding))
-		pthread_cond_wait(&b.c, &b.m);
-	pthread_mutex_unlock(&b.m);
-	double s = (double)(kvt__now_ns() - t0) / 1e9;
-	double mbs = (double)atomic_load(&b.bytes) / s / 1e6;
+	/* The same random key sequence as the tier's slots would draw is not needed: every
+	 * object is read count/NK times in both. */
+	for (int r = 0; r < count / NK; r++)
+		for (int i = 0; i < NK; i++) {
+			for (int j = 0; j < 32; j++)
+				sprintf(hex + 2 * j, "%02x", keys[(i * 7 + r) % NK].bytes[j]);
+			fprintf(fr, "url = \"%s/kvt-bench/kvtier/%s\"\noutput = /dev/null\n", ep, hex);
+		}
+	fclose(fr);
+	fclose(fw);
+	double best[4] = {0}; /* tier write, curl write, tier read, curl read */
+	uint64_t errs = 0;
+	for (int r = 0; r < rounds; r++) {
+		best[1] = KVT_MAX(best[1], curl_run(wr, qd, (double)NK * (double)sz));
+		best[0] = KVT_MAX(best[0], bench_writes(t, keys, NK, obj, sz));
+		best[3] = KVT_MAX(best[3], curl_run(rd, qd, (double)count * (double)sz));
+		best[2] = KVT_MAX(best[2], bench_reads(t, keys, NK, sz, qd, count, &errs));
+	}
 	printf("{\"tier\":\"s3\",\"op\":\"read\",\"object_bytes\":%zu,\"queue_depth\":%d,"
-	       "\"seconds\":%.2f,\"ops\":%llu,\"errors\":%llu,\"mb_per_s\":%.1f,"
-	       "\"ops_per_s\":%.1f,\"ref\":\"curl --parallel\",\"ref_mb_per_s\":%.1f,"
-	       "\"ratio\":%.3f}\n",
-	       sz, qd, s, (unsigned long long)atomic_load(&b.ops),
-	       (unsigned long long)atomic_load(&b.errs), mbs, (double)atomic_load(&b.ops) / s,
-	       curl_mbs, mbs / curl_mbs);
+	       "\"requests\":%d,\"rounds\":%d,\"errors\":%llu,\"mb_per_s\":%.1f,"
+	       "\"ref\":\"curl --parallel\",\"ref_mb_per_s\":%.1f,\"ratio\":%.3f}\n",
+	       sz, qd, count, rounds, (unsigned long long)errs, best[2], best[3], best[2] / best[3]);
+	printf("{\"tier\":\"s3\",\"op\":\"write\",\"object_bytes\":%zu,\"queue_depth\":%d,"
+	       "\"requests\":%d,\"rounds\":%d,\"mb_per_s\":%.1f,\"ref\":\"curl --parallel -T\","
+	       "\"ref_mb_per_s\":%.1f,\"ratio\":%.3f}\n",
+	       sz, qd, NK, rounds, best[0], best[1], best[0] / best[1]);
 	tier_close(t);
+	free(obj);
 	return 0;
 }
 
