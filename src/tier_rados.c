@@ -44,7 +44,7 @@ struct rados_sub {
 	uint32_t idx;
 	uint64_t size; /* stat */
 	time_t mtime;
-	void *buf;     /* read */
+	void *buf; /* read */
 	uint64_t off, len;
 };
 
@@ -82,7 +82,7 @@ struct rados_state {
 	bool closing;
 	struct rados_op *head, *tail;
 	struct rados_op *deferred; /* issued directly, all ended before the call returned */
-	uint32_t inflight; /* librados calls not yet completed */
+	uint32_t inflight;	   /* librados calls not yet completed */
 	_Atomic uint64_t reads, read_bytes, writes, write_bytes, errors, removes;
 };
 
@@ -340,8 +340,8 @@ static int submit(struct rados_state *s, struct rados_op *op)
 	return 0;
 }
 
-static int rt_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
-			uint8_t *present, kvt_tier_cb cb, void *arg)
+static int rt_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n, uint8_t *present,
+		     kvt_tier_cb cb, void *arg)
 {
 	struct rados_state *s = t->state;
 	if (!cb || (n && (!keys || !present)))
@@ -362,7 +362,7 @@ static int rt_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
 }
 
 static int rt_read(struct kvt_tier *t, const struct kvt_key *key, const struct kvt_seg *segs,
-		      uint32_t nsegs, kvt_tier_cb cb, void *arg)
+		   uint32_t nsegs, kvt_tier_cb cb, void *arg)
 {
 	struct rados_state *s = t->state;
 	if (!cb || !key || (nsegs && !segs))
@@ -383,8 +383,8 @@ static int rt_read(struct kvt_tier *t, const struct kvt_key *key, const struct k
 	return submit(s, op);
 }
 
-static int rt_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj,
-		       uint64_t len, kvt_tier_cb cb, void *arg)
+static int rt_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
+		    kvt_tier_cb cb, void *arg)
 {
 	struct rados_state *s = t->state;
 	if (!cb || !key || (len && !obj) || len > SIZE_MAX / 2)
@@ -519,9 +519,10 @@ static int rt_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	s->connected = true;
 	if (rados_pool_lookup(s->cluster, s->pool) == -ENOENT) {
 		if (!kvt__cfg_bool(cfg, "rados.create_pool")) {
-			KVT_ERR(log, "rados: pool '%s' does not exist; create it (docs/TIERS.md shows "
-				     "a replicated and an erasure-coded one) or set "
-				     "rados.create_pool = true",
+			KVT_ERR(log,
+				"rados: pool '%s' does not exist; create it (docs/TIERS.md shows "
+				"a replicated and an erasure-coded one) or set "
+				"rados.create_pool = true",
 				s->pool);
 			rc = -ENOENT;
 			goto fail;
@@ -572,15 +573,15 @@ static void rt_close(struct kvt_tier *t)
 }
 
 const struct kvt_tier_ops kvt__tier_rados_ops = {
-	.name = "rados",
-	.version = 1,
-	.state_size = sizeof(struct rados_state),
-	.open = rt_open,
-	.close = rt_close,
-	.exists = rt_exists,
-	.read = rt_read,
-	.write = rt_write,
-	.remove = rt_remove,
-	.stats = rt_stats,
-	.drop_corrupt = rt_drop_corrupt,
+    .name = "rados",
+    .version = 1,
+    .state_size = sizeof(struct rados_state),
+    .open = rt_open,
+    .close = rt_close,
+    .exists = rt_exists,
+    .read = rt_read,
+    .write = rt_write,
+    .remove = rt_remove,
+    .stats = rt_stats,
+    .drop_corrupt = rt_drop_corrupt,
 };

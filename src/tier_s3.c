@@ -38,8 +38,8 @@
 enum s3_method { M_NONE, M_HEAD, M_GET, M_PUT, M_DELETE };
 enum s3_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_DROP };
 
-#define RETRY_BASE_NS 20000000ULL   /* first backoff: 20 ms */
-#define RETRY_CAP_NS 1000000000ULL  /* longest backoff: 1 s */
+#define RETRY_BASE_NS 20000000ULL  /* first backoff: 20 ms */
+#define RETRY_CAP_NS 1000000000ULL /* longest backoff: 1 s */
 #define ERRBODY_MAX 256
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -48,7 +48,7 @@ struct s3_op;
 /* One HTTP request (and its retries). Owned by its operation. */
 struct s3_xfer {
 	struct s3_op *op;
-	struct s3_xfer *next; /* in the submit, wait or retry list */
+	struct s3_xfer *next;	       /* in the submit, wait or retry list */
 	struct s3_xfer *aprev, *anext; /* in the list of running transfers */
 	CURL *easy;
 	enum s3_method method;
@@ -87,7 +87,7 @@ struct s3_op {
 struct s3_state {
 	struct kvt_tier *t;
 	/* configuration */
-	char *base;   /* URL up to and including the bucket's "/" (path or virtual style) */
+	char *base;	  /* URL up to and including the bucket's "/" (path or virtual style) */
 	char *bucket_url; /* the bucket itself, for create/HEAD at open */
 	char *prefix;
 	char *sigv4;
@@ -101,12 +101,13 @@ struct s3_state {
 	pthread_t thread;
 	bool thread_started;
 	struct curl_slist *hdr_get, *hdr_put; /* shared header lists */
-	CURL **pool; /* idle easy handles */
+	CURL **pool;			      /* idle easy handles */
 	uint32_t npool;
 	uint32_t active;
-	struct s3_xfer *act; /* running transfers, for cancellation at close */
+	/* running transfers, for cancellation at close */
+	struct s3_xfer *act;
 	struct s3_xfer *wait_head, *wait_tail; /* not yet started, FIFO */
-	struct s3_xfer *retry;                 /* waiting for their backoff to pass */
+	struct s3_xfer *retry;		       /* waiting for their backoff to pass */
 	uint64_t rng;
 	/* shared with submitters */
 	pthread_mutex_t lock;
@@ -129,8 +130,8 @@ static void curl_init(void)
 static void warn_limited(struct s3_state *s, const char *fmt, const char *a, const char *b)
 {
 	uint64_t now = kvt__now_ns(), last = atomic_load(&s->last_warn_ns);
-	if (now - last < 1000000000ULL || !atomic_compare_exchange_strong(&s->last_warn_ns,
-									   &last, now))
+	if (now - last < 1000000000ULL ||
+	    !atomic_compare_exchange_strong(&s->last_warn_ns, &last, now))
 		return;
 	char msg[512];
 	snprintf(msg, sizeof(msg), fmt, a, b);
@@ -173,7 +174,8 @@ static size_t on_body(char *p, size_t size, size_t n, void *u)
 		return len;
 	}
 	if (x->status == 200 && x->got == 0 && x->skip == 0 && x->off)
-		x->skip = x->off + 1; /* the server ignored Range: skip to the offset (+1 marks set) */
+		x->skip =
+		    x->off + 1; /* the server ignored Range: skip to the offset (+1 marks set) */
 	size_t used = 0;
 	if (x->skip > 1) {
 		uint64_t s = KVT_MIN((uint64_t)len, x->skip - 1);
@@ -367,8 +369,10 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 	if (cc != CURLE_OK) {
 		warn_limited(s, "request failed: %s%s", curl_easy_strerror(cc), "");
 	} else if (status == 403 || status == 401) {
-		warn_limited(s, "access denied (HTTP %s): check the credentials and the bucket's "
-				"permissions%s", status == 403 ? "403" : "401", "");
+		warn_limited(s,
+			     "access denied (HTTP %s): check the credentials and the bucket's "
+			     "permissions%s",
+			     status == 403 ? "403" : "401", "");
 	} else {
 		char st[16];
 		snprintf(st, sizeof(st), "%ld", status);
@@ -566,7 +570,9 @@ static void *io_thread(void *arg)
 		int wait_ms = 1000;
 		if (next_retry != UINT64_MAX) {
 			uint64_t now2 = kvt__now_ns();
-			wait_ms = next_retry <= now2 ? 0 : (int)KVT_MIN(1000, (next_retry - now2) / 1000000 + 1);
+			wait_ms = next_retry <= now2
+				      ? 0
+				      : (int)KVT_MIN(1000, (next_retry - now2) / 1000000 + 1);
 		}
 		if (s->wait_head && s->active < s->max_inflight)
 			wait_ms = 0;
@@ -633,8 +639,8 @@ static int submit(struct s3_state *s, struct s3_op *op)
 	return 0;
 }
 
-static int s3_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
-		     uint8_t *present, kvt_tier_cb cb, void *arg)
+static int s3_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n, uint8_t *present,
+		     kvt_tier_cb cb, void *arg)
 {
 	struct s3_state *s = t->state;
 	if (!cb || (n && (!keys || !present)))
@@ -687,8 +693,8 @@ static int s3_read(struct kvt_tier *t, const struct kvt_key *key, const struct k
 	return submit(s, op);
 }
 
-static int s3_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj,
-		    uint64_t len, kvt_tier_cb cb, void *arg)
+static int s3_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
+		    kvt_tier_cb cb, void *arg)
 {
 	struct s3_state *s = t->state;
 	if (!cb || !key || (len && !obj))
@@ -755,7 +761,7 @@ static int on_cred(void *u, const char *section, const char *name, const char *v
 	struct cred_ctx *c = u;
 	if (strcmp(section, c->profile))
 		return 1;
-	char **dst = !strcmp(name, "aws_access_key_id")       ? &c->key
+	char **dst = !strcmp(name, "aws_access_key_id")	      ? &c->key
 		     : !strcmp(name, "aws_secret_access_key") ? &c->secret
 		     : !strcmp(name, "aws_session_token")     ? &c->token
 							      : NULL;
@@ -784,8 +790,9 @@ static int load_credentials(struct s3_state *s, const struct kvt_config *cfg)
 		if (c.rc < 0)
 			goto fail;
 		if (line != 0 || !c.key || !c.secret) {
-			KVT_ERR(log, "s3: credentials file %s: no aws_access_key_id and "
-				     "aws_secret_access_key in profile [%s]%s",
+			KVT_ERR(log,
+				"s3: credentials file %s: no aws_access_key_id and "
+				"aws_secret_access_key in profile [%s]%s",
 				file, c.profile, line > 0 ? " (syntax error)" : "");
 			c.rc = -EINVAL;
 			goto fail;
@@ -843,7 +850,9 @@ static int build_urls(struct s3_state *s, const char *endpoint, const char *buck
 		      bool virtual_hosted)
 {
 	const struct kvt_log *log = &s->t->log;
-	size_t sl = !strncmp(endpoint, "https://", 8) ? 8 : !strncmp(endpoint, "http://", 7) ? 7 : 0;
+	size_t sl = !strncmp(endpoint, "https://", 8)  ? 8
+		    : !strncmp(endpoint, "http://", 7) ? 7
+						       : 0;
 	if (!sl || !endpoint[sl]) {
 		KVT_ERR(log, "s3: endpoint '%s' must start with http:// or https://", endpoint);
 		return -EINVAL;
@@ -874,8 +883,7 @@ static size_t discard_body(char *p, size_t size, size_t n, void *u)
 }
 
 /* A blocking request at open (bucket check and creation), before the I/O thread exists. */
-static int blocking_request(struct s3_state *s, const char *method, const char *url,
-			    long *status)
+static int blocking_request(struct s3_state *s, const char *method, const char *url, long *status)
 {
 	CURL *e = curl_easy_init();
 	if (!e)
@@ -905,7 +913,8 @@ static int blocking_request(struct s3_state *s, const char *method, const char *
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
 	curl_easy_cleanup(e);
 	if (cc != CURLE_OK) {
-		KVT_WARN(&s->t->log, "s3: %s %s: %s", method, s->bucket_url, curl_easy_strerror(cc));
+		KVT_WARN(&s->t->log, "s3: %s %s: %s", method, s->bucket_url,
+			 curl_easy_strerror(cc));
 		return curl_errno(cc);
 	}
 	return 0;
@@ -934,8 +943,9 @@ static int check_bucket(struct s3_state *s, bool create)
 	if (st >= 200 && st < 300)
 		return 0;
 	if (st == 403 || st == 401) {
-		KVT_ERR(log, "s3: access denied to bucket %s (HTTP %ld): wrong access key or "
-			     "secret, wrong region, or no permission",
+		KVT_ERR(log,
+			"s3: access denied to bucket %s (HTTP %ld): wrong access key or "
+			"secret, wrong region, or no permission",
 			s->bucket_url, st);
 		return -EACCES;
 	}
@@ -993,11 +1003,12 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	const char *region = kvt__cfg_str(cfg, "s3.region");
 	if (!*region)
 		region = getenv("AWS_DEFAULT_REGION") ? getenv("AWS_DEFAULT_REGION")
-		       : getenv("AWS_REGION")        ? getenv("AWS_REGION")
-						     : "us-east-1";
+			 : getenv("AWS_REGION")	      ? getenv("AWS_REGION")
+						      : "us-east-1";
 	if (!*endpoint || !*bucket) {
-		KVT_ERR(log, "s3: no %s: set s3.%s (or KVTIER_S3_%s)", *endpoint ? "bucket" : "endpoint",
-			*endpoint ? "bucket" : "endpoint", *endpoint ? "BUCKET" : "ENDPOINT");
+		KVT_ERR(log, "s3: no %s: set s3.%s (or KVTIER_S3_%s)",
+			*endpoint ? "bucket" : "endpoint", *endpoint ? "bucket" : "endpoint",
+			*endpoint ? "BUCKET" : "ENDPOINT");
 		rc = -EINVAL;
 		goto fail;
 	}
@@ -1018,8 +1029,8 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		goto fail;
 	if (!(s->sigv4 = str_printf("aws:amz:%s:s3", region)))
 		goto fail;
-	rc = build_urls(s, endpoint, bucket, !strcmp(kvt__cfg_str(cfg, "s3.addressing"),
-						     "virtual"));
+	rc =
+	    build_urls(s, endpoint, bucket, !strcmp(kvt__cfg_str(cfg, "s3.addressing"), "virtual"));
 	if (rc < 0)
 		goto fail;
 	rc = load_credentials(s, cfg);
@@ -1080,15 +1091,15 @@ static void s3_close(struct kvt_tier *t)
 }
 
 const struct kvt_tier_ops kvt__tier_s3_ops = {
-	.name = "s3",
-	.version = 1,
-	.state_size = sizeof(struct s3_state),
-	.open = s3_open,
-	.close = s3_close,
-	.exists = s3_exists,
-	.read = s3_read,
-	.write = s3_write,
-	.remove = s3_remove,
-	.stats = s3_stats,
-	.drop_corrupt = s3_drop_corrupt,
+    .name = "s3",
+    .version = 1,
+    .state_size = sizeof(struct s3_state),
+    .open = s3_open,
+    .close = s3_close,
+    .exists = s3_exists,
+    .read = s3_read,
+    .write = s3_write,
+    .remove = s3_remove,
+    .stats = s3_stats,
+    .drop_corrupt = s3_drop_corrupt,
 };

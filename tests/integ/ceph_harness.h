@@ -29,7 +29,7 @@ static char ceph_dir[256];
 static char ceph_scripts[1024];
 static int ceph_rgw_port;
 
-#define CHECK(cond, ...)                                                                          \
+#define CHECK(cond, ...)                                                                           \
 	do {                                                                                       \
 		if (!(cond)) {                                                                     \
 			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);            \
@@ -99,7 +99,8 @@ static inline void ceph_start(int osds, int rgw)
 		char *slash = strrchr(ceph_scripts, '/');
 		if (slash)
 			*slash = 0;
-		strncat(ceph_scripts, "/../../scripts/ceph", sizeof(ceph_scripts) - strlen(ceph_scripts) - 1);
+		strncat(ceph_scripts, "/../../scripts/ceph",
+			sizeof(ceph_scripts) - strlen(ceph_scripts) - 1);
 	}
 	if (shf("command -v ceph-mon >/dev/null && command -v ceph-osd >/dev/null && "
 		"command -v ceph >/dev/null%s",
@@ -120,10 +121,10 @@ static inline void ceph_start(int osds, int rgw)
 	ceph_rgw_port = free_port();
 	int v2 = free_port(), v1 = free_port();
 	uint64_t t0 = kvt__now_ns();
-	int rc = shf("OSDS=%d RGW=%d RGW_PORT=%d MON_V2=%d MON_V1=%d WATCH_PID=%d '%s/start-ceph.sh' "
-		     "'%s' > '%s.start.log' 2>&1",
-		     osds, rgw, ceph_rgw_port, v2, v1, (int)getpid(), ceph_scripts, ceph_dir,
-		     ceph_dir);
+	int rc =
+	    shf("OSDS=%d RGW=%d RGW_PORT=%d MON_V2=%d MON_V1=%d WATCH_PID=%d '%s/start-ceph.sh' "
+		"'%s' > '%s.start.log' 2>&1",
+		osds, rgw, ceph_rgw_port, v2, v1, (int)getpid(), ceph_scripts, ceph_dir, ceph_dir);
 	if (rc) {
 		shf("cat '%s.start.log' >&2; rm -f '%s.start.log'", ceph_dir, ceph_dir);
 		if (rc == 77) {
@@ -192,7 +193,8 @@ static inline void log_clear(void)
 }
 
 /* ---- a tier instance from its ops table (the engine's kvt__tier_open does the same) */
-static inline int tier_open(const struct kvt_tier_ops *ops, struct kvt_config *cfg, struct kvt_tier **out)
+static inline int tier_open(const struct kvt_tier_ops *ops, struct kvt_config *cfg,
+			    struct kvt_tier **out)
 {
 	struct kvt_tier *t = calloc(1, sizeof(*t));
 	t->ops = ops;
@@ -289,7 +291,8 @@ static inline int t_write(struct kvt_tier *t, const struct kvt_key *k, const voi
 	return rc;
 }
 
-static inline int t_read(struct kvt_tier *t, const struct kvt_key *k, const struct kvt_seg *s, uint32_t n)
+static inline int t_read(struct kvt_tier *t, const struct kvt_key *k, const struct kvt_seg *s,
+			 uint32_t n)
 {
 	struct done d;
 	done_init(&d);
@@ -301,7 +304,8 @@ static inline int t_read(struct kvt_tier *t, const struct kvt_key *k, const stru
 	return rc;
 }
 
-static inline int t_exists(struct kvt_tier *t, const struct kvt_key *k, uint32_t n, uint8_t *present)
+static inline int t_exists(struct kvt_tier *t, const struct kvt_key *k, uint32_t n,
+			   uint8_t *present)
 {
 	struct done d;
 	done_init(&d);
@@ -447,7 +451,8 @@ static inline double bench_reads(struct kvt_tier *t, const struct kvt_key *keys,
 	struct bench_slot *slots = calloc((size_t)qd, sizeof(*slots));
 	uint64_t t0 = kvt__now_ns();
 	for (int i = 0; i < qd; i++) {
-		slots[i] = (struct bench_slot){&b, {0, sz, bufs + (size_t)i * sz}, (uint64_t)i * 7919 + 1};
+		slots[i] =
+		    (struct bench_slot){&b, {0, sz, bufs + (size_t)i * sz}, (uint64_t)i * 7919 + 1};
 		bench_next(&slots[i]);
 	}
 	pthread_mutex_lock(&b.m);

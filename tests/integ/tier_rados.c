@@ -46,9 +46,9 @@ static void test_basic(void)
 
 	memset(back, 0, n);
 	struct kvt_seg segs[3] = {
-		{4096, 8192, back},
-		{2 * MiB, 4 * 4096, back + 8192},
-		{n - 4096, 4096, back + 6 * 4096},
+	    {4096, 8192, back},
+	    {2 * MiB, 4 * 4096, back + 8192},
+	    {n - 4096, 4096, back + 6 * 4096},
 	};
 	CHECK(t_read(t, &k, segs, 3) == 7 * 4096, "ranges");
 	CHECK(!memcmp(back, obj + 4096, 8192), "range 0");
@@ -194,8 +194,9 @@ static void test_osd_stall(void)
 	CHECK(kill(osd, SIGSTOP) == 0, "SIGSTOP osd.0");
 	for (int i = 0; i < N; i++) {
 		done_init(&d[i]);
-		int rc = i % 2 ? t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i])
-			       : t->ops->write(t, &keys[i], objs + (size_t)i * SZ, SZ, done_cb, &d[i]);
+		int rc =
+		    i % 2 ? t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i])
+			  : t->ops->write(t, &keys[i], objs + (size_t)i * SZ, SZ, done_cb, &d[i]);
 		CHECK(rc == 0, "submit");
 	}
 	uint8_t present[N];
@@ -213,8 +214,8 @@ static void test_osd_stall(void)
 	}
 	int rc = done_wait(&de, 10000);
 	CHECK(rc == -ETIMEDOUT, "exists with the OSD stopped: %d", rc);
-	fprintf(stderr, "osd stopped: %d/%d -ETIMEDOUT, slowest %.0f ms (deadline 2000)\n", timeouts,
-		N, (double)worst / 1e6);
+	fprintf(stderr, "osd stopped: %d/%d -ETIMEDOUT, slowest %.0f ms (deadline 2000)\n",
+		timeouts, N, (double)worst / 1e6);
 	CHECK(timeouts == N, "timeouts %d", timeouts);
 	CHECK(worst < 4000ULL * 1000000, "answers took %.0f ms", (double)worst / 1e6);
 	CHECK(kill(osd, SIGCONT) == 0, "SIGCONT osd.0");

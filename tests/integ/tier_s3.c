@@ -49,9 +49,9 @@ static void round_trip(struct kvt_tier *t, uint64_t tag)
 	/* Layer-like ranges, one GET each, in one call. */
 	memset(back, 0, n);
 	struct kvt_seg segs[3] = {
-		{4096, 8192, back},
-		{MiB, 2 * 4096, back + 8192},
-		{n - 4096, 4096, back + 4 * 4096},
+	    {4096, 8192, back},
+	    {MiB, 2 * 4096, back + 8192},
+	    {n - 4096, 4096, back + 4 * 4096},
 	};
 	rc = t_read(t, &k, segs, 3);
 	CHECK(rc == 5 * 4096, "ranges: %d", rc);
@@ -200,8 +200,9 @@ static void test_addressing_and_credentials(void)
 	snprintf(path, sizeof(path), "%s/credentials", ceph_dir);
 	FILE *f = fopen(path, "w");
 	CHECK(f, "credentials file");
-	fprintf(f, "[default]\naws_access_key_id = nope\naws_secret_access_key = nope\n\n"
-		   "[kvt]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
+	fprintf(f,
+		"[default]\naws_access_key_id = nope\naws_secret_access_key = nope\n\n"
+		"[kvt]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
 		key, secret);
 	fclose(f);
 	unsetenv("AWS_ACCESS_KEY_ID");
@@ -264,7 +265,8 @@ static void test_corrupt_body(void)
 	fclose(f);
 	for (int i = 0; i < 32; i++)
 		sprintf(hex + 2 * i, "%02x", k.bytes[i]);
-	CHECK(shf("curl -sSf --aws-sigv4 aws:amz:us-east-1:s3 --user \"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" "
+	CHECK(shf("curl -sSf --aws-sigv4 aws:amz:us-east-1:s3 --user "
+		  "\"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" "
 		  "-H x-amz-content-sha256:UNSIGNED-PAYLOAD -T '%s' "
 		  "\"$KVTIER_S3_ENDPOINT/kvt-corrupt/kvtier/%s\" -o /dev/null",
 		  path, hex) == 0,
@@ -313,7 +315,8 @@ static void test_rgw_failure(void)
 		timeouts += rc == -ETIMEDOUT;
 		worst = KVT_MAX(worst, d[i].t_done - d[i].t_submit);
 	}
-	fprintf(stderr, "radosgw stopped: %d/%d timed out, slowest answer %.0f ms (deadline 1500)\n",
+	fprintf(stderr,
+		"radosgw stopped: %d/%d timed out, slowest answer %.0f ms (deadline 1500)\n",
 		timeouts, N, (double)worst / 1e6);
 	CHECK(timeouts == N, "expected -ETIMEDOUT for all, got %d", timeouts);
 	CHECK(worst < 2500ULL * 1000000, "answers took %.0f ms", (double)worst / 1e6);
@@ -354,7 +357,8 @@ static void test_rgw_failure(void)
 		refused += rc == -ECONNREFUSED;
 		worst = KVT_MAX(worst, d[i].t_done - d[i].t_submit);
 	}
-	fprintf(stderr, "radosgw killed: %d failed mid-flight, then %d/%d refused; slowest %.0f ms\n",
+	fprintf(stderr,
+		"radosgw killed: %d failed mid-flight, then %d/%d refused; slowest %.0f ms\n",
 		failed, refused, N, (double)worst / 1e6);
 	CHECK(worst < 2500ULL * 1000000, "answers took %.0f ms", (double)worst / 1e6);
 	uint8_t present[N];
@@ -410,8 +414,10 @@ static int bench(int rounds, size_t sz, int qd)
 		key_of(&keys[i], 77, (uint64_t)i);
 		for (int j = 0; j < 32; j++)
 			sprintf(hex + 2 * j, "%02x", keys[i].bytes[j]);
-		fprintf(fw, "upload-file = \"%s\"\nurl = \"%s/kvt-bench/kvtier/%s\"\n"
-			    "output = /dev/null\n", objpath, ep, hex);
+		fprintf(fw,
+			"upload-file = \"%s\"\nurl = \"%s/kvt-bench/kvtier/%s\"\n"
+			"output = /dev/null\n",
+			objpath, ep, hex);
 	}
 	/* The same random key sequence as the tier's slots would draw is not needed: every
 	 * object is read count/NK times in both. */
@@ -419,7 +425,11 @@ static int bench(int rounds, size_t sz, int qd)
 		for (int i = 0; i < NK; i++) {
 			for (int j = 0; j < 32; j++)
 				sprintf(hex + 2 * j, "%02x", keys[(i * 7 + r) % NK].bytes[j]);
-			fprintf(fr, "url = \"%s/kvt-bench/kvtier/%s\"\noutput = /dev/null\n", ep, hex);
+			/* The same request as the tier's: a ranged GET over the whole object. */
+			fprintf(fr,
+				"url = \"%s/kvt-bench/kvtier/%s\"\nrange = \"0-%zu\"\n"
+				"output = /dev/null\n",
+				ep, hex, sz - 1);
 		}
 	fclose(fr);
 	fclose(fw);
@@ -434,7 +444,8 @@ static int bench(int rounds, size_t sz, int qd)
 	printf("{\"tier\":\"s3\",\"op\":\"read\",\"object_bytes\":%zu,\"queue_depth\":%d,"
 	       "\"requests\":%d,\"rounds\":%d,\"errors\":%llu,\"mb_per_s\":%.1f,"
 	       "\"ref\":\"curl --parallel\",\"ref_mb_per_s\":%.1f,\"ratio\":%.3f}\n",
-	       sz, qd, count, rounds, (unsigned long long)errs, best[2], best[3], best[2] / best[3]);
+	       sz, qd, count, rounds, (unsigned long long)errs, best[2], best[3],
+	       best[2] / best[3]);
 	printf("{\"tier\":\"s3\",\"op\":\"write\",\"object_bytes\":%zu,\"queue_depth\":%d,"
 	       "\"requests\":%d,\"rounds\":%d,\"mb_per_s\":%.1f,\"ref\":\"curl --parallel -T\","
 	       "\"ref_mb_per_s\":%.1f,\"ratio\":%.3f}\n",
