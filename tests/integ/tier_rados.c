@@ -235,16 +235,16 @@ static void test_osd_stall(void)
 
 /* ---------------------------------------------------------------- benchmark */
 
-/* One `rados bench` round: write 64 objects, read them at random for `seconds`, clean up.
+/* One `rados bench` round: write nk objects, read them at random for `seconds`, clean up.
  * Returns the two bandwidths in MB/s (rados bench prints MiB/s). */
-static void rados_bench_round(size_t sz, int qd, int seconds, double *wmbs, double *rmbs)
+static void rados_bench_round(size_t sz, int qd, int nk, int seconds, double *wmbs, double *rmbs)
 {
 	char out[512], line[512];
 	snprintf(out, sizeof(out), "%s/rados-bench", ceph_dir);
-	CHECK(shf("timeout 120 rados -p kvt bench 60 write -b %zu -O %zu -t %d --max-objects 64 "
+	CHECK(shf("timeout 120 rados -p kvt bench 60 write -b %zu -O %zu -t %d --max-objects %d "
 		  "--no-cleanup > '%s.w' 2>&1 && timeout %d rados -p kvt bench %d rand --no-verify "
 		  "-t %d > '%s.r' 2>&1 && rados -p kvt cleanup > /dev/null 2>&1",
-		  sz, sz, qd, out, seconds + 60, seconds, qd, out) == 0,
+		  sz, sz, qd, nk, out, seconds + 60, seconds, qd, out) == 0,
 	      "rados bench failed");
 	for (int k = 0; k < 2; k++) {
 		char path[600];
@@ -269,9 +269,11 @@ static int bench(int rounds, size_t sz, int qd)
 	char v[32];
 	snprintf(v, sizeof(v), "%d", qd);
 	cfg_set(cfg, "rados.max_inflight", v);
+	cfg_set(cfg, "rados.timeout_ms", "120000"); /* queued time counts against the deadline */
 	struct kvt_tier *t = open_cfg(cfg);
-	enum { NK = 64 };
-	struct kvt_key keys[NK];
+	/* 64 objects, fewer when large: at most 512 MiB a set (the test OSD keeps it in RAM). */
+	const int NK = (int)KVT_MAX(8, KVT_MIN(64, (512u << 20) / sz));
+	struct kvt_key *keys = calloc((size_t)NK, sizeof(*keys));
 	for (int i = 0; i < NK; i++)
 		key_of(&keys[i], 77, (uint64_t)i);
 	uint8_t *obj = aligned(sz);
@@ -281,7 +283,7 @@ static int bench(int rounds, size_t sz, int qd)
 	int seconds = 5;
 	for (int r = 0; r < rounds; r++) {
 		double w, rd;
-		rados_bench_round(sz, qd, seconds, &w, &rd);
+		rados_bench_round(sz, qd, NK, seconds, &w, &rd);
 		best[1] = KVT_MAX(best[1], w);
 		best[3] = KVT_MAX(best[3], rd);
 		best[0] = KVT_MAX(best[0], bench_writes(t, keys, NK, obj, sz));
@@ -299,12 +301,15 @@ static int bench(int rounds, size_t sz, int qd)
 	       sz, qd, NK, rounds, best[0], best[1], best[0] / best[1]);
 	tier_close(t);
 	free(obj);
+	free(keys);
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc >= 5 && !strcmp(argv[1], "--bench"))
+		setenv("MEMSTORE_BYTES", "3221225472", 0); /* room for the bench's sets */
 	ceph_start(1, 0);
 	CHECK(shf("ceph osd pool create kvt 8 >/dev/null 2>&1 && "
 		  "ceph osd pool application enable kvt rados >/dev/null 2>&1") == 0,
