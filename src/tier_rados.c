@@ -96,6 +96,23 @@ static void key_hex(const struct kvt_key *k, char out[2 * KVT_KEY_BYTES + 1])
 	out[2 * KVT_KEY_BYTES] = 0;
 }
 
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The inverse of key_hex (lowercase only: names this tier wrote). */
+static int kvt_key_from_hex_local(const char *hex, struct kvt_key *k)
+{
+	for (int i = 0; i < KVT_KEY_BYTES; i++) {
+		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		k->bytes[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
+}
+
 static const char *sub_oid(struct rados_sub *u)
 {
 	return u->op->kind == OP_EXISTS ? u->op->oids[u->idx] : u->op->oids[0];
@@ -431,6 +448,36 @@ static void rt_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 	out->removes = atomic_load(&s->removes);
 }
 
+/* Synchronous listing of this namespace (recovery, `kvtier ls`): objects whose names are
+ * keys, with their sizes. Other objects in the pool are skipped. */
+static int rt_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
+{
+	struct rados_state *s = t->state;
+	rados_list_ctx_t ctx;
+	int rc = rados_nobjects_list_open(s->io, &ctx);
+	if (rc < 0)
+		return rc;
+	const char *name;
+	while ((rc = rados_nobjects_list_next(ctx, &name, NULL, NULL)) == 0) {
+		struct kvt_key key;
+		if (strlen(name) != 2 * KVT_KEY_BYTES || kvt_key_from_hex_local(name, &key) < 0)
+			continue;
+		uint64_t size = 0;
+		time_t mtime;
+		int src = rados_stat(s->io, name, &size, &mtime);
+		if (src == -ENOENT)
+			continue; /* removed since it was listed */
+		if (src < 0) {
+			rc = src;
+			break;
+		}
+		if (fn(arg, &key, size))
+			break;
+	}
+	rados_nobjects_list_close(ctx);
+	return rc == -ENOENT || rc == 0 ? 0 : rc;
+}
+
 /* ------------------------------------------------------------------ open / close */
 
 static void teardown(struct rados_state *s)
@@ -584,4 +631,5 @@ const struct kvt_tier_ops kvt__tier_rados_ops = {
     .remove = rt_remove,
     .stats = rt_stats,
     .drop_corrupt = rt_drop_corrupt,
+    .scan = rt_scan,
 };

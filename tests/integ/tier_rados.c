@@ -31,6 +31,24 @@ static struct kvt_tier *open_cfg(struct kvt_config *cfg)
 	return t;
 }
 
+struct scan_ctx {
+	const struct kvt_key *keys;
+	int n, found, bad;
+};
+
+static int on_scan(void *arg, const struct kvt_key *key, uint64_t bytes)
+{
+	struct scan_ctx *c = arg;
+	for (int i = 0; i < c->n; i++)
+		if (!memcmp(key, &c->keys[i], sizeof(*key))) {
+			c->found++;
+			c->bad += i % 3 != 0 || bytes != 4096;
+			return 0;
+		}
+	c->bad++; /* a key this test did not write */
+	return 0;
+}
+
 static void test_basic(void)
 {
 	struct kvt_tier *t = open_cfg(rados_cfg("kvt", ""));
@@ -91,6 +109,12 @@ static void test_basic(void)
 	CHECK(t_exists(t, keys, 0, present) == 0, "empty batch");
 	struct kvt_seg none = {0, 0, NULL};
 	CHECK(t_read(t, &keys[0], &none, 1) == 0, "empty segment");
+
+	/* scan lists exactly this namespace's keys, with their sizes. */
+	struct scan_ctx sc = {keys, N, 0, 0};
+	CHECK(t->ops->scan(t, on_scan, &sc) == 0, "scan");
+	CHECK(sc.found == (N + 2) / 3 && sc.bad == 0, "scan found %d (want %d), %d wrong", sc.found,
+	      (N + 2) / 3, sc.bad);
 
 	/* Namespaces keep instances apart inside one pool. */
 	struct kvt_tier *other = open_cfg(rados_cfg("kvt", "tenant-b"));
