@@ -920,6 +920,169 @@ static int blocking_request(struct s3_state *s, const char *method, const char *
 	return 0;
 }
 
+/* ---------------------------------------------------------------------- scan */
+
+struct membuf {
+	char *p;
+	size_t len, cap;
+};
+
+static size_t on_mem(char *p, size_t size, size_t n, void *u)
+{
+	struct membuf *m = u;
+	size_t len = size * n;
+	if (m->len + len + 1 > m->cap) {
+		size_t cap = KVT_MAX(m->cap * 2, m->len + len + 1);
+		if (cap > (64u << 20))
+			return 0; /* a listing page is far smaller: refuse, the transfer fails */
+		char *q = kvt__realloc(m->p, cap);
+		if (!q)
+			return 0;
+		m->p = q;
+		m->cap = cap;
+	}
+	memcpy(m->p + m->len, p, len);
+	m->len += len;
+	m->p[m->len] = 0;
+	return len;
+}
+
+/* Text between <tag> and </tag> starting at *pos, XML entities decoded into out. Advances
+ * *pos past it. 0 if found. */
+static int xml_field(const char **pos, const char *end, const char *tag, char *out, size_t cap)
+{
+	char open[64], close[64];
+	snprintf(open, sizeof(open), "<%s>", tag);
+	snprintf(close, sizeof(close), "</%s>", tag);
+	const char *a = strstr(*pos, open);
+	if (!a || (end && a > end))
+		return -1;
+	a += strlen(open);
+	const char *b = strstr(a, close);
+	if (!b)
+		return -1;
+	size_t o = 0;
+	static const struct {
+		const char *ent;
+		char c;
+	} ents[] = {
+	    {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+	for (const char *p = a; p < b && o + 1 < cap;) {
+		size_t i = 0;
+		for (; *p == '&' && i < KVT_ARRAY_SIZE(ents); i++)
+			if (!strncmp(p, ents[i].ent, strlen(ents[i].ent)))
+				break;
+		if (*p == '&' && i < KVT_ARRAY_SIZE(ents)) {
+			out[o++] = ents[i].c;
+			p += strlen(ents[i].ent);
+		} else {
+			out[o++] = *p++;
+		}
+	}
+	out[o] = 0;
+	*pos = b + strlen(close);
+	return 0;
+}
+
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Synchronous ListObjectsV2 under the prefix, page by page (recovery, `kvtier ls`). Runs
+ * on the caller's thread with its own connection; the I/O thread is not involved. */
+static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
+{
+	struct s3_state *s = t->state;
+	CURL *e = curl_easy_init();
+	if (!e)
+		return -ENOMEM;
+	struct membuf m = {0};
+	char token[2048] = "", name[1024], size[32];
+	char *eprefix = curl_easy_escape(e, s->prefix, 0);
+	size_t plen = strlen(s->prefix);
+	int rc = eprefix ? 0 : -ENOMEM;
+	bool stop = false;
+	while (rc == 0 && !stop) {
+		/* The query already in SigV4's canonical form: sorted, RFC 3986-encoded. */
+		char *etok = token[0] ? curl_easy_escape(e, token, 0) : NULL;
+		char *url = str_printf("%s?%s%s%slist-type=2&max-keys=1000&prefix=%s",
+				       s->bucket_url, etok ? "continuation-token=" : "",
+				       etok ? etok : "", etok ? "&" : "", eprefix);
+		if (etok)
+			curl_free(etok);
+		if (!url) {
+			rc = -ENOMEM;
+			break;
+		}
+		m.len = 0;
+		curl_easy_reset(e);
+		curl_easy_setopt(e, CURLOPT_URL, url);
+		curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+		curl_easy_setopt(e, CURLOPT_AWS_SIGV4, s->sigv4);
+		curl_easy_setopt(e, CURLOPT_USERNAME, s->access_key);
+		curl_easy_setopt(e, CURLOPT_PASSWORD, s->secret_key);
+		curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->hdr_get);
+		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(s->timeout_ns / 1000000));
+		curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)s->connect_timeout_ms);
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, s->tls_verify ? 1L : 0L);
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, s->tls_verify ? 2L : 0L);
+		if (s->ca_file)
+			curl_easy_setopt(e, CURLOPT_CAINFO, s->ca_file);
+		curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_mem);
+		curl_easy_setopt(e, CURLOPT_WRITEDATA, &m);
+		CURLcode cc = curl_easy_perform(e);
+		kvt__free(url);
+		long st = 0;
+		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &st);
+		if (cc != CURLE_OK || st != 200 || !m.p) {
+			rc = cc != CURLE_OK ? curl_errno(cc) : status_errno(st);
+			KVT_WARN(&t->log, "s3: listing %s: %s", s->bucket_url,
+				 cc != CURLE_OK ? curl_easy_strerror(cc) : "HTTP error");
+			break;
+		}
+		const char *pos = m.p;
+		for (;;) {
+			const char *c = strstr(pos, "<Contents>");
+			if (!c)
+				break;
+			const char *ce = strstr(c, "</Contents>");
+			pos = c;
+			if (!ce || xml_field(&pos, ce, "Key", name, sizeof(name)) < 0)
+				break;
+			pos = c;
+			if (xml_field(&pos, ce, "Size", size, sizeof(size)) < 0)
+				break;
+			pos = ce;
+			struct kvt_key key;
+			const char *hex = name + plen;
+			bool ok = strlen(name) == plen + 2 * KVT_KEY_BYTES &&
+				  !strncmp(name, s->prefix, plen);
+			for (int i = 0; ok && i < KVT_KEY_BYTES; i++) {
+				int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+				ok = hi >= 0 && lo >= 0;
+				key.bytes[i] = (uint8_t)(hi << 4 | lo);
+			}
+			if (ok && fn(arg, &key, strtoull(size, NULL, 10))) {
+				stop = true;
+				break;
+			}
+		}
+		const char *p = m.p;
+		char trunc[16] = "";
+		xml_field(&p, NULL, "IsTruncated", trunc, sizeof(trunc));
+		p = m.p;
+		if (strcmp(trunc, "true") ||
+		    xml_field(&p, NULL, "NextContinuationToken", token, sizeof(token)) < 0)
+			break;
+	}
+	if (eprefix)
+		curl_free(eprefix);
+	kvt__free(m.p);
+	curl_easy_cleanup(e);
+	return rc;
+}
+
 static int check_bucket(struct s3_state *s, bool create)
 {
 	const struct kvt_log *log = &s->t->log;
@@ -1102,4 +1265,5 @@ const struct kvt_tier_ops kvt__tier_s3_ops = {
     .remove = s3_remove,
     .stats = s3_stats,
     .drop_corrupt = s3_drop_corrupt,
+    .scan = s3_scan,
 };

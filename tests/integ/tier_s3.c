@@ -76,6 +76,37 @@ static void round_trip(struct kvt_tier *t, uint64_t tag)
 	free(back);
 }
 
+struct scan_ctx {
+	const struct kvt_key *keys;
+	int n, found, bad;
+};
+
+static int on_scan(void *arg, const struct kvt_key *key, uint64_t bytes)
+{
+	struct scan_ctx *c = arg;
+	for (int i = 0; i < c->n; i++)
+		if (!memcmp(key, &c->keys[i], sizeof(*key))) {
+			c->found++;
+			c->bad += i % 2 != 0 || bytes != 4096;
+			return 0;
+		}
+	c->bad++;
+	return 0;
+}
+
+static int on_scan_any(void *arg, const struct kvt_key *key, uint64_t bytes)
+{
+	struct scan_ctx *c = arg;
+	for (int i = 0; i < c->n; i++)
+		if (!memcmp(key, &c->keys[i], sizeof(*key))) {
+			c->found++;
+			c->bad += bytes != 256 * 1024;
+			return 0;
+		}
+	c->bad++;
+	return 0;
+}
+
 static void test_basic(void)
 {
 	struct kvt_tier *t = s3_open_cfg(s3_cfg("kvt-basic"));
@@ -108,6 +139,12 @@ static void test_basic(void)
 	fprintf(stderr, "exists: %d HEADs in %.1f ms\n", N, ms);
 	CHECK(t_exists(t, keys, 0, present) == 0, "empty batch");
 
+	/* scan lists the prefix's keys with sizes (this bucket holds only these now). */
+	struct scan_ctx sc = {keys, N, 0, 0};
+	CHECK(t->ops->scan(t, on_scan, &sc) == 0, "scan");
+	CHECK(sc.found == N / 2 && sc.bad == 0, "scan found %d (want %d), %d wrong", sc.found,
+	      N / 2, sc.bad);
+
 	struct kvt_tier_stats st = {0};
 	t->ops->stats(t, &st);
 	CHECK(st.writes >= N / 2 && st.reads > 0 && st.errors == 0, "stats w=%llu r=%llu e=%llu",
@@ -138,6 +175,9 @@ static void test_inflight(void)
 	for (int i = 0; i < N; i++)
 		CHECK(done_wait(&d[i], SYNC_MS) == 0, "write %d", i);
 	double wms = (double)(kvt__now_ns() - t0) / 1e6;
+	struct scan_ctx sc = {keys, N, 0, 0};
+	CHECK(t->ops->scan(t, on_scan_any, &sc) == 0 && sc.found == N && sc.bad == 0,
+	      "scan: %d of %d, %d wrong", sc.found, N, sc.bad);
 	t0 = kvt__now_ns();
 	for (int i = 0; i < N; i++) {
 		done_init(&d[i]);
@@ -171,6 +211,35 @@ static void test_inflight(void)
 	fprintf(stderr, "close with %d in flight: %d cancelled\n", N, cancelled);
 	free(objs);
 	free(back);
+}
+
+static int count_scan(void *arg, const struct kvt_key *key, uint64_t bytes)
+{
+	(void)key;
+	(void)bytes;
+	++*(int *)arg;
+	return 0;
+}
+
+/* More objects than one ListObjectsV2 page (1000): scan follows continuation tokens. */
+static void test_scan_pages(void)
+{
+	struct kvt_tier *t = s3_open_cfg(s3_cfg("kvt-scan"));
+	enum { N = 1234 };
+	struct done *d = calloc(N, sizeof(*d));
+	for (int i = 0; i < N; i++) {
+		struct kvt_key k;
+		key_of(&k, 10, (uint64_t)i);
+		done_init(&d[i]);
+		CHECK(t->ops->write(t, &k, NULL, 0, done_cb, &d[i]) == 0, "submit");
+	}
+	for (int i = 0; i < N; i++)
+		CHECK(done_wait(&d[i], SYNC_MS) == 0, "empty write %d", i);
+	int n = 0;
+	CHECK(t->ops->scan(t, count_scan, &n) == 0, "scan");
+	CHECK(n == N, "scan listed %d of %d", n, N);
+	free(d);
+	tier_close(t);
 }
 
 static void test_addressing_and_credentials(void)
@@ -475,6 +544,8 @@ int main(int argc, char **argv)
 	fprintf(stderr, "ok basic\n");
 	test_inflight();
 	fprintf(stderr, "ok inflight\n");
+	test_scan_pages();
+	fprintf(stderr, "ok scan pages\n");
 	test_addressing_and_credentials();
 	fprintf(stderr, "ok addressing and credentials\n");
 	test_corrupt_body();
