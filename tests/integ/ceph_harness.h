@@ -168,6 +168,21 @@ static inline pid_t ceph_pid(const char *name)
 	return pid;
 }
 
+/* SIGSTOP a daemon and wait until every one of its threads is stopped: kill() returns
+ * before the signal has taken effect, and a thread still running could answer. */
+static inline void stop_daemon(pid_t pid)
+{
+	CHECK(kill(pid, SIGSTOP) == 0, "SIGSTOP %d", (int)pid);
+	for (int i = 0; i < 200; i++) {
+		if (shf("for f in /proc/%d/task/*/stat; do s=$(sed 's/.*) //' $f | cut -c1); "
+			"[ \"$s\" = T ] || [ \"$s\" = t ] || exit 1; done",
+			(int)pid) == 0)
+			return;
+		usleep(10000);
+	}
+	CHECK(0, "daemon %d did not stop", (int)pid);
+}
+
 /* ---- logging: collected so tests can check what was said (and that secrets were not) */
 static char log_text[65536];
 static size_t log_len;

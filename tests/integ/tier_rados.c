@@ -215,7 +215,7 @@ static void test_osd_stall(void)
 		segs[i] = (struct kvt_seg){0, SZ, back + (size_t)i * SZ};
 	}
 	pid_t osd = ceph_pid("osd.0");
-	CHECK(kill(osd, SIGSTOP) == 0, "SIGSTOP osd.0");
+	stop_daemon(osd);
 	for (int i = 0; i < N; i++) {
 		done_init(&d[i]);
 		int rc =

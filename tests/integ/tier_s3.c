@@ -370,7 +370,7 @@ static void test_rgw_failure(void)
 	pid_t rgw = ceph_pid("rgw.a");
 
 	/* Stalled server: connections open, no answers. */
-	CHECK(kill(rgw, SIGSTOP) == 0, "SIGSTOP radosgw");
+	stop_daemon(rgw);
 	for (int i = 0; i < N; i++) {
 		done_init(&d[i]);
 		CHECK(t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i]) == 0, "submit");
