@@ -82,6 +82,7 @@ struct rados_state {
 	bool closing;
 	struct rados_op *head, *tail;
 	struct rados_op *deferred; /* issued directly, all ended before the call returned */
+	uint32_t direct;	   /* callers inside issue_direct(): close waits for them */
 	uint32_t inflight;	   /* librados calls not yet completed */
 	_Atomic uint64_t reads, read_bytes, writes, write_bytes, errors, removes;
 };
@@ -228,7 +229,9 @@ static void *submit_thread(void *arg)
 	struct rados_state *s = arg;
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		while (!s->head && !s->deferred && !s->closing)
+		/* Exit only once closing, with nothing queued, nothing to deliver and no caller
+		 * still issuing directly (it may yet hand over a callback). */
+		while (!s->head && !s->deferred && (!s->closing || s->direct))
 			pthread_cond_wait(&s->cond, &s->lock);
 		while (s->deferred) {
 			struct rados_op *d = s->deferred;
@@ -238,10 +241,10 @@ static void *submit_thread(void *arg)
 			pthread_mutex_lock(&s->lock);
 		}
 		struct rados_op *op = s->head;
-		if (!op && !s->closing)
-			continue;
+		if (!op && s->closing && !s->direct)
+			break;
 		if (!op)
-			break; /* closing and nothing queued */
+			continue;
 		s->head = op->next;
 		if (!s->head)
 			s->tail = NULL;
@@ -319,14 +322,17 @@ static void issue_direct(struct rados_state *s, struct rados_op *op)
 			continue;
 		pthread_mutex_lock(&s->lock);
 		s->inflight--;
+		pthread_cond_broadcast(&s->cond);
 		pthread_mutex_unlock(&s->lock);
 		sub_done(u, rc > 0 ? 0 : rc);
 	}
-	if (atomic_fetch_sub(&op->pending, 1) != 1)
-		return;
+	bool last = atomic_fetch_sub(&op->pending, 1) == 1;
 	pthread_mutex_lock(&s->lock);
-	op->next = s->deferred;
-	s->deferred = op;
+	if (last) {
+		op->next = s->deferred;
+		s->deferred = op;
+	}
+	s->direct--;
 	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
 }
@@ -342,6 +348,7 @@ static int submit(struct rados_state *s, struct rados_op *op)
 	/* Fast path: nothing queued ahead and room for all of it - no thread hop. */
 	if (!s->head && s->inflight + op->nsub <= s->max_inflight) {
 		s->inflight += op->nsub;
+		s->direct++;
 		pthread_mutex_unlock(&s->lock);
 		issue_direct(s, op);
 		return 0;
