@@ -9,12 +9,13 @@
  * erasure-coded: Ceph does the coding, and every call here works on both (no partial
  * overwrites, no omap), see docs/TIERS.md.
  *
- * Why a submission thread: librados throttles in the submitting call (objecter in-flight
- * ops and bytes), so a burst of large writes would block the caller. Callers only append
- * to a locked queue; the tier's thread issues the aio calls, at most rados.max_inflight at
- * once, so even a completion delivered inline by librados never runs inside the caller's
- * call. Completions arrive on librados' finisher threads (threads of this tier's cluster
- * handle), which run the callbacks.
+ * Submission: librados' objecter throttles inside the submitting call; this tier lifts
+ * those limits and keeps its own (rados.max_inflight). A call with room under the limit and
+ * nothing queued ahead is issued straight from the caller's thread (no hop); otherwise it
+ * waits in a FIFO that the tier's submission thread drains as completions free room.
+ * Completions arrive on librados' finisher thread (a thread of this tier's cluster handle),
+ * which runs the callbacks; a call whose requests all fail synchronously has its callback
+ * handed to the submission thread, so no callback ever runs inside the caller's call.
  *
  * Timeouts: rados.timeout_ms sets client_mount_timeout, rados_mon_op_timeout and
  * rados_osd_op_timeout, so an unreachable OSD or monitor fails an operation with
@@ -43,7 +44,7 @@ struct rados_sub {
 	uint32_t idx;
 	uint64_t size; /* stat */
 	time_t mtime;
-	void *buf;     /* read */
+	void *buf; /* read */
 	uint64_t off, len;
 };
 
@@ -80,7 +81,9 @@ struct rados_state {
 	pthread_cond_t cond; /* queue not empty, slot freed, closing */
 	bool closing;
 	struct rados_op *head, *tail;
-	uint32_t inflight; /* librados calls not yet completed */
+	struct rados_op *deferred; /* issued directly, all ended before the call returned */
+	uint32_t direct;	   /* callers inside issue_direct(): close waits for them */
+	uint32_t inflight;	   /* librados calls not yet completed */
 	_Atomic uint64_t reads, read_bytes, writes, write_bytes, errors, removes;
 };
 
@@ -94,10 +97,29 @@ static void key_hex(const struct kvt_key *k, char out[2 * KVT_KEY_BYTES + 1])
 	out[2 * KVT_KEY_BYTES] = 0;
 }
 
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The inverse of key_hex (lowercase only: names this tier wrote). */
+static int kvt_key_from_hex_local(const char *hex, struct kvt_key *k)
+{
+	for (int i = 0; i < KVT_KEY_BYTES; i++) {
+		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		k->bytes[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
+}
+
 static const char *sub_oid(struct rados_sub *u)
 {
 	return u->op->kind == OP_EXISTS ? u->op->oids[u->idx] : u->op->oids[0];
 }
+
+static void op_complete(struct rados_op *op);
 
 /* A sub-request ended with rc (librados' return value, or our own -errno). */
 static void sub_done(struct rados_sub *u, int rc)
@@ -131,8 +153,14 @@ static void sub_done(struct rados_sub *u, int rc)
 		int zero = 0;
 		atomic_compare_exchange_strong(&op->result, &zero, rc);
 	}
-	if (atomic_fetch_sub(&op->pending, 1) != 1)
-		return;
+	if (atomic_fetch_sub(&op->pending, 1) == 1)
+		op_complete(op);
+}
+
+/* Every sub-request has ended: the one callback of the tier call, then the op is freed. */
+static void op_complete(struct rados_op *op)
+{
+	struct rados_state *s = op->s;
 	int result = atomic_load(&op->result);
 	if (result >= 0 && op->kind == OP_READ) {
 		uint64_t t = atomic_load(&op->total);
@@ -201,11 +229,22 @@ static void *submit_thread(void *arg)
 	struct rados_state *s = arg;
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		while (!s->head && !s->closing)
+		/* Exit only once closing, with nothing queued, nothing to deliver and no caller
+		 * still issuing directly (it may yet hand over a callback). */
+		while (!s->head && !s->deferred && (!s->closing || s->direct))
 			pthread_cond_wait(&s->cond, &s->lock);
+		while (s->deferred) {
+			struct rados_op *d = s->deferred;
+			s->deferred = d->next;
+			pthread_mutex_unlock(&s->lock);
+			op_complete(d);
+			pthread_mutex_lock(&s->lock);
+		}
 		struct rados_op *op = s->head;
+		if (!op && s->closing && !s->direct)
+			break;
 		if (!op)
-			break; /* closing and nothing queued */
+			continue;
 		s->head = op->next;
 		if (!s->head)
 			s->tail = NULL;
@@ -266,6 +305,38 @@ static struct rados_op *op_new(struct rados_state *s, enum rados_kind kind, uint
 	return op;
 }
 
+/* Issue every sub-request of op from the caller's thread. librados queues the request and
+ * returns (the objecter's throttles are set above anything this tier lets through, so it
+ * does not block), and its completions always come through its finisher thread. A guard
+ * reference keeps op alive until the last issue returns; if everything has already ended
+ * by then (a synchronous failure), the callback is handed to the tier's thread, so it
+ * never runs inside this call. */
+static void issue_direct(struct rados_state *s, struct rados_op *op)
+{
+	uint32_t nsub = op->nsub;
+	atomic_fetch_add(&op->pending, 1);
+	for (uint32_t i = 0; i < nsub; i++) {
+		struct rados_sub *u = &op->subs[i];
+		int rc = op->kind == OP_READ && !u->len ? 1 : issue(s, u);
+		if (rc >= 0 && rc != 1)
+			continue;
+		pthread_mutex_lock(&s->lock);
+		s->inflight--;
+		pthread_cond_broadcast(&s->cond);
+		pthread_mutex_unlock(&s->lock);
+		sub_done(u, rc > 0 ? 0 : rc);
+	}
+	bool last = atomic_fetch_sub(&op->pending, 1) == 1;
+	pthread_mutex_lock(&s->lock);
+	if (last) {
+		op->next = s->deferred;
+		s->deferred = op;
+	}
+	s->direct--;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
 static int submit(struct rados_state *s, struct rados_op *op)
 {
 	pthread_mutex_lock(&s->lock);
@@ -273,6 +344,14 @@ static int submit(struct rados_state *s, struct rados_op *op)
 		pthread_mutex_unlock(&s->lock);
 		kvt__free(op);
 		return -ECANCELED;
+	}
+	/* Fast path: nothing queued ahead and room for all of it - no thread hop. */
+	if (!s->head && s->inflight + op->nsub <= s->max_inflight) {
+		s->inflight += op->nsub;
+		s->direct++;
+		pthread_mutex_unlock(&s->lock);
+		issue_direct(s, op);
+		return 0;
 	}
 	op->next = NULL;
 	if (s->tail)
@@ -285,8 +364,8 @@ static int submit(struct rados_state *s, struct rados_op *op)
 	return 0;
 }
 
-static int rt_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
-			uint8_t *present, kvt_tier_cb cb, void *arg)
+static int rt_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n, uint8_t *present,
+		     kvt_tier_cb cb, void *arg)
 {
 	struct rados_state *s = t->state;
 	if (!cb || (n && (!keys || !present)))
@@ -307,7 +386,7 @@ static int rt_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
 }
 
 static int rt_read(struct kvt_tier *t, const struct kvt_key *key, const struct kvt_seg *segs,
-		      uint32_t nsegs, kvt_tier_cb cb, void *arg)
+		   uint32_t nsegs, kvt_tier_cb cb, void *arg)
 {
 	struct rados_state *s = t->state;
 	if (!cb || !key || (nsegs && !segs))
@@ -328,8 +407,8 @@ static int rt_read(struct kvt_tier *t, const struct kvt_key *key, const struct k
 	return submit(s, op);
 }
 
-static int rt_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj,
-		       uint64_t len, kvt_tier_cb cb, void *arg)
+static int rt_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
+		    kvt_tier_cb cb, void *arg)
 {
 	struct rados_state *s = t->state;
 	if (!cb || !key || (len && !obj) || len > SIZE_MAX / 2)
@@ -374,6 +453,36 @@ static void rt_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 	out->write_bytes = atomic_load(&s->write_bytes);
 	out->errors = atomic_load(&s->errors);
 	out->removes = atomic_load(&s->removes);
+}
+
+/* Synchronous listing of this namespace (recovery, `kvtier ls`): objects whose names are
+ * keys, with their sizes. Other objects in the pool are skipped. */
+static int rt_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
+{
+	struct rados_state *s = t->state;
+	rados_list_ctx_t ctx;
+	int rc = rados_nobjects_list_open(s->io, &ctx);
+	if (rc < 0)
+		return rc;
+	const char *name;
+	while ((rc = rados_nobjects_list_next(ctx, &name, NULL, NULL)) == 0) {
+		struct kvt_key key;
+		if (strlen(name) != 2 * KVT_KEY_BYTES || kvt_key_from_hex_local(name, &key) < 0)
+			continue;
+		uint64_t size = 0;
+		time_t mtime;
+		int src = rados_stat(s->io, name, &size, &mtime);
+		if (src == -ENOENT)
+			continue; /* removed since it was listed */
+		if (src < 0) {
+			rc = src;
+			break;
+		}
+		if (fn(arg, &key, size))
+			break;
+	}
+	rados_nobjects_list_close(ctx);
+	return rc == -ENOENT || rc == 0 ? 0 : rc;
 }
 
 /* ------------------------------------------------------------------ open / close */
@@ -445,6 +554,13 @@ static int rt_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	    (rc = set_opt(s, "rados_mon_op_timeout", secs)) < 0 ||
 	    (rc = set_opt(s, "rados_osd_op_timeout", secs)) < 0)
 		goto fail;
+	/* The objecter throttles in the submitting call; this tier limits operations itself
+	 * (rados.max_inflight) and callers own the bytes, so lift its limits out of the way. */
+	char ops[32];
+	snprintf(ops, sizeof(ops), "%u", KVT_MAX(s->max_inflight * 2, 1024u));
+	if ((rc = set_opt(s, "objecter_inflight_ops", ops)) < 0 ||
+	    (rc = set_opt(s, "objecter_inflight_op_bytes", "1099511627776")) < 0)
+		goto fail;
 	/* A library never writes a log file of its own next to the caller's. */
 	rados_conf_set(s->cluster, "log_to_stderr", "false");
 	rados_conf_set(s->cluster, "err_to_stderr", "false");
@@ -457,9 +573,10 @@ static int rt_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	s->connected = true;
 	if (rados_pool_lookup(s->cluster, s->pool) == -ENOENT) {
 		if (!kvt__cfg_bool(cfg, "rados.create_pool")) {
-			KVT_ERR(log, "rados: pool '%s' does not exist; create it (docs/TIERS.md shows "
-				     "a replicated and an erasure-coded one) or set "
-				     "rados.create_pool = true",
+			KVT_ERR(log,
+				"rados: pool '%s' does not exist; create it (docs/TIERS.md shows "
+				"a replicated and an erasure-coded one) or set "
+				"rados.create_pool = true",
 				s->pool);
 			rc = -ENOENT;
 			goto fail;
@@ -510,15 +627,16 @@ static void rt_close(struct kvt_tier *t)
 }
 
 const struct kvt_tier_ops kvt__tier_rados_ops = {
-	.name = "rados",
-	.version = 1,
-	.state_size = sizeof(struct rados_state),
-	.open = rt_open,
-	.close = rt_close,
-	.exists = rt_exists,
-	.read = rt_read,
-	.write = rt_write,
-	.remove = rt_remove,
-	.stats = rt_stats,
-	.drop_corrupt = rt_drop_corrupt,
+    .name = "rados",
+    .version = 1,
+    .state_size = sizeof(struct rados_state),
+    .open = rt_open,
+    .close = rt_close,
+    .exists = rt_exists,
+    .read = rt_read,
+    .write = rt_write,
+    .remove = rt_remove,
+    .stats = rt_stats,
+    .drop_corrupt = rt_drop_corrupt,
+    .scan = rt_scan,
 };

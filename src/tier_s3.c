@@ -38,8 +38,8 @@
 enum s3_method { M_NONE, M_HEAD, M_GET, M_PUT, M_DELETE };
 enum s3_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_DROP };
 
-#define RETRY_BASE_NS 20000000ULL   /* first backoff: 20 ms */
-#define RETRY_CAP_NS 1000000000ULL  /* longest backoff: 1 s */
+#define RETRY_BASE_NS 20000000ULL  /* first backoff: 20 ms */
+#define RETRY_CAP_NS 1000000000ULL /* longest backoff: 1 s */
 #define ERRBODY_MAX 256
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -48,7 +48,7 @@ struct s3_op;
 /* One HTTP request (and its retries). Owned by its operation. */
 struct s3_xfer {
 	struct s3_op *op;
-	struct s3_xfer *next; /* in the submit, wait or retry list */
+	struct s3_xfer *next;	       /* in the submit, wait or retry list */
 	struct s3_xfer *aprev, *anext; /* in the list of running transfers */
 	CURL *easy;
 	enum s3_method method;
@@ -87,7 +87,7 @@ struct s3_op {
 struct s3_state {
 	struct kvt_tier *t;
 	/* configuration */
-	char *base;   /* URL up to and including the bucket's "/" (path or virtual style) */
+	char *base;	  /* URL up to and including the bucket's "/" (path or virtual style) */
 	char *bucket_url; /* the bucket itself, for create/HEAD at open */
 	char *prefix;
 	char *sigv4;
@@ -101,12 +101,13 @@ struct s3_state {
 	pthread_t thread;
 	bool thread_started;
 	struct curl_slist *hdr_get, *hdr_put; /* shared header lists */
-	CURL **pool; /* idle easy handles */
+	CURL **pool;			      /* idle easy handles */
 	uint32_t npool;
 	uint32_t active;
-	struct s3_xfer *act; /* running transfers, for cancellation at close */
+	/* running transfers, for cancellation at close */
+	struct s3_xfer *act;
 	struct s3_xfer *wait_head, *wait_tail; /* not yet started, FIFO */
-	struct s3_xfer *retry;                 /* waiting for their backoff to pass */
+	struct s3_xfer *retry;		       /* waiting for their backoff to pass */
 	uint64_t rng;
 	/* shared with submitters */
 	pthread_mutex_t lock;
@@ -129,8 +130,8 @@ static void curl_init(void)
 static void warn_limited(struct s3_state *s, const char *fmt, const char *a, const char *b)
 {
 	uint64_t now = kvt__now_ns(), last = atomic_load(&s->last_warn_ns);
-	if (now - last < 1000000000ULL || !atomic_compare_exchange_strong(&s->last_warn_ns,
-									   &last, now))
+	if (now - last < 1000000000ULL ||
+	    !atomic_compare_exchange_strong(&s->last_warn_ns, &last, now))
 		return;
 	char msg[512];
 	snprintf(msg, sizeof(msg), fmt, a, b);
@@ -173,7 +174,8 @@ static size_t on_body(char *p, size_t size, size_t n, void *u)
 		return len;
 	}
 	if (x->status == 200 && x->got == 0 && x->skip == 0 && x->off)
-		x->skip = x->off + 1; /* the server ignored Range: skip to the offset (+1 marks set) */
+		x->skip =
+		    x->off + 1; /* the server ignored Range: skip to the offset (+1 marks set) */
 	size_t used = 0;
 	if (x->skip > 1) {
 		uint64_t s = KVT_MIN((uint64_t)len, x->skip - 1);
@@ -367,8 +369,10 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 	if (cc != CURLE_OK) {
 		warn_limited(s, "request failed: %s%s", curl_easy_strerror(cc), "");
 	} else if (status == 403 || status == 401) {
-		warn_limited(s, "access denied (HTTP %s): check the credentials and the bucket's "
-				"permissions%s", status == 403 ? "403" : "401", "");
+		warn_limited(s,
+			     "access denied (HTTP %s): check the credentials and the bucket's "
+			     "permissions%s",
+			     status == 403 ? "403" : "401", "");
 	} else {
 		char st[16];
 		snprintf(st, sizeof(st), "%ld", status);
@@ -566,7 +570,9 @@ static void *io_thread(void *arg)
 		int wait_ms = 1000;
 		if (next_retry != UINT64_MAX) {
 			uint64_t now2 = kvt__now_ns();
-			wait_ms = next_retry <= now2 ? 0 : (int)KVT_MIN(1000, (next_retry - now2) / 1000000 + 1);
+			wait_ms = next_retry <= now2
+				      ? 0
+				      : (int)KVT_MIN(1000, (next_retry - now2) / 1000000 + 1);
 		}
 		if (s->wait_head && s->active < s->max_inflight)
 			wait_ms = 0;
@@ -633,8 +639,8 @@ static int submit(struct s3_state *s, struct s3_op *op)
 	return 0;
 }
 
-static int s3_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
-		     uint8_t *present, kvt_tier_cb cb, void *arg)
+static int s3_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n, uint8_t *present,
+		     kvt_tier_cb cb, void *arg)
 {
 	struct s3_state *s = t->state;
 	if (!cb || (n && (!keys || !present)))
@@ -687,8 +693,8 @@ static int s3_read(struct kvt_tier *t, const struct kvt_key *key, const struct k
 	return submit(s, op);
 }
 
-static int s3_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj,
-		    uint64_t len, kvt_tier_cb cb, void *arg)
+static int s3_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
+		    kvt_tier_cb cb, void *arg)
 {
 	struct s3_state *s = t->state;
 	if (!cb || !key || (len && !obj))
@@ -755,7 +761,7 @@ static int on_cred(void *u, const char *section, const char *name, const char *v
 	struct cred_ctx *c = u;
 	if (strcmp(section, c->profile))
 		return 1;
-	char **dst = !strcmp(name, "aws_access_key_id")       ? &c->key
+	char **dst = !strcmp(name, "aws_access_key_id")	      ? &c->key
 		     : !strcmp(name, "aws_secret_access_key") ? &c->secret
 		     : !strcmp(name, "aws_session_token")     ? &c->token
 							      : NULL;
@@ -784,8 +790,9 @@ static int load_credentials(struct s3_state *s, const struct kvt_config *cfg)
 		if (c.rc < 0)
 			goto fail;
 		if (line != 0 || !c.key || !c.secret) {
-			KVT_ERR(log, "s3: credentials file %s: no aws_access_key_id and "
-				     "aws_secret_access_key in profile [%s]%s",
+			KVT_ERR(log,
+				"s3: credentials file %s: no aws_access_key_id and "
+				"aws_secret_access_key in profile [%s]%s",
 				file, c.profile, line > 0 ? " (syntax error)" : "");
 			c.rc = -EINVAL;
 			goto fail;
@@ -843,7 +850,9 @@ static int build_urls(struct s3_state *s, const char *endpoint, const char *buck
 		      bool virtual_hosted)
 {
 	const struct kvt_log *log = &s->t->log;
-	size_t sl = !strncmp(endpoint, "https://", 8) ? 8 : !strncmp(endpoint, "http://", 7) ? 7 : 0;
+	size_t sl = !strncmp(endpoint, "https://", 8)  ? 8
+		    : !strncmp(endpoint, "http://", 7) ? 7
+						       : 0;
 	if (!sl || !endpoint[sl]) {
 		KVT_ERR(log, "s3: endpoint '%s' must start with http:// or https://", endpoint);
 		return -EINVAL;
@@ -874,8 +883,7 @@ static size_t discard_body(char *p, size_t size, size_t n, void *u)
 }
 
 /* A blocking request at open (bucket check and creation), before the I/O thread exists. */
-static int blocking_request(struct s3_state *s, const char *method, const char *url,
-			    long *status)
+static int blocking_request(struct s3_state *s, const char *method, const char *url, long *status)
 {
 	CURL *e = curl_easy_init();
 	if (!e)
@@ -905,10 +913,174 @@ static int blocking_request(struct s3_state *s, const char *method, const char *
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
 	curl_easy_cleanup(e);
 	if (cc != CURLE_OK) {
-		KVT_WARN(&s->t->log, "s3: %s %s: %s", method, s->bucket_url, curl_easy_strerror(cc));
+		KVT_WARN(&s->t->log, "s3: %s %s: %s", method, s->bucket_url,
+			 curl_easy_strerror(cc));
 		return curl_errno(cc);
 	}
 	return 0;
+}
+
+/* ---------------------------------------------------------------------- scan */
+
+struct membuf {
+	char *p;
+	size_t len, cap;
+};
+
+static size_t on_mem(char *p, size_t size, size_t n, void *u)
+{
+	struct membuf *m = u;
+	size_t len = size * n;
+	if (m->len + len + 1 > m->cap) {
+		size_t cap = KVT_MAX(m->cap * 2, m->len + len + 1);
+		if (cap > (64u << 20))
+			return 0; /* a listing page is far smaller: refuse, the transfer fails */
+		char *q = kvt__realloc(m->p, cap);
+		if (!q)
+			return 0;
+		m->p = q;
+		m->cap = cap;
+	}
+	memcpy(m->p + m->len, p, len);
+	m->len += len;
+	m->p[m->len] = 0;
+	return len;
+}
+
+/* Text between <tag> and </tag> starting at *pos, XML entities decoded into out. Advances
+ * *pos past it. 0 if found. */
+static int xml_field(const char **pos, const char *end, const char *tag, char *out, size_t cap)
+{
+	char open[64], close[64];
+	snprintf(open, sizeof(open), "<%s>", tag);
+	snprintf(close, sizeof(close), "</%s>", tag);
+	const char *a = strstr(*pos, open);
+	if (!a || (end && a > end))
+		return -1;
+	a += strlen(open);
+	const char *b = strstr(a, close);
+	if (!b)
+		return -1;
+	size_t o = 0;
+	static const struct {
+		const char *ent;
+		char c;
+	} ents[] = {
+	    {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+	for (const char *p = a; p < b && o + 1 < cap;) {
+		size_t i = 0;
+		for (; *p == '&' && i < KVT_ARRAY_SIZE(ents); i++)
+			if (!strncmp(p, ents[i].ent, strlen(ents[i].ent)))
+				break;
+		if (*p == '&' && i < KVT_ARRAY_SIZE(ents)) {
+			out[o++] = ents[i].c;
+			p += strlen(ents[i].ent);
+		} else {
+			out[o++] = *p++;
+		}
+	}
+	out[o] = 0;
+	*pos = b + strlen(close);
+	return 0;
+}
+
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Synchronous ListObjectsV2 under the prefix, page by page (recovery, `kvtier ls`). Runs
+ * on the caller's thread with its own connection; the I/O thread is not involved. */
+static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
+{
+	struct s3_state *s = t->state;
+	CURL *e = curl_easy_init();
+	if (!e)
+		return -ENOMEM;
+	struct membuf m = {0};
+	char token[2048] = "", name[1024], size[32];
+	char *eprefix = curl_easy_escape(e, s->prefix, 0);
+	size_t plen = strlen(s->prefix);
+	int rc = eprefix ? 0 : -ENOMEM;
+	bool stop = false;
+	while (rc == 0 && !stop) {
+		/* The query already in SigV4's canonical form: sorted, RFC 3986-encoded. */
+		char *etok = token[0] ? curl_easy_escape(e, token, 0) : NULL;
+		char *url = str_printf("%s?%s%s%slist-type=2&max-keys=1000&prefix=%s",
+				       s->bucket_url, etok ? "continuation-token=" : "",
+				       etok ? etok : "", etok ? "&" : "", eprefix);
+		if (etok)
+			curl_free(etok);
+		if (!url) {
+			rc = -ENOMEM;
+			break;
+		}
+		m.len = 0;
+		curl_easy_reset(e);
+		curl_easy_setopt(e, CURLOPT_URL, url);
+		curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+		curl_easy_setopt(e, CURLOPT_AWS_SIGV4, s->sigv4);
+		curl_easy_setopt(e, CURLOPT_USERNAME, s->access_key);
+		curl_easy_setopt(e, CURLOPT_PASSWORD, s->secret_key);
+		curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->hdr_get);
+		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(s->timeout_ns / 1000000));
+		curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)s->connect_timeout_ms);
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, s->tls_verify ? 1L : 0L);
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, s->tls_verify ? 2L : 0L);
+		if (s->ca_file)
+			curl_easy_setopt(e, CURLOPT_CAINFO, s->ca_file);
+		curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_mem);
+		curl_easy_setopt(e, CURLOPT_WRITEDATA, &m);
+		CURLcode cc = curl_easy_perform(e);
+		kvt__free(url);
+		long st = 0;
+		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &st);
+		if (cc != CURLE_OK || st != 200 || !m.p) {
+			rc = cc != CURLE_OK ? curl_errno(cc) : status_errno(st);
+			KVT_WARN(&t->log, "s3: listing %s: %s", s->bucket_url,
+				 cc != CURLE_OK ? curl_easy_strerror(cc) : "HTTP error");
+			break;
+		}
+		const char *pos = m.p;
+		for (;;) {
+			const char *c = strstr(pos, "<Contents>");
+			if (!c)
+				break;
+			const char *ce = strstr(c, "</Contents>");
+			pos = c;
+			if (!ce || xml_field(&pos, ce, "Key", name, sizeof(name)) < 0)
+				break;
+			pos = c;
+			if (xml_field(&pos, ce, "Size", size, sizeof(size)) < 0)
+				break;
+			pos = ce;
+			struct kvt_key key;
+			const char *hex = name + plen;
+			bool ok = strlen(name) == plen + 2 * KVT_KEY_BYTES &&
+				  !strncmp(name, s->prefix, plen);
+			for (int i = 0; ok && i < KVT_KEY_BYTES; i++) {
+				int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+				ok = hi >= 0 && lo >= 0;
+				key.bytes[i] = (uint8_t)(hi << 4 | lo);
+			}
+			if (ok && fn(arg, &key, strtoull(size, NULL, 10))) {
+				stop = true;
+				break;
+			}
+		}
+		const char *p = m.p;
+		char trunc[16] = "";
+		xml_field(&p, NULL, "IsTruncated", trunc, sizeof(trunc));
+		p = m.p;
+		if (strcmp(trunc, "true") ||
+		    xml_field(&p, NULL, "NextContinuationToken", token, sizeof(token)) < 0)
+			break;
+	}
+	if (eprefix)
+		curl_free(eprefix);
+	kvt__free(m.p);
+	curl_easy_cleanup(e);
+	return rc;
 }
 
 static int check_bucket(struct s3_state *s, bool create)
@@ -934,8 +1106,9 @@ static int check_bucket(struct s3_state *s, bool create)
 	if (st >= 200 && st < 300)
 		return 0;
 	if (st == 403 || st == 401) {
-		KVT_ERR(log, "s3: access denied to bucket %s (HTTP %ld): wrong access key or "
-			     "secret, wrong region, or no permission",
+		KVT_ERR(log,
+			"s3: access denied to bucket %s (HTTP %ld): wrong access key or "
+			"secret, wrong region, or no permission",
 			s->bucket_url, st);
 		return -EACCES;
 	}
@@ -993,11 +1166,12 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	const char *region = kvt__cfg_str(cfg, "s3.region");
 	if (!*region)
 		region = getenv("AWS_DEFAULT_REGION") ? getenv("AWS_DEFAULT_REGION")
-		       : getenv("AWS_REGION")        ? getenv("AWS_REGION")
-						     : "us-east-1";
+			 : getenv("AWS_REGION")	      ? getenv("AWS_REGION")
+						      : "us-east-1";
 	if (!*endpoint || !*bucket) {
-		KVT_ERR(log, "s3: no %s: set s3.%s (or KVTIER_S3_%s)", *endpoint ? "bucket" : "endpoint",
-			*endpoint ? "bucket" : "endpoint", *endpoint ? "BUCKET" : "ENDPOINT");
+		KVT_ERR(log, "s3: no %s: set s3.%s (or KVTIER_S3_%s)",
+			*endpoint ? "bucket" : "endpoint", *endpoint ? "bucket" : "endpoint",
+			*endpoint ? "BUCKET" : "ENDPOINT");
 		rc = -EINVAL;
 		goto fail;
 	}
@@ -1018,8 +1192,8 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		goto fail;
 	if (!(s->sigv4 = str_printf("aws:amz:%s:s3", region)))
 		goto fail;
-	rc = build_urls(s, endpoint, bucket, !strcmp(kvt__cfg_str(cfg, "s3.addressing"),
-						     "virtual"));
+	rc =
+	    build_urls(s, endpoint, bucket, !strcmp(kvt__cfg_str(cfg, "s3.addressing"), "virtual"));
 	if (rc < 0)
 		goto fail;
 	rc = load_credentials(s, cfg);
@@ -1080,15 +1254,16 @@ static void s3_close(struct kvt_tier *t)
 }
 
 const struct kvt_tier_ops kvt__tier_s3_ops = {
-	.name = "s3",
-	.version = 1,
-	.state_size = sizeof(struct s3_state),
-	.open = s3_open,
-	.close = s3_close,
-	.exists = s3_exists,
-	.read = s3_read,
-	.write = s3_write,
-	.remove = s3_remove,
-	.stats = s3_stats,
-	.drop_corrupt = s3_drop_corrupt,
+    .name = "s3",
+    .version = 1,
+    .state_size = sizeof(struct s3_state),
+    .open = s3_open,
+    .close = s3_close,
+    .exists = s3_exists,
+    .read = s3_read,
+    .write = s3_write,
+    .remove = s3_remove,
+    .stats = s3_stats,
+    .drop_corrupt = s3_drop_corrupt,
+    .scan = s3_scan,
 };

@@ -29,7 +29,7 @@ static char ceph_dir[256];
 static char ceph_scripts[1024];
 static int ceph_rgw_port;
 
-#define CHECK(cond, ...)                                                                          \
+#define CHECK(cond, ...)                                                                           \
 	do {                                                                                       \
 		if (!(cond)) {                                                                     \
 			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);            \
@@ -99,7 +99,8 @@ static inline void ceph_start(int osds, int rgw)
 		char *slash = strrchr(ceph_scripts, '/');
 		if (slash)
 			*slash = 0;
-		strncat(ceph_scripts, "/../../scripts/ceph", sizeof(ceph_scripts) - strlen(ceph_scripts) - 1);
+		strncat(ceph_scripts, "/../../scripts/ceph",
+			sizeof(ceph_scripts) - strlen(ceph_scripts) - 1);
 	}
 	if (shf("command -v ceph-mon >/dev/null && command -v ceph-osd >/dev/null && "
 		"command -v ceph >/dev/null%s",
@@ -120,10 +121,10 @@ static inline void ceph_start(int osds, int rgw)
 	ceph_rgw_port = free_port();
 	int v2 = free_port(), v1 = free_port();
 	uint64_t t0 = kvt__now_ns();
-	int rc = shf("OSDS=%d RGW=%d RGW_PORT=%d MON_V2=%d MON_V1=%d WATCH_PID=%d '%s/start-ceph.sh' "
-		     "'%s' > '%s.start.log' 2>&1",
-		     osds, rgw, ceph_rgw_port, v2, v1, (int)getpid(), ceph_scripts, ceph_dir,
-		     ceph_dir);
+	int rc =
+	    shf("OSDS=%d RGW=%d RGW_PORT=%d MON_V2=%d MON_V1=%d WATCH_PID=%d '%s/start-ceph.sh' "
+		"'%s' > '%s.start.log' 2>&1",
+		osds, rgw, ceph_rgw_port, v2, v1, (int)getpid(), ceph_scripts, ceph_dir, ceph_dir);
 	if (rc) {
 		shf("cat '%s.start.log' >&2; rm -f '%s.start.log'", ceph_dir, ceph_dir);
 		if (rc == 77) {
@@ -167,6 +168,21 @@ static inline pid_t ceph_pid(const char *name)
 	return pid;
 }
 
+/* SIGSTOP a daemon and wait until every one of its threads is stopped: kill() returns
+ * before the signal has taken effect, and a thread still running could answer. */
+static inline void stop_daemon(pid_t pid)
+{
+	CHECK(kill(pid, SIGSTOP) == 0, "SIGSTOP %d", (int)pid);
+	for (int i = 0; i < 200; i++) {
+		if (shf("for f in /proc/%d/task/*/stat; do s=$(sed 's/.*) //' $f | cut -c1); "
+			"[ \"$s\" = T ] || [ \"$s\" = t ] || exit 1; done",
+			(int)pid) == 0)
+			return;
+		usleep(10000);
+	}
+	CHECK(0, "daemon %d did not stop", (int)pid);
+}
+
 /* ---- logging: collected so tests can check what was said (and that secrets were not) */
 static char log_text[65536];
 static size_t log_len;
@@ -192,7 +208,8 @@ static inline void log_clear(void)
 }
 
 /* ---- a tier instance from its ops table (the engine's kvt__tier_open does the same) */
-static inline int tier_open(const struct kvt_tier_ops *ops, struct kvt_config *cfg, struct kvt_tier **out)
+static inline int tier_open(const struct kvt_tier_ops *ops, struct kvt_config *cfg,
+			    struct kvt_tier **out)
 {
 	struct kvt_tier *t = calloc(1, sizeof(*t));
 	t->ops = ops;
@@ -289,7 +306,8 @@ static inline int t_write(struct kvt_tier *t, const struct kvt_key *k, const voi
 	return rc;
 }
 
-static inline int t_read(struct kvt_tier *t, const struct kvt_key *k, const struct kvt_seg *s, uint32_t n)
+static inline int t_read(struct kvt_tier *t, const struct kvt_key *k, const struct kvt_seg *s,
+			 uint32_t n)
 {
 	struct done d;
 	done_init(&d);
@@ -301,7 +319,8 @@ static inline int t_read(struct kvt_tier *t, const struct kvt_key *k, const stru
 	return rc;
 }
 
-static inline int t_exists(struct kvt_tier *t, const struct kvt_key *k, uint32_t n, uint8_t *present)
+static inline int t_exists(struct kvt_tier *t, const struct kvt_key *k, uint32_t n,
+			   uint8_t *present)
 {
 	struct done d;
 	done_init(&d);
@@ -377,6 +396,108 @@ static inline void cfg_set(struct kvt_config *cfg, const char *k, const char *v)
 	char err[256];
 	int rc = kvt_config_set(cfg, k, v, err, sizeof(err));
 	CHECK(rc == 0, "%s", err);
+}
+
+/* ---- benchmark drivers shared by the tier benches: count requests, qd in flight */
+struct bench {
+	struct kvt_tier *t;
+	const struct kvt_key *keys;
+	int nkeys;
+	size_t sz;
+	atomic_int left, outstanding;
+	atomic_uint_fast64_t ok, errs;
+	pthread_mutex_t m;
+	pthread_cond_t c;
+};
+
+struct bench_slot {
+	struct bench *b;
+	struct kvt_seg seg;
+	uint64_t rng;
+};
+
+static inline void bench_slot_end(struct bench *b)
+{
+	pthread_mutex_lock(&b->m);
+	atomic_fetch_sub(&b->outstanding, 1);
+	pthread_cond_broadcast(&b->c);
+	pthread_mutex_unlock(&b->m);
+}
+
+static inline void bench_next(struct bench_slot *sl);
+
+static inline void bench_read_cb(void *arg, int rc)
+{
+	struct bench_slot *sl = arg;
+	if (rc == (int)sl->b->sz)
+		atomic_fetch_add(&sl->b->ok, 1);
+	else
+		atomic_fetch_add(&sl->b->errs, 1);
+	bench_next(sl);
+}
+
+static inline void bench_next(struct bench_slot *sl)
+{
+	struct bench *b = sl->b;
+	if (atomic_fetch_sub(&b->left, 1) <= 0) {
+		bench_slot_end(b);
+		return;
+	}
+	sl->rng ^= sl->rng << 13;
+	sl->rng ^= sl->rng >> 7;
+	sl->rng ^= sl->rng << 17;
+	const struct kvt_key *k = &b->keys[sl->rng % (uint64_t)b->nkeys];
+	if (b->t->ops->read(b->t, k, &sl->seg, 1, bench_read_cb, sl) < 0) {
+		atomic_fetch_add(&b->errs, 1);
+		bench_slot_end(b);
+	}
+}
+
+/* count random whole-object reads of keys[0..nkeys), qd at a time; MB/s (1e6 bytes). */
+static inline double bench_reads(struct kvt_tier *t, const struct kvt_key *keys, int nkeys,
+				 size_t sz, int qd, int count, uint64_t *errs)
+{
+	struct bench b = {.t = t, .keys = keys, .nkeys = nkeys, .sz = sz};
+	pthread_mutex_init(&b.m, NULL);
+	pthread_cond_init(&b.c, NULL);
+	atomic_init(&b.left, count);
+	atomic_init(&b.outstanding, qd);
+	uint8_t *bufs = aligned((size_t)qd * sz);
+	struct bench_slot *slots = calloc((size_t)qd, sizeof(*slots));
+	uint64_t t0 = kvt__now_ns();
+	for (int i = 0; i < qd; i++) {
+		slots[i] =
+		    (struct bench_slot){&b, {0, sz, bufs + (size_t)i * sz}, (uint64_t)i * 7919 + 1};
+		bench_next(&slots[i]);
+	}
+	pthread_mutex_lock(&b.m);
+	while (atomic_load(&b.outstanding))
+		pthread_cond_wait(&b.c, &b.m);
+	pthread_mutex_unlock(&b.m);
+	double s = (double)(kvt__now_ns() - t0) / 1e9;
+	*errs += atomic_load(&b.errs);
+	double mbs = (double)atomic_load(&b.ok) * (double)sz / s / 1e6;
+	free(slots);
+	free(bufs);
+	return mbs;
+}
+
+/* Write obj under keys[0..nkeys) with all submitted at once (the tier limits what is in
+ * flight); MB/s. */
+static inline double bench_writes(struct kvt_tier *t, const struct kvt_key *keys, int nkeys,
+				  const void *obj, size_t sz)
+{
+	struct done *d = calloc((size_t)nkeys, sizeof(*d));
+	uint64_t t0 = kvt__now_ns();
+	for (int i = 0; i < nkeys; i++) {
+		done_init(&d[i]);
+		CHECK(t->ops->write(t, &keys[i], obj, sz, done_cb, &d[i]) == 0, "bench write");
+	}
+	for (int i = 0; i < nkeys; i++)
+		CHECK(done_wait(&d[i], 120000) == 0, "bench write %d", i);
+	double s = (double)(kvt__now_ns() - t0) / 1e9;
+	free(d);
+	return (double)nkeys * (double)sz / s / 1e6;
 }
 
 #endif

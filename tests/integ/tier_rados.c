@@ -5,7 +5,7 @@
  * many operations in flight, cancel at close, a missing pool, and an OSD stalled (SIGSTOP)
  * mid-run: -ETIMEDOUT within the deadline, never a hang; then recovery.
  *
- * With --bench SECONDS BYTES QD it measures the tier's reads against `rados bench` (rand
+ * With --bench ROUNDS BYTES QD it measures the tier's reads against `rados bench` (rand
  * reads, same object size and concurrency) in the same run and prints one JSON line.
  */
 #include "ceph_harness.h"
@@ -31,6 +31,24 @@ static struct kvt_tier *open_cfg(struct kvt_config *cfg)
 	return t;
 }
 
+struct scan_ctx {
+	const struct kvt_key *keys;
+	int n, found, bad;
+};
+
+static int on_scan(void *arg, const struct kvt_key *key, uint64_t bytes)
+{
+	struct scan_ctx *c = arg;
+	for (int i = 0; i < c->n; i++)
+		if (!memcmp(key, &c->keys[i], sizeof(*key))) {
+			c->found++;
+			c->bad += i % 3 != 0 || bytes != 4096;
+			return 0;
+		}
+	c->bad++; /* a key this test did not write */
+	return 0;
+}
+
 static void test_basic(void)
 {
 	struct kvt_tier *t = open_cfg(rados_cfg("kvt", ""));
@@ -46,9 +64,9 @@ static void test_basic(void)
 
 	memset(back, 0, n);
 	struct kvt_seg segs[3] = {
-		{4096, 8192, back},
-		{2 * MiB, 4 * 4096, back + 8192},
-		{n - 4096, 4096, back + 6 * 4096},
+	    {4096, 8192, back},
+	    {2 * MiB, 4 * 4096, back + 8192},
+	    {n - 4096, 4096, back + 6 * 4096},
 	};
 	CHECK(t_read(t, &k, segs, 3) == 7 * 4096, "ranges");
 	CHECK(!memcmp(back, obj + 4096, 8192), "range 0");
@@ -91,6 +109,12 @@ static void test_basic(void)
 	CHECK(t_exists(t, keys, 0, present) == 0, "empty batch");
 	struct kvt_seg none = {0, 0, NULL};
 	CHECK(t_read(t, &keys[0], &none, 1) == 0, "empty segment");
+
+	/* scan lists exactly this namespace's keys, with their sizes. */
+	struct scan_ctx sc = {keys, N, 0, 0};
+	CHECK(t->ops->scan(t, on_scan, &sc) == 0, "scan");
+	CHECK(sc.found == (N + 2) / 3 && sc.bad == 0, "scan found %d (want %d), %d wrong", sc.found,
+	      (N + 2) / 3, sc.bad);
 
 	/* Namespaces keep instances apart inside one pool. */
 	struct kvt_tier *other = open_cfg(rados_cfg("kvt", "tenant-b"));
@@ -191,11 +215,12 @@ static void test_osd_stall(void)
 		segs[i] = (struct kvt_seg){0, SZ, back + (size_t)i * SZ};
 	}
 	pid_t osd = ceph_pid("osd.0");
-	CHECK(kill(osd, SIGSTOP) == 0, "SIGSTOP osd.0");
+	stop_daemon(osd);
 	for (int i = 0; i < N; i++) {
 		done_init(&d[i]);
-		int rc = i % 2 ? t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i])
-			       : t->ops->write(t, &keys[i], objs + (size_t)i * SZ, SZ, done_cb, &d[i]);
+		int rc =
+		    i % 2 ? t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i])
+			  : t->ops->write(t, &keys[i], objs + (size_t)i * SZ, SZ, done_cb, &d[i]);
 		CHECK(rc == 0, "submit");
 	}
 	uint8_t present[N];
@@ -213,8 +238,8 @@ static void test_osd_stall(void)
 	}
 	int rc = done_wait(&de, 10000);
 	CHECK(rc == -ETIMEDOUT, "exists with the OSD stopped: %d", rc);
-	fprintf(stderr, "osd stopped: %d/%d -ETIMEDOUT, slowest %.0f ms (deadline 2000)\n", timeouts,
-		N, (double)worst / 1e6);
+	fprintf(stderr, "osd stopped: %d/%d -ETIMEDOUT, slowest %.0f ms (deadline 2000)\n",
+		timeouts, N, (double)worst / 1e6);
 	CHECK(timeouts == N, "timeouts %d", timeouts);
 	CHECK(worst < 4000ULL * 1000000, "answers took %.0f ms", (double)worst / 1e6);
 	CHECK(kill(osd, SIGCONT) == 0, "SIGCONT osd.0");
@@ -234,125 +259,81 @@ static void test_osd_stall(void)
 
 /* ---------------------------------------------------------------- benchmark */
 
-struct bench {
-	struct kvt_tier *t;
-	size_t sz;
-	int nkeys;
-	struct kvt_key *keys;
-	atomic_uint_fast64_t ops, bytes, errs;
-	atomic_int stop, outstanding;
-	pthread_mutex_t m;
-	pthread_cond_t c;
-};
-
-struct bench_slot {
-	struct bench *b;
-	struct kvt_seg seg;
-	uint64_t rng;
-};
-
-static void bench_submit(struct bench_slot *sl);
-
-static void bench_cb(void *arg, int rc)
+/* One `rados bench` round: write nk objects, read them at random for `seconds`, clean up.
+ * Returns the two bandwidths in MB/s (rados bench prints MiB/s). */
+static void rados_bench_round(size_t sz, int qd, int nk, int seconds, double *wmbs, double *rmbs)
 {
-	struct bench_slot *sl = arg;
-	struct bench *b = sl->b;
-	if (rc == (int)b->sz) {
-		atomic_fetch_add(&b->ops, 1);
-		atomic_fetch_add(&b->bytes, b->sz);
-	} else {
-		atomic_fetch_add(&b->errs, 1);
-	}
-	if (!atomic_load(&b->stop)) {
-		bench_submit(sl);
-		return;
-	}
-	pthread_mutex_lock(&b->m);
-	atomic_fetch_sub(&b->outstanding, 1);
-	pthread_cond_broadcast(&b->c);
-	pthread_mutex_unlock(&b->m);
-}
-
-static void bench_submit(struct bench_slot *sl)
-{
-	struct bench *b = sl->b;
-	sl->rng ^= sl->rng << 13;
-	sl->rng ^= sl->rng >> 7;
-	sl->rng ^= sl->rng << 17;
-	int k = (int)(sl->rng % (uint64_t)b->nkeys);
-	if (b->t->ops->read(b->t, &b->keys[k], &sl->seg, 1, bench_cb, sl) < 0) {
-		pthread_mutex_lock(&b->m);
-		atomic_fetch_sub(&b->outstanding, 1);
-		pthread_cond_broadcast(&b->c);
-		pthread_mutex_unlock(&b->m);
-	}
-}
-
-static int bench(int seconds, size_t sz, int qd)
-{
-	/* Reference first: rados bench writes its own objects, then reads them at random. */
-	char out[512];
-	snprintf(out, sizeof(out), "%s/rados-bench.txt", ceph_dir);
-	CHECK(shf("rados -p kvt bench %d write -b %zu -t %d --no-cleanup > '%s.w' 2>&1 && "
-		  "rados -p kvt bench %d rand -t %d > '%s' 2>&1",
-		  seconds, sz, qd, out, seconds, qd, out) == 0,
+	char out[512], line[512];
+	snprintf(out, sizeof(out), "%s/rados-bench", ceph_dir);
+	CHECK(shf("timeout 120 rados -p kvt bench 60 write -b %zu -O %zu -t %d --max-objects %d "
+		  "--no-cleanup > '%s.w' 2>&1 && timeout %d rados -p kvt bench %d rand --no-verify "
+		  "-t %d > '%s.r' 2>&1 && rados -p kvt cleanup > /dev/null 2>&1",
+		  sz, sz, qd, nk, out, seconds + 60, seconds, qd, out) == 0,
 	      "rados bench failed");
-	double ref_mbs = 0;
-	FILE *f = fopen(out, "r");
-	char line[512];
-	while (f && fgets(line, sizeof(line), f))
-		if (!strncmp(line, "Bandwidth (MB/sec):", 19))
-			ref_mbs = atof(line + 19) * 1048576.0 / 1e6; /* rados bench's MB is MiB */
-	if (f)
-		fclose(f);
-	CHECK(ref_mbs > 0, "no bandwidth in rados bench output");
-	shf("rados -p kvt cleanup >/dev/null 2>&1");
+	for (int k = 0; k < 2; k++) {
+		char path[600];
+		snprintf(path, sizeof(path), "%s.%c", out, k ? 'r' : 'w');
+		FILE *f = fopen(path, "r");
+		double v = 0;
+		while (f && fgets(line, sizeof(line), f))
+			if (!strncmp(line, "Bandwidth (MB/sec):", 19))
+				v = atof(line + 19) * 1048576.0 / 1e6;
+		if (f)
+			fclose(f);
+		CHECK(v > 0, "no bandwidth in %s", path);
+		*(k ? rmbs : wmbs) = v;
+	}
+}
 
+/* Tier reads and writes against `rados bench` at the same object size and concurrency,
+ * alternating rounds, best of each (the machine is shared). */
+static int bench(int rounds, size_t sz, int qd)
+{
 	struct kvt_config *cfg = rados_cfg("kvt", "bench");
 	char v[32];
 	snprintf(v, sizeof(v), "%d", qd);
 	cfg_set(cfg, "rados.max_inflight", v);
+	cfg_set(cfg, "rados.timeout_ms", "120000"); /* queued time counts against the deadline */
 	struct kvt_tier *t = open_cfg(cfg);
-	struct bench b = {.t = t, .sz = sz, .nkeys = 64};
-	pthread_mutex_init(&b.m, NULL);
-	pthread_cond_init(&b.c, NULL);
-	b.keys = calloc((size_t)b.nkeys, sizeof(*b.keys));
+	/* 64 objects, fewer when large: at most 512 MiB a set (the test OSD keeps it in RAM). */
+	const int NK = (int)KVT_MAX(8, KVT_MIN(64, (512u << 20) / sz));
+	struct kvt_key *keys = calloc((size_t)NK, sizeof(*keys));
+	for (int i = 0; i < NK; i++)
+		key_of(&keys[i], 77, (uint64_t)i);
 	uint8_t *obj = aligned(sz);
-	for (int i = 0; i < b.nkeys; i++) {
-		key_of(&b.keys[i], 77, (uint64_t)i);
-		fill(obj, sz, (uint64_t)i);
-		CHECK(t_write(t, &b.keys[i], obj, sz) == 0, "bench write");
+	fill(obj, sz, 1);
+	double best[4] = {0}; /* tier write, ref write, tier read, ref read */
+	uint64_t errs = 0;
+	int seconds = 5;
+	for (int r = 0; r < rounds; r++) {
+		double w, rd;
+		rados_bench_round(sz, qd, NK, seconds, &w, &rd);
+		best[1] = KVT_MAX(best[1], w);
+		best[3] = KVT_MAX(best[3], rd);
+		best[0] = KVT_MAX(best[0], bench_writes(t, keys, NK, obj, sz));
+		/* About as many reads as rados bench did in its seconds. */
+		int count = (int)KVT_MAX(4 * NK, rd * 1e6 * seconds / (double)sz);
+		best[2] = KVT_MAX(best[2], bench_reads(t, keys, NK, sz, qd, count, &errs));
 	}
-	uint8_t *bufs = aligned((size_t)qd * sz);
-	struct bench_slot *slots = calloc((size_t)qd, sizeof(*slots));
-	uint64_t t0 = kvt__now_ns();
-	atomic_store(&b.outstanding, qd);
-	for (int i = 0; i < qd; i++) {
-		slots[i] = (struct bench_slot){&b, {0, sz, bufs + (size_t)i * sz}, (uint64_t)i * 7919 + 1};
-		bench_submit(&slots[i]);
-	}
-	usleep((useconds_t)seconds * 1000000);
-	atomic_store(&b.stop, 1);
-	pthread_mutex_lock(&b.m);
-	while (atomic_load(&b.outstanding))
-		pthread_cond_wait(&b.c, &b.m);
-	pthread_mutex_unlock(&b.m);
-	double s = (double)(kvt__now_ns() - t0) / 1e9;
-	double mbs = (double)atomic_load(&b.bytes) / s / 1e6;
 	printf("{\"tier\":\"rados\",\"op\":\"read\",\"object_bytes\":%zu,\"queue_depth\":%d,"
-	       "\"seconds\":%.2f,\"ops\":%llu,\"errors\":%llu,\"mb_per_s\":%.1f,"
-	       "\"ops_per_s\":%.1f,\"ref\":\"rados bench rand\",\"ref_mb_per_s\":%.1f,"
-	       "\"ratio\":%.3f}\n",
-	       sz, qd, s, (unsigned long long)atomic_load(&b.ops),
-	       (unsigned long long)atomic_load(&b.errs), mbs, (double)atomic_load(&b.ops) / s,
-	       ref_mbs, mbs / ref_mbs);
+	       "\"rounds\":%d,\"errors\":%llu,\"mb_per_s\":%.1f,\"ref\":\"rados bench rand\","
+	       "\"ref_mb_per_s\":%.1f,\"ratio\":%.3f}\n",
+	       sz, qd, rounds, (unsigned long long)errs, best[2], best[3], best[2] / best[3]);
+	printf("{\"tier\":\"rados\",\"op\":\"write\",\"object_bytes\":%zu,\"queue_depth\":%d,"
+	       "\"objects\":%d,\"rounds\":%d,\"mb_per_s\":%.1f,\"ref\":\"rados bench write\","
+	       "\"ref_mb_per_s\":%.1f,\"ratio\":%.3f}\n",
+	       sz, qd, NK, rounds, best[0], best[1], best[0] / best[1]);
 	tier_close(t);
+	free(obj);
+	free(keys);
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc >= 5 && !strcmp(argv[1], "--bench"))
+		setenv("MEMSTORE_BYTES", "3221225472", 0); /* room for the bench's sets */
 	ceph_start(1, 0);
 	CHECK(shf("ceph osd pool create kvt 8 >/dev/null 2>&1 && "
 		  "ceph osd pool application enable kvt rados >/dev/null 2>&1") == 0,

@@ -48,11 +48,12 @@ static int verify_all(struct kvt_tier *t, struct kvt_key *keys, uint8_t **objs, 
 int main(void)
 {
 	ceph_start(3, 0);
-	CHECK(shf("ceph osd erasure-code-profile set kvt-k2m1 k=2 m=1 crush-failure-domain=osd "
-		  ">/dev/null 2>&1 && ceph osd pool create kvt-ec 16 16 erasure kvt-k2m1 >/dev/null "
-		  "2>&1 && ceph osd pool set kvt-ec min_size 2 >/dev/null 2>&1 && "
-		  "ceph osd pool application enable kvt-ec rados >/dev/null 2>&1") == 0,
-	      "creating the erasure-coded pool");
+	CHECK(
+	    shf("ceph osd erasure-code-profile set kvt-k2m1 k=2 m=1 crush-failure-domain=osd "
+		">/dev/null 2>&1 && ceph osd pool create kvt-ec 16 16 erasure kvt-k2m1 >/dev/null "
+		"2>&1 && ceph osd pool set kvt-ec min_size 2 >/dev/null 2>&1 && "
+		"ceph osd pool application enable kvt-ec rados >/dev/null 2>&1") == 0,
+	    "creating the erasure-coded pool");
 	shf("ceph osd pool ls detail | grep kvt-ec >&2");
 
 	struct kvt_config *cfg = cfg_new();

@@ -1,0 +1,193 @@
+/*
+ * tier_s3_retry.c - the s3 tier's retry, backoff and deadline logic against a fake S3
+ * endpoint (a small Python HTTP server, "fake" because a real radosgw cannot be made to
+ * answer 503 SlowDown on demand here). The server answers by the key's first byte:
+ *   0x51: 503 SlowDown twice, then the data   -> success after two retries
+ *   0x52: always 503 SlowDown                 -> -EAGAIN after s3.retries retries
+ *   0x53: always 500                          -> -EIO, retried the same way
+ *   0x54: 403                                 -> -EACCES at once, no retry
+ * and counts the requests per path, which the test reads back through /count/<path>.
+ * Everything else about the tier is tested against a real radosgw in tier_s3.c.
+ */
+#include "ceph_harness.h"
+
+extern const struct kvt_tier_ops kvt__tier_s3_ops;
+
+static const char server_py[] =
+    "import sys, http.server, socketserver, collections\n"
+    "counts = collections.Counter()\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    protocol_version = 'HTTP/1.1'\n"
+    "    def log_message(self, *a): pass\n"
+    "    def reply(self, code, body=b'', extra=None):\n"
+    "        self.send_response(code)\n"
+    "        for k, v in (extra or {}).items(): self.send_header(k, v)\n"
+    "        self.send_header('Content-Length', str(len(body)))\n"
+    "        self.end_headers()\n"
+    "        if self.command != 'HEAD': self.wfile.write(body)\n"
+    "    def handle_any(self):\n"
+    "        n = int(self.headers.get('Content-Length') or 0)\n"
+    "        if n: self.rfile.read(n)\n"
+    "        if self.path.startswith('/count/'):\n"
+    "            return self.reply(200, str(counts[self.path[6:]]).encode())\n"
+    "        counts[self.path] += 1\n"
+    "        parts = self.path.split('/')\n"
+    "        if len(parts) < 4: return self.reply(200)\n"
+    "        tag = parts[-1][:2]\n"
+    "        slow = b'<Error><Code>SlowDown</Code></Error>'\n"
+    "        if tag == '51' and counts[self.path] <= 2: return self.reply(503, slow)\n"
+    "        if tag == '52': return self.reply(503, slow)\n"
+    "        if tag == '53': return self.reply(500, b'<Error><Code>InternalError</Code></Error>')\n"
+    "        if tag == '54': return self.reply(403, b'<Error><Code>AccessDenied</Code></Error>')\n"
+    "        if self.command == 'GET':\n"
+    "            r = self.headers.get('Range', 'bytes=0-4095')[6:].split('-')\n"
+    "            a, b = int(r[0]), int(r[1])\n"
+    "            return self.reply(206, bytes((a + i) & 255 for i in range(b - a + 1)))\n"
+    "        return self.reply(200)\n"
+    "    do_GET = do_PUT = do_HEAD = do_DELETE = handle_any\n"
+    "class S(socketserver.ThreadingMixIn, http.server.HTTPServer):\n"
+    "    daemon_threads = True\n"
+    "S(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n";
+
+static pid_t server_pid;
+static int port;
+
+static void server_stop(void)
+{
+	if (server_pid > 0)
+		kill(server_pid, SIGTERM);
+}
+
+static int count_of(const char *path)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "curl -sf http://127.0.0.1:%d/count%s", port, path);
+	FILE *p = popen(cmd, "r");
+	int n = -1;
+	if (p) {
+		if (fscanf(p, "%d", &n) != 1)
+			n = -1;
+		pclose(p);
+	}
+	return n;
+}
+
+static void path_of(const struct kvt_key *k, char *out, size_t len)
+{
+	char hex[65];
+	for (int i = 0; i < 32; i++)
+		sprintf(hex + 2 * i, "%02x", k->bytes[i]);
+	snprintf(out, len, "/bkt/kvtier/%s", hex);
+}
+
+int main(void)
+{
+	if (shf("command -v python3 >/dev/null && command -v curl >/dev/null")) {
+		fprintf(stderr, "SKIP: python3 and curl are needed for the fake S3 endpoint\n");
+		return 77;
+	}
+	char dir[] = "/tmp/kvt-s3fake.XXXXXX", script[128];
+	CHECK(mkdtemp(dir), "mkdtemp");
+	snprintf(script, sizeof(script), "%s/server.py", dir);
+	FILE *f = fopen(script, "w");
+	CHECK(f && fputs(server_py, f) >= 0, "server script");
+	fclose(f);
+	port = free_port();
+	char portarg[16];
+	snprintf(portarg, sizeof(portarg), "%d", port);
+	server_pid = fork();
+	if (server_pid == 0) {
+		execlp("python3", "python3", script, portarg, (char *)NULL);
+		_exit(127);
+	}
+	atexit(server_stop);
+	int up = 0;
+	for (int i = 0; i < 100 && !up; i++) {
+		up = count_of("/x") >= 0;
+		if (!up)
+			usleep(50000);
+	}
+	CHECK(up, "fake server did not start");
+	shf("rm -rf '%s'", dir);
+
+	setenv("AWS_ACCESS_KEY_ID", "fake", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "fake-secret", 1);
+	struct kvt_config *cfg = cfg_new();
+	char ep[64];
+	snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", port);
+	cfg_set(cfg, "s3.endpoint", ep);
+	cfg_set(cfg, "s3.bucket", "bkt");
+	cfg_set(cfg, "s3.retries", "3");
+	cfg_set(cfg, "s3.timeout_ms", "3000");
+	struct kvt_tier *t;
+	int rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+	CHECK(rc == 0, "open: %d", rc);
+	kvt_config_destroy(cfg);
+
+	uint8_t buf[8192];
+	struct kvt_seg seg = {4096, sizeof(buf), buf};
+	struct kvt_key k;
+	char path[128];
+
+	/* SlowDown twice, then data: two retries, the right bytes. */
+	memset(&k, 0, sizeof(k));
+	k.bytes[0] = 0x51;
+	path_of(&k, path, sizeof(path));
+	uint64_t t0 = kvt__now_ns();
+	rc = t_read(t, &k, &seg, 1);
+	double ms = (double)(kvt__now_ns() - t0) / 1e6;
+	CHECK(rc == (int)sizeof(buf), "read after SlowDown: %d", rc);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		CHECK(buf[i] == (uint8_t)(4096 + i), "byte %zu", i);
+	CHECK(count_of(path) == 3, "requests: %d (want 3)", count_of(path));
+	/* Backoff: at least 10 + 20 ms (half of 20 and 40 ms caps), at most the caps. */
+	CHECK(ms >= 30 && ms < 1000, "two backoffs took %.1f ms", ms);
+	fprintf(stderr, "SlowDown x2 then 206: 3 requests, %.1f ms\n", ms);
+
+	/* Always SlowDown: 1 + s3.retries requests, then -EAGAIN. */
+	k.bytes[0] = 0x52;
+	path_of(&k, path, sizeof(path));
+	t0 = kvt__now_ns();
+	rc = t_read(t, &k, &seg, 1);
+	ms = (double)(kvt__now_ns() - t0) / 1e6;
+	CHECK(rc == -EAGAIN, "always SlowDown: %d", rc);
+	CHECK(count_of(path) == 4, "requests: %d (want 4)", count_of(path));
+	CHECK(ms >= 70 && ms < 1500, "three backoffs took %.1f ms", ms);
+	fprintf(stderr, "always SlowDown: 4 requests, -EAGAIN after %.1f ms\n", ms);
+
+	/* Always 500 on a write: retried, then -EIO. */
+	k.bytes[0] = 0x53;
+	path_of(&k, path, sizeof(path));
+	rc = t_write(t, &k, buf, sizeof(buf));
+	CHECK(rc == -EIO, "always 500: %d", rc);
+	CHECK(count_of(path) == 4, "requests: %d (want 4)", count_of(path));
+
+	/* 403: not retried. */
+	k.bytes[0] = 0x54;
+	path_of(&k, path, sizeof(path));
+	rc = t_read(t, &k, &seg, 1);
+	CHECK(rc == -EACCES, "403: %d", rc);
+	CHECK(count_of(path) == 1, "requests: %d (want 1)", count_of(path));
+	tier_close(t);
+
+	/* Retries never outlive the deadline: many retries, short deadline. */
+	cfg = cfg_new();
+	cfg_set(cfg, "s3.endpoint", ep);
+	cfg_set(cfg, "s3.bucket", "bkt");
+	cfg_set(cfg, "s3.retries", "20");
+	cfg_set(cfg, "s3.timeout_ms", "400");
+	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &t) == 0, "open");
+	kvt_config_destroy(cfg);
+	k.bytes[0] = 0x52;
+	k.bytes[1] = 1;
+	t0 = kvt__now_ns();
+	rc = t_read(t, &k, &seg, 1);
+	ms = (double)(kvt__now_ns() - t0) / 1e6;
+	CHECK(rc == -EAGAIN || rc == -ETIMEDOUT, "deadline: %d", rc);
+	CHECK(ms < 400 + 200, "retries ran %.1f ms past a 400 ms deadline", ms);
+	fprintf(stderr, "20 retries allowed, 400 ms deadline: %s after %.1f ms\n", strerror(-rc),
+		ms);
+	tier_close(t);
+	printf("PASS tier_s3_retry\n");
+	return 0;
+}
