@@ -77,6 +77,19 @@ struct work {
 	void *arg;
 };
 
+/* A whole-object read from the fastest deeper tier that has it, into buf (a DRAM slot or a
+ * bounce buffer), verified there (header and every layer CRC). A tier that misses, fails or
+ * serves a corrupt object (dropped from that tier, counted) is passed over for the next.
+ * done() runs once, on a tier thread or in the submitting call: rc 0 with the decoded
+ * header (cr->pos is the chain position that served it), or -ENOENT when no tier could. */
+struct chain_read {
+	struct kvt_store *s;
+	struct kvt_key key;
+	void *buf;
+	int pos;
+	void (*done)(struct chain_read *cr, int rc, const struct kvt_header *h);
+};
+
 struct fill_waiter {
 	struct fill_waiter *next;
 	kvt_acquire_cb cb;
@@ -85,13 +98,12 @@ struct fill_waiter {
 
 /* One in-flight promotion of a key into a DRAM slot, shared by concurrent acquirers. */
 struct fill {
+	struct chain_read cr; /* first: a fill is its chain read */
 	struct fill *next;
 	struct kvt_key key;
 	struct kvt_store *s;
 	struct kvt_slot_ref ref;
 	struct fill_waiter *waiters;
-	int pos; /* chain position being read */
-	uint64_t t0;
 };
 
 /* One write-behind: a slot (or staging buffer) being written to the deeper tiers. */
@@ -977,14 +989,78 @@ void kvt__store_cancel(struct kvt_store *s, struct kvt_slot_ref *ref)
 	kvt__dram_abort(s->dram, ref->id);
 }
 
+/* ------------------------------------------------------------ chain reads */
+
+/* Read a whole object from the fastest deeper tier that has it, into buf (a DRAM slot or a
+ * bounce buffer), and verify header and every layer CRC there. A tier that misses, fails or
+ * serves a corrupt object (dropped from that tier, counted) is passed over for the next.
+ * done() runs once, on a tier thread or in the submitting call: rc 0 with the decoded
+ * header and the chain position that served it, or -ENOENT when no tier could. */
+
+static void chain_read_next(struct chain_read *cr);
+
+static void chain_read_done(void *arg, int rc)
+{
+	struct chain_read *cr = arg;
+	struct kvt_store *s = cr->s;
+	struct link *l = &s->links[cr->pos];
+	link_result(s, l, rc);
+	if (rc > 0) {
+		struct kvt_header h;
+		struct kvt_expect exp = {.geometry = &s->geo, .ns_id = s->ns_id, .key = &cr->key,
+					 .max_object_bytes = s->max_object_bytes};
+		int v = kvt__object_verify(cr->buf, (uint64_t)rc, &exp, &h);
+		if (v == 0) {
+			atomic_fetch_add(&l->hits, 1);
+			cr->done(cr, 0, &h);
+			return;
+		}
+		atomic_fetch_add(&l->checksum_failures, 1);
+		KVT_WARN(&s->log, "tier %s served a corrupt object (dropped): %s", l->name,
+			 kvt_strerror(v));
+		if (l->t->ops->drop_corrupt)
+			l->t->ops->drop_corrupt(l->t, &cr->key);
+	} else {
+		atomic_fetch_add(&l->misses, 1);
+	}
+	cr->pos++;
+	chain_read_next(cr);
+}
+
+static void chain_read_next(struct chain_read *cr)
+{
+	struct kvt_store *s = cr->s;
+	for (; cr->pos < s->n_links; cr->pos++) {
+		struct link *l = &s->links[cr->pos];
+		if (!l->t || !link_usable(l))
+			continue;
+		struct kvt_seg seg = {.off = 0, .len = s->obj_max, .buf = cr->buf};
+		int rc = l->t->ops->read(l->t, &cr->key, &seg, 1, chain_read_done, cr);
+		if (rc == 0)
+			return;
+		link_result(s, l, rc);
+	}
+	cr->done(cr, -ENOENT, NULL);
+}
+
+static void chain_read_start(struct chain_read *cr, struct kvt_store *s, const struct kvt_key *key,
+			     void *buf,
+			     void (*done)(struct chain_read *, int, const struct kvt_header *))
+{
+	cr->s = s;
+	cr->key = *key;
+	cr->buf = buf;
+	cr->pos = s->dram_pos + 1;
+	cr->done = done;
+	chain_read_next(cr);
+}
+
 /* ------------------------------------------------------------ fills (promotion) */
 
 static struct fill **fill_bucket(struct kvt_store *s, const struct kvt_key *key)
 {
 	return &s->fills[kvt__key_hash(key) % FILL_BUCKETS];
 }
-
-static void fill_read_next(struct fill *f);
 
 /* Hand the result to every waiter: each gets its own pin on success. */
 static void fill_finish(struct fill *f, int rc, int tier)
@@ -1011,59 +1087,27 @@ static void fill_finish(struct fill *f, int rc, int tier)
 	kvt__free(f);
 }
 
-static void fill_read_done(void *arg, int rc)
+static void fill_read_done(struct chain_read *cr, int rc, const struct kvt_header *h)
 {
-	struct fill *f = arg;
+	struct fill *f = (struct fill *)cr; /* cr is the fill's first member */
 	struct kvt_store *s = f->s;
-	struct link *l = &s->links[f->pos];
-	link_result(s, l, rc);
-	if (rc > 0) {
-		struct kvt_header h;
-		struct kvt_expect exp = {.geometry = &s->geo, .ns_id = s->ns_id, .key = &f->key,
-					 .max_object_bytes = s->max_object_bytes};
-		int v = kvt__object_verify(f->ref.buf, (uint64_t)rc, &exp, &h);
-		if (v == 0) {
-			atomic_fetch_add(&l->hits, 1);
-			f->ref.object_bytes = h.object_bytes;
-			f->ref.n_tokens = h.n_tokens;
-			/* A hit from a shared tier is also kept on the local tiers above it, so
-			 * the next miss in DRAM does not cross the network again. */
-			bool local = s->promote_local && f->pos > s->dram_pos + 1;
-			kvt__dram_publish(s->dram, f->ref.id, h.object_bytes, h.n_tokens, local);
-			if (local) {
-				kvt__dram_pin(s->dram, f->ref.id);
-				wb_submit(s, &f->key, &f->ref, f->pos, NULL, NULL, false);
-			}
-			fill_finish(f, 0, f->pos);
-			return;
-		}
-		atomic_fetch_add(&l->checksum_failures, 1);
-		KVT_WARN(&s->log, "tier %s served a corrupt object (dropped): %s", l->name,
-			 kvt_strerror(v));
-		if (l->t->ops->drop_corrupt)
-			l->t->ops->drop_corrupt(l->t, &f->key);
-	} else {
-		atomic_fetch_add(&l->misses, 1);
+	if (rc < 0) {
+		kvt__dram_abort(s->dram, f->ref.id);
+		fill_finish(f, rc, KVT_TIER_NONE);
+		return;
 	}
-	f->pos++;
-	fill_read_next(f);
-}
-
-static void fill_read_next(struct fill *f)
-{
-	struct kvt_store *s = f->s;
-	for (; f->pos < s->n_links; f->pos++) {
-		struct link *l = &s->links[f->pos];
-		if (!l->t || !link_usable(l))
-			continue;
-		struct kvt_seg seg = {.off = 0, .len = s->obj_max, .buf = f->ref.buf};
-		int rc = l->t->ops->read(l->t, &f->key, &seg, 1, fill_read_done, f);
-		if (rc == 0)
-			return;
-		link_result(s, l, rc);
+	f->ref.object_bytes = h->object_bytes;
+	f->ref.n_tokens = h->n_tokens;
+	/* A hit from a shared tier is also kept on the local tiers above it, so the next miss
+	 * in DRAM does not cross the network again. */
+	bool local = s->promote_local && cr->pos > s->dram_pos + 1;
+	kvt__dram_publish(s->dram, f->ref.id, h->object_bytes, h->n_tokens, local);
+	if (local) {
+		kvt__dram_pin(s->dram, f->ref.id);
+		wb_submit(s, &f->key, &f->ref, cr->pos, NULL, NULL, false);
 	}
-	kvt__dram_abort(s->dram, f->ref.id);
-	fill_finish(f, -ENOENT, KVT_TIER_NONE);
+	admission_record(s, &f->key);
+	fill_finish(f, 0, cr->pos);
 }
 
 struct deferred_hit {
@@ -1116,12 +1160,10 @@ static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquir
 	f->key = *key;
 	f->s = s;
 	f->waiters = w;
-	f->pos = s->dram_pos + 1;
-	f->t0 = kvt__now_ns();
 	f->next = *b;
 	*b = f;
 	pthread_mutex_unlock(&s->fill_lock);
-	fill_read_next(f);
+	chain_read_start(&f->cr, s, key, f->ref.buf, fill_read_done);
 	return 0;
 }
 
@@ -1168,6 +1210,7 @@ void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref)
 /* ------------------------------------------------------------ get */
 
 struct get_op {
+	struct chain_read cr; /* first: the bounce path is a chain read */
 	struct kvt_store *s;
 	struct kvt_key key;
 	uint32_t l0, l1;
@@ -1176,9 +1219,7 @@ struct get_op {
 	kvt_cb cb;
 	void *arg;
 	bool direct;
-	/* bounce path */
-	void *bounce;
-	int pos;
+	void *bounce; /* no DRAM slot: the object is read here */
 };
 
 static void get_finish(struct get_op *g, int status, int tier, uint32_t n_tokens, uint64_t bytes)
@@ -1192,11 +1233,10 @@ static void get_finish(struct get_op *g, int status, int tier, uint32_t n_tokens
 	kvt__free(g);
 }
 
-/* Copy the requested layers out of an object in memory. Objects in DRAM slots were
- * verified when they entered (encoded from the caller's bytes, or checked in full on
- * promotion), so for them only the header is decoded (trusted = true); bytes read into a
- * bounce buffer have the header and the requested layers' CRCs checked as they are copied. */
-static int64_t get_extract(struct get_op *g, const void *obj, struct kvt_header *h, bool trusted)
+/* Copy the requested layers out of an object in a DRAM slot. Objects enter DRAM verified
+ * (encoded from the caller's bytes, or checked in full on promotion), so only the header
+ * is decoded here, not the layer CRCs again. */
+static int64_t get_extract(struct get_op *g, const void *obj, struct kvt_header *h)
 {
 	struct kvt_store *s = g->s;
 	struct kvt_expect exp = {.geometry = &s->geo, .ns_id = s->ns_id, .key = &g->key,
@@ -1204,8 +1244,7 @@ static int64_t get_extract(struct get_op *g, const void *obj, struct kvt_header 
 	int rc = kvt__header_decode(obj, h, &exp);
 	if (rc < 0)
 		return rc;
-	return trusted ? kvt__object_copy_layers(h, obj, g->l0, g->l1, g->buf, g->len)
-		       : kvt__object_extract(h, obj, g->l0, g->l1, g->buf, g->len);
+	return kvt__object_copy_layers(h, obj, g->l0, g->l1, g->buf, g->len);
 }
 
 /* Selective write policy: a chunk goes deeper once it has been hit selective_hits times
@@ -1226,8 +1265,6 @@ static void get_selective(struct kvt_store *s, const struct kvt_key *key,
 	wb_submit(s, key, ref, s->n_links, NULL, NULL, false);
 }
 
-static void get_acquired(void *arg, int rc, const struct kvt_slot_ref *ref, int tier);
-static void get_bounce_next(struct get_op *g);
 
 static void get_acquired(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
 {
@@ -1238,7 +1275,7 @@ static void get_acquired(void *arg, int rc, const struct kvt_slot_ref *ref, int 
 		return;
 	}
 	struct kvt_header h;
-	int64_t n = get_extract(g, ref->buf, &h, true);
+	int64_t n = get_extract(g, ref->buf, &h);
 	kvt__dram_unpin(s->dram, ref->id);
 	if (n < 0) {
 		get_finish(g, (int)n, KVT_TIER_NONE, 0, 0);
@@ -1247,54 +1284,19 @@ static void get_acquired(void *arg, int rc, const struct kvt_slot_ref *ref, int 
 	get_finish(g, 0, tier, h.n_tokens, (uint64_t)n);
 }
 
-static void get_bounce_done(void *arg, int rc)
+static void get_bounce_done(struct chain_read *cr, int rc, const struct kvt_header *h)
 {
-	struct get_op *g = arg;
-	struct kvt_store *s = g->s;
-	struct link *l = &s->links[g->pos];
-	link_result(s, l, rc);
-	if (rc > 0) {
-		struct kvt_header h;
-		/* The object's size must be what its header says: a short read is a torn or
-		 * truncated object. */
-		int64_t n = get_extract(g, g->bounce, &h, false);
-		if (n >= 0 && h.object_bytes != (uint64_t)rc)
-			n = -EBADMSG;
-		if (n >= 0) {
-			atomic_fetch_add(&l->hits, 1);
-			get_finish(g, 0, g->pos, h.n_tokens, (uint64_t)n);
-			return;
-		}
-		if (n == -EBADMSG) {
-			atomic_fetch_add(&l->checksum_failures, 1);
-			KVT_WARN(&s->log, "tier %s served a corrupt object (dropped)", l->name);
-			if (l->t->ops->drop_corrupt)
-				l->t->ops->drop_corrupt(l->t, &g->key);
-		} else {
-			get_finish(g, (int)n, KVT_TIER_NONE, 0, 0);
-			return;
-		}
-	} else {
-		atomic_fetch_add(&l->misses, 1);
+	struct get_op *g = (struct get_op *)cr; /* cr is the op's first member */
+	if (rc < 0) {
+		get_finish(g, rc, KVT_TIER_NONE, 0, 0);
+		return;
 	}
-	g->pos++;
-	get_bounce_next(g);
-}
-
-static void get_bounce_next(struct get_op *g)
-{
-	struct kvt_store *s = g->s;
-	for (; g->pos < s->n_links; g->pos++) {
-		struct link *l = &s->links[g->pos];
-		if (!l->t || !link_usable(l))
-			continue;
-		struct kvt_seg seg = {.off = 0, .len = s->obj_max, .buf = g->bounce};
-		int rc = l->t->ops->read(l->t, &g->key, &seg, 1, get_bounce_done, g);
-		if (rc == 0)
-			return;
-		link_result(s, l, rc);
-	}
-	get_finish(g, -ENOENT, KVT_TIER_NONE, 0, 0);
+	/* Verified in full by the chain read: copy without checking again. */
+	int64_t n = kvt__object_copy_layers(h, g->bounce, g->l0, g->l1, g->buf, g->len);
+	if (n < 0)
+		get_finish(g, (int)n, KVT_TIER_NONE, 0, 0);
+	else
+		get_finish(g, 0, cr->pos, h->n_tokens, (uint64_t)n);
 }
 
 static int get_bounce_start(struct get_op *g)
@@ -1302,8 +1304,7 @@ static int get_bounce_start(struct get_op *g)
 	g->bounce = bounce_get(g->s);
 	if (!g->bounce)
 		return -ENOMEM;
-	g->pos = g->s->dram_pos + 1;
-	get_bounce_next(g);
+	chain_read_start(&g->cr, g->s, &g->key, g->bounce, get_bounce_done);
 	return 0;
 }
 
@@ -1342,7 +1343,7 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 			/* Objects enter DRAM verified (encoded from the caller's bytes, or checked
 			 * on promotion), so a DRAM hit checks the header only. */
 			struct kvt_header h;
-			int64_t n = get_extract(g, ref.buf, &h, true);
+			int64_t n = get_extract(g, ref.buf, &h);
 			atomic_fetch_add(&s->links[s->dram_pos].hits, 1);
 			admission_record(s, key);
 			get_selective(s, key, &ref);
