@@ -48,4 +48,7 @@ int bench_ref_s3(const char *endpoint, const char *bucket, const char *region, s
 int bench_ref_rados(const char *pool, size_t bs, unsigned qd, double seconds, int read_pct,
 		    struct phase_result *out);
 
+/* `kvtier bench --workload mlperf-kv` (bench_mlperf.c): the whole command. Exit code. */
+int kvt_bench_mlperf(int argc, char **argv);
+
 #endif

@@ -267,7 +267,8 @@ static void usage(void)
 	       "  --rounds N          kvtier and the reference alternate N times per phase,\n"
 	       "                      each for seconds/N (default 3): both see the same noise\n"
 	       "  --no-ref            skip the reference\n"
-	       "  --config/--set/--json as for every command\n");
+	       "  --config/--set/--json as for every command\n"
+	       "kvtier bench --workload mlperf-kv --help: the MLPerf Storage KV-cache workload\n");
 }
 
 static void print_phase(const char *name, const struct phase_result *k,
@@ -301,6 +302,9 @@ int kvt_cmd_bench(int argc, char **argv)
 {
 	struct bench_opts o = {.tier = "nvme", .chunk_bytes = 2ull << 20, .queue_depth = 0,
 			       .seconds = 5, .read_pct = -1, .mixed_pct = 70, .rounds = 3};
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--workload"))
+			return kvt_bench_mlperf(argc, argv);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int r = cli_store_opt(&o.so, argc, argv, &i);

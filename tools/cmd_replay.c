@@ -17,6 +17,8 @@
 #include "config.h"
 #include "cost.h"
 #include "evict.h"
+#include "replay_real.h"
+#include "scaled_geometry.h"
 #include "sim.h"
 #include "trace.h"
 
@@ -27,7 +29,7 @@ static void usage(FILE *f)
 {
 	fprintf(
 	    f,
-	    "usage: kvtier replay (--trace FILE | --workload chat|rag|agent) --simulate\n"
+	    "usage: kvtier replay (--trace FILE | --workload chat|rag|agent) [--simulate]\n"
 	    "                     [--policy P[,P...]] [--dram-tokens N] [--nvme-tokens N] "
 	    "[--belady]\n"
 	    "                     [--model M] [--gpu G] [--admit-freq N] [--no-prefetch]\n"
@@ -42,7 +44,10 @@ static void usage(FILE *f)
 	    "  --requests N        generated requests (default 12000); --seed S (default 42)\n"
 	    "  --gen KNOB=VALUE    a generator knob (docs/COST_MODEL.md lists them), repeatable\n"
 	    "  --save-trace FILE   write the trace that was replayed as JSON lines\n"
-	    "  --simulate          metadata only (required: real-byte replay is not built yet)\n"
+	    "  --simulate          metadata only; without it real bytes move through the store\n"
+	    "                      (DRAM + NVMe in --dir D, default ./kvtier-data/replay)\n"
+	    "  --scale X           real mode: KV bytes per token = the model's times X, in (0, 1]\n"
+	    "                      (default 0.01; 1 = full size)\n"
 	    "  --policy P,...      eviction policies to compare (default %s; also lru, arc)\n"
 	    "  --dram-tokens N     DRAM capacity in tokens (default 262144; a block takes 512)\n"
 	    "  --nvme-tokens N     NVMe capacity in tokens (default 4194304; 0 disables it)\n"
@@ -64,6 +69,7 @@ struct opts {
 	const char *policies[MAX_POLICIES];
 	int n_policies;
 	unsigned long long dram, nvme, requests, seed, admit;
+	double scale;
 	bool simulate, belady, prefetch, leaf_first, sweep, json, have_requests, have_seed;
 	const char *gen[32];
 	int n_gen;
@@ -317,7 +323,8 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 
 int kvt_cmd_replay(int argc, char **argv)
 {
-	struct opts o = {.dram = 262144, .nvme = 4194304, .prefetch = true, .leaf_first = true};
+	struct opts o = {.dram = 262144, .nvme = 4194304, .prefetch = true, .leaf_first = true,
+			 .scale = 0.01};
 	struct cli_store_opts so = {0};
 	char *policy_arg = NULL;
 	for (int i = 1; i < argc; i++) {
@@ -390,6 +397,10 @@ int kvt_cmd_replay(int argc, char **argv)
 			NEEDS_VALUE();
 			if (parse_u64(a, v, &o.admit) || o.admit > 255)
 				return cli_fail(CMD, "--admit-freq is 1..255"), 2;
+		} else if (!strcmp(a, "--scale")) {
+			NEEDS_VALUE();
+			if (scaled_parse(v, &o.scale))
+				return cli_fail(CMD, "--scale: '%s' is not a number in (0, 1]", v), 2;
 		} else if (!strcmp(a, "--simulate")) {
 			o.simulate = true;
 		} else if (!strcmp(a, "--belady")) {
@@ -416,10 +427,8 @@ int kvt_cmd_replay(int argc, char **argv)
 		cli_fail(CMD, "give exactly one of --trace FILE and --workload chat|rag|agent");
 		goto out;
 	}
-	if (!o.simulate) {
-		cli_fail(CMD,
-			 "only --simulate is available so far (replaying real bytes through the "
-			 "engine is not built yet)");
+	if (!o.simulate && (o.sweep || o.belady || o.n_policies > 1)) {
+		cli_fail(CMD, "--sweep, --belady and several policies need --simulate");
 		goto out;
 	}
 	if (!o.n_policies)
@@ -453,6 +462,22 @@ int kvt_cmd_replay(int argc, char **argv)
 	if (load_trace(&o, &t))
 		goto out;
 	tty_progress = isatty(STDERR_FILENO);
+	if (!o.simulate) {
+		if (!strcmp(o.policies[0], "lru") || !strcmp(o.policies[0], "arc"))
+			kvt_config_set(cfg, "dram.policy", o.policies[0], NULL, 0);
+		struct replay_real_opts ro = {
+		    .dir = so.dir ? so.dir : "./kvtier-data/replay",
+		    .source = o.trace ? o.trace : o.workload,
+		    .scale = o.scale,
+		    .dram_tokens = o.dram,
+		    .nvme_tokens = o.nvme,
+		    .prefetch = o.prefetch,
+		    .json = o.json,
+		    .progress = progress,
+		};
+		rc = replay_real_run(&ro, t, cfg, cost);
+		goto out;
+	}
 	span_s = t->n ? t->req[t->n - 1].ts_ms / 1000.0 - t->req[0].ts_ms / 1000.0 : 0;
 
 	{

@@ -1,0 +1,40 @@
+#!/bin/bash
+# bench_mlperf.sh - `kvtier bench --workload mlperf-kv` end to end at a small scale: the
+# NVMe-only option and the DRAM + NVMe option run, print one JSON object with reads and
+# writes moving, hit ratio in [0, 1] and no errors; bad --users / --scale / --model fail
+# with one line and a non-zero exit.
+# Exit 0 pass, 1 fail, 77 skip (no kvtier binary or no jq).
+set -u
+KVT=${KVT_BIN:-build}/kvtier
+[ -x "$KVT" ] || { echo "skip: $KVT not built"; exit 77; }
+command -v jq >/dev/null || { echo "skip: jq missing"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+j=$("$KVT" bench --workload mlperf-kv --model llama3.1-8b --users 20 --seconds 2 --scale 0.002 \
+	--dir "$tmp/a" --json | tail -1) || fail "nvme-only run"
+echo "$j" | jq -e '.workload == "mlperf-kv" and .tier == "nvme" and .users == 20
+	and .read_gibps > 0 and .write_gibps > 0 and .requests > 0 and .errors == 0
+	and .hit_ratio >= 0 and .hit_ratio <= 1 and .read_p50_us > 0
+	and .read_p99_us >= .read_p50_us and .write_p999_us >= .write_p99_us
+	and .checksum_failures == 0' >/dev/null || fail "nvme-only: $j"
+
+j=$("$KVT" bench --workload mlperf-kv --model llama3.1-70b --users 10 --seconds 2 --scale 0.002 \
+	--dram-bytes 4GiB --dir "$tmp/b" --json | tail -1) || fail "dram+nvme run"
+echo "$j" | jq -e '.tier == "dram,nvme" and .dram_pool_bytes > 0 and .read_gibps > 0
+	and .write_gibps > 0 and .errors == 0' >/dev/null || fail "dram+nvme: $j"
+
+bad() {
+	if "$KVT" bench --workload mlperf-kv --dir "$tmp/x" --seconds 1 "$@" >/dev/null 2>"$tmp/err"
+	then fail "accepted: $*"; fi
+	[ "$(wc -l < "$tmp/err")" -eq 1 ] || fail "not one line for: $* ($(cat "$tmp/err"))"
+}
+bad --users 0
+bad --users -3
+bad --users many
+bad --scale 0
+bad --scale 1.5
+bad --model no-such-model
+"$KVT" bench --workload no-such-workload >/dev/null 2>&1 && fail "unknown workload accepted"
+echo "pass"

@@ -1,0 +1,529 @@
+/*
+ * bench_mlperf.c - `kvtier bench --workload mlperf-kv`: the MLPerf Storage v3.0 KV-cache
+ * workload run natively against the configured tiers (docs/MLPERF_KV.md says how it maps to
+ * the rules and what differs).
+ *
+ * Simulated users hold conversations of chatbot (512-4096 context tokens), coding
+ * (4096-25000) or document (4096-16384) type; a conversation ends after each turn with
+ * probability 0.2; 20% of conversations start with a shared system prompt. A turn reads the
+ * cached prefix (earlier turns, or the system prompt), writes its prefill as one entry,
+ * then re-reads the whole entry every 32 decode tokens. Each user belongs to one of three
+ * priority classes (interactive, responsive, batch); when the store's queue is full, the
+ * next chunk operation comes from the highest class that has one ready.
+ *
+ * An entry is the chunks of 512 tokens of the context (KV bytes of the model's size times
+ * --scale); its read or write is all its chunks, submitted as fast as the global queue
+ * depth allows; its latency is the first submit to the last completion, like a request's
+ * storage time in the MLPerf harness. Users are state machines driven by one thread through
+ * the store's asynchronous API (the store's own I/O threads do the I/O), so 200 users need
+ * no 200 threads. Writes come from one static buffer (the harness uses a static noise buffer
+ * for the same reason: generating bytes must not be the bottleneck).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "bench.h"
+#include "cli.h"
+#include "scaled_geometry.h"
+
+#define CMD "bench"
+#define CHUNK 512u
+#define MAX_CTX 32768u /* a conversation stops growing past this */
+#define MAX_CHUNKS (MAX_CTX / CHUNK + 8)
+#define SYS_TOKENS 2048u
+#define N_SYS 4u /* distinct shared system prompts */
+#define DECODE_READ_EVERY 32u
+#define N_CLASSES 3
+
+static const char *class_name[N_CLASSES] = {"interactive", "responsive", "batch"};
+
+enum ukind { U_CHAT = 0, U_CODE = 1, U_DOC = 2 };
+static const char *kind_name[3] = {"chatbot", "coding", "document"};
+static const uint32_t ctx_min[3] = {512, 4096, 4096}, ctx_max[3] = {4096, 25000, 16384};
+
+struct mb;
+
+struct user {
+	struct mb *m;
+	uint32_t id, kind, cls;
+	uint64_t rng, conv;
+	int sys; /* -1 or the system prompt used by this conversation */
+	uint32_t ctx_chunks, cached_chunks, decode_reads_left;
+	struct kvt_key keys[MAX_CHUNKS];
+	/* the entry operation in progress */
+	bool is_read, active;
+	uint32_t op_begin, op_end, next, done, hits;
+	uint64_t t0;
+};
+
+struct gslot {
+	struct user *u;
+	void *buf;
+	bool busy;
+};
+
+struct mb {
+	struct kvt_store *s;
+	struct user *users;
+	uint32_t n_users, qd, inflight;
+	struct gslot *slots;
+	void *wbuf;
+	size_t payload;
+	uint32_t rr[N_CLASSES];
+	uint64_t tick;
+	struct kvt_key sys_keys[N_SYS][SYS_TOKENS / CHUNK];
+	bool stop;
+	/* results */
+	uint64_t read_bytes, write_bytes, read_chunks, hit_chunks, write_chunks, errors;
+	uint64_t writes_rejected, entries_read, entries_written, requests, cached_tokens;
+	struct lat rl, wl, rl_cls[N_CLASSES];
+	int last_err;
+};
+
+static double uni(uint64_t *r)
+{
+	return (double)(bench_rnd(r) >> 11) / 9007199254740992.0;
+}
+
+static uint32_t range_u(uint64_t *r, uint32_t lo, uint32_t hi)
+{
+	return lo + (uint32_t)(uni(r) * (double)(hi - lo + 1));
+}
+
+static void new_turn_entry(struct user *u);
+
+static void op_start(struct user *u, bool read, uint32_t begin, uint32_t end)
+{
+	u->is_read = read;
+	u->op_begin = u->next = begin;
+	u->op_end = end;
+	u->done = u->hits = 0;
+	u->active = true;
+	u->t0 = kvt__now_ns();
+}
+
+/* A new conversation: type-dependent context, maybe a shared system prompt. */
+static void new_conversation(struct user *u)
+{
+	const struct kvt_key *parent = NULL;
+	uint32_t tok[3];
+	u->conv++;
+	u->sys = uni(&u->rng) < 0.2 ? (int)(bench_rnd(&u->rng) % N_SYS) : -1;
+	uint32_t ctx = range_u(&u->rng, ctx_min[u->kind], ctx_max[u->kind]);
+	u->ctx_chunks = (ctx + CHUNK - 1) / CHUNK;
+	uint32_t first = 0;
+	u->cached_chunks = 0;
+	if (u->sys >= 0) {
+		first = SYS_TOKENS / CHUNK;
+		memcpy(u->keys, u->m->sys_keys[u->sys], sizeof(u->m->sys_keys[0]));
+		u->cached_chunks = first; /* shared: expected in the cache */
+		u->ctx_chunks += first;
+		parent = &u->keys[first - 1];
+	}
+	for (uint32_t i = first; i < u->ctx_chunks; i++) {
+		tok[0] = u->id;
+		tok[1] = (uint32_t)u->conv;
+		tok[2] = i;
+		kvt_key_next(kvt_store_ns_id(u->m->s), parent, tok, 3, &u->keys[i]);
+		parent = &u->keys[i];
+	}
+	new_turn_entry(u);
+}
+
+/* A turn: read the cached prefix (if any), else go straight to the prefill write. */
+static void new_turn_entry(struct user *u)
+{
+	u->m->requests++;
+	if (u->cached_chunks)
+		op_start(u, true, 0, u->cached_chunks);
+	else
+		op_start(u, false, 0, u->ctx_chunks);
+}
+
+/* The entry operation of u completed: record it and choose the user's next one. */
+static void op_finished(struct user *u)
+{
+	struct mb *m = u->m;
+	double us = (double)(kvt__now_ns() - u->t0) / 1000.0;
+	u->active = false;
+	if (u->is_read) {
+		lat_add(&m->rl, us);
+		lat_add(&m->rl_cls[u->cls], us);
+		m->entries_read++;
+		m->cached_tokens += (uint64_t)u->hits * CHUNK;
+	} else {
+		lat_add(&m->wl, us);
+		m->entries_written++;
+	}
+	if (m->stop)
+		return;
+	if (u->is_read && u->op_end == u->cached_chunks && u->decode_reads_left == 0 &&
+	    u->cached_chunks < u->ctx_chunks) {
+		/* prefix read done: prefill writes the rest of the entry */
+		op_start(u, false, u->cached_chunks, u->ctx_chunks);
+		return;
+	}
+	if (!u->is_read) {
+		/* prefill written: decode re-reads the entry every 32 tokens */
+		uint32_t out = range_u(&u->rng, 64, 512);
+		u->decode_reads_left = out / DECODE_READ_EVERY;
+		u->cached_chunks = u->ctx_chunks;
+		u->rng ^= out;
+	}
+	if (u->decode_reads_left) {
+		u->decode_reads_left--;
+		op_start(u, true, 0, u->ctx_chunks);
+		return;
+	}
+	/* the turn is over: end the conversation, or grow the context for the next turn */
+	uint32_t grow = (range_u(&u->rng, 64, 512) + range_u(&u->rng, 64, 512) + CHUNK - 1) / CHUNK;
+	if (uni(&u->rng) < 0.2 || u->ctx_chunks + grow > MAX_CHUNKS - 1) {
+		new_conversation(u);
+		return;
+	}
+	const struct kvt_key *parent = &u->keys[u->ctx_chunks - 1];
+	for (uint32_t i = u->ctx_chunks; i < u->ctx_chunks + grow; i++) {
+		uint32_t tok[3] = {u->id, (uint32_t)u->conv, i};
+		kvt_key_next(kvt_store_ns_id(m->s), parent, tok, 3, &u->keys[i]);
+		parent = &u->keys[i];
+	}
+	u->ctx_chunks += grow;
+	new_turn_entry(u);
+}
+
+static void chunk_done(void *arg, const struct kvt_result *res)
+{
+	struct gslot *sl = arg;
+	struct user *u = sl->u;
+	struct mb *m = u->m;
+	sl->busy = false;
+	m->inflight--;
+	if (u->is_read) {
+		m->read_chunks++;
+		if (res->status >= 0) {
+			m->hit_chunks++;
+			u->hits++;
+			m->read_bytes += res->bytes;
+		} else if (res->status != -ENOENT) {
+			m->errors++;
+			m->last_err = res->status;
+		}
+	} else {
+		m->write_chunks++;
+		if (res->status >= 0) {
+			m->write_bytes += res->bytes;
+		} else if (res->status == -ENOSPC) {
+			m->writes_rejected++;
+		} else {
+			m->errors++;
+			m->last_err = res->status;
+		}
+	}
+	if (++u->done == u->op_end - u->op_begin)
+		op_finished(u);
+}
+
+/* Submit one chunk operation of class c: 1 submitted, 0 none ready, -1 queue full. */
+static int submit_one(struct mb *m, int c)
+{
+	for (uint32_t k = 0; k < m->n_users; k++) {
+		uint32_t i = (m->rr[c] + k) % m->n_users;
+		struct user *u = &m->users[i];
+		if (u->cls != (uint32_t)c || !u->active || u->next >= u->op_end)
+			continue;
+		struct gslot *sl = NULL;
+		for (uint32_t j = 0; j < m->qd && !sl; j++)
+			if (!m->slots[j].busy)
+				sl = &m->slots[j];
+		if (!sl)
+			return -1;
+		uint32_t ci = u->next;
+		sl->u = u;
+		int rc = u->is_read ? kvt_get(m->s, &u->keys[ci], 0, 0, sl->buf, m->payload,
+					      chunk_done, sl)
+				    : kvt_put(m->s, &u->keys[ci], ci ? &u->keys[ci - 1] : NULL, CHUNK,
+					      m->wbuf, m->payload, chunk_done, sl);
+		if (rc == -EAGAIN)
+			return -1;
+		u->next++;
+		m->rr[c] = i + 1;
+		if (rc < 0) {
+			m->errors++;
+			m->last_err = rc;
+			if (++u->done == u->op_end - u->op_begin)
+				op_finished(u);
+			return 1;
+		}
+		sl->busy = true;
+		m->inflight++;
+		return 1;
+	}
+	return 0;
+}
+
+/* Submit chunk operations while the queue has room. Classes share it 4:2:1 (interactive,
+ * responsive, batch) when all have work; a class with nothing ready gives its turn to the
+ * next one, highest first, so no capacity is left idle and no class starves. */
+static void dispatch(struct mb *m)
+{
+	static const int pattern[7] = {0, 1, 0, 2, 0, 1, 0};
+	while (m->inflight < m->qd && !m->stop) {
+		int c0 = pattern[m->tick++ % 7], r = submit_one(m, c0);
+		for (int c = 0; c < N_CLASSES && r == 0; c++)
+			if (c != c0)
+				r = submit_one(m, c);
+		if (r <= 0)
+			return;
+	}
+}
+
+static void usage(void)
+{
+	printf("usage: kvtier bench --workload mlperf-kv [--model M] [--users N] [--seconds S]\n"
+	       "                    [--dir D] [--dram-bytes B] [--nvme-bytes B] [--scale X]\n"
+	       "                    [--queue-depth N] [--seed S] [--json]\n"
+	       "The MLPerf Storage v3.0 KV-cache workload against the tiers (docs/MLPERF_KV.md).\n"
+	       "Its options 1-3: llama3.1-8b --users 200 (no CPU memory: NVMe only);\n"
+	       "llama3.1-8b --users 100 --dram-bytes 4GiB; llama3.1-70b --users 70.\n"
+	       "  --model M        model preset (default llama3.1-8b)\n"
+	       "  --users N        simulated users, 1..100000 (default 200)\n"
+	       "  --seconds S      run time (default 30)\n"
+	       "  --dir D          NVMe directory (default ./kvtier-data/mlperf-kv)\n"
+	       "  --dram-bytes B   CPU memory of the rules (unscaled; the pool gets B x scale);\n"
+	       "                   0 (default): no DRAM tier\n"
+	       "  --nvme-bytes B   NVMe capacity, real bytes on disk (default 2GiB)\n"
+	       "  --scale X        KV bytes = the model's x X, in (0, 1] (default 0.01)\n"
+	       "  --queue-depth N  chunk operations in flight (default 64)\n"
+	       "  --seed S         (default 42)\n");
+}
+
+int kvt_bench_mlperf(int argc, char **argv)
+{
+	const char *model = "llama3.1-8b";
+	unsigned long long dram = 0, nvme = 2ull << 30, seed = 42;
+	double seconds = 30, scale = 0.01;
+	long users = 200, qd = 64;
+	struct cli_store_opts so = {0};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int r = cli_store_opt(&so, argc, argv, &i);
+		if (r < 0)
+			return 2;
+		if (r > 0)
+			continue;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage();
+			return 0;
+		}
+		if (!v)
+			return cli_fail(CMD, "%s needs a value (see --help)", a), 2;
+		i++;
+		char *end;
+		if (!strcmp(a, "--workload")) {
+			if (strcmp(v, "mlperf-kv"))
+				return cli_fail(CMD, "--workload: '%s' is unknown (mlperf-kv)", v), 2;
+		} else if (!strcmp(a, "--model")) {
+			model = v;
+		} else if (!strcmp(a, "--users")) {
+			users = strtol(v, &end, 10);
+			if (*end || !*v || users < 1 || users > 100000)
+				return cli_fail(CMD, "--users: '%s' is not in [1, 100000]", v), 2;
+		} else if (!strcmp(a, "--queue-depth")) {
+			qd = strtol(v, &end, 10);
+			if (*end || !*v || qd < 1 || qd > 4096)
+				return cli_fail(CMD, "--queue-depth: '%s' is not in [1, 4096]", v), 2;
+		} else if (!strcmp(a, "--seconds")) {
+			seconds = strtod(v, &end);
+			if (*end || !(seconds > 0) || seconds > 86400)
+				return cli_fail(CMD, "--seconds: '%s' is not in (0, 86400]", v), 2;
+		} else if (!strcmp(a, "--scale")) {
+			if (scaled_parse(v, &scale))
+				return cli_fail(CMD, "--scale: '%s' is not a number in (0, 1]", v), 2;
+		} else if (!strcmp(a, "--dram-bytes")) {
+			if (cli_parse_size(v, &dram) < 0)
+				return cli_fail(CMD, "--dram-bytes: '%s' is not a size", v), 2;
+		} else if (!strcmp(a, "--nvme-bytes")) {
+			if (cli_parse_size(v, &nvme) < 0 || nvme < (1ull << 20))
+				return cli_fail(CMD, "--nvme-bytes: '%s' is not a size >= 1M", v), 2;
+		} else if (!strcmp(a, "--seed")) {
+			seed = strtoull(v, &end, 10);
+			if (*end || !*v || *v == '-')
+				return cli_fail(CMD, "--seed: '%s' is not a non-negative integer", v), 2;
+		} else {
+			return cli_fail(CMD, "unknown option '%s' (see --workload mlperf-kv --help)", a),
+			       2;
+		}
+	}
+	struct scaled_geometry sg;
+	if (scaled_geometry(model, scale, CHUNK, &sg))
+		return cli_fail(CMD, "--model '%s' is not a model preset usable at scale %g", model,
+				scale), 2;
+	const char *dir = so.dir ? so.dir : "./kvtier-data/mlperf-kv";
+	uint64_t obj = kvt_object_bytes(&sg.geo, CHUNK);
+	uint64_t dram_pool = (uint64_t)((double)dram * scale);
+	/* in-flight operations pin DRAM slots: a pool below two queue depths of objects would
+	 * refuse puts (-ENOSPC) for want of an evictable slot, not for want of capacity */
+	if (dram && dram_pool < (2 * (uint64_t)qd + 16) * obj)
+		dram_pool = (2 * (uint64_t)qd + 16) * obj;
+	char nb[32], db[32];
+	snprintf(nb, sizeof(nb), "%llu", nvme);
+	snprintf(db, sizeof(db), "%llu", (unsigned long long)dram_pool);
+	so.tiers = dram ? "dram,nvme" : "nvme";
+	so.dir = dir;
+	mkdir(dir, 0755);
+	struct kvt_config *cfg = cli_config(&so);
+	if (!cfg)
+		return 1;
+	char qds[32];
+	snprintf(qds, sizeof(qds), "%ld", qd);
+	if (scaled_apply(&sg, cfg) || kvt_config_set(cfg, "nvme.bytes", nb, NULL, 0) ||
+	    (dram && kvt_config_set(cfg, "dram.bytes", db, NULL, 0)) ||
+	    kvt_config_set(cfg, "nvme.fsync", "none", NULL, 0) ||
+	    kvt_config_set(cfg, "nvme.queue_depth", qds, NULL, 0)) {
+		kvt_config_destroy(cfg);
+		return cli_fail(CMD, "cannot configure the store");
+	}
+	struct kvt_store *s;
+	int rc = kvt_store_open(cfg, &s);
+	kvt_config_destroy(cfg);
+	if (rc < 0)
+		return cli_fail(CMD, "cannot open the store in %s: %s", dir, kvt_strerror(rc));
+
+	struct mb m = {.s = s, .n_users = (uint32_t)users, .qd = (uint32_t)qd,
+		       .payload = (size_t)kvt_payload_bytes(&sg.geo, CHUNK)};
+	m.users = calloc((size_t)users, sizeof(*m.users));
+	m.slots = calloc((size_t)qd, sizeof(*m.slots));
+	rc = 1;
+	if (!m.users || !m.slots || posix_memalign(&m.wbuf, KVT_ALIGN, m.payload)) {
+		cli_fail(CMD, "out of memory");
+		goto out;
+	}
+	for (long i = 0; i < qd; i++)
+		if (posix_memalign(&m.slots[i].buf, KVT_ALIGN, m.payload)) {
+			cli_fail(CMD, "out of memory");
+			goto out;
+		}
+	uint64_t nr = 0x5eed ^ seed;
+	for (size_t i = 0; i < m.payload; i++)
+		((uint8_t *)m.wbuf)[i] = (uint8_t)(bench_rnd(&nr) >> 24);
+	for (uint32_t p = 0; p < N_SYS; p++)
+		for (uint32_t c = 0; c < SYS_TOKENS / CHUNK; c++) {
+			uint32_t tok[3] = {0xffffffffu, p, c};
+			kvt_key_next(kvt_store_ns_id(s), c ? &m.sys_keys[p][c - 1] : NULL, tok, 3,
+				     &m.sys_keys[p][c]);
+		}
+	if (!so.json)
+		printf("mlperf-kv: %s at scale %g (%llu B/token, object %llu B), %ld users, "
+		       "tiers %s (DRAM pool %s B), NVMe %s B in %s, %.0f s, seed %llu\n",
+		       sg.model, scale, (unsigned long long)sg.bpt, (unsigned long long)obj, users,
+		       so.tiers, dram ? db : "0", nb, dir, seconds, seed);
+	uint64_t kinds[3] = {0};
+	for (uint32_t i = 0; i < m.n_users; i++) {
+		struct user *u = &m.users[i];
+		u->m = &m;
+		u->id = i;
+		u->rng = (seed + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)i * 0xbf58476d1ce4e5b9ull);
+		if (!u->rng)
+			u->rng = 1;
+		bench_rnd(&u->rng);
+		u->kind = (uint32_t)(bench_rnd(&u->rng) % 3);
+		u->cls = (uint32_t)(bench_rnd(&u->rng) % N_CLASSES);
+		kinds[u->kind]++;
+		new_conversation(u);
+	}
+	uint64_t t0 = kvt__now_ns(), end = t0 + (uint64_t)(seconds * 1e9);
+	while (kvt__now_ns() < end) {
+		dispatch(&m);
+		kvt_poll(s, 10);
+	}
+	m.stop = true;
+	while (m.inflight)
+		kvt_poll(s, 100);
+	double secs = (double)(kvt__now_ns() - t0) / 1e9;
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	uint64_t csum = 0;
+	for (uint32_t i = 0; i < st.n_tiers; i++)
+		csum += st.tier[i].checksum_failures;
+
+	lat_sort(&m.rl);
+	lat_sort(&m.wl);
+	double gib = 1073741824.0;
+	double rg = (double)m.read_bytes / gib / secs, wg = (double)m.write_bytes / gib / secs;
+	double hit = m.read_chunks ? (double)m.hit_chunks / (double)m.read_chunks : 0;
+	if (!so.json) {
+		printf("  users: %llu chatbot, %llu coding, %llu document\n",
+		       (unsigned long long)kinds[0], (unsigned long long)kinds[1],
+		       (unsigned long long)kinds[2]);
+		printf("  read : %7.3f GiB/s  %llu entries  p50 %9.1f p95 %9.1f p99 %9.1f p99.9 "
+		       "%9.1f us\n",
+		       rg, (unsigned long long)m.entries_read, lat_pct(&m.rl, 50),
+		       lat_pct(&m.rl, 95), lat_pct(&m.rl, 99), lat_pct(&m.rl, 99.9));
+		printf("  write: %7.3f GiB/s  %llu entries  p50 %9.1f p95 %9.1f p99 %9.1f p99.9 "
+		       "%9.1f us\n",
+		       wg, (unsigned long long)m.entries_written, lat_pct(&m.wl, 50),
+		       lat_pct(&m.wl, 95), lat_pct(&m.wl, 99), lat_pct(&m.wl, 99.9));
+		for (int c = 0; c < N_CLASSES; c++) {
+			lat_sort(&m.rl_cls[c]);
+			printf("  %-11s read p95 %9.1f us (%zu entries)\n", class_name[c],
+			       lat_pct(&m.rl_cls[c], 95), m.rl_cls[c].n);
+		}
+		printf("  requests %llu, chunk hit ratio %.4f, cached tokens/s %.0f, writes rejected "
+		       "(full) %llu, errors %llu, checksum failures %llu\n",
+		       (unsigned long long)m.requests, hit, (double)m.cached_tokens / secs,
+		       (unsigned long long)m.writes_rejected,
+		       (unsigned long long)m.errors, (unsigned long long)csum);
+	} else {
+		printf("{\"workload\":\"mlperf-kv\",\"tier\":");
+		cli_json_str(stdout, so.tiers);
+		printf(",\"model\":");
+		cli_json_str(stdout, sg.model);
+		printf(",\"users\":%ld,\"seconds\":%.3f,\"scale\":%g,\"seed\":%llu,"
+		       "\"object_bytes\":%llu,\"dram_pool_bytes\":%llu,\"nvme_bytes\":%llu,"
+		       "\"queue_depth\":%ld,\"requests\":%llu,\"hit_ratio\":%.6f,"
+		       "\"read_entries\":%llu,\"write_entries\":%llu,\"read_bytes\":%llu,"
+		       "\"write_bytes\":%llu,\"read_gibps\":%.4f,\"write_gibps\":%.4f,"
+		       "\"read_p50_us\":%.1f,\"read_p95_us\":%.1f,\"read_p99_us\":%.1f,"
+		       "\"read_p999_us\":%.1f,\"write_p50_us\":%.1f,\"write_p95_us\":%.1f,"
+		       "\"write_p99_us\":%.1f,\"write_p999_us\":%.1f,\"cached_tokens_per_s\":%.1f",
+		       users, secs, scale, seed, (unsigned long long)obj,
+		       (unsigned long long)(dram ? dram_pool : 0), nvme, qd,
+		       (unsigned long long)m.requests, hit, (unsigned long long)m.entries_read,
+		       (unsigned long long)m.entries_written, (unsigned long long)m.read_bytes,
+		       (unsigned long long)m.write_bytes, rg, wg, lat_pct(&m.rl, 50),
+		       lat_pct(&m.rl, 95), lat_pct(&m.rl, 99), lat_pct(&m.rl, 99.9),
+		       lat_pct(&m.wl, 50), lat_pct(&m.wl, 95), lat_pct(&m.wl, 99),
+		       lat_pct(&m.wl, 99.9), (double)m.cached_tokens / secs);
+		for (int c = 0; c < N_CLASSES; c++) {
+			lat_sort(&m.rl_cls[c]);
+			printf(",\"%s_read_p95_us\":%.1f", class_name[c], lat_pct(&m.rl_cls[c], 95));
+		}
+		printf(",\"writes_rejected\":%llu", (unsigned long long)m.writes_rejected);
+		printf(",\"users_by_kind\":{\"%s\":%llu,\"%s\":%llu,\"%s\":%llu},\"errors\":%llu,"
+		       "\"checksum_failures\":%llu}\n",
+		       kind_name[0], (unsigned long long)kinds[0], kind_name[1],
+		       (unsigned long long)kinds[1], kind_name[2], (unsigned long long)kinds[2],
+		       (unsigned long long)m.errors, (unsigned long long)csum);
+	}
+	rc = m.errors ? 1 : 0;
+	if (m.errors)
+		fprintf(stderr, "kvtier bench: %llu operations failed (last: %s)\n",
+			(unsigned long long)m.errors, kvt_strerror(m.last_err));
+out:
+	kvt_store_close(s);
+	if (m.slots)
+		for (long i = 0; i < qd; i++)
+			free(m.slots[i].buf);
+	free(m.slots);
+	free(m.users);
+	free(m.wbuf);
+	free(m.rl.v);
+	free(m.wl.v);
+	for (int c = 0; c < N_CLASSES; c++)
+		free(m.rl_cls[c].v);
+	return rc;
+}
