@@ -1,25 +1,23 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: a store on a local directory (DRAM + NVMe, no
-# server needed). Installs what is missing, builds, then shows what the store does:
-# benchmarks of the DRAM and NVMe tiers against memcpy and fio measured in the same run,
-# a round trip through `kvtier ls` and `kvtier verify`.
+# server needed). Installs what is missing, builds, then replays a built-in multi-turn chat
+# workload with real bytes through the store (what each tier buys: hit ratios, bytes,
+# TTFT against no cache), prints the restore-vs-recompute crossover table, and finishes
+# with a short session save/resume and a verify of the directory. About a minute.
 #   KVT_DEMO_DIR   where the store lives (default ./kvtier-data)
-#   KVT_DEMO_SECONDS per benchmark phase (default 3)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 "$ROOT/scripts/deps.sh"
 B=$("$ROOT/scripts/build.sh" release)
 K="$B/kvtier"
 DIR=${KVT_DEMO_DIR:-$ROOT/kvtier-data}
-SECS=${KVT_DEMO_SECONDS:-3}
 mkdir -p "$DIR"
 "$K" --version
-if [ -x "$ROOT/scripts/demo-replay.sh" ]; then "$ROOT/scripts/demo-replay.sh" "$K" "$DIR"; fi
-echo "== DRAM tier vs memcpy"
-"$K" bench --tier dram --chunk-bytes 2M --seconds "$SECS"
-echo "== NVMe tier (io_uring, O_DIRECT) vs fio, in $DIR"
-"$K" bench --tier nvme --dir "$DIR/bench" --chunk-bytes 2M --queue-depth 32 --set-bytes 1G --seconds "$SECS"
-rm -rf "$DIR/bench"
-echo "== store contents"
-"$K" stat --dir "$DIR"
-"$K" verify --dir "$DIR" --json | tail -1
+"$ROOT/scripts/demo-replay.sh" "$K" "$DIR"
+echo
+echo "== a conversation saved in one instance and resumed by a fresh one on the same directory"
+"$K" session save --synthetic 4096 --dir "$DIR/store"
+"$K" session resume --synthetic 4096 --dir "$DIR/store"
+"$K" verify --dir "$DIR/store" --json | tail -1
+echo
+echo "Benchmarks against memcpy / fio / redis-benchmark / curl / rados bench: scripts/bench-all.sh"

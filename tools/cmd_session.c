@@ -85,6 +85,22 @@ static void synthetic(unsigned long n, unsigned long seed, uint32_t **out, size_
 	*len = t ? n : 0;
 }
 
+#define WINDOW 8
+
+struct fetch {
+	void *buf;
+	int idx;
+	bool busy, finished;
+	struct kvt_result res;
+};
+
+static void fetch_done(void *arg, const struct kvt_result *res)
+{
+	struct fetch *f = arg;
+	f->res = *res;
+	f->finished = true;
+}
+
 int kvt_cmd_session(int argc, char **argv)
 {
 	struct cli_store_opts o = {0};
@@ -187,19 +203,60 @@ int kvt_cmd_session(int argc, char **argv)
 		goto out;
 	}
 	uint64_t per_tier[KVT_MAX_TIERS] = {0}, bad = 0, hit_tokens = 0;
+	/* All chunks of the prefix are fetched at once (WINDOW in flight), each from the
+	 * fastest tier holding it, so one resume gathers from several tiers concurrently. */
+	struct fetch f[WINDOW];
+	int next = 0, done = 0;
+	int8_t *got_tier = calloc((size_t)prefix + 1, 1);
+	uint32_t *got_tokens = calloc((size_t)prefix + 1, sizeof(uint32_t));
+	for (int w = 0; w < WINDOW; w++) {
+		f[w].buf = malloc(full);
+		f[w].busy = false;
+	}
+	for (int w = 0; w < WINDOW; w++)
+		if (!f[w].buf || !got_tier || !got_tokens) {
+			rc = cli_fail("session", "out of memory");
+			goto out_fetch;
+		}
+	while (done < prefix) {
+		for (int w = 0; w < WINDOW && next < prefix; w++) {
+			if (f[w].busy)
+				continue;
+			f[w].busy = true;
+			f[w].finished = false;
+			f[w].idx = next++;
+			int r = kvt_get(s, &keys[f[w].idx], 0, 0, f[w].buf, full, fetch_done, &f[w]);
+			if (r < 0) {
+				f[w].finished = true;
+				f[w].res.status = r;
+			}
+		}
+		kvt_poll(s, 100);
+		for (int w = 0; w < WINDOW; w++) {
+			if (!f[w].busy || !f[w].finished)
+				continue;
+			struct kvt_result *res = &f[w].res;
+			got_tier[f[w].idx] = KVT_TIER_NONE; /* gone since the lookup, or corrupt */
+			if (res->status >= 0) {
+				fill_from_key(&keys[f[w].idx], want, res->bytes);
+				if (memcmp(f[w].buf, want, res->bytes))
+					bad++;
+				got_tier[f[w].idx] = (int8_t)res->tier;
+				got_tokens[f[w].idx] = res->n_tokens;
+			}
+			f[w].busy = false;
+			done++;
+		}
+	}
+	/* Only the contiguous prefix that arrived counts; past a hole it is a prefill. */
 	for (int i = 0; i < prefix; i++) {
-		struct kvt_result res;
-		int r = kvt_get_sync(s, &keys[i], 0, 0, buf, full, &res);
-		if (r < 0) { /* gone since the lookup, or corrupt: from here on it is a prefill */
+		if (got_tier[i] == KVT_TIER_NONE) {
 			prefix = i;
 			break;
 		}
-		fill_from_key(&keys[i], want, res.bytes);
-		if (memcmp(buf, want, res.bytes))
-			bad++;
-		if (res.tier >= 0 && res.tier < KVT_MAX_TIERS)
-			per_tier[res.tier]++;
-		hit_tokens += res.n_tokens;
+		if (got_tier[i] >= 0 && got_tier[i] < KVT_MAX_TIERS)
+			per_tier[(int)got_tier[i]]++;
+		hit_tokens += got_tokens[i];
 	}
 	double ms = (double)(kvt__now_ns() - t0) / 1e6;
 	if (o.json) {
@@ -223,6 +280,11 @@ int kvt_cmd_session(int argc, char **argv)
 			printf("  %llu chunks had wrong bytes\n", (unsigned long long)bad);
 	}
 	rc = bad ? 3 : 0;
+out_fetch:
+	for (int w = 0; w < WINDOW; w++)
+		free(f[w].buf);
+	free(got_tier);
+	free(got_tokens);
 out:
 	free(buf);
 	free(want);
