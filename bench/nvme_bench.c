@@ -19,6 +19,7 @@ static struct kvt_tier *tier;
 static uint64_t bs = 2u << 20, n_objects = 1024, duration_ns = 10000000000ull;
 static unsigned qd = 32;
 static uint64_t read_limit; /* 0: time-based */
+static uint64_t key_offset; /* -k: write keys offset.. (a second set, to fill a full cache) */
 static _Atomic uint64_t next_id, done_ops, done_bytes, failures;
 static _Atomic int running;
 static uint64_t t_end;
@@ -61,7 +62,7 @@ static void submit_write(struct slot *s)
 		slot_done();
 		return;
 	}
-	struct kvt_key k = key_of(id);
+	struct kvt_key k = key_of(id + key_offset);
 	if (tier->ops->write(tier, &k, s->buf, bs, on_write, s) < 0) {
 		failures++;
 		slot_done();
@@ -139,7 +140,7 @@ int main(int argc, char **argv)
 	const char *dir = "/tmp/kvt-nvme-bench", *fsync_mode = "none", *phases = "write,read";
 	unsigned ring_qd = 0;
 	int o;
-	while ((o = getopt(argc, argv, "d:b:n:q:Q:s:f:p:r:")) != -1) {
+	while ((o = getopt(argc, argv, "d:b:n:q:Q:s:f:p:r:k:")) != -1) {
 		switch (o) {
 		case 'd':
 			dir = optarg;
@@ -168,12 +169,16 @@ int main(int argc, char **argv)
 		case 'r':
 			read_limit = strtoull(optarg, NULL, 0);
 			break;
+		case 'k':
+			key_offset = strtoull(optarg, NULL, 0);
+			break;
 		default:
-			fprintf(stderr,
-				"usage: %s [-d dir] [-b bytes] [-n objects] [-q ops in flight] "
-				"[-Q ring depth] [-s read seconds] [-f none|data|full] "
-				"[-p write,read] [-r reads (instead of -s)]\n",
-				argv[0]);
+			fprintf(
+			    stderr,
+			    "usage: %s [-d dir] [-b bytes] [-n objects] [-q ops in flight] "
+			    "[-Q ring depth] [-s read seconds] [-f none|data|full] "
+			    "[-p write,read] [-r reads (instead of -s)] [-k write key offset]\n",
+			    argv[0]);
 			return 2;
 		}
 	}

@@ -5,7 +5,9 @@
 # Builds bench/nvme_bench.c against build_dir/libkvtier_core.a. Prints MB/s of:
 #   fio randwrite (overwrite of preallocated files), fio fresh-file write (create+write,
 #   what the tier does per object), tier write (temp file + write + close + rename,
-#   nvme.fsync=none), fio randread, tier read (whole objects, random keys).
+#   nvme.fsync=none), fio randread, tier read (whole objects, random keys), and tier write
+#   into a full cache (each write evicts; same-size victims' files are overwritten in place,
+#   so fio overwrite is the reference there).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 B=${1:-$SRC/build}
@@ -27,15 +29,16 @@ fio_mbps() { # rw extra... ; terse v3: field 7 read KB/s, field 48 write KB/s
 		--terse-version=3 "$@" | awk -F';' -v rw="$rw" \
 		'{ printf "%.1f", (rw ~ /read/ ? $7 : $48) / 1000 }'
 }
-tier_mbps() { # phase
-	"$B/nvme_bench" -d "$W/tier" -b "$BS" -n "$N" -q "$QD" -s "$SECS" -p "$1" 2>/dev/null |
+tier_mbps() { # phase [extra bench args]
+	local ph=$1; shift
+	"$B/nvme_bench" -d "$W/tier" -b "$BS" -n "$N" -q "$QD" -s "$SECS" -p "$ph" "$@" 2>/dev/null |
 		sed -n 's/.*MBps=\([0-9.]*\).*/\1/p'
 }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 # The disk may be shared and noisy: alternate fio and tier for ROUNDS rounds, report medians.
 ROUNDS=${ROUNDS:-3}
-FW="" FF="" TW="" FR="" TR=""
+FW="" FF="" TW="" FR="" TR="" TF=""
 fio_mbps write --directory="$W/fio" >/dev/null # lay out fio's files once
 for r in $(seq "$ROUNDS"); do
 	rm -rf "$W/tier" "$W/fio-fresh"
@@ -46,11 +49,15 @@ for r in $(seq "$ROUNDS"); do
 	TW+=" $(tier_mbps write)"
 	FR+=" $(fio_mbps randread --directory="$W/fio" --runtime="$SECS" --time_based)"
 	TR+=" $(tier_mbps read)"
+	# N more objects into a cache holding N: every write evicts (recycling the victim's file)
+	TF+=" $(KVTIER_NVME_BYTES=$((N * BS)) tier_mbps write -k "$N")"
 done
 fw=$(echo $FW | median) ff=$(echo $FF | median) tw=$(echo $TW | median)
-fr=$(echo $FR | median) tr=$(echo $TR | median)
+fr=$(echo $FR | median) tr=$(echo $TR | median) tf=$(echo $TF | median)
 echo "nvme_vs_fio bs=$BS objects=$N qd=$QD rounds=$ROUNDS (median MB/s)"
 echo "  write: fio overwrite $fw [$FW ], fio fresh files $ff [$FF ], tier $tw [$TW ]"
 echo "         tier/fio-fresh $(ratio "$tw" "$ff"), tier/fio-overwrite $(ratio "$tw" "$fw")"
+echo "  write, tier cache full (each write evicts): $tf [$TF ]," \
+	"tier-full/fio-overwrite $(ratio "$tf" "$fw")"
 echo "  read:  fio $fr [$FR ], tier $tr [$TR ], tier/fio $(ratio "$tr" "$fr")"
 rm -rf "$W"

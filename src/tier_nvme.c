@@ -52,7 +52,6 @@
  * refuses writes with -EDQUOT. A write of a key already stored completes at once: keys are content
  * addresses.
  */
-#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -179,7 +178,6 @@ struct nv_stats {
 };
 
 struct nv {
-	struct kvt_tier *t;
 	const struct kvt_log *log;
 	struct nv_dir *dirs;
 	uint32_t ndirs;
@@ -204,7 +202,6 @@ struct nv {
 	/* ring thread only */
 	struct io_uring ring;
 	struct nv_io *ios, *free_ios;
-	uint32_t inflight;
 	struct nv_io wake;
 	struct nv_io trash; /* marks the CQEs of evicted files' unlinks */
 	uint32_t trash_inflight;
@@ -810,7 +807,6 @@ static struct nv_io *io_start(struct nv *s, struct nv_op *op, enum nv_kind kind,
 	if (!(*sqe = io_uring_get_sqe(&s->ring)))
 		return NULL;
 	s->free_ios = io->next_free;
-	s->inflight++;
 	io->next_free = NULL;
 	io->op = op;
 	io->kind = kind;
@@ -825,7 +821,6 @@ static void io_put(struct nv *s, struct nv_io *io)
 	io->op = NULL;
 	io->next_free = s->free_ios;
 	s->free_ios = io;
-	s->inflight--;
 }
 
 static void ready_push(struct nv *s, struct nv_op *op)
@@ -2011,7 +2006,6 @@ static int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 {
 	struct nv *s = t->state;
 	int rc;
-	s->t = t;
 	s->log = &t->log;
 	s->efd = -1;
 	s->pid = getpid();
