@@ -999,6 +999,13 @@ void kvt__store_cancel(struct kvt_store *s, struct kvt_slot_ref *ref)
 
 static void chain_read_next(struct chain_read *cr);
 
+static bool same_geometry(const struct kvt_geometry *a, const struct kvt_geometry *b)
+{
+	return a->layers == b->layers && a->kv_heads == b->kv_heads &&
+	       a->head_dim == b->head_dim && a->chunk_tokens == b->chunk_tokens &&
+	       a->dtype == b->dtype && a->kind == b->kind;
+}
+
 static void chain_read_done(void *arg, int rc)
 {
 	struct chain_read *cr = arg;
@@ -1013,6 +1020,20 @@ static void chain_read_done(void *arg, int rc)
 		if (v == 0) {
 			atomic_fetch_add(&l->hits, 1);
 			cr->done(cr, 0, &h);
+			return;
+		}
+		/* A sound header of another namespace or geometry (an opaque key that another
+		 * model also uses) means the object is not ours, not that it is damaged: a miss,
+		 * and it stays for its owner. Only damage is dropped. */
+		struct kvt_expect any = {.max_object_bytes = s->max_object_bytes};
+		if (kvt__header_decode(cr->buf, &h, &any) == 0 &&
+		    (!same_geometry(&h.geometry, &s->geo) ||
+		     memcmp(h.ns_id, s->ns_id, KVT_NS_ID_BYTES))) {
+			atomic_fetch_add(&l->misses, 1);
+			KVT_DEBUG(&s->log, "tier %s holds this key for another namespace or geometry",
+				  l->name);
+			cr->pos++;
+			chain_read_next(cr);
 			return;
 		}
 		atomic_fetch_add(&l->checksum_failures, 1);

@@ -255,7 +255,12 @@ int kvt_cmd_verify(int argc, char **argv)
 			kvt_store_close(s);
 			return cli_fail("verify", "tier %s: listing failed", kvt_store_tier_name(s, i));
 		}
+		/* Objects of any geometry may share a directory: read each at its listed size
+		 * (bounded by store.max_object_bytes), not this store's chunk size. */
 		max = t->object_max;
+		for (size_t k = 0; k < l.n; k++)
+			if (l.bytes[k] > max && l.bytes[k] <= (4ull << 30))
+				max = KVT_ALIGN_UP(l.bytes[k], KVT_ALIGN);
 		void *buf = NULL;
 		if (posix_memalign(&buf, KVT_ALIGN, max)) {
 			kvt_store_close(s);
@@ -263,7 +268,8 @@ int kvt_cmd_verify(int argc, char **argv)
 		}
 		for (size_t k = 0; k < l.n; k++) {
 			struct sync_io w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
-			struct kvt_seg seg = {0, max, buf};
+			uint64_t want = KVT_ALIGN_UP(KVT_MAX(l.bytes[k], (uint64_t)KVT_HEADER_BYTES), KVT_ALIGN);
+			struct kvt_seg seg = {0, KVT_MIN(want, max), buf};
 			int rc = sync_io_wait(&w, t->ops->read(t, &l.keys[k], &seg, 1, sync_io_cb, &w));
 			const char *why = NULL;
 			struct kvt_header h;

@@ -45,6 +45,10 @@ echo "$out" | tail -1 | jq -e '.bad == 2 and .dropped == 0' >/dev/null || fail "
 out=$("$K" session resume --synthetic 2560 --dir "$T/s" "${SMALL[@]}" --json)
 echo "$out" | jq -e '.bad == 0 and .hit_chunks < 10' >/dev/null || fail "resume after damage: $out"
 
+# Objects of another geometry in the same directory are sound, not corrupt.
+"$K" session save --synthetic 1024 --dir "$T/s" --set model.layers=2 --set model.kv_heads=2 --set model.head_dim=64 --set dram.bytes=64MiB >/dev/null
+"$K" verify --dir "$T/s" "${SMALL[@]}" --json | tail -1 | jq -e '.objects == 12 and .bad == 0' >/dev/null || fail "verify with two geometries"
+
 # rm by key
 key=$("$K" ls --dir "$T/s" "${SMALL[@]}" --tiers nvme --json | head -1 | jq -r .key)
 "$K" rm --dir "$T/s" "${SMALL[@]}" "$key" | grep -q "removed from 1" || fail "rm"

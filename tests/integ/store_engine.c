@@ -374,6 +374,34 @@ static void test_admission(const char *dir)
 	kvt_config_destroy(c);
 }
 
+/* Opaque keys (an engine's own block hashes) do not encode the geometry: a store of another
+ * geometry that meets the same key on a shared directory sees a miss, and the object stays
+ * intact for its owner - never dropped as "corrupt". */
+static void test_foreign_object(const char *dir)
+{
+	struct kvt_config *ca = test_config("nvme", dir), *cb = test_config("nvme", dir);
+	test_set(cb, "model.layers", "2");
+	struct kvt_store *a = open_store(ca);
+	struct kvt_key k;
+	memset(&k, 0x5c, sizeof(k)); /* an opaque, caller-chosen key */
+	put_n(a, &k, 1, 800);
+	CHECK_RC(kvt_flush_sync(a), 0);
+	kvt_store_close(a);
+	struct kvt_store *b = open_store(cb);
+	void *buf = malloc(PAYLOAD);
+	CHECK_RC(kvt_get_sync(b, &k, 0, 0, buf, PAYLOAD, NULL), -ENOENT);
+	struct kvt_stats st;
+	kvt_stats(b, &st);
+	CHECK(st.tier[0].checksum_failures == 0);
+	kvt_store_close(b);
+	free(buf);
+	a = open_store(ca);
+	CHECK_RC(get_check(a, &k, 800, NULL), 0);
+	kvt_store_close(a);
+	kvt_config_destroy(ca);
+	kvt_config_destroy(cb);
+}
+
 static void test_config_errors(const char *dir)
 {
 	struct kvt_config *c = test_config("dram,nvme", dir);
@@ -400,7 +428,7 @@ int main(void)
 {
 	char *dir = test_tmpdir("engine");
 	const char *steps[] = {"basic", "restart", "write-through", "write-back", "selective",
-			       "corruption", "threads", "admission", "config"};
+			       "corruption", "threads", "admission", "foreign", "config"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -413,7 +441,8 @@ int main(void)
 		case 5: test_corruption(sub); break;
 		case 6: test_threads(sub); break;
 		case 7: test_admission(sub); break;
-		case 8: test_config_errors(sub); break;
+		case 8: test_foreign_object(sub); break;
+		case 9: test_config_errors(sub); break;
 		}
 	}
 	test_rmdir(dir);
