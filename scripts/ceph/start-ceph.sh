@@ -8,7 +8,8 @@
 # Environment: OSDS (1), RGW (1: start radosgw), RGW_PORT (7480), MON_V2 (3300), MON_V1
 # (6789), OBJECTSTORE (memstore|bluestore), MEMSTORE_BYTES (1GiB per OSD), WITH_MGR (1),
 # ACCESS_KEY, SECRET_KEY, EXTRA_CONF (lines appended to [global]), WATCH_PID (stop the
-# cluster by itself once that process is gone: a test killed by a timeout leaks nothing).
+# cluster by itself once that process is gone: a test killed by a timeout leaks nothing;
+# WATCH_RM=1 also removes DIR then).
 # Writes DIR/env (CEPH_CONF, KVTIER_S3_ENDPOINT, AWS_* ...) for clients to source.
 set -euo pipefail
 DIR=${1:?usage: $0 DIR}
@@ -123,7 +124,8 @@ if [ "$RGW" = 1 ]; then
 fi
 if [ -n "${WATCH_PID:-}" ]; then
   setsid bash -c 'while kill -0 '"$WATCH_PID"' 2>/dev/null && [ -d "$1/run" ]; do sleep 1; done
-    "$2/stop-ceph.sh" "$1" >/dev/null 2>&1' watchdog "$DIR" "$HERE" </dev/null >/dev/null 2>&1 &
+    "$2/stop-ceph.sh" "$1" >/dev/null 2>&1; [ "$3" = 1 ] && rm -rf "$1"' watchdog "$DIR" "$HERE" \
+    "${WATCH_RM:-0}" </dev/null >/dev/null 2>&1 &
   echo $! > "$DIR/watchdog.pid"
 fi
 cat > "$DIR/env" <<ENV

@@ -121,10 +121,11 @@ static inline void ceph_start(int osds, int rgw)
 	ceph_rgw_port = free_port();
 	int v2 = free_port(), v1 = free_port();
 	uint64_t t0 = kvt__now_ns();
-	int rc =
-	    shf("OSDS=%d RGW=%d RGW_PORT=%d MON_V2=%d MON_V1=%d WATCH_PID=%d '%s/start-ceph.sh' "
-		"'%s' > '%s.start.log' 2>&1",
-		osds, rgw, ceph_rgw_port, v2, v1, (int)getpid(), ceph_scripts, ceph_dir, ceph_dir);
+	/* WATCH_PID: the cluster stops (and its directory goes) even if this process is killed. */
+	int rc = shf("OSDS=%d RGW=%d RGW_PORT=%d MON_V2=%d MON_V1=%d WATCH_PID=%d WATCH_RM=%d "
+		     "'%s/start-ceph.sh' '%s' > '%s.start.log' 2>&1",
+		     osds, rgw, ceph_rgw_port, v2, v1, (int)getpid(),
+		     getenv("KVT_KEEP_CEPH") ? 0 : 1, ceph_scripts, ceph_dir, ceph_dir);
 	if (rc) {
 		shf("cat '%s.start.log' >&2; rm -f '%s.start.log'", ceph_dir, ceph_dir);
 		if (rc == 77) {
