@@ -1,5 +1,5 @@
 /*
- * tier_s3_retry.c - the s3 tier's retry, backoff and deadline logic against a fake S3
+ * tier_s3_retry_fake.c - the s3 tier's retry, backoff and deadline logic against a fake S3
  * endpoint (a small Python HTTP server, "fake" because a real radosgw cannot be made to
  * answer 503 SlowDown on demand here). The server answers by the key's first byte:
  *   0x51: 503 SlowDown twice, then the data   -> success after two retries
