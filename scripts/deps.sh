@@ -8,7 +8,7 @@ PKGS=(build-essential cmake pkg-config
       libhiredis-dev librados-dev libcurl4-openssl-dev
       fio redis-server redis-tools gnuplot-nox jq python3 clang)
 if [ "${KVT_WITH_CEPH:-0}" = 1 ]; then
-	PKGS+=(ceph-mon ceph-osd ceph-mgr radosgw ceph-common uuid-runtime)
+	PKGS+=(ceph-mon ceph-osd ceph-mgr radosgw ceph-common uuid-runtime ceph-mds ceph-fuse)
 fi
 missing=()
 for p in "${PKGS[@]}"; do

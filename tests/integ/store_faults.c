@@ -132,6 +132,7 @@ int main(void)
 
 	free(buf);
 	test_rmdir(dir);
+	free(dir);
 	printf("store_faults: ok (submit took %.1f ms while the tier took 300 ms)\n",
 	       (double)submit_ns / 1e6);
 	return 0;
