@@ -9,14 +9,10 @@
 # Environment: OSDS (1), RGW (1: start radosgw), RGW_PORT (7480), MON_V2 (3300), MON_V1
 # (6789), OBJECTSTORE (memstore|bluestore), MEMSTORE_BYTES (1GiB per OSD), WITH_MGR (1),
 # ACCESS_KEY, SECRET_KEY, EXTRA_CONF (lines appended to [global]), WATCH_PID (stop the
-<<<<<<< HEAD
 # cluster by itself once that process is gone: a test killed by a timeout leaks nothing;
-# WATCH_RM=1 also removes DIR then).
-=======
-# cluster by itself once that process is gone: a test killed by a timeout leaks nothing),
-# WITH_CEPHFS (0; 1: an MDS and the file system 'cephfs' on pools cephfs_metadata and
-# cephfs_data), FUSE_MOUNT (0; 1: also mount it with ceph-fuse at DIR/mnt; needs /dev/fuse).
->>>>>>> cephfs
+# WATCH_RM=1 also removes DIR then), WITH_CEPHFS (0; 1: an MDS and the file system 'cephfs'
+# on pools cephfs_metadata and cephfs_data), FUSE_MOUNT (0; 1: also mount it with
+# ceph-fuse at DIR/mnt; needs /dev/fuse).
 # Writes DIR/env (CEPH_CONF, KVTIER_S3_ENDPOINT, AWS_* ...) for clients to source.
 set -euo pipefail
 DIR=${1:?usage: $0 DIR}
