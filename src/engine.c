@@ -86,8 +86,32 @@ struct chain_read {
 	struct kvt_store *s;
 	struct kvt_key key;
 	void *buf;
+	bool in_slot; /* buf is a reserved DRAM slot (a fill), else a bounce buffer */
+	bool lost;    /* a late tier still owns buf: the slot went to its guard */
 	int pos;
 	void (*done)(struct chain_read *cr, int rc, const struct kvt_header *h);
+};
+
+/* A tier call the engine may stop waiting for (store.tier_timeout_ms). The tier's callback
+ * argument is the guard, never the operation, so a tier that answers after the engine gave
+ * up finds only the guard: it then releases what the operation left with it (a buffer the
+ * tier was writing into, a reserved slot, the lookup's arrays) and frees the guard. */
+enum { G_PENDING, G_DONE, G_EXPIRED };
+
+struct guard {
+	struct guard *prev, *next; /* the store's pending guards */
+	uint64_t deadline;
+	_Atomic int state;
+	_Atomic int refs;
+	bool linked;
+	struct kvt_store *s;
+	void *op;
+	void (*resume)(void *op, int rc); /* the tier answered in time */
+	void (*expire)(struct guard *g);  /* the deadline passed: hand over, move on */
+	/* left behind by expire() for the late answer to release */
+	void *orphan_buf;   /* a bounce buffer */
+	int32_t orphan_slot; /* a reserved DRAM slot, -1 none */
+	void *orphan_mem[2]; /* kvt__malloc'ed arrays */
 };
 
 struct fill_waiter {
@@ -155,6 +179,11 @@ struct kvt_store {
 	pthread_mutex_t cq_lock;
 	struct completion *cq_head, *cq_tail;
 	int efd;
+
+	/* guarded tier calls (deadline watchdog on the service thread) */
+	pthread_mutex_t guard_lock;
+	struct guard *guards;
+	uint64_t tier_timeout_ns;
 
 	/* service thread */
 	pthread_mutex_t work_lock;
@@ -257,6 +286,119 @@ int kvt_poll(struct kvt_store *s, int timeout_ms)
 	return n;
 }
 
+/* ------------------------------------------------------------ guarded tier calls */
+
+/* A guard has two references: the submitter's (dropped by guard_arm or guard_cancel) and
+ * the tier's (dropped when the tier calls back). Only armed guards - whose tier call was
+ * accepted - can expire; state changes and list membership are decided under guard_lock
+ * or by compare-and-swap, so an answer and the deadline never both continue the op. */
+static struct guard *guard_new(struct kvt_store *s, void *op, void (*resume)(void *, int),
+			       void (*expire)(struct guard *))
+{
+	struct guard *g = kvt__calloc(1, sizeof(*g));
+	if (!g)
+		return NULL;
+	g->s = s;
+	g->op = op;
+	g->resume = resume;
+	g->expire = expire;
+	g->orphan_slot = -1;
+	atomic_store(&g->refs, 2);
+	return g;
+}
+
+static void guard_put(struct guard *g)
+{
+	if (atomic_fetch_sub(&g->refs, 1) == 1)
+		kvt__free(g);
+}
+
+/* The tier accepted the call: start the clock. */
+static void guard_arm(struct guard *g)
+{
+	struct kvt_store *s = g->s;
+	pthread_mutex_lock(&s->guard_lock);
+	if (atomic_load(&g->state) == G_PENDING) { /* not answered already */
+		g->deadline = kvt__now_ns() + s->tier_timeout_ns;
+		g->next = s->guards;
+		if (s->guards)
+			s->guards->prev = g;
+		s->guards = g;
+		g->linked = true;
+	}
+	pthread_mutex_unlock(&s->guard_lock);
+	guard_put(g);
+}
+
+/* The tier refused the call (returned < 0): it will never call back. */
+static void guard_cancel(struct guard *g)
+{
+	kvt__free(g);
+}
+
+static void bounce_put(struct kvt_store *s, void *b);
+
+/* The tier's callback for every guarded call. */
+static void guard_cb(void *arg, int rc)
+{
+	struct guard *g = arg;
+	struct kvt_store *s = g->s;
+	pthread_mutex_lock(&s->guard_lock);
+	int expected = G_PENDING;
+	bool in_time = atomic_compare_exchange_strong(&g->state, &expected, G_DONE);
+	if (in_time && g->linked) {
+		if (g->prev)
+			g->prev->next = g->next;
+		else
+			s->guards = g->next;
+		if (g->next)
+			g->next->prev = g->prev;
+		g->linked = false;
+	}
+	pthread_mutex_unlock(&s->guard_lock);
+	if (in_time) {
+		g->resume(g->op, rc);
+	} else {
+		/* Answered after the deadline: the operation went on without it. */
+		if (g->orphan_buf)
+			bounce_put(s, g->orphan_buf);
+		if (g->orphan_slot >= 0)
+			kvt__dram_abort(s->dram, g->orphan_slot);
+		kvt__free(g->orphan_mem[0]);
+		kvt__free(g->orphan_mem[1]);
+	}
+	guard_put(g);
+}
+
+/* Run by the service thread: expire every overdue guarded call. */
+static void guards_expire(struct kvt_store *s)
+{
+	for (;;) {
+		uint64_t now = kvt__now_ns();
+		struct guard *due = NULL;
+		pthread_mutex_lock(&s->guard_lock);
+		for (struct guard *g = s->guards; g; g = g->next) {
+			int expected = G_PENDING;
+			if (g->deadline <= now &&
+			    atomic_compare_exchange_strong(&g->state, &expected, G_EXPIRED)) {
+				if (g->prev)
+					g->prev->next = g->next;
+				else
+					s->guards = g->next;
+				if (g->next)
+					g->next->prev = g->prev;
+				g->linked = false;
+				due = g;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&s->guard_lock);
+		if (!due)
+			return;
+		due->expire(due); /* the tier's reference keeps it alive until it answers */
+	}
+}
+
 /* ------------------------------------------------------------ service thread */
 
 static int defer(struct kvt_store *s, void (*fn)(void *), void *arg)
@@ -283,8 +425,21 @@ static void *service_main(void *arg)
 	struct kvt_store *s = arg;
 	pthread_mutex_lock(&s->work_lock);
 	for (;;) {
-		while (!s->work_head && !s->stopping)
-			pthread_cond_wait(&s->work_cond, &s->work_lock);
+		while (!s->work_head && !s->stopping) {
+			/* Wake at least every 20 ms to expire overdue tier calls. */
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 20 * 1000 * 1000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			if (pthread_cond_timedwait(&s->work_cond, &s->work_lock, &ts) == ETIMEDOUT) {
+				pthread_mutex_unlock(&s->work_lock);
+				guards_expire(s);
+				pthread_mutex_lock(&s->work_lock);
+			}
+		}
 		if (!s->work_head)
 			break;
 		struct work *w = s->work_head;
@@ -560,6 +715,8 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	pthread_mutex_init(&s->wb_lock, NULL);
 	pthread_cond_init(&s->wb_cond, NULL);
 	pthread_mutex_init(&s->bounce_lock, NULL);
+	pthread_mutex_init(&s->guard_lock, NULL);
+	s->tier_timeout_ns = kvt__cfg_u64(cfg, "store.tier_timeout_ms") * 1000000ull;
 	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (s->efd < 0) {
 		rc = -errno;
@@ -641,6 +798,7 @@ void kvt_store_close(struct kvt_store *s)
 	while (s->n_bounce)
 		kvt__free_aligned(s->bounce[--s->n_bounce], s->obj_max);
 	pthread_mutex_destroy(&s->bounce_lock);
+	pthread_mutex_destroy(&s->guard_lock);
 	pthread_mutex_destroy(&s->cq_lock);
 	pthread_mutex_destroy(&s->work_lock);
 	pthread_cond_destroy(&s->work_cond);
@@ -998,6 +1156,7 @@ void kvt__store_cancel(struct kvt_store *s, struct kvt_slot_ref *ref)
  * header and the chain position that served it, or -ENOENT when no tier could. */
 
 static void chain_read_next(struct chain_read *cr);
+static void chain_read_expire(struct guard *g);
 
 static bool same_geometry(const struct kvt_geometry *a, const struct kvt_geometry *b)
 {
@@ -1055,22 +1214,60 @@ static void chain_read_next(struct chain_read *cr)
 		struct link *l = &s->links[cr->pos];
 		if (!l->t || !link_usable(l))
 			continue;
+		struct guard *g = guard_new(s, cr, chain_read_done, chain_read_expire);
+		if (!g)
+			continue;
 		struct kvt_seg seg = {.off = 0, .len = s->obj_max, .buf = cr->buf};
-		int rc = l->t->ops->read(l->t, &cr->key, &seg, 1, chain_read_done, cr);
-		if (rc == 0)
+		int rc = l->t->ops->read(l->t, &cr->key, &seg, 1, guard_cb, g);
+		if (rc == 0) {
+			guard_arm(g);
 			return;
+		}
+		guard_cancel(g);
 		link_result(s, l, rc);
 	}
 	cr->done(cr, -ENOENT, NULL);
 }
 
+/* The tier is too slow (store.tier_timeout_ms): a miss there. It may still write into the
+ * buffer, so the buffer goes to the guard. A bounce read goes on to the next tier with a
+ * fresh buffer; a fill cannot take a second slot for its key, so it fails (the get that
+ * started it falls back to a bounce read). */
+static void chain_read_expire(struct guard *g)
+{
+	struct chain_read *cr = g->op;
+	struct kvt_store *s = cr->s;
+	struct link *l = &s->links[cr->pos];
+	link_result(s, l, -ETIMEDOUT);
+	atomic_fetch_add(&l->misses, 1);
+	KVT_WARN(&s->log, "tier %s: no answer within store.tier_timeout_ms; treated as a miss",
+		 l->name);
+	if (cr->in_slot) {
+		struct fill *f = (struct fill *)cr;
+		g->orphan_slot = f->ref.id;
+		cr->lost = true;
+		cr->done(cr, -ETIMEDOUT, NULL);
+		return;
+	}
+	g->orphan_buf = cr->buf;
+	cr->buf = bounce_get(s);
+	if (!cr->buf) {
+		cr->done(cr, -ENOMEM, NULL);
+		return;
+	}
+	cr->pos++;
+	chain_read_next(cr);
+}
+
 static void chain_read_start(struct chain_read *cr, struct kvt_store *s, const struct kvt_key *key,
-			     void *buf,
+			     void *buf, bool in_slot,
 			     void (*done)(struct chain_read *, int, const struct kvt_header *))
 {
 	cr->s = s;
 	cr->key = *key;
 	cr->buf = buf;
+	cr->in_slot = in_slot;
+	cr->lost = false;
 	cr->pos = s->dram_pos + 1;
 	cr->done = done;
 	chain_read_next(cr);
@@ -1113,7 +1310,8 @@ static void fill_read_done(struct chain_read *cr, int rc, const struct kvt_heade
 	struct fill *f = (struct fill *)cr; /* cr is the fill's first member */
 	struct kvt_store *s = f->s;
 	if (rc < 0) {
-		kvt__dram_abort(s->dram, f->ref.id);
+		if (!cr->lost) /* else the late tier's guard gives the slot back */
+			kvt__dram_abort(s->dram, f->ref.id);
 		fill_finish(f, rc, KVT_TIER_NONE);
 		return;
 	}
@@ -1184,7 +1382,7 @@ static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquir
 	f->next = *b;
 	*b = f;
 	pthread_mutex_unlock(&s->fill_lock);
-	chain_read_start(&f->cr, s, key, f->ref.buf, fill_read_done);
+	chain_read_start(&f->cr, s, key, f->ref.buf, true, fill_read_done);
 	return 0;
 }
 
@@ -1248,8 +1446,8 @@ static void get_finish(struct get_op *g, int status, int tier, uint32_t n_tokens
 	struct kvt_result res = {.status = status, .tier = tier, .n_tokens = n_tokens,
 				 .bytes = bytes};
 	struct kvt_store *s = g->s;
-	if (g->bounce)
-		bounce_put(s, g->bounce);
+	if (g->bounce && g->cr.buf) /* the chain read may have swapped buffers */
+		bounce_put(s, g->cr.buf);
 	complete(s, g->cb, g->arg, g->direct, &res);
 	kvt__free(g);
 }
@@ -1313,7 +1511,7 @@ static void get_bounce_done(struct chain_read *cr, int rc, const struct kvt_head
 		return;
 	}
 	/* Verified in full by the chain read: copy without checking again. */
-	int64_t n = kvt__object_copy_layers(h, g->bounce, g->l0, g->l1, g->buf, g->len);
+	int64_t n = kvt__object_copy_layers(h, cr->buf, g->l0, g->l1, g->buf, g->len);
 	if (n < 0)
 		get_finish(g, (int)n, KVT_TIER_NONE, 0, 0);
 	else
@@ -1325,7 +1523,7 @@ static int get_bounce_start(struct get_op *g)
 	g->bounce = bounce_get(g->s);
 	if (!g->bounce)
 		return -ENOMEM;
-	chain_read_start(&g->cr, g->s, &g->key, g->bounce, get_bounce_done);
+	chain_read_start(&g->cr, g->s, &g->key, g->bounce, false, get_bounce_done);
 	return 0;
 }
 
@@ -1452,6 +1650,7 @@ static void lookup_finish(struct lookup_op *o)
 }
 
 static void lookup_next(struct lookup_op *o);
+static void lookup_expire(struct guard *g);
 
 static void lookup_done(void *arg, int rc)
 {
@@ -1483,12 +1682,39 @@ static void lookup_next(struct lookup_op *o)
 				o->ask[o->n_ask] = o->keys[i];
 				o->ask_idx[o->n_ask++] = (uint32_t)i;
 			}
-		int rc = l->t->ops->exists(l->t, o->ask, o->n_ask, o->present, lookup_done, o);
-		if (rc == 0)
+		struct guard *g = guard_new(s, o, lookup_done, lookup_expire);
+		if (!g)
+			continue;
+		int rc = l->t->ops->exists(l->t, o->ask, o->n_ask, o->present, guard_cb, g);
+		if (rc == 0) {
+			guard_arm(g);
 			return;
+		}
+		guard_cancel(g);
 		link_result(s, l, rc);
 	}
 	lookup_finish(o);
+}
+
+/* The tier is too slow: it counts as holding none of the keys. It may still read ask[]
+ * and write present[], so those go to the guard and the lookup goes on with new ones. */
+static void lookup_expire(struct guard *g)
+{
+	struct lookup_op *o = g->op;
+	struct kvt_store *s = o->s;
+	size_t m = o->n ? o->n : 1;
+	KVT_WARN(&s->log, "tier %s: no answer within store.tier_timeout_ms; treated as a miss",
+		 s->links[o->pos].name);
+	g->orphan_mem[0] = o->ask;
+	g->orphan_mem[1] = o->present;
+	o->ask = kvt__malloc(m * sizeof(*o->ask));
+	o->present = kvt__calloc(m, 1);
+	if (!o->ask || !o->present) {
+		link_result(s, &s->links[o->pos], -ETIMEDOUT);
+		lookup_finish(o); /* what faster tiers found */
+		return;
+	}
+	lookup_done(o, -ETIMEDOUT);
 }
 
 static int do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,

@@ -130,6 +130,36 @@ int main(void)
 	CHECK(kvt__now_ns() - t0 >= 250ull * 1000 * 1000);
 	kvt_store_close(s);
 
+	/* 4. A tier that does not answer within store.tier_timeout_ms: the get and the lookup
+	 * complete as misses at the deadline, the late answers are absorbed, and once the tier
+	 * answers in time again everything is served. */
+	{
+		struct kvt_config *c = test_config("dram,faulty", dir);
+		test_set(c, "faulty.inner", "nvme");
+		test_set(c, "store.tier_timeout_ms", "200");
+		CHECK_RC(kvt_store_open(c, &s), 0);
+		kvt_config_destroy(c);
+		t = kvt__store_tier(s, 1);
+		kvt__faulty_set(t, 0, 0, 1000);
+		uint64_t t1 = kvt__now_ns();
+		int rc = kvt_get_sync(s, &k[5], 0, 0, buf, PAYLOAD, NULL);
+		CHECK(rc == -ETIMEDOUT || rc == -ENOENT);
+		CHECK_RC(kvt_lookup_sync(s, k, N, NULL), 0);
+		uint64_t waited = kvt__now_ns() - t1;
+		CHECK(waited < 900ull * 1000 * 1000); /* two 200 ms deadlines, not 2 x 1000 ms */
+		kvt_stats(s, &st);
+		CHECK(st.tier[1].errors >= 2);
+		usleep(2500 * 1000); /* the late answers arrive and are released */
+		kvt__faulty_set(t, 0, 0, 0);
+		usleep(600 * 1000); /* past the circuit's cool-down, if it opened */
+		CHECK_RC(kvt_get_sync(s, &k[5], 0, 0, buf, PAYLOAD, &res), 0);
+		CHECK(res.tier == 1 && test_check(buf, PAYLOAD, 25));
+		CHECK_RC(kvt_lookup_sync(s, k, N, NULL), N);
+		kvt_store_close(s);
+		printf("store_faults: a 1000 ms tier cost %.0f ms for a get and a lookup\n",
+		       (double)waited / 1e6);
+	}
+
 	free(buf);
 	test_rmdir(dir);
 	free(dir);
