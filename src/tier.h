@@ -86,6 +86,23 @@ struct kvt_tier {
 	uint64_t object_max;  /* bytes of a full chunk's object */
 };
 
+/* The I/O counters the remote and shared tiers keep, updated from their threads. */
+struct kvt_io_counters {
+	_Atomic uint64_t hits, misses, reads, read_bytes, writes, write_bytes, errors, removes;
+};
+
+static inline void kvt__io_counters_read(struct kvt_io_counters *c, struct kvt_tier_stats *out)
+{
+	out->hits = c->hits;
+	out->misses = c->misses;
+	out->reads = c->reads;
+	out->read_bytes = c->read_bytes;
+	out->writes = c->writes;
+	out->write_bytes = c->write_bytes;
+	out->errors = c->errors;
+	out->removes = c->removes;
+}
+
 /* Backend table (src/tier.c). */
 const struct kvt_tier_ops *kvt__tier_find(const char *name);
 /* Space-separated names of the compiled-in tiers. */

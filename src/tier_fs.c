@@ -95,8 +95,7 @@ struct fs_state {
 	uint64_t next_ticket;
 	struct fs_op *flush_head, *flush_tail;
 
-	atomic_uint_fast64_t hits, misses, reads, read_bytes, writes, write_bytes, errors,
-		removes;
+	struct kvt_io_counters cnt;
 };
 
 static void key_hex(const struct kvt_key *key, char hex[2 * KVT_KEY_BYTES + 1])
@@ -253,7 +252,7 @@ static void run_exists(struct fs_state *s, struct fs_op *op, bool cancel)
 			} else {
 				int e = -errno;
 				atomic_store(&b->err, e);
-				atomic_fetch_add(&s->errors, 1);
+				atomic_fetch_add(&s->cnt.errors, 1);
 				KVT_WARN(&s->t->log, "fs: stat %s/%s: %s", s->dir, path,
 					 strerror(-e));
 				break;
@@ -322,11 +321,11 @@ static int run_read(struct fs_state *s, struct fs_op *op)
 	if (fd < 0) {
 		/* ESTALE: NFS had the name cached, another node removed the file: a miss too */
 		if (errno == ENOENT || errno == ENOTDIR || errno == ESTALE) {
-			atomic_fetch_add(&s->misses, 1);
+			atomic_fetch_add(&s->cnt.misses, 1);
 			return -ENOENT;
 		}
 		int e = -errno;
-		atomic_fetch_add(&s->errors, 1);
+		atomic_fetch_add(&s->cnt.errors, 1);
 		KVT_WARN(&s->t->log, "fs: open %s/%s: %s", s->dir, path, strerror(-e));
 		return e;
 	}
@@ -337,12 +336,12 @@ static int run_read(struct fs_state *s, struct fs_op *op)
 				    op->segs[i].off);
 		if (r == -ESTALE) { /* removed by another node while we read it */
 			rc = -ENOENT;
-			atomic_fetch_add(&s->misses, 1);
+			atomic_fetch_add(&s->cnt.misses, 1);
 			break;
 		}
 		if (r < 0) {
 			rc = (int)r;
-			atomic_fetch_add(&s->errors, 1);
+			atomic_fetch_add(&s->cnt.errors, 1);
 			KVT_WARN(&s->t->log, "fs: read %s/%s: %s", s->dir, path, strerror(-rc));
 			break;
 		}
@@ -351,9 +350,9 @@ static int run_read(struct fs_state *s, struct fs_op *op)
 	close(fd);
 	if (rc < 0)
 		return rc;
-	atomic_fetch_add(&s->hits, 1);
-	atomic_fetch_add(&s->reads, 1);
-	atomic_fetch_add(&s->read_bytes, total);
+	atomic_fetch_add(&s->cnt.hits, 1);
+	atomic_fetch_add(&s->cnt.reads, 1);
+	atomic_fetch_add(&s->cnt.read_bytes, total);
 	return (int)KVT_MIN(total, (uint64_t)INT32_MAX);
 }
 
@@ -436,14 +435,14 @@ static int run_write(struct fs_state *s, struct fs_op *op)
 		goto fail_unlink;
 	if (s->sync == SYNC_FULL && (rc = fsync_leaf(s, path)) < 0)
 		goto fail;
-	atomic_fetch_add(&s->writes, 1);
-	atomic_fetch_add(&s->write_bytes, op->len);
+	atomic_fetch_add(&s->cnt.writes, 1);
+	atomic_fetch_add(&s->cnt.write_bytes, op->len);
 	return 0;
 
 fail_unlink:
 	unlinkat(s->rootfd, tmp, 0);
 fail:
-	atomic_fetch_add(&s->errors, 1);
+	atomic_fetch_add(&s->cnt.errors, 1);
 	KVT_WARN(&s->t->log, "fs: write %s/%s: %s", s->dir, path, strerror(-rc));
 	return rc;
 }
@@ -456,11 +455,11 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
 		int e = -errno;
 		if (e == -ENOENT || e == -ENOTDIR || e == -ESTALE)
 			return -ENOENT;
-		atomic_fetch_add(&s->errors, 1);
+		atomic_fetch_add(&s->cnt.errors, 1);
 		KVT_WARN(&s->t->log, "fs: unlink %s/%s: %s", s->dir, path, strerror(-e));
 		return e;
 	}
-	atomic_fetch_add(&s->removes, 1);
+	atomic_fetch_add(&s->cnt.removes, 1);
 	return 0;
 }
 
@@ -760,14 +759,7 @@ static void fs_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 {
 	struct fs_state *s = t->state;
 	/* objects/bytes stay 0: other nodes change the directory, there is no count to keep. */
-	out->hits = atomic_load(&s->hits);
-	out->misses = atomic_load(&s->misses);
-	out->reads = atomic_load(&s->reads);
-	out->read_bytes = atomic_load(&s->read_bytes);
-	out->writes = atomic_load(&s->writes);
-	out->write_bytes = atomic_load(&s->write_bytes);
-	out->errors = atomic_load(&s->errors);
-	out->removes = atomic_load(&s->removes);
+	kvt__io_counters_read(&s->cnt, out);
 }
 
 static bool is_hex(const char *p, size_t n)

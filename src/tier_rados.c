@@ -84,7 +84,7 @@ struct rados_state {
 	struct rados_op *deferred; /* issued directly, all ended before the call returned */
 	uint32_t direct;	   /* callers inside issue_direct(): close waits for them */
 	uint32_t inflight;	   /* librados calls not yet completed */
-	_Atomic uint64_t reads, read_bytes, writes, write_bytes, errors, removes;
+	struct kvt_io_counters cnt;
 };
 
 static void key_hex(const struct kvt_key *k, char out[2 * KVT_KEY_BYTES + 1])
@@ -138,13 +138,13 @@ static void sub_done(struct rados_sub *u, int rc)
 	case OP_READ:
 		if (rc >= 0) {
 			atomic_fetch_add(&op->total, (uint64_t)rc);
-			atomic_fetch_add(&s->read_bytes, (uint64_t)rc);
+			atomic_fetch_add(&s->cnt.read_bytes, (uint64_t)rc);
 			rc = 0;
 		}
 		break;
 	case OP_WRITE:
 		if (rc >= 0)
-			atomic_fetch_add(&s->write_bytes, op->len);
+			atomic_fetch_add(&s->cnt.write_bytes, op->len);
 		break;
 	default:
 		break;
@@ -167,7 +167,7 @@ static void op_complete(struct rados_op *op)
 		result = t > INT32_MAX ? INT32_MAX : (int)t;
 	}
 	if (result < 0 && result != -ENOENT && result != -ECANCELED) {
-		atomic_fetch_add(&s->errors, 1);
+		atomic_fetch_add(&s->cnt.errors, 1);
 		KVT_DEBUG(&s->t->log, "rados: %s: %s", op->oids[0], strerror(-result));
 	}
 	kvt_tier_cb cb = op->cb;
@@ -207,16 +207,16 @@ static int issue(struct rados_state *s, struct rados_sub *u)
 		break;
 	case OP_READ:
 		rc = rados_aio_read(s->io, oid, c, u->buf, (size_t)u->len, u->off);
-		atomic_fetch_add(&s->reads, 1);
+		atomic_fetch_add(&s->cnt.reads, 1);
 		break;
 	case OP_WRITE:
 		rc = rados_aio_write_full(s->io, oid, c, op->obj, (size_t)op->len);
-		atomic_fetch_add(&s->writes, 1);
+		atomic_fetch_add(&s->cnt.writes, 1);
 		break;
 	case OP_REMOVE:
 	case OP_DROP:
 		rc = rados_aio_remove(s->io, oid, c);
-		atomic_fetch_add(&s->removes, 1);
+		atomic_fetch_add(&s->cnt.removes, 1);
 		break;
 	}
 	if (rc < 0)
@@ -447,12 +447,7 @@ static void rt_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 static void rt_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 {
 	struct rados_state *s = t->state;
-	out->reads = atomic_load(&s->reads);
-	out->read_bytes = atomic_load(&s->read_bytes);
-	out->writes = atomic_load(&s->writes);
-	out->write_bytes = atomic_load(&s->write_bytes);
-	out->errors = atomic_load(&s->errors);
-	out->removes = atomic_load(&s->removes);
+	kvt__io_counters_read(&s->cnt, out);
 }
 
 /* Synchronous listing of this namespace (recovery, `kvtier ls`): objects whose names are

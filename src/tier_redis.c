@@ -111,8 +111,7 @@ struct rd_state {
 	unsigned nconns;
 	atomic_uint rr;
 	struct rd_conn conns[RD_MAX_CONNS];
-	atomic_uint_fast64_t hits, misses, reads, read_bytes, writes, write_bytes, errors,
-		removes;
+	struct kvt_io_counters cnt;
 };
 
 /* ------------------------------------------------------------ requests */
@@ -249,7 +248,7 @@ static void complete(struct rd_state *s, struct rd_op *op, int result)
 {
 	if (op->cb) {
 		if (result < 0 && result != -ENOENT && result != -ECANCELED)
-			atomic_fetch_add(&s->errors, 1);
+			atomic_fetch_add(&s->cnt.errors, 1);
 		op->cb(op->arg, result);
 	}
 	kvt__free(op);
@@ -485,23 +484,23 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 	switch (op->kind) {
 	case OP_READ:
 		if (res == -ENOENT) {
-			atomic_fetch_add(&s->misses, 1);
+			atomic_fetch_add(&s->cnt.misses, 1);
 		} else if (!res) {
-			atomic_fetch_add(&s->hits, 1);
-			atomic_fetch_add(&s->reads, 1);
-			atomic_fetch_add(&s->read_bytes, op->total);
+			atomic_fetch_add(&s->cnt.hits, 1);
+			atomic_fetch_add(&s->cnt.reads, 1);
+			atomic_fetch_add(&s->cnt.read_bytes, op->total);
 			res = (int)KVT_MIN(op->total, (uint64_t)INT32_MAX);
 		}
 		break;
 	case OP_WRITE:
 		if (!res) {
-			atomic_fetch_add(&s->writes, 1);
-			atomic_fetch_add(&s->write_bytes, op->val_len);
+			atomic_fetch_add(&s->cnt.writes, 1);
+			atomic_fetch_add(&s->cnt.write_bytes, op->val_len);
 		}
 		break;
 	case OP_REMOVE:
 		if (!res)
-			atomic_fetch_add(&s->removes, 1);
+			atomic_fetch_add(&s->cnt.removes, 1);
 		break;
 	default:
 		break;
@@ -1038,14 +1037,7 @@ static void rd_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 static void rd_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 {
 	struct rd_state *s = t->state;
-	out->hits = atomic_load(&s->hits);
-	out->misses = atomic_load(&s->misses);
-	out->reads = atomic_load(&s->reads);
-	out->read_bytes = atomic_load(&s->read_bytes);
-	out->writes = atomic_load(&s->writes);
-	out->write_bytes = atomic_load(&s->write_bytes);
-	out->errors = atomic_load(&s->errors);
-	out->removes = atomic_load(&s->removes);
+	kvt__io_counters_read(&s->cnt, out);
 }
 
 const struct kvt_tier_ops kvt__tier_redis_ops = {

@@ -114,7 +114,8 @@ struct s3_state {
 	bool closing;
 	struct s3_xfer *sub_head, *sub_tail;
 	/* stats */
-	_Atomic uint64_t reads, read_bytes, writes, write_bytes, errors, removes, retried;
+	struct kvt_io_counters cnt;
+	_Atomic uint64_t retried;
 	_Atomic uint64_t last_warn_ns;
 };
 
@@ -221,7 +222,7 @@ static void op_finish_xfer(struct s3_xfer *x, int rc)
 	if (result >= 0 && op->kind == OP_READ)
 		result = op->total > INT32_MAX ? INT32_MAX : (int)op->total;
 	if (result < 0 && result != -ENOENT && result != -ECANCELED)
-		atomic_fetch_add(&s->errors, 1);
+		atomic_fetch_add(&s->cnt.errors, 1);
 	for (uint32_t i = 0; i < op->nx; i++)
 		curl_slist_free_all(op->xfers[i].hdrs);
 	kvt_tier_cb cb = op->cb;
@@ -322,10 +323,10 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 			return;
 		case M_GET:
 			op->total += x->got;
-			atomic_fetch_add(&s->read_bytes, x->got);
+			atomic_fetch_add(&s->cnt.read_bytes, x->got);
 			break;
 		case M_PUT:
-			atomic_fetch_add(&s->write_bytes, op->len);
+			atomic_fetch_add(&s->cnt.write_bytes, op->len);
 			break;
 		case M_DELETE:
 		case M_NONE:
@@ -458,11 +459,11 @@ static int xfer_start(struct s3_state *s, struct s3_xfer *x, uint64_t now)
 		s->act->aprev = x;
 	s->act = x;
 	if (x->method == M_GET)
-		atomic_fetch_add(&s->reads, 1);
+		atomic_fetch_add(&s->cnt.reads, 1);
 	else if (x->method == M_PUT)
-		atomic_fetch_add(&s->writes, 1);
+		atomic_fetch_add(&s->cnt.writes, 1);
 	else if (x->method == M_DELETE)
-		atomic_fetch_add(&s->removes, 1);
+		atomic_fetch_add(&s->cnt.removes, 1);
 	return 0;
 }
 
@@ -740,12 +741,7 @@ static void s3_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 static void s3_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 {
 	struct s3_state *s = t->state;
-	out->reads = atomic_load(&s->reads);
-	out->read_bytes = atomic_load(&s->read_bytes);
-	out->writes = atomic_load(&s->writes);
-	out->write_bytes = atomic_load(&s->write_bytes);
-	out->errors = atomic_load(&s->errors);
-	out->removes = atomic_load(&s->removes);
+	kvt__io_counters_read(&s->cnt, out);
 }
 
 /* ------------------------------------------------------------------ open / close */
