@@ -60,6 +60,10 @@ static inline bool kvt__key_eq(const struct kvt_key *a, const struct kvt_key *b)
 	return !memcmp(a->bytes, b->bytes, KVT_KEY_BYTES);
 }
 
+/* The key named by exactly 2*KVT_KEY_BYTES lowercase hex digits at hex (no terminator
+ * needed): the canonical form tiers use in object names. 0, or -EINVAL for anything else. */
+int kvt__key_from_lowerhex(const char *hex, struct kvt_key *key);
+
 /* ---- CRC32C (Castagnoli), through ISA-L ---- */
 /* Standard CRC32C of buf continuing from crc (start with 0). crc32c("123456789") = 0xe3069283. */
 uint32_t kvt__crc32c(uint32_t crc, const void *buf, size_t len);

@@ -335,3 +335,20 @@ int kvt_key_from_hex(const char *hex, struct kvt_key *key)
 	memcpy(key->bytes, b, sizeof(b));
 	return 0;
 }
+
+int kvt__key_from_lowerhex(const char *hex, struct kvt_key *key)
+{
+	uint8_t b[KVT_KEY_BYTES];
+	for (size_t i = 0; i < 2 * KVT_KEY_BYTES; i++) {
+		char c = hex[i];
+		int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+		if (v < 0)
+			return -EINVAL;
+		if (i % 2)
+			b[i / 2] |= (uint8_t)v;
+		else
+			b[i / 2] = (uint8_t)(v << 4);
+	}
+	memcpy(key->bytes, b, sizeof(b));
+	return 0;
+}

@@ -98,39 +98,10 @@ struct fs_state {
 	struct kvt_io_counters cnt;
 };
 
-static void key_hex(const struct kvt_key *key, char hex[2 * KVT_KEY_BYTES + 1])
-{
-	static const char digits[] = "0123456789abcdef";
-	for (int i = 0; i < KVT_KEY_BYTES; i++) {
-		hex[2 * i] = digits[key->bytes[i] >> 4];
-		hex[2 * i + 1] = digits[key->bytes[i] & 15];
-	}
-	hex[2 * KVT_KEY_BYTES] = 0;
-}
-
-static int hex_val(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* Only the canonical lowercase form names an object. */
-static int key_from_hex(const char *hex, struct kvt_key *key)
-{
-	if (strlen(hex) != 2 * KVT_KEY_BYTES)
-		return -EINVAL;
-	for (int i = 0; i < KVT_KEY_BYTES; i++) {
-		int hi = hex_val(hex[2 * i]), lo = hex_val(hex[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return -EINVAL;
-		key->bytes[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return 0;
-}
-
 static void key_path(const struct kvt_key *key, char *path /* >= 72 bytes */)
 {
 	char hex[2 * KVT_KEY_BYTES + 1];
-	key_hex(key, hex);
+	kvt_key_to_hex(key, hex);
 	snprintf(path, 72, "%.2s/%.2s/%s", hex, hex + 2, hex);
 }
 
@@ -765,7 +736,7 @@ static void fs_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 static bool is_hex(const char *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		if (hex_val(p[i]) < 0)
+		if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
 			return false;
 	return true;
 }
@@ -795,7 +766,8 @@ static int scan_leaf(struct fs_state *s, const char *leaf, kvt_scan_fn fn, void 
 			continue;
 		}
 		struct kvt_key key;
-		if (key_from_hex(e->d_name, &key) < 0 ||
+		if (strlen(e->d_name) != 2 * KVT_KEY_BYTES ||
+		    kvt__key_from_lowerhex(e->d_name, &key) < 0 ||
 		    fstatat(dfd, e->d_name, &st, 0) < 0 || !S_ISREG(st.st_mode))
 			continue;
 		stop = fn(arg, &key, (uint64_t)st.st_size);

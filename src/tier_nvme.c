@@ -241,43 +241,18 @@ struct nv {
 #define ST_SET(s, f, v) atomic_store_explicit(&(s)->st.f, (v), memory_order_relaxed)
 #define ST_GET(s, f) atomic_load_explicit(&(s)->st.f, memory_order_relaxed)
 
-static void key_hex(const struct kvt_key *k, char *hex)
-{
-	static const char d[] = "0123456789abcdef";
-	for (int i = 0; i < KVT_KEY_BYTES; i++) {
-		hex[2 * i] = d[k->bytes[i] >> 4];
-		hex[2 * i + 1] = d[k->bytes[i] & 15];
-	}
-	hex[2 * KVT_KEY_BYTES] = 0;
-}
-
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
 /* "<64 lowercase hex>.kvt" -> key; -1 if the name is not an object name. */
 static int parse_object_name(const char *name, struct kvt_key *k)
 {
 	if (strlen(name) != 2 * KVT_KEY_BYTES + 4 || strcmp(name + 2 * KVT_KEY_BYTES, ".kvt"))
 		return -1;
-	for (int i = 0; i < KVT_KEY_BYTES; i++) {
-		int hi = hexval(name[2 * i]), lo = hexval(name[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return -1;
-		k->bytes[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return 0;
+	return kvt__key_from_lowerhex(name, k) < 0 ? -1 : 0;
 }
 
 static void object_path(const struct kvt_key *k, char *out)
 {
 	char hex[2 * KVT_KEY_BYTES + 1];
-	key_hex(k, hex);
+	kvt_key_to_hex(k, hex);
 	snprintf(out, NV_NAME_MAX, "%.2s/%s.kvt", hex, hex);
 }
 
@@ -926,7 +901,7 @@ static void finish(struct nv *s, struct nv_op *op, int res)
 static void tmp_name(struct nv *s, struct nv_op *op)
 {
 	char hex[2 * KVT_KEY_BYTES + 1];
-	key_hex(&op->key, hex);
+	kvt_key_to_hex(&op->key, hex);
 	snprintf(op->name, sizeof(op->name), "%.2s/" NV_TMP_PREFIX "%s.%d.%u", hex, hex,
 		 (int)s->pid, ++s->tmpseq);
 }

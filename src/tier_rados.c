@@ -87,33 +87,6 @@ struct rados_state {
 	struct kvt_io_counters cnt;
 };
 
-static void key_hex(const struct kvt_key *k, char out[2 * KVT_KEY_BYTES + 1])
-{
-	static const char d[] = "0123456789abcdef";
-	for (int i = 0; i < KVT_KEY_BYTES; i++) {
-		out[2 * i] = d[k->bytes[i] >> 4];
-		out[2 * i + 1] = d[k->bytes[i] & 15];
-	}
-	out[2 * KVT_KEY_BYTES] = 0;
-}
-
-static int hexval(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* The inverse of key_hex (lowercase only: names this tier wrote). */
-static int kvt_key_from_hex_local(const char *hex, struct kvt_key *k)
-{
-	for (int i = 0; i < KVT_KEY_BYTES; i++) {
-		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return -EINVAL;
-		k->bytes[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return 0;
-}
-
 static const char *sub_oid(struct rados_sub *u)
 {
 	return u->op->kind == OP_EXISTS ? u->op->oids[u->idx] : u->op->oids[0];
@@ -381,7 +354,7 @@ static int rt_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
 		return -ENOMEM;
 	op->present = present;
 	for (uint32_t i = 0; i < n; i++)
-		key_hex(&keys[i], op->oids[i]);
+		kvt_key_to_hex(&keys[i], op->oids[i]);
 	return submit(s, op);
 }
 
@@ -394,7 +367,7 @@ static int rt_read(struct kvt_tier *t, const struct kvt_key *key, const struct k
 	struct rados_op *op = op_new(s, OP_READ, nsegs ? nsegs : 1, 1, cb, arg);
 	if (!op)
 		return -ENOMEM;
-	key_hex(key, op->oids[0]);
+	kvt_key_to_hex(key, op->oids[0]);
 	for (uint32_t i = 0; i < nsegs; i++) {
 		if ((segs[i].len && !segs[i].buf) || segs[i].len > SIZE_MAX / 2) {
 			kvt__free(op);
@@ -416,7 +389,7 @@ static int rt_write(struct kvt_tier *t, const struct kvt_key *key, const void *o
 	struct rados_op *op = op_new(s, OP_WRITE, 1, 1, cb, arg);
 	if (!op)
 		return -ENOMEM;
-	key_hex(key, op->oids[0]);
+	kvt_key_to_hex(key, op->oids[0]);
 	op->obj = obj;
 	op->len = len;
 	return submit(s, op);
@@ -430,7 +403,7 @@ static int rt_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb 
 	struct rados_op *op = op_new(s, OP_REMOVE, 1, 1, cb, arg);
 	if (!op)
 		return -ENOMEM;
-	key_hex(key, op->oids[0]);
+	kvt_key_to_hex(key, op->oids[0]);
 	return submit(s, op);
 }
 
@@ -440,7 +413,7 @@ static void rt_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 	struct rados_op *op = op_new(s, OP_DROP, 1, 1, NULL, NULL);
 	if (!op)
 		return;
-	key_hex(key, op->oids[0]);
+	kvt_key_to_hex(key, op->oids[0]);
 	submit(s, op);
 }
 
@@ -462,7 +435,7 @@ static int rt_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	const char *name;
 	while ((rc = rados_nobjects_list_next(ctx, &name, NULL, NULL)) == 0) {
 		struct kvt_key key;
-		if (strlen(name) != 2 * KVT_KEY_BYTES || kvt_key_from_hex_local(name, &key) < 0)
+		if (strlen(name) != 2 * KVT_KEY_BYTES || kvt__key_from_lowerhex(name, &key) < 0)
 			continue;
 		uint64_t size = 0;
 		time_t mtime;

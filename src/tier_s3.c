@@ -139,16 +139,6 @@ static void warn_limited(struct s3_state *s, const char *fmt, const char *a, con
 	KVT_WARN(&s->t->log, "s3: %s", msg);
 }
 
-static void key_hex(const struct kvt_key *k, char out[2 * KVT_KEY_BYTES + 1])
-{
-	static const char d[] = "0123456789abcdef";
-	for (int i = 0; i < KVT_KEY_BYTES; i++) {
-		out[2 * i] = d[k->bytes[i] >> 4];
-		out[2 * i + 1] = d[k->bytes[i] & 15];
-	}
-	out[2 * KVT_KEY_BYTES] = 0;
-}
-
 static uint64_t rng_next(struct s3_state *s)
 {
 	uint64_t x = s->rng;
@@ -400,7 +390,7 @@ static int xfer_start(struct s3_state *s, struct s3_xfer *x, uint64_t now)
 	x->sent = 0;
 
 	char hex[2 * KVT_KEY_BYTES + 1], url[4096], range[64];
-	key_hex(x->key, hex);
+	kvt_key_to_hex(x->key, hex);
 	snprintf(url, sizeof(url), "%s%s%s", s->base, s->prefix, hex);
 	uint64_t left_ms = (op->deadline_ns - now) / 1000000 + 1;
 
@@ -980,11 +970,6 @@ static int xml_field(const char **pos, const char *end, const char *tag, char *o
 	return 0;
 }
 
-static int hexval(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /* Synchronous ListObjectsV2 under the prefix, page by page (recovery, `kvtier ls`). Runs
  * on the caller's thread with its own connection; the I/O thread is not involved. */
 static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
@@ -1053,12 +1038,8 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			struct kvt_key key;
 			const char *hex = name + plen;
 			bool ok = strlen(name) == plen + 2 * KVT_KEY_BYTES &&
-				  !strncmp(name, s->prefix, plen);
-			for (int i = 0; ok && i < KVT_KEY_BYTES; i++) {
-				int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-				ok = hi >= 0 && lo >= 0;
-				key.bytes[i] = (uint8_t)(hi << 4 | lo);
-			}
+				  !strncmp(name, s->prefix, plen) &&
+				  kvt__key_from_lowerhex(hex, &key) == 0;
 			if (ok && fn(arg, &key, strtoull(size, NULL, 10))) {
 				stop = true;
 				break;

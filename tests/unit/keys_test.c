@@ -364,6 +364,25 @@ static void test_partial_and_truncation(void **state)
 	assert_int_equal(kvt_keys_from_tokens(ns, 65536, tokens, 1000, full, 4), 1);
 }
 
+/* Object names in the tiers: exactly 64 lowercase digits, nothing else. */
+static void test_lowerhex(void **state)
+{
+	(void)state;
+	struct kvt_key k, back;
+	char hex[65];
+	for (int i = 0; i < KVT_KEY_BYTES; i++)
+		k.bytes[i] = (uint8_t)(i * 37 + 11);
+	kvt_key_to_hex(&k, hex);
+	assert_int_equal(kvt__key_from_lowerhex(hex, &back), 0);
+	assert_memory_equal(k.bytes, back.bytes, KVT_KEY_BYTES);
+	hex[10] = 'A';
+	assert_int_equal(kvt__key_from_lowerhex(hex, &back), -EINVAL);
+	hex[10] = 'g';
+	assert_int_equal(kvt__key_from_lowerhex(hex, &back), -EINVAL);
+	hex[10] = '\0';
+	assert_int_equal(kvt__key_from_lowerhex(hex, &back), -EINVAL);
+}
+
 static void test_hex(void **state)
 {
 	struct kvt_key k, back;
@@ -533,6 +552,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_vectors),
+		cmocka_unit_test(test_lowerhex),
 		cmocka_unit_test(test_namespace_text),
 		cmocka_unit_test(test_namespace_invalid),
 		cmocka_unit_test(test_tenant_salt),
