@@ -10,7 +10,8 @@
  *
  * Publishing: an object is written to a temporary name in its leaf directory
  * (".<hex>.tmp.<host>.<pid>.<n>", unique across nodes and processes), optionally synced,
- * then link()ed onto the final name (rename() where the file system refuses hard links).
+ * then moved onto the final name without replacing one (renameat2 RENAME_NOREPLACE, or
+ * link() + unlink() where that is refused, or rename() where hard links are refused too).
  * A reader therefore sees the whole object or nothing, even if the writer is SIGKILLed;
  * a link() that finds the name taken means another writer won, which is fine. Stale
  * temporaries left by dead writers are swept by scan().
@@ -81,6 +82,7 @@ struct fs_state {
 	enum fs_direct direct;
 	enum fs_sync sync;
 	atomic_int direct_ok;  /* auto: cleared on the first refusal */
+	atomic_int noreplace_ok; /* cleared when renameat2(RENAME_NOREPLACE) is refused */
 	atomic_int link_ok;    /* cleared when link() is refused: use rename() */
 	atomic_uint_fast64_t tmp_counter;
 
@@ -351,9 +353,23 @@ static int fsync_leaf(struct fs_state *s, const char *path)
 	return rc;
 }
 
-/* Move a finished temporary onto its final name. */
+/* Move a finished temporary onto its final name without replacing an object another
+ * writer published first: renameat2(RENAME_NOREPLACE) in one step where the file system
+ * has it (ext4, xfs, btrfs, tmpfs), else link() + unlink(), else a plain rename (same
+ * bytes, by content addressing, so replacing is harmless, only slower to notice). */
 static int publish(struct fs_state *s, const char *tmp, const char *path)
 {
+	if (atomic_load(&s->noreplace_ok)) {
+		if (renameat2(s->rootfd, tmp, s->rootfd, path, RENAME_NOREPLACE) == 0)
+			return 0;
+		if (errno == EEXIST) { /* another writer published the same content first */
+			unlinkat(s->rootfd, tmp, 0);
+			return 0;
+		}
+		if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP && errno != EOPNOTSUPP)
+			return -errno;
+		atomic_store(&s->noreplace_ok, 0);
+	}
 	if (atomic_load(&s->link_ok)) {
 		if (linkat(s->rootfd, tmp, s->rootfd, path, 0) == 0 || errno == EEXIST) {
 			/* EEXIST: another writer published the same content first. */
@@ -548,6 +564,7 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	s->sync = !strcmp(y, "none") ? SYNC_NONE : !strcmp(y, "full") ? SYNC_FULL : SYNC_DATA;
 	atomic_store(&s->direct_ok, 1);
 	atomic_store(&s->link_ok, 1);
+	atomic_store(&s->noreplace_ok, 1);
 	/* The host name makes temporaries unique across nodes; keep it to safe characters. */
 	char host[256] = "host";
 	gethostname(host, sizeof(host) - 1);
