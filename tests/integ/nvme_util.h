@@ -7,6 +7,7 @@
 #ifndef KVT_NVME_UTIL_H
 #define KVT_NVME_UTIL_H
 
+#include "lib/check.h"
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
@@ -20,22 +21,6 @@
 
 #include "tier.h"
 
-#define CHECK(c)                                                                                   \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);      \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
-#define CHECK_EQ(a, b)                                                                             \
-	do {                                                                                       \
-		long long a_ = (long long)(a), b_ = (long long)(b);                                \
-		if (a_ != b_) {                                                                    \
-			fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld vs %lld)\n",          \
-				__FILE__, __LINE__, #a, #b, a_, b_);                               \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
 
 /* ---- log capture */
 struct logcap {

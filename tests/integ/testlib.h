@@ -6,6 +6,7 @@
 #ifndef KVT_TESTLIB_H
 #define KVT_TESTLIB_H
 
+#include "lib/check.h"
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -15,13 +16,6 @@
 
 #include "kvtier.h"
 
-#define CHECK(cond)                                                                           \
-	do {                                                                                  \
-		if (!(cond)) {                                                                \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
 
 #define CHECK_RC(expr, want)                                                                  \
 	do {                                                                                  \

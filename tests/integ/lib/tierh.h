@@ -8,6 +8,7 @@
 #ifndef KVT_TEST_TIERH_H
 #define KVT_TEST_TIERH_H
 
+#include "check.h"
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,22 +20,6 @@
 #include "internal.h"
 #include "tier.h"
 
-#define CHECK(cond)                                                                        \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-			exit(1);                                                           \
-		}                                                                          \
-	} while (0)
-#define CHECK_EQ(a, b)                                                                     \
-	do {                                                                               \
-		long long a_ = (long long)(a), b_ = (long long)(b);                        \
-		if (a_ != b_) {                                                            \
-			fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld vs %lld)\n",  \
-				__FILE__, __LINE__, #a, #b, a_, b_);                       \
-			exit(1);                                                           \
-		}                                                                          \
-	} while (0)
 
 static inline void th_log(void *arg, int level, const char *msg)
 {

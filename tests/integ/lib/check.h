@@ -1,0 +1,29 @@
+/*
+ * check.h - the assertion macros of the integration programs (exit 1 with file:line and
+ * the failed expression). One definition, included by testlib.h, tierh.h and nvme_util.h.
+ */
+#ifndef KVT_TEST_CHECK_H
+#define KVT_TEST_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CHECK(cond)                                                                           \
+	do {                                                                                  \
+		if (!(cond)) {                                                                \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
+#define CHECK_EQ(a, b)                                                                        \
+	do {                                                                                  \
+		long long a_ = (long long)(a), b_ = (long long)(b);                           \
+		if (a_ != b_) {                                                               \
+			fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld vs %lld)\n",     \
+				__FILE__, __LINE__, #a, #b, a_, b_);                          \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
+#endif
