@@ -126,7 +126,7 @@ static const struct cfg_row rows[] = {
 	/* ---- end device ---- */
 
 	/* ---- cost model, admission, replay: rows below ---- */
-	{"cost.model", T_STR, "", 0, 0, NULL, "cost-model preset: llama3.1-8b, llama3.1-70b, qwen2.5-7b, qwen3-32b, deepseek-v3, or custom (model.* geometry + cost.params_b); empty: model.name if it names a preset"},
+	{"cost.model", T_STR, "", 0, 0, NULL, "cost-model preset: llama3.2-3b, llama3.1-8b, llama3.1-70b, qwen2.5-7b, qwen3-32b, deepseek-v3, or custom (model.* geometry + cost.params_b); empty: model.name if it names a preset"},
 	{"cost.gpu", T_STR, "h100-sxm", 0, 0, NULL, "GPU preset: h100-sxm, h200, a100-80gb, l40s; any other name needs cost.gpu_tflops and cost.h2d_gbps"},
 	{"cost.mfu", T_DOUBLE, "0.5", 0.01, 1, NULL, "fraction of the GPU's dense bf16 peak a prefill reaches"},
 	{"cost.gpu_tflops", T_DOUBLE, "0", 0, 1e6, NULL, "effective prefill TFLOP/s of one GPU, overriding preset peak x cost.mfu (0: preset)"},
@@ -134,7 +134,9 @@ static const struct cfg_row rows[] = {
 	{"cost.tp", T_U64, "1", 1, 1024, NULL, "GPUs that serve one prefill (tensor parallel): throughput and host-to-GPU bandwidth scale with it"},
 	{"cost.params_b", T_DOUBLE, "0", 0, 1e6, NULL, "parameters used per token, in billions (custom models; overrides a preset's when > 0)"},
 	{"cost.attn_width", T_U64, "0", 0, 1048576, NULL, "custom models: query heads x head dim (0: model.kv_heads x model.head_dim)"},
-	{"cost.profile", T_STR, "", 0, 0, NULL, "tier profile written by kvtier calibrate (INI); tiers it does not list keep default numbers"},
+	{"cost.restore_fixed_us", T_DOUBLE, "1000", 0, 1e7, NULL, "fixed cost of one restore that recomputing does not pay: the scheduler step it waits for and the block-table update (docs/COST_MODEL.md)"},
+	{"cost.layer_launch_us", T_DOUBLE, "10", 0, 1e6, NULL, "per layer of a restore: launching its K and V copies"},
+	{"cost.profile", T_STR, "", 0, 0, NULL, "tier profile written by kvtier calibrate (INI); tiers it does not list keep default numbers; an [engine] section (mfu, restore_fixed_us, layer_launch_us, h2d_gbps) overrides the cost.* keys"},
 	{"admission.min_freq", T_U64, "1", 1, 255, NULL, "accesses (frequency-sketch estimate) before a chunk is written to a deeper tier; 1 admits everything"},
 	{"admission.min_prefix_tokens", T_U64, "0", 0, 1e9, NULL, "do not write deeper a chunk that ends before this many prompt tokens"},
 	{"admission.doorkeeper", T_BOOL, "true", 0, 0, NULL, "a Bloom filter in front of the sketch absorbs keys seen once"},
