@@ -5,6 +5,7 @@
  * worse at large capacity; two tiers, admission and the TTFT model behave.
  */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,8 @@
 #include "evict.h"
 #include "sim.h"
 #include "trace.h"
+
+#define NEAR_REL(a, b, rel) assert_true(fabs((a) - (b)) <= (rel) * fabs(b))
 
 static uint64_t rng_state;
 static uint32_t rnd(uint32_t n)
@@ -282,6 +285,46 @@ static void test_default_vs_lru_many_seeds(void **state)
 	}
 }
 
+/* The fleet: one GPU under the conversation trace's load is overloaded (utilisation > 1, an
+ * unbounded queue), --gpus auto sizes it to the load, and more GPUs never raise TTFT. */
+static void test_fleet_sizing(void **state)
+{
+	(void)state;
+	struct kvt_gen_opts g;
+	kvt__gen_defaults(KVT_GEN_CONV, &g);
+	g.requests = 2000;
+	struct kvt_trace *t;
+	assert_int_equal(kvt__trace_create(512, &t), 0);
+	assert_int_equal(kvt__gen_run(&g, t), 0);
+	struct kvt_cost_params p;
+	assert_int_equal(
+	    kvt__cost_params_preset("llama3.1-70b", "h100-sxm", 0.5, 1, "dram,nvme", &p), 0);
+	struct kvt_cost *c;
+	assert_int_equal(kvt__cost_create_params(&p, &c), 0);
+	struct kvt_sim_opts o = {.dram_tokens = 1000000, .leaf_first = true, .cost = c, .gpus = 1};
+	struct kvt_sim_result one, aut, more;
+	assert_int_equal(kvt__sim_run(t, &o, &one), 0);
+	assert_int_equal(one.gpus, 1);
+	assert_true(one.nocache_utilization > 1);
+	o.gpus = 0;
+	assert_int_equal(kvt__sim_run(t, &o, &aut), 0);
+	assert_int_equal(aut.gpus, kvt__sim_auto_gpus(t, c));
+	assert_true(aut.gpus > 1);
+	assert_true(aut.nocache_utilization <= KVT_SIM_AUTO_UTIL + 1e-9);
+	assert_true(aut.nocache_utilization > KVT_SIM_AUTO_UTIL * (aut.gpus - 1) / aut.gpus);
+	assert_true(aut.ttft_p50_s < one.ttft_p50_s / 10);
+	/* the same work, spread over more GPUs */
+	NEAR_REL(aut.gpu_busy_s, one.gpu_busy_s, 1e-9);
+	o.gpus = aut.gpus * 2;
+	assert_int_equal(kvt__sim_run(t, &o, &more), 0);
+	assert_true(more.ttft_p99_s <= aut.ttft_p99_s + 1e-12);
+	assert_true(more.ttft_p50_s <= aut.ttft_p50_s + 1e-12);
+	o.gpus = KVT_SIM_MAX_GPUS + 1;
+	assert_int_equal(kvt__sim_run(t, &o, &more), -EINVAL);
+	kvt_cost_destroy(c);
+	kvt__trace_destroy(t);
+}
+
 static void test_two_tiers_admission_ttft(void **state)
 {
 	(void)state;
@@ -342,6 +385,7 @@ int main(void)
 	    cmocka_unit_test(test_default_beats_lru),
 	    cmocka_unit_test(test_default_vs_lru_many_seeds),
 	    cmocka_unit_test(test_two_tiers_admission_ttft),
+	    cmocka_unit_test(test_fleet_sizing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
