@@ -315,10 +315,15 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		goto out;
 	out->capacity_blocks[0] = o->dram_tokens / bt;
 	out->capacity_blocks[1] = o->nvme_tokens / bt;
-	if (tier[1].cap &&
-	    (o->admit_min_freq > 1 || o->admit_min_prefix || (o->cost && o->admit_cost_check))) {
+	if (o->admit_continuation < 0 || o->admit_continuation > 1) {
+		rc = -EINVAL;
+		goto out;
+	}
+	bool predict = o->admit_continuation > 0;
+	if (tier[1].cap && (predict || o->admit_min_freq > 1 || o->admit_min_prefix ||
+			    (o->cost && o->admit_cost_check))) {
 		struct kvt_admit_cfg ac = {
-		    .min_freq = KVT_MAX(1u, o->admit_min_freq),
+		    .min_freq = KVT_MAX(predict ? 2u : 1u, o->admit_min_freq),
 		    .min_prefix_tokens = o->admit_min_prefix,
 		    .sketch_width = KVT_MAX((uint64_t)tier[1].cap, 1024u),
 		    .doorkeeper = true,
@@ -411,6 +416,16 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 				out->prefill_tokens_saved += kvt__trace_block_len(t, q, i);
 		}
 
+		/* a continuation: its leading blocks were seen before (before this request) */
+		bool cont = false;
+		if (predict && admit) {
+			const struct kvt_sketch *sk = kvt__admit_sketch(admit);
+			uint32_t seen = 0;
+			while (seen < q->n_blocks &&
+			       kvt__sketch_estimate(sk, hid(b.id[blk[seen]])) >= 1)
+				seen++;
+			cont = seen && seen >= o->admit_continuation * q->n_blocks;
+		}
 		/* store: every block inserted or touched, in order */
 		for (uint32_t i = 0; i < q->n_blocks; i++) {
 			uint32_t k = blk[i];
@@ -434,7 +449,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 			if (tier[1].cap) {
 				if (in_nvme) {
 					tier_touch(&tier[1], k);
-				} else if (admit &&
+				} else if (admit && !cont &&
 					   kvt__admit_decide(admit, hid(b.id[k]), (uint64_t)i * bt,
 							     kvt__trace_block_len(t, q, i),
 							     bytes) != KVT_ADMIT_YES) {
@@ -453,6 +468,8 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 	}
 	rc = 0;
 
+	out->nvme_bytes_per_hit =
+	    out->tier_hit_blocks[1] ? (double)out->write_bytes[1] / out->tier_hit_blocks[1] : 0;
 	out->block_hit_ratio = ratio(out->hit_blocks, out->blocks);
 	out->token_hit_ratio = ratio(out->hit_tokens, out->input_tokens);
 	for (int i = 0; i < KVT_SIM_TIERS; i++) {

@@ -57,6 +57,9 @@ static void usage(FILE *f)
 	    "                      model.name, and cost.gpu)\n"
 	    "  --gpus N|auto       prefill GPUs serving the queue (default auto: the fewest that\n"
 	    "                      keep the no-cache load at %.0f%%; warns when load exceeds 100%%)\n"
+	    "  --admit-continuation F  NVMe admission that predicts reuse: write every block of\n"
+	    "                      a request whose seen-before prefix covers F of it (a\n"
+	    "                      conversation's later turn), other blocks once seen twice\n"
 	    "  --admit-freq N      write to NVMe only blocks seen N times (frequency sketch;\n"
 	    "                      default admission.min_freq; admission.* keys apply too)\n"
 	    "  --no-prefetch       do not stage NVMe hits into DRAM while a request queues\n"
@@ -72,7 +75,7 @@ struct opts {
 	const char *policies[MAX_POLICIES];
 	int n_policies;
 	unsigned long long dram, nvme, requests, seed, admit, gpus; /* gpus 0: auto */
-	double scale;
+	double scale, cont;
 	bool simulate, belady, prefetch, leaf_first, sweep, json, have_requests, have_seed;
 	const char *gen[32];
 	int n_gen;
@@ -136,12 +139,12 @@ static void print_human(const struct opts *o, const char *policy, const struct k
 	if (!cost)
 		return;
 	printf("          dram read %s written %s; nvme read %s written %s (%llu writes "
-	       "skipped)\n",
+	       "skipped, %.1f MiB written per NVMe hit)\n",
 	       gib((double)r->read_bytes[0], a, sizeof(a)),
 	       gib((double)r->write_bytes[0], b, sizeof(b)),
 	       gib((double)r->read_bytes[1], c, sizeof(c)),
 	       gib((double)r->write_bytes[1], d, sizeof(d)),
-	       (unsigned long long)r->nvme_writes_skipped);
+	       (unsigned long long)r->nvme_writes_skipped, r->nvme_bytes_per_hit / 1048576.0);
 	printf("          prefill tokens saved %llu of %llu; TTFT p50 %.1f ms p99 %.1f ms "
 	       "(no cache: %.1f / %.1f ms)\n",
 	       (unsigned long long)r->prefill_tokens_saved, (unsigned long long)r->input_tokens,
@@ -175,6 +178,7 @@ static void json_run(const struct opts *o, const char *policy, const struct kvt_
 		       r->belady_block_hit_ratio, r->belady_token_hit_ratio);
 	printf("\"dram_read_bytes\":%llu,\"dram_write_bytes\":%llu,\"nvme_read_bytes\":%llu,"
 	       "\"nvme_write_bytes\":%llu,\"nvme_writes_skipped\":%llu,"
+	       "\"nvme_bytes_written_per_hit\":%.0f,"
 	       "\"dram_evictions\":%llu,\"nvme_evictions\":%llu,"
 	       "\"prefill_tokens_saved\":%llu,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,"
 	       "\"ttft_mean_ms\":%.3f,\"nocache_ttft_p50_ms\":%.3f,\"nocache_ttft_p99_ms\":%.3f,"
@@ -183,7 +187,8 @@ static void json_run(const struct opts *o, const char *policy, const struct kvt_
 	       "\"elapsed_s\":%.3f",
 	       (unsigned long long)r->read_bytes[0], (unsigned long long)r->write_bytes[0],
 	       (unsigned long long)r->read_bytes[1], (unsigned long long)r->write_bytes[1],
-	       (unsigned long long)r->nvme_writes_skipped, (unsigned long long)r->evictions[0],
+	       (unsigned long long)r->nvme_writes_skipped, r->nvme_bytes_per_hit,
+	       (unsigned long long)r->evictions[0],
 	       (unsigned long long)r->evictions[1], (unsigned long long)r->prefill_tokens_saved,
 	       r->ttft_p50_s * 1e3, r->ttft_p99_s * 1e3, r->ttft_mean_s * 1e3,
 	       r->nocache_ttft_p50_s * 1e3, r->nocache_ttft_p99_s * 1e3,
@@ -401,6 +406,12 @@ int kvt_cmd_replay(int argc, char **argv)
 				return cli_fail(CMD, "--gpus is 1..%d or auto", KVT_SIM_MAX_GPUS), 2;
 			if (!strcmp(v, "auto"))
 				o.gpus = 0;
+		} else if (!strcmp(a, "--admit-continuation")) {
+			NEEDS_VALUE();
+			char *end;
+			o.cont = strtod(v, &end);
+			if (*end || end == v || !(o.cont >= 0 && o.cont <= 1))
+				return cli_fail(CMD, "--admit-continuation is a share in [0, 1]"), 2;
 		} else if (!strcmp(a, "--admit-freq")) {
 			NEEDS_VALUE();
 			if (parse_u64(a, v, &o.admit) || o.admit > 255)
@@ -513,6 +524,7 @@ int kvt_cmd_replay(int argc, char **argv)
 			(uint32_t)(o.admit ? o.admit : kvt__cfg_u64(cfg, "admission.min_freq")),
 		    .admit_cost_check = kvt__cfg_bool(cfg, "admission.cost_check"),
 		    .admit_min_prefix = kvt__cfg_u64(cfg, "admission.min_prefix_tokens"),
+		    .admit_continuation = o.cont,
 		    .progress = progress,
 		    .progress_arg = (void *)o.policies[p],
 		};
