@@ -54,7 +54,7 @@ static const struct cfg_row rows[] = {
 	{"model.chunk_tokens", T_U64, "256", 1, 65536, NULL, "tokens per chunk"},
 	/* dram */
 	{"dram.bytes", T_SIZE, "1GiB", 4096, 1e15, NULL, "DRAM pool size"},
-	{"dram.policy", T_ENUM, "hd", 0, 0, "hd|lru|arc|pslru", "DRAM eviction and admission policy (also the replay's default; docs/COST_MODEL.md)"},
+	{"dram.policy", T_ENUM, "hd", 0, 0, "hd|lru|arc|pslru|lru2", "DRAM eviction and admission policy (also the replay's default; docs/COST_MODEL.md)"},
 	{"dram.hugepages", T_BOOL, "true", 0, 0, NULL, "back the pool with huge pages when available"},
 	{"dram.mlock", T_BOOL, "false", 0, 0, NULL, "lock the pool into memory"},
 	/* nvme */

@@ -49,7 +49,8 @@ static void usage(FILE *f)
 	    "                      (DRAM + NVMe in --dir D, default ./kvtier-data/replay)\n"
 	    "  --scale X           real mode: KV bytes per token = the model's times X, in (0, 1]\n"
 	    "                      (default 0.01; 1 = full size)\n"
-	    "  --policy P,...      eviction policies to compare (default %s; also lru, arc, pslru)\n"
+	    "  --policy P,...      eviction policies to compare (default %s; also lru, arc,\n"
+	    "                      pslru, lru2)\n"
 	    "  --dram-tokens N     DRAM capacity in tokens (default 262144; a block takes 512)\n"
 	    "  --nvme-tokens N     NVMe capacity in tokens (default 4194304; 0 disables it)\n"
 	    "  --belady            also compute the offline-optimal (MIN) hit ratio\n"
@@ -471,7 +472,7 @@ int kvt_cmd_replay(int argc, char **argv)
 	for (int p = 0; p < o.n_policies; p++) {
 		struct kvt_evict *probe;
 		if (kvt__evict_create(o.policies[p], 4, &probe) < 0) {
-			cli_fail(CMD, "unknown policy '%s' (lru, arc, %s)", o.policies[p],
+			cli_fail(CMD, "unknown policy '%s' (%s, lru, arc, pslru, lru2)", o.policies[p],
 				 KVT_SIM_DEFAULT_POLICY);
 			goto out;
 		}
@@ -530,7 +531,7 @@ int kvt_cmd_replay(int argc, char **argv)
 		};
 		int r = kvt__sim_run(t, &s, &res[p]);
 		if (r == -EINVAL) {
-			cli_fail(CMD, "unknown policy '%s' (lru, arc, %s)", o.policies[p],
+			cli_fail(CMD, "unknown policy '%s' (%s, lru, arc, pslru, lru2)", o.policies[p],
 				 KVT_SIM_DEFAULT_POLICY);
 			goto out;
 		}
