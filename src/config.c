@@ -42,6 +42,7 @@ static const struct cfg_row rows[] = {
 	{"store.max_inflight", T_U64, "4096", 1, 1048576, NULL, "operations in flight before calls return -EAGAIN"},
 	{"store.tier_timeout_ms", T_U64, "2000", 1, 3600000, NULL, "an operation on a deeper tier that takes longer is a miss"},
 	{"store.max_object_bytes", T_SIZE, "4GiB", 4096, 4294967296.0, NULL, "largest object a reader accepts"},
+	{"store.read_only", T_BOOL, "false", 0, 0, NULL, "open every tier for reading only: nothing is created, locked, cleaned up or written, and a missing store is an error (kvtier ls, stat and verify use it)"},
 	/* model / geometry: part of the namespace, hence of every key */
 	{"model.name", T_STR, "llama3.1-8b", 0, 0, NULL, "model id, part of the namespace"},
 	{"model.revision", T_STR, "main", 0, 0, NULL, "model revision, part of the namespace"},
@@ -65,6 +66,8 @@ static const struct cfg_row rows[] = {
 	{"nvme.direct", T_ENUM, "auto", 0, 0, "auto|on|off", "O_DIRECT: auto falls back to buffered I/O where refused (tmpfs)"},
 	{"nvme.write_budget", T_SIZE, "0", 0, 1e18, NULL, "bytes written per day at most (0: unlimited); admission skips writes past it"},
 	{"nvme.open_files", T_U64, "1024", 1, 1000000, NULL, "read file descriptors kept open"},
+	{"nvme.file_mode", T_ENUM, "0600", 0, 0, "0600|0640|0660|0644", "permissions of the object files created (stored KV reveals prompts; the umask still applies)"},
+	{"nvme.dir_mode", T_ENUM, "0700", 0, 0, "0700|0750|0770|0755", "permissions of the directories created (the umask still applies)"},
 	/* faulty: the test-only fault-injecting wrapper tier */
 	{"faulty.inner", T_STR, "nvme", 0, 0, NULL, "tests only: the tier the 'faulty' tier wraps"},
 	{"faulty.fail_pct", T_U64, "0", 0, 100, NULL, "tests only: percent of operations reported as -EIO"},
@@ -77,6 +80,10 @@ static const struct cfg_row rows[] = {
 	{"fs.threads", T_U64, "8", 1, 64, NULL, "worker threads running the blocking file system calls (lookups of a batch are spread over them)"},
 	{"fs.direct", T_ENUM, "auto", 0, 0, "auto|on|off", "O_DIRECT: auto falls back to buffered I/O where the file system refuses it"},
 	{"fs.fsync", T_ENUM, "data", 0, 0, "none|data|full", "before publishing: none, fdatasync of the object, or fdatasync plus fsync of its directory"},
+	{"fs.bytes", T_SIZE, "0", 0, 1e18, NULL, "capacity of the shared directory (0: unbounded); every writing node removes the least recently used objects beyond it"},
+	{"fs.tmp_max_age_s", T_U64, "3600", 60, 1e9, NULL, "a temporary file older than this belongs to a dead writer and is removed by writers' sweeps"},
+	{"fs.file_mode", T_ENUM, "0600", 0, 0, "0600|0640|0660|0644", "permissions of the object files created; several users sharing the directory need group access (0660, with fs.dir_mode 0770 and a umask that allows it)"},
+	{"fs.dir_mode", T_ENUM, "0700", 0, 0, "0700|0750|0770|0755", "permissions of the directories created (the umask still applies)"},
 
 	/* ---- end fs ---- */
 
