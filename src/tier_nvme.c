@@ -1489,7 +1489,7 @@ static void start_write(struct nv *s, struct nv_op *op)
 static void start_read(struct nv *s, struct nv_op *op)
 {
 	struct nv_ent *e = ent_find(s, &op->key);
-	if (!e || (!s->ro && e->bytes < KVT_HEADER_BYTES)) {
+	if (!e) {
 		finish(s, op, -ENOENT);
 		return;
 	}
