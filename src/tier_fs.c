@@ -330,6 +330,12 @@ static int run_read(struct fs_state *s, struct fs_op *op)
 			return -ENOENT;
 		}
 		int e = -errno;
+		if (e == -ELOOP) { /* a symlink in an object's place: never followed, a miss */
+			KVT_WARN(&s->t->log, "fs: %s/%s is a symbolic link, not an object", s->dir,
+				 path);
+			atomic_fetch_add(&s->cnt.misses, 1);
+			return -ENOENT;
+		}
 		atomic_fetch_add(&s->cnt.errors, 1);
 		KVT_WARN(&s->t->log, "fs: open %s/%s: %s", s->dir, path, strerror(-e));
 		return e;
