@@ -106,6 +106,13 @@ grep -q "warning: nvme: .* not stored" "$T/err" || fail "lost writes not reporte
 grep -q "15 of 20 chunks were not stored" "$T/err" || fail "save does not say what was lost: $(cat "$T/err")"
 "$K" session resume --synthetic 5120 --dir "$T/n" "${SMALL[@]}" --tiers nvme --json |
 	jq -e '.hit_chunks == 5 and .bad == 0' >/dev/null || fail "resume after an oversized save got no prefix"
+# Without DRAM every put waits for its nvme write: plain LRU would end with the last 5
+# chunks and nothing to resume; suffix-before-prefix refuses chunk 5 and keeps 0-4.
+if "$K" session save --synthetic 5120 --dir "$T/n3" "${SMALL[@]}" --tiers nvme --set nvme.bytes=$((5 * obj)) >/dev/null 2>"$T/err"; then
+	fail "session save without DRAM into a full nvme tier exited 0"
+fi
+"$K" session resume --synthetic 5120 --dir "$T/n3" "${SMALL[@]}" --tiers nvme --json |
+	jq -e '.hit_chunks == 5 and .bad == 0' >/dev/null || fail "resume after an oversized save (no DRAM) got no prefix"
 # nvme.bytes below one object: a clear error, not silently dropped writes
 if "$K" session save --synthetic 512 --dir "$T/n2" "${SMALL[@]}" --set nvme.bytes=64KiB 2>"$T/err" >/dev/null; then
 	fail "nvme.bytes below one object accepted"
