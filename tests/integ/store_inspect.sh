@@ -14,6 +14,8 @@ trap cleanup EXIT
 fail() { echo "store_inspect: $*"; exit 1; }
 SMALL=(--set model.layers=4 --set model.kv_heads=2 --set model.head_dim=64 --set dram.bytes=64MiB)
 snap() { find "$1" -printf '%p %m %s %T@ %y\n' | sort; }
+# jq -e on empty input exits 0: demand a value
+jqe() { local in; in=$(cat); [ -n "$in" ] && printf '%s\n' "$in" | jq -e "$@" >/dev/null; }
 
 # ---- damage of every kind; nothing deleted
 umask 022
@@ -33,7 +35,7 @@ set +e
 out=$("$K" verify --dir "$T/s" "${SMALL[@]}" --json 2>"$T/err"); rc=$?
 set -e
 [ $rc = 3 ] || fail "verify exit $rc with damage (want 3): $(cat "$T/err")"
-echo "$out" | tail -1 | jq -e '.objects == 8 and .bad == 5 and .dropped == 0' >/dev/null ||
+echo "$out" | tail -1 | jqe '.objects == 8 and .bad == 5 and .dropped == 0' ||
 	fail "verify: $out"
 for why in "corrupt header" "truncated" "empty" "symbolic link" "a directory"; do
 	echo "$out" | grep -q "$why" || fail "verify does not report '$why': $out"
@@ -41,17 +43,17 @@ done
 [ "$before" = "$(snap "$T/s")" ] || fail "verify changed the store"
 # --drop removes the bad objects (not the symlink or the directory), and only them.
 "$K" verify --dir "$T/s" "${SMALL[@]}" --drop --json >"$T/out" 2>"$T/err" || true
-tail -1 "$T/out" | jq -e '.dropped == 3' >/dev/null || fail "verify --drop: $(cat "$T/out" "$T/err")"
+tail -1 "$T/out" | jqe '.dropped == 3' || fail "verify --drop: $(cat "$T/out" "$T/err")"
 [ -L "${f[4]}" ] && [ -d "${f[5]}" ] && [ -f "${f[3]}" ] || fail "--drop removed what it must not"
 
 # ---- verify and get agree: bytes appended to a partial chunk's object
 "$K" session save --synthetic 2600 --dir "$T/p" "${SMALL[@]}" >/dev/null
 last=$(find "$T/p" -name '*.kvt' -printf '%s %p\n' | sort -n | head -1 | cut -d' ' -f2)
 head -c 8192 /dev/urandom >> "$last"
-"$K" verify --dir "$T/p" "${SMALL[@]}" --json | tail -1 | jq -e '.objects == 11 and .bad == 0' >/dev/null ||
+"$K" verify --dir "$T/p" "${SMALL[@]}" --json | tail -1 | jqe '.objects == 11 and .bad == 0' ||
 	fail "verify calls an object with bytes appended bad"
 "$K" session resume --synthetic 2600 --dir "$T/p" "${SMALL[@]}" --json --tiers nvme |
-	jq -e '.hit_chunks == 11 and .bad == 0' >/dev/null || fail "get does not serve what verify calls sound"
+	jqe '.hit_chunks == 11 and .bad == 0' || fail "get does not serve what verify calls sound"
 
 # ---- not a store: a clear error, a non-zero exit, nothing created
 for cmd in ls stat verify; do
@@ -82,7 +84,7 @@ if mount --bind "$T/s" "$T/ro" 2>/dev/null && mount -o remount,bind,ro "$T/ro" 2
 	n=$("$K" ls --dir "$T/ro" "${SMALL[@]}" --tiers nvme --json | tail -1 | jq .objects)
 	[ "$n" = 10 ] || fail "ls on a read-only mount: $n objects"
 	"$K" stat --dir "$T/ro" "${SMALL[@]}" --json >/dev/null || fail "stat on a read-only mount"
-	"$K" verify --dir "$T/ro" "${SMALL[@]}" --json | tail -1 | jq -e '.objects == 10 and .bad == 0' >/dev/null ||
+	"$K" verify --dir "$T/ro" "${SMALL[@]}" --json | tail -1 | jqe '.objects == 10 and .bad == 0' ||
 		fail "verify on a read-only mount"
 	umount "$T/ro"; RO=""
 else
@@ -91,9 +93,14 @@ fi
 
 # ---- verify's memory: a 4 GiB sparse file named as an object costs nothing to check
 truncate -s 4G "$T/s/00/$(printf '00%.0s' {1..31})00.kvt"
-(ulimit -v 1500000; "$K" verify --dir "$T/s" "${SMALL[@]}" --json >"$T/out" 2>"$T/err") || true
-tail -1 "$T/out" | jq -e '.objects == 11 and .bad == 1' >/dev/null ||
-	fail "verify under a 1.5 GB address-space limit: $(cat "$T/out" "$T/err")"
+rss=$(python3 -c '
+import resource, subprocess, sys
+with open(sys.argv[1], "w") as out:
+    subprocess.run(sys.argv[2:], stdout=out, stderr=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$T/out" "$K" verify --dir "$T/s" "${SMALL[@]}" --json)
+tail -1 "$T/out" | jqe '.objects == 11 and .bad == 1' || fail "verify with a 4 GiB sparse object: $(cat "$T/out")"
+[ "$rss" -lt 1000000 ] || fail "verify of a 4 GiB sparse object peaked at $rss KiB"
+echo "store_inspect: verify with a 4 GiB sparse object: peak RSS $rss KiB"
 
 # ---- sessions larger than the capacity: exit 4, a resumable prefix (nvme)
 obj=$(find "$T/s" -name '*.kvt' -size -100M -printf '%s\n' | head -1)
@@ -101,18 +108,18 @@ set +e
 "$K" session save --synthetic 5120 --dir "$T/n" "${SMALL[@]}" --set nvme.bytes=$((5 * obj)) --json >"$T/out" 2>"$T/err"; rc=$?
 set -e
 [ $rc = 4 ] || fail "session save exit $rc with 15 of 20 chunks not stored (want 4): $(cat "$T/err")"
-jq -e '.stored_chunks == 5' "$T/out" >/dev/null || fail "save: $(cat "$T/out")"
+jqe '.stored_chunks == 5' <"$T/out" || fail "save: $(cat "$T/out")"
 grep -q "warning: nvme: .* not stored" "$T/err" || fail "lost writes not reported at warning level: $(cat "$T/err")"
 grep -q "15 of 20 chunks were not stored" "$T/err" || fail "save does not say what was lost: $(cat "$T/err")"
 "$K" session resume --synthetic 5120 --dir "$T/n" "${SMALL[@]}" --tiers nvme --json |
-	jq -e '.hit_chunks == 5 and .bad == 0' >/dev/null || fail "resume after an oversized save got no prefix"
+	jqe '.hit_chunks == 5 and .bad == 0' || fail "resume after an oversized save got no prefix"
 # Without DRAM every put waits for its nvme write: plain LRU would end with the last 5
 # chunks and nothing to resume; suffix-before-prefix refuses chunk 5 and keeps 0-4.
 if "$K" session save --synthetic 5120 --dir "$T/n3" "${SMALL[@]}" --tiers nvme --set nvme.bytes=$((5 * obj)) >/dev/null 2>"$T/err"; then
 	fail "session save without DRAM into a full nvme tier exited 0"
 fi
 "$K" session resume --synthetic 5120 --dir "$T/n3" "${SMALL[@]}" --tiers nvme --json |
-	jq -e '.hit_chunks == 5 and .bad == 0' >/dev/null || fail "resume after an oversized save (no DRAM) got no prefix"
+	jqe '.hit_chunks == 5 and .bad == 0' || fail "resume after an oversized save (no DRAM) got no prefix"
 # nvme.bytes below one object: a clear error, not silently dropped writes
 if "$K" session save --synthetic 512 --dir "$T/n2" "${SMALL[@]}" --set nvme.bytes=64KiB 2>"$T/err" >/dev/null; then
 	fail "nvme.bytes below one object accepted"
@@ -124,5 +131,5 @@ grep -q "smaller than one object" "$T/err" || fail "unclear error for a tiny nvm
 used=$(find "$T/fs/v1" -type f ! -name '.*' -printf '%s\n' | awk '{s+=$1} END {print s+0}')
 [ "$used" -le $((5 * obj)) ] || fail "fs tier holds $used bytes over fs.bytes $((5 * obj))"
 "$K" session resume --synthetic 5120 "${SMALL[@]}" --tiers fs --set fs.dir="$T/fs" --json |
-	jq -e '.hit_chunks >= 2 and .bad == 0' >/dev/null || fail "fs resume after an oversized save got no prefix"
+	jqe '.hit_chunks >= 2 and .bad == 0' || fail "fs resume after an oversized save got no prefix"
 echo "store_inspect: ok"
