@@ -70,13 +70,15 @@ rm -rf "$T/s"
 "$K" session save --synthetic 2560 --dir "$T/s" "${SMALL[@]}" >/dev/null
 find "$T/s" -maxdepth 1 -name 'ff' -exec touch {}/.tmp.dead.1.1 \;
 before=$(snap "$T/s")
-flock "$T/s/.kvtier.lock" sleep 30 &
-holder=$!
-sleep 0.2
+exec 9<"$T/s/.kvtier.lock"
+flock -n 9 || fail "cannot take the store's lock"
+if "$K" session save --synthetic 256 --dir "$T/s" "${SMALL[@]}" >/dev/null 2>&1; then
+	fail "a second writer opened a locked store"
+fi
 for cmd in ls stat verify; do
 	"$K" $cmd --dir "$T/s" "${SMALL[@]}" --json >/dev/null 2>"$T/err" || fail "$cmd beside a writer: $(cat "$T/err")"
 done
-kill $holder; wait $holder 2>/dev/null || true
+exec 9<&-
 [ "$before" = "$(snap "$T/s")" ] || fail "ls/stat/verify changed the store"
 mkdir "$T/ro"
 if mount --bind "$T/s" "$T/ro" 2>/dev/null && mount -o remount,bind,ro "$T/ro" 2>/dev/null; then
