@@ -55,8 +55,10 @@
  * an object with stored children is not a leaf, so a chain is evicted from its end and a
  * prefix outlives its suffixes. A write whose only possible victims are its own ancestors
  * is refused instead (-ENOSPC): a session larger than the capacity keeps its first chunks,
- * which a resume can use. Parent links live in memory only; after a restart every object is
- * a leaf again (plain LRU by mtime). When the victim has the new object's size (full chunks all do) its file becomes
+ * which a resume can use. Parent links are saved at close in <first dir>/.kvtier.chains (a
+ * key's parent never changes: keys are content addresses, so a stale file is still true)
+ * and restored at open; after a crash every object is a leaf (plain LRU by mtime) until its
+ * chain is written again. When the victim has the new object's size (full chunks all do) its file becomes
  * the new write's temp file and is overwritten in place (see recycle): a full cache then
  * writes at the speed of an overwrite, not of create + allocate + discard. A real ENOSPC from the
  * file system evicts objects of the same directory and retries once, else fails the write with
@@ -95,6 +97,8 @@
 #define NV_LOCK_NAME ".kvtier.lock"
 #define NV_TMP_PREFIX ".tmp."
 #define NV_REFUSED 1024 /* remembered refusals: their chains' later chunks are refused too */
+#define NV_CHAINS_NAME ".kvtier.chains" /* parent links, saved at close */
+#define NV_CHAINS_MAGIC "kvtier-chains-v1\n"
 
 enum nv_fsync { NV_FSYNC_NONE, NV_FSYNC_DATA, NV_FSYNC_FULL };
 enum nv_type { OP_WRITE, OP_READ, OP_EXISTS, OP_REMOVE, OP_FLUSH, OP_DROP };
@@ -2151,6 +2155,60 @@ static int scan_dir(struct nv *s, uint32_t di, struct scan_item **items, size_t 
 	return 0;
 }
 
+/* Parent links survive restarts: (child key, parent key) pairs, written through a temp
+ * name at close. Ring thread gone or not started: single-threaded. */
+static void chains_save(struct nv *s)
+{
+	char tmp[64];
+	int dfd = s->dirs[0].fd;
+	snprintf(tmp, sizeof(tmp), NV_TMP_PREFIX "chains.%d", (int)s->pid);
+	FILE *f = NULL;
+	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, s->file_mode);
+	if (fd >= 0 && !(f = fdopen(fd, "w")))
+		close(fd);
+	bool ok = f && fputs(NV_CHAINS_MAGIC, f) >= 0;
+	for (struct nv_ent *e = s->lru_tail; ok && e; e = e->prev)
+		if (e->parent_uid)
+			ok = fwrite(&e->key, sizeof(e->key), 1, f) == 1 &&
+			     fwrite(&e->parent, sizeof(e->parent), 1, f) == 1;
+	if (f && fclose(f) != 0)
+		ok = false;
+	if (ok && renameat(dfd, tmp, dfd, NV_CHAINS_NAME) == 0)
+		return;
+	unlinkat(dfd, tmp, 0);
+	KVT_WARN(s->log, "nvme: cannot save parent links in %s: %s", s->dirs[0].path,
+		 strerror(errno));
+}
+
+static void chains_load(struct nv *s)
+{
+	int fd = openat(s->dirs[0].fd, NV_CHAINS_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return;
+	FILE *f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return;
+	}
+	char magic[sizeof(NV_CHAINS_MAGIC)] = {0};
+	struct kvt_key pair[2];
+	uint64_t n = 0;
+	if (!fgets(magic, sizeof(magic), f) || strcmp(magic, NV_CHAINS_MAGIC)) {
+		KVT_WARN(s->log, "nvme: ignoring a malformed %s/%s", s->dirs[0].path,
+			 NV_CHAINS_NAME);
+	} else {
+		while (fread(pair, sizeof(pair), 1, f) == 1) {
+			struct nv_ent *e = ent_find(s, &pair[0]);
+			if (e && !e->parent_uid && !kvt__key_eq(&pair[0], &pair[1])) {
+				chain_link(s, e, &pair[1]);
+				n += e->parent_uid != 0;
+			}
+		}
+	}
+	fclose(f);
+	KVT_DEBUG(s->log, "nvme: %" PRIu64 " parent links restored", n);
+}
+
 static int rebuild_index(struct nv *s)
 {
 	struct scan_item *items = NULL;
@@ -2169,6 +2227,8 @@ static int rebuild_index(struct nv *s)
 		}
 	}
 	kvt__free(items);
+	if (!rc && !s->ro)
+		chains_load(s);
 	if (!rc && !s->ro)
 		clamp_capacity(s);
 	if (!rc && !s->ro && s->used > s->capacity) {
@@ -2444,6 +2504,8 @@ static void nv_close(struct kvt_tier *t)
 		pthread_join(s->thread, NULL);
 		if (s->budget && !s->ro)
 			budget_save(s);
+		if (!s->ro)
+			chains_save(s);
 		uint64_t n = atomic_load(&s->skips_unreported);
 		if (n)
 			KVT_WARN(s->log, "nvme: %" PRIu64 " more write(s) not stored (see above)", n);

@@ -149,6 +149,32 @@ static void test_chain_eviction(void)
 	CHECK_EQ(present(t, &b[1]), 0); /* the end of chain b, the least recent leaf */
 	CHECK_EQ(present(t, &b[0]), 1);
 	kvt__tier_close(t);
+	rm_rf(dir);
+
+	/* Parent links survive a restart (each `kvtier session save` is a new process): the
+	 * next process still evicts a chain from its end. */
+	for (int round = 0; round < 2; round++) {
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap, NULL), 0);
+		for (int i = 0; i < 4; i++) {
+			usleep(20000); /* distinct mtimes (ext4 stamps them at jiffy granularity) */
+			struct kvt_key k = make_key(34, (uint64_t)i), p = make_key(34, (uint64_t)i - 1);
+			fill_object(buf, OBJ, &k);
+			CHECK_EQ(write_chained(t, &k, i ? &p : NULL, buf, OBJ), 0);
+		}
+		kvt__tier_close(t);
+		char chains[600];
+		snprintf(chains, sizeof(chains), "%s/.kvtier.chains", dir);
+		if (round == 1)
+			CHECK_EQ(unlink(chains), 0); /* as after a crash: plain LRU by mtime */
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap, NULL), 0);
+		struct kvt_key z = make_key(35, 0), c0 = make_key(34, 0), c3 = make_key(34, 3);
+		fill_object(buf, OBJ, &z);
+		CHECK_EQ(t_write(t, &z, buf, OBJ), 0);
+		CHECK_EQ(present(t, &c0), round == 0);
+		CHECK_EQ(present(t, &c3), round == 1);
+		kvt__tier_close(t);
+		rm_rf(dir);
+	}
 	free(buf);
 }
 
