@@ -81,7 +81,8 @@ int kvt__trace_add(struct kvt_trace *t, double ts_ms, uint32_t input_len, uint32
 	for (uint32_t i = 0; i < n_blocks; i++)
 		if (ids[i] > KVT_TRACE_MAX_ID)
 			return -EINVAL;
-	memcpy(t->ids + t->n_ids, ids, (size_t)n_blocks * sizeof(*ids));
+	if (n_blocks) /* t->ids is still NULL before the first block: memcpy(NULL, .., 0) is UB */
+		memcpy(t->ids + t->n_ids, ids, (size_t)n_blocks * sizeof(*ids));
 	t->req[t->n++] = (struct kvt_trace_req){ts_ms, input_len, output_len, n_blocks, t->n_ids};
 	t->n_ids += n_blocks;
 	return 0;
