@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "redact.h"
 
 enum cfg_type { T_STR, T_U64, T_SIZE, T_BOOL, T_DOUBLE, T_ENUM };
 
@@ -376,6 +377,25 @@ int kvt_config_get(const struct kvt_config *cfg, const char *key, char *buf, siz
 	}
 	}
 	return (n < 0 || (size_t)n >= len) ? -ENOSPC : n;
+}
+
+/* Keys whose value is a URL that may carry a password. */
+static bool holds_url_secret(const char *key)
+{
+	return !strcmp(key, "redis.url") || !strcmp(key, "s3.endpoint");
+}
+
+int kvt__config_get_shown(const struct kvt_config *cfg, const char *key, char *buf, size_t len)
+{
+	if (!holds_url_secret(key))
+		return kvt_config_get(cfg, key, buf, len);
+	char raw[4200];
+	int n = kvt_config_get(cfg, key, raw, sizeof(raw));
+	if (n < 0)
+		return n;
+	kvt__redact_url(raw, buf, len);
+	explicit_bzero(raw, sizeof(raw));
+	return (int)strlen(buf);
 }
 
 int kvt_config_create(struct kvt_config **out)

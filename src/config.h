@@ -18,6 +18,9 @@ double kvt__cfg_double(const struct kvt_config *cfg, const char *key);
 bool kvt__cfg_bool(const struct kvt_config *cfg, const char *key);
 const char *kvt__cfg_str(const struct kvt_config *cfg, const char *key); /* never NULL */
 const struct kvt_log *kvt__cfg_log(const struct kvt_config *cfg);
+/* kvt_config_get for printing: a password inside a URL value (redis.url, s3.endpoint)
+ * reads as "***" (src/redact.h). Everything that shows configuration uses this. */
+int kvt__config_get_shown(const struct kvt_config *cfg, const char *key, char *buf, size_t len);
 int kvt__config_copy(const struct kvt_config *src, struct kvt_config **out);
 
 /* Split a comma-separated list in place-safe fashion: calls fn for each trimmed, non-empty
