@@ -9,11 +9,14 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "redact.h"
@@ -410,17 +413,92 @@ static int on_ini_pair(void *user, const char *section, const char *name, const 
 	return 1;
 }
 
-int kvt_config_load_file(struct kvt_config *cfg, const char *path, char *err, size_t errlen)
+int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, const char *,
+		 const char *, const char *), void *user, char *err, size_t errlen, int *line)
 {
-	FILE *f = fopen(path, "r");
-	if (!f) {
+	*line = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) {
 		int e = errno;
 		seterr(err, errlen, "%s: %s", path, strerror(e));
 		return -e;
 	}
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+		close(fd);
+		seterr(err, errlen, "%s: %s", path, strerror(e));
+		return -e;
+	}
+	if (!S_ISREG(st.st_mode)) { /* a directory, /dev/zero, a FIFO that never ends */
+		close(fd);
+		seterr(err, errlen, "%s: %s", path,
+		       S_ISDIR(st.st_mode) ? "is a directory, not a file" : "not a regular file");
+		return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+	}
+	char *buf = kvt__malloc(max_bytes + 1);
+	if (!buf) {
+		close(fd);
+		seterr(err, errlen, "%s: %s", path, strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	/* read at most one byte past the bound: a file that grows meanwhile is still bounded */
+	size_t len = 0;
+	while (len <= max_bytes) {
+		ssize_t n = read(fd, buf + len, max_bytes + 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = errno;
+			close(fd);
+			kvt__free(buf);
+			seterr(err, errlen, "%s: %s", path, strerror(e));
+			return -e;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	if (len > max_bytes) {
+		kvt__free(buf);
+		char why[64];
+		snprintf(why, sizeof(why), "larger than %zu bytes", max_bytes);
+		seterr(err, errlen, "%s: %s", path, why);
+		return -EFBIG;
+	}
+	buf[len] = 0;
+	/* Before libinih sees it: a NUL would end a value silently, and a line longer than its
+	 * buffer would be split into two lines, the second parsed as a line of its own. */
+	const char *p = buf, *end = buf + len;
+	for (int ln = 1; p < end; ln++) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *eol = nl ? nl : end;
+		bool nul = memchr(p, 0, (size_t)(eol - p)) != NULL;
+		if (nul || eol - p >= INI_MAX_LINE) {
+			kvt__free(buf);
+			*line = ln;
+			if (err && errlen && nul)
+				snprintf(err, errlen, "%s:%d: NUL byte in the line", path, ln);
+			else if (err && errlen)
+				snprintf(err, errlen, "%s:%d: line longer than %d bytes", path, ln,
+					 INI_MAX_LINE - 1);
+			return -EINVAL;
+		}
+		p = nl ? nl + 1 : end;
+	}
+	*line = ini_parse_string(buf, handler, user);
+	kvt__free(buf);
+	return 0;
+}
+
+int kvt_config_load_file(struct kvt_config *cfg, const char *path, char *err, size_t errlen)
+{
 	struct ini_ctx c = {cfg, err, errlen, 0, ""};
-	int line = ini_parse_file(f, on_ini_pair, &c);
-	fclose(f);
+	int line, rc = kvt__ini_load(path, KVT_CONFIG_MAX_FILE_BYTES, on_ini_pair, &c, err,
+				     errlen, &line);
+	if (rc < 0)
+		return rc;
 	if (line == 0)
 		return 0;
 	if (err && errlen)

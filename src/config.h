@@ -60,6 +60,17 @@ const struct kvt_log *kvt__cfg_log(const struct kvt_config *cfg);
 int kvt__config_get_shown(const struct kvt_config *cfg, const char *key, char *buf, size_t len);
 int kvt__config_copy(const struct kvt_config *src, struct kvt_config **out);
 
+/* Largest configuration file accepted (far above any real one). */
+#define KVT_CONFIG_MAX_FILE_BYTES (1u << 20)
+/* Parse an INI file with libinih, bounded: only a regular file (not a directory, FIFO or
+ * device such as /dev/zero) of at most max_bytes, with no NUL byte and no line longer than
+ * libinih's line buffer. -errno with "path: reason" or "path:LINE: reason" in err when the
+ * file is refused; else 0 and *line = ini_parse_string's result (0, or the line of the
+ * first error the handler reported). */
+int kvt__ini_load(const char *path, size_t max_bytes,
+		  int (*handler)(void *, const char *, const char *, const char *), void *user,
+		  char *err, size_t errlen, int *line);
+
 /* Split a comma-separated list in place-safe fashion: calls fn for each trimmed, non-empty
  * item; stops and returns fn's value if non-zero. */
 int kvt__split_list(const char *list, int (*fn)(void *arg, const char *item), void *arg);
