@@ -40,6 +40,7 @@
 #include "engine.h"
 #include "format.h"
 #include "sketch.h"
+#include "store_key.h"
 #include "tier.h"
 
 #define BREAKER_FAILS 5
@@ -1032,6 +1033,20 @@ struct put_ctx {
 	bool direct;
 };
 
+/* The public calls take the engine's keys; everything below them - DRAM and every tier -
+ * sees only storage keys, scoped by the store's namespace (src/store_key.h). */
+static const struct kvt_key *skey(const struct kvt_store *s, const struct kvt_key *key,
+				  struct kvt_key *out)
+{
+	return s ? kvt__storage_key(s->ns_id, key, out) : key;
+}
+
+static int skeys(const struct kvt_store *s, struct kvt_storage_keys *b, const struct kvt_key *keys,
+		 size_t n)
+{
+	return s ? kvt__storage_keys(b, s->ns_id, keys, n) : ((b->keys = NULL), 0);
+}
+
 static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		  uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg,
 		  bool direct)
@@ -1108,7 +1123,9 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 int kvt_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 	    uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg)
 {
-	return do_put(s, key, parent, n_tokens, buf, len, cb, arg, false);
+	struct kvt_key sk, sp;
+	return do_put(s, skey(s, key, &sk), skey(s, parent, &sp), n_tokens, buf, len, cb, arg,
+		      false);
 }
 
 int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
@@ -1604,7 +1621,8 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
 	    uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg)
 {
-	return do_get(s, key, layer_begin, layer_end, buf, len, cb, arg, false);
+	struct kvt_key sk;
+	return do_get(s, skey(s, key, &sk), layer_begin, layer_end, buf, len, cb, arg, false);
 }
 
 /* ------------------------------------------------------------ lookup */
@@ -1774,7 +1792,11 @@ static int do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, 
 int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
 	       kvt_cb cb, void *arg)
 {
-	return do_lookup(s, keys, n, tiers, cb, arg, false);
+	struct kvt_storage_keys b;
+	int rc = skeys(s, &b, keys, n);
+	rc = rc ? rc : do_lookup(s, b.keys, n, tiers, cb, arg, false);
+	kvt__storage_keys_free(&b);
+	return rc;
 }
 
 /* ------------------------------------------------------------ prefetch */
@@ -1875,7 +1897,11 @@ static int do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n
 int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n, uint64_t deadline_ns,
 		 kvt_cb cb, void *arg)
 {
-	return do_prefetch(s, keys, n, deadline_ns, cb, arg, false);
+	struct kvt_storage_keys b;
+	int rc = skeys(s, &b, keys, n);
+	rc = rc ? rc : do_prefetch(s, b.keys, n, deadline_ns, cb, arg, false);
+	kvt__storage_keys_free(&b);
+	return rc;
 }
 
 /* ------------------------------------------------------------ remove */
@@ -1963,7 +1989,8 @@ static int do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 
 int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg)
 {
-	return do_remove(s, key, cb, arg, false);
+	struct kvt_key sk;
+	return do_remove(s, skey(s, key, &sk), cb, arg, false);
 }
 
 /* ------------------------------------------------------------ flush */
@@ -2085,7 +2112,9 @@ int kvt_put_sync(struct kvt_store *s, const struct kvt_key *key, const struct kv
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, do_put(s, key, parent, n_tokens, buf, len, waiter_cb, &w, true),
+	struct kvt_key sk, sp;
+	return waiter_wait(&w, do_put(s, skey(s, key, &sk), skey(s, parent, &sp), n_tokens, buf,
+				      len, waiter_cb, &w, true),
 			   NULL);
 }
 
@@ -2093,7 +2122,11 @@ int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, i
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, do_lookup(s, keys, n, tiers, waiter_cb, &w, true), NULL);
+	struct kvt_storage_keys b;
+	int rc = skeys(s, &b, keys, n);
+	rc = waiter_wait(&w, rc ? rc : do_lookup(s, b.keys, n, tiers, waiter_cb, &w, true), NULL);
+	kvt__storage_keys_free(&b);
+	return rc;
 }
 
 int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
@@ -2101,8 +2134,10 @@ int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(
-		&w, do_get(s, key, layer_begin, layer_end, buf, len, waiter_cb, &w, true), res);
+	struct kvt_key sk;
+	return waiter_wait(&w, do_get(s, skey(s, key, &sk), layer_begin, layer_end, buf, len,
+				      waiter_cb, &w, true),
+			   res);
 }
 
 int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
@@ -2110,14 +2145,27 @@ int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, do_prefetch(s, keys, n, deadline_ns, waiter_cb, &w, true), NULL);
+	struct kvt_storage_keys b;
+	int rc = skeys(s, &b, keys, n);
+	rc = waiter_wait(&w, rc ? rc : do_prefetch(s, b.keys, n, deadline_ns, waiter_cb, &w, true),
+			 NULL);
+	kvt__storage_keys_free(&b);
+	return rc;
 }
 
 int kvt_remove_sync(struct kvt_store *s, const struct kvt_key *key)
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, do_remove(s, key, waiter_cb, &w, true), NULL);
+	struct kvt_key sk;
+	return waiter_wait(&w, do_remove(s, skey(s, key, &sk), waiter_cb, &w, true), NULL);
+}
+
+int kvt__store_remove_stored_sync(struct kvt_store *s, const struct kvt_key *storage_key)
+{
+	struct waiter w;
+	waiter_init(&w);
+	return waiter_wait(&w, do_remove(s, storage_key, waiter_cb, &w, true), NULL);
 }
 
 int kvt_flush_sync(struct kvt_store *s)

@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "internal.h"
+#include "store_key.h"
 #include "tier.h"
 
 struct session_opts {
@@ -113,15 +114,18 @@ static void exists_cb(void *arg, int rc)
 }
 
 /* How many of keys[0..n) no persistent tier holds (-1: there is no persistent tier);
- * *first gets the index of the first such chunk. */
-static long count_unstored(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+ * *first gets the index of the first such chunk. Tiers are asked directly, so they are
+ * asked for the storage keys (the names the store filed the chunks under). */
+static long count_unstored(struct kvt_store *s, const struct kvt_key *api_keys, size_t n,
 			   size_t *first)
 {
 	uint8_t *any = calloc(n ? n : 1, 1), *present = calloc(n ? n : 1, 1);
 	int tiers = 0;
 	long missing = -1;
-	if (!any || !present)
+	struct kvt_storage_keys sk = {0};
+	if (!any || !present || kvt__storage_keys(&sk, kvt_store_ns_id(s), api_keys, n) < 0)
 		goto out;
+	const struct kvt_key *keys = sk.keys;
 	for (int i = 0; i < kvt_store_tier_count(s); i++) {
 		struct kvt_tier *t = kvt__store_tier(s, i);
 		if (!t) /* DRAM */
@@ -152,6 +156,7 @@ static long count_unstored(struct kvt_store *s, const struct kvt_key *keys, size
 			}
 	}
 out:
+	kvt__storage_keys_free(&sk);
 	free(any);
 	free(present);
 	return missing;

@@ -494,7 +494,7 @@ int kvt_cmd_rm(int argc, char **argv)
 		return 1;
 	int missing = 0;
 	for (int i = 0; i < n; i++) {
-		int rc = kvt_remove_sync(s, &k[i]);
+		int rc = kvt__store_remove_stored_sync(s, &k[i]); /* the stored name, as ls shows */
 		if (o.json)
 			printf("{\"key\":\"%s\",\"removed_from\":%d}\n", keys[i], rc < 0 ? 0 : rc);
 		else
