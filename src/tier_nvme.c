@@ -1254,7 +1254,10 @@ static void pump(struct nv *s, struct nv_op *op)
 		case ST_R_DATA:
 			while (!op->err && op->si < op->nsegs) {
 				struct kvt_seg *g = &op->segs[op->si];
-				uint64_t end = KVT_MIN(g->off + g->len, op->size);
+				/* Aligned past a misaligned end (a damaged object): O_DIRECT
+				 * refuses an unaligned length, and the read stops short at EOF. */
+				uint64_t end =
+				    KVT_MIN(g->off + g->len, KVT_ALIGN_UP(op->size, KVT_ALIGN));
 				if (g->off + op->soff >= end) {
 					op->si++;
 					op->soff = 0;
@@ -1351,7 +1354,8 @@ static void on_cqe(struct nv *s, struct nv_io *io, int res)
 				op->err = res;
 		} else if (io->kind == IO_READ) {
 			op->total += (uint64_t)res;
-			if (res > 0 && (uint32_t)res < io->len && !op->err) {
+			if (res > 0 && (uint32_t)res < io->len && !op->err &&
+			    io->off + (uint64_t)res < op->size) {
 				/* Short read inside the object's known size: read the rest. */
 				io->off += (uint64_t)res;
 				io->buf += res;
@@ -2292,8 +2296,8 @@ static int open_dir(struct nv *s, struct nv_dir *d, const char *direct_mode)
 		return rc;
 	}
 	if (s->ro) {
-		/* Inspection: no lock (a live writer may hold it), no probe file; buffered
-		 * reads work on every file system. */
+		/* Inspection: no lock (a live writer may hold it), no probe file (O_DIRECT
+		 * is tried on a stored object instead, after the scan). */
 		d->direct = false;
 		return check_store(s, d);
 	}
@@ -2329,6 +2333,33 @@ static int open_dir(struct nv *s, struct nv_dir *d, const char *direct_mode)
 		d->direct = rc == 1;
 	}
 	return 0;
+}
+
+/* Read-only: no probe file can be written, so try O_DIRECT on one stored object of each
+ * directory instead (inspection then reads like the tier does, without filling the page
+ * cache of a serving node with the whole store). */
+static void probe_direct_ro(struct nv *s, const char *direct_mode)
+{
+	if (!strcmp(direct_mode, "off"))
+		return;
+	void *buf = kvt__aligned_alloc(KVT_ALIGN);
+	if (!buf)
+		return;
+	for (uint32_t i = 0; i < s->ndirs; i++) {
+		struct nv_ent *e = s->lru_head;
+		while (e && (e->dir != i || e->bytes < KVT_ALIGN))
+			e = e->next;
+		if (!e)
+			continue;
+		char path[NV_NAME_MAX];
+		object_path(&e->key, path);
+		int fd = openat(s->dirs[i].fd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+		if (fd < 0)
+			continue;
+		s->dirs[i].direct = pread(fd, buf, KVT_ALIGN, 0) == KVT_ALIGN;
+		close(fd);
+	}
+	kvt__free_aligned(buf, KVT_ALIGN);
 }
 
 static void nv_free(struct nv *s)
@@ -2451,6 +2482,8 @@ static int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	}
 	if (s->budget && !s->ro)
 		budget_load(s);
+	if (s->ro)
+		probe_direct_ro(s, direct_mode);
 	for (uint32_t i = 0; i < s->ndirs; i++) {
 		uint64_t objs = 0, bytes = 0;
 		for (struct nv_ent *e = s->lru_head; e; e = e->next)

@@ -6,9 +6,9 @@
  * Inspection changes nothing: ls, stat and verify open the store with store.read_only, so
  * no tier creates, locks, cleans up, evicts or writes anything, a live writer may keep the
  * store open meanwhile, a read-only mount works, and a path that is not a store is an
- * error. Only `verify --drop` and `rm` open it for writing. verify streams each object
- * (header first, then each layer in bounded pieces) so its memory does not depend on what
- * a file's size claims, and applies the one definition of a sound object that get applies
+ * error. Only `verify --drop` and `rm` open it for writing. verify reads each object in
+ * windows of at most 8 MiB (one read for most objects) so its memory does not depend on
+ * what a file's size claims, and applies the one definition of a sound object that get applies
  * (kvt__object_verify): a header that decodes for its key, and every layer's CRC; bytes
  * past the header's object size are not part of the object.
  */
@@ -23,7 +23,7 @@
 #include "format.h"
 #include "tier.h"
 
-#define VERIFY_PIECE (8u << 20) /* bytes of a layer read and checked at a time */
+#define VERIFY_PIECE (8u << 20) /* bytes of an object read and checked at a time */
 
 /* Inspection: open every tier read-only (see the top of the file). */
 static struct kvt_store *open_inspect(struct cli_store_opts *o, const char *cmd)
@@ -258,6 +258,24 @@ static int read_sync(struct kvt_tier *t, const struct kvt_key *key, uint64_t off
 	return sync_io_wait(&w, t->ops->read(t, key, &seg, 1, sync_io_cb, &w));
 }
 
+/* A window of an object in buf: bytes [start, start + len). Objects up to VERIFY_PIECE
+ * take one read; larger ones are read a window at a time as the layers need them. */
+struct window {
+	uint64_t start, len;
+};
+
+static int window_at(struct kvt_tier *t, const struct kvt_key *key, void *buf, struct window *w,
+		     uint64_t pos)
+{
+	uint64_t start = pos & ~(uint64_t)(KVT_ALIGN - 1);
+	int rc = read_sync(t, key, start, VERIFY_PIECE, buf);
+	if (rc < 0)
+		return rc;
+	w->start = start;
+	w->len = (uint64_t)rc;
+	return 0;
+}
+
 /* Check one object through its tier. NULL if sound, "" if it is gone (removed meanwhile),
  * else why it is bad (in why[], or a constant). listed: its size in the tier's listing
  * (UINT64_MAX: unknown). buf holds VERIFY_PIECE bytes. */
@@ -271,14 +289,15 @@ static const char *verify_object(struct kvt_tier *t, const struct kvt_key *key, 
 			 (unsigned long long)listed);
 		return why;
 	}
-	int rc = read_sync(t, key, 0, KVT_HEADER_BYTES, buf);
+	struct window w;
+	int rc = window_at(t, key, buf, &w, 0);
 	if (rc == -ENOENT)
 		return "";
 	if (rc < 0)
 		return kvt_strerror(rc);
-	if (rc == 0)
+	if (w.len == 0)
 		return "empty (0 bytes)";
-	if (rc < KVT_HEADER_BYTES)
+	if (w.len < KVT_HEADER_BYTES)
 		return "truncated (shorter than a header)";
 	struct kvt_header h;
 	struct kvt_expect exp = {.key = key}; /* any namespace or geometry; format bounds */
@@ -287,22 +306,25 @@ static const char *verify_object(struct kvt_tier *t, const struct kvt_key *key, 
 	uint64_t lb = kvt_layer_bytes(&h.geometry, h.n_tokens);
 	for (uint32_t l = 0; l < h.geometry.layers; l++) {
 		uint32_t crc = 0;
-		for (uint64_t done = 0; done < lb;) {
-			uint64_t n = KVT_MIN(lb - done, (uint64_t)VERIFY_PIECE);
-			rc = read_sync(t, key, h.layer_offset[l] + done, KVT_ALIGN_UP(n, KVT_ALIGN),
-				       buf);
-			if (rc == -ENOENT)
-				return "";
-			if (rc < 0)
-				return kvt_strerror(rc);
-			if ((uint64_t)rc < n) {
-				snprintf(why, whylen,
-					 "truncated (the header says %llu bytes; layer %u is cut short)",
-					 (unsigned long long)h.object_bytes, l);
-				return why;
+		uint64_t pos = h.layer_offset[l], end = pos + lb;
+		while (pos < end) {
+			if (pos < w.start || pos >= w.start + w.len) {
+				rc = window_at(t, key, buf, &w, pos);
+				if (rc == -ENOENT)
+					return "";
+				if (rc < 0)
+					return kvt_strerror(rc);
+				if (pos >= w.start + w.len) {
+					snprintf(why, whylen,
+						 "truncated (the header says %llu bytes; layer %u "
+						 "is cut short)",
+						 (unsigned long long)h.object_bytes, l);
+					return why;
+				}
 			}
-			crc = kvt__crc32c(crc, buf, (size_t)n);
-			done += n;
+			uint64_t n = KVT_MIN(end, w.start + w.len) - pos;
+			crc = kvt__crc32c(crc, (const uint8_t *)buf + (pos - w.start), (size_t)n);
+			pos += n;
 		}
 		if (crc != h.layer_crc[l]) {
 			snprintf(why, whylen, "corrupt (layer %u checksum mismatch)", l);
