@@ -134,4 +134,12 @@ used=$(find "$T/fs/v1" -type f ! -name '.*' -printf '%s\n' | awk '{s+=$1} END {p
 [ "$used" -le $((5 * obj)) ] || fail "fs tier holds $used bytes over fs.bytes $((5 * obj))"
 "$K" session resume --synthetic 5120 "${SMALL[@]}" --tiers fs --set fs.dir="$T/fs" --json |
 	jqe '.hit_chunks >= 2 and .bad == 0' || fail "fs resume after an oversized save got no prefix"
+before=$(snap "$T/fs"; find "$T/fs" -type f -printf '%p %A@\n' | sort)
+"$K" verify "${SMALL[@]}" --tiers fs --set fs.dir="$T/fs" --json | tail -1 | jqe '.objects >= 2 and .bad == 0' ||
+	fail "verify of the fs tier"
+[ "$before" = "$(snap "$T/fs"; find "$T/fs" -type f -printf '%p %A@\n' | sort)" ] ||
+	fail "verify changed the fs tier (or its objects' atimes, the sweeps' recency)"
+if "$K" ls "${SMALL[@]}" --tiers fs --set fs.dir="$T/fstypo" >/dev/null 2>"$T/err"; then fail "ls of a missing fs.dir succeeded"; fi
+[ ! -e "$T/fstypo" ] || fail "ls created a missing fs.dir"
+grep -q "not a kvtier fs store" "$T/err" || fail "unclear fs error: $(cat "$T/err")"
 echo "store_inspect: ok"
