@@ -42,7 +42,7 @@
 	X(k, "model.chunk_tokens", U64, "256", 1, 65536, NULL, PLAIN, "tokens per chunk") \
 	/* dram */ \
 	X(k, "dram.bytes", SIZE, "1GiB", 4096, 1e15, NULL, PLAIN, "DRAM pool size") \
-	X(k, "dram.policy", ENUM, "arc", 0, 0, "lru|arc", PLAIN, "DRAM eviction policy") \
+	X(k, "dram.policy", ENUM, "hd", 0, 0, "hd|lru|arc|pslru", PLAIN, "DRAM eviction and admission policy (also the replay's default; docs/COST_MODEL.md)") \
 	X(k, "dram.hugepages", BOOL, "true", 0, 0, NULL, PLAIN, "back the pool with huge pages when available") \
 	X(k, "dram.mlock", BOOL, "false", 0, 0, NULL, PLAIN, "lock the pool into memory") \
 	/* nvme */ \
@@ -109,7 +109,7 @@
 	X(k, "device.emu_gbps", DOUBLE, "0", 0, 100000, NULL, PLAIN, "emu backend: throttle each copy direction to this many GB/s (10^9 bytes) to stand in for PCIe; 0 = unthrottled") \
 	/* ---- end device ---- */ \
 	/* ---- cost model, admission, replay: rows below ---- */ \
-	X(k, "cost.model", STR, "", 0, 0, NULL, PLAIN, "cost-model preset: llama3.1-8b, llama3.1-70b, qwen2.5-7b, qwen3-32b, deepseek-v3, or custom (model.* geometry + cost.params_b); empty: model.name if it names a preset") \
+	X(k, "cost.model", STR, "", 0, 0, NULL, PLAIN, "cost-model preset: llama3.2-3b, llama3.1-8b, llama3.1-70b, qwen2.5-7b, qwen3-32b, deepseek-v3, or custom (model.* geometry + cost.params_b); empty: model.name if it names a preset") \
 	X(k, "cost.gpu", STR, "h100-sxm", 0, 0, NULL, PLAIN, "GPU preset: h100-sxm, h200, a100-80gb, l40s; any other name needs cost.gpu_tflops and cost.h2d_gbps") \
 	X(k, "cost.mfu", DOUBLE, "0.5", 0.01, 1, NULL, PLAIN, "fraction of the GPU's dense bf16 peak a prefill reaches") \
 	X(k, "cost.gpu_tflops", DOUBLE, "0", 0, 1e6, NULL, PLAIN, "effective prefill TFLOP/s of one GPU, overriding preset peak x cost.mfu (0: preset)") \
@@ -117,7 +117,9 @@
 	X(k, "cost.tp", U64, "1", 1, 1024, NULL, PLAIN, "GPUs that serve one prefill (tensor parallel): throughput and host-to-GPU bandwidth scale with it") \
 	X(k, "cost.params_b", DOUBLE, "0", 0, 1e6, NULL, PLAIN, "parameters used per token, in billions (custom models; overrides a preset's when > 0)") \
 	X(k, "cost.attn_width", U64, "0", 0, 1048576, NULL, PLAIN, "custom models: query heads x head dim (0: model.kv_heads x model.head_dim)") \
-	X(k, "cost.profile", STR, "", 0, 0, NULL, PLAIN, "tier profile written by kvtier calibrate (INI); tiers it does not list keep default numbers") \
+	X(k, "cost.restore_fixed_us", DOUBLE, "1000", 0, 1e7, NULL, PLAIN, "fixed cost of one restore that recomputing does not pay: the scheduler step it waits for and the block-table update (docs/COST_MODEL.md)") \
+	X(k, "cost.layer_launch_us", DOUBLE, "10", 0, 1e6, NULL, PLAIN, "per layer of a restore: launching its K and V copies") \
+	X(k, "cost.profile", STR, "", 0, 0, NULL, PLAIN, "tier profile written by kvtier calibrate (INI); tiers it does not list keep default numbers; an [engine] section (mfu, restore_fixed_us, layer_launch_us, h2d_gbps) overrides the cost.* keys") \
 	X(k, "admission.min_freq", U64, "1", 1, 255, NULL, PLAIN, "accesses (frequency-sketch estimate) before a chunk is written to a deeper tier; 1 admits everything") \
 	X(k, "admission.min_prefix_tokens", U64, "0", 0, 1e9, NULL, PLAIN, "do not write deeper a chunk that ends before this many prompt tokens") \
 	X(k, "admission.doorkeeper", BOOL, "true", 0, 0, NULL, PLAIN, "a Bloom filter in front of the sketch absorbs keys seen once") \

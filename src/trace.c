@@ -798,6 +798,47 @@ static int gen_agent(struct gen *g, const struct zipf *z, const uint32_t *repo_l
 	return rc;
 }
 
+/* Log-normal with the given mean and shape (Box-Muller for the normal draw). */
+static double rlognormal(struct rng *r, double mean, double sigma)
+{
+	double u1 = 1.0 - runif(r), u2 = runif(r);
+	double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+	return exp(log(mean) - sigma * sigma / 2 + sigma * z);
+}
+
+/* A conversation of the Mooncake kind: a popular system prompt (Zipf over sys_prompts of
+ * sys_len[] tokens), a long first-turn context unique to the conversation, then turns that
+ * append the answer and a short user message, apart by an exponential pause. */
+static int gen_conv(struct gen *g, const struct zipf *z, const uint32_t *sys_len, double start,
+		    uint32_t *count)
+{
+	const struct kvt_gen_opts *o = g->o;
+	struct prompt p = {0};
+	uint32_t s = zipf_draw(z, &g->r);
+	int rc = prompt_add(&p, hmix(0x434f4e56, s), sys_len[s]);
+	double first = rlognormal(&g->r, o->first_mean ? o->first_mean : 1, o->first_sigma);
+	first = KVT_MIN(first, (double)KVT_TRACE_MAX_INPUT / 2);
+	if (!rc)
+		rc = prompt_add(&p, new_seg(g), KVT_MAX(1u, (uint32_t)first));
+	bool engaged = runif(&g->r) < o->long_frac;
+	double end_p = engaged ? o->long_end_prob : o->end_prob;
+	double think = engaged && o->long_think_s > 0 ? o->long_think_s : o->think_s;
+	double ts = start;
+	do {
+		uint32_t out = rrange(&g->r, o->out_min, o->out_max);
+		if (!rc)
+			rc = emit(g, ts, &p, out);
+		(*count)++;
+		if (!rc)
+			rc = prompt_add(&p, new_seg(g), out);
+		if (!rc)
+			rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->user_min, o->user_max));
+		ts += rexp(&g->r, think) * 1000.0;
+	} while (!rc && runif(&g->r) >= end_p && p.tokens < KVT_TRACE_MAX_INPUT);
+	kvt__free(p.seg);
+	return rc;
+}
+
 static int cmp_req(const void *a, const void *b)
 {
 	const struct gen_req *x = a, *y = b;
@@ -808,7 +849,9 @@ static int cmp_req(const void *a, const void *b)
 
 static double mean_requests(const struct kvt_gen_opts *o)
 {
-	if (o->workload == KVT_GEN_CHAT)
+	if (o->workload == KVT_GEN_CONV && o->long_end_prob > 0)
+		return (1 - o->long_frac) / o->end_prob + o->long_frac / o->long_end_prob;
+	if (o->workload == KVT_GEN_CHAT || o->workload == KVT_GEN_CONV)
 		return 1.0 / (o->end_prob > 0 ? o->end_prob : 1.0);
 	if (o->workload == KVT_GEN_AGENT)
 		return o->steps ? o->steps : 1;
@@ -819,10 +862,13 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 {
 	if (!o || !t || o->block_tokens != t->block_tokens || !o->requests ||
 	    o->requests > KVT_TRACE_MAX_REQUESTS || !(o->rate > 0) || o->workload < 0 ||
-	    o->workload > KVT_GEN_AGENT || o->user_min > o->user_max || o->out_min > o->out_max ||
+	    o->workload >= KVT_GEN_N || o->user_min > o->user_max || o->out_min > o->out_max ||
 	    o->doc_min > o->doc_max || o->q_min > o->q_max || o->repo_min > o->repo_max ||
 	    o->tool_min > o->tool_max || !o->sys_prompts || !o->docs || !o->repos ||
-	    !o->docs_per_req || !(o->end_prob > 0 && o->end_prob <= 1) || o->zipf < 0)
+	    !o->docs_per_req || !(o->end_prob > 0 && o->end_prob <= 1) || o->zipf < 0 ||
+	    (o->workload == KVT_GEN_CONV &&
+	     (!o->first_mean || !(o->first_sigma < 8) || !(o->long_frac <= 1) ||
+	      (o->long_frac > 0 && !(o->long_end_prob > 0 && o->long_end_prob <= 1)))))
 		return -EINVAL;
 	struct gen g = {.o = o};
 	rng_seed(&g.r, o->seed);
@@ -831,6 +877,11 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 	uint32_t items = o->workload == KVT_GEN_RAG ? o->docs : o->repos;
 	uint32_t lo = o->workload == KVT_GEN_RAG ? o->doc_min : o->repo_min;
 	uint32_t hi = o->workload == KVT_GEN_RAG ? o->doc_max : o->repo_max;
+	if (o->workload == KVT_GEN_CONV) { /* system prompts of 1/2 .. 3/2 sys_tokens */
+		items = o->sys_prompts;
+		lo = o->sys_tokens / 2;
+		hi = o->sys_tokens + o->sys_tokens / 2;
+	}
 	int rc = zipf_init(&z, items, o->zipf);
 	if (rc)
 		return rc;
@@ -853,6 +904,8 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 			rc = gen_chat(&g, now, &count);
 		else if (o->workload == KVT_GEN_RAG)
 			rc = gen_rag(&g, &z, len, now, &count);
+		else if (o->workload == KVT_GEN_CONV)
+			rc = gen_conv(&g, &z, len, now, &count);
 		else
 			rc = gen_agent(&g, &z, len, now, &count);
 	}
@@ -904,6 +957,18 @@ void kvt__gen_defaults(int workload, struct kvt_gen_opts *o)
 		o->rate = 4;
 		o->sys_tokens = 400;
 		break;
+	case KVT_GEN_CONV:
+		/* docs/COST_MODEL.md, "The conversation workload", gives the source of each */
+		o->requests = 12031;
+		o->rate = 3.34;
+		o->sys_prompts = 2000, o->sys_tokens = 1536, o->zipf = 0.6;
+		o->first_mean = 10000, o->first_sigma = 1.0;
+		o->end_prob = 0.65;
+		o->user_min = 20, o->user_max = 600;
+		o->out_min = 50, o->out_max = 636;
+		o->think_s = 200;
+		o->long_frac = 0, o->long_end_prob = 0.12, o->long_think_s = 70;
+		break;
 	case KVT_GEN_AGENT:
 		o->rate = 2;
 		o->sys_tokens = 0;
@@ -916,11 +981,11 @@ void kvt__gen_defaults(int workload, struct kvt_gen_opts *o)
 	}
 }
 
-static const char *workloads[] = {"chat", "rag", "agent"};
+static const char *workloads[] = {"chat", "rag", "agent", "conversation"};
 
 int kvt__gen_workload(const char *name)
 {
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < KVT_GEN_N; i++)
 		if (!strcmp(name, workloads[i]))
 			return i;
 	return -EINVAL;
@@ -928,7 +993,7 @@ int kvt__gen_workload(const char *name)
 
 const char *kvt__gen_workload_name(int w)
 {
-	return w >= 0 && w < 3 ? workloads[w] : "?";
+	return w >= 0 && w < KVT_GEN_N ? workloads[w] : "?";
 }
 
 #define KNOB_U32(name)                                                                             \
@@ -971,6 +1036,11 @@ static const struct {
     KNOB_U32(tool_min),
     KNOB_U32(tool_max),
     KNOB_DBL(step_s),
+    KNOB_U32(first_mean),
+    KNOB_DBL(first_sigma),
+    KNOB_DBL(long_frac),
+    KNOB_DBL(long_end_prob),
+    KNOB_DBL(long_think_s),
 };
 
 int kvt__gen_set(struct kvt_gen_opts *o, const char *key, const char *value)
