@@ -29,6 +29,7 @@
 	X(k, "store.max_inflight", U64, "4096", 1, 1048576, NULL, PLAIN, "operations in flight before calls return -EAGAIN") \
 	X(k, "store.tier_timeout_ms", U64, "2000", 1, 3600000, NULL, PLAIN, "an operation on a deeper tier that takes longer is a miss") \
 	X(k, "store.max_object_bytes", SIZE, "4GiB", 4096, 4294967296.0, NULL, PLAIN, "largest object a reader accepts") \
+	X(k, "store.read_only", BOOL, "false", 0, 0, NULL, PLAIN, "open every tier for reading only: nothing is created, locked, cleaned up or written, and a missing store is an error (kvtier ls, stat and verify use it)") \
 	/* model / geometry: part of the namespace, hence of every key */ \
 	X(k, "model.name", STR, "llama3.1-8b", 0, 0, NULL, PLAIN, "model id, part of the namespace") \
 	X(k, "model.revision", STR, "main", 0, 0, NULL, PLAIN, "model revision, part of the namespace") \
@@ -52,6 +53,8 @@
 	X(k, "nvme.direct", ENUM, "auto", 0, 0, "auto|on|off", PLAIN, "O_DIRECT: auto falls back to buffered I/O where refused (tmpfs)") \
 	X(k, "nvme.write_budget", SIZE, "0", 0, 1e18, NULL, PLAIN, "bytes written per day at most (0: unlimited); admission skips writes past it") \
 	X(k, "nvme.open_files", U64, "1024", 1, 1000000, NULL, PLAIN, "read file descriptors kept open") \
+	X(k, "nvme.file_mode", ENUM, "0600", 0, 0, "0600|0640|0660|0644", PLAIN, "permissions of the object files created (stored KV reveals prompts; the umask still applies)") \
+	X(k, "nvme.dir_mode", ENUM, "0700", 0, 0, "0700|0750|0770|0755", PLAIN, "permissions of the directories created (the umask still applies)") \
 	/* faulty: the test-only fault-injecting wrapper tier */ \
 	X(k, "faulty.inner", STR, "nvme", 0, 0, NULL, PLAIN, "tests only: the tier the 'faulty' tier wraps") \
 	X(k, "faulty.fail_pct", U64, "0", 0, 100, NULL, PLAIN, "tests only: percent of operations reported as -EIO") \
@@ -63,6 +66,10 @@
 	X(k, "fs.threads", U64, "8", 1, 64, NULL, PLAIN, "worker threads running the blocking file system calls (lookups of a batch are spread over them)") \
 	X(k, "fs.direct", ENUM, "auto", 0, 0, "auto|on|off", PLAIN, "O_DIRECT: auto falls back to buffered I/O where the file system refuses it") \
 	X(k, "fs.fsync", ENUM, "data", 0, 0, "none|data|full", PLAIN, "before publishing: none, fdatasync of the object, or fdatasync plus fsync of its directory") \
+	X(k, "fs.bytes", SIZE, "0", 0, 1e18, NULL, PLAIN, "capacity of the shared directory (0: unbounded); every writing node removes the least recently used objects beyond it") \
+	X(k, "fs.tmp_max_age_s", U64, "3600", 60, 1e9, NULL, PLAIN, "a temporary file older than this belongs to a dead writer and is removed by writers' sweeps") \
+	X(k, "fs.file_mode", ENUM, "0600", 0, 0, "0600|0640|0660|0644", PLAIN, "permissions of the object files created; several users sharing the directory need group access (0660, with fs.dir_mode 0770 and a umask that allows it)") \
+	X(k, "fs.dir_mode", ENUM, "0700", 0, 0, "0700|0750|0770|0755", PLAIN, "permissions of the directories created (the umask still applies)") \
 	/* ---- end fs ---- */ \
 	/* ---- s3 tier: rows below ---- */ \
 	X(k, "s3.endpoint", STR, "", 0, 0, NULL, URL_SECRET, "S3 endpoint URL, http(s)://host[:port] (empty: KVTIER_S3_ENDPOINT)") \

@@ -999,7 +999,11 @@ static void wb_submit(struct kvt_store *s, const struct kvt_key *key,
 		leg->w = w;
 		leg->l = l;
 		atomic_fetch_add(&w->remaining, 1);
-		int rc = l->t->ops->write(l->t, key, ref->buf, ref->object_bytes, wb_leg_done, leg);
+		int rc = l->t->ops->write_chained
+			     ? l->t->ops->write_chained(l->t, key, ref->has_parent ? &ref->parent : NULL,
+							ref->buf, ref->object_bytes, wb_leg_done, leg)
+			     : l->t->ops->write(l->t, key, ref->buf, ref->object_bytes, wb_leg_done,
+						leg);
 		if (rc < 0) {
 			atomic_fetch_sub(&w->remaining, 1);
 			kvt__free(leg);
@@ -1068,7 +1072,10 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 				 .bytes = len};
 
 	if (!s->dram) {
-		struct kvt_slot_ref ref = {.id = -1, .object_bytes = obj_bytes, .n_tokens = n_tokens};
+		struct kvt_slot_ref ref = {.id = -1, .object_bytes = obj_bytes, .n_tokens = n_tokens,
+					   .has_parent = parent != NULL};
+		if (parent)
+			ref.parent = *parent;
 		ref.buf = bounce_get(s);
 		if (!ref.buf) {
 			atomic_fetch_sub(&s->inflight, 1);

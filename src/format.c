@@ -335,7 +335,7 @@ int kvt__object_verify(const void *obj, uint64_t obj_len, const struct kvt_expec
 	rc = kvt__header_decode(obj, h, exp);
 	if (rc)
 		return rc;
-	if (h->object_bytes != obj_len) {
+	if (h->object_bytes > obj_len) { /* bytes past object_bytes are not part of it */
 		rc = -EBADMSG;
 		goto fail;
 	}

@@ -73,8 +73,10 @@ int kvt__header_decode(const void *hdr, struct kvt_header *out, const struct kvt
  * layer_offset[l0] on (base points at that offset). 0 or -EBADMSG. */
 int kvt__layers_verify(const struct kvt_header *h, uint32_t l0, uint32_t l1, const void *base);
 
-/* Decode + check the header and every layer CRC of a whole object of obj_len bytes
- * (obj_len must equal the header's object size). 0 or -EBADMSG. */
+/* Decode + check the header and every layer CRC of a whole object: obj_len bytes that must
+ * hold at least the header's object size (bytes past it are not part of the object, and are
+ * ignored: a reader reads a fixed length, so a stored copy with bytes appended is served
+ * the same by every reader and by `kvtier verify`). 0 or -EBADMSG. */
 int kvt__object_verify(const void *obj, uint64_t obj_len, const struct kvt_expect *exp,
 		       struct kvt_header *out);
 
