@@ -125,7 +125,13 @@
 	X(k, "admission.doorkeeper", BOOL, "true", 0, 0, NULL, PLAIN, "a Bloom filter in front of the sketch absorbs keys seen once") \
 	X(k, "admission.sketch_counters", U64, "0", 0, 1073741824, NULL, PLAIN, "counters per row of the frequency sketch (0: sized from the tier capacity)") \
 	X(k, "admission.cost_check", BOOL, "true", 0, 0, NULL, PLAIN, "do not write a chunk to a tier from which restoring it is slower than recomputing it (the store applies it only with a measured cost.profile; replay always)") \
-	/* ---- end cost ---- */
+	/* ---- end cost ---- */ \
+	/* ---- security: rows below ---- */ \
+	X(k, "security.mac_key_file", STR, "", 0, 0, NULL, PLAIN, "file holding the key of a per-object HMAC-SHA-256 (32 raw bytes or 64 hex digits; mode 0600): every object written carries a MAC, and one without a valid MAC is never served (all writers of a shared tier need the key)") \
+	X(k, "security.mac_key_env", STR, "", 0, 0, NULL, PLAIN, "name of an environment variable holding that MAC key as 64 hex digits (instead of a file)") \
+	X(k, "security.encryption_key_file", STR, "", 0, 0, NULL, PLAIN, "this tenant's AES-256-GCM key file (32 raw bytes or 64 hex digits; mode 0600): objects are encrypted at rest, and without the key they are misses") \
+	X(k, "security.encryption_key_env", STR, "", 0, 0, NULL, PLAIN, "name of an environment variable holding that encryption key as 64 hex digits (instead of a file)") \
+	/* ---- end security ---- */
 /* clang-format on */
 
 #endif

@@ -326,6 +326,8 @@ int kvt_device_load(struct kvt_device *dev, struct kvt_store *s, const struct kv
 		return -EINVAL;
 	if ((rc = check_store(dev, s)) < 0)
 		return rc;
+	if (kvt__store_encrypts(s)) /* DRAM holds ciphertext; the scatter copies slots as-is */
+		return -ENOTSUP;
 	uint32_t max_blocks = dev->desc.geometry.chunk_tokens / dev->desc.block_size;
 	if (n_blocks > max_blocks)
 		return -EINVAL;

@@ -767,14 +767,12 @@ static int load_credentials(struct s3_state *s, const struct kvt_config *cfg)
 	const char *file = kvt__cfg_str(cfg, "s3.credentials_file");
 	struct cred_ctx c = {kvt__cfg_str(cfg, "s3.profile"), NULL, NULL, NULL, 0};
 	if (*file) {
-		FILE *f = fopen(file, "r");
-		if (!f) {
-			int e = errno;
-			KVT_ERR(log, "s3: credentials file %s: %s", file, strerror(e));
-			return -e;
+		char why[320];
+		int line, rc = kvt__ini_load(file, 65536, on_cred, &c, why, sizeof(why), &line);
+		if (rc < 0) { /* bounded: a regular file of at most 64 KiB (not /dev/zero) */
+			KVT_ERR(log, "s3: credentials file %s", why);
+			return rc;
 		}
-		int line = ini_parse_file(f, on_cred, &c);
-		fclose(f);
 		if (c.rc < 0)
 			goto fail;
 		if (line != 0 || !c.key || !c.secret) {

@@ -33,6 +33,12 @@ expect_err "config fifo" "fifo: not a regular file" "$K" stat --dir "$T/s" --con
 expect_err "config NUL" "nul.ini:2: NUL byte" "$K" config --config "$T/nul.ini"
 expect_err "config long line" "long.ini:2: line longer than" "$K" config --config "$T/long.ini"
 expect_err "config too large" "big.ini: larger than 1048576 bytes" "$K" config --config "$T/big.ini"
+# the s3 credentials file goes through the same bounded loader (the store then refuses to open)
+rc=0
+timeout 20 "$K" stat --dir "$T/s" --tiers dram,s3 --set s3.endpoint=http://127.0.0.1:1 \
+	--set s3.bucket=kvt-bucket --set s3.credentials_file=/dev/zero >/dev/null 2>"$T/err" || rc=$?
+[ $rc != 124 ] && [ $rc != 0 ] || fail "s3 credentials /dev/zero: exit $rc"
+grep -q "credentials file /dev/zero: not a regular file" "$T/err" || fail "s3 credentials: $(cat "$T/err")"
 # what is within the bounds still loads
 printf '[s3]\nprefix = abc\n' >"$T/ok.ini"
 "$K" config --config "$T/ok.ini" --json | jq -e '."s3.prefix" == "abc"' >/dev/null || fail "a good config no longer loads"

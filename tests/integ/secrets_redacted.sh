@@ -39,8 +39,19 @@ done
 grep -q 'http://AKIATEST:\*\*\*@127.0.0.1:1/kvt-bucket' "$T/open" || fail "s3 open logged no (redacted) URL: $(cat "$T/open")"
 grep -q 'ftp://AKIATEST:\*\*\*@' "$T/open" || fail "bad s3 scheme not reported redacted: $(cat "$T/open")"
 grep -q 'redis: 127.0.0.1:1 db 0 (auth)' "$T/open" || fail "redis open not logged: $(cat "$T/open")"
+# MAC and encryption keys: config names the variable or file, never the key
+MACK=5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7
+printf '%s' "$MACK" >"$T/enc.key" && chmod 600 "$T/enc.key"
+export KVT_MAC_KEY=$MACK
+run "$K" config --set security.mac_key_env=KVT_MAC_KEY --set "security.encryption_key_file=$T/enc.key"
+run "$K" session save --synthetic 512 --dir "$T/m" --set security.mac_key_env=KVT_MAC_KEY \
+	--set "security.encryption_key_file=$T/enc.key" --set model.layers=2 --set dram.bytes=64MiB
+chmod 644 "$T/enc.key"
+run "$K" stat --dir "$T/m" --set "security.encryption_key_file=$T/enc.key"
+grep -q 'security.mac_key_env *= KVT_MAC_KEY' "$T/out" || fail "config does not show the variable's name"
+grep -q 'enc.key is accessible by group or others' "$T/out" || fail "key file mode not refused: $(tail -3 "$T/out")"
 cat "$T/open" >>"$T/out"
-for s in "$RPW" "$S3PW" "$AWSSK"; do
+for s in "$RPW" "$S3PW" "$AWSSK" "$MACK"; do
 	if grep -n -- "$s" "$T/out"; then fail "secret '$s' printed"; fi
 done
 echo "secrets_redacted: ok"
