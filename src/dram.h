@@ -45,6 +45,8 @@ struct kvt_slot_ref {
 	bool dirty;
 	uint32_t depth; /* chunks before this one in its prompt, if DRAM held its prefix at
 			 * alloc (0 when unknown): admission's position-dependent checks */
+	bool has_parent;       /* the put named the chunk before it: deeper tiers evict */
+	struct kvt_key parent; /* suffixes before prefixes (tier write_chained) */
 };
 
 int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out);

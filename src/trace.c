@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "internal.h"
 #include "trace.h"
@@ -81,7 +82,8 @@ int kvt__trace_add(struct kvt_trace *t, double ts_ms, uint32_t input_len, uint32
 	for (uint32_t i = 0; i < n_blocks; i++)
 		if (ids[i] > KVT_TRACE_MAX_ID)
 			return -EINVAL;
-	memcpy(t->ids + t->n_ids, ids, (size_t)n_blocks * sizeof(*ids));
+	if (n_blocks) /* t->ids is still NULL before the first block: memcpy(NULL, .., 0) is UB */
+		memcpy(t->ids + t->n_ids, ids, (size_t)n_blocks * sizeof(*ids));
 	t->req[t->n++] = (struct kvt_trace_req){ts_ms, input_len, output_len, n_blocks, t->n_ids};
 	t->n_ids += n_blocks;
 	return 0;
@@ -408,47 +410,71 @@ static int parse_object(struct lex *l, struct kvt_trace *t, uint64_t *ids, doubl
 	return 0;
 }
 
+/* The parser's state across lines, so a file can be parsed as it is read. */
+struct parser {
+	struct kvt_trace *t;
+	uint64_t *ids; /* one request's hash_ids */
+	struct lex l;
+	double last_ts;
+};
+
+static int parser_init(struct parser *ps, struct kvt_trace *t, char *err, size_t errlen)
+{
+	*ps = (struct parser){.t = t, .l = {.err = err, .errlen = errlen}};
+	ps->ids = kvt__malloc(KVT_TRACE_MAX_BLOCKS * sizeof(*ps->ids));
+	if (!ps->ids)
+		return -ENOMEM;
+	ps->last_ts = t->n ? t->req[t->n - 1].ts_ms : 0;
+	return 0;
+}
+
+/* One line, without its '\n'. */
+static int parse_line(struct parser *ps, const char *p, size_t n)
+{
+	struct lex *l = &ps->l;
+	l->line++;
+	l->p = p;
+	l->end = p + n;
+	l->rc = 0;
+	if (n > KVT_TRACE_MAX_LINE) {
+		fail(l, "line longer than %u bytes", KVT_TRACE_MAX_LINE);
+		return l->rc = -E2BIG;
+	}
+	if (memchr(p, 0, n))
+		return fail(l, "NUL byte in the line");
+	ws(l);
+	if (l->p == l->end)
+		return 0;
+	int rc = parse_object(l, ps->t, ps->ids, ps->last_ts);
+	if (!rc)
+		ps->last_ts = ps->t->req[ps->t->n - 1].ts_ms;
+	return rc;
+}
+
 int kvt__trace_parse(struct kvt_trace *t, const char *buf, size_t len, char *err, size_t errlen)
 {
 	if (!t || (!buf && len))
 		return -EINVAL;
-	uint64_t *ids = kvt__malloc(KVT_TRACE_MAX_BLOCKS * sizeof(*ids));
-	if (!ids)
-		return -ENOMEM;
-	struct lex l = {.err = err, .errlen = errlen};
+	struct parser ps;
+	int rc = parser_init(&ps, t, err, errlen);
 	const char *p = buf, *end = buf + len;
-	int rc = 0;
-	double last_ts = t->n ? t->req[t->n - 1].ts_ms : 0;
-	while (p < end && !rc) {
+	while (!rc && p < end) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
 		const char *eol = nl ? nl : end;
-		l.line++;
-		l.p = p;
-		l.end = eol;
-		l.rc = 0;
-		if ((size_t)(eol - p) > KVT_TRACE_MAX_LINE) {
-			fail(&l, "line longer than %u bytes", KVT_TRACE_MAX_LINE);
-			rc = -E2BIG;
-			break;
-		}
-		if (memchr(p, 0, (size_t)(eol - p))) {
-			rc = fail(&l, "NUL byte in the line");
-			break;
-		}
-		ws(&l);
-		if (l.p != l.end) {
-			rc = parse_object(&l, t, ids, last_ts);
-			if (!rc)
-				last_ts = t->req[t->n - 1].ts_ms;
-		}
+		rc = parse_line(&ps, p, (size_t)(eol - p));
 		p = nl ? nl + 1 : end;
 	}
-	kvt__free(ids);
+	kvt__free(ps.ids);
 	return rc;
 }
 
+/* Read and parse line by line: memory is one line (bounded by KVT_TRACE_MAX_LINE) plus
+ * what the trace holds, and the file is bounded by KVT_TRACE_MAX_BYTES, so /dev/zero, a
+ * file without newlines or an endless pipe ends with an error instead of eating memory. */
 int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t errlen)
 {
+	if (err && errlen)
+		err[0] = 0;
 	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
 	if (!f) {
 		int e = errno;
@@ -456,36 +482,55 @@ int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t err
 			snprintf(err, errlen, "%s: %s", path, strerror(e));
 		return -e;
 	}
-	size_t cap = 1 << 20, len = 0;
-	char *buf = kvt__malloc(cap);
-	int rc = 0;
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out;
+	struct stat st;
+	if (!fstat(fileno(f), &st) && S_ISDIR(st.st_mode)) {
+		if (f != stdin)
+			fclose(f);
+		if (err && errlen)
+			snprintf(err, errlen, "%s: is a directory, not a trace file", path);
+		return -EISDIR;
 	}
-	for (;;) {
-		if (len == cap) {
-			char *q = kvt__realloc(buf, cap * 2);
-			if (!q) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			buf = q;
-			cap *= 2;
-		}
+	const size_t cap = (size_t)KVT_TRACE_MAX_LINE + 1; /* a longest line and its '\n' */
+	char *buf = kvt__malloc(cap);
+	struct parser ps = {.ids = NULL};
+	int rc = buf ? parser_init(&ps, t, err, errlen) : -ENOMEM;
+	size_t len = 0;
+	uint64_t total = 0;
+	while (!rc) {
 		size_t n = fread(buf + len, 1, cap - len, f);
 		len += n;
-		if (n == 0)
+		total += n;
+		if (total > KVT_TRACE_MAX_BYTES) {
+			rc = fail(&ps.l, "the trace is longer than %llu bytes",
+				  (unsigned long long)KVT_TRACE_MAX_BYTES);
+			rc = ps.l.rc = -EFBIG;
 			break;
+		}
+		char *p = buf, *end = buf + len, *nl;
+		while (!rc && (nl = memchr(p, '\n', (size_t)(end - p)))) {
+			rc = parse_line(&ps, p, (size_t)(nl - p));
+			p = nl + 1;
+		}
+		if (rc)
+			break;
+		len = (size_t)(end - p);
+		memmove(buf, p, len);
+		if (n == 0) { /* end of file or a read error */
+			if (ferror(f)) {
+				rc = -EIO;
+				if (err && errlen)
+					snprintf(err, errlen, "line %zu: read error", ps.l.line + 1);
+			} else if (len) {
+				rc = parse_line(&ps, buf, len);
+			}
+			break;
+		}
+		if (len == cap) /* a line without its end: longer than KVT_TRACE_MAX_LINE */
+			rc = parse_line(&ps, buf, len);
 	}
-	if (ferror(f)) {
-		rc = -EIO;
-		if (err && errlen)
-			snprintf(err, errlen, "%s: read error", path);
-		goto out;
-	}
-	rc = kvt__trace_parse(t, buf, len, err, errlen);
-out:
+	if (rc == -ENOMEM && err && errlen && !err[0])
+		snprintf(err, errlen, "line %zu: out of memory", ps.l.line);
+	kvt__free(ps.ids);
 	kvt__free(buf);
 	if (f != stdin)
 		fclose(f);

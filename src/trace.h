@@ -16,6 +16,7 @@
 
 /* Bounds a trace line must respect (anything larger is rejected, never allocated). */
 #define KVT_TRACE_MAX_LINE (4u << 20)	    /* bytes per line */
+#define KVT_TRACE_MAX_BYTES (16ull << 30)   /* bytes per trace file */
 #define KVT_TRACE_MAX_INPUT (1u << 24)	    /* prompt tokens per request */
 #define KVT_TRACE_MAX_OUTPUT (1u << 24)	    /* output tokens per request */
 #define KVT_TRACE_MAX_BLOCKS 65536u	    /* hash_ids per request */
@@ -68,7 +69,8 @@ int kvt__trace_add(struct kvt_trace *t, double ts_ms, uint32_t input_len, uint32
  * whitespace-only lines are ignored. Stops at the first error: -EINVAL (or -E2BIG for an
  * over-limit size) with "line N: reason" in err. Requests already parsed stay in t. */
 int kvt__trace_parse(struct kvt_trace *t, const char *buf, size_t len, char *err, size_t errlen);
-/* The same from a file ("-" is stdin). -errno if unreadable. */
+/* The same from a file ("-" is stdin), read line by line: at most KVT_TRACE_MAX_BYTES.
+ * -errno if unreadable, -EFBIG past the bound; err always says why. */
 int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t errlen);
 /* Write a trace in the same format (what the generator's output looks like on disk). */
 int kvt__trace_write(const struct kvt_trace *t, FILE *f);
