@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "config.h"
 #include "cost.h"
 #include "evict.h"
 #include "sim.h"
@@ -374,6 +375,21 @@ static void test_nvme_admission_predicts(void **state)
 	}
 }
 
+/* One policy for the store and the replay: dram.policy's default is the replay's default,
+ * and the DRAM pool accepts it. */
+static void test_store_and_replay_share_the_default(void **state)
+{
+	(void)state;
+	struct kvt_config *cfg;
+	assert_int_equal(kvt_config_create(&cfg), 0);
+	assert_string_equal(kvt__cfg_str(cfg, "dram.policy"), KVT_SIM_DEFAULT_POLICY);
+	struct kvt_evict *e;
+	assert_int_equal(kvt__evict_create(kvt__cfg_str(cfg, "dram.policy"), 16, &e), 0);
+	assert_string_equal(kvt__evict_name(e), "hd");
+	kvt__evict_destroy(e);
+	kvt_config_destroy(cfg);
+}
+
 static void test_two_tiers_admission_ttft(void **state)
 {
 	(void)state;
@@ -435,6 +451,7 @@ int main(void)
 	    cmocka_unit_test(test_default_vs_lru_many_seeds),
 	    cmocka_unit_test(test_two_tiers_admission_ttft),
 	    cmocka_unit_test(test_fleet_sizing),
+	    cmocka_unit_test(test_store_and_replay_share_the_default),
 	    cmocka_unit_test(test_nvme_admission_predicts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
