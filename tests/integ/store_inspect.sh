@@ -163,6 +163,10 @@ used=$(find "$T/fs/v1" -type f ! -name '.*' -printf '%s\n' | awk '{s+=$1} END {p
 [ "$used" -le $((5 * obj)) ] || fail "fs tier holds $used bytes over fs.bytes $((5 * obj))"
 "$K" session resume --synthetic 5120 "${SMALL[@]}" --tiers fs --set fs.dir="$T/fs" --json |
 	jqe '.hit_chunks >= 2 and .bad == 0' || fail "fs resume after an oversized save got no prefix"
+if "$K" session save --synthetic 512 "${SMALL[@]}" --tiers fs --set fs.dir="$T/fs2" --set fs.bytes=64KiB >/dev/null 2>"$T/err"; then
+	fail "fs.bytes below one object accepted"
+fi
+grep -q "smaller than one object" "$T/err" || fail "unclear error for a tiny fs.bytes: $(cat "$T/err")"
 before=$(snap "$T/fs"; find "$T/fs" -type f -printf '%p %A@\n' | sort)
 "$K" verify "${SMALL[@]}" --tiers fs --set fs.dir="$T/fs" --json | tail -1 | jqe '.objects >= 2 and .bad == 0' ||
 	fail "verify of the fs tier"
