@@ -192,8 +192,14 @@ class KvtierTier(SecondaryTierManager):
         block_tokens = oc.groups[0].tokens_per_block
         bpc = offloading_spec.blocks_per_chunk
         layers = int(facts["layers"])
-        if oc.worker_kv_bytes_per_block % layers:
-            raise ValueError("KvtierTier: KV bytes per block do not split over the layers")
+        kv_heads, head_dim = int(facts["kv_heads"]), int(facts["head_dim"])
+        need = layers * 2 * block_tokens * (kv_heads // max(par.tp_size, 1)) * head_dim * itemsize
+        if oc.worker_kv_bytes_per_block % layers or need > oc.worker_kv_bytes_per_block \
+                or kv_heads % max(par.tp_size, 1):
+            raise ValueError(
+                f"KvtierTier: a geometry of {layers} layers, {kv_heads} KV heads x {head_dim} "
+                f"over TP={par.tp_size} needs {need} bytes per {block_tokens}-token block; "
+                f"vLLM allocates {oc.worker_kv_bytes_per_block}")
         self.layout = RowLayout(
             layout=layout or _detect_layout(oc, oc.model.dtype, block_tokens,
                                             int(facts["head_dim"])),
