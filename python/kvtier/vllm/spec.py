@@ -74,9 +74,8 @@ class CPUHostCopyWorker(OffloadingWorker):
             n_chunks = int(chunk_rel[-1]) + 1
             dev_ids = gpu_spec.block_ids[dev_off:dev_off + size]
             cpu_ids = cpu_spec.block_ids[cpu_off:cpu_off + n_chunks][chunk_rel]
-            out.append((g, torch.from_numpy(dev_ids.astype(np.int64)),
-                        torch.from_numpy(cpu_ids.astype(np.int64)),
-                        torch.from_numpy((logical % self._bpc).astype(np.int64))))
+            out.append((g, dev_ids.astype(np.int64), cpu_ids.astype(np.int64),
+                        (logical % self._bpc).astype(np.int64)))
             dev_off += size
             cpu_off += n_chunks
         return out
@@ -86,13 +85,18 @@ class CPUHostCopyWorker(OffloadingWorker):
         nbytes = 0
         with torch.inference_mode():
             for g, dev_ids, cpu_ids, sub in self._positions(gpu_spec, cpu_spec):
+                # one page copy per block and tensor (as vLLM's CUDA worker issues one
+                # descriptor each): measured faster here than advanced indexing, which
+                # gathers into a temporary first
+                pairs = list(zip(dev_ids.tolist(), cpu_ids.tolist(), sub.tolist()))
                 for ti in self._groups[g]:
                     dev, host = self._dev[ti], self._host[ti]
-                    if to_host:
-                        host[cpu_ids, sub] = dev[dev_ids]
-                    else:
-                        dev[dev_ids] = host[cpu_ids, sub]
-                    nbytes += int(dev_ids.numel()) * dev.shape[1]
+                    for d, c, j in pairs:
+                        if to_host:
+                            host[c, j].copy_(dev[d])
+                        else:
+                            dev[d].copy_(host[c, j])
+                    nbytes += len(pairs) * dev.shape[1]
         self._finished.append(TransferResult(job_id=job_id, success=True,
                                              transfer_size=nbytes,
                                              transfer_time=time.perf_counter() - t0))
