@@ -188,12 +188,13 @@ def test_redis_tier_and_stopped_server(tdir, redis_server):
             os.kill(redis_server.proc.pid, signal.SIGCONT)
 
 
-def test_close_cancels_nothing_completed(tdir):
+def test_close_completes_every_future(tdir):
     s = kvtier.Store(cfg(**{"fs.dir": tdir}))
     k = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]
-    f = s.put(k, chunk(s, 5))
+    data = chunk(s, 5)
+    f = s.put(k, data)
     s.close()
-    assert f.done()
+    assert f.done()  # completed (or canceled) by close, never left pending
     s.close()  # idempotent
     with pytest.raises(ValueError):
-        s.put(k, chunk(kvtier.Store(cfg(**{"fs.dir": tdir})), 5))
+        s.put(k, data)
