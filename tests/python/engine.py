@@ -127,18 +127,40 @@ def read_object(path: str, geo: kvtier.Geometry) -> np.ndarray:
     return np.stack(layers).reshape(geo.layers, 2, T, geo.kv_heads, geo.head_dim)
 
 
-def dir_bytes(root: str) -> tuple[int, int]:
-    """(bytes of published objects, bytes of every file) under root: sizes as stat
-    reports them. Temp files (".tmp.") are writes in flight or evicted objects whose
-    unlink is still pending."""
-    objs = total = 0
+def dir_files(root: str) -> dict[str, int]:
+    """{path: size} of the files under root (one walk; not atomic across directories)."""
+    out = {}
     for dp, _, fs in os.walk(root):
         for f in fs:
+            p = os.path.join(dp, f)
             try:
-                n = os.stat(os.path.join(dp, f)).st_size
+                out[p] = os.stat(p).st_size
             except FileNotFoundError:
                 continue
-            total += n
-            if ".tmp." not in f and not f.startswith("."):
-                objs += n
-    return objs, total
+    return out
+
+
+class DiskSampler:
+    """Peak bytes on disk under root, sampled by walks. One walk is not a snapshot: a file
+    evicted in one directory after the walk counted it, and another written in a directory
+    the walk reached later, would both be counted. So a sample is the files present in two
+    consecutive walks: each existed at both observations, and all of them at once at the
+    instant the first walk ended. Never an overcount; a file living shorter than a walk
+    is missed. Published objects and every file (temp files of writes in flight and
+    evicted objects whose unlink is pending) are kept apart."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.prev: dict[str, int] = {}
+        self.peak_objects = 0
+        self.peak_total = 0
+
+    def sample(self) -> None:
+        cur = dir_files(self.root)
+        both = {p: n for p, n in cur.items() if self.prev.get(p) == n}
+        self.prev = cur
+        objs = sum(n for p, n in both.items()
+                   if ".tmp." not in os.path.basename(p) and
+                   not os.path.basename(p).startswith("."))
+        self.peak_objects = max(self.peak_objects, objs)
+        self.peak_total = max(self.peak_total, sum(both.values()))

@@ -146,8 +146,9 @@ def test_corrupt_object_is_a_miss_not_bad_bytes(tdir):
         k = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]
         s.put(k, chunk(s, 1)).result(10)
         s.flush().result(10)
+    # the one object file (its name is the tier's storage key, derived from k)
     paths = [os.path.join(dp, f) for dp, _, fs in os.walk(tdir) for f in fs
-             if f == k.hex()]
+             if len(f) == 64 and not f.startswith(".")]
     assert len(paths) == 1, paths
     with open(paths[0], "r+b") as f:
         f.seek(4096 + 100)
