@@ -6,11 +6,13 @@
 # environment's python as its last line. Idempotent: a second run reinstalls only kvtier.
 #
 # The workaround: everything is installed with --no-deps. PyPI's torch==2.13.0 (the
-# CUDA 13 build) runs on CPU when the CUDA libraries it links resolve; the CUDA toolkit
-# provides most, and the list adds the four that were missing as wheels
+# CUDA 13 build) runs on CPU when the CUDA libraries it links resolve; the CUDA 13 toolkit
+# these machines ship (/usr/local/cuda-13.0/lib: cudart, cuBLAS, cuDNN, ...) provides most,
+# and the list adds the four that were missing as wheels
 # (nvidia-cusparselt-cu13, nvidia-nvshmem-cu13, nvidia-cufile, nvidia-nccl-cu13 - the
 # system NCCL lacks a symbol torch needs). triton, cuDNN/cuBLAS wheels and
-# torchvision/torchaudio are left out: serving on CPU does not need them (`pip check`
+# torchvision/torchaudio are left out: serving on CPU does not need them (the toolkit's
+# cuDNN/cuBLAS satisfy the loader) (`pip check`
 # complains about them; nothing breaks). About 1.1 GB downloaded, 3.3 GB installed.
 #
 # Usage: scripts/vllm-env.sh [VENV_DIR]     (default: .venv-vllm in the checkout)
@@ -40,5 +42,10 @@ fi
 echo "vllm-env: installing kvtier from $root/python" >&2
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
     --no-build-isolation --force-reinstall "$root/python" >&2
+if ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
+    echo "vllm-env: torch (PyPI's CUDA 13 build) cannot load its CUDA libraries; it needs the" \
+         "CUDA 13 toolkit these machines ship (/usr/local/cuda-13.0/lib on the loader path)" >&2
+    exit 1
+fi
 "$venv/bin/python" -c 'import kvtier, vllm' >&2
 echo "$venv/bin/python"
