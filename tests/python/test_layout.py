@@ -135,3 +135,24 @@ def test_bad_layouts_refused():
     rl = RowLayout("nhd", 2, 2, 64, 16, 1)
     with pytest.raises(ValueError):
         rl.row_to_canonical(np.zeros(10, np.uint8), np.zeros(rl.payload_bytes, np.uint8))
+
+
+@pytest.mark.parametrize("layout", ["cpu-vec", "nhd", "hnd"])
+@pytest.mark.parametrize("ids", [[3, 4, 5], [5, 1, 3]])
+def test_batched_rows_match_single_rows(layout, ids):
+    """canonical_to_rows (one copy per batch of consecutive rows, the tier's restore path)
+    writes exactly what canonical_to_row (checked above against the definition) writes,
+    row by row, and leaves the other rows and the row padding untouched."""
+    L, H, D, Tb, bpc, tp = 2, 4, 8, 4, 2, 2
+    unpadded = 2 * Tb * (H // tp) * D * 2
+    rl = RowLayout(layout, L, H, D, Tb, bpc, tp, 2, unpadded + 64)
+    stride = rl.row_bytes + 96  # rows of the primary tier are padded beyond row_bytes too
+    chunks = np.stack([canonical(L, Tb * bpc, H, D, seed=i).reshape(-1).view(np.uint8)
+                       for i in range(len(ids))])
+    got = np.full((8, stride), 0xCD, dtype=np.uint8)
+    rl.canonical_to_rows(rl.chunks_tensor(chunks), rl.rows_tensor(got), ids)
+    want = np.full((8, stride), 0xCD, dtype=np.uint8)
+    for c, r in zip(chunks, ids):
+        rl.canonical_to_row(c, want[r])
+    assert np.array_equal(got, want)
+    assert (got[[r for r in range(8) if r not in ids]] == 0xCD).all()

@@ -3,10 +3,11 @@ time to first token measured in the real engine with kvtier, with vLLM's own fs 
 with no cache (scripts/vllm-demo.sh runs this; docs/BENCHMARKS.md records it).
 
 For each cache mode, one fresh engine stores the prompt's prefix, then `runs` fresh engines
-(new processes: nothing in their memory) each run two unrelated warm-up requests (the second
-hits the first's prefix in the engine's own cache, so one-time costs of the prefix-hit path
-are paid before the measurement) and then the prompt with max_tokens=1; the wall time of that request is its time to first token. The
-median over the fresh engines is reported with the cached tokens vLLM reports.
+per mode (new processes: nothing in their memory; the modes interleaved) each run two
+unrelated warm-up requests (the second hits the first's prefix in the engine's own cache,
+so one-time costs of the prefix-hit path are paid before the measurement) and then the
+prompt with max_tokens=1; the wall time of that request is its time to first token. The
+median and minimum over the fresh engines are reported with the cached tokens vLLM reports.
 
     python -m kvtier.vllm.demo --workdir DIR [--geometry tiny,large] [--runs 3]
 """
@@ -76,27 +77,34 @@ def run(workdir: str, geometry: str, runs: int, prefix: int, block: int) -> list
             "dram.bytes": max(64 << 20, 2 * kv_per_token * (prefix + 64)),
             "dram.hugepages": False}}},
     }
-    rows = []
-    for mode, extra in modes.items():
-        spec = {"model": model, "block_size": block, "cpu_bytes": cpu_bytes,
-                "max_model_len": 8192, **extra}
-        for d in ("vllm-fs", "kvtier-fs"):
-            shutil.rmtree(os.path.join(gdir, d), ignore_errors=True)
-        tag = mode.split()[0].lower()
-        if extra["connector"] != "none":
+    # one storing engine per cached mode, then the fresh restoring engines with the modes
+    # interleaved (run i of every mode, then run i+1), so a change in the host's load
+    # (a shared machine) falls on every mode alike
+    specs = {mode: {"model": model, "block_size": block, "cpu_bytes": cpu_bytes,
+                    "max_model_len": 8192, **extra} for mode, extra in modes.items()}
+    tags = {mode: mode.split()[0].lower() for mode in modes}
+    for d in ("vllm-fs", "kvtier-fs"):
+        shutil.rmtree(os.path.join(gdir, d), ignore_errors=True)
+    for mode, spec in specs.items():
+        if spec["connector"] != "none":
             # a few decode steps: vLLM submits a request's stores at the next engine step
-            st = _engine(spec, [prompt], gdir, f"{tag}-store", max_tokens=16)
+            st = _engine(spec, [prompt], gdir, f"{tags[mode]}-store", max_tokens=16)
             if st["cached"] != [0]:
                 raise RuntimeError(f"{mode}: the storing engine found a cache already")
-        # warm-up: a request, then one with a cached prefix (the engine's first
-        # prefix-hit request pays one-time costs that are not the cache's)
-        res = [_engine(spec, [warm, warm + warm[:64], prompt], gdir, f"{tag}-restore{i}")
-               for i in range(runs)]
-        ttft = [r["seconds"][2] for r in res]
+    # warm-up: a request, then one with a cached prefix (the engine's first prefix-hit
+    # request pays one-time costs that are not the cache's)
+    res: dict[str, list] = {mode: [] for mode in modes}
+    for i in range(runs):
+        for mode, spec in specs.items():
+            res[mode].append(_engine(spec, [warm, warm + warm[:64], prompt], gdir,
+                                     f"{tags[mode]}-restore{i}"))
+    rows = []
+    for mode in modes:
+        ttft = [r["seconds"][2] for r in res[mode]]
         rows.append({"geometry": geometry, "mode": mode, "prompt_tokens": len(prompt),
-                     "cached": [r["cached"][2] for r in res], "ttft_s": ttft,
-                     "median_s": statistics.median(ttft),
-                     "first_token": res[0]["outputs"][2][0],
+                     "cached": [r["cached"][2] for r in res[mode]], "ttft_s": ttft,
+                     "median_s": statistics.median(ttft), "min_s": min(ttft),
+                     "first_token": res[mode][0]["outputs"][2][0],
                      "kv_mib": kv_per_token * prefix / 2**20})
     return rows
 
@@ -117,9 +125,10 @@ def main(argv=None) -> int:
         print(f"== {g}: {L} layers, {H} KV heads x {D}, bf16; restoring a {a.prefix}-token "
               f"prefix; median of {a.runs} fresh engines", flush=True)
         rows = run(a.workdir, g, a.runs, a.prefix, a.block)
-        print(f"{'mode':<18} {'cached tokens':>14} {'TTFT median':>12}   runs (s)")
+        print(f"{'mode':<18} {'cached tokens':>14} {'TTFT median':>12} {'min':>8}   runs (s)")
         for r in rows:
-            print(f"{r['mode']:<18} {r['cached'][0]:>14} {r['median_s']:>11.3f}s   "
+            print(f"{r['mode']:<18} {r['cached'][0]:>14} {r['median_s']:>11.3f}s "
+                  f"{r['min_s']:>7.3f}s   "
                   + " ".join(f"{s:.3f}" for s in r["ttft_s"]), flush=True)
         firsts = {r["first_token"] for r in rows}
         print("first generated token identical in every mode:", len(firsts) == 1, flush=True)

@@ -95,47 +95,79 @@ class RowLayout:
         return 2 * self.layers * self.chunk_tokens * self.kv_heads * self.head_dim * self.itemsize
 
     # ------------------------------------------------------------------ views
-    def _kv_views(self, row) -> tuple[torch.Tensor, torch.Tensor]:
-        """Views of a row's K and V, each shaped (L, bpc, Tb, tp, Hr, D) in canonical axis
-        order (strided: no copy; writing them writes the row)."""
+    def _kv_views(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views of K and V of rows (an (N, >= row elements) integer tensor), each shaped
+        (N, L, bpc, Tb, tp, Hr, D) in canonical axis order (strided: no copy; writing them
+        writes the rows)."""
         L, bpc, Tb, tp, Hr, D = (self.layers, self.blocks_per_chunk, self.block_tokens,
                                  self.tp, self.heads_per_rank, self.head_dim)
-        r = _tensor(row, self.row_bytes, self.itemsize)
+        n = rows.shape[0]
         pe = self.page // self.itemsize
-        src = r.view(tp, L, bpc, pe)[..., :self.unpadded_page_bytes // self.itemsize]
+        src = rows[:, :self.row_bytes // self.itemsize].view(n, tp, L, bpc, pe)
+        src = src[..., :self.unpadded_page_bytes // self.itemsize]
         if self.layout == "cpu-vec":
-            p = src.unflatten(-1, (Hr, 2 * Tb * D))
-            k = p[..., :Tb * D].unflatten(-1, (D, Tb))
-            v = p[..., Tb * D:].unflatten(-1, (Tb, D))
-            return k.permute(1, 2, 5, 0, 3, 4), v.permute(1, 2, 4, 0, 3, 5)
+            p = src.view(n, tp, L, bpc, Hr, 2 * Tb * D)
+            k = p[..., :Tb * D].view(n, tp, L, bpc, Hr, D, Tb)
+            v = p[..., Tb * D:].view(n, tp, L, bpc, Hr, Tb, D)
+            return k.permute(0, 2, 3, 6, 1, 4, 5), v.permute(0, 2, 3, 5, 1, 4, 6)
         if self.layout == "nhd":
-            p = src.unflatten(-1, (Tb, Hr, 2, D))
-            return (p[..., 0, :].permute(1, 2, 3, 0, 4, 5),
-                    p[..., 1, :].permute(1, 2, 3, 0, 4, 5))
-        p = src.unflatten(-1, (Hr, Tb, 2, D))  # hnd
-        return (p[..., 0, :].permute(1, 2, 4, 0, 3, 5),
-                p[..., 1, :].permute(1, 2, 4, 0, 3, 5))
+            p = src.view(n, tp, L, bpc, Tb, Hr, 2, D)
+            return (p[..., 0, :].permute(0, 2, 3, 4, 1, 5, 6),
+                    p[..., 1, :].permute(0, 2, 3, 4, 1, 5, 6))
+        p = src.view(n, tp, L, bpc, Hr, Tb, 2, D)  # hnd
+        return (p[..., 0, :].permute(0, 2, 3, 5, 1, 4, 6),
+                p[..., 1, :].permute(0, 2, 3, 5, 1, 4, 6))
 
-    def _canon_views(self, buf) -> tuple[torch.Tensor, torch.Tensor]:
-        c = _tensor(buf, self.payload_bytes, self.itemsize).view(
-            self.layers, 2, self.blocks_per_chunk, self.block_tokens, self.tp,
+    def _canon_views(self, bufs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of canonical chunks (an (N, >= payload elements) integer tensor)."""
+        n = bufs.shape[0]
+        c = bufs[:, :self.payload_bytes // self.itemsize].view(
+            n, self.layers, 2, self.blocks_per_chunk, self.block_tokens, self.tp,
             self.heads_per_rank, self.head_dim)
-        return c[:, 0], c[:, 1]
+        return c[:, :, 0], c[:, :, 1]
+
+    def rows_tensor(self, view) -> torch.Tensor:
+        """The primary tier's buffer (rows x row stride bytes, e.g. the tier's numpy view
+        of primary_kv_view) as an integer tensor sharing its memory, for *_rows."""
+        a = np.asarray(view)
+        return torch.from_numpy(a.view(np.uint8).reshape(a.shape[0], -1)).view(
+            _TINT[self.itemsize])
+
+    def chunks_tensor(self, bufs) -> torch.Tensor:
+        """Canonical chunks (n x >= payload_bytes, a numpy array) as an integer tensor."""
+        a = np.asarray(bufs)
+        return torch.from_numpy(a.view(np.uint8).reshape(a.shape[0], -1)).view(
+            _TINT[self.itemsize])
 
     # ------------------------------------------------------------ conversions
     def row_to_canonical(self, row, out) -> None:
         """Write the canonical chunk of a primary-tier row into out (payload_bytes)."""
-        rk, rv = self._kv_views(row)
-        ck, cv = self._canon_views(out)
+        rk, rv = self._kv_views(_tensor(row, self.row_bytes, self.itemsize)[None])
+        ck, cv = self._canon_views(_tensor(out, self.payload_bytes, self.itemsize)[None])
         ck.copy_(rk)
         cv.copy_(rv)
 
     def canonical_to_row(self, buf, row) -> None:
         """Write a canonical chunk into a primary-tier row (padding bytes untouched)."""
-        rk, rv = self._kv_views(row)
-        ck, cv = self._canon_views(buf)
-        rk.copy_(ck)
-        rv.copy_(cv)
+        self.canonical_to_rows(_tensor(buf, self.payload_bytes, self.itemsize)[None],
+                               _tensor(row, self.row_bytes, self.itemsize)[None], [0])
+
+    def canonical_to_rows(self, chunks: torch.Tensor, rows: torch.Tensor,
+                          ids: list[int]) -> None:
+        """Write canonical chunks i (chunks_tensor) into rows ids[i] (rows_tensor): one copy
+        for K and one for V when the ids are consecutive (vLLM allocates a request's rows
+        so, usually), else one per chunk. Few large copies: each is one GIL release."""
+        n = len(ids)
+        ck, cv = self._canon_views(chunks[:n])
+        if n and ids == list(range(ids[0], ids[0] + n)):
+            rk, rv = self._kv_views(rows[ids[0]:ids[0] + n])
+            rk.copy_(ck)
+            rv.copy_(cv)
+            return
+        for i, r in enumerate(ids):
+            rk, rv = self._kv_views(rows[r:r + 1])
+            rk.copy_(ck[i:i + 1])
+            rv.copy_(cv[i:i + 1])
 
 
 def _tensor(buf, nbytes: int, itemsize: int) -> torch.Tensor:

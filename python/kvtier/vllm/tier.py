@@ -117,12 +117,12 @@ class _Done:
 
 
 class _Buffers:
-    """Staging buffers of one canonical chunk, page aligned and already faulted in, reused
+    """Staging buffers (one canonical chunk, or `shape` of them as rows), page aligned and already faulted in, reused
     across jobs (a fresh buffer per chunk cost its page faults on every load). Up to
     `keep` are kept; more are made when needed. Thread-safe."""
 
-    def __init__(self, nbytes: int, keep: int):
-        self._n, self._keep = nbytes, keep
+    def __init__(self, nbytes: int, keep: int, shape: int = 0):
+        self._n, self._keep, self._shape = nbytes, keep, shape
         self._free: queue.SimpleQueue = queue.SimpleQueue()
 
     def take(self, make: bool = True) -> np.ndarray | None:
@@ -137,7 +137,7 @@ class _Buffers:
         off = -raw.ctypes.data % 4096
         buf = raw[off:off + self._n]
         buf.fill(0)
-        return buf
+        return buf.reshape(self._shape, -1) if self._shape else buf
 
     def reserve(self, n: int) -> None:
         """Make n buffers now (at start-up, not on a restore's path)."""
@@ -290,12 +290,14 @@ class KvtierTier(SecondaryTierManager):
         self._lookups: queue.SimpleQueue = queue.SimpleQueue()  # (key, hit) from poll thread
         self._jobs: dict[JobId, tuple[cf.Future, TransferJob, bool]] = {}
         self._done: queue.SimpleQueue = queue.SimpleQueue()
-        # staging buffers for the canonical chunks, reused: at most _window reads in flight
-        # per load job (STAGING_BYTES of them), kept across jobs so no read lands in
-        # memory faulted in for it
-        self._window = max(2, self.STAGING_BYTES // self._payload)
-        self._bufs = _Buffers(self._payload, keep=self._window + 2)
-        self._bufs.reserve(self._window)
+        # staging for the canonical chunks, reused (made at start-up, so no restore faults
+        # in fresh memory): loads read into slabs of _batch chunks, two per job in flight
+        # (STAGING_BYTES in all); stores convert into single-chunk buffers
+        self._batch = max(1, self.STAGING_BYTES // (2 * self._payload))
+        self._slabs = _Buffers(self._batch * self._payload, keep=3, shape=self._batch)
+        self._slabs.reserve(2)
+        self._bufs = _Buffers(self._payload, keep=2)
+        self._rows = self.layout.rows_tensor(self._view)
         self._store_pool = cf.ThreadPoolExecutor(1, thread_name_prefix="kvtier-store")
         # one: conversions run torch copies whose own threads two concurrent jobs would
         # oversubscribe (measured: 2.2 s instead of 40 ms on a loaded 2-core host); the
@@ -473,70 +475,95 @@ class KvtierTier(SecondaryTierManager):
                      prof={"wait": t0 - job.submit_time, "run": t1 - t0, "convert": tconv},
                      finished=t1)
 
+    def _read_batch(self, slab: np.ndarray, keys: list[bytes], lo: int, hi: int) -> tuple:
+        """Reads of chunks lo..hi-1 into consecutive slots of a slab."""
+        return lo, hi, slab, [self._get(keys[j], slab[j - lo]) for j in range(lo, hi)]
+
+    def _release_slab(self, slab: np.ndarray, futs: list) -> None:
+        """Give a slab back once none of its reads can still write into it."""
+        live = [f for f in futs if isinstance(f, cf.Future) and not f.done()]
+        if not live:
+            self._slabs.give(slab)
+            return
+        left = [len(live)]
+        lock = threading.Lock()
+
+        def one_done(_f):
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                self._slabs.give(slab)
+        for f in live:
+            f.add_done_callback(one_done)
+
     def _start_load(self, keys: list[bytes]) -> list:
-        """The first reads of a load job, submitted at once from the scheduler thread
-        (kvt_get does not block): they proceed while earlier jobs are still converting."""
-        out = []
-        for k in keys[:self._window]:
-            buf = self._bufs.take(make=False)  # making one faults in memory: not here
-            if buf is None:
-                break
-            out.append((buf, self._get(k, buf)))
-        return out
+        """The first batch of a load job's reads, submitted at once from the scheduler
+        thread (kvt_get does not block): it proceeds while an earlier job converts."""
+        slab = self._slabs.take(make=False)  # making one faults in memory: not here
+        if slab is None:
+            return []
+        return [self._read_batch(slab, keys, 0, min(len(keys), self._batch))]
+
+    def _wait_reads(self, futs: list, deadline: float) -> tuple[int, str]:
+        """How many leading reads succeeded, and why the next one failed ("" if none)."""
+        for i, f in enumerate(futs):
+            reason = ""
+            try:
+                if isinstance(f, Exception):
+                    raise f
+                r = f.result(max(0.0, deadline - time.monotonic()))
+                if r.n_tokens != self.layout.chunk_tokens:
+                    reason = "short"
+            except cf.TimeoutError:
+                reason = "deadline"
+            except kvtier.Corrupt:
+                reason = "corrupt"
+            except kvtier.NotFound:
+                reason = "miss"
+            except kvtier.TierTimeout:
+                reason = "timeout"
+            except kvtier.KvtierError:
+                reason = "error"
+            if reason:
+                return i, reason
+        return len(futs), ""
 
     def _run_load(self, job: TransferJob, keys: list[bytes], started: list,
                   submitted: float) -> _Done:
-        """Consume the reads in order, converting each into its row; each converted chunk's
-        buffer carries the read of the chunk `window` places further on, so reads overlap
-        conversion with at most `window` staging buffers per job."""
+        """Reads go in batches of `_batch` chunks into slabs (two in flight: one batch
+        reads while the previous converts); each batch is converted into its rows with
+        one copy for K and one for V where its rows are consecutive."""
         t0 = time.monotonic()
         tread = tconv = 0.0
         deadline = job.submit_time + self._deadline_s
-        inflight = collections.deque(started)
-        nxt = len(started)
+        cids = [int(c) for c in job.chunk_ids]
+        batches = collections.deque(started)
+        nxt = batches[-1][1] if batches else 0
         try:
-            while nxt < min(len(keys), self._window):
-                buf = self._bufs.take()
-                inflight.append((buf, self._get(keys[nxt], buf)))
-                nxt += 1
-            for i, cid in enumerate(job.chunk_ids):
-                buf, f = inflight.popleft()
-                reason = ""
+            while batches or nxt < len(keys):
+                while len(batches) < 2 and nxt < len(keys):
+                    hi = min(nxt + self._batch, len(keys))
+                    batches.append(self._read_batch(self._slabs.take(), keys, nxt, hi))
+                    nxt = hi
+                lo, hi, slab, futs = batches.popleft()
                 tw = time.monotonic()
-                try:
-                    if isinstance(f, Exception):
-                        raise f
-                    r = f.result(max(0.0, deadline - time.monotonic()))
-                    if r.n_tokens != self.layout.chunk_tokens:
-                        reason = "short"
-                except cf.TimeoutError:
-                    reason = "deadline"
-                except kvtier.Corrupt:
-                    reason = "corrupt"
-                except kvtier.NotFound:
-                    reason = "miss"
-                except kvtier.TierTimeout:
-                    reason = "timeout"
-                except kvtier.KvtierError:
-                    reason = "error"
+                ok, reason = self._wait_reads(futs, deadline)
                 tc = time.monotonic()
                 tread += tc - tw
-                if reason:
-                    self._release(buf, f)
-                    log.info("kvtier load of chunk %d/%d: %s; vLLM recomputes from there",
-                             i + 1, len(keys), reason)
-                    return _Done(job.job_id, i, len(keys), True, time.monotonic() - t0,
-                                 reason)
-                self.layout.canonical_to_row(buf, self._view[int(cid)])
+                if ok:
+                    self.layout.canonical_to_rows(self.layout.chunks_tensor(slab[:ok]),
+                                                  self._rows, cids[lo:lo + ok])
                 tconv += time.monotonic() - tc
-                if nxt < len(keys):
-                    inflight.append((buf, self._get(keys[nxt], buf)))
-                    nxt += 1
-                else:
-                    self._bufs.give(buf)
+                self._release_slab(slab, futs)
+                if reason:
+                    log.info("kvtier load of chunk %d/%d: %s; vLLM recomputes from there",
+                             lo + ok + 1, len(keys), reason)
+                    return _Done(job.job_id, lo + ok, len(keys), True,
+                                 time.monotonic() - t0, reason)
         finally:
-            for buf, f in inflight:  # a failed job's reads still in flight
-                self._release(buf, f)
+            for _, _, slab, futs in batches:  # a failed job's reads still in flight
+                self._release_slab(slab, futs)
         t1 = time.monotonic()
         return _Done(job.job_id, len(keys), len(keys), True, t1 - t0,
                      prof={"job to submit_load": submitted - job.submit_time,
@@ -707,4 +734,5 @@ class KvtierTier(SecondaryTierManager):
         self._load_pool.shutdown(wait=True)
         self._store.close()
         self._store = None
+        self._rows = None
         self._view = None  # release the primary tier's buffer before vLLM unmaps it
