@@ -30,6 +30,12 @@
 	X(k, "store.tier_timeout_ms", U64, "2000", 1, 3600000, NULL, PLAIN, "an operation on a deeper tier that takes longer is a miss") \
 	X(k, "store.max_object_bytes", SIZE, "4GiB", 4096, 4294967296.0, NULL, PLAIN, "largest object a reader accepts") \
 	X(k, "store.read_only", BOOL, "false", 0, 0, NULL, PLAIN, "open every tier for reading only: nothing is created, locked, cleaned up or written, and a missing store is an error (kvtier ls, stat and verify use it)") \
+	X(k, "store.daemon", STR, "", 0, 0, NULL, PLAIN, "Unix socket of a kvtierd node daemon: when set, the store is a client of that daemon (its tiers, its DRAM) instead of opening tiers itself (docs/DAEMON.md)") \
+	X(k, "store.daemon_timeout_ms", U64, "5000", 1, 3600000, NULL, PLAIN, "deadline of each exchange with kvtierd: a daemon that does not answer by then reads as an error or a miss, and the next call reconnects") \
+	/* kvtierd (the node daemon, docs/DAEMON.md) */ \
+	X(k, "daemon.socket", STR, "/run/kvtier/kvtierd.sock", 0, 0, NULL, PLAIN, "kvtierd: the Unix socket clients attach to (mode 0600, so only its owner's processes)") \
+	X(k, "daemon.metrics", STR, "", 0, 0, NULL, PLAIN, "kvtierd: serve Prometheus /metrics on this loopback ADDR:PORT (empty: off)") \
+	X(k, "daemon.max_clients", U64, "256", 1, 65536, NULL, PLAIN, "kvtierd: connections at most; more are refused") \
 	/* model / geometry: part of the namespace, hence of every key */ \
 	X(k, "model.name", STR, "llama3.1-8b", 0, 0, NULL, PLAIN, "model id, part of the namespace") \
 	X(k, "model.revision", STR, "main", 0, 0, NULL, PLAIN, "model revision, part of the namespace") \

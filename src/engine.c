@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "daemon_client.h"
 #include "dram.h"
 #include "engine.h"
 #include "format.h"
@@ -157,6 +158,7 @@ struct flush_waiter {
 };
 
 struct kvt_store {
+	struct kvt_client *client; /* client mode (store.daemon): every call goes there */
 	struct kvt_config *cfg;
 	struct kvt_log log;
 	struct kvt_geometry geo;
@@ -257,11 +259,13 @@ void kvt__store_complete(struct kvt_store *s, kvt_cb cb, void *arg, const struct
 
 int kvt_store_fd(const struct kvt_store *s)
 {
+	if (s->client) return kvt__client_fd(s->client);
 	return s->efd;
 }
 
 int kvt_poll(struct kvt_store *s, int timeout_ms)
 {
+	if (s->client) return kvt__client_poll(s->client, timeout_ms);
 	pthread_mutex_lock(&s->cq_lock);
 	bool empty = !s->cq_head;
 	pthread_mutex_unlock(&s->cq_lock);
@@ -685,6 +689,7 @@ static void close_links(struct kvt_store *s)
 
 int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 {
+	if (cfg && out && kvt__client_wanted(cfg)) return kvt__client_open(cfg, out);
 	if (!cfg || !out)
 		return -EINVAL;
 	struct kvt_store *s = kvt__calloc(1, sizeof(*s));
@@ -768,6 +773,7 @@ fail_free:
 
 void kvt_store_close(struct kvt_store *s)
 {
+	if (s && s->client) { kvt__client_close(s->client); kvt__free(s); return; }
 	if (!s)
 		return;
 	/* Write-behind first: it needs the tiers. Under write-back, dirty chunks are written
@@ -818,26 +824,31 @@ void kvt_store_close(struct kvt_store *s)
 
 const struct kvt_geometry *kvt_store_geometry(const struct kvt_store *s)
 {
+	if (s->client) return kvt__client_geometry(s->client);
 	return &s->geo;
 }
 
 const uint8_t *kvt_store_ns_id(const struct kvt_store *s)
 {
+	if (s->client) return kvt__client_ns_id(s->client);
 	return s->ns_id;
 }
 
 int kvt_store_tier_count(const struct kvt_store *s)
 {
+	if (s->client) return kvt__client_tier_count(s->client);
 	return s->n_links;
 }
 
 const char *kvt_store_tier_name(const struct kvt_store *s, int tier)
 {
+	if (s->client) return kvt__client_tier_name(s->client, tier);
 	return tier >= 0 && tier < s->n_links ? s->links[tier].name : "none";
 }
 
 struct kvt_tier *kvt__store_tier(struct kvt_store *s, int pos)
 {
+	if (s->client) return NULL;
 	return pos >= 0 && pos < s->n_links ? s->links[pos].t : NULL;
 }
 
@@ -1132,6 +1143,7 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 int kvt_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 	    uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg)
 {
+	if (s->client) return kvt__client_put(s->client, key, parent, n_tokens, buf, len, cb, arg);
 	struct kvt_key sk, sp;
 	return do_put(s, skey(s, key, &sk), skey(s, parent, &sp), n_tokens, buf, len, cb, arg,
 		      false);
@@ -1140,6 +1152,7 @@ int kvt_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key
 int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		       uint32_t n_tokens, struct kvt_slot_ref *ref)
 {
+	if (s->client) return -ENOTSUP;
 	if (!s->dram)
 		return -ENOTSUP;
 	if (n_tokens == 0 || n_tokens > s->geo.chunk_tokens)
@@ -1434,6 +1447,7 @@ static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquir
 int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
 		       void *arg)
 {
+	if (s->client) return -ENOTSUP;
 	if (!s->dram)
 		return -ENOTSUP;
 	struct kvt_slot_ref ref;
@@ -1642,6 +1656,7 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
 	    uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg)
 {
+	if (s->client) return kvt__client_get(s->client, key, layer_begin, layer_end, buf, len, cb, arg);
 	struct kvt_key sk;
 	return do_get(s, skey(s, key, &sk), layer_begin, layer_end, buf, len, cb, arg, false);
 }
@@ -1813,6 +1828,7 @@ static int do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, 
 int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
 	       kvt_cb cb, void *arg)
 {
+	if (s->client) return kvt__client_lookup(s->client, keys, n, tiers, cb, arg);
 	struct kvt_storage_keys b;
 	int rc = skeys(s, &b, keys, n);
 	rc = rc ? rc : do_lookup(s, b.keys, n, tiers, cb, arg, false);
@@ -1918,6 +1934,7 @@ static int do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n
 int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n, uint64_t deadline_ns,
 		 kvt_cb cb, void *arg)
 {
+	if (s->client) return kvt__client_prefetch(s->client, keys, n, deadline_ns, cb, arg);
 	struct kvt_storage_keys b;
 	int rc = skeys(s, &b, keys, n);
 	rc = rc ? rc : do_prefetch(s, b.keys, n, deadline_ns, cb, arg, false);
@@ -2010,6 +2027,7 @@ static int do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 
 int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg)
 {
+	if (s->client) return kvt__client_remove(s->client, key, cb, arg);
 	struct kvt_key sk;
 	return do_remove(s, skey(s, key, &sk), cb, arg, false);
 }
@@ -2045,6 +2063,7 @@ static int do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
 
 int kvt_flush(struct kvt_store *s, kvt_cb cb, void *arg)
 {
+	if (s->client) return kvt__client_flush(s->client, cb, arg);
 	return do_flush(s, cb, arg, false);
 }
 
@@ -2052,6 +2071,7 @@ int kvt_flush(struct kvt_store *s, kvt_cb cb, void *arg)
 
 int kvt_stats(struct kvt_store *s, struct kvt_stats *out)
 {
+	if (s->client) return kvt__client_stats(s->client, out);
 	if (!s || !out)
 		return -EINVAL;
 	memset(out, 0, sizeof(*out));
@@ -2131,6 +2151,7 @@ static int waiter_wait(struct waiter *w, int rc, struct kvt_result *res)
 int kvt_put_sync(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		 uint32_t n_tokens, const void *buf, size_t len)
 {
+	if (s->client) return kvt__client_put_sync(s->client, key, parent, n_tokens, buf, len);
 	struct waiter w;
 	waiter_init(&w);
 	struct kvt_key sk, sp;
@@ -2141,6 +2162,7 @@ int kvt_put_sync(struct kvt_store *s, const struct kvt_key *key, const struct kv
 
 int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers)
 {
+	if (s->client) return kvt__client_lookup_sync(s->client, keys, n, tiers);
 	struct waiter w;
 	waiter_init(&w);
 	struct kvt_storage_keys b;
@@ -2153,6 +2175,7 @@ int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, i
 int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
 		 uint32_t layer_end, void *buf, size_t len, struct kvt_result *res)
 {
+	if (s->client) return kvt__client_get_sync(s->client, key, layer_begin, layer_end, buf, len, res);
 	struct waiter w;
 	waiter_init(&w);
 	struct kvt_key sk;
@@ -2164,6 +2187,7 @@ int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_
 int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
 		      uint64_t deadline_ns)
 {
+	if (s->client) return kvt__client_prefetch_sync(s->client, keys, n, deadline_ns);
 	struct waiter w;
 	waiter_init(&w);
 	struct kvt_storage_keys b;
@@ -2176,6 +2200,7 @@ int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
 
 int kvt_remove_sync(struct kvt_store *s, const struct kvt_key *key)
 {
+	if (s->client) return kvt__client_remove_sync(s->client, key);
 	struct waiter w;
 	waiter_init(&w);
 	struct kvt_key sk;
@@ -2184,11 +2209,13 @@ int kvt_remove_sync(struct kvt_store *s, const struct kvt_key *key)
 
 bool kvt__store_encrypts(const struct kvt_store *s)
 {
+	if (s->client) return false;
 	return kvt__protect_encrypts(s->prot);
 }
 
 int kvt__store_remove_stored_sync(struct kvt_store *s, const struct kvt_key *storage_key)
 {
+	if (s->client) return -ENOTSUP;
 	struct waiter w;
 	waiter_init(&w);
 	return waiter_wait(&w, do_remove(s, storage_key, waiter_cb, &w, true), NULL);
@@ -2196,6 +2223,7 @@ int kvt__store_remove_stored_sync(struct kvt_store *s, const struct kvt_key *sto
 
 int kvt_flush_sync(struct kvt_store *s)
 {
+	if (s->client) return kvt__client_flush_sync(s->client);
 	struct waiter w;
 	waiter_init(&w);
 	return waiter_wait(&w, do_flush(s, waiter_cb, &w, true), NULL);
@@ -2203,5 +2231,17 @@ int kvt_flush_sync(struct kvt_store *s)
 
 struct kvt_dram *kvt__store_dram(struct kvt_store *s)
 {
+	if (s->client) return NULL;
 	return s->dram;
+}
+
+/* A client-mode store (src/daemon_client.c): a shell whose calls all dispatch to c. */
+int kvt__store_new_client(struct kvt_client *c, struct kvt_store **out)
+{
+	struct kvt_store *s = kvt__calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->client = c;
+	*out = s;
+	return 0;
 }
