@@ -28,6 +28,16 @@ static pid_t daemon_pid;
 static size_t PAYLOAD;
 static uint8_t NS[KVT_NS_ID_BYTES];
 
+/* A failing CHECK exits: never leave the daemon running behind it. */
+static pid_t main_pid;
+static void kill_daemon(void)
+{
+	if (daemon_pid > 0 && getpid() == main_pid) {
+		kill(daemon_pid, SIGKILL);
+		waitpid(daemon_pid, NULL, 0);
+	}
+}
+
 static void start_daemon(void)
 {
 	char bin[512], d[300];
@@ -363,6 +373,8 @@ int main(void)
 	dir = test_tmpdir("daemon");
 	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
 	signal(SIGPIPE, SIG_IGN);
+	main_pid = getpid();
+	atexit(kill_daemon);
 	start_daemon();
 	struct kvt_store *s = open_client();
 	PAYLOAD = kvt_payload_bytes(kvt_store_geometry(s), 16);
@@ -377,6 +389,7 @@ int main(void)
 	kill(daemon_pid, SIGTERM);
 	int status;
 	waitpid(daemon_pid, &status, 0);
+	daemon_pid = 0;
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	test_rmdir(dir);
 	printf("daemon_clients: ok\n");
