@@ -23,6 +23,9 @@ int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out);
 /* engine.c: a store that is only a shell around c (every call dispatches to c). */
 int kvt__store_new_client(struct kvt_client *c, struct kvt_store **out);
 
+/* engine.c: the client of a client-mode store, NULL for an in-process store. */
+struct kvt_client *kvt__store_client(struct kvt_store *s);
+
 void kvt__client_close(struct kvt_client *c);
 const struct kvt_geometry *kvt__client_geometry(const struct kvt_client *c);
 const uint8_t *kvt__client_ns_id(const struct kvt_client *c);

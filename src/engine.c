@@ -2245,3 +2245,8 @@ int kvt__store_new_client(struct kvt_client *c, struct kvt_store **out)
 	*out = s;
 	return 0;
 }
+
+struct kvt_client *kvt__store_client(struct kvt_store *s)
+{
+	return s->client;
+}

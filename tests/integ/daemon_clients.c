@@ -233,9 +233,10 @@ static void test_async(void)
 
 /* ---- 2. clients killed mid-operation */
 
-static void child_loop(unsigned seed)
+static void child_loop(unsigned seed, int ready)
 {
 	struct kvt_store *s = open_client();
+	CHECK(write(ready, "r", 1) == 1); /* attached: the kill lands in the put/get loop */
 	uint8_t *buf = malloc(PAYLOAD);
 	for (uint64_t i = 0;; i++) {
 		struct kvt_key k;
@@ -250,10 +251,17 @@ static void test_kills(struct raw *r)
 {
 	srand(42);
 	for (unsigned i = 0; i < 100; i++) {
+		int pp[2];
+		CHECK(pipe(pp) == 0);
 		pid_t p = fork();
 		if (p == 0)
-			child_loop(i);
-		struct timespec ts = {0, (long)(rand() % 20000) * 1000};
+			child_loop(i, pp[1]);
+		close(pp[1]);
+		char b;
+		struct pollfd pf = {.fd = pp[0], .events = POLLIN};
+		CHECK(poll(&pf, 1, 10000) == 1 && read(pp[0], &b, 1) == 1);
+		close(pp[0]);
+		struct timespec ts = {0, (long)(rand() % 5000) * 1000};
 		nanosleep(&ts, NULL);
 		kill(p, SIGKILL);
 		waitpid(p, NULL, 0);

@@ -32,6 +32,12 @@ if err=$(timeout 30 "$K" session resume --synthetic 8400 --seed 7 "${SMALL[@]}" 
 fi
 echo "$err" | grep -q "another model, geometry or tenant" || { echo "unclear refusal: $err"; exit 1; }
 
+# kvtier status: the two session processes left nothing behind.
+st=$(timeout 30 "$K" status --daemon "$S" "${SMALL[@]}" --json)
+echo "$st" | jq -e '.connections == 0 and .ops_in_progress == 0 and .regions_mapped == 0 and .connections_total >= 3 and .tiers.dram.objects == 33' >/dev/null ||
+	{ echo "status: $st"; exit 1; }
+if timeout 10 "$K" status "${SMALL[@]}" 2>/dev/null; then echo "status without --daemon accepted"; exit 1; fi
+
 curl -sf "127.0.0.1:$PORT/metrics" >"$T/metrics.txt"
 promtool check metrics <"$T/metrics.txt"
 grep -q '^kvtier_tier_hits_total{tier="dram"} 33$' "$T/metrics.txt" || { echo "dram hits not counted"; grep hits "$T/metrics.txt"; exit 1; }
