@@ -51,6 +51,26 @@ grep -q "not an IPv4 loopback" "$T/bad.log" || { cat "$T/bad.log"; exit 1; }
 if "$D" --dir "$T/y" --socket "$S" 2>"$T/dup.log"; then echo "second daemon took a live socket"; exit 1; fi
 grep -q "in use by a running daemon" "$T/dup.log" || { cat "$T/dup.log"; exit 1; }
 
+# --config FILE: the same daemon from an INI file ([daemon] socket, the model keys).
+cat >"$T/kvtierd.ini" <<INI
+[store]
+tiers = dram
+[model]
+layers = 4
+kv_heads = 2
+head_dim = 64
+[dram]
+bytes = 8MiB
+[daemon]
+socket = $T/c.sock
+INI
+"$D" --config "$T/kvtierd.ini" 2>"$T/c.log" &
+CPID=$!
+for i in $(seq 100); do [ -S "$T/c.sock" ] && break; sleep 0.05; done
+st=$(timeout 30 "$K" status --daemon "$T/c.sock" "${SMALL[@]}" --json) || { cat "$T/c.log"; exit 1; }
+echo "$st" | jq -e '.connections == 0 and (.tiers | keys) == ["dram"]' >/dev/null || { echo "--config daemon: $st"; exit 1; }
+kill -TERM "$CPID"; wait "$CPID"
+
 # Clean shutdown removes the socket; then a client fails fast instead of hanging.
 kill -TERM "$DPID"; wait "$DPID"; DPID=
 [ ! -e "$S" ] || { echo "socket left behind"; exit 1; }
