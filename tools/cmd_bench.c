@@ -35,6 +35,7 @@ struct bench_opts {
 	int rounds; /* kvtier and reference alternate, so both see the same machine noise */
 	unsigned long long set_bytes; /* working set */
 	bool no_ref;
+	unsigned long key_set; /* which keys: clients sharing one store (kvtierd) use disjoint sets */
 	struct cli_store_opts so;
 };
 
@@ -268,6 +269,8 @@ static void usage(void)
 	       "  --rounds N          kvtier and the reference alternate N times per phase,\n"
 	       "                      each for seconds/N (default 3): both see the same noise\n"
 	       "  --no-ref            skip the reference\n"
+	       "  --key-set N         use the N-th set of keys (default 0): clients sharing one\n"
+	       "                      store (store.daemon) each need their own\n"
 	       "  --config/--set/--json as for every command\n"
 	       "kvtier bench --workload mlperf-kv --help: the MLPerf Storage KV-cache workload\n");
 }
@@ -346,6 +349,10 @@ int kvt_cmd_bench(int argc, char **argv)
 			if (*end || p < 0 || p > 100)
 				return cli_fail("bench", "%s: '%s' is not in [0, 100]", a, v), 2;
 			*(!strcmp(a, "--read-pct") ? &o.read_pct : &o.mixed_pct) = (int)p;
+		} else if (!strcmp(a, "--key-set")) {
+			o.key_set = strtoul(v, &end, 10);
+			if (*end || !*v || o.key_set > 1000000)
+				return cli_fail("bench", "--key-set: '%s' is not in [0, 1000000]", v), 2;
 		} else if (!strcmp(a, "--rounds")) {
 			long q = strtol(v, &end, 10);
 			if (*end || q < 1 || q > 100)
@@ -437,8 +444,8 @@ int kvt_cmd_bench(int argc, char **argv)
 		return cli_fail("bench", "out of memory");
 	}
 	for (size_t i = 0; i < n_keys; i++) {
-		uint32_t tok[2] = {(uint32_t)i, 0xbe7c4u};
-		kvt_key_next(kvt_store_ns_id(s), NULL, tok, 2, &keys[i]);
+		uint32_t tok[3] = {(uint32_t)i, 0xbe7c4u, (uint32_t)o.key_set};
+		kvt_key_next(kvt_store_ns_id(s), NULL, tok, o.key_set ? 3 : 2, &keys[i]);
 	}
 	if (!o.so.json)
 		printf("kvtier bench: tier %s, chunk %llu B (object %llu B), queue depth %u, "
