@@ -157,9 +157,15 @@ static int hist_of(uint32_t op)
 							  : KVTD_H_OTHER;
 }
 
+/* A peer that connects and never says HELLO would hold one of daemon.max_clients slots
+ * forever: it gets this long, then the connection is dropped. */
+#define HELLO_DEADLINE_S 5
+
 static void *conn_main(void *arg)
 {
 	struct conn *c = arg;
+	struct timeval tv = {.tv_sec = HELLO_DEADLINE_S};
+	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	for (;;) {
 		struct kvtd_req req;
 		int fd = -1;
@@ -191,6 +197,10 @@ static void *conn_main(void *arg)
 			if (rep.res.status == -EPROTO) {
 				atomic_fetch_add(&g_st.protocol_errors, 1);
 				break;
+			}
+			if (rep.res.status == 0) { /* attached: an idle client may stay */
+				tv.tv_sec = 0;
+				setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 			}
 		} else {
 			atomic_fetch_add(&g_st.ops_in_progress, 1);

@@ -340,6 +340,15 @@ static void test_garbage(struct raw *r)
 	CHECK_RC(kvtd_send(a.sock, &q, sizeof(q), -1), 0);
 	expect_dropped(a.sock);
 	munmap(a.shm, a.len);
+	/* a peer that never says HELLO is dropped after the daemon's deadline (5 s) */
+	s = raw_connect();
+	uint64_t t0 = kvt__now_ns();
+	char b[64];
+	struct timeval tv = {.tv_sec = 15};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	CHECK(kvtd_recv(s, b, sizeof(b), NULL) == 0);
+	CHECK(kvt__now_ns() - t0 < 10000000000ull);
+	close(s);
 	struct kvtd_status st = settle(r, 1);
 	CHECK(st.protocol_errors >= errs0 + 4);
 }
