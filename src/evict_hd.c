@@ -57,6 +57,7 @@ struct hd {
 	uint64_t *khash;
 	uint8_t *cls;
 	uint8_t *uses; /* sightings so far, saturating */
+	uint8_t *res_hits; /* hits during this residency, saturating */
 	uint64_t now;	   /* accesses so far */
 	uint64_t gran;	   /* accesses per age unit */
 	double width[BINS]; /* accesses spanned by each bin */
@@ -81,6 +82,7 @@ static void hd_destroy(void *st)
 	kvt__free(p->khash);
 	kvt__free(p->cls);
 	kvt__free(p->uses);
+	kvt__free(p->res_hits);
 	kvt__free(p->scratch);
 	kvt__free(p->links);
 	kvt__sketch_destroy(p->freq);
@@ -101,11 +103,12 @@ static int hd_create(uint32_t capacity, void **out)
 	p->khash = kvt__calloc(capacity, sizeof(uint64_t));
 	p->cls = kvt__calloc(capacity, 1);
 	p->uses = kvt__calloc(capacity, 1);
+	p->res_hits = kvt__calloc(capacity, 1);
 	p->scratch = kvt__malloc((size_t)capacity * sizeof(*p->scratch));
 	p->links = kvt__calloc(capacity, sizeof(*p->links));
 	kvt__idl_init(&p->lru);
 	int rc = kvt__sketch_create((uint64_t)capacity * SKETCH_PER_ENTRY, 15, true, &p->freq);
-	if (rc < 0 || !p->res || !p->pos || !p->last || !p->khash || !p->cls || !p->uses || !p->scratch || !p->links) {
+	if (rc < 0 || !p->res || !p->pos || !p->last || !p->khash || !p->cls || !p->uses || !p->res_hits || !p->scratch || !p->links) {
 		hd_destroy(p);
 		return -ENOMEM;
 	}
@@ -188,6 +191,7 @@ static void hd_insert(void *st, uint32_t id, uint64_t khash)
 	uint32_t seen = kvt__sketch_add(p->freq, khash); /* this sighting included */
 	p->khash[id] = khash;
 	p->uses[id] = (uint8_t)KVT_MIN(seen - 1, 255u);
+	p->res_hits[id] = 0;
 	p->cls[id] = class_of(seen - 1);
 	p->last[id] = p->now;
 	p->pos[id] = p->n;
@@ -201,7 +205,8 @@ static void hd_touch(void *st, uint32_t id)
 	struct hd *p = st;
 	if (id >= p->cap || p->pos[id] == UINT32_MAX)
 		return;
-	kvt__sketch_record(p->freq, p->khash[id]);
+	if (p->res_hits[id] < 255) /* the sketch learns them at eviction, off the hit path */
+		p->res_hits[id]++;
 	p->hits[p->cls[id]][bin_of(p, p->now - p->last[id])] += 1;
 	if (p->uses[id] < 255)
 		p->uses[id]++;
@@ -213,6 +218,9 @@ static void hd_touch(void *st, uint32_t id)
 
 static void drop(struct hd *p, uint32_t id)
 {
+	/* the hits of this residency join the block's history now (one sketch update per
+	 * eviction instead of one per hit) */
+	kvt__sketch_record_n(p->freq, p->khash[id], p->res_hits[id]);
 	uint32_t i = p->pos[id], last = p->res[--p->n];
 	p->res[i] = last;
 	p->pos[last] = i;

@@ -17,7 +17,9 @@
  *            a failed get (-EBADMSG: checksum) ends the served prefix there;
  *   put      every chunk after the served prefix, parent = the previous chunk's key.
  * TTFT = queue wait + max(measured restore, modelled restore) + modelled recompute of the
- * rest, on one GPU served first come first served, against the same queue with no cache.
+ * rest, on the simulator's fleet (--gpus, default sized to the load) served first come
+ * first served, each request on the GPU that frees first, against the same fleet with no
+ * cache.
  */
 #include <errno.h>
 #include <math.h>
