@@ -60,6 +60,7 @@ struct kvt_client {
 	int memfd;
 	uint8_t *shm;
 	size_t shm_len;
+	bool region_dirty; /* a daemon thread may still write the current region */
 	uint64_t seq;
 	struct kvtd_info info;
 
@@ -89,6 +90,7 @@ static void disconnect(struct kvt_client *c)
 	if (c->sock >= 0)
 		close(c->sock);
 	c->sock = -1;
+	c->region_dirty = true; /* the next attach brings a new region (see new_region) */
 }
 
 /* One request, one reply. On any transport or protocol failure the connection is dropped
@@ -115,8 +117,44 @@ static int exchange(struct kvt_client *c, struct kvtd_req *req, struct kvtd_rep 
 	return rc;
 }
 
+/* A fresh shared region (sealed at its size: the daemon maps it and must never fault on a
+ * shrunk file), replacing the current one. After a failed exchange the old region is
+ * never reused: a daemon thread still finishing the abandoned request (past our deadline)
+ * may yet write into it, and must not land in the next request's bytes. */
+static int new_region(struct kvt_client *c)
+{
+	int fd = memfd_create("kvtier-client", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)c->shm_len) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	void *p = mmap(NULL, c->shm_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	if (c->shm)
+		munmap(c->shm, c->shm_len);
+	if (c->memfd >= 0)
+		close(c->memfd);
+	c->shm = p;
+	c->memfd = fd;
+	c->region_dirty = false;
+	return 0;
+}
+
 static int attach(struct kvt_client *c)
 {
+	if (c->region_dirty) {
+		int rc = new_region(c);
+		if (rc < 0)
+			return rc;
+	}
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -errno;
@@ -607,19 +645,12 @@ int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out)
 	uint64_t payload = kvt_payload_bytes(&c->my_geo, c->my_geo.chunk_tokens);
 	c->shm_len = KVT_ALIGN_UP(KVT_MAX(payload, (uint64_t)KVTD_SHM_MIN), 4096);
 	c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	c->memfd = memfd_create("kvtier-client", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	/* Sealed at its size: the daemon maps it and must never fault on a shrunk file. */
-	if (c->efd < 0 || c->memfd < 0 || ftruncate(c->memfd, (off_t)c->shm_len) < 0 ||
-	    fcntl(c->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+	if (c->efd < 0) {
 		rc = -errno;
 		goto fail;
 	}
-	c->shm = mmap(NULL, c->shm_len, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
-	if (c->shm == MAP_FAILED) {
-		c->shm = NULL;
-		rc = -errno;
+	if ((rc = new_region(c)) < 0)
 		goto fail;
-	}
 	rc = attach(c);
 	if (rc < 0) {
 		KVT_ERR(&c->log, "store.daemon=%s: cannot attach: %s%s", c->path, kvt_strerror(rc),

@@ -364,6 +364,18 @@ static void test_restart(void)
 	test_fill(buf, PAYLOAD, 7);
 	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, PAYLOAD), 0);
 	CHECK_RC(kvt_flush_sync(s), 0);
+	/* A hung daemon (stopped): the call returns a miss at its deadline (2 s here), and
+	 * once the daemon runs again the next call reconnects, with a fresh region. */
+	kill(daemon_pid, SIGSTOP);
+	waitpid(daemon_pid, NULL, WUNTRACED); /* returns once it is stopped */
+	uint64_t h0 = kvt__now_ns();
+	CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL), -ENOENT);
+	uint64_t waited = kvt__now_ns() - h0;
+	CHECK(waited >= 1500000000ull && waited < 4000000000ull);
+	kill(daemon_pid, SIGCONT);
+	memset(buf, 0, PAYLOAD);
+	CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL), 0);
+	CHECK(test_check(buf, PAYLOAD, 7));
 	kill(daemon_pid, SIGKILL);
 	waitpid(daemon_pid, NULL, 0);
 	uint64_t t0 = kvt__now_ns();
