@@ -245,16 +245,16 @@ static void accept_one(int lfd)
 		return;
 	}
 	struct conn *c = calloc(1, sizeof(*c));
-	pthread_t th;
-	pthread_attr_t at;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&at, 256 << 10);
 	if (!c) {
 		pthread_mutex_unlock(&g_lock);
 		close(s);
 		return;
 	}
+	pthread_t th;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 256 << 10);
 	c->sock = s;
 	c->next = g_conns;
 	if (g_conns)
