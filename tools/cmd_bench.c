@@ -538,8 +538,8 @@ int kvt_cmd_bench(int argc, char **argv)
 	if (head_dim > 65536)
 		return cli_fail("bench", "--chunk-bytes too large for the benchmark geometry"), 2;
 	struct cli_store_opts so = o.so;
-	if (so.n_sets > 20)
-		return cli_fail("bench", "at most 20 --set options"), 2;
+	if (so.n_sets > 18)
+		return cli_fail("bench", "at most 18 --set options"), 2;
 	const char *extra[] = {"model.kind=mla", "model.kv_heads=1", "model.dtype=bf16",
 			       "model.chunk_tokens=256", sl, sh, "model.name=kvtier-bench"};
 	for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++)
@@ -553,7 +553,7 @@ int kvt_cmd_bench(int argc, char **argv)
 	/* One object is ceil(obj / 2 MiB) I/Os and nvme.queue_depth counts I/Os: hold
 	 * queue_depth whole objects, the bytes fio has in flight at iodepth = queue_depth. */
 	uint64_t pieces = (obj + (2u << 20) - 1) / (2u << 20);
-	char dramb[64], tiers[16], fsdir[4096], nvb[64], qds[48], fst[48], fsy[2][32];
+	char dramb[64], tiers[16], fsdir[4096], nvb[64], nvf[64], qds[48], fst[48], fsy[2][32];
 	const char *dir = o.so.dir ? o.so.dir : "./kvtier-bench";
 	if (dram) {
 		/* The pool holds the whole working set: every read is a DRAM hit. */
@@ -578,21 +578,35 @@ int kvt_cmd_bench(int argc, char **argv)
 			snprintf(nvb, sizeof(nvb), "nvme.bytes=%llu",
 				 (unsigned long long)((n_keys + 2ull * o.queue_depth) * obj));
 			so.sets[so.n_sets++] = nvb;
+			/* fio keeps every file of its set open (openfiles = nrfiles): so may the
+			 * tier's read descriptor cache (the tier caps it below RLIMIT_NOFILE) */
+			snprintf(nvf, sizeof(nvf), "nvme.open_files=%llu",
+				 (unsigned long long)(n_keys + 2ull * o.queue_depth));
+			so.sets[so.n_sets++] = nvf;
 		}
-		if (local) {
-			if (o.fsync) {
-				snprintf(fsy[0], sizeof(fsy[0]), "nvme.fsync=%s", o.fsync);
-				snprintf(fsy[1], sizeof(fsy[1]), "fs.fsync=%s", o.fsync);
-				so.sets[so.n_sets++] = fsy[0];
-				so.sets[so.n_sets++] = fsy[1];
-			}
-			if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-				return cli_fail("bench", "cannot create %s: %s", dir, strerror(errno));
-		}
+		if (local && mkdir(dir, 0700) < 0 && errno != EEXIST)
+			return cli_fail("bench", "cannot create %s: %s", dir, strerror(errno));
 	}
 	snprintf(qds, sizeof(qds), "nvme.queue_depth=%llu",
 		 (unsigned long long)KVT_MIN((uint64_t)o.queue_depth * pieces, 4096));
 	so.sets[so.n_sets++] = qds;
+	/* The user's --set come last, so they override the benchmark's choices; --fsync after
+	 * them. */
+	{
+		const char *order[32];
+		int n = 0;
+		for (int i = o.so.n_sets; i < so.n_sets; i++)
+			order[n++] = so.sets[i];
+		for (int i = 0; i < o.so.n_sets; i++)
+			order[n++] = so.sets[i];
+		memcpy(so.sets, order, sizeof(order[0]) * (size_t)n);
+	}
+	if (local && o.fsync) {
+		snprintf(fsy[0], sizeof(fsy[0]), "nvme.fsync=%s", o.fsync);
+		snprintf(fsy[1], sizeof(fsy[1]), "fs.fsync=%s", o.fsync);
+		so.sets[so.n_sets++] = fsy[0];
+		so.sets[so.n_sets++] = fsy[1];
+	}
 	struct kvt_config *cfg = cli_config(&so);
 	if (!cfg)
 		return 1;
