@@ -463,7 +463,7 @@ static int s3_config(const char *path, const char *endpoint, const char *bucket,
 		return -errno;
 	char sig[300];
 	snprintf(sig, sizeof(sig), "aws:amz:%s:s3", region);
-	fputs("silent\nshow-error\nparallel\nparallel-immediate\n", f);
+	fputs("silent\nshow-error\nno-progress-meter\nparallel\nparallel-immediate\n", f);
 	fprintf(f, "parallel-max = %u\n", qd);
 	fputs("header = \"x-amz-content-sha256: UNSIGNED-PAYLOAD\"\n", f);
 	fputs("write-out = \"%{time_total}\\n\"\n", f);
@@ -495,7 +495,9 @@ static int s3_config(const char *path, const char *endpoint, const char *bucket,
  * counting nothing. */
 static int s3_run(const char *cfg, double ramp, double seconds, struct lat *l, double *secs)
 {
-	char *argv[] = {"curl", "-K", (char *)cfg, NULL};
+	/* curl's stdout is a pipe, so stdio would hold its -w lines in a 4 KiB buffer until
+	 * it fills: line-buffer it, so each line arrives when its transfer completes. */
+	char *argv[] = {"stdbuf", "-oL", "curl", "-K", (char *)cfg, NULL};
 	int fd;
 	pid_t pid = spawn_child(argv, NULL, &fd);
 	if (pid < 0)
@@ -503,14 +505,20 @@ static int s3_run(const char *cfg, double ramp, double seconds, struct lat *l, d
 	char buf[65536];
 	size_t have = 0;
 	uint64_t first = 0, w0 = 0, w1 = 0, last = 0;
+	/* no completion at all by then: give up (a dead endpoint must not hang the bench) */
+	uint64_t give_up = kvt__now_ns() + (uint64_t)((ramp + KVT_MAX(seconds, 0) + 30) * 1e9);
 	bool stopped = false;
 	for (;;) {
 		int to = -1;
+		uint64_t now = kvt__now_ns();
 		if (first && seconds > 0) {
-			uint64_t now = kvt__now_ns();
 			if (now >= w1)
 				break;
 			to = (int)((w1 - now) / 1000000) + 1;
+		} else if (!first) {
+			if (now >= give_up)
+				break;
+			to = (int)((give_up - now) / 1000000) + 1;
 		}
 		struct pollfd p = {.fd = fd, .events = POLLIN};
 		int pr = poll(&p, 1, to);
@@ -521,7 +529,7 @@ static int s3_run(const char *cfg, double ramp, double seconds, struct lat *l, d
 		ssize_t got = read(fd, buf + have, sizeof(buf) - 1 - have);
 		if (got <= 0)
 			break;
-		uint64_t now = kvt__now_ns();
+		now = kvt__now_ns();
 		have += (size_t)got;
 		buf[have] = 0;
 		char *line = buf, *nl;
@@ -541,9 +549,9 @@ static int s3_run(const char *cfg, double ramp, double seconds, struct lat *l, d
 		have = strlen(line);
 		memmove(buf, line, have);
 	}
-	if (seconds > 0 && first && kvt__now_ns() < w1)
+	if (seconds > 0 && first && kvt__now_ns() < w1) {
 		w1 = last; /* curl ran out of transfers before the window closed */
-	else if (seconds > 0 && first) {
+	} else if ((seconds > 0 && first) || !first) {
 		kill(pid, SIGTERM);
 		stopped = true;
 	}

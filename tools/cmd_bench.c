@@ -680,6 +680,7 @@ int kvt_cmd_bench(int argc, char **argv)
 	struct devstat kd[3] = {{0}}, rd[3] = {{0}}, d0;
 	bool have_dev = local && dev_stat(dir, &d0) == 0;
 	struct phase_result kr[3] = {0}, rr[3] = {0};
+	double spread[3][2] = {{0}};
 	double slice = o.seconds / o.rounds;
 	long long wa_dev = 0;
 	uint64_t wa_stored = 0;
@@ -767,6 +768,17 @@ int kvt_cmd_bench(int argc, char **argv)
 		}
 		combine(kround, o.rounds, &kr[p]);
 		combine(rround, o.rounds, &rr[p]);
+		/* The spread of the rounds' own ratios (kvtier round r / reference round r, run
+		 * back to back): how far the machine's noise moves one ratio. */
+		for (int r = 0; r < o.rounds && !o.no_ref; r++) {
+			double kt = kround[r].read_gibps + kround[r].write_gibps;
+			double rt = rround[r].read_gibps + rround[r].write_gibps;
+			double q = rt > 0 ? kt / rt : 0;
+			if (!r || q < spread[p][0])
+				spread[p][0] = q;
+			if (!r || q > spread[p][1])
+				spread[p][1] = q;
+		}
 		if (fresh) {
 			/* reads and replacements use the objects the write phase stored last */
 			int wrc = working_set(s, &kg, keys, n_keys, n_tokens, payload, &next_id,
@@ -820,6 +832,11 @@ int kvt_cmd_bench(int argc, char **argv)
 		for (int p = 0; p < n_ph; p++)
 			print_phase(n_ph == 1 ? "run" : names[p], &kr[p], &rr[p], phases[p]);
 		printf("  reference: %s\n", reference_name(o.tier));
+		if (!o.no_ref)
+			for (int p = 0; p < n_ph; p++)
+				printf("  %-6s ratio of each round (kvtier / reference, back to back): "
+				       "%.3f .. %.3f\n", n_ph == 1 ? "run" : names[p], spread[p][0],
+				       spread[p][1]);
 		if (have_dev) {
 			for (int p = 0; p < n_ph; p++)
 				printf("  %-6s device requests: kvtier read %.0f KiB, write %.0f KiB | "
@@ -851,6 +868,13 @@ int kvt_cmd_bench(int argc, char **argv)
 		json_phase("ref_mixed_", &mref);
 		double kt = mixed.read_gibps + mixed.write_gibps, rt = mref.read_gibps + mref.write_gibps;
 		printf(",\"mixed_ratio\":%.4f", rt > 0 ? kt / rt : 0);
+	}
+	if (!o.no_ref) {
+		static const char *sn[] = {"write", "read", "mixed"};
+		for (int p = 0; p < n_ph; p++)
+			printf(",\"%s_round_ratio_min\":%.4f,\"%s_round_ratio_max\":%.4f",
+			       n_ph == 1 ? "run" : sn[p], spread[p][0], n_ph == 1 ? "run" : sn[p],
+			       spread[p][1]);
 	}
 	if (have_dev) {
 		static const char *pn[] = {"", "read_phase_", "mixed_phase_"};
