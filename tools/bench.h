@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "internal.h"
 
@@ -54,6 +55,9 @@ int bench_ref_s3(const char *endpoint, const char *bucket, const char *region, s
 		 struct phase_result *out);
 int bench_ref_rados(const char *pool, size_t bs, unsigned qd, double seconds, int read_pct,
 		    struct phase_result *out);
+
+/* mkdir -p path (each missing component with mode). 0 or -errno. */
+int bench_mkdirs(const char *path, mode_t mode);
 
 /* `kvtier bench --workload mlperf-kv` (bench_mlperf.c): the whole command. Exit code. */
 int kvt_bench_mlperf(int argc, char **argv);

@@ -405,8 +405,9 @@ int kvt_bench_mlperf(int argc, char **argv)
 		qd = (long)KVT_MIN((uint64_t)64, (1ull << 30) / obj);
 		qd = KVT_MAX(qd, 4);
 	}
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-		return cli_fail(CMD, "cannot create %s: %s", dir, strerror(errno));
+	int mrc = bench_mkdirs(dir, 0700);
+	if (mrc < 0)
+		return cli_fail(CMD, "cannot create %s: %s", dir, strerror(-mrc));
 	/* Capacity that holds the users' live KV, within the disk. */
 	uint64_t want = (uint64_t)users * LIVE_TOKENS_PER_USER * sg.bpt +
 			(uint64_t)N_SYS * SYS_TOKENS * sg.bpt + 2 * (uint64_t)qd * obj;

@@ -131,6 +131,21 @@ static void remove_tree(const char *path)
 	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+int bench_mkdirs(const char *path, mode_t mode)
+{
+	char p[4096];
+	if (snprintf(p, sizeof(p), "%s", path) >= (int)sizeof(p))
+		return -ENAMETOOLONG;
+	for (char *c = p + 1; *c; c++)
+		if (*c == '/') {
+			*c = 0;
+			if (mkdir(p, mode) < 0 && errno != EEXIST)
+				return -errno;
+			*c = '/';
+		}
+	return mkdir(p, mode) < 0 && errno != EEXIST ? -errno : 0;
+}
+
 /* A file only we can read, for what must not appear on a command line. */
 static FILE *private_file(const char *path)
 {

@@ -584,8 +584,9 @@ int kvt_cmd_bench(int argc, char **argv)
 				 (unsigned long long)(n_keys + 2ull * o.queue_depth));
 			so.sets[so.n_sets++] = nvf;
 		}
-		if (local && mkdir(dir, 0700) < 0 && errno != EEXIST)
-			return cli_fail("bench", "cannot create %s: %s", dir, strerror(errno));
+		int mrc = local ? bench_mkdirs(dir, 0700) : 0;
+		if (mrc < 0)
+			return cli_fail("bench", "cannot create %s: %s", dir, strerror(-mrc));
 	}
 	snprintf(qds, sizeof(qds), "nvme.queue_depth=%llu",
 		 (unsigned long long)KVT_MIN((uint64_t)o.queue_depth * pieces, 4096));
