@@ -39,7 +39,9 @@
 #include "dram.h"
 #include "engine.h"
 #include "format.h"
+#include "protect.h"
 #include "sketch.h"
+#include "store_key.h"
 #include "tier.h"
 
 #define BREAKER_FAILS 5
@@ -161,6 +163,7 @@ struct kvt_store {
 	uint8_t ns_id[KVT_NS_ID_BYTES];
 	uint64_t obj_max;
 	uint64_t max_object_bytes;
+	struct kvt_protect *prot; /* MAC / encryption of objects (src/protect.h); NULL: off */
 
 	struct kvt_dram *dram;
 	int dram_pos; /* -1 if no DRAM tier */
@@ -708,6 +711,8 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	s->promote_local = kvt__cfg_bool(cfg, "store.promote_local");
 	s->max_inflight = kvt__cfg_u64(cfg, "store.max_inflight");
 	s->max_object_bytes = kvt__cfg_u64(cfg, "store.max_object_bytes");
+	if ((rc = kvt__protect_open(cfg, &s->log, &s->prot)) < 0)
+		goto fail_cfg;
 	pthread_mutex_init(&s->cq_lock, NULL);
 	pthread_mutex_init(&s->work_lock, NULL);
 	pthread_cond_init(&s->work_cond, NULL);
@@ -754,6 +759,7 @@ fail_sync:
 	pthread_mutex_destroy(&s->wb_lock);
 	pthread_cond_destroy(&s->wb_cond);
 fail_cfg:
+	kvt__protect_close(s->prot);
 	kvt_config_destroy(s->cfg);
 fail_free:
 	kvt__free(s);
@@ -805,6 +811,7 @@ void kvt_store_close(struct kvt_store *s)
 	pthread_mutex_destroy(&s->fill_lock);
 	pthread_mutex_destroy(&s->wb_lock);
 	pthread_cond_destroy(&s->wb_cond);
+	kvt__protect_close(s->prot);
 	kvt_config_destroy(s->cfg);
 	kvt__free(s);
 }
@@ -992,7 +999,11 @@ static void wb_submit(struct kvt_store *s, const struct kvt_key *key,
 		leg->w = w;
 		leg->l = l;
 		atomic_fetch_add(&w->remaining, 1);
-		int rc = l->t->ops->write(l->t, key, ref->buf, ref->object_bytes, wb_leg_done, leg);
+		int rc = l->t->ops->write_chained
+			     ? l->t->ops->write_chained(l->t, key, ref->has_parent ? &ref->parent : NULL,
+							ref->buf, ref->object_bytes, wb_leg_done, leg)
+			     : l->t->ops->write(l->t, key, ref->buf, ref->object_bytes, wb_leg_done,
+						leg);
 		if (rc < 0) {
 			atomic_fetch_sub(&w->remaining, 1);
 			kvt__free(leg);
@@ -1028,6 +1039,20 @@ struct put_ctx {
 	bool direct;
 };
 
+/* The public calls take the engine's keys; everything below them - DRAM and every tier -
+ * sees only storage keys, scoped by the store's namespace (src/store_key.h). */
+static const struct kvt_key *skey(const struct kvt_store *s, const struct kvt_key *key,
+				  struct kvt_key *out)
+{
+	return s ? kvt__storage_key(s->ns_id, key, out) : key;
+}
+
+static int skeys(const struct kvt_store *s, struct kvt_storage_keys *b, const struct kvt_key *keys,
+		 size_t n)
+{
+	return s ? kvt__storage_keys(b, s->ns_id, keys, n) : ((b->keys = NULL), 0);
+}
+
 static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		  uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg,
 		  bool direct)
@@ -1047,13 +1072,17 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 				 .bytes = len};
 
 	if (!s->dram) {
-		struct kvt_slot_ref ref = {.id = -1, .object_bytes = obj_bytes, .n_tokens = n_tokens};
+		struct kvt_slot_ref ref = {.id = -1, .object_bytes = obj_bytes, .n_tokens = n_tokens,
+					   .has_parent = parent != NULL};
+		if (parent)
+			ref.parent = *parent;
 		ref.buf = bounce_get(s);
 		if (!ref.buf) {
 			atomic_fetch_sub(&s->inflight, 1);
 			return -ENOMEM;
 		}
 		kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
+		kvt__object_protect(ref.buf, obj_bytes, s->prot); /* MAC, encryption */
 		wb_submit(s, key, &ref, s->n_links, cb, arg, direct);
 		return 0;
 	}
@@ -1078,6 +1107,8 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 		return pending ? -EAGAIN : -ENOSPC;
 	}
 	rc = kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
+	if (rc == 0)
+		rc = kvt__object_protect(ref.buf, obj_bytes, s->prot); /* MAC, encryption */
 	if (rc < 0) {
 		kvt__dram_abort(s->dram, ref.id);
 		atomic_fetch_sub(&s->inflight, 1);
@@ -1101,7 +1132,9 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 int kvt_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 	    uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg)
 {
-	return do_put(s, key, parent, n_tokens, buf, len, cb, arg, false);
+	struct kvt_key sk, sp;
+	return do_put(s, skey(s, key, &sk), skey(s, parent, &sp), n_tokens, buf, len, cb, arg,
+		      false);
 }
 
 int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
@@ -1125,6 +1158,8 @@ int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref)
 	kvt__dram_key(s->dram, ref->id, &key);
 	int rc = kvt__object_seal(ref->buf, ref->object_bytes, &s->geo, s->ns_id, &key,
 				  ref->n_tokens);
+	if (rc == 0)
+		rc = kvt__object_protect(ref->buf, ref->object_bytes, s->prot);
 	if (rc < 0) {
 		kvt__dram_abort(s->dram, ref->id);
 		return rc;
@@ -1176,6 +1211,16 @@ static void chain_read_done(void *arg, int rc)
 		struct kvt_expect exp = {.geometry = &s->geo, .ns_id = s->ns_id, .key = &cr->key,
 					 .max_object_bytes = s->max_object_bytes};
 		int v = kvt__object_verify(cr->buf, (uint64_t)rc, &exp, &h);
+		int a = v ? v : kvt__object_authenticate(cr->buf, (uint64_t)rc, &h, s->prot);
+		if (a < 0 && a != -EBADMSG) { /* sound, not ours to read (src/protect.h): kept */
+			atomic_fetch_add(&l->misses, 1);
+			KVT_DEBUG(&s->log, "tier %s: object not readable here: %s", l->name,
+				  kvt_strerror(a));
+			cr->pos++;
+			chain_read_next(cr);
+			return;
+		}
+		v = a; /* a MAC that does not verify is damage (or forgery): dropped below */
 		if (v == 0) {
 			atomic_fetch_add(&l->hits, 1);
 			cr->done(cr, 0, &h);
@@ -1463,7 +1508,7 @@ static int64_t get_extract(struct get_op *g, const void *obj, struct kvt_header 
 	int rc = kvt__header_decode(obj, h, &exp);
 	if (rc < 0)
 		return rc;
-	return kvt__object_copy_layers(h, obj, g->l0, g->l1, g->buf, g->len);
+	return kvt__object_read_layers(h, obj, g->l0, g->l1, g->buf, g->len, s->prot);
 }
 
 /* Selective write policy: a chunk goes deeper once it has been hit selective_hits times
@@ -1511,7 +1556,7 @@ static void get_bounce_done(struct chain_read *cr, int rc, const struct kvt_head
 		return;
 	}
 	/* Verified in full by the chain read: copy without checking again. */
-	int64_t n = kvt__object_copy_layers(h, cr->buf, g->l0, g->l1, g->buf, g->len);
+	int64_t n = kvt__object_read_layers(h, cr->buf, g->l0, g->l1, g->buf, g->len, g->s->prot);
 	if (n < 0)
 		get_finish(g, (int)n, KVT_TIER_NONE, 0, 0);
 	else
@@ -1597,7 +1642,8 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
 	    uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg)
 {
-	return do_get(s, key, layer_begin, layer_end, buf, len, cb, arg, false);
+	struct kvt_key sk;
+	return do_get(s, skey(s, key, &sk), layer_begin, layer_end, buf, len, cb, arg, false);
 }
 
 /* ------------------------------------------------------------ lookup */
@@ -1767,7 +1813,11 @@ static int do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, 
 int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
 	       kvt_cb cb, void *arg)
 {
-	return do_lookup(s, keys, n, tiers, cb, arg, false);
+	struct kvt_storage_keys b;
+	int rc = skeys(s, &b, keys, n);
+	rc = rc ? rc : do_lookup(s, b.keys, n, tiers, cb, arg, false);
+	kvt__storage_keys_free(&b);
+	return rc;
 }
 
 /* ------------------------------------------------------------ prefetch */
@@ -1868,7 +1918,11 @@ static int do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n
 int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n, uint64_t deadline_ns,
 		 kvt_cb cb, void *arg)
 {
-	return do_prefetch(s, keys, n, deadline_ns, cb, arg, false);
+	struct kvt_storage_keys b;
+	int rc = skeys(s, &b, keys, n);
+	rc = rc ? rc : do_prefetch(s, b.keys, n, deadline_ns, cb, arg, false);
+	kvt__storage_keys_free(&b);
+	return rc;
 }
 
 /* ------------------------------------------------------------ remove */
@@ -1956,7 +2010,8 @@ static int do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 
 int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg)
 {
-	return do_remove(s, key, cb, arg, false);
+	struct kvt_key sk;
+	return do_remove(s, skey(s, key, &sk), cb, arg, false);
 }
 
 /* ------------------------------------------------------------ flush */
@@ -2078,7 +2133,9 @@ int kvt_put_sync(struct kvt_store *s, const struct kvt_key *key, const struct kv
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, do_put(s, key, parent, n_tokens, buf, len, waiter_cb, &w, true),
+	struct kvt_key sk, sp;
+	return waiter_wait(&w, do_put(s, skey(s, key, &sk), skey(s, parent, &sp), n_tokens, buf,
+				      len, waiter_cb, &w, true),
 			   NULL);
 }
 
@@ -2086,7 +2143,11 @@ int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, i
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, do_lookup(s, keys, n, tiers, waiter_cb, &w, true), NULL);
+	struct kvt_storage_keys b;
+	int rc = skeys(s, &b, keys, n);
+	rc = waiter_wait(&w, rc ? rc : do_lookup(s, b.keys, n, tiers, waiter_cb, &w, true), NULL);
+	kvt__storage_keys_free(&b);
+	return rc;
 }
 
 int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
@@ -2094,8 +2155,10 @@ int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(
-		&w, do_get(s, key, layer_begin, layer_end, buf, len, waiter_cb, &w, true), res);
+	struct kvt_key sk;
+	return waiter_wait(&w, do_get(s, skey(s, key, &sk), layer_begin, layer_end, buf, len,
+				      waiter_cb, &w, true),
+			   res);
 }
 
 int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
@@ -2103,14 +2166,32 @@ int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, do_prefetch(s, keys, n, deadline_ns, waiter_cb, &w, true), NULL);
+	struct kvt_storage_keys b;
+	int rc = skeys(s, &b, keys, n);
+	rc = waiter_wait(&w, rc ? rc : do_prefetch(s, b.keys, n, deadline_ns, waiter_cb, &w, true),
+			 NULL);
+	kvt__storage_keys_free(&b);
+	return rc;
 }
 
 int kvt_remove_sync(struct kvt_store *s, const struct kvt_key *key)
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, do_remove(s, key, waiter_cb, &w, true), NULL);
+	struct kvt_key sk;
+	return waiter_wait(&w, do_remove(s, skey(s, key, &sk), waiter_cb, &w, true), NULL);
+}
+
+bool kvt__store_encrypts(const struct kvt_store *s)
+{
+	return kvt__protect_encrypts(s->prot);
+}
+
+int kvt__store_remove_stored_sync(struct kvt_store *s, const struct kvt_key *storage_key)
+{
+	struct waiter w;
+	waiter_init(&w);
+	return waiter_wait(&w, do_remove(s, storage_key, waiter_cb, &w, true), NULL);
 }
 
 int kvt_flush_sync(struct kvt_store *s)
