@@ -467,11 +467,12 @@ static bool refused_has(const struct nv *s, const struct kvt_key *k)
 }
 
 /* The next object to evict for a write of op (NULL op: no write): the least recently used
- * leaf that is not op's parent. NULL when op's own ancestors are all that is left. */
+ * leaf that is not op's parent. NULL when op's own ancestors are all that is left - or no
+ * leaf at all: every stored object has a child stored or in flight (the leaves to be are
+ * still being written), and evicting any would cut a chain. (Only a caller naming parents
+ * in a cycle could leave no leaf for good; then writes are refused, nothing is lost.) */
 static struct nv_ent *victim(struct nv *s, const struct nv_op *op)
 {
-	if (!s->leaf_tail)
-		return s->lru_tail; /* no leaf at all: only a parent cycle (a caller's bug) */
 	for (struct nv_ent *e = s->leaf_tail; e; e = e->lprev)
 		if (!op || !op->has_parent || !kvt__key_eq(&e->key, &op->parent))
 			return e;
