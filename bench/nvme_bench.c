@@ -52,8 +52,8 @@ static void slot_done(void)
 	pthread_mutex_unlock(&m);
 }
 
-static void on_write(void *arg, int res);
-static void on_read(void *arg, int res);
+static void on_write(void *arg, int64_t res);
+static void on_read(void *arg, int64_t res);
 
 static void submit_write(struct slot *s)
 {
@@ -69,7 +69,7 @@ static void submit_write(struct slot *s)
 	}
 }
 
-static void on_write(void *arg, int res)
+static void on_write(void *arg, int64_t res)
 {
 	if (res < 0)
 		failures++;
@@ -97,7 +97,7 @@ static void submit_read(struct slot *s)
 	}
 }
 
-static void on_read(void *arg, int res)
+static void on_read(void *arg, int64_t res)
 {
 	if (res < 0)
 		failures++;

@@ -8,7 +8,7 @@
  *   -ENOSPC     a tier is full and nothing could be evicted
  *   -EAGAIN     back-pressure: too many operations in flight, retry after kvt_poll()
  *   -EBADMSG    an object failed its format or checksum checks (it is dropped, never served)
- *   -ETIMEDOUT  a remote tier was too slow
+ *   -ETIMEDOUT  a tier missed its deadline (store.deadline_floor_ms .. store.tier_timeout_ms)
  *   -ECANCELED  the store is closing
  *   -EINVAL     a bad argument or configuration value
  *

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "cost.h"
 #include "dram.h"
 #include "engine.h"
 #include "format.h"
@@ -48,12 +49,22 @@
 #define FILL_BUCKETS 1024
 #define SELECTIVE_SLOTS 65536
 #define BOUNCE_CACHE 256
+/* A deadline is this many times what the call should cost (latency + bytes queued ahead
+ * of it and its own bytes over bandwidth): room for ordinary jitter, not for a stall. */
+#define DEADLINE_SLACK 4.0
+/* Until a tier has answered this many calls its estimate is a guess: deadlines are the
+ * ceiling (a slow start is not a stall). */
+#define DEADLINE_WARMUP 8
+/* Calls moving at most this many bytes (with what is queued ahead) measure latency;
+ * larger ones measure bandwidth. */
+#define DEADLINE_SMALL_BYTES (256u * 1024)
 
 enum write_policy { WP_THROUGH = 0, WP_BACK = 1, WP_SELECTIVE = 2 };
 
 struct link {
 	struct kvt_tier *t; /* NULL for the DRAM position */
 	char name[16];
+	bool local; /* a local device (nvme): a missed deadline means slow, not unreachable */
 	_Atomic uint32_t fails;         /* consecutive failures */
 	_Atomic uint64_t open_until_ns; /* circuit open until then */
 	_Atomic uint64_t cooldown_ns;
@@ -61,6 +72,13 @@ struct link {
 	_Atomic uint64_t hits, misses, checksum_failures, errors, writes_skipped;
 	struct kvt_admit *admit; /* deeper tiers: what is worth writing here (NULL: all) */
 	_Atomic uint64_t admission_rejects;
+	/* what a call should cost here (EWMA of answers, seeded from the cost model's tier
+	 * profile) and what the tier has been given and not answered yet */
+	_Atomic uint64_t lat_ns;
+	_Atomic uint64_t bw_Bps;
+	_Atomic uint64_t samples;
+	_Atomic uint64_t queued_bytes;
+	_Atomic uint64_t deadline_misses;
 };
 
 struct completion {
@@ -80,38 +98,52 @@ struct work {
 /* A whole-object read from the fastest deeper tier that has it, into buf (a DRAM slot or a
  * bounce buffer), verified there (header and every layer CRC). A tier that misses, fails or
  * serves a corrupt object (dropped from that tier, counted) is passed over for the next.
- * done() runs once, on a tier thread or in the submitting call: rc 0 with the decoded
- * header (cr->pos is the chain position that served it), or -ENOENT when no tier could. */
+ * done() runs once, on a tier thread or the service thread, never in the submitting call:
+ * rc 0 with the decoded header (cr->pos is the chain position that served it), or -ENOENT
+ * when no tier could. */
 struct chain_read {
 	struct kvt_store *s;
 	struct kvt_key key;
 	void *buf;
 	bool in_slot; /* buf is a reserved DRAM slot (a fill), else a bounce buffer */
 	bool lost;    /* a late tier still owns buf: the slot went to its guard */
+	bool in_submit; /* chain_read_start has not returned: done() must not run here */
 	int pos;
 	void (*done)(struct chain_read *cr, int rc, const struct kvt_header *h);
 };
 
-/* A tier call the engine may stop waiting for (store.tier_timeout_ms). The tier's callback
- * argument is the guard, never the operation, so a tier that answers after the engine gave
- * up finds only the guard: it then releases what the operation left with it (a buffer the
- * tier was writing into, a reserved slot, the lookup's arrays) and frees the guard. */
+/* Every call into a deeper tier (read, exists, write, remove, flush) goes through a guard
+ * with a deadline. The tier's callback argument is the guard, never the operation, so a
+ * tier that answers after the engine gave up finds only the guard. At the deadline the
+ * service thread completes the operation without the tier (expire) and hands the guard
+ * what the tier may still touch (a buffer it writes into, a reserved or pinned slot, the
+ * lookup's arrays, a write-behind job). Those leftovers are released by whoever drops the
+ * guard's last reference - the late answer, or expire() itself if the answer came first -
+ * never by one side while the other may still use them. */
 enum { G_PENDING, G_DONE, G_EXPIRED };
 
 struct guard {
-	struct guard *prev, *next; /* the store's pending guards */
-	uint64_t deadline;
+	size_t heap_idx;   /* position in the store's deadline heap while armed and pending */
+	uint64_t start;    /* submitted (CLOCK_MONOTONIC ns) */
+	uint64_t deadline; /* 0 until armed */
+	uint64_t bytes;    /* bytes this call moves */
+	uint64_t ahead;    /* bytes the tier held unanswered when this call was submitted */
 	_Atomic int state;
 	_Atomic int refs;
-	bool linked;
 	struct kvt_store *s;
+	struct link *l;
+	const char *what; /* "read", "lookup", "write", "remove", "flush" */
 	void *op;
-	void (*resume)(void *op, int rc); /* the tier answered in time */
-	void (*expire)(struct guard *g);  /* the deadline passed: hand over, move on */
-	/* left behind by expire() for the late answer to release */
-	void *orphan_buf;   /* a bounce buffer */
-	int32_t orphan_slot; /* a reserved DRAM slot, -1 none */
+	void (*resume)(void *op, int64_t rc); /* the tier answered in time */
+	void (*expire)(struct guard *g);      /* the deadline passed: hand over, move on */
+	/* left behind by expire() for the last reference to release */
+	void *orphan_buf;    /* a bounce buffer */
+	int32_t orphan_slot; /* a reserved DRAM slot to abort, -1 none */
+	int32_t orphan_pin;  /* a pinned DRAM slot to unpin, -1 none */
 	void *orphan_mem[2]; /* kvt__malloc'ed arrays */
+	void (*orphan_fn)(struct guard *g); /* e.g. drop a write-behind job's reference */
+	void *orphan_arg;
+	int64_t late_rc; /* the late answer, for orphan_fn */
 };
 
 struct fill_waiter {
@@ -130,28 +162,46 @@ struct fill {
 	struct fill_waiter *waiters;
 };
 
-/* One write-behind: a slot (or staging buffer) being written to the deeper tiers. */
+/* One write-behind: a slot (or staging buffer) being written to the deeper tiers. Two
+ * counts: legs (tiers not yet answered or expired, +1 while submitting) decide when the job
+ * is complete - its put callback, flushes and removes waiting for it go on then - and refs
+ * (+1 per tier still holding the bytes, +1 until complete) decide when the slot or buffer
+ * is let go: a tier that missed its deadline may still be reading it. */
 struct wb {
 	struct wb *prev, *next; /* outstanding list, in submission order */
 	uint64_t seq;
 	struct kvt_store *s;
 	struct kvt_key key;
 	struct kvt_slot_ref ref; /* ref.id < 0: staging buffer owned by the job */
-	_Atomic int remaining;
+	_Atomic int legs;
+	_Atomic int refs;
 	_Atomic int ok;
-	int first_err;
+	_Atomic int first_err;
+	_Atomic bool removed; /* a kvt_remove of key came while this job was out */
+	bool keep_dirty;      /* a tier was never tried (no memory): stay dirty for a retry */
+	struct remove_op *after; /* removes of key waiting for this job */
 	/* put completion when the put waits for the writes (no DRAM tier) */
 	kvt_cb cb;
 	void *arg;
 	bool direct;
 };
 
+struct wb_leg {
+	struct wb *w;
+	struct link *l;
+};
+
 struct flush_waiter {
 	struct flush_waiter *next;
-	uint64_t target;
+	struct kvt_store *s;
+	uint64_t target; /* complete once every job up to this one is */
+	uint64_t from;   /* write failures of jobs from this one on are this flush's */
 	kvt_cb cb;
 	void *arg;
 	bool direct;
+	_Atomic int remaining; /* tier flushes in flight, +1 while submitting */
+	_Atomic int status;
+	_Atomic int bad_tier;
 };
 
 struct kvt_store {
@@ -167,6 +217,9 @@ struct kvt_store {
 	struct kvt_cost *cost; /* for admission's restore-vs-recompute check; may be NULL */
 	int n_links;
 	struct link links[KVT_MAX_TIERS];
+	/* per link: the newest write-behind job whose write there failed or was skipped
+	 * because the tier was unwell (flush reports it) */
+	_Atomic uint64_t wb_fail_seq[KVT_MAX_TIERS];
 
 	int write_policy;
 	uint32_t selective_hits;
@@ -174,20 +227,26 @@ struct kvt_store {
 	bool promote_local;
 	uint64_t max_inflight;
 	_Atomic uint64_t inflight;
+	_Atomic bool closing; /* kvt_store_close has begun: no new operations */
 
-	/* completion queue for kvt_poll */
+	/* completion queue for kvt_poll; every admitted operation reserves one node of the
+	 * free list, so queueing its completion never fails for lack of memory */
 	pthread_mutex_t cq_lock;
 	struct completion *cq_head, *cq_tail;
+	struct completion *cq_free;
+	uint64_t cq_nfree, cq_reserved;
 	int efd;
 
-	/* guarded tier calls (deadline watchdog on the service thread) */
+	/* deadlines of tier calls: a min-heap on guard->deadline */
 	pthread_mutex_t guard_lock;
-	struct guard *guards;
-	uint64_t tier_timeout_ns;
+	struct guard **heap;
+	size_t heap_n, heap_cap;
+	uint64_t deadline_floor_ns, deadline_ceiling_ns;
+	_Atomic uint64_t heap_gen; /* bumped when a new deadline becomes the earliest */
 
 	/* service thread */
 	pthread_mutex_t work_lock;
-	pthread_cond_t work_cond;
+	pthread_cond_t work_cond; /* CLOCK_MONOTONIC */
 	struct work *work_head, *work_tail;
 	bool stopping;
 	pthread_t service;
@@ -217,39 +276,100 @@ struct kvt_store {
 
 /* ------------------------------------------------------------ completions */
 
-static void complete(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,
-		     const struct kvt_result *res)
+/* Reserve a completion node for an operation being admitted: its completion can then be
+ * queued even when memory runs out later (never run inside a tier's or the caller's call
+ * instead). -ENOMEM if none can be had now. */
+static int cq_reserve(struct kvt_store *s)
 {
-	atomic_fetch_sub(&s->inflight, 1);
-	if (direct) {
-		cb(arg, res);
-		return;
+	pthread_mutex_lock(&s->cq_lock);
+	if (s->cq_nfree > s->cq_reserved) {
+		s->cq_reserved++;
+		pthread_mutex_unlock(&s->cq_lock);
+		return 0;
 	}
-	kvt__store_complete(s, cb, arg, res);
+	pthread_mutex_unlock(&s->cq_lock);
+	struct completion *c = kvt__malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->cq_lock);
+	c->next = s->cq_free;
+	s->cq_free = c;
+	s->cq_nfree++;
+	s->cq_reserved++;
+	pthread_mutex_unlock(&s->cq_lock);
+	return 0;
 }
 
-void kvt__store_complete(struct kvt_store *s, kvt_cb cb, void *arg, const struct kvt_result *res)
+static void cq_unreserve(struct kvt_store *s)
 {
-	struct completion *c = kvt__malloc(sizeof(*c));
-	if (!c) {
-		/* Never lose a completion: run it here rather than drop it. */
-		cb(arg, res);
-		return;
-	}
+	pthread_mutex_lock(&s->cq_lock);
+	s->cq_reserved--;
+	pthread_mutex_unlock(&s->cq_lock);
+}
+
+static void cq_push(struct kvt_store *s, struct completion *c, kvt_cb cb, void *arg,
+		    const struct kvt_result *res)
+{
 	c->next = NULL;
 	c->cb = cb;
 	c->arg = arg;
 	c->res = *res;
-	pthread_mutex_lock(&s->cq_lock);
 	if (s->cq_tail)
 		s->cq_tail->next = c;
 	else
 		s->cq_head = c;
 	s->cq_tail = c;
-	pthread_mutex_unlock(&s->cq_lock);
+}
+
+static void cq_signal(struct kvt_store *s)
+{
 	uint64_t one = 1;
 	ssize_t w = write(s->efd, &one, sizeof(one));
 	(void)w;
+}
+
+/* Complete an admitted operation (it reserved a node in admit_inflight). */
+static void complete(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,
+		     const struct kvt_result *res)
+{
+	if (direct) {
+		cq_unreserve(s);
+		atomic_fetch_sub(&s->inflight, 1);
+		cb(arg, res);
+		return;
+	}
+	pthread_mutex_lock(&s->cq_lock);
+	struct completion *c = s->cq_free; /* reserved: never NULL */
+	s->cq_free = c->next;
+	s->cq_nfree--;
+	s->cq_reserved--;
+	cq_push(s, c, cb, arg, res);
+	pthread_mutex_unlock(&s->cq_lock);
+	atomic_fetch_sub(&s->inflight, 1);
+	cq_signal(s);
+}
+
+void kvt__store_complete(struct kvt_store *s, kvt_cb cb, void *arg, const struct kvt_result *res)
+{
+	/* Not admitted through the store (the device layer): a node now, from the spare
+	 * ones if malloc fails, else wait for one - never run the callback here. */
+	for (;;) {
+		struct completion *c = kvt__malloc(sizeof(*c));
+		pthread_mutex_lock(&s->cq_lock);
+		if (!c && s->cq_nfree > s->cq_reserved) {
+			c = s->cq_free;
+			s->cq_free = c->next;
+			s->cq_nfree--;
+		}
+		if (c) {
+			cq_push(s, c, cb, arg, res);
+			pthread_mutex_unlock(&s->cq_lock);
+			cq_signal(s);
+			return;
+		}
+		pthread_mutex_unlock(&s->cq_lock);
+		usleep(1000);
+	}
 }
 
 int kvt_store_fd(const struct kvt_store *s)
@@ -279,123 +399,250 @@ int kvt_poll(struct kvt_store *s, int timeout_ms)
 	while (c) {
 		struct completion *next = c->next;
 		c->cb(c->arg, &c->res);
-		kvt__free(c);
+		/* Back to the spare list (bounded: at most what was ever in flight). */
+		pthread_mutex_lock(&s->cq_lock);
+		c->next = s->cq_free;
+		s->cq_free = c;
+		s->cq_nfree++;
+		pthread_mutex_unlock(&s->cq_lock);
 		c = next;
 		n++;
 	}
 	return n;
 }
 
-/* ------------------------------------------------------------ guarded tier calls */
+/* ------------------------------------------------------------ deadlines */
 
-/* A guard has two references: the submitter's (dropped by guard_arm or guard_cancel) and
- * the tier's (dropped when the tier calls back). Only armed guards - whose tier call was
- * accepted - can expire; state changes and list membership are decided under guard_lock
- * or by compare-and-swap, so an answer and the deadline never both continue the op. */
-static struct guard *guard_new(struct kvt_store *s, void *op, void (*resume)(void *, int),
+static void bounce_put(struct kvt_store *s, void *b);
+static void link_result(struct kvt_store *s, struct link *l, int rc);
+
+static void heap_swap(struct guard **h, size_t a, size_t b)
+{
+	struct guard *t = h[a];
+	h[a] = h[b];
+	h[b] = t;
+	h[a]->heap_idx = a;
+	h[b]->heap_idx = b;
+}
+
+static void heap_up(struct guard **h, size_t i)
+{
+	while (i > 0 && h[(i - 1) / 2]->deadline > h[i]->deadline) {
+		heap_swap(h, i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+}
+
+static void heap_down(struct guard **h, size_t n, size_t i)
+{
+	for (;;) {
+		size_t m = i, a = 2 * i + 1, b = a + 1;
+		if (a < n && h[a]->deadline < h[m]->deadline)
+			m = a;
+		if (b < n && h[b]->deadline < h[m]->deadline)
+			m = b;
+		if (m == i)
+			return;
+		heap_swap(h, i, m);
+		i = m;
+	}
+}
+
+/* Under guard_lock. */
+static void heap_remove(struct kvt_store *s, struct guard *g)
+{
+	size_t i = g->heap_idx;
+	if (i == SIZE_MAX)
+		return;
+	s->heap_n--;
+	if (i != s->heap_n) {
+		s->heap[i] = s->heap[s->heap_n];
+		s->heap[i]->heap_idx = i;
+		heap_down(s->heap, s->heap_n, i);
+		heap_up(s->heap, i);
+	}
+	g->heap_idx = SIZE_MAX;
+}
+
+/* What a call of bytes, with ahead bytes queued before it, should take on l. */
+static uint64_t deadline_budget(struct kvt_store *s, struct link *l, uint64_t ahead,
+				uint64_t bytes)
+{
+	if (atomic_load(&l->samples) < DEADLINE_WARMUP)
+		return s->deadline_ceiling_ns;
+	double lat = (double)atomic_load(&l->lat_ns);
+	double bw = (double)atomic_load(&l->bw_Bps);
+	double est = lat + (bw > 0 ? (double)(ahead + bytes) * 1e9 / bw : 0);
+	double d = DEADLINE_SLACK * est;
+	if (d < (double)s->deadline_floor_ns)
+		return s->deadline_floor_ns;
+	if (d > (double)s->deadline_ceiling_ns)
+		return s->deadline_ceiling_ns;
+	return (uint64_t)d;
+}
+
+/* Learn from an answer (in time or late: a late one says the tier got slower). */
+static void deadline_learn(struct link *l, const struct guard *g, uint64_t now)
+{
+	uint64_t elapsed = now > g->start ? now - g->start : 1;
+	uint64_t moved = g->ahead + g->bytes;
+	uint64_t lat = atomic_load(&l->lat_ns);
+	if (moved <= DEADLINE_SMALL_BYTES) {
+		atomic_store(&l->lat_ns, (7 * lat + elapsed) / 8);
+	} else {
+		uint64_t service = elapsed > lat + elapsed / 8 ? elapsed - lat : elapsed / 8 + 1;
+		uint64_t sample = (uint64_t)((double)moved * 1e9 / (double)service);
+		uint64_t bw = atomic_load(&l->bw_Bps);
+		atomic_store(&l->bw_Bps, bw ? (7 * bw + sample) / 8 : sample);
+	}
+	atomic_fetch_add(&l->samples, 1);
+}
+
+/* A guard for one call of bytes on link l. It has two references: the submitter's
+ * (dropped by guard_arm, or the whole guard by guard_cancel) and the tier's (dropped when
+ * the tier calls back). The service thread holds a third while it expires the call. */
+static struct guard *guard_new(struct kvt_store *s, struct link *l, const char *what,
+			       uint64_t bytes, void *op, void (*resume)(void *, int64_t),
 			       void (*expire)(struct guard *))
 {
 	struct guard *g = kvt__calloc(1, sizeof(*g));
 	if (!g)
 		return NULL;
+	g->heap_idx = SIZE_MAX;
 	g->s = s;
+	g->l = l;
+	g->what = what;
+	g->bytes = bytes;
 	g->op = op;
 	g->resume = resume;
 	g->expire = expire;
 	g->orphan_slot = -1;
+	g->orphan_pin = -1;
+	g->start = kvt__now_ns();
+	g->ahead = atomic_fetch_add(&l->queued_bytes, bytes);
 	atomic_store(&g->refs, 2);
 	return g;
 }
 
 static void guard_put(struct guard *g)
 {
-	if (atomic_fetch_sub(&g->refs, 1) == 1)
-		kvt__free(g);
+	if (atomic_fetch_sub(&g->refs, 1) != 1)
+		return;
+	struct kvt_store *s = g->s;
+	/* Last reference: the tier has answered and expire() (if it ran) has returned. */
+	if (g->orphan_buf)
+		bounce_put(s, g->orphan_buf);
+	if (g->orphan_slot >= 0)
+		kvt__dram_abort(s->dram, g->orphan_slot);
+	if (g->orphan_pin >= 0)
+		kvt__dram_unpin(s->dram, g->orphan_pin);
+	kvt__free(g->orphan_mem[0]);
+	kvt__free(g->orphan_mem[1]);
+	if (g->orphan_fn)
+		g->orphan_fn(g);
+	kvt__free(g);
 }
 
-/* The tier accepted the call: start the clock. */
+/* The tier accepted the call: its deadline starts to count (from submission). */
 static void guard_arm(struct guard *g)
 {
 	struct kvt_store *s = g->s;
+	uint64_t deadline = g->start + deadline_budget(s, g->l, g->ahead, g->bytes);
+	bool wake = false;
 	pthread_mutex_lock(&s->guard_lock);
 	if (atomic_load(&g->state) == G_PENDING) { /* not answered already */
-		g->deadline = kvt__now_ns() + s->tier_timeout_ns;
-		g->next = s->guards;
-		if (s->guards)
-			s->guards->prev = g;
-		s->guards = g;
-		g->linked = true;
+		if (s->heap_n == s->heap_cap) {
+			size_t cap = s->heap_cap ? 2 * s->heap_cap : 256;
+			struct guard **h = kvt__realloc(s->heap, cap * sizeof(*h));
+			if (h) {
+				s->heap = h;
+				s->heap_cap = cap;
+			}
+		}
+		if (s->heap_n < s->heap_cap) {
+			g->deadline = deadline;
+			g->heap_idx = s->heap_n;
+			s->heap[s->heap_n++] = g;
+			heap_up(s->heap, g->heap_idx);
+			wake = g->heap_idx == 0;
+			if (wake)
+				atomic_fetch_add(&s->heap_gen, 1);
+		}
+		/* else no memory for the heap: the call waits for the tier's own answer */
 	}
 	pthread_mutex_unlock(&s->guard_lock);
+	if (wake) { /* earlier than any the service thread knows of: tell it */
+		pthread_mutex_lock(&s->work_lock);
+		pthread_cond_signal(&s->work_cond);
+		pthread_mutex_unlock(&s->work_lock);
+	}
 	guard_put(g);
 }
 
 /* The tier refused the call (returned < 0): it will never call back. */
 static void guard_cancel(struct guard *g)
 {
+	atomic_fetch_sub(&g->l->queued_bytes, g->bytes);
 	kvt__free(g);
 }
 
-static void bounce_put(struct kvt_store *s, void *b);
-
 /* The tier's callback for every guarded call. */
-static void guard_cb(void *arg, int rc)
+static void guard_cb(void *arg, int64_t rc)
 {
 	struct guard *g = arg;
 	struct kvt_store *s = g->s;
+	uint64_t now = kvt__now_ns();
+	atomic_fetch_sub(&g->l->queued_bytes, g->bytes);
+	if (rc >= 0 || rc == -ENOENT)
+		deadline_learn(g->l, g, now);
 	pthread_mutex_lock(&s->guard_lock);
 	int expected = G_PENDING;
 	bool in_time = atomic_compare_exchange_strong(&g->state, &expected, G_DONE);
-	if (in_time && g->linked) {
-		if (g->prev)
-			g->prev->next = g->next;
-		else
-			s->guards = g->next;
-		if (g->next)
-			g->next->prev = g->prev;
-		g->linked = false;
-	}
+	if (in_time)
+		heap_remove(s, g);
 	pthread_mutex_unlock(&s->guard_lock);
-	if (in_time) {
+	if (in_time && g->resume)
 		g->resume(g->op, rc);
-	} else {
-		/* Answered after the deadline: the operation went on without it. */
-		if (g->orphan_buf)
-			bounce_put(s, g->orphan_buf);
-		if (g->orphan_slot >= 0)
-			kvt__dram_abort(s->dram, g->orphan_slot);
-		kvt__free(g->orphan_mem[0]);
-		kvt__free(g->orphan_mem[1]);
-	}
+	else /* after the deadline: the operation went on without it; what it left with the
+	      * guard is released with the last reference */
+		g->late_rc = rc;
 	guard_put(g);
 }
 
-/* Run by the service thread: expire every overdue guarded call. */
-static void guards_expire(struct kvt_store *s)
+/* The service thread: expire every overdue call; returns the next deadline (UINT64_MAX:
+ * none). Runs on every turn of the service loop, whatever else is queued. */
+static uint64_t guards_expire(struct kvt_store *s, uint64_t *gen)
 {
 	for (;;) {
 		uint64_t now = kvt__now_ns();
 		struct guard *due = NULL;
+		uint64_t next = UINT64_MAX;
 		pthread_mutex_lock(&s->guard_lock);
-		for (struct guard *g = s->guards; g; g = g->next) {
-			int expected = G_PENDING;
-			if (g->deadline <= now &&
-			    atomic_compare_exchange_strong(&g->state, &expected, G_EXPIRED)) {
-				if (g->prev)
-					g->prev->next = g->next;
-				else
-					s->guards = g->next;
-				if (g->next)
-					g->next->prev = g->prev;
-				g->linked = false;
+		*gen = atomic_load(&s->heap_gen);
+		if (s->heap_n) {
+			struct guard *g = s->heap[0];
+			if (g->deadline <= now) {
+				int expected = G_PENDING;
+				atomic_compare_exchange_strong(&g->state, &expected, G_EXPIRED);
+				heap_remove(s, g);
+				atomic_fetch_add(&g->refs, 1); /* ours while expire() runs */
 				due = g;
-				break;
+			} else {
+				next = g->deadline;
 			}
 		}
 		pthread_mutex_unlock(&s->guard_lock);
 		if (!due)
-			return;
-		due->expire(due); /* the tier's reference keeps it alive until it answers */
+			return next;
+		struct link *l = due->l;
+		atomic_fetch_add(&l->deadline_misses, 1);
+		link_result(s, l, -ETIMEDOUT);
+		KVT_WARN(&s->log, "%s tier missed its deadline of %llu ms on a %s (%s)", l->name,
+			 (unsigned long long)((due->deadline - due->start) / 1000000), due->what,
+			 l->local ? "slow" : "remote: slow or unreachable");
+		if (due->expire) /* none for a fire-and-forget call */
+			due->expire(due);
+		guard_put(due);
 	}
 }
 
@@ -423,36 +670,37 @@ static int defer(struct kvt_store *s, void (*fn)(void *), void *arg)
 static void *service_main(void *arg)
 {
 	struct kvt_store *s = arg;
-	pthread_mutex_lock(&s->work_lock);
 	for (;;) {
-		while (!s->work_head && !s->stopping) {
-			/* Wake at least every 20 ms to expire overdue tier calls. */
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 20 * 1000 * 1000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			if (pthread_cond_timedwait(&s->work_cond, &s->work_lock, &ts) == ETIMEDOUT) {
-				pthread_mutex_unlock(&s->work_lock);
-				guards_expire(s);
-				pthread_mutex_lock(&s->work_lock);
-			}
-		}
-		if (!s->work_head)
-			break;
-		struct work *w = s->work_head;
-		s->work_head = w->next;
-		if (!s->work_head)
-			s->work_tail = NULL;
-		pthread_mutex_unlock(&s->work_lock);
-		w->fn(w->arg);
-		kvt__free(w);
+		/* Deadlines first, on every turn: a steady stream of work must not hold them
+		 * off. */
+		uint64_t gen;
+		uint64_t next = guards_expire(s, &gen);
 		pthread_mutex_lock(&s->work_lock);
+		struct work *w = s->work_head;
+		if (w) {
+			s->work_head = w->next;
+			if (!s->work_head)
+				s->work_tail = NULL;
+			pthread_mutex_unlock(&s->work_lock);
+			w->fn(w->arg);
+			kvt__free(w);
+			continue;
+		}
+		if (s->stopping) {
+			pthread_mutex_unlock(&s->work_lock);
+			return NULL;
+		}
+		/* Sleep until the next deadline (at most 1 s). A deadline armed since we looked
+		 * that comes first bumped heap_gen before signalling under work_lock. */
+		uint64_t now = kvt__now_ns();
+		uint64_t wake = KVT_MIN(next, now + 1000000000ull);
+		if (wake > now && gen == atomic_load(&s->heap_gen)) {
+			struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000ull),
+					      .tv_nsec = (long)(wake % 1000000000ull)};
+			pthread_cond_timedwait(&s->work_cond, &s->work_lock, &ts);
+		}
+		pthread_mutex_unlock(&s->work_lock);
 	}
-	pthread_mutex_unlock(&s->work_lock);
-	return NULL;
 }
 
 /* ------------------------------------------------------------ bounce buffers */
@@ -525,6 +773,7 @@ static void link_result(struct kvt_store *s, struct link *l, int rc)
 
 static void wb_submit(struct kvt_store *s, const struct kvt_key *key,
 		      const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct);
+static void wb_dirty_all(struct kvt_store *s);
 
 /* ------------------------------------------------------------ open / close */
 
@@ -561,6 +810,22 @@ static int parse_geometry(struct kvt_store *s, char *err, size_t errlen)
 	}
 	s->obj_max = kvt_object_bytes(&s->geo, s->geo.chunk_tokens);
 	return 0;
+}
+
+/* Start a tier's estimate from the cost model's profile: calibrate's measurement when
+ * cost.profile names one, else the defaults for its kind. Answers refine it. */
+static void deadline_seed(struct kvt_store *s, struct link *l)
+{
+	struct kvt_tier_profile p;
+	kvt__tier_profile_default(l->name, &p);
+	const char *path = kvt__cfg_str(s->cfg, "cost.profile");
+	if (*path) {
+		char err[160];
+		(void)kvt__profile_load(path, &p, 1, err, sizeof(err)); /* bad file: defaults */
+	}
+	double bw = KVT_MIN(p.read_Bps, p.write_Bps);
+	atomic_store(&l->lat_ns, (uint64_t)(p.latency_s * 1e9));
+	atomic_store(&l->bw_Bps, bw > 0 ? (uint64_t)bw : 1000000000ull);
 }
 
 struct chain_ctx {
@@ -611,6 +876,11 @@ static int add_link(void *arg, const char *name)
 		int rc = kvt__tier_open(name, s->cfg, &s->log, &s->geo, s->n_links, &l->t);
 		if (rc < 0)
 			return c->rc = rc;
+		/* The faulty test tier is as local as what it wraps. */
+		const char *dev = strcmp(name, "faulty") ? name
+							  : kvt__cfg_str(s->cfg, "faulty.inner");
+		l->local = !strcmp(dev, "nvme");
+		deadline_seed(s, l);
 	}
 	s->n_links++;
 	return 0;
@@ -710,13 +980,27 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	s->max_object_bytes = kvt__cfg_u64(cfg, "store.max_object_bytes");
 	pthread_mutex_init(&s->cq_lock, NULL);
 	pthread_mutex_init(&s->work_lock, NULL);
-	pthread_cond_init(&s->work_cond, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadlines are monotonic */
+	pthread_cond_init(&s->work_cond, &ca);
+	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&s->fill_lock, NULL);
 	pthread_mutex_init(&s->wb_lock, NULL);
 	pthread_cond_init(&s->wb_cond, NULL);
 	pthread_mutex_init(&s->bounce_lock, NULL);
 	pthread_mutex_init(&s->guard_lock, NULL);
-	s->tier_timeout_ns = kvt__cfg_u64(cfg, "store.tier_timeout_ms") * 1000000ull;
+	s->deadline_ceiling_ns = kvt__cfg_u64(cfg, "store.tier_timeout_ms") * 1000000ull;
+	s->deadline_floor_ns = kvt__cfg_u64(cfg, "store.deadline_floor_ms") * 1000000ull;
+	if (s->deadline_floor_ns > s->deadline_ceiling_ns) {
+		KVT_WARN(&s->log, "store.deadline_floor_ms above store.tier_timeout_ms (the "
+				  "ceiling): using the ceiling for both");
+		s->deadline_floor_ns = s->deadline_ceiling_ns;
+	}
+	if (s->max_object_bytes < s->obj_max)
+		KVT_WARN(&s->log, "store.max_object_bytes (%llu) is below this geometry's full "
+				  "chunk (%llu bytes): such objects are misses (never deleted)",
+			 (unsigned long long)s->max_object_bytes, (unsigned long long)s->obj_max);
 	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (s->efd < 0) {
 		rc = -errno;
@@ -764,29 +1048,28 @@ void kvt_store_close(struct kvt_store *s)
 {
 	if (!s)
 		return;
-	/* Write-behind first: it needs the tiers. Under write-back, dirty chunks are written
-	 * now so a clean shutdown keeps them. Then the tiers (which cancel what is left), then
-	 * operations still running finish, then the service thread. */
-	if (s->dram && s->write_policy == WP_BACK && s->n_links > s->dram_pos + 1) {
-		struct kvt_slot_ref refs[16];
-		uint32_t n;
-		while ((n = kvt__dram_dirty_victims(s->dram, refs, 16)) > 0)
-			for (uint32_t i = 0; i < n; i++) {
-				struct kvt_key key;
-				kvt__dram_key(s->dram, refs[i].id, &key);
-				wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
-			}
-	}
+	/* 1. Stop admitting: every call from here on returns -ECANCELED. */
+	atomic_store(&s->closing, true);
+	/* 2. Dirty chunks (write-back, or left dirty by a lack of memory) are written now, so
+	 * a clean shutdown keeps them. */
+	if (s->dram && s->n_links > s->dram_pos + 1)
+		wb_dirty_all(s);
+	/* 3. Drain. Every tier call has a deadline the service thread enforces, so write-
+	 * behind and operations in flight finish within a few deadlines (at most one per tier
+	 * of the chain, each at most store.tier_timeout_ms), whatever the tiers do. */
 	pthread_mutex_lock(&s->wb_lock);
 	while (s->wb_pending)
 		pthread_cond_wait(&s->wb_cond, &s->wb_lock);
 	pthread_mutex_unlock(&s->wb_lock);
+	while (atomic_load(&s->inflight))
+		kvt_poll(s, 10);
+	/* 4. Now no operation can call a tier: close them. They cancel what they still hold
+	 * (calls that missed their deadline), and those late answers release what the
+	 * engine left with their guards. */
 	for (int i = s->n_links - 1; i >= 0; i--) {
 		kvt__tier_close(s->links[i].t);
 		s->links[i].t = NULL;
 	}
-	while (atomic_load(&s->inflight))
-		kvt_poll(s, 10);
 	pthread_mutex_lock(&s->work_lock);
 	s->stopping = true;
 	pthread_cond_signal(&s->work_cond);
@@ -797,6 +1080,12 @@ void kvt_store_close(struct kvt_store *s)
 	close(s->efd);
 	while (s->n_bounce)
 		kvt__free_aligned(s->bounce[--s->n_bounce], s->obj_max);
+	while (s->cq_free) {
+		struct completion *c = s->cq_free;
+		s->cq_free = c->next;
+		kvt__free(c);
+	}
+	kvt__free(s->heap);
 	pthread_mutex_destroy(&s->bounce_lock);
 	pthread_mutex_destroy(&s->guard_lock);
 	pthread_mutex_destroy(&s->cq_lock);
@@ -834,69 +1123,80 @@ struct kvt_tier *kvt__store_tier(struct kvt_store *s, int pos)
 	return pos >= 0 && pos < s->n_links ? s->links[pos].t : NULL;
 }
 
-static bool admit_inflight(struct kvt_store *s)
+/* Admit one operation: -ECANCELED while closing, -EAGAIN past store.max_inflight, else 0
+ * with its completion node reserved. Undo with unadmit() if it then fails to start. */
+static int admit_inflight(struct kvt_store *s)
 {
+	if (atomic_load(&s->closing))
+		return -ECANCELED;
 	if (atomic_fetch_add(&s->inflight, 1) >= s->max_inflight) {
 		atomic_fetch_sub(&s->inflight, 1);
-		return false;
+		return -EAGAIN;
 	}
-	return true;
+	if (cq_reserve(s) < 0) {
+		atomic_fetch_sub(&s->inflight, 1);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void unadmit(struct kvt_store *s)
+{
+	cq_unreserve(s);
+	atomic_fetch_sub(&s->inflight, 1);
 }
 
 /* ------------------------------------------------------------ write-behind */
 
-static void wb_finish(struct wb *w);
+static void remove_start(struct remove_op *o);
+static void flush_tiers(struct flush_waiter *f);
 
-static void wb_tier_done(void *arg, int rc)
+static void wb_unref(struct wb *w)
 {
-	struct wb *w = arg;
-	/* Which link? The job writes links in order; each callback carries the job only, so
-	 * outcome accounting per link happens in wb_submit's per-link wrapper below. */
-	(void)rc;
-	if (atomic_fetch_sub(&w->remaining, 1) == 1)
-		wb_finish(w);
-}
-
-struct wb_leg {
-	struct wb *w;
-	struct link *l;
-};
-
-static void wb_leg_done(void *arg, int rc)
-{
-	struct wb_leg *leg = arg;
-	struct wb *w = leg->w;
+	if (atomic_fetch_sub(&w->refs, 1) != 1)
+		return;
 	struct kvt_store *s = w->s;
-	link_result(s, leg->l, rc);
-	if (rc < 0) {
-		if (rc == -ENOSPC || rc == -EDQUOT)
-			atomic_fetch_add(&leg->l->writes_skipped, 1);
-		if (!w->first_err)
-			w->first_err = rc;
-		KVT_DEBUG(&s->log, "write-behind to %s failed: %s", leg->l->name, kvt_strerror(rc));
-	} else {
-		atomic_fetch_add(&w->ok, 1);
-	}
-	kvt__free(leg);
-	wb_tier_done(w, rc);
-}
-
-static void wb_finish(struct wb *w)
-{
-	struct kvt_store *s = w->s;
-	if (w->ref.id >= 0) {
-		kvt__dram_set_dirty(s->dram, w->ref.id, false);
+	if (w->ref.id >= 0)
 		kvt__dram_unpin(s->dram, w->ref.id);
-	}
+	else
+		bounce_put(s, w->ref.buf);
+	kvt__free(w);
+}
+
+static void wb_set_err(struct wb *w, int rc)
+{
+	int zero = 0;
+	atomic_compare_exchange_strong(&w->first_err, &zero, rc);
+}
+
+/* A tier did not take this job's object for a reason flush must report. */
+static void wb_tier_failed(struct wb *w, struct link *l, int rc)
+{
+	struct kvt_store *s = w->s;
+	int i = (int)(l - s->links);
+	uint64_t cur = atomic_load(&s->wb_fail_seq[i]);
+	while (cur < w->seq && !atomic_compare_exchange_weak(&s->wb_fail_seq[i], &cur, w->seq))
+		;
+	wb_set_err(w, rc);
+}
+
+/* The job is complete: every tier answered or missed its deadline. */
+static void wb_complete(struct wb *w)
+{
+	struct kvt_store *s = w->s;
+	/* Clean unless a tier was never tried: then it stays dirty for flush or write-back
+	 * to retry. A tier that failed or missed its deadline simply lacks the object. */
+	if (w->ref.id >= 0 && !w->keep_dirty)
+		kvt__dram_set_dirty(s->dram, w->ref.id, false);
 	if (w->cb) {
-		struct kvt_result res = {.status = atomic_load(&w->ok) ? 0 : w->first_err,
+		int err = atomic_load(&w->first_err);
+		struct kvt_result res = {.status = atomic_load(&w->ok) ? 0 : (err ? err : -EIO),
 					 .tier = KVT_TIER_NONE,
 					 .bytes = w->ref.object_bytes};
 		complete(s, w->cb, w->arg, w->direct, &res);
 	}
-	if (w->ref.id < 0)
-		bounce_put(s, w->ref.buf);
-	/* Unlink; wake flushes whose target is now below every outstanding job. */
+	/* Unlink; wake flushes whose target is now below every outstanding job, and the
+	 * removes that waited for this job. */
 	struct flush_waiter *ready = NULL;
 	pthread_mutex_lock(&s->wb_lock);
 	if (w->prev)
@@ -920,16 +1220,91 @@ static void wb_finish(struct wb *w)
 			pp = &f->next;
 		}
 	}
+	struct remove_op *after = w->after;
+	w->after = NULL;
 	pthread_cond_broadcast(&s->wb_cond);
 	pthread_mutex_unlock(&s->wb_lock);
-	kvt__free(w);
+	while (after) {
+		struct remove_op *o = after;
+		after = *(struct remove_op **)o; /* next_after is a remove_op's first member */
+		remove_start(o);
+	}
 	while (ready) {
 		struct flush_waiter *f = ready;
 		ready = f->next;
-		struct kvt_result res = {.status = 0, .tier = KVT_TIER_NONE};
-		complete(s, f->cb, f->arg, f->direct, &res);
-		kvt__free(f);
+		flush_tiers(f);
 	}
+	wb_unref(w);
+}
+
+static void wb_leg_finish(struct wb *w)
+{
+	if (atomic_fetch_sub(&w->legs, 1) == 1)
+		wb_complete(w);
+}
+
+static void wb_leg_account(struct wb *w, struct link *l, int rc)
+{
+	struct kvt_store *s = w->s;
+	if (rc < 0) {
+		if (rc == -ENOSPC || rc == -EDQUOT) {
+			atomic_fetch_add(&l->writes_skipped, 1);
+			wb_set_err(w, rc);
+		} else {
+			wb_tier_failed(w, l, rc);
+		}
+		KVT_DEBUG(&s->log, "write-behind to %s failed: %s", l->name, kvt_strerror(rc));
+	} else {
+		atomic_fetch_add(&w->ok, 1);
+	}
+}
+
+/* The tier answered in time. */
+static void wb_leg_done(void *arg, int64_t rc64)
+{
+	struct wb_leg *leg = arg;
+	struct wb *w = leg->w;
+	int rc = rc64 < 0 ? (int)rc64 : 0;
+	link_result(w->s, leg->l, rc);
+	wb_leg_account(w, leg->l, rc);
+	kvt__free(leg);
+	wb_leg_finish(w);
+	wb_unref(w); /* the tier's hold on the bytes */
+}
+
+/* The late answer to a write that missed its deadline (the guard's last reference). If a
+ * remove of the key came meanwhile, the object that just landed is removed again. */
+static void wb_leg_orphan(struct guard *g)
+{
+	struct wb_leg *leg = g->orphan_arg;
+	struct wb *w = leg->w;
+	struct kvt_store *s = w->s;
+	struct link *l = leg->l;
+	if (g->late_rc >= 0 && atomic_load(&w->removed) && !atomic_load(&s->closing) && l->t) {
+		struct guard *rg = guard_new(s, l, "remove", 0, NULL, NULL, NULL);
+		if (rg) {
+			if (l->t->ops->remove(l->t, &w->key, guard_cb, rg) == 0)
+				guard_arm(rg);
+			else
+				guard_cancel(rg);
+		}
+	}
+	kvt__free(leg);
+	wb_unref(w);
+}
+
+/* The write missed its deadline: the job goes on without this tier (the object is not
+ * there, as far as the engine knows); the slot or buffer stays held for the tier until it
+ * answers. */
+static void wb_leg_expire(struct guard *g)
+{
+	struct wb_leg *leg = g->op;
+	struct wb *w = leg->w;
+	atomic_fetch_add(&leg->l->writes_skipped, 1);
+	wb_tier_failed(w, leg->l, -ETIMEDOUT);
+	g->orphan_fn = wb_leg_orphan;
+	g->orphan_arg = leg;
+	wb_leg_finish(w);
 }
 
 /* Write an object (a pinned slot, or a staging buffer when ref->id < 0) to every deeper
@@ -940,13 +1315,12 @@ static void wb_submit(struct kvt_store *s, const struct kvt_key *key,
 {
 	struct wb *w = kvt__calloc(1, sizeof(*w));
 	if (!w) {
-		/* No memory for the job: the chunk stays in DRAM only. */
-		if (ref->id >= 0) {
-			kvt__dram_set_dirty(s->dram, ref->id, false);
+		/* No memory for the job: the chunk stays in DRAM, still dirty, for flush or
+		 * write-back to retry; never marked clean unwritten. */
+		if (ref->id >= 0)
 			kvt__dram_unpin(s->dram, ref->id);
-		} else {
+		else
 			bounce_put(s, ref->buf);
-		}
 		if (cb) {
 			struct kvt_result res = {.status = -ENOMEM, .tier = KVT_TIER_NONE};
 			complete(s, cb, arg, direct, &res);
@@ -959,7 +1333,8 @@ static void wb_submit(struct kvt_store *s, const struct kvt_key *key,
 	w->cb = cb;
 	w->arg = arg;
 	w->direct = direct;
-	atomic_store(&w->remaining, 1); /* held by this function until all legs are out */
+	atomic_store(&w->legs, 1); /* held by this function until all legs are out */
+	atomic_store(&w->refs, 1); /* dropped when the job completes */
 	pthread_mutex_lock(&s->wb_lock);
 	w->seq = ++s->wb_seq;
 	w->prev = s->wb_tail;
@@ -981,27 +1356,61 @@ static void wb_submit(struct kvt_store *s, const struct kvt_key *key,
 			atomic_fetch_add(&l->writes_skipped, 1);
 			continue;
 		}
-		if (!link_usable(l) ||
-		    (l->t->ops->can_write && l->t->ops->can_write(l->t, ref->object_bytes) < 0)) {
+		if (!link_usable(l)) { /* circuit open: the tier is unwell */
+			atomic_fetch_add(&l->writes_skipped, 1);
+			wb_tier_failed(w, l, -EIO);
+			continue;
+		}
+		if (l->t->ops->can_write && l->t->ops->can_write(l->t, ref->object_bytes) < 0) {
 			atomic_fetch_add(&l->writes_skipped, 1);
 			continue;
 		}
 		struct wb_leg *leg = kvt__malloc(sizeof(*leg));
-		if (!leg)
+		struct guard *g = leg ? guard_new(s, l, "write", ref->object_bytes, leg,
+						  wb_leg_done, wb_leg_expire)
+				      : NULL;
+		if (!g) {
+			kvt__free(leg);
+			w->keep_dirty = true;
+			wb_set_err(w, -ENOMEM);
 			continue;
+		}
 		leg->w = w;
 		leg->l = l;
-		atomic_fetch_add(&w->remaining, 1);
-		int rc = l->t->ops->write(l->t, key, ref->buf, ref->object_bytes, wb_leg_done, leg);
-		if (rc < 0) {
-			atomic_fetch_sub(&w->remaining, 1);
-			kvt__free(leg);
-			link_result(s, l, rc);
-			if (!w->first_err)
-				w->first_err = rc;
+		atomic_fetch_add(&w->legs, 1);
+		atomic_fetch_add(&w->refs, 1);
+		int rc = l->t->ops->write(l->t, key, ref->buf, ref->object_bytes, guard_cb, g);
+		if (rc == 0) {
+			guard_arm(g);
+			continue;
 		}
+		guard_cancel(g);
+		kvt__free(leg);
+		atomic_fetch_sub(&w->legs, 1);
+		atomic_fetch_sub(&w->refs, 1);
+		link_result(s, l, rc);
+		if (rc == -ENOMEM)
+			w->keep_dirty = true;
+		wb_leg_account(w, l, rc);
 	}
-	wb_tier_done(w, 0);
+	wb_leg_finish(w);
+}
+
+/* Write every dirty slot not already being written (flush, close). Bounded by the pool:
+ * a slot that stays dirty (no memory for its job) is not retried in the same pass. */
+static void wb_dirty_all(struct kvt_store *s)
+{
+	uint32_t budget = kvt__dram_slots(s->dram);
+	struct kvt_slot_ref refs[16];
+	uint32_t n;
+	while (budget && (n = kvt__dram_dirty_victims(s->dram, refs, KVT_MIN(16u, budget))) > 0) {
+		for (uint32_t i = 0; i < n; i++) {
+			struct kvt_key key;
+			kvt__dram_key(s->dram, refs[i].id, &key);
+			wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
+		}
+		budget -= n;
+	}
 }
 
 /* Write-back: keep some DRAM headroom by writing the coldest dirty slots behind. */
@@ -1037,8 +1446,9 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	if (n_tokens == 0 || n_tokens > s->geo.chunk_tokens ||
 	    len != kvt_payload_bytes(&s->geo, n_tokens))
 		return -EINVAL;
-	if (!admit_inflight(s))
-		return -EAGAIN;
+	int arc = admit_inflight(s);
+	if (arc < 0)
+		return arc;
 	atomic_fetch_add(&s->puts, 1);
 	admission_record(s, key);
 	uint64_t obj_bytes = kvt_object_bytes(&s->geo, n_tokens);
@@ -1050,7 +1460,7 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 		struct kvt_slot_ref ref = {.id = -1, .object_bytes = obj_bytes, .n_tokens = n_tokens};
 		ref.buf = bounce_get(s);
 		if (!ref.buf) {
-			atomic_fetch_sub(&s->inflight, 1);
+			unadmit(s);
 			return -ENOMEM;
 		}
 		kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
@@ -1065,7 +1475,7 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 		return 0;
 	}
 	if (rc < 0) {
-		atomic_fetch_sub(&s->inflight, 1);
+		unadmit(s);
 		if (rc != -ENOSPC)
 			return rc;
 		/* Every slot is pinned or dirty. If write-behind is under way, slots come free
@@ -1080,7 +1490,7 @@ static int do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	rc = kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
 	if (rc < 0) {
 		kvt__dram_abort(s->dram, ref.id);
-		atomic_fetch_sub(&s->inflight, 1);
+		unadmit(s);
 		return rc;
 	}
 	bool write_now = deeper && s->write_policy == WP_THROUGH;
@@ -1165,12 +1575,71 @@ static bool same_geometry(const struct kvt_geometry *a, const struct kvt_geometr
 	       a->dtype == b->dtype && a->kind == b->kind;
 }
 
-static void chain_read_done(void *arg, int rc)
+/* A failure found before chain_read_start returned is reported from the service thread:
+ * done() never runs inside the submitting call. */
+struct deferred_done {
+	struct chain_read *cr;
+	int rc;
+};
+
+static void deferred_done_run(void *arg)
+{
+	struct deferred_done *d = arg;
+	struct chain_read *cr = d->cr;
+	int rc = d->rc;
+	kvt__free(d);
+	cr->done(cr, rc, NULL);
+}
+
+static void chain_read_fail(struct chain_read *cr, int rc)
+{
+	if (!cr->in_submit) {
+		cr->done(cr, rc, NULL);
+		return;
+	}
+	cr->in_submit = false;
+	/* Short of memory to defer it, wait for some: never run done() here, never lose it. */
+	for (;;) {
+		struct deferred_done *d = kvt__malloc(sizeof(*d));
+		if (d) {
+			d->cr = cr;
+			d->rc = rc;
+			if (defer(cr->s, deferred_done_run, d) == 0)
+				return;
+			kvt__free(d);
+		}
+		usleep(1000);
+	}
+}
+
+/* Is the object in buf sound but not ours to serve - another namespace or geometry under
+ * the same (opaque) key, or larger than store.max_object_bytes? Then it is a miss and
+ * stays for whoever it belongs to: only damaged bytes are ever dropped. */
+static bool chain_read_foreign(struct kvt_store *s, const void *buf, uint64_t len,
+			       const char **why)
+{
+	struct kvt_header h;
+	struct kvt_expect any = {.max_object_bytes = 0}; /* the format's own bound */
+	if (kvt__header_decode(buf, &h, &any) < 0)
+		return false;
+	if (!same_geometry(&h.geometry, &s->geo) || memcmp(h.ns_id, s->ns_id, KVT_NS_ID_BYTES)) {
+		*why = "another namespace or geometry";
+		return true;
+	}
+	if (h.object_bytes > s->max_object_bytes) {
+		*why = "an object larger than store.max_object_bytes";
+		return true;
+	}
+	(void)len;
+	return false;
+}
+
+static void chain_read_done(void *arg, int64_t rc)
 {
 	struct chain_read *cr = arg;
 	struct kvt_store *s = cr->s;
 	struct link *l = &s->links[cr->pos];
-	link_result(s, l, rc);
+	link_result(s, l, rc < 0 ? (int)rc : 0);
 	if (rc > 0) {
 		struct kvt_header h;
 		struct kvt_expect exp = {.geometry = &s->geo, .ns_id = s->ns_id, .key = &cr->key,
@@ -1181,16 +1650,11 @@ static void chain_read_done(void *arg, int rc)
 			cr->done(cr, 0, &h);
 			return;
 		}
-		/* A sound header of another namespace or geometry (an opaque key that another
-		 * model also uses) means the object is not ours, not that it is damaged: a miss,
-		 * and it stays for its owner. Only damage is dropped. */
-		struct kvt_expect any = {.max_object_bytes = s->max_object_bytes};
-		if (kvt__header_decode(cr->buf, &h, &any) == 0 &&
-		    (!same_geometry(&h.geometry, &s->geo) ||
-		     memcmp(h.ns_id, s->ns_id, KVT_NS_ID_BYTES))) {
+		const char *why;
+		if (chain_read_foreign(s, cr->buf, (uint64_t)rc, &why)) {
 			atomic_fetch_add(&l->misses, 1);
-			KVT_DEBUG(&s->log, "tier %s holds this key for another namespace or geometry",
-				  l->name);
+			KVT_DEBUG(&s->log, "tier %s holds %s under this key: a miss, left in place",
+				  l->name, why);
 			cr->pos++;
 			chain_read_next(cr);
 			return;
@@ -1214,34 +1678,36 @@ static void chain_read_next(struct chain_read *cr)
 		struct link *l = &s->links[cr->pos];
 		if (!l->t || !link_usable(l))
 			continue;
-		struct guard *g = guard_new(s, cr, chain_read_done, chain_read_expire);
+		struct guard *g =
+			guard_new(s, l, "read", s->obj_max, cr, chain_read_done, chain_read_expire);
 		if (!g)
 			continue;
 		struct kvt_seg seg = {.off = 0, .len = s->obj_max, .buf = cr->buf};
+		/* Once the tier has the call, cr belongs to its answer: leave submit mode first. */
+		bool submitting = cr->in_submit;
+		cr->in_submit = false;
 		int rc = l->t->ops->read(l->t, &cr->key, &seg, 1, guard_cb, g);
 		if (rc == 0) {
 			guard_arm(g);
 			return;
 		}
+		cr->in_submit = submitting;
 		guard_cancel(g);
 		link_result(s, l, rc);
 	}
-	cr->done(cr, -ENOENT, NULL);
+	chain_read_fail(cr, -ENOENT);
 }
 
-/* The tier is too slow (store.tier_timeout_ms): a miss there. It may still write into the
- * buffer, so the buffer goes to the guard. A bounce read goes on to the next tier with a
- * fresh buffer; a fill cannot take a second slot for its key, so it fails (the get that
- * started it falls back to a bounce read). */
+/* The tier missed its deadline: a miss there. It may still write into the buffer, so the
+ * buffer goes to the guard. A bounce read goes on to the next tier with a fresh buffer; a
+ * fill cannot take a second slot for its key, so it fails (the get that started it falls
+ * back to a bounce read). Runs on the service thread. */
 static void chain_read_expire(struct guard *g)
 {
 	struct chain_read *cr = g->op;
 	struct kvt_store *s = cr->s;
 	struct link *l = &s->links[cr->pos];
-	link_result(s, l, -ETIMEDOUT);
 	atomic_fetch_add(&l->misses, 1);
-	KVT_WARN(&s->log, "tier %s: no answer within store.tier_timeout_ms; treated as a miss",
-		 l->name);
 	if (cr->in_slot) {
 		struct fill *f = (struct fill *)cr;
 		g->orphan_slot = f->ref.id;
@@ -1259,8 +1725,9 @@ static void chain_read_expire(struct guard *g)
 	chain_read_next(cr);
 }
 
+/* Start the read; done() runs later, on another thread. */
 static void chain_read_start(struct chain_read *cr, struct kvt_store *s, const struct kvt_key *key,
-			     void *buf, bool in_slot,
+			     void *buf, bool in_slot, int from,
 			     void (*done)(struct chain_read *, int, const struct kvt_header *))
 {
 	cr->s = s;
@@ -1268,9 +1735,10 @@ static void chain_read_start(struct chain_read *cr, struct kvt_store *s, const s
 	cr->buf = buf;
 	cr->in_slot = in_slot;
 	cr->lost = false;
-	cr->pos = s->dram_pos + 1;
+	cr->pos = from;
 	cr->done = done;
-	chain_read_next(cr);
+	cr->in_submit = true;
+	chain_read_next(cr); /* cr may be gone when this returns */
 }
 
 /* ------------------------------------------------------------ fills (promotion) */
@@ -1312,7 +1780,8 @@ static void fill_read_done(struct chain_read *cr, int rc, const struct kvt_heade
 	if (rc < 0) {
 		if (!cr->lost) /* else the late tier's guard gives the slot back */
 			kvt__dram_abort(s->dram, f->ref.id);
-		fill_finish(f, rc, KVT_TIER_NONE);
+		/* tier: where a deadline was missed, so a get can go on after it */
+		fill_finish(f, rc, rc == -ETIMEDOUT ? cr->pos : KVT_TIER_NONE);
 		return;
 	}
 	f->ref.object_bytes = h->object_bytes;
@@ -1382,7 +1851,7 @@ static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquir
 	f->next = *b;
 	*b = f;
 	pthread_mutex_unlock(&s->fill_lock);
-	chain_read_start(&f->cr, s, key, f->ref.buf, true, fill_read_done);
+	chain_read_start(&f->cr, s, key, f->ref.buf, true, s->dram_pos + 1, fill_read_done);
 	return 0;
 }
 
@@ -1485,12 +1954,21 @@ static void get_selective(struct kvt_store *s, const struct kvt_key *key,
 }
 
 
+static int get_bounce_start(struct get_op *g, int from);
+
 static void get_acquired(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
 {
 	struct get_op *g = arg;
 	struct kvt_store *s = g->s;
+	if (rc == -ETIMEDOUT && tier >= 0 && tier + 1 < s->n_links) {
+		/* The promotion's tier missed its deadline: read on from the next tier through
+		 * a bounce buffer (the fill's slot is the late tier's until it answers). */
+		if (get_bounce_start(g, tier + 1) == 0)
+			return;
+		rc = -ENOMEM;
+	}
 	if (rc < 0) {
-		get_finish(g, rc, KVT_TIER_NONE, 0, 0);
+		get_finish(g, rc == -ETIMEDOUT ? -ENOENT : rc, KVT_TIER_NONE, 0, 0);
 		return;
 	}
 	struct kvt_header h;
@@ -1518,12 +1996,12 @@ static void get_bounce_done(struct chain_read *cr, int rc, const struct kvt_head
 		get_finish(g, 0, cr->pos, h->n_tokens, (uint64_t)n);
 }
 
-static int get_bounce_start(struct get_op *g)
+static int get_bounce_start(struct get_op *g, int from)
 {
 	g->bounce = bounce_get(g->s);
 	if (!g->bounce)
 		return -ENOMEM;
-	chain_read_start(&g->cr, g->s, &g->key, g->bounce, false, get_bounce_done);
+	chain_read_start(&g->cr, g->s, &g->key, g->bounce, false, from, get_bounce_done);
 	return 0;
 }
 
@@ -1538,12 +2016,13 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 		return -EINVAL;
 	if (len < (uint64_t)(l1 - l0) * kvt_layer_bytes(&s->geo, 1))
 		return -EINVAL;
-	if (!admit_inflight(s))
-		return -EAGAIN;
+	int arc = admit_inflight(s);
+	if (arc < 0)
+		return arc;
 	atomic_fetch_add(&s->gets, 1);
 	struct get_op *g = kvt__calloc(1, sizeof(*g));
 	if (!g) {
-		atomic_fetch_sub(&s->inflight, 1);
+		unadmit(s);
 		return -ENOMEM;
 	}
 	g->s = s;
@@ -1586,10 +2065,10 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 			 * a bounce buffer instead. */
 		}
 	}
-	int rc = get_bounce_start(g);
+	int rc = get_bounce_start(g, s->dram_pos + 1);
 	if (rc < 0) {
 		kvt__free(g);
-		atomic_fetch_sub(&s->inflight, 1);
+		unadmit(s);
 	}
 	return rc;
 }
@@ -1652,17 +2131,22 @@ static void lookup_finish(struct lookup_op *o)
 static void lookup_next(struct lookup_op *o);
 static void lookup_expire(struct guard *g);
 
-static void lookup_done(void *arg, int rc)
+/* What the tier answered (rc < 0: it holds none of them, as far as this lookup knows). */
+static void lookup_answer(struct lookup_op *o, int rc)
 {
-	struct lookup_op *o = arg;
-	struct link *l = &o->s->links[o->pos];
-	link_result(o->s, l, rc);
 	if (rc >= 0)
 		for (uint32_t i = 0; i < o->n_ask; i++)
 			if (o->present[i])
 				o->tiers[o->ask_idx[i]] = (int8_t)o->pos;
 	o->pos++;
 	lookup_next(o);
+}
+
+static void lookup_done(void *arg, int64_t rc)
+{
+	struct lookup_op *o = arg;
+	link_result(o->s, &o->s->links[o->pos], rc < 0 ? (int)rc : 0);
+	lookup_answer(o, rc < 0 ? (int)rc : 0);
 }
 
 static void lookup_next(struct lookup_op *o)
@@ -1682,7 +2166,8 @@ static void lookup_next(struct lookup_op *o)
 				o->ask[o->n_ask] = o->keys[i];
 				o->ask_idx[o->n_ask++] = (uint32_t)i;
 			}
-		struct guard *g = guard_new(s, o, lookup_done, lookup_expire);
+		struct guard *g = guard_new(s, l, "lookup", (uint64_t)o->n_ask * KVT_KEY_BYTES, o,
+					    lookup_done, lookup_expire);
 		if (!g)
 			continue;
 		int rc = l->t->ops->exists(l->t, o->ask, o->n_ask, o->present, guard_cb, g);
@@ -1701,20 +2186,16 @@ static void lookup_next(struct lookup_op *o)
 static void lookup_expire(struct guard *g)
 {
 	struct lookup_op *o = g->op;
-	struct kvt_store *s = o->s;
 	size_t m = o->n ? o->n : 1;
-	KVT_WARN(&s->log, "tier %s: no answer within store.tier_timeout_ms; treated as a miss",
-		 s->links[o->pos].name);
 	g->orphan_mem[0] = o->ask;
 	g->orphan_mem[1] = o->present;
 	o->ask = kvt__malloc(m * sizeof(*o->ask));
 	o->present = kvt__calloc(m, 1);
 	if (!o->ask || !o->present) {
-		link_result(s, &s->links[o->pos], -ETIMEDOUT);
 		lookup_finish(o); /* what faster tiers found */
 		return;
 	}
-	lookup_done(o, -ETIMEDOUT);
+	lookup_answer(o, -ETIMEDOUT);
 }
 
 static int do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
@@ -1722,8 +2203,9 @@ static int do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, 
 {
 	if (!s || (!keys && n) || !cb || n > (1u << 24))
 		return -EINVAL;
-	if (!admit_inflight(s))
-		return -EAGAIN;
+	int arc = admit_inflight(s);
+	if (arc < 0)
+		return arc;
 	atomic_fetch_add(&s->lookups, 1);
 	struct lookup_op *o = kvt__calloc(1, sizeof(*o));
 	size_t m = n ? n : 1;
@@ -1737,7 +2219,7 @@ static int do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, 
 			kvt__free(o->ask_idx);
 			kvt__free(o);
 		}
-		atomic_fetch_sub(&s->inflight, 1);
+		unadmit(s);
 		return -ENOMEM;
 	}
 	o->s = s;
@@ -1849,16 +2331,17 @@ static int do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n
 	p->cb = cb;
 	p->arg = arg;
 	p->direct = direct;
-	if (!admit_inflight(s)) {
+	int arc = admit_inflight(s);
+	if (arc < 0) {
 		kvt__free(p->keys);
 		kvt__free(p);
-		return -EAGAIN;
+		return arc;
 	}
 	atomic_fetch_add(&s->prefetches, 1);
 	/* The lookup's completion continues the prefetch on the completing thread. */
 	int rc = do_lookup(s, p->keys, n, NULL, prefetch_looked_up, p, true);
 	if (rc < 0) {
-		atomic_fetch_sub(&s->inflight, 1);
+		unadmit(s);
 		kvt__free(p->keys);
 		kvt__free(p);
 	}
@@ -1873,8 +2356,14 @@ int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n, uint
 
 /* ------------------------------------------------------------ remove */
 
+/* A remove runs after every write-behind of its key that was out when it came: otherwise
+ * the write could land after it and the key reappear in a deeper tier. A write that
+ * missed its deadline and lands later still is removed again when it answers
+ * (wb_leg_orphan). */
 struct remove_op {
+	struct remove_op *next_after; /* first: a job's list of removes waiting for it */
 	struct kvt_store *s;
+	struct kvt_key key;
 	_Atomic int remaining;
 	_Atomic int removed;
 	kvt_cb cb;
@@ -1900,14 +2389,71 @@ static void remove_release(struct remove_op *o)
 	complete(s, cb, arg, direct, &res);
 }
 
-static void remove_leg_done(void *arg, int rc)
+static void remove_leg_done(void *arg, int64_t rc)
 {
 	struct remove_leg *leg = arg;
-	link_result(leg->o->s, leg->l, rc);
+	struct remove_op *o = leg->o;
+	link_result(o->s, leg->l, rc < 0 ? (int)rc : 0);
 	if (rc == 0)
-		atomic_fetch_add(&leg->o->removed, 1);
+		atomic_fetch_add(&o->removed, 1);
+	kvt__free(leg);
+	remove_release(o);
+}
+
+/* The tier missed its deadline: the key may still be there; it is not counted. */
+static void remove_leg_expire(struct guard *g)
+{
+	struct remove_leg *leg = g->op;
 	struct remove_op *o = leg->o;
 	kvt__free(leg);
+	remove_release(o);
+}
+
+/* Wait for write-behind of the key still out, else remove it from every deeper tier. */
+static void remove_start(struct remove_op *o)
+{
+	struct kvt_store *s = o->s;
+	pthread_mutex_lock(&s->wb_lock);
+	struct wb *last = NULL;
+	for (struct wb *w = s->wb_head; w; w = w->next)
+		if (kvt__key_eq(&w->key, &o->key)) {
+			atomic_store(&w->removed, true);
+			last = w;
+		}
+	if (last) {
+		o->next_after = last->after;
+		last->after = o;
+		pthread_mutex_unlock(&s->wb_lock);
+		return;
+	}
+	pthread_mutex_unlock(&s->wb_lock);
+	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
+		struct link *l = &s->links[i];
+		if (!link_usable(l))
+			continue;
+		struct remove_leg *leg = kvt__malloc(sizeof(*leg));
+		struct guard *g = leg ? guard_new(s, l, "remove", 0, leg, remove_leg_done,
+						  remove_leg_expire)
+				      : NULL;
+		if (!g) {
+			kvt__free(leg);
+			continue;
+		}
+		leg->o = o;
+		leg->l = l;
+		atomic_fetch_add(&o->remaining, 1);
+		int rc = l->t->ops->remove(l->t, &o->key, guard_cb, g);
+		if (rc == 0) {
+			guard_arm(g);
+			continue;
+		}
+		guard_cancel(g);
+		atomic_fetch_sub(&o->remaining, 1);
+		kvt__free(leg);
+		link_result(s, l, rc);
+	}
+	/* The last reference may be ours: the completion goes through the queue (unless
+	 * direct, where the caller is a sync wrapper waiting for it). */
 	remove_release(o);
 }
 
@@ -1919,38 +2465,25 @@ static int do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 	struct remove_op *o = kvt__calloc(1, sizeof(*o));
 	if (!o)
 		return -ENOMEM;
-	if (!admit_inflight(s)) {
+	int arc = admit_inflight(s);
+	if (arc < 0) {
 		kvt__free(o);
-		return -EAGAIN;
+		return arc;
 	}
 	o->s = s;
+	o->key = *key;
 	o->cb = cb;
 	o->arg = arg;
 	o->direct = direct;
 	atomic_store(&o->remaining, 1);
 	if (s->dram) {
+		/* A slot being written behind is unlinked now and freed when the job lets go;
+		 * a dirty one not yet written never will be. */
 		int rc = kvt__dram_remove(s->dram, key);
 		if (rc == 0 || rc == -EBUSY)
 			atomic_fetch_add(&o->removed, 1);
 	}
-	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
-		struct link *l = &s->links[i];
-		if (!link_usable(l))
-			continue;
-		struct remove_leg *leg = kvt__malloc(sizeof(*leg));
-		if (!leg)
-			continue;
-		leg->o = o;
-		leg->l = l;
-		atomic_fetch_add(&o->remaining, 1);
-		if (l->t->ops->remove(l->t, key, remove_leg_done, leg) < 0) {
-			atomic_fetch_sub(&o->remaining, 1);
-			kvt__free(leg);
-		}
-	}
-	/* The last reference may be ours: complete through the queue (not inside this call
-	 * unless direct, where the caller is a sync wrapper waiting for it). */
-	remove_release(o);
+	remove_start(o);
 	return 0;
 }
 
@@ -1961,30 +2494,136 @@ int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *
 
 /* ------------------------------------------------------------ flush */
 
+/* kvt_flush: write every dirty slot, wait for every write-behind submitted before it,
+ * then call each tier's durability op (flush) under its deadline. status 0, or the error
+ * of a tier that did not take a write of the flush's window or missed its deadline, with
+ * res.tier naming it. */
+struct flush_leg {
+	struct flush_waiter *f;
+	struct link *l;
+};
+
+static void flush_bad(struct flush_waiter *f, struct link *l, int rc, const char *why)
+{
+	struct kvt_store *s = f->s;
+	int zero = 0;
+	if (atomic_compare_exchange_strong(&f->status, &zero, rc))
+		atomic_store(&f->bad_tier, (int)(l - s->links));
+	KVT_WARN(&s->log, "flush: tier %s %s", l->name, why);
+}
+
+static void flush_release(struct flush_waiter *f)
+{
+	if (atomic_fetch_sub(&f->remaining, 1) != 1)
+		return;
+	struct kvt_store *s = f->s;
+	struct kvt_result res = {.status = atomic_load(&f->status),
+				 .tier = atomic_load(&f->bad_tier)};
+	kvt_cb cb = f->cb;
+	void *arg = f->arg;
+	bool direct = f->direct;
+	kvt__free(f);
+	complete(s, cb, arg, direct, &res);
+}
+
+static void flush_leg_done(void *arg, int64_t rc)
+{
+	struct flush_leg *leg = arg;
+	struct flush_waiter *f = leg->f;
+	link_result(f->s, leg->l, rc < 0 ? (int)rc : 0);
+	if (rc < 0)
+		flush_bad(f, leg->l, (int)rc, "could not make its writes durable");
+	kvt__free(leg);
+	flush_release(f);
+}
+
+static void flush_leg_expire(struct guard *g)
+{
+	struct flush_leg *leg = g->op;
+	struct flush_waiter *f = leg->f;
+	flush_bad(f, leg->l, -ETIMEDOUT, "missed its deadline making its writes durable");
+	kvt__free(leg);
+	flush_release(f);
+}
+
+/* Every write-behind up to f->target is complete: report tiers that did not take one,
+ * and make the others durable. */
+static void flush_tiers(struct flush_waiter *f)
+{
+	struct kvt_store *s = f->s;
+	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
+		struct link *l = &s->links[i];
+		uint64_t failed = atomic_load(&s->wb_fail_seq[i]);
+		if (failed >= f->from && failed <= f->target) {
+			flush_bad(f, l, -EIO, "did not take a write-behind (failed, unwell or missed "
+					      "its deadline)");
+			continue;
+		}
+		if (!l->t->ops->flush)
+			continue; /* durable when the write completes */
+		if (!link_usable(l)) {
+			flush_bad(f, l, -EIO, "is unwell (circuit open)");
+			continue;
+		}
+		struct flush_leg *leg = kvt__malloc(sizeof(*leg));
+		struct guard *g = leg ? guard_new(s, l, "flush", 0, leg, flush_leg_done,
+						  flush_leg_expire)
+				      : NULL;
+		if (!g) {
+			kvt__free(leg);
+			flush_bad(f, l, -ENOMEM, "could not be asked (no memory)");
+			continue;
+		}
+		leg->f = f;
+		leg->l = l;
+		atomic_fetch_add(&f->remaining, 1);
+		int rc = l->t->ops->flush(l->t, guard_cb, g);
+		if (rc == 0) {
+			guard_arm(g);
+			continue;
+		}
+		guard_cancel(g);
+		kvt__free(leg);
+		atomic_fetch_sub(&f->remaining, 1);
+		link_result(s, l, rc);
+		flush_bad(f, l, rc, "refused to flush");
+	}
+	flush_release(f);
+}
+
 static int do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
 {
 	if (!s || !cb)
 		return -EINVAL;
-	struct flush_waiter *f = kvt__malloc(sizeof(*f));
+	struct flush_waiter *f = kvt__calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	atomic_fetch_add(&s->inflight, 1);
+	int arc = admit_inflight(s);
+	if (arc < 0) {
+		kvt__free(f);
+		return arc;
+	}
+	f->s = s;
 	f->cb = cb;
 	f->arg = arg;
 	f->direct = direct;
+	atomic_store(&f->remaining, 1);
+	atomic_store(&f->bad_tier, KVT_TIER_NONE);
+	/* Dirty slots (write-back, or left dirty for lack of memory) are part of "everything
+	 * submitted before the flush". */
+	if (s->dram && s->n_links > s->dram_pos + 1)
+		wb_dirty_all(s);
 	pthread_mutex_lock(&s->wb_lock);
 	f->target = s->wb_seq;
-	bool done = !s->wb_head || s->wb_head->seq > f->target;
-	if (!done) {
+	f->from = s->wb_head ? s->wb_head->seq : s->wb_seq + 1;
+	bool ready = !s->wb_head || s->wb_head->seq > f->target;
+	if (!ready) {
 		f->next = s->flushes;
 		s->flushes = f;
 	}
 	pthread_mutex_unlock(&s->wb_lock);
-	if (done) {
-		struct kvt_result res = {.status = 0, .tier = KVT_TIER_NONE};
-		complete(s, cb, arg, direct, &res);
-		kvt__free(f);
-	}
+	if (ready)
+		flush_tiers(f);
 	return 0;
 }
 

@@ -25,7 +25,7 @@
 
 struct kvt_tier;
 
-typedef void (*kvt_tier_cb)(void *arg, int result);
+typedef void (*kvt_tier_cb)(void *arg, int64_t result);
 /* scan: called once per object; return non-zero to stop. */
 typedef int (*kvt_scan_fn)(void *arg, const struct kvt_key *key, uint64_t bytes);
 

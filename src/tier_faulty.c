@@ -43,7 +43,7 @@ static bool roll(struct faulty *f, uint32_t pct)
 	return x % 100 < pct;
 }
 
-static void fcall_done(void *arg, int rc)
+static void fcall_done(void *arg, int64_t rc)
 {
 	struct fcall *c = arg;
 	struct faulty *f = c->f;
