@@ -49,8 +49,9 @@
 #define FILL_BUCKETS 1024
 #define SELECTIVE_SLOTS 65536
 #define BOUNCE_CACHE 256
-/* A deadline is this many times what the call should cost (latency + bytes queued ahead
- * of it and its own bytes over bandwidth): room for ordinary jitter, not for a stall. */
+/* A deadline is store.deadline_floor_ms plus this many times what the call should cost
+ * (latency + bytes queued ahead of it and its own bytes over bandwidth), at most
+ * store.tier_timeout_ms: room for ordinary jitter and variance, not for a stall. */
 #define DEADLINE_SLACK 4.0
 /* Until a tier has answered this many calls its estimate is a guess: deadlines are the
  * ceiling (a slow start is not a stall). */
@@ -473,9 +474,9 @@ static uint64_t deadline_budget(struct kvt_store *s, struct link *l, uint64_t ah
 	double lat = (double)atomic_load(&l->lat_ns);
 	double bw = (double)atomic_load(&l->bw_Bps);
 	double est = lat + (bw > 0 ? (double)(ahead + bytes) * 1e9 / bw : 0);
-	double d = DEADLINE_SLACK * est;
-	if (d < (double)s->deadline_floor_ns)
-		return s->deadline_floor_ns;
+	/* The floor is the allowance for jitter (scheduling, a GC pause, a busy core): every
+	 * call gets it on top of what it should cost. */
+	double d = (double)s->deadline_floor_ns + DEADLINE_SLACK * est;
 	if (d > (double)s->deadline_ceiling_ns)
 		return s->deadline_ceiling_ns;
 	return (uint64_t)d;
@@ -487,15 +488,17 @@ static void deadline_learn(struct link *l, const struct guard *g, uint64_t now)
 	uint64_t elapsed = now > g->start ? now - g->start : 1;
 	uint64_t moved = g->ahead + g->bytes;
 	uint64_t lat = atomic_load(&l->lat_ns);
+	/* The first answers replace the seed (a guess for server-class hardware) rather
+	 * than being averaged with it. */
+	bool first = atomic_fetch_add(&l->samples, 1) < DEADLINE_WARMUP / 2;
 	if (moved <= DEADLINE_SMALL_BYTES) {
-		atomic_store(&l->lat_ns, (7 * lat + elapsed) / 8);
+		atomic_store(&l->lat_ns, first ? KVT_MAX(lat, elapsed) : (7 * lat + elapsed) / 8);
 	} else {
 		uint64_t service = elapsed > lat + elapsed / 8 ? elapsed - lat : elapsed / 8 + 1;
 		uint64_t sample = (uint64_t)((double)moved * 1e9 / (double)service);
 		uint64_t bw = atomic_load(&l->bw_Bps);
-		atomic_store(&l->bw_Bps, bw ? (7 * bw + sample) / 8 : sample);
+		atomic_store(&l->bw_Bps, first ? KVT_MIN(bw, sample) : (7 * bw + sample) / 8);
 	}
-	atomic_fetch_add(&l->samples, 1);
 }
 
 /* A guard for one call of bytes on link l. It has two references: the submitter's

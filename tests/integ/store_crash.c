@@ -131,6 +131,7 @@ int main(void)
 	if (getenv("KVT_BIN"))
 		CHECK(system(cmd) == 0);
 	test_rmdir(dir);
+	free(dir);
 	printf("store_crash: %d kills, %llu objects checked, none torn\n", iters,
 	       (unsigned long long)total_checked);
 	CHECK(total_checked > 0);
