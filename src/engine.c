@@ -49,6 +49,7 @@
 #define FILL_BUCKETS 1024
 #define SELECTIVE_SLOTS 65536
 #define BOUNCE_CACHE 256
+#define VERIFY_THREADS 2
 /* A deadline is store.deadline_floor_ms plus this many times what the call should cost
  * (latency + bytes queued ahead of it and its own bytes over bandwidth), at most
  * store.tier_timeout_ms: room for ordinary jitter and variance, not for a stall. */
@@ -251,6 +252,15 @@ struct kvt_store {
 	struct work *work_head, *work_tail;
 	bool stopping;
 	pthread_t service;
+
+	/* verify pool: CRC checks and copy-out of objects read from deeper tiers run here,
+	 * not on the tier's I/O thread */
+	pthread_mutex_t pool_lock;
+	pthread_cond_t pool_cond;
+	struct work *pool_head, *pool_tail;
+	bool pool_stopping;
+	int n_pool;
+	pthread_t pool[VERIFY_THREADS];
 
 	/* fills in flight */
 	pthread_mutex_t fill_lock;
@@ -706,6 +716,63 @@ static void *service_main(void *arg)
 	}
 }
 
+/* ------------------------------------------------------------ verify pool */
+
+/* Queue fn(arg) for a verify thread. -ENOMEM (caller runs it itself) if no memory. */
+static int pool_defer(struct kvt_store *s, void (*fn)(void *), void *arg)
+{
+	struct work *w = kvt__malloc(sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->next = NULL;
+	w->fn = fn;
+	w->arg = arg;
+	pthread_mutex_lock(&s->pool_lock);
+	if (s->pool_tail)
+		s->pool_tail->next = w;
+	else
+		s->pool_head = w;
+	s->pool_tail = w;
+	pthread_cond_signal(&s->pool_cond);
+	pthread_mutex_unlock(&s->pool_lock);
+	return 0;
+}
+
+static void *pool_main(void *arg)
+{
+	struct kvt_store *s = arg;
+	pthread_mutex_lock(&s->pool_lock);
+	for (;;) {
+		struct work *w = s->pool_head;
+		if (w) {
+			s->pool_head = w->next;
+			if (!s->pool_head)
+				s->pool_tail = NULL;
+			pthread_mutex_unlock(&s->pool_lock);
+			w->fn(w->arg);
+			kvt__free(w);
+			pthread_mutex_lock(&s->pool_lock);
+			continue;
+		}
+		if (s->pool_stopping)
+			break;
+		pthread_cond_wait(&s->pool_cond, &s->pool_lock);
+	}
+	pthread_mutex_unlock(&s->pool_lock);
+	return NULL;
+}
+
+static void pool_stop(struct kvt_store *s)
+{
+	pthread_mutex_lock(&s->pool_lock);
+	s->pool_stopping = true;
+	pthread_cond_broadcast(&s->pool_cond);
+	pthread_mutex_unlock(&s->pool_lock);
+	for (int i = 0; i < s->n_pool; i++)
+		pthread_join(s->pool[i], NULL);
+	s->n_pool = 0;
+}
+
 /* ------------------------------------------------------------ bounce buffers */
 
 static void *bounce_get(struct kvt_store *s)
@@ -993,6 +1060,8 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	pthread_cond_init(&s->wb_cond, NULL);
 	pthread_mutex_init(&s->bounce_lock, NULL);
 	pthread_mutex_init(&s->guard_lock, NULL);
+	pthread_mutex_init(&s->pool_lock, NULL);
+	pthread_cond_init(&s->pool_cond, NULL);
 	s->deadline_ceiling_ns = kvt__cfg_u64(cfg, "store.tier_timeout_ms") * 1000000ull;
 	s->deadline_floor_ns = kvt__cfg_u64(cfg, "store.deadline_floor_ms") * 1000000ull;
 	if (s->deadline_floor_ns > s->deadline_ceiling_ns) {
@@ -1026,6 +1095,11 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	if (rc) {
 		rc = -rc;
 		goto fail_links;
+	}
+	for (int i = 0; i < VERIFY_THREADS; i++) {
+		if (pthread_create(&s->pool[i], NULL, pool_main, s))
+			break; /* fewer verify threads; with none, tier threads verify */
+		s->n_pool++;
 	}
 	*out = s;
 	return 0;
@@ -1073,6 +1147,7 @@ void kvt_store_close(struct kvt_store *s)
 		kvt__tier_close(s->links[i].t);
 		s->links[i].t = NULL;
 	}
+	pool_stop(s);
 	pthread_mutex_lock(&s->work_lock);
 	s->stopping = true;
 	pthread_cond_signal(&s->work_cond);
@@ -1091,6 +1166,8 @@ void kvt_store_close(struct kvt_store *s)
 	kvt__free(s->heap);
 	pthread_mutex_destroy(&s->bounce_lock);
 	pthread_mutex_destroy(&s->guard_lock);
+	pthread_mutex_destroy(&s->pool_lock);
+	pthread_cond_destroy(&s->pool_cond);
 	pthread_mutex_destroy(&s->cq_lock);
 	pthread_mutex_destroy(&s->work_lock);
 	pthread_cond_destroy(&s->work_cond);
@@ -1637,12 +1714,47 @@ static bool chain_read_foreign(struct kvt_store *s, const void *buf, uint64_t le
 	return false;
 }
 
+static void chain_read_verify(struct chain_read *cr, int64_t rc);
+
+struct verify_job {
+	struct chain_read *cr;
+	int64_t rc;
+};
+
+static void verify_job_run(void *arg)
+{
+	struct verify_job *j = arg;
+	struct chain_read *cr = j->cr;
+	int64_t rc = j->rc;
+	kvt__free(j);
+	chain_read_verify(cr, rc);
+}
+
+/* The tier answered in time (on its I/O thread): the object's checks and whatever
+ * follows (publish, copy-out) go to the verify pool, so the tier's thread goes back to
+ * its I/O at once. */
 static void chain_read_done(void *arg, int64_t rc)
 {
 	struct chain_read *cr = arg;
 	struct kvt_store *s = cr->s;
+	link_result(s, &s->links[cr->pos], rc < 0 ? (int)rc : 0);
+	if (rc > 0 && s->n_pool) {
+		struct verify_job *j = kvt__malloc(sizeof(*j));
+		if (j) {
+			j->cr = cr;
+			j->rc = rc;
+			if (pool_defer(s, verify_job_run, j) == 0)
+				return;
+			kvt__free(j);
+		}
+	}
+	chain_read_verify(cr, rc); /* no pool or no memory: here */
+}
+
+static void chain_read_verify(struct chain_read *cr, int64_t rc)
+{
+	struct kvt_store *s = cr->s;
 	struct link *l = &s->links[cr->pos];
-	link_result(s, l, rc < 0 ? (int)rc : 0);
 	if (rc > 0) {
 		struct kvt_header h;
 		struct kvt_expect exp = {.geometry = &s->geo, .ns_id = s->ns_id, .key = &cr->key,
