@@ -41,7 +41,7 @@ static const struct cfg_row rows[] = {
 	{"store.promote_local", T_BOOL, "true", 0, 0, NULL, "also write a hit from a deeper tier into the tiers above it (e.g. an s3 hit into nvme)"},
 	{"store.max_inflight", T_U64, "4096", 1, 1048576, NULL, "operations in flight before calls return -EAGAIN"},
 	{"store.tier_timeout_ms", T_U64, "10000", 1, 3600000, NULL, "ceiling of the deadline of every call to a deeper tier (read, lookup, write, remove, flush); below it the deadline is store.deadline_floor_ms + 4x what the call should cost from the tier's measured latency and bandwidth and the bytes queued ahead of it"},
-	{"store.deadline_floor_ms", T_U64, "100", 1, 3600000, NULL, "allowance for jitter in the deadline of every call to a deeper tier: no call is given up on sooner"},
+	{"store.deadline_floor_ms", T_U64, "250", 1, 3600000, NULL, "allowance for jitter in the deadline of every call to a deeper tier: no call is given up on sooner"},
 	{"store.max_object_bytes", T_SIZE, "4GiB", 4096, 4294967296.0, NULL, "largest object a reader accepts"},
 	/* model / geometry: part of the namespace, hence of every key */
 	{"model.name", T_STR, "llama3.1-8b", 0, 0, NULL, "model id, part of the namespace"},

@@ -198,6 +198,12 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	if (rc < 0)
 		goto fail_free;
 	s->log = *kvt__cfg_log(cfg);
+	kvt_list_init(&s->cq);
+	kvt_list_init(&s->cq_free);
+	kvt_list_init(&s->work);
+	kvt_list_init(&s->pool_work);
+	kvt_list_init(&s->wb);
+	kvt_list_init(&s->flushes);
 	s->dram_pos = -1;
 	s->efd = -1;
 	char err[200];
@@ -325,11 +331,9 @@ void kvt_store_close(struct kvt_store *s)
 	close(s->efd);
 	while (s->n_bounce)
 		kvt__free_aligned(s->bounce[--s->n_bounce], s->obj_max);
-	while (s->cq_free) {
-		struct completion *c = s->cq_free;
-		s->cq_free = c->next;
-		kvt__free(c);
-	}
+	struct kvt_list *p;
+	while ((p = kvt_list_pop(&s->cq_free)))
+		kvt__free(kvt_list_entry(p, struct completion, node));
 	kvt__free(s->heap);
 	pthread_mutex_destroy(&s->bounce_lock);
 	pthread_mutex_destroy(&s->guard_lock);

@@ -9,6 +9,8 @@
  * guard's last reference. The circuit breaker stops calling a tier that keeps failing or
  * missing its deadlines, and probes it again after a cool-down.
  */
+#include <math.h>
+
 #include "engine_internal.h"
 
 /* ------------------------------------------------------------ deadlines */
@@ -72,7 +74,8 @@ static uint64_t deadline_budget(struct kvt_store *s, struct link *l, uint64_t ah
 	double est = lat + (bw > 0 ? (double)(ahead + bytes) * 1e9 / bw : 0);
 	/* The floor is the allowance for jitter (scheduling, a GC pause, a busy core): every
 	 * call gets it on top of what it should cost. */
-	double d = (double)s->deadline_floor_ns + DEADLINE_SLACK * est;
+	double d = (double)s->deadline_floor_ns + DEADLINE_SLACK * est +
+		   4.0 * (double)atomic_load(&l->dev_ns);
 	if (d > (double)s->deadline_ceiling_ns)
 		return s->deadline_ceiling_ns;
 	return (uint64_t)d;
@@ -84,15 +87,22 @@ static void deadline_learn(struct link *l, const struct guard *g, uint64_t now)
 	uint64_t elapsed = now > g->start ? now - g->start : 1;
 	uint64_t moved = g->ahead + g->bytes;
 	uint64_t lat = atomic_load(&l->lat_ns);
+	uint64_t bw = atomic_load(&l->bw_Bps);
+	/* How far off the estimate was (before learning from this answer): its mean
+	 * deviation widens the deadline of a tier whose answers vary (TCP's RTTVAR, RFC 6298),
+	 * so a busy disk's spikes are not taken for a stall. */
+	double predicted = (double)lat + (bw ? (double)moved * 1e9 / (double)bw : 0);
+	uint64_t err = (uint64_t)fabs((double)elapsed - predicted);
+	uint64_t dev = atomic_load(&l->dev_ns);
 	/* The first answers replace the seed (a guess for server-class hardware) rather
 	 * than being averaged with it. */
 	bool first = atomic_fetch_add(&l->samples, 1) < DEADLINE_WARMUP / 2;
+	atomic_store(&l->dev_ns, first ? KVT_MAX(dev, elapsed / 2) : (3 * dev + err) / 4);
 	if (moved <= DEADLINE_SMALL_BYTES) {
 		atomic_store(&l->lat_ns, first ? KVT_MAX(lat, elapsed) : (7 * lat + elapsed) / 8);
 	} else {
 		uint64_t service = elapsed > lat + elapsed / 8 ? elapsed - lat : elapsed / 8 + 1;
 		uint64_t sample = (uint64_t)((double)moved * 1e9 / (double)service);
-		uint64_t bw = atomic_load(&l->bw_Bps);
 		atomic_store(&l->bw_Bps, first ? KVT_MIN(bw, sample) : (7 * bw + sample) / 8);
 	}
 }

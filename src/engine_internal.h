@@ -21,6 +21,7 @@
 #include "dram.h"
 #include "engine.h"
 #include "format.h"
+#include "list.h"
 #include "sketch.h"
 #include "tier.h"
 
@@ -32,8 +33,9 @@
 #define BOUNCE_CACHE 256
 #define VERIFY_THREADS 2
 /* A deadline is store.deadline_floor_ms plus this many times what the call should cost
- * (latency + bytes queued ahead of it and its own bytes over bandwidth), at most
- * store.tier_timeout_ms: room for ordinary jitter and variance, not for a stall. */
+ * (latency + bytes queued ahead of it and its own bytes over bandwidth) plus 4 mean
+ * deviations of past answers, at most store.tier_timeout_ms: room for ordinary jitter and
+ * variance, not for a stall. */
 #define DEADLINE_SLACK 4.0
 /* Until a tier has answered this many calls its estimate is a guess: deadlines are the
  * ceiling (a slow start is not a stall). */
@@ -59,13 +61,14 @@ struct link {
 	 * profile) and what the tier has been given and not answered yet */
 	_Atomic uint64_t lat_ns;
 	_Atomic uint64_t bw_Bps;
+	_Atomic uint64_t dev_ns; /* mean deviation of answers from the estimate */
 	_Atomic uint64_t samples;
 	_Atomic uint64_t queued_bytes;
 	_Atomic uint64_t deadline_misses;
 };
 
 struct completion {
-	struct completion *next;
+	struct kvt_list node; /* in the queue for kvt_poll, or the spare list */
 	kvt_cb cb;
 	void *arg;
 	struct kvt_result res;
@@ -73,7 +76,7 @@ struct completion {
 
 /* An internal callback deferred to the service thread. */
 struct work {
-	struct work *next;
+	struct kvt_list node;
 	void (*fn)(void *arg);
 	void *arg;
 };
@@ -151,7 +154,7 @@ struct fill {
  * (+1 per tier still holding the bytes, +1 until kvt__e_complete) decide when the slot or buffer
  * is let go: a tier that missed its deadline may still be reading it. */
 struct wb {
-	struct wb *prev, *next; /* outstanding list, in submission order */
+	struct kvt_list node; /* the outstanding list, in submission order */
 	uint64_t seq;
 	struct kvt_store *s;
 	struct kvt_key key;
@@ -175,7 +178,7 @@ struct wb_leg {
 };
 
 struct flush_waiter {
-	struct flush_waiter *next;
+	struct kvt_list node; /* waiting for write-behind, or ready */
 	struct kvt_store *s;
 	uint64_t target; /* complete once every job up to this one is */
 	uint64_t from;   /* write failures of jobs from this one on are this flush's */
@@ -215,8 +218,8 @@ struct kvt_store {
 	/* completion queue for kvt_poll; every admitted operation reserves one node of the
 	 * free list, so queueing its completion never fails for lack of memory */
 	pthread_mutex_t cq_lock;
-	struct completion *cq_head, *cq_tail;
-	struct completion *cq_free;
+	struct kvt_list cq;      /* completions waiting for kvt_poll */
+	struct kvt_list cq_free; /* spare nodes */
 	uint64_t cq_nfree, cq_reserved;
 	int efd;
 
@@ -230,7 +233,7 @@ struct kvt_store {
 	/* service thread */
 	pthread_mutex_t work_lock;
 	pthread_cond_t work_cond; /* CLOCK_MONOTONIC */
-	struct work *work_head, *work_tail;
+	struct kvt_list work;
 	bool stopping;
 	pthread_t service;
 
@@ -238,7 +241,7 @@ struct kvt_store {
 	 * not on the tier's I/O thread */
 	pthread_mutex_t pool_lock;
 	pthread_cond_t pool_cond;
-	struct work *pool_head, *pool_tail;
+	struct kvt_list pool_work;
 	bool pool_stopping;
 	int n_pool;
 	pthread_t pool[VERIFY_THREADS];
@@ -250,10 +253,10 @@ struct kvt_store {
 	/* write-behind */
 	pthread_mutex_t wb_lock;
 	pthread_cond_t wb_cond;
-	struct wb *wb_head, *wb_tail;
+	struct kvt_list wb; /* outstanding jobs, oldest first */
 	uint64_t wb_seq;
 	uint64_t wb_pending;
-	struct flush_waiter *flushes;
+	struct kvt_list flushes;
 
 	_Atomic uint8_t hitcount[SELECTIVE_SLOTS];
 

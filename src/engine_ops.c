@@ -359,11 +359,15 @@ void kvt__e_remove_start(struct remove_op *o)
 	struct kvt_store *s = o->s;
 	pthread_mutex_lock(&s->wb_lock);
 	struct wb *last = NULL;
-	for (struct wb *w = s->wb_head; w; w = w->next)
+	struct kvt_list *p;
+	kvt_list_for_each(p, &s->wb)
+	{
+		struct wb *w = kvt_list_entry(p, struct wb, node);
 		if (kvt__key_eq(&w->key, &o->key)) {
 			atomic_store(&w->removed, true);
 			last = w;
 		}
+	}
 	if (last) {
 		o->next_after = last->after;
 		last->after = o;

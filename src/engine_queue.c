@@ -27,8 +27,7 @@ int kvt__e_cq_reserve(struct kvt_store *s)
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_lock(&s->cq_lock);
-	c->next = s->cq_free;
-	s->cq_free = c;
+	kvt_list_add_head(&s->cq_free, &c->node);
 	s->cq_nfree++;
 	s->cq_reserved++;
 	pthread_mutex_unlock(&s->cq_lock);
@@ -45,15 +44,10 @@ void kvt__e_cq_unreserve(struct kvt_store *s)
 static void cq_push(struct kvt_store *s, struct completion *c, kvt_cb cb, void *arg,
 		    const struct kvt_result *res)
 {
-	c->next = NULL;
 	c->cb = cb;
 	c->arg = arg;
 	c->res = *res;
-	if (s->cq_tail)
-		s->cq_tail->next = c;
-	else
-		s->cq_head = c;
-	s->cq_tail = c;
+	kvt_list_add_tail(&s->cq, &c->node);
 }
 
 static void cq_signal(struct kvt_store *s)
@@ -74,8 +68,8 @@ void kvt__e_complete(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,
 		return;
 	}
 	pthread_mutex_lock(&s->cq_lock);
-	struct completion *c = s->cq_free; /* reserved: never NULL */
-	s->cq_free = c->next;
+	/* reserved: never NULL */
+	struct completion *c = kvt_list_entry(kvt_list_pop(&s->cq_free), struct completion, node);
 	s->cq_nfree--;
 	s->cq_reserved--;
 	cq_push(s, c, cb, arg, res);
@@ -92,8 +86,7 @@ void kvt__store_complete(struct kvt_store *s, kvt_cb cb, void *arg, const struct
 		struct completion *c = kvt__malloc(sizeof(*c));
 		pthread_mutex_lock(&s->cq_lock);
 		if (!c && s->cq_nfree > s->cq_reserved) {
-			c = s->cq_free;
-			s->cq_free = c->next;
+			c = kvt_list_entry(kvt_list_pop(&s->cq_free), struct completion, node);
 			s->cq_nfree--;
 		}
 		if (c) {
@@ -115,7 +108,7 @@ int kvt_store_fd(const struct kvt_store *s)
 int kvt_poll(struct kvt_store *s, int timeout_ms)
 {
 	pthread_mutex_lock(&s->cq_lock);
-	bool empty = !s->cq_head;
+	bool empty = kvt_list_empty(&s->cq);
 	pthread_mutex_unlock(&s->cq_lock);
 	if (empty && timeout_ms != 0) {
 		struct pollfd p = {.fd = s->efd, .events = POLLIN};
@@ -126,21 +119,21 @@ int kvt_poll(struct kvt_store *s, int timeout_ms)
 	uint64_t v;
 	ssize_t rd = read(s->efd, &v, sizeof(v)); /* non-blocking; resets the counter */
 	(void)rd;
+	struct kvt_list ready;
+	kvt_list_init(&ready);
 	pthread_mutex_lock(&s->cq_lock);
-	struct completion *c = s->cq_head;
-	s->cq_head = s->cq_tail = NULL;
+	kvt_list_splice_tail(&ready, &s->cq);
 	pthread_mutex_unlock(&s->cq_lock);
 	int n = 0;
-	while (c) {
-		struct completion *next = c->next;
+	struct kvt_list *p;
+	while ((p = kvt_list_pop(&ready))) {
+		struct completion *c = kvt_list_entry(p, struct completion, node);
 		c->cb(c->arg, &c->res);
 		/* Back to the spare list (bounded: at most what was ever in flight). */
 		pthread_mutex_lock(&s->cq_lock);
-		c->next = s->cq_free;
-		s->cq_free = c;
+		kvt_list_add_head(&s->cq_free, &c->node);
 		s->cq_nfree++;
 		pthread_mutex_unlock(&s->cq_lock);
-		c = next;
 		n++;
 	}
 	return n;
@@ -153,15 +146,10 @@ int kvt__e_defer(struct kvt_store *s, void (*fn)(void *), void *arg)
 	struct work *w = kvt__malloc(sizeof(*w));
 	if (!w)
 		return -ENOMEM;
-	w->next = NULL;
 	w->fn = fn;
 	w->arg = arg;
 	pthread_mutex_lock(&s->work_lock);
-	if (s->work_tail)
-		s->work_tail->next = w;
-	else
-		s->work_head = w;
-	s->work_tail = w;
+	kvt_list_add_tail(&s->work, &w->node);
 	pthread_cond_signal(&s->work_cond);
 	pthread_mutex_unlock(&s->work_lock);
 	return 0;
@@ -176,11 +164,9 @@ void *kvt__e_service_main(void *arg)
 		uint64_t gen;
 		uint64_t next = kvt__e_guards_expire(s, &gen);
 		pthread_mutex_lock(&s->work_lock);
-		struct work *w = s->work_head;
-		if (w) {
-			s->work_head = w->next;
-			if (!s->work_head)
-				s->work_tail = NULL;
+		struct kvt_list *p = kvt_list_pop(&s->work);
+		if (p) {
+			struct work *w = kvt_list_entry(p, struct work, node);
 			pthread_mutex_unlock(&s->work_lock);
 			w->fn(w->arg);
 			kvt__free(w);
@@ -211,15 +197,10 @@ int kvt__e_pool_defer(struct kvt_store *s, void (*fn)(void *), void *arg)
 	struct work *w = kvt__malloc(sizeof(*w));
 	if (!w)
 		return -ENOMEM;
-	w->next = NULL;
 	w->fn = fn;
 	w->arg = arg;
 	pthread_mutex_lock(&s->pool_lock);
-	if (s->pool_tail)
-		s->pool_tail->next = w;
-	else
-		s->pool_head = w;
-	s->pool_tail = w;
+	kvt_list_add_tail(&s->pool_work, &w->node);
 	pthread_cond_signal(&s->pool_cond);
 	pthread_mutex_unlock(&s->pool_lock);
 	return 0;
@@ -230,11 +211,9 @@ void *kvt__e_pool_main(void *arg)
 	struct kvt_store *s = arg;
 	pthread_mutex_lock(&s->pool_lock);
 	for (;;) {
-		struct work *w = s->pool_head;
-		if (w) {
-			s->pool_head = w->next;
-			if (!s->pool_head)
-				s->pool_tail = NULL;
+		struct kvt_list *p = kvt_list_pop(&s->pool_work);
+		if (p) {
+			struct work *w = kvt_list_entry(p, struct work, node);
 			pthread_mutex_unlock(&s->pool_lock);
 			w->fn(w->arg);
 			kvt__free(w);

@@ -59,27 +59,20 @@ static void wb_complete(struct wb *w)
 	}
 	/* Unlink; wake flushes whose target is now below every outstanding job, and the
 	 * removes that waited for this job. */
-	struct flush_waiter *ready = NULL;
+	struct kvt_list ready;
+	kvt_list_init(&ready);
 	pthread_mutex_lock(&s->wb_lock);
-	if (w->prev)
-		w->prev->next = w->next;
-	else
-		s->wb_head = w->next;
-	if (w->next)
-		w->next->prev = w->prev;
-	else
-		s->wb_tail = w->prev;
+	kvt_list_del(&w->node);
 	s->wb_pending--;
-	uint64_t oldest = s->wb_head ? s->wb_head->seq : UINT64_MAX;
-	struct flush_waiter **pp = &s->flushes;
-	while (*pp) {
-		struct flush_waiter *f = *pp;
+	struct kvt_list *first = kvt_list_first(&s->wb);
+	uint64_t oldest = first ? kvt_list_entry(first, struct wb, node)->seq : UINT64_MAX;
+	struct kvt_list *p, *tmp;
+	kvt_list_for_each_safe(p, tmp, &s->flushes)
+	{
+		struct flush_waiter *f = kvt_list_entry(p, struct flush_waiter, node);
 		if (f->target < oldest) {
-			*pp = f->next;
-			f->next = ready;
-			ready = f;
-		} else {
-			pp = &f->next;
+			kvt_list_del(&f->node);
+			kvt_list_add_tail(&ready, &f->node);
 		}
 	}
 	struct remove_op *after = w->after;
@@ -91,11 +84,8 @@ static void wb_complete(struct wb *w)
 		after = *(struct remove_op **)o; /* next_after is a remove_op's first member */
 		kvt__e_remove_start(o);
 	}
-	while (ready) {
-		struct flush_waiter *f = ready;
-		ready = f->next;
-		flush_tiers(f);
-	}
+	while ((p = kvt_list_pop(&ready)))
+		flush_tiers(kvt_list_entry(p, struct flush_waiter, node));
 	wb_unref(w);
 }
 
@@ -199,12 +189,7 @@ void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 	atomic_store(&w->refs, 1); /* dropped when the job completes */
 	pthread_mutex_lock(&s->wb_lock);
 	w->seq = ++s->wb_seq;
-	w->prev = s->wb_tail;
-	if (s->wb_tail)
-		s->wb_tail->next = w;
-	else
-		s->wb_head = w;
-	s->wb_tail = w;
+	kvt_list_add_tail(&s->wb, &w->node);
 	s->wb_pending++;
 	pthread_mutex_unlock(&s->wb_lock);
 
@@ -414,12 +399,12 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
 		kvt__e_wb_dirty_all(s);
 	pthread_mutex_lock(&s->wb_lock);
 	f->target = s->wb_seq;
-	f->from = s->wb_head ? s->wb_head->seq : s->wb_seq + 1;
-	bool ready = !s->wb_head || s->wb_head->seq > f->target;
-	if (!ready) {
-		f->next = s->flushes;
-		s->flushes = f;
-	}
+	struct kvt_list *first = kvt_list_first(&s->wb);
+	uint64_t oldest = first ? kvt_list_entry(first, struct wb, node)->seq : s->wb_seq + 1;
+	f->from = oldest;
+	bool ready = oldest > f->target;
+	if (!ready)
+		kvt_list_add_tail(&s->flushes, &f->node);
 	pthread_mutex_unlock(&s->wb_lock);
 	if (ready)
 		flush_tiers(f);
