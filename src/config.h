@@ -1,8 +1,13 @@
 /*
- * config.h - internal access to configuration values. One declarative table in config.c
- * lists every key (name, type, default, bounds, help); the library, the CLI and the
- * daemon read the same keys, from a file, the environment or kvt_config_set().
- * Adding a key is adding one row to that table.
+ * config.h - internal access to configuration values. One X-macro table
+ * (src/config_keys.h) lists every key (name, type, default, bounds, help); the library, the
+ * CLI and the daemon read the same keys, from a file, the environment or kvt_config_set().
+ *
+ * The library reads values with kvt__cfg_u64/double/bool/str(cfg, "section.name"). Each
+ * call finds its row at compile time (the compilers fold __builtin_strcmp of two literals),
+ * so a misspelt key, a key that is not a string literal, or an accessor that does not fit
+ * the key's type (u64 of a string) is a compile error in every build type, and the read
+ * costs an array index.
  */
 #ifndef KVT_CONFIG_H
 #define KVT_CONFIG_H
@@ -10,15 +15,61 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "config_keys.h"
 #include "internal.h"
 
-/* Values by key name. A name missing from the table is a programming error (asserted). */
-uint64_t kvt__cfg_u64(const struct kvt_config *cfg, const char *key);
-double kvt__cfg_double(const struct kvt_config *cfg, const char *key);
-bool kvt__cfg_bool(const struct kvt_config *cfg, const char *key);
-const char *kvt__cfg_str(const struct kvt_config *cfg, const char *key); /* never NULL */
+enum kvt_cfg_type { KVT_CT_STR, KVT_CT_U64, KVT_CT_SIZE, KVT_CT_BOOL, KVT_CT_DOUBLE, KVT_CT_ENUM };
+enum kvt_cfg_show { KVT_SHOW_PLAIN, KVT_SHOW_URL_SECRET };
+
+/* Compile-time lookups over the table. KVT__CFG_INDEX(k) nests one conditional per row:
+ * (row0 == k ? 0 : 1 + (row1 == k ? 0 : 1 + (... 0))), so it is the row's index, or
+ * KVT__CFG_N when no row matches. */
+#define KVT__CFG_EQ(a, b) (__builtin_strcmp((a), (b)) == 0)
+#define KVT__CFG_ONE(k, ...) 1 +
+#define KVT__CFG_OPEN_INDEX(k, name, ...) (KVT__CFG_EQ(k, name) ? 0 : 1 +
+#define KVT__CFG_OPEN_TYPE(k, name, type, ...) (KVT__CFG_EQ(k, name) ? (int)KVT_CT_##type :
+#define KVT__CFG_CLOSE(k, ...) )
+#define KVT__CFG_N (KVT_CONFIG_KEYS(KVT__CFG_ONE, _) 0)
+#define KVT__CFG_INDEX(k) (KVT_CONFIG_KEYS(KVT__CFG_OPEN_INDEX, k) 0 KVT_CONFIG_KEYS(KVT__CFG_CLOSE, k))
+#define KVT__CFG_TYPE(k) (KVT_CONFIG_KEYS(KVT__CFG_OPEN_TYPE, k) - 1 KVT_CONFIG_KEYS(KVT__CFG_CLOSE, k))
+#define KVT__CFG_TYPE_BIT(t) (1u << (int)KVT_CT_##t)
+/* The row index of literal key k, whose type must be one of the bits in `types`. */
+#define KVT__CFG_CHECKED(k, types)                                                                 \
+	(__extension__({                                                                           \
+		_Static_assert(KVT__CFG_INDEX(k) < KVT__CFG_N, "unknown configuration key " k);    \
+		_Static_assert(KVT__CFG_TYPE(k) < 0 || ((1u << KVT__CFG_TYPE(k)) & (types)),       \
+			       "configuration key " k " read with an accessor of another type");   \
+		(unsigned)KVT__CFG_INDEX(k);                                                       \
+	}))
+
+/* Values by key name (a string literal, checked at compile time, see above). */
+#define kvt__cfg_u64(cfg, k)                                                                       \
+	kvt__cfg_u64_at((cfg), KVT__CFG_CHECKED(k, KVT__CFG_TYPE_BIT(U64) | KVT__CFG_TYPE_BIT(SIZE)))
+#define kvt__cfg_double(cfg, k) kvt__cfg_double_at((cfg), KVT__CFG_CHECKED(k, KVT__CFG_TYPE_BIT(DOUBLE)))
+#define kvt__cfg_bool(cfg, k) kvt__cfg_bool_at((cfg), KVT__CFG_CHECKED(k, KVT__CFG_TYPE_BIT(BOOL)))
+/* never NULL; an ENUM key reads as its text */
+#define kvt__cfg_str(cfg, k)                                                                       \
+	kvt__cfg_str_at((cfg), KVT__CFG_CHECKED(k, KVT__CFG_TYPE_BIT(STR) | KVT__CFG_TYPE_BIT(ENUM)))
+uint64_t kvt__cfg_u64_at(const struct kvt_config *cfg, unsigned i);
+double kvt__cfg_double_at(const struct kvt_config *cfg, unsigned i);
+bool kvt__cfg_bool_at(const struct kvt_config *cfg, unsigned i);
+const char *kvt__cfg_str_at(const struct kvt_config *cfg, unsigned i);
 const struct kvt_log *kvt__cfg_log(const struct kvt_config *cfg);
+/* kvt_config_get for printing: a password inside a URL value (redis.url, s3.endpoint)
+ * reads as "***" (src/redact.h). Everything that shows configuration uses this. */
+int kvt__config_get_shown(const struct kvt_config *cfg, const char *key, char *buf, size_t len);
 int kvt__config_copy(const struct kvt_config *src, struct kvt_config **out);
+
+/* Largest configuration file accepted (far above any real one). */
+#define KVT_CONFIG_MAX_FILE_BYTES (1u << 20)
+/* Parse an INI file with libinih, bounded: only a regular file (not a directory, FIFO or
+ * device such as /dev/zero) of at most max_bytes, with no NUL byte and no line longer than
+ * libinih's line buffer. -errno with "path: reason" or "path:LINE: reason" in err when the
+ * file is refused; else 0 and *line = ini_parse_string's result (0, or the line of the
+ * first error the handler reported). */
+int kvt__ini_load(const char *path, size_t max_bytes,
+		  int (*handler)(void *, const char *, const char *, const char *), void *user,
+		  char *err, size_t errlen, int *line);
 
 /* Split a comma-separated list in place-safe fashion: calls fn for each trimmed, non-empty
  * item; stops and returns fn's value if non-zero. */

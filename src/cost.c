@@ -33,7 +33,9 @@ struct kvt_cost {
 static const struct kvt_tier_profile default_profiles[] = {
 	/* name, latency, read B/s, write B/s: a server-class local setup; calibrate replaces
 	 * them with measurements */
-	{"dram", 2e-6, 100e9, 20e9, false},   /* DMA source: the host memory bus, not a copy */
+	/* DMA source: the host memory bus; reads are capped at the host->GPU link when the
+	 * model is built. 10 us: a pinned cudaMemcpyAsync's launch and DMA start */
+	{"dram", 10e-6, 100e9, 20e9, false},
 	{"nvme", 100e-6, 6e9, 3e9, false},    /* one PCIe Gen4 data-center drive */
 	{"fs", 1e-3, 2e9, 1e9, false},        /* shared file system over a 25 GbE link */
 	{"s3", 20e-3, 1e9, 0.5e9, false},     /* object store, several parallel range GETs */
@@ -58,14 +60,35 @@ void kvt__tier_profile_default(const char *name, struct kvt_tier_profile *p)
 struct prof_ctx {
 	struct kvt_tier_profile *p;
 	int n;
+	struct kvt_engine_profile *e; /* NULL: [engine] is skipped */
 	char why[200];
 };
+
+static int on_engine(struct prof_ctx *c, const char *name, double v)
+{
+	if (!c->e)
+		return 1;
+	if (!strcmp(name, "mfu") && v <= 1)
+		c->e->mfu = v;
+	else if (!strcmp(name, "restore_fixed_us"))
+		c->e->restore_fixed_s = v * 1e-6;
+	else if (!strcmp(name, "layer_launch_us"))
+		c->e->layer_launch_s = v * 1e-6;
+	else if (!strcmp(name, "h2d_gbps"))
+		c->e->h2d_Bps = v * 1e9;
+	else {
+		snprintf(c->why, sizeof(c->why), "[engine]: unknown key or bad value '%.40s'", name);
+		return 0;
+	}
+	return 1;
+}
 
 static int on_prof(void *user, const char *section, const char *name, const char *value)
 {
 	struct prof_ctx *c = user;
-	if (strncmp(section, "tier.", 5) != 0) {
-		snprintf(c->why, sizeof(c->why), "section [%.40s]: expected [tier.<name>]",
+	if (strncmp(section, "tier.", 5) != 0 && strcmp(section, "engine") != 0) {
+		snprintf(c->why, sizeof(c->why),
+			 "section [%.40s]: expected [tier.<name>] or [engine]",
 			 section);
 		return 0;
 	}
@@ -76,6 +99,8 @@ static int on_prof(void *user, const char *section, const char *name, const char
 			 value);
 		return 0;
 	}
+	if (!strcmp(section, "engine"))
+		return on_engine(c, name, v);
 	struct kvt_tier_profile *t = NULL;
 	for (int i = 0; i < c->n; i++)
 		if (!strcmp(c->p[i].name, section + 5))
@@ -96,6 +121,31 @@ static int on_prof(void *user, const char *section, const char *name, const char
 	return 1;
 }
 
+static int profile_parse(const char *path, struct prof_ctx *c, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		int e = errno;
+		if (err && errlen)
+			snprintf(err, errlen, "%s: %s", path, strerror(e));
+		return -e;
+	}
+	int line = ini_parse_file(f, on_prof, c);
+	fclose(f);
+	if (line == 0)
+		return 0;
+	if (err && errlen)
+		snprintf(err, errlen, "%s:%d: %s", path, line, c->why[0] ? c->why : "syntax error");
+	return -EINVAL;
+}
+
+int kvt__profile_load_engine(const char *path, struct kvt_engine_profile *e, char *err,
+			     size_t errlen)
+{
+	struct prof_ctx c = {NULL, 0, e, ""};
+	return profile_parse(path, &c, err, errlen);
+}
+
 int kvt__profile_load(const char *path, struct kvt_tier_profile *p, int n, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "r");
@@ -105,7 +155,7 @@ int kvt__profile_load(const char *path, struct kvt_tier_profile *p, int n, char 
 			snprintf(err, errlen, "%s: %s", path, strerror(e));
 		return -e;
 	}
-	struct prof_ctx c = {p, n, ""};
+	struct prof_ctx c = {p, n, NULL, ""};
 	int line = ini_parse_file(f, on_prof, &c);
 	fclose(f);
 	if (line == 0)
@@ -147,6 +197,8 @@ int kvt__cost_params_preset(const char *model, const char *gpu, double mfu, int 
 	out->dtype_bytes = 2;
 	out->flops_per_s = g->peak_tflops * 1e12 * mfu * tp;
 	out->h2d_Bps = g->h2d_gbps * 1e9 * tp;
+	out->restore_fixed_s = KVT_DEFAULT_RESTORE_FIXED_S;
+	out->layer_launch_s = KVT_DEFAULT_LAYER_LAUNCH_S;
 	return kvt__split_list(tiers ? tiers : "dram,nvme", add_tier, out);
 }
 
@@ -158,6 +210,8 @@ static bool params_ok(const struct kvt_cost_params *p)
 	if (!(m->active_params > 0) || !(p->flops_per_s > 0) || !(p->h2d_Bps > 0))
 		return false;
 	if (!p->dtype_bytes || p->n_tiers < 0 || p->n_tiers > KVT_MAX_TIERS)
+		return false;
+	if (!(p->restore_fixed_s >= 0) || !(p->layer_launch_s >= 0))
 		return false;
 	for (int i = 0; i < p->n_tiers; i++)
 		if (!(p->tier[i].read_Bps > 0) || !(p->tier[i].latency_s >= 0))
@@ -173,6 +227,10 @@ int kvt__cost_create_params(const struct kvt_cost_params *p, struct kvt_cost **o
 	if (!c)
 		return -ENOMEM;
 	c->p = *p;
+	/* every restore crosses the host->GPU link: DRAM cannot be read faster than that */
+	for (int i = 0; i < c->p.n_tiers; i++)
+		if (!strcmp(c->p.tier[i].name, "dram") && c->p.tier[i].read_Bps > c->p.h2d_Bps)
+			c->p.tier[i].read_Bps = c->p.h2d_Bps;
 	const struct kvt_model_preset *m = &p->model;
 	double per_layer =
 	    m->kind == KVT_KIND_MLA ? (double)m->head_dim : 2.0 * m->kv_heads * m->head_dim;
@@ -250,6 +308,26 @@ int kvt_cost_create(const struct kvt_config *cfg, struct kvt_cost **out)
 			gname);
 		return -EINVAL;
 	}
+	p.restore_fixed_s = kvt__cfg_double(cfg, "cost.restore_fixed_us") * 1e-6;
+	p.layer_launch_s = kvt__cfg_double(cfg, "cost.layer_launch_us") * 1e-6;
+	const char *prof = kvt__cfg_str(cfg, "cost.profile");
+	if (*prof) { /* an [engine] section overrides the keys above */
+		struct kvt_engine_profile e = {-1, -1, -1, -1};
+		char err[256];
+		int erc = kvt__profile_load_engine(prof, &e, err, sizeof(err));
+		if (erc < 0) {
+			KVT_ERR(log, "cost model: %s", err);
+			return erc;
+		}
+		if (e.mfu > 0 && g)
+			mfu = e.mfu, tflops = 0;
+		if (e.h2d_Bps > 0)
+			h2d = e.h2d_Bps / 1e9;
+		if (e.restore_fixed_s >= 0)
+			p.restore_fixed_s = e.restore_fixed_s;
+		if (e.layer_launch_s >= 0)
+			p.layer_launch_s = e.layer_launch_s;
+	}
 	p.flops_per_s = (tflops > 0 ? tflops : g->peak_tflops * mfu) * 1e12 * tp;
 	p.h2d_Bps = (h2d > 0 ? h2d : g->h2d_gbps) * 1e9 * tp;
 
@@ -258,7 +336,6 @@ int kvt_cost_create(const struct kvt_config *cfg, struct kvt_cost **out)
 		KVT_ERR(log, "cost model: bad store.tiers list");
 		return rc;
 	}
-	const char *prof = kvt__cfg_str(cfg, "cost.profile");
 	if (*prof) {
 		char err[256];
 		rc = kvt__profile_load(prof, p.tier, p.n_tiers, err, sizeof(err));
@@ -324,7 +401,8 @@ double kvt__cost_restore_mix(const struct kvt_cost *c, const uint64_t *bytes)
 	}
 	if (total == 0)
 		return 0;
-	return lat + pipeline(s1, total / c->p.h2d_Bps, c->p.model.layers);
+	return c->p.restore_fixed_s + c->p.layer_launch_s * c->p.model.layers + lat +
+	       pipeline(s1, total / c->p.h2d_Bps, c->p.model.layers);
 }
 
 double kvt_cost_restore_s(const struct kvt_cost *c, int tier, uint64_t tokens)

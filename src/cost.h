@@ -52,11 +52,19 @@ struct kvt_cost_params {
 	uint32_t dtype_bytes;	       /* KV element size (2 for bf16) */
 	double flops_per_s;	       /* effective prefill throughput of the whole instance */
 	double h2d_Bps;		       /* effective host->GPU bandwidth of the whole instance */
+	/* fixed costs of one restore that recomputing does not pay (docs/COST_MODEL.md):
+	 * the scheduler step the request waits for and the block-table update, once; the
+	 * K and V copy launches, once per layer */
+	double restore_fixed_s;
+	double layer_launch_s;
 	int n_tiers;
 	struct kvt_tier_profile tier[KVT_MAX_TIERS];
 };
 
 #define KVT_DEFAULT_MFU 0.5
+/* the defaults of cost.restore_fixed_us and cost.layer_launch_us (docs/COST_MODEL.md) */
+#define KVT_DEFAULT_RESTORE_FIXED_S 1e-3
+#define KVT_DEFAULT_LAYER_LAUNCH_S 10e-6
 
 extern const struct kvt_model_preset kvt__model_presets[];
 extern const size_t kvt__n_model_presets;
@@ -74,6 +82,14 @@ void kvt__tier_profile_default(const char *name, struct kvt_tier_profile *p);
  * are ignored. -errno / -EINVAL with a line-numbered reason in err. */
 int kvt__profile_load(const char *path, struct kvt_tier_profile *p, int n, char *err,
 		      size_t errlen);
+/* The [engine] section of the same file: what a serving engine adds to the presets (mfu,
+ * restore_fixed_us, layer_launch_us, h2d_gbps). A key not in the file leaves the field
+ * alone; tier sections are skipped. -errno / -EINVAL with a reason in err. */
+struct kvt_engine_profile {
+	double mfu, restore_fixed_s, layer_launch_s, h2d_Bps; /* < 0: not in the file */
+};
+int kvt__profile_load_engine(const char *path, struct kvt_engine_profile *e, char *err,
+			     size_t errlen);
 /* Write profiles in the same format (what calibrate saves). */
 int kvt__profile_write(FILE *f, const struct kvt_tier_profile *p, int n);
 

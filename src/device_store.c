@@ -19,6 +19,7 @@
 
 #include "device.h"
 #include "engine.h"
+#include "store_key.h"
 
 struct kvt_device_op *kvt__dev_op_new(struct kvt_device *dev, int dir, uint32_t n_tokens,
 				      const uint32_t *ids, uint32_t n_blocks,
@@ -179,7 +180,10 @@ int kvt_device_store(struct kvt_device *dev, struct kvt_store *s, const struct k
 		p = p->next;
 	if (!p) {
 		struct kvt_slot_ref ref;
-		rc = kvt__store_reserve(s, key, parent, n_tokens, &ref);
+		struct kvt_key sk, sp; /* the store's names: scoped by namespace */
+		rc = kvt__store_reserve(s, kvt__storage_key(kvt_store_ns_id(s), key, &sk),
+					kvt__storage_key(kvt_store_ns_id(s), parent, &sp), n_tokens,
+					&ref);
 		if (rc == -EEXIST) {
 			c->early = 0; /* resident already: nothing to copy */
 			goto nocopy;
@@ -322,6 +326,8 @@ int kvt_device_load(struct kvt_device *dev, struct kvt_store *s, const struct kv
 		return -EINVAL;
 	if ((rc = check_store(dev, s)) < 0)
 		return rc;
+	if (kvt__store_encrypts(s)) /* DRAM holds ciphertext; the scatter copies slots as-is */
+		return -ENOTSUP;
 	uint32_t max_blocks = dev->desc.geometry.chunk_tokens / dev->desc.block_size;
 	if (n_blocks > max_blocks)
 		return -EINVAL;
@@ -343,7 +349,9 @@ int kvt_device_load(struct kvt_device *dev, struct kvt_store *s, const struct kv
 	}
 	op->ctx = c;
 	op->finish = load_finish;
-	if ((rc = kvt__store_acquire(s, key, on_acquired, op)) < 0) {
+	struct kvt_key sk; /* the store's name: scoped by namespace */
+	if ((rc = kvt__store_acquire(s, kvt__storage_key(kvt_store_ns_id(s), key, &sk), on_acquired,
+				     op)) < 0) {
 		op->finish = NULL;
 		op->ctx = NULL;
 		kvt__dev_op_done(op, rc);

@@ -49,6 +49,8 @@ struct slot {
 	int32_t parent;	   /* slot of the parent chunk, -1 none */
 	uint32_t depth;	   /* chunks before it in its chain, as far as DRAM knew at alloc */
 	uint32_t parent_gen;
+	bool has_parent_key; /* the put named a parent (resident or not): for deeper tiers */
+	struct kvt_key parent_key;
 	int32_t next; /* index chain while indexed, free list while free */
 	uint8_t state;
 	bool dirty;
@@ -171,6 +173,7 @@ static void slot_reset(struct kvt_dram *d, struct slot *s)
 	s->children = 0;
 	s->parent = -1;
 	s->depth = 0;
+	s->has_parent_key = false;
 	s->object_bytes = 0;
 	s->n_tokens = 0;
 	s->gen++;
@@ -195,6 +198,9 @@ static void fill_ref(const struct kvt_dram *d, int32_t id, struct kvt_slot_ref *
 	ref->n_tokens = s->n_tokens;
 	ref->dirty = s->dirty;
 	ref->depth = s->depth;
+	ref->has_parent = s->has_parent_key;
+	if (s->has_parent_key)
+		ref->parent = s->parent_key;
 }
 
 static int map_pool(struct kvt_dram *d, const struct kvt_dram_options *o, size_t len)
@@ -255,7 +261,7 @@ int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out)
 		n = 1;
 	if (n > (uint64_t)INT32_MAX || n > SIZE_MAX / slot_bytes)
 		return -EINVAL;
-	const char *policy = o->policy ? o->policy : "lru";
+	const char *policy = o->policy ? o->policy : "hd";
 
 	struct kvt_dram *d = kvt__calloc(1, sizeof(*d));
 	if (!d)
@@ -397,6 +403,10 @@ int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct 
 		s->parent = pid;
 		s->parent_gen = d->slots[pid].gen;
 		s->depth = d->slots[pid].depth + 1;
+	}
+	if (parent) {
+		s->has_parent_key = true;
+		s->parent_key = *parent;
 	}
 	index_link(d, id);
 	fill_ref(d, id, ref);

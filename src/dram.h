@@ -30,7 +30,7 @@ struct kvt_dram;
 struct kvt_dram_options {
 	uint64_t bytes;       /* pool size; slots = bytes / slot_bytes (at least 1) */
 	uint64_t slot_bytes;  /* object bytes of a full chunk, a multiple of KVT_ALIGN */
-	const char *policy;   /* "lru" | "arc" */
+	const char *policy;   /* src/evict.h names; NULL: "hd" */
 	bool hugepages;       /* try MAP_HUGETLB / THP advice first */
 	bool mlock;           /* lock the pool into memory (failure is logged, not fatal) */
 	const struct kvt_log *log;
@@ -45,6 +45,8 @@ struct kvt_slot_ref {
 	bool dirty;
 	uint32_t depth; /* chunks before this one in its prompt, if DRAM held its prefix at
 			 * alloc (0 when unknown): admission's position-dependent checks */
+	bool has_parent;       /* the put named the chunk before it: deeper tiers evict */
+	struct kvt_key parent; /* suffixes before prefixes (tier write_chained) */
 };
 
 int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out);

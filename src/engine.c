@@ -221,6 +221,8 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	s->promote_local = kvt__cfg_bool(cfg, "store.promote_local");
 	s->max_inflight = kvt__cfg_u64(cfg, "store.max_inflight");
 	s->max_object_bytes = kvt__cfg_u64(cfg, "store.max_object_bytes");
+	if ((rc = kvt__protect_open(cfg, &s->log, &s->prot)) < 0)
+		goto fail_cfg;
 	pthread_mutex_init(&s->cq_lock, NULL);
 	pthread_mutex_init(&s->work_lock, NULL);
 	pthread_condattr_t ca;
@@ -288,6 +290,7 @@ fail_sync:
 	pthread_mutex_destroy(&s->wb_lock);
 	pthread_cond_destroy(&s->wb_cond);
 fail_cfg:
+	kvt__protect_close(s->prot);
 	kvt_config_destroy(s->cfg);
 fail_free:
 	kvt__free(s);
@@ -345,6 +348,7 @@ void kvt_store_close(struct kvt_store *s)
 	pthread_mutex_destroy(&s->fill_lock);
 	pthread_mutex_destroy(&s->wb_lock);
 	pthread_cond_destroy(&s->wb_cond);
+	kvt__protect_close(s->prot);
 	kvt_config_destroy(s->cfg);
 	kvt__free(s);
 }
@@ -477,12 +481,27 @@ static int waiter_wait(struct waiter *w, int rc, struct kvt_result *res)
 	return rc;
 }
 
+const struct kvt_key *kvt__e_skey(const struct kvt_store *s, const struct kvt_key *key,
+				  struct kvt_key *out)
+{
+	return s ? kvt__storage_key(s->ns_id, key, out) : key;
+}
+
+int kvt__e_skeys(const struct kvt_store *s, struct kvt_storage_keys *b, const struct kvt_key *keys,
+		 size_t n)
+{
+	return s ? kvt__storage_keys(b, s->ns_id, keys, n) : ((b->keys = NULL), 0);
+}
+
 int kvt_put_sync(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		 uint32_t n_tokens, const void *buf, size_t len)
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, kvt__e_do_put(s, key, parent, n_tokens, buf, len, waiter_cb, &w, true),
+	struct kvt_key sk, sp;
+	return waiter_wait(&w,
+			   kvt__e_do_put(s, kvt__e_skey(s, key, &sk), kvt__e_skey(s, parent, &sp),
+					 n_tokens, buf, len, waiter_cb, &w, true),
 			   NULL);
 }
 
@@ -490,7 +509,12 @@ int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, i
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, kvt__e_do_lookup(s, keys, n, tiers, waiter_cb, &w, true), NULL);
+	struct kvt_storage_keys b;
+	int rc = kvt__e_skeys(s, &b, keys, n);
+	rc = waiter_wait(&w, rc ? rc : kvt__e_do_lookup(s, b.keys, n, tiers, waiter_cb, &w, true),
+			 NULL);
+	kvt__storage_keys_free(&b);
+	return rc;
 }
 
 int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
@@ -498,8 +522,11 @@ int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(
-		&w, kvt__e_do_get(s, key, layer_begin, layer_end, buf, len, waiter_cb, &w, true), res);
+	struct kvt_key sk;
+	return waiter_wait(&w,
+			   kvt__e_do_get(s, kvt__e_skey(s, key, &sk), layer_begin, layer_end, buf,
+					 len, waiter_cb, &w, true),
+			   res);
 }
 
 int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
@@ -507,14 +534,34 @@ int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, kvt__e_do_prefetch(s, keys, n, deadline_ns, waiter_cb, &w, true), NULL);
+	struct kvt_storage_keys b;
+	int rc = kvt__e_skeys(s, &b, keys, n);
+	rc = waiter_wait(
+		&w, rc ? rc : kvt__e_do_prefetch(s, b.keys, n, deadline_ns, waiter_cb, &w, true),
+		NULL);
+	kvt__storage_keys_free(&b);
+	return rc;
 }
 
 int kvt_remove_sync(struct kvt_store *s, const struct kvt_key *key)
 {
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, kvt__e_do_remove(s, key, waiter_cb, &w, true), NULL);
+	struct kvt_key sk;
+	return waiter_wait(&w, kvt__e_do_remove(s, kvt__e_skey(s, key, &sk), waiter_cb, &w, true),
+			   NULL);
+}
+
+bool kvt__store_encrypts(const struct kvt_store *s)
+{
+	return kvt__protect_encrypts(s->prot);
+}
+
+int kvt__store_remove_stored_sync(struct kvt_store *s, const struct kvt_key *storage_key)
+{
+	struct waiter w;
+	waiter_init(&w);
+	return waiter_wait(&w, kvt__e_do_remove(s, storage_key, waiter_cb, &w, true), NULL);
 }
 
 int kvt_flush_sync(struct kvt_store *s)

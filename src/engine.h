@@ -16,6 +16,7 @@ struct kvt_tier;
  * written by commit). The slot is pinned and invisible to readers until commit.
  * -EEXIST the key is already resident (nothing reserved), -ENOSPC no evictable slot,
  * -EINVAL bad n_tokens, -ENOTSUP the chain has no DRAM tier. */
+/* key and parent here, and in kvt__store_acquire, are storage keys (src/store_key.h). */
 int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		       uint32_t n_tokens, struct kvt_slot_ref *ref);
 /* The body is filled: zero the padding, write header and CRCs, publish, unpin, and start
@@ -32,6 +33,10 @@ typedef void (*kvt_acquire_cb)(void *arg, int rc, const struct kvt_slot_ref *ref
 int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
 		       void *arg);
 void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref);
+/* Objects are encrypted at rest (security.encryption_key_*): slots hold ciphertext. */
+bool kvt__store_encrypts(const struct kvt_store *s);
+/* kvt_remove_sync of a storage key, as listed by a tier (kvtier rm of what kvtier ls shows). */
+int kvt__store_remove_stored_sync(struct kvt_store *s, const struct kvt_key *storage_key);
 
 /* Queue a user completion for kvt_poll() from any thread (the device layer's
  * completions go through the same queue as every other). */

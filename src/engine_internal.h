@@ -22,7 +22,9 @@
 #include "engine.h"
 #include "format.h"
 #include "list.h"
+#include "protect.h"
 #include "sketch.h"
+#include "store_key.h"
 #include "tier.h"
 
 #define BREAKER_FAILS 5
@@ -197,6 +199,7 @@ struct kvt_store {
 	uint8_t ns_id[KVT_NS_ID_BYTES];
 	uint64_t obj_max;
 	uint64_t max_object_bytes;
+	struct kvt_protect *prot; /* MAC / encryption of objects (src/protect.h); NULL: off */
 
 	struct kvt_dram *dram;
 	int dram_pos; /* -1 if no DRAM tier */
@@ -293,6 +296,14 @@ struct guard *kvt__e_guard_new(struct kvt_store *s, struct link *l, const char *
 uint64_t kvt__e_guards_expire(struct kvt_store *s, uint64_t *gen);
 void kvt__e_link_result(struct kvt_store *s, struct link *l, int rc);
 bool kvt__e_link_usable(struct link *l);
+
+/* engine.c: storage keys. The public calls take the engine's keys; everything below them -
+ * DRAM and every tier - sees only storage keys, scoped by the store's namespace
+ * (src/store_key.h). */
+const struct kvt_key *kvt__e_skey(const struct kvt_store *s, const struct kvt_key *key,
+				  struct kvt_key *out);
+int kvt__e_skeys(const struct kvt_store *s, struct kvt_storage_keys *b, const struct kvt_key *keys,
+		 size_t n);
 
 /* engine_ops.c */
 int kvt__e_do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers, kvt_cb cb, void *arg, bool direct);

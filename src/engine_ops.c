@@ -35,13 +35,17 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 				 .bytes = len};
 
 	if (!s->dram) {
-		struct kvt_slot_ref ref = {.id = -1, .object_bytes = obj_bytes, .n_tokens = n_tokens};
+		struct kvt_slot_ref ref = {.id = -1, .object_bytes = obj_bytes, .n_tokens = n_tokens,
+					   .has_parent = parent != NULL};
+		if (parent)
+			ref.parent = *parent;
 		ref.buf = kvt__e_bounce_get(s);
 		if (!ref.buf) {
 			kvt__e_unadmit(s);
 			return -ENOMEM;
 		}
 		kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
+		kvt__object_protect(ref.buf, obj_bytes, s->prot); /* MAC, encryption */
 		kvt__e_wb_submit(s, key, &ref, s->n_links, cb, arg, direct);
 		return 0;
 	}
@@ -66,6 +70,8 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 		return pending ? -EAGAIN : -ENOSPC;
 	}
 	rc = kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
+	if (rc == 0)
+		rc = kvt__object_protect(ref.buf, obj_bytes, s->prot); /* MAC, encryption */
 	if (rc < 0) {
 		kvt__dram_abort(s->dram, ref.id);
 		kvt__e_unadmit(s);
@@ -89,7 +95,9 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 int kvt_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 	    uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg)
 {
-	return kvt__e_do_put(s, key, parent, n_tokens, buf, len, cb, arg, false);
+	struct kvt_key sk, sp;
+	return kvt__e_do_put(s, kvt__e_skey(s, key, &sk), kvt__e_skey(s, parent, &sp), n_tokens,
+			     buf, len, cb, arg, false);
 }
 
 int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
@@ -113,6 +121,8 @@ int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref)
 	kvt__dram_key(s->dram, ref->id, &key);
 	int rc = kvt__object_seal(ref->buf, ref->object_bytes, &s->geo, s->ns_id, &key,
 				  ref->n_tokens);
+	if (rc == 0)
+		rc = kvt__object_protect(ref->buf, ref->object_bytes, s->prot);
 	if (rc < 0) {
 		kvt__dram_abort(s->dram, ref->id);
 		return rc;
@@ -305,7 +315,11 @@ int kvt__e_do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, 
 int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
 	       kvt_cb cb, void *arg)
 {
-	return kvt__e_do_lookup(s, keys, n, tiers, cb, arg, false);
+	struct kvt_storage_keys b;
+	int rc = kvt__e_skeys(s, &b, keys, n);
+	rc = rc ? rc : kvt__e_do_lookup(s, b.keys, n, tiers, cb, arg, false);
+	kvt__storage_keys_free(&b);
+	return rc;
 }
 
 /* ------------------------------------------------------------ remove */
@@ -437,5 +451,6 @@ int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 
 int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg)
 {
-	return kvt__e_do_remove(s, key, cb, arg, false);
+	struct kvt_key sk;
+	return kvt__e_do_remove(s, kvt__e_skey(s, key, &sk), cb, arg, false);
 }

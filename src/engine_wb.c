@@ -226,7 +226,13 @@ void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 		leg->l = l;
 		atomic_fetch_add(&w->legs, 1);
 		atomic_fetch_add(&w->refs, 1);
-		int rc = l->t->ops->write(l->t, key, ref->buf, ref->object_bytes, kvt__e_guard_cb, g);
+		int rc = l->t->ops->write_chained
+				 ? l->t->ops->write_chained(l->t, key,
+							    ref->has_parent ? &ref->parent : NULL,
+							    ref->buf, ref->object_bytes,
+							    kvt__e_guard_cb, g)
+				 : l->t->ops->write(l->t, key, ref->buf, ref->object_bytes,
+						    kvt__e_guard_cb, g);
 		if (rc == 0) {
 			kvt__e_guard_arm(g);
 			continue;

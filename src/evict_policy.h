@@ -31,6 +31,7 @@ struct kvt_evict_ops {
 extern const struct kvt_evict_ops kvt__evict_lru_ops;
 extern const struct kvt_evict_ops kvt__evict_arc_ops;
 extern const struct kvt_evict_ops kvt__evict_pslru_ops;
+extern const struct kvt_evict_ops kvt__evict_hd_ops;
 
 /* ---- an intrusive doubly linked list over ids: links live in a caller array ---- */
 

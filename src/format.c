@@ -23,7 +23,7 @@
 /* Header byte layout (all integers little-endian). */
 #define OFF_MAGIC 0           /* 8 bytes "KVTCHNK1" */
 #define OFF_VERSION 8         /* u16 */
-#define OFF_FLAGS 10          /* u16, no flags defined in v1: must be 0 */
+#define OFF_FLAGS 10          /* u16, KVT_FLAG_MAC | KVT_FLAG_ENCRYPTED, else 0 */
 #define OFF_HEADER_BYTES 12   /* u32 = 4096 */
 #define OFF_LAYERS 16         /* u32 */
 #define OFF_KV_HEADS 20       /* u32 */
@@ -41,11 +41,20 @@
 #define OFF_LAYER_BYTES 120   /* u64, dense bytes of one layer */
 #define OFF_LAYER_OFFSET 128  /* u64[256], zero past the last layer */
 #define OFF_LAYER_CRC 2176    /* u32[256], zero past the last layer */
-#define OFF_RESERVED2 3200    /* zero up to the header CRC */
+#define OFF_MAC 3200          /* 32 bytes, HMAC-SHA-256 iff KVT_FLAG_MAC, else zero */
+#define OFF_GCM_NONCE 3232    /* 12 bytes iff KVT_FLAG_ENCRYPTED, else zero */
+#define OFF_GCM_TAG 3244      /* 16 bytes iff KVT_FLAG_ENCRYPTED, else zero */
+#define OFF_RESERVED2 3260    /* zero up to the header CRC */
 #define OFF_HEADER_CRC 4092   /* u32, CRC32C of bytes [0, 4092) */
 
 _Static_assert(OFF_LAYER_OFFSET + 8 * KVT_MAX_LAYERS == OFF_LAYER_CRC, "layout");
-_Static_assert(OFF_LAYER_CRC + 4 * KVT_MAX_LAYERS == OFF_RESERVED2, "layout");
+_Static_assert(OFF_LAYER_CRC + 4 * KVT_MAX_LAYERS == OFF_MAC, "layout");
+_Static_assert(OFF_MAC == KVT_HDR_OFF_MAC && OFF_GCM_NONCE == KVT_HDR_OFF_GCM_NONCE &&
+		       OFF_GCM_TAG == KVT_HDR_OFF_GCM_TAG && OFF_FLAGS == KVT_HDR_OFF_FLAGS &&
+		       OFF_LAYER_CRC == KVT_HDR_OFF_LAYER_CRC && OFF_HEADER_CRC == KVT_HDR_OFF_CRC &&
+		       OFF_LAYER_BYTES + 8 == KVT_HDR_AAD_BYTES,
+	       "format.h exports the same layout");
+_Static_assert(OFF_GCM_TAG + 16 == OFF_RESERVED2, "layout");
 _Static_assert(OFF_HEADER_CRC + 4 == KVT_HEADER_BYTES, "layout");
 
 #define MAX_OBJECT_BYTES (4ull << 30)
@@ -212,13 +221,23 @@ static int decode(const uint8_t *p, struct kvt_header *h, const struct kvt_expec
 		return -EBADMSG;
 	h->version = get16(p + OFF_VERSION);
 	h->flags = get16(p + OFF_FLAGS);
-	if (h->version != KVT_FORMAT_VERSION || h->flags != 0 ||
+	if (h->version != KVT_FORMAT_VERSION ||
+	    (h->flags & ~(KVT_FLAG_MAC | KVT_FLAG_ENCRYPTED)) ||
 	    get32(p + OFF_HEADER_BYTES) != KVT_HEADER_BYTES ||
 	    get32(p + OFF_LAYER_ALIGN) != KVT_ALIGN)
 		return -EBADMSG;
 	if (!all_zero(p + OFF_RESERVED0, 2) || !all_zero(p + OFF_RESERVED1, 4) ||
 	    !all_zero(p + OFF_RESERVED2, OFF_HEADER_CRC - OFF_RESERVED2))
 		return -EBADMSG;
+	/* A flag and its field come together: a MAC flag with no MAC (or a MAC without the
+	 * flag) is damage, as is a tag without the encryption flag. */
+	bool mac = h->flags & KVT_FLAG_MAC, enc = h->flags & KVT_FLAG_ENCRYPTED;
+	if (mac == all_zero(p + OFF_MAC, 32) || enc == all_zero(p + OFF_GCM_TAG, 16) ||
+	    (!enc && !all_zero(p + OFF_GCM_NONCE, 12)))
+		return -EBADMSG;
+	memcpy(h->mac, p + OFF_MAC, sizeof(h->mac));
+	memcpy(h->gcm_nonce, p + OFF_GCM_NONCE, sizeof(h->gcm_nonce));
+	memcpy(h->gcm_tag, p + OFF_GCM_TAG, sizeof(h->gcm_tag));
 
 	memset(g, 0, sizeof(*g));
 	g->layers = get32(p + OFF_LAYERS);
@@ -316,7 +335,7 @@ int kvt__object_verify(const void *obj, uint64_t obj_len, const struct kvt_expec
 	rc = kvt__header_decode(obj, h, exp);
 	if (rc)
 		return rc;
-	if (h->object_bytes != obj_len) {
+	if (h->object_bytes > obj_len) { /* bytes past object_bytes are not part of it */
 		rc = -EBADMSG;
 		goto fail;
 	}

@@ -17,6 +17,18 @@
 #define KVT_FORMAT_MAGIC "KVTCHNK1"
 #define KVT_FORMAT_VERSION 1
 
+/* Header flags (docs/FORMAT.md 5b). A reader that predates them refuses flagged objects. */
+#define KVT_FLAG_MAC 0x0001u       /* header bytes [3200, 3232): HMAC-SHA-256 of the object */
+#define KVT_FLAG_ENCRYPTED 0x0002u /* layers are AES-256-GCM ciphertext; nonce and tag below */
+/* Byte offsets the protection code (src/protect.c) reads and writes. */
+#define KVT_HDR_OFF_FLAGS 10
+#define KVT_HDR_OFF_LAYER_CRC 2176
+#define KVT_HDR_OFF_MAC 3200       /* 32 bytes */
+#define KVT_HDR_OFF_GCM_NONCE 3232 /* 12 bytes */
+#define KVT_HDR_OFF_GCM_TAG 3244   /* 16 bytes */
+#define KVT_HDR_OFF_CRC 4092
+#define KVT_HDR_AAD_BYTES 128 /* GCM's additional data: header bytes [0, 128) */
+
 /* The decoded header. */
 struct kvt_header {
 	uint16_t version;
@@ -28,6 +40,8 @@ struct kvt_header {
 	struct kvt_key key;
 	uint64_t layer_offset[KVT_MAX_LAYERS];
 	uint32_t layer_crc[KVT_MAX_LAYERS]; /* CRC32C of each layer's dense bytes (no padding) */
+	uint8_t mac[32];                    /* KVT_FLAG_MAC */
+	uint8_t gcm_nonce[12], gcm_tag[16]; /* KVT_FLAG_ENCRYPTED */
 };
 
 /* What a reader expects; NULL members are not checked. */
@@ -59,8 +73,10 @@ int kvt__header_decode(const void *hdr, struct kvt_header *out, const struct kvt
  * layer_offset[l0] on (base points at that offset). 0 or -EBADMSG. */
 int kvt__layers_verify(const struct kvt_header *h, uint32_t l0, uint32_t l1, const void *base);
 
-/* Decode + check the header and every layer CRC of a whole object of obj_len bytes
- * (obj_len must equal the header's object size). 0 or -EBADMSG. */
+/* Decode + check the header and every layer CRC of a whole object: obj_len bytes that must
+ * hold at least the header's object size (bytes past it are not part of the object, and are
+ * ignored: a reader reads a fixed length, so a stored copy with bytes appended is served
+ * the same by every reader and by `kvtier verify`). 0 or -EBADMSG. */
 int kvt__object_verify(const void *obj, uint64_t obj_len, const struct kvt_expect *exp,
 		       struct kvt_header *out);
 

@@ -25,8 +25,10 @@
 #include <openssl/sha.h>
 
 #include "internal.h"
+#include "store_key.h"
 
 #define KEY_DOMAIN "kvtier-chunk-v1"
+#define STORE_DOMAIN "kvtier-store-v1" /* padded with zeros to 32 bytes */
 #define NS_TEXT_VERSION "kvtier-ns-v1"
 /* Longest model / revision / tenant string accepted in a namespace. */
 #define NS_FIELD_MAX 1024
@@ -292,6 +294,63 @@ long kvt_keys_from_tokens(const uint8_t ns_id[KVT_NS_ID_BYTES], uint32_t chunk_t
 		memcpy(prev, keys[i].bytes, sizeof(prev));
 	}
 	return (long)chunks;
+}
+
+/* ------------------------------------------------------------ storage keys */
+
+/* The first SHA-256 block (domain, padding, ns_id: exactly 64 bytes) is the same for every
+ * key of a store, so its state is computed once per thread and namespace, and each key
+ * costs one compression of the second block. */
+static __thread struct {
+	bool valid;
+	uint8_t ns_id[KVT_NS_ID_BYTES];
+	SHA256_CTX after_ns;
+} scope_cache;
+
+const struct kvt_key *kvt__storage_key(const uint8_t ns_id[KVT_NS_ID_BYTES],
+				       const struct kvt_key *key, struct kvt_key *out)
+{
+	if (!key)
+		return NULL;
+	if (!scope_cache.valid || memcmp(scope_cache.ns_id, ns_id, KVT_NS_ID_BYTES)) {
+		unsigned char block[64] = {0};
+		_Static_assert(sizeof(STORE_DOMAIN) - 1 <= 32, "domain fits its 32 bytes");
+		memcpy(block, STORE_DOMAIN, sizeof(STORE_DOMAIN) - 1);
+		memcpy(block + 32, ns_id, KVT_NS_ID_BYTES);
+		SHA256_Init(&scope_cache.after_ns);
+		SHA256_Update(&scope_cache.after_ns, block, sizeof(block));
+		memcpy(scope_cache.ns_id, ns_id, KVT_NS_ID_BYTES);
+		scope_cache.valid = true;
+	}
+	SHA256_CTX c = scope_cache.after_ns;
+	uint8_t k[KVT_KEY_BYTES];
+	memcpy(k, key->bytes, sizeof(k)); /* out may alias key */
+	SHA256_Update(&c, k, sizeof(k));
+	SHA256_Final(out->bytes, &c);
+	return out;
+}
+
+int kvt__storage_keys(struct kvt_storage_keys *b, const uint8_t ns_id[KVT_NS_ID_BYTES],
+		      const struct kvt_key *keys, size_t n)
+{
+	b->keys = NULL;
+	if (!keys)
+		return 0;
+	if (n > (1u << 24)) /* more than any batch call accepts */
+		return -EINVAL;
+	b->keys = n <= KVT_ARRAY_SIZE(b->local) ? b->local : kvt__malloc(n * sizeof(*keys));
+	if (!b->keys)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		kvt__storage_key(ns_id, &keys[i], &b->keys[i]);
+	return 0;
+}
+
+void kvt__storage_keys_free(struct kvt_storage_keys *b)
+{
+	if (b->keys != b->local)
+		kvt__free(b->keys);
+	b->keys = NULL;
 }
 
 void kvt_key_to_hex(const struct kvt_key *key, char hex[2 * KVT_KEY_BYTES + 1])

@@ -17,6 +17,8 @@
 /* clang-format off */
 const struct kvt_model_preset kvt__model_presets[] = {
 	/* name, kind, layers, kv_heads, head_dim, q_heads, qk_dim, v_dim, params, active */
+	{"llama3.2-3b", KVT_KIND_KV, 28, 8, 128, 24, 128, 128, 3.21e9, 3.21e9,
+	 "Meta Llama 3.2 3B config.json: hidden 3072, 24 heads, 8 KV heads, head_dim 128"},
 	{"llama3.1-8b", KVT_KIND_KV, 32, 8, 128, 32, 128, 128, 8.03e9, 8.03e9,
 	 "Meta Llama 3.1 8B config.json: hidden 4096, 32 heads, 8 KV heads, GQA"},
 	{"llama3.1-70b", KVT_KIND_KV, 80, 8, 128, 64, 128, 128, 70.6e9, 70.6e9,
@@ -50,6 +52,7 @@ static const struct {
     {"h100sxm", "h100-sxm"},
     {"a100", "a100-80gb"},
     {"a100-80g", "a100-80gb"},
+    {"llama-3.2-3b", "llama3.2-3b"},
     {"llama-3.1-8b", "llama3.1-8b"},
     {"llama-3.1-70b", "llama3.1-70b"},
     {"deepseek-v3-671b", "deepseek-v3"},

@@ -179,16 +179,42 @@ static void tier_touch(struct tier *t, uint32_t blk)
 	kvt__evict_touch(t->ev, t->slot_of[blk]);
 }
 
-/* Insert blk, evicting if full. Returns 1 if an eviction happened, <0 on error. */
+/* Second choice when no leaf can go: anything but the prefix of the block being
+ * inserted (the store's rule too, src/dram.c). */
+struct any_ctx {
+	const struct tier *t;
+	uint32_t exclude;
+};
+
+static bool any_but_parent(void *arg, uint32_t slot)
+{
+	const struct any_ctx *c = arg;
+	return slot != c->exclude;
+}
+
+/* Insert blk, evicting if full. Returns 1 if an eviction happened, <0 on error. As in the
+ * store, the block counts as its parent's child before a victim is chosen, so an insert
+ * never evicts its own prefix. */
 static int tier_insert(struct tier *t, uint32_t blk)
 {
 	int evicted = 0;
+	uint32_t par = t->b->parent[blk];
+	bool par_in = par != NONE && t->slot_of[par] != NONE;
+	if (par != NONE)
+		t->children[par]++;
 	if (!t->n_free) {
 		int v = kvt__evict_victim(t->ev, t->leaf_first ? leaf_ok : any_ok, t);
-		if (v < 0) /* cannot happen with an acyclic parent relation; stay safe */
-			v = kvt__evict_victim(t->ev, any_ok, t);
-		if (v < 0 || (uint32_t)v >= t->cap)
+		if (v < 0) { /* no leaf but the prefix: anything else, else the prefix too */
+			struct any_ctx c = {t, par_in ? t->slot_of[par] : NONE};
+			v = kvt__evict_victim(t->ev, any_but_parent, &c);
+			if (v < 0)
+				v = kvt__evict_victim(t->ev, any_ok, t);
+		}
+		if (v < 0 || (uint32_t)v >= t->cap) {
+			if (par != NONE)
+				t->children[par]--;
 			return -ENOSPC;
+		}
 		uint32_t old = t->block_of[v];
 		t->slot_of[old] = NONE;
 		if (t->b->parent[old] != NONE)
@@ -199,8 +225,6 @@ static int tier_insert(struct tier *t, uint32_t blk)
 	uint32_t s = t->free_slots[--t->n_free];
 	t->slot_of[blk] = s;
 	t->block_of[s] = blk;
-	if (t->b->parent[blk] != NONE)
-		t->children[t->b->parent[blk]]++;
 	kvt__evict_insert(t->ev, s, hid(t->b->id[blk]) ^ 0x5bd1e995u);
 	return evicted;
 }

@@ -12,7 +12,7 @@
 
 #include "trace.h"
 
-#define KVT_SIM_DEFAULT_POLICY "pslru"
+#define KVT_SIM_DEFAULT_POLICY "hd" /* = dram.policy's default */
 
 enum { KVT_SIM_DRAM = 0, KVT_SIM_NVME = 1, KVT_SIM_TIERS = 2 };
 

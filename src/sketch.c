@@ -142,7 +142,7 @@ void kvt__sketch_halve(struct kvt_sketch *s)
 	s->halvings++;
 }
 
-uint32_t kvt__sketch_add(struct kvt_sketch *s, uint64_t h)
+void kvt__sketch_record(struct kvt_sketch *s, uint64_t h)
 {
 	if (s->door && !door_test(s, h)) {
 		door_set(s, h);
@@ -159,6 +159,11 @@ uint32_t kvt__sketch_add(struct kvt_sketch *s, uint64_t h)
 	}
 	if (++s->adds >= s->period)
 		kvt__sketch_halve(s);
+}
+
+uint32_t kvt__sketch_add(struct kvt_sketch *s, uint64_t h)
+{
+	kvt__sketch_record(s, h);
 	return kvt__sketch_estimate(s, h);
 }
 

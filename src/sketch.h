@@ -22,6 +22,8 @@ int kvt__sketch_create(uint64_t width, uint32_t max_count, bool doorkeeper,
 void kvt__sketch_destroy(struct kvt_sketch *s);
 /* Record one access of h; returns the estimate after it. */
 uint32_t kvt__sketch_add(struct kvt_sketch *s, uint64_t h);
+/* The same without the estimate (a hot path that only counts). */
+void kvt__sketch_record(struct kvt_sketch *s, uint64_t h);
 /* Estimated accesses of h since it was last forgotten: never below the true count (up to
  * max_count) unless halving happened in between. */
 uint32_t kvt__sketch_estimate(const struct kvt_sketch *s, uint64_t h);

@@ -78,6 +78,17 @@ struct kvt_tier_ops {
 	int (*can_write)(struct kvt_tier *t, uint64_t len);
 	/* Optional, may be NULL: the object was found corrupt by the engine; drop it. */
 	void (*drop_corrupt)(struct kvt_tier *t, const struct kvt_key *key);
+	/* Optional, may be NULL: write() that also names the chunk before this one in its
+	 * prompt (parent, NULL if none or unknown), so a tier that evicts can drop suffixes
+	 * before their prefixes. Same contract as write(). */
+	int (*write_chained)(struct kvt_tier *t, const struct kvt_key *key,
+			     const struct kvt_key *parent, const void *obj, uint64_t len,
+			     kvt_tier_cb cb, void *arg);
+	/* Optional, may be NULL: list, synchronously, entries that sit where an object would
+	 * but cannot be read as one (a symlink, a directory, a special file), with a short
+	 * reason. For `kvtier verify`; scan() does not list them. */
+	int (*scan_anomalies)(struct kvt_tier *t,
+			      void (*fn)(void *arg, const char *path, const char *why), void *arg);
 };
 
 struct kvt_tier {

@@ -13,8 +13,26 @@
  * then moved onto the final name without replacing one (renameat2 RENAME_NOREPLACE, or
  * link() + unlink() where that is refused, or rename() where hard links are refused too).
  * A reader therefore sees the whole object or nothing, even if the writer is SIGKILLed;
- * a link() that finds the name taken means another writer won, which is fine. Stale
- * temporaries left by dead writers are swept by scan().
+ * a link() that finds the name taken means another writer won, which is fine.
+ *
+ * Capacity and debris (fs.bytes, fs.tmp_max_age_s): every *writing* instance sweeps the
+ * directory now and then - at its first write, then whenever it has written fs.bytes/16
+ * since its last sweep (or 10 minutes passed). A sweep walks the tree once, removes
+ * temporaries older than fs.tmp_max_age_s (a dead writer's), adds up the objects' sizes,
+ * and if they exceed fs.bytes removes the oldest (by max(atime, mtime)) until 15/16 of it
+ * is used. Any number of nodes may sweep at once: removal is one unlink of a published
+ * name, a name already gone counts as freed, a reader that has the file open keeps
+ * reading it (or gets ESTALE on NFS: a miss), and a writer racing a removal of the same
+ * key at worst loses that copy - never a torn object. A non-blocking flock on
+ * v1/.sweep.lock keeps nodes from walking at the same time where the file system has
+ * locks. Usage may thus exceed fs.bytes by 1/16 plus what others write between sweeps.
+ * Chains: a chunk written with its parent (write_chained) gets the parent's mtime minus
+ * 1 ns, so oldest-first removal takes a chain's end before its prefix; a chunk whose parent
+ * is named but absent here (it could never be resumed from this tier) is dated 1970 and
+ * goes first. Inspection (store.read_only) creates, sweeps and removes nothing.
+ *
+ * Modes: files fs.file_mode (0600), directories fs.dir_mode (0700); nodes running as
+ * different users of one group need 0660/0770 and a umask that allows them.
  *
  * No index in memory: another node may add or delete objects at any time, so exists()
  * stats paths and read() opens them by name. Every blocking POSIX call runs on a small
@@ -29,7 +47,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,12 +58,13 @@
 #include "tier.h"
 
 #define FS_LAYOUT "v1"
-#define FS_TMP_MAX_AGE_S 3600 /* scan() removes temporaries older than this */
 #define FS_EXISTS_PIECE 16    /* fewest keys worth handing to another worker */
+#define FS_SWEEP_PERIOD_NS (600ull * 1000000000ull) /* a writer sweeps at least this often */
+#define FS_SWEEP_LOCK ".sweep.lock"
 
 enum fs_direct { DIRECT_AUTO, DIRECT_ON, DIRECT_OFF };
 enum fs_sync { SYNC_NONE, SYNC_DATA, SYNC_FULL };
-enum fs_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_FLUSH, OP_DROP };
+enum fs_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_FLUSH, OP_DROP, OP_SWEEP };
 
 /* One lookup batch, shared by the pieces the workers run. */
 struct fs_batch {
@@ -67,6 +88,8 @@ struct fs_op {
 	/* OP_WRITE: also on the pending-writes list, in submission order, for flush */
 	const void *obj;
 	uint64_t len;
+	bool has_parent;
+	struct kvt_key parent;
 	uint64_t ticket;
 	struct fs_op *wprev, *wnext;
 	/* OP_EXISTS: keys [i0, i1) of batch */
@@ -85,6 +108,14 @@ struct fs_state {
 	atomic_int noreplace_ok; /* cleared when renameat2(RENAME_NOREPLACE) is refused */
 	atomic_int link_ok;    /* cleared when link() is refused: use rename() */
 	atomic_uint_fast64_t tmp_counter;
+	bool ro;
+	mode_t file_mode, dir_mode;
+	uint64_t capacity;     /* fs.bytes, 0: unbounded */
+	uint64_t tmp_max_age;  /* seconds */
+	atomic_uint_fast64_t written_since; /* bytes since the last sweep started */
+	atomic_uint_fast64_t last_sweep_ns; /* 0: never */
+	atomic_bool sweep_queued;
+	atomic_uint_fast64_t sweeps, sweep_evictions, sweep_temps;
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -218,8 +249,8 @@ static void run_exists(struct fs_state *s, struct fs_op *op, bool cancel)
 			char path[72];
 			struct stat st;
 			key_path(&b->keys[i], path);
-			if (fstatat(s->rootfd, path, &st, 0) == 0) {
-				b->present[i] = S_ISREG(st.st_mode);
+			if (fstatat(s->rootfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+				b->present[i] = S_ISREG(st.st_mode) && st.st_size >= KVT_HEADER_BYTES;
 			} else if (errno == ENOENT || errno == ENOTDIR || errno == ESTALE) {
 				b->present[i] = 0;
 			} else {
@@ -248,13 +279,14 @@ static bool aligned(const void *p, uint64_t off, uint64_t len)
 static int open_maybe_direct(struct fs_state *s, const char *path, int flags, bool want_direct)
 {
 	if (want_direct && s->direct != DIRECT_OFF && atomic_load(&s->direct_ok)) {
-		int fd = openat(s->rootfd, path, flags | O_DIRECT | O_CLOEXEC, 0644);
+		int fd = openat(s->rootfd, path, flags | O_DIRECT | O_CLOEXEC | O_NOFOLLOW,
+				s->file_mode);
 		if (fd >= 0 || errno != EINVAL || s->direct == DIRECT_ON)
 			return fd;
 		if (atomic_exchange(&s->direct_ok, 0))
 			KVT_INFO(&s->t->log, "fs: %s refuses O_DIRECT, using buffered I/O", s->dir);
 	}
-	return openat(s->rootfd, path, flags | O_CLOEXEC, 0644);
+	return openat(s->rootfd, path, flags | O_CLOEXEC | O_NOFOLLOW, s->file_mode);
 }
 
 /* pread/pwrite that clears O_DIRECT and retries if the kernel refuses it (auto). */
@@ -290,7 +322,11 @@ static int run_read(struct fs_state *s, struct fs_op *op)
 	bool direct = true;
 	for (uint32_t i = 0; i < op->nsegs; i++)
 		direct = direct && aligned(op->segs[i].buf, op->segs[i].off, op->segs[i].len);
-	int fd = open_maybe_direct(s, path, O_RDONLY, direct);
+	/* Inspection leaves atime alone: it is the sweeps' measure of recent use. O_NOATIME
+	 * needs the file's owner (EPERM otherwise): then read without it. */
+	int fd = open_maybe_direct(s, path, O_RDONLY | (s->ro ? O_NOATIME : 0), direct);
+	if (fd < 0 && errno == EPERM && s->ro)
+		fd = open_maybe_direct(s, path, O_RDONLY, direct);
 	if (fd < 0) {
 		/* ESTALE: NFS had the name cached, another node removed the file: a miss too */
 		if (errno == ENOENT || errno == ENOTDIR || errno == ESTALE) {
@@ -298,6 +334,12 @@ static int run_read(struct fs_state *s, struct fs_op *op)
 			return -ENOENT;
 		}
 		int e = -errno;
+		if (e == -ELOOP) { /* a symlink in an object's place: never followed, a miss */
+			KVT_WARN(&s->t->log, "fs: %s/%s is a symbolic link, not an object", s->dir,
+				 path);
+			atomic_fetch_add(&s->cnt.misses, 1);
+			return -ENOENT;
+		}
 		atomic_fetch_add(&s->cnt.errors, 1);
 		KVT_WARN(&s->t->log, "fs: open %s/%s: %s", s->dir, path, strerror(-e));
 		return e;
@@ -333,10 +375,10 @@ static int make_leaf(struct fs_state *s, const char *path)
 {
 	char d[8];
 	snprintf(d, sizeof(d), "%.2s", path);
-	if (mkdirat(s->rootfd, d, 0755) < 0 && errno != EEXIST)
+	if (mkdirat(s->rootfd, d, s->dir_mode) < 0 && errno != EEXIST)
 		return -errno;
 	snprintf(d, sizeof(d), "%.5s", path);
-	if (mkdirat(s->rootfd, d, 0755) < 0 && errno != EEXIST)
+	if (mkdirat(s->rootfd, d, s->dir_mode) < 0 && errno != EEXIST)
 		return -errno;
 	return 0;
 }
@@ -386,6 +428,28 @@ static int publish(struct fs_state *s, const char *tmp, const char *path)
 	return renameat(s->rootfd, tmp, s->rootfd, path) < 0 ? -errno : 0;
 }
 
+/* Date a published chunk just before its parent (oldest-first removal then takes a chain's
+ * end first), or in 1970 when the parent is not here (it could not be resumed from here).
+ * Only the eviction order depends on it: failures are ignored. */
+static void date_in_chain(struct fs_state *s, const char *path, const struct kvt_key *parent)
+{
+	char ppath[72];
+	struct stat st;
+	struct timespec ts[2] = {{1, 0}, {1, 0}}; /* atime too: the age is max(atime, mtime) */
+	key_path(parent, ppath);
+	if (fstatat(s->rootfd, ppath, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+		ts[1] = st.st_mtim;
+		if (ts[1].tv_nsec > 0) {
+			ts[1].tv_nsec--;
+		} else if (ts[1].tv_sec > 1) {
+			ts[1].tv_sec--;
+			ts[1].tv_nsec = 999999999;
+		}
+		ts[0] = ts[1];
+	}
+	utimensat(s->rootfd, path, ts, AT_SYMLINK_NOFOLLOW);
+}
+
 static int run_write(struct fs_state *s, struct fs_op *op)
 {
 	char path[72], tmp[256];
@@ -422,8 +486,11 @@ static int run_write(struct fs_state *s, struct fs_op *op)
 		goto fail_unlink;
 	if (s->sync == SYNC_FULL && (rc = fsync_leaf(s, path)) < 0)
 		goto fail;
+	if (op->has_parent)
+		date_in_chain(s, path, &op->parent);
 	atomic_fetch_add(&s->cnt.writes, 1);
 	atomic_fetch_add(&s->cnt.write_bytes, op->len);
+	atomic_fetch_add(&s->written_since, op->len);
 	return 0;
 
 fail_unlink:
@@ -465,6 +532,9 @@ static void run_flush(struct fs_state *s, struct fs_op *op, bool cancel)
 	finish_flushes(s, ready, cancel ? -ECANCELED : 0);
 }
 
+static void maybe_sweep(struct fs_state *s);
+static void run_sweep(struct fs_state *s);
+
 static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 {
 	int rc = -ECANCELED;
@@ -481,8 +551,8 @@ static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 			rc = run_read(s, op);
 		break;
 	case OP_WRITE:
-		if (!cancel)
-			rc = run_write(s, op);
+		if (!cancel && (rc = run_write(s, op)) == 0)
+			maybe_sweep(s); /* queued before the callback, so before any close */
 		/* the write's callback runs before any flush that waited for it */
 		op->cb(op->arg, rc);
 		write_done(s, op);
@@ -493,6 +563,12 @@ static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 		if (!cancel)
 			rc = run_remove(s, op);
 		break;
+	case OP_SWEEP:
+		/* Even while closing: the writes that called for it are done, and a writer's
+		 * last sweep is what keeps the directory under fs.bytes. */
+		run_sweep(s);
+		kvt__free(op);
+		return;
 	}
 	if (op->cb)
 		op->cb(op->arg, rc);
@@ -523,18 +599,18 @@ static void *worker(void *arg)
 
 /* ------------------------------------------------------------ vtable */
 
-static int mkdir_p(char *path)
+static int mkdir_p(char *path, mode_t mode)
 {
 	for (char *p = path + 1; *p; p++) {
 		if (*p != '/')
 			continue;
 		*p = 0;
-		int rc = mkdir(path, 0755);
+		int rc = mkdir(path, mode);
 		*p = '/';
 		if (rc < 0 && errno != EEXIST)
 			return -errno;
 	}
-	return mkdir(path, 0755) < 0 && errno != EEXIST ? -errno : 0;
+	return mkdir(path, mode) < 0 && errno != EEXIST ? -errno : 0;
 }
 
 static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
@@ -552,10 +628,24 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		KVT_ERR(&t->log, "fs: fs.dir is too long");
 		return -ENAMETOOLONG;
 	}
-	int rc = mkdir_p(s->dir);
+	s->ro = kvt__cfg_bool(cfg, "store.read_only");
+	s->file_mode = (mode_t)strtoul(kvt__cfg_str(cfg, "fs.file_mode"), NULL, 8);
+	s->dir_mode = (mode_t)strtoul(kvt__cfg_str(cfg, "fs.dir_mode"), NULL, 8);
+	s->capacity = kvt__cfg_u64(cfg, "fs.bytes");
+	s->tmp_max_age = kvt__cfg_u64(cfg, "fs.tmp_max_age_s");
+	if (!s->ro && s->capacity && s->capacity < t->object_max) {
+		KVT_ERR(&t->log,
+			"fs: fs.bytes (%llu) is smaller than one object (%llu bytes at this "
+			"geometry): nothing could be stored; raise it or set 0 (unbounded)",
+			(unsigned long long)s->capacity, (unsigned long long)t->object_max);
+		return -EINVAL;
+	}
+	/* Read-only (inspection): create nothing; a missing v1/ means this is not a store. */
+	int rc = s->ro ? 0 : mkdir_p(s->dir, s->dir_mode);
 	if (rc < 0 || (s->rootfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		rc = rc < 0 ? rc : -errno;
-		KVT_ERR(&t->log, "fs: cannot use %s: %s", s->dir, strerror(-rc));
+		KVT_ERR(&t->log, "fs: cannot use %s: %s%s", s->dir, strerror(-rc),
+			s->ro && rc == -ENOENT ? " (not a kvtier fs store)" : "");
 		return rc;
 	}
 	const char *d = kvt__cfg_str(cfg, "fs.direct");
@@ -689,27 +779,42 @@ static int fs_read(struct kvt_tier *t, const struct kvt_key *key, const struct k
 	return rc;
 }
 
-static int fs_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
-		    kvt_tier_cb cb, void *arg)
+static int fs_write_chained(struct kvt_tier *t, const struct kvt_key *key,
+			    const struct kvt_key *parent, const void *obj, uint64_t len,
+			    kvt_tier_cb cb, void *arg)
 {
 	if (!cb || !key || (len && !obj))
 		return -EINVAL;
+	if (((struct fs_state *)t->state)->ro)
+		return -EROFS;
 	struct fs_op *op = op_new(OP_WRITE, 0, cb, arg);
 	if (!op)
 		return -ENOMEM;
 	op->key = *key;
 	op->obj = obj;
 	op->len = len;
+	if (parent) {
+		op->has_parent = true;
+		op->parent = *parent;
+	}
 	int rc = submit(t->state, op);
 	if (rc < 0)
 		kvt__free(op);
 	return rc;
 }
 
+static int fs_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
+		    kvt_tier_cb cb, void *arg)
+{
+	return fs_write_chained(t, key, NULL, obj, len, cb, arg);
+}
+
 static int fs_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb cb, void *arg)
 {
 	if (!cb || !key)
 		return -EINVAL;
+	if (((struct fs_state *)t->state)->ro)
+		return -EROFS;
 	struct fs_op *op = op_new(OP_REMOVE, 0, cb, arg);
 	if (!op)
 		return -ENOMEM;
@@ -735,6 +840,8 @@ static int fs_flush(struct kvt_tier *t, kvt_tier_cb cb, void *arg)
 
 static void fs_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
+	if (((struct fs_state *)t->state)->ro)
+		return; /* inspection never deletes */
 	struct fs_op *op = op_new(OP_DROP, 0, NULL, NULL);
 	if (!op)
 		return;
@@ -748,6 +855,8 @@ static void fs_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 	struct fs_state *s = t->state;
 	/* objects/bytes stay 0: other nodes change the directory, there is no count to keep. */
 	kvt__io_counters_read(&s->cnt, out);
+	out->capacity_bytes = s->capacity;
+	out->evictions = atomic_load(&s->sweep_evictions);
 }
 
 static bool is_hex(const char *p, size_t n)
@@ -758,47 +867,13 @@ static bool is_hex(const char *p, size_t n)
 	return true;
 }
 
-/* Visit one leaf directory; returns the callback's non-zero value to stop. */
-static int scan_leaf(struct fs_state *s, const char *leaf, kvt_scan_fn fn, void *arg)
+/* Visit every leaf directory v1/xx/yy (never through a symlink); fn returns non-zero to
+ * stop. 0, or -errno if the top cannot be read. */
+static int walk_leaves(struct fs_state *s, int (*fn)(struct fs_state *s, int dfd, void *arg),
+		       void *arg)
 {
-	int dfd = openat(s->rootfd, leaf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		return 0;
-	DIR *d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
-		return 0;
-	}
-	int stop = 0;
-	time_t now = time(NULL);
-	struct dirent *e;
-	while (!stop && (e = readdir(d))) {
-		struct stat st;
-		if (e->d_name[0] == '.') {
-			/* A temporary nobody has touched for an hour belongs to a dead writer. */
-			if (strstr(e->d_name, ".tmp.") &&
-			    fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-			    now - st.st_mtime > FS_TMP_MAX_AGE_S)
-				unlinkat(dfd, e->d_name, 0);
-			continue;
-		}
-		struct kvt_key key;
-		if (strlen(e->d_name) != 2 * KVT_KEY_BYTES ||
-		    kvt__key_from_lowerhex(e->d_name, &key) < 0 ||
-		    fstatat(dfd, e->d_name, &st, 0) < 0 || !S_ISREG(st.st_mode))
-			continue;
-		stop = fn(arg, &key, (uint64_t)st.st_size);
-	}
-	closedir(d);
-	return stop;
-}
-
-static int fs_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
-{
-	struct fs_state *s = t->state;
-	if (!fn)
-		return -EINVAL;
-	int dup = fcntl(s->rootfd, F_DUPFD_CLOEXEC, 0);
+	/* A new open file description: a dup would share (and leave at the end) the offset. */
+	int dup = openat(s->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *top = dup >= 0 ? fdopendir(dup) : NULL;
 	if (!top) {
 		int e = -errno;
@@ -811,7 +886,8 @@ static int fs_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	while (!stop && (a = readdir(top))) {
 		if (strlen(a->d_name) != 2 || !is_hex(a->d_name, 2))
 			continue;
-		int afd = openat(s->rootfd, a->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		int afd = openat(s->rootfd, a->d_name,
+				 O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 		DIR *mid = afd >= 0 ? fdopendir(afd) : NULL;
 		if (!mid) {
 			if (afd >= 0)
@@ -822,14 +898,274 @@ static int fs_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 		while (!stop && (b = readdir(mid))) {
 			if (strlen(b->d_name) != 2 || !is_hex(b->d_name, 2))
 				continue;
-			char leaf[8];
-			snprintf(leaf, sizeof(leaf), "%.2s/%.2s", a->d_name, b->d_name);
-			stop = scan_leaf(s, leaf, fn, arg);
+			int dfd = openat(afd, b->d_name,
+					 O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			if (dfd < 0)
+				continue;
+			stop = fn(s, dfd, arg);
+			close(dfd);
 		}
 		closedir(mid);
 	}
 	closedir(top);
 	return 0;
+}
+
+/* Each entry of one leaf (dfd is the caller's): fn(name, lstat) until it returns non-zero. */
+static int each_entry(int dfd, int (*fn)(int dfd, const char *name, void *arg), void *arg)
+{
+	int d2 = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
+	if (!d) {
+		if (d2 >= 0)
+			close(d2);
+		return 0;
+	}
+	int stop = 0;
+	struct dirent *e;
+	while (!stop && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			stop = fn(dfd, e->d_name, arg);
+	closedir(d);
+	return stop;
+}
+
+static bool object_name(const char *name, struct kvt_key *key)
+{
+	return strlen(name) == 2 * KVT_KEY_BYTES && kvt__key_from_lowerhex(name, key) == 0;
+}
+
+struct scan_arg {
+	kvt_scan_fn fn;
+	void *arg;
+};
+
+static int scan_entry(int dfd, const char *name, void *arg)
+{
+	struct scan_arg *a = arg;
+	struct kvt_key key;
+	struct stat st;
+	if (!object_name(name, &key) || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    !S_ISREG(st.st_mode))
+		return 0;
+	return a->fn(a->arg, &key, (uint64_t)st.st_size);
+}
+
+static int scan_leaf(struct fs_state *s, int dfd, void *arg)
+{
+	(void)s;
+	return each_entry(dfd, scan_entry, arg);
+}
+
+/* Lists; never removes anything (temporaries are the writers' sweeps' business). */
+static int fs_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
+{
+	struct fs_state *s = t->state;
+	if (!fn)
+		return -EINVAL;
+	struct scan_arg a = {fn, arg};
+	return walk_leaves(s, scan_leaf, &a);
+}
+
+struct anom_arg {
+	struct fs_state *s;
+	void (*fn)(void *arg, const char *path, const char *why);
+	void *arg;
+	int dfd;
+};
+
+static int anom_entry(int dfd, const char *name, void *arg)
+{
+	struct anom_arg *a = arg;
+	struct kvt_key key;
+	struct stat st;
+	if (!object_name(name, &key) || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    S_ISREG(st.st_mode))
+		return 0;
+	char path[4200], leaf[72];
+	key_path(&key, leaf);
+	snprintf(path, sizeof(path), "%s/%s", a->s->dir, leaf);
+	a->fn(a->arg, path,
+	      S_ISLNK(st.st_mode)   ? "a symbolic link"
+	      : S_ISDIR(st.st_mode) ? "a directory"
+				    : "not a regular file");
+	return 0;
+}
+
+static int anom_leaf(struct fs_state *s, int dfd, void *arg)
+{
+	(void)s;
+	return each_entry(dfd, anom_entry, arg);
+}
+
+static int fs_scan_anomalies(struct kvt_tier *t,
+			     void (*fn)(void *arg, const char *path, const char *why), void *arg)
+{
+	struct fs_state *s = t->state;
+	struct anom_arg a = {s, fn, arg, -1};
+	return walk_leaves(s, anom_leaf, &a);
+}
+
+/* ------------------------------------------------------------ sweeping */
+
+struct sweep_item {
+	struct kvt_key key;
+	uint64_t bytes;
+	int64_t age_ns; /* max(atime, mtime) */
+};
+
+struct sweep {
+	struct fs_state *s;
+	struct sweep_item *v;
+	size_t n, cap;
+	uint64_t total, temps;
+	bool collect, nomem;
+	time_t now;
+};
+
+static int sweep_entry(int dfd, const char *name, void *arg)
+{
+	struct sweep *w = arg;
+	struct stat st;
+	struct kvt_key key;
+	if (name[0] == '.') {
+		/* A temporary nobody has written for fs.tmp_max_age_s belongs to a dead writer. */
+		if (strstr(name, ".tmp.") && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode) && w->now - st.st_mtime > (time_t)w->s->tmp_max_age &&
+		    unlinkat(dfd, name, 0) == 0)
+			w->temps++;
+		return 0;
+	}
+	if (!object_name(name, &key) || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    !S_ISREG(st.st_mode))
+		return 0;
+	w->total += (uint64_t)st.st_size;
+	if (!w->collect || w->nomem)
+		return 0;
+	if (w->n == w->cap) {
+		size_t nc = w->cap ? w->cap * 2 : 4096;
+		struct sweep_item *nv = kvt__realloc(w->v, nc * sizeof(*nv));
+		if (!nv) {
+			w->nomem = true;
+			return 0;
+		}
+		w->v = nv;
+		w->cap = nc;
+	}
+	int64_t a = (int64_t)st.st_atim.tv_sec * 1000000000ll + st.st_atim.tv_nsec;
+	int64_t m = (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+	w->v[w->n++] = (struct sweep_item){key, (uint64_t)st.st_size, a > m ? a : m};
+	return 0;
+}
+
+static int sweep_leaf(struct fs_state *s, int dfd, void *arg)
+{
+	(void)s;
+	each_entry(dfd, sweep_entry, arg);
+	return 0;
+}
+
+static int cmp_age(const void *a, const void *b)
+{
+	const struct sweep_item *x = a, *y = b;
+	return x->age_ns < y->age_ns ? -1 : x->age_ns > y->age_ns;
+}
+
+static uint64_t sweep_threshold(const struct fs_state *s)
+{
+	return s->capacity ? KVT_MAX(s->capacity / 16, 1) : UINT64_MAX;
+}
+
+static void sweep_once(struct fs_state *s)
+{
+	atomic_store(&s->written_since, 0);
+	atomic_store(&s->last_sweep_ns, kvt__now_ns());
+	struct sweep w = {.s = s, .collect = s->capacity > 0, .now = time(NULL)};
+	walk_leaves(s, sweep_leaf, &w);
+	uint64_t removed = 0, freed = 0, before = w.total;
+	if (s->capacity && w.total > s->capacity && !w.nomem) {
+		uint64_t low = s->capacity - s->capacity / 16;
+		qsort(w.v, w.n, sizeof(*w.v), cmp_age);
+		for (size_t i = 0; i < w.n && w.total > low; i++) {
+			char path[72];
+			key_path(&w.v[i].key, path);
+			if (unlinkat(s->rootfd, path, 0) == 0) {
+				removed++;
+			} else if (errno != ENOENT && errno != ESTALE) {
+				KVT_WARN(&s->t->log, "fs: sweep: unlink %s/%s: %s", s->dir, path,
+					 strerror(errno));
+				atomic_fetch_add(&s->cnt.errors, 1);
+				continue;
+			} /* else another node removed it first: freed all the same */
+			w.total -= w.v[i].bytes;
+			freed += w.v[i].bytes;
+		}
+	}
+	kvt__free(w.v);
+	atomic_fetch_add(&s->sweeps, 1);
+	atomic_fetch_add(&s->sweep_evictions, removed);
+	atomic_fetch_add(&s->sweep_temps, w.temps);
+	if (removed || w.temps)
+		KVT_INFO(&s->t->log,
+			 "fs: sweep of %s: %llu bytes stored, removed %llu least recently used "
+			 "objects (%llu bytes) and %llu stale temporary files",
+			 s->dir, (unsigned long long)before, (unsigned long long)removed,
+			 (unsigned long long)freed, (unsigned long long)w.temps);
+	if (w.nomem)
+		KVT_WARN(&s->t->log, "fs: sweep of %s: out of memory listing objects", s->dir);
+	else if (s->capacity && w.total > s->capacity)
+		KVT_WARN(&s->t->log, "fs: %s holds %llu bytes, over fs.bytes (%llu)", s->dir,
+			 (unsigned long long)w.total, (unsigned long long)s->capacity);
+}
+
+/* One sweep at a time per instance, and per directory where flock works (a node that
+ * finds another sweeping leaves it to that one). Repeats while writes arrived meanwhile
+ * that call for another. */
+static void run_sweep(struct fs_state *s)
+{
+	int lfd = openat(s->rootfd, FS_SWEEP_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+			 s->file_mode);
+	if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
+		KVT_DEBUG(&s->t->log, "fs: %s: another instance is sweeping", s->dir);
+		close(lfd);
+		atomic_store(&s->last_sweep_ns, kvt__now_ns());
+		atomic_store(&s->sweep_queued, false);
+		return;
+	}
+	for (;;) {
+		sweep_once(s);
+		atomic_store(&s->sweep_queued, false);
+		if (atomic_load(&s->written_since) < sweep_threshold(s) ||
+		    atomic_exchange(&s->sweep_queued, true))
+			break;
+	}
+	if (lfd >= 0)
+		close(lfd); /* releases the flock */
+}
+
+/* After a write: queue a sweep if one is due (see the top of the file). */
+static void maybe_sweep(struct fs_state *s)
+{
+	uint64_t last = atomic_load(&s->last_sweep_ns);
+	bool due = !last || atomic_load(&s->written_since) >= sweep_threshold(s) ||
+		   kvt__now_ns() - last >= FS_SWEEP_PERIOD_NS;
+	if (!due || atomic_exchange(&s->sweep_queued, true))
+		return;
+	struct fs_op *op = kvt__calloc(1, sizeof(*op));
+	if (op)
+		op->kind = OP_SWEEP;
+	if (!op || submit(s, op) < 0) {
+		kvt__free(op);
+		atomic_store(&s->sweep_queued, false);
+	}
+}
+
+static int fs_can_write(struct kvt_tier *t, uint64_t len)
+{
+	struct fs_state *s = t->state;
+	if (s->ro)
+		return -EROFS;
+	return s->capacity && len > s->capacity ? -ENOSPC : 0;
 }
 
 const struct kvt_tier_ops kvt__tier_fs_ops = {
@@ -845,6 +1181,8 @@ const struct kvt_tier_ops kvt__tier_fs_ops = {
 	.stats = fs_stats,
 	.scan = fs_scan,
 	.flush = fs_flush,
-	.can_write = NULL,
+	.can_write = fs_can_write,
 	.drop_corrupt = fs_drop_corrupt,
+	.write_chained = fs_write_chained,
+	.scan_anomalies = fs_scan_anomalies,
 };

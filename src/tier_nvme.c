@@ -8,10 +8,17 @@
  * "<sub>/.tmp.<hex>.<pid>.<seq>" first and is renamed onto the final name only after its
  * data has completed (and, per nvme.fsync, been fdatasync'ed; "full" also fsyncs the
  * directory after the rename), so a process killed at any moment leaves at most a stray
- * temp file, never a torn object. The open-time scan deletes temp files, drops empty or
- * misaligned files and rebuilds the in-memory index (key -> dir, bytes, LRU position) in
- * mtime order: a restart keeps the cache. A ".kvtier.lock" flock per directory stops two
- * instances from deleting each other's temp files.
+ * temp file, never a torn object. The open-time scan deletes temp files and rebuilds the
+ * in-memory index (key -> dir, bytes, LRU position) in mtime order: a restart keeps the
+ * cache. It judges no object's content: an empty or misaligned file is indexed at its size
+ * (with a warning) for the object format to judge when it is read or verified, and an entry
+ * that is not a regular file is listed by scan_anomalies(), never followed or deleted. A
+ * ".kvtier.lock" flock per directory stops two instances from deleting each other's temp
+ * files. With store.read_only (kvtier ls/stat/verify) the open creates, locks, deletes and
+ * evicts nothing and fails on a directory that is not a store.
+ *
+ * Modes: files are created nvme.file_mode (0600) and directories nvme.dir_mode (0700):
+ * stored KV reveals the prompts it was computed from.
  *
  * Threads. Callers never touch the ring. A submitting call fills an operation (recycled
  * from a free list), appends it to a mutex-protected FIFO and writes an eventfd only when
@@ -42,15 +49,24 @@
  * nvme.direct=auto a refusal (EINVAL: ramfs, old tmpfs) gives one warning and buffered I/O
  * for that directory; "on" fails the open; "off" never uses it.
  *
- * Capacity (nvme.bytes) is enforced before a write by evicting least recently used
- * objects; when the victim has the new object's size (full chunks all do) its file becomes
+ * Capacity (nvme.bytes, clamped at open to what the file systems can hold while keeping 2 %
+ * of each free; smaller than one object is an open error) is enforced before a write by
+ * evicting the least recently used *leaf*: writes name their parent chunk (write_chained),
+ * an object with stored children is not a leaf, so a chain is evicted from its end and a
+ * prefix outlives its suffixes. A write whose only possible victims are its own ancestors
+ * is refused instead (-ENOSPC): a session larger than the capacity keeps its first chunks,
+ * which a resume can use. Parent links are saved at close in <first dir>/.kvtier.chains (a
+ * key's parent never changes: keys are content addresses, so a stale file is still true)
+ * and restored at open; after a crash every object is a leaf (plain LRU by mtime) until its
+ * chain is written again. When the victim has the new object's size (full chunks all do) its file becomes
  * the new write's temp file and is overwritten in place (see recycle): a full cache then
  * writes at the speed of an overwrite, not of create + allocate + discard. A real ENOSPC from the
  * file system evicts objects of the same directory and retries once, else fails the write with
  * -ENOSPC after removing its temp file. The write budget (nvme.write_budget bytes per rolling 24 h,
  * hourly wall-clock buckets saved in <first dir>/.kvtier.budget so restarts do not reset it)
- * refuses writes with -EDQUOT. A write of a key already stored completes at once: keys are content
- * addresses.
+ * refuses writes with -EDQUOT; a budget dated in the future (the clock stepped back) is re-dated
+ * to now. Refused writes are counted (writes_skipped) and reported at warning level, at most one
+ * line per 10 s. A write of a key already stored completes at once: keys are content addresses.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -80,6 +96,9 @@
 #define NV_LEADER_BUCKETS 1024		/* in-flight writes by key */
 #define NV_LOCK_NAME ".kvtier.lock"
 #define NV_TMP_PREFIX ".tmp."
+#define NV_REFUSED 1024 /* remembered refusals: their chains' later chunks are refused too */
+#define NV_CHAINS_NAME ".kvtier.chains" /* parent links, saved at close */
+#define NV_CHAINS_MAGIC "kvtier-chains-v1\n"
 
 enum nv_fsync { NV_FSYNC_NONE, NV_FSYNC_DATA, NV_FSYNC_FULL };
 enum nv_type { OP_WRITE, OP_READ, OP_EXISTS, OP_REMOVE, OP_FLUSH, OP_DROP };
@@ -116,6 +135,12 @@ struct nv_ent {
 	struct kvt_key key;
 	struct nv_ent *hnext;
 	struct nv_ent *prev, *next; /* LRU, head = most recent */
+	struct nv_ent *lprev, *lnext; /* leaves (no stored children) only: the eviction order */
+	bool in_leaf;
+	uint32_t children;  /* stored entries naming this one as parent */
+	uint64_t uid;	    /* unique per entry, never reused */
+	uint64_t parent_uid; /* the parent entry counted this one (0: none) */
+	struct kvt_key parent;
 	struct nv_fdc *fdc;
 	uint64_t bytes;
 	uint64_t gen; /* tells this entry from a later one of the same key */
@@ -138,6 +163,8 @@ struct nv_op {
 	bool retried;  /* after ENOSPC */
 	bool reopened; /* after EMFILE */
 	bool recycled; /* the temp file is an evicted object's file, overwritten in place */
+	bool has_parent; /* write: parent is the chunk before this one in its prompt */
+	struct kvt_key parent;
 	kvt_tier_cb cb;
 	void *arg;
 	struct kvt_key key;
@@ -185,6 +212,12 @@ struct nv {
 	uint32_t qd, open_files;
 	int fsync_mode;
 	pid_t pid;
+	bool ro; /* store.read_only: inspection, nothing is created, deleted or written */
+	mode_t file_mode, dir_mode;
+	uint64_t object_max;
+	_Atomic uint64_t skips_unreported, last_skip_warn_ns;
+	char **anomalies; /* "path\twhy" of entries that cannot be objects (scan_anomalies) */
+	size_t n_anomalies;
 
 	/* submit side, under qlock */
 	pthread_mutex_t qlock;
@@ -226,6 +259,10 @@ struct nv {
 	struct nv_ent **buckets;
 	uint64_t nbuckets, nents;
 	struct nv_ent *lru_head, *lru_tail;
+	struct nv_ent *leaf_head, *leaf_tail; /* ring thread only */
+	uint64_t uids;
+	uint64_t refused[NV_REFUSED];	      /* key hashes of chunks refused for room */
+	uint32_t refused_next;
 
 	/* write budget */
 	pthread_mutex_t block;
@@ -295,12 +332,109 @@ static void lru_push_head(struct nv *s, struct nv_ent *e)
 	s->lru_head = e;
 }
 
+static void leaf_unlink(struct nv *s, struct nv_ent *e)
+{
+	if (!e->in_leaf)
+		return;
+	if (e->lprev)
+		e->lprev->lnext = e->lnext;
+	else
+		s->leaf_head = e->lnext;
+	if (e->lnext)
+		e->lnext->lprev = e->lprev;
+	else
+		s->leaf_tail = e->lprev;
+	e->lprev = e->lnext = NULL;
+	e->in_leaf = false;
+}
+
+static void leaf_push(struct nv *s, struct nv_ent *e, bool head)
+{
+	leaf_unlink(s, e);
+	e->in_leaf = true;
+	if (head) {
+		e->lprev = NULL;
+		e->lnext = s->leaf_head;
+		if (s->leaf_head)
+			s->leaf_head->lprev = e;
+		else
+			s->leaf_tail = e;
+		s->leaf_head = e;
+	} else {
+		e->lnext = NULL;
+		e->lprev = s->leaf_tail;
+		if (s->leaf_tail)
+			s->leaf_tail->lnext = e;
+		else
+			s->leaf_head = e;
+		s->leaf_tail = e;
+	}
+}
+
 static void lru_touch(struct nv *s, struct nv_ent *e)
 {
+	if (e->in_leaf && s->leaf_head != e)
+		leaf_push(s, e, true);
 	if (s->lru_head == e)
 		return;
 	lru_unlink(s, e);
 	lru_push_head(s, e);
+}
+
+static struct nv_ent *ent_find(struct nv *s, const struct kvt_key *k);
+
+/* A new entry names its parent: the parent, if stored, stops being a leaf. */
+static void chain_link(struct nv *s, struct nv_ent *e, const struct kvt_key *parent)
+{
+	struct nv_ent *p = parent ? ent_find(s, parent) : NULL;
+	if (!p || p == e)
+		return;
+	e->parent = *parent;
+	e->parent_uid = p->uid;
+	if (p->children++ == 0)
+		leaf_unlink(s, p);
+}
+
+/* e is going away: its parent loses a child, and becomes the next leaf to evict when it has
+ * none left (it belongs to a chain whose end was just evicted). */
+static void chain_unlink(struct nv *s, struct nv_ent *e)
+{
+	leaf_unlink(s, e);
+	if (!e->parent_uid)
+		return;
+	struct nv_ent *p = ent_find(s, &e->parent);
+	if (p && p->uid == e->parent_uid && p->children && --p->children == 0)
+		leaf_push(s, p, false);
+	e->parent_uid = 0;
+}
+
+/* A chunk refused for lack of room cuts its chain here: the chunks after it could never be
+ * resumed from this tier, so they must not evict anything either (else a session larger
+ * than the capacity would evict its own prefix one step removed). */
+static void refused_add(struct nv *s, const struct kvt_key *k)
+{
+	s->refused[s->refused_next++ % NV_REFUSED] = kvt__key_hash(k) | 1;
+}
+
+static bool refused_has(const struct nv *s, const struct kvt_key *k)
+{
+	uint64_t h = kvt__key_hash(k) | 1;
+	for (uint32_t i = 0; i < NV_REFUSED; i++)
+		if (s->refused[i] == h)
+			return true;
+	return false;
+}
+
+/* The next object to evict for a write of op (NULL op: no write): the least recently used
+ * leaf that is not op's parent. NULL when op's own ancestors are all that is left. */
+static struct nv_ent *victim(struct nv *s, const struct nv_op *op)
+{
+	if (!s->leaf_tail)
+		return s->lru_tail; /* no leaf at all: only a parent cycle (a caller's bug) */
+	for (struct nv_ent *e = s->leaf_tail; e; e = e->lprev)
+		if (!op || !op->has_parent || !kvt__key_eq(&e->key, &op->parent))
+			return e;
+	return NULL;
 }
 
 static void publish_counts(struct nv *s)
@@ -342,6 +476,7 @@ static struct nv_ent *ent_insert(struct nv *s, const struct kvt_key *k, uint32_t
 	e->dir = dir;
 	e->bytes = bytes;
 	e->gen = ++s->gen;
+	e->uid = ++s->uids;
 	pthread_mutex_lock(&s->ilock);
 	if (s->nents >= s->nbuckets)
 		index_grow(s); /* on failure chains just get longer */
@@ -352,6 +487,7 @@ static struct nv_ent *ent_insert(struct nv *s, const struct kvt_key *k, uint32_t
 	s->used += bytes;
 	pthread_mutex_unlock(&s->ilock);
 	lru_push_head(s, e);
+	leaf_push(s, e, true);
 	publish_counts(s);
 	return e;
 }
@@ -361,6 +497,7 @@ static void fdc_detach(struct nv *s, struct nv_ent *e);
 static void ent_remove(struct nv *s, struct nv_ent *e)
 {
 	fdc_detach(s, e);
+	chain_unlink(s, e);
 	lru_unlink(s, e);
 	pthread_mutex_lock(&s->ilock);
 	struct nv_ent **pp = &s->buckets[kvt__key_hash(&e->key) & (s->nbuckets - 1)];
@@ -461,9 +598,10 @@ static int make_room(struct nv *s, uint64_t len, struct nv_op *op)
 {
 	if (len > s->capacity)
 		return -ENOSPC; /* never fits: do not empty the cache for nothing */
-	while (s->used + s->reserved + len > s->capacity && s->lru_tail)
-		if (!recycle(s, s->lru_tail, op))
-			evict(s, s->lru_tail, false);
+	struct nv_ent *v;
+	while (s->used + s->reserved + len > s->capacity && (v = victim(s, op)))
+		if (!recycle(s, v, op))
+			evict(s, v, false);
 	return s->used + s->reserved + len > s->capacity ? -ENOSPC : 0;
 }
 
@@ -486,11 +624,16 @@ static int evict_in_dir(struct nv *s, uint32_t dir, uint64_t len)
 			in_dir += e->bytes;
 	if (in_dir < len)
 		return 0;
-	struct nv_ent *e = s->lru_tail, *pv;
-	for (; e && freed < len; e = pv) {
-		pv = e->prev;
-		if (e->dir != dir)
-			continue;
+	/* Leaves first, like make_room; evicting one may make its parent the next leaf. */
+	while (freed < len) {
+		struct nv_ent *e = s->leaf_tail;
+		while (e && e->dir != dir)
+			e = e->lprev;
+		if (!e)
+			for (e = s->lru_tail; e && e->dir != dir; e = e->prev)
+				;
+		if (!e)
+			break;
 		freed += e->bytes;
 		evict(s, e, true);
 		n++;
@@ -651,10 +794,26 @@ static uint64_t hour_now(void)
 	return (uint64_t)ts.tv_sec / 3600;
 }
 
+/* The clock stepped back, or the saved budget is dated in the future: re-date the buckets
+ * so that the newest is this hour. The counts keep their ages relative to one another, so
+ * they roll off within a day instead of refusing writes until the clock catches up. */
+static void budget_rebase(struct nv *s, uint64_t hour)
+{
+	uint64_t old[NV_BUCKETS];
+	memcpy(old, s->bucket, sizeof(old));
+	for (uint64_t k = 0; k < NV_BUCKETS; k++)
+		s->bucket[(hour + NV_BUCKETS - k) % NV_BUCKETS] =
+		    old[(s->bucket_hour + NV_BUCKETS - k) % NV_BUCKETS];
+	s->bucket_hour = hour;
+	s->budget_dirty = true;
+}
+
 static void budget_roll(struct nv *s, uint64_t hour)
 {
-	if (hour <= s->bucket_hour)
-		return; /* same hour, or the clock stepped back: keep counting */
+	if (hour < s->bucket_hour)
+		budget_rebase(s, hour);
+	if (hour == s->bucket_hour)
+		return;
 	s->budget_dirty = true;
 	if (hour - s->bucket_hour >= NV_BUCKETS) {
 		memset(s->bucket, 0, sizeof(s->bucket));
@@ -683,7 +842,7 @@ static void budget_save(struct nv *s)
 	pthread_mutex_unlock(&s->block);
 	int dfd = s->dirs[0].fd;
 	snprintf(tmp, sizeof(tmp), NV_TMP_PREFIX "budget.%d", (int)s->pid);
-	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, s->file_mode);
 	if (fd < 0)
 		goto fail;
 	bool ok = write(fd, text, n) == (ssize_t)n;
@@ -725,7 +884,13 @@ static void budget_load(struct nv *s)
 	s->budget_used = 0;
 	for (int i = 0; i < NV_BUCKETS; i++)
 		s->budget_used += s->bucket[i];
-	budget_roll(s, hour_now());
+	uint64_t now = hour_now();
+	if (v[0] > now)
+		KVT_WARN(s->log,
+			 "nvme: %s/%s is dated %" PRIu64 " hours in the future (the clock stepped "
+			 "back?): counting it from now",
+			 s->dirs[0].path, NV_BUDGET_NAME, v[0] - now);
+	budget_roll(s, now);
 	return;
 bad:
 	KVT_WARN(s->log, "nvme: ignoring a malformed %s/%s", s->dirs[0].path, NV_BUDGET_NAME);
@@ -766,6 +931,25 @@ static void budget_refund(struct nv *s, uint64_t len, uint32_t hour)
 		s->budget_used -= len;
 	}
 	pthread_mutex_unlock(&s->block);
+}
+
+/* A write not stored for lack of room or budget: counted, and reported at warning level,
+ * the first at once and then at most one line per 10 s with the count since the last. */
+static void report_skip(struct nv *s, int rc)
+{
+	ST_ADD(s, writes_skipped, 1);
+	atomic_fetch_add(&s->skips_unreported, 1);
+	uint64_t now = kvt__now_ns(), last = atomic_load(&s->last_skip_warn_ns);
+	if (last && now - last < 10000000000ull)
+		return;
+	if (!atomic_compare_exchange_strong(&s->last_skip_warn_ns, &last, now))
+		return;
+	uint64_t n = atomic_exchange(&s->skips_unreported, 0);
+	KVT_WARN(s->log, "nvme: %" PRIu64 " write(s) not stored: %s", n,
+		 rc == -EDQUOT ? "the daily write budget (nvme.write_budget) is spent"
+		 : rc == -EROFS ? "the store is open read-only"
+				: "no room (nvme.bytes or the file system is full, and a chunk never "
+				  "evicts its own prefix)");
 }
 
 /* ------------------------------------------------------------ ring core */
@@ -935,10 +1119,12 @@ static int write_publish(struct nv *s, struct nv_op *op)
 		pthread_mutex_unlock(&s->ilock);
 		lru_touch(s, e);
 		publish_counts(s);
-	} else if (!ent_insert(s, &op->key, op->dir, op->len)) {
+	} else if (!(e = ent_insert(s, &op->key, op->dir, op->len))) {
 		/* Cannot index it: do not leave an object we do not account for. */
 		unlinkat(d->fd, final, 0);
 		return -ENOMEM; /* the failure path releases the reservation */
+	} else if (op->has_parent) {
+		chain_link(s, e, &op->parent);
 	}
 	write_release(s, op);
 	ST_ADD(s, writes, 1);
@@ -973,8 +1159,7 @@ static bool write_fail(struct nv *s, struct nv_op *op)
 	write_release(s, op);
 	budget_refund(s, op->len, op->budget_hour);
 	if (op->err == -ENOSPC) {
-		ST_ADD(s, writes_skipped, 1);
-		KVT_DEBUG(s->log, "nvme: %s full, write refused", d->path);
+		report_skip(s, -ENOSPC);
 	} else {
 		ST_ADD(s, errors, 1);
 		KVT_WARN(s->log, "nvme: write to %s failed: %s", d->path, strerror(-op->err));
@@ -1001,7 +1186,7 @@ static void pump(struct nv *s, struct nv_op *op)
 				fl |= O_CREAT | O_EXCL;
 			if (s->dirs[op->dir].direct)
 				fl |= O_DIRECT;
-			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, 0644);
+			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, s->file_mode);
 			op->stage = ST_WAIT;
 			return;
 		}
@@ -1059,7 +1244,7 @@ static void pump(struct nv *s, struct nv_op *op)
 		case ST_R_OPEN: {
 			if (!(io = io_start(s, op, IO_OPEN, &sqe)))
 				goto blocked;
-			int fl = O_RDONLY | O_CLOEXEC;
+			int fl = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
 			if (s->dirs[op->dir].direct)
 				fl |= O_DIRECT;
 			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, 0);
@@ -1069,7 +1254,10 @@ static void pump(struct nv *s, struct nv_op *op)
 		case ST_R_DATA:
 			while (!op->err && op->si < op->nsegs) {
 				struct kvt_seg *g = &op->segs[op->si];
-				uint64_t end = KVT_MIN(g->off + g->len, op->size);
+				/* Aligned past a misaligned end (a damaged object): O_DIRECT
+				 * refuses an unaligned length, and the read stops short at EOF. */
+				uint64_t end =
+				    KVT_MIN(g->off + g->len, KVT_ALIGN_UP(op->size, KVT_ALIGN));
 				if (g->off + op->soff >= end) {
 					op->si++;
 					op->soff = 0;
@@ -1166,7 +1354,8 @@ static void on_cqe(struct nv *s, struct nv_io *io, int res)
 				op->err = res;
 		} else if (io->kind == IO_READ) {
 			op->total += (uint64_t)res;
-			if (res > 0 && (uint32_t)res < io->len && !op->err) {
+			if (res > 0 && (uint32_t)res < io->len && !op->err &&
+			    io->off + (uint64_t)res < op->size) {
 				/* Short read inside the object's known size: read the rest. */
 				io->off += (uint64_t)res;
 				io->buf += res;
@@ -1260,9 +1449,12 @@ static void start_write(struct nv *s, struct nv_op *op)
 	s->wtail = op;
 
 	struct nv_ent *e = ent_find(s, &op->key);
-	if (e) {
-		/* Content-addressed: the same key is the same bytes. */
+	if (e && e->bytes >= KVT_HEADER_BYTES && e->bytes % KVT_ALIGN == 0) {
+		/* Content-addressed: the same key is the same bytes. (A file too short or
+		 * misaligned to be an object is damage: it gets overwritten.) */
 		lru_touch(s, e);
+		if (op->has_parent && !e->parent_uid)
+			chain_link(s, e, &op->parent);
 		finish(s, op, 0);
 		return;
 	}
@@ -1276,13 +1468,21 @@ static void start_write(struct nv *s, struct nv_op *op)
 	op->dir = key_dir(s, &op->key);
 	op->fd = -1;
 	tmp_name(s, op);
+	if (op->has_parent && !ent_find(s, &op->parent) && refused_has(s, &op->parent)) {
+		refused_add(s, &op->key);
+		report_skip(s, -ENOSPC);
+		finish(s, op, -ENOSPC);
+		return;
+	}
 	int rc = budget_take(s, op->len, &op->budget_hour);
-	if (!rc && (rc = make_room(s, op->len, op)) < 0)
+	if (!rc && (rc = make_room(s, op->len, op)) < 0) {
 		budget_refund(s, op->len, op->budget_hour);
+		refused_add(s, &op->key);
+	}
 	if (rc < 0) {
 		if (op->recycled)
 			unlink_async(s, &s->dirs[op->dir], op->name);
-		ST_ADD(s, writes_skipped, 1);
+		report_skip(s, rc);
 		finish(s, op, rc);
 		return;
 	}
@@ -1330,7 +1530,8 @@ static void start_op(struct nv *s, struct nv_op *op)
 		break;
 	case OP_EXISTS:
 		for (uint32_t i = 0; i < op->n; i++)
-			op->present[i] = ent_find(s, &op->keys[i]) != NULL;
+			op->present[i] = (e = ent_find(s, &op->keys[i])) &&
+					 e->bytes >= KVT_HEADER_BYTES;
 		finish(s, op, 0);
 		break;
 	case OP_REMOVE:
@@ -1570,19 +1771,32 @@ static int op_submit(struct nv *s, struct nv_op *op)
 	return 0;
 }
 
-static int nv_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
-		    kvt_tier_cb cb, void *arg)
+static int nv_write_chained(struct kvt_tier *t, const struct kvt_key *key,
+			    const struct kvt_key *parent, const void *obj, uint64_t len,
+			    kvt_tier_cb cb, void *arg)
 {
 	struct nv *s = t->state;
 	if (!len || len % KVT_ALIGN || (uintptr_t)obj % KVT_ALIGN || !cb)
 		return -EINVAL;
+	if (s->ro)
+		return -EROFS;
 	struct nv_op *op = op_new(s, OP_WRITE, cb, arg);
 	if (!op)
 		return -ENOMEM;
 	op->key = *key;
 	op->obj = obj;
 	op->len = len;
+	if (parent) {
+		op->has_parent = true;
+		op->parent = *parent;
+	}
 	return op_submit(s, op);
+}
+
+static int nv_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
+		    kvt_tier_cb cb, void *arg)
+{
+	return nv_write_chained(t, key, NULL, obj, len, cb, arg);
 }
 
 static int nv_read(struct kvt_tier *t, const struct kvt_key *key, const struct kvt_seg *segs,
@@ -1635,6 +1849,8 @@ static int nv_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb 
 	struct nv *s = t->state;
 	if (!cb)
 		return -EINVAL;
+	if (s->ro)
+		return -EROFS;
 	struct nv_op *op = op_new(s, OP_REMOVE, cb, arg);
 	if (!op)
 		return -ENOMEM;
@@ -1657,6 +1873,8 @@ static void nv_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
 	struct nv *s = t->state;
 	ST_ADD(s, checksum_failures, 1);
+	if (s->ro)
+		return; /* inspection never deletes */
 	struct nv_op *op = op_new(s, OP_DROP, NULL, NULL);
 	if (!op)
 		return;
@@ -1667,6 +1885,8 @@ static void nv_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 static int nv_can_write(struct kvt_tier *t, uint64_t len)
 {
 	struct nv *s = t->state;
+	if (s->ro)
+		return -EROFS;
 	if (len > s->capacity)
 		return -ENOSPC;
 	if (!s->budget)
@@ -1712,7 +1932,7 @@ out:
 
 /* ------------------------------------------------------- open / close */
 
-static int mkdir_p(const char *path)
+static int mkdir_p(const char *path, mode_t mode)
 {
 	char buf[4096];
 	size_t n = strlen(path);
@@ -1724,7 +1944,7 @@ static int mkdir_p(const char *path)
 			continue;
 		char c = buf[i];
 		buf[i] = 0;
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+		if (mkdir(buf, mode) < 0 && errno != EEXIST)
 			return -errno;
 		buf[i] = c;
 	}
@@ -1736,7 +1956,8 @@ static int probe_direct(struct nv *s, struct nv_dir *d)
 {
 	char name[64];
 	snprintf(name, sizeof(name), NV_TMP_PREFIX "probe.%d", (int)s->pid);
-	int fd = openat(d->fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+	int fd = openat(d->fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT,
+			s->file_mode);
 	if (fd < 0) {
 		int e = errno;
 		unlinkat(d->fd, name, 0); /* some file systems create it before refusing */
@@ -1769,21 +1990,93 @@ static int cmp_mtime(const void *a, const void *b)
 	return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
 }
 
+static int anomaly_add(struct nv *s, const char *dir, const char *sub, const char *name,
+		       const char *why)
+{
+	char **a = kvt__realloc(s->anomalies, (s->n_anomalies + 1) * sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	s->anomalies = a;
+	size_t n = strlen(dir) + strlen(sub) + strlen(name) + strlen(why) + 4;
+	if (!(a[s->n_anomalies] = kvt__malloc(n)))
+		return -ENOMEM;
+	snprintf(a[s->n_anomalies++], n, "%s/%s/%s\t%s", dir, sub, name, why);
+	return 0;
+}
+
+static int nv_scan_anomalies(struct kvt_tier *t,
+			     void (*fn)(void *arg, const char *path, const char *why), void *arg)
+{
+	struct nv *s = t->state;
+	for (size_t i = 0; i < s->n_anomalies; i++) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s", s->anomalies[i]);
+		char *tab = strchr(path, '\t');
+		*tab = 0;
+		fn(arg, path, tab + 1);
+	}
+	return 0;
+}
+
+/* The file systems under nvme.dirs can hold what is stored there plus their free space;
+ * nvme.bytes above that, less 2 % of each file system kept free, would fill them to the
+ * last block (and fail other programs' writes): clamp it, with a warning. */
+static void clamp_capacity(struct nv *s)
+{
+	uint64_t room = 0;
+	dev_t devs[64];
+	uint32_t ndevs = 0;
+	for (uint32_t i = 0; i < s->ndirs; i++) {
+		struct stat st;
+		struct statvfs vfs;
+		if (fstat(s->dirs[i].fd, &st) < 0 || fstatvfs(s->dirs[i].fd, &vfs) < 0 ||
+		    !vfs.f_blocks)
+			return; /* cannot tell (ramfs has no size): leave nvme.bytes as is */
+		bool seen = false;
+		for (uint32_t j = 0; j < ndevs; j++)
+			seen = seen || devs[j] == st.st_dev;
+		if (seen)
+			continue;
+		if (ndevs == KVT_ARRAY_SIZE(devs))
+			return;
+		devs[ndevs++] = st.st_dev;
+		uint64_t ours = 0;
+		for (struct nv_ent *e = s->lru_head; e; e = e->next) {
+			struct stat ds;
+			if (e->dir == i || (!fstat(s->dirs[e->dir].fd, &ds) && ds.st_dev == st.st_dev))
+				ours += e->bytes;
+		}
+		uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+		uint64_t keep = (uint64_t)vfs.f_blocks * vfs.f_frsize / 50;
+		room += avail + ours > keep ? avail + ours - keep : 0;
+	}
+	if (room >= s->capacity)
+		return;
+	KVT_WARN(s->log,
+		 "nvme: nvme.bytes (%" PRIu64 ") is more than the file system(s) under nvme.dirs "
+		 "can hold while keeping 2 %% free: capacity clamped to %" PRIu64 " bytes%s",
+		 s->capacity, room,
+		 room < s->object_max ? " (less than one object: writes will be refused)" : "");
+	s->capacity = room;
+}
+
 /* Add the objects of one directory to the index, cleaning up crash debris. */
 static int scan_dir(struct nv *s, uint32_t di, struct scan_item **items, size_t *n, size_t *cap)
 {
 	struct nv_dir *d = &s->dirs[di];
-	uint64_t temps = 0, junk = 0;
+	uint64_t temps = 0, junk = 0, odd = 0, dups = 0;
 	for (int sub = -1; sub < 256; sub++) {
-		char subname[3];
+		char subname[3] = "";
 		int sfd;
 		if (sub < 0) {
 			sfd = dup(d->fd); /* stray probe files at the top */
 		} else {
 			snprintf(subname, sizeof(subname), "%02x", sub);
-			if (mkdirat(d->fd, subname, 0755) < 0 && errno != EEXIST)
+			if (!s->ro && mkdirat(d->fd, subname, s->dir_mode) < 0 && errno != EEXIST)
 				return -errno;
-			sfd = openat(d->fd, subname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			sfd = openat(d->fd, subname, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			if (sfd < 0 && s->ro && errno == ENOENT)
+				continue; /* inspection creates nothing */
 		}
 		if (sfd < 0)
 			return -errno;
@@ -1797,7 +2090,8 @@ static int scan_dir(struct nv *s, uint32_t di, struct scan_item **items, size_t 
 		while ((de = readdir(dir))) {
 			const char *nm = de->d_name;
 			if (!strncmp(nm, NV_TMP_PREFIX, strlen(NV_TMP_PREFIX))) {
-				if (unlinkat(sfd, nm, 0) == 0)
+				/* Ours or a dead instance's (we hold the lock): never a reader's. */
+				if (!s->ro && unlinkat(sfd, nm, 0) == 0)
 					temps++;
 				continue;
 			}
@@ -1805,13 +2099,30 @@ static int scan_dir(struct nv *s, uint32_t di, struct scan_item **items, size_t 
 			if (sub < 0 || parse_object_name(nm, &k) < 0 || k.bytes[0] != sub)
 				continue; /* not ours: leave it alone */
 			struct stat st;
-			if (fstatat(sfd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
-				continue;
-			if (st.st_size == 0 || st.st_size % KVT_ALIGN || ent_find(s, &k)) {
-				unlinkat(sfd, nm, 0);
-				junk++;
+			if (fstatat(sfd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0)
+				continue; /* gone meanwhile */
+			if (!S_ISREG(st.st_mode)) {
+				/* Never followed, never deleted: reported (scan_anomalies). */
+				int rc = anomaly_add(s, d->path, subname, nm,
+						     S_ISLNK(st.st_mode)   ? "a symbolic link"
+						     : S_ISDIR(st.st_mode) ? "a directory"
+									   : "not a regular file");
+				if (rc < 0) {
+					closedir(dir);
+					return rc;
+				}
+				odd++;
 				continue;
 			}
+			if (ent_find(s, &k)) {
+				/* Also in another directory (nvme.dirs changed): one copy is
+				 * enough. Inspection leaves it. */
+				if (!s->ro && unlinkat(sfd, nm, 0) == 0)
+					dups++;
+				continue;
+			}
+			if (st.st_size < KVT_HEADER_BYTES || st.st_size % KVT_ALIGN)
+				junk++; /* indexed all the same: the format judges it when read */
 			if (*n == *cap) {
 				size_t nc = *cap ? *cap * 2 : 1024;
 				struct scan_item *ni = kvt__realloc(*items, nc * sizeof(**items));
@@ -1834,12 +2145,72 @@ static int scan_dir(struct nv *s, uint32_t di, struct scan_item **items, size_t 
 		}
 		closedir(dir);
 	}
-	if (temps || junk)
+	if (temps || dups)
 		KVT_INFO(s->log,
-			 "nvme: %s: removed %" PRIu64 " temp files and %" PRIu64
-			 " invalid objects left by a crash",
-			 d->path, temps, junk);
+			 "nvme: %s: removed %" PRIu64 " temp files left by a crash and %" PRIu64
+			 " duplicate objects",
+			 d->path, temps, dups);
+	if ((junk || odd) && !s->ro)
+		KVT_WARN(s->log,
+			 "nvme: %s: %" PRIu64 " object files too short or misaligned to be objects "
+			 "and %" PRIu64 " entries that are not regular files: kept; `kvtier verify` "
+			 "reports them",
+			 d->path, junk, odd);
 	return 0;
+}
+
+/* Parent links survive restarts: (child key, parent key) pairs, written through a temp
+ * name at close. Ring thread gone or not started: single-threaded. */
+static void chains_save(struct nv *s)
+{
+	char tmp[64];
+	int dfd = s->dirs[0].fd;
+	snprintf(tmp, sizeof(tmp), NV_TMP_PREFIX "chains.%d", (int)s->pid);
+	FILE *f = NULL;
+	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, s->file_mode);
+	if (fd >= 0 && !(f = fdopen(fd, "w")))
+		close(fd);
+	bool ok = f && fputs(NV_CHAINS_MAGIC, f) >= 0;
+	for (struct nv_ent *e = s->lru_tail; ok && e; e = e->prev)
+		if (e->parent_uid)
+			ok = fwrite(&e->key, sizeof(e->key), 1, f) == 1 &&
+			     fwrite(&e->parent, sizeof(e->parent), 1, f) == 1;
+	if (f && fclose(f) != 0)
+		ok = false;
+	if (ok && renameat(dfd, tmp, dfd, NV_CHAINS_NAME) == 0)
+		return;
+	unlinkat(dfd, tmp, 0);
+	KVT_WARN(s->log, "nvme: cannot save parent links in %s: %s", s->dirs[0].path,
+		 strerror(errno));
+}
+
+static void chains_load(struct nv *s)
+{
+	int fd = openat(s->dirs[0].fd, NV_CHAINS_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return;
+	FILE *f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return;
+	}
+	char magic[sizeof(NV_CHAINS_MAGIC)] = {0};
+	struct kvt_key pair[2];
+	uint64_t n = 0;
+	if (!fgets(magic, sizeof(magic), f) || strcmp(magic, NV_CHAINS_MAGIC)) {
+		KVT_WARN(s->log, "nvme: ignoring a malformed %s/%s", s->dirs[0].path,
+			 NV_CHAINS_NAME);
+	} else {
+		while (fread(pair, sizeof(pair), 1, f) == 1) {
+			struct nv_ent *e = ent_find(s, &pair[0]);
+			if (e && !e->parent_uid && !kvt__key_eq(&pair[0], &pair[1])) {
+				chain_link(s, e, &pair[1]);
+				n += e->parent_uid != 0;
+			}
+		}
+	}
+	fclose(f);
+	KVT_DEBUG(s->log, "nvme: %" PRIu64 " parent links restored", n);
 }
 
 static int rebuild_index(struct nv *s)
@@ -1854,11 +2225,17 @@ static int rebuild_index(struct nv *s)
 		qsort(items, n, sizeof(*items), cmp_mtime);
 		for (size_t i = 0; i < n; i++)
 			lru_unlink(s, items[i].e);
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
 			lru_push_head(s, items[i].e);
+			leaf_push(s, items[i].e, true);
+		}
 	}
 	kvt__free(items);
-	if (!rc && s->used > s->capacity) {
+	if (!rc && !s->ro)
+		chains_load(s);
+	if (!rc && !s->ro)
+		clamp_capacity(s);
+	if (!rc && !s->ro && s->used > s->capacity) {
 		uint64_t before = s->nents;
 		make_room(s, 0, NULL);
 		KVT_INFO(s->log, "nvme: over capacity at open: evicted %" PRIu64 " objects",
@@ -1887,19 +2264,44 @@ static int add_dir(void *arg, const char *item)
 	return (d->path = kvt__strdup(item)) ? 0 : -ENOMEM;
 }
 
+/* Read-only: a directory is a store if a writer has been there (its lock file or one of
+ * its fan-out subdirectories exists). Anything else is most likely a mistyped path. */
+static int check_store(struct nv *s, struct nv_dir *d)
+{
+	struct stat st;
+	if (!fstatat(d->fd, NV_LOCK_NAME, &st, AT_SYMLINK_NOFOLLOW))
+		return 0;
+	for (int sub = 0; sub < 256; sub++) {
+		char name[3];
+		snprintf(name, sizeof(name), "%02x", sub);
+		if (!fstatat(d->fd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISDIR(st.st_mode))
+			return 0;
+	}
+	KVT_ERR(s->log, "nvme: %s is not a kvtier store (no %s, no object directories)", d->path,
+		NV_LOCK_NAME);
+	return -ENOENT;
+}
+
 static int open_dir(struct nv *s, struct nv_dir *d, const char *direct_mode)
 {
-	int rc = mkdir_p(d->path);
+	int rc = s->ro ? 0 : mkdir_p(d->path, s->dir_mode);
 	if (rc < 0) {
 		KVT_ERR(s->log, "nvme: cannot create %s: %s", d->path, strerror(-rc));
 		return rc;
 	}
 	if ((d->fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		rc = -errno;
-		KVT_ERR(s->log, "nvme: cannot open %s: %s", d->path, strerror(-rc));
+		KVT_ERR(s->log, "nvme: cannot open %s: %s%s", d->path, strerror(-rc),
+			s->ro && rc == -ENOENT ? " (not a kvtier store)" : "");
 		return rc;
 	}
-	d->lock_fd = openat(d->fd, NV_LOCK_NAME, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (s->ro) {
+		/* Inspection: no lock (a live writer may hold it), no probe file (O_DIRECT
+		 * is tried on a stored object instead, after the scan). */
+		d->direct = false;
+		return check_store(s, d);
+	}
+	d->lock_fd = openat(d->fd, NV_LOCK_NAME, O_RDWR | O_CREAT | O_CLOEXEC, s->file_mode);
 	if (d->lock_fd < 0 || flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
 		rc = -errno;
 		if (rc == -EWOULDBLOCK) {
@@ -1931,6 +2333,33 @@ static int open_dir(struct nv *s, struct nv_dir *d, const char *direct_mode)
 		d->direct = rc == 1;
 	}
 	return 0;
+}
+
+/* Read-only: no probe file can be written, so try O_DIRECT on one stored object of each
+ * directory instead (inspection then reads like the tier does, without filling the page
+ * cache of a serving node with the whole store). */
+static void probe_direct_ro(struct nv *s, const char *direct_mode)
+{
+	if (!strcmp(direct_mode, "off"))
+		return;
+	void *buf = kvt__aligned_alloc(KVT_ALIGN);
+	if (!buf)
+		return;
+	for (uint32_t i = 0; i < s->ndirs; i++) {
+		struct nv_ent *e = s->lru_head;
+		while (e && (e->dir != i || e->bytes < KVT_ALIGN))
+			e = e->next;
+		if (!e)
+			continue;
+		char path[NV_NAME_MAX];
+		object_path(&e->key, path);
+		int fd = openat(s->dirs[i].fd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+		if (fd < 0)
+			continue;
+		s->dirs[i].direct = pread(fd, buf, KVT_ALIGN, 0) == KVT_ALIGN;
+		close(fd);
+	}
+	kvt__free_aligned(buf, KVT_ALIGN);
 }
 
 static void nv_free(struct nv *s)
@@ -1969,6 +2398,9 @@ static void nv_free(struct nv *s)
 		kvt__free(s->dirs[i].path);
 	}
 	kvt__free(s->dirs);
+	for (size_t i = 0; i < s->n_anomalies; i++)
+		kvt__free(s->anomalies[i]);
+	kvt__free(s->anomalies);
 	if (s->efd >= 0)
 		close(s->efd);
 	pthread_mutex_destroy(&s->qlock);
@@ -1990,6 +2422,18 @@ static int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	pthread_mutex_init(&s->block, NULL);
 
 	s->capacity = kvt__cfg_u64(cfg, "nvme.bytes");
+	s->ro = kvt__cfg_bool(cfg, "store.read_only");
+	s->file_mode = (mode_t)strtoul(kvt__cfg_str(cfg, "nvme.file_mode"), NULL, 8);
+	s->dir_mode = (mode_t)strtoul(kvt__cfg_str(cfg, "nvme.dir_mode"), NULL, 8);
+	s->object_max = t->object_max;
+	if (!s->ro && s->capacity < s->object_max) {
+		KVT_ERR(s->log,
+			"nvme: nvme.bytes (%" PRIu64 ") is smaller than one object (%" PRIu64
+			" bytes at this geometry): nothing could be stored; raise it",
+			s->capacity, s->object_max);
+		rc = -EINVAL;
+		goto fail;
+	}
 	s->qd = (uint32_t)kvt__cfg_u64(cfg, "nvme.queue_depth");
 	s->budget = kvt__cfg_u64(cfg, "nvme.write_budget");
 	s->open_files = (uint32_t)kvt__cfg_u64(cfg, "nvme.open_files");
@@ -2036,8 +2480,10 @@ static int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		KVT_ERR(s->log, "nvme: index rebuild failed: %s", strerror(-rc));
 		goto fail;
 	}
-	if (s->budget)
+	if (s->budget && !s->ro)
 		budget_load(s);
+	if (s->ro)
+		probe_direct_ro(s, direct_mode);
 	for (uint32_t i = 0; i < s->ndirs; i++) {
 		uint64_t objs = 0, bytes = 0;
 		for (struct nv_ent *e = s->lru_head; e; e = e->next)
@@ -2089,8 +2535,13 @@ static void nv_close(struct kvt_tier *t)
 		pthread_mutex_unlock(&s->qlock);
 		eventfd_write(s->efd, 1);
 		pthread_join(s->thread, NULL);
-		if (s->budget)
+		if (s->budget && !s->ro)
 			budget_save(s);
+		if (!s->ro)
+			chains_save(s);
+		uint64_t n = atomic_load(&s->skips_unreported);
+		if (n)
+			KVT_WARN(s->log, "nvme: %" PRIu64 " more write(s) not stored (see above)", n);
 	}
 	nv_free(s);
 }
@@ -2110,4 +2561,6 @@ const struct kvt_tier_ops kvt__tier_nvme_ops = {
     .flush = nv_flush,
     .can_write = nv_can_write,
     .drop_corrupt = nv_drop_corrupt,
+    .write_chained = nv_write_chained,
+    .scan_anomalies = nv_scan_anomalies,
 };

@@ -33,6 +33,7 @@
 
 #include <curl/curl.h>
 
+#include "redact.h"
 #include "tier.h"
 
 enum s3_method { M_NONE, M_HEAD, M_GET, M_PUT, M_DELETE };
@@ -89,6 +90,7 @@ struct s3_state {
 	/* configuration */
 	char *base;	  /* URL up to and including the bucket's "/" (path or virtual style) */
 	char *bucket_url; /* the bucket itself, for create/HEAD at open */
+	char *shown;	  /* bucket_url for log lines: a password in the endpoint redacted */
 	char *prefix;
 	char *sigv4;
 	char *access_key, *secret_key, *session_token;
@@ -765,14 +767,12 @@ static int load_credentials(struct s3_state *s, const struct kvt_config *cfg)
 	const char *file = kvt__cfg_str(cfg, "s3.credentials_file");
 	struct cred_ctx c = {kvt__cfg_str(cfg, "s3.profile"), NULL, NULL, NULL, 0};
 	if (*file) {
-		FILE *f = fopen(file, "r");
-		if (!f) {
-			int e = errno;
-			KVT_ERR(log, "s3: credentials file %s: %s", file, strerror(e));
-			return -e;
+		char why[320];
+		int line, rc = kvt__ini_load(file, 65536, on_cred, &c, why, sizeof(why), &line);
+		if (rc < 0) { /* bounded: a regular file of at most 64 KiB (not /dev/zero) */
+			KVT_ERR(log, "s3: credentials file %s", why);
+			return rc;
 		}
-		int line = ini_parse_file(f, on_cred, &c);
-		fclose(f);
 		if (c.rc < 0)
 			goto fail;
 		if (line != 0 || !c.key || !c.secret) {
@@ -840,7 +840,9 @@ static int build_urls(struct s3_state *s, const char *endpoint, const char *buck
 		    : !strncmp(endpoint, "http://", 7) ? 7
 						       : 0;
 	if (!sl || !endpoint[sl]) {
-		KVT_ERR(log, "s3: endpoint '%s' must start with http:// or https://", endpoint);
+		char shown[512];
+		KVT_ERR(log, "s3: endpoint '%s' must start with http:// or https://",
+			kvt__redact_url(endpoint, shown, sizeof(shown)));
 		return -EINVAL;
 	}
 	if (strlen(bucket) < 3 || strpbrk(bucket, "/?#% ")) {
@@ -858,7 +860,11 @@ static int build_urls(struct s3_state *s, const char *endpoint, const char *buck
 		s->bucket_url = str_printf("%.*s/%s", (int)el, endpoint, bucket);
 		s->base = str_printf("%.*s/%s/", (int)el, endpoint, bucket);
 	}
-	return s->bucket_url && s->base ? 0 : -ENOMEM;
+	if (s->bucket_url) {
+		char shown[4200];
+		s->shown = kvt__strdup(kvt__redact_url(s->bucket_url, shown, sizeof(shown)));
+	}
+	return s->bucket_url && s->base && s->shown ? 0 : -ENOMEM;
 }
 
 static size_t discard_body(char *p, size_t size, size_t n, void *u)
@@ -899,7 +905,7 @@ static int blocking_request(struct s3_state *s, const char *method, const char *
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
 	curl_easy_cleanup(e);
 	if (cc != CURLE_OK) {
-		KVT_WARN(&s->t->log, "s3: %s %s: %s", method, s->bucket_url,
+		KVT_WARN(&s->t->log, "s3: %s %s: %s", method, s->shown,
 			 curl_easy_strerror(cc));
 		return curl_errno(cc);
 	}
@@ -1018,7 +1024,7 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &st);
 		if (cc != CURLE_OK || st != 200 || !m.p) {
 			rc = cc != CURLE_OK ? curl_errno(cc) : status_errno(st);
-			KVT_WARN(&t->log, "s3: listing %s: %s", s->bucket_url,
+			KVT_WARN(&t->log, "s3: listing %s: %s", s->shown,
 				 cc != CURLE_OK ? curl_easy_strerror(cc) : "HTTP error");
 			break;
 		}
@@ -1078,7 +1084,7 @@ static int check_bucket(struct s3_state *s, bool create)
 		if (st == 409) /* created meanwhile by someone else */
 			st = 200;
 		if (st >= 200 && st < 300)
-			KVT_INFO(log, "s3: created bucket %s", s->bucket_url);
+			KVT_INFO(log, "s3: created bucket %s", s->shown);
 	}
 	if (st >= 200 && st < 300)
 		return 0;
@@ -1086,15 +1092,15 @@ static int check_bucket(struct s3_state *s, bool create)
 		KVT_ERR(log,
 			"s3: access denied to bucket %s (HTTP %ld): wrong access key or "
 			"secret, wrong region, or no permission",
-			s->bucket_url, st);
+			s->shown, st);
 		return -EACCES;
 	}
 	if (st == 404) {
 		KVT_ERR(log, "s3: bucket %s does not exist (s3.create_bucket is off)",
-			s->bucket_url);
+			s->shown);
 		return -ENOENT;
 	}
-	KVT_ERR(log, "s3: bucket %s: HTTP %ld", s->bucket_url, st);
+	KVT_ERR(log, "s3: bucket %s: HTTP %ld", s->shown, st);
 	return -EIO;
 }
 
@@ -1110,6 +1116,7 @@ static void free_state(struct s3_state *s)
 	curl_slist_free_all(s->hdr_put);
 	kvt__free(s->base);
 	kvt__free(s->bucket_url);
+	kvt__free(s->shown);
 	kvt__free(s->prefix);
 	kvt__free(s->sigv4);
 	kvt__free(s->access_key);
@@ -1210,7 +1217,7 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		goto fail;
 	}
 	s->thread_started = true;
-	KVT_INFO(log, "s3: %s%s (region %s, up to %u requests in flight)", s->base, s->prefix,
+	KVT_INFO(log, "s3: %s, prefix %s (region %s, up to %u requests in flight)", s->shown, s->prefix,
 		 region, s->max_inflight);
 	return 0;
 fail:

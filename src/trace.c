@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "internal.h"
 #include "trace.h"
@@ -81,7 +82,8 @@ int kvt__trace_add(struct kvt_trace *t, double ts_ms, uint32_t input_len, uint32
 	for (uint32_t i = 0; i < n_blocks; i++)
 		if (ids[i] > KVT_TRACE_MAX_ID)
 			return -EINVAL;
-	memcpy(t->ids + t->n_ids, ids, (size_t)n_blocks * sizeof(*ids));
+	if (n_blocks) /* t->ids is still NULL before the first block: memcpy(NULL, .., 0) is UB */
+		memcpy(t->ids + t->n_ids, ids, (size_t)n_blocks * sizeof(*ids));
 	t->req[t->n++] = (struct kvt_trace_req){ts_ms, input_len, output_len, n_blocks, t->n_ids};
 	t->n_ids += n_blocks;
 	return 0;
@@ -408,47 +410,71 @@ static int parse_object(struct lex *l, struct kvt_trace *t, uint64_t *ids, doubl
 	return 0;
 }
 
+/* The parser's state across lines, so a file can be parsed as it is read. */
+struct parser {
+	struct kvt_trace *t;
+	uint64_t *ids; /* one request's hash_ids */
+	struct lex l;
+	double last_ts;
+};
+
+static int parser_init(struct parser *ps, struct kvt_trace *t, char *err, size_t errlen)
+{
+	*ps = (struct parser){.t = t, .l = {.err = err, .errlen = errlen}};
+	ps->ids = kvt__malloc(KVT_TRACE_MAX_BLOCKS * sizeof(*ps->ids));
+	if (!ps->ids)
+		return -ENOMEM;
+	ps->last_ts = t->n ? t->req[t->n - 1].ts_ms : 0;
+	return 0;
+}
+
+/* One line, without its '\n'. */
+static int parse_line(struct parser *ps, const char *p, size_t n)
+{
+	struct lex *l = &ps->l;
+	l->line++;
+	l->p = p;
+	l->end = p + n;
+	l->rc = 0;
+	if (n > KVT_TRACE_MAX_LINE) {
+		fail(l, "line longer than %u bytes", KVT_TRACE_MAX_LINE);
+		return l->rc = -E2BIG;
+	}
+	if (memchr(p, 0, n))
+		return fail(l, "NUL byte in the line");
+	ws(l);
+	if (l->p == l->end)
+		return 0;
+	int rc = parse_object(l, ps->t, ps->ids, ps->last_ts);
+	if (!rc)
+		ps->last_ts = ps->t->req[ps->t->n - 1].ts_ms;
+	return rc;
+}
+
 int kvt__trace_parse(struct kvt_trace *t, const char *buf, size_t len, char *err, size_t errlen)
 {
 	if (!t || (!buf && len))
 		return -EINVAL;
-	uint64_t *ids = kvt__malloc(KVT_TRACE_MAX_BLOCKS * sizeof(*ids));
-	if (!ids)
-		return -ENOMEM;
-	struct lex l = {.err = err, .errlen = errlen};
+	struct parser ps;
+	int rc = parser_init(&ps, t, err, errlen);
 	const char *p = buf, *end = buf + len;
-	int rc = 0;
-	double last_ts = t->n ? t->req[t->n - 1].ts_ms : 0;
-	while (p < end && !rc) {
+	while (!rc && p < end) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
 		const char *eol = nl ? nl : end;
-		l.line++;
-		l.p = p;
-		l.end = eol;
-		l.rc = 0;
-		if ((size_t)(eol - p) > KVT_TRACE_MAX_LINE) {
-			fail(&l, "line longer than %u bytes", KVT_TRACE_MAX_LINE);
-			rc = -E2BIG;
-			break;
-		}
-		if (memchr(p, 0, (size_t)(eol - p))) {
-			rc = fail(&l, "NUL byte in the line");
-			break;
-		}
-		ws(&l);
-		if (l.p != l.end) {
-			rc = parse_object(&l, t, ids, last_ts);
-			if (!rc)
-				last_ts = t->req[t->n - 1].ts_ms;
-		}
+		rc = parse_line(&ps, p, (size_t)(eol - p));
 		p = nl ? nl + 1 : end;
 	}
-	kvt__free(ids);
+	kvt__free(ps.ids);
 	return rc;
 }
 
+/* Read and parse line by line: memory is one line (bounded by KVT_TRACE_MAX_LINE) plus
+ * what the trace holds, and the file is bounded by KVT_TRACE_MAX_BYTES, so /dev/zero, a
+ * file without newlines or an endless pipe ends with an error instead of eating memory. */
 int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t errlen)
 {
+	if (err && errlen)
+		err[0] = 0;
 	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
 	if (!f) {
 		int e = errno;
@@ -456,36 +482,55 @@ int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t err
 			snprintf(err, errlen, "%s: %s", path, strerror(e));
 		return -e;
 	}
-	size_t cap = 1 << 20, len = 0;
-	char *buf = kvt__malloc(cap);
-	int rc = 0;
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out;
+	struct stat st;
+	if (!fstat(fileno(f), &st) && S_ISDIR(st.st_mode)) {
+		if (f != stdin)
+			fclose(f);
+		if (err && errlen)
+			snprintf(err, errlen, "%s: is a directory, not a trace file", path);
+		return -EISDIR;
 	}
-	for (;;) {
-		if (len == cap) {
-			char *q = kvt__realloc(buf, cap * 2);
-			if (!q) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			buf = q;
-			cap *= 2;
-		}
+	const size_t cap = (size_t)KVT_TRACE_MAX_LINE + 1; /* a longest line and its '\n' */
+	char *buf = kvt__malloc(cap);
+	struct parser ps = {.ids = NULL};
+	int rc = buf ? parser_init(&ps, t, err, errlen) : -ENOMEM;
+	size_t len = 0;
+	uint64_t total = 0;
+	while (!rc) {
 		size_t n = fread(buf + len, 1, cap - len, f);
 		len += n;
-		if (n == 0)
+		total += n;
+		if (total > KVT_TRACE_MAX_BYTES) {
+			rc = fail(&ps.l, "the trace is longer than %llu bytes",
+				  (unsigned long long)KVT_TRACE_MAX_BYTES);
+			rc = ps.l.rc = -EFBIG;
 			break;
+		}
+		char *p = buf, *end = buf + len, *nl;
+		while (!rc && (nl = memchr(p, '\n', (size_t)(end - p)))) {
+			rc = parse_line(&ps, p, (size_t)(nl - p));
+			p = nl + 1;
+		}
+		if (rc)
+			break;
+		len = (size_t)(end - p);
+		memmove(buf, p, len);
+		if (n == 0) { /* end of file or a read error */
+			if (ferror(f)) {
+				rc = -EIO;
+				if (err && errlen)
+					snprintf(err, errlen, "line %zu: read error", ps.l.line + 1);
+			} else if (len) {
+				rc = parse_line(&ps, buf, len);
+			}
+			break;
+		}
+		if (len == cap) /* a line without its end: longer than KVT_TRACE_MAX_LINE */
+			rc = parse_line(&ps, buf, len);
 	}
-	if (ferror(f)) {
-		rc = -EIO;
-		if (err && errlen)
-			snprintf(err, errlen, "%s: read error", path);
-		goto out;
-	}
-	rc = kvt__trace_parse(t, buf, len, err, errlen);
-out:
+	if (rc == -ENOMEM && err && errlen && !err[0])
+		snprintf(err, errlen, "line %zu: out of memory", ps.l.line);
+	kvt__free(ps.ids);
 	kvt__free(buf);
 	if (f != stdin)
 		fclose(f);
@@ -753,6 +798,47 @@ static int gen_agent(struct gen *g, const struct zipf *z, const uint32_t *repo_l
 	return rc;
 }
 
+/* Log-normal with the given mean and shape (Box-Muller for the normal draw). */
+static double rlognormal(struct rng *r, double mean, double sigma)
+{
+	double u1 = 1.0 - runif(r), u2 = runif(r);
+	double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+	return exp(log(mean) - sigma * sigma / 2 + sigma * z);
+}
+
+/* A conversation of the Mooncake kind: a popular system prompt (Zipf over sys_prompts of
+ * sys_len[] tokens), a long first-turn context unique to the conversation, then turns that
+ * append the answer and a short user message, apart by an exponential pause. */
+static int gen_conv(struct gen *g, const struct zipf *z, const uint32_t *sys_len, double start,
+		    uint32_t *count)
+{
+	const struct kvt_gen_opts *o = g->o;
+	struct prompt p = {0};
+	uint32_t s = zipf_draw(z, &g->r);
+	int rc = prompt_add(&p, hmix(0x434f4e56, s), sys_len[s]);
+	double first = rlognormal(&g->r, o->first_mean ? o->first_mean : 1, o->first_sigma);
+	first = KVT_MIN(first, (double)KVT_TRACE_MAX_INPUT / 2);
+	if (!rc)
+		rc = prompt_add(&p, new_seg(g), KVT_MAX(1u, (uint32_t)first));
+	bool engaged = runif(&g->r) < o->long_frac;
+	double end_p = engaged ? o->long_end_prob : o->end_prob;
+	double think = engaged && o->long_think_s > 0 ? o->long_think_s : o->think_s;
+	double ts = start;
+	do {
+		uint32_t out = rrange(&g->r, o->out_min, o->out_max);
+		if (!rc)
+			rc = emit(g, ts, &p, out);
+		(*count)++;
+		if (!rc)
+			rc = prompt_add(&p, new_seg(g), out);
+		if (!rc)
+			rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->user_min, o->user_max));
+		ts += rexp(&g->r, think) * 1000.0;
+	} while (!rc && runif(&g->r) >= end_p && p.tokens < KVT_TRACE_MAX_INPUT);
+	kvt__free(p.seg);
+	return rc;
+}
+
 static int cmp_req(const void *a, const void *b)
 {
 	const struct gen_req *x = a, *y = b;
@@ -763,7 +849,9 @@ static int cmp_req(const void *a, const void *b)
 
 static double mean_requests(const struct kvt_gen_opts *o)
 {
-	if (o->workload == KVT_GEN_CHAT)
+	if (o->workload == KVT_GEN_CONV && o->long_end_prob > 0)
+		return (1 - o->long_frac) / o->end_prob + o->long_frac / o->long_end_prob;
+	if (o->workload == KVT_GEN_CHAT || o->workload == KVT_GEN_CONV)
 		return 1.0 / (o->end_prob > 0 ? o->end_prob : 1.0);
 	if (o->workload == KVT_GEN_AGENT)
 		return o->steps ? o->steps : 1;
@@ -774,10 +862,13 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 {
 	if (!o || !t || o->block_tokens != t->block_tokens || !o->requests ||
 	    o->requests > KVT_TRACE_MAX_REQUESTS || !(o->rate > 0) || o->workload < 0 ||
-	    o->workload > KVT_GEN_AGENT || o->user_min > o->user_max || o->out_min > o->out_max ||
+	    o->workload >= KVT_GEN_N || o->user_min > o->user_max || o->out_min > o->out_max ||
 	    o->doc_min > o->doc_max || o->q_min > o->q_max || o->repo_min > o->repo_max ||
 	    o->tool_min > o->tool_max || !o->sys_prompts || !o->docs || !o->repos ||
-	    !o->docs_per_req || !(o->end_prob > 0 && o->end_prob <= 1) || o->zipf < 0)
+	    !o->docs_per_req || !(o->end_prob > 0 && o->end_prob <= 1) || o->zipf < 0 ||
+	    (o->workload == KVT_GEN_CONV &&
+	     (!o->first_mean || !(o->first_sigma < 8) || !(o->long_frac <= 1) ||
+	      (o->long_frac > 0 && !(o->long_end_prob > 0 && o->long_end_prob <= 1)))))
 		return -EINVAL;
 	struct gen g = {.o = o};
 	rng_seed(&g.r, o->seed);
@@ -786,6 +877,11 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 	uint32_t items = o->workload == KVT_GEN_RAG ? o->docs : o->repos;
 	uint32_t lo = o->workload == KVT_GEN_RAG ? o->doc_min : o->repo_min;
 	uint32_t hi = o->workload == KVT_GEN_RAG ? o->doc_max : o->repo_max;
+	if (o->workload == KVT_GEN_CONV) { /* system prompts of 1/2 .. 3/2 sys_tokens */
+		items = o->sys_prompts;
+		lo = o->sys_tokens / 2;
+		hi = o->sys_tokens + o->sys_tokens / 2;
+	}
 	int rc = zipf_init(&z, items, o->zipf);
 	if (rc)
 		return rc;
@@ -808,6 +904,8 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 			rc = gen_chat(&g, now, &count);
 		else if (o->workload == KVT_GEN_RAG)
 			rc = gen_rag(&g, &z, len, now, &count);
+		else if (o->workload == KVT_GEN_CONV)
+			rc = gen_conv(&g, &z, len, now, &count);
 		else
 			rc = gen_agent(&g, &z, len, now, &count);
 	}
@@ -859,6 +957,18 @@ void kvt__gen_defaults(int workload, struct kvt_gen_opts *o)
 		o->rate = 4;
 		o->sys_tokens = 400;
 		break;
+	case KVT_GEN_CONV:
+		/* docs/COST_MODEL.md, "The conversation workload", gives the source of each */
+		o->requests = 12031;
+		o->rate = 3.34;
+		o->sys_prompts = 2000, o->sys_tokens = 1536, o->zipf = 0.6;
+		o->first_mean = 10000, o->first_sigma = 1.0;
+		o->end_prob = 0.65;
+		o->user_min = 20, o->user_max = 600;
+		o->out_min = 50, o->out_max = 636;
+		o->think_s = 200;
+		o->long_frac = 0, o->long_end_prob = 0.12, o->long_think_s = 70;
+		break;
 	case KVT_GEN_AGENT:
 		o->rate = 2;
 		o->sys_tokens = 0;
@@ -871,11 +981,11 @@ void kvt__gen_defaults(int workload, struct kvt_gen_opts *o)
 	}
 }
 
-static const char *workloads[] = {"chat", "rag", "agent"};
+static const char *workloads[] = {"chat", "rag", "agent", "conversation"};
 
 int kvt__gen_workload(const char *name)
 {
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < KVT_GEN_N; i++)
 		if (!strcmp(name, workloads[i]))
 			return i;
 	return -EINVAL;
@@ -883,7 +993,7 @@ int kvt__gen_workload(const char *name)
 
 const char *kvt__gen_workload_name(int w)
 {
-	return w >= 0 && w < 3 ? workloads[w] : "?";
+	return w >= 0 && w < KVT_GEN_N ? workloads[w] : "?";
 }
 
 #define KNOB_U32(name)                                                                             \
@@ -926,6 +1036,11 @@ static const struct {
     KNOB_U32(tool_min),
     KNOB_U32(tool_max),
     KNOB_DBL(step_s),
+    KNOB_U32(first_mean),
+    KNOB_DBL(first_sigma),
+    KNOB_DBL(long_frac),
+    KNOB_DBL(long_end_prob),
+    KNOB_DBL(long_think_s),
 };
 
 int kvt__gen_set(struct kvt_gen_opts *o, const char *key, const char *value)

@@ -16,6 +16,7 @@
 
 /* Bounds a trace line must respect (anything larger is rejected, never allocated). */
 #define KVT_TRACE_MAX_LINE (4u << 20)	    /* bytes per line */
+#define KVT_TRACE_MAX_BYTES (16ull << 30)   /* bytes per trace file */
 #define KVT_TRACE_MAX_INPUT (1u << 24)	    /* prompt tokens per request */
 #define KVT_TRACE_MAX_OUTPUT (1u << 24)	    /* output tokens per request */
 #define KVT_TRACE_MAX_BLOCKS 65536u	    /* hash_ids per request */
@@ -68,14 +69,21 @@ int kvt__trace_add(struct kvt_trace *t, double ts_ms, uint32_t input_len, uint32
  * whitespace-only lines are ignored. Stops at the first error: -EINVAL (or -E2BIG for an
  * over-limit size) with "line N: reason" in err. Requests already parsed stay in t. */
 int kvt__trace_parse(struct kvt_trace *t, const char *buf, size_t len, char *err, size_t errlen);
-/* The same from a file ("-" is stdin). -errno if unreadable. */
+/* The same from a file ("-" is stdin), read line by line: at most KVT_TRACE_MAX_BYTES.
+ * -errno if unreadable, -EFBIG past the bound; err always says why. */
 int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t errlen);
 /* Write a trace in the same format (what the generator's output looks like on disk). */
 int kvt__trace_write(const struct kvt_trace *t, FILE *f);
 
 /* ---- generator */
 
-enum kvt_gen_workload { KVT_GEN_CHAT = 0, KVT_GEN_RAG = 1, KVT_GEN_AGENT = 2 };
+enum kvt_gen_workload {
+	KVT_GEN_CHAT = 0,
+	KVT_GEN_RAG = 1,
+	KVT_GEN_AGENT = 2,
+	KVT_GEN_CONV = 3, /* "conversation": fitted to the Mooncake FAST'25 conversation trace */
+	KVT_GEN_N
+};
 
 /* Knobs (docs/COST_MODEL.md, "Workloads"); kvt__gen_defaults() fills typical values. */
 struct kvt_gen_opts {
@@ -103,10 +111,20 @@ struct kvt_gen_opts {
 	uint32_t steps;		     /* mean steps of one agent task (geometric) */
 	uint32_t tool_min, tool_max; /* tokens of one tool result appended per step */
 	double step_s;		     /* mean pause between steps (tool latency) */
+	/* conversation (also uses sys_prompts, sys_tokens, zipf, end_prob, user_*, out_*,
+	 * think_s): the first turn carries a long, unique context (a pasted document, a file)
+	 * whose length is log-normal */
+	uint32_t first_mean; /* mean tokens of the first turn's own content */
+	double first_sigma;  /* log-normal shape of it */
+	/* turn counts are a mix of two geometrics: this share of conversations ends after a
+	 * turn with long_end_prob instead of end_prob (engaged users keep going) */
+	double long_frac;
+	double long_end_prob;
+	double long_think_s; /* and pause this long between turns on average */
 };
 
 void kvt__gen_defaults(int workload, struct kvt_gen_opts *o);
-/* "chat", "rag", "agent" -> enum; -EINVAL. */
+/* "chat", "rag", "agent", "conversation" -> enum; -EINVAL. */
 int kvt__gen_workload(const char *name);
 const char *kvt__gen_workload_name(int workload);
 /* Set one knob by name ("docs", "zipf", "think_s", ...). -ENOENT unknown, -EINVAL bad. */

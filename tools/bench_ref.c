@@ -82,7 +82,8 @@ double lat_pct(struct lat *l, double p)
 
 void lat_sort(struct lat *l)
 {
-	qsort(l->v, l->n, sizeof(double), cmp_double);
+	if (l->n) /* qsort(NULL, 0, ...) is UB */
+		qsort(l->v, l->n, sizeof(double), cmp_double);
 }
 
 /* ------------------------------------------------------------ memcpy and fio */
@@ -116,8 +117,8 @@ void bench_ref_memcpy(size_t chunk, size_t n_bufs, unsigned qd, double seconds, 
 		*(rd ? &nr : &nw) += 1;
 	} while (now < end);
 	double secs = (double)(now - t0) / 1e9, g = 1073741824.0;
-	qsort(rl.v, rl.n, sizeof(double), cmp_double);
-	qsort(wl.v, wl.n, sizeof(double), cmp_double);
+	lat_sort(&rl); /* not qsort: a phase may have no reads or no writes */
+	lat_sort(&wl);
 	out->read_iops = (double)nr / secs;
 	out->write_iops = (double)nw / secs;
 	out->read_gibps = out->read_iops * (double)chunk / g;

@@ -139,7 +139,7 @@ static void phase_fill(struct run *r, struct phase_result *out, double secs)
 {
 	struct lat *ls[2] = {&r->rl, &r->wl};
 	for (int i = 0; i < 2; i++)
-		if (ls[i]->n) /* qsort(NULL, 0) is undefined: a phase without reads or writes */
+		if (ls[i]->n) /* qsort(NULL, 0, ...) is UB: a phase may have no reads or writes */
 			qsort(ls[i]->v, ls[i]->n, sizeof(double), cmp_double);
 	double gib = (double)r->payload / (1024.0 * 1024 * 1024);
 	out->read_iops = (double)r->reads / secs;

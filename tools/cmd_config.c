@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 
 int kvt_cmd_config(int argc, char **argv)
 {
@@ -45,7 +46,7 @@ int kvt_cmd_config(int argc, char **argv)
 		printf("{");
 	for (unsigned i = 0; (name = kvt_config_key_info(i, &def, &help)); i++) {
 		char val[4200];
-		kvt_config_get(cfg, name, val, sizeof(val));
+		kvt__config_get_shown(cfg, name, val, sizeof(val)); /* never a password */
 		if (o.json) {
 			printf("%s", i ? "," : "");
 			cli_json_str(stdout, name);

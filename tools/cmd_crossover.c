@@ -25,12 +25,14 @@ static void usage(FILE *f)
 	    "                        [--tiers LIST] [--profile FILE] [--max-tokens N]\n"
 	    "                        [--plot FILE.png] [--json] [--config FILE] [--set k=v]...\n"
 	    "\n"
-	    "  --model M        llama3.1-8b, llama3.1-70b, qwen2.5-7b, qwen3-32b, deepseek-v3\n"
+	    "  --model M        llama3.2-3b, llama3.1-8b, llama3.1-70b, qwen2.5-7b, qwen3-32b,\n"
+	    "                   deepseek-v3\n"
 	    "  --gpu G          h100-sxm, h200, a100-80gb, l40s\n"
 	    "  --mfu X          fraction of the GPU's bf16 peak a prefill reaches (0.5)\n"
 	    "  --tp N           GPUs per prefill (tensor parallel)\n"
 	    "  --tiers LIST     tiers to report (default %s)\n"
-	    "  --profile FILE   tier profile from kvtier calibrate (else defaults)\n"
+	    "  --profile FILE   tier profile from kvtier calibrate, optionally with an [engine]\n"
+	    "                   section (docs/COST_MODEL.md; else defaults)\n"
 	    "  --max-tokens N   longest prefix considered (default 1048576)\n"
 	    "  --plot FILE.png  restore vs recompute time plot (needs gnuplot)\n",
 	    ALL_TIERS);

@@ -29,7 +29,7 @@ static void usage(FILE *f)
 {
 	fprintf(
 	    f,
-	    "usage: kvtier replay (--trace FILE | --workload chat|rag|agent) [--simulate]\n"
+	    "usage: kvtier replay (--trace FILE | --workload W) [--simulate]\n"
 	    "                     [--policy P[,P...]] [--dram-tokens N] [--nvme-tokens N] "
 	    "[--belady]\n"
 	    "                     [--model M] [--gpu G] [--admit-freq N] [--no-prefetch]\n"
@@ -40,7 +40,7 @@ static void usage(FILE *f)
 	    "\n"
 	    "  --trace FILE        Mooncake FAST'25 JSON lines (timestamp ms, input_length,\n"
 	    "                      output_length, hash_ids of 512-token blocks); '-' is stdin\n"
-	    "  --workload W        generate a trace instead: chat, rag or agent (seeded)\n"
+	    "  --workload W        generate: chat, rag, agent or conversation (seeded)\n"
 	    "  --requests N        generated requests (default 12000); --seed S (default 42)\n"
 	    "  --gen KNOB=VALUE    a generator knob (docs/COST_MODEL.md lists them), repeatable\n"
 	    "  --save-trace FILE   write the trace that was replayed as JSON lines\n"
@@ -48,7 +48,7 @@ static void usage(FILE *f)
 	    "                      (DRAM + NVMe in --dir D, default ./kvtier-data/replay)\n"
 	    "  --scale X           real mode: KV bytes per token = the model's times X, in (0, 1]\n"
 	    "                      (default 0.01; 1 = full size)\n"
-	    "  --policy P,...      eviction policies to compare (default %s; also lru, arc)\n"
+	    "  --policy P,...      eviction policies to compare (default %s; also lru, arc, pslru)\n"
 	    "  --dram-tokens N     DRAM capacity in tokens (default 262144; a block takes 512)\n"
 	    "  --nvme-tokens N     NVMe capacity in tokens (default 4194304; 0 disables it)\n"
 	    "  --belady            also compute the offline-optimal (MIN) hit ratio\n"
@@ -274,7 +274,7 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 		int w = kvt__gen_workload(o->workload);
 		if (w < 0) {
 			kvt__trace_destroy(t);
-			return cli_fail(CMD, "unknown workload '%s' (chat, rag, agent)",
+			return cli_fail(CMD, "unknown workload '%s' (chat, rag, agent, conversation)",
 					o->workload);
 		}
 		struct kvt_gen_opts g;
@@ -424,7 +424,7 @@ int kvt_cmd_replay(int argc, char **argv)
 	struct kvt_cost *cost = NULL;
 	struct kvt_trace *t = NULL;
 	if (!!o.trace == !!o.workload) {
-		cli_fail(CMD, "give exactly one of --trace FILE and --workload chat|rag|agent");
+		cli_fail(CMD, "give exactly one of --trace FILE and --workload W");
 		goto out;
 	}
 	if (!o.simulate && (o.sweep || o.belady || o.n_policies > 1)) {
@@ -463,8 +463,10 @@ int kvt_cmd_replay(int argc, char **argv)
 		goto out;
 	tty_progress = isatty(STDERR_FILENO);
 	if (!o.simulate) {
-		if (!strcmp(o.policies[0], "lru") || !strcmp(o.policies[0], "arc"))
-			kvt_config_set(cfg, "dram.policy", o.policies[0], NULL, 0);
+		if (kvt_config_set(cfg, "dram.policy", o.policies[0], err, sizeof(err))) {
+			cli_fail(CMD, "%s", err);
+			goto out;
+		}
 		struct replay_real_opts ro = {
 		    .dir = so.dir ? so.dir : "./kvtier-data/replay",
 		    .source = o.trace ? o.trace : o.workload,

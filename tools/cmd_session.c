@@ -6,13 +6,22 @@
  * chunk of it, checks the bytes, and reports which tier served each and how many tokens
  * would still need a prefill. There is no model here, so a chunk's KV bytes are derived
  * from its key: resume can prove it got exactly what save stored.
+ *
+ * `save` then asks every persistent tier (all but DRAM, which dies with the process) which
+ * chunks it holds, and exits 4 if some chunk is in none of them (a full or read-only tier,
+ * a spent write budget, a write error): a saved session that cannot be resumed must not
+ * look saved.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "engine.h"
 #include "internal.h"
+#include "store_key.h"
+#include "tier.h"
 
 struct session_opts {
 	const char *tokens_file;
@@ -87,6 +96,72 @@ static void synthetic(unsigned long n, unsigned long seed, uint32_t **out, size_
 
 #define WINDOW 8
 
+struct exists_wait {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	bool done;
+	int rc;
+};
+
+static void exists_cb(void *arg, int64_t rc)
+{
+	struct exists_wait *w = arg;
+	pthread_mutex_lock(&w->m);
+	w->rc = rc;
+	w->done = true;
+	pthread_cond_signal(&w->c);
+	pthread_mutex_unlock(&w->m);
+}
+
+/* How many of keys[0..n) no persistent tier holds (-1: there is no persistent tier);
+ * *first gets the index of the first such chunk. Tiers are asked directly, so they are
+ * asked for the storage keys (the names the store filed the chunks under). */
+static long count_unstored(struct kvt_store *s, const struct kvt_key *api_keys, size_t n,
+			   size_t *first)
+{
+	uint8_t *any = calloc(n ? n : 1, 1), *present = calloc(n ? n : 1, 1);
+	int tiers = 0;
+	long missing = -1;
+	struct kvt_storage_keys sk = {0};
+	if (!any || !present || kvt__storage_keys(&sk, kvt_store_ns_id(s), api_keys, n) < 0)
+		goto out;
+	const struct kvt_key *keys = sk.keys;
+	for (int i = 0; i < kvt_store_tier_count(s); i++) {
+		struct kvt_tier *t = kvt__store_tier(s, i);
+		if (!t) /* DRAM */
+			continue;
+		for (size_t off = 0; off < n; off += 4096) {
+			uint32_t m = (uint32_t)KVT_MIN(n - off, (size_t)4096);
+			struct exists_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+						false, 0};
+			int rc = t->ops->exists(t, keys + off, m, present + off, exists_cb, &w);
+			if (rc == 0) {
+				pthread_mutex_lock(&w.m);
+				while (!w.done)
+					pthread_cond_wait(&w.c, &w.m);
+				pthread_mutex_unlock(&w.m);
+				rc = w.rc;
+			}
+			for (uint32_t j = 0; j < m && rc == 0; j++)
+				any[off + j] |= present[off + j];
+		}
+		tiers++;
+	}
+	if (tiers) {
+		missing = 0;
+		for (size_t i = n; i-- > 0;)
+			if (!any[i]) {
+				missing++;
+				*first = i;
+			}
+	}
+out:
+	kvt__storage_keys_free(&sk);
+	free(any);
+	free(present);
+	return missing;
+}
+
 struct fetch {
 	void *buf;
 	int idx;
@@ -118,7 +193,10 @@ int kvt_cmd_session(int argc, char **argv)
 		       "tier to see a session migrate.\n"
 		       "  --tokens FILE    whitespace-separated token ids\n"
 		       "  --synthetic N    N seeded pseudo-random tokens (--seed, default 1)\n"
-		       "  --dir D, --config FILE, --tiers LIST, --set K=V, --json as everywhere\n");
+		       "  --dir D, --config FILE, --tiers LIST, --set K=V, --json as everywhere\n"
+		       "Exit status: 0 ok; 1 error; 2 usage; 3 resume got wrong bytes; 4 save could "
+		       "not store\nevery chunk in a persistent tier (full, read-only, budget "
+		       "spent).\n");
 		return strcmp(verb, "--help") && strcmp(verb, "-h") ? 2 : 0;
 	}
 	for (int i = 2; i < argc; i++) {
@@ -189,12 +267,25 @@ int kvt_cmd_session(int argc, char **argv)
 				goto out;
 			}
 		}
-		kvt_flush_sync(s);
+		int frc = kvt_flush_sync(s);
 		double ms = (double)(kvt__now_ns() - t0) / 1e6;
+		size_t first = 0;
+		long missing = count_unstored(s, keys, n_chunks, &first);
+		size_t stored = missing < 0 ? n_chunks : n_chunks - (size_t)missing;
 		if (o.json)
-			printf("{\"tokens\":%zu,\"chunks\":%zu,\"ms\":%.1f}\n", n_tok, n_chunks, ms);
+			printf("{\"tokens\":%zu,\"chunks\":%zu,\"stored_chunks\":%zu,\"ms\":%.1f}\n",
+			       n_tok, n_chunks, stored, ms);
 		else
 			printf("saved %zu tokens as %zu chunks in %.1f ms\n", n_tok, n_chunks, ms);
+		if (frc < 0)
+			rc = cli_fail("session", "flush failed: %s", kvt_strerror(frc));
+		if (missing > 0) {
+			fprintf(stderr,
+				"kvtier session: %ld of %zu chunks were not stored in any persistent "
+				"tier (the first is chunk %zu: a resume gets at most %zu chunks)\n",
+				missing, n_chunks, first, first);
+			rc = 4;
+		}
 		goto out;
 	}
 	int prefix = kvt_lookup_sync(s, keys, n_chunks, tiers);

@@ -2,6 +2,15 @@
  * cmd_store.c - inspecting and repairing a store: `ls`, `stat`, `verify`, `rm`. They open
  * the store like any engine would (so `--dir D` is all a local store needs) and reach the
  * tiers' object listings through the tier vtable's scan.
+ *
+ * Inspection changes nothing: ls, stat and verify open the store with store.read_only, so
+ * no tier creates, locks, cleans up, evicts or writes anything, a live writer may keep the
+ * store open meanwhile, a read-only mount works, and a path that is not a store is an
+ * error. Only `verify --drop` and `rm` open it for writing. verify reads each object in
+ * windows of at most 8 MiB (one read for most objects) so its memory does not depend on
+ * what a file's size claims, and applies the one definition of a sound object that get applies
+ * (kvt__object_verify): a header that decodes for its key, and every layer's CRC; bytes
+ * past the header's object size are not part of the object.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -13,6 +22,21 @@
 #include "engine.h"
 #include "format.h"
 #include "tier.h"
+
+#define VERIFY_PIECE (8u << 20) /* bytes of an object read and checked at a time */
+
+/* Inspection: open every tier read-only (see the top of the file). */
+static struct kvt_store *open_inspect(struct cli_store_opts *o, const char *cmd)
+{
+	if (o->n_sets >= (int)(sizeof(o->sets) / sizeof(o->sets[0]))) {
+		cli_fail(cmd, "too many --set options");
+		return NULL;
+	}
+	o->sets[o->n_sets++] = "store.read_only=true";
+	struct kvt_store *s = cli_open_store(o);
+	o->n_sets--;
+	return s;
+}
 
 static int parse_common(const char *cmd, struct cli_store_opts *o, int argc, char **argv,
 			const char *usage, int (*extra)(void *arg, int argc, char **argv, int *i),
@@ -79,7 +103,7 @@ int kvt_cmd_ls(int argc, char **argv)
 			 "object).\n" COMMON_HELP,
 			 NULL, NULL) < 0)
 		return 2;
-	struct kvt_store *s = cli_open_store(&o);
+	struct kvt_store *s = open_inspect(&o, "ls");
 	if (!s)
 		return 1;
 	uint64_t n = 0, bytes = 0;
@@ -114,7 +138,7 @@ int kvt_cmd_stat(int argc, char **argv)
 			 "I/O, evictions,\nchecksum failures).\n" COMMON_HELP,
 			 NULL, NULL) < 0)
 		return 2;
-	struct kvt_store *s = cli_open_store(&o);
+	struct kvt_store *s = open_inspect(&o, "stat");
 	if (!s)
 		return 1;
 	struct kvt_stats st;
@@ -218,10 +242,153 @@ struct verify_opts {
 static int verify_extra(void *arg, int argc, char **argv, int *i)
 {
 	struct verify_opts *v = arg;
+	(void)argc;
 	if (!strcmp(argv[*i], "--drop")) {
 		v->drop = true;
 		return 1;
 	}
+	return 0;
+}
+
+static int read_sync(struct kvt_tier *t, const struct kvt_key *key, uint64_t off, uint64_t len,
+		     void *buf)
+{
+	struct sync_io w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
+	struct kvt_seg seg = {off, len, buf};
+	return sync_io_wait(&w, t->ops->read(t, key, &seg, 1, sync_io_cb, &w));
+}
+
+/* A window of an object in buf: bytes [start, start + len). Objects up to VERIFY_PIECE
+ * take one read; larger ones are read a window at a time as the layers need them. */
+struct window {
+	uint64_t start, len;
+};
+
+static int window_at(struct kvt_tier *t, const struct kvt_key *key, void *buf, struct window *w,
+		     uint64_t pos)
+{
+	uint64_t start = pos & ~(uint64_t)(KVT_ALIGN - 1);
+	int rc = read_sync(t, key, start, VERIFY_PIECE, buf);
+	if (rc < 0)
+		return rc;
+	w->start = start;
+	w->len = (uint64_t)rc;
+	return 0;
+}
+
+/* Check one object through its tier. NULL if sound, "" if it is gone (removed meanwhile),
+ * else why it is bad (in why[], or a constant). listed: its size in the tier's listing
+ * (UINT64_MAX: unknown). buf holds VERIFY_PIECE bytes. */
+static const char *verify_object(struct kvt_tier *t, const struct kvt_key *key, uint64_t listed,
+				 void *buf, char *why, size_t whylen)
+{
+	if (listed == 0)
+		return "empty (0 bytes)";
+	if (listed < KVT_HEADER_BYTES) {
+		snprintf(why, whylen, "truncated (%llu bytes, shorter than a header)",
+			 (unsigned long long)listed);
+		return why;
+	}
+	struct window w;
+	int rc = window_at(t, key, buf, &w, 0);
+	if (rc == -ENOENT)
+		return "";
+	if (rc < 0)
+		return kvt_strerror(rc);
+	if (w.len == 0)
+		return "empty (0 bytes)";
+	if (w.len < KVT_HEADER_BYTES)
+		return "truncated (shorter than a header)";
+	struct kvt_header h;
+	struct kvt_expect exp = {.key = key}; /* any namespace or geometry; format bounds */
+	if (kvt__header_decode(buf, &h, &exp) < 0)
+		return "corrupt header";
+	uint64_t lb = kvt_layer_bytes(&h.geometry, h.n_tokens);
+	for (uint32_t l = 0; l < h.geometry.layers; l++) {
+		uint32_t crc = 0;
+		uint64_t pos = h.layer_offset[l], end = pos + lb;
+		while (pos < end) {
+			if (pos < w.start || pos >= w.start + w.len) {
+				rc = window_at(t, key, buf, &w, pos);
+				if (rc == -ENOENT)
+					return "";
+				if (rc < 0)
+					return kvt_strerror(rc);
+				if (pos >= w.start + w.len) {
+					snprintf(why, whylen,
+						 "truncated (the header says %llu bytes; layer %u "
+						 "is cut short)",
+						 (unsigned long long)h.object_bytes, l);
+					return why;
+				}
+			}
+			uint64_t n = KVT_MIN(end, w.start + w.len) - pos;
+			crc = kvt__crc32c(crc, (const uint8_t *)buf + (pos - w.start), (size_t)n);
+			pos += n;
+		}
+		if (crc != h.layer_crc[l]) {
+			snprintf(why, whylen, "corrupt (layer %u checksum mismatch)", l);
+			return why;
+		}
+	}
+	return NULL;
+}
+
+struct anomaly_ctx {
+	const char *tier;
+	bool json;
+	uint64_t n;
+};
+
+static void anomaly_print(void *arg, const char *path, const char *why)
+{
+	struct anomaly_ctx *c = arg;
+	if (c->json) {
+		printf("{\"path\":");
+		cli_json_str(stdout, path);
+		printf(",\"tier\":\"%s\",\"error\":", c->tier);
+		cli_json_str(stdout, why);
+		printf("}\n");
+	} else {
+		printf("BAD %s %s: %s (not an object file; never removed by --drop)\n", c->tier,
+		       path, why);
+	}
+	c->n++;
+}
+
+struct bad_obj {
+	int tier;
+	struct kvt_key key;
+};
+
+/* --drop: reopen for writing and remove what is still bad (a writer may have replaced an
+ * object since it was checked: it is checked again first). */
+static int drop_bad(struct cli_store_opts *o, const struct bad_obj *bad, size_t n,
+		    uint64_t *dropped)
+{
+	struct kvt_store *s = cli_open_store(o);
+	if (!s)
+		return -1;
+	void *buf = NULL;
+	if (posix_memalign(&buf, KVT_ALIGN, VERIFY_PIECE)) {
+		kvt_store_close(s);
+		return -1;
+	}
+	char why[160];
+	for (size_t k = 0; k < n; k++) {
+		struct kvt_tier *t = kvt__store_tier(s, bad[k].tier);
+		if (!t)
+			continue;
+		struct kvt_key key = bad[k].key;
+		const char *w = verify_object(t, &key, UINT64_MAX, buf, why, sizeof(why));
+		if (!w || !*w)
+			continue; /* sound now, or gone */
+		struct sync_io r = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
+		if (sync_io_wait(&r, t->ops->remove(t, &key, sync_io_cb, &r)) == 0)
+			(*dropped)++;
+	}
+	free(buf);
+	kvt_store_close(s);
 	return 0;
 }
 
@@ -232,75 +399,78 @@ int kvt_cmd_verify(int argc, char **argv)
 	if (parse_common("verify", &o, argc, argv,
 			 "usage: kvtier verify [--drop] [options]\n"
 			 "Read every object of every listable tier and check its header and layer "
-			 "CRCs.\nBad objects are reported (and removed with --drop). With --json the "
-			 "last line is\n{\"objects\":N,\"bad\":M,\"dropped\":D}. Exit status 0 if "
-			 "none is bad, 3 otherwise.\n"
-			 "  --drop           remove the bad objects\n" COMMON_HELP,
+			 "CRCs,\nand report entries that cannot be objects (symlinks, directories). "
+			 "Changes nothing\nunless --drop is given. With --json the last line is\n"
+			 "{\"objects\":N,\"bad\":M,\"dropped\":D}. Exit status 0 if none is bad, 3 "
+			 "otherwise.\n"
+			 "  --drop           remove the bad objects (not symlinks or directories)\n"
+			 COMMON_HELP,
 			 verify_extra, &v) < 0)
 		return 2;
-	/* Verify the media, not a cache of it: no DRAM tier. */
-	struct kvt_store *s = cli_open_store(&o);
+	struct kvt_store *s = open_inspect(&o, "verify");
 	if (!s)
 		return 1;
 	uint64_t objects = 0, bad = 0, dropped = 0;
-	uint64_t max = 0;
+	struct bad_obj *bads = NULL;
+	size_t nbads = 0;
+	void *buf = NULL;
+	if (posix_memalign(&buf, KVT_ALIGN, VERIFY_PIECE)) {
+		kvt_store_close(s);
+		return cli_fail("verify", "out of memory");
+	}
+	char why[160];
 	for (int i = 0; i < kvt_store_tier_count(s); i++) {
 		struct kvt_tier *t = kvt__store_tier(s, i);
 		if (!t || !t->ops->scan)
 			continue;
+		const char *tname = kvt_store_tier_name(s, i);
 		struct key_list l = {0};
-		if (t->ops->scan(t, collect, &l) < 0) {
+		if (t->ops->scan(t, collect, &l) < 0 || (l.n && !l.keys)) {
 			free(l.keys);
 			free(l.bytes);
+			free(buf);
+			free(bads);
 			kvt_store_close(s);
-			return cli_fail("verify", "tier %s: listing failed", kvt_store_tier_name(s, i));
-		}
-		/* Objects of any geometry may share a directory: read each at its listed size
-		 * (bounded by store.max_object_bytes), not this store's chunk size. */
-		max = t->object_max;
-		for (size_t k = 0; k < l.n; k++)
-			if (l.bytes[k] > max && l.bytes[k] <= (4ull << 30))
-				max = KVT_ALIGN_UP(l.bytes[k], KVT_ALIGN);
-		void *buf = NULL;
-		if (posix_memalign(&buf, KVT_ALIGN, max)) {
-			kvt_store_close(s);
-			return cli_fail("verify", "out of memory");
+			return cli_fail("verify", "tier %s: listing failed", tname);
 		}
 		for (size_t k = 0; k < l.n; k++) {
-			struct sync_io w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
-			uint64_t want = KVT_ALIGN_UP(KVT_MAX(l.bytes[k], (uint64_t)KVT_HEADER_BYTES), KVT_ALIGN);
-			struct kvt_seg seg = {0, KVT_MIN(want, max), buf};
-			int rc = sync_io_wait(&w, t->ops->read(t, &l.keys[k], &seg, 1, sync_io_cb, &w));
-			const char *why = NULL;
-			struct kvt_header h;
-			struct kvt_expect exp = {.key = &l.keys[k]};
-			if (rc == -ENOENT)
+			const char *w = verify_object(t, &l.keys[k], l.bytes[k], buf, why, sizeof(why));
+			if (w && !*w)
 				continue; /* removed meanwhile */
 			objects++;
-			if (rc < 0)
-				why = kvt_strerror(rc);
-			else if (kvt__object_verify(buf, (uint64_t)rc, &exp, &h) < 0)
-				why = (uint64_t)rc < KVT_HEADER_BYTES ? "truncated" : "corrupt";
-			if (!why)
+			if (!w)
 				continue;
 			bad++;
 			char hex[65];
 			kvt_key_to_hex(&l.keys[k], hex);
-			if (o.json)
-				printf("{\"key\":\"%s\",\"tier\":\"%s\",\"error\":\"%s\"}\n", hex,
-				       kvt_store_tier_name(s, i), why);
-			else
-				printf("BAD %s %s: %s\n", kvt_store_tier_name(s, i), hex, why);
-			if (v.drop) {
-				struct sync_io r = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
-				if (sync_io_wait(&r, t->ops->remove(t, &l.keys[k], sync_io_cb, &r)) == 0)
-					dropped++;
+			if (o.json) {
+				printf("{\"key\":\"%s\",\"tier\":\"%s\",\"error\":", hex, tname);
+				cli_json_str(stdout, w);
+				printf("}\n");
+			} else {
+				printf("BAD %s %s: %s\n", tname, hex, w);
+			}
+			struct bad_obj *nb = realloc(bads, (nbads + 1) * sizeof(*nb));
+			if (nb) {
+				bads = nb;
+				bads[nbads++] = (struct bad_obj){i, l.keys[k]};
 			}
 		}
-		free(buf);
 		free(l.keys);
 		free(l.bytes);
+		if (t->ops->scan_anomalies) {
+			struct anomaly_ctx c = {tname, o.json, 0};
+			t->ops->scan_anomalies(t, anomaly_print, &c);
+			bad += c.n;
+		}
 	}
+	free(buf);
+	kvt_store_close(s);
+	if (v.drop && nbads && drop_bad(&o, bads, nbads, &dropped) < 0) {
+		free(bads);
+		return cli_fail("verify", "cannot open the store for --drop");
+	}
+	free(bads);
 	if (o.json)
 		printf("{\"objects\":%llu,\"bad\":%llu,\"dropped\":%llu}\n",
 		       (unsigned long long)objects, (unsigned long long)bad,
@@ -308,7 +478,6 @@ int kvt_cmd_verify(int argc, char **argv)
 	else
 		printf("%llu objects checked, %llu bad, %llu dropped\n", (unsigned long long)objects,
 		       (unsigned long long)bad, (unsigned long long)dropped);
-	kvt_store_close(s);
 	return bad ? 3 : 0;
 }
 
@@ -347,7 +516,7 @@ int kvt_cmd_rm(int argc, char **argv)
 		return 1;
 	int missing = 0;
 	for (int i = 0; i < n; i++) {
-		int rc = kvt_remove_sync(s, &k[i]);
+		int rc = kvt__store_remove_stored_sync(s, &k[i]); /* the stored name, as ls shows */
 		if (o.json)
 			printf("{\"key\":\"%s\",\"removed_from\":%d}\n", keys[i], rc < 0 ? 0 : rc);
 		else

@@ -115,7 +115,7 @@ def main():
     files["trunc-header-minus-1"] = valid[:4095]
     files["trunc-header-only"] = valid[:4096]
     files["trunc-minus-1"] = valid[:-1]
-    files["extended-plus-1"] = valid + b"\0"
+    files["valid-extended-plus-1"] = valid + b"\0"
 
     def corrupt(name, fn, fixcrc=True):
         b = bytearray(valid)

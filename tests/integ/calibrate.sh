@@ -27,7 +27,9 @@ echo "$err" | grep -q "bad.ini" || fail "unclear error: $err"
 # recompute, at 1000 GB/s it always does.
 printf '[tier.nvme]\nlatency_us = 100\nread_gbps = 0.01\nwrite_gbps = 0.01\n' > "$T/slow.ini"
 printf '[tier.nvme]\nlatency_us = 1\nread_gbps = 1000\nwrite_gbps = 1000\n' > "$T/fast.ini"
-"$K" session save --synthetic 4096 --dir "$T/slow" --set cost.profile="$T/slow.ini" >/dev/null
+# A save that admission kept out of every persistent tier says so (exit 4).
+rc=0; "$K" session save --synthetic 4096 --dir "$T/slow" --set cost.profile="$T/slow.ini" >/dev/null 2>&1 || rc=$?
+[ "$rc" = 4 ] || fail "a save that stored nothing exited $rc, not 4"
 "$K" stat --dir "$T/slow" --json | jq -e '.tiers[1].objects == 0' >/dev/null || fail "slow tier was written"
 "$K" session save --synthetic 4096 --dir "$T/fast" --set cost.profile="$T/fast.ini" >/dev/null
 "$K" stat --dir "$T/fast" --json | jq -e '.tiers[1].objects == 16' >/dev/null || fail "fast tier was not written"

@@ -2,9 +2,11 @@
  * nvme_tmpfs.c - the nvme tier on small RAM file systems (needs root to mount; exits 77
  * otherwise). (1) A file system that refuses O_DIRECT: direct=auto warns once and works
  * buffered, direct=on fails open with a clear error. Linux >= 6.6 tmpfs accepts O_DIRECT,
- * so when it does, ramfs (which never does) plays that part. (2) A full 8 MiB tmpfs: real
- * ENOSPC evicts and retries, an impossible write fails with -ENOSPC leaving no temp file and
- * every stored object intact, never a crash. (3) nvme.bytes below the disk size.
+ * so when it does, ramfs (which never does) plays that part. (2) A full 8 MiB tmpfs: nvme.bytes
+ * of 1 GiB is clamped at open to what the disk holds less 2 %, so eviction keeps it from
+ * filling; a disk filled by someone else (a ballast file) gives real ENOSPCs, which evict and
+ * retry; an impossible write fails with -ENOSPC leaving no temp file and every stored object
+ * intact, never a crash. (3) nvme.bytes below the disk size.
  */
 #include <fcntl.h>
 #include <sys/mount.h>
@@ -132,9 +134,11 @@ int main(void)
 
 	/* ---- (2) disk full: 8 MiB tmpfs, capacity far larger */
 	snprintf(dir, sizeof(dir), "%s/full", mnt_tmpfs);
+	log_clear();
 	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "1GiB", NULL), 0);
+	CHECK_EQ(log_count("capacity clamped to"), 1);
 	struct kvt_tier_stats st;
-	/* 48 x 512 KiB = 24 MiB through an 8 MiB disk: real ENOSPC evicts and retries. */
+	/* 48 x 512 KiB = 24 MiB through an 8 MiB disk: eviction keeps it from filling. */
 	for (int i = 0; i < 48; i++) {
 		k[i] = make_key(21, (uint64_t)i);
 		fill_object(buf, 512 << 10, &k[i]);

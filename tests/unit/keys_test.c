@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "internal.h"
+#include "store_key.h"
 
 struct vector {
 	const char *name;
@@ -433,6 +434,55 @@ static void test_hex(void **state)
 	assert_memory_equal(before.bytes, back.bytes, 32);
 }
 
+/* Storage keys (docs/FORMAT.md 2b) against keys_vectors.py: a content key and an opaque
+ * one in two namespaces; the opaque key names a different object in each. */
+static void test_storage_keys(void **state)
+{
+	static const char *v[][3] = {
+		{"31adb4657a54d8eb7ae01f4dd2478a873420dd642b05380d5eadbacfc36cc8ab",
+		 "97a43d99ac6802c423daec67ac34f3e98004ae247c9cbcd49f6ecd68f251a269",
+		 "f49c697f5d2e1b05af5633f1efbabfffba5dbfcd769b5ddfe33a4f3cd3b225df"},
+		{"31adb4657a54d8eb7ae01f4dd2478a873420dd642b05380d5eadbacfc36cc8ab",
+		 "4242424242424242424242424242424242424242424242424242424242424242",
+		 "69053f39206c1100c5397bd7e1c74190bcaa6c5b1db132d05d8e671ce42263e7"},
+		{"5eff372b501ac2b3d2dc7488ad05f2925c5287a589af9e90c5bb4cd4e6ace193",
+		 "4242424242424242424242424242424242424242424242424242424242424242",
+		 "5e448870c7117bb7e5cf3224037950f017d977823fbcebd2b57140ed97b2acf4"},
+		{"16fe6deb1e5a3edef76b53cf560e0393e01943d047852502674ee09507a92e0e",
+		 "30157011e779c92533405ff2743593fc5f5fae4755d229418c7f667d44802466",
+		 "09a08f941f268c9d871d78842ebaaf1787ed2c1eda1d55da3f18428013d1b50a"},
+	};
+	struct kvt_key batch_in[40], nsk;
+	for (int round = 0; round < 2; round++) /* the second round hits the cached first block */
+		for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+			struct kvt_key ns, key, out;
+			char hex[65];
+			assert_int_equal(kvt_key_from_hex(v[i][0], &ns), 0);
+			assert_int_equal(kvt_key_from_hex(v[i][1], &key), 0);
+			assert_ptr_equal(kvt__storage_key(ns.bytes, &key, &out), &out);
+			kvt_key_to_hex(&out, hex);
+			assert_string_equal(hex, v[i][2]);
+			assert_ptr_equal(kvt__storage_key(ns.bytes, &key, &key), &key); /* aliasing */
+			assert_memory_equal(&key, &out, sizeof(key));
+		}
+	assert_int_equal(kvt_key_from_hex(v[2][0], &nsk), 0);
+	assert_null(kvt__storage_key(nsk.bytes, NULL, &nsk));
+	/* batches, on the stack and on the heap, equal key by key */
+	for (int i = 0; i < 40; i++)
+		memset(batch_in[i].bytes, i, sizeof(batch_in[i].bytes));
+	size_t sizes[] = {0, 1, 16, 17, 40};
+	for (size_t j = 0; j < sizeof(sizes) / sizeof(sizes[0]); j++) {
+		struct kvt_storage_keys b;
+		assert_int_equal(kvt__storage_keys(&b, nsk.bytes, batch_in, sizes[j]), 0);
+		for (size_t i = 0; i < sizes[j]; i++) {
+			struct kvt_key one;
+			kvt__storage_key(nsk.bytes, &batch_in[i], &one);
+			assert_memory_equal(&b.keys[i], &one, sizeof(one));
+		}
+		kvt__storage_keys_free(&b);
+	}
+}
+
 static void test_geometry(void **state)
 {
 	struct kvt_geometry g = {32, 8, 128, 256, KVT_DTYPE_BF16, KVT_KIND_KV};
@@ -559,6 +609,7 @@ int main(void)
 		cmocka_unit_test(test_determinism_and_chaining),
 		cmocka_unit_test(test_partial_and_truncation),
 		cmocka_unit_test(test_hex),
+		cmocka_unit_test(test_storage_keys),
 		cmocka_unit_test(test_geometry),
 		cmocka_unit_test(test_geometry_size_limits),
 	};

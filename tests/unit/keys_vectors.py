@@ -44,6 +44,18 @@ def keys(ns_id, chunk_tokens, tokens):
     return out
 
 
+def storage_key(ns_id, key):
+    """The name every tier stores a chunk under (docs/FORMAT.md section 2b)."""
+    h = hashlib.sha256()
+    h.update(b"kvtier-store-v1".ljust(32, b"\0"))
+    h.update(ns_id)
+    h.update(key)
+    return h.digest()
+
+
+OPAQUE = bytes([0x42]) * 32  # an engine's own key, the same for every namespace
+
+
 def golden_tokens(n, mul, add):
     """Deterministic token lists: (i * mul + add) mod 2^32."""
     return [(i * mul + add) & 0xFFFFFFFF for i in range(n)]
@@ -96,6 +108,8 @@ def main():
         print(f"ns_id:  {ns_id.hex()}")
         for i, k in enumerate(ks):
             print(f"key[{i}]: {k.hex()}")
+        print(f"storage(key[0]): {storage_key(ns_id, ks[0]).hex()}")
+        print(f"storage(42..42): {storage_key(ns_id, OPAQUE).hex()}")
         print()
 
 

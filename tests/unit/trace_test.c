@@ -171,7 +171,7 @@ static void test_nul_and_truncated_file(void **state)
 static void test_generator(void **state)
 {
 	(void)state;
-	for (int w = 0; w < 3; w++) {
+	for (int w = 0; w < KVT_GEN_N; w++) {
 		struct kvt_gen_opts o;
 		kvt__gen_defaults(w, &o);
 		o.requests = 2000;
@@ -240,6 +240,9 @@ static void test_knobs(void **state)
 	assert_int_equal(kvt__gen_set(&o, "nope", "1"), -ENOENT);
 	assert_int_equal(kvt__gen_workload("agent"), KVT_GEN_AGENT);
 	assert_int_equal(kvt__gen_workload("video"), -EINVAL);
+	assert_int_equal(kvt__gen_workload("conversation"), KVT_GEN_CONV);
+	assert_int_equal(kvt__gen_set(&o, "long_frac", "0.2"), 0);
+	assert_true(o.long_frac == 0.2);
 	struct kvt_trace *t;
 	assert_int_equal(kvt__trace_create(512, &t), 0);
 	o.doc_min = 10, o.doc_max = 5;

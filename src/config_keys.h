@@ -1,0 +1,138 @@
+/*
+ * config_keys.h - every configuration key in one X-macro table: name, type, default,
+ * bounds, enum choices, how it is shown, help. src/config.c builds its row table from it,
+ * and src/config.h builds compile-time lookups from it, so a key name the library reads
+ * that is not in this table (a typo) does not compile, in every build type.
+ *
+ * Row: X(k, name, type, default, min, max, choices, show, help)
+ *   k        passed through (the key being looked up, for config.h's lookups)
+ *   type     STR | U64 | SIZE | BOOL | DOUBLE | ENUM
+ *   min/max  numeric bounds (U64, SIZE, DOUBLE)
+ *   choices  ENUM: "a|b|c", else NULL
+ *   show     PLAIN, or URL_SECRET: a URL whose password is printed as *** (src/redact.h)
+ *
+ * Adding a key: add a row here, read it with kvt__cfg_u64/str/bool/double(cfg, "name").
+ */
+#ifndef KVT_CONFIG_KEYS_H
+#define KVT_CONFIG_KEYS_H
+
+#include "internal.h" /* KVT_MAX_LAYERS */
+
+/* clang-format off */
+#define KVT_CONFIG_KEYS(X, k) \
+	/* store */ \
+	X(k, "store.tiers", STR, "dram,nvme", 0, 0, NULL, PLAIN, "ordered tier chain, fastest first: dram,nvme,fs,s3,rados,redis") \
+	X(k, "store.write_policy", ENUM, "write-through", 0, 0, "write-through|write-back|selective", PLAIN, "when deeper tiers are written: at put (behind the DRAM copy), when DRAM evicts, or after store.selective_hits hits") \
+	X(k, "store.selective_hits", U64, "2", 1, 1000000, NULL, PLAIN, "hits before a chunk is written deeper under the selective policy") \
+	X(k, "store.promote", BOOL, "true", 0, 0, NULL, PLAIN, "copy a deeper-tier hit into DRAM") \
+	X(k, "store.promote_local", BOOL, "true", 0, 0, NULL, PLAIN, "also write a hit from a deeper tier into the tiers above it (e.g. an s3 hit into nvme)") \
+	X(k, "store.max_inflight", U64, "4096", 1, 1048576, NULL, PLAIN, "operations in flight before calls return -EAGAIN") \
+	X(k, "store.tier_timeout_ms", U64, "10000", 1, 3600000, NULL, PLAIN, "ceiling of the deadline of every call to a deeper tier (read, lookup, write, remove, flush); below it the deadline is store.deadline_floor_ms + 4x what the call should cost from the tier's measured latency and bandwidth and the bytes queued ahead of it") \
+	X(k, "store.deadline_floor_ms", U64, "250", 1, 3600000, NULL, PLAIN, "allowance for jitter in the deadline of every call to a deeper tier: no call is given up on sooner") \
+	X(k, "store.max_object_bytes", SIZE, "4GiB", 4096, 4294967296.0, NULL, PLAIN, "largest object a reader accepts") \
+	X(k, "store.read_only", BOOL, "false", 0, 0, NULL, PLAIN, "open every tier for reading only: nothing is created, locked, cleaned up or written, and a missing store is an error (kvtier ls, stat and verify use it)") \
+	/* model / geometry: part of the namespace, hence of every key */ \
+	X(k, "model.name", STR, "llama3.1-8b", 0, 0, NULL, PLAIN, "model id, part of the namespace") \
+	X(k, "model.revision", STR, "main", 0, 0, NULL, PLAIN, "model revision, part of the namespace") \
+	X(k, "model.tenant", STR, "", 0, 0, NULL, PLAIN, "tenant salt: different tenants never share keys") \
+	X(k, "model.layers", U64, "32", 1, KVT_MAX_LAYERS, NULL, PLAIN, "layers") \
+	X(k, "model.kv_heads", U64, "8", 1, 4096, NULL, PLAIN, "KV heads of the whole model (before tensor parallelism); 1 for MLA") \
+	X(k, "model.head_dim", U64, "128", 1, 65536, NULL, PLAIN, "head dimension (MLA: latent dimension)") \
+	X(k, "model.dtype", ENUM, "bf16", 0, 0, "bf16|fp16|fp8|fp32", PLAIN, "KV element type") \
+	X(k, "model.kind", ENUM, "kv", 0, 0, "kv|mla", PLAIN, "K+V per layer, or one MLA latent") \
+	X(k, "model.chunk_tokens", U64, "256", 1, 65536, NULL, PLAIN, "tokens per chunk") \
+	/* dram */ \
+	X(k, "dram.bytes", SIZE, "1GiB", 4096, 1e15, NULL, PLAIN, "DRAM pool size") \
+	X(k, "dram.policy", ENUM, "hd", 0, 0, "hd|lru|arc|pslru", PLAIN, "DRAM eviction and admission policy (also the replay's default; docs/COST_MODEL.md)") \
+	X(k, "dram.hugepages", BOOL, "true", 0, 0, NULL, PLAIN, "back the pool with huge pages when available") \
+	X(k, "dram.mlock", BOOL, "false", 0, 0, NULL, PLAIN, "lock the pool into memory") \
+	/* nvme */ \
+	X(k, "nvme.dirs", STR, "./kvtier-data", 0, 0, NULL, PLAIN, "comma-separated directories, one per drive; chunks are spread across them by key") \
+	X(k, "nvme.bytes", SIZE, "16GiB", 4096, 1e18, NULL, PLAIN, "capacity across all directories; least recently used objects are evicted beyond it") \
+	X(k, "nvme.queue_depth", U64, "64", 1, 4096, NULL, PLAIN, "I/Os in flight per ring") \
+	X(k, "nvme.fsync", ENUM, "data", 0, 0, "none|data|full", PLAIN, "before publishing: none, fdatasync, or fdatasync plus directory fsync") \
+	X(k, "nvme.direct", ENUM, "auto", 0, 0, "auto|on|off", PLAIN, "O_DIRECT: auto falls back to buffered I/O where refused (tmpfs)") \
+	X(k, "nvme.write_budget", SIZE, "0", 0, 1e18, NULL, PLAIN, "bytes written per day at most (0: unlimited); admission skips writes past it") \
+	X(k, "nvme.open_files", U64, "1024", 1, 1000000, NULL, PLAIN, "read file descriptors kept open") \
+	X(k, "nvme.file_mode", ENUM, "0600", 0, 0, "0600|0640|0660|0644", PLAIN, "permissions of the object files created (stored KV reveals prompts; the umask still applies)") \
+	X(k, "nvme.dir_mode", ENUM, "0700", 0, 0, "0700|0750|0770|0755", PLAIN, "permissions of the directories created (the umask still applies)") \
+	/* faulty: the test-only fault-injecting wrapper tier */ \
+	X(k, "faulty.inner", STR, "nvme", 0, 0, NULL, PLAIN, "tests only: the tier the 'faulty' tier wraps") \
+	X(k, "faulty.fail_pct", U64, "0", 0, 100, NULL, PLAIN, "tests only: percent of operations reported as -EIO") \
+	X(k, "faulty.corrupt_pct", U64, "0", 0, 100, NULL, PLAIN, "tests only: percent of reads returned with a flipped byte") \
+	X(k, "faulty.delay_ms", U64, "0", 0, 600000, NULL, PLAIN, "tests only: delay of every completion") \
+	X(k, "faulty.seed", U64, "1", 0, 1.8e19, NULL, PLAIN, "tests only: fault pattern seed") \
+	/* ---- fs tier (shared POSIX directory): rows below ---- */ \
+	X(k, "fs.dir", STR, "", 0, 0, NULL, PLAIN, "shared directory (CephFS, NFS, Lustre mount) holding objects under v1/ab/cd/<key>; instances pointing at the same directory share chunks") \
+	X(k, "fs.threads", U64, "8", 1, 64, NULL, PLAIN, "worker threads running the blocking file system calls (lookups of a batch are spread over them)") \
+	X(k, "fs.direct", ENUM, "auto", 0, 0, "auto|on|off", PLAIN, "O_DIRECT: auto falls back to buffered I/O where the file system refuses it") \
+	X(k, "fs.fsync", ENUM, "data", 0, 0, "none|data|full", PLAIN, "before publishing: none, fdatasync of the object, or fdatasync plus fsync of its directory") \
+	X(k, "fs.bytes", SIZE, "0", 0, 1e18, NULL, PLAIN, "capacity of the shared directory (0: unbounded); every writing node removes the least recently used objects beyond it") \
+	X(k, "fs.tmp_max_age_s", U64, "3600", 60, 1e9, NULL, PLAIN, "a temporary file older than this belongs to a dead writer and is removed by writers' sweeps") \
+	X(k, "fs.file_mode", ENUM, "0600", 0, 0, "0600|0640|0660|0644", PLAIN, "permissions of the object files created; several users sharing the directory need group access (0660, with fs.dir_mode 0770 and a umask that allows it)") \
+	X(k, "fs.dir_mode", ENUM, "0700", 0, 0, "0700|0750|0770|0755", PLAIN, "permissions of the directories created (the umask still applies)") \
+	/* ---- end fs ---- */ \
+	/* ---- s3 tier: rows below ---- */ \
+	X(k, "s3.endpoint", STR, "", 0, 0, NULL, URL_SECRET, "S3 endpoint URL, http(s)://host[:port] (empty: KVTIER_S3_ENDPOINT)") \
+	X(k, "s3.region", STR, "", 0, 0, NULL, PLAIN, "SigV4 signing region (empty: AWS_DEFAULT_REGION, else us-east-1)") \
+	X(k, "s3.bucket", STR, "", 0, 0, NULL, PLAIN, "bucket holding the objects (empty: KVTIER_S3_BUCKET)") \
+	X(k, "s3.prefix", STR, "kvtier/", 0, 0, NULL, PLAIN, "key prefix inside the bucket; objects are <prefix><64 hex digits>") \
+	X(k, "s3.addressing", ENUM, "path", 0, 0, "path|virtual", PLAIN, "path-style (endpoint/bucket/key) or virtual-hosted (bucket.endpoint/key) URLs") \
+	X(k, "s3.credentials_file", STR, "", 0, 0, NULL, PLAIN, "AWS-style credentials file (empty: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)") \
+	X(k, "s3.profile", STR, "default", 0, 0, NULL, PLAIN, "profile section of s3.credentials_file") \
+	X(k, "s3.tls_verify", BOOL, "true", 0, 0, NULL, PLAIN, "verify the server's TLS certificate and host name") \
+	X(k, "s3.ca_file", STR, "", 0, 0, NULL, PLAIN, "CA bundle for TLS verification (empty: the system's)") \
+	X(k, "s3.sign_payload", BOOL, "false", 0, 0, NULL, PLAIN, "sign the body's SHA-256 instead of sending UNSIGNED-PAYLOAD (costs a hash per write)") \
+	X(k, "s3.max_inflight", U64, "64", 1, 4096, NULL, PLAIN, "HTTP requests in flight at once (and keep-alive connections)") \
+	X(k, "s3.retries", U64, "3", 0, 20, NULL, PLAIN, "retries of a request on 5xx, SlowDown or a broken connection (exponential backoff with jitter)") \
+	X(k, "s3.timeout_ms", U64, "5000", 1, 3600000, NULL, PLAIN, "deadline of every operation, retries included") \
+	X(k, "s3.connect_timeout_ms", U64, "2000", 1, 3600000, NULL, PLAIN, "TCP/TLS connection set-up limit") \
+	X(k, "s3.create_bucket", BOOL, "true", 0, 0, NULL, PLAIN, "create the bucket at open if it does not exist") \
+	/* ---- end s3 ---- */ \
+	/* ---- rados tier: rows below ---- */ \
+	X(k, "rados.conf", STR, "", 0, 0, NULL, PLAIN, "ceph.conf path (empty: CEPH_CONF, else Ceph's default search)") \
+	X(k, "rados.pool", STR, "kvtier", 0, 0, NULL, PLAIN, "pool holding the objects (replicated or erasure-coded; env KVTIER_RADOS_POOL)") \
+	X(k, "rados.namespace", STR, "", 0, 0, NULL, PLAIN, "RADOS namespace inside the pool") \
+	X(k, "rados.user", STR, "admin", 0, 0, NULL, PLAIN, "Ceph client name without 'client.'") \
+	X(k, "rados.keyring", STR, "", 0, 0, NULL, PLAIN, "keyring path (empty: from the ceph.conf or CEPH_KEYRING)") \
+	X(k, "rados.create_pool", BOOL, "false", 0, 0, NULL, PLAIN, "create a replicated pool with the cluster's defaults if it does not exist") \
+	X(k, "rados.max_inflight", U64, "256", 1, 65536, NULL, PLAIN, "RADOS operations in flight at once") \
+	X(k, "rados.timeout_ms", U64, "5000", 1, 3600000, NULL, PLAIN, "deadline of every operation (an unreachable OSD or monitor gives -ETIMEDOUT)") \
+	/* ---- end rados ---- */ \
+	/* ---- redis tier: rows below ---- */ \
+	X(k, "redis.url", STR, "redis://127.0.0.1:6379", 0, 0, NULL, URL_SECRET, "redis://[:password@]host:port[/db] of a Redis or Valkey server (the password is never logged)") \
+	X(k, "redis.prefix", STR, "kvt:", 0, 0, NULL, PLAIN, "prefix of every key the tier stores") \
+	X(k, "redis.connections", U64, "4", 1, 64, NULL, PLAIN, "connections, each with its own I/O thread and a pipeline of requests in flight") \
+	X(k, "redis.timeout_ms", U64, "2000", 1, 3600000, NULL, PLAIN, "connect timeout, and the longest a request at the head of a pipeline may wait for its reply before the connection is dropped and its requests fail") \
+	/* ---- end redis ---- */ \
+	/* ---- device layer (GPU/emu): rows below ---- */ \
+	X(k, "device.backend", ENUM, "auto", 0, 0, "auto|emu|cuda", PLAIN, "transfer backend between an engine's GPU KV cache and chunks: auto picks cuda when a GPU is visible, else emu (host memory stands in for device memory)") \
+	X(k, "device.emu_gbps", DOUBLE, "0", 0, 100000, NULL, PLAIN, "emu backend: throttle each copy direction to this many GB/s (10^9 bytes) to stand in for PCIe; 0 = unthrottled") \
+	/* ---- end device ---- */ \
+	/* ---- cost model, admission, replay: rows below ---- */ \
+	X(k, "cost.model", STR, "", 0, 0, NULL, PLAIN, "cost-model preset: llama3.2-3b, llama3.1-8b, llama3.1-70b, qwen2.5-7b, qwen3-32b, deepseek-v3, or custom (model.* geometry + cost.params_b); empty: model.name if it names a preset") \
+	X(k, "cost.gpu", STR, "h100-sxm", 0, 0, NULL, PLAIN, "GPU preset: h100-sxm, h200, a100-80gb, l40s; any other name needs cost.gpu_tflops and cost.h2d_gbps") \
+	X(k, "cost.mfu", DOUBLE, "0.5", 0.01, 1, NULL, PLAIN, "fraction of the GPU's dense bf16 peak a prefill reaches") \
+	X(k, "cost.gpu_tflops", DOUBLE, "0", 0, 1e6, NULL, PLAIN, "effective prefill TFLOP/s of one GPU, overriding preset peak x cost.mfu (0: preset)") \
+	X(k, "cost.h2d_gbps", DOUBLE, "0", 0, 1e5, NULL, PLAIN, "effective host-to-GPU GB/s of one GPU (0: preset)") \
+	X(k, "cost.tp", U64, "1", 1, 1024, NULL, PLAIN, "GPUs that serve one prefill (tensor parallel): throughput and host-to-GPU bandwidth scale with it") \
+	X(k, "cost.params_b", DOUBLE, "0", 0, 1e6, NULL, PLAIN, "parameters used per token, in billions (custom models; overrides a preset's when > 0)") \
+	X(k, "cost.attn_width", U64, "0", 0, 1048576, NULL, PLAIN, "custom models: query heads x head dim (0: model.kv_heads x model.head_dim)") \
+	X(k, "cost.restore_fixed_us", DOUBLE, "1000", 0, 1e7, NULL, PLAIN, "fixed cost of one restore that recomputing does not pay: the scheduler step it waits for and the block-table update (docs/COST_MODEL.md)") \
+	X(k, "cost.layer_launch_us", DOUBLE, "10", 0, 1e6, NULL, PLAIN, "per layer of a restore: launching its K and V copies") \
+	X(k, "cost.profile", STR, "", 0, 0, NULL, PLAIN, "tier profile written by kvtier calibrate (INI); tiers it does not list keep default numbers; an [engine] section (mfu, restore_fixed_us, layer_launch_us, h2d_gbps) overrides the cost.* keys") \
+	X(k, "admission.min_freq", U64, "1", 1, 255, NULL, PLAIN, "accesses (frequency-sketch estimate) before a chunk is written to a deeper tier; 1 admits everything") \
+	X(k, "admission.min_prefix_tokens", U64, "0", 0, 1e9, NULL, PLAIN, "do not write deeper a chunk that ends before this many prompt tokens") \
+	X(k, "admission.doorkeeper", BOOL, "true", 0, 0, NULL, PLAIN, "a Bloom filter in front of the sketch absorbs keys seen once") \
+	X(k, "admission.sketch_counters", U64, "0", 0, 1073741824, NULL, PLAIN, "counters per row of the frequency sketch (0: sized from the tier capacity)") \
+	X(k, "admission.cost_check", BOOL, "true", 0, 0, NULL, PLAIN, "do not write a chunk to a tier from which restoring it is slower than recomputing it (the store applies it only with a measured cost.profile; replay always)") \
+	/* ---- end cost ---- */ \
+	/* ---- security: rows below ---- */ \
+	X(k, "security.mac_key_file", STR, "", 0, 0, NULL, PLAIN, "file holding the key of a per-object HMAC-SHA-256 (32 raw bytes or 64 hex digits; mode 0600): every object written carries a MAC, and one without a valid MAC is never served (all writers of a shared tier need the key)") \
+	X(k, "security.mac_key_env", STR, "", 0, 0, NULL, PLAIN, "name of an environment variable holding that MAC key as 64 hex digits (instead of a file)") \
+	X(k, "security.encryption_key_file", STR, "", 0, 0, NULL, PLAIN, "this tenant's AES-256-GCM key file (32 raw bytes or 64 hex digits; mode 0600): objects are encrypted at rest, and without the key they are misses") \
+	X(k, "security.encryption_key_env", STR, "", 0, 0, NULL, PLAIN, "name of an environment variable holding that encryption key as 64 hex digits (instead of a file)") \
+	/* ---- end security ---- */
+/* clang-format on */
+
+#endif

@@ -1,0 +1,386 @@
+/*
+ * fs_safety.c - the fs tier's guarantees to whoever owns the data (issue #10): files 0600
+ * and directories 0700 unless configured; a read-only open creates, sweeps and deletes
+ * nothing, refuses a path that is not a store, and lists symlinks or directories in place
+ * of objects; writers collect dead writers' temporaries; fs.bytes is kept by writers'
+ * sweeps, removing a chain's end before its prefix, and stays safe with several writers
+ * and a racing remover (no torn object is ever read, a vanished name is only a miss).
+ */
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "lib/tierh.h"
+
+extern const struct kvt_tier_ops kvt__tier_fs_ops;
+
+#define OBJ 8192
+
+static char g_root[256];
+
+static void *abuf(size_t n)
+{
+	void *p = NULL;
+	CHECK(posix_memalign(&p, 4096, n ? n : 4096) == 0);
+	return p;
+}
+
+/* NULL-terminated key, value pairs after dir. */
+static int open_fs(struct kvt_tier **t, const char *dir, ...)
+{
+	const char *kv[32] = {"fs.dir", dir, "fs.threads", "4"};
+	int n = 4;
+	va_list ap;
+	va_start(ap, dir);
+	for (const char *k; (k = va_arg(ap, const char *)) && n < 30;) {
+		kv[n++] = k;
+		kv[n++] = va_arg(ap, const char *);
+	}
+	va_end(ap);
+	kv[n] = NULL;
+	struct kvt_config *cfg = th_config(kv);
+	int rc = th_open(&kvt__tier_fs_ops, cfg, t);
+	kvt_config_destroy(cfg);
+	return rc;
+}
+
+static int write_chained(struct kvt_tier *t, const struct kvt_key *k, const struct kvt_key *parent,
+			 const void *obj, uint64_t len)
+{
+	struct th_wait w;
+	th_wait_init(&w);
+	int rc = th_wait_done(&w, t->ops->write_chained(t, k, parent, obj, len, th_cb, &w),
+			      TH_TIMEOUT);
+	th_wait_fini(&w);
+	return rc;
+}
+
+static void key_file(const char *dir, const struct kvt_key *k, char *out, size_t n)
+{
+	char hex[65];
+	kvt_key_to_hex(k, hex);
+	snprintf(out, n, "%s/v1/%.2s/%.2s/%s", dir, hex, hex + 2, hex);
+}
+
+static char *g_snap;
+static size_t g_snap_len;
+static int snap_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)flag;
+	(void)ftw;
+	char line[1024];
+	int n = snprintf(line, sizeof(line), "%s %o %lld %lld.%09ld\n", p, st->st_mode,
+			 (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+			 st->st_mtim.tv_nsec);
+	g_snap = realloc(g_snap, g_snap_len + (size_t)n + 1);
+	memcpy(g_snap + g_snap_len, line, (size_t)n + 1);
+	g_snap_len += (size_t)n;
+	return 0;
+}
+
+static char *snapshot(const char *dir)
+{
+	g_snap = NULL;
+	g_snap_len = 0;
+	nftw(dir, snap_one, 16, FTW_PHYS);
+	return g_snap ? g_snap : strdup("");
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(p);
+	return 0;
+}
+
+struct usage {
+	int n;
+	uint64_t bytes;
+};
+
+static int usage_fn(void *arg, const struct kvt_key *k, uint64_t bytes)
+{
+	(void)k;
+	struct usage *u = arg;
+	u->n++;
+	u->bytes += bytes;
+	return 0;
+}
+
+static struct usage usage_of(struct kvt_tier *t)
+{
+	struct usage u = {0, 0};
+	CHECK_EQ(t->ops->scan(t, usage_fn, &u), 0);
+	return u;
+}
+
+static void anom_cb(void *arg, const char *path, const char *why)
+{
+	(void)path;
+	char *text = arg;
+	strncat(text, why, 1000 - strlen(text));
+	strncat(text, ";", 1000 - strlen(text));
+}
+
+static void test_modes_read_only_temps(void)
+{
+	char dir[400], path[700];
+	struct kvt_tier *t, *ro;
+	struct stat sb;
+	unsigned char *obj = abuf(OBJ);
+	mode_t old = umask(022);
+	snprintf(dir, sizeof(dir), "%s/shared", g_root);
+
+	/* Not a store: read-only open fails and creates nothing. */
+	CHECK_EQ(open_fs(&ro, dir, "store.read_only", "true", NULL), -ENOENT);
+	CHECK(stat(dir, &sb) < 0);
+
+	CHECK_EQ(open_fs(&t, dir, NULL), 0);
+	struct kvt_key k[4];
+	for (int i = 0; i < 4; i++) {
+		th_key(&k[i], (uint64_t)i, 60);
+		th_obj_fill(obj, OBJ, (uint64_t)i);
+		CHECK_EQ(th_write(t, &k[i], obj, OBJ), 0);
+	}
+	key_file(dir, &k[0], path, sizeof(path));
+	CHECK_EQ(stat(path, &sb), 0);
+	CHECK_EQ(sb.st_mode & 0777, 0600);
+	*strrchr(path, '/') = 0;
+	CHECK_EQ(stat(path, &sb), 0);
+	CHECK_EQ(sb.st_mode & 0777, 0700);
+	*strrchr(path, '/') = 0;
+	CHECK_EQ(stat(path, &sb), 0);
+	CHECK_EQ(sb.st_mode & 0777, 0700);
+	snprintf(path, sizeof(path), "%s/v1", dir);
+	CHECK_EQ(stat(path, &sb), 0);
+	CHECK_EQ(sb.st_mode & 0777, 0700);
+	th_close(t);
+
+	/* Debris of dead writers (one stale, one fresh), and non-objects in objects' places. */
+	char leaf[700], stale[800], fresh[800];
+	key_file(dir, &k[1], leaf, sizeof(leaf));
+	*strrchr(leaf, '/') = 0;
+	snprintf(stale, sizeof(stale), "%s/.dead.tmp.hostx.1.1", leaf);
+	snprintf(fresh, sizeof(fresh), "%s/.live.tmp.hostx.2.1", leaf);
+	int fd = open(stale, O_CREAT | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	struct timespec old_t[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+	CHECK_EQ(futimens(fd, old_t), 0);
+	close(fd);
+	fd = open(fresh, O_CREAT | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	close(fd);
+	struct kvt_key ks, kd;
+	th_key(&ks, 100, 60);
+	th_key(&kd, 101, 60);
+	key_file(dir, &ks, path, sizeof(path));
+	*strrchr(path, '/') = 0;
+	snprintf(leaf, sizeof(leaf), "%s", path);
+	char mk[800];
+	snprintf(mk, sizeof(mk), "mkdir -p %s", leaf);
+	CHECK_EQ(system(mk), 0);
+	key_file(dir, &ks, path, sizeof(path));
+	CHECK_EQ(symlink("/etc/passwd", path), 0);
+	key_file(dir, &kd, path, sizeof(path));
+	*strrchr(path, '/') = 0;
+	snprintf(mk, sizeof(mk), "mkdir -p %s", path);
+	CHECK_EQ(system(mk), 0);
+	key_file(dir, &kd, path, sizeof(path));
+	CHECK_EQ(mkdir(path, 0700), 0);
+
+	/* Inspection changes nothing, even with a writer open beside it. */
+	CHECK_EQ(open_fs(&t, dir, NULL), 0);
+	char *before = snapshot(dir);
+	CHECK_EQ(open_fs(&ro, dir, "store.read_only", "true", NULL), 0);
+	CHECK_EQ(usage_of(ro).n, 4);
+	char text[1024] = "";
+	CHECK_EQ(ro->ops->scan_anomalies(ro, anom_cb, text), 0);
+	CHECK(strstr(text, "a symbolic link") && strstr(text, "a directory"));
+	uint8_t pr = 1;
+	CHECK_EQ(th_exists(ro, &ks, 1, &pr), 0);
+	CHECK_EQ(pr, 0); /* a symlink is not an object */
+	CHECK_EQ(th_read_all(ro, &ks, obj, OBJ), -ENOENT); /* and is never followed */
+	CHECK_EQ(th_write(ro, &k[0], obj, OBJ), -EROFS);
+	CHECK_EQ(th_remove(ro, &k[0]), -EROFS);
+	CHECK_EQ(ro->ops->can_write(ro, OBJ), -EROFS);
+	ro->ops->drop_corrupt(ro, &k[0]);
+	th_close(ro);
+	char *after = snapshot(dir);
+	if (strcmp(before, after))
+		fprintf(stderr, "before:\n%s\nafter:\n%s\n", before, after);
+	CHECK(!strcmp(before, after));
+	free(before);
+	free(after);
+
+	/* A writer's first write sweeps: the stale temporary goes, the fresh one stays. */
+	th_key(&k[3], 3, 61);
+	th_obj_fill(obj, OBJ, 33);
+	CHECK_EQ(th_write(t, &k[3], obj, OBJ), 0);
+	th_close(t);
+	CHECK(stat(stale, &sb) < 0);
+	CHECK_EQ(stat(fresh, &sb), 0);
+	CHECK_EQ(lstat(path, &sb), 0); /* the directory in an object's place is left alone */
+
+	/* Configured modes, for nodes sharing a group. */
+	umask(002);
+	char dir2[500];
+	snprintf(dir2, sizeof(dir2), "%s/group", g_root);
+	CHECK_EQ(open_fs(&t, dir2, "fs.file_mode", "0660", "fs.dir_mode", "0770", NULL), 0);
+	CHECK_EQ(th_write(t, &k[0], obj, OBJ), 0);
+	th_close(t);
+	key_file(dir2, &k[0], path, sizeof(path));
+	CHECK_EQ(stat(path, &sb), 0);
+	CHECK_EQ(sb.st_mode & 0777, 0660);
+	*strrchr(path, '/') = 0;
+	CHECK_EQ(stat(path, &sb), 0);
+	CHECK_EQ(sb.st_mode & 0777, 0770);
+	umask(old);
+	free(obj);
+}
+
+/* A session larger than fs.bytes: the sweeps keep a prefix. */
+static void test_capacity_chain(void)
+{
+	char dir[400];
+	struct kvt_tier *t;
+	unsigned char *obj = abuf(OBJ);
+	snprintf(dir, sizeof(dir), "%s/cap", g_root);
+	char cap[32];
+	snprintf(cap, sizeof(cap), "%d", 10 * OBJ);
+	CHECK_EQ(open_fs(&t, dir, "fs.bytes", cap, NULL), 0);
+	enum { N = 40 };
+	struct kvt_key c[N];
+	for (int i = 0; i < N; i++) {
+		th_key(&c[i], (uint64_t)i, 70);
+		th_obj_fill(obj, OBJ, 1000 + (uint64_t)i);
+		CHECK_EQ(write_chained(t, &c[i], i ? &c[i - 1] : NULL, obj, OBJ), 0);
+	}
+	th_close(t); /* waits for the sweeps the writes called for */
+	CHECK_EQ(open_fs(&t, dir, "fs.bytes", cap, NULL), 0);
+	struct usage u = usage_of(t);
+	CHECK(u.bytes <= 10 * OBJ);
+	CHECK(u.n >= 5);
+	uint8_t present[N];
+	CHECK_EQ(th_exists(t, c, N, present), 0);
+	int prefix = 0;
+	while (prefix < N && present[prefix])
+		prefix++;
+	/* What is left is a prefix (at least half the bound), plus at most a chunk or two
+	 * written after the last trim that stayed within the bound. With oldest-first removal
+	 * by write time, the first chunks would be gone and no prefix left. */
+	if (prefix < 5 || u.n - prefix > 2) {
+		for (int i = 0; i < N; i++)
+			fprintf(stderr, "%d", present[i]);
+		fprintf(stderr, "\n");
+	}
+	CHECK(prefix >= 5);
+	CHECK(u.n - prefix <= 2);
+	struct kvt_tier_stats st;
+	memset(&st, 0, sizeof(st));
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.capacity_bytes, 10 * OBJ);
+	th_close(t);
+	free(obj);
+}
+
+/* Two writers sweeping one directory and a rogue remover deleting at random: every
+ * write succeeds, every read is a whole object or a miss, and the directory ends under
+ * its bound once a writer has swept last. */
+static void writer(const char *dir, const char *cap, int id)
+{
+	struct kvt_tier *t;
+	if (open_fs(&t, dir, "fs.bytes", cap, "fs.fsync", "none", NULL))
+		_exit(2);
+	unsigned char *obj = abuf(OBJ), *back = abuf(OBJ);
+	uint64_t x = (uint64_t)getpid() * 31 + (uint64_t)id;
+	for (int r = 0; r < 300; r++) {
+		struct kvt_key k;
+		uint64_t kid = th_rand(&x) % 200;
+		th_key(&k, kid, 80);
+		th_obj_fill(obj, OBJ, kid);
+		if (th_write(t, &k, obj, OBJ) != 0)
+			_exit(3);
+		th_key(&k, th_rand(&x) % 200, 80);
+		int rc = th_read_all(t, &k, back, OBJ);
+		if (rc != -ENOENT && (rc != OBJ || th_obj_check(back, OBJ, NULL)))
+			_exit(4);
+	}
+	struct kvt_tier_stats st;
+	memset(&st, 0, sizeof(st));
+	t->ops->stats(t, &st);
+	th_close(t);
+	_exit(st.errors ? 5 : 0);
+}
+
+static int rogue_fn(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (flag == FTW_F && strlen(p + ftw->base) == 64 && rand() % 4 == 0)
+		unlink(p);
+	return 0;
+}
+
+static void test_racing_sweepers(void)
+{
+	char dir[400];
+	snprintf(dir, sizeof(dir), "%s/race", g_root);
+	char cap[32];
+	snprintf(cap, sizeof(cap), "%d", 40 * OBJ);
+	pid_t w[2];
+	for (int i = 0; i < 2; i++)
+		if ((w[i] = fork()) == 0)
+			writer(dir, cap, i);
+	pid_t rogue = fork();
+	if (rogue == 0) {
+		char v1[500];
+		snprintf(v1, sizeof(v1), "%s/v1", dir);
+		for (;;) {
+			nftw(v1, rogue_fn, 16, FTW_PHYS);
+			usleep(2000);
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		int status;
+		CHECK_EQ(waitpid(w[i], &status, 0), w[i]);
+		if (!WIFEXITED(status) || WEXITSTATUS(status))
+			fprintf(stderr, "writer %d: status %d\n", i, status);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	kill(rogue, SIGKILL);
+	waitpid(rogue, NULL, 0);
+	/* One more writer: its sweep brings the directory under the bound. */
+	struct kvt_tier *t;
+	CHECK_EQ(open_fs(&t, dir, "fs.bytes", cap, NULL), 0);
+	unsigned char *obj = abuf(OBJ);
+	struct kvt_key k;
+	th_key(&k, 999, 80);
+	th_obj_fill(obj, OBJ, 999);
+	CHECK_EQ(th_write(t, &k, obj, OBJ), 0);
+	th_close(t);
+	CHECK_EQ(open_fs(&t, dir, "fs.bytes", cap, "store.read_only", "true", NULL), 0);
+	CHECK(usage_of(t).bytes <= 40 * OBJ);
+	th_close(t);
+	free(obj);
+}
+
+int main(void)
+{
+	const char *base = getenv("KVT_TEST_DIR") ? getenv("KVT_TEST_DIR") : "/tmp";
+	snprintf(g_root, sizeof(g_root), "%s/kvt-fs-safety-XXXXXX", base);
+	CHECK(mkdtemp(g_root));
+	test_modes_read_only_temps();
+	printf("ok modes, read-only inspection, temporaries\n");
+	test_capacity_chain();
+	printf("ok capacity keeps a prefix\n");
+	test_racing_sweepers();
+	printf("ok racing sweepers and remover\n");
+	nftw(g_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	return 0;
+}

@@ -1,0 +1,392 @@
+/*
+ * nvme_safety.c - the nvme tier's guarantees to whoever owns the data (issue #10):
+ * eviction drops suffixes before prefixes and a chain never evicts its own prefix (a
+ * session larger than the capacity keeps a resumable prefix); refused writes are reported
+ * at warning level; nvme.bytes below one object is an open error and above the file
+ * system's room is clamped; a budget file dated in the future is re-dated to now; files
+ * are created 0600 and directories 0700 unless configured; a read-only open creates,
+ * locks, deletes and evicts nothing, works beside a live writer, reports what is not an
+ * object, and refuses a directory that is not a store.
+ */
+#include <sys/mount.h>
+#include <time.h>
+
+#include "nvme_util.h"
+
+#define OBJ 20480 /* one full object at test_geom: 4 KiB header + 2 layers of 8 KiB */
+
+static char g_root[256];
+
+static void write_file(const char *path, size_t len)
+{
+	FILE *f = fopen(path, "w");
+	CHECK(f);
+	for (size_t i = 0; i < len; i++)
+		fputc('x', f);
+	fclose(f);
+}
+
+static int write_chained(struct kvt_tier *t, const struct kvt_key *k, const struct kvt_key *parent,
+			 const void *buf, uint64_t len)
+{
+	struct waiter w = WAITER_INIT;
+	return waiter_wait(&w, t->ops->write_chained(t, k, parent, buf, len, waiter_cb, &w));
+}
+
+static int present(struct kvt_tier *t, const struct kvt_key *k)
+{
+	uint8_t p = 0;
+	CHECK_EQ(t_exists(t, k, 1, &p), 0);
+	return p;
+}
+
+/* A listing of every path under dir with its mode, size and mtime. */
+static int snap_one(const char *p, const struct stat *st, int flag, struct FTW *ftw);
+static char *g_snap;
+static size_t g_snap_len;
+static int snap_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)flag;
+	(void)ftw;
+	char line[1024];
+	int n = snprintf(line, sizeof(line), "%s %o %lld %lld.%09ld\n", p, st->st_mode,
+			 (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+			 st->st_mtim.tv_nsec);
+	g_snap = realloc(g_snap, g_snap_len + (size_t)n + 1);
+	memcpy(g_snap + g_snap_len, line, (size_t)n + 1);
+	g_snap_len += (size_t)n;
+	return 0;
+}
+
+static char *snapshot(const char *dir)
+{
+	g_snap = NULL;
+	g_snap_len = 0;
+	nftw(dir, snap_one, 16, FTW_PHYS);
+	return g_snap ? g_snap : strdup("");
+}
+
+struct anom {
+	int n;
+	char text[4096];
+};
+
+static void anom_cb(void *arg, const char *path, const char *why)
+{
+	struct anom *a = arg;
+	a->n++;
+	size_t l = strlen(a->text);
+	snprintf(a->text + l, sizeof(a->text) - l, "%s: %s\n", path, why);
+}
+
+static void test_chain_eviction(void)
+{
+	char dir[400];
+	snprintf(dir, sizeof(dir), "%s/chain", g_root);
+	struct kvt_tier *t;
+	struct kvt_tier_stats st;
+	uint8_t *buf = abuf(OBJ);
+	char cap[32];
+	snprintf(cap, sizeof(cap), "%d", 4 * OBJ);
+
+	/* One session of 10 chunks, room for 4: the first 4 stay, the rest are refused. With
+	 * plain LRU the last 4 would stay and none could be resumed. */
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap, NULL), 0);
+	struct kvt_key c[10];
+	log_clear();
+	for (int i = 0; i < 10; i++) {
+		c[i] = make_key(30, (uint64_t)i);
+		fill_object(buf, OBJ, &c[i]);
+		CHECK_EQ(write_chained(t, &c[i], i ? &c[i - 1] : NULL, buf, OBJ),
+			 (i < 4 ? 0 : -ENOSPC));
+	}
+	for (int i = 0; i < 10; i++)
+		CHECK_EQ(present(t, &c[i]), i < 4);
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.writes_skipped, 6);
+	CHECK_EQ(st.evictions, 0);
+	/* Refused writes are reported at warning level (rate-limited: one line so far). */
+	CHECK_EQ(log_count("1 nvme: 1 write(s) not stored: no room"), 1);
+	kvt__tier_close(t);
+	CHECK_EQ(log_count("more write(s) not stored"), 1);
+	rm_rf(dir);
+
+	/* Two chains: a second session evicts the first one's end, never its own prefix, and
+	 * the first one is peeled from its end. */
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap, NULL), 0);
+	struct kvt_key a[3], b[3];
+	for (int i = 0; i < 3; i++) {
+		a[i] = make_key(31, (uint64_t)i);
+		fill_object(buf, OBJ, &a[i]);
+		CHECK_EQ(write_chained(t, &a[i], i ? &a[i - 1] : NULL, buf, OBJ), 0);
+	}
+	for (int i = 0; i < 3; i++) {
+		b[i] = make_key(32, (uint64_t)i);
+		fill_object(buf, OBJ, &b[i]);
+		CHECK_EQ(write_chained(t, &b[i], i ? &b[i - 1] : NULL, buf, OBJ), 0);
+	}
+	CHECK_EQ(present(t, &a[0]), 1);
+	CHECK_EQ(present(t, &a[1]), 0);
+	CHECK_EQ(present(t, &a[2]), 0);
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(present(t, &b[i]), 1);
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.evictions, 2);
+	/* Reading a prefix makes it recent: an unrelated write then evicts the other chain's
+	 * end (b2), not the prefix a0 that was just used... */
+	CHECK_EQ(t_read1(t, &a[0], buf, 0, OBJ), OBJ);
+	struct kvt_key x = make_key(33, 0);
+	fill_object(buf, OBJ, &x);
+	CHECK_EQ(write_chained(t, &x, NULL, buf, OBJ), 0);
+	CHECK_EQ(present(t, &b[2]), 0);
+	CHECK_EQ(present(t, &a[0]), 1);
+	CHECK_EQ(present(t, &b[0]), 1);
+	CHECK_EQ(present(t, &b[1]), 1);
+	/* ...and plain write() (no parent known) is a leaf like any other. */
+	struct kvt_key y = make_key(33, 1);
+	fill_object(buf, OBJ, &y);
+	CHECK_EQ(t_write(t, &y, buf, OBJ), 0);
+	CHECK_EQ(present(t, &b[1]), 0); /* the end of chain b, the least recent leaf */
+	CHECK_EQ(present(t, &b[0]), 1);
+	kvt__tier_close(t);
+	rm_rf(dir);
+
+	/* Parent links survive a restart (each `kvtier session save` is a new process): the
+	 * next process still evicts a chain from its end. */
+	for (int round = 0; round < 2; round++) {
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap, NULL), 0);
+		for (int i = 0; i < 4; i++) {
+			usleep(20000); /* distinct mtimes (ext4 stamps them at jiffy granularity) */
+			struct kvt_key k = make_key(34, (uint64_t)i), p = make_key(34, (uint64_t)i - 1);
+			fill_object(buf, OBJ, &k);
+			CHECK_EQ(write_chained(t, &k, i ? &p : NULL, buf, OBJ), 0);
+		}
+		kvt__tier_close(t);
+		char chains[600];
+		snprintf(chains, sizeof(chains), "%s/.kvtier.chains", dir);
+		if (round == 1)
+			CHECK_EQ(unlink(chains), 0); /* as after a crash: plain LRU by mtime */
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap, NULL), 0);
+		struct kvt_key z = make_key(35, 0), c0 = make_key(34, 0), c3 = make_key(34, 3);
+		fill_object(buf, OBJ, &z);
+		CHECK_EQ(t_write(t, &z, buf, OBJ), 0);
+		CHECK_EQ(present(t, &c0), round == 0);
+		CHECK_EQ(present(t, &c3), round == 1);
+		kvt__tier_close(t);
+		rm_rf(dir);
+	}
+	free(buf);
+}
+
+static void test_capacity_limits(void)
+{
+	char dir[600];
+	struct kvt_tier *t;
+	struct kvt_tier_stats st;
+	snprintf(dir, sizeof(dir), "%s/small", g_root);
+	/* Smaller than one object: a clear open error, not silently refused writes. */
+	log_clear();
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "16KiB", NULL), -EINVAL);
+	CHECK_EQ(log_count("smaller than one object"), 1);
+
+	/* Larger than the file system: clamped so that 2 % of it stays free. */
+	char mnt[400];
+	snprintf(mnt, sizeof(mnt), "%s/mnt", g_root);
+	CHECK_EQ(mkdir(mnt, 0700), 0);
+	if (mount("tmpfs", mnt, "tmpfs", 0, "size=8m") < 0) {
+		printf("cannot mount a tmpfs (%s): the clamp is not tested\n", strerror(errno));
+		return;
+	}
+	snprintf(dir, sizeof(dir), "%s/store", mnt);
+	log_clear();
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "1GiB", NULL), 0);
+	CHECK_EQ(log_count("capacity clamped to"), 1);
+	t->ops->stats(t, &st);
+	CHECK(st.capacity_bytes <= (8u << 20) - (8u << 20) / 50);
+	CHECK(st.capacity_bytes > (6u << 20));
+	/* Fill it: eviction keeps the file system below full, no write fails with ENOSPC. */
+	uint8_t *buf = abuf(OBJ);
+	for (int i = 0; i < 600; i++) {
+		struct kvt_key k = make_key(40, (uint64_t)i);
+		fill_object(buf, OBJ, &k);
+		CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
+	}
+	t->ops->stats(t, &st);
+	CHECK(st.evictions > 0);
+	CHECK_EQ(st.writes_skipped, 0);
+	kvt__tier_close(t);
+	free(buf);
+	umount(mnt);
+}
+
+static void test_budget_future(void)
+{
+	char dir[400], bpath[500];
+	struct kvt_tier *t;
+	snprintf(dir, sizeof(dir), "%s/budget", g_root);
+	CHECK_EQ(mkdir(dir, 0700), 0);
+	snprintf(bpath, sizeof(bpath), "%s/.kvtier.budget", dir);
+	uint64_t now = (uint64_t)time(NULL) / 3600, future = now + 1000;
+	/* 1 MiB charged 23 hours before the (future) date; budget 2 MiB. */
+	FILE *f = fopen(bpath, "w");
+	CHECK(f);
+	fprintf(f, "kvtier-budget-v1 %llu", (unsigned long long)future);
+	for (uint64_t i = 0; i < 24; i++)
+		fprintf(f, " %d", i == (future - 23) % 24 ? 1 << 20 : 0);
+	fprintf(f, "\n");
+	fclose(f);
+	log_clear();
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.write_budget", "2MiB", NULL), 0);
+	CHECK_EQ(log_count("hours in the future"), 1);
+	CHECK_EQ(t->ops->can_write(t, 1 << 20), 0);
+	CHECK_EQ(t->ops->can_write(t, (1 << 20) + 4096), -EDQUOT); /* the charge still counts */
+	kvt__tier_close(t);
+	/* Saved re-dated to now: once those 23 hours pass the charge rolls off, instead of
+	 * refusing writes for the 1000 hours until the clock reaches the old date. */
+	char text[1024] = {0};
+	f = fopen(bpath, "r");
+	CHECK(f && fread(text, 1, sizeof(text) - 1, f) > 0);
+	fclose(f);
+	unsigned long long saved = strtoull(text + 17, NULL, 10);
+	CHECK(saved >= now && saved <= now + 1);
+}
+
+static void test_modes_and_read_only(void)
+{
+	char dir[400], path[600];
+	struct kvt_tier *t, *w;
+	struct stat sb;
+	uint8_t *buf = abuf(OBJ);
+	mode_t old = umask(022);
+	snprintf(dir, sizeof(dir), "%s/ro", g_root);
+
+	/* Read-only on a path that does not exist, or is not a store: an error, and nothing
+	 * is created. */
+	log_clear();
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "store.read_only", "true", NULL), -ENOENT);
+	CHECK(stat(dir, &sb) < 0);
+	CHECK_EQ(mkdir(dir, 0700), 0);
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "store.read_only", "true", NULL), -ENOENT);
+	CHECK_EQ(log_count("is not a kvtier store"), 1);
+	CHECK_EQ(rmdir(dir), 0);
+
+	/* A writer's files are 0600, its directories 0700, under umask 022. */
+	CHECK_EQ(open_tier(&w, "nvme.dirs", dir, NULL), 0);
+	struct kvt_key k[3];
+	for (int i = 0; i < 3; i++) {
+		k[i] = make_key(50, (uint64_t)i);
+		fill_object(buf, OBJ, &k[i]);
+		CHECK_EQ(t_write(w, &k[i], buf, OBJ), 0);
+	}
+	CHECK_EQ(stat(dir, &sb), 0);
+	CHECK_EQ(sb.st_mode & 0777, 0700);
+	key_path(dir, &k[0], path, sizeof(path));
+	CHECK_EQ(stat(path, &sb), 0);
+	CHECK_EQ(sb.st_mode & 0777, 0600);
+	*strrchr(path, '/') = 0;
+	CHECK_EQ(stat(path, &sb), 0);
+	CHECK_EQ(sb.st_mode & 0777, 0700);
+	snprintf(path, sizeof(path), "%s/.kvtier.lock", dir);
+	CHECK_EQ(stat(path, &sb), 0);
+	CHECK_EQ(sb.st_mode & 0777, 0600);
+
+	/* Damage and debris: a truncated object, an empty one, a symlink and a directory in
+	 * place of objects, a dead writer's temp file. */
+	key_path(dir, &k[1], path, sizeof(path));
+	CHECK_EQ(truncate(path, 5000), 0);
+	key_path(dir, &k[2], path, sizeof(path));
+	CHECK_EQ(truncate(path, 0), 0);
+	struct kvt_key ks = make_key(51, 0), kd = make_key(51, 1);
+	key_path(dir, &ks, path, sizeof(path));
+	CHECK_EQ(symlink("/etc/passwd", path), 0);
+	key_path(dir, &kd, path, sizeof(path));
+	CHECK_EQ(mkdir(path, 0700), 0);
+	char tmp[700];
+	snprintf(tmp, sizeof(tmp), "%s/00/.tmp.dead.1.1", dir);
+	write_file(tmp, 4096);
+
+	/* Inspect while the writer is open (it holds the lock): nothing changes on disk. */
+	char *before = snapshot(dir);
+	log_clear();
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "store.read_only", "true", "nvme.bytes", "4KiB",
+			   NULL),
+		 0);
+	struct kvt_tier_stats st;
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.objects, 3); /* the sound one, the truncated one, the empty one */
+	struct anom an = {0, ""};
+	CHECK_EQ(t->ops->scan_anomalies(t, anom_cb, &an), 0);
+	CHECK_EQ(an.n, 2);
+	CHECK(strstr(an.text, "a symbolic link"));
+	CHECK(strstr(an.text, "a directory"));
+	CHECK_EQ(t_read1(t, &k[0], buf, 0, OBJ), OBJ);
+	CHECK_EQ(check_object(buf, OBJ, &k[0]), 0);
+	CHECK_EQ(t_write(t, &ks, buf, OBJ), -EROFS);
+	CHECK_EQ(t_remove(t, &k[0]), -EROFS);
+	CHECK_EQ(t->ops->can_write(t, OBJ), -EROFS);
+	t->ops->drop_corrupt(t, &k[1]);
+	kvt__tier_close(t);
+	char *after = snapshot(dir);
+	if (strcmp(before, after))
+		fprintf(stderr, "before:\n%s\nafter:\n%s\n", before, after);
+	CHECK(!strcmp(before, after));
+	free(before);
+	free(after);
+	kvt__tier_close(w);
+
+	/* A writer's restart keeps damaged objects (warned), follows no symlink, deletes no
+	 * directory; its temp files do go (it holds the lock). */
+	log_clear();
+	CHECK_EQ(open_tier(&w, "nvme.dirs", dir, "nvme.file_mode", "0640", "nvme.dir_mode",
+			   "0750", NULL),
+		 0);
+	CHECK_EQ(log_count("2 object files too short or misaligned"), 1);
+	CHECK(stat(tmp, &sb) < 0);
+	key_path(dir, &k[2], path, sizeof(path));
+	CHECK_EQ(stat(path, &sb), 0);
+	key_path(dir, &ks, path, sizeof(path));
+	CHECK_EQ(lstat(path, &sb), 0);
+	CHECK(S_ISLNK(sb.st_mode));
+	CHECK_EQ(t_read1(w, &ks, buf, 0, OBJ), -ENOENT);
+	/* A misaligned (truncated) object reads short, even with O_DIRECT: the format then
+	 * judges it, never an EINVAL counted as an I/O error. */
+	CHECK_EQ(t_read1(w, &k[1], buf, 0, OBJ), 5000);
+	struct kvt_tier_stats wst;
+	w->ops->stats(w, &wst);
+	CHECK_EQ(wst.errors, 0);
+	/* configured modes */
+	struct kvt_key k4 = make_key(52, 0);
+	fill_object(buf, OBJ, &k4);
+	CHECK_EQ(t_write(w, &k4, buf, OBJ), 0);
+	key_path(dir, &k4, path, sizeof(path));
+	CHECK_EQ(stat(path, &sb), 0);
+	CHECK_EQ(sb.st_mode & 0777, 0640);
+	/* the empty object is damage: a new write of its key replaces it */
+	fill_object(buf, OBJ, &k[2]);
+	CHECK_EQ(t_write(w, &k[2], buf, OBJ), 0);
+	CHECK_EQ(t_read1(w, &k[2], buf, 0, OBJ), OBJ);
+	CHECK_EQ(check_object(buf, OBJ, &k[2]), 0);
+	kvt__tier_close(w);
+	char sub[600];
+	snprintf(sub, sizeof(sub), "%s/fresh", g_root);
+	CHECK_EQ(open_tier(&w, "nvme.dirs", sub, "nvme.dir_mode", "0750", NULL), 0);
+	kvt__tier_close(w);
+	CHECK_EQ(stat(sub, &sb), 0);
+	CHECK_EQ(sb.st_mode & 0777, 0750);
+	umask(old);
+	free(buf);
+}
+
+int main(void)
+{
+	const char *base = getenv("KVT_TEST_DIR") ? getenv("KVT_TEST_DIR") : "/tmp";
+	snprintf(g_root, sizeof(g_root), "%s/kvt-nvme-safety-XXXXXX", base);
+	CHECK(mkdtemp(g_root));
+	test_chain_eviction();
+	test_budget_future();
+	test_modes_and_read_only();
+	test_capacity_limits();
+	rm_rf(g_root);
+	printf("nvme_safety: ok\n");
+	return 0;
+}

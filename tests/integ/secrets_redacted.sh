@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# No secret in any output: `kvtier config` (text and JSON; from --set, a config file and
+# KVTIER_REDIS_URL) shows redis.url and s3.endpoint with the password as ***, and opening
+# stores whose s3 endpoint or redis URL carries a password (unreachable, wrong scheme) logs
+# errors and warnings - at debug level too - that never contain it. Every stdout and
+# stderr of the run is collected and grepped.
+set -euo pipefail
+K="$KVT_BIN/kvtier"
+T=$(mktemp -d "${KVT_TEST_DIR:-/var/tmp}/kvt-secrets-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fail() { echo "secrets_redacted: $*"; exit 1; }
+RPW=RedisPw-7f3a91 S3PW=S3Pw-c0ffee AWSSK=AwsSecret-5e5e5e
+export AWS_ACCESS_KEY_ID=AKIATEST AWS_SECRET_ACCESS_KEY=$AWSSK KVTIER_DEBUG=1
+run() { "$@" >>"$T/out" 2>&1 || true; }
+
+# kvtier config, every way a value arrives
+KVTIER_REDIS_URL="redis://:$RPW@127.0.0.1:6379/1" run "$K" config
+KVTIER_REDIS_URL="redis://:$RPW@127.0.0.1:6379/1" run "$K" config --json
+run "$K" config --set "redis.url=redis://alice:$RPW@h:1" --set "s3.endpoint=http://AKIATEST:$S3PW@127.0.0.1:1"
+run "$K" config --json --set "s3.endpoint=http://AKIATEST:$S3PW@127.0.0.1:1"
+printf '[redis]\nurl = redis://:%s@127.0.0.1:1\n' "$RPW" >"$T/c.ini"
+run "$K" config --config "$T/c.ini"
+grep -q 'redis://:\*\*\*@127.0.0.1:6379/1' "$T/out" || fail "redis.url not shown redacted: $(head -c 2000 "$T/out")"
+grep -q 'redis://alice:\*\*\*@h:1' "$T/out" || fail "redis.url with a user not shown redacted"
+grep -q 'http://AKIATEST:\*\*\*@127.0.0.1:1' "$T/out" || fail "s3.endpoint not shown redacted"
+KVTIER_REDIS_URL="redis://:$RPW@127.0.0.1:6379/1" "$K" config --json | jq -e '."redis.url" == "redis://:***@127.0.0.1:6379/1"' >/dev/null ||
+	fail "config --json is not valid JSON with the redacted URL"
+
+# stores on an unreachable endpoint and server, and a bad scheme: errors and warnings
+: >"$T/open"
+for ep in "http://AKIATEST:$S3PW@127.0.0.1:1" "ftp://AKIATEST:$S3PW@127.0.0.1:1"; do
+	"$K" stat --dir "$T/d" --tiers dram,s3 --set "s3.endpoint=$ep" --set s3.bucket=kvt-bucket \
+		--set s3.timeout_ms=300 --set s3.connect_timeout_ms=200 >>"$T/open" 2>&1 || true
+done
+"$K" stat --dir "$T/d" --tiers dram,redis --set "redis.url=redis://:$RPW@127.0.0.1:1" \
+	--set redis.timeout_ms=200 >>"$T/open" 2>&1 || true
+"$K" stat --dir "$T/d" --tiers dram,redis --set "redis.url=redis://:$RPW@127.0.0.1:notaport" \
+	>>"$T/open" 2>&1 || true
+grep -q 'http://AKIATEST:\*\*\*@127.0.0.1:1/kvt-bucket' "$T/open" || fail "s3 open logged no (redacted) URL: $(cat "$T/open")"
+grep -q 'ftp://AKIATEST:\*\*\*@' "$T/open" || fail "bad s3 scheme not reported redacted: $(cat "$T/open")"
+grep -q 'redis: 127.0.0.1:1 db 0 (auth)' "$T/open" || fail "redis open not logged: $(cat "$T/open")"
+# MAC and encryption keys: config names the variable or file, never the key
+MACK=5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7
+printf '%s' "$MACK" >"$T/enc.key" && chmod 600 "$T/enc.key"
+export KVT_MAC_KEY=$MACK
+run "$K" config --set security.mac_key_env=KVT_MAC_KEY --set "security.encryption_key_file=$T/enc.key"
+run "$K" session save --synthetic 512 --dir "$T/m" --set security.mac_key_env=KVT_MAC_KEY \
+	--set "security.encryption_key_file=$T/enc.key" --set model.layers=2 --set dram.bytes=64MiB
+chmod 644 "$T/enc.key"
+run "$K" stat --dir "$T/m" --set "security.encryption_key_file=$T/enc.key"
+grep -q 'security.mac_key_env *= KVT_MAC_KEY' "$T/out" || fail "config does not show the variable's name"
+grep -q 'enc.key is accessible by group or others' "$T/out" || fail "key file mode not refused: $(tail -3 "$T/out")"
+cat "$T/open" >>"$T/out"
+for s in "$RPW" "$S3PW" "$AWSSK" "$MACK"; do
+	if grep -n -- "$s" "$T/out"; then fail "secret '$s' printed"; fi
+done
+echo "secrets_redacted: ok"
