@@ -31,21 +31,44 @@ struct fcall {
 	void *arg;
 	bool is_read;
 	struct kvt_seg seg0; /* first segment of a read, for corruption */
+	/* a write held back before it reaches the inner tier (kvt__faulty_set_write_delay) */
+	bool submit;
+	struct kvt_key key;
+	const void *obj;
+	uint64_t len;
 };
 
 struct faulty {
 	struct kvt_tier *inner;
-	_Atomic uint32_t fail_pct, corrupt_pct, delay_ms;
+	_Atomic uint32_t fail_pct, corrupt_pct, delay_ms, write_delay_ms;
 	_Atomic uint64_t rng;
 	_Atomic uint64_t injected;
 	/* answers held back by the delay, and the thread that releases them */
 	pthread_mutex_t m;
 	pthread_cond_t cv; /* CLOCK_MONOTONIC */
 	struct fcall *held;
+	bool closing; /* held writes are cancelled, never submitted */
 	bool stop;
 	bool thread_started;
 	pthread_t thread;
 };
+
+static void fcall_done(void *arg, int64_t rc);
+
+/* A held write is due: hand it to the inner tier now (its answer comes back through
+ * fcall_done), or cancel it when closing. Runs on the delay thread. */
+static void submit_held(struct faulty *f, struct fcall *c, bool closing)
+{
+	c->submit = false;
+	int rc = closing ? -ECANCELED
+			 : f->inner->ops->write(f->inner, &c->key, c->obj, c->len, fcall_done, c);
+	if (rc < 0) {
+		kvt_tier_cb cb = c->cb;
+		void *cbarg = c->arg;
+		kvt__free(c);
+		cb(cbarg, rc);
+	}
+}
 
 static void *delay_main(void *arg)
 {
@@ -54,9 +77,15 @@ static void *delay_main(void *arg)
 	for (;;) {
 		struct fcall *c = f->held;
 		uint64_t now = kvt__now_ns();
-		if (c && (f->stop || c->due <= now)) {
+		if (c && (f->stop || c->due <= now || (c->submit && f->closing))) {
 			f->held = c->next;
+			bool closing = f->closing;
 			pthread_mutex_unlock(&f->m);
+			if (c->submit) {
+				submit_held(f, c, closing);
+				pthread_mutex_lock(&f->m);
+				continue;
+			}
 			int64_t rc = f->stop && c->due > now ? -ECANCELED : c->rc;
 			kvt_tier_cb cb = c->cb;
 			void *cbarg = c->arg;
@@ -190,6 +219,12 @@ static int faulty_open(struct kvt_tier *t, const struct kvt_config *cfg)
 static void faulty_close(struct kvt_tier *t)
 {
 	struct faulty *f = t->state;
+	if (f->thread_started) { /* writes still held never reach the inner tier */
+		pthread_mutex_lock(&f->m);
+		f->closing = true;
+		pthread_cond_signal(&f->cv);
+		pthread_mutex_unlock(&f->m);
+	}
 	kvt__tier_close(f->inner); /* every inner answer is now delivered or held */
 	if (f->thread_started) {
 		pthread_mutex_lock(&f->m);
@@ -227,6 +262,19 @@ static int faulty_read(struct kvt_tier *t, const struct kvt_key *key, const stru
 static int faulty_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj,
 			uint64_t len, kvt_tier_cb cb, void *arg)
 {
+	struct faulty *fw = t->state;
+	uint32_t wd = atomic_load(&fw->write_delay_ms);
+	if (wd) { /* a slow device: the write lands only after wd ms */
+		struct fcall *c = fcall_new(fw, cb, arg);
+		if (!c)
+			return -ENOMEM;
+		c->submit = true;
+		c->key = *key;
+		c->obj = obj;
+		c->len = len;
+		hold(fw, c, 0, (uint64_t)wd * 1000000ull);
+		return 0;
+	}
 	WRAP(f->inner->ops->write(f->inner, key, obj, len, fcall_done, c));
 }
 
@@ -275,6 +323,12 @@ void kvt__faulty_set(struct kvt_tier *t, uint32_t fail_pct, uint32_t corrupt_pct
 	atomic_store(&f->fail_pct, fail_pct);
 	atomic_store(&f->corrupt_pct, corrupt_pct);
 	atomic_store(&f->delay_ms, delay_ms);
+}
+
+void kvt__faulty_set_write_delay(struct kvt_tier *t, uint32_t ms)
+{
+	struct faulty *f = t->state;
+	atomic_store(&f->write_delay_ms, ms);
 }
 
 uint64_t kvt__faulty_injected(struct kvt_tier *t)

@@ -11,7 +11,8 @@
  *     (before: only after 20 ms idle, so such a load held them off forever);
  *   - the missed deadline is reported as "slow" (a local tier), not as a remote one;
  *   - kvt_store_close returns in bounded time with answers still held by the tier;
- *   - a sound object larger than store.max_object_bytes is a miss and is never deleted.
+ *   - a sound object larger than store.max_object_bytes is a miss and is never deleted;
+ *   - a remove right after a put is not overtaken by the put's slow write-behind.
  */
 #include <pthread.h>
 #include <sys/stat.h>
@@ -284,6 +285,29 @@ int main(void)
 		CHECKM(test_check(buf, PAYLOAD, 300 + (uint64_t)i), "object kept intact");
 	}
 	kvt_store_close(s);
+
+	/* ---- 4. a remove is ordered after the write-behind of its key: with writes that
+	 * land 150 ms after they are submitted (a slow device), a remove right after the put
+	 * must not be overtaken by the write, or the key reappears in the deeper tier ---- */
+	s = open_store(dir, "dram,faulty", NULL);
+	t = kvt__store_tier(s, 1);
+	kvt__faulty_set_write_delay(t, 150);
+	struct kvt_key k5[3];
+	keys_for(s, k5, 3, 5);
+	for (int i = 0; i < 3; i++) {
+		test_fill(buf, PAYLOAD, 500 + (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k5[i], NULL, G.chunk_tokens, buf, PAYLOAD), 0);
+		CHECK(kvt_remove_sync(s, &k5[i]) >= 1);
+	}
+	CHECK_RC(kvt_flush_sync(s), 0);
+	usleep(400000); /* a write that missed its deadline would land by now */
+	kvt_store_close(s);
+	s = open_store(dir, "nvme", NULL);
+	for (int i = 0; i < 3; i++)
+		CHECK_RC(kvt_get_sync(s, &k5[i], 0, 0, buf, PAYLOAD, NULL), -ENOENT);
+	CHECK_RC(kvt_lookup_sync(s, k5, 3, tiers), 0);
+	kvt_store_close(s);
+	fprintf(stderr, "  removes after slow write-behind: the keys stay removed\n");
 
 	free(buf);
 	test_rmdir(dir);
