@@ -12,7 +12,8 @@
  *   - the missed deadline is reported as "slow" (a local tier), not as a remote one;
  *   - kvt_store_close returns in bounded time with answers still held by the tier;
  *   - a sound object larger than store.max_object_bytes is a miss and is never deleted;
- *   - a remove right after a put is not overtaken by the put's slow write-behind.
+ *   - a remove right after a put is not overtaken by the put's slow write-behind;
+ *   - out of memory for a write-behind job, the slot stays dirty and flush writes it.
  */
 #include <pthread.h>
 #include <sys/stat.h>
@@ -308,6 +309,36 @@ int main(void)
 	CHECK_RC(kvt_lookup_sync(s, k5, 3, tiers), 0);
 	kvt_store_close(s);
 	fprintf(stderr, "  removes after slow write-behind: the keys stay removed\n");
+
+	/* ---- 5. no memory for a write-behind job: the slot stays dirty (never marked clean
+	 * unwritten), and the next flush writes it ---- */
+	s = open_store(dir, "dram,nvme", NULL);
+	struct kvt_key k6[2];
+	keys_for(s, k6, 2, 6);
+	test_fill(buf, PAYLOAD, 600);
+	CHECK_RC(kvt_put_sync(s, &k6[0], NULL, G.chunk_tokens, buf, PAYLOAD), 0);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_stats(s, &st);
+	uint64_t writes0 = st.tier[1].writes;
+	test_fill(buf, PAYLOAD, 601);
+	kvt__alloc_fail_after(1); /* the put's first allocation: its write-behind job */
+	rc = kvt_put_sync(s, &k6[1], &k6[0], G.chunk_tokens, buf, PAYLOAD);
+	kvt__alloc_fail_after(0);
+	CHECK_RC(rc, 0);
+	usleep(100000);
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].writes == writes0, "no write-behind without memory (%llu -> %llu)",
+	       (unsigned long long)writes0, (unsigned long long)st.tier[1].writes);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].writes == writes0 + 1, "flush wrote the dirty slot (%llu -> %llu)",
+	       (unsigned long long)writes0, (unsigned long long)st.tier[1].writes);
+	kvt_store_close(s);
+	s = open_store(dir, "nvme", NULL);
+	CHECK_RC(kvt_get_sync(s, &k6[1], 0, 0, buf, PAYLOAD, NULL), 0);
+	CHECK(test_check(buf, PAYLOAD, 601));
+	kvt_store_close(s);
+	fprintf(stderr, "  write-behind without memory: kept dirty, written by flush\n");
 
 	free(buf);
 	test_rmdir(dir);
