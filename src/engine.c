@@ -60,9 +60,9 @@ static void deadline_seed(struct kvt_store *s, struct link *l)
 		char err[160];
 		(void)kvt__profile_load(path, &p, 1, err, sizeof(err)); /* bad file: defaults */
 	}
-	double bw = KVT_MIN(p.read_Bps, p.write_Bps);
 	atomic_store(&l->lat_ns, (uint64_t)(p.latency_s * 1e9));
-	atomic_store(&l->bw_Bps, bw > 0 ? (uint64_t)bw : 1000000000ull);
+	atomic_store(&l->bw_Bps[0], p.read_Bps > 0 ? (uint64_t)p.read_Bps : 1000000000ull);
+	atomic_store(&l->bw_Bps[1], p.write_Bps > 0 ? (uint64_t)p.write_Bps : 1000000000ull);
 }
 
 struct chain_ctx {

@@ -63,18 +63,25 @@ static void heap_remove(struct kvt_store *s, struct guard *g)
 	g->heap_idx = SIZE_MAX;
 }
 
-/* What a call of bytes, with ahead bytes queued before it, should take on l. */
-static uint64_t deadline_budget(struct kvt_store *s, struct link *l, uint64_t ahead,
-				uint64_t bytes)
+/* What a call should take on l: latency, then the reads and writes queued ahead of it
+ * drain at the tier's read and write bandwidth, then its own bytes at its kind's. */
+static double deadline_estimate(struct link *l, const struct guard *g, bool with_own)
 {
+	double bw_r = (double)atomic_load(&l->bw_Bps[0]);
+	double bw_w = (double)atomic_load(&l->bw_Bps[1]);
+	double bw_own = g->write ? bw_w : bw_r;
+	return (double)atomic_load(&l->lat_ns) + (double)g->ahead[0] * 1e9 / bw_r +
+	       (double)g->ahead[1] * 1e9 / bw_w + (with_own ? (double)g->bytes * 1e9 / bw_own : 0);
+}
+
+static uint64_t deadline_budget(struct kvt_store *s, const struct guard *g)
+{
+	struct link *l = g->l;
 	if (atomic_load(&l->samples) < DEADLINE_WARMUP)
 		return s->deadline_ceiling_ns;
-	double lat = (double)atomic_load(&l->lat_ns);
-	double bw = (double)atomic_load(&l->bw_Bps);
-	double est = lat + (bw > 0 ? (double)(ahead + bytes) * 1e9 / bw : 0);
 	/* The floor is the allowance for jitter (scheduling, a GC pause, a busy core): every
 	 * call gets it on top of what it should cost. */
-	double d = (double)s->deadline_floor_ns + DEADLINE_SLACK * est +
+	double d = (double)s->deadline_floor_ns + DEADLINE_SLACK * deadline_estimate(l, g, true) +
 		   4.0 * (double)atomic_load(&l->dev_ns);
 	if (d > (double)s->deadline_ceiling_ns)
 		return s->deadline_ceiling_ns;
@@ -85,14 +92,12 @@ static uint64_t deadline_budget(struct kvt_store *s, struct link *l, uint64_t ah
 static void deadline_learn(struct link *l, const struct guard *g, uint64_t now)
 {
 	uint64_t elapsed = now > g->start ? now - g->start : 1;
-	uint64_t moved = g->ahead + g->bytes;
+	uint64_t moved = g->ahead[0] + g->ahead[1] + g->bytes;
 	uint64_t lat = atomic_load(&l->lat_ns);
-	uint64_t bw = atomic_load(&l->bw_Bps);
 	/* How far off the estimate was (before learning from this answer): its mean
 	 * deviation widens the deadline of a tier whose answers vary (TCP's RTTVAR, RFC 6298),
 	 * so a busy disk's spikes are not taken for a stall. */
-	double predicted = (double)lat + (bw ? (double)moved * 1e9 / (double)bw : 0);
-	uint64_t err = (uint64_t)fabs((double)elapsed - predicted);
+	uint64_t err = (uint64_t)fabs((double)elapsed - deadline_estimate(l, g, true));
 	uint64_t dev = atomic_load(&l->dev_ns);
 	/* The first answers replace the seed (a guess for server-class hardware) rather
 	 * than being averaged with it. */
@@ -100,11 +105,20 @@ static void deadline_learn(struct link *l, const struct guard *g, uint64_t now)
 	atomic_store(&l->dev_ns, first ? KVT_MAX(dev, elapsed / 2) : (3 * dev + err) / 4);
 	if (moved <= DEADLINE_SMALL_BYTES) {
 		atomic_store(&l->lat_ns, first ? KVT_MAX(lat, elapsed) : (7 * lat + elapsed) / 8);
-	} else {
-		uint64_t service = elapsed > lat + elapsed / 8 ? elapsed - lat : elapsed / 8 + 1;
-		uint64_t sample = (uint64_t)((double)moved * 1e9 / (double)service);
-		atomic_store(&l->bw_Bps, first ? KVT_MIN(bw, sample) : (7 * bw + sample) / 8);
+		return;
 	}
+	/* Bandwidth of this call's kind: the time left once latency and the other kind's
+	 * queue are paid, over this kind's bytes (its queue ahead and its own). */
+	uint64_t own = g->ahead[g->write] + g->bytes;
+	struct guard other = *g;
+	other.ahead[g->write] = 0;
+	double before = deadline_estimate(l, &other, false);
+	double service = (double)elapsed - before;
+	if (service < (double)elapsed / 8)
+		service = (double)elapsed / 8 + 1;
+	uint64_t sample = (uint64_t)((double)own * 1e9 / service);
+	uint64_t bw = atomic_load(&l->bw_Bps[g->write]);
+	atomic_store(&l->bw_Bps[g->write], first ? KVT_MIN(bw, sample) : (7 * bw + sample) / 8);
 }
 
 /* A guard for one call of bytes on link l. It has two references: the submitter's
@@ -121,6 +135,7 @@ struct guard *kvt__e_guard_new(struct kvt_store *s, struct link *l, const char *
 	g->s = s;
 	g->l = l;
 	g->what = what;
+	g->write = !strcmp(what, "write");
 	g->bytes = bytes;
 	g->op = op;
 	g->resume = resume;
@@ -128,7 +143,9 @@ struct guard *kvt__e_guard_new(struct kvt_store *s, struct link *l, const char *
 	g->orphan_slot = -1;
 	g->orphan_pin = -1;
 	g->start = kvt__now_ns();
-	g->ahead = atomic_fetch_add(&l->queued_bytes, bytes);
+	g->ahead[0] = atomic_load(&l->queued_bytes[0]);
+	g->ahead[1] = atomic_load(&l->queued_bytes[1]);
+	atomic_fetch_add(&l->queued_bytes[g->write], bytes);
 	atomic_store(&g->refs, 2);
 	return g;
 }
@@ -156,7 +173,7 @@ static void guard_put(struct guard *g)
 void kvt__e_guard_arm(struct guard *g)
 {
 	struct kvt_store *s = g->s;
-	uint64_t deadline = g->start + deadline_budget(s, g->l, g->ahead, g->bytes);
+	uint64_t deadline = g->start + deadline_budget(s, g);
 	bool wake = false;
 	pthread_mutex_lock(&s->guard_lock);
 	if (atomic_load(&g->state) == G_PENDING) { /* not answered already */
@@ -191,7 +208,7 @@ void kvt__e_guard_arm(struct guard *g)
 /* The tier refused the call (returned < 0): it will never call back. */
 void kvt__e_guard_cancel(struct guard *g)
 {
-	atomic_fetch_sub(&g->l->queued_bytes, g->bytes);
+	atomic_fetch_sub(&g->l->queued_bytes[g->write], g->bytes);
 	kvt__free(g);
 }
 
@@ -201,7 +218,7 @@ void kvt__e_guard_cb(void *arg, int64_t rc)
 	struct guard *g = arg;
 	struct kvt_store *s = g->s;
 	uint64_t now = kvt__now_ns();
-	atomic_fetch_sub(&g->l->queued_bytes, g->bytes);
+	atomic_fetch_sub(&g->l->queued_bytes[g->write], g->bytes);
 	if (rc >= 0 || rc == -ENOENT)
 		deadline_learn(g->l, g, now);
 	pthread_mutex_lock(&s->guard_lock);

@@ -62,10 +62,10 @@ struct link {
 	/* what a call should cost here (EWMA of answers, seeded from the cost model's tier
 	 * profile) and what the tier has been given and not answered yet */
 	_Atomic uint64_t lat_ns;
-	_Atomic uint64_t bw_Bps;
+	_Atomic uint64_t bw_Bps[2]; /* [0] reads (and calls moving no object), [1] writes */
 	_Atomic uint64_t dev_ns; /* mean deviation of answers from the estimate */
 	_Atomic uint64_t samples;
-	_Atomic uint64_t queued_bytes;
+	_Atomic uint64_t queued_bytes[2]; /* given to the tier, not answered: [0] reads, [1] writes */
 	_Atomic uint64_t deadline_misses;
 };
 
@@ -115,7 +115,8 @@ struct guard {
 	uint64_t start;    /* submitted (CLOCK_MONOTONIC ns) */
 	uint64_t deadline; /* 0 until armed */
 	uint64_t bytes;    /* bytes this call moves */
-	uint64_t ahead;    /* bytes the tier held unanswered when this call was submitted */
+	uint64_t ahead[2]; /* bytes the tier held unanswered at submission: reads, writes */
+	bool write;        /* a write: its bandwidth is the tier's write bandwidth */
 	_Atomic int state;
 	_Atomic int refs;
 	struct kvt_store *s;
