@@ -65,13 +65,13 @@ static void heap_remove(struct kvt_store *s, struct guard *g)
 
 /* What a call should take on l: latency, then the reads and writes queued ahead of it
  * drain at the tier's read and write bandwidth, then its own bytes at its kind's. */
-static double deadline_estimate(struct link *l, const struct guard *g, bool with_own)
+static double deadline_estimate(struct link *l, uint64_t ahead_r, uint64_t ahead_w,
+				uint64_t bytes, bool write)
 {
 	double bw_r = (double)atomic_load(&l->bw_Bps[0]);
 	double bw_w = (double)atomic_load(&l->bw_Bps[1]);
-	double bw_own = g->write ? bw_w : bw_r;
-	return (double)atomic_load(&l->lat_ns) + (double)g->ahead[0] * 1e9 / bw_r +
-	       (double)g->ahead[1] * 1e9 / bw_w + (with_own ? (double)g->bytes * 1e9 / bw_own : 0);
+	return (double)atomic_load(&l->lat_ns) + (double)ahead_r * 1e9 / bw_r +
+	       (double)ahead_w * 1e9 / bw_w + (double)bytes * 1e9 / (write ? bw_w : bw_r);
 }
 
 static uint64_t deadline_budget(struct kvt_store *s, const struct guard *g)
@@ -81,7 +81,8 @@ static uint64_t deadline_budget(struct kvt_store *s, const struct guard *g)
 		return s->deadline_ceiling_ns;
 	/* The floor is the allowance for jitter (scheduling, a GC pause, a busy core): every
 	 * call gets it on top of what it should cost. */
-	double d = (double)s->deadline_floor_ns + DEADLINE_SLACK * deadline_estimate(l, g, true) +
+	double est = deadline_estimate(l, g->ahead[0], g->ahead[1], g->bytes, g->write);
+	double d = (double)s->deadline_floor_ns + DEADLINE_SLACK * est +
 		   4.0 * (double)atomic_load(&l->dev_ns);
 	if (d > (double)s->deadline_ceiling_ns)
 		return s->deadline_ceiling_ns;
@@ -97,7 +98,8 @@ static void deadline_learn(struct link *l, const struct guard *g, uint64_t now)
 	/* How far off the estimate was (before learning from this answer): its mean
 	 * deviation widens the deadline of a tier whose answers vary (TCP's RTTVAR, RFC 6298),
 	 * so a busy disk's spikes are not taken for a stall. */
-	uint64_t err = (uint64_t)fabs((double)elapsed - deadline_estimate(l, g, true));
+	uint64_t err = (uint64_t)fabs(
+		(double)elapsed - deadline_estimate(l, g->ahead[0], g->ahead[1], g->bytes, g->write));
 	uint64_t dev = atomic_load(&l->dev_ns);
 	/* The first answers replace the seed (a guess for server-class hardware) rather
 	 * than being averaged with it. */
@@ -110,9 +112,8 @@ static void deadline_learn(struct link *l, const struct guard *g, uint64_t now)
 	/* Bandwidth of this call's kind: the time left once latency and the other kind's
 	 * queue are paid, over this kind's bytes (its queue ahead and its own). */
 	uint64_t own = g->ahead[g->write] + g->bytes;
-	struct guard other = *g;
-	other.ahead[g->write] = 0;
-	double before = deadline_estimate(l, &other, false);
+	double before = deadline_estimate(l, g->write ? g->ahead[0] : 0, g->write ? 0 : g->ahead[1],
+					  0, g->write);
 	double service = (double)elapsed - before;
 	if (service < (double)elapsed / 8)
 		service = (double)elapsed / 8 + 1;
