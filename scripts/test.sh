@@ -17,6 +17,10 @@ B=$("$ROOT/scripts/build.sh" release)
 echo "== release: every test"
 (cd "$B" && ctest --output-on-failure -j2 --timeout 1200) || fail=1
 stamp release
+echo "== Python package and vLLM end to end (tests/python; makes the pinned venv once)"
+PY=$("$ROOT/scripts/vllm-env.sh" | tail -n 1) &&
+	(cd "$ROOT" && timeout 2400 "$PY" -m pytest -q tests/python) || fail=1
+stamp python
 if [ "${KVT_QUICK:-0}" != 1 ]; then
 	B=$("$ROOT/scripts/build.sh" asan)
 	echo "== ASan+UBSan: unit, integration (servers included), fuzz corpora"

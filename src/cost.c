@@ -123,15 +123,10 @@ static int on_prof(void *user, const char *section, const char *name, const char
 
 static int profile_parse(const char *path, struct prof_ctx *c, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		int e = errno;
-		if (err && errlen)
-			snprintf(err, errlen, "%s: %s", path, strerror(e));
-		return -e;
-	}
-	int line = ini_parse_file(f, on_prof, c);
-	fclose(f);
+	int line, rc = kvt__ini_load(path, KVT_CONFIG_MAX_FILE_BYTES, on_prof, c, err, errlen,
+				     &line); /* bounded: a regular file (not /dev/zero), no NUL */
+	if (rc < 0)
+		return rc;
 	if (line == 0)
 		return 0;
 	if (err && errlen)
@@ -148,21 +143,8 @@ int kvt__profile_load_engine(const char *path, struct kvt_engine_profile *e, cha
 
 int kvt__profile_load(const char *path, struct kvt_tier_profile *p, int n, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		int e = errno;
-		if (err && errlen)
-			snprintf(err, errlen, "%s: %s", path, strerror(e));
-		return -e;
-	}
 	struct prof_ctx c = {p, n, NULL, ""};
-	int line = ini_parse_file(f, on_prof, &c);
-	fclose(f);
-	if (line == 0)
-		return 0;
-	if (err && errlen)
-		snprintf(err, errlen, "%s:%d: %s", path, line, c.why[0] ? c.why : "syntax error");
-	return -EINVAL;
+	return profile_parse(path, &c, err, errlen);
 }
 
 int kvt__profile_write(FILE *f, const struct kvt_tier_profile *p, int n)

@@ -391,3 +391,64 @@ out:
 	EVP_CIPHER_CTX_free(c);
 	return rc < 0 ? rc : (int64_t)need;
 }
+
+/* ------------------------------------------------------- streaming MAC check */
+
+struct kvt_mac_stream {
+	EVP_MAC *mac;
+	EVP_MAC_CTX *c;
+};
+
+void kvt__mac_stream_free(struct kvt_mac_stream *m)
+{
+	if (!m)
+		return;
+	EVP_MAC_CTX_free(m->c);
+	EVP_MAC_free(m->mac);
+	kvt__free(m);
+}
+
+int kvt__mac_stream_begin(const struct kvt_protect *p, const void *hdr,
+			  const struct kvt_header *h, struct kvt_mac_stream **out)
+{
+	*out = NULL;
+	if (!p || !p->mac)
+		return 0;
+	if (!(h->flags & KVT_FLAG_MAC))
+		return -EACCES;
+	static const uint8_t zero[32];
+	const uint8_t *o = hdr;
+	struct kvt_mac_stream *m = kvt__calloc(1, sizeof(*m));
+	if (!m)
+		return -EIO;
+	OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
+								 (char *)"SHA256", 0),
+			       OSSL_PARAM_construct_end()};
+	/* The same bytes, in the same order, as hmac() above. */
+	if (!(m->mac = EVP_MAC_fetch(NULL, "HMAC", NULL)) || !(m->c = EVP_MAC_CTX_new(m->mac)) ||
+	    EVP_MAC_init(m->c, p->mac_key, KEY_BYTES, params) != 1 ||
+	    EVP_MAC_update(m->c, o, KVT_HDR_OFF_MAC) != 1 || EVP_MAC_update(m->c, zero, 32) != 1 ||
+	    EVP_MAC_update(m->c, o + KVT_HDR_OFF_MAC + 32,
+			   KVT_HDR_OFF_CRC - KVT_HDR_OFF_MAC - 32) != 1) {
+		kvt__mac_stream_free(m);
+		return -EIO;
+	}
+	*out = m;
+	return 1;
+}
+
+int kvt__mac_stream_update(struct kvt_mac_stream *m, const void *buf, size_t len)
+{
+	return EVP_MAC_update(m->c, buf, len) == 1 ? 0 : -EIO;
+}
+
+int kvt__mac_stream_end(struct kvt_mac_stream *m, const struct kvt_header *h)
+{
+	uint8_t got[32];
+	size_t n = 0;
+	int rc = EVP_MAC_final(m->c, got, &n, sizeof(got)) == 1 && n == 32 ? 0 : -EIO;
+	kvt__mac_stream_free(m);
+	if (rc == 0 && CRYPTO_memcmp(got, h->mac, sizeof(got)))
+		rc = -EBADMSG;
+	return rc;
+}

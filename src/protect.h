@@ -53,4 +53,17 @@ int64_t kvt__object_read_layers(const struct kvt_header *h, const void *obj, uin
 				uint32_t l1, void *dst, uint64_t dst_len,
 				const struct kvt_protect *p);
 
+/* The MAC check of kvt__object_authenticate for a reader that never holds the whole object
+ * (kvtier verify reads it in windows): begin with the object's 4096-byte header and its
+ * decoded form, feed every layer's dense bytes in layer order (pieces of any size), end.
+ * begin: 1 a check is under way (*out set), 0 nothing to check (p has no MAC key), -EACCES
+ * the store requires a MAC and the object has none, -EIO. end: 0 the MAC matches, -EBADMSG
+ * it does not (forged or damaged), -EIO; it frees the stream (so does free, to give up). */
+struct kvt_mac_stream;
+int kvt__mac_stream_begin(const struct kvt_protect *p, const void *hdr,
+			  const struct kvt_header *h, struct kvt_mac_stream **out);
+int kvt__mac_stream_update(struct kvt_mac_stream *m, const void *buf, size_t len);
+int kvt__mac_stream_end(struct kvt_mac_stream *m, const struct kvt_header *h);
+void kvt__mac_stream_free(struct kvt_mac_stream *m);
+
 #endif

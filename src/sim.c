@@ -13,7 +13,10 @@
  *            full tiers evict through their policy (src/evict.h); with leaf_first a block
  *            with a resident child is not evictable (the engine evicts suffixes first, a
  *            suffix being useless without its prefix);
- *   queue    one GPU serves prefills first-come first-served at the trace's arrival times;
+ *   queue    N GPUs serve prefills first-come first-served at the trace's arrival times,
+ *            each request on the GPU that frees first (N given, or the fewest that keep
+ *            the no-cache load at KVT_SIM_AUTO_UTIL: one GPU under a trace that needs two
+ *            only measures an unbounded queue);
  *            TTFT = queueing + restore + recompute, against the same queue with no cache;
  *            with prefetch, a request's NVMe blocks are staged into DRAM while it waits.
  * The cache state seen by a request includes every earlier arrival, even one still queued
@@ -250,6 +253,29 @@ static double ratio(uint64_t a, uint64_t b)
 	return b ? (double)a / (double)b : 0;
 }
 
+uint32_t kvt__sim_auto_gpus(const struct kvt_trace *t, const struct kvt_cost *c)
+{
+	if (!t || !c || t->n < 2)
+		return 1;
+	double need = 0, span = (t->req[t->n - 1].ts_ms - t->req[0].ts_ms) / 1000.0;
+	for (size_t r = 0; r < t->n; r++)
+		need += kvt_cost_recompute_s(c, 0, t->req[r].input_len);
+	if (!(span > 0))
+		return 1;
+	double n = ceil(need / span / KVT_SIM_AUTO_UTIL);
+	return (uint32_t)KVT_MAX(1.0, KVT_MIN(n, (double)KVT_SIM_MAX_GPUS));
+}
+
+/* FIFO over a fleet: a request waits for the earliest free GPU. */
+uint32_t kvt__sim_first_free(const double *free_at, uint32_t n)
+{
+	uint32_t g = 0;
+	for (uint32_t i = 1; i < n; i++)
+		if (free_at[i] < free_at[g])
+			g = i;
+	return g;
+}
+
 /* ------------------------------------------------------------------ replay */
 
 int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
@@ -275,7 +301,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 	struct tier tier[KVT_SIM_TIERS];
 	memset(tier, 0, sizeof(tier));
 	struct kvt_admit *admit = NULL;
-	double *ttft = NULL, *ttft0 = NULL;
+	double *ttft = NULL, *ttft0 = NULL, *gfree = NULL, *gfree0 = NULL;
 	int8_t *tiers = NULL;
 	uint32_t max_blocks = 0;
 	for (size_t r = 0; r < t->n; r++)
@@ -289,10 +315,15 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		goto out;
 	out->capacity_blocks[0] = o->dram_tokens / bt;
 	out->capacity_blocks[1] = o->nvme_tokens / bt;
-	if (tier[1].cap &&
-	    (o->admit_min_freq > 1 || o->admit_min_prefix || (o->cost && o->admit_cost_check))) {
+	if (o->admit_continuation < 0 || o->admit_continuation > 1) {
+		rc = -EINVAL;
+		goto out;
+	}
+	bool predict = o->admit_continuation > 0;
+	if (tier[1].cap && (predict || o->admit_min_freq > 1 || o->admit_min_prefix ||
+			    (o->cost && o->admit_cost_check))) {
 		struct kvt_admit_cfg ac = {
-		    .min_freq = KVT_MAX(1u, o->admit_min_freq),
+		    .min_freq = KVT_MAX(predict ? 2u : 1u, o->admit_min_freq),
 		    .min_prefix_tokens = o->admit_min_prefix,
 		    .sketch_width = KVT_MAX((uint64_t)tier[1].cap, 1024u),
 		    .doorkeeper = true,
@@ -302,16 +333,27 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		if ((rc = kvt__admit_create(&ac, &admit)) < 0)
 			goto out;
 	}
+	out->span_s = t->n ? (t->req[t->n - 1].ts_ms - t->req[0].ts_ms) / 1000.0 : 0;
+	uint32_t ngpu = o->gpus;
+	if (o->gpus > KVT_SIM_MAX_GPUS) {
+		rc = -EINVAL;
+		goto out;
+	}
+	if (!ngpu && o->cost) /* size the fleet: no-cache prefill seconds per second */
+		ngpu = kvt__sim_auto_gpus(t, o->cost);
+	out->gpus = ngpu = KVT_MAX(ngpu, 1u);
 	ttft = kvt__malloc((t->n ? t->n : 1) * sizeof(double));
 	ttft0 = kvt__malloc((t->n ? t->n : 1) * sizeof(double));
+	gfree = kvt__calloc(ngpu, sizeof(double));
+	gfree0 = kvt__calloc(ngpu, sizeof(double));
 	tiers = kvt__malloc(KVT_MAX(max_blocks, 1u));
-	if (!ttft || !ttft0 || !tiers) {
+	if (!ttft || !ttft0 || !tiers || !gfree || !gfree0) {
 		rc = -ENOMEM;
 		goto out;
 	}
 
 	double bpt = o->cost ? (double)kvt_cost_kv_bytes_per_token(o->cost) : 0;
-	double gpu_free = 0, gpu0_free = 0; /* when the GPU finishes its queue, s */
+	/* gfree[g]: when GPU g finishes its queue, s (with the cache; gfree0 without) */
 	for (size_t r = 0; r < t->n; r++) {
 		const struct kvt_trace_req *q = &t->req[r];
 		const uint32_t *blk = b.idx + q->first;
@@ -343,7 +385,8 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 			load = plan.load_chunks;
 			out->prefill_tokens_saved += plan.load_tokens;
 			double arrive = q->ts_ms / 1000.0;
-			double start = KVT_MAX(arrive, gpu_free), wait = start - arrive;
+			uint32_t g = kvt__sim_first_free(gfree, ngpu), g0 = kvt__sim_first_free(gfree0, ngpu);
+			double start = KVT_MAX(arrive, gfree[g]), wait = start - arrive;
 			double restore = plan.restore_s;
 			uint64_t nv = plan.tier_bytes[cost_tier[1]];
 			if (o->prefetch && nv && wait > 0) {
@@ -361,18 +404,28 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 				restore = kvt__cost_restore_mix(o->cost, by);
 			}
 			double service = restore + plan.recompute_s;
-			gpu_free = start + service;
+			gfree[g] = start + service;
 			out->gpu_busy_s += service;
-			ttft[r] = gpu_free - arrive;
-			double start0 = KVT_MAX(arrive, gpu0_free);
-			gpu0_free = start0 + plan.no_cache_s;
+			ttft[r] = gfree[g] - arrive;
+			double start0 = KVT_MAX(arrive, gfree0[g0]);
+			gfree0[g0] = start0 + plan.no_cache_s;
 			out->nocache_gpu_busy_s += plan.no_cache_s;
-			ttft0[r] = gpu0_free - arrive;
+			ttft0[r] = gfree0[g0] - arrive;
 		} else {
 			for (uint32_t i = 0; i < hit; i++)
 				out->prefill_tokens_saved += kvt__trace_block_len(t, q, i);
 		}
 
+		/* a continuation: its leading blocks were seen before (before this request) */
+		bool cont = false;
+		if (predict && admit) {
+			const struct kvt_sketch *sk = kvt__admit_sketch(admit);
+			uint32_t seen = 0;
+			while (seen < q->n_blocks &&
+			       kvt__sketch_estimate(sk, hid(b.id[blk[seen]])) >= 1)
+				seen++;
+			cont = seen && seen >= o->admit_continuation * q->n_blocks;
+		}
 		/* store: every block inserted or touched, in order */
 		for (uint32_t i = 0; i < q->n_blocks; i++) {
 			uint32_t k = blk[i];
@@ -396,7 +449,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 			if (tier[1].cap) {
 				if (in_nvme) {
 					tier_touch(&tier[1], k);
-				} else if (admit &&
+				} else if (admit && !cont &&
 					   kvt__admit_decide(admit, hid(b.id[k]), (uint64_t)i * bt,
 							     kvt__trace_block_len(t, q, i),
 							     bytes) != KVT_ADMIT_YES) {
@@ -415,11 +468,17 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 	}
 	rc = 0;
 
+	out->nvme_bytes_per_hit =
+	    out->tier_hit_blocks[1] ? (double)out->write_bytes[1] / out->tier_hit_blocks[1] : 0;
 	out->block_hit_ratio = ratio(out->hit_blocks, out->blocks);
 	out->token_hit_ratio = ratio(out->hit_tokens, out->input_tokens);
 	for (int i = 0; i < KVT_SIM_TIERS; i++) {
 		out->tier_block_hit_ratio[i] = ratio(out->tier_hit_blocks[i], out->blocks);
 		out->tier_token_hit_ratio[i] = ratio(out->tier_hit_tokens[i], out->input_tokens);
+	}
+	if (out->span_s > 0) {
+		out->utilization = out->gpu_busy_s / (out->span_s * ngpu);
+		out->nocache_utilization = out->nocache_gpu_busy_s / (out->span_s * ngpu);
 	}
 	if (o->cost && t->n) {
 		double s0 = 0, s1 = 0;
@@ -445,6 +504,8 @@ out:
 	kvt__admit_destroy(admit);
 	kvt__free(ttft);
 	kvt__free(ttft0);
+	kvt__free(gfree);
+	kvt__free(gfree0);
 	kvt__free(tiers);
 	for (int i = 0; i < KVT_SIM_TIERS; i++)
 		tier_free(&tier[i]);

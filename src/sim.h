@@ -2,7 +2,8 @@
  * sim.h - the metadata-only replay simulator behind `kvtier replay --simulate`: a DRAM and
  * an NVMe tier of given capacities (in blocks of the trace's block_tokens), eviction
  * policies through src/evict.h, optional admission to NVMe, offline Belady (MIN) as the
- * bound, and a FIFO single-GPU queueing model that turns hits into TTFT with the cost model.
+ * bound, and a FIFO queue over N prefill GPUs (sized to the load unless given) that turns
+ * hits into TTFT with the cost model.
  */
 #ifndef KVT_SIM_H
 #define KVT_SIM_H
@@ -13,6 +14,9 @@
 #include "trace.h"
 
 #define KVT_SIM_DEFAULT_POLICY "hd" /* = dram.policy's default */
+/* --gpus auto: the fewest GPUs that keep the no-cache load at or below this utilisation */
+#define KVT_SIM_AUTO_UTIL 0.8
+#define KVT_SIM_MAX_GPUS 65536
 
 enum { KVT_SIM_DRAM = 0, KVT_SIM_NVME = 1, KVT_SIM_TIERS = 2 };
 
@@ -26,9 +30,16 @@ struct kvt_sim_opts {
 	bool belady;	 /* also run MIN with capacity dram + nvme blocks */
 	const struct kvt_cost *cost; /* tiers "dram,nvme"; NULL: no bytes, no TTFT */
 	bool prefetch;		 /* stage NVMe hits into DRAM while a request waits in the queue */
+	uint32_t gpus;		 /* prefill GPUs (instances) serving the queue; 0: sized to the
+				  * trace's load (KVT_SIM_AUTO_UTIL without a cache) */
 	uint32_t admit_min_freq; /* NVMe admission by frequency sketch; <= 1 admits all */
 	bool admit_cost_check;	 /* skip NVMe writes whose restore is slower than recompute */
 	uint64_t admit_min_prefix; /* skip NVMe writes of blocks ending before this token */
+	/* NVMe admission that predicts reuse: a request whose leading blocks were seen before
+	 * for at least this share of its blocks continues a conversation (or a shared
+	 * document), so all of its blocks are written; other requests' blocks only once seen
+	 * twice. 0: off (admit_min_freq alone decides). */
+	double admit_continuation;
 	/* called every few thousand requests; may be NULL */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
@@ -45,14 +56,24 @@ struct kvt_sim_result {
 	uint64_t capacity_blocks[KVT_SIM_TIERS];
 	uint64_t inserts[KVT_SIM_TIERS], evictions[KVT_SIM_TIERS];
 	uint64_t nvme_writes_skipped;
+	double nvme_bytes_per_hit; /* NVMe bytes written per block hit served from NVMe */
 	/* with a cost model */
 	uint64_t read_bytes[KVT_SIM_TIERS], write_bytes[KVT_SIM_TIERS];
 	uint64_t prefill_tokens_saved; /* tokens restored instead of recomputed */
 	double ttft_p50_s, ttft_p99_s, ttft_mean_s;
 	double nocache_ttft_p50_s, nocache_ttft_p99_s, nocache_ttft_mean_s;
-	double gpu_busy_s, nocache_gpu_busy_s;
+	double gpu_busy_s, nocache_gpu_busy_s; /* summed over the GPUs */
+	uint32_t gpus;			       /* how many served the queue */
+	double span_s;			       /* first to last arrival */
+	double utilization, nocache_utilization; /* busy / (span x gpus); > 1: overloaded */
 	double elapsed_s; /* wall time of the simulation */
 };
+
+/* The fleet --gpus auto picks: the fewest GPUs whose no-cache prefill load stays at or
+ * below KVT_SIM_AUTO_UTIL over the trace's span (at least 1). */
+uint32_t kvt__sim_auto_gpus(const struct kvt_trace *t, const struct kvt_cost *c);
+/* The GPU of a FIFO fleet that frees first. */
+uint32_t kvt__sim_first_free(const double *free_at, uint32_t n);
 
 /* Run the trace once. -EINVAL bad options or unknown policy, -ENOMEM. */
 int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,

@@ -142,23 +142,36 @@ void kvt__sketch_halve(struct kvt_sketch *s)
 	s->halvings++;
 }
 
-void kvt__sketch_record(struct kvt_sketch *s, uint64_t h)
+void kvt__sketch_record_n(struct kvt_sketch *s, uint64_t h, uint32_t n)
 {
+	if (!n)
+		return;
+	uint32_t left = n;
 	if (s->door && !door_test(s, h)) {
 		door_set(s, h);
-	} else {
+		left--;
+	}
+	if (left) {
+		/* conservative update by `left`: each counter rises to at least min + left */
 		uint32_t m = raw_min(s, h);
 		/* the doorkeeper already stands for one access */
 		uint32_t cap = s->door ? s->max - 1 : s->max;
+		uint32_t to = KVT_MIN(m + left, cap);
 		if (m < cap)
 			for (int r = 0; r < ROWS; r++) {
 				uint8_t *c = &s->cnt[slot(s, h, r)];
-				if (*c == m)
-					(*c)++;
+				if (*c < to)
+					*c = (uint8_t)to;
 			}
 	}
-	if (++s->adds >= s->period)
+	s->adds += n;
+	if (s->adds >= s->period)
 		kvt__sketch_halve(s);
+}
+
+void kvt__sketch_record(struct kvt_sketch *s, uint64_t h)
+{
+	kvt__sketch_record_n(s, h, 1);
 }
 
 uint32_t kvt__sketch_add(struct kvt_sketch *s, uint64_t h)

@@ -24,6 +24,8 @@ void kvt__sketch_destroy(struct kvt_sketch *s);
 uint32_t kvt__sketch_add(struct kvt_sketch *s, uint64_t h);
 /* The same without the estimate (a hot path that only counts). */
 void kvt__sketch_record(struct kvt_sketch *s, uint64_t h);
+/* n accesses of h at once (n = 0: nothing). */
+void kvt__sketch_record_n(struct kvt_sketch *s, uint64_t h, uint32_t n);
 /* Estimated accesses of h since it was last forgotten: never below the true count (up to
  * max_count) unless halving happened in between. */
 uint32_t kvt__sketch_estimate(const struct kvt_sketch *s, uint64_t h);

@@ -52,8 +52,9 @@
  * Capacity (nvme.bytes, clamped at open to what the file systems can hold while keeping 2 %
  * of each free; smaller than one object is an open error) is enforced before a write by
  * evicting the least recently used *leaf*: writes name their parent chunk (write_chained),
- * an object with stored children is not a leaf, so a chain is evicted from its end and a
- * prefix outlives its suffixes. A write whose only possible victims are its own ancestors
+ * an object with stored children - or a child's write in flight, counted from its start
+ * since writes complete out of order - is not a leaf, so a chain is evicted from its end
+ * and a prefix outlives its suffixes. A write whose only possible victims are its own ancestors
  * is refused instead (-ENOSPC): a session larger than the capacity keeps its first chunks,
  * which a resume can use. Parent links are saved at close in <first dir>/.kvtier.chains (a
  * key's parent never changes: keys are content addresses, so a stale file is still true)
@@ -137,9 +138,10 @@ struct nv_ent {
 	struct nv_ent *prev, *next; /* LRU, head = most recent */
 	struct nv_ent *lprev, *lnext; /* leaves (no stored children) only: the eviction order */
 	bool in_leaf;
-	uint32_t children;  /* stored entries naming this one as parent */
-	uint64_t uid;	    /* unique per entry, never reused */
-	uint64_t parent_uid; /* the parent entry counted this one (0: none) */
+	uint32_t children;   /* stored entries and writes in flight naming this one as parent */
+	uint64_t uid;	     /* unique per entry (or the write it came from), never reused */
+	uint64_t parent_uid; /* uid of the parent entry or write counting this one (0: none) */
+	bool has_parent;     /* parent is known (saved in .kvtier.chains) */
 	struct kvt_key parent;
 	struct nv_fdc *fdc;
 	uint64_t bytes;
@@ -165,6 +167,9 @@ struct nv_op {
 	bool recycled; /* the temp file is an evicted object's file, overwritten in place */
 	bool has_parent; /* write: parent is the chunk before this one in its prompt */
 	struct kvt_key parent;
+	uint64_t uid;	     /* leader write: the entry it publishes gets this uid */
+	uint32_t children;   /* leader write: writes naming its key as parent, counted here */
+	uint64_t parent_uid; /* the parent entry or write counting this one (0: none) */
 	kvt_tier_cb cb;
 	void *arg;
 	struct kvt_key key;
@@ -382,29 +387,52 @@ static void lru_touch(struct nv *s, struct nv_ent *e)
 }
 
 static struct nv_ent *ent_find(struct nv *s, const struct kvt_key *k);
+static struct nv_op **leader_slot(struct nv *s, const struct kvt_key *k);
 
-/* A new entry names its parent: the parent, if stored, stops being a leaf. */
-static void chain_link(struct nv *s, struct nv_ent *e, const struct kvt_key *parent)
+/* Count (delta +1) a child of the chunk p on p's entry, or on p's write in flight (writes
+ * complete out of order: the entry it publishes takes the count over), or uncount (-1) it
+ * from the one with that uid. An entry with children is not a leaf, so not a victim; when
+ * its last child goes it becomes the next leaf to evict (its chain's end was just evicted).
+ * Returns the uid counted on, 0 when p is neither stored nor being written. */
+static uint64_t parent_count(struct nv *s, const struct kvt_key *p, int delta, uint64_t uid)
 {
-	struct nv_ent *p = parent ? ent_find(s, parent) : NULL;
-	if (!p || p == e)
-		return;
-	e->parent = *parent;
-	e->parent_uid = p->uid;
-	if (p->children++ == 0)
-		leaf_unlink(s, p);
+	struct nv_ent *e = ent_find(s, p);
+	if (e && (delta > 0 || e->uid == uid)) {
+		if (delta > 0) {
+			if (e->children++ == 0)
+				leaf_unlink(s, e);
+		} else if (e->children && --e->children == 0) {
+			leaf_push(s, e, false);
+		}
+		return e->uid;
+	}
+	struct nv_op *w = *leader_slot(s, p);
+	if (w && (delta > 0 || w->uid == uid)) {
+		if (delta > 0)
+			w->children++;
+		else if (w->children)
+			w->children--;
+		return w->uid;
+	}
+	return 0;
 }
 
-/* e is going away: its parent loses a child, and becomes the next leaf to evict when it has
- * none left (it belongs to a chain whose end was just evicted). */
+/* A stored entry learns its parent (a later write of its key, or .kvtier.chains). */
+static void chain_link(struct nv *s, struct nv_ent *e, const struct kvt_key *parent)
+{
+	if (e->parent_uid || kvt__key_eq(&e->key, parent))
+		return;
+	e->parent = *parent;
+	e->has_parent = true;
+	e->parent_uid = parent_count(s, parent, +1, 0);
+}
+
+/* e is going away: it is no longer a leaf, and no longer a child of its parent. */
 static void chain_unlink(struct nv *s, struct nv_ent *e)
 {
 	leaf_unlink(s, e);
-	if (!e->parent_uid)
-		return;
-	struct nv_ent *p = ent_find(s, &e->parent);
-	if (p && p->uid == e->parent_uid && p->children && --p->children == 0)
-		leaf_push(s, p, false);
+	if (e->parent_uid)
+		parent_count(s, &e->parent, -1, e->parent_uid);
 	e->parent_uid = 0;
 }
 
@@ -1049,6 +1077,10 @@ static void finish(struct nv *s, struct nv_op *op, int res)
 	bool was_write = op->type == OP_WRITE;
 	struct nv_op *followers = NULL;
 	ready_remove(s, op);
+	if (was_write && op->parent_uid) { /* not handed to an entry: the write failed */
+		parent_count(s, &op->parent, -1, op->parent_uid);
+		op->parent_uid = 0;
+	}
 	if (op->leader) {
 		struct nv_op **pp = leader_slot(s, &op->key);
 		*pp = op->lnext;
@@ -1123,8 +1155,20 @@ static int write_publish(struct nv *s, struct nv_op *op)
 		/* Cannot index it: do not leave an object we do not account for. */
 		unlinkat(d->fd, final, 0);
 		return -ENOMEM; /* the failure path releases the reservation */
-	} else if (op->has_parent) {
-		chain_link(s, e, &op->parent);
+	} else {
+		e->uid = op->uid; /* what children in flight counted on */
+	}
+	/* The entry takes over the children counted on this write, and its own link. */
+	if ((e->children += op->children) > 0)
+		leaf_unlink(s, e);
+	op->children = 0;
+	if (op->has_parent && !e->has_parent) {
+		e->parent = op->parent;
+		e->has_parent = true;
+	}
+	if (op->parent_uid && !e->parent_uid) {
+		e->parent_uid = op->parent_uid;
+		op->parent_uid = 0;
 	}
 	write_release(s, op);
 	ST_ADD(s, writes, 1);
@@ -1453,8 +1497,10 @@ static void start_write(struct nv *s, struct nv_op *op)
 		/* Content-addressed: the same key is the same bytes. (A file too short or
 		 * misaligned to be an object is damage: it gets overwritten.) */
 		lru_touch(s, e);
-		if (op->has_parent && !e->parent_uid)
+		if (op->has_parent && !e->parent_uid) {
+			e->has_parent = false; /* (re)learn it, counting on the parent now */
 			chain_link(s, e, &op->parent);
+		}
 		finish(s, op, 0);
 		return;
 	}
@@ -1468,7 +1514,8 @@ static void start_write(struct nv *s, struct nv_op *op)
 	op->dir = key_dir(s, &op->key);
 	op->fd = -1;
 	tmp_name(s, op);
-	if (op->has_parent && !ent_find(s, &op->parent) && refused_has(s, &op->parent)) {
+	if (op->has_parent && !ent_find(s, &op->parent) && !*leader_slot(s, &op->parent) &&
+	    refused_has(s, &op->parent)) {
 		refused_add(s, &op->key);
 		report_skip(s, -ENOSPC);
 		finish(s, op, -ENOSPC);
@@ -1490,6 +1537,11 @@ static void start_write(struct nv *s, struct nv_op *op)
 	op->leader = true;
 	op->lnext = NULL;
 	*slot = op;
+	/* Counted now, not at publish: its ancestors must stop being victims while it is in
+	 * flight, and it may publish before its parent does. */
+	op->uid = e ? e->uid : ++s->uids;
+	if (op->has_parent && !kvt__key_eq(&op->parent, &op->key))
+		op->parent_uid = parent_count(s, &op->parent, +1, 0);
 	op->stage = ST_W_OPEN;
 	pump(s, op);
 }
@@ -2172,7 +2224,7 @@ static void chains_save(struct nv *s)
 		close(fd);
 	bool ok = f && fputs(NV_CHAINS_MAGIC, f) >= 0;
 	for (struct nv_ent *e = s->lru_tail; ok && e; e = e->prev)
-		if (e->parent_uid)
+		if (e->has_parent)
 			ok = fwrite(&e->key, sizeof(e->key), 1, f) == 1 &&
 			     fwrite(&e->parent, sizeof(e->parent), 1, f) == 1;
 	if (f && fclose(f) != 0)
@@ -2203,7 +2255,7 @@ static void chains_load(struct nv *s)
 	} else {
 		while (fread(pair, sizeof(pair), 1, f) == 1) {
 			struct nv_ent *e = ent_find(s, &pair[0]);
-			if (e && !e->parent_uid && !kvt__key_eq(&pair[0], &pair[1])) {
+			if (e && !e->has_parent) {
 				chain_link(s, e, &pair[1]);
 				n += e->parent_uid != 0;
 			}

@@ -32,7 +32,8 @@ static void usage(FILE *f)
 	    "usage: kvtier replay (--trace FILE | --workload W) [--simulate]\n"
 	    "                     [--policy P[,P...]] [--dram-tokens N] [--nvme-tokens N] "
 	    "[--belady]\n"
-	    "                     [--model M] [--gpu G] [--admit-freq N] [--no-prefetch]\n"
+	    "                     [--model M] [--gpu G] [--gpus N|auto] [--admit-freq N]\n"
+	    "                     [--no-prefetch]"
 	    "                     [--no-leaf-first] [--sweep] [--plot FILE.png] [--json]\n"
 	    "                     [--requests N] [--seed S] [--gen KNOB=VALUE]... [--save-trace "
 	    "FILE]\n"
@@ -48,12 +49,18 @@ static void usage(FILE *f)
 	    "                      (DRAM + NVMe in --dir D, default ./kvtier-data/replay)\n"
 	    "  --scale X           real mode: KV bytes per token = the model's times X, in (0, 1]\n"
 	    "                      (default 0.01; 1 = full size)\n"
-	    "  --policy P,...      eviction policies to compare (default %s; also lru, arc, pslru)\n"
+	    "  --policy P,...      eviction policies to compare (default %s; also lru, arc,\n"
+	    "                      pslru, lru2)\n"
 	    "  --dram-tokens N     DRAM capacity in tokens (default 262144; a block takes 512)\n"
 	    "  --nvme-tokens N     NVMe capacity in tokens (default 4194304; 0 disables it)\n"
 	    "  --belady            also compute the offline-optimal (MIN) hit ratio\n"
 	    "  --model M, --gpu G  cost-model presets for bytes and TTFT (default: cost.model or\n"
 	    "                      model.name, and cost.gpu)\n"
+	    "  --gpus N|auto       prefill GPUs serving the queue (default auto: the fewest that\n"
+	    "                      keep the no-cache load at %.0f%%; warns when load exceeds 100%%)\n"
+	    "  --admit-continuation F  NVMe admission that predicts reuse: write every block of\n"
+	    "                      a request whose seen-before prefix covers F of it (a\n"
+	    "                      conversation's later turn), other blocks once seen twice\n"
 	    "  --admit-freq N      write to NVMe only blocks seen N times (frequency sketch;\n"
 	    "                      default admission.min_freq; admission.* keys apply too)\n"
 	    "  --no-prefetch       do not stage NVMe hits into DRAM while a request queues\n"
@@ -61,15 +68,15 @@ static void usage(FILE *f)
 	    "  --sweep             DRAM-only capacity sweep (1/16x .. 4x of --dram-tokens)\n"
 	    "  --plot FILE.png     plot the sweep (implies --sweep; needs gnuplot)\n"
 	    "  --json              print a JSON object as the last line\n",
-	    KVT_SIM_DEFAULT_POLICY);
+	    KVT_SIM_DEFAULT_POLICY, KVT_SIM_AUTO_UTIL * 100);
 }
 
 struct opts {
 	const char *trace, *workload, *save, *plot, *model, *gpu;
 	const char *policies[MAX_POLICIES];
 	int n_policies;
-	unsigned long long dram, nvme, requests, seed, admit;
-	double scale;
+	unsigned long long dram, nvme, requests, seed, admit, gpus; /* gpus 0: auto */
+	double scale, cont;
 	bool simulate, belady, prefetch, leaf_first, sweep, json, have_requests, have_seed;
 	const char *gen[32];
 	int n_gen;
@@ -121,13 +128,6 @@ static const char *gib(double bytes, char *buf, size_t len)
 	return buf;
 }
 
-static double span_s; /* first to last arrival of the trace */
-
-static double util(double busy)
-{
-	return span_s > 0 ? busy / span_s : 0;
-}
-
 static void print_human(const struct opts *o, const char *policy, const struct kvt_sim_result *r,
 			bool cost)
 {
@@ -140,22 +140,26 @@ static void print_human(const struct opts *o, const char *policy, const struct k
 	if (!cost)
 		return;
 	printf("          dram read %s written %s; nvme read %s written %s (%llu writes "
-	       "skipped)\n",
+	       "skipped, %.1f MiB written per NVMe hit)\n",
 	       gib((double)r->read_bytes[0], a, sizeof(a)),
 	       gib((double)r->write_bytes[0], b, sizeof(b)),
 	       gib((double)r->read_bytes[1], c, sizeof(c)),
 	       gib((double)r->write_bytes[1], d, sizeof(d)),
-	       (unsigned long long)r->nvme_writes_skipped);
+	       (unsigned long long)r->nvme_writes_skipped, r->nvme_bytes_per_hit / 1048576.0);
 	printf("          prefill tokens saved %llu of %llu; TTFT p50 %.1f ms p99 %.1f ms "
 	       "(no cache: %.1f / %.1f ms)\n",
 	       (unsigned long long)r->prefill_tokens_saved, (unsigned long long)r->input_tokens,
 	       r->ttft_p50_s * 1e3, r->ttft_p99_s * 1e3, r->nocache_ttft_p50_s * 1e3,
 	       r->nocache_ttft_p99_s * 1e3);
-	printf("          GPU prefill load %.0f%% (no cache %.0f%%)%s\n", 100 * util(r->gpu_busy_s),
-	       100 * util(r->nocache_gpu_busy_s),
-	       util(r->nocache_gpu_busy_s) > 1 ? "; over 100%: one GPU cannot keep up, the queue "
-						 "grows (raise cost.tp or lower the rate)"
-					       : "");
+	printf("          %u prefill GPU%s, load %.0f%% (no cache %.0f%%)\n", r->gpus,
+	       r->gpus == 1 ? "" : "s", 100 * r->utilization, 100 * r->nocache_utilization);
+	if (r->utilization > 1 || r->nocache_utilization > 1)
+		fprintf(stderr,
+			"kvtier replay: warning: %u GPU%s at %.0f%% load (no cache %.0f%%): the "
+			"queue grows without bound and TTFT measures it; use more --gpus (or "
+			"--gpus auto)\n",
+			r->gpus, r->gpus == 1 ? "" : "s", 100 * r->utilization,
+			100 * r->nocache_utilization);
 }
 
 static void json_run(const struct opts *o, const char *policy, const struct kvt_sim_result *r)
@@ -175,19 +179,22 @@ static void json_run(const struct opts *o, const char *policy, const struct kvt_
 		       r->belady_block_hit_ratio, r->belady_token_hit_ratio);
 	printf("\"dram_read_bytes\":%llu,\"dram_write_bytes\":%llu,\"nvme_read_bytes\":%llu,"
 	       "\"nvme_write_bytes\":%llu,\"nvme_writes_skipped\":%llu,"
+	       "\"nvme_bytes_written_per_hit\":%.0f,"
 	       "\"dram_evictions\":%llu,\"nvme_evictions\":%llu,"
 	       "\"prefill_tokens_saved\":%llu,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,"
 	       "\"ttft_mean_ms\":%.3f,\"nocache_ttft_p50_ms\":%.3f,\"nocache_ttft_p99_ms\":%.3f,"
 	       "\"nocache_ttft_mean_ms\":%.3f,\"gpu_busy_s\":%.3f,\"nocache_gpu_busy_s\":%.3f,"
-	       "\"gpu_utilization\":%.4f,\"nocache_gpu_utilization\":%.4f,\"elapsed_s\":%.3f",
+	       "\"gpus\":%u,\"gpu_utilization\":%.4f,\"nocache_gpu_utilization\":%.4f,"
+	       "\"elapsed_s\":%.3f",
 	       (unsigned long long)r->read_bytes[0], (unsigned long long)r->write_bytes[0],
 	       (unsigned long long)r->read_bytes[1], (unsigned long long)r->write_bytes[1],
-	       (unsigned long long)r->nvme_writes_skipped, (unsigned long long)r->evictions[0],
+	       (unsigned long long)r->nvme_writes_skipped, r->nvme_bytes_per_hit,
+	       (unsigned long long)r->evictions[0],
 	       (unsigned long long)r->evictions[1], (unsigned long long)r->prefill_tokens_saved,
 	       r->ttft_p50_s * 1e3, r->ttft_p99_s * 1e3, r->ttft_mean_s * 1e3,
 	       r->nocache_ttft_p50_s * 1e3, r->nocache_ttft_p99_s * 1e3,
 	       r->nocache_ttft_mean_s * 1e3, r->gpu_busy_s, r->nocache_gpu_busy_s,
-	       util(r->gpu_busy_s), util(r->nocache_gpu_busy_s), r->elapsed_s);
+	       r->gpus, r->utilization, r->nocache_utilization, r->elapsed_s);
 }
 
 /* Sweep DRAM-only capacities for every policy (+ Belady); rows[p][i], belady[i]. */
@@ -393,6 +400,19 @@ int kvt_cmd_replay(int argc, char **argv)
 			if (parse_u64(a, v, &o.seed))
 				return 2;
 			o.have_seed = true;
+		} else if (!strcmp(a, "--gpus")) {
+			NEEDS_VALUE();
+			if (strcmp(v, "auto") &&
+			    (parse_u64(a, v, &o.gpus) || !o.gpus || o.gpus > KVT_SIM_MAX_GPUS))
+				return cli_fail(CMD, "--gpus is 1..%d or auto", KVT_SIM_MAX_GPUS), 2;
+			if (!strcmp(v, "auto"))
+				o.gpus = 0;
+		} else if (!strcmp(a, "--admit-continuation")) {
+			NEEDS_VALUE();
+			char *end;
+			o.cont = strtod(v, &end);
+			if (*end || end == v || !(o.cont >= 0 && o.cont <= 1))
+				return cli_fail(CMD, "--admit-continuation is a share in [0, 1]"), 2;
 		} else if (!strcmp(a, "--admit-freq")) {
 			NEEDS_VALUE();
 			if (parse_u64(a, v, &o.admit) || o.admit > 255)
@@ -452,7 +472,7 @@ int kvt_cmd_replay(int argc, char **argv)
 	for (int p = 0; p < o.n_policies; p++) {
 		struct kvt_evict *probe;
 		if (kvt__evict_create(o.policies[p], 4, &probe) < 0) {
-			cli_fail(CMD, "unknown policy '%s' (lru, arc, %s)", o.policies[p],
+			cli_fail(CMD, "unknown policy '%s' (%s, lru, arc, pslru, lru2)", o.policies[p],
 				 KVT_SIM_DEFAULT_POLICY);
 			goto out;
 		}
@@ -473,6 +493,7 @@ int kvt_cmd_replay(int argc, char **argv)
 		    .scale = o.scale,
 		    .dram_tokens = o.dram,
 		    .nvme_tokens = o.nvme,
+		    .gpus = (uint32_t)o.gpus,
 		    .prefetch = o.prefetch,
 		    .json = o.json,
 		    .progress = progress,
@@ -480,7 +501,6 @@ int kvt_cmd_replay(int argc, char **argv)
 		rc = replay_real_run(&ro, t, cfg, cost);
 		goto out;
 	}
-	span_s = t->n ? t->req[t->n - 1].ts_ms / 1000.0 - t->req[0].ts_ms / 1000.0 : 0;
 
 	{
 		const struct kvt_cost_params *cp = kvt__cost_params(cost);
@@ -500,16 +520,18 @@ int kvt_cmd_replay(int argc, char **argv)
 		    .belady = o.belady && p == 0,
 		    .cost = cost,
 		    .prefetch = o.prefetch,
+		    .gpus = (uint32_t)o.gpus,
 		    .admit_min_freq =
 			(uint32_t)(o.admit ? o.admit : kvt__cfg_u64(cfg, "admission.min_freq")),
 		    .admit_cost_check = kvt__cfg_bool(cfg, "admission.cost_check"),
 		    .admit_min_prefix = kvt__cfg_u64(cfg, "admission.min_prefix_tokens"),
+		    .admit_continuation = o.cont,
 		    .progress = progress,
 		    .progress_arg = (void *)o.policies[p],
 		};
 		int r = kvt__sim_run(t, &s, &res[p]);
 		if (r == -EINVAL) {
-			cli_fail(CMD, "unknown policy '%s' (lru, arc, %s)", o.policies[p],
+			cli_fail(CMD, "unknown policy '%s' (%s, lru, arc, pslru, lru2)", o.policies[p],
 				 KVT_SIM_DEFAULT_POLICY);
 			goto out;
 		}

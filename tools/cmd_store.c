@@ -8,9 +8,10 @@
  * store open meanwhile, a read-only mount works, and a path that is not a store is an
  * error. Only `verify --drop` and `rm` open it for writing. verify reads each object in
  * windows of at most 8 MiB (one read for most objects) so its memory does not depend on
- * what a file's size claims, and applies the one definition of a sound object that get applies
- * (kvt__object_verify): a header that decodes for its key, and every layer's CRC; bytes
- * past the header's object size are not part of the object.
+ * what a file's size claims, and applies the one definition of a sound object that get
+ * applies (kvt__object_verify, then kvt__object_authenticate's MAC check when the store has
+ * a MAC key): a header that decodes for its key, every layer's CRC, and the MAC; bytes past
+ * the header's object size are not part of the object.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -20,7 +21,9 @@
 #include "cli.h"
 #include "dram.h"
 #include "engine.h"
+#include "config.h"
 #include "format.h"
+#include "protect.h"
 #include "tier.h"
 
 #define VERIFY_PIECE (8u << 20) /* bytes of an object read and checked at a time */
@@ -280,7 +283,7 @@ static int window_at(struct kvt_tier *t, const struct kvt_key *key, void *buf, s
  * else why it is bad (in why[], or a constant). listed: its size in the tier's listing
  * (UINT64_MAX: unknown). buf holds VERIFY_PIECE bytes. */
 static const char *verify_object(struct kvt_tier *t, const struct kvt_key *key, uint64_t listed,
-				 void *buf, char *why, size_t whylen)
+				 const struct kvt_protect *prot, void *buf, char *why, size_t whylen)
 {
 	if (listed == 0)
 		return "empty (0 bytes)";
@@ -303,35 +306,54 @@ static const char *verify_object(struct kvt_tier *t, const struct kvt_key *key, 
 	struct kvt_expect exp = {.key = key}; /* any namespace or geometry; format bounds */
 	if (kvt__header_decode(buf, &h, &exp) < 0)
 		return "corrupt header";
+	/* With a MAC key, what get would drop (a MAC that does not verify) is bad here too; an
+	 * object without a MAC (-EACCES) is a miss for get and kept, so it is not bad. */
+	struct kvt_mac_stream *mac = NULL;
+	if (kvt__mac_stream_begin(prot, buf, &h, &mac) == -EIO)
+		return "cannot check the MAC (OpenSSL failed)";
+	const char *bad = NULL;
 	uint64_t lb = kvt_layer_bytes(&h.geometry, h.n_tokens);
-	for (uint32_t l = 0; l < h.geometry.layers; l++) {
+	for (uint32_t l = 0; l < h.geometry.layers && !bad; l++) {
 		uint32_t crc = 0;
 		uint64_t pos = h.layer_offset[l], end = pos + lb;
 		while (pos < end) {
 			if (pos < w.start || pos >= w.start + w.len) {
 				rc = window_at(t, key, buf, &w, pos);
-				if (rc == -ENOENT)
-					return "";
-				if (rc < 0)
-					return kvt_strerror(rc);
+				if (rc < 0) {
+					bad = rc == -ENOENT ? "" : kvt_strerror(rc);
+					break;
+				}
 				if (pos >= w.start + w.len) {
 					snprintf(why, whylen,
 						 "truncated (the header says %llu bytes; layer %u "
 						 "is cut short)",
 						 (unsigned long long)h.object_bytes, l);
-					return why;
+					bad = why;
+					break;
 				}
 			}
 			uint64_t n = KVT_MIN(end, w.start + w.len) - pos;
-			crc = kvt__crc32c(crc, (const uint8_t *)buf + (pos - w.start), (size_t)n);
+			const uint8_t *p = (const uint8_t *)buf + (pos - w.start);
+			crc = kvt__crc32c(crc, p, (size_t)n);
+			if (mac && kvt__mac_stream_update(mac, p, (size_t)n) < 0) {
+				bad = "cannot check the MAC (OpenSSL failed)";
+				break;
+			}
 			pos += n;
 		}
-		if (crc != h.layer_crc[l]) {
+		if (!bad && crc != h.layer_crc[l]) {
 			snprintf(why, whylen, "corrupt (layer %u checksum mismatch)", l);
-			return why;
+			bad = why;
 		}
 	}
-	return NULL;
+	if (bad || !mac) {
+		kvt__mac_stream_free(mac);
+		return bad;
+	}
+	rc = kvt__mac_stream_end(mac, &h);
+	if (rc == -EBADMSG)
+		return "forged or damaged (MAC mismatch: get drops it)";
+	return rc < 0 ? "cannot check the MAC (OpenSSL failed)" : NULL;
 }
 
 struct anomaly_ctx {
@@ -364,7 +386,7 @@ struct bad_obj {
 /* --drop: reopen for writing and remove what is still bad (a writer may have replaced an
  * object since it was checked: it is checked again first). */
 static int drop_bad(struct cli_store_opts *o, const struct bad_obj *bad, size_t n,
-		    uint64_t *dropped)
+		    const struct kvt_protect *prot, uint64_t *dropped)
 {
 	struct kvt_store *s = cli_open_store(o);
 	if (!s)
@@ -380,7 +402,7 @@ static int drop_bad(struct cli_store_opts *o, const struct bad_obj *bad, size_t 
 		if (!t)
 			continue;
 		struct kvt_key key = bad[k].key;
-		const char *w = verify_object(t, &key, UINT64_MAX, buf, why, sizeof(why));
+		const char *w = verify_object(t, &key, UINT64_MAX, prot, buf, why, sizeof(why));
 		if (!w || !*w)
 			continue; /* sound now, or gone */
 		struct sync_io r = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
@@ -410,11 +432,22 @@ int kvt_cmd_verify(int argc, char **argv)
 	struct kvt_store *s = open_inspect(&o, "verify");
 	if (!s)
 		return 1;
+	/* The store's MAC key, if any (the open above checked the key configuration). */
+	struct kvt_protect *prot = NULL;
+	struct kvt_config *pcfg = cli_config(&o);
+	int prc = pcfg ? kvt__protect_open(pcfg, kvt__cfg_log(pcfg), &prot) : -EINVAL;
+	if (pcfg)
+		kvt_config_destroy(pcfg);
+	if (prc < 0) {
+		kvt_store_close(s);
+		return cli_fail("verify", "cannot load the store's keys");
+	}
 	uint64_t objects = 0, bad = 0, dropped = 0;
 	struct bad_obj *bads = NULL;
 	size_t nbads = 0;
 	void *buf = NULL;
 	if (posix_memalign(&buf, KVT_ALIGN, VERIFY_PIECE)) {
+		kvt__protect_close(prot);
 		kvt_store_close(s);
 		return cli_fail("verify", "out of memory");
 	}
@@ -430,11 +463,13 @@ int kvt_cmd_verify(int argc, char **argv)
 			free(l.bytes);
 			free(buf);
 			free(bads);
+			kvt__protect_close(prot);
 			kvt_store_close(s);
 			return cli_fail("verify", "tier %s: listing failed", tname);
 		}
 		for (size_t k = 0; k < l.n; k++) {
-			const char *w = verify_object(t, &l.keys[k], l.bytes[k], buf, why, sizeof(why));
+			const char *w =
+			    verify_object(t, &l.keys[k], l.bytes[k], prot, buf, why, sizeof(why));
 			if (w && !*w)
 				continue; /* removed meanwhile */
 			objects++;
@@ -466,7 +501,9 @@ int kvt_cmd_verify(int argc, char **argv)
 	}
 	free(buf);
 	kvt_store_close(s);
-	if (v.drop && nbads && drop_bad(&o, bads, nbads, &dropped) < 0) {
+	int drc = v.drop && nbads ? drop_bad(&o, bads, nbads, prot, &dropped) : 0;
+	kvt__protect_close(prot);
+	if (drc < 0) {
 		free(bads);
 		return cli_fail("verify", "cannot open the store for --drop");
 	}

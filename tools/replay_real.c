@@ -17,7 +17,9 @@
  *            a failed get (-EBADMSG: checksum) ends the served prefix there;
  *   put      every chunk after the served prefix, parent = the previous chunk's key.
  * TTFT = queue wait + max(measured restore, modelled restore) + modelled recompute of the
- * rest, on one GPU served first come first served, against the same queue with no cache.
+ * rest, on the simulator's fleet (--gpus, default sized to the load) served first come
+ * first served, each request on the GPU that frees first, against the same fleet with no
+ * cache.
  */
 #include <errno.h>
 #include <math.h>
@@ -31,6 +33,7 @@
 #include "cost.h"
 #include "replay_real.h"
 #include "scaled_geometry.h"
+#include "sim.h"
 
 #define CMD "replay"
 #define WINDOW 32 /* chunk operations in flight */
@@ -261,9 +264,12 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 	struct kvt_key *keys = calloc(max_blocks, sizeof(*keys));
 	int8_t *tiers_of = calloc(max_blocks, 1), *cost_tiers = calloc(max_blocks, 1);
 	double *ttft = calloc(t->n + 1, sizeof(double)), *ttft0 = calloc(t->n + 1, sizeof(double));
+	/* the same FIFO fleet as the simulator (src/sim.c) */
+	uint32_t ngpu = o->gpus ? o->gpus : kvt__sim_auto_gpus(t, cost);
+	double *gfree = calloc(ngpu, sizeof(double)), *gfree0 = calloc(ngpu, sizeof(double));
 	double *rest = calloc(t->n + 1, sizeof(double));
 	rc = 1;
-	if (!keys || !tiers_of || !cost_tiers || !ttft || !ttft0 || !rest) {
+	if (!keys || !tiers_of || !cost_tiers || !ttft || !ttft0 || !rest || !gfree || !gfree0) {
 		cli_fail(CMD, "out of memory");
 		goto out;
 	}
@@ -287,7 +293,7 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 	uint64_t tier_blocks[2] = {0}, tier_tokens[2] = {0}, prefetches = 0, staged = 0;
 	uint64_t restore_bytes = 0, restore_ns = 0, put_ns = 0;
 	size_t n_rest = 0;
-	double gpu_free = 0, gpu0_free = 0, busy = 0, busy0 = 0;
+	double busy = 0, busy0 = 0;
 	uint64_t t_start = kvt__now_ns();
 	for (size_t ri = 0; ri < t->n; ri++) {
 		const struct kvt_trace_req *q = &t->req[ri];
@@ -309,7 +315,8 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 
 		/* queue model: when would this request start on the GPU? */
 		double arrive = q->ts_ms / 1000.0;
-		double start = KVT_MAX(arrive, gpu_free), wait = start - arrive, stage_s = 0;
+		uint32_t g = kvt__sim_first_free(gfree, ngpu), g0 = kvt__sim_first_free(gfree0, ngpu);
+		double start = KVT_MAX(arrive, gfree[g]), wait = start - arrive, stage_s = 0;
 		if (o->prefetch && on_nvme && wait > 0) {
 			uint64_t t0 = kvt__now_ns();
 			int n = kvt_prefetch_sync(s, keys, (size_t)hit,
@@ -350,12 +357,12 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 		saved += plan.load_tokens;
 		double service = (plan.load_chunks ? KVT_MAX(restore_meas, plan.restore_s) : 0) +
 				 plan.recompute_s;
-		gpu_free = start + service;
+		gfree[g] = start + service;
 		busy += service;
-		ttft[ri] = gpu_free - arrive;
-		gpu0_free = KVT_MAX(arrive, gpu0_free) + plan.no_cache_s;
+		ttft[ri] = gfree[g] - arrive;
+		gfree0[g0] = KVT_MAX(arrive, gfree0[g0]) + plan.no_cache_s;
 		busy0 += plan.no_cache_s;
-		ttft0[ri] = gpu0_free - arrive;
+		ttft0[ri] = gfree0[g0] - arrive;
 
 		uint64_t p0 = kvt__now_ns();
 		put_range(&r, &sg.geo, t, q, served);
@@ -415,6 +422,16 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 	       (unsigned long long)saved, (unsigned long long)input_tokens,
 	       pct(ttft, t->n, 0.5) * 1e3, pct(ttft, t->n, 0.99) * 1e3, pct(ttft0, t->n, 0.5) * 1e3,
 	       pct(ttft0, t->n, 0.99) * 1e3);
+	double span = t->n > 1 ? (t->req[t->n - 1].ts_ms - t->req[0].ts_ms) / 1000.0 : 0;
+	double util = span > 0 ? busy / (span * ngpu) : 0;
+	double util0 = span > 0 ? busy0 / (span * ngpu) : 0;
+	printf("          %u prefill GPU%s, load %.0f%% (no cache %.0f%%)\n", ngpu,
+	       ngpu == 1 ? "" : "s", 100 * util, 100 * util0);
+	if (util > 1 || util0 > 1)
+		fprintf(stderr,
+			"kvtier replay: warning: %u GPU%s at %.0f%% load (no cache %.0f%%): the "
+			"queue grows without bound and TTFT measures it; use more --gpus\n",
+			ngpu, ngpu == 1 ? "" : "s", 100 * util, 100 * util0);
 	printf("          checksum failures %llu (%llu gets rejected, never served), payload "
 	       "mismatches %llu, get errors %llu, put errors %llu\n",
 	       (unsigned long long)r.checksum_failures, (unsigned long long)r.rejected, (unsigned long long)r.mismatches,
@@ -438,7 +455,8 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 		       "\"prefill_tokens_saved\":%llu,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,"
 		       "\"ttft_mean_ms\":%.3f,\"nocache_ttft_p50_ms\":%.3f,"
 		       "\"nocache_ttft_p99_ms\":%.3f,\"nocache_ttft_mean_ms\":%.3f,"
-		       "\"gpu_busy_s\":%.3f,\"nocache_gpu_busy_s\":%.3f,"
+		       "\"gpu_busy_s\":%.3f,\"nocache_gpu_busy_s\":%.3f,\"gpus\":%u,"
+		       "\"gpu_utilization\":%.4f,\"nocache_gpu_utilization\":%.4f,"
 		       "\"restore_gibps\":%.4f,\"put_gibps\":%.4f,\"restore_p50_ms\":%.3f,"
 		       "\"restore_p99_ms\":%.3f,\"restore_bytes\":%llu,\"put_bytes\":%llu,"
 		       "\"prefetches\":%llu,\"prefetch_staged_chunks\":%llu,"
@@ -456,7 +474,7 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 		       (unsigned long long)ev[1], (unsigned long long)saved,
 		       pct(ttft, t->n, 0.5) * 1e3, pct(ttft, t->n, 0.99) * 1e3, m * 1e3,
 		       pct(ttft0, t->n, 0.5) * 1e3, pct(ttft0, t->n, 0.99) * 1e3, m0 * 1e3, busy,
-		       busy0, restore_gibps, put_gibps, pct(rest, n_rest, 0.5) * 1e3,
+		       busy0, ngpu, util, util0, restore_gibps, put_gibps, pct(rest, n_rest, 0.5) * 1e3,
 		       pct(rest, n_rest, 0.99) * 1e3, (unsigned long long)restore_bytes,
 		       (unsigned long long)r.put_bytes, (unsigned long long)prefetches,
 		       (unsigned long long)staged, (unsigned long long)r.checksum_failures,
@@ -477,6 +495,8 @@ out:
 	free(cost_tiers);
 	free(ttft);
 	free(ttft0);
+	free(gfree);
+	free(gfree0);
 	free(rest);
 	return rc;
 }

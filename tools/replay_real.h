@@ -16,6 +16,7 @@ struct replay_real_opts {
 	const char *source; /* trace file or workload name, for the report */
 	double scale;
 	uint64_t dram_tokens, nvme_tokens;
+	uint32_t gpus; /* prefill GPUs; 0: sized to the trace (kvt__sim_auto_gpus) */
 	bool prefetch, json;
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 };

@@ -39,6 +39,11 @@ timeout 20 "$K" stat --dir "$T/s" --tiers dram,s3 --set s3.endpoint=http://127.0
 	--set s3.bucket=kvt-bucket --set s3.credentials_file=/dev/zero >/dev/null 2>"$T/err" || rc=$?
 [ $rc != 124 ] && [ $rc != 0 ] || fail "s3 credentials /dev/zero: exit $rc"
 grep -q "credentials file /dev/zero: not a regular file" "$T/err" || fail "s3 credentials: $(cat "$T/err")"
+# so does the cost profile
+rc=0
+timeout 20 "$K" crossover --set cost.profile=/dev/zero >/dev/null 2>"$T/err" || rc=$?
+[ $rc != 124 ] && [ $rc != 0 ] || fail "cost.profile /dev/zero: exit $rc"
+grep -q "/dev/zero: not a regular file" "$T/err" || fail "cost.profile: $(cat "$T/err")"
 # what is within the bounds still loads
 printf '[s3]\nprefix = abc\n' >"$T/ok.ini"
 "$K" config --config "$T/ok.ini" --json | jq -e '."s3.prefix" == "abc"' >/dev/null || fail "a good config no longer loads"

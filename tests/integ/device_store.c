@@ -4,9 +4,12 @@
  * published only when both have written (a reader sees nothing before), kvt_get returns
  * the canonical payload byte for byte, and TP=1 / TP=4 ranks load it back into poisoned
  * blocks layer by layer. Also: a resident key is not copied again, a dependency holds the
- * gather back, a miss completes with -ENOENT.
+ * gather back, a miss completes with -ENOENT. With a MAC and encryption on, a gathered
+ * chunk reaches nvme protected and kvt_get decrypts it; kvt_device_load is refused.
  */
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 
 #include <unistd.h>
@@ -42,7 +45,10 @@ static void poll_until(struct kvt_store *s, struct done *d, int calls)
 	CHECK(d->calls == calls);
 }
 
-static struct kvt_store *open_store(const struct kvt_geometry *g)
+/* protect: with a MAC and encryption at rest (keys from the environment); nvme_dir: a
+ * deeper nvme tier there (NULL: DRAM only) */
+static struct kvt_store *open_store(const struct kvt_geometry *g, bool protect,
+				    const char *nvme_dir)
 {
 	struct kvt_config *cfg;
 	struct kvt_store *s;
@@ -60,6 +66,18 @@ static struct kvt_store *open_store(const struct kvt_geometry *g)
 	snprintf(v, sizeof(v), "%u", g->chunk_tokens);
 	CHECK(kvt_config_set(cfg, "model.chunk_tokens", v, NULL, 0) == 0);
 	CHECK(kvt_config_set(cfg, "model.dtype", "bf16", NULL, 0) == 0);
+	if (nvme_dir) {
+		CHECK(kvt_config_set(cfg, "store.tiers", "dram,nvme", NULL, 0) == 0);
+		CHECK(kvt_config_set(cfg, "nvme.dirs", nvme_dir, NULL, 0) == 0);
+		CHECK(kvt_config_set(cfg, "nvme.bytes", "256MiB", NULL, 0) == 0);
+	}
+	if (protect) {
+		setenv("KVT_DEVICE_TEST_KEY",
+		       "8f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0", 1);
+		CHECK(kvt_config_set(cfg, "security.mac_key_env", "KVT_DEVICE_TEST_KEY", NULL, 0) == 0);
+		CHECK(kvt_config_set(cfg, "security.encryption_key_env", "KVT_DEVICE_TEST_KEY", NULL,
+				     0) == 0);
+	}
 	CHECK(kvt_store_open(cfg, &s) == 0);
 	kvt_config_destroy(cfg);
 	return s;
@@ -73,7 +91,7 @@ int main(void)
 				 .chunk_tokens = 64,
 				 .dtype = KVT_DTYPE_BF16,
 				 .kind = KVT_KIND_KV};
-	struct kvt_store *s = open_store(&g);
+	struct kvt_store *s = open_store(&g, false, NULL);
 	uint64_t seed = 2024;
 	const uint32_t n = 50, bs = 16, nb = 10, nblk = 4;
 	struct kvt_key key, parent = {{0}};
@@ -170,6 +188,44 @@ int main(void)
 	CHECK(dm.res.status == -ENOENT);
 	CHECK(tr_rank_check(&r, logical, 0, ids[0], POISON) == 0);
 	tr_rank_close(&r);
+
+	/* With a MAC and encryption: a gathered chunk is sealed, MACed and encrypted in its
+	 * slot, kvt_get decrypts it; a load (which copies slots as they are) is refused. */
+	kvt_store_close(s);
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/kvt-device-protect-XXXXXX",
+		 getenv("KVT_TEST_DIR") ? getenv("KVT_TEST_DIR") : "/var/tmp");
+	CHECK(mkdtemp(dir) != NULL);
+	s = open_store(&g, true, dir);
+	struct tr_rank wp;
+	struct done dp = {0};
+	CHECK(tr_rank_open(&wp, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, 0, NULL) == 0);
+	tr_shuffled_ids(&seed, nb, ids[0], nblk);
+	tr_rank_load_logical(&wp, logical, n, ids[0]);
+	CHECK(kvt_device_store(wp.dev, s, &key, NULL, n, ids[0], nblk, NULL, on_done, &dp, NULL) ==
+	      0);
+	poll_until(s, &dp, 1);
+	CHECK(dp.res.status == 0);
+	memset(got, 0, plen);
+	CHECK(kvt_get_sync(s, &key, 0, 0, got, plen, &gr) == 0);
+	CHECK(memcmp(got, logical, plen) == 0);
+	struct done dn = {0};
+	CHECK(kvt_device_load(wp.dev, s, &key, ids[0], nblk, NULL, on_done, &dn, NULL) == -ENOTSUP);
+	tr_rank_close(&wp);
+	CHECK(kvt_flush_sync(s) == 0);
+	kvt_store_close(s);
+	/* what reached nvme is protected: a store without the keys finds nothing to serve */
+	s = open_store(&g, false, dir);
+	CHECK(kvt_lookup_sync(s, &key, 1, NULL) == 1);
+	CHECK(kvt_get_sync(s, &key, 0, 0, got, plen, &gr) == -ENOENT);
+	kvt_store_close(s);
+	s = open_store(&g, true, dir);
+	memset(got, 0, plen);
+	CHECK(kvt_get_sync(s, &key, 0, 0, got, plen, &gr) == 0);
+	CHECK(memcmp(got, logical, plen) == 0);
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0);
 
 	kvt_emu_event_destroy(ev);
 	kvt_store_close(s);

@@ -111,6 +111,30 @@ static void test_chain_eviction(void)
 	CHECK_EQ(log_count("more write(s) not stored"), 1);
 	rm_rf(dir);
 
+	/* The same with every write in flight at once (write-behind submits them so, and they
+	 * complete in any order): a write counts on its parent from its start, so no ancestor
+	 * of a write in flight is ever a victim. */
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap, NULL), 0);
+	{
+		uint8_t *bufs = abuf(10 * OBJ);
+		struct batch b = BATCH_INIT;
+		for (int i = 0; i < 10; i++) {
+			c[i] = make_key(36, (uint64_t)i);
+			fill_object(bufs + i * OBJ, OBJ, &c[i]);
+			batch_add(&b);
+			CHECK_EQ(t->ops->write_chained(t, &c[i], i ? &c[i - 1] : NULL, bufs + i * OBJ,
+						       OBJ, batch_cb, &b),
+				 0);
+		}
+		batch_wait(&b, 0);
+		CHECK_EQ(b.ok, 4);
+		for (int i = 0; i < 10; i++)
+			CHECK_EQ(present(t, &c[i]), i < 4);
+		free(bufs);
+	}
+	kvt__tier_close(t);
+	rm_rf(dir);
+
 	/* Two chains: a second session evicts the first one's end, never its own prefix, and
 	 * the first one is peeled from its end. */
 	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap, NULL), 0);

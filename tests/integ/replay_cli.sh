@@ -46,6 +46,17 @@ echo "$j" | jq -e '(.dram_hit_ratio + .nvme_hit_ratio - .block_hit_ratio | fabs)
 	and .nvme_hit_ratio > 0 and .ttft_p50_ms <= .nocache_ttft_p50_ms' > /dev/null ||
 	fail "chat two tiers: $j"
 
+# the fleet: one GPU under the conversation load warns; auto sizes it; 0 GPUs is refused
+"$KVT" replay --workload conversation --requests 2000 --simulate --model llama3.1-70b \
+	--dram-tokens 1000000 --nvme-tokens 0 --gpus 1 --json > "$tmp/one" 2> "$tmp/one.err" ||
+	fail "gpus 1"
+grep -q "warning: 1 GPU at" "$tmp/one.err" || fail "no overload warning: $(cat "$tmp/one.err")"
+j=$("$KVT" replay --workload conversation --requests 2000 --simulate --model llama3.1-70b \
+	--dram-tokens 1000000 --nvme-tokens 0 --json 2> "$tmp/auto.err" | tail -1)
+echo "$j" | jq -e '.gpus > 1 and .nocache_gpu_utilization <= 0.8' > /dev/null || fail "auto: $j"
+[ -s "$tmp/auto.err" ] && fail "auto-sized fleet warned: $(cat "$tmp/auto.err")"
+"$KVT" replay --workload chat --simulate --gpus 0 2> /dev/null && fail "--gpus 0 accepted"
+
 # a malformed trace: exit 1 and the line number
 printf '{"timestamp": 0, "input_length": 100, "output_length": 1, "hash_ids": [1]}\n{"timestamp": 1, "input_length": 100}\n' > "$tmp/bad.jsonl"
 if "$KVT" replay --trace "$tmp/bad.jsonl" --simulate 2> "$tmp/err"; then fail "bad trace accepted"; fi

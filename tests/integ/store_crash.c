@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "store_key.h"
 #include "testlib.h"
 #include "tier.h"
 
@@ -71,6 +72,51 @@ static int collect(void *arg, const struct kvt_key *key, uint64_t bytes)
 	return 0;
 }
 
+static const struct collected *g_col;
+
+static int cmp_idx(const void *a, const void *b)
+{
+	return memcmp(&g_col->keys[*(const int *)a], &g_col->keys[*(const int *)b],
+		      sizeof(struct kvt_key));
+}
+
+static int cmp_find(const void *k, const void *b)
+{
+	return memcmp(k, &g_col->keys[*(const int *)b], sizeof(struct kvt_key));
+}
+
+/* The tier lists storage keys (src/store_key.h), kvt_get takes the key the child put:
+ * rebuild the children's keys of every round so far and keep those whose storage key is
+ * listed (out[j] for col->keys[j]). Returns how many listed objects were identified. */
+static int user_keys(const uint8_t *ns, int rounds, const struct collected *col,
+		     struct kvt_key *out)
+{
+	static int idx[4096];
+	g_col = col;
+	for (int j = 0; j < col->n; j++)
+		idx[j] = j;
+	qsort(idx, (size_t)col->n, sizeof(idx[0]), cmp_idx);
+	int found = 0;
+	for (int it = 0; it <= rounds && found < col->n; it++) {
+		struct kvt_key prev, key, sk;
+		for (uint32_t i = 0, misses = 0; misses < 1024; i++) {
+			uint32_t tok[2] = {(uint32_t)it, i};
+			kvt_key_next(ns, i ? &prev : NULL, tok, 2, &key);
+			kvt__storage_key(ns, &key, &sk);
+			int *hit = bsearch(&sk, idx, (size_t)col->n, sizeof(idx[0]), cmp_find);
+			if (hit) {
+				out[*hit] = key;
+				found++;
+				misses = 0;
+			} else {
+				misses++;
+			}
+			prev = key;
+		}
+	}
+	return found;
+}
+
 int main(void)
 {
 	char *dir = test_tmpdir("crash");
@@ -102,11 +148,13 @@ int main(void)
 		static struct collected col;
 		col.n = 0;
 		CHECK_RC(t->ops->scan(t, collect, &col), 0);
+		static struct kvt_key ukeys[4096];
+		CHECK_EQ(user_keys(kvt_store_ns_id(s), it, &col, ukeys), col.n);
 		void *buf = malloc(PAYLOAD);
 		for (int i = 0; i < col.n; i++) {
 			struct kvt_result res;
-			int rc = kvt_get_sync(s, &col.keys[i], 0, 0, buf, PAYLOAD, &res);
-			if (rc != 0 || !test_check(buf, PAYLOAD, seed_of(&col.keys[i]))) {
+			int rc = kvt_get_sync(s, &ukeys[i], 0, 0, buf, PAYLOAD, &res);
+			if (rc != 0 || !test_check(buf, PAYLOAD, seed_of(&ukeys[i]))) {
 				fprintf(stderr, "iteration %d: listed object %d of %d is %s\n", it, i,
 					col.n, rc ? kvt_strerror(rc) : "wrong bytes");
 				return 1;

@@ -55,6 +55,35 @@ head -c 8192 /dev/urandom >> "$last"
 "$K" session resume --synthetic 2600 --dir "$T/p" "${SMALL[@]}" --json --tiers nvme |
 	jqe '.hit_chunks == 11 and .bad == 0' || fail "get does not serve what verify calls sound"
 
+# ---- with a MAC key, verify reports what get drops: an object forged with valid CRCs
+SRC=${KVT_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+printf '%064x\n' 7 > "$T/mac.key"; chmod 600 "$T/mac.key"
+MAC=(--set security.mac_key_file="$T/mac.key")
+"$K" session save --synthetic 2560 --dir "$T/m" "${SMALL[@]}" "${MAC[@]}" >/dev/null
+victim=$(find "$T/m" -name '*.kvt' | sort | head -1)
+python3 - "$victim" "$SRC/tests/fuzz" <<'PY'
+import struct, sys
+sys.path.insert(0, sys.argv[2])
+from make_corpus import crc32c
+p = sys.argv[1]
+b = bytearray(open(p, 'rb').read())
+lb = struct.unpack_from('<Q', b, 120)[0]   # dense bytes of a layer
+off = struct.unpack_from('<Q', b, 128)[0]  # layer 0
+b[off] ^= 0xff
+struct.pack_into('<I', b, 2176, crc32c(bytes(b[off:off + lb])))
+struct.pack_into('<I', b, 4092, crc32c(bytes(b[:4092])))
+open(p, 'wb').write(b)
+PY
+set +e
+out=$("$K" verify --dir "$T/m" "${SMALL[@]}" "${MAC[@]}" --json 2>"$T/err"); rc=$?
+set -e
+[ $rc = 3 ] && echo "$out" | grep -q "MAC mismatch" && echo "$out" | tail -1 | jqe '.bad == 1' ||
+	fail "verify with the MAC key does not report the forged object: $out $(cat "$T/err")"
+"$K" verify --dir "$T/m" "${SMALL[@]}" --json | tail -1 | jqe '.bad == 0' ||
+	fail "without a MAC key the forged object's CRCs are valid: get serves it, verify must agree"
+"$K" session resume --synthetic 2560 --dir "$T/m" "${SMALL[@]}" "${MAC[@]}" --tiers nvme --json 2>/dev/null |
+	jqe '.hit_chunks < 10 and .bad == 0' || fail "get served the forged object"
+
 # ---- not a store: a clear error, a non-zero exit, nothing created
 for cmd in ls stat verify; do
 	if "$K" $cmd --dir "$T/typo" "${SMALL[@]}" >/dev/null 2>"$T/err"; then fail "$cmd of a missing path succeeded"; fi
@@ -134,6 +163,10 @@ used=$(find "$T/fs/v1" -type f ! -name '.*' -printf '%s\n' | awk '{s+=$1} END {p
 [ "$used" -le $((5 * obj)) ] || fail "fs tier holds $used bytes over fs.bytes $((5 * obj))"
 "$K" session resume --synthetic 5120 "${SMALL[@]}" --tiers fs --set fs.dir="$T/fs" --json |
 	jqe '.hit_chunks >= 2 and .bad == 0' || fail "fs resume after an oversized save got no prefix"
+if "$K" session save --synthetic 512 "${SMALL[@]}" --tiers fs --set fs.dir="$T/fs2" --set fs.bytes=64KiB >/dev/null 2>"$T/err"; then
+	fail "fs.bytes below one object accepted"
+fi
+grep -q "smaller than one object" "$T/err" || fail "unclear error for a tiny fs.bytes: $(cat "$T/err")"
 before=$(snap "$T/fs"; find "$T/fs" -type f -printf '%p %A@\n' | sort)
 "$K" verify "${SMALL[@]}" --tiers fs --set fs.dir="$T/fs" --json | tail -1 | jqe '.objects >= 2 and .bad == 0' ||
 	fail "verify of the fs tier"

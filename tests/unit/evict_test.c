@@ -76,8 +76,8 @@ static void test_create_errors(void **unused)
 
 static void test_create_alloc_failure(void **unused)
 {
-	const char *names[] = {"lru", "arc", "pslru", "hd"};
-	for (int p = 0; p < 4; p++) {
+	const char *names[] = {"lru", "arc", "pslru", "hd", "lru2"};
+	for (int p = 0; p < 5; p++) {
 		uint64_t base = kvt__alloc_bytes();
 		int ok_at = 0;
 		for (int i = 1; i < 50 && !ok_at; i++) {
@@ -400,8 +400,8 @@ static void test_arc_peek_order(void **unused)
 
 static void test_capacity_one(void **unused)
 {
-	const char *names[] = {"lru", "arc", "pslru", "hd"};
-	for (int p = 0; p < 4; p++) {
+	const char *names[] = {"lru", "arc", "pslru", "hd", "lru2"};
+	for (int p = 0; p < 5; p++) {
 		struct kvt_evict *e = mk(names[p], 1);
 		uint32_t id = 99;
 		assert_int_equal(kvt__evict_peek(e, &id, 1), 0);
@@ -558,6 +558,7 @@ static void test_hd_random_invariants(void **unused)
 {
 	random_invariants("hd");
 	random_invariants("pslru");
+	random_invariants("lru2");
 }
 
 int main(void)

@@ -5,6 +5,7 @@
  * worse at large capacity; two tiers, admission and the TTFT model behave.
  */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,10 +16,13 @@
 
 #include <cmocka.h>
 
+#include "config.h"
 #include "cost.h"
 #include "evict.h"
 #include "sim.h"
 #include "trace.h"
+
+#define NEAR_REL(a, b, rel) assert_true(fabs((a) - (b)) <= (rel) * fabs(b))
 
 static uint64_t rng_state;
 static uint32_t rnd(uint32_t n)
@@ -282,6 +286,110 @@ static void test_default_vs_lru_many_seeds(void **state)
 	}
 }
 
+/* The fleet: one GPU under the conversation trace's load is overloaded (utilisation > 1, an
+ * unbounded queue), --gpus auto sizes it to the load, and more GPUs never raise TTFT. */
+static void test_fleet_sizing(void **state)
+{
+	(void)state;
+	struct kvt_gen_opts g;
+	kvt__gen_defaults(KVT_GEN_CONV, &g);
+	g.requests = 2000;
+	struct kvt_trace *t;
+	assert_int_equal(kvt__trace_create(512, &t), 0);
+	assert_int_equal(kvt__gen_run(&g, t), 0);
+	struct kvt_cost_params p;
+	assert_int_equal(
+	    kvt__cost_params_preset("llama3.1-70b", "h100-sxm", 0.5, 1, "dram,nvme", &p), 0);
+	struct kvt_cost *c;
+	assert_int_equal(kvt__cost_create_params(&p, &c), 0);
+	struct kvt_sim_opts o = {.dram_tokens = 1000000, .leaf_first = true, .cost = c, .gpus = 1};
+	struct kvt_sim_result one, aut, more;
+	assert_int_equal(kvt__sim_run(t, &o, &one), 0);
+	assert_int_equal(one.gpus, 1);
+	assert_true(one.nocache_utilization > 1);
+	o.gpus = 0;
+	assert_int_equal(kvt__sim_run(t, &o, &aut), 0);
+	assert_int_equal(aut.gpus, kvt__sim_auto_gpus(t, c));
+	assert_true(aut.gpus > 1);
+	assert_true(aut.nocache_utilization <= KVT_SIM_AUTO_UTIL + 1e-9);
+	assert_true(aut.nocache_utilization > KVT_SIM_AUTO_UTIL * (aut.gpus - 1) / aut.gpus);
+	assert_true(aut.ttft_p50_s < one.ttft_p50_s / 10);
+	/* the same work, spread over more GPUs */
+	NEAR_REL(aut.gpu_busy_s, one.gpu_busy_s, 1e-9);
+	o.gpus = aut.gpus * 2;
+	assert_int_equal(kvt__sim_run(t, &o, &more), 0);
+	assert_true(more.ttft_p99_s <= aut.ttft_p99_s + 1e-12);
+	assert_true(more.ttft_p50_s <= aut.ttft_p50_s + 1e-12);
+	o.gpus = KVT_SIM_MAX_GPUS + 1;
+	assert_int_equal(kvt__sim_run(t, &o, &more), -EINVAL);
+	kvt_cost_destroy(c);
+	kvt__trace_destroy(t);
+}
+
+/* NVMe admission that predicts reuse, on conversation traffic where engaged users keep
+ * going: writing a continuation's blocks keeps more hits than the second-sighting rule and
+ * writes far less than storing everything; bytes written per NVMe hit are reported. */
+static void test_nvme_admission_predicts(void **state)
+{
+	(void)state;
+	for (uint64_t seed = 1; seed <= 3; seed++) {
+		struct kvt_gen_opts g;
+		kvt__gen_defaults(KVT_GEN_CONV, &g);
+		g.requests = 4000;
+		g.seed = seed;
+		g.end_prob = 0.97, g.think_s = 600, g.first_mean = 9000;
+		g.long_frac = 0.15, g.long_end_prob = 0.12, g.long_think_s = 70;
+		struct kvt_trace *t;
+		assert_int_equal(kvt__trace_create(512, &t), 0);
+		assert_int_equal(kvt__gen_run(&g, t), 0);
+		struct kvt_cost_params p;
+		assert_int_equal(
+		    kvt__cost_params_preset("llama3.1-8b", "h100-sxm", 0.5, 1, "dram,nvme", &p), 0);
+		struct kvt_cost *c;
+		assert_int_equal(kvt__cost_create_params(&p, &c), 0);
+		struct kvt_sim_opts o = {.dram_tokens = 1000000,
+					 .nvme_tokens = 50000000,
+					 .leaf_first = true,
+					 .cost = c};
+		struct kvt_sim_result all, twice, pred;
+		assert_int_equal(kvt__sim_run(t, &o, &all), 0);
+		o.admit_min_freq = 2;
+		assert_int_equal(kvt__sim_run(t, &o, &twice), 0);
+		o.admit_min_freq = 0;
+		o.admit_continuation = 0.5;
+		assert_int_equal(kvt__sim_run(t, &o, &pred), 0);
+		print_message("seed %llu: all %.4f %.2f TB, twice %.4f %.2f TB, predict %.4f %.2f "
+			      "TB (%.0f MiB per hit)\n",
+			      (unsigned long long)seed, all.block_hit_ratio, all.write_bytes[1] / 1e12,
+			      twice.block_hit_ratio, twice.write_bytes[1] / 1e12,
+			      pred.block_hit_ratio, pred.write_bytes[1] / 1e12,
+			      pred.nvme_bytes_per_hit / 1048576.0);
+		assert_true(pred.block_hit_ratio > twice.block_hit_ratio);
+		assert_true(pred.write_bytes[1] * 2 < all.write_bytes[1]);
+		assert_true(pred.nvme_bytes_per_hit < all.nvme_bytes_per_hit);
+		assert_true(all.nvme_bytes_per_hit > 0);
+		o.admit_continuation = 1.5;
+		assert_int_equal(kvt__sim_run(t, &o, &pred), -EINVAL);
+		kvt_cost_destroy(c);
+		kvt__trace_destroy(t);
+	}
+}
+
+/* One policy for the store and the replay: dram.policy's default is the replay's default,
+ * and the DRAM pool accepts it. */
+static void test_store_and_replay_share_the_default(void **state)
+{
+	(void)state;
+	struct kvt_config *cfg;
+	assert_int_equal(kvt_config_create(&cfg), 0);
+	assert_string_equal(kvt__cfg_str(cfg, "dram.policy"), KVT_SIM_DEFAULT_POLICY);
+	struct kvt_evict *e;
+	assert_int_equal(kvt__evict_create(kvt__cfg_str(cfg, "dram.policy"), 16, &e), 0);
+	assert_string_equal(kvt__evict_name(e), "hd");
+	kvt__evict_destroy(e);
+	kvt_config_destroy(cfg);
+}
+
 static void test_two_tiers_admission_ttft(void **state)
 {
 	(void)state;
@@ -342,6 +450,9 @@ int main(void)
 	    cmocka_unit_test(test_default_beats_lru),
 	    cmocka_unit_test(test_default_vs_lru_many_seeds),
 	    cmocka_unit_test(test_two_tiers_admission_ttft),
+	    cmocka_unit_test(test_fleet_sizing),
+	    cmocka_unit_test(test_store_and_replay_share_the_default),
+	    cmocka_unit_test(test_nvme_admission_predicts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,6 +100,31 @@ static void test_doorkeeper(void **state)
 	kvt__sketch_destroy(s);
 }
 
+/* n accesses at once count as n single ones (hd records a residency's hits at eviction) */
+static void test_record_n(void **state)
+{
+	(void)state;
+	struct kvt_sketch *a, *b;
+	assert_int_equal(kvt__sketch_create(4096, 15, true, &a), 0);
+	assert_int_equal(kvt__sketch_create(4096, 15, true, &b), 0);
+	for (uint64_t k = 1; k <= 200; k++) {
+		uint32_t n = (uint32_t)(k % 7);
+		kvt__sketch_record_n(a, k, n);
+		for (uint32_t i = 0; i < n; i++)
+			kvt__sketch_record(b, k);
+	}
+	for (uint64_t k = 1; k <= 200; k++) {
+		assert_int_equal(kvt__sketch_estimate(a, k), kvt__sketch_estimate(b, k));
+		assert_true(kvt__sketch_estimate(a, k) >= k % 7);
+	}
+	kvt__sketch_record_n(a, 5000, 0); /* nothing */
+	assert_int_equal(kvt__sketch_estimate(a, 5000), 0);
+	kvt__sketch_record_n(a, 5000, 100); /* saturates */
+	assert_int_equal(kvt__sketch_estimate(a, 5000), 15);
+	kvt__sketch_destroy(a);
+	kvt__sketch_destroy(b);
+}
+
 static uint64_t budget_left;
 static bool budget(void *arg, uint64_t bytes)
 {
@@ -169,6 +194,7 @@ int main(void)
 	    cmocka_unit_test(test_accuracy),
 	    cmocka_unit_test(test_halving_and_cap),
 	    cmocka_unit_test(test_doorkeeper),
+	    cmocka_unit_test(test_record_n),
 	    cmocka_unit_test(test_admission),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,161 @@
+"""ctypes declarations of libkvtier's public API (include/kvtier.h), and where the library
+is found. Kept in one place so every structure layout and prototype can be checked against
+the header in one read; the Pythonic wrappers live in the other modules.
+
+The library is looked for, in order: $KVTIER_LIB (a path), next to this file (where the
+wheel built by scikit-build-core installs it), then the system's library path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+KEY_BYTES = 32
+NS_ID_BYTES = 32
+MAX_TIERS = 8
+MAX_LAYERS = 256
+TIER_NONE = -1
+
+DTYPES = {"bf16": 1, "fp16": 2, "fp8": 3, "fp32": 4}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+KINDS = {"kv": 1, "mla": 2}
+KIND_NAMES = {v: k for k, v in KINDS.items()}
+
+
+class Geometry(ctypes.Structure):
+    _fields_ = [
+        ("layers", ctypes.c_uint32),
+        ("kv_heads", ctypes.c_uint32),
+        ("head_dim", ctypes.c_uint32),
+        ("chunk_tokens", ctypes.c_uint32),
+        ("dtype", ctypes.c_uint8),
+        ("kind", ctypes.c_uint8),
+    ]
+
+
+class Key(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint8 * KEY_BYTES)]
+
+
+class Namespace(ctypes.Structure):
+    _fields_ = [
+        ("model", ctypes.c_char_p),
+        ("revision", ctypes.c_char_p),
+        ("tenant", ctypes.c_char_p),
+        ("geometry", Geometry),
+    ]
+
+
+class Result(ctypes.Structure):
+    _fields_ = [
+        ("status", ctypes.c_int),
+        ("tier", ctypes.c_int),
+        ("n_tokens", ctypes.c_uint32),
+        ("bytes", ctypes.c_uint64),
+    ]
+
+
+class TierStats(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 16)] + [
+        (n, ctypes.c_uint64)
+        for n in (
+            "objects", "bytes", "capacity_bytes", "hits", "misses", "reads", "read_bytes",
+            "writes", "write_bytes", "evictions", "checksum_failures", "errors",
+            "writes_skipped", "removes",
+        )
+    ]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [
+        ("n_tiers", ctypes.c_uint32),
+        ("tier", TierStats * MAX_TIERS),
+    ] + [
+        (n, ctypes.c_uint64)
+        for n in (
+            "puts", "gets", "lookups", "prefetches", "lookup_chunks", "lookup_hit_chunks",
+            "promotions", "write_behind_pending", "dram_alloc_bytes",
+        )
+    ]
+
+
+CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(Result))
+LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+
+_P = ctypes.c_void_p
+_KEYP = ctypes.POINTER(Key)
+_GEOP = ctypes.POINTER(Geometry)
+_ERRBUF = ctypes.c_char_p
+_SZ = ctypes.c_size_t
+
+_PROTOS = {
+    "kvt_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+    "kvt_version": (ctypes.c_char_p, []),
+    "kvt_geometry_check": (ctypes.c_int, [_GEOP]),
+    "kvt_dtype_bytes": (ctypes.c_uint32, [ctypes.c_uint8]),
+    "kvt_layer_bytes": (ctypes.c_uint64, [_GEOP, ctypes.c_uint32]),
+    "kvt_payload_bytes": (ctypes.c_uint64, [_GEOP, ctypes.c_uint32]),
+    "kvt_object_bytes": (ctypes.c_uint64, [_GEOP, ctypes.c_uint32]),
+    "kvt_layer_offset": (ctypes.c_uint64, [_GEOP, ctypes.c_uint32, ctypes.c_uint32]),
+    "kvt_namespace_text": (ctypes.c_int, [ctypes.POINTER(Namespace), ctypes.c_char_p, _SZ]),
+    "kvt_namespace_id": (ctypes.c_int, [ctypes.POINTER(Namespace), ctypes.c_char_p]),
+    "kvt_key_next": (None, [ctypes.c_char_p, _KEYP, ctypes.c_void_p, _SZ, _KEYP]),
+    "kvt_keys_from_tokens": (
+        ctypes.c_long, [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_void_p, _SZ, _KEYP, _SZ]),
+    "kvt_config_create": (ctypes.c_int, [ctypes.POINTER(_P)]),
+    "kvt_config_destroy": (None, [_P]),
+    "kvt_config_set": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_char_p, _ERRBUF, _SZ]),
+    "kvt_config_get": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_char_p, _SZ]),
+    "kvt_config_load_file": (ctypes.c_int, [_P, ctypes.c_char_p, _ERRBUF, _SZ]),
+    "kvt_config_apply_env": (ctypes.c_int, [_P, _ERRBUF, _SZ]),
+    "kvt_config_set_log": (None, [_P, LOG_FN, _P, ctypes.c_int]),
+    "kvt_config_key_info": (
+        ctypes.c_char_p,
+        [ctypes.c_uint, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)]),
+    "kvt_store_open": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),
+    "kvt_store_close": (None, [_P]),
+    "kvt_store_geometry": (_GEOP, [_P]),
+    "kvt_store_ns_id": (ctypes.POINTER(ctypes.c_uint8), [_P]),
+    "kvt_store_tier_count": (ctypes.c_int, [_P]),
+    "kvt_store_tier_name": (ctypes.c_char_p, [_P, ctypes.c_int]),
+    "kvt_store_fd": (ctypes.c_int, [_P]),
+    "kvt_poll": (ctypes.c_int, [_P, ctypes.c_int]),
+    "kvt_put": (ctypes.c_int, [_P, _KEYP, _KEYP, ctypes.c_uint32, _P, _SZ, CB, _P]),
+    "kvt_lookup": (ctypes.c_int, [_P, _KEYP, _SZ, ctypes.POINTER(ctypes.c_int8), CB, _P]),
+    "kvt_get": (ctypes.c_int,
+                [_P, _KEYP, ctypes.c_uint32, ctypes.c_uint32, _P, _SZ, CB, _P]),
+    "kvt_prefetch": (ctypes.c_int, [_P, _KEYP, _SZ, ctypes.c_uint64, CB, _P]),
+    "kvt_remove": (ctypes.c_int, [_P, _KEYP, CB, _P]),
+    "kvt_flush": (ctypes.c_int, [_P, CB, _P]),
+    "kvt_stats": (ctypes.c_int, [_P, ctypes.POINTER(Stats)]),
+}
+
+
+def _find() -> str:
+    env = os.environ.get("KVTIER_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.startswith("libkvtier.so"):
+            return os.path.join(here, name)
+    found = ctypes.util.find_library("kvtier")
+    if found:
+        return found
+    raise ImportError(
+        "libkvtier not found: install the package with `pip install ./python` from a "
+        "kvtier checkout, or set KVTIER_LIB to the path of libkvtier.so")
+
+
+def _load() -> ctypes.CDLL:
+    lib = ctypes.CDLL(_find())
+    for name, (res, args) in _PROTOS.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    return lib
+
+
+lib = _load()

@@ -1,0 +1,323 @@
+"""kvtier.Store: a store opened from a configuration, with put/get/lookup/prefetch/remove/
+flush returning concurrent.futures.Future objects.
+
+Completions: the library queues them and signals an eventfd (kvt_store_fd); kvt_poll runs
+them on the calling thread. With poller="thread" (the default) a daemon thread waits on
+that eventfd and polls, so futures complete on their own. With poller="manual" nothing
+runs until the owner calls poll() - for an event loop that owns the fd, or vLLM's
+scheduler, which reaps completions at its own moments and wants no extra thread.
+
+Buffers handed to put/get are kept referenced until their operation completed, as the C
+contract requires.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import logging
+import os
+import select
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from . import _lib
+from ._lib import lib
+from .config import Config
+from .errors import check, error
+from .keys import Geometry, key_array, key_struct
+
+log = logging.getLogger("kvtier")
+_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+
+
+@dataclass(frozen=True)
+class GetResult:
+    data: Any          # the buffer that was filled (the caller's, or a new bytearray)
+    n_tokens: int      # tokens in the chunk
+    tier: str          # tier the bytes came from ("dram", "fs", ...)
+    tier_index: int
+    bytes: int         # bytes delivered
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    hits: int              # length of the contiguous prefix present in some tier
+    tiers: list[str]       # the fastest tier holding each of those chunks
+
+
+def _buffer(obj: Any, writable: bool) -> tuple[int, int, Any]:
+    """(address, length, keepalive) of a contiguous buffer: anything with the buffer
+    protocol, or a CPU torch tensor (through data_ptr)."""
+    if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):
+        if getattr(obj.device, "type", "cpu") != "cpu":
+            raise ValueError("tensor must be in host memory")
+        if not obj.is_contiguous():
+            raise ValueError("tensor must be contiguous")
+        return obj.data_ptr(), obj.numel() * obj.element_size(), obj
+    mv = memoryview(obj)
+    if not mv.contiguous:
+        raise ValueError("buffer must be contiguous")
+    n = mv.nbytes
+    if n == 0:
+        return 0, 0, obj
+    if not mv.readonly:
+        c = (ctypes.c_char * n).from_buffer(mv.cast("B"))
+        return ctypes.addressof(c), n, (obj, c)
+    if writable:
+        raise ValueError("buffer is read-only")
+    if isinstance(obj, bytes):
+        p = ctypes.c_char_p(obj)
+        return ctypes.cast(p, ctypes.c_void_p).value, n, (obj, p)
+    copy = bytearray(mv.cast("B"))
+    c = (ctypes.c_char * n).from_buffer(copy)
+    return ctypes.addressof(c), n, (copy, c)
+
+
+class Store:
+    """An open kvtier store. config: a Config, or a dict of kvtier keys ("fs.dir": ...,
+    or nested {"fs": {"dir": ...}}); config_file: an INI file applied first; env: apply
+    KVTIER_* variables."""
+
+    def __init__(self, config: Config | Mapping[str, Any] | None = None, *,
+                 config_file: str | os.PathLike | None = None, env: bool = False,
+                 poller: str = "thread",
+                 log_fn: Callable[[int, str], None] | None = None, log_level: int = 2):
+        if poller not in ("thread", "manual"):
+            raise ValueError("poller must be 'thread' or 'manual'")
+        cfg = config if isinstance(config, Config) else Config(
+            config or {}, file=config_file, env=env)
+        if isinstance(config, Config) and (config_file or env):
+            raise ValueError("pass config_file/env when building the Config, not here")
+        self._log_user = log_fn
+        self._log_cb = _lib.LOG_FN(self._on_log)
+        lib.kvt_config_set_log(cfg._ptr, self._log_cb, None, log_level)
+        p = ctypes.c_void_p()
+        check(lib.kvt_store_open(cfg._ptr, ctypes.byref(p)), "kvt_store_open")
+        self._s = p
+        self._pending: dict[int, tuple[Future, Callable, Any]] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._cb = _lib.CB(self._on_complete)
+        g = lib.kvt_store_geometry(self._s).contents
+        self.geometry = Geometry._from_c(g)
+        self.ns_id = bytes(ctypes.string_at(lib.kvt_store_ns_id(self._s), _lib.NS_ID_BYTES))
+        self.tiers = [lib.kvt_store_tier_name(self._s, i).decode()
+                      for i in range(lib.kvt_store_tier_count(self._s))]
+        self._thread = None
+        if poller == "thread":
+            self._wake_r, self._wake_w = os.pipe()
+            self._thread = threading.Thread(target=self._poll_loop, name="kvtier-poll",
+                                            daemon=True)
+            self._thread.start()
+
+    # ------------------------------------------------------------ completions
+    def _on_log(self, _arg, level, msg):
+        try:
+            text = msg.decode(errors="replace")
+            if self._log_user:
+                self._log_user(level, text)
+            else:
+                log.log(_LEVELS.get(level, logging.INFO), "%s", text)
+        except Exception:  # a logging failure must never unwind into C
+            pass
+
+    def _on_complete(self, arg, res_p):
+        try:
+            with self._lock:
+                fut, finish, _keep = self._pending.pop(arg)
+            r = res_p.contents
+            if fut.set_running_or_notify_cancel() is False:
+                return
+            try:
+                fut.set_result(finish(r))
+            except BaseException as e:  # finish raises the operation's KvtierError
+                fut.set_exception(e)
+        except Exception:
+            log.exception("kvtier completion")
+
+    def _poll_loop(self):
+        fd = lib.kvt_store_fd(self._s)
+        while True:
+            r, _, _ = select.select([fd, self._wake_r], [], [])
+            if self._wake_r in r:
+                return
+            lib.kvt_poll(self._s, 0)
+
+    def poll(self, timeout_ms: int = 0) -> int:
+        """Run waiting completions on this thread (waits up to timeout_ms for the first;
+        -1 forever). Returns how many ran."""
+        self._check_open()
+        return check(lib.kvt_poll(self._s, timeout_ms), "kvt_poll")
+
+    def fileno(self) -> int:
+        """The eventfd that is readable while completions wait for poll()."""
+        self._check_open()
+        return lib.kvt_store_fd(self._s)
+
+    @property
+    def pending(self) -> int:
+        """Operations submitted and not yet completed."""
+        return len(self._pending)
+
+    def _check_open(self):
+        if not getattr(self, "_s", None):
+            raise ValueError("store is closed")
+
+    def _submit(self, what: str, call: Callable[[ctypes.c_void_p], int],
+                finish: Callable, keep: Any) -> Future:
+        self._check_open()
+        fut: Future = Future()
+        op = next(self._ids)
+        with self._lock:
+            self._pending[op] = (fut, finish, keep)
+        rc = call(ctypes.c_void_p(op))
+        if rc < 0:
+            with self._lock:
+                self._pending.pop(op, None)
+            raise error(rc, what)
+        return fut
+
+    # ------------------------------------------------------------- operations
+    def payload_bytes(self, n_tokens: int | None = None) -> int:
+        return self.geometry.payload_bytes(n_tokens)
+
+    def put(self, key: bytes, data: Any, n_tokens: int | None = None,
+            parent: bytes | None = None) -> Future:
+        """Store one dense chunk (layer-major, K then V [tokens][heads][dim]). n_tokens
+        defaults to a full chunk. The future's result is the bytes accepted."""
+        n = self.geometry.chunk_tokens if n_tokens is None else n_tokens
+        addr, length, keep = _buffer(data, writable=False)
+        k = key_struct(key)
+        par = key_struct(parent) if parent is not None else None
+        keep = (keep, k, par)
+
+        def finish(r):
+            if r.status < 0:
+                raise error(r.status, "put")
+            return r.bytes
+
+        return self._submit(
+            "put", lambda a: lib.kvt_put(self._s, ctypes.byref(k),
+                                         ctypes.byref(par) if par is not None else None,
+                                         n, addr, length, self._cb, a), finish, keep)
+
+    def get(self, key: bytes, out: Any = None, layers: tuple[int, int] | None = None) -> Future:
+        """Read a chunk (or layers [begin, end)) into out (a writable buffer large enough
+        for them; default: a new bytearray sized for a full chunk). Result: GetResult.
+        A miss completes with NotFound, a corrupt object with Corrupt."""
+        lb, le = layers if layers is not None else (0, 0)
+        if out is None:
+            nl = (le or self.geometry.layers) - lb
+            out = bytearray(max(nl, 0) * self.geometry.layer_bytes(self.geometry.chunk_tokens))
+        addr, length, keep = _buffer(out, writable=True)
+        k = key_struct(key)
+        keep = (keep, k)
+
+        def finish(r):
+            if r.status < 0:
+                raise error(r.status, f"get {bytes(key).hex()[:16]}")
+            t = self.tiers[r.tier] if 0 <= r.tier < len(self.tiers) else "none"
+            return GetResult(out, r.n_tokens, t, r.tier, r.bytes)
+
+        return self._submit(
+            "get", lambda a: lib.kvt_get(self._s, ctypes.byref(k), lb, le, addr, length,
+                                         self._cb, a), finish, keep)
+
+    def lookup(self, keys: Sequence[bytes]) -> Future:
+        """Longest contiguous prefix of keys present in some tier. Result: LookupResult."""
+        arr = key_array(keys)
+        n = len(keys)
+        tiers = (ctypes.c_int8 * max(n, 1))()
+
+        def finish(r):
+            if r.status < 0:
+                raise error(r.status, "lookup")
+            return LookupResult(r.status, [self.tiers[tiers[i]] for i in range(r.status)])
+
+        return self._submit("lookup", lambda a: lib.kvt_lookup(self._s, arr, n, tiers,
+                                                               self._cb, a),
+                            finish, (arr, tiers))
+
+    def prefetch(self, keys: Sequence[bytes], deadline_s: float | None = None) -> Future:
+        """Stage chunks into DRAM, stopping at the first miss; deadline_s (seconds from now)
+        drops what has not started by then. Result: chunks resident in DRAM."""
+        arr = key_array(keys)
+        dl = 0 if deadline_s is None else time.monotonic_ns() + int(deadline_s * 1e9)
+
+        def finish(r):
+            if r.status < 0:
+                raise error(r.status, "prefetch")
+            return r.status
+
+        return self._submit("prefetch", lambda a: lib.kvt_prefetch(self._s, arr, len(keys),
+                                                                   dl, self._cb, a),
+                            finish, arr)
+
+    def remove(self, key: bytes) -> Future:
+        """Remove a chunk from every tier. Result: how many tiers held it."""
+        k = key_struct(key)
+
+        def finish(r):
+            if r.status < 0:
+                raise error(r.status, "remove")
+            return r.status
+
+        return self._submit("remove", lambda a: lib.kvt_remove(self._s, ctypes.byref(k),
+                                                               self._cb, a), finish, k)
+
+    def flush(self) -> Future:
+        """Completes when every write-behind submitted before it has finished."""
+
+        def finish(r):
+            if r.status < 0:
+                raise error(r.status, "flush")
+            return r.status
+
+        return self._submit("flush", lambda a: lib.kvt_flush(self._s, self._cb, a),
+                            finish, None)
+
+    def stats(self) -> dict:
+        """The store's counters: {"tiers": [{"name": ..., "objects": ..., ...}], "puts": ...}."""
+        self._check_open()
+        st = _lib.Stats()
+        check(lib.kvt_stats(self._s, ctypes.byref(st)), "kvt_stats")
+        tiers = []
+        for i in range(st.n_tiers):
+            t = st.tier[i]
+            d = {f: getattr(t, f) for f, _ in _lib.TierStats._fields_ if f != "name"}
+            d["name"] = t.name.decode()
+            tiers.append(d)
+        out = {f: getattr(st, f) for f, _ in _lib.Stats._fields_ if f not in ("n_tiers", "tier")}
+        out["tiers"] = tiers
+        return out
+
+    # ---------------------------------------------------------------- closing
+    def close(self) -> None:
+        """Finish write-behind, cancel what is queued (those futures fail with Canceled)
+        and free the store."""
+        if not getattr(self, "_s", None):
+            return
+        if self._thread is not None:
+            os.write(self._wake_w, b"x")
+            self._thread.join()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._thread = None
+        s, self._s = self._s, None
+        lib.kvt_store_close(s)  # runs the completions still queued, here
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

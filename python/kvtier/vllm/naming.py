@@ -1,0 +1,52 @@
+"""Namespace and chunk keys of kvtier objects stored by vLLM (docs/VLLM.md, "Keys").
+
+vLLM's secondary tiers never see token ids: a chunk arrives as an OffloadKey, vLLM's
+prefix-chained block hash (it covers every token before the chunk, plus LoRA, multimodal
+and cache_salt extras) followed by a 4-byte KV-cache group index. kvtier keys its objects
+by 32-byte content addresses inside a namespace (model, revision, geometry, dtype, chunk
+size, tenant: docs/FORMAT.md). The key of a vLLM chunk is therefore
+
+    key = SHA-256("kvtier-vllm-offload-v1" || ns_id || u32 len(ctx) || ctx || OffloadKey)
+
+with ctx the vLLM-side facts the OffloadKey's bytes depend on but do not name: the block
+hash algorithm, the tokens per hash, and the per-request tenant salt if any. Why hash
+rather than use the OffloadKey bytes directly:
+  - an OffloadKey is only unique within one model, block size and hash setting; the
+    namespace id and ctx make two deployments that differ in any of those never collide,
+    even when they share a directory, a bucket or a Redis;
+  - objects are in kvtier's canonical layout (layout version = the domain tag), so the key
+    deliberately does not include the attention backend or the tensor-parallel size: a
+    CUDA writer and a CPU reader, or TP=2 and TP=1, share objects;
+  - the result is a fixed 32-byte key whatever the hash algorithm's width.
+Another engine that wants to share these objects must reproduce vLLM's block hashes (the
+algorithm and its seed NONE_HASH, i.e. the same PYTHONHASHSEED for non-cryptographic
+hashes) and this derivation; an engine that has token ids can instead use kvtier's own
+token keys (kvt_keys_from_tokens), which a vLLM deployment would not find.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+DOMAIN = b"kvtier-vllm-offload-v1"
+
+
+def context_bytes(hash_algo: str, tokens_per_hash: int, tenant: str = "") -> bytes:
+    """The vLLM-side context of an OffloadKey, canonical text."""
+    for name, v in (("hash_algo", hash_algo), ("tenant", tenant)):
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in v):
+            raise ValueError(f"{name} may not contain control characters")
+    return (f"vllm\nhash={hash_algo}\ntokens_per_hash={int(tokens_per_hash)}\n"
+            f"tenant={tenant}\n").encode()
+
+
+def chunk_key(ns_id: bytes, ctx: bytes, offload_key: bytes) -> bytes:
+    """The kvtier key (32 bytes) of one vLLM chunk."""
+    if len(ns_id) != 32:
+        raise ValueError("ns_id must be 32 bytes")
+    h = hashlib.sha256(DOMAIN)
+    h.update(ns_id)
+    h.update(len(ctx).to_bytes(4, "little"))
+    h.update(ctx)
+    h.update(bytes(offload_key))
+    return h.digest()

@@ -1,0 +1,566 @@
+"""KvtierTier: a vLLM secondary offloading tier backed by a kvtier store.
+
+Registered through kv_transfer_config (docs/VLLM.md):
+    "secondary_tiers": [{"type": "KvtierTier", "module_path": "kvtier.vllm",
+                         "config": {...kvtier keys...}}]          (or "config_file": PATH)
+
+Every method runs on vLLM's scheduler thread and returns without waiting for I/O:
+  - lookup: a chunk's verdict is cached per request; an unknown chunk gets a kvtier lookup
+    at once, whose DRAM part completes inside the call (a DRAM hit or miss is answered
+    immediately) and whose deeper-tier part answers RETRY until it completes (the store's
+    tier deadline, store.tier_timeout_ms, bounds how long: a stopped server is a miss);
+  - submit_store / submit_load hand the job to one of two I/O threads (stores, loads) that
+    convert between vLLM's row layout and kvtier's canonical chunk (layout.py) and call
+    kvtier; get_finished_jobs reaps what they finished;
+  - a load whose chunk is missing, corrupt (kvtier verifies every checksum before a byte
+    is served), or not complete by load_deadline_ms is reported failed with the chunks
+    before it kept, so vLLM recomputes the rest.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from vllm.v1.kv_offload.base import (
+    Locality,
+    LookupResult,
+    Medium,
+    OffloadingCounterMetadata,
+    OffloadingEvent,
+    OffloadingGaugeMetadata,
+    OffloadingMetricMetadata,
+    OffloadKey,
+    ReqContext,
+    RequestOffloadingContext,
+    ScheduleEndContext,
+)
+from vllm.v1.kv_offload.tiering.base import JobId, JobResult, SecondaryTierManager, TransferJob
+
+import kvtier
+from kvtier.config import flatten
+
+from .layout import RowLayout
+from .naming import chunk_key, context_bytes
+
+log = logging.getLogger("kvtier.vllm")
+
+_DTYPES = {"bfloat16": ("bf16", 2), "float16": ("fp16", 2), "half": ("fp16", 2),
+           "float32": ("fp32", 4), "float": ("fp32", 4), "fp8": ("fp8", 1),
+           "fp8_e4m3": ("fp8", 1), "float8_e4m3fn": ("fp8", 1)}
+
+
+class M:
+    """Metric names (Prometheus), all labelled by kvtier tier unless noted."""
+
+    HITS = "vllm:kvtier_hits"
+    MISSES = "vllm:kvtier_misses"
+    READ_BYTES = "vllm:kvtier_read_bytes"
+    WRITE_BYTES = "vllm:kvtier_write_bytes"
+    EVICTIONS = "vllm:kvtier_evictions"
+    CHECKSUM_FAILURES = "vllm:kvtier_checksum_failures"
+    ERRORS = "vllm:kvtier_errors"
+    WRITES_SKIPPED = "vllm:kvtier_writes_skipped"
+    USED_BYTES = "vllm:kvtier_used_bytes"
+    CAPACITY_BYTES = "vllm:kvtier_capacity_bytes"
+    LOAD_FAILURES = "vllm:kvtier_load_failures"  # label: reason
+    DEADLINE_MISSES = "vllm:kvtier_load_deadline_misses"  # no label
+
+
+_COUNTERS = {
+    M.HITS: "hits", M.MISSES: "misses", M.READ_BYTES: "read_bytes",
+    M.WRITE_BYTES: "write_bytes", M.EVICTIONS: "evictions",
+    M.CHECKSUM_FAILURES: "checksum_failures", M.ERRORS: "errors",
+    M.WRITES_SKIPPED: "writes_skipped",
+}
+
+
+@dataclass
+class _Verdict:
+    hit: bool | None = None
+    reqs: set = field(default_factory=set)
+
+
+@dataclass
+class _ReqTenant:
+    ctx: bytes
+
+
+@dataclass
+class _Done:
+    job_id: JobId
+    ok: int                      # leading chunks that succeeded
+    n: int                       # chunks in the job
+    is_load: bool
+    seconds: float
+    reason: str = ""             # why the first failed chunk failed
+    stored: list = field(default_factory=list)  # OffloadKeys written (stores)
+
+
+def _model_facts(offloading_spec, override: dict | None) -> dict:
+    """layers, kv_heads, head_dim, revision and hash_algo of the served model: from the
+    tier's "model" override, else vLLM's current config, else the model's config.json."""
+    oc = offloading_spec.config
+    facts = {"revision": "", "hash_algo": ""}
+    try:
+        from vllm.config import get_current_vllm_config_or_none
+        vc = get_current_vllm_config_or_none()
+    except Exception:  # an older or newer vLLM without it
+        vc = None
+    if vc is not None and vc.model_config is not None:
+        mc = vc.model_config
+        facts.update(layers=mc.get_total_num_hidden_layers(),
+                     kv_heads=mc.get_total_num_kv_heads(), head_dim=mc.get_head_size(),
+                     revision=mc.revision or "",
+                     hash_algo=str(vc.cache_config.prefix_caching_hash_algo))
+    else:
+        path = os.path.join(oc.model.name, "config.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                hf = json.load(f)
+            hf = hf.get("text_config", hf)
+            heads = hf.get("num_attention_heads")
+            facts.update(layers=hf.get("num_hidden_layers"),
+                         kv_heads=hf.get("num_key_value_heads", heads),
+                         head_dim=hf.get("head_dim") or (hf["hidden_size"] // heads))
+    facts.update(override or {})
+    missing = [k for k in ("layers", "kv_heads", "head_dim") if not facts.get(k)]
+    if missing:
+        raise ValueError(f"KvtierTier: cannot tell the model's {', '.join(missing)}; "
+                         "pass them as \"model\": {\"layers\": ..., \"kv_heads\": ..., "
+                         "\"head_dim\": ...} in the tier config")
+    if not facts["hash_algo"]:
+        facts["hash_algo"] = "sha256"
+    return facts
+
+
+def _detect_layout(oc, dtype_name: str, block_tokens: int, head_dim: int) -> str:
+    from vllm.platforms import current_platform
+    if current_platform.is_cpu():
+        import torch
+        from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+        isa = _get_attn_isa(getattr(torch, dtype_name), block_tokens, head_dim)
+        if isa != "vec":
+            raise ValueError(f"KvtierTier: CPU attention ISA {isa!r} stores KV in a layout "
+                             "this tier does not convert (only 'vec'); use a block size "
+                             "that is a multiple of 32 on a CPU without AMX")
+        return "cpu-vec"
+    layout = {"LBNHC": "nhd", "LBHNC": "hnd"}.get(oc.kv_cache_layout or "LBNHC")
+    if layout is None:
+        raise ValueError(f"KvtierTier: KV cache layout {oc.kv_cache_layout} is not "
+                         "supported (LBNHC, LBHNC)")
+    return layout
+
+
+class KvtierTier(SecondaryTierManager):
+    """Secondary tier storing vLLM chunks in a kvtier store (any kvtier tier chain:
+    dram, nvme with a capacity bound, a shared fs directory, S3, RADOS, Redis)."""
+
+    medium: ClassVar[Medium] = Medium.STORAGE
+
+    def __init__(self, offloading_spec, primary_kv_view: memoryview, tier_type: str,
+                 config: dict | None = None, config_file: str | None = None,
+                 model: dict | None = None, layout: str | None = None, tenant: str = "",
+                 load_deadline_ms: int = 5000, enable_kv_events: bool = False,
+                 events_reconcile_s: float = 5.0, locality: str | None = None,
+                 backpressure_detector=None):
+        super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        self.locality = Locality(locality) if locality is not None else None
+        oc = offloading_spec.config
+        if len(oc.groups) != 1:
+            raise ValueError("KvtierTier supports models with one KV cache group "
+                             f"(this one has {len(oc.groups)})")
+        par = oc.parallel
+        if par.pp_size != 1 or par.pcp_size != 1 or par.dcp_size != 1:
+            raise ValueError("KvtierTier supports tensor parallelism only "
+                             "(pipeline / context parallel sizes must be 1)")
+        dt = _DTYPES.get(oc.model.dtype)
+        if dt is None:
+            raise ValueError(f"KvtierTier: KV dtype {oc.model.dtype} is not supported")
+        kvt_dtype, itemsize = dt
+        facts = _model_facts(offloading_spec, model)
+        block_tokens = oc.groups[0].tokens_per_block
+        bpc = offloading_spec.blocks_per_chunk
+        layers = int(facts["layers"])
+        kv_heads, head_dim = int(facts["kv_heads"]), int(facts["head_dim"])
+        need = layers * 2 * block_tokens * (kv_heads // max(par.tp_size, 1)) * head_dim * itemsize
+        if oc.worker_kv_bytes_per_block % layers or need > oc.worker_kv_bytes_per_block \
+                or kv_heads % max(par.tp_size, 1):
+            raise ValueError(
+                f"KvtierTier: a geometry of {layers} layers, {kv_heads} KV heads x {head_dim} "
+                f"over TP={par.tp_size} needs {need} bytes per {block_tokens}-token block; "
+                f"vLLM allocates {oc.worker_kv_bytes_per_block}")
+        self.layout = RowLayout(
+            layout=layout or _detect_layout(oc, oc.model.dtype, block_tokens,
+                                            int(facts["head_dim"])),
+            layers=layers, kv_heads=int(facts["kv_heads"]), head_dim=int(facts["head_dim"]),
+            block_tokens=block_tokens, blocks_per_chunk=bpc, tp=par.tp_size,
+            itemsize=itemsize, page_bytes=oc.worker_kv_bytes_per_block // layers)
+        if self.layout.row_bytes > self.block_size_bytes:
+            raise ValueError(f"KvtierTier: geometry {facts} needs {self.layout.row_bytes} "
+                             f"bytes per chunk, the primary tier's rows hold "
+                             f"{self.block_size_bytes}")
+
+        derived = {"model.layers": layers, "model.kv_heads": self.layout.kv_heads,
+                   "model.head_dim": self.layout.head_dim, "model.dtype": kvt_dtype,
+                   "model.kind": "kv", "model.chunk_tokens": self.layout.chunk_tokens}
+        user = flatten(config or {})
+        cfg = kvtier.Config(user, file=config_file)
+        defaults = {name: d for name, d, _ in kvtier.Config.keys()}
+        for k, v in derived.items():
+            have = cfg.get(k)
+            if have != defaults.get(k) and have != str(v) and (k in user or config_file):
+                raise ValueError(f"KvtierTier: {k} = {have} in the kvtier config, but the "
+                                 f"served model has {v}")
+            cfg.set(k, v)
+        if "model.name" not in user and cfg.get("model.name") == defaults.get("model.name"):
+            cfg.set("model.name", oc.model.name)
+        if "model.revision" not in user and facts["revision"]:
+            cfg.set("model.revision", facts["revision"])
+        if tenant:
+            cfg.set("model.tenant", tenant)
+        self._store = kvtier.Store(cfg, poller="thread")
+        self.ns_id = self._store.ns_id
+        self._tokens_per_hash = oc.cache.tokens_per_hash
+        self._hash_algo = facts["hash_algo"]
+        self._ctx = context_bytes(self._hash_algo, self._tokens_per_hash)
+        self._tier_names = list(self._store.tiers)
+        self._payload = self._store.payload_bytes()
+        assert self._payload == self.layout.payload_bytes, "geometry mismatch"
+        self._view = np.asarray(primary_kv_view).view(np.uint8).reshape(
+            -1, self.block_size_bytes)
+        self._deadline_s = load_deadline_ms / 1000.0
+
+        # scheduler-thread state
+        self._verdicts: dict[bytes, _Verdict] = {}
+        self._req_keys: dict[str, set[bytes]] = {}
+        self._lookups: queue.SimpleQueue = queue.SimpleQueue()  # (key, hit) from poll thread
+        self._jobs: dict[JobId, tuple[cf.Future, TransferJob, bool]] = {}
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._store_pool = cf.ThreadPoolExecutor(1, thread_name_prefix="kvtier-store")
+        self._load_pool = cf.ThreadPoolExecutor(1, thread_name_prefix="kvtier-load")
+
+        # events and metrics
+        self._events: list[OffloadingEvent] | None = None
+        if enable_kv_events:
+            if offloading_spec.kv_events_config.enable_kv_cache_events:
+                self._events = []
+            else:
+                log.warning("enable_kv_events is set on tier %s but KV cache events are "
+                            "disabled globally; no events", tier_type)
+        self._announced: dict[bytes, OffloadKey] = {}  # kvtier key -> OffloadKey
+        self._reconcile_s = events_reconcile_s
+        self._reconcile_at = time.monotonic() + events_reconcile_s
+        self._reconcile: list[tuple[bytes, cf.Future]] | None = None
+        self._last_stats = self._store.stats()
+        self._load_failures: dict[str, int] = {}
+        self._deadline_misses = 0
+        log.info("kvtier tier %s: tiers %s, layout %s, geometry %s, ns %s", tier_type,
+                 ",".join(self._tier_names), self.layout.layout, self._store.geometry,
+                 self.ns_id.hex()[:16])
+
+    # ------------------------------------------------------------------ keys
+    def _key(self, okey: OffloadKey, rc: ReqContext | None) -> bytes:
+        st = rc.get_state(_ReqTenant) if rc is not None else None
+        return chunk_key(self.ns_id, st.ctx if st else self._ctx, okey)
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        params = req_context.kv_transfer_params or {}
+        t = params.get("kvtier_tenant") if isinstance(params, dict) else None
+        if t:
+            req_context.set_state(_ReqTenant(
+                context_bytes(self._hash_algo, self._tokens_per_hash, str(t))))
+        return RequestOffloadingContext()
+
+    # ---------------------------------------------------------------- lookup
+    def _drain_lookups(self) -> None:
+        while True:
+            try:
+                k, hit = self._lookups.get_nowait()
+            except queue.Empty:
+                return
+            v = self._verdicts.get(k)
+            if v is not None and v.hit is None:
+                v.hit = hit
+            if v is not None and not v.reqs:
+                del self._verdicts[k]
+
+    def _on_lookup(self, k: bytes, fut: cf.Future) -> None:
+        try:
+            hit = fut.result().hits == 1
+        except Exception:
+            hit = False
+        self._lookups.put((k, hit))
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        self._drain_lookups()
+        k = self._key(key, req_context)
+        v = self._verdicts.get(k)
+        if v is None:
+            v = self._verdicts[k] = _Verdict()
+            try:
+                fut = self._store.lookup([k])
+            except kvtier.KvtierError as e:  # back-pressure: ask again next step
+                del self._verdicts[k]
+                log.debug("kvtier lookup not submitted: %s", e)
+                return LookupResult.RETRY
+            self._store.poll(0)  # a DRAM answer completes now
+            if fut.done():
+                self._on_lookup(k, fut)
+                self._drain_lookups()
+            else:
+                fut.add_done_callback(lambda f, k=k: self._on_lookup(k, f))
+        v.reqs.add(req_context.req_id)
+        self._req_keys.setdefault(req_context.req_id, set()).add(k)
+        if v.hit is None:
+            return LookupResult.RETRY
+        return LookupResult.HIT if v.hit else LookupResult.MISS
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        for k in self._req_keys.pop(req_context.req_id, ()):
+            v = self._verdicts.get(k)
+            if v is None:
+                continue
+            v.reqs.discard(req_context.req_id)
+            if not v.reqs and v.hit is not None:
+                del self._verdicts[k]
+
+    def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        self._drain_lookups()
+
+    # ------------------------------------------------------------ transfers
+    def _parents(self, job: TransferJob, keys: list[bytes]) -> list[bytes | None]:
+        """The key of the chunk before each one when it is in the same job and directly
+        precedes it (positions from the scheduler), so kvtier's DRAM evicts suffixes
+        first."""
+        rc = job.req_context
+        out: list[bytes | None] = [None] * len(keys)
+        okeys = list(job.keys)
+        for i in range(1, len(okeys)):
+            a = rc.get_offload_key_position(okeys[i - 1])
+            b = rc.get_offload_key_position(okeys[i])
+            if a is not None and b is not None and b - a == self.layout.chunk_tokens:
+                out[i] = keys[i - 1]
+        return out
+
+    def _run_store(self, job: TransferJob, keys: list[bytes], parents) -> _Done:
+        t0 = time.monotonic()
+        buf = np.empty(self._payload, dtype=np.uint8)
+        stored = []
+        okeys = list(job.keys)
+        for i, (k, cid) in enumerate(zip(keys, job.chunk_ids)):
+            try:
+                self.layout.row_to_canonical(self._view[int(cid)], buf)
+                self._store.put(k, buf, parent=parents[i]).result(self._deadline_s)
+            except (kvtier.KvtierError, cf.TimeoutError) as e:
+                log.warning("kvtier store of chunk %d/%d failed: %s", i + 1, len(keys), e)
+                return _Done(job.job_id, i, len(keys), False, time.monotonic() - t0,
+                             type(e).__name__, stored)
+            stored.append(okeys[i])
+        return _Done(job.job_id, len(keys), len(keys), False, time.monotonic() - t0,
+                     stored=stored)
+
+    def _run_load(self, job: TransferJob, keys: list[bytes]) -> _Done:
+        t0 = time.monotonic()
+        deadline = job.submit_time + self._deadline_s
+        # all reads in flight at once (deeper tiers read in parallel), consumed in order
+        bufs, futs = [], []
+        for k in keys:
+            b = np.empty(self._payload, dtype=np.uint8)
+            try:
+                futs.append(self._store.get(k, out=b))
+            except kvtier.KvtierError as e:
+                futs.append(e)
+            bufs.append(b)
+        for i, (f, cid) in enumerate(zip(futs, job.chunk_ids)):
+            reason = ""
+            try:
+                if isinstance(f, Exception):
+                    raise f
+                r = f.result(max(0.0, deadline - time.monotonic()))
+                if r.n_tokens != self.layout.chunk_tokens:
+                    reason = "short"
+            except cf.TimeoutError:
+                reason = "deadline"
+            except kvtier.Corrupt:
+                reason = "corrupt"
+            except kvtier.NotFound:
+                reason = "miss"
+            except kvtier.TierTimeout:
+                reason = "timeout"
+            except kvtier.KvtierError:
+                reason = "error"
+            if reason:
+                log.info("kvtier load of chunk %d/%d: %s; vLLM recomputes from there",
+                         i + 1, len(keys), reason)
+                return _Done(job.job_id, i, len(keys), True, time.monotonic() - t0, reason)
+            self.layout.canonical_to_row(bufs[i], self._view[int(cid)])
+        return _Done(job.job_id, len(keys), len(keys), True, time.monotonic() - t0)
+
+    def _submit(self, pool, job: TransferJob, fn, *args, is_load: bool) -> None:
+        fut = pool.submit(fn, job, *args)
+        self._jobs[job.job_id] = (fut, job, is_load)
+        fut.add_done_callback(lambda f, j=job.job_id: self._done.put(j))
+
+    def submit_store(self, job_metadata: TransferJob) -> None:
+        keys = [self._key(k, job_metadata.req_context) for k in job_metadata.keys]
+        self._submit(self._store_pool, job_metadata, self._run_store, keys,
+                     self._parents(job_metadata, keys), is_load=False)
+
+    def submit_load(self, job_metadata: TransferJob) -> None:
+        keys = [self._key(k, job_metadata.req_context) for k in job_metadata.keys]
+        self._submit(self._load_pool, job_metadata, self._run_load, keys, is_load=True)
+
+    def has_pending_work(self) -> bool:
+        return bool(self._jobs)
+
+    def get_finished_jobs(self) -> Iterable[JobResult]:
+        results = []
+        while True:
+            try:
+                job_id = self._done.get_nowait()
+            except queue.Empty:
+                break
+            fut, job, is_load = self._jobs.pop(job_id)
+            try:
+                d: _Done = fut.result()
+            except Exception as e:  # a bug, not an I/O failure: fail the job, keep serving
+                log.exception("kvtier job %d raised", job_id)
+                d = _Done(job_id, 0, len(list(job.keys)), is_load, 0.0, type(e).__name__)
+            okeys = list(job.keys)
+            ok = d.ok == d.n
+            nbytes = d.ok * self.block_size_bytes
+            if is_load and not ok:
+                self._load_failures[d.reason] = self._load_failures.get(d.reason, 0) + 1
+                if d.reason == "deadline":
+                    self._deadline_misses += 1
+                for okey in okeys[d.ok:]:  # a failed load marks its chunks a miss
+                    v = self._verdicts.get(self._key(okey, job.req_context))
+                    if v is not None:
+                        v.hit = False
+                    self._announce_removed(self._key(okey, job.req_context))
+            if not is_load and d.stored:
+                for okey in d.stored:
+                    k = self._key(okey, job.req_context)
+                    v = self._verdicts.get(k)
+                    if v is not None:
+                        v.hit = True
+                    if self._events is not None:
+                        self._announced[k] = okey
+                if self._events is not None:
+                    self._events.append(OffloadingEvent(
+                        keys=list(d.stored), medium=self.medium, removed=False,
+                        locality=self.locality))
+            results.append(JobResult(
+                job_id=job_id, success=ok,
+                successful_keys=tuple(okeys[:d.ok]) if (is_load and not ok and d.ok) else None,
+                transfer_time=d.seconds, transfer_bytes=nbytes or None))
+        return results
+
+    def drain_jobs(self) -> None:
+        cf.wait([f for f, _, _ in list(self._jobs.values())])
+
+    # ---------------------------------------------------------------- events
+    def _announce_removed(self, k: bytes) -> None:
+        if self._events is None:
+            return
+        okey = self._announced.pop(k, None)
+        if okey is not None:
+            self._events.append(OffloadingEvent(keys=[okey], medium=self.medium,
+                                                removed=True, locality=self.locality))
+
+    def take_events(self) -> Iterable[OffloadingEvent]:
+        """Stored events when kvtier holds a chunk; removed events when it no longer does:
+        a failed load, or the periodic check of announced chunks (kvtier evicts on its
+        own: DRAM pressure, the NVMe capacity bound)."""
+        if self._events is None:
+            return
+        now = time.monotonic()
+        if self._reconcile is None and now >= self._reconcile_at and self._announced:
+            self._reconcile = [(k, self._store.lookup([k])) for k in list(self._announced)]
+        if self._reconcile is not None and all(f.done() for _, f in self._reconcile):
+            for k, f in self._reconcile:
+                try:
+                    gone = f.result().hits == 0
+                except Exception:
+                    gone = False  # an unreachable tier is not proof of removal
+                if gone:
+                    self._announce_removed(k)
+            self._reconcile = None
+            self._reconcile_at = now + self._reconcile_s
+        yield from self._events
+        self._events.clear()
+
+    # --------------------------------------------------------------- metrics
+    @classmethod
+    def build_metric_definitions(cls, extra_config: dict[str, Any]
+                                 ) -> dict[str, OffloadingMetricMetadata]:
+        defs: dict[str, OffloadingMetricMetadata] = {
+            name: OffloadingCounterMetadata(
+                documentation=f"kvtier: {field_} per kvtier tier (dram, nvme, fs, ...).",
+                labelnames=("kvtier_tier",))
+            for name, field_ in _COUNTERS.items()
+        }
+        defs[M.USED_BYTES] = OffloadingGaugeMetadata(
+            documentation="kvtier: bytes resident per kvtier tier (0 where the tier "
+                          "cannot know, e.g. a shared fs directory).",
+            labelnames=("kvtier_tier",))
+        defs[M.CAPACITY_BYTES] = OffloadingGaugeMetadata(
+            documentation="kvtier: configured capacity per kvtier tier (0: unbounded).",
+            labelnames=("kvtier_tier",))
+        defs[M.LOAD_FAILURES] = OffloadingCounterMetadata(
+            documentation="kvtier: loads reported failed to vLLM (then recomputed), by "
+                          "reason: miss, corrupt, timeout, deadline, error.",
+            labelnames=("reason",))
+        defs[M.DEADLINE_MISSES] = OffloadingCounterMetadata(
+            documentation="kvtier: loads not complete within load_deadline_ms.")
+        return defs
+
+    def get_stats(self):
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
+            OffloadingConnectorStats,
+        )
+        now = self._store.stats()
+        out = OffloadingConnectorStats()
+        for t_now, t_old in zip(now["tiers"], self._last_stats["tiers"]):
+            lv = (t_now["name"],)
+            for name, f in _COUNTERS.items():
+                d = t_now[f] - t_old[f]
+                if d:
+                    out.increase_counter(name, d, lv)
+            out.set_gauge(M.USED_BYTES, t_now["bytes"], lv)
+            out.set_gauge(M.CAPACITY_BYTES, t_now["capacity_bytes"], lv)
+        for reason, n in self._load_failures.items():
+            out.increase_counter(M.LOAD_FAILURES, n, (reason,))
+        if self._deadline_misses:
+            out.increase_counter(M.DEADLINE_MISSES, self._deadline_misses)
+        self._load_failures = {}
+        self._deadline_misses = 0
+        self._last_stats = now
+        return out
+
+    def store_stats(self) -> dict:
+        """kvtier's own counters (kvtier.Store.stats()), for tests and tools."""
+        return self._store.stats()
+
+    # -------------------------------------------------------------- shutdown
+    def shutdown(self) -> None:
+        """Finish the jobs in flight, then close the store (write-behind completes)."""
+        if getattr(self, "_store", None) is None:
+            return
+        self.drain_jobs()
+        self._store_pool.shutdown(wait=True)
+        self._load_pool.shutdown(wait=True)
+        self._store.close()
+        self._store = None
+        self._view = None  # release the primary tier's buffer before vLLM unmaps it

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Why: shows kvtier inside real vLLM engines (CPU platform) rather than in a model of them.
+# Two vLLM instances: the first stores a prompt's prefix, fresh second instances restore it
+# through a shared directory. Prints the cached tokens vLLM reports and the time to first
+# token measured in the engine (wall clock of the request, median of 3 fresh processes)
+# with kvtier, with vLLM's own fs tier and with no cache, for a tiny random-weight Llama
+# and a larger geometry. Makes the pinned venv first (scripts/vllm-env.sh).
+#   scripts/vllm-demo.sh [--geometry tiny,large] [--runs 3] [--prefix 1536] [--json]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=$("$ROOT/scripts/vllm-env.sh" | tail -n 1)
+WORK=${KVT_DEMO_DIR:-${TMPDIR:-/var/tmp}/kvtier-vllm-demo}
+mkdir -p "$WORK"
+exec "$PY" -m kvtier.vllm.demo --workdir "$WORK" "$@"

@@ -1,0 +1,137 @@
+"""vLLM row layouts <-> kvtier's canonical chunk (kvtier/vllm/layout.py), each checked
+against an independent construction: an element-by-element loop over the documented
+index formula, torch.einsum permutations, and for the CPU layout vLLM's own CPU attention
+kernel (cpu_attn_reshape_and_cache) writing the cache."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from kvtier.vllm.layout import RowLayout
+
+
+def canonical(L, T, H, D, seed=0):
+    """Random canonical chunk as uint16 (bf16 bits): (L, 2, T, H, D)."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 1 << 16, size=(L, 2, T, H, D), dtype=np.uint16)
+
+
+def row_by_loops(rl: RowLayout, canon: np.ndarray) -> np.ndarray:
+    """The row, element by element, from the layouts' definitions (docs/VLLM.md)."""
+    L, H, D, Tb, bpc, tp = (rl.layers, rl.kv_heads, rl.head_dim, rl.block_tokens,
+                           rl.blocks_per_chunk, rl.tp)
+    Hr = H // tp
+    pe = rl.page // 2
+    row = np.zeros(rl.row_bytes // 2, dtype=np.uint16)
+    for r, l, j, t, h, kv, d in itertools.product(range(tp), range(L), range(bpc), range(Tb),
+                                                  range(Hr), range(2), range(D)):
+        page = ((r * L + l) * bpc + j) * pe
+        if rl.layout == "cpu-vec":
+            off = h * 2 * Tb * D + (d * Tb + t if kv == 0 else Tb * D + t * D + d)
+        elif rl.layout == "nhd":
+            off = ((t * Hr + h) * 2 + kv) * D + d
+        else:  # hnd
+            off = ((h * Tb + t) * 2 + kv) * D + d
+        row[page + off] = canon[l, kv, j * Tb + t, r * Hr + h, d]
+    return row.view(np.uint8)
+
+
+@pytest.mark.parametrize("layout", ["cpu-vec", "nhd", "hnd"])
+@pytest.mark.parametrize("tp,bpc,pad", [(1, 1, 0), (2, 2, 0), (1, 2, 64)])
+def test_layout_matches_definition(layout, tp, bpc, pad):
+    L, H, D, Tb = 2, 4, 8, 4
+    unpadded = 2 * Tb * (H // tp) * D * 2
+    rl = RowLayout(layout, L, H, D, Tb, bpc, tp, 2, unpadded + pad if pad else 0)
+    canon = canonical(L, Tb * bpc, H, D)
+    want = row_by_loops(rl, canon)
+    out = np.zeros(rl.payload_bytes, dtype=np.uint8)
+    rl.row_to_canonical(want, out)
+    assert np.array_equal(out.view(np.uint16).reshape(canon.shape), canon)
+    # and back, into a row whose padding must stay untouched
+    row = np.full(rl.row_bytes + 100, 0xAB, dtype=np.uint8)
+    rl.canonical_to_row(canon.reshape(-1).view(np.uint8), row)
+    data = np.ones(rl.row_bytes, dtype=bool)
+    if pad:
+        pages = data.reshape(tp * L * bpc, rl.page)
+        pages[:, unpadded:] = False
+    assert np.array_equal(row[:rl.row_bytes][data], want[data])
+    assert (row[:rl.row_bytes][~data] == 0xAB).all() and (row[rl.row_bytes:] == 0xAB).all()
+
+
+def test_nhd_against_einsum_and_flash_attention_view():
+    """nhd as vLLM's FlashAttention forward reads it: the physical LBNHC page
+    (B, N, H, 2D) seen logically as (B, H, N, 2D), transpose(1, 2).split(D) -> K, V."""
+    L, H, D, Tb, bpc = 3, 2, 16, 8, 2
+    T = Tb * bpc
+    K = torch.randn(L, T, H, D).to(torch.bfloat16)
+    V = torch.randn(L, T, H, D).to(torch.bfloat16)
+    blocks = [3, 1]
+    rows = []
+    for l in range(L):
+        phys = torch.zeros(5, Tb, H, 2 * D, dtype=torch.bfloat16)  # LBNHC physical
+        logical = phys.permute(0, 2, 1, 3)                            # (B, H, N, 2D)
+        kc, vc = logical.transpose(1, 2).split(D, dim=-1)             # FA's own view
+        for j, b in enumerate(blocks):
+            kc[b] = K[l, j * Tb:(j + 1) * Tb]
+            vc[b] = V[l, j * Tb:(j + 1) * Tb]
+        rows.append(phys[blocks].reshape(-1))
+    row = torch.cat(rows).view(torch.uint8).numpy()
+    rl = RowLayout("nhd", L, H, D, Tb, bpc)
+    out = np.zeros(rl.payload_bytes, dtype=np.uint8)
+    rl.row_to_canonical(row, out)
+    got = torch.from_numpy(out.view(np.int16).copy()).view(torch.bfloat16).reshape(L, 2, T, H, D)
+    assert torch.equal(got, torch.stack([K, V], 1))
+    # and by an einsum permutation of the engine-side bytes themselves
+    pages = torch.stack([r.view(torch.bfloat16) for r in rows]).reshape(L, bpc, Tb, H, 2, D)
+    want = torch.einsum("ljthkd->lkjthd", pages).reshape(L, 2, T, H, D)
+    assert torch.equal(got, want)
+
+
+def test_cpu_vec_against_vllm_kernel():
+    """The CPU layout as vLLM's CPU attention kernel writes it ("vec" ISA)."""
+    import vllm._custom_ops as ops
+    L, H, D, Tb, bpc = 2, 2, 64, 32, 2
+    T = Tb * bpc
+    K = torch.randn(L, T, H, D).to(torch.bfloat16)
+    V = torch.randn(L, T, H, D).to(torch.bfloat16)
+    blocks = [4, 1]
+    rows = []
+    for l in range(L):
+        cache = torch.zeros(6, H, 2 * Tb, D, dtype=torch.bfloat16)  # vLLM's CPU view
+        kc, vc = cache.chunk(2, dim=2)
+        slots = torch.tensor([blocks[t // Tb] * Tb + t % Tb for t in range(T)])
+        ops.cpu_attn_reshape_and_cache(K[l].contiguous(), V[l].contiguous(), kc, vc,
+                                       slots, "vec")
+        rows.append(cache[blocks].reshape(-1))
+    row = torch.cat(rows).view(torch.uint8).numpy()
+    rl = RowLayout("cpu-vec", L, H, D, Tb, bpc)
+    out = np.zeros(rl.payload_bytes, dtype=np.uint8)
+    rl.row_to_canonical(row, out)
+    want = torch.stack([K, V], 1).contiguous()
+    assert np.array_equal(out, want.view(torch.uint8).reshape(-1).numpy())
+    # by einsum over the kernel's cache bytes: K region per head is [D][Tb], V [Tb][D]
+    sel = torch.stack([r.view(torch.bfloat16) for r in rows]).reshape(L, bpc, H, 2 * Tb, D)
+    k = torch.einsum("ljhdt->ljthd", sel[:, :, :, :Tb, :].reshape(L, bpc, H, D, Tb))
+    v = torch.einsum("ljhtd->ljthd", sel[:, :, :, Tb:, :])
+    got = torch.from_numpy(out.view(np.int16).copy()).view(torch.bfloat16).reshape(L, 2, T, H, D)
+    assert torch.equal(got[:, 0], k.reshape(L, T, H, D))
+    assert torch.equal(got[:, 1], v.reshape(L, T, H, D))
+    back = np.zeros_like(row)
+    rl.canonical_to_row(out, back)
+    assert np.array_equal(back, row)
+
+
+def test_bad_layouts_refused():
+    with pytest.raises(ValueError):
+        RowLayout("nchw", 2, 2, 64, 16, 1)
+    with pytest.raises(ValueError):
+        RowLayout("nhd", 2, 3, 64, 16, 1, tp=2)
+    with pytest.raises(ValueError):
+        RowLayout("nhd", 2, 2, 64, 16, 1, page_bytes=100)
+    rl = RowLayout("nhd", 2, 2, 64, 16, 1)
+    with pytest.raises(ValueError):
+        rl.row_to_canonical(np.zeros(10, np.uint8), np.zeros(rl.payload_bytes, np.uint8))

@@ -1,0 +1,179 @@
+"""KvtierTier driven directly through vLLM's SecondaryTierManager interface, without an
+engine: vLLM's real spec and config objects, a real primary-tier buffer, a real kvtier
+store. Checks what an engine run cannot isolate: lookups never block, a slow tier makes a
+load miss its deadline (reported failed, chunks before it kept), events and metrics come
+from the store's real state."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("vllm")  # the venv of scripts/vllm-env.sh has it
+
+from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key  # noqa: E402
+from vllm.v1.kv_offload.config import (  # noqa: E402
+    OffloadingCacheConfig,
+    OffloadingConfig,
+    OffloadingGroupConfig,
+    OffloadingModelConfig,
+    OffloadingParallelConfig,
+)
+from vllm.v1.kv_offload.tiering.base import TransferJob  # noqa: E402
+from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec  # noqa: E402
+
+from kvtier.vllm import KvtierTier  # noqa: E402
+from kvtier.vllm.tier import M  # noqa: E402
+
+L, H, D, TB = 2, 2, 64, 16
+ROW = L * 2 * TB * H * D * 2
+MODEL = {"layers": L, "kv_heads": H, "head_dim": D}
+
+
+def spec(events=False):
+    oc = OffloadingConfig(
+        groups=(OffloadingGroupConfig(TB, ("l0", "l1"), 0),),
+        worker_kv_bytes_per_block=ROW, enable_kv_cache_events=events,
+        extra_config={"cpu_bytes_to_use": 64 * 4096}, engine_id="test",
+        model=OffloadingModelConfig("tiny-test", "bfloat16"),
+        cache=OffloadingCacheConfig(tokens_per_hash=TB, blocks_per_chunk=1),
+        parallel=OffloadingParallelConfig(0, 1, 1, 1, 1, 1, 0, 1, None, True))
+    return TieringOffloadingSpec(oc)
+
+
+def primary(n=8):
+    rng = np.random.default_rng(0)
+    buf = rng.integers(0, 256, (n, ROW + 512), dtype=np.uint8)  # rows padded like vLLM's
+    return buf, memoryview(buf)
+
+
+def tier(buf_view, tdir, **kw):
+    cfg = {"store.tiers": "dram,nvme", "nvme.dirs": tdir, "dram.bytes": "8MiB",
+           "dram.hugepages": False, "nvme.fsync": "none"}
+    cfg.update(kw.pop("config", {}))
+    return KvtierTier(spec(kw.pop("events", False)), buf_view, "KvtierTier", config=cfg,
+                      model=MODEL, layout="cpu-vec", **kw)
+
+
+def okeys(n, seed=1):
+    return [make_offload_key(bytes([seed, i]) * 16, 0) for i in range(n)]
+
+
+def wait_jobs(t, n, timeout=10):
+    out, end = [], time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < end:
+        out += list(t.get_finished_jobs())
+        time.sleep(0.005)
+    assert len(out) == n, out
+    return out
+
+
+def resolve(t, key, rc, timeout=10):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        r = t.lookup(key, rc)
+        if r is not LookupResult.RETRY:
+            return r
+        t.on_schedule_end(None)
+        time.sleep(0.005)
+    raise AssertionError("lookup never resolved")
+
+
+def test_store_lookup_load_roundtrip_and_metrics(tdir):
+    buf, view = primary()
+    t = tier(view, tdir)
+    rc = ReqContext("r1")
+    t.on_new_request(rc)
+    keys = okeys(3)
+    # unknown chunks: a DRAM miss, then the NVMe answer; either way the call is immediate
+    t0 = time.perf_counter()
+    first = t.lookup(keys[0], rc)
+    assert time.perf_counter() - t0 < 0.05
+    assert first in (LookupResult.MISS, LookupResult.RETRY)
+    assert resolve(t, keys[0], rc) is LookupResult.MISS
+    t.submit_store(TransferJob(1, keys, np.array([0, 1, 2]), False, rc))
+    (res,) = wait_jobs(t, 1)
+    assert res.success and res.job_id == 1
+    assert resolve(t, keys[0], rc) is LookupResult.HIT  # the store updated the verdict
+    t.on_request_finished(rc)
+    rc2 = ReqContext("r2")
+    t.on_new_request(rc2)
+    assert t.lookup(keys[2], rc2) is LookupResult.HIT  # a DRAM hit answers at once
+    want = buf[:3, :ROW].copy()
+    buf[5:8] = 0
+    t.submit_load(TransferJob(2, keys, np.array([5, 6, 7]), True, rc2))
+    (res,) = wait_jobs(t, 1)
+    assert res.success
+    assert np.array_equal(buf[5:8, :ROW], want)
+    assert (buf[5:8, ROW:] == 0).all()  # row padding untouched
+    st = t.get_stats()
+    vals = st.data["data"]
+    assert vals[M.HITS][("dram",)] == 3
+    assert vals[M.CAPACITY_BYTES][("nvme",)] > 0
+    defs = KvtierTier.build_metric_definitions({})
+    assert set(vals) <= set(defs)
+    t.shutdown()
+
+
+def test_slow_tier_load_misses_deadline(tdir):
+    buf, view = primary()
+    t = tier(view, tdir)
+    rc = ReqContext("w")
+    t.on_new_request(rc)
+    keys = okeys(3, seed=2)
+    t.submit_store(TransferJob(1, keys, np.array([0, 1, 2]), False, rc))
+    assert wait_jobs(t, 1)[0].success
+    t.shutdown()  # write-behind to nvme completes
+    # A reader whose only tier answers after 800 ms, with a 300 ms load deadline.
+    t = tier(view, tdir, load_deadline_ms=300,
+             config={"store.tiers": "faulty", "faulty.inner": "nvme",
+                     "faulty.delay_ms": 800, "store.tier_timeout_ms": 5000})
+    rc = ReqContext("r")
+    t.on_new_request(rc)
+    t0 = time.perf_counter()
+    assert t.lookup(keys[0], rc) is LookupResult.RETRY
+    assert time.perf_counter() - t0 < 0.05, "lookup blocked on a slow tier"
+    assert resolve(t, keys[0], rc) is LookupResult.HIT
+    buf[5:8] = 0
+    t0 = time.monotonic()
+    t.submit_load(TransferJob(7, keys, np.array([5, 6, 7]), True, rc))
+    (res,) = wait_jobs(t, 1)
+    assert not res.success and res.successful_keys is None
+    assert time.monotonic() - t0 < 0.8 + 0.5
+    assert (buf[5:8] == 0).all(), "a late load wrote into the primary tier"
+    assert resolve(t, keys[0], rc) is LookupResult.MISS  # failed load marks a miss
+    vals = t.get_stats().data["data"]
+    assert vals[M.DEADLINE_MISSES][()] == 1
+    assert vals[M.LOAD_FAILURES][("deadline",)] == 1
+    t.shutdown()
+
+
+def test_events_follow_the_store(tdir):
+    buf, view = primary()
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=0.0)
+    rc = ReqContext("e")
+    t.on_new_request(rc)
+    keys = okeys(2, seed=3)
+    t.submit_store(TransferJob(1, keys, np.array([0, 1]), False, rc))
+    assert wait_jobs(t, 1)[0].success
+    ev = list(t.take_events())
+    assert len(ev) == 1 and not ev[0].removed and ev[0].keys == keys
+    # kvtier drops a chunk on its own (here: removed through the store): a removed event
+    t._store.remove(t._key(keys[1], rc)).result(5)
+    end, removed = time.monotonic() + 5, []
+    while not removed and time.monotonic() < end:
+        removed = [e for e in t.take_events() if e.removed]
+        time.sleep(0.01)
+    assert removed and removed[0].keys == [keys[1]]
+    t.shutdown()
+
+
+def test_geometry_mismatch_is_refused(tdir):
+    _, view = primary()
+    with pytest.raises(ValueError, match="model.layers"):
+        tier(view, tdir, config={"model.layers": 3})
+    with pytest.raises(ValueError, match="KV heads"):
+        KvtierTier(spec(), view, "KvtierTier", config={"nvme.dirs": tdir},
+                   model={"layers": L, "kv_heads": 3, "head_dim": D}, layout="cpu-vec")
