@@ -1,7 +1,7 @@
 /*
  * daemon_client.h - the client side of kvtierd (store.daemon=PATH). Why: kvt_store_open
  * returns a store whose every public call is forwarded to the node daemon, so engines use
- * one shared cache with the library API unchanged. src/engine.c dispatches to these with
+ * one shared cache with the library API unchanged. src/engine*.c dispatch to these with
  * one line at the top of each public function (when s->client is set).
  */
 #ifndef KVT_DAEMON_CLIENT_H

@@ -245,7 +245,7 @@ static void test_modes_read_only_temps(void)
 	free(obj);
 }
 
-static void chain_cb(void *arg, int rc)
+static void chain_cb(void *arg, int64_t rc)
 {
 	struct th_wait *w = arg;
 	(void)rc;
