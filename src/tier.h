@@ -103,6 +103,7 @@ struct kvt_tier {
 /* The I/O counters the remote and shared tiers keep, updated from their threads. */
 struct kvt_io_counters {
 	_Atomic uint64_t hits, misses, reads, read_bytes, writes, write_bytes, errors, removes;
+	_Atomic uint64_t checksum_failures; /* objects the engine found bad (drop_corrupt calls) */
 };
 
 static inline void kvt__io_counters_read(struct kvt_io_counters *c, struct kvt_tier_stats *out)
@@ -115,6 +116,7 @@ static inline void kvt__io_counters_read(struct kvt_io_counters *c, struct kvt_t
 	out->write_bytes = c->write_bytes;
 	out->errors = c->errors;
 	out->removes = c->removes;
+	out->checksum_failures = c->checksum_failures;
 }
 
 /* Backend table (src/tier.c). */

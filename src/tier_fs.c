@@ -610,9 +610,13 @@ static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 		kvt__free(op);
 		return;
 	case OP_REMOVE:
-	case OP_DROP:
 		if (!cancel)
 			rc = run_remove(s, op);
+		break;
+	case OP_DROP:
+		/* Even while closing: a corrupt object left in place would make the rightful
+		 * writer's next put of that key look already done. */
+		rc = run_remove(s, op);
 		break;
 	case OP_SWEEP:
 		/* Even while closing: the writes that called for it are done, and a writer's
@@ -894,6 +898,7 @@ static int fs_flush(struct kvt_tier *t, kvt_tier_cb cb, void *arg)
 
 static void fs_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
+	atomic_fetch_add(&((struct fs_state *)t->state)->cnt.checksum_failures, 1);
 	if (((struct fs_state *)t->state)->ro)
 		return; /* inspection never deletes */
 	struct fs_op *op = op_new(OP_DROP, 0, NULL, NULL);
