@@ -8,7 +8,9 @@
  *   -ENOSPC     a tier is full and nothing could be evicted
  *   -EAGAIN     back-pressure: too many operations in flight, retry after kvt_poll()
  *   -EBADMSG    an object failed its format or checksum checks (it is dropped, never served)
- *   -ETIMEDOUT  a remote tier was too slow
+ *   -ETIMEDOUT  a tier missed its deadline (store.deadline_floor_ms + what the call should
+ *               cost from the tier's measured latency and bandwidth, at most
+ *               store.tier_timeout_ms); a get or lookup then goes on to the next tier
  *   -ECANCELED  the store is closing
  *   -EINVAL     a bad argument or configuration value
  *
@@ -172,8 +174,12 @@ struct kvt_store;
 /* Open a store: the tier chain of cfg.store.tiers (default "dram,nvme"). The
  * configuration is copied; cfg may be destroyed afterwards. */
 KVT_EXPORT int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out);
-/* Finish write-behind, cancel what is still queued (-ECANCELED), free everything.
- * Completions not yet polled are delivered (run) before it returns. */
+/* Stop admitting (every call from then on, callbacks included, returns -ECANCELED), write
+ * dirty DRAM slots behind, wait for the operations and write-behind in flight - each tier
+ * call bounded by its deadline, so this takes at most a few store.tier_timeout_ms however
+ * the tiers behave - then close the tiers (what they still hold is cancelled) and free
+ * everything. Completions not yet polled are delivered (run) before it returns. No call
+ * may start on s from another thread once close has begun. */
 KVT_EXPORT void kvt_store_close(struct kvt_store *s);
 KVT_EXPORT const struct kvt_geometry *kvt_store_geometry(const struct kvt_store *s);
 KVT_EXPORT const uint8_t *kvt_store_ns_id(const struct kvt_store *s);
@@ -223,10 +229,16 @@ KVT_EXPORT int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t 
 KVT_EXPORT int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n,
 			    uint64_t deadline_ns, kvt_cb cb, void *arg);
 
-/* Remove a chunk from every tier. status = number of tiers it was removed from. */
+/* Remove a chunk from every tier, after any write-behind of it still in flight (a removed
+ * key does not reappear in a deeper tier). status = number of tiers it was removed from;
+ * a tier that misses its deadline is not counted. */
 KVT_EXPORT int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg);
 
-/* Completes when every write-behind submitted before it has finished. */
+/* Make everything submitted before it durable in every tier: dirty DRAM slots are written
+ * behind, every write-behind submitted before it finishes, then each tier's durability op
+ * runs, each under its deadline. status 0; or < 0 (-ETIMEDOUT: a deadline was missed,
+ * -EIO: a tier failed or was skipped as unwell) with res.tier naming the tier that could
+ * not. */
 KVT_EXPORT int kvt_flush(struct kvt_store *s, kvt_cb cb, void *arg);
 
 struct kvt_tier_stats {

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Runs every tier's benchmark against its reference, in one go, and prints one JSON line
-# per run (the figures of docs/BENCHMARKS.md come from here). Starts its own redis-server
-# and single-node Ceph (RADOS + RGW) on 127.0.0.1 and stops them at the end.
+# per run (the tables of docs/BENCHMARKS.md come from one run of this script). Each line
+# is `kvtier bench ... --json` plus "run" (its name) and "cmd" (the exact command).
+# Starts its own redis-server and single-node Ceph (RADOS + RGW, bluestore) on 127.0.0.1,
+# holding /tmp/kvt-ceph.lock while Ceph runs, and stops them at the end.
 #   scripts/bench-all.sh [SECONDS_PER_PHASE] [OUT.jsonl]
-#   KVT_BENCH_TIERS="dram nvme fs redis s3 rados" (default all), KVT_BENCH_DIR (/var/tmp)
+#   KVT_BENCH_TIERS="dram nvme fs redis s3 rados" (default all; "mlperf" adds the MLPerf
+#   KV workload, option 2 at full size), KVT_BENCH_DIR (/var/tmp), KVT_BENCH_ROUNDS (3)
+# The local tiers run twice: --fsync none and the shipped default (nvme.fsync / fs.fsync
+# = data, against fio --fdatasync=1).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-SECS=${1:-9}
+SECS=${1:-6}
 OUT=${2:-/dev/stdout}
-B=$("$ROOT/scripts/build.sh" release)
+ROUNDS=${KVT_BENCH_ROUNDS:-3}
+B=$("$ROOT/scripts/build.sh" release | tail -1)
 K="$B/kvtier"
 W=$(mktemp -d "${KVT_BENCH_DIR:-/var/tmp}/kvt-bench-XXXXXX")
 TIERS=${KVT_BENCH_TIERS:-dram nvme fs redis s3 rados}
@@ -19,31 +25,56 @@ cleanup() {
 	rm -rf "$W"
 }
 trap cleanup EXIT
-run() { echo "== kvtier bench $*" >&2; "$K" bench "$@" --seconds "$SECS" --json | tail -1 >> "$OUT"; }
+# run NAME ARGS...: one kvtier bench, its JSON line with the run's name and command
+run() {
+	local name=$1; shift
+	local cmd="kvtier bench $* --seconds $SECS --rounds $ROUNDS --json"
+	echo "== $name: $cmd" >&2
+	"$K" bench "$@" --seconds "$SECS" --rounds "$ROUNDS" --json | tail -1 |
+		jq -c --arg run "$name" --arg cmd "$cmd" '{run: $run, cmd: $cmd} + .' >> "$OUT" || true
+	rm -rf "$W/nvme" "$W/fs"
+}
 for t in $TIERS; do
 	case $t in
-	dram) run --tier dram --chunk-bytes 2M ;;
-	nvme) run --tier nvme --dir "$W/nvme" --chunk-bytes 2M --queue-depth 32 --set-bytes 2G ;;
-	fs) run --tier fs --dir "$W/fs" --chunk-bytes 2M --queue-depth 16 --set-bytes 1G ;;
+	dram) run dram --tier dram --chunk-bytes 2M ;;
+	nvme)
+		for f in none data; do
+			run "nvme-2M-qd32-fsync-$f" --tier nvme --dir "$W/nvme" --chunk-bytes 2M --queue-depth 32 --set-bytes 2G --fsync $f
+			run "nvme-32M-qd8-fsync-$f" --tier nvme --dir "$W/nvme" --chunk-bytes 32M --queue-depth 8 --set-bytes 2G --fsync $f
+			run "nvme-64K-qd32-fsync-$f" --tier nvme --dir "$W/nvme" --chunk-bytes 64K --queue-depth 32 --set-bytes 1G --fsync $f
+		done ;;
+	fs)
+		for f in none data; do
+			run "fs-2M-qd16-fsync-$f" --tier fs --dir "$W/fs" --chunk-bytes 2M --queue-depth 16 --set-bytes 1G --fsync $f
+		done ;;
 	redis)
 		PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 		redis-server --bind 127.0.0.1 --port "$PORT" --save '' --appendonly no --dir "$W" >/dev/null 2>&1 &
 		RPID=$!
-		for i in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-		KVTIER_REDIS_URL=redis://127.0.0.1:$PORT run --tier redis --chunk-bytes 1M --queue-depth 16 --set-bytes 512M
+		for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+		KVTIER_REDIS_URL=redis://127.0.0.1:$PORT run redis-1M-qd16 --tier redis --chunk-bytes 1M --queue-depth 16 --set-bytes 512M
 		kill "$RPID"; RPID="" ;;
 	s3|rados)
 		if [ ! -f "$W/ceph/env" ]; then
-			OBJECTSTORE=bluestore "$ROOT/scripts/ceph/start-ceph.sh" "$W/ceph" >/dev/null
+			exec 9>/tmp/kvt-ceph.lock
+			flock 9 # one Ceph at a time on this machine: fixed ports
+			OBJECTSTORE=bluestore WATCH_PID=$$ "$ROOT/scripts/ceph/start-ceph.sh" "$W/ceph" >/dev/null
 			ceph -c "$W/ceph/ceph.conf" osd pool create kvtier-bench 8 >/dev/null 2>&1
 			ceph -c "$W/ceph/ceph.conf" osd pool application enable kvtier-bench rados >/dev/null 2>&1
 		fi
 		# shellcheck disable=SC1091
 		source "$W/ceph/env"
 		if [ "$t" = s3 ]; then
-			KVTIER_S3_BUCKET=kvtier-bench run --tier s3 --chunk-bytes 1M --queue-depth 16 --set-bytes 256M
+			KVTIER_S3_BUCKET=kvtier-bench run s3-1M-qd16 --tier s3 --chunk-bytes 1M --queue-depth 16 --set-bytes 256M
 		else
-			KVTIER_RADOS_POOL=kvtier-bench run --tier rados --chunk-bytes 1M --queue-depth 16 --set-bytes 256M
+			KVTIER_RADOS_POOL=kvtier-bench run rados-1M-qd16 --tier rados --chunk-bytes 1M --queue-depth 16 --set-bytes 256M
 		fi ;;
+	mlperf)
+		cmd="kvtier bench --workload mlperf-kv --option 2 --seconds $((SECS * 5)) --dir $W/ml --json"
+		echo "== mlperf: $cmd" >&2
+		"$K" bench --workload mlperf-kv --option 2 --seconds $((SECS * 5)) --dir "$W/ml" --json | tail -1 |
+			jq -c --arg cmd "$cmd" '{run: "mlperf-kv-option-2", cmd: $cmd} + .' >> "$OUT" || true
+		rm -rf "$W/ml" ;;
+	*) echo "bench-all: unknown tier '$t'" >&2; exit 2 ;;
 	esac
 done

@@ -27,9 +27,16 @@
 	X(k, "store.promote", BOOL, "true", 0, 0, NULL, PLAIN, "copy a deeper-tier hit into DRAM") \
 	X(k, "store.promote_local", BOOL, "true", 0, 0, NULL, PLAIN, "also write a hit from a deeper tier into the tiers above it (e.g. an s3 hit into nvme)") \
 	X(k, "store.max_inflight", U64, "4096", 1, 1048576, NULL, PLAIN, "operations in flight before calls return -EAGAIN") \
-	X(k, "store.tier_timeout_ms", U64, "2000", 1, 3600000, NULL, PLAIN, "an operation on a deeper tier that takes longer is a miss") \
+	X(k, "store.tier_timeout_ms", U64, "10000", 1, 3600000, NULL, PLAIN, "ceiling of the deadline of every call to a deeper tier (read, lookup, write, remove, flush); below it the deadline is store.deadline_floor_ms + 4x what the call should cost from the tier's measured latency and bandwidth and the bytes queued ahead of it") \
+	X(k, "store.deadline_floor_ms", U64, "1000", 1, 3600000, NULL, PLAIN, "allowance for jitter in the deadline of every call to a deeper tier: no call is given up on sooner") \
 	X(k, "store.max_object_bytes", SIZE, "4GiB", 4096, 4294967296.0, NULL, PLAIN, "largest object a reader accepts") \
 	X(k, "store.read_only", BOOL, "false", 0, 0, NULL, PLAIN, "open every tier for reading only: nothing is created, locked, cleaned up or written, and a missing store is an error (kvtier ls, stat and verify use it)") \
+	X(k, "store.daemon", STR, "", 0, 0, NULL, PLAIN, "Unix socket of a kvtierd node daemon: when set, the store is a client of that daemon (its tiers, its DRAM) instead of opening tiers itself (docs/DAEMON.md)") \
+	X(k, "store.daemon_timeout_ms", U64, "5000", 1, 3600000, NULL, PLAIN, "deadline of each exchange with kvtierd: a daemon that does not answer by then reads as an error or a miss, and the next call reconnects") \
+	/* kvtierd (the node daemon, docs/DAEMON.md) */ \
+	X(k, "daemon.socket", STR, "/run/kvtier/kvtierd.sock", 0, 0, NULL, PLAIN, "kvtierd: the Unix socket clients attach to (mode 0600, so only its owner's processes)") \
+	X(k, "daemon.metrics", STR, "", 0, 0, NULL, PLAIN, "kvtierd: serve Prometheus /metrics on this loopback ADDR:PORT (empty: off)") \
+	X(k, "daemon.max_clients", U64, "256", 1, 65536, NULL, PLAIN, "kvtierd: connections at most; more are refused") \
 	/* model / geometry: part of the namespace, hence of every key */ \
 	X(k, "model.name", STR, "llama3.1-8b", 0, 0, NULL, PLAIN, "model id, part of the namespace") \
 	X(k, "model.revision", STR, "main", 0, 0, NULL, PLAIN, "model revision, part of the namespace") \
@@ -67,7 +74,7 @@
 	X(k, "fs.direct", ENUM, "auto", 0, 0, "auto|on|off", PLAIN, "O_DIRECT: auto falls back to buffered I/O where the file system refuses it") \
 	X(k, "fs.fsync", ENUM, "data", 0, 0, "none|data|full", PLAIN, "before publishing: none, fdatasync of the object, or fdatasync plus fsync of its directory") \
 	X(k, "fs.bytes", SIZE, "0", 0, 1e18, NULL, PLAIN, "capacity of the shared directory (0: unbounded); every writing node removes the least recently used objects beyond it") \
-	X(k, "fs.tmp_max_age_s", U64, "3600", 60, 1e9, NULL, PLAIN, "a temporary file older than this belongs to a dead writer and is removed by writers' sweeps") \
+	X(k, "fs.tmp_max_age_s", U64, "3600", 1, 1e9, NULL, PLAIN, "a temporary file unchanged (ctime) for this long belongs to a dead writer and is removed by writers' sweeps; keep it well above the longest write") \
 	X(k, "fs.file_mode", ENUM, "0600", 0, 0, "0600|0640|0660|0644", PLAIN, "permissions of the object files created; several users sharing the directory need group access (0660, with fs.dir_mode 0770 and a umask that allows it)") \
 	X(k, "fs.dir_mode", ENUM, "0700", 0, 0, "0700|0750|0770|0755", PLAIN, "permissions of the directories created (the umask still applies)") \
 	/* ---- end fs ---- */ \

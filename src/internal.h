@@ -50,8 +50,9 @@ void kvt__logf(const struct kvt_log *log, int level, const char *fmt, ...)
 uint64_t kvt__now_ns(void); /* CLOCK_MONOTONIC */
 
 /* ---- keys ---- */
-/* A well-mixed 64-bit hash of a key (its first 8 bytes: keys are SHA-256 outputs or
- * engine hashes; callers with weak opaque keys still get xor-folded mixing). */
+/* A well-mixed 64-bit hash of a key: all 32 bytes folded into one word, then a
+ * murmur3-style finaliser, so opaque keys that differ only in their tail (an engine's
+ * short hashes padded with zeros) still spread over buckets. Not cryptographic. */
 uint64_t kvt__key_hash(const struct kvt_key *key);
 /* memcmp, not uint64_t loads: a struct kvt_key has no alignment guarantee. Compilers turn
  * a fixed 32-byte memcmp into a few vector compares. */

@@ -1,7 +1,7 @@
 /*
- * tier.h - the one interface every storage backend implements (DESIGN.md, "Tier
- * interface"). The engine reaches a backend only through struct kvt_tier_ops; backends
- * live in src/tier_<name>.c and are listed in the static table of src/tier.c.
+ * tier.h - the one interface every storage backend implements (docs/ARCHITECTURE.md).
+ * The engine reaches a backend only through struct kvt_tier_ops; backends live in
+ * src/tier_<name>.c and are listed in the static table of src/tier.c.
  *
  * Asynchronous contract, for every call that takes a kvt_tier_cb:
  *   returns 0  => cb(arg, result) runs exactly once, later, on a thread of the tier
@@ -25,7 +25,10 @@
 
 struct kvt_tier;
 
-typedef void (*kvt_tier_cb)(void *arg, int result);
+/* result: >= 0 success (a read: bytes read, which may exceed 2 GiB), < 0 -errno. The engine
+ * puts its own deadline on every call (src/engine_health.c): a tier may answer after it,
+ * and must still answer exactly once (close answers what is left with -ECANCELED). */
+typedef void (*kvt_tier_cb)(void *arg, int64_t result);
 /* scan: called once per object; return non-zero to stop. */
 typedef int (*kvt_scan_fn)(void *arg, const struct kvt_key *key, uint64_t bytes);
 
@@ -100,6 +103,7 @@ struct kvt_tier {
 /* The I/O counters the remote and shared tiers keep, updated from their threads. */
 struct kvt_io_counters {
 	_Atomic uint64_t hits, misses, reads, read_bytes, writes, write_bytes, errors, removes;
+	_Atomic uint64_t checksum_failures; /* objects the engine found bad (drop_corrupt calls) */
 };
 
 static inline void kvt__io_counters_read(struct kvt_io_counters *c, struct kvt_tier_stats *out)
@@ -112,6 +116,7 @@ static inline void kvt__io_counters_read(struct kvt_io_counters *c, struct kvt_t
 	out->write_bytes = c->write_bytes;
 	out->errors = c->errors;
 	out->removes = c->removes;
+	out->checksum_failures = c->checksum_failures;
 }
 
 /* Backend table (src/tier.c). */

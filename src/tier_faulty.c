@@ -7,8 +7,13 @@
  *
  * Chain name "faulty"; faulty.inner names the wrapped tier (its own keys configure it).
  * Faults can be changed at run time with kvt__faulty_set().
+ *
+ * A delay holds each answer back on the tier's own delay thread, not on the inner tier's
+ * I/O thread: a slow device, whose calls each take delay_ms while others proceed. A very
+ * long delay is a stalled device; close cancels (-ECANCELED) the answers still held.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,20 +22,106 @@
 #include "tier.h"
 #include "tier_faulty.h"
 
-struct faulty {
-	struct kvt_tier *inner;
-	_Atomic uint32_t fail_pct, corrupt_pct, delay_ms;
-	_Atomic uint64_t rng;
-	_Atomic uint64_t injected;
-};
-
 struct fcall {
+	struct fcall *next; /* held answers, by due time */
+	uint64_t due;
+	int64_t rc;
 	struct faulty *f;
 	kvt_tier_cb cb;
 	void *arg;
 	bool is_read;
 	struct kvt_seg seg0; /* first segment of a read, for corruption */
+	/* a write held back before it reaches the inner tier (kvt__faulty_set_write_delay) */
+	bool submit;
+	struct kvt_key key;
+	const void *obj;
+	uint64_t len;
 };
+
+struct faulty {
+	struct kvt_tier *inner;
+	_Atomic uint32_t fail_pct, corrupt_pct, delay_ms, write_delay_ms;
+	_Atomic uint64_t rng;
+	_Atomic uint64_t injected;
+	/* answers held back by the delay, and the thread that releases them */
+	pthread_mutex_t m;
+	pthread_cond_t cv; /* CLOCK_MONOTONIC */
+	struct fcall *held;
+	bool closing; /* held writes are cancelled, never submitted */
+	bool stop;
+	bool thread_started;
+	pthread_t thread;
+};
+
+static void fcall_done(void *arg, int64_t rc);
+
+/* A held write is due: hand it to the inner tier now (its answer comes back through
+ * fcall_done), or cancel it when closing. Runs on the delay thread. */
+static void submit_held(struct faulty *f, struct fcall *c, bool closing)
+{
+	c->submit = false;
+	int rc = closing ? -ECANCELED
+			 : f->inner->ops->write(f->inner, &c->key, c->obj, c->len, fcall_done, c);
+	if (rc < 0) {
+		kvt_tier_cb cb = c->cb;
+		void *cbarg = c->arg;
+		kvt__free(c);
+		cb(cbarg, rc);
+	}
+}
+
+static void *delay_main(void *arg)
+{
+	struct faulty *f = arg;
+	pthread_mutex_lock(&f->m);
+	for (;;) {
+		struct fcall *c = f->held;
+		uint64_t now = kvt__now_ns();
+		if (c && (f->stop || c->due <= now || (c->submit && f->closing))) {
+			f->held = c->next;
+			bool closing = f->closing;
+			pthread_mutex_unlock(&f->m);
+			if (c->submit) {
+				submit_held(f, c, closing);
+				pthread_mutex_lock(&f->m);
+				continue;
+			}
+			int64_t rc = f->stop && c->due > now ? -ECANCELED : c->rc;
+			kvt_tier_cb cb = c->cb;
+			void *cbarg = c->arg;
+			kvt__free(c);
+			cb(cbarg, rc);
+			pthread_mutex_lock(&f->m);
+			continue;
+		}
+		if (f->stop)
+			break;
+		if (c) {
+			struct timespec ts = {.tv_sec = (time_t)(c->due / 1000000000ull),
+					      .tv_nsec = (long)(c->due % 1000000000ull)};
+			pthread_cond_timedwait(&f->cv, &f->m, &ts);
+		} else {
+			pthread_cond_wait(&f->cv, &f->m);
+		}
+	}
+	pthread_mutex_unlock(&f->m);
+	return NULL;
+}
+
+/* Hold an answer until due (sorted insert: the delay may change at run time). */
+static void hold(struct faulty *f, struct fcall *c, int64_t rc, uint64_t delay_ns)
+{
+	c->rc = rc;
+	c->due = kvt__now_ns() + delay_ns;
+	pthread_mutex_lock(&f->m);
+	struct fcall **pp = &f->held;
+	while (*pp && (*pp)->due <= c->due)
+		pp = &(*pp)->next;
+	c->next = *pp;
+	*pp = c;
+	pthread_cond_signal(&f->cv);
+	pthread_mutex_unlock(&f->m);
+}
 
 static bool roll(struct faulty *f, uint32_t pct)
 {
@@ -43,13 +134,11 @@ static bool roll(struct faulty *f, uint32_t pct)
 	return x % 100 < pct;
 }
 
-static void fcall_done(void *arg, int rc)
+static void fcall_done(void *arg, int64_t rc)
 {
 	struct fcall *c = arg;
 	struct faulty *f = c->f;
 	uint32_t d = atomic_load(&f->delay_ms);
-	if (d)
-		usleep(d * 1000u);
 	if (rc >= 0 && roll(f, atomic_load(&f->fail_pct))) {
 		atomic_fetch_add(&f->injected, 1);
 		rc = -EIO;
@@ -60,6 +149,10 @@ static void fcall_done(void *arg, int rc)
 			uint64_t at = (atomic_fetch_add(&f->rng, 7919) * 2654435761u) % n;
 			((uint8_t *)c->seg0.buf)[at] ^= 0x20;
 		}
+	}
+	if (d) {
+		hold(f, c, rc, (uint64_t)d * 1000000ull);
+		return;
 	}
 	kvt_tier_cb cb = c->cb;
 	void *cbarg = c->arg;
@@ -103,6 +196,19 @@ static int faulty_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	int rc = kvt__tier_open(name, cfg, &t->log, t->geometry, t->index, &f->inner);
 	if (rc < 0)
 		return rc;
+	pthread_mutex_init(&f->m, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&f->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (pthread_create(&f->thread, NULL, delay_main, f) != 0) {
+		kvt__tier_close(f->inner);
+		pthread_cond_destroy(&f->cv);
+		pthread_mutex_destroy(&f->m);
+		return -EAGAIN;
+	}
+	f->thread_started = true;
 	atomic_store(&f->fail_pct, (uint32_t)kvt__cfg_u64(cfg, "faulty.fail_pct"));
 	atomic_store(&f->corrupt_pct, (uint32_t)kvt__cfg_u64(cfg, "faulty.corrupt_pct"));
 	atomic_store(&f->delay_ms, (uint32_t)kvt__cfg_u64(cfg, "faulty.delay_ms"));
@@ -113,7 +219,22 @@ static int faulty_open(struct kvt_tier *t, const struct kvt_config *cfg)
 static void faulty_close(struct kvt_tier *t)
 {
 	struct faulty *f = t->state;
-	kvt__tier_close(f->inner);
+	if (f->thread_started) { /* writes still held never reach the inner tier */
+		pthread_mutex_lock(&f->m);
+		f->closing = true;
+		pthread_cond_signal(&f->cv);
+		pthread_mutex_unlock(&f->m);
+	}
+	kvt__tier_close(f->inner); /* every inner answer is now delivered or held */
+	if (f->thread_started) {
+		pthread_mutex_lock(&f->m);
+		f->stop = true; /* held answers go out now, cancelled */
+		pthread_cond_signal(&f->cv);
+		pthread_mutex_unlock(&f->m);
+		pthread_join(f->thread, NULL);
+		pthread_cond_destroy(&f->cv);
+		pthread_mutex_destroy(&f->m);
+	}
 }
 
 static int faulty_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
@@ -141,6 +262,19 @@ static int faulty_read(struct kvt_tier *t, const struct kvt_key *key, const stru
 static int faulty_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj,
 			uint64_t len, kvt_tier_cb cb, void *arg)
 {
+	struct faulty *fw = t->state;
+	uint32_t wd = atomic_load(&fw->write_delay_ms);
+	if (wd) { /* a slow device: the write lands only after wd ms */
+		struct fcall *c = fcall_new(fw, cb, arg);
+		if (!c)
+			return -ENOMEM;
+		c->submit = true;
+		c->key = *key;
+		c->obj = obj;
+		c->len = len;
+		hold(fw, c, 0, (uint64_t)wd * 1000000ull);
+		return 0;
+	}
 	WRAP(f->inner->ops->write(f->inner, key, obj, len, fcall_done, c));
 }
 
@@ -148,6 +282,19 @@ static int faulty_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier
 			 void *arg)
 {
 	WRAP(f->inner->ops->remove(f->inner, key, fcall_done, c));
+}
+
+static int faulty_flush(struct kvt_tier *t, kvt_tier_cb cb, void *arg)
+{
+	struct faulty *fy = t->state;
+	if (fy->inner->ops->flush)
+		WRAP(f->inner->ops->flush(f->inner, fcall_done, c));
+	/* Nothing to make durable below: answer through the delay thread, never inline. */
+	struct fcall *c = fcall_new(fy, cb, arg);
+	if (!c)
+		return -ENOMEM;
+	hold(fy, c, 0, (uint64_t)atomic_load(&fy->delay_ms) * 1000000ull);
+	return 0;
 }
 
 static void faulty_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
@@ -178,6 +325,12 @@ void kvt__faulty_set(struct kvt_tier *t, uint32_t fail_pct, uint32_t corrupt_pct
 	atomic_store(&f->delay_ms, delay_ms);
 }
 
+void kvt__faulty_set_write_delay(struct kvt_tier *t, uint32_t ms)
+{
+	struct faulty *f = t->state;
+	atomic_store(&f->write_delay_ms, ms);
+}
+
 uint64_t kvt__faulty_injected(struct kvt_tier *t)
 {
 	struct faulty *f = t->state;
@@ -196,5 +349,6 @@ const struct kvt_tier_ops kvt__tier_faulty_ops = {
 	.remove = faulty_remove,
 	.stats = faulty_stats,
 	.scan = faulty_scan,
+	.flush = faulty_flush,
 	.drop_corrupt = faulty_drop_corrupt,
 };

@@ -10,6 +10,9 @@ struct kvt_tier;
  * milliseconds each completion is held back. */
 void kvt__faulty_set(struct kvt_tier *t, uint32_t fail_pct, uint32_t corrupt_pct,
 		     uint32_t delay_ms);
+/* Writes reach the inner tier only ms after they were submitted (0: at once): a device
+ * slow to land writes, while reads and removes go through at once. */
+void kvt__faulty_set_write_delay(struct kvt_tier *t, uint32_t ms);
 /* Faults injected so far. */
 uint64_t kvt__faulty_injected(struct kvt_tier *t);
 

@@ -119,6 +119,11 @@ struct fs_state {
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
+	/* keys being written by the workers now (under lock): a chunk published before its
+	 * parent waits for the parent's write to be dated first (wcond) */
+	struct kvt_key writing[64];
+	bool writing_used[64];
+	pthread_cond_t wcond;
 	struct fs_op *head, *tail; /* work queue */
 	bool closing;
 	unsigned nthreads;
@@ -428,14 +433,34 @@ static int publish(struct fs_state *s, const char *tmp, const char *path)
 	return renameat(s->rootfd, tmp, s->rootfd, path) < 0 ? -errno : 0;
 }
 
+static bool writing_has(struct fs_state *s, const struct kvt_key *k)
+{
+	for (unsigned i = 0; i < KVT_ARRAY_SIZE(s->writing); i++)
+		if (s->writing_used[i] && kvt__key_eq(&s->writing[i], k))
+			return true;
+	return false;
+}
+
 /* Date a published chunk just before its parent (oldest-first removal then takes a chain's
  * end first), or in 1970 when the parent is not here (it could not be resumed from here).
- * Only the eviction order depends on it: failures are ignored. */
+ * Writes complete out of order: if a worker is writing the parent right now, wait (at most
+ * 2 s: a caller's parent loop must not hang the workers) for it to be published and dated.
+ * Only a write already running is waited for, and the queue is FIFO (a parent is put
+ * before its child), so workers never wait on each other in a cycle. Only the eviction
+ * order depends on the date: failures are ignored. */
 static void date_in_chain(struct fs_state *s, const char *path, const struct kvt_key *parent)
 {
 	char ppath[72];
 	struct stat st;
 	struct timespec ts[2] = {{1, 0}, {1, 0}}; /* atime too: the age is max(atime, mtime) */
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	pthread_mutex_lock(&s->lock);
+	while (writing_has(s, parent) &&
+	       pthread_cond_timedwait(&s->wcond, &s->lock, &until) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&s->lock);
 	key_path(parent, ppath);
 	if (fstatat(s->rootfd, ppath, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
 		ts[1] = st.st_mtim;
@@ -450,7 +475,31 @@ static void date_in_chain(struct fs_state *s, const char *path, const struct kvt
 	utimensat(s->rootfd, path, ts, AT_SYMLINK_NOFOLLOW);
 }
 
+static int write_object(struct fs_state *s, struct fs_op *op);
+
 static int run_write(struct fs_state *s, struct fs_op *op)
+{
+	unsigned slot = KVT_ARRAY_SIZE(s->writing);
+	pthread_mutex_lock(&s->lock);
+	for (unsigned i = 0; i < KVT_ARRAY_SIZE(s->writing); i++)
+		if (!s->writing_used[i]) {
+			s->writing_used[i] = true;
+			s->writing[i] = op->key;
+			slot = i;
+			break;
+		}
+	pthread_mutex_unlock(&s->lock);
+	int rc = write_object(s, op);
+	if (slot < KVT_ARRAY_SIZE(s->writing)) {
+		pthread_mutex_lock(&s->lock);
+		s->writing_used[slot] = false;
+		pthread_cond_broadcast(&s->wcond);
+		pthread_mutex_unlock(&s->lock);
+	}
+	return rc;
+}
+
+static int write_object(struct fs_state *s, struct fs_op *op)
 {
 	char path[72], tmp[256];
 	key_path(&op->key, path);
@@ -481,13 +530,15 @@ static int run_write(struct fs_state *s, struct fs_op *op)
 		rc = -errno;
 	if (rc < 0)
 		goto fail_unlink;
+	/* Dated before it is published (the name carries the inode's times over): a sweep must
+	 * never see it with a newer date than its chain gives it. */
+	if (op->has_parent)
+		date_in_chain(s, tmp, &op->parent);
 	rc = publish(s, tmp, path);
 	if (rc < 0)
 		goto fail_unlink;
 	if (s->sync == SYNC_FULL && (rc = fsync_leaf(s, path)) < 0)
 		goto fail;
-	if (op->has_parent)
-		date_in_chain(s, path, &op->parent);
 	atomic_fetch_add(&s->cnt.writes, 1);
 	atomic_fetch_add(&s->cnt.write_bytes, op->len);
 	atomic_fetch_add(&s->written_since, op->len);
@@ -559,9 +610,13 @@ static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 		kvt__free(op);
 		return;
 	case OP_REMOVE:
-	case OP_DROP:
 		if (!cancel)
 			rc = run_remove(s, op);
+		break;
+	case OP_DROP:
+		/* Even while closing: a corrupt object left in place would make the rightful
+		 * writer's next put of that key look already done. */
+		rc = run_remove(s, op);
 		break;
 	case OP_SWEEP:
 		/* Even while closing: the writes that called for it are done, and a writer's
@@ -669,6 +724,7 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
+	pthread_cond_init(&s->wcond, NULL);
 	for (unsigned i = 0; i < s->nthreads; i++) {
 		rc = -pthread_create(&s->threads[i], NULL, worker, s);
 		if (rc < 0) {
@@ -680,6 +736,7 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 			for (unsigned j = 0; j < i; j++)
 				pthread_join(s->threads[j], NULL);
 			pthread_cond_destroy(&s->cond);
+			pthread_cond_destroy(&s->wcond);
 			pthread_mutex_destroy(&s->lock);
 			close(s->rootfd);
 			return rc;
@@ -701,6 +758,7 @@ static void fs_close(struct kvt_tier *t)
 	/* Every write has completed, so no flush can still be waiting. */
 	assert(!s->flush_head && !s->wfirst);
 	pthread_cond_destroy(&s->cond);
+	pthread_cond_destroy(&s->wcond);
 	pthread_mutex_destroy(&s->lock);
 	close(s->rootfd);
 }
@@ -840,6 +898,7 @@ static int fs_flush(struct kvt_tier *t, kvt_tier_cb cb, void *arg)
 
 static void fs_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
+	atomic_fetch_add(&((struct fs_state *)t->state)->cnt.checksum_failures, 1);
 	if (((struct fs_state *)t->state)->ro)
 		return; /* inspection never deletes */
 	struct fs_op *op = op_new(OP_DROP, 0, NULL, NULL);
@@ -1029,9 +1088,11 @@ static int sweep_entry(int dfd, const char *name, void *arg)
 	struct stat st;
 	struct kvt_key key;
 	if (name[0] == '.') {
-		/* A temporary nobody has written for fs.tmp_max_age_s belongs to a dead writer. */
+		/* A temporary nobody has changed for fs.tmp_max_age_s belongs to a dead writer.
+		 * ctime, not mtime: a live writer dates its temporary into the past just before
+		 * publishing it (chains), and ctime cannot be set back. */
 		if (strstr(name, ".tmp.") && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    S_ISREG(st.st_mode) && w->now - st.st_mtime > (time_t)w->s->tmp_max_age &&
+		    S_ISREG(st.st_mode) && w->now - st.st_ctime > (time_t)w->s->tmp_max_age &&
 		    unlinkat(dfd, name, 0) == 0)
 			w->temps++;
 		return 0;

@@ -204,6 +204,13 @@ struct nv_io {
 	enum nv_kind kind;
 };
 
+/* A removed object's file, renamed to a temp name and kept to be overwritten. */
+struct nv_spare {
+	uint32_t dir;
+	uint64_t bytes;
+	char name[NV_NAME_MAX];
+};
+
 struct nv_stats {
 	_Atomic uint64_t objects, bytes, reads, read_bytes, writes, write_bytes, evictions,
 	    checksum_failures, errors, writes_skipped, removes;
@@ -258,6 +265,12 @@ struct nv {
 	uint32_t nfdc;
 	uint64_t used, reserved;
 	uint64_t gen;
+
+	/* spare files (ring thread only): removed objects' files kept for the next write of
+	 * their size, see spare_keep() */
+	struct nv_spare *spares;
+	uint32_t nspares;
+	uint64_t spare_bytes;
 
 	/* index: mutations under ilock (scan() reads it from other threads) */
 	pthread_mutex_t ilock;
@@ -454,11 +467,12 @@ static bool refused_has(const struct nv *s, const struct kvt_key *k)
 }
 
 /* The next object to evict for a write of op (NULL op: no write): the least recently used
- * leaf that is not op's parent. NULL when op's own ancestors are all that is left. */
+ * leaf that is not op's parent. NULL when op's own ancestors are all that is left - or no
+ * leaf at all: every stored object has a child stored or in flight (the leaves to be are
+ * still being written), and evicting any would cut a chain. (Only a caller naming parents
+ * in a cycle could leave no leaf for good; then writes are refused, nothing is lost.) */
 static struct nv_ent *victim(struct nv *s, const struct nv_op *op)
 {
-	if (!s->leaf_tail)
-		return s->lru_tail; /* no leaf at all: only a parent cycle (a caller's bug) */
 	for (struct nv_ent *e = s->leaf_tail; e; e = e->lprev)
 		if (!op || !op->has_parent || !kvt__key_eq(&e->key, &op->parent))
 			return e;
@@ -620,12 +634,82 @@ static bool recycle(struct nv *s, struct nv_ent *v, struct nv_op *op)
 	return true;
 }
 
+/* Spare files. A removed object's file (kvt_remove: a chunk replaced, a session dropped)
+ * is not unlinked but renamed to a ".tmp.spare." name and kept, up to nvme.queue_depth of
+ * them, and the next write of the same size overwrites it in place instead of creating and
+ * allocating a new file: no unlink (a discard on ext4 mounted "discard"), no block
+ * allocation, and with nvme.fsync=data an fdatasync that has no allocation to commit.
+ * Spares count against nvme.bytes; make_room drops them before it evicts an object. They
+ * are never objects (a crash leaves ".tmp." files, which the next open deletes) and only
+ * ever become one through the temp-file write and rename of a new object, so crash safety
+ * is that of every write. */
+static void spare_drop(struct nv *s, uint32_t i, bool now)
+{
+	struct nv_spare *sp = &s->spares[i];
+	if (now)
+		unlink_now(s, &s->dirs[sp->dir], sp->name);
+	else
+		unlink_async(s, &s->dirs[sp->dir], sp->name);
+	s->spare_bytes -= sp->bytes;
+	s->spares[i] = s->spares[--s->nspares];
+}
+
+static void spare_drop_all(struct nv *s, bool now)
+{
+	while (s->nspares)
+		spare_drop(s, s->nspares - 1, now);
+}
+
+/* Keep removed entry e's file as a spare instead of unlinking it; false if it cannot be
+ * (a read of it in flight, no room under the capacity, the spare list full). */
+static bool spare_keep(struct nv *s, struct nv_ent *e)
+{
+	if (!s->ring_ready || e->opening || (e->fdc && e->fdc->refs) ||
+	    s->used + s->reserved + s->spare_bytes > s->capacity)
+		return false;
+	if (!s->spares && !(s->spares = kvt__calloc(s->qd, sizeof(*s->spares))))
+		return false;
+	if (s->nspares >= s->qd)
+		spare_drop(s, 0, false); /* the oldest goes */
+	struct nv_spare *sp = &s->spares[s->nspares];
+	char path[NV_NAME_MAX];
+	object_path(&e->key, path);
+	snprintf(sp->name, sizeof(sp->name), "%.2s/" NV_TMP_PREFIX "spare.%d.%u", path,
+		 (int)s->pid, ++s->tmpseq);
+	if (renameat(s->dirs[e->dir].fd, path, s->dirs[e->dir].fd, sp->name) < 0)
+		return false;
+	sp->dir = e->dir;
+	sp->bytes = e->bytes;
+	s->nspares++;
+	s->spare_bytes += e->bytes;
+	ent_remove(s, e);
+	return true;
+}
+
+/* Make a spare of op's size in op's directory op's temp file. */
+static bool spare_take(struct nv *s, struct nv_op *op)
+{
+	for (uint32_t i = s->nspares; i-- > 0;) {
+		struct nv_spare *sp = &s->spares[i];
+		if (sp->dir != op->dir || sp->bytes != op->len)
+			continue;
+		memcpy(op->name, sp->name, sizeof(op->name));
+		s->spare_bytes -= sp->bytes;
+		s->spares[i] = s->spares[--s->nspares];
+		op->recycled = true;
+		return true;
+	}
+	return false;
+}
+
 /* Evict LRU objects until len more bytes fit under the capacity, recycling one victim's
- * file for op if it can (op may be NULL). */
+ * file for op if it can (op may be NULL). Spare files go first. */
 static int make_room(struct nv *s, uint64_t len, struct nv_op *op)
 {
 	if (len > s->capacity)
 		return -ENOSPC; /* never fits: do not empty the cache for nothing */
+	while (s->used + s->reserved + s->spare_bytes + len > s->capacity && s->nspares)
+		spare_drop(s, 0, false);
 	struct nv_ent *v;
 	while (s->used + s->reserved + len > s->capacity && (v = victim(s, op)))
 		if (!recycle(s, v, op))
@@ -1187,7 +1271,9 @@ static bool write_fail(struct nv *s, struct nv_op *op)
 		KVT_WARN(s->log, "nvme: cannot remove temp file %s/%s: %s", d->path, op->name,
 			 strerror(errno));
 	if (op->err == -ENOSPC && !op->retried && !s->cancelled) {
-		int n = evict_in_dir(s, op->dir, op->len);
+		uint32_t dropped = s->nspares;
+		spare_drop_all(s, true);
+		int n = evict_in_dir(s, op->dir, op->len) + (int)dropped;
 		if (n > 0) {
 			KVT_INFO(s->log, "nvme: %s full: evicted %d objects, retrying once",
 				 d->path, n);
@@ -1522,6 +1608,8 @@ static void start_write(struct nv *s, struct nv_op *op)
 		return;
 	}
 	int rc = budget_take(s, op->len, &op->budget_hour);
+	if (!rc)
+		spare_take(s, op);
 	if (!rc && (rc = make_room(s, op->len, op)) < 0) {
 		budget_refund(s, op->len, op->budget_hour);
 		refused_add(s, &op->key);
@@ -1591,7 +1679,8 @@ static void start_op(struct nv *s, struct nv_op *op)
 			finish(s, op, -ENOENT);
 			break;
 		}
-		ent_unlink(s, e, false);
+		if (!spare_keep(s, e))
+			ent_unlink(s, e, false);
 		ST_ADD(s, removes, 1);
 		finish(s, op, 0);
 		break;
@@ -2587,6 +2676,8 @@ static void nv_close(struct kvt_tier *t)
 		pthread_mutex_unlock(&s->qlock);
 		eventfd_write(s->efd, 1);
 		pthread_join(s->thread, NULL);
+		spare_drop_all(s, true);
+		kvt__free(s->spares);
 		if (s->budget && !s->ro)
 			budget_save(s);
 		if (!s->ro)

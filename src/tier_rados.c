@@ -410,6 +410,7 @@ static int rt_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb 
 static void rt_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
 	struct rados_state *s = t->state;
+	atomic_fetch_add(&s->cnt.checksum_failures, 1);
 	struct rados_op *op = op_new(s, OP_DROP, 1, 1, NULL, NULL);
 	if (!op)
 		return;

@@ -1022,6 +1022,7 @@ static int rd_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb 
 static void rd_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
 	struct rd_state *s = t->state;
+	atomic_fetch_add(&s->cnt.checksum_failures, 1);
 	char name[512];
 	size_t klen = key_name(s, key, name);
 	const char *argv[2] = {"DEL", name};

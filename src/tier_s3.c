@@ -721,6 +721,7 @@ static int s3_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb 
 static void s3_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
 	struct s3_state *s = t->state;
+	atomic_fetch_add(&s->cnt.checksum_failures, 1);
 	struct s3_op *op = op_new(s, OP_DROP, 1, 0, NULL, NULL);
 	if (!op)
 		return;

@@ -180,7 +180,7 @@ const char *kvt_strerror(int err)
 	case -EBADMSG:
 		return "corrupt or invalid object (format or checksum)";
 	case -ETIMEDOUT:
-		return "remote tier timed out";
+		return "a tier missed its deadline";
 	case -ECANCELED:
 		return "cancelled: store closing";
 	case -EINVAL:

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "internal.h"
 
@@ -36,17 +37,27 @@ static inline uint64_t bench_rnd(uint64_t *x)
 	return *x;
 }
 
-/* References, each measured with the same object size, concurrency and mix. 0 or -errno. */
+/* References, each measured with the same object size, objects in flight and mix.
+ * 0 or -errno. */
 void bench_ref_memcpy(size_t chunk, size_t n_bufs, unsigned qd, double seconds, int read_pct,
 		      struct phase_result *out);
-int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, double seconds,
-		  int read_pct, struct phase_result *out);
+/* fio's file set (dir/fio-ref, one file of bs bytes per object, written in full) is laid
+ * out once per run and removed at its end; each measurement overwrites it in place. */
+int bench_ref_fio_layout(const char *dir, size_t bs, size_t n_files, unsigned qd);
+void bench_ref_fio_remove(const char *dir);
+int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, double ramp,
+		  double seconds, int read_pct, bool fdatasync, struct phase_result *out);
+/* -EPERM: the URL has a password, which redis-benchmark would show on its command line. */
 int bench_ref_redis(const char *url, size_t bs, size_t n_keys, unsigned qd, double seconds,
 		    int read_pct, struct phase_result *out);
 int bench_ref_s3(const char *endpoint, const char *bucket, const char *region, size_t bs,
-		 size_t n_keys, unsigned qd, double seconds, int read_pct, struct phase_result *out);
+		 size_t n_keys, unsigned qd, double ramp, double seconds, int read_pct,
+		 struct phase_result *out);
 int bench_ref_rados(const char *pool, size_t bs, unsigned qd, double seconds, int read_pct,
 		    struct phase_result *out);
+
+/* mkdir -p path (each missing component with mode). 0 or -errno. */
+int bench_mkdirs(const char *path, mode_t mode);
 
 /* `kvtier bench --workload mlperf-kv` (bench_mlperf.c): the whole command. Exit code. */
 int kvt_bench_mlperf(int argc, char **argv);

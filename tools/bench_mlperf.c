@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "bench.h"
 #include "cli.h"
@@ -283,30 +284,41 @@ static void dispatch(struct mb *m)
 
 static void usage(void)
 {
-	printf("usage: kvtier bench --workload mlperf-kv [--model M] [--users N] [--seconds S]\n"
-	       "                    [--dir D] [--dram-bytes B] [--nvme-bytes B] [--scale X]\n"
-	       "                    [--queue-depth N] [--seed S] [--json]\n"
+	printf("usage: kvtier bench --workload mlperf-kv [--option 1|2|3] [--model M] [--users N]\n"
+	       "                    [--seconds S] [--dir D] [--dram-bytes B] [--nvme-bytes B]\n"
+	       "                    [--scale X] [--queue-depth N] [--seed S] [--json]\n"
 	       "The MLPerf Storage v3.0 KV-cache workload against the tiers (docs/MLPERF_KV.md).\n"
-	       "Its options 1-3: llama3.1-8b --users 200 (no CPU memory: NVMe only);\n"
-	       "llama3.1-8b --users 100 --dram-bytes 4GiB; llama3.1-70b --users 70.\n"
+	       "  --option N       the rules' submission options (explicit flags override):\n"
+	       "                   1: llama3.1-8b, 200 users, no CPU memory (NVMe only), 300 s\n"
+	       "                   2: llama3.1-8b, 100 users, 4 GiB CPU memory (DRAM + NVMe), 300 s\n"
+	       "                   3: llama3.1-70b, 70 users, no CPU memory, 300 s\n"
 	       "  --model M        model preset (default llama3.1-8b)\n"
 	       "  --users N        simulated users, 1..100000 (default 200)\n"
-	       "  --seconds S      run time (default 30)\n"
+	       "  --seconds S      run time (default 30; options: 300)\n"
 	       "  --dir D          NVMe directory (default ./kvtier-data/mlperf-kv)\n"
 	       "  --dram-bytes B   CPU memory of the rules (unscaled; the pool gets B x scale);\n"
 	       "                   0 (default): no DRAM tier\n"
-	       "  --nvme-bytes B   NVMe capacity, real bytes on disk (default 2GiB)\n"
-	       "  --scale X        KV bytes = the model's x X, in (0, 1] (default 0.01)\n"
-	       "  --queue-depth N  chunk operations in flight (default 64)\n"
-	       "  --seed S         (default 42)\n");
+	       "  --nvme-bytes B   NVMe capacity (default: the users' working set, about 12k tokens\n"
+	       "                   each, capped at 80%% of the free space in D)\n"
+	       "  --scale X        KV bytes = the model's x X, in (0, 1] (default 1: the rules' sizes)\n"
+	       "  --queue-depth N  chunk operations in flight (default: 64, at most 1 GiB of\n"
+	       "                   chunks, at least 4)\n"
+	       "  --seed S         (default 42)\n"
+	       "nvme.fsync is none: the MLPerf harness writes buffered files and never fsyncs.\n");
 }
+
+/* Mean tokens a user holds live: context drawn uniformly per kind (chatbot 512-4096,
+ * coding 4096-25000, document 4096-16384: 9031 on average over the three) plus ~5 turns
+ * of 128-1024 new tokens (a conversation ends with probability 0.2 per turn). */
+#define LIVE_TOKENS_PER_USER 12288ull
 
 int kvt_bench_mlperf(int argc, char **argv)
 {
 	const char *model = "llama3.1-8b";
-	unsigned long long dram = 0, nvme = 2ull << 30, seed = 42;
-	double seconds = 30, scale = 0.01;
-	long users = 200, qd = 64;
+	unsigned long long dram = 0, nvme = 0, seed = 42;
+	double seconds = 30, scale = 1;
+	long users = 200, qd = 0, option = 0;
+	bool g_model = false, g_users = false, g_secs = false, g_dram = false;
 	struct cli_store_opts so = {0};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -326,12 +338,18 @@ int kvt_bench_mlperf(int argc, char **argv)
 		if (!strcmp(a, "--workload")) {
 			if (strcmp(v, "mlperf-kv"))
 				return cli_fail(CMD, "--workload: '%s' is unknown (mlperf-kv)", v), 2;
+		} else if (!strcmp(a, "--option")) {
+			option = strtol(v, &end, 10);
+			if (*end || !*v || option < 1 || option > 3)
+				return cli_fail(CMD, "--option: '%s' is not 1, 2 or 3", v), 2;
 		} else if (!strcmp(a, "--model")) {
 			model = v;
+			g_model = true;
 		} else if (!strcmp(a, "--users")) {
 			users = strtol(v, &end, 10);
 			if (*end || !*v || users < 1 || users > 100000)
 				return cli_fail(CMD, "--users: '%s' is not in [1, 100000]", v), 2;
+			g_users = true;
 		} else if (!strcmp(a, "--queue-depth")) {
 			qd = strtol(v, &end, 10);
 			if (*end || !*v || qd < 1 || qd > 4096)
@@ -340,12 +358,14 @@ int kvt_bench_mlperf(int argc, char **argv)
 			seconds = strtod(v, &end);
 			if (*end || !(seconds > 0) || seconds > 86400)
 				return cli_fail(CMD, "--seconds: '%s' is not in (0, 86400]", v), 2;
+			g_secs = true;
 		} else if (!strcmp(a, "--scale")) {
 			if (scaled_parse(v, &scale))
 				return cli_fail(CMD, "--scale: '%s' is not a number in (0, 1]", v), 2;
 		} else if (!strcmp(a, "--dram-bytes")) {
 			if (cli_parse_size(v, &dram) < 0)
 				return cli_fail(CMD, "--dram-bytes: '%s' is not a size", v), 2;
+			g_dram = true;
 		} else if (!strcmp(a, "--nvme-bytes")) {
 			if (cli_parse_size(v, &nvme) < 0 || nvme < (1ull << 20))
 				return cli_fail(CMD, "--nvme-bytes: '%s' is not a size >= 1M", v), 2;
@@ -358,12 +378,47 @@ int kvt_bench_mlperf(int argc, char **argv)
 			       2;
 		}
 	}
+	if (option) {
+		/* MLPerf Storage v3.0 KV cache, submission options 1-3 (seed 42, no GPU memory) */
+		static const struct {
+			const char *model;
+			long users;
+			unsigned long long cpu;
+		} opt[3] = {{"llama3.1-8b", 200, 0}, {"llama3.1-8b", 100, 4ull << 30},
+			    {"llama3.1-70b", 70, 0}};
+		if (!g_model)
+			model = opt[option - 1].model;
+		if (!g_users)
+			users = opt[option - 1].users;
+		if (!g_dram)
+			dram = opt[option - 1].cpu;
+		if (!g_secs)
+			seconds = 300;
+	}
 	struct scaled_geometry sg;
 	if (scaled_geometry(model, scale, CHUNK, &sg))
 		return cli_fail(CMD, "--model '%s' is not a model preset usable at scale %g", model,
 				scale), 2;
 	const char *dir = so.dir ? so.dir : "./kvtier-data/mlperf-kv";
 	uint64_t obj = kvt_object_bytes(&sg.geo, CHUNK);
+	if (!qd) {
+		qd = (long)KVT_MIN((uint64_t)64, (1ull << 30) / obj);
+		qd = KVT_MAX(qd, 4);
+	}
+	int mrc = bench_mkdirs(dir, 0700);
+	if (mrc < 0)
+		return cli_fail(CMD, "cannot create %s: %s", dir, strerror(-mrc));
+	/* Capacity that holds the users' live KV, within the disk. */
+	uint64_t want = (uint64_t)users * LIVE_TOKENS_PER_USER * sg.bpt +
+			(uint64_t)N_SYS * SYS_TOKENS * sg.bpt + 2 * (uint64_t)qd * obj;
+	bool capped = false;
+	if (!nvme) {
+		struct statvfs vfs;
+		uint64_t room = statvfs(dir, &vfs) == 0 ? (uint64_t)vfs.f_bavail * vfs.f_frsize / 10 * 8
+							: want;
+		nvme = KVT_MAX(KVT_MIN(want, room), 1ull << 30);
+		capped = want > room;
+	}
 	uint64_t dram_pool = (uint64_t)((double)dram * scale);
 	/* in-flight operations pin DRAM slots: a pool below two queue depths of objects would
 	 * refuse puts (-ENOSPC) for want of an evictable slot, not for want of capacity */
@@ -374,12 +429,14 @@ int kvt_bench_mlperf(int argc, char **argv)
 	snprintf(db, sizeof(db), "%llu", (unsigned long long)dram_pool);
 	so.tiers = dram ? "dram,nvme" : "nvme";
 	so.dir = dir;
-	mkdir(dir, 0755);
 	struct kvt_config *cfg = cli_config(&so);
 	if (!cfg)
 		return 1;
+	/* nvme.queue_depth counts I/Os of at most 2 MiB: hold qd whole chunks */
 	char qds[32];
-	snprintf(qds, sizeof(qds), "%ld", qd);
+	snprintf(qds, sizeof(qds), "%llu",
+		 (unsigned long long)KVT_MIN((uint64_t)qd * ((obj + (2u << 20) - 1) / (2u << 20)),
+					     4096));
 	if (scaled_apply(&sg, cfg) || kvt_config_set(cfg, "nvme.bytes", nb, NULL, 0) ||
 	    (dram && kvt_config_set(cfg, "dram.bytes", db, NULL, 0)) ||
 	    kvt_config_set(cfg, "nvme.fsync", "none", NULL, 0) ||
@@ -387,6 +444,10 @@ int kvt_bench_mlperf(int argc, char **argv)
 		kvt_config_destroy(cfg);
 		return cli_fail(CMD, "cannot configure the store");
 	}
+	if (capped)
+		fprintf(stderr, "kvtier bench: the users' working set (~%.1f GiB) does not fit in %s: "
+				"NVMe capacity %.1f GiB (80%% of the free space); expect evictions\n",
+			(double)want / 1073741824.0, dir, (double)nvme / 1073741824.0);
 	struct kvt_store *s;
 	int rc = kvt_store_open(cfg, &s);
 	kvt_config_destroy(cfg);
@@ -418,9 +479,10 @@ int kvt_bench_mlperf(int argc, char **argv)
 		}
 	if (!so.json)
 		printf("mlperf-kv: %s at scale %g (%llu B/token, object %llu B), %ld users, "
-		       "tiers %s (DRAM pool %s B), NVMe %s B in %s, %.0f s, seed %llu\n",
+		       "tiers %s (DRAM pool %s B), NVMe %s B in %s, %ld chunks in flight, "
+		       "fsync none, %.0f s, seed %llu\n",
 		       sg.model, scale, (unsigned long long)sg.bpt, (unsigned long long)obj, users,
-		       so.tiers, dram ? db : "0", nb, dir, seconds, seed);
+		       so.tiers, dram ? db : "0", nb, dir, qd, seconds, seed);
 	uint64_t kinds[3] = {0};
 	for (uint32_t i = 0; i < m.n_users; i++) {
 		struct user *u = &m.users[i];
@@ -482,7 +544,7 @@ int kvt_bench_mlperf(int argc, char **argv)
 		cli_json_str(stdout, so.tiers);
 		printf(",\"model\":");
 		cli_json_str(stdout, sg.model);
-		printf(",\"users\":%ld,\"seconds\":%.3f,\"scale\":%g,\"seed\":%llu,"
+		printf(",\"option\":%ld,\"fsync\":\"none\",\"users\":%ld,\"seconds\":%.3f,\"scale\":%g,\"seed\":%llu,"
 		       "\"object_bytes\":%llu,\"dram_pool_bytes\":%llu,\"nvme_bytes\":%llu,"
 		       "\"queue_depth\":%ld,\"requests\":%llu,\"hit_ratio\":%.6f,"
 		       "\"read_entries\":%llu,\"write_entries\":%llu,\"read_bytes\":%llu,"
@@ -490,7 +552,7 @@ int kvt_bench_mlperf(int argc, char **argv)
 		       "\"read_p50_us\":%.1f,\"read_p95_us\":%.1f,\"read_p99_us\":%.1f,"
 		       "\"read_p999_us\":%.1f,\"write_p50_us\":%.1f,\"write_p95_us\":%.1f,"
 		       "\"write_p99_us\":%.1f,\"write_p999_us\":%.1f,\"cached_tokens_per_s\":%.1f",
-		       users, secs, scale, seed, (unsigned long long)obj,
+		       option, users, secs, scale, seed, (unsigned long long)obj,
 		       (unsigned long long)(dram ? dram_pool : 0), nvme, qd,
 		       (unsigned long long)m.requests, hit, (unsigned long long)m.entries_read,
 		       (unsigned long long)m.entries_written, (unsigned long long)m.read_bytes,

@@ -1,51 +1,156 @@
 /*
  * bench_ref.c - the references `kvtier bench` measures each tier against, in the same run:
- * the standard tool for each storage system, driven at the same object size and
- * concurrency, so that a ratio says how much of the system's speed kvtier delivers.
+ * the standard tool for each storage system, driven with the same I/O shape, so that a
+ * ratio says how much of the system's speed kvtier delivers.
  *   dram:  memcpy shaped like the tier's copies
- *   nvme, fs: fio with io_uring and O_DIRECT, same block size, queue depth and file count
+ *   nvme, fs: fio with io_uring and O_DIRECT, block size = the object, iodepth = objects in
+ *          flight, over a file set of one file per object laid out (written in full) once
+ *          and overwritten in place; --fdatasync=1 when the tier fsyncs
  *   redis: redis-benchmark (SET, then GET over the same key space)
- *   s3:    one curl process with --parallel (keep-alive, SigV4), PUTs then GETs
+ *   s3:    one curl process with --parallel (keep-alive, SigV4), time-based, timed from its
+ *          first completion so that curl's start-up is not measured
  *   rados: rados bench (write, then rand)
- * Each runs as a child process; output is parsed for throughput and latency.
+ * Every child is started with posix_spawnp and an argv array (no shell: paths and URLs are
+ * never parsed as shell text); secrets reach children through the environment or a 0600
+ * file, never through their command line (which `ps` shows to every user).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
-#include <sys/stat.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
 
-static char *run_capture(const char *cmd)
+extern char **environ;
+
+/* ------------------------------------------------------------ child processes */
+
+/* Start argv[0] (found in PATH) in directory cwd (NULL: ours) with stdin and stderr on
+ * /dev/null and stdout into a pipe (*out_fd) or /dev/null (out_fd NULL). pid or -errno. */
+static pid_t spawn_child(char *const argv[], const char *cwd, int *out_fd)
 {
-	FILE *f = popen(cmd, "r");
-	if (!f)
-		return NULL;
-	size_t cap = 1 << 20, n = 0, got;
-	char *out = malloc(cap);
-	if (!out) {
-		pclose(f);
-		return NULL;
+	int p[2] = {-1, -1};
+	if (out_fd && pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	if (out_fd)
+		posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+	else
+		posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	if (cwd)
+		posix_spawn_file_actions_addchdir_np(&fa, cwd);
+	pid_t pid;
+	int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (out_fd) {
+		close(p[1]);
+		if (rc)
+			close(p[0]);
+		else
+			*out_fd = p[0];
 	}
-	while ((got = fread(out + n, 1, cap - 1 - n, f)) > 0) {
-		n += got;
+	return rc ? -rc : pid;
+}
+
+static int wait_child(pid_t pid)
+{
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -errno;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Run argv and return its stdout (NUL-terminated, malloc'd), or NULL if it could not run
+ * or exited non-zero. */
+static char *run_capture(char *const argv[], const char *cwd)
+{
+	int fd;
+	pid_t pid = spawn_child(argv, cwd, &fd);
+	if (pid < 0)
+		return NULL;
+	size_t cap = 1 << 20, n = 0;
+	char *out = malloc(cap);
+	ssize_t got;
+	while (out && (got = read(fd, out + n, cap - 1 - n)) != 0) {
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		n += (size_t)got;
 		if (n == cap - 1) {
 			char *bigger = realloc(out, cap * 2);
-			if (!bigger)
+			if (!bigger) {
+				free(out);
+				out = NULL;
 				break;
+			}
 			out = bigger;
 			cap *= 2;
 		}
 	}
-	out[n] = 0;
-	if (pclose(f) != 0) {
+	close(fd);
+	int st = wait_child(pid);
+	if (!out || st != 0) {
 		free(out);
 		return NULL;
 	}
+	out[n] = 0;
 	return out;
+}
+
+static int run_quiet(char *const argv[])
+{
+	pid_t pid = spawn_child(argv, NULL, NULL);
+	return pid < 0 ? (int)pid : wait_child(pid);
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st, (void)f;
+	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
+		fprintf(stderr, "kvtier bench: cannot remove %s: %s\n", path, strerror(errno));
+	return 0;
+}
+
+static void remove_tree(const char *path)
+{
+	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int bench_mkdirs(const char *path, mode_t mode)
+{
+	char p[4096];
+	if (snprintf(p, sizeof(p), "%s", path) >= (int)sizeof(p))
+		return -ENAMETOOLONG;
+	for (char *c = p + 1; *c; c++)
+		if (*c == '/') {
+			*c = 0;
+			if (mkdir(p, mode) < 0 && errno != EEXIST)
+				return -errno;
+			*c = '/';
+		}
+	return mkdir(p, mode) < 0 && errno != EEXIST ? -errno : 0;
+}
+
+/* A file only we can read, for what must not appear on a command line. */
+static FILE *private_file(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	return fd < 0 ? NULL : fdopen(fd, "w");
 }
 
 /* ------------------------------------------------------------ latency samples */
@@ -82,7 +187,7 @@ double lat_pct(struct lat *l, double p)
 
 void lat_sort(struct lat *l)
 {
-	if (l->n) /* qsort(NULL, 0, ...) is UB */
+	if (l->n) /* qsort(NULL, 0) is undefined */
 		qsort(l->v, l->n, sizeof(double), cmp_double);
 }
 
@@ -117,7 +222,7 @@ void bench_ref_memcpy(size_t chunk, size_t n_bufs, unsigned qd, double seconds, 
 		*(rd ? &nr : &nw) += 1;
 	} while (now < end);
 	double secs = (double)(now - t0) / 1e9, g = 1073741824.0;
-	lat_sort(&rl); /* not qsort: a phase may have no reads or no writes */
+	lat_sort(&rl);
 	lat_sort(&wl);
 	out->read_iops = (double)nr / secs;
 	out->write_iops = (double)nw / secs;
@@ -148,42 +253,77 @@ static double json_num_after(const char *json, const char *section, const char *
 	return p ? strtod(p + 1, NULL) : 0;
 }
 
-/* fio with io_uring + O_DIRECT, bs = the object size, n_files files of that size in dir. */
-int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, double seconds,
-		   int read_pct, struct phase_result *out)
+#define FIO_SUBDIR "fio-ref"
+
+static void fmt_num(char *buf, size_t n, const char *fmt, unsigned long long v)
 {
-	char path[4096], cmd[8192];
-	snprintf(path, sizeof(path), "%s/fio-ref", dir);
-	mkdir(path, 0755);
-	/* Writes: like the tier, which creates a new file per object (and removes the one it
-	 * replaces), fio creates each file on open and unlinks it after writing it. Reads and
-	 * mixed loads: random I/O over preallocated files of one object each. */
-	const char *rw = read_pct >= 100 ? "randread" : read_pct <= 0 ? "write" : "randrw";
-	const char *fresh = read_pct <= 0 ? "--create_on_open=1 --fallocate=none --unlink=1 "
-					    "--unlink_each_loop=1 "
-					  : "";
-	snprintf(cmd, sizeof(cmd),
-		 "fio --name=ref --directory='%s' --ioengine=io_uring --direct=1 --bs=%zu "
-		 "--iodepth=%u --rw=%s --rwmixread=%d --nrfiles=%zu --filesize=%zu --size=%zu %s"
-		 "--time_based --runtime=%.0f --ramp_time=1 --group_reporting "
-		 "--percentile_list=50:99:99.9 --output-format=json 2>/dev/null",
-		 path, bs, qd, rw, read_pct > 0 && read_pct < 100 ? read_pct : 50, n_files, bs,
-		 bs * n_files, fresh, ceil(seconds));
-	FILE *f = popen(cmd, "r");
-	if (!f)
+	snprintf(buf, n, fmt, v);
+}
+
+/* The reference's file set, laid out once per bench run: n_files files of bs bytes in
+ * dir/fio-ref, each written in full, so that every measured write overwrites allocated
+ * blocks and no round pays for layout. */
+int bench_ref_fio_layout(const char *dir, size_t bs, size_t n_files, unsigned qd)
+{
+	char path[4096], a_bs[48], a_qd[48], a_nr[48], a_fs[48], a_sz[48];
+	snprintf(path, sizeof(path), "%s/" FIO_SUBDIR, dir);
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		return -errno;
-	size_t cap = 1 << 20, n = 0;
-	char *json = malloc(cap);
-	if (!json) {
-		pclose(f);
-		return -ENOMEM;
+	fmt_num(a_bs, sizeof(a_bs), "--bs=%llu", bs);
+	fmt_num(a_qd, sizeof(a_qd), "--iodepth=%llu", qd);
+	fmt_num(a_nr, sizeof(a_nr), "--nrfiles=%llu", n_files);
+	fmt_num(a_fs, sizeof(a_fs), "--filesize=%llu", bs);
+	fmt_num(a_sz, sizeof(a_sz), "--size=%llu", (unsigned long long)bs * n_files);
+	char *argv[] = {"fio", "--name=ref", "--directory=" FIO_SUBDIR, "--ioengine=io_uring",
+			"--direct=1", a_bs, a_qd, "--rw=write", a_nr, a_fs, a_sz,
+			"--output-format=terse", NULL};
+	char *out = run_capture(argv, dir);
+	if (!out)
+		return -EIO;
+	free(out);
+	return 0;
+}
+
+void bench_ref_fio_remove(const char *dir)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/" FIO_SUBDIR, dir);
+	remove_tree(path);
+}
+
+/* fio over the laid-out file set: one I/O = one whole file = one object, `qd` in flight,
+ * random files, time-based after a ramp of the same length as the tier's. Latency is fio's
+ * total latency (submission to completion, like the tier's call to callback). */
+int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, double ramp,
+		  double seconds, int read_pct, bool fdatasync, struct phase_result *out)
+{
+	char a_bs[48], a_qd[48], a_nr[48], a_fs[48], a_sz[48], a_rt[48], a_ramp[48], a_mix[48];
+	fmt_num(a_bs, sizeof(a_bs), "--bs=%llu", bs);
+	fmt_num(a_qd, sizeof(a_qd), "--iodepth=%llu", qd);
+	fmt_num(a_nr, sizeof(a_nr), "--nrfiles=%llu", n_files);
+	fmt_num(a_fs, sizeof(a_fs), "--filesize=%llu", bs);
+	fmt_num(a_sz, sizeof(a_sz), "--size=%llu", (unsigned long long)bs * n_files);
+	fmt_num(a_rt, sizeof(a_rt), "--runtime=%llums", (unsigned long long)(seconds * 1000));
+	fmt_num(a_ramp, sizeof(a_ramp), "--ramp_time=%llums", (unsigned long long)(ramp * 1000));
+	fmt_num(a_mix, sizeof(a_mix), "--rwmixread=%llu",
+		(unsigned long long)(read_pct > 0 && read_pct < 100 ? read_pct : 50));
+	const char *rw = read_pct >= 100 ? "--rw=randread"
+			 : read_pct <= 0 ? "--rw=randwrite"
+					 : "--rw=randrw";
+	char *argv[32] = {"fio", "--name=ref", "--directory=" FIO_SUBDIR, "--ioengine=io_uring",
+			  "--direct=1", a_bs, a_qd, (char *)rw, a_mix, a_nr, a_fs, a_sz,
+			  "--file_service_type=random", "--time_based", a_rt, a_ramp,
+			  "--group_reporting", "--clat_percentiles=0", "--lat_percentiles=1",
+			  "--percentile_list=50:99:99.9", "--output-format=json", NULL};
+	if (fdatasync && read_pct < 100) {
+		int n = 0;
+		while (argv[n])
+			n++;
+		argv[n] = "--fdatasync=1";
+		argv[n + 1] = NULL;
 	}
-	size_t got;
-	while ((got = fread(json + n, 1, cap - 1 - n, f)) > 0)
-		n += got;
-	json[n] = 0;
-	int st = pclose(f);
-	if (st != 0 || !strstr(json, "\"jobs\"")) {
+	char *json = run_capture(argv, dir);
+	if (!json || !strstr(json, "\"jobs\"")) {
 		free(json);
 		return -EIO;
 	}
@@ -192,21 +332,18 @@ int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, doubl
 	if (rd) {
 		out->read_gibps = json_num_after(rd, "\"read\"", "\"bw_bytes\"") / g;
 		out->read_iops = json_num_after(rd, "\"read\"", "\"iops\"");
-		out->read_p50 = json_num_after(rd, "\"clat_ns\"", "\"50.000000\"") / 1000.0;
-		out->read_p99 = json_num_after(rd, "\"clat_ns\"", "\"99.000000\"") / 1000.0;
-		out->read_p999 = json_num_after(rd, "\"clat_ns\"", "\"99.900000\"") / 1000.0;
+		out->read_p50 = json_num_after(rd, "\"lat_ns\"", "\"50.000000\"") / 1000.0;
+		out->read_p99 = json_num_after(rd, "\"lat_ns\"", "\"99.000000\"") / 1000.0;
+		out->read_p999 = json_num_after(rd, "\"lat_ns\"", "\"99.900000\"") / 1000.0;
 	}
 	if (wr) {
 		out->write_gibps = json_num_after(wr, "\"write\"", "\"bw_bytes\"") / g;
 		out->write_iops = json_num_after(wr, "\"write\"", "\"iops\"");
-		out->write_p50 = json_num_after(wr, "\"clat_ns\"", "\"50.000000\"") / 1000.0;
-		out->write_p99 = json_num_after(wr, "\"clat_ns\"", "\"99.000000\"") / 1000.0;
-		out->write_p999 = json_num_after(wr, "\"clat_ns\"", "\"99.900000\"") / 1000.0;
+		out->write_p50 = json_num_after(wr, "\"lat_ns\"", "\"50.000000\"") / 1000.0;
+		out->write_p99 = json_num_after(wr, "\"lat_ns\"", "\"99.000000\"") / 1000.0;
+		out->write_p999 = json_num_after(wr, "\"lat_ns\"", "\"99.900000\"") / 1000.0;
 	}
 	free(json);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
-	if (system(cmd) != 0)
-		fprintf(stderr, "kvtier bench: could not remove %s\n", path);
 	return 0;
 }
 
@@ -227,17 +364,15 @@ static void mix_harmonic(struct phase_result *out, int read_pct, size_t bs)
 /* ------------------------------------------------------------ redis */
 
 /* redis://[:password@]host:port[/db] */
-static int parse_redis_url(const char *url, char *host, size_t hl, int *port, char *pass,
-			   size_t pl)
+static int parse_redis_url(const char *url, char *host, size_t hl, int *port, bool *has_pass)
 {
 	if (strncmp(url, "redis://", 8))
 		return -EINVAL;
 	const char *p = url + 8, *at = strchr(p, '@');
-	pass[0] = 0;
+	*has_pass = false;
 	if (at) {
 		const char *colon = memchr(p, ':', (size_t)(at - p));
-		const char *pw = colon ? colon + 1 : p;
-		snprintf(pass, pl, "%.*s", (int)(at - pw), pw);
+		*has_pass = colon ? at > colon + 1 : at > p;
 		p = at + 1;
 	}
 	const char *colon = strchr(p, ':');
@@ -255,25 +390,32 @@ static int parse_redis_url(const char *url, char *host, size_t hl, int *port, ch
 int bench_ref_redis(const char *url, size_t bs, size_t n_keys, unsigned qd, double seconds,
 		    int read_pct, struct phase_result *out)
 {
-	char host[256], pass[256], cmd[2048], auth[300] = "";
+	char host[256], a_port[16], a_c[16], a_d[32], a_n[32], a_r[32];
 	int port;
-	if (parse_redis_url(url, host, sizeof(host), &port, pass, sizeof(pass)) < 0)
+	bool has_pass;
+	if (parse_redis_url(url, host, sizeof(host), &port, &has_pass) < 0)
 		return -EINVAL;
-	if (pass[0])
-		snprintf(auth, sizeof(auth), "-a '%s' --no-auth-warning", pass);
+	/* redis-benchmark takes a password only as -a on its command line, where `ps` shows it
+	 * to every user: with a password there is no reference. */
+	if (has_pass)
+		return -EPERM;
 	/* About as many requests as fit in `seconds` at ~1 GB/s, at least the key space. */
 	size_t n = (size_t)(seconds * 1e9 / (double)bs);
 	if (n < n_keys)
 		n = n_keys;
-	snprintf(cmd, sizeof(cmd),
-		 "redis-benchmark -h %s -p %d %s --dbnum 15 -c %u -d %zu -n %zu -r %zu -t set,get "
-		 "--csv 2>/dev/null",
-		 host, port, auth, qd, bs, n, n_keys);
-	char *csv = run_capture(cmd);
+	snprintf(a_port, sizeof(a_port), "%d", port);
+	snprintf(a_c, sizeof(a_c), "%u", qd);
+	snprintf(a_d, sizeof(a_d), "%zu", bs);
+	snprintf(a_n, sizeof(a_n), "%zu", n);
+	snprintf(a_r, sizeof(a_r), "%zu", n_keys);
+	char *argv[] = {"redis-benchmark", "-h", host, "-p", a_port, "--dbnum", "15", "-c", a_c,
+			"-d", a_d, "-n", a_n, "-r", a_r, "-t", "set,get", "--csv", NULL};
+	char *csv = run_capture(argv, NULL);
 	if (!csv)
 		return -EIO;
 	double set_rps = 0, get_rps = 0, set_p99 = 0, get_p99 = 0;
-	for (char *line = strtok(csv, "\n"); line; line = strtok(NULL, "\n")) {
+	char *save = NULL;
+	for (char *line = strtok_r(csv, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		/* "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",
 		 * "p99_latency_ms","max_latency_ms" */
 		double v[7] = {0};
@@ -293,9 +435,8 @@ int bench_ref_redis(const char *url, size_t bs, size_t n_keys, unsigned qd, doub
 	}
 	free(csv);
 	/* The reference's keys live in db 15, apart from the tier's: drop only them. */
-	snprintf(cmd, sizeof(cmd), "redis-cli -h %s -p %d %s -n 15 flushdb >/dev/null 2>&1", host,
-		 port, auth);
-	if (system(cmd) != 0)
+	char *flush[] = {"redis-cli", "-h", host, "-p", a_port, "-n", "15", "flushdb", NULL};
+	if (run_quiet(flush) != 0)
 		fprintf(stderr, "kvtier bench: redis-cli flushdb failed\n");
 	if (!set_rps && !get_rps)
 		return -EIO;
@@ -314,59 +455,182 @@ int bench_ref_redis(const char *url, size_t bs, size_t n_keys, unsigned qd, doub
 
 /* ------------------------------------------------------------ s3 */
 
-int bench_ref_s3(const char *endpoint, const char *bucket, const char *region, size_t bs,
-		 size_t n_keys, unsigned qd, double seconds, int read_pct, struct phase_result *out)
+/* A curl config string: quoted, with \ and " escaped. */
+static void curl_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fputc('\\', f);
+		fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+/* Write curl's config: credentials and options once, then n transfers of object
+ * kvt-ref/<i mod n_keys>, uploads of `body` when it is not NULL. */
+static int s3_config(const char *path, const char *endpoint, const char *bucket,
+		     const char *region, unsigned qd, size_t n, size_t n_keys, const char *body)
 {
 	const char *ak = getenv("AWS_ACCESS_KEY_ID"), *sk = getenv("AWS_SECRET_ACCESS_KEY");
-	if (!ak || !sk || !*endpoint || !*bucket)
+	FILE *f = private_file(path);
+	if (!f)
+		return -errno;
+	char sig[300];
+	snprintf(sig, sizeof(sig), "aws:amz:%s:s3", region);
+	fputs("silent\nshow-error\nno-progress-meter\nparallel\nparallel-immediate\n", f);
+	fprintf(f, "parallel-max = %u\n", qd);
+	fputs("header = \"x-amz-content-sha256: UNSIGNED-PAYLOAD\"\n", f);
+	fputs("write-out = \"%{time_total}\\n\"\n", f);
+	fputs("aws-sigv4 = ", f);
+	curl_str(f, sig);
+	fputs("\nuser = ", f);
+	char cred[1024];
+	snprintf(cred, sizeof(cred), "%s:%s", ak, sk);
+	curl_str(f, cred);
+	fputc('\n', f);
+	char url[4096];
+	for (size_t i = 0; i < n; i++) {
+		snprintf(url, sizeof(url), "%s/%s/kvt-ref/%zu", endpoint, bucket, i % n_keys);
+		fputs("url = ", f);
+		curl_str(f, url);
+		fputs("\noutput = \"/dev/null\"\n", f);
+		if (body) {
+			fputs("upload-file = ", f);
+			curl_str(f, body);
+			fputc('\n', f);
+		}
+	}
+	return fclose(f) ? -EIO : 0;
+}
+
+/* Run one curl over cfg. Timed from its first completion (so start-up and the parsing of
+ * its config are not measured): transfers completing in [first + ramp, first + ramp +
+ * seconds] count; curl is stopped at the window's end. seconds <= 0: run to the end,
+ * counting nothing. */
+static int s3_run(const char *cfg, double ramp, double seconds, struct lat *l, double *secs)
+{
+	/* curl's stdout is a pipe, so stdio would hold its -w lines in a 4 KiB buffer until
+	 * it fills: line-buffer it, so each line arrives when its transfer completes. */
+	char *argv[] = {"stdbuf", "-oL", "curl", "-K", (char *)cfg, NULL};
+	int fd;
+	pid_t pid = spawn_child(argv, NULL, &fd);
+	if (pid < 0)
+		return (int)pid;
+	char buf[65536];
+	size_t have = 0;
+	uint64_t first = 0, w0 = 0, w1 = 0, last = 0;
+	/* no completion at all by then: give up (a dead endpoint must not hang the bench) */
+	uint64_t give_up = kvt__now_ns() + (uint64_t)((ramp + KVT_MAX(seconds, 0) + 30) * 1e9);
+	bool stopped = false;
+	for (;;) {
+		int to = -1;
+		uint64_t now = kvt__now_ns();
+		if (first && seconds > 0) {
+			if (now >= w1)
+				break;
+			to = (int)((w1 - now) / 1000000) + 1;
+		} else if (!first) {
+			if (now >= give_up)
+				break;
+			to = (int)((give_up - now) / 1000000) + 1;
+		}
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int pr = poll(&p, 1, to);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr == 0)
+			continue;
+		ssize_t got = read(fd, buf + have, sizeof(buf) - 1 - have);
+		if (got <= 0)
+			break;
+		now = kvt__now_ns();
+		have += (size_t)got;
+		buf[have] = 0;
+		char *line = buf, *nl;
+		while ((nl = strchr(line, '\n'))) {
+			*nl = 0;
+			if (!first) {
+				first = now;
+				w0 = first + (uint64_t)(ramp * 1e9);
+				w1 = w0 + (uint64_t)(seconds * 1e9);
+			}
+			if (seconds > 0 && now >= w0 && now <= w1) {
+				lat_add(l, strtod(line, NULL) * 1e6);
+				last = now;
+			}
+			line = nl + 1;
+		}
+		have = strlen(line);
+		memmove(buf, line, have);
+	}
+	if (seconds > 0 && first && kvt__now_ns() < w1) {
+		w1 = last; /* curl ran out of transfers before the window closed */
+	} else if ((seconds > 0 && first) || !first) {
+		kill(pid, SIGTERM);
+		stopped = true;
+	}
+	close(fd);
+	int st = wait_child(pid);
+	*secs = first && w1 > w0 ? (double)(w1 - w0) / 1e9 : 0;
+	if (!first || (!stopped && st != 0))
+		return -EIO;
+	return 0;
+}
+
+int bench_ref_s3(const char *endpoint, const char *bucket, const char *region, size_t bs,
+		 size_t n_keys, unsigned qd, double ramp, double seconds, int read_pct,
+		 struct phase_result *out)
+{
+	if (!getenv("AWS_ACCESS_KEY_ID") || !getenv("AWS_SECRET_ACCESS_KEY") || !*endpoint ||
+	    !*bucket)
 		return -EINVAL;
 	char dir[] = "/tmp/kvt-s3ref-XXXXXX";
 	if (!mkdtemp(dir))
 		return -errno;
-	char path[512], cmd[4096];
-	snprintf(path, sizeof(path), "%s/body", dir);
-	FILE *f = fopen(path, "w");
-	if (!f)
-		return -errno;
+	char body[512], cfg[512];
+	int rc = 0;
+	snprintf(body, sizeof(body), "%s/body", dir);
+	FILE *f = private_file(body);
+	if (!f) {
+		rc = -errno;
+		goto out;
+	}
 	for (size_t i = 0; i < bs; i++)
 		fputc((int)(i * 131 % 251), f);
-	fclose(f);
-	/* One curl, `qd` transfers in flight over reused connections. Writes first (they
-	 * create the objects the reads fetch), each phase as many objects as the key space. */
+	if (fclose(f)) {
+		rc = -EIO;
+		goto out;
+	}
+	/* Enough transfers for the window at 4 GB/s or 4000 requests/s, whichever is fewer
+	 * bytes; if curl runs out first, the window ends at its last completion. */
+	double rate = KVT_MIN(4e9 / (double)bs, 4000.0);
+	size_t n = (size_t)((ramp + seconds) * rate) + qd;
+	n = KVT_MIN(n, (size_t)200000);
 	double g = 1073741824.0;
+	/* Writes first: they create the objects the reads fetch. */
 	for (int phase = 0; phase < 2; phase++) {
 		bool reads = phase == 1;
 		if (reads && read_pct == 0)
-			continue;
-		snprintf(path, sizeof(path), "%s/cfg%d", dir, phase);
-		f = fopen(path, "w");
-		if (!f)
-			return -errno;
-		size_t n = n_keys;
-		for (size_t i = 0; i < n; i++) {
-			fprintf(f, "url = \"%s/%s/kvt-ref/%zu\"\n", endpoint, bucket, i);
-			if (reads)
-				fprintf(f, "output = \"/dev/null\"\n");
-			else
-				fprintf(f, "upload-file = \"%s/body\"\noutput = \"/dev/null\"\n", dir);
-		}
-		fclose(f);
-		snprintf(cmd, sizeof(cmd),
-			 "curl -s -S --no-progress-meter --parallel --parallel-immediate --parallel-max %u -K '%s' "
-			 "--aws-sigv4 'aws:amz:%s:s3' --user '%s:%s' -H "
-			 "'x-amz-content-sha256: UNSIGNED-PAYLOAD' -w '%%{time_total}\\n'",
-			 qd, path, region, ak, sk);
-		uint64_t t0 = kvt__now_ns();
-		char *times = run_capture(cmd);
-		double secs = (double)(kvt__now_ns() - t0) / 1e9;
-		if (!times)
-			return -EIO;
+			break;
+		/* A read-only phase still needs the objects: uploaded once, untimed. */
+		bool untimed = !reads && read_pct == 100;
 		struct lat l = {0};
-		for (char *line = strtok(times, "\n"); line; line = strtok(NULL, "\n"))
-			lat_add(&l, strtod(line, NULL) * 1e6);
-		free(times);
+		double secs = 0;
+		snprintf(cfg, sizeof(cfg), "%s/cfg%d", dir, phase);
+		if ((rc = s3_config(cfg, endpoint, bucket, region, qd, untimed ? n_keys : n, n_keys,
+				    reads ? NULL : body)) < 0 ||
+		    (rc = s3_run(cfg, ramp, untimed ? 0 : seconds, &l, &secs)) < 0) {
+			free(l.v);
+			goto out;
+		}
+		unlink(cfg);
+		if (untimed) {
+			free(l.v);
+			continue;
+		}
 		lat_sort(&l);
-		double ops = (double)l.n / secs;
+		double ops = secs > 0 ? (double)l.n / secs : 0;
 		if (reads) {
 			out->read_iops = ops;
 			out->read_gibps = ops * (double)bs / g;
@@ -382,12 +646,10 @@ int bench_ref_s3(const char *endpoint, const char *bucket, const char *region, s
 		}
 		free(l.v);
 	}
-	(void)seconds;
 	mix_harmonic(out, read_pct, bs);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "kvtier bench: could not remove %s\n", dir);
-	return 0;
+out:
+	remove_tree(dir);
+	return rc;
 }
 
 /* ------------------------------------------------------------ rados */
@@ -401,13 +663,14 @@ static double after(const char *text, const char *label)
 int bench_ref_rados(const char *pool, size_t bs, unsigned qd, double seconds, int read_pct,
 		    struct phase_result *out)
 {
-	char cmd[1024];
+	char a_s[16], a_b[32], a_t[16];
 	int secs = seconds < 1 ? 1 : (int)(seconds + 0.5);
-	snprintf(cmd, sizeof(cmd),
-		 "rados -p '%s' bench %d write -b %zu -t %u --no-cleanup --run-name kvt-ref "
-		 "2>/dev/null",
-		 pool, secs, bs, qd);
-	char *w = run_capture(cmd);
+	snprintf(a_s, sizeof(a_s), "%d", secs);
+	snprintf(a_b, sizeof(a_b), "%zu", bs);
+	snprintf(a_t, sizeof(a_t), "%u", qd);
+	char *wargv[] = {"rados", "-p", (char *)pool, "bench", a_s, "write", "-b", a_b, "-t", a_t,
+			 "--no-cleanup", "--run-name", "kvt-ref", NULL};
+	char *w = run_capture(wargv, NULL);
 	if (!w)
 		return -EIO;
 	double g = 1073741824.0, mib = 1048576.0;
@@ -417,10 +680,9 @@ int bench_ref_rados(const char *pool, size_t bs, unsigned qd, double seconds, in
 	out->write_p99 = out->write_p999 = after(w, "Max latency(s):") * 1e6;
 	free(w);
 	if (read_pct > 0) {
-		snprintf(cmd, sizeof(cmd),
-			 "rados -p '%s' bench %d rand -t %u --run-name kvt-ref 2>/dev/null", pool,
-			 secs, qd);
-		char *r = run_capture(cmd);
+		char *rargv[] = {"rados", "-p", (char *)pool, "bench", a_s, "rand", "-t", a_t,
+				 "--run-name", "kvt-ref", NULL};
+		char *r = run_capture(rargv, NULL);
 		if (r) {
 			out->read_gibps = after(r, "Bandwidth (MB/sec):") * mib / g;
 			out->read_iops = after(r, "Average IOPS:");
@@ -429,9 +691,8 @@ int bench_ref_rados(const char *pool, size_t bs, unsigned qd, double seconds, in
 			free(r);
 		}
 	}
-	snprintf(cmd, sizeof(cmd), "rados -p '%s' cleanup --run-name kvt-ref >/dev/null 2>&1",
-		 pool);
-	if (system(cmd) != 0)
+	char *cargv[] = {"rados", "-p", (char *)pool, "cleanup", "--run-name", "kvt-ref", NULL};
+	if (run_quiet(cargv) != 0)
 		fprintf(stderr, "kvtier bench: rados cleanup failed\n");
 	if (read_pct == 0)
 		out->read_gibps = 0;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,40 +30,65 @@ struct bench_opts {
 	const char *tier;
 	unsigned long long chunk_bytes;
 	unsigned queue_depth;
-	double seconds;
+	double seconds, ramp;
 	int read_pct;  /* -1: all phases */
 	int mixed_pct;
 	int rounds; /* kvtier and reference alternate, so both see the same machine noise */
 	unsigned long long set_bytes; /* working set */
+	const char *fsync; /* NULL: the configured (shipped default: data) */
 	bool no_ref;
+	unsigned long key_set; /* which keys: clients sharing one store (kvtierd) use disjoint sets */
 	struct cli_store_opts so;
 };
 
 /* ------------------------------------------------------------ store phases */
 
+/* The benchmark's keys: id i of this run. The salt differs per run, so a directory that
+ * still holds an earlier run's objects never turns a measured write into a skipped one
+ * (keys are content addresses: a put of a key the store holds moves no bytes). */
+struct keygen {
+	const uint8_t *ns;
+	uint32_t salt;
+};
+
+static void key_of(const struct keygen *g, uint64_t id, struct kvt_key *k)
+{
+	uint32_t tok[3] = {(uint32_t)id, (uint32_t)(id >> 32), g->salt};
+	kvt_key_next(g->ns, NULL, tok, 3, k);
+}
+
 struct slot {
 	struct run *r;
 	void *buf;
 	bool is_read;
-	size_t k;
+	size_t k;    /* index in keys, or SIZE_MAX for a fresh key */
+	uint64_t id; /* a fresh key's id */
+	struct kvt_key key;
 	uint64_t t0;
 };
 
 struct run {
 	struct kvt_store *s;
-	struct kvt_key *keys;
+	struct kvt_key *keys; /* the working set: stored, read and replaced */
 	size_t n_keys;
 	size_t payload;
 	uint32_t n_tokens;
 	int read_pct;
+	/* Writes store new keys (an empty store fills, then each write evicts the least
+	 * recently used object) instead of replacing a working-set key. */
+	bool fresh;
+	const struct keygen *kg;
+	uint64_t *next_id;
+	uint64_t *done_ids; /* fresh writes in completion order, a ring of n_keys */
+	uint64_t *n_done;
 	uint8_t *busy; /* keys an operation in flight is using */
-	uint64_t end_ns;
+	uint64_t ramp_ns, end_ns; /* operations count if they complete after ramp_ns */
+	uint64_t t_last;	  /* the last completion */
 	uint64_t rng;
 	uint64_t reads, writes, errors, inflight;
 	struct lat rl, wl;
 	int last_err;
 };
-
 
 static void submit(struct slot *sl);
 
@@ -70,34 +96,43 @@ static void op_done(void *arg, const struct kvt_result *res)
 {
 	struct slot *sl = arg;
 	struct run *r = sl->r;
-	double us = (double)(kvt__now_ns() - sl->t0) / 1000.0;
+	uint64_t now = kvt__now_ns();
+	double us = (double)(now - sl->t0) / 1000.0;
 	r->inflight--;
-	r->busy[sl->k] = 0;
+	if (sl->k != SIZE_MAX)
+		r->busy[sl->k] = 0;
 	if (res->status < 0) {
 		r->errors++;
 		r->last_err = res->status;
-	} else if (sl->is_read) {
-		r->reads++;
-		lat_add(&r->rl, us);
 	} else {
-		r->writes++;
-		lat_add(&r->wl, us);
+		if (sl->k == SIZE_MAX)
+			r->done_ids[(*r->n_done)++ % r->n_keys] = sl->id;
+		if (now >= r->ramp_ns) {
+			r->t_last = now;
+			if (sl->is_read) {
+				r->reads++;
+				lat_add(&r->rl, us);
+			} else {
+				r->writes++;
+				lat_add(&r->wl, us);
+			}
+		}
 	}
-	if (kvt__now_ns() < r->end_ns)
+	if (now < r->end_ns)
 		submit(sl);
 }
 
-/* Start the operation chosen for a slot; on failure the slot goes idle. */
+/* Start the operation chosen for a slot; on failure the slot goes idle. Latency runs from
+ * this call (the put or get) to its callback. */
 static void start_op(struct slot *sl)
 {
 	struct run *r = sl->r;
-	const struct kvt_key *key = &r->keys[sl->k];
 	sl->t0 = kvt__now_ns();
 	int rc;
 	for (;;) {
-		rc = sl->is_read ? kvt_get(r->s, key, 0, 0, sl->buf, r->payload, op_done, sl)
-				 : kvt_put(r->s, key, NULL, r->n_tokens, sl->buf, r->payload, op_done,
-					   sl);
+		rc = sl->is_read ? kvt_get(r->s, &sl->key, 0, 0, sl->buf, r->payload, op_done, sl)
+				 : kvt_put(r->s, &sl->key, NULL, r->n_tokens, sl->buf, r->payload,
+					   op_done, sl);
 		if (rc != -EAGAIN)
 			break;
 		kvt_poll(r->s, 1);
@@ -105,7 +140,8 @@ static void start_op(struct slot *sl)
 	if (rc < 0) {
 		r->errors++;
 		r->last_err = rc;
-		r->busy[sl->k] = 0;
+		if (sl->k != SIZE_MAX)
+			r->busy[sl->k] = 0;
 		r->inflight--;
 	}
 }
@@ -116,34 +152,46 @@ static void removed(void *arg, const struct kvt_result *res)
 	start_op(arg);
 }
 
-/* Pick a key no other slot is using (a write replaces its object, so a read of the same
- * key at the same moment could miss), then read it, or replace it: a content-addressed
- * store skips a put of a key it holds, so a write first removes the old object - the
- * steady state of a full cache, where every new chunk replaces an old one. */
+/* Reads pick a working-set key no other slot is using (a write replaces its object, so a
+ * read of the same key at the same moment could miss). A write either stores a new key
+ * (fresh) or replaces a working-set key: a content-addressed store skips a put of a key it
+ * holds, so it first removes the old object - the steady state of a full cache, where
+ * every new chunk replaces an old one. */
 static void submit(struct slot *sl)
 {
 	struct run *r = sl->r;
+	sl->is_read = (int)(bench_rnd(&r->rng) % 100) < r->read_pct;
+	r->inflight++;
+	if (!sl->is_read && r->fresh) {
+		sl->k = SIZE_MAX;
+		sl->id = (*r->next_id)++;
+		key_of(r->kg, sl->id, &sl->key);
+		start_op(sl);
+		return;
+	}
 	size_t k;
 	do
 		k = bench_rnd(&r->rng) % r->n_keys;
 	while (r->busy[k]);
 	r->busy[k] = 1;
 	sl->k = k;
-	sl->is_read = (int)(bench_rnd(&r->rng) % 100) < r->read_pct;
-	r->inflight++;
-	if (sl->is_read || kvt_remove(r->s, &r->keys[k], removed, sl) < 0)
+	sl->key = r->keys[k];
+	if (sl->is_read || kvt_remove(r->s, &sl->key, removed, sl) < 0)
 		start_op(sl);
 }
 
-static void phase_fill(struct run *r, struct phase_result *out, double secs)
+/* Throughput over the measured window, from the end of the ramp to the last completion
+ * (new operations stop at end_ns; those in flight complete and count). fio does the same:
+ * it resets its statistics and clock at the end of its ramp, and its run time includes
+ * reaping the I/Os in flight when the time is up. */
+static void phase_fill(struct run *r, struct phase_result *out)
 {
-	struct lat *ls[2] = {&r->rl, &r->wl};
-	for (int i = 0; i < 2; i++)
-		if (ls[i]->n) /* qsort(NULL, 0, ...) is UB: a phase may have no reads or writes */
-			qsort(ls[i]->v, ls[i]->n, sizeof(double), cmp_double);
+	lat_sort(&r->rl);
+	lat_sort(&r->wl);
+	double secs = r->t_last > r->ramp_ns ? (double)(r->t_last - r->ramp_ns) / 1e9 : 0;
 	double gib = (double)r->payload / (1024.0 * 1024 * 1024);
-	out->read_iops = (double)r->reads / secs;
-	out->write_iops = (double)r->writes / secs;
+	out->read_iops = secs > 0 ? (double)r->reads / secs : 0;
+	out->write_iops = secs > 0 ? (double)r->writes / secs : 0;
 	out->read_gibps = out->read_iops * gib;
 	out->write_gibps = out->write_iops * gib;
 	out->read_p50 = lat_pct(&r->rl, 50);
@@ -155,41 +203,57 @@ static void phase_fill(struct run *r, struct phase_result *out, double secs)
 	out->errors = r->errors;
 }
 
-/* Run one phase: queue_depth operations in flight for `seconds`. */
-static int run_phase(struct kvt_store *s, struct kvt_key *keys, size_t n_keys, size_t payload,
-		     uint32_t n_tokens, unsigned qd, double seconds, int read_pct,
-		     struct phase_result *out)
+struct phase_args {
+	struct kvt_store *s;
+	struct kvt_key *keys;
+	size_t n_keys, payload;
+	uint32_t n_tokens;
+	unsigned qd;
+	double ramp, seconds;
+	int read_pct;
+	bool fresh;
+	const struct keygen *kg;
+	uint64_t *next_id, *done_ids, *n_done;
+};
+
+/* Run one phase: qd operations in flight for ramp + seconds. */
+static int run_phase(const struct phase_args *a, struct phase_result *out)
 {
-	struct run r = {.s = s, .keys = keys, .n_keys = n_keys, .payload = payload,
-			.n_tokens = n_tokens, .read_pct = read_pct,
-			.rng = 0x9e3779b97f4a7c15ull};
-	if (qd > n_keys / 2)
-		qd = (unsigned)(n_keys / 2); /* leave idle keys to pick from */
+	struct run r = {.s = a->s, .keys = a->keys, .n_keys = a->n_keys, .payload = a->payload,
+			.n_tokens = a->n_tokens, .read_pct = a->read_pct, .fresh = a->fresh,
+			.kg = a->kg, .next_id = a->next_id, .done_ids = a->done_ids,
+			.n_done = a->n_done, .rng = 0x9e3779b97f4a7c15ull ^ *a->next_id};
+	unsigned qd = a->qd;
+	if (qd > a->n_keys / 2)
+		qd = (unsigned)(a->n_keys / 2); /* leave idle keys to pick from */
+	if (!qd)
+		qd = 1;
 	struct slot *slots = calloc(qd, sizeof(*slots));
-	r.busy = calloc(n_keys, 1);
+	r.busy = calloc(a->n_keys, 1);
 	if (!slots || !r.busy) {
 		free(slots);
 		free(r.busy);
 		return -ENOMEM;
 	}
 	for (unsigned i = 0; i < qd; i++) {
-		if (posix_memalign(&slots[i].buf, KVT_ALIGN, payload)) {
+		if (posix_memalign(&slots[i].buf, KVT_ALIGN, a->payload)) {
 			for (unsigned j = 0; j < i; j++)
 				free(slots[j].buf);
 			free(slots);
+			free(r.busy);
 			return -ENOMEM;
 		}
-		memset(slots[i].buf, (int)(0x11 * (i + 1)), payload);
+		memset(slots[i].buf, (int)(0x11 * (i + 1)), a->payload);
 		slots[i].r = &r;
 	}
 	uint64_t t0 = kvt__now_ns();
-	r.end_ns = t0 + (uint64_t)(seconds * 1e9);
+	r.ramp_ns = t0 + (uint64_t)(a->ramp * 1e9);
+	r.end_ns = r.ramp_ns + (uint64_t)(a->seconds * 1e9);
 	for (unsigned i = 0; i < qd; i++)
 		submit(&slots[i]);
 	while (r.inflight)
-		kvt_poll(s, 100);
-	double secs = (double)(kvt__now_ns() - t0) / 1e9;
-	phase_fill(&r, out, secs);
+		kvt_poll(a->s, 100);
+	phase_fill(&r, out);
 	if (r.errors)
 		fprintf(stderr, "kvtier bench: %llu operations failed (last: %s)\n",
 			(unsigned long long)r.errors, kvt_strerror(r.last_err));
@@ -200,6 +264,32 @@ static int run_phase(struct kvt_store *s, struct kvt_key *keys, size_t n_keys, s
 	free(r.rl.v);
 	free(r.wl.v);
 	return 0;
+}
+
+/* The working set for reads and replacements: the n_keys most recent fresh writes (all
+ * still stored: the capacity holds n_keys plus two queue depths, more than the completion
+ * order can differ from the eviction order), topped up with new keys stored now. */
+static int working_set(struct kvt_store *s, const struct keygen *kg, struct kvt_key *keys,
+		       size_t n_keys, uint32_t n_tokens, size_t payload, uint64_t *next_id,
+		       const uint64_t *done_ids, uint64_t n_done)
+{
+	size_t n = 0;
+	for (uint64_t i = n_done > n_keys ? n_done - n_keys : 0; i < n_done; i++)
+		key_of(kg, done_ids[i % n_keys], &keys[n++]);
+	if (n == n_keys)
+		return 0;
+	void *buf = NULL;
+	if (posix_memalign(&buf, KVT_ALIGN, payload))
+		return -ENOMEM;
+	memset(buf, 0x33, payload);
+	int rc = 0;
+	while (n < n_keys && rc >= 0) {
+		key_of(kg, (*next_id)++, &keys[n]);
+		rc = kvt_put_sync(s, &keys[n++], NULL, n_tokens, buf, payload);
+	}
+	free(buf);
+	kvt_flush_sync(s);
+	return rc < 0 ? rc : 0;
 }
 
 static const char *reference_name(const char *tier)
@@ -249,26 +339,39 @@ static void combine(const struct phase_result *r, int n, struct phase_result *ou
 static void usage(void)
 {
 	printf("usage: kvtier bench --tier dram|nvme|fs|redis|s3|rados [options]\n"
-	       "Throughput (GiB/s, ops/s) and latency (p50/p99/p99.9) of one tier through the\n"
-	       "store API, with a reference measured in the same run (memcpy for dram; fio\n"
-	       "with io_uring + O_DIRECT at the same block size, queue depth and file count for\n"
-	       "nvme) and the ratio.\n"
+	       "Throughput (GiB/s, ops/s) and latency (p50/p99/p99.9, call to callback) of one\n"
+	       "tier through the store API, next to a reference measured in the same run with the\n"
+	       "same I/O shape, and the ratio (docs/BENCHMARKS.md).\n"
 	       "  --tier T            dram | nvme | fs | redis | s3 | rados (default nvme)\n"
 	       "  --dir D             directory for nvme and fs (default ./kvtier-bench)\n"
 	       "Remote tiers take their connection from --config, or from the environment:\n"
 	       "KVTIER_S3_ENDPOINT, KVTIER_S3_BUCKET, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
 	       "AWS_DEFAULT_REGION; CEPH_CONF, KVTIER_RADOS_POOL; KVTIER_REDIS_URL.\n"
-	       "References: redis-benchmark, curl --parallel, rados bench, fio.\n"
-	       "  --chunk-bytes N     payload bytes per chunk, a multiple of 4096 (default 2M)\n"
-	       "  --queue-depth N     operations in flight (default 32; dram: 1)\n"
-	       "  --seconds S         per phase (default 5)\n"
+	       "References: memcpy (dram); fio, io_uring, O_DIRECT, one I/O = one object, iodepth =\n"
+	       "objects in flight, over one file per object laid out once and overwritten (nvme,\n"
+	       "fs); redis-benchmark; curl --parallel (time-based); rados bench.\n"
+	       "  --chunk-bytes N     payload bytes per chunk, a multiple of 4096 (default 2M);\n"
+	       "                      an object (one I/O) is this plus its 4 KiB header\n"
+	       "  --queue-depth N     objects in flight, on both sides (default 32; dram: 1);\n"
+	       "                      nvme.queue_depth is set to hold N whole objects\n"
+	       "  --seconds S         measured time per phase (default 5)\n"
+	       "  --ramp S            unmeasured warm-up before each measured slice, on both\n"
+	       "                      sides (default 0.5)\n"
+	       "  --fsync MODE        none | data | full for nvme and fs (default: the configured\n"
+	       "                      nvme.fsync / fs.fsync, shipped default data); fio gets\n"
+	       "                      --fdatasync=1 unless none\n"
 	       "  --read-pct P        one phase with P%% reads (default: write, read, mixed)\n"
 	       "  --mixed-pct P       reads in the mixed phase (default 70)\n"
-	       "  --set-bytes N       working set (default 2G for nvme, 512M for dram)\n"
+	       "  --set-bytes N       working set (default 2G; dram 512M); nvme capacity holds it\n"
+	       "                      plus two queue depths of objects\n"
 	       "  --rounds N          kvtier and the reference alternate N times per phase,\n"
 	       "                      each for seconds/N (default 3): both see the same noise\n"
 	       "  --no-ref            skip the reference\n"
+	       "  --key-set N         mixed into this run's key salt (default 0): clients sharing\n"
+	       "                      one store (store.daemon) are sure to use disjoint keys\n"
 	       "  --config/--set/--json as for every command\n"
+	       "nvme writes store new keys into a store that starts empty (then each write evicts\n"
+	       "the least recently used object); other tiers' writes replace a working-set key.\n"
 	       "kvtier bench --workload mlperf-kv --help: the MLPerf Storage KV-cache workload\n");
 }
 
@@ -277,14 +380,15 @@ static void print_phase(const char *name, const struct phase_result *k,
 {
 	if (read_pct != 0)
 		printf("  %-6s read : kvtier %7.3f GiB/s %8.0f op/s p50 %8.1f p99 %8.1f p99.9 %8.1f us"
-		       " | ref %7.3f GiB/s p99 %8.1f us | ratio %.3f\n",
+		       " | ref %7.3f GiB/s p50 %8.1f p99 %8.1f us | ratio %.3f\n",
 		       name, k->read_gibps, k->read_iops, k->read_p50, k->read_p99, k->read_p999,
-		       r->read_gibps, r->read_p99, r->read_gibps > 0 ? k->read_gibps / r->read_gibps : 0);
+		       r->read_gibps, r->read_p50, r->read_p99,
+		       r->read_gibps > 0 ? k->read_gibps / r->read_gibps : 0);
 	if (read_pct != 100)
 		printf("  %-6s write: kvtier %7.3f GiB/s %8.0f op/s p50 %8.1f p99 %8.1f p99.9 %8.1f us"
-		       " | ref %7.3f GiB/s p99 %8.1f us | ratio %.3f\n",
+		       " | ref %7.3f GiB/s p50 %8.1f p99 %8.1f us | ratio %.3f\n",
 		       name, k->write_gibps, k->write_iops, k->write_p50, k->write_p99, k->write_p999,
-		       r->write_gibps, r->write_p99,
+		       r->write_gibps, r->write_p50, r->write_p99,
 		       r->write_gibps > 0 ? k->write_gibps / r->write_gibps : 0);
 }
 
@@ -299,10 +403,56 @@ static void json_phase(const char *prefix, const struct phase_result *p)
 	       prefix, p->write_p50, prefix, p->write_p99, prefix, p->write_p999);
 }
 
+/* The block device's own counters for the device under dir (/sys/dev/block/M:m/stat):
+ * completed read and write requests and sectors. Whatever the file system adds (journal,
+ * metadata) is in them, and they show the request size the device really got. */
+struct devstat {
+	long long rios, rsect, wios, wsect;
+};
+
+static int dev_stat(const char *dir, struct devstat *d)
+{
+	struct stat st;
+	char path[256], buf[512];
+	if (!dir || stat(dir, &st) < 0)
+		return -1;
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/stat", major(st.st_dev),
+		 minor(st.st_dev));
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	long long v[7] = {0};
+	int n = fgets(buf, sizeof(buf), f)
+			? sscanf(buf, "%lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2],
+				 &v[3], &v[4], &v[5], &v[6])
+			: 0;
+	fclose(f);
+	if (n != 7)
+		return -1;
+	d->rios = v[0], d->rsect = v[2], d->wios = v[4], d->wsect = v[6];
+	return 0;
+}
+
+/* Add the counters' change since *before to *acc. */
+static void dev_acc(const char *dir, const struct devstat *before, struct devstat *acc)
+{
+	struct devstat now;
+	if (dev_stat(dir, &now) < 0)
+		return;
+	acc->rios += now.rios - before->rios, acc->rsect += now.rsect - before->rsect;
+	acc->wios += now.wios - before->wios, acc->wsect += now.wsect - before->wsect;
+}
+
+static double kib_per_req(long long sect, long long ios)
+{
+	return ios > 0 ? (double)sect * 512.0 / 1024.0 / (double)ios : 0;
+}
+
 int kvt_cmd_bench(int argc, char **argv)
 {
 	struct bench_opts o = {.tier = "nvme", .chunk_bytes = 2ull << 20, .queue_depth = 0,
-			       .seconds = 5, .read_pct = -1, .mixed_pct = 70, .rounds = 3};
+			       .seconds = 5, .ramp = 0.5, .read_pct = -1, .mixed_pct = 70,
+			       .rounds = 3};
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--workload"))
 			return kvt_bench_mlperf(argc, argv);
@@ -337,15 +487,26 @@ int kvt_cmd_bench(int argc, char **argv)
 			if (*end || q < 1 || q > 4096)
 				return cli_fail("bench", "--queue-depth: '%s' is not in [1, 4096]", v), 2;
 			o.queue_depth = (unsigned)q;
-		} else if (!strcmp(a, "--seconds")) {
-			o.seconds = strtod(v, &end);
-			if (*end || !(o.seconds > 0) || o.seconds > 86400)
-				return cli_fail("bench", "--seconds: '%s' is not in (0, 86400]", v), 2;
+		} else if (!strcmp(a, "--seconds") || !strcmp(a, "--ramp")) {
+			double d = strtod(v, &end);
+			bool ramp = !strcmp(a, "--ramp");
+			if (*end || !*v || !(ramp ? d >= 0 : d > 0) || d > 86400)
+				return cli_fail("bench", "%s: '%s' is not in %s, 86400]", a, v,
+						ramp ? "[0" : "(0"), 2;
+			*(ramp ? &o.ramp : &o.seconds) = d;
+		} else if (!strcmp(a, "--fsync")) {
+			if (strcmp(v, "none") && strcmp(v, "data") && strcmp(v, "full"))
+				return cli_fail("bench", "--fsync: '%s' is not none, data or full", v), 2;
+			o.fsync = v;
 		} else if (!strcmp(a, "--read-pct") || !strcmp(a, "--mixed-pct")) {
 			long p = strtol(v, &end, 10);
-			if (*end || p < 0 || p > 100)
+			if (*end || !*v || p < 0 || p > 100)
 				return cli_fail("bench", "%s: '%s' is not in [0, 100]", a, v), 2;
 			*(!strcmp(a, "--read-pct") ? &o.read_pct : &o.mixed_pct) = (int)p;
+		} else if (!strcmp(a, "--key-set")) {
+			o.key_set = strtoul(v, &end, 10);
+			if (*end || !*v || o.key_set > 1000000)
+				return cli_fail("bench", "--key-set: '%s' is not in [0, 1000000]", v), 2;
 		} else if (!strcmp(a, "--rounds")) {
 			long q = strtol(v, &end, 10);
 			if (*end || q < 1 || q > 100)
@@ -368,7 +529,10 @@ int kvt_cmd_bench(int argc, char **argv)
 	if (!ok)
 		return cli_fail("bench", "--tier '%s': expected dram, nvme, fs, redis, s3 or rados",
 				o.tier), 2;
-	bool local = !strcmp(o.tier, "nvme") || !strcmp(o.tier, "fs");
+	bool nvme = !strcmp(o.tier, "nvme");
+	bool local = nvme || !strcmp(o.tier, "fs");
+	if (o.fsync && !local)
+		return cli_fail("bench", "--fsync applies to the nvme and fs tiers only"), 2;
 
 	/* Geometry: an MLA-shaped bf16 chunk of 256 tokens whose layers are 4 KiB multiples. */
 	uint32_t layers = 32;
@@ -381,21 +545,27 @@ int kvt_cmd_bench(int argc, char **argv)
 	if (head_dim > 65536)
 		return cli_fail("bench", "--chunk-bytes too large for the benchmark geometry"), 2;
 	struct cli_store_opts so = o.so;
+	if (so.n_sets > 18)
+		return cli_fail("bench", "at most 18 --set options"), 2;
 	const char *extra[] = {"model.kind=mla", "model.kv_heads=1", "model.dtype=bf16",
 			       "model.chunk_tokens=256", sl, sh, "model.name=kvtier-bench"};
-	for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]) && so.n_sets < 32; i++)
+	for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++)
 		so.sets[so.n_sets++] = extra[i];
 	if (!o.set_bytes)
 		o.set_bytes = dram ? (512ull << 20) : (2ull << 30);
 	size_t n_keys = (size_t)(o.set_bytes / o.chunk_bytes);
 	if (n_keys < 2)
 		n_keys = 2;
-	char dramb[64], tiers[16], fsdir[4096];
+	uint64_t obj = o.chunk_bytes + 4096;
+	/* One object is ceil(obj / 2 MiB) I/Os and nvme.queue_depth counts I/Os: hold
+	 * queue_depth whole objects, the bytes fio has in flight at iodepth = queue_depth. */
+	uint64_t pieces = (obj + (2u << 20) - 1) / (2u << 20);
+	char dramb[64], tiers[16], fsdir[4096], nvb[64], nvf[64], qds[48], fst[48], fsy[2][32];
 	const char *dir = o.so.dir ? o.so.dir : "./kvtier-bench";
 	if (dram) {
 		/* The pool holds the whole working set: every read is a DRAM hit. */
 		snprintf(dramb, sizeof(dramb), "dram.bytes=%llu",
-			 (unsigned long long)((n_keys + 8) * (o.chunk_bytes + 4096)));
+			 (unsigned long long)((n_keys + 8) * obj));
 		so.sets[so.n_sets++] = dramb;
 		so.tiers = "dram";
 	} else {
@@ -405,61 +575,94 @@ int kvt_cmd_bench(int argc, char **argv)
 		if (!strcmp(o.tier, "fs")) {
 			snprintf(fsdir, sizeof(fsdir), "fs.dir=%s", dir);
 			so.sets[so.n_sets++] = fsdir;
+			/* the fs tier's concurrency is its worker threads */
+			snprintf(fst, sizeof(fst), "fs.threads=%u", KVT_MIN(o.queue_depth, 64u));
+			so.sets[so.n_sets++] = fst;
 		} else {
 			so.dir = dir;
 		}
-		if (local) {
-			/* fio does not fsync either */
-			so.sets[so.n_sets++] = "nvme.fsync=none";
-			so.sets[so.n_sets++] = "fs.fsync=none";
-			mkdir(dir, 0755);
+		if (nvme) {
+			snprintf(nvb, sizeof(nvb), "nvme.bytes=%llu",
+				 (unsigned long long)((n_keys + 2ull * o.queue_depth) * obj));
+			so.sets[so.n_sets++] = nvb;
+			/* fio keeps every file of its set open (openfiles = nrfiles): so may the
+			 * tier's read descriptor cache (the tier caps it below RLIMIT_NOFILE) */
+			snprintf(nvf, sizeof(nvf), "nvme.open_files=%llu",
+				 (unsigned long long)(n_keys + 2ull * o.queue_depth));
+			so.sets[so.n_sets++] = nvf;
 		}
+		int mrc = local ? bench_mkdirs(dir, 0700) : 0;
+		if (mrc < 0)
+			return cli_fail("bench", "cannot create %s: %s", dir, strerror(-mrc));
 	}
-	char qds[48];
-	snprintf(qds, sizeof(qds), "nvme.queue_depth=%u", o.queue_depth);
+	snprintf(qds, sizeof(qds), "nvme.queue_depth=%llu",
+		 (unsigned long long)KVT_MIN((uint64_t)o.queue_depth * pieces, 4096));
 	so.sets[so.n_sets++] = qds;
+	/* The user's --set come last, so they override the benchmark's choices; --fsync after
+	 * them. */
+	{
+		const char *order[32];
+		int n = 0;
+		for (int i = o.so.n_sets; i < so.n_sets; i++)
+			order[n++] = so.sets[i];
+		for (int i = 0; i < o.so.n_sets; i++)
+			order[n++] = so.sets[i];
+		memcpy(so.sets, order, sizeof(order[0]) * (size_t)n);
+	}
+	if (local && o.fsync) {
+		snprintf(fsy[0], sizeof(fsy[0]), "nvme.fsync=%s", o.fsync);
+		snprintf(fsy[1], sizeof(fsy[1]), "fs.fsync=%s", o.fsync);
+		so.sets[so.n_sets++] = fsy[0];
+		so.sets[so.n_sets++] = fsy[1];
+	}
 	struct kvt_config *cfg = cli_config(&so);
 	if (!cfg)
 		return 1;
+	char fsync_mode[16] = "";
+	if (local)
+		kvt_config_get(cfg, nvme ? "nvme.fsync" : "fs.fsync", fsync_mode, sizeof(fsync_mode));
+	bool ref_sync = local && strcmp(fsync_mode, "none");
 	struct kvt_store *s;
 	int orc = kvt_store_open(cfg, &s);
 	if (orc < 0) {
 		kvt_config_destroy(cfg);
 		return cli_fail("bench", "cannot open the %s tier: %s", o.tier, kvt_strerror(orc));
 	}
+	struct kvt_stats st0;
+	kvt_stats(s, &st0);
+	if (nvme && st0.tier[0].objects)
+		fprintf(stderr, "kvtier bench: %s already holds %llu objects: writes are not "
+				"measured from an empty store\n",
+			dir, (unsigned long long)st0.tier[0].objects);
 	char c1[4200], c2[4200], c3[256];
 
 	size_t payload = (size_t)o.chunk_bytes;
 	uint32_t n_tokens = 256;
+	struct keygen kg = {.ns = kvt_store_ns_id(s),
+			    .salt = (uint32_t)(kvt__now_ns() ^ ((uint64_t)getpid() << 16) ^
+					       (o.key_set * 0x9e3779b9ul))};
 	struct kvt_key *keys = calloc(n_keys, sizeof(*keys));
-	if (!keys) {
+	uint64_t *done_ids = calloc(n_keys, sizeof(*done_ids));
+	if (!keys || !done_ids) {
+		free(keys);
+		free(done_ids);
 		kvt_store_close(s);
+		kvt_config_destroy(cfg);
 		return cli_fail("bench", "out of memory");
 	}
-	for (size_t i = 0; i < n_keys; i++) {
-		uint32_t tok[2] = {(uint32_t)i, 0xbe7c4u};
-		kvt_key_next(kvt_store_ns_id(s), NULL, tok, 2, &keys[i]);
+	uint64_t next_id = 0, n_done = 0;
+	if (!o.so.json) {
+		printf("kvtier bench: tier %s, chunk %llu B (object = one I/O = %llu B), %u objects "
+		       "in flight (%.1f MiB) on both sides, working set %zu objects (%.2f GiB), "
+		       "%.1f s measured + %.1f s ramp per phase in %d rounds",
+		       o.tier, o.chunk_bytes, (unsigned long long)obj, o.queue_depth,
+		       (double)o.queue_depth * (double)obj / 1048576.0, n_keys,
+		       (double)n_keys * (double)obj / 1073741824.0, o.seconds, o.ramp, o.rounds);
+		if (local)
+			printf(", fsync %s (reference: fio%s)", fsync_mode,
+			       ref_sync ? " --fdatasync=1" : " without fsync");
+		printf("\n");
 	}
-	if (!o.so.json)
-		printf("kvtier bench: tier %s, chunk %llu B (object %llu B), queue depth %u, "
-		       "%zu objects (%.2f GiB), %.0f s per phase\n",
-		       o.tier, o.chunk_bytes, o.chunk_bytes + 4096, o.queue_depth, n_keys,
-		       (double)n_keys * (double)o.chunk_bytes / 1073741824.0, o.seconds);
-	/* Populate the working set once so reads hit. */
-	{
-		struct phase_result fill;
-		struct kvt_key *k = keys;
-		void *buf = NULL;
-		if (posix_memalign(&buf, KVT_ALIGN, payload) == 0) {
-			memset(buf, 0x33, payload);
-			for (size_t i = 0; i < n_keys; i++)
-				kvt_put_sync(s, &k[i], NULL, n_tokens, buf, payload);
-			free(buf);
-		}
-		kvt_flush_sync(s);
-		(void)fill;
-	}
-
 	int phases[3], n_ph = 0;
 	if (o.read_pct >= 0)
 		phases[n_ph++] = o.read_pct;
@@ -468,25 +671,77 @@ int kvt_cmd_bench(int argc, char **argv)
 		phases[n_ph++] = 100;
 		phases[n_ph++] = o.mixed_pct;
 	}
+	/* nvme writes go into the empty store; everything else needs the working set first. */
+	bool have_set = false;
+	if (!nvme || phases[0] != 0) {
+		int wrc = working_set(s, &kg, keys, n_keys, n_tokens, payload, &next_id, done_ids,
+				      n_done);
+		if (wrc < 0)
+			fprintf(stderr, "kvtier bench: storing the working set: %s\n",
+				kvt_strerror(wrc));
+		have_set = true;
+	}
+	int rrc = 0;
+	if (local && !o.no_ref && (rrc = bench_ref_fio_layout(dir, obj, n_keys, o.queue_depth)) < 0)
+		fprintf(stderr, "kvtier bench: laying out fio's files failed: %s\n",
+			kvt_strerror(rrc));
+	/* device requests under kvtier and under the reference, per phase */
+	struct devstat kd[3] = {{0}}, rd[3] = {{0}}, d0;
+	bool have_dev = local && dev_stat(dir, &d0) == 0;
 	struct phase_result kr[3] = {0}, rr[3] = {0};
+	double spread[3][2] = {{0}};
 	double slice = o.seconds / o.rounds;
+	long long wa_dev = 0;
+	uint64_t wa_stored = 0;
 	for (int p = 0; p < n_ph; p++) {
 		struct phase_result kround[100], rround[100];
+		bool fresh = nvme && phases[p] == 0;
+		if (!fresh && !have_set) {
+			int wrc = working_set(s, &kg, keys, n_keys, n_tokens, payload, &next_id,
+					      done_ids, n_done);
+			if (wrc < 0)
+				fprintf(stderr, "kvtier bench: storing the working set: %s\n",
+					kvt_strerror(wrc));
+			have_set = true;
+		}
 		for (int r = 0; r < o.rounds; r++) {
 			memset(&kround[r], 0, sizeof(kround[r]));
 			memset(&rround[r], 0, sizeof(rround[r]));
-			run_phase(s, keys, n_keys, payload, n_tokens, o.queue_depth, slice, phases[p],
-				  &kround[r]);
+			struct kvt_stats sa;
+			uint64_t wbytes0 = 0;
+			kvt_stats(s, &sa);
+			wbytes0 = sa.tier[0].write_bytes;
+			if (have_dev)
+				dev_stat(dir, &d0);
+			struct phase_args pa = {.s = s, .keys = keys, .n_keys = n_keys,
+						.payload = payload, .n_tokens = n_tokens,
+						.qd = o.queue_depth, .ramp = o.ramp, .seconds = slice,
+						.read_pct = phases[p], .fresh = fresh, .kg = &kg,
+						.next_id = &next_id, .done_ids = done_ids,
+						.n_done = &n_done};
+			run_phase(&pa, &kround[r]);
 			kvt_flush_sync(s);
+			if (have_dev) {
+				struct devstat before = kd[p];
+				dev_acc(dir, &d0, &kd[p]);
+				/* Write amplification of the write phase: device bytes over bytes
+				 * the tier stored, counted over kvtier's rounds only. */
+				kvt_stats(s, &sa);
+				if (phases[p] == 0) {
+					wa_dev += kd[p].wsect - before.wsect;
+					wa_stored += sa.tier[0].write_bytes - wbytes0;
+				}
+			}
 			if (o.no_ref)
 				continue;
-			int rrc = 0;
-			size_t obj = payload + 4096;
+			if (have_dev)
+				dev_stat(dir, &d0);
+			rrc = 0;
 			if (dram)
 				bench_ref_memcpy(payload, n_keys, o.queue_depth, slice, phases[p], &rround[r]);
 			else if (local)
-				rrc = bench_ref_fio(dir, obj, n_keys, o.queue_depth, slice, phases[p],
-						    &rround[r]);
+				rrc = bench_ref_fio(dir, obj, n_keys, o.queue_depth, o.ramp, slice,
+						    phases[p], ref_sync, &rround[r]);
 			else if (!strcmp(o.tier, "redis")) {
 				kvt_config_get(cfg, "redis.url", c1, sizeof(c1));
 				rrc = bench_ref_redis(c1, obj, n_keys, o.queue_depth, slice, phases[p],
@@ -503,25 +758,54 @@ int kvt_cmd_bench(int argc, char **argv)
 					snprintf(c3, sizeof(c3), "%s",
 						 getenv("AWS_DEFAULT_REGION") ? getenv("AWS_DEFAULT_REGION")
 									      : "us-east-1");
-				rrc = bench_ref_s3(c1, c2, c3, obj, n_keys, o.queue_depth, slice,
-						   phases[p], &rround[r]);
+				rrc = bench_ref_s3(c1, c2, c3, obj, n_keys, o.queue_depth, o.ramp,
+						   slice, phases[p], &rround[r]);
 			} else if (!strcmp(o.tier, "rados")) {
 				kvt_config_get(cfg, "rados.pool", c1, sizeof(c1));
 				rrc = bench_ref_rados(c1, obj, o.queue_depth, slice, phases[p],
 						      &rround[r]);
 			}
-			if (rrc < 0)
+			if (have_dev)
+				dev_acc(dir, &d0, &rd[p]);
+			if (rrc == -EPERM)
+				fprintf(stderr, "kvtier bench: no reference: redis-benchmark takes a "
+						"password only on its command line, which any user "
+						"can read\n");
+			else if (rrc < 0)
 				fprintf(stderr, "kvtier bench: the %s reference failed: %s\n",
 					reference_name(o.tier), kvt_strerror(rrc));
 		}
 		combine(kround, o.rounds, &kr[p]);
 		combine(rround, o.rounds, &rr[p]);
+		/* The spread of the rounds' own ratios (kvtier round r / reference round r, run
+		 * back to back): how far the machine's noise moves one ratio. */
+		for (int r = 0; r < o.rounds && !o.no_ref; r++) {
+			double kt = kround[r].read_gibps + kround[r].write_gibps;
+			double rt = rround[r].read_gibps + rround[r].write_gibps;
+			double q = rt > 0 ? kt / rt : 0;
+			if (!r || q < spread[p][0])
+				spread[p][0] = q;
+			if (!r || q > spread[p][1])
+				spread[p][1] = q;
+		}
+		if (fresh) {
+			/* reads and replacements use the objects the write phase stored last */
+			int wrc = working_set(s, &kg, keys, n_keys, n_tokens, payload, &next_id,
+					      done_ids, n_done);
+			if (wrc < 0)
+				fprintf(stderr, "kvtier bench: storing the working set: %s\n",
+					kvt_strerror(wrc));
+			have_set = true;
+		}
 	}
+	if (local && !o.no_ref)
+		bench_ref_fio_remove(dir);
 	struct kvt_stats st;
 	kvt_stats(s, &st);
 	kvt_store_close(s);
 	kvt_config_destroy(cfg);
 	free(keys);
+	free(done_ids);
 
 	/* Headline figures: reads from the read phase, writes from the write phase. */
 	struct phase_result head = {0}, ref = {0}, mixed = {0}, mref = {0};
@@ -533,6 +817,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			head.read_p999 = kr[p].read_p999;
 			ref.read_gibps = rr[p].read_gibps, ref.read_p99 = rr[p].read_p99;
 			ref.read_p50 = rr[p].read_p50, ref.read_p999 = rr[p].read_p999;
+			ref.read_iops = rr[p].read_iops;
 		}
 		if (phases[p] == 0 || (n_ph == 1 && phases[p] < 100)) {
 			head.write_gibps = kr[p].write_gibps, head.write_iops = kr[p].write_iops;
@@ -540,6 +825,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			head.write_p999 = kr[p].write_p999;
 			ref.write_gibps = rr[p].write_gibps, ref.write_p99 = rr[p].write_p99;
 			ref.write_p50 = rr[p].write_p50, ref.write_p999 = rr[p].write_p999;
+			ref.write_iops = rr[p].write_iops;
 		}
 		if (phases[p] > 0 && phases[p] < 100 && n_ph > 1) {
 			mixed = kr[p];
@@ -547,17 +833,40 @@ int kvt_cmd_bench(int argc, char **argv)
 			have_mixed = true;
 		}
 	}
+	uint64_t errors = 0;
+	for (int p = 0; p < n_ph; p++)
+		errors += kr[p].errors;
 	if (!o.so.json) {
 		static const char *names[] = {"write", "read", "mixed"};
 		for (int p = 0; p < n_ph; p++)
 			print_phase(n_ph == 1 ? "run" : names[p], &kr[p], &rr[p], phases[p]);
 		printf("  reference: %s\n", reference_name(o.tier));
-		return 0;
+		if (!o.no_ref)
+			for (int p = 0; p < n_ph; p++)
+				printf("  %-6s ratio of each round (kvtier / reference, back to back): "
+				       "%.3f .. %.3f\n", n_ph == 1 ? "run" : names[p], spread[p][0],
+				       spread[p][1]);
+		if (have_dev) {
+			for (int p = 0; p < n_ph; p++)
+				printf("  %-6s device requests: kvtier read %.0f KiB, write %.0f KiB | "
+				       "ref read %.0f KiB, write %.0f KiB (mean size)\n",
+				       n_ph == 1 ? "run" : names[p], kib_per_req(kd[p].rsect, kd[p].rios),
+				       kib_per_req(kd[p].wsect, kd[p].wios),
+				       kib_per_req(rd[p].rsect, rd[p].rios),
+				       kib_per_req(rd[p].wsect, rd[p].wios));
+			if (wa_stored)
+				printf("  write amplification (device bytes written / bytes stored, "
+				       "write phase): %.3f\n", (double)wa_dev * 512.0 / (double)wa_stored);
+		}
+		return errors ? 1 : 0;
 	}
 	printf("{\"tier\":\"%s\",\"chunk_bytes\":%llu,\"object_bytes\":%llu,\"queue_depth\":%u,"
-	       "\"objects\":%zu,\"seconds\":%.1f,\"read_pct\":%d,\"reference\":\"%s\"",
-	       o.tier, o.chunk_bytes, o.chunk_bytes + 4096, o.queue_depth, n_keys, o.seconds,
-	       o.read_pct, reference_name(o.tier));
+	       "\"bytes_in_flight\":%llu,\"objects\":%zu,\"seconds\":%.1f,\"ramp\":%.1f,"
+	       "\"rounds\":%d,\"read_pct\":%d,\"fsync\":\"%s\",\"reference\":\"%s%s\"",
+	       o.tier, o.chunk_bytes, (unsigned long long)obj, o.queue_depth,
+	       (unsigned long long)obj * o.queue_depth, n_keys, o.seconds, o.ramp, o.rounds,
+	       o.read_pct, local ? fsync_mode : "", reference_name(o.tier),
+	       ref_sync ? " --fdatasync=1" : "");
 	json_phase("", &head);
 	json_phase("ref_", &ref);
 	printf(",\"read_ratio\":%.4f,\"write_ratio\":%.4f",
@@ -569,9 +878,27 @@ int kvt_cmd_bench(int argc, char **argv)
 		double kt = mixed.read_gibps + mixed.write_gibps, rt = mref.read_gibps + mref.write_gibps;
 		printf(",\"mixed_ratio\":%.4f", rt > 0 ? kt / rt : 0);
 	}
-	uint64_t errors = 0;
-	for (int p = 0; p < n_ph; p++)
-		errors += kr[p].errors;
+	if (!o.no_ref) {
+		static const char *sn[] = {"write", "read", "mixed"};
+		for (int p = 0; p < n_ph; p++)
+			printf(",\"%s_round_ratio_min\":%.4f,\"%s_round_ratio_max\":%.4f",
+			       n_ph == 1 ? "run" : sn[p], spread[p][0], n_ph == 1 ? "run" : sn[p],
+			       spread[p][1]);
+	}
+	if (have_dev) {
+		static const char *pn[] = {"", "read_phase_", "mixed_phase_"};
+		for (int p = 0; p < n_ph; p++) {
+			const char *pre = n_ph == 1 ? "" : pn[p];
+			printf(",\"%sdev_read_req_kib\":%.1f,\"%sdev_write_req_kib\":%.1f,"
+			       "\"%sref_dev_read_req_kib\":%.1f,\"%sref_dev_write_req_kib\":%.1f",
+			       pre, kib_per_req(kd[p].rsect, kd[p].rios), pre,
+			       kib_per_req(kd[p].wsect, kd[p].wios), pre,
+			       kib_per_req(rd[p].rsect, rd[p].rios), pre,
+			       kib_per_req(rd[p].wsect, rd[p].wios));
+		}
+		if (wa_stored)
+			printf(",\"write_amplification\":%.4f", (double)wa_dev * 512.0 / (double)wa_stored);
+	}
 	printf(",\"errors\":%llu,\"checksum_failures\":%llu}\n", (unsigned long long)errors,
 	       (unsigned long long)st.tier[0].checksum_failures);
 	return errors ? 1 : 0;

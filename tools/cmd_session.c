@@ -103,7 +103,7 @@ struct exists_wait {
 	int rc;
 };
 
-static void exists_cb(void *arg, int rc)
+static void exists_cb(void *arg, int64_t rc)
 {
 	struct exists_wait *w = arg;
 	pthread_mutex_lock(&w->m);

@@ -186,7 +186,7 @@ struct sync_io {
 	int rc;
 };
 
-static void sync_io_cb(void *arg, int rc)
+static void sync_io_cb(void *arg, int64_t rc)
 {
 	struct sync_io *w = arg;
 	pthread_mutex_lock(&w->m);

@@ -25,6 +25,7 @@ static const struct subcommand commands[] = {
 	{"rm", kvt_cmd_rm, "remove chunks by key"},
 	{"session", kvt_cmd_session, "save a conversation's KV, or resume it (on another node)"},
 	{"stat", kvt_cmd_stat, "per-tier counters"},
+	{"status", kvt_cmd_status, "a kvtierd daemon's state: clients, requests in progress, shared regions"},
 	{"verify", kvt_cmd_verify, "check every object's checksums; optionally drop bad ones"},
 	{NULL, NULL, NULL},
 };

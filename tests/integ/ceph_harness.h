@@ -257,7 +257,7 @@ static inline void done_init(struct done *d)
 	d->t_done = 0;
 }
 
-static inline void done_cb(void *arg, int result)
+static inline void done_cb(void *arg, int64_t result)
 {
 	struct done *d = arg;
 	if (pthread_equal(pthread_self(), d->submitter))
@@ -427,7 +427,7 @@ static inline void bench_slot_end(struct bench *b)
 
 static inline void bench_next(struct bench_slot *sl);
 
-static inline void bench_read_cb(void *arg, int rc)
+static inline void bench_read_cb(void *arg, int64_t rc)
 {
 	struct bench_slot *sl = arg;
 	if (rc == (int)sl->b->sz)

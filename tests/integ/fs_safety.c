@@ -170,12 +170,8 @@ static void test_modes_read_only_temps(void)
 	snprintf(fresh, sizeof(fresh), "%s/.live.tmp.hostx.2.1", leaf);
 	int fd = open(stale, O_CREAT | O_WRONLY, 0600);
 	CHECK(fd >= 0);
-	struct timespec old_t[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
-	CHECK_EQ(futimens(fd, old_t), 0);
 	close(fd);
-	fd = open(fresh, O_CREAT | O_WRONLY, 0600);
-	CHECK(fd >= 0);
-	close(fd);
+	sleep(3); /* staleness is by ctime, which cannot be set back: let it age */
 	struct kvt_key ks, kd;
 	th_key(&ks, 100, 60);
 	th_key(&kd, 101, 60);
@@ -195,7 +191,7 @@ static void test_modes_read_only_temps(void)
 	CHECK_EQ(mkdir(path, 0700), 0);
 
 	/* Inspection changes nothing, even with a writer open beside it. */
-	CHECK_EQ(open_fs(&t, dir, NULL), 0);
+	CHECK_EQ(open_fs(&t, dir, "fs.tmp_max_age_s", "2", NULL), 0);
 	char *before = snapshot(dir);
 	CHECK_EQ(open_fs(&ro, dir, "store.read_only", "true", NULL), 0);
 	CHECK_EQ(usage_of(ro).n, 4);
@@ -218,7 +214,12 @@ static void test_modes_read_only_temps(void)
 	free(before);
 	free(after);
 
-	/* A writer's first write sweeps: the stale temporary goes, the fresh one stays. */
+	/* A writer's first write sweeps: the stale temporary goes, a fresh one stays. */
+	fd = open(fresh, O_CREAT | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	struct timespec past[2] = {{1, 0}, {1, 0}}; /* dated into the past, as a live writer */
+	CHECK_EQ(futimens(fd, past), 0);            /* does just before publishing */
+	close(fd);
 	th_key(&k[3], 3, 61);
 	th_obj_fill(obj, OBJ, 33);
 	CHECK_EQ(th_write(t, &k[3], obj, OBJ), 0);
@@ -244,23 +245,48 @@ static void test_modes_read_only_temps(void)
 	free(obj);
 }
 
-/* A session larger than fs.bytes: the sweeps keep a prefix. */
-static void test_capacity_chain(void)
+static void chain_cb(void *arg, int64_t rc)
+{
+	struct th_wait *w = arg;
+	(void)rc;
+	pthread_mutex_lock(&w->m);
+	w->result++; /* counts completions */
+	pthread_cond_broadcast(&w->c);
+	pthread_mutex_unlock(&w->m);
+}
+
+/* A session larger than fs.bytes: the sweeps keep a prefix. inflight: every write is
+ * submitted at once (as write-behind does), so they complete in any order. */
+static void test_capacity_chain(bool inflight)
 {
 	char dir[400];
 	struct kvt_tier *t;
 	unsigned char *obj = abuf(OBJ);
-	snprintf(dir, sizeof(dir), "%s/cap", g_root);
+	snprintf(dir, sizeof(dir), "%s/cap%d", g_root, inflight);
 	char cap[32];
 	snprintf(cap, sizeof(cap), "%d", 10 * OBJ);
 	CHECK_EQ(open_fs(&t, dir, "fs.bytes", cap, NULL), 0);
 	enum { N = 40 };
 	struct kvt_key c[N];
+	unsigned char *objs = abuf(N * OBJ);
+	struct th_wait w;
+	th_wait_init(&w);
+	w.result = 0;
 	for (int i = 0; i < N; i++) {
 		th_key(&c[i], (uint64_t)i, 70);
-		th_obj_fill(obj, OBJ, 1000 + (uint64_t)i);
-		CHECK_EQ(write_chained(t, &c[i], i ? &c[i - 1] : NULL, obj, OBJ), 0);
+		th_obj_fill(objs + i * OBJ, OBJ, 1000 + (uint64_t)i);
+		if (inflight)
+			CHECK_EQ(t->ops->write_chained(t, &c[i], i ? &c[i - 1] : NULL, objs + i * OBJ,
+						       OBJ, chain_cb, &w),
+				 0);
+		else
+			CHECK_EQ(write_chained(t, &c[i], i ? &c[i - 1] : NULL, objs + i * OBJ, OBJ), 0);
 	}
+	pthread_mutex_lock(&w.m);
+	while (inflight && w.result < N)
+		pthread_cond_wait(&w.c, &w.m);
+	pthread_mutex_unlock(&w.m);
+	free(objs);
 	th_close(t); /* waits for the sweeps the writes called for */
 	CHECK_EQ(open_fs(&t, dir, "fs.bytes", cap, NULL), 0);
 	struct usage u = usage_of(t);
@@ -377,8 +403,9 @@ int main(void)
 	CHECK(mkdtemp(g_root));
 	test_modes_read_only_temps();
 	printf("ok modes, read-only inspection, temporaries\n");
-	test_capacity_chain();
-	printf("ok capacity keeps a prefix\n");
+	test_capacity_chain(false);
+	test_capacity_chain(true);
+	printf("ok capacity keeps a prefix (writes in order and all in flight)\n");
 	test_racing_sweepers();
 	printf("ok racing sweepers and remover\n");
 	nftw(g_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);

@@ -39,7 +39,7 @@ struct slot {
 };
 
 /* Runs on the tier's thread: report the acknowledged id to the parent, then count. */
-static void child_cb(void *arg, int res)
+static void child_cb(void *arg, int64_t res)
 {
 	struct slot *sl = arg;
 	if (res == 0 && write(sl->ack_fd, &sl->id, sizeof(sl->id)) != sizeof(sl->id))

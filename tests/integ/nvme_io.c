@@ -25,7 +25,7 @@ struct thread_probe {
 	int on_caller_thread;
 };
 
-static void probe_cb(void *arg, int res)
+static void probe_cb(void *arg, int64_t res)
 {
 	struct thread_probe *p = arg;
 	pthread_mutex_lock(&p->m);

@@ -135,6 +135,34 @@ static void test_chain_eviction(void)
 	kvt__tier_close(t);
 	rm_rf(dir);
 
+	/* Every stored chunk has a child, and the leaf to be is still in flight: there is no
+	 * victim, the next write is refused (evicting the oldest would cut the chain at 0). */
+	{
+		char cap5[32];
+		snprintf(cap5, sizeof(cap5), "%d", 5 * OBJ);
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap5, NULL), 0);
+		uint8_t *bufs = abuf(6 * OBJ);
+		for (int i = 0; i < 6; i++) {
+			c[i] = make_key(37, (uint64_t)i);
+			fill_object(bufs + i * OBJ, OBJ, &c[i]);
+		}
+		for (int i = 0; i < 4; i++)
+			CHECK_EQ(write_chained(t, &c[i], i ? &c[i - 1] : NULL, bufs + i * OBJ, OBJ), 0);
+		struct batch b = BATCH_INIT;
+		for (int i = 4; i < 6; i++) {
+			batch_add(&b);
+			CHECK_EQ(t->ops->write_chained(t, &c[i], &c[i - 1], bufs + i * OBJ, OBJ,
+						       batch_cb, &b),
+				 0);
+		}
+		batch_wait(&b, 0);
+		for (int i = 0; i < 6; i++)
+			CHECK_EQ(present(t, &c[i]), i < 5);
+		kvt__tier_close(t);
+		rm_rf(dir);
+		free(bufs);
+	}
+
 	/* Two chains: a second session evicts the first one's end, never its own prefix, and
 	 * the first one is peeled from its end. */
 	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap, NULL), 0);

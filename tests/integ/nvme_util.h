@@ -101,7 +101,7 @@ struct waiter {
 		PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0                       \
 	}
 
-static inline void waiter_cb(void *arg, int res)
+static inline void waiter_cb(void *arg, int64_t res)
 {
 	struct waiter *w = arg;
 	pthread_mutex_lock(&w->m);
@@ -184,7 +184,7 @@ static inline void batch_add(struct batch *b)
 	pthread_mutex_unlock(&b->m);
 }
 
-static inline void batch_cb(void *arg, int res)
+static inline void batch_cb(void *arg, int64_t res)
 {
 	struct batch *b = arg;
 	pthread_mutex_lock(&b->m);

@@ -268,7 +268,12 @@ int main(void)
 	kvt_store_close(s);
 	s = open_with(mac1, NULL);
 	CHECK_RC(get(s, &k[5], NT, 6, 0, 0), -ENOENT);
-	kvt_store_close(s); /* (the fs tier's stats do not count drops: not checked here) */
+	{ /* the drop is counted where it happened: the fs tier */
+		struct kvt_stats st;
+		CHECK_RC(kvt_stats(s, &st), 0);
+		CHECK_EQ(st.tier[1].checksum_failures, 1);
+	}
+	kvt_store_close(s);
 	CHECK(!file_exists(path)); /* dropped, so the rightful writer is not blocked: */
 	s = open_with(mac1, NULL);
 	put(s, &k[5], NT, 6);

@@ -158,7 +158,7 @@ fi
 grep -q "smaller than one object" "$T/err" || fail "unclear error for a tiny nvme.bytes: $(cat "$T/err")"
 
 # ---- the same on the fs tier: its sweeps keep a prefix under fs.bytes
-"$K" session save --synthetic 5120 "${SMALL[@]}" --tiers fs --set fs.dir="$T/fs" --set fs.bytes=$((5 * obj)) >/dev/null 2>&1 || true
+"$K" session save --synthetic 5120 "${SMALL[@]}" --tiers dram,fs --set fs.dir="$T/fs" --set fs.bytes=$((5 * obj)) >/dev/null 2>&1 || true
 used=$(find "$T/fs/v1" -type f ! -name '.*' -printf '%s\n' | awk '{s+=$1} END {print s+0}')
 [ "$used" -le $((5 * obj)) ] || fail "fs tier holds $used bytes over fs.bytes $((5 * obj))"
 "$K" session resume --synthetic 5120 "${SMALL[@]}" --tiers fs --set fs.dir="$T/fs" --json |

@@ -258,7 +258,7 @@ static int count_fn(void *arg, const struct kvt_key *k, uint64_t bytes)
 struct many {
 	atomic_int calls, ok, canceled, other;
 };
-static void many_cb(void *arg, int r)
+static void many_cb(void *arg, int64_t r)
 {
 	struct many *m = arg;
 	atomic_fetch_add(&m->calls, 1);
@@ -344,7 +344,7 @@ struct bench {
 	int inflight, errors;
 	uint64_t done;
 };
-static void bench_cb(void *arg, int r)
+static void bench_cb(void *arg, int64_t r)
 {
 	struct bench *b = arg;
 	pthread_mutex_lock(&b->m);

@@ -110,7 +110,7 @@ struct rq {
 	int want; /* expected result, or INT32_MIN: any error */
 };
 
-static void rq_cb(void *arg, int r)
+static void rq_cb(void *arg, int64_t r)
 {
 	struct rq *q = arg;
 	struct many *m = q->m;
@@ -314,7 +314,7 @@ struct bench {
 	int inflight, errors;
 	uint64_t done;
 };
-static void bench_cb(void *arg, int r)
+static void bench_cb(void *arg, int64_t r)
 {
 	struct bench *b = arg;
 	pthread_mutex_lock(&b->m);

@@ -94,7 +94,7 @@ static inline void th_wait_init(struct th_wait *w)
 	w->submitter = pthread_self();
 }
 
-static inline void th_cb(void *arg, int result)
+static inline void th_cb(void *arg, int64_t result)
 {
 	struct th_wait *w = arg;
 	pthread_mutex_lock(&w->m);

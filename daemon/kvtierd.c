@@ -1,0 +1,455 @@
+/*
+ * kvtierd.c - the node daemon: one kvt_store (DRAM pool and deeper tiers) that several
+ * engine processes share over a Unix socket (docs/DAEMON.md). Why a thread per
+ * connection: each serves one request at a time with the store's blocking *_sync calls,
+ * so a slow client only ever waits on itself, and a connection's whole state (its socket,
+ * its mapped region) is freed by the one thread that owns it when the peer goes away.
+ *
+ * Usage: kvtierd --config FILE | --dir D --socket PATH [--metrics 127.0.0.1:PORT]
+ *        [--tiers LIST] [--set K=V]...   (foreground; ready once the socket exists)
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "daemon_proto.h"
+#include "internal.h"
+#include "kvtierd.h"
+
+struct conn {
+	struct conn *next, *prev;
+	struct kvtd_state *st;
+	int sock;
+	uint8_t *shm;
+	size_t shm_len;
+};
+
+static struct kvtd_state g_st;
+static struct kvt_geometry g_geo;
+static uint8_t g_ns[KVT_NS_ID_BYTES];
+static uint64_t g_shm_max;
+static uint64_t g_max_clients;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
+static struct conn *g_conns;
+
+static void log_cb(void *arg, int level, const char *msg)
+{
+	static const char *names[] = {"error", "warn", "info", "debug"};
+	fprintf(stderr, "kvtierd: %s: %s\n", names[level & 3], msg);
+}
+
+/* -------------------------------------------------------------- serving */
+
+static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
+{
+	if (c->shm)
+		return -EPROTO; /* a second HELLO */
+	if (memcmp(r->ns_id, g_ns, sizeof(g_ns)))
+		return -EINVAL; /* another model, geometry or tenant */
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
+		return -EPROTO;
+	/* Sealed against shrinking, so the mapping can never fault under us. */
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return -EPERM;
+	if ((uint64_t)sb.st_size < KVTD_SHM_MIN || (uint64_t)sb.st_size > g_shm_max ||
+	    (uint64_t)sb.st_size < sizeof(struct kvtd_info))
+		return -EMSGSIZE;
+	void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	c->shm = p;
+	c->shm_len = (size_t)sb.st_size;
+	atomic_fetch_add(&g_st.regions_mapped, 1);
+	struct kvtd_info info = {.version = KVTD_VERSION, .geo = g_geo};
+	memcpy(info.ns_id, g_ns, sizeof(g_ns));
+	int n = kvt_store_tier_count(g_st.store);
+	info.n_tiers = (uint32_t)KVT_MIN(n, KVT_MAX_TIERS);
+	for (uint32_t i = 0; i < info.n_tiers; i++)
+		snprintf(info.tier[i], sizeof(info.tier[i]), "%s",
+			 kvt_store_tier_name(g_st.store, (int)i));
+	memcpy(c->shm, &info, sizeof(info));
+	return 0;
+}
+
+/* The store answers -EAGAIN when its in-flight bound is reached: retry briefly. */
+#define RETRY(expr)                                                                                \
+	({                                                                                         \
+		int _r, _tries = 0;                                                                \
+		while ((_r = (expr)) == -EAGAIN && _tries++ < 5000)                                \
+			usleep(200);                                                               \
+		_r;                                                                                \
+	})
+
+static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvt_result *res)
+{
+	struct kvt_store *s = g_st.store;
+	uint8_t *p = c->shm + r->off;
+	const struct kvt_key *parent = r->has_parent ? &r->parent : NULL;
+	res->tier = KVT_TIER_NONE;
+	switch (r->op) {
+	case KVTD_PUT:
+		res->status = RETRY(kvt_put_sync(s, &r->key, parent, r->n_tokens, p, r->len));
+		if (res->status >= 0)
+			res->bytes = r->len;
+		break;
+	case KVTD_GET:
+		RETRY(kvt_get_sync(s, &r->key, r->layer_begin, r->layer_end, p, r->len, res));
+		break;
+	case KVTD_LOOKUP:
+		res->status = RETRY(kvt_lookup_sync(s, (const struct kvt_key *)p, r->n,
+						    (int8_t *)(p + r->n * KVT_KEY_BYTES)));
+		break;
+	case KVTD_PREFETCH:
+		res->status =
+			RETRY(kvt_prefetch_sync(s, (const struct kvt_key *)p, r->n, r->deadline_ns));
+		break;
+	case KVTD_REMOVE:
+		res->status = RETRY(kvt_remove_sync(s, &r->key));
+		break;
+	case KVTD_FLUSH:
+		res->status = RETRY(kvt_flush_sync(s));
+		break;
+	case KVTD_STATS: {
+		struct kvt_stats st;
+		res->status = kvt_stats(s, &st);
+		memcpy(p, &st, sizeof(st));
+		break;
+	}
+	case KVTD_STATUS: {
+		struct kvtd_status st = {
+			.connections = atomic_load(&g_st.connections),
+			.connections_total = atomic_load(&g_st.connections_total),
+			/* this request itself is not counted */
+			.ops_in_progress = atomic_load(&g_st.ops_in_progress) - 1,
+			.regions_mapped = atomic_load(&g_st.regions_mapped),
+			.protocol_errors = atomic_load(&g_st.protocol_errors),
+			.refused = atomic_load(&g_st.refused),
+		};
+		memcpy(p, &st, sizeof(st));
+		res->status = 0;
+		break;
+	}
+	default:
+		res->status = -EPROTO;
+	}
+}
+
+static int hist_of(uint32_t op)
+{
+	return op == KVTD_PUT ? KVTD_H_PUT : op == KVTD_GET ? KVTD_H_GET
+				     : op == KVTD_LOOKUP  ? KVTD_H_LOOKUP
+							  : KVTD_H_OTHER;
+}
+
+/* A peer that connects and never says HELLO would hold one of daemon.max_clients slots
+ * forever: it gets this long, then the connection is dropped. */
+#define HELLO_DEADLINE_S 5
+
+static void *conn_main(void *arg)
+{
+	struct conn *c = arg;
+	struct timeval tv = {.tv_sec = HELLO_DEADLINE_S};
+	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	for (;;) {
+		struct kvtd_req req;
+		int fd = -1;
+		long got = kvtd_recv(c->sock, &req, sizeof(req), &fd);
+		if (got <= 0) { /* EOF: the client left (or died); anything else: drop it */
+			if (got < 0) {
+				if (got == -EMSGSIZE)
+					atomic_fetch_add(&g_st.protocol_errors, 1);
+			}
+			break;
+		}
+		char err[128];
+		int rc = kvtd_req_check(&req, (size_t)got, c->shm_len, &g_geo, err, sizeof(err));
+		if (rc == 0 && fd >= 0 && req.op != KVTD_HELLO)
+			rc = -EPROTO, snprintf(err, sizeof(err), "descriptor on a non-HELLO message");
+		if (rc < 0) {
+			if (fd >= 0)
+				close(fd);
+			atomic_fetch_add(&g_st.protocol_errors, 1);
+			fprintf(stderr, "kvtierd: dropping a client: %s\n", err);
+			break;
+		}
+		struct kvtd_rep rep = {.magic = KVTD_MAGIC, .op = req.op, .seq = req.seq};
+		if (req.op == KVTD_HELLO) {
+			rep.res.status = map_region(c, fd, &req);
+			rep.res.tier = KVT_TIER_NONE;
+			if (fd >= 0)
+				close(fd);
+			if (rep.res.status == -EPROTO) {
+				atomic_fetch_add(&g_st.protocol_errors, 1);
+				break;
+			}
+			if (rep.res.status == 0) { /* attached: an idle client may stay */
+				tv.tv_sec = 0;
+				setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+			}
+		} else {
+			atomic_fetch_add(&g_st.ops_in_progress, 1);
+			uint64_t t0 = kvt__now_ns();
+			serve_one(c, &req, &rep.res);
+			kvtd_hist_record(&g_st.hist[hist_of(req.op)], kvt__now_ns() - t0);
+			atomic_fetch_sub(&g_st.ops_in_progress, 1);
+		}
+		if (kvtd_send(c->sock, &rep, sizeof(rep), -1) < 0)
+			break;
+	}
+	/* The connection's whole state goes with it: nothing it held stays pinned. */
+	if (c->shm) {
+		munmap(c->shm, c->shm_len);
+		atomic_fetch_sub(&g_st.regions_mapped, 1);
+	}
+	close(c->sock);
+	pthread_mutex_lock(&g_lock);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		g_conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	atomic_fetch_sub(&g_st.connections, 1);
+	pthread_cond_broadcast(&g_cond);
+	pthread_mutex_unlock(&g_lock);
+	free(c);
+	return NULL;
+}
+
+static void accept_one(int lfd)
+{
+	int s = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (s < 0)
+		return;
+	pthread_mutex_lock(&g_lock);
+	if (atomic_load(&g_st.connections) >= g_max_clients) {
+		pthread_mutex_unlock(&g_lock);
+		atomic_fetch_add(&g_st.refused, 1);
+		close(s);
+		return;
+	}
+	struct conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		pthread_mutex_unlock(&g_lock);
+		close(s);
+		return;
+	}
+	pthread_t th;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 256 << 10);
+	c->sock = s;
+	c->next = g_conns;
+	if (g_conns)
+		g_conns->prev = c;
+	g_conns = c;
+	atomic_fetch_add(&g_st.connections, 1);
+	atomic_fetch_add(&g_st.connections_total, 1);
+	if (pthread_create(&th, &at, conn_main, c)) {
+		g_conns = c->next;
+		if (g_conns)
+			g_conns->prev = NULL;
+		atomic_fetch_sub(&g_st.connections, 1);
+		close(s);
+		free(c);
+	}
+	pthread_attr_destroy(&at);
+	pthread_mutex_unlock(&g_lock);
+}
+
+/* ---------------------------------------------------------------- setup */
+
+/* Bound to a temporary name, restricted, listening, then renamed into place: the socket
+ * exists only once it is ready, and never with wider permissions. */
+static int listen_at(const char *path)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	char tmp[sizeof(a.sun_path)];
+	if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp)) {
+		fprintf(stderr, "kvtierd: socket path too long: %s\n", path);
+		return -1;
+	}
+	/* A socket left by a daemon that died: replace it only if nobody answers there. */
+	struct stat sb;
+	if (lstat(path, &sb) == 0) {
+		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+		if (!S_ISSOCK(sb.st_mode) ||
+		    connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0) {
+			fprintf(stderr, "kvtierd: %s exists and is %s\n", path,
+				S_ISSOCK(sb.st_mode) ? "in use by a running daemon" : "not a socket");
+			close(probe);
+			return -1;
+		}
+		close(probe);
+		unlink(path);
+	}
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", tmp);
+	unlink(tmp);
+	mode_t old = umask(0077);
+	int rc = bind(s, (struct sockaddr *)&a, sizeof(a));
+	umask(old);
+	if (rc < 0 || chmod(tmp, 0600) < 0 || listen(s, 128) < 0 || rename(tmp, path) < 0) {
+		fprintf(stderr, "kvtierd: cannot listen on %s: %s\n", path, strerror(errno));
+		unlink(tmp);
+		close(s);
+		return -1;
+	}
+	return s;
+}
+
+static int usage(void)
+{
+	fprintf(stderr,
+		"usage: kvtierd (--config FILE | --dir D) [--socket PATH] [--metrics "
+		"127.0.0.1:PORT]\n"
+		"               [--tiers LIST] [--set K=V]...\n"
+		"Runs in the foreground; ready once the socket exists. SIGINT/SIGTERM: flush, "
+		"close.\n");
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvt_config *cfg;
+	char err[256];
+	if (kvt_config_create(&cfg) < 0)
+		return 1;
+	kvt_config_set_log(cfg, log_cb, NULL, KVT_LOG_WARN);
+	bool have_store = false;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+			return usage(), 0;
+		if (!v) {
+			fprintf(stderr, "kvtierd: %s needs a value (see --help)\n", a);
+			return 2;
+		}
+		i++;
+		int rc = 0;
+		if (!strcmp(a, "--config")) {
+			rc = kvt_config_load_file(cfg, v, err, sizeof(err));
+			have_store = true;
+		} else if (!strcmp(a, "--dir")) {
+			rc = kvt_config_set(cfg, "nvme.dirs", v, err, sizeof(err));
+			have_store = true;
+		} else if (!strcmp(a, "--socket")) {
+			rc = kvt_config_set(cfg, "daemon.socket", v, err, sizeof(err));
+		} else if (!strcmp(a, "--metrics")) {
+			rc = kvt_config_set(cfg, "daemon.metrics", v, err, sizeof(err));
+		} else if (!strcmp(a, "--tiers")) {
+			rc = kvt_config_set(cfg, "store.tiers", v, err, sizeof(err));
+		} else if (!strcmp(a, "--set")) {
+			const char *eq = strchr(v, '=');
+			if (!eq) {
+				fprintf(stderr, "kvtierd: --set wants K=V, got '%s'\n", v);
+				return 2;
+			}
+			char key[128];
+			snprintf(key, sizeof(key), "%.*s", (int)(eq - v), v);
+			rc = kvt_config_set(cfg, key, eq + 1, err, sizeof(err));
+			if (rc == -ENOENT)
+				snprintf(err, sizeof(err), "unknown configuration key '%s'", key);
+		} else {
+			fprintf(stderr, "kvtierd: unknown option '%s' (see --help)\n", a);
+			return 2;
+		}
+		if (rc < 0) {
+			fprintf(stderr, "kvtierd: %s %s: %s\n", a, v, err);
+			return 2;
+		}
+	}
+	if (!have_store)
+		return usage();
+	if (kvt__cfg_str(cfg, "store.daemon")[0]) {
+		fprintf(stderr, "kvtierd: store.daemon is set: a daemon cannot be a client of "
+				"another\n");
+		return 2;
+	}
+	char sock_path[108], metrics[128];
+	if (snprintf(sock_path, sizeof(sock_path), "%s", kvt__cfg_str(cfg, "daemon.socket")) >=
+	    (int)sizeof(sock_path)) {
+		fprintf(stderr, "kvtierd: daemon.socket longer than %zu bytes\n",
+			sizeof(sock_path) - 1);
+		return 2;
+	}
+	snprintf(metrics, sizeof(metrics), "%s", kvt__cfg_str(cfg, "daemon.metrics"));
+	g_max_clients = kvt__cfg_u64(cfg, "daemon.max_clients");
+
+	/* Every thread inherits the blocked signals; the main loop takes them by signalfd. */
+	sigset_t ss;
+	sigemptyset(&ss);
+	sigaddset(&ss, SIGINT);
+	sigaddset(&ss, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &ss, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	int sfd = signalfd(-1, &ss, SFD_CLOEXEC);
+
+	int rc = kvt_store_open(cfg, &g_st.store);
+	if (rc < 0) {
+		fprintf(stderr, "kvtierd: cannot open the store: %s\n", kvt_strerror(rc));
+		return 1;
+	}
+	g_geo = *kvt_store_geometry(g_st.store);
+	memcpy(g_ns, kvt_store_ns_id(g_st.store), sizeof(g_ns));
+	g_shm_max = KVT_ALIGN_UP(KVT_MAX(kvt_payload_bytes(&g_geo, g_geo.chunk_tokens),
+					 (uint64_t)KVTD_SHM_MIN),
+				 4096) +
+		    KVTD_SHM_MAX_EXTRA;
+	struct MHD_Daemon *mhd = NULL;
+	if (metrics[0] && kvtd_metrics_start(metrics, &g_st, &mhd) < 0) {
+		kvt_store_close(g_st.store);
+		return 2;
+	}
+	int lfd = listen_at(sock_path);
+	if (lfd < 0) {
+		kvtd_metrics_stop(mhd);
+		kvt_store_close(g_st.store);
+		return 1;
+	}
+	fprintf(stderr, "kvtierd: serving %s%s%s\n", sock_path, metrics[0] ? ", metrics on " : "",
+		metrics);
+	for (;;) {
+		struct pollfd p[2] = {{.fd = lfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			break;
+		if (p[1].revents)
+			break;
+		if (p[0].revents)
+			accept_one(lfd);
+	}
+	/* Clean shutdown: no new clients, the current ones are cut off (their next call
+	 * errors, then reconnects to a restarted daemon), then the store flushes and closes. */
+	unlink(sock_path);
+	close(lfd);
+	pthread_mutex_lock(&g_lock);
+	for (struct conn *c = g_conns; c; c = c->next)
+		shutdown(c->sock, SHUT_RDWR);
+	while (g_conns)
+		pthread_cond_wait(&g_cond, &g_lock);
+	pthread_mutex_unlock(&g_lock);
+	kvtd_metrics_stop(mhd);
+	int frc = kvt_flush_sync(g_st.store);
+	kvt_store_close(g_st.store);
+	kvt_config_destroy(cfg);
+	fprintf(stderr, "kvtierd: stopped%s\n", frc < 0 ? " (flush failed)" : "");
+	return frc < 0 ? 1 : 0;
+}

@@ -1,0 +1,694 @@
+/*
+ * daemon_client.c - a store that is a client of kvtierd (store.daemon=PATH; see
+ * docs/DAEMON.md). Why a worker thread: the asynchronous API must never run a callback
+ * inside the submitting call, and a submitting call must never block on the daemon, so
+ * submissions are queued (bounded by store.max_inflight: -EAGAIN beyond) and one worker
+ * sends them over the connection; results go through this client's own completion queue
+ * and eventfd, delivered by kvt_poll. The *_sync calls run on the caller's thread.
+ *
+ * Payload crosses a memfd region shared with the daemon, not the socket. Every exchange
+ * has a deadline (store.daemon_timeout_ms, as socket timeouts): a dead or restarting
+ * daemon turns into errors (put, remove, flush, stats) or misses (get, lookup, prefetch),
+ * and the next call reconnects.
+ */
+#include "daemon_client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "daemon_proto.h"
+#include "internal.h"
+
+struct cop {
+	struct cop *next;
+	uint32_t op;
+	struct kvt_key key, parent;
+	bool has_parent;
+	uint32_t n_tokens, layer_begin, layer_end;
+	const void *src;
+	void *dst;
+	size_t len;
+	const struct kvt_key *keys;
+	size_t n;
+	int8_t *tiers;
+	uint64_t deadline_ns;
+	kvt_cb cb;
+	void *arg;
+	struct kvt_result res;
+};
+
+struct kvt_client {
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	struct kvt_log log;
+	int timeout_ms;
+	uint8_t my_ns[KVT_NS_ID_BYTES];
+	struct kvt_geometry my_geo;
+
+	/* the connection: one exchange at a time, under io_lock */
+	pthread_mutex_t io_lock;
+	int sock; /* -1: disconnected; the next exchange reconnects */
+	int memfd;
+	uint8_t *shm;
+	size_t shm_len;
+	bool region_dirty; /* a daemon thread may still write the current region */
+	uint64_t seq;
+	struct kvtd_info info;
+
+	/* submissions, run by the worker */
+	pthread_mutex_t q_lock;
+	pthread_cond_t q_cond;
+	struct cop *q_head, *q_tail;
+	uint64_t queued, max_queued; /* queued + running + unpolled */
+	bool stopping;
+	pthread_t worker;
+
+	/* completions for kvt_poll */
+	pthread_mutex_t cq_lock;
+	struct cop *cq_head, *cq_tail;
+	int efd;
+};
+
+bool kvt__client_wanted(const struct kvt_config *cfg)
+{
+	return cfg && kvt__cfg_str(cfg, "store.daemon")[0] != '\0';
+}
+
+/* ------------------------------------------------------------- connection */
+
+static void disconnect(struct kvt_client *c)
+{
+	if (c->sock >= 0)
+		close(c->sock);
+	c->sock = -1;
+	c->region_dirty = true; /* the next attach brings a new region (see new_region) */
+}
+
+/* One request, one reply. On any transport or protocol failure the connection is dropped
+ * (the next exchange reconnects) and -errno returned. */
+static int exchange(struct kvt_client *c, struct kvtd_req *req, struct kvtd_rep *rep, int fd)
+{
+	req->magic = KVTD_MAGIC;
+	req->seq = ++c->seq;
+	int rc = kvtd_send(c->sock, req, sizeof(*req), fd);
+	if (rc == 0) {
+		long r = kvtd_recv(c->sock, rep, sizeof(*rep), NULL);
+		if (r == 0)
+			rc = -ECONNRESET;
+		else if (r < 0)
+			rc = (int)r;
+		else if (r != sizeof(*rep) || rep->magic != KVTD_MAGIC || rep->seq != req->seq ||
+			 rep->op != req->op)
+			rc = -EPROTO;
+	}
+	if (rc < 0) {
+		KVT_WARN(&c->log, "kvtierd %s: %s", c->path, kvt_strerror(rc));
+		disconnect(c);
+	}
+	return rc;
+}
+
+/* A fresh shared region (sealed at its size: the daemon maps it and must never fault on a
+ * shrunk file), replacing the current one. After a failed exchange the old region is
+ * never reused: a daemon thread still finishing the abandoned request (past our deadline)
+ * may yet write into it, and must not land in the next request's bytes. */
+static int new_region(struct kvt_client *c)
+{
+	int fd = memfd_create("kvtier-client", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)c->shm_len) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	void *p = mmap(NULL, c->shm_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	if (c->shm)
+		munmap(c->shm, c->shm_len);
+	if (c->memfd >= 0)
+		close(c->memfd);
+	c->shm = p;
+	c->memfd = fd;
+	c->region_dirty = false;
+	return 0;
+}
+
+static int attach(struct kvt_client *c)
+{
+	if (c->region_dirty) {
+		int rc = new_region(c);
+		if (rc < 0)
+			return rc;
+	}
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	struct timeval tv = {.tv_sec = c->timeout_ms / 1000,
+			     .tv_usec = (c->timeout_ms % 1000) * 1000};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	memcpy(a.sun_path, c->path, sizeof(a.sun_path));
+	if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		int e = errno == EAGAIN ? -ETIMEDOUT : -errno;
+		close(s);
+		return e;
+	}
+	c->sock = s;
+	struct kvtd_req req = {.op = KVTD_HELLO, .version = KVTD_VERSION};
+	memcpy(req.ns_id, c->my_ns, sizeof(req.ns_id));
+	struct kvtd_rep rep;
+	int rc = exchange(c, &req, &rep, c->memfd);
+	if (rc < 0)
+		return rc;
+	if (rep.res.status < 0) {
+		disconnect(c);
+		return rep.res.status;
+	}
+	memcpy(&c->info, c->shm, sizeof(c->info));
+	return 0;
+}
+
+static int ensure(struct kvt_client *c)
+{
+	return c->sock >= 0 ? 0 : attach(c);
+}
+
+/* -------------------------------------------------------------- operations */
+
+/* A transport failure reads as a miss for the calls that look things up. */
+static void failed(struct cop *o, int rc)
+{
+	o->res.status = rc;
+	if (o->op == KVTD_GET)
+		o->res.status = -ENOENT;
+	else if (o->op == KVTD_LOOKUP || o->op == KVTD_PREFETCH)
+		o->res.status = 0;
+}
+
+static void run_lookup_like(struct kvt_client *c, struct cop *o)
+{
+	size_t batch = c->shm_len / (KVT_KEY_BYTES + 1);
+	int64_t total = 0;
+	size_t done = 0;
+	if (o->tiers)
+		memset(o->tiers, KVT_TIER_NONE, o->n);
+	while (done < o->n) {
+		size_t m = KVT_MIN(o->n - done, batch);
+		memcpy(c->shm, o->keys + done, m * KVT_KEY_BYTES);
+		struct kvtd_req req = {.op = o->op, .off = 0, .len = m * (KVT_KEY_BYTES + 1),
+				       .n = m, .deadline_ns = o->deadline_ns};
+		struct kvtd_rep rep;
+		int rc = ensure(c);
+		if (rc == 0)
+			rc = exchange(c, &req, &rep, -1);
+		if (rc < 0) {
+			failed(o, rc);
+			o->res.status = (int)total;
+			return;
+		}
+		if (rep.res.status < 0) {
+			o->res.status = done ? (int)total : rep.res.status;
+			return;
+		}
+		int got = KVT_MIN(rep.res.status, (int)m);
+		if (o->op == KVTD_LOOKUP && o->tiers)
+			memcpy(o->tiers + done, c->shm + m * KVT_KEY_BYTES, (size_t)got);
+		total += got;
+		done += m;
+		if ((size_t)got < m)
+			break;
+	}
+	o->res.status = (int)KVT_MIN(total, (int64_t)INT32_MAX);
+}
+
+static void run_op(struct kvt_client *c, struct cop *o)
+{
+	o->res = (struct kvt_result){.status = 0, .tier = KVT_TIER_NONE};
+	pthread_mutex_lock(&c->io_lock);
+	if (o->op == KVTD_LOOKUP || o->op == KVTD_PREFETCH) {
+		run_lookup_like(c, o);
+		pthread_mutex_unlock(&c->io_lock);
+		return;
+	}
+	int rc = ensure(c);
+	if (rc < 0) {
+		failed(o, rc);
+		pthread_mutex_unlock(&c->io_lock);
+		return;
+	}
+	struct kvtd_req req = {.op = o->op, .key = o->key, .parent = o->parent,
+			       .has_parent = o->has_parent, .n_tokens = o->n_tokens,
+			       .layer_begin = o->layer_begin, .layer_end = o->layer_end};
+	if (o->op == KVTD_PUT) {
+		memcpy(c->shm, o->src, o->len);
+		req.len = o->len;
+	} else if (o->op == KVTD_GET) {
+		req.len = KVT_MIN(o->len, c->shm_len);
+	} else if (o->op == KVTD_STATS) {
+		req.len = sizeof(struct kvt_stats);
+	} else if (o->op == KVTD_STATUS) {
+		req.len = sizeof(struct kvtd_status);
+	}
+	struct kvtd_rep rep;
+	rc = exchange(c, &req, &rep, -1);
+	if (rc < 0) {
+		failed(o, rc);
+	} else {
+		o->res = rep.res;
+		if (o->op == KVTD_GET && rep.res.status >= 0) {
+			if (rep.res.bytes > req.len)
+				o->res.status = -EPROTO;
+			else
+				memcpy(o->dst, c->shm, rep.res.bytes);
+		} else if ((o->op == KVTD_STATS || o->op == KVTD_STATUS) && rep.res.status >= 0) {
+			memcpy(o->dst, c->shm, req.len);
+		}
+	}
+	pthread_mutex_unlock(&c->io_lock);
+}
+
+static void *worker_main(void *arg)
+{
+	struct kvt_client *c = arg;
+	for (;;) {
+		pthread_mutex_lock(&c->q_lock);
+		while (!c->q_head && !c->stopping)
+			pthread_cond_wait(&c->q_cond, &c->q_lock);
+		struct cop *o = c->q_head;
+		if (!o) {
+			pthread_mutex_unlock(&c->q_lock);
+			return NULL;
+		}
+		c->q_head = o->next;
+		if (!c->q_head)
+			c->q_tail = NULL;
+		pthread_mutex_unlock(&c->q_lock);
+		run_op(c, o);
+		o->next = NULL;
+		pthread_mutex_lock(&c->cq_lock);
+		if (c->cq_tail)
+			c->cq_tail->next = o;
+		else
+			c->cq_head = o;
+		c->cq_tail = o;
+		pthread_mutex_unlock(&c->cq_lock);
+		uint64_t one = 1;
+		ssize_t w = write(c->efd, &one, sizeof(one));
+		(void)w;
+	}
+}
+
+static int submit(struct kvt_client *c, struct cop *o)
+{
+	pthread_mutex_lock(&c->q_lock);
+	if (c->queued >= c->max_queued) {
+		pthread_mutex_unlock(&c->q_lock);
+		return -EAGAIN;
+	}
+	struct cop *n = kvt__malloc(sizeof(*n));
+	if (!n) {
+		pthread_mutex_unlock(&c->q_lock);
+		return -ENOMEM;
+	}
+	*n = *o;
+	n->next = NULL;
+	c->queued++;
+	if (c->q_tail)
+		c->q_tail->next = n;
+	else
+		c->q_head = n;
+	c->q_tail = n;
+	pthread_cond_signal(&c->q_cond);
+	pthread_mutex_unlock(&c->q_lock);
+	return 0;
+}
+
+int kvt__client_fd(const struct kvt_client *c)
+{
+	return c->efd;
+}
+
+int kvt__client_poll(struct kvt_client *c, int timeout_ms)
+{
+	pthread_mutex_lock(&c->cq_lock);
+	bool empty = !c->cq_head;
+	pthread_mutex_unlock(&c->cq_lock);
+	if (empty && timeout_ms != 0) {
+		struct pollfd p = {.fd = c->efd, .events = POLLIN};
+		if (poll(&p, 1, timeout_ms) < 0)
+			return -errno;
+	}
+	uint64_t v;
+	ssize_t rd = read(c->efd, &v, sizeof(v));
+	(void)rd;
+	pthread_mutex_lock(&c->cq_lock);
+	struct cop *o = c->cq_head;
+	c->cq_head = c->cq_tail = NULL;
+	pthread_mutex_unlock(&c->cq_lock);
+	int n = 0;
+	while (o) {
+		struct cop *next = o->next;
+		pthread_mutex_lock(&c->q_lock);
+		c->queued--;
+		pthread_mutex_unlock(&c->q_lock);
+		o->cb(o->arg, &o->res);
+		kvt__free(o);
+		o = next;
+		n++;
+	}
+	return n;
+}
+
+/* ------------------------------------------------------------ argument checks */
+
+static int check_put(struct kvt_client *c, uint32_t n_tokens, const void *buf, size_t len)
+{
+	const struct kvt_geometry *g = &c->info.geo;
+	if (!buf || n_tokens == 0 || n_tokens > g->chunk_tokens ||
+	    len != kvt_payload_bytes(g, n_tokens) || len > c->shm_len)
+		return -EINVAL;
+	return 0;
+}
+
+static struct cop put_op(const struct kvt_key *key, const struct kvt_key *parent,
+			 uint32_t n_tokens, const void *buf, size_t len)
+{
+	struct cop o = {.op = KVTD_PUT, .key = *key, .n_tokens = n_tokens, .src = buf,
+			.len = len};
+	if (parent) {
+		o.parent = *parent;
+		o.has_parent = true;
+	}
+	return o;
+}
+
+static struct cop get_op(const struct kvt_key *key, uint32_t lb, uint32_t le, void *buf,
+			 size_t len)
+{
+	return (struct cop){.op = KVTD_GET, .key = *key, .layer_begin = lb, .layer_end = le,
+			    .dst = buf, .len = len};
+}
+
+/* ------------------------------------------------------------------ public */
+
+#define NEED_CB(cb)                                                                                \
+	do {                                                                                       \
+		if (!(cb))                                                                         \
+			return -EINVAL;                                                            \
+	} while (0)
+
+int kvt__client_put(struct kvt_client *c, const struct kvt_key *key, const struct kvt_key *parent,
+		    uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg)
+{
+	NEED_CB(cb);
+	if (!key || check_put(c, n_tokens, buf, len) < 0)
+		return -EINVAL;
+	struct cop o = put_op(key, parent, n_tokens, buf, len);
+	o.cb = cb;
+	o.arg = arg;
+	return submit(c, &o);
+}
+
+int kvt__client_get(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
+		    uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg)
+{
+	NEED_CB(cb);
+	if (!key || !buf)
+		return -EINVAL;
+	struct cop o = get_op(key, layer_begin, layer_end, buf, len);
+	o.cb = cb;
+	o.arg = arg;
+	return submit(c, &o);
+}
+
+int kvt__client_lookup(struct kvt_client *c, const struct kvt_key *keys, size_t n, int8_t *tiers,
+		       kvt_cb cb, void *arg)
+{
+	NEED_CB(cb);
+	if (!keys && n)
+		return -EINVAL;
+	struct cop o = {.op = KVTD_LOOKUP, .keys = keys, .n = n, .tiers = tiers, .cb = cb,
+			.arg = arg};
+	return submit(c, &o);
+}
+
+int kvt__client_prefetch(struct kvt_client *c, const struct kvt_key *keys, size_t n,
+			 uint64_t deadline_ns, kvt_cb cb, void *arg)
+{
+	NEED_CB(cb);
+	if (!keys && n)
+		return -EINVAL;
+	struct cop o = {.op = KVTD_PREFETCH, .keys = keys, .n = n, .deadline_ns = deadline_ns,
+			.cb = cb, .arg = arg};
+	return submit(c, &o);
+}
+
+int kvt__client_remove(struct kvt_client *c, const struct kvt_key *key, kvt_cb cb, void *arg)
+{
+	NEED_CB(cb);
+	if (!key)
+		return -EINVAL;
+	struct cop o = {.op = KVTD_REMOVE, .key = *key, .cb = cb, .arg = arg};
+	return submit(c, &o);
+}
+
+int kvt__client_flush(struct kvt_client *c, kvt_cb cb, void *arg)
+{
+	NEED_CB(cb);
+	struct cop o = {.op = KVTD_FLUSH, .cb = cb, .arg = arg};
+	return submit(c, &o);
+}
+
+static int run_sync(struct kvt_client *c, struct cop *o, struct kvt_result *res)
+{
+	run_op(c, o);
+	if (res)
+		*res = o->res;
+	return o->res.status;
+}
+
+int kvt__client_stats(struct kvt_client *c, struct kvt_stats *out)
+{
+	if (!out)
+		return -EINVAL;
+	struct cop o = {.op = KVTD_STATS, .dst = out};
+	return run_sync(c, &o, NULL);
+}
+
+int kvt__client_status(struct kvt_client *c, struct kvtd_status *out)
+{
+	struct cop o = {.op = KVTD_STATUS, .dst = out};
+	return run_sync(c, &o, NULL);
+}
+
+int kvt__client_put_sync(struct kvt_client *c, const struct kvt_key *key,
+			 const struct kvt_key *parent, uint32_t n_tokens, const void *buf,
+			 size_t len)
+{
+	if (!key || check_put(c, n_tokens, buf, len) < 0)
+		return -EINVAL;
+	struct cop o = put_op(key, parent, n_tokens, buf, len);
+	return run_sync(c, &o, NULL);
+}
+
+int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
+			 uint32_t layer_end, void *buf, size_t len, struct kvt_result *res)
+{
+	if (!key || !buf)
+		return -EINVAL;
+	struct cop o = get_op(key, layer_begin, layer_end, buf, len);
+	return run_sync(c, &o, res);
+}
+
+int kvt__client_lookup_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
+			    int8_t *tiers)
+{
+	if (!keys && n)
+		return -EINVAL;
+	struct cop o = {.op = KVTD_LOOKUP, .keys = keys, .n = n, .tiers = tiers};
+	return run_sync(c, &o, NULL);
+}
+
+int kvt__client_prefetch_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
+			      uint64_t deadline_ns)
+{
+	if (!keys && n)
+		return -EINVAL;
+	struct cop o = {.op = KVTD_PREFETCH, .keys = keys, .n = n, .deadline_ns = deadline_ns};
+	return run_sync(c, &o, NULL);
+}
+
+int kvt__client_remove_sync(struct kvt_client *c, const struct kvt_key *key)
+{
+	if (!key)
+		return -EINVAL;
+	struct cop o = {.op = KVTD_REMOVE, .key = *key};
+	return run_sync(c, &o, NULL);
+}
+
+int kvt__client_flush_sync(struct kvt_client *c)
+{
+	struct cop o = {.op = KVTD_FLUSH};
+	return run_sync(c, &o, NULL);
+}
+
+const struct kvt_geometry *kvt__client_geometry(const struct kvt_client *c)
+{
+	return &c->info.geo;
+}
+
+const uint8_t *kvt__client_ns_id(const struct kvt_client *c)
+{
+	return c->info.ns_id;
+}
+
+int kvt__client_tier_count(const struct kvt_client *c)
+{
+	return (int)c->info.n_tiers;
+}
+
+const char *kvt__client_tier_name(const struct kvt_client *c, int tier)
+{
+	return tier >= 0 && (uint32_t)tier < c->info.n_tiers ? c->info.tier[tier] : "none";
+}
+
+/* ------------------------------------------------------------- open / close */
+
+/* The namespace this client's configuration names: the daemon refuses another. */
+static int my_namespace(struct kvt_client *c, const struct kvt_config *cfg)
+{
+	const char *dt = kvt__cfg_str(cfg, "model.dtype");
+	c->my_geo.dtype = !strcmp(dt, "bf16")   ? KVT_DTYPE_BF16
+			  : !strcmp(dt, "fp16") ? KVT_DTYPE_FP16
+			  : !strcmp(dt, "fp8")  ? KVT_DTYPE_FP8
+						: KVT_DTYPE_FP32;
+	c->my_geo.kind =
+		!strcmp(kvt__cfg_str(cfg, "model.kind"), "mla") ? KVT_KIND_MLA : KVT_KIND_KV;
+	c->my_geo.layers = (uint32_t)kvt__cfg_u64(cfg, "model.layers");
+	c->my_geo.kv_heads = (uint32_t)kvt__cfg_u64(cfg, "model.kv_heads");
+	c->my_geo.head_dim = (uint32_t)kvt__cfg_u64(cfg, "model.head_dim");
+	c->my_geo.chunk_tokens = (uint32_t)kvt__cfg_u64(cfg, "model.chunk_tokens");
+	if (kvt_geometry_check(&c->my_geo) < 0)
+		return -EINVAL;
+	struct kvt_namespace ns = {.model = kvt__cfg_str(cfg, "model.name"),
+				   .revision = kvt__cfg_str(cfg, "model.revision"),
+				   .tenant = kvt__cfg_str(cfg, "model.tenant"),
+				   .geometry = c->my_geo};
+	return kvt_namespace_id(&ns, c->my_ns);
+}
+
+void kvt__client_close(struct kvt_client *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->q_lock);
+	c->stopping = true;
+	pthread_cond_signal(&c->q_cond);
+	pthread_mutex_unlock(&c->q_lock);
+	pthread_join(c->worker, NULL); /* runs what was queued first */
+	kvt__client_poll(c, 0);        /* completions not yet polled are delivered */
+	disconnect(c);
+	munmap(c->shm, c->shm_len);
+	close(c->memfd);
+	close(c->efd);
+	pthread_mutex_destroy(&c->io_lock);
+	pthread_mutex_destroy(&c->q_lock);
+	pthread_cond_destroy(&c->q_cond);
+	pthread_mutex_destroy(&c->cq_lock);
+	kvt__free(c);
+}
+
+int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out)
+{
+	struct kvt_client *c = kvt__calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->log = *kvt__cfg_log(cfg);
+	c->sock = c->memfd = c->efd = -1;
+	c->timeout_ms = (int)kvt__cfg_u64(cfg, "store.daemon_timeout_ms");
+	c->max_queued = kvt__cfg_u64(cfg, "store.max_inflight");
+	const char *path = kvt__cfg_str(cfg, "store.daemon");
+	int rc = -EINVAL;
+	if (strlen(path) >= sizeof(c->path)) {
+		KVT_ERR(&c->log, "store.daemon: socket path longer than %zu bytes",
+			sizeof(c->path) - 1);
+		kvt__free(c);
+		return -EINVAL;
+	}
+	snprintf(c->path, sizeof(c->path), "%s", path);
+	if (my_namespace(c, cfg) < 0) {
+		KVT_ERR(&c->log, "invalid model geometry or namespace");
+		kvt__free(c);
+		return -EINVAL;
+	}
+	pthread_mutex_init(&c->io_lock, NULL);
+	pthread_mutex_init(&c->q_lock, NULL);
+	pthread_cond_init(&c->q_cond, NULL);
+	pthread_mutex_init(&c->cq_lock, NULL);
+	/* The region holds the largest chunk, or a batch of keys, whichever is larger. */
+	uint64_t payload = kvt_payload_bytes(&c->my_geo, c->my_geo.chunk_tokens);
+	c->shm_len = KVT_ALIGN_UP(KVT_MAX(payload, (uint64_t)KVTD_SHM_MIN), 4096);
+	c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (c->efd < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	if ((rc = new_region(c)) < 0)
+		goto fail;
+	rc = attach(c);
+	if (rc < 0) {
+		KVT_ERR(&c->log, "store.daemon=%s: cannot attach: %s%s", c->path, kvt_strerror(rc),
+			rc == -EINVAL ? " (the daemon serves another model, geometry or tenant)"
+				      : "");
+		goto fail;
+	}
+	if (memcmp(&c->info.geo, &c->my_geo, sizeof(c->my_geo)) ||
+	    c->info.n_tiers > KVT_MAX_TIERS) {
+		KVT_ERR(&c->log, "store.daemon=%s: the daemon serves another geometry", c->path);
+		rc = -EINVAL;
+		goto fail;
+	}
+	for (uint32_t i = 0; i < c->info.n_tiers; i++)
+		c->info.tier[i][KVTD_MAX_TIER_NAME - 1] = '\0';
+	rc = pthread_create(&c->worker, NULL, worker_main, c);
+	if (rc) {
+		rc = -rc;
+		goto fail;
+	}
+	rc = kvt__store_new_client(c, out);
+	if (rc < 0) {
+		kvt__client_close(c);
+		return rc;
+	}
+	return 0;
+fail:
+	disconnect(c);
+	if (c->shm)
+		munmap(c->shm, c->shm_len);
+	if (c->memfd >= 0)
+		close(c->memfd);
+	if (c->efd >= 0)
+		close(c->efd);
+	pthread_mutex_destroy(&c->io_lock);
+	pthread_mutex_destroy(&c->q_lock);
+	pthread_cond_destroy(&c->q_cond);
+	pthread_mutex_destroy(&c->cq_lock);
+	kvt__free(c);
+	return rc;
+}

@@ -1,0 +1,66 @@
+/*
+ * daemon_client.h - the client side of kvtierd (store.daemon=PATH). Why: kvt_store_open
+ * returns a store whose every public call is forwarded to the node daemon, so engines use
+ * one shared cache with the library API unchanged. src/engine*.c dispatch to these with
+ * one line at the top of each public function (when s->client is set).
+ */
+#ifndef KVT_DAEMON_CLIENT_H
+#define KVT_DAEMON_CLIENT_H
+
+#include <stdbool.h>
+
+#include "kvtier.h"
+
+struct kvt_client;
+
+/* store.daemon is set in cfg. */
+bool kvt__client_wanted(const struct kvt_config *cfg);
+/* Attach to the daemon named by store.daemon and return a client-mode store
+ * (kvt__store_new_client). -ECONNREFUSED/-ENOENT no daemon, -EINVAL namespace or geometry
+ * differs from the daemon's (logged), -ETIMEDOUT. */
+int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out);
+
+/* engine.c: a store that is only a shell around c (every call dispatches to c). */
+int kvt__store_new_client(struct kvt_client *c, struct kvt_store **out);
+
+/* engine.c: the client of a client-mode store, NULL for an in-process store. */
+struct kvt_client *kvt__store_client(struct kvt_store *s);
+
+void kvt__client_close(struct kvt_client *c);
+const struct kvt_geometry *kvt__client_geometry(const struct kvt_client *c);
+const uint8_t *kvt__client_ns_id(const struct kvt_client *c);
+int kvt__client_tier_count(const struct kvt_client *c);
+const char *kvt__client_tier_name(const struct kvt_client *c, int tier);
+int kvt__client_fd(const struct kvt_client *c);
+int kvt__client_poll(struct kvt_client *c, int timeout_ms);
+
+int kvt__client_put(struct kvt_client *c, const struct kvt_key *key, const struct kvt_key *parent,
+		    uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg);
+int kvt__client_lookup(struct kvt_client *c, const struct kvt_key *keys, size_t n, int8_t *tiers,
+		       kvt_cb cb, void *arg);
+int kvt__client_get(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
+		    uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg);
+int kvt__client_prefetch(struct kvt_client *c, const struct kvt_key *keys, size_t n,
+			 uint64_t deadline_ns, kvt_cb cb, void *arg);
+int kvt__client_remove(struct kvt_client *c, const struct kvt_key *key, kvt_cb cb, void *arg);
+int kvt__client_flush(struct kvt_client *c, kvt_cb cb, void *arg);
+int kvt__client_stats(struct kvt_client *c, struct kvt_stats *out);
+
+/* The *_sync wrappers: run on the calling thread, never through the poll queue. */
+int kvt__client_put_sync(struct kvt_client *c, const struct kvt_key *key,
+			 const struct kvt_key *parent, uint32_t n_tokens, const void *buf,
+			 size_t len);
+int kvt__client_lookup_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
+			    int8_t *tiers);
+int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
+			 uint32_t layer_end, void *buf, size_t len, struct kvt_result *res);
+int kvt__client_prefetch_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
+			      uint64_t deadline_ns);
+int kvt__client_remove_sync(struct kvt_client *c, const struct kvt_key *key);
+int kvt__client_flush_sync(struct kvt_client *c);
+
+/* The daemon's own state (kvtier status --daemon, tests). */
+struct kvtd_status;
+int kvt__client_status(struct kvt_client *c, struct kvtd_status *out);
+
+#endif

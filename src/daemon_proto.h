@@ -1,0 +1,98 @@
+/*
+ * daemon_proto.h - the wire protocol between kvtierd and its clients (docs/DAEMON.md).
+ * Why a header of its own: the client (src/daemon_client.c), the daemon (daemon/) and the
+ * protocol fuzz target share one definition, and one validator that every length and
+ * offset from the wire goes through before use.
+ *
+ * Transport: a SOCK_SEQPACKET Unix socket (message boundaries kept, so a message is
+ * exactly one fixed-size struct or it is a protocol error). Payload never crosses the
+ * socket: each connection has one shared region (a memfd the client creates and passes
+ * with SCM_RIGHTS in HELLO), and requests name [off, off+len) inside it. One request is
+ * in flight per connection; the daemon answers each with one reply.
+ */
+#ifndef KVT_DAEMON_PROTO_H
+#define KVT_DAEMON_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvtier.h"
+
+#define KVTD_MAGIC 0x4b565444u /* "KVTD" */
+#define KVTD_VERSION 1
+/* A client's shared region: at least this, at most this plus the largest chunk payload. */
+#define KVTD_SHM_MIN (4u << 20)
+#define KVTD_SHM_MAX_EXTRA (4u << 20)
+#define KVTD_MAX_TIER_NAME 16
+
+enum kvtd_op {
+	KVTD_HELLO = 1,    /* fd attached; ns_id = the client's namespace; reply: info in shm */
+	KVTD_PUT = 2,      /* key, parent?, n_tokens, payload at [off, off+len) */
+	KVTD_GET = 3,      /* key, layer range; read into [off, off+len) */
+	KVTD_LOOKUP = 4,   /* n keys at off; tiers (n bytes) written at off + 32n */
+	KVTD_PREFETCH = 5, /* n keys at off; deadline_ns */
+	KVTD_REMOVE = 6,   /* key */
+	KVTD_FLUSH = 7,
+	KVTD_STATS = 8,  /* struct kvt_stats written at off */
+	KVTD_STATUS = 9, /* struct kvtd_status written at off */
+	KVTD_OP_MAX = 9,
+};
+
+struct kvtd_req {
+	uint32_t magic;
+	uint32_t op;
+	uint64_t seq;
+	struct kvt_key key;
+	struct kvt_key parent;
+	uint8_t ns_id[KVT_NS_ID_BYTES]; /* HELLO */
+	uint32_t has_parent;
+	uint32_t n_tokens;
+	uint32_t layer_begin, layer_end;
+	uint32_t version; /* HELLO */
+	uint32_t pad;
+	uint64_t off, len; /* a byte range of the shared region */
+	uint64_t n;        /* keys (LOOKUP, PREFETCH) */
+	uint64_t deadline_ns;
+};
+
+struct kvtd_rep {
+	uint32_t magic;
+	uint32_t op;
+	uint64_t seq;
+	struct kvt_result res;
+};
+
+/* What HELLO writes at offset 0 of the region. */
+struct kvtd_info {
+	uint32_t version;
+	uint32_t n_tiers;
+	struct kvt_geometry geo;
+	uint8_t ns_id[KVT_NS_ID_BYTES];
+	char tier[KVT_MAX_TIERS][KVTD_MAX_TIER_NAME];
+};
+
+/* What STATUS writes: the daemon's own state. */
+struct kvtd_status {
+	uint64_t connections;     /* attached now */
+	uint64_t connections_total;
+	uint64_t ops_in_progress; /* requests being served now (each holds its region) */
+	uint64_t regions_mapped;  /* shared regions mapped now (one per connection) */
+	uint64_t protocol_errors; /* connections dropped for a malformed message */
+	uint64_t refused;         /* connections refused at the limit */
+};
+
+/* Check a request that arrived as got bytes against a region of shm_len bytes (0: none
+ * yet, only HELLO is allowed), for a store of geometry g. 0 if every length and offset is
+ * usable; -EPROTO (wrong size, magic, op) or -EINVAL (a range outside the region, a count
+ * or layer range out of bounds) with a reason in err. */
+int kvtd_req_check(const struct kvtd_req *r, size_t got, uint64_t shm_len,
+		   const struct kvt_geometry *g, char *err, size_t errlen);
+
+/* Send one message, with fd attached if fd >= 0. 0 or -errno (-EPIPE: peer gone). */
+int kvtd_send(int sock, const void *msg, size_t len, int fd);
+/* Receive one message of at most cap bytes; *fd gets an attached descriptor (or -1; NULL:
+ * any attached descriptor is closed). Returns the bytes received, 0 at EOF, or -errno
+ * (-EAGAIN/-ETIMEDOUT: the socket's receive deadline passed; -EMSGSIZE: truncated). */
+long kvtd_recv(int sock, void *msg, size_t cap, int *fd);
+
+#endif

@@ -1,0 +1,339 @@
+/*
+ * engine_internal.h - the store's private types and the functions its files share
+ * (src/engine*.c; docs/ARCHITECTURE.md tells how they fit together). Nothing here is API:
+ * the public calls are in include/kvtier.h, the hooks for other library layers in
+ * engine.h. Functions shared between the engine's files are named kvt__e_*.
+ */
+#ifndef KVT_ENGINE_INTERNAL_H
+#define KVT_ENGINE_INTERNAL_H
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "cost.h"
+#include "daemon_client.h"
+#include "dram.h"
+#include "engine.h"
+#include "format.h"
+#include "list.h"
+#include "protect.h"
+#include "sketch.h"
+#include "store_key.h"
+#include "tier.h"
+
+#define BREAKER_FAILS 5
+#define BREAKER_BASE_NS (500ull * 1000 * 1000)
+#define BREAKER_MAX_NS (30ull * 1000 * 1000 * 1000)
+#define FILL_BUCKETS 1024
+#define SELECTIVE_SLOTS 65536
+#define BOUNCE_CACHE 256
+#define VERIFY_THREADS 2
+/* A deadline is store.deadline_floor_ms plus this many times what the call should cost
+ * (latency + bytes queued ahead of it and its own bytes over bandwidth) plus 4 mean
+ * deviations of past answers, at most store.tier_timeout_ms: room for ordinary jitter and
+ * variance, not for a stall. */
+#define DEADLINE_SLACK 4.0
+/* Until a tier has answered this many calls its estimate is a guess: deadlines are the
+ * ceiling (a slow start is not a stall). */
+#define DEADLINE_WARMUP 8
+/* Calls moving at most this many bytes (with what is queued ahead) measure latency;
+ * larger ones measure bandwidth. */
+#define DEADLINE_SMALL_BYTES (256u * 1024)
+
+enum write_policy { WP_THROUGH = 0, WP_BACK = 1, WP_SELECTIVE = 2 };
+
+struct link {
+	struct kvt_tier *t; /* NULL for the DRAM position */
+	char name[16];
+	bool local; /* a local device (nvme): a missed deadline means slow, not unreachable */
+	_Atomic uint32_t fails;         /* consecutive failures */
+	_Atomic uint64_t open_until_ns; /* circuit open until then */
+	_Atomic uint64_t cooldown_ns;
+	_Atomic int probing;
+	_Atomic uint64_t hits, misses, checksum_failures, errors, writes_skipped;
+	struct kvt_admit *admit; /* deeper tiers: what is worth writing here (NULL: all) */
+	_Atomic uint64_t admission_rejects;
+	/* what a call should cost here (EWMA of answers, seeded from the cost model's tier
+	 * profile) and what the tier has been given and not answered yet */
+	_Atomic uint64_t lat_ns;
+	_Atomic uint64_t bw_Bps[2]; /* [0] reads (and calls moving no object), [1] writes */
+	_Atomic uint64_t dev_ns; /* mean deviation of answers from the estimate */
+	_Atomic uint64_t samples;
+	_Atomic uint64_t queued_bytes[2]; /* given to the tier, not answered: [0] reads, [1] writes */
+	_Atomic uint64_t deadline_misses;
+};
+
+struct completion {
+	struct kvt_list node; /* in the queue for kvt_poll, or the spare list */
+	kvt_cb cb;
+	void *arg;
+	struct kvt_result res;
+};
+
+/* An internal callback deferred to the service thread. */
+struct work {
+	struct kvt_list node;
+	void (*fn)(void *arg);
+	void *arg;
+};
+
+/* A whole-object read from the fastest deeper tier that has it, into buf (a DRAM slot or a
+ * bounce buffer), verified there (header and every layer CRC). A tier that misses, fails or
+ * serves a corrupt object (dropped from that tier, counted) is passed over for the next.
+ * done() runs once, on a tier thread or the service thread, never in the submitting call:
+ * rc 0 with the decoded header (cr->pos is the chain position that served it), or -ENOENT
+ * when no tier could. */
+struct chain_read {
+	struct kvt_store *s;
+	struct kvt_key key;
+	void *buf;
+	bool in_slot; /* buf is a reserved DRAM slot (a fill), else a bounce buffer */
+	bool lost;    /* a late tier still owns buf: the slot went to its guard */
+	bool in_submit; /* chain_read_start has not returned: done() must not run here */
+	int pos;
+	void (*done)(struct chain_read *cr, int rc, const struct kvt_header *h);
+};
+
+/* Every call into a deeper tier (read, exists, write, remove, flush) goes through a guard
+ * with a deadline. The tier's callback argument is the guard, never the operation, so a
+ * tier that answers after the engine gave up finds only the guard. At the deadline the
+ * service thread completes the operation without the tier (expire) and hands the guard
+ * what the tier may still touch (a buffer it writes into, a reserved or pinned slot, the
+ * lookup's arrays, a write-behind job). Those leftovers are released by whoever drops the
+ * guard's last reference - the late answer, or expire() itself if the answer came first -
+ * never by one side while the other may still use them. */
+enum { G_PENDING, G_DONE, G_EXPIRED };
+
+struct guard {
+	size_t heap_idx;   /* position in the store's deadline heap while armed and pending */
+	uint64_t start;    /* submitted (CLOCK_MONOTONIC ns) */
+	uint64_t deadline; /* 0 until armed */
+	uint64_t bytes;    /* bytes this call moves */
+	uint64_t ahead[2]; /* bytes the tier held unanswered at submission: reads, writes */
+	bool write;        /* a write: its bandwidth is the tier's write bandwidth */
+	_Atomic int state;
+	_Atomic int refs;
+	struct kvt_store *s;
+	struct link *l;
+	const char *what; /* "read", "lookup", "write", "remove", "flush" */
+	void *op;
+	void (*resume)(void *op, int64_t rc); /* the tier answered in time */
+	void (*expire)(struct guard *g);      /* the deadline passed: hand over, move on */
+	/* left behind by expire() for the last reference to release */
+	void *orphan_buf;    /* a bounce buffer */
+	int32_t orphan_slot; /* a reserved DRAM slot to abort, -1 none */
+	int32_t orphan_pin;  /* a pinned DRAM slot to unpin, -1 none */
+	void *orphan_mem[2]; /* kvt__malloc'ed arrays */
+	void (*orphan_fn)(struct guard *g); /* e.g. drop a write-behind job's reference */
+	void *orphan_arg;
+	int64_t late_rc; /* the late answer, for orphan_fn */
+};
+
+struct fill_waiter {
+	struct fill_waiter *next;
+	kvt_acquire_cb cb;
+	void *arg;
+};
+
+/* One in-flight promotion of a key into a DRAM slot, shared by concurrent acquirers. */
+struct fill {
+	struct chain_read cr; /* first: a fill is its chain read */
+	struct fill *next;
+	struct kvt_key key;
+	struct kvt_store *s;
+	struct kvt_slot_ref ref;
+	struct fill_waiter *waiters;
+};
+
+/* One write-behind: a slot (or staging buffer) being written to the deeper tiers. Two
+ * counts: legs (tiers not yet answered or expired, +1 while submitting) decide when the job
+ * is complete - its put callback, flushes and removes waiting for it go on then - and refs
+ * (+1 per tier still holding the bytes, +1 until kvt__e_complete) decide when the slot or buffer
+ * is let go: a tier that missed its deadline may still be reading it. */
+struct wb {
+	struct kvt_list node; /* the outstanding list, in submission order */
+	uint64_t seq;
+	struct kvt_store *s;
+	struct kvt_key key;
+	struct kvt_slot_ref ref; /* ref.id < 0: staging buffer owned by the job */
+	_Atomic int legs;
+	_Atomic int refs;
+	_Atomic int ok;
+	_Atomic int first_err;
+	_Atomic bool removed; /* a kvt_remove of key came while this job was out */
+	bool keep_dirty;      /* a tier was never tried (no memory): stay dirty for a retry */
+	struct remove_op *after; /* removes of key waiting for this job */
+	/* put completion when the put waits for the writes (no DRAM tier) */
+	kvt_cb cb;
+	void *arg;
+	bool direct;
+};
+
+struct wb_leg {
+	struct wb *w;
+	struct link *l;
+};
+
+struct flush_waiter {
+	struct kvt_list node; /* waiting for write-behind, or ready */
+	struct kvt_store *s;
+	uint64_t target; /* complete once every job up to this one is */
+	uint64_t from;   /* write failures of jobs from this one on are this flush's */
+	kvt_cb cb;
+	void *arg;
+	bool direct;
+	_Atomic int remaining; /* tier flushes in flight, +1 while submitting */
+	_Atomic int status;
+	_Atomic int bad_tier;
+};
+
+struct kvt_store {
+	struct kvt_client *client; /* client mode (store.daemon): every call goes there */
+	struct kvt_config *cfg;
+	struct kvt_log log;
+	struct kvt_geometry geo;
+	uint8_t ns_id[KVT_NS_ID_BYTES];
+	uint64_t obj_max;
+	uint64_t max_object_bytes;
+	struct kvt_protect *prot; /* MAC / encryption of objects (src/protect.h); NULL: off */
+
+	struct kvt_dram *dram;
+	int dram_pos; /* -1 if no DRAM tier */
+	struct kvt_cost *cost; /* for admission's restore-vs-recompute check; may be NULL */
+	int n_links;
+	struct link links[KVT_MAX_TIERS];
+	/* per link: the newest write-behind job whose write there failed or was skipped
+	 * because the tier was unwell (flush reports it) */
+	_Atomic uint64_t wb_fail_seq[KVT_MAX_TIERS];
+
+	int write_policy;
+	uint32_t selective_hits;
+	bool promote;
+	bool promote_local;
+	uint64_t max_inflight;
+	_Atomic uint64_t inflight;
+	_Atomic bool closing; /* kvt_store_close has begun: no new operations */
+
+	/* completion queue for kvt_poll; every admitted operation reserves one node of the
+	 * free list, so queueing its completion never fails for lack of memory */
+	pthread_mutex_t cq_lock;
+	struct kvt_list cq;      /* completions waiting for kvt_poll */
+	struct kvt_list cq_free; /* spare nodes */
+	uint64_t cq_nfree, cq_reserved;
+	int efd;
+
+	/* deadlines of tier calls: a min-heap on guard->deadline */
+	pthread_mutex_t guard_lock;
+	struct guard **heap;
+	size_t heap_n, heap_cap;
+	uint64_t deadline_floor_ns, deadline_ceiling_ns;
+	_Atomic uint64_t heap_gen; /* bumped when a new deadline becomes the earliest */
+
+	/* service thread */
+	pthread_mutex_t work_lock;
+	pthread_cond_t work_cond; /* CLOCK_MONOTONIC */
+	struct kvt_list work;
+	bool stopping;
+	pthread_t service;
+
+	/* verify pool: CRC checks and copy-out of objects read from deeper tiers run here,
+	 * not on the tier's I/O thread */
+	pthread_mutex_t pool_lock;
+	pthread_cond_t pool_cond;
+	struct kvt_list pool_work;
+	bool pool_stopping;
+	int n_pool;
+	pthread_t pool[VERIFY_THREADS];
+
+	/* fills in flight */
+	pthread_mutex_t fill_lock;
+	struct fill *fills[FILL_BUCKETS];
+
+	/* write-behind */
+	pthread_mutex_t wb_lock;
+	pthread_cond_t wb_cond;
+	struct kvt_list wb; /* outstanding jobs, oldest first */
+	uint64_t wb_seq;
+	uint64_t wb_pending;
+	struct kvt_list flushes;
+
+	_Atomic uint8_t hitcount[SELECTIVE_SLOTS];
+
+	/* object-sized aligned buffers for chains without DRAM, reused (no mmap per I/O) */
+	pthread_mutex_t bounce_lock;
+	void *bounce[BOUNCE_CACHE];
+	int n_bounce;
+
+	_Atomic uint64_t puts, gets, lookups, prefetches, lookup_chunks, lookup_hit_chunks,
+		promotions;
+};
+
+struct remove_op {
+	struct remove_op *next_after; /* first: a job's list of removes waiting for it */
+	struct kvt_store *s;
+	struct kvt_key key;
+	_Atomic int remaining;
+	_Atomic int removed;
+	kvt_cb cb;
+	void *arg;
+	bool direct;
+};
+
+/* engine.c: admission of operations */
+void kvt__e_admission_record(struct kvt_store *s, const struct kvt_key *key);
+int kvt__e_admit_inflight(struct kvt_store *s);
+void kvt__e_unadmit(struct kvt_store *s);
+
+/* engine_health.c */
+void kvt__e_guard_arm(struct guard *g);
+void kvt__e_guard_cancel(struct guard *g);
+void kvt__e_guard_cb(void *arg, int64_t rc);
+struct guard *kvt__e_guard_new(struct kvt_store *s, struct link *l, const char *what, uint64_t bytes, void *op, void (*resume)(void *, int64_t), void (*expire)(struct guard *));
+uint64_t kvt__e_guards_expire(struct kvt_store *s, uint64_t *gen);
+void kvt__e_link_result(struct kvt_store *s, struct link *l, int rc);
+bool kvt__e_link_usable(struct link *l);
+
+/* engine.c: storage keys. The public calls take the engine's keys; everything below them -
+ * DRAM and every tier - sees only storage keys, scoped by the store's namespace
+ * (src/store_key.h). */
+const struct kvt_key *kvt__e_skey(const struct kvt_store *s, const struct kvt_key *key,
+				  struct kvt_key *out);
+int kvt__e_skeys(const struct kvt_store *s, struct kvt_storage_keys *b, const struct kvt_key *keys,
+		 size_t n);
+
+/* engine_ops.c */
+int kvt__e_do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers, kvt_cb cb, void *arg, bool direct);
+int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent, uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg, bool direct);
+int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg, bool direct);
+void kvt__e_remove_start(struct remove_op *o);
+
+/* engine_queue.c */
+void kvt__e_complete(struct kvt_store *s, kvt_cb cb, void *arg, bool direct, const struct kvt_result *res);
+int kvt__e_cq_reserve(struct kvt_store *s);
+void kvt__e_cq_unreserve(struct kvt_store *s);
+int kvt__e_defer(struct kvt_store *s, void (*fn)(void *), void *arg);
+int kvt__e_pool_defer(struct kvt_store *s, void (*fn)(void *), void *arg);
+void *kvt__e_pool_main(void *arg);
+void kvt__e_pool_stop(struct kvt_store *s);
+void *kvt__e_service_main(void *arg);
+
+/* engine_read.c */
+void *kvt__e_bounce_get(struct kvt_store *s);
+void kvt__e_bounce_put(struct kvt_store *s, void *b);
+int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, uint32_t l1, void *buf, size_t len, kvt_cb cb, void *arg, bool direct);
+int kvt__e_do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n, uint64_t deadline_ns, kvt_cb cb, void *arg, bool direct);
+
+/* engine_wb.c */
+int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct);
+void kvt__e_wb_dirty_all(struct kvt_store *s);
+void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key, const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct);
+void kvt__e_writeback_clean(struct kvt_store *s);
+
+#endif

@@ -1,0 +1,460 @@
+/*
+ * engine_ops.c - the calls that are not reads: kvt_put (one pass from the caller's buffer
+ * into a DRAM slot, copy and CRC together, then write-behind per the write policy), the
+ * device layer's reserve/commit of a slot it fills itself, kvt_lookup (DRAM first, then
+ * one batched exists per deeper tier, only for keys no faster tier has), and kvt_remove
+ * (ordered after any write-behind of the key still out).
+ */
+#include "engine_internal.h"
+
+/* ------------------------------------------------------------ put */
+
+struct put_ctx {
+	kvt_cb cb;
+	void *arg;
+	bool direct;
+};
+
+int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		  uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg,
+		  bool direct)
+{
+	if (!s || !key || !buf || !cb)
+		return -EINVAL;
+	if (n_tokens == 0 || n_tokens > s->geo.chunk_tokens ||
+	    len != kvt_payload_bytes(&s->geo, n_tokens))
+		return -EINVAL;
+	int arc = kvt__e_admit_inflight(s);
+	if (arc < 0)
+		return arc;
+	atomic_fetch_add(&s->puts, 1);
+	kvt__e_admission_record(s, key);
+	uint64_t obj_bytes = kvt_object_bytes(&s->geo, n_tokens);
+	bool deeper = s->n_links > s->dram_pos + 1;
+	struct kvt_result res = {.status = 0, .tier = KVT_TIER_NONE, .n_tokens = n_tokens,
+				 .bytes = len};
+
+	if (!s->dram) {
+		struct kvt_slot_ref ref = {.id = -1, .object_bytes = obj_bytes, .n_tokens = n_tokens,
+					   .has_parent = parent != NULL};
+		if (parent)
+			ref.parent = *parent;
+		ref.buf = kvt__e_bounce_get(s);
+		if (!ref.buf) {
+			kvt__e_unadmit(s);
+			return -ENOMEM;
+		}
+		kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
+		kvt__object_protect(ref.buf, obj_bytes, s->prot); /* MAC, encryption */
+		kvt__e_wb_submit(s, key, &ref, s->n_links, cb, arg, direct);
+		return 0;
+	}
+
+	struct kvt_slot_ref ref;
+	int rc = kvt__dram_alloc(s->dram, key, parent, &ref);
+	if (rc == -EEXIST) { /* same content already stored: a put is idempotent */
+		kvt__e_complete(s, cb, arg, direct, &res);
+		return 0;
+	}
+	if (rc < 0) {
+		kvt__e_unadmit(s);
+		if (rc != -ENOSPC)
+			return rc;
+		/* Every slot is pinned or dirty. If write-behind is under way, slots come free
+		 * soon: tell the caller to retry. */
+		if (s->write_policy == WP_BACK)
+			kvt__e_writeback_clean(s);
+		pthread_mutex_lock(&s->wb_lock);
+		bool pending = s->wb_pending > 0;
+		pthread_mutex_unlock(&s->wb_lock);
+		return pending ? -EAGAIN : -ENOSPC;
+	}
+	rc = kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
+	if (rc == 0)
+		rc = kvt__object_protect(ref.buf, obj_bytes, s->prot); /* MAC, encryption */
+	if (rc < 0) {
+		kvt__dram_abort(s->dram, ref.id);
+		kvt__e_unadmit(s);
+		return rc;
+	}
+	bool write_now = deeper && s->write_policy == WP_THROUGH;
+	bool dirty = deeper && (s->write_policy == WP_THROUGH || s->write_policy == WP_BACK);
+	kvt__dram_publish(s->dram, ref.id, obj_bytes, n_tokens, dirty);
+	ref.object_bytes = obj_bytes;
+	ref.n_tokens = n_tokens;
+	kvt__e_complete(s, cb, arg, direct, &res);
+	if (write_now)
+		kvt__e_wb_submit(s, key, &ref, s->n_links, NULL, NULL, false);
+	else
+		kvt__dram_unpin(s->dram, ref.id);
+	if (deeper && s->write_policy == WP_BACK)
+		kvt__e_writeback_clean(s);
+	return 0;
+}
+
+int kvt_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+	    uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg)
+{
+	if (s->client) return kvt__client_put(s->client, key, parent, n_tokens, buf, len, cb, arg);
+	struct kvt_key sk, sp;
+	return kvt__e_do_put(s, kvt__e_skey(s, key, &sk), kvt__e_skey(s, parent, &sp), n_tokens,
+			     buf, len, cb, arg, false);
+}
+
+int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		       uint32_t n_tokens, struct kvt_slot_ref *ref)
+{
+	if (s->client) return -ENOTSUP;
+	if (!s->dram)
+		return -ENOTSUP;
+	if (n_tokens == 0 || n_tokens > s->geo.chunk_tokens)
+		return -EINVAL;
+	int rc = kvt__dram_alloc(s->dram, key, parent, ref);
+	if (rc < 0)
+		return rc;
+	ref->n_tokens = n_tokens;
+	ref->object_bytes = kvt_object_bytes(&s->geo, n_tokens);
+	return 0;
+}
+
+int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref)
+{
+	struct kvt_key key;
+	kvt__dram_key(s->dram, ref->id, &key);
+	int rc = kvt__object_seal(ref->buf, ref->object_bytes, &s->geo, s->ns_id, &key,
+				  ref->n_tokens);
+	if (rc == 0)
+		rc = kvt__object_protect(ref->buf, ref->object_bytes, s->prot);
+	if (rc < 0) {
+		kvt__dram_abort(s->dram, ref->id);
+		return rc;
+	}
+	atomic_fetch_add(&s->puts, 1);
+	bool deeper = s->n_links > s->dram_pos + 1;
+	bool dirty = deeper && (s->write_policy == WP_THROUGH || s->write_policy == WP_BACK);
+	kvt__dram_publish(s->dram, ref->id, ref->object_bytes, ref->n_tokens, dirty);
+	if (deeper && s->write_policy == WP_THROUGH)
+		kvt__e_wb_submit(s, &key, ref, s->n_links, NULL, NULL, false);
+	else
+		kvt__dram_unpin(s->dram, ref->id);
+	if (deeper && s->write_policy == WP_BACK)
+		kvt__e_writeback_clean(s);
+	return 0;
+}
+
+void kvt__store_cancel(struct kvt_store *s, struct kvt_slot_ref *ref)
+{
+	kvt__dram_abort(s->dram, ref->id);
+}
+
+/* ------------------------------------------------------------ lookup */
+
+struct lookup_op {
+	struct kvt_store *s;
+	size_t n;
+	struct kvt_key *keys; /* copy */
+	int8_t *tiers;        /* internal result */
+	int8_t *out;          /* caller's array, may be NULL */
+	/* the batch asked of the current tier */
+	struct kvt_key *ask;
+	uint32_t *ask_idx;
+	uint8_t *present;
+	uint32_t n_ask;
+	int pos;
+	kvt_cb cb;
+	void *arg;
+	bool direct;
+};
+
+static size_t lookup_prefix(const struct lookup_op *o)
+{
+	size_t p = 0;
+	while (p < o->n && o->tiers[p] != KVT_TIER_NONE)
+		p++;
+	return p;
+}
+
+static void lookup_finish(struct lookup_op *o)
+{
+	struct kvt_store *s = o->s;
+	size_t p = lookup_prefix(o);
+	if (o->out)
+		for (size_t i = 0; i < o->n; i++)
+			o->out[i] = i < p ? o->tiers[i] : KVT_TIER_NONE;
+	atomic_fetch_add(&s->lookup_chunks, o->n);
+	atomic_fetch_add(&s->lookup_hit_chunks, p);
+	struct kvt_result res = {.status = (int)p, .tier = KVT_TIER_NONE};
+	kvt_cb cb = o->cb;
+	void *arg = o->arg;
+	bool direct = o->direct;
+	kvt__free(o->keys);
+	kvt__free(o->tiers);
+	kvt__free(o->ask);
+	kvt__free(o->ask_idx);
+	kvt__free(o->present);
+	kvt__free(o);
+	kvt__e_complete(s, cb, arg, direct, &res);
+}
+
+static void lookup_next(struct lookup_op *o);
+static void lookup_expire(struct guard *g);
+
+/* What the tier answered (rc < 0: it holds none of them, as far as this lookup knows). */
+static void lookup_answer(struct lookup_op *o, int rc)
+{
+	if (rc >= 0)
+		for (uint32_t i = 0; i < o->n_ask; i++)
+			if (o->present[i])
+				o->tiers[o->ask_idx[i]] = (int8_t)o->pos;
+	o->pos++;
+	lookup_next(o);
+}
+
+static void lookup_done(void *arg, int64_t rc)
+{
+	struct lookup_op *o = arg;
+	kvt__e_link_result(o->s, &o->s->links[o->pos], rc < 0 ? (int)rc : 0);
+	lookup_answer(o, rc < 0 ? (int)rc : 0);
+}
+
+static void lookup_next(struct lookup_op *o)
+{
+	struct kvt_store *s = o->s;
+	for (; o->pos < s->n_links; o->pos++) {
+		struct link *l = &s->links[o->pos];
+		if (!l->t || !kvt__e_link_usable(l))
+			continue;
+		/* Ask about unresolved keys from the first unresolved one on. */
+		size_t first = lookup_prefix(o);
+		if (first == o->n)
+			break;
+		o->n_ask = 0;
+		for (size_t i = first; i < o->n; i++)
+			if (o->tiers[i] == KVT_TIER_NONE) {
+				o->ask[o->n_ask] = o->keys[i];
+				o->ask_idx[o->n_ask++] = (uint32_t)i;
+			}
+		struct guard *g = kvt__e_guard_new(s, l, "lookup", (uint64_t)o->n_ask * KVT_KEY_BYTES, o,
+					    lookup_done, lookup_expire);
+		if (!g)
+			continue;
+		int rc = l->t->ops->exists(l->t, o->ask, o->n_ask, o->present, kvt__e_guard_cb, g);
+		if (rc == 0) {
+			kvt__e_guard_arm(g);
+			return;
+		}
+		kvt__e_guard_cancel(g);
+		kvt__e_link_result(s, l, rc);
+	}
+	lookup_finish(o);
+}
+
+/* The tier is too slow: it counts as holding none of the keys. It may still read ask[]
+ * and write present[], so those go to the guard and the lookup goes on with new ones. */
+static void lookup_expire(struct guard *g)
+{
+	struct lookup_op *o = g->op;
+	size_t m = o->n ? o->n : 1;
+	g->orphan_mem[0] = o->ask;
+	g->orphan_mem[1] = o->present;
+	o->ask = kvt__malloc(m * sizeof(*o->ask));
+	o->present = kvt__calloc(m, 1);
+	if (!o->ask || !o->present) {
+		lookup_finish(o); /* what faster tiers found */
+		return;
+	}
+	lookup_answer(o, -ETIMEDOUT);
+}
+
+int kvt__e_do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
+		     kvt_cb cb, void *arg, bool direct)
+{
+	if (!s || (!keys && n) || !cb || n > (1u << 24))
+		return -EINVAL;
+	int arc = kvt__e_admit_inflight(s);
+	if (arc < 0)
+		return arc;
+	atomic_fetch_add(&s->lookups, 1);
+	struct lookup_op *o = kvt__calloc(1, sizeof(*o));
+	size_t m = n ? n : 1;
+	if (!o || !(o->keys = kvt__malloc(m * sizeof(*keys))) || !(o->tiers = kvt__malloc(m)) ||
+	    !(o->ask = kvt__malloc(m * sizeof(*keys))) ||
+	    !(o->ask_idx = kvt__malloc(m * sizeof(uint32_t))) || !(o->present = kvt__calloc(m, 1))) {
+		if (o) {
+			kvt__free(o->keys);
+			kvt__free(o->tiers);
+			kvt__free(o->ask);
+			kvt__free(o->ask_idx);
+			kvt__free(o);
+		}
+		kvt__e_unadmit(s);
+		return -ENOMEM;
+	}
+	o->s = s;
+	o->n = n;
+	if (n)
+		memcpy(o->keys, keys, n * sizeof(*keys));
+	memset(o->tiers, KVT_TIER_NONE, m);
+	o->out = tiers;
+	o->cb = cb;
+	o->arg = arg;
+	o->direct = direct;
+	size_t i = 0;
+	if (s->dram)
+		for (; i < n && kvt__dram_contains(s->dram, &keys[i], true); i++)
+			o->tiers[i] = (int8_t)s->dram_pos;
+	/* Keys past the DRAM prefix may still be in DRAM; mark them so deeper tiers are
+	 * asked only about what DRAM lacks. */
+	if (s->dram)
+		for (size_t j = i; j < n; j++)
+			if (kvt__dram_contains(s->dram, &keys[j], false))
+				o->tiers[j] = (int8_t)s->dram_pos;
+	o->pos = s->dram_pos + 1;
+	lookup_next(o);
+	return 0;
+}
+
+int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
+	       kvt_cb cb, void *arg)
+{
+	if (s->client) return kvt__client_lookup(s->client, keys, n, tiers, cb, arg);
+	struct kvt_storage_keys b;
+	int rc = kvt__e_skeys(s, &b, keys, n);
+	rc = rc ? rc : kvt__e_do_lookup(s, b.keys, n, tiers, cb, arg, false);
+	kvt__storage_keys_free(&b);
+	return rc;
+}
+
+/* ------------------------------------------------------------ remove */
+
+/* A remove runs after every write-behind of its key that was out when it came: otherwise
+ * the write could land after it and the key reappear in a deeper tier. A write that
+ * missed its deadline and lands later still is removed again when it answers
+ * (wb_leg_orphan). */
+
+struct remove_leg {
+	struct remove_op *o;
+	struct link *l;
+};
+
+static void remove_release(struct remove_op *o)
+{
+	if (atomic_fetch_sub(&o->remaining, 1) != 1)
+		return;
+	struct kvt_result res = {.status = atomic_load(&o->removed), .tier = KVT_TIER_NONE};
+	struct kvt_store *s = o->s;
+	kvt_cb cb = o->cb;
+	void *arg = o->arg;
+	bool direct = o->direct;
+	kvt__free(o);
+	kvt__e_complete(s, cb, arg, direct, &res);
+}
+
+static void remove_leg_done(void *arg, int64_t rc)
+{
+	struct remove_leg *leg = arg;
+	struct remove_op *o = leg->o;
+	kvt__e_link_result(o->s, leg->l, rc < 0 ? (int)rc : 0);
+	if (rc == 0)
+		atomic_fetch_add(&o->removed, 1);
+	kvt__free(leg);
+	remove_release(o);
+}
+
+/* The tier missed its deadline: the key may still be there; it is not counted. */
+static void remove_leg_expire(struct guard *g)
+{
+	struct remove_leg *leg = g->op;
+	struct remove_op *o = leg->o;
+	kvt__free(leg);
+	remove_release(o);
+}
+
+/* Wait for write-behind of the key still out, else remove it from every deeper tier. */
+void kvt__e_remove_start(struct remove_op *o)
+{
+	struct kvt_store *s = o->s;
+	pthread_mutex_lock(&s->wb_lock);
+	struct wb *last = NULL;
+	struct kvt_list *p;
+	kvt_list_for_each(p, &s->wb)
+	{
+		struct wb *w = kvt_list_entry(p, struct wb, node);
+		if (kvt__key_eq(&w->key, &o->key)) {
+			atomic_store(&w->removed, true);
+			last = w;
+		}
+	}
+	if (last) {
+		o->next_after = last->after;
+		last->after = o;
+		pthread_mutex_unlock(&s->wb_lock);
+		return;
+	}
+	pthread_mutex_unlock(&s->wb_lock);
+	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
+		struct link *l = &s->links[i];
+		if (!kvt__e_link_usable(l))
+			continue;
+		struct remove_leg *leg = kvt__malloc(sizeof(*leg));
+		struct guard *g = leg ? kvt__e_guard_new(s, l, "remove", 0, leg, remove_leg_done,
+						  remove_leg_expire)
+				      : NULL;
+		if (!g) {
+			kvt__free(leg);
+			continue;
+		}
+		leg->o = o;
+		leg->l = l;
+		atomic_fetch_add(&o->remaining, 1);
+		int rc = l->t->ops->remove(l->t, &o->key, kvt__e_guard_cb, g);
+		if (rc == 0) {
+			kvt__e_guard_arm(g);
+			continue;
+		}
+		kvt__e_guard_cancel(g);
+		atomic_fetch_sub(&o->remaining, 1);
+		kvt__free(leg);
+		kvt__e_link_result(s, l, rc);
+	}
+	/* The last reference may be ours: the completion goes through the queue (unless
+	 * direct, where the caller is a sync wrapper waiting for it). */
+	remove_release(o);
+}
+
+int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg,
+		     bool direct)
+{
+	if (!s || !key || !cb)
+		return -EINVAL;
+	struct remove_op *o = kvt__calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	int arc = kvt__e_admit_inflight(s);
+	if (arc < 0) {
+		kvt__free(o);
+		return arc;
+	}
+	o->s = s;
+	o->key = *key;
+	o->cb = cb;
+	o->arg = arg;
+	o->direct = direct;
+	atomic_store(&o->remaining, 1);
+	if (s->dram) {
+		/* A slot being written behind is unlinked now and freed when the job lets go;
+		 * a dirty one not yet written never will be. */
+		int rc = kvt__dram_remove(s->dram, key);
+		if (rc == 0 || rc == -EBUSY)
+			atomic_fetch_add(&o->removed, 1);
+	}
+	kvt__e_remove_start(o);
+	return 0;
+}
+
+int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg)
+{
+	if (s->client) return kvt__client_remove(s->client, key, cb, arg);
+	struct kvt_key sk;
+	return kvt__e_do_remove(s, kvt__e_skey(s, key, &sk), cb, arg, false);
+}

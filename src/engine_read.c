@@ -1,0 +1,711 @@
+/*
+ * engine_read.c - the read path. A get served from DRAM copies out at once; a miss reads
+ * the whole object from the fastest deeper tier that has it into a fresh DRAM slot (a fill,
+ * shared by concurrent misses on the key), verifies it on the verify pool, publishes it and
+ * copies out; without a DRAM slot a reused aligned bounce buffer stands in. A tier that
+ * misses, fails, misses its deadline or serves damaged bytes is passed over for the next;
+ * only damaged bytes are dropped - a sound object of another namespace or geometry, or one
+ * larger than store.max_object_bytes, is a miss and stays. Prefetch stages a looked-up
+ * prefix into DRAM through the same fills.
+ */
+#include "engine_internal.h"
+
+/* ------------------------------------------------------------ bounce buffers */
+
+void *kvt__e_bounce_get(struct kvt_store *s)
+{
+	void *b = NULL;
+	pthread_mutex_lock(&s->bounce_lock);
+	if (s->n_bounce)
+		b = s->bounce[--s->n_bounce];
+	pthread_mutex_unlock(&s->bounce_lock);
+	return b ? b : kvt__aligned_alloc(s->obj_max);
+}
+
+void kvt__e_bounce_put(struct kvt_store *s, void *b)
+{
+	pthread_mutex_lock(&s->bounce_lock);
+	if (s->n_bounce < BOUNCE_CACHE) {
+		s->bounce[s->n_bounce++] = b;
+		b = NULL;
+	}
+	pthread_mutex_unlock(&s->bounce_lock);
+	kvt__free_aligned(b, s->obj_max);
+}
+
+/* ------------------------------------------------------------ chain reads */
+
+/* Read a whole object from the fastest deeper tier that has it, into buf (a DRAM slot or a
+ * bounce buffer), and verify header and every layer CRC there. A tier that misses, fails or
+ * serves a corrupt object (dropped from that tier, counted) is passed over for the next.
+ * done() runs once, on a tier thread or in the submitting call: rc 0 with the decoded
+ * header and the chain position that served it, or -ENOENT when no tier could. */
+
+static void chain_read_next(struct chain_read *cr);
+static void chain_read_expire(struct guard *g);
+
+static bool same_geometry(const struct kvt_geometry *a, const struct kvt_geometry *b)
+{
+	return a->layers == b->layers && a->kv_heads == b->kv_heads &&
+	       a->head_dim == b->head_dim && a->chunk_tokens == b->chunk_tokens &&
+	       a->dtype == b->dtype && a->kind == b->kind;
+}
+
+/* A failure found before chain_read_start returned is reported from the service thread:
+ * done() never runs inside the submitting call. */
+struct deferred_done {
+	struct chain_read *cr;
+	int rc;
+};
+
+static void deferred_done_run(void *arg)
+{
+	struct deferred_done *d = arg;
+	struct chain_read *cr = d->cr;
+	int rc = d->rc;
+	kvt__free(d);
+	cr->done(cr, rc, NULL);
+}
+
+static void chain_read_fail(struct chain_read *cr, int rc)
+{
+	if (!cr->in_submit) {
+		cr->done(cr, rc, NULL);
+		return;
+	}
+	cr->in_submit = false;
+	/* Short of memory to defer it, wait for some: never run done() here, never lose it. */
+	for (;;) {
+		struct deferred_done *d = kvt__malloc(sizeof(*d));
+		if (d) {
+			d->cr = cr;
+			d->rc = rc;
+			if (kvt__e_defer(cr->s, deferred_done_run, d) == 0)
+				return;
+			kvt__free(d);
+		}
+		usleep(1000);
+	}
+}
+
+/* Is the object in buf sound but not ours to serve - another namespace or geometry under
+ * the same (opaque) key, or larger than store.max_object_bytes? Then it is a miss and
+ * stays for whoever it belongs to: only damaged bytes are ever dropped. */
+static bool chain_read_foreign(struct kvt_store *s, const void *buf, uint64_t len,
+			       const char **why)
+{
+	struct kvt_header h;
+	struct kvt_expect any = {.max_object_bytes = 0}; /* the format's own bound */
+	if (kvt__header_decode(buf, &h, &any) < 0)
+		return false;
+	if (!same_geometry(&h.geometry, &s->geo) || memcmp(h.ns_id, s->ns_id, KVT_NS_ID_BYTES)) {
+		*why = "another namespace or geometry";
+		return true;
+	}
+	if (h.object_bytes > s->max_object_bytes) {
+		*why = "an object larger than store.max_object_bytes";
+		return true;
+	}
+	(void)len;
+	return false;
+}
+
+static void chain_read_verify(struct chain_read *cr, int64_t rc);
+
+struct verify_job {
+	struct chain_read *cr;
+	int64_t rc;
+};
+
+static void verify_job_run(void *arg)
+{
+	struct verify_job *j = arg;
+	struct chain_read *cr = j->cr;
+	int64_t rc = j->rc;
+	kvt__free(j);
+	chain_read_verify(cr, rc);
+}
+
+/* The tier answered in time (on its I/O thread): the object's checks and whatever
+ * follows (publish, copy-out) go to the verify pool, so the tier's thread goes back to
+ * its I/O at once. */
+static void chain_read_done(void *arg, int64_t rc)
+{
+	struct chain_read *cr = arg;
+	struct kvt_store *s = cr->s;
+	kvt__e_link_result(s, &s->links[cr->pos], rc < 0 ? (int)rc : 0);
+	if (rc > 0 && s->n_pool) {
+		struct verify_job *j = kvt__malloc(sizeof(*j));
+		if (j) {
+			j->cr = cr;
+			j->rc = rc;
+			if (kvt__e_pool_defer(s, verify_job_run, j) == 0)
+				return;
+			kvt__free(j);
+		}
+	}
+	chain_read_verify(cr, rc); /* no pool or no memory: here */
+}
+
+static void chain_read_verify(struct chain_read *cr, int64_t rc)
+{
+	struct kvt_store *s = cr->s;
+	struct link *l = &s->links[cr->pos];
+	if (rc > 0) {
+		struct kvt_header h;
+		struct kvt_expect exp = {.geometry = &s->geo, .ns_id = s->ns_id, .key = &cr->key,
+					 .max_object_bytes = s->max_object_bytes};
+		int v = kvt__object_verify(cr->buf, (uint64_t)rc, &exp, &h);
+		int a = v ? v : kvt__object_authenticate(cr->buf, (uint64_t)rc, &h, s->prot);
+		if (a < 0 && a != -EBADMSG) { /* sound, not ours to read (src/protect.h): kept */
+			atomic_fetch_add(&l->misses, 1);
+			KVT_DEBUG(&s->log, "tier %s: object not readable here: %s", l->name,
+				  kvt_strerror(a));
+			cr->pos++;
+			chain_read_next(cr);
+			return;
+		}
+		v = a; /* a MAC that does not verify is damage (or forgery): dropped below */
+		if (v == 0) {
+			atomic_fetch_add(&l->hits, 1);
+			cr->done(cr, 0, &h);
+			return;
+		}
+		const char *why;
+		if (chain_read_foreign(s, cr->buf, (uint64_t)rc, &why)) {
+			atomic_fetch_add(&l->misses, 1);
+			KVT_DEBUG(&s->log, "tier %s holds %s under this key: a miss, left in place",
+				  l->name, why);
+			cr->pos++;
+			chain_read_next(cr);
+			return;
+		}
+		atomic_fetch_add(&l->checksum_failures, 1);
+		KVT_WARN(&s->log, "tier %s served a corrupt object (dropped): %s", l->name,
+			 kvt_strerror(v));
+		if (l->t->ops->drop_corrupt)
+			l->t->ops->drop_corrupt(l->t, &cr->key);
+	} else {
+		atomic_fetch_add(&l->misses, 1);
+	}
+	cr->pos++;
+	chain_read_next(cr);
+}
+
+static void chain_read_next(struct chain_read *cr)
+{
+	struct kvt_store *s = cr->s;
+	for (; cr->pos < s->n_links; cr->pos++) {
+		struct link *l = &s->links[cr->pos];
+		if (!l->t || !kvt__e_link_usable(l))
+			continue;
+		struct guard *g =
+			kvt__e_guard_new(s, l, "read", s->obj_max, cr, chain_read_done, chain_read_expire);
+		if (!g)
+			continue;
+		struct kvt_seg seg = {.off = 0, .len = s->obj_max, .buf = cr->buf};
+		/* Once the tier has the call, cr belongs to its answer: leave submit mode first. */
+		bool submitting = cr->in_submit;
+		cr->in_submit = false;
+		int rc = l->t->ops->read(l->t, &cr->key, &seg, 1, kvt__e_guard_cb, g);
+		if (rc == 0) {
+			kvt__e_guard_arm(g);
+			return;
+		}
+		cr->in_submit = submitting;
+		kvt__e_guard_cancel(g);
+		kvt__e_link_result(s, l, rc);
+	}
+	chain_read_fail(cr, -ENOENT);
+}
+
+/* The tier missed its deadline: a miss there. It may still write into the buffer, so the
+ * buffer goes to the guard. A bounce read goes on to the next tier with a fresh buffer; a
+ * fill cannot take a second slot for its key, so it fails (the get that started it falls
+ * back to a bounce read). Runs on the service thread. */
+static void chain_read_expire(struct guard *g)
+{
+	struct chain_read *cr = g->op;
+	struct kvt_store *s = cr->s;
+	struct link *l = &s->links[cr->pos];
+	atomic_fetch_add(&l->misses, 1);
+	if (cr->in_slot) {
+		struct fill *f = (struct fill *)cr;
+		g->orphan_slot = f->ref.id;
+		cr->lost = true;
+		cr->done(cr, -ETIMEDOUT, NULL);
+		return;
+	}
+	g->orphan_buf = cr->buf;
+	cr->buf = kvt__e_bounce_get(s);
+	if (!cr->buf) {
+		cr->done(cr, -ENOMEM, NULL);
+		return;
+	}
+	cr->pos++;
+	chain_read_next(cr);
+}
+
+/* Start the read; done() runs later, on another thread. */
+static void chain_read_start(struct chain_read *cr, struct kvt_store *s, const struct kvt_key *key,
+			     void *buf, bool in_slot, int from,
+			     void (*done)(struct chain_read *, int, const struct kvt_header *))
+{
+	cr->s = s;
+	cr->key = *key;
+	cr->buf = buf;
+	cr->in_slot = in_slot;
+	cr->lost = false;
+	cr->pos = from;
+	cr->done = done;
+	cr->in_submit = true;
+	chain_read_next(cr); /* cr may be gone when this returns */
+}
+
+/* ------------------------------------------------------------ fills (promotion) */
+
+static struct fill **fill_bucket(struct kvt_store *s, const struct kvt_key *key)
+{
+	return &s->fills[kvt__key_hash(key) % FILL_BUCKETS];
+}
+
+/* Hand the result to every waiter: each gets its own pin on success. */
+static void fill_finish(struct fill *f, int rc, int tier)
+{
+	struct kvt_store *s = f->s;
+	pthread_mutex_lock(&s->fill_lock);
+	struct fill **pp = fill_bucket(s, &f->key);
+	while (*pp != f)
+		pp = &(*pp)->next;
+	*pp = f->next;
+	struct fill_waiter *w = f->waiters;
+	pthread_mutex_unlock(&s->fill_lock);
+	if (rc == 0) {
+		atomic_fetch_add(&s->promotions, 1);
+		for (struct fill_waiter *x = w->next; x; x = x->next)
+			kvt__dram_pin(s->dram, f->ref.id);
+	}
+	while (w) {
+		struct fill_waiter *next = w->next;
+		w->cb(w->arg, rc, rc == 0 ? &f->ref : NULL, tier);
+		kvt__free(w);
+		w = next;
+	}
+	kvt__free(f);
+}
+
+static void fill_read_done(struct chain_read *cr, int rc, const struct kvt_header *h)
+{
+	struct fill *f = (struct fill *)cr; /* cr is the fill's first member */
+	struct kvt_store *s = f->s;
+	if (rc < 0) {
+		if (!cr->lost) /* else the late tier's guard gives the slot back */
+			kvt__dram_abort(s->dram, f->ref.id);
+		/* tier: where a deadline was missed, so a get can go on after it */
+		fill_finish(f, rc, rc == -ETIMEDOUT ? cr->pos : KVT_TIER_NONE);
+		return;
+	}
+	f->ref.object_bytes = h->object_bytes;
+	f->ref.n_tokens = h->n_tokens;
+	/* A hit from a shared tier is also kept on the local tiers above it, so the next miss
+	 * in DRAM does not cross the network again. */
+	bool local = s->promote_local && cr->pos > s->dram_pos + 1;
+	kvt__dram_publish(s->dram, f->ref.id, h->object_bytes, h->n_tokens, local);
+	if (local) {
+		kvt__dram_pin(s->dram, f->ref.id);
+		kvt__e_wb_submit(s, &f->key, &f->ref, cr->pos, NULL, NULL, false);
+	}
+	kvt__e_admission_record(s, &f->key);
+	fill_finish(f, 0, cr->pos);
+}
+
+struct deferred_hit {
+	kvt_acquire_cb cb;
+	void *arg;
+	struct kvt_slot_ref ref;
+	int tier;
+};
+
+static void deferred_hit_run(void *arg)
+{
+	struct deferred_hit *d = arg;
+	d->cb(d->arg, 0, &d->ref, d->tier);
+	kvt__free(d);
+}
+
+/* Start (or join) the promotion of key. Returns 0 (cb later) or -errno:
+ * -EBUSY the key is being filled by a put right now, -ENOSPC no slot. */
+static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
+		      void *arg)
+{
+	struct fill_waiter *w = kvt__malloc(sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->cb = cb;
+	w->arg = arg;
+	w->next = NULL;
+	pthread_mutex_lock(&s->fill_lock);
+	struct fill **b = fill_bucket(s, key);
+	for (struct fill *f = *b; f; f = f->next)
+		if (kvt__key_eq(&f->key, key)) {
+			w->next = f->waiters->next; /* the first waiter keeps the fill's pin */
+			f->waiters->next = w;
+			pthread_mutex_unlock(&s->fill_lock);
+			return 0;
+		}
+	struct fill *f = kvt__calloc(1, sizeof(*f));
+	if (!f) {
+		pthread_mutex_unlock(&s->fill_lock);
+		kvt__free(w);
+		return -ENOMEM;
+	}
+	int rc = kvt__dram_alloc(s->dram, key, NULL, &f->ref);
+	if (rc < 0) {
+		pthread_mutex_unlock(&s->fill_lock);
+		kvt__free(f);
+		kvt__free(w);
+		return rc == -EEXIST ? -EBUSY : rc;
+	}
+	f->key = *key;
+	f->s = s;
+	f->waiters = w;
+	f->next = *b;
+	*b = f;
+	pthread_mutex_unlock(&s->fill_lock);
+	chain_read_start(&f->cr, s, key, f->ref.buf, true, s->dram_pos + 1, fill_read_done);
+	return 0;
+}
+
+int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
+		       void *arg)
+{
+	if (s->client) return -ENOTSUP;
+	if (!s->dram)
+		return -ENOTSUP;
+	struct kvt_slot_ref ref;
+	if (kvt__dram_get(s->dram, key, &ref) == 0) {
+		struct deferred_hit *d = kvt__malloc(sizeof(*d));
+		if (!d) {
+			kvt__dram_unpin(s->dram, ref.id);
+			return -ENOMEM;
+		}
+		d->cb = cb;
+		d->arg = arg;
+		d->ref = ref;
+		d->tier = s->dram_pos;
+		atomic_fetch_add(&s->links[s->dram_pos].hits, 1);
+		int rc = kvt__e_defer(s, deferred_hit_run, d);
+		if (rc < 0) {
+			kvt__dram_unpin(s->dram, ref.id);
+			kvt__free(d);
+		}
+		return rc;
+	}
+	int rc = fill_start(s, key, cb, arg);
+	if (rc == -EBUSY) {
+		/* A put of this key is being published right now; it is a hit once it lands. */
+		if (kvt__dram_get(s->dram, key, &ref) == 0) {
+			kvt__dram_unpin(s->dram, ref.id);
+			return kvt__store_acquire(s, key, cb, arg);
+		}
+	}
+	return rc;
+}
+
+void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref)
+{
+	kvt__dram_unpin(s->dram, ref->id);
+}
+
+/* ------------------------------------------------------------ get */
+
+struct get_op {
+	struct chain_read cr; /* first: the bounce path is a chain read */
+	struct kvt_store *s;
+	struct kvt_key key;
+	uint32_t l0, l1;
+	void *buf;
+	size_t len;
+	kvt_cb cb;
+	void *arg;
+	bool direct;
+	void *bounce; /* no DRAM slot: the object is read here */
+};
+
+static void get_finish(struct get_op *g, int status, int tier, uint32_t n_tokens, uint64_t bytes)
+{
+	struct kvt_result res = {.status = status, .tier = tier, .n_tokens = n_tokens,
+				 .bytes = bytes};
+	struct kvt_store *s = g->s;
+	if (g->bounce && g->cr.buf) /* the chain read may have swapped buffers */
+		kvt__e_bounce_put(s, g->cr.buf);
+	kvt__e_complete(s, g->cb, g->arg, g->direct, &res);
+	kvt__free(g);
+}
+
+/* Copy the requested layers out of an object in a DRAM slot. Objects enter DRAM verified
+ * (encoded from the caller's bytes, or checked in full on promotion), so only the header
+ * is decoded here, not the layer CRCs again. */
+static int64_t get_extract(struct get_op *g, const void *obj, struct kvt_header *h)
+{
+	struct kvt_store *s = g->s;
+	struct kvt_expect exp = {.geometry = &s->geo, .ns_id = s->ns_id, .key = &g->key,
+				 .max_object_bytes = s->max_object_bytes};
+	int rc = kvt__header_decode(obj, h, &exp);
+	if (rc < 0)
+		return rc;
+	return kvt__object_read_layers(h, obj, g->l0, g->l1, g->buf, g->len, s->prot);
+}
+
+/* Selective write policy: a chunk goes deeper once it has been hit selective_hits times
+ * in DRAM (counted in a small saturating table; collisions only make it go earlier). ref is
+ * pinned by the caller. */
+static void get_selective(struct kvt_store *s, const struct kvt_key *key,
+			  const struct kvt_slot_ref *ref)
+{
+	if (s->write_policy != WP_SELECTIVE || s->n_links <= s->dram_pos + 1)
+		return;
+	_Atomic uint8_t *c = &s->hitcount[kvt__key_hash(key) % SELECTIVE_SLOTS];
+	if (atomic_load(c) > s->selective_hits)
+		return;
+	if ((uint32_t)atomic_fetch_add(c, 1) + 1 != s->selective_hits)
+		return;
+	kvt__dram_pin(s->dram, ref->id); /* the write-behind job's own pin */
+	kvt__dram_set_dirty(s->dram, ref->id, true);
+	kvt__e_wb_submit(s, key, ref, s->n_links, NULL, NULL, false);
+}
+
+static int get_bounce_start(struct get_op *g, int from);
+
+static void get_acquired(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
+{
+	struct get_op *g = arg;
+	struct kvt_store *s = g->s;
+	if (rc == -ETIMEDOUT && tier >= 0 && tier + 1 < s->n_links) {
+		/* The promotion's tier missed its deadline: read on from the next tier through
+		 * a bounce buffer (the fill's slot is the late tier's until it answers). */
+		if (get_bounce_start(g, tier + 1) == 0)
+			return;
+		rc = -ENOMEM;
+	}
+	if (rc < 0) {
+		get_finish(g, rc == -ETIMEDOUT ? -ENOENT : rc, KVT_TIER_NONE, 0, 0);
+		return;
+	}
+	struct kvt_header h;
+	int64_t n = get_extract(g, ref->buf, &h);
+	kvt__dram_unpin(s->dram, ref->id);
+	if (n < 0) {
+		get_finish(g, (int)n, KVT_TIER_NONE, 0, 0);
+		return;
+	}
+	get_finish(g, 0, tier, h.n_tokens, (uint64_t)n);
+}
+
+static void get_bounce_done(struct chain_read *cr, int rc, const struct kvt_header *h)
+{
+	struct get_op *g = (struct get_op *)cr; /* cr is the op's first member */
+	if (rc < 0) {
+		get_finish(g, rc, KVT_TIER_NONE, 0, 0);
+		return;
+	}
+	/* Verified in full by the chain read: copy without checking again. */
+	int64_t n = kvt__object_read_layers(h, cr->buf, g->l0, g->l1, g->buf, g->len, g->s->prot);
+	if (n < 0)
+		get_finish(g, (int)n, KVT_TIER_NONE, 0, 0);
+	else
+		get_finish(g, 0, cr->pos, h->n_tokens, (uint64_t)n);
+}
+
+static int get_bounce_start(struct get_op *g, int from)
+{
+	g->bounce = kvt__e_bounce_get(g->s);
+	if (!g->bounce)
+		return -ENOMEM;
+	chain_read_start(&g->cr, g->s, &g->key, g->bounce, false, from, get_bounce_done);
+	return 0;
+}
+
+int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, uint32_t l1,
+		  void *buf, size_t len, kvt_cb cb, void *arg, bool direct)
+{
+	if (!s || !key || !buf || !cb)
+		return -EINVAL;
+	if (l1 == 0)
+		l1 = s->geo.layers;
+	if (l0 >= l1 || l1 > s->geo.layers)
+		return -EINVAL;
+	if (len < (uint64_t)(l1 - l0) * kvt_layer_bytes(&s->geo, 1))
+		return -EINVAL;
+	int arc = kvt__e_admit_inflight(s);
+	if (arc < 0)
+		return arc;
+	atomic_fetch_add(&s->gets, 1);
+	struct get_op *g = kvt__calloc(1, sizeof(*g));
+	if (!g) {
+		kvt__e_unadmit(s);
+		return -ENOMEM;
+	}
+	g->s = s;
+	g->key = *key;
+	g->l0 = l0;
+	g->l1 = l1;
+	g->buf = buf;
+	g->len = len;
+	g->cb = cb;
+	g->arg = arg;
+	g->direct = direct;
+
+	if (s->dram) {
+		struct kvt_slot_ref ref;
+		if (kvt__dram_get(s->dram, key, &ref) == 0) {
+			/* Objects enter DRAM verified (encoded from the caller's bytes, or checked
+			 * on promotion), so a DRAM hit checks the header only. */
+			struct kvt_header h;
+			int64_t n = get_extract(g, ref.buf, &h);
+			atomic_fetch_add(&s->links[s->dram_pos].hits, 1);
+			kvt__e_admission_record(s, key);
+			get_selective(s, key, &ref);
+			kvt__dram_unpin(s->dram, ref.id);
+			if (n < 0)
+				get_finish(g, (int)n, KVT_TIER_NONE, 0, 0);
+			else
+				get_finish(g, 0, s->dram_pos, h.n_tokens, (uint64_t)n);
+			return 0;
+		}
+		atomic_fetch_add(&s->links[s->dram_pos].misses, 1);
+		if (s->n_links == s->dram_pos + 1) {
+			get_finish(g, -ENOENT, KVT_TIER_NONE, 0, 0);
+			return 0;
+		}
+		if (s->promote) {
+			int rc = fill_start(s, key, get_acquired, g);
+			if (rc == 0)
+				return 0;
+			/* No slot to promote into (or a put of the key is landing): read through
+			 * a bounce buffer instead. */
+		}
+	}
+	int rc = get_bounce_start(g, s->dram_pos + 1);
+	if (rc < 0) {
+		kvt__free(g);
+		kvt__e_unadmit(s);
+	}
+	return rc;
+}
+
+int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
+	    uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg)
+{
+	if (s->client) return kvt__client_get(s->client, key, layer_begin, layer_end, buf, len, cb, arg);
+	struct kvt_key sk;
+	return kvt__e_do_get(s, kvt__e_skey(s, key, &sk), layer_begin, layer_end, buf, len, cb, arg,
+			     false);
+}
+
+/* ------------------------------------------------------------ prefetch */
+
+struct prefetch_op {
+	struct kvt_store *s;
+	struct kvt_key *keys;
+	size_t n;
+	uint64_t deadline;
+	_Atomic size_t remaining;
+	_Atomic size_t resident;
+	size_t prefix;
+	kvt_cb cb;
+	void *arg;
+	bool direct;
+};
+
+static void prefetch_finish(struct prefetch_op *p)
+{
+	struct kvt_result res = {.status = (int)atomic_load(&p->resident), .tier = KVT_TIER_NONE};
+	struct kvt_store *s = p->s;
+	kvt_cb cb = p->cb;
+	void *arg = p->arg;
+	bool direct = p->direct;
+	kvt__free(p->keys);
+	kvt__free(p);
+	kvt__e_complete(s, cb, arg, direct, &res);
+}
+
+static void prefetch_one_done(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
+{
+	struct prefetch_op *p = arg;
+	if (rc == 0) {
+		atomic_fetch_add(&p->resident, 1);
+		kvt__dram_unpin(p->s->dram, ref->id);
+	}
+	if (atomic_fetch_sub(&p->remaining, 1) == 1)
+		prefetch_finish(p);
+}
+
+static void prefetch_looked_up(void *arg, const struct kvt_result *res)
+{
+	struct prefetch_op *p = arg;
+	struct kvt_store *s = p->s;
+	size_t prefix = res->status > 0 ? (size_t)res->status : 0;
+	atomic_store(&p->remaining, 1);
+	for (size_t i = 0; i < prefix; i++) {
+		if (kvt__dram_contains(s->dram, &p->keys[i], false)) {
+			atomic_fetch_add(&p->resident, 1);
+			continue;
+		}
+		if (p->deadline && kvt__now_ns() >= p->deadline)
+			break; /* not started by the deadline: dropped */
+		atomic_fetch_add(&p->remaining, 1);
+		if (kvt__store_acquire(s, &p->keys[i], prefetch_one_done, p) < 0)
+			atomic_fetch_sub(&p->remaining, 1);
+	}
+	if (atomic_fetch_sub(&p->remaining, 1) == 1)
+		prefetch_finish(p);
+}
+
+int kvt__e_do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+		       uint64_t deadline_ns, kvt_cb cb, void *arg, bool direct)
+{
+	if (!s || (!keys && n) || !cb)
+		return -EINVAL;
+	if (!s->dram)
+		return -ENOTSUP;
+	struct prefetch_op *p = kvt__calloc(1, sizeof(*p));
+	if (!p || !(p->keys = kvt__malloc((n ? n : 1) * sizeof(*keys)))) {
+		kvt__free(p);
+		return -ENOMEM;
+	}
+	if (n)
+		memcpy(p->keys, keys, n * sizeof(*keys));
+	p->s = s;
+	p->n = n;
+	p->deadline = deadline_ns;
+	p->cb = cb;
+	p->arg = arg;
+	p->direct = direct;
+	int arc = kvt__e_admit_inflight(s);
+	if (arc < 0) {
+		kvt__free(p->keys);
+		kvt__free(p);
+		return arc;
+	}
+	atomic_fetch_add(&s->prefetches, 1);
+	/* The lookup's completion continues the prefetch on the completing thread. */
+	int rc = kvt__e_do_lookup(s, p->keys, n, NULL, prefetch_looked_up, p, true);
+	if (rc < 0) {
+		kvt__e_unadmit(s);
+		kvt__free(p->keys);
+		kvt__free(p);
+	}
+	return rc;
+}
+
+int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n, uint64_t deadline_ns,
+		 kvt_cb cb, void *arg)
+{
+	if (s->client) return kvt__client_prefetch(s->client, keys, n, deadline_ns, cb, arg);
+	struct kvt_storage_keys b;
+	int rc = kvt__e_skeys(s, &b, keys, n);
+	rc = rc ? rc : kvt__e_do_prefetch(s, b.keys, n, deadline_ns, cb, arg, false);
+	kvt__storage_keys_free(&b);
+	return rc;
+}

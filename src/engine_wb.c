@@ -1,0 +1,424 @@
+/*
+ * engine_wb.c - write-behind and flush. A job writes one object (a pinned DRAM slot, or a
+ * staging buffer without DRAM) to every deeper tier that admits it, each write under a
+ * deadline. The job completes when every tier answered or missed its deadline; the slot
+ * or buffer is let go only when every tier has let go of it. A tier that misses simply
+ * lacks the object (counted as writes_skipped). kvt_flush writes every dirty slot, waits
+ * for the jobs submitted before it, then calls each tier's durability op under its
+ * deadline, and names the tier that could not.
+ */
+#include "engine_internal.h"
+
+/* ------------------------------------------------------------ write-behind */
+
+static void flush_tiers(struct flush_waiter *f);
+
+static void wb_unref(struct wb *w)
+{
+	if (atomic_fetch_sub(&w->refs, 1) != 1)
+		return;
+	struct kvt_store *s = w->s;
+	if (w->ref.id >= 0)
+		kvt__dram_unpin(s->dram, w->ref.id);
+	else
+		kvt__e_bounce_put(s, w->ref.buf);
+	kvt__free(w);
+}
+
+static void wb_set_err(struct wb *w, int rc)
+{
+	int zero = 0;
+	atomic_compare_exchange_strong(&w->first_err, &zero, rc);
+}
+
+/* A tier did not take this job's object for a reason flush must report. */
+static void wb_tier_failed(struct wb *w, struct link *l, int rc)
+{
+	struct kvt_store *s = w->s;
+	int i = (int)(l - s->links);
+	uint64_t cur = atomic_load(&s->wb_fail_seq[i]);
+	while (cur < w->seq && !atomic_compare_exchange_weak(&s->wb_fail_seq[i], &cur, w->seq))
+		;
+	wb_set_err(w, rc);
+}
+
+/* The job is complete: every tier answered or missed its deadline. */
+static void wb_complete(struct wb *w)
+{
+	struct kvt_store *s = w->s;
+	/* Clean unless a tier was never tried: then it stays dirty for flush or write-back
+	 * to retry. A tier that failed or missed its deadline simply lacks the object. */
+	if (w->ref.id >= 0 && !w->keep_dirty)
+		kvt__dram_set_dirty(s->dram, w->ref.id, false);
+	if (w->cb) {
+		int err = atomic_load(&w->first_err);
+		struct kvt_result res = {.status = atomic_load(&w->ok) ? 0 : (err ? err : -EIO),
+					 .tier = KVT_TIER_NONE,
+					 .bytes = w->ref.object_bytes};
+		kvt__e_complete(s, w->cb, w->arg, w->direct, &res);
+	}
+	/* Unlink; wake flushes whose target is now below every outstanding job, and the
+	 * removes that waited for this job. */
+	struct kvt_list ready;
+	kvt_list_init(&ready);
+	pthread_mutex_lock(&s->wb_lock);
+	kvt_list_del(&w->node);
+	s->wb_pending--;
+	struct kvt_list *first = kvt_list_first(&s->wb);
+	uint64_t oldest = first ? kvt_list_entry(first, struct wb, node)->seq : UINT64_MAX;
+	struct kvt_list *p, *tmp;
+	kvt_list_for_each_safe(p, tmp, &s->flushes)
+	{
+		struct flush_waiter *f = kvt_list_entry(p, struct flush_waiter, node);
+		if (f->target < oldest) {
+			kvt_list_del(&f->node);
+			kvt_list_add_tail(&ready, &f->node);
+		}
+	}
+	struct remove_op *after = w->after;
+	w->after = NULL;
+	pthread_cond_broadcast(&s->wb_cond);
+	pthread_mutex_unlock(&s->wb_lock);
+	while (after) {
+		struct remove_op *o = after;
+		after = *(struct remove_op **)o; /* next_after is a remove_op's first member */
+		kvt__e_remove_start(o);
+	}
+	while ((p = kvt_list_pop(&ready)))
+		flush_tiers(kvt_list_entry(p, struct flush_waiter, node));
+	wb_unref(w);
+}
+
+static void wb_leg_finish(struct wb *w)
+{
+	if (atomic_fetch_sub(&w->legs, 1) == 1)
+		wb_complete(w);
+}
+
+static void wb_leg_account(struct wb *w, struct link *l, int rc)
+{
+	struct kvt_store *s = w->s;
+	if (rc < 0) {
+		if (rc == -ENOSPC || rc == -EDQUOT) {
+			atomic_fetch_add(&l->writes_skipped, 1);
+			wb_set_err(w, rc);
+		} else {
+			wb_tier_failed(w, l, rc);
+		}
+		KVT_DEBUG(&s->log, "write-behind to %s failed: %s", l->name, kvt_strerror(rc));
+	} else {
+		atomic_fetch_add(&w->ok, 1);
+	}
+}
+
+/* The tier answered in time. */
+static void wb_leg_done(void *arg, int64_t rc64)
+{
+	struct wb_leg *leg = arg;
+	struct wb *w = leg->w;
+	int rc = rc64 < 0 ? (int)rc64 : 0;
+	kvt__e_link_result(w->s, leg->l, rc);
+	wb_leg_account(w, leg->l, rc);
+	kvt__free(leg);
+	wb_leg_finish(w);
+	wb_unref(w); /* the tier's hold on the bytes */
+}
+
+/* The late answer to a write that missed its deadline (the guard's last reference). If a
+ * remove of the key came meanwhile, the object that just landed is removed again. */
+static void wb_leg_orphan(struct guard *g)
+{
+	struct wb_leg *leg = g->orphan_arg;
+	struct wb *w = leg->w;
+	struct kvt_store *s = w->s;
+	struct link *l = leg->l;
+	if (g->late_rc >= 0 && atomic_load(&w->removed) && !atomic_load(&s->closing) && l->t) {
+		struct guard *rg = kvt__e_guard_new(s, l, "remove", 0, NULL, NULL, NULL);
+		if (rg) {
+			if (l->t->ops->remove(l->t, &w->key, kvt__e_guard_cb, rg) == 0)
+				kvt__e_guard_arm(rg);
+			else
+				kvt__e_guard_cancel(rg);
+		}
+	}
+	kvt__free(leg);
+	wb_unref(w);
+}
+
+/* The write missed its deadline: the job goes on without this tier (the object is not
+ * there, as far as the engine knows); the slot or buffer stays held for the tier until it
+ * answers. */
+static void wb_leg_expire(struct guard *g)
+{
+	struct wb_leg *leg = g->op;
+	struct wb *w = leg->w;
+	atomic_fetch_add(&leg->l->writes_skipped, 1);
+	wb_tier_failed(w, leg->l, -ETIMEDOUT);
+	g->orphan_fn = wb_leg_orphan;
+	g->orphan_arg = leg;
+	wb_leg_finish(w);
+}
+
+/* Write an object (a pinned slot, or a staging buffer when ref->id < 0) to every deeper
+ * tier before chain position end that admits it. The job owns the pin / buffer from here
+ * on. If cb is set it runs when all writes are done (status 0 if any tier took it). */
+void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
+		      const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct)
+{
+	struct wb *w = kvt__calloc(1, sizeof(*w));
+	if (!w) {
+		/* No memory for the job: the chunk stays in DRAM, still dirty, for flush or
+		 * write-back to retry; never marked clean unwritten. */
+		if (ref->id >= 0)
+			kvt__dram_unpin(s->dram, ref->id);
+		else
+			kvt__e_bounce_put(s, ref->buf);
+		if (cb) {
+			struct kvt_result res = {.status = -ENOMEM, .tier = KVT_TIER_NONE};
+			kvt__e_complete(s, cb, arg, direct, &res);
+		}
+		return;
+	}
+	w->s = s;
+	w->key = *key;
+	w->ref = *ref;
+	w->cb = cb;
+	w->arg = arg;
+	w->direct = direct;
+	atomic_store(&w->legs, 1); /* held by this function until all legs are out */
+	atomic_store(&w->refs, 1); /* dropped when the job completes */
+	pthread_mutex_lock(&s->wb_lock);
+	w->seq = ++s->wb_seq;
+	kvt_list_add_tail(&s->wb, &w->node);
+	s->wb_pending++;
+	pthread_mutex_unlock(&s->wb_lock);
+
+	for (int i = s->dram_pos + 1; i < end; i++) {
+		struct link *l = &s->links[i];
+		if (l->admit &&
+		    kvt__admit_decide(l->admit, kvt__key_hash(key),
+				      (uint64_t)ref->depth * s->geo.chunk_tokens, ref->n_tokens,
+				      ref->object_bytes) != KVT_ADMIT_YES) {
+			atomic_fetch_add(&l->admission_rejects, 1);
+			atomic_fetch_add(&l->writes_skipped, 1);
+			continue;
+		}
+		if (!kvt__e_link_usable(l)) { /* circuit open: the tier is unwell */
+			atomic_fetch_add(&l->writes_skipped, 1);
+			wb_tier_failed(w, l, -EIO);
+			continue;
+		}
+		if (l->t->ops->can_write && l->t->ops->can_write(l->t, ref->object_bytes) < 0) {
+			atomic_fetch_add(&l->writes_skipped, 1);
+			continue;
+		}
+		struct wb_leg *leg = kvt__malloc(sizeof(*leg));
+		struct guard *g = leg ? kvt__e_guard_new(s, l, "write", ref->object_bytes, leg,
+						  wb_leg_done, wb_leg_expire)
+				      : NULL;
+		if (!g) {
+			kvt__free(leg);
+			w->keep_dirty = true;
+			wb_set_err(w, -ENOMEM);
+			continue;
+		}
+		leg->w = w;
+		leg->l = l;
+		atomic_fetch_add(&w->legs, 1);
+		atomic_fetch_add(&w->refs, 1);
+		int rc = l->t->ops->write_chained
+				 ? l->t->ops->write_chained(l->t, key,
+							    ref->has_parent ? &ref->parent : NULL,
+							    ref->buf, ref->object_bytes,
+							    kvt__e_guard_cb, g)
+				 : l->t->ops->write(l->t, key, ref->buf, ref->object_bytes,
+						    kvt__e_guard_cb, g);
+		if (rc == 0) {
+			kvt__e_guard_arm(g);
+			continue;
+		}
+		kvt__e_guard_cancel(g);
+		kvt__free(leg);
+		atomic_fetch_sub(&w->legs, 1);
+		atomic_fetch_sub(&w->refs, 1);
+		kvt__e_link_result(s, l, rc);
+		if (rc == -ENOMEM)
+			w->keep_dirty = true;
+		wb_leg_account(w, l, rc);
+	}
+	wb_leg_finish(w);
+}
+
+/* Write every dirty slot not already being written (flush, close). Bounded by the pool:
+ * a slot that stays dirty (no memory for its job) is not retried in the same pass. */
+void kvt__e_wb_dirty_all(struct kvt_store *s)
+{
+	uint32_t budget = kvt__dram_slots(s->dram);
+	struct kvt_slot_ref refs[16];
+	uint32_t n;
+	while (budget && (n = kvt__dram_dirty_victims(s->dram, refs, KVT_MIN(16u, budget))) > 0) {
+		for (uint32_t i = 0; i < n; i++) {
+			struct kvt_key key;
+			kvt__dram_key(s->dram, refs[i].id, &key);
+			kvt__e_wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
+		}
+		budget -= n;
+	}
+}
+
+/* Write-back: keep some DRAM headroom by writing the coldest dirty slots behind. */
+void kvt__e_writeback_clean(struct kvt_store *s)
+{
+	uint32_t slots = kvt__dram_slots(s->dram);
+	uint32_t low = KVT_MAX(1u, slots / 8);
+	if (kvt__dram_headroom(s->dram) >= low)
+		return;
+	struct kvt_slot_ref refs[16];
+	uint32_t n = kvt__dram_dirty_victims(s->dram, refs, KVT_MIN(16u, low));
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvt_key key;
+		kvt__dram_key(s->dram, refs[i].id, &key);
+		kvt__e_wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
+	}
+}
+
+/* ------------------------------------------------------------ flush */
+
+/* kvt_flush: write every dirty slot, wait for every write-behind submitted before it,
+ * then call each tier's durability op (flush) under its deadline. status 0, or the error
+ * of a tier that did not take a write of the flush's window or missed its deadline, with
+ * res.tier naming it. */
+struct flush_leg {
+	struct flush_waiter *f;
+	struct link *l;
+};
+
+static void flush_bad(struct flush_waiter *f, struct link *l, int rc, const char *why)
+{
+	struct kvt_store *s = f->s;
+	int zero = 0;
+	if (atomic_compare_exchange_strong(&f->status, &zero, rc))
+		atomic_store(&f->bad_tier, (int)(l - s->links));
+	KVT_WARN(&s->log, "flush: tier %s %s", l->name, why);
+}
+
+static void flush_release(struct flush_waiter *f)
+{
+	if (atomic_fetch_sub(&f->remaining, 1) != 1)
+		return;
+	struct kvt_store *s = f->s;
+	struct kvt_result res = {.status = atomic_load(&f->status),
+				 .tier = atomic_load(&f->bad_tier)};
+	kvt_cb cb = f->cb;
+	void *arg = f->arg;
+	bool direct = f->direct;
+	kvt__free(f);
+	kvt__e_complete(s, cb, arg, direct, &res);
+}
+
+static void flush_leg_done(void *arg, int64_t rc)
+{
+	struct flush_leg *leg = arg;
+	struct flush_waiter *f = leg->f;
+	kvt__e_link_result(f->s, leg->l, rc < 0 ? (int)rc : 0);
+	if (rc < 0)
+		flush_bad(f, leg->l, (int)rc, "could not make its writes durable");
+	kvt__free(leg);
+	flush_release(f);
+}
+
+static void flush_leg_expire(struct guard *g)
+{
+	struct flush_leg *leg = g->op;
+	struct flush_waiter *f = leg->f;
+	flush_bad(f, leg->l, -ETIMEDOUT, "missed its deadline making its writes durable");
+	kvt__free(leg);
+	flush_release(f);
+}
+
+/* Every write-behind up to f->target is complete: report tiers that did not take one,
+ * and make the others durable. */
+static void flush_tiers(struct flush_waiter *f)
+{
+	struct kvt_store *s = f->s;
+	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
+		struct link *l = &s->links[i];
+		uint64_t failed = atomic_load(&s->wb_fail_seq[i]);
+		if (failed >= f->from && failed <= f->target) {
+			flush_bad(f, l, -EIO, "did not take a write-behind (failed, unwell or missed "
+					      "its deadline)");
+			continue;
+		}
+		if (!l->t->ops->flush)
+			continue; /* durable when the write completes */
+		if (!kvt__e_link_usable(l)) {
+			flush_bad(f, l, -EIO, "is unwell (circuit open)");
+			continue;
+		}
+		struct flush_leg *leg = kvt__malloc(sizeof(*leg));
+		struct guard *g = leg ? kvt__e_guard_new(s, l, "flush", 0, leg, flush_leg_done,
+						  flush_leg_expire)
+				      : NULL;
+		if (!g) {
+			kvt__free(leg);
+			flush_bad(f, l, -ENOMEM, "could not be asked (no memory)");
+			continue;
+		}
+		leg->f = f;
+		leg->l = l;
+		atomic_fetch_add(&f->remaining, 1);
+		int rc = l->t->ops->flush(l->t, kvt__e_guard_cb, g);
+		if (rc == 0) {
+			kvt__e_guard_arm(g);
+			continue;
+		}
+		kvt__e_guard_cancel(g);
+		kvt__free(leg);
+		atomic_fetch_sub(&f->remaining, 1);
+		kvt__e_link_result(s, l, rc);
+		flush_bad(f, l, rc, "refused to flush");
+	}
+	flush_release(f);
+}
+
+int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
+{
+	if (!s || !cb)
+		return -EINVAL;
+	struct flush_waiter *f = kvt__calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	int arc = kvt__e_admit_inflight(s);
+	if (arc < 0) {
+		kvt__free(f);
+		return arc;
+	}
+	f->s = s;
+	f->cb = cb;
+	f->arg = arg;
+	f->direct = direct;
+	atomic_store(&f->remaining, 1);
+	atomic_store(&f->bad_tier, KVT_TIER_NONE);
+	/* Dirty slots (write-back, or left dirty for lack of memory) are part of "everything
+	 * submitted before the flush". */
+	if (s->dram && s->n_links > s->dram_pos + 1)
+		kvt__e_wb_dirty_all(s);
+	pthread_mutex_lock(&s->wb_lock);
+	f->target = s->wb_seq;
+	struct kvt_list *first = kvt_list_first(&s->wb);
+	uint64_t oldest = first ? kvt_list_entry(first, struct wb, node)->seq : s->wb_seq + 1;
+	f->from = oldest;
+	bool ready = oldest > f->target;
+	if (!ready)
+		kvt_list_add_tail(&s->flushes, &f->node);
+	pthread_mutex_unlock(&s->wb_lock);
+	if (ready)
+		flush_tiers(f);
+	return 0;
+}
+
+int kvt_flush(struct kvt_store *s, kvt_cb cb, void *arg)
+{
+	if (s->client) return kvt__client_flush(s->client, cb, arg);
+	return kvt__e_do_flush(s, cb, arg, false);
+}

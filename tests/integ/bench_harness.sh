@@ -1,0 +1,73 @@
+#!/bin/bash
+# kvt-test-labels: server
+# bench_harness.sh - `kvtier bench` and its references measure the same I/O shape and say
+# how: the fsync mode is the configured one (shipped default: data, fio --fdatasync=1) or
+# the one asked for, bytes in flight are queue depth x object on both sides, fio's file set
+# is laid out once and removed at the end, a directory whose name has a quote, a space and
+# a colon works (no shell, no fio directory-list parsing), an earlier run's objects are
+# reported, and the Redis password never appears on any process's command line.
+# Exit 0 pass, 1 fail, 77 skip (no kvtier binary).
+set -u
+KVT=${KVT_BIN:-build}/kvtier
+[ -x "$KVT" ] || { echo "skip: $KVT not built"; exit 77; }
+for c in jq fio redis-server redis-benchmark; do
+	command -v $c >/dev/null || { echo "FAIL: $c missing (scripts/deps.sh installs it)"; exit 1; }
+done
+base=${KVT_TEST_DIR:-/tmp}
+mkdir -p "$base"
+tmp=$(mktemp -d "$base/bench-harness-XXXXXX")
+RPID=""
+trap '[ -n "$RPID" ] && kill $RPID 2>/dev/null; rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+small=(--chunk-bytes 256K --set-bytes 16M --queue-depth 4 --seconds 0.6 --rounds 1 --ramp 0.1)
+
+# (a) default durability: the configured nvme.fsync (data), fio with --fdatasync=1
+d="$tmp/it's a:dir"
+j=$("$KVT" bench --tier nvme --dir "$d" "${small[@]}" --json 2>"$tmp/err" | tail -1) ||
+	fail "nvme bench: $(cat "$tmp/err")"
+echo "$j" | jq -e '.fsync == "data" and (.reference | test("fdatasync=1"))
+	and .object_bytes == 266240 and .bytes_in_flight == 4 * 266240
+	and .write_gibps > 0 and .read_gibps > 0 and .ref_write_gibps > 0
+	and .ref_read_gibps > 0 and .ref_write_p50_us > 0 and .read_ratio > 0
+	and .errors == 0 and .checksum_failures == 0' >/dev/null || fail "default fsync: $j"
+[ -e "$d/fio-ref" ] && fail "fio's file set was left in $d"
+echo "default: $(echo "$j" | jq -c '{fsync,reference,write_ratio,read_ratio}')"
+
+# (b) --fsync none is said, and fio runs without fsync; the earlier run's objects are reported
+j=$("$KVT" bench --tier nvme --dir "$d" "${small[@]}" --read-pct 0 --fsync none --json \
+	2>"$tmp/err" | tail -1) || fail "fsync none: $(cat "$tmp/err")"
+echo "$j" | jq -e '.fsync == "none" and (.reference | test("fdatasync") | not)
+	and .write_gibps > 0 and .ref_write_gibps > 0' >/dev/null || fail "fsync none: $j"
+grep -q "already holds" "$tmp/err" || fail "no warning about a non-empty store: $(cat "$tmp/err")"
+
+# (c) bad options: one line, exit 2
+"$KVT" bench --tier nvme --dir "$d" --fsync sometimes >/dev/null 2>"$tmp/err" && fail "--fsync sometimes accepted"
+[ "$(wc -l <"$tmp/err")" = 1 ] || fail "--fsync error is not one line: $(cat "$tmp/err")"
+"$KVT" bench --tier redis --fsync none >/dev/null 2>&1 && fail "--fsync accepted for redis"
+"$KVT" bench --tier nvme --dir "$d" --ramp -1 >/dev/null 2>&1 && fail "--ramp -1 accepted"
+
+# (d) a Redis password stays off every command line (the server reads it from a file)
+PW="kvt-secret-$RANDOM$RANDOM"
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+printf 'port %s\nbind 127.0.0.1\nsave ""\nappendonly no\nrequirepass %s\ndir %s\n' \
+	"$PORT" "$PW" "$tmp" >"$tmp/redis.conf"
+redis-server "$tmp/redis.conf" >/dev/null 2>&1 &
+RPID=$!
+for _ in $(seq 50); do REDISCLI_AUTH=$PW redis-cli -p "$PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+KVTIER_REDIS_URL="redis://:$PW@127.0.0.1:$PORT" "$KVT" bench --tier redis --chunk-bytes 64K \
+	--set-bytes 4M --queue-depth 4 --seconds 1 --rounds 1 --json >"$tmp/out" 2>"$tmp/err" &
+BPID=$!
+seen=0
+while kill -0 $BPID 2>/dev/null; do
+	for f in /proc/[0-9]*/cmdline; do
+		tr '\0' ' ' <"$f" 2>/dev/null | grep -q -- "$PW" && { seen=1; echo "password in $f: $(tr '\0' ' ' <"$f")"; }
+	done
+	sleep 0.05
+done
+wait $BPID || fail "redis bench with a password: $(cat "$tmp/err")"
+[ $seen = 0 ] || fail "the Redis password appeared on a command line"
+grep -q "no reference" "$tmp/err" || fail "no word about the skipped reference: $(cat "$tmp/err")"
+grep -q -- "$PW" "$tmp/out" "$tmp/err" && fail "the password was printed"
+tail -1 "$tmp/out" | jq -e '.write_gibps > 0 and .read_gibps > 0 and .errors == 0' >/dev/null ||
+	fail "redis bench: $(tail -1 "$tmp/out")"
+echo "pass"

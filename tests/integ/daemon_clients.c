@@ -1,0 +1,426 @@
+/*
+ * daemon_clients.c - kvtierd against its clients (issue 13), with the real daemon binary:
+ *  1. a client-mode store keeps the async contract (no callback inside the submitting call,
+ *     the eventfd turns readable, kvt_poll runs it) and returns the bytes put;
+ *  2. 100 client processes killed with SIGKILL in the middle of puts and gets leave the
+ *     daemon serving, with no connection, request or shared region left behind (STATUS);
+ *  3. malformed messages (wrong size, a range outside the region, an operation before
+ *     HELLO, an unsealed region) get only that connection dropped;
+ *  4. the daemon killed under a client: calls fail or miss within the deadline, and after a
+ *     restart on the same socket the same store reconnects and works.
+ */
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "daemon_proto.h"
+#include "internal.h"
+#include "testlib.h"
+
+static char *dir, sock_path[100];
+static pid_t daemon_pid;
+static size_t PAYLOAD;
+static uint8_t NS[KVT_NS_ID_BYTES];
+
+/* A failing CHECK exits: never leave the daemon running behind it. */
+static pid_t main_pid;
+static void kill_daemon(void)
+{
+	if (daemon_pid > 0 && getpid() == main_pid) {
+		kill(daemon_pid, SIGKILL);
+		waitpid(daemon_pid, NULL, 0);
+	}
+}
+
+static void start_daemon(void)
+{
+	char bin[512], d[300];
+	snprintf(bin, sizeof(bin), "%s/kvtierd", getenv("KVT_BIN") ? getenv("KVT_BIN") : ".");
+	snprintf(d, sizeof(d), "%s/data", dir);
+	daemon_pid = fork();
+	if (daemon_pid == 0) {
+		execl(bin, "kvtierd", "--dir", d, "--socket", sock_path, "--set", "model.layers=4",
+		      "--set", "model.kv_heads=2", "--set", "model.head_dim=64", "--set",
+		      "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",
+		      "dram.bytes=16MiB", "--set", "nvme.fsync=none", (char *)NULL);
+		perror("exec kvtierd");
+		_exit(127);
+	}
+	/* Ready once it answers (a stale socket file of a killed daemon may still be there). */
+	for (int i = 0; i < 200; i++) {
+		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		struct sockaddr_un a = {.sun_family = AF_UNIX};
+		memcpy(a.sun_path, sock_path, sizeof(sock_path));
+		int ok = connect(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+		close(s);
+		if (ok)
+			return;
+		usleep(20000);
+	}
+	fprintf(stderr, "kvtierd did not come up\n");
+	exit(1);
+}
+
+static struct kvt_store *open_client(void)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "store.daemon", sock_path);
+	test_set(c, "store.daemon_timeout_ms", "2000");
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	return s;
+}
+
+static void key_of(uint64_t i, struct kvt_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	memcpy(k->bytes, &i, sizeof(i));
+	k->bytes[31] = 0x5a;
+}
+
+/* ---- a raw protocol client, to look at the daemon's state and to misbehave */
+
+struct raw {
+	int sock;
+	uint8_t *shm;
+	size_t len;
+};
+
+static int raw_connect(void)
+{
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	memcpy(a.sun_path, sock_path, sizeof(sock_path));
+	struct timeval tv = {.tv_sec = 5};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	CHECK(connect(s, (struct sockaddr *)&a, sizeof(a)) == 0);
+	return s;
+}
+
+static int raw_memfd(size_t len, bool seal)
+{
+	int fd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	CHECK(fd >= 0 && ftruncate(fd, (off_t)len) == 0);
+	if (seal)
+		CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+	return fd;
+}
+
+static int raw_call(int sock, struct kvtd_req *r, int fd, struct kvtd_rep *rep)
+{
+	r->magic = KVTD_MAGIC;
+	int rc = kvtd_send(sock, r, sizeof(*r), fd);
+	if (rc < 0)
+		return rc;
+	long got = kvtd_recv(sock, rep, sizeof(*rep), NULL);
+	return got == sizeof(*rep) ? 0 : got == 0 ? -ECONNRESET : (int)got;
+}
+
+static struct raw raw_attach(void)
+{
+	struct raw r = {.sock = raw_connect(), .len = KVTD_SHM_MIN};
+	int fd = raw_memfd(r.len, true);
+	r.shm = mmap(NULL, r.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	struct kvtd_req q = {.op = KVTD_HELLO, .version = KVTD_VERSION};
+	memcpy(q.ns_id, NS, sizeof(NS));
+	struct kvtd_rep rep;
+	CHECK_RC(raw_call(r.sock, &q, fd, &rep), 0);
+	CHECK_RC(rep.res.status, 0);
+	close(fd);
+	return r;
+}
+
+static struct kvtd_status raw_status(struct raw *r)
+{
+	struct kvtd_req q = {.op = KVTD_STATUS, .len = sizeof(struct kvtd_status)};
+	struct kvtd_rep rep;
+	CHECK_RC(raw_call(r->sock, &q, -1, &rep), 0);
+	CHECK_RC(rep.res.status, 0);
+	struct kvtd_status st;
+	memcpy(&st, r->shm, sizeof(st));
+	return st;
+}
+
+/* Wait until the daemon has let go of every connection but `keep`. */
+static struct kvtd_status settle(struct raw *r, uint64_t keep)
+{
+	struct kvtd_status st;
+	for (int i = 0; i < 500; i++) {
+		st = raw_status(r);
+		if (st.connections == keep && st.ops_in_progress == 0 && st.regions_mapped == keep)
+			return st;
+		usleep(10000);
+	}
+	fprintf(stderr, "daemon did not settle: %llu connections, %llu ops, %llu regions\n",
+		(unsigned long long)st.connections, (unsigned long long)st.ops_in_progress,
+		(unsigned long long)st.regions_mapped);
+	exit(1);
+}
+
+/* ---- 1. async contract */
+
+struct cbstate {
+	int calls;
+	struct kvt_result res;
+};
+static __thread bool in_submit;
+static void cb(void *arg, const struct kvt_result *res)
+{
+	struct cbstate *c = arg;
+	CHECK(!in_submit);
+	c->calls++;
+	c->res = *res;
+}
+
+static void wait_cb(struct kvt_store *s, struct cbstate *c)
+{
+	for (int i = 0; i < 500 && !c->calls; i++) {
+		struct pollfd p = {.fd = kvt_store_fd(s), .events = POLLIN};
+		poll(&p, 1, 10);
+		kvt_poll(s, 0);
+	}
+	CHECK(c->calls == 1);
+}
+
+static void test_async(void)
+{
+	struct kvt_store *s = open_client();
+	CHECK(kvt_store_tier_count(s) == 2 && !strcmp(kvt_store_tier_name(s, 0), "dram"));
+	uint8_t *buf = malloc(PAYLOAD), *out = malloc(PAYLOAD);
+	struct kvt_key k;
+	key_of(1, &k);
+	test_fill(buf, PAYLOAD, 1);
+	struct cbstate c = {0};
+	in_submit = true;
+	CHECK_RC(kvt_put(s, &k, NULL, 16, buf, PAYLOAD, cb, &c), 0);
+	in_submit = false;
+	CHECK(c.calls == 0);
+	wait_cb(s, &c);
+	CHECK_RC(c.res.status, 0);
+	c = (struct cbstate){0};
+	in_submit = true;
+	CHECK_RC(kvt_get(s, &k, 0, 0, out, PAYLOAD, cb, &c), 0);
+	in_submit = false;
+	wait_cb(s, &c);
+	CHECK_RC(c.res.status, 0);
+	CHECK(c.res.tier == 0 && c.res.n_tokens == 16 && c.res.bytes == PAYLOAD);
+	CHECK(test_check(out, PAYLOAD, 1));
+	int8_t tiers[2];
+	struct kvt_key ks[2];
+	ks[0] = k;
+	key_of(2, &ks[1]);
+	CHECK_RC(kvt_lookup_sync(s, ks, 2, tiers), 1);
+	CHECK(tiers[0] == 0 && tiers[1] == KVT_TIER_NONE);
+	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, PAYLOAD - 1), -EINVAL);
+	CHECK_RC(kvt_get_sync(s, &ks[1], 0, 0, out, PAYLOAD, NULL), -ENOENT);
+	struct kvt_stats st;
+	CHECK_RC(kvt_stats(s, &st), 0);
+	CHECK(st.n_tiers == 2 && st.puts >= 1 && st.tier[0].hits >= 1);
+	CHECK_RC(kvt_flush_sync(s), 0); /* the write-through to NVMe is done */
+	CHECK_RC(kvt_remove_sync(s, &k), 2);
+	CHECK_RC(kvt_get_sync(s, &k, 0, 0, out, PAYLOAD, NULL), -ENOENT);
+	free(buf);
+	free(out);
+	kvt_store_close(s);
+}
+
+/* ---- 2. clients killed mid-operation */
+
+static void child_loop(unsigned seed, int ready)
+{
+	struct kvt_store *s = open_client();
+	CHECK(write(ready, "r", 1) == 1); /* attached: the kill lands in the put/get loop */
+	uint8_t *buf = malloc(PAYLOAD);
+	for (uint64_t i = 0;; i++) {
+		struct kvt_key k;
+		key_of(1000 + (seed * 7919 + i) % 64, &k);
+		test_fill(buf, PAYLOAD, 1000 + (seed * 7919 + i) % 64);
+		kvt_put_sync(s, &k, NULL, 16, buf, PAYLOAD);
+		kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL);
+	}
+}
+
+static void test_kills(struct raw *r)
+{
+	srand(42);
+	for (unsigned i = 0; i < 100; i++) {
+		int pp[2];
+		CHECK(pipe(pp) == 0);
+		pid_t p = fork();
+		if (p == 0)
+			child_loop(i, pp[1]);
+		close(pp[1]);
+		char b;
+		struct pollfd pf = {.fd = pp[0], .events = POLLIN};
+		CHECK(poll(&pf, 1, 10000) == 1 && read(pp[0], &b, 1) == 1);
+		close(pp[0]);
+		struct timespec ts = {0, (long)(rand() % 5000) * 1000};
+		nanosleep(&ts, NULL);
+		kill(p, SIGKILL);
+		waitpid(p, NULL, 0);
+	}
+	struct kvtd_status st = settle(r, 1);
+	CHECK(st.connections_total >= 100);
+	/* Whatever was stored whole is readable and exact; nothing else is visible. */
+	struct kvt_store *s = open_client();
+	uint8_t *buf = malloc(PAYLOAD);
+	int found = 0;
+	for (uint64_t i = 0; i < 64; i++) {
+		struct kvt_key k;
+		key_of(1000 + i, &k);
+		int rc = kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL);
+		CHECK(rc == 0 || rc == -ENOENT);
+		if (rc == 0) {
+			CHECK(test_check(buf, PAYLOAD, 1000 + i));
+			found++;
+		}
+	}
+	fprintf(stderr, "kills: 100 clients killed, %d objects readable and exact\n", found);
+	free(buf);
+	kvt_store_close(s);
+	settle(r, 1);
+}
+
+/* ---- 3. misbehaving peers */
+
+static void expect_dropped(int sock)
+{
+	char b[64];
+	long got = kvtd_recv(sock, b, sizeof(b), NULL);
+	CHECK(got == 0 || got == -ECONNRESET);
+	close(sock);
+}
+
+static void test_garbage(struct raw *r)
+{
+	uint64_t errs0 = raw_status(r).protocol_errors;
+	/* wrong size */
+	int s = raw_connect();
+	char junk[7] = "garbage";
+	CHECK_RC(kvtd_send(s, junk, sizeof(junk), -1), 0);
+	expect_dropped(s);
+	/* an operation before HELLO */
+	s = raw_connect();
+	struct kvtd_req q = {.magic = KVTD_MAGIC, .op = KVTD_GET, .len = 16};
+	CHECK_RC(kvtd_send(s, &q, sizeof(q), -1), 0);
+	expect_dropped(s);
+	/* an unsealed region is refused (it could shrink under the daemon) */
+	s = raw_connect();
+	int fd = raw_memfd(KVTD_SHM_MIN, false);
+	q = (struct kvtd_req){.op = KVTD_HELLO, .version = KVTD_VERSION};
+	memcpy(q.ns_id, NS, sizeof(NS));
+	struct kvtd_rep rep;
+	CHECK_RC(raw_call(s, &q, fd, &rep), 0);
+	CHECK_RC(rep.res.status, -EPERM);
+	close(fd);
+	close(s);
+	/* a region of the wrong size */
+	s = raw_connect();
+	fd = raw_memfd(4096, true);
+	CHECK_RC(raw_call(s, &q, fd, &rep), 0);
+	CHECK_RC(rep.res.status, -EMSGSIZE);
+	close(fd);
+	close(s);
+	/* a byte range outside the region, and an overflowing one */
+	struct raw a = raw_attach();
+	q = (struct kvtd_req){.magic = KVTD_MAGIC, .op = KVTD_GET, .off = a.len - 8, .len = 16};
+	CHECK_RC(kvtd_send(a.sock, &q, sizeof(q), -1), 0);
+	expect_dropped(a.sock);
+	munmap(a.shm, a.len);
+	a = raw_attach();
+	q = (struct kvtd_req){.magic = KVTD_MAGIC, .op = KVTD_LOOKUP, .off = 8,
+			      .n = UINT64_MAX / 33 + 1, .len = 33};
+	CHECK_RC(kvtd_send(a.sock, &q, sizeof(q), -1), 0);
+	expect_dropped(a.sock);
+	munmap(a.shm, a.len);
+	/* a peer that never says HELLO is dropped after the daemon's deadline (5 s) */
+	s = raw_connect();
+	uint64_t t0 = kvt__now_ns();
+	char b[64];
+	struct timeval tv = {.tv_sec = 15};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	CHECK(kvtd_recv(s, b, sizeof(b), NULL) == 0);
+	CHECK(kvt__now_ns() - t0 < 10000000000ull);
+	close(s);
+	struct kvtd_status st = settle(r, 1);
+	CHECK(st.protocol_errors >= errs0 + 4);
+}
+
+/* ---- 4. the daemon dies and comes back */
+
+static void test_restart(void)
+{
+	struct kvt_store *s = open_client();
+	uint8_t *buf = malloc(PAYLOAD);
+	struct kvt_key k;
+	key_of(7, &k);
+	test_fill(buf, PAYLOAD, 7);
+	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, PAYLOAD), 0);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	/* A hung daemon (stopped): the call returns a miss at its deadline (2 s here), and
+	 * once the daemon runs again the next call reconnects, with a fresh region. */
+	kill(daemon_pid, SIGSTOP);
+	waitpid(daemon_pid, NULL, WUNTRACED); /* returns once it is stopped */
+	uint64_t h0 = kvt__now_ns();
+	CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL), -ENOENT);
+	uint64_t waited = kvt__now_ns() - h0;
+	CHECK(waited >= 1500000000ull && waited < 4000000000ull);
+	kill(daemon_pid, SIGCONT);
+	memset(buf, 0, PAYLOAD);
+	CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL), 0);
+	CHECK(test_check(buf, PAYLOAD, 7));
+	kill(daemon_pid, SIGKILL);
+	waitpid(daemon_pid, NULL, 0);
+	uint64_t t0 = kvt__now_ns();
+	CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL), -ENOENT);
+	int8_t tier;
+	CHECK_RC(kvt_lookup_sync(s, &k, 1, &tier), 0);
+	CHECK(kvt_put_sync(s, &k, NULL, 16, buf, PAYLOAD) < 0);
+	struct cbstate c = {0};
+	CHECK_RC(kvt_get(s, &k, 0, 0, buf, PAYLOAD, cb, &c), 0);
+	wait_cb(s, &c);
+	CHECK_RC(c.res.status, -ENOENT);
+	CHECK(kvt__now_ns() - t0 < 3000000000ull);
+	/* The stale socket file is replaced; the same store reconnects. The object was
+	 * written through to NVMe before the crash, so it is a hit again. */
+	start_daemon();
+	CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL), 0);
+	CHECK(test_check(buf, PAYLOAD, 7));
+	free(buf);
+	kvt_store_close(s);
+}
+
+int main(void)
+{
+	dir = test_tmpdir("daemon");
+	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
+	signal(SIGPIPE, SIG_IGN);
+	main_pid = getpid();
+	atexit(kill_daemon);
+	start_daemon();
+	struct kvt_store *s = open_client();
+	PAYLOAD = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	memcpy(NS, kvt_store_ns_id(s), sizeof(NS));
+	kvt_store_close(s);
+	test_async();
+	struct raw r = raw_attach();
+	test_kills(&r);
+	test_garbage(&r);
+	close(r.sock);
+	test_restart();
+	kill(daemon_pid, SIGTERM);
+	int status;
+	waitpid(daemon_pid, &status, 0);
+	daemon_pid = 0;
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	test_rmdir(dir);
+	printf("daemon_clients: ok\n");
+	return 0;
+}

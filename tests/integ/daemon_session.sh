@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# kvtierd shared by separate processes (issue 13): one `kvtier session save` stores a
+# conversation through the daemon and exits; another process resumes it - from the
+# daemon's DRAM, bit-exact. A client of another tenant is refused with a clear error, not
+# served. /metrics passes promtool and counts the DRAM hits. A client of a stopped daemon
+# fails at once with an error, never hangs. Needs promtool (Debian package prometheus).
+set -euo pipefail
+K="$KVT_BIN/kvtier"
+D="$KVT_BIN/kvtierd"
+T=$(mktemp -d "${KVT_TEST_DIR:-/var/tmp}/kvt-daemon-XXXXXX")
+cleanup() { [ -n "${DPID:-}" ] && kill -9 "$DPID" 2>/dev/null; rm -rf "$T"; }
+trap cleanup EXIT
+command -v promtool >/dev/null || { echo "promtool missing (scripts/deps.sh installs prometheus)"; exit 1; }
+SMALL=(--set model.layers=4 --set model.kv_heads=2 --set model.head_dim=64 --set dram.bytes=64MiB)
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+S="$T/kvtierd.sock"
+"$D" --dir "$T/data" --socket "$S" --metrics "127.0.0.1:$PORT" "${SMALL[@]}" 2>"$T/daemon.log" &
+DPID=$!
+for i in $(seq 100); do [ -S "$S" ] && break; sleep 0.05; done
+[ -S "$S" ] || { echo "daemon did not come up"; cat "$T/daemon.log"; exit 1; }
+[ "$(stat -c %a "$S")" = 600 ] || { echo "socket mode $(stat -c %a "$S"), wanted 600"; exit 1; }
+
+timeout 60 "$K" session save --synthetic 8400 --seed 7 "${SMALL[@]}" --set store.daemon="$S" --json >"$T/save.json"
+jq -e '.stored_chunks == 33' "$T/save.json" >/dev/null || { echo "save: $(cat "$T/save.json")"; exit 1; }
+out=$(timeout 60 "$K" session resume --synthetic 8400 --seed 7 "${SMALL[@]}" --set store.daemon="$S" --json)
+echo "$out" | jq -e '.hit_chunks == 33 and .prefill_tokens == 0 and .bad == 0 and .tiers.dram == 33' >/dev/null ||
+	{ echo "resume through the daemon: $out"; exit 1; }
+
+# Another tenant: refused at open, with a reason.
+if err=$(timeout 30 "$K" session resume --synthetic 8400 --seed 7 "${SMALL[@]}" --set model.tenant=other --set store.daemon="$S" --json 2>&1); then
+	echo "a client of another tenant was served: $err"; exit 1
+fi
+echo "$err" | grep -q "another model, geometry or tenant" || { echo "unclear refusal: $err"; exit 1; }
+
+# kvtier status: the two session processes left nothing behind.
+st=$(timeout 30 "$K" status --daemon "$S" "${SMALL[@]}" --json)
+echo "$st" | jq -e '.connections == 0 and .ops_in_progress == 0 and .regions_mapped == 0 and .connections_total >= 3 and .tiers.dram.objects == 33' >/dev/null ||
+	{ echo "status: $st"; exit 1; }
+if timeout 10 "$K" status "${SMALL[@]}" 2>/dev/null; then echo "status without --daemon accepted"; exit 1; fi
+
+curl -sf "127.0.0.1:$PORT/metrics" >"$T/metrics.txt"
+promtool check metrics <"$T/metrics.txt"
+grep -q '^kvtier_tier_hits_total{tier="dram"} 33$' "$T/metrics.txt" || { echo "dram hits not counted"; grep hits "$T/metrics.txt"; exit 1; }
+grep -q '^kvtier_daemon_request_duration_seconds_count{op="get"} 33$' "$T/metrics.txt" || { echo "get latency histogram"; exit 1; }
+[ "$(curl -s -o /dev/null -w '%{http_code}' "127.0.0.1:$PORT/other")" = 404 ] || { echo "unknown path not 404"; exit 1; }
+
+# Bad metrics addresses are refused with one line.
+if "$D" --dir "$T/x" --socket "$T/x.sock" --metrics 0.0.0.0:9 2>"$T/bad.log"; then echo "non-loopback metrics accepted"; exit 1; fi
+grep -q "not an IPv4 loopback" "$T/bad.log" || { cat "$T/bad.log"; exit 1; }
+# A second daemon on a live socket is refused, the first keeps serving.
+if "$D" --dir "$T/y" --socket "$S" 2>"$T/dup.log"; then echo "second daemon took a live socket"; exit 1; fi
+grep -q "in use by a running daemon" "$T/dup.log" || { cat "$T/dup.log"; exit 1; }
+
+# --config FILE: the same daemon from an INI file ([daemon] socket, the model keys).
+cat >"$T/kvtierd.ini" <<INI
+[store]
+tiers = dram
+[model]
+layers = 4
+kv_heads = 2
+head_dim = 64
+[dram]
+bytes = 8MiB
+[daemon]
+socket = $T/c.sock
+INI
+"$D" --config "$T/kvtierd.ini" 2>"$T/c.log" &
+CPID=$!
+for i in $(seq 100); do [ -S "$T/c.sock" ] && break; sleep 0.05; done
+st=$(timeout 30 "$K" status --daemon "$T/c.sock" "${SMALL[@]}" --json) || { cat "$T/c.log"; exit 1; }
+echo "$st" | jq -e '.connections == 0 and (.tiers | keys) == ["dram"]' >/dev/null || { echo "--config daemon: $st"; exit 1; }
+kill -TERM "$CPID"; wait "$CPID"
+
+# Clean shutdown removes the socket; then a client fails fast instead of hanging.
+kill -TERM "$DPID"; wait "$DPID"; DPID=
+[ ! -e "$S" ] || { echo "socket left behind"; exit 1; }
+if err=$(timeout 10 "$K" session resume --synthetic 8400 --seed 7 "${SMALL[@]}" --set store.daemon="$S" --json 2>&1); then
+	echo "resume without a daemon succeeded: $err"; exit 1
+fi
+echo "$err" | grep -q "cannot attach" || { echo "no clear error without a daemon: $err"; exit 1; }
+echo "daemon_session: ok"

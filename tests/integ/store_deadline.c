@@ -1,0 +1,348 @@
+/*
+ * store_deadline.c - "no call waits past its deadline", through the engine, with a slow
+ * and then a stalled NVMe directory (the fault-injecting tier holds every answer of a real
+ * NVMe tier back on its own thread, like a device whose calls each take that long):
+ *   - puts land in DRAM at once; the write-behind to the stalled tier misses its deadline,
+ *     is counted, and lets go of the slot (a later put needs it);
+ *   - kvt_flush returns within its deadlines and names the tier that could not;
+ *   - get, lookup, remove and a put that waits for its write (no DRAM tier) each return
+ *     within the ceiling, as a miss or an error, never hanging;
+ *   - deadlines expire while the service thread is kept busy by a steady stream of work
+ *     (before: only after 20 ms idle, so such a load held them off forever);
+ *   - the missed deadline is reported as "slow" (a local tier), not as a remote one;
+ *   - kvt_store_close returns in bounded time with answers still held by the tier;
+ *   - a sound object larger than store.max_object_bytes is a miss and is never deleted;
+ *   - a remove right after a put is not overtaken by the put's slow write-behind;
+ *   - out of memory for a write-behind job, the slot stays dirty and flush writes it.
+ */
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include "engine.h"
+#include "testlib.h"
+#include "tier.h"
+#include "tier_faulty.h"
+
+/* CHECK with a message (check.h's CHECK takes the condition only). */
+#define CHECKM(cond, ...)                                                                     \
+	do {                                                                                  \
+		if (!(cond)) {                                                                \
+			fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);  \
+			fprintf(stderr, __VA_ARGS__);                                         \
+			fputc('\n', stderr);                                                  \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
+#define CEIL_MS 300
+#define STALL_MS 600000
+
+static struct kvt_geometry G;
+static size_t PAYLOAD;
+static _Atomic int slow_lines, remote_lines;
+
+static void log_cb(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (strstr(msg, "missed its deadline")) {
+		if (strstr(msg, "(slow)"))
+			slow_lines++;
+		if (strstr(msg, "remote"))
+			remote_lines++;
+	}
+	if (getenv("KVT_TEST_VERBOSE") || level <= KVT_LOG_ERROR)
+		fprintf(stderr, "  [lib %d] %s\n", level, msg);
+}
+
+static struct kvt_store *open_store(const char *dir, const char *tiers, const char *max_obj)
+{
+	struct kvt_config *c = test_config(tiers, dir);
+	kvt_config_set_log(c, log_cb, NULL, KVT_LOG_DEBUG);
+	test_set(c, "faulty.inner", "nvme");
+	test_set(c, "store.tier_timeout_ms", "300");
+	test_set(c, "store.deadline_floor_ms", "50");
+	if (max_obj)
+		test_set(c, "store.max_object_bytes", max_obj);
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	G = *kvt_store_geometry(s);
+	PAYLOAD = kvt_payload_bytes(&G, G.chunk_tokens);
+	return s;
+}
+
+static void keys_for(struct kvt_store *s, struct kvt_key *k, int n, uint32_t salt)
+{
+	for (int i = 0; i < n; i++) {
+		uint32_t t[2] = {salt, (uint32_t)i};
+		kvt_key_next(kvt_store_ns_id(s), i ? &k[i - 1] : NULL, t, 2, &k[i]);
+	}
+}
+
+static double ms_since(uint64_t t0)
+{
+	return (double)(kvt__now_ns() - t0) / 1e6;
+}
+
+struct res_box {
+	int done;
+	struct kvt_result res;
+};
+
+static void box_cb(void *arg, const struct kvt_result *res)
+{
+	struct res_box *b = arg;
+	b->res = *res;
+	b->done = 1;
+}
+
+/* A steady stream of service-thread work: DRAM-hit acquisitions, each deferred. */
+struct hammer {
+	struct kvt_store *s;
+	struct kvt_key key;
+	_Atomic int stop;
+	_Atomic long n;
+};
+
+static void hammer_cb(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
+{
+	struct hammer *h = arg;
+	if (rc == 0)
+		kvt__store_release(h->s, ref);
+	h->n++;
+}
+
+static void *hammer_main(void *arg)
+{
+	struct hammer *h = arg;
+	while (!h->stop) {
+		for (int i = 0; i < 50; i++)
+			if (kvt__store_acquire(h->s, &h->key, hammer_cb, h) < 0)
+				break;
+		usleep(500);
+	}
+	return NULL;
+}
+
+int main(void)
+{
+	char *dir = test_tmpdir("deadline");
+	enum { N = 6 };
+	struct kvt_key k[N], k2[N];
+	void *buf = malloc(PAYLOAD ? PAYLOAD : (1 << 20));
+
+	/* ---- 1. DRAM + a stalled NVMe directory under write-through ---- */
+	struct kvt_store *s = open_store(dir, "dram,faulty", NULL);
+	buf = realloc(buf, PAYLOAD);
+	struct kvt_tier *t = kvt__store_tier(s, 1);
+	keys_for(s, k, N, 1);
+	keys_for(s, k2, N, 2);
+	for (int i = 0; i < N; i++) {
+		test_fill(buf, PAYLOAD, (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k[i], i ? &k[i - 1] : NULL, G.chunk_tokens, buf, PAYLOAD),
+			 0);
+	}
+	CHECK_RC(kvt_flush_sync(s), 0);
+
+	kvt__faulty_set(t, 0, 0, STALL_MS);
+	/* A miss in DRAM goes to the stalled tier: it returns within the deadline even while
+	 * the service thread never idles. */
+	struct hammer h = {.s = s, .key = k[N - 1]};
+	pthread_t ht;
+	pthread_create(&ht, NULL, hammer_main, &h);
+	usleep(50000);
+	struct kvt_key absent;
+	uint32_t tok[1] = {999};
+	kvt_key_next(kvt_store_ns_id(s), NULL, tok, 1, &absent);
+	uint64_t t0 = kvt__now_ns();
+	int rc = kvt_get_sync(s, &absent, 0, 0, buf, PAYLOAD, NULL);
+	double get_ms = ms_since(t0);
+	h.stop = 1;
+	pthread_join(ht, NULL);
+	fprintf(stderr, "  get on the stalled tier under a steady service load (%ld acquisitions): "
+			"%.0f ms, %s\n",
+		(long)h.n, get_ms, kvt_strerror(rc));
+	CHECK_RC(rc, -ENOENT);
+	CHECKM(get_ms < CEIL_MS + 400, "get took %.0f ms", get_ms);
+	CHECKM(h.n > 100, "the service thread was kept busy (%ld)", (long)h.n);
+
+	t0 = kvt__now_ns();
+	for (int i = 0; i < N; i++) {
+		test_fill(buf, PAYLOAD, 100 + (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k2[i], i ? &k2[i - 1] : NULL, G.chunk_tokens, buf,
+				      PAYLOAD),
+			 0);
+	}
+	double put_ms = ms_since(t0);
+	fprintf(stderr, "  %d puts with the NVMe tier stalled: %.1f ms\n", N, put_ms);
+	CHECKM(put_ms < 200, "puts into DRAM must not wait for the stalled tier (%.0f ms)", put_ms);
+
+	/* flush: writes expire (<= ceiling), then the tier's durability op expires too. */
+	struct res_box fb = {0};
+	t0 = kvt__now_ns();
+	CHECK_RC(kvt_flush(s, box_cb, &fb), 0);
+	while (!fb.done)
+		kvt_poll(s, 50);
+	double flush_ms = ms_since(t0);
+	fprintf(stderr, "  flush with the NVMe tier stalled: %.0f ms, status %d (%s), tier %d\n",
+		flush_ms, fb.res.status, kvt_strerror(fb.res.status), fb.res.tier);
+	CHECKM(flush_ms < 3 * CEIL_MS + 400, "flush took %.0f ms", flush_ms);
+	CHECKM(fb.res.status < 0, "flush must report the tier that missed");
+	CHECK_EQ(fb.res.tier, 1);
+
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].writes_skipped >= N, "missed write-behind counted: %llu",
+	      (unsigned long long)st.tier[1].writes_skipped);
+	CHECKM(st.tier[1].errors >= 1, "misses counted as errors");
+	CHECK_EQ(st.write_behind_pending, 0);
+	CHECKM(slow_lines > 0, "a local tier's miss is reported as slow");
+	CHECK_EQ(remote_lines, 0);
+
+	/* lookup past DRAM, remove: within the deadline (or at once once the circuit is
+	 * open). */
+	int8_t tiers[N + 1];
+	struct kvt_key probe[2] = {k[0], absent};
+	t0 = kvt__now_ns();
+	rc = kvt_lookup_sync(s, probe, 2, tiers); /* circuit open by now: at once */
+	double lk_ms = ms_since(t0);
+	CHECK_RC(rc, 1);
+	CHECKM(lk_ms < CEIL_MS + 400, "lookup took %.0f ms", lk_ms);
+	t0 = kvt__now_ns();
+	rc = kvt_remove_sync(s, &k[0]);
+	double rm_ms = ms_since(t0);
+	CHECKM(rc >= 1, "removed from DRAM at least (%d)", rc);
+	CHECKM(rm_ms < CEIL_MS + 400, "remove took %.0f ms", rm_ms);
+	fprintf(stderr, "  lookup %.0f ms, remove %.0f ms\n", lk_ms, rm_ms);
+
+	/* close with answers still held by the stalled tier */
+	t0 = kvt__now_ns();
+	kvt_store_close(s);
+	double close_ms = ms_since(t0);
+	fprintf(stderr, "  close with the tier stalled: %.0f ms\n", close_ms);
+	CHECKM(close_ms < 3000, "close took %.0f ms", close_ms);
+
+	/* ---- 2. no DRAM: every call goes to the (slow, then stalled) tier ---- */
+	s = open_store(dir, "faulty", NULL);
+	t = kvt__store_tier(s, 0);
+	kvt__faulty_set(t, 0, 0, 20); /* slow but in time: 20 ms per call */
+	struct kvt_key k3[N];
+	keys_for(s, k3, N, 3);
+	for (int i = 0; i < N; i++) {
+		test_fill(buf, PAYLOAD, 300 + (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k3[i], NULL, G.chunk_tokens, buf, PAYLOAD), 0);
+	}
+	for (int i = 0; i < N; i++) {
+		struct kvt_result r;
+		CHECK_RC(kvt_get_sync(s, &k3[i], 0, 0, buf, PAYLOAD, &r), 0);
+		CHECKM(test_check(buf, PAYLOAD, 300 + (uint64_t)i), "slow but correct bytes");
+	}
+	kvt__faulty_set(t, 0, 0, STALL_MS);
+	test_fill(buf, PAYLOAD, 7);
+	struct kvt_key k4;
+	tok[0] = 4444;
+	kvt_key_next(kvt_store_ns_id(s), NULL, tok, 1, &k4);
+	t0 = kvt__now_ns();
+	rc = kvt_put_sync(s, &k4, NULL, G.chunk_tokens, buf, PAYLOAD);
+	double p_ms = ms_since(t0);
+	fprintf(stderr, "  put waiting for a stalled write: %.0f ms, %s\n", p_ms, kvt_strerror(rc));
+	CHECK_RC(rc, -ETIMEDOUT);
+	CHECKM(p_ms < CEIL_MS + 400, "put took %.0f ms", p_ms);
+	/* lookup and remove on the stalled tier, before its circuit opens */
+	t0 = kvt__now_ns();
+	rc = kvt_lookup_sync(s, k3, N, tiers);
+	lk_ms = ms_since(t0);
+	CHECK_RC(rc, 0);
+	CHECKM(lk_ms < CEIL_MS + 400, "lookup took %.0f ms", lk_ms);
+	t0 = kvt__now_ns();
+	rc = kvt_remove_sync(s, &k3[N - 1]);
+	rm_ms = ms_since(t0);
+	CHECK_RC(rc, 0);
+	CHECKM(rm_ms < CEIL_MS + 400, "remove took %.0f ms", rm_ms);
+	fprintf(stderr, "  stalled, no DRAM: lookup %.0f ms, remove %.0f ms\n", lk_ms, rm_ms);
+	for (int i = 0; i < 3; i++) {
+		t0 = kvt__now_ns();
+		rc = kvt_get_sync(s, &k3[i], 0, 0, buf, PAYLOAD, NULL);
+		double g_ms = ms_since(t0);
+		CHECK_RC(rc, -ENOENT);
+		CHECKM(g_ms < CEIL_MS + 400, "get took %.0f ms", g_ms);
+	}
+	t0 = kvt__now_ns();
+	kvt_store_close(s);
+	close_ms = ms_since(t0);
+	CHECKM(close_ms < 3000, "close took %.0f ms", close_ms);
+
+	/* ---- 3. the stalled answers were cancelled, the objects written before are there:
+	 * a store whose max_object_bytes is below them sees misses and deletes nothing ---- */
+	s = open_store(dir, "nvme", "8KiB");
+	for (int i = 0; i < N - 1; i++)
+		CHECK_RC(kvt_get_sync(s, &k3[i], 0, 0, buf, PAYLOAD, NULL), -ENOENT);
+	kvt_stats(s, &st);
+	CHECK_EQ(st.tier[0].checksum_failures, 0);
+	kvt_store_close(s);
+	s = open_store(dir, "nvme", NULL);
+	for (int i = 0; i < N - 1; i++) {
+		CHECK_RC(kvt_get_sync(s, &k3[i], 0, 0, buf, PAYLOAD, NULL), 0);
+		CHECKM(test_check(buf, PAYLOAD, 300 + (uint64_t)i), "object kept intact");
+	}
+	kvt_store_close(s);
+
+	/* ---- 4. a remove is ordered after the write-behind of its key: with writes that
+	 * land 150 ms after they are submitted (a slow device), a remove right after the put
+	 * must not be overtaken by the write, or the key reappears in the deeper tier ---- */
+	s = open_store(dir, "dram,faulty", NULL);
+	t = kvt__store_tier(s, 1);
+	kvt__faulty_set_write_delay(t, 150);
+	struct kvt_key k5[3];
+	keys_for(s, k5, 3, 5);
+	for (int i = 0; i < 3; i++) {
+		test_fill(buf, PAYLOAD, 500 + (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k5[i], NULL, G.chunk_tokens, buf, PAYLOAD), 0);
+		CHECK(kvt_remove_sync(s, &k5[i]) >= 1);
+	}
+	CHECK_RC(kvt_flush_sync(s), 0);
+	usleep(400000); /* a write that missed its deadline would land by now */
+	kvt_store_close(s);
+	s = open_store(dir, "nvme", NULL);
+	for (int i = 0; i < 3; i++)
+		CHECK_RC(kvt_get_sync(s, &k5[i], 0, 0, buf, PAYLOAD, NULL), -ENOENT);
+	CHECK_RC(kvt_lookup_sync(s, k5, 3, tiers), 0);
+	kvt_store_close(s);
+	fprintf(stderr, "  removes after slow write-behind: the keys stay removed\n");
+
+	/* ---- 5. no memory for a write-behind job: the slot stays dirty (never marked clean
+	 * unwritten), and the next flush writes it ---- */
+	s = open_store(dir, "dram,nvme", NULL);
+	struct kvt_key k6[2];
+	keys_for(s, k6, 2, 6);
+	test_fill(buf, PAYLOAD, 600);
+	CHECK_RC(kvt_put_sync(s, &k6[0], NULL, G.chunk_tokens, buf, PAYLOAD), 0);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_stats(s, &st);
+	uint64_t writes0 = st.tier[1].writes;
+	test_fill(buf, PAYLOAD, 601);
+	kvt__alloc_fail_after(1); /* the put's first allocation: its write-behind job */
+	rc = kvt_put_sync(s, &k6[1], &k6[0], G.chunk_tokens, buf, PAYLOAD);
+	kvt__alloc_fail_after(0);
+	CHECK_RC(rc, 0);
+	usleep(100000);
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].writes == writes0, "no write-behind without memory (%llu -> %llu)",
+	       (unsigned long long)writes0, (unsigned long long)st.tier[1].writes);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].writes == writes0 + 1, "flush wrote the dirty slot (%llu -> %llu)",
+	       (unsigned long long)writes0, (unsigned long long)st.tier[1].writes);
+	kvt_store_close(s);
+	s = open_store(dir, "nvme", NULL);
+	CHECK_RC(kvt_get_sync(s, &k6[1], 0, 0, buf, PAYLOAD, NULL), 0);
+	CHECK(test_check(buf, PAYLOAD, 601));
+	kvt_store_close(s);
+	fprintf(stderr, "  write-behind without memory: kept dirty, written by flush\n");
+
+	free(buf);
+	test_rmdir(dir);
+	free(dir);
+	fprintf(stderr, "store_deadline: ok\n");
+	return 0;
+}
