@@ -117,9 +117,9 @@ class _Done:
 
 
 class _Buffers:
-    """Staging buffers (one canonical chunk, or `shape` of them as rows), page aligned and already faulted in, reused
-    across jobs (a fresh buffer per chunk cost its page faults on every load). Up to
-    `keep` are kept; more are made when needed. Thread-safe."""
+    """Staging buffers (one canonical chunk, or `shape` of them as rows), page aligned and
+    already faulted in, reused across jobs (a fresh buffer per chunk cost its page faults
+    on every load). Up to `keep` are kept; more are made when needed. Thread-safe."""
 
     def __init__(self, nbytes: int, keep: int, shape: int = 0):
         self._n, self._keep, self._shape = nbytes, keep, shape
