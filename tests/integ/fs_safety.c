@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "lib/tierh.h"
+#include "lib/snapshot.h"
 
 extern const struct kvt_tier_ops kvt__tier_fs_ops;
 
@@ -64,30 +65,6 @@ static void key_file(const char *dir, const struct kvt_key *k, char *out, size_t
 	char hex[65];
 	kvt_key_to_hex(k, hex);
 	snprintf(out, n, "%s/v1/%.2s/%.2s/%s", dir, hex, hex + 2, hex);
-}
-
-static char *g_snap;
-static size_t g_snap_len;
-static int snap_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)flag;
-	(void)ftw;
-	char line[1024];
-	int n = snprintf(line, sizeof(line), "%s %o %lld %lld.%09ld\n", p, st->st_mode,
-			 (long long)st->st_size, (long long)st->st_mtim.tv_sec,
-			 st->st_mtim.tv_nsec);
-	g_snap = realloc(g_snap, g_snap_len + (size_t)n + 1);
-	memcpy(g_snap + g_snap_len, line, (size_t)n + 1);
-	g_snap_len += (size_t)n;
-	return 0;
-}
-
-static char *snapshot(const char *dir)
-{
-	g_snap = NULL;
-	g_snap_len = 0;
-	nftw(dir, snap_one, 16, FTW_PHYS);
-	return g_snap ? g_snap : strdup("");
 }
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "nvme_util.h"
+#include "lib/snapshot.h"
 
 #define OBJ 20480 /* one full object at test_geom: 4 KiB header + 2 layers of 8 KiB */
 
@@ -42,30 +43,6 @@ static int present(struct kvt_tier *t, const struct kvt_key *k)
 
 /* A listing of every path under dir with its mode, size and mtime. */
 static int snap_one(const char *p, const struct stat *st, int flag, struct FTW *ftw);
-static char *g_snap;
-static size_t g_snap_len;
-static int snap_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)flag;
-	(void)ftw;
-	char line[1024];
-	int n = snprintf(line, sizeof(line), "%s %o %lld %lld.%09ld\n", p, st->st_mode,
-			 (long long)st->st_size, (long long)st->st_mtim.tv_sec,
-			 st->st_mtim.tv_nsec);
-	g_snap = realloc(g_snap, g_snap_len + (size_t)n + 1);
-	memcpy(g_snap + g_snap_len, line, (size_t)n + 1);
-	g_snap_len += (size_t)n;
-	return 0;
-}
-
-static char *snapshot(const char *dir)
-{
-	g_snap = NULL;
-	g_snap_len = 0;
-	nftw(dir, snap_one, 16, FTW_PHYS);
-	return g_snap ? g_snap : strdup("");
-}
-
 struct anom {
 	int n;
 	char text[4096];
