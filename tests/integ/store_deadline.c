@@ -71,31 +71,6 @@ static struct kvt_store *open_store(const char *dir, const char *tiers, const ch
 	return s;
 }
 
-static void keys_for(struct kvt_store *s, struct kvt_key *k, int n, uint32_t salt)
-{
-	for (int i = 0; i < n; i++) {
-		uint32_t t[2] = {salt, (uint32_t)i};
-		kvt_key_next(kvt_store_ns_id(s), i ? &k[i - 1] : NULL, t, 2, &k[i]);
-	}
-}
-
-static double ms_since(uint64_t t0)
-{
-	return (double)(kvt__now_ns() - t0) / 1e6;
-}
-
-struct res_box {
-	int done;
-	struct kvt_result res;
-};
-
-static void box_cb(void *arg, const struct kvt_result *res)
-{
-	struct res_box *b = arg;
-	b->res = *res;
-	b->done = 1;
-}
-
 /* A steady stream of service-thread work: DRAM-hit acquisitions, each deferred. */
 struct hammer {
 	struct kvt_store *s;
@@ -135,8 +110,8 @@ int main(void)
 	struct kvt_store *s = open_store(dir, "dram,faulty", NULL);
 	buf = realloc(buf, PAYLOAD);
 	struct kvt_tier *t = kvt__store_tier(s, 1);
-	keys_for(s, k, N, 1);
-	keys_for(s, k2, N, 2);
+	test_chain_keys(s, k, N, 1);
+	test_chain_keys(s, k2, N, 2);
 	for (int i = 0; i < N; i++) {
 		test_fill(buf, PAYLOAD, (uint64_t)i);
 		CHECK_RC(kvt_put_sync(s, &k[i], i ? &k[i - 1] : NULL, G.chunk_tokens, buf, PAYLOAD),
@@ -156,7 +131,7 @@ int main(void)
 	kvt_key_next(kvt_store_ns_id(s), NULL, tok, 1, &absent);
 	uint64_t t0 = kvt__now_ns();
 	int rc = kvt_get_sync(s, &absent, 0, 0, buf, PAYLOAD, NULL);
-	double get_ms = ms_since(t0);
+	double get_ms = test_ms_since(t0);
 	h.stop = 1;
 	pthread_join(ht, NULL);
 	fprintf(stderr, "  get on the stalled tier under a steady service load (%ld acquisitions): "
@@ -173,17 +148,17 @@ int main(void)
 				      PAYLOAD),
 			 0);
 	}
-	double put_ms = ms_since(t0);
+	double put_ms = test_ms_since(t0);
 	fprintf(stderr, "  %d puts with the NVMe tier stalled: %.1f ms\n", N, put_ms);
 	CHECKM(put_ms < 200, "puts into DRAM must not wait for the stalled tier (%.0f ms)", put_ms);
 
 	/* flush: writes expire (<= ceiling), then the tier's durability op expires too. */
-	struct res_box fb = {0};
+	struct test_box fb = {0};
 	t0 = kvt__now_ns();
-	CHECK_RC(kvt_flush(s, box_cb, &fb), 0);
+	CHECK_RC(kvt_flush(s, test_box_cb, &fb), 0);
 	while (!fb.done)
 		kvt_poll(s, 50);
-	double flush_ms = ms_since(t0);
+	double flush_ms = test_ms_since(t0);
 	fprintf(stderr, "  flush with the NVMe tier stalled: %.0f ms, status %d (%s), tier %d\n",
 		flush_ms, fb.res.status, kvt_strerror(fb.res.status), fb.res.tier);
 	CHECKM(flush_ms < 3 * CEIL_MS + 400, "flush took %.0f ms", flush_ms);
@@ -205,12 +180,12 @@ int main(void)
 	struct kvt_key probe[2] = {k[0], absent};
 	t0 = kvt__now_ns();
 	rc = kvt_lookup_sync(s, probe, 2, tiers); /* circuit open by now: at once */
-	double lk_ms = ms_since(t0);
+	double lk_ms = test_ms_since(t0);
 	CHECK_RC(rc, 1);
 	CHECKM(lk_ms < CEIL_MS + 400, "lookup took %.0f ms", lk_ms);
 	t0 = kvt__now_ns();
 	rc = kvt_remove_sync(s, &k[0]);
-	double rm_ms = ms_since(t0);
+	double rm_ms = test_ms_since(t0);
 	CHECKM(rc >= 1, "removed from DRAM at least (%d)", rc);
 	CHECKM(rm_ms < CEIL_MS + 400, "remove took %.0f ms", rm_ms);
 	fprintf(stderr, "  lookup %.0f ms, remove %.0f ms\n", lk_ms, rm_ms);
@@ -218,7 +193,7 @@ int main(void)
 	/* close with answers still held by the stalled tier */
 	t0 = kvt__now_ns();
 	kvt_store_close(s);
-	double close_ms = ms_since(t0);
+	double close_ms = test_ms_since(t0);
 	fprintf(stderr, "  close with the tier stalled: %.0f ms\n", close_ms);
 	CHECKM(close_ms < 3000, "close took %.0f ms", close_ms);
 
@@ -227,7 +202,7 @@ int main(void)
 	t = kvt__store_tier(s, 0);
 	kvt__faulty_set(t, 0, 0, 20); /* slow but in time: 20 ms per call */
 	struct kvt_key k3[N];
-	keys_for(s, k3, N, 3);
+	test_chain_keys(s, k3, N, 3);
 	for (int i = 0; i < N; i++) {
 		test_fill(buf, PAYLOAD, 300 + (uint64_t)i);
 		CHECK_RC(kvt_put_sync(s, &k3[i], NULL, G.chunk_tokens, buf, PAYLOAD), 0);
@@ -244,32 +219,32 @@ int main(void)
 	kvt_key_next(kvt_store_ns_id(s), NULL, tok, 1, &k4);
 	t0 = kvt__now_ns();
 	rc = kvt_put_sync(s, &k4, NULL, G.chunk_tokens, buf, PAYLOAD);
-	double p_ms = ms_since(t0);
+	double p_ms = test_ms_since(t0);
 	fprintf(stderr, "  put waiting for a stalled write: %.0f ms, %s\n", p_ms, kvt_strerror(rc));
 	CHECK_RC(rc, -ETIMEDOUT);
 	CHECKM(p_ms < CEIL_MS + 400, "put took %.0f ms", p_ms);
 	/* lookup and remove on the stalled tier, before its circuit opens */
 	t0 = kvt__now_ns();
 	rc = kvt_lookup_sync(s, k3, N, tiers);
-	lk_ms = ms_since(t0);
+	lk_ms = test_ms_since(t0);
 	CHECK_RC(rc, 0);
 	CHECKM(lk_ms < CEIL_MS + 400, "lookup took %.0f ms", lk_ms);
 	t0 = kvt__now_ns();
 	rc = kvt_remove_sync(s, &k3[N - 1]);
-	rm_ms = ms_since(t0);
+	rm_ms = test_ms_since(t0);
 	CHECK_RC(rc, 0);
 	CHECKM(rm_ms < CEIL_MS + 400, "remove took %.0f ms", rm_ms);
 	fprintf(stderr, "  stalled, no DRAM: lookup %.0f ms, remove %.0f ms\n", lk_ms, rm_ms);
 	for (int i = 0; i < 3; i++) {
 		t0 = kvt__now_ns();
 		rc = kvt_get_sync(s, &k3[i], 0, 0, buf, PAYLOAD, NULL);
-		double g_ms = ms_since(t0);
+		double g_ms = test_ms_since(t0);
 		CHECK_RC(rc, -ENOENT);
 		CHECKM(g_ms < CEIL_MS + 400, "get took %.0f ms", g_ms);
 	}
 	t0 = kvt__now_ns();
 	kvt_store_close(s);
-	close_ms = ms_since(t0);
+	close_ms = test_ms_since(t0);
 	CHECKM(close_ms < 3000, "close took %.0f ms", close_ms);
 
 	/* ---- 3. the stalled answers were cancelled, the objects written before are there:
@@ -294,7 +269,7 @@ int main(void)
 	t = kvt__store_tier(s, 1);
 	kvt__faulty_set_write_delay(t, 150);
 	struct kvt_key k5[3];
-	keys_for(s, k5, 3, 5);
+	test_chain_keys(s, k5, 3, 5);
 	for (int i = 0; i < 3; i++) {
 		test_fill(buf, PAYLOAD, 500 + (uint64_t)i);
 		CHECK_RC(kvt_put_sync(s, &k5[i], NULL, G.chunk_tokens, buf, PAYLOAD), 0);
@@ -314,7 +289,7 @@ int main(void)
 	 * unwritten), and the next flush writes it ---- */
 	s = open_store(dir, "dram,nvme", NULL);
 	struct kvt_key k6[2];
-	keys_for(s, k6, 2, 6);
+	test_chain_keys(s, k6, 2, 6);
 	test_fill(buf, PAYLOAD, 600);
 	CHECK_RC(kvt_put_sync(s, &k6[0], NULL, G.chunk_tokens, buf, PAYLOAD), 0);
 	CHECK_RC(kvt_flush_sync(s), 0);

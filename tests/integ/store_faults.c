@@ -29,14 +29,6 @@ static struct kvt_store *open_faulty(const char *dir, const char *tiers)
 	return s;
 }
 
-static void keys_for(struct kvt_store *s, struct kvt_key *k, int n, uint32_t salt)
-{
-	for (int i = 0; i < n; i++) {
-		uint32_t t[2] = {salt, (uint32_t)i};
-		kvt_key_next(kvt_store_ns_id(s), i ? &k[i - 1] : NULL, t, 2, &k[i]);
-	}
-}
-
 static void put_all(struct kvt_store *s, struct kvt_key *k, int n, uint64_t seed)
 {
 	void *buf = malloc(PAYLOAD);
@@ -65,7 +57,7 @@ int main(void)
 
 	/* 1. Corruption on the way back: never served, counted, dropped. */
 	struct kvt_store *s = open_faulty(dir, "faulty");
-	keys_for(s, k, N, 1);
+	test_chain_keys(s, k, N, 1);
 	put_all(s, k, N, 10);
 	struct kvt_tier *t = kvt__store_tier(s, 0);
 	kvt__faulty_set(t, 0, 100, 0);
@@ -83,7 +75,7 @@ int main(void)
 
 	/* 2. A failing tier: misses, then the circuit opens, then recovery. */
 	s = open_faulty(dir, "dram,faulty");
-	keys_for(s, k, N, 2);
+	test_chain_keys(s, k, N, 2);
 	put_all(s, k, N, 20);
 	kvt_store_close(s);
 	s = open_faulty(dir, "dram,faulty"); /* empty DRAM: everything must come from below */

@@ -59,23 +59,6 @@ static struct kvt_store *open_store(const char *dir, const char *tiers, const ch
 	return s;
 }
 
-static double ms_since(uint64_t t0)
-{
-	return (double)(kvt__now_ns() - t0) / 1e6;
-}
-
-struct box {
-	int done;
-	struct kvt_result res;
-};
-
-static void box_cb(void *arg, const struct kvt_result *res)
-{
-	struct box *b = arg;
-	b->res = *res;
-	b->done = 1;
-}
-
 int main(void)
 {
 	struct rs r;
@@ -113,14 +96,14 @@ int main(void)
 	usleep(20000);
 	uint64_t t0 = kvt__now_ns();
 	rc = kvt_put_sync(s, &k[N], NULL, g->chunk_tokens, buf, payload);
-	double ms = ms_since(t0);
+	double ms = test_ms_since(t0);
 	fprintf(stderr, "  stopped server: put %.0f ms (%s)\n", ms, kvt_strerror(rc));
 	CHECK_RC(rc, -ETIMEDOUT);
 	CHECKM(ms < CEIL_MS + SLACK_MS, "put took %.0f ms", ms);
 
 	t0 = kvt__now_ns();
 	rc = kvt_get_sync(s, &k[0], 0, 0, buf, payload, NULL);
-	ms = ms_since(t0);
+	ms = test_ms_since(t0);
 	fprintf(stderr, "  stopped server: get %.0f ms (%s)\n", ms, kvt_strerror(rc));
 	CHECK_RC(rc, -ENOENT);
 	CHECKM(ms < CEIL_MS + SLACK_MS, "get took %.0f ms", ms);
@@ -128,25 +111,25 @@ int main(void)
 	int8_t tiers[N];
 	t0 = kvt__now_ns();
 	rc = kvt_lookup_sync(s, k, N, tiers);
-	ms = ms_since(t0);
+	ms = test_ms_since(t0);
 	fprintf(stderr, "  stopped server: lookup %.0f ms (%d found)\n", ms, rc);
 	CHECK_RC(rc, 0);
 	CHECKM(ms < CEIL_MS + SLACK_MS, "lookup took %.0f ms", ms);
 
 	t0 = kvt__now_ns();
 	rc = kvt_remove_sync(s, &k[1]);
-	ms = ms_since(t0);
+	ms = test_ms_since(t0);
 	fprintf(stderr, "  stopped server: remove %.0f ms (%d removed)\n", ms, rc);
 	CHECK_RC(rc, 0);
 	CHECKM(ms < CEIL_MS + SLACK_MS, "remove took %.0f ms", ms);
 
 	/* A burst of gets at once: each within its deadline, none waiting for the others. */
-	struct box b[N];
+	struct test_box b[N];
 	memset(b, 0, sizeof(b));
 	void *bufs = malloc(payload * N);
 	t0 = kvt__now_ns();
 	for (int i = 0; i < N; i++)
-		CHECK_RC(kvt_get(s, &k[i], 0, 0, (char *)bufs + (size_t)i * payload, payload, box_cb,
+		CHECK_RC(kvt_get(s, &k[i], 0, 0, (char *)bufs + (size_t)i * payload, payload, test_box_cb,
 				 &b[i]),
 			 0);
 	for (int done = 0; done < N;) {
@@ -154,9 +137,9 @@ int main(void)
 		done = 0;
 		for (int i = 0; i < N; i++)
 			done += b[i].done;
-		CHECKM(ms_since(t0) < 10000, "burst of gets never finished");
+		CHECKM(test_ms_since(t0) < 10000, "burst of gets never finished");
 	}
-	ms = ms_since(t0);
+	ms = test_ms_since(t0);
 	fprintf(stderr, "  stopped server: %d concurrent gets done in %.0f ms\n", N, ms);
 	CHECKM(ms < CEIL_MS + SLACK_MS, "burst took %.0f ms", ms);
 	for (int i = 0; i < N; i++)
@@ -165,7 +148,7 @@ int main(void)
 
 	t0 = kvt__now_ns();
 	kvt_store_close(s);
-	ms = ms_since(t0);
+	ms = test_ms_since(t0);
 	fprintf(stderr, "  stopped server: close %.0f ms\n", ms);
 	CHECKM(ms < 3000, "close took %.0f ms", ms);
 	CHECKM(remote_lines > 0, "a remote tier's miss is reported as remote");
@@ -194,15 +177,15 @@ int main(void)
 				      payload),
 			 0);
 	}
-	ms = ms_since(t0);
+	ms = test_ms_since(t0);
 	fprintf(stderr, "  stopped server, DRAM in front: %d puts %.1f ms\n", N, ms);
 	CHECKM(ms < 300, "puts took %.0f ms", ms);
-	struct box fb = {0};
+	struct test_box fb = {0};
 	t0 = kvt__now_ns();
-	CHECK_RC(kvt_flush(s, box_cb, &fb), 0);
+	CHECK_RC(kvt_flush(s, test_box_cb, &fb), 0);
 	while (!fb.done)
 		kvt_poll(s, 50);
-	ms = ms_since(t0);
+	ms = test_ms_since(t0);
 	fprintf(stderr, "  stopped server: flush %.0f ms, status %s, tier %d\n", ms,
 		kvt_strerror(fb.res.status), fb.res.tier);
 	CHECKM(ms < 2 * CEIL_MS + SLACK_MS, "flush took %.0f ms", ms);
@@ -219,7 +202,7 @@ int main(void)
 	}
 	t0 = kvt__now_ns();
 	kvt_store_close(s);
-	ms = ms_since(t0);
+	ms = test_ms_since(t0);
 	fprintf(stderr, "  stopped server: close with write-behind out %.0f ms\n", ms);
 	CHECKM(ms < 3000, "close took %.0f ms", ms);
 

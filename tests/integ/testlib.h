@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kvtier.h"
@@ -114,6 +115,36 @@ static inline void test_set(struct kvt_config *c, const char *k, const char *v)
 	if (kvt_config_set(c, k, v, err, sizeof(err)) < 0) {
 		fprintf(stderr, "config: %s\n", err);
 		exit(1);
+	}
+}
+
+/* Milliseconds since t0 (CLOCK_MONOTONIC ns, as from kvt__now_ns). */
+static inline double test_ms_since(uint64_t t0)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec - t0) / 1e6;
+}
+
+/* The result of one asynchronous call, filled by test_box_cb (poll until done). */
+struct test_box {
+	int done;
+	struct kvt_result res;
+};
+
+static inline void test_box_cb(void *arg, const struct kvt_result *res)
+{
+	struct test_box *b = arg;
+	b->res = *res;
+	b->done = 1;
+}
+
+/* n chained keys of the store's namespace, each chunk two tokens {salt, i}. */
+static inline void test_chain_keys(struct kvt_store *s, struct kvt_key *k, int n, uint32_t salt)
+{
+	for (int i = 0; i < n; i++) {
+		uint32_t t[2] = {salt, (uint32_t)i};
+		kvt_key_next(kvt_store_ns_id(s), i ? &k[i - 1] : NULL, t, 2, &k[i]);
 	}
 }
 
