@@ -23,17 +23,6 @@
 #include "tier.h"
 #include "tier_faulty.h"
 
-/* CHECK with a message (check.h's CHECK takes the condition only). */
-#define CHECKM(cond, ...)                                                                     \
-	do {                                                                                  \
-		if (!(cond)) {                                                                \
-			fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);  \
-			fprintf(stderr, __VA_ARGS__);                                         \
-			fputc('\n', stderr);                                                  \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
-
 #define CEIL_MS 300
 #define STALL_MS 600000
 

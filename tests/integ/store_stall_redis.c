@@ -20,16 +20,6 @@
 #include "lib/redis_server.h"
 #include "testlib.h"
 
-#define CHECKM(cond, ...)                                                                     \
-	do {                                                                                  \
-		if (!(cond)) {                                                                \
-			fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);  \
-			fprintf(stderr, __VA_ARGS__);                                         \
-			fputc('\n', stderr);                                                  \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
-
 #define CEIL_MS 400
 #define SLACK_MS 600
 

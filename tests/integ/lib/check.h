@@ -26,4 +26,15 @@
 		}                                                                             \
 	} while (0)
 
+/* CHECK with a message (printf-style, for the values that explain a failure). */
+#define CHECKM(cond, ...)                                                                     \
+	do {                                                                                  \
+		if (!(cond)) {                                                                \
+			fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);  \
+			fprintf(stderr, __VA_ARGS__);                                         \
+			fputc('\n', stderr);                                                  \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
 #endif
