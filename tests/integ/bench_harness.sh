@@ -8,6 +8,7 @@
 # reported, and the Redis password never appears on any process's command line.
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary).
 set -u
+. "$(dirname "$0")/lib/jq.sh"
 KVT=${KVT_BIN:-build}/kvtier
 [ -x "$KVT" ] || { echo "skip: $KVT not built"; exit 77; }
 for c in jq fio redis-server redis-benchmark; do
@@ -25,7 +26,7 @@ small=(--chunk-bytes 256K --set-bytes 16M --queue-depth 4 --seconds 0.6 --rounds
 d="$tmp/it's a:dir"
 j=$("$KVT" bench --tier nvme --dir "$d" "${small[@]}" --json 2>"$tmp/err" | tail -1) ||
 	fail "nvme bench: $(cat "$tmp/err")"
-echo "$j" | jq -e '.fsync == "data" and (.reference | test("fdatasync=1"))
+echo "$j" | jqe '.fsync == "data" and (.reference | test("fdatasync=1"))
 	and .object_bytes == 266240 and .bytes_in_flight == 4 * 266240
 	and .write_gibps > 0 and .read_gibps > 0 and .ref_write_gibps > 0
 	and .ref_read_gibps > 0 and .ref_write_p50_us > 0 and .read_ratio > 0
@@ -36,7 +37,7 @@ echo "default: $(echo "$j" | jq -c '{fsync,reference,write_ratio,read_ratio}')"
 # (b) --fsync none is said, and fio runs without fsync; the earlier run's objects are reported
 j=$("$KVT" bench --tier nvme --dir "$d" "${small[@]}" --read-pct 0 --fsync none --json \
 	2>"$tmp/err" | tail -1) || fail "fsync none: $(cat "$tmp/err")"
-echo "$j" | jq -e '.fsync == "none" and (.reference | test("fdatasync") | not)
+echo "$j" | jqe '.fsync == "none" and (.reference | test("fdatasync") | not)
 	and .write_gibps > 0 and .ref_write_gibps > 0' >/dev/null || fail "fsync none: $j"
 grep -q "already holds" "$tmp/err" || fail "no warning about a non-empty store: $(cat "$tmp/err")"
 
@@ -68,6 +69,6 @@ wait $BPID || fail "redis bench with a password: $(cat "$tmp/err")"
 [ $seen = 0 ] || fail "the Redis password appeared on a command line"
 grep -q "no reference" "$tmp/err" || fail "no word about the skipped reference: $(cat "$tmp/err")"
 grep -q -- "$PW" "$tmp/out" "$tmp/err" && fail "the password was printed"
-tail -1 "$tmp/out" | jq -e '.write_gibps > 0 and .read_gibps > 0 and .errors == 0' >/dev/null ||
+tail -1 "$tmp/out" | jqe '.write_gibps > 0 and .read_gibps > 0 and .errors == 0' >/dev/null ||
 	fail "redis bench: $(tail -1 "$tmp/out")"
 echo "pass"

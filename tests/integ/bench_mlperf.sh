@@ -5,6 +5,7 @@
 # with one line and a non-zero exit.
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary or no jq).
 set -u
+. "$(dirname "$0")/lib/jq.sh"
 KVT=${KVT_BIN:-build}/kvtier
 [ -x "$KVT" ] || { echo "skip: $KVT not built"; exit 77; }
 command -v jq >/dev/null || { echo "skip: jq missing"; exit 77; }
@@ -14,7 +15,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 j=$("$KVT" bench --workload mlperf-kv --model llama3.1-8b --users 20 --seconds 2 --scale 0.002 \
 	--dir "$tmp/a" --json | tail -1) || fail "nvme-only run"
-echo "$j" | jq -e '.workload == "mlperf-kv" and .tier == "nvme" and .users == 20
+echo "$j" | jqe '.workload == "mlperf-kv" and .tier == "nvme" and .users == 20
 	and .read_gibps > 0 and .write_gibps > 0 and .requests > 0 and .errors == 0
 	and .hit_ratio >= 0 and .hit_ratio <= 1 and .read_p50_us > 0
 	and .read_p99_us >= .read_p50_us and .write_p999_us >= .write_p99_us
@@ -22,7 +23,7 @@ echo "$j" | jq -e '.workload == "mlperf-kv" and .tier == "nvme" and .users == 20
 
 j=$("$KVT" bench --workload mlperf-kv --model llama3.1-70b --users 10 --seconds 2 --scale 0.002 \
 	--dram-bytes 4GiB --dir "$tmp/b" --json | tail -1) || fail "dram+nvme run"
-echo "$j" | jq -e '.tier == "dram,nvme" and .dram_pool_bytes > 0 and .read_gibps > 0
+echo "$j" | jqe '.tier == "dram,nvme" and .dram_pool_bytes > 0 and .read_gibps > 0
 	and .write_gibps > 0 and .errors == 0' >/dev/null || fail "dram+nvme: $j"
 
 bad() {

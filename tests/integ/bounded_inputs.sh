@@ -4,6 +4,7 @@
 # fail fast (under a timeout) with one printable line naming the file and the reason -
 # never a hang, an out-of-memory death, defaults applied silently, or a truncated value.
 set -euo pipefail
+. "$(dirname "$0")/lib/jq.sh"
 K="$KVT_BIN/kvtier"
 T=$(mktemp -d "${KVT_TEST_DIR:-/var/tmp}/kvt-bounded-XXXXXX")
 trap 'rm -rf "$T"' EXIT
@@ -46,5 +47,5 @@ timeout 20 "$K" crossover --set cost.profile=/dev/zero >/dev/null 2>"$T/err" || 
 grep -q "/dev/zero: not a regular file" "$T/err" || fail "cost.profile: $(cat "$T/err")"
 # what is within the bounds still loads
 printf '[s3]\nprefix = abc\n' >"$T/ok.ini"
-"$K" config --config "$T/ok.ini" --json | jq -e '."s3.prefix" == "abc"' >/dev/null || fail "a good config no longer loads"
+"$K" config --config "$T/ok.ini" --json | jqe '."s3.prefix" == "abc"' >/dev/null || fail "a good config no longer loads"
 echo "bounded_inputs: ok"

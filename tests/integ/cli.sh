@@ -3,6 +3,7 @@
 # non-zero exit, a store opened with --dir alone, ls/stat/verify/rm with --json, and
 # verify finding (and with --drop removing) a corrupted and a truncated object.
 set -euo pipefail
+. "$(dirname "$0")/lib/jq.sh"
 K="$KVT_BIN/kvtier"
 T=$(mktemp -d "${KVT_TEST_DIR:-/var/tmp}/kvt-cli-XXXXXX")
 trap 'rm -rf "$T"' EXIT
@@ -27,8 +28,8 @@ grep -q "bad.ini:2" "$T/err" || fail "config error has no line number: $(cat "$T
 "$K" session save --synthetic 2560 --dir "$T/s" "${SMALL[@]}" >/dev/null
 n=$("$K" ls --dir "$T/s" "${SMALL[@]}" --tiers nvme --json | tail -1 | jq .objects)
 [ "$n" = 10 ] || fail "ls: $n objects, wanted 10"
-"$K" stat --dir "$T/s" "${SMALL[@]}" --json | jq -e '.tiers[1].name == "nvme" and .tiers[1].objects == 10' >/dev/null || fail "stat"
-"$K" verify --dir "$T/s" "${SMALL[@]}" --json | tail -1 | jq -e '.objects == 10 and .bad == 0' >/dev/null || fail "verify clean"
+"$K" stat --dir "$T/s" "${SMALL[@]}" --json | jqe '.tiers[1].name == "nvme" and .tiers[1].objects == 10' >/dev/null || fail "stat"
+"$K" verify --dir "$T/s" "${SMALL[@]}" --json | tail -1 | jqe '.objects == 10 and .bad == 0' >/dev/null || fail "verify clean"
 
 # Corrupt one object's body and truncate another: verify reports both and exits 3.
 mapfile -t files < <(find "$T/s" -type f -size +4k | sort | head -2)
@@ -38,16 +39,16 @@ set +e
 out=$("$K" verify --dir "$T/s" "${SMALL[@]}" --json); rc=$?
 set -e
 [ $rc = 3 ] || fail "verify exit $rc with bad objects"
-echo "$out" | tail -1 | jq -e '.bad == 2 and .dropped == 0' >/dev/null || fail "verify: $out"
+echo "$out" | tail -1 | jqe '.bad == 2 and .dropped == 0' >/dev/null || fail "verify: $out"
 "$K" verify --dir "$T/s" "${SMALL[@]}" --drop --json >/dev/null || true
-"$K" verify --dir "$T/s" "${SMALL[@]}" --json | tail -1 | jq -e '.objects == 8 and .bad == 0' >/dev/null || fail "verify after --drop"
+"$K" verify --dir "$T/s" "${SMALL[@]}" --json | tail -1 | jqe '.objects == 8 and .bad == 0' >/dev/null || fail "verify after --drop"
 # resume serves only the intact prefix, never wrong bytes
 out=$("$K" session resume --synthetic 2560 --dir "$T/s" "${SMALL[@]}" --json)
-echo "$out" | jq -e '.bad == 0 and .hit_chunks < 10' >/dev/null || fail "resume after damage: $out"
+echo "$out" | jqe '.bad == 0 and .hit_chunks < 10' >/dev/null || fail "resume after damage: $out"
 
 # Objects of another geometry in the same directory are sound, not corrupt.
 "$K" session save --synthetic 1024 --dir "$T/s" --set model.layers=2 --set model.kv_heads=2 --set model.head_dim=64 --set dram.bytes=64MiB >/dev/null
-"$K" verify --dir "$T/s" "${SMALL[@]}" --json | tail -1 | jq -e '.objects == 12 and .bad == 0' >/dev/null || fail "verify with two geometries"
+"$K" verify --dir "$T/s" "${SMALL[@]}" --json | tail -1 | jqe '.objects == 12 and .bad == 0' >/dev/null || fail "verify with two geometries"
 
 # rm by key
 key=$("$K" ls --dir "$T/s" "${SMALL[@]}" --tiers nvme --json | head -1 | jq -r .key)

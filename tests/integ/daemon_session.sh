@@ -5,6 +5,7 @@
 # served. /metrics passes promtool and counts the DRAM hits. A client of a stopped daemon
 # fails at once with an error, never hangs. Needs promtool (Debian package prometheus).
 set -euo pipefail
+. "$(dirname "$0")/lib/jq.sh"
 K="$KVT_BIN/kvtier"
 D="$KVT_BIN/kvtierd"
 T=$(mktemp -d "${KVT_TEST_DIR:-/var/tmp}/kvt-daemon-XXXXXX")
@@ -21,9 +22,9 @@ for i in $(seq 100); do [ -S "$S" ] && break; sleep 0.05; done
 [ "$(stat -c %a "$S")" = 600 ] || { echo "socket mode $(stat -c %a "$S"), wanted 600"; exit 1; }
 
 timeout 60 "$K" session save --synthetic 8400 --seed 7 "${SMALL[@]}" --set store.daemon="$S" --json >"$T/save.json"
-jq -e '.stored_chunks == 33' "$T/save.json" >/dev/null || { echo "save: $(cat "$T/save.json")"; exit 1; }
+jqe '.stored_chunks == 33' "$T/save.json" >/dev/null || { echo "save: $(cat "$T/save.json")"; exit 1; }
 out=$(timeout 60 "$K" session resume --synthetic 8400 --seed 7 "${SMALL[@]}" --set store.daemon="$S" --json)
-echo "$out" | jq -e '.hit_chunks == 33 and .prefill_tokens == 0 and .bad == 0 and .tiers.dram == 33' >/dev/null ||
+echo "$out" | jqe '.hit_chunks == 33 and .prefill_tokens == 0 and .bad == 0 and .tiers.dram == 33' >/dev/null ||
 	{ echo "resume through the daemon: $out"; exit 1; }
 
 # Another tenant: refused at open, with a reason.
@@ -34,7 +35,7 @@ echo "$err" | grep -q "another model, geometry or tenant" || { echo "unclear ref
 
 # kvtier status: the two session processes left nothing behind.
 st=$(timeout 30 "$K" status --daemon "$S" "${SMALL[@]}" --json)
-echo "$st" | jq -e '.connections == 0 and .ops_in_progress == 0 and .regions_mapped == 0 and .connections_total >= 3 and .tiers.dram.objects == 33' >/dev/null ||
+echo "$st" | jqe '.connections == 0 and .ops_in_progress == 0 and .regions_mapped == 0 and .connections_total >= 3 and .tiers.dram.objects == 33' >/dev/null ||
 	{ echo "status: $st"; exit 1; }
 if timeout 10 "$K" status "${SMALL[@]}" 2>/dev/null; then echo "status without --daemon accepted"; exit 1; fi
 
@@ -68,7 +69,7 @@ INI
 CPID=$!
 for i in $(seq 100); do [ -S "$T/c.sock" ] && break; sleep 0.05; done
 st=$(timeout 30 "$K" status --daemon "$T/c.sock" "${SMALL[@]}" --json) || { cat "$T/c.log"; exit 1; }
-echo "$st" | jq -e '.connections == 0 and (.tiers | keys) == ["dram"]' >/dev/null || { echo "--config daemon: $st"; exit 1; }
+echo "$st" | jqe '.connections == 0 and (.tiers | keys) == ["dram"]' >/dev/null || { echo "--config daemon: $st"; exit 1; }
 kill -TERM "$CPID"; wait "$CPID"
 
 # Clean shutdown removes the socket; then a client fails fast instead of hanging.

@@ -4,6 +4,7 @@
 # malformed trace failing with its line number, and crossover's break-even table.
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary or no jq).
 set -u
+. "$(dirname "$0")/lib/jq.sh"
 KVT=${KVT_BIN:-build}/kvtier
 [ -x "$KVT" ] || { echo "skip: $KVT not built"; exit 77; }
 command -v jq >/dev/null || { echo "skip: jq missing"; exit 77; }
@@ -15,10 +16,10 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$KVT" replay --workload rag --requests 2000 --simulate --policy pslru,lru --dram-tokens 65536 \
 	--nvme-tokens 0 --belady --save-trace "$tmp/rag.jsonl" --json > "$tmp/out" || fail "replay rag"
 j=$(tail -1 "$tmp/out")
-echo "$j" | jq -e '.requests == 2000 and (.block_hit_ratio > 0) and (.token_hit_ratio > 0)
+echo "$j" | jqe '.requests == 2000 and (.block_hit_ratio > 0) and (.token_hit_ratio > 0)
 	and (.belady_block_hit_ratio >= .block_hit_ratio) and (.nvme_hit_ratio == 0)
 	and (.policies | length == 2)' > /dev/null || fail "rag json: $j"
-echo "$j" | jq -e '.policies[0].block_hit_ratio > .policies[1].block_hit_ratio' > /dev/null ||
+echo "$j" | jqe '.policies[0].block_hit_ratio > .policies[1].block_hit_ratio' > /dev/null ||
 	fail "pslru should beat lru on small-cache rag: $j"
 
 # the saved trace replays to the same numbers
@@ -35,14 +36,14 @@ j2=$("$KVT" replay --trace "$tmp/conv.jsonl" --simulate --dram-tokens 1000000 --
 	--json | tail -1)
 [ "$(echo "$j" | jq .block_hit_ratio)" = "$(echo "$j2" | jq .block_hit_ratio)" ] ||
 	fail "conversation trace replays differently: $j / $j2"
-echo "$j2" | jq -e '.policy == "hd" and .requests == 3000' > /dev/null || fail "default: $j2"
-echo "$j" | jq -e '.policies[0].block_hit_ratio >= .policies[1].block_hit_ratio - 0.005' \
+echo "$j2" | jqe '.policy == "hd" and .requests == 3000' > /dev/null || fail "default: $j2"
+echo "$j" | jqe '.policies[0].block_hit_ratio >= .policies[1].block_hit_ratio - 0.005' \
 	> /dev/null || fail "hd below lru on conversation: $j"
 
 # two tiers: the per-tier ratios add up
 j=$("$KVT" replay --workload chat --requests 3000 --simulate --dram-tokens 32768 \
 	--nvme-tokens 2097152 --json | tail -1)
-echo "$j" | jq -e '(.dram_hit_ratio + .nvme_hit_ratio - .block_hit_ratio | fabs) < 1e-5
+echo "$j" | jqe '(.dram_hit_ratio + .nvme_hit_ratio - .block_hit_ratio | fabs) < 1e-5
 	and .nvme_hit_ratio > 0 and .ttft_p50_ms <= .nocache_ttft_p50_ms' > /dev/null ||
 	fail "chat two tiers: $j"
 
@@ -53,7 +54,7 @@ echo "$j" | jq -e '(.dram_hit_ratio + .nvme_hit_ratio - .block_hit_ratio | fabs)
 grep -q "warning: 1 GPU at" "$tmp/one.err" || fail "no overload warning: $(cat "$tmp/one.err")"
 j=$("$KVT" replay --workload conversation --requests 2000 --simulate --model llama3.1-70b \
 	--dram-tokens 1000000 --nvme-tokens 0 --json 2> "$tmp/auto.err" | tail -1)
-echo "$j" | jq -e '.gpus > 1 and .nocache_gpu_utilization <= 0.8' > /dev/null || fail "auto: $j"
+echo "$j" | jqe '.gpus > 1 and .nocache_gpu_utilization <= 0.8' > /dev/null || fail "auto: $j"
 [ -s "$tmp/auto.err" ] && fail "auto-sized fleet warned: $(cat "$tmp/auto.err")"
 "$KVT" replay --workload chat --simulate --gpus 0 2> /dev/null && fail "--gpus 0 accepted"
 
@@ -64,10 +65,10 @@ grep -q 'line 2: missing field "output_length"' "$tmp/err" || fail "error: $(cat
 
 # crossover: NVMe breaks even at once for a 70B model, S3 much later for an 8B one
 j=$("$KVT" crossover --model llama3.1-70b --gpu h100 --json)
-echo "$j" | jq -e '.tiers[] | select(.tier == "nvme") | .breakeven_tokens <= 16' > /dev/null ||
+echo "$j" | jqe '.tiers[] | select(.tier == "nvme") | .breakeven_tokens <= 16' > /dev/null ||
 	fail "crossover 70b: $j"
 j=$("$KVT" crossover --model llama3.1-8b --gpu h200 --json)
-echo "$j" | jq -e '(.tiers[] | select(.tier == "s3") | .breakeven_tokens) > 10000' > /dev/null ||
+echo "$j" | jqe '(.tiers[] | select(.tier == "s3") | .breakeven_tokens) > 10000' > /dev/null ||
 	fail "crossover 8b: $j"
 "$KVT" crossover --model nope 2> /dev/null && fail "unknown model accepted"
 echo "pass"

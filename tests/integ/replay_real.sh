@@ -7,6 +7,7 @@
 # one line and a non-zero exit.
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary or no jq).
 set -u
+. "$(dirname "$0")/lib/jq.sh"
 KVT=${KVT_BIN:-build}/kvtier
 [ -x "$KVT" ] || { echo "skip: $KVT not built"; exit 77; }
 command -v jq >/dev/null || { echo "skip: jq missing"; exit 77; }
@@ -18,7 +19,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 printf '%s\n' '{"timestamp":0,"input_length":2000,"output_length":10,"hash_ids":[11,12,13,14]}' \
 	'{"timestamp":50,"input_length":2000,"output_length":10,"hash_ids":[11,12,13,14]}' > "$tmp/rep.jsonl"
 j=$("$KVT" replay --trace "$tmp/rep.jsonl" --dir "$tmp/d1" --json | tail -1) || fail "repeat replay"
-echo "$j" | jq -e '.mode == "real" and .requests == 2 and .blocks == 8 and .block_hit_ratio == 0.5
+echo "$j" | jqe '.mode == "real" and .requests == 2 and .blocks == 8 and .block_hit_ratio == 0.5
 	and .token_hit_ratio == 0.5 and .dram_write_bytes > 0 and .nvme_write_bytes > 0
 	and .payload_mismatches == 0 and .checksum_failures == 0 and .put_errors == 0' >/dev/null ||
 	fail "repeat: $j"
@@ -29,11 +30,11 @@ f=$(find "$tmp/d1" -name '*.kvt' | head -1)
 printf '\xde\xad\xbe\xef\xde\xad\xbe\xef' | dd of="$f" bs=1 seek=200000 conv=notrunc 2>/dev/null
 j=$("$KVT" replay --trace "$tmp/rep.jsonl" --dir "$tmp/d1" --json 2>"$tmp/err" | tail -1) ||
 	fail "replay over a corrupted object: $(cat "$tmp/err")"
-echo "$j" | jq -e '.checksum_failures >= 1 and .payload_mismatches == 0 and .block_hit_ratio < 1
+echo "$j" | jqe '.checksum_failures >= 1 and .payload_mismatches == 0 and .block_hit_ratio < 1
 	and .nvme_write_bytes > 0' >/dev/null || fail "corruption not detected: $j"
 # it was rewritten: a third run is clean and hits every block from NVMe
 j=$("$KVT" replay --trace "$tmp/rep.jsonl" --dir "$tmp/d1" --json 2>/dev/null | tail -1) || fail "3rd"
-echo "$j" | jq -e '.checksum_failures == 0 and .block_hit_ratio == 1 and .nvme_hit_ratio == 0.5
+echo "$j" | jqe '.checksum_failures == 0 and .block_hit_ratio == 1 and .nvme_hit_ratio == 0.5
 	and .dram_hit_ratio == 0.5' >/dev/null || fail "after rewrite: $j"
 
 # real vs simulated on a generated workload with room for everything
@@ -45,7 +46,7 @@ for w in chat agent; do
 		[ "$(echo "$r" | jq .$k)" = "$(echo "$s" | jq .$k)" ] ||
 			fail "$w $k: real $(echo "$r" | jq .$k) vs simulated $(echo "$s" | jq .$k)"
 	done
-	echo "$r" | jq -e '([.block_hit_ratio, .token_hit_ratio, .dram_hit_ratio, .nvme_hit_ratio]
+	echo "$r" | jqe '([.block_hit_ratio, .token_hit_ratio, .dram_hit_ratio, .nvme_hit_ratio]
 		| all(. >= 0 and . <= 1)) and .block_hit_ratio > 0 and .restore_gibps > 0
 		and .payload_mismatches == 0 and .ttft_p50_ms <= .nocache_ttft_p50_ms' >/dev/null ||
 		fail "$w real: $r"
@@ -54,7 +55,7 @@ done
 # a small DRAM forces evictions to NVMe; ratios stay sane and bytes are still right
 j=$("$KVT" replay --workload rag --requests 200 --dram-tokens 8192 --nvme-tokens 262144 \
 	--dir "$tmp/small" --json | tail -1) || fail "small replay"
-echo "$j" | jq -e '.dram_evictions > 0 and .nvme_hit_ratio > 0 and .payload_mismatches == 0
+echo "$j" | jqe '.dram_evictions > 0 and .nvme_hit_ratio > 0 and .payload_mismatches == 0
 	and .block_hit_ratio <= 1' >/dev/null || fail "small: $j"
 
 # malformed inputs: one line on stderr, non-zero exit

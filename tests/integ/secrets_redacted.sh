@@ -5,6 +5,7 @@
 # errors and warnings - at debug level too - that never contain it. Every stdout and
 # stderr of the run is collected and grepped.
 set -euo pipefail
+. "$(dirname "$0")/lib/jq.sh"
 K="$KVT_BIN/kvtier"
 T=$(mktemp -d "${KVT_TEST_DIR:-/var/tmp}/kvt-secrets-XXXXXX")
 trap 'rm -rf "$T"' EXIT
@@ -23,7 +24,7 @@ run "$K" config --config "$T/c.ini"
 grep -q 'redis://:\*\*\*@127.0.0.1:6379/1' "$T/out" || fail "redis.url not shown redacted: $(head -c 2000 "$T/out")"
 grep -q 'redis://alice:\*\*\*@h:1' "$T/out" || fail "redis.url with a user not shown redacted"
 grep -q 'http://AKIATEST:\*\*\*@127.0.0.1:1' "$T/out" || fail "s3.endpoint not shown redacted"
-KVTIER_REDIS_URL="redis://:$RPW@127.0.0.1:6379/1" "$K" config --json | jq -e '."redis.url" == "redis://:***@127.0.0.1:6379/1"' >/dev/null ||
+KVTIER_REDIS_URL="redis://:$RPW@127.0.0.1:6379/1" "$K" config --json | jqe '."redis.url" == "redis://:***@127.0.0.1:6379/1"' >/dev/null ||
 	fail "config --json is not valid JSON with the redacted URL"
 
 # stores on an unreachable endpoint and server, and a bad scheme: errors and warnings

@@ -5,13 +5,14 @@
 # its next resume is served from its own NVMe. Shown for the shared-directory tier always,
 # and for Redis when redis-server is installed (started here on 127.0.0.1).
 set -euo pipefail
+. "$(dirname "$0")/lib/jq.sh"
 K="$KVT_BIN/kvtier"
 T=$(mktemp -d "${KVT_TEST_DIR:-/var/tmp}/kvt-migrate-XXXXXX")
 cleanup() { [ -n "${RPID:-}" ] && kill -9 "$RPID" 2>/dev/null; rm -rf "$T"; }
 trap cleanup EXIT
 SMALL=(--set model.layers=4 --set model.kv_heads=2 --set model.head_dim=64 --set dram.bytes=64MiB)
 check() { # tiers-json-name expected-count json
-	echo "$3" | jq -e ".hit_chunks == 33 and .prefill_tokens == 0 and .bad == 0 and .tiers.$1 == $2" >/dev/null ||
+	echo "$3" | jqe ".hit_chunks == 33 and .prefill_tokens == 0 and .bad == 0 and .tiers.$1 == $2" >/dev/null ||
 		{ echo "unexpected: $3"; exit 1; }
 }
 run() { # shared-tier-name extra-args...
@@ -23,10 +24,10 @@ run() { # shared-tier-name extra-args...
 	check nvme 33 "$out"
 	# Another conversation sharing the first 4096 tokens reuses those 16 chunks only.
 	out=$("$K" session resume --synthetic 4100 --seed 7 --tiers "dram,nvme,$tier" --dir "$T/c-$tier" "${SMALL[@]}" "$@" --json)
-	echo "$out" | jq -e '.hit_chunks == 16 and .prefill_tokens == 4 and .bad == 0' >/dev/null || { echo "prefix reuse: $out"; exit 1; }
+	echo "$out" | jqe '.hit_chunks == 16 and .prefill_tokens == 4 and .bad == 0' >/dev/null || { echo "prefix reuse: $out"; exit 1; }
 	# A different tenant salt sees nothing.
 	out=$("$K" session resume --synthetic 8400 --seed 7 --tiers "dram,nvme,$tier" --dir "$T/d-$tier" "${SMALL[@]}" "$@" --set model.tenant=other --json)
-	echo "$out" | jq -e '.hit_chunks == 0' >/dev/null || { echo "tenant isolation: $out"; exit 1; }
+	echo "$out" | jqe '.hit_chunks == 0' >/dev/null || { echo "tenant isolation: $out"; exit 1; }
 	echo "session_migration: $tier ok"
 }
 mkdir -p "$T/shared"

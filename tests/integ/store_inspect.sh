@@ -6,6 +6,7 @@
 # a file's claimed size; session save exits 4 when chunks were not stored, and a session
 # larger than the capacity still resumes a prefix (nvme and fs); files 0600, dirs 0700.
 set -euo pipefail
+. "$(dirname "$0")/lib/jq.sh"
 K="$KVT_BIN/kvtier"
 T=$(mktemp -d "${KVT_TEST_DIR:-/var/tmp}/kvt-inspect-XXXXXX")
 RO=""
@@ -14,8 +15,6 @@ trap cleanup EXIT
 fail() { echo "store_inspect: $*"; exit 1; }
 SMALL=(--set model.layers=4 --set model.kv_heads=2 --set model.head_dim=64 --set dram.bytes=64MiB)
 snap() { find "$1" -printf '%p %m %s %T@ %y\n' | sort; }
-# jq -e on empty input exits 0: demand a value
-jqe() { local in; in=$(cat); [ -n "$in" ] && printf '%s\n' "$in" | jq -e "$@" >/dev/null; }
 
 # ---- damage of every kind; nothing deleted
 umask 022

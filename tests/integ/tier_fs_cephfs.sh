@@ -12,6 +12,7 @@
 # Skipped (exit 77) where /dev/fuse, ceph-fuse, ceph-mds or Ceph itself is missing. The
 # cluster is stopped on every way out; WATCH_PID makes it stop itself if we are SIGKILLed.
 set -euo pipefail
+. "$(dirname "$0")/lib/jq.sh"
 for b in ceph-fuse ceph-mds ceph-mon ceph-osd ceph jq; do
 	command -v $b >/dev/null || { echo "SKIP: $b is not installed (KVT_WITH_CEPH=1 scripts/deps.sh)"; exit 77; }
 done
@@ -69,12 +70,12 @@ ts=$(( $(ms) - t )); t=$(ms)
 out=$(timeout 120 "$K" session resume --synthetic 8400 --seed 7 --tiers dram,nvme,fs --dir "$T/b" \
 	"${SMALL[@]}" --set fs.dir="$M2/kv" --json)
 tr=$(( $(ms) - t ))
-echo "$out" | jq -e '.hit_chunks == 33 and .prefill_tokens == 0 and .bad == 0 and .tiers.fs == 33' >/dev/null ||
+echo "$out" | jqe '.hit_chunks == 33 and .prefill_tokens == 0 and .bad == 0 and .tiers.fs == 33' >/dev/null ||
 	{ echo "FAIL: resume through the second mount: $out"; exit 1; }
 # B kept a local copy: its next resume is served from its own NVMe.
 out2=$(timeout 120 "$K" session resume --synthetic 8400 --seed 7 --tiers dram,nvme,fs --dir "$T/b" \
 	"${SMALL[@]}" --set fs.dir="$M2/kv" --json)
-echo "$out2" | jq -e '.hit_chunks == 33 and .bad == 0 and .tiers.nvme == 33' >/dev/null ||
+echo "$out2" | jqe '.hit_chunks == 33 and .bad == 0 and .tiers.nvme == 33' >/dev/null ||
 	{ echo "FAIL: second resume not from NVMe: $out2"; exit 1; }
 files=$(find "$M2/kv" -type f | wc -l)
 [ "$files" -ge 33 ] || { echo "FAIL: only $files files under $M2/kv"; exit 1; }
@@ -87,7 +88,7 @@ echo "cephfs:     resume: $out"
 # cluster blocks writers in ceph-fuse instead of failing them)
 t=$(ms)
 b=$(timeout 180 "$K" bench --tier fs --dir "$M1/bench" --chunk-bytes 1M --seconds 2 --set-bytes 256M --json)
-echo "$b" | jq -e '.errors == 0 and .checksum_failures == 0 and .read_gibps > 0 and .write_gibps > 0' >/dev/null ||
+echo "$b" | jqe '.errors == 0 and .checksum_failures == 0 and .read_gibps > 0 and .write_gibps > 0' >/dev/null ||
 	{ echo "FAIL: bench on CephFS: $b"; exit 1; }
 echo "cephfs: (c) bench in $(( $(ms) - t )) ms: $(echo "$b" | jq -c '{read_gibps,write_gibps,read_p99_us,write_p99_us,ref_read_gibps,ref_write_gibps,read_ratio,write_ratio,errors}')"
 echo "cephfs: PASS in $(( $(ms) - t0 )) ms"
