@@ -134,6 +134,17 @@ struct fs_state {
 	struct fs_op *flush_head, *flush_tail;
 
 	struct kvt_io_counters cnt;
+
+	/* Which file each recent read served (by key, direct-mapped, under served_lock): a
+	 * drop of a corrupt object removes only that file, never a good copy another node
+	 * published under the same name since (see run_drop). */
+	pthread_mutex_t served_lock;
+	struct fs_served {
+		struct kvt_key key;
+		dev_t dev;
+		ino_t ino;
+		bool used;
+	} served[256];
 };
 
 static void key_path(const struct kvt_key *key, char *path /* >= 72 bytes */)
@@ -320,6 +331,38 @@ static ssize_t io_full(struct fs_state *s, int fd, bool wr, void *buf, uint64_t 
 	return (ssize_t)done;
 }
 
+static struct fs_served *served_slot(struct fs_state *s, const struct kvt_key *key)
+{
+	return &s->served[(key->bytes[0] | (unsigned)key->bytes[1] << 8) %
+			  (sizeof(s->served) / sizeof(s->served[0]))];
+}
+
+static void remember_served(struct fs_state *s, const struct kvt_key *key, int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return;
+	pthread_mutex_lock(&s->served_lock);
+	struct fs_served *e = served_slot(s, key);
+	*e = (struct fs_served){.key = *key, .dev = st.st_dev, .ino = st.st_ino, .used = true};
+	pthread_mutex_unlock(&s->served_lock);
+}
+
+/* The file a read of key served, if still remembered: true and its identity. */
+static bool recall_served(struct fs_state *s, const struct kvt_key *key, dev_t *dev, ino_t *ino)
+{
+	pthread_mutex_lock(&s->served_lock);
+	struct fs_served *e = served_slot(s, key);
+	bool ok = e->used && !memcmp(e->key.bytes, key->bytes, KVT_KEY_BYTES);
+	if (ok) {
+		*dev = e->dev;
+		*ino = e->ino;
+		e->used = false;
+	}
+	pthread_mutex_unlock(&s->served_lock);
+	return ok;
+}
+
 static int run_read(struct fs_state *s, struct fs_op *op)
 {
 	char path[72];
@@ -367,6 +410,8 @@ static int run_read(struct fs_state *s, struct fs_op *op)
 		}
 		total += (uint64_t)r;
 	}
+	if (rc == 0)
+		remember_served(s, &op->key, fd);
 	close(fd);
 	if (rc < 0)
 		return rc;
@@ -568,6 +613,42 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
 	return 0;
 }
 
+/* Drop a corrupt object the engine read. Another node may have published a good copy
+ * under the same name since (content addresses: any writer of a key writes the same
+ * bytes), and that copy must survive: the name is first moved aside to a temporary name
+ * (atomic), and the file moved is removed only if it is the one the read served;
+ * otherwise it is linked back (or, if yet another copy took the name meanwhile, that
+ * one stays and ours goes - both are good). Where the read is no longer remembered the
+ * object is unlinked by name, as before. A crash between the two steps leaves a
+ * temporary that sweeps remove after fs.tmp_max_age_s. */
+static int run_drop(struct fs_state *s, struct fs_op *op)
+{
+	dev_t dev;
+	ino_t ino;
+	if (!recall_served(s, &op->key, &dev, &ino))
+		return run_remove(s, op);
+	char path[72], aside[256];
+	key_path(&op->key, path);
+	snprintf(aside, sizeof(aside), "%.5s/.%s.tmp.%s.%ld.%llu", path, path + 6, s->host,
+		 (long)getpid(), (unsigned long long)atomic_fetch_add(&s->tmp_counter, 1));
+	if (renameat(s->rootfd, path, s->rootfd, aside) < 0)
+		return errno == ENOENT || errno == ESTALE ? -ENOENT : -errno;
+	struct stat st;
+	if (fstatat(s->rootfd, aside, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == dev &&
+	    st.st_ino == ino) {
+		unlinkat(s->rootfd, aside, 0);
+		atomic_fetch_add(&s->cnt.removes, 1);
+		return 0;
+	}
+	/* A newer copy: put it back unless the name is taken again (then that one stays). */
+	if (linkat(s->rootfd, aside, s->rootfd, path, 0) < 0 && errno != EEXIST)
+		renameat(s->rootfd, aside, s->rootfd, path); /* no hard links here */
+	unlinkat(s->rootfd, aside, 0);
+	KVT_INFO(&s->t->log, "fs: %s/%s was rewritten since the corrupt read; left in place",
+		 s->dir, path);
+	return 0;
+}
+
 /* A flush reached a worker: complete it now if no earlier write is pending, else park it. */
 static void run_flush(struct fs_state *s, struct fs_op *op, bool cancel)
 {
@@ -616,7 +697,7 @@ static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 	case OP_DROP:
 		/* Even while closing: a corrupt object left in place would make the rightful
 		 * writer's next put of that key look already done. */
-		rc = run_remove(s, op);
+		rc = run_drop(s, op);
 		break;
 	case OP_SWEEP:
 		/* Even while closing: the writes that called for it are done, and a writer's
@@ -723,6 +804,7 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	s->nthreads = (unsigned)KVT_MIN(KVT_MAX(nt, 1), KVT_ARRAY_SIZE(s->threads));
 
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->served_lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
 	pthread_cond_init(&s->wcond, NULL);
 	for (unsigned i = 0; i < s->nthreads; i++) {
@@ -738,6 +820,7 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 			pthread_cond_destroy(&s->cond);
 			pthread_cond_destroy(&s->wcond);
 			pthread_mutex_destroy(&s->lock);
+			pthread_mutex_destroy(&s->served_lock);
 			close(s->rootfd);
 			return rc;
 		}
@@ -760,6 +843,7 @@ static void fs_close(struct kvt_tier *t)
 	pthread_cond_destroy(&s->cond);
 	pthread_cond_destroy(&s->wcond);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->served_lock);
 	close(s->rootfd);
 }
 

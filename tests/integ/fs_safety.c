@@ -4,7 +4,8 @@
  * nothing, refuses a path that is not a store, and lists symlinks or directories in place
  * of objects; writers collect dead writers' temporaries; fs.bytes is kept by writers'
  * sweeps, removing a chain's end before its prefix, and stays safe with several writers
- * and a racing remover (no torn object is ever read, a vanished name is only a miss).
+ * and a racing remover (no torn object is ever read, a vanished name is only a miss);
+ * dropping a corrupt object never removes a good copy another node published since.
  */
 #include <fcntl.h>
 #include <ftw.h>
@@ -373,6 +374,52 @@ static void test_racing_sweepers(void)
 	free(obj);
 }
 
+/* The engine read a corrupt object and drops it; meanwhile another node published a good
+ * copy under the same name (rename over it). The drop must remove only the file it read. */
+static void test_drop_spares_rewrite(void)
+{
+	char dir[500], path[700], other[800];
+	snprintf(dir, sizeof(dir), "%s/drop", g_root);
+	struct kvt_tier *t;
+	struct kvt_key k;
+	th_key(&k, 7, 91);
+	uint8_t *obj = abuf(OBJ), *back = abuf(OBJ);
+	th_obj_fill(obj, OBJ, 5);
+	CHECK_EQ(open_fs(&t, dir, NULL), 0);
+	CHECK_EQ(th_write(t, &k, obj, OBJ), 0);
+	CHECK_EQ(th_read_all(t, &k, back, OBJ), OBJ); /* the read the engine found corrupt */
+	key_file(dir, &k, path, sizeof(path));
+	snprintf(other, sizeof(other), "%s.othernode", path);
+	th_obj_fill(obj, OBJ, 6);
+	int fd = open(other, O_CREAT | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	CHECK_EQ(write(fd, obj, OBJ), OBJ);
+	close(fd);
+	CHECK_EQ(rename(other, path), 0); /* the other node's good copy */
+	t->ops->drop_corrupt(t, &k);
+	th_close(t); /* runs the queued drop */
+	fd = open(path, O_RDONLY);
+	CHECK(fd >= 0); /* the good copy survived */
+	CHECK_EQ(read(fd, back, OBJ), OBJ);
+	close(fd);
+	CHECK(!memcmp(obj, back, OBJ));
+
+	/* Not rewritten: the object read is the one dropped. */
+	CHECK_EQ(open_fs(&t, dir, NULL), 0);
+	CHECK_EQ(th_read_all(t, &k, back, OBJ), OBJ);
+	t->ops->drop_corrupt(t, &k);
+	th_close(t);
+	struct stat sb;
+	CHECK(stat(path, &sb) < 0 && errno == ENOENT);
+	/* and nothing is left aside */
+	*strrchr(path, '/') = 0;
+	char cmd[900];
+	snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A '%s')\"", path);
+	CHECK_EQ(system(cmd), 0);
+	free(obj);
+	free(back);
+}
+
 int main(void)
 {
 	const char *base = getenv("KVT_TEST_DIR") ? getenv("KVT_TEST_DIR") : "/tmp";
@@ -385,6 +432,8 @@ int main(void)
 	printf("ok capacity keeps a prefix (writes in order and all in flight)\n");
 	test_racing_sweepers();
 	printf("ok racing sweepers and remover\n");
+	test_drop_spares_rewrite();
+	printf("ok a drop spares a copy published since the corrupt read\n");
 	nftw(g_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	return 0;
 }
