@@ -431,7 +431,9 @@ int kvt_stats(struct kvt_store *s, struct kvt_stats *out)
 		if (!l->t || !l->t->ops->drop_corrupt)
 			t->checksum_failures += atomic_load(&l->checksum_failures);
 		t->errors += atomic_load(&l->errors);
-		t->writes_skipped += atomic_load(&l->writes_skipped);
+		/* Refusals for room: counted once, whether or not the tier counts them too. */
+		t->writes_skipped = KVT_MAX(t->writes_skipped, atomic_load(&l->writes_refused)) +
+				    atomic_load(&l->writes_skipped);
 	}
 	out->puts = atomic_load(&s->puts);
 	out->gets = atomic_load(&s->gets);

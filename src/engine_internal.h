@@ -58,6 +58,9 @@ struct link {
 	_Atomic uint64_t cooldown_ns;
 	_Atomic int probing;
 	_Atomic uint64_t hits, misses, checksum_failures, errors, writes_skipped;
+	/* writes the tier refused for room (ENOSPC/EDQUOT): a tier that counts its own
+	 * refusals (nvme) already has these in its writes_skipped */
+	_Atomic uint64_t writes_refused;
 	struct kvt_admit *admit; /* deeper tiers: what is worth writing here (NULL: all) */
 	_Atomic uint64_t admission_rejects;
 	/* what a call should cost here (EWMA of answers, seeded from the cost model's tier

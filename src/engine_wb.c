@@ -100,7 +100,7 @@ static void wb_leg_account(struct wb *w, struct link *l, int rc)
 	struct kvt_store *s = w->s;
 	if (rc < 0) {
 		if (rc == -ENOSPC || rc == -EDQUOT) {
-			atomic_fetch_add(&l->writes_skipped, 1);
+			atomic_fetch_add(&l->writes_refused, 1);
 			wb_set_err(w, rc);
 		} else {
 			wb_tier_failed(w, l, rc);

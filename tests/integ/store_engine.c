@@ -374,6 +374,32 @@ static void test_admission(const char *dir)
 	kvt_config_destroy(c);
 }
 
+/* NVMe with room for 4 of a 10-chunk chain: the 6 refused writes are counted once each,
+ * though both the tier and the engine see the refusal. */
+static void test_skips_counted_once(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "store.write_policy", "write-through");
+	struct kvt_store *s = open_store(c);
+	char cap[32];
+	snprintf(cap, sizeof(cap), "%llu",
+		 (unsigned long long)(4 * kvt_object_bytes(&G, G.chunk_tokens)));
+	kvt_store_close(s);
+	test_set(c, "nvme.bytes", cap);
+	s = open_store(c);
+	struct kvt_key k[10];
+	make_keys(s, k, 10, 91);
+	put_n(s, k, 10, 900);
+	kvt_flush_sync(s);
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].objects == 4 && st.tier[1].writes_skipped == 6,
+	       "objects %llu, writes_skipped %llu", (unsigned long long)st.tier[1].objects,
+	       (unsigned long long)st.tier[1].writes_skipped);
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
 /* Opaque keys (an engine's own block hashes) do not encode the geometry: a store of another
  * geometry that meets the same key on a shared directory sees a miss, and the object stays
  * intact for its owner - never dropped as "corrupt". */
@@ -428,7 +454,7 @@ int main(void)
 {
 	char *dir = test_tmpdir("engine");
 	const char *steps[] = {"basic", "restart", "write-through", "write-back", "selective",
-			       "corruption", "threads", "admission", "foreign", "config"};
+			       "corruption", "threads", "admission", "foreign", "config", "skips"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -443,6 +469,7 @@ int main(void)
 		case 7: test_admission(sub); break;
 		case 8: test_foreign_object(sub); break;
 		case 9: test_config_errors(sub); break;
+		case 10: test_skips_counted_once(sub); break;
 		}
 	}
 	test_rmdir(dir);
