@@ -320,7 +320,7 @@ static ssize_t io_full(struct fs_state *s, int fd, bool wr, void *buf, uint64_t 
 	return (ssize_t)done;
 }
 
-static int run_read(struct fs_state *s, struct fs_op *op)
+static int64_t run_read(struct fs_state *s, struct fs_op *op)
 {
 	char path[72];
 	key_path(&op->key, path);
@@ -373,7 +373,7 @@ static int run_read(struct fs_state *s, struct fs_op *op)
 	atomic_fetch_add(&s->cnt.hits, 1);
 	atomic_fetch_add(&s->cnt.reads, 1);
 	atomic_fetch_add(&s->cnt.read_bytes, total);
-	return (int)KVT_MIN(total, (uint64_t)INT32_MAX);
+	return (int64_t)total; /* objects may exceed 2 GiB: never clamped */
 }
 
 static int make_leaf(struct fs_state *s, const char *path)
@@ -588,7 +588,7 @@ static void run_sweep(struct fs_state *s);
 
 static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 {
-	int rc = -ECANCELED;
+	int64_t rc = -ECANCELED;
 	switch (op->kind) {
 	case OP_EXISTS:
 		run_exists(s, op, cancel);

@@ -244,7 +244,7 @@ static int error_code(const char *msg)
 
 /* ------------------------------------------------------------ connection */
 
-static void complete(struct rd_state *s, struct rd_op *op, int result)
+static void complete(struct rd_state *s, struct rd_op *op, int64_t result)
 {
 	if (op->cb) {
 		if (result < 0 && result != -ENOENT && result != -ECANCELED)
@@ -480,7 +480,7 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 	if (!c->head)
 		c->tail = NULL;
 	c->head_since_ns = kvt__now_ns();
-	int res = op->result;
+	int64_t res = op->result;
 	switch (op->kind) {
 	case OP_READ:
 		if (res == -ENOENT) {
@@ -489,7 +489,7 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 			atomic_fetch_add(&s->cnt.hits, 1);
 			atomic_fetch_add(&s->cnt.reads, 1);
 			atomic_fetch_add(&s->cnt.read_bytes, op->total);
-			res = (int)KVT_MIN(op->total, (uint64_t)INT32_MAX);
+			res = (int64_t)op->total; /* never clamped: objects may exceed 2 GiB */
 		}
 		break;
 	case OP_WRITE:

@@ -183,7 +183,7 @@ struct sync_io {
 	pthread_mutex_t m;
 	pthread_cond_t c;
 	bool done;
-	int rc;
+	int64_t rc; /* a read's length may exceed 2 GiB */
 };
 
 static void sync_io_cb(void *arg, int64_t rc)
@@ -197,7 +197,7 @@ static void sync_io_cb(void *arg, int64_t rc)
 }
 
 /* Run one tier call to completion on this thread. */
-static int sync_io_wait(struct sync_io *w, int rc)
+static int64_t sync_io_wait(struct sync_io *w, int64_t rc)
 {
 	if (rc == 0) {
 		pthread_mutex_lock(&w->m);
@@ -253,7 +253,7 @@ static int verify_extra(void *arg, int argc, char **argv, int *i)
 	return 0;
 }
 
-static int read_sync(struct kvt_tier *t, const struct kvt_key *key, uint64_t off, uint64_t len,
+static int64_t read_sync(struct kvt_tier *t, const struct kvt_key *key, uint64_t off, uint64_t len,
 		     void *buf)
 {
 	struct sync_io w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
@@ -271,9 +271,9 @@ static int window_at(struct kvt_tier *t, const struct kvt_key *key, void *buf, s
 		     uint64_t pos)
 {
 	uint64_t start = pos & ~(uint64_t)(KVT_ALIGN - 1);
-	int rc = read_sync(t, key, start, VERIFY_PIECE, buf);
+	int64_t rc = read_sync(t, key, start, VERIFY_PIECE, buf);
 	if (rc < 0)
-		return rc;
+		return (int)rc;
 	w->start = start;
 	w->len = (uint64_t)rc;
 	return 0;
@@ -292,7 +292,7 @@ static const char *verify_object(struct kvt_tier *t, const struct kvt_key *key, 
 			 (unsigned long long)listed);
 		return why;
 	}
-	struct window w;
+	struct window w = {0, 0};
 	int rc = window_at(t, key, buf, &w, 0);
 	if (rc == -ENOENT)
 		return "";
