@@ -432,6 +432,7 @@ int kvt_stats(struct kvt_store *s, struct kvt_stats *out)
 			t->checksum_failures += atomic_load(&l->checksum_failures);
 		t->errors += atomic_load(&l->errors);
 		t->writes_skipped += atomic_load(&l->writes_skipped);
+		t->deadline_misses = atomic_load(&l->deadline_misses);
 	}
 	out->puts = atomic_load(&s->puts);
 	out->gets = atomic_load(&s->gets);

@@ -899,7 +899,8 @@ int kvt_cmd_bench(int argc, char **argv)
 		if (wa_stored)
 			printf(",\"write_amplification\":%.4f", (double)wa_dev * 512.0 / (double)wa_stored);
 	}
-	printf(",\"errors\":%llu,\"checksum_failures\":%llu}\n", (unsigned long long)errors,
-	       (unsigned long long)st.tier[0].checksum_failures);
+	printf(",\"errors\":%llu,\"checksum_failures\":%llu,\"deadline_misses\":%llu}\n",
+	       (unsigned long long)errors, (unsigned long long)st.tier[0].checksum_failures,
+	       (unsigned long long)st.tier[0].deadline_misses);
 	return errors ? 1 : 0;
 }

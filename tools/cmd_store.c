@@ -152,13 +152,14 @@ int kvt_cmd_stat(int argc, char **argv)
 			struct kvt_tier_stats *t = &st.tier[i];
 			printf("%s{\"name\":\"%s\",\"objects\":%llu,\"bytes\":%llu,"
 			       "\"capacity_bytes\":%llu,\"reads\":%llu,\"writes\":%llu,"
-			       "\"evictions\":%llu,\"checksum_failures\":%llu,\"errors\":%llu}",
+			       "\"evictions\":%llu,\"checksum_failures\":%llu,\"errors\":%llu,"
+			       "\"deadline_misses\":%llu}",
 			       i ? "," : "", t->name, (unsigned long long)t->objects,
 			       (unsigned long long)t->bytes, (unsigned long long)t->capacity_bytes,
 			       (unsigned long long)t->reads, (unsigned long long)t->writes,
 			       (unsigned long long)t->evictions,
 			       (unsigned long long)t->checksum_failures,
-			       (unsigned long long)t->errors);
+			       (unsigned long long)t->errors, (unsigned long long)t->deadline_misses);
 		}
 		printf("]}\n");
 	} else {
