@@ -28,6 +28,12 @@
 
 #define VERIFY_PIECE (8u << 20) /* bytes of an object read and checked at a time */
 
+static uint64_t sync_ms = 30000; /* store.sync_timeout_ms of the store opened */
+
+/* verify_object's answer when a read did not answer within sync_ms (the buffer it read
+ * into must then be left allocated: the tier may still write into it). */
+static const char TIMED_OUT[] = "timed out";
+
 /* Inspection: open every tier read-only (see the top of the file). */
 static struct kvt_store *open_inspect(struct cli_store_opts *o, const char *cmd)
 {
@@ -38,6 +44,8 @@ static struct kvt_store *open_inspect(struct cli_store_opts *o, const char *cmd)
 	o->sets[o->n_sets++] = "store.read_only=true";
 	struct kvt_store *s = cli_open_store(o);
 	o->n_sets--;
+	if (s)
+		sync_ms = kvt__store_sync_timeout_ms(s);
 	return s;
 }
 
@@ -113,10 +121,19 @@ int kvt_cmd_ls(int argc, char **argv)
 	for (int i = 0; i < kvt_store_tier_count(s); i++) {
 		struct ls_ctx c = {kvt_store_tier_name(s, i), o.json, 0, 0};
 		struct kvt_tier *t = kvt__store_tier(s, i);
-		if (t && t->ops->scan)
-			t->ops->scan(t, ls_one, &c);
-		else if (!t && kvt__store_dram(s))
+		if (t && t->ops->scan) {
+			int rc = kvt__tier_scan_bounded(t, ls_one, &c, sync_ms);
+			if (rc < 0) {
+				int r = cli_fail("ls", "tier %s: listing failed: %s", c.tier,
+						kvt_strerror(rc));
+				kvt_store_close(s); /* after the message: a stuck tier makes it wait */
+				return r;
+			}
+		} else if (t) {
+			fprintf(stderr, "ls: tier %s cannot list its objects (skipped)\n", c.tier);
+		} else if (kvt__store_dram(s)) {
 			kvt__dram_scan(kvt__store_dram(s), ls_one, &c);
+		}
 		n += c.n;
 		bytes += c.bytes;
 	}
@@ -180,12 +197,44 @@ int kvt_cmd_stat(int argc, char **argv)
 
 /* ------------------------------------------------------------ verify */
 
+/* One tier call waited for on this thread, at most store.sync_timeout_ms: a tier on a
+ * hung device answers late or never, so the wait is shared with the callback (two
+ * references) and whoever lets go last frees it. After -ETIMEDOUT the tier may still
+ * write into the call's buffer: the caller must leave it allocated. */
 struct sync_io {
 	pthread_mutex_t m;
 	pthread_cond_t c;
 	bool done;
+	int refs;
 	int64_t rc; /* a read's length may exceed 2 GiB */
 };
+
+static struct sync_io *sync_io_new(void)
+{
+	struct sync_io *w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	pthread_mutex_init(&w->m, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->c, &ca);
+	pthread_condattr_destroy(&ca);
+	w->refs = 2;
+	return w;
+}
+
+static void sync_io_put(struct sync_io *w)
+{
+	pthread_mutex_lock(&w->m);
+	bool last = --w->refs == 0;
+	pthread_mutex_unlock(&w->m);
+	if (last) {
+		pthread_mutex_destroy(&w->m);
+		pthread_cond_destroy(&w->c);
+		free(w);
+	}
+}
 
 static void sync_io_cb(void *arg, int64_t rc)
 {
@@ -195,18 +244,31 @@ static void sync_io_cb(void *arg, int64_t rc)
 	w->done = true;
 	pthread_cond_signal(&w->c);
 	pthread_mutex_unlock(&w->m);
+	sync_io_put(w);
 }
 
-/* Run one tier call to completion on this thread. */
+/* After submitting (rc: the submit's result): the call's result, or -ETIMEDOUT. */
 static int64_t sync_io_wait(struct sync_io *w, int64_t rc)
 {
-	if (rc == 0) {
-		pthread_mutex_lock(&w->m);
-		while (!w->done)
-			pthread_cond_wait(&w->c, &w->m);
-		pthread_mutex_unlock(&w->m);
-		rc = w->rc;
+	if (rc < 0) { /* the callback never runs */
+		sync_io_put(w);
+		sync_io_put(w);
+		return rc;
 	}
+	struct timespec end;
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += (time_t)(sync_ms / 1000);
+	end.tv_nsec += (long)(sync_ms % 1000) * 1000000L;
+	if (end.tv_nsec >= 1000000000L) {
+		end.tv_sec++;
+		end.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&w->m);
+	while (!w->done && pthread_cond_timedwait(&w->c, &w->m, &end) != ETIMEDOUT)
+		;
+	rc = w->done ? w->rc : -ETIMEDOUT;
+	pthread_mutex_unlock(&w->m);
+	sync_io_put(w);
 	return rc;
 }
 
@@ -257,9 +319,11 @@ static int verify_extra(void *arg, int argc, char **argv, int *i)
 static int64_t read_sync(struct kvt_tier *t, const struct kvt_key *key, uint64_t off, uint64_t len,
 		     void *buf)
 {
-	struct sync_io w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
+	struct sync_io *w = sync_io_new();
+	if (!w)
+		return -ENOMEM;
 	struct kvt_seg seg = {off, len, buf};
-	return sync_io_wait(&w, t->ops->read(t, key, &seg, 1, sync_io_cb, &w));
+	return sync_io_wait(w, t->ops->read(t, key, &seg, 1, sync_io_cb, w));
 }
 
 /* A window of an object in buf: bytes [start, start + len). Objects up to VERIFY_PIECE
@@ -297,6 +361,8 @@ static const char *verify_object(struct kvt_tier *t, const struct kvt_key *key, 
 	int rc = window_at(t, key, buf, &w, 0);
 	if (rc == -ENOENT)
 		return "";
+	if (rc == -ETIMEDOUT)
+		return TIMED_OUT;
 	if (rc < 0)
 		return kvt_strerror(rc);
 	if (w.len == 0)
@@ -321,7 +387,9 @@ static const char *verify_object(struct kvt_tier *t, const struct kvt_key *key, 
 			if (pos < w.start || pos >= w.start + w.len) {
 				rc = window_at(t, key, buf, &w, pos);
 				if (rc < 0) {
-					bad = rc == -ENOENT ? "" : kvt_strerror(rc);
+					bad = rc == -ENOENT	 ? ""
+					      : rc == -ETIMEDOUT ? TIMED_OUT
+								 : kvt_strerror(rc);
 					break;
 				}
 				if (pos >= w.start + w.len) {
@@ -392,6 +460,7 @@ static int drop_bad(struct cli_store_opts *o, const struct bad_obj *bad, size_t 
 	struct kvt_store *s = cli_open_store(o);
 	if (!s)
 		return -1;
+	sync_ms = kvt__store_sync_timeout_ms(s);
 	void *buf = NULL;
 	if (posix_memalign(&buf, KVT_ALIGN, VERIFY_PIECE)) {
 		kvt_store_close(s);
@@ -404,10 +473,14 @@ static int drop_bad(struct cli_store_opts *o, const struct bad_obj *bad, size_t 
 			continue;
 		struct kvt_key key = bad[k].key;
 		const char *w = verify_object(t, &key, UINT64_MAX, prot, buf, why, sizeof(why));
+		if (w == TIMED_OUT) { /* buf stays allocated: the tier may still fill it */
+			kvt_store_close(s);
+			return -ETIMEDOUT;
+		}
 		if (!w || !*w)
 			continue; /* sound now, or gone */
-		struct sync_io r = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
-		if (sync_io_wait(&r, t->ops->remove(t, &key, sync_io_cb, &r)) == 0)
+		struct sync_io *r = sync_io_new();
+		if (r && sync_io_wait(r, t->ops->remove(t, &key, sync_io_cb, r)) == 0)
 			(*dropped)++;
 	}
 	free(buf);
@@ -440,8 +513,9 @@ int kvt_cmd_verify(int argc, char **argv)
 	if (pcfg)
 		kvt_config_destroy(pcfg);
 	if (prc < 0) {
-		kvt_store_close(s);
-		return cli_fail("verify", "cannot load the store's keys");
+		int r = cli_fail("verify", "cannot load the store's keys");
+		kvt_store_close(s); /* after the message: a stuck tier makes it wait */
+		return r;
 	}
 	uint64_t objects = 0, bad = 0, dropped = 0;
 	struct bad_obj *bads = NULL;
@@ -449,30 +523,47 @@ int kvt_cmd_verify(int argc, char **argv)
 	void *buf = NULL;
 	if (posix_memalign(&buf, KVT_ALIGN, VERIFY_PIECE)) {
 		kvt__protect_close(prot);
-		kvt_store_close(s);
-		return cli_fail("verify", "out of memory");
+		int r = cli_fail("verify", "out of memory");
+		kvt_store_close(s); /* after the message: a stuck tier makes it wait */
+		return r;
 	}
 	char why[160];
 	for (int i = 0; i < kvt_store_tier_count(s); i++) {
 		struct kvt_tier *t = kvt__store_tier(s, i);
+		const char *tname = kvt_store_tier_name(s, i);
+		if (t && !t->ops->scan)
+			fprintf(stderr, "verify: tier %s cannot list its objects (skipped)\n", tname);
 		if (!t || !t->ops->scan)
 			continue;
-		const char *tname = kvt_store_tier_name(s, i);
 		struct key_list l = {0};
-		if (t->ops->scan(t, collect, &l) < 0 || (l.n && !l.keys)) {
+		int src = kvt__tier_scan_bounded(t, collect, &l, sync_ms);
+		if (src < 0 || (l.n && !l.keys)) {
 			free(l.keys);
 			free(l.bytes);
 			free(buf);
 			free(bads);
 			kvt__protect_close(prot);
-			kvt_store_close(s);
-			return cli_fail("verify", "tier %s: listing failed", tname);
+			int r = cli_fail("verify", "tier %s: listing failed: %s", tname,
+					kvt_strerror(src < 0 ? src : -ENOMEM));
+			kvt_store_close(s); /* after the message: a stuck tier makes it wait */
+			return r;
 		}
 		for (size_t k = 0; k < l.n; k++) {
 			const char *w =
 			    verify_object(t, &l.keys[k], l.bytes[k], prot, buf, why, sizeof(why));
 			if (w && !*w)
 				continue; /* removed meanwhile */
+			if (w == TIMED_OUT) { /* buf stays allocated: the tier may still fill it */
+				free(l.keys);
+				free(l.bytes);
+				free(bads);
+				kvt__protect_close(prot);
+				int r = cli_fail("verify", "tier %s: a read did not answer within %llu "
+						"ms (store.sync_timeout_ms)", tname,
+						(unsigned long long)sync_ms);
+				kvt_store_close(s); /* after the message: a stuck tier makes it wait */
+				return r;
+			}
 			objects++;
 			if (!w)
 				continue;
@@ -496,7 +587,16 @@ int kvt_cmd_verify(int argc, char **argv)
 		free(l.bytes);
 		if (t->ops->scan_anomalies) {
 			struct anomaly_ctx c = {tname, o.json, 0};
-			t->ops->scan_anomalies(t, anomaly_print, &c);
+			int arc = kvt__tier_scan_anomalies_bounded(t, anomaly_print, &c, sync_ms);
+			if (arc < 0) {
+				free(buf);
+				free(bads);
+				kvt__protect_close(prot);
+				int r = cli_fail("verify", "tier %s: checking entries failed: %s",
+						tname, kvt_strerror(arc));
+				kvt_store_close(s); /* after the message: a stuck tier makes it wait */
+				return r;
+			}
 			bad += c.n;
 		}
 	}
@@ -506,6 +606,9 @@ int kvt_cmd_verify(int argc, char **argv)
 	kvt__protect_close(prot);
 	if (drc < 0) {
 		free(bads);
+		if (drc == -ETIMEDOUT)
+			return cli_fail("verify", "--drop: a read did not answer within %llu ms "
+					"(store.sync_timeout_ms)", (unsigned long long)sync_ms);
 		return cli_fail("verify", "cannot open the store for --drop");
 	}
 	free(bads);
