@@ -410,14 +410,22 @@ struct devstat {
 	long long rios, rsect, wios, wsect;
 };
 
-static int dev_stat(const char *dir, struct devstat *d)
+/* The block device's counters file under dir (stat of dir), found once right after the
+ * store opened: later readings touch only /sys, never the mount - which may hang. */
+static void dev_path(const char *dir, char *path, size_t len)
 {
 	struct stat st;
-	char path[256], buf[512];
-	if (!dir || stat(dir, &st) < 0)
+	path[0] = 0;
+	if (dir && stat(dir, &st) == 0)
+		snprintf(path, len, "/sys/dev/block/%u:%u/stat", major(st.st_dev),
+			 minor(st.st_dev));
+}
+
+static int dev_stat(const char *path, struct devstat *d)
+{
+	char buf[512];
+	if (!path[0])
 		return -1;
-	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/stat", major(st.st_dev),
-		 minor(st.st_dev));
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return -1;
@@ -434,10 +442,10 @@ static int dev_stat(const char *dir, struct devstat *d)
 }
 
 /* Add the counters' change since *before to *acc. */
-static void dev_acc(const char *dir, const struct devstat *before, struct devstat *acc)
+static void dev_acc(const char *path, const struct devstat *before, struct devstat *acc)
 {
 	struct devstat now;
-	if (dev_stat(dir, &now) < 0)
+	if (dev_stat(path, &now) < 0)
 		return;
 	acc->rios += now.rios - before->rios, acc->rsect += now.rsect - before->rsect;
 	acc->wios += now.wios - before->wios, acc->wsect += now.wsect - before->wsect;
@@ -672,6 +680,9 @@ int kvt_cmd_bench(int argc, char **argv)
 		phases[n_ph++] = o.mixed_pct;
 	}
 	/* nvme writes go into the empty store; everything else needs the working set first. */
+	char devp[256] = "";
+	if (local)
+		dev_path(dir, devp, sizeof(devp));
 	bool have_set = false;
 	if (!nvme || phases[0] != 0) {
 		int wrc = working_set(s, &kg, keys, n_keys, n_tokens, payload, &next_id, done_ids,
@@ -687,7 +698,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			kvt_strerror(rrc));
 	/* device requests under kvtier and under the reference, per phase */
 	struct devstat kd[3] = {{0}}, rd[3] = {{0}}, d0;
-	bool have_dev = local && dev_stat(dir, &d0) == 0;
+	bool have_dev = local && dev_stat(devp, &d0) == 0;
 	struct phase_result kr[3] = {0}, rr[3] = {0};
 	double spread[3][2] = {{0}};
 	double slice = o.seconds / o.rounds;
@@ -712,7 +723,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			kvt_stats(s, &sa);
 			wbytes0 = sa.tier[0].write_bytes;
 			if (have_dev)
-				dev_stat(dir, &d0);
+				dev_stat(devp, &d0);
 			struct phase_args pa = {.s = s, .keys = keys, .n_keys = n_keys,
 						.payload = payload, .n_tokens = n_tokens,
 						.qd = o.queue_depth, .ramp = o.ramp, .seconds = slice,
@@ -723,7 +734,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			kvt_flush_sync(s);
 			if (have_dev) {
 				struct devstat before = kd[p];
-				dev_acc(dir, &d0, &kd[p]);
+				dev_acc(devp, &d0, &kd[p]);
 				/* Write amplification of the write phase: device bytes over bytes
 				 * the tier stored, counted over kvtier's rounds only. */
 				kvt_stats(s, &sa);
@@ -735,7 +746,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			if (o.no_ref)
 				continue;
 			if (have_dev)
-				dev_stat(dir, &d0);
+				dev_stat(devp, &d0);
 			rrc = 0;
 			if (dram)
 				bench_ref_memcpy(payload, n_keys, o.queue_depth, slice, phases[p], &rround[r]);
@@ -766,7 +777,7 @@ int kvt_cmd_bench(int argc, char **argv)
 						      &rround[r]);
 			}
 			if (have_dev)
-				dev_acc(dir, &d0, &rd[p]);
+				dev_acc(devp, &d0, &rd[p]);
 			if (rrc == -EPERM)
 				fprintf(stderr, "kvtier bench: no reference: redis-benchmark takes a "
 						"password only on its command line, which any user "
