@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 
 int cli_fail(const char *cmd, const char *fmt, ...)
 {
@@ -29,28 +30,10 @@ void cli_log(void *arg, int level, const char *msg)
 
 int cli_parse_size(const char *s, unsigned long long *out)
 {
-	char *end;
-	if (!s || !*s || *s == '-')
+	uint64_t v; /* the one size syntax, the configuration's (src/config.c) */
+	if (kvt__parse_size(s, &v) < 0)
 		return -1;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || v < 0)
-		return -1;
-	double m = 1;
-	switch (*end) {
-	case 'k': case 'K': m = 1024.0; end++; break;
-	case 'm': case 'M': m = 1024.0 * 1024; end++; break;
-	case 'g': case 'G': m = 1024.0 * 1024 * 1024; end++; break;
-	case 't': case 'T': m = 1024.0 * 1024 * 1024 * 1024; end++; break;
-	default: break;
-	}
-	if (m > 1 && (*end == 'i' || *end == 'I'))
-		end++;
-	if (*end == 'b' || *end == 'B')
-		end++;
-	if (*end || v * m >= 1.8e19)
-		return -1;
-	*out = (unsigned long long)(v * m);
+	*out = v;
 	return 0;
 }
 

@@ -33,7 +33,8 @@ struct kvt_store *cli_open_store(const struct cli_store_opts *o);
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Log callback printing library messages to stderr with a level prefix. */
 void cli_log(void *arg, int level, const char *msg);
-/* Parse a size with binary units ("4M", "2GiB"). 0 or -1. */
+/* Parse a size with binary units ("4M", "2GiB"): kvt__parse_size, the syntax of size
+ * configuration keys. 0 or -1. */
 int cli_parse_size(const char *s, unsigned long long *out);
 /* Print a JSON string with escaping. */
 void cli_json_str(FILE *f, const char *s);

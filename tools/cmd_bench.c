@@ -304,7 +304,7 @@ static const char *reference_name(const char *tier)
 /* Rounds of equal length: throughput is the mean, a percentile the median of the rounds'. */
 static double median(double *v, int n)
 {
-	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	qsort(v, (size_t)n, sizeof(double), kvt__cmp_double);
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 

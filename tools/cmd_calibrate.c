@@ -34,12 +34,6 @@ static void usage(FILE *f)
 	       "                at it\n");
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 static double secs(uint64_t t0)
 {
 	return (double)(kvt__now_ns() - t0) / 1e9;
@@ -154,7 +148,7 @@ static int measure(struct kvt_store *s, int want, unsigned n, uint64_t salt,
 		rc = -ENOENT;
 		goto out;
 	}
-	qsort(lat, nl, sizeof(double), cmp_double);
+	qsort(lat, nl, sizeof(double), kvt__cmp_double);
 	p->latency_s = lat[nl / 2] - (double)kvt_object_bytes(g, 1) / p->read_Bps;
 	if (p->latency_s < lat[0] * 0.1)
 		p->latency_s = lat[0] * 0.1;
