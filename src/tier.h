@@ -138,9 +138,10 @@ void kvt__tier_close(struct kvt_tier *t);
 
 /* The synchronous calls with a time limit (src/tier_bounded.c): on a hung device they
  * return -ETIMEDOUT after ms and leave the call running on a helper thread; whatever it
- * still uses is released when it returns. open: as kvt__tier_open. close: 0 closed, or
- * -ETIMEDOUT: the tier is left (still closing, or in a call left running) and the caller
- * must free nothing the tier's late callbacks may touch. scan / scan_anomalies: the
+ * still uses is released when it returns. open: as kvt__tier_open. close: 0 closed;
+ * -ETIMEDOUT: left closing (it frees itself when the close returns); -EBUSY: a call left
+ * running in it, so it was not closed (still allocated, the caller's to keep). Either way
+ * the caller must free nothing the tier's late callbacks may touch. scan / scan_anomalies: the
  * listing is collected on the helper thread, then fn runs on the caller's thread;
  * -EOPNOTSUPP when the tier cannot list. */
 int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,

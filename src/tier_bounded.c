@@ -197,7 +197,7 @@ int kvt__tier_close_bounded(struct kvt_tier *t, uint64_t ms)
 		KVT_ERR(&t->log, "tier %s is still in a call left running after %llu ms "
 				 "(store.sync_timeout_ms): left open, its memory not freed",
 			t->ops->name, (unsigned long long)ms);
-		return -ETIMEDOUT;
+		return -EBUSY;
 	}
 	uint64_t now = kvt__now_ns();
 	uint64_t left = end > now ? (end - now) / 1000000ull : 0;
