@@ -508,9 +508,11 @@ int kvt_bench_mlperf(int argc, char **argv)
 	double secs = (double)(kvt__now_ns() - t0) / 1e9;
 	struct kvt_stats st;
 	kvt_stats(s, &st);
-	uint64_t csum = 0;
-	for (uint32_t i = 0; i < st.n_tiers; i++)
+	uint64_t csum = 0, missed = 0;
+	for (uint32_t i = 0; i < st.n_tiers; i++) {
 		csum += st.tier[i].checksum_failures;
+		missed += st.tier[i].deadline_misses;
+	}
 
 	lat_sort(&m.rl);
 	lat_sort(&m.wl);
@@ -566,10 +568,11 @@ int kvt_bench_mlperf(int argc, char **argv)
 		}
 		printf(",\"writes_rejected\":%llu", (unsigned long long)m.writes_rejected);
 		printf(",\"users_by_kind\":{\"%s\":%llu,\"%s\":%llu,\"%s\":%llu},\"errors\":%llu,"
-		       "\"checksum_failures\":%llu}\n",
+		       "\"checksum_failures\":%llu,\"deadline_misses\":%llu}\n",
 		       kind_name[0], (unsigned long long)kinds[0], kind_name[1],
 		       (unsigned long long)kinds[1], kind_name[2], (unsigned long long)kinds[2],
-		       (unsigned long long)m.errors, (unsigned long long)csum);
+		       (unsigned long long)m.errors, (unsigned long long)csum,
+		       (unsigned long long)missed);
 	}
 	rc = m.errors ? 1 : 0;
 	if (m.errors)
