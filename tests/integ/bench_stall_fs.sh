@@ -31,6 +31,7 @@ start() { slowfs_start "$@"; local rc=$?; [ $rc = 77 ] && exit 77; [ $rc = 0 ] |
 
 for tier in fs nvme; do
 	start
+	rm -f "$tmp/out" "$tmp/err" # the last tier's JSON must not count as this one's
 	( sleep 2; slowfs_stall ) &
 	stopper=$!
 	t0=$(date +%s%N)
