@@ -52,22 +52,23 @@ void cli_json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
-int cli_store_opt(struct cli_store_opts *o, int argc, char **argv, int *i)
+int cli_store_getopt(struct cli_store_opts *o, int c, const char *arg)
 {
-	const char *a = argv[*i];
-	const char **slot = NULL;
-	if (!strcmp(a, "--json")) {
+	switch (c) {
+	case CLI_O_JSON:
 		o->json = true;
 		return 1;
-	}
-	if (!strcmp(a, "--config"))
-		slot = &o->config;
-	else if (!strcmp(a, "--dir"))
-		slot = &o->dir;
-	else if (!strcmp(a, "--tiers"))
-		slot = &o->tiers;
-	else if (!strcmp(a, "--set")) {
-		if (*i + 1 >= argc || !strchr(argv[*i + 1], '=')) {
+	case CLI_O_CONFIG:
+		o->config = arg;
+		return 1;
+	case CLI_O_DIR:
+		o->dir = arg;
+		return 1;
+	case CLI_O_TIERS:
+		o->tiers = arg;
+		return 1;
+	case CLI_O_SET:
+		if (!strchr(arg, '=')) {
 			fprintf(stderr, "kvtier: --set needs key=value\n");
 			return -1;
 		}
@@ -75,16 +76,42 @@ int cli_store_opt(struct cli_store_opts *o, int argc, char **argv, int *i)
 			fprintf(stderr, "kvtier: too many --set options\n");
 			return -1;
 		}
-		o->sets[o->n_sets++] = argv[++*i];
+		o->sets[o->n_sets++] = arg;
 		return 1;
-	} else
+	default:
 		return 0;
-	if (*i + 1 >= argc) {
-		fprintf(stderr, "kvtier: %s needs a value\n", a);
-		return -1;
 	}
-	*slot = argv[++*i];
-	return 1;
+}
+
+int cli_getopt_fail(const char *cmd, int c, int argc, char **argv)
+{
+	const char *a = optind >= 1 && optind - 1 < argc ? argv[optind - 1] : "";
+	if (c == ':')
+		return cli_fail(cmd, "%s needs a value (see --help)", a);
+	if (optopt > 0 && optopt < 128 && !(a[0] == '-' && a[1] == '-'))
+		return cli_fail(cmd, "unknown option '-%c' (see --help)", optopt);
+	return cli_fail(cmd, "unknown option '%s' (see --help)", a);
+}
+
+int cli_store_opt(struct cli_store_opts *o, int argc, char **argv, int *i)
+{
+	static const struct {
+		const char *name;
+		int code;
+		bool value;
+	} opts[] = {{"--json", CLI_O_JSON, false}, {"--config", CLI_O_CONFIG, true},
+		    {"--dir", CLI_O_DIR, true},	       {"--tiers", CLI_O_TIERS, true},
+		    {"--set", CLI_O_SET, true}};
+	for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++) {
+		if (strcmp(argv[*i], opts[k].name))
+			continue;
+		if (opts[k].value && *i + 1 >= argc) {
+			fprintf(stderr, "kvtier: %s needs a value\n", argv[*i]);
+			return -1;
+		}
+		return cli_store_getopt(o, opts[k].code, opts[k].value ? argv[++*i] : NULL);
+	}
+	return 0;
 }
 
 struct kvt_config *cli_config(const struct cli_store_opts *o)

@@ -6,6 +6,7 @@
 #ifndef KVT_CLI_H
 #define KVT_CLI_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -21,8 +22,24 @@ struct cli_store_opts {
 	bool json;             /* --json */
 };
 
-/* If argv[*i] is one of the common store options, consume it (and its value) and return 1;
- * return 0 if it is not; -1 after printing an error if its value is missing or bad. */
+/* The common store options as getopt_long entries (--config, --dir, --tiers, --set,
+ * --json, and --help as 'h'), for a command's option table; their codes are CLI_O_*. */
+enum { CLI_O_CONFIG = 0x100, CLI_O_DIR, CLI_O_TIERS, CLI_O_SET, CLI_O_JSON, CLI_O_FIRST_FREE };
+#define CLI_STORE_LONGOPTS                                                                    \
+	{"config", required_argument, NULL, CLI_O_CONFIG},                                    \
+	    {"dir", required_argument, NULL, CLI_O_DIR},                                      \
+	    {"tiers", required_argument, NULL, CLI_O_TIERS},                                  \
+	    {"set", required_argument, NULL, CLI_O_SET}, {"json", no_argument, NULL, CLI_O_JSON}, \
+	    {"help", no_argument, NULL, 'h'}
+/* Apply getopt_long's answer c (with its optarg) if it is a store option: 1 taken, 0 not
+ * one, -1 after printing an error (a --set without '=', too many). */
+int cli_store_getopt(struct cli_store_opts *o, int c, const char *arg);
+/* getopt_long's answer c for an unknown option ('?') or a missing value (':', with an
+ * optstring starting with ':'): one line naming it; returns 1. */
+int cli_getopt_fail(const char *cmd, int c, int argc, char **argv);
+/* The loop-by-hand form, for commands not yet on getopt_long: if argv[*i] is one of the
+ * common store options, consume it (and its value) and return 1; 0 if it is not; -1 after
+ * printing an error if its value is missing or bad. */
 int cli_store_opt(struct cli_store_opts *o, int argc, char **argv, int *i);
 /* Build a configuration: defaults, then --config, then KVTIER_* environment, then --dir,
  * --tiers and --set. NULL after printing one error line. */

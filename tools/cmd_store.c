@@ -49,29 +49,40 @@ static struct kvt_store *open_inspect(struct cli_store_opts *o, const char *cmd)
 	return s;
 }
 
+/* The options of ls, stat, verify and rm: the store options plus verify's --drop
+ * (getopt_long). Returns the index of the first operand (rm's keys), or -1 after one
+ * error line; --help prints usage and exits. */
+enum { O_DROP = CLI_O_FIRST_FREE };
+
 static int parse_common(const char *cmd, struct cli_store_opts *o, int argc, char **argv,
-			const char *usage, int (*extra)(void *arg, int argc, char **argv, int *i),
-			void *arg)
+			const char *usage, bool *drop)
 {
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+	static const struct option longopts[] = {CLI_STORE_LONGOPTS,
+						 {"drop", no_argument, NULL, O_DROP},
+						 {NULL, 0, NULL, 0}};
+	opterr = 0;
+	optind = 0; /* glibc: a full re-initialisation */
+	int c;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		if (c == 'h') {
 			printf("%s", usage);
 			exit(0);
 		}
-		int r = cli_store_opt(o, argc, argv, &i);
+		int r = cli_store_getopt(o, c, optarg);
 		if (r < 0)
 			return -1;
 		if (r > 0)
 			continue;
-		if (extra && (r = extra(arg, argc, argv, &i)) != 0) {
-			if (r < 0)
-				return -1;
+		if (c == O_DROP && drop) {
+			*drop = true;
 			continue;
 		}
-		cli_fail(cmd, "unknown option '%s' (see --help)", argv[i]);
+		if (c == O_DROP)
+			optopt = 0;
+		cli_getopt_fail(cmd, c == O_DROP ? '?' : c, argc, argv);
 		return -1;
 	}
-	return 0;
+	return optind;
 }
 
 #define COMMON_HELP                                                                        \
@@ -107,13 +118,16 @@ static int ls_one(void *arg, const struct kvt_key *key, uint64_t bytes)
 int kvt_cmd_ls(int argc, char **argv)
 {
 	struct cli_store_opts o = {0};
-	if (parse_common("ls", &o, argc, argv,
+	int first = parse_common("ls", &o, argc, argv,
 			 "usage: kvtier ls [options]\n"
 			 "List the objects of every tier that can list them (one per line: key, "
 			 "tier, bytes;\nwith --json one JSON object per line, then a summary "
 			 "object).\n" COMMON_HELP,
-			 NULL, NULL) < 0)
+			 NULL);
+	if (first < 0)
 		return 2;
+	if (first < argc)
+		return cli_fail("ls", "unexpected argument '%s' (see --help)", argv[first]), 2;
 	struct kvt_store *s = open_inspect(&o, "ls");
 	if (!s)
 		return 1;
@@ -152,12 +166,15 @@ int kvt_cmd_ls(int argc, char **argv)
 int kvt_cmd_stat(int argc, char **argv)
 {
 	struct cli_store_opts o = {0};
-	if (parse_common("stat", &o, argc, argv,
+	int first = parse_common("stat", &o, argc, argv,
 			 "usage: kvtier stat [options]\n"
 			 "Open the store and print per-tier counters (objects, bytes, capacity, "
 			 "I/O, evictions,\nchecksum failures).\n" COMMON_HELP,
-			 NULL, NULL) < 0)
+			 NULL);
+	if (first < 0)
 		return 2;
+	if (first < argc)
+		return cli_fail("stat", "unexpected argument '%s' (see --help)", argv[first]), 2;
 	struct kvt_store *s = open_inspect(&o, "stat");
 	if (!s)
 		return 1;
@@ -298,21 +315,6 @@ static int collect(void *arg, const struct kvt_key *key, uint64_t bytes)
 	}
 	l->keys[l->n] = *key;
 	l->bytes[l->n++] = bytes;
-	return 0;
-}
-
-struct verify_opts {
-	bool drop;
-};
-
-static int verify_extra(void *arg, int argc, char **argv, int *i)
-{
-	struct verify_opts *v = arg;
-	(void)argc;
-	if (!strcmp(argv[*i], "--drop")) {
-		v->drop = true;
-		return 1;
-	}
 	return 0;
 }
 
@@ -491,8 +493,8 @@ static int drop_bad(struct cli_store_opts *o, const struct bad_obj *bad, size_t 
 int kvt_cmd_verify(int argc, char **argv)
 {
 	struct cli_store_opts o = {0};
-	struct verify_opts v = {0};
-	if (parse_common("verify", &o, argc, argv,
+	bool drop = false;
+	int first = parse_common("verify", &o, argc, argv,
 			 "usage: kvtier verify [--drop] [options]\n"
 			 "Read every object of every listable tier and check its header and layer "
 			 "CRCs,\nand report entries that cannot be objects (symlinks, directories). "
@@ -501,8 +503,11 @@ int kvt_cmd_verify(int argc, char **argv)
 			 "otherwise.\n"
 			 "  --drop           remove the bad objects (not symlinks or directories)\n"
 			 COMMON_HELP,
-			 verify_extra, &v) < 0)
+			 &drop);
+	if (first < 0)
 		return 2;
+	if (first < argc)
+		return cli_fail("verify", "unexpected argument '%s' (see --help)", argv[first]), 2;
 	struct kvt_store *s = open_inspect(&o, "verify");
 	if (!s)
 		return 1;
@@ -602,7 +607,7 @@ int kvt_cmd_verify(int argc, char **argv)
 	}
 	free(buf);
 	kvt_store_close(s);
-	int drc = v.drop && nbads ? drop_bad(&o, bads, nbads, prot, &dropped) : 0;
+	int drc = drop && nbads ? drop_bad(&o, bads, nbads, prot, &dropped) : 0;
 	kvt__protect_close(prot);
 	if (drc < 0) {
 		free(bads);
@@ -629,19 +634,13 @@ int kvt_cmd_rm(int argc, char **argv)
 	struct cli_store_opts o = {0};
 	const char *keys[256];
 	int n = 0;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			printf("usage: kvtier rm [options] KEY...\n"
-			       "Remove chunks (64-hex-digit keys) from every tier.\n" COMMON_HELP);
-			return 0;
-		}
-		int r = cli_store_opt(&o, argc, argv, &i);
-		if (r < 0)
-			return 2;
-		if (r > 0)
-			continue;
-		if (argv[i][0] == '-')
-			return cli_fail("rm", "unknown option '%s' (see --help)", argv[i]), 2;
+	int first = parse_common("rm", &o, argc, argv,
+				 "usage: kvtier rm [options] KEY...\n"
+				 "Remove chunks (64-hex-digit keys) from every tier.\n" COMMON_HELP,
+				 NULL);
+	if (first < 0)
+		return 2;
+	for (int i = first; i < argc; i++) {
 		if (n == 256)
 			return cli_fail("rm", "at most 256 keys per call"), 2;
 		keys[n++] = argv[i];
