@@ -93,6 +93,41 @@ int cli_getopt_fail(const char *cmd, int c, int argc, char **argv)
 	return cli_fail(cmd, "unknown option '%s' (see --help)", a);
 }
 
+int cli_getopt(const char *cmd, int argc, char **argv, struct cli_store_opts *o,
+	       const struct option *extra, int (*on)(void *arg, int c, const char *v), void *arg)
+{
+	static const struct option store[] = {CLI_STORE_LONGOPTS};
+	enum { N_STORE = sizeof(store) / sizeof(store[0]) };
+	size_t n_extra = 0;
+	while (extra && extra[n_extra].name)
+		n_extra++;
+	struct option all[N_STORE + 16];
+	if (n_extra > 15)
+		return cli_fail(cmd, "internal: too many options"), -1;
+	memcpy(all, store, sizeof(store));
+	if (n_extra)
+		memcpy(all + N_STORE, extra, n_extra * sizeof(*extra));
+	memset(&all[N_STORE + n_extra], 0, sizeof(all[0]));
+	opterr = 0;
+	optind = 0; /* glibc: a full re-initialisation */
+	int c;
+	while ((c = getopt_long(argc, argv, ":h", all, NULL)) != -1) {
+		if (c == '?' || c == ':')
+			return cli_getopt_fail(cmd, c, argc, argv), -1;
+		int r = cli_store_getopt(o, c, optarg);
+		if (r < 0)
+			return -1;
+		if (r > 0)
+			continue;
+		r = on(arg, c, optarg);
+		if (r < 0)
+			return -1;
+		if (r > 0)
+			return -2;
+	}
+	return optind;
+}
+
 int cli_store_opt(struct cli_store_opts *o, int argc, char **argv, int *i)
 {
 	static const struct {

@@ -37,6 +37,13 @@ int cli_store_getopt(struct cli_store_opts *o, int c, const char *arg);
 /* getopt_long's answer c for an unknown option ('?') or a missing value (':', with an
  * optstring starting with ':'): one line naming it; returns 1. */
 int cli_getopt_fail(const char *cmd, int c, int argc, char **argv);
+/* One command's options through getopt_long: the store options plus extra (an option
+ * table ending in a zero entry; codes from CLI_O_FIRST_FREE). Every option that is not a
+ * store option - 'h' for --help included - goes to on(arg, code, value), which returns 0,
+ * 1 to stop with exit status 0 (help printed), or < 0 after printing an error. Returns the
+ * index of the first operand; -1 after one error line; -2 when on() asked to stop. */
+int cli_getopt(const char *cmd, int argc, char **argv, struct cli_store_opts *o,
+	       const struct option *extra, int (*on)(void *arg, int c, const char *v), void *arg);
 /* The loop-by-hand form, for commands not yet on getopt_long: if argv[*i] is one of the
  * common store options, consume it (and its value) and return 1; 0 if it is not; -1 after
  * printing an error if its value is missing or bad. */

@@ -50,39 +50,37 @@ static struct kvt_store *open_inspect(struct cli_store_opts *o, const char *cmd)
 }
 
 /* The options of ls, stat, verify and rm: the store options plus verify's --drop
- * (getopt_long). Returns the index of the first operand (rm's keys), or -1 after one
+ * (cli_getopt). Returns the index of the first operand (rm's keys), or -1 after one
  * error line; --help prints usage and exits. */
 enum { O_DROP = CLI_O_FIRST_FREE };
+
+struct common_args {
+	const char *usage;
+	bool *drop; /* NULL: --drop is not an option of this command */
+};
+
+static int common_opt(void *arg, int c, const char *v)
+{
+	struct common_args *a = arg;
+	(void)v;
+	if (c == 'h') {
+		printf("%s", a->usage);
+		return 1;
+	}
+	*a->drop = true; /* O_DROP: only in the table when drop is given */
+	return 0;
+}
 
 static int parse_common(const char *cmd, struct cli_store_opts *o, int argc, char **argv,
 			const char *usage, bool *drop)
 {
-	static const struct option longopts[] = {CLI_STORE_LONGOPTS,
-						 {"drop", no_argument, NULL, O_DROP},
-						 {NULL, 0, NULL, 0}};
-	opterr = 0;
-	optind = 0; /* glibc: a full re-initialisation */
-	int c;
-	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		if (c == 'h') {
-			printf("%s", usage);
-			exit(0);
-		}
-		int r = cli_store_getopt(o, c, optarg);
-		if (r < 0)
-			return -1;
-		if (r > 0)
-			continue;
-		if (c == O_DROP && drop) {
-			*drop = true;
-			continue;
-		}
-		if (c == O_DROP)
-			optopt = 0;
-		cli_getopt_fail(cmd, c == O_DROP ? '?' : c, argc, argv);
-		return -1;
-	}
-	return optind;
+	static const struct option with_drop[] = {{"drop", no_argument, NULL, O_DROP},
+						  {NULL, 0, NULL, 0}};
+	struct common_args a = {usage, drop};
+	int first = cli_getopt(cmd, argc, argv, o, drop ? with_drop : NULL, common_opt, &a);
+	if (first == -2)
+		exit(0);
+	return first;
 }
 
 #define COMMON_HELP                                                                        \
