@@ -456,76 +456,109 @@ static double kib_per_req(long long sect, long long ios)
 	return ios > 0 ? (double)sect * 512.0 / 1024.0 / (double)ios : 0;
 }
 
+enum {
+	O_NO_REF = CLI_O_FIRST_FREE, O_TIER, O_CHUNK_BYTES, O_QUEUE_DEPTH, O_SECONDS, O_RAMP,
+	O_FSYNC, O_READ_PCT, O_MIXED_PCT, O_KEY_SET, O_ROUNDS, O_SET_BYTES
+};
+
+/* One option of kvtier bench (cli_getopt): 0, 1 after --help, -1 after an error line. */
+static int bench_opt(void *arg, int c, const char *v)
+{
+	struct bench_opts *o = arg;
+	char *end;
+	long q;
+	double d;
+	switch (c) {
+	case 'h':
+		usage();
+		return 1;
+	case O_NO_REF:
+		o->no_ref = true;
+		return 0;
+	case O_TIER:
+		o->tier = v;
+		return 0;
+	case O_CHUNK_BYTES:
+		if (cli_parse_size(v, &o->chunk_bytes) < 0 || o->chunk_bytes < 4096 ||
+		    o->chunk_bytes % 4096 || o->chunk_bytes > (1ull << 30))
+			return cli_fail("bench", "--chunk-bytes: '%s' is not a multiple of 4096 "
+						 "in [4K, 1G]", v), -1;
+		return 0;
+	case O_QUEUE_DEPTH:
+		q = strtol(v, &end, 10);
+		if (*end || q < 1 || q > 4096)
+			return cli_fail("bench", "--queue-depth: '%s' is not in [1, 4096]", v), -1;
+		o->queue_depth = (unsigned)q;
+		return 0;
+	case O_SECONDS:
+	case O_RAMP:
+		d = strtod(v, &end);
+		if (*end || !*v || !(c == O_RAMP ? d >= 0 : d > 0) || d > 86400)
+			return cli_fail("bench", "--%s: '%s' is not in %s, 86400]",
+					c == O_RAMP ? "ramp" : "seconds", v, c == O_RAMP ? "[0" : "(0"),
+			       -1;
+		*(c == O_RAMP ? &o->ramp : &o->seconds) = d;
+		return 0;
+	case O_FSYNC:
+		if (strcmp(v, "none") && strcmp(v, "data") && strcmp(v, "full"))
+			return cli_fail("bench", "--fsync: '%s' is not none, data or full", v), -1;
+		o->fsync = v;
+		return 0;
+	case O_READ_PCT:
+	case O_MIXED_PCT:
+		q = strtol(v, &end, 10);
+		if (*end || !*v || q < 0 || q > 100)
+			return cli_fail("bench", "--%s: '%s' is not in [0, 100]",
+					c == O_READ_PCT ? "read-pct" : "mixed-pct", v), -1;
+		*(c == O_READ_PCT ? &o->read_pct : &o->mixed_pct) = (int)q;
+		return 0;
+	case O_KEY_SET:
+		o->key_set = strtoul(v, &end, 10);
+		if (*end || !*v || o->key_set > 1000000)
+			return cli_fail("bench", "--key-set: '%s' is not in [0, 1000000]", v), -1;
+		return 0;
+	case O_ROUNDS:
+		q = strtol(v, &end, 10);
+		if (*end || q < 1 || q > 100)
+			return cli_fail("bench", "--rounds: '%s' is not in [1, 100]", v), -1;
+		o->rounds = (int)q;
+		return 0;
+	default: /* O_SET_BYTES */
+		if (cli_parse_size(v, &o->set_bytes) < 0)
+			return cli_fail("bench", "--set-bytes: '%s' is not a size", v), -1;
+		return 0;
+	}
+}
+
 int kvt_cmd_bench(int argc, char **argv)
 {
 	struct bench_opts o = {.tier = "nvme", .chunk_bytes = 2ull << 20, .queue_depth = 0,
 			       .seconds = 5, .ramp = 0.5, .read_pct = -1, .mixed_pct = 70,
 			       .rounds = 3};
-	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], "--workload"))
+	for (int i = 1; i < argc; i++) /* --workload W or --workload=W */
+		if (!strncmp(argv[i], "--workload", 10) && (!argv[i][10] || argv[i][10] == '='))
 			return kvt_bench_mlperf(argc, argv);
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int r = cli_store_opt(&o.so, argc, argv, &i);
-		if (r < 0)
-			return 2;
-		if (r > 0)
-			continue;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage();
-			return 0;
-		}
-		if (!strcmp(a, "--no-ref")) {
-			o.no_ref = true;
-			continue;
-		}
-		if (!v)
-			return cli_fail("bench", "%s needs a value (see --help)", a), 2;
-		char *end;
-		i++;
-		if (!strcmp(a, "--tier"))
-			o.tier = v;
-		else if (!strcmp(a, "--chunk-bytes")) {
-			if (cli_parse_size(v, &o.chunk_bytes) < 0 || o.chunk_bytes < 4096 ||
-			    o.chunk_bytes % 4096 || o.chunk_bytes > (1ull << 30))
-				return cli_fail("bench", "--chunk-bytes: '%s' is not a multiple of 4096 "
-							 "in [4K, 1G]", v), 2;
-		} else if (!strcmp(a, "--queue-depth")) {
-			long q = strtol(v, &end, 10);
-			if (*end || q < 1 || q > 4096)
-				return cli_fail("bench", "--queue-depth: '%s' is not in [1, 4096]", v), 2;
-			o.queue_depth = (unsigned)q;
-		} else if (!strcmp(a, "--seconds") || !strcmp(a, "--ramp")) {
-			double d = strtod(v, &end);
-			bool ramp = !strcmp(a, "--ramp");
-			if (*end || !*v || !(ramp ? d >= 0 : d > 0) || d > 86400)
-				return cli_fail("bench", "%s: '%s' is not in %s, 86400]", a, v,
-						ramp ? "[0" : "(0"), 2;
-			*(ramp ? &o.ramp : &o.seconds) = d;
-		} else if (!strcmp(a, "--fsync")) {
-			if (strcmp(v, "none") && strcmp(v, "data") && strcmp(v, "full"))
-				return cli_fail("bench", "--fsync: '%s' is not none, data or full", v), 2;
-			o.fsync = v;
-		} else if (!strcmp(a, "--read-pct") || !strcmp(a, "--mixed-pct")) {
-			long p = strtol(v, &end, 10);
-			if (*end || !*v || p < 0 || p > 100)
-				return cli_fail("bench", "%s: '%s' is not in [0, 100]", a, v), 2;
-			*(!strcmp(a, "--read-pct") ? &o.read_pct : &o.mixed_pct) = (int)p;
-		} else if (!strcmp(a, "--key-set")) {
-			o.key_set = strtoul(v, &end, 10);
-			if (*end || !*v || o.key_set > 1000000)
-				return cli_fail("bench", "--key-set: '%s' is not in [0, 1000000]", v), 2;
-		} else if (!strcmp(a, "--rounds")) {
-			long q = strtol(v, &end, 10);
-			if (*end || q < 1 || q > 100)
-				return cli_fail("bench", "--rounds: '%s' is not in [1, 100]", v), 2;
-			o.rounds = (int)q;
-		} else if (!strcmp(a, "--set-bytes")) {
-			if (cli_parse_size(v, &o.set_bytes) < 0)
-				return cli_fail("bench", "--set-bytes: '%s' is not a size", v), 2;
-		} else
-			return cli_fail("bench", "unknown option '%s' (see --help)", a), 2;
-	}
+	static const struct option longopts[] = {
+	    {"no-ref", no_argument, NULL, O_NO_REF},
+	    {"tier", required_argument, NULL, O_TIER},
+	    {"chunk-bytes", required_argument, NULL, O_CHUNK_BYTES},
+	    {"queue-depth", required_argument, NULL, O_QUEUE_DEPTH},
+	    {"seconds", required_argument, NULL, O_SECONDS},
+	    {"ramp", required_argument, NULL, O_RAMP},
+	    {"fsync", required_argument, NULL, O_FSYNC},
+	    {"read-pct", required_argument, NULL, O_READ_PCT},
+	    {"mixed-pct", required_argument, NULL, O_MIXED_PCT},
+	    {"key-set", required_argument, NULL, O_KEY_SET},
+	    {"rounds", required_argument, NULL, O_ROUNDS},
+	    {"set-bytes", required_argument, NULL, O_SET_BYTES},
+	    {NULL, 0, NULL, 0}};
+	int first = cli_getopt("bench", argc, argv, &o.so, longopts, bench_opt, &o);
+	if (first == -2)
+		return 0;
+	if (first < 0)
+		return 2;
+	if (first < argc)
+		return cli_fail("bench", "unexpected argument '%s' (see --help)", argv[first]), 2;
 	bool dram = !strcmp(o.tier, "dram");
 	/* DRAM operations complete in the call; more in flight only adds queueing. */
 	if (!o.queue_depth)
