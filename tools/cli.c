@@ -101,8 +101,8 @@ int cli_getopt(const char *cmd, int argc, char **argv, struct cli_store_opts *o,
 	size_t n_extra = 0;
 	while (extra && extra[n_extra].name)
 		n_extra++;
-	struct option all[N_STORE + 16];
-	if (n_extra > 15)
+	struct option all[N_STORE + 32];
+	if (n_extra > 31)
 		return cli_fail(cmd, "internal: too many options"), -1;
 	memcpy(all, store, sizeof(store));
 	if (n_extra)
@@ -126,27 +126,6 @@ int cli_getopt(const char *cmd, int argc, char **argv, struct cli_store_opts *o,
 			return -2;
 	}
 	return optind;
-}
-
-int cli_store_opt(struct cli_store_opts *o, int argc, char **argv, int *i)
-{
-	static const struct {
-		const char *name;
-		int code;
-		bool value;
-	} opts[] = {{"--json", CLI_O_JSON, false}, {"--config", CLI_O_CONFIG, true},
-		    {"--dir", CLI_O_DIR, true},	       {"--tiers", CLI_O_TIERS, true},
-		    {"--set", CLI_O_SET, true}};
-	for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++) {
-		if (strcmp(argv[*i], opts[k].name))
-			continue;
-		if (opts[k].value && *i + 1 >= argc) {
-			fprintf(stderr, "kvtier: %s needs a value\n", argv[*i]);
-			return -1;
-		}
-		return cli_store_getopt(o, opts[k].code, opts[k].value ? argv[++*i] : NULL);
-	}
-	return 0;
 }
 
 struct kvt_config *cli_config(const struct cli_store_opts *o)

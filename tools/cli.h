@@ -44,10 +44,6 @@ int cli_getopt_fail(const char *cmd, int c, int argc, char **argv);
  * index of the first operand; -1 after one error line; -2 when on() asked to stop. */
 int cli_getopt(const char *cmd, int argc, char **argv, struct cli_store_opts *o,
 	       const struct option *extra, int (*on)(void *arg, int c, const char *v), void *arg);
-/* The loop-by-hand form, for commands not yet on getopt_long: if argv[*i] is one of the
- * common store options, consume it (and its value) and return 1; 0 if it is not; -1 after
- * printing an error if its value is missing or bad. */
-int cli_store_opt(struct cli_store_opts *o, int argc, char **argv, int *i);
 /* Build a configuration: defaults, then --config, then KVTIER_* environment, then --dir,
  * --tiers and --set. NULL after printing one error line. */
 struct kvt_config *cli_config(const struct cli_store_opts *o);
