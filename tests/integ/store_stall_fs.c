@@ -229,14 +229,27 @@ static void stalled_store(struct slowfs *f, const char *tier)
 	free(buf);
 }
 
+/* A failed CHECK exits: the mount must not outlive the test (nor stay hung). */
+static struct slowfs *mounted_fs;
+static void stop_at_exit(void)
+{
+	if (mounted_fs)
+		slowfs_stop(mounted_fs);
+}
+
 int main(void)
 {
-	struct slowfs f;
+	static struct slowfs f;
 	int rc = slowfs_start(&f);
+	if (rc == 0) {
+		mounted_fs = &f;
+		atexit(stop_at_exit);
+	}
 	if (rc)
 		return rc;
 	stalled_store(&f, "fs");
 	stalled_store(&f, "nvme");
+	mounted_fs = NULL;
 	slowfs_stop(&f);
 	fprintf(stderr, "store_stall_fs: ok\n");
 	return 0;
