@@ -79,6 +79,9 @@ static char *render(struct kvtd_state *s, size_t *len)
 	PER_TIER("kvtier_tier_writes_skipped_total", "counter",
 		 "Writes refused by admission, the write budget or a full tier.", writes_skipped);
 	PER_TIER("kvtier_tier_removes_total", "counter", "Objects removed from the tier.", removes);
+	PER_TIER("kvtier_tier_deadline_misses_total", "counter",
+		 "Tier calls that missed their deadline (the tier is slow or unreachable).",
+		 deadline_misses);
 	ONE("kvtier_puts_total", "counter", "Chunks stored.", st.puts);
 	ONE("kvtier_gets_total", "counter", "Chunk reads requested.", st.gets);
 	ONE("kvtier_lookups_total", "counter", "Prefix lookups.", st.lookups);

@@ -255,6 +255,7 @@ struct kvt_tier_stats {
 	uint64_t errors;            /* I/O errors, timeouts */
 	uint64_t writes_skipped;    /* refused by admission, the write budget or ENOSPC */
 	uint64_t removes;
+	uint64_t deadline_misses;   /* calls that missed the engine's deadline (slow or unreachable) */
 };
 
 struct kvt_stats {

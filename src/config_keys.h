@@ -28,6 +28,7 @@
 	X(k, "store.promote_local", BOOL, "true", 0, 0, NULL, PLAIN, "also write a hit from a deeper tier into the tiers above it (e.g. an s3 hit into nvme)") \
 	X(k, "store.max_inflight", U64, "4096", 1, 1048576, NULL, PLAIN, "operations in flight before calls return -EAGAIN") \
 	X(k, "store.tier_timeout_ms", U64, "10000", 1, 3600000, NULL, PLAIN, "ceiling of the deadline of every call to a deeper tier (read, lookup, write, remove, flush); below it the deadline is store.deadline_floor_ms + 4x what the call should cost from the tier's measured latency and bandwidth and the bytes queued ahead of it") \
+	X(k, "store.sync_timeout_ms", U64, "30000", 1, 3600000, NULL, PLAIN, "limit on a tier's synchronous calls (open, close, listing for kvtier ls and verify): past it the call is reported and left running, so a hung device or server cannot hang the caller") \
 	X(k, "store.deadline_floor_ms", U64, "1000", 1, 3600000, NULL, PLAIN, "allowance for jitter in the deadline of every call to a deeper tier: no call is given up on sooner") \
 	X(k, "store.max_object_bytes", SIZE, "4GiB", 4096, 4294967296.0, NULL, PLAIN, "largest object a reader accepts") \
 	X(k, "store.read_only", BOOL, "false", 0, 0, NULL, PLAIN, "open every tier for reading only: nothing is created, locked, cleaned up or written, and a missing store is an error (kvtier ls, stat and verify use it)") \

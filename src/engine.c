@@ -110,7 +110,9 @@ static int add_link(void *arg, const char *name)
 		}
 		s->dram_pos = s->n_links;
 	} else {
-		int rc = kvt__tier_open(name, s->cfg, &s->log, &s->geo, s->n_links, &l->t);
+		/* bounded: a tier on a hung mount or server fails the open, never hangs it */
+		int rc = kvt__tier_open_bounded(name, s->cfg, &s->log, &s->geo, s->n_links,
+						s->sync_timeout_ms, &l->t);
 		if (rc < 0)
 			return c->rc = rc;
 		/* The faulty test tier is as local as what it wraps. */
@@ -179,7 +181,7 @@ static void close_links(struct kvt_store *s)
 	kvt_cost_destroy(s->cost);
 	s->cost = NULL;
 	for (int i = s->n_links - 1; i >= 0; i--) {
-		kvt__tier_close(s->links[i].t);
+		kvt__tier_close_bounded(s->links[i].t, s->sync_timeout_ms); /* open failed: idle */
 		s->links[i].t = NULL;
 	}
 	if (s->dram)
@@ -239,6 +241,7 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	pthread_mutex_init(&s->pool_lock, NULL);
 	pthread_cond_init(&s->pool_cond, NULL);
 	s->deadline_ceiling_ns = kvt__cfg_u64(cfg, "store.tier_timeout_ms") * 1000000ull;
+	s->sync_timeout_ms = kvt__cfg_u64(cfg, "store.sync_timeout_ms");
 	s->deadline_floor_ns = kvt__cfg_u64(cfg, "store.deadline_floor_ms") * 1000000ull;
 	if (s->deadline_floor_ns > s->deadline_ceiling_ns) {
 		KVT_WARN(&s->log, "store.deadline_floor_ms above store.tier_timeout_ms (the "
@@ -298,6 +301,19 @@ fail_free:
 	return rc;
 }
 
+/* Stores left allocated by a close that a stuck tier did not let finish: kept on a list
+ * so that they stay reachable (a leak by design, not one a leak checker should report). */
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kvt_store *abandoned;
+
+static void abandon(struct kvt_store *s)
+{
+	pthread_mutex_lock(&abandoned_lock);
+	s->next_abandoned = abandoned;
+	abandoned = s;
+	pthread_mutex_unlock(&abandoned_lock);
+}
+
 void kvt_store_close(struct kvt_store *s)
 {
 	if (s && s->client) { kvt__client_close(s->client); kvt__free(s); return; }
@@ -320,10 +336,19 @@ void kvt_store_close(struct kvt_store *s)
 		kvt_poll(s, 10);
 	/* 4. Now no operation can call a tier: close them. They cancel what they still hold
 	 * (calls that missed their deadline), and those late answers release what the
-	 * engine left with their guards. */
+	 * engine left with their guards. A tier on a hung device may not finish closing
+	 * (a thread of it stuck in a system call): after store.sync_timeout_ms it is left
+	 * closing, and then so is everything its late answers may touch - the store stays
+	 * allocated (a leak, reported) rather than freed under them or waited for forever. */
+	bool stuck = false;
 	for (int i = s->n_links - 1; i >= 0; i--) {
-		kvt__tier_close(s->links[i].t);
-		s->links[i].t = NULL;
+		int crc = kvt__tier_close_bounded(s->links[i].t, s->sync_timeout_ms);
+		if (crc == -EBUSY) /* never closed: stays reachable from the store, below */
+			stuck = true;
+		else if (crc < 0)
+			stuck = true, s->links[i].t = NULL; /* closing: frees itself when done */
+		else
+			s->links[i].t = NULL;
 	}
 	kvt__e_pool_stop(s);
 	pthread_mutex_lock(&s->work_lock);
@@ -332,6 +357,12 @@ void kvt_store_close(struct kvt_store *s)
 	pthread_mutex_unlock(&s->work_lock);
 	pthread_join(s->service, NULL);
 	kvt_poll(s, 0);
+	if (stuck) {
+		KVT_ERR(&s->log, "store closed with a tier that did not close: the store's memory "
+				 "is left allocated for its late answers");
+		abandon(s);
+		return;
+	}
 	close_links(s);
 	close(s->efd);
 	while (s->n_bounce)
@@ -377,6 +408,11 @@ const char *kvt_store_tier_name(const struct kvt_store *s, int tier)
 {
 	if (s->client) return kvt__client_tier_name(s->client, tier);
 	return tier >= 0 && tier < s->n_links ? s->links[tier].name : "none";
+}
+
+uint64_t kvt__store_sync_timeout_ms(const struct kvt_store *s)
+{
+	return s->client ? 30000 : s->sync_timeout_ms;
 }
 
 struct kvt_tier *kvt__store_tier(struct kvt_store *s, int pos)
@@ -434,6 +470,7 @@ int kvt_stats(struct kvt_store *s, struct kvt_stats *out)
 		/* Refusals for room: counted once, whether or not the tier counts them too. */
 		t->writes_skipped = KVT_MAX(t->writes_skipped, atomic_load(&l->writes_refused)) +
 				    atomic_load(&l->writes_skipped);
+		t->deadline_misses = atomic_load(&l->deadline_misses);
 	}
 	out->puts = atomic_load(&s->puts);
 	out->gets = atomic_load(&s->gets);

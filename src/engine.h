@@ -45,6 +45,8 @@ void kvt__store_complete(struct kvt_store *s, kvt_cb cb, void *arg, const struct
 /* For tools (ls, verify) and tests: the tier at a chain position (NULL for DRAM or out of
  * range), and the DRAM pool (NULL if the chain has none). */
 struct kvt_tier *kvt__store_tier(struct kvt_store *s, int pos);
+/* store.sync_timeout_ms: the bound for a tier's synchronous calls (src/tier_bounded.c). */
+uint64_t kvt__store_sync_timeout_ms(const struct kvt_store *s);
 struct kvt_dram *kvt__store_dram(struct kvt_store *s);
 
 #endif

@@ -237,6 +237,8 @@ struct kvt_store {
 	struct guard **heap;
 	size_t heap_n, heap_cap;
 	uint64_t deadline_floor_ns, deadline_ceiling_ns;
+	uint64_t sync_timeout_ms; /* bound on tier open, close and listing (src/tier_bounded.c) */
+	struct kvt_store *next_abandoned; /* closed with a stuck tier: left allocated (engine.c) */
 	_Atomic uint64_t heap_gen; /* bumped when a new deadline becomes the earliest */
 
 	/* service thread */

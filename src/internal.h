@@ -49,6 +49,11 @@ void kvt__logf(const struct kvt_log *log, int level, const char *fmt, ...)
 /* ---- time ---- */
 uint64_t kvt__now_ns(void); /* CLOCK_MONOTONIC */
 
+/* ---- statistics: the one percentile of the code base (sim, replay, bench) ---- */
+int kvt__cmp_double(const void *a, const void *b); /* qsort ascending */
+/* Nearest-rank percentile of sorted[0..n): p in [0, 1]; 0 when n is 0. */
+double kvt__percentile(const double *sorted, size_t n, double p);
+
 /* ---- keys ---- */
 /* A well-mixed 64-bit hash of a key: all 32 bytes folded into one word, then a
  * murmur3-style finaliser, so opaque keys that differ only in their tail (an engine's

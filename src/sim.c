@@ -234,19 +234,6 @@ static int tier_insert(struct tier *t, uint32_t blk)
 
 /* ------------------------------------------------------------------ helpers */
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double pct(const double *sorted, size_t n, double p)
-{
-	if (!n)
-		return 0;
-	size_t i = (size_t)ceil(p * (double)n) - 1;
-	return sorted[KVT_MIN(i, n - 1)];
-}
 
 static double ratio(uint64_t a, uint64_t b)
 {
@@ -488,12 +475,12 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		}
 		out->ttft_mean_s = s0 / (double)t->n;
 		out->nocache_ttft_mean_s = s1 / (double)t->n;
-		qsort(ttft, t->n, sizeof(double), cmp_double);
-		qsort(ttft0, t->n, sizeof(double), cmp_double);
-		out->ttft_p50_s = pct(ttft, t->n, 0.50);
-		out->ttft_p99_s = pct(ttft, t->n, 0.99);
-		out->nocache_ttft_p50_s = pct(ttft0, t->n, 0.50);
-		out->nocache_ttft_p99_s = pct(ttft0, t->n, 0.99);
+		qsort(ttft, t->n, sizeof(double), kvt__cmp_double);
+		qsort(ttft0, t->n, sizeof(double), kvt__cmp_double);
+		out->ttft_p50_s = kvt__percentile(ttft, t->n, 0.50);
+		out->ttft_p99_s = kvt__percentile(ttft, t->n, 0.99);
+		out->nocache_ttft_p50_s = kvt__percentile(ttft0, t->n, 0.50);
+		out->nocache_ttft_p99_s = kvt__percentile(ttft0, t->n, 0.99);
 	}
 	if (o->progress)
 		o->progress(o->progress_arg, t->n, t->n);

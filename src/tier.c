@@ -78,7 +78,8 @@ int kvt__tier_open(const char *name, const struct kvt_config *cfg, const struct 
 	t->ops = ops;
 	t->index = index;
 	t->log = *log;
-	t->geometry = g;
+	t->geo = *g;
+	t->geometry = &t->geo;
 	t->object_max = kvt_object_bytes(g, g->chunk_tokens);
 	if (ops->state_size && !(t->state = kvt__calloc(1, ops->state_size))) {
 		kvt__free(t);
@@ -99,6 +100,7 @@ void kvt__tier_close(struct kvt_tier *t)
 	if (!t)
 		return;
 	t->ops->close(t);
+	kvt_config_destroy(t->own_cfg);
 	kvt__free(t->state);
 	kvt__free(t);
 }

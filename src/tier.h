@@ -69,14 +69,18 @@ struct kvt_tier_ops {
 	/* Required. Fill counters (name is filled by the engine). Safe from any thread. */
 	void (*stats)(struct kvt_tier *t, struct kvt_tier_stats *out);
 
-	/* Optional, may be NULL: list stored objects synchronously (recovery, `kvtier ls`). */
+	/* Optional, may be NULL: list stored objects synchronously (recovery, `kvtier ls`).
+	 * May block on the device: callers use kvt__tier_scan_bounded. open, close and
+	 * scan_anomalies may block too (kvt__tier_open_bounded, ...). */
 	int (*scan)(struct kvt_tier *t, kvt_scan_fn fn, void *arg);
 	/* Optional, may be NULL: completes when writes submitted before it are durable. */
 	int (*flush)(struct kvt_tier *t, kvt_tier_cb cb, void *arg);
 	/* Optional, may be NULL: would a write of len bytes be accepted now (capacity, write
-	 * budget)? 0 yes, -EDQUOT / -ENOSPC no. Lets admission skip a doomed write cheaply. */
+	 * budget)? 0 yes, -EDQUOT / -ENOSPC no. Lets admission skip a doomed write cheaply.
+	 * Runs in the caller's put: answers from memory, never waits for I/O. */
 	int (*can_write)(struct kvt_tier *t, uint64_t len);
-	/* Optional, may be NULL: the object was found corrupt by the engine; drop it. */
+	/* Optional, may be NULL: the object was found corrupt by the engine; drop it. Hands
+	 * the removal to the tier's thread: never waits for I/O. */
 	void (*drop_corrupt)(struct kvt_tier *t, const struct kvt_key *key);
 	/* Optional, may be NULL: write() that also names the chunk before this one in its
 	 * prompt (parent, NULL if none or unknown), so a tier that evicts can drop suffixes
@@ -96,8 +100,11 @@ struct kvt_tier {
 	void *state;
 	int index;            /* position in the chain */
 	struct kvt_log log;   /* copy of the store's log sink */
-	const struct kvt_geometry *geometry; /* the store's geometry */
+	const struct kvt_geometry *geometry; /* the store's geometry (points at geo) */
 	uint64_t object_max;  /* bytes of a full chunk's object */
+	struct kvt_geometry geo; /* a copy: the tier may outlive whoever opened it */
+	struct kvt_config *own_cfg; /* opened by kvt__tier_open_bounded: its config copy */
+	_Atomic int busy; /* bounded synchronous calls running in the tier */
 };
 
 /* The I/O counters the remote and shared tiers keep, updated from their threads. */
@@ -128,5 +135,22 @@ const char *kvt__tier_names(void);
 int kvt__tier_open(const char *name, const struct kvt_config *cfg, const struct kvt_log *log,
 		   const struct kvt_geometry *g, int index, struct kvt_tier **out);
 void kvt__tier_close(struct kvt_tier *t);
+
+/* The synchronous calls with a time limit (src/tier_bounded.c): on a hung device they
+ * return -ETIMEDOUT after ms and leave the call running on a helper thread; whatever it
+ * still uses is released when it returns. open: as kvt__tier_open. close: 0 closed;
+ * -ETIMEDOUT: left closing (it frees itself when the close returns); -EBUSY: a call left
+ * running in it, so it was not closed (still allocated, the caller's to keep). Either way
+ * the caller must free nothing the tier's late callbacks may touch. scan / scan_anomalies: the
+ * listing is collected on the helper thread, then fn runs on the caller's thread;
+ * -EOPNOTSUPP when the tier cannot list. */
+int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
+			   const struct kvt_log *log, const struct kvt_geometry *g, int index,
+			   uint64_t ms, struct kvt_tier **out);
+int kvt__tier_close_bounded(struct kvt_tier *t, uint64_t ms);
+int kvt__tier_scan_bounded(struct kvt_tier *t, kvt_scan_fn fn, void *arg, uint64_t ms);
+int kvt__tier_scan_anomalies_bounded(struct kvt_tier *t,
+				     void (*fn)(void *arg, const char *path, const char *why),
+				     void *arg, uint64_t ms);
 
 #endif

@@ -363,7 +363,7 @@ static bool recall_served(struct fs_state *s, const struct kvt_key *key, dev_t *
 	return ok;
 }
 
-static int run_read(struct fs_state *s, struct fs_op *op)
+static int64_t run_read(struct fs_state *s, struct fs_op *op)
 {
 	char path[72];
 	key_path(&op->key, path);
@@ -418,7 +418,7 @@ static int run_read(struct fs_state *s, struct fs_op *op)
 	atomic_fetch_add(&s->cnt.hits, 1);
 	atomic_fetch_add(&s->cnt.reads, 1);
 	atomic_fetch_add(&s->cnt.read_bytes, total);
-	return (int)KVT_MIN(total, (uint64_t)INT32_MAX);
+	return (int64_t)total; /* objects may exceed 2 GiB: never clamped */
 }
 
 static int make_leaf(struct fs_state *s, const char *path)
@@ -669,7 +669,7 @@ static void run_sweep(struct fs_state *s);
 
 static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 {
-	int rc = -ECANCELED;
+	int64_t rc = -ECANCELED;
 	switch (op->kind) {
 	case OP_EXISTS:
 		run_exists(s, op, cancel);

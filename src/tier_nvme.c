@@ -1133,7 +1133,7 @@ static void op_release(struct nv *s, struct nv_op *op)
 	s->done_ops = op;
 }
 
-static void finish(struct nv *s, struct nv_op *op, int res);
+static void finish(struct nv *s, struct nv_op *op, int64_t res);
 
 static void check_flushes(struct nv *s)
 {
@@ -1154,7 +1154,7 @@ static struct nv_op **leader_slot(struct nv *s, const struct kvt_key *k)
 	return pp;
 }
 
-static void finish(struct nv *s, struct nv_op *op, int res)
+static void finish(struct nv *s, struct nv_op *op, int64_t res)
 {
 	kvt_tier_cb cb = op->cb;
 	void *arg = op->arg;
@@ -1411,7 +1411,7 @@ static void pump(struct nv *s, struct nv_op *op)
 			} else {
 				ST_ADD(s, reads, 1);
 				ST_ADD(s, read_bytes, op->total);
-				finish(s, op, (int)KVT_MIN(op->total, (uint64_t)INT32_MAX));
+				finish(s, op, (int64_t)op->total); /* may exceed 2 GiB */
 			}
 			return;
 		}

@@ -134,14 +134,12 @@ static void sub_done(struct rados_sub *u, int rc)
 static void op_complete(struct rados_op *op)
 {
 	struct rados_state *s = op->s;
-	int result = atomic_load(&op->result);
-	if (result >= 0 && op->kind == OP_READ) {
-		uint64_t t = atomic_load(&op->total);
-		result = t > INT32_MAX ? INT32_MAX : (int)t;
-	}
+	int64_t result = atomic_load(&op->result);
+	if (result >= 0 && op->kind == OP_READ) /* never clamped: objects may exceed 2 GiB */
+		result = (int64_t)atomic_load(&op->total);
 	if (result < 0 && result != -ENOENT && result != -ECANCELED) {
 		atomic_fetch_add(&s->cnt.errors, 1);
-		KVT_DEBUG(&s->t->log, "rados: %s: %s", op->oids[0], strerror(-result));
+		KVT_DEBUG(&s->t->log, "rados: %s: %s", op->oids[0], strerror((int)-result));
 	}
 	kvt_tier_cb cb = op->cb;
 	void *arg = op->arg;

@@ -2,7 +2,9 @@
  * tier_redis.c - the "redis" tier: objects as Redis (or Valkey) string values, reached
  * through hiredis. Key: <redis.prefix><64 hex digits>. write = SET, read = STRLEN (to tell
  * a miss from an empty range) + one GETRANGE per segment, exists = one EXISTS per key,
- * remove = DEL, all pipelined.
+ * remove = DEL, all pipelined. scan (kvtier ls, verify) = SCAN over the prefix plus a
+ * STRLEN per key, on a blocking connection of its own: a rare inspection, kept off the
+ * I/O connections.
  *
  * Why this shape. A small set of connections (redis.connections), each owned by one I/O
  * thread running its own poll() loop over a non-blocking socket that hiredis connected.
@@ -244,7 +246,7 @@ static int error_code(const char *msg)
 
 /* ------------------------------------------------------------ connection */
 
-static void complete(struct rd_state *s, struct rd_op *op, int result)
+static void complete(struct rd_state *s, struct rd_op *op, int64_t result)
 {
 	if (op->cb) {
 		if (result < 0 && result != -ENOENT && result != -ECANCELED)
@@ -480,7 +482,7 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 	if (!c->head)
 		c->tail = NULL;
 	c->head_since_ns = kvt__now_ns();
-	int res = op->result;
+	int64_t res = op->result;
 	switch (op->kind) {
 	case OP_READ:
 		if (res == -ENOENT) {
@@ -489,7 +491,7 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 			atomic_fetch_add(&s->cnt.hits, 1);
 			atomic_fetch_add(&s->cnt.reads, 1);
 			atomic_fetch_add(&s->cnt.read_bytes, op->total);
-			res = (int)KVT_MIN(op->total, (uint64_t)INT32_MAX);
+			res = (int64_t)op->total; /* never clamped: objects may exceed 2 GiB */
 		}
 		break;
 	case OP_WRITE:
@@ -1035,6 +1037,121 @@ static void rd_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 	submit(s, op);
 }
 
+/* ------------------------------------------------------------ scan */
+
+/* A blocking command's error as -errno: a reply that did not come within the socket
+ * timeout is -ETIMEDOUT. */
+static int sync_err(redisContext *c, redisReply *r)
+{
+	if (!r)
+		return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK ||
+						  errno == ETIMEDOUT)
+			   ? -ETIMEDOUT
+		       : c->err == REDIS_ERR_EOF ? -ECONNRESET
+						 : -EIO;
+	return r->type == REDIS_REPLY_ERROR ? error_code(r->str) : 0;
+}
+
+static int sync_ok(redisContext *c, redisReply *r)
+{
+	int rc = sync_err(c, r);
+	freeReplyObject(r);
+	return rc;
+}
+
+/* List the objects under redis.prefix (kvtier ls, verify), on a blocking connection of its
+ * own: SCAN with the prefix as pattern, then the sizes (STRLEN) pipelined per batch. Every
+ * reply within redis.timeout_ms, else -ETIMEDOUT (and the caller's bound is
+ * store.sync_timeout_ms, src/tier_bounded.c). */
+static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
+{
+	struct rd_state *s = t->state;
+	struct timeval tv = {(time_t)(s->timeout_ns / 1000000000ull),
+			     (suseconds_t)(s->timeout_ns % 1000000000ull / 1000)};
+	redisContext *c = redisConnectWithTimeout(s->host, s->port, tv);
+	if (!c)
+		return -ENOMEM;
+	int rc = 0;
+	if (c->err) {
+		KVT_WARN(&t->log, "redis %s:%d: connect: %s", s->host, s->port, c->errstr);
+		rc = errno == ETIMEDOUT || errno == EINPROGRESS ? -ETIMEDOUT : -ECONNREFUSED;
+		goto out;
+	}
+	redisSetTimeout(c, tv);
+	if (s->pass[0] && (rc = sync_ok(c, s->user[0] ? redisCommand(c, "AUTH %s %s", s->user,
+								      s->pass)
+						       : redisCommand(c, "AUTH %s", s->pass))) < 0)
+		goto out;
+	if (s->db && (rc = sync_ok(c, redisCommand(c, "SELECT %d", s->db))) < 0)
+		goto out;
+	/* the prefix as a glob pattern: its special characters escaped */
+	char pat[2 * sizeof(s->prefix) + 2];
+	size_t pl = 0;
+	for (size_t i = 0; i < s->prefix_len; i++) {
+		if (strchr("*?[]\\", s->prefix[i]))
+			pat[pl++] = '\\';
+		pat[pl++] = s->prefix[i];
+	}
+	pat[pl++] = '*';
+	char cursor[32] = "0";
+	bool stop = false;
+	do {
+		redisReply *r = redisCommand(c, "SCAN %s MATCH %b COUNT 1000", cursor, pat, pl);
+		if ((rc = sync_err(c, r)) < 0 || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+		    r->element[0]->type != REDIS_REPLY_STRING ||
+		    r->element[1]->type != REDIS_REPLY_ARRAY) {
+			rc = rc < 0 ? rc : -EPROTO;
+			freeReplyObject(r);
+			goto out;
+		}
+		snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+		redisReply *keys = r->element[1];
+		struct kvt_key *k = kvt__calloc(keys->elements + 1, sizeof(*k));
+		bool *ours = kvt__calloc(keys->elements + 1, sizeof(*ours));
+		if (!k || !ours) {
+			kvt__free(k);
+			kvt__free(ours);
+			freeReplyObject(r);
+			rc = -ENOMEM;
+			goto out;
+		}
+		for (size_t i = 0; i < keys->elements; i++) {
+			redisReply *e = keys->element[i];
+			char hex[2 * KVT_KEY_BYTES + 1];
+			if (e->type != REDIS_REPLY_STRING || e->len != s->prefix_len + 2 * KVT_KEY_BYTES)
+				continue;
+			memcpy(hex, e->str + s->prefix_len, 2 * KVT_KEY_BYTES);
+			hex[2 * KVT_KEY_BYTES] = 0;
+			if (kvt_key_from_hex(hex, &k[i]) < 0)
+				continue;
+			ours[i] = true;
+			redisAppendCommand(c, "STRLEN %b", e->str, e->len);
+		}
+		for (size_t i = 0; i < keys->elements; i++) {
+			if (!ours[i])
+				continue;
+			redisReply *n = NULL;
+			if (redisGetReply(c, (void **)&n) != REDIS_OK || (rc = sync_err(c, n)) < 0) {
+				rc = rc < 0 ? rc : sync_err(c, NULL);
+				freeReplyObject(n);
+				break;
+			}
+			/* 0: removed since SCAN listed it */
+			if (!stop && n->type == REDIS_REPLY_INTEGER && n->integer > 0)
+				stop = fn(arg, &k[i], (uint64_t)n->integer) != 0;
+			freeReplyObject(n);
+		}
+		kvt__free(k);
+		kvt__free(ours);
+		freeReplyObject(r);
+	} while (rc == 0 && !stop && strcmp(cursor, "0"));
+out:
+	if (rc < 0 && rc != -ETIMEDOUT)
+		KVT_WARN(&t->log, "redis %s:%d: listing: %s", s->host, s->port, strerror(-rc));
+	redisFree(c);
+	return rc;
+}
+
 static void rd_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 {
 	struct rd_state *s = t->state;
@@ -1052,7 +1169,7 @@ const struct kvt_tier_ops kvt__tier_redis_ops = {
 	.write = rd_write,
 	.remove = rd_remove,
 	.stats = rd_stats,
-	.scan = NULL,
+	.scan = rd_scan,
 	.flush = NULL,
 	.can_write = NULL,
 	.drop_corrupt = rd_drop_corrupt,

@@ -210,9 +210,9 @@ static void op_finish_xfer(struct s3_xfer *x, int rc)
 	if (--op->pending)
 		return;
 	struct s3_state *s = op->s;
-	int result = op->result;
+	int64_t result = op->result;
 	if (result >= 0 && op->kind == OP_READ)
-		result = op->total > INT32_MAX ? INT32_MAX : (int)op->total;
+		result = (int64_t)op->total; /* never clamped: objects may exceed 2 GiB */
 	if (result < 0 && result != -ENOENT && result != -ECANCELED)
 		atomic_fetch_add(&s->cnt.errors, 1);
 	for (uint32_t i = 0; i < op->nx; i++)

@@ -1,10 +1,11 @@
 /*
  * util.c - foundations shared by every subsystem: the accounted allocator (one place to
  * count the library's heap and to inject allocation failures in tests), logging through
- * the caller's callback, the monotonic clock, CRC32C through ISA-L, key hashing and
- * kvt_strerror().
+ * the caller's callback, the monotonic clock, CRC32C through ISA-L, key hashing,
+ * kvt_strerror() and the one percentile function (simulator, replay and benchmarks).
  */
 #include <errno.h>
+#include <math.h>
 #include <isa-l/crc.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -200,4 +201,21 @@ const char *kvt_strerror(int err)
 	default:
 		return err < 0 ? strerror(-err) : "unknown";
 	}
+}
+
+/* ------------------------------------------------------------ percentiles */
+
+int kvt__cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+double kvt__percentile(const double *sorted, size_t n, double p)
+{
+	if (!n)
+		return 0;
+	size_t i = (size_t)ceil(p * (double)n);
+	i = i ? i - 1 : 0;
+	return sorted[i < n ? i : n - 1];
 }

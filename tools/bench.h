@@ -24,9 +24,8 @@ struct lat {
 };
 
 void lat_add(struct lat *l, double us);
-int cmp_double(const void *a, const void *b);
 void lat_sort(struct lat *l);
-/* p-th percentile of sorted samples. */
+/* p-th percentile (0-100) of sorted samples: kvt__percentile (src/util.c) on l's. */
 double lat_pct(struct lat *l, double p);
 
 static inline uint64_t bench_rnd(uint64_t *x)

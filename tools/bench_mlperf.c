@@ -312,72 +312,109 @@ static void usage(void)
  * of 128-1024 new tokens (a conversation ends with probability 0.2 per turn). */
 #define LIVE_TOKENS_PER_USER 12288ull
 
+enum {
+	O_WORKLOAD = CLI_O_FIRST_FREE, O_OPTION, O_MODEL, O_USERS, O_QUEUE_DEPTH, O_SECONDS,
+	O_SCALE, O_DRAM_BYTES, O_NVME_BYTES, O_SEED
+};
+
+struct ml_args {
+	const char *model;
+	unsigned long long dram, nvme, seed;
+	double seconds, scale;
+	long users, qd, option;
+	bool g_model, g_users, g_secs, g_dram; /* given on the command line */
+};
+
+/* One option of the mlperf-kv workload (cli_getopt): 0, 1 after --help, -1 after an error. */
+static int ml_opt(void *arg, int c, const char *v)
+{
+	struct ml_args *m = arg;
+	char *end;
+	switch (c) {
+	case 'h':
+		usage();
+		return 1;
+	case O_WORKLOAD:
+		if (strcmp(v, "mlperf-kv"))
+			return cli_fail(CMD, "--workload: '%s' is unknown (mlperf-kv)", v), -1;
+		return 0;
+	case O_OPTION:
+		m->option = strtol(v, &end, 10);
+		if (*end || !*v || m->option < 1 || m->option > 3)
+			return cli_fail(CMD, "--option: '%s' is not 1, 2 or 3", v), -1;
+		return 0;
+	case O_MODEL:
+		m->model = v;
+		m->g_model = true;
+		return 0;
+	case O_USERS:
+		m->users = strtol(v, &end, 10);
+		if (*end || !*v || m->users < 1 || m->users > 100000)
+			return cli_fail(CMD, "--users: '%s' is not in [1, 100000]", v), -1;
+		m->g_users = true;
+		return 0;
+	case O_QUEUE_DEPTH:
+		m->qd = strtol(v, &end, 10);
+		if (*end || !*v || m->qd < 1 || m->qd > 4096)
+			return cli_fail(CMD, "--queue-depth: '%s' is not in [1, 4096]", v), -1;
+		return 0;
+	case O_SECONDS:
+		m->seconds = strtod(v, &end);
+		if (*end || !(m->seconds > 0) || m->seconds > 86400)
+			return cli_fail(CMD, "--seconds: '%s' is not in (0, 86400]", v), -1;
+		m->g_secs = true;
+		return 0;
+	case O_SCALE:
+		if (scaled_parse(v, &m->scale))
+			return cli_fail(CMD, "--scale: '%s' is not a number in (0, 1]", v), -1;
+		return 0;
+	case O_DRAM_BYTES:
+		if (cli_parse_size(v, &m->dram) < 0)
+			return cli_fail(CMD, "--dram-bytes: '%s' is not a size", v), -1;
+		m->g_dram = true;
+		return 0;
+	case O_NVME_BYTES:
+		if (cli_parse_size(v, &m->nvme) < 0 || m->nvme < (1ull << 20))
+			return cli_fail(CMD, "--nvme-bytes: '%s' is not a size >= 1M", v), -1;
+		return 0;
+	default: /* O_SEED */
+		m->seed = strtoull(v, &end, 10);
+		if (*end || !*v || *v == '-')
+			return cli_fail(CMD, "--seed: '%s' is not a non-negative integer", v), -1;
+		return 0;
+	}
+}
+
 int kvt_bench_mlperf(int argc, char **argv)
 {
-	const char *model = "llama3.1-8b";
-	unsigned long long dram = 0, nvme = 0, seed = 42;
-	double seconds = 30, scale = 1;
-	long users = 200, qd = 0, option = 0;
-	bool g_model = false, g_users = false, g_secs = false, g_dram = false;
+	static const struct option longopts[] = {
+	    {"workload", required_argument, NULL, O_WORKLOAD},
+	    {"option", required_argument, NULL, O_OPTION},
+	    {"model", required_argument, NULL, O_MODEL},
+	    {"users", required_argument, NULL, O_USERS},
+	    {"queue-depth", required_argument, NULL, O_QUEUE_DEPTH},
+	    {"seconds", required_argument, NULL, O_SECONDS},
+	    {"scale", required_argument, NULL, O_SCALE},
+	    {"dram-bytes", required_argument, NULL, O_DRAM_BYTES},
+	    {"nvme-bytes", required_argument, NULL, O_NVME_BYTES},
+	    {"seed", required_argument, NULL, O_SEED},
+	    {NULL, 0, NULL, 0}};
+	struct ml_args ma = {.model = "llama3.1-8b", .seed = 42, .seconds = 30, .scale = 1,
+			    .users = 200};
 	struct cli_store_opts so = {0};
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int r = cli_store_opt(&so, argc, argv, &i);
-		if (r < 0)
-			return 2;
-		if (r > 0)
-			continue;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage();
-			return 0;
-		}
-		if (!v)
-			return cli_fail(CMD, "%s needs a value (see --help)", a), 2;
-		i++;
-		char *end;
-		if (!strcmp(a, "--workload")) {
-			if (strcmp(v, "mlperf-kv"))
-				return cli_fail(CMD, "--workload: '%s' is unknown (mlperf-kv)", v), 2;
-		} else if (!strcmp(a, "--option")) {
-			option = strtol(v, &end, 10);
-			if (*end || !*v || option < 1 || option > 3)
-				return cli_fail(CMD, "--option: '%s' is not 1, 2 or 3", v), 2;
-		} else if (!strcmp(a, "--model")) {
-			model = v;
-			g_model = true;
-		} else if (!strcmp(a, "--users")) {
-			users = strtol(v, &end, 10);
-			if (*end || !*v || users < 1 || users > 100000)
-				return cli_fail(CMD, "--users: '%s' is not in [1, 100000]", v), 2;
-			g_users = true;
-		} else if (!strcmp(a, "--queue-depth")) {
-			qd = strtol(v, &end, 10);
-			if (*end || !*v || qd < 1 || qd > 4096)
-				return cli_fail(CMD, "--queue-depth: '%s' is not in [1, 4096]", v), 2;
-		} else if (!strcmp(a, "--seconds")) {
-			seconds = strtod(v, &end);
-			if (*end || !(seconds > 0) || seconds > 86400)
-				return cli_fail(CMD, "--seconds: '%s' is not in (0, 86400]", v), 2;
-			g_secs = true;
-		} else if (!strcmp(a, "--scale")) {
-			if (scaled_parse(v, &scale))
-				return cli_fail(CMD, "--scale: '%s' is not a number in (0, 1]", v), 2;
-		} else if (!strcmp(a, "--dram-bytes")) {
-			if (cli_parse_size(v, &dram) < 0)
-				return cli_fail(CMD, "--dram-bytes: '%s' is not a size", v), 2;
-			g_dram = true;
-		} else if (!strcmp(a, "--nvme-bytes")) {
-			if (cli_parse_size(v, &nvme) < 0 || nvme < (1ull << 20))
-				return cli_fail(CMD, "--nvme-bytes: '%s' is not a size >= 1M", v), 2;
-		} else if (!strcmp(a, "--seed")) {
-			seed = strtoull(v, &end, 10);
-			if (*end || !*v || *v == '-')
-				return cli_fail(CMD, "--seed: '%s' is not a non-negative integer", v), 2;
-		} else {
-			return cli_fail(CMD, "unknown option '%s' (see --workload mlperf-kv --help)", a),
-			       2;
-		}
-	}
+	int first = cli_getopt(CMD, argc, argv, &so, longopts, ml_opt, &ma);
+	if (first == -2)
+		return 0;
+	if (first < 0)
+		return 2;
+	if (first < argc)
+		return cli_fail(CMD, "unexpected argument '%s' (see --workload mlperf-kv --help)",
+				argv[first]), 2;
+	const char *model = ma.model;
+	unsigned long long dram = ma.dram, nvme = ma.nvme, seed = ma.seed;
+	double seconds = ma.seconds, scale = ma.scale;
+	long users = ma.users, qd = ma.qd, option = ma.option;
+	bool g_model = ma.g_model, g_users = ma.g_users, g_secs = ma.g_secs, g_dram = ma.g_dram;
 	if (option) {
 		/* MLPerf Storage v3.0 KV cache, submission options 1-3 (seed 42, no GPU memory) */
 		static const struct {
@@ -508,9 +545,11 @@ int kvt_bench_mlperf(int argc, char **argv)
 	double secs = (double)(kvt__now_ns() - t0) / 1e9;
 	struct kvt_stats st;
 	kvt_stats(s, &st);
-	uint64_t csum = 0;
-	for (uint32_t i = 0; i < st.n_tiers; i++)
+	uint64_t csum = 0, missed = 0;
+	for (uint32_t i = 0; i < st.n_tiers; i++) {
 		csum += st.tier[i].checksum_failures;
+		missed += st.tier[i].deadline_misses;
+	}
 
 	lat_sort(&m.rl);
 	lat_sort(&m.wl);
@@ -566,10 +605,11 @@ int kvt_bench_mlperf(int argc, char **argv)
 		}
 		printf(",\"writes_rejected\":%llu", (unsigned long long)m.writes_rejected);
 		printf(",\"users_by_kind\":{\"%s\":%llu,\"%s\":%llu,\"%s\":%llu},\"errors\":%llu,"
-		       "\"checksum_failures\":%llu}\n",
+		       "\"checksum_failures\":%llu,\"deadline_misses\":%llu}\n",
 		       kind_name[0], (unsigned long long)kinds[0], kind_name[1],
 		       (unsigned long long)kinds[1], kind_name[2], (unsigned long long)kinds[2],
-		       (unsigned long long)m.errors, (unsigned long long)csum);
+		       (unsigned long long)m.errors, (unsigned long long)csum,
+		       (unsigned long long)missed);
 	}
 	rc = m.errors ? 1 : 0;
 	if (m.errors)

@@ -168,27 +168,16 @@ void lat_add(struct lat *l, double us)
 	l->v[l->n++] = us;
 }
 
-int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 double lat_pct(struct lat *l, double p)
 {
-	if (!l->n)
-		return 0;
-	size_t i = (size_t)ceil(p / 100.0 * (double)l->n);
-	if (i)
-		i--;
-	return l->v[i < l->n ? i : l->n - 1];
+	return kvt__percentile(l->v, l->n, p / 100.0);
 }
 
 
 void lat_sort(struct lat *l)
 {
 	if (l->n) /* qsort(NULL, 0) is undefined */
-		qsort(l->v, l->n, sizeof(double), cmp_double);
+		qsort(l->v, l->n, sizeof(double), kvt__cmp_double);
 }
 
 /* ------------------------------------------------------------ memcpy and fio */

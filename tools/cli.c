@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 
 int cli_fail(const char *cmd, const char *fmt, ...)
 {
@@ -29,28 +30,10 @@ void cli_log(void *arg, int level, const char *msg)
 
 int cli_parse_size(const char *s, unsigned long long *out)
 {
-	char *end;
-	if (!s || !*s || *s == '-')
+	uint64_t v; /* the one size syntax, the configuration's (src/config.c) */
+	if (kvt__parse_size(s, &v) < 0)
 		return -1;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || v < 0)
-		return -1;
-	double m = 1;
-	switch (*end) {
-	case 'k': case 'K': m = 1024.0; end++; break;
-	case 'm': case 'M': m = 1024.0 * 1024; end++; break;
-	case 'g': case 'G': m = 1024.0 * 1024 * 1024; end++; break;
-	case 't': case 'T': m = 1024.0 * 1024 * 1024 * 1024; end++; break;
-	default: break;
-	}
-	if (m > 1 && (*end == 'i' || *end == 'I'))
-		end++;
-	if (*end == 'b' || *end == 'B')
-		end++;
-	if (*end || v * m >= 1.8e19)
-		return -1;
-	*out = (unsigned long long)(v * m);
+	*out = v;
 	return 0;
 }
 
@@ -69,22 +52,23 @@ void cli_json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
-int cli_store_opt(struct cli_store_opts *o, int argc, char **argv, int *i)
+int cli_store_getopt(struct cli_store_opts *o, int c, const char *arg)
 {
-	const char *a = argv[*i];
-	const char **slot = NULL;
-	if (!strcmp(a, "--json")) {
+	switch (c) {
+	case CLI_O_JSON:
 		o->json = true;
 		return 1;
-	}
-	if (!strcmp(a, "--config"))
-		slot = &o->config;
-	else if (!strcmp(a, "--dir"))
-		slot = &o->dir;
-	else if (!strcmp(a, "--tiers"))
-		slot = &o->tiers;
-	else if (!strcmp(a, "--set")) {
-		if (*i + 1 >= argc || !strchr(argv[*i + 1], '=')) {
+	case CLI_O_CONFIG:
+		o->config = arg;
+		return 1;
+	case CLI_O_DIR:
+		o->dir = arg;
+		return 1;
+	case CLI_O_TIERS:
+		o->tiers = arg;
+		return 1;
+	case CLI_O_SET:
+		if (!strchr(arg, '=')) {
 			fprintf(stderr, "kvtier: --set needs key=value\n");
 			return -1;
 		}
@@ -92,16 +76,56 @@ int cli_store_opt(struct cli_store_opts *o, int argc, char **argv, int *i)
 			fprintf(stderr, "kvtier: too many --set options\n");
 			return -1;
 		}
-		o->sets[o->n_sets++] = argv[++*i];
+		o->sets[o->n_sets++] = arg;
 		return 1;
-	} else
+	default:
 		return 0;
-	if (*i + 1 >= argc) {
-		fprintf(stderr, "kvtier: %s needs a value\n", a);
-		return -1;
 	}
-	*slot = argv[++*i];
-	return 1;
+}
+
+int cli_getopt_fail(const char *cmd, int c, int argc, char **argv)
+{
+	const char *a = optind >= 1 && optind - 1 < argc ? argv[optind - 1] : "";
+	if (c == ':')
+		return cli_fail(cmd, "%s needs a value (see --help)", a);
+	if (optopt > 0 && optopt < 128 && !(a[0] == '-' && a[1] == '-'))
+		return cli_fail(cmd, "unknown option '-%c' (see --help)", optopt);
+	return cli_fail(cmd, "unknown option '%s' (see --help)", a);
+}
+
+int cli_getopt(const char *cmd, int argc, char **argv, struct cli_store_opts *o,
+	       const struct option *extra, int (*on)(void *arg, int c, const char *v), void *arg)
+{
+	static const struct option store[] = {CLI_STORE_LONGOPTS};
+	enum { N_STORE = sizeof(store) / sizeof(store[0]) };
+	size_t n_extra = 0;
+	while (extra && extra[n_extra].name)
+		n_extra++;
+	struct option all[N_STORE + 32];
+	if (n_extra > 31)
+		return cli_fail(cmd, "internal: too many options"), -1;
+	memcpy(all, store, sizeof(store));
+	if (n_extra)
+		memcpy(all + N_STORE, extra, n_extra * sizeof(*extra));
+	memset(&all[N_STORE + n_extra], 0, sizeof(all[0]));
+	opterr = 0;
+	optind = 0; /* glibc: a full re-initialisation */
+	int c;
+	while ((c = getopt_long(argc, argv, ":h", all, NULL)) != -1) {
+		if (c == '?' || c == ':')
+			return cli_getopt_fail(cmd, c, argc, argv), -1;
+		int r = cli_store_getopt(o, c, optarg);
+		if (r < 0)
+			return -1;
+		if (r > 0)
+			continue;
+		r = on(arg, c, optarg);
+		if (r < 0)
+			return -1;
+		if (r > 0)
+			return -2;
+	}
+	return optind;
 }
 
 struct kvt_config *cli_config(const struct cli_store_opts *o)

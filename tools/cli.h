@@ -6,6 +6,7 @@
 #ifndef KVT_CLI_H
 #define KVT_CLI_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -21,9 +22,28 @@ struct cli_store_opts {
 	bool json;             /* --json */
 };
 
-/* If argv[*i] is one of the common store options, consume it (and its value) and return 1;
- * return 0 if it is not; -1 after printing an error if its value is missing or bad. */
-int cli_store_opt(struct cli_store_opts *o, int argc, char **argv, int *i);
+/* The common store options as getopt_long entries (--config, --dir, --tiers, --set,
+ * --json, and --help as 'h'), for a command's option table; their codes are CLI_O_*. */
+enum { CLI_O_CONFIG = 0x100, CLI_O_DIR, CLI_O_TIERS, CLI_O_SET, CLI_O_JSON, CLI_O_FIRST_FREE };
+#define CLI_STORE_LONGOPTS                                                                    \
+	{"config", required_argument, NULL, CLI_O_CONFIG},                                    \
+	    {"dir", required_argument, NULL, CLI_O_DIR},                                      \
+	    {"tiers", required_argument, NULL, CLI_O_TIERS},                                  \
+	    {"set", required_argument, NULL, CLI_O_SET}, {"json", no_argument, NULL, CLI_O_JSON}, \
+	    {"help", no_argument, NULL, 'h'}
+/* Apply getopt_long's answer c (with its optarg) if it is a store option: 1 taken, 0 not
+ * one, -1 after printing an error (a --set without '=', too many). */
+int cli_store_getopt(struct cli_store_opts *o, int c, const char *arg);
+/* getopt_long's answer c for an unknown option ('?') or a missing value (':', with an
+ * optstring starting with ':'): one line naming it; returns 1. */
+int cli_getopt_fail(const char *cmd, int c, int argc, char **argv);
+/* One command's options through getopt_long: the store options plus extra (an option
+ * table ending in a zero entry; codes from CLI_O_FIRST_FREE). Every option that is not a
+ * store option - 'h' for --help included - goes to on(arg, code, value), which returns 0,
+ * 1 to stop with exit status 0 (help printed), or < 0 after printing an error. Returns the
+ * index of the first operand; -1 after one error line; -2 when on() asked to stop. */
+int cli_getopt(const char *cmd, int argc, char **argv, struct cli_store_opts *o,
+	       const struct option *extra, int (*on)(void *arg, int c, const char *v), void *arg);
 /* Build a configuration: defaults, then --config, then KVTIER_* environment, then --dir,
  * --tiers and --set. NULL after printing one error line. */
 struct kvt_config *cli_config(const struct cli_store_opts *o);
@@ -33,7 +53,8 @@ struct kvt_store *cli_open_store(const struct cli_store_opts *o);
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Log callback printing library messages to stderr with a level prefix. */
 void cli_log(void *arg, int level, const char *msg);
-/* Parse a size with binary units ("4M", "2GiB"). 0 or -1. */
+/* Parse a size with binary units ("4M", "2GiB"): kvt__parse_size, the syntax of size
+ * configuration keys. 0 or -1. */
 int cli_parse_size(const char *s, unsigned long long *out);
 /* Print a JSON string with escaping. */
 void cli_json_str(FILE *f, const char *s);

@@ -304,7 +304,7 @@ static const char *reference_name(const char *tier)
 /* Rounds of equal length: throughput is the mean, a percentile the median of the rounds'. */
 static double median(double *v, int n)
 {
-	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	qsort(v, (size_t)n, sizeof(double), kvt__cmp_double);
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
@@ -410,14 +410,22 @@ struct devstat {
 	long long rios, rsect, wios, wsect;
 };
 
-static int dev_stat(const char *dir, struct devstat *d)
+/* The block device's counters file under dir (stat of dir), found once right after the
+ * store opened: later readings touch only /sys, never the mount - which may hang. */
+static void dev_path(const char *dir, char *path, size_t len)
 {
 	struct stat st;
-	char path[256], buf[512];
-	if (!dir || stat(dir, &st) < 0)
+	path[0] = 0;
+	if (dir && stat(dir, &st) == 0)
+		snprintf(path, len, "/sys/dev/block/%u:%u/stat", major(st.st_dev),
+			 minor(st.st_dev));
+}
+
+static int dev_stat(const char *path, struct devstat *d)
+{
+	char buf[512];
+	if (!path[0])
 		return -1;
-	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/stat", major(st.st_dev),
-		 minor(st.st_dev));
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return -1;
@@ -434,10 +442,10 @@ static int dev_stat(const char *dir, struct devstat *d)
 }
 
 /* Add the counters' change since *before to *acc. */
-static void dev_acc(const char *dir, const struct devstat *before, struct devstat *acc)
+static void dev_acc(const char *path, const struct devstat *before, struct devstat *acc)
 {
 	struct devstat now;
-	if (dev_stat(dir, &now) < 0)
+	if (dev_stat(path, &now) < 0)
 		return;
 	acc->rios += now.rios - before->rios, acc->rsect += now.rsect - before->rsect;
 	acc->wios += now.wios - before->wios, acc->wsect += now.wsect - before->wsect;
@@ -448,76 +456,109 @@ static double kib_per_req(long long sect, long long ios)
 	return ios > 0 ? (double)sect * 512.0 / 1024.0 / (double)ios : 0;
 }
 
+enum {
+	O_NO_REF = CLI_O_FIRST_FREE, O_TIER, O_CHUNK_BYTES, O_QUEUE_DEPTH, O_SECONDS, O_RAMP,
+	O_FSYNC, O_READ_PCT, O_MIXED_PCT, O_KEY_SET, O_ROUNDS, O_SET_BYTES
+};
+
+/* One option of kvtier bench (cli_getopt): 0, 1 after --help, -1 after an error line. */
+static int bench_opt(void *arg, int c, const char *v)
+{
+	struct bench_opts *o = arg;
+	char *end;
+	long q;
+	double d;
+	switch (c) {
+	case 'h':
+		usage();
+		return 1;
+	case O_NO_REF:
+		o->no_ref = true;
+		return 0;
+	case O_TIER:
+		o->tier = v;
+		return 0;
+	case O_CHUNK_BYTES:
+		if (cli_parse_size(v, &o->chunk_bytes) < 0 || o->chunk_bytes < 4096 ||
+		    o->chunk_bytes % 4096 || o->chunk_bytes > (1ull << 30))
+			return cli_fail("bench", "--chunk-bytes: '%s' is not a multiple of 4096 "
+						 "in [4K, 1G]", v), -1;
+		return 0;
+	case O_QUEUE_DEPTH:
+		q = strtol(v, &end, 10);
+		if (*end || q < 1 || q > 4096)
+			return cli_fail("bench", "--queue-depth: '%s' is not in [1, 4096]", v), -1;
+		o->queue_depth = (unsigned)q;
+		return 0;
+	case O_SECONDS:
+	case O_RAMP:
+		d = strtod(v, &end);
+		if (*end || !*v || !(c == O_RAMP ? d >= 0 : d > 0) || d > 86400)
+			return cli_fail("bench", "--%s: '%s' is not in %s, 86400]",
+					c == O_RAMP ? "ramp" : "seconds", v, c == O_RAMP ? "[0" : "(0"),
+			       -1;
+		*(c == O_RAMP ? &o->ramp : &o->seconds) = d;
+		return 0;
+	case O_FSYNC:
+		if (strcmp(v, "none") && strcmp(v, "data") && strcmp(v, "full"))
+			return cli_fail("bench", "--fsync: '%s' is not none, data or full", v), -1;
+		o->fsync = v;
+		return 0;
+	case O_READ_PCT:
+	case O_MIXED_PCT:
+		q = strtol(v, &end, 10);
+		if (*end || !*v || q < 0 || q > 100)
+			return cli_fail("bench", "--%s: '%s' is not in [0, 100]",
+					c == O_READ_PCT ? "read-pct" : "mixed-pct", v), -1;
+		*(c == O_READ_PCT ? &o->read_pct : &o->mixed_pct) = (int)q;
+		return 0;
+	case O_KEY_SET:
+		o->key_set = strtoul(v, &end, 10);
+		if (*end || !*v || o->key_set > 1000000)
+			return cli_fail("bench", "--key-set: '%s' is not in [0, 1000000]", v), -1;
+		return 0;
+	case O_ROUNDS:
+		q = strtol(v, &end, 10);
+		if (*end || q < 1 || q > 100)
+			return cli_fail("bench", "--rounds: '%s' is not in [1, 100]", v), -1;
+		o->rounds = (int)q;
+		return 0;
+	default: /* O_SET_BYTES */
+		if (cli_parse_size(v, &o->set_bytes) < 0)
+			return cli_fail("bench", "--set-bytes: '%s' is not a size", v), -1;
+		return 0;
+	}
+}
+
 int kvt_cmd_bench(int argc, char **argv)
 {
 	struct bench_opts o = {.tier = "nvme", .chunk_bytes = 2ull << 20, .queue_depth = 0,
 			       .seconds = 5, .ramp = 0.5, .read_pct = -1, .mixed_pct = 70,
 			       .rounds = 3};
-	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], "--workload"))
+	for (int i = 1; i < argc; i++) /* --workload W or --workload=W */
+		if (!strncmp(argv[i], "--workload", 10) && (!argv[i][10] || argv[i][10] == '='))
 			return kvt_bench_mlperf(argc, argv);
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int r = cli_store_opt(&o.so, argc, argv, &i);
-		if (r < 0)
-			return 2;
-		if (r > 0)
-			continue;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage();
-			return 0;
-		}
-		if (!strcmp(a, "--no-ref")) {
-			o.no_ref = true;
-			continue;
-		}
-		if (!v)
-			return cli_fail("bench", "%s needs a value (see --help)", a), 2;
-		char *end;
-		i++;
-		if (!strcmp(a, "--tier"))
-			o.tier = v;
-		else if (!strcmp(a, "--chunk-bytes")) {
-			if (cli_parse_size(v, &o.chunk_bytes) < 0 || o.chunk_bytes < 4096 ||
-			    o.chunk_bytes % 4096 || o.chunk_bytes > (1ull << 30))
-				return cli_fail("bench", "--chunk-bytes: '%s' is not a multiple of 4096 "
-							 "in [4K, 1G]", v), 2;
-		} else if (!strcmp(a, "--queue-depth")) {
-			long q = strtol(v, &end, 10);
-			if (*end || q < 1 || q > 4096)
-				return cli_fail("bench", "--queue-depth: '%s' is not in [1, 4096]", v), 2;
-			o.queue_depth = (unsigned)q;
-		} else if (!strcmp(a, "--seconds") || !strcmp(a, "--ramp")) {
-			double d = strtod(v, &end);
-			bool ramp = !strcmp(a, "--ramp");
-			if (*end || !*v || !(ramp ? d >= 0 : d > 0) || d > 86400)
-				return cli_fail("bench", "%s: '%s' is not in %s, 86400]", a, v,
-						ramp ? "[0" : "(0"), 2;
-			*(ramp ? &o.ramp : &o.seconds) = d;
-		} else if (!strcmp(a, "--fsync")) {
-			if (strcmp(v, "none") && strcmp(v, "data") && strcmp(v, "full"))
-				return cli_fail("bench", "--fsync: '%s' is not none, data or full", v), 2;
-			o.fsync = v;
-		} else if (!strcmp(a, "--read-pct") || !strcmp(a, "--mixed-pct")) {
-			long p = strtol(v, &end, 10);
-			if (*end || !*v || p < 0 || p > 100)
-				return cli_fail("bench", "%s: '%s' is not in [0, 100]", a, v), 2;
-			*(!strcmp(a, "--read-pct") ? &o.read_pct : &o.mixed_pct) = (int)p;
-		} else if (!strcmp(a, "--key-set")) {
-			o.key_set = strtoul(v, &end, 10);
-			if (*end || !*v || o.key_set > 1000000)
-				return cli_fail("bench", "--key-set: '%s' is not in [0, 1000000]", v), 2;
-		} else if (!strcmp(a, "--rounds")) {
-			long q = strtol(v, &end, 10);
-			if (*end || q < 1 || q > 100)
-				return cli_fail("bench", "--rounds: '%s' is not in [1, 100]", v), 2;
-			o.rounds = (int)q;
-		} else if (!strcmp(a, "--set-bytes")) {
-			if (cli_parse_size(v, &o.set_bytes) < 0)
-				return cli_fail("bench", "--set-bytes: '%s' is not a size", v), 2;
-		} else
-			return cli_fail("bench", "unknown option '%s' (see --help)", a), 2;
-	}
+	static const struct option longopts[] = {
+	    {"no-ref", no_argument, NULL, O_NO_REF},
+	    {"tier", required_argument, NULL, O_TIER},
+	    {"chunk-bytes", required_argument, NULL, O_CHUNK_BYTES},
+	    {"queue-depth", required_argument, NULL, O_QUEUE_DEPTH},
+	    {"seconds", required_argument, NULL, O_SECONDS},
+	    {"ramp", required_argument, NULL, O_RAMP},
+	    {"fsync", required_argument, NULL, O_FSYNC},
+	    {"read-pct", required_argument, NULL, O_READ_PCT},
+	    {"mixed-pct", required_argument, NULL, O_MIXED_PCT},
+	    {"key-set", required_argument, NULL, O_KEY_SET},
+	    {"rounds", required_argument, NULL, O_ROUNDS},
+	    {"set-bytes", required_argument, NULL, O_SET_BYTES},
+	    {NULL, 0, NULL, 0}};
+	int first = cli_getopt("bench", argc, argv, &o.so, longopts, bench_opt, &o);
+	if (first == -2)
+		return 0;
+	if (first < 0)
+		return 2;
+	if (first < argc)
+		return cli_fail("bench", "unexpected argument '%s' (see --help)", argv[first]), 2;
 	bool dram = !strcmp(o.tier, "dram");
 	/* DRAM operations complete in the call; more in flight only adds queueing. */
 	if (!o.queue_depth)
@@ -672,6 +713,9 @@ int kvt_cmd_bench(int argc, char **argv)
 		phases[n_ph++] = o.mixed_pct;
 	}
 	/* nvme writes go into the empty store; everything else needs the working set first. */
+	char devp[256] = "";
+	if (local)
+		dev_path(dir, devp, sizeof(devp));
 	bool have_set = false;
 	if (!nvme || phases[0] != 0) {
 		int wrc = working_set(s, &kg, keys, n_keys, n_tokens, payload, &next_id, done_ids,
@@ -687,7 +731,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			kvt_strerror(rrc));
 	/* device requests under kvtier and under the reference, per phase */
 	struct devstat kd[3] = {{0}}, rd[3] = {{0}}, d0;
-	bool have_dev = local && dev_stat(dir, &d0) == 0;
+	bool have_dev = local && dev_stat(devp, &d0) == 0;
 	struct phase_result kr[3] = {0}, rr[3] = {0};
 	double spread[3][2] = {{0}};
 	double slice = o.seconds / o.rounds;
@@ -712,7 +756,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			kvt_stats(s, &sa);
 			wbytes0 = sa.tier[0].write_bytes;
 			if (have_dev)
-				dev_stat(dir, &d0);
+				dev_stat(devp, &d0);
 			struct phase_args pa = {.s = s, .keys = keys, .n_keys = n_keys,
 						.payload = payload, .n_tokens = n_tokens,
 						.qd = o.queue_depth, .ramp = o.ramp, .seconds = slice,
@@ -723,7 +767,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			kvt_flush_sync(s);
 			if (have_dev) {
 				struct devstat before = kd[p];
-				dev_acc(dir, &d0, &kd[p]);
+				dev_acc(devp, &d0, &kd[p]);
 				/* Write amplification of the write phase: device bytes over bytes
 				 * the tier stored, counted over kvtier's rounds only. */
 				kvt_stats(s, &sa);
@@ -735,7 +779,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			if (o.no_ref)
 				continue;
 			if (have_dev)
-				dev_stat(dir, &d0);
+				dev_stat(devp, &d0);
 			rrc = 0;
 			if (dram)
 				bench_ref_memcpy(payload, n_keys, o.queue_depth, slice, phases[p], &rround[r]);
@@ -766,7 +810,7 @@ int kvt_cmd_bench(int argc, char **argv)
 						      &rround[r]);
 			}
 			if (have_dev)
-				dev_acc(dir, &d0, &rd[p]);
+				dev_acc(devp, &d0, &rd[p]);
 			if (rrc == -EPERM)
 				fprintf(stderr, "kvtier bench: no reference: redis-benchmark takes a "
 						"password only on its command line, which any user "
@@ -899,7 +943,8 @@ int kvt_cmd_bench(int argc, char **argv)
 		if (wa_stored)
 			printf(",\"write_amplification\":%.4f", (double)wa_dev * 512.0 / (double)wa_stored);
 	}
-	printf(",\"errors\":%llu,\"checksum_failures\":%llu}\n", (unsigned long long)errors,
-	       (unsigned long long)st.tier[0].checksum_failures);
+	printf(",\"errors\":%llu,\"checksum_failures\":%llu,\"deadline_misses\":%llu}\n",
+	       (unsigned long long)errors, (unsigned long long)st.tier[0].checksum_failures,
+	       (unsigned long long)st.tier[0].deadline_misses);
 	return errors ? 1 : 0;
 }

@@ -34,12 +34,6 @@ static void usage(FILE *f)
 	       "                at it\n");
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 static double secs(uint64_t t0)
 {
 	return (double)(kvt__now_ns() - t0) / 1e9;
@@ -154,7 +148,7 @@ static int measure(struct kvt_store *s, int want, unsigned n, uint64_t salt,
 		rc = -ENOENT;
 		goto out;
 	}
-	qsort(lat, nl, sizeof(double), cmp_double);
+	qsort(lat, nl, sizeof(double), kvt__cmp_double);
 	p->latency_s = lat[nl / 2] - (double)kvt_object_bytes(g, 1) / p->read_Bps;
 	if (p->latency_s < lat[0] * 0.1)
 		p->latency_s = lat[0] * 0.1;
@@ -166,35 +160,48 @@ out:
 	return rc;
 }
 
+enum { O_OUT = CLI_O_FIRST_FREE, O_OBJECTS };
+
+struct cal_args {
+	const char *out_path;
+	unsigned long long objects;
+};
+
+static int cal_opt(void *arg, int c, const char *v)
+{
+	struct cal_args *a = arg;
+	char *end;
+	switch (c) {
+	case 'h':
+		usage(stdout);
+		return 1;
+	case O_OUT:
+		a->out_path = v;
+		return 0;
+	default: /* O_OBJECTS */
+		a->objects = strtoull(v, &end, 10);
+		if (*end || *v == '-' || !a->objects || a->objects > 100000)
+			return cli_fail(CMD, "--objects: '%s' is not 1..100000", v), -1;
+		return 0;
+	}
+}
+
 int kvt_cmd_calibrate(int argc, char **argv)
 {
+	static const struct option extra[] = {{"out", required_argument, NULL, O_OUT},
+					      {"objects", required_argument, NULL, O_OBJECTS},
+					      {NULL, 0, NULL, 0}};
 	struct cli_store_opts so = {0};
-	const char *out_path = "kvtier-profile.ini";
-	unsigned long long objects = 8;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int c = cli_store_opt(&so, argc, argv, &i);
-		if (c < 0)
-			return 2;
-		if (c > 0)
-			continue;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			return 0;
-		} else if (!strcmp(a, "--out") && v) {
-			out_path = v;
-			i++;
-		} else if (!strcmp(a, "--objects") && v) {
-			char *end;
-			objects = strtoull(v, &end, 10);
-			if (*end || *v == '-' || !objects || objects > 100000)
-				return cli_fail(CMD, "--objects: '%s' is not 1..100000", v), 2;
-			i++;
-		} else {
-			usage(stderr);
-			return cli_fail(CMD, "unknown option or missing value '%s'", a), 2;
-		}
-	}
+	struct cal_args ca = {"kvtier-profile.ini", 8};
+	int first = cli_getopt(CMD, argc, argv, &so, extra, cal_opt, &ca);
+	if (first == -2)
+		return 0;
+	if (first < 0)
+		return 2;
+	if (first < argc)
+		return cli_fail(CMD, "unexpected argument '%s' (see --help)", argv[first]), 2;
+	const char *out_path = ca.out_path;
+	unsigned long long objects = ca.objects;
 	struct kvt_config *cfg = cli_config(&so);
 	if (!cfg)
 		return 2;

@@ -8,30 +8,37 @@
 #include "cli.h"
 #include "config.h"
 
+enum { O_MARKDOWN = CLI_O_FIRST_FREE };
+
+static int config_opt(void *arg, int c, const char *v)
+{
+	(void)v;
+	if (c == 'h') {
+		printf("usage: kvtier config [--markdown] [--config FILE] [--set K=V]... "
+		       "[--json]\n"
+		       "Print every configuration key: its effective value (defaults, then "
+		       "FILE, then\nKVTIER_<SECTION>_<NAME> environment variables, then "
+		       "--set) and its meaning.\n"
+		       "  --markdown  the reference table of docs/CONFIG.md (defaults only)\n");
+		return 1;
+	}
+	*(bool *)arg = true; /* O_MARKDOWN */
+	return 0;
+}
+
 int kvt_cmd_config(int argc, char **argv)
 {
+	static const struct option extra[] = {{"markdown", no_argument, NULL, O_MARKDOWN},
+					      {NULL, 0, NULL, 0}};
 	struct cli_store_opts o = {0};
 	bool markdown = false;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			printf("usage: kvtier config [--markdown] [--config FILE] [--set K=V]... "
-			       "[--json]\n"
-			       "Print every configuration key: its effective value (defaults, then "
-			       "FILE, then\nKVTIER_<SECTION>_<NAME> environment variables, then "
-			       "--set) and its meaning.\n"
-			       "  --markdown  the reference table of docs/CONFIG.md (defaults only)\n");
-			return 0;
-		}
-		if (!strcmp(argv[i], "--markdown")) {
-			markdown = true;
-			continue;
-		}
-		int r = cli_store_opt(&o, argc, argv, &i);
-		if (r < 0)
-			return 2;
-		if (r == 0)
-			return cli_fail("config", "unknown option '%s' (see --help)", argv[i]), 2;
-	}
+	int first = cli_getopt("config", argc, argv, &o, extra, config_opt, &markdown);
+	if (first == -2)
+		return 0;
+	if (first < 0)
+		return 2;
+	if (first < argc)
+		return cli_fail("config", "unexpected argument '%s' (see --help)", argv[first]), 2;
 	const char *name, *def, *help;
 	if (markdown) {
 		printf("| key | default | meaning |\n| --- | --- | --- |\n");

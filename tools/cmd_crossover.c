@@ -81,47 +81,57 @@ static int plot(const char *path, const struct kvt_cost *c, uint64_t max_tokens)
 	return 0;
 }
 
+/* options after the store's: the string ones index xo.s[], then --max-tokens */
+enum { O_MODEL = CLI_O_FIRST_FREE, O_GPU, O_MFU, O_TP, O_PROFILE, O_PLOT, O_MAX_TOKENS };
+
+struct xo_args {
+	const char *s[O_MAX_TOKENS - O_MODEL];
+	unsigned long long max_tokens;
+};
+
+static int xo_opt(void *arg, int c, const char *v)
+{
+	struct xo_args *a = arg;
+	if (c == 'h') {
+		usage(stdout);
+		return 1;
+	}
+	if (c != O_MAX_TOKENS) {
+		a->s[c - O_MODEL] = v;
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	a->max_tokens = strtoull(v, &end, 10);
+	if (errno || *end || *v == '-' || !a->max_tokens || a->max_tokens > (1ull << 40))
+		return cli_fail(CMD, "--max-tokens: '%s' is not 1..2^40", v), -1;
+	return 0;
+}
+
 int kvt_cmd_crossover(int argc, char **argv)
 {
+	static const struct option extra[] = {
+	    {"model", required_argument, NULL, O_MODEL},
+	    {"gpu", required_argument, NULL, O_GPU},
+	    {"mfu", required_argument, NULL, O_MFU},
+	    {"tp", required_argument, NULL, O_TP},
+	    {"profile", required_argument, NULL, O_PROFILE},
+	    {"plot", required_argument, NULL, O_PLOT},
+	    {"max-tokens", required_argument, NULL, O_MAX_TOKENS},
+	    {NULL, 0, NULL, 0}};
 	struct cli_store_opts so = {0};
-	const char *model = NULL, *gpu = NULL, *mfu = NULL, *tp = NULL, *profile = NULL;
-	const char *out_png = NULL;
-	unsigned long long max_tokens = 1u << 20;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int c = cli_store_opt(&so, argc, argv, &i);
-		if (c < 0)
-			return 2;
-		if (c > 0)
-			continue;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			return 0;
-		}
-		const char **dst = !strcmp(a, "--model")     ? &model
-				   : !strcmp(a, "--gpu")     ? &gpu
-				   : !strcmp(a, "--mfu")     ? &mfu
-				   : !strcmp(a, "--tp")	     ? &tp
-				   : !strcmp(a, "--profile") ? &profile
-				   : !strcmp(a, "--plot")    ? &out_png
-							     : NULL;
-		if (!dst && strcmp(a, "--max-tokens")) {
-			usage(stderr);
-			return cli_fail(CMD, "unknown option '%s'", a), 2;
-		}
-		if (!v)
-			return cli_fail(CMD, "%s needs a value", a), 2;
-		i++;
-		if (dst) {
-			*dst = v;
-		} else {
-			char *end;
-			errno = 0;
-			max_tokens = strtoull(v, &end, 10);
-			if (errno || *end || *v == '-' || !max_tokens || max_tokens > (1ull << 40))
-				return cli_fail(CMD, "--max-tokens: '%s' is not 1..2^40", v), 2;
-		}
-	}
+	struct xo_args xo = {.max_tokens = 1u << 20};
+	int first = cli_getopt(CMD, argc, argv, &so, extra, xo_opt, &xo);
+	if (first == -2)
+		return 0;
+	if (first < 0)
+		return 2;
+	if (first < argc)
+		return cli_fail(CMD, "unexpected argument '%s' (see --help)", argv[first]), 2;
+	const char *model = xo.s[O_MODEL - O_MODEL], *gpu = xo.s[O_GPU - O_MODEL],
+		   *mfu = xo.s[O_MFU - O_MODEL], *tp = xo.s[O_TP - O_MODEL],
+		   *profile = xo.s[O_PROFILE - O_MODEL], *out_png = xo.s[O_PLOT - O_MODEL];
+	unsigned long long max_tokens = xo.max_tokens;
 	struct kvt_config *cfg = cli_config(&so);
 	if (!cfg)
 		return 2;

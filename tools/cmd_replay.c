@@ -328,116 +328,122 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 	return 0;
 }
 
+enum {
+	O_TRACE = CLI_O_FIRST_FREE, O_WORKLOAD, O_SAVE_TRACE, O_PLOT, O_MODEL, O_GPU, O_GEN,
+	O_POLICY, O_DRAM_TOKENS, O_NVME_TOKENS, O_REQUESTS, O_SEED, O_GPUS, O_ADMIT_CONT,
+	O_ADMIT_FREQ, O_SCALE, O_SIMULATE, O_BELADY, O_NO_PREFETCH, O_NO_LEAF_FIRST, O_SWEEP
+};
+
+struct replay_args {
+	struct opts *o;
+	char *policy_arg; /* --policy's list, split in place into o->policies */
+};
+
+/* One option of kvtier replay (cli_getopt): 0, 1 after --help, -1 after an error line. */
+static int replay_opt(void *arg, int c, const char *v)
+{
+	struct replay_args *ra = arg;
+	struct opts *o = ra->o;
+	char *end;
+	switch (c) {
+	case 'h':
+		usage(stdout);
+		return 1;
+	case O_TRACE: o->trace = v; return 0;
+	case O_WORKLOAD: o->workload = v; return 0;
+	case O_SAVE_TRACE: o->save = v; return 0;
+	case O_PLOT: o->plot = v; o->sweep = true; return 0;
+	case O_MODEL: o->model = v; return 0;
+	case O_GPU: o->gpu = v; return 0;
+	case O_GEN:
+		if (o->n_gen == 32)
+			return cli_fail(CMD, "too many --gen"), -1;
+		o->gen[o->n_gen++] = v;
+		return 0;
+	case O_POLICY:
+		free(ra->policy_arg);
+		ra->policy_arg = strdup(v);
+		o->n_policies = 0;
+		if (!ra->policy_arg || split_policies(o, ra->policy_arg))
+			return -1;
+		return 0;
+	case O_DRAM_TOKENS: return parse_u64("--dram-tokens", v, &o->dram) ? -1 : 0;
+	case O_NVME_TOKENS: return parse_u64("--nvme-tokens", v, &o->nvme) ? -1 : 0;
+	case O_REQUESTS:
+		o->have_requests = true;
+		return parse_u64("--requests", v, &o->requests) ? -1 : 0;
+	case O_SEED:
+		o->have_seed = true;
+		return parse_u64("--seed", v, &o->seed) ? -1 : 0;
+	case O_GPUS:
+		if (!strcmp(v, "auto")) {
+			o->gpus = 0;
+			return 0;
+		}
+		if (parse_u64("--gpus", v, &o->gpus) || !o->gpus || o->gpus > KVT_SIM_MAX_GPUS)
+			return cli_fail(CMD, "--gpus is 1..%d or auto", KVT_SIM_MAX_GPUS), -1;
+		return 0;
+	case O_ADMIT_CONT:
+		o->cont = strtod(v, &end);
+		if (*end || end == v || !(o->cont >= 0 && o->cont <= 1))
+			return cli_fail(CMD, "--admit-continuation is a share in [0, 1]"), -1;
+		return 0;
+	case O_ADMIT_FREQ:
+		if (parse_u64("--admit-freq", v, &o->admit) || o->admit > 255)
+			return cli_fail(CMD, "--admit-freq is 1..255"), -1;
+		return 0;
+	case O_SCALE:
+		if (scaled_parse(v, &o->scale))
+			return cli_fail(CMD, "--scale: '%s' is not a number in (0, 1]", v), -1;
+		return 0;
+	case O_SIMULATE: o->simulate = true; return 0;
+	case O_BELADY: o->belady = true; return 0;
+	case O_NO_PREFETCH: o->prefetch = false; return 0;
+	case O_NO_LEAF_FIRST: o->leaf_first = false; return 0;
+	default: /* O_SWEEP */
+		o->sweep = true;
+		return 0;
+	}
+}
+
 int kvt_cmd_replay(int argc, char **argv)
 {
+	static const struct option longopts[] = {
+	    {"trace", required_argument, NULL, O_TRACE},
+	    {"workload", required_argument, NULL, O_WORKLOAD},
+	    {"save-trace", required_argument, NULL, O_SAVE_TRACE},
+	    {"plot", required_argument, NULL, O_PLOT},
+	    {"model", required_argument, NULL, O_MODEL},
+	    {"gpu", required_argument, NULL, O_GPU},
+	    {"gen", required_argument, NULL, O_GEN},
+	    {"policy", required_argument, NULL, O_POLICY},
+	    {"dram-tokens", required_argument, NULL, O_DRAM_TOKENS},
+	    {"nvme-tokens", required_argument, NULL, O_NVME_TOKENS},
+	    {"requests", required_argument, NULL, O_REQUESTS},
+	    {"seed", required_argument, NULL, O_SEED},
+	    {"gpus", required_argument, NULL, O_GPUS},
+	    {"admit-continuation", required_argument, NULL, O_ADMIT_CONT},
+	    {"admit-freq", required_argument, NULL, O_ADMIT_FREQ},
+	    {"scale", required_argument, NULL, O_SCALE},
+	    {"simulate", no_argument, NULL, O_SIMULATE},
+	    {"belady", no_argument, NULL, O_BELADY},
+	    {"no-prefetch", no_argument, NULL, O_NO_PREFETCH},
+	    {"no-leaf-first", no_argument, NULL, O_NO_LEAF_FIRST},
+	    {"sweep", no_argument, NULL, O_SWEEP},
+	    {NULL, 0, NULL, 0}};
 	struct opts o = {.dram = 262144, .nvme = 4194304, .prefetch = true, .leaf_first = true,
 			 .scale = 0.01};
 	struct cli_store_opts so = {0};
-	char *policy_arg = NULL;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int c = cli_store_opt(&so, argc, argv, &i);
-		if (c < 0)
-			return 2;
-		if (c > 0)
-			continue;
-#define NEEDS_VALUE()                                                                              \
-	do {                                                                                       \
-		if (!v)                                                                            \
-			return cli_fail(CMD, "%s needs a value", a), 2;                            \
-		i++;                                                                               \
-	} while (0)
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			return 0;
-		} else if (!strcmp(a, "--trace")) {
-			NEEDS_VALUE();
-			o.trace = v;
-		} else if (!strcmp(a, "--workload")) {
-			NEEDS_VALUE();
-			o.workload = v;
-		} else if (!strcmp(a, "--save-trace")) {
-			NEEDS_VALUE();
-			o.save = v;
-		} else if (!strcmp(a, "--plot")) {
-			NEEDS_VALUE();
-			o.plot = v;
-			o.sweep = true;
-		} else if (!strcmp(a, "--model")) {
-			NEEDS_VALUE();
-			o.model = v;
-		} else if (!strcmp(a, "--gpu")) {
-			NEEDS_VALUE();
-			o.gpu = v;
-		} else if (!strcmp(a, "--gen")) {
-			NEEDS_VALUE();
-			if (o.n_gen == 32)
-				return cli_fail(CMD, "too many --gen"), 2;
-			o.gen[o.n_gen++] = v;
-		} else if (!strcmp(a, "--policy")) {
-			NEEDS_VALUE();
-			free(policy_arg);
-			policy_arg = strdup(v);
-			o.n_policies = 0;
-			if (!policy_arg || split_policies(&o, policy_arg))
-				return free(policy_arg), 2;
-		} else if (!strcmp(a, "--dram-tokens")) {
-			NEEDS_VALUE();
-			if (parse_u64(a, v, &o.dram))
-				return 2;
-		} else if (!strcmp(a, "--nvme-tokens")) {
-			NEEDS_VALUE();
-			if (parse_u64(a, v, &o.nvme))
-				return 2;
-		} else if (!strcmp(a, "--requests")) {
-			NEEDS_VALUE();
-			if (parse_u64(a, v, &o.requests))
-				return 2;
-			o.have_requests = true;
-		} else if (!strcmp(a, "--seed")) {
-			NEEDS_VALUE();
-			if (parse_u64(a, v, &o.seed))
-				return 2;
-			o.have_seed = true;
-		} else if (!strcmp(a, "--gpus")) {
-			NEEDS_VALUE();
-			if (strcmp(v, "auto") &&
-			    (parse_u64(a, v, &o.gpus) || !o.gpus || o.gpus > KVT_SIM_MAX_GPUS))
-				return cli_fail(CMD, "--gpus is 1..%d or auto", KVT_SIM_MAX_GPUS), 2;
-			if (!strcmp(v, "auto"))
-				o.gpus = 0;
-		} else if (!strcmp(a, "--admit-continuation")) {
-			NEEDS_VALUE();
-			char *end;
-			o.cont = strtod(v, &end);
-			if (*end || end == v || !(o.cont >= 0 && o.cont <= 1))
-				return cli_fail(CMD, "--admit-continuation is a share in [0, 1]"), 2;
-		} else if (!strcmp(a, "--admit-freq")) {
-			NEEDS_VALUE();
-			if (parse_u64(a, v, &o.admit) || o.admit > 255)
-				return cli_fail(CMD, "--admit-freq is 1..255"), 2;
-		} else if (!strcmp(a, "--scale")) {
-			NEEDS_VALUE();
-			if (scaled_parse(v, &o.scale))
-				return cli_fail(CMD, "--scale: '%s' is not a number in (0, 1]", v), 2;
-		} else if (!strcmp(a, "--simulate")) {
-			o.simulate = true;
-		} else if (!strcmp(a, "--belady")) {
-			o.belady = true;
-		} else if (!strcmp(a, "--no-prefetch")) {
-			o.prefetch = false;
-		} else if (!strcmp(a, "--no-leaf-first")) {
-			o.leaf_first = false;
-		} else if (!strcmp(a, "--sweep")) {
-			o.sweep = true;
-		} else {
-			usage(stderr);
-			free(policy_arg);
-			return cli_fail(CMD, "unknown option '%s'", a), 2;
-		}
-#undef NEEDS_VALUE
-	}
+	struct replay_args ra = {&o, NULL};
+	int first = cli_getopt(CMD, argc, argv, &so, longopts, replay_opt, &ra);
+	char *policy_arg = ra.policy_arg;
+	if (first == -2)
+		return free(policy_arg), 0;
+	if (first < 0)
+		return free(policy_arg), 2;
+	if (first < argc)
+		return free(policy_arg),
+		       cli_fail(CMD, "unexpected argument '%s' (see --help)", argv[first]), 2;
 	o.json = so.json;
 	int rc = 2;
 	struct kvt_config *cfg = NULL;

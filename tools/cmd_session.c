@@ -176,6 +176,26 @@ static void fetch_done(void *arg, const struct kvt_result *res)
 	f->finished = true;
 }
 
+enum { O_TOKENS = CLI_O_FIRST_FREE, O_SYNTHETIC, O_SEED };
+
+static int session_opt(void *arg, int c, const char *v)
+{
+	struct session_opts *so = arg;
+	if (c == 'h')
+		return cli_fail("session", "--help comes right after 'session'"), -1;
+	if (c == O_TOKENS) {
+		so->tokens_file = v;
+		return 0;
+	}
+	char *end;
+	unsigned long x = strtoul(v, &end, 10);
+	if (*end || *v == '-' || (c == O_SYNTHETIC && (x == 0 || x > 1u << 26)))
+		return cli_fail("session", "--%s: '%s' is not a valid number",
+				c == O_SEED ? "seed" : "synthetic", v), -1;
+	*(c == O_SEED ? &so->seed : &so->synthetic) = x;
+	return 0;
+}
+
 int kvt_cmd_session(int argc, char **argv)
 {
 	struct cli_store_opts o = {0};
@@ -199,27 +219,20 @@ int kvt_cmd_session(int argc, char **argv)
 		       "spent).\n");
 		return strcmp(verb, "--help") && strcmp(verb, "-h") ? 2 : 0;
 	}
-	for (int i = 2; i < argc; i++) {
-		int r = cli_store_opt(&o, argc, argv, &i);
-		if (r < 0)
-			return 2;
-		if (r > 0)
-			continue;
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		char *end;
-		if (!v)
-			return cli_fail("session", "%s needs a value (see --help)", a), 2;
-		i++;
-		if (!strcmp(a, "--tokens"))
-			so.tokens_file = v;
-		else if (!strcmp(a, "--synthetic") || !strcmp(a, "--seed")) {
-			unsigned long x = strtoul(v, &end, 10);
-			if (*end || *v == '-' || (!strcmp(a, "--synthetic") && (x == 0 || x > 1u << 26)))
-				return cli_fail("session", "%s: '%s' is not a valid number", a, v), 2;
-			*(!strcmp(a, "--seed") ? &so.seed : &so.synthetic) = x;
-		} else
-			return cli_fail("session", "unknown option '%s' (see --help)", a), 2;
-	}
+	static const struct option extra[] = {
+	    {"tokens", required_argument, NULL, O_TOKENS},
+	    {"synthetic", required_argument, NULL, O_SYNTHETIC},
+	    {"seed", required_argument, NULL, O_SEED},
+	    {NULL, 0, NULL, 0}};
+	/* argv[1] is the verb: options start after it */
+	int opnd = cli_getopt("session", argc - 1, argv + 1, &o, extra, session_opt, &so);
+	if (opnd == -2)
+		return 0;
+	if (opnd < 0)
+		return 2;
+	if (opnd < argc - 1)
+		return cli_fail("session", "unexpected argument '%s' (see --help)",
+				argv[1 + opnd]), 2;
 	if (!so.tokens_file == !so.synthetic)
 		return cli_fail("session", "give exactly one of --tokens FILE or --synthetic N"), 2;
 	uint32_t *tok = NULL;

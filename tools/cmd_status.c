@@ -13,30 +13,34 @@
 #include "daemon_client.h"
 #include "daemon_proto.h"
 
+enum { O_DAEMON = CLI_O_FIRST_FREE };
+
+static int status_opt(void *arg, int c, const char *v)
+{
+	if (c == 'h') {
+		printf("usage: kvtier status --daemon PATH [--set K=V]... [--json]\n"
+		       "The daemon's clients, requests in progress and shared regions, and its\n"
+		       "tiers' use. The model keys (--set model.*) must match the daemon's.\n");
+		return 1;
+	}
+	*(const char **)arg = v; /* O_DAEMON */
+	return 0;
+}
+
 int kvt_cmd_status(int argc, char **argv)
 {
+	static const struct option extra[] = {{"daemon", required_argument, NULL, O_DAEMON},
+					      {NULL, 0, NULL, 0}};
 	struct cli_store_opts o = {0};
 	const char *path = NULL;
 	char set[4200];
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("usage: kvtier status --daemon PATH [--set K=V]... [--json]\n"
-			       "The daemon's clients, requests in progress and shared regions, and its\n"
-			       "tiers' use. The model keys (--set model.*) must match the daemon's.\n");
-			return 0;
-		}
-		if (!strcmp(argv[i], "--daemon")) {
-			if (i + 1 >= argc)
-				return cli_fail("status", "--daemon needs a value (see --help)"), 2;
-			path = argv[++i];
-			continue;
-		}
-		int r = cli_store_opt(&o, argc, argv, &i);
-		if (r < 0)
-			return 2;
-		if (r == 0)
-			return cli_fail("status", "unknown option '%s' (see --help)", argv[i]), 2;
-	}
+	int first = cli_getopt("status", argc, argv, &o, extra, status_opt, &path);
+	if (first == -2)
+		return 0;
+	if (first < 0)
+		return 2;
+	if (first < argc)
+		return cli_fail("status", "unexpected argument '%s' (see --help)", argv[first]), 2;
 	if (!path)
 		return cli_fail("status", "--daemon PATH is required"), 2;
 	if (snprintf(set, sizeof(set), "store.daemon=%s", path) >= (int)sizeof(set) ||

@@ -28,6 +28,12 @@
 
 #define VERIFY_PIECE (8u << 20) /* bytes of an object read and checked at a time */
 
+static uint64_t sync_ms = 30000; /* store.sync_timeout_ms of the store opened */
+
+/* verify_object's answer when a read did not answer within sync_ms (the buffer it read
+ * into must then be left allocated: the tier may still write into it). */
+static const char TIMED_OUT[] = "timed out";
+
 /* Inspection: open every tier read-only (see the top of the file). */
 static struct kvt_store *open_inspect(struct cli_store_opts *o, const char *cmd)
 {
@@ -38,32 +44,43 @@ static struct kvt_store *open_inspect(struct cli_store_opts *o, const char *cmd)
 	o->sets[o->n_sets++] = "store.read_only=true";
 	struct kvt_store *s = cli_open_store(o);
 	o->n_sets--;
+	if (s)
+		sync_ms = kvt__store_sync_timeout_ms(s);
 	return s;
 }
 
-static int parse_common(const char *cmd, struct cli_store_opts *o, int argc, char **argv,
-			const char *usage, int (*extra)(void *arg, int argc, char **argv, int *i),
-			void *arg)
+/* The options of ls, stat, verify and rm: the store options plus verify's --drop
+ * (cli_getopt). Returns the index of the first operand (rm's keys), or -1 after one
+ * error line; --help prints usage and exits. */
+enum { O_DROP = CLI_O_FIRST_FREE };
+
+struct common_args {
+	const char *usage;
+	bool *drop; /* NULL: --drop is not an option of this command */
+};
+
+static int common_opt(void *arg, int c, const char *v)
 {
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			printf("%s", usage);
-			exit(0);
-		}
-		int r = cli_store_opt(o, argc, argv, &i);
-		if (r < 0)
-			return -1;
-		if (r > 0)
-			continue;
-		if (extra && (r = extra(arg, argc, argv, &i)) != 0) {
-			if (r < 0)
-				return -1;
-			continue;
-		}
-		cli_fail(cmd, "unknown option '%s' (see --help)", argv[i]);
-		return -1;
+	struct common_args *a = arg;
+	(void)v;
+	if (c == 'h') {
+		printf("%s", a->usage);
+		return 1;
 	}
+	*a->drop = true; /* O_DROP: only in the table when drop is given */
 	return 0;
+}
+
+static int parse_common(const char *cmd, struct cli_store_opts *o, int argc, char **argv,
+			const char *usage, bool *drop)
+{
+	static const struct option with_drop[] = {{"drop", no_argument, NULL, O_DROP},
+						  {NULL, 0, NULL, 0}};
+	struct common_args a = {usage, drop};
+	int first = cli_getopt(cmd, argc, argv, o, drop ? with_drop : NULL, common_opt, &a);
+	if (first == -2)
+		exit(0);
+	return first;
 }
 
 #define COMMON_HELP                                                                        \
@@ -99,13 +116,16 @@ static int ls_one(void *arg, const struct kvt_key *key, uint64_t bytes)
 int kvt_cmd_ls(int argc, char **argv)
 {
 	struct cli_store_opts o = {0};
-	if (parse_common("ls", &o, argc, argv,
+	int first = parse_common("ls", &o, argc, argv,
 			 "usage: kvtier ls [options]\n"
 			 "List the objects of every tier that can list them (one per line: key, "
 			 "tier, bytes;\nwith --json one JSON object per line, then a summary "
 			 "object).\n" COMMON_HELP,
-			 NULL, NULL) < 0)
+			 NULL);
+	if (first < 0)
 		return 2;
+	if (first < argc)
+		return cli_fail("ls", "unexpected argument '%s' (see --help)", argv[first]), 2;
 	struct kvt_store *s = open_inspect(&o, "ls");
 	if (!s)
 		return 1;
@@ -113,10 +133,19 @@ int kvt_cmd_ls(int argc, char **argv)
 	for (int i = 0; i < kvt_store_tier_count(s); i++) {
 		struct ls_ctx c = {kvt_store_tier_name(s, i), o.json, 0, 0};
 		struct kvt_tier *t = kvt__store_tier(s, i);
-		if (t && t->ops->scan)
-			t->ops->scan(t, ls_one, &c);
-		else if (!t && kvt__store_dram(s))
+		if (t && t->ops->scan) {
+			int rc = kvt__tier_scan_bounded(t, ls_one, &c, sync_ms);
+			if (rc < 0) {
+				int r = cli_fail("ls", "tier %s: listing failed: %s", c.tier,
+						kvt_strerror(rc));
+				kvt_store_close(s); /* after the message: a stuck tier makes it wait */
+				return r;
+			}
+		} else if (t) {
+			fprintf(stderr, "ls: tier %s cannot list its objects (skipped)\n", c.tier);
+		} else if (kvt__store_dram(s)) {
 			kvt__dram_scan(kvt__store_dram(s), ls_one, &c);
+		}
 		n += c.n;
 		bytes += c.bytes;
 	}
@@ -135,12 +164,15 @@ int kvt_cmd_ls(int argc, char **argv)
 int kvt_cmd_stat(int argc, char **argv)
 {
 	struct cli_store_opts o = {0};
-	if (parse_common("stat", &o, argc, argv,
+	int first = parse_common("stat", &o, argc, argv,
 			 "usage: kvtier stat [options]\n"
 			 "Open the store and print per-tier counters (objects, bytes, capacity, "
 			 "I/O, evictions,\nchecksum failures).\n" COMMON_HELP,
-			 NULL, NULL) < 0)
+			 NULL);
+	if (first < 0)
 		return 2;
+	if (first < argc)
+		return cli_fail("stat", "unexpected argument '%s' (see --help)", argv[first]), 2;
 	struct kvt_store *s = open_inspect(&o, "stat");
 	if (!s)
 		return 1;
@@ -152,13 +184,14 @@ int kvt_cmd_stat(int argc, char **argv)
 			struct kvt_tier_stats *t = &st.tier[i];
 			printf("%s{\"name\":\"%s\",\"objects\":%llu,\"bytes\":%llu,"
 			       "\"capacity_bytes\":%llu,\"reads\":%llu,\"writes\":%llu,"
-			       "\"evictions\":%llu,\"checksum_failures\":%llu,\"errors\":%llu}",
+			       "\"evictions\":%llu,\"checksum_failures\":%llu,\"errors\":%llu,"
+			       "\"deadline_misses\":%llu}",
 			       i ? "," : "", t->name, (unsigned long long)t->objects,
 			       (unsigned long long)t->bytes, (unsigned long long)t->capacity_bytes,
 			       (unsigned long long)t->reads, (unsigned long long)t->writes,
 			       (unsigned long long)t->evictions,
 			       (unsigned long long)t->checksum_failures,
-			       (unsigned long long)t->errors);
+			       (unsigned long long)t->errors, (unsigned long long)t->deadline_misses);
 		}
 		printf("]}\n");
 	} else {
@@ -179,12 +212,44 @@ int kvt_cmd_stat(int argc, char **argv)
 
 /* ------------------------------------------------------------ verify */
 
+/* One tier call waited for on this thread, at most store.sync_timeout_ms: a tier on a
+ * hung device answers late or never, so the wait is shared with the callback (two
+ * references) and whoever lets go last frees it. After -ETIMEDOUT the tier may still
+ * write into the call's buffer: the caller must leave it allocated. */
 struct sync_io {
 	pthread_mutex_t m;
 	pthread_cond_t c;
 	bool done;
-	int rc;
+	int refs;
+	int64_t rc; /* a read's length may exceed 2 GiB */
 };
+
+static struct sync_io *sync_io_new(void)
+{
+	struct sync_io *w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	pthread_mutex_init(&w->m, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->c, &ca);
+	pthread_condattr_destroy(&ca);
+	w->refs = 2;
+	return w;
+}
+
+static void sync_io_put(struct sync_io *w)
+{
+	pthread_mutex_lock(&w->m);
+	bool last = --w->refs == 0;
+	pthread_mutex_unlock(&w->m);
+	if (last) {
+		pthread_mutex_destroy(&w->m);
+		pthread_cond_destroy(&w->c);
+		free(w);
+	}
+}
 
 static void sync_io_cb(void *arg, int64_t rc)
 {
@@ -194,18 +259,31 @@ static void sync_io_cb(void *arg, int64_t rc)
 	w->done = true;
 	pthread_cond_signal(&w->c);
 	pthread_mutex_unlock(&w->m);
+	sync_io_put(w);
 }
 
-/* Run one tier call to completion on this thread. */
-static int sync_io_wait(struct sync_io *w, int rc)
+/* After submitting (rc: the submit's result): the call's result, or -ETIMEDOUT. */
+static int64_t sync_io_wait(struct sync_io *w, int64_t rc)
 {
-	if (rc == 0) {
-		pthread_mutex_lock(&w->m);
-		while (!w->done)
-			pthread_cond_wait(&w->c, &w->m);
-		pthread_mutex_unlock(&w->m);
-		rc = w->rc;
+	if (rc < 0) { /* the callback never runs */
+		sync_io_put(w);
+		sync_io_put(w);
+		return rc;
 	}
+	struct timespec end;
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += (time_t)(sync_ms / 1000);
+	end.tv_nsec += (long)(sync_ms % 1000) * 1000000L;
+	if (end.tv_nsec >= 1000000000L) {
+		end.tv_sec++;
+		end.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&w->m);
+	while (!w->done && pthread_cond_timedwait(&w->c, &w->m, &end) != ETIMEDOUT)
+		;
+	rc = w->done ? w->rc : -ETIMEDOUT;
+	pthread_mutex_unlock(&w->m);
+	sync_io_put(w);
 	return rc;
 }
 
@@ -238,27 +316,14 @@ static int collect(void *arg, const struct kvt_key *key, uint64_t bytes)
 	return 0;
 }
 
-struct verify_opts {
-	bool drop;
-};
-
-static int verify_extra(void *arg, int argc, char **argv, int *i)
-{
-	struct verify_opts *v = arg;
-	(void)argc;
-	if (!strcmp(argv[*i], "--drop")) {
-		v->drop = true;
-		return 1;
-	}
-	return 0;
-}
-
-static int read_sync(struct kvt_tier *t, const struct kvt_key *key, uint64_t off, uint64_t len,
+static int64_t read_sync(struct kvt_tier *t, const struct kvt_key *key, uint64_t off, uint64_t len,
 		     void *buf)
 {
-	struct sync_io w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
+	struct sync_io *w = sync_io_new();
+	if (!w)
+		return -ENOMEM;
 	struct kvt_seg seg = {off, len, buf};
-	return sync_io_wait(&w, t->ops->read(t, key, &seg, 1, sync_io_cb, &w));
+	return sync_io_wait(w, t->ops->read(t, key, &seg, 1, sync_io_cb, w));
 }
 
 /* A window of an object in buf: bytes [start, start + len). Objects up to VERIFY_PIECE
@@ -271,9 +336,9 @@ static int window_at(struct kvt_tier *t, const struct kvt_key *key, void *buf, s
 		     uint64_t pos)
 {
 	uint64_t start = pos & ~(uint64_t)(KVT_ALIGN - 1);
-	int rc = read_sync(t, key, start, VERIFY_PIECE, buf);
+	int64_t rc = read_sync(t, key, start, VERIFY_PIECE, buf);
 	if (rc < 0)
-		return rc;
+		return (int)rc;
 	w->start = start;
 	w->len = (uint64_t)rc;
 	return 0;
@@ -292,10 +357,12 @@ static const char *verify_object(struct kvt_tier *t, const struct kvt_key *key, 
 			 (unsigned long long)listed);
 		return why;
 	}
-	struct window w;
+	struct window w = {0, 0};
 	int rc = window_at(t, key, buf, &w, 0);
 	if (rc == -ENOENT)
 		return "";
+	if (rc == -ETIMEDOUT)
+		return TIMED_OUT;
 	if (rc < 0)
 		return kvt_strerror(rc);
 	if (w.len == 0)
@@ -320,7 +387,9 @@ static const char *verify_object(struct kvt_tier *t, const struct kvt_key *key, 
 			if (pos < w.start || pos >= w.start + w.len) {
 				rc = window_at(t, key, buf, &w, pos);
 				if (rc < 0) {
-					bad = rc == -ENOENT ? "" : kvt_strerror(rc);
+					bad = rc == -ENOENT	 ? ""
+					      : rc == -ETIMEDOUT ? TIMED_OUT
+								 : kvt_strerror(rc);
 					break;
 				}
 				if (pos >= w.start + w.len) {
@@ -391,6 +460,7 @@ static int drop_bad(struct cli_store_opts *o, const struct bad_obj *bad, size_t 
 	struct kvt_store *s = cli_open_store(o);
 	if (!s)
 		return -1;
+	sync_ms = kvt__store_sync_timeout_ms(s);
 	void *buf = NULL;
 	if (posix_memalign(&buf, KVT_ALIGN, VERIFY_PIECE)) {
 		kvt_store_close(s);
@@ -403,10 +473,14 @@ static int drop_bad(struct cli_store_opts *o, const struct bad_obj *bad, size_t 
 			continue;
 		struct kvt_key key = bad[k].key;
 		const char *w = verify_object(t, &key, UINT64_MAX, prot, buf, why, sizeof(why));
+		if (w == TIMED_OUT) { /* buf stays allocated: the tier may still fill it */
+			kvt_store_close(s);
+			return -ETIMEDOUT;
+		}
 		if (!w || !*w)
 			continue; /* sound now, or gone */
-		struct sync_io r = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
-		if (sync_io_wait(&r, t->ops->remove(t, &key, sync_io_cb, &r)) == 0)
+		struct sync_io *r = sync_io_new();
+		if (r && sync_io_wait(r, t->ops->remove(t, &key, sync_io_cb, r)) == 0)
 			(*dropped)++;
 	}
 	free(buf);
@@ -417,8 +491,8 @@ static int drop_bad(struct cli_store_opts *o, const struct bad_obj *bad, size_t 
 int kvt_cmd_verify(int argc, char **argv)
 {
 	struct cli_store_opts o = {0};
-	struct verify_opts v = {0};
-	if (parse_common("verify", &o, argc, argv,
+	bool drop = false;
+	int first = parse_common("verify", &o, argc, argv,
 			 "usage: kvtier verify [--drop] [options]\n"
 			 "Read every object of every listable tier and check its header and layer "
 			 "CRCs,\nand report entries that cannot be objects (symlinks, directories). "
@@ -427,8 +501,11 @@ int kvt_cmd_verify(int argc, char **argv)
 			 "otherwise.\n"
 			 "  --drop           remove the bad objects (not symlinks or directories)\n"
 			 COMMON_HELP,
-			 verify_extra, &v) < 0)
+			 &drop);
+	if (first < 0)
 		return 2;
+	if (first < argc)
+		return cli_fail("verify", "unexpected argument '%s' (see --help)", argv[first]), 2;
 	struct kvt_store *s = open_inspect(&o, "verify");
 	if (!s)
 		return 1;
@@ -439,8 +516,9 @@ int kvt_cmd_verify(int argc, char **argv)
 	if (pcfg)
 		kvt_config_destroy(pcfg);
 	if (prc < 0) {
-		kvt_store_close(s);
-		return cli_fail("verify", "cannot load the store's keys");
+		int r = cli_fail("verify", "cannot load the store's keys");
+		kvt_store_close(s); /* after the message: a stuck tier makes it wait */
+		return r;
 	}
 	uint64_t objects = 0, bad = 0, dropped = 0;
 	struct bad_obj *bads = NULL;
@@ -448,30 +526,47 @@ int kvt_cmd_verify(int argc, char **argv)
 	void *buf = NULL;
 	if (posix_memalign(&buf, KVT_ALIGN, VERIFY_PIECE)) {
 		kvt__protect_close(prot);
-		kvt_store_close(s);
-		return cli_fail("verify", "out of memory");
+		int r = cli_fail("verify", "out of memory");
+		kvt_store_close(s); /* after the message: a stuck tier makes it wait */
+		return r;
 	}
 	char why[160];
 	for (int i = 0; i < kvt_store_tier_count(s); i++) {
 		struct kvt_tier *t = kvt__store_tier(s, i);
+		const char *tname = kvt_store_tier_name(s, i);
+		if (t && !t->ops->scan)
+			fprintf(stderr, "verify: tier %s cannot list its objects (skipped)\n", tname);
 		if (!t || !t->ops->scan)
 			continue;
-		const char *tname = kvt_store_tier_name(s, i);
 		struct key_list l = {0};
-		if (t->ops->scan(t, collect, &l) < 0 || (l.n && !l.keys)) {
+		int src = kvt__tier_scan_bounded(t, collect, &l, sync_ms);
+		if (src < 0 || (l.n && !l.keys)) {
 			free(l.keys);
 			free(l.bytes);
 			free(buf);
 			free(bads);
 			kvt__protect_close(prot);
-			kvt_store_close(s);
-			return cli_fail("verify", "tier %s: listing failed", tname);
+			int r = cli_fail("verify", "tier %s: listing failed: %s", tname,
+					kvt_strerror(src < 0 ? src : -ENOMEM));
+			kvt_store_close(s); /* after the message: a stuck tier makes it wait */
+			return r;
 		}
 		for (size_t k = 0; k < l.n; k++) {
 			const char *w =
 			    verify_object(t, &l.keys[k], l.bytes[k], prot, buf, why, sizeof(why));
 			if (w && !*w)
 				continue; /* removed meanwhile */
+			if (w == TIMED_OUT) { /* buf stays allocated: the tier may still fill it */
+				free(l.keys);
+				free(l.bytes);
+				free(bads);
+				kvt__protect_close(prot);
+				int r = cli_fail("verify", "tier %s: a read did not answer within %llu "
+						"ms (store.sync_timeout_ms)", tname,
+						(unsigned long long)sync_ms);
+				kvt_store_close(s); /* after the message: a stuck tier makes it wait */
+				return r;
+			}
 			objects++;
 			if (!w)
 				continue;
@@ -495,16 +590,28 @@ int kvt_cmd_verify(int argc, char **argv)
 		free(l.bytes);
 		if (t->ops->scan_anomalies) {
 			struct anomaly_ctx c = {tname, o.json, 0};
-			t->ops->scan_anomalies(t, anomaly_print, &c);
+			int arc = kvt__tier_scan_anomalies_bounded(t, anomaly_print, &c, sync_ms);
+			if (arc < 0) {
+				free(buf);
+				free(bads);
+				kvt__protect_close(prot);
+				int r = cli_fail("verify", "tier %s: checking entries failed: %s",
+						tname, kvt_strerror(arc));
+				kvt_store_close(s); /* after the message: a stuck tier makes it wait */
+				return r;
+			}
 			bad += c.n;
 		}
 	}
 	free(buf);
 	kvt_store_close(s);
-	int drc = v.drop && nbads ? drop_bad(&o, bads, nbads, prot, &dropped) : 0;
+	int drc = drop && nbads ? drop_bad(&o, bads, nbads, prot, &dropped) : 0;
 	kvt__protect_close(prot);
 	if (drc < 0) {
 		free(bads);
+		if (drc == -ETIMEDOUT)
+			return cli_fail("verify", "--drop: a read did not answer within %llu ms "
+					"(store.sync_timeout_ms)", (unsigned long long)sync_ms);
 		return cli_fail("verify", "cannot open the store for --drop");
 	}
 	free(bads);
@@ -525,19 +632,13 @@ int kvt_cmd_rm(int argc, char **argv)
 	struct cli_store_opts o = {0};
 	const char *keys[256];
 	int n = 0;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			printf("usage: kvtier rm [options] KEY...\n"
-			       "Remove chunks (64-hex-digit keys) from every tier.\n" COMMON_HELP);
-			return 0;
-		}
-		int r = cli_store_opt(&o, argc, argv, &i);
-		if (r < 0)
-			return 2;
-		if (r > 0)
-			continue;
-		if (argv[i][0] == '-')
-			return cli_fail("rm", "unknown option '%s' (see --help)", argv[i]), 2;
+	int first = parse_common("rm", &o, argc, argv,
+				 "usage: kvtier rm [options] KEY...\n"
+				 "Remove chunks (64-hex-digit keys) from every tier.\n" COMMON_HELP,
+				 NULL);
+	if (first < 0)
+		return 2;
+	for (int i = first; i < argc; i++) {
 		if (n == 256)
 			return cli_fail("rm", "at most 256 keys per call"), 2;
 		keys[n++] = argv[i];

@@ -179,19 +179,6 @@ static void put_range(struct rr *r, const struct kvt_geometry *g, const struct k
 	drain(r);
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double pct(const double *v, size_t n, double p)
-{
-	if (!n)
-		return 0;
-	size_t i = (size_t)ceil(p * (double)n);
-	return v[i ? i - 1 : 0];
-}
 
 static double ratio(uint64_t a, uint64_t b)
 {
@@ -392,9 +379,9 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 		rb[0] = r.served_bytes[0];
 	if (!wb[0] && o->dram_tokens)
 		wb[0] = r.put_bytes;
-	qsort(ttft, t->n, sizeof(double), cmp_d);
-	qsort(ttft0, t->n, sizeof(double), cmp_d);
-	qsort(rest, n_rest, sizeof(double), cmp_d);
+	qsort(ttft, t->n, sizeof(double), kvt__cmp_double);
+	qsort(ttft0, t->n, sizeof(double), kvt__cmp_double);
+	qsort(rest, n_rest, sizeof(double), kvt__cmp_double);
 	double m = 0, m0 = 0;
 	for (size_t i = 0; i < t->n; i++)
 		m += ttft[i], m0 += ttft0[i];
@@ -415,13 +402,13 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 	       wb[1] / 1073741824.0, (unsigned long long)skipped);
 	printf("          restore measured %.3f GiB/s (p50 %.2f ms, p99 %.2f ms per request); "
 	       "puts %.3f GiB/s; %llu prefetches staged %llu chunks\n",
-	       restore_gibps, pct(rest, n_rest, 0.5) * 1e3, pct(rest, n_rest, 0.99) * 1e3,
+	       restore_gibps, kvt__percentile(rest, n_rest, 0.5) * 1e3, kvt__percentile(rest, n_rest, 0.99) * 1e3,
 	       put_gibps, (unsigned long long)prefetches, (unsigned long long)staged);
 	printf("          prefill tokens saved %llu of %llu; TTFT p50 %.1f ms p99 %.1f ms "
 	       "(no cache: %.1f / %.1f ms)\n",
 	       (unsigned long long)saved, (unsigned long long)input_tokens,
-	       pct(ttft, t->n, 0.5) * 1e3, pct(ttft, t->n, 0.99) * 1e3, pct(ttft0, t->n, 0.5) * 1e3,
-	       pct(ttft0, t->n, 0.99) * 1e3);
+	       kvt__percentile(ttft, t->n, 0.5) * 1e3, kvt__percentile(ttft, t->n, 0.99) * 1e3, kvt__percentile(ttft0, t->n, 0.5) * 1e3,
+	       kvt__percentile(ttft0, t->n, 0.99) * 1e3);
 	double span = t->n > 1 ? (t->req[t->n - 1].ts_ms - t->req[0].ts_ms) / 1000.0 : 0;
 	double util = span > 0 ? busy / (span * ngpu) : 0;
 	double util0 = span > 0 ? busy0 / (span * ngpu) : 0;
@@ -472,10 +459,10 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 		       (unsigned long long)rb[1], (unsigned long long)wb[1],
 		       (unsigned long long)skipped, (unsigned long long)ev[0],
 		       (unsigned long long)ev[1], (unsigned long long)saved,
-		       pct(ttft, t->n, 0.5) * 1e3, pct(ttft, t->n, 0.99) * 1e3, m * 1e3,
-		       pct(ttft0, t->n, 0.5) * 1e3, pct(ttft0, t->n, 0.99) * 1e3, m0 * 1e3, busy,
-		       busy0, ngpu, util, util0, restore_gibps, put_gibps, pct(rest, n_rest, 0.5) * 1e3,
-		       pct(rest, n_rest, 0.99) * 1e3, (unsigned long long)restore_bytes,
+		       kvt__percentile(ttft, t->n, 0.5) * 1e3, kvt__percentile(ttft, t->n, 0.99) * 1e3, m * 1e3,
+		       kvt__percentile(ttft0, t->n, 0.5) * 1e3, kvt__percentile(ttft0, t->n, 0.99) * 1e3, m0 * 1e3, busy,
+		       busy0, ngpu, util, util0, restore_gibps, put_gibps, kvt__percentile(rest, n_rest, 0.5) * 1e3,
+		       kvt__percentile(rest, n_rest, 0.99) * 1e3, (unsigned long long)restore_bytes,
 		       (unsigned long long)r.put_bytes, (unsigned long long)prefetches,
 		       (unsigned long long)staged, (unsigned long long)r.checksum_failures,
 		       (unsigned long long)r.rejected, (unsigned long long)r.mismatches, (unsigned long long)r.get_errors,

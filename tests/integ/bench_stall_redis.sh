@@ -38,7 +38,7 @@ echo "bench against a stopped Redis: exit $brc after $ms ms (--seconds $SECONDS_
 # skips the tier in between) plus start-up: 4 s of slack
 [ "$ms" -lt $((SECONDS_RUN * 1000 + 4000)) ] || fail "took $ms ms"
 j=$(tail -1 "$tmp/out")
-echo "$j" | jqe '.tier == "redis" and .errors > 0 and .write_iops > 0' >/dev/null ||
+echo "$j" | jqe '.tier == "redis" and .errors > 0 and .deadline_misses > 0 and .write_iops > 0' >/dev/null ||
 	fail "no JSON with failures counted and writes before the stop: $j"
 grep -q "operations failed" "$tmp/err" || fail "failures not reported: $(cat "$tmp/err")"
 grep -q "missed its deadline" "$tmp/err" || fail "no deadline reported: $(cat "$tmp/err")"

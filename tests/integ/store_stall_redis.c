@@ -185,6 +185,9 @@ int main(void)
 	kvt_stats(s, &st);
 	CHECKM(st.tier[1].writes_skipped >= N, "write-behind misses counted (%llu)",
 	       (unsigned long long)st.tier[1].writes_skipped);
+	CHECKM(st.tier[1].deadline_misses >= N, "deadline misses in the public stats (%llu)",
+	       (unsigned long long)st.tier[1].deadline_misses);
+	CHECK_EQ(st.tier[0].deadline_misses, 0); /* DRAM never misses one */
 	/* more puts queued behind the stall, then close at once */
 	for (int i = 0; i < N; i++) {
 		test_fill(buf, payload, 300 + (uint64_t)i);

@@ -170,7 +170,8 @@ def test_corrupt_object_is_a_miss_not_bad_bytes(tdir):
 
 def test_redis_tier_and_stopped_server(tdir, redis_server):
     c = cfg(**{"store.tiers": "dram,redis", "redis.url": redis_server.url,
-               "redis.timeout_ms": 300, "store.tier_timeout_ms": 500})
+               # the engine's deadline (500 ms), not the client's own timeout, bounds calls
+               "redis.timeout_ms": 5000, "store.tier_timeout_ms": 500})
     with kvtier.Store(c) as s:
         keys = kvtier.keys_from_tokens(s.ns_id, 16, list(range(32)))
         d = chunk(s, 3)
@@ -185,6 +186,9 @@ def test_redis_tier_and_stopped_server(tdir, redis_server):
             t0 = time.monotonic()
             assert s.lookup([keys[1]]).result(10).hits == 0
             assert time.monotonic() - t0 < 3
+            # counted where an engine can alert on it
+            assert s.stats()["tiers"][1]["deadline_misses"] >= 1
+            assert s.stats()["tiers"][0]["deadline_misses"] == 0
         finally:
             os.kill(redis_server.proc.pid, signal.SIGCONT)
 

@@ -82,7 +82,7 @@ struct th_wait {
 	pthread_cond_t c;
 	pthread_t submitter;
 	int calls;
-	int result;
+	int64_t result; /* a read's length may exceed 2 GiB */
 	int contract_broken;
 };
 
@@ -108,7 +108,7 @@ static inline void th_cb(void *arg, int64_t result)
 
 /* After the submitting call returned rc: wait (up to timeout_ms) for the callback. Returns
  * its result; fails the test if the contract is broken or the callback never comes. */
-static inline int th_wait_done(struct th_wait *w, int rc, int timeout_ms)
+static inline int64_t th_wait_done(struct th_wait *w, int rc, int timeout_ms)
 {
 	if (rc < 0) {
 		pthread_mutex_lock(&w->m);
@@ -128,7 +128,8 @@ static inline int th_wait_done(struct th_wait *w, int rc, int timeout_ms)
 		}
 		pthread_cond_timedwait(&w->c, &w->m, &ts);
 	}
-	int calls = w->calls, res = w->result, broken = w->contract_broken;
+	int calls = w->calls, broken = w->contract_broken;
+	int64_t res = w->result;
 	pthread_mutex_unlock(&w->m);
 	if (!calls) {
 		fprintf(stderr, "callback did not come within %d ms\n", timeout_ms);
@@ -159,18 +160,18 @@ static inline int th_write(struct kvt_tier *t, const struct kvt_key *k, const vo
 	return rc;
 }
 
-static inline int th_read(struct kvt_tier *t, const struct kvt_key *k, const struct kvt_seg *segs,
-			  uint32_t n)
+static inline int64_t th_read(struct kvt_tier *t, const struct kvt_key *k,
+			      const struct kvt_seg *segs, uint32_t n)
 {
 	struct th_wait w;
 	th_wait_init(&w);
-	int rc = th_wait_done(&w, t->ops->read(t, k, segs, n, th_cb, &w), TH_TIMEOUT);
+	int64_t rc = th_wait_done(&w, t->ops->read(t, k, segs, n, th_cb, &w), TH_TIMEOUT);
 	th_wait_fini(&w);
 	return rc;
 }
 
-static inline int th_read_all(struct kvt_tier *t, const struct kvt_key *k, void *buf,
-			      uint64_t len)
+static inline int64_t th_read_all(struct kvt_tier *t, const struct kvt_key *k, void *buf,
+				  uint64_t len)
 {
 	struct kvt_seg seg = {0, len, buf};
 	return th_read(t, k, &seg, 1);

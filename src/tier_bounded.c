@@ -1,0 +1,353 @@
+/*
+ * tier_bounded.c - a tier's synchronous calls (open, close, scan, scan_anomalies) with a
+ * time limit. They touch the device directly, and on a hung one (a stalled NFS or FUSE
+ * mount, a dead disk) a system call can block in the kernel without end and no signal
+ * gets it out. So each runs on a helper thread while the caller waits at most a bound
+ * (store.sync_timeout_ms): past it the caller gets -ETIMEDOUT and goes on; the call is
+ * left running, and whatever it still uses is released by the helper when (if ever) it
+ * returns. A tier with a call left running is never closed or freed under it: closing
+ * waits for it within the same bound, then gives up and leaves the tier allocated
+ * (kvt__tier_close_bounded), which the engine reports and works around.
+ *
+ * The asynchronous calls need none of this: the engine's deadlines bound them
+ * (src/engine_health.c). can_write and drop_corrupt must not block on I/O (src/tier.h).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "tier.h"
+
+struct bcall {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	bool done, abandoned;
+	int64_t rc;
+	int64_t (*fn)(void *arg);
+	void (*orphan)(void *arg, int64_t rc); /* the caller gave up: release arg */
+	void *arg;
+	struct kvt_tier *busy; /* counted busy while fn runs (NULL: none) */
+};
+
+static void bcall_free(struct bcall *b)
+{
+	pthread_mutex_destroy(&b->m);
+	pthread_cond_destroy(&b->c);
+	kvt__free(b);
+}
+
+static void *bcall_main(void *p)
+{
+	struct bcall *b = p;
+	int64_t rc = b->fn(b->arg);
+	if (b->busy)
+		atomic_fetch_sub(&b->busy->busy, 1);
+	pthread_mutex_lock(&b->m);
+	b->rc = rc;
+	b->done = true;
+	bool abandoned = b->abandoned;
+	pthread_cond_signal(&b->c);
+	pthread_mutex_unlock(&b->m);
+	if (abandoned) { /* the caller is gone: b and arg are ours */
+		if (b->orphan)
+			b->orphan(b->arg, rc);
+		bcall_free(b);
+	}
+	return NULL;
+}
+
+/* Run fn(arg) on a helper thread, wait at most ms. fn's result, or -ETIMEDOUT: then fn
+ * goes on, and orphan(arg, rc) runs after it (arg must not live on the caller's stack). */
+static int64_t bounded(struct kvt_tier *busy, int64_t (*fn)(void *), void *arg,
+		       void (*orphan)(void *, int64_t), uint64_t ms)
+{
+	struct bcall *b = kvt__calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	pthread_mutex_init(&b->m, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&b->c, &ca);
+	pthread_condattr_destroy(&ca);
+	b->fn = fn;
+	b->arg = arg;
+	b->orphan = orphan;
+	b->busy = busy;
+	if (busy)
+		atomic_fetch_add(&busy->busy, 1);
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_t th;
+	int e = pthread_create(&th, &at, bcall_main, b);
+	pthread_attr_destroy(&at);
+	if (e) {
+		if (busy)
+			atomic_fetch_sub(&busy->busy, 1);
+		bcall_free(b);
+		return -e;
+	}
+	struct timespec end;
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += (time_t)(ms / 1000);
+	end.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (end.tv_nsec >= 1000000000L) {
+		end.tv_sec++;
+		end.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&b->m);
+	while (!b->done && pthread_cond_timedwait(&b->c, &b->m, &end) != ETIMEDOUT)
+		;
+	if (b->done) {
+		int64_t rc = b->rc;
+		pthread_mutex_unlock(&b->m);
+		bcall_free(b);
+		return rc;
+	}
+	b->abandoned = true;
+	pthread_mutex_unlock(&b->m);
+	return -ETIMEDOUT;
+}
+
+/* ------------------------------------------------------------ open */
+
+struct open_call {
+	char name[32];
+	struct kvt_config *cfg; /* a copy: the tier keeps it (t->own_cfg) */
+	struct kvt_log log;
+	struct kvt_geometry geo;
+	int index;
+	struct kvt_tier *t;
+};
+
+static int64_t open_run(void *arg)
+{
+	struct open_call *o = arg;
+	int rc = kvt__tier_open(o->name, o->cfg, &o->log, &o->geo, o->index, &o->t);
+	if (rc == 0) {
+		o->t->own_cfg = o->cfg; /* tiers may keep pointers into their configuration */
+		o->cfg = NULL;
+	}
+	return rc;
+}
+
+static void open_orphan(void *arg, int64_t rc)
+{
+	struct open_call *o = arg;
+	if (rc == 0)
+		kvt__tier_close(o->t); /* opened too late: nobody wants it now */
+	kvt_config_destroy(o->cfg);
+	kvt__free(o);
+}
+
+int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
+			   const struct kvt_log *log, const struct kvt_geometry *g, int index,
+			   uint64_t ms, struct kvt_tier **out)
+{
+	struct open_call *o = kvt__calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	snprintf(o->name, sizeof(o->name), "%s", name);
+	int rc = kvt__config_copy(cfg, &o->cfg);
+	if (rc < 0) {
+		kvt__free(o);
+		return rc;
+	}
+	o->log = *log;
+	o->geo = *g;
+	o->index = index;
+	int64_t r = bounded(NULL, open_run, o, open_orphan, ms);
+	if (r == -ETIMEDOUT) {
+		KVT_ERR(log, "tier %s did not open within %llu ms (store.sync_timeout_ms): its "
+			     "device or server does not answer",
+			name, (unsigned long long)ms);
+		return (int)r;
+	}
+	if (r == 0)
+		*out = o->t;
+	kvt_config_destroy(o->cfg);
+	kvt__free(o);
+	return (int)r;
+}
+
+/* ------------------------------------------------------------ close */
+
+static int64_t close_run(void *arg)
+{
+	kvt__tier_close(arg);
+	return 0;
+}
+
+int kvt__tier_close_bounded(struct kvt_tier *t, uint64_t ms)
+{
+	if (!t)
+		return 0;
+	/* a call left running in the tier: wait for it within the bound */
+	uint64_t end = kvt__now_ns() + ms * 1000000ull;
+	while (atomic_load(&t->busy) && kvt__now_ns() < end)
+		usleep(2000);
+	if (atomic_load(&t->busy)) {
+		KVT_ERR(&t->log, "tier %s is still in a call left running after %llu ms "
+				 "(store.sync_timeout_ms): left open, its memory not freed",
+			t->ops->name, (unsigned long long)ms);
+		return -EBUSY;
+	}
+	uint64_t now = kvt__now_ns();
+	uint64_t left = end > now ? (end - now) / 1000000ull : 0;
+	struct kvt_log log = t->log; /* t is gone once close_run returns */
+	const char *name = t->ops->name;
+	int64_t r = bounded(NULL, close_run, t, NULL, KVT_MAX(left, 1));
+	if (r == -ETIMEDOUT)
+		KVT_ERR(&log, "tier %s did not close within %llu ms (store.sync_timeout_ms): "
+			      "its device or server does not answer; left closing",
+			name, (unsigned long long)ms);
+	return (int)r;
+}
+
+/* ------------------------------------------------------------ scan */
+
+struct scan_item {
+	struct kvt_key key;
+	uint64_t bytes;
+};
+
+struct scan_call {
+	struct kvt_tier *t;
+	struct scan_item *v;
+	size_t n, cap;
+	bool nomem;
+};
+
+static int scan_collect(void *arg, const struct kvt_key *key, uint64_t bytes)
+{
+	struct scan_call *c = arg;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 1024;
+		struct scan_item *v = realloc(c->v, cap * sizeof(*v));
+		if (!v) {
+			c->nomem = true;
+			return 1;
+		}
+		c->v = v;
+		c->cap = cap;
+	}
+	c->v[c->n++] = (struct scan_item){*key, bytes};
+	return 0;
+}
+
+static int64_t scan_run(void *arg)
+{
+	struct scan_call *c = arg;
+	int rc = c->t->ops->scan(c->t, scan_collect, c);
+	return rc < 0 ? rc : c->nomem ? -ENOMEM : 0;
+}
+
+static void scan_orphan(void *arg, int64_t rc)
+{
+	struct scan_call *c = arg;
+	(void)rc;
+	free(c->v);
+	kvt__free(c);
+}
+
+int kvt__tier_scan_bounded(struct kvt_tier *t, kvt_scan_fn fn, void *arg, uint64_t ms)
+{
+	if (!t->ops->scan)
+		return -EOPNOTSUPP;
+	struct scan_call *c = kvt__calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->t = t;
+	int64_t r = bounded(t, scan_run, c, scan_orphan, ms);
+	if (r == -ETIMEDOUT) {
+		KVT_ERR(&t->log, "tier %s: listing did not finish within %llu ms "
+				 "(store.sync_timeout_ms): its device or server does not answer",
+			t->ops->name, (unsigned long long)ms);
+		return -ETIMEDOUT;
+	}
+	for (size_t i = 0; r == 0 && i < c->n; i++) /* on the caller's thread */
+		if (fn(arg, &c->v[i].key, c->v[i].bytes))
+			break;
+	free(c->v);
+	kvt__free(c);
+	return (int)r;
+}
+
+/* ------------------------------------------------------------ scan_anomalies */
+
+struct anom_call {
+	struct kvt_tier *t;
+	char *text; /* "path\0why\0" pairs */
+	size_t len, cap;
+	bool nomem;
+};
+
+static void anom_add(void *arg, const char *path, const char *why)
+{
+	struct anom_call *c = arg;
+	size_t need = strlen(path) + strlen(why) + 2;
+	if (c->len + need > c->cap) {
+		size_t cap = KVT_MAX(2 * c->cap, c->len + need + 4096);
+		char *p = realloc(c->text, cap);
+		if (!p) {
+			c->nomem = true;
+			return;
+		}
+		c->text = p;
+		c->cap = cap;
+	}
+	memcpy(c->text + c->len, path, strlen(path) + 1);
+	c->len += strlen(path) + 1;
+	memcpy(c->text + c->len, why, strlen(why) + 1);
+	c->len += strlen(why) + 1;
+}
+
+static int64_t anom_run(void *arg)
+{
+	struct anom_call *c = arg;
+	int rc = c->t->ops->scan_anomalies(c->t, anom_add, c);
+	return rc < 0 ? rc : c->nomem ? -ENOMEM : 0;
+}
+
+static void anom_orphan(void *arg, int64_t rc)
+{
+	struct anom_call *c = arg;
+	(void)rc;
+	free(c->text);
+	kvt__free(c);
+}
+
+int kvt__tier_scan_anomalies_bounded(struct kvt_tier *t,
+				     void (*fn)(void *arg, const char *path, const char *why),
+				     void *arg, uint64_t ms)
+{
+	if (!t->ops->scan_anomalies)
+		return -EOPNOTSUPP;
+	struct anom_call *c = kvt__calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->t = t;
+	int64_t r = bounded(t, anom_run, c, anom_orphan, ms);
+	if (r == -ETIMEDOUT) {
+		KVT_ERR(&t->log, "tier %s: checking entries did not finish within %llu ms "
+				 "(store.sync_timeout_ms): its device or server does not answer",
+			t->ops->name, (unsigned long long)ms);
+		return -ETIMEDOUT;
+	}
+	for (size_t off = 0; r == 0 && off < c->len;) {
+		const char *path = c->text + off;
+		const char *why = path + strlen(path) + 1;
+		fn(arg, path, why);
+		off = (size_t)(why + strlen(why) + 1 - c->text);
+	}
+	free(c->text);
+	kvt__free(c);
+	return (int)r;
+}

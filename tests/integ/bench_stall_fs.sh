@@ -1,0 +1,72 @@
+#!/bin/bash
+# kvt-test-labels: server
+#
+# bench_stall_fs.sh - `kvtier bench` on a real device that stops answering: the fs and
+# nvme tiers on tests/fuse/slowfs, whose calls hang from 2 s into the run the way a
+# dead NFS server's or disk's do (the tier's threads sit in the kernel; no signal gets
+# them out). Before every tier call had a deadline and close a bound, such a run never
+# printed its result. Now it must print its JSON within --seconds + ramp +
+# store.sync_timeout_ms (close gives up on the stuck tier) + slack, with the failed
+# operations and the deadline misses counted; the process itself exits once the mount
+# answers again. Then a slow but working mount (every data call delayed 30 ms): the run
+# completes with no failure (deadlines follow the measured latency).
+# Exit 0 pass, 1 fail, 77 skip (no kvtier, jq, slowfs or /dev/fuse; a failure under
+# CI=true, see CMakeLists.txt).
+set -u
+KVT_BIN=${KVT_BIN:-build}
+KVT=$KVT_BIN/kvtier
+[ -x "$KVT" ] || { echo "skip: $KVT not built"; exit 77; }
+command -v jq >/dev/null || { echo "skip: jq missing"; exit 77; }
+. "$(dirname "$0")/lib/slowfs.sh"
+fail() { echo "FAIL: $*"; exit 1; }
+tmp=$(mktemp -d)
+trap 'slowfs_stop; rm -rf "$tmp"' EXIT
+SECONDS_RUN=4
+SYNC_MS=2000
+SLACK_MS=3000
+COMMON=(--chunk-bytes 64K --set-bytes 8M --queue-depth 8 --read-pct 0 --rounds 1 --no-ref
+	--json --set store.sync_timeout_ms=$SYNC_MS)
+
+start() { slowfs_start "$@"; local rc=$?; [ $rc = 77 ] && exit 77; [ $rc = 0 ] || fail "slowfs did not mount"; }
+
+for tier in fs nvme; do
+	start
+	rm -f "$tmp/out" "$tmp/err" # the last tier's JSON must not count as this one's
+	( sleep 2; slowfs_stall ) &
+	stopper=$!
+	t0=$(date +%s%N)
+	"$KVT" bench --tier $tier --dir "$SLOWFS_MNT/b" --seconds $SECONDS_RUN "${COMMON[@]}" \
+		>"$tmp/out" 2>"$tmp/err" &
+	bench=$!
+	for _ in $(seq 1 600); do # 60 s at most
+		[ -s "$tmp/out" ] && break
+		kill -0 $bench 2>/dev/null || break
+		sleep 0.1
+	done
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	wait $stopper
+	slowfs_resume
+	wait $bench
+	brc=$?
+	echo "$tier: JSON after $ms ms (--seconds $SECONDS_RUN), exit $brc once the mount answered"
+	[ "$ms" -lt $((SECONDS_RUN * 1000 + 500 + SYNC_MS + SLACK_MS)) ] || fail "$tier: took $ms ms"
+	j=$(tail -1 "$tmp/out")
+	echo "$j" | jq -e --arg t $tier '.tier == $t and .errors > 0 and .deadline_misses > 0
+		and .write_iops > 0' >/dev/null ||
+		fail "$tier: no JSON with failures and deadline misses counted: $j"
+	[ $brc != 0 ] || fail "$tier: exit status 0 with failures"
+	grep -q "missed its deadline" "$tmp/err" || fail "$tier: no deadline reported"
+	echo "ok: $(echo "$j" | jq -c '{errors, deadline_misses, write_iops}')"
+	slowfs_stop
+done
+
+# slow, not stalled: every data call takes 30 ms more; nothing may fail
+start 30
+"$KVT" bench --tier fs --dir "$SLOWFS_MNT/b" --seconds 1.5 "${COMMON[@]}" >"$tmp/out" 2>"$tmp/err" ||
+	fail "slow mount: bench failed: $(tail -3 "$tmp/err")"
+j=$(tail -1 "$tmp/out")
+echo "$j" | jq -e '.errors == 0 and .deadline_misses == 0 and .write_iops > 0' >/dev/null ||
+	fail "slow mount: $j"
+echo "slow mount ok: $(echo "$j" | jq -c '{write_iops, write_p99_us, errors}')"
+slowfs_stop
+echo "ok"

@@ -1,0 +1,48 @@
+#!/bin/bash
+# kvt-test-labels: server
+#
+# cli_stall_redis.sh - `kvtier ls` and `verify` on a Redis tier: they list its objects
+# (SCAN under redis.prefix, src/tier_redis.c) and check them, and against a server that
+# stops answering (SIGSTOP: connections accepted, nothing comes back) each reports the
+# tier in an error line within store.sync_timeout_ms plus slack and exits non-zero -
+# before, a Redis tier was silently skipped ("0 objects").
+# Exit 0 pass, 1 fail, 77 skip (no kvtier, jq or redis-server; a failure under CI=true).
+set -u
+KVT=${KVT_BIN:-build}/kvtier
+[ -x "$KVT" ] || { echo "skip: $KVT not built"; exit 77; }
+command -v jq >/dev/null || { echo "skip: jq missing"; exit 77; }
+. "$(dirname "$0")/lib/redis.sh"
+redis_start; rc=$?
+[ $rc = 77 ] && exit 77
+[ $rc = 0 ] || { echo "FAIL: redis-server did not start"; exit 1; }
+tmp=$(mktemp -d)
+trap 'kill -CONT "$REDIS_PID" 2>/dev/null; redis_stop 2>/dev/null; rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+BOUND=1500
+SLACK=3000 # close waits for the listing left running (up to the bound again), start-up
+
+KVTIER_REDIS_URL=$REDIS_URL "$KVT" bench --tier redis --chunk-bytes 64K --set-bytes 2M \
+	--queue-depth 4 --seconds 0.3 --ramp 0 --read-pct 0 --rounds 1 --no-ref --json \
+	>/dev/null 2>&1
+S=(--tiers redis --set redis.url=$REDIS_URL)
+n=$("$KVT" ls "${S[@]}" --json | tail -1 | jq .objects)
+[ "${n:-0}" -gt 0 ] || fail "ls listed nothing the bench stored"
+v=$("$KVT" verify "${S[@]}" --json | tail -1)
+echo "$v" | jq -e --argjson n "$n" '.objects == $n and .bad == 0' >/dev/null ||
+	fail "verify: $v (ls: $n objects)"
+echo "listed and verified $n objects"
+
+kill -STOP "$REDIS_PID"
+for c in ls verify; do
+	t0=$(date +%s%N)
+	timeout 60 "$KVT" $c "${S[@]}" --set store.sync_timeout_ms=$BOUND \
+		--set redis.timeout_ms=30000 >"$tmp/out" 2>"$tmp/err"
+	crc=$?
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	echo "stopped server: kvtier $c exit $crc after $ms ms: $(grep "kvtier $c:" "$tmp/err")"
+	[ $crc = 124 ] && fail "$c did not return within 60 s"
+	[ $crc != 0 ] || fail "$c: exit status 0"
+	[ "$ms" -lt $((2 * BOUND + SLACK)) ] || fail "$c took $ms ms"
+	grep -q "kvtier $c: tier redis: listing failed" "$tmp/err" || fail "$c: $(cat "$tmp/err")"
+done
+echo ok

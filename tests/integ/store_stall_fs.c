@@ -1,0 +1,256 @@
+/*
+ * kvt-test-labels: server
+ *
+ * store_stall_fs.c - the engine against a real device that stops answering: the fs and
+ * nvme tiers on tests/fuse/slowfs, a passthrough FUSE mount whose calls hang (SIGUSR1)
+ * the way a dead NFS server's or disk's do - the tier's threads sit in the kernel and no
+ * signal gets them out. For each tier:
+ *   - without DRAM, put, get, lookup, remove and a burst of gets each return within
+ *     store.tier_timeout_ms plus slack (an error or a miss), counted as deadline misses;
+ *   - with DRAM in front, puts return at once, flush names the tier within its deadlines,
+ *     and kvt_store_close returns within store.sync_timeout_ms plus slack although the
+ *     tier's threads cannot finish (the tier is left allocated, reported);
+ *   - after SIGUSR2 the mount answers again and a new store works on it.
+ * Exit 0 pass, 1 fail, 77 when slowfs is not built or /dev/fuse is missing (a failure
+ * under CI=true: see CMakeLists.txt).
+ */
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "testlib.h"
+
+#define CEIL_MS 400
+#define SYNC_MS 1000
+#define SLACK_MS 800
+
+extern char **environ;
+
+struct slowfs {
+	pid_t pid;
+	char back[4096], mnt[4096];
+};
+
+static int mounted(const char *mnt)
+{
+	FILE *f = fopen("/proc/mounts", "r");
+	char line[8192];
+	int found = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, mnt) && strstr(line, " fuse"))
+			found = 1;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+static int slowfs_start(struct slowfs *f)
+{
+	char bin[4096];
+	snprintf(bin, sizeof(bin), "%s/slowfs", getenv("KVT_BIN") ? getenv("KVT_BIN") : "build");
+	if (access(bin, X_OK) || access("/dev/fuse", R_OK | W_OK)) {
+		fprintf(stderr, "SKIP: %s not built or /dev/fuse missing\n", bin);
+		return 77;
+	}
+	char *b = test_tmpdir("slowfs-back"), *m = test_tmpdir("slowfs-mnt");
+	snprintf(f->back, sizeof(f->back), "%s", b);
+	snprintf(f->mnt, sizeof(f->mnt), "%s", m);
+	free(b);
+	free(m);
+	char *argv[] = {bin, f->back, f->mnt, NULL};
+	if (posix_spawn(&f->pid, bin, NULL, NULL, argv, environ))
+		return 1;
+	for (int i = 0; i < 250 && !mounted(f->mnt); i++)
+		usleep(20000);
+	return mounted(f->mnt) ? 0 : 1;
+}
+
+static void slowfs_stop(struct slowfs *f)
+{
+	kill(f->pid, SIGUSR2);
+	char cmd[8300];
+	snprintf(cmd, sizeof(cmd), "fusermount3 -u '%s' 2>/dev/null || umount -l '%s'", f->mnt,
+		 f->mnt);
+	if (system(cmd) != 0)
+		fprintf(stderr, "  (unmount of %s failed)\n", f->mnt);
+	waitpid(f->pid, NULL, 0);
+	test_rmdir(f->back);
+	rmdir(f->mnt);
+}
+
+static struct kvt_store *open_store(const char *tiers, const char *dir)
+{
+	struct kvt_config *c = test_config(tiers, dir);
+	test_set(c, "fs.dir", dir);
+	test_set(c, "fs.fsync", "none");
+	test_set(c, "nvme.direct", "off"); /* FUSE here has no O_DIRECT */
+	test_set(c, "nvme.bytes", "64MiB");
+	test_set(c, "store.tier_timeout_ms", "400");
+	test_set(c, "store.deadline_floor_ms", "100");
+	test_set(c, "store.sync_timeout_ms", "1000");
+	/* An nvme store left closing on the stalled mount (its last close gave up) holds the
+	 * directory's lock until its close finishes, once the mount answers: wait for it. */
+	struct kvt_store *s;
+	int rc;
+	for (int i = 0; (rc = kvt_store_open(c, &s)) == -EBUSY && i < 100; i++)
+		usleep(50000);
+	CHECK_RC(rc, 0);
+	kvt_config_destroy(c);
+	return s;
+}
+
+static void stalled_store(struct slowfs *f, const char *tier)
+{
+	fprintf(stderr, "== %s on slowfs\n", tier);
+	char dir[4200], chain[32];
+	snprintf(dir, sizeof(dir), "%s/%s", f->mnt, tier);
+	CHECK(mkdir(dir, 0700) == 0);
+	enum { N = 8 };
+
+	/* ---- no DRAM: every call is a call to the stalled tier ---- */
+	struct kvt_store *s = open_store(tier, dir);
+	const struct kvt_geometry geo = *kvt_store_geometry(s), *g = &geo;
+	size_t payload = kvt_payload_bytes(g, g->chunk_tokens);
+	void *buf = malloc(payload);
+	struct kvt_key k[N + 2];
+	test_chain_keys(s, k, N + 2, 7);
+	for (int i = 0; i < N; i++) {
+		test_fill(buf, payload, (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k[i], NULL, g->chunk_tokens, buf, payload), 0);
+	}
+	for (int i = 0; i < N; i++) {
+		CHECK_RC(kvt_get_sync(s, &k[i], 0, 0, buf, payload, NULL), 0);
+		CHECK(test_check(buf, payload, (uint64_t)i));
+	}
+	kill(f->pid, SIGUSR1);
+	usleep(20000);
+	uint64_t t0 = kvt__now_ns();
+	int rc = kvt_put_sync(s, &k[N], NULL, g->chunk_tokens, buf, payload);
+	double ms = test_ms_since(t0);
+	fprintf(stderr, "  stalled: put %.0f ms (%s)\n", ms, kvt_strerror(rc));
+	CHECK_RC(rc, -ETIMEDOUT);
+	CHECKM(ms < CEIL_MS + SLACK_MS, "put took %.0f ms", ms);
+	t0 = kvt__now_ns();
+	rc = kvt_get_sync(s, &k[0], 0, 0, buf, payload, NULL);
+	ms = test_ms_since(t0);
+	fprintf(stderr, "  stalled: get %.0f ms (%s)\n", ms, kvt_strerror(rc));
+	CHECK_RC(rc, -ENOENT);
+	CHECKM(ms < CEIL_MS + SLACK_MS, "get took %.0f ms", ms);
+	int8_t tiers[N];
+	t0 = kvt__now_ns();
+	rc = kvt_lookup_sync(s, k, N, tiers);
+	ms = test_ms_since(t0);
+	fprintf(stderr, "  stalled: lookup %.0f ms (%d found)\n", ms, rc);
+	CHECKM(rc >= 0, "lookup: %s", kvt_strerror(rc));
+	CHECKM(ms < CEIL_MS + SLACK_MS, "lookup took %.0f ms", ms);
+	t0 = kvt__now_ns();
+	rc = kvt_remove_sync(s, &k[1]);
+	ms = test_ms_since(t0);
+	fprintf(stderr, "  stalled: remove %.0f ms (%d removed)\n", ms, rc);
+	CHECKM(ms < CEIL_MS + SLACK_MS, "remove took %.0f ms", ms);
+	struct test_box b[N];
+	memset(b, 0, sizeof(b));
+	void *bufs = malloc(payload * N);
+	t0 = kvt__now_ns();
+	for (int i = 0; i < N; i++)
+		CHECK_RC(kvt_get(s, &k[i], 0, 0, (char *)bufs + (size_t)i * payload, payload,
+				 test_box_cb, &b[i]),
+			 0);
+	for (int done = 0; done < N;) {
+		kvt_poll(s, 50);
+		done = 0;
+		for (int i = 0; i < N; i++)
+			done += b[i].done;
+		CHECKM(test_ms_since(t0) < 10000, "burst of gets never finished");
+	}
+	ms = test_ms_since(t0);
+	fprintf(stderr, "  stalled: %d concurrent gets done in %.0f ms\n", N, ms);
+	CHECKM(ms < CEIL_MS + SLACK_MS, "burst took %.0f ms", ms);
+	/* completed: the engine never writes a caller's buffer after its callback (the late
+	 * tier answers go to the engine's own buffers) */
+	free(bufs);
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECKM(st.tier[0].deadline_misses >= 2, "deadline misses counted (%llu)",
+	       (unsigned long long)st.tier[0].deadline_misses);
+	t0 = kvt__now_ns();
+	kvt_store_close(s);
+	ms = test_ms_since(t0);
+	fprintf(stderr, "  stalled: close %.0f ms\n", ms);
+	CHECKM(ms < SYNC_MS + SLACK_MS, "close took %.0f ms", ms);
+
+	/* ---- DRAM in front ---- */
+	kill(f->pid, SIGUSR2);
+	snprintf(chain, sizeof(chain), "dram,%s", tier);
+	s = open_store(chain, dir);
+	struct kvt_key k2[N];
+	test_chain_keys(s, k2, N, 8);
+	kill(f->pid, SIGUSR1);
+	usleep(20000);
+	t0 = kvt__now_ns();
+	for (int i = 0; i < N; i++) {
+		test_fill(buf, payload, 200 + (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k2[i], i ? &k2[i - 1] : NULL, g->chunk_tokens, buf,
+				      payload),
+			 0);
+	}
+	ms = test_ms_since(t0);
+	fprintf(stderr, "  stalled, DRAM in front: %d puts %.1f ms\n", N, ms);
+	CHECKM(ms < 300, "puts took %.0f ms", ms);
+	CHECK_RC(kvt_get_sync(s, &k2[0], 0, 0, buf, payload, NULL), 0); /* a DRAM hit */
+	struct test_box fb = {0};
+	t0 = kvt__now_ns();
+	CHECK_RC(kvt_flush(s, test_box_cb, &fb), 0);
+	while (!fb.done)
+		kvt_poll(s, 50);
+	ms = test_ms_since(t0);
+	fprintf(stderr, "  stalled: flush %.0f ms, status %s, tier %d\n", ms,
+		kvt_strerror(fb.res.status), fb.res.tier);
+	CHECKM(ms < 2 * CEIL_MS + SLACK_MS, "flush took %.0f ms", ms);
+	CHECK(fb.res.status < 0);
+	CHECK_EQ(fb.res.tier, 1);
+	t0 = kvt__now_ns();
+	kvt_store_close(s);
+	ms = test_ms_since(t0);
+	fprintf(stderr, "  stalled: close with write-behind out %.0f ms\n", ms);
+	CHECKM(ms < SYNC_MS + 2 * CEIL_MS + SLACK_MS, "close took %.0f ms", ms);
+
+	/* ---- resumed: works again ---- */
+	kill(f->pid, SIGUSR2);
+	s = open_store(tier, dir);
+	test_fill(buf, payload, 999);
+	CHECK_RC(kvt_put_sync(s, &k[N + 1], NULL, g->chunk_tokens, buf, payload), 0);
+	CHECK_RC(kvt_get_sync(s, &k[N + 1], 0, 0, buf, payload, NULL), 0);
+	CHECK(test_check(buf, payload, 999));
+	kvt_store_close(s);
+	free(buf);
+}
+
+/* A failed CHECK exits: the mount must not outlive the test (nor stay hung). */
+static struct slowfs *mounted_fs;
+static void stop_at_exit(void)
+{
+	if (mounted_fs)
+		slowfs_stop(mounted_fs);
+}
+
+int main(void)
+{
+	static struct slowfs f;
+	int rc = slowfs_start(&f);
+	if (rc == 0) {
+		mounted_fs = &f;
+		atexit(stop_at_exit);
+	}
+	if (rc)
+		return rc;
+	stalled_store(&f, "fs");
+	stalled_store(&f, "nvme");
+	mounted_fs = NULL;
+	slowfs_stop(&f);
+	fprintf(stderr, "store_stall_fs: ok\n");
+	return 0;
+}
