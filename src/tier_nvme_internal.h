@@ -43,6 +43,7 @@ enum nv_type { OP_WRITE, OP_READ, OP_EXISTS, OP_REMOVE, OP_FLUSH, OP_DROP };
 enum nv_stage {
 	ST_WAIT,      /* SQEs in flight; the next CQE moves the op on */
 	ST_W_OPEN,    /* create the temp file */
+	ST_W_ALLOC,   /* give a new temp file its size first (fallocate) */
 	ST_W_DATA,    /* write pieces */
 	ST_W_SYNC,    /* fdatasync */
 	ST_W_CLOSE,   /* close, then rename (sync) */
@@ -52,7 +53,7 @@ enum nv_stage {
 	ST_R_DATA,    /* read pieces */
 	ST_DONE,
 };
-enum nv_kind { IO_OPEN, IO_WRITE, IO_READ, IO_FSYNC, IO_CLOSE, IO_DIRSYNC, IO_WAKE };
+enum nv_kind { IO_OPEN, IO_ALLOC, IO_WRITE, IO_READ, IO_FSYNC, IO_CLOSE, IO_DIRSYNC, IO_WAKE };
 
 struct nv_dir {
 	char *path;

@@ -2,9 +2,9 @@
  * tier_nvme_ops.c - the NVMe tier's operations as small state machines advanced by
  * completions (nv_pump issues, nv_on_cqe moves on), and the start of every kind of op.
  *
- * Data, fsync, close and openat (temp create, read open) go through io_uring (openat and
- * fsync are the slow metadata operations, so they run on io_uring's workers without
- * stalling the ring thread). Large objects are split into NV_IO_MAX pieces.
+ * Data, fallocate, fsync, close and openat (temp create, read open) go through io_uring
+ * (openat, fallocate and fsync are the slow metadata operations, so they run on io_uring's
+ * workers without stalling the ring thread). Large objects are split into NV_IO_MAX pieces.
  */
 #include "tier_nvme_internal.h"
 
@@ -31,6 +31,12 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			op->stage = ST_WAIT;
 			return;
 		}
+		case ST_W_ALLOC:
+			if (!(io = nv_io_start(s, op, IO_ALLOC, &sqe)))
+				goto blocked;
+			io_uring_prep_fallocate(sqe, op->fd, 0, 0, (off_t)op->len);
+			op->stage = ST_WAIT;
+			return;
 		case ST_W_DATA:
 			while (!op->err && op->cursor < op->len) {
 				if (!(io = nv_io_start(s, op, IO_WRITE, &sqe)))
@@ -164,7 +170,12 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 				op->stage = ST_W_FAIL;
 			} else {
 				op->fd = res;
-				op->stage = ST_W_DATA;
+				/* A new file of more than two pieces is given its size first:
+				 * pieces past the end of the file would each extend it, which
+				 * ext4 does only under the inode's exclusive lock, so io_uring
+				 * punts every one to a worker and they run one after another. */
+				op->stage = !op->recycled && op->len > 2ull * NV_IO_MAX ? ST_W_ALLOC
+											: ST_W_DATA;
 			}
 		} else if (res < 0) {
 			if (res == -ENOENT) {
@@ -229,6 +240,15 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 			}
 		}
 		nv_io_put(s, io);
+		break;
+	case IO_ALLOC:
+		nv_io_put(s, io);
+		if (res < 0 && res != -EOPNOTSUPP) {
+			op->err = res;
+			op->stage = ST_W_FAIL;
+		} else {
+			op->stage = ST_W_DATA;
+		}
 		break;
 	case IO_FSYNC:
 		nv_io_put(s, io);
