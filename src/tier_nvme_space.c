@@ -41,7 +41,7 @@ uint32_t nv_key_dir(const struct nv *s, const struct kvt_key *k)
 	return (uint32_t)(kvt__key_hash(k) % s->ndirs);
 }
 
-/* Unlink the object's file and forget it. */
+/* Unlink a file now, on this thread (it may take milliseconds: see nv_ent_unlink). */
 static void unlink_now(struct nv *s, struct nv_dir *d, const char *path)
 {
 	if (unlinkat(d->fd, path, 0) < 0 && errno != ENOENT) {
@@ -50,12 +50,6 @@ static void unlink_now(struct nv *s, struct nv_dir *d, const char *path)
 	}
 }
 
-/* Unlink the object's file and forget it. Freeing a file's blocks costs milliseconds on
- * some file systems (ext4 mounted with discard: ~1-2 ms for 2 MiB), far too long for the
- * ring thread. So the file is renamed to a unique temp name here (~10-20 us, and in program
- * order with publishes of the same key) and that name is unlinked by io_uring's workers. A
- * crash in between leaves a ".tmp." file, which the next open deletes. now: the caller needs
- * the space back before it continues (the ENOSPC path), or there is no ring yet. */
 /* Unlink a unique temp name on io_uring's workers (no ordering to keep with anything). */
 void nv_unlink_async(struct nv *s, struct nv_dir *d, const char *name)
 {
@@ -76,6 +70,12 @@ void nv_unlink_async(struct nv *s, struct nv_dir *d, const char *name)
 	io_uring_submit(&s->ring);
 }
 
+/* Unlink the object's file and forget it. Freeing a file's blocks costs milliseconds on
+ * some file systems (ext4 mounted with discard: ~1-2 ms for 2 MiB), far too long for the
+ * ring thread. So the file is renamed to a unique temp name here (~10-20 us, and in program
+ * order with publishes of the same key) and that name is unlinked by io_uring's workers. A
+ * crash in between leaves a ".tmp." file, which the next open deletes. now: the caller needs
+ * the space back before it continues (the ENOSPC path), or there is no ring yet. */
 void nv_ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 {
 	struct nv_dir *d = &s->dirs[e->dir];
