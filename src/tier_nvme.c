@@ -182,7 +182,7 @@ static int nv_can_write(struct kvt_tier *t, uint64_t len)
 		return 0;
 	int rc = 0;
 	pthread_mutex_lock(&s->block);
-	nv_budget_roll(s, nv_hour_now());
+	nv_budget_roll(s, s->clock_hour());
 	if (s->budget_used + len > s->budget)
 		rc = -EDQUOT;
 	pthread_mutex_unlock(&s->block);

@@ -105,7 +105,7 @@ void nv_budget_load(struct nv *s)
 	s->budget_used = 0;
 	for (int i = 0; i < NV_BUCKETS; i++)
 		s->budget_used += s->bucket[i];
-	uint64_t now = nv_hour_now();
+	uint64_t now = s->clock_hour();
 	if (v[0] > now)
 		KVT_WARN(s->log,
 			 "nvme: %s/%s is dated %" PRIu64 " hours in the future (the clock stepped "
@@ -123,7 +123,7 @@ int nv_budget_take(struct nv *s, uint64_t len, uint32_t *hour_out)
 	if (!s->budget)
 		return 0;
 	int rc = 0;
-	uint64_t hour = nv_hour_now();
+	uint64_t hour = s->clock_hour();
 	pthread_mutex_lock(&s->block);
 	nv_budget_roll(s, hour);
 	hour = s->bucket_hour;

@@ -222,6 +222,7 @@ struct nv {
 
 	/* write budget */
 	pthread_mutex_t block;
+	uint64_t (*clock_hour)(void); /* nv_hour_now; a test's clock in tests */
 	uint64_t bucket[NV_BUCKETS];
 	uint64_t bucket_hour; /* wall-clock hours since the epoch */
 	bool budget_dirty;

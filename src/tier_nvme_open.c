@@ -260,7 +260,8 @@ int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 					      : NV_FSYNC_DATA;
 	char direct_mode[16];
 	snprintf(direct_mode, sizeof(direct_mode), "%s", kvt__cfg_str(cfg, "nvme.direct"));
-	s->bucket_hour = nv_hour_now();
+	s->clock_hour = nv_hour_now;
+	s->bucket_hour = s->clock_hour();
 
 	/* Keep the fd cache well inside the process' descriptor limit. */
 	struct rlimit rl;
