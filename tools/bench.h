@@ -15,6 +15,9 @@
 struct phase_result {
 	double read_gibps, write_gibps, read_iops, write_iops;
 	double read_p50, read_p99, read_p999, write_p50, write_p99, write_p999; /* µs */
+	/* fio --fdatasync=1 times each fdatasync apart from its write (its "sync" latency);
+	 * kvtier's write latency includes it. 0 when there is none. µs. */
+	double sync_p50, sync_p99;
 	uint64_t errors;
 };
 

@@ -316,7 +316,8 @@ int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, doubl
 		free(json);
 		return -EIO;
 	}
-	const char *rd = strstr(json, "\"read\" :"), *wr = strstr(json, "\"write\" :");
+	const char *rd = strstr(json, "\"read\" :"), *wr = strstr(json, "\"write\" :"),
+		   *sy = strstr(json, "\"sync\" :");
 	double g = 1073741824.0;
 	if (rd) {
 		out->read_gibps = json_num_after(rd, "\"read\"", "\"bw_bytes\"") / g;
@@ -331,6 +332,10 @@ int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, doubl
 		out->write_p50 = json_num_after(wr, "\"lat_ns\"", "\"50.000000\"") / 1000.0;
 		out->write_p99 = json_num_after(wr, "\"lat_ns\"", "\"99.000000\"") / 1000.0;
 		out->write_p999 = json_num_after(wr, "\"lat_ns\"", "\"99.900000\"") / 1000.0;
+	}
+	if (sy && fdatasync) {
+		out->sync_p50 = json_num_after(sy, "\"lat_ns\"", "\"50.000000\"") / 1000.0;
+		out->sync_p99 = json_num_after(sy, "\"lat_ns\"", "\"99.000000\"") / 1000.0;
 	}
 	free(json);
 	return 0;

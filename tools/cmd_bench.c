@@ -331,6 +331,8 @@ static void combine(const struct phase_result *r, int n, struct phase_result *ou
 	MED(write_p50);
 	MED(write_p99);
 	MED(write_p999);
+	MED(sync_p50);
+	MED(sync_p99);
 #undef MED
 }
 
@@ -390,6 +392,10 @@ static void print_phase(const char *name, const struct phase_result *k,
 		       name, k->write_gibps, k->write_iops, k->write_p50, k->write_p99, k->write_p999,
 		       r->write_gibps, r->write_p50, r->write_p99,
 		       r->write_gibps > 0 ? k->write_gibps / r->write_gibps : 0);
+	if (read_pct != 100 && r->sync_p50 > 0)
+		printf("  %-6s (ref's fdatasync, timed apart from its write: p50 %.1f p99 %.1f us;"
+		       " kvtier's write latency includes its own)\n",
+		       name, r->sync_p50, r->sync_p99);
 }
 
 static void json_phase(const char *prefix, const struct phase_result *p)
@@ -401,6 +407,9 @@ static void json_phase(const char *prefix, const struct phase_result *p)
 	       prefix, p->read_gibps, prefix, p->write_gibps, prefix, p->read_iops, prefix,
 	       p->write_iops, prefix, p->read_p50, prefix, p->read_p99, prefix, p->read_p999,
 	       prefix, p->write_p50, prefix, p->write_p99, prefix, p->write_p999);
+	if (p->sync_p50 > 0)
+		printf(",\"%swrite_sync_p50_us\":%.1f,\"%swrite_sync_p99_us\":%.1f", prefix,
+		       p->sync_p50, prefix, p->sync_p99);
 }
 
 /* The block device's own counters for the device under dir (/sys/dev/block/M:m/stat):
@@ -870,6 +879,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			ref.write_gibps = rr[p].write_gibps, ref.write_p99 = rr[p].write_p99;
 			ref.write_p50 = rr[p].write_p50, ref.write_p999 = rr[p].write_p999;
 			ref.write_iops = rr[p].write_iops;
+			ref.sync_p50 = rr[p].sync_p50, ref.sync_p99 = rr[p].sync_p99;
 		}
 		if (phases[p] > 0 && phases[p] < 100 && n_ph > 1) {
 			mixed = kr[p];

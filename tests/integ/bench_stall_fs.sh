@@ -13,6 +13,7 @@
 # Exit 0 pass, 1 fail, 77 skip (no kvtier, jq, slowfs or /dev/fuse; a failure under
 # CI=true, see CMakeLists.txt).
 set -u
+. "$(dirname "$0")/lib/jq.sh"
 KVT_BIN=${KVT_BIN:-build}
 KVT=$KVT_BIN/kvtier
 [ -x "$KVT" ] || { echo "skip: $KVT not built"; exit 77; }
@@ -51,7 +52,7 @@ for tier in fs nvme; do
 	echo "$tier: JSON after $ms ms (--seconds $SECONDS_RUN), exit $brc once the mount answered"
 	[ "$ms" -lt $((SECONDS_RUN * 1000 + 500 + SYNC_MS + SLACK_MS)) ] || fail "$tier: took $ms ms"
 	j=$(tail -1 "$tmp/out")
-	echo "$j" | jq -e --arg t $tier '.tier == $t and .errors > 0 and .deadline_misses > 0
+	echo "$j" | jqe --arg t $tier '.tier == $t and .errors > 0 and .deadline_misses > 0
 		and .write_iops > 0' >/dev/null ||
 		fail "$tier: no JSON with failures and deadline misses counted: $j"
 	[ $brc != 0 ] || fail "$tier: exit status 0 with failures"
@@ -65,7 +66,7 @@ start 30
 "$KVT" bench --tier fs --dir "$SLOWFS_MNT/b" --seconds 1.5 "${COMMON[@]}" >"$tmp/out" 2>"$tmp/err" ||
 	fail "slow mount: bench failed: $(tail -3 "$tmp/err")"
 j=$(tail -1 "$tmp/out")
-echo "$j" | jq -e '.errors == 0 and .deadline_misses == 0 and .write_iops > 0' >/dev/null ||
+echo "$j" | jqe '.errors == 0 and .deadline_misses == 0 and .write_iops > 0' >/dev/null ||
 	fail "slow mount: $j"
 echo "slow mount ok: $(echo "$j" | jq -c '{write_iops, write_p99_us, errors}')"
 slowfs_stop

@@ -8,6 +8,7 @@
 # before, a Redis tier was silently skipped ("0 objects").
 # Exit 0 pass, 1 fail, 77 skip (no kvtier, jq or redis-server; a failure under CI=true).
 set -u
+. "$(dirname "$0")/lib/jq.sh"
 KVT=${KVT_BIN:-build}/kvtier
 [ -x "$KVT" ] || { echo "skip: $KVT not built"; exit 77; }
 command -v jq >/dev/null || { echo "skip: jq missing"; exit 77; }
@@ -28,7 +29,7 @@ S=(--tiers redis --set redis.url=$REDIS_URL)
 n=$("$KVT" ls "${S[@]}" --json | tail -1 | jq .objects)
 [ "${n:-0}" -gt 0 ] || fail "ls listed nothing the bench stored"
 v=$("$KVT" verify "${S[@]}" --json | tail -1)
-echo "$v" | jq -e --argjson n "$n" '.objects == $n and .bad == 0' >/dev/null ||
+echo "$v" | jqe --argjson n "$n" '.objects == $n and .bad == 0' >/dev/null ||
 	fail "verify: $v (ls: $n objects)"
 echo "listed and verified $n objects"
 

@@ -5,7 +5,8 @@
  * the tier: every object the index lists must read back complete and correct, every write
  * the child saw acknowledged (reported through a pipe) must be there, and no temp file may
  * remain. Repeated over many iterations, cycling nvme.fsync none/data/full, with
- * a capacity small enough that the child also evicts while it writes.
+ * a capacity small enough that the child also evicts while it writes. Some objects are large
+ * enough (4-5 MiB) to take the fallocate-first path of a new file.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -15,13 +16,19 @@
 #include "nvme_util.h"
 
 #define ITERATIONS 30
-#define MAX_OBJ (512u << 10)
+#define MAX_OBJ ((5u << 20) + 4096)
+#define LARGE_OBJ (4u << 20) /* above: a new file is fallocated before its pieces are written */
 
 static const char *fsync_modes[] = {"none", "data", "full"};
 
+/* Up to 512 KiB; one object in 16 is 4-5 MiB, more than two 2 MiB pieces, so the kill also
+ * lands in that write path (create, fallocate, pieces). */
 static uint64_t obj_len(uint64_t i)
 {
-	return 4096 * (1 + mix64(i ^ 0xabcdef) % (MAX_OBJ / 4096));
+	uint64_t h = mix64(i ^ 0xabcdef);
+	if (h % 16 == 0)
+		return LARGE_OBJ + 4096 * (1 + (h >> 8) % 256);
+	return 4096 * (1 + h % ((512u << 10) / 4096));
 }
 
 /* Even iterations never evict, so every acknowledged write must be found afterwards; odd
@@ -108,7 +115,7 @@ int main(void)
 	srand((unsigned)time(NULL) ^ (unsigned)getpid());
 	uint8_t *rbuf = abuf(MAX_OBJ);
 	struct collect c = {0};
-	long total_checked = 0, total_acked = 0;
+	long total_checked = 0, total_acked = 0, total_large = 0;
 	int max_listed = 0;
 	uint64_t t0 = kvt__now_ns();
 	static uint64_t acked[1 << 16];
@@ -150,6 +157,7 @@ int main(void)
 		for (int i = 0; i < c.n; i++) {
 			CHECK(c.bytes[i] <= MAX_OBJ);
 			listed_bytes += c.bytes[i];
+			total_large += c.bytes[i] > LARGE_OBJ;
 			int rc = t_read1(t, &c.keys[i], rbuf, 0, c.bytes[i]);
 			if (rc != (int)c.bytes[i] || check_object(rbuf, c.bytes[i], &c.keys[i])) {
 				fprintf(stderr, "iteration %d: object %d of %d is torn (rc %d)\n",
@@ -178,11 +186,11 @@ int main(void)
 				CHECK_EQ(t_remove(t, &c.keys[i]), 0);
 		kvt__tier_close(t);
 	}
-	printf("nvme_crash: %d iterations, %ld objects verified (max %d at once), %ld acknowledged "
-	       "writes checked, %.1f s\n",
-	       ITERATIONS, total_checked, max_listed, total_acked,
+	printf("nvme_crash: %d iterations, %ld objects verified (max %d at once, %ld of more than "
+	       "4 MiB), %ld acknowledged writes checked, %.1f s\n",
+	       ITERATIONS, total_checked, max_listed, total_large, total_acked,
 	       (double)(kvt__now_ns() - t0) / 1e9);
-	CHECK(max_listed > 0 && total_acked > 0);
+	CHECK(max_listed > 0 && total_acked > 0 && total_large > 0);
 	free(c.keys);
 	free(c.bytes);
 	free(rbuf);

@@ -5,8 +5,8 @@
  * so when it does, ramfs (which never does) plays that part. (2) A full 8 MiB tmpfs: nvme.bytes
  * of 1 GiB is clamped at open to what the disk holds less 2 %, so eviction keeps it from
  * filling; a disk filled by someone else (a ballast file) gives real ENOSPCs, which evict and
- * retry; an impossible write fails with -ENOSPC leaving no temp file and every stored object
- * intact, never a crash. (3) nvme.bytes below the disk size.
+ * retry; an impossible write (also one whose fallocate fails) fails with -ENOSPC leaving no
+ * temp file and every stored object intact, never a crash. (3) nvme.bytes below the disk size.
  */
 #include <fcntl.h>
 #include <sys/mount.h>
@@ -188,6 +188,12 @@ int main(void)
 	close(bfd);
 	fill_object(buf, 2 << 20, &big);
 	CHECK_EQ(t_write(t, &big, buf, 2 << 20), -ENOSPC);
+	CHECK_EQ(count_files(dir, ".tmp.", ""), 0);
+	CHECK_EQ(list_and_check(t, 2), 2);
+	/* The same for an object of more than two pieces, whose new file is fallocated first:
+	 * the fallocate's ENOSPC takes the same path (evict in the directory, retry, give up). */
+	fill_object(buf, 5 << 20, &big);
+	CHECK_EQ(t_write(t, &big, buf, 5 << 20), -ENOSPC);
 	CHECK_EQ(count_files(dir, ".tmp.", ""), 0);
 	CHECK_EQ(list_and_check(t, 2), 2);
 	/* A 256 KiB write can be made to fit by evicting one object: it is, exactly one. */

@@ -1,0 +1,243 @@
+/*
+ * tier_nvme_index.c - the NVMe tier's in-memory index: key -> directory, bytes, LRU
+ * position, and the chain links that make eviction take a session's last chunk first.
+ *
+ * Writes name their parent chunk (write_chained); an object with stored children - or a
+ * child's write in flight, counted from its start since writes complete out of order - is
+ * not a leaf, so a chain is evicted from its end and a prefix outlives its suffixes. A write
+ * whose only possible victims are its own ancestors is refused instead (-ENOSPC): a session
+ * larger than the capacity keeps its first chunks, which a resume can use. Parent links are
+ * saved at close (tier_nvme_recover.c); after a crash every object is a leaf (plain LRU by
+ * mtime) until its chain is written again. Mutations run on the ring thread; the hash table
+ * is also under ilock because scan() reads it from other threads.
+ */
+#include "tier_nvme_internal.h"
+
+struct nv_ent *nv_ent_find(struct nv *s, const struct kvt_key *k)
+{
+	struct nv_ent *e = s->buckets[kvt__key_hash(k) & (s->nbuckets - 1)];
+	while (e && !kvt__key_eq(&e->key, k))
+		e = e->hnext;
+	return e;
+}
+
+void nv_lru_unlink(struct nv *s, struct nv_ent *e)
+{
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		s->lru_head = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	else
+		s->lru_tail = e->prev;
+	e->prev = e->next = NULL;
+}
+
+void nv_lru_push_head(struct nv *s, struct nv_ent *e)
+{
+	e->prev = NULL;
+	e->next = s->lru_head;
+	if (s->lru_head)
+		s->lru_head->prev = e;
+	else
+		s->lru_tail = e;
+	s->lru_head = e;
+}
+
+void nv_leaf_unlink(struct nv *s, struct nv_ent *e)
+{
+	if (!e->in_leaf)
+		return;
+	if (e->lprev)
+		e->lprev->lnext = e->lnext;
+	else
+		s->leaf_head = e->lnext;
+	if (e->lnext)
+		e->lnext->lprev = e->lprev;
+	else
+		s->leaf_tail = e->lprev;
+	e->lprev = e->lnext = NULL;
+	e->in_leaf = false;
+}
+
+void nv_leaf_push(struct nv *s, struct nv_ent *e, bool head)
+{
+	nv_leaf_unlink(s, e);
+	e->in_leaf = true;
+	if (head) {
+		e->lprev = NULL;
+		e->lnext = s->leaf_head;
+		if (s->leaf_head)
+			s->leaf_head->lprev = e;
+		else
+			s->leaf_tail = e;
+		s->leaf_head = e;
+	} else {
+		e->lnext = NULL;
+		e->lprev = s->leaf_tail;
+		if (s->leaf_tail)
+			s->leaf_tail->lnext = e;
+		else
+			s->leaf_head = e;
+		s->leaf_tail = e;
+	}
+}
+
+void nv_lru_touch(struct nv *s, struct nv_ent *e)
+{
+	if (e->in_leaf && s->leaf_head != e)
+		nv_leaf_push(s, e, true);
+	if (s->lru_head == e)
+		return;
+	nv_lru_unlink(s, e);
+	nv_lru_push_head(s, e);
+}
+
+/* Count (delta +1) a child of the chunk p on p's entry, or on p's write in flight (writes
+ * complete out of order: the entry it publishes takes the count over), or uncount (-1) it
+ * from the one with that uid. An entry with children is not a leaf, so not a victim; when
+ * its last child goes it becomes the next leaf to nv_evict (its chain's end was just evicted).
+ * Returns the uid counted on, 0 when p is neither stored nor being written. */
+uint64_t nv_parent_count(struct nv *s, const struct kvt_key *p, int delta, uint64_t uid)
+{
+	struct nv_ent *e = nv_ent_find(s, p);
+	if (e && (delta > 0 || e->uid == uid)) {
+		if (delta > 0) {
+			if (e->children++ == 0)
+				nv_leaf_unlink(s, e);
+		} else if (e->children && --e->children == 0) {
+			nv_leaf_push(s, e, false);
+		}
+		return e->uid;
+	}
+	struct nv_op *w = *nv_leader_slot(s, p);
+	if (w && (delta > 0 || w->uid == uid)) {
+		if (delta > 0)
+			w->children++;
+		else if (w->children)
+			w->children--;
+		return w->uid;
+	}
+	return 0;
+}
+
+/* A stored entry learns its parent (a later write of its key, or .kvtier.chains). */
+void nv_chain_link(struct nv *s, struct nv_ent *e, const struct kvt_key *parent)
+{
+	if (e->parent_uid || kvt__key_eq(&e->key, parent))
+		return;
+	e->parent = *parent;
+	e->has_parent = true;
+	e->parent_uid = nv_parent_count(s, parent, +1, 0);
+}
+
+/* e is going away: it is no longer a leaf, and no longer a child of its parent. */
+static void chain_unlink(struct nv *s, struct nv_ent *e)
+{
+	nv_leaf_unlink(s, e);
+	if (e->parent_uid)
+		nv_parent_count(s, &e->parent, -1, e->parent_uid);
+	e->parent_uid = 0;
+}
+
+/* A chunk refused for lack of room cuts its chain here: the chunks after it could never be
+ * resumed from this tier, so they must not evict anything either (else a session larger
+ * than the capacity would evict its own prefix one step removed). */
+void nv_refused_add(struct nv *s, const struct kvt_key *k)
+{
+	s->refused[s->refused_next++ % NV_REFUSED] = kvt__key_hash(k) | 1;
+}
+
+bool nv_refused_has(const struct nv *s, const struct kvt_key *k)
+{
+	uint64_t h = kvt__key_hash(k) | 1;
+	for (uint32_t i = 0; i < NV_REFUSED; i++)
+		if (s->refused[i] == h)
+			return true;
+	return false;
+}
+
+/* The next object to evict for a write of op (NULL op: no write): the least recently used
+ * leaf that is not op's parent. NULL when op's own ancestors are all that is left - or no
+ * leaf at all: every stored object has a child stored or in flight (the leaves to be are
+ * still being written), and evicting any would cut a chain. (Only a caller naming parents
+ * in a cycle could leave no leaf for good; then writes are refused, nothing is lost.) */
+struct nv_ent *nv_victim(struct nv *s, const struct nv_op *op)
+{
+	for (struct nv_ent *e = s->leaf_tail; e; e = e->lprev)
+		if (!op || !op->has_parent || !kvt__key_eq(&e->key, &op->parent))
+			return e;
+	return NULL;
+}
+
+void nv_publish_counts(struct nv *s)
+{
+	ST_SET(s, objects, s->nents);
+	ST_SET(s, bytes, s->used);
+}
+
+/* Called with ilock held. */
+static int index_grow(struct nv *s)
+{
+	uint64_t nb = s->nbuckets * 2;
+	struct nv_ent **b = kvt__calloc(nb, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < s->nbuckets; i++) {
+		struct nv_ent *e = s->buckets[i], *nx;
+		for (; e; e = nx) {
+			nx = e->hnext;
+			uint64_t h = kvt__key_hash(&e->key) & (nb - 1);
+			e->hnext = b[h];
+			b[h] = e;
+		}
+	}
+	kvt__free(s->buckets);
+	s->buckets = b;
+	s->nbuckets = nb;
+	return 0;
+}
+
+/* New entry at the LRU head (most recent). */
+struct nv_ent *nv_ent_insert(struct nv *s, const struct kvt_key *k, uint32_t dir, uint64_t bytes)
+{
+	struct nv_ent *e = kvt__calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	e->key = *k;
+	e->dir = dir;
+	e->bytes = bytes;
+	e->gen = ++s->gen;
+	e->uid = ++s->uids;
+	pthread_mutex_lock(&s->ilock);
+	if (s->nents >= s->nbuckets)
+		index_grow(s); /* on failure chains just get longer */
+	uint64_t h = kvt__key_hash(k) & (s->nbuckets - 1);
+	e->hnext = s->buckets[h];
+	s->buckets[h] = e;
+	s->nents++;
+	s->used += bytes;
+	pthread_mutex_unlock(&s->ilock);
+	nv_lru_push_head(s, e);
+	nv_leaf_push(s, e, true);
+	nv_publish_counts(s);
+	return e;
+}
+
+void nv_ent_remove(struct nv *s, struct nv_ent *e)
+{
+	nv_fdc_detach(s, e);
+	chain_unlink(s, e);
+	nv_lru_unlink(s, e);
+	pthread_mutex_lock(&s->ilock);
+	struct nv_ent **pp = &s->buckets[kvt__key_hash(&e->key) & (s->nbuckets - 1)];
+	while (*pp != e)
+		pp = &(*pp)->hnext;
+	*pp = e->hnext;
+	s->nents--;
+	s->used -= e->bytes;
+	pthread_mutex_unlock(&s->ilock);
+	nv_publish_counts(s);
+	kvt__free(e);
+}

@@ -1,0 +1,315 @@
+/*
+ * tier_nvme_internal.h - the NVMe tier's private types and the functions its files share
+ * (src/tier_nvme*.c; tier_nvme.c lists them). Nothing here is API: the tier is reached
+ * through kvt__tier_nvme_ops. Functions shared between the tier's files are named nv_*.
+ */
+#ifndef KVT_TIER_NVME_INTERNAL_H
+#define KVT_TIER_NVME_INTERNAL_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "tier.h"
+
+#define NV_IO_MAX (2u << 20) /* bytes per SQE */
+#define NV_SEG_INLINE 4
+#define NV_NAME_MAX 128
+#define NV_BUCKETS 24			/* hourly write-budget buckets: a rolling day */
+#define NV_BUDGET_NAME ".kvtier.budget" /* the budget survives restarts */
+#define NV_LEADER_BUCKETS 1024		/* in-flight writes by key */
+#define NV_LOCK_NAME ".kvtier.lock"
+#define NV_TMP_PREFIX ".tmp."
+#define NV_REFUSED 1024 /* remembered refusals: their chains' later chunks are refused too */
+#define NV_CHAINS_NAME ".kvtier.chains" /* parent links, saved at close */
+#define NV_CHAINS_MAGIC "kvtier-chains-v1\n"
+
+enum nv_fsync { NV_FSYNC_NONE, NV_FSYNC_DATA, NV_FSYNC_FULL };
+enum nv_type { OP_WRITE, OP_READ, OP_EXISTS, OP_REMOVE, OP_FLUSH, OP_DROP };
+enum nv_stage {
+	ST_WAIT,      /* SQEs in flight; the next CQE moves the op on */
+	ST_W_OPEN,    /* create the temp file */
+	ST_W_ALLOC,   /* give a new temp file its size first (fallocate) */
+	ST_W_DATA,    /* write pieces */
+	ST_W_SYNC,    /* fdatasync */
+	ST_W_CLOSE,   /* close, then rename (sync) */
+	ST_W_DIRSYNC, /* fsync the subdirectory (nvme.fsync=full) */
+	ST_W_FAIL,    /* clean up the temp file, maybe retry */
+	ST_R_OPEN,    /* open the object for reading */
+	ST_R_DATA,    /* read pieces */
+	ST_DONE,
+};
+enum nv_kind { IO_OPEN, IO_ALLOC, IO_WRITE, IO_READ, IO_FSYNC, IO_CLOSE, IO_DIRSYNC, IO_WAKE };
+
+struct nv_dir {
+	char *path;
+	int fd;
+	int lock_fd;
+	bool direct;
+};
+
+/* A cached read descriptor. ent is NULL once its object is gone: closed at last unref. */
+struct nv_fdc {
+	struct nv_fdc *prev, *next;
+	struct nv_ent *ent;
+	int fd;
+	uint32_t refs;
+};
+
+struct nv_ent {
+	struct kvt_key key;
+	struct nv_ent *hnext;
+	struct nv_ent *prev, *next;   /* LRU, head = most recent */
+	struct nv_ent *lprev, *lnext; /* leaves (no stored children) only: the eviction order */
+	bool in_leaf;
+	uint32_t children;   /* stored entries and writes in flight naming this one as parent */
+	uint64_t uid;	     /* unique per entry (or the write it came from), never reused */
+	uint64_t parent_uid; /* uid of the parent entry or write counting this one (0: none) */
+	bool has_parent;     /* parent is known (saved in .kvtier.chains) */
+	struct kvt_key parent;
+	struct nv_fdc *fdc;
+	uint64_t bytes;
+	uint64_t gen; /* tells this entry from a later one of the same key */
+	uint32_t dir;
+	uint32_t opening; /* read opens in flight: the file must not be recycled */
+};
+
+struct nv_op {
+	struct nv_op *next, *prev;   /* submit FIFO, then the ready list */
+	struct nv_op *wnext, *wprev; /* active writes, in submission order */
+	struct nv_op *lnext;	     /* in-flight leader writes, chained by key hash */
+	struct nv_op *followers;     /* same-key writes that wait for this one */
+	bool leader;
+	enum nv_type type;
+	enum nv_stage stage;
+	int err;
+	uint32_t pending; /* SQEs in flight */
+	bool in_ready;
+	bool issued;	 /* has put an SQE in the ring: no longer cancellable */
+	bool retried;	 /* after ENOSPC */
+	bool reopened;	 /* after EMFILE */
+	bool recycled;	 /* the temp file is an evicted object's file, overwritten in place */
+	bool has_parent; /* write: parent is the chunk before this one in its prompt */
+	struct kvt_key parent;
+	uint64_t uid;	     /* leader write: the entry it publishes gets this uid */
+	uint32_t children;   /* leader write: writes naming its key as parent, counted here */
+	uint64_t parent_uid; /* the parent entry or write counting this one (0: none) */
+	kvt_tier_cb cb;
+	void *arg;
+	struct kvt_key key;
+	uint64_t seq; /* writes and flushes */
+	/* write */
+	const uint8_t *obj;
+	uint64_t len, cursor;
+	int fd;
+	uint32_t dir;
+	uint32_t budget_hour;
+	/* read */
+	struct kvt_seg *segs;
+	uint32_t nsegs, si;
+	uint64_t soff, size, total;
+	uint64_t gen; /* of the index entry the read started from */
+	struct nv_fdc *fdc;
+	/* exists */
+	const struct kvt_key *keys;
+	uint8_t *present;
+	uint32_t n;
+	/* not cleared by op_new */
+	struct kvt_seg seg_inline[NV_SEG_INLINE];
+	char name[NV_NAME_MAX]; /* temp name (write) or final name (read) */
+};
+
+struct nv_io {
+	struct nv_op *op;
+	struct nv_io *next_free;
+	uint8_t *buf;
+	uint64_t off;
+	uint32_t len;
+	enum nv_kind kind;
+};
+
+/* A removed object's file, renamed to a temp name and kept to be overwritten. */
+struct nv_spare {
+	uint32_t dir;
+	uint64_t bytes;
+	char name[NV_NAME_MAX];
+};
+
+struct nv_stats {
+	_Atomic uint64_t objects, bytes, reads, read_bytes, writes, write_bytes, evictions,
+	    checksum_failures, errors, writes_skipped, removes;
+};
+
+struct nv {
+	const struct kvt_log *log;
+	struct nv_dir *dirs;
+	uint32_t ndirs;
+	uint64_t capacity, budget;
+	uint32_t qd, open_files;
+	int fsync_mode;
+	pid_t pid;
+	bool ro; /* store.read_only: inspection, nothing is created, deleted or written */
+	mode_t file_mode, dir_mode;
+	uint64_t object_max;
+	_Atomic uint64_t skips_unreported, last_skip_warn_ns;
+	char **anomalies; /* "path\twhy" of entries that cannot be objects (scan_anomalies) */
+	size_t n_anomalies;
+
+	/* submit side, under qlock */
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond; /* ring thread start-up handshake */
+	struct nv_op *qhead, *qtail;
+	struct nv_op *free_ops;
+	bool closing;
+	uint64_t wseq;
+	int efd;
+	int init_rc;
+	bool init_done;
+	pthread_t thread;
+	bool thread_started;
+
+	/* ring thread only */
+	struct io_uring ring;
+	struct nv_io *ios, *free_ios;
+	struct nv_io wake;
+	struct nv_io trash; /* marks the CQEs of evicted files' unlinks */
+	uint32_t trash_inflight;
+	bool ring_ready;
+	uint64_t wake_val;
+	bool wake_armed;
+	struct nv_op *ready_head, *ready_tail;
+	struct nv_op *whead, *wtail;
+	struct nv_op *leaders[NV_LEADER_BUCKETS];
+	struct nv_op *flush_head, *flush_tail; /* linked through next */
+	struct nv_op *done_ops;		       /* back to free_ops at next drain */
+	uint64_t active;
+	uint32_t tmpseq;
+	bool cancelled;
+	struct nv_fdc *fdc_head, *fdc_tail, *free_fdc;
+	uint32_t nfdc;
+	uint64_t used, reserved;
+	uint64_t gen;
+
+	/* spare files (ring thread only): removed objects' files kept for the next write of
+	 * their size, see nv_spare_keep() */
+	struct nv_spare *spares;
+	uint32_t nspares;
+	uint64_t spare_bytes;
+
+	/* index: mutations under ilock (scan() reads it from other threads) */
+	pthread_mutex_t ilock;
+	struct nv_ent **buckets;
+	uint64_t nbuckets, nents;
+	struct nv_ent *lru_head, *lru_tail;
+	struct nv_ent *leaf_head, *leaf_tail; /* ring thread only */
+	uint64_t uids;
+	uint64_t refused[NV_REFUSED]; /* key hashes of chunks refused for room */
+	uint32_t refused_next;
+
+	/* write budget */
+	pthread_mutex_t block;
+	uint64_t (*clock_hour)(void); /* nv_hour_now; a test's clock in tests */
+	uint64_t bucket[NV_BUCKETS];
+	uint64_t bucket_hour; /* wall-clock hours since the epoch */
+	bool budget_dirty;
+	uint64_t budget_used;
+
+	struct nv_stats st;
+};
+
+#define ST_ADD(s, f, v) atomic_fetch_add_explicit(&(s)->st.f, (v), memory_order_relaxed)
+#define ST_SET(s, f, v) atomic_store_explicit(&(s)->st.f, (v), memory_order_relaxed)
+#define ST_GET(s, f) atomic_load_explicit(&(s)->st.f, memory_order_relaxed)
+
+/* tier_nvme_index.c */
+struct nv_ent *nv_ent_find(struct nv *s, const struct kvt_key *k);
+void nv_lru_unlink(struct nv *s, struct nv_ent *e);
+void nv_lru_push_head(struct nv *s, struct nv_ent *e);
+void nv_leaf_unlink(struct nv *s, struct nv_ent *e);
+void nv_leaf_push(struct nv *s, struct nv_ent *e, bool head);
+void nv_lru_touch(struct nv *s, struct nv_ent *e);
+uint64_t nv_parent_count(struct nv *s, const struct kvt_key *p, int delta, uint64_t uid);
+void nv_chain_link(struct nv *s, struct nv_ent *e, const struct kvt_key *parent);
+void nv_refused_add(struct nv *s, const struct kvt_key *k);
+bool nv_refused_has(const struct nv *s, const struct kvt_key *k);
+struct nv_ent *nv_victim(struct nv *s, const struct nv_op *op);
+void nv_publish_counts(struct nv *s);
+struct nv_ent *nv_ent_insert(struct nv *s, const struct kvt_key *k, uint32_t dir, uint64_t bytes);
+void nv_ent_remove(struct nv *s, struct nv_ent *e);
+
+/* tier_nvme_space.c */
+int nv_parse_object_name(const char *name, struct kvt_key *k);
+void nv_object_path(const struct kvt_key *k, char *out);
+uint32_t nv_key_dir(const struct nv *s, const struct kvt_key *k);
+void nv_unlink_async(struct nv *s, struct nv_dir *d, const char *name);
+void nv_ent_unlink(struct nv *s, struct nv_ent *e, bool now);
+void nv_evict(struct nv *s, struct nv_ent *e, bool now);
+void nv_spare_drop_all(struct nv *s, bool now);
+bool nv_spare_keep(struct nv *s, struct nv_ent *e);
+bool nv_spare_take(struct nv *s, struct nv_op *op);
+int nv_make_room(struct nv *s, uint64_t len, struct nv_op *op);
+int nv_evict_in_dir(struct nv *s, uint32_t dir, uint64_t len);
+
+/* tier_nvme_fdc.c */
+void nv_fdc_list_unlink(struct nv *s, struct nv_fdc *c);
+void nv_fdc_free(struct nv *s, struct nv_fdc *c);
+void nv_fdc_detach(struct nv *s, struct nv_ent *e);
+uint32_t nv_fdc_shed(struct nv *s);
+void nv_fdc_put(struct nv *s, struct nv_fdc *c);
+void nv_fdc_use(struct nv *s, struct nv_fdc *c);
+struct nv_fdc *nv_fdc_adopt(struct nv *s, struct nv_op *op, int fd);
+
+/* tier_nvme_budget.c */
+uint64_t nv_hour_now(void);
+void nv_budget_roll(struct nv *s, uint64_t hour);
+void nv_budget_save(struct nv *s);
+void nv_budget_load(struct nv *s);
+int nv_budget_take(struct nv *s, uint64_t len, uint32_t *hour_out);
+void nv_budget_refund(struct nv *s, uint64_t len, uint32_t hour);
+
+/* tier_nvme_write.c */
+void nv_write_release(struct nv *s, struct nv_op *op);
+int nv_write_publish(struct nv *s, struct nv_op *op);
+bool nv_write_fail(struct nv *s, struct nv_op *op);
+void nv_start_write(struct nv *s, struct nv_op *op);
+
+/* tier_nvme_ops.c */
+void nv_pump(struct nv *s, struct nv_op *op);
+void nv_on_cqe(struct nv *s, struct nv_io *io, int res);
+void nv_start_op(struct nv *s, struct nv_op *op);
+void nv_cancel_unissued(struct nv *s);
+
+/* tier_nvme_ring.c */
+struct nv_io *nv_io_start(struct nv *s, struct nv_op *op, enum nv_kind kind,
+			  struct io_uring_sqe **sqe);
+void nv_io_put(struct nv *s, struct nv_io *io);
+void nv_ready_push(struct nv *s, struct nv_op *op);
+struct nv_op **nv_leader_slot(struct nv *s, const struct kvt_key *k);
+void nv_finish(struct nv *s, struct nv_op *op, int64_t res);
+void *nv_ring_main(void *arg);
+
+/* tier_nvme_recover.c */
+int nv_scan_anomalies(struct kvt_tier *t, void (*fn)(void *arg, const char *path, const char *why),
+		      void *arg);
+void nv_chains_save(struct nv *s);
+int nv_rebuild_index(struct nv *s);
+
+/* tier_nvme_open.c */
+int nv_open(struct kvt_tier *t, const struct kvt_config *cfg);
+void nv_close(struct kvt_tier *t);
+
+#endif

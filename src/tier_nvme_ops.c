@@ -1,0 +1,398 @@
+/*
+ * tier_nvme_ops.c - the NVMe tier's operations as small state machines advanced by
+ * completions (nv_pump issues, nv_on_cqe moves on), and the start of every kind of op.
+ *
+ * Data, fallocate, fsync, close and openat (temp create, read open) go through io_uring
+ * (openat, fallocate and fsync are the slow metadata operations, so they run on io_uring's
+ * workers without stalling the ring thread). Large objects are split into NV_IO_MAX pieces.
+ */
+#include "tier_nvme_internal.h"
+
+/* Issue what the op can issue now. Returns with the op waiting for CQEs, parked in the
+ * ready list (no free slot), or finished. */
+void nv_pump(struct nv *s, struct nv_op *op)
+{
+	struct nv_io *io;
+	struct io_uring_sqe *sqe;
+	for (;;) {
+		switch (op->stage) {
+		case ST_WAIT:
+		case ST_DONE:
+			return;
+		case ST_W_OPEN: {
+			if (!(io = nv_io_start(s, op, IO_OPEN, &sqe)))
+				goto blocked;
+			int fl = O_WRONLY | O_CLOEXEC;
+			if (!op->recycled)
+				fl |= O_CREAT | O_EXCL;
+			if (s->dirs[op->dir].direct)
+				fl |= O_DIRECT;
+			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, s->file_mode);
+			op->stage = ST_WAIT;
+			return;
+		}
+		case ST_W_ALLOC:
+			if (!(io = nv_io_start(s, op, IO_ALLOC, &sqe)))
+				goto blocked;
+			io_uring_prep_fallocate(sqe, op->fd, 0, 0, (off_t)op->len);
+			op->stage = ST_WAIT;
+			return;
+		case ST_W_DATA:
+			while (!op->err && op->cursor < op->len) {
+				if (!(io = nv_io_start(s, op, IO_WRITE, &sqe)))
+					goto blocked;
+				io->off = op->cursor;
+				io->len = (uint32_t)KVT_MIN(op->len - op->cursor, NV_IO_MAX);
+				io->buf = (uint8_t *)op->obj + op->cursor;
+				op->cursor += io->len;
+				io_uring_prep_write(sqe, op->fd, io->buf, io->len, io->off);
+			}
+			if (op->pending)
+				return; /* CQEs call nv_pump again */
+			if (op->err)
+				op->stage = ST_W_FAIL;
+			else
+				op->stage = s->fsync_mode == NV_FSYNC_NONE ? ST_W_CLOSE : ST_W_SYNC;
+			break;
+		case ST_W_SYNC:
+			if (!(io = nv_io_start(s, op, IO_FSYNC, &sqe)))
+				goto blocked;
+			io_uring_prep_fsync(sqe, op->fd, IORING_FSYNC_DATASYNC);
+			op->stage = ST_WAIT;
+			return;
+		case ST_W_CLOSE:
+			if (!(io = nv_io_start(s, op, IO_CLOSE, &sqe)))
+				goto blocked;
+			io_uring_prep_close(sqe, op->fd);
+			op->fd = -1;
+			op->stage = ST_WAIT;
+			return;
+		case ST_W_DIRSYNC: {
+			if (!(io = nv_io_start(s, op, IO_DIRSYNC, &sqe)))
+				goto blocked;
+			char sub[3] = {op->name[0], op->name[1], 0};
+			op->fd =
+			    openat(s->dirs[op->dir].fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (op->fd < 0) {
+				op->err = -errno;
+				io_uring_prep_nop(sqe);
+			} else {
+				io_uring_prep_fsync(sqe, op->fd, 0);
+			}
+			op->stage = ST_WAIT;
+			return;
+		}
+		case ST_W_FAIL:
+			if (nv_write_fail(s, op)) {
+				nv_finish(s, op, op->err);
+				return;
+			}
+			break;
+		case ST_R_OPEN: {
+			if (!(io = nv_io_start(s, op, IO_OPEN, &sqe)))
+				goto blocked;
+			int fl = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
+			if (s->dirs[op->dir].direct)
+				fl |= O_DIRECT;
+			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, 0);
+			op->stage = ST_WAIT;
+			return;
+		}
+		case ST_R_DATA:
+			while (!op->err && op->si < op->nsegs) {
+				struct kvt_seg *g = &op->segs[op->si];
+				/* Aligned past a misaligned end (a damaged object): O_DIRECT
+				 * refuses an unaligned length, and the read stops short at EOF. */
+				uint64_t end =
+				    KVT_MIN(g->off + g->len, KVT_ALIGN_UP(op->size, KVT_ALIGN));
+				if (g->off + op->soff >= end) {
+					op->si++;
+					op->soff = 0;
+					continue;
+				}
+				if (!(io = nv_io_start(s, op, IO_READ, &sqe)))
+					goto blocked;
+				io->off = g->off + op->soff;
+				io->len = (uint32_t)KVT_MIN(end - io->off, NV_IO_MAX);
+				io->buf = (uint8_t *)g->buf + op->soff;
+				op->soff += io->len;
+				io_uring_prep_read(sqe, op->fdc->fd, io->buf, io->len, io->off);
+			}
+			if (op->pending)
+				return;
+			nv_fdc_put(s, op->fdc);
+			op->fdc = NULL;
+			if (op->err) {
+				ST_ADD(s, errors, 1);
+				nv_finish(s, op, op->err);
+			} else {
+				ST_ADD(s, reads, 1);
+				ST_ADD(s, read_bytes, op->total);
+				nv_finish(s, op, (int64_t)op->total); /* may exceed 2 GiB */
+			}
+			return;
+		}
+	}
+blocked:
+	nv_ready_push(s, op);
+}
+
+void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
+{
+	struct nv_op *op = io->op;
+	op->pending--;
+	switch (io->kind) {
+	case IO_OPEN: {
+		nv_io_put(s, io);
+		struct nv_ent *re = NULL;
+		if (op->type == OP_READ && (re = nv_ent_find(s, &op->key)) && re->gen == op->gen)
+			re->opening--;
+		else
+			re = NULL;
+		if ((res == -EMFILE || res == -ENFILE) && !op->reopened && nv_fdc_shed(s)) {
+			KVT_WARN(s->log, "nvme: out of file descriptors: closed idle cached ones "
+					 "(lower nvme.open_files or raise RLIMIT_NOFILE)");
+			op->reopened = true;
+			if (op->type == OP_WRITE) {
+				op->stage = ST_W_OPEN;
+			} else if (!re) {
+				nv_finish(s, op, -ENOENT); /* removed meanwhile */
+				return;
+			} else {
+				re->opening++;
+				op->stage = ST_R_OPEN;
+			}
+			break;
+		}
+		if (op->type == OP_WRITE) {
+			if (res < 0) {
+				op->err = res;
+				op->stage = ST_W_FAIL;
+			} else {
+				op->fd = res;
+				/* A new file of more than two pieces is given its size first:
+				 * pieces past the end of the file would each extend it, which
+				 * ext4 does only under the inode's exclusive lock, so io_uring
+				 * punts every one to a worker and they run one after another. */
+				op->stage = !op->recycled && op->len > 2ull * NV_IO_MAX ? ST_W_ALLOC
+											: ST_W_DATA;
+			}
+		} else if (res < 0) {
+			if (res == -ENOENT) {
+				/* The file vanished behind our back: forget it (unless the entry
+				 * is a newer one, published while this open was in flight). */
+				struct nv_ent *e = nv_ent_find(s, &op->key);
+				if (e && e->gen == op->gen && !e->fdc)
+					nv_ent_remove(s, e);
+			} else {
+				ST_ADD(s, errors, 1);
+				KVT_WARN(s->log, "nvme: open %s/%s: %s", s->dirs[op->dir].path,
+					 op->name, strerror(-res));
+			}
+			nv_finish(s, op, res);
+			return;
+		} else if (!(op->fdc = nv_fdc_adopt(s, op, res))) {
+			nv_finish(s, op, -ENOMEM);
+			return;
+		} else {
+			op->stage = ST_R_DATA;
+		}
+		break;
+	}
+	case IO_WRITE:
+	case IO_READ:
+		if (res < 0) {
+			if (!op->err)
+				op->err = res;
+		} else if (io->kind == IO_READ) {
+			op->total += (uint64_t)res;
+			if (res > 0 && (uint32_t)res < io->len && !op->err &&
+			    io->off + (uint64_t)res < op->size) {
+				/* Short read inside the object's known size: read the rest. */
+				io->off += (uint64_t)res;
+				io->buf += res;
+				io->len -= (uint32_t)res;
+				struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+				if (sqe) {
+					op->pending++;
+					io_uring_prep_read(sqe, op->fdc->fd, io->buf, io->len,
+							   io->off);
+					io_uring_sqe_set_data(sqe, io);
+					return;
+				}
+				op->err = -EIO;
+			}
+		} else if ((uint32_t)res < io->len && !op->err) {
+			if (res == 0) {
+				op->err = -ENOSPC;
+			} else {
+				io->off += (uint64_t)res;
+				io->buf += res;
+				io->len -= (uint32_t)res;
+				struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+				if (sqe) {
+					op->pending++;
+					io_uring_prep_write(sqe, op->fd, io->buf, io->len, io->off);
+					io_uring_sqe_set_data(sqe, io);
+					return;
+				}
+				op->err = -EIO;
+			}
+		}
+		nv_io_put(s, io);
+		break;
+	case IO_ALLOC:
+		nv_io_put(s, io);
+		if (res < 0 && res != -EOPNOTSUPP) {
+			op->err = res;
+			op->stage = ST_W_FAIL;
+		} else {
+			op->stage = ST_W_DATA;
+		}
+		break;
+	case IO_FSYNC:
+		nv_io_put(s, io);
+		if (res < 0) {
+			op->err = res;
+			op->stage = ST_W_FAIL;
+		} else {
+			op->stage = ST_W_CLOSE;
+		}
+		break;
+	case IO_CLOSE:
+		nv_io_put(s, io);
+		if (res < 0) {
+			op->err = res;
+			op->stage = ST_W_FAIL;
+			break;
+		}
+		if ((res = nv_write_publish(s, op)) < 0) {
+			op->err = res;
+			op->stage = ST_W_FAIL;
+		} else if (s->fsync_mode == NV_FSYNC_FULL) {
+			op->stage = ST_W_DIRSYNC;
+		} else {
+			nv_finish(s, op, 0);
+			return;
+		}
+		break;
+	case IO_DIRSYNC:
+		nv_io_put(s, io);
+		if (op->fd >= 0)
+			close(op->fd);
+		op->fd = -1;
+		if (res < 0 && !op->err)
+			op->err = res;
+		if (op->err) {
+			/* Published but its directory entry may not be durable: say so. */
+			ST_ADD(s, errors, 1);
+			KVT_WARN(s->log, "nvme: directory fsync in %s: %s", s->dirs[op->dir].path,
+				 strerror(-op->err));
+		}
+		nv_finish(s, op, op->err);
+		return;
+	case IO_WAKE:
+		break;
+	}
+	nv_pump(s, op);
+}
+
+static void start_read(struct nv *s, struct nv_op *op)
+{
+	struct nv_ent *e = nv_ent_find(s, &op->key);
+	if (!e) {
+		nv_finish(s, op, -ENOENT);
+		return;
+	}
+	nv_lru_touch(s, e);
+	op->size = e->bytes;
+	op->dir = e->dir;
+	op->gen = e->gen;
+	if (e->fdc) {
+		nv_fdc_use(s, e->fdc);
+		op->fdc = e->fdc;
+		op->stage = ST_R_DATA;
+	} else {
+		nv_object_path(&op->key, op->name);
+		op->stage = ST_R_OPEN;
+		e->opening++;
+	}
+	nv_pump(s, op);
+}
+
+void nv_start_op(struct nv *s, struct nv_op *op)
+{
+	s->active++;
+	struct nv_ent *e;
+	switch (op->type) {
+	case OP_WRITE:
+		nv_start_write(s, op);
+		break;
+	case OP_READ:
+		start_read(s, op);
+		break;
+	case OP_EXISTS:
+		for (uint32_t i = 0; i < op->n; i++)
+			op->present[i] =
+			    (e = nv_ent_find(s, &op->keys[i])) && e->bytes >= KVT_HEADER_BYTES;
+		nv_finish(s, op, 0);
+		break;
+	case OP_REMOVE:
+		if (!(e = nv_ent_find(s, &op->key))) {
+			nv_finish(s, op, -ENOENT);
+			break;
+		}
+		if (!nv_spare_keep(s, e))
+			nv_ent_unlink(s, e, false);
+		ST_ADD(s, removes, 1);
+		nv_finish(s, op, 0);
+		break;
+	case OP_DROP:
+		if ((e = nv_ent_find(s, &op->key))) {
+			KVT_WARN(s->log, "nvme: dropping corrupt object in %s",
+				 s->dirs[e->dir].path);
+			nv_ent_unlink(s, e, false);
+		}
+		nv_finish(s, op, 0);
+		break;
+	case OP_FLUSH:
+		if (!s->whead || s->whead->seq > op->seq) {
+			nv_finish(s, op, 0);
+			break;
+		}
+		op->next = NULL;
+		if (s->flush_tail)
+			s->flush_tail->next = op;
+		else
+			s->flush_head = op;
+		s->flush_tail = op;
+		break;
+	}
+}
+
+/* Close: ops that have not put anything in the ring are cancelled. */
+void nv_cancel_unissued(struct nv *s)
+{
+	struct nv_op *op = s->ready_head, *nx;
+	for (; op; op = nx) {
+		nx = op->next;
+		if (op->issued || op->pending)
+			continue;
+		if (op->type == OP_WRITE) {
+			nv_write_release(s, op);
+			nv_budget_refund(s, op->len, op->budget_hour);
+			if (op->recycled)
+				nv_unlink_async(s, &s->dirs[op->dir], op->name);
+		}
+		if (op->fdc) {
+			nv_fdc_put(s, op->fdc);
+			op->fdc = NULL;
+		}
+		if (op->type == OP_READ && op->stage == ST_R_OPEN) {
+			struct nv_ent *e = nv_ent_find(s, &op->key);
+			if (e && e->gen == op->gen)
+				e->opening--;
+		}
+		nv_finish(s, op, -ECANCELED);
+	}
+}

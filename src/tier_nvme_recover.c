@@ -1,0 +1,281 @@
+/*
+ * tier_nvme_recover.c - what a restart keeps: the open-time scan that deletes crash debris
+ * and rebuilds the index, and the parent links saved at close.
+ *
+ * The scan deletes temp files and rebuilds the in-memory index in mtime order: a restart
+ * keeps the cache. It judges no object's content: an empty or misaligned file is indexed at
+ * its size (with a warning) for the object format to judge when it is read or verified, and
+ * an entry that is not a regular file is listed by scan_anomalies(), never followed or
+ * deleted. Parent links are saved in <first dir>/.kvtier.chains (a key's parent never
+ * changes: keys are content addresses, so a stale file is still true).
+ */
+#include "tier_nvme_internal.h"
+
+struct scan_item {
+	struct nv_ent *e;
+	int64_t mtime_ns;
+};
+
+static int cmp_mtime(const void *a, const void *b)
+{
+	const struct scan_item *x = a, *y = b;
+	return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
+}
+
+static int anomaly_add(struct nv *s, const char *dir, const char *sub, const char *name,
+		       const char *why)
+{
+	char **a = kvt__realloc(s->anomalies, (s->n_anomalies + 1) * sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	s->anomalies = a;
+	size_t n = strlen(dir) + strlen(sub) + strlen(name) + strlen(why) + 4;
+	if (!(a[s->n_anomalies] = kvt__malloc(n)))
+		return -ENOMEM;
+	snprintf(a[s->n_anomalies++], n, "%s/%s/%s\t%s", dir, sub, name, why);
+	return 0;
+}
+
+int nv_scan_anomalies(struct kvt_tier *t, void (*fn)(void *arg, const char *path, const char *why),
+		      void *arg)
+{
+	struct nv *s = t->state;
+	for (size_t i = 0; i < s->n_anomalies; i++) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s", s->anomalies[i]);
+		char *tab = strchr(path, '\t');
+		*tab = 0;
+		fn(arg, path, tab + 1);
+	}
+	return 0;
+}
+
+/* The file systems under nvme.dirs can hold what is stored there plus their free space;
+ * nvme.bytes above that, less 2 % of each file system kept free, would fill them to the
+ * last block (and fail other programs' writes): clamp it, with a warning. */
+static void clamp_capacity(struct nv *s)
+{
+	uint64_t room = 0;
+	dev_t devs[64];
+	uint32_t ndevs = 0;
+	for (uint32_t i = 0; i < s->ndirs; i++) {
+		struct stat st;
+		struct statvfs vfs;
+		if (fstat(s->dirs[i].fd, &st) < 0 || fstatvfs(s->dirs[i].fd, &vfs) < 0 ||
+		    !vfs.f_blocks)
+			return; /* cannot tell (ramfs has no size): leave nvme.bytes as is */
+		bool seen = false;
+		for (uint32_t j = 0; j < ndevs; j++)
+			seen = seen || devs[j] == st.st_dev;
+		if (seen)
+			continue;
+		if (ndevs == KVT_ARRAY_SIZE(devs))
+			return;
+		devs[ndevs++] = st.st_dev;
+		uint64_t ours = 0;
+		for (struct nv_ent *e = s->lru_head; e; e = e->next) {
+			struct stat ds;
+			if (e->dir == i ||
+			    (!fstat(s->dirs[e->dir].fd, &ds) && ds.st_dev == st.st_dev))
+				ours += e->bytes;
+		}
+		uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+		uint64_t keep = (uint64_t)vfs.f_blocks * vfs.f_frsize / 50;
+		room += avail + ours > keep ? avail + ours - keep : 0;
+	}
+	if (room >= s->capacity)
+		return;
+	KVT_WARN(s->log,
+		 "nvme: nvme.bytes (%" PRIu64 ") is more than the file system(s) under nvme.dirs "
+		 "can hold while keeping 2 %% free: capacity clamped to %" PRIu64 " bytes%s",
+		 s->capacity, room,
+		 room < s->object_max ? " (less than one object: writes will be refused)" : "");
+	s->capacity = room;
+}
+
+/* Add the objects of one directory to the index, cleaning up crash debris. */
+static int scan_dir(struct nv *s, uint32_t di, struct scan_item **items, size_t *n, size_t *cap)
+{
+	struct nv_dir *d = &s->dirs[di];
+	uint64_t temps = 0, junk = 0, odd = 0, dups = 0;
+	for (int sub = -1; sub < 256; sub++) {
+		char subname[3] = "";
+		int sfd;
+		if (sub < 0) {
+			sfd = dup(d->fd); /* stray probe files at the top */
+		} else {
+			snprintf(subname, sizeof(subname), "%02x", sub);
+			if (!s->ro && mkdirat(d->fd, subname, s->dir_mode) < 0 && errno != EEXIST)
+				return -errno;
+			sfd =
+			    openat(d->fd, subname, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			if (sfd < 0 && s->ro && errno == ENOENT)
+				continue; /* inspection creates nothing */
+		}
+		if (sfd < 0)
+			return -errno;
+		DIR *dir = fdopendir(sfd);
+		if (!dir) {
+			int e = -errno;
+			close(sfd);
+			return e;
+		}
+		struct dirent *de;
+		while ((de = readdir(dir))) {
+			const char *nm = de->d_name;
+			if (!strncmp(nm, NV_TMP_PREFIX, strlen(NV_TMP_PREFIX))) {
+				/* Ours or a dead instance's (we hold the lock): never a reader's.
+				 */
+				if (!s->ro && unlinkat(sfd, nm, 0) == 0)
+					temps++;
+				continue;
+			}
+			struct kvt_key k;
+			if (sub < 0 || nv_parse_object_name(nm, &k) < 0 || k.bytes[0] != sub)
+				continue; /* not ours: leave it alone */
+			struct stat st;
+			if (fstatat(sfd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0)
+				continue; /* gone meanwhile */
+			if (!S_ISREG(st.st_mode)) {
+				/* Never followed, never deleted: reported (scan_anomalies). */
+				int rc = anomaly_add(s, d->path, subname, nm,
+						     S_ISLNK(st.st_mode)   ? "a symbolic link"
+						     : S_ISDIR(st.st_mode) ? "a directory"
+									   : "not a regular file");
+				if (rc < 0) {
+					closedir(dir);
+					return rc;
+				}
+				odd++;
+				continue;
+			}
+			if (nv_ent_find(s, &k)) {
+				/* Also in another directory (nvme.dirs changed): one copy is
+				 * enough. Inspection leaves it. */
+				if (!s->ro && unlinkat(sfd, nm, 0) == 0)
+					dups++;
+				continue;
+			}
+			if (st.st_size < KVT_HEADER_BYTES || st.st_size % KVT_ALIGN)
+				junk++; /* indexed all the same: the format judges it when read */
+			if (*n == *cap) {
+				size_t nc = *cap ? *cap * 2 : 1024;
+				struct scan_item *ni = kvt__realloc(*items, nc * sizeof(**items));
+				if (!ni) {
+					closedir(dir);
+					return -ENOMEM;
+				}
+				*items = ni;
+				*cap = nc;
+			}
+			struct nv_ent *e = nv_ent_insert(s, &k, di, (uint64_t)st.st_size);
+			if (!e) {
+				closedir(dir);
+				return -ENOMEM;
+			}
+			(*items)[*n].e = e;
+			(*items)[*n].mtime_ns =
+			    (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+			(*n)++;
+		}
+		closedir(dir);
+	}
+	if (temps || dups)
+		KVT_INFO(s->log,
+			 "nvme: %s: removed %" PRIu64 " temp files left by a crash and %" PRIu64
+			 " duplicate objects",
+			 d->path, temps, dups);
+	if ((junk || odd) && !s->ro)
+		KVT_WARN(s->log,
+			 "nvme: %s: %" PRIu64 " object files too short or misaligned to be objects "
+			 "and %" PRIu64
+			 " entries that are not regular files: kept; `kvtier verify` "
+			 "reports them",
+			 d->path, junk, odd);
+	return 0;
+}
+
+/* Parent links survive restarts: (child key, parent key) pairs, written through a temp
+ * name at close. Ring thread gone or not started: single-threaded. */
+void nv_chains_save(struct nv *s)
+{
+	char tmp[64];
+	int dfd = s->dirs[0].fd;
+	snprintf(tmp, sizeof(tmp), NV_TMP_PREFIX "chains.%d", (int)s->pid);
+	FILE *f = NULL;
+	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, s->file_mode);
+	if (fd >= 0 && !(f = fdopen(fd, "w")))
+		close(fd);
+	bool ok = f && fputs(NV_CHAINS_MAGIC, f) >= 0;
+	for (struct nv_ent *e = s->lru_tail; ok && e; e = e->prev)
+		if (e->has_parent)
+			ok = fwrite(&e->key, sizeof(e->key), 1, f) == 1 &&
+			     fwrite(&e->parent, sizeof(e->parent), 1, f) == 1;
+	if (f && fclose(f) != 0)
+		ok = false;
+	if (ok && renameat(dfd, tmp, dfd, NV_CHAINS_NAME) == 0)
+		return;
+	unlinkat(dfd, tmp, 0);
+	KVT_WARN(s->log, "nvme: cannot save parent links in %s: %s", s->dirs[0].path,
+		 strerror(errno));
+}
+
+static void chains_load(struct nv *s)
+{
+	int fd = openat(s->dirs[0].fd, NV_CHAINS_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return;
+	FILE *f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return;
+	}
+	char magic[sizeof(NV_CHAINS_MAGIC)] = {0};
+	struct kvt_key pair[2];
+	uint64_t n = 0;
+	if (!fgets(magic, sizeof(magic), f) || strcmp(magic, NV_CHAINS_MAGIC)) {
+		KVT_WARN(s->log, "nvme: ignoring a malformed %s/%s", s->dirs[0].path,
+			 NV_CHAINS_NAME);
+	} else {
+		while (fread(pair, sizeof(pair), 1, f) == 1) {
+			struct nv_ent *e = nv_ent_find(s, &pair[0]);
+			if (e && !e->has_parent) {
+				nv_chain_link(s, e, &pair[1]);
+				n += e->parent_uid != 0;
+			}
+		}
+	}
+	fclose(f);
+	KVT_DEBUG(s->log, "nvme: %" PRIu64 " parent links restored", n);
+}
+
+int nv_rebuild_index(struct nv *s)
+{
+	struct scan_item *items = NULL;
+	size_t n = 0, cap = 0;
+	int rc = 0;
+	for (uint32_t i = 0; i < s->ndirs && !rc; i++)
+		rc = scan_dir(s, i, &items, &n, &cap);
+	if (!rc && n) {
+		/* Oldest first, each pushed to the head: the newest ends up most recent. */
+		qsort(items, n, sizeof(*items), cmp_mtime);
+		for (size_t i = 0; i < n; i++)
+			nv_lru_unlink(s, items[i].e);
+		for (size_t i = 0; i < n; i++) {
+			nv_lru_push_head(s, items[i].e);
+			nv_leaf_push(s, items[i].e, true);
+		}
+	}
+	kvt__free(items);
+	if (!rc && !s->ro)
+		chains_load(s);
+	if (!rc && !s->ro)
+		clamp_capacity(s);
+	if (!rc && !s->ro && s->used > s->capacity) {
+		uint64_t before = s->nents;
+		nv_make_room(s, 0, NULL);
+		KVT_INFO(s->log, "nvme: over capacity at open: evicted %" PRIu64 " objects",
+			 before - s->nents);
+	}
+	return rc;
+}

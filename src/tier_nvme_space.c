@@ -1,0 +1,242 @@
+/*
+ * tier_nvme_space.c - where the NVMe tier's object files live and how room is found for a
+ * write: file names, eviction (capacity), recycling an evicted object's file, spare files
+ * and freeing blocks off the ring thread.
+ *
+ * Layout. Object key K lives in dirs[hash(K) % n]/<K[0] as 2 hex>/<K as 64 hex>.kvt. The
+ * 256 fan-out subdirectories keep directories small.
+ *
+ * unlink is NOT cheap: with ext4 mounted "discard", unlinking a 2 MiB file takes ~1-2 ms, so
+ * an evicted or removed object is first renamed to a unique ".tmp.evict.*" name (ordered,
+ * cheap) and that name is unlinked by an IORING_OP_UNLINKAT on io_uring's workers (see
+ * nv_ent_unlink). Only the rare disk-full path unlinks synchronously, because it needs the
+ * space back before it retries.
+ *
+ * Capacity (nvme.bytes, clamped at open to what the file systems can hold while keeping 2 %
+ * of each free) is enforced before a write by evicting the least recently used *leaf* (see
+ * tier_nvme_index.c). When the victim has the new object's size (full chunks all do) its
+ * file becomes the new write's temp file and is overwritten in place (see recycle()): a full
+ * cache then writes at the speed of an overwrite, not of create + allocate + discard. A
+ * real ENOSPC from the file system evicts objects of the same directory and retries once.
+ */
+#include "tier_nvme_internal.h"
+
+/* "<64 lowercase hex>.kvt" -> key; -1 if the name is not an object name. */
+int nv_parse_object_name(const char *name, struct kvt_key *k)
+{
+	if (strlen(name) != 2 * KVT_KEY_BYTES + 4 || strcmp(name + 2 * KVT_KEY_BYTES, ".kvt"))
+		return -1;
+	return kvt__key_from_lowerhex(name, k) < 0 ? -1 : 0;
+}
+
+void nv_object_path(const struct kvt_key *k, char *out)
+{
+	char hex[2 * KVT_KEY_BYTES + 1];
+	kvt_key_to_hex(k, hex);
+	snprintf(out, NV_NAME_MAX, "%.2s/%s.kvt", hex, hex);
+}
+
+uint32_t nv_key_dir(const struct nv *s, const struct kvt_key *k)
+{
+	return (uint32_t)(kvt__key_hash(k) % s->ndirs);
+}
+
+/* Unlink a file now, on this thread (it may take milliseconds: see nv_ent_unlink). */
+static void unlink_now(struct nv *s, struct nv_dir *d, const char *path)
+{
+	if (unlinkat(d->fd, path, 0) < 0 && errno != ENOENT) {
+		KVT_WARN(s->log, "nvme: unlink %s/%s: %s", d->path, path, strerror(errno));
+		ST_ADD(s, errors, 1);
+	}
+}
+
+/* Unlink a unique temp name on io_uring's workers (no ordering to keep with anything). */
+void nv_unlink_async(struct nv *s, struct nv_dir *d, const char *name)
+{
+	struct io_uring_sqe *sqe = NULL;
+	if (s->ring_ready && s->trash_inflight < s->qd && !(sqe = io_uring_get_sqe(&s->ring))) {
+		io_uring_submit(&s->ring);
+		sqe = io_uring_get_sqe(&s->ring);
+	}
+	if (!sqe) {
+		unlink_now(s, d, name);
+		return;
+	}
+	io_uring_prep_unlinkat(sqe, d->fd, name, 0);
+	io_uring_sqe_set_data(sqe, &s->trash);
+	s->trash_inflight++;
+	/* Submit now: the kernel copies the name at submission and name[] may be on the
+	 * caller's stack. Every other SQE in the ring is fully prepared whenever this runs. */
+	io_uring_submit(&s->ring);
+}
+
+/* Unlink the object's file and forget it. Freeing a file's blocks costs milliseconds on
+ * some file systems (ext4 mounted with discard: ~1-2 ms for 2 MiB), far too long for the
+ * ring thread. So the file is renamed to a unique temp name here (~10-20 us, and in program
+ * order with publishes of the same key) and that name is unlinked by io_uring's workers. A
+ * crash in between leaves a ".tmp." file, which the next open deletes. now: the caller needs
+ * the space back before it continues (the ENOSPC path), or there is no ring yet. */
+void nv_ent_unlink(struct nv *s, struct nv_ent *e, bool now)
+{
+	struct nv_dir *d = &s->dirs[e->dir];
+	char path[NV_NAME_MAX], trash[NV_NAME_MAX];
+	nv_object_path(&e->key, path);
+	nv_ent_remove(s, e);
+	if (now || !s->ring_ready || s->trash_inflight >= s->qd) {
+		unlink_now(s, d, path);
+		return;
+	}
+	snprintf(trash, sizeof(trash), "%.2s/" NV_TMP_PREFIX "evict.%d.%u", path, (int)s->pid,
+		 ++s->tmpseq);
+	if (renameat(d->fd, path, d->fd, trash) < 0) {
+		unlink_now(s, d, path);
+		return;
+	}
+	nv_unlink_async(s, d, trash);
+}
+
+void nv_evict(struct nv *s, struct nv_ent *e, bool now)
+{
+	nv_ent_unlink(s, e, now);
+	ST_ADD(s, evictions, 1);
+}
+
+/* Evict the LRU victim by making its file the temp file of write op, to be overwritten in
+ * place: no unlink (discard), no block allocation, the steady state of a full cache costs
+ * what an overwrite costs. Only for a victim of exactly op's size (full chunks all have one
+ * size; a larger file would need a truncate) in op's directory, and never while a read of
+ * it is in flight (that read would see the new bytes). The file is only ever visible under
+ * a ".tmp." name until op renames it onto its own key, so crash safety is unchanged. */
+static bool recycle(struct nv *s, struct nv_ent *v, struct nv_op *op)
+{
+	if (!op || op->recycled || v->dir != op->dir || v->bytes != op->len || v->opening ||
+	    (v->fdc && v->fdc->refs))
+		return false;
+	char path[NV_NAME_MAX];
+	nv_object_path(&v->key, path);
+	if (renameat(s->dirs[v->dir].fd, path, s->dirs[v->dir].fd, op->name) < 0)
+		return false;
+	nv_ent_remove(s, v);
+	ST_ADD(s, evictions, 1);
+	op->recycled = true;
+	return true;
+}
+
+/* Spare files. A removed object's file (kvt_remove: a chunk replaced, a session dropped)
+ * is not unlinked but renamed to a ".tmp.spare." name and kept, up to nvme.queue_depth of
+ * them, and the next write of the same size overwrites it in place instead of creating and
+ * allocating a new file: no unlink (a discard on ext4 mounted "discard"), no block
+ * allocation, and with nvme.fsync=data an fdatasync that has no allocation to commit.
+ * Spares count against nvme.bytes; nv_make_room drops them before it evicts an object. They
+ * are never objects (a crash leaves ".tmp." files, which the next open deletes) and only
+ * ever become one through the temp-file write and rename of a new object, so crash safety
+ * is that of every write. */
+static void spare_drop(struct nv *s, uint32_t i, bool now)
+{
+	struct nv_spare *sp = &s->spares[i];
+	if (now)
+		unlink_now(s, &s->dirs[sp->dir], sp->name);
+	else
+		nv_unlink_async(s, &s->dirs[sp->dir], sp->name);
+	s->spare_bytes -= sp->bytes;
+	s->spares[i] = s->spares[--s->nspares];
+}
+
+void nv_spare_drop_all(struct nv *s, bool now)
+{
+	while (s->nspares)
+		spare_drop(s, s->nspares - 1, now);
+}
+
+/* Keep removed entry e's file as a spare instead of unlinking it; false if it cannot be
+ * (a read of it in flight, no room under the capacity, the spare list full). */
+bool nv_spare_keep(struct nv *s, struct nv_ent *e)
+{
+	if (!s->ring_ready || e->opening || (e->fdc && e->fdc->refs) ||
+	    s->used + s->reserved + s->spare_bytes > s->capacity)
+		return false;
+	if (!s->spares && !(s->spares = kvt__calloc(s->qd, sizeof(*s->spares))))
+		return false;
+	if (s->nspares >= s->qd)
+		spare_drop(s, 0, false); /* the oldest goes */
+	struct nv_spare *sp = &s->spares[s->nspares];
+	char path[NV_NAME_MAX];
+	nv_object_path(&e->key, path);
+	snprintf(sp->name, sizeof(sp->name), "%.2s/" NV_TMP_PREFIX "spare.%d.%u", path, (int)s->pid,
+		 ++s->tmpseq);
+	if (renameat(s->dirs[e->dir].fd, path, s->dirs[e->dir].fd, sp->name) < 0)
+		return false;
+	sp->dir = e->dir;
+	sp->bytes = e->bytes;
+	s->nspares++;
+	s->spare_bytes += e->bytes;
+	nv_ent_remove(s, e);
+	return true;
+}
+
+/* Make a spare of op's size in op's directory op's temp file. */
+bool nv_spare_take(struct nv *s, struct nv_op *op)
+{
+	for (uint32_t i = s->nspares; i-- > 0;) {
+		struct nv_spare *sp = &s->spares[i];
+		if (sp->dir != op->dir || sp->bytes != op->len)
+			continue;
+		memcpy(op->name, sp->name, sizeof(op->name));
+		s->spare_bytes -= sp->bytes;
+		s->spares[i] = s->spares[--s->nspares];
+		op->recycled = true;
+		return true;
+	}
+	return false;
+}
+
+/* Evict LRU objects until len more bytes fit under the capacity, recycling one victim's
+ * file for op if it can (op may be NULL). Spare files go first. */
+int nv_make_room(struct nv *s, uint64_t len, struct nv_op *op)
+{
+	if (len > s->capacity)
+		return -ENOSPC; /* never fits: do not empty the cache for nothing */
+	while (s->used + s->reserved + s->spare_bytes + len > s->capacity && s->nspares)
+		spare_drop(s, 0, false);
+	struct nv_ent *v;
+	while (s->used + s->reserved + len > s->capacity && (v = nv_victim(s, op)))
+		if (!recycle(s, v, op))
+			nv_evict(s, v, false);
+	return s->used + s->reserved + len > s->capacity ? -ENOSPC : 0;
+}
+
+/* After a real ENOSPC: evict LRU objects of one directory so that len bytes fit, counting
+ * the file system's free space. Evicts nothing (returns 0) if even evicting every object of
+ * the directory could not make room. Returns objects evicted. */
+int nv_evict_in_dir(struct nv *s, uint32_t dir, uint64_t len)
+{
+	uint64_t freed = 0, in_dir = 0, avail = 0;
+	int n = 0;
+	struct statvfs vfs;
+	if (!fstatvfs(s->dirs[dir].fd, &vfs))
+		avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	len = len > avail ? len - avail : 0;
+	KVT_DEBUG(s->log, "nvme: %s: ENOSPC with %" PRIu64 " bytes free, %" PRIu64 " needed",
+		  s->dirs[dir].path, avail, len);
+	len = KVT_ALIGN_UP(len, KVT_ALIGN) + KVT_ALIGN; /* a little slack for metadata */
+	for (struct nv_ent *e = s->lru_head; e; e = e->next)
+		if (e->dir == dir)
+			in_dir += e->bytes;
+	if (in_dir < len)
+		return 0;
+	/* Leaves first, like nv_make_room; evicting one may make its parent the next leaf. */
+	while (freed < len) {
+		struct nv_ent *e = s->leaf_tail;
+		while (e && e->dir != dir)
+			e = e->lprev;
+		if (!e)
+			for (e = s->lru_tail; e && e->dir != dir; e = e->prev)
+				;
+		if (!e)
+			break;
+		freed += e->bytes;
+		nv_evict(s, e, true);
+		n++;
+	}
+	return n;
+}
