@@ -73,7 +73,18 @@ struct kvt_dram {
 	uint32_t *scratch; /* nslots ids for dirty_victims */
 	struct kvt_log log;
 	uint64_t objects, bytes, evictions, hits, misses, removes;
+	kvt_dram_change_fn on_change;
+	void *on_change_arg;
 };
+
+/* Report a change of a published slot (mutex held). */
+static void changed(struct kvt_dram *d, int change, const struct slot *s)
+{
+	if (d->on_change)
+		d->on_change(d->on_change_arg, change, &s->key,
+			     s->has_parent_key ? &s->parent_key : NULL, s->n_tokens,
+			     s->object_bytes);
+}
 
 static bool slot_evictable(const struct slot *s)
 {
@@ -273,6 +284,8 @@ int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out)
 	}
 	if (o->log)
 		d->log = *o->log;
+	d->on_change = o->on_change;
+	d->on_change_arg = o->on_change_arg;
 	d->slot_bytes = slot_bytes;
 	d->nslots = (uint32_t)n;
 	uint64_t nb = 1;
@@ -390,6 +403,7 @@ int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct 
 			return -ENOSPC;
 		}
 		id = v;
+		changed(d, KVT_DRAM_EVICTED, &d->slots[id]);
 		unpublish(d, id);
 		slot_reset(d, &d->slots[id]);
 		d->evictions++;
@@ -435,6 +449,7 @@ void kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, ui
 		d->bytes += s->object_bytes;
 		kvt__evict_insert(d->ev, (uint32_t)id, s->khash);
 		refresh(d, s);
+		changed(d, KVT_DRAM_STORED, s);
 	}
 	pthread_mutex_unlock(&d->mu);
 }
@@ -512,6 +527,7 @@ int kvt__dram_remove(struct kvt_dram *d, const struct kvt_key *key)
 	}
 	struct slot *s = &d->slots[id];
 	kvt__evict_remove(d->ev, (uint32_t)id);
+	changed(d, KVT_DRAM_REMOVED, s);
 	unpublish(d, id);
 	d->removes++;
 	if (s->pins == 0) {

@@ -27,6 +27,14 @@
 
 struct kvt_dram;
 
+/* What happened to a published chunk: the store turns these into its KV events. */
+enum kvt_dram_change { KVT_DRAM_STORED = 1, KVT_DRAM_EVICTED = 2, KVT_DRAM_REMOVED = 3 };
+/* Called with the pool's mutex held, in the order of the changes (so it must not call
+ * into the pool). parent: NULL unless the chunk was stored naming one. */
+typedef void (*kvt_dram_change_fn)(void *arg, int change, const struct kvt_key *key,
+				   const struct kvt_key *parent, uint32_t n_tokens,
+				   uint64_t object_bytes);
+
 struct kvt_dram_options {
 	uint64_t bytes;       /* pool size; slots = bytes / slot_bytes (at least 1) */
 	uint64_t slot_bytes;  /* object bytes of a full chunk, a multiple of KVT_ALIGN */
@@ -34,6 +42,8 @@ struct kvt_dram_options {
 	bool hugepages;       /* try MAP_HUGETLB / THP advice first */
 	bool mlock;           /* lock the pool into memory (failure is logged, not fatal) */
 	const struct kvt_log *log;
+	kvt_dram_change_fn on_change; /* may be NULL */
+	void *on_change_arg;
 };
 
 /* A pinned slot, as the caller sees it. */

@@ -97,6 +97,8 @@ static int add_link(void *arg, const char *name)
 			.hugepages = kvt__cfg_bool(s->cfg, "dram.hugepages"),
 			.mlock = kvt__cfg_bool(s->cfg, "dram.mlock"),
 			.log = &s->log,
+			.on_change = kvt__e_dram_changed,
+			.on_change_arg = s,
 		};
 		char policy[32];
 		snprintf(policy, sizeof(policy), "%s", o.policy);
@@ -110,7 +112,8 @@ static int add_link(void *arg, const char *name)
 		}
 		s->dram_pos = s->n_links;
 	} else {
-		int rc = kvt__tier_open(name, s->cfg, &s->log, &s->geo, s->n_links, &l->t);
+		int rc = kvt__tier_open_hooked(name, s->cfg, &s->log, &s->geo, s->n_links,
+					       kvt__e_tier_evicted, s, &l->t);
 		if (rc < 0)
 			return c->rc = rc;
 		/* The faulty test tier is as local as what it wraps. */
@@ -432,6 +435,7 @@ int kvt_stats(struct kvt_store *s, struct kvt_stats *out)
 			t->checksum_failures += atomic_load(&l->checksum_failures);
 		t->errors += atomic_load(&l->errors);
 		t->writes_skipped += atomic_load(&l->writes_skipped);
+		t->deadline_misses = atomic_load(&l->deadline_misses);
 	}
 	out->puts = atomic_load(&s->puts);
 	out->gets = atomic_load(&s->gets);

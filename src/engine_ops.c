@@ -355,8 +355,11 @@ static void remove_leg_done(void *arg, int64_t rc)
 	struct remove_leg *leg = arg;
 	struct remove_op *o = leg->o;
 	kvt__e_link_result(o->s, leg->l, rc < 0 ? (int)rc : 0);
-	if (rc == 0)
+	if (rc == 0) {
 		atomic_fetch_add(&o->removed, 1);
+		kvt__e_event(o->s, KVT_EVENT_REMOVED, KVT_REASON_REMOVED, (int)(leg->l - o->s->links),
+			     &o->key, 0);
+	}
 	kvt__free(leg);
 	remove_release(o);
 }

@@ -98,7 +98,19 @@ struct kvt_tier {
 	struct kvt_log log;   /* copy of the store's log sink */
 	const struct kvt_geometry *geometry; /* the store's geometry */
 	uint64_t object_max;  /* bytes of a full chunk's object */
+	/* Set by the engine before open: the tier evicted key by its own policy or for room
+	 * (its KV events). May be called from any of the tier's threads. */
+	void (*on_evict)(void *arg, int index, const struct kvt_key *key, uint64_t bytes);
+	void *on_evict_arg;
 };
+
+/* A tier reports that it evicted key (no-op when nobody listens). */
+static inline void kvt__tier_evicted(struct kvt_tier *t, const struct kvt_key *key,
+				     uint64_t bytes)
+{
+	if (t && t->on_evict)
+		t->on_evict(t->on_evict_arg, t->index, key, bytes);
+}
 
 /* The I/O counters the remote and shared tiers keep, updated from their threads. */
 struct kvt_io_counters {
@@ -127,6 +139,11 @@ const char *kvt__tier_names(void);
 /* Create/destroy a tier instance by name: allocates state, calls open. */
 int kvt__tier_open(const char *name, const struct kvt_config *cfg, const struct kvt_log *log,
 		   const struct kvt_geometry *g, int index, struct kvt_tier **out);
+/* The same, with the eviction hook (struct kvt_tier's on_evict) in place before open. */
+int kvt__tier_open_hooked(const char *name, const struct kvt_config *cfg,
+			  const struct kvt_log *log, const struct kvt_geometry *g, int index,
+			  void (*on_evict)(void *, int, const struct kvt_key *, uint64_t),
+			  void *on_evict_arg, struct kvt_tier **out);
 void kvt__tier_close(struct kvt_tier *t);
 
 #endif

@@ -218,6 +218,7 @@ struct nv_stats {
 
 struct nv {
 	const struct kvt_log *log;
+	struct kvt_tier *tier; /* its eviction hook */
 	struct nv_dir *dirs;
 	uint32_t ndirs;
 	uint64_t capacity, budget;
@@ -609,6 +610,7 @@ static void ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 
 static void evict(struct nv *s, struct nv_ent *e, bool now)
 {
+	kvt__tier_evicted(s->tier, &e->key, e->bytes);
 	ent_unlink(s, e, now);
 	ST_ADD(s, evictions, 1);
 }
@@ -628,6 +630,7 @@ static bool recycle(struct nv *s, struct nv_ent *v, struct nv_op *op)
 	object_path(&v->key, path);
 	if (renameat(s->dirs[v->dir].fd, path, s->dirs[v->dir].fd, op->name) < 0)
 		return false;
+	kvt__tier_evicted(s->tier, &v->key, v->bytes);
 	ent_remove(s, v);
 	ST_ADD(s, evictions, 1);
 	op->recycled = true;
@@ -2056,6 +2059,13 @@ static void nv_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 	out->errors = ST_GET(s, errors);
 	out->writes_skipped = ST_GET(s, writes_skipped);
 	out->removes = ST_GET(s, removes);
+	out->write_budget_bytes = s->budget;
+	if (s->budget) {
+		pthread_mutex_lock(&s->block);
+		budget_roll(s, hour_now()); /* buckets older than a day no longer count */
+		out->write_budget_used_bytes = s->budget_used;
+		pthread_mutex_unlock(&s->block);
+	}
 }
 
 static int nv_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
@@ -2555,6 +2565,7 @@ static int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	struct nv *s = t->state;
 	int rc;
 	s->log = &t->log;
+	s->tier = t;
 	s->efd = -1;
 	s->pid = getpid();
 	pthread_mutex_init(&s->qlock, NULL);
