@@ -6,7 +6,8 @@
  * its mapped region) is freed by the one thread that owns it when the peer goes away.
  *
  * Usage: kvtierd --config FILE | --dir D --socket PATH [--metrics 127.0.0.1:PORT]
- *        [--tiers LIST] [--set K=V]...   (foreground; ready once the socket exists)
+ *        [--events tcp://ADDR:PORT|ipc://PATH] [--tiers LIST] [--set K=V]...
+ *        (foreground; ready once the socket exists)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -321,7 +322,8 @@ static int usage(void)
 	fprintf(stderr,
 		"usage: kvtierd (--config FILE | --dir D) [--socket PATH] [--metrics "
 		"127.0.0.1:PORT]\n"
-		"               [--tiers LIST] [--set K=V]...\n"
+		"               [--events tcp://ADDR:PORT|ipc://PATH] [--tiers LIST] [--set "
+		"K=V]...\n"
 		"Runs in the foreground; ready once the socket exists. SIGINT/SIGTERM: flush, "
 		"close.\n");
 	return 2;
@@ -355,6 +357,8 @@ int main(int argc, char **argv)
 			rc = kvt_config_set(cfg, "daemon.socket", v, err, sizeof(err));
 		} else if (!strcmp(a, "--metrics")) {
 			rc = kvt_config_set(cfg, "daemon.metrics", v, err, sizeof(err));
+		} else if (!strcmp(a, "--events")) {
+			rc = kvt_config_set(cfg, "daemon.events", v, err, sizeof(err));
 		} else if (!strcmp(a, "--tiers")) {
 			rc = kvt_config_set(cfg, "store.tiers", v, err, sizeof(err));
 		} else if (!strcmp(a, "--set")) {
@@ -419,10 +423,17 @@ int main(int argc, char **argv)
 		kvt_store_close(g_st.store);
 		return 2;
 	}
+	struct kvtd_events *events = NULL;
+	if (kvtd_events_start(cfg, &g_st, &events) < 0) {
+		kvtd_metrics_stop(mhd);
+		kvt_store_close(g_st.store);
+		return 2;
+	}
 	int lfd = listen_at(sock_path);
 	if (lfd < 0) {
 		kvtd_metrics_stop(mhd);
 		kvt_store_close(g_st.store);
+		kvtd_events_stop(events);
 		return 1;
 	}
 	fprintf(stderr, "kvtierd: serving %s%s%s\n", sock_path, metrics[0] ? ", metrics on " : "",
@@ -449,6 +460,7 @@ int main(int argc, char **argv)
 	kvtd_metrics_stop(mhd);
 	int frc = kvt_flush_sync(g_st.store);
 	kvt_store_close(g_st.store);
+	kvtd_events_stop(events); /* after the close: its write-back's events are sent too */
 	kvt_config_destroy(cfg);
 	fprintf(stderr, "kvtierd: stopped%s\n", frc < 0 ? " (flush failed)" : "");
 	return frc < 0 ? 1 : 0;

@@ -79,6 +79,12 @@ static char *render(struct kvtd_state *s, size_t *len)
 	PER_TIER("kvtier_tier_writes_skipped_total", "counter",
 		 "Writes refused by admission, the write budget or a full tier.", writes_skipped);
 	PER_TIER("kvtier_tier_removes_total", "counter", "Objects removed from the tier.", removes);
+	PER_TIER("kvtier_tier_deadline_misses_total", "counter",
+		 "Calls to the tier given up on at their deadline.", deadline_misses);
+	PER_TIER("kvtier_tier_write_budget_bytes", "gauge",
+		 "The tier's write budget per rolling 24 h (0: no budget).", write_budget_bytes);
+	PER_TIER("kvtier_tier_write_budget_used_bytes", "gauge",
+		 "Bytes charged to the write budget over the last 24 h.", write_budget_used_bytes);
 	ONE("kvtier_puts_total", "counter", "Chunks stored.", st.puts);
 	ONE("kvtier_gets_total", "counter", "Chunk reads requested.", st.gets);
 	ONE("kvtier_lookups_total", "counter", "Prefix lookups.", st.lookups);
@@ -105,6 +111,13 @@ static char *render(struct kvtd_state *s, size_t *len)
 	    "Clients dropped for a malformed message.", atomic_load(&s->protocol_errors));
 	ONE("kvtier_daemon_refused_total", "counter", "Connections refused at the limit.",
 	    atomic_load(&s->refused));
+	ONE("kvtier_events_published_total", "counter", "KV events published (daemon.events).",
+	    atomic_load(&s->events_published));
+	ONE("kvtier_event_batches_total", "counter", "KV event batches (messages) published.",
+	    atomic_load(&s->event_batches));
+	ONE("kvtier_events_dropped_total", "counter",
+	    "KV events dropped because the publisher's queue was full.",
+	    atomic_load(&s->events_dropped));
 	static const char *ops[KVTD_H_N] = {"put", "get", "lookup", "other"};
 	family(f, "kvtier_daemon_request_duration_seconds", "histogram",
 	       "Time to serve one client request.");

@@ -37,6 +37,11 @@
 	X(k, "daemon.socket", STR, "/run/kvtier/kvtierd.sock", 0, 0, NULL, PLAIN, "kvtierd: the Unix socket clients attach to (mode 0600, so only its owner's processes)") \
 	X(k, "daemon.metrics", STR, "", 0, 0, NULL, PLAIN, "kvtierd: serve Prometheus /metrics on this loopback ADDR:PORT (empty: off)") \
 	X(k, "daemon.max_clients", U64, "256", 1, 65536, NULL, PLAIN, "kvtierd: connections at most; more are refused") \
+	X(k, "daemon.events", STR, "", 0, 0, NULL, PLAIN, "kvtierd: publish KV events (stored, removed: evicted, removed, corrupt) on this ZeroMQ PUB endpoint, msgpack in vLLM's schema: tcp://ADDR:PORT or ipc://PATH (empty: off)") \
+	X(k, "daemon.events_replay", STR, "", 0, 0, NULL, PLAIN, "kvtierd: ZeroMQ ROUTER endpoint answering a replay request (8-byte big-endian start sequence) with the buffered batches from it, then sequence -1 (empty: no replay)") \
+	X(k, "daemon.events_topic", STR, "", 0, 0, NULL, PLAIN, "kvtierd: the topic frame of every event message (subscribers filter on its prefix)") \
+	X(k, "daemon.events_queue", U64, "65536", 16, 16777216, NULL, PLAIN, "kvtierd: events waiting for the publisher at most; past it events are dropped and counted") \
+	X(k, "daemon.events_buffer", U64, "10000", 1, 1000000, NULL, PLAIN, "kvtierd: published batches kept for replay") \
 	/* model / geometry: part of the namespace, hence of every key */ \
 	X(k, "model.name", STR, "llama3.1-8b", 0, 0, NULL, PLAIN, "model id, part of the namespace") \
 	X(k, "model.revision", STR, "main", 0, 0, NULL, PLAIN, "model revision, part of the namespace") \
