@@ -27,6 +27,8 @@
 
 #include "config.h"
 #include "daemon_proto.h"
+#include "dram.h"
+#include "engine.h"
 #include "internal.h"
 #include "kvtierd.h"
 
@@ -36,6 +38,10 @@ struct conn {
 	int sock;
 	uint8_t *shm;
 	size_t shm_len;
+	/* slots pinned for the client's own copy (GET_PIN until UNPIN); released when the
+	 * connection goes, so a client killed mid-read leaves nothing pinned */
+	struct kvt_slot_ref pins[KVTD_MAX_PINS];
+	int npins;
 };
 
 static struct kvtd_state g_st;
@@ -43,6 +49,12 @@ static struct kvt_geometry g_geo;
 static uint8_t g_ns[KVT_NS_ID_BYTES];
 static uint64_t g_shm_max;
 static uint64_t g_max_clients;
+/* The DRAM pool, mapped by clients read-only (-1: not offered: no DRAM tier, or objects
+ * are encrypted in their slots) */
+static int g_pool_fd = -1;
+static void *g_pool;
+static size_t g_pool_len;
+static uint64_t g_slot_bytes;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static struct conn *g_conns;
@@ -84,6 +96,10 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	for (uint32_t i = 0; i < info.n_tiers; i++)
 		snprintf(info.tier[i], sizeof(info.tier[i]), "%s",
 			 kvt_store_tier_name(g_st.store, (int)i));
+	if (g_pool_fd >= 0) {
+		info.pool_bytes = g_pool_len;
+		info.slot_bytes = g_slot_bytes;
+	}
 	memcpy(c->shm, &info, sizeof(info));
 	return 0;
 }
@@ -97,8 +113,81 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 		_r;                                                                                \
 	})
 
-static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvt_result *res)
+struct acq {
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	bool done;
+	int rc, tier;
+	struct kvt_slot_ref ref;
+};
+
+static void acq_cb(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
 {
+	struct acq *a = arg;
+	pthread_mutex_lock(&a->m);
+	a->rc = rc;
+	a->tier = tier;
+	if (rc == 0)
+		a->ref = *ref;
+	a->done = true;
+	pthread_cond_signal(&a->cv);
+	pthread_mutex_unlock(&a->m);
+}
+
+/* Pin key's slot for the client to copy from the pool (promoting it into DRAM first, as a
+ * get does). */
+static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *rep)
+{
+	struct kvt_store *s = g_st.store;
+	struct kvt_result *res = &rep->res;
+	if (g_pool_fd < 0) {
+		res->status = -ENOTSUP;
+		return;
+	}
+	if (c->npins == KVTD_MAX_PINS) {
+		res->status = -EBUSY;
+		return;
+	}
+	struct kvt_key sk;
+	kvt_storage_key(g_ns, &r->key, &sk);
+	struct acq a = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	kvt__store_count_get(s);
+	int rc = RETRY(kvt__store_acquire(s, &sk, acq_cb, &a));
+	if (rc == 0) {
+		pthread_mutex_lock(&a.m);
+		while (!a.done)
+			pthread_cond_wait(&a.cv, &a.m);
+		pthread_mutex_unlock(&a.m);
+		rc = a.rc;
+	}
+	res->status = rc;
+	if (rc < 0)
+		return;
+	c->pins[c->npins++] = a.ref;
+	atomic_fetch_add(&g_st.pins, 1);
+	atomic_fetch_add(&g_st.pinned_gets, 1);
+	rep->slot = a.ref.id;
+	rep->slot_off = (uint64_t)((uint8_t *)a.ref.buf - (uint8_t *)g_pool);
+	res->tier = a.tier;
+	res->n_tokens = a.ref.n_tokens;
+	res->bytes = a.ref.object_bytes;
+}
+
+static int unpin(struct conn *c, uint64_t slot)
+{
+	for (int i = 0; i < c->npins; i++)
+		if ((uint64_t)c->pins[i].id == slot) {
+			kvt__store_release(g_st.store, &c->pins[i]);
+			c->pins[i] = c->pins[--c->npins];
+			atomic_fetch_sub(&g_st.pins, 1);
+			return 0;
+		}
+	return -EPROTO; /* not a pin of this connection */
+}
+
+static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *rep)
+{
+	struct kvt_result *res = &rep->res;
 	struct kvt_store *s = g_st.store;
 	uint8_t *p = c->shm + r->off;
 	const struct kvt_key *parent = r->has_parent ? &r->parent : NULL;
@@ -141,11 +230,19 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvt_resul
 			.regions_mapped = atomic_load(&g_st.regions_mapped),
 			.protocol_errors = atomic_load(&g_st.protocol_errors),
 			.refused = atomic_load(&g_st.refused),
+			.pins = atomic_load(&g_st.pins),
+			.pinned_gets = atomic_load(&g_st.pinned_gets),
 		};
 		memcpy(p, &st, sizeof(st));
 		res->status = 0;
 		break;
 	}
+	case KVTD_GET_PIN:
+		get_pin(c, r, rep);
+		break;
+	case KVTD_UNPIN:
+		res->status = unpin(c, r->n);
+		break;
 	default:
 		res->status = -EPROTO;
 	}
@@ -153,7 +250,7 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvt_resul
 
 static int hist_of(uint32_t op)
 {
-	return op == KVTD_PUT ? KVTD_H_PUT : op == KVTD_GET ? KVTD_H_GET
+	return op == KVTD_PUT ? KVTD_H_PUT : op == KVTD_GET || op == KVTD_GET_PIN ? KVTD_H_GET
 				     : op == KVTD_LOOKUP  ? KVTD_H_LOOKUP
 							  : KVTD_H_OTHER;
 }
@@ -206,14 +303,27 @@ static void *conn_main(void *arg)
 		} else {
 			atomic_fetch_add(&g_st.ops_in_progress, 1);
 			uint64_t t0 = kvt__now_ns();
-			serve_one(c, &req, &rep.res);
-			kvtd_hist_record(&g_st.hist[hist_of(req.op)], kvt__now_ns() - t0);
+			serve_one(c, &req, &rep);
+			if (req.op != KVTD_UNPIN) /* UNPIN is the tail of a GET_PIN, not a request */
+				kvtd_hist_record(&g_st.hist[hist_of(req.op)], kvt__now_ns() - t0);
 			atomic_fetch_sub(&g_st.ops_in_progress, 1);
+			if (req.op == KVTD_UNPIN && rep.res.status == -EPROTO) {
+				atomic_fetch_add(&g_st.protocol_errors, 1);
+				fprintf(stderr, "kvtierd: dropping a client: UNPIN of a slot it "
+						"did not pin\n");
+				break;
+			}
 		}
-		if (kvtd_send(c->sock, &rep, sizeof(rep), -1) < 0)
+		/* HELLO's answer carries the DRAM pool, which the client maps read-only */
+		int pass = req.op == KVTD_HELLO && rep.res.status == 0 ? g_pool_fd : -1;
+		if (kvtd_send(c->sock, &rep, sizeof(rep), pass) < 0)
 			break;
 	}
 	/* The connection's whole state goes with it: nothing it held stays pinned. */
+	while (c->npins) {
+		kvt__store_release(g_st.store, &c->pins[--c->npins]);
+		atomic_fetch_sub(&g_st.pins, 1);
+	}
 	if (c->shm) {
 		munmap(c->shm, c->shm_len);
 		atomic_fetch_sub(&g_st.regions_mapped, 1);
@@ -336,6 +446,9 @@ int main(int argc, char **argv)
 	if (kvt_config_create(&cfg) < 0)
 		return 1;
 	kvt_config_set_log(cfg, log_cb, NULL, KVT_LOG_WARN);
+	/* The pool in a memfd that HELLO hands to clients: their DRAM hits are copied straight
+	 * out of the slot, not through a second buffer (--set dram.shared=false: through it). */
+	kvt_config_set(cfg, "dram.shared", "true", err, sizeof(err));
 	bool have_store = false;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -413,6 +526,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	g_geo = *kvt_store_geometry(g_st.store);
+	struct kvt_dram *dram = kvt__store_dram(g_st.store);
+	if (dram && !kvt__store_encrypts(g_st.store)) {
+		g_pool_fd = kvt__dram_pool(dram, &g_pool, &g_pool_len);
+		g_slot_bytes = kvt__dram_slot_bytes(dram);
+	}
 	memcpy(g_ns, kvt_store_ns_id(g_st.store), sizeof(g_ns));
 	g_shm_max = KVT_ALIGN_UP(KVT_MAX(kvt_payload_bytes(&g_geo, g_geo.chunk_tokens),
 					 (uint64_t)KVTD_SHM_MIN),

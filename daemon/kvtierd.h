@@ -25,6 +25,7 @@ struct kvtd_state {
 	_Atomic uint64_t connections, connections_total, ops_in_progress, regions_mapped,
 		protocol_errors, refused;
 	_Atomic uint64_t events_published, event_batches, events_dropped;
+	_Atomic uint64_t pins, pinned_gets; /* slots pinned for clients' own copies */
 	struct kvtd_hist hist[KVTD_H_N];
 };
 

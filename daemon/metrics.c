@@ -111,6 +111,11 @@ static char *render(struct kvtd_state *s, size_t *len)
 	    "Clients dropped for a malformed message.", atomic_load(&s->protocol_errors));
 	ONE("kvtier_daemon_refused_total", "counter", "Connections refused at the limit.",
 	    atomic_load(&s->refused));
+	ONE("kvtier_daemon_pinned_slots", "gauge",
+	    "DRAM slots pinned while a client copies from the shared pool.", atomic_load(&s->pins));
+	ONE("kvtier_daemon_pinned_gets_total", "counter",
+	    "Gets a client copied straight from the shared DRAM pool.",
+	    atomic_load(&s->pinned_gets));
 	ONE("kvtier_events_published_total", "counter", "KV events published (daemon.events).",
 	    atomic_load(&s->events_published));
 	ONE("kvtier_event_batches_total", "counter", "KV event batches (messages) published.",

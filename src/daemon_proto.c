@@ -48,9 +48,14 @@ int kvtd_req_check(const struct kvtd_req *r, size_t got, uint64_t shm_len,
 			return bad(err, errlen, -EINVAL, "payload length does not match n_tokens");
 		break;
 	case KVTD_GET:
+	case KVTD_GET_PIN:
 		if (r->layer_begin > g->layers || r->layer_end > g->layers ||
 		    (r->layer_end && r->layer_begin >= r->layer_end))
 			return bad(err, errlen, -EINVAL, "layer range out of bounds");
+		break;
+	case KVTD_UNPIN:
+		if (r->n >= INT32_MAX)
+			return bad(err, errlen, -EINVAL, "slot out of range");
 		break;
 	case KVTD_LOOKUP:
 	case KVTD_PREFETCH:

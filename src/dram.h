@@ -41,6 +41,7 @@ struct kvt_dram_options {
 	const char *policy;   /* src/evict.h names; NULL: "hd" */
 	bool hugepages;       /* try MAP_HUGETLB / THP advice first */
 	bool mlock;           /* lock the pool into memory (failure is logged, not fatal) */
+	bool shared;          /* a memfd (kvt__dram_pool) other processes may map */
 	const struct kvt_log *log;
 	kvt_dram_change_fn on_change; /* may be NULL */
 	void *on_change_arg;
@@ -96,6 +97,9 @@ uint32_t kvt__dram_headroom(struct kvt_dram *d);
 void kvt__dram_key(struct kvt_dram *d, int32_t id, struct kvt_key *out);
 /* objects, bytes, capacity, evictions, hits, misses. */
 void kvt__dram_stats(struct kvt_dram *d, struct kvt_tier_stats *out);
+/* The pool's mapping, and its memfd (-1 unless created shared): slot bytes start at
+ * base + id * slot_bytes. */
+int kvt__dram_pool(const struct kvt_dram *d, void **base, size_t *len);
 /* Visit published slots (for `kvtier ls` on a live store). */
 int kvt__dram_scan(struct kvt_dram *d, int (*fn)(void *arg, const struct kvt_key *key,
 						 uint64_t bytes), void *arg);

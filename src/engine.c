@@ -96,6 +96,7 @@ static int add_link(void *arg, const char *name)
 			.policy = kvt__cfg_str(s->cfg, "dram.policy"),
 			.hugepages = kvt__cfg_bool(s->cfg, "dram.hugepages"),
 			.mlock = kvt__cfg_bool(s->cfg, "dram.mlock"),
+			.shared = kvt__cfg_bool(s->cfg, "dram.shared"),
 			.log = &s->log,
 			.on_change = kvt__e_dram_changed,
 			.on_change_arg = s,
@@ -589,6 +590,11 @@ int kvt_flush_sync(struct kvt_store *s)
 	struct waiter w;
 	waiter_init(&w);
 	return waiter_wait(&w, kvt__e_do_flush(s, waiter_cb, &w, true), NULL);
+}
+
+void kvt__store_count_get(struct kvt_store *s)
+{
+	atomic_fetch_add(&s->gets, 1);
 }
 
 struct kvt_dram *kvt__store_dram(struct kvt_store *s)

@@ -33,6 +33,8 @@ typedef void (*kvt_acquire_cb)(void *arg, int rc, const struct kvt_slot_ref *ref
 int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
 		       void *arg);
 void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref);
+/* Count a get served by acquire/release (kvtierd's clients reading the shared pool). */
+void kvt__store_count_get(struct kvt_store *s);
 /* Objects are encrypted at rest (security.encryption_key_*): slots hold ciphertext. */
 bool kvt__store_encrypts(const struct kvt_store *s);
 /* kvt_remove_sync of a storage key, as listed by a tier (kvtier rm of what kvtier ls shows). */

@@ -154,13 +154,14 @@ static struct kvtd_status settle(struct raw *r, uint64_t keep)
 	struct kvtd_status st;
 	for (int i = 0; i < 500; i++) {
 		st = raw_status(r);
-		if (st.connections == keep && st.ops_in_progress == 0 && st.regions_mapped == keep)
+		if (st.connections == keep && st.ops_in_progress == 0 && st.regions_mapped == keep &&
+		    st.pins == 0)
 			return st;
 		usleep(10000);
 	}
-	fprintf(stderr, "daemon did not settle: %llu connections, %llu ops, %llu regions\n",
+	fprintf(stderr, "daemon did not settle: %llu connections, %llu ops, %llu regions, %llu pins\n",
 		(unsigned long long)st.connections, (unsigned long long)st.ops_in_progress,
-		(unsigned long long)st.regions_mapped);
+		(unsigned long long)st.regions_mapped, (unsigned long long)st.pins);
 	exit(1);
 }
 
@@ -266,8 +267,9 @@ static void test_kills(struct raw *r)
 		kill(p, SIGKILL);
 		waitpid(p, NULL, 0);
 	}
-	struct kvtd_status st = settle(r, 1);
+	struct kvtd_status st = settle(r, 1); /* pins of killed clients included: 0 left */
 	CHECK(st.connections_total >= 100);
+	CHECKM(st.pinned_gets > 0, "the gets went through the shared pool");
 	/* Whatever was stored whole is readable and exact; nothing else is visible. */
 	struct kvt_store *s = open_client();
 	uint8_t *buf = malloc(PAYLOAD);
@@ -340,6 +342,12 @@ static void test_garbage(struct raw *r)
 	CHECK_RC(kvtd_send(a.sock, &q, sizeof(q), -1), 0);
 	expect_dropped(a.sock);
 	munmap(a.shm, a.len);
+	/* an UNPIN of a slot this connection never pinned */
+	a = raw_attach();
+	q = (struct kvtd_req){.magic = KVTD_MAGIC, .op = KVTD_UNPIN, .n = 0};
+	CHECK_RC(kvtd_send(a.sock, &q, sizeof(q), -1), 0);
+	expect_dropped(a.sock);
+	munmap(a.shm, a.len);
 	/* a peer that never says HELLO is dropped after the daemon's deadline (5 s) */
 	s = raw_connect();
 	uint64_t t0 = kvt__now_ns();
@@ -350,7 +358,7 @@ static void test_garbage(struct raw *r)
 	CHECK(kvt__now_ns() - t0 < 10000000000ull);
 	close(s);
 	struct kvtd_status st = settle(r, 1);
-	CHECK(st.protocol_errors >= errs0 + 4);
+	CHECK(st.protocol_errors >= errs0 + 5);
 }
 
 /* ---- 4. the daemon dies and comes back */

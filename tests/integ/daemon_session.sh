@@ -42,6 +42,9 @@ curl -sf "127.0.0.1:$PORT/metrics" >"$T/metrics.txt"
 promtool check metrics <"$T/metrics.txt"
 grep -q '^kvtier_tier_hits_total{tier="dram"} 33$' "$T/metrics.txt" || { echo "dram hits not counted"; grep hits "$T/metrics.txt"; exit 1; }
 grep -q '^kvtier_daemon_request_duration_seconds_count{op="get"} 33$' "$T/metrics.txt" || { echo "get latency histogram"; exit 1; }
+# every resume get was copied by the client straight from the daemon's shared DRAM pool
+grep -q '^kvtier_daemon_pinned_gets_total 33$' "$T/metrics.txt" || { echo "pinned gets"; grep pinned "$T/metrics.txt"; exit 1; }
+grep -q '^kvtier_daemon_pinned_slots 0$' "$T/metrics.txt" || { echo "pins left"; exit 1; }
 # The write budget: its size, and every byte nvme wrote charged to it; deadline misses per tier.
 grep -q '^kvtier_tier_write_budget_bytes{tier="nvme"} 1073741824$' "$T/metrics.txt" || { echo "write budget size"; grep budget "$T/metrics.txt"; exit 1; }
 used=$(sed -n 's/^kvtier_tier_write_budget_used_bytes{tier="nvme"} //p' "$T/metrics.txt")
