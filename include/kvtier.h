@@ -285,8 +285,8 @@ KVT_EXPORT int kvt_stats(struct kvt_store *s, struct kvt_stats *out);
  *
  * Covered: DRAM (stored at publish - puts and promotions -, evicted, removed), every
  * deeper tier's writes (stored) and kvt_remove (removed) through the engine, corrupt
- * objects dropped, and the evictions of the nvme tier. Not covered: objects another
- * process writes into a shared tier, and the fs tier's sweeps.
+ * objects dropped, and the evictions of the nvme tier and of this store's fs sweeps. Not
+ * covered: what other processes write into or sweep from a shared tier.
  */
 enum kvt_event_type { KVT_EVENT_STORED = 1, KVT_EVENT_REMOVED = 2 };
 enum kvt_event_reason {
