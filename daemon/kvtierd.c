@@ -439,12 +439,10 @@ static int usage(void)
 	return 2;
 }
 
-int main(int argc, char **argv)
+/* Everything but the configuration's life, so that every exit path frees it (main). */
+static int run(struct kvt_config *cfg, int argc, char **argv)
 {
-	struct kvt_config *cfg;
 	char err[256];
-	if (kvt_config_create(&cfg) < 0)
-		return 1;
 	kvt_config_set_log(cfg, log_cb, NULL, KVT_LOG_WARN);
 	/* The pool in a memfd that HELLO hands to clients: their DRAM hits are copied straight
 	 * out of the slot, not through a second buffer (--set dram.shared=false: through it). */
@@ -579,7 +577,16 @@ int main(int argc, char **argv)
 	int frc = kvt_flush_sync(g_st.store);
 	kvt_store_close(g_st.store);
 	kvtd_events_stop(events); /* after the close: its write-back's events are sent too */
-	kvt_config_destroy(cfg);
 	fprintf(stderr, "kvtierd: stopped%s\n", frc < 0 ? " (flush failed)" : "");
 	return frc < 0 ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvt_config *cfg;
+	if (kvt_config_create(&cfg) < 0)
+		return 1;
+	int rc = run(cfg, argc, argv);
+	kvt_config_destroy(cfg);
+	return rc;
 }
