@@ -28,6 +28,7 @@
 #include "config.h"
 #include "daemon_proto.h"
 #include "dram.h"
+#include "format.h"
 #include "engine.h"
 #include "internal.h"
 #include "kvtierd.h"
@@ -42,6 +43,13 @@ struct conn {
 	 * connection goes, so a client killed mid-read leaves nothing pinned */
 	struct kvt_slot_ref pins[KVTD_MAX_PINS];
 	int npins;
+	/* slots reserved for the client's puts (PUT_RESERVE until PUT_COMMIT); given back
+	 * unpublished when the connection goes, so a client killed mid-put shows nothing */
+	struct resv {
+		struct kvt_slot_ref ref;
+		struct kvt_key skey;
+	} resv[KVTD_MAX_PINS];
+	int nresv;
 };
 
 static struct kvtd_state g_st;
@@ -55,6 +63,7 @@ static int g_pool_fd = -1;
 static void *g_pool;
 static size_t g_pool_len;
 static uint64_t g_slot_bytes;
+static bool g_pool_writable; /* daemon.shared_writes: g_pool_fd maps read-write */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static struct conn *g_conns;
@@ -99,6 +108,7 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	if (g_pool_fd >= 0) {
 		info.pool_bytes = g_pool_len;
 		info.slot_bytes = g_slot_bytes;
+		info.pool_writable = g_pool_writable;
 	}
 	memcpy(c->shm, &info, sizeof(info));
 	return 0;
@@ -173,6 +183,70 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 	res->bytes = a.ref.object_bytes;
 }
 
+/* Reserve a slot for the client to encode a put into. Status 1: the key is stored already
+ * (a put is idempotent). */
+static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *rep)
+{
+	struct kvt_store *s = g_st.store;
+	struct kvt_result *res = &rep->res;
+	if (!g_pool_writable) {
+		res->status = -ENOTSUP;
+		return;
+	}
+	if (c->nresv == KVTD_MAX_PINS) {
+		res->status = -EBUSY;
+		return;
+	}
+	struct resv *v = &c->resv[c->nresv];
+	struct kvt_key sp;
+	kvt_storage_key(g_ns, &r->key, &v->skey);
+	if (r->has_parent)
+		kvt_storage_key(g_ns, &r->parent, &sp);
+	int rc = kvt__store_reserve(s, &v->skey, r->has_parent ? &sp : NULL, r->n_tokens, &v->ref);
+	if (rc == -EEXIST) {
+		res->status = 1;
+		return;
+	}
+	res->status = rc;
+	if (rc < 0)
+		return;
+	c->nresv++;
+	atomic_fetch_add(&g_st.reserved, 1);
+	rep->slot = v->ref.id;
+	rep->slot_off = (uint64_t)((uint8_t *)v->ref.buf - (uint8_t *)g_pool);
+	res->bytes = v->ref.object_bytes;
+}
+
+/* The client wrote the object: check its header (format, geometry, namespace, the key
+ * reserved, its size) and publish it; anything else is given back unpublished. */
+static int put_commit(struct conn *c, uint64_t slot, struct kvt_result *res)
+{
+	for (int i = 0; i < c->nresv; i++) {
+		struct resv *v = &c->resv[i];
+		if ((uint64_t)v->ref.id != slot)
+			continue;
+		struct kvt_slot_ref ref = v->ref;
+		struct kvt_key sk = v->skey;
+		c->resv[i] = c->resv[--c->nresv];
+		atomic_fetch_sub(&g_st.reserved, 1);
+		struct kvt_header h;
+		struct kvt_expect exp = {.geometry = &g_geo, .ns_id = g_ns, .key = &sk,
+					 .max_object_bytes = ref.object_bytes};
+		if (kvt__header_decode(ref.buf, &h, &exp) < 0 || h.n_tokens != ref.n_tokens ||
+		    h.object_bytes != ref.object_bytes || h.flags) {
+			kvt__store_cancel(g_st.store, &ref);
+			res->status = -EBADMSG;
+			return 0;
+		}
+		res->status = kvt__store_commit_sealed(g_st.store, &ref);
+		if (res->status == 0)
+			atomic_fetch_add(&g_st.shared_puts, 1);
+		res->bytes = kvt_payload_bytes(&g_geo, ref.n_tokens);
+		return 0;
+	}
+	return -EPROTO; /* not a reservation of this connection */
+}
+
 static int unpin(struct conn *c, uint64_t slot)
 {
 	for (int i = 0; i < c->npins; i++)
@@ -232,6 +306,8 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 			.refused = atomic_load(&g_st.refused),
 			.pins = atomic_load(&g_st.pins),
 			.pinned_gets = atomic_load(&g_st.pinned_gets),
+			.reserved = atomic_load(&g_st.reserved),
+			.shared_puts = atomic_load(&g_st.shared_puts),
 		};
 		memcpy(p, &st, sizeof(st));
 		res->status = 0;
@@ -243,6 +319,13 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 	case KVTD_UNPIN:
 		res->status = unpin(c, r->n);
 		break;
+	case KVTD_PUT_RESERVE:
+		put_reserve(c, r, rep);
+		break;
+	case KVTD_PUT_COMMIT:
+		if (put_commit(c, r->n, res) < 0)
+			res->status = -EPROTO;
+		break;
 	default:
 		res->status = -EPROTO;
 	}
@@ -250,7 +333,8 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 
 static int hist_of(uint32_t op)
 {
-	return op == KVTD_PUT ? KVTD_H_PUT : op == KVTD_GET || op == KVTD_GET_PIN ? KVTD_H_GET
+	return op == KVTD_PUT || op == KVTD_PUT_RESERVE ? KVTD_H_PUT
+	       : op == KVTD_GET || op == KVTD_GET_PIN ? KVTD_H_GET
 				     : op == KVTD_LOOKUP  ? KVTD_H_LOOKUP
 							  : KVTD_H_OTHER;
 }
@@ -304,13 +388,16 @@ static void *conn_main(void *arg)
 			atomic_fetch_add(&g_st.ops_in_progress, 1);
 			uint64_t t0 = kvt__now_ns();
 			serve_one(c, &req, &rep);
-			if (req.op != KVTD_UNPIN) /* UNPIN is the tail of a GET_PIN, not a request */
+			/* UNPIN and PUT_COMMIT are the tails of a request, not requests */
+			if (req.op != KVTD_UNPIN && req.op != KVTD_PUT_COMMIT)
 				kvtd_hist_record(&g_st.hist[hist_of(req.op)], kvt__now_ns() - t0);
 			atomic_fetch_sub(&g_st.ops_in_progress, 1);
-			if (req.op == KVTD_UNPIN && rep.res.status == -EPROTO) {
+			if ((req.op == KVTD_UNPIN || req.op == KVTD_PUT_COMMIT) &&
+			    rep.res.status == -EPROTO) {
 				atomic_fetch_add(&g_st.protocol_errors, 1);
-				fprintf(stderr, "kvtierd: dropping a client: UNPIN of a slot it "
-						"did not pin\n");
+				fprintf(stderr, "kvtierd: dropping a client: %s of a slot it did "
+						"not %s\n", req.op == KVTD_UNPIN ? "UNPIN" : "PUT_COMMIT",
+					req.op == KVTD_UNPIN ? "pin" : "reserve");
 				break;
 			}
 		}
@@ -323,6 +410,10 @@ static void *conn_main(void *arg)
 	while (c->npins) {
 		kvt__store_release(g_st.store, &c->pins[--c->npins]);
 		atomic_fetch_sub(&g_st.pins, 1);
+	}
+	while (c->nresv) {
+		kvt__store_cancel(g_st.store, &c->resv[--c->nresv].ref);
+		atomic_fetch_sub(&g_st.reserved, 1);
 	}
 	if (c->shm) {
 		munmap(c->shm, c->shm_len);
@@ -526,8 +617,18 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 	g_geo = *kvt_store_geometry(g_st.store);
 	struct kvt_dram *dram = kvt__store_dram(g_st.store);
 	if (dram && !kvt__store_encrypts(g_st.store)) {
-		g_pool_fd = kvt__dram_pool(dram, &g_pool, &g_pool_len);
+		int fd = kvt__dram_pool(dram, &g_pool, &g_pool_len);
 		g_slot_bytes = kvt__dram_slot_bytes(dram);
+		/* Writable for clients only with shared writes (and objects the store need not
+		 * MAC); else a read-only descriptor, which cannot be mapped for writing. */
+		g_pool_writable = fd >= 0 && kvt__cfg_bool(cfg, "daemon.shared_writes") &&
+				  !kvt__store_protected(g_st.store);
+		if (fd >= 0 && !g_pool_writable) {
+			char proc[64];
+			snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+			fd = open(proc, O_RDONLY | O_CLOEXEC);
+		}
+		g_pool_fd = fd;
 	}
 	memcpy(g_ns, kvt_store_ns_id(g_st.store), sizeof(g_ns));
 	g_shm_max = KVT_ALIGN_UP(KVT_MAX(kvt_payload_bytes(&g_geo, g_geo.chunk_tokens),

@@ -26,6 +26,7 @@ struct kvtd_state {
 		protocol_errors, refused;
 	_Atomic uint64_t events_published, event_batches, events_dropped;
 	_Atomic uint64_t pins, pinned_gets; /* slots pinned for clients' own copies */
+	_Atomic uint64_t reserved, shared_puts; /* slots reserved for clients' puts */
 	struct kvtd_hist hist[KVTD_H_N];
 };
 

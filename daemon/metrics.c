@@ -116,6 +116,12 @@ static char *render(struct kvtd_state *s, size_t *len)
 	ONE("kvtier_daemon_pinned_gets_total", "counter",
 	    "Gets a client copied straight from the shared DRAM pool.",
 	    atomic_load(&s->pinned_gets));
+	ONE("kvtier_daemon_reserved_slots", "gauge",
+	    "DRAM slots reserved while a client encodes a put into the shared pool.",
+	    atomic_load(&s->reserved));
+	ONE("kvtier_daemon_shared_puts_total", "counter",
+	    "Puts a client encoded straight into the shared DRAM pool.",
+	    atomic_load(&s->shared_puts));
 	ONE("kvtier_events_published_total", "counter", "KV events published (daemon.events).",
 	    atomic_load(&s->events_published));
 	ONE("kvtier_event_batches_total", "counter", "KV event batches (messages) published.",

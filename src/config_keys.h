@@ -37,6 +37,7 @@
 	X(k, "daemon.socket", STR, "/run/kvtier/kvtierd.sock", 0, 0, NULL, PLAIN, "kvtierd: the Unix socket clients attach to (mode 0600, so only its owner's processes)") \
 	X(k, "daemon.metrics", STR, "", 0, 0, NULL, PLAIN, "kvtierd: serve Prometheus /metrics on this loopback ADDR:PORT (empty: off)") \
 	X(k, "daemon.max_clients", U64, "256", 1, 65536, NULL, PLAIN, "kvtierd: connections at most; more are refused") \
+	X(k, "daemon.shared_writes", BOOL, "true", 0, 0, NULL, PLAIN, "kvtierd: clients encode a put straight into a DRAM slot the daemon reserved (their mapping of the pool is writable; the daemon checks the header before publishing); false: puts are copied through the client's region and clients get the pool read-only") \
 	X(k, "daemon.events", STR, "", 0, 0, NULL, PLAIN, "kvtierd: publish KV events (stored, removed: evicted, removed, corrupt) on this ZeroMQ PUB endpoint, msgpack in vLLM's schema: tcp://ADDR:PORT or ipc://PATH (empty: off)") \
 	X(k, "daemon.events_replay", STR, "", 0, 0, NULL, PLAIN, "kvtierd: ZeroMQ ROUTER endpoint answering a replay request (8-byte big-endian start sequence) with the buffered batches from it, then sequence -1 (empty: no replay)") \
 	X(k, "daemon.events_topic", STR, "", 0, 0, NULL, PLAIN, "kvtierd: the topic frame of every event message (subscribers filter on its prefix)") \

@@ -68,7 +68,7 @@ struct kvt_client {
 	struct kvtd_info info;
 	/* the daemon's DRAM pool, mapped read-only (NULL: not offered): DRAM hits are copied
 	 * from the pinned slot straight into the caller's buffer (GET_PIN, UNPIN) */
-	const uint8_t *pool;
+	uint8_t *pool; /* writable only with info.pool_writable */
 	size_t pool_len;
 
 	/* submissions, run by the worker */
@@ -133,7 +133,7 @@ static int exchange(struct kvt_client *c, struct kvtd_req *req, struct kvtd_rep 
 static void unmap_pool(struct kvt_client *c)
 {
 	if (c->pool)
-		munmap((void *)c->pool, c->pool_len);
+		munmap(c->pool, c->pool_len);
 	c->pool = NULL;
 	c->pool_len = 0;
 }
@@ -211,7 +211,8 @@ static int attach(struct kvt_client *c)
 	/* A pool from an earlier daemon (a restart) is stale: this one's replaces it. */
 	unmap_pool(c);
 	if (pfd >= 0 && c->info.pool_bytes) {
-		void *p = mmap(NULL, c->info.pool_bytes, PROT_READ, MAP_SHARED, pfd, 0);
+		int prot = PROT_READ | (c->info.pool_writable ? PROT_WRITE : 0);
+		void *p = mmap(NULL, c->info.pool_bytes, prot, MAP_SHARED, pfd, 0);
 		if (p != MAP_FAILED) {
 			c->pool = p;
 			c->pool_len = c->info.pool_bytes;
@@ -325,6 +326,49 @@ static int get_pinned(struct kvt_client *c, struct cop *o, const struct kvtd_req
 	return 0;
 }
 
+/* A put encoded by the client straight into a DRAM slot the daemon reserved, then
+ * committed (the daemon checks the header and publishes it). 0 when o->res holds the
+ * answer; -1 to fall back to a copy through the region (nothing reserved: no room now,
+ * shared writes off). */
+static int put_reserved(struct kvt_client *c, struct cop *o, const struct kvtd_req *base)
+{
+	struct kvtd_req req = *base;
+	req.op = KVTD_PUT_RESERVE;
+	struct kvtd_rep rep;
+	int rc = exchange(c, &req, &rep, -1);
+	if (rc < 0) {
+		failed(o, rc);
+		return 0;
+	}
+	if (rep.res.status == 1) { /* stored already: a put is idempotent */
+		o->res = (struct kvt_result){.status = 0, .tier = KVT_TIER_NONE,
+					     .n_tokens = o->n_tokens, .bytes = o->len};
+		return 0;
+	}
+	if (rep.res.status < 0)
+		return -1;
+	int erc = -EPROTO;
+	if (rep.slot_off <= c->pool_len && rep.res.bytes <= c->pool_len - rep.slot_off) {
+		struct kvt_key sk;
+		kvt__storage_key(c->my_ns, &o->key, &sk);
+		erc = kvt__object_encode(c->pool + rep.slot_off, rep.res.bytes, &c->my_geo,
+					 c->my_ns, &sk, o->n_tokens, o->src, o->len);
+	}
+	/* committed even if encoding failed: the daemon's check refuses it (-EBADMSG) and
+	 * gives the slot back */
+	struct kvtd_req cm = {.op = KVTD_PUT_COMMIT, .n = (uint64_t)(uint32_t)rep.slot};
+	struct kvtd_rep crep;
+	rc = exchange(c, &cm, &crep, -1);
+	if (rc < 0) {
+		failed(o, rc);
+		return 0;
+	}
+	o->res = crep.res;
+	if (erc < 0)
+		o->res.status = erc;
+	return 0;
+}
+
 static void run_op(struct kvt_client *c, struct cop *o)
 {
 	o->res = (struct kvt_result){.status = 0, .tier = KVT_TIER_NONE};
@@ -343,6 +387,11 @@ static void run_op(struct kvt_client *c, struct cop *o)
 	struct kvtd_req req = {.op = o->op, .key = o->key, .parent = o->parent,
 			       .has_parent = o->has_parent, .n_tokens = o->n_tokens,
 			       .layer_begin = o->layer_begin, .layer_end = o->layer_end};
+	if (o->op == KVTD_PUT && c->pool && c->info.pool_writable &&
+	    put_reserved(c, o, &req) == 0) {
+		pthread_mutex_unlock(&c->io_lock);
+		return;
+	}
 	if (o->op == KVTD_GET && c->pool && get_pinned(c, o, &req) == 0) {
 		pthread_mutex_unlock(&c->io_lock);
 		return;

@@ -40,7 +40,14 @@ enum kvtd_op {
 	 * client copies the object's layers out of the pool itself, then sends UNPIN. */
 	KVTD_GET_PIN = 10, /* key */
 	KVTD_UNPIN = 11,   /* n = the slot a GET_PIN of this connection returned */
-	KVTD_OP_MAX = 11,
+	/* With the pool mapped writable (info.pool_writable): reserve a slot for key (parent?,
+	 * n_tokens); reply: slot, slot_off, res.bytes = object bytes; status 1: already stored,
+	 * nothing reserved. The client encodes the object into the slot, then PUT_COMMIT; the
+	 * daemon checks its header and publishes it (a connection that goes first gives its
+	 * reservations back unpublished). */
+	KVTD_PUT_RESERVE = 12,
+	KVTD_PUT_COMMIT = 13, /* n = the slot */
+	KVTD_OP_MAX = 13,
 };
 
 struct kvtd_req {
@@ -82,6 +89,8 @@ struct kvtd_info {
 	char tier[KVT_MAX_TIERS][KVTD_MAX_TIER_NAME];
 	uint64_t pool_bytes; /* the DRAM pool's mapping, passed with the HELLO reply (0: none) */
 	uint64_t slot_bytes; /* bytes of one slot */
+	uint32_t pool_writable; /* daemon.shared_writes: PUT_RESERVE / PUT_COMMIT */
+	uint32_t pad;
 };
 
 /* What STATUS writes: the daemon's own state. */
@@ -94,6 +103,8 @@ struct kvtd_status {
 	uint64_t refused;         /* connections refused at the limit */
 	uint64_t pins;            /* DRAM slots pinned for clients now (GET_PIN until UNPIN) */
 	uint64_t pinned_gets;     /* gets served from the shared pool since start */
+	uint64_t reserved;        /* DRAM slots reserved for clients' puts now */
+	uint64_t shared_puts;     /* puts clients encoded into the pool since start */
 };
 
 /* Check a request that arrived as got bytes against a region of shm_len bytes (0: none

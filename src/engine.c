@@ -570,6 +570,12 @@ int kvt_remove_sync(struct kvt_store *s, const struct kvt_key *key)
 			   NULL);
 }
 
+bool kvt__store_protected(const struct kvt_store *s)
+{
+	if (s->client) return false;
+	return s->prot != NULL;
+}
+
 bool kvt__store_encrypts(const struct kvt_store *s)
 {
 	if (s->client) return false;

@@ -22,6 +22,11 @@ int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const str
 /* The body is filled: zero the padding, write header and CRCs, publish, unpin, and start
  * write-behind per the write policy. Returns 0 (the slot belongs to the store again). */
 int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref);
+/* The same for a slot whose whole object (header, layers, CRCs) the caller wrote and
+ * checked: publish it as it is (kvtierd, after a client encoded a put into the slot). */
+int kvt__store_commit_sealed(struct kvt_store *s, struct kvt_slot_ref *ref);
+/* Objects are MAC'ed or encrypted (security.*): only the store may write them. */
+bool kvt__store_protected(const struct kvt_store *s);
 /* Give back a reserved slot without publishing it. */
 void kvt__store_cancel(struct kvt_store *s, struct kvt_slot_ref *ref);
 

@@ -129,6 +129,13 @@ int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref)
 		kvt__dram_abort(s->dram, ref->id);
 		return rc;
 	}
+	return kvt__store_commit_sealed(s, ref);
+}
+
+int kvt__store_commit_sealed(struct kvt_store *s, struct kvt_slot_ref *ref)
+{
+	struct kvt_key key;
+	kvt__dram_key(s->dram, ref->id, &key);
 	atomic_fetch_add(&s->puts, 1);
 	bool deeper = s->n_links > s->dram_pos + 1;
 	bool dirty = deeper && (s->write_policy == WP_THROUGH || s->write_policy == WP_BACK);

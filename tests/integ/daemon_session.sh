@@ -45,6 +45,9 @@ grep -q '^kvtier_daemon_request_duration_seconds_count{op="get"} 33$' "$T/metric
 # every resume get was copied by the client straight from the daemon's shared DRAM pool
 grep -q '^kvtier_daemon_pinned_gets_total 33$' "$T/metrics.txt" || { echo "pinned gets"; grep pinned "$T/metrics.txt"; exit 1; }
 grep -q '^kvtier_daemon_pinned_slots 0$' "$T/metrics.txt" || { echo "pins left"; exit 1; }
+# and every save put was encoded by the client straight into a slot the daemon reserved
+grep -q '^kvtier_daemon_shared_puts_total 33$' "$T/metrics.txt" || { echo "shared puts"; grep shared "$T/metrics.txt"; exit 1; }
+grep -q '^kvtier_daemon_reserved_slots 0$' "$T/metrics.txt" || { echo "reservations left"; exit 1; }
 # The write budget: its size, and every byte nvme wrote charged to it; deadline misses per tier.
 grep -q '^kvtier_tier_write_budget_bytes{tier="nvme"} 1073741824$' "$T/metrics.txt" || { echo "write budget size"; grep budget "$T/metrics.txt"; exit 1; }
 used=$(sed -n 's/^kvtier_tier_write_budget_used_bytes{tier="nvme"} //p' "$T/metrics.txt")
