@@ -34,7 +34,7 @@ echo "$err" | grep -q "another model, geometry or tenant" || { echo "unclear ref
 
 # kvtier status: the two session processes left nothing behind.
 st=$(timeout 30 "$K" status --daemon "$S" "${SMALL[@]}" --json)
-echo "$st" | jq -e '.connections == 0 and .ops_in_progress == 0 and .regions_mapped == 0 and .connections_total >= 3 and .tiers.dram.objects == 33 and .pinned_slots == 0 and .pinned_gets == 33' >/dev/null ||
+echo "$st" | jq -e '.connections == 0 and .ops_in_progress == 0 and .regions_mapped == 0 and .connections_total >= 3 and .tiers.dram.objects == 33 and .pinned_slots == 0 and .pinned_gets == 33 and .reserved_slots == 0 and .shared_puts == 33' >/dev/null ||
 	{ echo "status: $st"; exit 1; }
 if timeout 10 "$K" status "${SMALL[@]}" 2>/dev/null; then echo "status without --daemon accepted"; exit 1; fi
 
