@@ -281,8 +281,8 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 
 /* A get through the shared pool: the daemon pins the slot (promoting the chunk into DRAM
  * if needed), the layers are copied from it into the caller's buffer here, then the pin is
- * given back. 0 when o->res holds the answer; -1 to fall back to a copy through the
- * region (the daemon could not pin: -ENOTSUP, -EBUSY, or its answer was unusable). */
+ * given back. 0 when o->res holds the answer; -1 to fall back to a get through the
+ * region (the daemon could not pin). */
 static int get_pinned(struct kvt_client *c, struct cop *o, const struct kvtd_req *base)
 {
 	struct kvtd_req req = *base;
@@ -293,12 +293,15 @@ static int get_pinned(struct kvt_client *c, struct cop *o, const struct kvtd_req
 		failed(o, rc);
 		return 0;
 	}
-	if (rep.res.status == -ENOTSUP || rep.res.status == -EBUSY)
-		return -1;
-	if (rep.res.status < 0) {
+	if (rep.res.status == -ENOENT) {
 		o->res = rep.res;
 		return 0;
 	}
+	/* Could not pin (-ENOTSUP, -EBUSY, no slot for the promotion, its tier missed a
+	 * deadline): a get through the region takes the daemon's whole read path (the next
+	 * tier, a bounce buffer). */
+	if (rep.res.status < 0)
+		return -1;
 	int64_t n = -EPROTO;
 	struct kvt_header h;
 	if (rep.slot_off <= c->pool_len && rep.res.bytes >= KVT_HEADER_BYTES &&

@@ -137,6 +137,7 @@ int kvt__store_commit_sealed(struct kvt_store *s, struct kvt_slot_ref *ref)
 	struct kvt_key key;
 	kvt__dram_key(s->dram, ref->id, &key);
 	atomic_fetch_add(&s->puts, 1);
+	kvt__e_admission_record(s, &key); /* a put for admission's frequency, as kvt_put */
 	bool deeper = s->n_links > s->dram_pos + 1;
 	bool dirty = deeper && (s->write_policy == WP_THROUGH || s->write_policy == WP_BACK);
 	kvt__dram_publish(s->dram, ref->id, ref->object_bytes, ref->n_tokens, dirty);
