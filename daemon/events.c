@@ -50,6 +50,8 @@ struct kvtd_events {
 	uint64_t seq;          /* next batch's sequence number */
 	struct replay_ent *hist; /* the last hist_cap batches sent, for replay */
 	uint64_t hist_cap;
+	uint64_t hist_lo;             /* oldest batch still kept */
+	uint64_t hist_bytes, hist_max; /* their bytes, and the bound on them */
 };
 
 int kvtd_events_check_endpoint(const char *ep, const char *what, char *err, size_t errlen)
@@ -187,11 +189,21 @@ static void publish(struct kvtd_events *e, const struct kvt_event *evs, size_t n
 	atomic_fetch_add(&e->st->events_published, n);
 	atomic_fetch_add(&e->st->event_batches, 1);
 	if (e->hist_cap) {
+		/* keep at most hist_cap batches and hist_max bytes: the oldest go first */
+		while (e->hist_lo < seq &&
+		       (seq - e->hist_lo >= e->hist_cap || e->hist_bytes + sb.size > e->hist_max)) {
+			struct replay_ent *o = &e->hist[e->hist_lo % e->hist_cap];
+			e->hist_bytes -= o->len;
+			free(o->buf);
+			o->buf = NULL;
+			o->len = 0;
+			e->hist_lo++;
+		}
 		struct replay_ent *r = &e->hist[seq % e->hist_cap];
-		free(r->buf);
 		r->seq = seq;
 		r->len = sb.size;
 		r->buf = msgpack_sbuffer_release(&sb);
+		e->hist_bytes += r->len;
 	}
 	msgpack_sbuffer_destroy(&sb);
 }
@@ -219,7 +231,7 @@ static void serve_replay(struct kvtd_events *e)
 		uint64_t from = 0;
 		for (int i = 0; i < 8; i++)
 			from = from << 8 | p[i];
-		uint64_t lo = e->seq > e->hist_cap ? e->seq - e->hist_cap : 0;
+		uint64_t lo = e->hist_lo;
 		for (uint64_t s = from > lo ? from : lo; s < e->seq; s++) {
 			struct replay_ent *r = &e->hist[s % e->hist_cap];
 			uint8_t sq[8];
@@ -326,6 +338,7 @@ int kvtd_events_start(const struct kvt_config *cfg, struct kvtd_state *st,
 	snprintf(e->topic, sizeof(e->topic), "%s", topic);
 	e->cap = kvt__cfg_u64(cfg, "daemon.events_queue");
 	e->hist_cap = rep[0] ? kvt__cfg_u64(cfg, "daemon.events_buffer") : 0;
+	e->hist_max = kvt__cfg_u64(cfg, "daemon.events_buffer_bytes");
 	e->ring = calloc(e->cap, sizeof(*e->ring));
 	e->hist = e->hist_cap ? calloc(e->hist_cap, sizeof(*e->hist)) : NULL;
 	pthread_mutex_init(&e->mu, NULL);

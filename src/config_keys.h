@@ -41,8 +41,9 @@
 	X(k, "daemon.events", STR, "", 0, 0, NULL, PLAIN, "kvtierd: publish KV events (stored, removed: evicted, removed, corrupt) on this ZeroMQ PUB endpoint, msgpack in vLLM's schema: tcp://ADDR:PORT or ipc://PATH (empty: off)") \
 	X(k, "daemon.events_replay", STR, "", 0, 0, NULL, PLAIN, "kvtierd: ZeroMQ ROUTER endpoint answering a replay request (8-byte big-endian start sequence) with the buffered batches from it, then sequence -1 (empty: no replay)") \
 	X(k, "daemon.events_topic", STR, "", 0, 0, NULL, PLAIN, "kvtierd: the topic frame of every event message (subscribers filter on its prefix)") \
-	X(k, "daemon.events_queue", U64, "65536", 16, 16777216, NULL, PLAIN, "kvtierd: events waiting for the publisher at most; past it events are dropped and counted") \
-	X(k, "daemon.events_buffer", U64, "10000", 1, 1000000, NULL, PLAIN, "kvtierd: published batches kept for replay") \
+	X(k, "daemon.events_queue", U64, "65536", 16, 1048576, NULL, PLAIN, "kvtierd: events waiting for the publisher at most; past it events are dropped and counted") \
+	X(k, "daemon.events_buffer", U64, "10000", 1, 1000000, NULL, PLAIN, "kvtierd: published batches kept for replay at most") \
+	X(k, "daemon.events_buffer_bytes", SIZE, "64MiB", 65536, 68719476736.0, NULL, PLAIN, "kvtierd: bytes of published batches kept for replay at most (the oldest go first)") \
 	/* model / geometry: part of the namespace, hence of every key */ \
 	X(k, "model.name", STR, "llama3.1-8b", 0, 0, NULL, PLAIN, "model id, part of the namespace") \
 	X(k, "model.revision", STR, "main", 0, 0, NULL, PLAIN, "model revision, part of the namespace") \
