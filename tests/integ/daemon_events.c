@@ -10,7 +10,8 @@
  *     count and eviction count equal those of kvt_stats, and the removed keys were
  *     announced as removed (reason "removed") from each tier;
  *  3. a malformed, oversized or unbindable endpoint, and an out-of-range queue size, stop
- *     kvtierd at start with a one-line error.
+ *     kvtierd at start with a one-line error;
+ *  4. with daemon.events_buffer=10 a replay from 0 answers the newest 10 batches only.
  */
 #include <fcntl.h>
 #include <msgpack.h>
@@ -50,7 +51,7 @@ static const char *kvtierd_bin(void)
 		"--set", "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",       \
 		"nvme.fsync=none", "--set", "store.deadline_floor_ms=2000"
 
-static void start_daemon(void)
+static void start_daemon(const char *extra) /* one more --set K=V */
 {
 	char d[300];
 	snprintf(d, sizeof(d), "%s/data", dir);
@@ -59,7 +60,7 @@ static void start_daemon(void)
 		/* 7 DRAM slots of 36 KiB objects, nvme capped at 1 MiB (28 objects) */
 		execl(kvtierd_bin(), "kvtierd", "--dir", d, "--socket", sock_path, "--events", ev_ep,
 		      "--set", replay_ep, COMMON_ARGS, "--set", "dram.bytes=256KiB", "--set",
-		      "nvme.bytes=1MiB", (char *)NULL);
+		      "nvme.bytes=1MiB", "--set", extra, (char *)NULL);
 		perror("exec kvtierd");
 		_exit(127);
 	}
@@ -255,6 +256,52 @@ static void test_bad_config(void)
 	expect_refused("oversized topic", "daemon.events_topic", big);
 }
 
+/* ---- 4. the replay buffer keeps the newest batches only: with daemon.events_buffer=10,
+ * a replay from 0 after 40 puts answers exactly the last 10, in order, then -1. */
+
+static void test_replay_bound(void *zc, struct kvt_store *s)
+{
+	size_t len = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	void *buf = malloc(len);
+	for (int i = 0; i < 40; i++) {
+		struct kvt_key k;
+		memset(&k, 0, sizeof(k));
+		k.bytes[0] = (uint8_t)i;
+		k.bytes[1] = 0xb0;
+		test_fill(buf, len, (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, len), 0);
+	}
+	free(buf);
+	usleep(300000); /* let the publisher send what is queued */
+	void *dealer = zmq_socket(zc, ZMQ_DEALER);
+	CHECK(zmq_connect(dealer, strchr(replay_ep, '=') + 1) == 0);
+	uint8_t zero[8] = {0};
+	CHECK(zmq_send(dealer, "", 0, ZMQ_SNDMORE) == 0);
+	CHECK(zmq_send(dealer, zero, 8, 0) == 8);
+	zmq_msg_t parts[3];
+	uint64_t first = UINT64_MAX, prev = 0, n = 0;
+	for (;;) {
+		CHECKM(recv_parts(dealer, 3, 5000, parts) == 0, "replay: no answer");
+		uint64_t seq = seq_of(&parts[1]);
+		for (int i = 0; i < 3; i++)
+			zmq_msg_close(&parts[i]);
+		if (seq == UINT64_MAX)
+			break;
+		if (n)
+			CHECKM(seq == prev + 1, "replay: %llu after %llu", (unsigned long long)seq,
+			       (unsigned long long)prev);
+		else
+			first = seq;
+		prev = seq;
+		n++;
+	}
+	printf("  replay with daemon.events_buffer=10: batches %llu..%llu\n",
+	       (unsigned long long)first, (unsigned long long)prev);
+	CHECK_EQ(n, 10);
+	CHECKM(first >= 30, "40 puts made at least 40 batches: the oldest are gone");
+	zmq_close(dealer);
+}
+
 /* ---- 1, 2 */
 
 static void key_of(uint64_t i, struct kvt_key *k)
@@ -274,7 +321,7 @@ int main(void)
 	main_pid = getpid();
 	atexit(kill_daemon);
 	test_bad_config();
-	start_daemon();
+	start_daemon("daemon.events_buffer=10000");
 
 	void *zc = zmq_ctx_new();
 	void *sub = zmq_socket(zc, ZMQ_SUB);
@@ -433,6 +480,19 @@ int main(void)
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	zmq_close(sub);
 	zmq_close(dealer);
+
+	/* 4. a daemon with a small replay buffer */
+	start_daemon("daemon.events_buffer=10");
+	c = test_config("dram,nvme", dir);
+	test_set(c, "store.daemon", sock_path);
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	test_replay_bound(zc, s);
+	kvt_store_close(s);
+	kill(daemon_pid, SIGTERM);
+	waitpid(daemon_pid, &status, 0);
+	daemon_pid = 0;
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	zmq_ctx_term(zc);
 	for (size_t i = 0; i < n_live; i++)
 		free(live[i].buf);
