@@ -6,7 +6,8 @@
  * its mapped region) is freed by the one thread that owns it when the peer goes away.
  *
  * Usage: kvtierd --config FILE | --dir D --socket PATH [--metrics 127.0.0.1:PORT]
- *        [--tiers LIST] [--set K=V]...   (foreground; ready once the socket exists)
+ *        [--events tcp://ADDR:PORT|ipc://PATH] [--tiers LIST] [--set K=V]...
+ *        (foreground; ready once the socket exists)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +27,9 @@
 
 #include "config.h"
 #include "daemon_proto.h"
+#include "dram.h"
+#include "format.h"
+#include "engine.h"
 #include "internal.h"
 #include "kvtierd.h"
 
@@ -35,6 +39,17 @@ struct conn {
 	int sock;
 	uint8_t *shm;
 	size_t shm_len;
+	/* slots pinned for the client's own copy (GET_PIN until UNPIN); released when the
+	 * connection goes, so a client killed mid-read leaves nothing pinned */
+	struct kvt_slot_ref pins[KVTD_MAX_PINS];
+	int npins;
+	/* slots reserved for the client's puts (PUT_RESERVE until PUT_COMMIT); given back
+	 * unpublished when the connection goes, so a client killed mid-put shows nothing */
+	struct resv {
+		struct kvt_slot_ref ref;
+		struct kvt_key skey;
+	} resv[KVTD_MAX_PINS];
+	int nresv;
 };
 
 static struct kvtd_state g_st;
@@ -42,6 +57,13 @@ static struct kvt_geometry g_geo;
 static uint8_t g_ns[KVT_NS_ID_BYTES];
 static uint64_t g_shm_max;
 static uint64_t g_max_clients;
+/* The DRAM pool, mapped by clients read-only (-1: not offered: no DRAM tier, or objects
+ * are encrypted in their slots) */
+static int g_pool_fd = -1;
+static void *g_pool;
+static size_t g_pool_len;
+static uint64_t g_slot_bytes;
+static bool g_pool_writable; /* daemon.shared_writes: g_pool_fd maps read-write */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static struct conn *g_conns;
@@ -83,6 +105,11 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	for (uint32_t i = 0; i < info.n_tiers; i++)
 		snprintf(info.tier[i], sizeof(info.tier[i]), "%s",
 			 kvt_store_tier_name(g_st.store, (int)i));
+	if (g_pool_fd >= 0) {
+		info.pool_bytes = g_pool_len;
+		info.slot_bytes = g_slot_bytes;
+		info.pool_writable = g_pool_writable;
+	}
 	memcpy(c->shm, &info, sizeof(info));
 	return 0;
 }
@@ -96,8 +123,145 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 		_r;                                                                                \
 	})
 
-static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvt_result *res)
+struct acq {
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	bool done;
+	int rc, tier;
+	struct kvt_slot_ref ref;
+};
+
+static void acq_cb(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
 {
+	struct acq *a = arg;
+	pthread_mutex_lock(&a->m);
+	a->rc = rc;
+	a->tier = tier;
+	if (rc == 0)
+		a->ref = *ref;
+	a->done = true;
+	pthread_cond_signal(&a->cv);
+	pthread_mutex_unlock(&a->m);
+}
+
+/* Pin key's slot for the client to copy from the pool (promoting it into DRAM first, as a
+ * get does). */
+static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *rep)
+{
+	struct kvt_store *s = g_st.store;
+	struct kvt_result *res = &rep->res;
+	if (g_pool_fd < 0) {
+		res->status = -ENOTSUP;
+		return;
+	}
+	if (c->npins == KVTD_MAX_PINS) {
+		res->status = -EBUSY;
+		return;
+	}
+	struct kvt_key sk;
+	kvt_storage_key(g_ns, &r->key, &sk);
+	struct acq a = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	kvt__store_count_get(s);
+	int rc = RETRY(kvt__store_acquire(s, &sk, acq_cb, &a));
+	if (rc == 0) {
+		pthread_mutex_lock(&a.m);
+		while (!a.done)
+			pthread_cond_wait(&a.cv, &a.m);
+		pthread_mutex_unlock(&a.m);
+		rc = a.rc;
+	}
+	res->status = rc;
+	if (rc < 0)
+		return;
+	c->pins[c->npins++] = a.ref;
+	atomic_fetch_add(&g_st.pins, 1);
+	atomic_fetch_add(&g_st.pinned_gets, 1);
+	rep->slot = a.ref.id;
+	rep->slot_off = (uint64_t)((uint8_t *)a.ref.buf - (uint8_t *)g_pool);
+	res->tier = a.tier;
+	res->n_tokens = a.ref.n_tokens;
+	res->bytes = a.ref.object_bytes;
+}
+
+/* Reserve a slot for the client to encode a put into. Status 1: the key is stored already
+ * (a put is idempotent). */
+static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *rep)
+{
+	struct kvt_store *s = g_st.store;
+	struct kvt_result *res = &rep->res;
+	if (!g_pool_writable) {
+		res->status = -ENOTSUP;
+		return;
+	}
+	if (c->nresv == KVTD_MAX_PINS) {
+		res->status = -EBUSY;
+		return;
+	}
+	struct resv *v = &c->resv[c->nresv];
+	struct kvt_key sp;
+	kvt_storage_key(g_ns, &r->key, &v->skey);
+	if (r->has_parent)
+		kvt_storage_key(g_ns, &r->parent, &sp);
+	int rc = kvt__store_reserve(s, &v->skey, r->has_parent ? &sp : NULL, r->n_tokens, &v->ref);
+	if (rc == -EEXIST) {
+		res->status = 1;
+		return;
+	}
+	res->status = rc;
+	if (rc < 0)
+		return;
+	c->nresv++;
+	atomic_fetch_add(&g_st.reserved, 1);
+	rep->slot = v->ref.id;
+	rep->slot_off = (uint64_t)((uint8_t *)v->ref.buf - (uint8_t *)g_pool);
+	res->bytes = v->ref.object_bytes;
+}
+
+/* The client wrote the object: check its header (format, geometry, namespace, the key
+ * reserved, its size) and publish it; anything else is given back unpublished. */
+static int put_commit(struct conn *c, uint64_t slot, struct kvt_result *res)
+{
+	for (int i = 0; i < c->nresv; i++) {
+		struct resv *v = &c->resv[i];
+		if ((uint64_t)v->ref.id != slot)
+			continue;
+		struct kvt_slot_ref ref = v->ref;
+		struct kvt_key sk = v->skey;
+		c->resv[i] = c->resv[--c->nresv];
+		atomic_fetch_sub(&g_st.reserved, 1);
+		struct kvt_header h;
+		struct kvt_expect exp = {.geometry = &g_geo, .ns_id = g_ns, .key = &sk,
+					 .max_object_bytes = ref.object_bytes};
+		if (kvt__header_decode(ref.buf, &h, &exp) < 0 || h.n_tokens != ref.n_tokens ||
+		    h.object_bytes != ref.object_bytes || h.flags) {
+			kvt__store_cancel(g_st.store, &ref);
+			res->status = -EBADMSG;
+			return 0;
+		}
+		res->status = kvt__store_commit_sealed(g_st.store, &ref);
+		if (res->status == 0)
+			atomic_fetch_add(&g_st.shared_puts, 1);
+		res->bytes = kvt_payload_bytes(&g_geo, ref.n_tokens);
+		return 0;
+	}
+	return -EPROTO; /* not a reservation of this connection */
+}
+
+static int unpin(struct conn *c, uint64_t slot)
+{
+	for (int i = 0; i < c->npins; i++)
+		if ((uint64_t)c->pins[i].id == slot) {
+			kvt__store_release(g_st.store, &c->pins[i]);
+			c->pins[i] = c->pins[--c->npins];
+			atomic_fetch_sub(&g_st.pins, 1);
+			return 0;
+		}
+	return -EPROTO; /* not a pin of this connection */
+}
+
+static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *rep)
+{
+	struct kvt_result *res = &rep->res;
 	struct kvt_store *s = g_st.store;
 	uint8_t *p = c->shm + r->off;
 	const struct kvt_key *parent = r->has_parent ? &r->parent : NULL;
@@ -140,11 +304,28 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvt_resul
 			.regions_mapped = atomic_load(&g_st.regions_mapped),
 			.protocol_errors = atomic_load(&g_st.protocol_errors),
 			.refused = atomic_load(&g_st.refused),
+			.pins = atomic_load(&g_st.pins),
+			.pinned_gets = atomic_load(&g_st.pinned_gets),
+			.reserved = atomic_load(&g_st.reserved),
+			.shared_puts = atomic_load(&g_st.shared_puts),
 		};
 		memcpy(p, &st, sizeof(st));
 		res->status = 0;
 		break;
 	}
+	case KVTD_GET_PIN:
+		get_pin(c, r, rep);
+		break;
+	case KVTD_UNPIN:
+		res->status = unpin(c, r->n);
+		break;
+	case KVTD_PUT_RESERVE:
+		put_reserve(c, r, rep);
+		break;
+	case KVTD_PUT_COMMIT:
+		if (put_commit(c, r->n, res) < 0)
+			res->status = -EPROTO;
+		break;
 	default:
 		res->status = -EPROTO;
 	}
@@ -152,7 +333,8 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvt_resul
 
 static int hist_of(uint32_t op)
 {
-	return op == KVTD_PUT ? KVTD_H_PUT : op == KVTD_GET ? KVTD_H_GET
+	return op == KVTD_PUT || op == KVTD_PUT_RESERVE ? KVTD_H_PUT
+	       : op == KVTD_GET || op == KVTD_GET_PIN ? KVTD_H_GET
 				     : op == KVTD_LOOKUP  ? KVTD_H_LOOKUP
 							  : KVTD_H_OTHER;
 }
@@ -205,14 +387,34 @@ static void *conn_main(void *arg)
 		} else {
 			atomic_fetch_add(&g_st.ops_in_progress, 1);
 			uint64_t t0 = kvt__now_ns();
-			serve_one(c, &req, &rep.res);
-			kvtd_hist_record(&g_st.hist[hist_of(req.op)], kvt__now_ns() - t0);
+			serve_one(c, &req, &rep);
+			/* UNPIN and PUT_COMMIT are the tails of a request, not requests */
+			if (req.op != KVTD_UNPIN && req.op != KVTD_PUT_COMMIT)
+				kvtd_hist_record(&g_st.hist[hist_of(req.op)], kvt__now_ns() - t0);
 			atomic_fetch_sub(&g_st.ops_in_progress, 1);
+			if ((req.op == KVTD_UNPIN || req.op == KVTD_PUT_COMMIT) &&
+			    rep.res.status == -EPROTO) {
+				atomic_fetch_add(&g_st.protocol_errors, 1);
+				fprintf(stderr, "kvtierd: dropping a client: %s of a slot it did "
+						"not %s\n", req.op == KVTD_UNPIN ? "UNPIN" : "PUT_COMMIT",
+					req.op == KVTD_UNPIN ? "pin" : "reserve");
+				break;
+			}
 		}
-		if (kvtd_send(c->sock, &rep, sizeof(rep), -1) < 0)
+		/* HELLO's answer carries the DRAM pool, which the client maps read-only */
+		int pass = req.op == KVTD_HELLO && rep.res.status == 0 ? g_pool_fd : -1;
+		if (kvtd_send(c->sock, &rep, sizeof(rep), pass) < 0)
 			break;
 	}
 	/* The connection's whole state goes with it: nothing it held stays pinned. */
+	while (c->npins) {
+		kvt__store_release(g_st.store, &c->pins[--c->npins]);
+		atomic_fetch_sub(&g_st.pins, 1);
+	}
+	while (c->nresv) {
+		kvt__store_cancel(g_st.store, &c->resv[--c->nresv].ref);
+		atomic_fetch_sub(&g_st.reserved, 1);
+	}
 	if (c->shm) {
 		munmap(c->shm, c->shm_len);
 		atomic_fetch_sub(&g_st.regions_mapped, 1);
@@ -321,19 +523,21 @@ static int usage(void)
 	fprintf(stderr,
 		"usage: kvtierd (--config FILE | --dir D) [--socket PATH] [--metrics "
 		"127.0.0.1:PORT]\n"
-		"               [--tiers LIST] [--set K=V]...\n"
+		"               [--events tcp://ADDR:PORT|ipc://PATH] [--tiers LIST] [--set "
+		"K=V]...\n"
 		"Runs in the foreground; ready once the socket exists. SIGINT/SIGTERM: flush, "
 		"close.\n");
 	return 2;
 }
 
-int main(int argc, char **argv)
+/* Everything but the configuration's life, so that every exit path frees it (main). */
+static int run(struct kvt_config *cfg, int argc, char **argv)
 {
-	struct kvt_config *cfg;
 	char err[256];
-	if (kvt_config_create(&cfg) < 0)
-		return 1;
 	kvt_config_set_log(cfg, log_cb, NULL, KVT_LOG_WARN);
+	/* The pool in a memfd that HELLO hands to clients: their DRAM hits are copied straight
+	 * out of the slot, not through a second buffer (--set dram.shared=false: through it). */
+	kvt_config_set(cfg, "dram.shared", "true", err, sizeof(err));
 	bool have_store = false;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -355,6 +559,8 @@ int main(int argc, char **argv)
 			rc = kvt_config_set(cfg, "daemon.socket", v, err, sizeof(err));
 		} else if (!strcmp(a, "--metrics")) {
 			rc = kvt_config_set(cfg, "daemon.metrics", v, err, sizeof(err));
+		} else if (!strcmp(a, "--events")) {
+			rc = kvt_config_set(cfg, "daemon.events", v, err, sizeof(err));
 		} else if (!strcmp(a, "--tiers")) {
 			rc = kvt_config_set(cfg, "store.tiers", v, err, sizeof(err));
 		} else if (!strcmp(a, "--set")) {
@@ -409,6 +615,21 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	g_geo = *kvt_store_geometry(g_st.store);
+	struct kvt_dram *dram = kvt__store_dram(g_st.store);
+	if (dram && !kvt__store_encrypts(g_st.store)) {
+		int fd = kvt__dram_pool(dram, &g_pool, &g_pool_len);
+		g_slot_bytes = kvt__dram_slot_bytes(dram);
+		/* Writable for clients only with shared writes (and objects the store need not
+		 * MAC); else a read-only descriptor, which cannot be mapped for writing. */
+		g_pool_writable = fd >= 0 && kvt__cfg_bool(cfg, "daemon.shared_writes") &&
+				  !kvt__store_protected(g_st.store);
+		if (fd >= 0 && !g_pool_writable) {
+			char proc[64];
+			snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+			fd = open(proc, O_RDONLY | O_CLOEXEC);
+		}
+		g_pool_fd = fd;
+	}
 	memcpy(g_ns, kvt_store_ns_id(g_st.store), sizeof(g_ns));
 	g_shm_max = KVT_ALIGN_UP(KVT_MAX(kvt_payload_bytes(&g_geo, g_geo.chunk_tokens),
 					 (uint64_t)KVTD_SHM_MIN),
@@ -419,10 +640,17 @@ int main(int argc, char **argv)
 		kvt_store_close(g_st.store);
 		return 2;
 	}
+	struct kvtd_events *events = NULL;
+	if (kvtd_events_start(cfg, &g_st, &events) < 0) {
+		kvtd_metrics_stop(mhd);
+		kvt_store_close(g_st.store);
+		return 2;
+	}
 	int lfd = listen_at(sock_path);
 	if (lfd < 0) {
 		kvtd_metrics_stop(mhd);
 		kvt_store_close(g_st.store);
+		kvtd_events_stop(events);
 		return 1;
 	}
 	fprintf(stderr, "kvtierd: serving %s%s%s\n", sock_path, metrics[0] ? ", metrics on " : "",
@@ -449,7 +677,17 @@ int main(int argc, char **argv)
 	kvtd_metrics_stop(mhd);
 	int frc = kvt_flush_sync(g_st.store);
 	kvt_store_close(g_st.store);
-	kvt_config_destroy(cfg);
+	kvtd_events_stop(events); /* after the close: its write-back's events are sent too */
 	fprintf(stderr, "kvtierd: stopped%s\n", frc < 0 ? " (flush failed)" : "");
 	return frc < 0 ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvt_config *cfg;
+	if (kvt_config_create(&cfg) < 0)
+		return 1;
+	int rc = run(cfg, argc, argv);
+	kvt_config_destroy(cfg);
+	return rc;
 }

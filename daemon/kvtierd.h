@@ -24,6 +24,9 @@ struct kvtd_state {
 	struct kvt_store *store;
 	_Atomic uint64_t connections, connections_total, ops_in_progress, regions_mapped,
 		protocol_errors, refused;
+	_Atomic uint64_t events_published, event_batches, events_dropped;
+	_Atomic uint64_t pins, pinned_gets; /* slots pinned for clients' own copies */
+	_Atomic uint64_t reserved, shared_puts; /* slots reserved for clients' puts */
 	struct kvtd_hist hist[KVTD_H_N];
 };
 
@@ -34,5 +37,18 @@ struct MHD_Daemon;
  * message on stderr. */
 int kvtd_metrics_start(const char *addr, struct kvtd_state *st, struct MHD_Daemon **out);
 void kvtd_metrics_stop(struct MHD_Daemon *d);
+
+/* The KV event stream (events.c): daemon.events, daemon.events_replay, _topic, _queue,
+ * _buffer. Nothing to do (0, *out NULL) when daemon.events is empty; -EINVAL with a
+ * one-line message on stderr for a malformed endpoint or one that cannot be bound. Stop
+ * it only after the store is closed (the store calls into it until then). */
+struct kvtd_events;
+struct kvt_config;
+int kvtd_events_start(const struct kvt_config *cfg, struct kvtd_state *st,
+		      struct kvtd_events **out);
+void kvtd_events_stop(struct kvtd_events *e);
+/* 0 if ep is a usable endpoint (tcp:// or ipc://, bounded, no spaces), else -EINVAL and
+ * a reason naming what (the key) in err. */
+int kvtd_events_check_endpoint(const char *ep, const char *what, char *err, size_t errlen);
 
 #endif

@@ -80,8 +80,11 @@ static char *render(struct kvtd_state *s, size_t *len)
 		 "Writes refused by admission, the write budget or a full tier.", writes_skipped);
 	PER_TIER("kvtier_tier_removes_total", "counter", "Objects removed from the tier.", removes);
 	PER_TIER("kvtier_tier_deadline_misses_total", "counter",
-		 "Tier calls that missed their deadline (the tier is slow or unreachable).",
-		 deadline_misses);
+		 "Calls to the tier given up on at their deadline.", deadline_misses);
+	PER_TIER("kvtier_tier_write_budget_bytes", "gauge",
+		 "The tier's write budget per rolling 24 h (0: no budget).", write_budget_bytes);
+	PER_TIER("kvtier_tier_write_budget_used_bytes", "gauge",
+		 "Bytes charged to the write budget over the last 24 h.", write_budget_used_bytes);
 	ONE("kvtier_puts_total", "counter", "Chunks stored.", st.puts);
 	ONE("kvtier_gets_total", "counter", "Chunk reads requested.", st.gets);
 	ONE("kvtier_lookups_total", "counter", "Prefix lookups.", st.lookups);
@@ -108,6 +111,24 @@ static char *render(struct kvtd_state *s, size_t *len)
 	    "Clients dropped for a malformed message.", atomic_load(&s->protocol_errors));
 	ONE("kvtier_daemon_refused_total", "counter", "Connections refused at the limit.",
 	    atomic_load(&s->refused));
+	ONE("kvtier_daemon_pinned_slots", "gauge",
+	    "DRAM slots pinned while a client copies from the shared pool.", atomic_load(&s->pins));
+	ONE("kvtier_daemon_pinned_gets_total", "counter",
+	    "Gets a client copied straight from the shared DRAM pool.",
+	    atomic_load(&s->pinned_gets));
+	ONE("kvtier_daemon_reserved_slots", "gauge",
+	    "DRAM slots reserved while a client encodes a put into the shared pool.",
+	    atomic_load(&s->reserved));
+	ONE("kvtier_daemon_shared_puts_total", "counter",
+	    "Puts a client encoded straight into the shared DRAM pool.",
+	    atomic_load(&s->shared_puts));
+	ONE("kvtier_events_published_total", "counter", "KV events published (daemon.events).",
+	    atomic_load(&s->events_published));
+	ONE("kvtier_event_batches_total", "counter", "KV event batches (messages) published.",
+	    atomic_load(&s->event_batches));
+	ONE("kvtier_events_dropped_total", "counter",
+	    "KV events dropped because the publisher's queue was full.",
+	    atomic_load(&s->events_dropped));
 	static const char *ops[KVTD_H_N] = {"put", "get", "lookup", "other"};
 	family(f, "kvtier_daemon_request_duration_seconds", "histogram",
 	       "Time to serve one client request.");

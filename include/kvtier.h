@@ -255,7 +255,9 @@ struct kvt_tier_stats {
 	uint64_t errors;            /* I/O errors, timeouts */
 	uint64_t writes_skipped;    /* refused by admission, the write budget or ENOSPC */
 	uint64_t removes;
-	uint64_t deadline_misses;   /* calls that missed the engine's deadline (slow or unreachable) */
+	uint64_t deadline_misses;     /* calls the engine gave up on at their deadline */
+	uint64_t write_budget_bytes;  /* the tier's write budget per rolling day (0: none) */
+	uint64_t write_budget_used_bytes; /* bytes charged to it over the last 24 h */
 };
 
 struct kvt_stats {
@@ -269,6 +271,50 @@ struct kvt_stats {
 };
 
 KVT_EXPORT int kvt_stats(struct kvt_store *s, struct kvt_stats *out);
+
+/* ------------------------------------------------------------ KV events */
+/*
+ * What the store holds, as it changes: a chunk stored in a tier, or removed from one
+ * (evicted by the tier's policy, removed by kvt_remove, or dropped as corrupt). Routers
+ * follow a node's cache with these (kvtierd publishes them over ZeroMQ, docs/DAEMON.md).
+ *
+ * key is the chunk's storage key - the name every tier holds it under, derived from the
+ * store's namespace and the caller's key (kvt_storage_key) - because that is all a tier
+ * knows when it evicts. Events of one tier come in the order its state changed (DRAM's
+ * under its own lock); events of different tiers are not ordered with each other.
+ *
+ * Covered: DRAM (stored at publish - puts and promotions -, evicted, removed), every
+ * deeper tier's writes (stored) and kvt_remove (removed) through the engine, corrupt
+ * objects dropped, and the evictions of the nvme tier and of this store's fs sweeps. Not
+ * covered: what other processes write into or sweep from a shared tier.
+ */
+enum kvt_event_type { KVT_EVENT_STORED = 1, KVT_EVENT_REMOVED = 2 };
+enum kvt_event_reason {
+	KVT_REASON_NONE = 0,    /* stored */
+	KVT_REASON_REMOVED = 1, /* kvt_remove */
+	KVT_REASON_EVICTED = 2, /* the tier's replacement policy or capacity */
+	KVT_REASON_CORRUPT = 3, /* failed its checks when read, dropped */
+};
+struct kvt_event {
+	uint32_t type;   /* enum kvt_event_type */
+	uint32_t reason; /* enum kvt_event_reason */
+	int tier;        /* chain position, as kvt_store_tier_name() names it */
+	uint32_t n_tokens; /* stored from DRAM's slot: tokens in the chunk; else 0 (unknown) */
+	uint64_t bytes;  /* object bytes (header included) where the tier knows them, else 0 */
+	struct kvt_key key;
+	uint8_t has_parent; /* DRAM stored events of chunks put with a parent */
+	struct kvt_key parent; /* the parent's storage key */
+};
+/* Runs on a library thread, possibly with the store's internal locks held: copy what you
+ * need and return at once; never call into the store from it. */
+typedef void (*kvt_event_fn)(void *arg, const struct kvt_event *ev);
+/* Install (fn non-NULL) or remove (NULL) the store's one event callback. Call it before
+ * the store is used by other threads; events from before it are not replayed. -ENOTSUP on
+ * a client-mode store (store.daemon: the daemon publishes its store's events). */
+KVT_EXPORT int kvt_store_set_events(struct kvt_store *s, kvt_event_fn fn, void *arg);
+/* The storage key of an engine key in a namespace (what events carry). */
+KVT_EXPORT void kvt_storage_key(const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
+				struct kvt_key *out);
 
 /* Blocking wrappers: submit, wait, return the status (and fill res if non-NULL). */
 KVT_EXPORT int kvt_put_sync(struct kvt_store *s, const struct kvt_key *key,

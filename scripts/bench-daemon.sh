@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kvtierd vs in-process DRAM (issue 13): `kvtier bench --tier dram` with 32 MiB chunks, two
 # clients at once (each its own keys), first each with its own in-process store, then both
-# attached to one kvtierd (store.daemon). Prints the summed GiB/s and the ratios.
+# attached to one kvtierd (store.daemon), whose gets are copied through the client's region
+# and then from its shared DRAM pool. Prints the summed GiB/s and the ratios to in-process.
 # Usage: scripts/bench-daemon.sh [seconds-per-phase] (default 4). Needs build/ (release).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,14 +26,23 @@ run2() { # name extra-args...
 	wait "$p1" || echo "client 1 of $n: exit $?"
 	wait "$p2" || echo "client 2 of $n: exit $?"
 }
+# The daemon twice: gets copied through the client's region (dram.shared=false, the design
+# before the shared pool), then straight from the daemon's shared DRAM pool (the default).
+daemon_run() { # name dram.shared
+	"$B/kvtierd" --dir "$T/d$1" --socket "$T/s$1.sock" --tiers dram --set dram.bytes=1536MiB \
+		--set dram.shared="$2" "${GEO[@]}" 2>"$T/daemon$1.log" &
+	DPID=$!
+	for i in $(seq 100); do [ -S "$T/s$1.sock" ] && break; sleep 0.05; done
+	run2 "$1" --set store.daemon="$T/s$1.sock"
+	kill "$DPID"; wait "$DPID" 2>/dev/null || true; DPID=
+}
 run2 inproc
-"$B/kvtierd" --dir "$T/d" --socket "$T/s.sock" --tiers dram --set dram.bytes=1536MiB "${GEO[@]}" 2>"$T/daemon.log" &
-DPID=$!
-for i in $(seq 100); do [ -S "$T/s.sock" ] && break; sleep 0.05; done
-run2 daemon --set store.daemon="$T/s.sock"
+daemon_run region false
+daemon_run shared true
 sum() { jq -s "map(.$2) | add" "$T/$1.1.json" "$T/$1.2.json"; }
+ratio() { echo "if ($1 == 0) 0 else $2 / $1" | bc -l; }
 for m in read_gibps write_gibps mixed_read_gibps mixed_write_gibps read_p50_us write_p50_us errors; do
-	i=$(sum inproc "$m"); d=$(sum daemon "$m")
-	printf '%-18s two clients, sum: in-process %9.2f  daemon %9.2f  ratio %.2f\n' "$m" "$i" "$d" \
-		"$(echo "if ($i == 0) 0 else $d / $i" | bc -l)"
+	i=$(sum inproc "$m"); r=$(sum region "$m"); d=$(sum shared "$m")
+	printf '%-18s two clients, sum: in-process %8.2f  daemon region %8.2f (%.2f)  daemon shared pool %8.2f (%.2f)\n' \
+		"$m" "$i" "$r" "$(ratio "$i" "$r")" "$d" "$(ratio "$i" "$d")"
 done

@@ -38,6 +38,13 @@
 	X(k, "daemon.socket", STR, "/run/kvtier/kvtierd.sock", 0, 0, NULL, PLAIN, "kvtierd: the Unix socket clients attach to (mode 0600, so only its owner's processes)") \
 	X(k, "daemon.metrics", STR, "", 0, 0, NULL, PLAIN, "kvtierd: serve Prometheus /metrics on this loopback ADDR:PORT (empty: off)") \
 	X(k, "daemon.max_clients", U64, "256", 1, 65536, NULL, PLAIN, "kvtierd: connections at most; more are refused") \
+	X(k, "daemon.shared_writes", BOOL, "true", 0, 0, NULL, PLAIN, "kvtierd: clients encode a put straight into a DRAM slot the daemon reserved (their mapping of the pool is writable; the daemon checks the header before publishing); false: puts are copied through the client's region and clients get the pool read-only") \
+	X(k, "daemon.events", STR, "", 0, 0, NULL, PLAIN, "kvtierd: publish KV events (stored, removed: evicted, removed, corrupt) on this ZeroMQ PUB endpoint, msgpack in vLLM's schema: tcp://ADDR:PORT or ipc://PATH (empty: off)") \
+	X(k, "daemon.events_replay", STR, "", 0, 0, NULL, PLAIN, "kvtierd: ZeroMQ ROUTER endpoint answering a replay request (8-byte big-endian start sequence) with the buffered batches from it, then sequence -1 (empty: no replay)") \
+	X(k, "daemon.events_topic", STR, "", 0, 0, NULL, PLAIN, "kvtierd: the topic frame of every event message (subscribers filter on its prefix)") \
+	X(k, "daemon.events_queue", U64, "65536", 16, 1048576, NULL, PLAIN, "kvtierd: events waiting for the publisher at most; past it events are dropped and counted") \
+	X(k, "daemon.events_buffer", U64, "10000", 1, 1000000, NULL, PLAIN, "kvtierd: published batches kept for replay at most") \
+	X(k, "daemon.events_buffer_bytes", SIZE, "64MiB", 65536, 68719476736.0, NULL, PLAIN, "kvtierd: bytes of published batches kept for replay at most (the oldest go first)") \
 	/* model / geometry: part of the namespace, hence of every key */ \
 	X(k, "model.name", STR, "llama3.1-8b", 0, 0, NULL, PLAIN, "model id, part of the namespace") \
 	X(k, "model.revision", STR, "main", 0, 0, NULL, PLAIN, "model revision, part of the namespace") \
@@ -53,6 +60,7 @@
 	X(k, "dram.policy", ENUM, "hd", 0, 0, "hd|lru|arc|pslru|lru2", PLAIN, "DRAM eviction and admission policy (also the replay's default; docs/COST_MODEL.md)") \
 	X(k, "dram.hugepages", BOOL, "true", 0, 0, NULL, PLAIN, "back the pool with huge pages when available") \
 	X(k, "dram.mlock", BOOL, "false", 0, 0, NULL, PLAIN, "lock the pool into memory") \
+	X(k, "dram.shared", BOOL, "false", 0, 0, NULL, PLAIN, "back the pool with a memfd that can be mapped by other processes (kvtierd sets it: its clients map the pool read-only and copy DRAM hits straight out of the slot)") \
 	/* nvme */ \
 	X(k, "nvme.dirs", STR, "./kvtier-data", 0, 0, NULL, PLAIN, "comma-separated directories, one per drive; chunks are spread across them by key") \
 	X(k, "nvme.bytes", SIZE, "16GiB", 4096, 1e18, NULL, PLAIN, "capacity across all directories; least recently used objects are evicted beyond it") \

@@ -27,6 +27,9 @@
 
 #include "config.h"
 #include "daemon_proto.h"
+#include "format.h"
+#include "protect.h"
+#include "store_key.h"
 #include "internal.h"
 
 struct cop {
@@ -63,6 +66,10 @@ struct kvt_client {
 	bool region_dirty; /* a daemon thread may still write the current region */
 	uint64_t seq;
 	struct kvtd_info info;
+	/* the daemon's DRAM pool, mapped read-only (NULL: not offered): DRAM hits are copied
+	 * from the pinned slot straight into the caller's buffer (GET_PIN, UNPIN) */
+	uint8_t *pool; /* writable only with info.pool_writable */
+	size_t pool_len;
 
 	/* submissions, run by the worker */
 	pthread_mutex_t q_lock;
@@ -95,13 +102,14 @@ static void disconnect(struct kvt_client *c)
 
 /* One request, one reply. On any transport or protocol failure the connection is dropped
  * (the next exchange reconnects) and -errno returned. */
-static int exchange(struct kvt_client *c, struct kvtd_req *req, struct kvtd_rep *rep, int fd)
+static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_rep *rep, int fd,
+		       int *rfd)
 {
 	req->magic = KVTD_MAGIC;
 	req->seq = ++c->seq;
 	int rc = kvtd_send(c->sock, req, sizeof(*req), fd);
 	if (rc == 0) {
-		long r = kvtd_recv(c->sock, rep, sizeof(*rep), NULL);
+		long r = kvtd_recv(c->sock, rep, sizeof(*rep), rfd);
 		if (r == 0)
 			rc = -ECONNRESET;
 		else if (r < 0)
@@ -115,6 +123,19 @@ static int exchange(struct kvt_client *c, struct kvtd_req *req, struct kvtd_rep 
 		disconnect(c);
 	}
 	return rc;
+}
+
+static int exchange(struct kvt_client *c, struct kvtd_req *req, struct kvtd_rep *rep, int fd)
+{
+	return exchange_fd(c, req, rep, fd, NULL);
+}
+
+static void unmap_pool(struct kvt_client *c)
+{
+	if (c->pool)
+		munmap(c->pool, c->pool_len);
+	c->pool = NULL;
+	c->pool_len = 0;
 }
 
 /* A fresh shared region (sealed at its size: the daemon maps it and must never fault on a
@@ -173,14 +194,35 @@ static int attach(struct kvt_client *c)
 	struct kvtd_req req = {.op = KVTD_HELLO, .version = KVTD_VERSION};
 	memcpy(req.ns_id, c->my_ns, sizeof(req.ns_id));
 	struct kvtd_rep rep;
-	int rc = exchange(c, &req, &rep, c->memfd);
-	if (rc < 0)
+	int pfd = -1;
+	int rc = exchange_fd(c, &req, &rep, c->memfd, &pfd);
+	if (rc < 0) {
+		if (pfd >= 0)
+			close(pfd);
 		return rc;
+	}
 	if (rep.res.status < 0) {
+		if (pfd >= 0)
+			close(pfd);
 		disconnect(c);
 		return rep.res.status;
 	}
 	memcpy(&c->info, c->shm, sizeof(c->info));
+	/* A pool from an earlier daemon (a restart) is stale: this one's replaces it. */
+	unmap_pool(c);
+	if (pfd >= 0 && c->info.pool_bytes) {
+		int prot = PROT_READ | (c->info.pool_writable ? PROT_WRITE : 0);
+		void *p = mmap(NULL, c->info.pool_bytes, prot, MAP_SHARED, pfd, 0);
+		if (p != MAP_FAILED) {
+			c->pool = p;
+			c->pool_len = c->info.pool_bytes;
+		} else {
+			KVT_WARN(&c->log, "kvtierd %s: cannot map its DRAM pool (%s): gets are "
+					  "copied through the region", c->path, strerror(errno));
+		}
+	}
+	if (pfd >= 0)
+		close(pfd);
 	return 0;
 }
 
@@ -237,6 +279,99 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 	o->res.status = (int)KVT_MIN(total, (int64_t)INT32_MAX);
 }
 
+/* A get through the shared pool: the daemon pins the slot (promoting the chunk into DRAM
+ * if needed), the layers are copied from it into the caller's buffer here, then the pin is
+ * given back. 0 when o->res holds the answer; -1 to fall back to a get through the
+ * region (the daemon could not pin). */
+static int get_pinned(struct kvt_client *c, struct cop *o, const struct kvtd_req *base)
+{
+	struct kvtd_req req = *base;
+	req.op = KVTD_GET_PIN;
+	struct kvtd_rep rep;
+	int rc = exchange(c, &req, &rep, -1);
+	if (rc < 0) {
+		failed(o, rc);
+		return 0;
+	}
+	if (rep.res.status == -ENOENT) {
+		o->res = rep.res;
+		return 0;
+	}
+	/* Could not pin (-ENOTSUP, -EBUSY, no slot for the promotion, its tier missed a
+	 * deadline): a get through the region takes the daemon's whole read path (the next
+	 * tier, a bounce buffer). */
+	if (rep.res.status < 0)
+		return -1;
+	int64_t n = -EPROTO;
+	struct kvt_header h;
+	if (rep.slot_off <= c->pool_len && rep.res.bytes >= KVT_HEADER_BYTES &&
+	    rep.res.bytes <= c->pool_len - rep.slot_off) {
+		const uint8_t *obj = c->pool + rep.slot_off;
+		struct kvt_key sk;
+		kvt__storage_key(c->my_ns, &o->key, &sk);
+		struct kvt_expect exp = {.geometry = &c->my_geo, .ns_id = c->my_ns, .key = &sk,
+					 .max_object_bytes = rep.res.bytes};
+		n = kvt__header_decode(obj, &h, &exp);
+		if (n == 0)
+			n = kvt__object_read_layers(&h, obj, o->layer_begin,
+						    o->layer_end ? o->layer_end : h.geometry.layers,
+						    o->dst, o->len, NULL);
+	}
+	struct kvtd_req un = {.op = KVTD_UNPIN, .n = (uint64_t)(uint32_t)rep.slot};
+	struct kvtd_rep urep;
+	exchange(c, &un, &urep, -1); /* a failure drops the connection: its pins go with it */
+	if (n < 0) {
+		o->res = (struct kvt_result){.status = (int)n, .tier = KVT_TIER_NONE};
+		return 0;
+	}
+	o->res = (struct kvt_result){.status = 0, .tier = rep.res.tier, .n_tokens = h.n_tokens,
+				     .bytes = (uint64_t)n};
+	return 0;
+}
+
+/* A put encoded by the client straight into a DRAM slot the daemon reserved, then
+ * committed (the daemon checks the header and publishes it). 0 when o->res holds the
+ * answer; -1 to fall back to a copy through the region (nothing reserved: no room now,
+ * shared writes off). */
+static int put_reserved(struct kvt_client *c, struct cop *o, const struct kvtd_req *base)
+{
+	struct kvtd_req req = *base;
+	req.op = KVTD_PUT_RESERVE;
+	struct kvtd_rep rep;
+	int rc = exchange(c, &req, &rep, -1);
+	if (rc < 0) {
+		failed(o, rc);
+		return 0;
+	}
+	if (rep.res.status == 1) { /* stored already: a put is idempotent */
+		o->res = (struct kvt_result){.status = 0, .tier = KVT_TIER_NONE,
+					     .n_tokens = o->n_tokens, .bytes = o->len};
+		return 0;
+	}
+	if (rep.res.status < 0)
+		return -1;
+	int erc = -EPROTO;
+	if (rep.slot_off <= c->pool_len && rep.res.bytes <= c->pool_len - rep.slot_off) {
+		struct kvt_key sk;
+		kvt__storage_key(c->my_ns, &o->key, &sk);
+		erc = kvt__object_encode(c->pool + rep.slot_off, rep.res.bytes, &c->my_geo,
+					 c->my_ns, &sk, o->n_tokens, o->src, o->len);
+	}
+	/* committed even if encoding failed: the daemon's check refuses it (-EBADMSG) and
+	 * gives the slot back */
+	struct kvtd_req cm = {.op = KVTD_PUT_COMMIT, .n = (uint64_t)(uint32_t)rep.slot};
+	struct kvtd_rep crep;
+	rc = exchange(c, &cm, &crep, -1);
+	if (rc < 0) {
+		failed(o, rc);
+		return 0;
+	}
+	o->res = crep.res;
+	if (erc < 0)
+		o->res.status = erc;
+	return 0;
+}
+
 static void run_op(struct kvt_client *c, struct cop *o)
 {
 	o->res = (struct kvt_result){.status = 0, .tier = KVT_TIER_NONE};
@@ -255,6 +390,20 @@ static void run_op(struct kvt_client *c, struct cop *o)
 	struct kvtd_req req = {.op = o->op, .key = o->key, .parent = o->parent,
 			       .has_parent = o->has_parent, .n_tokens = o->n_tokens,
 			       .layer_begin = o->layer_begin, .layer_end = o->layer_end};
+	if (o->op == KVTD_PUT && c->pool && c->info.pool_writable &&
+	    put_reserved(c, o, &req) == 0) {
+		pthread_mutex_unlock(&c->io_lock);
+		return;
+	}
+	if (o->op == KVTD_GET && c->pool && get_pinned(c, o, &req) == 0) {
+		pthread_mutex_unlock(&c->io_lock);
+		return;
+	}
+	if (c->sock < 0 && (rc = ensure(c)) < 0) { /* get_pinned lost the connection */
+		failed(o, rc);
+		pthread_mutex_unlock(&c->io_lock);
+		return;
+	}
 	if (o->op == KVTD_PUT) {
 		memcpy(c->shm, o->src, o->len);
 		req.len = o->len;
@@ -604,6 +753,7 @@ void kvt__client_close(struct kvt_client *c)
 	pthread_join(c->worker, NULL); /* runs what was queued first */
 	kvt__client_poll(c, 0);        /* completions not yet polled are delivered */
 	disconnect(c);
+	unmap_pool(c);
 	munmap(c->shm, c->shm_len);
 	close(c->memfd);
 	close(c->efd);

@@ -41,6 +41,10 @@ int kvtd_req_check(const struct kvtd_req *r, size_t got, uint64_t shm_len,
 	if (r->has_parent > 1)
 		return bad(err, errlen, -EINVAL, "has_parent is not 0 or 1");
 	switch (r->op) {
+	case KVTD_PUT_RESERVE:
+		if (r->n_tokens == 0 || r->n_tokens > g->chunk_tokens)
+			return bad(err, errlen, -EINVAL, "n_tokens out of range");
+		break;
 	case KVTD_PUT:
 		if (r->n_tokens == 0 || r->n_tokens > g->chunk_tokens)
 			return bad(err, errlen, -EINVAL, "n_tokens out of range");
@@ -48,9 +52,15 @@ int kvtd_req_check(const struct kvtd_req *r, size_t got, uint64_t shm_len,
 			return bad(err, errlen, -EINVAL, "payload length does not match n_tokens");
 		break;
 	case KVTD_GET:
+	case KVTD_GET_PIN:
 		if (r->layer_begin > g->layers || r->layer_end > g->layers ||
 		    (r->layer_end && r->layer_begin >= r->layer_end))
 			return bad(err, errlen, -EINVAL, "layer range out of bounds");
+		break;
+	case KVTD_UNPIN:
+	case KVTD_PUT_COMMIT:
+		if (r->n >= INT32_MAX)
+			return bad(err, errlen, -EINVAL, "slot out of range");
 		break;
 	case KVTD_LOOKUP:
 	case KVTD_PREFETCH:

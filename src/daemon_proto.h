@@ -19,7 +19,7 @@
 #include "kvtier.h"
 
 #define KVTD_MAGIC 0x4b565444u /* "KVTD" */
-#define KVTD_VERSION 1
+#define KVTD_VERSION 2
 /* A client's shared region: at least this, at most this plus the largest chunk payload. */
 #define KVTD_SHM_MIN (4u << 20)
 #define KVTD_SHM_MAX_EXTRA (4u << 20)
@@ -35,7 +35,19 @@ enum kvtd_op {
 	KVTD_FLUSH = 7,
 	KVTD_STATS = 8,  /* struct kvt_stats written at off */
 	KVTD_STATUS = 9, /* struct kvtd_status written at off */
-	KVTD_OP_MAX = 9,
+	/* With the daemon's DRAM pool mapped (HELLO passed its fd back): pin the slot of key
+	 * (promoting it into DRAM if needed); reply: slot, slot_off, res.tier, res.n_tokens. The
+	 * client copies the object's layers out of the pool itself, then sends UNPIN. */
+	KVTD_GET_PIN = 10, /* key */
+	KVTD_UNPIN = 11,   /* n = the slot a GET_PIN of this connection returned */
+	/* With the pool mapped writable (info.pool_writable): reserve a slot for key (parent?,
+	 * n_tokens); reply: slot, slot_off, res.bytes = object bytes; status 1: already stored,
+	 * nothing reserved. The client encodes the object into the slot, then PUT_COMMIT; the
+	 * daemon checks its header and publishes it (a connection that goes first gives its
+	 * reservations back unpublished). */
+	KVTD_PUT_RESERVE = 12,
+	KVTD_PUT_COMMIT = 13, /* n = the slot */
+	KVTD_OP_MAX = 13,
 };
 
 struct kvtd_req {
@@ -60,7 +72,13 @@ struct kvtd_rep {
 	uint32_t op;
 	uint64_t seq;
 	struct kvt_result res;
+	int32_t slot;      /* GET_PIN: the pinned slot, for UNPIN */
+	uint32_t pad;
+	uint64_t slot_off; /* GET_PIN: byte offset of the slot's object in the pool */
 };
+
+/* Pins one connection may hold at once (a client holds one, between GET_PIN and UNPIN). */
+#define KVTD_MAX_PINS 4
 
 /* What HELLO writes at offset 0 of the region. */
 struct kvtd_info {
@@ -69,6 +87,10 @@ struct kvtd_info {
 	struct kvt_geometry geo;
 	uint8_t ns_id[KVT_NS_ID_BYTES];
 	char tier[KVT_MAX_TIERS][KVTD_MAX_TIER_NAME];
+	uint64_t pool_bytes; /* the DRAM pool's mapping, passed with the HELLO reply (0: none) */
+	uint64_t slot_bytes; /* bytes of one slot */
+	uint32_t pool_writable; /* daemon.shared_writes: PUT_RESERVE / PUT_COMMIT */
+	uint32_t pad;
 };
 
 /* What STATUS writes: the daemon's own state. */
@@ -79,6 +101,10 @@ struct kvtd_status {
 	uint64_t regions_mapped;  /* shared regions mapped now (one per connection) */
 	uint64_t protocol_errors; /* connections dropped for a malformed message */
 	uint64_t refused;         /* connections refused at the limit */
+	uint64_t pins;            /* DRAM slots pinned for clients now (GET_PIN until UNPIN) */
+	uint64_t pinned_gets;     /* gets served from the shared pool since start */
+	uint64_t reserved;        /* DRAM slots reserved for clients' puts now */
+	uint64_t shared_puts;     /* puts clients encoded into the pool since start */
 };
 
 /* Check a request that arrived as got bytes against a region of shm_len bytes (0: none

@@ -30,6 +30,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "dram.h"
 #include "evict.h"
@@ -61,6 +62,7 @@ struct kvt_dram {
 	pthread_mutex_t mu;
 	uint8_t *pool;
 	size_t map_len;
+	int pool_fd; /* dram.shared: the memfd behind the pool, else -1 */
 	uint64_t slot_bytes;
 	uint32_t nslots;
 	struct slot *slots;
@@ -73,7 +75,18 @@ struct kvt_dram {
 	uint32_t *scratch; /* nslots ids for dirty_victims */
 	struct kvt_log log;
 	uint64_t objects, bytes, evictions, hits, misses, removes;
+	kvt_dram_change_fn on_change;
+	void *on_change_arg;
 };
+
+/* Report a change of a published slot (mutex held). */
+static void changed(struct kvt_dram *d, int change, const struct slot *s)
+{
+	if (d->on_change)
+		d->on_change(d->on_change_arg, change, &s->key,
+			     s->has_parent_key ? &s->parent_key : NULL, s->n_tokens,
+			     s->object_bytes);
+}
 
 static bool slot_evictable(const struct slot *s)
 {
@@ -203,8 +216,58 @@ static void fill_ref(const struct kvt_dram *d, int32_t id, struct kvt_slot_ref *
 		ref->parent = s->parent_key;
 }
 
+/* A pool other processes can map (kvtierd's clients): a memfd, on hugetlbfs pages when the
+ * kernel has them reserved, else ordinary shared memory with huge pages advised. */
+static int map_shared_pool(struct kvt_dram *d, const struct kvt_dram_options *o, size_t len)
+{
+	int fd = -1;
+	size_t mlen = len;
+	if (o->hugepages) {
+		mlen = (size_t)KVT_ALIGN_UP(len, HUGE_2M);
+		fd = memfd_create("kvtier-dram", MFD_CLOEXEC | MFD_HUGETLB);
+		if (fd >= 0 && ftruncate(fd, (off_t)mlen) < 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	void *p = MAP_FAILED;
+	if (fd >= 0) {
+		p = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED) {
+			close(fd);
+			fd = -1;
+		} else {
+			KVT_INFO(&d->log, "dram: %zu shared bytes on hugetlbfs pages", mlen);
+		}
+	}
+	if (fd < 0) {
+		mlen = len;
+		fd = memfd_create("kvtier-dram", MFD_CLOEXEC);
+		if (fd < 0 || ftruncate(fd, (off_t)mlen) < 0 ||
+		    (p = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+			int err = errno;
+			if (fd >= 0)
+				close(fd);
+			KVT_ERR(&d->log, "dram: shared pool of %zu bytes failed: %s", mlen,
+				strerror(err));
+			return -err;
+		}
+		if (o->hugepages)
+			madvise(p, mlen, MADV_HUGEPAGE); /* shmem THP: advice only */
+	}
+	d->pool = p;
+	d->map_len = mlen;
+	d->pool_fd = fd;
+	if (o->mlock && mlock(p, d->map_len) != 0)
+		KVT_WARN(&d->log, "dram: mlock of %zu bytes failed (%s); pool stays pageable",
+			 d->map_len, strerror(errno));
+	return 0;
+}
+
 static int map_pool(struct kvt_dram *d, const struct kvt_dram_options *o, size_t len)
 {
+	if (o->shared)
+		return map_shared_pool(d, o, len);
 	void *p = MAP_FAILED;
 	if (o->hugepages) {
 		size_t hlen = (size_t)KVT_ALIGN_UP(len, HUGE_2M);
@@ -244,6 +307,8 @@ void kvt__dram_destroy(struct kvt_dram *d)
 	kvt__evict_destroy(d->ev);
 	if (d->pool)
 		munmap(d->pool, d->map_len);
+	if (d->pool_fd >= 0)
+		close(d->pool_fd);
 	kvt__free(d->scratch);
 	kvt__free(d->buckets);
 	kvt__free(d->slots);
@@ -273,6 +338,9 @@ int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out)
 	}
 	if (o->log)
 		d->log = *o->log;
+	d->pool_fd = -1;
+	d->on_change = o->on_change;
+	d->on_change_arg = o->on_change_arg;
 	d->slot_bytes = slot_bytes;
 	d->nslots = (uint32_t)n;
 	uint64_t nb = 1;
@@ -308,6 +376,13 @@ int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out)
 fail:
 	kvt__dram_destroy(d);
 	return rc;
+}
+
+int kvt__dram_pool(const struct kvt_dram *d, void **base, size_t *len)
+{
+	*base = d->pool;
+	*len = d->map_len;
+	return d->pool_fd;
 }
 
 uint32_t kvt__dram_slots(const struct kvt_dram *d)
@@ -390,6 +465,7 @@ int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct 
 			return -ENOSPC;
 		}
 		id = v;
+		changed(d, KVT_DRAM_EVICTED, &d->slots[id]);
 		unpublish(d, id);
 		slot_reset(d, &d->slots[id]);
 		d->evictions++;
@@ -435,6 +511,7 @@ void kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, ui
 		d->bytes += s->object_bytes;
 		kvt__evict_insert(d->ev, (uint32_t)id, s->khash);
 		refresh(d, s);
+		changed(d, KVT_DRAM_STORED, s);
 	}
 	pthread_mutex_unlock(&d->mu);
 }
@@ -512,6 +589,7 @@ int kvt__dram_remove(struct kvt_dram *d, const struct kvt_key *key)
 	}
 	struct slot *s = &d->slots[id];
 	kvt__evict_remove(d->ev, (uint32_t)id);
+	changed(d, KVT_DRAM_REMOVED, s);
 	unpublish(d, id);
 	d->removes++;
 	if (s->pins == 0) {

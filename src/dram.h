@@ -27,13 +27,24 @@
 
 struct kvt_dram;
 
+/* What happened to a published chunk: the store turns these into its KV events. */
+enum kvt_dram_change { KVT_DRAM_STORED = 1, KVT_DRAM_EVICTED = 2, KVT_DRAM_REMOVED = 3 };
+/* Called with the pool's mutex held, in the order of the changes (so it must not call
+ * into the pool). parent: NULL unless the chunk was stored naming one. */
+typedef void (*kvt_dram_change_fn)(void *arg, int change, const struct kvt_key *key,
+				   const struct kvt_key *parent, uint32_t n_tokens,
+				   uint64_t object_bytes);
+
 struct kvt_dram_options {
 	uint64_t bytes;       /* pool size; slots = bytes / slot_bytes (at least 1) */
 	uint64_t slot_bytes;  /* object bytes of a full chunk, a multiple of KVT_ALIGN */
 	const char *policy;   /* src/evict.h names; NULL: "hd" */
 	bool hugepages;       /* try MAP_HUGETLB / THP advice first */
 	bool mlock;           /* lock the pool into memory (failure is logged, not fatal) */
+	bool shared;          /* a memfd (kvt__dram_pool) other processes may map */
 	const struct kvt_log *log;
+	kvt_dram_change_fn on_change; /* may be NULL */
+	void *on_change_arg;
 };
 
 /* A pinned slot, as the caller sees it. */
@@ -86,6 +97,9 @@ uint32_t kvt__dram_headroom(struct kvt_dram *d);
 void kvt__dram_key(struct kvt_dram *d, int32_t id, struct kvt_key *out);
 /* objects, bytes, capacity, evictions, hits, misses. */
 void kvt__dram_stats(struct kvt_dram *d, struct kvt_tier_stats *out);
+/* The pool's mapping, and its memfd (-1 unless created shared): slot bytes start at
+ * base + id * slot_bytes. */
+int kvt__dram_pool(const struct kvt_dram *d, void **base, size_t *len);
 /* Visit published slots (for `kvtier ls` on a live store). */
 int kvt__dram_scan(struct kvt_dram *d, int (*fn)(void *arg, const struct kvt_key *key,
 						 uint64_t bytes), void *arg);

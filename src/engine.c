@@ -96,7 +96,10 @@ static int add_link(void *arg, const char *name)
 			.policy = kvt__cfg_str(s->cfg, "dram.policy"),
 			.hugepages = kvt__cfg_bool(s->cfg, "dram.hugepages"),
 			.mlock = kvt__cfg_bool(s->cfg, "dram.mlock"),
+			.shared = kvt__cfg_bool(s->cfg, "dram.shared"),
 			.log = &s->log,
+			.on_change = kvt__e_dram_changed,
+			.on_change_arg = s,
 		};
 		char policy[32];
 		snprintf(policy, sizeof(policy), "%s", o.policy);
@@ -112,7 +115,7 @@ static int add_link(void *arg, const char *name)
 	} else {
 		/* bounded: a tier on a hung mount or server fails the open, never hangs it */
 		int rc = kvt__tier_open_bounded(name, s->cfg, &s->log, &s->geo, s->n_links,
-						s->sync_timeout_ms, &l->t);
+						kvt__e_tier_evicted, s, s->sync_timeout_ms, &l->t);
 		if (rc < 0)
 			return c->rc = rc;
 		/* The faulty test tier is as local as what it wraps. */
@@ -604,6 +607,12 @@ int kvt_remove_sync(struct kvt_store *s, const struct kvt_key *key)
 			   NULL);
 }
 
+bool kvt__store_protected(const struct kvt_store *s)
+{
+	if (s->client) return false;
+	return s->prot != NULL;
+}
+
 bool kvt__store_encrypts(const struct kvt_store *s)
 {
 	if (s->client) return false;
@@ -624,6 +633,11 @@ int kvt_flush_sync(struct kvt_store *s)
 	struct waiter w;
 	waiter_init(&w);
 	return waiter_wait(&w, kvt__e_do_flush(s, waiter_cb, &w, true), NULL);
+}
+
+void kvt__store_count_get(struct kvt_store *s)
+{
+	atomic_fetch_add(&s->gets, 1);
 }
 
 struct kvt_dram *kvt__store_dram(struct kvt_store *s)

@@ -22,6 +22,11 @@ int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const str
 /* The body is filled: zero the padding, write header and CRCs, publish, unpin, and start
  * write-behind per the write policy. Returns 0 (the slot belongs to the store again). */
 int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref);
+/* The same for a slot whose whole object (header, layers, CRCs) the caller wrote and
+ * checked: publish it as it is (kvtierd, after a client encoded a put into the slot). */
+int kvt__store_commit_sealed(struct kvt_store *s, struct kvt_slot_ref *ref);
+/* Objects are MAC'ed or encrypted (security.*): only the store may write them. */
+bool kvt__store_protected(const struct kvt_store *s);
 /* Give back a reserved slot without publishing it. */
 void kvt__store_cancel(struct kvt_store *s, struct kvt_slot_ref *ref);
 
@@ -33,6 +38,8 @@ typedef void (*kvt_acquire_cb)(void *arg, int rc, const struct kvt_slot_ref *ref
 int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
 		       void *arg);
 void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref);
+/* Count a get served by acquire/release (kvtierd's clients reading the shared pool). */
+void kvt__store_count_get(struct kvt_store *s);
 /* Objects are encrypted at rest (security.encryption_key_*): slots hold ciphertext. */
 bool kvt__store_encrypts(const struct kvt_store *s);
 /* kvt_remove_sync of a storage key, as listed by a tier (kvtier rm of what kvtier ls shows). */

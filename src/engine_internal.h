@@ -199,6 +199,8 @@ struct flush_waiter {
 
 struct kvt_store {
 	struct kvt_client *client; /* client mode (store.daemon): every call goes there */
+	_Atomic(kvt_event_fn) ev_fn; /* KV events (engine_events.c); NULL: none */
+	void *_Atomic ev_arg;
 	struct kvt_config *cfg;
 	struct kvt_log log;
 	struct kvt_geometry geo;
@@ -295,6 +297,13 @@ struct remove_op {
 void kvt__e_admission_record(struct kvt_store *s, const struct kvt_key *key);
 int kvt__e_admit_inflight(struct kvt_store *s);
 void kvt__e_unadmit(struct kvt_store *s);
+
+/* engine_events.c: the KV events. tier is a chain position. */
+void kvt__e_event(struct kvt_store *s, uint32_t type, uint32_t reason, int tier,
+		  const struct kvt_key *key, uint64_t bytes);
+void kvt__e_dram_changed(void *arg, int change, const struct kvt_key *key,
+			 const struct kvt_key *parent, uint32_t n_tokens, uint64_t object_bytes);
+void kvt__e_tier_evicted(void *arg, int index, const struct kvt_key *key, uint64_t bytes);
 
 /* engine_health.c */
 void kvt__e_guard_arm(struct guard *g);

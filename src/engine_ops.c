@@ -129,7 +129,15 @@ int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref)
 		kvt__dram_abort(s->dram, ref->id);
 		return rc;
 	}
+	return kvt__store_commit_sealed(s, ref);
+}
+
+int kvt__store_commit_sealed(struct kvt_store *s, struct kvt_slot_ref *ref)
+{
+	struct kvt_key key;
+	kvt__dram_key(s->dram, ref->id, &key);
 	atomic_fetch_add(&s->puts, 1);
+	kvt__e_admission_record(s, &key); /* a put for admission's frequency, as kvt_put */
 	bool deeper = s->n_links > s->dram_pos + 1;
 	bool dirty = deeper && (s->write_policy == WP_THROUGH || s->write_policy == WP_BACK);
 	kvt__dram_publish(s->dram, ref->id, ref->object_bytes, ref->n_tokens, dirty);
@@ -355,8 +363,11 @@ static void remove_leg_done(void *arg, int64_t rc)
 	struct remove_leg *leg = arg;
 	struct remove_op *o = leg->o;
 	kvt__e_link_result(o->s, leg->l, rc < 0 ? (int)rc : 0);
-	if (rc == 0)
+	if (rc == 0) {
 		atomic_fetch_add(&o->removed, 1);
+		kvt__e_event(o->s, KVT_EVENT_REMOVED, KVT_REASON_REMOVED, (int)(leg->l - o->s->links),
+			     &o->key, 0);
+	}
 	kvt__free(leg);
 	remove_release(o);
 }

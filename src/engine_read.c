@@ -183,8 +183,10 @@ static void chain_read_verify(struct chain_read *cr, int64_t rc)
 		atomic_fetch_add(&l->checksum_failures, 1);
 		KVT_WARN(&s->log, "tier %s served a corrupt object (dropped): %s", l->name,
 			 kvt_strerror(v));
-		if (l->t->ops->drop_corrupt)
+		if (l->t->ops->drop_corrupt) {
 			l->t->ops->drop_corrupt(l->t, &cr->key);
+			kvt__e_event(s, KVT_EVENT_REMOVED, KVT_REASON_CORRUPT, cr->pos, &cr->key, 0);
+		}
 	} else {
 		atomic_fetch_add(&l->misses, 1);
 	}

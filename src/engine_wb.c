@@ -108,6 +108,8 @@ static void wb_leg_account(struct wb *w, struct link *l, int rc)
 		KVT_DEBUG(&s->log, "write-behind to %s failed: %s", l->name, kvt_strerror(rc));
 	} else {
 		atomic_fetch_add(&w->ok, 1);
+		kvt__e_event(s, KVT_EVENT_STORED, KVT_REASON_NONE, (int)(l - s->links), &w->key,
+			     w->ref.object_bytes);
 	}
 }
 
@@ -132,6 +134,9 @@ static void wb_leg_orphan(struct guard *g)
 	struct wb *w = leg->w;
 	struct kvt_store *s = w->s;
 	struct link *l = leg->l;
+	if (g->late_rc >= 0 && !atomic_load(&w->removed)) /* it landed after all */
+		kvt__e_event(s, KVT_EVENT_STORED, KVT_REASON_NONE, (int)(l - s->links), &w->key,
+			     w->ref.object_bytes);
 	if (g->late_rc >= 0 && atomic_load(&w->removed) && !atomic_load(&s->closing) && l->t) {
 		struct guard *rg = kvt__e_guard_new(s, l, "remove", 0, NULL, NULL, NULL);
 		if (rg) {

@@ -66,6 +66,14 @@ const char *kvt__tier_names(void)
 int kvt__tier_open(const char *name, const struct kvt_config *cfg, const struct kvt_log *log,
 		   const struct kvt_geometry *g, int index, struct kvt_tier **out)
 {
+	return kvt__tier_open_hooked(name, cfg, log, g, index, NULL, NULL, out);
+}
+
+int kvt__tier_open_hooked(const char *name, const struct kvt_config *cfg,
+			  const struct kvt_log *log, const struct kvt_geometry *g, int index,
+			  void (*on_evict)(void *, int, const struct kvt_key *, uint64_t),
+			  void *on_evict_arg, struct kvt_tier **out)
+{
 	const struct kvt_tier_ops *ops = kvt__tier_find(name);
 	if (!ops) {
 		KVT_ERR(log, "unknown or compiled-out tier '%s' (available: %s)", name,
@@ -81,6 +89,8 @@ int kvt__tier_open(const char *name, const struct kvt_config *cfg, const struct 
 	t->geo = *g;
 	t->geometry = &t->geo;
 	t->object_max = kvt_object_bytes(g, g->chunk_tokens);
+	t->on_evict = on_evict; /* before open: the tier may evict while recovering */
+	t->on_evict_arg = on_evict_arg;
 	if (ops->state_size && !(t->state = kvt__calloc(1, ops->state_size))) {
 		kvt__free(t);
 		return -ENOMEM;

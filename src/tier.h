@@ -105,7 +105,19 @@ struct kvt_tier {
 	struct kvt_geometry geo; /* a copy: the tier may outlive whoever opened it */
 	struct kvt_config *own_cfg; /* opened by kvt__tier_open_bounded: its config copy */
 	_Atomic int busy; /* bounded synchronous calls running in the tier */
+	/* Set by the engine before open: the tier evicted key by its own policy or for room
+	 * (its KV events). May be called from any of the tier's threads. */
+	void (*on_evict)(void *arg, int index, const struct kvt_key *key, uint64_t bytes);
+	void *on_evict_arg;
 };
+
+/* A tier reports that it evicted key (no-op when nobody listens). */
+static inline void kvt__tier_evicted(struct kvt_tier *t, const struct kvt_key *key,
+				     uint64_t bytes)
+{
+	if (t && t->on_evict)
+		t->on_evict(t->on_evict_arg, t->index, key, bytes);
+}
 
 /* The I/O counters the remote and shared tiers keep, updated from their threads. */
 struct kvt_io_counters {
@@ -134,11 +146,18 @@ const char *kvt__tier_names(void);
 /* Create/destroy a tier instance by name: allocates state, calls open. */
 int kvt__tier_open(const char *name, const struct kvt_config *cfg, const struct kvt_log *log,
 		   const struct kvt_geometry *g, int index, struct kvt_tier **out);
+/* The same, with the eviction hook (struct kvt_tier's on_evict) in place before open. */
+int kvt__tier_open_hooked(const char *name, const struct kvt_config *cfg,
+			  const struct kvt_log *log, const struct kvt_geometry *g, int index,
+			  void (*on_evict)(void *, int, const struct kvt_key *, uint64_t),
+			  void *on_evict_arg, struct kvt_tier **out);
 void kvt__tier_close(struct kvt_tier *t);
 
 /* The synchronous calls with a time limit (src/tier_bounded.c): on a hung device they
  * return -ETIMEDOUT after ms and leave the call running on a helper thread; whatever it
- * still uses is released when it returns. open: as kvt__tier_open. close: 0 closed;
+ * still uses is released when it returns. open: as kvt__tier_open_hooked (a tier that
+ * opens after its bound is closed at once; an eviction it reports while recovering in that
+ * window still reaches on_evict_arg, which must therefore outlive it). close: 0 closed;
  * -ETIMEDOUT: left closing (it frees itself when the close returns); -EBUSY: a call left
  * running in it, so it was not closed (still allocated, the caller's to keep). Either way
  * the caller must free nothing the tier's late callbacks may touch. scan / scan_anomalies: the
@@ -146,7 +165,8 @@ void kvt__tier_close(struct kvt_tier *t);
  * -EOPNOTSUPP when the tier cannot list. */
 int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
 			   const struct kvt_log *log, const struct kvt_geometry *g, int index,
-			   uint64_t ms, struct kvt_tier **out);
+			   void (*on_evict)(void *, int, const struct kvt_key *, uint64_t),
+			   void *on_evict_arg, uint64_t ms, struct kvt_tier **out);
 int kvt__tier_close_bounded(struct kvt_tier *t, uint64_t ms);
 int kvt__tier_scan_bounded(struct kvt_tier *t, kvt_scan_fn fn, void *arg, uint64_t ms);
 int kvt__tier_scan_anomalies_bounded(struct kvt_tier *t,

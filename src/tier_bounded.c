@@ -124,13 +124,16 @@ struct open_call {
 	struct kvt_log log;
 	struct kvt_geometry geo;
 	int index;
+	void (*on_evict)(void *, int, const struct kvt_key *, uint64_t);
+	void *on_evict_arg;
 	struct kvt_tier *t;
 };
 
 static int64_t open_run(void *arg)
 {
 	struct open_call *o = arg;
-	int rc = kvt__tier_open(o->name, o->cfg, &o->log, &o->geo, o->index, &o->t);
+	int rc = kvt__tier_open_hooked(o->name, o->cfg, &o->log, &o->geo, o->index, o->on_evict,
+				       o->on_evict_arg, &o->t);
 	if (rc == 0) {
 		o->t->own_cfg = o->cfg; /* tiers may keep pointers into their configuration */
 		o->cfg = NULL;
@@ -149,7 +152,8 @@ static void open_orphan(void *arg, int64_t rc)
 
 int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
 			   const struct kvt_log *log, const struct kvt_geometry *g, int index,
-			   uint64_t ms, struct kvt_tier **out)
+			   void (*on_evict)(void *, int, const struct kvt_key *, uint64_t),
+			   void *on_evict_arg, uint64_t ms, struct kvt_tier **out)
 {
 	struct open_call *o = kvt__calloc(1, sizeof(*o));
 	if (!o)
@@ -163,6 +167,8 @@ int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
 	o->log = *log;
 	o->geo = *g;
 	o->index = index;
+	o->on_evict = on_evict;
+	o->on_evict_arg = on_evict_arg;
 	int64_t r = bounded(NULL, open_run, o, open_orphan, ms);
 	if (r == -ETIMEDOUT) {
 		KVT_ERR(log, "tier %s did not open within %llu ms (store.sync_timeout_ms): its "

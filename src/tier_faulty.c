@@ -193,7 +193,8 @@ static int faulty_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	}
 	char name[32];
 	snprintf(name, sizeof(name), "%s", inner);
-	int rc = kvt__tier_open(name, cfg, &t->log, t->geometry, t->index, &f->inner);
+	int rc = kvt__tier_open_hooked(name, cfg, &t->log, t->geometry, t->index, t->on_evict,
+				       t->on_evict_arg, &f->inner);
 	if (rc < 0)
 		return rc;
 	pthread_mutex_init(&f->m, NULL);

@@ -1236,6 +1236,7 @@ static void sweep_once(struct fs_state *s)
 			key_path(&w.v[i].key, path);
 			if (unlinkat(s->rootfd, path, 0) == 0) {
 				removed++;
+				kvt__tier_evicted(s->t, &w.v[i].key, w.v[i].bytes);
 			} else if (errno != ENOENT && errno != ESTALE) {
 				KVT_WARN(&s->t->log, "fs: sweep: unlink %s/%s: %s", s->dir, path,
 					 strerror(errno));

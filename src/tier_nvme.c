@@ -204,6 +204,13 @@ static void nv_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 	out->errors = ST_GET(s, errors);
 	out->writes_skipped = ST_GET(s, writes_skipped);
 	out->removes = ST_GET(s, removes);
+	out->write_budget_bytes = s->budget;
+	if (s->budget) {
+		pthread_mutex_lock(&s->block);
+		nv_budget_roll(s, s->clock_hour()); /* buckets older than a day no longer count */
+		out->write_budget_used_bytes = s->budget_used;
+		pthread_mutex_unlock(&s->block);
+	}
 }
 
 static int nv_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)

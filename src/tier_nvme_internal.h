@@ -156,6 +156,7 @@ struct nv_stats {
 
 struct nv {
 	const struct kvt_log *log;
+	struct kvt_tier *tier; /* its eviction hook */
 	struct nv_dir *dirs;
 	uint32_t ndirs;
 	uint64_t capacity, budget;

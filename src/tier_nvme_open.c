@@ -231,6 +231,7 @@ int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	struct nv *s = t->state;
 	int rc;
 	s->log = &t->log;
+	s->tier = t;
 	s->efd = -1;
 	s->pid = getpid();
 	pthread_mutex_init(&s->qlock, NULL);

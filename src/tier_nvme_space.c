@@ -97,6 +97,7 @@ void nv_ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 
 void nv_evict(struct nv *s, struct nv_ent *e, bool now)
 {
+	kvt__tier_evicted(s->tier, &e->key, e->bytes);
 	nv_ent_unlink(s, e, now);
 	ST_ADD(s, evictions, 1);
 }
@@ -116,6 +117,7 @@ static bool recycle(struct nv *s, struct nv_ent *v, struct nv_op *op)
 	nv_object_path(&v->key, path);
 	if (renameat(s->dirs[v->dir].fd, path, s->dirs[v->dir].fd, op->name) < 0)
 		return false;
+	kvt__tier_evicted(s->tier, &v->key, v->bytes);
 	nv_ent_remove(s, v);
 	ST_ADD(s, evictions, 1);
 	op->recycled = true;

@@ -64,10 +64,14 @@ int kvt_cmd_status(int argc, char **argv)
 	st.regions_mapped -= 1;
 	if (o.json) {
 		printf("{\"connections\":%llu,\"connections_total\":%llu,\"ops_in_progress\":%llu,"
-		       "\"regions_mapped\":%llu,\"protocol_errors\":%llu,\"refused\":%llu,\"tiers\":{",
+		       "\"regions_mapped\":%llu,\"protocol_errors\":%llu,\"refused\":%llu,"
+		       "\"pinned_slots\":%llu,\"pinned_gets\":%llu,\"reserved_slots\":%llu,"
+		       "\"shared_puts\":%llu,\"tiers\":{",
 		       (unsigned long long)st.connections, (unsigned long long)st.connections_total,
 		       (unsigned long long)st.ops_in_progress, (unsigned long long)st.regions_mapped,
-		       (unsigned long long)st.protocol_errors, (unsigned long long)st.refused);
+		       (unsigned long long)st.protocol_errors, (unsigned long long)st.refused,
+		       (unsigned long long)st.pins, (unsigned long long)st.pinned_gets,
+		       (unsigned long long)st.reserved, (unsigned long long)st.shared_puts);
 		for (uint32_t i = 0; i < ts.n_tiers && i < KVT_MAX_TIERS; i++) {
 			printf("%s", i ? "," : "");
 			cli_json_str(stdout, ts.tier[i].name);
@@ -79,11 +83,15 @@ int kvt_cmd_status(int argc, char **argv)
 		printf("}}\n");
 	} else {
 		printf("kvtierd %s: %llu clients (%llu since start), %llu requests in progress, "
-		       "%llu shared regions mapped, %llu protocol errors, %llu refused\n",
+		       "%llu shared regions mapped, %llu protocol errors, %llu refused, %llu slots "
+		       "pinned and %llu reserved (%llu gets and %llu puts through the shared "
+		       "pool)\n",
 		       path, (unsigned long long)st.connections,
 		       (unsigned long long)st.connections_total,
 		       (unsigned long long)st.ops_in_progress, (unsigned long long)st.regions_mapped,
-		       (unsigned long long)st.protocol_errors, (unsigned long long)st.refused);
+		       (unsigned long long)st.protocol_errors, (unsigned long long)st.refused,
+		       (unsigned long long)st.pins, (unsigned long long)st.reserved,
+		       (unsigned long long)st.pinned_gets, (unsigned long long)st.shared_puts);
 		for (uint32_t i = 0; i < ts.n_tiers && i < KVT_MAX_TIERS; i++)
 			printf("  %-6s %llu objects, %llu bytes of %llu\n", ts.tier[i].name,
 			       (unsigned long long)ts.tier[i].objects,

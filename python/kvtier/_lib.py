@@ -63,7 +63,8 @@ class TierStats(ctypes.Structure):
         for n in (
             "objects", "bytes", "capacity_bytes", "hits", "misses", "reads", "read_bytes",
             "writes", "write_bytes", "evictions", "checksum_failures", "errors",
-            "writes_skipped", "removes", "deadline_misses",
+            "writes_skipped", "removes", "deadline_misses", "write_budget_bytes",
+            "write_budget_used_bytes",
         )
     ]
 

@@ -53,7 +53,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		      r.len == kvt_payload_bytes(&g, r.n_tokens));
 	if (r.op == KVTD_LOOKUP || r.op == KVTD_PREFETCH)
 		CHECK(r.n * (KVT_KEY_BYTES + 1) == r.len);
-	if (r.op == KVTD_GET)
+	if (r.op == KVTD_GET || r.op == KVTD_GET_PIN)
 		CHECK(r.layer_begin <= g.layers && r.layer_end <= g.layers);
+	if (r.op == KVTD_PUT_RESERVE)
+		CHECK(r.n_tokens >= 1 && r.n_tokens <= g.chunk_tokens);
+	if (r.op == KVTD_UNPIN || r.op == KVTD_PUT_COMMIT) /* a slot id the daemon looks up */
+		CHECK(r.n < INT32_MAX);
 	return 0;
 }

@@ -154,13 +154,16 @@ static struct kvtd_status settle(struct raw *r, uint64_t keep)
 	struct kvtd_status st;
 	for (int i = 0; i < 500; i++) {
 		st = raw_status(r);
-		if (st.connections == keep && st.ops_in_progress == 0 && st.regions_mapped == keep)
+		if (st.connections == keep && st.ops_in_progress == 0 && st.regions_mapped == keep &&
+		    st.pins == 0 && st.reserved == 0)
 			return st;
 		usleep(10000);
 	}
-	fprintf(stderr, "daemon did not settle: %llu connections, %llu ops, %llu regions\n",
+	fprintf(stderr, "daemon did not settle: %llu connections, %llu ops, %llu regions, %llu pins, "
+			"%llu reserved\n",
 		(unsigned long long)st.connections, (unsigned long long)st.ops_in_progress,
-		(unsigned long long)st.regions_mapped);
+		(unsigned long long)st.regions_mapped, (unsigned long long)st.pins,
+		(unsigned long long)st.reserved);
 	exit(1);
 }
 
@@ -266,8 +269,10 @@ static void test_kills(struct raw *r)
 		kill(p, SIGKILL);
 		waitpid(p, NULL, 0);
 	}
-	struct kvtd_status st = settle(r, 1);
+	struct kvtd_status st = settle(r, 1); /* pins of killed clients included: 0 left */
 	CHECK(st.connections_total >= 100);
+	CHECKM(st.pinned_gets > 0, "the gets went through the shared pool");
+	CHECKM(st.shared_puts > 0, "the puts went through the shared pool");
 	/* Whatever was stored whole is readable and exact; nothing else is visible. */
 	struct kvt_store *s = open_client();
 	uint8_t *buf = malloc(PAYLOAD);
@@ -340,6 +345,12 @@ static void test_garbage(struct raw *r)
 	CHECK_RC(kvtd_send(a.sock, &q, sizeof(q), -1), 0);
 	expect_dropped(a.sock);
 	munmap(a.shm, a.len);
+	/* an UNPIN of a slot this connection never pinned */
+	a = raw_attach();
+	q = (struct kvtd_req){.magic = KVTD_MAGIC, .op = KVTD_UNPIN, .n = 0};
+	CHECK_RC(kvtd_send(a.sock, &q, sizeof(q), -1), 0);
+	expect_dropped(a.sock);
+	munmap(a.shm, a.len);
 	/* a peer that never says HELLO is dropped after the daemon's deadline (5 s) */
 	s = raw_connect();
 	uint64_t t0 = kvt__now_ns();
@@ -350,7 +361,62 @@ static void test_garbage(struct raw *r)
 	CHECK(kvt__now_ns() - t0 < 10000000000ull);
 	close(s);
 	struct kvtd_status st = settle(r, 1);
-	CHECK(st.protocol_errors >= errs0 + 4);
+	CHECK(st.protocol_errors >= errs0 + 5);
+}
+
+/* ---- 3b. a client that writes into the shared pool wrongly: a reservation it abandons,
+ * an object it scribbled, a commit of a slot it never reserved */
+
+static void test_shared_writes(struct raw *r)
+{
+	int s = raw_connect();
+	int fd = raw_memfd(KVTD_SHM_MIN, true);
+	uint8_t *shm = mmap(NULL, KVTD_SHM_MIN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	struct kvtd_req q = {.magic = KVTD_MAGIC, .op = KVTD_HELLO, .version = KVTD_VERSION};
+	memcpy(q.ns_id, NS, sizeof(NS));
+	CHECK_RC(kvtd_send(s, &q, sizeof(q), fd), 0);
+	struct kvtd_rep rep;
+	int pfd = -1;
+	CHECK(kvtd_recv(s, &rep, sizeof(rep), &pfd) == sizeof(rep) && rep.res.status == 0);
+	struct kvtd_info info;
+	memcpy(&info, shm, sizeof(info));
+	CHECKM(pfd >= 0 && info.pool_writable && info.pool_bytes, "the pool is offered writable");
+	uint8_t *pool = mmap(NULL, info.pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+	CHECK(pool != MAP_FAILED);
+	close(pfd);
+	struct kvt_key k;
+	key_of(777, &k);
+	/* scribbled: refused at commit, the slot given back, the key not visible */
+	q = (struct kvtd_req){.op = KVTD_PUT_RESERVE, .key = k, .n_tokens = 16};
+	CHECK_RC(raw_call(s, &q, -1, &rep), 0);
+	CHECK_RC(rep.res.status, 0);
+	CHECK(rep.slot_off + rep.res.bytes <= info.pool_bytes);
+	memset(pool + rep.slot_off, 0xab, rep.res.bytes);
+	CHECK_EQ(raw_status(&(struct raw){.sock = s, .shm = shm}).reserved, 1);
+	q = (struct kvtd_req){.op = KVTD_PUT_COMMIT, .n = (uint64_t)rep.slot};
+	CHECK_RC(raw_call(s, &q, -1, &rep), 0);
+	CHECK_RC(rep.res.status, -EBADMSG);
+	/* abandoned: the connection closes with a reservation; nothing shows */
+	q = (struct kvtd_req){.op = KVTD_PUT_RESERVE, .key = k, .n_tokens = 16};
+	CHECK_RC(raw_call(s, &q, -1, &rep), 0);
+	CHECK_RC(rep.res.status, 0);
+	close(s);
+	settle(r, 1);
+	struct kvt_store *st = open_client();
+	uint8_t *buf = malloc(PAYLOAD);
+	CHECK_RC(kvt_get_sync(st, &k, 0, 0, buf, PAYLOAD, NULL), -ENOENT);
+	free(buf);
+	kvt_store_close(st);
+	/* a commit of a slot this connection never reserved */
+	struct raw a = raw_attach();
+	q = (struct kvtd_req){.magic = KVTD_MAGIC, .op = KVTD_PUT_COMMIT, .n = 0};
+	CHECK_RC(kvtd_send(a.sock, &q, sizeof(q), -1), 0);
+	expect_dropped(a.sock);
+	munmap(a.shm, a.len);
+	munmap(pool, info.pool_bytes);
+	munmap(shm, KVTD_SHM_MIN);
+	close(fd);
+	settle(r, 1);
 }
 
 /* ---- 4. the daemon dies and comes back */
@@ -413,6 +479,7 @@ int main(void)
 	struct raw r = raw_attach();
 	test_kills(&r);
 	test_garbage(&r);
+	test_shared_writes(&r);
 	close(r.sock);
 	test_restart();
 	kill(daemon_pid, SIGTERM);

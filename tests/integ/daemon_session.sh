@@ -2,7 +2,7 @@
 # kvtierd shared by separate processes (issue 13): one `kvtier session save` stores a
 # conversation through the daemon and exits; another process resumes it - from the
 # daemon's DRAM, bit-exact. A client of another tenant is refused with a clear error, not
-# served. /metrics passes promtool and counts the DRAM hits. A client of a stopped daemon
+# served. /metrics passes promtool and counts the DRAM hits and the nvme write budget. A client of a stopped daemon
 # fails at once with an error, never hangs. Needs promtool (Debian package prometheus).
 set -euo pipefail
 . "$(dirname "$0")/lib/jq.sh"
@@ -15,7 +15,7 @@ command -v promtool >/dev/null || { echo "promtool missing (scripts/deps.sh inst
 SMALL=(--set model.layers=4 --set model.kv_heads=2 --set model.head_dim=64 --set dram.bytes=64MiB)
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 S="$T/kvtierd.sock"
-"$D" --dir "$T/data" --socket "$S" --metrics "127.0.0.1:$PORT" "${SMALL[@]}" 2>"$T/daemon.log" &
+"$D" --dir "$T/data" --socket "$S" --metrics "127.0.0.1:$PORT" "${SMALL[@]}" --set nvme.write_budget=1GiB 2>"$T/daemon.log" &
 DPID=$!
 for i in $(seq 100); do [ -S "$S" ] && break; sleep 0.05; done
 [ -S "$S" ] || { echo "daemon did not come up"; cat "$T/daemon.log"; exit 1; }
@@ -35,7 +35,7 @@ echo "$err" | grep -q "another model, geometry or tenant" || { echo "unclear ref
 
 # kvtier status: the two session processes left nothing behind.
 st=$(timeout 30 "$K" status --daemon "$S" "${SMALL[@]}" --json)
-echo "$st" | jqe '.connections == 0 and .ops_in_progress == 0 and .regions_mapped == 0 and .connections_total >= 3 and .tiers.dram.objects == 33' >/dev/null ||
+echo "$st" | jqe '.connections == 0 and .ops_in_progress == 0 and .regions_mapped == 0 and .connections_total >= 3 and .tiers.dram.objects == 33 and .pinned_slots == 0 and .pinned_gets == 33 and .reserved_slots == 0 and .shared_puts == 33' >/dev/null ||
 	{ echo "status: $st"; exit 1; }
 if timeout 10 "$K" status "${SMALL[@]}" 2>/dev/null; then echo "status without --daemon accepted"; exit 1; fi
 
@@ -43,6 +43,18 @@ curl -sf "127.0.0.1:$PORT/metrics" >"$T/metrics.txt"
 promtool check metrics <"$T/metrics.txt"
 grep -q '^kvtier_tier_hits_total{tier="dram"} 33$' "$T/metrics.txt" || { echo "dram hits not counted"; grep hits "$T/metrics.txt"; exit 1; }
 grep -q '^kvtier_daemon_request_duration_seconds_count{op="get"} 33$' "$T/metrics.txt" || { echo "get latency histogram"; exit 1; }
+# every resume get was copied by the client straight from the daemon's shared DRAM pool
+grep -q '^kvtier_daemon_pinned_gets_total 33$' "$T/metrics.txt" || { echo "pinned gets"; grep pinned "$T/metrics.txt"; exit 1; }
+grep -q '^kvtier_daemon_pinned_slots 0$' "$T/metrics.txt" || { echo "pins left"; exit 1; }
+# and every save put was encoded by the client straight into a slot the daemon reserved
+grep -q '^kvtier_daemon_shared_puts_total 33$' "$T/metrics.txt" || { echo "shared puts"; grep shared "$T/metrics.txt"; exit 1; }
+grep -q '^kvtier_daemon_reserved_slots 0$' "$T/metrics.txt" || { echo "reservations left"; exit 1; }
+# The write budget: its size, and every byte nvme wrote charged to it; deadline misses per tier.
+grep -q '^kvtier_tier_write_budget_bytes{tier="nvme"} 1073741824$' "$T/metrics.txt" || { echo "write budget size"; grep budget "$T/metrics.txt"; exit 1; }
+used=$(sed -n 's/^kvtier_tier_write_budget_used_bytes{tier="nvme"} //p' "$T/metrics.txt")
+written=$(sed -n 's/^kvtier_tier_written_bytes_total{tier="nvme"} //p' "$T/metrics.txt")
+[ -n "$used" ] && [ "$used" -gt 0 ] && [ "$used" = "$written" ] || { echo "budget used $used vs written $written"; exit 1; }
+grep -q '^kvtier_tier_deadline_misses_total{tier="nvme"} 0$' "$T/metrics.txt" || { echo "deadline misses"; grep deadline "$T/metrics.txt"; exit 1; }
 [ "$(curl -s -o /dev/null -w '%{http_code}' "127.0.0.1:$PORT/other")" = 404 ] || { echo "unknown path not 404"; exit 1; }
 
 # Bad metrics addresses are refused with one line.

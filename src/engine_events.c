@@ -1,0 +1,71 @@
+/*
+ * engine_events.c - the store's KV events (include/kvtier.h, "KV events"): one callback
+ * the caller installs, fed from where the store's state really changes - the DRAM pool's
+ * own change hook (stored, evicted, removed, under its lock, so in order), the write-behind
+ * and remove legs of deeper tiers, corrupt objects dropped, and the evictions a tier makes
+ * by itself (struct kvt_tier's on_evict). Why here and not in each caller: one place turns
+ * the layers' private notions into the public event.
+ */
+#include "engine_internal.h"
+
+int kvt_store_set_events(struct kvt_store *s, kvt_event_fn fn, void *arg)
+{
+	if (!s)
+		return -EINVAL;
+	if (s->client)
+		return -ENOTSUP;
+	/* arg first: a thread that sees the new fn sees its arg */
+	atomic_store(&s->ev_arg, arg);
+	atomic_store(&s->ev_fn, fn);
+	return 0;
+}
+
+void kvt_storage_key(const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
+		     struct kvt_key *out)
+{
+	kvt__storage_key(ns_id, key, out);
+}
+
+void kvt__e_event(struct kvt_store *s, uint32_t type, uint32_t reason, int tier,
+		  const struct kvt_key *key, uint64_t bytes)
+{
+	kvt_event_fn fn = atomic_load(&s->ev_fn);
+	if (!fn)
+		return;
+	struct kvt_event ev = {.type = type, .reason = reason, .tier = tier, .bytes = bytes,
+			       .key = *key};
+	fn(atomic_load(&s->ev_arg), &ev);
+}
+
+void kvt__e_dram_changed(void *arg, int change, const struct kvt_key *key,
+			 const struct kvt_key *parent, uint32_t n_tokens, uint64_t object_bytes)
+{
+	struct kvt_store *s = arg;
+	kvt_event_fn fn = atomic_load(&s->ev_fn);
+	if (!fn)
+		return;
+	struct kvt_event ev = {.tier = s->dram_pos, .bytes = object_bytes, .key = *key};
+	switch (change) {
+	case KVT_DRAM_STORED:
+		ev.type = KVT_EVENT_STORED;
+		ev.n_tokens = n_tokens;
+		if (parent) {
+			ev.has_parent = 1;
+			ev.parent = *parent;
+		}
+		break;
+	case KVT_DRAM_EVICTED:
+		ev.type = KVT_EVENT_REMOVED;
+		ev.reason = KVT_REASON_EVICTED;
+		break;
+	default:
+		ev.type = KVT_EVENT_REMOVED;
+		ev.reason = KVT_REASON_REMOVED;
+	}
+	fn(atomic_load(&s->ev_arg), &ev);
+}
+
+void kvt__e_tier_evicted(void *arg, int index, const struct kvt_key *key, uint64_t bytes)
+{
+	kvt__e_event(arg, KVT_EVENT_REMOVED, KVT_REASON_EVICTED, index, key, bytes);
+}

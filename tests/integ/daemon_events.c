@@ -1,0 +1,506 @@
+/*
+ * daemon_events.c - kvtierd's KV event stream (issue 13, docs/DAEMON.md "KV events"), seen
+ * by a real subscriber: libzmq SUB and DEALER sockets, payloads decoded with msgpack-c.
+ *  1. a workload that forces evictions in both tiers (a DRAM pool of 7 slots, an nvme tier
+ *     of 1 MiB under 60 puts in chains of 6), removes, and reads that promote: the live stream has
+ *     consecutive sequence numbers; a replay from 0 gives every batch, in order, with no
+ *     gap, each live batch bit-identical to its replayed copy, then the end marker (-1);
+ *  2. the events, applied in order, give exactly the store's state: for every key the
+ *     fastest tier holding it (a lookup) is the one the events say, each tier's object
+ *     count and eviction count equal those of kvt_stats, and the removed keys were
+ *     announced as removed (reason "removed") from each tier;
+ *  3. a malformed, oversized or unbindable endpoint, and an out-of-range queue size, stop
+ *     kvtierd at start with a one-line error;
+ *  4. with daemon.events_buffer=10 a replay from 0 answers the newest 10 batches only.
+ */
+#include <fcntl.h>
+#include <msgpack.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <zmq.h>
+
+#include "internal.h"
+#include "testlib.h"
+
+#define N_PUT 60
+#define MAX_BATCHES 100000
+
+static char *dir, sock_path[100], ev_ep[160], replay_ep[160];
+static pid_t daemon_pid, main_pid;
+
+static void kill_daemon(void)
+{
+	if (daemon_pid > 0 && getpid() == main_pid) {
+		kill(daemon_pid, SIGKILL);
+		waitpid(daemon_pid, NULL, 0);
+	}
+}
+
+static const char *kvtierd_bin(void)
+{
+	static char bin[512];
+	snprintf(bin, sizeof(bin), "%s/kvtierd", getenv("KVT_BIN") ? getenv("KVT_BIN") : ".");
+	return bin;
+}
+
+#define COMMON_ARGS                                                                                \
+	"--set", "model.layers=4", "--set", "model.kv_heads=2", "--set", "model.head_dim=64",      \
+		"--set", "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",       \
+		"nvme.fsync=none", "--set", "store.deadline_floor_ms=2000"
+
+static void start_daemon(const char *extra) /* one more --set K=V */
+{
+	char d[300];
+	snprintf(d, sizeof(d), "%s/data", dir);
+	daemon_pid = fork();
+	if (daemon_pid == 0) {
+		/* 7 DRAM slots of 36 KiB objects, nvme capped at 1 MiB (28 objects) */
+		execl(kvtierd_bin(), "kvtierd", "--dir", d, "--socket", sock_path, "--events", ev_ep,
+		      "--set", replay_ep, COMMON_ARGS, "--set", "dram.bytes=256KiB", "--set",
+		      "nvme.bytes=1MiB", "--set", extra, (char *)NULL);
+		perror("exec kvtierd");
+		_exit(127);
+	}
+	for (int i = 0; i < 250; i++) {
+		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		struct sockaddr_un a = {.sun_family = AF_UNIX};
+		memcpy(a.sun_path, sock_path, sizeof(sock_path));
+		int ok = connect(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+		close(s);
+		if (ok)
+			return;
+		usleep(20000);
+	}
+	fprintf(stderr, "kvtierd did not come up\n");
+	exit(1);
+}
+
+/* ---- messages */
+
+struct batch {
+	uint64_t seq;
+	size_t len;
+	char *buf;
+};
+
+/* Receive one multipart message of exactly nparts frames; frames >= 1 are returned
+ * (malloc'ed) in out[]. 0, or -1 if nothing came within timeout_ms. */
+static int recv_parts(void *sock, int nparts, int timeout_ms, zmq_msg_t *out)
+{
+	zmq_pollitem_t pi = {.socket = sock, .events = ZMQ_POLLIN};
+	if (zmq_poll(&pi, 1, timeout_ms) <= 0)
+		return -1;
+	int n = 0, more = 1;
+	while (more) {
+		zmq_msg_t m;
+		zmq_msg_init(&m);
+		CHECK(zmq_msg_recv(&m, sock, 0) >= 0);
+		more = zmq_msg_more(&m);
+		CHECKM(n < nparts, "a message with more than %d frames", nparts);
+		out[n++] = m;
+	}
+	CHECKM(n == nparts, "a message of %d frames, expected %d", n, nparts);
+	return 0;
+}
+
+static uint64_t seq_of(zmq_msg_t *m)
+{
+	CHECK_EQ(zmq_msg_size(m), 8);
+	const uint8_t *p = zmq_msg_data(m);
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static struct batch take(uint64_t seq, zmq_msg_t *payload)
+{
+	struct batch b = {.seq = seq, .len = zmq_msg_size(payload)};
+	b.buf = malloc(b.len);
+	memcpy(b.buf, zmq_msg_data(payload), b.len);
+	zmq_msg_close(payload);
+	return b;
+}
+
+/* ---- decoding: just what the checks need, every type checked */
+
+struct ev {
+	bool stored;
+	int tier;
+	char reason[16], medium[16];
+	uint64_t bytes;
+	struct kvt_key key;
+};
+
+static const msgpack_object *get(const msgpack_object *map, const char *name)
+{
+	CHECK(map->type == MSGPACK_OBJECT_MAP);
+	for (uint32_t i = 0; i < map->via.map.size; i++) {
+		const msgpack_object_kv *kv = &map->via.map.ptr[i];
+		if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == strlen(name) &&
+		    !memcmp(kv->key.via.str.ptr, name, strlen(name)))
+			return &kv->val;
+	}
+	return NULL;
+}
+
+static void str_of(const msgpack_object *o, char *out, size_t len)
+{
+	CHECK(o && o->type == MSGPACK_OBJECT_STR && o->via.str.size < len);
+	memcpy(out, o->via.str.ptr, o->via.str.size);
+	out[o->via.str.size] = 0;
+}
+
+/* Appends the batch's events to evs (n in/out). */
+static void decode(const struct batch *b, const uint8_t *ns, struct ev *evs, size_t *n,
+		   size_t cap)
+{
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	size_t off = 0;
+	CHECK(msgpack_unpack_next(&u, b->buf, b->len, &off) == MSGPACK_UNPACK_SUCCESS);
+	CHECK_EQ(off, b->len);
+	const msgpack_object *ts = get(&u.data, "ts"), *list = get(&u.data, "events");
+	CHECK(ts && ts->type == MSGPACK_OBJECT_FLOAT64 && ts->via.f64 > 1.6e9);
+	CHECK(list && list->type == MSGPACK_OBJECT_ARRAY && list->via.array.size > 0);
+	for (uint32_t i = 0; i < list->via.array.size; i++) {
+		const msgpack_object *o = &list->via.array.ptr[i];
+		CHECK(*n < cap);
+		struct ev *e = &evs[(*n)++];
+		memset(e, 0, sizeof(*e));
+		char type[32];
+		str_of(get(o, "type"), type, sizeof(type));
+		CHECKM(!strcmp(type, "BlockStored") || !strcmp(type, "BlockRemoved"), "type %s",
+		       type);
+		e->stored = !strcmp(type, "BlockStored");
+		const msgpack_object *h = get(o, "block_hashes");
+		CHECK(h && h->type == MSGPACK_OBJECT_ARRAY && h->via.array.size == 1);
+		CHECK(h->via.array.ptr[0].type == MSGPACK_OBJECT_BIN &&
+		      h->via.array.ptr[0].via.bin.size == KVT_KEY_BYTES);
+		memcpy(e->key.bytes, h->via.array.ptr[0].via.bin.ptr, KVT_KEY_BYTES);
+		const msgpack_object *t = get(o, "tier"), *by = get(o, "bytes"),
+				     *nsp = get(o, "namespace");
+		CHECK(t && t->type == MSGPACK_OBJECT_POSITIVE_INTEGER && t->via.u64 < 2);
+		e->tier = (int)t->via.u64;
+		CHECK(by && by->type == MSGPACK_OBJECT_POSITIVE_INTEGER);
+		e->bytes = by->via.u64;
+		CHECK(nsp && nsp->type == MSGPACK_OBJECT_BIN && nsp->via.bin.size == 32 &&
+		      !memcmp(nsp->via.bin.ptr, ns, 32));
+		str_of(get(o, "medium"), e->medium, sizeof(e->medium));
+		CHECK(!strcmp(e->medium, e->tier == 0 ? "dram" : "nvme"));
+		if (e->stored) {
+			/* vLLM's fields a router decodes */
+			const msgpack_object *bs = get(o, "block_size"), *p = get(o, "parent_block_hash");
+			CHECK(bs && bs->type == MSGPACK_OBJECT_POSITIVE_INTEGER);
+			CHECK(p && (p->type == MSGPACK_OBJECT_NIL || (p->type == MSGPACK_OBJECT_BIN &&
+								     p->via.bin.size == 32)));
+			CHECK(get(o, "token_ids") && get(o, "lora_id") && get(o, "lora_name"));
+			CHECK(e->bytes == 36864); /* a full chunk's object, both tiers */
+			if (e->tier == 0)
+				CHECK_EQ(bs->via.u64, 16);
+		} else {
+			str_of(get(o, "reason"), e->reason, sizeof(e->reason));
+			CHECKM(!strcmp(e->reason, "evicted") || !strcmp(e->reason, "removed"),
+			       "reason %s", e->reason);
+		}
+	}
+	msgpack_unpacked_destroy(&u);
+}
+
+/* ---- 3. bad configurations */
+
+static void expect_refused(const char *what, const char *k, const char *v)
+{
+	char d[300], out[300], arg[600];
+	snprintf(d, sizeof(d), "%s/bad", dir);
+	snprintf(out, sizeof(out), "%s/stderr", dir);
+	snprintf(arg, sizeof(arg), "%s=%s", k, v);
+	char sock2[150];
+	snprintf(sock2, sizeof(sock2), "%s/bad.sock", dir);
+	pid_t p = fork();
+	if (p == 0) {
+		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 2);
+		execl(kvtierd_bin(), "kvtierd", "--dir", d, "--socket", sock2, "--set", arg,
+		      COMMON_ARGS, (char *)NULL);
+		_exit(127);
+	}
+	int status;
+	CHECK(waitpid(p, &status, 0) == p);
+	CHECKM(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d", what, status);
+	FILE *f = fopen(out, "r");
+	char line[1024], extra[1024];
+	CHECK(f && fgets(line, sizeof(line), f));
+	CHECKM(!fgets(extra, sizeof(extra), f), "%s: more than one line: %s%s", what, line, extra);
+	fclose(f);
+	CHECKM(strstr(line, k) || strstr(line, "cannot bind"), "%s: %s", what, line);
+	CHECKM(strlen(line) < 300, "%s: a %zu-byte line", what, strlen(line));
+	printf("  refused (%s): %s", what, line);
+}
+
+static void test_bad_config(void)
+{
+	char big[400];
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = 0;
+	memcpy(big, "tcp://", 6);
+	expect_refused("no scheme", "daemon.events", "127.0.0.1:5557");
+	expect_refused("oversized", "daemon.events", big);
+	expect_refused("space", "daemon.events", "tcp://127.0.0.1: 5557");
+	expect_refused("unbindable", "daemon.events", "tcp://256.1.1.1:5557");
+	expect_refused("replay alone", "daemon.events_replay", "ipc:///tmp/x");
+	expect_refused("queue too small", "daemon.events_queue", "3");
+	expect_refused("oversized topic", "daemon.events_topic", big);
+}
+
+/* ---- 4. the replay buffer keeps the newest batches only: with daemon.events_buffer=10,
+ * a replay from 0 after 40 puts answers exactly the last 10, in order, then -1. */
+
+static void test_replay_bound(void *zc, struct kvt_store *s)
+{
+	size_t len = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	void *buf = malloc(len);
+	for (int i = 0; i < 40; i++) {
+		struct kvt_key k;
+		memset(&k, 0, sizeof(k));
+		k.bytes[0] = (uint8_t)i;
+		k.bytes[1] = 0xb0;
+		test_fill(buf, len, (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, len), 0);
+	}
+	free(buf);
+	usleep(300000); /* let the publisher send what is queued */
+	void *dealer = zmq_socket(zc, ZMQ_DEALER);
+	CHECK(zmq_connect(dealer, strchr(replay_ep, '=') + 1) == 0);
+	uint8_t zero[8] = {0};
+	CHECK(zmq_send(dealer, "", 0, ZMQ_SNDMORE) == 0);
+	CHECK(zmq_send(dealer, zero, 8, 0) == 8);
+	zmq_msg_t parts[3];
+	uint64_t first = UINT64_MAX, prev = 0, n = 0;
+	for (;;) {
+		CHECKM(recv_parts(dealer, 3, 5000, parts) == 0, "replay: no answer");
+		uint64_t seq = seq_of(&parts[1]);
+		for (int i = 0; i < 3; i++)
+			zmq_msg_close(&parts[i]);
+		if (seq == UINT64_MAX)
+			break;
+		if (n)
+			CHECKM(seq == prev + 1, "replay: %llu after %llu", (unsigned long long)seq,
+			       (unsigned long long)prev);
+		else
+			first = seq;
+		prev = seq;
+		n++;
+	}
+	printf("  replay with daemon.events_buffer=10: batches %llu..%llu\n",
+	       (unsigned long long)first, (unsigned long long)prev);
+	CHECK_EQ(n, 10);
+	CHECKM(first >= 30, "40 puts made at least 40 batches: the oldest are gone");
+	zmq_close(dealer);
+}
+
+/* ---- 1, 2 */
+
+static void key_of(uint64_t i, struct kvt_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	memcpy(k->bytes, &i, sizeof(i));
+	k->bytes[31] = 0xe7;
+}
+
+int main(void)
+{
+	dir = test_tmpdir("daemon_events");
+	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
+	snprintf(ev_ep, sizeof(ev_ep), "ipc://%s/events", dir);
+	snprintf(replay_ep, sizeof(replay_ep), "daemon.events_replay=ipc://%s/replay", dir);
+	signal(SIGPIPE, SIG_IGN);
+	main_pid = getpid();
+	atexit(kill_daemon);
+	test_bad_config();
+	start_daemon("daemon.events_buffer=10000");
+
+	void *zc = zmq_ctx_new();
+	void *sub = zmq_socket(zc, ZMQ_SUB);
+	CHECK(zmq_connect(sub, ev_ep) == 0);
+	CHECK(zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0) == 0);
+	usleep(300000); /* let the subscription reach the publisher; replay covers the rest */
+
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "store.daemon", sock_path);
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	uint8_t ns[KVT_NS_ID_BYTES];
+	memcpy(ns, kvt_store_ns_id(s), sizeof(ns));
+	size_t len = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	void *buf = malloc(len);
+	struct kvt_key keys[N_PUT];
+	for (int i = 0; i < N_PUT; i++) {
+		key_of((uint64_t)i, &keys[i]);
+		test_fill(buf, len, (uint64_t)i);
+		/* chains of 6: nvme evicts whole chains from their ends, never a live prefix */
+		CHECK_RC(kvt_put_sync(s, &keys[i], i % 6 ? &keys[i - 1] : NULL, 16, buf, len), 0);
+	}
+	/* removes: the newest (in DRAM and nvme) and one in the middle (nvme only, or gone) */
+	const int removed[] = {N_PUT - 1, 45};
+	for (size_t i = 0; i < 2; i++)
+		CHECK(kvt_remove_sync(s, &keys[removed[i]]) >= 0);
+	/* reads of chunks only nvme holds: promoted back into DRAM, evicting others */
+	int promoted = 0;
+	for (int i = 0; i < N_PUT && promoted < 4; i++) {
+		int8_t tier = KVT_TIER_NONE;
+		if (kvt_lookup_sync(s, &keys[i], 1, &tier) != 1 || tier != 1)
+			continue;
+		struct kvt_result res;
+		CHECK_RC(kvt_get_sync(s, &keys[i], 0, 0, buf, len, &res), 0);
+		CHECK(test_check(buf, len, (uint64_t)i));
+		promoted++;
+	}
+	CHECK_EQ(promoted, 4);
+	CHECK_RC(kvt_flush_sync(s), 0);
+
+	/* live stream, until quiet */
+	static struct batch live[MAX_BATCHES], all[MAX_BATCHES];
+	size_t n_live = 0;
+	zmq_msg_t parts[4];
+	while (recv_parts(sub, 3, 1000, parts) == 0) {
+		CHECK_EQ(zmq_msg_size(&parts[0]), 0); /* the default topic: "" */
+		zmq_msg_close(&parts[0]);
+		uint64_t seq = seq_of(&parts[1]);
+		zmq_msg_close(&parts[1]);
+		CHECK(n_live < MAX_BATCHES);
+		if (n_live)
+			CHECKM(seq == live[n_live - 1].seq + 1, "live gap: %llu after %llu",
+			       (unsigned long long)seq, (unsigned long long)live[n_live - 1].seq);
+		live[n_live++] = take(seq, &parts[2]);
+	}
+	CHECKM(n_live > 0, "the subscriber received nothing");
+
+	/* replay from 0: every batch, in order, then -1 */
+	void *dealer = zmq_socket(zc, ZMQ_DEALER);
+	char rep_ep[160];
+	snprintf(rep_ep, sizeof(rep_ep), "%s", strchr(replay_ep, '=') + 1);
+	CHECK(zmq_connect(dealer, rep_ep) == 0);
+	uint8_t zero[8] = {0};
+	CHECK(zmq_send(dealer, "", 0, ZMQ_SNDMORE) == 0);
+	CHECK(zmq_send(dealer, zero, 8, 0) == 8);
+	size_t n_all = 0;
+	for (;;) {
+		CHECKM(recv_parts(dealer, 3, 5000, parts) == 0, "replay: no answer");
+		CHECK_EQ(zmq_msg_size(&parts[0]), 0);
+		zmq_msg_close(&parts[0]);
+		uint64_t seq = seq_of(&parts[1]);
+		zmq_msg_close(&parts[1]);
+		if (seq == UINT64_MAX) {
+			CHECK_EQ(zmq_msg_size(&parts[2]), 0);
+			zmq_msg_close(&parts[2]);
+			break;
+		}
+		CHECKM(seq == n_all, "replay: batch %llu where %zu was due", (unsigned long long)seq,
+		       n_all);
+		CHECK(n_all < MAX_BATCHES);
+		all[n_all++] = take(seq, &parts[2]);
+	}
+	CHECKM(n_all == live[n_live - 1].seq + 1, "replay gave %zu batches, the last live was %llu",
+	       n_all, (unsigned long long)live[n_live - 1].seq);
+	for (size_t i = 0; i < n_live; i++) {
+		const struct batch *a = &all[live[i].seq];
+		CHECK(a->len == live[i].len && !memcmp(a->buf, live[i].buf, a->len));
+	}
+
+	/* apply the events in order */
+	size_t cap = 100000, n_ev = 0;
+	struct ev *evs = malloc(cap * sizeof(*evs));
+	for (size_t i = 0; i < n_all; i++)
+		decode(&all[i], ns, evs, &n_ev, cap);
+	struct kvt_key sk[N_PUT];
+	for (int i = 0; i < N_PUT; i++)
+		kvt_storage_key(ns, &keys[i], &sk[i]);
+	bool in[2][N_PUT] = {{0}};
+	uint64_t evicted[2] = {0}, stored[2] = {0}, removed_ev[2][N_PUT] = {{0}};
+	for (size_t i = 0; i < n_ev; i++) {
+		int k = -1;
+		for (int j = 0; j < N_PUT; j++)
+			if (kvt__key_eq(&evs[i].key, &sk[j]))
+				k = j;
+		CHECKM(k >= 0, "event %zu names a key never put", i);
+		int t = evs[i].tier;
+		if (evs[i].stored) {
+			stored[t]++;
+			in[t][k] = true;
+		} else {
+			CHECKM(in[t][k], "event %zu: %s removed from %s while absent", i, evs[i].reason,
+			       evs[i].medium);
+			in[t][k] = false;
+			if (!strcmp(evs[i].reason, "evicted"))
+				evicted[t]++;
+			else
+				removed_ev[t][k]++;
+		}
+	}
+	/* against the store */
+	struct kvt_stats st;
+	CHECK_RC(kvt_stats(s, &st), 0);
+	for (int t = 0; t < 2; t++) {
+		uint64_t objs = 0;
+		for (int k = 0; k < N_PUT; k++)
+			objs += in[t][k];
+		printf("  %s: %llu stored, %llu evicted, %llu resident by the events; the store: "
+		       "%llu objects, %llu evictions\n",
+		       st.tier[t].name, (unsigned long long)stored[t], (unsigned long long)evicted[t],
+		       (unsigned long long)objs, (unsigned long long)st.tier[t].objects,
+		       (unsigned long long)st.tier[t].evictions);
+		CHECK_EQ(objs, st.tier[t].objects);
+		CHECK_EQ(evicted[t], st.tier[t].evictions);
+		CHECKM(evicted[t] >= 20, "the workload should force evictions in %s",
+		       st.tier[t].name);
+	}
+	for (int k = 0; k < N_PUT; k++) {
+		int8_t tier = KVT_TIER_NONE;
+		int hit = kvt_lookup_sync(s, &keys[k], 1, &tier);
+		int want = in[0][k] ? 0 : in[1][k] ? 1 : KVT_TIER_NONE;
+		CHECKM((hit == 1 ? tier : KVT_TIER_NONE) == want,
+		       "key %d: the store has it in tier %d, the events say %d", k,
+		       hit == 1 ? tier : -1, want);
+	}
+	/* the newest chunk was in DRAM and nvme when removed */
+	CHECK_EQ(removed_ev[0][N_PUT - 1], 1);
+	CHECK_EQ(removed_ev[1][N_PUT - 1], 1);
+	CHECK(!in[0][45] && !in[1][45]);
+
+	kvt_store_close(s);
+	kill(daemon_pid, SIGTERM);
+	int status;
+	waitpid(daemon_pid, &status, 0);
+	daemon_pid = 0;
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	zmq_close(sub);
+	zmq_close(dealer);
+
+	/* 4. a daemon with a small replay buffer */
+	start_daemon("daemon.events_buffer=10");
+	c = test_config("dram,nvme", dir);
+	test_set(c, "store.daemon", sock_path);
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	test_replay_bound(zc, s);
+	kvt_store_close(s);
+	kill(daemon_pid, SIGTERM);
+	waitpid(daemon_pid, &status, 0);
+	daemon_pid = 0;
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	zmq_ctx_term(zc);
+	for (size_t i = 0; i < n_live; i++)
+		free(live[i].buf);
+	for (size_t i = 0; i < n_all; i++)
+		free(all[i].buf);
+	free(evs);
+	free(buf);
+	test_rmdir(dir);
+	printf("daemon_events: ok (%zu batches, %zu events)\n", n_all, n_ev);
+	return 0;
+}
