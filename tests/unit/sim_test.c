@@ -385,7 +385,7 @@ static void test_store_and_replay_share_the_default(void **state)
 	assert_string_equal(kvt__cfg_str(cfg, "dram.policy"), KVT_SIM_DEFAULT_POLICY);
 	struct kvt_evict *e;
 	assert_int_equal(kvt__evict_create(kvt__cfg_str(cfg, "dram.policy"), 16, &e), 0);
-	assert_string_equal(kvt__evict_name(e), "hd");
+	assert_string_equal(kvt__evict_name(e), "hda");
 	kvt__evict_destroy(e);
 	kvt_config_destroy(cfg);
 }
