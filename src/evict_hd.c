@@ -159,7 +159,7 @@ static int create(uint32_t capacity, bool adm, void **out)
 			hd_destroy(p);
 			return -ENOMEM;
 		}
-		p->target = capacity;
+		p->target = capacity / 2; /* ARC starts at 0, hd is cap; half measured best */
 	}
 	memset(p->pos, 0xff, (size_t)capacity * sizeof(uint32_t));
 	/* ages are counted in units of capacity/16 accesses; bins are quarter octaves, so
