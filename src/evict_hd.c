@@ -27,8 +27,8 @@
  *
  * "hda" (the default) is hd with explicit admission. Measured, the implicit admission
  * above does not reach what a second-sighting filter does where history predicts reuse
- * (a power-law conversation workload: hd 0.072, lru2 0.085 at 1M tokens), while a fixed
- * filter loses to LRU where it does not (lru2 -0.035 on agent and chat). So hda keeps a
+ * (the power-law conversation workload: hd 0.074, lru2 0.087 at 1M tokens), while a fixed
+ * filter loses to LRU where it does not (lru2 -0.03 on agent and chat at 1M tokens). So hda keeps a
  * probation list of blocks on their first sighting (a filter of the last ~20 x capacity
  * first sightings, src/ghost.h, says which; not the sketch, whose counters and doorkeeper
  * carry collisions) that is evicted first, oldest first, whenever it is over a target size;
@@ -345,7 +345,7 @@ static int hd_victim(void *st, kvt_evict_ok_fn ok, void *arg)
 	int64_t best = -1;
 	float bd = INFINITY;
 	if (p->adm && p->prob.len > p->target) {
-		/* probation over its target: its oldest block that may go, within TRIES */
+		/* probation over its target: its oldest block that may go, within PROB_TRIES */
 		int k = 0;
 		for (uint32_t id = p->prob.tail; id != KVT_IDL_NIL && k < PROB_TRIES;
 		     id = p->plinks[id].prev, k++)
