@@ -840,7 +840,9 @@ static int gen_conv(struct gen *g, const struct zipf *z, const uint32_t *sys_len
 			rc = prompt_add(&p, new_seg(g), out);
 		if (!rc)
 			rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->user_min, o->user_max));
-		ts += (o->think_sigma > 0 ? rlognormal(&g->r, think, o->think_sigma)
+		double scale = turn ? o->think_later : o->think_first;
+		ts += (scale > 0 ? scale : 1.0) *
+		      (o->think_sigma > 0 ? rlognormal(&g->r, think, o->think_sigma)
 					  : rexp(&g->r, think)) *
 		      1000.0;
 		turn++;
@@ -987,6 +989,7 @@ void kvt__gen_defaults(int workload, struct kvt_gen_opts *o)
 		o->user_min = 20, o->user_max = 600;
 		o->out_min = 50, o->out_max = 636;
 		o->think_s = 500, o->pace_sigma = 1.0;
+		o->think_first = 1, o->think_later = 1; /* 0 means 1 too */
 		o->long_frac = 0, o->long_end_prob = 0.12, o->long_think_s = 70;
 		break;
 	case KVT_GEN_AGENT:
@@ -1064,6 +1067,8 @@ static const struct {
     KNOB_DBL(turn_alpha),
     KNOB_DBL(think_sigma),
     KNOB_DBL(pace_sigma),
+    KNOB_DBL(think_first),
+    KNOB_DBL(think_later),
 };
 
 int kvt__gen_set(struct kvt_gen_opts *o, const char *key, const char *value)

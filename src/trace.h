@@ -132,6 +132,10 @@ struct kvt_gen_opts {
 	 * of mean 1 and this shape (some users, and some request categories, come back in
 	 * seconds, others in many minutes) */
 	double pace_sigma;
+	/* what-if, not fitted: the pause after the first turn and after later turns are
+	 * scaled by these (1: no change); e.g. a long read of the first answer, then quick
+	 * follow-ups */
+	double think_first, think_later;
 };
 
 void kvt__gen_defaults(int workload, struct kvt_gen_opts *o);
