@@ -52,8 +52,8 @@ int main(int argc, char **argv)
 	for (uint64_t i = 0; i < ops; i++)
 		pick[i] = (uint32_t)((x = mix(x)) % slots);
 
-	const char *policies[] = {"lru", "arc", "pslru", "hd"};
-	for (int p = 0; p < 4; p++) {
+	const char *policies[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
+	for (int p = 0; p < (int)(sizeof(policies) / sizeof(policies[0])); p++) {
 		struct kvt_dram_options o = {
 		    .bytes = (uint64_t)slots * 4096,
 		    .slot_bytes = 4096,

@@ -57,7 +57,7 @@
 	X(k, "model.chunk_tokens", U64, "256", 1, 65536, NULL, PLAIN, "tokens per chunk") \
 	/* dram */ \
 	X(k, "dram.bytes", SIZE, "1GiB", 4096, 1e15, NULL, PLAIN, "DRAM pool size") \
-	X(k, "dram.policy", ENUM, "hd", 0, 0, "hd|lru|arc|pslru|lru2", PLAIN, "DRAM eviction and admission policy (also the replay's default; docs/COST_MODEL.md)") \
+	X(k, "dram.policy", ENUM, "hda", 0, 0, "hda|hd|lru|arc|pslru|lru2", PLAIN, "DRAM eviction and admission policy (also the replay's default; docs/COST_MODEL.md)") \
 	X(k, "dram.hugepages", BOOL, "true", 0, 0, NULL, PLAIN, "back the pool with huge pages when available") \
 	X(k, "dram.mlock", BOOL, "false", 0, 0, NULL, PLAIN, "lock the pool into memory") \
 	X(k, "dram.shared", BOOL, "false", 0, 0, NULL, PLAIN, "back the pool with a memfd that can be mapped by other processes (kvtierd sets it: its clients map the pool read-only and copy DRAM hits straight out of the slot)") \

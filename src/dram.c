@@ -326,7 +326,7 @@ int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out)
 		n = 1;
 	if (n > (uint64_t)INT32_MAX || n > SIZE_MAX / slot_bytes)
 		return -EINVAL;
-	const char *policy = o->policy ? o->policy : "hd";
+	const char *policy = o->policy ? o->policy : "hda";
 
 	struct kvt_dram *d = kvt__calloc(1, sizeof(*d));
 	if (!d)

@@ -38,7 +38,7 @@ typedef void (*kvt_dram_change_fn)(void *arg, int change, const struct kvt_key *
 struct kvt_dram_options {
 	uint64_t bytes;       /* pool size; slots = bytes / slot_bytes (at least 1) */
 	uint64_t slot_bytes;  /* object bytes of a full chunk, a multiple of KVT_ALIGN */
-	const char *policy;   /* src/evict.h names; NULL: "hd" */
+	const char *policy;   /* src/evict.h names; NULL: "hda" */
 	bool hugepages;       /* try MAP_HUGETLB / THP advice first */
 	bool mlock;           /* lock the pool into memory (failure is logged, not fatal) */
 	bool shared;          /* a memfd (kvt__dram_pool) other processes may map */

@@ -350,6 +350,7 @@ static const struct kvt_evict_ops *const policies[] = {
     &kvt__evict_arc_ops,
     &kvt__evict_pslru_ops,
     &kvt__evict_hd_ops,
+    &kvt__evict_hda_ops,
     &kvt__evict_lru2_ops,
 };
 

@@ -17,7 +17,8 @@ struct kvt_evict;
 /* May the owner evict this entry now (not pinned, not dirty, no resident children)? */
 typedef bool (*kvt_evict_ok_fn)(void *arg, uint32_t id);
 
-/* policy: "hd" (the default), "lru", "arc", "pslru" or "lru2". -EINVAL unknown, -ENOMEM. */
+/* policy: "hda" (the default), "hd", "lru", "arc", "pslru" or "lru2". -EINVAL unknown,
+ * -ENOMEM. */
 int kvt__evict_create(const char *policy, uint32_t capacity, struct kvt_evict **out);
 void kvt__evict_destroy(struct kvt_evict *e);
 const char *kvt__evict_name(const struct kvt_evict *e);

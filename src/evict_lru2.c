@@ -1,7 +1,9 @@
 /*
  * evict_lru2.c - "lru2": LRU with admission on the second sighting, the baseline issue #12
  * measured on production traces ("admission alone"). A block requested for the first time
- * (per a doorkeeper + count-min sketch that remembers ~20x the capacity in accesses) waits
+ * (per a filter of the keys first seen in the last 10-20 x capacity first sightings,
+ * src/ghost.h; a count-min sketch's doorkeeper, used before, filled up and called most new
+ * keys "seen", so this was LRU in all but name) waits
  * in a probation list that is evicted first, oldest first; a block seen before, or hit
  * while on probation, lives in the main LRU list. Kept as a reference point for the
  * default policy ("hd"), which learns when this rule pays instead of always applying it.
@@ -10,14 +12,17 @@
 
 #include "evict_policy.h"
 #include "internal.h"
-#include "sketch.h"
+#include "ghost.h"
+
+/* first sightings remembered, per capacity entry */
+#define SEEN_PER_ENTRY 20
 
 struct lru2 {
 	uint32_t cap;
 	struct kvt_idlist prob, main;
 	struct kvt_idlink *links;
 	uint8_t *where; /* 0 none, 1 probation, 2 main */
-	struct kvt_sketch *freq;
+	struct kvt_ghost *seen;
 };
 
 static void lru2_destroy(void *st)
@@ -27,7 +32,7 @@ static void lru2_destroy(void *st)
 		return;
 	kvt__free(l->links);
 	kvt__free(l->where);
-	kvt__sketch_destroy(l->freq);
+	kvt__ghost_destroy(l->seen);
 	kvt__free(l);
 }
 
@@ -41,7 +46,7 @@ static int lru2_create(uint32_t cap, void **out)
 	kvt__idl_init(&l->main);
 	l->links = kvt__calloc(cap, sizeof(*l->links));
 	l->where = kvt__calloc(cap, 1);
-	int rc = kvt__sketch_create((uint64_t)cap * 2, 15, true, &l->freq);
+	int rc = kvt__ghost_create(SEEN_PER_ENTRY * KVT_MIN(cap, UINT32_MAX / SEEN_PER_ENTRY), &l->seen);
 	if (rc < 0 || !l->links || !l->where) {
 		lru2_destroy(l);
 		return -ENOMEM;
@@ -55,7 +60,9 @@ static void lru2_insert(void *st, uint32_t id, uint64_t khash)
 	struct lru2 *l = st;
 	if (id >= l->cap || l->where[id])
 		return;
-	bool seen = kvt__sketch_add(l->freq, khash) >= 2;
+	bool seen = kvt__ghost_test(l->seen, khash);
+	if (!seen)
+		kvt__ghost_add(l->seen, khash);
 	l->where[id] = seen ? 2 : 1;
 	kvt__idl_push_head(seen ? &l->main : &l->prob, l->links, id);
 }

@@ -32,6 +32,7 @@ extern const struct kvt_evict_ops kvt__evict_lru_ops;
 extern const struct kvt_evict_ops kvt__evict_arc_ops;
 extern const struct kvt_evict_ops kvt__evict_pslru_ops;
 extern const struct kvt_evict_ops kvt__evict_hd_ops;
+extern const struct kvt_evict_ops kvt__evict_hda_ops;
 extern const struct kvt_evict_ops kvt__evict_lru2_ops;
 
 /* ---- an intrusive doubly linked list over ids: links live in a caller array ---- */

@@ -13,7 +13,7 @@
 
 #include "trace.h"
 
-#define KVT_SIM_DEFAULT_POLICY "hd" /* = dram.policy's default */
+#define KVT_SIM_DEFAULT_POLICY "hda" /* = dram.policy's default */
 /* --gpus auto: the fewest GPUs that keep the no-cache load at or below this utilisation */
 #define KVT_SIM_AUTO_UTIL 0.8
 #define KVT_SIM_MAX_GPUS 65536

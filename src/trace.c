@@ -823,7 +823,14 @@ static int gen_conv(struct gen *g, const struct zipf *z, const uint32_t *sys_len
 	bool engaged = runif(&g->r) < o->long_frac;
 	double end_p = engaged ? o->long_end_prob : o->end_prob;
 	double think = engaged && o->long_think_s > 0 ? o->long_think_s : o->think_s;
+	if (o->pace_sigma > 0)
+		think = rlognormal(&g->r, think, o->pace_sigma);
 	double ts = start;
+	/* power-law turns: P(T >= t) = t^-alpha by inversion, T = floor(u^(-1/alpha)) */
+	double turns = o->turn_alpha > 0 ? floor(pow(1.0 - runif(&g->r), -1.0 / o->turn_alpha))
+					  : 0;
+	turns = KVT_MIN(turns, 10000.0);
+	uint32_t turn = 0;
 	do {
 		uint32_t out = rrange(&g->r, o->out_min, o->out_max);
 		if (!rc)
@@ -833,8 +840,14 @@ static int gen_conv(struct gen *g, const struct zipf *z, const uint32_t *sys_len
 			rc = prompt_add(&p, new_seg(g), out);
 		if (!rc)
 			rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->user_min, o->user_max));
-		ts += rexp(&g->r, think) * 1000.0;
-	} while (!rc && runif(&g->r) >= end_p && p.tokens < KVT_TRACE_MAX_INPUT);
+		double scale = turn ? o->think_later : o->think_first;
+		ts += (scale > 0 ? scale : 1.0) *
+		      (o->think_sigma > 0 ? rlognormal(&g->r, think, o->think_sigma)
+					  : rexp(&g->r, think)) *
+		      1000.0;
+		turn++;
+	} while (!rc && (turns > 0 ? turn < turns : runif(&g->r) >= end_p) &&
+		 p.tokens < KVT_TRACE_MAX_INPUT);
 	kvt__free(p.seg);
 	return rc;
 }
@@ -849,6 +862,12 @@ static int cmp_req(const void *a, const void *b)
 
 static double mean_requests(const struct kvt_gen_opts *o)
 {
+	if (o->workload == KVT_GEN_CONV && o->turn_alpha > 1) { /* zeta(alpha), summed */
+		double z = 0;
+		for (int k = 1; k <= 100000; k++)
+			z += pow(k, -o->turn_alpha);
+		return z;
+	}
 	if (o->workload == KVT_GEN_CONV && o->long_end_prob > 0)
 		return (1 - o->long_frac) / o->end_prob + o->long_frac / o->long_end_prob;
 	if (o->workload == KVT_GEN_CHAT || o->workload == KVT_GEN_CONV)
@@ -868,7 +887,9 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 	    !o->docs_per_req || !(o->end_prob > 0 && o->end_prob <= 1) || o->zipf < 0 ||
 	    (o->workload == KVT_GEN_CONV &&
 	     (!o->first_mean || !(o->first_sigma < 8) || !(o->long_frac <= 1) ||
-	      (o->long_frac > 0 && !(o->long_end_prob > 0 && o->long_end_prob <= 1)))))
+	      (o->long_frac > 0 && !(o->long_end_prob > 0 && o->long_end_prob <= 1)) ||
+	      (o->turn_alpha > 0 && !(o->turn_alpha > 1)) || !(o->think_sigma < 8) ||
+	      !(o->pace_sigma < 8))))
 		return -EINVAL;
 	struct gen g = {.o = o};
 	rng_seed(&g.r, o->seed);
@@ -963,10 +984,12 @@ void kvt__gen_defaults(int workload, struct kvt_gen_opts *o)
 		o->rate = 3.34;
 		o->sys_prompts = 2000, o->sys_tokens = 1536, o->zipf = 0.6;
 		o->first_mean = 10000, o->first_sigma = 1.0;
-		o->end_prob = 0.65;
+		o->end_prob = 0.65; /* used with turn_alpha = 0 (the geometric shape) */
+		o->turn_alpha = 1.9;
 		o->user_min = 20, o->user_max = 600;
 		o->out_min = 50, o->out_max = 636;
-		o->think_s = 200;
+		o->think_s = 500, o->pace_sigma = 1.0;
+		o->think_first = 1, o->think_later = 1; /* 0 means 1 too */
 		o->long_frac = 0, o->long_end_prob = 0.12, o->long_think_s = 70;
 		break;
 	case KVT_GEN_AGENT:
@@ -1041,6 +1064,11 @@ static const struct {
     KNOB_DBL(long_frac),
     KNOB_DBL(long_end_prob),
     KNOB_DBL(long_think_s),
+    KNOB_DBL(turn_alpha),
+    KNOB_DBL(think_sigma),
+    KNOB_DBL(pace_sigma),
+    KNOB_DBL(think_first),
+    KNOB_DBL(think_later),
 };
 
 int kvt__gen_set(struct kvt_gen_opts *o, const char *key, const char *value)

@@ -121,6 +121,21 @@ struct kvt_gen_opts {
 	double long_frac;
 	double long_end_prob;
 	double long_think_s; /* and pause this long between turns on average */
+	/* turn_alpha > 0: turns per conversation are power-law, P(turns >= t) = t^-alpha,
+	 * instead of geometric (end_prob and the long_* mix are then unused): the chance of
+	 * another turn grows with the turns already taken */
+	double turn_alpha;
+	/* think_sigma > 0: pauses between turns are log-normal with mean think_s and this
+	 * shape instead of exponential */
+	double think_sigma;
+	/* pace_sigma > 0: each conversation's mean pause is think_s times a log-normal factor
+	 * of mean 1 and this shape (some users, and some request categories, come back in
+	 * seconds, others in many minutes) */
+	double pace_sigma;
+	/* what-if, not fitted: the pause after the first turn and after later turns are
+	 * scaled by these (1: no change); e.g. a long read of the first answer, then quick
+	 * follow-ups */
+	double think_first, think_later;
 };
 
 void kvt__gen_defaults(int workload, struct kvt_gen_opts *o);

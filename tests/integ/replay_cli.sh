@@ -29,14 +29,14 @@ j2=$("$KVT" replay --trace "$tmp/rag.jsonl" --simulate --policy pslru,lru --dram
 	fail "saved trace replays differently"
 
 # the Mooncake-shaped conversation workload through the file parser: the default policy
-# (hd) gives the same numbers from the saved file as from the generator, and is not below LRU
-j=$("$KVT" replay --workload conversation --requests 3000 --simulate --policy hd,lru \
+# (hda) gives the same numbers from the saved file as from the generator, and is not below LRU
+j=$("$KVT" replay --workload conversation --requests 3000 --simulate --policy hda,lru \
 	--dram-tokens 1000000 --nvme-tokens 0 --save-trace "$tmp/conv.jsonl" --json | tail -1)
 j2=$("$KVT" replay --trace "$tmp/conv.jsonl" --simulate --dram-tokens 1000000 --nvme-tokens 0 \
 	--json | tail -1)
 [ "$(echo "$j" | jq .block_hit_ratio)" = "$(echo "$j2" | jq .block_hit_ratio)" ] ||
 	fail "conversation trace replays differently: $j / $j2"
-echo "$j2" | jqe '.policy == "hd" and .requests == 3000' > /dev/null || fail "default: $j2"
+echo "$j2" | jqe '.policy == "hda" and .requests == 3000' > /dev/null || fail "default: $j2"
 echo "$j" | jqe '.policies[0].block_hit_ratio >= .policies[1].block_hit_ratio - 0.005' \
 	> /dev/null || fail "hd below lru on conversation: $j"
 

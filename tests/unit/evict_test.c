@@ -76,7 +76,7 @@ static void test_create_errors(void **unused)
 
 static void test_create_alloc_failure(void **unused)
 {
-	const char *names[] = {"lru", "arc", "pslru", "hd", "lru2"};
+	const char *names[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
 	for (int p = 0; p < 5; p++) {
 		uint64_t base = kvt__alloc_bytes();
 		int ok_at = 0;
@@ -400,7 +400,7 @@ static void test_arc_peek_order(void **unused)
 
 static void test_capacity_one(void **unused)
 {
-	const char *names[] = {"lru", "arc", "pslru", "hd", "lru2"};
+	const char *names[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
 	for (int p = 0; p < 5; p++) {
 		struct kvt_evict *e = mk(names[p], 1);
 		uint32_t id = 99;
@@ -531,6 +531,11 @@ static void test_hd_learns_reuse(void **unused)
 	uint64_t hd = simulate("hd", CAP, trace, N, next, &ha, N / 2);
 	print_message("hot set in a one-hit stream: lru %llu hd %llu hits (second half)\n",
 		      (unsigned long long)la, (unsigned long long)ha);
+	uint64_t xa;
+	simulate("hda", CAP, trace, N, next, &xa, N / 2);
+	print_message("hot set in a one-hit stream: hda %llu hits (second half)\n",
+		      (unsigned long long)xa);
+	assert_true(xa > (N / 2 / 5) * 8 / 10);
 	assert_true(ha > 10 * (la + 100));
 	assert_true(ha > (N / 2 / 5) * 8 / 10); /* most hot accesses hit */
 	(void)lru;
@@ -557,6 +562,7 @@ static void test_arc_random_invariants(void **unused)
 static void test_hd_random_invariants(void **unused)
 {
 	random_invariants("hd");
+	random_invariants("hda");
 	random_invariants("pslru");
 	random_invariants("lru2");
 }
