@@ -70,7 +70,6 @@ static void get_done(void *arg, const struct kvt_result *res)
 {
 	struct slot *sl = arg;
 	struct rr *r = sl->r;
-	r->last_ns = kvt__now_ns();
 	if (res->status < 0) {
 		if (res->status == -EBADMSG)
 			r->rejected++;
@@ -94,6 +93,9 @@ static void get_done(void *arg, const struct kvt_result *res)
 	}
 	sl->busy = false;
 	r->inflight--;
+	/* at the end: the restore's time is up to here less every byte check before it
+	 * (callbacks run one at a time on the polling thread), never less than zero */
+	r->last_ns = kvt__now_ns();
 }
 
 static void put_done(void *arg, const struct kvt_result *res)
