@@ -51,7 +51,7 @@ echo "$out" | jqe '.bad == 0 and .hit_chunks < 10' >/dev/null || fail "resume af
 "$K" verify --dir "$T/s" "${SMALL[@]}" --json | tail -1 | jqe '.objects == 12 and .bad == 0' >/dev/null || fail "verify with two geometries"
 
 # rm by key
-key=$("$K" ls --dir "$T/s" "${SMALL[@]}" --tiers nvme --json | head -1 | jq -r .key)
+key=$("$K" ls --dir "$T/s" "${SMALL[@]}" --tiers nvme --json | sed -n 1p | jq -r .key)
 "$K" rm --dir "$T/s" "${SMALL[@]}" "$key" | grep -q "removed from 1" || fail "rm"
 if "$K" rm --dir "$T/s" "${SMALL[@]}" "$key" >/dev/null; then fail "rm of a missing key succeeded"; fi
 echo "cli: ok"
