@@ -41,10 +41,6 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	/* Line-buffered even into a file or pipe: a command's result must reach its reader when
-	 * printed, not at exit - an exit can wait on a tier thread stuck in a hung mount (and
-	 * LeakSanitizer's exit check stops every thread first). */
-	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
