@@ -610,6 +610,7 @@ int kvt_bench_mlperf(int argc, char **argv)
 		       (unsigned long long)kinds[1], kind_name[2], (unsigned long long)kinds[2],
 		       (unsigned long long)m.errors, (unsigned long long)csum,
 		       (unsigned long long)missed);
+		fflush(stdout); /* before close, which may wait on a stuck tier */
 	}
 	rc = m.errors ? 1 : 0;
 	if (m.errors)
