@@ -98,10 +98,12 @@ struct kvt_rows_result {
 };
 
 /* Read keys[0..n) and write each into row row_ids[i] (converted on the thread its read
- * completes on, or on this one). Returns the number of leading chunks written (res->done);
- * rows after the first failure are not written once this returns, and nothing is written
- * after it returns. deadline_ns: CLOCK_MONOTONIC; 0 = none (tiers' own deadlines still
- * bound every read). -EINVAL on bad arguments (nothing read). */
+ * completes on, or on this one). Returns the number of leading chunks written (res->done).
+ * The failed chunk's row is never written; a later chunk's row may hold that chunk when
+ * its read completed before the failure was known; nothing is written after the call
+ * returns (reads it gave up are dropped when they complete). deadline_ns: CLOCK_MONOTONIC;
+ * 0 = none (the tiers' own deadlines still bound every read). -EINVAL on bad arguments
+ * (nothing read). */
 KVT_EXPORT int kvt_rows_load(struct kvt_rows *r, const struct kvt_key *keys,
 			     const uint64_t *row_ids, size_t n, uint64_t deadline_ns,
 			     struct kvt_rows_result *res);
