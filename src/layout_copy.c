@@ -119,17 +119,21 @@ static void tile(uint32_t eb, char *dst, int64_t dt, int64_t dd, const char *src
 	}
 }
 
-/* to_row: canonical -> row, else row -> canonical. */
-static void convert(const struct kvt_row_layout *lay, char *row, char *chunk, int to_row)
+/* to_row: canonical -> row, else row -> canonical. Layer l of the chunk starts at
+ * chunk + l * lstride bytes (0: dense, one layer after the other). */
+static void convert(const struct kvt_row_layout *lay, char *row, char *chunk, uint64_t lstride,
+		    int to_row)
 {
 	const uint32_t eb = lay->elem_bytes, H = lay->kv_heads, D = lay->head_dim,
 		       Tb = lay->block_tokens, Hr = lay->heads_per_rank;
 	const uint64_t T = (uint64_t)Tb * lay->blocks_per_chunk;
 	const int64_t ct = (int64_t)H * D; /* canonical token stride */
+	if (!lstride)
+		lstride = 2 * T * (uint64_t)ct * eb;
 	for (uint32_t l = 0; l < lay->layers; l++) {
 		for (int kv = 0; kv < 2; kv++) {
 			const struct kvt_row_strides *s = kv ? &lay->v : &lay->k;
-			char *cbase = chunk + ((uint64_t)l * 2 + (uint64_t)kv) * T * (uint64_t)ct * eb;
+			char *cbase = chunk + l * lstride + (uint64_t)kv * T * (uint64_t)ct * eb;
 			for (uint32_t b = 0; b < lay->blocks_per_chunk; b++) {
 				for (uint32_t h = 0; h < H; h++) {
 					char *c = cbase + ((uint64_t)b * Tb * (uint64_t)ct +
@@ -152,7 +156,7 @@ int kvt_row_from_canonical(const struct kvt_row_layout *lay, const void *chunk, 
 {
 	if (!chunk || !row || kvt_row_layout_check(lay))
 		return -EINVAL;
-	convert(lay, row, (char *)chunk, 1);
+	convert(lay, row, (char *)chunk, 0, 1);
 	return 0;
 }
 
@@ -160,17 +164,18 @@ int kvt_row_to_canonical(const struct kvt_row_layout *lay, const void *row, void
 {
 	if (!chunk || !row || kvt_row_layout_check(lay))
 		return -EINVAL;
-	convert(lay, (char *)row, chunk, 0);
+	convert(lay, (char *)row, chunk, 0, 0);
 	return 0;
 }
 
 /* For rows_io.c: the same without the checks (the handle checked the layout once). */
-void kvt__row_from_canonical(const struct kvt_row_layout *lay, const void *chunk, void *row)
+void kvt__row_from_canonical(const struct kvt_row_layout *lay, const void *chunk,
+			     uint64_t layer_stride, void *row)
 {
-	convert(lay, row, (char *)chunk, 1);
+	convert(lay, row, (char *)chunk, layer_stride, 1);
 }
 
 void kvt__row_to_canonical(const struct kvt_row_layout *lay, const void *row, void *chunk)
 {
-	convert(lay, (char *)row, chunk, 0);
+	convert(lay, (char *)row, chunk, 0, 0);
 }

@@ -7,7 +7,10 @@
 
 #include "kvtier_layout.h"
 
-void kvt__row_from_canonical(const struct kvt_row_layout *lay, const void *chunk, void *row);
+/* layer_stride: bytes from one layer of the chunk to the next (0: dense, as in a chunk
+ * buffer; a stored object pads its layers) */
+void kvt__row_from_canonical(const struct kvt_row_layout *lay, const void *chunk,
+			     uint64_t layer_stride, void *row);
 void kvt__row_to_canonical(const struct kvt_row_layout *lay, const void *row, void *chunk);
 
 #endif

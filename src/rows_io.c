@@ -7,11 +7,14 @@
  *
  * Loads convert each chunk on the thread its read completes on (a verify or tier thread,
  * or the caller for a DRAM hit), so conversions run in parallel and overlap the next
- * reads. A read that completes after its batch was given up (deadline, an earlier
+ * reads; they read the verified object where it lies (a pinned DRAM slot or the engine's
+ * bounce buffer, kvt__e_do_get_sink), without copying it into a staging buffer first,
+ * unless the store protects its objects (decryption needs a buffer). A read that completes after its batch was given up (deadline, an earlier
  * failure) writes nothing: the batch marks itself abandoned under the handle's lock and
  * waits for the conversions already running, so no row is written once the call returns.
- * Staging buffers belong to the handle; one whose read is still in flight when its batch
- * returns goes back to the pool from the read's callback.
+ * Staging buffers (or, where loads need none, just the permits to have an operation in
+ * flight) belong to the handle; one whose operation is still in flight when its batch
+ * returns goes back to the pool from the operation's callback.
  */
 #include <time.h>
 
@@ -25,9 +28,10 @@ struct kvt_rows {
 	uint64_t n_rows;
 	uint64_t chunk_bytes;
 	uint32_t chunk_tokens;
+	bool sink; /* loads convert from the object in place (no staging buffer) */
 	pthread_mutex_t m;
 	pthread_cond_t c; /* CLOCK_MONOTONIC: a buffer came back, a chunk finished */
-	void **free_bufs;
+	void **free_bufs; /* NULL entries: buffers not made yet (made when first needed) */
 	uint32_t n_free, n_bufs;
 };
 
@@ -86,13 +90,17 @@ int kvt_rows_open(struct kvt_store *s, const struct kvt_row_layout *lay, void *r
 		kvt_rows_close(r);
 		return -ENOMEM;
 	}
+	r->sink = !s->client && !s->prot;
 	for (uint32_t i = 0; i < staging; i++) {
-		void *b = kvt__aligned_alloc(r->chunk_bytes);
-		if (!b) {
-			kvt_rows_close(r);
-			return -ENOMEM;
+		void *b = NULL;
+		if (!r->sink) { /* loads need them: made and touched now, not on a restore */
+			b = kvt__aligned_alloc(r->chunk_bytes);
+			if (!b) {
+				kvt_rows_close(r);
+				return -ENOMEM;
+			}
+			memset(b, 0, r->chunk_bytes);
 		}
-		memset(b, 0, r->chunk_bytes); /* fault it in now, not on a restore's path */
 		r->free_bufs[r->n_free++] = b;
 		r->n_bufs++;
 	}
@@ -109,7 +117,8 @@ void kvt_rows_close(struct kvt_rows *r)
 		pthread_cond_wait(&r->c, &r->m);
 	pthread_mutex_unlock(&r->m);
 	for (uint32_t i = 0; i < r->n_free; i++)
-		kvt__free_aligned(r->free_bufs[i], r->chunk_bytes);
+		if (r->free_bufs[i])
+			kvt__free_aligned(r->free_bufs[i], r->chunk_bytes);
 	pthread_mutex_destroy(&r->m);
 	pthread_cond_destroy(&r->c);
 	kvt__free(r->free_bufs);
@@ -159,6 +168,37 @@ static bool slot_finish(struct slot *sl, int st)
 	return --b->refs == 0;
 }
 
+/* Sink mode: the verified object, where it lies; converted into the row unless the
+ * batch gave up on this chunk. */
+static int64_t load_sink(void *arg, const struct kvt_header *h, const void *obj)
+{
+	struct slot *sl = arg;
+	struct batch *b = sl->b;
+	struct kvt_rows *r = b->r;
+	if (h->n_tokens != r->chunk_tokens)
+		return -EPROTO;
+	pthread_mutex_lock(&r->m);
+	bool convert = !b->abandoned && sl->idx < b->first_fail;
+	uint64_t row = convert ? b->row_ids[sl->idx] : 0;
+	if (convert)
+		b->converting++;
+	pthread_mutex_unlock(&r->m);
+	if (!convert)
+		return -ECANCELED;
+	uint64_t t0 = kvt__now_ns();
+	uint64_t base = kvt_layer_offset(&h->geometry, h->n_tokens, 0);
+	uint64_t stride = r->lay.layers > 1
+				  ? kvt_layer_offset(&h->geometry, h->n_tokens, 1) - base
+				  : 0;
+	kvt__row_from_canonical(&r->lay, (const char *)obj + base, stride,
+				r->rows + row * r->lay.row_bytes);
+	atomic_fetch_add(&b->convert_ns, kvt__now_ns() - t0);
+	pthread_mutex_lock(&r->m);
+	b->converting--;
+	pthread_mutex_unlock(&r->m);
+	return (int64_t)r->chunk_bytes;
+}
+
 static void load_cb(void *arg, const struct kvt_result *res)
 {
 	struct slot *sl = arg;
@@ -167,21 +207,25 @@ static void load_cb(void *arg, const struct kvt_result *res)
 	int st = res->status < 0 ? res->status : 0;
 	if (st == 0 && res->n_tokens != r->chunk_tokens)
 		st = -EPROTO;
+	bool convert = false; /* sink mode: load_sink converted it (st 0) or said why not */
+	uint64_t row = 0;
 	pthread_mutex_lock(&r->m);
-	bool convert = st == 0 && !b->abandoned && sl->idx < b->first_fail;
-	uint64_t row = convert ? b->row_ids[sl->idx] : 0;
-	if (convert)
-		b->converting++;
+	if (!r->sink) {
+		convert = st == 0 && !b->abandoned && sl->idx < b->first_fail;
+		row = convert ? b->row_ids[sl->idx] : 0;
+		if (convert)
+			b->converting++;
+	}
 	pthread_mutex_unlock(&r->m);
 	if (convert) {
 		uint64_t t0 = kvt__now_ns();
-		kvt__row_from_canonical(&r->lay, sl->buf, r->rows + row * r->lay.row_bytes);
+		kvt__row_from_canonical(&r->lay, sl->buf, 0, r->rows + row * r->lay.row_bytes);
 		atomic_fetch_add(&b->convert_ns, kvt__now_ns() - t0);
 	}
 	pthread_mutex_lock(&r->m);
 	if (convert)
 		b->converting--;
-	bool last = slot_finish(sl, st < 0 ? st : convert ? ST_DONE : -ECANCELED);
+	bool last = slot_finish(sl, st < 0 ? st : (r->sink || convert) ? ST_DONE : -ECANCELED);
 	pthread_mutex_unlock(&r->m);
 	if (last)
 		batch_free(b);
@@ -250,8 +294,10 @@ static int submit_get(struct kvt_rows *r, struct slot *sl, const void *ctx)
 {
 	const struct load_ctx *lc = ctx;
 	struct kvt_key sk;
-	return kvt__e_do_get(r->s, kvt__e_skey(r->s, &lc->keys[sl->idx], &sk), 0, 0, sl->buf,
-			     r->chunk_bytes, load_cb, sl, true);
+	const struct kvt_key *k = kvt__e_skey(r->s, &lc->keys[sl->idx], &sk);
+	if (r->sink)
+		return kvt__e_do_get_sink(r->s, k, load_sink, sl, load_cb, sl, true);
+	return kvt__e_do_get(r->s, k, 0, 0, sl->buf, r->chunk_bytes, load_cb, sl, true);
 }
 
 struct store_ctx {
@@ -295,13 +341,19 @@ static int run_batch(struct kvt_rows *r, size_t n, const uint64_t *row_ids, bool
 			sl->buf = r->free_bufs[--r->n_free];
 			b->refs++;
 			pthread_mutex_unlock(&r->m);
-			if (!load) {
+			int rc = 0;
+			if (!sl->buf && (!load || !r->sink)) { /* the first use of this buffer */
+				sl->buf = kvt__aligned_alloc(r->chunk_bytes);
+				rc = sl->buf ? 0 : -ENOMEM;
+			}
+			if (!load && !rc) {
 				uint64_t t0 = kvt__now_ns();
 				kvt__row_to_canonical(&r->lay, r->rows + row_ids[next] * r->lay.row_bytes,
 						      sl->buf);
 				conv_here += kvt__now_ns() - t0;
 			}
-			int rc = submit(r, sl, ctx);
+			if (!rc)
+				rc = submit(r, sl, ctx);
 			pthread_mutex_lock(&r->m);
 			if (rc == -EAGAIN) { /* back-pressure: wait for something to finish */
 				r->free_bufs[r->n_free++] = sl->buf;
@@ -367,6 +419,10 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 	pthread_mutex_unlock(&r->m);
 	size_t i = 0;
 	int fail = 0;
+	if (!buf && !(buf = kvt__aligned_alloc(r->chunk_bytes))) {
+		fail = -ENOMEM;
+		n = 0;
+	}
 	for (; i < n; i++) {
 		if (deadline && kvt__now_ns() >= deadline) {
 			fail = -ETIME;
@@ -385,7 +441,7 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 				fail = rc;
 				break;
 			}
-			kvt__row_from_canonical(&r->lay, buf, row);
+			kvt__row_from_canonical(&r->lay, buf, 0, row);
 			out.convert_ns += kvt__now_ns() - t1;
 		} else {
 			kvt__row_to_canonical(&r->lay, row, buf);

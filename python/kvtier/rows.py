@@ -11,6 +11,7 @@ the GIL for its whole duration.
 from __future__ import annotations
 
 import ctypes
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -29,6 +30,7 @@ class RowsResult:
     status: int        # its -errno (0 when every chunk succeeded)
     wait_s: float      # time spent waiting for the store
     convert_s: float   # layout conversion, summed over the threads that did it
+    call_s: float = 0.0  # the whole libkvtier call (the GIL released)
 
 
 class Rows:
@@ -49,10 +51,10 @@ class Rows:
         self._r = p
 
     @staticmethod
-    def _result(n: int, res: _lib.RowsResult) -> RowsResult:
+    def _result(n: int, res: _lib.RowsResult, call_s: float) -> RowsResult:
         check(n, "kvt_rows")
         return RowsResult(res.done, _lib.ROWS_FAILURES.get(res.failure, "error"), res.status,
-                          res.wait_ns / 1e9, res.convert_ns / 1e9)
+                          res.wait_ns / 1e9, res.convert_ns / 1e9, call_s)
 
     def _ids(self, row_ids: Sequence[int]) -> np.ndarray:
         return np.ascontiguousarray(row_ids, dtype=np.uint64)
@@ -67,9 +69,10 @@ class Rows:
         karr = key_array(keys)
         res = _lib.RowsResult()
         dl = 0 if deadline is None else max(1, int(deadline * 1e9))
+        t0 = time.monotonic()
         n = lib.kvt_rows_load(self._r, karr, ids.ctypes.data, len(keys), dl,
                               ctypes.byref(res))
-        return self._result(n, res)
+        return self._result(n, res, time.monotonic() - t0)
 
     def store(self, keys: Sequence[bytes], row_ids: Sequence[int],
               parents: Sequence[bytes | None] | None = None,
@@ -85,9 +88,10 @@ class Rows:
             has = np.array([p is not None for p in parents], dtype=np.uint8)
         res = _lib.RowsResult()
         dl = 0 if deadline is None else max(1, int(deadline * 1e9))
+        t0 = time.monotonic()
         n = lib.kvt_rows_store(self._r, karr, parr, None if has is None else has.ctypes.data,
                                ids.ctypes.data, len(keys), dl, ctypes.byref(res))
-        return self._result(n, res)
+        return self._result(n, res, time.monotonic() - t0)
 
     def _check(self):
         if not getattr(self, "_r", None):

@@ -407,7 +407,7 @@ class KvtierTier(SecondaryTierManager):
             return _Done(job.job_id, r.done, len(keys), True, t1 - t0, r.reason)
         return _Done(job.job_id, len(keys), len(keys), True, t1 - t0,
                      prof={"job to submit_load": submitted - job.submit_time,
-                           "queued": t0 - submitted, "run": t1 - t0,
+                           "queued": t0 - submitted, "run": t1 - t0, "C call": r.call_s,
                            "read wait": r.wait_s, "convert": r.convert_s},
                      finished=t1)
 
