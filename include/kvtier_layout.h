@@ -95,6 +95,8 @@ struct kvt_rows_result {
 	uint32_t reserved;
 	uint64_t wait_ns;    /* time the call spent waiting for the store */
 	uint64_t convert_ns; /* time spent converting, summed over the threads that did */
+	uint64_t submit_ns;  /* time spent in the store's submitting calls (and the inline
+			      * conversions of DRAM hits) */
 };
 
 /* Read keys[0..n) and write each into row row_ids[i] (converted on the thread its read
@@ -107,6 +109,22 @@ struct kvt_rows_result {
 KVT_EXPORT int kvt_rows_load(struct kvt_rows *r, const struct kvt_key *keys,
 			     const uint64_t *row_ids, size_t n, uint64_t deadline_ns,
 			     struct kvt_rows_result *res);
+/* The same load without waiting, for a caller whose thread must not block and should not
+ * hand the job to another thread (an engine's scheduler holding a language runtime's lock:
+ * a helper thread would need that lock back to report): start submits the reads (keys and
+ * row_ids are copied) and returns; poll drives the job (submits what back-pressure held
+ * back, checks the deadline) and returns 1 with res filled once it is over, 0 while not,
+ * waiting up to timeout_ms for that (0: not at all, -1: no limit); free gives the job up
+ * if it is not over (nothing is written into a row once free returns) and releases it.
+ * Not for a store in client mode (store.daemon): -EINVAL. */
+struct kvt_rows_job;
+KVT_EXPORT int kvt_rows_load_start(struct kvt_rows *r, const struct kvt_key *keys,
+				   const uint64_t *row_ids, size_t n, uint64_t deadline_ns,
+				   struct kvt_rows_job **out);
+KVT_EXPORT int kvt_rows_job_poll(struct kvt_rows_job *j, int timeout_ms,
+				 struct kvt_rows_result *res);
+KVT_EXPORT void kvt_rows_job_free(struct kvt_rows_job *j);
+
 /* Convert rows row_ids[0..n) and kvt_put each under keys[i] with parent parents[i] when
  * has_parent[i] (either may be NULL: no parents). Returns the number of leading chunks
  * the store accepted (a put completes once its bytes are in a DRAM slot, or written where

@@ -44,9 +44,15 @@ struct slot {
 	void *buf;
 };
 
+typedef int (*submit_fn)(struct kvt_rows *r, struct slot *sl, const void *ctx);
+
+struct load_ctx {
+	const struct kvt_key *keys;
+};
+
 struct batch {
 	struct kvt_rows *r;
-	const uint64_t *row_ids; /* loads: valid while not abandoned */
+	const uint64_t *row_ids; /* valid while not abandoned (a job's own copy) */
 	uint32_t refs;           /* the caller + operations in flight */
 	uint32_t first_fail;     /* lowest failed index (n: none) */
 	uint32_t converting;
@@ -54,6 +60,21 @@ struct batch {
 	_Atomic uint64_t convert_ns;
 	int *state;
 	struct slot *slots;
+	/* the caller's side, under r->m */
+	size_t n, next, done;
+	bool load, finished, backoff;
+	int fail;
+	submit_fn submit;
+	const void *ctx;
+	uint64_t deadline, t_wait, t_submit, conv_here;
+	struct kvt_key *own_keys; /* a started job's copies of its keys and rows */
+	uint64_t *own_rows;
+	struct load_ctx lc;
+};
+
+struct kvt_rows_job {
+	struct batch *b;
+	struct kvt_rows_result res;
 };
 
 /* ----------------------------------------------------------------- handle */
@@ -149,6 +170,8 @@ static struct batch *batch_new(struct kvt_rows *r, size_t n, const uint64_t *row
 
 static void batch_free(struct batch *b)
 {
+	kvt__free(b->own_keys);
+	kvt__free(b->own_rows);
 	kvt__free(b->state);
 	kvt__free(b->slots);
 	kvt__free(b);
@@ -282,13 +305,8 @@ static bool wait_change(struct kvt_rows *r, uint64_t deadline, uint64_t max_ns)
 	return true;
 }
 
-/* Submits chunk i of a batch (load: a get into a staging buffer; store: a put of the
- * buffer the caller converted). Returns the submit status (< 0: no callback will run). */
-typedef int (*submit_fn)(struct kvt_rows *r, struct slot *sl, const void *ctx);
-
-struct load_ctx {
-	const struct kvt_key *keys;
-};
+/* Submits chunk i of a batch (load: a get, into a staging buffer or a sink; store: a put
+ * of the buffer the caller converted). Returns the submit status (< 0: no callback). */
 
 static int submit_get(struct kvt_rows *r, struct slot *sl, const void *ctx)
 {
@@ -318,91 +336,146 @@ static int submit_put(struct kvt_rows *r, struct slot *sl, const void *ctx)
 			     sl->buf, r->chunk_bytes, store_cb, sl, true);
 }
 
-/* The common loop: keep up to all staging buffers busy with chunks in order, wait for
- * chunks to finish in order, stop at the first failure or the deadline. */
-static int run_batch(struct kvt_rows *r, size_t n, const uint64_t *row_ids, bool load,
-		     submit_fn submit, const void *ctx, uint64_t deadline,
-		     struct kvt_rows_result *res)
+/* Under r->m: submit what the permits allow (chunks in order, none past a known failure),
+ * then move `done` over the chunks finished. true once the batch is over (b->fail says
+ * why: 0, a chunk's -errno, or -ETIME at the deadline). */
+static bool batch_pump(struct batch *b)
 {
-	struct kvt_rows_result out = {0};
-	struct batch *b = batch_new(r, n, row_ids);
-	if (!b)
-		return -ENOMEM;
-	uint64_t t_wait = 0, conv_here = 0;
-	size_t next = 0, done = 0;
-	int fail = 0;
-	pthread_mutex_lock(&r->m);
-	while (done < n) {
-		bool backoff = false;
-		while (next < n && next <= b->first_fail && r->n_free) {
-			struct slot *sl = &b->slots[next];
+	struct kvt_rows *r = b->r;
+	for (;;) {
+		b->backoff = false;
+		while (b->next < b->n && b->next <= b->first_fail && r->n_free) {
+			size_t i = b->next;
+			struct slot *sl = &b->slots[i];
 			sl->b = b;
-			sl->idx = (uint32_t)next;
+			sl->idx = (uint32_t)i;
 			sl->buf = r->free_bufs[--r->n_free];
 			b->refs++;
 			pthread_mutex_unlock(&r->m);
 			int rc = 0;
-			if (!sl->buf && (!load || !r->sink)) { /* the first use of this buffer */
+			if (!sl->buf && (!b->load || !r->sink)) { /* the first use of this buffer */
 				sl->buf = kvt__aligned_alloc(r->chunk_bytes);
 				rc = sl->buf ? 0 : -ENOMEM;
 			}
-			if (!load && !rc) {
+			if (!b->load && !rc) {
 				uint64_t t0 = kvt__now_ns();
-				kvt__row_to_canonical(&r->lay, r->rows + row_ids[next] * r->lay.row_bytes,
+				kvt__row_to_canonical(&r->lay, r->rows + b->row_ids[i] * r->lay.row_bytes,
 						      sl->buf);
-				conv_here += kvt__now_ns() - t0;
+				b->conv_here += kvt__now_ns() - t0;
 			}
-			if (!rc)
-				rc = submit(r, sl, ctx);
+			if (!rc) {
+				uint64_t ts = kvt__now_ns();
+				rc = b->submit(r, sl, b->ctx);
+				b->t_submit += kvt__now_ns() - ts;
+			}
 			pthread_mutex_lock(&r->m);
-			if (rc == -EAGAIN) { /* back-pressure: wait for something to finish */
+			if (rc == -EAGAIN) { /* back-pressure: try again once something finished */
 				r->free_bufs[r->n_free++] = sl->buf;
 				b->refs--;
-				backoff = true;
+				b->backoff = true;
 				break;
 			}
 			if (rc < 0) {
 				r->free_bufs[r->n_free++] = sl->buf;
 				b->refs--;
-				b->state[next] = rc;
-				if (next < b->first_fail)
-					b->first_fail = (uint32_t)next;
+				b->state[i] = rc;
+				if (i < b->first_fail)
+					b->first_fail = (uint32_t)i;
 			}
-			next++;
+			b->next++;
 		}
-		int st = b->state[done];
-		if (st == ST_DONE) {
-			done++;
-			continue;
+		while (b->done < b->n && b->state[b->done] == ST_DONE)
+			b->done++;
+		if (b->done == b->n) {
+			b->fail = 0;
+			return true;
 		}
-		if (st < 0) {
-			fail = st;
-			break;
+		if (b->state[b->done] < 0) {
+			b->fail = b->state[b->done];
+			return true;
 		}
-		uint64_t t0 = kvt__now_ns();
-		bool in_time = wait_change(r, deadline, backoff ? 1000000 : 0);
-		t_wait += kvt__now_ns() - t0;
-		if (!in_time && b->state[done] == ST_PENDING) {
-			fail = -ETIME;
-			break;
+		if (b->deadline && kvt__now_ns() >= b->deadline) {
+			b->fail = -ETIME;
+			return true;
 		}
+		/* more to submit and permits back already (a DRAM hit completes inline) */
+		if (!(b->next < b->n && b->next <= b->first_fail && r->n_free && !b->backoff))
+			return false;
 	}
-	/* Give up the rest: no conversion starts from now on; wait for those running. */
+}
+
+/* Under r->m: give up the rest (no conversion starts from now on), wait for those
+ * running, fill res, drop the caller's reference (r->m is released on return). */
+static void batch_finish(struct batch *b, struct kvt_rows_result *res)
+{
+	struct kvt_rows *r = b->r;
+	struct kvt_rows_result out = {0};
 	b->abandoned = true;
 	while (b->converting)
 		pthread_cond_wait(&r->c, &r->m);
+	b->finished = true;
 	bool last = --b->refs == 0;
-	out.convert_ns = atomic_load(&b->convert_ns) + conv_here;
+	out.convert_ns = atomic_load(&b->convert_ns) + b->conv_here;
+	out.done = (uint32_t)b->done;
+	out.status = b->fail;
+	out.failure = failure_of(b->fail);
+	out.wait_ns = b->t_wait;
+	out.submit_ns = b->t_submit;
 	pthread_mutex_unlock(&r->m);
 	if (last)
 		batch_free(b);
-	out.done = (uint32_t)done;
-	out.status = fail;
-	out.failure = failure_of(fail);
-	out.wait_ns = t_wait;
+	*res = out;
+}
+
+/* Under r->m: pump until over or timeout_ms passed (-1: no limit, 0: no wait). */
+static bool batch_drive(struct batch *b, int timeout_ms)
+{
+	struct kvt_rows *r = b->r;
+	uint64_t until = timeout_ms < 0 ? 0 : kvt__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	for (;;) {
+		if (batch_pump(b))
+			return true;
+		uint64_t now = kvt__now_ns();
+		if (timeout_ms >= 0 && now >= until)
+			return false;
+		uint64_t lim = b->deadline;
+		if (timeout_ms >= 0 && (!lim || until < lim))
+			lim = until;
+		uint64_t t0 = now;
+		wait_change(r, lim, b->backoff ? 1000000 : 0);
+		b->t_wait += kvt__now_ns() - t0;
+	}
+}
+
+static struct batch *batch_start(struct kvt_rows *r, size_t n, const uint64_t *row_ids,
+				 bool load, submit_fn submit, const void *ctx, uint64_t deadline)
+{
+	struct batch *b = batch_new(r, n, row_ids);
+	if (!b)
+		return NULL;
+	b->n = n;
+	b->load = load;
+	b->submit = submit;
+	b->ctx = ctx;
+	b->deadline = deadline;
+	return b;
+}
+
+/* The blocking form: start, drive to the end, finish. */
+static int run_batch(struct kvt_rows *r, size_t n, const uint64_t *row_ids, bool load,
+		     submit_fn submit, const void *ctx, uint64_t deadline,
+		     struct kvt_rows_result *res)
+{
+	struct batch *b = batch_start(r, n, row_ids, load, submit, ctx, deadline);
+	if (!b)
+		return -ENOMEM;
+	struct kvt_rows_result out;
+	pthread_mutex_lock(&r->m);
+	batch_drive(b, -1);
+	batch_finish(b, &out);
 	if (res)
 		*res = out;
-	return (int)done;
+	return (int)out.done;
 }
 
 /* Client mode (store.daemon): one blocking call per chunk, converted here. */
@@ -502,4 +575,73 @@ int kvt_rows_store(struct kvt_rows *r, const struct kvt_key *keys, const struct 
 	struct store_ctx sc = {
 		.keys = keys, .parents = parents, .has_parent = has_parent, .row_ids = row_ids};
 	return run_batch(r, n, row_ids, false, submit_put, &sc, deadline_ns, res);
+}
+
+int kvt_rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
+			size_t n, uint64_t deadline_ns, struct kvt_rows_job **out)
+{
+	if (!r || !out || (n && (!keys || !row_ids)) || check_rows(r, row_ids, n) || r->s->client)
+		return -EINVAL;
+	struct kvt_rows_job *j = kvt__calloc(1, sizeof(*j));
+	struct kvt_key *k = kvt__malloc((n ? n : 1) * sizeof(*k));
+	uint64_t *ids = kvt__malloc((n ? n : 1) * sizeof(*ids));
+	struct batch *b = j && k && ids ? batch_start(r, n, ids, true, submit_get, NULL, deadline_ns)
+					: NULL;
+	if (!b) {
+		kvt__free(j);
+		kvt__free(k);
+		kvt__free(ids);
+		return -ENOMEM;
+	}
+	if (n) {
+		memcpy(k, keys, n * sizeof(*k));
+		memcpy(ids, row_ids, n * sizeof(*ids));
+	}
+	b->own_keys = k;
+	b->own_rows = ids;
+	b->lc.keys = k;
+	b->ctx = &b->lc;
+	pthread_mutex_lock(&r->m);
+	if (batch_pump(b)) {
+		batch_finish(b, &j->res); /* releases r->m; b may be gone after */
+	} else {
+		j->b = b;
+		pthread_mutex_unlock(&r->m);
+	}
+	*out = j;
+	return 0;
+}
+
+int kvt_rows_job_poll(struct kvt_rows_job *j, int timeout_ms, struct kvt_rows_result *res)
+{
+	if (!j)
+		return -EINVAL;
+	if (j->b) {
+		struct batch *b = j->b;
+		struct kvt_rows *r = b->r;
+		pthread_mutex_lock(&r->m);
+		if (!batch_drive(b, timeout_ms)) {
+			pthread_mutex_unlock(&r->m);
+			return 0;
+		}
+		j->b = NULL;
+		batch_finish(b, &j->res); /* releases r->m; b may be gone after */
+	}
+	if (res)
+		*res = j->res;
+	return 1;
+}
+
+void kvt_rows_job_free(struct kvt_rows_job *j)
+{
+	if (!j)
+		return;
+	if (j->b) { /* not finished: give it up (rows are not written after this returns) */
+		struct batch *b = j->b;
+		pthread_mutex_lock(&b->r->m);
+		if (!b->fail)
+			b->fail = -ECANCELED;
+		batch_finish(b, &j->res);
+	}
+	kvt__free(j);
 }

@@ -96,7 +96,8 @@ class RowLayoutC(ctypes.Structure):
 class RowsResult(ctypes.Structure):
     _fields_ = [("done", ctypes.c_uint32), ("failure", ctypes.c_int32),
                 ("status", ctypes.c_int32), ("reserved", ctypes.c_uint32),
-                ("wait_ns", ctypes.c_uint64), ("convert_ns", ctypes.c_uint64)]
+                ("wait_ns", ctypes.c_uint64), ("convert_ns", ctypes.c_uint64),
+                ("submit_ns", ctypes.c_uint64)]
 
 
 ROWS_FAILURES = {0: "", 1: "miss", 2: "corrupt", 3: "timeout", 4: "deadline", 5: "short",
@@ -159,6 +160,10 @@ _PROTOS = {
     "kvt_rows_close": (None, [_P]),
     "kvt_rows_load": (ctypes.c_int, [_P, _KEYP, _P, _SZ, ctypes.c_uint64,
                                      ctypes.POINTER(RowsResult)]),
+    "kvt_rows_load_start": (ctypes.c_int, [_P, _KEYP, _P, _SZ, ctypes.c_uint64,
+                                           ctypes.POINTER(_P)]),
+    "kvt_rows_job_poll": (ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(RowsResult)]),
+    "kvt_rows_job_free": (None, [_P]),
     "kvt_rows_store": (ctypes.c_int, [_P, _KEYP, _KEYP, _P, _P, _SZ, ctypes.c_uint64,
                                       ctypes.POINTER(RowsResult)]),
 }

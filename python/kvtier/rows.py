@@ -31,6 +31,7 @@ class RowsResult:
     wait_s: float      # time spent waiting for the store
     convert_s: float   # layout conversion, summed over the threads that did it
     call_s: float = 0.0  # the whole libkvtier call (the GIL released)
+    submit_s: float = 0.0  # in the store's submitting calls (and inline DRAM-hit conversions)
 
 
 class Rows:
@@ -54,7 +55,8 @@ class Rows:
     def _result(n: int, res: _lib.RowsResult, call_s: float) -> RowsResult:
         check(n, "kvt_rows")
         return RowsResult(res.done, _lib.ROWS_FAILURES.get(res.failure, "error"), res.status,
-                          res.wait_ns / 1e9, res.convert_ns / 1e9, call_s)
+                          res.wait_ns / 1e9, res.convert_ns / 1e9, call_s,
+                          res.submit_ns / 1e9)
 
     def _ids(self, row_ids: Sequence[int]) -> np.ndarray:
         return np.ascontiguousarray(row_ids, dtype=np.uint64)
@@ -73,6 +75,18 @@ class Rows:
         n = lib.kvt_rows_load(self._r, karr, ids.ctypes.data, len(keys), dl,
                               ctypes.byref(res))
         return self._result(n, res, time.monotonic() - t0)
+
+    def load_start(self, keys: Sequence[bytes], row_ids: Sequence[int],
+                   deadline: float | None = None) -> "RowsJob":
+        """The same load without waiting: the reads are submitted now; poll the job."""
+        self._check()
+        ids = self._ids(row_ids)
+        karr = key_array(keys)
+        dl = 0 if deadline is None else max(1, int(deadline * 1e9))
+        p = ctypes.c_void_p()
+        check(lib.kvt_rows_load_start(self._r, karr, ids.ctypes.data, len(keys), dl,
+                                      ctypes.byref(p)), "kvt_rows_load_start")
+        return RowsJob(self, p)
 
     def store(self, keys: Sequence[bytes], row_ids: Sequence[int],
               parents: Sequence[bytes | None] | None = None,
@@ -109,3 +123,28 @@ class Rows:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class RowsJob:
+    """A load in flight (Rows.load_start). poll() never blocks by default; free() gives
+    it up if it is not over (no row is written after free returns). Free every job before
+    the Rows handle's close()."""
+
+    def __init__(self, rows: Rows, p: ctypes.c_void_p):
+        self._rows, self._j = rows, p
+
+    def poll(self, timeout_ms: int = 0) -> RowsResult | None:
+        """The result once the load is over, else None (after waiting up to timeout_ms;
+        -1: until it is over)."""
+        if not self._j:
+            raise ValueError("job is freed")
+        res = _lib.RowsResult()
+        if not check(lib.kvt_rows_job_poll(self._j, timeout_ms, ctypes.byref(res)),
+                     "kvt_rows_job_poll"):
+            return None
+        return Rows._result(res.done, res, 0.0)
+
+    def free(self) -> None:
+        j, self._j = self._j, None
+        if j:
+            lib.kvt_rows_job_free(j)

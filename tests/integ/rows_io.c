@@ -10,6 +10,9 @@
  *     "deadline", and the row is still untouched after the late read completes; close
  *     waits for that read;
  *   - more chunks than staging buffers, and two threads sharing one handle, still exact;
+ *   - a job started and polled (kvt_rows_load_start / kvt_rows_job_poll) is the same load:
+ *     exact; not over before its deadline, over with "deadline" after it; freed while
+ *     reads are in flight, it writes nothing afterwards;
  *   - with encryption at rest (loads then go through staging buffers, not the object in
  *     place), the same round trip is exact.
  */
@@ -153,6 +156,17 @@ int main(void)
 	CHECK_RC(kvt_rows_load(r, keys, dst_ids, N, 0, &res), N);
 	CHECK(!memcmp(dst, want, NR * rb));
 
+	/* Started and polled (the scheduler's form): same rows. */
+	memset(dst, 0xEE, NR * rb);
+	struct kvt_rows_job *job;
+	CHECK_RC(kvt_rows_load_start(r, keys, dst_ids, N, 0, &job), 0);
+	CHECK_RC(kvt_rows_job_poll(job, -1, &res), 1);
+	CHECK_EQ(res.done, N);
+	CHECK_RC(kvt_rows_job_poll(job, 0, &res), 1); /* asking again: the same answer */
+	CHECK_EQ(res.done, N);
+	kvt_rows_job_free(job);
+	CHECK(!memcmp(dst, want, NR * rb));
+
 	/* Two threads on one handle (4 buffers shared). */
 	memset(dst, 0xEE, NR * rb);
 	struct loader la = {.r = r}, lb = {.r = r};
@@ -208,7 +222,20 @@ int main(void)
 	double ms = test_ms_since(t0);
 	CHECK_EQ(res.failure, KVT_ROWS_DEADLINE);
 	CHECKM(ms >= 95 && ms < 400, "returned after %.0f ms, deadline 100 ms", ms);
-	usleep(900 * 1000); /* the reads complete now, after the call gave them up */
+	/* polled: not over before the deadline, over with "deadline" after it */
+	t0 = now_ns();
+	CHECK_RC(kvt_rows_load_start(r, keys, dst_ids, 2, t0 + 100000000ull, &job), 0);
+	CHECK_RC(kvt_rows_job_poll(job, 0, &res), 0);
+	CHECK_RC(kvt_rows_job_poll(job, 30, &res), 0);
+	CHECK_RC(kvt_rows_job_poll(job, -1, &res), 1);
+	ms = test_ms_since(t0);
+	CHECK_EQ(res.failure, KVT_ROWS_DEADLINE);
+	CHECKM(ms >= 95 && ms < 400, "polled job over after %.0f ms, deadline 100 ms", ms);
+	kvt_rows_job_free(job);
+	/* given up before it is over: freed at once, nothing written later */
+	CHECK_RC(kvt_rows_load_start(r, keys + 2, dst_ids + 2, 2, 0, &job), 0);
+	kvt_rows_job_free(job);
+	usleep(900 * 1000); /* the reads complete now, after the calls gave them up */
 	kvt_rows_close(r);
 	for (uint64_t b = 0; b < NR * rb; b++)
 		CHECKM(dst[b] == 0xEE, "byte %llu written after the deadline", (unsigned long long)b);

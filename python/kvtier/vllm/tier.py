@@ -9,10 +9,11 @@ Every method runs on vLLM's scheduler thread and returns without waiting for I/O
     at once, whose DRAM part completes inside the call (a DRAM hit or miss is answered
     immediately) and whose deeper-tier part answers RETRY until it completes (the store's
     tier deadline, store.tier_timeout_ms, bounds how long: a stopped server is a miss);
-  - submit_store / submit_load hand the job to an I/O thread (stores, loads) that makes one
-    libkvtier call for it (kvtier.Rows: the reads or puts, the waits and the conversion
-    between vLLM's row layout and kvtier's canonical chunk, layout.py, all in C without
-    the GIL); get_finished_jobs reaps what they finished;
+  - submit_load starts the job with one non-blocking libkvtier call (kvtier.Rows: the
+    reads, and the conversion of each verified chunk into vLLM's row layout, layout.py,
+    run in C on the library's threads) and get_finished_jobs polls it, so no other Python
+    thread (and no GIL handoff) stands between a finished read and vLLM; submit_store
+    hands the job to the store thread, which makes one blocking libkvtier call for it;
   - a load whose chunk is missing, corrupt (kvtier verifies every checksum before a byte
     is served), or not complete by load_deadline_ms is reported failed with the chunks
     before it kept, so vLLM recomputes the rest.
@@ -266,8 +267,10 @@ class KvtierTier(SecondaryTierManager):
         self._load_rows = kvtier.Rows(self._store, lay_c, self._view, staging)
         self._store_rows = kvtier.Rows(self._store, lay_c, self._view, 2)
         self._store_pool = cf.ThreadPoolExecutor(1, thread_name_prefix="kvtier-store")
-        # two: a second job's reads proceed while the first one's finish (the conversions
-        # run on libkvtier's threads as reads complete, not in Python)
+        # loads: started and polled on the scheduler thread (submit_load); the load
+        # threads only serve a store in client mode (store.daemon), one call per job
+        self._load_jobs: dict = {}  # job_id -> (RowsJob, TransferJob, t submitted, t started)
+        self._client_mode = bool(cfg.get("store.daemon"))
         self._load_pool = cf.ThreadPoolExecutor(2, thread_name_prefix="kvtier-load")
 
         # events and metrics
@@ -408,7 +411,8 @@ class KvtierTier(SecondaryTierManager):
         return _Done(job.job_id, len(keys), len(keys), True, t1 - t0,
                      prof={"job to submit_load": submitted - job.submit_time,
                            "queued": t0 - submitted, "run": t1 - t0, "C call": r.call_s,
-                           "read wait": r.wait_s, "convert": r.convert_s},
+                           "submits": r.submit_s, "read wait": r.wait_s,
+                           "convert": r.convert_s},
                      finished=t1)
 
     def _submit(self, pool, job: TransferJob, fn, *args, is_load: bool) -> None:
@@ -422,15 +426,55 @@ class KvtierTier(SecondaryTierManager):
                      self._parents(job_metadata, keys), is_load=False)
 
     def submit_load(self, job_metadata: TransferJob) -> None:
+        """Started here, on the scheduler thread, in one non-blocking libkvtier call, and
+        polled by get_finished_jobs: no other Python thread takes part, so no GIL handoff
+        (each of which can wait behind vLLM's busy step loop) stands between a finished
+        read and vLLM. A store in client mode (store.daemon) cannot start a job: its loads
+        go to the load threads, one blocking call per job."""
         keys = [self._key(k, job_metadata.req_context) for k in job_metadata.keys]
-        self._submit(self._load_pool, job_metadata, self._run_load, keys,
-                     time.monotonic(), is_load=True)
+        t0 = time.monotonic()
+        if not self._client_mode:
+            try:
+                rj = self._load_rows.load_start(
+                    keys, [int(c) for c in job_metadata.chunk_ids],
+                    deadline=job_metadata.submit_time + self._deadline_s)
+            except kvtier.KvtierError as e:  # a bug, not an I/O failure: fail the job
+                log.warning("kvtier load job %d not started: %s", job_metadata.job_id, e)
+                rj = None
+            self._load_jobs[job_metadata.job_id] = (rj, job_metadata, t0, time.monotonic())
+            return
+        self._submit(self._load_pool, job_metadata, self._run_load, keys, t0, is_load=True)
 
     def has_pending_work(self) -> bool:
-        return bool(self._jobs)
+        return bool(self._jobs or self._load_jobs)
+
+    def _poll_loads(self, timeout_ms: int = 0) -> list:
+        """(job_id, _Done, job) of the started loads that are over."""
+        out = []
+        for job_id, (rj, job, t0, t1) in list(self._load_jobs.items()):
+            r = rj.poll(timeout_ms) if rj is not None else None
+            if rj is not None and r is None:
+                continue
+            now = time.monotonic()
+            del self._load_jobs[job_id]
+            n = len(list(job.keys))
+            if r is None:
+                d = _Done(job_id, 0, n, True, 0.0, "error")
+            else:
+                rj.free()
+                d = _Done(job_id, r.done, n, True, now - t0, r.reason,
+                          prof={"job to submit_load": t0 - job.submit_time,
+                                "start call": t1 - t0, "over after": now - t0,
+                                "submits": r.submit_s, "convert": r.convert_s},
+                          finished=now)
+                if r.reason:
+                    log.info("kvtier load of chunk %d/%d: %s; vLLM recomputes from there",
+                             r.done + 1, n, r.reason)
+            out.append((job_id, d, job))
+        return out
 
     def get_finished_jobs(self) -> Iterable[JobResult]:
-        results = []
+        results = [self._reap(job_id, d, job, True) for job_id, d, job in self._poll_loads()]
         while True:
             try:
                 job_id = self._done.get_nowait()
@@ -442,44 +486,50 @@ class KvtierTier(SecondaryTierManager):
             except Exception as e:  # a bug, not an I/O failure: fail the job, keep serving
                 log.exception("kvtier job %d raised", job_id)
                 d = _Done(job_id, 0, len(list(job.keys)), is_load, 0.0, type(e).__name__)
-            okeys = list(job.keys)
-            ok = d.ok == d.n
-            if _PROFILE:
-                print(f"kvtier-profile {'load' if is_load else 'store'} job {job_id}: "
-                      f"{d.n} chunks, " + ", ".join(f"{k} {v * 1e3:.1f} ms"
-                                                    for k, v in d.prof.items())
-                      + f", reaped {(time.monotonic() - d.finished) * 1e3:.1f} ms after",
-                      file=sys.stderr, flush=True)
-            nbytes = d.ok * self.block_size_bytes
-            if is_load and not ok:
-                self._load_failures[d.reason] = self._load_failures.get(d.reason, 0) + 1
-                if d.reason == "deadline":
-                    self._deadline_misses += 1
-                for okey in okeys[d.ok:]:  # a failed load marks its chunks a miss
-                    v = self._verdicts.get(self._key(okey, job.req_context))
-                    if v is not None:
-                        v.hit = False
-                    self._announce_removed(self._key(okey, job.req_context))
-            if not is_load and d.stored:
-                for okey in d.stored:
-                    k = self._key(okey, job.req_context)
-                    v = self._verdicts.get(k)
-                    if v is not None:
-                        v.hit = True
-                    if self._events is not None:
-                        self._announced[k] = okey
-                if self._events is not None:
-                    self._events.append(OffloadingEvent(
-                        keys=list(d.stored), medium=self.medium, removed=False,
-                        locality=self.locality))
-            results.append(JobResult(
-                job_id=job_id, success=ok,
-                successful_keys=tuple(okeys[:d.ok]) if (is_load and not ok and d.ok) else None,
-                transfer_time=d.seconds, transfer_bytes=nbytes or None))
+            results.append(self._reap(job_id, d, job, is_load))
         return results
+
+    def _reap(self, job_id: JobId, d: _Done, job: TransferJob, is_load: bool) -> JobResult:
+        okeys = list(job.keys)
+        ok = d.ok == d.n
+        if _PROFILE:
+            print(f"kvtier-profile {'load' if is_load else 'store'} job {job_id}: "
+                  f"{d.n} chunks, " + ", ".join(f"{k} {v * 1e3:.1f} ms"
+                                                for k, v in d.prof.items())
+                  + f", reaped {(time.monotonic() - d.finished) * 1e3:.1f} ms after",
+                  file=sys.stderr, flush=True)
+        nbytes = d.ok * self.block_size_bytes
+        if is_load and not ok:
+            self._load_failures[d.reason] = self._load_failures.get(d.reason, 0) + 1
+            if d.reason == "deadline":
+                self._deadline_misses += 1
+            for okey in okeys[d.ok:]:  # a failed load marks its chunks a miss
+                v = self._verdicts.get(self._key(okey, job.req_context))
+                if v is not None:
+                    v.hit = False
+                self._announce_removed(self._key(okey, job.req_context))
+        if not is_load and d.stored:
+            for okey in d.stored:
+                k = self._key(okey, job.req_context)
+                v = self._verdicts.get(k)
+                if v is not None:
+                    v.hit = True
+                if self._events is not None:
+                    self._announced[k] = okey
+            if self._events is not None:
+                self._events.append(OffloadingEvent(
+                    keys=list(d.stored), medium=self.medium, removed=False,
+                    locality=self.locality))
+        return JobResult(
+            job_id=job_id, success=ok,
+            successful_keys=tuple(okeys[:d.ok]) if (is_load and not ok and d.ok) else None,
+            transfer_time=d.seconds, transfer_bytes=nbytes or None)
 
     def drain_jobs(self) -> None:
         cf.wait([f for f, _, _ in list(self._jobs.values())])
+        for rj, _, _, _ in list(self._load_jobs.values()):
+            if rj is not None:
+                rj.poll(-1)  # over (its result stays for get_finished_jobs)
 
     # ---------------------------------------------------------------- events
     def _announce_removed(self, k: bytes) -> None:
@@ -572,6 +622,10 @@ class KvtierTier(SecondaryTierManager):
         self.drain_jobs()
         self._store_pool.shutdown(wait=True)
         self._load_pool.shutdown(wait=True)
+        for rj, _, _, _ in self._load_jobs.values():
+            if rj is not None:
+                rj.free()
+        self._load_jobs.clear()
         self._load_rows.close()  # before the store: they wait for reads still in flight
         self._store_rows.close()
         self._store.close()
