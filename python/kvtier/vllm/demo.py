@@ -79,6 +79,7 @@ def run(workdir: str, geometry: str, runs: int, prefix: int, block: int) -> list
         "kvtier (fs tier)": {"connector": "kvtier", "tier": {"config": {
             "store.tiers": "dram,fs", "fs.dir": os.path.join(gdir, "kvtier-fs"),
             "fs.direct": os.environ.get("KVT_DEMO_FS_DIRECT", "off"),
+            "fs.bytes": "1GiB",  # the capacity bound on (far above what the demo stores)
             "dram.bytes": max(64 << 20, 2 * kv_per_token * (prefix + 64)),
             "dram.hugepages": False}}},
     }
