@@ -6,6 +6,8 @@
 # with kvtier, with vLLM's own fs tier and with no cache, for a tiny random-weight Llama
 # and a larger geometry. Makes the pinned venv first (scripts/vllm-env.sh).
 #   scripts/vllm-demo.sh [--geometry tiny,large] [--runs 3] [--prefix 1536] [--json]
+# KVT_DEMO_FS_DIRECT=auto runs kvtier's fs tier with O_DIRECT (default here: off, reading
+# through the page cache as vLLM's fs tier does).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=$("$ROOT/scripts/vllm-env.sh" | tail -n 1)

@@ -432,7 +432,18 @@ struct get_op {
 	void *arg;
 	bool direct;
 	void *bounce; /* no DRAM slot: the object is read here */
+	kvt__get_sink sink; /* instead of copying into buf (kvt__e_do_get_sink) */
+	void *sink_arg;
 };
+
+/* Hand a verified object's layers to the caller: copied into its buffer, or to its sink
+ * (which reads them where they lie: a pinned DRAM slot or the bounce buffer). */
+static int64_t get_copy_out(struct get_op *g, const struct kvt_header *h, const void *obj)
+{
+	if (g->sink)
+		return g->sink(g->sink_arg, h, obj);
+	return kvt__object_read_layers(h, obj, g->l0, g->l1, g->buf, g->len, g->s->prot);
+}
 
 static void get_finish(struct get_op *g, int status, int tier, uint32_t n_tokens, uint64_t bytes)
 {
@@ -456,7 +467,7 @@ static int64_t get_extract(struct get_op *g, const void *obj, struct kvt_header 
 	int rc = kvt__header_decode(obj, h, &exp);
 	if (rc < 0)
 		return rc;
-	return kvt__object_read_layers(h, obj, g->l0, g->l1, g->buf, g->len, s->prot);
+	return get_copy_out(g, h, obj);
 }
 
 /* Selective write policy: a chunk goes deeper once it has been hit selective_hits times
@@ -512,7 +523,7 @@ static void get_bounce_done(struct chain_read *cr, int rc, const struct kvt_head
 		return;
 	}
 	/* Verified in full by the chain read: copy without checking again. */
-	int64_t n = kvt__object_read_layers(h, cr->buf, g->l0, g->l1, g->buf, g->len, g->s->prot);
+	int64_t n = get_copy_out(g, h, cr->buf);
 	if (n < 0)
 		get_finish(g, (int)n, KVT_TIER_NONE, 0, 0);
 	else
@@ -528,6 +539,10 @@ static int get_bounce_start(struct get_op *g, int from)
 	return 0;
 }
 
+static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, uint32_t l1,
+		  void *buf, size_t len, kvt__get_sink sink, void *sink_arg, kvt_cb cb, void *arg,
+		  bool direct);
+
 int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, uint32_t l1,
 		  void *buf, size_t len, kvt_cb cb, void *arg, bool direct)
 {
@@ -539,6 +554,21 @@ int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 		return -EINVAL;
 	if (len < (uint64_t)(l1 - l0) * kvt_layer_bytes(&s->geo, 1))
 		return -EINVAL;
+	return do_get(s, key, l0, l1, buf, len, NULL, NULL, cb, arg, direct);
+}
+
+int kvt__e_do_get_sink(struct kvt_store *s, const struct kvt_key *key, kvt__get_sink sink,
+		       void *sink_arg, kvt_cb cb, void *arg, bool direct)
+{
+	if (!s || !key || !sink || !cb || s->prot)
+		return -EINVAL;
+	return do_get(s, key, 0, s->geo.layers, NULL, 0, sink, sink_arg, cb, arg, direct);
+}
+
+static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, uint32_t l1,
+		  void *buf, size_t len, kvt__get_sink sink, void *sink_arg, kvt_cb cb, void *arg,
+		  bool direct)
+{
 	int arc = kvt__e_admit_inflight(s);
 	if (arc < 0)
 		return arc;
@@ -557,6 +587,8 @@ int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 	g->cb = cb;
 	g->arg = arg;
 	g->direct = direct;
+	g->sink = sink;
+	g->sink_arg = sink_arg;
 
 	if (s->dram) {
 		struct kvt_slot_ref ref;

@@ -15,6 +15,7 @@ from .config import Config
 from .errors import (Busy, Canceled, Corrupt, InvalidArgument, KvtierError, NoSpace,
                      NotFound, TierTimeout)
 from .keys import Geometry, key_next, keys_from_tokens, namespace_id, namespace_text
+from .rows import Rows, RowsJob, RowsResult
 from .store import GetResult, LookupResult, Store
 
 __version__ = "0.1.0"
@@ -32,6 +33,7 @@ def strerror(err: int) -> str:
 
 __all__ = [
     "Busy", "Canceled", "Config", "Corrupt", "Geometry", "GetResult", "InvalidArgument",
-    "KvtierError", "LookupResult", "NoSpace", "NotFound", "Store", "TierTimeout", "key_next",
-    "keys_from_tokens", "namespace_id", "namespace_text", "strerror", "version",
+    "KvtierError", "LookupResult", "NoSpace", "NotFound", "Rows", "RowsJob", "RowsResult", "Store",
+    "TierTimeout", "key_next", "keys_from_tokens", "namespace_id", "namespace_text",
+    "strerror", "version",
 ]

@@ -1,5 +1,5 @@
-"""ctypes declarations of libkvtier's public API (include/kvtier.h), and where the library
-is found. Kept in one place so every structure layout and prototype can be checked against
+"""ctypes declarations of libkvtier's public API (include/kvtier.h, kvtier_layout.h), and
+where the library is found. Kept in one place so every structure layout and prototype can be checked against
 the header in one read; the Pythonic wrappers live in the other modules.
 
 The library is looked for, in order: $KVTIER_LIB (a path), next to this file (where the
@@ -82,6 +82,28 @@ class Stats(ctypes.Structure):
     ]
 
 
+class RowStrides(ctypes.Structure):  # include/kvtier_layout.h
+    _fields_ = [(n, ctypes.c_int64)
+                for n in ("offset", "layer", "block", "token", "rank", "head", "dim")]
+
+
+class RowLayoutC(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint32) for n in (
+        "elem_bytes", "layers", "kv_heads", "head_dim", "block_tokens", "blocks_per_chunk",
+        "heads_per_rank", "reserved")] + [
+        ("row_bytes", ctypes.c_uint64), ("k", RowStrides), ("v", RowStrides)]
+
+
+class RowsResult(ctypes.Structure):
+    _fields_ = [("done", ctypes.c_uint32), ("failure", ctypes.c_int32),
+                ("status", ctypes.c_int32), ("reserved", ctypes.c_uint32),
+                ("wait_ns", ctypes.c_uint64), ("convert_ns", ctypes.c_uint64),
+                ("submit_ns", ctypes.c_uint64)]
+
+
+ROWS_FAILURES = {0: "", 1: "miss", 2: "corrupt", 3: "timeout", 4: "deadline", 5: "short",
+                 6: "error"}
+
 CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(Result))
 LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
 
@@ -131,6 +153,20 @@ _PROTOS = {
     "kvt_remove": (ctypes.c_int, [_P, _KEYP, CB, _P]),
     "kvt_flush": (ctypes.c_int, [_P, CB, _P]),
     "kvt_stats": (ctypes.c_int, [_P, ctypes.POINTER(Stats)]),
+    "kvt_row_layout_check": (ctypes.c_int, [ctypes.POINTER(RowLayoutC)]),
+    "kvt_row_from_canonical": (ctypes.c_int, [ctypes.POINTER(RowLayoutC), _P, _P]),
+    "kvt_row_to_canonical": (ctypes.c_int, [ctypes.POINTER(RowLayoutC), _P, _P]),
+    "kvt_rows_open": (ctypes.c_int, [_P, ctypes.POINTER(RowLayoutC), _P, ctypes.c_uint64,
+                                     ctypes.c_uint32, ctypes.POINTER(_P)]),
+    "kvt_rows_close": (None, [_P]),
+    "kvt_rows_load": (ctypes.c_int, [_P, _KEYP, _P, _SZ, ctypes.c_uint64,
+                                     ctypes.POINTER(RowsResult)]),
+    "kvt_rows_load_start": (ctypes.c_int, [_P, _KEYP, _P, _SZ, ctypes.c_uint64,
+                                           ctypes.POINTER(_P)]),
+    "kvt_rows_job_poll": (ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(RowsResult)]),
+    "kvt_rows_job_free": (None, [_P]),
+    "kvt_rows_store": (ctypes.c_int, [_P, _KEYP, _KEYP, _P, _P, _SZ, ctypes.c_uint64,
+                                      ctypes.POINTER(RowsResult)]),
 }
 
 

@@ -6,11 +6,13 @@ kernel (cpu_attn_reshape_and_cache) writing the cache."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 import pytest
 import torch
 
+import kvtier
 from kvtier.vllm.layout import RowLayout
 
 
@@ -139,20 +141,44 @@ def test_bad_layouts_refused():
 
 @pytest.mark.parametrize("layout", ["cpu-vec", "nhd", "hnd"])
 @pytest.mark.parametrize("ids", [[3, 4, 5], [5, 1, 3]])
-def test_batched_rows_match_single_rows(layout, ids):
-    """canonical_to_rows (one copy per batch of consecutive rows, the tier's restore path)
-    writes exactly what canonical_to_row (checked above against the definition) writes,
-    row by row, and leaves the other rows and the row padding untouched."""
+def test_rows_store_and_load_match_single_rows(layout, ids, tdir):
+    """kvtier.Rows (the tier's path: one libkvtier call per job) stores rows as the
+    canonical chunks row_to_canonical (checked above against the definition) makes, and
+    loads them into other rows exactly as canonical_to_row writes them, leaving the
+    other rows and the rows' padding untouched; a missing chunk ends the load there."""
     L, H, D, Tb, bpc, tp = 2, 4, 8, 4, 2, 2
     unpadded = 2 * Tb * (H // tp) * D * 2
     rl = RowLayout(layout, L, H, D, Tb, bpc, tp, 2, unpadded + 64)
     stride = rl.row_bytes + 96  # rows of the primary tier are padded beyond row_bytes too
-    chunks = np.stack([canonical(L, Tb * bpc, H, D, seed=i).reshape(-1).view(np.uint8)
-                       for i in range(len(ids))])
-    got = np.full((8, stride), 0xCD, dtype=np.uint8)
-    rl.canonical_to_rows(rl.chunks_tensor(chunks), rl.rows_tensor(got), ids)
-    want = np.full((8, stride), 0xCD, dtype=np.uint8)
-    for c, r in zip(chunks, ids):
-        rl.canonical_to_row(c, want[r])
-    assert np.array_equal(got, want)
-    assert (got[[r for r in range(8) if r not in ids]] == 0xCD).all()
+    chunks = [canonical(L, Tb * bpc, H, D, seed=i).reshape(-1).view(np.uint8)
+              for i in range(len(ids))]
+    src = np.full((8, stride), 0xCD, dtype=np.uint8)
+    src_ids = [7 - r for r in ids]
+    for c, r in zip(chunks, src_ids):
+        rl.canonical_to_row(c, src[r])
+    cfg = {"store.tiers": "dram,nvme", "nvme.dirs": tdir, "dram.bytes": "4MiB",
+           "dram.hugepages": False, "nvme.fsync": "none", "model.layers": L,
+           "model.kv_heads": H, "model.head_dim": D, "model.chunk_tokens": Tb * bpc}
+    keys = [bytes([9, i]) * 16 for i in range(len(ids))]
+    with kvtier.Store(cfg) as s:
+        with kvtier.Rows(s, rl.c_layout(stride), src, staging=2) as rows:
+            r = rows.store(keys, src_ids, parents=[None] + keys[:-1])
+            assert (r.done, r.reason) == (len(ids), "")
+        for k, c in zip(keys, chunks):
+            assert bytes(s.get(k).result(10).data) == c.tobytes()
+        got = np.full((8, stride), 0xCD, dtype=np.uint8)
+        with kvtier.Rows(s, rl.c_layout(stride), got, staging=2) as rows:
+            r = rows.load(keys, ids, deadline=time.monotonic() + 10)
+            assert (r.done, r.reason) == (len(ids), "")
+            want = np.full((8, stride), 0xCD, dtype=np.uint8)
+            for c, i in zip(chunks, ids):
+                rl.canonical_to_row(c, want[i])
+            assert np.array_equal(got, want)
+            assert (got[[i for i in range(8) if i not in ids]] == 0xCD).all()
+            got[:] = 0xCD
+            r = rows.load([keys[0], bytes(32), keys[2]], ids)
+            assert (r.done, r.reason) == (1, "miss")
+            assert np.array_equal(got[ids[0]], want[ids[0]])
+            assert (got[ids[1]] == 0xCD).all()  # the missing chunk's row: never written
+            # a later chunk read before the miss was known: its row is exact or untouched
+            assert (got[ids[2]] == 0xCD).all() or np.array_equal(got[ids[2]], want[ids[2]])

@@ -17,8 +17,10 @@ stored object serve any attention backend and any tensor-parallel size: a writer
 and a reader with TP=1 (or a CUDA writer and a CPU reader) exchange the same bytes.
 
 Elements are moved as integers of the dtype's width: bit-exact, no float math. The copies
-are torch's (Tensor.copy_ from a permuted view, zero-copy over the numpy buffers): about
-twice numpy's speed for cpu-vec's transposed K, and multithreaded where torch has threads.
+are libkvtier's (kvt_row_from_canonical / kvt_row_to_canonical, include/kvtier_layout.h),
+driven by a stride set this module derives from the torch views below (_kv_views, on a
+meta tensor: no memory): the same strides drive the tier's one-call-per-job loads and
+stores (kvtier.rows.Rows), which run without the GIL.
 Nothing here needs vLLM, so it is tested without it (tests/python/test_layout.py).
 """
 
@@ -26,15 +28,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import warnings
+import ctypes
+from functools import lru_cache
 
 import numpy as np
 import torch
 
-# torch warns when it wraps a read-only buffer (a store's source row); the conversion only
-# reads it
-warnings.filterwarnings("ignore", message="The given NumPy array is not writable",
-                        category=UserWarning)
+from kvtier import _lib
+from kvtier._lib import lib
 
 LAYOUTS = ("cpu-vec", "nhd", "hnd")
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
@@ -118,69 +119,61 @@ class RowLayout:
         return (p[..., 0, :].permute(0, 2, 3, 5, 1, 4, 6),
                 p[..., 1, :].permute(0, 2, 3, 5, 1, 4, 6))
 
-    def _canon_views(self, bufs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V of canonical chunks (an (N, >= payload elements) integer tensor)."""
-        n = bufs.shape[0]
-        c = bufs[:, :self.payload_bytes // self.itemsize].view(
-            n, self.layers, 2, self.blocks_per_chunk, self.block_tokens, self.tp,
-            self.heads_per_rank, self.head_dim)
-        return c[:, :, 0], c[:, :, 1]
-
-    def rows_tensor(self, view) -> torch.Tensor:
-        """The primary tier's buffer (rows x row stride bytes, e.g. the tier's numpy view
-        of primary_kv_view) as an integer tensor sharing its memory, for *_rows."""
-        a = np.asarray(view)
-        return torch.from_numpy(a.view(np.uint8).reshape(a.shape[0], -1)).view(
-            _TINT[self.itemsize])
-
-    def chunks_tensor(self, bufs) -> torch.Tensor:
-        """Canonical chunks (n x >= payload_bytes, a numpy array) as an integer tensor."""
-        a = np.asarray(bufs)
-        return torch.from_numpy(a.view(np.uint8).reshape(a.shape[0], -1)).view(
-            _TINT[self.itemsize])
+    def c_layout(self, row_bytes: int = 0) -> _lib.RowLayoutC:
+        """The libkvtier description of this layout (kvtier_layout.h): strides in
+        elements of K and V read off the views of _kv_views; row_bytes: the distance
+        between rows (default: row_bytes, the bytes that carry data)."""
+        return _c_layout(self, row_bytes or self.row_bytes)
 
     # ------------------------------------------------------------ conversions
     def row_to_canonical(self, row, out) -> None:
         """Write the canonical chunk of a primary-tier row into out (payload_bytes)."""
-        rk, rv = self._kv_views(_tensor(row, self.row_bytes, self.itemsize)[None])
-        ck, cv = self._canon_views(_tensor(out, self.payload_bytes, self.itemsize)[None])
-        ck.copy_(rk)
-        cv.copy_(rv)
+        src = _flat(row, self.row_bytes)
+        dst = _flat(out, self.payload_bytes, writable=True)
+        rc = lib.kvt_row_to_canonical(ctypes.byref(self.c_layout()), src.ctypes.data,
+                                      dst.ctypes.data)
+        if rc < 0:
+            raise ValueError(f"kvt_row_to_canonical: {lib.kvt_strerror(rc).decode()}")
 
     def canonical_to_row(self, buf, row) -> None:
         """Write a canonical chunk into a primary-tier row (padding bytes untouched)."""
-        self.canonical_to_rows(_tensor(buf, self.payload_bytes, self.itemsize)[None],
-                               _tensor(row, self.row_bytes, self.itemsize)[None], [0])
-
-    def canonical_to_rows(self, chunks: torch.Tensor, rows: torch.Tensor,
-                          ids: list[int]) -> None:
-        """Write canonical chunks i (chunks_tensor) into rows ids[i] (rows_tensor): one copy
-        for K and one for V when the ids are consecutive (vLLM allocates a request's rows
-        so, usually), else one per chunk. Few large copies: each is one GIL release."""
-        n = len(ids)
-        ck, cv = self._canon_views(chunks[:n])
-        if n and ids == list(range(ids[0], ids[0] + n)):
-            rk, rv = self._kv_views(rows[ids[0]:ids[0] + n])
-            rk.copy_(ck)
-            rv.copy_(cv)
-            return
-        for i, r in enumerate(ids):
-            rk, rv = self._kv_views(rows[r:r + 1])
-            rk.copy_(ck[i:i + 1])
-            rv.copy_(cv[i:i + 1])
+        src = _flat(buf, self.payload_bytes)
+        dst = _flat(row, self.row_bytes, writable=True)
+        rc = lib.kvt_row_from_canonical(ctypes.byref(self.c_layout()), src.ctypes.data,
+                                        dst.ctypes.data)
+        if rc < 0:
+            raise ValueError(f"kvt_row_from_canonical: {lib.kvt_strerror(rc).decode()}")
 
 
-def _tensor(buf, nbytes: int, itemsize: int) -> torch.Tensor:
-    """The first nbytes of a buffer (numpy array, bytearray, memoryview) as a flat tensor
-    of itemsize-wide integers sharing its memory."""
-    return torch.from_numpy(_flat(buf, nbytes)).view(_TINT[itemsize])
+@lru_cache(maxsize=16)
+def _c_layout(rl: RowLayout, row_bytes: int) -> _lib.RowLayoutC:
+    if row_bytes < rl.row_bytes:
+        raise ValueError(f"rows of {row_bytes} bytes cannot hold {rl.row_bytes}")
+    meta = torch.empty((1, rl.row_bytes // rl.itemsize), dtype=_TINT[rl.itemsize],
+                       device="meta")
+    c = _lib.RowLayoutC(elem_bytes=rl.itemsize, layers=rl.layers, kv_heads=rl.kv_heads,
+                        head_dim=rl.head_dim, block_tokens=rl.block_tokens,
+                        blocks_per_chunk=rl.blocks_per_chunk,
+                        heads_per_rank=rl.heads_per_rank, row_bytes=row_bytes)
+    for name, v in zip(("k", "v"), rl._kv_views(meta)):
+        # v: (1, L, bpc, Tb, tp, Hr, D) over the row
+        st = v.stride()
+        setattr(c, name, _lib.RowStrides(v.storage_offset(), *st[1:]))
+    rc = lib.kvt_row_layout_check(ctypes.byref(c))
+    if rc < 0:
+        raise ValueError(f"layout {rl} has no valid stride set: {lib.kvt_strerror(rc).decode()}")
+    return c
 
 
-def _flat(buf: np.ndarray, nbytes: int) -> np.ndarray:
+def _flat(buf, nbytes: int, writable: bool = False) -> np.ndarray:
+    """The first nbytes of a buffer (numpy array, bytearray, memoryview) as a contiguous
+    uint8 array sharing its memory."""
     b = np.asarray(buf)
     if b.dtype != np.uint8:
         b = b.view(np.uint8)
     b = b.reshape(-1, copy=False)
     if b.size < nbytes:
         raise ValueError(f"buffer of {b.size} bytes is smaller than {nbytes}")
+    if writable and not b.flags.writeable:
+        raise ValueError("buffer is read-only")
     return b[:nbytes]

@@ -9,9 +9,11 @@ Every method runs on vLLM's scheduler thread and returns without waiting for I/O
     at once, whose DRAM part completes inside the call (a DRAM hit or miss is answered
     immediately) and whose deeper-tier part answers RETRY until it completes (the store's
     tier deadline, store.tier_timeout_ms, bounds how long: a stopped server is a miss);
-  - submit_store / submit_load hand the job to one of two I/O threads (stores, loads) that
-    convert between vLLM's row layout and kvtier's canonical chunk (layout.py) and call
-    kvtier; get_finished_jobs reaps what they finished;
+  - submit_load starts the job with one non-blocking libkvtier call (kvtier.Rows: the
+    reads, and the conversion of each verified chunk into vLLM's row layout, layout.py,
+    run in C on the library's threads) and get_finished_jobs polls it, so no other Python
+    thread (and no GIL handoff) stands between a finished read and vLLM; submit_store
+    hands the job to the store thread, which makes one blocking libkvtier call for it;
   - a load whose chunk is missing, corrupt (kvtier verifies every checksum before a byte
     is served), or not complete by load_deadline_ms is reported failed with the chunks
     before it kept, so vLLM recomputes the rest.
@@ -19,14 +21,12 @@ Every method runs on vLLM's scheduler thread and returns without waiting for I/O
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures as cf
 import json
 import logging
 import os
 import queue
 import sys
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -116,39 +116,6 @@ class _Done:
     finished: float = 0.0                        # time.monotonic() when the job ended
 
 
-class _Buffers:
-    """Staging buffers (one canonical chunk, or `shape` of them as rows), page aligned and
-    already faulted in, reused across jobs (a fresh buffer per chunk cost its page faults
-    on every load). Up to `keep` are kept; more are made when needed. Thread-safe."""
-
-    def __init__(self, nbytes: int, keep: int, shape: int = 0):
-        self._n, self._keep, self._shape = nbytes, keep, shape
-        self._free: queue.SimpleQueue = queue.SimpleQueue()
-
-    def take(self, make: bool = True) -> np.ndarray | None:
-        """A free buffer; else a new one (None when make is False)."""
-        try:
-            return self._free.get_nowait()
-        except queue.Empty:
-            return self._make() if make else None
-
-    def _make(self) -> np.ndarray:
-        raw = np.empty(self._n + 4096, dtype=np.uint8)
-        off = -raw.ctypes.data % 4096
-        buf = raw[off:off + self._n]
-        buf.fill(0)
-        return buf.reshape(self._shape, -1) if self._shape else buf
-
-    def reserve(self, n: int) -> None:
-        """Make n buffers now (at start-up, not on a restore's path)."""
-        for _ in range(n):
-            self.give(self._make())
-
-    def give(self, buf: np.ndarray) -> None:
-        if self._free.qsize() < self._keep:
-            self._free.put(buf)
-
-
 def _model_facts(offloading_spec, override: dict | None) -> dict:
     """layers, kv_heads, head_dim, revision and hash_algo of the served model: from the
     tier's "model" override, else vLLM's current config, else the model's config.json."""
@@ -209,7 +176,7 @@ class KvtierTier(SecondaryTierManager):
     dram, nvme with a capacity bound, a shared fs directory, S3, RADOS, Redis)."""
 
     medium: ClassVar[Medium] = Medium.STORAGE
-    STAGING_BYTES: ClassVar[int] = 32 << 20  # canonical chunks in flight per load job
+    STAGING_BYTES: ClassVar[int] = 32 << 20  # canonical chunks in flight, all loads together
 
     def __init__(self, offloading_spec, primary_kv_view: memoryview, tier_type: str,
                  config: dict | None = None, config_file: str | None = None,
@@ -290,19 +257,21 @@ class KvtierTier(SecondaryTierManager):
         self._lookups: queue.SimpleQueue = queue.SimpleQueue()  # (key, hit) from poll thread
         self._jobs: dict[JobId, tuple[cf.Future, TransferJob, bool]] = {}
         self._done: queue.SimpleQueue = queue.SimpleQueue()
-        # staging for the canonical chunks, reused (made at start-up, so no restore faults
-        # in fresh memory): loads read into slabs of _batch chunks, two per job in flight
-        # (STAGING_BYTES in all); stores convert into single-chunk buffers
-        self._batch = max(1, self.STAGING_BYTES // (2 * self._payload))
-        self._slabs = _Buffers(self._batch * self._payload, keep=3, shape=self._batch)
-        self._slabs.reserve(2)
-        self._bufs = _Buffers(self._payload, keep=2)
-        self._rows = self.layout.rows_tensor(self._view)
+        # loads and stores: one libkvtier call per job (kvtier.Rows), which reads, waits
+        # with the job's deadline and converts between the rows and canonical chunks in C
+        # without holding the GIL (a busy vLLM step loop starved the per-chunk Python
+        # path for seconds). The handles own their staging buffers (made and touched
+        # here, not on a restore's path): STAGING_BYTES of chunks in flight for loads.
+        lay_c = self.layout.c_layout(self.block_size_bytes)
+        staging = max(2, min(64, self.STAGING_BYTES // self._payload))
+        self._load_rows = kvtier.Rows(self._store, lay_c, self._view, staging)
+        self._store_rows = kvtier.Rows(self._store, lay_c, self._view, 2)
         self._store_pool = cf.ThreadPoolExecutor(1, thread_name_prefix="kvtier-store")
-        # one: conversions run torch copies whose own threads two concurrent jobs would
-        # oversubscribe (measured: 2.2 s instead of 40 ms on a loaded 2-core host); the
-        # next job's reads are in flight meanwhile (_start_load)
-        self._load_pool = cf.ThreadPoolExecutor(1, thread_name_prefix="kvtier-load")
+        # loads: started and polled on the scheduler thread (submit_load); the load
+        # threads only serve a store in client mode (store.daemon), one call per job
+        self._load_jobs: dict = {}  # job_id -> (RowsJob, TransferJob, t submitted, t started)
+        self._client_mode = bool(cfg.get("store.daemon"))
+        self._load_pool = cf.ThreadPoolExecutor(2, thread_name_prefix="kvtier-load")
 
         # events and metrics
         self._events: list[OffloadingEvent] | None = None
@@ -412,163 +381,38 @@ class KvtierTier(SecondaryTierManager):
                 out[i] = keys[i - 1]
         return out
 
-    def _put(self, k: bytes, buf: np.ndarray, parent):
-        try:
-            return self._store.put(k, buf, parent=parent)
-        except kvtier.KvtierError as e:
-            return e
-
-    def _get(self, k: bytes, buf: np.ndarray):
-        try:
-            return self._store.get(k, out=buf)
-        except kvtier.KvtierError as e:
-            return e
-
-    def _release(self, buf: np.ndarray, fut) -> None:
-        """Give a staging buffer back once kvtier no longer touches it."""
-        if isinstance(fut, cf.Future) and not fut.done():
-            fut.add_done_callback(lambda _f, b=buf: self._bufs.give(b))
-        else:
-            self._bufs.give(buf)
-
     def _run_store(self, job: TransferJob, keys: list[bytes], parents) -> _Done:
-        """Convert chunk i+1 while chunk i's put is in flight (two staging buffers)."""
+        """One call: the rows are converted into canonical chunks and put, in C."""
         t0 = time.monotonic()
-        tconv = 0.0
-        stored = []
-        okeys = list(job.keys)
-        pending = None  # (index, buffer, future) of the put in flight
-        cids = list(job.chunk_ids)
-        try:
-            for i in range(len(keys) + 1):
-                nxt = None
-                if i < len(keys):
-                    buf = self._bufs.take()
-                    tc = time.monotonic()
-                    self.layout.row_to_canonical(self._view[int(cids[i])], buf)
-                    tconv += time.monotonic() - tc
-                    nxt = (i, buf, self._put(keys[i], buf, parents[i]))
-                if pending is not None:
-                    j, pbuf, f = pending
-                    pending = None
-                    try:
-                        if isinstance(f, Exception):
-                            raise f
-                        f.result(self._deadline_s)
-                    except (kvtier.KvtierError, cf.TimeoutError) as e:
-                        log.warning("kvtier store of chunk %d/%d failed: %s", j + 1,
-                                    len(keys), e)
-                        self._release(pbuf, f)
-                        if nxt is not None:
-                            self._release(nxt[1], nxt[2])
-                        return _Done(job.job_id, j, len(keys), False, time.monotonic() - t0,
-                                     type(e).__name__, stored)
-                    self._release(pbuf, f)
-                    stored.append(okeys[j])
-                pending = nxt
-        except BaseException:
-            if pending is not None:
-                self._release(pending[1], pending[2])
-            raise
+        r = self._store_rows.store(keys, [int(c) for c in job.chunk_ids], parents,
+                                   deadline=t0 + self._deadline_s)
         t1 = time.monotonic()
+        stored = list(job.keys)[:r.done]
+        if r.reason:
+            log.warning("kvtier store of chunk %d/%d failed: %s (%s)", r.done + 1, len(keys),
+                        r.reason, kvtier.strerror(r.status))
+            return _Done(job.job_id, r.done, len(keys), False, t1 - t0, r.reason, stored)
         return _Done(job.job_id, len(keys), len(keys), False, t1 - t0, stored=stored,
-                     prof={"wait": t0 - job.submit_time, "run": t1 - t0, "convert": tconv},
+                     prof={"wait": t0 - job.submit_time, "run": t1 - t0,
+                           "convert": r.convert_s},
                      finished=t1)
 
-    def _read_batch(self, slab: np.ndarray, keys: list[bytes], lo: int, hi: int) -> tuple:
-        """Reads of chunks lo..hi-1 into consecutive slots of a slab."""
-        return lo, hi, slab, [self._get(keys[j], slab[j - lo]) for j in range(lo, hi)]
-
-    def _release_slab(self, slab: np.ndarray, futs: list) -> None:
-        """Give a slab back once none of its reads can still write into it."""
-        live = [f for f in futs if isinstance(f, cf.Future) and not f.done()]
-        if not live:
-            self._slabs.give(slab)
-            return
-        left = [len(live)]
-        lock = threading.Lock()
-
-        def one_done(_f):
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                self._slabs.give(slab)
-        for f in live:
-            f.add_done_callback(one_done)
-
-    def _start_load(self, keys: list[bytes]) -> list:
-        """The first batch of a load job's reads, submitted at once from the scheduler
-        thread (kvt_get does not block): it proceeds while an earlier job converts."""
-        slab = self._slabs.take(make=False)  # making one faults in memory: not here
-        if slab is None:
-            return []
-        return [self._read_batch(slab, keys, 0, min(len(keys), self._batch))]
-
-    def _wait_reads(self, futs: list, deadline: float) -> tuple[int, str]:
-        """How many leading reads succeeded, and why the next one failed ("" if none)."""
-        for i, f in enumerate(futs):
-            reason = ""
-            try:
-                if isinstance(f, Exception):
-                    raise f
-                r = f.result(max(0.0, deadline - time.monotonic()))
-                if r.n_tokens != self.layout.chunk_tokens:
-                    reason = "short"
-            except cf.TimeoutError:
-                reason = "deadline"
-            except kvtier.Corrupt:
-                reason = "corrupt"
-            except kvtier.NotFound:
-                reason = "miss"
-            except kvtier.TierTimeout:
-                reason = "timeout"
-            except kvtier.KvtierError:
-                reason = "error"
-            if reason:
-                return i, reason
-        return len(futs), ""
-
-    def _run_load(self, job: TransferJob, keys: list[bytes], started: list,
-                  submitted: float) -> _Done:
-        """Reads go in batches of `_batch` chunks into slabs (two in flight: one batch
-        reads while the previous converts); each batch is converted into its rows with
-        one copy for K and one for V where its rows are consecutive."""
+    def _run_load(self, job: TransferJob, keys: list[bytes], submitted: float) -> _Done:
+        """One call: the chunks are read, verified and written into their rows in C, the
+        first one missing, corrupt or late ending the hit (vLLM recomputes from there)."""
         t0 = time.monotonic()
-        tread = tconv = 0.0
-        deadline = job.submit_time + self._deadline_s
-        cids = [int(c) for c in job.chunk_ids]
-        batches = collections.deque(started)
-        nxt = batches[-1][1] if batches else 0
-        try:
-            while batches or nxt < len(keys):
-                while len(batches) < 2 and nxt < len(keys):
-                    hi = min(nxt + self._batch, len(keys))
-                    batches.append(self._read_batch(self._slabs.take(), keys, nxt, hi))
-                    nxt = hi
-                lo, hi, slab, futs = batches.popleft()
-                tw = time.monotonic()
-                ok, reason = self._wait_reads(futs, deadline)
-                tc = time.monotonic()
-                tread += tc - tw
-                if ok:
-                    self.layout.canonical_to_rows(self.layout.chunks_tensor(slab[:ok]),
-                                                  self._rows, cids[lo:lo + ok])
-                tconv += time.monotonic() - tc
-                self._release_slab(slab, futs)
-                if reason:
-                    log.info("kvtier load of chunk %d/%d: %s; vLLM recomputes from there",
-                             lo + ok + 1, len(keys), reason)
-                    return _Done(job.job_id, lo + ok, len(keys), True,
-                                 time.monotonic() - t0, reason)
-        finally:
-            for _, _, slab, futs in batches:  # a failed job's reads still in flight
-                self._release_slab(slab, futs)
+        r = self._load_rows.load(keys, [int(c) for c in job.chunk_ids],
+                                 deadline=job.submit_time + self._deadline_s)
         t1 = time.monotonic()
+        if r.reason:
+            log.info("kvtier load of chunk %d/%d: %s; vLLM recomputes from there",
+                     r.done + 1, len(keys), r.reason)
+            return _Done(job.job_id, r.done, len(keys), True, t1 - t0, r.reason)
         return _Done(job.job_id, len(keys), len(keys), True, t1 - t0,
                      prof={"job to submit_load": submitted - job.submit_time,
-                           "queued": t0 - submitted, "run": t1 - t0,
-                           "read wait": tread, "convert": tconv},
+                           "queued": t0 - submitted, "run": t1 - t0, "C call": r.call_s,
+                           "submits": r.submit_s, "read wait": r.wait_s,
+                           "convert": r.convert_s},
                      finished=t1)
 
     def _submit(self, pool, job: TransferJob, fn, *args, is_load: bool) -> None:
@@ -582,15 +426,55 @@ class KvtierTier(SecondaryTierManager):
                      self._parents(job_metadata, keys), is_load=False)
 
     def submit_load(self, job_metadata: TransferJob) -> None:
+        """Started here, on the scheduler thread, in one non-blocking libkvtier call, and
+        polled by get_finished_jobs: no other Python thread takes part, so no GIL handoff
+        (each of which can wait behind vLLM's busy step loop) stands between a finished
+        read and vLLM. A store in client mode (store.daemon) cannot start a job: its loads
+        go to the load threads, one blocking call per job."""
         keys = [self._key(k, job_metadata.req_context) for k in job_metadata.keys]
-        self._submit(self._load_pool, job_metadata, self._run_load, keys,
-                     self._start_load(keys), time.monotonic(), is_load=True)
+        t0 = time.monotonic()
+        if not self._client_mode:
+            try:
+                rj = self._load_rows.load_start(
+                    keys, [int(c) for c in job_metadata.chunk_ids],
+                    deadline=job_metadata.submit_time + self._deadline_s)
+            except kvtier.KvtierError as e:  # a bug, not an I/O failure: fail the job
+                log.warning("kvtier load job %d not started: %s", job_metadata.job_id, e)
+                rj = None
+            self._load_jobs[job_metadata.job_id] = (rj, job_metadata, t0, time.monotonic())
+            return
+        self._submit(self._load_pool, job_metadata, self._run_load, keys, t0, is_load=True)
 
     def has_pending_work(self) -> bool:
-        return bool(self._jobs)
+        return bool(self._jobs or self._load_jobs)
+
+    def _poll_loads(self, timeout_ms: int = 0) -> list:
+        """(job_id, _Done, job) of the started loads that are over."""
+        out = []
+        for job_id, (rj, job, t0, t1) in list(self._load_jobs.items()):
+            r = rj.poll(timeout_ms) if rj is not None else None
+            if rj is not None and r is None:
+                continue
+            now = time.monotonic()
+            del self._load_jobs[job_id]
+            n = len(list(job.keys))
+            if r is None:
+                d = _Done(job_id, 0, n, True, 0.0, "error")
+            else:
+                rj.free()
+                d = _Done(job_id, r.done, n, True, now - t0, r.reason,
+                          prof={"job to submit_load": t0 - job.submit_time,
+                                "start call": t1 - t0, "over after": now - t0,
+                                "submits": r.submit_s, "convert": r.convert_s},
+                          finished=now)
+                if r.reason:
+                    log.info("kvtier load of chunk %d/%d: %s; vLLM recomputes from there",
+                             r.done + 1, n, r.reason)
+            out.append((job_id, d, job))
+        return out
 
     def get_finished_jobs(self) -> Iterable[JobResult]:
-        results = []
+        results = [self._reap(job_id, d, job, True) for job_id, d, job in self._poll_loads()]
         while True:
             try:
                 job_id = self._done.get_nowait()
@@ -602,44 +486,50 @@ class KvtierTier(SecondaryTierManager):
             except Exception as e:  # a bug, not an I/O failure: fail the job, keep serving
                 log.exception("kvtier job %d raised", job_id)
                 d = _Done(job_id, 0, len(list(job.keys)), is_load, 0.0, type(e).__name__)
-            okeys = list(job.keys)
-            ok = d.ok == d.n
-            if _PROFILE:
-                print(f"kvtier-profile {'load' if is_load else 'store'} job {job_id}: "
-                      f"{d.n} chunks, " + ", ".join(f"{k} {v * 1e3:.1f} ms"
-                                                    for k, v in d.prof.items())
-                      + f", reaped {(time.monotonic() - d.finished) * 1e3:.1f} ms after",
-                      file=sys.stderr, flush=True)
-            nbytes = d.ok * self.block_size_bytes
-            if is_load and not ok:
-                self._load_failures[d.reason] = self._load_failures.get(d.reason, 0) + 1
-                if d.reason == "deadline":
-                    self._deadline_misses += 1
-                for okey in okeys[d.ok:]:  # a failed load marks its chunks a miss
-                    v = self._verdicts.get(self._key(okey, job.req_context))
-                    if v is not None:
-                        v.hit = False
-                    self._announce_removed(self._key(okey, job.req_context))
-            if not is_load and d.stored:
-                for okey in d.stored:
-                    k = self._key(okey, job.req_context)
-                    v = self._verdicts.get(k)
-                    if v is not None:
-                        v.hit = True
-                    if self._events is not None:
-                        self._announced[k] = okey
-                if self._events is not None:
-                    self._events.append(OffloadingEvent(
-                        keys=list(d.stored), medium=self.medium, removed=False,
-                        locality=self.locality))
-            results.append(JobResult(
-                job_id=job_id, success=ok,
-                successful_keys=tuple(okeys[:d.ok]) if (is_load and not ok and d.ok) else None,
-                transfer_time=d.seconds, transfer_bytes=nbytes or None))
+            results.append(self._reap(job_id, d, job, is_load))
         return results
+
+    def _reap(self, job_id: JobId, d: _Done, job: TransferJob, is_load: bool) -> JobResult:
+        okeys = list(job.keys)
+        ok = d.ok == d.n
+        if _PROFILE:
+            print(f"kvtier-profile {'load' if is_load else 'store'} job {job_id}: "
+                  f"{d.n} chunks, " + ", ".join(f"{k} {v * 1e3:.1f} ms"
+                                                for k, v in d.prof.items())
+                  + f", reaped {(time.monotonic() - d.finished) * 1e3:.1f} ms after",
+                  file=sys.stderr, flush=True)
+        nbytes = d.ok * self.block_size_bytes
+        if is_load and not ok:
+            self._load_failures[d.reason] = self._load_failures.get(d.reason, 0) + 1
+            if d.reason == "deadline":
+                self._deadline_misses += 1
+            for okey in okeys[d.ok:]:  # a failed load marks its chunks a miss
+                v = self._verdicts.get(self._key(okey, job.req_context))
+                if v is not None:
+                    v.hit = False
+                self._announce_removed(self._key(okey, job.req_context))
+        if not is_load and d.stored:
+            for okey in d.stored:
+                k = self._key(okey, job.req_context)
+                v = self._verdicts.get(k)
+                if v is not None:
+                    v.hit = True
+                if self._events is not None:
+                    self._announced[k] = okey
+            if self._events is not None:
+                self._events.append(OffloadingEvent(
+                    keys=list(d.stored), medium=self.medium, removed=False,
+                    locality=self.locality))
+        return JobResult(
+            job_id=job_id, success=ok,
+            successful_keys=tuple(okeys[:d.ok]) if (is_load and not ok and d.ok) else None,
+            transfer_time=d.seconds, transfer_bytes=nbytes or None)
 
     def drain_jobs(self) -> None:
         cf.wait([f for f, _, _ in list(self._jobs.values())])
+        for rj, _, _, _ in list(self._load_jobs.values()):
+            if rj is not None:
+                rj.poll(-1)  # over (its result stays for get_finished_jobs)
 
     # ---------------------------------------------------------------- events
     def _announce_removed(self, k: bytes) -> None:
@@ -732,7 +622,12 @@ class KvtierTier(SecondaryTierManager):
         self.drain_jobs()
         self._store_pool.shutdown(wait=True)
         self._load_pool.shutdown(wait=True)
+        for rj, _, _, _ in self._load_jobs.values():
+            if rj is not None:
+                rj.free()
+        self._load_jobs.clear()
+        self._load_rows.close()  # before the store: they wait for reads still in flight
+        self._store_rows.close()
         self._store.close()
         self._store = None
-        self._rows = None
         self._view = None  # release the primary tier's buffer before vLLM unmaps it

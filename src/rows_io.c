@@ -1,0 +1,647 @@
+/*
+ * rows_io.c - one call per batch of chunks between a store and an engine's rows
+ * (include/kvtier_layout.h says why). Reads and writes are submitted with direct
+ * completions (the callback runs on the thread that completes the operation, as for the
+ * *_sync wrappers): nothing needs kvt_poll, so the caller waits here, in C, with the
+ * batch's deadline.
+ *
+ * Loads convert each chunk on the thread its read completes on (a verify or tier thread,
+ * or the caller for a DRAM hit), so conversions run in parallel and overlap the next
+ * reads; they read the verified object where it lies (a pinned DRAM slot or the engine's
+ * bounce buffer, kvt__e_do_get_sink), without copying it into a staging buffer first,
+ * unless the store protects its objects (decryption needs a buffer). A read that completes after its batch was given up (deadline, an earlier
+ * failure) writes nothing: the batch marks itself abandoned under the handle's lock and
+ * waits for the conversions already running, so no row is written once the call returns.
+ * Staging buffers (or, where loads need none, just the permits to have an operation in
+ * flight) belong to the handle; one whose operation is still in flight when its batch
+ * returns goes back to the pool from the operation's callback.
+ */
+#include <time.h>
+
+#include "engine_internal.h"
+#include "layout_copy.h"
+
+struct kvt_rows {
+	struct kvt_store *s;
+	struct kvt_row_layout lay;
+	char *rows;
+	uint64_t n_rows;
+	uint64_t chunk_bytes;
+	uint32_t chunk_tokens;
+	bool sink; /* loads convert from the object in place (no staging buffer) */
+	pthread_mutex_t m;
+	pthread_cond_t c; /* CLOCK_MONOTONIC: a buffer came back, a chunk finished */
+	void **free_bufs; /* NULL entries: buffers not made yet (made when first needed) */
+	uint32_t n_free, n_bufs;
+};
+
+enum { ST_PENDING = 0, ST_DONE = 1 }; /* else a -errno */
+
+struct batch;
+struct slot {
+	struct batch *b;
+	uint32_t idx;
+	void *buf;
+};
+
+typedef int (*submit_fn)(struct kvt_rows *r, struct slot *sl, const void *ctx);
+
+struct load_ctx {
+	const struct kvt_key *keys;
+};
+
+struct batch {
+	struct kvt_rows *r;
+	const uint64_t *row_ids; /* valid while not abandoned (a job's own copy) */
+	uint32_t refs;           /* the caller + operations in flight */
+	uint32_t first_fail;     /* lowest failed index (n: none) */
+	uint32_t converting;
+	bool abandoned;
+	_Atomic uint64_t convert_ns;
+	int *state;
+	struct slot *slots;
+	/* the caller's side, under r->m */
+	size_t n, next, done;
+	bool load, finished, backoff;
+	int fail;
+	submit_fn submit;
+	const void *ctx;
+	uint64_t deadline, t_wait, t_submit, conv_here;
+	struct kvt_key *own_keys; /* a started job's copies of its keys and rows */
+	uint64_t *own_rows;
+	struct load_ctx lc;
+};
+
+struct kvt_rows_job {
+	struct batch *b;
+	struct kvt_rows_result res;
+};
+
+/* ----------------------------------------------------------------- handle */
+
+int kvt_rows_open(struct kvt_store *s, const struct kvt_row_layout *lay, void *rows,
+		  uint64_t n_rows, uint32_t staging, struct kvt_rows **out)
+{
+	if (!s || !rows || !n_rows || !staging || staging > 4096 || !out ||
+	    kvt_row_layout_check(lay))
+		return -EINVAL;
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	uint32_t tokens = lay->block_tokens * lay->blocks_per_chunk;
+	if (g->layers != lay->layers || g->kv_heads != lay->kv_heads ||
+	    g->head_dim != lay->head_dim || g->chunk_tokens != tokens ||
+	    kvt_dtype_bytes(g->dtype) != lay->elem_bytes || g->kind != KVT_KIND_KV)
+		return -EINVAL;
+	struct kvt_rows *r = kvt__calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->s = s;
+	r->lay = *lay;
+	r->rows = rows;
+	r->n_rows = n_rows;
+	r->chunk_bytes = kvt_row_layout_chunk_bytes(lay);
+	r->chunk_tokens = tokens;
+	pthread_mutex_init(&r->m, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&r->c, &ca);
+	pthread_condattr_destroy(&ca);
+	r->free_bufs = kvt__calloc(staging, sizeof(void *));
+	if (!r->free_bufs) {
+		kvt_rows_close(r);
+		return -ENOMEM;
+	}
+	r->sink = !s->client && !s->prot;
+	for (uint32_t i = 0; i < staging; i++) {
+		void *b = NULL;
+		if (!r->sink) { /* loads need them: made and touched now, not on a restore */
+			b = kvt__aligned_alloc(r->chunk_bytes);
+			if (!b) {
+				kvt_rows_close(r);
+				return -ENOMEM;
+			}
+			memset(b, 0, r->chunk_bytes);
+		}
+		r->free_bufs[r->n_free++] = b;
+		r->n_bufs++;
+	}
+	*out = r;
+	return 0;
+}
+
+void kvt_rows_close(struct kvt_rows *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->m);
+	while (r->n_free < r->n_bufs) /* buffers of reads or writes still in flight */
+		pthread_cond_wait(&r->c, &r->m);
+	pthread_mutex_unlock(&r->m);
+	for (uint32_t i = 0; i < r->n_free; i++)
+		if (r->free_bufs[i])
+			kvt__free_aligned(r->free_bufs[i], r->chunk_bytes);
+	pthread_mutex_destroy(&r->m);
+	pthread_cond_destroy(&r->c);
+	kvt__free(r->free_bufs);
+	kvt__free(r);
+}
+
+/* ------------------------------------------------------------------ batch */
+
+static struct batch *batch_new(struct kvt_rows *r, size_t n, const uint64_t *row_ids)
+{
+	struct batch *b = kvt__calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	b->state = kvt__calloc(n ? n : 1, sizeof(int));
+	b->slots = kvt__calloc(n ? n : 1, sizeof(struct slot));
+	if (!b->state || !b->slots) {
+		kvt__free(b->state);
+		kvt__free(b->slots);
+		kvt__free(b);
+		return NULL;
+	}
+	b->r = r;
+	b->row_ids = row_ids;
+	b->refs = 1;
+	b->first_fail = (uint32_t)n;
+	return b;
+}
+
+static void batch_free(struct batch *b)
+{
+	kvt__free(b->own_keys);
+	kvt__free(b->own_rows);
+	kvt__free(b->state);
+	kvt__free(b->slots);
+	kvt__free(b);
+}
+
+/* Under r->m: the operation of slot sl finished with st (ST_DONE or -errno); its buffer
+ * goes back. Returns true when the batch is to be freed (its last reference). */
+static bool slot_finish(struct slot *sl, int st)
+{
+	struct batch *b = sl->b;
+	struct kvt_rows *r = b->r;
+	b->state[sl->idx] = st;
+	if (st < 0 && sl->idx < b->first_fail)
+		b->first_fail = sl->idx;
+	r->free_bufs[r->n_free++] = sl->buf;
+	pthread_cond_broadcast(&r->c);
+	return --b->refs == 0;
+}
+
+/* Sink mode: the verified object, where it lies; converted into the row unless the
+ * batch gave up on this chunk. */
+static int64_t load_sink(void *arg, const struct kvt_header *h, const void *obj)
+{
+	struct slot *sl = arg;
+	struct batch *b = sl->b;
+	struct kvt_rows *r = b->r;
+	if (h->n_tokens != r->chunk_tokens)
+		return -EPROTO;
+	pthread_mutex_lock(&r->m);
+	bool convert = !b->abandoned && sl->idx < b->first_fail;
+	uint64_t row = convert ? b->row_ids[sl->idx] : 0;
+	if (convert)
+		b->converting++;
+	pthread_mutex_unlock(&r->m);
+	if (!convert)
+		return -ECANCELED;
+	uint64_t t0 = kvt__now_ns();
+	uint64_t base = kvt_layer_offset(&h->geometry, h->n_tokens, 0);
+	uint64_t stride = r->lay.layers > 1
+				  ? kvt_layer_offset(&h->geometry, h->n_tokens, 1) - base
+				  : 0;
+	kvt__row_from_canonical(&r->lay, (const char *)obj + base, stride,
+				r->rows + row * r->lay.row_bytes);
+	atomic_fetch_add(&b->convert_ns, kvt__now_ns() - t0);
+	pthread_mutex_lock(&r->m);
+	b->converting--;
+	pthread_mutex_unlock(&r->m);
+	return (int64_t)r->chunk_bytes;
+}
+
+static void load_cb(void *arg, const struct kvt_result *res)
+{
+	struct slot *sl = arg;
+	struct batch *b = sl->b;
+	struct kvt_rows *r = b->r;
+	int st = res->status < 0 ? res->status : 0;
+	if (st == 0 && res->n_tokens != r->chunk_tokens)
+		st = -EPROTO;
+	bool convert = false; /* sink mode: load_sink converted it (st 0) or said why not */
+	uint64_t row = 0;
+	pthread_mutex_lock(&r->m);
+	if (!r->sink) {
+		convert = st == 0 && !b->abandoned && sl->idx < b->first_fail;
+		row = convert ? b->row_ids[sl->idx] : 0;
+		if (convert)
+			b->converting++;
+	}
+	pthread_mutex_unlock(&r->m);
+	if (convert) {
+		uint64_t t0 = kvt__now_ns();
+		kvt__row_from_canonical(&r->lay, sl->buf, 0, r->rows + row * r->lay.row_bytes);
+		atomic_fetch_add(&b->convert_ns, kvt__now_ns() - t0);
+	}
+	pthread_mutex_lock(&r->m);
+	if (convert)
+		b->converting--;
+	bool last = slot_finish(sl, st < 0 ? st : (r->sink || convert) ? ST_DONE : -ECANCELED);
+	pthread_mutex_unlock(&r->m);
+	if (last)
+		batch_free(b);
+}
+
+static void store_cb(void *arg, const struct kvt_result *res)
+{
+	struct slot *sl = arg;
+	struct kvt_rows *r = sl->b->r;
+	pthread_mutex_lock(&r->m);
+	bool last = slot_finish(sl, res->status < 0 ? res->status : ST_DONE);
+	pthread_mutex_unlock(&r->m);
+	if (last)
+		batch_free(sl->b);
+}
+
+static int failure_of(int st)
+{
+	switch (st) {
+	case 0:
+		return KVT_ROWS_OK;
+	case -ENOENT:
+		return KVT_ROWS_MISS;
+	case -EBADMSG:
+		return KVT_ROWS_CORRUPT;
+	case -ETIMEDOUT:
+		return KVT_ROWS_TIMEOUT;
+	case -ETIME:
+		return KVT_ROWS_DEADLINE;
+	case -EPROTO:
+		return KVT_ROWS_SHORT;
+	default:
+		return KVT_ROWS_ERROR;
+	}
+}
+
+/* Under r->m: wait for a change until the deadline (0: none) or at most max_ns (0: no
+ * limit). false once the deadline has passed. */
+static bool wait_change(struct kvt_rows *r, uint64_t deadline, uint64_t max_ns)
+{
+	uint64_t now = kvt__now_ns();
+	if (deadline && now >= deadline)
+		return false;
+	uint64_t until = deadline;
+	if (max_ns && (!until || now + max_ns < until))
+		until = now + max_ns;
+	if (!until) {
+		pthread_cond_wait(&r->c, &r->m);
+		return true;
+	}
+	struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+			      .tv_nsec = (long)(until % 1000000000ull)};
+	pthread_cond_timedwait(&r->c, &r->m, &ts);
+	return true;
+}
+
+/* Submits chunk i of a batch (load: a get, into a staging buffer or a sink; store: a put
+ * of the buffer the caller converted). Returns the submit status (< 0: no callback). */
+
+static int submit_get(struct kvt_rows *r, struct slot *sl, const void *ctx)
+{
+	const struct load_ctx *lc = ctx;
+	struct kvt_key sk;
+	const struct kvt_key *k = kvt__e_skey(r->s, &lc->keys[sl->idx], &sk);
+	if (r->sink)
+		return kvt__e_do_get_sink(r->s, k, load_sink, sl, load_cb, sl, true);
+	return kvt__e_do_get(r->s, k, 0, 0, sl->buf, r->chunk_bytes, load_cb, sl, true);
+}
+
+struct store_ctx {
+	const struct kvt_key *keys, *parents;
+	const uint8_t *has_parent;
+	const uint64_t *row_ids;
+};
+
+static int submit_put(struct kvt_rows *r, struct slot *sl, const void *ctx)
+{
+	const struct store_ctx *sc = ctx;
+	uint32_t i = sl->idx;
+	struct kvt_key sk, sp;
+	const struct kvt_key *par = NULL;
+	if (sc->parents && (!sc->has_parent || sc->has_parent[i]))
+		par = kvt__e_skey(r->s, &sc->parents[i], &sp);
+	return kvt__e_do_put(r->s, kvt__e_skey(r->s, &sc->keys[i], &sk), par, r->chunk_tokens,
+			     sl->buf, r->chunk_bytes, store_cb, sl, true);
+}
+
+/* Under r->m: submit what the permits allow (chunks in order, none past a known failure),
+ * then move `done` over the chunks finished. true once the batch is over (b->fail says
+ * why: 0, a chunk's -errno, or -ETIME at the deadline). */
+static bool batch_pump(struct batch *b)
+{
+	struct kvt_rows *r = b->r;
+	for (;;) {
+		b->backoff = false;
+		while (b->next < b->n && b->next <= b->first_fail && r->n_free) {
+			size_t i = b->next;
+			struct slot *sl = &b->slots[i];
+			sl->b = b;
+			sl->idx = (uint32_t)i;
+			sl->buf = r->free_bufs[--r->n_free];
+			b->refs++;
+			pthread_mutex_unlock(&r->m);
+			int rc = 0;
+			if (!sl->buf && (!b->load || !r->sink)) { /* the first use of this buffer */
+				sl->buf = kvt__aligned_alloc(r->chunk_bytes);
+				rc = sl->buf ? 0 : -ENOMEM;
+			}
+			if (!b->load && !rc) {
+				uint64_t t0 = kvt__now_ns();
+				kvt__row_to_canonical(&r->lay, r->rows + b->row_ids[i] * r->lay.row_bytes,
+						      sl->buf);
+				b->conv_here += kvt__now_ns() - t0;
+			}
+			if (!rc) {
+				uint64_t ts = kvt__now_ns();
+				rc = b->submit(r, sl, b->ctx);
+				b->t_submit += kvt__now_ns() - ts;
+			}
+			pthread_mutex_lock(&r->m);
+			if (rc == -EAGAIN) { /* back-pressure: try again once something finished */
+				r->free_bufs[r->n_free++] = sl->buf;
+				b->refs--;
+				b->backoff = true;
+				break;
+			}
+			if (rc < 0) {
+				r->free_bufs[r->n_free++] = sl->buf;
+				b->refs--;
+				b->state[i] = rc;
+				if (i < b->first_fail)
+					b->first_fail = (uint32_t)i;
+			}
+			b->next++;
+		}
+		while (b->done < b->n && b->state[b->done] == ST_DONE)
+			b->done++;
+		if (b->done == b->n) {
+			b->fail = 0;
+			return true;
+		}
+		if (b->state[b->done] < 0) {
+			b->fail = b->state[b->done];
+			return true;
+		}
+		if (b->deadline && kvt__now_ns() >= b->deadline) {
+			b->fail = -ETIME;
+			return true;
+		}
+		/* more to submit and permits back already (a DRAM hit completes inline) */
+		if (!(b->next < b->n && b->next <= b->first_fail && r->n_free && !b->backoff))
+			return false;
+	}
+}
+
+/* Under r->m: give up the rest (no conversion starts from now on), wait for those
+ * running, fill res, drop the caller's reference (r->m is released on return). */
+static void batch_finish(struct batch *b, struct kvt_rows_result *res)
+{
+	struct kvt_rows *r = b->r;
+	struct kvt_rows_result out = {0};
+	b->abandoned = true;
+	while (b->converting)
+		pthread_cond_wait(&r->c, &r->m);
+	b->finished = true;
+	bool last = --b->refs == 0;
+	out.convert_ns = atomic_load(&b->convert_ns) + b->conv_here;
+	out.done = (uint32_t)b->done;
+	out.status = b->fail;
+	out.failure = failure_of(b->fail);
+	out.wait_ns = b->t_wait;
+	out.submit_ns = b->t_submit;
+	pthread_mutex_unlock(&r->m);
+	if (last)
+		batch_free(b);
+	*res = out;
+}
+
+/* Under r->m: pump until over or timeout_ms passed (-1: no limit, 0: no wait). */
+static bool batch_drive(struct batch *b, int timeout_ms)
+{
+	struct kvt_rows *r = b->r;
+	uint64_t until = timeout_ms < 0 ? 0 : kvt__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	for (;;) {
+		if (batch_pump(b))
+			return true;
+		uint64_t now = kvt__now_ns();
+		if (timeout_ms >= 0 && now >= until)
+			return false;
+		uint64_t lim = b->deadline;
+		if (timeout_ms >= 0 && (!lim || until < lim))
+			lim = until;
+		uint64_t t0 = now;
+		wait_change(r, lim, b->backoff ? 1000000 : 0);
+		b->t_wait += kvt__now_ns() - t0;
+	}
+}
+
+static struct batch *batch_start(struct kvt_rows *r, size_t n, const uint64_t *row_ids,
+				 bool load, submit_fn submit, const void *ctx, uint64_t deadline)
+{
+	struct batch *b = batch_new(r, n, row_ids);
+	if (!b)
+		return NULL;
+	b->n = n;
+	b->load = load;
+	b->submit = submit;
+	b->ctx = ctx;
+	b->deadline = deadline;
+	return b;
+}
+
+/* The blocking form: start, drive to the end, finish. */
+static int run_batch(struct kvt_rows *r, size_t n, const uint64_t *row_ids, bool load,
+		     submit_fn submit, const void *ctx, uint64_t deadline,
+		     struct kvt_rows_result *res)
+{
+	struct batch *b = batch_start(r, n, row_ids, load, submit, ctx, deadline);
+	if (!b)
+		return -ENOMEM;
+	struct kvt_rows_result out;
+	pthread_mutex_lock(&r->m);
+	batch_drive(b, -1);
+	batch_finish(b, &out);
+	if (res)
+		*res = out;
+	return (int)out.done;
+}
+
+/* Client mode (store.daemon): one blocking call per chunk, converted here. */
+static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
+		      const struct kvt_key *parents, const uint8_t *has_parent,
+		      const uint64_t *row_ids, size_t n, bool load, uint64_t deadline,
+		      struct kvt_rows_result *res)
+{
+	struct kvt_rows_result out = {0};
+	pthread_mutex_lock(&r->m);
+	while (!r->n_free)
+		pthread_cond_wait(&r->c, &r->m);
+	void *buf = r->free_bufs[--r->n_free];
+	pthread_mutex_unlock(&r->m);
+	size_t i = 0;
+	int fail = 0;
+	if (!buf && !(buf = kvt__aligned_alloc(r->chunk_bytes))) {
+		fail = -ENOMEM;
+		n = 0;
+	}
+	for (; i < n; i++) {
+		if (deadline && kvt__now_ns() >= deadline) {
+			fail = -ETIME;
+			break;
+		}
+		char *row = r->rows + row_ids[i] * r->lay.row_bytes;
+		uint64_t t0 = kvt__now_ns(), t1;
+		if (load) {
+			struct kvt_result kr = {0};
+			int rc = kvt_get_sync(r->s, &keys[i], 0, 0, buf, r->chunk_bytes, &kr);
+			if (rc == 0 && kr.n_tokens != r->chunk_tokens)
+				rc = -EPROTO;
+			t1 = kvt__now_ns();
+			out.wait_ns += t1 - t0;
+			if (rc < 0) {
+				fail = rc;
+				break;
+			}
+			kvt__row_from_canonical(&r->lay, buf, 0, row);
+			out.convert_ns += kvt__now_ns() - t1;
+		} else {
+			kvt__row_to_canonical(&r->lay, row, buf);
+			t1 = kvt__now_ns();
+			out.convert_ns += t1 - t0;
+			bool hp = parents && (!has_parent || has_parent[i]);
+			int rc = kvt_put_sync(r->s, &keys[i], hp ? &parents[i] : NULL,
+					      r->chunk_tokens, buf, r->chunk_bytes);
+			out.wait_ns += kvt__now_ns() - t1;
+			if (rc < 0) {
+				fail = rc;
+				break;
+			}
+		}
+	}
+	pthread_mutex_lock(&r->m);
+	r->free_bufs[r->n_free++] = buf;
+	pthread_cond_broadcast(&r->c);
+	pthread_mutex_unlock(&r->m);
+	out.done = (uint32_t)i;
+	out.status = fail;
+	out.failure = failure_of(fail);
+	if (res)
+		*res = out;
+	return (int)i;
+}
+
+static int check_rows(struct kvt_rows *r, const uint64_t *row_ids, size_t n)
+{
+	if (n > UINT32_MAX / 2)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (row_ids[i] >= r->n_rows)
+			return -EINVAL;
+	return 0;
+}
+
+int kvt_rows_load(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
+		  size_t n, uint64_t deadline_ns, struct kvt_rows_result *res)
+{
+	if (!r || (n && (!keys || !row_ids)) || check_rows(r, row_ids, n))
+		return -EINVAL;
+	if (r->s->client)
+		return run_serial(r, keys, NULL, NULL, row_ids, n, true, deadline_ns, res);
+	struct load_ctx lc = {.keys = keys};
+	return run_batch(r, n, row_ids, true, submit_get, &lc, deadline_ns, res);
+}
+
+int kvt_rows_store(struct kvt_rows *r, const struct kvt_key *keys, const struct kvt_key *parents,
+		   const uint8_t *has_parent, const uint64_t *row_ids, size_t n,
+		   uint64_t deadline_ns, struct kvt_rows_result *res)
+{
+	if (!r || (n && (!keys || !row_ids)) || check_rows(r, row_ids, n))
+		return -EINVAL;
+	if (r->s->client)
+		return run_serial(r, keys, parents, has_parent, row_ids, n, false, deadline_ns,
+				  res);
+	struct store_ctx sc = {
+		.keys = keys, .parents = parents, .has_parent = has_parent, .row_ids = row_ids};
+	return run_batch(r, n, row_ids, false, submit_put, &sc, deadline_ns, res);
+}
+
+int kvt_rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
+			size_t n, uint64_t deadline_ns, struct kvt_rows_job **out)
+{
+	if (!r || !out || (n && (!keys || !row_ids)) || check_rows(r, row_ids, n) || r->s->client)
+		return -EINVAL;
+	struct kvt_rows_job *j = kvt__calloc(1, sizeof(*j));
+	struct kvt_key *k = kvt__malloc((n ? n : 1) * sizeof(*k));
+	uint64_t *ids = kvt__malloc((n ? n : 1) * sizeof(*ids));
+	struct batch *b = j && k && ids ? batch_start(r, n, ids, true, submit_get, NULL, deadline_ns)
+					: NULL;
+	if (!b) {
+		kvt__free(j);
+		kvt__free(k);
+		kvt__free(ids);
+		return -ENOMEM;
+	}
+	if (n) {
+		memcpy(k, keys, n * sizeof(*k));
+		memcpy(ids, row_ids, n * sizeof(*ids));
+	}
+	b->own_keys = k;
+	b->own_rows = ids;
+	b->lc.keys = k;
+	b->ctx = &b->lc;
+	pthread_mutex_lock(&r->m);
+	if (batch_pump(b)) {
+		batch_finish(b, &j->res); /* releases r->m; b may be gone after */
+	} else {
+		j->b = b;
+		pthread_mutex_unlock(&r->m);
+	}
+	*out = j;
+	return 0;
+}
+
+int kvt_rows_job_poll(struct kvt_rows_job *j, int timeout_ms, struct kvt_rows_result *res)
+{
+	if (!j)
+		return -EINVAL;
+	if (j->b) {
+		struct batch *b = j->b;
+		struct kvt_rows *r = b->r;
+		pthread_mutex_lock(&r->m);
+		if (!batch_drive(b, timeout_ms)) {
+			pthread_mutex_unlock(&r->m);
+			return 0;
+		}
+		j->b = NULL;
+		batch_finish(b, &j->res); /* releases r->m; b may be gone after */
+	}
+	if (res)
+		*res = j->res;
+	return 1;
+}
+
+void kvt_rows_job_free(struct kvt_rows_job *j)
+{
+	if (!j)
+		return;
+	if (j->b) { /* not finished: give it up (rows are not written after this returns) */
+		struct batch *b = j->b;
+		pthread_mutex_lock(&b->r->m);
+		if (!b->fail)
+			b->fail = -ECANCELED;
+		batch_finish(b, &j->res);
+	}
+	kvt__free(j);
+}
