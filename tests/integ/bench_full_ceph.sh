@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kvt-test-labels: server;slow
+# kvt-test-labels: server
 # bench_full_ceph.sh - `kvtier bench --tier s3` against a Ceph cluster that is full (issue
 # #8: the same command never returned; a full Ceph blocks its writers forever, so only
 # kvtier's own deadlines can end the calls). A private single-node Ceph with RGW on free
