@@ -95,6 +95,8 @@ struct kvt_tier_ops {
 			      void (*fn)(void *arg, const char *path, const char *why), void *arg);
 };
 
+struct kvt_evict_gate;
+
 struct kvt_tier {
 	const struct kvt_tier_ops *ops;
 	void *state;
@@ -104,6 +106,7 @@ struct kvt_tier {
 	uint64_t object_max;  /* bytes of a full chunk's object */
 	struct kvt_geometry geo; /* a copy: the tier may outlive whoever opened it */
 	struct kvt_config *own_cfg; /* opened by kvt__tier_open_bounded: its config copy */
+	struct kvt_evict_gate *own_gate; /* and the gate its eviction hook goes through */
 	_Atomic int busy; /* bounded synchronous calls running in the tier */
 	/* Set by the engine before open: the tier evicted key by its own policy or for room
 	 * (its KV events). May be called from any of the tier's threads. */
@@ -152,6 +155,8 @@ int kvt__tier_open_hooked(const char *name, const struct kvt_config *cfg,
 			  void (*on_evict)(void *, int, const struct kvt_key *, uint64_t),
 			  void *on_evict_arg, struct kvt_tier **out);
 void kvt__tier_close(struct kvt_tier *t);
+/* Drop the tier's reference to its eviction gate (kvt__tier_close does; tier_bounded.c). */
+void kvt__evict_gate_put(struct kvt_evict_gate *g);
 
 /* The synchronous calls with a time limit (src/tier_bounded.c): on a hung device they
  * return -ETIMEDOUT after ms and leave the call running on a helper thread; whatever it

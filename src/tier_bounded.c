@@ -118,26 +118,58 @@ static int64_t bounded(struct kvt_tier *busy, int64_t (*fn)(void *), void *arg,
 
 /* ------------------------------------------------------------ open */
 
+/* The eviction hook goes through a gate: a tier whose open outlived its bound may still
+ * report evictions while it recovers, after the opener (a store) has given up and been
+ * freed. The opener closes the gate at the timeout; a report in flight finishes first.
+ * Two references: the opener's, and the tier's (kvt__tier_close drops it). */
+struct kvt_evict_gate {
+	pthread_mutex_t m;
+	bool closed;
+	atomic_int refs;
+	void (*fn)(void *arg, int index, const struct kvt_key *key, uint64_t bytes);
+	void *arg;
+};
+
+static void gate_forward(void *arg, int index, const struct kvt_key *key, uint64_t bytes)
+{
+	struct kvt_evict_gate *g = arg;
+	pthread_mutex_lock(&g->m);
+	if (!g->closed)
+		g->fn(g->arg, index, key, bytes);
+	pthread_mutex_unlock(&g->m);
+}
+
+void kvt__evict_gate_put(struct kvt_evict_gate *g)
+{
+	if (g && atomic_fetch_sub(&g->refs, 1) == 1) {
+		pthread_mutex_destroy(&g->m);
+		kvt__free(g);
+	}
+}
+
 struct open_call {
 	char name[32];
 	struct kvt_config *cfg; /* a copy: the tier keeps it (t->own_cfg) */
 	struct kvt_log log;
 	struct kvt_geometry geo;
 	int index;
-	void (*on_evict)(void *, int, const struct kvt_key *, uint64_t);
-	void *on_evict_arg;
+	struct kvt_evict_gate *gate; /* NULL: no eviction hook */
 	struct kvt_tier *t;
 };
 
 static int64_t open_run(void *arg)
 {
 	struct open_call *o = arg;
-	int rc = kvt__tier_open_hooked(o->name, o->cfg, &o->log, &o->geo, o->index, o->on_evict,
-				       o->on_evict_arg, &o->t);
+	int rc = kvt__tier_open_hooked(o->name, o->cfg, &o->log, &o->geo, o->index,
+				       o->gate ? gate_forward : NULL, o->gate, &o->t);
 	if (rc == 0) {
 		o->t->own_cfg = o->cfg; /* tiers may keep pointers into their configuration */
 		o->cfg = NULL;
+		o->t->own_gate = o->gate; /* the tier's reference */
+	} else {
+		kvt__evict_gate_put(o->gate);
 	}
+	o->gate = NULL;
 	return rc;
 }
 
@@ -167,9 +199,28 @@ int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
 	o->log = *log;
 	o->geo = *g;
 	o->index = index;
-	o->on_evict = on_evict;
-	o->on_evict_arg = on_evict_arg;
+	struct kvt_evict_gate *gate = NULL;
+	if (on_evict) {
+		if (!(gate = kvt__calloc(1, sizeof(*gate)))) {
+			kvt_config_destroy(o->cfg);
+			kvt__free(o);
+			return -ENOMEM;
+		}
+		pthread_mutex_init(&gate->m, NULL);
+		atomic_init(&gate->refs, 2); /* ours, and the open's (then the tier's) */
+		gate->fn = on_evict;
+		gate->arg = on_evict_arg;
+		o->gate = gate;
+	}
 	int64_t r = bounded(NULL, open_run, o, open_orphan, ms);
+	if (gate) {
+		if (r == -ETIMEDOUT) { /* the opener goes away: no report may reach it now */
+			pthread_mutex_lock(&gate->m);
+			gate->closed = true;
+			pthread_mutex_unlock(&gate->m);
+		}
+		kvt__evict_gate_put(gate);
+	}
 	if (r == -ETIMEDOUT) {
 		KVT_ERR(log, "tier %s did not open within %llu ms (store.sync_timeout_ms): its "
 			     "device or server does not answer",
