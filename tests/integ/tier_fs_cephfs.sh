@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kvt-test-labels: server;slow
+# kvt-test-labels: server
 # The "fs" tier on a real CephFS: a private single-node Ceph (scripts/ceph/start-ceph.sh with
 # WITH_CEPHFS=1 FUSE_MOUNT=1) on free loopback ports, its file system mounted twice with
 # ceph-fuse - two clients, as two nodes would have. Against the mounts:

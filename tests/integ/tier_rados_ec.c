@@ -1,4 +1,4 @@
-/* kvt-test-labels: server;slow
+/* kvt-test-labels: server
  *
  * tier_rados_ec.c - the "rados" tier on an erasure-coded pool: a 3-OSD cluster, a k=2, m=1
  * pool with the OSD as failure domain (and min_size = k, so it stays writable and readable
