@@ -9,6 +9,10 @@ Every method runs on vLLM's scheduler thread and returns without waiting for I/O
     at once, whose DRAM part completes inside the call (a DRAM hit or miss is answered
     immediately) and whose deeper-tier part answers RETRY until it completes (the store's
     tier deadline, store.tier_timeout_ms, bounds how long: a stopped server is a miss);
+    completions are polled here, on the scheduler thread (lookup, on_schedule_end,
+    get_finished_jobs, take_events), never by a poll thread: a thread that must take the
+    GIL back from vLLM's busy step loop to hand over an answer waited 0.2-2 s per
+    handoff, and a request behind a few of them took 5 s instead of the tier deadline;
   - submit_load starts the job with one non-blocking libkvtier call (kvtier.Rows: the
     reads, and the conversion of each verified chunk into vLLM's row layout, layout.py,
     run in C on the library's threads) and get_finished_jobs polls it, so no other Python
@@ -239,7 +243,7 @@ class KvtierTier(SecondaryTierManager):
             cfg.set("model.revision", facts["revision"])
         if tenant:
             cfg.set("model.tenant", tenant)
-        self._store = kvtier.Store(cfg, poller="thread")
+        self._store = kvtier.Store(cfg, poller="manual")  # polled on the scheduler thread
         self.ns_id = self._store.ns_id
         self._tokens_per_hash = oc.cache.tokens_per_hash
         self._hash_algo = facts["hash_algo"]
@@ -364,6 +368,7 @@ class KvtierTier(SecondaryTierManager):
                 del self._verdicts[k]
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        self._store.poll(0)
         self._drain_lookups()
 
     # ------------------------------------------------------------ transfers
@@ -474,6 +479,7 @@ class KvtierTier(SecondaryTierManager):
         return out
 
     def get_finished_jobs(self) -> Iterable[JobResult]:
+        self._store.poll(0)  # lookups' completions, on this thread
         results = [self._reap(job_id, d, job, True) for job_id, d, job in self._poll_loads()]
         while True:
             try:
@@ -546,6 +552,7 @@ class KvtierTier(SecondaryTierManager):
         own: DRAM pressure, the NVMe capacity bound)."""
         if self._events is None:
             return
+        self._store.poll(0)  # the reconcile lookups' completions
         now = time.monotonic()
         if self._reconcile is None and now >= self._reconcile_at and self._announced:
             self._reconcile = [(k, self._store.lookup([k])) for k in list(self._announced)]
