@@ -245,7 +245,7 @@ static void test_osd_stall(void)
 	CHECK(kill(osd, SIGCONT) == 0, "SIGCONT osd.0");
 	uint64_t t0 = kvt__now_ns();
 	int ok = 0;
-	while (!ok && kvt__now_ns() - t0 < 30000000000ULL)
+	while (!ok && kvt__now_ns() - t0 < 90000000000ULL) /* a loaded 2-core CI box: peering can be slow */
 		ok = t_read(t, &keys[1], &segs[1], 1) == SZ;
 	CHECK(ok, "no recovery after SIGCONT");
 	CHECK(!memcmp(back + SZ, objs + SZ, SZ), "data after recovery");
