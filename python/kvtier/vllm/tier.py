@@ -258,7 +258,7 @@ class KvtierTier(SecondaryTierManager):
         # scheduler-thread state
         self._verdicts: dict[bytes, _Verdict] = {}
         self._req_keys: dict[str, set[bytes]] = {}
-        self._lookups: queue.SimpleQueue = queue.SimpleQueue()  # (key, hit) from poll thread
+        self._lookups: queue.SimpleQueue = queue.SimpleQueue()  # (key, hit) from lookup completions
         self._jobs: dict[JobId, tuple[cf.Future, TransferJob, bool]] = {}
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         # loads and stores: one libkvtier call per job (kvtier.Rows), which reads, waits
