@@ -21,9 +21,11 @@ T=$(mktemp -d /tmp/kvt-fullceph-XXXXXX)
 C=$T/ceph
 FILLER=""
 cleanup() {
-	[ -n "$FILLER" ] && kill "$FILLER" 2>/dev/null
+	local rc=$?
+	if [ -n "$FILLER" ]; then kill "$FILLER" 2>/dev/null || true; fi
 	"$SRC/scripts/ceph/stop-ceph.sh" "$C" >/dev/null 2>&1 || true
-	rm -rf "$T"
+	rm -rf "$T" || true
+	exit $rc
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
@@ -64,12 +66,13 @@ rados -p fill bench 120 write -b 4194304 -t 4 --no-cleanup >"$T/fill.log" 2>&1 &
 FILLER=$!
 full=0
 for _ in $(seq 1 120); do
-	if ceph health detail 2>/dev/null | grep -qi "full osd\|OSD_FULL"; then full=1; break; fi
+	if ceph health detail 2>/dev/null | grep -qw "OSD_FULL"; then full=1; break; fi
 	sleep 1
 done
 [ $full = 1 ] || fail "the cluster never became full: $(ceph health detail 2>&1 | head -5)"
 echo "full: $(ceph health 2>&1 | head -1)"
 kill "$FILLER" 2>/dev/null || true # it is blocked on the full cluster
+FILLER=
 
 # The command, on the full cluster.
 t0=$(ms)
