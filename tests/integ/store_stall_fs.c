@@ -127,48 +127,26 @@ static void stalled_store(struct slowfs *f, const char *tier)
 	}
 	kill(f->pid, SIGUSR1);
 	usleep(20000);
-	uint64_t t0 = kvt__now_ns();
-	int rc = kvt_put_sync(s, &k[N], NULL, g->chunk_tokens, buf, payload);
-	double ms = test_ms_since(t0);
-	fprintf(stderr, "  stalled: put %.0f ms (%s)\n", ms, kvt_strerror(rc));
+	double ms;
+	int rc;
+	TEST_BOUNDED(ms, CEIL_MS + SLACK_MS, "put",
+		     rc = kvt_put_sync(s, &k[N], NULL, g->chunk_tokens, buf, payload),
+		     "  stalled: put %.0f ms (%s)\n", ms, kvt_strerror(rc));
 	CHECK_RC(rc, -ETIMEDOUT);
-	CHECKM(ms < CEIL_MS + SLACK_MS, "put took %.0f ms", ms);
-	t0 = kvt__now_ns();
-	rc = kvt_get_sync(s, &k[0], 0, 0, buf, payload, NULL);
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stalled: get %.0f ms (%s)\n", ms, kvt_strerror(rc));
+	TEST_BOUNDED(ms, CEIL_MS + SLACK_MS, "get",
+		     rc = kvt_get_sync(s, &k[0], 0, 0, buf, payload, NULL),
+		     "  stalled: get %.0f ms (%s)\n", ms, kvt_strerror(rc));
 	CHECK_RC(rc, -ENOENT);
-	CHECKM(ms < CEIL_MS + SLACK_MS, "get took %.0f ms", ms);
 	int8_t tiers[N];
-	t0 = kvt__now_ns();
-	rc = kvt_lookup_sync(s, k, N, tiers);
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stalled: lookup %.0f ms (%d found)\n", ms, rc);
+	TEST_BOUNDED(ms, CEIL_MS + SLACK_MS, "lookup", rc = kvt_lookup_sync(s, k, N, tiers),
+		     "  stalled: lookup %.0f ms (%d found)\n", ms, rc);
 	CHECKM(rc >= 0, "lookup: %s", kvt_strerror(rc));
-	CHECKM(ms < CEIL_MS + SLACK_MS, "lookup took %.0f ms", ms);
-	t0 = kvt__now_ns();
-	rc = kvt_remove_sync(s, &k[1]);
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stalled: remove %.0f ms (%d removed)\n", ms, rc);
-	CHECKM(ms < CEIL_MS + SLACK_MS, "remove took %.0f ms", ms);
+	TEST_BOUNDED(ms, CEIL_MS + SLACK_MS, "remove", rc = kvt_remove_sync(s, &k[1]),
+		     "  stalled: remove %.0f ms (%d removed)\n", ms, rc);
 	struct test_box b[N];
-	memset(b, 0, sizeof(b));
 	void *bufs = malloc(payload * N);
-	t0 = kvt__now_ns();
-	for (int i = 0; i < N; i++)
-		CHECK_RC(kvt_get(s, &k[i], 0, 0, (char *)bufs + (size_t)i * payload, payload,
-				 test_box_cb, &b[i]),
-			 0);
-	for (int done = 0; done < N;) {
-		kvt_poll(s, 50);
-		done = 0;
-		for (int i = 0; i < N; i++)
-			done += b[i].done;
-		CHECKM(test_ms_since(t0) < 10000, "burst of gets never finished");
-	}
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stalled: %d concurrent gets done in %.0f ms\n", N, ms);
-	CHECKM(ms < CEIL_MS + SLACK_MS, "burst took %.0f ms", ms);
+	TEST_BOUNDED(ms, CEIL_MS + SLACK_MS, "burst", test_get_burst(s, k, N, bufs, payload, b),
+		     "  stalled: %d concurrent gets done in %.0f ms\n", N, ms);
 	/* completed: the engine never writes a caller's buffer after its callback (the late
 	 * tier answers go to the engine's own buffers) */
 	free(bufs);
@@ -176,11 +154,8 @@ static void stalled_store(struct slowfs *f, const char *tier)
 	kvt_stats(s, &st);
 	CHECKM(st.tier[0].deadline_misses >= 2, "deadline misses counted (%llu)",
 	       (unsigned long long)st.tier[0].deadline_misses);
-	t0 = kvt__now_ns();
-	kvt_store_close(s);
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stalled: close %.0f ms\n", ms);
-	CHECKM(ms < SYNC_MS + SLACK_MS, "close took %.0f ms", ms);
+	TEST_BOUNDED(ms, SYNC_MS + SLACK_MS, "close", kvt_store_close(s),
+		     "  stalled: close %.0f ms\n", ms);
 
 	/* ---- DRAM in front ---- */
 	kill(f->pid, SIGUSR2);
@@ -190,33 +165,17 @@ static void stalled_store(struct slowfs *f, const char *tier)
 	test_chain_keys(s, k2, N, 8);
 	kill(f->pid, SIGUSR1);
 	usleep(20000);
-	t0 = kvt__now_ns();
-	for (int i = 0; i < N; i++) {
-		test_fill(buf, payload, 200 + (uint64_t)i);
-		CHECK_RC(kvt_put_sync(s, &k2[i], i ? &k2[i - 1] : NULL, g->chunk_tokens, buf,
-				      payload),
-			 0);
-	}
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stalled, DRAM in front: %d puts %.1f ms\n", N, ms);
-	CHECKM(ms < 300, "puts took %.0f ms", ms);
+	TEST_BOUNDED(ms, 300, "puts", test_put_chain(s, k2, N, buf, payload, g->chunk_tokens, 200),
+		     "  stalled, DRAM in front: %d puts %.1f ms\n", N, ms);
 	CHECK_RC(kvt_get_sync(s, &k2[0], 0, 0, buf, payload, NULL), 0); /* a DRAM hit */
 	struct test_box fb = {0};
-	t0 = kvt__now_ns();
-	CHECK_RC(kvt_flush(s, test_box_cb, &fb), 0);
-	while (!fb.done)
-		kvt_poll(s, 50);
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stalled: flush %.0f ms, status %s, tier %d\n", ms,
-		kvt_strerror(fb.res.status), fb.res.tier);
-	CHECKM(ms < 2 * CEIL_MS + SLACK_MS, "flush took %.0f ms", ms);
+	TEST_BOUNDED(ms, 2 * CEIL_MS + SLACK_MS, "flush", test_flush_wait(s, &fb),
+		     "  stalled: flush %.0f ms, status %s, tier %d\n", ms,
+		     kvt_strerror(fb.res.status), fb.res.tier);
 	CHECK(fb.res.status < 0);
 	CHECK_EQ(fb.res.tier, 1);
-	t0 = kvt__now_ns();
-	kvt_store_close(s);
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stalled: close with write-behind out %.0f ms\n", ms);
-	CHECKM(ms < SYNC_MS + 2 * CEIL_MS + SLACK_MS, "close took %.0f ms", ms);
+	TEST_BOUNDED(ms, SYNC_MS + 2 * CEIL_MS + SLACK_MS, "close", kvt_store_close(s),
+		     "  stalled: close with write-behind out %.0f ms\n", ms);
 
 	/* ---- resumed: works again ---- */
 	kill(f->pid, SIGUSR2);

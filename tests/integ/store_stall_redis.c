@@ -69,10 +69,7 @@ int main(void)
 	size_t payload = kvt_payload_bytes(g, g->chunk_tokens);
 	void *buf = malloc(payload);
 	struct kvt_key k[N + 2];
-	for (int i = 0; i < N + 2; i++) {
-		uint32_t t[2] = {7, (uint32_t)i};
-		kvt_key_next(kvt_store_ns_id(s), i ? &k[i - 1] : NULL, t, 2, &k[i]);
-	}
+	test_chain_keys(s, k, N + 2, 7);
 	for (int i = 0; i < N; i++) {
 		test_fill(buf, payload, (uint64_t)i);
 		CHECK_RC(kvt_put_sync(s, &k[i], NULL, g->chunk_tokens, buf, payload), 0);
@@ -84,101 +81,54 @@ int main(void)
 
 	rs_signal(&r, SIGSTOP);
 	usleep(20000);
-	uint64_t t0 = kvt__now_ns();
-	rc = kvt_put_sync(s, &k[N], NULL, g->chunk_tokens, buf, payload);
-	double ms = test_ms_since(t0);
-	fprintf(stderr, "  stopped server: put %.0f ms (%s)\n", ms, kvt_strerror(rc));
+	double ms;
+	TEST_BOUNDED(ms, CEIL_MS + SLACK_MS, "put",
+		     rc = kvt_put_sync(s, &k[N], NULL, g->chunk_tokens, buf, payload),
+		     "  stopped server: put %.0f ms (%s)\n", ms, kvt_strerror(rc));
 	CHECK_RC(rc, -ETIMEDOUT);
-	CHECKM(ms < CEIL_MS + SLACK_MS, "put took %.0f ms", ms);
 
-	t0 = kvt__now_ns();
-	rc = kvt_get_sync(s, &k[0], 0, 0, buf, payload, NULL);
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stopped server: get %.0f ms (%s)\n", ms, kvt_strerror(rc));
+	TEST_BOUNDED(ms, CEIL_MS + SLACK_MS, "get",
+		     rc = kvt_get_sync(s, &k[0], 0, 0, buf, payload, NULL),
+		     "  stopped server: get %.0f ms (%s)\n", ms, kvt_strerror(rc));
 	CHECK_RC(rc, -ENOENT);
-	CHECKM(ms < CEIL_MS + SLACK_MS, "get took %.0f ms", ms);
 
 	int8_t tiers[N];
-	t0 = kvt__now_ns();
-	rc = kvt_lookup_sync(s, k, N, tiers);
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stopped server: lookup %.0f ms (%d found)\n", ms, rc);
+	TEST_BOUNDED(ms, CEIL_MS + SLACK_MS, "lookup", rc = kvt_lookup_sync(s, k, N, tiers),
+		     "  stopped server: lookup %.0f ms (%d found)\n", ms, rc);
 	CHECK_RC(rc, 0);
-	CHECKM(ms < CEIL_MS + SLACK_MS, "lookup took %.0f ms", ms);
 
-	t0 = kvt__now_ns();
-	rc = kvt_remove_sync(s, &k[1]);
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stopped server: remove %.0f ms (%d removed)\n", ms, rc);
+	TEST_BOUNDED(ms, CEIL_MS + SLACK_MS, "remove", rc = kvt_remove_sync(s, &k[1]),
+		     "  stopped server: remove %.0f ms (%d removed)\n", ms, rc);
 	CHECK_RC(rc, 0);
-	CHECKM(ms < CEIL_MS + SLACK_MS, "remove took %.0f ms", ms);
 
 	/* A burst of gets at once: each within its deadline, none waiting for the others. */
 	struct test_box b[N];
-	memset(b, 0, sizeof(b));
 	void *bufs = malloc(payload * N);
-	t0 = kvt__now_ns();
-	for (int i = 0; i < N; i++)
-		CHECK_RC(kvt_get(s, &k[i], 0, 0, (char *)bufs + (size_t)i * payload, payload, test_box_cb,
-				 &b[i]),
-			 0);
-	for (int done = 0; done < N;) {
-		kvt_poll(s, 50);
-		done = 0;
-		for (int i = 0; i < N; i++)
-			done += b[i].done;
-		CHECKM(test_ms_since(t0) < 10000, "burst of gets never finished");
-	}
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stopped server: %d concurrent gets done in %.0f ms\n", N, ms);
-	CHECKM(ms < CEIL_MS + SLACK_MS, "burst took %.0f ms", ms);
+	TEST_BOUNDED(ms, CEIL_MS + SLACK_MS, "burst", test_get_burst(s, k, N, bufs, payload, b),
+		     "  stopped server: %d concurrent gets done in %.0f ms\n", N, ms);
 	for (int i = 0; i < N; i++)
 		CHECK_RC(b[i].res.status, -ENOENT);
 	free(bufs);
 
-	t0 = kvt__now_ns();
-	kvt_store_close(s);
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stopped server: close %.0f ms\n", ms);
-	CHECKM(ms < 3000, "close took %.0f ms", ms);
+	TEST_BOUNDED(ms, 3000, "close", kvt_store_close(s), "  stopped server: close %.0f ms\n", ms);
 	CHECKM(remote_lines > 0, "a remote tier's miss is reported as remote");
 
 	/* ---- DRAM in front, write-through: puts at once, write-behind and flush bounded,
 	 * close bounded ---- */
 	rs_signal(&r, SIGCONT);
 	s = open_store(dir, "dram,redis", url);
-	for (int i = 0; i < N; i++) { /* warm: the tier answers */
-		test_fill(buf, payload, 100 + (uint64_t)i);
-		CHECK_RC(kvt_put_sync(s, &k[i], i ? &k[i - 1] : NULL, g->chunk_tokens, buf, payload),
-			 0);
-	}
+	test_put_chain(s, k, N, buf, payload, g->chunk_tokens, 100); /* warm: the tier answers */
 	CHECK_RC(kvt_flush_sync(s), 0);
 	rs_signal(&r, SIGSTOP);
 	usleep(20000);
 	struct kvt_key k2[N];
-	for (int i = 0; i < N; i++) {
-		uint32_t t[2] = {8, (uint32_t)i};
-		kvt_key_next(kvt_store_ns_id(s), i ? &k2[i - 1] : NULL, t, 2, &k2[i]);
-	}
-	t0 = kvt__now_ns();
-	for (int i = 0; i < N; i++) {
-		test_fill(buf, payload, 200 + (uint64_t)i);
-		CHECK_RC(kvt_put_sync(s, &k2[i], i ? &k2[i - 1] : NULL, g->chunk_tokens, buf,
-				      payload),
-			 0);
-	}
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stopped server, DRAM in front: %d puts %.1f ms\n", N, ms);
-	CHECKM(ms < 300, "puts took %.0f ms", ms);
+	test_chain_keys(s, k2, N, 8);
+	TEST_BOUNDED(ms, 300, "puts", test_put_chain(s, k2, N, buf, payload, g->chunk_tokens, 200),
+		     "  stopped server, DRAM in front: %d puts %.1f ms\n", N, ms);
 	struct test_box fb = {0};
-	t0 = kvt__now_ns();
-	CHECK_RC(kvt_flush(s, test_box_cb, &fb), 0);
-	while (!fb.done)
-		kvt_poll(s, 50);
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stopped server: flush %.0f ms, status %s, tier %d\n", ms,
-		kvt_strerror(fb.res.status), fb.res.tier);
-	CHECKM(ms < 2 * CEIL_MS + SLACK_MS, "flush took %.0f ms", ms);
+	TEST_BOUNDED(ms, 2 * CEIL_MS + SLACK_MS, "flush", test_flush_wait(s, &fb),
+		     "  stopped server: flush %.0f ms, status %s, tier %d\n", ms,
+		     kvt_strerror(fb.res.status), fb.res.tier);
 	CHECK(fb.res.status < 0);
 	CHECK_EQ(fb.res.tier, 1);
 	struct kvt_stats st;
@@ -193,11 +143,8 @@ int main(void)
 		test_fill(buf, payload, 300 + (uint64_t)i);
 		kvt_put_sync(s, &k[i], NULL, g->chunk_tokens, buf, payload);
 	}
-	t0 = kvt__now_ns();
-	kvt_store_close(s);
-	ms = test_ms_since(t0);
-	fprintf(stderr, "  stopped server: close with write-behind out %.0f ms\n", ms);
-	CHECKM(ms < 3000, "close took %.0f ms", ms);
+	TEST_BOUNDED(ms, 3000, "close", kvt_store_close(s),
+		     "  stopped server: close with write-behind out %.0f ms\n", ms);
 
 	/* ---- SIGCONT: works again ---- */
 	rs_signal(&r, SIGCONT);

@@ -126,6 +126,29 @@ static inline double test_ms_since(uint64_t t0)
 	return (double)((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec - t0) / 1e6;
 }
 
+/* Now, in CLOCK_MONOTONIC ns (the clock test_ms_since reads). */
+static inline uint64_t test_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * A call timed against a bound (the stall tests: every call under a stalled tier must end
+ * within its deadline): runs stmt, stores its duration in ms (a double), prints the
+ * printf-style rest (which may use ms and what stmt set), then fails unless ms < bound_ms.
+ * A macro so a failure names the caller's line.
+ */
+#define TEST_BOUNDED(ms, bound_ms, what, stmt, ...)                                           \
+	do {                                                                                  \
+		uint64_t bt0_ = test_now_ns();                                                \
+		stmt;                                                                         \
+		(ms) = test_ms_since(bt0_);                                                   \
+		fprintf(stderr, __VA_ARGS__);                                                 \
+		CHECKM((ms) < (bound_ms), "%s took %.0f ms", what, (ms));                   \
+	} while (0)
+
 /* The result of one asynchronous call, filled by test_box_cb (poll until done). */
 struct test_box {
 	int done;
@@ -137,6 +160,45 @@ static inline void test_box_cb(void *arg, const struct kvt_result *res)
 	struct test_box *b = arg;
 	b->res = *res;
 	b->done = 1;
+}
+
+/* Starts n gets at once into bufs (n payloads) and polls until every one completed into
+ * b[] (fails after 10 s: the calls must end even when their tier does not answer). */
+static inline void test_get_burst(struct kvt_store *s, const struct kvt_key *k, int n, void *bufs,
+				  size_t payload, struct test_box *b)
+{
+	uint64_t t0 = test_now_ns();
+	memset(b, 0, sizeof(*b) * (size_t)n);
+	for (int i = 0; i < n; i++)
+		CHECK_RC(kvt_get(s, &k[i], 0, 0, (char *)bufs + (size_t)i * payload, payload,
+				 test_box_cb, &b[i]),
+			 0);
+	for (int done = 0; done < n;) {
+		kvt_poll(s, 50);
+		done = 0;
+		for (int i = 0; i < n; i++)
+			done += b[i].done;
+		CHECKM(test_ms_since(t0) < 10000, "burst of gets never finished");
+	}
+}
+
+/* Puts n chunks along the chain k[] (each the parent of the next), chunk i filled with
+ * seed0 + i; each put must succeed. */
+static inline void test_put_chain(struct kvt_store *s, const struct kvt_key *k, int n, void *buf,
+				  size_t payload, uint32_t tokens, uint64_t seed0)
+{
+	for (int i = 0; i < n; i++) {
+		test_fill(buf, payload, seed0 + (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k[i], i ? &k[i - 1] : NULL, tokens, buf, payload), 0);
+	}
+}
+
+/* Starts a flush into *fb and polls until it completed (its status is the caller's). */
+static inline void test_flush_wait(struct kvt_store *s, struct test_box *fb)
+{
+	CHECK_RC(kvt_flush(s, test_box_cb, fb), 0);
+	while (!fb->done)
+		kvt_poll(s, 50);
 }
 
 /* n chained keys of the store's namespace, each chunk two tokens {salt, i}. */
