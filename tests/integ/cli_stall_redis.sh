@@ -10,15 +10,8 @@
 set -u
 . "$(dirname "$0")/lib/jq.sh"
 KVT=${KVT_BIN:-build}/kvtier
-[ -x "$KVT" ] || { echo "skip: $KVT not built"; exit 77; }
-command -v jq >/dev/null || { echo "skip: jq missing"; exit 77; }
 . "$(dirname "$0")/lib/redis.sh"
-redis_start; rc=$?
-[ $rc = 77 ] && exit 77
-[ $rc = 0 ] || { echo "FAIL: redis-server did not start"; exit 1; }
-tmp=$(mktemp -d)
-trap 'kill -CONT "$REDIS_PID" 2>/dev/null; redis_stop 2>/dev/null; rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+redis_test_setup
 BOUND=1500
 SLACK=3000 # close waits for the listing left running (up to the bound again), start-up
 

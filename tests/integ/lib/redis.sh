@@ -63,3 +63,19 @@ redis_stop() {
 	wait "$REDIS_PID" 2>/dev/null
 	[ -n "$REDIS_DIR" ] && rm -rf "$REDIS_DIR"
 }
+
+# redis_test_setup - the opening of a shell test against one Redis: needs $KVT built and
+# jq, starts the server (exit 77 when redis-server is missing, 1 when it does not start),
+# makes $tmp, and on exit resumes a stopped server, stops it and removes $tmp. Defines
+# fail(). Tests that SIGSTOP the server rely on the SIGCONT in the trap.
+redis_test_setup() {
+	[ -x "$KVT" ] || { echo "skip: $KVT not built"; exit 77; }
+	command -v jq >/dev/null || { echo "skip: jq missing"; exit 77; }
+	redis_start
+	local rc=$?
+	[ $rc = 77 ] && exit 77
+	[ $rc = 0 ] || { echo "FAIL: redis-server did not start"; exit 1; }
+	tmp=$(mktemp -d)
+	trap 'kill -CONT "$REDIS_PID" 2>/dev/null; redis_stop 2>/dev/null; rm -rf "$tmp"' EXIT
+}
+fail() { echo "FAIL: $*"; exit 1; }
