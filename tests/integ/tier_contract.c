@@ -29,27 +29,6 @@
 
 static const struct kvt_geometry GEO = {4, 2, 64, 16, KVT_DTYPE_BF16, KVT_KIND_KV};
 
-static void quiet_log(void *arg, int level, const char *msg)
-{
-	(void)arg;
-	if (getenv("KVT_TEST_VERBOSE") || level <= KVT_LOG_ERROR)
-		fprintf(stderr, "  [tier %d] %s\n", level, msg);
-}
-
-static struct kvt_tier *open_by_name(const char *name, const char *const *kv)
-{
-	struct kvt_config *cfg = th_config(kv);
-	struct kvt_log log = {quiet_log, NULL, KVT_LOG_DEBUG};
-	struct kvt_tier *t;
-	int rc = kvt__tier_open(name, cfg, &log, &GEO, 1, &t);
-	kvt_config_destroy(cfg);
-	if (rc < 0) {
-		fprintf(stderr, "%s: open failed: %s\n", name, kvt_strerror(rc));
-		exit(1);
-	}
-	return t;
-}
-
 /* Many calls in flight: every callback exactly once, none on the submitting thread. */
 struct many {
 	pthread_t submitter;
@@ -95,7 +74,7 @@ static int scan_fn(void *arg, const struct kvt_key *key, uint64_t bytes)
 static void contract(const char *label, const char *name, const char *const *kv)
 {
 	fprintf(stderr, "== %s\n", label);
-	struct kvt_tier *t = open_by_name(name, kv);
+	struct kvt_tier *t = th_open_by_name(name, kv, &GEO);
 	const uint64_t LEN = 20 * 4096;
 	uint8_t *obj = kvt__aligned_alloc(LEN), *back = kvt__aligned_alloc(LEN + 4096);
 	CHECK(obj && back);

@@ -27,20 +27,6 @@ static const uint64_t BIG = (5ull << 30) / 2;        /* 2.5 GiB */
 static const uint64_t MARK_OFF = (2ull << 30) + 8192; /* past 2 GiB */
 static const uint64_t PIECE = 64ull << 20;
 
-static struct kvt_tier *open_by_name(const char *name, const char *const *kv)
-{
-	struct kvt_config *cfg = th_config(kv);
-	struct kvt_log log = {test_log, NULL, KVT_LOG_DEBUG};
-	struct kvt_tier *t;
-	int rc = kvt__tier_open(name, cfg, &log, &GEO, 1, &t);
-	kvt_config_destroy(cfg);
-	if (rc < 0) {
-		fprintf(stderr, "%s: open failed: %s\n", name, kvt_strerror(rc));
-		exit(1);
-	}
-	return t;
-}
-
 /* The one object file under the tier's directory (names starting with '.' are the
  * tier's own: locks, budgets, temp files). */
 static char found[4096];
@@ -62,7 +48,7 @@ static void large(const char *name, const char *const *kv, const char *dir)
 	uint8_t *obj = kvt__aligned_alloc(SMALL);
 	CHECK(obj);
 	th_obj_fill(obj, SMALL, 7);
-	struct kvt_tier *t = open_by_name(name, kv);
+	struct kvt_tier *t = th_open_by_name(name, kv, &GEO);
 	CHECK_EQ(th_write(t, &k, obj, SMALL), 0);
 	kvt__tier_close(t);
 
@@ -77,7 +63,7 @@ static void large(const char *name, const char *const *kv, const char *dir)
 	CHECK(pwrite(fd, mark, 4096, (off_t)MARK_OFF) == 4096);
 	CHECK(close(fd) == 0);
 
-	t = open_by_name(name, kv);
+	t = th_open_by_name(name, kv, &GEO);
 	/* the whole object, 40 segments of 64 MiB into one buffer */
 	uint32_t n = (uint32_t)(BIG / PIECE);
 	CHECK_EQ((uint64_t)n * PIECE, BIG);

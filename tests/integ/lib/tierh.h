@@ -69,6 +69,31 @@ static inline struct kvt_config *th_config(const char *const *kv)
 	return cfg;
 }
 
+/* Errors always, everything else with KVT_TEST_VERBOSE set. */
+static inline void th_quiet_log(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (getenv("KVT_TEST_VERBOSE") || level <= KVT_LOG_ERROR)
+		fprintf(stderr, "  [tier %d] %s\n", level, msg);
+}
+
+/* Open a backend by name through the registry (kvt__tier_open), as the store does, with
+ * kv's settings; exits the test if it does not open. */
+static inline struct kvt_tier *th_open_by_name(const char *name, const char *const *kv,
+					       const struct kvt_geometry *geo)
+{
+	struct kvt_config *cfg = th_config(kv);
+	struct kvt_log log = {th_quiet_log, NULL, KVT_LOG_DEBUG};
+	struct kvt_tier *t;
+	int rc = kvt__tier_open(name, cfg, &log, geo, 1, &t);
+	kvt_config_destroy(cfg);
+	if (rc < 0) {
+		fprintf(stderr, "%s: open failed: %s\n", name, kvt_strerror(rc));
+		exit(1);
+	}
+	return t;
+}
+
 static inline uint64_t th_now_ms(void)
 {
 	struct timespec ts;
