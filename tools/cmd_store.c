@@ -161,6 +161,29 @@ int kvt_cmd_ls(int argc, char **argv)
 
 /* ------------------------------------------------------------ stat */
 
+struct sync_io;
+static struct sync_io *sync_io_new(void);
+static void sync_io_cb(void *arg, int64_t rc);
+static int64_t sync_io_wait(struct sync_io *w, int64_t rc);
+
+/* Whether a tier answers: one existence check of a key no one stores, bounded by
+ * store.sync_timeout_ms. Counters alone cannot tell a dead server from an idle one (a
+ * network tier connects on first use). 0, or the -errno the tier answered. */
+static int probe_tier(struct kvt_tier *t)
+{
+	static const struct kvt_key nobody; /* all zero: never a content address */
+	uint8_t *present = malloc(1);
+	struct sync_io *w = present ? sync_io_new() : NULL;
+	if (!w) {
+		free(present);
+		return -ENOMEM;
+	}
+	int rc = (int)sync_io_wait(w, t->ops->exists(t, &nobody, 1, present, sync_io_cb, w));
+	if (rc != -ETIMEDOUT) /* else the tier may still write it: leave it allocated */
+		free(present);
+	return rc < 0 ? rc : 0;
+}
+
 int kvt_cmd_stat(int argc, char **argv)
 {
 	struct cli_store_opts o = {0};
@@ -178,6 +201,15 @@ int kvt_cmd_stat(int argc, char **argv)
 		return 1;
 	struct kvt_stats st;
 	kvt_stats(s, &st);
+	int probe[KVT_MAX_TIERS] = {0}, unreachable = 0;
+	for (uint32_t i = 0; i < st.n_tiers && i < KVT_MAX_TIERS; i++) {
+		struct kvt_tier *t = kvt__store_tier(s, (int)i);
+		if (t && (probe[i] = probe_tier(t)) < 0) {
+			cli_fail("stat", "tier %s does not answer: %s", st.tier[i].name,
+				 kvt_strerror(probe[i]));
+			unreachable++;
+		}
+	}
 	if (o.json) {
 		printf("{\"version\":\"%s\",\"tiers\":[", kvt_version());
 		for (uint32_t i = 0; i < st.n_tiers; i++) {
@@ -185,13 +217,14 @@ int kvt_cmd_stat(int argc, char **argv)
 			printf("%s{\"name\":\"%s\",\"objects\":%llu,\"bytes\":%llu,"
 			       "\"capacity_bytes\":%llu,\"reads\":%llu,\"writes\":%llu,"
 			       "\"evictions\":%llu,\"checksum_failures\":%llu,\"errors\":%llu,"
-			       "\"deadline_misses\":%llu}",
+			       "\"deadline_misses\":%llu,\"reachable\":%s}",
 			       i ? "," : "", t->name, (unsigned long long)t->objects,
 			       (unsigned long long)t->bytes, (unsigned long long)t->capacity_bytes,
 			       (unsigned long long)t->reads, (unsigned long long)t->writes,
 			       (unsigned long long)t->evictions,
 			       (unsigned long long)t->checksum_failures,
-			       (unsigned long long)t->errors, (unsigned long long)t->deadline_misses);
+			       (unsigned long long)t->errors, (unsigned long long)t->deadline_misses,
+			       probe[i] < 0 ? "false" : "true");
 		}
 		printf("]}\n");
 	} else {
@@ -207,7 +240,7 @@ int kvt_cmd_stat(int argc, char **argv)
 		}
 	}
 	kvt_store_close(s);
-	return 0;
+	return unreachable ? 1 : 0;
 }
 
 /* ------------------------------------------------------------ verify */
