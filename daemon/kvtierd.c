@@ -538,6 +538,9 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 	/* The pool in a memfd that HELLO hands to clients: their DRAM hits are copied straight
 	 * out of the slot, not through a second buffer (--set dram.shared=false: through it). */
 	kvt_config_set(cfg, "dram.shared", "true", err, sizeof(err));
+	/* The node's pool lives as long as the node: fault it in once at start, not in the
+	 * first requests (--set dram.prefault=false: lazily). */
+	kvt_config_set(cfg, "dram.prefault", "true", err, sizeof(err));
 	bool have_store = false;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

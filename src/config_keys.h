@@ -60,6 +60,7 @@
 	X(k, "dram.policy", ENUM, "hda", 0, 0, "hda|hd|lru|arc|pslru|lru2", PLAIN, "DRAM eviction and admission policy (also the replay's default; docs/COST_MODEL.md)") \
 	X(k, "dram.hugepages", BOOL, "true", 0, 0, NULL, PLAIN, "back the pool with huge pages when available") \
 	X(k, "dram.mlock", BOOL, "false", 0, 0, NULL, PLAIN, "lock the pool into memory") \
+	X(k, "dram.prefault", BOOL, "false", 0, 0, NULL, PLAIN, "fault every page of the pool in at open, so first restores pay no page faults (kvtierd turns it on)") \
 	X(k, "dram.shared", BOOL, "false", 0, 0, NULL, PLAIN, "back the pool with a memfd that can be mapped by other processes (kvtierd sets it: its clients map the pool read-only and copy DRAM hits straight out of the slot)") \
 	/* nvme */ \
 	X(k, "nvme.dirs", STR, "./kvtier-data", 0, 0, NULL, PLAIN, "comma-separated directories, one per drive; chunks are spread across them by key") \

@@ -41,6 +41,7 @@ struct kvt_dram_options {
 	const char *policy;   /* src/evict.h names; NULL: "hda" */
 	bool hugepages;       /* try MAP_HUGETLB / THP advice first */
 	bool mlock;           /* lock the pool into memory (failure is logged, not fatal) */
+	bool prefault;        /* fault every page in at open (failure is logged, not fatal) */
 	bool shared;          /* a memfd (kvt__dram_pool) other processes may map */
 	const struct kvt_log *log;
 	kvt_dram_change_fn on_change; /* may be NULL */

@@ -96,6 +96,7 @@ static int add_link(void *arg, const char *name)
 			.policy = kvt__cfg_str(s->cfg, "dram.policy"),
 			.hugepages = kvt__cfg_bool(s->cfg, "dram.hugepages"),
 			.mlock = kvt__cfg_bool(s->cfg, "dram.mlock"),
+			.prefault = kvt__cfg_bool(s->cfg, "dram.prefault"),
 			.shared = kvt__cfg_bool(s->cfg, "dram.shared"),
 			.log = &s->log,
 			.on_change = kvt__e_dram_changed,

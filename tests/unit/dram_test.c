@@ -5,6 +5,8 @@
  * multi-threaded stress run that checks slot contents never get mixed up.
  * KVT_DRAM_STRESS_MS overrides the stress run's length (default 2000 ms).
  */
+#include <sys/mman.h>
+#include <unistd.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -742,6 +744,47 @@ static void test_stress(void **unused)
 	}
 }
 
+/* dram.prefault: every page of the pool is resident right after create (mincore), and
+ * without it a fresh pool is not. */
+static size_t resident_pages(struct kvt_dram *d, size_t *pages)
+{
+	void *base;
+	size_t len;
+	kvt__dram_pool(d, &base, &len); /* returns the memfd, or -1 */
+	long pg = sysconf(_SC_PAGESIZE);
+	*pages = (len + (size_t)pg - 1) / (size_t)pg;
+	unsigned char *vec = malloc(*pages);
+	assert_non_null(vec);
+	assert_int_equal(mincore(base, len, vec), 0);
+	size_t n = 0;
+	for (size_t i = 0; i < *pages; i++)
+		n += vec[i] & 1;
+	free(vec);
+	return n;
+}
+
+static void test_prefault(void **unused)
+{
+	(void)unused;
+	for (int shared = 0; shared < 2; shared++) {
+		for (int pf = 0; pf < 2; pf++) {
+			struct kvt_dram_options o = {.bytes = 32u << 20, .slot_bytes = 1u << 20,
+						     .policy = "lru", .shared = shared,
+						     .prefault = pf};
+			struct kvt_dram *d = NULL;
+			assert_int_equal(kvt__dram_create(&o, &d), 0);
+			size_t pages, res = resident_pages(d, &pages);
+			print_message("shared=%d prefault=%d: %zu of %zu pages resident\n", shared,
+				      pf, res, pages);
+			if (pf)
+				assert_int_equal(res, pages);
+			else
+				assert_true(res < pages / 2);
+			kvt__dram_destroy(d);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -757,6 +800,7 @@ int main(void)
 	    cmocka_unit_test(test_stats_and_scan),
 	    cmocka_unit_test(test_no_heap_after_create),
 	    cmocka_unit_test(test_stress),
+	    cmocka_unit_test(test_prefault),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
