@@ -198,6 +198,12 @@ struct kvt_result {
 	int tier;          /* get/prefetch: the tier the bytes came from; else KVT_TIER_NONE */
 	uint32_t n_tokens; /* get: tokens in the chunk */
 	uint64_t bytes;    /* bytes delivered (get) or accepted (put) */
+	int cause;         /* get that missed (-ENOENT): why no tier served it - 0 absent from
+			    * every tier asked, -EBADMSG a copy was corrupt (dropped), -ETIMEDOUT a
+			    * tier missed its deadline, -EAGAIN a tier was skipped (its circuit is
+			    * open after repeated failures), another -errno a tier failed; the
+			    * first such cause on the way. 0 otherwise (and on a client of kvtierd,
+			    * which does not carry it yet). */
 };
 typedef void (*kvt_cb)(void *arg, const struct kvt_result *res);
 

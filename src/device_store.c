@@ -101,7 +101,7 @@ static void expire_stale(void)
 static void store_finish(struct kvt_device_op *op)
 {
 	struct store_ctx *c = op->ctx;
-	struct kvt_result res = {op->status, KVT_TIER_NONE, c->n_tokens, 0};
+	struct kvt_result res = {op->status, KVT_TIER_NONE, c->n_tokens, 0, 0};
 	struct partial *p = c->p, *publish = NULL, *cancel = NULL;
 	if (!p) {
 		res.status = op->status < 0 ? op->status : c->early;
@@ -283,7 +283,7 @@ static void load_finish(struct kvt_device_op *op)
 {
 	struct store_ctx *c = op->ctx;
 	struct kvt_result res = {op->status, c->tier, c->have_ref ? c->ref.n_tokens : 0,
-				 op->status < 0 ? 0 : op->bytes};
+				 op->status < 0 ? 0 : op->bytes, 0};
 	if (c->have_ref)
 		kvt__store_release(c->s, &c->ref);
 	kvt__store_complete(c->s, c->cb, c->arg, &res);

@@ -101,6 +101,7 @@ struct chain_read {
 	bool lost;    /* a late tier still owns buf: the slot went to its guard */
 	bool in_submit; /* chain_read_start has not returned: done() must not run here */
 	int pos;
+	int cause; /* the first failure met that was not a plain absence (kvt_result.cause) */
 	void (*done)(struct chain_read *cr, int rc, const struct kvt_header *h);
 };
 
@@ -143,6 +144,7 @@ struct fill_waiter {
 	struct fill_waiter *next;
 	kvt_acquire_cb cb;
 	void *arg;
+	int *cause; /* NULL, or where a failed fill says why (chain_read.cause) */
 };
 
 /* One in-flight promotion of a key into a DRAM slot, shared by concurrent acquirers. */

@@ -88,6 +88,14 @@ static void chain_read_fail(struct chain_read *cr, int rc)
 	}
 }
 
+/* Remember why a tier did not serve the key, when it was not a plain absence: the first
+ * such cause is what a miss reports (kvt_result.cause). */
+static void chain_read_note(struct chain_read *cr, int rc)
+{
+	if (rc < 0 && rc != -ENOENT && !cr->cause)
+		cr->cause = rc;
+}
+
 /* Is the object in buf sound but not ours to serve - another namespace or geometry under
  * the same (opaque) key, or larger than store.max_object_bytes? Then it is a miss and
  * stays for whoever it belongs to: only damaged bytes are ever dropped. */
@@ -134,6 +142,7 @@ static void chain_read_done(void *arg, int64_t rc)
 	struct chain_read *cr = arg;
 	struct kvt_store *s = cr->s;
 	kvt__e_link_result(s, &s->links[cr->pos], rc < 0 ? (int)rc : 0);
+	chain_read_note(cr, rc < 0 ? (int)rc : 0);
 	if (rc > 0 && s->n_pool) {
 		struct verify_job *j = kvt__malloc(sizeof(*j));
 		if (j) {
@@ -181,6 +190,7 @@ static void chain_read_verify(struct chain_read *cr, int64_t rc)
 			return;
 		}
 		atomic_fetch_add(&l->checksum_failures, 1);
+		chain_read_note(cr, -EBADMSG);
 		KVT_WARN(&s->log, "tier %s served a corrupt object (dropped): %s", l->name,
 			 kvt_strerror(v));
 		if (l->t->ops->drop_corrupt) {
@@ -199,8 +209,12 @@ static void chain_read_next(struct chain_read *cr)
 	struct kvt_store *s = cr->s;
 	for (; cr->pos < s->n_links; cr->pos++) {
 		struct link *l = &s->links[cr->pos];
-		if (!l->t || !kvt__e_link_usable(l))
+		if (!l->t)
 			continue;
+		if (!kvt__e_link_usable(l)) { /* its circuit is open: skipped, and that is a cause */
+			chain_read_note(cr, -EAGAIN);
+			continue;
+		}
 		struct guard *g =
 			kvt__e_guard_new(s, l, "read", s->obj_max, cr, chain_read_done, chain_read_expire);
 		if (!g)
@@ -217,6 +231,7 @@ static void chain_read_next(struct chain_read *cr)
 		cr->in_submit = submitting;
 		kvt__e_guard_cancel(g);
 		kvt__e_link_result(s, l, rc);
+		chain_read_note(cr, rc);
 	}
 	chain_read_fail(cr, -ENOENT);
 }
@@ -231,6 +246,7 @@ static void chain_read_expire(struct guard *g)
 	struct kvt_store *s = cr->s;
 	struct link *l = &s->links[cr->pos];
 	atomic_fetch_add(&l->misses, 1);
+	chain_read_note(cr, -ETIMEDOUT);
 	if (cr->in_slot) {
 		struct fill *f = (struct fill *)cr;
 		g->orphan_slot = f->ref.id;
@@ -259,6 +275,7 @@ static void chain_read_start(struct chain_read *cr, struct kvt_store *s, const s
 	cr->in_slot = in_slot;
 	cr->lost = false;
 	cr->pos = from;
+	cr->cause = 0;
 	cr->done = done;
 	cr->in_submit = true;
 	chain_read_next(cr); /* cr may be gone when this returns */
@@ -289,6 +306,8 @@ static void fill_finish(struct fill *f, int rc, int tier)
 	}
 	while (w) {
 		struct fill_waiter *next = w->next;
+		if (rc < 0 && w->cause)
+			*w->cause = f->cr.cause;
 		w->cb(w->arg, rc, rc == 0 ? &f->ref : NULL, tier);
 		kvt__free(w);
 		w = next;
@@ -338,13 +357,14 @@ static void deferred_hit_run(void *arg)
 /* Start (or join) the promotion of key. Returns 0 (cb later) or -errno:
  * -EBUSY the key is being filled by a put right now, -ENOSPC no slot. */
 static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
-		      void *arg)
+		      void *arg, int *cause)
 {
 	struct fill_waiter *w = kvt__malloc(sizeof(*w));
 	if (!w)
 		return -ENOMEM;
 	w->cb = cb;
 	w->arg = arg;
+	w->cause = cause;
 	w->next = NULL;
 	pthread_mutex_lock(&s->fill_lock);
 	struct fill **b = fill_bucket(s, key);
@@ -403,7 +423,7 @@ int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acqui
 		}
 		return rc;
 	}
-	int rc = fill_start(s, key, cb, arg);
+	int rc = fill_start(s, key, cb, arg, NULL);
 	if (rc == -EBUSY) {
 		/* A put of this key is being published right now; it is a hit once it lands. */
 		if (kvt__dram_get(s->dram, key, &ref) == 0) {
@@ -434,6 +454,7 @@ struct get_op {
 	void *bounce; /* no DRAM slot: the object is read here */
 	kvt__get_sink sink; /* instead of copying into buf (kvt__e_do_get_sink) */
 	void *sink_arg;
+	int cause; /* why the promotion (fill) found nothing, if it failed */
 };
 
 /* Hand a verified object's layers to the caller: copied into its buffer, or to its sink
@@ -449,6 +470,8 @@ static void get_finish(struct get_op *g, int status, int tier, uint32_t n_tokens
 {
 	struct kvt_result res = {.status = status, .tier = tier, .n_tokens = n_tokens,
 				 .bytes = bytes};
+	if (status == -ENOENT) /* the fill's cause first: a bounce read came after it */
+		res.cause = g->cause ? g->cause : g->cr.cause;
 	struct kvt_store *s = g->s;
 	if (g->bounce && g->cr.buf) /* the chain read may have swapped buffers */
 		kvt__e_bounce_put(s, g->cr.buf);
@@ -613,7 +636,7 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 			return 0;
 		}
 		if (s->promote) {
-			int rc = fill_start(s, key, get_acquired, g);
+			int rc = fill_start(s, key, get_acquired, g, &g->cause);
 			if (rc == 0)
 				return 0;
 			/* No slot to promote into (or a put of the key is landing): read through

@@ -228,6 +228,8 @@ static void load_cb(void *arg, const struct kvt_result *res)
 	struct batch *b = sl->b;
 	struct kvt_rows *r = b->r;
 	int st = res->status < 0 ? res->status : 0;
+	if (st == -ENOENT && res->cause < 0) /* a miss because a copy was bad or late: say so */
+		st = res->cause;
 	if (st == 0 && res->n_tokens != r->chunk_tokens)
 		st = -EPROTO;
 	bool convert = false; /* sink mode: load_sink converted it (st 0) or said why not */

@@ -54,6 +54,7 @@ class Result(ctypes.Structure):
         ("tier", ctypes.c_int),
         ("n_tokens", ctypes.c_uint32),
         ("bytes", ctypes.c_uint64),
+        ("cause", ctypes.c_int),
     ]
 
 

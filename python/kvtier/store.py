@@ -49,6 +49,13 @@ class LookupResult:
     tiers: list[str]       # the fastest tier holding each of those chunks
 
 
+def _cause_text(cause: int) -> str:
+    """Why a get missed, for its NotFound's message ('' for a plain absence)."""
+    if cause >= 0:
+        return ""
+    return "a tier's copy: " + lib.kvt_strerror(cause).decode()
+
+
 def _buffer(obj: Any, writable: bool) -> tuple[int, int, Any]:
     """(address, length, keepalive) of a contiguous buffer: anything with the buffer
     protocol, or a CPU torch tensor (through data_ptr)."""
@@ -208,7 +215,9 @@ class Store:
     def get(self, key: bytes, out: Any = None, layers: tuple[int, int] | None = None) -> Future:
         """Read a chunk (or layers [begin, end)) into out (a writable buffer large enough
         for them; default: a new bytearray sized for a full chunk). Result: GetResult.
-        A miss completes with NotFound, a corrupt object with Corrupt."""
+        A miss completes with NotFound, a corrupt object with Corrupt. A NotFound's .cause
+        is why no tier served the key (0 absent everywhere, errno.EBADMSG a copy was
+        corrupt and dropped, errno.ETIMEDOUT a tier missed its deadline)."""
         lb, le = layers if layers is not None else (0, 0)
         if out is None:
             nl = (le or self.geometry.layers) - lb
@@ -219,7 +228,10 @@ class Store:
 
         def finish(r):
             if r.status < 0:
-                raise error(r.status, f"get {bytes(key).hex()[:16]}")
+                e = error(r.status, f"get {bytes(key).hex()[:16]}",
+                          _cause_text(r.cause))
+                e.cause = -r.cause  # positive errno, 0 for a plain miss
+                raise e
             t = self.tiers[r.tier] if 0 <= r.tier < len(self.tiers) else "none"
             return GetResult(out, r.n_tokens, t, r.tier, r.bytes)
 

@@ -62,8 +62,10 @@ int main(void)
 	struct kvt_tier *t = kvt__store_tier(s, 0);
 	kvt__faulty_set(t, 0, 100, 0);
 	for (int i = 0; i < N; i++) {
-		int rc = kvt_get_sync(s, &k[i], 0, 0, buf, PAYLOAD, NULL);
+		struct kvt_result res;
+		int rc = kvt_get_sync(s, &k[i], 0, 0, buf, PAYLOAD, &res);
 		CHECK_RC(rc, -ENOENT);
+		CHECK_RC(res.cause, -EBADMSG); /* a miss that says why */
 	}
 	struct kvt_stats st;
 	kvt_stats(s, &st);
@@ -81,8 +83,16 @@ int main(void)
 	s = open_faulty(dir, "dram,faulty"); /* empty DRAM: everything must come from below */
 	t = kvt__store_tier(s, 1);
 	kvt__faulty_set(t, 100, 0, 0);
-	for (int i = 0; i < N; i++)
-		CHECK_RC(kvt_get_sync(s, &k[i], 0, 0, buf, PAYLOAD, NULL), -ENOENT);
+	for (int i = 0; i < N; i++) {
+		struct kvt_result res;
+		CHECK_RC(kvt_get_sync(s, &k[i], 0, 0, buf, PAYLOAD, &res), -ENOENT);
+		/* the tier's error while it is called, "skipped" once its circuit is open */
+		CHECKM(res.cause < 0 && res.cause != -ENOENT, "get %d: cause %d", i, res.cause);
+		if (i == 0)
+			CHECK(res.cause != -EAGAIN);
+		if (i == N - 1)
+			CHECK_RC(res.cause, -EAGAIN);
+	}
 	uint64_t injected = kvt__faulty_injected(t);
 	CHECK(injected >= 5 && injected < N); /* the circuit opened before the last gets */
 	CHECK_RC(kvt_lookup_sync(s, k, N, NULL), 0);

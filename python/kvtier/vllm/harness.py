@@ -11,7 +11,7 @@ each with one line "KVT> {json}" on stdout:
         -> {"outputs": [[ids]], "cached": [num_cached_tokens], "seconds": [wall]}
            (prompts run one at a time: wall = that request's latency; with max_tokens 1
            it is the time to first token measured in the engine process)
-    {"op": "stats"}  -> {"kvtier": kvtier store stats or null, "load_failures": ...}
+    {"op": "stats"}  -> {"kvtier": kvtier store stats or null}
     {"op": "quit"}   -> shuts the engine down (the tier's store is closed: write-behind
                         completes) and exits.
 SPEC_JSON: {"model": DIR, "connector": "kvtier" | "vllm-fs" | "none", "tier": {extra
