@@ -42,14 +42,26 @@ struct conn {
 	/* slots pinned for the client's own copy (GET_PIN until UNPIN); released when the
 	 * connection goes, so a client killed mid-read leaves nothing pinned */
 	struct kvt_slot_ref pins[KVTD_MAX_PINS];
+	uint64_t pin_expiry[KVTD_MAX_PINS]; /* kvt__now_ns() past which the pin is released */
 	int npins;
 	/* slots reserved for the client's puts (PUT_RESERVE until PUT_COMMIT); given back
 	 * unpublished when the connection goes, so a client killed mid-put shows nothing */
 	struct resv {
 		struct kvt_slot_ref ref;
 		struct kvt_key skey;
+		uint64_t expiry; /* kvt__now_ns() past which it is cancelled */
 	} resv[KVTD_MAX_PINS];
 	int nresv;
+	/* Leases (daemon.lease_ms): a client that hangs (alive but stuck, SIGSTOPped) must not
+	 * hold slots forever. Pins and reservations that outlived their lease were let go;
+	 * their slots are remembered here so that the late UNPIN or PUT_COMMIT gets a clear
+	 * -ETIMEDOUT instead of reading as a protocol error. A client holds one at a time, so
+	 * a few entries are enough; the oldest is forgotten first. */
+	struct lapsed {
+		int32_t slot;
+		bool resv;
+	} lapsed[2 * KVTD_MAX_PINS];
+	int nlapsed;
 };
 
 static struct kvtd_state g_st;
@@ -57,6 +69,7 @@ static struct kvt_geometry g_geo;
 static uint8_t g_ns[KVT_NS_ID_BYTES];
 static uint64_t g_shm_max;
 static uint64_t g_max_clients;
+static uint64_t g_lease_ns; /* daemon.lease_ms */
 /* The DRAM pool, mapped by clients read-only (-1: not offered: no DRAM tier, or objects
  * are encrypted in their slots) */
 static int g_pool_fd = -1;
@@ -173,6 +186,7 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 	res->status = rc;
 	if (rc < 0)
 		return;
+	c->pin_expiry[c->npins] = kvt__now_ns() + g_lease_ns;
 	c->pins[c->npins++] = a.ref;
 	atomic_fetch_add(&g_st.pins, 1);
 	atomic_fetch_add(&g_st.pinned_gets, 1);
@@ -210,11 +224,68 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 	res->status = rc;
 	if (rc < 0)
 		return;
+	v->expiry = kvt__now_ns() + g_lease_ns;
 	c->nresv++;
 	atomic_fetch_add(&g_st.reserved, 1);
 	rep->slot = v->ref.id;
 	rep->slot_off = (uint64_t)((uint8_t *)v->ref.buf - (uint8_t *)g_pool);
 	res->bytes = v->ref.object_bytes;
+}
+
+static void lapse(struct conn *c, int32_t slot, bool resv)
+{
+	if (c->nlapsed == (int)(sizeof(c->lapsed) / sizeof(c->lapsed[0]))) {
+		memmove(c->lapsed, c->lapsed + 1, sizeof(c->lapsed) - sizeof(c->lapsed[0]));
+		c->nlapsed--;
+	}
+	c->lapsed[c->nlapsed++] = (struct lapsed){.slot = slot, .resv = resv};
+}
+
+/* A late UNPIN / PUT_COMMIT of a slot whose lease ran out: 0 (and forgotten), else -1. */
+static int lapsed_take(struct conn *c, uint64_t slot, bool resv)
+{
+	for (int i = 0; i < c->nlapsed; i++)
+		if ((uint64_t)(uint32_t)c->lapsed[i].slot == slot && c->lapsed[i].resv == resv) {
+			memmove(c->lapsed + i, c->lapsed + i + 1,
+				(size_t)(c->nlapsed - i - 1) * sizeof(c->lapsed[0]));
+			c->nlapsed--;
+			return 0;
+		}
+	return -1;
+}
+
+/* Let go of every pin and reservation whose lease ended by now: a pin is released (its
+ * slot may be evicted and reused), a reservation cancelled (never published). Returns the
+ * earliest lease still running (UINT64_MAX: none). */
+static uint64_t expire_leases(struct conn *c, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+	for (int i = 0; i < c->npins;) {
+		if (c->pin_expiry[i] <= now) {
+			lapse(c, c->pins[i].id, false);
+			kvt__store_release(g_st.store, &c->pins[i]);
+			c->pins[i] = c->pins[--c->npins];
+			c->pin_expiry[i] = c->pin_expiry[c->npins];
+			atomic_fetch_sub(&g_st.pins, 1);
+			atomic_fetch_add(&g_st.pins_expired, 1);
+			continue;
+		}
+		next = KVT_MIN(next, c->pin_expiry[i]);
+		i++;
+	}
+	for (int i = 0; i < c->nresv;) {
+		if (c->resv[i].expiry <= now) {
+			lapse(c, c->resv[i].ref.id, true);
+			kvt__store_cancel(g_st.store, &c->resv[i].ref);
+			c->resv[i] = c->resv[--c->nresv];
+			atomic_fetch_sub(&g_st.reserved, 1);
+			atomic_fetch_add(&g_st.reservations_expired, 1);
+			continue;
+		}
+		next = KVT_MIN(next, c->resv[i].expiry);
+		i++;
+	}
+	return next;
 }
 
 /* The client wrote the object: check its header (format, geometry, namespace, the key
@@ -244,6 +315,10 @@ static int put_commit(struct conn *c, uint64_t slot, struct kvt_result *res)
 		res->bytes = kvt_payload_bytes(&g_geo, ref.n_tokens);
 		return 0;
 	}
+	if (lapsed_take(c, slot, true) == 0) {
+		res->status = -ETIMEDOUT; /* its lease ran out: cancelled, never published */
+		return 0;
+	}
 	return -EPROTO; /* not a reservation of this connection */
 }
 
@@ -256,6 +331,8 @@ static int unpin(struct conn *c, uint64_t slot)
 			atomic_fetch_sub(&g_st.pins, 1);
 			return 0;
 		}
+	if (lapsed_take(c, slot, false) == 0)
+		return -ETIMEDOUT; /* its lease ran out: released before this UNPIN */
 	return -EPROTO; /* not a pin of this connection */
 }
 
@@ -308,6 +385,8 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 			.pinned_gets = atomic_load(&g_st.pinned_gets),
 			.reserved = atomic_load(&g_st.reserved),
 			.shared_puts = atomic_load(&g_st.shared_puts),
+			.pins_expired = atomic_load(&g_st.pins_expired),
+			.reservations_expired = atomic_load(&g_st.reservations_expired),
 		};
 		memcpy(p, &st, sizeof(st));
 		res->status = 0;
@@ -349,6 +428,19 @@ static void *conn_main(void *arg)
 	struct timeval tv = {.tv_sec = HELLO_DEADLINE_S};
 	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	for (;;) {
+		/* While it holds pins or reservations, the client gets until their leases end to
+		 * speak; then they are let go, and it may stay connected. */
+		uint64_t next = expire_leases(c, kvt__now_ns());
+		if (next != UINT64_MAX) {
+			uint64_t now = kvt__now_ns();
+			int ms = next > now ? (int)KVT_MIN((next - now + 999999) / 1000000,
+							   (uint64_t)INT32_MAX)
+					    : 0;
+			struct pollfd pf = {.fd = c->sock, .events = POLLIN};
+			int pr = poll(&pf, 1, ms);
+			if (pr == 0 || (pr < 0 && errno == EINTR))
+				continue;
+		}
 		struct kvtd_req req;
 		int fd = -1;
 		long got = kvtd_recv(c->sock, &req, sizeof(req), &fd);
@@ -599,6 +691,7 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 	}
 	snprintf(metrics, sizeof(metrics), "%s", kvt__cfg_str(cfg, "daemon.metrics"));
 	g_max_clients = kvt__cfg_u64(cfg, "daemon.max_clients");
+	g_lease_ns = kvt__cfg_u64(cfg, "daemon.lease_ms") * 1000000ull;
 
 	/* Every thread inherits the blocked signals; the main loop takes them by signalfd. */
 	sigset_t ss;

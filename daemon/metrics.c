@@ -122,6 +122,12 @@ static char *render(struct kvtd_state *s, size_t *len)
 	ONE("kvtier_daemon_shared_puts_total", "counter",
 	    "Puts a client encoded straight into the shared DRAM pool.",
 	    atomic_load(&s->shared_puts));
+	ONE("kvtier_daemon_lease_expired_pins_total", "counter",
+	    "Pins released because the client held them past daemon.lease_ms.",
+	    atomic_load(&s->pins_expired));
+	ONE("kvtier_daemon_lease_expired_reservations_total", "counter",
+	    "Put reservations cancelled because the client held them past daemon.lease_ms.",
+	    atomic_load(&s->reservations_expired));
 	ONE("kvtier_events_published_total", "counter", "KV events published (daemon.events).",
 	    atomic_load(&s->events_published));
 	ONE("kvtier_event_batches_total", "counter", "KV event batches (messages) published.",

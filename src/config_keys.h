@@ -39,6 +39,7 @@
 	X(k, "daemon.metrics", STR, "", 0, 0, NULL, PLAIN, "kvtierd: serve Prometheus /metrics on this loopback ADDR:PORT (empty: off)") \
 	X(k, "daemon.max_clients", U64, "256", 1, 65536, NULL, PLAIN, "kvtierd: connections at most; more are refused") \
 	X(k, "daemon.shared_writes", BOOL, "true", 0, 0, NULL, PLAIN, "kvtierd: clients encode a put straight into a DRAM slot the daemon reserved (their mapping of the pool is writable; the daemon checks the header before publishing); false: puts are copied through the client's region and clients get the pool read-only") \
+	X(k, "daemon.lease_ms", U64, "10000", 10, 3600000, NULL, PLAIN, "kvtierd: a client's pin (a get copying from the shared pool) or reservation (a put encoding into it) is a lease of this long; past it the pin is released and the reservation cancelled, so a hung or stopped client cannot starve the pool (its late unpin or commit is refused: the get retries, the put fails)") \
 	X(k, "daemon.events", STR, "", 0, 0, NULL, PLAIN, "kvtierd: publish KV events (stored, removed: evicted, removed, corrupt) on this ZeroMQ PUB endpoint, msgpack in vLLM's schema: tcp://ADDR:PORT or ipc://PATH (empty: off)") \
 	X(k, "daemon.events_replay", STR, "", 0, 0, NULL, PLAIN, "kvtierd: ZeroMQ ROUTER endpoint answering a replay request (8-byte big-endian start sequence) with the buffered batches from it, then sequence -1 (empty: no replay)") \
 	X(k, "daemon.events_topic", STR, "", 0, 0, NULL, PLAIN, "kvtierd: the topic frame of every event message (subscribers filter on its prefix)") \

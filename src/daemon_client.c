@@ -317,9 +317,25 @@ static int get_pinned(struct kvt_client *c, struct cop *o, const struct kvtd_req
 						    o->layer_end ? o->layer_end : h.geometry.layers,
 						    o->dst, o->len, NULL);
 	}
+	/* The pin is a lease (daemon.lease_ms): only an UNPIN the daemon accepts proves the
+	 * slot stayed pinned through the copy. Refused (-ETIMEDOUT: the lease ran out while
+	 * this process was stuck, say stopped) or unanswered (the connection dropped, and its
+	 * pins with it, at some moment), the slot may have been reused under the copy: the
+	 * bytes are thrown away and the get is retried through the region (the daemon's own
+	 * read path), or misses. */
 	struct kvtd_req un = {.op = KVTD_UNPIN, .n = (uint64_t)(uint32_t)rep.slot};
 	struct kvtd_rep urep;
-	exchange(c, &un, &urep, -1); /* a failure drops the connection: its pins go with it */
+	rc = exchange(c, &un, &urep, -1);
+	if (rc < 0) {
+		failed(o, rc);
+		return 0;
+	}
+	if (urep.res.status < 0) {
+		KVT_WARN(&c->log, "kvtierd %s: pin lease ran out before the copy finished (%s): "
+				  "retrying the get through the region", c->path,
+			 kvt_strerror(urep.res.status));
+		return -1;
+	}
 	if (n < 0) {
 		o->res = (struct kvt_result){.status = (int)n, .tier = KVT_TIER_NONE};
 		return 0;
@@ -369,6 +385,11 @@ static int put_reserved(struct kvt_client *c, struct cop *o, const struct kvtd_r
 	o->res = crep.res;
 	if (erc < 0)
 		o->res.status = erc;
+	/* -ETIMEDOUT: the reservation's lease ran out before the commit (the daemon cancelled
+	 * it and refused the commit): the put failed and says so; nothing was published. */
+	if (crep.res.status == -ETIMEDOUT)
+		KVT_WARN(&c->log, "kvtierd %s: put reservation lease ran out before the commit: "
+				  "not stored", c->path);
 	return 0;
 }
 

@@ -40,6 +40,10 @@ enum kvtd_op {
 	 * client copies the object's layers out of the pool itself, then sends UNPIN. */
 	KVTD_GET_PIN = 10, /* key */
 	KVTD_UNPIN = 11,   /* n = the slot a GET_PIN of this connection returned */
+	/* Pins and reservations are leases (daemon.lease_ms): past it the daemon lets go of
+	 * them (a pin: released, a reservation: cancelled) and the late UNPIN / PUT_COMMIT is
+	 * answered -ETIMEDOUT: the bytes copied out of that slot may have been overwritten,
+	 * the put was not published. */
 	/* With the pool mapped writable (info.pool_writable): reserve a slot for key (parent?,
 	 * n_tokens); reply: slot, slot_off, res.bytes = object bytes; status 1: already stored,
 	 * nothing reserved. The client encodes the object into the slot, then PUT_COMMIT; the
@@ -105,6 +109,8 @@ struct kvtd_status {
 	uint64_t pinned_gets;     /* gets served from the shared pool since start */
 	uint64_t reserved;        /* DRAM slots reserved for clients' puts now */
 	uint64_t shared_puts;     /* puts clients encoded into the pool since start */
+	uint64_t pins_expired;    /* pins released at the end of their lease (daemon.lease_ms) */
+	uint64_t reservations_expired; /* reservations cancelled at the end of their lease */
 };
 
 /* Check a request that arrived as got bytes against a region of shm_len bytes (0: none
