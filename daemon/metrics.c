@@ -128,6 +128,13 @@ static char *render(struct kvtd_state *s, size_t *len)
 	ONE("kvtier_daemon_lease_expired_reservations_total", "counter",
 	    "Put reservations cancelled because the client held them past daemon.lease_ms.",
 	    atomic_load(&s->reservations_expired));
+	ONE("kvtier_daemon_quarantined_slots", "gauge",
+	    "DRAM slots of expired put reservations held out of the pool until their client "
+	    "process is gone (it may still write into them).",
+	    atomic_load(&s->quarantined));
+	ONE("kvtier_daemon_quarantined_bytes", "gauge",
+	    "Bytes of the DRAM slots in kvtier_daemon_quarantined_slots.",
+	    atomic_load(&s->quarantined_bytes));
 	ONE("kvtier_events_published_total", "counter", "KV events published (daemon.events).",
 	    atomic_load(&s->events_published));
 	ONE("kvtier_event_batches_total", "counter", "KV event batches (messages) published.",
