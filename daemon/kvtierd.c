@@ -508,17 +508,6 @@ static int hist_of(uint32_t op)
 static void *conn_main(void *arg)
 {
 	struct conn *c = arg;
-	/* Who is at the other end, to know when it is gone (quarantine_drain): a pidfd
-	 * (Linux 5.3) opened now, while the connection proves the process is there. */
-	struct ucred cr;
-	socklen_t crl = sizeof(cr);
-	c->pidfd = -1;
-	if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0 && cr.pid > 0) {
-		c->pid = cr.pid;
-#ifdef SYS_pidfd_open
-		c->pidfd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
-#endif
-	}
 	struct timeval tv = {.tv_sec = HELLO_DEADLINE_S};
 	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	for (;;) {
@@ -653,6 +642,18 @@ static void accept_one(int lfd)
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&at, 256 << 10);
 	c->sock = s;
+	/* Who is at the other end, to know when it is gone (quarantine_drain): a pidfd
+	 * (Linux 5.3) opened now, while the connection is fresh. Set before the connection is
+	 * listed: other threads read pid under g_lock (quarantined_of). */
+	struct ucred cr;
+	socklen_t crl = sizeof(cr);
+	c->pidfd = -1;
+	if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0 && cr.pid > 0) {
+		c->pid = cr.pid;
+#ifdef SYS_pidfd_open
+		c->pidfd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
+#endif
+	}
 	c->next = g_conns;
 	if (g_conns)
 		g_conns->prev = c;
@@ -664,6 +665,8 @@ static void accept_one(int lfd)
 		if (g_conns)
 			g_conns->prev = NULL;
 		atomic_fetch_sub(&g_st.connections, 1);
+		if (c->pidfd >= 0)
+			close(c->pidfd);
 		close(s);
 		free(c);
 	}
