@@ -21,6 +21,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,20 +37,46 @@
 struct conn {
 	struct conn *next, *prev;
 	struct kvtd_state *st;
-	int sock;
+	int sock; /* -1 once closed (a connection may outlive its socket: its quarantine) */
+	/* The peer process (SO_PEERCRED; 0: unknown, say in another pid namespace) and a
+	 * pidfd that turns readable when it exits (-1: cannot be watched). */
+	pid_t pid;
+	int pidfd;
+	uint32_t next_lease; /* lease ids of this connection: 1, 2, ... (never 0) */
 	uint8_t *shm;
 	size_t shm_len;
 	/* slots pinned for the client's own copy (GET_PIN until UNPIN); released when the
 	 * connection goes, so a client killed mid-read leaves nothing pinned */
 	struct kvt_slot_ref pins[KVTD_MAX_PINS];
+	uint64_t pin_expiry[KVTD_MAX_PINS]; /* kvt__now_ns() past which the pin is released */
+	uint32_t pin_lease[KVTD_MAX_PINS];
 	int npins;
 	/* slots reserved for the client's puts (PUT_RESERVE until PUT_COMMIT); given back
 	 * unpublished when the connection goes, so a client killed mid-put shows nothing */
 	struct resv {
 		struct kvt_slot_ref ref;
 		struct kvt_key skey;
+		uint64_t expiry; /* kvt__now_ns() past which it is cancelled */
+		uint32_t lease;
 	} resv[KVTD_MAX_PINS];
 	int nresv;
+	/* Leases (daemon.lease_ms): a client that hangs (alive but stuck, SIGSTOPped) must not
+	 * hold slots forever. Pins and reservations that outlived their lease were let go;
+	 * their slots and lease ids are remembered here so that the late UNPIN or PUT_COMMIT
+	 * gets a clear -ETIMEDOUT instead of reading as a protocol error. A client holds one
+	 * at a time, so a few entries are enough; the oldest is forgotten first. */
+	struct lapsed {
+		int32_t slot;
+		uint32_t lease;
+		bool resv;
+	} lapsed[2 * KVTD_MAX_PINS];
+	int nlapsed;
+	/* Slots of expired reservations: the client process may still be writing into them
+	 * (stopped mid-write, it resumes), and its mapping of the pool cannot be revoked, so
+	 * they stay out of the pool until the connection is closed and the process is gone.
+	 * Under g_lock (other connections count a process's quarantine in put_reserve). */
+	struct kvt_slot_ref quar[KVTD_MAX_QUARANTINE + KVTD_MAX_PINS];
+	int nquar;
 };
 
 static struct kvtd_state g_st;
@@ -57,6 +84,7 @@ static struct kvt_geometry g_geo;
 static uint8_t g_ns[KVT_NS_ID_BYTES];
 static uint64_t g_shm_max;
 static uint64_t g_max_clients;
+static uint64_t g_lease_ns; /* daemon.lease_ms */
 /* The DRAM pool, mapped by clients read-only (-1: not offered: no DRAM tier, or objects
  * are encrypted in their slots) */
 static int g_pool_fd = -1;
@@ -67,6 +95,7 @@ static bool g_pool_writable; /* daemon.shared_writes: g_pool_fd maps read-write 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static struct conn *g_conns;
+static _Atomic bool g_stopping; /* shutdown: connections waiting on a process stop waiting */
 
 static void log_cb(void *arg, int level, const char *msg)
 {
@@ -144,6 +173,26 @@ static void acq_cb(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
 	pthread_mutex_unlock(&a->m);
 }
 
+static uint32_t new_lease(struct conn *c)
+{
+	if (++c->next_lease == 0)
+		c->next_lease = 1;
+	return c->next_lease;
+}
+
+/* Slots quarantined for c's process, all its connections together (g_lock held). A peer
+ * whose pid is unknown is charged per connection. */
+static int quarantined_of(const struct conn *c)
+{
+	if (c->pid <= 0)
+		return c->nquar;
+	int n = 0;
+	for (const struct conn *o = g_conns; o; o = o->next)
+		if (o->pid == c->pid)
+			n += o->nquar;
+	return n;
+}
+
 /* Pin key's slot for the client to copy from the pool (promoting it into DRAM first, as a
  * get does). */
 static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *rep)
@@ -173,6 +222,8 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 	res->status = rc;
 	if (rc < 0)
 		return;
+	c->pin_expiry[c->npins] = kvt__now_ns() + g_lease_ns;
+	c->pin_lease[c->npins] = rep->lease = new_lease(c);
 	c->pins[c->npins++] = a.ref;
 	atomic_fetch_add(&g_st.pins, 1);
 	atomic_fetch_add(&g_st.pinned_gets, 1);
@@ -197,6 +248,15 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 		res->status = -EBUSY;
 		return;
 	}
+	/* A process charged with enough quarantined slots (it let reservations expire, say
+	 * stopped mid-write) reserves no more: its puts go through the region. */
+	pthread_mutex_lock(&g_lock);
+	int held = quarantined_of(c);
+	pthread_mutex_unlock(&g_lock);
+	if (held >= KVTD_MAX_QUARANTINE) {
+		res->status = -EBUSY;
+		return;
+	}
 	struct resv *v = &c->resv[c->nresv];
 	struct kvt_key sp;
 	kvt_storage_key(g_ns, &r->key, &v->skey);
@@ -210,6 +270,8 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 	res->status = rc;
 	if (rc < 0)
 		return;
+	v->expiry = kvt__now_ns() + g_lease_ns;
+	v->lease = rep->lease = new_lease(c);
 	c->nresv++;
 	atomic_fetch_add(&g_st.reserved, 1);
 	rep->slot = v->ref.id;
@@ -217,13 +279,101 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 	res->bytes = v->ref.object_bytes;
 }
 
+static void lapse(struct conn *c, int32_t slot, uint32_t lease, bool resv)
+{
+	if (c->nlapsed == (int)(sizeof(c->lapsed) / sizeof(c->lapsed[0]))) {
+		memmove(c->lapsed, c->lapsed + 1, sizeof(c->lapsed) - sizeof(c->lapsed[0]));
+		c->nlapsed--;
+	}
+	c->lapsed[c->nlapsed++] = (struct lapsed){.slot = slot, .lease = lease, .resv = resv};
+}
+
+/* A late UNPIN / PUT_COMMIT of a lease that ran out: 0 (and forgotten), else -1. */
+static int lapsed_take(struct conn *c, uint64_t slot, uint32_t lease, bool resv)
+{
+	for (int i = 0; i < c->nlapsed; i++)
+		if ((uint64_t)(uint32_t)c->lapsed[i].slot == slot && c->lapsed[i].lease == lease &&
+		    c->lapsed[i].resv == resv) {
+			memmove(c->lapsed + i, c->lapsed + i + 1,
+				(size_t)(c->nlapsed - i - 1) * sizeof(c->lapsed[0]));
+			c->nlapsed--;
+			return 0;
+		}
+	return -1;
+}
+
+/* An expired reservation: its key is given back unpublished, its slot quarantined and
+ * charged to this connection's process (see struct conn). */
+static void quarantine(struct conn *c, struct kvt_slot_ref *ref)
+{
+	kvt__store_cancel_keep(g_st.store, ref);
+	pthread_mutex_lock(&g_lock);
+	c->quar[c->nquar++] = *ref;
+	pthread_mutex_unlock(&g_lock);
+	atomic_fetch_add(&g_st.quarantined, 1);
+	atomic_fetch_add(&g_st.quarantined_bytes, g_slot_bytes);
+}
+
+/* The connection is closed: once its process is gone too (or cannot be watched), nothing
+ * can write into its quarantined slots any more, and they go back to the pool. */
+static void quarantine_drain(struct conn *c)
+{
+	if (c->nquar && c->pidfd >= 0) {
+		struct pollfd pf = {.fd = c->pidfd, .events = POLLIN};
+		while (!atomic_load(&g_stopping) && poll(&pf, 1, 100) != 1)
+			;
+	}
+	pthread_mutex_lock(&g_lock);
+	while (c->nquar) {
+		kvt__store_release(g_st.store, &c->quar[--c->nquar]);
+		atomic_fetch_sub(&g_st.quarantined, 1);
+		atomic_fetch_sub(&g_st.quarantined_bytes, g_slot_bytes);
+	}
+	pthread_mutex_unlock(&g_lock);
+}
+
+/* Let go of every pin and reservation whose lease ended by now: a pin is released (its
+ * slot may be evicted and reused), a reservation cancelled (never published; its slot
+ * quarantined). Returns the earliest lease still running (UINT64_MAX: none). */
+static uint64_t expire_leases(struct conn *c, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+	for (int i = 0; i < c->npins;) {
+		if (c->pin_expiry[i] <= now) {
+			lapse(c, c->pins[i].id, c->pin_lease[i], false);
+			kvt__store_release(g_st.store, &c->pins[i]);
+			c->pins[i] = c->pins[--c->npins];
+			c->pin_expiry[i] = c->pin_expiry[c->npins];
+			c->pin_lease[i] = c->pin_lease[c->npins];
+			atomic_fetch_sub(&g_st.pins, 1);
+			atomic_fetch_add(&g_st.pins_expired, 1);
+			continue;
+		}
+		next = KVT_MIN(next, c->pin_expiry[i]);
+		i++;
+	}
+	for (int i = 0; i < c->nresv;) {
+		if (c->resv[i].expiry <= now) {
+			lapse(c, c->resv[i].ref.id, c->resv[i].lease, true);
+			quarantine(c, &c->resv[i].ref);
+			c->resv[i] = c->resv[--c->nresv];
+			atomic_fetch_sub(&g_st.reserved, 1);
+			atomic_fetch_add(&g_st.reservations_expired, 1);
+			continue;
+		}
+		next = KVT_MIN(next, c->resv[i].expiry);
+		i++;
+	}
+	return next;
+}
+
 /* The client wrote the object: check its header (format, geometry, namespace, the key
  * reserved, its size) and publish it; anything else is given back unpublished. */
-static int put_commit(struct conn *c, uint64_t slot, struct kvt_result *res)
+static int put_commit(struct conn *c, uint64_t slot, uint32_t lease, struct kvt_result *res)
 {
 	for (int i = 0; i < c->nresv; i++) {
 		struct resv *v = &c->resv[i];
-		if ((uint64_t)v->ref.id != slot)
+		if ((uint64_t)v->ref.id != slot || v->lease != lease)
 			continue;
 		struct kvt_slot_ref ref = v->ref;
 		struct kvt_key sk = v->skey;
@@ -244,18 +394,26 @@ static int put_commit(struct conn *c, uint64_t slot, struct kvt_result *res)
 		res->bytes = kvt_payload_bytes(&g_geo, ref.n_tokens);
 		return 0;
 	}
+	if (lapsed_take(c, slot, lease, true) == 0) {
+		res->status = -ETIMEDOUT; /* its lease ran out: cancelled, never published */
+		return 0;
+	}
 	return -EPROTO; /* not a reservation of this connection */
 }
 
-static int unpin(struct conn *c, uint64_t slot)
+static int unpin(struct conn *c, uint64_t slot, uint32_t lease)
 {
 	for (int i = 0; i < c->npins; i++)
-		if ((uint64_t)c->pins[i].id == slot) {
+		if ((uint64_t)c->pins[i].id == slot && c->pin_lease[i] == lease) {
 			kvt__store_release(g_st.store, &c->pins[i]);
 			c->pins[i] = c->pins[--c->npins];
+			c->pin_expiry[i] = c->pin_expiry[c->npins];
+			c->pin_lease[i] = c->pin_lease[c->npins];
 			atomic_fetch_sub(&g_st.pins, 1);
 			return 0;
 		}
+	if (lapsed_take(c, slot, lease, false) == 0)
+		return -ETIMEDOUT; /* its lease ran out: released before this UNPIN */
 	return -EPROTO; /* not a pin of this connection */
 }
 
@@ -308,6 +466,10 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 			.pinned_gets = atomic_load(&g_st.pinned_gets),
 			.reserved = atomic_load(&g_st.reserved),
 			.shared_puts = atomic_load(&g_st.shared_puts),
+			.pins_expired = atomic_load(&g_st.pins_expired),
+			.reservations_expired = atomic_load(&g_st.reservations_expired),
+			.quarantined = atomic_load(&g_st.quarantined),
+			.quarantined_bytes = atomic_load(&g_st.quarantined_bytes),
 		};
 		memcpy(p, &st, sizeof(st));
 		res->status = 0;
@@ -317,13 +479,13 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 		get_pin(c, r, rep);
 		break;
 	case KVTD_UNPIN:
-		res->status = unpin(c, r->n);
+		res->status = unpin(c, r->n, r->lease);
 		break;
 	case KVTD_PUT_RESERVE:
 		put_reserve(c, r, rep);
 		break;
 	case KVTD_PUT_COMMIT:
-		if (put_commit(c, r->n, res) < 0)
+		if (put_commit(c, r->n, r->lease, res) < 0)
 			res->status = -EPROTO;
 		break;
 	default:
@@ -349,6 +511,19 @@ static void *conn_main(void *arg)
 	struct timeval tv = {.tv_sec = HELLO_DEADLINE_S};
 	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	for (;;) {
+		/* While it holds pins or reservations, the client gets until their leases end to
+		 * speak; then they are let go, and it may stay connected. */
+		uint64_t next = expire_leases(c, kvt__now_ns());
+		if (next != UINT64_MAX) {
+			uint64_t now = kvt__now_ns();
+			int ms = next > now ? (int)KVT_MIN((next - now + 999999) / 1000000,
+							   (uint64_t)INT32_MAX)
+					    : 0;
+			struct pollfd pf = {.fd = c->sock, .events = POLLIN};
+			int pr = poll(&pf, 1, ms);
+			if (pr == 0 || (pr < 0 && errno == EINTR))
+				continue;
+		}
 		struct kvtd_req req;
 		int fd = -1;
 		long got = kvtd_recv(c->sock, &req, sizeof(req), &fd);
@@ -411,6 +586,9 @@ static void *conn_main(void *arg)
 		kvt__store_release(g_st.store, &c->pins[--c->npins]);
 		atomic_fetch_sub(&g_st.pins, 1);
 	}
+	/* Live reservations are cancelled at once: our client writes into a slot only between
+	 * its PUT_RESERVE and PUT_COMMIT, on the thread that owns the connection, so a closed
+	 * connection means a finished writer (or a dead process). */
 	while (c->nresv) {
 		kvt__store_cancel(g_st.store, &c->resv[--c->nresv].ref);
 		atomic_fetch_sub(&g_st.reserved, 1);
@@ -419,7 +597,14 @@ static void *conn_main(void *arg)
 		munmap(c->shm, c->shm_len);
 		atomic_fetch_sub(&g_st.regions_mapped, 1);
 	}
+	pthread_mutex_lock(&g_lock);
 	close(c->sock);
+	c->sock = -1;
+	atomic_fetch_sub(&g_st.connections, 1);
+	pthread_mutex_unlock(&g_lock);
+	quarantine_drain(c); /* may wait for the process to exit */
+	if (c->pidfd >= 0)
+		close(c->pidfd);
 	pthread_mutex_lock(&g_lock);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -427,7 +612,6 @@ static void *conn_main(void *arg)
 		g_conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	atomic_fetch_sub(&g_st.connections, 1);
 	pthread_cond_broadcast(&g_cond);
 	pthread_mutex_unlock(&g_lock);
 	free(c);
@@ -458,6 +642,18 @@ static void accept_one(int lfd)
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&at, 256 << 10);
 	c->sock = s;
+	/* Who is at the other end, to know when it is gone (quarantine_drain): a pidfd
+	 * (Linux 5.3) opened now, while the connection is fresh. Set before the connection is
+	 * listed: other threads read pid under g_lock (quarantined_of). */
+	struct ucred cr;
+	socklen_t crl = sizeof(cr);
+	c->pidfd = -1;
+	if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0 && cr.pid > 0) {
+		c->pid = cr.pid;
+#ifdef SYS_pidfd_open
+		c->pidfd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
+#endif
+	}
 	c->next = g_conns;
 	if (g_conns)
 		g_conns->prev = c;
@@ -469,6 +665,8 @@ static void accept_one(int lfd)
 		if (g_conns)
 			g_conns->prev = NULL;
 		atomic_fetch_sub(&g_st.connections, 1);
+		if (c->pidfd >= 0)
+			close(c->pidfd);
 		close(s);
 		free(c);
 	}
@@ -602,6 +800,7 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 	}
 	snprintf(metrics, sizeof(metrics), "%s", kvt__cfg_str(cfg, "daemon.metrics"));
 	g_max_clients = kvt__cfg_u64(cfg, "daemon.max_clients");
+	g_lease_ns = kvt__cfg_u64(cfg, "daemon.lease_ms") * 1000000ull;
 
 	/* Every thread inherits the blocked signals; the main loop takes them by signalfd. */
 	sigset_t ss;
@@ -671,9 +870,11 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 	 * errors, then reconnects to a restarted daemon), then the store flushes and closes. */
 	unlink(sock_path);
 	close(lfd);
+	atomic_store(&g_stopping, true);
 	pthread_mutex_lock(&g_lock);
 	for (struct conn *c = g_conns; c; c = c->next)
-		shutdown(c->sock, SHUT_RDWR);
+		if (c->sock >= 0)
+			shutdown(c->sock, SHUT_RDWR);
 	while (g_conns)
 		pthread_cond_wait(&g_cond, &g_lock);
 	pthread_mutex_unlock(&g_lock);

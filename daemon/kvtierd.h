@@ -27,6 +27,12 @@ struct kvtd_state {
 	_Atomic uint64_t events_published, event_batches, events_dropped;
 	_Atomic uint64_t pins, pinned_gets; /* slots pinned for clients' own copies */
 	_Atomic uint64_t reserved, shared_puts; /* slots reserved for clients' puts */
+	/* pins released and reservations cancelled because their lease (daemon.lease_ms) ran
+	 * out while the client held them */
+	_Atomic uint64_t pins_expired, reservations_expired;
+	/* slots of expired reservations kept out of the pool until their client process is
+	 * gone (it may still write into them), and their bytes */
+	_Atomic uint64_t quarantined, quarantined_bytes;
 	struct kvtd_hist hist[KVTD_H_N];
 };
 

@@ -122,6 +122,19 @@ static char *render(struct kvtd_state *s, size_t *len)
 	ONE("kvtier_daemon_shared_puts_total", "counter",
 	    "Puts a client encoded straight into the shared DRAM pool.",
 	    atomic_load(&s->shared_puts));
+	ONE("kvtier_daemon_lease_expired_pins_total", "counter",
+	    "Pins released because the client held them past daemon.lease_ms.",
+	    atomic_load(&s->pins_expired));
+	ONE("kvtier_daemon_lease_expired_reservations_total", "counter",
+	    "Put reservations cancelled because the client held them past daemon.lease_ms.",
+	    atomic_load(&s->reservations_expired));
+	ONE("kvtier_daemon_quarantined_slots", "gauge",
+	    "DRAM slots of expired put reservations held out of the pool until their client "
+	    "process is gone (it may still write into them).",
+	    atomic_load(&s->quarantined));
+	ONE("kvtier_daemon_quarantined_bytes", "gauge",
+	    "Bytes of the DRAM slots in kvtier_daemon_quarantined_slots.",
+	    atomic_load(&s->quarantined_bytes));
 	ONE("kvtier_events_published_total", "counter", "KV events published (daemon.events).",
 	    atomic_load(&s->events_published));
 	ONE("kvtier_event_batches_total", "counter", "KV event batches (messages) published.",

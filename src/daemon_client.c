@@ -214,6 +214,9 @@ static int attach(struct kvt_client *c)
 		int prot = PROT_READ | (c->info.pool_writable ? PROT_WRITE : 0);
 		void *p = mmap(NULL, c->info.pool_bytes, prot, MAP_SHARED, pfd, 0);
 		if (p != MAP_FAILED) {
+			/* Not inherited by a fork: the daemon tells when this process is gone (the
+			 * end of a quarantine), and a child it cannot see must not write there. */
+			madvise(p, c->info.pool_bytes, MADV_DONTFORK);
 			c->pool = p;
 			c->pool_len = c->info.pool_bytes;
 		} else {
@@ -317,9 +320,28 @@ static int get_pinned(struct kvt_client *c, struct cop *o, const struct kvtd_req
 						    o->layer_end ? o->layer_end : h.geometry.layers,
 						    o->dst, o->len, NULL);
 	}
-	struct kvtd_req un = {.op = KVTD_UNPIN, .n = (uint64_t)(uint32_t)rep.slot};
+	/* The pin is a lease (daemon.lease_ms): only an UNPIN the daemon accepts proves the
+	 * slot stayed pinned through the copy. Refused (-ETIMEDOUT: the lease ran out while
+	 * this process was stuck, say stopped) or unanswered (the connection dropped, and its
+	 * pins with it, at some moment), the slot may have been reused under the copy: the
+	 * bytes are thrown away and the get is retried through the region (the daemon's own
+	 * read path), or misses. */
+	struct kvtd_req un = {.op = KVTD_UNPIN, .n = (uint64_t)(uint32_t)rep.slot,
+			      .lease = rep.lease};
 	struct kvtd_rep urep;
-	exchange(c, &un, &urep, -1); /* a failure drops the connection: its pins go with it */
+	rc = exchange(c, &un, &urep, -1);
+	if (rc < 0) {
+		failed(o, rc);
+		return 0;
+	}
+	if (urep.res.status < 0) {
+		KVT_WARN(&c->log, "kvtierd %s: %s: the bytes copied from its slot are discarded, the "
+				  "get is retried through the region", c->path,
+			 urep.res.status == -ETIMEDOUT ? "the pin's lease ran out before the copy "
+							 "finished"
+						       : kvt_strerror(urep.res.status));
+		return -1;
+	}
 	if (n < 0) {
 		o->res = (struct kvt_result){.status = (int)n, .tier = KVT_TIER_NONE};
 		return 0;
@@ -359,7 +381,8 @@ static int put_reserved(struct kvt_client *c, struct cop *o, const struct kvtd_r
 	}
 	/* committed even if encoding failed: the daemon's check refuses it (-EBADMSG) and
 	 * gives the slot back */
-	struct kvtd_req cm = {.op = KVTD_PUT_COMMIT, .n = (uint64_t)(uint32_t)rep.slot};
+	struct kvtd_req cm = {.op = KVTD_PUT_COMMIT, .n = (uint64_t)(uint32_t)rep.slot,
+			      .lease = rep.lease};
 	struct kvtd_rep crep;
 	rc = exchange(c, &cm, &crep, -1);
 	if (rc < 0) {
@@ -369,6 +392,12 @@ static int put_reserved(struct kvt_client *c, struct cop *o, const struct kvtd_r
 	o->res = crep.res;
 	if (erc < 0)
 		o->res.status = erc;
+	/* -ETIMEDOUT: the reservation's lease ran out before the commit (the daemon cancelled
+	 * it, quarantined its slot and refused the commit): the put failed and says so;
+	 * nothing was published. */
+	if (crep.res.status == -ETIMEDOUT)
+		KVT_WARN(&c->log, "kvtierd %s: put reservation lease ran out before the commit: "
+				  "not stored", c->path);
 	return 0;
 }
 

@@ -19,7 +19,7 @@
 #include "kvtier.h"
 
 #define KVTD_MAGIC 0x4b565444u /* "KVTD" */
-#define KVTD_VERSION 2
+#define KVTD_VERSION 3 /* 3: leases (kvtd_req.lease, kvtd_rep.lease) */
 /* A client's shared region: at least this, at most this plus the largest chunk payload. */
 #define KVTD_SHM_MIN (4u << 20)
 #define KVTD_SHM_MAX_EXTRA (4u << 20)
@@ -39,14 +39,21 @@ enum kvtd_op {
 	 * (promoting it into DRAM if needed); reply: slot, slot_off, res.tier, res.n_tokens. The
 	 * client copies the object's layers out of the pool itself, then sends UNPIN. */
 	KVTD_GET_PIN = 10, /* key */
-	KVTD_UNPIN = 11,   /* n = the slot a GET_PIN of this connection returned */
+	KVTD_UNPIN = 11,   /* n = the slot, lease = the lease a GET_PIN of this connection returned */
+	/* Pins and reservations are leases (daemon.lease_ms), each with an id of its own
+	 * (rep.lease, never 0): past it the daemon lets go of them (a pin: released; a
+	 * reservation: its key given back unpublished, its slot quarantined until the client
+	 * process is gone, since it may still write there) and the late UNPIN / PUT_COMMIT,
+	 * which must name the same lease, is answered -ETIMEDOUT: the bytes copied out of that
+	 * slot may have been overwritten, the put was not published. An UNPIN or PUT_COMMIT
+	 * names slot and lease, so a late one can never end a newer lease on the same slot. */
 	/* With the pool mapped writable (info.pool_writable): reserve a slot for key (parent?,
 	 * n_tokens); reply: slot, slot_off, res.bytes = object bytes; status 1: already stored,
 	 * nothing reserved. The client encodes the object into the slot, then PUT_COMMIT; the
 	 * daemon checks its header and publishes it (a connection that goes first gives its
 	 * reservations back unpublished). */
 	KVTD_PUT_RESERVE = 12,
-	KVTD_PUT_COMMIT = 13, /* n = the slot */
+	KVTD_PUT_COMMIT = 13, /* n = the slot, lease = the lease PUT_RESERVE returned */
 	KVTD_OP_MAX = 13,
 };
 
@@ -61,7 +68,7 @@ struct kvtd_req {
 	uint32_t n_tokens;
 	uint32_t layer_begin, layer_end;
 	uint32_t version; /* HELLO */
-	uint32_t pad;
+	uint32_t lease;   /* UNPIN, PUT_COMMIT: the lease GET_PIN / PUT_RESERVE answered */
 	uint64_t off, len; /* a byte range of the shared region */
 	uint64_t n;        /* keys (LOOKUP, PREFETCH) */
 	uint64_t deadline_ns;
@@ -72,13 +79,19 @@ struct kvtd_rep {
 	uint32_t op;
 	uint64_t seq;
 	struct kvt_result res;
-	int32_t slot;      /* GET_PIN: the pinned slot, for UNPIN */
-	uint32_t pad;
+	int32_t slot;      /* GET_PIN: the pinned slot, for UNPIN; PUT_RESERVE: the slot */
+	uint32_t lease;    /* GET_PIN, PUT_RESERVE: the lease's id, for UNPIN / PUT_COMMIT */
 	uint64_t slot_off; /* GET_PIN: byte offset of the slot's object in the pool */
 };
 
-/* Pins one connection may hold at once (a client holds one, between GET_PIN and UNPIN). */
+/* Pins one connection may hold at once (a client holds one, between GET_PIN and UNPIN);
+ * the same bound holds for its reservations (PUT_RESERVE until PUT_COMMIT). */
 #define KVTD_MAX_PINS 4
+/* Quarantined slots (expired reservations) one client process may be charged with before
+ * its PUT_RESERVEs are refused (-EBUSY: its puts are copied through the region instead). A
+ * stopped process holds at most this many minus one, plus the reservations its connections
+ * had live when it stopped (KVTD_MAX_PINS each). */
+#define KVTD_MAX_QUARANTINE 4
 
 /* What HELLO writes at offset 0 of the region. */
 struct kvtd_info {
@@ -105,6 +118,11 @@ struct kvtd_status {
 	uint64_t pinned_gets;     /* gets served from the shared pool since start */
 	uint64_t reserved;        /* DRAM slots reserved for clients' puts now */
 	uint64_t shared_puts;     /* puts clients encoded into the pool since start */
+	uint64_t pins_expired;    /* pins released at the end of their lease (daemon.lease_ms) */
+	uint64_t reservations_expired; /* reservations cancelled at the end of their lease */
+	/* slots of expired reservations held out of the pool until their client process is
+	 * gone (it may still write into them), and their bytes */
+	uint64_t quarantined, quarantined_bytes;
 };
 
 /* Check a request that arrived as got bytes against a region of shm_len bytes (0: none

@@ -29,6 +29,11 @@ int kvt__store_commit_sealed(struct kvt_store *s, struct kvt_slot_ref *ref);
 bool kvt__store_protected(const struct kvt_store *s);
 /* Give back a reserved slot without publishing it. */
 void kvt__store_cancel(struct kvt_store *s, struct kvt_slot_ref *ref);
+/* Give back a reserved slot's key unpublished, as cancel does, but keep the slot itself out
+ * of the pool until kvt__store_release(ref): a writer that may still write into it (kvtierd:
+ * the expired reservation of a client process that is still alive) must never land in a
+ * slot handed out for another object. */
+void kvt__store_cancel_keep(struct kvt_store *s, struct kvt_slot_ref *ref);
 
 /* Acquire a pinned DRAM slot holding the verified object of key, promoting it from the
  * fastest deeper tier that has it. Async contract as everywhere: 0 => cb runs exactly once

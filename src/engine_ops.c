@@ -155,6 +155,14 @@ void kvt__store_cancel(struct kvt_store *s, struct kvt_slot_ref *ref)
 	kvt__dram_abort(s->dram, ref->id);
 }
 
+void kvt__store_cancel_keep(struct kvt_store *s, struct kvt_slot_ref *ref)
+{
+	/* One more pin, then the abort: the key leaves the index (a put of it may reserve
+	 * again), the slot stays pinned as removed and is freed by kvt__store_release. */
+	kvt__dram_pin(s->dram, ref->id);
+	kvt__dram_abort(s->dram, ref->id);
+}
+
 /* ------------------------------------------------------------ lookup */
 
 struct lookup_op {

@@ -19,52 +19,21 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "daemon_proto.h"
 #include "internal.h"
-#include "testlib.h"
+#include "lib/daemon_harness.h"
 
 static char *dir, sock_path[100];
-static pid_t daemon_pid;
 static size_t PAYLOAD;
-static uint8_t NS[KVT_NS_ID_BYTES];
-
-/* A failing CHECK exits: never leave the daemon running behind it. */
-static pid_t main_pid;
-static void kill_daemon(void)
-{
-	if (daemon_pid > 0 && getpid() == main_pid) {
-		kill(daemon_pid, SIGKILL);
-		waitpid(daemon_pid, NULL, 0);
-	}
-}
 
 static void start_daemon(void)
 {
-	char bin[512], d[300];
-	snprintf(bin, sizeof(bin), "%s/kvtierd", getenv("KVT_BIN") ? getenv("KVT_BIN") : ".");
+	char d[300];
 	snprintf(d, sizeof(d), "%s/data", dir);
-	daemon_pid = fork();
-	if (daemon_pid == 0) {
-		execl(bin, "kvtierd", "--dir", d, "--socket", sock_path, "--set", "model.layers=4",
-		      "--set", "model.kv_heads=2", "--set", "model.head_dim=64", "--set",
-		      "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",
-		      "dram.bytes=16MiB", "--set", "nvme.fsync=none", (char *)NULL);
-		perror("exec kvtierd");
-		_exit(127);
-	}
-	/* Ready once it answers (a stale socket file of a killed daemon may still be there). */
-	for (int i = 0; i < 200; i++) {
-		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		struct sockaddr_un a = {.sun_family = AF_UNIX};
-		memcpy(a.sun_path, sock_path, sizeof(sock_path));
-		int ok = connect(s, (struct sockaddr *)&a, sizeof(a)) == 0;
-		close(s);
-		if (ok)
-			return;
-		usleep(20000);
-	}
-	fprintf(stderr, "kvtierd did not come up\n");
-	exit(1);
+	const char *args[] = {"--dir", d, "--set", "model.layers=4", "--set", "model.kv_heads=2",
+			      "--set", "model.head_dim=64", "--set", "model.chunk_tokens=16",
+			      "--set", "model.name=test-model", "--set", "dram.bytes=16MiB",
+			      "--set", "nvme.fsync=none", NULL};
+	kvtd_start(sock_path, args);
 }
 
 static struct kvt_store *open_client(void)
@@ -85,69 +54,6 @@ static void key_of(uint64_t i, struct kvt_key *k)
 	k->bytes[31] = 0x5a;
 }
 
-/* ---- a raw protocol client, to look at the daemon's state and to misbehave */
-
-struct raw {
-	int sock;
-	uint8_t *shm;
-	size_t len;
-};
-
-static int raw_connect(void)
-{
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	memcpy(a.sun_path, sock_path, sizeof(sock_path));
-	struct timeval tv = {.tv_sec = 5};
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	CHECK(connect(s, (struct sockaddr *)&a, sizeof(a)) == 0);
-	return s;
-}
-
-static int raw_memfd(size_t len, bool seal)
-{
-	int fd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	CHECK(fd >= 0 && ftruncate(fd, (off_t)len) == 0);
-	if (seal)
-		CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
-	return fd;
-}
-
-static int raw_call(int sock, struct kvtd_req *r, int fd, struct kvtd_rep *rep)
-{
-	r->magic = KVTD_MAGIC;
-	int rc = kvtd_send(sock, r, sizeof(*r), fd);
-	if (rc < 0)
-		return rc;
-	long got = kvtd_recv(sock, rep, sizeof(*rep), NULL);
-	return got == sizeof(*rep) ? 0 : got == 0 ? -ECONNRESET : (int)got;
-}
-
-static struct raw raw_attach(void)
-{
-	struct raw r = {.sock = raw_connect(), .len = KVTD_SHM_MIN};
-	int fd = raw_memfd(r.len, true);
-	r.shm = mmap(NULL, r.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	struct kvtd_req q = {.op = KVTD_HELLO, .version = KVTD_VERSION};
-	memcpy(q.ns_id, NS, sizeof(NS));
-	struct kvtd_rep rep;
-	CHECK_RC(raw_call(r.sock, &q, fd, &rep), 0);
-	CHECK_RC(rep.res.status, 0);
-	close(fd);
-	return r;
-}
-
-static struct kvtd_status raw_status(struct raw *r)
-{
-	struct kvtd_req q = {.op = KVTD_STATUS, .len = sizeof(struct kvtd_status)};
-	struct kvtd_rep rep;
-	CHECK_RC(raw_call(r->sock, &q, -1, &rep), 0);
-	CHECK_RC(rep.res.status, 0);
-	struct kvtd_status st;
-	memcpy(&st, r->shm, sizeof(st));
-	return st;
-}
-
 /* Wait until the daemon has let go of every connection but `keep`. */
 static struct kvtd_status settle(struct raw *r, uint64_t keep)
 {
@@ -155,7 +61,7 @@ static struct kvtd_status settle(struct raw *r, uint64_t keep)
 	for (int i = 0; i < 500; i++) {
 		st = raw_status(r);
 		if (st.connections == keep && st.ops_in_progress == 0 && st.regions_mapped == keep &&
-		    st.pins == 0 && st.reserved == 0)
+		    st.pins == 0 && st.reserved == 0 && st.quarantined == 0)
 			return st;
 		usleep(10000);
 	}
@@ -320,7 +226,7 @@ static void test_garbage(struct raw *r)
 	s = raw_connect();
 	int fd = raw_memfd(KVTD_SHM_MIN, false);
 	q = (struct kvtd_req){.op = KVTD_HELLO, .version = KVTD_VERSION};
-	memcpy(q.ns_id, NS, sizeof(NS));
+	memcpy(q.ns_id, kvtd_ns, sizeof(kvtd_ns));
 	struct kvtd_rep rep;
 	CHECK_RC(raw_call(s, &q, fd, &rep), 0);
 	CHECK_RC(rep.res.status, -EPERM);
@@ -373,7 +279,7 @@ static void test_shared_writes(struct raw *r)
 	int fd = raw_memfd(KVTD_SHM_MIN, true);
 	uint8_t *shm = mmap(NULL, KVTD_SHM_MIN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	struct kvtd_req q = {.magic = KVTD_MAGIC, .op = KVTD_HELLO, .version = KVTD_VERSION};
-	memcpy(q.ns_id, NS, sizeof(NS));
+	memcpy(q.ns_id, kvtd_ns, sizeof(kvtd_ns));
 	CHECK_RC(kvtd_send(s, &q, sizeof(q), fd), 0);
 	struct kvtd_rep rep;
 	int pfd = -1;
@@ -393,7 +299,8 @@ static void test_shared_writes(struct raw *r)
 	CHECK(rep.slot_off + rep.res.bytes <= info.pool_bytes);
 	memset(pool + rep.slot_off, 0xab, rep.res.bytes);
 	CHECK_EQ(raw_status(&(struct raw){.sock = s, .shm = shm}).reserved, 1);
-	q = (struct kvtd_req){.op = KVTD_PUT_COMMIT, .n = (uint64_t)rep.slot};
+	q = (struct kvtd_req){.op = KVTD_PUT_COMMIT, .n = (uint64_t)rep.slot,
+			      .lease = rep.lease};
 	CHECK_RC(raw_call(s, &q, -1, &rep), 0);
 	CHECK_RC(rep.res.status, -EBADMSG);
 	/* abandoned: the connection closes with a reservation; nothing shows */
@@ -432,18 +339,18 @@ static void test_restart(void)
 	CHECK_RC(kvt_flush_sync(s), 0);
 	/* A hung daemon (stopped): the call returns a miss at its deadline (2 s here), and
 	 * once the daemon runs again the next call reconnects, with a fresh region. */
-	kill(daemon_pid, SIGSTOP);
-	waitpid(daemon_pid, NULL, WUNTRACED); /* returns once it is stopped */
+	kill(kvtd_pid, SIGSTOP);
+	waitpid(kvtd_pid, NULL, WUNTRACED); /* returns once it is stopped */
 	uint64_t h0 = kvt__now_ns();
 	CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL), -ENOENT);
 	uint64_t waited = kvt__now_ns() - h0;
 	CHECK(waited >= 1500000000ull && waited < 4000000000ull);
-	kill(daemon_pid, SIGCONT);
+	kill(kvtd_pid, SIGCONT);
 	memset(buf, 0, PAYLOAD);
 	CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL), 0);
 	CHECK(test_check(buf, PAYLOAD, 7));
-	kill(daemon_pid, SIGKILL);
-	waitpid(daemon_pid, NULL, 0);
+	kill(kvtd_pid, SIGKILL);
+	waitpid(kvtd_pid, NULL, 0);
 	uint64_t t0 = kvt__now_ns();
 	CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL), -ENOENT);
 	int8_t tier;
@@ -468,12 +375,10 @@ int main(void)
 	dir = test_tmpdir("daemon");
 	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
 	signal(SIGPIPE, SIG_IGN);
-	main_pid = getpid();
-	atexit(kill_daemon);
 	start_daemon();
 	struct kvt_store *s = open_client();
 	PAYLOAD = kvt_payload_bytes(kvt_store_geometry(s), 16);
-	memcpy(NS, kvt_store_ns_id(s), sizeof(NS));
+	memcpy(kvtd_ns, kvt_store_ns_id(s), sizeof(kvtd_ns));
 	kvt_store_close(s);
 	test_async();
 	struct raw r = raw_attach();
@@ -482,11 +387,7 @@ int main(void)
 	test_shared_writes(&r);
 	close(r.sock);
 	test_restart();
-	kill(daemon_pid, SIGTERM);
-	int status;
-	waitpid(daemon_pid, &status, 0);
-	daemon_pid = 0;
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	kvtd_stop();
 	test_rmdir(dir);
 	printf("daemon_clients: ok\n");
 	return 0;

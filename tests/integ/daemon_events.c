@@ -23,28 +23,12 @@
 #include <zmq.h>
 
 #include "internal.h"
-#include "testlib.h"
+#include "lib/daemon_harness.h"
 
 #define N_PUT 60
 #define MAX_BATCHES 100000
 
 static char *dir, sock_path[100], ev_ep[160], replay_ep[160];
-static pid_t daemon_pid, main_pid;
-
-static void kill_daemon(void)
-{
-	if (daemon_pid > 0 && getpid() == main_pid) {
-		kill(daemon_pid, SIGKILL);
-		waitpid(daemon_pid, NULL, 0);
-	}
-}
-
-static const char *kvtierd_bin(void)
-{
-	static char bin[512];
-	snprintf(bin, sizeof(bin), "%s/kvtierd", getenv("KVT_BIN") ? getenv("KVT_BIN") : ".");
-	return bin;
-}
 
 #define COMMON_ARGS                                                                                \
 	"--set", "model.layers=4", "--set", "model.kv_heads=2", "--set", "model.head_dim=64",      \
@@ -55,27 +39,11 @@ static void start_daemon(const char *extra) /* one more --set K=V */
 {
 	char d[300];
 	snprintf(d, sizeof(d), "%s/data", dir);
-	daemon_pid = fork();
-	if (daemon_pid == 0) {
-		/* 7 DRAM slots of 36 KiB objects, nvme capped at 1 MiB (28 objects) */
-		execl(kvtierd_bin(), "kvtierd", "--dir", d, "--socket", sock_path, "--events", ev_ep,
-		      "--set", replay_ep, COMMON_ARGS, "--set", "dram.bytes=256KiB", "--set",
-		      "nvme.bytes=1MiB", "--set", extra, (char *)NULL);
-		perror("exec kvtierd");
-		_exit(127);
-	}
-	for (int i = 0; i < 250; i++) {
-		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		struct sockaddr_un a = {.sun_family = AF_UNIX};
-		memcpy(a.sun_path, sock_path, sizeof(sock_path));
-		int ok = connect(s, (struct sockaddr *)&a, sizeof(a)) == 0;
-		close(s);
-		if (ok)
-			return;
-		usleep(20000);
-	}
-	fprintf(stderr, "kvtierd did not come up\n");
-	exit(1);
+	/* 7 DRAM slots of 36 KiB objects, nvme capped at 1 MiB (28 objects) */
+	const char *args[] = {"--dir", d, "--events", ev_ep, "--set", replay_ep, COMMON_ARGS,
+			      "--set", "dram.bytes=256KiB", "--set", "nvme.bytes=1MiB", "--set",
+			      extra, NULL};
+	kvtd_start(sock_path, args);
 }
 
 /* ---- messages */
@@ -224,7 +192,7 @@ static void expect_refused(const char *what, const char *k, const char *v)
 	if (p == 0) {
 		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		dup2(fd, 2);
-		execl(kvtierd_bin(), "kvtierd", "--dir", d, "--socket", sock2, "--set", arg,
+		execl(kvtd_bin(), "kvtierd", "--dir", d, "--socket", sock2, "--set", arg,
 		      COMMON_ARGS, (char *)NULL);
 		_exit(127);
 	}
@@ -318,8 +286,6 @@ int main(void)
 	snprintf(ev_ep, sizeof(ev_ep), "ipc://%s/events", dir);
 	snprintf(replay_ep, sizeof(replay_ep), "daemon.events_replay=ipc://%s/replay", dir);
 	signal(SIGPIPE, SIG_IGN);
-	main_pid = getpid();
-	atexit(kill_daemon);
 	test_bad_config();
 	start_daemon("daemon.events_buffer=10000");
 
@@ -473,11 +439,7 @@ int main(void)
 	CHECK(!in[0][45] && !in[1][45]);
 
 	kvt_store_close(s);
-	kill(daemon_pid, SIGTERM);
-	int status;
-	waitpid(daemon_pid, &status, 0);
-	daemon_pid = 0;
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	kvtd_stop();
 	zmq_close(sub);
 	zmq_close(dealer);
 
@@ -489,10 +451,7 @@ int main(void)
 	kvt_config_destroy(c);
 	test_replay_bound(zc, s);
 	kvt_store_close(s);
-	kill(daemon_pid, SIGTERM);
-	waitpid(daemon_pid, &status, 0);
-	daemon_pid = 0;
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	kvtd_stop();
 	zmq_ctx_term(zc);
 	for (size_t i = 0; i < n_live; i++)
 		free(live[i].buf);

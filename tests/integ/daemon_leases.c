@@ -1,0 +1,525 @@
+/*
+ * daemon_leases.c - kvtierd's leases and quarantine (docs/DAEMON.md "Leases and
+ * quarantine"), with the real daemon binary, daemon.lease_ms=300 and 7 DRAM slots. Why: a
+ * client that stops (SIGSTOP, a debugger, swap) while it holds part of the shared pool must
+ * neither starve the others nor, once it resumes, read or write bytes that are no longer
+ * its own.
+ *  1. A client process stopped while it holds two pins and a half-written reservation:
+ *     other clients keep putting and getting, exact bytes, each call well within its
+ *     deadline; the expiry counters rise; the pins go back to the pool; the reservation's
+ *     key is free again (another client stores it) while its slot is quarantined (STATUS,
+ *     `kvtier status --daemon`, /metrics through promtool) and never reused: what the
+ *     stopped client wrote there is still there when it resumes. Resumed, its late UNPINs
+ *     and PUT_COMMIT (of a valid object) get -ETIMEDOUT and publish nothing; the
+ *     quarantine stays while its connection is closed but the process lives, and empties
+ *     once it exits.
+ *  2. A late UNPIN names its lease: after a pin expired and the same connection pinned the
+ *     same slot again, the old lease's UNPIN gets -ETIMEDOUT and the new pin stays.
+ *  3. A library reader stopped in the middle of its copy out of the pool (a fault on its
+ *     destination buffer stops it there) while its key is removed and the slot reused by a
+ *     writer with other bytes: its get misses, never returns the writer's bytes mixed in.
+ *  4. A process with KVTD_MAX_QUARANTINE quarantined slots gets -EBUSY for its next
+ *     reservation, on any of its connections; they are freed when it exits.
+ *  5. SIGTERM while a stopped process holds a quarantined slot: kvtierd exits 0 at once.
+ */
+#include <netinet/in.h>
+#include <poll.h>
+
+#include "format.h"
+#include "internal.h"
+#include "store_key.h"
+#include "lib/daemon_harness.h"
+
+#define LEASE_MS 300
+
+static char *dir, sock_path[100], metrics_addr[64];
+static size_t PAYLOAD;
+static uint64_t SLOT_BYTES;
+static struct kvt_geometry GEO;
+
+static void key_of(uint64_t i, struct kvt_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	memcpy(k->bytes, &i, sizeof(i));
+	k->bytes[31] = 0x1e;
+}
+
+static int free_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t l = sizeof(a);
+	CHECK(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	      getsockname(s, (struct sockaddr *)&a, &l) == 0);
+	close(s);
+	return ntohs(a.sin_port);
+}
+
+static struct kvt_store *open_client(void)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "store.daemon", sock_path);
+	test_set(c, "store.daemon_timeout_ms", "2000");
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	return s;
+}
+
+/* STATUS until cond holds (2 s at most). */
+#define WAIT_STATUS(r, st, cond)                                                                   \
+	do {                                                                                       \
+		for (int i_ = 0; i_ < 200; i_++) {                                                 \
+			st = raw_status(r);                                                        \
+			if (cond)                                                                  \
+				break;                                                             \
+			usleep(10000);                                                             \
+		}                                                                                  \
+		CHECKM(cond, "pins %llu reserved %llu quarantined %llu expired %llu/%llu",        \
+		       (unsigned long long)st.pins, (unsigned long long)st.reserved,              \
+		       (unsigned long long)st.quarantined, (unsigned long long)st.pins_expired,   \
+		       (unsigned long long)st.reservations_expired);                               \
+	} while (0)
+
+static void wait_stopped(pid_t p)
+{
+	int status;
+	CHECK(waitpid(p, &status, WUNTRACED) == p && WIFSTOPPED(status));
+}
+
+static void wait_byte(int fd, char want)
+{
+	char b = 0;
+	struct pollfd pf = {.fd = fd, .events = POLLIN};
+	CHECK(poll(&pf, 1, 10000) == 1 && read(fd, &b, 1) == 1 && b == want);
+}
+
+static int child_exit(pid_t p)
+{
+	int status;
+	CHECK(waitpid(p, &status, 0) == p);
+	CHECKM(WIFEXITED(status), "child status %d", status);
+	return WEXITSTATUS(status);
+}
+
+/* /metrics over plain HTTP: the body, into path. */
+static void fetch_metrics(const char *path)
+{
+	char host[64];
+	int port;
+	CHECK(sscanf(metrics_addr, "%63[^:]:%d", host, &port) == 2);
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	CHECK(connect(s, (struct sockaddr *)&a, sizeof(a)) == 0);
+	const char *req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+	CHECK(write(s, req, strlen(req)) == (ssize_t)strlen(req));
+	size_t cap = 1 << 20, n = 0;
+	char *buf = malloc(cap);
+	ssize_t got;
+	while (n < cap - 1 && (got = read(s, buf + n, cap - 1 - n)) > 0)
+		n += (size_t)got;
+	buf[n] = 0;
+	close(s);
+	char *body = strstr(buf, "\r\n\r\n");
+	CHECKM(body && strstr(buf, " 200 "), "metrics answer: %.200s", buf);
+	FILE *f = fopen(path, "w");
+	CHECK(f && fputs(body + 4, f) >= 0 && fclose(f) == 0);
+	free(buf);
+}
+
+/* ---- 1. a client stopped holding pins and a reservation */
+
+struct lease {
+	int32_t slot;
+	uint32_t lease;
+	uint64_t off, bytes;
+};
+
+static struct lease raw_op(struct raw *r, uint32_t op, uint64_t key)
+{
+	struct kvtd_req q = {.op = op, .n_tokens = 16};
+	key_of(key, &q.key);
+	struct kvtd_rep rep;
+	/* no slot evictable for a moment (the others' write-through still running): retry */
+	for (int i = 0; i < 200; i++) {
+		CHECK_RC(raw_call(r->sock, &q, -1, &rep), 0);
+		if (rep.res.status != -ENOSPC && rep.res.status != -EAGAIN)
+			break;
+		usleep(10000);
+	}
+	CHECK_RC(rep.res.status, 0);
+	CHECK(rep.lease != 0);
+	return (struct lease){rep.slot, rep.lease, rep.slot_off, rep.res.bytes};
+}
+
+static int raw_end(struct raw *r, uint32_t op, const struct lease *l)
+{
+	struct kvtd_req q = {.op = op, .n = (uint64_t)(uint32_t)l->slot, .lease = l->lease};
+	struct kvtd_rep rep;
+	CHECK_RC(raw_call(r->sock, &q, -1, &rep), 0);
+	return rep.res.status;
+}
+
+#define MARK 0xc5
+
+/* The client that gets stopped: exit status 0 or the number of the check that failed. */
+static void stopped_child(int up, int down)
+{
+	uint8_t *pool;
+	size_t pool_len;
+	struct raw r = raw_attach_pool(&pool, &pool_len);
+	struct lease p1 = raw_op(&r, KVTD_GET_PIN, 1), p2 = raw_op(&r, KVTD_GET_PIN, 2);
+	struct lease rv = raw_op(&r, KVTD_PUT_RESERVE, 50);
+	uint8_t *seen1 = malloc(p1.bytes), *seen2 = malloc(p2.bytes);
+	memcpy(seen1, pool + p1.off, p1.bytes);
+	memcpy(seen2, pool + p2.off, p2.bytes);
+	memset(pool + rv.off, MARK, rv.bytes / 2); /* stopped half-way through its write */
+	CHECK(write(up, "r", 1) == 1);
+	raise(SIGSTOP);
+	/* Resumed: the reservation's slot was nobody else's meanwhile. */
+	for (uint64_t i = 0; i < rv.bytes / 2; i++)
+		if (pool[rv.off + i] != MARK)
+			_exit(10);
+	if (raw_end(&r, KVTD_UNPIN, &p1) != -ETIMEDOUT || raw_end(&r, KVTD_UNPIN, &p2) != -ETIMEDOUT)
+		_exit(11);
+	/* The write finishes, a valid object of key 50, and is committed late. */
+	uint8_t *src = malloc(PAYLOAD);
+	test_fill(src, PAYLOAD, 50);
+	struct kvt_key k, sk;
+	key_of(50, &k);
+	kvt__storage_key(kvtd_ns, &k, &sk);
+	if (kvt__object_encode(pool + rv.off, rv.bytes, &GEO, kvtd_ns, &sk, 16, src, PAYLOAD) < 0)
+		_exit(12);
+	if (raw_end(&r, KVTD_PUT_COMMIT, &rv) != -ETIMEDOUT)
+		_exit(13);
+	/* The slots the pins held went back to the pool and other objects took them (the
+	 * parent put 40 new ones into the 6 slots left): 2 reused, 1 reused, or 0. */
+	int reused = !!memcmp(seen1, pool + p1.off, p1.bytes) + !!memcmp(seen2, pool + p2.off,
+									    p2.bytes);
+	raw_close(&r);
+	char b = (char)('0' + reused);
+	CHECK(write(up, &b, 1) == 1);
+	wait_byte(down, 'x'); /* alive, connection closed, the pool still mapped */
+	_exit(0);
+}
+
+static void test_stopped_client(struct raw *r, struct kvt_store *s)
+{
+	uint8_t *buf = malloc(PAYLOAD), *out = malloc(PAYLOAD);
+	for (uint64_t i = 1; i <= 2; i++) {
+		struct kvt_key k;
+		key_of(i, &k);
+		test_fill(buf, PAYLOAD, i);
+		CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, PAYLOAD), 0);
+	}
+	struct kvtd_status st0 = raw_status(r), st;
+	int up[2], down[2];
+	CHECK(pipe(up) == 0 && pipe(down) == 0);
+	pid_t p = fork();
+	if (p == 0)
+		stopped_child(up[1], down[0]);
+	wait_byte(up[0], 'r');
+	wait_stopped(p);
+	st = raw_status(r);
+	CHECK(st.pins == 2 && st.reserved == 1 && st.quarantined == 0);
+
+	/* Others go on: 40 puts and gets, 6 slots free (then 4 while the leases run). */
+	uint64_t t_start = kvt__now_ns(), worst = 0;
+	for (uint64_t i = 0; i < 40; i++) {
+		struct kvt_key k;
+		key_of(100 + i, &k);
+		test_fill(buf, PAYLOAD, 100 + i);
+		uint64_t t0 = kvt__now_ns();
+		CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, PAYLOAD), 0);
+		memset(out, 0, PAYLOAD);
+		CHECK_RC(kvt_get_sync(s, &k, 0, 0, out, PAYLOAD, NULL), 0);
+		worst = KVT_MAX(worst, kvt__now_ns() - t0);
+		CHECK(test_check(out, PAYLOAD, 100 + i));
+		if (i == 20) /* the leases run out under the traffic */
+			WAIT_STATUS(r, st, st.pins == 0 && st.reserved == 0);
+	}
+	/* The reservation's key is not held hostage by the quarantine: another client
+	 * stores it (other bytes than the stopped client's). */
+	struct kvt_key k50;
+	key_of(50, &k50);
+	test_fill(buf, PAYLOAD, 51);
+	CHECK_RC(kvt_put_sync(s, &k50, NULL, 16, buf, PAYLOAD), 0);
+	st = raw_status(r);
+	fprintf(stderr, "stopped client: 80 calls of others in %.0f ms, slowest %.1f ms\n",
+		(double)(kvt__now_ns() - t_start) / 1e6, (double)worst / 1e6);
+	CHECKM(worst < 1000000000ull, "a call of another client took %.0f ms", worst / 1e6);
+	CHECK(st.pins_expired >= st0.pins_expired + 2); /* + any of the others' under load */
+	CHECK(st.reservations_expired >= st0.reservations_expired + 1);
+	CHECK(st.pins == 0 && st.reserved == 0);
+	CHECK_EQ(st.quarantined, 1);
+	CHECK_EQ(st.quarantined_bytes, SLOT_BYTES);
+
+	/* The same through /metrics (promtool-clean) and kvtier status --daemon. */
+	char path[400], cmd[2400];
+	snprintf(path, sizeof(path), "%s/metrics.txt", dir);
+	fetch_metrics(path);
+	snprintf(cmd, sizeof(cmd),
+		 "promtool check metrics <%s && grep -qx 'kvtier_daemon_quarantined_slots 1' %s && "
+		 "grep -qx 'kvtier_daemon_quarantined_bytes %llu' %s && "
+		 "grep -q '^kvtier_daemon_lease_expired_reservations_total [1-9]' %s",
+		 path, path, (unsigned long long)SLOT_BYTES, path, path);
+	CHECKM(system(cmd) == 0, "%s", cmd);
+	snprintf(cmd, sizeof(cmd),
+		 "%s/kvtier status --daemon %s --set model.layers=4 --set model.kv_heads=2 --set "
+		 "model.head_dim=64 --set model.chunk_tokens=16 --set model.name=test-model --json "
+		 "| grep -q '\"quarantined_slots\":1,\"quarantined_bytes\":%llu'",
+		 getenv("KVT_BIN") ? getenv("KVT_BIN") : ".", sock_path,
+		 (unsigned long long)SLOT_BYTES);
+	CHECKM(system(cmd) == 0, "%s", cmd);
+
+	/* Resumed: its checks (see stopped_child), then its connection closes. */
+	kill(p, SIGCONT);
+	char reused;
+	struct pollfd pf = {.fd = up[0], .events = POLLIN};
+	if (poll(&pf, 1, 10000) != 1 || read(up[0], &reused, 1) != 1) {
+		kill(p, SIGKILL);
+		CHECKM(0, "the resumed client failed check %d", child_exit(p));
+	}
+	CHECKM(reused >= '1', "no slot the pins held was reused (%c)", reused);
+	/* Its late commit published nothing: key 50 holds the other client's bytes. */
+	memset(out, 0, PAYLOAD);
+	CHECK_RC(kvt_get_sync(s, &k50, 0, 0, out, PAYLOAD, NULL), 0);
+	CHECK(test_check(out, PAYLOAD, 51));
+	/* Connection closed, process alive: the slot stays out of the pool. */
+	WAIT_STATUS(r, st, st.connections == 2); /* r and s */
+	usleep(3 * LEASE_MS * 1000);
+	st = raw_status(r);
+	CHECK_EQ(st.quarantined, 1);
+	CHECK(write(down[1], "x", 1) == 1);
+	CHECK_EQ(child_exit(p), 0);
+	WAIT_STATUS(r, st, st.quarantined == 0 && st.quarantined_bytes == 0);
+	/* What the stopped client held is readable and exact. */
+	for (uint64_t i = 1; i <= 2; i++) {
+		struct kvt_key k;
+		key_of(i, &k);
+		CHECK_RC(kvt_get_sync(s, &k, 0, 0, out, PAYLOAD, NULL), 0);
+		CHECK(test_check(out, PAYLOAD, i));
+	}
+	close(up[0]);
+	close(up[1]);
+	close(down[0]);
+	close(down[1]);
+	free(buf);
+	free(out);
+}
+
+/* ---- 2. a late UNPIN cannot end a newer pin of the same slot */
+
+static void test_lease_ids(struct raw *r, struct kvt_store *s)
+{
+	uint8_t *buf = malloc(PAYLOAD);
+	struct kvt_key k;
+	key_of(3, &k);
+	test_fill(buf, PAYLOAD, 3);
+	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, PAYLOAD), 0);
+	struct raw a = raw_attach();
+	struct lease old = raw_op(&a, KVTD_GET_PIN, 3);
+	usleep((LEASE_MS + 200) * 1000); /* expired; nothing else ran, the slot holds key 3 */
+	struct lease now = raw_op(&a, KVTD_GET_PIN, 3);
+	CHECK(now.slot == old.slot && now.lease != old.lease);
+	CHECK_RC(raw_end(&a, KVTD_UNPIN, &old), -ETIMEDOUT);
+	CHECK_EQ(raw_status(r).pins, 1);
+	CHECK_RC(raw_end(&a, KVTD_UNPIN, &now), 0);
+	CHECK_EQ(raw_status(r).pins, 0);
+	raw_close(&a);
+	free(buf);
+}
+
+/* ---- 4. what one stopped process can hold is bounded */
+
+/* Four reservations left to expire: the process is charged with four quarantined slots,
+ * and its next PUT_RESERVE, on this connection or another, is refused. */
+static void capped_child(int up, int down)
+{
+	struct raw a = raw_attach(), b = raw_attach();
+	for (uint64_t i = 0; i < KVTD_MAX_QUARANTINE; i++)
+		raw_op(&a, KVTD_PUT_RESERVE, 400 + i);
+	usleep((LEASE_MS + 200) * 1000);
+	struct kvtd_req q = {.op = KVTD_PUT_RESERVE, .n_tokens = 16};
+	key_of(500, &q.key);
+	struct kvtd_rep rep;
+	if (raw_call(a.sock, &q, -1, &rep) < 0 || rep.res.status != -EBUSY)
+		_exit(20);
+	if (raw_call(b.sock, &q, -1, &rep) < 0 || rep.res.status != -EBUSY)
+		_exit(21);
+	CHECK(write(up, "q", 1) == 1);
+	wait_byte(down, 'x');
+	_exit(0);
+}
+
+static void test_cap(struct raw *r, struct kvt_store *s)
+{
+	CHECK_RC(kvt_flush_sync(s), 0); /* no slot dirty: 4 can be reserved */
+	int up[2], down[2];
+	CHECK(pipe(up) == 0 && pipe(down) == 0);
+	pid_t p = fork();
+	if (p == 0)
+		capped_child(up[1], down[0]);
+	char b = 0;
+	struct pollfd pf = {.fd = up[0], .events = POLLIN};
+	if (poll(&pf, 1, 10000) != 1 || read(up[0], &b, 1) != 1) {
+		kill(p, SIGKILL);
+		CHECKM(0, "the capped client failed check %d", child_exit(p));
+	}
+	struct kvtd_status st = raw_status(r);
+	CHECK_EQ(st.quarantined, KVTD_MAX_QUARANTINE);
+	CHECK_EQ(st.reserved, 0);
+	CHECK(write(down[1], "x", 1) == 1);
+	CHECK_EQ(child_exit(p), 0);
+	WAIT_STATUS(r, st, st.quarantined == 0);
+	close(up[0]);
+	close(up[1]);
+	close(down[0]);
+	close(down[1]);
+}
+
+/* ---- 3. a reader stopped mid-copy */
+
+static uint8_t *guard_lo, *guard_hi;
+static volatile sig_atomic_t faulted;
+static int fault_fd;
+
+/* The copy out of the pool reached the second half of the destination: say so, stop here
+ * (the lease runs out, the slot is reused), then let the copy go on. */
+static void on_segv(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	uint8_t *a = si->si_addr;
+	if (a < guard_lo || a >= guard_hi || faulted) {
+		signal(sig, SIG_DFL);
+		raise(sig);
+		return;
+	}
+	faulted = 1;
+	ssize_t w = write(fault_fd, "f", 1);
+	(void)w;
+	raise(SIGSTOP);
+	mprotect(guard_lo, (size_t)(guard_hi - guard_lo), PROT_READ | PROT_WRITE);
+}
+
+static void reader_child(int up)
+{
+	fault_fd = up;
+	struct kvt_store *s = open_client();
+	uint8_t *dst = mmap(NULL, PAYLOAD, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(dst != MAP_FAILED && PAYLOAD % 8192 == 0);
+	guard_lo = dst + PAYLOAD / 2;
+	guard_hi = dst + PAYLOAD;
+	CHECK(mprotect(guard_lo, PAYLOAD / 2, PROT_NONE) == 0);
+	struct sigaction sa = {.sa_sigaction = on_segv, .sa_flags = SA_SIGINFO};
+	sigaction(SIGSEGV, &sa, NULL);
+	struct kvt_key k;
+	key_of(200, &k);
+	int rc = kvt_get_sync(s, &k, 0, 0, dst, PAYLOAD, NULL);
+	if (!faulted)
+		_exit(6);
+	if (rc == -ENOENT)
+		_exit(0);
+	if (rc == 0)
+		_exit(test_check(dst, PAYLOAD, 200) ? 3 : 4); /* 4: bytes mixed in */
+	_exit(5);
+}
+
+static void test_reader_stopped(struct raw *r, struct kvt_store *s)
+{
+	uint8_t *buf = malloc(PAYLOAD);
+	struct kvt_key k;
+	key_of(200, &k);
+	test_fill(buf, PAYLOAD, 200);
+	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, PAYLOAD), 0);
+	struct kvtd_status st0 = raw_status(r), st;
+	int up[2];
+	CHECK(pipe(up) == 0);
+	pid_t p = fork();
+	if (p == 0)
+		reader_child(up[1]);
+	wait_byte(up[0], 'f');
+	wait_stopped(p);
+	CHECK_EQ(raw_status(r).pins, 1); /* stopped mid-copy, its pin held */
+	WAIT_STATUS(r, st, st.pins == 0 && st.pins_expired >= st0.pins_expired + 1);
+	/* The key goes, a writer takes its slot with other bytes (the freed slot is the
+	 * next one handed out). */
+	CHECK(kvt_remove_sync(s, &k) > 0);
+	for (uint64_t i = 0; i < 8; i++) {
+		struct kvt_key o;
+		key_of(300 + i, &o);
+		test_fill(buf, PAYLOAD, 300 + i);
+		CHECK_RC(kvt_put_sync(s, &o, NULL, 16, buf, PAYLOAD), 0);
+	}
+	kill(p, SIGCONT);
+	int rc = child_exit(p);
+	CHECKM(rc == 0, "the stopped reader: %s",
+	       rc == 4 ? "returned another object's bytes mixed into its own"
+	       : rc == 3 ? "returned the removed object"
+	       : rc == 6 ? "its copy never faulted" : "failed");
+	close(up[0]);
+	close(up[1]);
+	free(buf);
+}
+
+int main(void)
+{
+	dir = test_tmpdir("daemon_leases");
+	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
+	snprintf(metrics_addr, sizeof(metrics_addr), "127.0.0.1:%d", free_port());
+	signal(SIGPIPE, SIG_IGN);
+	char d[300];
+	snprintf(d, sizeof(d), "%s/data", dir);
+	/* 7 DRAM slots of 36 KiB objects */
+	const char *args[] = {"--dir", d, "--metrics", metrics_addr, "--set", "model.layers=4",
+			      "--set", "model.kv_heads=2", "--set", "model.head_dim=64", "--set",
+			      "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",
+			      "dram.bytes=256KiB", "--set", "nvme.fsync=none", "--set",
+			      "store.deadline_floor_ms=2000", "--set", "daemon.lease_ms=300", NULL};
+	kvtd_start(sock_path, args);
+	struct kvt_store *s = open_client();
+	GEO = *kvt_store_geometry(s);
+	PAYLOAD = kvt_payload_bytes(&GEO, 16);
+	memcpy(kvtd_ns, kvt_store_ns_id(s), sizeof(kvtd_ns));
+	struct raw r = raw_attach();
+	struct kvtd_info info;
+	memcpy(&info, r.shm, sizeof(info));
+	SLOT_BYTES = info.slot_bytes;
+	CHECK(SLOT_BYTES > 0 && info.pool_bytes / SLOT_BYTES == 7);
+	uint64_t t0 = kvt__now_ns();
+	test_stopped_client(&r, s);
+	test_lease_ids(&r, s);
+	test_reader_stopped(&r, s);
+	test_cap(&r, s);
+	fprintf(stderr, "daemon_leases: %.1f s\n", (double)(kvt__now_ns() - t0) / 1e9);
+	raw_close(&r);
+	kvt_store_close(s);
+	/* 5. SIGTERM while a stopped process holds a quarantined slot: the daemon does not
+	 * wait for that process; it gives the slot back, flushes and exits 0. */
+	int up[2];
+	CHECK(pipe(up) == 0);
+	pid_t p = fork();
+	if (p == 0) {
+		struct raw a = raw_attach();
+		raw_op(&a, KVTD_PUT_RESERVE, 600);
+		CHECK(write(up[1], "r", 1) == 1);
+		raise(SIGSTOP);
+		_exit(0);
+	}
+	wait_byte(up[0], 'r');
+	wait_stopped(p);
+	struct raw q = raw_attach();
+	struct kvtd_status st;
+	WAIT_STATUS(&q, st, st.quarantined == 1);
+	raw_close(&q);
+	uint64_t t_stop = kvt__now_ns();
+	kvtd_stop();
+	CHECKM(kvt__now_ns() - t_stop < 5000000000ull, "shutdown took %.1f s",
+	       (double)(kvt__now_ns() - t_stop) / 1e9);
+	kill(p, SIGKILL);
+	waitpid(p, NULL, 0);
+	test_rmdir(dir);
+	printf("daemon_leases: ok\n");
+	return 0;
+}

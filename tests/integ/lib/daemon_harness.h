@@ -1,0 +1,178 @@
+/*
+ * daemon_harness.h - the real kvtierd binary for the daemon tests (daemon_clients.c,
+ * daemon_events.c, daemon_leases.c). Why a header: each of them starts the daemon and
+ * waits for it the same way, must never leave it running behind a failed CHECK, and the
+ * ones that misbehave on purpose speak the raw protocol (src/daemon_proto.h) the same way.
+ * One test program includes it once: the state below is that program's daemon.
+ */
+#ifndef KVT_DAEMON_HARNESS_H
+#define KVT_DAEMON_HARNESS_H
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include "daemon_proto.h"
+#include "../testlib.h"
+
+static char kvtd_sock[100];               /* the daemon's socket */
+static pid_t kvtd_pid, kvtd_main_pid;     /* the daemon; the test's main process */
+static uint8_t kvtd_ns[KVT_NS_ID_BYTES];  /* the namespace raw clients say HELLO with */
+
+/* A failing CHECK exits: never leave the daemon running behind it (forked children that
+ * exit do not kill it). */
+static inline void kvtd_kill(void)
+{
+	if (kvtd_pid > 0 && getpid() == kvtd_main_pid) {
+		kill(kvtd_pid, SIGKILL);
+		waitpid(kvtd_pid, NULL, 0);
+		kvtd_pid = 0;
+	}
+}
+
+static inline const char *kvtd_bin(void)
+{
+	static char bin[512];
+	snprintf(bin, sizeof(bin), "%s/kvtierd", getenv("KVT_BIN") ? getenv("KVT_BIN") : ".");
+	return bin;
+}
+
+/* Start kvtierd with argv[1..] = args (NULL-terminated; --socket sock is added), and
+ * return once it answers on sock (a stale socket file of a killed daemon may be there). */
+static inline void kvtd_start(const char *sock, const char *const *args)
+{
+	if (!kvtd_main_pid) {
+		kvtd_main_pid = getpid();
+		atexit(kvtd_kill);
+	}
+	snprintf(kvtd_sock, sizeof(kvtd_sock), "%s", sock);
+	const char *argv[64] = {"kvtierd", "--socket", kvtd_sock};
+	int n = 3;
+	for (int i = 0; args[i] && n < 63; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	kvtd_pid = fork();
+	if (kvtd_pid == 0) {
+		execv(kvtd_bin(), (char *const *)argv);
+		perror("exec kvtierd");
+		_exit(127);
+	}
+	for (int i = 0; i < 250; i++) {
+		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		struct sockaddr_un a = {.sun_family = AF_UNIX};
+		memcpy(a.sun_path, kvtd_sock, sizeof(kvtd_sock));
+		int ok = connect(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+		close(s);
+		if (ok)
+			return;
+		usleep(20000);
+	}
+	fprintf(stderr, "kvtierd did not come up\n");
+	exit(1);
+}
+
+/* SIGTERM: the daemon flushes and must exit 0. */
+static inline void kvtd_stop(void)
+{
+	kill(kvtd_pid, SIGTERM);
+	int status;
+	waitpid(kvtd_pid, &status, 0);
+	kvtd_pid = 0;
+	CHECKM(WIFEXITED(status) && WEXITSTATUS(status) == 0, "kvtierd exit status %d", status);
+}
+
+/* ---- a raw protocol client, to look at the daemon's state and to misbehave */
+
+struct raw {
+	int sock;
+	uint8_t *shm;
+	size_t len;
+};
+
+static inline int raw_connect(void)
+{
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	memcpy(a.sun_path, kvtd_sock, sizeof(kvtd_sock));
+	struct timeval tv = {.tv_sec = 5};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	CHECK(connect(s, (struct sockaddr *)&a, sizeof(a)) == 0);
+	return s;
+}
+
+static inline int raw_memfd(size_t len, bool seal)
+{
+	int fd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	CHECK(fd >= 0 && ftruncate(fd, (off_t)len) == 0);
+	if (seal)
+		CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+	return fd;
+}
+
+static inline int raw_call(int sock, struct kvtd_req *r, int fd, struct kvtd_rep *rep)
+{
+	r->magic = KVTD_MAGIC;
+	int rc = kvtd_send(sock, r, sizeof(*r), fd);
+	if (rc < 0)
+		return rc;
+	long got = kvtd_recv(sock, rep, sizeof(*rep), NULL);
+	return got == sizeof(*rep) ? 0 : got == 0 ? -ECONNRESET : (int)got;
+}
+
+/* Attached (HELLO with kvtd_ns). pool: if not NULL, the daemon's DRAM pool is mapped there
+ * (writable when offered so) and *pool_len set. */
+static inline struct raw raw_attach_pool(uint8_t **pool, size_t *pool_len)
+{
+	struct raw r = {.sock = raw_connect(), .len = KVTD_SHM_MIN};
+	int fd = raw_memfd(r.len, true);
+	r.shm = mmap(NULL, r.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(r.shm != MAP_FAILED);
+	struct kvtd_req q = {.magic = KVTD_MAGIC, .op = KVTD_HELLO, .version = KVTD_VERSION};
+	memcpy(q.ns_id, kvtd_ns, sizeof(kvtd_ns));
+	CHECK_RC(kvtd_send(r.sock, &q, sizeof(q), fd), 0);
+	struct kvtd_rep rep;
+	int pfd = -1;
+	CHECK(kvtd_recv(r.sock, &rep, sizeof(rep), &pfd) == sizeof(rep));
+	CHECK_RC(rep.res.status, 0);
+	close(fd);
+	if (pool) {
+		struct kvtd_info info;
+		memcpy(&info, r.shm, sizeof(info));
+		CHECKM(pfd >= 0 && info.pool_writable && info.pool_bytes,
+		       "the pool is offered writable");
+		*pool = mmap(NULL, info.pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+		CHECK(*pool != MAP_FAILED);
+		*pool_len = info.pool_bytes;
+	}
+	if (pfd >= 0)
+		close(pfd);
+	return r;
+}
+
+static inline struct raw raw_attach(void)
+{
+	return raw_attach_pool(NULL, NULL);
+}
+
+static inline struct kvtd_status raw_status(struct raw *r)
+{
+	struct kvtd_req q = {.op = KVTD_STATUS, .len = sizeof(struct kvtd_status)};
+	struct kvtd_rep rep;
+	CHECK_RC(raw_call(r->sock, &q, -1, &rep), 0);
+	CHECK_RC(rep.res.status, 0);
+	struct kvtd_status st;
+	memcpy(&st, r->shm, sizeof(st));
+	return st;
+}
+
+static inline void raw_close(struct raw *r)
+{
+	close(r->sock);
+	munmap(r->shm, r->len);
+}
+
+#endif
