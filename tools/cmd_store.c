@@ -169,18 +169,14 @@ static int64_t sync_io_wait(struct sync_io *w, int64_t rc);
 /* Whether a tier answers: one existence check of a key no one stores, bounded by
  * store.sync_timeout_ms. Counters alone cannot tell a dead server from an idle one (a
  * network tier connects on first use). 0, or the -errno the tier answered. */
-static int probe_tier(struct kvt_tier *t)
+static int probe_tier(struct kvt_tier *t, int i)
 {
 	static const struct kvt_key nobody; /* all zero: never a content address */
-	uint8_t *present = malloc(1);
-	struct sync_io *w = present ? sync_io_new() : NULL;
-	if (!w) {
-		free(present);
+	static uint8_t present[KVT_MAX_TIERS]; /* a late answer may still write it: static */
+	struct sync_io *w = sync_io_new();
+	if (!w)
 		return -ENOMEM;
-	}
-	int rc = (int)sync_io_wait(w, t->ops->exists(t, &nobody, 1, present, sync_io_cb, w));
-	if (rc != -ETIMEDOUT) /* else the tier may still write it: leave it allocated */
-		free(present);
+	int rc = (int)sync_io_wait(w, t->ops->exists(t, &nobody, 1, &present[i], sync_io_cb, w));
 	return rc < 0 ? rc : 0;
 }
 
@@ -204,7 +200,7 @@ int kvt_cmd_stat(int argc, char **argv)
 	int probe[KVT_MAX_TIERS] = {0}, unreachable = 0;
 	for (uint32_t i = 0; i < st.n_tiers && i < KVT_MAX_TIERS; i++) {
 		struct kvt_tier *t = kvt__store_tier(s, (int)i);
-		if (t && (probe[i] = probe_tier(t)) < 0) {
+		if (t && (probe[i] = probe_tier(t, (int)i)) < 0) {
 			cli_fail("stat", "tier %s does not answer: %s", st.tier[i].name,
 				 kvt_strerror(probe[i]));
 			unreachable++;
@@ -239,6 +235,7 @@ int kvt_cmd_stat(int argc, char **argv)
 			       (unsigned long long)t->checksum_failures);
 		}
 	}
+	fflush(stdout); /* before a close that may wait for the late tier */
 	kvt_store_close(s);
 	return unreachable ? 1 : 0;
 }
