@@ -284,7 +284,8 @@ static bool seal(struct nv *s, struct nv_batch *b)
 
 static bool drain_tombs(struct nv_log *lg, struct nv_batch *b);
 
-int nv_log_stage(struct nv *s, struct nv_op *op)
+/* Copy op into the filling batch: 1 staged, 0 not now, -1 the file path takes it. */
+static int stage_one(struct nv *s, struct nv_op *op)
 {
 	struct nv_log *lg = s->lg;
 	if (lg->broken) {
@@ -305,7 +306,7 @@ int nv_log_stage(struct nv *s, struct nv_op *op)
 		b = NULL;
 	}
 	if (!b && !(b = new_batch(lg)))
-		return 0; /* every buffer in flight: the ready list retries */
+		return 0; /* every buffer in flight */
 	r = (struct nv_log_rec *)b->buf;
 	if (!drain_tombs(lg, b) || r->n >= NV_LOG_MAXENT) {
 		seal(s, b); /* removals first: this put goes into a later batch */
@@ -330,6 +331,43 @@ int nv_log_stage(struct nv *s, struct nv_op *op)
 	b->ops_tail = op;
 	op->issued = true;
 	return 1;
+}
+
+int nv_log_stage(struct nv *s, struct nv_op *op)
+{
+	struct nv_log *lg = s->lg;
+	int r = lg->wait_head ? 0 : stage_one(s, op); /* in arrival order */
+	if (!r) {
+		op->bnext = NULL;
+		if (lg->wait_tail)
+			lg->wait_tail->bnext = op;
+		else
+			lg->wait_head = op;
+		lg->wait_tail = op;
+	}
+	return r;
+}
+
+/* Stage waiting writes, oldest first, until one has to wait again. */
+static void retry_waiting(struct nv *s)
+{
+	struct nv_log *lg = s->lg;
+	struct nv_op *op;
+	while ((op = lg->wait_head)) {
+		int r = stage_one(s, op);
+		if (!r)
+			return;
+		lg->wait_head = op->bnext;
+		if (!lg->wait_head)
+			lg->wait_tail = NULL;
+		op->bnext = NULL;
+		if (r > 0) {
+			op->stage = ST_WAIT;
+		} else {
+			op->stage = ST_W_OPEN;
+			nv_pump(s, op);
+		}
+	}
 }
 
 /* A removal is recorded in the next batch, in order with the puts around it (a put of the
@@ -379,6 +417,7 @@ static bool drain_tombs(struct nv_log *lg, struct nv_batch *b)
 void nv_log_kick(struct nv *s)
 {
 	struct nv_log *lg = s->lg;
+	retry_waiting(s);
 	struct nv_batch *b = filling(lg);
 	if (!b && lg->ntombs && !lg->broken && lg->inflight < NV_LOG_BUFS - 1)
 		b = new_batch(lg);

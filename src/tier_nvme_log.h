@@ -97,6 +97,9 @@ struct nv_log {
 	uint8_t *zero; /* one zeroed block */
 	struct kvt_key *tombs; /* removals not yet in a batch, oldest first from tomb_head */
 	uint32_t ntombs, tomb_head, tomb_cap;
+	/* writes waiting for a staging buffer or a segment, oldest first (through bnext): not
+	 * in the ring's ready list, where they would hold up reads a segment reuse waits for */
+	struct nv_op *wait_head, *wait_tail;
 };
 
 uint32_t nv_log_crc(const void *block);

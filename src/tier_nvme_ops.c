@@ -107,7 +107,7 @@ void nv_pump(struct nv *s, struct nv_op *op)
 		case ST_W_STAGE: {
 			int r = nv_log_stage(s, op);
 			if (!r)
-				goto blocked; /* no staging buffer free: retried from the ready list */
+				return; /* waits in the log's list: nv_log_kick retries it */
 			if (r < 0) {
 				op->stage = ST_W_OPEN; /* no log segment: a file of its own */
 				break;
