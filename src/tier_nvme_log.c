@@ -84,7 +84,7 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes)
 		dfd = openat(d->fd, NV_LOG_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	}
 	if (dfd < 0)
-		return errno == ENOENT && !log_max ? 0 : -errno; /* no log, none wanted */
+		return errno == ENOENT && (!log_max || s->ro) ? 0 : -errno; /* no log yet */
 	struct nv_log *lg = kvt__calloc(1, sizeof(*lg));
 	if (!lg) {
 		close(dfd);
