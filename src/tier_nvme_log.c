@@ -197,7 +197,12 @@ static int write_header(struct nv *s, uint32_t n, uint64_t gen)
 static bool advance(struct nv *s)
 {
 	struct nv_log *lg = s->lg;
-	for (;;) {
+	for (uint32_t tries = 0;; tries++) {
+		if (tries > lg->nmax + 1) {
+			KVT_WARN(s->log, "nvme: no usable log segment: log writes stop");
+			lg->broken = true;
+			return false;
+		}
 		uint32_t next = lg->have_cur ? (lg->cur + 1) % lg->nmax : lg->start % lg->nmax;
 		struct nv_seg *g = &lg->segs[next];
 		if (g->fd < 0) {
@@ -216,6 +221,13 @@ static bool advance(struct nv *s)
 				lg->start = 0;
 				continue;
 			}
+		}
+		if (g->bytes < NV_LOG_BLOCK + NV_LOG_BUF) {
+			/* Shorter than one batch (damaged from outside): passed over. */
+			lg->cur = next;
+			lg->cur_off = g->bytes; /* never appended to */
+			lg->have_cur = true;
+			continue;
 		}
 		if (g->readers || g->batches)
 			return false;
