@@ -14,6 +14,9 @@
  *   tier_nvme_ring.c     the ring thread: slots, ready list, completion, the wait loop
  *   tier_nvme_fdc.c      cached read descriptors
  *   tier_nvme_budget.c   the daily write budget
+ *   tier_nvme_log.c      small objects appended in batches to log segments (nvme.log_max)
+ *   tier_nvme_log_recover.c  the log's open-time scan
+ *   (tier_nvme_log.h holds the log's on-disk format, shared by those two only)
  */
 #include "tier_nvme_internal.h"
 

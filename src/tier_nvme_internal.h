@@ -51,9 +51,20 @@ enum nv_stage {
 	ST_W_FAIL,    /* clean up the temp file, maybe retry */
 	ST_R_OPEN,    /* open the object for reading */
 	ST_R_DATA,    /* read pieces */
+	ST_W_STAGE,   /* log write: copy into the staging batch (tier_nvme_log.c) */
 	ST_DONE,
 };
-enum nv_kind { IO_OPEN, IO_ALLOC, IO_WRITE, IO_READ, IO_FSYNC, IO_CLOSE, IO_DIRSYNC, IO_WAKE };
+enum nv_kind {
+	IO_OPEN,
+	IO_ALLOC,
+	IO_WRITE,
+	IO_READ,
+	IO_FSYNC,
+	IO_CLOSE,
+	IO_DIRSYNC,
+	IO_WAKE,
+	IO_LOG, /* a log batch's write or fdatasync: io is the batch's, io->op is NULL */
+};
 
 struct nv_dir {
 	char *path;
@@ -86,6 +97,8 @@ struct nv_ent {
 	uint64_t gen; /* tells this entry from a later one of the same key */
 	uint32_t dir;
 	uint32_t opening; /* read opens in flight: the file must not be recycled */
+	uint32_t lseg;	  /* 0: its own file; else in log segment lseg - 1 at loff */
+	uint64_t loff;
 };
 
 struct nv_op {
@@ -124,6 +137,12 @@ struct nv_op {
 	uint64_t soff, size, total;
 	uint64_t gen; /* of the index entry the read started from */
 	struct nv_fdc *fdc;
+	uint32_t lseg; /* read from log segment lseg - 1 (0: from fdc), at base + offset */
+	uint64_t base;
+	/* log write (tier_nvme_log.c) */
+	bool log;
+	struct nv_op *bnext; /* the next op of its batch */
+	uint64_t loff;	     /* offset in the staging buffer, then in the segment */
 	/* exists */
 	const struct kvt_key *keys;
 	uint8_t *present;
@@ -230,6 +249,9 @@ struct nv {
 	uint64_t budget_used;
 
 	struct nv_stats st;
+
+	/* small-object log (tier_nvme_log.c); NULL when nvme.log_max is 0 and no log exists */
+	struct nv_log *lg;
 };
 
 #define ST_ADD(s, f, v) atomic_fetch_add_explicit(&(s)->st.f, (v), memory_order_relaxed)
@@ -308,6 +330,24 @@ int nv_scan_anomalies(struct kvt_tier *t, void (*fn)(void *arg, const char *path
 		      void *arg);
 void nv_chains_save(struct nv *s);
 int nv_rebuild_index(struct nv *s);
+
+/* tier_nvme_write.c, shared with the log */
+int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff);
+
+/* tier_nvme_log.c */
+int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes);
+void nv_log_close(struct nv *s);
+bool nv_log_takes(struct nv *s, const struct nv_op *op);
+int nv_log_stage(struct nv *s, struct nv_op *op); /* 1 staged, 0 blocked, -1 file path */
+void nv_log_kick(struct nv *s);
+bool nv_log_busy(struct nv *s);
+void nv_log_on_cqe(struct nv *s, struct nv_io *io, int res);
+void nv_log_tombstone(struct nv *s, const struct nv_ent *e);
+int nv_log_read_fd(struct nv *s, uint32_t lseg);
+void nv_log_read_ref(struct nv *s, uint32_t lseg, int delta);
+
+/* tier_nvme_log_recover.c */
+int nv_log_recover(struct nv *s);
 
 /* tier_nvme_open.c */
 int nv_open(struct kvt_tier *t, const struct kvt_config *cfg);

@@ -207,6 +207,7 @@ static void nv_free(struct nv *s)
 		kvt__free(op);
 	}
 	kvt__free(s->ios);
+	nv_log_close(s);
 	for (uint32_t i = 0; s->dirs && i < s->ndirs; i++) {
 		if (s->dirs[i].lock_fd >= 0)
 			close(s->dirs[i].lock_fd);
@@ -295,6 +296,13 @@ int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	for (uint32_t i = 0; i < s->ndirs; i++)
 		if ((rc = open_dir(s, &s->dirs[i], direct_mode)) < 0)
 			goto fail;
+	/* The small-object log (docs/NVME_LOG.md): opened, and scanned by nv_rebuild_index,
+	 * whenever it exists, so that turning nvme.log_max off keeps its objects readable. */
+	if ((rc = nv_log_open(s, kvt__cfg_u64(cfg, "nvme.log_max"),
+			      kvt__cfg_u64(cfg, "nvme.segment_bytes"))) < 0) {
+		KVT_ERR(s->log, "nvme: log: %s", strerror(-rc));
+		goto fail;
+	}
 	if ((rc = nv_rebuild_index(s)) < 0) {
 		KVT_ERR(s->log, "nvme: index rebuild failed: %s", strerror(-rc));
 		goto fail;

@@ -8,6 +8,12 @@
  */
 #include "tier_nvme_internal.h"
 
+/* A read's descriptor: its cached file's, or its log segment's. */
+static int read_fd(struct nv *s, const struct nv_op *op)
+{
+	return op->lseg ? nv_log_read_fd(s, op->lseg) : op->fdc->fd;
+}
+
 /* Issue what the op can issue now. Returns with the op waiting for CQEs, parked in the
  * ready list (no free slot), or finished. */
 void nv_pump(struct nv *s, struct nv_op *op)
@@ -98,6 +104,17 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			op->stage = ST_WAIT;
 			return;
 		}
+		case ST_W_STAGE: {
+			int r = nv_log_stage(s, op);
+			if (!r)
+				return; /* waits in the log's list: nv_log_kick retries it */
+			if (r < 0) {
+				op->stage = ST_W_OPEN; /* no log segment: a file of its own */
+				break;
+			}
+			op->stage = ST_WAIT;
+			return;
+		}
 		case ST_R_DATA:
 			while (!op->err && op->si < op->nsegs) {
 				struct kvt_seg *g = &op->segs[op->si];
@@ -116,11 +133,13 @@ void nv_pump(struct nv *s, struct nv_op *op)
 				io->len = (uint32_t)KVT_MIN(end - io->off, NV_IO_MAX);
 				io->buf = (uint8_t *)g->buf + op->soff;
 				op->soff += io->len;
-				io_uring_prep_read(sqe, op->fdc->fd, io->buf, io->len, io->off);
+				io_uring_prep_read(sqe, read_fd(s, op), io->buf, io->len,
+						   op->base + io->off);
 			}
 			if (op->pending)
 				return;
-			nv_fdc_put(s, op->fdc);
+			if (op->fdc)
+				nv_fdc_put(s, op->fdc);
 			op->fdc = NULL;
 			if (op->err) {
 				ST_ADD(s, errors, 1);
@@ -215,8 +234,8 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 				struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
 				if (sqe) {
 					op->pending++;
-					io_uring_prep_read(sqe, op->fdc->fd, io->buf, io->len,
-							   io->off);
+					io_uring_prep_read(sqe, read_fd(s, op), io->buf, io->len,
+							   op->base + io->off);
 					io_uring_sqe_set_data(sqe, io);
 					return;
 				}
@@ -292,6 +311,7 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 		nv_finish(s, op, op->err);
 		return;
 	case IO_WAKE:
+	case IO_LOG: /* handled by nv_log_on_cqe */
 		break;
 	}
 	nv_pump(s, op);
@@ -308,7 +328,14 @@ static void start_read(struct nv *s, struct nv_op *op)
 	op->size = e->bytes;
 	op->dir = e->dir;
 	op->gen = e->gen;
-	if (e->fdc) {
+	if (e->lseg) {
+		/* In a log segment: the segment's fd, no open; the segment is not reused while
+		 * this read is in flight (nv_finish drops the reference). */
+		op->lseg = e->lseg;
+		op->base = e->loff;
+		nv_log_read_ref(s, op->lseg, +1);
+		op->stage = ST_R_DATA;
+	} else if (e->fdc) {
 		nv_fdc_use(s, e->fdc);
 		op->fdc = e->fdc;
 		op->stage = ST_R_DATA;
@@ -342,6 +369,8 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 			nv_finish(s, op, -ENOENT);
 			break;
 		}
+		if (e->lseg)
+			nv_log_tombstone(s, e); /* the removal survives a restart */
 		if (!nv_spare_keep(s, e))
 			nv_ent_unlink(s, e, false);
 		ST_ADD(s, removes, 1);
@@ -349,8 +378,10 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 		break;
 	case OP_DROP:
 		if ((e = nv_ent_find(s, &op->key))) {
-			KVT_WARN(s->log, "nvme: dropping corrupt object in %s",
-				 s->dirs[e->dir].path);
+			KVT_WARN(s->log, "nvme: dropping corrupt object in %s%s",
+				 s->dirs[e->dir].path, e->lseg ? " (log)" : "");
+			if (e->lseg)
+				nv_log_tombstone(s, e);
 			nv_ent_unlink(s, e, false);
 		}
 		nv_finish(s, op, 0);

@@ -267,6 +267,8 @@ int nv_rebuild_index(struct nv *s)
 		}
 	}
 	kvt__free(items);
+	if (!rc)
+		rc = nv_log_recover(s); /* objects in log segments (tier_nvme_log_recover.c) */
 	if (!rc && !s->ro)
 		chains_load(s);
 	if (!rc && !s->ro)

@@ -107,6 +107,10 @@ void nv_finish(struct nv *s, struct nv_op *op, int64_t res)
 	bool was_write = op->type == OP_WRITE;
 	struct nv_op *followers = NULL;
 	ready_remove(s, op);
+	if (op->lseg) { /* a read from a log segment: the segment may be reused again */
+		nv_log_read_ref(s, op->lseg, -1);
+		op->lseg = 0;
+	}
 	if (was_write && op->parent_uid) { /* not handed to an entry: the write failed */
 		nv_parent_count(s, &op->parent, -1, op->parent_uid);
 		op->parent_uid = 0;
@@ -243,7 +247,9 @@ void *nv_ring_main(void *arg)
 	for (;;) {
 		bool closing = drain_queue(s);
 		pump_ready(s);
-		if (closing && !s->active && !s->trash_inflight)
+		if (s->lg)
+			nv_log_kick(s); /* seal and write the staged batch (group commit) */
+		if (closing && !s->active && !s->trash_inflight && !nv_log_busy(s))
 			break;
 		rc = io_uring_submit_and_wait(&s->ring, 1);
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) {
@@ -264,6 +270,8 @@ void *nv_ring_main(void *arg)
 						 strerror(-res));
 					ST_ADD(s, errors, 1);
 				}
+			} else if (io->kind == IO_LOG) {
+				nv_log_on_cqe(s, io, res);
 			} else {
 				nv_on_cqe(s, io, res);
 			}

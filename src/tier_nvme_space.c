@@ -78,6 +78,11 @@ void nv_unlink_async(struct nv *s, struct nv_dir *d, const char *name)
  * the space back before it continues (the ENOSPC path), or there is no ring yet. */
 void nv_ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 {
+	if (e->lseg) {
+		/* In a log segment: its bytes are reclaimed when the segment is reused. */
+		nv_ent_remove(s, e);
+		return;
+	}
 	struct nv_dir *d = &s->dirs[e->dir];
 	char path[NV_NAME_MAX], trash[NV_NAME_MAX];
 	nv_object_path(&e->key, path);
@@ -110,7 +115,7 @@ void nv_evict(struct nv *s, struct nv_ent *e, bool now)
  * a ".tmp." name until op renames it onto its own key, so crash safety is unchanged. */
 static bool recycle(struct nv *s, struct nv_ent *v, struct nv_op *op)
 {
-	if (!op || op->recycled || v->dir != op->dir || v->bytes != op->len || v->opening ||
+	if (!op || op->log || v->lseg || op->recycled || v->dir != op->dir || v->bytes != op->len || v->opening ||
 	    (v->fdc && v->fdc->refs))
 		return false;
 	char path[NV_NAME_MAX];
@@ -154,7 +159,7 @@ void nv_spare_drop_all(struct nv *s, bool now)
  * (a read of it in flight, no room under the capacity, the spare list full). */
 bool nv_spare_keep(struct nv *s, struct nv_ent *e)
 {
-	if (!s->ring_ready || e->opening || (e->fdc && e->fdc->refs) ||
+	if (!s->ring_ready || e->lseg || e->opening || (e->fdc && e->fdc->refs) ||
 	    s->used + s->reserved + s->spare_bytes > s->capacity)
 		return false;
 	if (!s->spares && !(s->spares = kvt__calloc(s->qd, sizeof(*s->spares))))
@@ -221,18 +226,19 @@ int nv_evict_in_dir(struct nv *s, uint32_t dir, uint64_t len)
 	KVT_DEBUG(s->log, "nvme: %s: ENOSPC with %" PRIu64 " bytes free, %" PRIu64 " needed",
 		  s->dirs[dir].path, avail, len);
 	len = KVT_ALIGN_UP(len, KVT_ALIGN) + KVT_ALIGN; /* a little slack for metadata */
+	/* Log objects do not count: evicting one frees no blocks (its segment stays). */
 	for (struct nv_ent *e = s->lru_head; e; e = e->next)
-		if (e->dir == dir)
+		if (e->dir == dir && !e->lseg)
 			in_dir += e->bytes;
 	if (in_dir < len)
 		return 0;
 	/* Leaves first, like nv_make_room; evicting one may make its parent the next leaf. */
 	while (freed < len) {
 		struct nv_ent *e = s->leaf_tail;
-		while (e && e->dir != dir)
+		while (e && (e->dir != dir || e->lseg))
 			e = e->lprev;
 		if (!e)
-			for (e = s->lru_tail; e && e->dir != dir; e = e->prev)
+			for (e = s->lru_tail; e && (e->dir != dir || e->lseg); e = e->prev)
 				;
 		if (!e)
 			break;

@@ -56,14 +56,27 @@ int nv_write_publish(struct nv *s, struct nv_op *op)
 	nv_object_path(&op->key, final);
 	if (renameat(d->fd, op->name, d->fd, final) < 0)
 		return -errno;
+	int rc = nv_write_index(s, op, 0, 0);
+	if (rc < 0)
+		unlinkat(d->fd, final, 0); /* do not leave an object we do not account for */
+	return rc;
+}
+
+/* Index op's object, now complete and durable per nvme.fsync: in its own file (lseg 0,
+ * already renamed onto its final name) or in log segment lseg - 1 at loff. */
+int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff)
+{
+	char final[NV_NAME_MAX];
+	nv_object_path(&op->key, final);
 	struct nv_ent *e = nv_ent_find(s, &op->key);
 	if (e) {
 		/* Same key written twice at once, or found in another directory (nvme.dirs
-		 * changed): the newest copy wins. */
-		if (e->dir != op->dir) {
+		 * changed), or a damaged file replaced by a log copy: the newest copy wins. */
+		if (!e->lseg && (e->dir != op->dir || lseg))
 			unlinkat(s->dirs[e->dir].fd, final, 0);
-			e->dir = op->dir;
-		}
+		e->dir = op->dir;
+		e->lseg = lseg;
+		e->loff = loff;
 		nv_fdc_detach(s, e);
 		pthread_mutex_lock(&s->ilock);
 		s->used = s->used - e->bytes + op->len;
@@ -73,11 +86,11 @@ int nv_write_publish(struct nv *s, struct nv_op *op)
 		nv_lru_touch(s, e);
 		nv_publish_counts(s);
 	} else if (!(e = nv_ent_insert(s, &op->key, op->dir, op->len))) {
-		/* Cannot index it: do not leave an object we do not account for. */
-		unlinkat(d->fd, final, 0);
 		return -ENOMEM; /* the failure path releases the reservation */
 	} else {
 		e->uid = op->uid; /* what children in flight counted on */
+		e->lseg = lseg;
+		e->loff = loff;
 	}
 	/* The entry takes over the children counted on this write, and its own link. */
 	if ((e->children += op->children) > 0)
@@ -173,8 +186,11 @@ void nv_start_write(struct nv *s, struct nv_op *op)
 		nv_finish(s, op, -ENOSPC);
 		return;
 	}
+	op->log = nv_log_takes(s, op);
+	if (op->log)
+		op->dir = 0; /* the log lives in the first directory */
 	int rc = nv_budget_take(s, op->len, &op->budget_hour);
-	if (!rc)
+	if (!rc && !op->log)
 		nv_spare_take(s, op);
 	if (!rc && (rc = nv_make_room(s, op->len, op)) < 0) {
 		nv_budget_refund(s, op->len, op->budget_hour);
@@ -196,6 +212,6 @@ void nv_start_write(struct nv *s, struct nv_op *op)
 	op->uid = e ? e->uid : ++s->uids;
 	if (op->has_parent && !kvt__key_eq(&op->parent, &op->key))
 		op->parent_uid = nv_parent_count(s, &op->parent, +1, 0);
-	op->stage = ST_W_OPEN;
+	op->stage = op->log ? ST_W_STAGE : ST_W_OPEN;
 	nv_pump(s, op);
 }

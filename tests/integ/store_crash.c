@@ -5,7 +5,8 @@
  * the time) and is killed with SIGKILL at a random moment. The parent reopens the store on
  * the same directory: every object the NVMe tier lists must read back through kvt_get with
  * exactly the bytes that were put, and `kvtier verify` must find no bad object. Repeated
- * many times with different kill points.
+ * many times with different kill points, half of them with NVMe's small-object log
+ * (nvme.log_max: chunks go into batches in log segments instead of a file each).
  */
 #include <signal.h>
 #include <sys/stat.h>
@@ -38,6 +39,8 @@ static void child(const char *dir, int iter)
 {
 	struct kvt_config *c = test_config("dram,nvme", dir);
 	test_set(c, "nvme.fsync", iter % 2 ? "data" : "none");
+	if (iter / 2 % 2)
+		test_set(c, "nvme.log_max", "1MiB");
 	struct kvt_store *s;
 	if (kvt_store_open(c, &s) < 0)
 		_exit(3);
@@ -122,7 +125,7 @@ int main(void)
 	char *dir = test_tmpdir("crash");
 	int iters = getenv("KVT_CRASH_ITERS") ? atoi(getenv("KVT_CRASH_ITERS")) : 25;
 	srand((unsigned)time(NULL));
-	uint64_t total_checked = 0;
+	uint64_t total_checked = 0, log_checked = 0;
 	for (int it = 0; it < iters; it++) {
 		pid_t pid = fork();
 		CHECK(pid >= 0);
@@ -164,6 +167,8 @@ int main(void)
 		kvt_stats(s, &stt);
 		CHECK(stt.tier[0].checksum_failures == 0);
 		total_checked += (uint64_t)col.n;
+		if (it / 2 % 2)
+			log_checked += (uint64_t)col.n;
 		free(buf);
 		kvt_store_close(s);
 		kvt_config_destroy(c);
@@ -184,8 +189,9 @@ int main(void)
 		CHECK(system(cmd) == 0);
 	test_rmdir(dir);
 	free(dir);
-	printf("store_crash: %d kills, %llu objects checked, none torn\n", iters,
-	       (unsigned long long)total_checked);
-	CHECK(total_checked > 0);
+	printf("store_crash: %d kills, %llu objects checked (%llu after a run with the log), none "
+	       "torn\n",
+	       iters, (unsigned long long)total_checked, (unsigned long long)log_checked);
+	CHECK(total_checked > 0 && (iters < 4 || log_checked > 0));
 	return 0;
 }

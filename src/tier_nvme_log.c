@@ -1,0 +1,536 @@
+/*
+ * tier_nvme_log.c - the NVMe tier's small-object log: objects up to nvme.log_max are
+ * appended to preallocated segment files in batches instead of each getting its own file,
+ * so a 64 KiB put costs a memcpy into a staging buffer, not an open, two renames, a close
+ * and an fdatasync (docs/NVME_LOG.md has the measurements and the crash-safety argument).
+ *
+ * On the ring thread: a write is copied into the filling batch (ST_W_STAGE); nv_log_kick,
+ * once per loop turn, seals the filling batch (group commit: whatever arrived while earlier
+ * batches were in flight) by writing its commit record and issuing one write for record and
+ * objects, then one fdatasync for all of them (nvme.fsync data/full). Batches are
+ * acknowledged strictly in sequence order, so at most NV_LOG_BUFS unacknowledged batches
+ * exist and they are the newest: the open-time scan verifies those and trusts the rest.
+ * Objects enter the index only when their batch is acknowledged, as a file-per-object write
+ * enters it only after its rename. Segments are reused in FIFO order: the next segment's
+ * remaining objects are evicted, its generation bumped and its header made durable before
+ * the first batch of the new generation is written.
+ */
+#include "tier_nvme_log.h"
+
+
+uint32_t nv_log_crc(const void *block)
+{
+	/* The CRC field sits at the same offset in both block kinds' headers. */
+	_Static_assert(offsetof(struct nv_log_seghdr, crc) == offsetof(struct nv_log_rec, crc),
+		       "crc offset");
+	uint8_t tmp[NV_LOG_BLOCK];
+	memcpy(tmp, block, sizeof(tmp));
+	memset(tmp + offsetof(struct nv_log_rec, crc), 0, sizeof(uint32_t));
+	return kvt__crc32c(0, tmp, sizeof(tmp));
+}
+
+static void seg_name(uint32_t n, char *out, size_t len)
+{
+	snprintf(out, len, "%u.kvl", n);
+}
+
+/* Open segment n (its file exists), or create it preallocated (create). */
+int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
+{
+	struct nv_log *lg = s->lg;
+	struct nv_seg *g = &lg->segs[n];
+	char name[32];
+	seg_name(n, name, sizeof(name));
+	int fl = (s->ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW;
+	if (lg->direct)
+		fl |= O_DIRECT;
+	if (create)
+		fl |= O_CREAT | O_EXCL;
+	int fd = openat(lg->dfd, name, fl, s->file_mode);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
+	g->bytes = (uint64_t)st.st_size;
+	if (create) {
+		int rc = fallocate(fd, 0, 0, (off_t)lg->seg_bytes) < 0 ? -errno : 0;
+		/* The new name must survive a crash before objects in it are acknowledged. */
+		if (!rc && s->fsync_mode != NV_FSYNC_NONE && fsync(lg->dfd) < 0)
+			rc = -errno;
+		if (rc < 0) {
+			close(fd);
+			unlinkat(lg->dfd, name, 0);
+			return rc;
+		}
+		g->bytes = lg->seg_bytes;
+		g->gen = 0;
+	}
+	g->fd = fd;
+	return 0;
+}
+
+int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes)
+{
+	struct nv_dir *d = &s->dirs[0];
+	int dfd = openat(d->fd, NV_LOG_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0 && errno == ENOENT && log_max && !s->ro) {
+		if (mkdirat(d->fd, NV_LOG_DIR, s->dir_mode) < 0 && errno != EEXIST)
+			return -errno;
+		if (s->fsync_mode != NV_FSYNC_NONE)
+			fsync(d->fd);
+		dfd = openat(d->fd, NV_LOG_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	}
+	if (dfd < 0)
+		return errno == ENOENT && (!log_max || s->ro) ? 0 : -errno; /* no log yet */
+	struct nv_log *lg = kvt__calloc(1, sizeof(*lg));
+	if (!lg) {
+		close(dfd);
+		return -ENOMEM;
+	}
+	s->lg = lg;
+	lg->dfd = dfd;
+	lg->direct = d->direct;
+	lg->log_max = KVT_MIN(log_max, NV_LOG_BUF - NV_LOG_BLOCK);
+	lg->seg_bytes = KVT_ALIGN_UP(segment_bytes, NV_LOG_BLOCK);
+	/* nvme.bytes of objects plus the segment being filled and what batches leave unused at
+	 * segment ends: the log takes up to two segments more than nvme.bytes on disk. */
+	lg->nmax = (uint32_t)KVT_MIN(s->capacity / lg->seg_bytes + 2, 1u << 20);
+	lg->fail_seg = UINT32_MAX;
+	if (!(lg->zero = kvt__aligned_alloc(NV_LOG_BLOCK)))
+		return -ENOMEM;
+	memset(lg->zero, 0, NV_LOG_BLOCK);
+	for (uint32_t i = 0; i < NV_LOG_BUFS; i++) {
+		lg->b[i].io.kind = IO_LOG;
+		if (!s->ro && !(lg->b[i].buf = kvt__aligned_alloc(NV_LOG_BUF)))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+void nv_log_close(struct nv *s)
+{
+	struct nv_log *lg = s->lg;
+	if (!lg)
+		return;
+	for (uint32_t i = 0; i < lg->nsegs; i++)
+		if (lg->segs[i].fd >= 0)
+			close(lg->segs[i].fd);
+	for (uint32_t i = 0; i < NV_LOG_BUFS; i++)
+		if (lg->b[i].buf)
+			kvt__free_aligned(lg->b[i].buf, NV_LOG_BUF);
+	if (lg->zero)
+		kvt__free_aligned(lg->zero, NV_LOG_BLOCK);
+	kvt__free(lg->segs);
+	kvt__free(lg->tombs);
+	close(lg->dfd);
+	kvt__free(lg);
+	s->lg = NULL;
+}
+
+bool nv_log_takes(struct nv *s, const struct nv_op *op)
+{
+	struct nv_log *lg = s->lg;
+	return lg && lg->log_max && !lg->broken && !s->ro && op->len <= lg->log_max;
+}
+
+int nv_log_read_fd(struct nv *s, uint32_t lseg)
+{
+	return s->lg->segs[lseg - 1].fd;
+}
+
+void nv_log_read_ref(struct nv *s, uint32_t lseg, int delta)
+{
+	s->lg->segs[lseg - 1].readers += (uint32_t)delta;
+}
+
+static struct nv_batch *filling(struct nv_log *lg)
+{
+	if (!lg->count)
+		return NULL;
+	struct nv_batch *b = &lg->b[(lg->head + lg->count - 1) % NV_LOG_BUFS];
+	return b->state == NV_B_FILL ? b : NULL;
+}
+
+static struct nv_batch *new_batch(struct nv_log *lg)
+{
+	if (lg->count == NV_LOG_BUFS)
+		return NULL;
+	struct nv_batch *b = &lg->b[(lg->head + lg->count++) % NV_LOG_BUFS];
+	b->state = NV_B_FILL;
+	b->used = NV_LOG_BLOCK;
+	b->ops = b->ops_tail = NULL;
+	b->err = 0;
+	b->syncing = false;
+	struct nv_log_rec *r = (struct nv_log_rec *)b->buf;
+	memset(r, 0, NV_LOG_BLOCK);
+	return b;
+}
+
+/* Write segment n's header for generation gen and make it durable. */
+static int write_header(struct nv *s, uint32_t n, uint64_t gen)
+{
+	struct nv_log *lg = s->lg;
+	uint8_t *blk = kvt__aligned_alloc(NV_LOG_BLOCK);
+	if (!blk)
+		return -ENOMEM;
+	memset(blk, 0, NV_LOG_BLOCK);
+	struct nv_log_seghdr *h = (struct nv_log_seghdr *)blk;
+	memcpy(h->magic, NV_LOG_SEG_MAGIC, sizeof(h->magic));
+	h->seg = n;
+	h->gen = gen;
+	h->crc = nv_log_crc(blk);
+	int rc = 0;
+	if (pwrite(lg->segs[n].fd, blk, NV_LOG_BLOCK, 0) != NV_LOG_BLOCK)
+		rc = errno ? -errno : -EIO;
+	else if (s->fsync_mode != NV_FSYNC_NONE && fdatasync(lg->segs[n].fd) < 0)
+		rc = -errno;
+	kvt__free_aligned(blk, NV_LOG_BLOCK);
+	return rc;
+}
+
+/* Move the append point to the next segment of the cycle: create it, or evict what is left
+ * in it and start its next generation. false: not now (reads or batches of it in flight) or
+ * never (lg->broken). */
+static bool advance(struct nv *s)
+{
+	struct nv_log *lg = s->lg;
+	for (uint32_t tries = 0;; tries++) {
+		if (tries > lg->nmax + 1) {
+			KVT_WARN(s->log, "nvme: no usable log segment: log writes stop");
+			lg->broken = true;
+			return false;
+		}
+		uint32_t next = lg->have_cur ? (lg->cur + 1) % lg->nmax : lg->start % lg->nmax;
+		struct nv_seg *g = &lg->segs[next];
+		if (g->fd < 0) {
+			int rc = nv_log_seg_open(s, next, true);
+			if (rc < 0) {
+				/* The file system is full (or refuses): cycle over the segments
+				 * that exist. */
+				KVT_WARN(s->log, "nvme: log segment %u: %s: the log keeps %u segments",
+					 next, strerror(-rc), next);
+				lg->nmax = next;
+				if (!lg->nmax) {
+					lg->broken = true;
+					return false;
+				}
+				lg->have_cur = false;
+				lg->start = 0;
+				continue;
+			}
+		}
+		if (g->bytes < NV_LOG_BLOCK + NV_LOG_BUF) {
+			/* Shorter than one batch (damaged from outside): passed over. */
+			lg->cur = next;
+			lg->cur_off = g->bytes; /* never appended to */
+			lg->have_cur = true;
+			continue;
+		}
+		if (g->readers || g->batches)
+			return false;
+		/* FIFO reuse: what is left of the segment's objects goes (region eviction). */
+		uint32_t tag = next + 1;
+		for (struct nv_ent *e = s->lru_head, *nx; e; e = nx) {
+			nx = e->next;
+			if (e->lseg == tag)
+				nv_evict(s, e, false);
+		}
+		int rc = write_header(s, next, g->gen + 1);
+		if (rc < 0) {
+			KVT_WARN(s->log, "nvme: log segment %u header: %s: log writes stop", next,
+				 strerror(-rc));
+			lg->broken = true;
+			return false;
+		}
+		g->gen++;
+		lg->cur = next;
+		lg->cur_off = NV_LOG_BLOCK;
+		lg->have_cur = true;
+		return true;
+	}
+}
+
+/* Seal batch b and issue its write. false: it stays the filling batch for now. */
+static bool seal(struct nv *s, struct nv_batch *b)
+{
+	struct nv_log *lg = s->lg;
+	if (lg->broken)
+		return false;
+	if (!lg->have_cur || lg->cur_off + b->used > lg->segs[lg->cur].bytes)
+		if (!advance(s))
+			return false;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+	if (!sqe) {
+		io_uring_submit(&s->ring);
+		if (!(sqe = io_uring_get_sqe(&s->ring)))
+			return false;
+	}
+	struct nv_seg *g = &lg->segs[lg->cur];
+	b->seg = lg->cur;
+	b->off = lg->cur_off;
+	b->seq = ++lg->seq;
+	lg->cur_off += b->used;
+	g->batches++;
+	struct nv_log_rec *r = (struct nv_log_rec *)b->buf;
+	memcpy(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic));
+	r->seg = b->seg;
+	r->gen = g->gen;
+	r->seq = b->seq;
+	r->off = b->off;
+	r->len = b->used;
+	for (uint32_t i = 0; i < r->n; i++)
+		if (r->ent[i].type == NV_LOG_PUT)
+			r->ent[i].off += b->off; /* staged relative to the batch */
+	for (struct nv_op *op = b->ops; op; op = op->bnext)
+		op->loff += b->off;
+	r->crc = nv_log_crc(r);
+	b->state = NV_B_FLIGHT;
+	lg->inflight++;
+	io_uring_prep_write(sqe, g->fd, b->buf, (unsigned)b->used, b->off);
+	io_uring_sqe_set_data(sqe, &b->io);
+	return true;
+}
+
+static bool drain_tombs(struct nv_log *lg, struct nv_batch *b);
+
+/* Copy op into the filling batch: 1 staged, 0 not now, -1 the file path takes it. */
+static int stage_one(struct nv *s, struct nv_op *op)
+{
+	struct nv_log *lg = s->lg;
+	if (lg->broken) {
+		op->log = false;
+		return -1; /* the file path takes it */
+	}
+	uint64_t need = KVT_ALIGN_UP(op->len, NV_LOG_BLOCK);
+	struct nv_batch *b = filling(lg);
+	struct nv_log_rec *r = b ? (struct nv_log_rec *)b->buf : NULL;
+	if (b && (b->used + need > NV_LOG_BUF || r->n >= NV_LOG_MAXENT)) {
+		if (!seal(s, b)) {
+			if (lg->broken) {
+				op->log = false;
+				return -1;
+			}
+			return 0;
+		}
+		b = NULL;
+	}
+	if (!b && !(b = new_batch(lg)))
+		return 0; /* every buffer in flight */
+	r = (struct nv_log_rec *)b->buf;
+	if (!drain_tombs(lg, b) || r->n >= NV_LOG_MAXENT) {
+		seal(s, b); /* removals first: this put goes into a later batch */
+		return 0;
+	}
+	memcpy(b->buf + b->used, op->obj, op->len);
+	if (need > op->len)
+		memset(b->buf + b->used + op->len, 0, need - op->len);
+	struct nv_log_rent *en = &r->ent[r->n++];
+	memcpy(en->key, op->key.bytes, KVT_KEY_BYTES);
+	en->off = b->used;
+	en->len = (uint32_t)op->len;
+	en->crc = kvt__crc32c(0, op->obj, op->len);
+	en->type = NV_LOG_PUT;
+	op->loff = b->used;
+	b->used += need;
+	op->bnext = NULL;
+	if (b->ops_tail)
+		b->ops_tail->bnext = op;
+	else
+		b->ops = op;
+	b->ops_tail = op;
+	op->issued = true;
+	return 1;
+}
+
+int nv_log_stage(struct nv *s, struct nv_op *op)
+{
+	struct nv_log *lg = s->lg;
+	int r = lg->wait_head ? 0 : stage_one(s, op); /* in arrival order */
+	if (!r) {
+		op->bnext = NULL;
+		if (lg->wait_tail)
+			lg->wait_tail->bnext = op;
+		else
+			lg->wait_head = op;
+		lg->wait_tail = op;
+	}
+	return r;
+}
+
+/* Stage waiting writes, oldest first, until one has to wait again. */
+static void retry_waiting(struct nv *s)
+{
+	struct nv_log *lg = s->lg;
+	struct nv_op *op;
+	while ((op = lg->wait_head)) {
+		int r = stage_one(s, op);
+		if (!r)
+			return;
+		lg->wait_head = op->bnext;
+		if (!lg->wait_head)
+			lg->wait_tail = NULL;
+		op->bnext = NULL;
+		if (r > 0) {
+			op->stage = ST_WAIT;
+		} else {
+			op->stage = ST_W_OPEN;
+			nv_pump(s, op);
+		}
+	}
+}
+
+/* A removal is recorded in the next batch, in order with the puts around it (a put of the
+ * same key after it must win at the next open). */
+void nv_log_tombstone(struct nv *s, const struct nv_ent *e)
+{
+	struct nv_log *lg = s->lg;
+	if (!lg || lg->broken || !lg->b[0].buf)
+		return;
+	if (lg->tomb_head + lg->ntombs == lg->tomb_cap) {
+		if (lg->tomb_head) {
+			memmove(lg->tombs, lg->tombs + lg->tomb_head, lg->ntombs * sizeof(*lg->tombs));
+			lg->tomb_head = 0;
+		} else {
+			uint32_t nc = lg->tomb_cap ? 2 * lg->tomb_cap : 256;
+			struct kvt_key *t = kvt__realloc(lg->tombs, nc * sizeof(*t));
+			if (!t) {
+				/* Harmless: a removed object that comes back after a restart has
+				 * the same bytes (keys are content addresses). */
+				KVT_DEBUG(s->log, "nvme: out of memory: a removal is not recorded");
+				return;
+			}
+			lg->tombs = t;
+			lg->tomb_cap = nc;
+		}
+	}
+	lg->tombs[lg->tomb_head + lg->ntombs++] = e->key;
+}
+
+/* Move pending removals into batch b; false if some are left (b is full). */
+static bool drain_tombs(struct nv_log *lg, struct nv_batch *b)
+{
+	struct nv_log_rec *r = (struct nv_log_rec *)b->buf;
+	while (lg->ntombs && r->n < NV_LOG_MAXENT) {
+		struct nv_log_rent *en = &r->ent[r->n++];
+		memset(en, 0, sizeof(*en));
+		memcpy(en->key, lg->tombs[lg->tomb_head++].bytes, KVT_KEY_BYTES);
+		en->type = NV_LOG_TOMB;
+		lg->ntombs--;
+	}
+	if (!lg->ntombs)
+		lg->tomb_head = 0;
+	return !lg->ntombs;
+}
+
+/* Group commit: seal the filling batch when a buffer is free to keep filling behind it. */
+void nv_log_kick(struct nv *s)
+{
+	struct nv_log *lg = s->lg;
+	retry_waiting(s);
+	struct nv_batch *b = filling(lg);
+	if (!b && lg->ntombs && !lg->broken && lg->inflight < NV_LOG_BUFS - 1)
+		b = new_batch(lg);
+	if (b)
+		drain_tombs(lg, b);
+	if (b && ((struct nv_log_rec *)b->buf)->n && lg->inflight < NV_LOG_BUFS - 1)
+		seal(s, b);
+	if (lg->broken && (b = filling(lg)) && b->ops) {
+		/* No segment: hand the staged writes to the file path. */
+		struct nv_op *op = b->ops;
+		b->ops = b->ops_tail = NULL;
+		b->state = NV_B_FREE;
+		lg->count--;
+		while (op) {
+			struct nv_op *nx = op->bnext;
+			op->log = false;
+			op->stage = ST_W_OPEN;
+			nv_pump(s, op);
+			op = nx;
+		}
+	}
+}
+
+/* Staged or written batches not yet acknowledged (close waits for them). */
+bool nv_log_busy(struct nv *s)
+{
+	return s->lg && (s->lg->count || s->lg->ntombs) && !s->lg->broken;
+}
+
+static void fail_op(struct nv *s, struct nv_op *op, int err)
+{
+	nv_write_release(s, op);
+	nv_budget_refund(s, op->len, op->budget_hour);
+	ST_ADD(s, errors, 1);
+	nv_finish(s, op, err);
+}
+
+/* Acknowledge finished batches, oldest first. */
+static void ack(struct nv *s)
+{
+	struct nv_log *lg = s->lg;
+	while (lg->count && lg->b[lg->head].state == NV_B_DONE) {
+		struct nv_batch *b = &lg->b[lg->head];
+		if (!b->err && b->seg == lg->fail_seg && b->seq <= lg->fail_upto)
+			b->err = -EIO; /* after a failed batch of its segment: unreachable */
+		if (b->err) {
+			KVT_WARN(s->log, "nvme: log batch write failed: %s", strerror(-b->err));
+			/* Its record must not be found by a scan; nothing after it in this
+			 * segment is acknowledged, and appends move to the next segment. */
+			if (pwrite(lg->segs[b->seg].fd, lg->zero, NV_LOG_BLOCK, (off_t)b->off) > 0)
+				fdatasync(lg->segs[b->seg].fd);
+			lg->fail_seg = b->seg;
+			lg->fail_upto = lg->seq;
+			if (lg->have_cur && lg->cur == b->seg)
+				lg->cur_off = lg->segs[b->seg].bytes;
+		}
+		struct nv_op *op = b->ops;
+		b->ops = b->ops_tail = NULL;
+		b->state = NV_B_FREE;
+		lg->segs[b->seg].batches--;
+		lg->head = (lg->head + 1) % NV_LOG_BUFS;
+		lg->count--;
+		while (op) {
+			struct nv_op *nx = op->bnext;
+			int rc = b->err ? b->err : nv_write_index(s, op, b->seg + 1, op->loff);
+			if (rc < 0)
+				fail_op(s, op, rc);
+			else
+				nv_finish(s, op, 0);
+			op = nx;
+		}
+	}
+}
+
+void nv_log_on_cqe(struct nv *s, struct nv_io *io, int res)
+{
+	struct nv_log *lg = s->lg;
+	struct nv_batch *b = (struct nv_batch *)io;
+	if (!b->syncing) {
+		if (res != (int)b->used)
+			b->err = res < 0 ? res : -EIO;
+		else if (s->fsync_mode != NV_FSYNC_NONE) {
+			/* One fdatasync for every object of the batch. */
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+			if (!sqe) {
+				io_uring_submit(&s->ring);
+				sqe = io_uring_get_sqe(&s->ring);
+			}
+			if (sqe) {
+				b->syncing = true;
+				io_uring_prep_fsync(sqe, lg->segs[b->seg].fd, IORING_FSYNC_DATASYNC);
+				io_uring_sqe_set_data(sqe, &b->io);
+				return;
+			}
+			if (fdatasync(lg->segs[b->seg].fd) < 0)
+				b->err = -errno;
+		}
+	} else if (res < 0) {
+		b->err = res;
+	}
+	b->state = NV_B_DONE;
+	lg->inflight--;
+	ack(s);
+}

@@ -1,0 +1,108 @@
+/*
+ * tier_nvme_log.h - the on-disk format and the in-memory state of the NVMe tier's
+ * small-object log, shared by its writer (tier_nvme_log.c) and its open-time scan
+ * (tier_nvme_log_recover.c) only. Why a log, and its crash-safety argument: docs/NVME_LOG.md.
+ *
+ * A segment <first dir>/log/<n>.kvl is a 4 KiB header (magic, segment number, generation,
+ * CRC32C) followed by batches. A batch is one write: a 4 KiB commit record (magic, segment,
+ * generation, sequence number, its own offset and length, its entries, CRC32C) followed by
+ * the objects it lists, each 4 KiB-aligned. Entries are puts (key, offset, length, CRC32C of
+ * the object's bytes: the tier does not parse objects) and tombstones (key: removed),
+ * applied in order. Host byte order: a store is not moved
+ * between machines of different endianness.
+ */
+#ifndef KVT_TIER_NVME_LOG_H
+#define KVT_TIER_NVME_LOG_H
+
+#include "tier_nvme_internal.h"
+
+#define NV_LOG_DIR "log"
+#define NV_LOG_BUFS 4		 /* staging buffers: batches in flight + the one filling */
+#define NV_LOG_BUF NV_IO_MAX	 /* bytes per batch, record included */
+#define NV_LOG_BLOCK 4096	 /* segment header; commit record */
+#define NV_LOG_SEG_MAGIC "KVTSEG1"
+#define NV_LOG_REC_MAGIC "KVTREC1"
+#define NV_LOG_PUT 1
+#define NV_LOG_TOMB 2
+
+struct nv_log_seghdr {
+	char magic[8];
+	uint32_t crc; /* CRC32C of the 4 KiB block with this field zero */
+	uint32_t seg;
+	uint64_t gen;
+};
+
+struct nv_log_rent {
+	uint8_t key[KVT_KEY_BYTES];
+	uint64_t off; /* in the segment */
+	uint32_t len;
+	uint32_t crc;  /* CRC32C of the object's len bytes: the scan checks the newest batches */
+	uint32_t type; /* NV_LOG_PUT | NV_LOG_TOMB */
+	uint32_t pad;
+};
+
+struct nv_log_rec {
+	char magic[8];
+	uint32_t crc; /* CRC32C of the 4 KiB block with this field zero */
+	uint32_t seg;
+	uint32_t n; /* entries */
+	uint32_t pad;
+	uint64_t gen;
+	uint64_t seq;
+	uint64_t off; /* of this record in the segment */
+	uint64_t len; /* of the batch, this record included */
+	struct nv_log_rent ent[];
+};
+
+#define NV_LOG_MAXENT ((NV_LOG_BLOCK - sizeof(struct nv_log_rec)) / sizeof(struct nv_log_rent))
+
+struct nv_seg {
+	int fd;		  /* -1: the segment file does not exist (yet) */
+	uint64_t bytes;	  /* file size */
+	uint64_t gen;	  /* from its header; bumped each time it is reused */
+	uint32_t readers; /* reads in flight: not reused meanwhile */
+	uint32_t batches; /* batches written and not yet acknowledged */
+};
+
+enum nv_bstate { NV_B_FREE, NV_B_FILL, NV_B_FLIGHT, NV_B_DONE };
+
+struct nv_batch {
+	struct nv_io io; /* kind IO_LOG; first member: the CQE's user data is the batch */
+	enum nv_bstate state;
+	bool syncing;
+	int err;
+	uint8_t *buf; /* NV_LOG_BUF bytes, aligned: record, then objects */
+	uint64_t used;
+	struct nv_op *ops, *ops_tail; /* the writes it acknowledges */
+	uint32_t seg;
+	uint64_t off, seq;
+};
+
+struct nv_log {
+	uint64_t log_max, seg_bytes;
+	uint32_t nmax;	 /* segments in the cycle (nvme.bytes / nvme.segment_bytes, at least 2) */
+	uint32_t nsegs;	 /* entries in segs[] (>= nmax when an earlier run had more) */
+	struct nv_seg *segs;
+	int dfd;
+	bool direct;
+	bool broken; /* no segment can be created: new writes take the file path */
+	bool have_cur;
+	uint32_t cur, start; /* segment appended to; where the first append of a run goes */
+	uint64_t cur_off;
+	uint64_t seq;
+	struct nv_batch b[NV_LOG_BUFS]; /* a ring: head is the oldest not yet acknowledged */
+	uint32_t head, count, inflight;
+	uint32_t fail_seg; /* after a failed batch, later batches of its segment fail too */
+	uint64_t fail_upto;
+	uint8_t *zero; /* one zeroed block */
+	struct kvt_key *tombs; /* removals not yet in a batch, oldest first from tomb_head */
+	uint32_t ntombs, tomb_head, tomb_cap;
+	/* writes waiting for a staging buffer or a segment, oldest first (through bnext): not
+	 * in the ring's ready list, where they would hold up reads a segment reuse waits for */
+	struct nv_op *wait_head, *wait_tail;
+};
+
+uint32_t nv_log_crc(const void *block);
+int nv_log_seg_open(struct nv *s, uint32_t n, bool create);
+
+#endif

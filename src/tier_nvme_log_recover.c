@@ -1,0 +1,212 @@
+/*
+ * tier_nvme_log_recover.c - the open-time scan of the small-object log: what a restart
+ * keeps, and why nothing torn or stale comes back (docs/NVME_LOG.md, "Crash safety").
+ *
+ * Each segment's header gives its generation; its commit records are walked from the first
+ * batch on, each found at the end of the one before, and the walk stops at the first record
+ * whose CRC, segment, generation or offset does not check: a batch that was never written
+ * or was torn ends its segment's valid prefix, and records of an earlier generation (a
+ * reused segment) are never accepted. Batches are acknowledged in sequence order and at
+ * most NV_LOG_BUFS are unacknowledged at once, so only the NV_LOG_BUFS newest batches can
+ * be incomplete: every object of those is read back and checked against the CRC32C its
+ * entry records before it is indexed (the engine checks the object format on every read), and the record of one that fails is zeroed so that no later scan
+ * trusts it. Entries are then applied in sequence order (puts, tombstones); a key also
+ * stored as its own file keeps the file.
+ */
+#include "tier_nvme_log.h"
+
+struct rbatch {
+	uint32_t seg;
+	uint64_t off, seq;
+	uint32_t n;
+	struct nv_log_rent *ent;
+	bool cut;
+};
+
+static int cmp_seq(const void *a, const void *b)
+{
+	const struct rbatch *x = a, *y = b;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static bool parse_u32(const char *nm, uint32_t *out)
+{
+	char *end;
+	if (nm[0] < '0' || nm[0] > '9')
+		return false;
+	unsigned long v = strtoul(nm, &end, 10);
+	if (strcmp(end, ".kvl") || v >= (1u << 20))
+		return false;
+	*out = (uint32_t)v;
+	return true;
+}
+
+/* Walk segment n's records into *bs. */
+static int walk(struct nv *s, uint32_t n, uint8_t *blk, struct rbatch **bs, size_t *nb,
+		size_t *cap)
+{
+	struct nv_seg *g = &s->lg->segs[n];
+	if (pread(g->fd, blk, NV_LOG_BLOCK, 0) != NV_LOG_BLOCK)
+		return 0; /* empty: used from generation 1 */
+	struct nv_log_seghdr *h = (struct nv_log_seghdr *)blk;
+	if (memcmp(h->magic, NV_LOG_SEG_MAGIC, sizeof(h->magic)) || h->seg != n ||
+	    h->crc != nv_log_crc(blk))
+		return 0;
+	g->gen = h->gen;
+	uint64_t off = NV_LOG_BLOCK;
+	while (off + NV_LOG_BLOCK <= g->bytes) {
+		if (pread(g->fd, blk, NV_LOG_BLOCK, (off_t)off) != NV_LOG_BLOCK)
+			break;
+		struct nv_log_rec *r = (struct nv_log_rec *)blk;
+		if (memcmp(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic)) || r->seg != n ||
+		    r->gen != g->gen || r->off != off || r->len < NV_LOG_BLOCK ||
+		    r->len % NV_LOG_BLOCK || r->len > NV_LOG_BUF || off + r->len > g->bytes ||
+		    r->n > NV_LOG_MAXENT || r->crc != nv_log_crc(blk))
+			break;
+		if (*nb == *cap) {
+			size_t nc = *cap ? 2 * *cap : 256;
+			struct rbatch *x = kvt__realloc(*bs, nc * sizeof(*x));
+			if (!x)
+				return -ENOMEM;
+			*bs = x;
+			*cap = nc;
+		}
+		struct rbatch *rb = &(*bs)[(*nb)++];
+		rb->seg = n;
+		rb->off = off;
+		rb->seq = r->seq;
+		rb->n = r->n;
+		rb->cut = false;
+		if (!(rb->ent = kvt__malloc(r->n * sizeof(*rb->ent) + 1)))
+			return -ENOMEM;
+		memcpy(rb->ent, r->ent, r->n * sizeof(*rb->ent));
+		off += r->len;
+	}
+	return 0;
+}
+
+/* Read back and verify every object batch b lists. */
+static bool batch_whole(struct nv *s, const struct rbatch *b, uint8_t *buf)
+{
+	struct nv_seg *g = &s->lg->segs[b->seg];
+	for (uint32_t i = 0; i < b->n; i++) {
+		const struct nv_log_rent *en = &b->ent[i];
+		if (en->type != NV_LOG_PUT)
+			continue;
+		uint64_t len = KVT_ALIGN_UP(en->len, NV_LOG_BLOCK);
+		if (en->len < KVT_HEADER_BYTES || len > NV_LOG_BUF || en->off + len > g->bytes ||
+		    pread(g->fd, buf, len, (off_t)en->off) != (ssize_t)len)
+			return false;
+		if (kvt__crc32c(0, buf, en->len) != en->crc)
+			return false;
+	}
+	return true;
+}
+
+static void apply(struct nv *s, const struct rbatch *b)
+{
+	struct nv_seg *g = &s->lg->segs[b->seg];
+	for (uint32_t i = 0; i < b->n; i++) {
+		const struct nv_log_rent *en = &b->ent[i];
+		struct kvt_key k;
+		memcpy(k.bytes, en->key, KVT_KEY_BYTES);
+		struct nv_ent *e = nv_ent_find(s, &k);
+		if (en->type == NV_LOG_TOMB) {
+			if (e && e->lseg)
+				nv_ent_remove(s, e);
+			continue;
+		}
+		if (en->type != NV_LOG_PUT || en->len < KVT_HEADER_BYTES ||
+		    en->off + en->len > g->bytes || (e && !e->lseg))
+			continue; /* not ours, or the key has a file of its own */
+		if (e)
+			nv_ent_remove(s, e); /* a newer copy */
+		if ((e = nv_ent_insert(s, &k, 0, en->len))) {
+			e->lseg = b->seg + 1;
+			e->loff = en->off;
+		}
+	}
+}
+
+int nv_log_recover(struct nv *s)
+{
+	struct nv_log *lg = s->lg;
+	if (!lg)
+		return 0;
+	uint32_t top = lg->nmax;
+	int dfd2 = dup(lg->dfd);
+	DIR *dir = dfd2 >= 0 ? fdopendir(dfd2) : NULL;
+	if (!dir) {
+		if (dfd2 >= 0)
+			close(dfd2);
+		return -errno;
+	}
+	struct dirent *de;
+	uint32_t n;
+	while ((de = readdir(dir)))
+		if (parse_u32(de->d_name, &n) && n + 1 > top)
+			top = n + 1;
+	rewinddir(dir);
+	/* The cycle covers every segment that exists, also when nvme.bytes shrank: reusing
+	 * segments strictly in cycle order is what keeps a put's segment from outliving the
+	 * segment of the tombstone that removed it. */
+	lg->nmax = top;
+	lg->nsegs = top;
+	if (!(lg->segs = kvt__calloc(top, sizeof(*lg->segs)))) {
+		closedir(dir);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < top; i++)
+		lg->segs[i].fd = -1;
+	int rc = 0;
+	while ((de = readdir(dir)) && !rc)
+		if (parse_u32(de->d_name, &n) && (rc = nv_log_seg_open(s, n, false)) < 0)
+			KVT_WARN(s->log, "nvme: log segment %s: %s", de->d_name, strerror(-rc));
+	closedir(dir);
+	if (rc < 0)
+		return rc;
+
+	uint8_t *blk = kvt__aligned_alloc(NV_LOG_BUF);
+	struct rbatch *bs = NULL;
+	size_t nb = 0, cap = 0;
+	if (!blk)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < top && !rc; i++)
+		if (lg->segs[i].fd >= 0)
+			rc = walk(s, i, blk, &bs, &nb, &cap);
+	uint64_t torn = 0, objs = 0;
+	if (!rc && nb) {
+		qsort(bs, nb, sizeof(*bs), cmp_seq);
+		lg->seq = bs[nb - 1].seq;
+		lg->start = bs[nb - 1].seg + 1;
+		/* The newest batches may be incomplete: check every object they list. */
+		for (size_t i = nb > NV_LOG_BUFS ? nb - NV_LOG_BUFS : 0; i < nb; i++) {
+			if (bs[i].cut || batch_whole(s, &bs[i], blk))
+				continue;
+			torn++;
+			/* This batch and every later one of its segment are dropped; zeroing its
+			 * record keeps later scans from trusting it. */
+			for (size_t j = i; j < nb; j++)
+				if (bs[j].seg == bs[i].seg && bs[j].off >= bs[i].off)
+					bs[j].cut = true;
+			if (!s->ro && pwrite(lg->segs[bs[i].seg].fd, lg->zero, NV_LOG_BLOCK,
+					     (off_t)bs[i].off) == NV_LOG_BLOCK)
+				fdatasync(lg->segs[bs[i].seg].fd);
+		}
+		for (size_t i = 0; i < nb; i++)
+			if (!bs[i].cut)
+				apply(s, &bs[i]);
+		for (struct nv_ent *e = s->lru_head; e; e = e->next)
+			objs += e->lseg != 0;
+	}
+	for (size_t i = 0; i < nb; i++)
+		kvt__free(bs[i].ent);
+	kvt__free(bs);
+	kvt__free_aligned(blk, NV_LOG_BUF);
+	if (!rc)
+		KVT_INFO(s->log,
+			 "nvme: log: %" PRIu64 " batches, %" PRIu64 " objects, %" PRIu64
+			 " incomplete batches dropped",
+			 (uint64_t)nb, objs, torn);
+	return rc;
+}

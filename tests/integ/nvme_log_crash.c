@@ -1,0 +1,253 @@
+/*
+ * nvme_log_crash.c - crash safety of the nvme tier's small-object log (nvme.log_max,
+ * docs/NVME_LOG.md), in nvme_crash.c's style. A child writes self-checking objects (content
+ * derived from the key, CRC32C inside), most small enough for the log and one in 16 of 4-5
+ * MiB (a file of its own), many in flight, and is SIGKILLed at a random moment (0-300 ms),
+ * mid-batch. The parent reopens the tier: every object the index lists must read back
+ * complete and exact (no torn batch, no object of a reused segment's earlier generation
+ * served under a key it no longer holds), every write the child saw acknowledged must be
+ * there, and objects the parent removed before a clean close must stay removed. Cycles
+ * nvme.fsync none/data/full; odd iterations use a capacity of a few segments, so the child
+ * reuses segments (the test checks generations went past 1) while it is killed.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "nvme_util.h"
+
+#define ITERATIONS 40
+#define LOG_MAX "512KiB"
+#define SEGMENT "16MiB"
+#define MAX_OBJ ((5u << 20) + 4096)
+#define LARGE_OBJ (4u << 20) /* above: a new file is fallocated before its pieces are written */
+
+static const char *fsync_modes[] = {"none", "data", "full"};
+
+/* Up to 512 KiB; one object in 16 is 4-5 MiB, more than two 2 MiB pieces, so the kill also
+ * lands in that write path (create, fallocate, pieces). */
+static uint64_t obj_len(uint64_t i)
+{
+	uint64_t h = mix64(i ^ 0xabcdef);
+	if (h % 16 == 0)
+		return LARGE_OBJ + 4096 * (1 + (h >> 8) % 256);
+	return 4096 * (1 + h % ((512u << 10) / 4096));
+}
+
+/* Even iterations never evict, so every acknowledged write must be found afterwards; odd
+ * ones run with a small capacity, so eviction (rename to a temp name + async unlink) is
+ * also interrupted by the kill. */
+static const char *child_capacity(int iter)
+{
+	return iter % 2 ? "24MiB" : "1GiB"; /* 24 MiB: a cycle of 3 segments */
+}
+
+struct slot {
+	uint64_t id;
+	int ack_fd;
+	struct batch *b;
+};
+
+/* Runs on the tier's thread: report the acknowledged id to the parent, then count. */
+static void child_cb(void *arg, int64_t res)
+{
+	struct slot *sl = arg;
+	if (res == 0 && write(sl->ack_fd, &sl->id, sizeof(sl->id)) != sizeof(sl->id))
+		_exit(5);
+	batch_cb(sl->b, res);
+}
+
+static void child(const char *dir, int iter, int ack_fd)
+{
+	struct kvt_tier *t;
+	if (open_tier(&t, "nvme.dirs", dir, "nvme.bytes", child_capacity(iter), "nvme.fsync",
+		      fsync_modes[iter % 3], "nvme.queue_depth", "32", "nvme.log_max", LOG_MAX,
+		      "nvme.segment_bytes", SEGMENT, NULL))
+		_exit(3);
+	enum { SLOTS = 48 };
+	uint8_t *bufs[SLOTS];
+	struct slot slots[SLOTS];
+	struct batch b = BATCH_INIT;
+	for (int i = 0; i < SLOTS; i++)
+		bufs[i] = abuf(MAX_OBJ);
+	uint64_t deadline = kvt__now_ns() + 10ull * 1000000000ull; /* never runs away */
+	for (uint64_t n = 0; kvt__now_ns() < deadline; n++) {
+		/* Buffers are borrowed until the callback: rounds of SLOTS writes, one per slot. */
+		if (n % SLOTS == 0)
+			batch_wait(&b, 0);
+		struct slot *sl = &slots[n % SLOTS];
+		sl->id = (uint64_t)iter << 32 | n;
+		sl->ack_fd = ack_fd;
+		sl->b = &b;
+		struct kvt_key k = make_key(77, sl->id);
+		/* odd iterations: 64 KiB objects, all in the log, reusing segments */
+		uint64_t len = iter % 2 ? 64 << 10 : obj_len(sl->id);
+		fill_object(bufs[n % SLOTS], len, &k);
+		batch_add(&b);
+		if (t->ops->write(t, &k, bufs[n % SLOTS], len, child_cb, sl) < 0)
+			_exit(4);
+	}
+	_exit(0);
+}
+
+/* The highest generation in the log's segment headers (bytes 16-24: docs/NVME_LOG.md). */
+static uint64_t max_generation(const char *dir)
+{
+	uint64_t best = 0;
+	for (int n = 0; n < 256; n++) {
+		char p[400];
+		snprintf(p, sizeof(p), "%s/log/%d.kvl", dir, n);
+		int fd = open(p, O_RDONLY);
+		if (fd < 0)
+			continue;
+		uint8_t h[24];
+		uint64_t g;
+		if (pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h) && !memcmp(h, "KVTSEG1", 8)) {
+			memcpy(&g, h + 16, 8);
+			best = g > best ? g : best;
+		}
+		close(fd);
+	}
+	return best;
+}
+
+struct collect {
+	struct kvt_key *keys;
+	uint64_t *bytes;
+	int n, cap;
+};
+
+static int collect_fn(void *arg, const struct kvt_key *k, uint64_t bytes)
+{
+	struct collect *c = arg;
+	if (c->n == c->cap) {
+		c->cap = c->cap ? 2 * c->cap : 1024;
+		c->keys = realloc(c->keys, (size_t)c->cap * sizeof(*c->keys));
+		c->bytes = realloc(c->bytes, (size_t)c->cap * sizeof(*c->bytes));
+		CHECK(c->keys && c->bytes);
+	}
+	c->keys[c->n] = *k;
+	c->bytes[c->n++] = bytes;
+	return 0;
+}
+
+int main(void)
+{
+	char root[] = "/tmp/kvt-nvme-log-crash-XXXXXX";
+	CHECK(mkdtemp(root));
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s/d", root);
+	srand((unsigned)time(NULL) ^ (unsigned)getpid());
+	uint8_t *rbuf = abuf(MAX_OBJ);
+	struct collect c = {0};
+	long total_checked = 0, total_acked = 0, total_large = 0;
+	int max_listed = 0;
+	uint64_t t0 = kvt__now_ns();
+	static uint64_t acked[1 << 16];
+	static struct kvt_key removed[1 << 14];
+	int n_removed = 0;
+	long total_removed = 0;
+	for (int iter = 0; iter < ITERATIONS; iter++) {
+		int p[2];
+		CHECK_EQ(pipe(p), 0);
+		fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+		pid_t pid = fork();
+		CHECK(pid >= 0);
+		if (pid == 0) {
+			close(p[0]);
+			child(dir, iter, p[1]);
+		}
+		close(p[1]);
+		usleep((useconds_t)(rand() % 300000)); /* 0-300 ms, open included */
+		CHECK_EQ(kill(pid, SIGKILL), 0);
+		int status;
+		CHECK_EQ(waitpid(pid, &status, 0), pid);
+		if (!WIFSIGNALED(status)) {
+			fprintf(stderr, "child exited early: status %d\n", WEXITSTATUS(status));
+			return 1;
+		}
+		size_t got = 0;
+		ssize_t r;
+		while ((r = read(p[0], (char *)acked + got, sizeof(acked) - got)) > 0)
+			got += (size_t)r;
+		close(p[0]);
+		int n_acked = (int)(got / sizeof(uint64_t));
+		if (iter % 2 == 0)
+			total_acked += n_acked;
+
+		struct kvt_tier *t;
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "1GiB", "nvme.log_max",
+				   LOG_MAX, "nvme.segment_bytes", SEGMENT, NULL),
+			 0);
+		CHECK_EQ(count_files(dir, ".tmp.", ""), 0);
+		/* Removed before the last clean close: still removed (tombstones). */
+		for (int i = 0; i < n_removed; i++) {
+			uint8_t present = 1;
+			CHECK_EQ(t_exists(t, &removed[i], 1, &present), 0);
+			if (present) {
+				fprintf(stderr, "iteration %d: removed object %d is back\n", iter, i);
+				return 1;
+			}
+		}
+		total_removed += n_removed;
+		n_removed = 0;
+		/* Every object the index lists is whole and correct. */
+		c.n = 0;
+		CHECK_EQ(t->ops->scan(t, collect_fn, &c), 0);
+		uint64_t listed_bytes = 0;
+		for (int i = 0; i < c.n; i++) {
+			CHECK(c.bytes[i] <= MAX_OBJ);
+			listed_bytes += c.bytes[i];
+			total_large += c.bytes[i] > LARGE_OBJ;
+			int rc = t_read1(t, &c.keys[i], rbuf, 0, c.bytes[i]);
+			if (rc != (int)c.bytes[i] || check_object(rbuf, c.bytes[i], &c.keys[i])) {
+				fprintf(stderr, "iteration %d: object %d of %d is torn (rc %d)\n",
+					iter, i, c.n, rc);
+				return 1;
+			}
+		}
+		/* An acknowledged write survives the kill (unless evicted, odd iterations). */
+		for (int i = 0; i < n_acked && iter % 2 == 0; i++) {
+			struct kvt_key k = make_key(77, acked[i]);
+			int rc = t_read1(t, &k, rbuf, 0, obj_len(acked[i]));
+			if (rc != (int)obj_len(acked[i]) ||
+			    check_object(rbuf, obj_len(acked[i]), &k)) {
+				fprintf(stderr,
+					"iteration %d: acknowledged object %d lost (rc %d)\n", iter,
+					i, rc);
+				return 1;
+			}
+		}
+		total_checked += c.n;
+		if (c.n > max_listed)
+			max_listed = c.n;
+		/* Keep the read-back of the next iteration short. */
+		if (listed_bytes > (48u << 20))
+			for (int i = 0; i < c.n; i++) {
+				/* -ENOENT: evicted meanwhile, when recording the removals
+				 * reused a segment */
+				int rc = t_remove(t, &c.keys[i]);
+				CHECK(rc == 0 || rc == -ENOENT);
+				if (!rc && n_removed < (int)(sizeof(removed) / sizeof(removed[0])))
+					removed[n_removed++] = c.keys[i];
+			}
+		kvt__tier_close(t);
+	}
+	uint64_t max_gen = max_generation(dir);
+	char logdir[320];
+	snprintf(logdir, sizeof(logdir), "%s/log", dir);
+	printf("nvme_log_crash: %d iterations, %ld objects verified (max %d at once, %ld of more "
+	       "than 4 MiB), %ld acknowledged writes checked, %ld removals checked, %d log "
+	       "segments, highest generation %llu, %.1f s\n",
+	       ITERATIONS, total_checked, max_listed, total_large, total_acked, total_removed,
+	       count_files(logdir, "", ".kvl"), (unsigned long long)max_gen,
+	       (double)(kvt__now_ns() - t0) / 1e9);
+	CHECK(max_listed > 0 && total_acked > 0 && total_large > 0 && total_removed > 0);
+	CHECK(max_gen >= 2); /* segments were reused while children were killed */
+	free(c.keys);
+	free(c.bytes);
+	free(rbuf);
+	rm_rf(root);
+	return 0;
+}
