@@ -7,8 +7,13 @@
  * each key hashed to one counter per row, the estimate the smallest of the four; every
  * 10 x width additions all counters are halved, which turns counts into a recency-weighted
  * popularity and bounds the error. Updates are conservative (only counters equal to the
- * minimum grow), which keeps over-estimates low. An optional doorkeeper Bloom filter takes
- * the first sighting of a key so one-off keys do not occupy the counters.
+ * minimum grow), which keeps over-estimates low. An optional doorkeeper takes the first
+ * sighting of a key so one-off keys do not occupy the counters. It is src/ghost.h's pair of
+ * alternating Bloom filters sized for one period's additions (16 bits per key), not one
+ * Bloom filter of 8 bits per counter cleared at halving: KV traffic is mostly first
+ * sightings, so a period brings up to 10 x width distinct keys and that filter ended each
+ * period ~92 % full, calling most new keys "seen" (every estimate one too high, min_freq=2
+ * admitting nearly everything).
  *
  * The admission decision layers the cheap checks around the sketch: minimum prefix length,
  * the cost model's "recomputing this chunk is cheaper than restoring it from that tier",
@@ -18,14 +23,15 @@
 #include <string.h>
 
 #include "cost.h"
+#include "ghost.h"
 #include "sketch.h"
 
 #define ROWS 4
 
 struct kvt_sketch {
 	uint8_t *cnt; /* ROWS * width */
-	uint64_t *door;
-	uint64_t width, mask, door_bits;
+	struct kvt_ghost *door; /* first sightings of the last period or two */
+	uint64_t width, mask;
 	uint64_t adds, period, halvings;
 	uint32_t max;
 };
@@ -53,12 +59,10 @@ int kvt__sketch_create(uint64_t width, uint32_t max_count, bool doorkeeper, stru
 	s->cnt = kvt__calloc(ROWS, w);
 	if (!s->cnt)
 		goto fail;
-	if (doorkeeper) {
-		s->door_bits = w * 8;
-		s->door = kvt__calloc(s->door_bits / 64, sizeof(uint64_t));
-		if (!s->door)
-			goto fail;
-	}
+	/* a key seen once is remembered for between half a period and a period of additions
+	 * (at most one distinct key per addition): 20 B per counter column */
+	if (doorkeeper && kvt__ghost_create((uint32_t)KVT_MIN(10 * w, UINT32_MAX), &s->door) < 0)
+		goto fail;
 	s->width = w;
 	s->mask = w - 1;
 	s->period = 10 * w;
@@ -75,7 +79,7 @@ void kvt__sketch_destroy(struct kvt_sketch *s)
 {
 	if (!s)
 		return;
-	kvt__free(s->door);
+	kvt__ghost_destroy(s->door);
 	kvt__free(s->cnt);
 	kvt__free(s);
 }
@@ -98,21 +102,6 @@ static uint64_t slot(const struct kvt_sketch *s, uint64_t h, int r)
 	return (uint64_t)r * s->width + (x & s->mask);
 }
 
-static bool door_test(const struct kvt_sketch *s, uint64_t h)
-{
-	uint64_t x = mix(h ^ 0xd6e8feb86659fd93ull);
-	uint64_t a = x % s->door_bits, b = (x >> 32) % s->door_bits;
-	return (s->door[a / 64] >> (a % 64) & 1) && (s->door[b / 64] >> (b % 64) & 1);
-}
-
-static void door_set(struct kvt_sketch *s, uint64_t h)
-{
-	uint64_t x = mix(h ^ 0xd6e8feb86659fd93ull);
-	uint64_t a = x % s->door_bits, b = (x >> 32) % s->door_bits;
-	s->door[a / 64] |= 1ull << (a % 64);
-	s->door[b / 64] |= 1ull << (b % 64);
-}
-
 static uint32_t raw_min(const struct kvt_sketch *s, uint64_t h)
 {
 	uint32_t m = 255;
@@ -127,7 +116,7 @@ static uint32_t raw_min(const struct kvt_sketch *s, uint64_t h)
 uint32_t kvt__sketch_estimate(const struct kvt_sketch *s, uint64_t h)
 {
 	uint32_t e = raw_min(s, h);
-	if (s->door && door_test(s, h))
+	if (s->door && kvt__ghost_test(s->door, h))
 		e++;
 	return KVT_MIN(e, s->max);
 }
@@ -136,8 +125,7 @@ void kvt__sketch_halve(struct kvt_sketch *s)
 {
 	for (uint64_t i = 0; i < ROWS * s->width; i++)
 		s->cnt[i] >>= 1;
-	if (s->door)
-		memset(s->door, 0, s->door_bits / 8);
+	/* the doorkeeper ages by itself (its older generation is dropped as the newer fills) */
 	s->adds /= 2;
 	s->halvings++;
 }
@@ -147,8 +135,8 @@ void kvt__sketch_record_n(struct kvt_sketch *s, uint64_t h, uint32_t n)
 	if (!n)
 		return;
 	uint32_t left = n;
-	if (s->door && !door_test(s, h)) {
-		door_set(s, h);
+	if (s->door && !kvt__ghost_test(s->door, h)) {
+		kvt__ghost_add(s->door, h);
 		left--;
 	}
 	if (left) {

@@ -1,7 +1,7 @@
 /*
  * sketch.h - admission: a count-min frequency sketch with periodic halving (TinyLFU), an
- * optional doorkeeper Bloom filter, and the decision whether a chunk is worth writing to a
- * deeper tier (frequency, minimum prefix length, write budget, cost model). Pure logic;
+ * optional doorkeeper (src/ghost.h's filter, sized for a period of first sightings), and
+ * the decision whether a chunk is worth writing to a deeper tier (frequency, minimum prefix length, write budget, cost model). Pure logic;
  * not thread-safe (the owner locks).
  */
 #ifndef KVT_SKETCH_H
@@ -16,7 +16,8 @@ struct kvt_sketch;
 
 /* width: counters per row (rounded up to a power of two, at least 64); max_count: where a
  * counter saturates (1..255; TinyLFU uses 15); after 10 * width additions every counter is
- * halved (and the doorkeeper cleared), so old popularity fades. -EINVAL, -ENOMEM. */
+ * halved, so old popularity fades; the doorkeeper remembers a key seen once for between
+ * 5 and 10 x width additions (20 B per counter column). -EINVAL, -ENOMEM. */
 int kvt__sketch_create(uint64_t width, uint32_t max_count, bool doorkeeper,
 		       struct kvt_sketch **out);
 void kvt__sketch_destroy(struct kvt_sketch *s);
