@@ -129,6 +129,7 @@ static int add_link(void *arg, const char *name)
 }
 
 /* Admission to each deeper tier (src/sketch.h): a frequency sketch (admission.min_freq),
+ * a reuse prediction from the chunk chain (admission.predict, the replay's --admit-predict),
  * a minimum prefix length, and - with a measured tier profile (cost.profile) - no write
  * to a tier from which restoring would be slower than recomputing. Capacity and the NVMe
  * write budget are the tier's own can_write(). With the defaults nothing is filtered and
@@ -144,7 +145,10 @@ static int admission_open(struct kvt_store *s)
 				  "recompute admission is off");
 		s->cost = NULL;
 	}
-	if (min_freq <= 1 && !min_prefix && !s->cost)
+	int predict = kvt__admit_predict_parse(kvt__cfg_str(s->cfg, "admission.predict"));
+	if (predict < 0)
+		return -EINVAL; /* the config table's enum check makes this unreachable */
+	if (min_freq <= 1 && !min_prefix && !s->cost && predict == KVT_PREDICT_OFF)
 		return 0;
 	uint64_t width = kvt__cfg_u64(s->cfg, "admission.sketch_counters");
 	if (!width)
@@ -157,13 +161,16 @@ static int admission_open(struct kvt_store *s)
 			.doorkeeper = kvt__cfg_bool(s->cfg, "admission.doorkeeper"),
 			.cost = s->cost,
 			.cost_tier = i,
+			.predict = predict,
+			.chunk_tokens = s->geo.chunk_tokens,
 		};
 		int rc = kvt__admit_create(&ac, &s->links[i].admit);
 		if (rc < 0)
 			return rc;
 	}
-	KVT_INFO(&s->log, "admission: min_freq %u, min_prefix_tokens %llu, cost check %s",
-		 min_freq, (unsigned long long)min_prefix, s->cost ? "on" : "off");
+	KVT_INFO(&s->log, "admission: min_freq %u, min_prefix_tokens %llu, cost check %s, predict %s",
+		 min_freq, (unsigned long long)min_prefix, s->cost ? "on" : "off",
+		 kvt__cfg_str(s->cfg, "admission.predict"));
 	return 0;
 }
 

@@ -202,6 +202,7 @@ void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 		struct link *l = &s->links[i];
 		if (l->admit &&
 		    kvt__admit_decide(l->admit, kvt__key_hash(key),
+				      ref->has_parent ? kvt__key_hash(&ref->parent) : 0,
 				      (uint64_t)ref->depth * s->geo.chunk_tokens, ref->n_tokens,
 				      ref->object_bytes) != KVT_ADMIT_YES) {
 			atomic_fetch_add(&l->admission_rejects, 1);

@@ -45,6 +45,18 @@ enum kvt_admit_verdict {
 	KVT_ADMIT_SHORT = 2,	 /* the chunk ends before min_prefix_tokens */
 	KVT_ADMIT_RECOMPUTE = 3, /* restoring it from the tier is slower than recomputing it */
 	KVT_ADMIT_BUDGET = 4,	 /* the write budget refuses the bytes */
+	KVT_ADMIT_UNPREDICTED = 5, /* predict=chain: neither reused nor continuing a reused chain */
+};
+
+/* What predicts that a chunk written deeper will be read again (admission.predict). */
+enum kvt_admit_predict {
+	KVT_PREDICT_OFF = 0, /* min_freq alone */
+	/* a chunk is written if it was seen before (a second sighting), or if it continues a
+	 * chain that is being reused: its parent was seen before and this is its only full
+	 * child (the end of an earlier prompt being extended: a conversation that came
+	 * back; a shared system prompt has a child per conversation), or its parent was
+	 * written by this rule (the rest of that request's new chunks) */
+	KVT_PREDICT_CHAIN = 1,
 };
 
 /* May bytes be written now? (an NVMe endurance budget, a rate limit). It should account
@@ -60,6 +72,8 @@ struct kvt_admit_cfg {
 	int cost_tier;		     /* the tier's index in the cost model */
 	kvt_budget_fn budget;	     /* NULL: unlimited */
 	void *budget_arg;
+	int predict;	       /* enum kvt_admit_predict */
+	uint32_t chunk_tokens; /* predict=chain: a full chunk's tokens (0: every chunk is) */
 };
 
 struct kvt_admit;
@@ -69,10 +83,15 @@ void kvt__admit_destroy(struct kvt_admit *a);
 /* Count an access of a chunk (every lookup hit or put sees it once). */
 void kvt__admit_record(struct kvt_admit *a, uint64_t khash);
 /* Should the chunk with tokens [begin, begin + n_tokens) of its prompt, bytes long, be
- * written to the tier? The checks run cheapest first; the budget is asked last, so it is
- * only charged for writes that happen. Returns an enum kvt_admit_verdict. */
-int kvt__admit_decide(struct kvt_admit *a, uint64_t khash, uint64_t begin, uint32_t n_tokens,
-		      uint64_t bytes);
+ * written to the tier? parent: its parent chunk's key hash, 0 for a chain's first chunk
+ * (predict=chain uses it). Call it once per put of a chunk, after kvt__admit_record()
+ * of the chunk and of its parent (it counts the parent's children on a first sighting).
+ * The checks run cheapest first; the budget is asked last, so it is only charged for
+ * writes that happen. Returns an enum kvt_admit_verdict. */
+int kvt__admit_decide(struct kvt_admit *a, uint64_t khash, uint64_t parent, uint64_t begin,
+		      uint32_t n_tokens, uint64_t bytes);
+/* "off" / "chain" -> enum kvt_admit_predict; -EINVAL otherwise. */
+int kvt__admit_predict_parse(const char *name);
 const char *kvt__admit_verdict_name(int verdict);
 struct kvt_sketch *kvt__admit_sketch(struct kvt_admit *a);
 

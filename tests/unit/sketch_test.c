@@ -183,16 +183,16 @@ static void test_admission(void **state)
 	/* too short a prefix */
 	kvt__admit_record(a, 1);
 	kvt__admit_record(a, 1);
-	assert_int_equal(kvt__admit_decide(a, 1, 0, 512, bytes), KVT_ADMIT_SHORT);
+	assert_int_equal(kvt__admit_decide(a, 1, 0, 0, 512, bytes), KVT_ADMIT_SHORT);
 	/* seen once: cold */
 	kvt__admit_record(a, 2);
-	assert_int_equal(kvt__admit_decide(a, 2, 1024, 512, bytes), KVT_ADMIT_COLD);
+	assert_int_equal(kvt__admit_decide(a, 2, 0, 1024, 512, bytes), KVT_ADMIT_COLD);
 	/* seen twice, restore from NVMe beats recompute, but the budget is 3 MiB */
 	kvt__admit_record(a, 2);
-	assert_int_equal(kvt__admit_decide(a, 2, 1024, 512, bytes), KVT_ADMIT_BUDGET);
+	assert_int_equal(kvt__admit_decide(a, 2, 0, 1024, 512, bytes), KVT_ADMIT_BUDGET);
 	assert_int_equal(budget_left, 3u << 20); /* refused writes are not charged */
 	budget_left = bytes;
-	assert_int_equal(kvt__admit_decide(a, 2, 1024, 512, bytes), KVT_ADMIT_YES);
+	assert_int_equal(kvt__admit_decide(a, 2, 0, 1024, 512, bytes), KVT_ADMIT_YES);
 	assert_int_equal(budget_left, 0);
 	kvt__admit_destroy(a);
 
@@ -203,8 +203,8 @@ static void test_admission(void **state)
 	cfg.min_prefix_tokens = 0;
 	cfg.budget = NULL;
 	assert_int_equal(kvt__admit_create(&cfg, &a), 0);
-	assert_int_equal(kvt__admit_decide(a, 3, 0, 512, bytes), KVT_ADMIT_RECOMPUTE);
-	assert_int_equal(kvt__admit_decide(a, 3, 1u << 20, 512, bytes), KVT_ADMIT_YES);
+	assert_int_equal(kvt__admit_decide(a, 3, 0, 0, 512, bytes), KVT_ADMIT_RECOMPUTE);
+	assert_int_equal(kvt__admit_decide(a, 3, 0, 1u << 20, 512, bytes), KVT_ADMIT_YES);
 	assert_string_equal(kvt__admit_verdict_name(KVT_ADMIT_RECOMPUTE), "recompute-cheaper");
 	kvt__admit_destroy(a);
 	cfg.cost_tier = 9;
