@@ -303,11 +303,6 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		goto out;
 	out->capacity_blocks[0] = o->dram_tokens / bt;
 	out->capacity_blocks[1] = o->nvme_tokens / bt;
-	if (o->admit_continuation < 0 || o->admit_continuation > 1) {
-		rc = -EINVAL;
-		goto out;
-	}
-	bool predict = o->admit_continuation > 0;
 	if (o->admit_oracle) {
 		if (!(uses_left = kvt__calloc(KVT_MAX(b.n, 1u), sizeof(uint32_t)))) {
 			rc = -ENOMEM;
@@ -317,10 +312,10 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 			for (uint32_t i = 0; i < t->req[r].n_blocks; i++)
 				uses_left[b.idx[t->req[r].first + i]]++;
 	}
-	if (tier[1].cap && (predict || o->admit_predict || o->admit_min_freq > 1 ||
+	if (tier[1].cap && (o->admit_predict || o->admit_min_freq > 1 ||
 			    o->admit_min_prefix || (o->cost && o->admit_cost_check))) {
 		struct kvt_admit_cfg ac = {
-		    .min_freq = KVT_MAX(predict ? 2u : 1u, o->admit_min_freq),
+		    .min_freq = KVT_MAX(1u, o->admit_min_freq),
 		    .min_prefix_tokens = o->admit_min_prefix,
 		    .sketch_width = KVT_MAX((uint64_t)tier[1].cap, 1024u),
 		    .doorkeeper = true,
@@ -415,16 +410,6 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 				out->prefill_tokens_saved += kvt__trace_block_len(t, q, i);
 		}
 
-		/* a continuation: its leading blocks were seen before (before this request) */
-		bool cont = false;
-		if (predict && admit) {
-			const struct kvt_sketch *sk = kvt__admit_sketch(admit);
-			uint32_t seen = 0;
-			while (seen < q->n_blocks &&
-			       kvt__sketch_estimate(sk, hid(b.id[blk[seen]])) >= 1)
-				seen++;
-			cont = seen && seen >= o->admit_continuation * q->n_blocks;
-		}
 		/* store: every block inserted or touched, in order */
 		for (uint32_t i = 0; i < q->n_blocks; i++) {
 			uint32_t k = blk[i];
@@ -452,7 +437,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 					tier_touch(&tier[1], k);
 				} else if (uses_left && !uses_left[k]) {
 					out->nvme_writes_skipped++;
-				} else if (admit && !cont &&
+				} else if (admit &&
 					   kvt__admit_decide(admit, hid(b.id[k]),
 							     b.parent[k] != NONE ? hid(b.id[b.parent[k]]) : 0,
 							     (uint64_t)i * bt,

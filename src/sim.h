@@ -35,11 +35,6 @@ struct kvt_sim_opts {
 	uint32_t admit_min_freq; /* NVMe admission by frequency sketch; <= 1 admits all */
 	bool admit_cost_check;	 /* skip NVMe writes whose restore is slower than recompute */
 	uint64_t admit_min_prefix; /* skip NVMe writes of blocks ending before this token */
-	/* NVMe admission that predicts reuse: a request whose leading blocks were seen before
-	 * for at least this share of its blocks continues a conversation (or a shared
-	 * document), so all of its blocks are written; other requests' blocks only once seen
-	 * twice. 0: off (admit_min_freq alone decides). */
-	double admit_continuation;
 	/* NVMe admission by the store's own rule (admission.predict, src/sketch.h): an enum
 	 * kvt_admit_predict; KVT_PREDICT_OFF (0): off */
 	int admit_predict;

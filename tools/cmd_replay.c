@@ -59,9 +59,6 @@ static void usage(FILE *f)
 	    "                      model.name, and cost.gpu)\n"
 	    "  --gpus N|auto       prefill GPUs serving the queue (default auto: the fewest that\n"
 	    "                      keep the no-cache load at %.0f%%; warns when load exceeds 100%%)\n"
-	    "  --admit-continuation F  NVMe admission that predicts reuse: write every block of\n"
-	    "                      a request whose seen-before prefix covers F of it (a\n"
-	    "                      conversation's later turn), other blocks once seen twice\n"
 	    "  --admit-predict off|chain  NVMe admission by the store's rule (admission.predict):\n"
 	    "                      chain writes blocks seen before and blocks extending a\n"
 	    "                      reused chain (a conversation that came back)\n"
@@ -82,7 +79,7 @@ struct opts {
 	const char *policies[MAX_POLICIES];
 	int n_policies;
 	unsigned long long dram, nvme, requests, seed, admit, gpus; /* gpus 0: auto */
-	double scale, cont;
+	double scale;
 	const char *predict; /* --admit-predict; NULL: admission.predict */
 	bool oracle;
 	bool simulate, belady, prefetch, leaf_first, sweep, json, have_requests, have_seed;
@@ -339,7 +336,7 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 
 enum {
 	O_TRACE = CLI_O_FIRST_FREE, O_WORKLOAD, O_SAVE_TRACE, O_PLOT, O_MODEL, O_GPU, O_GEN,
-	O_POLICY, O_DRAM_TOKENS, O_NVME_TOKENS, O_REQUESTS, O_SEED, O_GPUS, O_ADMIT_CONT,
+	O_POLICY, O_DRAM_TOKENS, O_NVME_TOKENS, O_REQUESTS, O_SEED, O_GPUS,
 	O_ADMIT_FREQ, O_ADMIT_PREDICT, O_ADMIT_ORACLE, O_SCALE, O_SIMULATE, O_BELADY, O_NO_PREFETCH, O_NO_LEAF_FIRST, O_SWEEP
 };
 
@@ -353,7 +350,6 @@ static int replay_opt(void *arg, int c, const char *v)
 {
 	struct replay_args *ra = arg;
 	struct opts *o = ra->o;
-	char *end;
 	switch (c) {
 	case 'h':
 		usage(stdout);
@@ -391,11 +387,6 @@ static int replay_opt(void *arg, int c, const char *v)
 		}
 		if (parse_u64("--gpus", v, &o->gpus) || !o->gpus || o->gpus > KVT_SIM_MAX_GPUS)
 			return cli_fail(CMD, "--gpus is 1..%d or auto", KVT_SIM_MAX_GPUS), -1;
-		return 0;
-	case O_ADMIT_CONT:
-		o->cont = strtod(v, &end);
-		if (*end || end == v || !(o->cont >= 0 && o->cont <= 1))
-			return cli_fail(CMD, "--admit-continuation is a share in [0, 1]"), -1;
 		return 0;
 	case O_ADMIT_PREDICT:
 		if (kvt__admit_predict_parse(v) < 0)
@@ -437,7 +428,6 @@ int kvt_cmd_replay(int argc, char **argv)
 	    {"requests", required_argument, NULL, O_REQUESTS},
 	    {"seed", required_argument, NULL, O_SEED},
 	    {"gpus", required_argument, NULL, O_GPUS},
-	    {"admit-continuation", required_argument, NULL, O_ADMIT_CONT},
 	    {"admit-freq", required_argument, NULL, O_ADMIT_FREQ},
 	    {"admit-predict", required_argument, NULL, O_ADMIT_PREDICT},
 	    {"admit-oracle", no_argument, NULL, O_ADMIT_ORACLE},
@@ -548,7 +538,6 @@ int kvt_cmd_replay(int argc, char **argv)
 			(uint32_t)(o.admit ? o.admit : kvt__cfg_u64(cfg, "admission.min_freq")),
 		    .admit_cost_check = kvt__cfg_bool(cfg, "admission.cost_check"),
 		    .admit_min_prefix = kvt__cfg_u64(cfg, "admission.min_prefix_tokens"),
-		    .admit_continuation = o.cont,
 		    .admit_predict = kvt__admit_predict_parse(
 			o.predict ? o.predict : kvt__cfg_str(cfg, "admission.predict")),
 		    .admit_oracle = o.oracle,

@@ -377,8 +377,9 @@ static void test_fleet_sizing(void **state)
 }
 
 /* NVMe admission that predicts reuse, on conversation traffic where engaged users keep
- * going: writing a continuation's blocks keeps more hits than the second-sighting rule and
- * writes far less than storing everything; bytes written per NVMe hit are reported. */
+ * going: admission.predict=chain (writing a continuation's blocks) keeps more hits than
+ * the second-sighting rule and writes far less than storing everything; bytes written
+ * per NVMe hit are reported. */
 static void test_nvme_admission_predicts(void **state)
 {
 	(void)state;
@@ -407,7 +408,7 @@ static void test_nvme_admission_predicts(void **state)
 		o.admit_min_freq = 2;
 		assert_int_equal(kvt__sim_run(t, &o, &twice), 0);
 		o.admit_min_freq = 0;
-		o.admit_continuation = 0.5;
+		o.admit_predict = KVT_PREDICT_CHAIN;
 		assert_int_equal(kvt__sim_run(t, &o, &pred), 0);
 		print_message("seed %llu: all %.4f %.2f TB, twice %.4f %.2f TB, predict %.4f %.2f "
 			      "TB (%.0f MiB per hit)\n",
@@ -419,7 +420,7 @@ static void test_nvme_admission_predicts(void **state)
 		assert_true(pred.write_bytes[1] * 2 < all.write_bytes[1]);
 		assert_true(pred.nvme_bytes_per_hit < all.nvme_bytes_per_hit);
 		assert_true(all.nvme_bytes_per_hit > 0);
-		o.admit_continuation = 1.5;
+		o.admit_predict = 7;
 		assert_int_equal(kvt__sim_run(t, &o, &pred), -EINVAL);
 		kvt_cost_destroy(c);
 		kvt__trace_destroy(t);
