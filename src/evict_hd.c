@@ -66,8 +66,9 @@
 #define SEEN_PER_ENTRY 20
 /* sketch counters per capacity entry: halving every 10 x width accesses, so a block seen
  * once is remembered for 160 x capacity accesses (a conversation turn minutes later at a
- * small pool); 64 B of counters (4 rows) and 320 B of doorkeeper per entry, against MiB-sized
- * chunks. Measured: 2x -> 16x raised RAG at 128k tokens from 0.128 to 0.158 */
+ * small pool); 64 B of counters (4 rows) and 320-640 B of doorkeeper (src/sketch.c) per
+ * entry, against MiB-sized chunks. Measured: 2x -> 16x raised RAG at 128k tokens from
+ * 0.128 to 0.158 */
 #define SKETCH_PER_ENTRY 16
 
 struct hd {

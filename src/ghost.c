@@ -58,8 +58,9 @@ void kvt__ghost_destroy(struct kvt_ghost *g)
 
 /* The two probes of a key: both bits in one 512-bit (cache-line) block, so a test or an
  * add touches one line per generation rather than two; at 16 bits per key this costs a
- * fraction of a percent of false positives (1 key in 512 gets one bit twice). The sketch's doorkeeper is one of these
- * filters and can be tens of MiB, where a second miss per probe showed in dram_bench. */
+ * fraction of a percent of false positives (1 key in 512 gets one bit twice). The
+ * sketch's doorkeeper is one of these filters and can be tens of MiB, where a second
+ * cache miss per probe costs more than the probe. */
 static void probes(uint64_t x, uint64_t mask, uint64_t *a, uint64_t *c)
 {
 	*a = x & mask;

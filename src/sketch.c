@@ -216,7 +216,8 @@ int kvt__admit_create(const struct kvt_admit_cfg *cfg, struct kvt_admit **out)
 		if (!rc)
 			rc = kvt__ghost_create((uint32_t)KVT_MIN(width, UINT32_MAX), &a->cont);
 		if (!rc) /* as long as the doorkeeper remembers a first sighting */
-			rc = kvt__ghost_create((uint32_t)KVT_MIN(10 * width, UINT32_MAX), &a->fresh);
+			rc = kvt__ghost_create((uint32_t)KVT_MIN(10 * width, UINT32_MAX),
+					       &a->fresh);
 	}
 	if (rc < 0) {
 		kvt__admit_destroy(a);
@@ -307,7 +308,7 @@ int kvt__admit_decide(struct kvt_admit *a, uint64_t khash, uint64_t parent, uint
 
 const char *kvt__admit_verdict_name(int verdict)
 {
-	static const char *names[] = {"admit",	      "cold",	      "short-prefix",
-				      "recompute-cheaper", "write-budget", "unpredicted"};
+	static const char *names[] = {
+	    "admit", "cold", "short-prefix", "recompute-cheaper", "write-budget", "unpredicted"};
 	return verdict >= 0 && verdict < (int)KVT_ARRAY_SIZE(names) ? names[verdict] : "?";
 }

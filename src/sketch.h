@@ -1,8 +1,9 @@
 /*
  * sketch.h - admission: a count-min frequency sketch with periodic halving (TinyLFU), an
  * optional doorkeeper (src/ghost.h's filter, sized for a period of first sightings), and
- * the decision whether a chunk is worth writing to a deeper tier (frequency, minimum prefix length, write budget, cost model). Pure logic;
- * not thread-safe (the owner locks).
+ * the decision whether a chunk is worth writing to a deeper tier (frequency, minimum
+ * prefix length, a reuse prediction from the chunk chain, write budget, cost model). Pure
+ * logic; not thread-safe (the owner locks).
  */
 #ifndef KVT_SKETCH_H
 #define KVT_SKETCH_H
