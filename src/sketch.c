@@ -272,7 +272,9 @@ static bool chain_predicts(struct kvt_admit *a, uint64_t khash, uint64_t parent,
 		return true;
 	}
 	/* a new chain's chunk: written while such chunks are measured to be reused often
-	 * enough (prior: one of two) */
+	 * enough; reuses are counted in kvt__admit_record whether or not the chunk was
+	 * written, so the rate is learned while nothing is written (a Laplace prior, which
+	 * the first new chunk already outweighs) */
 	if (seen <= 1) {
 		kvt__ghost_add(a->fresh, khash);
 		if ((a->fresh_n += 1) >= (double)kvt__sketch_width(a->sketch))

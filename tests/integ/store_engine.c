@@ -375,7 +375,7 @@ static void test_admission(const char *dir)
 }
 
 /* admission.predict=chain, the replay's --admit-predict in the store: a new chain is not
- * written (past the rule's prior of one chunk), a chain seen again is, and so is a chain
+ * written (no new chain has been seen again yet), a chain seen again is, and so is a chain
  * that extends a reused one (a conversation's next turn) on its first sighting. */
 static void test_admission_predict(const char *dir)
 {

@@ -124,6 +124,56 @@ static void test_doorkeeper_not_saturated(void **state)
 	kvt__sketch_destroy(s);
 }
 
+/* predict=chain, chunk by chunk as the store calls it (record, then decide): a shared
+ * prefix is written once seen twice; new chains under it are not, once their measured
+ * reuse is low; a chain that extends a reused prompt's end is, with the rest of its new
+ * chunks; a partial chunk seen once never is. */
+static void test_predict_chain(void **state)
+{
+	(void)state;
+	struct kvt_admit_cfg cfg = {.min_freq = 1, .sketch_width = 4096, .doorkeeper = true,
+				    .predict = KVT_PREDICT_CHAIN, .chunk_tokens = 512};
+	struct kvt_admit *a;
+	assert_int_equal(kvt__admit_create(&cfg, &a), 0);
+	/* put(h, parent, full?) -> verdict */
+#define PUT(h, par, n) (kvt__admit_record(a, (h)), kvt__admit_decide(a, (h), (par), 0, (n), 1))
+	int yes = 0;
+	/* 40 one-turn conversations under one system prompt (chunk 1): prompt, 4 context
+	 * chunks, a partial end */
+	for (uint64_t c = 0; c < 40; c++) {
+		int v = PUT(1, 0, 512);
+		assert_int_equal(v, c ? KVT_ADMIT_YES : KVT_ADMIT_UNPREDICTED);
+		uint64_t prev = 1;
+		for (uint64_t i = 0; i < 4; i++) {
+			uint64_t h = 1000 * (c + 1) + i;
+			yes += PUT(h, prev, 512) == KVT_ADMIT_YES;
+			prev = h;
+		}
+		assert_int_equal(PUT(1000 * (c + 1) + 99, prev, 100), KVT_ADMIT_UNPREDICTED);
+	}
+	print_message("new chains: %d of 160 chunks written\n", yes);
+	assert_int_equal(yes, 0); /* new chains never came back: none written */
+	/* conversation 7 comes back: its chunks are reused, the turn's new chunks continue it */
+	assert_int_equal(PUT(1, 0, 512), KVT_ADMIT_YES);
+	uint64_t prev = 1;
+	for (uint64_t i = 0; i < 4; i++, prev = 7000 + i - 1)
+		assert_int_equal(PUT(7000 + i, prev, 512), KVT_ADMIT_YES);
+	prev = 7003;
+	for (uint64_t i = 0; i < 3; i++, prev = 7100 + i - 1)
+		assert_int_equal(PUT(7100 + i, prev, 512), KVT_ADMIT_YES);
+	assert_int_equal(PUT(7199, 7102, 300), KVT_ADMIT_UNPREDICTED); /* its partial end */
+	/* a new conversation under the shared prompt still is not written */
+	assert_int_equal(PUT(99000, 1, 512), KVT_ADMIT_UNPREDICTED);
+#undef PUT
+	assert_string_equal(kvt__admit_verdict_name(KVT_ADMIT_UNPREDICTED), "unpredicted");
+	assert_int_equal(kvt__admit_predict_parse("chain"), KVT_PREDICT_CHAIN);
+	assert_int_equal(kvt__admit_predict_parse("off"), KVT_PREDICT_OFF);
+	assert_int_equal(kvt__admit_predict_parse("always"), -EINVAL);
+	kvt__admit_destroy(a);
+	cfg.predict = 9;
+	assert_int_equal(kvt__admit_create(&cfg, &a), -EINVAL);
+}
+
 /* n accesses at once count as n single ones (hd records a residency's hits at eviction) */
 static void test_record_n(void **state)
 {
@@ -219,6 +269,7 @@ int main(void)
 	    cmocka_unit_test(test_halving_and_cap),
 	    cmocka_unit_test(test_doorkeeper),
 	    cmocka_unit_test(test_doorkeeper_not_saturated),
+	    cmocka_unit_test(test_predict_chain),
 	    cmocka_unit_test(test_record_n),
 	    cmocka_unit_test(test_admission),
 	};
