@@ -178,8 +178,11 @@ void kvt__e_admission_record(struct kvt_store *s, const struct kvt_key *key)
 {
 	uint64_t h = kvt__key_hash(key);
 	for (int i = s->dram_pos + 1; i < s->n_links; i++)
-		if (s->links[i].admit)
+		if (s->links[i].admit) {
+			pthread_mutex_lock(&s->admit_lock);
 			kvt__admit_record(s->links[i].admit, h);
+			pthread_mutex_unlock(&s->admit_lock);
+		}
 }
 
 static void close_links(struct kvt_store *s)
@@ -245,6 +248,7 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&s->fill_lock, NULL);
 	pthread_mutex_init(&s->wb_lock, NULL);
+	pthread_mutex_init(&s->admit_lock, NULL);
 	pthread_cond_init(&s->wb_cond, NULL);
 	pthread_mutex_init(&s->bounce_lock, NULL);
 	pthread_mutex_init(&s->guard_lock, NULL);
@@ -302,6 +306,7 @@ fail_sync:
 	pthread_cond_destroy(&s->work_cond);
 	pthread_mutex_destroy(&s->fill_lock);
 	pthread_mutex_destroy(&s->wb_lock);
+	pthread_mutex_destroy(&s->admit_lock);
 	pthread_cond_destroy(&s->wb_cond);
 fail_cfg:
 	kvt__protect_close(s->prot);
@@ -390,6 +395,7 @@ void kvt_store_close(struct kvt_store *s)
 	pthread_cond_destroy(&s->work_cond);
 	pthread_mutex_destroy(&s->fill_lock);
 	pthread_mutex_destroy(&s->wb_lock);
+	pthread_mutex_destroy(&s->admit_lock);
 	pthread_cond_destroy(&s->wb_cond);
 	kvt__protect_close(s->prot);
 	kvt_config_destroy(s->cfg);

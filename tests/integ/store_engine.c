@@ -331,6 +331,8 @@ static void test_threads(const char *dir)
 {
 	struct kvt_config *c = test_config("dram,nvme", dir);
 	test_set(c, "dram.bytes", "300KiB");
+	/* admission state is updated by every put and write-behind (under TSan: its lock) */
+	test_set(c, "admission.predict", "chain");
 	struct kvt_store *s = open_store(c);
 	struct kvt_key keys[16];
 	make_keys(s, keys, 16, 5);
