@@ -56,7 +56,10 @@ enum kvt_admit_predict {
 	 * chain that is being reused: its parent was seen before and this is its only full
 	 * child (the end of an earlier prompt being extended: a conversation that came
 	 * back; a shared system prompt has a child per conversation), or its parent was
-	 * written by this rule (the rest of that request's new chunks) */
+	 * written by this rule (the rest of that request's new chunks), or it is a new
+	 * chain's full chunk while new chains are measured to be read again at least half
+	 * the time. A partial chunk seen once (a prompt's end, which the next turn
+	 * replaces) is never written. docs/COST_MODEL.md has the measurements. */
 	KVT_PREDICT_CHAIN = 1,
 };
 
