@@ -130,6 +130,7 @@ static int add_link(void *arg, const char *name)
 }
 
 /* Admission to each deeper tier (src/sketch.h): a frequency sketch (admission.min_freq),
+ * a reuse prediction from the chunk chain (admission.predict, the replay's --admit-predict),
  * a minimum prefix length, and - with a measured tier profile (cost.profile) - no write
  * to a tier from which restoring would be slower than recomputing. Capacity and the NVMe
  * write budget are the tier's own can_write(). With the defaults nothing is filtered and
@@ -145,7 +146,10 @@ static int admission_open(struct kvt_store *s)
 				  "recompute admission is off");
 		s->cost = NULL;
 	}
-	if (min_freq <= 1 && !min_prefix && !s->cost)
+	int predict = kvt__admit_predict_parse(kvt__cfg_str(s->cfg, "admission.predict"));
+	if (predict < 0)
+		return -EINVAL; /* the config table's enum check makes this unreachable */
+	if (min_freq <= 1 && !min_prefix && !s->cost && predict == KVT_PREDICT_OFF)
 		return 0;
 	uint64_t width = kvt__cfg_u64(s->cfg, "admission.sketch_counters");
 	if (!width)
@@ -158,13 +162,16 @@ static int admission_open(struct kvt_store *s)
 			.doorkeeper = kvt__cfg_bool(s->cfg, "admission.doorkeeper"),
 			.cost = s->cost,
 			.cost_tier = i,
+			.predict = predict,
+			.chunk_tokens = s->geo.chunk_tokens,
 		};
 		int rc = kvt__admit_create(&ac, &s->links[i].admit);
 		if (rc < 0)
 			return rc;
 	}
-	KVT_INFO(&s->log, "admission: min_freq %u, min_prefix_tokens %llu, cost check %s",
-		 min_freq, (unsigned long long)min_prefix, s->cost ? "on" : "off");
+	KVT_INFO(&s->log, "admission: min_freq %u, min_prefix_tokens %llu, cost check %s, predict %s",
+		 min_freq, (unsigned long long)min_prefix, s->cost ? "on" : "off",
+		 kvt__cfg_str(s->cfg, "admission.predict"));
 	return 0;
 }
 
@@ -172,8 +179,11 @@ void kvt__e_admission_record(struct kvt_store *s, const struct kvt_key *key)
 {
 	uint64_t h = kvt__key_hash(key);
 	for (int i = s->dram_pos + 1; i < s->n_links; i++)
-		if (s->links[i].admit)
+		if (s->links[i].admit) {
+			pthread_mutex_lock(&s->admit_lock);
 			kvt__admit_record(s->links[i].admit, h);
+			pthread_mutex_unlock(&s->admit_lock);
+		}
 }
 
 static void close_links(struct kvt_store *s)
@@ -239,6 +249,7 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&s->fill_lock, NULL);
 	pthread_mutex_init(&s->wb_lock, NULL);
+	pthread_mutex_init(&s->admit_lock, NULL);
 	pthread_cond_init(&s->wb_cond, NULL);
 	pthread_mutex_init(&s->bounce_lock, NULL);
 	pthread_mutex_init(&s->guard_lock, NULL);
@@ -296,6 +307,7 @@ fail_sync:
 	pthread_cond_destroy(&s->work_cond);
 	pthread_mutex_destroy(&s->fill_lock);
 	pthread_mutex_destroy(&s->wb_lock);
+	pthread_mutex_destroy(&s->admit_lock);
 	pthread_cond_destroy(&s->wb_cond);
 fail_cfg:
 	kvt__protect_close(s->prot);
@@ -384,6 +396,7 @@ void kvt_store_close(struct kvt_store *s)
 	pthread_cond_destroy(&s->work_cond);
 	pthread_mutex_destroy(&s->fill_lock);
 	pthread_mutex_destroy(&s->wb_lock);
+	pthread_mutex_destroy(&s->admit_lock);
 	pthread_cond_destroy(&s->wb_cond);
 	kvt__protect_close(s->prot);
 	kvt_config_destroy(s->cfg);

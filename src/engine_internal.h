@@ -267,6 +267,9 @@ struct kvt_store {
 
 	/* write-behind */
 	pthread_mutex_t wb_lock;
+	/* the deeper tiers' admission state (src/sketch.h is not thread-safe; puts, lookups
+	 * and write-behind update it from many threads) */
+	pthread_mutex_t admit_lock;
 	pthread_cond_t wb_cond;
 	struct kvt_list wb; /* outstanding jobs, oldest first */
 	uint64_t wb_seq;

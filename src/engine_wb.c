@@ -200,10 +200,16 @@ void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 
 	for (int i = s->dram_pos + 1; i < end; i++) {
 		struct link *l = &s->links[i];
-		if (l->admit &&
-		    kvt__admit_decide(l->admit, kvt__key_hash(key),
-				      (uint64_t)ref->depth * s->geo.chunk_tokens, ref->n_tokens,
-				      ref->object_bytes) != KVT_ADMIT_YES) {
+		int verdict = KVT_ADMIT_YES;
+		if (l->admit) {
+			pthread_mutex_lock(&s->admit_lock);
+			verdict = kvt__admit_decide(l->admit, kvt__key_hash(key),
+						    ref->has_parent ? kvt__key_hash(&ref->parent) : 0,
+						    (uint64_t)ref->depth * s->geo.chunk_tokens,
+						    ref->n_tokens, ref->object_bytes);
+			pthread_mutex_unlock(&s->admit_lock);
+		}
+		if (verdict != KVT_ADMIT_YES) {
 			atomic_fetch_add(&l->admission_rejects, 1);
 			atomic_fetch_add(&l->writes_skipped, 1);
 			continue;

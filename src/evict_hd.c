@@ -66,8 +66,9 @@
 #define SEEN_PER_ENTRY 20
 /* sketch counters per capacity entry: halving every 10 x width accesses, so a block seen
  * once is remembered for 160 x capacity accesses (a conversation turn minutes later at a
- * small pool); 64 B of counters (4 rows) and 16 B of doorkeeper per entry, against MiB-sized
- * chunks. Measured: 2x -> 16x raised RAG at 128k tokens from 0.128 to 0.158 */
+ * small pool); 64 B of counters (4 rows) and 320-640 B of doorkeeper (src/sketch.c) per
+ * entry, against MiB-sized chunks. Measured: 2x -> 16x raised RAG at 128k tokens from
+ * 0.128 to 0.158 */
 #define SKETCH_PER_ENTRY 16
 
 struct hd {
@@ -209,12 +210,29 @@ static uint64_t rnd(struct hd *p)
 	return p->rng = x;
 }
 
+static double events_of(const struct hd *p, int c)
+{
+	double e = 0;
+	for (int a = 0; a < BINS; a++)
+		e += p->hits[c][a] + p->evicts[c][a];
+	return e;
+}
+
 /* LHD's hit density per (class, age): hits still to come over the cache time still to be
  * spent, both summed over the ages from a onwards. */
 static void reconfigure(struct hd *p)
 {
 	for (int c = 0; c < CLASSES; c++) {
 		double hits_after = 0, events_after = 0, life_after = 0;
+		if (c > 0 && events_of(p, c) < 1) {
+			/* nothing seen in this class yet: rank it as the class below, not
+			 * as worthless. A density of 0 would evict every block that reaches
+			 * the class before it can show a hit, so the class would never
+			 * learn (a hot key's sightings outrunning the classes observed so
+			 * far: test_hd_learns_reuse). */
+			memcpy(p->density[c], p->density[c - 1], sizeof(p->density[c]));
+			continue;
+		}
 		for (int a = BINS - 1; a >= 0; a--) {
 			hits_after += p->hits[c][a];
 			events_after += p->hits[c][a] + p->evicts[c][a];

@@ -288,6 +288,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 	struct tier tier[KVT_SIM_TIERS];
 	memset(tier, 0, sizeof(tier));
 	struct kvt_admit *admit = NULL;
+	uint32_t *uses_left = NULL; /* admit_oracle: later uses of each block */
 	double *ttft = NULL, *ttft0 = NULL, *gfree = NULL, *gfree0 = NULL;
 	int8_t *tiers = NULL;
 	uint32_t max_blocks = 0;
@@ -302,20 +303,26 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		goto out;
 	out->capacity_blocks[0] = o->dram_tokens / bt;
 	out->capacity_blocks[1] = o->nvme_tokens / bt;
-	if (o->admit_continuation < 0 || o->admit_continuation > 1) {
-		rc = -EINVAL;
-		goto out;
+	if (o->admit_oracle) {
+		if (!(uses_left = kvt__calloc(KVT_MAX(b.n, 1u), sizeof(uint32_t)))) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		for (size_t r = 0; r < t->n; r++)
+			for (uint32_t i = 0; i < t->req[r].n_blocks; i++)
+				uses_left[b.idx[t->req[r].first + i]]++;
 	}
-	bool predict = o->admit_continuation > 0;
-	if (tier[1].cap && (predict || o->admit_min_freq > 1 || o->admit_min_prefix ||
-			    (o->cost && o->admit_cost_check))) {
+	if (tier[1].cap && (o->admit_predict || o->admit_min_freq > 1 ||
+			    o->admit_min_prefix || (o->cost && o->admit_cost_check))) {
 		struct kvt_admit_cfg ac = {
-		    .min_freq = KVT_MAX(predict ? 2u : 1u, o->admit_min_freq),
+		    .min_freq = KVT_MAX(1u, o->admit_min_freq),
 		    .min_prefix_tokens = o->admit_min_prefix,
 		    .sketch_width = KVT_MAX((uint64_t)tier[1].cap, 1024u),
 		    .doorkeeper = true,
 		    .cost = o->admit_cost_check ? o->cost : NULL,
 		    .cost_tier = cost_tier[1],
+		    .predict = o->admit_predict,
+		    .chunk_tokens = (uint32_t)bt,
 		};
 		if ((rc = kvt__admit_create(&ac, &admit)) < 0)
 			goto out;
@@ -403,16 +410,6 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 				out->prefill_tokens_saved += kvt__trace_block_len(t, q, i);
 		}
 
-		/* a continuation: its leading blocks were seen before (before this request) */
-		bool cont = false;
-		if (predict && admit) {
-			const struct kvt_sketch *sk = kvt__admit_sketch(admit);
-			uint32_t seen = 0;
-			while (seen < q->n_blocks &&
-			       kvt__sketch_estimate(sk, hid(b.id[blk[seen]])) >= 1)
-				seen++;
-			cont = seen && seen >= o->admit_continuation * q->n_blocks;
-		}
 		/* store: every block inserted or touched, in order */
 		for (uint32_t i = 0; i < q->n_blocks; i++) {
 			uint32_t k = blk[i];
@@ -422,6 +419,8 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 				out->read_bytes[in_dram ? 0 : 1] += bytes;
 			if (admit)
 				kvt__admit_record(admit, hid(b.id[k]));
+			if (uses_left)
+				uses_left[k]--;
 			if (tier[0].cap) {
 				if (in_dram) {
 					tier_touch(&tier[0], k);
@@ -436,8 +435,12 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 			if (tier[1].cap) {
 				if (in_nvme) {
 					tier_touch(&tier[1], k);
-				} else if (admit && !cont &&
-					   kvt__admit_decide(admit, hid(b.id[k]), (uint64_t)i * bt,
+				} else if (uses_left && !uses_left[k]) {
+					out->nvme_writes_skipped++;
+				} else if (admit &&
+					   kvt__admit_decide(admit, hid(b.id[k]),
+							     b.parent[k] != NONE ? hid(b.id[b.parent[k]]) : 0,
+							     (uint64_t)i * bt,
 							     kvt__trace_block_len(t, q, i),
 							     bytes) != KVT_ADMIT_YES) {
 					out->nvme_writes_skipped++;
@@ -457,6 +460,8 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 
 	out->nvme_bytes_per_hit =
 	    out->tier_hit_blocks[1] ? (double)out->write_bytes[1] / out->tier_hit_blocks[1] : 0;
+	out->nvme_bytes_per_any_hit =
+	    out->hit_blocks ? (double)out->write_bytes[1] / out->hit_blocks : 0;
 	out->block_hit_ratio = ratio(out->hit_blocks, out->blocks);
 	out->token_hit_ratio = ratio(out->hit_tokens, out->input_tokens);
 	for (int i = 0; i < KVT_SIM_TIERS; i++) {
@@ -489,6 +494,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 				     &out->belady_block_hit_ratio, &out->belady_token_hit_ratio);
 out:
 	kvt__admit_destroy(admit);
+	kvt__free(uses_left);
 	kvt__free(ttft);
 	kvt__free(ttft0);
 	kvt__free(gfree);

@@ -35,11 +35,12 @@ struct kvt_sim_opts {
 	uint32_t admit_min_freq; /* NVMe admission by frequency sketch; <= 1 admits all */
 	bool admit_cost_check;	 /* skip NVMe writes whose restore is slower than recompute */
 	uint64_t admit_min_prefix; /* skip NVMe writes of blocks ending before this token */
-	/* NVMe admission that predicts reuse: a request whose leading blocks were seen before
-	 * for at least this share of its blocks continues a conversation (or a shared
-	 * document), so all of its blocks are written; other requests' blocks only once seen
-	 * twice. 0: off (admit_min_freq alone decides). */
-	double admit_continuation;
+	/* NVMe admission by the store's own rule (admission.predict, src/sketch.h): an enum
+	 * kvt_admit_predict; KVT_PREDICT_OFF (0): off */
+	int admit_predict;
+	/* an offline bound, not a policy: write a block to NVMe only if the trace uses it
+	 * again later (what a perfect reuse predictor would write) */
+	bool admit_oracle;
 	/* called every few thousand requests; may be NULL */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
@@ -57,6 +58,7 @@ struct kvt_sim_result {
 	uint64_t inserts[KVT_SIM_TIERS], evictions[KVT_SIM_TIERS];
 	uint64_t nvme_writes_skipped;
 	double nvme_bytes_per_hit; /* NVMe bytes written per block hit served from NVMe */
+	double nvme_bytes_per_any_hit; /* NVMe bytes written per block hit from any tier */
 	/* with a cost model */
 	uint64_t read_bytes[KVT_SIM_TIERS], write_bytes[KVT_SIM_TIERS];
 	uint64_t prefill_tokens_saved; /* tokens restored instead of recomputed */

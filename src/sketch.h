@@ -1,8 +1,9 @@
 /*
  * sketch.h - admission: a count-min frequency sketch with periodic halving (TinyLFU), an
- * optional doorkeeper Bloom filter, and the decision whether a chunk is worth writing to a
- * deeper tier (frequency, minimum prefix length, write budget, cost model). Pure logic;
- * not thread-safe (the owner locks).
+ * optional doorkeeper (src/ghost.h's filter, sized for a period of first sightings), and
+ * the decision whether a chunk is worth writing to a deeper tier (frequency, minimum
+ * prefix length, a reuse prediction from the chunk chain, write budget, cost model). Pure
+ * logic; not thread-safe (the owner locks).
  */
 #ifndef KVT_SKETCH_H
 #define KVT_SKETCH_H
@@ -16,7 +17,8 @@ struct kvt_sketch;
 
 /* width: counters per row (rounded up to a power of two, at least 64); max_count: where a
  * counter saturates (1..255; TinyLFU uses 15); after 10 * width additions every counter is
- * halved (and the doorkeeper cleared), so old popularity fades. -EINVAL, -ENOMEM. */
+ * halved, so old popularity fades; the doorkeeper remembers a key seen once for between
+ * 5 and 10 x width additions (20 B per counter column). -EINVAL, -ENOMEM. */
 int kvt__sketch_create(uint64_t width, uint32_t max_count, bool doorkeeper,
 		       struct kvt_sketch **out);
 void kvt__sketch_destroy(struct kvt_sketch *s);
@@ -44,6 +46,21 @@ enum kvt_admit_verdict {
 	KVT_ADMIT_SHORT = 2,	 /* the chunk ends before min_prefix_tokens */
 	KVT_ADMIT_RECOMPUTE = 3, /* restoring it from the tier is slower than recomputing it */
 	KVT_ADMIT_BUDGET = 4,	 /* the write budget refuses the bytes */
+	KVT_ADMIT_UNPREDICTED = 5, /* predict=chain: neither reused nor continuing a reused chain */
+};
+
+/* What predicts that a chunk written deeper will be read again (admission.predict). */
+enum kvt_admit_predict {
+	KVT_PREDICT_OFF = 0, /* min_freq alone */
+	/* a chunk is written if it was seen before (a second sighting), or if it continues a
+	 * chain that is being reused: its parent was seen before and this is its only full
+	 * child (the end of an earlier prompt being extended: a conversation that came
+	 * back; a shared system prompt has a child per conversation), or its parent was
+	 * written by this rule (the rest of that request's new chunks), or it is a new
+	 * chain's full chunk while new chains are measured to be read again at least half
+	 * the time. A partial chunk seen once (a prompt's end, which the next turn
+	 * replaces) is never written. docs/COST_MODEL.md has the measurements. */
+	KVT_PREDICT_CHAIN = 1,
 };
 
 /* May bytes be written now? (an NVMe endurance budget, a rate limit). It should account
@@ -59,6 +76,8 @@ struct kvt_admit_cfg {
 	int cost_tier;		     /* the tier's index in the cost model */
 	kvt_budget_fn budget;	     /* NULL: unlimited */
 	void *budget_arg;
+	int predict;	       /* enum kvt_admit_predict */
+	uint32_t chunk_tokens; /* predict=chain: a full chunk's tokens (0: every chunk is) */
 };
 
 struct kvt_admit;
@@ -68,10 +87,15 @@ void kvt__admit_destroy(struct kvt_admit *a);
 /* Count an access of a chunk (every lookup hit or put sees it once). */
 void kvt__admit_record(struct kvt_admit *a, uint64_t khash);
 /* Should the chunk with tokens [begin, begin + n_tokens) of its prompt, bytes long, be
- * written to the tier? The checks run cheapest first; the budget is asked last, so it is
- * only charged for writes that happen. Returns an enum kvt_admit_verdict. */
-int kvt__admit_decide(struct kvt_admit *a, uint64_t khash, uint64_t begin, uint32_t n_tokens,
-		      uint64_t bytes);
+ * written to the tier? parent: its parent chunk's key hash, 0 for a chain's first chunk
+ * (predict=chain uses it). Call it once per put of a chunk, after kvt__admit_record()
+ * of the chunk and of its parent (it counts the parent's children on a first sighting).
+ * The checks run cheapest first; the budget is asked last, so it is only charged for
+ * writes that happen. Returns an enum kvt_admit_verdict. */
+int kvt__admit_decide(struct kvt_admit *a, uint64_t khash, uint64_t parent, uint64_t begin,
+		      uint32_t n_tokens, uint64_t bytes);
+/* "off" / "chain" -> enum kvt_admit_predict; -EINVAL otherwise. */
+int kvt__admit_predict_parse(const char *name);
 const char *kvt__admit_verdict_name(int verdict);
 struct kvt_sketch *kvt__admit_sketch(struct kvt_admit *a);
 

@@ -18,6 +18,7 @@
 #include "cost.h"
 #include "evict.h"
 #include "replay_real.h"
+#include "sketch.h"
 #include "scaled_geometry.h"
 #include "sim.h"
 #include "trace.h"
@@ -58,9 +59,11 @@ static void usage(FILE *f)
 	    "                      model.name, and cost.gpu)\n"
 	    "  --gpus N|auto       prefill GPUs serving the queue (default auto: the fewest that\n"
 	    "                      keep the no-cache load at %.0f%%; warns when load exceeds 100%%)\n"
-	    "  --admit-continuation F  NVMe admission that predicts reuse: write every block of\n"
-	    "                      a request whose seen-before prefix covers F of it (a\n"
-	    "                      conversation's later turn), other blocks once seen twice\n"
+	    "  --admit-predict off|chain  NVMe admission by the store's rule (admission.predict):\n"
+	    "                      chain writes blocks seen before and blocks extending a\n"
+	    "                      reused chain (a conversation that came back)\n"
+	    "  --admit-oracle      a bound, not a policy: write to NVMe only blocks the trace\n"
+	    "                      uses again later (what perfect reuse prediction writes)\n"
 	    "  --admit-freq N      write to NVMe only blocks seen N times (frequency sketch;\n"
 	    "                      default admission.min_freq; admission.* keys apply too)\n"
 	    "  --no-prefetch       do not stage NVMe hits into DRAM while a request queues\n"
@@ -76,7 +79,9 @@ struct opts {
 	const char *policies[MAX_POLICIES];
 	int n_policies;
 	unsigned long long dram, nvme, requests, seed, admit, gpus; /* gpus 0: auto */
-	double scale, cont;
+	double scale;
+	const char *predict; /* --admit-predict; NULL: admission.predict */
+	bool oracle;
 	bool simulate, belady, prefetch, leaf_first, sweep, json, have_requests, have_seed;
 	const char *gen[32];
 	int n_gen;
@@ -140,12 +145,13 @@ static void print_human(const struct opts *o, const char *policy, const struct k
 	if (!cost)
 		return;
 	printf("          dram read %s written %s; nvme read %s written %s (%llu writes "
-	       "skipped, %.1f MiB written per NVMe hit)\n",
+	       "skipped, %.1f MiB written per NVMe hit, %.1f MiB per hit)\n",
 	       gib((double)r->read_bytes[0], a, sizeof(a)),
 	       gib((double)r->write_bytes[0], b, sizeof(b)),
 	       gib((double)r->read_bytes[1], c, sizeof(c)),
 	       gib((double)r->write_bytes[1], d, sizeof(d)),
-	       (unsigned long long)r->nvme_writes_skipped, r->nvme_bytes_per_hit / 1048576.0);
+	       (unsigned long long)r->nvme_writes_skipped, r->nvme_bytes_per_hit / 1048576.0,
+	       r->nvme_bytes_per_any_hit / 1048576.0);
 	printf("          prefill tokens saved %llu of %llu; TTFT p50 %.1f ms p99 %.1f ms "
 	       "(no cache: %.1f / %.1f ms)\n",
 	       (unsigned long long)r->prefill_tokens_saved, (unsigned long long)r->input_tokens,
@@ -179,7 +185,7 @@ static void json_run(const struct opts *o, const char *policy, const struct kvt_
 		       r->belady_block_hit_ratio, r->belady_token_hit_ratio);
 	printf("\"dram_read_bytes\":%llu,\"dram_write_bytes\":%llu,\"nvme_read_bytes\":%llu,"
 	       "\"nvme_write_bytes\":%llu,\"nvme_writes_skipped\":%llu,"
-	       "\"nvme_bytes_written_per_hit\":%.0f,"
+	       "\"nvme_bytes_written_per_hit\":%.0f,\"nvme_bytes_written_per_any_hit\":%.0f,"
 	       "\"dram_evictions\":%llu,\"nvme_evictions\":%llu,"
 	       "\"prefill_tokens_saved\":%llu,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,"
 	       "\"ttft_mean_ms\":%.3f,\"nocache_ttft_p50_ms\":%.3f,\"nocache_ttft_p99_ms\":%.3f,"
@@ -189,7 +195,7 @@ static void json_run(const struct opts *o, const char *policy, const struct kvt_
 	       (unsigned long long)r->read_bytes[0], (unsigned long long)r->write_bytes[0],
 	       (unsigned long long)r->read_bytes[1], (unsigned long long)r->write_bytes[1],
 	       (unsigned long long)r->nvme_writes_skipped, r->nvme_bytes_per_hit,
-	       (unsigned long long)r->evictions[0],
+	       r->nvme_bytes_per_any_hit, (unsigned long long)r->evictions[0],
 	       (unsigned long long)r->evictions[1], (unsigned long long)r->prefill_tokens_saved,
 	       r->ttft_p50_s * 1e3, r->ttft_p99_s * 1e3, r->ttft_mean_s * 1e3,
 	       r->nocache_ttft_p50_s * 1e3, r->nocache_ttft_p99_s * 1e3,
@@ -330,8 +336,9 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 
 enum {
 	O_TRACE = CLI_O_FIRST_FREE, O_WORKLOAD, O_SAVE_TRACE, O_PLOT, O_MODEL, O_GPU, O_GEN,
-	O_POLICY, O_DRAM_TOKENS, O_NVME_TOKENS, O_REQUESTS, O_SEED, O_GPUS, O_ADMIT_CONT,
-	O_ADMIT_FREQ, O_SCALE, O_SIMULATE, O_BELADY, O_NO_PREFETCH, O_NO_LEAF_FIRST, O_SWEEP
+	O_POLICY, O_DRAM_TOKENS, O_NVME_TOKENS, O_REQUESTS, O_SEED, O_GPUS, O_ADMIT_FREQ,
+	O_ADMIT_PREDICT, O_ADMIT_ORACLE, O_SCALE, O_SIMULATE, O_BELADY, O_NO_PREFETCH,
+	O_NO_LEAF_FIRST, O_SWEEP
 };
 
 struct replay_args {
@@ -344,7 +351,6 @@ static int replay_opt(void *arg, int c, const char *v)
 {
 	struct replay_args *ra = arg;
 	struct opts *o = ra->o;
-	char *end;
 	switch (c) {
 	case 'h':
 		usage(stdout);
@@ -383,11 +389,12 @@ static int replay_opt(void *arg, int c, const char *v)
 		if (parse_u64("--gpus", v, &o->gpus) || !o->gpus || o->gpus > KVT_SIM_MAX_GPUS)
 			return cli_fail(CMD, "--gpus is 1..%d or auto", KVT_SIM_MAX_GPUS), -1;
 		return 0;
-	case O_ADMIT_CONT:
-		o->cont = strtod(v, &end);
-		if (*end || end == v || !(o->cont >= 0 && o->cont <= 1))
-			return cli_fail(CMD, "--admit-continuation is a share in [0, 1]"), -1;
+	case O_ADMIT_PREDICT:
+		if (kvt__admit_predict_parse(v) < 0)
+			return cli_fail(CMD, "--admit-predict is off or chain"), -1;
+		o->predict = v;
 		return 0;
+	case O_ADMIT_ORACLE: o->oracle = true; return 0;
 	case O_ADMIT_FREQ:
 		if (parse_u64("--admit-freq", v, &o->admit) || o->admit > 255)
 			return cli_fail(CMD, "--admit-freq is 1..255"), -1;
@@ -422,8 +429,9 @@ int kvt_cmd_replay(int argc, char **argv)
 	    {"requests", required_argument, NULL, O_REQUESTS},
 	    {"seed", required_argument, NULL, O_SEED},
 	    {"gpus", required_argument, NULL, O_GPUS},
-	    {"admit-continuation", required_argument, NULL, O_ADMIT_CONT},
 	    {"admit-freq", required_argument, NULL, O_ADMIT_FREQ},
+	    {"admit-predict", required_argument, NULL, O_ADMIT_PREDICT},
+	    {"admit-oracle", no_argument, NULL, O_ADMIT_ORACLE},
 	    {"scale", required_argument, NULL, O_SCALE},
 	    {"simulate", no_argument, NULL, O_SIMULATE},
 	    {"belady", no_argument, NULL, O_BELADY},
@@ -531,7 +539,9 @@ int kvt_cmd_replay(int argc, char **argv)
 			(uint32_t)(o.admit ? o.admit : kvt__cfg_u64(cfg, "admission.min_freq")),
 		    .admit_cost_check = kvt__cfg_bool(cfg, "admission.cost_check"),
 		    .admit_min_prefix = kvt__cfg_u64(cfg, "admission.min_prefix_tokens"),
-		    .admit_continuation = o.cont,
+		    .admit_predict = kvt__admit_predict_parse(
+			o.predict ? o.predict : kvt__cfg_str(cfg, "admission.predict")),
+		    .admit_oracle = o.oracle,
 		    .progress = progress,
 		    .progress_arg = (void *)o.policies[p],
 		};

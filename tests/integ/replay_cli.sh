@@ -47,6 +47,23 @@ echo "$j" | jqe '(.dram_hit_ratio + .nvme_hit_ratio - .block_hit_ratio | fabs) <
 	and .nvme_hit_ratio > 0 and .ttft_p50_ms <= .nocache_ttft_p50_ms' > /dev/null ||
 	fail "chat two tiers: $j"
 
+# NVMe admission: the config key and the flag are one rule (admission.predict), which
+# writes fewer bytes than writing everything; bytes per hit are reported
+ja=$("$KVT" replay --workload chat --requests 3000 --simulate --dram-tokens 32768 \
+	--nvme-tokens 2097152 --json | tail -1)
+jk=$("$KVT" replay --workload chat --requests 3000 --simulate --dram-tokens 32768 \
+	--nvme-tokens 2097152 --set admission.predict=chain --json | tail -1)
+jf=$("$KVT" replay --workload chat --requests 3000 --simulate --dram-tokens 32768 \
+	--nvme-tokens 2097152 --admit-predict chain --json | tail -1)
+[ "$(echo "$jk" | jq -c '[.block_hit_ratio, .nvme_write_bytes]')" = \
+	"$(echo "$jf" | jq -c '[.block_hit_ratio, .nvme_write_bytes]')" ] ||
+	fail "admission.predict=chain differs from --admit-predict chain: $jk / $jf"
+echo "$jf" | jqe --argjson all "$ja" '.nvme_write_bytes < $all.nvme_write_bytes
+	and .nvme_bytes_written_per_any_hit > 0 and .nvme_bytes_written_per_hit > 0' \
+	> /dev/null || fail "predict=chain: $jf (all: $ja)"
+"$KVT" replay --workload chat --simulate --admit-predict maybe 2> /dev/null &&
+	fail "--admit-predict maybe accepted"
+
 # the fleet: one GPU under the conversation load warns; auto sizes it; 0 GPUs is refused
 "$KVT" replay --workload conversation --requests 2000 --simulate --model llama3.1-70b \
 	--dram-tokens 1000000 --nvme-tokens 0 --gpus 1 --json > "$tmp/one" 2> "$tmp/one.err" ||

@@ -389,6 +389,8 @@ static void test_threads(const char *dir)
 {
 	struct kvt_config *c = test_config("dram,nvme", dir);
 	test_set(c, "dram.bytes", "300KiB");
+	/* admission state is updated by every put and write-behind (under TSan: its lock) */
+	test_set(c, "admission.predict", "chain");
 	struct kvt_store *s = open_store(c);
 	struct kvt_key keys[16];
 	make_keys(s, keys, 16, 5);
@@ -428,6 +430,41 @@ static void test_admission(const char *dir)
 	CHECK_RC(kvt_flush_sync(s), 0);
 	kvt_stats(s, &st);
 	CHECK(st.tier[1].objects == 10);
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
+/* admission.predict=chain, the replay's --admit-predict in the store: a new chain is not
+ * written (no new chain has been seen again yet), a chain seen again is, and so is a chain
+ * that extends a reused one (a conversation's next turn) on its first sighting. */
+static void test_admission_predict(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "admission.predict", "chain");
+	test_set(c, "dram.bytes", "256KiB");
+	struct kvt_store *s = open_store(c);
+	struct kvt_key a[15], b[10];
+	make_keys(s, a, 15, 61); /* a[0..9] is the first turn, a[10..14] its continuation */
+	make_keys(s, b, 10, 62);
+	put_n(s, a, 10, 600);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].objects <= 1 && st.tier[1].writes_skipped >= 9,
+	       "new chain: objects %llu, writes_skipped %llu",
+	       (unsigned long long)st.tier[1].objects, (unsigned long long)st.tier[1].writes_skipped);
+	put_n(s, b, 10, 700); /* pushes a out of DRAM; a new chain too */
+	put_n(s, a, 10, 600); /* a again: reused, written */
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_stats(s, &st);
+	uint64_t before = st.tier[1].objects;
+	CHECKM(before >= 10 && before <= 12, "reused chain: objects %llu",
+	       (unsigned long long)before);
+	put_n(s, a, 15, 600); /* the next turn: its 5 new chunks continue a reused chain */
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].objects == before + 5, "continuation: objects %llu, before %llu",
+	       (unsigned long long)st.tier[1].objects, (unsigned long long)before);
 	kvt_store_close(s);
 	kvt_config_destroy(c);
 }
@@ -513,7 +550,7 @@ int main(void)
 	char *dir = test_tmpdir("engine");
 	const char *steps[] = {"basic", "restart", "write-through", "write-back", "selective",
 			       "corruption", "threads", "admission", "foreign", "config", "skips",
-			       "corruption-log"};
+			       "corruption-log", "admission-predict"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -530,6 +567,7 @@ int main(void)
 		case 9: test_config_errors(sub); break;
 		case 10: test_skips_counted_once(sub); break;
 		case 11: test_corruption_log(sub); break;
+		case 12: test_admission_predict(sub); break;
 		}
 	}
 	test_rmdir(dir);

@@ -100,6 +100,80 @@ static void test_doorkeeper(void **state)
 	kvt__sketch_destroy(s);
 }
 
+/* KV traffic is mostly first sightings: a whole period of distinct keys must not fill the
+ * doorkeeper (the old 8-bit-per-counter filter ended a period ~92 % full and called most
+ * new keys "seen"). Keys first seen late in a period are still told apart from new ones. */
+static void test_doorkeeper_not_saturated(void **state)
+{
+	(void)state;
+	struct kvt_sketch *s;
+	assert_int_equal(kvt__sketch_create(1024, 15, true, &s), 0);
+	uint64_t period = 10 * kvt__sketch_width(s);
+	for (uint64_t k = 0; k < period - 1; k++) /* just short of the halving */
+		kvt__sketch_record(s, 1000000 + k);
+	assert_int_equal(kvt__sketch_halvings(s), 0);
+	uint32_t fresh_seen = 0, old_seen = 0;
+	for (uint64_t k = 0; k < 1000; k++) {
+		fresh_seen += kvt__sketch_estimate(s, 5000000 + k) >= 1;
+		old_seen += kvt__sketch_estimate(s, 1000000 + period - 1 - 1 - k) >= 1;
+	}
+	print_message("after a period of distinct keys: %u of 1000 new keys called seen, "
+		      "%u of 1000 recent ones\n", fresh_seen, old_seen);
+	assert_true(fresh_seen < 50);	/* ~3 %: two generations of 16 bits per key */
+	assert_int_equal(old_seen, 1000); /* no false negatives */
+	kvt__sketch_destroy(s);
+}
+
+/* predict=chain, chunk by chunk as the store calls it (record, then decide): a shared
+ * prefix is written once seen twice; new chains under it are not, once their measured
+ * reuse is low; a chain that extends a reused prompt's end is, with the rest of its new
+ * chunks; a partial chunk seen once never is. */
+static void test_predict_chain(void **state)
+{
+	(void)state;
+	struct kvt_admit_cfg cfg = {.min_freq = 1, .sketch_width = 4096, .doorkeeper = true,
+				    .predict = KVT_PREDICT_CHAIN, .chunk_tokens = 512};
+	struct kvt_admit *a;
+	assert_int_equal(kvt__admit_create(&cfg, &a), 0);
+	/* put(h, parent, full?) -> verdict */
+#define PUT(h, par, n) (kvt__admit_record(a, (h)), kvt__admit_decide(a, (h), (par), 0, (n), 1))
+	int yes = 0;
+	/* 40 one-turn conversations under one system prompt (chunk 1): prompt, 4 context
+	 * chunks, a partial end */
+	for (uint64_t c = 0; c < 40; c++) {
+		int v = PUT(1, 0, 512);
+		assert_int_equal(v, c ? KVT_ADMIT_YES : KVT_ADMIT_UNPREDICTED);
+		uint64_t prev = 1;
+		for (uint64_t i = 0; i < 4; i++) {
+			uint64_t h = 1000 * (c + 1) + i;
+			yes += PUT(h, prev, 512) == KVT_ADMIT_YES;
+			prev = h;
+		}
+		assert_int_equal(PUT(1000 * (c + 1) + 99, prev, 100), KVT_ADMIT_UNPREDICTED);
+	}
+	print_message("new chains: %d of 160 chunks written\n", yes);
+	assert_int_equal(yes, 0); /* new chains never came back: none written */
+	/* conversation 7 comes back: its chunks are reused, the turn's new chunks continue it */
+	assert_int_equal(PUT(1, 0, 512), KVT_ADMIT_YES);
+	uint64_t prev = 1;
+	for (uint64_t i = 0; i < 4; i++, prev = 7000 + i - 1)
+		assert_int_equal(PUT(7000 + i, prev, 512), KVT_ADMIT_YES);
+	prev = 7003;
+	for (uint64_t i = 0; i < 3; i++, prev = 7100 + i - 1)
+		assert_int_equal(PUT(7100 + i, prev, 512), KVT_ADMIT_YES);
+	assert_int_equal(PUT(7199, 7102, 300), KVT_ADMIT_UNPREDICTED); /* its partial end */
+	/* a new conversation under the shared prompt still is not written */
+	assert_int_equal(PUT(99000, 1, 512), KVT_ADMIT_UNPREDICTED);
+#undef PUT
+	assert_string_equal(kvt__admit_verdict_name(KVT_ADMIT_UNPREDICTED), "unpredicted");
+	assert_int_equal(kvt__admit_predict_parse("chain"), KVT_PREDICT_CHAIN);
+	assert_int_equal(kvt__admit_predict_parse("off"), KVT_PREDICT_OFF);
+	assert_int_equal(kvt__admit_predict_parse("always"), -EINVAL);
+	kvt__admit_destroy(a);
+	cfg.predict = 9;
+	assert_int_equal(kvt__admit_create(&cfg, &a), -EINVAL);
+}
+
 /* n accesses at once count as n single ones (hd records a residency's hits at eviction) */
 static void test_record_n(void **state)
 {
@@ -159,16 +233,16 @@ static void test_admission(void **state)
 	/* too short a prefix */
 	kvt__admit_record(a, 1);
 	kvt__admit_record(a, 1);
-	assert_int_equal(kvt__admit_decide(a, 1, 0, 512, bytes), KVT_ADMIT_SHORT);
+	assert_int_equal(kvt__admit_decide(a, 1, 0, 0, 512, bytes), KVT_ADMIT_SHORT);
 	/* seen once: cold */
 	kvt__admit_record(a, 2);
-	assert_int_equal(kvt__admit_decide(a, 2, 1024, 512, bytes), KVT_ADMIT_COLD);
+	assert_int_equal(kvt__admit_decide(a, 2, 0, 1024, 512, bytes), KVT_ADMIT_COLD);
 	/* seen twice, restore from NVMe beats recompute, but the budget is 3 MiB */
 	kvt__admit_record(a, 2);
-	assert_int_equal(kvt__admit_decide(a, 2, 1024, 512, bytes), KVT_ADMIT_BUDGET);
+	assert_int_equal(kvt__admit_decide(a, 2, 0, 1024, 512, bytes), KVT_ADMIT_BUDGET);
 	assert_int_equal(budget_left, 3u << 20); /* refused writes are not charged */
 	budget_left = bytes;
-	assert_int_equal(kvt__admit_decide(a, 2, 1024, 512, bytes), KVT_ADMIT_YES);
+	assert_int_equal(kvt__admit_decide(a, 2, 0, 1024, 512, bytes), KVT_ADMIT_YES);
 	assert_int_equal(budget_left, 0);
 	kvt__admit_destroy(a);
 
@@ -179,8 +253,8 @@ static void test_admission(void **state)
 	cfg.min_prefix_tokens = 0;
 	cfg.budget = NULL;
 	assert_int_equal(kvt__admit_create(&cfg, &a), 0);
-	assert_int_equal(kvt__admit_decide(a, 3, 0, 512, bytes), KVT_ADMIT_RECOMPUTE);
-	assert_int_equal(kvt__admit_decide(a, 3, 1u << 20, 512, bytes), KVT_ADMIT_YES);
+	assert_int_equal(kvt__admit_decide(a, 3, 0, 0, 512, bytes), KVT_ADMIT_RECOMPUTE);
+	assert_int_equal(kvt__admit_decide(a, 3, 0, 1u << 20, 512, bytes), KVT_ADMIT_YES);
 	assert_string_equal(kvt__admit_verdict_name(KVT_ADMIT_RECOMPUTE), "recompute-cheaper");
 	kvt__admit_destroy(a);
 	cfg.cost_tier = 9;
@@ -194,6 +268,8 @@ int main(void)
 	    cmocka_unit_test(test_accuracy),
 	    cmocka_unit_test(test_halving_and_cap),
 	    cmocka_unit_test(test_doorkeeper),
+	    cmocka_unit_test(test_doorkeeper_not_saturated),
+	    cmocka_unit_test(test_predict_chain),
 	    cmocka_unit_test(test_record_n),
 	    cmocka_unit_test(test_admission),
 	};
