@@ -36,17 +36,6 @@ static void start_daemon(void)
 	kvtd_start(sock_path, args);
 }
 
-static struct kvt_store *open_client(void)
-{
-	struct kvt_config *c = test_config("dram,nvme", dir);
-	test_set(c, "store.daemon", sock_path);
-	test_set(c, "store.daemon_timeout_ms", "2000");
-	struct kvt_store *s;
-	CHECK_RC(kvt_store_open(c, &s), 0);
-	kvt_config_destroy(c);
-	return s;
-}
-
 static void key_of(uint64_t i, struct kvt_key *k)
 {
 	memset(k, 0, sizeof(*k));
@@ -100,7 +89,7 @@ static void wait_cb(struct kvt_store *s, struct cbstate *c)
 
 static void test_async(void)
 {
-	struct kvt_store *s = open_client();
+	struct kvt_store *s = kvtd_client_store(dir);
 	CHECK(kvt_store_tier_count(s) == 2 && !strcmp(kvt_store_tier_name(s, 0), "dram"));
 	uint8_t *buf = malloc(PAYLOAD), *out = malloc(PAYLOAD);
 	struct kvt_key k;
@@ -144,7 +133,7 @@ static void test_async(void)
 
 static void child_loop(unsigned seed, int ready)
 {
-	struct kvt_store *s = open_client();
+	struct kvt_store *s = kvtd_client_store(dir);
 	CHECK(write(ready, "r", 1) == 1); /* attached: the kill lands in the put/get loop */
 	uint8_t *buf = malloc(PAYLOAD);
 	for (uint64_t i = 0;; i++) {
@@ -180,7 +169,7 @@ static void test_kills(struct raw *r)
 	CHECKM(st.pinned_gets > 0, "the gets went through the shared pool");
 	CHECKM(st.shared_puts > 0, "the puts went through the shared pool");
 	/* Whatever was stored whole is readable and exact; nothing else is visible. */
-	struct kvt_store *s = open_client();
+	struct kvt_store *s = kvtd_client_store(dir);
 	uint8_t *buf = malloc(PAYLOAD);
 	int found = 0;
 	for (uint64_t i = 0; i < 64; i++) {
@@ -309,7 +298,7 @@ static void test_shared_writes(struct raw *r)
 	CHECK_RC(rep.res.status, 0);
 	close(s);
 	settle(r, 1);
-	struct kvt_store *st = open_client();
+	struct kvt_store *st = kvtd_client_store(dir);
 	uint8_t *buf = malloc(PAYLOAD);
 	CHECK_RC(kvt_get_sync(st, &k, 0, 0, buf, PAYLOAD, NULL), -ENOENT);
 	free(buf);
@@ -330,7 +319,7 @@ static void test_shared_writes(struct raw *r)
 
 static void test_restart(void)
 {
-	struct kvt_store *s = open_client();
+	struct kvt_store *s = kvtd_client_store(dir);
 	uint8_t *buf = malloc(PAYLOAD);
 	struct kvt_key k;
 	key_of(7, &k);
@@ -376,7 +365,7 @@ int main(void)
 	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
 	signal(SIGPIPE, SIG_IGN);
 	start_daemon();
-	struct kvt_store *s = open_client();
+	struct kvt_store *s = kvtd_client_store(dir);
 	PAYLOAD = kvt_payload_bytes(kvt_store_geometry(s), 16);
 	memcpy(kvtd_ns, kvt_store_ns_id(s), sizeof(kvtd_ns));
 	kvt_store_close(s);

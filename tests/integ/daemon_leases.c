@@ -55,17 +55,6 @@ static int free_port(void)
 	return ntohs(a.sin_port);
 }
 
-static struct kvt_store *open_client(void)
-{
-	struct kvt_config *c = test_config("dram,nvme", dir);
-	test_set(c, "store.daemon", sock_path);
-	test_set(c, "store.daemon_timeout_ms", "2000");
-	struct kvt_store *s;
-	CHECK_RC(kvt_store_open(c, &s), 0);
-	kvt_config_destroy(c);
-	return s;
-}
-
 /* STATUS until cond holds (2 s at most). */
 #define WAIT_STATUS(r, st, cond)                                                                   \
 	do {                                                                                       \
@@ -406,7 +395,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 static void reader_child(int up)
 {
 	fault_fd = up;
-	struct kvt_store *s = open_client();
+	struct kvt_store *s = kvtd_client_store(dir);
 	uint8_t *dst = mmap(NULL, PAYLOAD, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	CHECK(dst != MAP_FAILED && PAYLOAD % 8192 == 0);
 	guard_lo = dst + PAYLOAD / 2;
@@ -497,7 +486,7 @@ int main(void)
 			      "dram.bytes=256KiB", "--set", "nvme.fsync=none", "--set",
 			      "store.deadline_floor_ms=2000", "--set", "daemon.lease_ms=300", NULL};
 	kvtd_start(sock_path, args);
-	struct kvt_store *s = open_client();
+	struct kvt_store *s = kvtd_client_store(dir);
 	GEO = *kvt_store_geometry(s);
 	PAYLOAD = kvt_payload_bytes(&GEO, 16);
 	memcpy(kvtd_ns, kvt_store_ns_id(s), sizeof(kvtd_ns));
