@@ -86,26 +86,6 @@ static void child(const char *dir, int iter, int ack_fd)
 	_exit(0);
 }
 
-struct collect {
-	struct kvt_key *keys;
-	uint64_t *bytes;
-	int n, cap;
-};
-
-static int collect_fn(void *arg, const struct kvt_key *k, uint64_t bytes)
-{
-	struct collect *c = arg;
-	if (c->n == c->cap) {
-		c->cap = c->cap ? 2 * c->cap : 1024;
-		c->keys = realloc(c->keys, (size_t)c->cap * sizeof(*c->keys));
-		c->bytes = realloc(c->bytes, (size_t)c->cap * sizeof(*c->bytes));
-		CHECK(c->keys && c->bytes);
-	}
-	c->keys[c->n] = *k;
-	c->bytes[c->n++] = bytes;
-	return 0;
-}
-
 int main(void)
 {
 	char root[] = "/tmp/kvt-nvme-crash-XXXXXX";

@@ -14,22 +14,6 @@
 
 #define OBJ (64u << 10)
 
-struct collect {
-	struct kvt_key keys[4096];
-	uint64_t bytes[4096];
-	int n;
-};
-
-static int collect_fn(void *arg, const struct kvt_key *k, uint64_t bytes)
-{
-	struct collect *c = arg;
-	if (c->n < 4096) {
-		c->keys[c->n] = *k;
-		c->bytes[c->n++] = bytes;
-	}
-	return 0;
-}
-
 /* Every listed object reads back exact; returns how many are listed. */
 static int check_all(struct kvt_tier *t)
 {

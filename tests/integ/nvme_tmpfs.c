@@ -38,22 +38,6 @@ static int refuses_direct(const char *dir)
 	return errno == EINVAL;
 }
 
-struct collect {
-	struct kvt_key keys[4096];
-	uint64_t bytes[4096];
-	int n;
-};
-
-static int collect_fn(void *arg, const struct kvt_key *k, uint64_t bytes)
-{
-	struct collect *c = arg;
-	if (c->n < 4096) {
-		c->keys[c->n] = *k;
-		c->bytes[c->n++] = bytes;
-	}
-	return 0;
-}
-
 /* Every object the tier lists reads back intact. Returns how many. */
 static int list_and_check(struct kvt_tier *t, int expect_min)
 {

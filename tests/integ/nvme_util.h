@@ -333,4 +333,26 @@ static inline void key_path(const char *dir, const struct kvt_key *k, char *out,
 	snprintf(out, len, "%s/%.2s/%s.kvt", dir, hex, hex);
 }
 
+/* Everything a tier's scan lists (keys and sizes), in a growable array: c.n = 0 before
+ * each scan reuses it. */
+struct collect {
+	struct kvt_key *keys;
+	uint64_t *bytes;
+	int n, cap;
+};
+
+static inline int collect_fn(void *arg, const struct kvt_key *k, uint64_t bytes)
+{
+	struct collect *c = arg;
+	if (c->n == c->cap) {
+		c->cap = c->cap ? 2 * c->cap : 1024;
+		c->keys = realloc(c->keys, (size_t)c->cap * sizeof(*c->keys));
+		c->bytes = realloc(c->bytes, (size_t)c->cap * sizeof(*c->bytes));
+		CHECK(c->keys && c->bytes);
+	}
+	c->keys[c->n] = *k;
+	c->bytes[c->n++] = bytes;
+	return 0;
+}
+
 #endif
