@@ -32,6 +32,7 @@
 #include "engine.h"
 #include "internal.h"
 #include "kvtierd.h"
+#include "tp_commit.h"
 
 struct conn {
 	struct conn *next, *prev;
@@ -309,6 +310,7 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 			.reserved = atomic_load(&g_st.reserved),
 			.shared_puts = atomic_load(&g_st.shared_puts),
 		};
+		kvtd_tp_counts(&st.tp_partials, &st.tp_published, &st.tp_cancelled);
 		memcpy(p, &st, sizeof(st));
 		res->status = 0;
 		break;
@@ -325,6 +327,12 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 	case KVTD_PUT_COMMIT:
 		if (put_commit(c, r->n, res) < 0)
 			res->status = -EPROTO;
+		break;
+	case KVTD_TP_RESERVE:
+		kvtd_tp_reserve(c, r, p, rep);
+		break;
+	case KVTD_TP_WRITTEN:
+		kvtd_tp_written(c, r, res);
 		break;
 	default:
 		res->status = -EPROTO;
@@ -411,6 +419,7 @@ static void *conn_main(void *arg)
 		kvt__store_release(g_st.store, &c->pins[--c->npins]);
 		atomic_fetch_sub(&g_st.pins, 1);
 	}
+	kvtd_tp_conn_gone(c);
 	while (c->nresv) {
 		kvt__store_cancel(g_st.store, &c->resv[--c->nresv].ref);
 		atomic_fetch_sub(&g_st.reserved, 1);
@@ -631,6 +640,7 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 		g_pool_fd = fd;
 	}
 	memcpy(g_ns, kvt_store_ns_id(g_st.store), sizeof(g_ns));
+	kvtd_tp_init(g_st.store, g_ns, g_pool, g_pool_writable);
 	g_shm_max = KVT_ALIGN_UP(KVT_MAX(kvt_payload_bytes(&g_geo, g_geo.chunk_tokens),
 					 (uint64_t)KVTD_SHM_MIN),
 				 4096) +
