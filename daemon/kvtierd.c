@@ -334,6 +334,9 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 	case KVTD_TP_WRITTEN:
 		kvtd_tp_written(c, r, res);
 		break;
+	case KVTD_CLEAR:
+		res->status = kvt__store_clear_sync(s, &res->bytes);
+		break;
 	default:
 		res->status = -EPROTO;
 	}

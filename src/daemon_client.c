@@ -816,6 +816,15 @@ int kvt__client_remove_sync(struct kvt_client *c, const struct kvt_key *key)
 	return run_sync(c, &o, NULL);
 }
 
+int kvt__client_clear_sync(struct kvt_client *c, uint64_t *removed)
+{
+	struct cop o = {.op = KVTD_CLEAR};
+	int rc = run_sync(c, &o, NULL);
+	if (rc == 0 && removed)
+		*removed = o.res.bytes;
+	return rc;
+}
+
 int kvt__client_flush_sync(struct kvt_client *c)
 {
 	struct cop o = {.op = KVTD_FLUSH};

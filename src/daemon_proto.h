@@ -61,7 +61,11 @@ enum kvtd_op {
 	 * visible; a connection that goes with heads claimed cancels the object. */
 	KVTD_TP_RESERVE = 14,
 	KVTD_TP_WRITTEN = 15,
-	KVTD_OP_MAX = 15,
+	/* Clear the daemon's store: every object of its DRAM and nvme tiers is removed
+	 * (BlockRemoved events), then AllBlocksCleared is published. res.bytes = objects
+	 * removed (src/engine_clear.c). */
+	KVTD_CLEAR = 16,
+	KVTD_OP_MAX = 16,
 };
 
 struct kvtd_req {
