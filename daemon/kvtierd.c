@@ -687,6 +687,7 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 	while (g_conns)
 		pthread_cond_wait(&g_cond, &g_lock);
 	pthread_mutex_unlock(&g_lock);
+	kvtd_tp_cancel_all();
 	kvtd_metrics_stop(mhd);
 	int frc = kvt_flush_sync(g_st.store);
 	kvt_store_close(g_st.store);

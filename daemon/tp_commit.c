@@ -238,6 +238,14 @@ void kvtd_tp_conn_gone(const void *conn)
 	pthread_mutex_unlock(&mu);
 }
 
+void kvtd_tp_cancel_all(void)
+{
+	pthread_mutex_lock(&mu);
+	while (tab)
+		cancel(&tab);
+	pthread_mutex_unlock(&mu);
+}
+
 void kvtd_tp_counts(uint64_t *open, uint64_t *published, uint64_t *cancelled)
 {
 	pthread_mutex_lock(&mu);

@@ -26,6 +26,9 @@ void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_resu
 /* conn went away: objects it holds unwritten claims on are cancelled (their slot back to the
  * pool once no other rank is still copying into it). */
 void kvtd_tp_conn_gone(const void *conn);
+/* At shutdown, every connection gone: cancel what is left (objects waiting for ranks that
+ * never came), so the store closes with no slot reserved. */
+void kvtd_tp_cancel_all(void);
 /* For STATUS: objects open now, published and cancelled since start. */
 void kvtd_tp_counts(uint64_t *open, uint64_t *published, uint64_t *cancelled);
 

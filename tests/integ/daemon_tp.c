@@ -12,7 +12,9 @@
  *     ranks' bytes add up to one payload, four ranks copy nothing);
  *  4. a rank SIGKILLed after it reserved its heads, before it wrote them: nothing visible,
  *     the daemon cancels the object (STATUS: nothing reserved, no partial object left) and
- *     the same key can be written afresh.
+ *     the same key can be written afresh;
+ *  5. a daemon stopped (SIGTERM) with an object still waiting for a rank that never came
+ *     exits cleanly (it cancels the object before closing the store).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -476,8 +478,25 @@ int main(int argc, char **argv)
 	test_concurrent(rd, 4, 103);
 	test_replicated(rd, 104);
 	test_killed(rd, 105);
+
+	/* 5. half an object open at shutdown */
+	struct ranks rs = spawn_ranks(2, 106, false, -1);
+	release(&rs, 0);
+	CHECK_EQ(next_report(&rs).status, 2);
+	kill(rs.pid[1], SIGKILL); /* never released: it claimed nothing */
+	for (int i = 0; i < 2; i++) {
+		CHECK(waitpid(rs.pid[i], NULL, 0) == rs.pid[i]);
+		track(rs.pid[i], false);
+	}
+	close(rs.result);
+	CHECK_EQ(status(rd).tp_partials, 1);
 	kvt_store_close(rd);
-	kill_daemon();
+	kill(daemon_pid, SIGTERM);
+	int st;
+	CHECK(waitpid(daemon_pid, &st, 0) == daemon_pid);
+	daemon_pid = 0;
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	printf("  SIGTERM with an object waiting for a rank: clean exit\n");
 	test_rmdir(dir);
 	printf("daemon_tp: ok\n");
 	return 0;
