@@ -13,7 +13,9 @@
  *  4. a rank SIGKILLed after it reserved its heads, before it wrote them: nothing visible,
  *     the daemon cancels the object (STATUS: nothing reserved, no partial object left) and
  *     the same key can be written afresh;
- *  5. a daemon stopped (SIGTERM) with an object still waiting for a rank that never came
+ *  5. two ranks of one process sharing one client store (one connection): each reports
+ *     only its own heads written, so the object appears after the second;
+ *  6. a daemon stopped (SIGTERM) with an object still waiting for a rank that never came
  *     exits cleanly (it cancels the object before closing the store).
  */
 #include <fcntl.h>
@@ -445,6 +447,26 @@ static void test_killed(struct kvt_store *rd, uint64_t seed)
 	free(buf);
 }
 
+/* 5. two ranks in this process, on the reader's store (one connection to the daemon) */
+static void test_one_process(struct kvt_store *rd, uint64_t seed)
+{
+	size_t len;
+	uint8_t *ref = reference(seed, &len), *buf = malloc(len);
+	struct tr_rank r[2];
+	struct kvt_result a = device_store(rd, seed, 0, 2, NULL, &r[0]);
+	CHECK_EQ(a.status, 2);
+	expect_miss(rd, seed, buf, len);
+	struct kvt_result b = device_store(rd, seed, 2, 4, NULL, &r[1]);
+	CHECK_EQ(b.status, 0);
+	CHECK_EQ(a.bytes + b.bytes, len);
+	expect_bytes(rd, seed, ref, len);
+	tr_rank_close(&r[0]);
+	tr_rank_close(&r[1]);
+	printf("  TP=2 ranks of one process on one client store: published after the second\n");
+	free(ref);
+	free(buf);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 9 && !strcmp(argv[1], "rank"))
@@ -478,8 +500,9 @@ int main(int argc, char **argv)
 	test_concurrent(rd, 4, 103);
 	test_replicated(rd, 104);
 	test_killed(rd, 105);
+	test_one_process(rd, 107);
 
-	/* 5. half an object open at shutdown */
+	/* 6. half an object open at shutdown */
 	struct ranks rs = spawn_ranks(2, 106, false, -1);
 	release(&rs, 0);
 	CHECK_EQ(next_report(&rs).status, 2);
