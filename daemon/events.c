@@ -3,7 +3,8 @@
  * (kvt_store_set_events) published on a ZeroMQ PUB socket as msgpack, in the envelope and
  * schema vLLM's own publisher uses, so a KV-aware router that follows vLLM can follow
  * kvtier: frames [topic, 8-byte big-endian batch sequence, payload], payload a map
- * {ts, events: [{type: "BlockStored"|"BlockRemoved", block_hashes, medium, ...}]}, plus
+ * {ts, events: [{type: "BlockStored"|"BlockRemoved", block_hashes, medium, ...}]} (and
+ * {type: "AllBlocksCleared", medium} once per tier a CLEAR emptied), plus
  * kvtier's own keys (tier, bytes, reason, namespace) that vLLM's decoder ignores. A
  * ROUTER socket (daemon.events_replay) answers "from sequence N" with the batches still
  * buffered, then an end marker (sequence -1), as vLLM's does.
@@ -23,6 +24,7 @@
 #include <zmq.h>
 
 #include "config.h"
+#include "engine.h"
 #include "kvtierd.h"
 
 #define EV_BATCH_MAX 256 /* events per published batch at most */
@@ -120,6 +122,18 @@ static const char *reason_name(uint32_t r)
 static void pack_event(struct kvtd_events *e, msgpack_packer *pk, const struct kvt_event *ev)
 {
 	const char *medium = ev->tier >= 0 && ev->tier < KVT_MAX_TIERS ? e->tier_name[ev->tier] : "";
+	if (ev->type == KVT__EVENT_CLEARED) { /* the tier holds nothing any more */
+		msgpack_pack_map(pk, 4);
+		pack_cstr(pk, "type");
+		pack_cstr(pk, "AllBlocksCleared");
+		pack_cstr(pk, "medium");
+		pack_cstr(pk, medium);
+		pack_cstr(pk, "tier");
+		msgpack_pack_int(pk, ev->tier);
+		pack_cstr(pk, "namespace");
+		msgpack_pack_bin_with_body(pk, e->ns_id, KVT_NS_ID_BYTES);
+		return;
+	}
 	bool stored = ev->type == KVT_EVENT_STORED;
 	msgpack_pack_map(pk, stored ? 11 : 7);
 	pack_cstr(pk, "type");

@@ -33,6 +33,7 @@
 #include "engine.h"
 #include "internal.h"
 #include "kvtierd.h"
+#include "tp_commit.h"
 
 struct conn {
 	struct conn *next, *prev;
@@ -471,6 +472,7 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 			.quarantined = atomic_load(&g_st.quarantined),
 			.quarantined_bytes = atomic_load(&g_st.quarantined_bytes),
 		};
+		kvtd_tp_counts(&st.tp_partials, &st.tp_published, &st.tp_cancelled);
 		memcpy(p, &st, sizeof(st));
 		res->status = 0;
 		break;
@@ -487,6 +489,15 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 	case KVTD_PUT_COMMIT:
 		if (put_commit(c, r->n, r->lease, res) < 0)
 			res->status = -EPROTO;
+		break;
+	case KVTD_TP_RESERVE:
+		kvtd_tp_reserve(c, r, p, rep);
+		break;
+	case KVTD_TP_WRITTEN:
+		kvtd_tp_written(c, r, res);
+		break;
+	case KVTD_CLEAR:
+		res->status = kvt__store_clear_sync(s, &res->bytes);
 		break;
 	default:
 		res->status = -EPROTO;
@@ -586,6 +597,7 @@ static void *conn_main(void *arg)
 		kvt__store_release(g_st.store, &c->pins[--c->npins]);
 		atomic_fetch_sub(&g_st.pins, 1);
 	}
+	kvtd_tp_conn_gone(c);
 	/* Live reservations are cancelled at once: our client writes into a slot only between
 	 * its PUT_RESERVE and PUT_COMMIT, on the thread that owns the connection, so a closed
 	 * connection means a finished writer (or a dead process). */
@@ -833,6 +845,7 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 		g_pool_fd = fd;
 	}
 	memcpy(g_ns, kvt_store_ns_id(g_st.store), sizeof(g_ns));
+	kvtd_tp_init(g_st.store, g_ns, g_pool, g_pool_writable);
 	g_shm_max = KVT_ALIGN_UP(KVT_MAX(kvt_payload_bytes(&g_geo, g_geo.chunk_tokens),
 					 (uint64_t)KVTD_SHM_MIN),
 				 4096) +
@@ -878,6 +891,7 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 	while (g_conns)
 		pthread_cond_wait(&g_cond, &g_lock);
 	pthread_mutex_unlock(&g_lock);
+	kvtd_tp_cancel_all();
 	kvtd_metrics_stop(mhd);
 	int frc = kvt_flush_sync(g_st.store);
 	kvt_store_close(g_st.store);

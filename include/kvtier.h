@@ -445,7 +445,8 @@ KVT_EXPORT void kvt_device_op_free(struct kvt_device_op *op);
 
 /* Store level. Gather this rank's heads of the chunk in block_ids into a DRAM slot of s
  * and publish the object once ranks covering all heads have written theirs (ranks of one
- * process sharing s; see docs/DEVICE.md). cb runs through kvt_poll() once this rank's
+ * process sharing s, or ranks of several processes whose stores are clients of one kvtierd;
+ * see docs/DEVICE.md). cb runs through kvt_poll() once this rank's
  * copy is done: the engine may free or reuse its blocks. status = heads of the object
  * still missing (0: published, or already resident); < 0 on failure (-ENOSPC no slot).
  * The geometry of dev and s must be equal (-EINVAL). op may be NULL (no handle wanted). */

@@ -65,11 +65,22 @@ struct kvt_client {
 	size_t shm_len;
 	bool region_dirty; /* a daemon thread may still write the current region */
 	uint64_t seq;
+	uint64_t gen; /* connections made: TP claims belong to one */
 	struct kvtd_info info;
 	/* the daemon's DRAM pool, mapped read-only (NULL: not offered): DRAM hits are copied
 	 * from the pinned slot straight into the caller's buffer (GET_PIN, UNPIN) */
 	uint8_t *pool; /* writable only with info.pool_writable */
 	size_t pool_len;
+	/* TP gathers copying into slots of the pool now (tp_reserve until tp_written); while
+	 * any are, a dropped connection does not unmap the pool under them: the mapping is
+	 * replaced by anonymous memory (their late bytes land nowhere) and kept in retired
+	 * until the client closes */
+	uint64_t tp_writes;
+	struct retired {
+		struct retired *next;
+		void *p;
+		size_t len;
+	} *retired;
 
 	/* submissions, run by the worker */
 	pthread_mutex_t q_lock;
@@ -92,10 +103,16 @@ bool kvt__client_wanted(const struct kvt_config *cfg)
 
 /* ------------------------------------------------------------- connection */
 
+static void retire_pool(struct kvt_client *c);
+
 static void disconnect(struct kvt_client *c)
 {
 	if (c->sock >= 0)
 		close(c->sock);
+	/* The daemon cancels our unwritten TP claims and reuses their slots: copies still
+	 * running must not write into its pool any more. */
+	if (c->tp_writes && c->pool)
+		retire_pool(c);
 	c->sock = -1;
 	c->region_dirty = true; /* the next attach brings a new region (see new_region) */
 }
@@ -134,6 +151,24 @@ static void unmap_pool(struct kvt_client *c)
 {
 	if (c->pool)
 		munmap(c->pool, c->pool_len);
+	c->pool = NULL;
+	c->pool_len = 0;
+}
+
+static void retire_pool(struct kvt_client *c)
+{
+	struct retired *r = kvt__malloc(sizeof(*r));
+	void *p = mmap(c->pool, c->pool_len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+	if (!r || p == MAP_FAILED) {
+		/* cannot swap it out: keep the old pool mapped rather than fault a copy */
+		kvt__free(r);
+	} else {
+		r->p = c->pool;
+		r->len = c->pool_len;
+		r->next = c->retired;
+		c->retired = r;
+	}
 	c->pool = NULL;
 	c->pool_len = 0;
 }
@@ -191,6 +226,7 @@ static int attach(struct kvt_client *c)
 		return e;
 	}
 	c->sock = s;
+	c->gen++;
 	struct kvtd_req req = {.op = KVTD_HELLO, .version = KVTD_VERSION};
 	memcpy(req.ns_id, c->my_ns, sizeof(req.ns_id));
 	struct kvtd_rep rep;
@@ -553,6 +589,95 @@ int kvt__client_poll(struct kvt_client *c, int timeout_ms)
 	return n;
 }
 
+/* ------------------------------------------------------ tensor-parallel commit */
+
+int kvt__client_tp_reserve(struct kvt_client *c, const struct kvt_key *key,
+			   const struct kvt_key *parent, uint32_t n_tokens, uint32_t h0, uint32_t h1,
+			   uint8_t *claimed, uint32_t *missing, void **obj, int32_t *slot,
+			   uint64_t *gen)
+{
+	const struct kvt_geometry *g = &c->info.geo;
+	if (!key || n_tokens == 0 || n_tokens > g->chunk_tokens || h0 >= h1 || h1 > g->kv_heads)
+		return -EINVAL;
+	pthread_mutex_lock(&c->io_lock);
+	int rc = ensure(c);
+	if (rc == 0 && (!c->pool || !c->info.pool_writable))
+		rc = -ENOTSUP; /* daemon.shared_writes is off, or the pool could not be mapped */
+	struct kvtd_rep rep;
+	struct kvtd_req req = {.op = KVTD_TP_RESERVE, .key = *key, .n_tokens = n_tokens,
+			       .layer_begin = h0, .layer_end = h1, .off = 0,
+			       .len = sizeof(struct kvtd_tp_claim) + g->kv_heads};
+	if (parent) {
+		req.parent = *parent;
+		req.has_parent = 1;
+	}
+	if (rc == 0)
+		rc = exchange(c, &req, &rep, -1);
+	if (rc == 0 && (rc = rep.res.status) == 0) {
+		const struct kvtd_tp_claim *cl = (const struct kvtd_tp_claim *)c->shm;
+		uint64_t need = kvt_object_bytes(g, n_tokens);
+		if (rep.slot_off > c->pool_len || need > c->pool_len - rep.slot_off ||
+		    rep.res.bytes != need) {
+			rc = -EPROTO;
+			disconnect(c); /* drops whatever it claimed */
+		} else {
+			bool any = false;
+			for (uint32_t h = h0; h < h1; h++)
+				any |= (claimed[h - h0] = cl->claimed[h] != 0);
+			*missing = cl->missing;
+			*obj = c->pool + rep.slot_off;
+			*slot = rep.slot;
+			*gen = c->gen;
+			c->tp_writes += any;
+		}
+	}
+	pthread_mutex_unlock(&c->io_lock);
+	return rc;
+}
+
+int kvt__client_tp_written(struct kvt_client *c, const struct kvt_key *key, int32_t slot,
+			   uint32_t h0, uint32_t h1, bool failed, uint64_t gen)
+{
+	pthread_mutex_lock(&c->io_lock);
+	c->tp_writes--;
+	/* A connection dropped since the reserve took our claims with it: the daemon has
+	 * cancelled the object, and a new connection must not claim to have written it. */
+	int rc = c->sock < 0 || c->gen != gen ? -ECANCELED : 0;
+	struct kvtd_rep rep;
+	struct kvtd_req req = {.op = KVTD_TP_WRITTEN, .key = *key, .n = (uint64_t)(uint32_t)slot,
+			       .layer_begin = h0, .layer_end = h1, .flags = failed};
+	if (rc == 0)
+		rc = exchange(c, &req, &rep, -1);
+	if (rc == 0)
+		rc = rep.res.status;
+	pthread_mutex_unlock(&c->io_lock);
+	return rc;
+}
+
+int kvt__client_complete(struct kvt_client *c, kvt_cb cb, void *arg, const struct kvt_result *res)
+{
+	struct cop *o = kvt__calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	o->cb = cb;
+	o->arg = arg;
+	o->res = *res;
+	pthread_mutex_lock(&c->q_lock);
+	c->queued++; /* kvt__client_poll counts it off */
+	pthread_mutex_unlock(&c->q_lock);
+	pthread_mutex_lock(&c->cq_lock);
+	if (c->cq_tail)
+		c->cq_tail->next = o;
+	else
+		c->cq_head = o;
+	c->cq_tail = o;
+	pthread_mutex_unlock(&c->cq_lock);
+	uint64_t one = 1;
+	ssize_t w = write(c->efd, &one, sizeof(one));
+	(void)w;
+	return 0;
+}
+
 /* ------------------------------------------------------------ argument checks */
 
 static int check_put(struct kvt_client *c, uint32_t n_tokens, const void *buf, size_t len)
@@ -720,6 +845,15 @@ int kvt__client_remove_sync(struct kvt_client *c, const struct kvt_key *key)
 	return run_sync(c, &o, NULL);
 }
 
+int kvt__client_clear_sync(struct kvt_client *c, uint64_t *removed)
+{
+	struct cop o = {.op = KVTD_CLEAR};
+	int rc = run_sync(c, &o, NULL);
+	if (rc == 0 && removed)
+		*removed = o.res.bytes;
+	return rc;
+}
+
 int kvt__client_flush_sync(struct kvt_client *c)
 {
 	struct cop o = {.op = KVTD_FLUSH};
@@ -783,6 +917,12 @@ void kvt__client_close(struct kvt_client *c)
 	kvt__client_poll(c, 0);        /* completions not yet polled are delivered */
 	disconnect(c);
 	unmap_pool(c);
+	while (c->retired) {
+		struct retired *r = c->retired;
+		c->retired = r->next;
+		munmap(r->p, r->len);
+		kvt__free(r);
+	}
 	munmap(c->shm, c->shm_len);
 	close(c->memfd);
 	close(c->efd);

@@ -59,6 +59,25 @@ int kvt__client_prefetch_sync(struct kvt_client *c, const struct kvt_key *keys, 
 int kvt__client_remove_sync(struct kvt_client *c, const struct kvt_key *key);
 int kvt__client_flush_sync(struct kvt_client *c);
 
+/* Tensor-parallel commit through the daemon (src/device_store.c; KVTD_TP_* in
+ * src/daemon_proto.h). Reserve: every rank of key gets the same slot; claimed[h - h0] = 1
+ * for the heads of [h0, h1) this call claimed (to gather into *obj, object layout),
+ * *missing = heads not yet written. 0, 1 stored already (nothing reserved), -ENOTSUP no
+ * writable pool, < 0. Written: after the gather (failed: it did not complete); heads still
+ * missing (0: published) or < 0 (the object was cancelled; also when the connection of
+ * the reserve, *gen, is gone). Both block on the daemon. */
+int kvt__client_tp_reserve(struct kvt_client *c, const struct kvt_key *key,
+			   const struct kvt_key *parent, uint32_t n_tokens, uint32_t h0, uint32_t h1,
+			   uint8_t *claimed, uint32_t *missing, void **obj, int32_t *slot,
+			   uint64_t *gen);
+int kvt__client_tp_written(struct kvt_client *c, const struct kvt_key *key, int32_t slot,
+			   uint32_t h0, uint32_t h1, bool failed, uint64_t gen);
+/* Queue a completion for kvt_poll from any thread (kvt__store_complete of a client store). */
+int kvt__client_complete(struct kvt_client *c, kvt_cb cb, void *arg, const struct kvt_result *res);
+
+/* Clear the daemon's store (KVTD_CLEAR): *removed = objects removed. */
+int kvt__client_clear_sync(struct kvt_client *c, uint64_t *removed);
+
 /* The daemon's own state (kvtier status --daemon, tests). */
 struct kvtd_status;
 int kvt__client_status(struct kvt_client *c, struct kvtd_status *out);

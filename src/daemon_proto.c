@@ -57,6 +57,18 @@ int kvtd_req_check(const struct kvtd_req *r, size_t got, uint64_t shm_len,
 		    (r->layer_end && r->layer_begin >= r->layer_end))
 			return bad(err, errlen, -EINVAL, "layer range out of bounds");
 		break;
+	case KVTD_TP_RESERVE:
+		if (r->n_tokens == 0 || r->n_tokens > g->chunk_tokens)
+			return bad(err, errlen, -EINVAL, "n_tokens out of range");
+		if (r->len < sizeof(struct kvtd_tp_claim) + g->kv_heads)
+			return bad(err, errlen, -EINVAL, "claim range too small");
+		/* fall through - the head range too */
+	case KVTD_TP_WRITTEN:
+		if (r->layer_begin >= r->layer_end || r->layer_end > g->kv_heads)
+			return bad(err, errlen, -EINVAL, "head range out of bounds");
+		if (r->op == KVTD_TP_WRITTEN && (r->n >= INT32_MAX || r->flags > 1))
+			return bad(err, errlen, -EINVAL, "slot or flags out of range");
+		break;
 	case KVTD_UNPIN:
 	case KVTD_PUT_COMMIT:
 		if (r->n >= INT32_MAX)

@@ -19,7 +19,7 @@
 #include "kvtier.h"
 
 #define KVTD_MAGIC 0x4b565444u /* "KVTD" */
-#define KVTD_VERSION 3 /* 3: leases (kvtd_req.lease, kvtd_rep.lease) */
+#define KVTD_VERSION 3 /* 3: leases (kvtd_req.lease, kvtd_rep.lease), TP commit, CLEAR */
 /* A client's shared region: at least this, at most this plus the largest chunk payload. */
 #define KVTD_SHM_MIN (4u << 20)
 #define KVTD_SHM_MAX_EXTRA (4u << 20)
@@ -54,7 +54,25 @@ enum kvtd_op {
 	 * reservations back unpublished). */
 	KVTD_PUT_RESERVE = 12,
 	KVTD_PUT_COMMIT = 13, /* n = the slot, lease = the lease PUT_RESERVE returned */
-	KVTD_OP_MAX = 13,
+	/* Tensor-parallel commit (daemon/tp_commit.c): ranks in separate processes write one
+	 * object. [layer_begin, layer_end) carries the rank's head range [h0, h1) here.
+	 * TP_RESERVE: key, parent?, n_tokens; every rank of the object gets the SAME slot
+	 * (the first reserves it); the heads of [h0, h1) no rank has claimed yet are claimed
+	 * for this connection. Writes a struct kvtd_tp_claim at [off, off+len); reply: slot,
+	 * slot_off, res.bytes = object bytes; status 1: already stored, nothing reserved. The
+	 * client gathers its claimed heads into the slot (object layout, no header), then
+	 * TP_WRITTEN: key, n = the slot, [h0, h1), flags = 1 if its copy failed. The heads of
+	 * [h0, h1) this connection claimed count as written; reply status = heads still
+	 * missing (0: the daemon sealed and published the object), < 0: the object was
+	 * cancelled (a rank failed, died or the object went stale). Until then nothing is
+	 * visible; a connection that goes with heads claimed cancels the object. */
+	KVTD_TP_RESERVE = 14,
+	KVTD_TP_WRITTEN = 15,
+	/* Clear the daemon's store: every object of its DRAM and nvme tiers is removed
+	 * (BlockRemoved events), then AllBlocksCleared is published. res.bytes = objects
+	 * removed (src/engine_clear.c). */
+	KVTD_CLEAR = 16,
+	KVTD_OP_MAX = 16,
 };
 
 struct kvtd_req {
@@ -69,6 +87,7 @@ struct kvtd_req {
 	uint32_t layer_begin, layer_end;
 	uint32_t version; /* HELLO */
 	uint32_t lease;   /* UNPIN, PUT_COMMIT: the lease GET_PIN / PUT_RESERVE answered */
+	uint32_t flags;   /* TP_WRITTEN: 1 = the rank's copy failed */
 	uint64_t off, len; /* a byte range of the shared region */
 	uint64_t n;        /* keys (LOOKUP, PREFETCH) */
 	uint64_t deadline_ns;
@@ -106,6 +125,14 @@ struct kvtd_info {
 	uint32_t pad;
 };
 
+/* What TP_RESERVE writes: heads of the object still missing, then one byte per head of the
+ * model (1: claimed by this call; only heads of the request's range can be). */
+struct kvtd_tp_claim {
+	uint32_t missing;
+	uint32_t pad;
+	uint8_t claimed[];
+};
+
 /* What STATUS writes: the daemon's own state. */
 struct kvtd_status {
 	uint64_t connections;     /* attached now */
@@ -123,6 +150,9 @@ struct kvtd_status {
 	/* slots of expired reservations held out of the pool until their client process is
 	 * gone (it may still write into them), and their bytes */
 	uint64_t quarantined, quarantined_bytes;
+	uint64_t tp_partials;     /* TP objects reserved, not yet published or cancelled */
+	uint64_t tp_published;    /* TP objects published since start */
+	uint64_t tp_cancelled;    /* TP objects cancelled since start */
 };
 
 /* Check a request that arrived as got bytes against a region of shm_len bytes (0: none

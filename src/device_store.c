@@ -11,12 +11,18 @@
  * write it twice), and the rank whose copy completes the last missing head publishes the
  * object with kvt__store_commit. Until then the slot stays pinned and invisible to readers,
  * so a half-written object is never served. A partial object no rank has touched for
- * STALE_NS (a rank died or never came) is cancelled by the next store call. Ranks in
- * different processes need a shared DRAM pool (the kvtierd daemon) - docs/DEVICE.md.
+ * STALE_NS (a rank died or never came) is cancelled by the next store call.
+ *
+ * Ranks in different processes share a store through kvtierd (store.daemon): for a client
+ * store the partial-object table is the daemon's (daemon/tp_commit.c), with the same rules;
+ * each rank asks it for the slot and its claim (TP_RESERVE), gathers into the daemon's
+ * pool, which the client maps writable, and reports its heads written (TP_WRITTEN); the
+ * daemon publishes. See docs/DEVICE.md and docs/DAEMON.md.
  */
 #include <errno.h>
 #include <string.h>
 
+#include "daemon_client.h"
 #include "device.h"
 #include "engine.h"
 #include "store_key.h"
@@ -54,6 +60,11 @@ struct store_ctx {
 	struct partial *p; /* NULL: nothing to copy */
 	int early;	   /* status when nothing is copied */
 	uint32_t n_tokens;
+	/* store through kvtierd: the daemon's partial object this op claimed heads of */
+	bool remote;
+	struct kvt_key key;
+	int32_t slot;
+	uint64_t gen;
 	/* load */
 	struct kvt_slot_ref ref;
 	bool have_ref;
@@ -103,11 +114,19 @@ static void store_finish(struct kvt_device_op *op)
 	struct store_ctx *c = op->ctx;
 	struct kvt_result res = {op->status, KVT_TIER_NONE, c->n_tokens, 0, 0};
 	struct partial *p = c->p, *publish = NULL, *cancel = NULL;
+	const struct kvt_device_desc *d = &op->dev->desc;
+	if (c->remote) {
+		int rc = kvt__client_tp_written(kvt__store_client(c->s), &c->key, c->slot,
+						d->head_begin, d->head_end, op->status < 0, c->gen);
+		res.status = op->status < 0 ? op->status : rc;
+		if (res.status >= 0)
+			res.bytes = op->bytes;
+		goto out;
+	}
 	if (!p) {
 		res.status = op->status < 0 ? op->status : c->early;
 		goto out;
 	}
-	const struct kvt_device_desc *d = &op->dev->desc;
 	pthread_mutex_lock(&tab_mu);
 	p->writers--;
 	p->touched_ns = kvt__now_ns();
@@ -147,6 +166,71 @@ out:
 	kvt__free(c);
 }
 
+/* Nothing for this rank to copy: complete with c->early. */
+static int no_copy(struct kvt_device_op *op, struct kvt_device_op **opp)
+{
+	op->finish = store_finish;
+	op->bytes = 0;
+	kvt__dev_op_done(op, 0); /* the user callback is queued for kvt_poll, not run here */
+	if (opp)
+		*opp = op;
+	else
+		kvt__dev_op_put(op);
+	return 0;
+}
+
+static int failed(struct kvt_device_op *op, struct store_ctx *c, int rc)
+{
+	op->ctx = NULL;
+	kvt__dev_op_done(op, rc);
+	kvt__dev_op_put(op);
+	kvt__free(c);
+	return rc;
+}
+
+/* A client store (store.daemon): the daemon keeps the partial object; this rank gets the
+ * shared slot and the heads it is to write, gathers them into the daemon's pool, and
+ * store_finish reports them written. */
+static int store_remote(struct kvt_device *dev, struct store_ctx *c, struct kvt_device_op *op,
+			const struct kvt_key *key, const struct kvt_key *parent, uint32_t n_tokens,
+			struct kvt_device_op **opp)
+{
+	const struct kvt_device_desc *d = &dev->desc;
+	struct kvt_client *cl = kvt__store_client(c->s);
+	uint32_t missing = 0;
+	void *obj = NULL;
+	int rc = kvt__client_tp_reserve(cl, key, parent, n_tokens, d->head_begin, d->head_end,
+					c->mine, &missing, &obj, &c->slot, &c->gen);
+	if (rc == 1) { /* stored already: nothing to copy */
+		c->early = 0;
+		return no_copy(op, opp);
+	}
+	if (rc < 0)
+		return failed(op, c, rc);
+	bool claimed = false;
+	for (uint32_t h = 0; h < dev->heads; h++)
+		claimed |= c->mine[h];
+	if (!claimed) { /* another rank holds the same heads (replicated KV heads) */
+		c->early = (int)missing;
+		return no_copy(op, opp);
+	}
+	c->remote = true;
+	c->key = *key;
+	op->obj = obj;
+	op->finish = store_finish;
+	if ((rc = dev->ops->submit(op)) < 0) {
+		/* give the claims back: the daemon cancels the object */
+		kvt__client_tp_written(cl, key, c->slot, d->head_begin, d->head_end, true, c->gen);
+		op->finish = NULL;
+		return failed(op, c, rc);
+	}
+	if (opp)
+		*opp = op;
+	else
+		kvt__dev_op_put(op);
+	return 0;
+}
+
 int kvt_device_store(struct kvt_device *dev, struct kvt_store *s, const struct kvt_key *key,
 		     const struct kvt_key *parent, uint32_t n_tokens, const uint32_t *block_ids,
 		     uint32_t n_blocks, const struct kvt_device_dep *dep, kvt_cb cb, void *arg,
@@ -172,6 +256,8 @@ int kvt_device_store(struct kvt_device *dev, struct kvt_store *s, const struct k
 		return rc;
 	}
 	op->ctx = c;
+	if (kvt__store_client(s))
+		return store_remote(dev, c, op, key, parent, n_tokens, opp);
 
 	pthread_mutex_lock(&tab_mu);
 	expire_stale();
@@ -259,22 +345,11 @@ int kvt_device_store(struct kvt_device *dev, struct kvt_store *s, const struct k
 
 nocopy:
 	pthread_mutex_unlock(&tab_mu);
-	op->finish = store_finish;
-	op->bytes = 0;
-	kvt__dev_op_done(op, 0); /* the user callback is queued for kvt_poll, not run here */
-	if (opp)
-		*opp = op;
-	else
-		kvt__dev_op_put(op);
-	return 0;
+	return no_copy(op, opp);
 
 fail_locked:
 	pthread_mutex_unlock(&tab_mu);
-	op->ctx = NULL;
-	kvt__dev_op_done(op, rc);
-	kvt__dev_op_put(op);
-	kvt__free(c);
-	return rc;
+	return failed(op, c, rc);
 }
 
 /* ------------------------------------------------------------------ load */

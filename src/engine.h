@@ -50,6 +50,13 @@ bool kvt__store_encrypts(const struct kvt_store *s);
 /* kvt_remove_sync of a storage key, as listed by a tier (kvtier rm of what kvtier ls shows). */
 int kvt__store_remove_stored_sync(struct kvt_store *s, const struct kvt_key *storage_key);
 
+/* Clear the store (src/engine_clear.c): remove every object its DRAM and nvme tiers hold,
+ * then emit one KVT__EVENT_CLEARED per tier listed (tier set, key zero). *removed: objects
+ * removed. 0 or the first error (a tier's listing, a removal); -ENOTSUP on a client store.
+ * kvtierd's CLEAR; the event is kvtier-internal until a public clear exists. */
+#define KVT__EVENT_CLEARED 3
+int kvt__store_clear_sync(struct kvt_store *s, uint64_t *removed);
+
 /* Queue a user completion for kvt_poll() from any thread (the device layer's
  * completions go through the same queue as every other). */
 void kvt__store_complete(struct kvt_store *s, kvt_cb cb, void *arg, const struct kvt_result *res);

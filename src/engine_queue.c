@@ -80,6 +80,11 @@ void kvt__e_complete(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,
 
 void kvt__store_complete(struct kvt_store *s, kvt_cb cb, void *arg, const struct kvt_result *res)
 {
+	if (s->client) { /* a client store's completions are its client's */
+		while (kvt__client_complete(s->client, cb, arg, res) < 0)
+			usleep(1000);
+		return;
+	}
 	/* Not admitted through the store (the device layer): a node now, from the spare
 	 * ones if malloc fails, else wait for one - never run the callback here. */
 	for (;;) {

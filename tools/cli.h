@@ -71,5 +71,6 @@ int kvt_cmd_calibrate(int argc, char **argv);
 int kvt_cmd_crossover(int argc, char **argv);
 int kvt_cmd_replay(int argc, char **argv);
 int kvt_cmd_status(int argc, char **argv);
+int kvt_cmd_clear(int argc, char **argv);
 
 #endif

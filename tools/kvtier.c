@@ -18,6 +18,7 @@ static const struct subcommand commands[] = {
 	/* subcommands: one row each, kept in alphabetical order */
 	{"bench", kvt_cmd_bench, "measure a tier's throughput and latency against a reference"},
 	{"calibrate", kvt_cmd_calibrate, "measure each tier's latency and bandwidth; write the cost profile"},
+	{"clear", kvt_cmd_clear, "empty a kvtierd daemon's DRAM and nvme tiers"},
 	{"config", kvt_cmd_config, "print configuration keys, defaults and effective values"},
 	{"crossover", kvt_cmd_crossover, "break-even prefix length per tier: restore vs recompute"},
 	{"ls", kvt_cmd_ls, "list stored objects"},

@@ -59,5 +59,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(r.n_tokens >= 1 && r.n_tokens <= g.chunk_tokens);
 	if (r.op == KVTD_UNPIN || r.op == KVTD_PUT_COMMIT) /* a slot id the daemon looks up */
 		CHECK(r.n < INT32_MAX);
+	if (r.op == KVTD_TP_RESERVE || r.op == KVTD_TP_WRITTEN) /* heads [h0, h1) index arrays */
+		CHECK(r.layer_begin < r.layer_end && r.layer_end <= g.kv_heads);
+	if (r.op == KVTD_TP_RESERVE) /* the claim written back fits in the range */
+		CHECK(r.n_tokens >= 1 && r.n_tokens <= g.chunk_tokens &&
+		      r.len >= sizeof(struct kvtd_tp_claim) + g.kv_heads);
+	if (r.op == KVTD_TP_WRITTEN)
+		CHECK(r.n < INT32_MAX && r.flags <= 1);
 	return 0;
 }

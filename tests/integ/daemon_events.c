@@ -11,7 +11,10 @@
  *     announced as removed (reason "removed") from each tier;
  *  3. a malformed, oversized or unbindable endpoint, and an out-of-range queue size, stop
  *     kvtierd at start with a one-line error;
- *  4. with daemon.events_buffer=10 a replay from 0 answers the newest 10 batches only.
+ *  4. with daemon.events_buffer=10 a replay from 0 answers the newest 10 batches only;
+ *  5. a CLEAR of the daemon's store: the stream goes on in sequence with a BlockRemoved
+ *     (reason "removed") for every object still resident, then one AllBlocksCleared per
+ *     tier (dram, nvme), after which the events say nothing is held, and nothing is.
  */
 #include <fcntl.h>
 #include <msgpack.h>
@@ -22,6 +25,8 @@
 #include <sys/wait.h>
 #include <zmq.h>
 
+#include "daemon_client.h"
+#include "engine.h"
 #include "internal.h"
 #include "lib/daemon_harness.h"
 
@@ -97,6 +102,7 @@ static struct batch take(uint64_t seq, zmq_msg_t *payload)
 
 struct ev {
 	bool stored;
+	bool cleared; /* AllBlocksCleared: no key, tier and medium set */
 	int tier;
 	char reason[16], medium[16];
 	uint64_t bytes;
@@ -141,9 +147,22 @@ static void decode(const struct batch *b, const uint8_t *ns, struct ev *evs, siz
 		memset(e, 0, sizeof(*e));
 		char type[32];
 		str_of(get(o, "type"), type, sizeof(type));
-		CHECKM(!strcmp(type, "BlockStored") || !strcmp(type, "BlockRemoved"), "type %s",
-		       type);
+		CHECKM(!strcmp(type, "BlockStored") || !strcmp(type, "BlockRemoved") ||
+			       !strcmp(type, "AllBlocksCleared"),
+		       "type %s", type);
 		e->stored = !strcmp(type, "BlockStored");
+		if (!strcmp(type, "AllBlocksCleared")) {
+			e->cleared = true;
+			const msgpack_object *t = get(o, "tier"), *nsp = get(o, "namespace");
+			CHECK(t && t->type == MSGPACK_OBJECT_POSITIVE_INTEGER && t->via.u64 < 2);
+			e->tier = (int)t->via.u64;
+			CHECK(!get(o, "block_hashes"));
+			CHECK(nsp && nsp->type == MSGPACK_OBJECT_BIN && nsp->via.bin.size == 32 &&
+			      !memcmp(nsp->via.bin.ptr, ns, 32));
+			str_of(get(o, "medium"), e->medium, sizeof(e->medium));
+			CHECK(!strcmp(e->medium, e->tier == 0 ? "dram" : "nvme"));
+			continue;
+		}
 		const msgpack_object *h = get(o, "block_hashes");
 		CHECK(h && h->type == MSGPACK_OBJECT_ARRAY && h->via.array.size == 1);
 		CHECK(h->via.array.ptr[0].type == MSGPACK_OBJECT_BIN &&
@@ -389,6 +408,7 @@ int main(void)
 	bool in[2][N_PUT] = {{0}};
 	uint64_t evicted[2] = {0}, stored[2] = {0}, removed_ev[2][N_PUT] = {{0}};
 	for (size_t i = 0; i < n_ev; i++) {
+		CHECKM(!evs[i].cleared, "event %zu: AllBlocksCleared before any clear", i);
 		int k = -1;
 		for (int j = 0; j < N_PUT; j++)
 			if (kvt__key_eq(&evs[i].key, &sk[j]))
@@ -437,6 +457,59 @@ int main(void)
 	CHECK_EQ(removed_ev[0][N_PUT - 1], 1);
 	CHECK_EQ(removed_ev[1][N_PUT - 1], 1);
 	CHECK(!in[0][45] && !in[1][45]);
+
+	/* 5. clear: the removals of what is resident, then AllBlocksCleared per tier, in
+	 * sequence after the last live batch */
+	uint64_t resident = 0, n_removed = 0;
+	for (int t = 0; t < 2; t++)
+		for (int k = 0; k < N_PUT; k++)
+			resident += in[t][k];
+	CHECK(resident > 0);
+	CHECK_RC(kvt__client_clear_sync(kvt__store_client(s), &n_removed), 0);
+	CHECK(n_removed > 0);
+	uint64_t last = live[n_live - 1].seq;
+	size_t n_cl = 0, cleared_at[2] = {0, 0};
+	int n_cleared = 0;
+	struct ev *cev = malloc(cap * sizeof(*cev));
+	while (recv_parts(sub, 3, 1000, parts) == 0) {
+		zmq_msg_close(&parts[0]);
+		uint64_t seq = seq_of(&parts[1]);
+		zmq_msg_close(&parts[1]);
+		CHECKM(seq == last + 1, "clear: batch %llu after %llu", (unsigned long long)seq,
+		       (unsigned long long)last);
+		last = seq;
+		struct batch b = take(seq, &parts[2]);
+		decode(&b, ns, cev, &n_cl, cap);
+		free(b.buf);
+	}
+	for (size_t i = 0; i < n_cl; i++) {
+		int t = cev[i].tier;
+		if (cev[i].cleared) {
+			for (int k = 0; k < N_PUT; k++)
+				CHECKM(!in[t][k], "AllBlocksCleared of %s while key %d is there",
+				       cev[i].medium, k);
+			cleared_at[t] = i;
+			n_cleared++;
+			continue;
+		}
+		int k = -1;
+		for (int j = 0; j < N_PUT; j++)
+			if (kvt__key_eq(&cev[i].key, &sk[j]))
+				k = j;
+		CHECKM(k >= 0 && !cev[i].stored && !strcmp(cev[i].reason, "removed") && in[t][k],
+		       "clear: event %zu is not the removal of a resident key", i);
+		in[t][k] = false;
+	}
+	CHECK_EQ(n_cleared, 2); /* dram and nvme, once each, and last */
+	CHECK(cleared_at[0] >= n_cl - 2 && cleared_at[1] >= n_cl - 2);
+	CHECK_EQ(n_cl, resident + 2);
+	for (int k = 0; k < N_PUT; k++)
+		CHECK_RC(kvt_lookup_sync(s, &keys[k], 1, NULL), 0);
+	CHECK_RC(kvt_stats(s, &st), 0);
+	CHECK(st.tier[0].objects == 0 && st.tier[1].objects == 0);
+	printf("  clear: %llu objects removed, %zu events, then AllBlocksCleared for dram and "
+	       "nvme\n", (unsigned long long)n_removed, n_cl);
+	free(cev);
 
 	kvt_store_close(s);
 	kvtd_stop();

@@ -62,6 +62,15 @@ written=$(sed -n 's/^kvtier_tier_written_bytes_total{tier="nvme"} //p' "$T/metri
 grep -q '^kvtier_tier_deadline_misses_total{tier="nvme"} 0$' "$T/metrics.txt" || { echo "deadline misses"; grep deadline "$T/metrics.txt"; exit 1; }
 [ "$(curl -s -o /dev/null -w '%{http_code}' "127.0.0.1:$PORT/other")" = 404 ] || { echo "unknown path not 404"; exit 1; }
 
+# kvtier clear: the 33 chunks leave both tiers, and a resume finds nothing.
+cl=$(timeout 30 "$K" clear --daemon "$S" "${SMALL[@]}" --json)
+echo "$cl" | jqe '.removed == 33' >/dev/null || { echo "clear: $cl"; exit 1; }
+st=$(timeout 30 "$K" status --daemon "$S" "${SMALL[@]}" --json)
+echo "$st" | jqe '.tiers.dram.objects == 0 and .tiers.nvme.objects == 0' >/dev/null || { echo "after clear: $st"; exit 1; }
+out=$(timeout 60 "$K" session resume --synthetic 8400 --seed 7 "${SMALL[@]}" --set store.daemon="$S" --json)
+echo "$out" | jqe '.hit_chunks == 0' >/dev/null || { echo "resume after clear: $out"; exit 1; }
+if timeout 10 "$K" clear "${SMALL[@]}" 2>/dev/null; then echo "clear without --daemon accepted"; exit 1; fi
+
 # Bad metrics addresses are refused with one line.
 if "$D" --dir "$T/x" --socket "$T/x.sock" --metrics 0.0.0.0:9 2>"$T/bad.log"; then echo "non-loopback metrics accepted"; exit 1; fi
 grep -q "not an IPv4 loopback" "$T/bad.log" || { cat "$T/bad.log"; exit 1; }

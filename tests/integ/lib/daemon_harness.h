@@ -19,7 +19,7 @@
 #include "daemon_proto.h"
 #include "../testlib.h"
 
-static char kvtd_sock[100];               /* the daemon's socket */
+static char kvtd_sock[108];               /* the daemon's socket */
 static pid_t kvtd_pid, kvtd_main_pid;     /* the daemon; the test's main process */
 static uint8_t kvtd_ns[KVT_NS_ID_BYTES];  /* the namespace raw clients say HELLO with */
 

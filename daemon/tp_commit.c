@@ -1,0 +1,256 @@
+/*
+ * tp_commit.c - the tensor-parallel commit of kvtierd: ranks of one model in separate
+ * processes each gather the KV heads they hold into ONE DRAM slot, and the object is
+ * published only when every head is written. Why in the daemon: the ranks share nothing
+ * but the daemon's pool, so the table that says which heads are written must live here
+ * (the in-process version is in src/device_store.c).
+ *
+ * A partial object is keyed by its storage key (the daemon serves one namespace, and the
+ * geometry, hence the head count, is the daemon's). The first TP_RESERVE reserves the slot;
+ * every TP_RESERVE claims for its connection the heads of its range no one has claimed, so
+ * ranks that replicate heads (TP > kv_heads) write each head once. TP_WRITTEN marks the
+ * connection's claimed heads of its range written; the call that completes the last head
+ * seals (header, CRCs) and publishes the object. Until then the slot is pinned and no
+ * reader can see it. An object is cancelled (slot back to the pool, nothing visible) when a
+ * rank reports a failed copy, when a connection holding unwritten claims goes away (the
+ * rank died), or when nobody has claimed or written anything for STALE_NS (ranks that never
+ * came). A cancelled object's slot is given back only once no rank still holds a claim on
+ * it: a live rank may still be copying into it.
+ */
+#include "tp_commit.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "internal.h"
+
+#define STALE_NS (60ull * 1000000000ull)
+/* Bound on open objects: each holds a DRAM slot. */
+#define MAX_OPEN 1024
+
+enum { H_FREE = 0, H_CLAIMED = 1, H_WRITTEN = 2 };
+
+struct part {
+	struct part *next;
+	struct kvt_key skey;
+	struct kvt_slot_ref ref;
+	uint32_t n_tokens;
+	uint32_t written, claimed; /* heads WRITTEN, heads CLAIMED now */
+	int error;                 /* cancelled: waiting for the claims to go */
+	uint64_t touched_ns;
+	struct {
+		uint8_t state;
+		const void *owner; /* the connection of a CLAIMED head */
+	} head[];
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct part *tab;
+static struct kvt_store *store;
+static uint8_t ns[KVT_NS_ID_BYTES];
+static uint8_t *pool;
+static bool enabled;
+static uint32_t kv_heads;
+static uint64_t n_open, n_published, n_cancelled;
+
+void kvtd_tp_init(struct kvt_store *s, const uint8_t *ns_id, void *p, bool on)
+{
+	store = s;
+	memcpy(ns, ns_id, sizeof(ns));
+	pool = p;
+	enabled = on;
+	kv_heads = kvt_store_geometry(s)->kv_heads;
+}
+
+/* Unlink *pp and give its slot back. mu held. */
+static void cancel(struct part **pp)
+{
+	struct part *p = *pp;
+	*pp = p->next;
+	kvt__store_cancel(store, &p->ref);
+	free(p);
+	n_open--;
+	n_cancelled++;
+}
+
+static struct part **find(const struct kvt_key *skey)
+{
+	struct part **pp = &tab;
+	while (*pp && memcmp(&(*pp)->skey, skey, sizeof(*skey)))
+		pp = &(*pp)->next;
+	return pp;
+}
+
+/* Cancel what nobody works on any more: cancelled objects whose claims are gone, and
+ * objects untouched for STALE_NS with no claim outstanding. mu held. */
+static void sweep(void)
+{
+	uint64_t now = kvt__now_ns();
+	struct part **pp = &tab;
+	while (*pp) {
+		struct part *p = *pp;
+		if (!p->claimed && (p->error || now - p->touched_ns > STALE_NS))
+			cancel(pp);
+		else
+			pp = &p->next;
+	}
+}
+
+void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim_out,
+		     struct kvtd_rep *rep)
+{
+	struct kvt_result *res = &rep->res;
+	struct kvtd_tp_claim *claim = claim_out;
+	if (!enabled) {
+		res->status = -ENOTSUP;
+		return;
+	}
+	struct kvt_key sk, sp;
+	kvt_storage_key(ns, &r->key, &sk);
+	if (r->has_parent)
+		kvt_storage_key(ns, &r->parent, &sp);
+	memset(claim, 0, sizeof(*claim) + kv_heads);
+	pthread_mutex_lock(&mu);
+	sweep();
+	struct part *p = *find(&sk);
+	if (!p) {
+		if (n_open >= MAX_OPEN) {
+			res->status = -EBUSY;
+			goto out;
+		}
+		struct kvt_slot_ref ref;
+		int rc = kvt__store_reserve(store, &sk, r->has_parent ? &sp : NULL, r->n_tokens,
+					    &ref);
+		if (rc == -EEXIST) { /* stored already: nothing to write */
+			res->status = 1;
+			goto out;
+		}
+		if (rc < 0) {
+			res->status = rc;
+			goto out;
+		}
+		p = calloc(1, sizeof(*p) + kv_heads * sizeof(p->head[0]));
+		if (!p) {
+			kvt__store_cancel(store, &ref);
+			res->status = -ENOMEM;
+			goto out;
+		}
+		p->skey = sk;
+		p->ref = ref;
+		p->n_tokens = r->n_tokens;
+		p->next = tab;
+		tab = p;
+		n_open++;
+	} else if (p->n_tokens != r->n_tokens) {
+		res->status = -EINVAL;
+		goto out;
+	} else if (p->error) {
+		res->status = p->error;
+		goto out;
+	}
+	p->touched_ns = kvt__now_ns();
+	for (uint32_t h = r->layer_begin; h < r->layer_end; h++) {
+		if (p->head[h].state == H_FREE) {
+			p->head[h].state = H_CLAIMED;
+			p->head[h].owner = conn;
+			p->claimed++;
+			claim->claimed[h] = 1;
+		}
+	}
+	claim->missing = kv_heads - p->written;
+	res->status = 0;
+	res->bytes = p->ref.object_bytes;
+	res->n_tokens = p->n_tokens;
+	rep->slot = p->ref.id;
+	rep->slot_off = (uint64_t)((uint8_t *)p->ref.buf - pool);
+out:
+	pthread_mutex_unlock(&mu);
+}
+
+void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_result *res)
+{
+	struct kvt_key sk;
+	kvt_storage_key(ns, &r->key, &sk);
+	pthread_mutex_lock(&mu);
+	struct part **pp = find(&sk), *p = *pp;
+	if (!p || (uint64_t)p->ref.id != r->n) {
+		/* cancelled and gone (stale, or this connection was dropped meanwhile) */
+		pthread_mutex_unlock(&mu);
+		res->status = -ECANCELED;
+		return;
+	}
+	for (uint32_t h = r->layer_begin; h < r->layer_end; h++) {
+		if (p->head[h].state != H_CLAIMED || p->head[h].owner != conn)
+			continue;
+		p->head[h].state = r->flags ? H_FREE : H_WRITTEN;
+		p->head[h].owner = NULL;
+		p->claimed--;
+		p->written += !r->flags;
+	}
+	p->touched_ns = kvt__now_ns();
+	if (r->flags && !p->error)
+		p->error = -EIO; /* the rank's copy failed: the object cannot be completed */
+	res->n_tokens = p->n_tokens;
+	if (p->error) {
+		res->status = p->error;
+		if (!p->claimed)
+			cancel(pp);
+		pthread_mutex_unlock(&mu);
+		return;
+	}
+	res->status = (int)(kv_heads - p->written);
+	if (p->written < kv_heads) {
+		pthread_mutex_unlock(&mu);
+		return;
+	}
+	/* Every head written: off the table, then sealed and published outside the lock. */
+	*pp = p->next;
+	n_open--;
+	n_published++;
+	pthread_mutex_unlock(&mu);
+	res->bytes = p->ref.object_bytes;
+	int rc = kvt__store_commit(store, &p->ref);
+	if (rc < 0)
+		res->status = rc;
+	free(p);
+}
+
+void kvtd_tp_conn_gone(const void *conn)
+{
+	pthread_mutex_lock(&mu);
+	for (struct part *p = tab; p; p = p->next) {
+		bool held = false;
+		for (uint32_t h = 0; h < kv_heads; h++) {
+			if (p->head[h].state == H_CLAIMED && p->head[h].owner == conn) {
+				p->head[h].state = H_FREE;
+				p->head[h].owner = NULL;
+				p->claimed--;
+				held = true;
+			}
+		}
+		if (held && !p->error)
+			p->error = -ECONNRESET; /* a rank died mid-write */
+	}
+	sweep();
+	pthread_mutex_unlock(&mu);
+}
+
+void kvtd_tp_cancel_all(void)
+{
+	pthread_mutex_lock(&mu);
+	while (tab)
+		cancel(&tab);
+	pthread_mutex_unlock(&mu);
+}
+
+void kvtd_tp_counts(uint64_t *open, uint64_t *published, uint64_t *cancelled)
+{
+	pthread_mutex_lock(&mu);
+	*open = n_open;
+	*published = n_published;
+	*cancelled = n_cancelled;
+	pthread_mutex_unlock(&mu);
+}

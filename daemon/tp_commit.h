@@ -1,0 +1,35 @@
+/*
+ * tp_commit.h - kvtierd's table of tensor-parallel objects that ranks in separate processes
+ * are writing into one shared DRAM slot (daemon/tp_commit.c; the messages are
+ * KVTD_TP_RESERVE and KVTD_TP_WRITTEN in src/daemon_proto.h). Why its own file: the
+ * connection server only dispatches to it, and the partial-object rules live in one place.
+ */
+#ifndef KVTD_TP_COMMIT_H
+#define KVTD_TP_COMMIT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon_proto.h"
+
+struct kvt_store;
+
+/* Once, before serving: the store, its namespace, and the DRAM pool clients map (enabled:
+ * they map it writable; else every TP_RESERVE is -ENOTSUP). */
+void kvtd_tp_init(struct kvt_store *s, const uint8_t *ns_id, void *pool, bool enabled);
+/* TP_RESERVE for the connection conn (any unique pointer); claim: the request's range of
+ * the connection's region, checked by kvtd_req_check. */
+void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim,
+		     struct kvtd_rep *rep);
+/* TP_WRITTEN: res->status = heads still missing, 0 published, < 0 cancelled. */
+void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_result *res);
+/* conn went away: objects it holds unwritten claims on are cancelled (their slot back to the
+ * pool once no other rank is still copying into it). */
+void kvtd_tp_conn_gone(const void *conn);
+/* At shutdown, every connection gone: cancel what is left (objects waiting for ranks that
+ * never came), so the store closes with no slot reserved. */
+void kvtd_tp_cancel_all(void);
+/* For STATUS: objects open now, published and cancelled since start. */
+void kvtd_tp_counts(uint64_t *open, uint64_t *published, uint64_t *cancelled);
+
+#endif

@@ -1,0 +1,521 @@
+/*
+ * daemon_tp.c - the device layer's tensor-parallel commit across processes through a real
+ * kvtierd (issue 13, item 2; docs/DEVICE.md "Tensor parallelism"). Why: ranks of one model
+ * run as separate processes, each a client of the node daemon, and an object must be
+ * published only when every head is written, by whichever rank comes last. Each rank here
+ * is this program re-executed ("rank" mode, emu backend), attached to the daemon:
+ *  1. TP=2 and TP=4 ranks released one by one: a reader (this process, its own client)
+ *     misses after every rank but the last; after the last it gets exactly the payload a
+ *     single-process TP=1 device store of the same blocks produces;
+ *  2. TP=4 ranks released at once: the same bytes;
+ *  3. TP=8 over 4 KV heads (each head on two ranks): every head is copied once (the
+ *     ranks' bytes add up to one payload, four ranks copy nothing);
+ *  4. a rank SIGKILLed after it reserved its heads, before it wrote them: nothing visible,
+ *     the daemon cancels the object (STATUS: nothing reserved, no partial object left) and
+ *     the same key can be written afresh;
+ *  5. two ranks of one process sharing one client store (one connection): each reports
+ *     only its own heads written, so the object appears after the second;
+ *  6. a daemon stopped (SIGTERM) with an object still waiting for a rank that never came
+ *     exits cleanly (it cancels the object before closing the store).
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "../unit/device_common.h"
+#include "daemon_proto.h"
+#include "daemon_client.h"
+#include "lib/daemon_harness.h"
+
+static const char *MODEL[][2] = {{"model.layers", "4"},       {"model.kv_heads", "4"},
+				 {"model.head_dim", "32"},    {"model.chunk_tokens", "64"},
+				 {"model.dtype", "bf16"},     {"model.name", "tp-model"},
+				 {"dram.bytes", "16MiB"},     {"dram.hugepages", "false"},
+				 {"nvme.fsync", "none"}};
+#define N_MODEL (sizeof(MODEL) / sizeof(MODEL[0]))
+static const struct kvt_geometry G = {.layers = 4, .kv_heads = 4, .head_dim = 32,
+				      .chunk_tokens = 64, .dtype = KVT_DTYPE_BF16,
+				      .kind = KVT_KIND_KV};
+#define NTOK 50u /* a partial chunk: 4 blocks of 16, the last one short */
+#define BS 16u
+#define NB 10u
+#define NBLK 4u
+
+static char *dir, sock_path[108];
+static pid_t main_pid;
+
+/* Rank processes still running (a failed check exits with them waiting on their gates). */
+static pid_t live[64];
+
+static void kill_ranks(void) /* the daemon: lib/daemon_harness.h */
+{
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+		if (live[i] > 0 && getpid() == main_pid) {
+			kill(live[i], SIGKILL);
+			waitpid(live[i], NULL, 0);
+			live[i] = 0;
+		}
+}
+
+static void track(pid_t p, bool add)
+{
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+		if (add ? !live[i] : live[i] == p) {
+			live[i] = add ? p : 0;
+			return;
+		}
+}
+
+static struct kvt_config *model_config(void)
+{
+	struct kvt_config *c;
+	CHECK(kvt_config_create(&c) == 0);
+	kvt_config_set_log(c, test_log, NULL, KVT_LOG_WARN);
+	for (size_t i = 0; i < N_MODEL; i++)
+		test_set(c, MODEL[i][0], MODEL[i][1]);
+	return c;
+}
+
+static struct kvt_store *open_client(void)
+{
+	struct kvt_config *c = model_config();
+	test_set(c, "store.daemon", sock_path);
+	test_set(c, "store.daemon_timeout_ms", "5000");
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	return s;
+}
+
+/* The chunk every rank holds its slice of, and the block ids it sits in: from seed, so
+ * every process derives the same. */
+static uint8_t *logical_of(uint64_t seed, size_t *len)
+{
+	*len = (size_t)G.layers * kvt_layer_bytes(&G, NTOK);
+	uint8_t *p = malloc(*len);
+	CHECK(p);
+	tr_fill(&seed, p, *len);
+	return p;
+}
+
+static void key_of(uint64_t seed, struct kvt_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	memcpy(k->bytes, &seed, sizeof(seed));
+	k->bytes[31] = 0x7e;
+}
+
+struct done {
+	int calls;
+	struct kvt_result res;
+};
+static void on_done(void *arg, const struct kvt_result *res)
+{
+	struct done *d = arg;
+	d->calls++;
+	d->res = *res;
+}
+
+/* What a rank reports on the shared result pipe (one write, atomic). */
+struct report {
+	int32_t rank;
+	int32_t status; /* kvt_device_store's result; INT32_MIN: reserved and hanging */
+	uint64_t bytes;
+};
+
+/* Gather heads [h0, h1) of chunk `seed` into the store; the result through kvt_poll. */
+static struct kvt_result device_store(struct kvt_store *s, uint64_t seed, uint32_t h0,
+				      uint32_t h1, const struct kvt_device_dep *dep,
+				      struct tr_rank *r)
+{
+	size_t len;
+	uint8_t *logical = logical_of(seed, &len);
+	uint64_t bseed = seed ^ 0x5bd1e995u;
+	uint32_t ids[NBLK];
+	CHECK(tr_rank_open(r, NULL, &G, KVT_LAYOUT_FLASH_ATTN, BS, NB, h0, h1, 0, NULL) == 0);
+	tr_shuffled_ids(&bseed, NB, ids, NBLK);
+	tr_rank_load_logical(r, logical, NTOK, ids);
+	free(logical);
+	struct kvt_key key;
+	key_of(seed, &key);
+	struct done d = {0};
+	CHECK_RC(kvt_device_store(r->dev, s, &key, NULL, NTOK, ids, NBLK, dep, on_done, &d, NULL),
+		 0);
+	if (dep) /* held back by a dependency never signalled: it stays reserved */
+		return (struct kvt_result){.status = INT32_MIN};
+	for (int i = 0; i < 2000 && !d.calls; i++)
+		kvt_poll(s, 10);
+	CHECK(d.calls == 1);
+	return d.res;
+}
+
+/* "rank SEED H0 H1 GATE_FD RESULT_FD RANK HANG": one rank process. */
+static int rank_main(char **argv)
+{
+	uint64_t seed = strtoull(argv[2], NULL, 0);
+	uint32_t h0 = (uint32_t)atoi(argv[3]), h1 = (uint32_t)atoi(argv[4]);
+	int gate = atoi(argv[5]), out = atoi(argv[6]);
+	struct report rep = {.rank = atoi(argv[7])};
+	bool hang = atoi(argv[8]);
+	snprintf(sock_path, sizeof(sock_path), "%s", getenv("KVT_TP_SOCK"));
+	struct kvt_store *s = open_client();
+	char b;
+	CHECK(read(gate, &b, 1) == 1);
+	struct kvt_emu_event *ev = NULL;
+	struct kvt_device_dep dep = {KVT_DEP_EMU_EVENT, NULL};
+	if (hang) {
+		CHECK(kvt_emu_event_create(&ev) == 0);
+		dep.handle = ev;
+	}
+	struct tr_rank r;
+	struct kvt_result res = device_store(s, seed, h0, h1, hang ? &dep : NULL, &r);
+	rep.status = res.status;
+	rep.bytes = res.bytes;
+	CHECK(write(out, &rep, sizeof(rep)) == (ssize_t)sizeof(rep));
+	if (hang)
+		for (;;)
+			pause(); /* until SIGKILL */
+	tr_rank_close(&r);
+	kvt_store_close(s);
+	return 0;
+}
+
+struct ranks {
+	int n;
+	pid_t pid[8];
+	int gate[8]; /* write ends */
+	int result;  /* read end */
+};
+
+/* Start n rank processes for chunk seed; rank i holds heads [h[i], h[i+1]) unless repl
+ * (then head i / 2: TP = 2 * kv_heads). Each waits for its gate. hang_rank: that rank
+ * reserves and then hangs (-1: none). */
+static struct ranks spawn_ranks(int n, uint64_t seed, bool repl, int hang_rank)
+{
+	struct ranks rs = {.n = n};
+	int res[2];
+	/* close-on-exec: a rank keeps only its own gate's read end and the result's write end,
+	 * so a gate closed by this process (or its death) reads as end of file */
+	CHECK(pipe2(res, O_CLOEXEC) == 0);
+	for (int i = 0; i < n; i++) {
+		uint32_t per = G.kv_heads / (uint32_t)(repl ? G.kv_heads : (uint32_t)n);
+		uint32_t h0 = repl ? (uint32_t)i / 2 : (uint32_t)i * per;
+		uint32_t h1 = repl ? h0 + 1 : h0 + per;
+		int g[2];
+		CHECK(pipe2(g, O_CLOEXEC) == 0);
+		char a[7][32];
+		snprintf(a[0], 32, "%llu", (unsigned long long)seed);
+		snprintf(a[1], 32, "%u", h0);
+		snprintf(a[2], 32, "%u", h1);
+		snprintf(a[3], 32, "%d", g[0]);
+		snprintf(a[4], 32, "%d", res[1]);
+		snprintf(a[5], 32, "%d", i);
+		snprintf(a[6], 32, "%d", i == hang_rank);
+		pid_t p = fork();
+		if (p == 0) {
+			fcntl(g[0], F_SETFD, 0);
+			fcntl(res[1], F_SETFD, 0);
+			char *argv[] = {"daemon_tp", "rank", a[0], a[1], a[2], a[3],
+					a[4],        a[5],   a[6], NULL};
+			execv("/proc/self/exe", argv);
+			_exit(127);
+		}
+		CHECK(p > 0);
+		track(p, true);
+		close(g[0]);
+		rs.pid[i] = p;
+		rs.gate[i] = g[1];
+	}
+	close(res[1]);
+	rs.result = res[0];
+	return rs;
+}
+
+static void release(struct ranks *rs, int i)
+{
+	CHECK(write(rs->gate[i], "g", 1) == 1);
+	close(rs->gate[i]);
+}
+
+static struct report next_report(struct ranks *rs)
+{
+	struct report r;
+	CHECK(read(rs->result, &r, sizeof(r)) == (ssize_t)sizeof(r));
+	return r;
+}
+
+static void reap(struct ranks *rs)
+{
+	for (int i = 0; i < rs->n; i++) {
+		int st;
+		CHECK(waitpid(rs->pid[i], &st, 0) == rs->pid[i]);
+		track(rs->pid[i], false);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	close(rs->result);
+}
+
+static struct kvtd_status status(struct kvt_store *s)
+{
+	struct kvtd_status st;
+	CHECK_RC(kvt__client_status(kvt__store_client(s), &st), 0);
+	return st;
+}
+
+/* The reader: nothing of chunk seed is visible. */
+static void expect_miss(struct kvt_store *s, uint64_t seed, uint8_t *buf, size_t len)
+{
+	struct kvt_key key;
+	key_of(seed, &key);
+	struct kvt_result gr;
+	CHECK_RC(kvt_lookup_sync(s, &key, 1, NULL), 0);
+	CHECK_RC(kvt_get_sync(s, &key, 0, 0, buf, len, &gr), -ENOENT);
+}
+
+/* The reader: chunk seed reads back as ref, byte for byte. */
+static void expect_bytes(struct kvt_store *s, uint64_t seed, const uint8_t *ref, size_t len)
+{
+	struct kvt_key key;
+	key_of(seed, &key);
+	uint8_t *got = calloc(1, len);
+	struct kvt_result gr;
+	CHECK_RC(kvt_get_sync(s, &key, 0, 0, got, len, &gr), 0);
+	CHECK_EQ(gr.n_tokens, NTOK);
+	CHECK_EQ(gr.bytes, len);
+	CHECK(memcmp(got, ref, len) == 0);
+	free(got);
+}
+
+/* What a single process with TP=1 stores for chunk seed (an in-process DRAM store). */
+static uint8_t *reference(uint64_t seed, size_t *len)
+{
+	struct kvt_config *c = model_config();
+	test_set(c, "store.tiers", "dram");
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	struct tr_rank r;
+	struct kvt_result res = device_store(s, seed, 0, G.kv_heads, NULL, &r);
+	CHECK_RC(res.status, 0);
+	tr_rank_close(&r);
+	uint8_t *logical = logical_of(seed, len);
+	uint8_t *ref = calloc(1, *len);
+	struct kvt_key key;
+	key_of(seed, &key);
+	struct kvt_result gr;
+	CHECK_RC(kvt_get_sync(s, &key, 0, 0, ref, *len, &gr), 0);
+	CHECK(memcmp(ref, logical, *len) == 0); /* and it is the canonical payload */
+	free(logical);
+	kvt_store_close(s);
+	return ref;
+}
+
+/* 1. ranks released one by one: a miss until the last has written. */
+static void test_sequential(struct kvt_store *rd, int tp, uint64_t seed)
+{
+	size_t len;
+	uint8_t *ref = reference(seed, &len), *buf = malloc(len);
+	struct kvtd_status st0 = status(rd);
+	struct ranks rs = spawn_ranks(tp, seed, false, -1);
+	uint64_t bytes = 0;
+	for (int i = 0; i < tp; i++) {
+		release(&rs, i);
+		struct report r = next_report(&rs);
+		CHECK_EQ(r.rank, i);
+		bytes += r.bytes;
+		/* status: heads still missing after this rank */
+		CHECK_EQ(r.status, (int)(G.kv_heads - (uint32_t)(i + 1) * (G.kv_heads / tp)));
+		if (i < tp - 1) {
+			expect_miss(rd, seed, buf, len);
+			CHECK_EQ(status(rd).tp_partials, 1);
+		}
+	}
+	reap(&rs);
+	expect_bytes(rd, seed, ref, len);
+	struct kvtd_status st = status(rd);
+	CHECK_EQ(st.tp_partials, 0);
+	CHECK_EQ(st.reserved, 0);
+	CHECK_EQ(st.tp_published, st0.tp_published + 1);
+	CHECK_EQ(bytes, len); /* each head once */
+	printf("  TP=%d ranks in %d processes, one by one: miss until the last, then the TP=1 "
+	       "bytes\n", tp, tp);
+	free(ref);
+	free(buf);
+}
+
+/* 2. all ranks at once */
+static void test_concurrent(struct kvt_store *rd, int tp, uint64_t seed)
+{
+	size_t len;
+	uint8_t *ref = reference(seed, &len);
+	struct ranks rs = spawn_ranks(tp, seed, false, -1);
+	for (int i = 0; i < tp; i++)
+		release(&rs, i);
+	int published = 0;
+	uint64_t bytes = 0;
+	for (int i = 0; i < tp; i++) {
+		struct report r = next_report(&rs);
+		CHECK(r.status >= 0);
+		published += r.status == 0;
+		bytes += r.bytes;
+	}
+	reap(&rs);
+	CHECK_EQ(published, 1); /* one rank completed the object */
+	CHECK_EQ(bytes, len);
+	expect_bytes(rd, seed, ref, len);
+	CHECK_EQ(status(rd).tp_partials, 0);
+	printf("  TP=%d ranks at once: published once, the TP=1 bytes\n", tp);
+	free(ref);
+}
+
+/* 3. TP = 2 * kv_heads: each head on two ranks, written once */
+static void test_replicated(struct kvt_store *rd, uint64_t seed)
+{
+	size_t len;
+	uint8_t *ref = reference(seed, &len), *buf = malloc(len);
+	int tp = 2 * (int)G.kv_heads;
+	struct ranks rs = spawn_ranks(tp, seed, true, -1);
+	uint64_t bytes = 0;
+	int copied = 0;
+	for (int i = 0; i < tp; i++) {
+		release(&rs, i);
+		struct report r = next_report(&rs);
+		CHECK(r.status >= 0);
+		bytes += r.bytes;
+		copied += r.bytes > 0;
+		if (i % 2 == 1) /* the replica of a head written already copies nothing */
+			CHECK_EQ(r.bytes, 0);
+		if (i < tp - 2)
+			expect_miss(rd, seed, buf, len);
+	}
+	reap(&rs);
+	CHECK_EQ(copied, (int)G.kv_heads);
+	CHECK_EQ(bytes, len);
+	expect_bytes(rd, seed, ref, len);
+	printf("  TP=%d over %u KV heads: %d ranks copied, each head once\n", tp, G.kv_heads,
+	       copied);
+	free(ref);
+	free(buf);
+}
+
+/* 4. a rank killed between its reserve and its write */
+static void test_killed(struct kvt_store *rd, uint64_t seed)
+{
+	size_t len;
+	uint8_t *ref = reference(seed, &len), *buf = malloc(len);
+	struct kvtd_status st0 = status(rd);
+	struct ranks rs = spawn_ranks(2, seed, false, 1);
+	release(&rs, 0);
+	struct report r = next_report(&rs);
+	CHECK_EQ(r.status, 2); /* rank 0 wrote its half */
+	release(&rs, 1);
+	r = next_report(&rs);
+	CHECK_EQ(r.rank, 1);
+	CHECK_EQ(r.status, INT32_MIN); /* rank 1 reserved and hangs before copying */
+	CHECK_EQ(status(rd).tp_partials, 1);
+	expect_miss(rd, seed, buf, len);
+	kill(rs.pid[1], SIGKILL);
+	int st;
+	CHECK(waitpid(rs.pid[1], &st, 0) == rs.pid[1] && WIFSIGNALED(st));
+	CHECK(waitpid(rs.pid[0], &st, 0) == rs.pid[0] && WIFEXITED(st) && !WEXITSTATUS(st));
+	track(rs.pid[0], false);
+	track(rs.pid[1], false);
+	close(rs.result);
+	struct kvtd_status s1;
+	for (int i = 0; i < 500; i++) {
+		s1 = status(rd);
+		if (s1.tp_partials == 0 && s1.connections == st0.connections)
+			break;
+		usleep(10000);
+	}
+	CHECK_EQ(s1.tp_partials, 0);
+	CHECK_EQ(s1.reserved, 0);
+	CHECK_EQ(s1.tp_cancelled, st0.tp_cancelled + 1);
+	CHECK_EQ(s1.tp_published, st0.tp_published);
+	expect_miss(rd, seed, buf, len);
+	/* the slot and the key are free: the same object can be written again */
+	struct ranks again = spawn_ranks(2, seed, false, -1);
+	release(&again, 0);
+	release(&again, 1);
+	int published = 0;
+	for (int i = 0; i < 2; i++)
+		published += next_report(&again).status == 0;
+	reap(&again);
+	CHECK_EQ(published, 1);
+	expect_bytes(rd, seed, ref, len);
+	printf("  a rank SIGKILLed mid-write: nothing visible, the object cancelled, no slot "
+	       "held; rewritten afterwards\n");
+	free(ref);
+	free(buf);
+}
+
+/* 5. two ranks in this process, on the reader's store (one connection to the daemon) */
+static void test_one_process(struct kvt_store *rd, uint64_t seed)
+{
+	size_t len;
+	uint8_t *ref = reference(seed, &len), *buf = malloc(len);
+	struct tr_rank r[2];
+	struct kvt_result a = device_store(rd, seed, 0, 2, NULL, &r[0]);
+	CHECK_EQ(a.status, 2);
+	expect_miss(rd, seed, buf, len);
+	struct kvt_result b = device_store(rd, seed, 2, 4, NULL, &r[1]);
+	CHECK_EQ(b.status, 0);
+	CHECK_EQ(a.bytes + b.bytes, len);
+	expect_bytes(rd, seed, ref, len);
+	tr_rank_close(&r[0]);
+	tr_rank_close(&r[1]);
+	printf("  TP=2 ranks of one process on one client store: published after the second\n");
+	free(ref);
+	free(buf);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 9 && !strcmp(argv[1], "rank"))
+		return rank_main(argv);
+	main_pid = getpid();
+	dir = test_tmpdir("daemon_tp");
+	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
+	setenv("KVT_TP_SOCK", sock_path, 1);
+	char data[300];
+	snprintf(data, sizeof(data), "%s/data", dir);
+	const char *args[4 + 2 * N_MODEL + 1];
+	char sets[N_MODEL][64];
+	int n = 0;
+	args[n++] = "--dir";
+	args[n++] = data;
+	for (size_t i = 0; i < N_MODEL; i++) {
+		snprintf(sets[i], sizeof(sets[i]), "%s=%s", MODEL[i][0], MODEL[i][1]);
+		args[n++] = "--set";
+		args[n++] = sets[i];
+	}
+	args[n] = NULL;
+	atexit(kill_ranks);
+	kvtd_start(sock_path, args);
+
+	struct kvt_store *rd = open_client(); /* the reader, a process of its own */
+	test_sequential(rd, 2, 101);
+	test_sequential(rd, 4, 102);
+	test_concurrent(rd, 4, 103);
+	test_replicated(rd, 104);
+	test_killed(rd, 105);
+	test_one_process(rd, 107);
+
+	/* 6. half an object open at shutdown */
+	struct ranks rs = spawn_ranks(2, 106, false, -1);
+	release(&rs, 0);
+	CHECK_EQ(next_report(&rs).status, 2);
+	kill(rs.pid[1], SIGKILL); /* never released: it claimed nothing */
+	for (int i = 0; i < 2; i++) {
+		CHECK(waitpid(rs.pid[i], NULL, 0) == rs.pid[i]);
+		track(rs.pid[i], false);
+	}
+	close(rs.result);
+	CHECK_EQ(status(rd).tp_partials, 1);
+	kvt_store_close(rd);
+	kvtd_stop(); /* SIGTERM: must exit 0 */
+	printf("  SIGTERM with an object waiting for a rank: clean exit\n");
+	test_rmdir(dir);
+	printf("daemon_tp: ok\n");
+	return 0;
+}
