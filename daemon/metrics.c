@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kvtierd.h"
+#include "tp_commit.h"
 
 const double kvtd_hist_bounds[KVTD_HIST_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
 						     0.005,  0.01,    0.025,  0.05,  0.1,
@@ -135,6 +136,15 @@ static char *render(struct kvtd_state *s, size_t *len)
 	ONE("kvtier_daemon_quarantined_bytes", "gauge",
 	    "Bytes of the DRAM slots in kvtier_daemon_quarantined_slots.",
 	    atomic_load(&s->quarantined_bytes));
+	uint64_t tp_open, tp_published, tp_cancelled;
+	kvtd_tp_counts(&tp_open, &tp_published, &tp_cancelled);
+	ONE("kvtier_daemon_tp_objects_open", "gauge",
+	    "Tensor-parallel objects reserved and waiting for ranks' heads.", tp_open);
+	ONE("kvtier_daemon_tp_objects_published_total", "counter",
+	    "Tensor-parallel objects published once every head was written.", tp_published);
+	ONE("kvtier_daemon_tp_objects_cancelled_total", "counter",
+	    "Tensor-parallel objects cancelled (a rank failed, died or the object went stale).",
+	    tp_cancelled);
 	ONE("kvtier_events_published_total", "counter", "KV events published (daemon.events).",
 	    atomic_load(&s->events_published));
 	ONE("kvtier_event_batches_total", "counter", "KV event batches (messages) published.",

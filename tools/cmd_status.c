@@ -68,7 +68,8 @@ int kvt_cmd_status(int argc, char **argv)
 		       "\"pinned_slots\":%llu,\"pinned_gets\":%llu,\"reserved_slots\":%llu,"
 		       "\"shared_puts\":%llu,\"lease_expired_pins\":%llu,"
 		       "\"lease_expired_reservations\":%llu,\"quarantined_slots\":%llu,"
-		       "\"quarantined_bytes\":%llu,\"tiers\":{",
+		       "\"quarantined_bytes\":%llu,\"tp_objects_open\":%llu,"
+		       "\"tp_objects_published\":%llu,\"tp_objects_cancelled\":%llu,\"tiers\":{",
 		       (unsigned long long)st.connections, (unsigned long long)st.connections_total,
 		       (unsigned long long)st.ops_in_progress, (unsigned long long)st.regions_mapped,
 		       (unsigned long long)st.protocol_errors, (unsigned long long)st.refused,
@@ -76,7 +77,9 @@ int kvt_cmd_status(int argc, char **argv)
 		       (unsigned long long)st.reserved, (unsigned long long)st.shared_puts,
 		       (unsigned long long)st.pins_expired,
 		       (unsigned long long)st.reservations_expired,
-		       (unsigned long long)st.quarantined, (unsigned long long)st.quarantined_bytes);
+		       (unsigned long long)st.quarantined, (unsigned long long)st.quarantined_bytes,
+		       (unsigned long long)st.tp_partials, (unsigned long long)st.tp_published,
+		       (unsigned long long)st.tp_cancelled);
 		for (uint32_t i = 0; i < ts.n_tiers && i < KVT_MAX_TIERS; i++) {
 			printf("%s", i ? "," : "");
 			cli_json_str(stdout, ts.tier[i].name);
@@ -91,7 +94,8 @@ int kvt_cmd_status(int argc, char **argv)
 		       "%llu shared regions mapped, %llu protocol errors, %llu refused, %llu slots "
 		       "pinned and %llu reserved (%llu gets and %llu puts through the shared "
 		       "pool); leases expired: %llu pins, %llu reservations; %llu slots (%llu bytes) "
-		       "quarantined\n",
+		       "quarantined; tensor-parallel objects: %llu open, %llu published, %llu "
+		       "cancelled\n",
 		       path, (unsigned long long)st.connections,
 		       (unsigned long long)st.connections_total,
 		       (unsigned long long)st.ops_in_progress, (unsigned long long)st.regions_mapped,
@@ -100,7 +104,9 @@ int kvt_cmd_status(int argc, char **argv)
 		       (unsigned long long)st.pinned_gets, (unsigned long long)st.shared_puts,
 		       (unsigned long long)st.pins_expired,
 		       (unsigned long long)st.reservations_expired,
-		       (unsigned long long)st.quarantined, (unsigned long long)st.quarantined_bytes);
+		       (unsigned long long)st.quarantined, (unsigned long long)st.quarantined_bytes,
+		       (unsigned long long)st.tp_partials, (unsigned long long)st.tp_published,
+		       (unsigned long long)st.tp_cancelled);
 		for (uint32_t i = 0; i < ts.n_tiers && i < KVT_MAX_TIERS; i++)
 			printf("  %-6s %llu objects, %llu bytes of %llu\n", ts.tier[i].name,
 			       (unsigned long long)ts.tier[i].objects,

@@ -35,7 +35,7 @@ echo "$err" | grep -q "another model, geometry or tenant" || { echo "unclear ref
 
 # kvtier status: the two session processes left nothing behind.
 st=$(timeout 30 "$K" status --daemon "$S" "${SMALL[@]}" --json)
-echo "$st" | jqe '.connections == 0 and .ops_in_progress == 0 and .regions_mapped == 0 and .connections_total >= 3 and .tiers.dram.objects == 33 and .pinned_slots == 0 and .pinned_gets == 33 and .reserved_slots == 0 and .shared_puts == 33 and .lease_expired_pins == 0 and .lease_expired_reservations == 0 and .quarantined_slots == 0 and .quarantined_bytes == 0' >/dev/null ||
+echo "$st" | jqe '.connections == 0 and .ops_in_progress == 0 and .regions_mapped == 0 and .connections_total >= 3 and .tiers.dram.objects == 33 and .pinned_slots == 0 and .pinned_gets == 33 and .reserved_slots == 0 and .shared_puts == 33 and .lease_expired_pins == 0 and .lease_expired_reservations == 0 and .quarantined_slots == 0 and .quarantined_bytes == 0 and .tp_objects_open == 0 and .tp_objects_cancelled == 0' >/dev/null ||
 	{ echo "status: $st"; exit 1; }
 if timeout 10 "$K" status "${SMALL[@]}" 2>/dev/null; then echo "status without --daemon accepted"; exit 1; fi
 
@@ -51,7 +51,7 @@ grep -q '^kvtier_daemon_shared_puts_total 33$' "$T/metrics.txt" || { echo "share
 grep -q '^kvtier_daemon_reserved_slots 0$' "$T/metrics.txt" || { echo "reservations left"; exit 1; }
 # Leases (daemon.lease_ms, 10 s): none ran out in this quick session, nothing quarantined
 # (daemon_leases tests them running out).
-for m in lease_expired_pins_total lease_expired_reservations_total quarantined_slots quarantined_bytes; do
+for m in lease_expired_pins_total lease_expired_reservations_total quarantined_slots quarantined_bytes tp_objects_open tp_objects_published_total tp_objects_cancelled_total; do
 	grep -q "^kvtier_daemon_$m 0$" "$T/metrics.txt" || { echo "kvtier_daemon_$m"; grep "kvtier_daemon_$m" "$T/metrics.txt"; exit 1; }
 done
 # The write budget: its size, and every byte nvme wrote charged to it; deadline misses per tier.
