@@ -654,6 +654,61 @@ int kvt__client_tp_written(struct kvt_client *c, const struct kvt_key *key, int3
 	return rc;
 }
 
+int kvt__client_pin(struct kvt_client *c, const struct kvt_key *key, struct kvt_client_pin *p)
+{
+	pthread_mutex_lock(&c->io_lock);
+	int rc = ensure(c);
+	if (rc == 0 && !c->pool)
+		rc = -ENOTSUP; /* the pool could not be mapped */
+	struct kvtd_rep rep;
+	struct kvtd_req req = {.op = KVTD_GET_PIN, .key = *key};
+	if (rc == 0)
+		rc = exchange(c, &req, &rep, -1);
+	if (rc == 0 && (rc = rep.res.status) == 0) {
+		p->slot = rep.slot;
+		p->lease = rep.lease;
+		p->gen = c->gen;
+		p->tier = rep.res.tier;
+		rc = -EPROTO;
+		if (rep.slot_off <= c->pool_len && rep.res.bytes >= KVT_HEADER_BYTES &&
+		    rep.res.bytes <= c->pool_len - rep.slot_off) {
+			struct kvt_key sk;
+			struct kvt_header h;
+			kvt__storage_key(c->my_ns, key, &sk);
+			struct kvt_expect exp = {.geometry = &c->my_geo, .ns_id = c->my_ns,
+						 .key = &sk, .max_object_bytes = rep.res.bytes};
+			p->obj = c->pool + rep.slot_off;
+			rc = kvt__object_verify(p->obj, rep.res.bytes, &exp, &h);
+			p->object_bytes = h.object_bytes;
+			p->n_tokens = h.n_tokens;
+		}
+		if (rc < 0) { /* give the pin back: nothing will be read from it */
+			struct kvtd_req un = {.op = KVTD_UNPIN, .n = (uint64_t)(uint32_t)rep.slot,
+					      .lease = rep.lease};
+			struct kvtd_rep urep;
+			exchange(c, &un, &urep, -1);
+		}
+	}
+	pthread_mutex_unlock(&c->io_lock);
+	return rc;
+}
+
+int kvt__client_unpin(struct kvt_client *c, const struct kvt_client_pin *p)
+{
+	pthread_mutex_lock(&c->io_lock);
+	/* A connection dropped since the pin took the pin with it: the slot may be reused. */
+	int rc = c->sock < 0 || c->gen != p->gen ? -ECONNRESET : 0;
+	struct kvtd_rep rep;
+	struct kvtd_req req = {.op = KVTD_UNPIN, .n = (uint64_t)(uint32_t)p->slot,
+			       .lease = p->lease};
+	if (rc == 0)
+		rc = exchange(c, &req, &rep, -1);
+	if (rc == 0)
+		rc = rep.res.status;
+	pthread_mutex_unlock(&c->io_lock);
+	return rc;
+}
+
 int kvt__client_complete(struct kvt_client *c, kvt_cb cb, void *arg, const struct kvt_result *res)
 {
 	struct cop *o = kvt__calloc(1, sizeof(*o));

@@ -59,6 +59,26 @@ int kvt__client_prefetch_sync(struct kvt_client *c, const struct kvt_key *keys, 
 int kvt__client_remove_sync(struct kvt_client *c, const struct kvt_key *key);
 int kvt__client_flush_sync(struct kvt_client *c);
 
+/* The device layer's load through the daemon: pin key's slot (GET_PIN; the daemon promotes
+ * the chunk into DRAM first), check the whole object in the shared pool (header and every
+ * layer CRC: a client wrote it) and keep it pinned for the scatter until kvt__client_unpin.
+ * 0; -ENOENT miss; -ENOTSUP no shared pool (or the daemon could not pin: the caller falls
+ * back to a get); -EBADMSG; other -errno. Blocks on the daemon. */
+struct kvt_client_pin {
+	const void *obj;  /* the object in the pool, read-only */
+	uint64_t object_bytes;
+	uint32_t n_tokens;
+	int tier;
+	int32_t slot;
+	uint32_t lease;
+	uint64_t gen; /* the connection that holds the pin */
+};
+int kvt__client_pin(struct kvt_client *c, const struct kvt_key *key, struct kvt_client_pin *p);
+/* Give the pin back. 0 only when the daemon confirms the slot stayed pinned until now, so
+ * every byte read from it was the object's; -ETIMEDOUT the pin's lease ran out, -ECONNRESET
+ * its connection dropped: what was read may have been overwritten. */
+int kvt__client_unpin(struct kvt_client *c, const struct kvt_client_pin *p);
+
 /* Tensor-parallel commit through the daemon (src/device_store.c; KVTD_TP_* in
  * src/daemon_proto.h). Reserve: every rank of key gets the same slot; claimed[h - h0] = 1
  * for the heads of [h0, h1) this call claimed (to gather into *obj, object layout),

@@ -69,6 +69,9 @@ struct store_ctx {
 	struct kvt_slot_ref ref;
 	bool have_ref;
 	int tier;
+	/* load through kvtierd: the slot the daemon pinned in the shared pool (not ref's) */
+	struct kvt_client_pin pin;
+	bool have_pin;
 	uint8_t mine[]; /* store: heads [h0, h1) this op claimed (1) */
 };
 
@@ -359,8 +362,18 @@ static void load_finish(struct kvt_device_op *op)
 	struct store_ctx *c = op->ctx;
 	struct kvt_result res = {op->status, c->tier, c->have_ref ? c->ref.n_tokens : 0,
 				 op->status < 0 ? 0 : op->bytes, 0};
-	if (c->have_ref)
+	if (c->have_pin) {
+		/* Only a pin the daemon confirms held through the scatter proves the blocks hold
+		 * the object: a lease that ran out (this process stalled) or a dropped connection
+		 * means the slot may have been refilled under the copy. */
+		int urc = kvt__client_unpin(kvt__store_client(c->s), &c->pin);
+		if (urc < 0 && res.status >= 0) {
+			res.status = urc;
+			res.bytes = 0;
+		}
+	} else if (c->have_ref) {
 		kvt__store_release(c->s, &c->ref);
+	}
 	kvt__store_complete(c->s, c->cb, c->arg, &res);
 	kvt__free(c);
 }
@@ -424,6 +437,25 @@ int kvt_device_load(struct kvt_device *dev, struct kvt_store *s, const struct kv
 	}
 	op->ctx = c;
 	op->finish = load_finish;
+	struct kvt_client *cl = kvt__store_client(s);
+	if (cl) { /* through kvtierd: scatter straight from the slot it pins in the shared pool */
+		rc = kvt__client_pin(cl, key, &c->pin);
+		struct kvt_slot_ref ref = {.id = -1};
+		if (rc == 0) {
+			c->have_pin = true;
+			ref.buf = (void *)c->pin.obj;
+			ref.object_bytes = c->pin.object_bytes;
+			ref.n_tokens = c->pin.n_tokens;
+		}
+		/* A miss completes through cb as well. c may be gone when this returns;
+		 * load_finish unpins (have_pin goes before have_ref there). */
+		on_acquired(op, rc, &ref, c->pin.tier);
+		if (opp)
+			*opp = op;
+		else
+			kvt__dev_op_put(op);
+		return 0;
+	}
 	struct kvt_key sk; /* the store's name: scoped by namespace */
 	if ((rc = kvt__store_acquire(s, kvt__storage_key(kvt_store_ns_id(s), key, &sk), on_acquired,
 				     op)) < 0) {

@@ -343,6 +343,56 @@ static void test_sequential(struct kvt_store *rd, int tp, uint64_t seed)
 	free(buf);
 }
 
+/* 1b. kvt_device_load through the daemon: two ranks (heads [0, 2) and [2, 4)) of this
+ * process scatter chunk seed, published by the ranks of test_sequential, from the slot the
+ * daemon pins in the shared pool into poisoned blocks; then a miss completes with -ENOENT
+ * through the callback, and no pin is left behind. */
+static void test_load(struct kvt_store *rd, uint64_t seed)
+{
+	const uint8_t POISON = 0xA5;
+	size_t len;
+	uint8_t *logical = logical_of(seed, &len);
+	struct kvt_key key;
+	key_of(seed, &key);
+	uint64_t bseed = seed ^ 0x77u;
+	for (uint32_t i = 0; i < 2; i++) {
+		struct tr_rank r;
+		uint32_t ids[NBLK];
+		CHECK(tr_rank_open(&r, NULL, &G, KVT_LAYOUT_FLASH_ATTN, BS, NB, 2 * i, 2 * i + 2,
+				   POISON, NULL) == 0);
+		tr_shuffled_ids(&bseed, NB, ids, NBLK);
+		struct done d = {0};
+		struct kvt_device_op *op;
+		CHECK_RC(kvt_device_load(r.dev, rd, &key, ids, NBLK, NULL, on_done, &d, &op), 0);
+		CHECK(kvt_device_op_wait(op, 10000) == 0);
+		kvt_device_op_free(op);
+		for (int k = 0; k < 1000 && !d.calls; k++)
+			kvt_poll(rd, 10);
+		CHECK(d.calls == 1);
+		CHECK_RC(d.res.status, 0);
+		CHECK_EQ(d.res.n_tokens, NTOK);
+		CHECK(tr_rank_check(&r, logical, NTOK, ids, POISON) == 0);
+		tr_rank_close(&r);
+	}
+	struct kvt_key missing = key;
+	missing.bytes[0] ^= 1;
+	struct tr_rank r;
+	uint32_t ids[NBLK];
+	CHECK(tr_rank_open(&r, NULL, &G, KVT_LAYOUT_FLASH_ATTN, BS, NB, 0, 4, POISON, NULL) == 0);
+	tr_shuffled_ids(&bseed, NB, ids, NBLK);
+	struct done d = {0};
+	CHECK_RC(kvt_device_load(r.dev, rd, &missing, ids, NBLK, NULL, on_done, &d, NULL), 0);
+	for (int k = 0; k < 1000 && !d.calls; k++)
+		kvt_poll(rd, 10);
+	CHECK(d.calls == 1);
+	CHECK_RC(d.res.status, -ENOENT);
+	tr_rank_close(&r);
+	CHECK_EQ(status(rd).pins, 0);
+	printf("  kvt_device_load through the daemon: TP=2 ranks scatter the chunk from the "
+	       "pinned slot; a miss completes with -ENOENT; no pin left\n");
+	free(logical);
+}
+
 /* 2. all ranks at once */
 static void test_concurrent(struct kvt_store *rd, int tp, uint64_t seed)
 {
@@ -496,6 +546,7 @@ int main(int argc, char **argv)
 	struct kvt_store *rd = open_client(); /* the reader, a process of its own */
 	test_sequential(rd, 2, 101);
 	test_sequential(rd, 4, 102);
+	test_load(rd, 102);
 	test_concurrent(rd, 4, 103);
 	test_replicated(rd, 104);
 	test_killed(rd, 105);
