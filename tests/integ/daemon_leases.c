@@ -21,6 +21,9 @@
  *  4. A process with KVTD_MAX_QUARANTINE quarantined slots gets -EBUSY for its next
  *     reservation, on any of its connections; they are freed when it exits.
  *  5. SIGTERM while a stopped process holds a quarantined slot: kvtierd exits 0 at once.
+ *  6. kvt_device_load whose scatter is held back (a device dependency) past the pin's
+ *     lease fails with -ETIMEDOUT instead of reporting bytes its slot may no longer hold;
+ *     the same load without the hold succeeds, exact.
  */
 #include <netinet/in.h>
 #include <poll.h>
@@ -28,7 +31,10 @@
 #include "format.h"
 #include "internal.h"
 #include "store_key.h"
+#include "daemon_client.h"
+#include "engine.h"
 #include "lib/daemon_harness.h"
+#include "../unit/device_common.h"
 
 #define LEASE_MS 300
 
@@ -69,6 +75,26 @@ static int free_port(void)
 		       (unsigned long long)st.quarantined, (unsigned long long)st.pins_expired,   \
 		       (unsigned long long)st.reservations_expired);                               \
 	} while (0)
+
+struct load_done {
+	int calls;
+	struct kvt_result res;
+};
+
+static void load_cb(void *arg, const struct kvt_result *res)
+{
+	struct load_done *d = arg;
+	d->calls++;
+	d->res = *res;
+}
+
+/* STATUS through a library client store's own connection */
+static struct kvtd_status raw_status_of(struct kvt_store *s)
+{
+	struct kvtd_status st;
+	CHECK_RC(kvt__client_status(kvt__store_client(s), &st), 0);
+	return st;
+}
 
 static void wait_stopped(pid_t p)
 {
@@ -342,6 +368,52 @@ static void capped_child(int up, int down)
 	_exit(0);
 }
 
+static void test_device_load(struct kvt_store *s)
+{
+	const uint8_t POISON = 0xA5;
+	struct kvt_key k;
+	key_of(900, &k);
+	uint8_t *payload = malloc(PAYLOAD);
+	test_fill(payload, PAYLOAD, 900);
+	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, payload, PAYLOAD), 0);
+	struct kvtd_status st0 = raw_status_of(s);
+	for (int held = 0; held < 2; held++) {
+		struct tr_rank r;
+		uint32_t ids[1] = {2};
+		CHECK(tr_rank_open(&r, NULL, &GEO, KVT_LAYOUT_FLASH_ATTN, 16, 4, 0, GEO.kv_heads,
+				   POISON, NULL) == 0);
+		struct kvt_emu_event *ev = NULL;
+		CHECK(kvt_emu_event_create(&ev) == 0);
+		struct kvt_device_dep dep = {KVT_DEP_EMU_EVENT, ev};
+		struct load_done d = {0};
+		struct kvt_device_op *op;
+		CHECK_RC(kvt_device_load(r.dev, s, &k, ids, 1, held ? &dep : NULL, load_cb, &d, &op),
+			 0);
+		if (held) {
+			usleep(700 * 1000); /* past daemon.lease_ms (300) and its sweep */
+			kvt_emu_event_signal(ev);
+		}
+		CHECK(kvt_device_op_wait(op, 10000) == 0);
+		kvt_device_op_free(op);
+		for (int i = 0; i < 1000 && !d.calls; i++)
+			kvt_poll(s, 10);
+		CHECK(d.calls == 1);
+		if (held) {
+			CHECKM(d.res.status == -ETIMEDOUT, "held load: %d", d.res.status);
+		} else {
+			CHECK_RC(d.res.status, 0);
+			CHECK(tr_rank_check(&r, payload, 16, ids, POISON) == 0);
+		}
+		kvt_emu_event_destroy(ev);
+		tr_rank_close(&r);
+	}
+	struct kvtd_status st = raw_status_of(s);
+	CHECK_EQ(st.pins, 0);
+	CHECK(st.pins_expired > st0.pins_expired);
+	printf("device load: held past its lease -ETIMEDOUT, unheld exact\n");
+	free(payload);
+}
+
 static void test_cap(struct raw *r, struct kvt_store *s)
 {
 	CHECK_RC(kvt_flush_sync(s), 0); /* no slot dirty: 4 can be reserved */
@@ -500,6 +572,7 @@ int main(void)
 	test_lease_ids(&r, s);
 	test_reader_stopped(&r, s);
 	test_cap(&r, s);
+	test_device_load(s);
 	fprintf(stderr, "daemon_leases: %.1f s\n", (double)(kvt__now_ns() - t0) / 1e9);
 	raw_close(&r);
 	kvt_store_close(s);
