@@ -819,8 +819,14 @@ int kvt_cmd_bench(int argc, char **argv)
 						.read_pct = phases[p], .fresh = fresh, .kg = &kg,
 						.next_id = &next_id, .done_ids = done_ids,
 						.n_done = &n_done};
+			uint64_t round_id = next_id;
 			run_phase(&pa, &kround[r]);
 			kvt_flush_sync(s);
+			/* rados: drop the round's objects but the last n_keys (the working set to
+			 * come), so a small test cluster does not fill up mid-phase */
+			if (fresh && rados)
+				remove_ids(s, &kg, round_id, next_id, done_ids,
+					   (size_t)KVT_MIN(n_done, (uint64_t)n_keys));
 			if (have_dev) {
 				struct devstat before = kd[p];
 				dev_acc(devp, &d0, &kd[p]);
@@ -897,7 +903,7 @@ int kvt_cmd_bench(int argc, char **argv)
 				fprintf(stderr, "kvtier bench: storing the working set: %s\n",
 					kvt_strerror(wrc));
 			have_set = true;
-			if (rados) /* the rest of the phase's objects: the pool would fill */
+			if (rados) /* the rest of the phase's objects */
 				remove_ids(s, &kg, first_id, last_id, done_ids,
 					   (size_t)KVT_MIN(n_done, (uint64_t)n_keys));
 		}
