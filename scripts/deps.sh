@@ -5,7 +5,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config
       liburing-dev libisal-dev libssl-dev libinih-dev libcmocka-dev
-      libhiredis-dev librados-dev libcurl4-openssl-dev
+      libhiredis-dev librados-dev libradospp-dev libcurl4-openssl-dev
       fio redis-server redis-tools gnuplot-nox jq python3 python3-venv curl clang libclang-rt-dev
       libmicrohttpd-dev prometheus libfuse3-dev fuse3 libzmq3-dev libmsgpack-dev)
 if [ "${KVT_WITH_CEPH:-0}" = 1 ]; then

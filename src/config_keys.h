@@ -117,6 +117,7 @@
 	X(k, "rados.create_pool", BOOL, "false", 0, 0, NULL, PLAIN, "create a replicated pool with the cluster's defaults if it does not exist") \
 	X(k, "rados.max_inflight", U64, "256", 1, 65536, NULL, PLAIN, "RADOS operations in flight at once") \
 	X(k, "rados.timeout_ms", U64, "5000", 1, 3600000, NULL, PLAIN, "deadline of every operation (an unreachable OSD or monitor gives -ETIMEDOUT)") \
+	X(k, "rados.zero_copy", BOOL, "true", 0, 0, NULL, PLAIN, "send writes from the caller's buffer through librados' C++ API instead of a copy (only where kvtier was built with librados.hpp; else always a copy)") \
 	/* ---- end rados ---- */ \
 	/* ---- redis tier: rows below ---- */ \
 	X(k, "redis.url", STR, "redis://127.0.0.1:6379", 0, 0, NULL, URL_SECRET, "redis://[:password@]host:port[/db] of a Redis or Valkey server (the password is never logged)") \

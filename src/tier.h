@@ -60,7 +60,9 @@ struct kvt_tier_ops {
 		    uint32_t nsegs, kvt_tier_cb cb, void *arg);
 	/* Required. Store obj[0..len) under key, atomically: a reader sees the whole object
 	 * or nothing, never a torn one, even if the process dies mid-write. Writing a key that
-	 * exists is harmless. result 0, -ENOSPC (full, nothing evictable), -EDQUOT (write
+	 * exists is harmless. obj is borrowed until the callback: the caller keeps it alive
+	 * and unchanged until then (tiers send or write straight from it), and owns it again
+	 * once the callback runs. result 0, -ENOSPC (full, nothing evictable), -EDQUOT (write
 	 * budget spent), -errno. */
 	int (*write)(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
 		     kvt_tier_cb cb, void *arg);

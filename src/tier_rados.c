@@ -17,6 +17,13 @@
  * which runs the callbacks; a call whose requests all fail synchronously has its callback
  * handed to the submission thread, so no callback ever runs inside the caller's call.
  *
+ * Writes are zero-copy where src/rados_zc.cc is built (rados.zero_copy): librados sends
+ * from the caller's buffer, which the caller keeps until the callback (src/tier.h). A write
+ * whose completion arrives while librados still holds a reference to that buffer (its
+ * messenger has not sent it yet, e.g. after a timeout) is not answered until it lets go:
+ * the submission thread polls such "lingering" writes, and close answers the rest after
+ * rados_shutdown, when no librados thread is left to read the memory.
+ *
  * Timeouts: rados.timeout_ms sets client_mount_timeout, rados_mon_op_timeout and
  * rados_osd_op_timeout, so an unreachable OSD or monitor fails an operation with
  * -ETIMEDOUT instead of hanging; operations still queued past their deadline fail the same.
@@ -33,6 +40,9 @@
 #include <rados/librados.h>
 
 #include "tier.h"
+#ifdef KVT_HAVE_RADOS_ZC
+#include "rados_zc.h"
+#endif
 
 enum rados_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_DROP };
 
@@ -46,6 +56,9 @@ struct rados_sub {
 	time_t mtime;
 	void *buf; /* read */
 	uint64_t off, len;
+	void *hold;		 /* zero-copy write: librados' references to the buffer */
+	int rc;			 /* a lingering write's result */
+	struct rados_sub *next;	 /* lingering list */
 };
 
 /* One tier call. */
@@ -82,6 +95,9 @@ struct rados_state {
 	bool closing;
 	struct rados_op *head, *tail;
 	struct rados_op *deferred; /* issued directly, all ended before the call returned */
+	struct rados_sub *linger;  /* zero-copy writes completed, buffer still referenced */
+	bool zero_copy;
+	uint64_t lingered; /* writes that waited for librados to release their buffer */
 	uint32_t direct;	   /* callers inside issue_direct(): close waits for them */
 	uint32_t inflight;	   /* librados calls not yet completed */
 	struct kvt_io_counters cnt;
@@ -148,6 +164,16 @@ static void op_complete(struct rados_op *op)
 		cb(arg, result);
 }
 
+/* A zero-copy write's buffer is the caller's again: answer it. */
+static void zc_finish(struct rados_sub *u)
+{
+#ifdef KVT_HAVE_RADOS_ZC
+	kvt__rados_zc_release(u->hold);
+#endif
+	u->hold = NULL;
+	sub_done(u, u->rc);
+}
+
 /* librados finisher thread. */
 static void on_complete(rados_completion_t c, void *arg)
 {
@@ -157,11 +183,49 @@ static void on_complete(rados_completion_t c, void *arg)
 	rados_aio_release(c);
 	if (rc == -ETIMEDOUT || rc == -ETIME)
 		rc = -ETIMEDOUT;
-	sub_done(u, rc);
+	bool linger = false;
+#ifdef KVT_HAVE_RADOS_ZC
+	linger = u->hold && kvt__rados_zc_busy(u->hold);
+#endif
+	u->rc = rc;
+	if (!linger) {
+		if (u->hold)
+			zc_finish(u);
+		else
+			sub_done(u, rc);
+	}
 	pthread_mutex_lock(&s->lock);
-	if (s->inflight-- == s->max_inflight || s->closing)
+	if (linger) { /* answered by the submission thread once librados lets go */
+		s->lingered++;
+		u->next = s->linger;
+		s->linger = u;
+	}
+	if (s->inflight-- == s->max_inflight || s->closing || linger)
 		pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
+}
+
+/* Answer the lingering writes whose buffers librados has released (all of them when
+ * force: after rados_shutdown). Called with s->lock held; drops it around callbacks. */
+static void linger_sweep(struct rados_state *s, bool force)
+{
+	struct rados_sub **pp = &s->linger;
+	while (*pp) {
+		struct rados_sub *u = *pp;
+		bool busy = false;
+#ifdef KVT_HAVE_RADOS_ZC
+		busy = !force && kvt__rados_zc_busy(u->hold);
+#endif
+		if (busy) {
+			pp = &u->next;
+			continue;
+		}
+		*pp = u->next;
+		pthread_mutex_unlock(&s->lock);
+		zc_finish(u);
+		pthread_mutex_lock(&s->lock);
+		pp = &s->linger; /* the list may have changed while unlocked */
+	}
 }
 
 static int issue(struct rados_state *s, struct rados_sub *u)
@@ -181,6 +245,14 @@ static int issue(struct rados_state *s, struct rados_sub *u)
 		atomic_fetch_add(&s->cnt.reads, 1);
 		break;
 	case OP_WRITE:
+#ifdef KVT_HAVE_RADOS_ZC
+		if (s->zero_copy) {
+			rc = kvt__rados_zc_write_full(s->io, oid, c, op->obj, (size_t)op->len,
+						      &u->hold);
+			atomic_fetch_add(&s->cnt.writes, 1);
+			break;
+		}
+#endif
 		rc = rados_aio_write_full(s->io, oid, c, op->obj, (size_t)op->len);
 		atomic_fetch_add(&s->cnt.writes, 1);
 		break;
@@ -202,8 +274,23 @@ static void *submit_thread(void *arg)
 	for (;;) {
 		/* Exit only once closing, with nothing queued, nothing to deliver and no caller
 		 * still issuing directly (it may yet hand over a callback). */
-		while (!s->head && !s->deferred && (!s->closing || s->direct))
-			pthread_cond_wait(&s->cond, &s->lock);
+		while (!s->head && !s->deferred && (!s->closing || s->direct)) {
+			if (!s->linger) {
+				pthread_cond_wait(&s->cond, &s->lock);
+				continue;
+			}
+			linger_sweep(s, false);
+			if (s->linger) { /* poll: librados says nothing when it lets go */
+				struct timespec ts;
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_nsec += 1000000;
+				if (ts.tv_nsec >= 1000000000) {
+					ts.tv_sec++;
+					ts.tv_nsec -= 1000000000;
+				}
+				pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+			}
+		}
 		while (s->deferred) {
 			struct rados_op *d = s->deferred;
 			s->deferred = d->next;
@@ -462,6 +549,10 @@ static void teardown(struct rados_state *s)
 	if (s->cluster)
 		rados_shutdown(s->cluster);
 	s->cluster = NULL;
+	/* No librados thread is left to read a lingering write's buffer: answer them. */
+	pthread_mutex_lock(&s->lock);
+	linger_sweep(s, true);
+	pthread_mutex_unlock(&s->lock);
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->lock);
 }
@@ -484,6 +575,7 @@ static int rt_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	pthread_cond_init(&s->cond, NULL);
 	s->max_inflight = (uint32_t)kvt__cfg_u64(cfg, "rados.max_inflight");
 	s->timeout_ns = kvt__cfg_u64(cfg, "rados.timeout_ms") * 1000000ULL;
+	s->zero_copy = kvt__cfg_bool(cfg, "rados.zero_copy");
 	snprintf(s->pool, sizeof(s->pool), "%s", kvt__cfg_str(cfg, "rados.pool"));
 	if (!s->pool[0]) {
 		KVT_ERR(log, "rados: rados.pool is empty");
@@ -568,8 +660,11 @@ static int rt_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		goto fail;
 	}
 	s->thread_started = true;
-	KVT_INFO(log, "rados: pool '%s' namespace '%s' as %s", s->pool,
-		 kvt__cfg_str(cfg, "rados.namespace"), name);
+#ifndef KVT_HAVE_RADOS_ZC
+	s->zero_copy = false; /* built without librados.hpp: the C API copies */
+#endif
+	KVT_INFO(log, "rados: pool '%s' namespace '%s' as %s, %s writes", s->pool,
+		 kvt__cfg_str(cfg, "rados.namespace"), name, s->zero_copy ? "zero-copy" : "copied");
 	return 0;
 fail:
 	teardown(s);
@@ -590,6 +685,10 @@ static void rt_close(struct kvt_tier *t)
 	while (s->inflight)
 		pthread_cond_wait(&s->cond, &s->lock);
 	pthread_mutex_unlock(&s->lock);
+	if (s->lingered)
+		KVT_INFO(&t->log, "rados: %llu zero-copy writes completed before librados "
+				  "released their buffer, and were answered after it",
+			 (unsigned long long)s->lingered);
 	teardown(s);
 }
 

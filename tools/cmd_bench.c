@@ -292,6 +292,49 @@ static int working_set(struct kvt_store *s, const struct keygen *kg, struct kvt_
 	return rc < 0 ? rc : 0;
 }
 
+struct rm_ctx {
+	unsigned inflight;
+};
+
+static void rm_done(void *arg, const struct kvt_result *res)
+{
+	(void)res; /* -ENOENT: a write that failed */
+	((struct rm_ctx *)arg)->inflight--;
+}
+
+/* Remove the objects of key ids [lo, hi) but those in keep[0..nkeep): a RADOS pool keeps
+ * what the bench writes, so the bench cleans up after itself as `rados bench` does. Not
+ * timed; up to 32 removals in flight. */
+static void remove_ids(struct kvt_store *s, const struct keygen *kg, uint64_t lo, uint64_t hi,
+		       const uint64_t *keep, size_t nkeep)
+{
+	if (hi <= lo)
+		return;
+	uint8_t *kept = calloc((size_t)(hi - lo), 1);
+	if (!kept)
+		return;
+	for (size_t i = 0; i < nkeep; i++)
+		if (keep[i] >= lo && keep[i] < hi)
+			kept[keep[i] - lo] = 1;
+	struct rm_ctx c = {0};
+	for (uint64_t id = lo; id < hi; id++) {
+		if (kept[id - lo])
+			continue;
+		while (c.inflight >= 32)
+			kvt_poll(s, 100);
+		struct kvt_key k;
+		key_of(kg, id, &k);
+		int rc;
+		while ((rc = kvt_remove(s, &k, rm_done, &c)) == -EAGAIN)
+			kvt_poll(s, 100);
+		if (rc == 0)
+			c.inflight++;
+	}
+	while (c.inflight)
+		kvt_poll(s, 100);
+	free(kept);
+}
+
 static const char *reference_name(const char *tier)
 {
 	return !strcmp(tier, "dram")    ? "memcpy"
@@ -580,6 +623,7 @@ int kvt_cmd_bench(int argc, char **argv)
 		return cli_fail("bench", "--tier '%s': expected dram, nvme, fs, redis, s3 or rados",
 				o.tier), 2;
 	bool nvme = !strcmp(o.tier, "nvme");
+	bool rados = !strcmp(o.tier, "rados");
 	bool local = nvme || !strcmp(o.tier, "fs");
 	if (o.fsync && !local)
 		return cli_fail("bench", "--fsync applies to the nvme and fs tiers only"), 2;
@@ -748,7 +792,10 @@ int kvt_cmd_bench(int argc, char **argv)
 	uint64_t wa_stored = 0;
 	for (int p = 0; p < n_ph; p++) {
 		struct phase_result kround[100], rround[100];
-		bool fresh = nvme && phases[p] == 0;
+		/* nvme: into the empty store; rados: new objects, as `rados bench write` writes
+		 * (a replacement would be a remove and a write: two operations) */
+		bool fresh = (nvme || rados) && phases[p] == 0;
+		uint64_t first_id = next_id;
 		if (!fresh && !have_set) {
 			int wrc = working_set(s, &kg, keys, n_keys, n_tokens, payload, &next_id,
 					      done_ids, n_done);
@@ -772,8 +819,14 @@ int kvt_cmd_bench(int argc, char **argv)
 						.read_pct = phases[p], .fresh = fresh, .kg = &kg,
 						.next_id = &next_id, .done_ids = done_ids,
 						.n_done = &n_done};
+			uint64_t round_id = next_id;
 			run_phase(&pa, &kround[r]);
 			kvt_flush_sync(s);
+			/* rados: drop the round's objects but the last n_keys (the working set to
+			 * come), so a small test cluster does not fill up mid-phase */
+			if (fresh && rados)
+				remove_ids(s, &kg, round_id, next_id, done_ids,
+					   (size_t)KVT_MIN(n_done, (uint64_t)n_keys));
 			if (have_dev) {
 				struct devstat before = kd[p];
 				dev_acc(devp, &d0, &kd[p]);
@@ -843,18 +896,24 @@ int kvt_cmd_bench(int argc, char **argv)
 		}
 		if (fresh) {
 			/* reads and replacements use the objects the write phase stored last */
+			uint64_t last_id = next_id;
 			int wrc = working_set(s, &kg, keys, n_keys, n_tokens, payload, &next_id,
 					      done_ids, n_done);
 			if (wrc < 0)
 				fprintf(stderr, "kvtier bench: storing the working set: %s\n",
 					kvt_strerror(wrc));
 			have_set = true;
+			if (rados) /* the rest of the phase's objects */
+				remove_ids(s, &kg, first_id, last_id, done_ids,
+					   (size_t)KVT_MIN(n_done, (uint64_t)n_keys));
 		}
 	}
 	if (local && !o.no_ref)
 		bench_ref_fio_remove(dir);
 	struct kvt_stats st;
 	kvt_stats(s, &st);
+	if (rados) /* after the statistics: the removals are no part of the measurement */
+		remove_ids(s, &kg, 0, next_id, NULL, 0);
 	kvt_store_close(s);
 	kvt_config_destroy(cfg);
 	free(keys);

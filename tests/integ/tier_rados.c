@@ -3,7 +3,11 @@
  * tier_rados.c - the "rados" tier against a real single-node Ceph started by
  * scripts/ceph/start-ceph.sh: round trip, offset reads, batched stats, misses, namespaces,
  * many operations in flight, cancel at close, a missing pool, and an OSD stalled (SIGSTOP)
- * mid-run: -ETIMEDOUT within the deadline, never a hang; then recovery.
+ * mid-run: -ETIMEDOUT within the deadline, never a hang; then recovery. Buffer ownership
+ * (writes are zero-copy where src/rados_zc.cc is built): a caller that scribbles over and
+ * frees its buffer as soon as the callback runs still finds exactly its bytes stored, also
+ * for writes that timed out; a write the OSD refuses (larger than osd_max_object_size)
+ * reports its error.
  *
  * With --bench ROUNDS BYTES QD it measures the tier's reads against `rados bench` (rand
  * reads, same object size and concurrency) in the same run and prints one JSON line.
@@ -196,6 +200,115 @@ static void test_inflight(void)
 	free(back);
 }
 
+/* A write whose caller reuses and frees the buffer the moment the callback runs. */
+struct owned {
+	struct done d;
+	uint8_t *buf;
+	size_t len;
+	bool free_it;
+};
+
+static void owned_cb(void *arg, int64_t result)
+{
+	struct owned *o = arg;
+	memset(o->buf, 0xee, o->len); /* the caller's buffer is its own again */
+	if (o->free_it) {
+		free(o->buf);
+		o->buf = NULL;
+	}
+	done_cb(&o->d, result);
+}
+
+/* Every write's buffer is scribbled over and freed in its callback: what is stored (and
+ * read back) must be exactly what the buffer held at submission. Both write paths. */
+static void test_ownership(void)
+{
+	for (int zc = 0; zc < 2; zc++) {
+		struct kvt_config *cfg = rados_cfg("kvt", zc ? "own-zc" : "own-copy");
+		cfg_set(cfg, "rados.zero_copy", zc ? "true" : "false");
+		cfg_set(cfg, "rados.max_inflight", "8"); /* some queue: both submit paths */
+		struct kvt_tier *t = open_cfg(cfg);
+		enum { N = 48, SZ = MiB + 4096 };
+		static struct owned o[N];
+		struct kvt_key keys[N];
+		for (int i = 0; i < N; i++) {
+			key_of(&keys[i], 8 + (uint64_t)zc, (uint64_t)i);
+			o[i].buf = aligned(SZ);
+			o[i].len = SZ;
+			o[i].free_it = i % 2;
+			fill(o[i].buf, SZ, 8000 + (uint64_t)i);
+			done_init(&o[i].d);
+			CHECK(t->ops->write(t, &keys[i], o[i].buf, SZ, owned_cb, &o[i]) == 0,
+			      "submit write %d", i);
+		}
+		for (int i = 0; i < N; i++)
+			CHECK(done_wait(&o[i].d, SYNC_MS) == 0, "write %d: %d", i, o[i].d.result);
+		uint8_t *back = aligned(SZ), *want = aligned(SZ);
+		for (int i = 0; i < N; i++) {
+			struct kvt_seg whole = {0, SZ, back};
+			CHECK(t_read(t, &keys[i], &whole, 1) == SZ, "read %d", i);
+			fill(want, SZ, 8000 + (uint64_t)i);
+			CHECK(!memcmp(back, want, SZ), "object %d differs from what was written (%s)",
+			      i, zc ? "zero-copy" : "copied");
+			CHECK(atomic_load(&o[i].d.calls) == 1, "callback %d ran %d times", i,
+			      atomic_load(&o[i].d.calls));
+			free(o[i].buf);
+		}
+		free(back);
+		free(want);
+		tier_close(t);
+	}
+}
+
+/* A write the OSD refuses still reports its error, on both paths, and its buffer is the
+ * caller's again (scribbled over in the callback) without harm. */
+static void test_write_refused(void)
+{
+	CHECK(shf("ceph config set osd osd_max_object_size 2097152 >/dev/null 2>&1") == 0,
+	      "lowering osd_max_object_size");
+	sleep(1); /* the OSD applies the monitor's config asynchronously */
+	for (int zc = 0; zc < 2; zc++) {
+		struct kvt_config *cfg = rados_cfg("kvt", "refused");
+		cfg_set(cfg, "rados.zero_copy", zc ? "true" : "false");
+		struct kvt_tier *t = open_cfg(cfg);
+		const size_t big = 3 * MiB;
+		struct kvt_key k;
+		key_of(&k, 10, (uint64_t)zc);
+		struct owned o = {.buf = aligned(big), .len = big, .free_it = true};
+		fill(o.buf, big, 10);
+		int rc = -999;
+		for (int tries = 0; tries < 20; tries++) { /* until the OSD has the new limit */
+			done_init(&o.d);
+			if (!o.buf) {
+				o.buf = aligned(big);
+				fill(o.buf, big, 10);
+			}
+			CHECK(t->ops->write(t, &k, o.buf, big, owned_cb, &o) == 0, "submit");
+			rc = done_wait(&o.d, SYNC_MS);
+			if (rc < 0)
+				break;
+			sleep(1);
+		}
+		CHECK(rc == -EFBIG, "oversized write (%s): %d, want -EFBIG", zc ? "zero-copy" : "copied",
+		      rc);
+		struct kvt_tier_stats st = {0};
+		t->ops->stats(t, &st);
+		CHECK(st.errors >= 1, "error counted");
+		/* The tier still writes what fits. */
+		uint8_t *small = aligned(MiB), *back = aligned(MiB);
+		fill(small, MiB, 11);
+		CHECK(t_write(t, &k, small, MiB) == 0, "write after a refused one");
+		struct kvt_seg whole = {0, MiB, back};
+		CHECK(t_read(t, &k, &whole, 1) == MiB && !memcmp(small, back, MiB), "read back");
+		free(small);
+		free(back);
+		free(o.buf);
+		tier_close(t);
+	}
+	CHECK(shf("ceph config rm osd osd_max_object_size >/dev/null 2>&1") == 0,
+	      "restoring osd_max_object_size");
+}
+
 /* The only OSD stalled: operations end with -ETIMEDOUT near rados.timeout_ms; after SIGCONT
  * the same instance serves again. */
 static void test_osd_stall(void)
@@ -207,6 +320,7 @@ static void test_osd_stall(void)
 	uint8_t *objs = aligned((size_t)N * SZ), *back = aligned((size_t)N * SZ);
 	struct kvt_key keys[N];
 	struct done d[N];
+	static struct owned stall_w[N];
 	struct kvt_seg segs[N];
 	for (int i = 0; i < N; i++) {
 		key_of(&keys[i], 5, (uint64_t)i);
@@ -218,9 +332,16 @@ static void test_osd_stall(void)
 	stop_daemon(osd);
 	for (int i = 0; i < N; i++) {
 		done_init(&d[i]);
-		int rc =
-		    i % 2 ? t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i])
-			  : t->ops->write(t, &keys[i], objs + (size_t)i * SZ, SZ, done_cb, &d[i]);
+		int rc;
+		if (i % 2) {
+			rc = t->ops->read(t, &keys[i], &segs[i], 1, done_cb, &d[i]);
+		} else { /* new bytes, from a buffer scribbled over by its callback */
+			stall_w[i].buf = aligned(SZ);
+			stall_w[i].len = SZ;
+			fill(stall_w[i].buf, SZ, 6000 + (uint64_t)i);
+			done_init(&stall_w[i].d);
+			rc = t->ops->write(t, &keys[i], stall_w[i].buf, SZ, owned_cb, &stall_w[i]);
+		}
 		CHECK(rc == 0, "submit");
 	}
 	uint8_t present[N];
@@ -230,11 +351,12 @@ static void test_osd_stall(void)
 	uint64_t worst = 0;
 	int timeouts = 0;
 	for (int i = 0; i < N; i++) {
-		int rc = done_wait(&d[i], 10000);
+		int rc = done_wait(i % 2 ? &d[i] : &stall_w[i].d, 10000);
 		CHECK(rc != -999, "op %d hung with the OSD stopped", i);
 		CHECK(rc < 0, "op %d succeeded with the OSD stopped", i);
 		timeouts += rc == -ETIMEDOUT;
-		worst = KVT_MAX(worst, d[i].t_done - d[i].t_submit);
+		struct done *di = i % 2 ? &d[i] : &stall_w[i].d;
+		worst = KVT_MAX(worst, di->t_done - di->t_submit);
 	}
 	int rc = done_wait(&de, 10000);
 	CHECK(rc == -ETIMEDOUT, "exists with the OSD stopped: %d", rc);
@@ -249,6 +371,20 @@ static void test_osd_stall(void)
 		ok = t_read(t, &keys[1], &segs[1], 1) == SZ;
 	CHECK(ok, "no recovery after SIGCONT");
 	CHECK(!memcmp(back + SZ, objs + SZ, SZ), "data after recovery");
+	/* A timed-out write may still land once the OSD runs again, but only with the bytes
+	 * it was given: each object holds its old or its new content, never the scribble. */
+	sleep(2);
+	uint8_t *want = aligned(SZ);
+	for (int i = 0; i < N; i += 2) {
+		struct kvt_seg seg = {0, SZ, back};
+		CHECK(t_read(t, &keys[i], &seg, 1) == SZ, "read %d after recovery", i);
+		fill(want, SZ, 6000 + (uint64_t)i);
+		bool is_new = !memcmp(back, want, SZ);
+		CHECK(is_new || !memcmp(back, objs + (size_t)i * SZ, SZ),
+		      "object %d after a timed-out write is neither its old nor its new bytes", i);
+		free(stall_w[i].buf);
+	}
+	free(want);
 	struct kvt_tier_stats st = {0};
 	t->ops->stats(t, &st);
 	CHECK(st.errors >= (uint64_t)N, "errors counted: %llu", (unsigned long long)st.errors);
@@ -344,6 +480,10 @@ int main(int argc, char **argv)
 	fprintf(stderr, "ok basic\n");
 	test_inflight();
 	fprintf(stderr, "ok inflight\n");
+	test_ownership();
+	fprintf(stderr, "ok ownership\n");
+	test_write_refused();
+	fprintf(stderr, "ok write refused\n");
 	test_osd_stall();
 	fprintf(stderr, "ok osd stall\n");
 	printf("PASS tier_rados\n");
