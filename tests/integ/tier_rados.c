@@ -369,6 +369,16 @@ static void test_osd_stall(void)
 	int ok = 0;
 	while (!ok && kvt__now_ns() - t0 < 90000000000ULL) /* a loaded 2-core CI box: peering can be slow */
 		ok = t_read(t, &keys[1], &segs[1], 1) == SZ;
+	if (!ok) {
+		/* Say which side did not recover: the cluster (its status, the OSD's last log
+		 * lines) or this tier's librados client (a fresh instance reads the object). */
+		shf("ceph -c '%s/ceph.conf' -s >&2; tail -n 40 '%s/log/osd.0.log' >&2", ceph_dir,
+		    ceph_dir);
+		struct kvt_tier *fresh = open_cfg(rados_cfg("kvt", "stall"));
+		int frc = t_read(fresh, &keys[1], &segs[1], 1);
+		fprintf(stderr, "after 90 s: a fresh tier instance reads the object: %d\n", frc);
+		tier_close(fresh);
+	}
 	CHECK(ok, "no recovery after SIGCONT");
 	CHECK(!memcmp(back + SZ, objs + SZ, SZ), "data after recovery");
 	/* A timed-out write may still land once the OSD runs again, but only with the bytes
