@@ -45,12 +45,16 @@ extern "C" int kvt__rados_zc_write_full(rados_ioctx_t io, const char *oid, rados
 		alignas(librados::AioCompletion) unsigned char mem[sizeof(librados::AioCompletion)];
 		auto *ac = new (mem)
 		    librados::AioCompletion(static_cast<librados::AioCompletionImpl *>(c));
+		/* Published before the write is issued: its completion may run on librados'
+		 * finisher thread before aio_write_full returns, and must find the hold then
+		 * (to release it, and to see whether librados still references the buffer). */
+		*hold = h;
 		int rc = ctx.aio_write_full(oid, ac, h->bl); /* shares the buffers, copies none */
-		if (rc < 0) {
+		if (rc < 0) { /* no completion will run */
+			*hold = nullptr;
 			delete h;
 			return rc;
 		}
-		*hold = h;
 		return 0;
 	} catch (const std::bad_alloc &) {
 		return -ENOMEM;
