@@ -8,7 +8,12 @@
  * served under a key it no longer holds), every write the child saw acknowledged must be
  * there, and objects the parent removed before a clean close must stay removed. Cycles
  * nvme.fsync none/data/full; odd iterations use a capacity of a few segments, so the child
- * reuses segments (the test checks generations went past 1) while it is killed.
+ * reuses segments (the test checks generations went past 1) while it is killed. On odd
+ * iterations the child also reads objects back between rounds (recent ones and ones an earlier
+ * child wrote), which makes them hot: segment reuse then re-appends them
+ * (tier_nvme_log_reinsert.c), so kills also land mid-reclaim, while copies are staged or in
+ * flight. Every read the child makes must be exact too, and the children must have
+ * re-appended objects (the count each reports in a side file).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -58,7 +63,26 @@ static void child_cb(void *arg, int64_t res)
 	batch_cb(sl->b, res);
 }
 
-static void child(const char *dir, int iter, int ack_fd)
+/* Reads back a few objects so they become hot: exact, or not found (evicted). */
+static void child_reads(struct kvt_tier *t, int iter, uint64_t n, uint8_t *rbuf)
+{
+	for (int i = 0; i < 16; i++) {
+		uint64_t h = mix64(n * 31 + (uint64_t)i);
+		/* half from this child's last ~2.5 segments, half from the child two before */
+		uint64_t id = i % 2 ? ((uint64_t)iter << 32 | (n - 1 - h % KVT_MIN(n, 640)))
+				    : ((uint64_t)(iter >= 2 ? iter - 2 : iter) << 32 | h % 4096);
+		if (i % 2 && !n)
+			continue;
+		struct kvt_key k = make_key(77, id);
+		int rc = t_read1(t, &k, rbuf, 0, 64 << 10);
+		if (rc == -ENOENT)
+			continue;
+		if (rc != 64 << 10 || check_object(rbuf, 64 << 10, &k))
+			_exit(6); /* a torn or stale read during reinsertion */
+	}
+}
+
+static void child(const char *dir, int iter, int ack_fd, int stat_fd)
 {
 	struct kvt_tier *t;
 	if (open_tier(&t, "nvme.dirs", dir, "nvme.bytes", child_capacity(iter), "nvme.fsync",
@@ -71,11 +95,20 @@ static void child(const char *dir, int iter, int ack_fd)
 	struct batch b = BATCH_INIT;
 	for (int i = 0; i < SLOTS; i++)
 		bufs[i] = abuf(MAX_OBJ);
+	uint8_t *rbuf = abuf(MAX_OBJ);
 	uint64_t deadline = kvt__now_ns() + 10ull * 1000000000ull; /* never runs away */
 	for (uint64_t n = 0; kvt__now_ns() < deadline; n++) {
 		/* Buffers are borrowed until the callback: rounds of SLOTS writes, one per slot. */
-		if (n % SLOTS == 0)
+		if (n % SLOTS == 0) {
 			batch_wait(&b, 0);
+			if (iter % 2) {
+				child_reads(t, iter, n, rbuf);
+				struct kvt_tier_stats st = {0};
+				t->ops->stats(t, &st);
+				if (pwrite(stat_fd, &st.reinsert_bytes, 8, 0) != 8)
+					_exit(7);
+			}
+		}
 		struct slot *sl = &slots[n % SLOTS];
 		sl->id = (uint64_t)iter << 32 | n;
 		sl->ack_fd = ack_fd;
@@ -148,18 +181,25 @@ int main(void)
 	static struct kvt_key removed[1 << 14];
 	int n_removed = 0;
 	long total_removed = 0;
+	uint64_t total_reinserted = 0;
+	char statp[320];
+	snprintf(statp, sizeof(statp), "%s/reinserted", root);
 	for (int iter = 0; iter < ITERATIONS; iter++) {
 		int p[2];
 		CHECK_EQ(pipe(p), 0);
 		fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+		int sfd = open(statp, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		CHECK(sfd >= 0);
 		pid_t pid = fork();
 		CHECK(pid >= 0);
 		if (pid == 0) {
 			close(p[0]);
-			child(dir, iter, p[1]);
+			child(dir, iter, p[1], sfd);
 		}
 		close(p[1]);
-		usleep((useconds_t)(rand() % 300000)); /* 0-300 ms, open included */
+		/* 0-300 ms, open included; odd iterations up to 600 ms, so that reclaims with
+		 * copies in flight are reached */
+		usleep((useconds_t)(rand() % (iter % 2 ? 600000 : 300000)));
 		CHECK_EQ(kill(pid, SIGKILL), 0);
 		int status;
 		CHECK_EQ(waitpid(pid, &status, 0), pid);
@@ -172,6 +212,10 @@ int main(void)
 		while ((r = read(p[0], (char *)acked + got, sizeof(acked) - got)) > 0)
 			got += (size_t)r;
 		close(p[0]);
+		uint64_t rb = 0;
+		if (pread(sfd, &rb, 8, 0) == 8)
+			total_reinserted += rb;
+		close(sfd);
 		int n_acked = (int)(got / sizeof(uint64_t));
 		if (iter % 2 == 0)
 			total_acked += n_acked;
@@ -239,12 +283,13 @@ int main(void)
 	snprintf(logdir, sizeof(logdir), "%s/log", dir);
 	printf("nvme_log_crash: %d iterations, %ld objects verified (max %d at once, %ld of more "
 	       "than 4 MiB), %ld acknowledged writes checked, %ld removals checked, %d log "
-	       "segments, highest generation %llu, %.1f s\n",
+	       "segments, highest generation %llu, %llu bytes re-appended by children, %.1f s\n",
 	       ITERATIONS, total_checked, max_listed, total_large, total_acked, total_removed,
 	       count_files(logdir, "", ".kvl"), (unsigned long long)max_gen,
-	       (double)(kvt__now_ns() - t0) / 1e9);
+	       (unsigned long long)total_reinserted, (double)(kvt__now_ns() - t0) / 1e9);
 	CHECK(max_listed > 0 && total_acked > 0 && total_large > 0 && total_removed > 0);
 	CHECK(max_gen >= 2); /* segments were reused while children were killed */
+	CHECK(total_reinserted > 0); /* and hot objects were re-appended */
 	free(c.keys);
 	free(c.bytes);
 	free(rbuf);
