@@ -385,10 +385,11 @@ static void retry_waiting(struct nv *s)
 	struct nv_log *lg = s->lg;
 	struct nv_op *op;
 	while ((op = lg->wait_head)) {
+		struct nv_op *nx = op->bnext; /* stage_one reuses bnext for the batch's list */
 		int r = stage_one(s, op);
 		if (!r)
 			return;
-		lg->wait_head = op->bnext;
+		lg->wait_head = nx;
 		if (!lg->wait_head)
 			lg->wait_tail = NULL;
 		op->bnext = NULL;
