@@ -197,9 +197,9 @@ int main(void)
 			child(dir, iter, p[1], sfd);
 		}
 		close(p[1]);
-		/* 0-300 ms, open included; odd iterations up to 600 ms, so that reclaims with
-		 * copies in flight are reached */
-		usleep((useconds_t)(rand() % (iter % 2 ? 600000 : 300000)));
+		/* 0-300 ms, open included; odd iterations 200-1500 ms, so that reclaims with
+		 * copies in flight are reached also on a loaded machine */
+		usleep((useconds_t)(iter % 2 ? 200000 + rand() % 1300000 : rand() % 300000));
 		CHECK_EQ(kill(pid, SIGKILL), 0);
 		int status;
 		CHECK_EQ(waitpid(pid, &status, 0), pid);
