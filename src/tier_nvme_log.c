@@ -118,6 +118,8 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t
 		    !(lg->b[i].mv = kvt__calloc(NV_LOG_MAXENT, sizeof(*lg->b[i].mv))))
 			return -ENOMEM;
 	}
+	if (!s->ro && lg->reins_max && !(lg->rbuf = kvt__aligned_alloc(NV_LOG_BUF)))
+		return -ENOMEM;
 	return 0;
 }
 
@@ -135,6 +137,8 @@ void nv_log_close(struct nv *s)
 	for (uint32_t i = 0; i < NV_LOG_BUFS; i++)
 		kvt__free(lg->b[i].mv);
 	kvt__free(lg->rq);
+	if (lg->rbuf)
+		kvt__free_aligned(lg->rbuf, NV_LOG_BUF);
 	if (lg->zero)
 		kvt__free_aligned(lg->zero, NV_LOG_BLOCK);
 	kvt__free(lg->segs);

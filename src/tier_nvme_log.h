@@ -122,6 +122,7 @@ struct nv_log {
 	uint64_t reins_gen;	 /* and its generation then */
 	struct nv_move *rq;	 /* collected, not yet copied: rq[rq_head .. rq_n) */
 	uint32_t rq_n, rq_head, rq_cap;
+	uint8_t *rbuf; /* NV_LOG_BUF: one read covers the copies of one batch */
 };
 
 uint32_t nv_log_crc(const void *block);

@@ -4,10 +4,11 @@
  * file-per-object layout evicts the least recently used. Hits-based reinsertion, as
  * CacheLib's BlockCache does for its regions: shortly before the append point reaches the
  * segment after the current one, the objects of that segment read since they were written
- * or last re-appended (nv_ent.hot) are copied, most recently used first and one read each,
- * into ordinary batches at the tail of the current segment, at most lg->reins_max bytes per
- * reuse (nvme.log_reinsert_pct: write amplification stays bounded). The rest is evicted at
- * reuse as before.
+ * or last re-appended (nv_ent.hot) are chosen, most recently used first, up to lg->reins_max
+ * bytes per reuse (nvme.log_reinsert_pct: write amplification stays bounded), and copied in
+ * segment order into ordinary batches at the tail of the current segment, one read per batch
+ * (the span covering its objects, at most NV_LOG_BUF: a read per object blocked the ring
+ * thread for too long). The rest is evicted at reuse as before.
  *
  * Crash safety: an index entry moves only when its batch is acknowledged (written, and
  * fdatasynced per nvme.fsync), and only if it still points where it was copied from (a
@@ -18,7 +19,14 @@
  */
 #include "tier_nvme_log.h"
 
-/* List segment seg's hot objects, most recently used first, up to lg->reins_max bytes. */
+static int cmp_from(const void *a, const void *b)
+{
+	const struct nv_move *x = a, *y = b;
+	return x->from < y->from ? -1 : x->from > y->from;
+}
+
+/* List segment seg's hot objects, most recently used first, up to lg->reins_max bytes; then
+ * in segment order, so that one read covers a batch's worth. */
 static void collect(struct nv *s, uint32_t seg)
 {
 	struct nv_log *lg = s->lg;
@@ -47,9 +55,11 @@ static void collect(struct nv *s, uint32_t seg)
 		m->len = (uint32_t)e->bytes;
 		bytes += need;
 	}
+	qsort(lg->rq, lg->rq_n, sizeof(*lg->rq), cmp_from);
 }
 
-/* Copy listed objects into batch b (new, empty) while they fit it and the current segment. */
+/* Copy listed objects into batch b (new, empty) while they fit it and the current segment:
+ * one read of the span they cover, then a copy of each still indexed there. */
 static void fill(struct nv *s, struct nv_batch *b)
 {
 	struct nv_log *lg = s->lg;
@@ -57,35 +67,48 @@ static void fill(struct nv *s, struct nv_batch *b)
 	struct nv_seg *from = &lg->segs[lg->reins_seg];
 	uint64_t room = lg->segs[lg->cur].bytes - lg->cur_off;
 	while (lg->rq_head < lg->rq_n && r->n < NV_LOG_MAXENT) {
-		struct nv_move *m = &lg->rq[lg->rq_head];
-		uint64_t need = KVT_ALIGN_UP(m->len, NV_LOG_BLOCK);
-		if (b->used + need > NV_LOG_BUF)
-			break;
-		if (b->used + need > room) {
-			lg->rq_head = lg->rq_n; /* the current segment is full: the rest goes */
-			break;
+		uint32_t i = lg->rq_head, j = i;
+		uint64_t start = lg->rq[i].from, end = start, sum = 0;
+		for (; j < lg->rq_n && r->n + (j - i) < NV_LOG_MAXENT; j++) {
+			uint64_t need = KVT_ALIGN_UP(lg->rq[j].len, NV_LOG_BLOCK);
+			if (b->used + sum + need > NV_LOG_BUF || lg->rq[j].from + need - start > NV_LOG_BUF)
+				break;
+			if (b->used + sum + need > room) {
+				if (j == i)
+					lg->rq_head = lg->rq_n; /* the current segment is full: the rest goes */
+				break;
+			}
+			sum += need;
+			end = lg->rq[j].from + need;
 		}
-		lg->rq_head++;
-		struct nv_ent *e = nv_ent_find(s, &m->key);
-		if (!e || e->gen != m->gen || e->lseg != m->lseg || e->loff != m->from)
-			continue; /* removed or rewritten since */
-		uint8_t *dst = b->buf + b->used;
-		if (m->from + need > from->bytes ||
-		    pread(from->fd, dst, need, (off_t)m->from) != (ssize_t)need)
+		if (j == i)
+			break; /* the batch is full */
+		lg->rq_head = j;
+		if (end > from->bytes ||
+		    pread(from->fd, lg->rbuf, end - start, (off_t)start) != (ssize_t)(end - start))
 			continue; /* unreadable: evicted at reuse as before */
-		e->hot = false; /* kept once; kept again only if read again */
-		struct nv_log_rent *en = &r->ent[r->n++];
-		memcpy(en->key, m->key.bytes, KVT_KEY_BYTES);
-		en->off = b->used; /* relative to the batch until it is sealed */
-		en->len = m->len;
-		/* The bytes as read: the engine verifies the object format on every read, so a
-		 * copy of a damaged object is caught as the original would be. */
-		en->crc = kvt__crc32c(0, dst, m->len);
-		en->type = NV_LOG_PUT;
-		struct nv_move *mv = &b->mv[b->nmv++];
-		*mv = *m;
-		mv->loff = b->used;
-		b->used += need;
+		for (uint32_t k = i; k < j; k++) {
+			struct nv_move *m = &lg->rq[k];
+			uint64_t need = KVT_ALIGN_UP(m->len, NV_LOG_BLOCK);
+			struct nv_ent *e = nv_ent_find(s, &m->key);
+			if (!e || e->gen != m->gen || e->lseg != m->lseg || e->loff != m->from)
+				continue; /* removed or rewritten since */
+			uint8_t *dst = b->buf + b->used;
+			memcpy(dst, lg->rbuf + (m->from - start), need);
+			e->hot = false; /* kept once; kept again only if read again */
+			struct nv_log_rent *en = &r->ent[r->n++];
+			memcpy(en->key, m->key.bytes, KVT_KEY_BYTES);
+			en->off = b->used; /* relative to the batch until it is sealed */
+			en->len = m->len;
+			/* The bytes as read: the engine verifies the object format on every read,
+			 * so a copy of a damaged object is caught as the original would be. */
+			en->crc = kvt__crc32c(0, dst, m->len);
+			en->type = NV_LOG_PUT;
+			struct nv_move *mv = &b->mv[b->nmv++];
+			*mv = *m;
+			mv->loff = b->used;
+			b->used += need;
+		}
 	}
 }
 
