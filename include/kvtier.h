@@ -264,6 +264,7 @@ struct kvt_tier_stats {
 	uint64_t deadline_misses;     /* calls the engine gave up on at their deadline */
 	uint64_t write_budget_bytes;  /* the tier's write budget per rolling day (0: none) */
 	uint64_t write_budget_used_bytes; /* bytes charged to it over the last 24 h */
+	uint64_t reinsert_bytes; /* rewritten by the tier itself to keep hot objects (NVMe log) */
 };
 
 struct kvt_stats {

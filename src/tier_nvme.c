@@ -16,7 +16,8 @@
  *   tier_nvme_budget.c   the daily write budget
  *   tier_nvme_log.c      small objects appended in batches to log segments (nvme.log_max)
  *   tier_nvme_log_recover.c  the log's open-time scan
- *   (tier_nvme_log.h holds the log's on-disk format, shared by those two only)
+ *   tier_nvme_log_reinsert.c  hot objects re-appended before their segment is reused
+ *   (tier_nvme_log.h holds the log's on-disk format, shared by those three only)
  */
 #include "tier_nvme_internal.h"
 
@@ -207,6 +208,7 @@ static void nv_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 	out->errors = ST_GET(s, errors);
 	out->writes_skipped = ST_GET(s, writes_skipped);
 	out->removes = ST_GET(s, removes);
+	out->reinsert_bytes = ST_GET(s, reinsert_bytes);
 	out->write_budget_bytes = s->budget;
 	if (s->budget) {
 		pthread_mutex_lock(&s->block);

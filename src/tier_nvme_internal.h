@@ -99,6 +99,7 @@ struct nv_ent {
 	uint32_t opening; /* read opens in flight: the file must not be recycled */
 	uint32_t lseg;	  /* 0: its own file; else in log segment lseg - 1 at loff */
 	uint64_t loff;
+	bool hot; /* read since written or last re-appended: kept when its log segment is reused */
 };
 
 struct nv_op {
@@ -171,6 +172,7 @@ struct nv_spare {
 struct nv_stats {
 	_Atomic uint64_t objects, bytes, reads, read_bytes, writes, write_bytes, evictions,
 	    checksum_failures, errors, writes_skipped, removes;
+	_Atomic uint64_t reinsert_bytes, reinserts; /* log objects re-appended at segment reuse */
 };
 
 struct nv {
@@ -335,7 +337,7 @@ int nv_rebuild_index(struct nv *s);
 int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff);
 
 /* tier_nvme_log.c */
-int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes);
+int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t reinsert_pct);
 void nv_log_close(struct nv *s);
 bool nv_log_takes(struct nv *s, const struct nv_op *op);
 int nv_log_stage(struct nv *s, struct nv_op *op); /* 1 staged, 0 blocked, -1 file path */

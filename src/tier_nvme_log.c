@@ -72,7 +72,7 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 	return 0;
 }
 
-int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes)
+int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t reinsert_pct)
 {
 	struct nv_dir *d = &s->dirs[0];
 	int dfd = openat(d->fd, NV_LOG_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -99,6 +99,14 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes)
 	 * segment ends: the log takes up to two segments more than nvme.bytes on disk. */
 	lg->nmax = (uint32_t)KVT_MIN(s->capacity / lg->seg_bytes + 2, 1u << 20);
 	lg->fail_seg = UINT32_MAX;
+	lg->reins_seg = UINT32_MAX;
+	/* A fraction of a segment, not all of its hot objects: at high utilisation almost
+	 * everything in the oldest segment is live, and copying all of it each pass would
+	 * multiply the bytes written without bound (log cleaning's cost). The rest is evicted
+	 * as before. Stopped a batch short of the segment: the copies go to the tail of the
+	 * segment before it, which must still have room for them. */
+	lg->reins_max = KVT_MIN(lg->seg_bytes * KVT_MIN(reinsert_pct, 75) / 100,
+				lg->seg_bytes - 4 * (uint64_t)NV_LOG_BUF);
 	if (!(lg->zero = kvt__aligned_alloc(NV_LOG_BLOCK)))
 		return -ENOMEM;
 	memset(lg->zero, 0, NV_LOG_BLOCK);
@@ -106,7 +114,12 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes)
 		lg->b[i].io.kind = IO_LOG;
 		if (!s->ro && !(lg->b[i].buf = kvt__aligned_alloc(NV_LOG_BUF)))
 			return -ENOMEM;
+		if (!s->ro && lg->reins_max &&
+		    !(lg->b[i].mv = kvt__calloc(NV_LOG_MAXENT, sizeof(*lg->b[i].mv))))
+			return -ENOMEM;
 	}
+	if (!s->ro && lg->reins_max && !(lg->rbuf = kvt__aligned_alloc(NV_LOG_BUF)))
+		return -ENOMEM;
 	return 0;
 }
 
@@ -121,6 +134,11 @@ void nv_log_close(struct nv *s)
 	for (uint32_t i = 0; i < NV_LOG_BUFS; i++)
 		if (lg->b[i].buf)
 			kvt__free_aligned(lg->b[i].buf, NV_LOG_BUF);
+	for (uint32_t i = 0; i < NV_LOG_BUFS; i++)
+		kvt__free(lg->b[i].mv);
+	kvt__free(lg->rq);
+	if (lg->rbuf)
+		kvt__free_aligned(lg->rbuf, NV_LOG_BUF);
 	if (lg->zero)
 		kvt__free_aligned(lg->zero, NV_LOG_BLOCK);
 	kvt__free(lg->segs);
@@ -146,7 +164,7 @@ void nv_log_read_ref(struct nv *s, uint32_t lseg, int delta)
 	s->lg->segs[lseg - 1].readers += (uint32_t)delta;
 }
 
-static struct nv_batch *filling(struct nv_log *lg)
+struct nv_batch *nv_log_filling(struct nv_log *lg)
 {
 	if (!lg->count)
 		return NULL;
@@ -154,7 +172,7 @@ static struct nv_batch *filling(struct nv_log *lg)
 	return b->state == NV_B_FILL ? b : NULL;
 }
 
-static struct nv_batch *new_batch(struct nv_log *lg)
+struct nv_batch *nv_log_new_batch(struct nv_log *lg)
 {
 	if (lg->count == NV_LOG_BUFS)
 		return NULL;
@@ -162,6 +180,7 @@ static struct nv_batch *new_batch(struct nv_log *lg)
 	b->state = NV_B_FILL;
 	b->used = NV_LOG_BLOCK;
 	b->ops = b->ops_tail = NULL;
+	b->nmv = 0;
 	b->err = 0;
 	b->syncing = false;
 	struct nv_log_rec *r = (struct nv_log_rec *)b->buf;
@@ -229,7 +248,7 @@ static bool advance(struct nv *s)
 			lg->have_cur = true;
 			continue;
 		}
-		if (g->readers || g->batches)
+		if (g->readers || g->batches || g->movers)
 			return false;
 		/* FIFO reuse: what is left of the segment's objects goes (region eviction). */
 		uint32_t tag = next + 1;
@@ -254,7 +273,7 @@ static bool advance(struct nv *s)
 }
 
 /* Seal batch b and issue its write. false: it stays the filling batch for now. */
-static bool seal(struct nv *s, struct nv_batch *b)
+bool nv_log_seal(struct nv *s, struct nv_batch *b)
 {
 	struct nv_log *lg = s->lg;
 	if (lg->broken)
@@ -286,6 +305,8 @@ static bool seal(struct nv *s, struct nv_batch *b)
 			r->ent[i].off += b->off; /* staged relative to the batch */
 	for (struct nv_op *op = b->ops; op; op = op->bnext)
 		op->loff += b->off;
+	for (uint32_t i = 0; i < b->nmv; i++)
+		b->mv[i].loff += b->off;
 	r->crc = nv_log_crc(r);
 	b->state = NV_B_FLIGHT;
 	lg->inflight++;
@@ -305,10 +326,12 @@ static int stage_one(struct nv *s, struct nv_op *op)
 		return -1; /* the file path takes it */
 	}
 	uint64_t need = KVT_ALIGN_UP(op->len, NV_LOG_BLOCK);
-	struct nv_batch *b = filling(lg);
+	struct nv_batch *b = nv_log_filling(lg);
 	struct nv_log_rec *r = b ? (struct nv_log_rec *)b->buf : NULL;
-	if (b && (b->used + need > NV_LOG_BUF || r->n >= NV_LOG_MAXENT)) {
-		if (!seal(s, b)) {
+	/* A batch of re-appended objects (tier_nvme_log_reinsert.c) was sized to fit the
+	 * current segment: it goes alone, or advancing past it could wait on itself. */
+	if (b && (b->used + need > NV_LOG_BUF || r->n >= NV_LOG_MAXENT || b->nmv)) {
+		if (!nv_log_seal(s, b)) {
 			if (lg->broken) {
 				op->log = false;
 				return -1;
@@ -317,11 +340,11 @@ static int stage_one(struct nv *s, struct nv_op *op)
 		}
 		b = NULL;
 	}
-	if (!b && !(b = new_batch(lg)))
+	if (!b && !(b = nv_log_new_batch(lg)))
 		return 0; /* every buffer in flight */
 	r = (struct nv_log_rec *)b->buf;
 	if (!drain_tombs(lg, b) || r->n >= NV_LOG_MAXENT) {
-		seal(s, b); /* removals first: this put goes into a later batch */
+		nv_log_seal(s, b); /* removals first: this put goes into a later batch */
 		return 0;
 	}
 	memcpy(b->buf + b->used, op->obj, op->len);
@@ -366,10 +389,11 @@ static void retry_waiting(struct nv *s)
 	struct nv_log *lg = s->lg;
 	struct nv_op *op;
 	while ((op = lg->wait_head)) {
+		struct nv_op *nx = op->bnext; /* stage_one reuses bnext for the batch's list */
 		int r = stage_one(s, op);
 		if (!r)
 			return;
-		lg->wait_head = op->bnext;
+		lg->wait_head = nx;
 		if (!lg->wait_head)
 			lg->wait_tail = NULL;
 		op->bnext = NULL;
@@ -429,15 +453,16 @@ static bool drain_tombs(struct nv_log *lg, struct nv_batch *b)
 void nv_log_kick(struct nv *s)
 {
 	struct nv_log *lg = s->lg;
+	nv_log_reinsert(s); /* before the segment after cur is reused: keep its hot objects */
 	retry_waiting(s);
-	struct nv_batch *b = filling(lg);
+	struct nv_batch *b = nv_log_filling(lg);
 	if (!b && lg->ntombs && !lg->broken && lg->inflight < NV_LOG_BUFS - 1)
-		b = new_batch(lg);
+		b = nv_log_new_batch(lg);
 	if (b)
 		drain_tombs(lg, b);
 	if (b && ((struct nv_log_rec *)b->buf)->n && lg->inflight < NV_LOG_BUFS - 1)
-		seal(s, b);
-	if (lg->broken && (b = filling(lg)) && b->ops) {
+		nv_log_seal(s, b);
+	if (lg->broken && (b = nv_log_filling(lg)) && b->ops) {
 		/* No segment: hand the staged writes to the file path. */
 		struct nv_op *op = b->ops;
 		b->ops = b->ops_tail = NULL;
@@ -486,6 +511,7 @@ static void ack(struct nv *s)
 			if (lg->have_cur && lg->cur == b->seg)
 				lg->cur_off = lg->segs[b->seg].bytes;
 		}
+		nv_log_moved(s, b);
 		struct nv_op *op = b->ops;
 		b->ops = b->ops_tail = NULL;
 		b->state = NV_B_FREE;

@@ -1,7 +1,7 @@
 /*
  * tier_nvme_log.h - the on-disk format and the in-memory state of the NVMe tier's
  * small-object log, shared by its writer (tier_nvme_log.c) and its open-time scan
- * (tier_nvme_log_recover.c) only. Why a log, and its crash-safety argument: docs/NVME_LOG.md.
+ * (tier_nvme_log_recover.c) and its reinsertion (tier_nvme_log_reinsert.c) only. Why a log, and its crash-safety argument: docs/NVME_LOG.md.
  *
  * A segment <first dir>/log/<n>.kvl is a 4 KiB header (magic, segment number, generation,
  * CRC32C) followed by batches. A batch is one write: a 4 KiB commit record (magic, segment,
@@ -62,9 +62,21 @@ struct nv_seg {
 	uint64_t gen;	  /* from its header; bumped each time it is reused */
 	uint32_t readers; /* reads in flight: not reused meanwhile */
 	uint32_t batches; /* batches written and not yet acknowledged */
+	uint32_t movers;  /* unacknowledged batches re-appending its objects: not reused meanwhile */
 };
 
 enum nv_bstate { NV_B_FREE, NV_B_FILL, NV_B_FLIGHT, NV_B_DONE };
+
+/* An object being re-appended (tier_nvme_log_reinsert.c): where its index entry pointed when
+ * it was copied; the entry moves at the batch's acknowledgement only if it still does. */
+struct nv_move {
+	struct kvt_key key;
+	uint64_t gen;  /* the entry's */
+	uint32_t lseg; /* the entry's (segment + 1) and offset when it was collected */
+	uint64_t from;
+	uint64_t loff; /* in a batch: its new offset */
+	uint32_t len;
+};
 
 struct nv_batch {
 	struct nv_io io; /* kind IO_LOG; first member: the CQE's user data is the batch */
@@ -74,6 +86,9 @@ struct nv_batch {
 	uint8_t *buf; /* NV_LOG_BUF bytes, aligned: record, then objects */
 	uint64_t used;
 	struct nv_op *ops, *ops_tail; /* the writes it acknowledges */
+	struct nv_move *mv;	      /* re-appended objects (NV_LOG_MAXENT slots) */
+	uint32_t nmv;
+	uint32_t mvseg; /* the segment they come from */
 	uint32_t seg;
 	uint64_t off, seq;
 };
@@ -100,9 +115,22 @@ struct nv_log {
 	/* writes waiting for a staging buffer or a segment, oldest first (through bnext): not
 	 * in the ring's ready list, where they would hold up reads a segment reuse waits for */
 	struct nv_op *wait_head, *wait_tail;
+	/* reinsertion (tier_nvme_log_reinsert.c): the hot objects of the segment after cur,
+	 * collected once per reuse of that segment, re-appended a batch at a time */
+	uint64_t reins_max;	 /* bytes per reuse at most */
+	uint32_t reins_seg;	 /* segment they were collected from (UINT32_MAX: none) */
+	uint64_t reins_gen;	 /* and its generation then */
+	struct nv_move *rq;	 /* collected, not yet copied: rq[rq_head .. rq_n) */
+	uint32_t rq_n, rq_head, rq_cap;
+	uint8_t *rbuf; /* NV_LOG_BUF: one read covers the copies of one batch */
 };
 
 uint32_t nv_log_crc(const void *block);
+struct nv_batch *nv_log_filling(struct nv_log *lg);
+struct nv_batch *nv_log_new_batch(struct nv_log *lg);
+bool nv_log_seal(struct nv *s, struct nv_batch *b);
+void nv_log_reinsert(struct nv *s);
+void nv_log_moved(struct nv *s, struct nv_batch *b);
 int nv_log_seg_open(struct nv *s, uint32_t n, bool create);
 
 #endif

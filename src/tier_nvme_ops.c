@@ -333,6 +333,7 @@ static void start_read(struct nv *s, struct nv_op *op)
 		 * this read is in flight (nv_finish drops the reference). */
 		op->lseg = e->lseg;
 		op->base = e->loff;
+		e->hot = true; /* kept when its segment is reused (tier_nvme_log_reinsert.c) */
 		nv_log_read_ref(s, op->lseg, +1);
 		op->stage = ST_R_DATA;
 	} else if (e->fdc) {

@@ -65,7 +65,7 @@ class TierStats(ctypes.Structure):
             "objects", "bytes", "capacity_bytes", "hits", "misses", "reads", "read_bytes",
             "writes", "write_bytes", "evictions", "checksum_failures", "errors",
             "writes_skipped", "removes", "deadline_misses", "write_budget_bytes",
-            "write_budget_used_bytes",
+            "write_budget_used_bytes", "reinsert_bytes",
         )
     ]
 

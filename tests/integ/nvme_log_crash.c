@@ -8,7 +8,12 @@
  * served under a key it no longer holds), every write the child saw acknowledged must be
  * there, and objects the parent removed before a clean close must stay removed. Cycles
  * nvme.fsync none/data/full; odd iterations use a capacity of a few segments, so the child
- * reuses segments (the test checks generations went past 1) while it is killed.
+ * reuses segments (the test checks generations went past 1) while it is killed. On odd
+ * iterations the child also reads back what earlier children left in the log, then objects
+ * between rounds (recent ones and ones an earlier child wrote), which makes them hot: segment reuse then re-appends them
+ * (tier_nvme_log_reinsert.c), so kills also land mid-reclaim, while copies are staged or in
+ * flight. Every read the child makes must be exact too, and the children must have
+ * re-appended objects (the count each reports in a side file).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -58,7 +63,57 @@ static void child_cb(void *arg, int64_t res)
 	batch_cb(sl->b, res);
 }
 
-static void child(const char *dir, int iter, int ack_fd)
+/* Reads back a few objects so they become hot: exact, or not found (evicted). */
+static void child_reads(struct kvt_tier *t, int iter, uint64_t n, uint8_t *rbuf)
+{
+	for (int i = 0; i < 16; i++) {
+		uint64_t h = mix64(n * 31 + (uint64_t)i);
+		/* half from this child's last ~2.5 segments, half from the child two before */
+		uint64_t id = i % 2 ? ((uint64_t)iter << 32 | (n - 1 - h % KVT_MIN(n, 640)))
+				    : ((uint64_t)(iter >= 2 ? iter - 2 : iter) << 32 | h % 4096);
+		if (i % 2 && !n)
+			continue;
+		struct kvt_key k = make_key(77, id);
+		int rc = t_read1(t, &k, rbuf, 0, 64 << 10);
+		if (rc == -ENOENT)
+			continue;
+		if (rc != 64 << 10 || check_object(rbuf, 64 << 10, &k))
+			_exit(6); /* a torn or stale read during reinsertion */
+	}
+}
+
+struct hot {
+	struct kvt_key k[2048];
+	uint64_t len[2048];
+	int n;
+};
+
+static int hot_fn(void *arg, const struct kvt_key *k, uint64_t bytes)
+{
+	struct hot *h = arg;
+	if (bytes <= (512u << 10) && h->n < 2048) {
+		h->k[h->n] = *k;
+		h->len[h->n++] = bytes;
+	}
+	return 0;
+}
+
+/* Reads back what earlier children left in the log (exact, or evicted meanwhile): those
+ * objects are hot, so the segments this child reuses first have objects to re-append. */
+static void child_read_old(struct kvt_tier *t, uint8_t *rbuf)
+{
+	static struct hot h;
+	h.n = 0;
+	if (t->ops->scan(t, hot_fn, &h) < 0)
+		_exit(8);
+	for (int i = 0; i < h.n; i++) {
+		int rc = t_read1(t, &h.k[i], rbuf, 0, h.len[i]);
+		if (rc != -ENOENT && (rc != (int)h.len[i] || check_object(rbuf, h.len[i], &h.k[i])))
+			_exit(6);
+	}
+}
+
+static void child(const char *dir, int iter, int ack_fd, int stat_fd)
 {
 	struct kvt_tier *t;
 	if (open_tier(&t, "nvme.dirs", dir, "nvme.bytes", child_capacity(iter), "nvme.fsync",
@@ -71,11 +126,22 @@ static void child(const char *dir, int iter, int ack_fd)
 	struct batch b = BATCH_INIT;
 	for (int i = 0; i < SLOTS; i++)
 		bufs[i] = abuf(MAX_OBJ);
+	uint8_t *rbuf = abuf(MAX_OBJ);
+	if (iter % 2)
+		child_read_old(t, rbuf);
 	uint64_t deadline = kvt__now_ns() + 10ull * 1000000000ull; /* never runs away */
 	for (uint64_t n = 0; kvt__now_ns() < deadline; n++) {
 		/* Buffers are borrowed until the callback: rounds of SLOTS writes, one per slot. */
-		if (n % SLOTS == 0)
+		if (n % SLOTS == 0) {
 			batch_wait(&b, 0);
+			if (iter % 2) {
+				child_reads(t, iter, n, rbuf);
+				struct kvt_tier_stats st = {0};
+				t->ops->stats(t, &st);
+				if (pwrite(stat_fd, &st.reinsert_bytes, 8, 0) != 8)
+					_exit(7);
+			}
+		}
 		struct slot *sl = &slots[n % SLOTS];
 		sl->id = (uint64_t)iter << 32 | n;
 		sl->ack_fd = ack_fd;
@@ -116,8 +182,13 @@ int main(void)
 {
 	char root[] = "/tmp/kvt-nvme-log-crash-XXXXXX";
 	CHECK(mkdtemp(root));
-	char dir[300];
-	snprintf(dir, sizeof(dir), "%s/d", root);
+	/* Even iterations (no eviction, many segments) and odd ones (a 3-segment cycle that the
+	 * children go round) use their own directories: in one, the odd children's cycle would
+	 * cover every segment the even ones created, and the segments they reuse would hold
+	 * nothing left to keep. */
+	char dirs[2][300];
+	snprintf(dirs[0], sizeof(dirs[0]), "%s/d", root);
+	snprintf(dirs[1], sizeof(dirs[1]), "%s/r", root);
 	srand((unsigned)time(NULL) ^ (unsigned)getpid());
 	uint8_t *rbuf = abuf(MAX_OBJ);
 	struct collect c = {0};
@@ -125,21 +196,31 @@ int main(void)
 	int max_listed = 0;
 	uint64_t t0 = kvt__now_ns();
 	static uint64_t acked[1 << 16];
-	static struct kvt_key removed[1 << 14];
-	int n_removed = 0;
+	static struct kvt_key removed_by[2][1 << 14];
+	int n_removed_by[2] = {0, 0};
 	long total_removed = 0;
+	uint64_t total_reinserted = 0;
+	char statp[320];
+	snprintf(statp, sizeof(statp), "%s/reinserted", root);
 	for (int iter = 0; iter < ITERATIONS; iter++) {
+		const char *dir = dirs[iter % 2];
+		struct kvt_key *removed = removed_by[iter % 2];
+		int *np = &n_removed_by[iter % 2], n_removed = *np;
 		int p[2];
 		CHECK_EQ(pipe(p), 0);
 		fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+		int sfd = open(statp, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		CHECK(sfd >= 0);
 		pid_t pid = fork();
 		CHECK(pid >= 0);
 		if (pid == 0) {
 			close(p[0]);
-			child(dir, iter, p[1]);
+			child(dir, iter, p[1], sfd);
 		}
 		close(p[1]);
-		usleep((useconds_t)(rand() % 300000)); /* 0-300 ms, open included */
+		/* 0-300 ms, open included; odd iterations 200-1500 ms, so that reclaims with
+		 * copies in flight are reached also on a loaded machine */
+		usleep((useconds_t)(iter % 2 ? 200000 + rand() % 1300000 : rand() % 300000));
 		CHECK_EQ(kill(pid, SIGKILL), 0);
 		int status;
 		CHECK_EQ(waitpid(pid, &status, 0), pid);
@@ -152,6 +233,10 @@ int main(void)
 		while ((r = read(p[0], (char *)acked + got, sizeof(acked) - got)) > 0)
 			got += (size_t)r;
 		close(p[0]);
+		uint64_t rb = 0;
+		if (pread(sfd, &rb, 8, 0) == 8)
+			total_reinserted += rb;
+		close(sfd);
 		int n_acked = (int)(got / sizeof(uint64_t));
 		if (iter % 2 == 0)
 			total_acked += n_acked;
@@ -172,6 +257,7 @@ int main(void)
 		}
 		total_removed += n_removed;
 		n_removed = 0;
+		*np = 0;
 		/* Every object the index lists is whole and correct. */
 		c.n = 0;
 		CHECK_EQ(t->ops->scan(t, collect_fn, &c), 0);
@@ -209,22 +295,25 @@ int main(void)
 				 * reused a segment */
 				int rc = t_remove(t, &c.keys[i]);
 				CHECK(rc == 0 || rc == -ENOENT);
-				if (!rc && n_removed < (int)(sizeof(removed) / sizeof(removed[0])))
+				if (!rc && n_removed < (int)(sizeof(removed_by[0]) /
+							       sizeof(removed_by[0][0])))
 					removed[n_removed++] = c.keys[i];
 			}
+		*np = n_removed;
 		kvt__tier_close(t);
 	}
-	uint64_t max_gen = max_generation(dir);
+	uint64_t max_gen = max_generation(dirs[1]);
 	char logdir[320];
-	snprintf(logdir, sizeof(logdir), "%s/log", dir);
+	snprintf(logdir, sizeof(logdir), "%s/log", dirs[1]);
 	printf("nvme_log_crash: %d iterations, %ld objects verified (max %d at once, %ld of more "
 	       "than 4 MiB), %ld acknowledged writes checked, %ld removals checked, %d log "
-	       "segments, highest generation %llu, %.1f s\n",
+	       "segments, highest generation %llu, %llu bytes re-appended by children, %.1f s\n",
 	       ITERATIONS, total_checked, max_listed, total_large, total_acked, total_removed,
 	       count_files(logdir, "", ".kvl"), (unsigned long long)max_gen,
-	       (double)(kvt__now_ns() - t0) / 1e9);
+	       (unsigned long long)total_reinserted, (double)(kvt__now_ns() - t0) / 1e9);
 	CHECK(max_listed > 0 && total_acked > 0 && total_large > 0 && total_removed > 0);
 	CHECK(max_gen >= 2); /* segments were reused while children were killed */
+	CHECK(total_reinserted > 0); /* and hot objects were re-appended */
 	free(c.keys);
 	free(c.bytes);
 	free(rbuf);
