@@ -164,8 +164,12 @@ static bool drain_queue(struct nv *s)
 		struct nv_op *op = list;
 		list = op->next;
 		op->next = NULL;
-		if (closing) {
-			/* Never started: complete without touching any state. */
+		if (closing && op->type != OP_DROP) {
+			/* Never started: complete without touching any state. A drop of a corrupt
+			 * object is still done: it only unlinks an index entry (and queues a log
+			 * tombstone, which close waits for), and a get that found the object
+			 * corrupt may have returned just before this close - its drop must
+			 * survive the restart. */
 			kvt_tier_cb cb = op->cb;
 			void *arg = op->arg;
 			op_release(s, op);
