@@ -497,6 +497,23 @@ static void run_op(struct kvt_client *c, struct cop *o)
 	pthread_mutex_unlock(&c->io_lock);
 }
 
+/* A finished operation onto the completion queue; the eventfd turns readable, and
+ * kvt__client_poll runs its callback on the caller's thread. */
+static void cq_push(struct kvt_client *c, struct cop *o)
+{
+	o->next = NULL;
+	pthread_mutex_lock(&c->cq_lock);
+	if (c->cq_tail)
+		c->cq_tail->next = o;
+	else
+		c->cq_head = o;
+	c->cq_tail = o;
+	pthread_mutex_unlock(&c->cq_lock);
+	uint64_t one = 1;
+	ssize_t w = write(c->efd, &one, sizeof(one));
+	(void)w;
+}
+
 static void *worker_main(void *arg)
 {
 	struct kvt_client *c = arg;
@@ -515,16 +532,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&c->q_lock);
 		run_op(c, o);
 		o->next = NULL;
-		pthread_mutex_lock(&c->cq_lock);
-		if (c->cq_tail)
-			c->cq_tail->next = o;
-		else
-			c->cq_head = o;
-		c->cq_tail = o;
-		pthread_mutex_unlock(&c->cq_lock);
-		uint64_t one = 1;
-		ssize_t w = write(c->efd, &one, sizeof(one));
-		(void)w;
+		cq_push(c, o);
 	}
 }
 
@@ -720,16 +728,7 @@ int kvt__client_complete(struct kvt_client *c, kvt_cb cb, void *arg, const struc
 	pthread_mutex_lock(&c->q_lock);
 	c->queued++; /* kvt__client_poll counts it off */
 	pthread_mutex_unlock(&c->q_lock);
-	pthread_mutex_lock(&c->cq_lock);
-	if (c->cq_tail)
-		c->cq_tail->next = o;
-	else
-		c->cq_head = o;
-	c->cq_tail = o;
-	pthread_mutex_unlock(&c->cq_lock);
-	uint64_t one = 1;
-	ssize_t w = write(c->efd, &one, sizeof(one));
-	(void)w;
+	cq_push(c, o);
 	return 0;
 }
 
