@@ -76,17 +76,6 @@ static int free_port(void)
 		       (unsigned long long)st.reservations_expired);                               \
 	} while (0)
 
-struct load_done {
-	int calls;
-	struct kvt_result res;
-};
-
-static void load_cb(void *arg, const struct kvt_result *res)
-{
-	struct load_done *d = arg;
-	d->calls++;
-	d->res = *res;
-}
 
 /* STATUS through a library client store's own connection */
 static struct kvtd_status raw_status_of(struct kvt_store *s)
@@ -385,9 +374,9 @@ static void test_device_load(struct kvt_store *s)
 		struct kvt_emu_event *ev = NULL;
 		CHECK(kvt_emu_event_create(&ev) == 0);
 		struct kvt_device_dep dep = {KVT_DEP_EMU_EVENT, ev};
-		struct load_done d = {0};
+		struct tr_done d = {0};
 		struct kvt_device_op *op;
-		CHECK_RC(kvt_device_load(r.dev, s, &k, ids, 1, held ? &dep : NULL, load_cb, &d, &op),
+		CHECK_RC(kvt_device_load(r.dev, s, &k, ids, 1, held ? &dep : NULL, tr_on_done, &d, &op),
 			 0);
 		if (held) {
 			usleep(700 * 1000); /* past daemon.lease_ms (300) and its sweep */

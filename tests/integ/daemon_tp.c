@@ -105,16 +105,6 @@ static void key_of(uint64_t seed, struct kvt_key *k)
 	k->bytes[31] = 0x7e;
 }
 
-struct done {
-	int calls;
-	struct kvt_result res;
-};
-static void on_done(void *arg, const struct kvt_result *res)
-{
-	struct done *d = arg;
-	d->calls++;
-	d->res = *res;
-}
 
 /* What a rank reports on the shared result pipe (one write, atomic). */
 struct report {
@@ -138,8 +128,8 @@ static struct kvt_result device_store(struct kvt_store *s, uint64_t seed, uint32
 	free(logical);
 	struct kvt_key key;
 	key_of(seed, &key);
-	struct done d = {0};
-	CHECK_RC(kvt_device_store(r->dev, s, &key, NULL, NTOK, ids, NBLK, dep, on_done, &d, NULL),
+	struct tr_done d = {0};
+	CHECK_RC(kvt_device_store(r->dev, s, &key, NULL, NTOK, ids, NBLK, dep, tr_on_done, &d, NULL),
 		 0);
 	if (dep) /* held back by a dependency never signalled: it stays reserved */
 		return (struct kvt_result){.status = INT32_MIN};
@@ -361,9 +351,9 @@ static void test_load(struct kvt_store *rd, uint64_t seed)
 		CHECK(tr_rank_open(&r, NULL, &G, KVT_LAYOUT_FLASH_ATTN, BS, NB, 2 * i, 2 * i + 2,
 				   POISON, NULL) == 0);
 		tr_shuffled_ids(&bseed, NB, ids, NBLK);
-		struct done d = {0};
+		struct tr_done d = {0};
 		struct kvt_device_op *op;
-		CHECK_RC(kvt_device_load(r.dev, rd, &key, ids, NBLK, NULL, on_done, &d, &op), 0);
+		CHECK_RC(kvt_device_load(r.dev, rd, &key, ids, NBLK, NULL, tr_on_done, &d, &op), 0);
 		CHECK(kvt_device_op_wait(op, 10000) == 0);
 		kvt_device_op_free(op);
 		for (int k = 0; k < 1000 && !d.calls; k++)
@@ -380,8 +370,8 @@ static void test_load(struct kvt_store *rd, uint64_t seed)
 	uint32_t ids[NBLK];
 	CHECK(tr_rank_open(&r, NULL, &G, KVT_LAYOUT_FLASH_ATTN, BS, NB, 0, 4, POISON, NULL) == 0);
 	tr_shuffled_ids(&bseed, NB, ids, NBLK);
-	struct done d = {0};
-	CHECK_RC(kvt_device_load(r.dev, rd, &missing, ids, NBLK, NULL, on_done, &d, NULL), 0);
+	struct tr_done d = {0};
+	CHECK_RC(kvt_device_load(r.dev, rd, &missing, ids, NBLK, NULL, tr_on_done, &d, NULL), 0);
 	for (int k = 0; k < 1000 && !d.calls; k++)
 		kvt_poll(rd, 10);
 	CHECK(d.calls == 1);

@@ -26,19 +26,8 @@
 		}                                                                                  \
 	} while (0)
 
-struct done {
-	int calls;
-	struct kvt_result res;
-};
 
-static void on_done(void *arg, const struct kvt_result *res)
-{
-	struct done *d = arg;
-	d->calls++;
-	d->res = *res;
-}
-
-static void poll_until(struct kvt_store *s, struct done *d, int calls)
+static void poll_until(struct kvt_store *s, struct tr_done *d, int calls)
 {
 	for (int i = 0; i < 1000 && d->calls < calls; i++)
 		kvt_poll(s, 10);
@@ -106,7 +95,7 @@ int main(void)
 	struct kvt_emu_event *ev;
 	CHECK(kvt_emu_event_create(&ev) == 0);
 	struct kvt_device_dep dep = {KVT_DEP_EMU_EVENT, ev};
-	struct done dw[2] = {{0}};
+	struct tr_done dw[2] = {{0}};
 	struct kvt_device_op *op;
 	for (int i = 0; i < 2; i++) {
 		CHECK(tr_rank_open(&w[i], NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 4 * i, 4 * i + 4,
@@ -114,13 +103,13 @@ int main(void)
 		tr_shuffled_ids(&seed, nb, ids[i], nblk);
 		tr_rank_load_logical(&w[i], logical, n, ids[i]);
 	}
-	CHECK(kvt_device_store(w[1].dev, s, &key, &parent, n, ids[1], nblk, NULL, on_done, &dw[1],
+	CHECK(kvt_device_store(w[1].dev, s, &key, &parent, n, ids[1], nblk, NULL, tr_on_done, &dw[1],
 			       NULL) == 0);
 	poll_until(s, &dw[1], 1);
 	CHECK(dw[1].res.status == 4); /* 4 heads still missing */
 	/* Half an object is never visible. */
 	CHECK(kvt_lookup_sync(s, &key, 1, NULL) == 0);
-	CHECK(kvt_device_store(w[0].dev, s, &key, &parent, n, ids[0], nblk, &dep, on_done, &dw[0],
+	CHECK(kvt_device_store(w[0].dev, s, &key, &parent, n, ids[0], nblk, &dep, tr_on_done, &dw[0],
 			       &op) == 0);
 	usleep(50000);
 	CHECK(kvt_device_op_layers_done(op) == 0);
@@ -139,8 +128,8 @@ int main(void)
 	CHECK(memcmp(got, logical, plen) == 0);
 
 	/* Storing a resident key copies nothing and completes with 0. */
-	struct done again = {0};
-	CHECK(kvt_device_store(w[0].dev, s, &key, &parent, n, ids[0], nblk, NULL, on_done, &again,
+	struct tr_done again = {0};
+	CHECK(kvt_device_store(w[0].dev, s, &key, &parent, n, ids[0], nblk, NULL, tr_on_done, &again,
 			       NULL) == 0);
 	poll_until(s, &again, 1);
 	CHECK(again.res.status == 0 && again.res.bytes == 0);
@@ -153,13 +142,13 @@ int main(void)
 	uint32_t counts[2] = {1, 4};
 	for (int k = 0; k < 2; k++) {
 		struct tr_rank r[4];
-		struct done dl[4] = {{0}};
+		struct tr_done dl[4] = {{0}};
 		struct kvt_device_op *lop[4];
 		for (uint32_t i = 0; i < counts[k]; i++) {
 			CHECK(tr_rank_open(&r[i], NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb,
 					   splits[k][i], splits[k][i + 1], POISON, NULL) == 0);
 			tr_shuffled_ids(&seed, nb, ids[i], nblk);
-			CHECK(kvt_device_load(r[i].dev, s, &key, ids[i], nblk, NULL, on_done,
+			CHECK(kvt_device_load(r[i].dev, s, &key, ids[i], nblk, NULL, tr_on_done,
 					      &dl[i], &lop[i]) == 0);
 		}
 		for (uint32_t i = 0; i < counts[k]; i++) {
@@ -181,9 +170,9 @@ int main(void)
 	struct kvt_key missing = key;
 	missing.bytes[0] ^= 1;
 	struct tr_rank r;
-	struct done dm = {0};
+	struct tr_done dm = {0};
 	CHECK(tr_rank_open(&r, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, POISON, NULL) == 0);
-	CHECK(kvt_device_load(r.dev, s, &missing, ids[0], nblk, NULL, on_done, &dm, NULL) == 0);
+	CHECK(kvt_device_load(r.dev, s, &missing, ids[0], nblk, NULL, tr_on_done, &dm, NULL) == 0);
 	poll_until(s, &dm, 1);
 	CHECK(dm.res.status == -ENOENT);
 	CHECK(tr_rank_check(&r, logical, 0, ids[0], POISON) == 0);
@@ -198,19 +187,19 @@ int main(void)
 	CHECK(mkdtemp(dir) != NULL);
 	s = open_store(&g, true, dir);
 	struct tr_rank wp;
-	struct done dp = {0};
+	struct tr_done dp = {0};
 	CHECK(tr_rank_open(&wp, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, 0, NULL) == 0);
 	tr_shuffled_ids(&seed, nb, ids[0], nblk);
 	tr_rank_load_logical(&wp, logical, n, ids[0]);
-	CHECK(kvt_device_store(wp.dev, s, &key, NULL, n, ids[0], nblk, NULL, on_done, &dp, NULL) ==
+	CHECK(kvt_device_store(wp.dev, s, &key, NULL, n, ids[0], nblk, NULL, tr_on_done, &dp, NULL) ==
 	      0);
 	poll_until(s, &dp, 1);
 	CHECK(dp.res.status == 0);
 	memset(got, 0, plen);
 	CHECK(kvt_get_sync(s, &key, 0, 0, got, plen, &gr) == 0);
 	CHECK(memcmp(got, logical, plen) == 0);
-	struct done dn = {0};
-	CHECK(kvt_device_load(wp.dev, s, &key, ids[0], nblk, NULL, on_done, &dn, NULL) == -ENOTSUP);
+	struct tr_done dn = {0};
+	CHECK(kvt_device_load(wp.dev, s, &key, ids[0], nblk, NULL, tr_on_done, &dn, NULL) == -ENOTSUP);
 	tr_rank_close(&wp);
 	CHECK(kvt_flush_sync(s) == 0);
 	kvt_store_close(s);

@@ -216,4 +216,17 @@ static inline size_t tr_obj_check(const uint8_t *obj, size_t obj_len, const stru
 	return bad;
 }
 
+/* One store or device call's completion, counted: the result of the last one. */
+struct tr_done {
+	int calls;
+	struct kvt_result res;
+};
+
+static inline void tr_on_done(void *arg, const struct kvt_result *res)
+{
+	struct tr_done *d = (struct tr_done *)arg; /* also compiled as C++ (bench/gpu_check.cu) */
+	d->calls++;
+	d->res = *res;
+}
+
 #endif
