@@ -13,23 +13,9 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "nvme_util.h"
+#include "nvme_crash_lib.h"
 
 #define ITERATIONS 30
-#define MAX_OBJ ((5u << 20) + 4096)
-#define LARGE_OBJ (4u << 20) /* above: a new file is fallocated before its pieces are written */
-
-static const char *fsync_modes[] = {"none", "data", "full"};
-
-/* Up to 512 KiB; one object in 16 is 4-5 MiB, more than two 2 MiB pieces, so the kill also
- * lands in that write path (create, fallocate, pieces). */
-static uint64_t obj_len(uint64_t i)
-{
-	uint64_t h = mix64(i ^ 0xabcdef);
-	if (h % 16 == 0)
-		return LARGE_OBJ + 4096 * (1 + (h >> 8) % 256);
-	return 4096 * (1 + h % ((512u << 10) / 4096));
-}
 
 /* Even iterations never evict, so every acknowledged write must be found afterwards; odd
  * ones run with a small capacity, so eviction (rename to a temp name + async unlink) is
@@ -39,20 +25,6 @@ static const char *child_capacity(int iter)
 	return iter % 2 ? "16MiB" : "1GiB";
 }
 
-struct slot {
-	uint64_t id;
-	int ack_fd;
-	struct batch *b;
-};
-
-/* Runs on the tier's thread: report the acknowledged id to the parent, then count. */
-static void child_cb(void *arg, int64_t res)
-{
-	struct slot *sl = arg;
-	if (res == 0 && write(sl->ack_fd, &sl->id, sizeof(sl->id)) != sizeof(sl->id))
-		_exit(5);
-	batch_cb(sl->b, res);
-}
 
 static void child(const char *dir, int iter, int ack_fd)
 {
@@ -110,53 +82,23 @@ int main(void)
 			child(dir, iter, p[1]);
 		}
 		close(p[1]);
-		usleep((useconds_t)(rand() % 200000)); /* 0-200 ms, open included */
-		CHECK_EQ(kill(pid, SIGKILL), 0);
-		int status;
-		CHECK_EQ(waitpid(pid, &status, 0), pid);
-		if (!WIFSIGNALED(status)) {
-			fprintf(stderr, "child exited early: status %d\n", WEXITSTATUS(status));
+		/* 0-200 ms, open included */
+		int n_acked = crash_kill(pid, p[0], (useconds_t)(rand() % 200000), acked,
+					 sizeof(acked) / sizeof(acked[0]));
+		if (n_acked < 0)
 			return 1;
-		}
-		size_t got = 0;
-		ssize_t r;
-		while ((r = read(p[0], (char *)acked + got, sizeof(acked) - got)) > 0)
-			got += (size_t)r;
-		close(p[0]);
-		int n_acked = (int)(got / sizeof(uint64_t));
 		if (iter % 2 == 0)
 			total_acked += n_acked;
 
 		struct kvt_tier *t;
 		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "1GiB", NULL), 0);
 		CHECK_EQ(count_files(dir, ".tmp.", ""), 0);
-		/* Every object the index lists is whole and correct. */
-		c.n = 0;
-		CHECK_EQ(t->ops->scan(t, collect_fn, &c), 0);
+		/* Every object the index lists is whole and correct; an acknowledged write
+		 * survives the kill (unless evicted, odd iterations). */
 		uint64_t listed_bytes = 0;
-		for (int i = 0; i < c.n; i++) {
-			CHECK(c.bytes[i] <= MAX_OBJ);
-			listed_bytes += c.bytes[i];
-			total_large += c.bytes[i] > LARGE_OBJ;
-			int rc = t_read1(t, &c.keys[i], rbuf, 0, c.bytes[i]);
-			if (rc != (int)c.bytes[i] || check_object(rbuf, c.bytes[i], &c.keys[i])) {
-				fprintf(stderr, "iteration %d: object %d of %d is torn (rc %d)\n",
-					iter, i, c.n, rc);
-				return 1;
-			}
-		}
-		/* An acknowledged write survives the kill (unless evicted, odd iterations). */
-		for (int i = 0; i < n_acked && iter % 2 == 0; i++) {
-			struct kvt_key k = make_key(77, acked[i]);
-			int rc = t_read1(t, &k, rbuf, 0, obj_len(acked[i]));
-			if (rc != (int)obj_len(acked[i]) ||
-			    check_object(rbuf, obj_len(acked[i]), &k)) {
-				fprintf(stderr,
-					"iteration %d: acknowledged object %d lost (rc %d)\n", iter,
-					i, rc);
-				return 1;
-			}
-		}
+		if (crash_verify(t, iter, &c, rbuf, acked, n_acked, iter % 2 == 0, &listed_bytes,
+				 &total_large))
+			return 1;
 		total_checked += c.n;
 		if (c.n > max_listed)
 			max_listed = c.n;
