@@ -55,7 +55,8 @@ static void collect(struct nv *s, uint32_t seg)
 		m->len = (uint32_t)e->bytes;
 		bytes += need;
 	}
-	qsort(lg->rq, lg->rq_n, sizeof(*lg->rq), cmp_from);
+	if (lg->rq_n > 1) /* rq is NULL until the first object is listed */
+		qsort(lg->rq, lg->rq_n, sizeof(*lg->rq), cmp_from);
 }
 
 /* Copy listed objects into batch b (new, empty) while they fit it and the current segment:
@@ -115,7 +116,12 @@ static void fill(struct nv *s, struct nv_batch *b)
 void nv_log_reinsert(struct nv *s)
 {
 	struct nv_log *lg = s->lg;
-	if (!lg->reins_max || lg->broken || !lg->have_cur || lg->nmax < 2 || s->closing)
+	if (!lg->reins_max || lg->broken || !lg->have_cur || lg->nmax < 2)
+		return;
+	pthread_mutex_lock(&s->qlock); /* nv_close sets closing under it */
+	bool closing = s->closing;
+	pthread_mutex_unlock(&s->qlock);
+	if (closing)
 		return;
 	uint32_t next = (lg->cur + 1) % lg->nmax;
 	struct nv_seg *ng = &lg->segs[next], *cg = &lg->segs[lg->cur];

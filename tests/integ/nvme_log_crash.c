@@ -40,11 +40,11 @@ static void child_reads(struct kvt_tier *t, int iter, uint64_t n, uint8_t *rbuf)
 {
 	for (int i = 0; i < 16; i++) {
 		uint64_t h = mix64(n * 31 + (uint64_t)i);
+		if (i % 2 && !n) /* nothing of this child's yet (and h % 0 below) */
+			continue;
 		/* half from this child's last ~2.5 segments, half from the child two before */
 		uint64_t id = i % 2 ? ((uint64_t)iter << 32 | (n - 1 - h % KVT_MIN(n, 640)))
 				    : ((uint64_t)(iter >= 2 ? iter - 2 : iter) << 32 | h % 4096);
-		if (i % 2 && !n)
-			continue;
 		struct kvt_key k = make_key(77, id);
 		int rc = t_read1(t, &k, rbuf, 0, 64 << 10);
 		if (rc == -ENOENT)
