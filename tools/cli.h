@@ -49,6 +49,12 @@ int cli_getopt(const char *cmd, int argc, char **argv, struct cli_store_opts *o,
 struct kvt_config *cli_config(const struct cli_store_opts *o);
 /* cli_config + kvt_store_open; NULL after printing one error line. */
 struct kvt_store *cli_open_store(const struct cli_store_opts *o);
+/* For the commands that talk to a running kvtierd: parse the store options plus
+ * `--daemon PATH` (required; --help prints usage) and open a store whose calls go to that
+ * daemon. NULL with *exit_code set (0 after --help, 2 for a usage error, 1 if the daemon
+ * could not be reached), after one error line. */
+struct kvt_store *cli_open_daemon(const char *cmd, int argc, char **argv, const char *usage,
+				  struct cli_store_opts *o, const char **path, int *exit_code);
 /* Print "kvtier <cmd>: <message>" to stderr; returns 1 (the exit code to use). */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Log callback printing library messages to stderr with a level prefix. */
