@@ -158,6 +158,7 @@ struct acq {
 	pthread_cond_t cv;
 	bool done;
 	int rc, tier;
+	int cause; /* a failed promotion: why (written before acq_cb runs) */
 	struct kvt_slot_ref ref;
 };
 
@@ -212,7 +213,7 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 	kvt_storage_key(g_ns, &r->key, &sk);
 	struct acq a = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 	kvt__store_count_get(s);
-	int rc = RETRY(kvt__store_acquire(s, &sk, acq_cb, &a));
+	int rc = RETRY(kvt__store_acquire_cause(s, &sk, acq_cb, &a, &a.cause));
 	if (rc == 0) {
 		pthread_mutex_lock(&a.m);
 		while (!a.done)
@@ -221,6 +222,8 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 		rc = a.rc;
 	}
 	res->status = rc;
+	if (rc == -ENOENT) /* a miss says why, as an in-process get's (set before acq_cb) */
+		res->cause = a.cause;
 	if (rc < 0)
 		return;
 	c->pin_expiry[c->npins] = kvt__now_ns() + g_lease_ns;
