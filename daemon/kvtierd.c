@@ -44,6 +44,7 @@ struct conn {
 	pid_t pid;
 	int pidfd;
 	uint32_t next_lease; /* lease ids of this connection: 1, 2, ... (never 0) */
+	bool tp; /* it sent a TP_RESERVE: its thread also ends the leases of TP objects */
 	uint8_t *shm;
 	size_t shm_len;
 	/* slots pinned for the client's own copy (GET_PIN until UNPIN); released when the
@@ -494,6 +495,7 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 			res->status = -EPROTO;
 		break;
 	case KVTD_TP_RESERVE:
+		c->tp = true;
 		kvtd_tp_reserve(c, r, p, rep);
 		break;
 	case KVTD_TP_WRITTEN:
@@ -528,6 +530,8 @@ static void *conn_main(void *arg)
 		/* While it holds pins or reservations, the client gets until their leases end to
 		 * speak; then they are let go, and it may stay connected. */
 		uint64_t next = expire_leases(c, kvt__now_ns());
+		if (c->tp) /* and the objects it claimed tensor-parallel heads of */
+			next = KVT_MIN(next, kvtd_tp_expire(c));
 		if (next != UINT64_MAX) {
 			uint64_t now = kvt__now_ns();
 			int ms = next > now ? (int)KVT_MIN((next - now + 999999) / 1000000,
@@ -848,7 +852,7 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 		g_pool_fd = fd;
 	}
 	memcpy(g_ns, kvt_store_ns_id(g_st.store), sizeof(g_ns));
-	kvtd_tp_init(g_st.store, g_ns, g_pool, g_pool_writable);
+	kvtd_tp_init(g_st.store, g_ns, g_pool, g_pool_writable, g_lease_ns);
 	g_shm_max = KVT_ALIGN_UP(KVT_MAX(kvt_payload_bytes(&g_geo, g_geo.chunk_tokens),
 					 (uint64_t)KVTD_SHM_MIN),
 				 4096) +
