@@ -146,12 +146,12 @@ static uint64_t sweep_for(const void *conn)
 			n_quar++;
 			n_cancelled++;
 		} else {
-			if (conn && p->claimed)
-				for (uint32_t h = 0; h < kv_heads; h++)
-					if (p->head[h].state == H_CLAIMED && p->head[h].owner == conn) {
-						next = KVT_MIN(next, p->touched_ns + lease_ns);
-						break;
-					}
+			for (uint32_t h = 0; conn && p->claimed && h < kv_heads; h++) {
+				if (p->head[h].state == H_CLAIMED && p->head[h].owner == conn) {
+					next = KVT_MIN(next, p->touched_ns + lease_ns);
+					break;
+				}
+			}
 			pp = &p->next;
 		}
 	}

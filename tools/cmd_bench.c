@@ -862,10 +862,11 @@ int kvt_cmd_bench(int argc, char **argv)
 			 * n_keys - the working set to come - so a small test cluster does not fill
 			 * up over a phase. Within a round nothing is removed: the pool needs room
 			 * for one round's writes on top of the working set. */
-			if (fresh && rados)
-				remove_ids(s, &kg, round_id, next_id,
-					   phases[p] == 0 ? done_ids : NULL,
-					   phases[p] == 0 ? (size_t)KVT_MIN(n_done, (uint64_t)n_keys) : 0);
+			if (fresh && rados) {
+				bool w = phases[p] == 0;
+				remove_ids(s, &kg, round_id, next_id, w ? done_ids : NULL,
+					   w ? (size_t)KVT_MIN(n_done, (uint64_t)n_keys) : 0);
+			}
 			if (have_dev) {
 				struct devstat before = kd[p];
 				dev_acc(devp, &d0, &kd[p]);

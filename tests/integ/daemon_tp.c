@@ -23,6 +23,7 @@
  */
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include "../unit/device_common.h"
@@ -543,6 +544,38 @@ static void test_stopped(struct kvt_store *rd, uint64_t seed, int lease_ms)
 	CHECK_EQ(status(rd).tp_partials, 0);
 	printf("  a rank SIGSTOPped mid-write: its object cancelled at the end of the lease "
 	       "(%d ms), rewritten while the rank was still stopped\n", lease_ms);
+
+	/* A rank that speaks again after the lease (the raw protocol: claim every head, then
+	 * silence): its report is refused with -ETIMEDOUT, its claims end there (again:
+	 * -ECANCELED), and nothing is published. */
+	memcpy(kvtd_ns, kvt_store_ns_id(rd), sizeof(kvtd_ns));
+	uint8_t *pool;
+	size_t pool_len;
+	struct raw w = raw_attach_pool(&pool, &pool_len);
+	struct kvt_key k;
+	key_of(seed + 1, &k);
+	struct kvtd_req q = {.op = KVTD_TP_RESERVE, .key = k, .n_tokens = NTOK,
+			     .layer_end = G.kv_heads,
+			     .len = sizeof(struct kvtd_tp_claim) + G.kv_heads};
+	struct kvtd_rep rep;
+	CHECK_RC(raw_call(w.sock, &q, -1, &rep), 0);
+	CHECK_RC(rep.res.status, 0);
+	CHECK_EQ(status(rd).tp_partials, 1);
+	t0 = kvt__now_ns();
+	uint64_t bound = (uint64_t)(lease_ms + 5000) * 1000000ull;
+	while (status(rd).tp_partials && kvt__now_ns() - t0 < bound)
+		usleep(20000);
+	CHECK_EQ(status(rd).tp_partials, 0);
+	struct kvtd_req wq = {.op = KVTD_TP_WRITTEN, .key = k, .n = (uint64_t)rep.slot,
+			      .layer_end = G.kv_heads};
+	CHECK_RC(raw_call(w.sock, &wq, -1, &rep), 0);
+	CHECK_RC(rep.res.status, -ETIMEDOUT);
+	CHECK_RC(raw_call(w.sock, &wq, -1, &rep), 0);
+	CHECK_RC(rep.res.status, -ECANCELED);
+	expect_miss(rd, seed + 1, buf, len);
+	raw_close(&w);
+	munmap(pool, pool_len);
+	printf("  a rank's report after its object's lease: -ETIMEDOUT, nothing published\n");
 	free(ref);
 	free(buf);
 }
