@@ -443,7 +443,7 @@ static void usage(void)
 	       "keys, one write_full each, removed after each round, untimed; redis and s3 writes\n"
 	       "overwrite a working-set key with one SET / PUT (as the references do); dram and fs\n"
 	       "writes replace a working-set key (remove, then put). redis, s3 and rados: the\n"
-	       "working set is removed at the end, untimed.\n"
+	       "working set is removed at the end, untimed (not after failed operations).\n"
 	       "kvtier bench --workload mlperf-kv --help: the MLPerf Storage KV-cache workload\n");
 }
 
