@@ -44,6 +44,7 @@ struct conn {
 	pid_t pid;
 	int pidfd;
 	uint32_t next_lease; /* lease ids of this connection: 1, 2, ... (never 0) */
+	bool tp; /* it sent a TP_RESERVE: its thread also ends the leases of TP objects */
 	uint8_t *shm;
 	size_t shm_len;
 	/* slots pinned for the client's own copy (GET_PIN until UNPIN); released when the
@@ -158,6 +159,7 @@ struct acq {
 	pthread_cond_t cv;
 	bool done;
 	int rc, tier;
+	int cause; /* a failed promotion: why (written before acq_cb runs) */
 	struct kvt_slot_ref ref;
 };
 
@@ -212,7 +214,7 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 	kvt_storage_key(g_ns, &r->key, &sk);
 	struct acq a = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 	kvt__store_count_get(s);
-	int rc = RETRY(kvt__store_acquire(s, &sk, acq_cb, &a));
+	int rc = RETRY(kvt__store_acquire_cause(s, &sk, acq_cb, &a, &a.cause));
 	if (rc == 0) {
 		pthread_mutex_lock(&a.m);
 		while (!a.done)
@@ -221,6 +223,8 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 		rc = a.rc;
 	}
 	res->status = rc;
+	if (rc == -ENOENT) /* a miss says why, as an in-process get's (set before acq_cb) */
+		res->cause = a.cause;
 	if (rc < 0)
 		return;
 	c->pin_expiry[c->npins] = kvt__now_ns() + g_lease_ns;
@@ -491,6 +495,7 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 			res->status = -EPROTO;
 		break;
 	case KVTD_TP_RESERVE:
+		c->tp = true;
 		kvtd_tp_reserve(c, r, p, rep);
 		break;
 	case KVTD_TP_WRITTEN:
@@ -525,6 +530,8 @@ static void *conn_main(void *arg)
 		/* While it holds pins or reservations, the client gets until their leases end to
 		 * speak; then they are let go, and it may stay connected. */
 		uint64_t next = expire_leases(c, kvt__now_ns());
+		if (c->tp) /* and the objects it claimed tensor-parallel heads of */
+			next = KVT_MIN(next, kvtd_tp_expire(c));
 		if (next != UINT64_MAX) {
 			uint64_t now = kvt__now_ns();
 			int ms = next > now ? (int)KVT_MIN((next - now + 999999) / 1000000,
@@ -845,7 +852,7 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 		g_pool_fd = fd;
 	}
 	memcpy(g_ns, kvt_store_ns_id(g_st.store), sizeof(g_ns));
-	kvtd_tp_init(g_st.store, g_ns, g_pool, g_pool_writable);
+	kvtd_tp_init(g_st.store, g_ns, g_pool, g_pool_writable, g_lease_ns);
 	g_shm_max = KVT_ALIGN_UP(KVT_MAX(kvt_payload_bytes(&g_geo, g_geo.chunk_tokens),
 					 (uint64_t)KVTD_SHM_MIN),
 				 4096) +

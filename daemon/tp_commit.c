@@ -13,9 +13,14 @@
  * seals (header, CRCs) and publishes the object. Until then the slot is pinned and no
  * reader can see it. An object is cancelled (slot back to the pool, nothing visible) when a
  * rank reports a failed copy, when a connection holding unwritten claims goes away (the
- * rank died), or when nobody has claimed or written anything for STALE_NS (ranks that never
- * came). A cancelled object's slot is given back only once no rank still holds a claim on
- * it: a live rank may still be copying into it.
+ * rank died), when nobody has claimed or written anything for STALE_NS (ranks that never
+ * came), or when claims are held but the object was untouched for daemon.lease_ms (a rank
+ * alive but stuck - SIGSTOPped, hung - that would otherwise keep it, and its slot, without
+ * end: the pins and reservations of kvtierd.c have the same lease). A cancelled object's
+ * slot is given back only once no rank still holds a claim on it: a live rank may still be
+ * copying into it. An expired object's key is given back at once (the same object can be
+ * written afresh, into another slot) and its slot is quarantined off the table until the
+ * connections holding its claims report or go.
  */
 #include "tp_commit.h"
 
@@ -28,7 +33,7 @@
 #include "internal.h"
 
 #define STALE_NS (60ull * 1000000000ull)
-/* Bound on open objects: each holds a DRAM slot. */
+/* Bound on open and quarantined objects: each holds a DRAM slot. */
 #define MAX_OPEN 1024
 
 enum { H_FREE = 0, H_CLAIMED = 1, H_WRITTEN = 2 };
@@ -49,6 +54,8 @@ struct part {
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct part *tab;
+static struct part *quar; /* expired with claims held: slot kept until they are dropped */
+static uint64_t n_quar, lease_ns;
 static struct kvt_store *store;
 static uint8_t ns[KVT_NS_ID_BYTES];
 static uint8_t *pool;
@@ -56,9 +63,10 @@ static bool enabled;
 static uint32_t kv_heads;
 static uint64_t n_open, n_published, n_cancelled;
 
-void kvtd_tp_init(struct kvt_store *s, const uint8_t *ns_id, void *p, bool on)
+void kvtd_tp_init(struct kvt_store *s, const uint8_t *ns_id, void *p, bool on, uint64_t lease)
 {
 	store = s;
+	lease_ns = lease;
 	memcpy(ns, ns_id, sizeof(ns));
 	pool = p;
 	enabled = on;
@@ -84,19 +92,83 @@ static struct part **find(const struct kvt_key *skey)
 	return pp;
 }
 
-/* Cancel what nobody works on any more: cancelled objects whose claims are gone, and
- * objects untouched for STALE_NS with no claim outstanding. mu held. */
-static void sweep(void)
+/* Drop conn's claims on p (all heads, or those of [h0, h1)). mu held. */
+static bool drop_claims(struct part *p, const void *conn, uint32_t h0, uint32_t h1)
 {
-	uint64_t now = kvt__now_ns();
+	bool held = false;
+	for (uint32_t h = h0; h < h1 && h < kv_heads; h++) {
+		if (p->head[h].state == H_CLAIMED && p->head[h].owner == conn) {
+			p->head[h].state = H_FREE;
+			p->head[h].owner = NULL;
+			p->claimed--;
+			held = true;
+		}
+	}
+	return held;
+}
+
+/* Quarantined objects with no claim left: their slots back to the pool. mu held. */
+static void release_quarantined(void)
+{
+	struct part **pp = &quar;
+	while (*pp) {
+		struct part *p = *pp;
+		if (p->claimed) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		kvt__store_release(store, &p->ref);
+		free(p);
+		n_quar--;
+	}
+}
+
+/* Cancel what nobody works on any more: cancelled objects whose claims are gone, objects
+ * untouched for STALE_NS with no claim outstanding, and (lease) objects with claims held
+ * but untouched for lease_ns: their key given back, their slot quarantined. mu held.
+ * Returns the earliest lease end of an object conn holds claims on (UINT64_MAX: none). */
+static uint64_t sweep_for(const void *conn)
+{
+	uint64_t now = kvt__now_ns(), next = UINT64_MAX;
 	struct part **pp = &tab;
 	while (*pp) {
 		struct part *p = *pp;
-		if (!p->claimed && (p->error || now - p->touched_ns > STALE_NS))
+		if (!p->claimed && (p->error || now - p->touched_ns > STALE_NS)) {
 			cancel(pp);
-		else
+		} else if (p->claimed && lease_ns && now - p->touched_ns >= lease_ns) {
+			*pp = p->next;
+			kvt__store_cancel_keep(store, &p->ref);
+			p->error = -ETIMEDOUT;
+			p->next = quar;
+			quar = p;
+			n_open--;
+			n_quar++;
+			n_cancelled++;
+		} else {
+			for (uint32_t h = 0; conn && p->claimed && h < kv_heads; h++) {
+				if (p->head[h].state == H_CLAIMED && p->head[h].owner == conn) {
+					next = KVT_MIN(next, p->touched_ns + lease_ns);
+					break;
+				}
+			}
 			pp = &p->next;
+		}
 	}
+	return next;
+}
+
+static void sweep(void)
+{
+	sweep_for(NULL);
+}
+
+uint64_t kvtd_tp_expire(const void *conn)
+{
+	pthread_mutex_lock(&mu);
+	uint64_t next = sweep_for(conn);
+	pthread_mutex_unlock(&mu);
+	return next;
 }
 
 void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim_out,
@@ -117,7 +189,7 @@ void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim_out
 	sweep();
 	struct part *p = *find(&sk);
 	if (!p) {
-		if (n_open >= MAX_OPEN) {
+		if (n_open + n_quar >= MAX_OPEN) {
 			res->status = -EBUSY;
 			goto out;
 		}
@@ -177,9 +249,15 @@ void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_resu
 	pthread_mutex_lock(&mu);
 	struct part **pp = find(&sk), *p = *pp;
 	if (!p || (uint64_t)p->ref.id != r->n) {
-		/* cancelled and gone (stale, or this connection was dropped meanwhile) */
-		pthread_mutex_unlock(&mu);
+		/* Its lease ran out (quarantined: this rank's claims on it end here), or it was
+		 * cancelled and is gone (stale, or this connection was dropped meanwhile). */
 		res->status = -ECANCELED;
+		for (struct part *q = quar; q; q = q->next)
+			if ((uint64_t)q->ref.id == r->n && !memcmp(&q->skey, &sk, sizeof(sk)) &&
+			    drop_claims(q, conn, r->layer_begin, r->layer_end))
+				res->status = -ETIMEDOUT;
+		release_quarantined();
+		pthread_mutex_unlock(&mu);
 		return;
 	}
 	for (uint32_t h = r->layer_begin; h < r->layer_end; h++) {
@@ -221,19 +299,12 @@ void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_resu
 void kvtd_tp_conn_gone(const void *conn)
 {
 	pthread_mutex_lock(&mu);
-	for (struct part *p = tab; p; p = p->next) {
-		bool held = false;
-		for (uint32_t h = 0; h < kv_heads; h++) {
-			if (p->head[h].state == H_CLAIMED && p->head[h].owner == conn) {
-				p->head[h].state = H_FREE;
-				p->head[h].owner = NULL;
-				p->claimed--;
-				held = true;
-			}
-		}
-		if (held && !p->error)
+	for (struct part *p = tab; p; p = p->next)
+		if (drop_claims(p, conn, 0, kv_heads) && !p->error)
 			p->error = -ECONNRESET; /* a rank died mid-write */
-	}
+	for (struct part *p = quar; p; p = p->next)
+		drop_claims(p, conn, 0, kv_heads);
+	release_quarantined();
 	sweep();
 	pthread_mutex_unlock(&mu);
 }
@@ -243,6 +314,9 @@ void kvtd_tp_cancel_all(void)
 	pthread_mutex_lock(&mu);
 	while (tab)
 		cancel(&tab);
+	for (struct part *p = quar; p; p = p->next) /* every connection is gone */
+		p->claimed = 0;
+	release_quarantined();
 	pthread_mutex_unlock(&mu);
 }
 

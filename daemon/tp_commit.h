@@ -16,13 +16,20 @@ struct kvt_store;
 
 /* Once, before serving: the store, its namespace, and the DRAM pool clients map (enabled:
  * they map it writable; else every TP_RESERVE is -ENOTSUP). */
-void kvtd_tp_init(struct kvt_store *s, const uint8_t *ns_id, void *pool, bool enabled);
+void kvtd_tp_init(struct kvt_store *s, const uint8_t *ns_id, void *pool, bool enabled,
+		  uint64_t lease_ns);
 /* TP_RESERVE for the connection conn (any unique pointer); claim: the request's range of
  * the connection's region, checked by kvtd_req_check. */
 void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim,
 		     struct kvtd_rep *rep);
-/* TP_WRITTEN: res->status = heads still missing, 0 published, < 0 cancelled. */
+/* TP_WRITTEN: res->status = heads still missing, 0 published, < 0 cancelled (-ETIMEDOUT:
+ * the object's lease ran out before this rank reported). */
 void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_result *res);
+/* Cancel objects whose lease (lease_ns, from their last claim or report) ended with claims
+ * still held: the key is given back, the slot quarantined until those claims are reported
+ * or their connections go. Returns when the lease of an object conn holds claims on ends
+ * (kvt__now_ns() clock; UINT64_MAX: none), for conn's thread to call again then. */
+uint64_t kvtd_tp_expire(const void *conn);
 /* conn went away: objects it holds unwritten claims on are cancelled (their slot back to the
  * pool once no other rank is still copying into it). */
 void kvtd_tp_conn_gone(const void *conn);

@@ -202,8 +202,9 @@ struct kvt_result {
 			    * every tier asked, -EBADMSG a copy was corrupt (dropped), -ETIMEDOUT a
 			    * tier missed its deadline, -EAGAIN a tier was skipped (its circuit is
 			    * open after repeated failures), another -errno a tier failed; the
-			    * first such cause on the way. 0 otherwise (and on a client of kvtierd,
-			    * which does not carry it yet). */
+			    * first such cause on the way; on a client of kvtierd the daemon's, or
+			    * the transport's error when it could not be reached (docs/DAEMON.md).
+			    * 0 otherwise. */
 };
 typedef void (*kvt_cb)(void *arg, const struct kvt_result *res);
 

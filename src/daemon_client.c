@@ -272,14 +272,18 @@ static int ensure(struct kvt_client *c)
 
 /* -------------------------------------------------------------- operations */
 
-/* A transport failure reads as a miss for the calls that look things up. */
+/* A transport failure reads as a miss for the calls that look things up; a get's miss
+ * says why (kvt_result.cause): the transport's error, the daemon being its only tier. */
 static void failed(struct cop *o, int rc)
 {
 	o->res.status = rc;
-	if (o->op == KVTD_GET)
+	if (o->op == KVTD_GET) {
 		o->res.status = -ENOENT;
-	else if (o->op == KVTD_LOOKUP || o->op == KVTD_PREFETCH)
+		/* (no socket file is -ENOENT from connect, which as a cause would read "absent") */
+		o->res.cause = rc == -ENOENT ? -ENOTCONN : rc;
+	} else if (o->op == KVTD_LOOKUP || o->op == KVTD_PREFETCH) {
 		o->res.status = 0;
+	}
 }
 
 static void run_lookup_like(struct kvt_client *c, struct cop *o)

@@ -42,6 +42,11 @@ void kvt__store_cancel_keep(struct kvt_store *s, struct kvt_slot_ref *ref);
 typedef void (*kvt_acquire_cb)(void *arg, int rc, const struct kvt_slot_ref *ref, int tier);
 int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
 		       void *arg);
+/* The same; a promotion that fails sets *cause (which must live until cb) before cb runs to
+ * why no tier served it (kvt_result.cause: 0, -EBADMSG, -ETIMEDOUT, -EAGAIN, a tier's
+ * error), so kvtierd can tell its clients. A hit leaves it alone. */
+int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
+			     void *arg, int *cause);
 void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref);
 /* Count a get served by acquire/release (kvtierd's clients reading the shared pool). */
 void kvt__store_count_get(struct kvt_store *s);

@@ -401,6 +401,12 @@ static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquir
 int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
 		       void *arg)
 {
+	return kvt__store_acquire_cause(s, key, cb, arg, NULL);
+}
+
+int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
+			     void *arg, int *cause)
+{
 	if (s->client) return -ENOTSUP;
 	if (!s->dram)
 		return -ENOTSUP;
@@ -423,12 +429,12 @@ int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acqui
 		}
 		return rc;
 	}
-	int rc = fill_start(s, key, cb, arg, NULL);
+	int rc = fill_start(s, key, cb, arg, cause);
 	if (rc == -EBUSY) {
 		/* A put of this key is being published right now; it is a hit once it lands. */
 		if (kvt__dram_get(s->dram, key, &ref) == 0) {
 			kvt__dram_unpin(s->dram, ref.id);
-			return kvt__store_acquire(s, key, cb, arg);
+			return kvt__store_acquire_cause(s, key, cb, arg, cause);
 		}
 	}
 	return rc;

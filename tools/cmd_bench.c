@@ -74,9 +74,13 @@ struct run {
 	size_t payload;
 	uint32_t n_tokens;
 	int read_pct;
-	/* Writes store new keys (an empty store fills, then each write evicts the least
-	 * recently used object) instead of replacing a working-set key. */
+	/* Writes store new keys (nvme: an empty store fills, then each write evicts the least
+	 * recently used object; rados: one write_full each, the round's objects removed after
+	 * it) instead of replacing a working-set key. */
 	bool fresh;
+	/* A replacement is one put over the stored object, no remove first (redis, s3: the
+	 * tier's SET / PUT replaces it, as the reference's SET / PUT over its key space do). */
+	bool in_place;
 	const struct keygen *kg;
 	uint64_t *next_id;
 	uint64_t *done_ids; /* fresh writes in completion order, a ring of n_keys */
@@ -105,7 +109,9 @@ static void op_done(void *arg, const struct kvt_result *res)
 		r->errors++;
 		r->last_err = res->status;
 	} else {
-		if (sl->k == SIZE_MAX)
+		/* the write phase's last writes become the working set; a mixed phase's
+		 * fresh writes do not (the reads use the set stored before it) */
+		if (sl->k == SIZE_MAX && r->read_pct == 0)
 			r->done_ids[(*r->n_done)++ % r->n_keys] = sl->id;
 		if (now >= r->ramp_ns) {
 			r->t_last = now;
@@ -154,9 +160,10 @@ static void removed(void *arg, const struct kvt_result *res)
 
 /* Reads pick a working-set key no other slot is using (a write replaces its object, so a
  * read of the same key at the same moment could miss). A write either stores a new key
- * (fresh) or replaces a working-set key: a content-addressed store skips a put of a key it
- * holds, so it first removes the old object - the steady state of a full cache, where
- * every new chunk replaces an old one. */
+ * (fresh: one tier write) or replaces a working-set key. A store with a tier that skips a
+ * put of a key it holds (content addresses: DRAM, nvme, fs) first removes the old object -
+ * the steady state of a full cache, where every new chunk replaces an old one - two tier
+ * operations per write; redis and s3 (in_place) overwrite it with the one put. */
 static void submit(struct slot *sl)
 {
 	struct run *r = sl->r;
@@ -176,7 +183,7 @@ static void submit(struct slot *sl)
 	r->busy[k] = 1;
 	sl->k = k;
 	sl->key = r->keys[k];
-	if (sl->is_read || kvt_remove(r->s, &sl->key, removed, sl) < 0)
+	if (sl->is_read || r->in_place || kvt_remove(r->s, &sl->key, removed, sl) < 0)
 		start_op(sl);
 }
 
@@ -211,7 +218,7 @@ struct phase_args {
 	unsigned qd;
 	double ramp, seconds;
 	int read_pct;
-	bool fresh;
+	bool fresh, in_place;
 	const struct keygen *kg;
 	uint64_t *next_id, *done_ids, *n_done;
 };
@@ -221,6 +228,7 @@ static int run_phase(const struct phase_args *a, struct phase_result *out)
 {
 	struct run r = {.s = a->s, .keys = a->keys, .n_keys = a->n_keys, .payload = a->payload,
 			.n_tokens = a->n_tokens, .read_pct = a->read_pct, .fresh = a->fresh,
+			.in_place = a->in_place,
 			.kg = a->kg, .next_id = a->next_id, .done_ids = a->done_ids,
 			.n_done = a->n_done, .rng = 0x9e3779b97f4a7c15ull ^ *a->next_id};
 	unsigned qd = a->qd;
@@ -302,9 +310,20 @@ static void rm_done(void *arg, const struct kvt_result *res)
 	((struct rm_ctx *)arg)->inflight--;
 }
 
-/* Remove the objects of key ids [lo, hi) but those in keep[0..nkeep): a RADOS pool keeps
- * what the bench writes, so the bench cleans up after itself as `rados bench` does. Not
- * timed; up to 32 removals in flight. */
+static void remove_one(struct kvt_store *s, const struct kvt_key *k, struct rm_ctx *c)
+{
+	while (c->inflight >= 32)
+		kvt_poll(s, 100);
+	int rc;
+	while ((rc = kvt_remove(s, k, rm_done, c)) == -EAGAIN)
+		kvt_poll(s, 100);
+	if (rc == 0)
+		c->inflight++;
+}
+
+/* Remove the objects of key ids [lo, hi) but those in keep[0..nkeep): a RADOS pool, a
+ * bucket or a Redis server keeps what the bench writes, so the bench cleans up after
+ * itself as `rados bench` does. Not timed; up to 32 removals in flight. */
 static void remove_ids(struct kvt_store *s, const struct keygen *kg, uint64_t lo, uint64_t hi,
 		       const uint64_t *keep, size_t nkeep)
 {
@@ -320,19 +339,23 @@ static void remove_ids(struct kvt_store *s, const struct keygen *kg, uint64_t lo
 	for (uint64_t id = lo; id < hi; id++) {
 		if (kept[id - lo])
 			continue;
-		while (c.inflight >= 32)
-			kvt_poll(s, 100);
 		struct kvt_key k;
 		key_of(kg, id, &k);
-		int rc;
-		while ((rc = kvt_remove(s, &k, rm_done, &c)) == -EAGAIN)
-			kvt_poll(s, 100);
-		if (rc == 0)
-			c.inflight++;
+		remove_one(s, &k, &c);
 	}
 	while (c.inflight)
 		kvt_poll(s, 100);
 	free(kept);
+}
+
+/* Remove the working set: what the per-round and per-phase removals leave stored. */
+static void remove_keys(struct kvt_store *s, const struct kvt_key *keys, size_t n)
+{
+	struct rm_ctx c = {0};
+	for (size_t i = 0; i < n; i++)
+		remove_one(s, &keys[i], &c);
+	while (c.inflight)
+		kvt_poll(s, 100);
 }
 
 static const char *reference_name(const char *tier)
@@ -416,7 +439,11 @@ static void usage(void)
 	       "                      one store (store.daemon) are sure to use disjoint keys\n"
 	       "  --config/--set/--json as for every command\n"
 	       "nvme writes store new keys into a store that starts empty (then each write evicts\n"
-	       "the least recently used object); other tiers' writes replace a working-set key.\n"
+	       "the least recently used object); rados writes (write and mixed phases) store new\n"
+	       "keys, one write_full each, removed after each round, untimed; redis and s3 writes\n"
+	       "overwrite a working-set key with one SET / PUT (as the references do); dram and fs\n"
+	       "writes replace a working-set key (remove, then put). redis, s3 and rados: the\n"
+	       "working set is removed at the end, untimed (not after failed operations).\n"
 	       "kvtier bench --workload mlperf-kv --help: the MLPerf Storage KV-cache workload\n");
 }
 
@@ -624,6 +651,12 @@ int kvt_cmd_bench(int argc, char **argv)
 				o.tier), 2;
 	bool nvme = !strcmp(o.tier, "nvme");
 	bool rados = !strcmp(o.tier, "rados");
+	/* One server write per measured write, as the references: rados stores new objects
+	 * (`rados bench write`), redis and s3 overwrite working-set keys (redis-benchmark's
+	 * SET over -r keys, curl's PUT over as many names). Servers keep what the bench wrote:
+	 * it removes it (untimed). */
+	bool in_place = !strcmp(o.tier, "redis") || !strcmp(o.tier, "s3");
+	bool remote = rados || in_place;
 	bool local = nvme || !strcmp(o.tier, "fs");
 	if (o.fsync && !local)
 		return cli_fail("bench", "--fsync applies to the nvme and fs tiers only"), 2;
@@ -765,12 +798,13 @@ int kvt_cmd_bench(int argc, char **argv)
 		phases[n_ph++] = 100;
 		phases[n_ph++] = o.mixed_pct;
 	}
-	/* nvme writes go into the empty store; everything else needs the working set first. */
+	/* A first phase of fresh writes (nvme: into the empty store; rados) needs no working
+	 * set before it; everything else does. */
 	char devp[256] = "";
 	if (local)
 		dev_path(dir, devp, sizeof(devp));
 	bool have_set = false;
-	if (!nvme || phases[0] != 0) {
+	if (!(nvme || rados) || phases[0] != 0) {
 		int wrc = working_set(s, &kg, keys, n_keys, n_tokens, payload, &next_id, done_ids,
 				      n_done);
 		if (wrc < 0)
@@ -792,9 +826,10 @@ int kvt_cmd_bench(int argc, char **argv)
 	uint64_t wa_stored = 0;
 	for (int p = 0; p < n_ph; p++) {
 		struct phase_result kround[100], rround[100];
-		/* nvme: into the empty store; rados: new objects, as `rados bench write` writes
-		 * (a replacement would be a remove and a write: two operations) */
-		bool fresh = (nvme || rados) && phases[p] == 0;
+		/* nvme: writes into the empty store. rados: writes of new objects in the write
+		 * and the mixed phase, one write_full each like `rados bench write` (a replacement
+		 * by remove, then put is two operations) */
+		bool fresh = (nvme && phases[p] == 0) || (rados && phases[p] < 100);
 		uint64_t first_id = next_id;
 		if (!fresh && !have_set) {
 			int wrc = working_set(s, &kg, keys, n_keys, n_tokens, payload, &next_id,
@@ -816,17 +851,22 @@ int kvt_cmd_bench(int argc, char **argv)
 			struct phase_args pa = {.s = s, .keys = keys, .n_keys = n_keys,
 						.payload = payload, .n_tokens = n_tokens,
 						.qd = o.queue_depth, .ramp = o.ramp, .seconds = slice,
-						.read_pct = phases[p], .fresh = fresh, .kg = &kg,
+						.read_pct = phases[p], .fresh = fresh,
+						.in_place = in_place, .kg = &kg,
 						.next_id = &next_id, .done_ids = done_ids,
 						.n_done = &n_done};
 			uint64_t round_id = next_id;
 			run_phase(&pa, &kround[r]);
 			kvt_flush_sync(s);
-			/* rados: drop the round's objects but the last n_keys (the working set to
-			 * come), so a small test cluster does not fill up mid-phase */
-			if (fresh && rados)
-				remove_ids(s, &kg, round_id, next_id, done_ids,
-					   (size_t)KVT_MIN(n_done, (uint64_t)n_keys));
+			/* rados: drop the round's objects, untimed, but (write phase) the last
+			 * n_keys - the working set to come - so a small test cluster does not fill
+			 * up over a phase. Within a round nothing is removed: the pool needs room
+			 * for one round's writes on top of the working set. */
+			if (fresh && rados) {
+				bool w = phases[p] == 0;
+				remove_ids(s, &kg, round_id, next_id, w ? done_ids : NULL,
+					   w ? (size_t)KVT_MIN(n_done, (uint64_t)n_keys) : 0);
+			}
 			if (have_dev) {
 				struct devstat before = kd[p];
 				dev_acc(devp, &d0, &kd[p]);
@@ -894,7 +934,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			if (!r || q > spread[p][1])
 				spread[p][1] = q;
 		}
-		if (fresh) {
+		if (fresh && phases[p] == 0) {
 			/* reads and replacements use the objects the write phase stored last */
 			uint64_t last_id = next_id;
 			int wrc = working_set(s, &kg, keys, n_keys, n_tokens, payload, &next_id,
@@ -912,8 +952,17 @@ int kvt_cmd_bench(int argc, char **argv)
 		bench_ref_fio_remove(dir);
 	struct kvt_stats st;
 	kvt_stats(s, &st);
-	if (rados) /* after the statistics: the removals are no part of the measurement */
-		remove_ids(s, &kg, 0, next_id, NULL, 0);
+	/* After the statistics: the removals are no part of the measurement. Not after failed
+	 * operations: a server that fails (full, stalled) would hold the result up by a
+	 * deadline per batch of removals. */
+	uint64_t failed = 0;
+	for (int p = 0; p < n_ph; p++)
+		failed += kr[p].errors;
+	if (remote && have_set && !failed)
+		remove_keys(s, keys, n_keys);
+	else if (remote && have_set)
+		fprintf(stderr, "kvtier bench: operations failed: the working set (%zu objects) is "
+				"left on the %s tier\n", n_keys, o.tier);
 	kvt_store_close(s);
 	kvt_config_destroy(cfg);
 	free(keys);

@@ -75,4 +75,15 @@ grep -q "no reference" "$tmp/err" || fail "no word about the skipped reference: 
 grep -q -- "$PW" "$tmp/out" "$tmp/err" && fail "the password was printed"
 tail -1 "$tmp/out" | jqe '.write_gibps > 0 and .read_gibps > 0 and .errors == 0' >/dev/null ||
 	fail "redis bench: $(tail -1 "$tmp/out")"
+# (e) one server request per write, as redis-benchmark's SET (issue #11): writes are SETs over
+# working-set keys, never DEL then SET; the only DELs remove the working set at the end,
+# and nothing of it is left
+st=$(REDISCLI_AUTH=$PW redis-cli -p "$PORT" info commandstats | tr -d '\r')
+dels=$(echo "$st" | sed -n 's/^cmdstat_del:calls=\([0-9]*\),.*/\1/p')
+sets=$(echo "$st" | sed -n 's/^cmdstat_set:calls=\([0-9]*\),.*/\1/p')
+objs=$(tail -1 "$tmp/out" | jq .objects)
+[ "${dels:-0}" = "$objs" ] || fail "redis bench: $dels DELs, expected $objs (the working set's removal)"
+[ "${sets:-0}" -gt "$objs" ] || fail "redis bench: $sets SETs for a working set of $objs"
+left=$(REDISCLI_AUTH=$PW redis-cli -p "$PORT" dbsize | tr -d '\r')
+[ "$left" = 0 ] || fail "redis bench left $left keys"
 echo "pass"

@@ -16,10 +16,14 @@
  *  5. two ranks of one process sharing one client store (one connection): each reports
  *     only its own heads written, so the object appears after the second;
  *  6. a daemon stopped (SIGTERM) with an object still waiting for a rank that never came
- *     exits cleanly (it cancels the object before closing the store).
+ *     exits cleanly (it cancels the object before closing the store);
+ *  7. a rank SIGSTOPped after it reserved its heads (alive, connected, silent): the object's
+ *     lease (daemon.lease_ms) ends, the daemon cancels it, and the same key can be written
+ *     afresh while the stopped rank still holds its claims.
  */
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include "../unit/device_common.h"
@@ -489,6 +493,93 @@ static void test_killed(struct kvt_store *rd, uint64_t seed)
 	free(buf);
 }
 
+/* 7. a rank stopped, not dead: only the lease ends its object (daemon started with
+ * daemon.lease_ms = lease_ms) */
+static void test_stopped(struct kvt_store *rd, uint64_t seed, int lease_ms)
+{
+	size_t len;
+	uint8_t *ref = reference(seed, &len), *buf = malloc(len);
+	struct kvtd_status st0 = status(rd);
+	struct ranks rs = spawn_ranks(2, seed, false, 1);
+	release(&rs, 0);
+	CHECK_EQ(next_report(&rs).status, 2); /* rank 0 wrote its half */
+	release(&rs, 1);
+	struct report r = next_report(&rs);
+	CHECK_EQ(r.rank, 1);
+	CHECK_EQ(r.status, INT32_MIN); /* rank 1 reserved its heads */
+	CHECK(kill(rs.pid[1], SIGSTOP) == 0);
+	int st;
+	CHECK(waitpid(rs.pid[0], &st, 0) == rs.pid[0] && WIFEXITED(st) && !WEXITSTATUS(st));
+	track(rs.pid[0], false);
+	uint64_t t0 = kvt__now_ns();
+	struct kvtd_status s1 = status(rd);
+	CHECK_EQ(s1.tp_partials, 1);
+	expect_miss(rd, seed, buf, len);
+	/* within the lease plus slack for a loaded machine, nothing held by the stopped rank */
+	while (kvt__now_ns() - t0 < (uint64_t)(lease_ms + 5000) * 1000000ull) {
+		s1 = status(rd);
+		if (s1.tp_partials == 0)
+			break;
+		usleep(20000);
+	}
+	CHECKM(s1.tp_partials == 0, "a stopped rank's object still open after %d ms",
+	       lease_ms + 5000);
+	CHECK_EQ(s1.tp_cancelled, st0.tp_cancelled + 1);
+	CHECK_EQ(s1.tp_published, st0.tp_published);
+	expect_miss(rd, seed, buf, len);
+	/* the key is free while the rank still holds its claims: written afresh, elsewhere */
+	struct ranks again = spawn_ranks(2, seed, false, -1);
+	release(&again, 0);
+	release(&again, 1);
+	int published = 0;
+	for (int i = 0; i < 2; i++)
+		published += next_report(&again).status == 0;
+	reap(&again);
+	CHECK_EQ(published, 1);
+	expect_bytes(rd, seed, ref, len);
+	kill(rs.pid[1], SIGKILL);
+	CHECK(waitpid(rs.pid[1], &st, 0) == rs.pid[1] && WIFSIGNALED(st));
+	track(rs.pid[1], false);
+	close(rs.result);
+	CHECK_EQ(status(rd).tp_partials, 0);
+	printf("  a rank SIGSTOPped mid-write: its object cancelled at the end of the lease "
+	       "(%d ms), rewritten while the rank was still stopped\n", lease_ms);
+
+	/* A rank that speaks again after the lease (the raw protocol: claim every head, then
+	 * silence): its report is refused with -ETIMEDOUT, its claims end there (again:
+	 * -ECANCELED), and nothing is published. */
+	memcpy(kvtd_ns, kvt_store_ns_id(rd), sizeof(kvtd_ns));
+	uint8_t *pool;
+	size_t pool_len;
+	struct raw w = raw_attach_pool(&pool, &pool_len);
+	struct kvt_key k;
+	key_of(seed + 1, &k);
+	struct kvtd_req q = {.op = KVTD_TP_RESERVE, .key = k, .n_tokens = NTOK,
+			     .layer_end = G.kv_heads,
+			     .len = sizeof(struct kvtd_tp_claim) + G.kv_heads};
+	struct kvtd_rep rep;
+	CHECK_RC(raw_call(w.sock, &q, -1, &rep), 0);
+	CHECK_RC(rep.res.status, 0);
+	CHECK_EQ(status(rd).tp_partials, 1);
+	t0 = kvt__now_ns();
+	uint64_t bound = (uint64_t)(lease_ms + 5000) * 1000000ull;
+	while (status(rd).tp_partials && kvt__now_ns() - t0 < bound)
+		usleep(20000);
+	CHECK_EQ(status(rd).tp_partials, 0);
+	struct kvtd_req wq = {.op = KVTD_TP_WRITTEN, .key = k, .n = (uint64_t)rep.slot,
+			      .layer_end = G.kv_heads};
+	CHECK_RC(raw_call(w.sock, &wq, -1, &rep), 0);
+	CHECK_RC(rep.res.status, -ETIMEDOUT);
+	CHECK_RC(raw_call(w.sock, &wq, -1, &rep), 0);
+	CHECK_RC(rep.res.status, -ECANCELED);
+	expect_miss(rd, seed + 1, buf, len);
+	raw_close(&w);
+	munmap(pool, pool_len);
+	printf("  a rank's report after its object's lease: -ETIMEDOUT, nothing published\n");
+	free(ref);
+	free(buf);
+}
+
 /* 5. two ranks in this process, on the reader's store (one connection to the daemon) */
 static void test_one_process(struct kvt_store *rd, uint64_t seed)
 {
@@ -519,7 +610,7 @@ int main(int argc, char **argv)
 	setenv("KVT_TP_SOCK", sock_path, 1);
 	char data[300];
 	snprintf(data, sizeof(data), "%s/data", dir);
-	const char *args[4 + 2 * N_MODEL + 1];
+	const char *args[4 + 2 * N_MODEL + 3];
 	char sets[N_MODEL][64];
 	int n = 0;
 	args[n++] = "--dir";
@@ -556,6 +647,16 @@ int main(int argc, char **argv)
 	kvt_store_close(rd);
 	kvtd_stop(); /* SIGTERM: must exit 0 */
 	printf("  SIGTERM with an object waiting for a rank: clean exit\n");
+
+	/* 7. again with a short lease */
+	args[n++] = "--set";
+	args[n++] = "daemon.lease_ms=600";
+	args[n] = NULL;
+	kvtd_start(sock_path, args);
+	rd = open_client();
+	test_stopped(rd, 108, 600);
+	kvt_store_close(rd);
+	kvtd_stop();
 	test_rmdir(dir);
 	printf("daemon_tp: ok\n");
 	return 0;
