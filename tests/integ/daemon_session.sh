@@ -17,7 +17,7 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 S="$T/kvtierd.sock"
 "$D" --dir "$T/data" --socket "$S" --metrics "127.0.0.1:$PORT" "${SMALL[@]}" --set nvme.write_budget=1GiB 2>"$T/daemon.log" &
 DPID=$!
-for i in $(seq 100); do [ -S "$S" ] && break; sleep 0.05; done
+for i in $(seq 600); do [ -S "$S" ] && break; sleep 0.05; done
 [ -S "$S" ] || { echo "daemon did not come up"; cat "$T/daemon.log"; exit 1; }
 [ "$(stat -c %a "$S")" = 600 ] || { echo "socket mode $(stat -c %a "$S"), wanted 600"; exit 1; }
 
@@ -93,7 +93,7 @@ socket = $T/c.sock
 INI
 "$D" --config "$T/kvtierd.ini" 2>"$T/c.log" &
 CPID=$!
-for i in $(seq 100); do [ -S "$T/c.sock" ] && break; sleep 0.05; done
+for i in $(seq 600); do [ -S "$T/c.sock" ] && break; sleep 0.05; done
 st=$(timeout 30 "$K" status --daemon "$T/c.sock" "${SMALL[@]}" --json) || { cat "$T/c.log"; exit 1; }
 echo "$st" | jqe '.connections == 0 and (.tiers | keys) == ["dram"]' >/dev/null || { echo "--config daemon: $st"; exit 1; }
 kill -TERM "$CPID"; wait "$CPID"
