@@ -9,7 +9,9 @@
  * Payload crosses a memfd region shared with the daemon, not the socket. Every exchange
  * has a deadline (store.daemon_timeout_ms, as socket timeouts): a dead or restarting
  * daemon turns into errors (put, remove, flush, stats) or misses (get, lookup, prefetch),
- * and the next call reconnects.
+ * and the next call reconnects; a call whose request could not leave because the
+ * connection had died before it (the daemon restarted between two calls) reconnects and
+ * sends it once more, so a restart costs no failed call.
  */
 #include "daemon_client.h"
 
@@ -60,6 +62,9 @@ struct kvt_client {
 	/* the connection: one exchange at a time, under io_lock */
 	pthread_mutex_t io_lock;
 	int sock; /* -1: disconnected; the next exchange reconnects */
+	/* the last exchange failed before its request left: the connection was already dead
+	 * (a restarted daemon), so the request can be sent again on a new one, see stale() */
+	bool unsent;
 	int memfd;
 	uint8_t *shm;
 	size_t shm_len;
@@ -125,6 +130,7 @@ static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_r
 	req->magic = KVTD_MAGIC;
 	req->seq = ++c->seq;
 	int rc = kvtd_send(c->sock, req, sizeof(*req), fd);
+	c->unsent = rc == -EPIPE || rc == -ECONNRESET || rc == -ENOTCONN;
 	if (rc == 0) {
 		long r = kvtd_recv(c->sock, rep, sizeof(*rep), rfd);
 		if (r == 0)
@@ -270,6 +276,18 @@ static int ensure(struct kvt_client *c)
 	return c->sock >= 0 ? 0 : attach(c);
 }
 
+/* After a failed exchange: true if its request never reached a daemon because the
+ * connection had died under it (the daemon restarted since the last call) and a new
+ * connection is up. Sending it again is then safe for every request, removals included:
+ * the daemon never saw the first one. Clears the mark, so one call retries once. */
+static bool stale(struct kvt_client *c)
+{
+	if (!c->unsent)
+		return false;
+	c->unsent = false;
+	return ensure(c) == 0;
+}
+
 /* -------------------------------------------------------------- operations */
 
 /* A transport failure reads as a miss for the calls that look things up; a get's miss
@@ -302,6 +320,10 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 		int rc = ensure(c);
 		if (rc == 0)
 			rc = exchange(c, &req, &rep, -1);
+		if (rc < 0 && stale(c)) {
+			memcpy(c->shm, o->keys + done, m * KVT_KEY_BYTES); /* a new region */
+			rc = exchange(c, &req, &rep, -1);
+		}
 		if (rc < 0) {
 			failed(o, rc);
 			o->res.status = (int)total;
@@ -332,6 +354,8 @@ static int get_pinned(struct kvt_client *c, struct cop *o, const struct kvtd_req
 	req.op = KVTD_GET_PIN;
 	struct kvtd_rep rep;
 	int rc = exchange(c, &req, &rep, -1);
+	if (rc < 0 && c->unsent)
+		return -1; /* the connection was dead already: run_op reconnects and retries */
 	if (rc < 0) {
 		failed(o, rc);
 		return 0;
@@ -401,6 +425,8 @@ static int put_reserved(struct kvt_client *c, struct cop *o, const struct kvtd_r
 	req.op = KVTD_PUT_RESERVE;
 	struct kvtd_rep rep;
 	int rc = exchange(c, &req, &rep, -1);
+	if (rc < 0 && c->unsent)
+		return -1; /* the connection was dead already: run_op reconnects and retries */
 	if (rc < 0) {
 		failed(o, rc);
 		return 0;
@@ -468,23 +494,26 @@ static void run_op(struct kvt_client *c, struct cop *o)
 		pthread_mutex_unlock(&c->io_lock);
 		return;
 	}
-	if (c->sock < 0 && (rc = ensure(c)) < 0) { /* get_pinned lost the connection */
-		failed(o, rc);
-		pthread_mutex_unlock(&c->io_lock);
-		return;
-	}
-	if (o->op == KVTD_PUT) {
-		memcpy(c->shm, o->src, o->len);
-		req.len = o->len;
-	} else if (o->op == KVTD_GET) {
-		req.len = KVT_MIN(o->len, c->shm_len);
-	} else if (o->op == KVTD_STATS) {
-		req.len = sizeof(struct kvt_stats);
-	} else if (o->op == KVTD_STATUS) {
-		req.len = sizeof(struct kvtd_status);
-	}
+	c->unsent = false;
 	struct kvtd_rep rep;
-	rc = exchange(c, &req, &rep, -1);
+	for (int tries = 0;; tries++) {
+		/* get_pinned or put_reserved, or the first try below, lost the connection */
+		if (c->sock < 0 && (rc = ensure(c)) < 0)
+			break;
+		if (o->op == KVTD_PUT) {
+			memcpy(c->shm, o->src, o->len);
+			req.len = o->len;
+		} else if (o->op == KVTD_GET) {
+			req.len = KVT_MIN(o->len, c->shm_len);
+		} else if (o->op == KVTD_STATS) {
+			req.len = sizeof(struct kvt_stats);
+		} else if (o->op == KVTD_STATUS) {
+			req.len = sizeof(struct kvtd_status);
+		}
+		rc = exchange(c, &req, &rep, -1);
+		if (rc == 0 || tries || !stale(c))
+			break;
+	}
 	if (rc < 0) {
 		failed(o, rc);
 	} else {

@@ -7,7 +7,8 @@
  *  3. malformed messages (wrong size, a range outside the region, an operation before
  *     HELLO, an unsealed region) get only that connection dropped;
  *  4. the daemon killed under a client: calls fail or miss within the deadline, and after a
- *     restart on the same socket the same store reconnects and works.
+ *     restart on the same socket the same store reconnects and works, its first call after
+ *     a restart included.
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -355,6 +356,31 @@ static void test_restart(void)
 	start_daemon();
 	CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL), 0);
 	CHECK(test_check(buf, PAYLOAD, 7));
+	/* A restart between two calls: the first call after it finds its connection dead
+	 * before its request left, reconnects and sends it again - no failed call (it was
+	 * -EPIPE, a miss, before). Each kind of request once: get (through the pool), lookup,
+	 * put (through a reservation), remove. */
+	struct kvt_key k2;
+	key_of(8, &k2);
+	for (int kind = 0; kind < 4; kind++) {
+		kill(kvtd_pid, SIGTERM);
+		waitpid(kvtd_pid, NULL, 0);
+		start_daemon();
+		memset(buf, 0, PAYLOAD);
+		if (kind == 0) {
+			CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL), 0);
+			CHECK(test_check(buf, PAYLOAD, 7));
+		} else if (kind == 1) {
+			CHECK_RC(kvt_lookup_sync(s, &k, 1, &tier), 1);
+		} else if (kind == 2) {
+			test_fill(buf, PAYLOAD, 8);
+			CHECK_RC(kvt_put_sync(s, &k2, NULL, 16, buf, PAYLOAD), 0);
+			CHECK_RC(kvt_flush_sync(s), 0);
+		} else {
+			CHECK_RC(kvt_remove_sync(s, &k2), 1); /* from nvme: the restart emptied DRAM */
+			CHECK_RC(kvt_lookup_sync(s, &k2, 1, &tier), 0);
+		}
+	}
 	free(buf);
 	kvt_store_close(s);
 }
