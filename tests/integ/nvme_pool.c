@@ -95,7 +95,7 @@ int main(void)
 	snprintf(dir2, sizeof(dir2), "%s/e", root);
 	uint8_t *buf = abuf(SLOT), *rbuf = abuf(SLOT);
 	struct kvt_tier *t;
-	struct pool_list pl, pl2;
+	struct pool_list pl = {0}, pl2 = {0};
 
 	/* A store written without a pool: a read-only open with nvme.preallocate creates no
 	 * pool directory and lays out nothing. */

@@ -33,18 +33,22 @@ static inline struct kvt_tier_stats tier_stats(struct kvt_tier *t)
 }
 
 /* The files of dir/pool: slots (<id>.slot) counted in *n with their bytes in *bytes and
- * inode numbers in inos (up to cap), temp files (interrupted layouts) returned. Slots of
+ * inode numbers in inos, temp files (layouts under way or interrupted) counted. Slots of
  * another size than want (if nonzero) fail the test. */
 struct pool_list {
-	int n, temps;
+	int n, temps, temps_of; /* temps_of: temp files of process pid_of (if set) */
+	pid_t pid_of;
 	uint64_t bytes;
 	ino_t inos[4096];
 };
 
 static inline void pool_list(const char *dir, uint64_t want, struct pool_list *pl)
 {
-	char p[4096];
+	char p[4096], mine[64];
+	pid_t of = pl->pid_of;
 	memset(pl, 0, sizeof(*pl));
+	pl->pid_of = of;
+	snprintf(mine, sizeof(mine), ".tmp.layout.%d.", (int)of);
 	snprintf(p, sizeof(p), "%s/pool", dir);
 	DIR *d = opendir(p);
 	if (!d)
@@ -55,6 +59,7 @@ static inline void pool_list(const char *dir, uint64_t want, struct pool_list *p
 			continue;
 		if (!strncmp(de->d_name, ".tmp.", 5)) {
 			pl->temps++;
+			pl->temps_of += of && !strncmp(de->d_name, mine, strlen(mine));
 			continue;
 		}
 		size_t nl = strlen(de->d_name);
