@@ -416,7 +416,9 @@ static void usage(void)
 	       "                      one store (store.daemon) are sure to use disjoint keys\n"
 	       "  --config/--set/--json as for every command\n"
 	       "nvme writes store new keys into a store that starts empty (then each write evicts\n"
-	       "the least recently used object); other tiers' writes replace a working-set key.\n"
+	       "the least recently used object); its capacity is first laid out as files of the\n"
+	       "object size (nvme.preallocate, untimed like fio's layout; --set\n"
+	       "nvme.preallocate=0: without). Other tiers' writes replace a working-set key.\n"
 	       "kvtier bench --workload mlperf-kv --help: the MLPerf Storage KV-cache workload\n");
 }
 
