@@ -113,6 +113,14 @@ int nv_pool_scan(struct nv *s)
 			    fstatat(fd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
 			    st.st_size < KVT_ALIGN || st.st_size % KVT_ALIGN)
 				continue; /* not a slot of ours: left alone */
+			if (st.st_nlink > 1) {
+				/* Also an object's name: a crash kept the slot's entry after
+				 * the rename that published it (a file system without a
+				 * journal). Overwriting it would overwrite the object. */
+				if (unlinkat(fd, nm, 0) == 0)
+					temps++;
+				continue;
+			}
 			int rc = slot_add(s, di, (uint32_t)id, (uint64_t)st.st_size);
 			if (rc < 0) {
 				closedir(dir);
@@ -126,7 +134,7 @@ int nv_pool_scan(struct nv *s)
 		if (n || temps)
 			KVT_INFO(s->log,
 				 "nvme: %s: %" PRIu64 " preallocated slots free, %" PRIu64
-				 " interrupted layouts removed",
+				 " interrupted layouts (or stale slot names) removed",
 				 d->path, n, temps);
 	}
 	return 0;
