@@ -266,6 +266,8 @@ struct kvt_tier_stats {
 	uint64_t write_budget_bytes;  /* the tier's write budget per rolling day (0: none) */
 	uint64_t write_budget_used_bytes; /* bytes charged to it over the last 24 h */
 	uint64_t reinsert_bytes; /* rewritten by the tier itself to keep hot objects (NVMe log) */
+	uint64_t pool_bytes;	     /* NVMe nvme.preallocate: free preallocated slots */
+	uint64_t pool_pending_bytes; /* NVMe: slots still to lay out (0: the layout is done) */
 };
 
 struct kvt_stats {

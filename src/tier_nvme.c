@@ -9,6 +9,7 @@
  *   tier_nvme_recover.c  the open-time scan (crash debris, index rebuild), saved chain links
  *   tier_nvme_index.c    in-memory index, LRU and leaf (eviction) order, chain counts
  *   tier_nvme_space.c    file names, capacity, eviction, recycled and spare files, unlinks
+ *   tier_nvme_pool.c     preallocated slots (nvme.preallocate): layout, reuse, accounting
  *   tier_nvme_write.c    write admission, crash-safe publish (temp file + rename), failures
  *   tier_nvme_ops.c      per-op state machines: what to issue, what a completion means
  *   tier_nvme_ring.c     the ring thread: slots, ready list, completion, the wait loop
@@ -209,6 +210,8 @@ static void nv_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 	out->writes_skipped = ST_GET(s, writes_skipped);
 	out->removes = ST_GET(s, removes);
 	out->reinsert_bytes = ST_GET(s, reinsert_bytes);
+	out->pool_bytes = ST_GET(s, pool_bytes);
+	out->pool_pending_bytes = ST_GET(s, pool_pending);
 	out->write_budget_bytes = s->budget;
 	if (s->budget) {
 		pthread_mutex_lock(&s->block);

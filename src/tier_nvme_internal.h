@@ -37,9 +37,11 @@
 #define NV_REFUSED 1024 /* remembered refusals: their chains' later chunks are refused too */
 #define NV_CHAINS_NAME ".kvtier.chains" /* parent links, saved at close */
 #define NV_CHAINS_MAGIC "kvtier-chains-v1\n"
+#define NV_POOL_DIR "pool" /* preallocated slots: <dir>/pool/<id>.slot (tier_nvme_pool.c) */
+#define NV_LAYOUT_DEPTH 8  /* pieces in flight per slot being laid out */
 
 enum nv_fsync { NV_FSYNC_NONE, NV_FSYNC_DATA, NV_FSYNC_FULL };
-enum nv_type { OP_WRITE, OP_READ, OP_EXISTS, OP_REMOVE, OP_FLUSH, OP_DROP };
+enum nv_type { OP_WRITE, OP_READ, OP_EXISTS, OP_REMOVE, OP_FLUSH, OP_DROP, OP_LAYOUT };
 enum nv_stage {
 	ST_WAIT,      /* SQEs in flight; the next CQE moves the op on */
 	ST_W_OPEN,    /* create the temp file */
@@ -117,6 +119,7 @@ struct nv_op {
 	bool retried;	 /* after ENOSPC */
 	bool reopened;	 /* after EMFILE */
 	bool recycled;	 /* the temp file is an evicted object's file, overwritten in place */
+	uint32_t slot;	 /* write: the pool slot overwritten in place; layout: the slot made */
 	bool has_parent; /* write: parent is the chunk before this one in its prompt */
 	struct kvt_key parent;
 	uint64_t uid;	     /* leader write: the entry it publishes gets this uid */
@@ -169,10 +172,17 @@ struct nv_spare {
 	char name[NV_NAME_MAX];
 };
 
+/* A preallocated slot: a file of bytes laid out (written once) and free to overwrite. */
+struct nv_slot {
+	uint32_t dir, id;
+	uint64_t bytes;
+};
+
 struct nv_stats {
 	_Atomic uint64_t objects, bytes, reads, read_bytes, writes, write_bytes, evictions,
 	    checksum_failures, errors, writes_skipped, removes;
 	_Atomic uint64_t reinsert_bytes, reinserts; /* log objects re-appended at segment reuse */
+	_Atomic uint64_t pool_bytes, pool_pending; /* free preallocated slots; still to lay out */
 };
 
 struct nv {
@@ -232,6 +242,15 @@ struct nv {
 	uint32_t nspares;
 	uint64_t spare_bytes;
 
+	/* preallocated pool (tier_nvme_pool.c; ring thread only once open) */
+	uint64_t prealloc;		   /* nvme.preallocate: slot size laid out (0: none) */
+	struct nv_slot *slots;		   /* free slots */
+	uint32_t nslots, slots_cap, pool_seq; /* pool_seq: the last slot id given */
+	uint64_t pool_bytes, layout_bytes; /* free slots; slots being laid out */
+	uint32_t layouts;		   /* layout ops in flight */
+	bool layout_done;		   /* nothing more to lay out until the next open */
+	uint8_t *zero;			   /* NV_IO_MAX zero bytes: what a layout writes */
+
 	/* index: mutations under ilock (scan() reads it from other threads) */
 	pthread_mutex_t ilock;
 	struct nv_ent **buckets;
@@ -288,6 +307,18 @@ bool nv_spare_keep(struct nv *s, struct nv_ent *e);
 bool nv_spare_take(struct nv *s, struct nv_op *op);
 int nv_make_room(struct nv *s, uint64_t len, struct nv_op *op);
 int nv_evict_in_dir(struct nv *s, uint32_t dir, uint64_t len);
+
+/* tier_nvme_pool.c */
+int nv_pool_scan(struct nv *s);
+bool nv_pool_take(struct nv *s, struct nv_op *op);
+bool nv_pool_untake(struct nv *s, struct nv_op *op);
+bool nv_pool_keep(struct nv *s, struct nv_ent *e);
+bool nv_pool_drop_one(struct nv *s, bool now);
+uint32_t nv_pool_drop_dir(struct nv *s, uint32_t dir);
+void nv_pool_kick(struct nv *s);
+void nv_pool_laid(struct nv *s, struct nv_op *op);
+void nv_pool_layout_fail(struct nv *s, struct nv_op *op);
+uint64_t nv_pool_pending(const struct nv *s);
 
 /* tier_nvme_fdc.c */
 void nv_fdc_list_unlink(struct nv *s, struct nv_fdc *c);

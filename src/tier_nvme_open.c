@@ -207,6 +207,9 @@ static void nv_free(struct nv *s)
 		kvt__free(op);
 	}
 	kvt__free(s->ios);
+	kvt__free(s->slots);
+	if (s->zero)
+		kvt__free_aligned(s->zero, NV_IO_MAX);
 	nv_log_close(s);
 	for (uint32_t i = 0; s->dirs && i < s->ndirs; i++) {
 		if (s->dirs[i].lock_fd >= 0)
@@ -253,6 +256,8 @@ int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		rc = -EINVAL;
 		goto fail;
 	}
+	/* Read-only inspection never lays out (nor lists) preallocated slots. */
+	s->prealloc = s->ro ? 0 : KVT_ALIGN_UP(kvt__cfg_u64(cfg, "nvme.preallocate"), KVT_ALIGN);
 	s->qd = (uint32_t)kvt__cfg_u64(cfg, "nvme.queue_depth");
 	s->budget = kvt__cfg_u64(cfg, "nvme.write_budget");
 	s->open_files = (uint32_t)kvt__cfg_u64(cfg, "nvme.open_files");
@@ -310,6 +315,10 @@ int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	}
 	if (s->budget && !s->ro)
 		nv_budget_load(s);
+	/* What the background layout has to do, known before open returns (a caller waiting
+	 * for pool_pending_bytes to reach 0 must not see 0 before the ring thread starts). */
+	s->layout_done = !nv_pool_pending(s);
+	ST_SET(s, pool_pending, nv_pool_pending(s));
 	if (s->ro)
 		probe_direct_ro(s, direct_mode);
 	for (uint32_t i = 0; i < s->ndirs; i++) {

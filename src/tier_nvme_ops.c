@@ -44,12 +44,18 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			op->stage = ST_WAIT;
 			return;
 		case ST_W_DATA:
+			if (op->type == OP_LAYOUT && s->cancelled && !op->err)
+				op->err = -ECANCELED; /* close: stop laying out */
 			while (!op->err && op->cursor < op->len) {
+				if (op->type == OP_LAYOUT && op->pending >= NV_LAYOUT_DEPTH)
+					return; /* a background layout leaves room to others */
 				if (!(io = nv_io_start(s, op, IO_WRITE, &sqe)))
 					goto blocked;
 				io->off = op->cursor;
 				io->len = (uint32_t)KVT_MIN(op->len - op->cursor, NV_IO_MAX);
-				io->buf = (uint8_t *)op->obj + op->cursor;
+				/* a layout writes zeros: the slot's content is never read */
+				io->buf = op->type == OP_LAYOUT ? s->zero
+								: (uint8_t *)op->obj + op->cursor;
 				op->cursor += io->len;
 				io_uring_prep_write(sqe, op->fd, io->buf, io->len, io->off);
 			}
@@ -58,7 +64,9 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			if (op->err)
 				op->stage = ST_W_FAIL;
 			else
-				op->stage = s->fsync_mode == NV_FSYNC_NONE ? ST_W_CLOSE : ST_W_SYNC;
+				op->stage = s->fsync_mode == NV_FSYNC_NONE && op->type != OP_LAYOUT
+						? ST_W_CLOSE
+						: ST_W_SYNC;
 			break;
 		case ST_W_SYNC:
 			if (!(io = nv_io_start(s, op, IO_FSYNC, &sqe)))
@@ -76,7 +84,10 @@ void nv_pump(struct nv *s, struct nv_op *op)
 		case ST_W_DIRSYNC: {
 			if (!(io = nv_io_start(s, op, IO_DIRSYNC, &sqe)))
 				goto blocked;
-			char sub[3] = {op->name[0], op->name[1], 0};
+			/* the object's subdirectory (its temp file may have been a slot's or a
+			 * spare's, elsewhere) */
+			char sub[3];
+			snprintf(sub, sizeof(sub), "%02x", op->key.bytes[0]);
 			op->fd =
 			    openat(s->dirs[op->dir].fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 			if (op->fd < 0) {
@@ -89,6 +100,10 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			return;
 		}
 		case ST_W_FAIL:
+			if (op->type == OP_LAYOUT) {
+				nv_pool_layout_fail(s, op);
+				return;
+			}
 			if (nv_write_fail(s, op)) {
 				nv_finish(s, op, op->err);
 				return;
@@ -172,7 +187,7 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 			KVT_WARN(s->log, "nvme: out of file descriptors: closed idle cached ones "
 					 "(lower nvme.open_files or raise RLIMIT_NOFILE)");
 			op->reopened = true;
-			if (op->type == OP_WRITE) {
+			if (op->type == OP_WRITE || op->type == OP_LAYOUT) {
 				op->stage = ST_W_OPEN;
 			} else if (!re) {
 				nv_finish(s, op, -ENOENT); /* removed meanwhile */
@@ -183,7 +198,7 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 			}
 			break;
 		}
-		if (op->type == OP_WRITE) {
+		if (op->type == OP_WRITE || op->type == OP_LAYOUT) {
 			if (res < 0) {
 				op->err = res;
 				op->stage = ST_W_FAIL;
@@ -285,6 +300,10 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 			op->stage = ST_W_FAIL;
 			break;
 		}
+		if (op->type == OP_LAYOUT) {
+			nv_pool_laid(s, op); /* a slot, not an object */
+			return;
+		}
 		if ((res = nv_write_publish(s, op)) < 0) {
 			op->err = res;
 			op->stage = ST_W_FAIL;
@@ -372,7 +391,7 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 		}
 		if (e->lseg)
 			nv_log_tombstone(s, e); /* the removal survives a restart */
-		if (!nv_spare_keep(s, e))
+		if (!nv_pool_keep(s, e) && !nv_spare_keep(s, e))
 			nv_ent_unlink(s, e, false);
 		ST_ADD(s, removes, 1);
 		nv_finish(s, op, 0);
@@ -386,6 +405,9 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 			nv_ent_unlink(s, e, false);
 		}
 		nv_finish(s, op, 0);
+		break;
+	case OP_LAYOUT: /* started by nv_pool_kick, never queued */
+		nv_finish(s, op, -EINVAL);
 		break;
 	case OP_FLUSH:
 		if (!s->whead || s->whead->seq > op->seq) {
@@ -410,10 +432,15 @@ void nv_cancel_unissued(struct nv *s)
 		nx = op->next;
 		if (op->issued || op->pending)
 			continue;
+		if (op->type == OP_LAYOUT) {
+			op->err = -ECANCELED; /* nothing issued: no file to remove */
+			nv_pool_layout_fail(s, op);
+			continue;
+		}
 		if (op->type == OP_WRITE) {
 			nv_write_release(s, op);
 			nv_budget_refund(s, op->len, op->budget_hour);
-			if (op->recycled)
+			if (op->recycled && !nv_pool_untake(s, op))
 				nv_unlink_async(s, &s->dirs[op->dir], op->name);
 		}
 		if (op->fdc) {

@@ -3,7 +3,7 @@
  * and rebuilds the index, and the parent links saved at close.
  *
  * The scan deletes temp files and rebuilds the in-memory index in mtime order: a restart
- * keeps the cache. It judges no object's content: an empty or misaligned file is indexed at
+ * keeps the cache (and lists the preallocated slots of pool/, tier_nvme_pool.c). It judges no object's content: an empty or misaligned file is indexed at
  * its size (with a warning) for the object format to judge when it is read or verified, and
  * an entry that is not a regular file is listed by scan_anomalies(), never followed or
  * deleted. Parent links are saved in <first dir>/.kvtier.chains (a key's parent never
@@ -78,6 +78,12 @@ static void clamp_capacity(struct nv *s)
 			if (e->dir == i ||
 			    (!fstat(s->dirs[e->dir].fd, &ds) && ds.st_dev == st.st_dev))
 				ours += e->bytes;
+		}
+		for (uint32_t j = 0; j < s->nslots; j++) { /* preallocated slots are ours too */
+			struct stat ds;
+			if (s->slots[j].dir == i ||
+			    (!fstat(s->dirs[s->slots[j].dir].fd, &ds) && ds.st_dev == st.st_dev))
+				ours += s->slots[j].bytes;
 		}
 		uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 		uint64_t keep = (uint64_t)vfs.f_blocks * vfs.f_frsize / 50;
@@ -272,12 +278,16 @@ int nv_rebuild_index(struct nv *s)
 	if (!rc && !s->ro)
 		chains_load(s);
 	if (!rc && !s->ro)
+		rc = nv_pool_scan(s); /* preallocated slots (tier_nvme_pool.c) */
+	if (!rc && !s->ro)
 		clamp_capacity(s);
-	if (!rc && !s->ro && s->used > s->capacity) {
-		uint64_t before = s->nents;
-		nv_make_room(s, 0, NULL);
-		KVT_INFO(s->log, "nvme: over capacity at open: evicted %" PRIu64 " objects",
-			 before - s->nents);
+	if (!rc && !s->ro && s->used + s->pool_bytes > s->capacity) {
+		uint64_t before = s->nents, slots = s->nslots;
+		nv_make_room(s, 0, NULL); /* free slots go first */
+		KVT_INFO(s->log,
+			 "nvme: over capacity at open: dropped %" PRIu64
+			 " preallocated slots, evicted %" PRIu64 " objects",
+			 slots - s->nslots, before - s->nents);
 	}
 	return rc;
 }

@@ -253,6 +253,7 @@ void *nv_ring_main(void *arg)
 		pump_ready(s);
 		if (s->lg)
 			nv_log_kick(s); /* seal and write the staged batch (group commit) */
+		nv_pool_kick(s); /* lay out preallocated slots in the background */
 		if (closing && !s->active && !s->trash_inflight && !nv_log_busy(s))
 			break;
 		rc = io_uring_submit_and_wait(&s->ring, 1);

@@ -1,7 +1,7 @@
 /*
  * tier_nvme_space.c - where the NVMe tier's object files live and how room is found for a
  * write: file names, eviction (capacity), recycling an evicted object's file, spare files
- * and freeing blocks off the ring thread.
+ * and freeing blocks off the ring thread (preallocated slots: tier_nvme_pool.c).
  *
  * Layout. Object key K lives in dirs[hash(K) % n]/<K[0] as 2 hex>/<K as 64 hex>.kvt. The
  * 256 fan-out subdirectories keep directories small.
@@ -160,7 +160,7 @@ void nv_spare_drop_all(struct nv *s, bool now)
 bool nv_spare_keep(struct nv *s, struct nv_ent *e)
 {
 	if (!s->ring_ready || e->lseg || e->opening || (e->fdc && e->fdc->refs) ||
-	    s->used + s->reserved + s->spare_bytes > s->capacity)
+	    s->used + s->reserved + s->spare_bytes + s->pool_bytes + s->layout_bytes > s->capacity)
 		return false;
 	if (!s->spares && !(s->spares = kvt__calloc(s->qd, sizeof(*s->spares))))
 		return false;
@@ -203,13 +203,20 @@ int nv_make_room(struct nv *s, uint64_t len, struct nv_op *op)
 {
 	if (len > s->capacity)
 		return -ENOSPC; /* never fits: do not empty the cache for nothing */
-	while (s->used + s->reserved + s->spare_bytes + len > s->capacity && s->nspares)
+	/* Spare files first, then free preallocated slots (tier_nvme_pool.c): neither holds
+	 * data. Slots being laid out count like objects: they are written already. */
+	while (s->used + s->reserved + s->spare_bytes + s->pool_bytes + s->layout_bytes + len >
+		   s->capacity &&
+	       s->nspares)
 		spare_drop(s, 0, false);
+	while (s->used + s->reserved + s->pool_bytes + s->layout_bytes + len > s->capacity &&
+	       nv_pool_drop_one(s, false))
+		;
 	struct nv_ent *v;
-	while (s->used + s->reserved + len > s->capacity && (v = nv_victim(s, op)))
+	while (s->used + s->reserved + s->layout_bytes + len > s->capacity && (v = nv_victim(s, op)))
 		if (!recycle(s, v, op))
 			nv_evict(s, v, false);
-	return s->used + s->reserved + len > s->capacity ? -ENOSPC : 0;
+	return s->used + s->reserved + s->layout_bytes + len > s->capacity ? -ENOSPC : 0;
 }
 
 /* After a real ENOSPC: evict LRU objects of one directory so that len bytes fit, counting

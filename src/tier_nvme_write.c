@@ -122,7 +122,7 @@ bool nv_write_fail(struct nv *s, struct nv_op *op)
 		KVT_WARN(s->log, "nvme: cannot remove temp file %s/%s: %s", d->path, op->name,
 			 strerror(errno));
 	if (op->err == -ENOSPC && !op->retried && !s->cancelled) {
-		uint32_t dropped = s->nspares;
+		uint32_t dropped = s->nspares + nv_pool_drop_dir(s, op->dir);
 		nv_spare_drop_all(s, true);
 		int n = nv_evict_in_dir(s, op->dir, op->len) + (int)dropped;
 		if (n > 0) {
@@ -130,6 +130,7 @@ bool nv_write_fail(struct nv *s, struct nv_op *op)
 				 d->path, n);
 			op->retried = true;
 			op->recycled = false;
+			op->slot = 0;
 			op->err = 0;
 			op->cursor = 0;
 			tmp_name(s, op);
@@ -191,14 +192,14 @@ void nv_start_write(struct nv *s, struct nv_op *op)
 	if (op->log)
 		op->dir = 0; /* the log lives in the first directory */
 	int rc = nv_budget_take(s, op->len, &op->budget_hour);
-	if (!rc && !op->log)
+	if (!rc && !op->log && !nv_pool_take(s, op))
 		nv_spare_take(s, op);
 	if (!rc && (rc = nv_make_room(s, op->len, op)) < 0) {
 		nv_budget_refund(s, op->len, op->budget_hour);
 		nv_refused_add(s, &op->key);
 	}
 	if (rc < 0) {
-		if (op->recycled)
+		if (op->recycled && !nv_pool_untake(s, op))
 			nv_unlink_async(s, &s->dirs[op->dir], op->name);
 		report_skip(s, rc);
 		nv_finish(s, op, rc);

@@ -439,7 +439,9 @@ static void usage(void)
 	       "                      one store (store.daemon) are sure to use disjoint keys\n"
 	       "  --config/--set/--json as for every command\n"
 	       "nvme writes store new keys into a store that starts empty (then each write evicts\n"
-	       "the least recently used object); rados writes (write and mixed phases) store new\n"
+	       "the least recently used object); its capacity is first laid out as files of the\n"
+	       "object size (nvme.preallocate, untimed like fio's layout; --set\n"
+	       "nvme.preallocate=0: without). rados writes (write and mixed phases) store new\n"
 	       "keys, one write_full each, removed after each round, untimed; redis and s3 writes\n"
 	       "overwrite a working-set key with one SET / PUT (as the references do); dram and fs\n"
 	       "writes replace a working-set key (remove, then put). redis, s3 and rados: the\n"
@@ -609,6 +611,34 @@ static int bench_opt(void *arg, int c, const char *v)
 	}
 }
 
+/* Wait for the nvme tier's background layout of preallocated slots (nvme.preallocate),
+ * the counterpart of fio laying out its files: neither is timed. -1 if it stalls. */
+static int wait_layout(struct kvt_store *s)
+{
+	uint64_t t0 = kvt__now_ns(), last = UINT64_MAX, since = t0;
+	for (;;) {
+		struct kvt_stats st;
+		kvt_stats(s, &st);
+		uint64_t left = st.tier[0].pool_pending_bytes;
+		uint64_t now = kvt__now_ns();
+		if (!left) {
+			if (st.tier[0].pool_bytes)
+				fprintf(stderr, "kvtier bench: %.2f GiB of preallocated slots ready "
+						"(laid out in %.1f s, untimed)\n",
+					(double)st.tier[0].pool_bytes / 1073741824.0,
+					(double)(now - t0) / 1e9);
+			return 0;
+		}
+		if (left != last) {
+			last = left;
+			since = now;
+		} else if (now - since > 60ull * 1000000000ull) {
+			return -1; /* no progress for a minute */
+		}
+		usleep(20000);
+	}
+}
+
 int kvt_cmd_bench(int argc, char **argv)
 {
 	struct bench_opts o = {.tier = "nvme", .chunk_bytes = 2ull << 20, .queue_depth = 0,
@@ -687,7 +717,8 @@ int kvt_cmd_bench(int argc, char **argv)
 	/* One object is ceil(obj / 2 MiB) I/Os and nvme.queue_depth counts I/Os: hold
 	 * queue_depth whole objects, the bytes fio has in flight at iodepth = queue_depth. */
 	uint64_t pieces = (obj + (2u << 20) - 1) / (2u << 20);
-	char dramb[64], tiers[16], fsdir[4096], nvb[64], nvf[64], qds[48], fst[48], fsy[2][32];
+	char dramb[64], tiers[16], fsdir[4096], nvb[64], nvf[64], nvp[64], qds[48], fst[48],
+	    fsy[2][32];
 	const char *dir = o.so.dir ? o.so.dir : "./kvtier-bench";
 	if (dram) {
 		/* The pool holds the whole working set: every read is a DRAM hit. */
@@ -717,6 +748,10 @@ int kvt_cmd_bench(int argc, char **argv)
 			snprintf(nvf, sizeof(nvf), "nvme.open_files=%llu",
 				 (unsigned long long)(n_keys + 2ull * o.queue_depth));
 			so.sets[so.n_sets++] = nvf;
+			/* The capacity laid out as files of the object size, written once, as fio
+			 * lays out its files: waited for below, untimed like fio's layout. */
+			snprintf(nvp, sizeof(nvp), "nvme.preallocate=%llu", (unsigned long long)obj);
+			so.sets[so.n_sets++] = nvp;
 		}
 		int mrc = local ? bench_mkdirs(dir, 0700) : 0;
 		if (mrc < 0)
@@ -761,6 +796,9 @@ int kvt_cmd_bench(int argc, char **argv)
 		fprintf(stderr, "kvtier bench: %s already holds %llu objects: writes are not "
 				"measured from an empty store\n",
 			dir, (unsigned long long)st0.tier[0].objects);
+	if (nvme && wait_layout(s) < 0)
+		fprintf(stderr, "kvtier bench: the nvme tier's preallocated slots are not all laid "
+				"out: writes may find no free slot\n");
 	char c1[4200], c2[4200], c3[256];
 
 	size_t payload = (size_t)o.chunk_bytes;

@@ -1,0 +1,325 @@
+/*
+ * tier_nvme_pool.c - preallocated slots (nvme.preallocate): the NVMe tier's capacity laid
+ * out as files of one object size, each written once in full, that writes of that size
+ * overwrite in place. Why: on ext4 (and most file systems) the first write into a block -
+ * a new file's, or a fallocate'd file's, whose extents are "unwritten" until converted -
+ * costs far more than an overwrite (allocation, extent conversion, with "discard" the
+ * discard of the blocks freed before); fio lays out its files before it measures for the
+ * same reason. A store that starts empty otherwise pays that price for its first
+ * nvme.bytes of writes (docs/BENCHMARKS.md, "Writes from an empty store").
+ *
+ * On disk: <dir>/pool/<id>.slot, one per slot; a slot being laid out is
+ * pool/.tmp.layout.<pid>.<id> until its data is written and fdatasync'ed, so a crash
+ * mid-layout leaves a temp file, deleted at the next open, and the layout resumes there.
+ * A write takes a free slot of its size and directory and writes into pool/<id>.slot
+ * directly; the usual publish (rename onto the object's name, after its fdatasync per
+ * nvme.fsync) makes it an object. Until that rename the file is a slot, never an object:
+ * a crash mid-write leaves a slot with mixed bytes, which goes back to the pool at the
+ * next open and is never served. A removed object's file of the slot size is renamed back
+ * to a slot (persistent, unlike the spare files of tier_nvme_space.c); an evicted one is
+ * recycled by the write that evicts it (tier_nvme_space.c), as without a pool.
+ *
+ * Accounting: free slots and slots being laid out count against nvme.bytes like objects.
+ * A write that needs room drops free slots before it evicts any object (a slot holds no
+ * data). The layout runs on the ring thread in the background - open stays bounded, and
+ * a write that finds no free slot takes the path of a new file - at most NV_LAYOUTS slots
+ * at a time, started only while no operation waits for an I/O slot, until the capacity
+ * is held; then it stops until the next open (it never re-lays out what a write of
+ * another size took: that would be a slot's worth of writing per small object).
+ * stats.pool_pending_bytes says what is left to lay out (0: done): `kvtier bench` waits
+ * for it before it measures. A read-only open (store.read_only) never scans, lays out or
+ * changes the pool.
+ */
+#include "tier_nvme_internal.h"
+
+#define NV_LAYOUTS 2 /* slots laid out at a time */
+
+static void slot_path(uint32_t id, char *out)
+{
+	snprintf(out, NV_NAME_MAX, NV_POOL_DIR "/%u.slot", id);
+}
+
+static int slot_add(struct nv *s, uint32_t dir, uint32_t id, uint64_t bytes)
+{
+	if (s->nslots == s->slots_cap) {
+		uint32_t nc = s->slots_cap ? 2 * s->slots_cap : 64;
+		struct nv_slot *n = kvt__realloc(s->slots, nc * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		s->slots = n;
+		s->slots_cap = nc;
+	}
+	s->slots[s->nslots++] = (struct nv_slot){.dir = dir, .id = id, .bytes = bytes};
+	s->pool_bytes += bytes;
+	ST_SET(s, pool_bytes, s->pool_bytes);
+	return 0;
+}
+
+static void slot_forget(struct nv *s, uint32_t i)
+{
+	s->pool_bytes -= s->slots[i].bytes;
+	s->slots[i] = s->slots[--s->nslots];
+	ST_SET(s, pool_bytes, s->pool_bytes);
+}
+
+/* Unlink slot i: its blocks go back to the file system. */
+static void slot_drop(struct nv *s, uint32_t i, bool now)
+{
+	char path[NV_NAME_MAX];
+	struct nv_dir *d = &s->dirs[s->slots[i].dir];
+	slot_path(s->slots[i].id, path);
+	slot_forget(s, i);
+	if (!now) {
+		nv_unlink_async(s, d, path); /* copies the name at submission */
+	} else if (unlinkat(d->fd, path, 0) < 0 && errno != ENOENT) {
+		KVT_WARN(s->log, "nvme: unlink %s/%s: %s", d->path, path, strerror(errno));
+		ST_ADD(s, errors, 1);
+	}
+}
+
+/* At open (writer only): each directory's pool - interrupted layouts deleted, slots
+ * listed with their sizes. Creates pool/ only when nvme.preallocate asks for slots. */
+int nv_pool_scan(struct nv *s)
+{
+	for (uint32_t di = 0; di < s->ndirs; di++) {
+		struct nv_dir *d = &s->dirs[di];
+		if (s->prealloc && mkdirat(d->fd, NV_POOL_DIR, s->dir_mode) < 0 && errno != EEXIST)
+			return -errno;
+		int fd = openat(d->fd, NV_POOL_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0) {
+			if (errno == ENOENT)
+				continue;
+			return -errno;
+		}
+		DIR *dir = fdopendir(fd);
+		if (!dir) {
+			int e = -errno;
+			close(fd);
+			return e;
+		}
+		uint64_t temps = 0, n = 0;
+		struct dirent *de;
+		while ((de = readdir(dir))) {
+			const char *nm = de->d_name;
+			if (!strncmp(nm, NV_TMP_PREFIX, strlen(NV_TMP_PREFIX))) {
+				if (unlinkat(fd, nm, 0) == 0)
+					temps++;
+				continue;
+			}
+			char *end;
+			unsigned long id = strtoul(nm, &end, 10);
+			struct stat st;
+			if (nm[0] < '1' || nm[0] > '9' || strcmp(end, ".slot") || id > UINT32_MAX ||
+			    fstatat(fd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+			    st.st_size < KVT_ALIGN || st.st_size % KVT_ALIGN)
+				continue; /* not a slot of ours: left alone */
+			if (st.st_nlink > 1) {
+				/* Also an object's name: a crash kept the slot's entry after
+				 * the rename that published it (a file system without a
+				 * journal). Overwriting it would overwrite the object. */
+				if (unlinkat(fd, nm, 0) == 0)
+					temps++;
+				continue;
+			}
+			int rc = slot_add(s, di, (uint32_t)id, (uint64_t)st.st_size);
+			if (rc < 0) {
+				closedir(dir);
+				return rc;
+			}
+			if (id > s->pool_seq)
+				s->pool_seq = (uint32_t)id;
+			n++;
+		}
+		closedir(dir);
+		if (n || temps)
+			KVT_INFO(s->log,
+				 "nvme: %s: %" PRIu64 " preallocated slots free, %" PRIu64
+				 " interrupted layouts (or stale slot names) removed",
+				 d->path, n, temps);
+	}
+	return 0;
+}
+
+/* A free slot of op's size in op's directory becomes op's file, overwritten in place. */
+bool nv_pool_take(struct nv *s, struct nv_op *op)
+{
+	for (uint32_t i = s->nslots; i-- > 0;) {
+		struct nv_slot *sl = &s->slots[i];
+		if (sl->dir != op->dir || sl->bytes != op->len)
+			continue;
+		op->slot = sl->id;
+		slot_path(sl->id, op->name);
+		op->recycled = true;
+		slot_forget(s, i);
+		return true;
+	}
+	return false;
+}
+
+/* A write that took a slot and never issued anything: the slot is free again. */
+bool nv_pool_untake(struct nv *s, struct nv_op *op)
+{
+	if (!op->slot)
+		return false;
+	if (slot_add(s, op->dir, op->slot, op->len) < 0)
+		nv_unlink_async(s, &s->dirs[op->dir], op->name);
+	op->slot = 0;
+	op->recycled = false;
+	return true;
+}
+
+/* Removed entry e's file becomes a free slot (it has the slot size): no unlink, and the
+ * next write of its size overwrites it. False if it cannot (then the caller unlinks). */
+bool nv_pool_keep(struct nv *s, struct nv_ent *e)
+{
+	if (!s->prealloc || e->bytes != s->prealloc || e->lseg || e->opening ||
+	    (e->fdc && e->fdc->refs))
+		return false;
+	char path[NV_NAME_MAX], slot[NV_NAME_MAX];
+	uint32_t id = s->pool_seq + 1;
+	nv_object_path(&e->key, path);
+	slot_path(id, slot);
+	struct nv_dir *d = &s->dirs[e->dir];
+	if (renameat(d->fd, path, d->fd, slot) < 0)
+		return false;
+	s->pool_seq = id;
+	uint32_t dir = e->dir;
+	uint64_t bytes = e->bytes;
+	nv_ent_remove(s, e);
+	if (slot_add(s, dir, id, bytes) < 0)
+		nv_unlink_async(s, d, slot);
+	return true;
+}
+
+/* For room: drop one free slot (the oldest given). False when there is none. */
+bool nv_pool_drop_one(struct nv *s, bool now)
+{
+	if (!s->nslots)
+		return false;
+	slot_drop(s, 0, now);
+	return true;
+}
+
+/* After a real ENOSPC in dir: every free slot there goes, now, and no more are laid out
+ * until the next open. Returns the slots dropped. */
+uint32_t nv_pool_drop_dir(struct nv *s, uint32_t dir)
+{
+	uint32_t n = 0;
+	for (uint32_t i = s->nslots; i-- > 0;)
+		if (s->slots[i].dir == dir) {
+			slot_drop(s, i, true);
+			n++;
+		}
+	s->layout_done = true;
+	return n;
+}
+
+/* Bytes still to lay out: the capacity nothing holds, in whole slots, plus the slots
+ * being laid out. */
+uint64_t nv_pool_pending(const struct nv *s)
+{
+	if (!s->prealloc || s->layout_done)
+		return 0;
+	uint64_t held = s->used + s->reserved + s->spare_bytes + s->pool_bytes + s->layout_bytes;
+	uint64_t left = s->capacity > held ? s->capacity - held : 0;
+	return left / s->prealloc * s->prealloc + s->layout_bytes;
+}
+
+static void layout_start(struct nv *s)
+{
+	struct nv_op *op = kvt__calloc(1, sizeof(*op));
+	if (!op) {
+		s->layout_done = true;
+		return;
+	}
+	op->type = OP_LAYOUT;
+	op->fd = -1;
+	op->len = s->prealloc;
+	op->slot = ++s->pool_seq;
+	op->dir = op->slot % s->ndirs; /* spread evenly over the directories */
+	snprintf(op->name, sizeof(op->name), NV_POOL_DIR "/" NV_TMP_PREFIX "layout.%d.%u",
+		 (int)s->pid, op->slot);
+	s->layout_bytes += op->len;
+	s->layouts++;
+	s->active++; /* close waits for it (or cancels it) */
+	op->stage = ST_W_OPEN;
+	nv_pump(s, op);
+}
+
+/* Ring thread, each turn of its loop: start laying out more slots if there is capacity
+ * for them and no operation waits for an I/O slot; publish what is left. */
+void nv_pool_kick(struct nv *s)
+{
+	if (!s->prealloc || s->layout_done)
+		return;
+	if (!s->zero) {
+		if (!(s->zero = kvt__aligned_alloc(NV_IO_MAX))) {
+			s->layout_done = true;
+			ST_SET(s, pool_pending, 0);
+			return;
+		}
+		memset(s->zero, 0, NV_IO_MAX);
+	}
+	while (!s->cancelled && s->layouts < NV_LAYOUTS && !s->ready_head && s->free_ios) {
+		uint64_t held =
+		    s->used + s->reserved + s->spare_bytes + s->pool_bytes + s->layout_bytes;
+		if (held + s->prealloc > s->capacity)
+			break;
+		layout_start(s);
+	}
+	if (!s->layouts) {
+		uint64_t held =
+		    s->used + s->reserved + s->spare_bytes + s->pool_bytes + s->layout_bytes;
+		if (s->cancelled || held + s->prealloc > s->capacity) {
+			s->layout_done = true;
+			KVT_INFO(s->log, "nvme: preallocated pool: %u free slots, %" PRIu64 " bytes",
+				 s->nslots, s->pool_bytes);
+		}
+	}
+	ST_SET(s, pool_pending, nv_pool_pending(s));
+}
+
+static void layout_end(struct nv *s, struct nv_op *op)
+{
+	s->layout_bytes -= op->len;
+	s->layouts--;
+	nv_finish(s, op, op->err);
+}
+
+/* A slot's data is written, fdatasync'ed and its file closed: name it a slot. */
+void nv_pool_laid(struct nv *s, struct nv_op *op)
+{
+	struct nv_dir *d = &s->dirs[op->dir];
+	char slot[NV_NAME_MAX];
+	slot_path(op->slot, slot);
+	if (renameat(d->fd, op->name, d->fd, slot) < 0) {
+		op->err = -errno;
+		nv_pool_layout_fail(s, op);
+		return;
+	}
+	if (slot_add(s, op->dir, op->slot, op->len) < 0)
+		nv_unlink_async(s, d, slot);
+	layout_end(s, op);
+}
+
+/* A layout failed (ENOSPC, an I/O error) or was cancelled by close: its temp file goes,
+ * and the layout stops until the next open (not when cancelled: it resumes there). */
+void nv_pool_layout_fail(struct nv *s, struct nv_op *op)
+{
+	struct nv_dir *d = &s->dirs[op->dir];
+	if (op->fd >= 0) {
+		close(op->fd);
+		op->fd = -1;
+	}
+	if (op->issued && unlinkat(d->fd, op->name, 0) < 0 && errno != ENOENT)
+		KVT_WARN(s->log, "nvme: cannot remove %s/%s: %s", d->path, op->name,
+			 strerror(errno));
+	if (op->err != -ECANCELED) {
+		KVT_WARN(s->log, "nvme: laying out a preallocated slot in %s failed: %s; writes "
+				 "without a free slot create their files",
+			 d->path, strerror(-op->err));
+		ST_ADD(s, errors, 1);
+	}
+	s->layout_done = true;
+	layout_end(s, op);
+}
