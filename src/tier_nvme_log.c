@@ -72,7 +72,8 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 	return 0;
 }
 
-int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t reinsert_pct)
+int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t reinsert_pct,
+		uint64_t spare_pct)
 {
 	struct nv_dir *d = &s->dirs[0];
 	int dfd = openat(d->fd, NV_LOG_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -95,11 +96,17 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t
 	lg->direct = d->direct;
 	lg->log_max = KVT_MIN(log_max, NV_LOG_BUF - NV_LOG_BLOCK);
 	lg->seg_bytes = KVT_ALIGN_UP(segment_bytes, NV_LOG_BLOCK);
-	/* nvme.bytes of objects plus the segment being filled and what batches leave unused at
-	 * segment ends: the log takes up to two segments more than nvme.bytes on disk. */
-	lg->nmax = (uint32_t)KVT_MIN(s->capacity / lg->seg_bytes + 2, 1u << 20);
+	/* nvme.bytes of objects, nvme.log_spare_pct of it more, plus the segment being filled
+	 * and what batches leave unused at segment ends. The spare is room for dead objects:
+	 * a log reclaims a whole segment for each one it fills, and with no spare the oldest
+	 * segment is mostly live (log cleaning at ~90 % utilisation), so it is either copied
+	 * at ~10 bytes written per byte stored or evicted below nvme.bytes. */
+	uint64_t room = s->capacity / 100 * (100 + KVT_MIN(spare_pct, 400));
+	lg->nmax = (uint32_t)KVT_MIN(room / lg->seg_bytes + 2, 1u << 20);
 	lg->fail_seg = UINT32_MAX;
 	lg->reins_seg = UINT32_MAX;
+	lg->rd_io.kind = IO_LOG;
+	lg->rd_state = NV_RD_IDLE;
 	/* A fraction of a segment, not all of its hot objects: at high utilisation almost
 	 * everything in the oldest segment is live, and copying all of it each pass would
 	 * multiply the bytes written without bound (log cleaning's cost). The rest is evicted
@@ -481,7 +488,8 @@ void nv_log_kick(struct nv *s)
 /* Staged or written batches not yet acknowledged (close waits for them). */
 bool nv_log_busy(struct nv *s)
 {
-	return s->lg && (s->lg->count || s->lg->ntombs) && !s->lg->broken;
+	return s->lg && (((s->lg->count || s->lg->ntombs) && !s->lg->broken) ||
+			 s->lg->rd_state == NV_RD_READING); /* its CQE must be reaped */
 }
 
 static void fail_op(struct nv *s, struct nv_op *op, int err)
@@ -533,6 +541,10 @@ static void ack(struct nv *s)
 void nv_log_on_cqe(struct nv *s, struct nv_io *io, int res)
 {
 	struct nv_log *lg = s->lg;
+	if (io == &lg->rd_io) {
+		nv_log_read_done(s, res); /* a reinsertion read (tier_nvme_log_reinsert.c) */
+		return;
+	}
 	struct nv_batch *b = (struct nv_batch *)io;
 	if (!b->syncing) {
 		if (res != (int)b->used)
