@@ -101,7 +101,8 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t
 	 * a log reclaims a whole segment for each one it fills, and with no spare the oldest
 	 * segment is mostly live (log cleaning at ~90 % utilisation), so it is either copied
 	 * at ~10 bytes written per byte stored or evicted below nvme.bytes. */
-	uint64_t room = s->capacity / 100 * (100 + KVT_MIN(spare_pct, 400));
+	uint64_t sp = KVT_MIN(spare_pct, 400);
+	uint64_t room = s->capacity + s->capacity / 100 * sp + s->capacity % 100 * sp / 100;
 	lg->nmax = (uint32_t)KVT_MIN(room / lg->seg_bytes + 2, 1u << 20);
 	lg->fail_seg = UINT32_MAX;
 	lg->reins_seg = UINT32_MAX;
