@@ -106,6 +106,7 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t
 	lg->nmax = (uint32_t)KVT_MIN(room / lg->seg_bytes + 2, 1u << 20);
 	lg->fail_seg = UINT32_MAX;
 	lg->reins_seg = UINT32_MAX;
+	lg->drain_seg = UINT32_MAX;
 	lg->rd_io.kind = IO_LOG;
 	lg->rd_state = NV_RD_IDLE;
 	/* A fraction of a segment, not all of its hot objects: at high utilisation almost
@@ -256,15 +257,24 @@ static bool advance(struct nv *s)
 			lg->have_cur = true;
 			continue;
 		}
-		if (g->readers || g->batches || g->movers)
-			return false;
-		/* FIFO reuse: what is left of the segment's objects goes (region eviction). */
-		uint32_t tag = next + 1;
-		for (struct nv_ent *e = s->lru_head, *nx; e; e = nx) {
-			nx = e->next;
-			if (e->lseg == tag)
-				nv_evict(s, e, false);
+		if (g->batches || g->movers || (lg->rd_state != NV_RD_IDLE && lg->rd_seg == next))
+			return false; /* its copies are still being made */
+		/* FIFO reuse: what is left of the segment's objects goes (region eviction) -
+		 * before waiting for its reads in flight, so that no new read of it starts:
+		 * under a steady random read load some read of it is nearly always in flight,
+		 * and waiting for a moment with none stalled every write behind it. */
+		if (lg->drain_seg != next || lg->drain_gen != g->gen) {
+			uint32_t tag = next + 1;
+			for (struct nv_ent *e = s->lru_head, *nx; e; e = nx) {
+				nx = e->next;
+				if (e->lseg == tag)
+					nv_evict(s, e, false);
+			}
+			lg->drain_seg = next;
+			lg->drain_gen = g->gen;
 		}
+		if (g->readers)
+			return false; /* reads started before: they finish first */
 		int rc = write_header(s, next, g->gen + 1);
 		if (rc < 0) {
 			KVT_WARN(s->log, "nvme: log segment %u header: %s: log writes stop", next,
@@ -273,6 +283,11 @@ static bool advance(struct nv *s)
 			return false;
 		}
 		g->gen++;
+		if (lg->rd_state == NV_RD_IDLE) {
+			/* copies still listed were for a segment before: none kept for them */
+			lg->rq_head = lg->rq_n;
+			lg->reins_left = 0;
+		}
 		lg->cur = next;
 		lg->cur_off = NV_LOG_BLOCK;
 		lg->have_cur = true;
@@ -336,6 +351,10 @@ static int stage_one(struct nv *s, struct nv_op *op)
 	uint64_t need = KVT_ALIGN_UP(op->len, NV_LOG_BLOCK);
 	struct nv_batch *b = nv_log_filling(lg);
 	struct nv_log_rec *r = b ? (struct nv_log_rec *)b->buf : NULL;
+	uint64_t keep = nv_log_copy_room(lg);
+	if (keep && lg->have_cur &&
+	    lg->cur_off + (b ? b->used : NV_LOG_BLOCK) + need + keep > lg->segs[lg->cur].bytes)
+		return 0; /* the segment's tail is kept for re-appended objects: wait for them */
 	/* A batch of re-appended objects (tier_nvme_log_reinsert.c) was sized to fit the
 	 * current segment: it goes alone, or advancing past it could wait on itself. */
 	if (b && (b->used + need > NV_LOG_BUF || r->n >= NV_LOG_MAXENT || b->nmv)) {

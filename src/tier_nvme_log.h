@@ -130,6 +130,13 @@ struct nv_log {
 	enum { NV_RD_IDLE, NV_RD_READING, NV_RD_READY } rd_state;
 	uint32_t rd_i, rd_j, rd_seg;
 	uint64_t rd_start, rd_len;
+	/* bytes of listed objects not yet copied nor dropped: the current segment's tail is
+	 * kept for them (puts wait rather than take it, nv_log_copy_room) */
+	uint64_t reins_left;
+	/* the segment (and its generation) whose objects advance() evicted ahead of its reuse,
+	 * waiting for the reads already in flight */
+	uint32_t drain_seg;
+	uint64_t drain_gen;
 };
 
 uint32_t nv_log_crc(const void *block);
@@ -139,6 +146,7 @@ bool nv_log_seal(struct nv *s, struct nv_batch *b);
 void nv_log_reinsert(struct nv *s);
 void nv_log_moved(struct nv *s, struct nv_batch *b);
 void nv_log_read_done(struct nv *s, int res);
+uint64_t nv_log_copy_room(const struct nv_log *lg);
 int nv_log_seg_open(struct nv *s, uint32_t n, bool create);
 
 #endif

@@ -72,6 +72,27 @@ static void collect(struct nv *s, uint32_t seg)
 			full = !list_one(lg, e, &bytes);
 	if (lg->rq_n > 1) /* rq is NULL until the first object is listed */
 		qsort(lg->rq, lg->rq_n, sizeof(*lg->rq), cmp_from);
+	lg->reins_left = bytes;
+}
+
+/* The tail of the current segment kept for the listed objects' copies: their bytes plus, at
+ * worst, a commit record each. Puts that would take it wait (tier_nvme_log.c stage_one):
+ * otherwise a busy writer fills the segment first and the copies, finding no room, are
+ * dropped - evicted below nvme.bytes. */
+uint64_t nv_log_copy_room(const struct nv_log *lg)
+{
+	if (!lg->reins_left || (lg->rd_state == NV_RD_IDLE && lg->rq_head >= lg->rq_n))
+		return 0; /* nothing left to copy: nothing kept (never a wait on nothing) */
+	uint32_t n = lg->rq_n - lg->rq_head + (lg->rd_state != NV_RD_IDLE ? lg->rd_j - lg->rd_i : 0);
+	return lg->reins_left + (uint64_t)(n + 1) * NV_LOG_BLOCK;
+}
+
+static void left_less(struct nv_log *lg, uint32_t i, uint32_t j)
+{
+	for (uint32_t k = i; k < j; k++) {
+		uint64_t need = KVT_ALIGN_UP(lg->rq[k].len, NV_LOG_BLOCK);
+		lg->reins_left -= KVT_MIN(need, lg->reins_left);
+	}
 }
 
 /* Drop the rest of the list: no room for it in the current segment (evicted at reuse). */
@@ -81,6 +102,7 @@ static void drop_rest(struct nv_log *lg)
 		lg->segs[lg->rd_seg].readers--;
 		lg->rd_state = NV_RD_IDLE;
 	}
+	lg->reins_left = 0;
 	lg->rq_head = lg->rq_n;
 }
 
@@ -103,6 +125,7 @@ static void read_next(struct nv *s)
 	}
 	if (j == i || end > from->bytes) {
 		lg->rq_head = lg->rq_n; /* cannot be (log_max < one batch) or damaged: evicted */
+		lg->reins_left = 0;
 		return;
 	}
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
@@ -128,6 +151,7 @@ void nv_log_read_done(struct nv *s, int res)
 	struct nv_log *lg = s->lg;
 	if (res != (int)lg->rd_len) {
 		/* Unreadable: these objects are evicted at reuse as before. */
+		left_less(lg, lg->rd_i, lg->rd_j);
 		lg->segs[lg->rd_seg].readers--;
 		lg->rd_state = NV_RD_IDLE;
 		return;
@@ -180,6 +204,9 @@ static void copy_ready(struct nv *s)
 		mv->loff = b->used;
 		b->used += need;
 	}
+	left_less(lg, lg->rd_i, lg->rd_j);
+	if (lg->rq_head >= lg->rq_n)
+		lg->reins_left = 0; /* the rest was dropped */
 	lg->segs[lg->rd_seg].readers--;
 	lg->rd_state = NV_RD_IDLE;
 	if (!b->nmv) {
