@@ -257,7 +257,8 @@ static bool advance(struct nv *s)
 			lg->have_cur = true;
 			continue;
 		}
-		if (g->batches || g->movers || (lg->rd_state != NV_RD_IDLE && lg->rd_seg == next))
+		if (g->batches || g->movers || (lg->rd_state != NV_RD_IDLE && lg->rd_seg == next) ||
+		    (lg->reins_seg == next && lg->reins_gen == g->gen && lg->rq_head < lg->rq_n))
 			return false; /* its copies are still being made */
 		/* FIFO reuse: what is left of the segment's objects goes (region eviction) -
 		 * before waiting for its reads in flight, so that no new read of it starts:
@@ -483,8 +484,11 @@ void nv_log_kick(struct nv *s)
 	nv_log_reinsert(s); /* before the segment after cur is reused: keep its hot objects */
 	retry_waiting(s);
 	struct nv_batch *b = nv_log_filling(lg);
-	if (!b && lg->ntombs && !lg->broken && lg->inflight < NV_LOG_BUFS - 1)
-		b = nv_log_new_batch(lg);
+	uint64_t keep = nv_log_copy_room(lg);
+	if (!b && lg->ntombs && !lg->broken && lg->inflight < NV_LOG_BUFS - 1 &&
+	    (!keep || !lg->have_cur ||
+	     lg->cur_off + NV_LOG_BLOCK + keep <= lg->segs[lg->cur].bytes))
+		b = nv_log_new_batch(lg); /* (a batch of removals only takes the copies' room too) */
 	if (b)
 		drain_tombs(lg, b);
 	if (b && ((struct nv_log_rec *)b->buf)->n && lg->inflight < NV_LOG_BUFS - 1)
