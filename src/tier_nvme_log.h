@@ -115,7 +115,7 @@ struct nv_log {
 	/* writes waiting for a staging buffer or a segment, oldest first (through bnext): not
 	 * in the ring's ready list, where they would hold up reads a segment reuse waits for */
 	struct nv_op *wait_head, *wait_tail;
-	/* reinsertion (tier_nvme_log_reinsert.c): the hot objects of the segment after cur,
+	/* reinsertion (tier_nvme_log_reinsert.c): the live objects of the segment after cur,
 	 * collected once per reuse of that segment, re-appended a batch at a time */
 	uint64_t reins_max;	 /* bytes per reuse at most */
 	uint32_t reins_seg;	 /* segment they were collected from (UINT32_MAX: none) */
