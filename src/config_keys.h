@@ -72,7 +72,8 @@
 	X(k, "nvme.write_budget", SIZE, "0", 0, 1e18, NULL, PLAIN, "bytes written per day at most (0: unlimited); admission skips writes past it") \
 	X(k, "nvme.log_max", SIZE, "0", 0, 2093056, NULL, PLAIN, "objects up to this size are appended in batches to preallocated log segments instead of getting a file each (docs/NVME_LOG.md); 0: off") \
 	X(k, "nvme.segment_bytes", SIZE, "64MiB", 16777216, 1073741824, NULL, PLAIN, "size of one log segment file (nvme.log_max); segments are reused oldest first") \
-	X(k, "nvme.log_reinsert_pct", U64, "50", 0, 75, NULL, PLAIN, "when a log segment is reused, objects read since they were written are re-appended first, up to this percent of a segment per reuse (bounds write amplification; docs/NVME_LOG.md); 0: evict them") \
+	X(k, "nvme.log_reinsert_pct", U64, "50", 0, 75, NULL, PLAIN, "when a log segment is reused, its live objects are re-appended (those read since they were written first), up to this percent of a segment per reuse (bounds write amplification; docs/NVME_LOG.md); 0: evict them") \
+	X(k, "nvme.log_spare_pct", U64, "100", 0, 400, NULL, PLAIN, "log segments beyond nvme.bytes, as a percent of it: a reused segment then holds fewer live objects to re-append (the log takes up to this much more disk than nvme.bytes; docs/NVME_LOG.md)") \
 	X(k, "nvme.preallocate", SIZE, "0", 0, 1e18, NULL, PLAIN, "object size to lay out the capacity for: nvme.bytes is laid out in the background as files of this size, each written once, that writes of this size overwrite in place (first writes into new blocks are slower than overwrites; docs/TIERS.md); 0: off") \
 	X(k, "nvme.open_files", U64, "1024", 1, 1000000, NULL, PLAIN, "read file descriptors kept open") \
 	X(k, "nvme.file_mode", ENUM, "0600", 0, 0, "0600|0640|0660|0644", PLAIN, "permissions of the object files created (stored KV reveals prompts; the umask still applies)") \

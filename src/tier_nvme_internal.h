@@ -368,7 +368,8 @@ int nv_rebuild_index(struct nv *s);
 int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff);
 
 /* tier_nvme_log.c */
-int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t reinsert_pct);
+int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t reinsert_pct,
+		uint64_t spare_pct);
 void nv_log_close(struct nv *s);
 bool nv_log_takes(struct nv *s, const struct nv_op *op);
 int nv_log_stage(struct nv *s, struct nv_op *op); /* 1 staged, 0 blocked, -1 file path */

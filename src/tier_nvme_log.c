@@ -72,7 +72,8 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 	return 0;
 }
 
-int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t reinsert_pct)
+int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t reinsert_pct,
+		uint64_t spare_pct)
 {
 	struct nv_dir *d = &s->dirs[0];
 	int dfd = openat(d->fd, NV_LOG_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -95,11 +96,19 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t
 	lg->direct = d->direct;
 	lg->log_max = KVT_MIN(log_max, NV_LOG_BUF - NV_LOG_BLOCK);
 	lg->seg_bytes = KVT_ALIGN_UP(segment_bytes, NV_LOG_BLOCK);
-	/* nvme.bytes of objects plus the segment being filled and what batches leave unused at
-	 * segment ends: the log takes up to two segments more than nvme.bytes on disk. */
-	lg->nmax = (uint32_t)KVT_MIN(s->capacity / lg->seg_bytes + 2, 1u << 20);
+	/* nvme.bytes of objects, nvme.log_spare_pct of it more, plus the segment being filled
+	 * and what batches leave unused at segment ends. The spare is room for dead objects:
+	 * a log reclaims a whole segment for each one it fills, and with no spare the oldest
+	 * segment is mostly live (log cleaning at ~90 % utilisation), so it is either copied
+	 * at ~10 bytes written per byte stored or evicted below nvme.bytes. */
+	uint64_t sp = KVT_MIN(spare_pct, 400);
+	uint64_t room = s->capacity + s->capacity / 100 * sp + s->capacity % 100 * sp / 100;
+	lg->nmax = (uint32_t)KVT_MIN(room / lg->seg_bytes + 2, 1u << 20);
 	lg->fail_seg = UINT32_MAX;
 	lg->reins_seg = UINT32_MAX;
+	lg->drain_seg = UINT32_MAX;
+	lg->rd_io.kind = IO_LOG;
+	lg->rd_state = NV_RD_IDLE;
 	/* A fraction of a segment, not all of its hot objects: at high utilisation almost
 	 * everything in the oldest segment is live, and copying all of it each pass would
 	 * multiply the bytes written without bound (log cleaning's cost). The rest is evicted
@@ -248,15 +257,25 @@ static bool advance(struct nv *s)
 			lg->have_cur = true;
 			continue;
 		}
-		if (g->readers || g->batches || g->movers)
-			return false;
-		/* FIFO reuse: what is left of the segment's objects goes (region eviction). */
-		uint32_t tag = next + 1;
-		for (struct nv_ent *e = s->lru_head, *nx; e; e = nx) {
-			nx = e->next;
-			if (e->lseg == tag)
-				nv_evict(s, e, false);
+		if (g->batches || g->movers || (lg->rd_state != NV_RD_IDLE && lg->rd_seg == next) ||
+		    (lg->reins_seg == next && lg->reins_gen == g->gen && lg->rq_head < lg->rq_n))
+			return false; /* its copies are still being made */
+		/* FIFO reuse: what is left of the segment's objects goes (region eviction) -
+		 * before waiting for its reads in flight, so that no new read of it starts:
+		 * under a steady random read load some read of it is nearly always in flight,
+		 * and waiting for a moment with none stalled every write behind it. */
+		if (lg->drain_seg != next || lg->drain_gen != g->gen) {
+			uint32_t tag = next + 1;
+			for (struct nv_ent *e = s->lru_head, *nx; e; e = nx) {
+				nx = e->next;
+				if (e->lseg == tag)
+					nv_evict(s, e, false);
+			}
+			lg->drain_seg = next;
+			lg->drain_gen = g->gen;
 		}
+		if (g->readers)
+			return false; /* reads started before: they finish first */
 		int rc = write_header(s, next, g->gen + 1);
 		if (rc < 0) {
 			KVT_WARN(s->log, "nvme: log segment %u header: %s: log writes stop", next,
@@ -265,6 +284,11 @@ static bool advance(struct nv *s)
 			return false;
 		}
 		g->gen++;
+		if (lg->rd_state == NV_RD_IDLE) {
+			/* copies still listed were for a segment before: none kept for them */
+			lg->rq_head = lg->rq_n;
+			lg->reins_left = 0;
+		}
 		lg->cur = next;
 		lg->cur_off = NV_LOG_BLOCK;
 		lg->have_cur = true;
@@ -328,6 +352,10 @@ static int stage_one(struct nv *s, struct nv_op *op)
 	uint64_t need = KVT_ALIGN_UP(op->len, NV_LOG_BLOCK);
 	struct nv_batch *b = nv_log_filling(lg);
 	struct nv_log_rec *r = b ? (struct nv_log_rec *)b->buf : NULL;
+	uint64_t keep = nv_log_copy_room(lg);
+	if (keep && lg->have_cur &&
+	    lg->cur_off + (b ? b->used : NV_LOG_BLOCK) + need + keep > lg->segs[lg->cur].bytes)
+		return 0; /* the segment's tail is kept for re-appended objects: wait for them */
 	/* A batch of re-appended objects (tier_nvme_log_reinsert.c) was sized to fit the
 	 * current segment: it goes alone, or advancing past it could wait on itself. */
 	if (b && (b->used + need > NV_LOG_BUF || r->n >= NV_LOG_MAXENT || b->nmv)) {
@@ -456,8 +484,11 @@ void nv_log_kick(struct nv *s)
 	nv_log_reinsert(s); /* before the segment after cur is reused: keep its hot objects */
 	retry_waiting(s);
 	struct nv_batch *b = nv_log_filling(lg);
-	if (!b && lg->ntombs && !lg->broken && lg->inflight < NV_LOG_BUFS - 1)
-		b = nv_log_new_batch(lg);
+	uint64_t keep = nv_log_copy_room(lg);
+	if (!b && lg->ntombs && !lg->broken && lg->inflight < NV_LOG_BUFS - 1 &&
+	    (!keep || !lg->have_cur ||
+	     lg->cur_off + NV_LOG_BLOCK + keep <= lg->segs[lg->cur].bytes))
+		b = nv_log_new_batch(lg); /* (a batch of removals only takes the copies' room too) */
 	if (b)
 		drain_tombs(lg, b);
 	if (b && ((struct nv_log_rec *)b->buf)->n && lg->inflight < NV_LOG_BUFS - 1)
@@ -481,7 +512,8 @@ void nv_log_kick(struct nv *s)
 /* Staged or written batches not yet acknowledged (close waits for them). */
 bool nv_log_busy(struct nv *s)
 {
-	return s->lg && (s->lg->count || s->lg->ntombs) && !s->lg->broken;
+	return s->lg && (((s->lg->count || s->lg->ntombs) && !s->lg->broken) ||
+			 s->lg->rd_state == NV_RD_READING); /* its CQE must be reaped */
 }
 
 static void fail_op(struct nv *s, struct nv_op *op, int err)
@@ -533,6 +565,10 @@ static void ack(struct nv *s)
 void nv_log_on_cqe(struct nv *s, struct nv_io *io, int res)
 {
 	struct nv_log *lg = s->lg;
+	if (io == &lg->rd_io) {
+		nv_log_read_done(s, res); /* a reinsertion read (tier_nvme_log_reinsert.c) */
+		return;
+	}
 	struct nv_batch *b = (struct nv_batch *)io;
 	if (!b->syncing) {
 		if (res != (int)b->used)

@@ -95,7 +95,7 @@ struct nv_batch {
 
 struct nv_log {
 	uint64_t log_max, seg_bytes;
-	uint32_t nmax;	 /* segments in the cycle (nvme.bytes / nvme.segment_bytes, at least 2) */
+	uint32_t nmax;	 /* segments in the cycle: nvme.bytes plus nvme.log_spare_pct of it, + 2 */
 	uint32_t nsegs;	 /* entries in segs[] (>= nmax when an earlier run had more) */
 	struct nv_seg *segs;
 	int dfd;
@@ -115,7 +115,7 @@ struct nv_log {
 	/* writes waiting for a staging buffer or a segment, oldest first (through bnext): not
 	 * in the ring's ready list, where they would hold up reads a segment reuse waits for */
 	struct nv_op *wait_head, *wait_tail;
-	/* reinsertion (tier_nvme_log_reinsert.c): the hot objects of the segment after cur,
+	/* reinsertion (tier_nvme_log_reinsert.c): the live objects of the segment after cur,
 	 * collected once per reuse of that segment, re-appended a batch at a time */
 	uint64_t reins_max;	 /* bytes per reuse at most */
 	uint32_t reins_seg;	 /* segment they were collected from (UINT32_MAX: none) */
@@ -123,6 +123,20 @@ struct nv_log {
 	struct nv_move *rq;	 /* collected, not yet copied: rq[rq_head .. rq_n) */
 	uint32_t rq_n, rq_head, rq_cap;
 	uint8_t *rbuf; /* NV_LOG_BUF: one read covers the copies of one batch */
+	/* The copies' read is asynchronous (an io_uring read into rbuf, rd_io's CQE): the ring
+	 * thread keeps completing reads and writes meanwhile. rq[rd_i .. rd_j) are in rbuf
+	 * from segment offset rd_start when rd_state is NV_RD_READY. */
+	struct nv_io rd_io; /* kind IO_LOG, told from a batch's by its address */
+	enum { NV_RD_IDLE, NV_RD_READING, NV_RD_READY } rd_state;
+	uint32_t rd_i, rd_j, rd_seg;
+	uint64_t rd_start, rd_len;
+	/* bytes of listed objects not yet copied nor dropped: the current segment's tail is
+	 * kept for them (puts wait rather than take it, nv_log_copy_room) */
+	uint64_t reins_left;
+	/* the segment (and its generation) whose objects advance() evicted ahead of its reuse,
+	 * waiting for the reads already in flight */
+	uint32_t drain_seg;
+	uint64_t drain_gen;
 };
 
 uint32_t nv_log_crc(const void *block);
@@ -131,6 +145,8 @@ struct nv_batch *nv_log_new_batch(struct nv_log *lg);
 bool nv_log_seal(struct nv *s, struct nv_batch *b);
 void nv_log_reinsert(struct nv *s);
 void nv_log_moved(struct nv *s, struct nv_batch *b);
+void nv_log_read_done(struct nv *s, int res);
+uint64_t nv_log_copy_room(const struct nv_log *lg);
 int nv_log_seg_open(struct nv *s, uint32_t n, bool create);
 
 #endif

@@ -34,6 +34,14 @@ static const char *child_capacity(int iter)
 	return iter % 2 ? "24MiB" : "1GiB"; /* 24 MiB: a cycle of 3 segments */
 }
 
+/* No spare on half the segment-reusing children (the tight 3-segment cycle: most of a reused
+ * segment is live), 100 % on the others (5 segments, the default's room); the asynchronous
+ * reinsertion reads are killed mid-flight in both. */
+static const char *child_spare(int iter)
+{
+	return iter % 4 == 1 ? "0" : "100";
+}
+
 
 /* Reads back a few objects so they become hot: exact, or not found (evicted). */
 static void child_reads(struct kvt_tier *t, int iter, uint64_t n, uint8_t *rbuf)
@@ -90,7 +98,7 @@ static void child(const char *dir, int iter, int ack_fd, int stat_fd)
 	struct kvt_tier *t;
 	if (open_tier(&t, "nvme.dirs", dir, "nvme.bytes", child_capacity(iter), "nvme.fsync",
 		      fsync_modes[iter % 3], "nvme.queue_depth", "32", "nvme.log_max", LOG_MAX,
-		      "nvme.segment_bytes", SEGMENT, NULL))
+		      "nvme.segment_bytes", SEGMENT, "nvme.log_spare_pct", child_spare(iter), NULL))
 		_exit(3);
 	enum { SLOTS = 48 };
 	uint8_t *bufs[SLOTS];
