@@ -42,6 +42,9 @@ for t in $TIERS; do
 			run "nvme-2M-qd32-fsync-$f" --tier nvme --dir "$W/nvme" --chunk-bytes 2M --queue-depth 32 --set-bytes 2G --fsync $f
 			run "nvme-32M-qd8-fsync-$f" --tier nvme --dir "$W/nvme" --chunk-bytes 32M --queue-depth 8 --set-bytes 2G --fsync $f
 			run "nvme-64K-qd32-fsync-$f" --tier nvme --dir "$W/nvme" --chunk-bytes 64K --queue-depth 32 --set-bytes 1G --fsync $f
+			# writes only, every one into capacity no object used before (an empty store
+			# much larger than what one phase writes): issue #11's "from an empty store"
+			run "nvme-32M-qd8-first-fill-fsync-$f" --tier nvme --dir "$W/nvme" --chunk-bytes 32M --queue-depth 8 --set-bytes 12G --read-pct 0 --fsync $f
 		done ;;
 	fs)
 		for f in none data; do
