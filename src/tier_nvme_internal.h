@@ -27,6 +27,10 @@
 #include "tier.h"
 
 #define NV_IO_MAX (2u << 20) /* bytes per SQE */
+/* An object's last piece carries a remainder up to this much (the header block of a chunk
+ * of NV_IO_MAX bytes): such an object is one SQE, which nvme.fsync=data makes durable with
+ * RWF_DSYNC instead of a separate fdatasync (tier_nvme_ops.c). */
+#define NV_IO_CARRY (64u << 10)
 #define NV_SEG_INLINE 4
 #define NV_NAME_MAX 128
 #define NV_BUCKETS 24			/* hourly write-budget buckets: a rolling day */
@@ -119,6 +123,7 @@ struct nv_op {
 	bool retried;	 /* after ENOSPC */
 	bool reopened;	 /* after EMFILE */
 	bool recycled;	 /* the temp file is an evicted object's file, overwritten in place */
+	bool dsync;	 /* write: one RWF_DSYNC I/O stands in for the fdatasync (tier_nvme_ops.c) */
 	uint32_t slot;	 /* write: the pool slot overwritten in place; layout: the slot made */
 	bool has_parent; /* write: parent is the chunk before this one in its prompt */
 	struct kvt_key parent;
