@@ -122,6 +122,14 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t
 			s->capacity = live;
 		}
 	}
+	/* Preallocated slots (nvme.preallocate) of a size the log takes would never be
+	 * written: each log write would only unlink one to make room, and meanwhile they
+	 * and the segments would both sit on disk. */
+	if (lg->log_max && s->prealloc && s->prealloc <= lg->log_max) {
+		KVT_INFO(s->log, "nvme: nvme.preallocate (%" PRIu64 ") is off: objects of that size "
+				 "go to the log (nvme.log_max)", s->prealloc);
+		s->prealloc = 0;
+	}
 	lg->fail_seg = UINT32_MAX;
 	lg->reins_seg = UINT32_MAX;
 	lg->drain_seg = UINT32_MAX;

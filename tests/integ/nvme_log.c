@@ -183,10 +183,12 @@ static int test_replace(const char *root, const char *spare, int bytes, int want
 	snprintf(nb, sizeof(nb), "%dMiB", bytes);
 	const char *cfg[] = {"nvme.dirs", dir, "nvme.bytes", nb, "nvme.log_max", "256KiB",
 			     "nvme.segment_bytes", "16MiB", "nvme.log_spare_pct", spare,
-			     "nvme.queue_depth", "32"};
+			     "nvme.queue_depth", "32",
+			     /* slots of a size the log takes are not laid out (on disk on top) */
+			     "nvme.preallocate", "64KiB"};
 	struct kvt_tier *t;
 	CHECK_EQ(open_tier(&t, cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5], cfg[6], cfg[7],
-			   cfg[8], cfg[9], cfg[10], cfg[11], NULL),
+			   cfg[8], cfg[9], cfg[10], cfg[11], cfg[12], cfg[13], NULL),
 		 0);
 	int ok = 0;
 	write_n(t, 14, W, &ok, NULL);
@@ -235,7 +237,7 @@ static int test_replace(const char *root, const char *spare, int bytes, int want
 	kvt__tier_close(t);
 	/* The copies survive a reopen: every listed object exact, the same keys present. */
 	CHECK_EQ(open_tier(&t, cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5], cfg[6], cfg[7],
-			   cfg[8], cfg[9], cfg[10], cfg[11], NULL),
+			   cfg[8], cfg[9], cfg[10], cfg[11], cfg[12], cfg[13], NULL),
 		 0);
 	CHECK_EQ(check_all(t), W - lost);
 	kvt__tier_close(t);
