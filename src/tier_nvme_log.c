@@ -96,14 +96,40 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t
 	lg->direct = d->direct;
 	lg->log_max = KVT_MIN(log_max, NV_LOG_BUF - NV_LOG_BLOCK);
 	lg->seg_bytes = KVT_ALIGN_UP(segment_bytes, NV_LOG_BLOCK);
-	/* nvme.bytes of objects, nvme.log_spare_pct of it more, plus the segment being filled
-	 * and what batches leave unused at segment ends. The spare is room for dead objects:
-	 * a log reclaims a whole segment for each one it fills, and with no spare the oldest
-	 * segment is mostly live (log cleaning at ~90 % utilisation), so it is either copied
-	 * at ~10 bytes written per byte stored or evicted below nvme.bytes. */
+	/* The log's segments lie inside nvme.bytes (the disk budget a user sets): the cycle
+	 * is as many segments as fit in it, and the live objects (the index's capacity) are
+	 * what fits in the cycle less two segments (the one being filled, and what batches
+	 * leave unused at segment ends), divided by 1 + nvme.log_spare_pct. The spare is
+	 * room for dead objects: a log reclaims a whole segment for each one it fills, and
+	 * with no spare the oldest segment is mostly live (log cleaning at ~90 %
+	 * utilisation), so it is either copied at ~10 bytes written per byte stored or
+	 * evicted below capacity. So with the log on, nvme.bytes holds fewer live objects
+	 * than with a file each (half of it at the default spare, docs/NVME_LOG.md); files
+	 * of objects above log_max count in the same capacity and come on top of the
+	 * segments on disk. */
 	uint64_t sp = KVT_MIN(spare_pct, 400);
-	uint64_t room = s->capacity + s->capacity / 100 * sp + s->capacity % 100 * sp / 100;
-	lg->nmax = (uint32_t)KVT_MIN(room / lg->seg_bytes + 2, 1u << 20);
+	uint64_t fit = s->capacity / lg->seg_bytes;
+	lg->nmax = (uint32_t)KVT_MIN(KVT_MAX(fit, 3), 1u << 20);
+	if (lg->log_max && !s->ro) {
+		uint64_t live = (lg->nmax - 2) * lg->seg_bytes * 100 / (100 + sp);
+		if (fit < 3 || live < s->object_max) {
+			KVT_WARN(s->log,
+				 "nvme: nvme.bytes (%" PRIu64 ") holds fewer than 3 log segments of %" PRIu64
+				 " bytes (or too few live bytes for one object): the log is off",
+				 s->capacity, lg->seg_bytes);
+			lg->log_max = 0;
+		} else {
+			s->capacity = live;
+		}
+	}
+	/* Preallocated slots (nvme.preallocate) of a size the log takes would never be
+	 * written: each log write would only unlink one to make room, and meanwhile they
+	 * and the segments would both sit on disk. */
+	if (lg->log_max && s->prealloc && s->prealloc <= lg->log_max) {
+		KVT_INFO(s->log, "nvme: nvme.preallocate (%" PRIu64 ") is off: objects of that size "
+				 "go to the log (nvme.log_max)", s->prealloc);
+		s->prealloc = 0;
+	}
 	lg->fail_seg = UINT32_MAX;
 	lg->reins_seg = UINT32_MAX;
 	lg->drain_seg = UINT32_MAX;

@@ -95,7 +95,7 @@ struct nv_batch {
 
 struct nv_log {
 	uint64_t log_max, seg_bytes;
-	uint32_t nmax;	 /* segments in the cycle: nvme.bytes plus nvme.log_spare_pct of it, + 2 */
+	uint32_t nmax;	 /* segments in the cycle: as many as fit in nvme.bytes (at least 3) */
 	uint32_t nsegs;	 /* entries in segs[] (>= nmax when an earlier run had more) */
 	struct nv_seg *segs;
 	int dfd;

@@ -6,12 +6,14 @@
  * log's objects readable; (3) on a full file system (a 40 MiB tmpfs; needs root, else that
  * part is skipped, or fails under CI=true) segments that cannot be created are not, the log
  * cycles over those that exist, and every object listed reads back exact; (4) a working set
- * of nvme.bytes replaced at random, as `kvtier bench`'s mixed phase does: the log takes
- * nvme.bytes plus nvme.log_spare_pct of it plus two segments (counted in files), reused
+ * replaced at random, as `kvtier bench`'s mixed phase does: the log's segments fit in
+ * nvme.bytes (counted in files, and the bytes on disk are at most nvme.bytes), the live
+ * capacity is what they hold less two segments over 1 + nvme.log_spare_pct, reused
  * segments' live objects are re-appended (asynchronous reads, checked exact by reads during
  * the load and after a reopen), and with the spare no object of the working set is lost.
  */
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/mount.h>
 
 #include "nvme_util.h"
@@ -152,18 +154,41 @@ static int test_full(const char *root)
 	return 0;
 }
 
-/* (4) Replacing a working set of nvme.bytes; spare in percent; returns the keys lost. */
-static int test_replace(const char *root, const char *spare, int want_segs)
+/* Bytes allocated on disk under a directory (st_blocks: fallocated segments count whole). */
+static uint64_t g_alloc;
+static int alloc_add(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)ftw;
+	if (flag == FTW_F && S_ISREG(st->st_mode) && !strstr(p, "/.kvtier."))
+		g_alloc += (uint64_t)st->st_blocks * 512;
+	return 0;
+}
+
+static uint64_t alloc_bytes(const char *dir)
+{
+	g_alloc = 0;
+	nftw(dir, alloc_add, 16, FTW_PHYS);
+	return g_alloc;
+}
+
+/* (4) Replacing a working set of 25 MiB through a live capacity of 32 MiB: nvme.bytes
+ * (bytes, in MiB) holds want_segs segments of 16 MiB; spare in percent; returns the keys
+ * lost. */
+static int test_replace(const char *root, const char *spare, int bytes, int want_segs)
 {
 	char dir[300];
 	snprintf(dir, sizeof(dir), "%s/rep%s", root, spare);
 	enum { W = 400 }; /* 400 x 64 KiB = 25 MiB of the 32 MiB below */
-	const char *cfg[] = {"nvme.dirs", dir, "nvme.bytes", "32MiB", "nvme.log_max", "256KiB",
+	char nb[32];
+	snprintf(nb, sizeof(nb), "%dMiB", bytes);
+	const char *cfg[] = {"nvme.dirs", dir, "nvme.bytes", nb, "nvme.log_max", "256KiB",
 			     "nvme.segment_bytes", "16MiB", "nvme.log_spare_pct", spare,
-			     "nvme.queue_depth", "32"};
+			     "nvme.queue_depth", "32",
+			     /* slots of a size the log takes are not laid out (on disk on top) */
+			     "nvme.preallocate", "64KiB"};
 	struct kvt_tier *t;
 	CHECK_EQ(open_tier(&t, cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5], cfg[6], cfg[7],
-			   cfg[8], cfg[9], cfg[10], cfg[11], NULL),
+			   cfg[8], cfg[9], cfg[10], cfg[11], cfg[12], cfg[13], NULL),
 		 0);
 	int ok = 0;
 	write_n(t, 14, W, &ok, NULL);
@@ -202,12 +227,17 @@ static int test_replace(const char *root, const char *spare, int want_segs)
 	printf("nvme_log: replace, spare %s%%: %d segments, %llu bytes re-appended, %d of %d "
 	       "reads missed, %d of %d keys lost\n",
 	       spare, segs, (unsigned long long)st.reinsert_bytes, read_miss, reads, lost, W);
-	CHECK_EQ(segs, want_segs); /* (32 MiB + spare) / 16 MiB + 2 */
+	CHECK_EQ(segs, want_segs); /* nvme.bytes / 16 MiB */
+	CHECK_EQ(st.capacity_bytes, 32ull << 20); /* (segments - 2) x 16 MiB / (1 + spare) */
+	uint64_t on_disk = alloc_bytes(dir);
+	printf("nvme_log: replace, spare %s%%: %llu bytes on disk for nvme.bytes %d MiB\n", spare,
+	       (unsigned long long)on_disk, bytes);
+	CHECK(on_disk <= (uint64_t)bytes << 20); /* the segments fit in nvme.bytes */
 	CHECK(st.reinsert_bytes > 0); /* reused segments had live objects, copied */
 	kvt__tier_close(t);
 	/* The copies survive a reopen: every listed object exact, the same keys present. */
 	CHECK_EQ(open_tier(&t, cfg[0], cfg[1], cfg[2], cfg[3], cfg[4], cfg[5], cfg[6], cfg[7],
-			   cfg[8], cfg[9], cfg[10], cfg[11], NULL),
+			   cfg[8], cfg[9], cfg[10], cfg[11], cfg[12], cfg[13], NULL),
 		 0);
 	CHECK_EQ(check_all(t), W - lost);
 	kvt__tier_close(t);
@@ -224,10 +254,11 @@ int main(void)
 	snprintf(dir, sizeof(dir), "%s/d", root);
 	test_torn_newest(dir);
 	test_log_off(dir);
-	/* The default's room: nothing of a working set of nvme.bytes is lost. Without spare
-	 * the cycle is 4 segments and the bound (nvme.log_reinsert_pct) evicts some. */
-	CHECK_EQ(test_replace(root, "100", 6), 0);
-	int lost0 = test_replace(root, "0", 4);
+	/* The default's room: nothing of a working set that fits the capacity is lost (96 MiB
+	 * of segments for 32 MiB live). Without spare the cycle is 4 segments for the same
+	 * 32 MiB and the bound (nvme.log_reinsert_pct) evicts some. */
+	CHECK_EQ(test_replace(root, "100", 96, 6), 0);
+	int lost0 = test_replace(root, "0", 64, 4);
 	printf("nvme_log: without spare %d keys or reads missed\n", lost0);
 	int rc = test_full(root);
 	rm_rf(root);

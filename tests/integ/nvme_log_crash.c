@@ -31,7 +31,9 @@
  * also interrupted by the kill. */
 static const char *child_capacity(int iter)
 {
-	return iter % 2 ? "24MiB" : "1GiB"; /* 24 MiB: a cycle of 3 segments */
+	/* the log's segments fit in nvme.bytes: 48 MiB is a cycle of 3 (no spare), 80 MiB of
+	 * 5 (100 % spare), each 16 MiB (24 MiB) of live objects */
+	return iter % 2 ? (iter % 4 == 1 ? "48MiB" : "80MiB") : "1GiB";
 }
 
 /* No spare on half the segment-reusing children (the tight 3-segment cycle: most of a reused
