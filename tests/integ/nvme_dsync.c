@@ -18,21 +18,9 @@
 #include <sys/wait.h>
 
 #include "nvme_util.h"
+#include "lib/fuse_mounted.h"
 
 extern char **environ;
-
-static int mounted(const char *mnt)
-{
-	FILE *f = fopen("/proc/mounts", "r");
-	char line[8192];
-	int found = 0;
-	while (f && fgets(line, sizeof(line), f))
-		if (strstr(line, mnt) && strstr(line, " fuse"))
-			found = 1;
-	if (f)
-		fclose(f);
-	return found;
-}
 
 static int wait_ms(struct waiter *w, int ms)
 {
@@ -118,9 +106,9 @@ int main(void)
 	CHECK_EQ(posix_spawn(&fs, bin, NULL, NULL, argv, environ), 0);
 	g_fs = fs;
 	atexit(cleanup);
-	for (int i = 0; i < 250 && !mounted(mnt); i++)
+	for (int i = 0; i < 250 && !fuse_mounted(mnt); i++)
 		usleep(20000);
-	CHECK(mounted(mnt));
+	CHECK(fuse_mounted(mnt));
 	snprintf(dir, sizeof(dir), "%s/d", mnt);
 	CHECK_EQ(mkdir(dir, 0700), 0);
 	run(fs, dir, "data", 1);

@@ -22,6 +22,7 @@
 
 #include "engine.h"
 #include "testlib.h"
+#include "lib/fuse_mounted.h"
 
 #define CEIL_MS 400
 #define SYNC_MS 1000
@@ -33,19 +34,6 @@ struct slowfs {
 	pid_t pid;
 	char back[4096], mnt[4096];
 };
-
-static int mounted(const char *mnt)
-{
-	FILE *f = fopen("/proc/mounts", "r");
-	char line[8192];
-	int found = 0;
-	while (f && fgets(line, sizeof(line), f))
-		if (strstr(line, mnt) && strstr(line, " fuse"))
-			found = 1;
-	if (f)
-		fclose(f);
-	return found;
-}
 
 static int slowfs_start(struct slowfs *f)
 {
@@ -63,9 +51,9 @@ static int slowfs_start(struct slowfs *f)
 	char *argv[] = {bin, f->back, f->mnt, NULL};
 	if (posix_spawn(&f->pid, bin, NULL, NULL, argv, environ))
 		return 1;
-	for (int i = 0; i < 250 && !mounted(f->mnt); i++)
+	for (int i = 0; i < 250 && !fuse_mounted(f->mnt); i++)
 		usleep(20000);
-	return mounted(f->mnt) ? 0 : 1;
+	return fuse_mounted(f->mnt) ? 0 : 1;
 }
 
 static void slowfs_stop(struct slowfs *f)
