@@ -282,6 +282,11 @@ struct kvt_stats {
 
 KVT_EXPORT int kvt_stats(struct kvt_store *s, struct kvt_stats *out);
 
+/* sizeof(struct <struct_name>) for the public structures ("kvt_stats", "kvt_result", ...;
+ * src/abi.c lists them), 0 for any other name: bindings that mirror a structure check
+ * their copy against it when they load. */
+KVT_EXPORT size_t kvt_abi_sizeof(const char *struct_name);
+
 /* ------------------------------------------------------------ KV events */
 /*
  * What the store holds, as it changes: a chunk stored in a tier, or removed from one

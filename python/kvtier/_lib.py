@@ -65,7 +65,7 @@ class TierStats(ctypes.Structure):
             "objects", "bytes", "capacity_bytes", "hits", "misses", "reads", "read_bytes",
             "writes", "write_bytes", "evictions", "checksum_failures", "errors",
             "writes_skipped", "removes", "deadline_misses", "write_budget_bytes",
-            "write_budget_used_bytes", "reinsert_bytes",
+            "write_budget_used_bytes", "reinsert_bytes", "pool_bytes", "pool_pending_bytes",
         )
     ]
 
@@ -187,8 +187,35 @@ def _find() -> str:
         "kvtier checkout, or set KVTIER_LIB to the path of libkvtier.so")
 
 
+# Every structure above that crosses the API, by its C name: checked against the
+# library's own sizeof at load (kvt_abi_sizeof), so a field added to the header and not
+# here fails the import instead of letting the library write past a ctypes buffer.
+MIRRORED = {
+    "kvt_geometry": Geometry, "kvt_key": Key, "kvt_namespace": Namespace,
+    "kvt_result": Result, "kvt_tier_stats": TierStats, "kvt_stats": Stats,
+    "kvt_row_strides": RowStrides, "kvt_row_layout": RowLayoutC,
+    "kvt_rows_result": RowsResult,
+}
+
+
+def check_abi(lib: ctypes.CDLL) -> None:
+    """Raise ImportError, one line, if a mirrored structure's size differs from the
+    library's."""
+    sizeof = lib.kvt_abi_sizeof
+    sizeof.restype = ctypes.c_size_t
+    sizeof.argtypes = [ctypes.c_char_p]
+    for cname, mirror in MIRRORED.items():
+        theirs, ours = sizeof(cname.encode()), ctypes.sizeof(mirror)
+        if theirs != ours:
+            raise ImportError(
+                f"libkvtier ({lib._name}) has struct {cname} of {theirs} bytes but this "
+                f"package declares {ours}: the package and the library come from "
+                "different kvtier builds")
+
+
 def _load() -> ctypes.CDLL:
     lib = ctypes.CDLL(_find())
+    check_abi(lib)
     for name, (res, args) in _PROTOS.items():
         fn = getattr(lib, name)
         fn.restype = res

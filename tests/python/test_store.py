@@ -35,6 +35,35 @@ def test_version_and_strerror():
     assert kvtier.strerror(-errno.EBADMSG) == kvtier.strerror(errno.EBADMSG)
 
 
+def test_struct_mirrors_match_the_library():
+    """Every ctypes mirror has the C structure's size (a header field added without its
+    mirror let kvt_stats write past the buffer and abort the process), and a mismatch
+    fails the import with one line instead."""
+    import ctypes
+
+    from kvtier import _lib
+    sizeof = _lib.lib.kvt_abi_sizeof
+    for cname, mirror in _lib.MIRRORED.items():
+        assert sizeof(cname.encode()) == ctypes.sizeof(mirror) > 0, cname
+    assert sizeof(b"kvt_no_such_struct") == 0
+
+    class Short(ctypes.Structure):
+        _fields_ = [("n_tiers", ctypes.c_uint32)]
+    old = _lib.MIRRORED["kvt_stats"]
+    _lib.MIRRORED["kvt_stats"] = Short
+    try:
+        with pytest.raises(ImportError, match="struct kvt_stats of .* declares 4"):
+            _lib.check_abi(_lib.lib)
+    finally:
+        _lib.MIRRORED["kvt_stats"] = old
+
+
+def test_stats_pool_counters(tdir):
+    with kvtier.Store(cfg(**{"fs.dir": tdir})) as s:
+        st = s.stats()
+        assert st["tiers"][0]["pool_bytes"] == 0 and "pool_pending_bytes" in st["tiers"][0]
+
+
 def test_keys_match_format_spec():
     g = kvtier.Geometry(**GEO)
     ns = kvtier.namespace_id("m", g, revision="r", tenant="t")
