@@ -20,13 +20,8 @@ static size_t PAYLOAD;
 
 static void start_daemon(void)
 {
-	char d[300];
-	snprintf(d, sizeof(d), "%s/data", dir);
-	const char *args[] = {"--dir", d, "--set", "model.layers=4", "--set", "model.kv_heads=2",
-			      "--set", "model.head_dim=64", "--set", "model.chunk_tokens=16",
-			      "--set", "model.name=test-model", "--set", "dram.bytes=16MiB",
-			      "--set", "nvme.fsync=none", NULL};
-	kvtd_start(sock_path, args);
+	const char *extra[] = {"--set", "dram.bytes=16MiB", NULL};
+	kvtd_start_test(sock_path, dir, extra);
 }
 
 static void key_of(uint64_t i, struct kvt_key *k)

@@ -35,20 +35,13 @@
 
 static char *dir, sock_path[100], ev_ep[160], replay_ep[160];
 
-#define COMMON_ARGS                                                                                \
-	"--set", "model.layers=4", "--set", "model.kv_heads=2", "--set", "model.head_dim=64",      \
-		"--set", "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",       \
-		"nvme.fsync=none", "--set", "store.deadline_floor_ms=2000"
-
 static void start_daemon(const char *extra) /* one more --set K=V */
 {
-	char d[300];
-	snprintf(d, sizeof(d), "%s/data", dir);
 	/* 7 DRAM slots of 36 KiB objects, nvme capped at 1 MiB (28 objects) */
-	const char *args[] = {"--dir", d, "--events", ev_ep, "--set", replay_ep, COMMON_ARGS,
-			      "--set", "dram.bytes=256KiB", "--set", "nvme.bytes=1MiB", "--set",
-			      extra, NULL};
-	kvtd_start(sock_path, args);
+	const char *args[] = {"--events", ev_ep, "--set", replay_ep,
+			      "--set", "store.deadline_floor_ms=2000", "--set", "dram.bytes=256KiB",
+			      "--set", "nvme.bytes=1MiB", "--set", extra, NULL};
+	kvtd_start_test(sock_path, dir, args);
 }
 
 /* ---- messages */
@@ -198,6 +191,12 @@ static void decode(const struct batch *b, const uint8_t *ns, struct ev *evs, siz
 }
 
 /* ---- 3. bad configurations */
+
+/* What kvtd_start_test sets, for a daemon started by hand that must refuse one setting. */
+#define COMMON_ARGS                                                                                \
+	"--set", "model.layers=4", "--set", "model.kv_heads=2", "--set", "model.head_dim=64",      \
+		"--set", "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",       \
+		"nvme.fsync=none", "--set", "store.deadline_floor_ms=2000"
 
 static void expect_refused(const char *what, const char *k, const char *v)
 {

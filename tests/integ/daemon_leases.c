@@ -538,15 +538,10 @@ int main(void)
 	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
 	snprintf(metrics_addr, sizeof(metrics_addr), "127.0.0.1:%d", free_port());
 	signal(SIGPIPE, SIG_IGN);
-	char d[300];
-	snprintf(d, sizeof(d), "%s/data", dir);
 	/* 7 DRAM slots of 36 KiB objects */
-	const char *args[] = {"--dir", d, "--metrics", metrics_addr, "--set", "model.layers=4",
-			      "--set", "model.kv_heads=2", "--set", "model.head_dim=64", "--set",
-			      "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",
-			      "dram.bytes=256KiB", "--set", "nvme.fsync=none", "--set",
+	const char *args[] = {"--metrics", metrics_addr, "--set", "dram.bytes=256KiB", "--set",
 			      "store.deadline_floor_ms=2000", "--set", "daemon.lease_ms=300", NULL};
-	kvtd_start(sock_path, args);
+	kvtd_start_test(sock_path, dir, args);
 	struct kvt_store *s = kvtd_client_store(dir);
 	GEO = *kvt_store_geometry(s);
 	PAYLOAD = kvt_payload_bytes(&GEO, 16);

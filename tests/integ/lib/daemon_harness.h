@@ -75,6 +75,24 @@ static inline void kvtd_start(const char *sock, const char *const *args)
 	exit(1);
 }
 
+/* kvtd_start with the tests' model (test-model: 4 layers, 2 KV heads, head dim 64, 16-token
+ * chunks), "--dir <dir>/data", nvme.fsync=none, then extra (NULL-terminated; may be
+ * NULL): what every daemon test but the TP one runs. */
+static inline void kvtd_start_test(const char *sock, const char *dir, const char *const *extra)
+{
+	static char data[300];
+	snprintf(data, sizeof(data), "%s/data", dir);
+	const char *args[64] = {"--dir", data, "--set", "model.layers=4", "--set",
+				"model.kv_heads=2", "--set", "model.head_dim=64", "--set",
+				"model.chunk_tokens=16", "--set", "model.name=test-model", "--set",
+				"nvme.fsync=none"};
+	int n = 14;
+	for (int i = 0; extra && extra[i] && n < 63; i++)
+		args[n++] = extra[i];
+	args[n] = NULL;
+	kvtd_start(sock, args);
+}
+
 /* SIGTERM: the daemon flushes and must exit 0. */
 static inline void kvtd_stop(void)
 {
