@@ -27,8 +27,8 @@
  * is held; then it stops until the next open (it never re-lays out what a write of
  * another size took: that would be a slot's worth of writing per small object).
  * stats.pool_pending_bytes says what is left to lay out (0: done): `kvtier bench` waits
- * for it before it measures. A read-only open (store.read_only) never scans, lays out or
- * changes the pool.
+ * for it before it measures. A read-only open (store.read_only) only counts the free
+ * slots (pool_bytes, which `kvtier stat` shows): it never lays out, removes or changes one.
  */
 #include "tier_nvme_internal.h"
 
@@ -102,7 +102,7 @@ int nv_pool_scan(struct nv *s)
 		while ((de = readdir(dir))) {
 			const char *nm = de->d_name;
 			if (!strncmp(nm, NV_TMP_PREFIX, strlen(NV_TMP_PREFIX))) {
-				if (unlinkat(fd, nm, 0) == 0)
+				if (!s->ro && unlinkat(fd, nm, 0) == 0)
 					temps++;
 				continue;
 			}
@@ -117,7 +117,7 @@ int nv_pool_scan(struct nv *s)
 				/* Also an object's name: a crash kept the slot's entry after
 				 * the rename that published it (a file system without a
 				 * journal). Overwriting it would overwrite the object. */
-				if (unlinkat(fd, nm, 0) == 0)
+				if (!s->ro && unlinkat(fd, nm, 0) == 0)
 					temps++;
 				continue;
 			}
@@ -131,7 +131,7 @@ int nv_pool_scan(struct nv *s)
 			n++;
 		}
 		closedir(dir);
-		if (n || temps)
+		if ((n || temps) && !s->ro)
 			KVT_INFO(s->log,
 				 "nvme: %s: %" PRIu64 " preallocated slots free, %" PRIu64
 				 " interrupted layouts (or stale slot names) removed",

@@ -277,8 +277,8 @@ int nv_rebuild_index(struct nv *s)
 		rc = nv_log_recover(s); /* objects in log segments (tier_nvme_log_recover.c) */
 	if (!rc && !s->ro)
 		chains_load(s);
-	if (!rc && !s->ro)
-		rc = nv_pool_scan(s); /* preallocated slots (tier_nvme_pool.c) */
+	if (!rc)
+		rc = nv_pool_scan(s); /* preallocated slots (tier_nvme_pool.c); read-only: counted */
 	if (!rc && !s->ro)
 		clamp_capacity(s);
 	if (!rc && !s->ro && s->used + s->pool_bytes > s->capacity) {

@@ -213,14 +213,14 @@ int kvt_cmd_stat(int argc, char **argv)
 			printf("%s{\"name\":\"%s\",\"objects\":%llu,\"bytes\":%llu,"
 			       "\"capacity_bytes\":%llu,\"reads\":%llu,\"writes\":%llu,"
 			       "\"evictions\":%llu,\"checksum_failures\":%llu,\"errors\":%llu,"
-			       "\"deadline_misses\":%llu,\"reachable\":%s}",
+			       "\"deadline_misses\":%llu,\"pool_bytes\":%llu,\"reachable\":%s}",
 			       i ? "," : "", t->name, (unsigned long long)t->objects,
 			       (unsigned long long)t->bytes, (unsigned long long)t->capacity_bytes,
 			       (unsigned long long)t->reads, (unsigned long long)t->writes,
 			       (unsigned long long)t->evictions,
 			       (unsigned long long)t->checksum_failures,
 			       (unsigned long long)t->errors, (unsigned long long)t->deadline_misses,
-			       probe[i] < 0 ? "false" : "true");
+			       (unsigned long long)t->pool_bytes, probe[i] < 0 ? "false" : "true");
 		}
 		printf("]}\n");
 	} else {
@@ -234,6 +234,11 @@ int kvt_cmd_stat(int argc, char **argv)
 			       (unsigned long long)t->writes, (unsigned long long)t->evictions,
 			       (unsigned long long)t->checksum_failures);
 		}
+		for (uint32_t i = 0; i < st.n_tiers; i++)
+			if (st.tier[i].pool_bytes) /* nvme.preallocate: held, and no object's */
+				printf("%s: %llu bytes of preallocated slots free (counted in its "
+				       "capacity)\n",
+				       st.tier[i].name, (unsigned long long)st.tier[i].pool_bytes);
 	}
 	fflush(stdout); /* before a close that may wait for the late tier */
 	kvt_store_close(s);

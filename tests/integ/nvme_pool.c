@@ -77,9 +77,11 @@ static void kvtier_bin(char *out, size_t n) /* n: at least 4104 */
 	snprintf(out, n, "%s/kvtier", b);
 }
 
-/* A read-only open with nvme.preallocate set changes nothing, reads what is there: the
- * tier opened with store.read_only, and the inspection commands (kvtier ls, stat, verify). */
-static void check_read_only(const char *dir, const struct kvt_key *k, uint8_t *buf)
+/* A read-only open with nvme.preallocate set changes nothing, reads what is there and
+ * counts the free slots (pool bytes): the tier opened with store.read_only, and the
+ * inspection commands (kvtier ls, stat, verify). */
+static void check_read_only(const char *dir, const struct kvt_key *k, uint8_t *buf,
+			    uint64_t pool_bytes)
 {
 	char *before = snapshot(dir);
 	char bin[4200], cmd[8800];
@@ -103,6 +105,12 @@ static void check_read_only(const char *dir, const struct kvt_key *k, uint8_t *b
 	usleep(300000); /* a layout, if one started, would have written by now */
 	struct kvt_tier_stats st = tier_stats(t);
 	CHECK_EQ(st.pool_pending_bytes, 0);
+	CHECK_EQ(st.pool_bytes, pool_bytes);
+	snprintf(cmd, sizeof(cmd),
+		 "%s stat --json --dir %s --set nvme.bytes=16MiB | grep -q '\"pool_bytes\":%llu,'",
+		 bin, dir, (unsigned long long)pool_bytes);
+	CHECKM(system(cmd) == 0, "kvtier stat --json shows pool_bytes %llu",
+	       (unsigned long long)pool_bytes);
 	if (k) {
 		CHECK_EQ(t_read1(t, k, buf, 0, SLOT), (int)SLOT);
 		CHECK_EQ(check_object(buf, SLOT, k), 0);
@@ -136,7 +144,7 @@ int main(void)
 	fill_object(buf, SLOT, &k0);
 	CHECK_EQ(t_write(t, &k0, buf, SLOT), 0);
 	kvt__tier_close(t);
-	check_read_only(dir2, &k0, rbuf);
+	check_read_only(dir2, &k0, rbuf, 0);
 	snprintf(p, sizeof(p), "%s/pool", dir2);
 	CHECK(access(p, F_OK) != 0);
 
@@ -189,7 +197,7 @@ int main(void)
 	CHECK(fd >= 0);
 	CHECK_EQ(ftruncate(fd, 8192), 0);
 	close(fd);
-	check_read_only(dir, &keys[5], rbuf);
+	check_read_only(dir, &keys[5], rbuf, (uint64_t)(NSLOTS - 7) * SLOT);
 	CHECK_EQ(access(p, F_OK), 0);
 
 	/* A slot name that is also an object's (what a crash on a file system without a
