@@ -42,6 +42,10 @@ for t in $TIERS; do
 			run "nvme-2M-qd32-fsync-$f" --tier nvme --dir "$W/nvme" --chunk-bytes 2M --queue-depth 32 --set-bytes 2G --fsync $f
 			run "nvme-32M-qd8-fsync-$f" --tier nvme --dir "$W/nvme" --chunk-bytes 32M --queue-depth 8 --set-bytes 2G --fsync $f
 			run "nvme-64K-qd32-fsync-$f" --tier nvme --dir "$W/nvme" --chunk-bytes 64K --queue-depth 32 --set-bytes 1G --fsync $f
+			# the small-object log (nvme.log_max, off by default), given the disk whose
+			# live capacity holds the same 1 GiB working set: 37 segments of 64 MiB, of
+			# which (37 - 2) / (1 + nvme.log_spare_pct 100 %) hold live objects
+			run "nvme-64K-qd32-log-fsync-$f" --tier nvme --dir "$W/nvme" --chunk-bytes 64K --queue-depth 32 --set-bytes 1G --fsync $f --set nvme.log_max=256K --set nvme.bytes=2483027968
 			# writes only, every one into capacity no object used before (an empty store
 			# much larger than what one phase writes): issue #11's "from an empty store"
 			run "nvme-32M-qd8-first-fill-fsync-$f" --tier nvme --dir "$W/nvme" --chunk-bytes 32M --queue-depth 8 --set-bytes 12G --read-pct 0 --fsync $f
