@@ -19,7 +19,7 @@ void *kvt__e_bounce_get(struct kvt_store *s)
 	if (s->n_bounce)
 		b = s->bounce[--s->n_bounce];
 	pthread_mutex_unlock(&s->bounce_lock);
-	return b ? b : kvt__aligned_alloc(s->obj_max);
+	return b ? b : kvt__huge_alloc(s->obj_max);
 }
 
 void kvt__e_bounce_put(struct kvt_store *s, void *b)
@@ -30,7 +30,7 @@ void kvt__e_bounce_put(struct kvt_store *s, void *b)
 		b = NULL;
 	}
 	pthread_mutex_unlock(&s->bounce_lock);
-	kvt__free_aligned(b, s->obj_max);
+	kvt__huge_free(b, s->obj_max);
 }
 
 /* ------------------------------------------------------------ chain reads */

@@ -28,6 +28,10 @@ void kvt__free(void *p);
 /* KVT_ALIGN-aligned memory for O_DIRECT buffers; freed with kvt__free_aligned. */
 void *kvt__aligned_alloc(size_t n);
 void kvt__free_aligned(void *p, size_t n);
+/* The same for buffers of a huge page or more, mapped 2 MiB-aligned and offered to
+ * transparent huge pages (larger block requests); freed with kvt__huge_free(p, same n). */
+void *kvt__huge_alloc(size_t n);
+void kvt__huge_free(void *p, size_t n);
 /* Bytes currently allocated through the wrappers. */
 uint64_t kvt__alloc_bytes(void);
 /* Test hook: the n-th allocation from now fails (0 disables). */

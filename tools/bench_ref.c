@@ -36,7 +36,8 @@ extern char **environ;
 
 /* Start argv[0] (found in PATH) in directory cwd (NULL: ours) with stdin and stderr on
  * /dev/null and stdout into a pipe (*out_fd) or /dev/null (out_fd NULL). pid or -errno. */
-static pid_t spawn_child(char *const argv[], const char *cwd, int *out_fd)
+/* envp: the child's environment (NULL: ours). */
+static pid_t spawn_child(char *const argv[], const char *cwd, int *out_fd, char *const envp[])
 {
 	int p[2] = {-1, -1};
 	if (out_fd && pipe2(p, O_CLOEXEC) < 0)
@@ -52,7 +53,7 @@ static pid_t spawn_child(char *const argv[], const char *cwd, int *out_fd)
 	if (cwd)
 		posix_spawn_file_actions_addchdir_np(&fa, cwd);
 	pid_t pid;
-	int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+	int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, envp ? envp : environ);
 	posix_spawn_file_actions_destroy(&fa);
 	if (out_fd) {
 		close(p[1]);
@@ -75,10 +76,10 @@ static int wait_child(pid_t pid)
 
 /* Run argv and return its stdout (NUL-terminated, malloc'd), or NULL if it could not run
  * or exited non-zero. */
-static char *run_capture(char *const argv[], const char *cwd)
+static char *run_capture_env(char *const argv[], const char *cwd, char *const envp[])
 {
 	int fd;
-	pid_t pid = spawn_child(argv, cwd, &fd);
+	pid_t pid = spawn_child(argv, cwd, &fd, envp);
 	if (pid < 0)
 		return NULL;
 	size_t cap = 1 << 20, n = 0;
@@ -112,9 +113,42 @@ static char *run_capture(char *const argv[], const char *cwd)
 	return out;
 }
 
+static char *run_capture(char *const argv[], const char *cwd)
+{
+	return run_capture_env(argv, cwd, NULL);
+}
+
+/* fio's environment: ours plus glibc.malloc.hugetlb=1, so that fio's I/O buffers (one
+ * malloc of iodepth x bs) are offered to transparent huge pages as kvtier's are (its DRAM
+ * pool, dram.hugepages, and its bounce buffers, kvt__huge_alloc). The request size at the
+ * device follows how physically contiguous a buffer is (docs/BENCHMARKS.md, "The
+ * machine"): both sides get the same kind of memory, so the same requests. */
+static char **fio_environ(void)
+{
+	static char **env;
+	static char tun[512];
+	if (env)
+		return env;
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	if (!(env = calloc(n + 2, sizeof(*env))))
+		return NULL;
+	const char *old = getenv("GLIBC_TUNABLES");
+	snprintf(tun, sizeof(tun), "GLIBC_TUNABLES=%s%sglibc.malloc.hugetlb=1", old ? old : "",
+		 old ? ":" : "");
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "GLIBC_TUNABLES=", 15))
+			env[k++] = environ[i];
+	env[k++] = tun;
+	env[k] = NULL;
+	return env;
+}
+
 static int run_quiet(char *const argv[])
 {
-	pid_t pid = spawn_child(argv, NULL, NULL);
+	pid_t pid = spawn_child(argv, NULL, NULL, NULL);
 	return pid < 0 ? (int)pid : wait_child(pid);
 }
 
@@ -266,7 +300,7 @@ int bench_ref_fio_layout(const char *dir, size_t bs, size_t n_files, unsigned qd
 	char *argv[] = {"fio", "--name=ref", "--directory=" FIO_SUBDIR, "--ioengine=io_uring",
 			"--direct=1", a_bs, a_qd, "--rw=write", a_nr, a_fs, a_sz,
 			"--output-format=terse", NULL};
-	char *out = run_capture(argv, dir);
+	char *out = run_capture_env(argv, dir, fio_environ());
 	if (!out)
 		return -EIO;
 	free(out);
@@ -311,7 +345,7 @@ int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, doubl
 		argv[n] = "--fdatasync=1";
 		argv[n + 1] = NULL;
 	}
-	char *json = run_capture(argv, dir);
+	char *json = run_capture_env(argv, dir, fio_environ());
 	if (!json || !strstr(json, "\"jobs\"")) {
 		free(json);
 		return -EIO;
@@ -508,7 +542,7 @@ static int s3_run(const char *cfg, double ramp, double seconds, struct lat *l, d
 	 * it fills: line-buffer it, so each line arrives when its transfer completes. */
 	char *argv[] = {"stdbuf", "-oL", "curl", "-K", (char *)cfg, NULL};
 	int fd;
-	pid_t pid = spawn_child(argv, NULL, &fd);
+	pid_t pid = spawn_child(argv, NULL, &fd, NULL);
 	if (pid < 0)
 		return (int)pid;
 	char buf[65536];
