@@ -52,7 +52,8 @@ enum nv_stage {
 	ST_W_ALLOC,   /* give a new temp file its size first (fallocate) */
 	ST_W_DATA,    /* write pieces */
 	ST_W_SYNC,    /* fdatasync */
-	ST_W_CLOSE,   /* close, then rename (sync) */
+	ST_W_CLOSE,   /* close */
+	ST_W_PUBLISH, /* rename the temp file onto the object's name (io_uring, async) */
 	ST_W_DIRSYNC, /* fsync the subdirectory (nvme.fsync=full) */
 	ST_W_FAIL,    /* clean up the temp file, maybe retry */
 	ST_R_OPEN,    /* open the object for reading */
@@ -68,6 +69,7 @@ enum nv_kind {
 	IO_FSYNC,
 	IO_CLOSE,
 	IO_DIRSYNC,
+	IO_RENAME, /* a write's publish */
 	IO_WAKE,
 	IO_LOG, /* a log batch's write or fdatasync: io is the batch's, io->op is NULL */
 };
@@ -159,6 +161,7 @@ struct nv_op {
 	/* not cleared by op_new */
 	struct kvt_seg seg_inline[NV_SEG_INLINE];
 	char name[NV_NAME_MAX]; /* temp name (write) or final name (read) */
+	char final[NV_NAME_MAX]; /* write: the object's name, while its publish is in flight */
 };
 
 struct nv_io {
@@ -344,7 +347,8 @@ void nv_budget_refund(struct nv *s, uint64_t len, uint32_t hour);
 
 /* tier_nvme_write.c */
 void nv_write_release(struct nv *s, struct nv_op *op);
-int nv_write_publish(struct nv *s, struct nv_op *op);
+void nv_write_publish_prep(struct nv *s, struct nv_op *op, struct io_uring_sqe *sqe);
+int nv_write_published(struct nv *s, struct nv_op *op, int res);
 bool nv_write_fail(struct nv *s, struct nv_op *op);
 void nv_start_write(struct nv *s, struct nv_op *op);
 

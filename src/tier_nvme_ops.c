@@ -105,6 +105,12 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			op->fd = -1;
 			op->stage = ST_WAIT;
 			return;
+		case ST_W_PUBLISH:
+			if (!(io = nv_io_start(s, op, IO_RENAME, &sqe)))
+				goto blocked;
+			nv_write_publish_prep(s, op, sqe);
+			op->stage = ST_WAIT;
+			return;
 		case ST_W_DIRSYNC: {
 			if (!(io = nv_io_start(s, op, IO_DIRSYNC, &sqe)))
 				goto blocked;
@@ -330,7 +336,11 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 			nv_pool_laid(s, op); /* a slot, not an object */
 			return;
 		}
-		if ((res = nv_write_publish(s, op)) < 0) {
+		op->stage = ST_W_PUBLISH;
+		break;
+	case IO_RENAME:
+		nv_io_put(s, io);
+		if ((res = nv_write_published(s, op, res)) < 0) {
 			op->err = res;
 			op->stage = ST_W_FAIL;
 		} else if (s->fsync_mode == NV_FSYNC_FULL) {

@@ -6,13 +6,19 @@
  * only after its data has completed (and, per nvme.fsync, been made durable - by an
  * fdatasync, or for an object of one I/O by writing it with RWF_DSYNC; "full" also
  * fsyncs the directory after the rename), so a process killed at any moment leaves at most
- * a stray temp file, never a torn object. rename is a synchronous syscall on the ring
- * thread, deliberately: doing every rename of a final name in program order is what makes
- * "evict/remove key K" and "publish a new write of K" safe without per-key locking (an
- * async unlink racing a later rename could delete the new object). Measured here: p50 14,
- * p99 ~200 us per rename on ext4; two per object once the store is full (the evicted
- * object's file to a temp name, the temp onto the new key), ~0.5 s of the ring thread's
- * time per 4 s of 2 MiB writes at queue depth 32, small against the writes. A write of a key
+ * a stray temp file, never a torn object.
+ *
+ * Renames. Those that take a final name away (an evicted or removed object's file to a
+ * temp name) are synchronous syscalls on the ring thread, in program order. The publish -
+ * the temp file onto the new object's name - is an IORING_OP_RENAMEAT on io_uring's
+ * workers, and the object is indexed only when it completes (nv_write_published). That
+ * is safe without per-key locking because a final name is only ever taken away from an
+ * indexed object, and an object is indexed only after its publish completed: no
+ * eviction or removal of K can race the publish of K, and two publishes of K cannot be
+ * in flight (one leader write per key). Why async: a synchronous rename stalls the ring
+ * thread for its duration (p99 ~200 us), and every completion and submission behind it;
+ * measured (docs/BENCHMARKS.md, "NVMe write path"): 2 MiB writes +18 %, 64 KiB +4 %. A
+ * failed publish leaves the temp file, which the failure path removes. A write of a key
  * already stored completes at once: keys are content addresses. Refused writes are counted
  * (writes_skipped) and reported at warning level, at most one line per 10 s.
  */
@@ -51,17 +57,22 @@ void nv_write_release(struct nv *s, struct nv_op *op)
 	s->reserved -= op->len;
 }
 
-/* The temp file is closed and complete: rename it onto the object's name and index it. */
-int nv_write_publish(struct nv *s, struct nv_op *op)
+/* The temp file is closed and complete: rename it onto the object's name, on io_uring's
+ * workers (sqe), and index it when that completes (nv_write_published). */
+void nv_write_publish_prep(struct nv *s, struct nv_op *op, struct io_uring_sqe *sqe)
 {
-	struct nv_dir *d = &s->dirs[op->dir];
-	char final[NV_NAME_MAX];
-	nv_object_path(&op->key, final);
-	if (renameat(d->fd, op->name, d->fd, final) < 0)
-		return -errno;
+	int dfd = s->dirs[op->dir].fd;
+	nv_object_path(&op->key, op->final);
+	io_uring_prep_renameat(sqe, dfd, op->name, dfd, op->final, 0);
+}
+
+int nv_write_published(struct nv *s, struct nv_op *op, int res)
+{
+	if (res < 0)
+		return res;
 	int rc = nv_write_index(s, op, 0, 0);
-	if (rc < 0)
-		unlinkat(d->fd, final, 0); /* do not leave an object we do not account for */
+	if (rc < 0) /* do not leave an object we do not account for */
+		unlinkat(s->dirs[op->dir].fd, op->final, 0);
 	return rc;
 }
 
