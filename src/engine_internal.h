@@ -174,6 +174,7 @@ struct wb {
 	_Atomic int first_err;
 	_Atomic bool removed; /* a kvt_remove of key came while this job was out */
 	bool keep_dirty;      /* a tier was never tried (no memory): stay dirty for a retry */
+	_Atomic bool hold_dropped; /* no longer counted in the store's wb_holds */
 	struct remove_op *after; /* removes of key waiting for this job */
 	/* put completion when the put waits for the writes (no DRAM tier) */
 	kvt_cb cb;
@@ -274,6 +275,11 @@ struct kvt_store {
 	struct kvt_list wb; /* outstanding jobs, oldest first */
 	uint64_t wb_seq;
 	uint64_t wb_pending;
+	/* write-behind jobs whose slot or buffer will come free soon: from submission until
+	 * the tiers let go of the bytes, or until a tier misses its deadline (its late answer
+	 * may never come). A job leaves wb_pending before the tiers let go of its bytes, so a
+	 * put that finds every slot pinned asks this, not wb_pending (kvt__e_do_put). */
+	_Atomic uint64_t wb_holds;
 	struct kvt_list flushes;
 
 	_Atomic uint8_t hitcount[SELECTIVE_SLOTS];

@@ -61,13 +61,13 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 		if (rc != -ENOSPC)
 			return rc;
 		/* Every slot is pinned or dirty. If write-behind is under way, slots come free
-		 * soon: tell the caller to retry. */
+		 * soon: tell the caller to retry. A job that has completed still pins its slot
+		 * until the tiers let go of the bytes, so the count that matters is wb_holds,
+		 * not wb_pending (a put in that window once got -ENOSPC: store_engine under
+		 * ASan, write-back with 7 slots). */
 		if (s->write_policy == WP_BACK)
 			kvt__e_writeback_clean(s);
-		pthread_mutex_lock(&s->wb_lock);
-		bool pending = s->wb_pending > 0;
-		pthread_mutex_unlock(&s->wb_lock);
-		return pending ? -EAGAIN : -ENOSPC;
+		return atomic_load(&s->wb_holds) > 0 ? -EAGAIN : -ENOSPC;
 	}
 	rc = kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
 	if (rc == 0)

@@ -13,6 +13,14 @@
 
 static void flush_tiers(struct flush_waiter *f);
 
+/* The job stops counting in wb_holds (once): its bytes are let go, or a tier missed its
+ * deadline and may hold them for as long as it hangs. */
+static void wb_drop_hold(struct wb *w)
+{
+	if (!atomic_exchange(&w->hold_dropped, true))
+		atomic_fetch_sub(&w->s->wb_holds, 1);
+}
+
 static void wb_unref(struct wb *w)
 {
 	if (atomic_fetch_sub(&w->refs, 1) != 1)
@@ -22,6 +30,7 @@ static void wb_unref(struct wb *w)
 		kvt__dram_unpin(s->dram, w->ref.id);
 	else
 		kvt__e_bounce_put(s, w->ref.buf);
+	wb_drop_hold(w); /* after the unpin: see kvt__e_do_put */
 	kvt__free(w);
 }
 
@@ -159,6 +168,7 @@ static void wb_leg_expire(struct guard *g)
 	struct wb *w = leg->w;
 	atomic_fetch_add(&leg->l->writes_skipped, 1);
 	wb_tier_failed(w, leg->l, -ETIMEDOUT);
+	wb_drop_hold(w);
 	g->orphan_fn = wb_leg_orphan;
 	g->orphan_arg = leg;
 	wb_leg_finish(w);
@@ -184,6 +194,7 @@ void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 		}
 		return;
 	}
+	atomic_fetch_add(&s->wb_holds, 1);
 	w->s = s;
 	w->key = *key;
 	w->ref = *ref;
