@@ -217,14 +217,15 @@ void lat_sort(struct lat *l)
 /* ------------------------------------------------------------ memcpy and fio */
 
 /* memcpy shaped like the DRAM tier's copies: a get copies a random slot of the working set
- * into one of qd caller buffers, a put copies a caller buffer into a random slot. */
+ * into one of qd caller buffers, a put copies a caller buffer into a random slot. The
+ * working set is on transparent huge pages like the DRAM pool (dram.hugepages,
+ * kvt__huge_alloc); the caller buffers are ordinary memory on both sides. */
 void bench_ref_memcpy(size_t chunk, size_t n_bufs, unsigned qd, double seconds, int read_pct,
 		       struct phase_result *out)
 {
-	char *pool = NULL, *user = NULL;
-	if (posix_memalign((void **)&pool, KVT_ALIGN, chunk * n_bufs) ||
-	    posix_memalign((void **)&user, KVT_ALIGN, chunk * qd)) {
-		free(pool);
+	char *pool = kvt__huge_alloc(chunk * n_bufs), *user = NULL;
+	if (!pool || posix_memalign((void **)&user, KVT_ALIGN, chunk * qd)) {
+		kvt__huge_free(pool, chunk * n_bufs);
 		return;
 	}
 	memset(pool, 0x5a, chunk * n_bufs);
@@ -259,7 +260,7 @@ void bench_ref_memcpy(size_t chunk, size_t n_bufs, unsigned qd, double seconds, 
 	out->write_p999 = lat_pct(&wl, 99.9);
 	free(rl.v);
 	free(wl.v);
-	free(pool);
+	kvt__huge_free(pool, chunk * n_bufs);
 	free(user);
 }
 
