@@ -6,7 +6,9 @@
  * system's room is clamped; a budget file dated in the future is re-dated to now; files
  * are created 0600 and directories 0700 unless configured; a read-only open creates,
  * locks, deletes and evicts nothing, works beside a live writer, reports what is not an
- * object, and refuses a directory that is not a store.
+ * object, and refuses a directory that is not a store; a write whose publish (the
+ * asynchronous rename onto its name) fails is reported, leaves no temp file and no
+ * object, and the tier goes on.
  */
 #include <sys/mount.h>
 #include <time.h>
@@ -406,6 +408,47 @@ static void test_modes_and_read_only(void)
 	free(buf);
 }
 
+/* The publish fails when something that is not a file holds the object's name: here a
+ * directory, so the rename gets EISDIR on io_uring's worker. */
+static void test_publish_fails(void)
+{
+	char dir[600], objp[800];
+	snprintf(dir, sizeof(dir), "%s/publish", g_root);
+	struct kvt_tier *t;
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.fsync", "data", NULL), 0);
+	uint8_t *buf = abuf(OBJ);
+	struct kvt_key k = make_key(77, 1), k2 = make_key(77, 2);
+	key_path(dir, &k, objp, sizeof(objp));
+	CHECK_EQ(mkdir(objp, 0700), 0); /* the fan-out subdirectory exists after open */
+	fill_object(buf, OBJ, &k);
+	uint64_t errors = 0;
+	{
+		struct kvt_tier_stats st;
+		memset(&st, 0, sizeof(st));
+		t->ops->stats(t, &st);
+		errors = st.errors;
+	}
+	CHECK_EQ(t_write(t, &k, buf, OBJ), -EISDIR);
+	CHECK_EQ(count_files(dir, ".tmp.", ""), 0);
+	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), -ENOENT);
+	struct kvt_tier_stats st;
+	memset(&st, 0, sizeof(st));
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.errors, errors + 1);
+	CHECK_EQ(st.objects, 0);
+	/* the tier goes on: another key, then the same key once its name is free */
+	fill_object(buf, OBJ, &k2);
+	CHECK_EQ(t_write(t, &k2, buf, OBJ), 0);
+	CHECK_EQ(rmdir(objp), 0);
+	fill_object(buf, OBJ, &k);
+	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
+	memset(buf, 0, OBJ);
+	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), (int)OBJ);
+	CHECK_EQ(check_object(buf, OBJ, &k), 0);
+	kvt__tier_close(t);
+	free(buf);
+}
+
 int main(void)
 {
 	const char *base = getenv("KVT_TEST_DIR") ? getenv("KVT_TEST_DIR") : "/tmp";
@@ -415,6 +458,7 @@ int main(void)
 	test_budget_future();
 	test_modes_and_read_only();
 	test_capacity_limits();
+	test_publish_fails();
 	rm_rf(g_root);
 	printf("nvme_safety: ok\n");
 	return 0;
