@@ -10,10 +10,12 @@
  * nvme.fsync none/data/full; odd iterations use a capacity of a few segments, so the child
  * reuses segments (the test checks generations went past 1) while it is killed. On odd
  * iterations the child also reads back what earlier children left in the log, then objects
- * between rounds (recent ones and ones an earlier child wrote), which makes them hot: segment reuse then re-appends them
- * (tier_nvme_log_reinsert.c), so kills also land mid-reclaim, while copies are staged or in
- * flight. Every read the child makes must be exact too, and the children must have
- * re-appended objects (the count each reports in a side file).
+ * between rounds (a hot set of its own, and ones an earlier child wrote), which keeps them
+ * live and hot: segment reuse then re-appends them (tier_nvme_log_reinsert.c). Half the
+ * segment-reusing children are killed shortly after they report re-appended bytes, so kills
+ * land mid-reclaim, while copies are staged or in flight, however slow the machine. Every
+ * read the child makes must be exact too, and the children must have re-appended objects
+ * (the count each reports in a side file).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -45,16 +47,23 @@ static const char *child_spare(int iter)
 }
 
 
-/* Reads back a few objects so they become hot: exact, or not found (evicted). */
+/* Reads back this child's hot set - its 16 most recent objects whose number is a multiple of
+ * 128, re-read every round (48 writes) so the index's LRU keeps them while the log goes round
+ * its cycle (1,280 writes at 80 MiB), and their segment's reuse re-appends them - and a few of
+ * the child two before's (mostly evicted). Each read: exact, or not found (evicted). */
 static void child_reads(struct kvt_tier *t, int iter, uint64_t n, uint8_t *rbuf)
 {
-	for (int i = 0; i < 16; i++) {
-		uint64_t h = mix64(n * 31 + (uint64_t)i);
-		if (i % 2 && !n) /* nothing of this child's yet (and h % 0 below) */
-			continue;
-		/* half from this child's last ~2.5 segments, half from the child two before */
-		uint64_t id = i % 2 ? ((uint64_t)iter << 32 | (n - 1 - h % KVT_MIN(n, 640)))
-				    : ((uint64_t)(iter >= 2 ? iter - 2 : iter) << 32 | h % 4096);
+	for (int i = 0; i < 20; i++) {
+		uint64_t id;
+		if (i < 16) {
+			uint64_t last = n ? (n - 1) / 128 : 0;
+			if (!n || (uint64_t)i > last)
+				continue; /* nothing of this child's yet */
+			id = (uint64_t)iter << 32 | (last - (uint64_t)i) * 128;
+		} else {
+			id = (uint64_t)(iter >= 2 ? iter - 2 : iter) << 32 |
+			     mix64(n * 31 + (uint64_t)i) % 4096;
+		}
 		struct kvt_key k = make_key(77, id);
 		int rc = t_read1(t, &k, rbuf, 0, 64 << 10);
 		if (rc == -ENOENT)
@@ -160,6 +169,21 @@ static uint64_t max_generation(const char *dir)
 	return best;
 }
 
+/* Polls the child's side file (its reinsert_bytes, rewritten every round) until it is
+ * non-zero or max_us passed; 1 when it became non-zero. The child's own deadline (10 s of
+ * writing after its setup) is longer than max_us, so it is still running when killed. */
+static int wait_reinsert(int sfd, uint64_t max_us)
+{
+	uint64_t end = kvt__now_ns() + max_us * 1000;
+	while (kvt__now_ns() < end) {
+		uint64_t rb = 0;
+		if (pread(sfd, &rb, 8, 0) == 8 && rb)
+			return 1;
+		usleep(2000);
+	}
+	return 0;
+}
+
 int main(void)
 {
 	char root[] = "/tmp/kvt-nvme-log-crash-XXXXXX";
@@ -182,6 +206,7 @@ int main(void)
 	int n_removed_by[2] = {0, 0};
 	long total_removed = 0;
 	uint64_t total_reinserted = 0;
+	int kills_after_reinsert = 0;
 	char statp[320];
 	snprintf(statp, sizeof(statp), "%s/reinserted", root);
 	for (int iter = 0; iter < ITERATIONS; iter++) {
@@ -200,12 +225,19 @@ int main(void)
 			child(dir, iter, p[1], sfd);
 		}
 		close(p[1]);
-		/* 0-300 ms, open included; odd iterations 200-1500 ms, so that reclaims with
-		 * copies in flight are reached also on a loaded machine */
-		int n_acked = crash_kill(pid, p[0],
-					 (useconds_t)(iter % 2 ? 200000 + rand() % 1300000
-							       : rand() % 300000),
-					 acked, sizeof(acked) / sizeof(acked[0]));
+		/* 0-300 ms, open included; odd iterations 200-1500 ms. Half the odd ones are
+		 * killed by progress instead of by the clock: 0-100 ms after the child reports
+		 * re-appended bytes, so that kills land while reclaim copies are staged or in
+		 * flight however slow the machine (CI's TSan run on 2 loaded cores had none of its
+		 * 20 clock-timed children report any). */
+		useconds_t delay = (useconds_t)(iter % 2 ? 200000 + rand() % 1300000
+							 : rand() % 300000);
+		if (iter % 2 && (iter / 4) % 2) {
+			kills_after_reinsert += wait_reinsert(sfd, 8000000);
+			delay = (useconds_t)(rand() % 100000);
+		}
+		int n_acked = crash_kill(pid, p[0], delay, acked,
+					 sizeof(acked) / sizeof(acked[0]));
 		if (n_acked < 0)
 			return 1;
 		uint64_t rb = 0;
@@ -260,13 +292,16 @@ int main(void)
 	snprintf(logdir, sizeof(logdir), "%s/log", dirs[1]);
 	printf("nvme_log_crash: %d iterations, %ld objects verified (max %d at once, %ld of more "
 	       "than 4 MiB), %ld acknowledged writes checked, %ld removals checked, %d log "
-	       "segments, highest generation %llu, %llu bytes re-appended by children, %.1f s\n",
+	       "segments, highest generation %llu, %llu bytes re-appended by children, %d kills "
+	       "during reinsertion, %.1f s\n",
 	       ITERATIONS, total_checked, max_listed, total_large, total_acked, total_removed,
 	       count_files(logdir, "", ".kvl"), (unsigned long long)max_gen,
-	       (unsigned long long)total_reinserted, (double)(kvt__now_ns() - t0) / 1e9);
+	       (unsigned long long)total_reinserted, kills_after_reinsert,
+	       (double)(kvt__now_ns() - t0) / 1e9);
 	CHECK(max_listed > 0 && total_acked > 0 && total_large > 0 && total_removed > 0);
 	CHECK(max_gen >= 2); /* segments were reused while children were killed */
 	CHECK(total_reinserted > 0); /* and hot objects were re-appended */
+	CHECK(kills_after_reinsert > 0); /* with kills while their copies were in flight */
 	free(c.keys);
 	free(c.bytes);
 	free(rbuf);
