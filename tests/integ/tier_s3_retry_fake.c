@@ -184,7 +184,9 @@ int main(void)
 	rc = t_read(t, &k, &seg, 1);
 	ms = (double)(kvt__now_ns() - t0) / 1e6;
 	CHECK(rc == -EAGAIN || rc == -ETIMEDOUT, "deadline: %d", rc);
-	CHECK(ms < 400 + 200, "retries ran %.1f ms past a 400 ms deadline", ms);
+	/* 20 retries with backoff would run for seconds; the slack is for a slow machine (the
+	 * fake server is Python: 330-380 ms measured at 10 % of a core) */
+	CHECK(ms < 400 + 400, "retries ran %.1f ms past a 400 ms deadline", ms);
 	fprintf(stderr, "20 retries allowed, 400 ms deadline: %s after %.1f ms\n", strerror(-rc),
 		ms);
 	tier_close(t);

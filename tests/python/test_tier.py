@@ -90,7 +90,9 @@ def test_store_lookup_load_roundtrip_and_metrics(tdir):
     # unknown chunks: a DRAM miss, then the NVMe answer; either way the call is immediate
     t0 = time.perf_counter()
     first = t.lookup(keys[0], rc)
-    assert time.perf_counter() - t0 < 0.05
+    # immediate: well under the 800 ms tier below, with room for a slow CI machine's
+    # scheduling (a GC pause, a preemption)
+    assert time.perf_counter() - t0 < 0.4
     assert first in (LookupResult.MISS, LookupResult.RETRY)
     assert resolve(t, keys[0], rc) is LookupResult.MISS
     t.submit_store(TransferJob(1, keys, np.array([0, 1, 2]), False, rc))
@@ -134,7 +136,7 @@ def test_slow_tier_load_misses_deadline(tdir):
     t.on_new_request(rc)
     t0 = time.perf_counter()
     assert t.lookup(keys[0], rc) is LookupResult.RETRY
-    assert time.perf_counter() - t0 < 0.05, "lookup blocked on a slow tier"
+    assert time.perf_counter() - t0 < 0.4, "lookup blocked on a slow tier (800 ms)"
     assert resolve(t, keys[0], rc) is LookupResult.HIT
     buf[5:8] = 0
     t0 = time.monotonic()
