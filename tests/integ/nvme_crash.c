@@ -1,7 +1,9 @@
 /*
  * nvme_crash.c - crash safety of the nvme tier's publish protocol. A child process writes
  * self-checking objects (content derived from the key, CRC32C inside) as fast as it can,
- * many in flight, and is SIGKILLed at a random moment (0-200 ms). The parent then reopens
+ * many in flight, and is SIGKILLed at a random moment (0-200 ms) or, in half the iterations
+ * that write large objects, shortly (0-100 ms) after one of them was acknowledged, so that
+ * kills land amid large writes however slow the machine. The parent then reopens
  * the tier: every object the index lists must read back complete and correct, every write
  * the child saw acknowledged (reported through a pipe) must be there, and no temp file may
  * remain. Repeated over many iterations, cycling nvme.fsync none/data/full, with
@@ -16,6 +18,7 @@
 #include "nvme_crash_lib.h"
 
 #define ITERATIONS 30
+#define WAIT_US 8000000 /* for a large write's ack; the child writes for 10 s after its open */
 
 /* Even iterations never evict, so every acknowledged write must be found afterwards; odd
  * ones run with a small capacity, so eviction (rename to a temp name + async unlink) is
@@ -25,6 +28,10 @@ static const char *child_capacity(int iter)
 	return iter % 2 ? "16MiB" : "1GiB";
 }
 
+static bool is_large(uint64_t id)
+{
+	return obj_len(id) > LARGE_OBJ;
+}
 
 static void child(const char *dir, int iter, int ack_fd)
 {
@@ -67,10 +74,11 @@ int main(void)
 	srand((unsigned)time(NULL) ^ (unsigned)getpid());
 	uint8_t *rbuf = abuf(MAX_OBJ);
 	struct collect c = {0};
-	long total_checked = 0, total_acked = 0, total_large = 0;
+	long total_checked = 0, total_acked = 0, total_large = 0, kills_after_large = 0;
 	int max_listed = 0;
 	uint64_t t0 = kvt__now_ns();
 	static uint64_t acked[1 << 16];
+	const size_t cap = sizeof(acked) / sizeof(acked[0]);
 	for (int iter = 0; iter < ITERATIONS; iter++) {
 		int p[2];
 		CHECK_EQ(pipe(p), 0);
@@ -82,9 +90,18 @@ int main(void)
 			child(dir, iter, p[1]);
 		}
 		close(p[1]);
-		/* 0-200 ms, open included */
-		int n_acked = crash_kill(pid, p[0], (useconds_t)(rand() % 200000), acked,
-					 sizeof(acked) / sizeof(acked[0]));
+		/* 0-200 ms, open included. Half the even iterations (those that write large
+		 * objects) are killed by progress instead of by the clock: 0-100 ms after the child
+		 * reported a large write acknowledged (kept: it is checked below). On a slow
+		 * machine (CI's 2 loaded cores, TSan) 200 ms may not reach the first write. */
+		useconds_t delay = (useconds_t)(rand() % 200000);
+		size_t got = 0;
+		if (iter % 4 == 0) {
+			kills_after_large +=
+			    crash_wait_ack(p[0], acked, cap, &got, is_large, WAIT_US);
+			delay = (useconds_t)(rand() % 100000);
+		}
+		int n_acked = crash_kill_from(pid, p[0], delay, acked, cap, got);
 		if (n_acked < 0)
 			return 1;
 		if (iter % 2 == 0)
@@ -109,10 +126,11 @@ int main(void)
 		kvt__tier_close(t);
 	}
 	printf("nvme_crash: %d iterations, %ld objects verified (max %d at once, %ld of more than "
-	       "4 MiB), %ld acknowledged writes checked, %.1f s\n",
-	       ITERATIONS, total_checked, max_listed, total_large, total_acked,
+	       "4 MiB), %ld acknowledged writes checked, %ld kills after a large write, %.1f s\n",
+	       ITERATIONS, total_checked, max_listed, total_large, total_acked, kills_after_large,
 	       (double)(kvt__now_ns() - t0) / 1e9);
 	CHECK(max_listed > 0 && total_acked > 0 && total_large > 0);
+	CHECK(kills_after_large > 0); /* some after a large write was acknowledged */
 	free(c.keys);
 	free(c.bytes);
 	free(rbuf);

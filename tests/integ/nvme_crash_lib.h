@@ -1,14 +1,16 @@
 /*
  * nvme_crash_lib.h - what the NVMe crash tests (nvme_crash.c: the file-per-object publish;
- * nvme_log_crash.c: the small-object log) share: the self-checking objects their children
- * write, the acknowledgement each child reports through a pipe, the kill at a random
- * moment, and the parent's check after reopening - every listed object whole and exact,
- * every acknowledged write present. Why a header: both tests must hold the tier to the same
- * rule, and a fix to the check must reach both. Include after nvme_util.h.
+ * nvme_log_crash.c: the small-object log; nvme_pool_crash.c: preallocated slots) share: the
+ * self-checking objects their children write, the acknowledgement each child reports
+ * through a pipe, the kill (at a random moment, or shortly after a given write was
+ * acknowledged), and the parent's check after reopening - every listed object whole and
+ * exact, every acknowledged write present. Why a header: all of them must hold the tier to
+ * the same rule, and a fix to the check must reach all. Include after nvme_util.h.
  */
 #ifndef KVT_NVME_CRASH_LIB_H
 #define KVT_NVME_CRASH_LIB_H
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -44,11 +46,39 @@ static inline void child_cb(void *arg, int64_t res)
 	batch_cb(sl->b, res);
 }
 
+/* Reads the ids the child writing into ack_rd reports acknowledged into acked (*got: the
+ * bytes read so far, which crash_kill_from keeps), until one satisfies want (NULL: any
+ * id), the child closes the pipe (it exited: crash_kill_from says so) or max_us passed.
+ * 1 when one satisfied want. Why: a kill meant to land after some write completed must
+ * wait for it, not for a time that a slow or loaded machine may not have written it in. */
+static inline int crash_wait_ack(int ack_rd, uint64_t *acked, size_t cap, size_t *got,
+				 bool (*want)(uint64_t id), uint64_t max_us)
+{
+	uint64_t end = kvt__now_ns() + max_us * 1000;
+	for (;;) {
+		uint64_t now = kvt__now_ns();
+		if (now >= end || *got == cap * sizeof(*acked))
+			return 0;
+		struct pollfd pfd = {.fd = ack_rd, .events = POLLIN};
+		if (poll(&pfd, 1, (int)((end - now + 999999) / 1000000)) <= 0)
+			continue; /* timed out (checked above) or interrupted */
+		size_t old = *got;
+		ssize_t r = read(ack_rd, (char *)acked + old, cap * sizeof(*acked) - old);
+		if (r <= 0)
+			return 0;
+		*got += (size_t)r;
+		for (size_t i = old / sizeof(*acked); i < *got / sizeof(*acked); i++)
+			if (!want || want(acked[i]))
+				return 1;
+	}
+}
+
 /* After delay_us, SIGKILL the child writing into the pipe whose read end is ack_rd, and
- * collect the ids it saw acknowledged (closes ack_rd). The count, or -1 if the child had
- * exited on its own (it never does while healthy: a failed check in it). */
-static inline int crash_kill(pid_t pid, int ack_rd, useconds_t delay_us, uint64_t *acked,
-			     size_t cap)
+ * collect the ids it saw acknowledged after the got bytes of them already read
+ * (crash_wait_ack; closes ack_rd). The count of all, or -1 if the child had exited on its
+ * own (it never does while healthy: a failed check in it). */
+static inline int crash_kill_from(pid_t pid, int ack_rd, useconds_t delay_us, uint64_t *acked,
+				  size_t cap, size_t got)
 {
 	usleep(delay_us);
 	CHECK_EQ(kill(pid, SIGKILL), 0);
@@ -58,12 +88,18 @@ static inline int crash_kill(pid_t pid, int ack_rd, useconds_t delay_us, uint64_
 		fprintf(stderr, "child exited early: status %d\n", WEXITSTATUS(status));
 		return -1;
 	}
-	size_t got = 0;
 	ssize_t r;
 	while ((r = read(ack_rd, (char *)acked + got, cap * sizeof(*acked) - got)) > 0)
 		got += (size_t)r;
 	close(ack_rd);
 	return (int)(got / sizeof(uint64_t));
+}
+
+/* crash_kill_from with nothing read before: a kill at a random moment. */
+static inline int crash_kill(pid_t pid, int ack_rd, useconds_t delay_us, uint64_t *acked,
+			     size_t cap)
+{
+	return crash_kill_from(pid, ack_rd, delay_us, acked, cap, 0);
 }
 
 /* The reopened tier: every object it lists reads back whole and exact, and (check_acked)

@@ -1,13 +1,16 @@
 /*
  * nvme_pool_crash.c - crash safety with preallocated slots (nvme.preallocate). A child
- * opens the tier with a pool and is SIGKILLed at a random moment: while the pool is being
- * laid out (fresh stores, writes start at once and partly fall back to new files) or
- * while its writes overwrite slots in place (it waits for the layout first). Most writes
- * have the slot size, the others make room by dropping slots. The parent reopens and holds
- * the tier to nvme_crash_lib.h's rule - every listed object whole and exact, every
- * acknowledged write present - and checks the pool: no temp file left, every slot whole
- * (the slot size), nothing on disk past nvme.bytes, and the layout resumes to fill the
- * capacity. Cycles nvme.fsync none/data/full.
+ * opens the tier with a pool and is SIGKILLed at a random moment: while the pool is
+ * being laid out (fresh stores, writes start at once and partly fall back to new files)
+ * or while its writes overwrite slots in place (it waits for the layout first). Half the
+ * children of each kind are killed shortly after their progress shows instead (a
+ * layout's temp file, the first acknowledged write), so that both kinds of kill happen
+ * however slow the machine. Most writes have the slot size, the others make room by
+ * dropping slots. The parent reopens and holds the tier to nvme_crash_lib.h's rule -
+ * every listed object whole and exact, every acknowledged write present - and checks the
+ * pool: no temp file left, every slot whole (the slot size), nothing on disk past
+ * nvme.bytes, and the layout resumes to fill the capacity. Cycles nvme.fsync
+ * none/data/full.
  */
 #include <fcntl.h>
 #include <ftw.h>
@@ -19,6 +22,7 @@
 #define ITERATIONS 16
 #define SLOT (64u * 4096) /* one of obj_len()'s sizes */
 #define CAP (128ull << 20)
+#define WAIT_US 8000000 /* for the child's progress (a layout, an ack) */
 
 /* The next id from n on whose object has the slot size (obj_len: ~1 id in 137). */
 static uint64_t slot_id(uint64_t *n, int iter)
@@ -66,6 +70,36 @@ static void child(const char *dir, int iter, int ack_fd)
 		pause();
 }
 
+/* How many temp files of layouts by process pid dir/pool holds, by name only: unlike
+ * pool_list, safe while the child renames slots. */
+static int layout_temps(const char *dir, pid_t pid)
+{
+	char p[4096], mine[64];
+	snprintf(mine, sizeof(mine), ".tmp.layout.%d.", (int)pid);
+	snprintf(p, sizeof(p), "%s/pool", dir);
+	DIR *d = opendir(p);
+	if (!d)
+		return 0;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		n += !strncmp(de->d_name, mine, strlen(mine));
+	closedir(d);
+	return n;
+}
+
+/* Polls until the child pid is laying out a slot or max_us passed; 1 when it was. */
+static int wait_layout(const char *dir, pid_t pid, uint64_t max_us)
+{
+	uint64_t end = kvt__now_ns() + max_us * 1000;
+	while (kvt__now_ns() < end) {
+		if (layout_temps(dir, pid))
+			return 1;
+		usleep(1000);
+	}
+	return 0;
+}
+
 int main(void)
 {
 	char root[] = "/var/tmp/kvt-nvme-pool-crash-XXXXXX";
@@ -79,6 +113,8 @@ int main(void)
 	long slot_kills = 0;
 	uint64_t t0 = kvt__now_ns();
 	static uint64_t acked[1 << 16];
+	const size_t cap = sizeof(acked) / sizeof(acked[0]);
+	int layout_waits = 0, ack_waits = 0;
 	for (int iter = 0; iter < ITERATIONS; iter++) {
 		if (iter % 4 == 0)
 			rm_rf(dir); /* a fresh store: the child lays out the whole pool */
@@ -92,9 +128,22 @@ int main(void)
 			child(dir, iter, p[1]);
 		}
 		close(p[1]);
-		/* 0-300 ms, open (and for odd iterations the layout) included */
-		int n_acked = crash_kill(pid, p[0], (useconds_t)(rand() % 300000), acked,
-					 sizeof(acked) / sizeof(acked[0]));
+		/* 0-300 ms, open (and for odd iterations the layout) included. Half the fresh
+		 * stores' children and half the odd ones are killed by progress instead of by the
+		 * clock, so that kills land mid-layout and in writes into slots however slow the
+		 * machine (on 2 loaded cores or under TSan, 300 ms may not reach either): 0-50 ms
+		 * after a layout's temp file appeared, or 0-100 ms after the first write into a
+		 * slot was acknowledged (kept: it is checked below). */
+		useconds_t delay = (useconds_t)(rand() % 300000);
+		size_t got = 0;
+		if (iter % 8 == 0) {
+			layout_waits += wait_layout(dir, pid, WAIT_US);
+			delay = (useconds_t)(rand() % 50000);
+		} else if (iter % 4 == 3) {
+			ack_waits += crash_wait_ack(p[0], acked, cap, &got, NULL, WAIT_US);
+			delay = (useconds_t)(rand() % 100000);
+		}
+		int n_acked = crash_kill_from(pid, p[0], delay, acked, cap, got);
 		if (n_acked < 0)
 			return 1;
 		total_acked += n_acked;
@@ -129,9 +178,9 @@ int main(void)
 	}
 	printf("nvme_pool_crash: %d iterations, %ld objects verified (%ld of more than 4 MiB), "
 	       "%ld acknowledged writes checked, %ld kills left an interrupted layout, %ld "
-	       "killed writes into slots, %.1f s\n",
+	       "killed writes into slots, %d kills after a layout began, %d after an ack, %.1f s\n",
 	       ITERATIONS, total_checked, total_large, total_acked, interrupted_layouts,
-	       slot_kills, (double)(kvt__now_ns() - t0) / 1e9);
+	       slot_kills, layout_waits, ack_waits, (double)(kvt__now_ns() - t0) / 1e9);
 	CHECK(total_checked > 0 && total_acked > 0 && slot_kills > 0);
 	CHECK(interrupted_layouts > 0);
 	free(c.keys);
