@@ -394,7 +394,7 @@ int main(void)
 	CHECK(zmq_send(dealer, zero, 8, 0) == 8);
 	size_t n_all = 0;
 	for (;;) {
-		CHECKM(recv_parts(dealer, 3, 5000, parts) == 0, "replay: no answer");
+		CHECKM(recv_parts(dealer, 3, 30000, parts) == 0, "replay: no answer");
 		CHECK_EQ(zmq_msg_size(&parts[0]), 0);
 		zmq_msg_close(&parts[0]);
 		uint64_t seq = seq_of(&parts[1]);
@@ -490,7 +490,10 @@ int main(void)
 	size_t n_cl = 0, cleared_at[2] = {0, 0};
 	int n_cleared = 0;
 	struct ev *cev = malloc(cap * sizeof(*cev));
-	while (recv_parts(sub, 3, 1000, parts) == 0) {
+	/* up to 30 s for the two AllBlocksCleared (a slow machine), then until quiet for 1 s:
+	 * nothing may follow them */
+	int seen_cleared = 0;
+	while (recv_parts(sub, 3, seen_cleared < 2 ? 30000 : 1000, parts) == 0) {
 		zmq_msg_close(&parts[0]);
 		uint64_t seq = seq_of(&parts[1]);
 		zmq_msg_close(&parts[1]);
@@ -498,7 +501,10 @@ int main(void)
 		       (unsigned long long)last);
 		last = seq;
 		struct batch b = take(seq, &parts[2]);
+		size_t from = n_cl;
 		decode(&b, ns, cev, &n_cl, cap);
+		for (size_t i = from; i < n_cl; i++)
+			seen_cleared += cev[i].cleared;
 		free(b.buf);
 	}
 	for (size_t i = 0; i < n_cl; i++) {
