@@ -243,12 +243,47 @@ static void test_bad_config(void)
 }
 
 /* ---- 4. the replay buffer keeps the newest batches only: with daemon.events_buffer=10,
- * a replay from 0 after 40 puts answers exactly the last 10, in order, then -1. */
+ * a replay from 0 after 40 puts answers exactly the newest 10, in order, then -1. The
+ * publisher puts whatever is queued into one batch, so a lagging one (a slow machine)
+ * would make fewer batches than puts: each put waits until a batch newer than the last
+ * one seen is out (a replay from there answers it), so 40 puts make at least 40. */
+
+/* Replay from sequence `from`: returns how many batches came (consecutive, none before
+ * from), the first and the last in *first and *last. */
+static uint64_t replay_from(void *dealer, uint64_t from, uint64_t *first, uint64_t *last)
+{
+	uint8_t f[8];
+	for (int i = 0; i < 8; i++)
+		f[i] = (uint8_t)(from >> (56 - 8 * i));
+	CHECK(zmq_send(dealer, "", 0, ZMQ_SNDMORE) == 0);
+	CHECK(zmq_send(dealer, f, 8, 0) == 8);
+	zmq_msg_t parts[3];
+	uint64_t n = 0;
+	for (;;) {
+		CHECKM(recv_parts(dealer, 3, 30000, parts) == 0, "replay: no answer");
+		uint64_t seq = seq_of(&parts[1]);
+		for (int i = 0; i < 3; i++)
+			zmq_msg_close(&parts[i]);
+		if (seq == UINT64_MAX)
+			break;
+		CHECKM(n ? seq == *last + 1 : seq >= from, "replay from %llu: %llu after %llu",
+		       (unsigned long long)from, (unsigned long long)seq,
+		       (unsigned long long)(n ? *last : from));
+		if (!n)
+			*first = seq;
+		*last = seq;
+		n++;
+	}
+	return n;
+}
 
 static void test_replay_bound(void *zc, struct kvt_store *s)
 {
+	void *dealer = zmq_socket(zc, ZMQ_DEALER);
+	CHECK(zmq_connect(dealer, strchr(replay_ep, '=') + 1) == 0);
 	size_t len = kvt_payload_bytes(kvt_store_geometry(s), 16);
 	void *buf = malloc(len);
+	uint64_t next = 0, first = 0, last = 0; /* next: the first batch not seen yet */
 	for (int i = 0; i < 40; i++) {
 		struct kvt_key k;
 		memset(&k, 0, sizeof(k));
@@ -256,34 +291,19 @@ static void test_replay_bound(void *zc, struct kvt_store *s)
 		k.bytes[1] = 0xb0;
 		test_fill(buf, len, (uint64_t)i);
 		CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, len), 0);
+		uint64_t t0 = test_now_ns();
+		while (!replay_from(dealer, next, &first, &last)) {
+			CHECKM(test_ms_since(t0) < 30000, "put %d: no new batch within 30 s", i);
+			usleep(2000);
+		}
+		next = last + 1;
 	}
 	free(buf);
-	usleep(300000); /* let the publisher send what is queued */
-	void *dealer = zmq_socket(zc, ZMQ_DEALER);
-	CHECK(zmq_connect(dealer, strchr(replay_ep, '=') + 1) == 0);
-	uint8_t zero[8] = {0};
-	CHECK(zmq_send(dealer, "", 0, ZMQ_SNDMORE) == 0);
-	CHECK(zmq_send(dealer, zero, 8, 0) == 8);
-	zmq_msg_t parts[3];
-	uint64_t first = UINT64_MAX, prev = 0, n = 0;
-	for (;;) {
-		CHECKM(recv_parts(dealer, 3, 5000, parts) == 0, "replay: no answer");
-		uint64_t seq = seq_of(&parts[1]);
-		for (int i = 0; i < 3; i++)
-			zmq_msg_close(&parts[i]);
-		if (seq == UINT64_MAX)
-			break;
-		if (n)
-			CHECKM(seq == prev + 1, "replay: %llu after %llu", (unsigned long long)seq,
-			       (unsigned long long)prev);
-		else
-			first = seq;
-		prev = seq;
-		n++;
-	}
-	printf("  replay with daemon.events_buffer=10: batches %llu..%llu\n",
-	       (unsigned long long)first, (unsigned long long)prev);
+	uint64_t n = replay_from(dealer, 0, &first, &last);
+	printf("  replay with daemon.events_buffer=10: batches %llu..%llu, the newest seen %llu\n",
+	       (unsigned long long)first, (unsigned long long)last, (unsigned long long)(next - 1));
 	CHECK_EQ(n, 10);
+	CHECKM(last >= next - 1, "the replay ends before the newest batch seen");
 	CHECKM(first >= 30, "40 puts made at least 40 batches: the oldest are gone");
 	zmq_close(dealer);
 }
@@ -374,7 +394,7 @@ int main(void)
 	CHECK(zmq_send(dealer, zero, 8, 0) == 8);
 	size_t n_all = 0;
 	for (;;) {
-		CHECKM(recv_parts(dealer, 3, 5000, parts) == 0, "replay: no answer");
+		CHECKM(recv_parts(dealer, 3, 30000, parts) == 0, "replay: no answer");
 		CHECK_EQ(zmq_msg_size(&parts[0]), 0);
 		zmq_msg_close(&parts[0]);
 		uint64_t seq = seq_of(&parts[1]);
@@ -470,7 +490,10 @@ int main(void)
 	size_t n_cl = 0, cleared_at[2] = {0, 0};
 	int n_cleared = 0;
 	struct ev *cev = malloc(cap * sizeof(*cev));
-	while (recv_parts(sub, 3, 1000, parts) == 0) {
+	/* up to 30 s for the two AllBlocksCleared (a slow machine), then until quiet for 1 s:
+	 * nothing may follow them */
+	int seen_cleared = 0;
+	while (recv_parts(sub, 3, seen_cleared < 2 ? 30000 : 1000, parts) == 0) {
 		zmq_msg_close(&parts[0]);
 		uint64_t seq = seq_of(&parts[1]);
 		zmq_msg_close(&parts[1]);
@@ -478,7 +501,10 @@ int main(void)
 		       (unsigned long long)last);
 		last = seq;
 		struct batch b = take(seq, &parts[2]);
+		size_t from = n_cl;
 		decode(&b, ns, cev, &n_cl, cap);
+		for (size_t i = from; i < n_cl; i++)
+			seen_cleared += cev[i].cleared;
 		free(b.buf);
 	}
 	for (size_t i = 0; i < n_cl; i++) {

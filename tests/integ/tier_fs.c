@@ -2,8 +2,9 @@
  * tier_fs.c - the "fs" tier against real directories: ext4 under /tmp (O_DIRECT) and tmpfs
  * under /dev/shm (O_DIRECT refused, auto falls back). Round trips, ranges, misses, batched
  * lookups, two instances on one directory, two processes writing the same keys at once, a
- * writer SIGKILLed at random moments (no torn object ever visible), flush and close with
- * work in flight. Exit 0 pass, 1 fail.
+ * writer SIGKILLed at random moments (no torn object ever visible; half of the kills come
+ * only once the writer has published an object, so there is always something to check,
+ * however slow the machine), flush and close with work in flight. Exit 0 pass, 1 fail.
  *
  * With KVT_FS_TEST_DIR=D (a shared mount such as CephFS, tests/integ/tier_fs_cephfs.sh) the
  * same checks run under D instead of /tmp, with fs.direct=auto where ext4 would use "on",
@@ -14,6 +15,7 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -145,8 +147,10 @@ static int scan_fn(void *arg, const struct kvt_key *k, uint64_t bytes)
 	return 0;
 }
 
-/* Writers in child processes; each object is self-checking so a mix of two is caught. */
-static void writer_child(const char *dir, int id, int rounds, int nkeys, const char *fsync)
+/* Writers in child processes; each object is self-checking so a mix of two is caught.
+ * ready_fd >= 0: write a byte to it once the first object is published. */
+static void writer_child(const char *dir, int id, int rounds, int nkeys, const char *fsync,
+			 int ready_fd)
 {
 	struct kvt_tier *t = open_fs(dir, "auto", fsync);
 	uint64_t x = (uint64_t)getpid() * 7919 + (uint64_t)id;
@@ -158,6 +162,12 @@ static void writer_child(const char *dir, int id, int rounds, int nkeys, const c
 		th_obj_fill(obj, len, th_rand(&x));
 		if (th_write(t, &k, obj, len) != 0)
 			_exit(2);
+		if (ready_fd >= 0) {
+			if (write(ready_fd, "w", 1) != 1)
+				_exit(3);
+			close(ready_fd);
+			ready_fd = -1;
+		}
 		free(obj);
 	}
 	th_close(t);
@@ -196,7 +206,7 @@ static void test_two_writers(const char *dir)
 		p[i] = fork();
 		CHECK(p[i] >= 0);
 		if (p[i] == 0)
-			writer_child(dir, i, 150, NKEYS, "none");
+			writer_child(dir, i, 150, NKEYS, "none", -1);
 	}
 	/* read while they write: every object seen is whole */
 	int seen = 0, bad = 0;
@@ -212,20 +222,37 @@ static void test_two_writers(const char *dir)
 	CHECK_EQ(seen, NKEYS);
 }
 
+/* Odd rounds kill the writer 5-155 ms after fork, wherever it is (opening the tier, or in
+ * its first write on a slow machine); even rounds wait for its first published object
+ * (up to 30 s), then kill it 0-50 ms later, in the middle of a later write. */
 static void test_sigkill(const char *dir)
 {
 	enum { NKEYS = 32 };
 	srand((unsigned)getpid());
 	int kills = 0;
 	for (int round = 0; round < 12; round++) {
+		int ready[2];
+		CHECK(pipe(ready) == 0);
 		pid_t p = fork();
 		CHECK(p >= 0);
-		if (p == 0)
-			writer_child(dir, round, -1, NKEYS, round % 2 ? "none" : "data");
-		usleep((useconds_t)(5000 + rand() % 150000));
+		if (p == 0) {
+			close(ready[0]);
+			writer_child(dir, round, -1, NKEYS, round % 2 ? "none" : "data", ready[1]);
+		}
+		close(ready[1]);
+		if (round % 2 == 0) {
+			struct pollfd pfd = {.fd = ready[0], .events = POLLIN};
+			char c;
+			CHECKM(poll(&pfd, 1, 30000) == 1 && read(ready[0], &c, 1) == 1,
+			       "writer %d published no object within 30 s", round);
+			usleep((useconds_t)(rand() % 50000));
+		} else {
+			usleep((useconds_t)(5000 + rand() % 150000));
+		}
 		CHECK(kill(p, SIGKILL) == 0);
 		int st;
 		CHECK(waitpid(p, &st, 0) == p);
+		close(ready[0]); /* only now: a writer that finds it closed would die of SIGPIPE */
 		kills += WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
 	}
 	CHECK_EQ(kills, 12);

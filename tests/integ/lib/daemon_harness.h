@@ -42,7 +42,10 @@ static inline const char *kvtd_bin(void)
 }
 
 /* Start kvtierd with argv[1..] = args (NULL-terminated; --socket sock is added), and
- * return once it answers on sock (a stale socket file of a killed daemon may be there). */
+ * return once it answers on sock (a stale socket file of a killed daemon may be there).
+ * Waits up to 30 s: the daemon pre-faults its DRAM pool before it listens, which under a
+ * sanitizer on a slow, shared machine took more than 5 s; a daemon that exits first fails
+ * at once, with its status. */
 static inline void kvtd_start(const char *sock, const char *const *args)
 {
 	if (!kvtd_main_pid) {
@@ -61,7 +64,8 @@ static inline void kvtd_start(const char *sock, const char *const *args)
 		perror("exec kvtierd");
 		_exit(127);
 	}
-	for (int i = 0; i < 250; i++) {
+	uint64_t t0 = test_now_ns();
+	while (test_ms_since(t0) < 30000) {
 		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 		struct sockaddr_un a = {.sun_family = AF_UNIX};
 		memcpy(a.sun_path, kvtd_sock, sizeof(kvtd_sock));
@@ -69,9 +73,15 @@ static inline void kvtd_start(const char *sock, const char *const *args)
 		close(s);
 		if (ok)
 			return;
+		int status;
+		if (waitpid(kvtd_pid, &status, WNOHANG) == kvtd_pid) {
+			kvtd_pid = 0;
+			fprintf(stderr, "kvtierd exited before it listened (status %d)\n", status);
+			exit(1);
+		}
 		usleep(20000);
 	}
-	fprintf(stderr, "kvtierd did not come up\n");
+	fprintf(stderr, "kvtierd did not come up within 30 s\n");
 	exit(1);
 }
 
