@@ -38,6 +38,28 @@
 
 #define LEASE_MS 300
 
+/* The children this test forks, killed if it exits early (a failed CHECK): a child left
+ * stopped (SIGSTOP) would otherwise keep ctest's output pipe open and hang the run. */
+static pid_t forked[16];
+static int n_forked;
+static pid_t test_pid;
+
+static void kill_forked(void)
+{
+	if (getpid() != test_pid) /* a child's exit runs the handlers it inherited */
+		return;
+	for (int i = 0; i < n_forked; i++)
+		kill(forked[i], SIGKILL);
+}
+
+static pid_t fork_tracked(void)
+{
+	pid_t p = fork();
+	if (p > 0 && n_forked < (int)(sizeof(forked) / sizeof(forked[0])))
+		forked[n_forked++] = p;
+	return p;
+}
+
 static char *dir, sock_path[100], metrics_addr[64];
 static size_t PAYLOAD;
 static uint64_t SLOT_BYTES;
@@ -220,7 +242,7 @@ static void test_stopped_client(struct raw *r, struct kvt_store *s)
 	struct kvtd_status st0 = raw_status(r), st;
 	int up[2], down[2];
 	CHECK(pipe(up) == 0 && pipe(down) == 0);
-	pid_t p = fork();
+	pid_t p = fork_tracked();
 	if (p == 0)
 		stopped_child(up[1], down[0]);
 	wait_byte(up[0], 'r');
@@ -408,7 +430,7 @@ static void test_cap(struct raw *r, struct kvt_store *s)
 	CHECK_RC(kvt_flush_sync(s), 0); /* no slot dirty: 4 can be reserved */
 	int up[2], down[2];
 	CHECK(pipe(up) == 0 && pipe(down) == 0);
-	pid_t p = fork();
+	pid_t p = fork_tracked();
 	if (p == 0)
 		capped_child(up[1], down[0]);
 	char b = 0;
@@ -486,7 +508,7 @@ static void test_reader_stopped(struct raw *r, struct kvt_store *s)
 	struct kvtd_status st0 = raw_status(r), st;
 	int up[2];
 	CHECK(pipe(up) == 0);
-	pid_t p = fork();
+	pid_t p = fork_tracked();
 	if (p == 0)
 		reader_child(up[1]);
 	wait_byte(up[0], 'f');
@@ -534,6 +556,8 @@ const char *__tsan_default_options(void)
 
 int main(void)
 {
+	test_pid = getpid();
+	atexit(kill_forked);
 	dir = test_tmpdir("daemon_leases");
 	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
 	snprintf(metrics_addr, sizeof(metrics_addr), "127.0.0.1:%d", free_port());
@@ -564,7 +588,7 @@ int main(void)
 	 * wait for that process; it gives the slot back, flushes and exits 0. */
 	int up[2];
 	CHECK(pipe(up) == 0);
-	pid_t p = fork();
+	pid_t p = fork_tracked();
 	if (p == 0) {
 		struct raw a = raw_attach();
 		raw_op(&a, KVTD_PUT_RESERVE, 600);
