@@ -28,10 +28,7 @@ static size_t PAYLOAD;
 
 static void start_daemon(void)
 {
-	/* a 2 s deadline floor, as testlib.h gives the tests that are not about deadlines: at
-	 * a few % of a core the daemon's default 1 s made an attach time out */
-	const char *extra[] = {"--set", "dram.bytes=16MiB", "--set", "store.deadline_floor_ms=2000",
-			       NULL};
+	const char *extra[] = {"--set", "dram.bytes=16MiB", NULL};
 	kvtd_start_test(sock_path, dir, extra);
 }
 

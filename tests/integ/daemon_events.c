@@ -39,7 +39,7 @@ static void start_daemon(const char *extra) /* one more --set K=V */
 {
 	/* 7 DRAM slots of 36 KiB objects, nvme capped at 1 MiB (28 objects) */
 	const char *args[] = {"--events", ev_ep, "--set", replay_ep,
-			      "--set", "store.deadline_floor_ms=2000", "--set", "dram.bytes=256KiB",
+			      "--set", "dram.bytes=256KiB",
 			      "--set", "nvme.bytes=1MiB", "--set", extra, NULL};
 	kvtd_start_test(sock_path, dir, args);
 }

@@ -564,7 +564,7 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	/* 7 DRAM slots of 36 KiB objects */
 	const char *args[] = {"--metrics", metrics_addr, "--set", "dram.bytes=256KiB", "--set",
-			      "store.deadline_floor_ms=2000", "--set", "daemon.lease_ms=300", NULL};
+			      "daemon.lease_ms=300", NULL};
 	kvtd_start_test(sock_path, dir, args);
 	struct kvt_store *s = kvtd_client_store(dir);
 	GEO = *kvt_store_geometry(s);

@@ -86,8 +86,9 @@ static inline void kvtd_start(const char *sock, const char *const *args)
 }
 
 /* kvtd_start with the tests' model (test-model: 4 layers, 2 KV heads, head dim 64, 16-token
- * chunks), "--dir <dir>/data", nvme.fsync=none, then extra (NULL-terminated; may be
- * NULL): what every daemon test but the TP one runs. */
+ * chunks), "--dir <dir>/data", nvme.fsync=none, a 2 s deadline floor (as testlib.h gives
+ * in-process stores: the daemon's default 1 s timed out an attach at a few % of a core),
+ * then extra (NULL-terminated; may be NULL): what every daemon test but the TP one runs. */
 static inline void kvtd_start_test(const char *sock, const char *dir, const char *const *extra)
 {
 	static char data[300];
@@ -95,8 +96,8 @@ static inline void kvtd_start_test(const char *sock, const char *dir, const char
 	const char *args[64] = {"--dir", data, "--set", "model.layers=4", "--set",
 				"model.kv_heads=2", "--set", "model.head_dim=64", "--set",
 				"model.chunk_tokens=16", "--set", "model.name=test-model", "--set",
-				"nvme.fsync=none"};
-	int n = 14;
+				"nvme.fsync=none", "--set", "store.deadline_floor_ms=2000"};
+	int n = 16;
 	for (int i = 0; extra && extra[i] && n < 63; i++)
 		args[n++] = extra[i];
 	args[n] = NULL;
