@@ -46,6 +46,19 @@ static inline void child_cb(void *arg, int64_t res)
 	batch_cb(sl->b, res);
 }
 
+/* Polls done(arg) every millisecond until it is true (then 1) or max_us passed (0): for a
+ * kill meant to land after progress the child shows on disk or in a side file. */
+static inline int crash_wait_until(bool (*done)(void *arg), void *arg, uint64_t max_us)
+{
+	uint64_t end = kvt__now_ns() + max_us * 1000;
+	while (kvt__now_ns() < end) {
+		if (done(arg))
+			return 1;
+		usleep(1000);
+	}
+	return 0;
+}
+
 /* Reads the ids the child writing into ack_rd reports acknowledged into acked (*got: the
  * bytes read so far, which crash_kill_from keeps), until one satisfies want (NULL: any
  * id), the child closes the pipe (it exited: crash_kill_from says so) or max_us passed.

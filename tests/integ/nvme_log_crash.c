@@ -169,19 +169,12 @@ static uint64_t max_generation(const char *dir)
 	return best;
 }
 
-/* Polls the child's side file (its reinsert_bytes, rewritten every round) until it is
- * non-zero or max_us passed; 1 when it became non-zero. The child's own deadline (10 s of
- * writing after its setup) is longer than max_us, so it is still running when killed. */
-static int wait_reinsert(int sfd, uint64_t max_us)
+/* Whether the child's side file (its reinsert_bytes, rewritten every round) says it has
+ * re-appended something; arg: the file's descriptor. */
+static bool reinserted(void *arg)
 {
-	uint64_t end = kvt__now_ns() + max_us * 1000;
-	while (kvt__now_ns() < end) {
-		uint64_t rb = 0;
-		if (pread(sfd, &rb, 8, 0) == 8 && rb)
-			return 1;
-		usleep(2000);
-	}
-	return 0;
+	uint64_t rb = 0;
+	return pread(*(int *)arg, &rb, 8, 0) == 8 && rb;
 }
 
 int main(void)
@@ -233,7 +226,8 @@ int main(void)
 		useconds_t delay = (useconds_t)(iter % 2 ? 200000 + rand() % 1300000
 							 : rand() % 300000);
 		if (iter % 2 && (iter / 4) % 2) {
-			kills_after_reinsert += wait_reinsert(sfd, 8000000);
+			/* 8 s: less than the child's 10 s of writing, so it still runs */
+			kills_after_reinsert += crash_wait_until(reinserted, &sfd, 8000000);
 			delay = (useconds_t)(rand() % 100000);
 		}
 		int n_acked = crash_kill(pid, p[0], delay, acked,

@@ -88,16 +88,16 @@ static int layout_temps(const char *dir, pid_t pid)
 	return n;
 }
 
-/* Polls until the child pid is laying out a slot or max_us passed; 1 when it was. */
-static int wait_layout(const char *dir, pid_t pid, uint64_t max_us)
+struct layout_of {
+	const char *dir;
+	pid_t pid;
+};
+
+/* Whether the child is laying out a slot (arg: struct layout_of). */
+static bool laying_out(void *arg)
 {
-	uint64_t end = kvt__now_ns() + max_us * 1000;
-	while (kvt__now_ns() < end) {
-		if (layout_temps(dir, pid))
-			return 1;
-		usleep(1000);
-	}
-	return 0;
+	const struct layout_of *l = arg;
+	return layout_temps(l->dir, l->pid) > 0;
 }
 
 int main(void)
@@ -137,7 +137,8 @@ int main(void)
 		useconds_t delay = (useconds_t)(rand() % 300000);
 		size_t got = 0;
 		if (iter % 8 == 0) {
-			layout_waits += wait_layout(dir, pid, WAIT_US);
+			struct layout_of l = {dir, pid};
+			layout_waits += crash_wait_until(laying_out, &l, WAIT_US);
 			delay = (useconds_t)(rand() % 50000);
 		} else if (iter % 4 == 3) {
 			ack_waits += crash_wait_ack(p[0], acked, cap, &got, NULL, WAIT_US);
