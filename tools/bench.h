@@ -50,8 +50,9 @@ void bench_ref_fio_remove(const char *dir);
 int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, double ramp,
 		  double seconds, int read_pct, bool fdatasync, struct phase_result *out);
 /* -EPERM: the URL has a password, which redis-benchmark would show on its command line. */
-int bench_ref_redis(const char *url, size_t bs, size_t n_keys, unsigned qd, double seconds,
-		    int read_pct, struct phase_result *out);
+/* threads: the client's threads, the tier's I/O threads (redis.connections). */
+int bench_ref_redis(const char *url, size_t bs, size_t n_keys, unsigned qd, unsigned threads,
+		    double seconds, int read_pct, struct phase_result *out);
 int bench_ref_s3(const char *endpoint, const char *bucket, const char *region, size_t bs,
 		 size_t n_keys, unsigned qd, double ramp, double seconds, int read_pct,
 		 struct phase_result *out);

@@ -928,8 +928,10 @@ int kvt_cmd_bench(int argc, char **argv)
 						    phases[p], ref_sync, &rround[r]);
 			else if (!strcmp(o.tier, "redis")) {
 				kvt_config_get(cfg, "redis.url", c1, sizeof(c1));
-				rrc = bench_ref_redis(c1, obj, n_keys, o.queue_depth, slice, phases[p],
-						      &rround[r]);
+				kvt_config_get(cfg, "redis.connections", c2, sizeof(c2));
+				rrc = bench_ref_redis(c1, obj, n_keys, o.queue_depth,
+						      (unsigned)strtoul(c2, NULL, 10), slice,
+						      phases[p], &rround[r]);
 			} else if (!strcmp(o.tier, "s3")) {
 				kvt_config_get(cfg, "s3.endpoint", c1, sizeof(c1));
 				kvt_config_get(cfg, "s3.bucket", c2, sizeof(c2));
