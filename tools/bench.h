@@ -47,8 +47,12 @@ void bench_ref_memcpy(size_t chunk, size_t n_bufs, unsigned qd, double seconds, 
  * out once per run and removed at its end; each measurement overwrites it in place. */
 int bench_ref_fio_layout(const char *dir, size_t bs, size_t n_files, unsigned qd);
 void bench_ref_fio_remove(const char *dir);
+/* How the fio reference makes its writes durable: not at all; --fdatasync=1 (an
+ * fdatasync after each write, issued as an I/O of its own in the iodepth, the issue's
+ * reference); --sync=dsync (each write durable when it completes: kvtier's guarantee). */
+enum ref_sync { REF_SYNC_NONE, REF_SYNC_FDATASYNC, REF_SYNC_DSYNC };
 int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, double ramp,
-		  double seconds, int read_pct, bool fdatasync, struct phase_result *out);
+		  double seconds, int read_pct, enum ref_sync sync, struct phase_result *out);
 /* -EPERM: the URL has a password, which redis-benchmark would show on its command line. */
 /* threads: the client's threads, the tier's I/O threads (redis.connections). */
 int bench_ref_redis(const char *url, size_t bs, size_t n_keys, unsigned qd, unsigned threads,

@@ -5,7 +5,8 @@
  *   dram:  memcpy shaped like the tier's copies
  *   nvme, fs: fio with io_uring and O_DIRECT, block size = the object, iodepth = objects in
  *          flight, over a file set of one file per object laid out (written in full) once
- *          and overwritten in place; --fdatasync=1 when the tier fsyncs
+ *          and overwritten in place; when the tier fsyncs, --fdatasync=1 and, a second
+ *          reference of kvtier's own guarantee, --sync=dsync
  *   redis: redis-benchmark (SET, then GET over the same key space; as many client threads
  *          as the tier has connections, -n sized to fill the slice)
  *   s3:    one curl process with --parallel (keep-alive, SigV4), time-based, timed from its
@@ -320,7 +321,7 @@ void bench_ref_fio_remove(const char *dir)
  * random files, time-based after a ramp of the same length as the tier's. Latency is fio's
  * total latency (submission to completion, like the tier's call to callback). */
 int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, double ramp,
-		  double seconds, int read_pct, bool fdatasync, struct phase_result *out)
+		  double seconds, int read_pct, enum ref_sync sync, struct phase_result *out)
 {
 	char a_bs[48], a_qd[48], a_nr[48], a_fs[48], a_sz[48], a_rt[48], a_ramp[48], a_mix[48];
 	fmt_num(a_bs, sizeof(a_bs), "--bs=%llu", bs);
@@ -340,11 +341,12 @@ int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, doubl
 			  "--file_service_type=random", "--time_based", a_rt, a_ramp,
 			  "--group_reporting", "--clat_percentiles=0", "--lat_percentiles=1",
 			  "--percentile_list=50:99:99.9", "--output-format=json", NULL};
-	if (fdatasync && read_pct < 100) {
+	bool fdatasync = sync == REF_SYNC_FDATASYNC;
+	if (sync != REF_SYNC_NONE && read_pct < 100) {
 		int n = 0;
 		while (argv[n])
 			n++;
-		argv[n] = "--fdatasync=1";
+		argv[n] = fdatasync ? "--fdatasync=1" : "--sync=dsync";
 		argv[n + 1] = NULL;
 	}
 	char *json = run_capture_env(argv, dir, fio_environ());

@@ -470,6 +470,13 @@ static void print_phase(const char *name, const struct phase_result *k,
 		       name, r->sync_p50, r->sync_p99);
 }
 
+/* kvtier's bytes per second over the reference's, reads and writes together. */
+static double both_ratio(const struct phase_result *k, const struct phase_result *r)
+{
+	double rt = r->read_gibps + r->write_gibps;
+	return rt > 0 ? (k->read_gibps + k->write_gibps) / rt : 0;
+}
+
 static void json_phase(const char *prefix, const struct phase_result *p)
 {
 	printf(",\"%sread_gibps\":%.4f,\"%swrite_gibps\":%.4f,\"%sread_iops\":%.1f,"
@@ -487,8 +494,12 @@ static void json_phase(const char *prefix, const struct phase_result *p)
 /* The block device's own counters for the device under dir (/sys/dev/block/M:m/stat):
  * completed read and write requests and sectors. Whatever the file system adds (journal,
  * metadata) is in them, and they show the request size the device really got. */
+/* /sys/block/.../stat fields: requests, sectors and time (ms) per direction; io_ticks, the
+ * time with any request in flight; flushes (kernels >= 5.5; 0 before). Requests in flight
+ * while busy = ticks / io_ticks: what each side actually kept at the device. */
 struct devstat {
 	long long rios, rsect, wios, wsect;
+	long long rticks, wticks, io_ticks, flushes;
 };
 
 /* The block device's counters file under dir (stat of dir), found once right after the
@@ -510,15 +521,20 @@ static int dev_stat(const char *path, struct devstat *d)
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return -1;
-	long long v[7] = {0};
+	long long v[17] = {0};
 	int n = fgets(buf, sizeof(buf), f)
-			? sscanf(buf, "%lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2],
-				 &v[3], &v[4], &v[5], &v[6])
+			? sscanf(buf,
+				 "%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld "
+				 "%lld %lld %lld %lld",
+				 &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9],
+				 &v[10], &v[11], &v[12], &v[13], &v[14], &v[15], &v[16])
 			: 0;
 	fclose(f);
-	if (n != 7)
+	if (n < 11)
 		return -1;
 	d->rios = v[0], d->rsect = v[2], d->wios = v[4], d->wsect = v[6];
+	d->rticks = v[3], d->wticks = v[7], d->io_ticks = v[9];
+	d->flushes = n >= 16 ? v[15] : 0;
 	return 0;
 }
 
@@ -530,6 +546,15 @@ static void dev_acc(const char *path, const struct devstat *before, struct devst
 		return;
 	acc->rios += now.rios - before->rios, acc->rsect += now.rsect - before->rsect;
 	acc->wios += now.wios - before->wios, acc->wsect += now.wsect - before->wsect;
+	acc->rticks += now.rticks - before->rticks, acc->wticks += now.wticks - before->wticks;
+	acc->io_ticks += now.io_ticks - before->io_ticks;
+	acc->flushes += now.flushes - before->flushes;
+}
+
+/* Mean requests of one direction in flight at the device while it was busy. */
+static double in_flight(long long ticks, long long io_ticks)
+{
+	return io_ticks > 0 ? (double)ticks / (double)io_ticks : 0;
 }
 
 static double kib_per_req(long long sect, long long ios)
@@ -857,13 +882,14 @@ int kvt_cmd_bench(int argc, char **argv)
 	/* device requests under kvtier and under the reference, per phase */
 	struct devstat kd[3] = {{0}}, rd[3] = {{0}}, d0;
 	bool have_dev = local && dev_stat(devp, &d0) == 0;
-	struct phase_result kr[3] = {0}, rr[3] = {0};
+	struct phase_result kr[3] = {0}, rr[3] = {0}, dr[3] = {0};
+	bool have_dsync = false;
 	double spread[3][2] = {{0}};
 	double slice = o.seconds / o.rounds;
 	long long wa_dev = 0;
 	uint64_t wa_stored = 0;
 	for (int p = 0; p < n_ph; p++) {
-		struct phase_result kround[100], rround[100];
+		struct phase_result kround[100], rround[100], dround[100];
 		/* nvme: writes into the empty store. rados: writes of new objects in the write
 		 * and the mixed phase, one write_full each like `rados bench write` (a replacement
 		 * by remove, then put is two operations) */
@@ -880,6 +906,7 @@ int kvt_cmd_bench(int argc, char **argv)
 		for (int r = 0; r < o.rounds; r++) {
 			memset(&kround[r], 0, sizeof(kround[r]));
 			memset(&rround[r], 0, sizeof(rround[r]));
+			memset(&dround[r], 0, sizeof(dround[r]));
 			struct kvt_stats sa;
 			uint64_t wbytes0 = 0;
 			kvt_stats(s, &sa);
@@ -925,7 +952,9 @@ int kvt_cmd_bench(int argc, char **argv)
 				bench_ref_memcpy(payload, n_keys, o.queue_depth, slice, phases[p], &rround[r]);
 			else if (local)
 				rrc = bench_ref_fio(dir, obj, n_keys, o.queue_depth, o.ramp, slice,
-						    phases[p], ref_sync, &rround[r]);
+						    phases[p],
+						    ref_sync ? REF_SYNC_FDATASYNC : REF_SYNC_NONE,
+						    &rround[r]);
 			else if (!strcmp(o.tier, "redis")) {
 				kvt_config_get(cfg, "redis.url", c1, sizeof(c1));
 				kvt_config_get(cfg, "redis.connections", c2, sizeof(c2));
@@ -953,6 +982,14 @@ int kvt_cmd_bench(int argc, char **argv)
 			}
 			if (have_dev)
 				dev_acc(devp, &d0, &rd[p]);
+			/* fio's fdatasync is an I/O of its own in its iodepth, so it keeps fewer
+			 * writes in flight than its iodepth, and at iodepth > 1 it is issued
+			 * before its write completes (docs/BENCHMARKS.md). --sync=dsync makes
+			 * each write durable at its completion, as kvtier's are: measured too. */
+			if (ref_sync && phases[p] < 100 &&
+			    bench_ref_fio(dir, obj, n_keys, o.queue_depth, o.ramp, slice, phases[p],
+					  REF_SYNC_DSYNC, &dround[r]) == 0)
+				have_dsync = true;
 			if (rrc == -EPERM)
 				fprintf(stderr, "kvtier bench: no reference: redis-benchmark takes a "
 						"password only on its command line, which any user "
@@ -963,6 +1000,7 @@ int kvt_cmd_bench(int argc, char **argv)
 		}
 		combine(kround, o.rounds, &kr[p]);
 		combine(rround, o.rounds, &rr[p]);
+		combine(dround, o.rounds, &dr[p]);
 		/* The spread of the rounds' own ratios (kvtier round r / reference round r, run
 		 * back to back): how far the machine's noise moves one ratio. */
 		for (int r = 0; r < o.rounds && !o.no_ref; r++) {
@@ -1042,6 +1080,13 @@ int kvt_cmd_bench(int argc, char **argv)
 		static const char *names[] = {"write", "read", "mixed"};
 		for (int p = 0; p < n_ph; p++)
 			print_phase(n_ph == 1 ? "run" : names[p], &kr[p], &rr[p], phases[p]);
+		for (int p = 0; p < n_ph && have_dsync; p++)
+			if (phases[p] < 100)
+				printf("  %-6s vs fio --sync=dsync (each write durable at its "
+				       "completion, as kvtier's): ref read %.3f write %.3f GiB/s | "
+				       "ratio %.3f\n",
+				       n_ph == 1 ? "run" : names[p], dr[p].read_gibps,
+				       dr[p].write_gibps, both_ratio(&kr[p], &dr[p]));
 		printf("  reference: %s\n", reference_name(o.tier));
 		if (!o.no_ref)
 			for (int p = 0; p < n_ph; p++)
@@ -1056,6 +1101,15 @@ int kvt_cmd_bench(int argc, char **argv)
 				       kib_per_req(kd[p].wsect, kd[p].wios),
 				       kib_per_req(rd[p].rsect, rd[p].rios),
 				       kib_per_req(rd[p].wsect, rd[p].wios));
+			for (int p = 0; p < n_ph; p++)
+				printf("  %-6s device requests in flight while busy: kvtier read %.1f, "
+				       "write %.1f, %lld flushes | ref read %.1f, write %.1f, %lld "
+				       "flushes\n",
+				       n_ph == 1 ? "run" : names[p],
+				       in_flight(kd[p].rticks, kd[p].io_ticks),
+				       in_flight(kd[p].wticks, kd[p].io_ticks), kd[p].flushes,
+				       in_flight(rd[p].rticks, rd[p].io_ticks),
+				       in_flight(rd[p].wticks, rd[p].io_ticks), rd[p].flushes);
 			if (wa_stored)
 				printf("  write amplification (device bytes written / bytes stored, "
 				       "write phase): %.3f\n", (double)wa_dev * 512.0 / (double)wa_stored);
@@ -1085,6 +1139,15 @@ int kvt_cmd_bench(int argc, char **argv)
 		double kt = mixed.read_gibps + mixed.write_gibps, rt = mref.read_gibps + mref.write_gibps;
 		printf(",\"mixed_ratio\":%.4f", rt > 0 ? kt / rt : 0);
 	}
+	for (int p = 0; p < n_ph && have_dsync; p++) {
+		if (phases[p] == 100)
+			continue;
+		const char *pn = n_ph == 1 ? "run" : phases[p] == 0 ? "write" : "mixed";
+		const char *pre = n_ph > 1 && phases[p] == 0 ? "" : n_ph == 1 ? "run_" : "mixed_";
+		printf(",\"ref_dsync_%sread_gibps\":%.4f,\"ref_dsync_%swrite_gibps\":%.4f,"
+		       "\"dsync_%s_ratio\":%.4f",
+		       pre, dr[p].read_gibps, pre, dr[p].write_gibps, pn, both_ratio(&kr[p], &dr[p]));
+	}
 	if (!o.no_ref) {
 		static const char *sn[] = {"write", "read", "mixed"};
 		for (int p = 0; p < n_ph; p++)
@@ -1102,6 +1165,13 @@ int kvt_cmd_bench(int argc, char **argv)
 			       kib_per_req(kd[p].wsect, kd[p].wios), pre,
 			       kib_per_req(rd[p].rsect, rd[p].rios), pre,
 			       kib_per_req(rd[p].wsect, rd[p].wios));
+			printf(",\"%sdev_read_inflight\":%.2f,\"%sdev_write_inflight\":%.2f,"
+			       "\"%sdev_flushes\":%lld,\"%sref_dev_read_inflight\":%.2f,"
+			       "\"%sref_dev_write_inflight\":%.2f,\"%sref_dev_flushes\":%lld",
+			       pre, in_flight(kd[p].rticks, kd[p].io_ticks), pre,
+			       in_flight(kd[p].wticks, kd[p].io_ticks), pre, kd[p].flushes, pre,
+			       in_flight(rd[p].rticks, rd[p].io_ticks), pre,
+			       in_flight(rd[p].wticks, rd[p].io_ticks), pre, rd[p].flushes);
 		}
 		if (wa_stored)
 			printf(",\"write_amplification\":%.4f", (double)wa_dev * 512.0 / (double)wa_stored);
