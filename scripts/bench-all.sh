@@ -8,7 +8,7 @@
 #   KVT_BENCH_TIERS="dram nvme fs redis s3 rados" (default all; "mlperf" adds the MLPerf
 #   KV workload, option 2 at full size), KVT_BENCH_DIR (/var/tmp), KVT_BENCH_ROUNDS (3)
 # The local tiers run twice: --fsync none and the shipped default (nvme.fsync / fs.fsync
-# = data, against fio --fdatasync=1).
+# = data, against fio --fdatasync=1 and, the same guarantee as kvtier's, fio --sync=dsync).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECS=${1:-6}
