@@ -500,6 +500,7 @@ static void json_phase(const char *prefix, const struct phase_result *p)
 struct devstat {
 	long long rios, rsect, wios, wsect;
 	long long rticks, wticks, io_ticks, flushes;
+	long long t_ms; /* when read (dev_stat); dev_acc: the wall time accumulated */
 };
 
 /* The block device's counters file under dir (stat of dir), found once right after the
@@ -535,6 +536,7 @@ static int dev_stat(const char *path, struct devstat *d)
 	d->rios = v[0], d->rsect = v[2], d->wios = v[4], d->wsect = v[6];
 	d->rticks = v[3], d->wticks = v[7], d->io_ticks = v[9];
 	d->flushes = n >= 16 ? v[15] : 0;
+	d->t_ms = (long long)(kvt__now_ns() / 1000000);
 	return 0;
 }
 
@@ -549,6 +551,15 @@ static void dev_acc(const char *path, const struct devstat *before, struct devst
 	acc->rticks += now.rticks - before->rticks, acc->wticks += now.wticks - before->wticks;
 	acc->io_ticks += now.io_ticks - before->io_ticks;
 	acc->flushes += now.flushes - before->flushes;
+	acc->t_ms += now.t_ms - before->t_ms;
+}
+
+/* The share of the wall time the device had a request in flight. The interval is the
+ * measured slice plus its ramp (kvtier: and the flush after it; fio: and its start-up,
+ * which opens every file), so it is a lower bound of the slice's own. */
+static double busy(const struct devstat *d)
+{
+	return d->t_ms > 0 ? (double)d->io_ticks / (double)d->t_ms : 0;
 }
 
 /* Mean requests of one direction in flight at the device while it was busy. */
@@ -1103,13 +1114,14 @@ int kvt_cmd_bench(int argc, char **argv)
 				       kib_per_req(rd[p].wsect, rd[p].wios));
 			for (int p = 0; p < n_ph; p++)
 				printf("  %-6s device requests in flight while busy: kvtier read %.1f, "
-				       "write %.1f, %lld flushes | ref read %.1f, write %.1f, %lld "
-				       "flushes\n",
+				       "write %.1f, busy %.0f%%, %lld flushes | ref read %.1f, write "
+				       "%.1f, busy %.0f%%, %lld flushes\n",
 				       n_ph == 1 ? "run" : names[p],
 				       in_flight(kd[p].rticks, kd[p].io_ticks),
-				       in_flight(kd[p].wticks, kd[p].io_ticks), kd[p].flushes,
-				       in_flight(rd[p].rticks, rd[p].io_ticks),
-				       in_flight(rd[p].wticks, rd[p].io_ticks), rd[p].flushes);
+				       in_flight(kd[p].wticks, kd[p].io_ticks), 100 * busy(&kd[p]),
+				       kd[p].flushes, in_flight(rd[p].rticks, rd[p].io_ticks),
+				       in_flight(rd[p].wticks, rd[p].io_ticks), 100 * busy(&rd[p]),
+				       rd[p].flushes);
 			if (wa_stored)
 				printf("  write amplification (device bytes written / bytes stored, "
 				       "write phase): %.3f\n", (double)wa_dev * 512.0 / (double)wa_stored);
@@ -1166,12 +1178,14 @@ int kvt_cmd_bench(int argc, char **argv)
 			       kib_per_req(rd[p].rsect, rd[p].rios), pre,
 			       kib_per_req(rd[p].wsect, rd[p].wios));
 			printf(",\"%sdev_read_inflight\":%.2f,\"%sdev_write_inflight\":%.2f,"
-			       "\"%sdev_flushes\":%lld,\"%sref_dev_read_inflight\":%.2f,"
-			       "\"%sref_dev_write_inflight\":%.2f,\"%sref_dev_flushes\":%lld",
+			       "\"%sdev_busy\":%.3f,\"%sdev_flushes\":%lld,"
+			       "\"%sref_dev_read_inflight\":%.2f,\"%sref_dev_write_inflight\":%.2f,"
+			       "\"%sref_dev_busy\":%.3f,\"%sref_dev_flushes\":%lld",
 			       pre, in_flight(kd[p].rticks, kd[p].io_ticks), pre,
-			       in_flight(kd[p].wticks, kd[p].io_ticks), pre, kd[p].flushes, pre,
-			       in_flight(rd[p].rticks, rd[p].io_ticks), pre,
-			       in_flight(rd[p].wticks, rd[p].io_ticks), pre, rd[p].flushes);
+			       in_flight(kd[p].wticks, kd[p].io_ticks), pre, busy(&kd[p]), pre,
+			       kd[p].flushes, pre, in_flight(rd[p].rticks, rd[p].io_ticks), pre,
+			       in_flight(rd[p].wticks, rd[p].io_ticks), pre, busy(&rd[p]), pre,
+			       rd[p].flushes);
 		}
 		if (wa_stored)
 			printf(",\"write_amplification\":%.4f", (double)wa_dev * 512.0 / (double)wa_stored);
