@@ -190,6 +190,35 @@ static void decode(const struct batch *b, const uint8_t *ns, struct ev *evs, siz
 	msgpack_unpacked_destroy(&u);
 }
 
+/* Do the events of batches b[0..n) account for the store's state: per tier, the objects
+ * the events leave resident and the evictions they announce equal kvt_stats'? The live
+ * stream is read until they do (or a deadline), not merely until a quiet second: a
+ * publisher paused for longer would otherwise end it early. */
+static bool events_match_store(const struct batch *b, size_t n, const uint8_t *ns,
+			       struct kvt_store *s)
+{
+	size_t cap = 100000, n_ev = 0;
+	struct ev *evs = malloc(cap * sizeof(*evs));
+	CHECK(evs);
+	for (size_t i = 0; i < n; i++)
+		decode(&b[i], ns, evs, &n_ev, cap);
+	int64_t objs[2] = {0, 0};
+	uint64_t evicted[2] = {0, 0};
+	for (size_t i = 0; i < n_ev; i++) {
+		if (evs[i].cleared)
+			continue;
+		objs[evs[i].tier] += evs[i].stored ? 1 : -1;
+		evicted[evs[i].tier] += !evs[i].stored && !strcmp(evs[i].reason, "evicted");
+	}
+	free(evs);
+	struct kvt_stats st;
+	CHECK_RC(kvt_stats(s, &st), 0);
+	for (int t = 0; t < 2; t++)
+		if (objs[t] != (int64_t)st.tier[t].objects || evicted[t] != st.tier[t].evictions)
+			return false;
+	return true;
+}
+
 /* ---- 3. bad configurations */
 
 /* What kvtd_start_test sets, for a daemon started by hand that must refuse one setting. */
@@ -367,11 +396,18 @@ int main(void)
 	CHECK_EQ(promoted, 4);
 	CHECK_RC(kvt_flush_sync(s), 0);
 
-	/* live stream, until quiet */
+	/* live stream, until the events account for the store's state and a second passes
+	 * quiet (nothing more may come), for up to 30 s */
 	static struct batch live[MAX_BATCHES], all[MAX_BATCHES];
 	size_t n_live = 0;
 	zmq_msg_t parts[4];
-	while (recv_parts(sub, 3, 1000, parts) == 0) {
+	uint64_t live_end = kvt__now_ns() + 30000000000ull;
+	for (;;) {
+		if (recv_parts(sub, 3, 1000, parts) < 0) {
+			if (events_match_store(live, n_live, ns, s) || kvt__now_ns() > live_end)
+				break;
+			continue;
+		}
 		CHECK_EQ(zmq_msg_size(&parts[0]), 0); /* the default topic: "" */
 		zmq_msg_close(&parts[0]);
 		uint64_t seq = seq_of(&parts[1]);
