@@ -8,8 +8,7 @@
  * hangs or crashes) and restarted (the tier works again), close with work in flight.
  * Exit 0 pass, 1 fail, 77 when redis-server is not installed.
  *
- * `integ_tier_redis --bench URL SIZE INFLIGHT SECONDS` measures SET and GET throughput
- * instead (tests/integ/lib/redis_bench.sh compares it with redis-benchmark).
+ * Throughput against redis-benchmark is `kvtier bench --tier redis` (docs/BENCHMARKS.md).
  */
 #include <signal.h>
 #include <unistd.h>
@@ -306,84 +305,8 @@ static void test_server_failures(void)
 	rs_stop(&r);
 }
 
-/* ---- throughput, for tests/integ/lib/redis_bench.sh ---- */
-struct bench {
-	struct kvt_tier *t;
-	pthread_mutex_t m;
-	pthread_cond_t c;
-	int inflight, errors;
-	uint64_t done;
-};
-static void bench_cb(void *arg, int64_t r)
+int main(void)
 {
-	struct bench *b = arg;
-	pthread_mutex_lock(&b->m);
-	b->inflight--;
-	b->done++;
-	b->errors += r < 0;
-	pthread_cond_signal(&b->c);
-	pthread_mutex_unlock(&b->m);
-}
-
-static double bench_run(struct bench *b, bool get, uint64_t size, int depth, double secs,
-			unsigned char *obj, unsigned char *bufs)
-{
-	b->done = 0;
-	uint64_t t0 = th_now_ms(), i = 0;
-	pthread_mutex_lock(&b->m);
-	while (th_now_ms() - t0 < (uint64_t)(secs * 1000)) {
-		while (b->inflight >= depth)
-			pthread_cond_wait(&b->c, &b->m);
-		b->inflight++;
-		pthread_mutex_unlock(&b->m);
-		struct kvt_key k;
-		th_key(&k, i % 64, 99);
-		struct kvt_seg seg = {0, size, bufs + (i % (uint64_t)depth) * size};
-		int rc = get ? b->t->ops->read(b->t, &k, &seg, 1, bench_cb, b)
-			     : b->t->ops->write(b->t, &k, obj, size, bench_cb, b);
-		CHECK_EQ(rc, 0);
-		i++;
-		pthread_mutex_lock(&b->m);
-	}
-	while (b->inflight)
-		pthread_cond_wait(&b->c, &b->m);
-	pthread_mutex_unlock(&b->m);
-	double el = (double)(th_now_ms() - t0) / 1000.0;
-	return (double)b->done / el;
-}
-
-static int bench_main(int argc, char **argv)
-{
-	if (argc < 6) {
-		fprintf(stderr, "usage: %s --bench URL SIZE INFLIGHT SECONDS [CONNS]\n", argv[0]);
-		return 1;
-	}
-	uint64_t size = strtoull(argv[3], NULL, 10);
-	int depth = atoi(argv[4]);
-	double secs = atof(argv[5]);
-	struct bench b = {0};
-	pthread_mutex_init(&b.m, NULL);
-	pthread_cond_init(&b.c, NULL);
-	b.t = open_redis(argv[2], "10000", argc > 6 ? argv[6] : "4");
-	unsigned char *obj = malloc(size), *bufs = malloc(size * (uint64_t)depth);
-	CHECK(obj && bufs);
-	th_obj_fill(obj, size, 1);
-	double set = bench_run(&b, false, size, depth, secs, obj, bufs);
-	double get = bench_run(&b, true, size, depth, secs, obj, bufs);
-	printf("{\"tier\":\"redis\",\"size\":%llu,\"inflight\":%d,\"set_ops\":%.1f,"
-	       "\"get_ops\":%.1f,\"set_MBps\":%.1f,\"get_MBps\":%.1f,\"errors\":%d}\n",
-	       (unsigned long long)size, depth, set, get, set * (double)size / 1e6,
-	       get * (double)size / 1e6, b.errors);
-	th_close(b.t);
-	free(obj);
-	free(bufs);
-	return b.errors ? 1 : 0;
-}
-
-int main(int argc, char **argv)
-{
-	if (argc > 1 && !strcmp(argv[1], "--bench"))
-		return bench_main(argc, argv);
 	struct rs r;
 	int rc = rs_start(&r, NULL);
 	if (rc == 77) {
