@@ -285,6 +285,11 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	rc = admission_open(s);
 	if (rc < 0)
 		goto fail_links;
+	/* Zero-copy puts need no DRAM tier, no object protection, and every deeper tier able
+	 * to write an object in two pieces (engine_ops.c). */
+	s->zero_copy = kvt__cfg_bool(cfg, "store.zero_copy_puts") && !s->dram && !s->prot;
+	for (int i = s->dram_pos + 1; i < s->n_links && s->zero_copy; i++)
+		s->zero_copy = s->links[i].t->ops->write_split != NULL;
 	rc = pthread_create(&s->service, NULL, kvt__e_service_main, s);
 	if (rc) {
 		rc = -rc;

@@ -17,6 +17,8 @@ struct kvt_tier;
  * -EEXIST the key is already resident (nothing reserved), -ENOSPC no evictable slot,
  * -EINVAL bad n_tokens, -ENOTSUP the chain has no DRAM tier. */
 /* key and parent here, and in kvt__store_acquire, are storage keys (src/store_key.h). */
+/* Puts that wrote the caller's payload without copying it (store.zero_copy_puts). */
+uint64_t kvt__store_zero_copy_puts(const struct kvt_store *s);
 int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		       uint32_t n_tokens, struct kvt_slot_ref *ref);
 /* The body is filled: zero the padding, write header and CRCs, publish, unpin, and start

@@ -180,6 +180,10 @@ struct wb {
 	kvt_cb cb;
 	void *arg;
 	bool direct;
+	/* zero-copy put (no DRAM tier, store.zero_copy_puts): ref.buf holds only the header,
+	 * the payload is the caller's, written from where it is (tier write_split) */
+	const void *tail;
+	uint64_t tail_bytes;
 };
 
 struct wb_leg {
@@ -222,6 +226,10 @@ struct kvt_store {
 	_Atomic uint64_t wb_fail_seq[KVT_MAX_TIERS];
 
 	int write_policy;
+	/* a put without a DRAM tier writes the caller's payload itself, no copy
+	 * (store.zero_copy_puts; engine_ops.c says when) */
+	bool zero_copy;
+	_Atomic uint64_t zero_copy_puts; /* puts that did (kvt__store_zero_copy_puts) */
 	uint32_t selective_hits;
 	bool promote;
 	bool promote_local;
@@ -366,6 +374,8 @@ int kvt__e_do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n
 int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct);
 void kvt__e_wb_dirty_all(struct kvt_store *s);
 void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key, const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct);
+struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key, const struct kvt_slot_ref *ref, kvt_cb cb, void *arg, bool direct);
+void kvt__e_wb_start(struct wb *w, int end);
 void kvt__e_writeback_clean(struct kvt_store *s);
 
 #endif

@@ -15,6 +15,27 @@ struct put_ctx {
 	bool direct;
 };
 
+/* Zero-copy put: without a DRAM tier the copy into a staging buffer is the put's main
+ * cost, and on a machine whose disk is a host process it slows the disk itself
+ * (docs/BENCHMARKS.md, "The guest's own copying slows this disk"). It applies when the
+ * object is large (a small one costs little to copy, and may go to the NVMe log, which
+ * gathers copies anyway), its payload follows its header verbatim, the caller's buffer is
+ * aligned for direct I/O, objects are not protected (a MAC or encryption rewrites the
+ * bytes), and every deeper tier writes split objects (s->zero_copy, set at open). */
+#define ZERO_COPY_MIN_BYTES (512u << 10)
+
+static bool zero_copy(const struct kvt_store *s, uint32_t n_tokens, const void *buf,
+		      uint64_t obj_bytes)
+{
+	return s->zero_copy && obj_bytes >= ZERO_COPY_MIN_BYTES && (uintptr_t)buf % KVT_ALIGN == 0 &&
+	       kvt__object_contiguous(&s->geo, n_tokens);
+}
+
+uint64_t kvt__store_zero_copy_puts(const struct kvt_store *s)
+{
+	return atomic_load(&s->zero_copy_puts);
+}
+
 int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		  uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg,
 		  bool direct)
@@ -43,6 +64,20 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 		if (!ref.buf) {
 			kvt__e_unadmit(s);
 			return -ENOMEM;
+		}
+		if (zero_copy(s, n_tokens, buf, obj_bytes)) {
+			/* Only the header is built; the tiers write the payload from buf, which the
+			 * caller keeps unchanged until the callback (kvt_put's contract). The job
+			 * is registered before it has bytes: nothing reads them until it starts. */
+			kvt__object_header(ref.buf, &s->geo, s->ns_id, key, n_tokens, buf, len);
+			struct wb *w = kvt__e_wb_register(s, key, &ref, cb, arg, direct);
+			if (w) {
+				w->tail = buf;
+				w->tail_bytes = len;
+				atomic_fetch_add(&s->zero_copy_puts, 1);
+				kvt__e_wb_start(w, s->n_links);
+			}
+			return 0;
 		}
 		kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
 		kvt__object_protect(ref.buf, obj_bytes, s->prot); /* MAC, encryption */

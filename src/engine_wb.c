@@ -143,10 +143,13 @@ static void wb_leg_orphan(struct guard *g)
 	struct wb *w = leg->w;
 	struct kvt_store *s = w->s;
 	struct link *l = leg->l;
-	if (g->late_rc >= 0 && !atomic_load(&w->removed)) /* it landed after all */
+	/* A zero-copy write wrote from the caller's buffer, which the caller had back when
+	 * the deadline passed and may have changed since: what landed is removed too. */
+	bool drop = atomic_load(&w->removed) || w->tail;
+	if (g->late_rc >= 0 && !drop) /* it landed after all */
 		kvt__e_event(s, KVT_EVENT_STORED, KVT_REASON_NONE, (int)(l - s->links), &w->key,
 			     w->ref.object_bytes);
-	if (g->late_rc >= 0 && atomic_load(&w->removed) && !atomic_load(&s->closing) && l->t) {
+	if (g->late_rc >= 0 && drop && !atomic_load(&s->closing) && l->t) {
 		struct guard *rg = kvt__e_guard_new(s, l, "remove", 0, NULL, NULL, NULL);
 		if (rg) {
 			if (l->t->ops->remove(l->t, &w->key, kvt__e_guard_cb, rg) == 0)
@@ -180,6 +183,18 @@ static void wb_leg_expire(struct guard *g)
 void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 		      const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct)
 {
+	struct wb *w = kvt__e_wb_register(s, key, ref, cb, arg, direct);
+	if (w)
+		kvt__e_wb_start(w, end);
+}
+
+/* The first half of kvt__e_wb_submit: the job joins the write-behind list (a remove or a
+ * flush that comes after it waits for it) and writes nothing yet, so the caller can fill
+ * in what the job writes (a zero-copy put's payload). NULL if there is no memory: then,
+ * as kvt__e_wb_submit would, the pin or buffer is let go and cb has run with -ENOMEM. */
+struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
+			      const struct kvt_slot_ref *ref, kvt_cb cb, void *arg, bool direct)
+{
 	struct wb *w = kvt__calloc(1, sizeof(*w));
 	if (!w) {
 		/* No memory for the job: the chunk stays in DRAM, still dirty, for flush or
@@ -192,7 +207,7 @@ void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 			struct kvt_result res = {.status = -ENOMEM, .tier = KVT_TIER_NONE};
 			kvt__e_complete(s, cb, arg, direct, &res);
 		}
-		return;
+		return NULL;
 	}
 	atomic_fetch_add(&s->wb_holds, 1);
 	w->s = s;
@@ -208,7 +223,16 @@ void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 	kvt_list_add_tail(&s->wb, &w->node);
 	s->wb_pending++;
 	pthread_mutex_unlock(&s->wb_lock);
+	return w;
+}
 
+/* The second half: write the registered job's object to every deeper tier before chain
+ * position end that admits it. */
+void kvt__e_wb_start(struct wb *w, int end)
+{
+	struct kvt_store *s = w->s;
+	const struct kvt_key *key = &w->key;
+	const struct kvt_slot_ref *ref = &w->ref;
 	for (int i = s->dram_pos + 1; i < end; i++) {
 		struct link *l = &s->links[i];
 		int verdict = KVT_ADMIT_YES;
@@ -248,13 +272,16 @@ void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 		leg->l = l;
 		atomic_fetch_add(&w->legs, 1);
 		atomic_fetch_add(&w->refs, 1);
-		int rc = l->t->ops->write_chained
-				 ? l->t->ops->write_chained(l->t, key,
-							    ref->has_parent ? &ref->parent : NULL,
-							    ref->buf, ref->object_bytes,
-							    kvt__e_guard_cb, g)
-				 : l->t->ops->write(l->t, key, ref->buf, ref->object_bytes,
-						    kvt__e_guard_cb, g);
+		const struct kvt_key *parent = ref->has_parent ? &ref->parent : NULL;
+		int rc = w->tail ? l->t->ops->write_split(l->t, key, parent, ref->buf,
+							  ref->object_bytes - w->tail_bytes,
+							  w->tail, w->tail_bytes,
+							  kvt__e_guard_cb, g)
+			 : l->t->ops->write_chained
+			     ? l->t->ops->write_chained(l->t, key, parent, ref->buf,
+							ref->object_bytes, kvt__e_guard_cb, g)
+			     : l->t->ops->write(l->t, key, ref->buf, ref->object_bytes,
+						kvt__e_guard_cb, g);
 		if (rc == 0) {
 			kvt__e_guard_arm(g);
 			continue;

@@ -179,6 +179,31 @@ int kvt__object_encode(void *obj, uint64_t obj_len, const struct kvt_geometry *g
 	return 0;
 }
 
+int kvt__object_header(void *hdr, const struct kvt_geometry *g,
+		       const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
+		       uint32_t n_tokens, const void *payload, uint64_t payload_len)
+{
+	const uint8_t *src = payload;
+	uint32_t crcs[KVT_MAX_LAYERS];
+	if (!hdr || !ns_id || !key || !payload || !kvt__object_contiguous(g, n_tokens))
+		return -EINVAL;
+	uint64_t lb = kvt_layer_bytes(g, n_tokens);
+	if (payload_len != lb * g->layers)
+		return -EINVAL;
+	for (uint32_t l = 0; l < g->layers; l++)
+		crcs[l] = kvt__crc32c(0, src + l * lb, lb);
+	write_header(hdr, g, ns_id, key, n_tokens, crcs);
+	return 0;
+}
+
+bool kvt__object_contiguous(const struct kvt_geometry *g, uint32_t n_tokens)
+{
+	if (kvt_geometry_check(g) || n_tokens < 1 || n_tokens > g->chunk_tokens)
+		return false;
+	uint64_t lb = kvt_layer_bytes(g, n_tokens);
+	return segment_bytes(lb) == lb;
+}
+
 int kvt__object_seal(void *obj, uint64_t obj_len, const struct kvt_geometry *g,
 		     const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
 		     uint32_t n_tokens)

@@ -10,6 +10,7 @@
 #ifndef KVT_FORMAT_H
 #define KVT_FORMAT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kvtier.h"
@@ -61,6 +62,16 @@ int kvt__object_encode(void *obj, uint64_t obj_len, const struct kvt_geometry *g
 
 /* The body of obj is already in place (layer l's dense bytes at its layer offset, written
  * by a DMA engine): zero the padding, compute the layer CRCs and write the header. */
+/* The object whose payload follows its header verbatim (every layer a multiple of
+ * KVT_ALIGN, so no padding): its bytes are the header, then the caller's payload. */
+bool kvt__object_contiguous(const struct kvt_geometry *g, uint32_t n_tokens);
+/* Only the header (KVT_HEADER_BYTES at hdr) of such an object, its layer CRCs computed
+ * from payload where it is: with the payload written after it, the object
+ * kvt__object_encode would have built, without copying the payload. -EINVAL if the
+ * object is not contiguous. */
+int kvt__object_header(void *hdr, const struct kvt_geometry *g,
+		       const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
+		       uint32_t n_tokens, const void *payload, uint64_t payload_len);
 int kvt__object_seal(void *obj, uint64_t obj_len, const struct kvt_geometry *g,
 		     const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
 		     uint32_t n_tokens);

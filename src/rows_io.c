@@ -112,10 +112,13 @@ int kvt_rows_open(struct kvt_store *s, const struct kvt_row_layout *lay, void *r
 		return -ENOMEM;
 	}
 	r->sink = !s->client && !s->prot;
+	/* Staging buffers are offered to transparent huge pages: a store without DRAM writes
+	 * a chunk straight from its buffer (store.zero_copy_puts), and a device request can
+	 * hold only so many separate pages (docs/BENCHMARKS.md, "The machine"). */
 	for (uint32_t i = 0; i < staging; i++) {
 		void *b = NULL;
 		if (!r->sink) { /* loads need them: made and touched now, not on a restore */
-			b = kvt__aligned_alloc(r->chunk_bytes);
+			b = kvt__huge_alloc(r->chunk_bytes);
 			if (!b) {
 				kvt_rows_close(r);
 				return -ENOMEM;
@@ -139,7 +142,7 @@ void kvt_rows_close(struct kvt_rows *r)
 	pthread_mutex_unlock(&r->m);
 	for (uint32_t i = 0; i < r->n_free; i++)
 		if (r->free_bufs[i])
-			kvt__free_aligned(r->free_bufs[i], r->chunk_bytes);
+			kvt__huge_free(r->free_bufs[i], r->chunk_bytes);
 	pthread_mutex_destroy(&r->m);
 	pthread_cond_destroy(&r->c);
 	kvt__free(r->free_bufs);
@@ -356,7 +359,7 @@ static bool batch_pump(struct batch *b)
 			pthread_mutex_unlock(&r->m);
 			int rc = 0;
 			if (!sl->buf && (!b->load || !r->sink)) { /* the first use of this buffer */
-				sl->buf = kvt__aligned_alloc(r->chunk_bytes);
+				sl->buf = kvt__huge_alloc(r->chunk_bytes);
 				rc = sl->buf ? 0 : -ENOMEM;
 			}
 			if (!b->load && !rc) {
@@ -494,7 +497,7 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 	pthread_mutex_unlock(&r->m);
 	size_t i = 0;
 	int fail = 0;
-	if (!buf && !(buf = kvt__aligned_alloc(r->chunk_bytes))) {
+	if (!buf && !(buf = kvt__huge_alloc(r->chunk_bytes))) {
 		fail = -ENOMEM;
 		n = 0;
 	}

@@ -90,6 +90,14 @@ struct kvt_tier_ops {
 	int (*write_chained)(struct kvt_tier *t, const struct kvt_key *key,
 			     const struct kvt_key *parent, const void *obj, uint64_t len,
 			     kvt_tier_cb cb, void *arg);
+	/* Optional, may be NULL: write_chained() of an object in two pieces, its head (the
+	 * header, head_len bytes) then its tail (the payload, tail_len bytes), each
+	 * KVT_ALIGN-aligned in address and length, written from where they are: the put of
+	 * a store without DRAM sends the caller's payload to the device without copying it
+	 * (store.zero_copy_puts). Same contract as write() for both pieces. */
+	int (*write_split)(struct kvt_tier *t, const struct kvt_key *key,
+			   const struct kvt_key *parent, const void *head, uint64_t head_len,
+			   const void *tail, uint64_t tail_len, kvt_tier_cb cb, void *arg);
 	/* Optional, may be NULL: list, synchronously, entries that sit where an object would
 	 * but cannot be read as one (a symlink, a directory, a special file), with a short
 	 * reason. For `kvtier verify`; scan() does not list them. */

@@ -87,6 +87,33 @@ static int nv_write_chained(struct kvt_tier *t, const struct kvt_key *key,
 	return op_submit(s, op);
 }
 
+/* The object in two pieces (header, payload), written from where they are: the first
+ * I/O gathers the header and the payload's start (tier_nvme_ops.c). Never into the log. */
+static int nv_write_split(struct kvt_tier *t, const struct kvt_key *key,
+			  const struct kvt_key *parent, const void *head, uint64_t head_len,
+			  const void *tail, uint64_t tail_len, kvt_tier_cb cb, void *arg)
+{
+	struct nv *s = t->state;
+	if (!head_len || head_len % KVT_ALIGN || (uintptr_t)head % KVT_ALIGN || !tail_len ||
+	    tail_len % KVT_ALIGN || (uintptr_t)tail % KVT_ALIGN || !cb)
+		return -EINVAL;
+	if (s->ro)
+		return -EROFS;
+	struct nv_op *op = op_new(s, OP_WRITE, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->key = *key;
+	op->obj = head;
+	op->head_len = head_len;
+	op->tail = tail;
+	op->len = head_len + tail_len;
+	if (parent) {
+		op->has_parent = true;
+		op->parent = *parent;
+	}
+	return op_submit(s, op);
+}
+
 static int nv_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
 		    kvt_tier_cb cb, void *arg)
 {
@@ -250,5 +277,6 @@ const struct kvt_tier_ops kvt__tier_nvme_ops = {
     .can_write = nv_can_write,
     .drop_corrupt = nv_drop_corrupt,
     .write_chained = nv_write_chained,
+    .write_split = nv_write_split,
     .scan_anomalies = nv_scan_anomalies,
 };

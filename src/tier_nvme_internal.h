@@ -136,8 +136,11 @@ struct nv_op {
 	void *arg;
 	struct kvt_key key;
 	uint64_t seq; /* writes and flushes */
-	/* write */
+	/* write: the object at obj, len bytes; or, split (tail non-NULL), its first head_len
+	 * bytes at obj and the rest at tail */
 	const uint8_t *obj;
+	const uint8_t *tail;
+	uint64_t head_len;
 	uint64_t len, cursor;
 	int fd;
 	uint32_t dir;
@@ -167,6 +170,7 @@ struct nv_op {
 struct nv_io {
 	struct nv_op *op;
 	struct nv_io *next_free;
+	struct iovec iov[2]; /* a split object's first I/O: header, then the payload's start */
 	uint8_t *buf;
 	uint64_t off;
 	uint32_t len;

@@ -186,7 +186,7 @@ void nv_log_close(struct nv *s)
 bool nv_log_takes(struct nv *s, const struct nv_op *op)
 {
 	struct nv_log *lg = s->lg;
-	return lg && lg->log_max && !lg->broken && !s->ro && op->len <= lg->log_max;
+	return lg && lg->log_max && !lg->broken && !s->ro && !op->tail && op->len <= lg->log_max;
 }
 
 int nv_log_read_fd(struct nv *s, uint32_t lseg)

@@ -27,6 +27,23 @@ static int read_fd(struct nv *s, const struct nv_op *op)
 	return op->lseg ? nv_log_read_fd(s, op->lseg) : op->fdc->fd;
 }
 
+/* One I/O [io->off, io->off + io->len) of a split object (nv_write_split): a gather of
+ * the header and the payload's start while it covers the header, else a plain write from
+ * the payload. No byte is copied. */
+static void prep_split_write(struct nv_op *op, struct nv_io *io, struct io_uring_sqe *sqe)
+{
+	uint64_t off = io->off, len = io->len;
+	if (off >= op->head_len) {
+		io->buf = (uint8_t *)op->tail + (off - op->head_len);
+		io_uring_prep_write(sqe, op->fd, io->buf, (unsigned)len, off);
+		return;
+	}
+	uint64_t in_head = KVT_MIN(len, op->head_len - off);
+	io->iov[0] = (struct iovec){.iov_base = (uint8_t *)op->obj + off, .iov_len = in_head};
+	io->iov[1] = (struct iovec){.iov_base = (uint8_t *)op->tail, .iov_len = len - in_head};
+	io_uring_prep_writev(sqe, op->fd, io->iov, len > in_head ? 2 : 1, off);
+}
+
 /* Issue what the op can issue now. Returns with the op waiting for CQEs, parked in the
  * ready list (no free slot), or finished. */
 void nv_pump(struct nv *s, struct nv_op *op)
@@ -78,7 +95,10 @@ void nv_pump(struct nv *s, struct nv_op *op)
 				io->buf = op->type == OP_LAYOUT ? s->zero
 								: (uint8_t *)op->obj + op->cursor;
 				op->cursor += io->len;
-				io_uring_prep_write(sqe, op->fd, io->buf, io->len, io->off);
+				if (op->tail)
+					prep_split_write(op, io, sqe);
+				else
+					io_uring_prep_write(sqe, op->fd, io->buf, io->len, io->off);
 				if (op->dsync)
 					sqe->rw_flags = RWF_DSYNC;
 			}
@@ -296,7 +316,11 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 				struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
 				if (sqe) {
 					op->pending++;
-					io_uring_prep_write(sqe, op->fd, io->buf, io->len, io->off);
+					if (op->tail) /* the rest, from the pieces themselves */
+						prep_split_write(op, io, sqe);
+					else
+						io_uring_prep_write(sqe, op->fd, io->buf, io->len,
+								    io->off);
 					if (op->dsync)
 						sqe->rw_flags = RWF_DSYNC;
 					io_uring_sqe_set_data(sqe, io);

@@ -243,10 +243,13 @@ static int run_phase(const struct phase_args *a, struct phase_result *out)
 		free(r.busy);
 		return -ENOMEM;
 	}
+	/* The engine's buffers, offered to transparent huge pages as fio's are (fio runs with
+	 * glibc.malloc.hugetlb=1; docs/BENCHMARKS.md, "buffer memory"): a zero-copy put
+	 * (store.zero_copy_puts) sends them to the device as they are. */
 	for (unsigned i = 0; i < qd; i++) {
-		if (posix_memalign(&slots[i].buf, KVT_ALIGN, a->payload)) {
+		if (!(slots[i].buf = kvt__huge_alloc(a->payload))) {
 			for (unsigned j = 0; j < i; j++)
-				free(slots[j].buf);
+				kvt__huge_free(slots[j].buf, a->payload);
 			free(slots);
 			free(r.busy);
 			return -ENOMEM;
@@ -266,7 +269,7 @@ static int run_phase(const struct phase_args *a, struct phase_result *out)
 		fprintf(stderr, "kvtier bench: %llu operations failed (last: %s)\n",
 			(unsigned long long)r.errors, kvt_strerror(r.last_err));
 	for (unsigned i = 0; i < qd; i++)
-		free(slots[i].buf);
+		kvt__huge_free(slots[i].buf, a->payload);
 	free(slots);
 	free(r.busy);
 	free(r.rl.v);
