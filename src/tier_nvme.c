@@ -65,13 +65,12 @@ static int op_submit(struct nv *s, struct nv_op *op)
 	return 0;
 }
 
-static int nv_write_chained(struct kvt_tier *t, const struct kvt_key *key,
-			    const struct kvt_key *parent, const void *obj, uint64_t len,
-			    kvt_tier_cb cb, void *arg)
+/* A write op of len bytes: the object at obj, or (tail non-NULL) its first head_len bytes
+ * at obj and the rest at tail. Arguments already checked. */
+static int submit_write(struct nv *s, const struct kvt_key *key, const struct kvt_key *parent,
+			const void *obj, uint64_t head_len, const void *tail, uint64_t len,
+			kvt_tier_cb cb, void *arg)
 {
-	struct nv *s = t->state;
-	if (!len || len % KVT_ALIGN || (uintptr_t)obj % KVT_ALIGN || !cb)
-		return -EINVAL;
 	if (s->ro)
 		return -EROFS;
 	struct nv_op *op = op_new(s, OP_WRITE, cb, arg);
@@ -79,6 +78,8 @@ static int nv_write_chained(struct kvt_tier *t, const struct kvt_key *key,
 		return -ENOMEM;
 	op->key = *key;
 	op->obj = obj;
+	op->head_len = head_len;
+	op->tail = tail;
 	op->len = len;
 	if (parent) {
 		op->has_parent = true;
@@ -87,31 +88,26 @@ static int nv_write_chained(struct kvt_tier *t, const struct kvt_key *key,
 	return op_submit(s, op);
 }
 
+static int nv_write_chained(struct kvt_tier *t, const struct kvt_key *key,
+			    const struct kvt_key *parent, const void *obj, uint64_t len,
+			    kvt_tier_cb cb, void *arg)
+{
+	if (!len || len % KVT_ALIGN || (uintptr_t)obj % KVT_ALIGN || !cb)
+		return -EINVAL;
+	return submit_write(t->state, key, parent, obj, 0, NULL, len, cb, arg);
+}
+
 /* The object in two pieces (header, payload), written from where they are: the first
  * I/O gathers the header and the payload's start (tier_nvme_ops.c). Never into the log. */
 static int nv_write_split(struct kvt_tier *t, const struct kvt_key *key,
 			  const struct kvt_key *parent, const void *head, uint64_t head_len,
 			  const void *tail, uint64_t tail_len, kvt_tier_cb cb, void *arg)
 {
-	struct nv *s = t->state;
 	if (!head_len || head_len % KVT_ALIGN || (uintptr_t)head % KVT_ALIGN || !tail_len ||
 	    tail_len % KVT_ALIGN || (uintptr_t)tail % KVT_ALIGN || !cb)
 		return -EINVAL;
-	if (s->ro)
-		return -EROFS;
-	struct nv_op *op = op_new(s, OP_WRITE, cb, arg);
-	if (!op)
-		return -ENOMEM;
-	op->key = *key;
-	op->obj = head;
-	op->head_len = head_len;
-	op->tail = tail;
-	op->len = head_len + tail_len;
-	if (parent) {
-		op->has_parent = true;
-		op->parent = *parent;
-	}
-	return op_submit(s, op);
+	return submit_write(t->state, key, parent, head, head_len, tail, head_len + tail_len,
+			    cb, arg);
 }
 
 static int nv_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,
