@@ -10,7 +10,8 @@
  *    encoded: its CRCs match the payload written after it);
  *  - the caller's buffer is the caller's again once the put's callback ran: changing it
  *    then changes nothing stored;
- *  - the copy path stays for what it must take: a buffer not 4 KiB-aligned, an object
+ *  - the copy path stays for what it must take: a buffer not 4 KiB-aligned, one not on a
+ *    2 MiB boundary (likely 4 KiB pages, which make small device requests), an object
  *    under 512 KiB, store.zero_copy_puts=false, and a store with a DRAM tier.
  * Exit 0 pass, 1 fail.
  */
@@ -93,11 +94,14 @@ int main(void)
 		put_one(s, 1, FULL, aligned, true);
 		put_one(s, 2, PART, aligned, true);
 		put_one(s, 3, FULL, unaligned, false);
+		/* 4 KiB-aligned but not on a 2 MiB boundary: likely small pages, copied */
+		put_one(s, 7, PART, aligned + 4096, false);
 		put_one(s, 4, SMALL, aligned, false);
 		get_one(s, 1, FULL);
 		get_one(s, 2, PART);
 		get_one(s, 3, FULL);
 		get_one(s, 4, SMALL);
+		get_one(s, 7, PART);
 		kvt_store_close(s);
 		/* the objects on disk, found and read by a store that never saw them written */
 		s = open_store("nvme", dir, modes[m], NULL);
