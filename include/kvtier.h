@@ -210,9 +210,12 @@ typedef void (*kvt_cb)(void *arg, const struct kvt_result *res);
 
 /* Store one chunk from buf (kvt_payload_bytes(geometry, n_tokens) bytes, dense layer-major).
  * parent is the key of the chunk before it in its prompt (NULL for the first chunk or if
- * unknown): DRAM evicts a suffix before its prefix. The bytes are copied into a DRAM slot
- * before the callback runs (the caller may reuse buf then); deeper tiers are written behind
- * according to the write policy. status 0; -EINVAL bad length/n_tokens; -ENOSPC no slot. */
+ * unknown): DRAM evicts a suffix before its prefix. buf must stay unchanged until the
+ * callback runs; then the caller may reuse it. The bytes are copied into a DRAM slot, and
+ * deeper tiers are written behind according to the write policy; without a DRAM tier the
+ * put completes when the deeper tiers have the chunk, and a large chunk from a buffer on a
+ * 2 MiB boundary is written from buf itself (store.zero_copy_puts). status 0; -EINVAL bad
+ * length/n_tokens; -ENOSPC no slot. */
 KVT_EXPORT int kvt_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		       uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg);
 

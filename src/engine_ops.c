@@ -72,8 +72,9 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 		}
 		if (zero_copy(s, n_tokens, buf, obj_bytes)) {
 			/* Only the header is built; the tiers write the payload from buf, which the
-			 * caller keeps unchanged until the callback (kvt_put's contract). The job
-			 * is registered before it has bytes: nothing reads them until it starts. */
+			 * caller keeps unchanged until the callback (kvt_put's contract). The
+			 * payload joins the job between its registration and its start, before
+			 * any tier sees it. */
 			kvt__object_header(ref.buf, &s->geo, s->ns_id, key, n_tokens, buf, len);
 			struct wb *w = kvt__e_wb_register(s, key, &ref, cb, arg, direct);
 			if (w) {
