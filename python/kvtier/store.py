@@ -195,7 +195,9 @@ class Store:
     def put(self, key: bytes, data: Any, n_tokens: int | None = None,
             parent: bytes | None = None) -> Future:
         """Store one dense chunk (layer-major, K then V [tokens][heads][dim]). n_tokens
-        defaults to a full chunk. The future's result is the bytes accepted."""
+        defaults to a full chunk. The future's result is the bytes accepted. Leave data
+        unchanged until the future is done: a store without a DRAM tier may write it from
+        where it is (store.zero_copy_puts)."""
         n = self.geometry.chunk_tokens if n_tokens is None else n_tokens
         addr, length, keep = _buffer(data, writable=False)
         k = key_struct(key)
