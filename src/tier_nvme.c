@@ -81,6 +81,12 @@ static int submit_write(struct nv *s, const struct kvt_key *key, const struct kv
 	op->head_len = head_len;
 	op->tail = tail;
 	op->len = len;
+	/* A write the log may take needs a CRC32C of its bytes for the log's entry: computed
+	 * here, on the caller's thread, so the ring thread only lists the object. */
+	if (!tail && len <= nv_log_max(s)) {
+		op->lcrc = kvt__crc32c(0, obj, len);
+		op->has_lcrc = true;
+	}
 	if (parent) {
 		op->has_parent = true;
 		op->parent = *parent;

@@ -155,6 +155,8 @@ struct nv_op {
 	uint64_t base;
 	/* log write (tier_nvme_log.c) */
 	bool log;
+	bool has_lcrc;	     /* lcrc holds the object's CRC32C (the log's entry CRC) */
+	uint32_t lcrc;	     /* computed on the submitting thread, off the ring thread */
 	struct nv_op *bnext; /* the next op of its batch */
 	uint64_t loff;	     /* offset in the staging buffer, then in the segment */
 	/* exists */
@@ -385,6 +387,7 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t
 		uint64_t spare_pct);
 void nv_log_close(struct nv *s);
 bool nv_log_takes(struct nv *s, const struct nv_op *op);
+uint64_t nv_log_max(const struct nv *s); /* objects up to this size may go to the log (0: none) */
 int nv_log_stage(struct nv *s, struct nv_op *op); /* 1 staged, 0 blocked, -1 file path */
 void nv_log_kick(struct nv *s);
 bool nv_log_busy(struct nv *s);

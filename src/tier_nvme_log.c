@@ -1,13 +1,16 @@
 /*
  * tier_nvme_log.c - the NVMe tier's small-object log: objects up to nvme.log_max are
  * appended to preallocated segment files in batches instead of each getting its own file,
- * so a 64 KiB put costs a memcpy into a staging buffer, not an open, two renames, a close
- * and an fdatasync (docs/NVME_LOG.md has the measurements and the crash-safety argument).
+ * so a 64 KiB put costs a place in a batch's write, not an open, two renames, a close and
+ * an fdatasync (docs/NVME_LOG.md has the measurements and the crash-safety argument).
  *
- * On the ring thread: a write is copied into the filling batch (ST_W_STAGE); nv_log_kick,
- * once per loop turn, seals the filling batch (group commit: whatever arrived while earlier
- * batches were in flight) by writing its commit record and issuing one write for record and
- * objects, then one fdatasync for all of them (nvme.fsync data/full). Batches are
+ * On the ring thread: a write is listed in the filling batch (ST_W_STAGE) - its memory
+ * becomes one piece of the batch's gathered write, or, where a direct write cannot use it,
+ * it is copied into the batch's staging buffer; its CRC32C was computed by the submitting
+ * thread. nv_log_kick, once per loop turn, seals the filling batch (group commit: whatever
+ * arrived while earlier batches were in flight) by writing its commit record and issuing
+ * one writev for record and objects, then one fdatasync for all of them (nvme.fsync
+ * data/full). Batches are
  * acknowledged strictly in sequence order, so at most NV_LOG_BUFS unacknowledged batches
  * exist and they are the newest: the open-time scan verifies those and trusts the rest.
  * Objects enter the index only when their batch is acknowledged, as a file-per-object write
@@ -141,13 +144,15 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t
 	 * as before. Stopped a batch short of the segment: the copies go to the tail of the
 	 * segment before it, which must still have room for them. */
 	lg->reins_max = KVT_MIN(lg->seg_bytes * KVT_MIN(reinsert_pct, 75) / 100,
-				lg->seg_bytes - 4 * (uint64_t)NV_LOG_BUF);
+				lg->seg_bytes - NV_LOG_BUFS * (uint64_t)NV_LOG_BUF);
 	if (!(lg->zero = kvt__aligned_alloc(NV_LOG_BLOCK)))
 		return -ENOMEM;
 	memset(lg->zero, 0, NV_LOG_BLOCK);
 	for (uint32_t i = 0; i < NV_LOG_BUFS; i++) {
 		lg->b[i].io.kind = IO_LOG;
 		if (!s->ro && !(lg->b[i].buf = kvt__aligned_alloc(NV_LOG_BUF)))
+			return -ENOMEM;
+		if (!s->ro && !(lg->b[i].iov = kvt__calloc(NV_LOG_MAXIOV, sizeof(struct iovec))))
 			return -ENOMEM;
 		if (!s->ro && lg->reins_max &&
 		    !(lg->b[i].mv = kvt__calloc(NV_LOG_MAXENT, sizeof(*lg->b[i].mv))))
@@ -169,8 +174,10 @@ void nv_log_close(struct nv *s)
 	for (uint32_t i = 0; i < NV_LOG_BUFS; i++)
 		if (lg->b[i].buf)
 			kvt__free_aligned(lg->b[i].buf, NV_LOG_BUF);
-	for (uint32_t i = 0; i < NV_LOG_BUFS; i++)
+	for (uint32_t i = 0; i < NV_LOG_BUFS; i++) {
 		kvt__free(lg->b[i].mv);
+		kvt__free(lg->b[i].iov);
+	}
 	kvt__free(lg->rq);
 	if (lg->rbuf)
 		kvt__free_aligned(lg->rbuf, NV_LOG_BUF);
@@ -181,6 +188,11 @@ void nv_log_close(struct nv *s)
 	close(lg->dfd);
 	kvt__free(lg);
 	s->lg = NULL;
+}
+
+uint64_t nv_log_max(const struct nv *s)
+{
+	return s->lg ? s->lg->log_max : 0; /* set at open, constant until close */
 }
 
 bool nv_log_takes(struct nv *s, const struct nv_op *op)
@@ -214,6 +226,9 @@ struct nv_batch *nv_log_new_batch(struct nv_log *lg)
 	struct nv_batch *b = &lg->b[(lg->head + lg->count++) % NV_LOG_BUFS];
 	b->state = NV_B_FILL;
 	b->used = NV_LOG_BLOCK;
+	b->bufused = NV_LOG_BLOCK;
+	b->iov[0] = (struct iovec){.iov_base = b->buf, .iov_len = NV_LOG_BLOCK};
+	b->niov = 1;
 	b->ops = b->ops_tail = NULL;
 	b->nmv = 0;
 	b->err = 0;
@@ -221,6 +236,20 @@ struct nv_batch *nv_log_new_batch(struct nv_log *lg)
 	struct nv_log_rec *r = (struct nv_log_rec *)b->buf;
 	memset(r, 0, NV_LOG_BLOCK);
 	return b;
+}
+
+/* need bytes of b's own buffer for an object copied into the batch (a re-appended one, or
+ * one whose memory a direct write cannot use), listed as the batch's next piece. */
+uint8_t *nv_log_batch_copy(struct nv_batch *b, uint64_t need)
+{
+	uint8_t *dst = b->buf + b->bufused;
+	struct iovec *last = &b->iov[b->niov - 1];
+	if ((uint8_t *)last->iov_base + last->iov_len == dst)
+		last->iov_len += need; /* follows the previous copy */
+	else
+		b->iov[b->niov++] = (struct iovec){.iov_base = dst, .iov_len = need};
+	b->bufused += need;
+	return dst;
 }
 
 /* Write segment n's header for generation gen and make it durable. */
@@ -360,7 +389,7 @@ bool nv_log_seal(struct nv *s, struct nv_batch *b)
 	r->crc = nv_log_crc(r);
 	b->state = NV_B_FLIGHT;
 	lg->inflight++;
-	io_uring_prep_write(sqe, g->fd, b->buf, (unsigned)b->used, b->off);
+	io_uring_prep_writev(sqe, g->fd, b->iov, b->niov, b->off);
 	io_uring_sqe_set_data(sqe, &b->io);
 	return true;
 }
@@ -401,14 +430,17 @@ static int stage_one(struct nv *s, struct nv_op *op)
 		nv_log_seal(s, b); /* removals first: this put goes into a later batch */
 		return 0;
 	}
-	memcpy(b->buf + b->used, op->obj, op->len);
-	if (need > op->len)
-		memset(b->buf + b->used + op->len, 0, need - op->len);
+	/* Written from where it is, not copied: a tier write is KVT_ALIGN-aligned and a
+	 * multiple of it (tier_nvme.c), as a direct write needs, and its memory stays the
+	 * caller's until the batch is acknowledged (nv_finish), as a file-per-object write's
+	 * does until it lands. */
+	_Static_assert(NV_LOG_BLOCK == KVT_ALIGN, "a tier write is whole log blocks");
+	b->iov[b->niov++] = (struct iovec){.iov_base = (void *)op->obj, .iov_len = need};
 	struct nv_log_rent *en = &r->ent[r->n++];
 	memcpy(en->key, op->key.bytes, KVT_KEY_BYTES);
 	en->off = b->used;
 	en->len = (uint32_t)op->len;
-	en->crc = kvt__crc32c(0, op->obj, op->len);
+	en->crc = op->has_lcrc ? op->lcrc : kvt__crc32c(0, op->obj, op->len);
 	en->type = NV_LOG_PUT;
 	op->loff = b->used;
 	b->used += need;

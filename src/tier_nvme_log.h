@@ -55,6 +55,7 @@ struct nv_log_rec {
 };
 
 #define NV_LOG_MAXENT ((NV_LOG_BLOCK - sizeof(struct nv_log_rec)) / sizeof(struct nv_log_rent))
+#define NV_LOG_MAXIOV (1 + NV_LOG_MAXENT) /* the record, then at most one piece per entry */
 
 struct nv_seg {
 	int fd;		  /* -1: the segment file does not exist (yet) */
@@ -83,8 +84,11 @@ struct nv_batch {
 	enum nv_bstate state;
 	bool syncing;
 	int err;
-	uint8_t *buf; /* NV_LOG_BUF bytes, aligned: record, then objects */
-	uint64_t used;
+	uint8_t *buf; /* NV_LOG_BUF bytes, aligned: the record, then objects that are copied */
+	uint64_t used;	   /* bytes of the batch (its length in the segment) */
+	uint64_t bufused;  /* bytes of buf in use (the record and the copies) */
+	struct iovec *iov; /* the batch in order: the record, then each object where it is */
+	uint32_t niov;
 	struct nv_op *ops, *ops_tail; /* the writes it acknowledges */
 	struct nv_move *mv;	      /* re-appended objects (NV_LOG_MAXENT slots) */
 	uint32_t nmv;
@@ -140,6 +144,7 @@ struct nv_log {
 };
 
 uint32_t nv_log_crc(const void *block);
+uint8_t *nv_log_batch_copy(struct nv_batch *b, uint64_t need);
 struct nv_batch *nv_log_filling(struct nv_log *lg);
 struct nv_batch *nv_log_new_batch(struct nv_log *lg);
 bool nv_log_seal(struct nv *s, struct nv_batch *b);

@@ -188,7 +188,7 @@ static void copy_ready(struct nv *s)
 		struct nv_ent *e = nv_ent_find(s, &m->key);
 		if (!e || e->gen != m->gen || e->lseg != m->lseg || e->loff != m->from)
 			continue; /* removed or rewritten since */
-		uint8_t *dst = b->buf + b->used;
+		uint8_t *dst = nv_log_batch_copy(b, need); /* rbuf is reused by the next read */
 		memcpy(dst, lg->rbuf + (m->from - lg->rd_start), need);
 		e->hot = false; /* kept first again only if read again */
 		struct nv_log_rent *en = &r->ent[r->n++];
