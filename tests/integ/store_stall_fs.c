@@ -10,7 +10,11 @@
  *   - with DRAM in front, puts return at once, flush names the tier within its deadlines,
  *     and kvt_store_close returns within store.sync_timeout_ms plus slack although the
  *     tier's threads cannot finish (the tier is left allocated, reported);
- *   - after SIGUSR2 the mount answers again and a new store works on it.
+ *   - after SIGUSR2 the mount answers again and a new store works on it;
+ *   - nvme: a zero-copy put (written from the caller's buffer, store.zero_copy_puts) whose
+ *     write misses its deadline returns -ETIMEDOUT, the caller changes its buffer, and the
+ *     write that lands once the mount answers is removed again (src/engine_wb.c,
+ *     wb_leg_orphan): the key reads as a miss, no checksum failure, also after a reopen.
  * Exit 0 pass, 1 fail, 77 when slowfs is not built or /dev/fuse is missing (a failure
  * under CI=true: see CMakeLists.txt).
  */
@@ -21,6 +25,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "internal.h"
 #include "testlib.h"
 #include "lib/fuse_mounted.h"
 
@@ -179,6 +184,82 @@ static void stalled_store(struct slowfs *f, const char *tier)
 	free(buf);
 }
 
+/* A zero-copy put whose write lands after its deadline: removed again, since the caller
+ * had its buffer back at -ETIMEDOUT and what landed may not be what was put. */
+static void late_zero_copy(struct slowfs *f)
+{
+	fprintf(stderr, "== nvme on slowfs: a zero-copy put that lands after its deadline\n");
+	char dir[4200];
+	snprintf(dir, sizeof(dir), "%s/nvme-zc", f->mnt);
+	CHECK(mkdir(dir, 0700) == 0);
+	struct kvt_config *c = test_config("nvme", dir);
+	test_set(c, "model.layers", "8"); /* 8 x 512 KiB: a zero-copy object */
+	test_set(c, "model.kv_heads", "8");
+	test_set(c, "model.head_dim", "128");
+	test_set(c, "model.chunk_tokens", "128");
+	test_set(c, "nvme.direct", "off");
+	test_set(c, "nvme.bytes", "64MiB");
+	test_set(c, "store.tier_timeout_ms", "400");
+	test_set(c, "store.deadline_floor_ms", "100");
+	test_set(c, "store.sync_timeout_ms", "1000");
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	size_t len = kvt_payload_bytes(g, g->chunk_tokens);
+	uint8_t *buf = kvt__huge_alloc(len), *back = kvt__huge_alloc(len);
+	CHECK(buf && back);
+	struct kvt_key k[2];
+	test_chain_keys(s, k, 2, 9);
+	test_fill(buf, len, 1);
+	CHECK_RC(kvt_put_sync(s, &k[0], NULL, g->chunk_tokens, buf, len), 0);
+	CHECKM(kvt__store_zero_copy_puts(s) == 1, "the put went the zero-copy way");
+	struct kvt_stats st0, st;
+	kvt_stats(s, &st0);
+
+	kill(f->pid, SIGUSR1);
+	usleep(20000);
+	test_fill(buf, len, 2);
+	double ms;
+	int rc;
+	TEST_BOUNDED(ms, CEIL_MS + SLACK_MS, "zero-copy put",
+		     rc = kvt_put_sync(s, &k[1], &k[0], g->chunk_tokens, buf, len),
+		     "  stalled: zero-copy put %.0f ms (%s)\n", ms, kvt_strerror(rc));
+	CHECK_RC(rc, -ETIMEDOUT);
+	CHECK_EQ(kvt__store_zero_copy_puts(s), 2);
+	memset(buf, 0xee, len); /* the caller's again: it may write anything there */
+	kill(f->pid, SIGUSR2);
+
+	/* The late write lands, then the engine removes it: wait for that removal. */
+	bool removed = false;
+	for (int i = 0; i < 500 && !removed; i++) {
+		kvt_stats(s, &st);
+		removed = st.tier[0].removes > st0.tier[0].removes;
+		if (!removed)
+			usleep(20000);
+	}
+	CHECKM(removed, "the late zero-copy write was removed (removes %llu)",
+	       (unsigned long long)st.tier[0].removes);
+	kvt_stats(s, &st);
+	CHECK_EQ(st.tier[0].objects, st0.tier[0].objects);
+	CHECK_RC(kvt_get_sync(s, &k[1], 0, 0, back, len, NULL), -ENOENT);
+	CHECK_RC(kvt_get_sync(s, &k[0], 0, 0, back, len, NULL), 0);
+	CHECK(test_check(back, len, 1));
+	kvt_stats(s, &st);
+	CHECK_EQ(st.tier[0].checksum_failures, st0.tier[0].checksum_failures);
+	kvt_store_close(s);
+
+	/* nothing of it on disk either */
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	CHECK_RC(kvt_get_sync(s, &k[1], 0, 0, back, len, NULL), -ENOENT);
+	CHECK_RC(kvt_get_sync(s, &k[0], 0, 0, back, len, NULL), 0);
+	CHECK(test_check(back, len, 1));
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+	kvt__huge_free(buf, len);
+	kvt__huge_free(back, len);
+	fprintf(stderr, "  the late write was removed; the key is a miss, also after a reopen\n");
+}
+
 /* A failed CHECK exits: the mount must not outlive the test (nor stay hung). */
 static struct slowfs *mounted_fs;
 static void stop_at_exit(void)
@@ -199,6 +280,7 @@ int main(void)
 		return rc;
 	stalled_store(&f, "fs");
 	stalled_store(&f, "nvme");
+	late_zero_copy(&f);
 	mounted_fs = NULL;
 	slowfs_stop(&f);
 	fprintf(stderr, "store_stall_fs: ok\n");
