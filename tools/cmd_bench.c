@@ -498,11 +498,14 @@ static void json_phase(const char *prefix, const struct phase_result *p)
  * completed read and write requests and sectors. Whatever the file system adds (journal,
  * metadata) is in them, and they show the request size the device really got. */
 /* /sys/block/.../stat fields: requests, sectors and time (ms) per direction; io_ticks, the
- * time with any request in flight; flushes (kernels >= 5.5; 0 before). Requests in flight
- * while busy = ticks / io_ticks: what each side actually kept at the device. */
+ * time with any request in flight; flushes (kernels >= 5.5; 0 before); discards (sectors
+ * and time, kernels >= 4.18: an unlink on a file system mounted "discard" sends them, and
+ * a virtual disk may spend as long on them as on writes). Requests in flight while busy =
+ * ticks / io_ticks: what each side actually kept at the device. */
 struct devstat {
 	long long rios, rsect, wios, wsect;
 	long long rticks, wticks, io_ticks, flushes;
+	long long dsect, dticks;
 	long long t_ms; /* when read (dev_stat); dev_acc: the wall time accumulated */
 };
 
@@ -539,6 +542,8 @@ static int dev_stat(const char *path, struct devstat *d)
 	d->rios = v[0], d->rsect = v[2], d->wios = v[4], d->wsect = v[6];
 	d->rticks = v[3], d->wticks = v[7], d->io_ticks = v[9];
 	d->flushes = n >= 16 ? v[15] : 0;
+	d->dsect = n >= 15 ? v[13] : 0;
+	d->dticks = n >= 15 ? v[14] : 0;
 	d->t_ms = (long long)(kvt__now_ns() / 1000000);
 	return 0;
 }
@@ -554,6 +559,7 @@ static void dev_acc(const char *path, const struct devstat *before, struct devst
 	acc->rticks += now.rticks - before->rticks, acc->wticks += now.wticks - before->wticks;
 	acc->io_ticks += now.io_ticks - before->io_ticks;
 	acc->flushes += now.flushes - before->flushes;
+	acc->dsect += now.dsect - before->dsect, acc->dticks += now.dticks - before->dticks;
 	acc->t_ms += now.t_ms - before->t_ms;
 }
 
@@ -1125,6 +1131,13 @@ int kvt_cmd_bench(int argc, char **argv)
 				       kd[p].flushes, in_flight(rd[p].rticks, rd[p].io_ticks),
 				       in_flight(rd[p].wticks, rd[p].io_ticks), 100 * busy(&rd[p]),
 				       rd[p].flushes);
+			for (int p = 0; p < n_ph; p++)
+				if (kd[p].dsect || rd[p].dsect)
+					printf("  %-6s device discards: kvtier %.0f MiB, %.1f in flight "
+					       "while busy | ref %.0f MiB, %.1f in flight\n",
+					       n_ph == 1 ? "run" : names[p], kd[p].dsect / 2048.0,
+					       in_flight(kd[p].dticks, kd[p].io_ticks), rd[p].dsect / 2048.0,
+					       in_flight(rd[p].dticks, rd[p].io_ticks));
 			if (wa_stored)
 				printf("  write amplification (device bytes written / bytes stored, "
 				       "write phase): %.3f\n", (double)wa_dev * 512.0 / (double)wa_stored);
@@ -1189,6 +1202,10 @@ int kvt_cmd_bench(int argc, char **argv)
 			       kd[p].flushes, pre, in_flight(rd[p].rticks, rd[p].io_ticks), pre,
 			       in_flight(rd[p].wticks, rd[p].io_ticks), pre, busy(&rd[p]), pre,
 			       rd[p].flushes);
+			printf(",\"%sdev_discard_mib\":%.1f,\"%sdev_discard_inflight\":%.2f,"
+			       "\"%sref_dev_discard_mib\":%.1f,\"%sref_dev_discard_inflight\":%.2f",
+			       pre, kd[p].dsect / 2048.0, pre, in_flight(kd[p].dticks, kd[p].io_ticks),
+			       pre, rd[p].dsect / 2048.0, pre, in_flight(rd[p].dticks, rd[p].io_ticks));
 		}
 		if (wa_stored)
 			printf(",\"write_amplification\":%.4f", (double)wa_dev * 512.0 / (double)wa_stored);

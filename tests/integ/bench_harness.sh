@@ -39,6 +39,7 @@ echo "$j" | jqe '.fsync == "data" and (.reference | test("fdatasync=1"))
 	and .ref_dsync_mixed_read_gibps > 0 and .dsync_read_ratio == null
 	and .dev_write_inflight > 0 and .ref_dev_write_inflight > 0
 	and .read_phase_dev_read_inflight > 0 and .read_phase_ref_dev_read_inflight > 0
+	and (.dev_discard_mib | type) == "number" and (.ref_dev_discard_mib | type) == "number"
 	and .errors == 0 and .checksum_failures == 0' >/dev/null || fail "default fsync: $j"
 [ -e "$d/fio-ref" ] && fail "fio's file set was left in $d"
 echo "default: $(echo "$j" | jq -c '{fsync,reference,write_ratio,read_ratio}')"
