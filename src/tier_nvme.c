@@ -83,9 +83,9 @@ static int submit_write(struct nv *s, const struct kvt_key *key, const struct kv
 	op->len = len;
 	/* A write the log may take needs a CRC32C of its bytes for the log's entry: computed
 	 * here, on the caller's thread, so the ring thread only lists the object. */
-	if (!tail && len <= nv_log_max(s)) {
-		op->lcrc = kvt__crc32c(0, obj, len);
-		op->has_lcrc = true;
+	if (len <= nv_log_max(s)) {
+		op->lcrc = tail ? kvt__crc32c(kvt__crc32c(0, obj, head_len), tail, len - head_len)
+				: kvt__crc32c(0, obj, len);
 	}
 	if (parent) {
 		op->has_parent = true;
@@ -104,7 +104,8 @@ static int nv_write_chained(struct kvt_tier *t, const struct kvt_key *key,
 }
 
 /* The object in two pieces (header, payload), written from where they are: the first
- * I/O gathers the header and the payload's start (tier_nvme_ops.c). Never into the log. */
+ * I/O gathers the header and the payload's start (tier_nvme_ops.c); in the log, the two
+ * pieces are two pieces of the batch's gathered write (tier_nvme_log.c). */
 static int nv_write_split(struct kvt_tier *t, const struct kvt_key *key,
 			  const struct kvt_key *parent, const void *head, uint64_t head_len,
 			  const void *tail, uint64_t tail_len, kvt_tier_cb cb, void *arg)

@@ -155,8 +155,8 @@ struct nv_op {
 	uint64_t base;
 	/* log write (tier_nvme_log.c) */
 	bool log;
-	bool has_lcrc;	     /* lcrc holds the object's CRC32C (the log's entry CRC) */
-	uint32_t lcrc;	     /* computed on the submitting thread, off the ring thread */
+	uint32_t lcrc; /* the object's CRC32C (the log's entry CRC), for every write of at most
+			* nvme.log_max bytes: computed on the submitting thread, off the ring */
 	struct nv_op *bnext; /* the next op of its batch */
 	uint64_t loff;	     /* offset in the staging buffer, then in the segment */
 	/* exists */

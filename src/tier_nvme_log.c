@@ -198,7 +198,7 @@ uint64_t nv_log_max(const struct nv *s)
 bool nv_log_takes(struct nv *s, const struct nv_op *op)
 {
 	struct nv_log *lg = s->lg;
-	return lg && lg->log_max && !lg->broken && !s->ro && !op->tail && op->len <= lg->log_max;
+	return lg && lg->log_max && !lg->broken && !s->ro && op->len <= lg->log_max;
 }
 
 int nv_log_read_fd(struct nv *s, uint32_t lseg)
@@ -435,12 +435,18 @@ static int stage_one(struct nv *s, struct nv_op *op)
 	 * caller's until the batch is acknowledged (nv_finish), as a file-per-object write's
 	 * does until it lands. */
 	_Static_assert(NV_LOG_BLOCK == KVT_ALIGN, "a tier write is whole log blocks");
-	b->iov[b->niov++] = (struct iovec){.iov_base = (void *)op->obj, .iov_len = need};
+	if (op->tail) { /* a split object (write_split): its header, then its payload */
+		b->iov[b->niov++] = (struct iovec){.iov_base = (void *)op->obj, .iov_len = op->head_len};
+		b->iov[b->niov++] =
+		    (struct iovec){.iov_base = (void *)op->tail, .iov_len = op->len - op->head_len};
+	} else {
+		b->iov[b->niov++] = (struct iovec){.iov_base = (void *)op->obj, .iov_len = need};
+	}
 	struct nv_log_rent *en = &r->ent[r->n++];
 	memcpy(en->key, op->key.bytes, KVT_KEY_BYTES);
 	en->off = b->used;
 	en->len = (uint32_t)op->len;
-	en->crc = op->has_lcrc ? op->lcrc : kvt__crc32c(0, op->obj, op->len);
+	en->crc = op->lcrc; /* submit_write computed it: every write the log may take has it */
 	en->type = NV_LOG_PUT;
 	op->loff = b->used;
 	b->used += need;

@@ -55,7 +55,7 @@ struct nv_log_rec {
 };
 
 #define NV_LOG_MAXENT ((NV_LOG_BLOCK - sizeof(struct nv_log_rec)) / sizeof(struct nv_log_rent))
-#define NV_LOG_MAXIOV (1 + NV_LOG_MAXENT) /* the record, then at most one piece per entry */
+#define NV_LOG_MAXIOV (1 + 2 * NV_LOG_MAXENT) /* the record, then one or two pieces per entry */
 
 struct nv_seg {
 	int fd;		  /* -1: the segment file does not exist (yet) */

@@ -10,11 +10,16 @@
  *    encoded: its CRCs match the payload written after it);
  *  - the caller's buffer is the caller's again once the put's callback ran: changing it
  *    then changes nothing stored;
+ *  - with the small-object log taking objects that large (nvme.log_max), a zero-copy put's
+ *    header and payload go into a log batch as two pieces of its write: no file of its
+ *    own, read back exact, also after a reopen;
  *  - the copy path stays for what it must take: a buffer not 4 KiB-aligned, one not on a
  *    2 MiB boundary (likely 4 KiB pages, which make small device requests), an object
  *    under 512 KiB, store.zero_copy_puts=false, and a store with a DRAM tier.
  * Exit 0 pass, 1 fail.
  */
+#include <ftw.h>
+
 #include "engine.h"
 #include "internal.h"
 #include "testlib.h"
@@ -22,6 +27,8 @@
 #define FULL 128 /* tokens: 8 layers x 512 KiB = 4 MiB, several I/Os */
 #define PART 32	 /* 8 x 128 KiB = 1 MiB, one I/O */
 #define SMALL 2	 /* 8 x 8 KiB = 64 KiB: under the zero-copy floor */
+
+static const char *log_max; /* nvme.log_max for open_store (NULL: the default, off) */
 
 static struct kvt_store *open_store(const char *tiers, const char *dir, const char *fsync,
 				    const char *zero_copy)
@@ -36,6 +43,10 @@ static struct kvt_store *open_store(const char *tiers, const char *dir, const ch
 	test_set(c, "nvme.fsync", fsync);
 	if (zero_copy)
 		test_set(c, "store.zero_copy_puts", zero_copy);
+	if (log_max) {
+		test_set(c, "nvme.log_max", log_max);
+		test_set(c, "nvme.segment_bytes", "16MiB");
+	}
 	struct kvt_store *s;
 	CHECK_RC(kvt_store_open(c, &s), 0);
 	kvt_config_destroy(c);
@@ -65,6 +76,23 @@ static void put_one(struct kvt_store *s, uint64_t i, uint32_t n_tokens, uint8_t 
 	       n_tokens, (size_t)((uintptr_t)buf % 4096), want_zero_copy ? "expected" : "not expected");
 	/* the buffer is the caller's again: what is stored must not follow it */
 	memset(buf, 0xee, len);
+}
+
+/* Object files (<sub>/<key>.kvt) under an nvme directory. */
+static int nkvt;
+static int count_kvt(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st;
+	(void)f;
+	size_t n = strlen(p);
+	nkvt += flag == FTW_F && n > 4 && !strcmp(p + n - 4, ".kvt");
+	return 0;
+}
+static int object_files(const char *dir)
+{
+	nkvt = 0;
+	nftw(dir, count_kvt, 8, FTW_PHYS);
+	return nkvt;
 }
 
 static void get_one(struct kvt_store *s, uint64_t i, uint32_t n_tokens)
@@ -125,6 +153,29 @@ int main(void)
 	get_one(s, 6, FULL);
 	kvt_store_close(s);
 	printf("store.zero_copy_puts=false and a DRAM tier: copies, exact\n");
+
+	/* the log takes objects up to 2 MiB - 4 KiB: the 1 MiB one goes there in two pieces */
+	log_max = "2093056";
+	for (int m = 0; m < 2; m++) {
+		test_rmdir(dir);
+		s = open_store("nvme", dir, modes[m], NULL);
+		put_one(s, 8, PART, aligned, true);
+		put_one(s, 9, SMALL, aligned, false);
+		get_one(s, 8, PART);
+		get_one(s, 9, SMALL);
+		kvt_store_close(s);
+		char seg[8192];
+		snprintf(seg, sizeof(seg), "%s/log/0.kvl", dir);
+		CHECKM(object_files(dir) == 0, "logged objects have no files of their own (%d)",
+		       object_files(dir));
+		CHECKM(access(seg, F_OK) == 0, "no log segment %s", seg);
+		s = open_store("nvme", dir, modes[m], NULL);
+		get_one(s, 8, PART);
+		get_one(s, 9, SMALL);
+		kvt_store_close(s);
+	}
+	log_max = NULL;
+	printf("with nvme.log_max: a zero-copy put goes into the log, exact, also after a reopen\n");
 	kvt__huge_free(aligned, full);
 	free(raw);
 	test_rmdir(dir);
