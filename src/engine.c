@@ -386,8 +386,7 @@ void kvt_store_close(struct kvt_store *s)
 	}
 	close_links(s);
 	close(s->efd);
-	while (s->n_bounce)
-		kvt__huge_free(s->bounce[--s->n_bounce], s->obj_max);
+	kvt__e_bounce_free_all(s);
 	struct kvt_list *p;
 	while ((p = kvt_list_pop(&s->cq_free)))
 		kvt__free(kvt_list_entry(p, struct completion, node));

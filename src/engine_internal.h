@@ -292,10 +292,14 @@ struct kvt_store {
 
 	_Atomic uint8_t hitcount[SELECTIVE_SLOTS];
 
-	/* object-sized aligned buffers for chains without DRAM, reused (no mmap per I/O) */
+	/* object-sized aligned buffers for chains without DRAM, reused (no mmap per I/O);
+	 * objects under 1 MiB: carved from 2 MiB huge-page regions (engine_read.c) */
 	pthread_mutex_t bounce_lock;
 	void *bounce[BOUNCE_CACHE];
 	int n_bounce;
+	void *bounce_carved;   /* free carved buffers, linked through their first word */
+	void **bounce_regions; /* the 2 MiB regions carved, freed at close */
+	uint32_t n_regions, cap_regions;
 
 	_Atomic uint64_t puts, gets, lookups, prefetches, lookup_chunks, lookup_hit_chunks,
 		promotions;
@@ -359,6 +363,7 @@ void *kvt__e_service_main(void *arg);
 
 /* engine_read.c */
 void *kvt__e_bounce_get(struct kvt_store *s);
+void kvt__e_bounce_free_all(struct kvt_store *s); /* at close */
 void kvt__e_bounce_put(struct kvt_store *s, void *b);
 int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, uint32_t l1, void *buf, size_t len, kvt_cb cb, void *arg, bool direct);
 /* A get of all layers whose verified object is handed to sink (on the thread that has it:

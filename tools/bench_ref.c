@@ -121,10 +121,14 @@ static char *run_capture(char *const argv[], const char *cwd)
 }
 
 /* fio's environment: ours plus glibc.malloc.hugetlb=1, so that fio's I/O buffers (one
- * malloc of iodepth x bs) are offered to transparent huge pages as kvtier's are (its DRAM
- * pool, dram.hugepages, and its bounce buffers, kvt__huge_alloc). The request size at the
- * device follows how physically contiguous a buffer is (docs/BENCHMARKS.md, "The
- * machine"): both sides get the same kind of memory, so the same requests. */
+ * malloc of iodepth x bs, started on a 2 MiB boundary by --iomem_align: FIO_MEM_ALIGN)
+ * are offered to transparent huge pages as kvtier's are (its DRAM pool, dram.hugepages,
+ * and its bounce buffers, kvt__huge_alloc or carved from 2 MiB regions). How physically
+ * contiguous a buffer is sets the device request's size and segments (docs/BENCHMARKS.md,
+ * "The machine"): both sides get the same kind of memory, so the same requests. Without
+ * the alignment a 2.2 MiB buffer (32 x 68 KiB) got no huge page at all (smaps). */
+#define FIO_MEM_ALIGN "--iomem_align=2m"
+
 static char **fio_environ(void)
 {
 	static char **env;
@@ -301,7 +305,7 @@ int bench_ref_fio_layout(const char *dir, size_t bs, size_t n_files, unsigned qd
 	fmt_num(a_fs, sizeof(a_fs), "--filesize=%llu", bs);
 	fmt_num(a_sz, sizeof(a_sz), "--size=%llu", (unsigned long long)bs * n_files);
 	char *argv[] = {"fio", "--name=ref", "--directory=" FIO_SUBDIR, "--ioengine=io_uring",
-			"--direct=1", a_bs, a_qd, "--rw=write", a_nr, a_fs, a_sz,
+			"--direct=1", FIO_MEM_ALIGN, a_bs, a_qd, "--rw=write", a_nr, a_fs, a_sz,
 			"--output-format=terse", NULL};
 	char *out = run_capture_env(argv, dir, fio_environ());
 	if (!out)
@@ -337,7 +341,7 @@ int bench_ref_fio(const char *dir, size_t bs, size_t n_files, unsigned qd, doubl
 			 : read_pct <= 0 ? "--rw=randwrite"
 					 : "--rw=randrw";
 	char *argv[32] = {"fio", "--name=ref", "--directory=" FIO_SUBDIR, "--ioengine=io_uring",
-			  "--direct=1", a_bs, a_qd, (char *)rw, a_mix, a_nr, a_fs, a_sz,
+			  "--direct=1", FIO_MEM_ALIGN, a_bs, a_qd, (char *)rw, a_mix, a_nr, a_fs, a_sz,
 			  "--file_service_type=random", "--time_based", a_rt, a_ramp,
 			  "--group_reporting", "--clat_percentiles=0", "--lat_percentiles=1",
 			  "--percentile_list=50:99:99.9", "--output-format=json", NULL};

@@ -118,4 +118,23 @@ wait $BPID || fail "redis bench: $(cat "$tmp/err2")"
 grep -q -- "--threads 4 " "$tmp/refargs" || fail "redis-benchmark not on 4 threads: $(sort -u "$tmp/refargs")"
 tail -1 "$tmp/out2" | jqe '.ref_write_gibps > 0 and .ref_read_gibps > 0 and .errors == 0' >/dev/null ||
 	fail "redis bench reference: $(tail -1 "$tmp/out2")"
+
+# (g) fio's I/O buffers are the same kind of memory as kvtier's: started on a 2 MiB
+# boundary (--iomem_align=2m) and offered to transparent huge pages (glibc.malloc.hugetlb=1
+# in its environment). Without the alignment a 32 x 68 KiB buffer got no huge page and
+# kvtier's 64 KiB reads (from buffers carved out of 2 MiB regions) read 1.15-1.45x fio.
+"$KVT" bench --tier nvme --dir "$tmp/g" --chunk-bytes 64K --set-bytes 8M --queue-depth 8 \
+	--seconds 1 --rounds 1 --read-pct 100 --json >"$tmp/out3" 2>"$tmp/err3" &
+BPID=$!
+: >"$tmp/fioargs"
+while kill -0 $BPID 2>/dev/null; do
+	for d in /proc/[0-9]*; do
+		c=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null)
+		case "$c" in fio\ *) echo "$c | $(tr '\0' '\n' <"$d/environ" 2>/dev/null | grep GLIBC_TUNABLES)" >>"$tmp/fioargs" ;; esac
+	done
+	sleep 0.05
+done
+wait $BPID || fail "nvme bench for (g): $(cat "$tmp/err3")"
+grep -q -- "--iomem_align=2m .*glibc.malloc.hugetlb=1" "$tmp/fioargs" ||
+	fail "fio without 2 MiB-aligned huge-page buffers: $(sort -u "$tmp/fioargs")"
 echo "pass"
