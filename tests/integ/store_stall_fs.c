@@ -81,8 +81,7 @@ static struct kvt_store *open_store(const char *tiers, const char *dir)
 	test_set(c, "fs.fsync", "none");
 	test_set(c, "nvme.direct", "off"); /* FUSE here has no O_DIRECT */
 	test_set(c, "nvme.bytes", "64MiB");
-	test_set(c, "store.tier_timeout_ms", "400");
-	test_set(c, "store.deadline_floor_ms", "100");
+	test_set_deadline(c, "400", "100");
 	test_set(c, "store.sync_timeout_ms", "1000");
 	/* An nvme store left closing on the stalled mount (its last close gave up) holds the
 	 * directory's lock until its close finishes, once the mount answers: wait for it.
@@ -193,14 +192,10 @@ static void late_zero_copy(struct slowfs *f)
 	snprintf(dir, sizeof(dir), "%s/nvme-zc", f->mnt);
 	CHECK(mkdir(dir, 0700) == 0);
 	struct kvt_config *c = test_config("nvme", dir);
-	test_set(c, "model.layers", "8"); /* 8 x 512 KiB: a zero-copy object */
-	test_set(c, "model.kv_heads", "8");
-	test_set(c, "model.head_dim", "128");
-	test_set(c, "model.chunk_tokens", "128");
+	test_set_big_model(c, "128"); /* 4 MiB chunks: zero-copy objects */
 	test_set(c, "nvme.direct", "off");
 	test_set(c, "nvme.bytes", "64MiB");
-	test_set(c, "store.tier_timeout_ms", "400");
-	test_set(c, "store.deadline_floor_ms", "100");
+	test_set_deadline(c, "400", "100");
 	test_set(c, "store.sync_timeout_ms", "1000");
 	struct kvt_store *s;
 	CHECK_RC(kvt_store_open(c, &s), 0);

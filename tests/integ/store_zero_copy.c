@@ -34,10 +34,7 @@ static struct kvt_store *open_store(const char *tiers, const char *dir, const ch
 				    const char *zero_copy)
 {
 	struct kvt_config *c = test_config(tiers, dir);
-	test_set(c, "model.layers", "8");
-	test_set(c, "model.kv_heads", "8");
-	test_set(c, "model.head_dim", "128");
-	test_set(c, "model.chunk_tokens", "128");
+	test_set_big_model(c, "128");
 	test_set(c, "dram.bytes", "64MiB");
 	test_set(c, "nvme.bytes", "64MiB");
 	test_set(c, "nvme.fsync", fsync);

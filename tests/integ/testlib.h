@@ -118,6 +118,23 @@ static inline void test_set(struct kvt_config *c, const char *k, const char *v)
 	}
 }
 
+/* A model of 8 layers x 8 KV heads x head dim 128, chunks of chunk_tokens tokens: 512 KiB
+ * per layer at 128 tokens, so a chunk's payload is 4 MiB (a zero-copy put's size). */
+static inline void test_set_big_model(struct kvt_config *c, const char *chunk_tokens)
+{
+	test_set(c, "model.layers", "8");
+	test_set(c, "model.kv_heads", "8");
+	test_set(c, "model.head_dim", "128");
+	test_set(c, "model.chunk_tokens", chunk_tokens);
+}
+
+/* The engine's deadline for a tier call (store.tier_timeout_ms) and its floor. */
+static inline void test_set_deadline(struct kvt_config *c, const char *tier_ms, const char *floor_ms)
+{
+	test_set(c, "store.tier_timeout_ms", tier_ms);
+	test_set(c, "store.deadline_floor_ms", floor_ms);
+}
+
 /* Milliseconds since t0 (CLOCK_MONOTONIC ns, as from kvt__now_ns). */
 static inline double test_ms_since(uint64_t t0)
 {
