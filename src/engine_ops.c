@@ -18,8 +18,8 @@ struct put_ctx {
 /* Zero-copy put: without a DRAM tier the copy into a staging buffer is the put's main
  * cost, and on a machine whose disk is a host process it slows the disk itself
  * (docs/BENCHMARKS.md, "The guest's own copying slows this disk"). It applies when the
- * object is large (a small one costs little to copy, and may go to the NVMe log, which
- * gathers copies anyway), its payload follows its header verbatim, objects are not
+ * object is large (a small one costs little to copy, and its buffer is rarely on a 2 MiB
+ * boundary), its payload follows its header verbatim, objects are not
  * protected (a MAC or encryption rewrites the bytes), every deeper tier writes split
  * objects (s->zero_copy, set at open), and the caller's buffer starts on a 2 MiB boundary,
  * as huge-page allocations do (kvt__huge_alloc, aligned_alloc(2 MiB, ...)): a device

@@ -83,7 +83,9 @@ void *kvt__e_bounce_get(struct kvt_store *s)
 
 void kvt__e_bounce_put(struct kvt_store *s, void *b)
 {
-	if (b && carve_stride(s)) {
+	if (!b)
+		return;
+	if (carve_stride(s)) {
 		pthread_mutex_lock(&s->bounce_lock);
 		*(void **)b = s->bounce_carved;
 		s->bounce_carved = b;

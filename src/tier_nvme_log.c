@@ -5,9 +5,9 @@
  * an fdatasync (docs/NVME_LOG.md has the measurements and the crash-safety argument).
  *
  * On the ring thread: a write is listed in the filling batch (ST_W_STAGE) - its memory
- * becomes one piece of the batch's gathered write, or, where a direct write cannot use it,
- * it is copied into the batch's staging buffer; its CRC32C was computed by the submitting
- * thread. nv_log_kick, once per loop turn, seals the filling batch (group commit: whatever
+ * (or, split, its header's and its payload's) becomes a piece of the batch's gathered
+ * write, never copied; its CRC32C was computed by the submitting thread. Only re-appended
+ * objects are copied into the batch's buffer (tier_nvme_log_reinsert.c). nv_log_kick, once per loop turn, seals the filling batch (group commit: whatever
  * arrived while earlier batches were in flight) by writing its commit record and issuing
  * one writev for record and objects, then one fdatasync for all of them (nvme.fsync
  * data/full). Batches are
@@ -238,8 +238,8 @@ struct nv_batch *nv_log_new_batch(struct nv_log *lg)
 	return b;
 }
 
-/* need bytes of b's own buffer for an object copied into the batch (a re-appended one, or
- * one whose memory a direct write cannot use), listed as the batch's next piece. */
+/* need bytes of b's own buffer for an object copied into the batch (a re-appended one,
+ * whose read buffer is reused), listed as the batch's next piece. */
 uint8_t *nv_log_batch_copy(struct nv_batch *b, uint64_t need)
 {
 	uint8_t *dst = b->buf + b->bufused;
@@ -396,7 +396,7 @@ bool nv_log_seal(struct nv *s, struct nv_batch *b)
 
 static bool drain_tombs(struct nv_log *lg, struct nv_batch *b);
 
-/* Copy op into the filling batch: 1 staged, 0 not now, -1 the file path takes it. */
+/* List op in the filling batch: 1 staged, 0 not now, -1 the file path takes it. */
 static int stage_one(struct nv *s, struct nv_op *op)
 {
 	struct nv_log *lg = s->lg;

@@ -85,10 +85,7 @@ static struct kvt_store *open_client(void)
 	struct kvt_config *c = model_config();
 	test_set(c, "store.daemon", sock_path);
 	test_set(c, "store.daemon_timeout_ms", "5000");
-	struct kvt_store *s;
-	CHECK_RC(kvt_store_open(c, &s), 0);
-	kvt_config_destroy(c);
-	return s;
+	return test_open(c);
 }
 
 /* The chunk every rank holds its slice of, and the block ids it sits in: from seed, so

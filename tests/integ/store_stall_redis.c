@@ -42,10 +42,7 @@ static struct kvt_store *open_store(const char *dir, const char *tiers, const ch
 	test_set(c, "redis.prefix", "kvt-stall:");
 	test_set(c, "redis.timeout_ms", "60000");
 	test_set_deadline(c, "400", "100");
-	struct kvt_store *s;
-	CHECK_RC(kvt_store_open(c, &s), 0);
-	kvt_config_destroy(c);
-	return s;
+	return test_open(c);
 }
 
 int main(void)

@@ -44,10 +44,7 @@ static struct kvt_store *open_store(const char *tiers, const char *dir, const ch
 		test_set(c, "nvme.log_max", log_max);
 		test_set(c, "nvme.segment_bytes", "16MiB");
 	}
-	struct kvt_store *s;
-	CHECK_RC(kvt_store_open(c, &s), 0);
-	kvt_config_destroy(c);
-	return s;
+	return test_open(c);
 }
 
 static void key_of(uint64_t i, struct kvt_key *k)

@@ -118,6 +118,15 @@ static inline void test_set(struct kvt_config *c, const char *k, const char *v)
 	}
 }
 
+/* Open a store from c (it must open), then destroy c. */
+static inline struct kvt_store *test_open(struct kvt_config *c)
+{
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	return s;
+}
+
 /* A model of 8 layers x 8 KV heads x head dim 128, chunks of chunk_tokens tokens: 512 KiB
  * per layer at 128 tokens, so a chunk's payload is 4 MiB (a zero-copy put's size). */
 static inline void test_set_big_model(struct kvt_config *c, const char *chunk_tokens)

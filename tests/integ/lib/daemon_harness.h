@@ -211,10 +211,7 @@ static inline struct kvt_store *kvtd_client_store(const char *dir)
 	struct kvt_config *c = test_config("dram,nvme", dir);
 	test_set(c, "store.daemon", kvtd_sock);
 	test_set(c, "store.daemon_timeout_ms", "2000");
-	struct kvt_store *s;
-	CHECK_RC(kvt_store_open(c, &s), 0);
-	kvt_config_destroy(c);
-	return s;
+	return test_open(c);
 }
 
 #endif
