@@ -146,6 +146,19 @@ void nv_finish(struct nv *s, struct nv_op *op, int64_t res)
 		check_flushes(s);
 }
 
+/* A started op's I/O goes to the device at once rather than with the rest of the batch
+ * drained with it. Ops reach this thread in bursts (a caller resubmits as its completions
+ * come back), and a burst submitted in one go comes back as one burst: on the virtual
+ * disk of docs/BENCHMARKS.md the device then sat idle 19 % of the time with 32 reads of
+ * 64 KiB queued in the tier, against 4 % for fio, which submits each I/O as it queues it.
+ * One io_uring_enter per op costs ~1 us; submitting each at once read 5-7 % faster
+ * ("64 KiB reads: convoys"). */
+static void submit_now(struct nv *s)
+{
+	if (io_uring_sq_ready(&s->ring))
+		io_uring_submit(&s->ring);
+}
+
 /* Take new ops from the FIFO; give finished ones back to the free list. */
 static bool drain_queue(struct nv *s)
 {
@@ -177,6 +190,7 @@ static bool drain_queue(struct nv *s)
 				cb(arg, -ECANCELED);
 		} else {
 			nv_start_op(s, op);
+			submit_now(s);
 		}
 	}
 	if (closing && !s->cancelled) {
