@@ -270,13 +270,19 @@ int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	s->clock_hour = nv_hour_now;
 	s->bucket_hour = s->clock_hour();
 
-	/* Keep the fd cache well inside the process' descriptor limit. */
+	/* Keep the fd cache inside the process' descriptor limit, leaving the larger of 512
+	 * and an eighth of it to the rest of the process (half of the common soft limit of
+	 * 1,024). A cache that still runs out sheds its idle fds and retries
+	 * (tier_nvme_ops.c). */
 	struct rlimit rl;
-	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
-	    s->open_files > rl.rlim_cur / 2) {
-		KVT_INFO(s->log, "nvme: open_files %u capped to %lu by RLIMIT_NOFILE",
-			 s->open_files, (unsigned long)(rl.rlim_cur / 2));
-		s->open_files = (uint32_t)KVT_MAX(rl.rlim_cur / 2, 1);
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY) {
+		uint64_t lim = rl.rlim_cur, spare = KVT_MAX(lim / 8, 512);
+		uint64_t cap = lim > spare ? lim - spare : 1;
+		if (s->open_files > cap) {
+			KVT_INFO(s->log, "nvme: open_files %u capped to %llu by RLIMIT_NOFILE",
+				 s->open_files, (unsigned long long)cap);
+			s->open_files = (uint32_t)cap;
+		}
 	}
 
 	const char *list = kvt__cfg_str(cfg, "nvme.dirs");

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -789,7 +790,13 @@ int kvt_cmd_bench(int argc, char **argv)
 				 (unsigned long long)((n_keys + 2ull * o.queue_depth) * obj));
 			so.sets[so.n_sets++] = nvb;
 			/* fio keeps every file of its set open (openfiles = nrfiles): so may the
-			 * tier's read descriptor cache (the tier caps it below RLIMIT_NOFILE) */
+			 * tier's read descriptor cache (the tier caps it below RLIMIT_NOFILE,
+			 * raised here to its hard limit, which fio inherits too) */
+			struct rlimit rl;
+			if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+				rl.rlim_cur = rl.rlim_max;
+				(void)setrlimit(RLIMIT_NOFILE, &rl);
+			}
 			snprintf(nvf, sizeof(nvf), "nvme.open_files=%llu",
 				 (unsigned long long)(n_keys + 2ull * o.queue_depth));
 			so.sets[so.n_sets++] = nvf;
