@@ -31,6 +31,7 @@
  * of NV_IO_MAX bytes): such an object is one SQE, which nvme.fsync=data makes durable with
  * RWF_DSYNC instead of a separate fdatasync (tier_nvme_ops.c). */
 #define NV_IO_CARRY (64u << 10)
+#define NV_ZERO_BYTES (NV_IO_MAX + NV_IO_CARRY) /* a layout's source of zeros: one piece */
 #define NV_SEG_INLINE 4
 #define NV_NAME_MAX 128
 #define NV_BUCKETS 24			/* hourly write-budget buckets: a rolling day */
@@ -263,7 +264,7 @@ struct nv {
 	uint64_t pool_bytes, layout_bytes; /* free slots; slots being laid out */
 	uint32_t layouts;		   /* layout ops in flight */
 	bool layout_done;		   /* nothing more to lay out until the next open */
-	uint8_t *zero;			   /* NV_IO_MAX zero bytes: what a layout writes */
+	uint8_t *zero;			   /* NV_ZERO_BYTES zero bytes: what a layout writes */
 
 	/* index: mutations under ilock (scan() reads it from other threads) */
 	pthread_mutex_t ilock;

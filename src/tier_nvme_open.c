@@ -209,7 +209,7 @@ static void nv_free(struct nv *s)
 	kvt__free(s->ios);
 	kvt__free(s->slots);
 	if (s->zero)
-		kvt__free_aligned(s->zero, NV_IO_MAX);
+		kvt__free_aligned(s->zero, NV_ZERO_BYTES);
 	nv_log_close(s);
 	for (uint32_t i = 0; s->dirs && i < s->ndirs; i++) {
 		if (s->dirs[i].lock_fd >= 0)

@@ -6,7 +6,7 @@
  * (openat, fallocate and fsync are the slow metadata operations, so they run on io_uring's
  * workers without stalling the ring thread). Large objects are split into NV_IO_MAX pieces;
  * the last piece carries a remainder of up to NV_IO_CARRY, so a 2 MiB chunk with its 4 KiB
- * header block is one write.
+ * header block is one write, and one read.
  *
  * Durability (nvme.fsync data/full) of an object written in one I/O: the write carries
  * RWF_DSYNC instead of being followed by an fdatasync. Same guarantee - the kernel
@@ -83,10 +83,10 @@ void nv_pump(struct nv *s, struct nv_op *op)
 					goto blocked;
 				io->off = op->cursor;
 				io->len = (uint32_t)KVT_MIN(op->len - op->cursor, NV_IO_MAX);
-				/* an object's piece takes a small remainder along (a layout's
-				 * source, s->zero, holds NV_IO_MAX bytes only) */
-				if (op->type == OP_WRITE &&
-				    op->len - op->cursor - io->len <= NV_IO_CARRY)
+				/* a piece takes a small remainder along: one write, and for a
+				 * layout one allocation, so the slot is one extent and a read of
+				 * it one device request (s->zero holds NV_ZERO_BYTES) */
+				if (op->len - op->cursor - io->len <= NV_IO_CARRY)
 					io->len = (uint32_t)(op->len - op->cursor);
 				/* a whole object in one I/O: durable by RWF_DSYNC, no fsync */
 				op->dsync = op->type == OP_WRITE && s->fsync_mode != NV_FSYNC_NONE &&
@@ -196,6 +196,10 @@ void nv_pump(struct nv *s, struct nv_op *op)
 					goto blocked;
 				io->off = g->off + op->soff;
 				io->len = (uint32_t)KVT_MIN(end - io->off, NV_IO_MAX);
+				/* the same carry as a write's: a 2 MiB chunk and its header block
+				 * are one device request, as fio reads the same object */
+				if (end - io->off - io->len <= NV_IO_CARRY)
+					io->len = (uint32_t)(end - io->off);
 				io->buf = (uint8_t *)g->buf + op->soff;
 				op->soff += io->len;
 				io_uring_prep_read(sqe, read_fd(s, op), io->buf, io->len,

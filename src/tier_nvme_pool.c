@@ -253,12 +253,12 @@ void nv_pool_kick(struct nv *s)
 	if (!s->prealloc || s->layout_done)
 		return;
 	if (!s->zero) {
-		if (!(s->zero = kvt__aligned_alloc(NV_IO_MAX))) {
+		if (!(s->zero = kvt__aligned_alloc(NV_ZERO_BYTES))) {
 			s->layout_done = true;
 			ST_SET(s, pool_pending, 0);
 			return;
 		}
-		memset(s->zero, 0, NV_IO_MAX);
+		memset(s->zero, 0, NV_ZERO_BYTES);
 	}
 	while (!s->cancelled && s->layouts < NV_LAYOUTS && !s->ready_head && s->free_ios) {
 		uint64_t held =
