@@ -84,8 +84,8 @@ void nv_pump(struct nv *s, struct nv_op *op)
 				io->off = op->cursor;
 				io->len = (uint32_t)KVT_MIN(op->len - op->cursor, NV_IO_MAX);
 				/* a piece takes a small remainder along: one write, and for a
-				 * layout one allocation, so the slot is one extent and a read of
-				 * it one device request (s->zero holds NV_ZERO_BYTES) */
+				 * layout one allocation, so the slot is usually one extent and a
+				 * read of it one device request (s->zero holds NV_ZERO_BYTES) */
 				if (op->len - op->cursor - io->len <= NV_IO_CARRY)
 					io->len = (uint32_t)(op->len - op->cursor);
 				/* a whole object in one I/O: durable by RWF_DSYNC, no fsync */
