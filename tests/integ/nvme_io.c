@@ -386,6 +386,32 @@ int main(void)
 		kvt__tier_close(t);
 	}
 
+	/* ---- the fd cache's cap: the limit less max(512, 1/8 of it) for the rest of the
+	 * process (a cache of half the limit left fio, which keeps every file open, more
+	 * descriptors than the tier at the same set) */
+	{
+		struct rlimit old, low;
+		CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+		/* 2,048 and 16,384, or the hard limit if lower: caps of 1,536 and 14,336 */
+		const rlim_t lims[] = {2048, 16384};
+		for (size_t i = 0; i < sizeof(lims) / sizeof(lims[0]); i++) {
+			rlim_t lim = lims[i] < old.rlim_max ? lims[i] : old.rlim_max;
+			rlim_t spare = lim / 8 > 512 ? lim / 8 : 512;
+			char want[96];
+			snprintf(want, sizeof(want), "capped to %llu by RLIMIT_NOFILE",
+				 (unsigned long long)(lim > spare ? lim - spare : 1));
+			low = old;
+			low.rlim_cur = lim;
+			CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+			log_clear();
+			int rc = open_tier(&t, "nvme.dirs", dirs, "nvme.open_files", "1000000", NULL);
+			CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+			CHECK_EQ(rc, 0);
+			CHECK_EQ(log_count(want), 1);
+			kvt__tier_close(t);
+		}
+	}
+
 	for (int i = 0; i < N_OBJ; i++) {
 		free(bufs[i]);
 		free(rbufs[i]);
