@@ -7,12 +7,13 @@
  * On the ring thread: a write is listed in the filling batch (ST_W_STAGE) - its memory
  * (or, split, its header's and its payload's) becomes a piece of the batch's gathered
  * write, never copied; its CRC32C was computed by the submitting thread. Only re-appended
- * objects are copied into the batch's buffer (tier_nvme_log_reinsert.c). nv_log_kick, once per loop turn, seals the filling batch (group commit: whatever
- * arrived while earlier batches were in flight) by writing its commit record and issuing
- * one writev for record and objects, then one fdatasync for all of them (nvme.fsync
- * data/full). Batches are
- * acknowledged strictly in sequence order, so at most NV_LOG_BUFS unacknowledged batches
- * exist and they are the newest: the open-time scan verifies those and trusts the rest.
+ * objects are copied into the batch's buffer (tier_nvme_log_reinsert.c). nv_log_kick,
+ * once per loop turn, seals the filling batch (group commit: whatever arrived while
+ * earlier batches were in flight) by writing its commit record and issuing one writev
+ * for record and objects, then one fdatasync for all of them (nvme.fsync data/full).
+ * Batches are acknowledged strictly in sequence order, so at most NV_LOG_BUFS
+ * unacknowledged batches exist and they are the newest: the open-time scan verifies those
+ * and trusts the rest.
  * Objects enter the index only when their batch is acknowledged, as a file-per-object write
  * enters it only after its rename. Segments are reused in FIFO order: the next segment's
  * remaining objects are evicted, its generation bumped and its header made durable before

@@ -151,8 +151,8 @@ void nv_finish(struct nv *s, struct nv_op *op, int64_t res)
  * come back), and a burst submitted in one go comes back as one burst: on the virtual
  * disk of docs/BENCHMARKS.md the device then sat idle 19 % of the time with 32 reads of
  * 64 KiB queued in the tier, against 4 % for fio, which submits each I/O as it queues it.
- * One io_uring_enter per op costs ~1 us; submitting each at once read 5-7 % faster
- * ("64 KiB reads: convoys"). */
+ * It costs one io_uring_enter per op instead of per batch; submitting each at once read
+ * 5-7 % faster (docs/BENCHMARKS.md, "64 KiB reads: convoys, not CPU"). */
 static void submit_now(struct nv *s)
 {
 	if (io_uring_sq_ready(&s->ring))
