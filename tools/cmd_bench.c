@@ -26,6 +26,7 @@
 
 #include "bench.h"
 #include "cli.h"
+#include "config.h"
 
 struct bench_opts {
 	const char *tier;
@@ -658,8 +659,11 @@ static int bench_opt(void *arg, int c, const char *v)
 }
 
 /* Wait for the nvme tier's background layout of preallocated slots (nvme.preallocate),
- * the counterpart of fio laying out its files: neither is timed. -1 if it stalls. */
-static int wait_layout(struct kvt_store *s)
+ * the counterpart of fio laying out its files: neither is timed. -1 if it makes no
+ * progress for stall_ns (store.sync_timeout_ms: a device that stops answering during the
+ * layout must not hold the run past the store's own bound; tests/integ/bench_stall_fs.sh
+ * waited out a fixed minute when its stall came during a slow layout). */
+static int wait_layout(struct kvt_store *s, uint64_t stall_ns)
 {
 	uint64_t t0 = kvt__now_ns(), last = UINT64_MAX, since = t0;
 	for (;;) {
@@ -678,8 +682,8 @@ static int wait_layout(struct kvt_store *s)
 		if (left != last) {
 			last = left;
 			since = now;
-		} else if (now - since > 60ull * 1000000000ull) {
-			return -1; /* no progress for a minute */
+		} else if (now - since > stall_ns) {
+			return -1; /* no progress within the store's bound */
 		}
 		usleep(20000);
 	}
@@ -837,6 +841,13 @@ int kvt_cmd_bench(int argc, char **argv)
 		kvt_config_get(cfg, nvme ? "nvme.fsync" : "fs.fsync", fsync_mode, sizeof(fsync_mode));
 	bool ref_sync = local && strcmp(fsync_mode, "none");
 	struct kvt_store *s;
+	/* The directory's block device, for its counters: looked up before the store opens,
+	 * while nothing has touched the device, since a stat of a directory on a device that
+	 * stopped answering never returns (tests/integ/bench_stall_fs.sh). */
+	char devp[256] = "";
+	if (local)
+		dev_path(dir, devp, sizeof(devp));
+	uint64_t stall_ns = kvt__cfg_u64(cfg, "store.sync_timeout_ms") * 1000000ull;
 	int orc = kvt_store_open(cfg, &s);
 	if (orc < 0) {
 		kvt_config_destroy(cfg);
@@ -848,7 +859,7 @@ int kvt_cmd_bench(int argc, char **argv)
 		fprintf(stderr, "kvtier bench: %s already holds %llu objects: writes are not "
 				"measured from an empty store\n",
 			dir, (unsigned long long)st0.tier[0].objects);
-	if (nvme && wait_layout(s) < 0)
+	if (nvme && wait_layout(s, stall_ns) < 0)
 		fprintf(stderr, "kvtier bench: the nvme tier's preallocated slots are not all laid "
 				"out: writes may find no free slot\n");
 	char c1[4200], c2[4200], c3[256];
@@ -890,9 +901,6 @@ int kvt_cmd_bench(int argc, char **argv)
 	}
 	/* A first phase of fresh writes (nvme: into the empty store; rados) needs no working
 	 * set before it; everything else does. */
-	char devp[256] = "";
-	if (local)
-		dev_path(dir, devp, sizeof(devp));
 	bool have_set = false;
 	if (!(nvme || rados) || phases[0] != 0) {
 		int wrc = working_set(s, &kg, keys, n_keys, n_tokens, payload, &next_id, done_ids,
