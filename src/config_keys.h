@@ -76,7 +76,7 @@
 	X(k, "nvme.log_reinsert_pct", U64, "50", 0, 75, NULL, PLAIN, "when a log segment is reused, its live objects are re-appended (those read since they were written first), up to this percent of a segment per reuse (bounds write amplification; docs/NVME_LOG.md); 0: evict them") \
 	X(k, "nvme.log_spare_pct", U64, "100", 0, 400, NULL, PLAIN, "room in the log for dead objects, as a percent of the live ones: with the log on, its segments fit in nvme.bytes and the live capacity is what they hold (less two segments) over 1 + this; more spare, fewer live objects to re-append when a segment is reused (docs/NVME_LOG.md)") \
 	X(k, "nvme.preallocate", SIZE, "0", 0, 1e18, NULL, PLAIN, "object size to lay out the capacity for: nvme.bytes is laid out in the background as files of this size, each written once, that writes of this size overwrite in place (first writes into new blocks are slower than overwrites; docs/TIERS.md); 0: off") \
-	X(k, "nvme.open_files", U64, "1024", 1, 1000000, NULL, PLAIN, "read file descriptors kept open (at most RLIMIT_NOFILE less max(512, an eighth of it); past that, objects are opened per read)") \
+	X(k, "nvme.open_files", U64, "1024", 1, 1000000, NULL, PLAIN, "read file descriptors kept open (at most RLIMIT_NOFILE less an eighth of it, or less 512 or half of it where that is more; past that, objects are opened per read)") \
 	X(k, "nvme.file_mode", ENUM, "0600", 0, 0, "0600|0640|0660|0644", PLAIN, "permissions of the object files created (stored KV reveals prompts; the umask still applies)") \
 	X(k, "nvme.dir_mode", ENUM, "0700", 0, 0, "0700|0750|0770|0755", PLAIN, "permissions of the directories created (the umask still applies)") \
 	/* faulty: the test-only fault-injecting wrapper tier */ \

@@ -270,13 +270,13 @@ int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	s->clock_hour = nv_hour_now;
 	s->bucket_hour = s->clock_hour();
 
-	/* Keep the fd cache inside the process' descriptor limit, leaving the larger of 512
-	 * and an eighth of it to the rest of the process (half of the common soft limit of
-	 * 1,024). A cache that still runs out sheds its idle fds and retries
-	 * (tier_nvme_ops.c). */
+	/* Keep the fd cache inside the process' descriptor limit, leaving the rest of the
+	 * process an eighth of it, but at least 512 or half of it, whichever is less (half
+	 * of the common soft limit of 1,024; a limit of 256 leaves the cache 128, not 1). A
+	 * cache that still runs out sheds its idle fds and retries (tier_nvme_ops.c). */
 	struct rlimit rl;
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY) {
-		uint64_t lim = rl.rlim_cur, spare = KVT_MAX(lim / 8, 512);
+		uint64_t lim = rl.rlim_cur, spare = KVT_MAX(lim / 8, KVT_MIN(lim / 2, 512));
 		uint64_t cap = lim > spare ? lim - spare : 1;
 		if (s->open_files > cap) {
 			KVT_INFO(s->log, "nvme: open_files %u capped to %llu by RLIMIT_NOFILE",

@@ -386,17 +386,21 @@ int main(void)
 		kvt__tier_close(t);
 	}
 
-	/* ---- the fd cache's cap: the limit less max(512, 1/8 of it) for the rest of the
-	 * process (a cache of half the limit left fio, which keeps every file open, more
-	 * descriptors than the tier at the same set) */
+	/* ---- the fd cache's cap: the limit less 1/8 of it for the rest of the process, or
+	 * less min(512, half of it) where that is more (a cache of half the limit left fio,
+	 * which keeps every file open, more descriptors than the tier at the same set; a
+	 * spare of 512 at any limit left a cache of 1 at a limit of 256). Where the hard
+	 * limit is 1,024 or less, the old half-the-limit rule passes too. */
 	{
 		struct rlimit old, low;
 		CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-		/* 2,048 and 16,384, or the hard limit if lower: caps of 1,536 and 14,336 */
-		const rlim_t lims[] = {2048, 16384};
+		/* 256, 2,048 and 16,384, or the hard limit if lower: caps of 128, 1,536 and
+		 * 14,336 */
+		const rlim_t lims[] = {256, 2048, 16384};
 		for (size_t i = 0; i < sizeof(lims) / sizeof(lims[0]); i++) {
 			rlim_t lim = lims[i] < old.rlim_max ? lims[i] : old.rlim_max;
-			rlim_t spare = lim / 8 > 512 ? lim / 8 : 512;
+			rlim_t half = lim / 2 < 512 ? lim / 2 : 512;
+			rlim_t spare = lim / 8 > half ? lim / 8 : half;
 			char want[96];
 			snprintf(want, sizeof(want), "capped to %llu by RLIMIT_NOFILE",
 				 (unsigned long long)(lim > spare ? lim - spare : 1));
