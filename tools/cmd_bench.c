@@ -1012,7 +1012,7 @@ int kvt_cmd_bench(int argc, char **argv)
 						   slice, phases[p], &rround[r]);
 			} else if (!strcmp(o.tier, "rados")) {
 				kvt_config_get(cfg, "rados.pool", c1, sizeof(c1));
-				rrc = bench_ref_rados(c1, obj, o.queue_depth, slice, phases[p],
+				rrc = bench_ref_rados(c1, obj, n_keys, o.queue_depth, slice, phases[p],
 						      &rround[r]);
 			}
 			if (have_dev)
