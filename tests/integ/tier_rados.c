@@ -7,10 +7,8 @@
  * (writes are zero-copy where src/rados_zc.cc is built): a caller that scribbles over and
  * frees its buffer as soon as the callback runs still finds exactly its bytes stored, also
  * for writes that timed out; a write the OSD refuses (larger than osd_max_object_size)
- * reports its error.
- *
- * With --bench ROUNDS BYTES QD it measures the tier's reads against `rados bench` (rand
- * reads, same object size and concurrency) in the same run and prints one JSON line.
+ * reports its error. (The tier against its reference, rados bench: `kvtier bench --tier
+ * rados`.)
  */
 #include "ceph_harness.h"
 
@@ -410,89 +408,13 @@ static void test_osd_stall(void)
 	free(back);
 }
 
-/* ---------------------------------------------------------------- benchmark */
-
-/* One `rados bench` round: write nk objects, read them at random for `seconds`, clean up.
- * Returns the two bandwidths in MB/s (rados bench prints MiB/s). */
-static void rados_bench_round(size_t sz, int qd, int nk, int seconds, double *wmbs, double *rmbs)
-{
-	char out[512], line[512];
-	snprintf(out, sizeof(out), "%s/rados-bench", ceph_dir);
-	CHECK(shf("timeout 120 rados -p kvt bench 60 write -b %zu -O %zu -t %d --max-objects %d "
-		  "--no-cleanup > '%s.w' 2>&1 && timeout %d rados -p kvt bench %d rand --no-verify "
-		  "-t %d > '%s.r' 2>&1 && rados -p kvt cleanup > /dev/null 2>&1",
-		  sz, sz, qd, nk, out, seconds + 60, seconds, qd, out) == 0,
-	      "rados bench failed");
-	for (int k = 0; k < 2; k++) {
-		char path[600];
-		snprintf(path, sizeof(path), "%s.%c", out, k ? 'r' : 'w');
-		FILE *f = fopen(path, "r");
-		double v = 0;
-		while (f && fgets(line, sizeof(line), f))
-			if (!strncmp(line, "Bandwidth (MB/sec):", 19))
-				v = atof(line + 19) * 1048576.0 / 1e6;
-		if (f)
-			fclose(f);
-		CHECK(v > 0, "no bandwidth in %s", path);
-		*(k ? rmbs : wmbs) = v;
-	}
-}
-
-/* Tier reads and writes against `rados bench` at the same object size and concurrency,
- * alternating rounds, best of each (the machine is shared). */
-static int bench(int rounds, size_t sz, int qd)
-{
-	struct kvt_config *cfg = rados_cfg("kvt", "bench");
-	char v[32];
-	snprintf(v, sizeof(v), "%d", qd);
-	cfg_set(cfg, "rados.max_inflight", v);
-	cfg_set(cfg, "rados.timeout_ms", "120000"); /* queued time counts against the deadline */
-	struct kvt_tier *t = open_cfg(cfg);
-	/* 64 objects, fewer when large: at most 512 MiB a set (the test OSD keeps it in RAM). */
-	const int NK = (int)KVT_MAX(8, KVT_MIN(64, (512u << 20) / sz));
-	struct kvt_key *keys = calloc((size_t)NK, sizeof(*keys));
-	for (int i = 0; i < NK; i++)
-		key_of(&keys[i], 77, (uint64_t)i);
-	uint8_t *obj = aligned(sz);
-	fill(obj, sz, 1);
-	double best[4] = {0}; /* tier write, ref write, tier read, ref read */
-	uint64_t errs = 0;
-	int seconds = 5;
-	for (int r = 0; r < rounds; r++) {
-		double w, rd;
-		rados_bench_round(sz, qd, NK, seconds, &w, &rd);
-		best[1] = KVT_MAX(best[1], w);
-		best[3] = KVT_MAX(best[3], rd);
-		best[0] = KVT_MAX(best[0], bench_writes(t, keys, NK, obj, sz));
-		/* About as many reads as rados bench did in its seconds. */
-		int count = (int)KVT_MAX(4 * NK, rd * 1e6 * seconds / (double)sz);
-		best[2] = KVT_MAX(best[2], bench_reads(t, keys, NK, sz, qd, count, &errs));
-	}
-	printf("{\"tier\":\"rados\",\"op\":\"read\",\"object_bytes\":%zu,\"queue_depth\":%d,"
-	       "\"rounds\":%d,\"errors\":%llu,\"mb_per_s\":%.1f,\"ref\":\"rados bench rand\","
-	       "\"ref_mb_per_s\":%.1f,\"ratio\":%.3f}\n",
-	       sz, qd, rounds, (unsigned long long)errs, best[2], best[3], best[2] / best[3]);
-	printf("{\"tier\":\"rados\",\"op\":\"write\",\"object_bytes\":%zu,\"queue_depth\":%d,"
-	       "\"objects\":%d,\"rounds\":%d,\"mb_per_s\":%.1f,\"ref\":\"rados bench write\","
-	       "\"ref_mb_per_s\":%.1f,\"ratio\":%.3f}\n",
-	       sz, qd, NK, rounds, best[0], best[1], best[0] / best[1]);
-	tier_close(t);
-	free(obj);
-	free(keys);
-	return 0;
-}
-
-int main(int argc, char **argv)
+int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (argc >= 5 && !strcmp(argv[1], "--bench"))
-		setenv("MEMSTORE_BYTES", "3221225472", 0); /* room for the bench's sets */
 	ceph_start(1, 0);
 	CHECK(shf("ceph osd pool create kvt 8 >/dev/null 2>&1 && "
 		  "ceph osd pool application enable kvt rados >/dev/null 2>&1") == 0,
 	      "creating pool kvt");
-	if (argc >= 5 && !strcmp(argv[1], "--bench"))
-		return bench(atoi(argv[2]), (size_t)strtoull(argv[3], NULL, 0), atoi(argv[4]));
 	test_basic();
 	fprintf(stderr, "ok basic\n");
 	test_inflight();

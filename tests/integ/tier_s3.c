@@ -5,10 +5,7 @@
  * many requests in flight, both addressing styles, a credentials file, signed payloads,
  * wrong credentials, a body changed behind the tier's back (served as stored), cancel at
  * close, and radosgw stalled (SIGSTOP) and killed mid-run: errors within the deadline,
- * never a hang.
- *
- * With --bench ROUNDS BYTES QD it instead measures the tier against parallel curl at the
- * same object size and concurrency, in the same run, and prints one JSON line.
+ * never a hang. (The tier against its reference, curl --parallel: `kvtier bench --tier s3`.)
  */
 #include "ceph_harness.h"
 
@@ -440,106 +437,10 @@ static void test_rgw_failure(void)
 	free(back);
 }
 
-/* ---------------------------------------------------------------- benchmark */
-
-/* curl --parallel with a config file of URLs: qd transfers at once over reused
- * connections, like the tier; MB/s over the wall time of the whole run. */
-static double curl_run(const char *config, int qd, double bytes)
-{
-	uint64_t t0 = kvt__now_ns();
-	CHECK(shf("curl -sS --no-progress-meter --parallel --parallel-max %d --aws-sigv4 "
-		  "aws:amz:us-east-1:s3 --user \"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" -H "
-		  "x-amz-content-sha256:UNSIGNED-PAYLOAD -K '%s'",
-		  qd, config) == 0,
-	      "curl reference failed");
-	return bytes / ((double)(kvt__now_ns() - t0) / 1e9) / 1e6;
-}
-
-/* Reads and writes of sz-byte objects, qd in flight, against curl at the same size and
- * concurrency. Rounds alternate reference and tier (the machine is shared; alternation
- * and best-of-3 keep one side from getting all the quiet moments). */
-static int bench(int rounds, size_t sz, int qd)
-{
-	struct kvt_config *cfg = s3_cfg("kvt-bench");
-	char v[32];
-	snprintf(v, sizeof(v), "%d", qd);
-	cfg_set(cfg, "s3.max_inflight", v);
-	/* All writes are submitted at once; queued time counts against the deadline. */
-	cfg_set(cfg, "s3.timeout_ms", "120000");
-	struct kvt_tier *t = s3_open_cfg(cfg);
-	/* 64 objects, fewer when large: at most 512 MiB a set (the test OSD keeps it in RAM). */
-	const int NK = (int)KVT_MAX(8, KVT_MIN(64, (512u << 20) / sz));
-	int count = 4 * NK;
-	struct kvt_key *keys = calloc((size_t)NK, sizeof(*keys));
-	uint8_t *obj = aligned(sz);
-	fill(obj, sz, 1);
-	char objpath[512], rd[512], wr[512], hex[65];
-	snprintf(objpath, sizeof(objpath), "%s/obj.bin", ceph_dir);
-	FILE *f = fopen(objpath, "w");
-	CHECK(f && fwrite(obj, 1, sz, f) == sz, "object file");
-	fclose(f);
-	snprintf(rd, sizeof(rd), "%s/curl-get", ceph_dir);
-	snprintf(wr, sizeof(wr), "%s/curl-put", ceph_dir);
-	FILE *fr = fopen(rd, "w"), *fw = fopen(wr, "w");
-	const char *ep = getenv("KVTIER_S3_ENDPOINT");
-	for (int i = 0; i < NK; i++) {
-		key_of(&keys[i], 77, (uint64_t)i);
-		for (int j = 0; j < 32; j++)
-			sprintf(hex + 2 * j, "%02x", keys[i].bytes[j]);
-		fprintf(fw,
-			"upload-file = \"%s\"\nurl = \"%s/kvt-bench/kvtier/%s\"\n"
-			"output = /dev/null\n",
-			objpath, ep, hex);
-	}
-	/* The same random key sequence as the tier's slots would draw is not needed: every
-	 * object is read count/NK times in both. */
-	for (int r = 0; r < count / NK; r++)
-		for (int i = 0; i < NK; i++) {
-			for (int j = 0; j < 32; j++)
-				sprintf(hex + 2 * j, "%02x", keys[(i * 7 + r) % NK].bytes[j]);
-			/* The same request as the tier's: a ranged GET over the whole object. */
-			fprintf(fr,
-				"url = \"%s/kvt-bench/kvtier/%s\"\nrange = \"0-%zu\"\n"
-				"output = /dev/null\n",
-				ep, hex, sz - 1);
-		}
-	fclose(fr);
-	fclose(fw);
-	double best[4] = {0}; /* tier write, curl write, tier read, curl read */
-	uint64_t errs = 0;
-	for (int r = 0; r < rounds; r++) {
-		best[1] = KVT_MAX(best[1], curl_run(wr, qd, (double)NK * (double)sz));
-		best[0] = KVT_MAX(best[0], bench_writes(t, keys, NK, obj, sz));
-		best[3] = KVT_MAX(best[3], curl_run(rd, qd, (double)count * (double)sz));
-		best[2] = KVT_MAX(best[2], bench_reads(t, keys, NK, sz, qd, count, &errs));
-	}
-	printf("{\"tier\":\"s3\",\"op\":\"read\",\"object_bytes\":%zu,\"queue_depth\":%d,"
-	       "\"requests\":%d,\"rounds\":%d,\"errors\":%llu,\"mb_per_s\":%.1f,"
-	       "\"ref\":\"curl --parallel\",\"ref_mb_per_s\":%.1f,\"ratio\":%.3f}\n",
-	       sz, qd, count, rounds, (unsigned long long)errs, best[2], best[3],
-	       best[2] / best[3]);
-	printf("{\"tier\":\"s3\",\"op\":\"write\",\"object_bytes\":%zu,\"queue_depth\":%d,"
-	       "\"requests\":%d,\"rounds\":%d,\"mb_per_s\":%.1f,\"ref\":\"curl --parallel -T\","
-	       "\"ref_mb_per_s\":%.1f,\"ratio\":%.3f}\n",
-	       sz, qd, NK, rounds, best[0], best[1], best[0] / best[1]);
-	tier_close(t);
-	free(obj);
-	free(keys);
-	return 0;
-}
-
-int main(int argc, char **argv)
+int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (argc >= 5 && !strcmp(argv[1], "--bench")) {
-		/* Room for the bench's sets, and RGW's garbage collection of overwritten objects
-		 * right away instead of hours later. */
-		setenv("MEMSTORE_BYTES", "4294967296", 0);
-		setenv("EXTRA_CONF", "rgw gc obj min wait = 0\nrgw gc processor period = 1", 0);
-	}
 	ceph_start(1, 1);
-	if (argc >= 5 && !strcmp(argv[1], "--bench"))
-		return bench(atoi(argv[2]), (size_t)strtoull(argv[3], NULL, 0), atoi(argv[4]));
 	test_basic();
 	fprintf(stderr, "ok basic\n");
 	test_inflight();
