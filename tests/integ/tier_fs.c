@@ -8,10 +8,7 @@
  *
  * With KVT_FS_TEST_DIR=D (a shared mount such as CephFS, tests/integ/tier_fs_cephfs.sh) the
  * same checks run under D instead of /tmp, with fs.direct=auto where ext4 would use "on",
- * and the tmpfs check is left out.
- *
- * `integ_tier_fs --bench DIR SIZE INFLIGHT SECONDS` measures write and read throughput of
- * whole objects instead (tests/integ/lib/fs_bench.sh compares it with fio).
+ * and the tmpfs check is left out. (The tier against fio: `kvtier bench --tier fs`.)
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -364,89 +361,8 @@ static void test_direct_on_tmpfs(void)
 	CHECK(system(cmd) == 0);
 }
 
-/* ---- throughput, for tests/integ/lib/fs_bench.sh ---- */
-struct bench {
-	pthread_mutex_t m;
-	pthread_cond_t c;
-	int inflight, errors;
-	uint64_t done;
-};
-static void bench_cb(void *arg, int64_t r)
+int main(void)
 {
-	struct bench *b = arg;
-	pthread_mutex_lock(&b->m);
-	b->inflight--;
-	b->done++;
-	b->errors += r < 0;
-	pthread_cond_signal(&b->c);
-	pthread_mutex_unlock(&b->m);
-}
-
-static double bench_run(struct kvt_tier *t, struct bench *b, bool rd, uint64_t size, int depth,
-			double secs, uint64_t nobj, unsigned char *obj, unsigned char *bufs)
-{
-	b->done = 0;
-	uint64_t t0 = th_now_ms(), i = 0, x = 12345;
-	pthread_mutex_lock(&b->m);
-	while (rd ? th_now_ms() - t0 < (uint64_t)(secs * 1000) : i < nobj) {
-		while (b->inflight >= depth)
-			pthread_cond_wait(&b->c, &b->m);
-		b->inflight++;
-		pthread_mutex_unlock(&b->m);
-		struct kvt_key k;
-		th_key(&k, rd ? th_rand(&x) % nobj : i, 77);
-		struct kvt_seg seg = {0, size, bufs + (i % (uint64_t)depth) * size};
-		int rc = rd ? t->ops->read(t, &k, &seg, 1, bench_cb, b)
-			    : t->ops->write(t, &k, obj, size, bench_cb, b);
-		CHECK_EQ(rc, 0);
-		i++;
-		pthread_mutex_lock(&b->m);
-	}
-	while (b->inflight)
-		pthread_cond_wait(&b->c, &b->m);
-	pthread_mutex_unlock(&b->m);
-	return (double)b->done * (double)size / ((double)(th_now_ms() - t0) / 1000.0);
-}
-
-static int bench_main(int argc, char **argv)
-{
-	if (argc < 6) {
-		fprintf(stderr, "usage: %s --bench DIR SIZE INFLIGHT SECONDS\n", argv[0]);
-		return 1;
-	}
-	uint64_t size = strtoull(argv[3], NULL, 10);
-	int depth = atoi(argv[4]);
-	double secs = atof(argv[5]);
-	char threads[16];
-	snprintf(threads, sizeof(threads), "%d", depth);
-	const char *kv[] = {"fs.dir", argv[2], "fs.direct", "auto", "fs.fsync", "none",
-			    "fs.threads", threads, NULL};
-	struct kvt_config *cfg = th_config(kv);
-	struct kvt_tier *t;
-	CHECK_EQ(th_open(&kvt__tier_fs_ops, cfg, &t), 0);
-	kvt_config_destroy(cfg);
-	uint64_t nobj = KVT_MAX((1ull << 30) / size, 16); /* about 1 GiB of objects */
-	unsigned char *obj = abuf(size), *bufs = abuf(size * (uint64_t)depth);
-	th_obj_fill(obj, size, 1);
-	struct bench b = {0};
-	pthread_mutex_init(&b.m, NULL);
-	pthread_cond_init(&b.c, NULL);
-	double w = bench_run(t, &b, false, size, depth, secs, nobj, obj, bufs);
-	double r = bench_run(t, &b, true, size, depth, secs, nobj, obj, bufs);
-	printf("{\"tier\":\"fs\",\"size\":%llu,\"inflight\":%d,\"objects\":%llu,"
-	       "\"write_MBps\":%.1f,\"read_MBps\":%.1f,\"errors\":%d}\n",
-	       (unsigned long long)size, depth, (unsigned long long)nobj, w / 1e6, r / 1e6,
-	       b.errors);
-	th_close(t);
-	free(obj);
-	free(bufs);
-	return b.errors ? 1 : 0;
-}
-
-int main(int argc, char **argv)
-{
-	if (argc > 1 && !strcmp(argv[1], "--bench"))
-		return bench_main(argc, argv);
 	const char *where = getenv("KVT_FS_TEST_DIR");
 	snprintf(base, sizeof(base), "%s/kvt-fs-test-%d", where ? where : "/tmp", getpid());
 	if (where)
