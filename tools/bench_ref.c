@@ -728,6 +728,17 @@ static double after(const char *text, const char *label)
 	return p ? strtod(p + strlen(label), NULL) : 0;
 }
 
+/* rados bench's summary: bandwidth (MiB/s) and IOPS; it reports only an average latency
+ * (given as the p50) and a maximum (as the p99 and p99.9). */
+static void rados_bench_result(const char *text, double *gibps, double *iops, double *p50,
+			       double *p99, double *p999)
+{
+	*gibps = after(text, "Bandwidth (MB/sec):") * 1048576.0 / 1073741824.0;
+	*iops = after(text, "Average IOPS:");
+	*p50 = after(text, "Average Latency(s):") * 1e6;
+	*p99 = *p999 = after(text, "Max latency(s):") * 1e6;
+}
+
 int bench_ref_rados(const char *pool, size_t bs, size_t n_keys, unsigned qd, double seconds,
 		    int read_pct, struct phase_result *out)
 {
@@ -737,7 +748,6 @@ int bench_ref_rados(const char *pool, size_t bs, size_t n_keys, unsigned qd, dou
 	snprintf(a_b, sizeof(a_b), "%zu", bs);
 	snprintf(a_t, sizeof(a_t), "%u", qd);
 	snprintf(a_n, sizeof(a_n), "%zu", n_keys ? n_keys : 1);
-	double g = 1073741824.0, mib = 1048576.0;
 	/* The read set: n_keys objects, as the tier's working set, written first (untimed).
 	 * Reading what a timed write had just made instead (thousands of objects against
 	 * the tier's hundreds, the OSD still busy with them) read 0-24 % slower on the
@@ -760,20 +770,14 @@ int bench_ref_rados(const char *pool, size_t bs, size_t n_keys, unsigned qd, dou
 			 "-t", a_t, "--no-cleanup", "--run-name", "kvt-ref", NULL};
 	char *r = read_pct > 0 ? run_capture(rargv, NULL) : NULL;
 	char *w = read_pct < 100 ? run_capture(wargv, NULL) : NULL;
-	if (r) {
-		out->read_gibps = after(r, "Bandwidth (MB/sec):") * mib / g;
-		out->read_iops = after(r, "Average IOPS:");
-		out->read_p50 = after(r, "Average Latency(s):") * 1e6;
-		out->read_p99 = out->read_p999 = after(r, "Max latency(s):") * 1e6;
-		free(r);
-	}
-	if (w) {
-		out->write_gibps = after(w, "Bandwidth (MB/sec):") * mib / g;
-		out->write_iops = after(w, "Average IOPS:");
-		out->write_p50 = after(w, "Average Latency(s):") * 1e6;
-		out->write_p99 = out->write_p999 = after(w, "Max latency(s):") * 1e6;
-		free(w);
-	}
+	if (r)
+		rados_bench_result(r, &out->read_gibps, &out->read_iops, &out->read_p50,
+				   &out->read_p99, &out->read_p999);
+	if (w)
+		rados_bench_result(w, &out->write_gibps, &out->write_iops, &out->write_p50,
+				   &out->write_p99, &out->write_p999);
+	free(r);
+	free(w);
 	static const char *runs[] = {"kvt-ref-read", "kvt-ref"};
 	for (int i = 0; i < 2; i++) {
 		if (i == 0 ? read_pct <= 0 : read_pct >= 100)
