@@ -92,14 +92,13 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	}
 
 	struct kvt_slot_ref ref;
+	/* Loaded before the alloc: a job lets go of its slot before it stops counting in
+	 * wb_holds (wb_unref), so one counted here that ends after the alloc failed has freed
+	 * a slot, and the caller's retry finds it. Loaded only after a failed alloc, the last
+	 * job could end in between: -ENOSPC with a slot free (store_engine under TSan,
+	 * write-through with 7 slots, once in CI). */
+	uint64_t holds = atomic_load(&s->wb_holds);
 	int rc = kvt__dram_alloc(s->dram, key, parent, &ref);
-	if (rc == -ENOSPC && !atomic_load(&s->wb_holds))
-		/* A job lets go of its slot before it stops counting in wb_holds (wb_unref), so
-		 * one may have let go between the alloc and this load: with no job counted now,
-		 * every slot let go of is free, and one more try finds it. Without it a put that
-		 * raced the last job's end got -ENOSPC with a slot free (store_engine under TSan,
-		 * write-through with 7 slots, once in CI). */
-		rc = kvt__dram_alloc(s->dram, key, parent, &ref);
 	if (rc == -EEXIST) { /* same content already stored: a put is idempotent */
 		kvt__e_complete(s, cb, arg, direct, &res);
 		return 0;
@@ -115,7 +114,7 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 		 * ASan, write-back with 7 slots). */
 		if (s->write_policy == WP_BACK)
 			kvt__e_writeback_clean(s);
-		return atomic_load(&s->wb_holds) > 0 ? -EAGAIN : -ENOSPC;
+		return holds > 0 || atomic_load(&s->wb_holds) > 0 ? -EAGAIN : -ENOSPC;
 	}
 	rc = kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
 	if (rc == 0)

@@ -60,10 +60,13 @@ int bench_ref_redis(const char *url, size_t bs, size_t n_keys, unsigned qd, unsi
 int bench_ref_s3(const char *endpoint, const char *bucket, const char *region, size_t bs,
 		 size_t n_keys, unsigned qd, double ramp, double seconds, int read_pct,
 		 struct phase_result *out);
-/* Reads go over n_keys objects written for them first, untimed: the working set the
- * tier reads over (rados bench reads what its write phase made, a larger set). */
-int bench_ref_rados(const char *pool, size_t bs, size_t n_keys, unsigned qd, double seconds,
-		    int read_pct, struct phase_result *out);
+/* Reads go over the set bench_ref_rados_layout wrote (once per run, untimed, n_objs =
+ * the tier's working set; rados bench would read what its write phase made, a larger
+ * set); bench_ref_rados_remove removes it. */
+int bench_ref_rados_layout(const char *pool, size_t bs, size_t n_objs, unsigned qd);
+void bench_ref_rados_remove(const char *pool);
+int bench_ref_rados(const char *pool, size_t bs, unsigned qd, double seconds, int read_pct,
+		    struct phase_result *out);
 
 /* mkdir -p path (each missing component with mode). 0 or -errno. */
 int bench_mkdirs(const char *path, mode_t mode);

@@ -739,27 +739,39 @@ static void rados_bench_result(const char *text, double *gibps, double *iops, do
 	*p99 = *p999 = after(text, "Max latency(s):") * 1e6;
 }
 
-int bench_ref_rados(const char *pool, size_t bs, size_t n_keys, unsigned qd, double seconds,
-		    int read_pct, struct phase_result *out)
+/* The read set: n_objs objects of bs bytes, as the tier's working set, written once per
+ * run and untimed, as the tier's is. Reading what a timed write had just made instead
+ * (thousands of objects against the tier's hundreds, the OSD still busy with them) read
+ * 0-24 % slower on the bench-all cluster (docs/BENCHMARKS.md, "RADOS reads: the same
+ * set"). */
+int bench_ref_rados_layout(const char *pool, size_t bs, size_t n_objs, unsigned qd)
 {
-	char a_s[16], a_b[32], a_t[16], a_n[32];
+	char a_b[32], a_t[16], a_n[32];
+	snprintf(a_b, sizeof(a_b), "%zu", bs);
+	snprintf(a_t, sizeof(a_t), "%u", qd);
+	snprintf(a_n, sizeof(a_n), "%zu", n_objs ? n_objs : 1);
+	char *argv[] = {"rados", "-p", (char *)pool, "bench", "600", "write", "-b", a_b, "-t", a_t,
+			"--no-cleanup", "--max-objects", a_n, "--run-name", "kvt-ref-read", NULL};
+	return run_quiet(argv) == 0 ? 0 : -EIO;
+}
+
+void bench_ref_rados_remove(const char *pool)
+{
+	char *argv[] = {"rados", "-p", (char *)pool, "cleanup", "--run-name", "kvt-ref-read", NULL};
+	if (run_quiet(argv) != 0)
+		fprintf(stderr, "kvtier bench: rados cleanup failed\n");
+}
+
+int bench_ref_rados(const char *pool, size_t bs, unsigned qd, double seconds, int read_pct,
+		    struct phase_result *out)
+{
+	char a_s[16], a_b[32], a_t[16];
 	int secs = seconds < 1 ? 1 : (int)(seconds + 0.5);
 	snprintf(a_s, sizeof(a_s), "%d", secs);
 	snprintf(a_b, sizeof(a_b), "%zu", bs);
 	snprintf(a_t, sizeof(a_t), "%u", qd);
-	snprintf(a_n, sizeof(a_n), "%zu", n_keys ? n_keys : 1);
-	/* The read set: n_keys objects, as the tier's working set, written first (untimed).
-	 * Reading what a timed write had just made instead (thousands of objects against
-	 * the tier's hundreds, the OSD still busy with them) read 0-24 % slower on the
-	 * bench-all cluster (docs/BENCHMARKS.md, "RADOS reads: the same set"). */
-	if (read_pct > 0) {
-		char *pargv[] = {"rados", "-p", (char *)pool, "bench", "600", "write", "-b", a_b,
-				 "-t", a_t, "--no-cleanup", "--max-objects", a_n, "--run-name",
-				 "kvt-ref-read", NULL};
-		if (run_quiet(pargv) != 0)
-			return -EIO;
-	}
-	/* Reads, then writes, each alone at the full queue depth; a mixed phase combines
+	/* Reads (over bench_ref_rados_layout's set), then writes of new objects, each alone
+	 * at the full queue depth; a mixed phase combines
 	 * them harmonically (mix_harmonic). Two rados bench processes at once, the depth
 	 * split 11:5, overlapped reads and writes as the tier's mixed phase does, but did
 	 * not keep its mix: reads, being faster, made 85 % of the bytes against the tier's
@@ -778,12 +790,9 @@ int bench_ref_rados(const char *pool, size_t bs, size_t n_keys, unsigned qd, dou
 				   &out->write_p99, &out->write_p999);
 	free(r);
 	free(w);
-	static const char *runs[] = {"kvt-ref-read", "kvt-ref"};
-	for (int i = 0; i < 2; i++) {
-		if (i == 0 ? read_pct <= 0 : read_pct >= 100)
-			continue;
-		char *cargv[] = {"rados", "-p", (char *)pool, "cleanup", "--run-name",
-				 (char *)runs[i], NULL};
+	if (read_pct < 100) { /* the timed write's new objects */
+		char *cargv[] = {"rados", "-p", (char *)pool, "cleanup", "--run-name", "kvt-ref",
+				 NULL};
 		if (run_quiet(cargv) != 0)
 			fprintf(stderr, "kvtier bench: rados cleanup failed\n");
 	}

@@ -921,6 +921,9 @@ int kvt_cmd_bench(int argc, char **argv)
 	bool have_dsync = false;
 	double spread[3][2] = {{0}};
 	double slice = o.seconds / o.rounds;
+	/* the RADOS reference's read set, laid out before its first read (bench_ref_rados_layout) */
+	bool rados_set = false;
+	char rados_pool[256] = "";
 	long long wa_dev = 0;
 	uint64_t wa_stored = 0;
 	for (int p = 0; p < n_ph; p++) {
@@ -1011,9 +1014,15 @@ int kvt_cmd_bench(int argc, char **argv)
 				rrc = bench_ref_s3(c1, c2, c3, obj, n_keys, o.queue_depth, o.ramp,
 						   slice, phases[p], &rround[r]);
 			} else if (!strcmp(o.tier, "rados")) {
-				kvt_config_get(cfg, "rados.pool", c1, sizeof(c1));
-				rrc = bench_ref_rados(c1, obj, n_keys, o.queue_depth, slice, phases[p],
-						      &rround[r]);
+				kvt_config_get(cfg, "rados.pool", rados_pool, sizeof(rados_pool));
+				rrc = 0;
+				if (phases[p] > 0 && !rados_set &&
+				    (rrc = bench_ref_rados_layout(rados_pool, obj, n_keys,
+								  o.queue_depth)) == 0)
+					rados_set = true;
+				if (!rrc)
+					rrc = bench_ref_rados(rados_pool, obj, o.queue_depth, slice,
+							      phases[p], &rround[r]);
 			}
 			if (have_dev)
 				dev_acc(devp, &d0, &rd[p]);
@@ -1063,6 +1072,8 @@ int kvt_cmd_bench(int argc, char **argv)
 	}
 	if (local && !o.no_ref)
 		bench_ref_fio_remove(dir);
+	if (rados_set)
+		bench_ref_rados_remove(rados_pool);
 	struct kvt_stats st;
 	kvt_stats(s, &st);
 	/* After the statistics: the removals are no part of the measurement. Not after failed
