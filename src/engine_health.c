@@ -147,6 +147,8 @@ struct guard *kvt__e_guard_new(struct kvt_store *s, struct link *l, const char *
 	g->ahead[0] = atomic_load(&l->queued_bytes[0]);
 	g->ahead[1] = atomic_load(&l->queued_bytes[1]);
 	atomic_fetch_add(&l->queued_bytes[g->write], bytes);
+	if (g->write)
+		atomic_fetch_add(&l->live_write_bytes, bytes);
 	atomic_store(&g->refs, 2);
 	return g;
 }
@@ -210,6 +212,8 @@ void kvt__e_guard_arm(struct guard *g)
 void kvt__e_guard_cancel(struct guard *g)
 {
 	atomic_fetch_sub(&g->l->queued_bytes[g->write], g->bytes);
+	if (g->write)
+		atomic_fetch_sub(&g->l->live_write_bytes, g->bytes);
 	kvt__free(g);
 }
 
@@ -228,6 +232,8 @@ void kvt__e_guard_cb(void *arg, int64_t rc)
 	if (in_time)
 		heap_remove(s, g);
 	pthread_mutex_unlock(&s->guard_lock);
+	if (in_time && g->write) /* else expiry took it off the backlog */
+		atomic_fetch_sub(&g->l->live_write_bytes, g->bytes);
 	if (in_time && g->resume)
 		g->resume(g->op, rc);
 	else /* after the deadline: the operation went on without it; what it left with the
@@ -250,7 +256,9 @@ uint64_t kvt__e_guards_expire(struct kvt_store *s, uint64_t *gen)
 			struct guard *g = s->heap[0];
 			if (g->deadline <= now) {
 				int expected = G_PENDING;
-				atomic_compare_exchange_strong(&g->state, &expected, G_EXPIRED);
+				if (atomic_compare_exchange_strong(&g->state, &expected, G_EXPIRED) &&
+				    g->write) /* a hung write is no backlog: it is given up on */
+					atomic_fetch_sub(&g->l->live_write_bytes, g->bytes);
 				heap_remove(s, g);
 				atomic_fetch_add(&g->refs, 1); /* ours while expire() runs */
 				due = g;
@@ -264,13 +272,45 @@ uint64_t kvt__e_guards_expire(struct kvt_store *s, uint64_t *gen)
 		struct link *l = due->l;
 		atomic_fetch_add(&l->deadline_misses, 1);
 		kvt__e_link_result(s, l, -ETIMEDOUT);
-		KVT_WARN(&s->log, "%s tier missed its deadline of %llu ms on a %s (%s)", l->name,
-			 (unsigned long long)((due->deadline - due->start) / 1000000), due->what,
-			 l->local ? "slow" : "remote: slow or unreachable");
+		KVT_WARN(&s->log,
+			 "%s tier missed its deadline of %llu ms on a %s of %llu KiB (%s): %llu MiB "
+			 "were queued ahead of it, expected at %llu MiB/s",
+			 l->name, (unsigned long long)((due->deadline - due->start) / 1000000),
+			 due->what, (unsigned long long)(due->bytes >> 10),
+			 l->local ? "slow" : "remote: slow or unreachable",
+			 (unsigned long long)((due->ahead[0] + due->ahead[1]) >> 20),
+			 (unsigned long long)(atomic_load(&l->bw_Bps[due->write]) >> 20));
 		if (due->expire) /* none for a fire-and-forget call */
 			due->expire(due);
 		guard_put(due);
 	}
+}
+
+/* ------------------------------------------------------------ write backlog */
+
+/* Would a write of bytes queue behind more than a quarter of the deadline ceiling on some
+ * deeper tier that is in use (circuit closed)? A put that lands in DRAM completes before
+ * its write-behind, so without this nothing bounds the writes queued at a slow tier: 16
+ * GiB of DRAM over a disk that writes 1 GiB/s queued 14 s of writes, and every write past
+ * the 10 s ceiling missed its deadline, was wasted and left its object on no deeper tier
+ * (docs/BENCHMARKS.md, "MLPerf KV"). The put is told to retry (-EAGAIN), as when every
+ * slot is pinned by write-behind; the dirty-page limit a kernel puts on writers is the
+ * same idea. Only live calls count (answered or expired ones do not), and a tier whose
+ * circuit is open is skipped, so a hung tier never turns into puts refused for ever. One
+ * write is always let through (a tier with nothing live takes any object). */
+bool kvt__e_wb_backlogged(struct kvt_store *s, uint64_t bytes)
+{
+	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
+		struct link *l = &s->links[i];
+		uint64_t live = atomic_load(&l->live_write_bytes);
+		if (!l->t || !live || atomic_load(&l->open_until_ns))
+			continue;
+		double cap = (double)atomic_load(&l->bw_Bps[1]) *
+			     ((double)s->deadline_ceiling_ns / 4e9);
+		if ((double)(live + bytes) > cap)
+			return true;
+	}
+	return false;
 }
 
 /* ------------------------------------------------------------ circuit breaker */

@@ -70,6 +70,9 @@ struct link {
 	_Atomic uint64_t dev_ns; /* mean deviation of answers from the estimate */
 	_Atomic uint64_t samples;
 	_Atomic uint64_t queued_bytes[2]; /* given to the tier, not answered: [0] reads, [1] writes */
+	/* write bytes given to the tier whose calls are neither answered nor past their
+	 * deadline: the backlog a new write would queue behind (kvt__e_wb_backlogged) */
+	_Atomic uint64_t live_write_bytes;
 	_Atomic uint64_t deadline_misses;
 };
 
@@ -336,6 +339,7 @@ struct guard *kvt__e_guard_new(struct kvt_store *s, struct link *l, const char *
 uint64_t kvt__e_guards_expire(struct kvt_store *s, uint64_t *gen);
 void kvt__e_link_result(struct kvt_store *s, struct link *l, int rc);
 bool kvt__e_link_usable(struct link *l);
+bool kvt__e_wb_backlogged(struct kvt_store *s, uint64_t bytes);
 
 /* engine.c: storage keys. The public calls take the engine's keys; everything below them -
  * DRAM and every tier - sees only storage keys, scoped by the store's namespace

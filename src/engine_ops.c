@@ -98,6 +98,10 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	 * job could end in between: -ENOSPC with a slot free (store_engine under TSan,
 	 * write-through with 7 slots, once in CI). */
 	uint64_t holds = atomic_load(&s->wb_holds);
+	if (deeper && s->write_policy == WP_THROUGH && kvt__e_wb_backlogged(s, obj_bytes)) {
+		kvt__e_unadmit(s);
+		return -EAGAIN; /* a deeper tier has as much to write as its deadline allows */
+	}
 	int rc = kvt__dram_alloc(s->dram, key, parent, &ref);
 	if (rc == -EEXIST) { /* same content already stored: a put is idempotent */
 		kvt__e_complete(s, cb, arg, direct, &res);

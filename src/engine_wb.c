@@ -320,7 +320,7 @@ void kvt__e_writeback_clean(struct kvt_store *s)
 {
 	uint32_t slots = kvt__dram_slots(s->dram);
 	uint32_t low = KVT_MAX(1u, slots / 8);
-	if (kvt__dram_headroom(s->dram) >= low)
+	if (kvt__dram_headroom(s->dram) >= low || kvt__e_wb_backlogged(s, 0))
 		return;
 	struct kvt_slot_ref refs[16];
 	uint32_t n = kvt__dram_dirty_victims(s->dram, refs, KVT_MIN(16u, low));

@@ -41,6 +41,8 @@ struct fcall {
 struct faulty {
 	struct kvt_tier *inner;
 	_Atomic uint32_t fail_pct, corrupt_pct, delay_ms, write_delay_ms;
+	_Atomic uint64_t write_rate; /* bytes/s of the one-lane write device, 0: off */
+	uint64_t lane_free_ns;	     /* when that lane is done with the writes given it (m) */
 	_Atomic uint64_t rng;
 	_Atomic uint64_t injected;
 	/* answers held back by the delay, and the thread that releases them */
@@ -265,7 +267,8 @@ static int faulty_write(struct kvt_tier *t, const struct kvt_key *key, const voi
 {
 	struct faulty *fw = t->state;
 	uint32_t wd = atomic_load(&fw->write_delay_ms);
-	if (wd) { /* a slow device: the write lands only after wd ms */
+	uint64_t rate = atomic_load(&fw->write_rate);
+	if (wd || rate) { /* a slow device: the write lands only after wd ms, or its turn */
 		struct fcall *c = fcall_new(fw, cb, arg);
 		if (!c)
 			return -ENOMEM;
@@ -273,7 +276,16 @@ static int faulty_write(struct kvt_tier *t, const struct kvt_key *key, const voi
 		c->key = *key;
 		c->obj = obj;
 		c->len = len;
-		hold(fw, c, 0, (uint64_t)wd * 1000000ull);
+		uint64_t delay = (uint64_t)wd * 1000000ull;
+		if (rate) {
+			pthread_mutex_lock(&fw->m);
+			uint64_t now = kvt__now_ns();
+			uint64_t start = KVT_MAX(now, fw->lane_free_ns);
+			fw->lane_free_ns = start + (uint64_t)((double)len * 1e9 / (double)rate);
+			delay = fw->lane_free_ns - now;
+			pthread_mutex_unlock(&fw->m);
+		}
+		hold(fw, c, 0, delay);
 		return 0;
 	}
 	WRAP(f->inner->ops->write(f->inner, key, obj, len, fcall_done, c));
@@ -330,6 +342,12 @@ void kvt__faulty_set_write_delay(struct kvt_tier *t, uint32_t ms)
 {
 	struct faulty *f = t->state;
 	atomic_store(&f->write_delay_ms, ms);
+}
+
+void kvt__faulty_set_write_rate(struct kvt_tier *t, uint64_t bytes_per_s)
+{
+	struct faulty *f = t->state;
+	atomic_store(&f->write_rate, bytes_per_s);
 }
 
 uint64_t kvt__faulty_injected(struct kvt_tier *t)

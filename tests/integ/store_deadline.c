@@ -13,7 +13,9 @@
  *   - kvt_store_close returns in bounded time with answers still held by the tier;
  *   - a sound object larger than store.max_object_bytes is a miss and is never deleted;
  *   - a remove right after a put is not overtaken by the put's slow write-behind;
- *   - out of memory for a write-behind job, the slot stays dirty and flush writes it.
+ *   - out of memory for a write-behind job, the slot stays dirty and flush writes it;
+ *   - a flood of write-through puts over a tier that writes at a fixed rate is told to
+ *     retry rather than queue writes past their deadline, and every object lands.
  */
 #include <pthread.h>
 #include <sys/stat.h>
@@ -86,6 +88,95 @@ static void *hammer_main(void *arg)
 		usleep(500);
 	}
 	return NULL;
+}
+
+/* ---- 6. write-through puts land in DRAM at once, so nothing but the engine bounds the
+ * writes queued behind them at a slow tier. Over a tier that writes one object after
+ * another at a fixed rate (20 objects a second here), a flood of puts must be told to
+ * retry (-EAGAIN) while the queue ahead would outlast the deadline, instead of queueing
+ * writes that then miss it (before: every write past the first ~6 missed its 300 ms
+ * deadline, and each such object was on no deeper tier). ---- */
+static int flood_left;
+
+static void flood_cb(void *arg, const struct kvt_result *r)
+{
+	(void)arg;
+	CHECK_RC(r->status, 0);
+	flood_left--;
+}
+
+static void flood_fixed_rate(const char *dir)
+{
+	enum { M = 40 };
+	struct kvt_config *c = test_config("dram,faulty", dir);
+	kvt_config_set_log(c, log_cb, NULL, KVT_LOG_DEBUG);
+	test_set(c, "faulty.inner", "nvme");
+	test_set(c, "model.chunk_tokens", "256"); /* 512 KiB: a bandwidth sample, not latency */
+	test_set(c, "dram.bytes", "48MiB");	  /* room for every object: no pinned-pool EAGAIN */
+	test_set(c, "store.tier_timeout_ms", "300");
+	test_set(c, "store.deadline_floor_ms", "50");
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	size_t payload = kvt_payload_bytes(g, g->chunk_tokens);
+	uint64_t obj = kvt_object_bytes(g, g->chunk_tokens);
+	void *buf = malloc(payload);
+	struct kvt_tier *t = kvt__store_tier(s, 1);
+	kvt__faulty_set_write_rate(t, obj * 20);
+	struct kvt_key k[M];
+	test_chain_keys(s, k, M, 7);
+	/* warm-up: one write at a time, so the engine learns the tier's rate */
+	enum { W = 10 };
+	for (int i = 0; i < W; i++) {
+		test_fill(buf, payload, 700 + (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k[i], NULL, g->chunk_tokens, buf, payload), 0);
+		CHECK_RC(kvt_flush_sync(s), 0);
+	}
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	uint64_t misses0 = st.tier[1].deadline_misses, skipped0 = st.tier[1].writes_skipped;
+	/* the flood: every put as soon as the store takes it */
+	void *bufs = malloc(payload * M);
+	int eagain = 0;
+	uint64_t t0 = kvt__now_ns();
+	for (int i = W; i < M; i++) {
+		void *b = (char *)bufs + (size_t)i * payload;
+		test_fill(b, payload, 700 + (uint64_t)i);
+		flood_left++;
+		int rc;
+		while ((rc = kvt_put(s, &k[i], NULL, g->chunk_tokens, b, payload, flood_cb,
+				     NULL)) == -EAGAIN) {
+			eagain++;
+			kvt_poll(s, 5);
+		}
+		CHECK_RC(rc, 0);
+	}
+	while (flood_left)
+		kvt_poll(s, 10);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	double ms = test_ms_since(t0);
+	kvt_stats(s, &st);
+	fprintf(stderr, "  write-through flood over a 20-objects/s tier: %d objects in %.0f ms, "
+			"%d puts told to retry, %llu deadline misses\n",
+		M - W, ms, eagain, (unsigned long long)(st.tier[1].deadline_misses - misses0));
+	CHECKM(eagain > 0, "the flood was never held back");
+	CHECKM(st.tier[1].deadline_misses == misses0, "writes queued past their deadline: %llu",
+	       (unsigned long long)(st.tier[1].deadline_misses - misses0));
+	CHECK_EQ(st.tier[1].writes_skipped, skipped0);
+	kvt_store_close(s);
+	/* every object reached the deeper tier, intact */
+	c = test_config("nvme", dir);
+	test_set(c, "model.chunk_tokens", "256");
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	for (int i = 0; i < M; i++) {
+		CHECK_RC(kvt_get_sync(s, &k[i], 0, 0, buf, payload, NULL), 0);
+		CHECKM(test_check(buf, payload, 700 + (uint64_t)i), "object %d intact", i);
+	}
+	kvt_store_close(s);
+	free(bufs);
+	free(buf);
 }
 
 int main(void)
@@ -310,6 +401,8 @@ int main(void)
 	CHECK(test_check(buf, PAYLOAD, 601));
 	kvt_store_close(s);
 	fprintf(stderr, "  write-behind without memory: kept dirty, written by flush\n");
+
+	flood_fixed_rate(dir);
 
 	free(buf);
 	test_rmdir(dir);
