@@ -5,11 +5,19 @@
  *
  * Simulated users hold conversations of chatbot (512-4096 context tokens), coding
  * (4096-25000) or document (4096-16384) type; a conversation ends after each turn with
- * probability 0.2; 20% of conversations start with a shared system prompt. A turn reads the
- * cached prefix (earlier turns, or the system prompt), writes its prefill as one entry,
- * then re-reads the whole entry every 32 decode tokens. Each user belongs to one of three
- * priority classes (interactive, responsive, batch); when the store's queue is full, the
- * next chunk operation comes from the highest class that has one ready.
+ * probability 0.2. Two user models (--user-model):
+ *   - harness (the default): the MLPerf harness's own (kv_cache/workload.py and
+ *     benchmark.py at mlcommons/storage 23aa82e, read 2026-12-02): each user draws a maximum
+ *     context and output once, each request a context in [max/4, max] and an output in
+ *     [max/4, max]; a request reads every earlier turn's entry of its conversation, writes
+ *     its own entry (new keys: entries do not share chunks), and, below 10,000 context
+ *     tokens, reads that entry back 1 + ceil(output / 32) times; classes 15/35/50 %.
+ *   - chained: what a prefix cache does with the same users: a turn extends its
+ *     conversation's context, reads the cached prefix (earlier turns, or one of four
+ *     shared system prompts, 20 % of conversations), writes only the new chunks, then
+ *     re-reads the whole entry every 32 decode tokens; classes uniform thirds.
+ * When the store's queue is full, the next chunk operation comes from the highest class
+ * that has one ready.
  *
  * An entry is the chunks of 512 tokens of the context (KV bytes of the model's size times
  * --scale); its read or write is all its chunks, submitted as fast as the global queue
@@ -35,6 +43,9 @@
 #define CHUNK 512u
 #define MAX_CTX 32768u /* a conversation stops growing past this */
 #define MAX_CHUNKS (MAX_CTX / CHUNK + 8)
+#define H_MAX_TURNS 50u	     /* the harness caps a conversation at 50 turns */
+#define H_PREFILL_ONLY 10000u /* the harness's requests from this context on get no decode */
+#define H_KEYS (H_MAX_TURNS * (25000u / CHUNK + 1))
 #define SYS_TOKENS 2048u
 #define N_SYS 4u /* distinct shared system prompts */
 #define DECODE_READ_EVERY 32u
@@ -45,6 +56,10 @@ static const char *class_name[N_CLASSES] = {"interactive", "responsive", "batch"
 enum ukind { U_CHAT = 0, U_CODE = 1, U_DOC = 2 };
 static const char *kind_name[3] = {"chatbot", "coding", "document"};
 static const uint32_t ctx_min[3] = {512, 4096, 4096}, ctx_max[3] = {4096, 25000, 16384};
+static const uint32_t out_min[3] = {50, 100, 200}, out_max[3] = {200, 500, 800}; /* harness */
+
+enum umodel { UM_HARNESS = 0, UM_CHAINED = 1 };
+static const char *umodel_name[2] = {"harness", "chained"};
 
 struct mb;
 
@@ -54,7 +69,11 @@ struct user {
 	uint64_t rng, conv;
 	int sys; /* -1 or the system prompt used by this conversation */
 	uint32_t ctx_chunks, cached_chunks, decode_reads_left;
-	struct kvt_key keys[MAX_CHUNKS];
+	/* harness model: per-user maxima, the conversation's entries back to back in keys[],
+	 * the current one at [entry_begin, ctx_chunks) */
+	uint32_t hctx_max, hout_max, entry_begin, turns;
+	bool written;
+	struct kvt_key *keys; /* MAX_CHUNKS (chained) or H_KEYS (harness) */
 	/* the entry operation in progress */
 	bool is_read, active;
 	uint32_t op_begin, op_end, next, done, hits;
@@ -69,6 +88,7 @@ struct gslot {
 
 struct mb {
 	struct kvt_store *s;
+	enum umodel model;
 	struct user *users;
 	uint32_t n_users, qd, inflight;
 	struct gslot *slots;
@@ -96,6 +116,7 @@ static uint32_t range_u(uint64_t *r, uint32_t lo, uint32_t hi)
 }
 
 static void new_turn_entry(struct user *u);
+static void harness_request(struct user *u);
 
 static void op_start(struct user *u, bool read, uint32_t begin, uint32_t end)
 {
@@ -113,6 +134,11 @@ static void new_conversation(struct user *u)
 	const struct kvt_key *parent = NULL;
 	uint32_t tok[3];
 	u->conv++;
+	if (u->m->model == UM_HARNESS) {
+		u->ctx_chunks = u->turns = 0;
+		harness_request(u);
+		return;
+	}
 	u->sys = uni(&u->rng) < 0.2 ? (int)(bench_rnd(&u->rng) % N_SYS) : -1;
 	uint32_t ctx = range_u(&u->rng, ctx_min[u->kind], ctx_max[u->kind]);
 	u->ctx_chunks = (ctx + CHUNK - 1) / CHUNK;
@@ -145,6 +171,56 @@ static void new_turn_entry(struct user *u)
 		op_start(u, false, 0, u->ctx_chunks);
 }
 
+/* A harness request: draw its context and output, lay out its entry's keys after the
+ * conversation's earlier entries, and read those first (the harness reads every earlier
+ * turn's entry), else go straight to writing the entry. */
+static void harness_request(struct user *u)
+{
+	struct mb *m = u->m;
+	uint32_t ctx = range_u(&u->rng, KVT_MAX(u->hctx_max / 4, 1), u->hctx_max);
+	uint32_t out = range_u(&u->rng, KVT_MAX(u->hout_max / 4, 1), u->hout_max);
+	uint32_t n = (ctx + CHUNK - 1) / CHUNK;
+	m->requests++;
+	u->turns++;
+	u->entry_begin = u->ctx_chunks;
+	u->ctx_chunks += n;
+	u->written = false;
+	u->decode_reads_left = ctx < H_PREFILL_ONLY ? 1 + (out + DECODE_READ_EVERY - 1) /
+							      DECODE_READ_EVERY
+						 : 0;
+	for (uint32_t i = u->entry_begin; i < u->ctx_chunks; i++) {
+		uint32_t tok[3] = {u->id, (uint32_t)u->conv, i};
+		kvt_key_next(kvt_store_ns_id(m->s), i > u->entry_begin ? &u->keys[i - 1] : NULL,
+			     tok, 3, &u->keys[i]);
+	}
+	if (u->entry_begin)
+		op_start(u, true, 0, u->entry_begin);
+	else
+		op_start(u, false, 0, u->ctx_chunks);
+}
+
+/* The harness model's next step after an entry operation: earlier turns read -> write the
+ * entry -> decode reads of it -> the next request, or a new conversation. */
+static void harness_next(struct user *u)
+{
+	if (!u->written) {
+		if (u->is_read) { /* the earlier turns are read: now the entry's prefill */
+			op_start(u, false, u->entry_begin, u->ctx_chunks);
+			return;
+		}
+		u->written = true;
+	}
+	if (u->decode_reads_left) {
+		u->decode_reads_left--;
+		op_start(u, true, u->entry_begin, u->ctx_chunks);
+		return;
+	}
+	if (uni(&u->rng) < 0.2 || u->turns >= H_MAX_TURNS)
+		new_conversation(u);
+	else
+		harness_request(u);
+}
+
 /* The entry operation of u completed: record it and choose the user's next one. */
 static void op_finished(struct user *u)
 {
@@ -162,6 +238,10 @@ static void op_finished(struct user *u)
 	}
 	if (m->stop)
 		return;
+	if (m->model == UM_HARNESS) {
+		harness_next(u);
+		return;
+	}
 	if (u->is_read && u->op_end == u->cached_chunks && u->decode_reads_left == 0 &&
 	    u->cached_chunks < u->ctx_chunks) {
 		/* prefix read done: prefill writes the rest of the entry */
@@ -246,7 +326,8 @@ static int submit_one(struct mb *m, int c)
 		sl->u = u;
 		int rc = u->is_read ? kvt_get(m->s, &u->keys[ci], 0, 0, sl->buf, m->payload,
 					      chunk_done, sl)
-				    : kvt_put(m->s, &u->keys[ci], ci ? &u->keys[ci - 1] : NULL, CHUNK,
+				    : kvt_put(m->s, &u->keys[ci],
+					      ci > u->entry_begin ? &u->keys[ci - 1] : NULL, CHUNK,
 					      m->wbuf, m->payload, chunk_done, sl);
 		if (rc == -EAGAIN)
 			return -1;
@@ -286,7 +367,8 @@ static void usage(void)
 {
 	printf("usage: kvtier bench --workload mlperf-kv [--option 1|2|3] [--model M] [--users N]\n"
 	       "                    [--seconds S] [--dir D] [--dram-bytes B] [--nvme-bytes B]\n"
-	       "                    [--scale X] [--queue-depth N] [--seed S] [--json]\n"
+	       "                    [--scale X] [--queue-depth N] [--seed S]\n"
+	       "                    [--user-model harness|chained] [--json]\n"
 	       "The MLPerf Storage v3.0 KV-cache workload against the tiers (docs/MLPERF_KV.md).\n"
 	       "  --option N       the rules' submission options (explicit flags override):\n"
 	       "                   1: llama3.1-8b, 200 users, no CPU memory (NVMe only), 300 s\n"
@@ -304,17 +386,24 @@ static void usage(void)
 	       "  --queue-depth N  chunk operations in flight (default: 64, at most 1 GiB of\n"
 	       "                   chunks, at least 4)\n"
 	       "  --seed S         (default 42)\n"
-	       "nvme.fsync is none: the MLPerf harness writes buffered files and never fsyncs.\n");
+	       "  --user-model M   harness (default): the MLPerf harness's requests (an entry\n"
+	       "                   per request, earlier turns read, 1 + output/32 re-reads);\n"
+	       "                   chained: turns extend a shared prefix, only new chunks written\n"
+	       "  --fsync none|data  nvme.fsync (default data, the shipped default: the harness\n"
+	       "                   fsyncs each entry's file; kv-cache.py before it did not)\n");
 }
 
 /* Mean tokens a user holds live: context drawn uniformly per kind (chatbot 512-4096,
  * coding 4096-25000, document 4096-16384: 9031 on average over the three) plus ~5 turns
  * of 128-1024 new tokens (a conversation ends with probability 0.2 per turn). */
 #define LIVE_TOKENS_PER_USER 12288ull
+/* The harness model: an entry averages 5/8 of its user's maximum (5,645 tokens over the
+ * kinds), and a conversation's ~5 entries stay live (every later turn reads them). */
+#define LIVE_TOKENS_PER_USER_HARNESS 28672ull
 
 enum {
 	O_WORKLOAD = CLI_O_FIRST_FREE, O_OPTION, O_MODEL, O_USERS, O_QUEUE_DEPTH, O_SECONDS,
-	O_SCALE, O_DRAM_BYTES, O_NVME_BYTES, O_SEED
+	O_SCALE, O_DRAM_BYTES, O_NVME_BYTES, O_SEED, O_USER_MODEL, O_FSYNC
 };
 
 struct ml_args {
@@ -322,6 +411,8 @@ struct ml_args {
 	unsigned long long dram, nvme, seed;
 	double seconds, scale;
 	long users, qd, option;
+	enum umodel umodel;
+	const char *fsync; /* nvme.fsync: "data" (the shipped default, the harness fsyncs) */
 	bool g_model, g_users, g_secs, g_dram; /* given on the command line */
 };
 
@@ -377,6 +468,19 @@ static int ml_opt(void *arg, int c, const char *v)
 		if (cli_parse_size(v, &m->nvme) < 0 || m->nvme < (1ull << 20))
 			return cli_fail(CMD, "--nvme-bytes: '%s' is not a size >= 1M", v), -1;
 		return 0;
+	case O_USER_MODEL:
+		if (!strcmp(v, "harness"))
+			m->umodel = UM_HARNESS;
+		else if (!strcmp(v, "chained"))
+			m->umodel = UM_CHAINED;
+		else
+			return cli_fail(CMD, "--user-model: '%s' is not harness or chained", v), -1;
+		return 0;
+	case O_FSYNC:
+		if (strcmp(v, "none") && strcmp(v, "data"))
+			return cli_fail(CMD, "--fsync: '%s' is not none or data", v), -1;
+		m->fsync = v;
+		return 0;
 	default: /* O_SEED */
 		m->seed = strtoull(v, &end, 10);
 		if (*end || !*v || *v == '-')
@@ -398,8 +502,10 @@ int kvt_bench_mlperf(int argc, char **argv)
 	    {"dram-bytes", required_argument, NULL, O_DRAM_BYTES},
 	    {"nvme-bytes", required_argument, NULL, O_NVME_BYTES},
 	    {"seed", required_argument, NULL, O_SEED},
+	    {"user-model", required_argument, NULL, O_USER_MODEL},
+	    {"fsync", required_argument, NULL, O_FSYNC},
 	    {NULL, 0, NULL, 0}};
-	struct ml_args ma = {.model = "llama3.1-8b", .seed = 42, .seconds = 30, .scale = 1,
+	struct ml_args ma = {.model = "llama3.1-8b", .seed = 42, .seconds = 30, .scale = 1, .fsync = "data",
 			    .users = 200};
 	struct cli_store_opts so = {0};
 	int first = cli_getopt(CMD, argc, argv, &so, longopts, ml_opt, &ma);
@@ -446,7 +552,10 @@ int kvt_bench_mlperf(int argc, char **argv)
 	if (mrc < 0)
 		return cli_fail(CMD, "cannot create %s: %s", dir, strerror(-mrc));
 	/* Capacity that holds the users' live KV, within the disk. */
-	uint64_t want = (uint64_t)users * LIVE_TOKENS_PER_USER * sg.bpt +
+	uint64_t want = (uint64_t)users *
+			    (ma.umodel == UM_HARNESS ? LIVE_TOKENS_PER_USER_HARNESS
+						     : LIVE_TOKENS_PER_USER) *
+			    sg.bpt +
 			(uint64_t)N_SYS * SYS_TOKENS * sg.bpt + 2 * (uint64_t)qd * obj;
 	bool capped = false;
 	if (!nvme) {
@@ -476,7 +585,8 @@ int kvt_bench_mlperf(int argc, char **argv)
 					     4096));
 	if (scaled_apply(&sg, cfg) || kvt_config_set(cfg, "nvme.bytes", nb, NULL, 0) ||
 	    (dram && kvt_config_set(cfg, "dram.bytes", db, NULL, 0)) ||
-	    kvt_config_set(cfg, "nvme.fsync", "none", NULL, 0) ||
+	    (dram && kvt_config_set(cfg, "dram.prefault", "true", NULL, 0)) ||
+	    kvt_config_set(cfg, "nvme.fsync", ma.fsync, NULL, 0) ||
 	    kvt_config_set(cfg, "nvme.queue_depth", qds, NULL, 0)) {
 		kvt_config_destroy(cfg);
 		return cli_fail(CMD, "cannot configure the store");
@@ -485,13 +595,19 @@ int kvt_bench_mlperf(int argc, char **argv)
 		fprintf(stderr, "kvtier bench: the users' working set (~%.1f GiB) does not fit in %s: "
 				"NVMe capacity %.1f GiB (80%% of the free space); expect evictions\n",
 			(double)want / 1073741824.0, dir, (double)nvme / 1073741824.0);
+	/* The DRAM pool is faulted in at open (dram.prefault, as kvtierd does), untimed: a
+	 * serving process maps its pool once at start, and first touches inside the run cost
+	 * a zeroed huge page per 2 MiB written (65-80 % of the CPU of a short run on this VM) -
+	 * start-up, not storage. The open's time is reported apart (open_s). */
 	struct kvt_store *s;
+	uint64_t t_open = kvt__now_ns();
 	int rc = kvt_store_open(cfg, &s);
+	double open_s = (double)(kvt__now_ns() - t_open) / 1e9;
 	kvt_config_destroy(cfg);
 	if (rc < 0)
 		return cli_fail(CMD, "cannot open the store in %s: %s", dir, kvt_strerror(rc));
 
-	struct mb m = {.s = s, .n_users = (uint32_t)users, .qd = (uint32_t)qd,
+	struct mb m = {.s = s, .model = ma.umodel, .n_users = (uint32_t)users, .qd = (uint32_t)qd,
 		       .payload = (size_t)kvt_payload_bytes(&sg.geo, CHUNK)};
 	m.users = calloc((size_t)users, sizeof(*m.users));
 	m.slots = calloc((size_t)qd, sizeof(*m.slots));
@@ -500,6 +616,12 @@ int kvt_bench_mlperf(int argc, char **argv)
 		cli_fail(CMD, "out of memory");
 		goto out;
 	}
+	for (long i = 0; i < users; i++)
+		if (!(m.users[i].keys = calloc(m.model == UM_HARNESS ? H_KEYS : MAX_CHUNKS,
+					       sizeof(struct kvt_key)))) {
+			cli_fail(CMD, "out of memory");
+			goto out;
+		}
 	for (long i = 0; i < qd; i++)
 		if (posix_memalign(&m.slots[i].buf, KVT_ALIGN, m.payload)) {
 			cli_fail(CMD, "out of memory");
@@ -515,11 +637,11 @@ int kvt_bench_mlperf(int argc, char **argv)
 				     &m.sys_keys[p][c]);
 		}
 	if (!so.json)
-		printf("mlperf-kv: %s at scale %g (%llu B/token, object %llu B), %ld users, "
+		printf("mlperf-kv: %s at scale %g (%llu B/token, object %llu B), %ld users (%s), "
 		       "tiers %s (DRAM pool %s B), NVMe %s B in %s, %ld chunks in flight, "
-		       "fsync none, %.0f s, seed %llu\n",
+		       "fsync %s, %.0f s, seed %llu\n",
 		       sg.model, scale, (unsigned long long)sg.bpt, (unsigned long long)obj, users,
-		       so.tiers, dram ? db : "0", nb, dir, qd, seconds, seed);
+		       umodel_name[m.model], so.tiers, dram ? db : "0", nb, dir, qd, ma.fsync, seconds, seed);
 	uint64_t kinds[3] = {0};
 	for (uint32_t i = 0; i < m.n_users; i++) {
 		struct user *u = &m.users[i];
@@ -530,7 +652,14 @@ int kvt_bench_mlperf(int argc, char **argv)
 			u->rng = 1;
 		bench_rnd(&u->rng);
 		u->kind = (uint32_t)(bench_rnd(&u->rng) % 3);
-		u->cls = (uint32_t)(bench_rnd(&u->rng) % N_CLASSES);
+		if (m.model == UM_HARNESS) { /* 15 % interactive, 35 % responsive, 50 % batch */
+			double c = uni(&u->rng);
+			u->cls = c < 0.15 ? 0 : c < 0.5 ? 1 : 2;
+			u->hctx_max = range_u(&u->rng, ctx_min[u->kind], ctx_max[u->kind]);
+			u->hout_max = range_u(&u->rng, out_min[u->kind], out_max[u->kind]);
+		} else {
+			u->cls = (uint32_t)(bench_rnd(&u->rng) % N_CLASSES);
+		}
 		kinds[u->kind]++;
 		new_conversation(u);
 	}
@@ -583,7 +712,9 @@ int kvt_bench_mlperf(int argc, char **argv)
 		cli_json_str(stdout, so.tiers);
 		printf(",\"model\":");
 		cli_json_str(stdout, sg.model);
-		printf(",\"option\":%ld,\"fsync\":\"none\",\"users\":%ld,\"seconds\":%.3f,\"scale\":%g,\"seed\":%llu,"
+		printf(",\"user_model\":\"%s\"", umodel_name[m.model]);
+		printf(",\"fsync\":\"%s\"", ma.fsync);
+		printf(",\"option\":%ld,\"users\":%ld,\"seconds\":%.3f,\"scale\":%g,\"seed\":%llu,"
 		       "\"object_bytes\":%llu,\"dram_pool_bytes\":%llu,\"nvme_bytes\":%llu,"
 		       "\"queue_depth\":%ld,\"requests\":%llu,\"hit_ratio\":%.6f,"
 		       "\"read_entries\":%llu,\"write_entries\":%llu,\"read_bytes\":%llu,"
@@ -603,7 +734,8 @@ int kvt_bench_mlperf(int argc, char **argv)
 			lat_sort(&m.rl_cls[c]);
 			printf(",\"%s_read_p95_us\":%.1f", class_name[c], lat_pct(&m.rl_cls[c], 95));
 		}
-		printf(",\"writes_rejected\":%llu", (unsigned long long)m.writes_rejected);
+		printf(",\"writes_rejected\":%llu,\"open_s\":%.3f", (unsigned long long)m.writes_rejected,
+		       open_s);
 		printf(",\"users_by_kind\":{\"%s\":%llu,\"%s\":%llu,\"%s\":%llu},\"errors\":%llu,"
 		       "\"checksum_failures\":%llu,\"deadline_misses\":%llu}\n",
 		       kind_name[0], (unsigned long long)kinds[0], kind_name[1],
@@ -622,6 +754,9 @@ out:
 		for (long i = 0; i < qd; i++)
 			free(m.slots[i].buf);
 	free(m.slots);
+	if (m.users)
+		for (long i = 0; i < users; i++)
+			free(m.users[i].keys);
 	free(m.users);
 	free(m.wbuf);
 	free(m.rl.v);

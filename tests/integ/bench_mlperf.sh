@@ -1,8 +1,9 @@
 #!/bin/bash
 # bench_mlperf.sh - `kvtier bench --workload mlperf-kv` end to end at a small scale: the
 # NVMe-only option and the DRAM + NVMe option run, print one JSON object with reads and
-# writes moving, hit ratio in [0, 1] and no errors; bad --users / --scale / --model fail
-# with one line and a non-zero exit.
+# writes moving, hit ratio in [0, 1] and no errors; the harness's user model is the default
+# (reads outnumber writes, fsync data) and the chained one runs; bad --users / --scale /
+# --model / --user-model / --fsync fail with one line and a non-zero exit.
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary or no jq).
 set -u
 . "$(dirname "$0")/lib/jq.sh"
@@ -20,6 +21,18 @@ echo "$j" | jqe '.workload == "mlperf-kv" and .tier == "nvme" and .users == 20
 	and .hit_ratio >= 0 and .hit_ratio <= 1 and .read_p50_us > 0
 	and .read_p99_us >= .read_p50_us and .write_p999_us >= .write_p99_us
 	and .checksum_failures == 0' >/dev/null || fail "nvme-only: $j"
+# the default user model is the harness's, at the shipped durability (the harness fsyncs
+# each entry): every request writes one entry and reads it back 1 + ceil(output / 32)
+# times unless it is prefill-only, so reads outnumber writes
+echo "$j" | jqe '.user_model == "harness" and .fsync == "data"
+	and .write_entries <= .requests and .read_entries > .write_entries' >/dev/null ||
+	fail "harness user model: $j"
+
+j=$("$KVT" bench --workload mlperf-kv --model llama3.1-8b --users 10 --seconds 1 --scale 0.002 \
+	--user-model chained --fsync none --dir "$tmp/c" --json | tail -1) || fail "chained run"
+echo "$j" | jqe '.user_model == "chained" and .fsync == "none" and .requests > 0
+	and .read_gibps > 0 and .write_gibps > 0 and .errors == 0' >/dev/null ||
+	fail "chained user model: $j"
 
 j=$("$KVT" bench --workload mlperf-kv --model llama3.1-70b --users 10 --seconds 2 --scale 0.002 \
 	--dram-bytes 4GiB --dir "$tmp/b" --json | tail -1) || fail "dram+nvme run"
@@ -37,5 +50,7 @@ bad --users many
 bad --scale 0
 bad --scale 1.5
 bad --model no-such-model
+bad --user-model replay
+bad --fsync always
 "$KVT" bench --workload no-such-workload >/dev/null 2>&1 && fail "unknown workload accepted"
 echo "pass"
