@@ -390,7 +390,7 @@ static void usage(void)
 	       "                   per request, earlier turns read, 1 + output/32 re-reads);\n"
 	       "                   chained: turns extend a shared prefix, only new chunks written\n"
 	       "  --fsync none|data  nvme.fsync (default data, the shipped default: the harness\n"
-	       "                   fsyncs each entry's file; kv-cache.py before it did not)\n");
+	       "                   fsyncs each entry's file)\n");
 }
 
 /* Mean tokens a user holds live: context drawn uniformly per kind (chatbot 512-4096,
