@@ -262,6 +262,13 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 		res->status = -EBUSY;
 		return;
 	}
+	/* A deeper tier has as much to write as its deadline allows: no reservation, so the
+	 * client puts through the region, whose kvt_put applies the same bound and is
+	 * retried (RETRY), then answers -EAGAIN. */
+	if (kvt__store_backlogged(s, kvt_object_bytes(kvt_store_geometry(s), r->n_tokens))) {
+		res->status = -EAGAIN;
+		return;
+	}
 	struct resv *v = &c->resv[c->nresv];
 	struct kvt_key sp;
 	kvt_storage_key(g_ns, &r->key, &v->skey);

@@ -29,6 +29,10 @@ int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref);
 int kvt__store_commit_sealed(struct kvt_store *s, struct kvt_slot_ref *ref);
 /* Objects are MAC'ed or encrypted (security.*): only the store may write them. */
 bool kvt__store_protected(const struct kvt_store *s);
+/* Would a write-through commit of bytes now queue behind more than a deeper tier writes
+ * within its deadline (the bound kvt_put applies before it answers -EAGAIN; reserve does
+ * not apply it: the GPU save path has no retry)? kvtierd asks before a reservation. */
+bool kvt__store_backlogged(struct kvt_store *s, uint64_t bytes);
 /* Give back a reserved slot without publishing it. */
 void kvt__store_cancel(struct kvt_store *s, struct kvt_slot_ref *ref);
 /* Give back a reserved slot's key unpublished, as cancel does, but keep the slot itself out

@@ -168,6 +168,11 @@ int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const str
 	return 0;
 }
 
+bool kvt__store_backlogged(struct kvt_store *s, uint64_t bytes)
+{
+	return !s->client && s->write_policy == WP_THROUGH && kvt__e_wb_backlogged(s, bytes);
+}
+
 int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref)
 {
 	struct kvt_key key;
