@@ -30,8 +30,12 @@ echo "$j" | jqe '.user_model == "harness" and .fsync == "data"
 
 j=$("$KVT" bench --workload mlperf-kv --model llama3.1-8b --users 10 --seconds 1 --scale 0.002 \
 	--user-model chained --fsync none --dir "$tmp/c" --json | tail -1) || fail "chained run"
+# nothing is evicted at this size, so only the first reads of a shared system prompt miss
+# (at most each user's first, 4 chunks): a prefill whose prefix missed stores it (before,
+# nobody ever wrote one, and every read of one missed: ~90 misses here, 2-4 after)
 echo "$j" | jqe '.user_model == "chained" and .fsync == "none" and .requests > 0
-	and .read_gibps > 0 and .write_gibps > 0 and .errors == 0' >/dev/null ||
+	and .read_gibps > 0 and .write_gibps > 0 and .errors == 0
+	and .read_chunks - .hit_chunks <= 4 * .users' >/dev/null ||
 	fail "chained user model: $j"
 
 j=$("$KVT" bench --workload mlperf-kv --model llama3.1-70b --users 10 --seconds 2 --scale 0.002 \
