@@ -41,6 +41,13 @@ uint64_t kvt__store_zero_copy_puts(const struct kvt_store *s)
 	return atomic_load(&s->zero_copy_puts);
 }
 
+/* A put the caller will not retry: counted, and a sighting of the chunk for admission. */
+static void count_put(struct kvt_store *s, const struct kvt_key *key)
+{
+	atomic_fetch_add(&s->puts, 1);
+	kvt__e_admission_record(s, key);
+}
+
 int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		  uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg,
 		  bool direct)
@@ -53,14 +60,20 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	int arc = kvt__e_admit_inflight(s);
 	if (arc < 0)
 		return arc;
-	atomic_fetch_add(&s->puts, 1);
-	kvt__e_admission_record(s, key);
 	uint64_t obj_bytes = kvt_object_bytes(&s->geo, n_tokens);
 	bool deeper = s->n_links > s->dram_pos + 1;
+	/* A put told to retry (-EAGAIN) is not counted (puts, admission's sightings): its retry
+	 * is the same put, not a second request for the chunk. */
+	if (s->dram && deeper && s->write_policy == WP_THROUGH &&
+	    kvt__e_wb_backlogged(s, obj_bytes)) {
+		kvt__e_unadmit(s);
+		return -EAGAIN; /* a deeper tier has as much to write as its deadline allows */
+	}
 	struct kvt_result res = {.status = 0, .tier = KVT_TIER_NONE, .n_tokens = n_tokens,
 				 .bytes = len};
 
 	if (!s->dram) {
+		count_put(s, key);
 		struct kvt_slot_ref ref = {.id = -1, .object_bytes = obj_bytes, .n_tokens = n_tokens,
 					   .has_parent = parent != NULL};
 		if (parent)
@@ -98,19 +111,18 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	 * job could end in between: -ENOSPC with a slot free (store_engine under TSan,
 	 * write-through with 7 slots, once in CI). */
 	uint64_t holds = atomic_load(&s->wb_holds);
-	if (deeper && s->write_policy == WP_THROUGH && kvt__e_wb_backlogged(s, obj_bytes)) {
-		kvt__e_unadmit(s);
-		return -EAGAIN; /* a deeper tier has as much to write as its deadline allows */
-	}
 	int rc = kvt__dram_alloc(s->dram, key, parent, &ref);
 	if (rc == -EEXIST) { /* same content already stored: a put is idempotent */
+		count_put(s, key);
 		kvt__e_complete(s, cb, arg, direct, &res);
 		return 0;
 	}
 	if (rc < 0) {
 		kvt__e_unadmit(s);
-		if (rc != -ENOSPC)
+		if (rc != -ENOSPC) {
+			count_put(s, key);
 			return rc;
+		}
 		/* Every slot is pinned or dirty. If write-behind is under way, slots come free
 		 * soon: tell the caller to retry. A job that has completed still pins its slot
 		 * until the tiers let go of the bytes, so the count that matters is wb_holds,
@@ -118,8 +130,12 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 		 * ASan, write-back with 7 slots). */
 		if (s->write_policy == WP_BACK)
 			kvt__e_writeback_clean(s);
-		return holds > 0 || atomic_load(&s->wb_holds) > 0 ? -EAGAIN : -ENOSPC;
+		if (holds > 0 || atomic_load(&s->wb_holds) > 0)
+			return -EAGAIN;
+		count_put(s, key);
+		return -ENOSPC;
 	}
+	count_put(s, key);
 	rc = kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
 	if (rc == 0)
 		rc = kvt__object_protect(ref.buf, obj_bytes, s->prot); /* MAC, encryption */

@@ -15,7 +15,8 @@
  *   - a remove right after a put is not overtaken by the put's slow write-behind;
  *   - out of memory for a write-behind job, the slot stays dirty and flush writes it;
  *   - a flood of write-through puts over a tier that writes at a fixed rate is told to
- *     retry rather than queue writes past their deadline, and every object lands.
+ *     retry rather than queue writes past their deadline, and every object lands;
+ *   - a put told to retry counts once for admission, however often it is retried.
  */
 #include <pthread.h>
 #include <sys/stat.h>
@@ -206,6 +207,69 @@ static void flood_fixed_rate(const char *dir)
 	}
 	kvt_store_close(s);
 	free(bufs);
+	free(buf);
+}
+
+/* ---- 7. a put told to retry is one request for its chunk: with admission.min_freq = 2
+ * a chunk is written deeper from its second sighting on, and a put that got -EAGAIN forty
+ * times while every DRAM slot was pinned by write-behind must still count once (before:
+ * each retry was a sighting, so the chunk went to the deeper tier on its first put). ---- */
+static void retried_put_is_one_sighting(const char *dir)
+{
+	enum { SLOTS = 6 };
+	struct kvt_config *c = test_config("dram,faulty", dir);
+	kvt_config_set_log(c, log_cb, NULL, KVT_LOG_DEBUG);
+	test_set(c, "faulty.inner", "nvme");
+	test_set(c, "admission.min_freq", "2");
+	test_set(c, "store.tier_timeout_ms", "5000");
+	struct kvt_store *s;
+	char db[32];
+	CHECK_RC(kvt_store_open(c, &s), 0); /* for the geometry: the pool is sized in objects */
+	uint64_t obj = kvt_object_bytes(kvt_store_geometry(s), kvt_store_geometry(s)->chunk_tokens);
+	kvt_store_close(s);
+	snprintf(db, sizeof(db), "%llu", (unsigned long long)(obj * SLOTS));
+	test_set(c, "dram.bytes", db);
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	size_t payload = kvt_payload_bytes(g, g->chunk_tokens);
+	void *buf = malloc(payload);
+	struct kvt_tier *t = kvt__store_tier(s, 1);
+	struct kvt_key a[SLOTS], b;
+	test_chain_keys(s, a, SLOTS, 9);
+	uint32_t tok[1] = {9999};
+	kvt_key_next(kvt_store_ns_id(s), NULL, tok, 1, &b);
+	/* every slot pinned by a write-behind that lands 300 ms later: each a[i] seen twice */
+	for (int i = 0; i < SLOTS; i++) {
+		test_fill(buf, payload, 900 + (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &a[i], NULL, g->chunk_tokens, buf, payload), 0);
+		CHECK(kvt_remove_sync(s, &a[i]) >= 1);
+	}
+	kvt__faulty_set_write_delay(t, 300);
+	for (int i = 0; i < SLOTS; i++) {
+		test_fill(buf, payload, 900 + (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &a[i], NULL, g->chunk_tokens, buf, payload), 0);
+	}
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	uint64_t writes0 = st.tier[1].writes;
+	int eagain = 0, rc;
+	test_fill(buf, payload, 999);
+	while ((rc = kvt_put_sync(s, &b, NULL, g->chunk_tokens, buf, payload)) == -EAGAIN) {
+		eagain++;
+		usleep(5000);
+	}
+	CHECK_RC(rc, 0);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt__faulty_set_write_delay(t, 0);
+	kvt_stats(s, &st);
+	fprintf(stderr, "  a put retried %d times while every slot was pinned: the deeper tier "
+			"took %llu writes (the %d chunks seen twice)\n",
+		eagain, (unsigned long long)(st.tier[1].writes - writes0), SLOTS);
+	CHECKM(eagain >= 5, "the put was never told to retry (%d)", eagain);
+	CHECKM(st.tier[1].writes - writes0 == SLOTS, "writes %llu: the retried put was admitted",
+	       (unsigned long long)(st.tier[1].writes - writes0));
+	kvt_store_close(s);
 	free(buf);
 }
 
@@ -433,6 +497,7 @@ int main(void)
 	fprintf(stderr, "  write-behind without memory: kept dirty, written by flush\n");
 
 	flood_fixed_rate(dir);
+	retried_put_is_one_sighting(dir);
 
 	free(buf);
 	test_rmdir(dir);
