@@ -64,8 +64,7 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	bool deeper = s->n_links > s->dram_pos + 1;
 	/* A put told to retry (-EAGAIN) is not counted (puts, admission's sightings): its retry
 	 * is the same put, not a second request for the chunk. */
-	if (s->dram && deeper && s->write_policy == WP_THROUGH &&
-	    kvt__e_wb_backlogged(s, obj_bytes)) {
+	if (s->dram && kvt__store_backlogged(s, obj_bytes)) {
 		kvt__e_unadmit(s);
 		return -EAGAIN; /* a deeper tier has as much to write as its deadline allows */
 	}

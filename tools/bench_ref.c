@@ -755,11 +755,17 @@ int bench_ref_rados_layout(const char *pool, size_t bs, size_t n_objs, unsigned 
 	return run_quiet(argv) == 0 ? 0 : -EIO;
 }
 
+/* Remove a rados bench run's objects. */
+static void rados_cleanup(const char *pool, const char *run)
+{
+	char *argv[] = {"rados", "-p", (char *)pool, "cleanup", "--run-name", (char *)run, NULL};
+	if (run_quiet(argv) != 0)
+		fprintf(stderr, "kvtier bench: rados cleanup of %s failed\n", run);
+}
+
 void bench_ref_rados_remove(const char *pool)
 {
-	char *argv[] = {"rados", "-p", (char *)pool, "cleanup", "--run-name", "kvt-ref-read", NULL};
-	if (run_quiet(argv) != 0)
-		fprintf(stderr, "kvtier bench: rados cleanup failed\n");
+	rados_cleanup(pool, "kvt-ref-read");
 }
 
 int bench_ref_rados(const char *pool, size_t bs, unsigned qd, double seconds, int read_pct,
@@ -790,12 +796,8 @@ int bench_ref_rados(const char *pool, size_t bs, unsigned qd, double seconds, in
 				   &out->write_p99, &out->write_p999);
 	free(r);
 	free(w);
-	if (read_pct < 100) { /* the timed write's new objects */
-		char *cargv[] = {"rados", "-p", (char *)pool, "cleanup", "--run-name", "kvt-ref",
-				 NULL};
-		if (run_quiet(cargv) != 0)
-			fprintf(stderr, "kvtier bench: rados cleanup failed\n");
-	}
+	if (read_pct < 100) /* the timed write's new objects */
+		rados_cleanup(pool, "kvt-ref");
 	mix_harmonic(out, read_pct, bs);
 	return out->write_gibps > 0 || out->read_gibps > 0 ? 0 : -EIO;
 }
