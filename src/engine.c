@@ -507,6 +507,28 @@ int kvt_stats(struct kvt_store *s, struct kvt_stats *out)
 	return 0;
 }
 
+void kvt__store_waits(struct kvt_store *s, struct kvt__store_waits *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (s->client)
+		return;
+	out->ops = atomic_load(&s->inflight);
+	out->deadline_ceiling_ms = s->deadline_ceiling_ns / 1000000;
+	pthread_mutex_lock(&s->guard_lock);
+	out->tier_calls = s->heap_n;
+	pthread_mutex_unlock(&s->guard_lock);
+	pthread_mutex_lock(&s->wb_lock);
+	out->wb_jobs = s->wb_pending;
+	struct kvt_list *p;
+	kvt_list_for_each(p, &s->wb)
+	{
+		struct wb *w = kvt_list_entry(p, struct wb, node);
+		for (struct remove_op *o = w->after; o; o = o->next_after)
+			out->removes_waiting++;
+	}
+	pthread_mutex_unlock(&s->wb_lock);
+}
+
 /* ------------------------------------------------------------ sync wrappers */
 
 struct waiter {

@@ -79,4 +79,17 @@ struct kvt_tier *kvt__store_tier(struct kvt_store *s, int pos);
 uint64_t kvt__store_sync_timeout_ms(const struct kvt_store *s);
 struct kvt_dram *kvt__store_dram(struct kvt_store *s);
 
+/* What the store is waiting for, for a caller whose operations are overdue to say so
+ * (kvtier bench): every operation should complete within two deadline ceilings (a remove
+ * waits for the key's write-behind, then makes its own call), so one still out after that
+ * is a liveness bug, and these counts say where it waits. */
+struct kvt__store_waits {
+	uint64_t ops;		      /* admitted operations not completed */
+	uint64_t tier_calls;	      /* tier calls under a deadline (the deadline heap) */
+	uint64_t wb_jobs;	      /* write-behind jobs not complete */
+	uint64_t removes_waiting;     /* removes queued behind a write-behind job */
+	uint64_t deadline_ceiling_ms; /* store.tier_timeout_ms */
+};
+void kvt__store_waits(struct kvt_store *s, struct kvt__store_waits *out);
+
 #endif

@@ -27,6 +27,7 @@
 #include "bench.h"
 #include "cli.h"
 #include "config.h"
+#include "engine.h"
 
 struct bench_opts {
 	const char *tier;
@@ -225,6 +226,33 @@ struct phase_args {
 	uint64_t *next_id, *done_ids, *n_done;
 };
 
+/* Wait for the phase's last operations. Every store operation completes within two
+ * deadline ceilings (src/engine.h, kvt__store_waits), so one still out well after that is
+ * a bug in the store: say once what the store is waiting for, and go on waiting (the
+ * operation may still use its buffer). */
+static void wait_phase_end(struct run *r)
+{
+	struct kvt__store_waits w;
+	kvt__store_waits(r->s, &w);
+	uint64_t report_at = r->end_ns + (2 * w.deadline_ceiling_ms + 5000) * 1000000ull;
+	bool reported = false;
+	while (r->inflight) {
+		kvt_poll(r->s, 100);
+		uint64_t now = kvt__now_ns();
+		if (reported || !r->inflight || now < report_at)
+			continue;
+		kvt__store_waits(r->s, &w);
+		fprintf(stderr,
+			"kvtier bench: %llu operations still out %.1f s after the phase ended, past "
+			"every deadline (store: %llu operations admitted, %llu tier calls under a "
+			"deadline, %llu write-behind jobs, %llu removes waiting for one)\n",
+			(unsigned long long)r->inflight, (double)(now - r->end_ns) / 1e9,
+			(unsigned long long)w.ops, (unsigned long long)w.tier_calls,
+			(unsigned long long)w.wb_jobs, (unsigned long long)w.removes_waiting);
+		reported = true;
+	}
+}
+
 /* Run one phase: qd operations in flight for ramp + seconds. */
 static int run_phase(const struct phase_args *a, struct phase_result *out)
 {
@@ -264,8 +292,7 @@ static int run_phase(const struct phase_args *a, struct phase_result *out)
 	r.end_ns = r.ramp_ns + (uint64_t)(a->seconds * 1e9);
 	for (unsigned i = 0; i < qd; i++)
 		submit(&slots[i]);
-	while (r.inflight)
-		kvt_poll(a->s, 100);
+	wait_phase_end(&r);
 	phase_fill(&r, out);
 	if (r.errors)
 		fprintf(stderr, "kvtier bench: %llu operations failed (last: %s)\n",

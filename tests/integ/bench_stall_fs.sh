@@ -35,6 +35,23 @@ CAP_MS=1500
 COMMON=(--chunk-bytes 64K --set-bytes 8M --queue-depth 8 --read-pct 0 --rounds 1 --no-ref
 	--json --set store.sync_timeout_ms=$SYNC_MS --set store.tier_timeout_ms=$CAP_MS)
 
+# A bench still running past the bound: where its threads are, for the failure's log
+# (kernel stacks as root; user stacks if gdb is installed - non-stop, as an all-stop attach
+# waits for threads stuck in the FUSE mount), and what the bench said last.
+dump_threads() {
+	echo "--- the bench (pid $1) after 60 s: its threads"
+	for t in /proc/$1/task/*; do
+		echo "thread ${t##*/} $(cat $t/comm 2>/dev/null) wchan=$(cat $t/wchan 2>/dev/null)"
+		sed 's/^/    /' $t/stack 2>/dev/null | head -12
+	done
+	command -v gdb >/dev/null && timeout 60 gdb -batch -ex "set non-stop on" -ex "attach $1" \
+		-ex "interrupt -a" -ex "shell sleep 2" -ex "thread apply all bt" -ex "detach" 2>&1 |
+		grep -E '^(Thread|#)' | head -150
+	echo "--- its stderr (last 30 lines)"
+	tail -30 "$tmp/err"
+	echo "---"
+}
+
 start() { slowfs_start "$@"; local rc=$?; [ $rc = 77 ] && exit 77; [ $rc = 0 ] || fail "slowfs did not mount"; }
 
 for tier in fs nvme; do
@@ -63,6 +80,7 @@ for tier in fs nvme; do
 	done
 	t0=$(cat "$tmp/t0" 2>/dev/null) || fail "$tier: the bench never wrote to the device"
 	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	[ -s "$tmp/out" ] || ! kill -0 $bench 2>/dev/null || dump_threads $bench
 	wait $stopper
 	slowfs_resume
 	wait $bench
