@@ -330,6 +330,16 @@ bool kvt__e_link_usable(struct link *l)
 	return atomic_compare_exchange_strong(&l->probing, &expected, 1);
 }
 
+/* Give back the probe of a half-open circuit that was let through but made no call (a
+ * lookup that an earlier tier answered in full, a write the tier refuses for its size,
+ * no memory for the guard): otherwise nothing ever reports on the probe, and the tier is
+ * skipped for good. Harmless on a closed circuit, where no probe is out. */
+void kvt__e_link_unused(struct link *l)
+{
+	if (l->t && atomic_load(&l->open_until_ns))
+		atomic_store(&l->probing, 0);
+}
+
 /* Record the outcome of an operation: errors that say the tier is unwell count. */
 void kvt__e_link_result(struct kvt_store *s, struct link *l, int rc)
 {

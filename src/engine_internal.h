@@ -339,6 +339,8 @@ struct guard *kvt__e_guard_new(struct kvt_store *s, struct link *l, const char *
 uint64_t kvt__e_guards_expire(struct kvt_store *s, uint64_t *gen);
 void kvt__e_link_result(struct kvt_store *s, struct link *l, int rc);
 bool kvt__e_link_usable(struct link *l);
+/* The caller was let through (it may have been the probe) but made no call after all. */
+void kvt__e_link_unused(struct link *l);
 bool kvt__e_wb_backlogged(struct kvt_store *s, uint64_t bytes);
 
 /* engine.c: storage keys. The public calls take the engine's keys; everything below them -

@@ -309,12 +309,12 @@ static void lookup_next(struct lookup_op *o)
 	struct kvt_store *s = o->s;
 	for (; o->pos < s->n_links; o->pos++) {
 		struct link *l = &s->links[o->pos];
-		if (!l->t || !kvt__e_link_usable(l))
-			continue;
 		/* Ask about unresolved keys from the first unresolved one on. */
 		size_t first = lookup_prefix(o);
 		if (first == o->n)
 			break;
+		if (!l->t || !kvt__e_link_usable(l))
+			continue;
 		o->n_ask = 0;
 		for (size_t i = first; i < o->n; i++)
 			if (o->tiers[i] == KVT_TIER_NONE) {
@@ -323,8 +323,10 @@ static void lookup_next(struct lookup_op *o)
 			}
 		struct guard *g = kvt__e_guard_new(s, l, "lookup", (uint64_t)o->n_ask * KVT_KEY_BYTES, o,
 					    lookup_done, lookup_expire);
-		if (!g)
+		if (!g) {
+			kvt__e_link_unused(l);
 			continue;
+		}
 		int rc = l->t->ops->exists(l->t, o->ask, o->n_ask, o->present, kvt__e_guard_cb, g);
 		if (rc == 0) {
 			kvt__e_guard_arm(g);
@@ -492,6 +494,7 @@ void kvt__e_remove_start(struct remove_op *o)
 				      : NULL;
 		if (!g) {
 			kvt__free(leg);
+			kvt__e_link_unused(l);
 			continue;
 		}
 		leg->o = o;

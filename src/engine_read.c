@@ -285,8 +285,10 @@ static void chain_read_next(struct chain_read *cr)
 		}
 		struct guard *g =
 			kvt__e_guard_new(s, l, "read", s->obj_max, cr, chain_read_done, chain_read_expire);
-		if (!g)
+		if (!g) {
+			kvt__e_link_unused(l);
 			continue;
+		}
 		struct kvt_seg seg = {.off = 0, .len = s->obj_max, .buf = cr->buf};
 		/* Once the tier has the call, cr belongs to its answer: leave submit mode first. */
 		bool submitting = cr->in_submit;

@@ -249,13 +249,13 @@ void kvt__e_wb_start(struct wb *w, int end)
 			atomic_fetch_add(&l->writes_skipped, 1);
 			continue;
 		}
+		if (l->t->ops->can_write && l->t->ops->can_write(l->t, ref->object_bytes) < 0) {
+			atomic_fetch_add(&l->writes_skipped, 1);
+			continue;
+		}
 		if (!kvt__e_link_usable(l)) { /* circuit open: the tier is unwell */
 			atomic_fetch_add(&l->writes_skipped, 1);
 			wb_tier_failed(w, l, -EIO);
-			continue;
-		}
-		if (l->t->ops->can_write && l->t->ops->can_write(l->t, ref->object_bytes) < 0) {
-			atomic_fetch_add(&l->writes_skipped, 1);
 			continue;
 		}
 		struct wb_leg *leg = kvt__malloc(sizeof(*leg));
@@ -264,6 +264,7 @@ void kvt__e_wb_start(struct wb *w, int end)
 				      : NULL;
 		if (!g) {
 			kvt__free(leg);
+			kvt__e_link_unused(l);
 			w->keep_dirty = true;
 			wb_set_err(w, -ENOMEM);
 			continue;
@@ -410,6 +411,7 @@ static void flush_tiers(struct flush_waiter *f)
 				      : NULL;
 		if (!g) {
 			kvt__free(leg);
+			kvt__e_link_unused(l);
 			flush_bad(f, l, -ENOMEM, "could not be asked (no memory)");
 			continue;
 		}

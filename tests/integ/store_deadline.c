@@ -16,7 +16,9 @@
  *   - out of memory for a write-behind job, the slot stays dirty and flush writes it;
  *   - a flood of write-through puts over a tier that writes at a fixed rate is told to
  *     retry rather than queue writes past their deadline, and every object lands;
- *   - a put told to retry counts once for admission, however often it is retried.
+ *   - a put told to retry counts once for admission, however often it is retried;
+ *   - the bench's replace loop (remove, then put) over a tier that stalls mid-run: every
+ *     operation out completes within two deadline ceilings once the loop stops.
  */
 #include <pthread.h>
 #include <sys/stat.h>
@@ -273,6 +275,133 @@ static void retried_put_is_one_sighting(const char *dir)
 	free(buf);
 }
 
+/* ---- 8. the replace loop of `kvtier bench` (remove a key, then put it; no DRAM tier) over
+ * a tier that stalls mid-run, as bench_stall_fs does through FUSE: once the loop stops
+ * starting operations, every one still out completes within two deadline ceilings (a
+ * remove may wait for its key's write-behind, then make its own call). Some slots share a
+ * key, so removes queue behind other slots' writes of it; a put told to retry polls from
+ * inside a completion, as the bench does. Several stall points, each on a new store. ---- */
+#define CHURN_SLOTS 8
+#define CHURN_KEYS 14
+
+struct churn;
+struct churn_slot {
+	struct churn *c;
+	void *buf;
+	int k;
+};
+
+struct churn {
+	struct kvt_store *s;
+	struct kvt_key keys[CHURN_KEYS];
+	uint8_t busy[CHURN_KEYS];
+	struct churn_slot slots[CHURN_SLOTS];
+	int out;
+	bool stop;
+	uint64_t done, failed, rng;
+};
+
+static void churn_next(struct churn_slot *sl);
+
+static void churn_put_done(void *arg, const struct kvt_result *r)
+{
+	struct churn_slot *sl = arg;
+	struct churn *c = sl->c;
+	c->out--;
+	c->busy[sl->k] = 0;
+	c->done++;
+	if (r->status < 0)
+		c->failed++;
+	if (!c->stop)
+		churn_next(sl);
+}
+
+static void churn_put(struct churn_slot *sl)
+{
+	struct churn *c = sl->c;
+	int rc;
+	while ((rc = kvt_put(c->s, &c->keys[sl->k], NULL, G.chunk_tokens, sl->buf, PAYLOAD,
+			     churn_put_done, sl)) == -EAGAIN)
+		kvt_poll(c->s, 1);
+	if (rc < 0) {
+		c->out--;
+		c->busy[sl->k] = 0;
+		c->failed++;
+	}
+}
+
+static void churn_removed(void *arg, const struct kvt_result *r)
+{
+	(void)r;
+	churn_put(arg);
+}
+
+static void churn_next(struct churn_slot *sl)
+{
+	struct churn *c = sl->c;
+	do {
+		c->rng = c->rng * 6364136223846793005ull + 1442695040888963407ull;
+		sl->k = (int)((c->rng >> 33) % CHURN_KEYS);
+	} while (c->busy[sl->k]);
+	c->busy[sl->k] = 1;
+	c->out++;
+	if (kvt_remove(c->s, &c->keys[sl->k], churn_removed, sl) < 0)
+		churn_put(sl);
+}
+
+static void churn_under_stall(const char *dir)
+{
+	const int stall_after_ms[] = {0, 40, 150, 290, 420};
+	for (size_t round = 0; round < KVT_ARRAY_SIZE(stall_after_ms); round++) {
+		struct kvt_store *s = open_store(dir, "faulty", NULL);
+		struct kvt_tier *t = kvt__store_tier(s, 0);
+		kvt__faulty_set(t, 0, 0, 2); /* a working device: 2 ms a call */
+		static struct churn c;
+		memset(&c, 0, sizeof(c));
+		c.s = s;
+		c.rng = round + 1;
+		test_chain_keys(s, c.keys, CHURN_KEYS - 4, 80 + (uint32_t)round);
+		for (int i = CHURN_KEYS - 4; i < CHURN_KEYS; i++) /* shared by two slots' picks */
+			c.keys[i] = c.keys[i - (CHURN_KEYS - 4)];
+		for (int i = 0; i < CHURN_SLOTS; i++) {
+			c.slots[i].c = &c;
+			c.slots[i].buf = malloc(PAYLOAD);
+			test_fill(c.slots[i].buf, PAYLOAD, 800 + (uint64_t)i);
+			churn_next(&c.slots[i]);
+		}
+		uint64_t t0 = kvt__now_ns();
+		bool stalled = false;
+		while (test_ms_since(t0) < 1500) {
+			if (!stalled && test_ms_since(t0) >= stall_after_ms[round]) {
+				kvt__faulty_set(t, 0, 0, STALL_MS);
+				stalled = true;
+			}
+			kvt_poll(s, 5);
+		}
+		c.stop = true;
+		uint64_t t1 = kvt__now_ns();
+		while (c.out && test_ms_since(t1) < 2 * CEIL_MS + 1000)
+			kvt_poll(s, 10);
+		double tail_ms = test_ms_since(t1);
+		struct kvt__store_waits w;
+		kvt__store_waits(s, &w);
+		fprintf(stderr,
+			"  churn, stall after %d ms: %llu operations (%llu failed), the last out %.0f "
+			"ms after the loop stopped\n",
+			stall_after_ms[round], (unsigned long long)c.done,
+			(unsigned long long)c.failed, tail_ms);
+		CHECKM(c.out == 0,
+		       "%d operations still out %.0f ms after the loop stopped (store: %llu admitted, "
+		       "%llu tier calls under a deadline, %llu write-behind jobs, %llu removes waiting)",
+		       c.out, tail_ms, (unsigned long long)w.ops, (unsigned long long)w.tier_calls,
+		       (unsigned long long)w.wb_jobs, (unsigned long long)w.removes_waiting);
+		CHECKM(c.failed > 0, "the stall failed no operation");
+		kvt_store_close(s);
+		for (int i = 0; i < CHURN_SLOTS; i++)
+			free(c.slots[i].buf);
+	}
+}
+
 int main(void)
 {
 	char *dir = test_tmpdir("deadline");
@@ -498,6 +627,7 @@ int main(void)
 
 	flood_fixed_rate(dir);
 	retried_put_is_one_sighting(dir);
+	churn_under_stall(dir);
 
 	free(buf);
 	test_rmdir(dir);
