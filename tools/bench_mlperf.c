@@ -36,6 +36,7 @@
 #include <sys/statvfs.h>
 
 #include "bench.h"
+#include "bench_mlperf_ref.h"
 #include "cli.h"
 #include "scaled_geometry.h"
 
@@ -87,7 +88,9 @@ struct gslot {
 };
 
 struct mb {
-	struct kvt_store *s;
+	struct kvt_store *s;  /* the store, or */
+	struct mref *ref;     /* the reference (--ref): the harness's files */
+	uint8_t ns[KVT_NS_ID_BYTES]; /* the keys' namespace */
 	enum umodel model;
 	struct user *users;
 	uint32_t n_users, qd, inflight;
@@ -155,7 +158,7 @@ static void new_conversation(struct user *u)
 		tok[0] = u->id;
 		tok[1] = (uint32_t)u->conv;
 		tok[2] = i;
-		kvt_key_next(kvt_store_ns_id(u->m->s), parent, tok, 3, &u->keys[i]);
+		kvt_key_next(u->m->ns, parent, tok, 3, &u->keys[i]);
 		parent = &u->keys[i];
 	}
 	new_turn_entry(u);
@@ -190,7 +193,7 @@ static void harness_request(struct user *u)
 						 : 0;
 	for (uint32_t i = u->entry_begin; i < u->ctx_chunks; i++) {
 		uint32_t tok[3] = {u->id, (uint32_t)u->conv, i};
-		kvt_key_next(kvt_store_ns_id(m->s), i > u->entry_begin ? &u->keys[i - 1] : NULL,
+		kvt_key_next(m->ns, i > u->entry_begin ? &u->keys[i - 1] : NULL,
 			     tok, 3, &u->keys[i]);
 	}
 	if (u->entry_begin)
@@ -273,7 +276,7 @@ static void op_finished(struct user *u)
 	const struct kvt_key *parent = &u->keys[u->ctx_chunks - 1];
 	for (uint32_t i = u->ctx_chunks; i < u->ctx_chunks + grow; i++) {
 		uint32_t tok[3] = {u->id, (uint32_t)u->conv, i};
-		kvt_key_next(kvt_store_ns_id(m->s), parent, tok, 3, &u->keys[i]);
+		kvt_key_next(m->ns, parent, tok, 3, &u->keys[i]);
 		parent = &u->keys[i];
 	}
 	u->ctx_chunks += grow;
@@ -328,11 +331,18 @@ static int submit_one(struct mb *m, int c)
 			return -1;
 		uint32_t ci = u->next;
 		sl->u = u;
-		int rc = u->is_read ? kvt_get(m->s, &u->keys[ci], 0, 0, sl->buf, m->payload,
-					      chunk_done, sl)
-				    : kvt_put(m->s, &u->keys[ci],
-					      ci > u->entry_begin ? &u->keys[ci - 1] : NULL, CHUNK,
-					      m->wbuf, m->payload, chunk_done, sl);
+		int rc;
+		if (m->ref)
+			rc = u->is_read ? mref_get(m->ref, u->id, u->conv, ci, sl->buf, m->payload,
+						   chunk_done, sl)
+					: mref_put(m->ref, u->id, u->conv, ci, m->wbuf, m->payload,
+						   chunk_done, sl);
+		else
+			rc = u->is_read ? kvt_get(m->s, &u->keys[ci], 0, 0, sl->buf, m->payload,
+						  chunk_done, sl)
+					: kvt_put(m->s, &u->keys[ci],
+						  ci > u->entry_begin ? &u->keys[ci - 1] : NULL, CHUNK,
+						  m->wbuf, m->payload, chunk_done, sl);
 		if (rc == -EAGAIN)
 			return -1;
 		u->next++;
@@ -367,6 +377,79 @@ static void dispatch(struct mb *m)
 	}
 }
 
+/* Users for a run (their key arrays); freed, with the run's latencies, by mb_free_users. */
+static int mb_alloc_users(struct mb *m)
+{
+	m->users = calloc(m->n_users, sizeof(*m->users));
+	if (!m->users)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < m->n_users; i++)
+		if (!(m->users[i].keys = calloc(m->model == UM_HARNESS ? H_KEYS : MAX_CHUNKS,
+						sizeof(struct kvt_key))))
+			return -ENOMEM;
+	return 0;
+}
+
+static void mb_free_users(struct mb *m)
+{
+	if (m->users)
+		for (uint32_t i = 0; i < m->n_users; i++)
+			free(m->users[i].keys);
+	free(m->users);
+	m->users = NULL;
+	free(m->rl.v);
+	free(m->wl.v);
+	for (int c = 0; c < N_CLASSES; c++)
+		free(m->rl_cls[c].v);
+}
+
+static int mb_poll(struct mb *m, int timeout_ms)
+{
+	return m->ref ? mref_poll(m->ref, timeout_ms) : kvt_poll(m->s, timeout_ms);
+}
+
+/* Drive the users (the same ones for the store and the reference: same seed) for seconds,
+ * then wait for the operations in flight. The measured seconds. */
+static double run_users(struct mb *m, uint64_t seed, double seconds, uint64_t kinds[3])
+{
+	for (uint32_t p = 0; p < N_SYS; p++)
+		for (uint32_t c = 0; c < SYS_TOKENS / CHUNK; c++) {
+			uint32_t tok[3] = {0xffffffffu, p, c};
+			kvt_key_next(m->ns, c ? &m->sys_keys[p][c - 1] : NULL, tok, 3,
+				     &m->sys_keys[p][c]);
+		}
+	kinds[0] = kinds[1] = kinds[2] = 0;
+	for (uint32_t i = 0; i < m->n_users; i++) {
+		struct user *u = &m->users[i];
+		u->m = m;
+		u->id = i;
+		u->rng = (seed + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)i * 0xbf58476d1ce4e5b9ull);
+		if (!u->rng)
+			u->rng = 1;
+		bench_rnd(&u->rng);
+		u->kind = (uint32_t)(bench_rnd(&u->rng) % 3);
+		if (m->model == UM_HARNESS) { /* 15 % interactive, 35 % responsive, 50 % batch */
+			double c = uni(&u->rng);
+			u->cls = c < 0.15 ? 0 : c < 0.5 ? 1 : 2;
+			u->hctx_max = range_u(&u->rng, ctx_min[u->kind], ctx_max[u->kind]);
+			u->hout_max = range_u(&u->rng, out_min[u->kind], out_max[u->kind]);
+		} else {
+			u->cls = (uint32_t)(bench_rnd(&u->rng) % N_CLASSES);
+		}
+		kinds[u->kind]++;
+		new_conversation(u);
+	}
+	uint64_t t0 = kvt__now_ns(), end = t0 + (uint64_t)(seconds * 1e9);
+	while (kvt__now_ns() < end) {
+		dispatch(m);
+		mb_poll(m, 10);
+	}
+	m->stop = true;
+	while (m->inflight)
+		mb_poll(m, 100);
+	return (double)(kvt__now_ns() - t0) / 1e9;
+}
+
 static void usage(void)
 {
 	printf("usage: kvtier bench --workload mlperf-kv [--option 1|2|3] [--model M] [--users N]\n"
@@ -394,7 +477,11 @@ static void usage(void)
 	       "                   per request, earlier turns read, 1 + output/32 re-reads);\n"
 	       "                   chained: turns extend a shared prefix, only new chunks written\n"
 	       "  --fsync none|data  nvme.fsync (default data, the shipped default: the harness\n"
-	       "                   fsyncs each entry's file)\n");
+	       "                   fsyncs each entry's file)\n"
+	       "  --ref            first run the same users against the harness's storage path\n"
+	       "                   (a file per conversation through the page cache, held to the\n"
+	       "                   DRAM pool's bytes; same chunk size, queue depth and fsync)\n"
+	       "                   and report the ratios\n");
 }
 
 /* Mean tokens a user holds live: context drawn uniformly per kind (chatbot 512-4096,
@@ -407,7 +494,7 @@ static void usage(void)
 
 enum {
 	O_WORKLOAD = CLI_O_FIRST_FREE, O_OPTION, O_MODEL, O_USERS, O_QUEUE_DEPTH, O_SECONDS,
-	O_SCALE, O_DRAM_BYTES, O_NVME_BYTES, O_SEED, O_USER_MODEL, O_FSYNC
+	O_SCALE, O_DRAM_BYTES, O_NVME_BYTES, O_SEED, O_USER_MODEL, O_FSYNC, O_REF
 };
 
 struct ml_args {
@@ -418,6 +505,7 @@ struct ml_args {
 	enum umodel umodel;
 	const char *fsync; /* nvme.fsync: "data" (the shipped default, the harness fsyncs) */
 	bool g_model, g_users, g_secs, g_dram; /* given on the command line */
+	bool ref; /* run the harness's storage path first, same users (bench_mlperf_ref.c) */
 };
 
 /* One option of the mlperf-kv workload (cli_getopt): 0, 1 after --help, -1 after an error. */
@@ -480,6 +568,9 @@ static int ml_opt(void *arg, int c, const char *v)
 		else
 			return cli_fail(CMD, "--user-model: '%s' is not harness or chained", v), -1;
 		return 0;
+	case O_REF:
+		m->ref = true;
+		return 0;
 	case O_FSYNC:
 		if (strcmp(v, "none") && strcmp(v, "data"))
 			return cli_fail(CMD, "--fsync: '%s' is not none or data", v), -1;
@@ -508,6 +599,7 @@ int kvt_bench_mlperf(int argc, char **argv)
 	    {"seed", required_argument, NULL, O_SEED},
 	    {"user-model", required_argument, NULL, O_USER_MODEL},
 	    {"fsync", required_argument, NULL, O_FSYNC},
+	    {"ref", no_argument, NULL, O_REF},
 	    {NULL, 0, NULL, 0}};
 	struct ml_args ma = {.model = "llama3.1-8b", .seed = 42, .seconds = 30, .scale = 1, .fsync = "data",
 			    .users = 200};
@@ -520,6 +612,9 @@ int kvt_bench_mlperf(int argc, char **argv)
 	if (first < argc)
 		return cli_fail(CMD, "unexpected argument '%s' (see --workload mlperf-kv --help)",
 				argv[first]), 2;
+	if (ma.ref && ma.umodel != UM_HARNESS)
+		return cli_fail(CMD, "--ref runs the harness's user model: not with --user-model "
+				     "chained"), 2;
 	const char *model = ma.model;
 	unsigned long long dram = ma.dram, nvme = ma.nvme, seed = ma.seed;
 	double seconds = ma.seconds, scale = ma.scale;
@@ -603,29 +698,19 @@ int kvt_bench_mlperf(int argc, char **argv)
 	 * serving process maps its pool once at start, and first touches inside the run cost
 	 * a zeroed huge page per 2 MiB written (65-80 % of the CPU of a short run on this VM) -
 	 * start-up, not storage. The open's time is reported apart (open_s). */
-	struct kvt_store *s;
-	uint64_t t_open = kvt__now_ns();
-	int rc = kvt_store_open(cfg, &s);
-	double open_s = (double)(kvt__now_ns() - t_open) / 1e9;
-	kvt_config_destroy(cfg);
-	if (rc < 0)
-		return cli_fail(CMD, "cannot open the store in %s: %s", dir, kvt_strerror(rc));
-
-	struct mb m = {.s = s, .model = ma.umodel, .n_users = (uint32_t)users, .qd = (uint32_t)qd,
+	struct mb m = {.model = ma.umodel, .n_users = (uint32_t)users, .qd = (uint32_t)qd,
 		       .payload = (size_t)kvt_payload_bytes(&sg.geo, CHUNK)};
-	m.users = calloc((size_t)users, sizeof(*m.users));
+	struct mb ref = m;
+	struct kvt_store *s = NULL;
+	uint64_t kinds[3] = {0};
+	double ref_secs = 0;
+	uint64_t ref_dropped = 0;
+	int rc = 1;
 	m.slots = calloc((size_t)qd, sizeof(*m.slots));
-	rc = 1;
-	if (!m.users || !m.slots || posix_memalign(&m.wbuf, KVT_ALIGN, m.payload)) {
+	if (!m.slots || posix_memalign(&m.wbuf, KVT_ALIGN, m.payload)) {
 		cli_fail(CMD, "out of memory");
 		goto out;
 	}
-	for (long i = 0; i < users; i++)
-		if (!(m.users[i].keys = calloc(m.model == UM_HARNESS ? H_KEYS : MAX_CHUNKS,
-					       sizeof(struct kvt_key)))) {
-			cli_fail(CMD, "out of memory");
-			goto out;
-		}
 	for (long i = 0; i < qd; i++)
 		if (posix_memalign(&m.slots[i].buf, KVT_ALIGN, m.payload)) {
 			cli_fail(CMD, "out of memory");
@@ -634,48 +719,54 @@ int kvt_bench_mlperf(int argc, char **argv)
 	uint64_t nr = 0x5eed ^ seed;
 	for (size_t i = 0; i < m.payload; i++)
 		((uint8_t *)m.wbuf)[i] = (uint8_t)(bench_rnd(&nr) >> 24);
-	for (uint32_t p = 0; p < N_SYS; p++)
-		for (uint32_t c = 0; c < SYS_TOKENS / CHUNK; c++) {
-			uint32_t tok[3] = {0xffffffffu, p, c};
-			kvt_key_next(kvt_store_ns_id(s), c ? &m.sys_keys[p][c - 1] : NULL, tok, 3,
-				     &m.sys_keys[p][c]);
+	ref.slots = m.slots;
+	ref.wbuf = m.wbuf;
+	if (ma.ref) {
+		/* First, on the disk as the store will find it: the harness's files, the page
+		 * cache held to the store's DRAM pool. */
+		int frc = mref_open(dir, (uint32_t)users, (unsigned)qd, dram ? dram_pool : 0,
+				    !strcmp(ma.fsync, "data"), &ref.ref);
+		if (frc < 0) {
+			cli_fail(CMD, "cannot start the reference in %s: %s", dir, kvt_strerror(frc));
+			goto out;
 		}
+		if (mb_alloc_users(&ref) < 0) {
+			cli_fail(CMD, "out of memory");
+			goto out;
+		}
+		uint64_t rkinds[3];
+		ref_secs = run_users(&ref, seed, seconds, rkinds);
+		ref_dropped = mref_dropped_bytes(ref.ref);
+		mref_close(ref.ref);
+		ref.ref = NULL;
+	}
+	/* The DRAM pool is faulted in at open (dram.prefault, as kvtierd does), untimed: a
+	 * serving process maps its pool once at start, and first touches inside the run cost
+	 * a zeroed huge page per 2 MiB written (65-80 % of the CPU of a short run on this VM) -
+	 * start-up, not storage. The open's time is reported apart (open_s). */
+	uint64_t t_open = kvt__now_ns();
+	int orc = kvt_store_open(cfg, &s);
+	double open_s = (double)(kvt__now_ns() - t_open) / 1e9;
+	kvt_config_destroy(cfg);
+	cfg = NULL;
+	if (orc < 0) {
+		s = NULL;
+		cli_fail(CMD, "cannot open the store in %s: %s", dir, kvt_strerror(orc));
+		goto out;
+	}
+	m.s = s;
+	memcpy(m.ns, kvt_store_ns_id(s), sizeof(m.ns));
+	if (mb_alloc_users(&m) < 0) {
+		cli_fail(CMD, "out of memory");
+		goto out;
+	}
 	if (!so.json)
 		printf("mlperf-kv: %s at scale %g (%llu B/token, object %llu B), %ld users (%s), "
 		       "tiers %s (DRAM pool %s B), NVMe %s B in %s, %ld chunks in flight, "
 		       "fsync %s, %.0f s, seed %llu\n",
 		       sg.model, scale, (unsigned long long)sg.bpt, (unsigned long long)obj, users,
 		       umodel_name[m.model], so.tiers, dram ? db : "0", nb, dir, qd, ma.fsync, seconds, seed);
-	uint64_t kinds[3] = {0};
-	for (uint32_t i = 0; i < m.n_users; i++) {
-		struct user *u = &m.users[i];
-		u->m = &m;
-		u->id = i;
-		u->rng = (seed + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)i * 0xbf58476d1ce4e5b9ull);
-		if (!u->rng)
-			u->rng = 1;
-		bench_rnd(&u->rng);
-		u->kind = (uint32_t)(bench_rnd(&u->rng) % 3);
-		if (m.model == UM_HARNESS) { /* 15 % interactive, 35 % responsive, 50 % batch */
-			double c = uni(&u->rng);
-			u->cls = c < 0.15 ? 0 : c < 0.5 ? 1 : 2;
-			u->hctx_max = range_u(&u->rng, ctx_min[u->kind], ctx_max[u->kind]);
-			u->hout_max = range_u(&u->rng, out_min[u->kind], out_max[u->kind]);
-		} else {
-			u->cls = (uint32_t)(bench_rnd(&u->rng) % N_CLASSES);
-		}
-		kinds[u->kind]++;
-		new_conversation(u);
-	}
-	uint64_t t0 = kvt__now_ns(), end = t0 + (uint64_t)(seconds * 1e9);
-	while (kvt__now_ns() < end) {
-		dispatch(&m);
-		kvt_poll(s, 10);
-	}
-	m.stop = true;
-	while (m.inflight)
-		kvt_poll(s, 100);
-	double secs = (double)(kvt__now_ns() - t0) / 1e9;
+	double secs = run_users(&m, seed, seconds, kinds);
 	struct kvt_stats st;
 	kvt_stats(s, &st);
 	uint64_t csum = 0, missed = 0;
@@ -689,6 +780,12 @@ int kvt_bench_mlperf(int argc, char **argv)
 	double gib = 1073741824.0;
 	double rg = (double)m.read_bytes / gib / secs, wg = (double)m.write_bytes / gib / secs;
 	double hit = m.read_chunks ? (double)m.hit_chunks / (double)m.read_chunks : 0;
+	/* the reference's, over its own measured time */
+	lat_sort(&ref.rl);
+	lat_sort(&ref.wl);
+	double rrg = ref_secs > 0 ? (double)ref.read_bytes / gib / ref_secs : 0;
+	double rwg = ref_secs > 0 ? (double)ref.write_bytes / gib / ref_secs : 0;
+	uint64_t ref_budget = dram ? dram_pool : 0;
 	if (!so.json) {
 		printf("  users: %llu chatbot, %llu coding, %llu document\n",
 		       (unsigned long long)kinds[0], (unsigned long long)kinds[1],
@@ -711,6 +808,15 @@ int kvt_bench_mlperf(int argc, char **argv)
 		       (unsigned long long)m.requests, hit, (double)m.cached_tokens / secs,
 		       (unsigned long long)m.writes_rejected,
 		       (unsigned long long)m.errors, (unsigned long long)csum);
+		if (ma.ref)
+			printf("  reference (the harness's files, page cache held to %llu B): read "
+			       "%.3f GiB/s (kvtier %.2fx), write %.3f GiB/s (kvtier %.2fx); read p50 "
+			       "%.1f p95 %.1f us, write p50 %.1f p95 %.1f us; %llu requests, errors "
+			       "%llu\n",
+			       (unsigned long long)ref_budget, rrg, rrg > 0 ? rg / rrg : 0, rwg,
+			       rwg > 0 ? wg / rwg : 0, lat_pct(&ref.rl, 50), lat_pct(&ref.rl, 95),
+			       lat_pct(&ref.wl, 50), lat_pct(&ref.wl, 95),
+			       (unsigned long long)ref.requests, (unsigned long long)ref.errors);
 	} else {
 		printf("{\"workload\":\"mlperf-kv\",\"tier\":");
 		cli_json_str(stdout, so.tiers);
@@ -742,6 +848,20 @@ int kvt_bench_mlperf(int argc, char **argv)
 		}
 		printf(",\"writes_rejected\":%llu,\"open_s\":%.3f", (unsigned long long)m.writes_rejected,
 		       open_s);
+		if (ma.ref)
+			printf(",\"ref\":\"harness files\",\"ref_cache_bytes\":%llu,"
+			       "\"ref_cache_dropped_bytes\":%llu,\"ref_seconds\":%.3f,"
+			       "\"ref_requests\":%llu,\"ref_read_gibps\":%.4f,\"ref_write_gibps\":%.4f,"
+			       "\"ref_read_p50_us\":%.1f,\"ref_read_p95_us\":%.1f,"
+			       "\"ref_write_p50_us\":%.1f,\"ref_write_p95_us\":%.1f,\"ref_hit_ratio\":%.6f,"
+			       "\"ref_errors\":%llu,\"read_ratio\":%.4f,\"write_ratio\":%.4f",
+			       (unsigned long long)ref_budget, (unsigned long long)ref_dropped,
+			       ref_secs, (unsigned long long)ref.requests, rrg, rwg,
+			       lat_pct(&ref.rl, 50), lat_pct(&ref.rl, 95), lat_pct(&ref.wl, 50),
+			       lat_pct(&ref.wl, 95),
+			       ref.read_chunks ? (double)ref.hit_chunks / (double)ref.read_chunks : 0,
+			       (unsigned long long)ref.errors, rrg > 0 ? rg / rrg : 0,
+			       rwg > 0 ? wg / rwg : 0);
 		printf(",\"users_by_kind\":{\"%s\":%llu,\"%s\":%llu,\"%s\":%llu},\"errors\":%llu,"
 		       "\"checksum_failures\":%llu,\"deadline_misses\":%llu}\n",
 		       kind_name[0], (unsigned long long)kinds[0], kind_name[1],
@@ -750,24 +870,24 @@ int kvt_bench_mlperf(int argc, char **argv)
 		       (unsigned long long)missed);
 		fflush(stdout); /* before close, which may wait on a stuck tier */
 	}
-	rc = m.errors ? 1 : 0;
+	rc = m.errors || ref.errors ? 1 : 0;
 	if (m.errors)
 		fprintf(stderr, "kvtier bench: %llu operations failed (last: %s)\n",
 			(unsigned long long)m.errors, kvt_strerror(m.last_err));
+	if (ref.errors)
+		fprintf(stderr, "kvtier bench: %llu of the reference's operations failed (last: "
+				"%s): its figures are not comparable\n",
+			(unsigned long long)ref.errors, kvt_strerror(ref.last_err));
 out:
+	kvt_config_destroy(cfg);
+	mref_close(ref.ref);
 	kvt_store_close(s);
 	if (m.slots)
 		for (long i = 0; i < qd; i++)
 			free(m.slots[i].buf);
 	free(m.slots);
-	if (m.users)
-		for (long i = 0; i < users; i++)
-			free(m.users[i].keys);
-	free(m.users);
 	free(m.wbuf);
-	free(m.rl.v);
-	free(m.wl.v);
-	for (int c = 0; c < N_CLASSES; c++)
-		free(m.rl_cls[c].v);
+	mb_free_users(&m);
+	mb_free_users(&ref);
 	return rc;
 }

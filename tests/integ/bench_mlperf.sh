@@ -2,8 +2,10 @@
 # bench_mlperf.sh - `kvtier bench --workload mlperf-kv` end to end at a small scale: the
 # NVMe-only option and the DRAM + NVMe option run, print one JSON object with reads and
 # writes moving, hit ratio in [0, 1] and no errors; the harness's user model is the default
-# (reads outnumber writes, fsync data) and the chained one runs; bad --users / --scale /
-# --model / --user-model / --fsync fail with one line and a non-zero exit.
+# (reads outnumber writes, fsync data) and the chained one runs; --ref runs the same users
+# against the harness's storage path and reports the ratios; bad --users / --scale /
+# --model / --user-model / --fsync, and --ref with the chained model, fail with one line
+# and a non-zero exit.
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary or no jq).
 set -u
 . "$(dirname "$0")/lib/jq.sh"
@@ -43,6 +45,23 @@ j=$("$KVT" bench --workload mlperf-kv --model llama3.1-70b --users 10 --seconds 
 echo "$j" | jqe '.tier == "dram,nvme" and .dram_pool_bytes > 0 and .read_gibps > 0
 	and .write_gibps > 0 and .errors == 0' >/dev/null || fail "dram+nvme: $j"
 
+# --ref: the same users first against the harness's storage path (files through the page
+# cache, held to the DRAM pool's bytes), in the same run; its files are gone afterwards
+j=$("$KVT" bench --workload mlperf-kv --model llama3.1-8b --users 10 --seconds 1.5 --scale 0.002 \
+	--dram-bytes 2GiB --ref --dir "$tmp/r" --json | tail -1) || fail "--ref run"
+echo "$j" | jqe '.ref == "harness files" and .ref_cache_bytes == .dram_pool_bytes
+	and .ref_requests > 0 and .ref_read_gibps > 0 and .ref_write_gibps > 0
+	and .ref_errors == 0 and .ref_hit_ratio == 1 and .errors == 0
+	and (.read_ratio * .ref_read_gibps / .read_gibps - 1 | fabs) < 0.05
+	and (.write_ratio * .ref_write_gibps / .write_gibps - 1 | fabs) < 0.05' >/dev/null ||
+	fail "--ref: $j"
+[ ! -e "$tmp/r/ref" ] || fail "--ref left its files: $(ls "$tmp/r/ref" | head -3)"
+# without a DRAM tier the reference gets no page cache: its files are dropped from it
+j=$("$KVT" bench --workload mlperf-kv --model llama3.1-8b --users 10 --seconds 1 --scale 0.002 \
+	--ref --dir "$tmp/r0" --json | tail -1) || fail "--ref run without DRAM"
+echo "$j" | jqe '.ref_cache_bytes == 0 and .ref_cache_dropped_bytes > 0 and .ref_errors == 0' \
+	>/dev/null || fail "--ref without DRAM: $j"
+
 bad() {
 	if "$KVT" bench --workload mlperf-kv --dir "$tmp/x" --seconds 1 "$@" >/dev/null 2>"$tmp/err"
 	then fail "accepted: $*"; fi
@@ -56,5 +75,6 @@ bad --scale 1.5
 bad --model no-such-model
 bad --user-model replay
 bad --fsync always
+bad --ref --user-model chained
 "$KVT" bench --workload no-such-workload >/dev/null 2>&1 && fail "unknown workload accepted"
 echo "pass"

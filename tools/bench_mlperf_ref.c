@@ -1,0 +1,373 @@
+/*
+ * bench_mlperf_ref.c - the reference side of `kvtier bench --workload mlperf-kv --ref`: the
+ * MLPerf harness's storage path, driven by the same users and request stream as the store,
+ * in the same run, so the two can be compared on the same disk.
+ *
+ * The harness keeps an entry's KV in a plain file written and read through the page cache
+ * (buffered I/O) and fsyncs each file it writes. Here: one file per conversation under
+ * <dir>/ref (its entries back to back, chunk i at offset i x chunk bytes), written with
+ * pwrite and, with fsync data, made durable by fdatasync before the write completes (the
+ * store's nvme.fsync=data makes each object durable at its completion: the same
+ * durability per operation), read with pread. The same bytes per operation (one chunk) and
+ * in flight (one worker thread per queue slot, so --queue-depth chunk operations at once).
+ *
+ * Memory budget: the page cache stands in for the store's DRAM tier, so it is held to the
+ * same bytes. Files are kept in least-recently-used order with the bytes each has in the
+ * cache (what was written or read of it since it last left the cache); past the budget the
+ * oldest are dropped from it (POSIX_FADV_DONTNEED, clean once fdatasync'ed). With no
+ * budget (the store has no DRAM tier) every file leaves the cache once its operations are
+ * done, and reads come from the disk, as the store's do. A conversation's file is removed
+ * when its user starts the next one (no later request reads it); the rest at the end.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench_mlperf_ref.h"
+
+struct rop {
+	struct rop *next;
+	struct mref *r;
+	uint32_t user;
+	int fd;
+	bool write;
+	uint64_t off;
+	void *buf;
+	size_t len;
+	kvt_cb cb;
+	void *arg;
+	int status;
+};
+
+struct rfile {
+	int fd;	       /* -1: none open */
+	uint64_t conv; /* the conversation it holds */
+	uint64_t size, cached;
+	uint32_t busy; /* operations in flight on it */
+	/* LRU of files with bytes in the cache: newest at the head */
+	struct rfile *prev, *next;
+	bool listed;
+};
+
+struct mref {
+	char dir[4096];
+	bool fsync_data;
+	uint64_t budget, cached;
+	uint32_t n_users;
+	struct rfile *files;
+	struct rfile *lru_head, *lru_tail;
+	pthread_t *threads;
+	unsigned n_threads;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct rop *todo, *todo_tail, *done, *done_tail;
+	bool stopping;
+	int efd;
+	uint64_t dropped_bytes;
+};
+
+static void file_path(const struct mref *r, uint32_t user, uint64_t conv, char *out, size_t len)
+{
+	snprintf(out, len, "%s/u%u-c%llu", r->dir, user, (unsigned long long)conv);
+}
+
+static void *worker(void *arg)
+{
+	struct mref *r = arg;
+	pthread_mutex_lock(&r->lock);
+	for (;;) {
+		while (!r->todo && !r->stopping)
+			pthread_cond_wait(&r->cond, &r->lock);
+		struct rop *op = r->todo;
+		if (!op)
+			break;
+		r->todo = op->next;
+		if (!r->todo)
+			r->todo_tail = NULL;
+		pthread_mutex_unlock(&r->lock);
+		ssize_t n = op->write ? pwrite(op->fd, op->buf, op->len, (off_t)op->off)
+				      : pread(op->fd, op->buf, op->len, (off_t)op->off);
+		op->status = n < 0 ? -errno : (size_t)n == op->len ? (int)0 : -EIO;
+		if (!op->status && op->write && op->r->fsync_data && fdatasync(op->fd) < 0)
+			op->status = -errno;
+		pthread_mutex_lock(&r->lock);
+		op->next = NULL;
+		if (r->done_tail)
+			r->done_tail->next = op;
+		else
+			r->done = op;
+		r->done_tail = op;
+		uint64_t one = 1;
+		ssize_t w = write(r->efd, &one, sizeof(one));
+		(void)w;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return NULL;
+}
+
+int mref_open(const char *dir, uint32_t n_users, unsigned threads, uint64_t cache_budget,
+	      bool fsync_data, struct mref **out)
+{
+	struct mref *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	snprintf(r->dir, sizeof(r->dir), "%s/ref", dir);
+	if (mkdir(r->dir, 0700) < 0 && errno != EEXIST) {
+		int e = -errno;
+		free(r);
+		return e;
+	}
+	r->fsync_data = fsync_data;
+	r->budget = cache_budget;
+	r->n_users = n_users;
+	r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	r->files = calloc(n_users, sizeof(*r->files));
+	r->threads = calloc(threads, sizeof(*r->threads));
+	if (r->efd < 0 || !r->files || !r->threads) {
+		if (r->efd >= 0)
+			close(r->efd);
+		free(r->files);
+		free(r->threads);
+		free(r);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n_users; i++)
+		r->files[i].fd = -1;
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	for (unsigned i = 0; i < threads; i++) {
+		if (pthread_create(&r->threads[i], NULL, worker, r))
+			break;
+		r->n_threads++;
+	}
+	if (!r->n_threads) {
+		mref_close(r);
+		return -EAGAIN;
+	}
+	*out = r;
+	return 0;
+}
+
+/* ------------------------------------------------------------ the page-cache budget */
+
+static void lru_unlink(struct mref *r, struct rfile *f)
+{
+	if (!f->listed)
+		return;
+	if (f->prev)
+		f->prev->next = f->next;
+	else
+		r->lru_head = f->next;
+	if (f->next)
+		f->next->prev = f->prev;
+	else
+		r->lru_tail = f->prev;
+	f->prev = f->next = NULL;
+	f->listed = false;
+	r->cached -= f->cached;
+	f->cached = 0;
+}
+
+static void lru_touch(struct mref *r, struct rfile *f, uint64_t bytes)
+{
+	uint64_t c = f->cached;
+	lru_unlink(r, f);
+	f->cached = KVT_MIN(c + bytes, f->size);
+	r->cached += f->cached;
+	f->next = r->lru_head;
+	if (r->lru_head)
+		r->lru_head->prev = f;
+	r->lru_head = f;
+	if (!r->lru_tail)
+		r->lru_tail = f;
+	f->listed = true;
+}
+
+/* Drop the oldest files from the cache until it is within the budget (files with
+ * operations in flight stay until those are done). */
+static void cache_trim(struct mref *r)
+{
+	struct rfile *f = r->lru_tail;
+	while (r->cached > r->budget && f) {
+		struct rfile *prev = f->prev;
+		if (!f->busy && f->fd >= 0) {
+			r->dropped_bytes += f->cached;
+			posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
+			lru_unlink(r, f);
+		}
+		f = prev;
+	}
+}
+
+/* ------------------------------------------------------------ operations */
+
+/* The user's file for conversation conv: a new conversation removes the last one's. */
+static int user_file(struct mref *r, uint32_t user, uint64_t conv, struct rfile **out)
+{
+	if (user >= r->n_users)
+		return -EINVAL;
+	struct rfile *f = &r->files[user];
+	if (f->fd >= 0 && f->conv == conv) {
+		*out = f;
+		return 0;
+	}
+	char path[4200];
+	if (f->fd >= 0) {
+		if (f->busy)
+			return -EBUSY; /* the user model never moves on with operations out */
+		lru_unlink(r, f);
+		close(f->fd);
+		f->fd = -1;
+		file_path(r, user, f->conv, path, sizeof(path));
+		unlink(path);
+	}
+	file_path(r, user, conv, path, sizeof(path));
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	f->fd = fd;
+	f->conv = conv;
+	f->size = 0;
+	*out = f;
+	return 0;
+}
+
+static int submit(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, bool write,
+		  void *buf, size_t len, kvt_cb cb, void *arg)
+{
+	struct rfile *f;
+	int rc = user_file(r, user, conv, &f);
+	if (rc < 0)
+		return rc;
+	struct rop *op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	*op = (struct rop){.r = r, .user = user, .fd = f->fd, .write = write,
+			   .off = (uint64_t)chunk * len, .buf = buf, .len = len, .cb = cb,
+			   .arg = arg};
+	if (write && op->off + len > f->size)
+		f->size = op->off + len;
+	f->busy++;
+	pthread_mutex_lock(&r->lock);
+	if (r->todo_tail)
+		r->todo_tail->next = op;
+	else
+		r->todo = op;
+	r->todo_tail = op;
+	pthread_cond_signal(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+	return 0;
+}
+
+int mref_put(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, const void *buf,
+	     size_t len, kvt_cb cb, void *arg)
+{
+	return submit(r, user, conv, chunk, true, (void *)buf, len, cb, arg);
+}
+
+int mref_get(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, void *buf,
+	     size_t len, kvt_cb cb, void *arg)
+{
+	struct rfile *f;
+	int rc = user_file(r, user, conv, &f);
+	if (rc < 0)
+		return rc;
+	if ((uint64_t)(chunk + 1) * len <= f->size)
+		return submit(r, user, conv, chunk, false, buf, len, cb, arg);
+	/* never written: a miss, through mref_poll as the store's */
+	struct rop *op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	*op = (struct rop){.r = r, .user = user, .fd = f->fd, .len = len, .cb = cb, .arg = arg,
+			   .status = -ENOENT};
+	f->busy++;
+	pthread_mutex_lock(&r->lock);
+	if (r->done_tail)
+		r->done_tail->next = op;
+	else
+		r->done = op;
+	r->done_tail = op;
+	uint64_t one = 1;
+	ssize_t w = write(r->efd, &one, sizeof(one));
+	(void)w;
+	pthread_mutex_unlock(&r->lock);
+	return 0;
+}
+
+int mref_poll(struct mref *r, int timeout_ms)
+{
+	struct pollfd p = {.fd = r->efd, .events = POLLIN};
+	pthread_mutex_lock(&r->lock);
+	bool empty = !r->done;
+	pthread_mutex_unlock(&r->lock);
+	if (empty && timeout_ms && poll(&p, 1, timeout_ms) < 0)
+		return -errno;
+	uint64_t v;
+	ssize_t rd = read(r->efd, &v, sizeof(v));
+	(void)rd;
+	pthread_mutex_lock(&r->lock);
+	struct rop *list = r->done;
+	r->done = r->done_tail = NULL;
+	pthread_mutex_unlock(&r->lock);
+	int n = 0;
+	while (list) {
+		struct rop *op = list;
+		list = op->next;
+		struct rfile *f = &r->files[op->user];
+		f->busy--;
+		if (!op->status)
+			lru_touch(r, f, op->len);
+		cache_trim(r);
+		struct kvt_result res = {.status = op->status, .tier = op->status ? -1 : 0,
+					 .bytes = op->status ? 0 : op->len};
+		kvt_cb cb = op->cb;
+		void *arg = op->arg;
+		free(op);
+		cb(arg, &res);
+		n++;
+	}
+	return n;
+}
+
+uint64_t mref_dropped_bytes(const struct mref *r)
+{
+	return r->dropped_bytes;
+}
+
+void mref_close(struct mref *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->lock);
+	r->stopping = true;
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+	for (unsigned i = 0; i < r->n_threads; i++)
+		pthread_join(r->threads[i], NULL);
+	while (r->done) { /* completions nobody polled for */
+		struct rop *op = r->done;
+		r->done = op->next;
+		free(op);
+	}
+	char path[4200];
+	for (uint32_t i = 0; i < r->n_users; i++)
+		if (r->files[i].fd >= 0) {
+			close(r->files[i].fd);
+			file_path(r, i, r->files[i].conv, path, sizeof(path));
+			unlink(path);
+		}
+	rmdir(r->dir);
+	close(r->efd);
+	pthread_mutex_destroy(&r->lock);
+	pthread_cond_destroy(&r->cond);
+	free(r->threads);
+	free(r->files);
+	free(r);
+}
