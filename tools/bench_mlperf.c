@@ -739,6 +739,7 @@ int kvt_bench_mlperf(int argc, char **argv)
 		ref_dropped = mref_dropped_bytes(ref.ref);
 		mref_close(ref.ref);
 		ref.ref = NULL;
+		mref_settle(dir);
 	}
 	/* The DRAM pool is faulted in at open (dram.prefault, as kvtierd does), untimed: a
 	 * serving process maps its pool once at start, and first touches inside the run cost

@@ -28,6 +28,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "bench_mlperf_ref.h"
@@ -370,4 +371,36 @@ void mref_close(struct mref *r)
 	free(r->threads);
 	free(r->files);
 	free(r);
+}
+
+/* After the reference: its files' removal may still be going on at the device (ext4
+ * mounted `discard` sends a discard per freed extent at the journal's next commit), which
+ * the store's run must not pay for. Commit now, then wait for the device's queue to stay
+ * empty for a second (at most 60 s). */
+void mref_settle(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0)
+		return;
+	syncfs(fd);
+	bool have = fstat(fd, &st) == 0;
+	close(fd);
+	if (!have)
+		return;
+	char path[64];
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/inflight", major(st.st_dev),
+		 minor(st.st_dev));
+	int quiet_ms = 0;
+	for (int waited = 0; waited < 60000 && quiet_ms < 1000; waited += 50) {
+		FILE *f = fopen(path, "r");
+		unsigned long long r = 0, w = 0;
+		bool ok = f && fscanf(f, "%llu %llu", &r, &w) == 2;
+		if (f)
+			fclose(f);
+		if (!ok)
+			return; /* not a block device (tmpfs, a network file system) */
+		quiet_ms = r + w ? 0 : quiet_ms + 50;
+		usleep(50 * 1000);
+	}
 }

@@ -26,5 +26,8 @@ int mref_poll(struct mref *r, int timeout_ms);
 uint64_t mref_dropped_bytes(const struct mref *r);
 /* Waits for the workers and removes every file. */
 void mref_close(struct mref *r);
+/* Wait until the device under dir has had nothing in flight for a second (at most 60 s):
+ * the removal's discards are the reference's cost, not the store's. */
+void mref_settle(const char *dir);
 
 #endif
