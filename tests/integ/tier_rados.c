@@ -365,8 +365,22 @@ static void test_osd_stall(void)
 	CHECK(kill(osd, SIGCONT) == 0, "SIGCONT osd.0");
 	uint64_t t0 = kvt__now_ns();
 	int ok = 0;
-	while (!ok && kvt__now_ns() - t0 < 90000000000ULL) /* a loaded 2-core CI box: peering can be slow */
+	bool nudged = false;
+	while (!ok && kvt__now_ns() - t0 < 90000000000ULL) { /* a loaded 2-core CI box: peering can be slow */
 		ok = t_read(t, &keys[1], &segs[1], 1) == SZ;
+		/* A Ceph bug, not the tier's: a lone OSD resumed after SIGSTOP can leave its PGs
+		 * "laggy" (read lease expired) with client ops parked until the next interval
+		 * change, which nothing schedules (ceph-container #1682, ceph PR 71663): seen
+		 * once in CI under ASan, 90 s with every op parked, a fresh client too. Marking
+		 * the OSD down starts a new interval; it marks itself up again at once. */
+		if (!ok && !nudged && kvt__now_ns() - t0 > 20000000000ULL) {
+			fprintf(stderr, "no read 20 s after SIGCONT: PGs laggy? marking osd.0 down "
+					"to start a new interval\n");
+			shf("ceph -c '%s/ceph.conf' -s >&2; ceph -c '%s/ceph.conf' osd down 0 >&2",
+			    ceph_dir, ceph_dir);
+			nudged = true;
+		}
+	}
 	if (!ok) {
 		/* Say which side did not recover: the cluster (its status, the OSD's last log
 		 * lines) or this tier's librados client (a fresh instance reads the object). */
