@@ -724,8 +724,8 @@ int kvt_bench_mlperf(int argc, char **argv)
 	if (ma.ref) {
 		/* First, on the disk as the store will find it: the harness's files, the page
 		 * cache held to the store's DRAM pool. */
-		int frc = mref_open(dir, (uint32_t)users, (unsigned)qd, dram ? dram_pool : 0,
-				    !strcmp(ma.fsync, "data"), &ref.ref);
+		int frc = mref_open(dir, (uint32_t)users, H_KEYS, (unsigned)qd,
+				    dram ? dram_pool : 0, !strcmp(ma.fsync, "data"), &ref.ref);
 		if (frc < 0) {
 			cli_fail(CMD, "cannot start the reference in %s: %s", dir, kvt_strerror(frc));
 			goto out;
@@ -767,6 +767,7 @@ int kvt_bench_mlperf(int argc, char **argv)
 		       "fsync %s, %.0f s, seed %llu\n",
 		       sg.model, scale, (unsigned long long)sg.bpt, (unsigned long long)obj, users,
 		       umodel_name[m.model], so.tiers, dram ? db : "0", nb, dir, qd, ma.fsync, seconds, seed);
+	fflush(stdout); /* the store's run starts now: say so while it runs, even into a pipe */
 	double secs = run_users(&m, seed, seconds, kinds);
 	struct kvt_stats st;
 	kvt_stats(s, &st);

@@ -12,10 +12,10 @@
  * in flight (one worker thread per queue slot, so --queue-depth chunk operations at once).
  *
  * Memory budget: the page cache stands in for the store's DRAM tier, so it is held to the
- * same bytes. Files are kept in least-recently-used order with the bytes each has in the
- * cache (what was written or read of it since it last left the cache); past the budget the
- * oldest are dropped from it (POSIX_FADV_DONTNEED, clean once fdatasync'ed). With no
- * budget (the store has no DRAM tier) every file leaves the cache once its operations are
+ * same bytes. Chunks are kept in least-recently-used order (written or read); past the
+ * budget the oldest are dropped from it (POSIX_FADV_DONTNEED on their range, clean once
+ * fdatasync'ed), as the kernel's own LRU or the harness's CPU-memory dict would. With no
+ * budget (the store has no DRAM tier) every chunk leaves the cache once its operation is
  * done, and reads come from the disk, as the store's do. A conversation's file is removed
  * when its user starts the next one (no later request reads it); the rest at the end.
  */
@@ -36,7 +36,7 @@
 struct rop {
 	struct rop *next;
 	struct mref *r;
-	uint32_t user;
+	uint32_t user, chunk;
 	int fd;
 	bool write;
 	uint64_t off;
@@ -47,14 +47,20 @@ struct rop {
 	int status;
 };
 
+/* A chunk's place in the page cache's LRU (newest at the head). */
+struct rchunk {
+	struct rchunk *prev, *next;
+	uint32_t user, index;
+	uint64_t bytes; /* in the cache; 0: not listed */
+	uint32_t busy;	/* operations in flight on it */
+};
+
 struct rfile {
 	int fd;	       /* -1: none open */
 	uint64_t conv; /* the conversation it holds */
-	uint64_t size, cached;
-	uint32_t busy; /* operations in flight on it */
-	/* LRU of files with bytes in the cache: newest at the head */
-	struct rfile *prev, *next;
-	bool listed;
+	uint64_t size;
+	uint32_t busy;		/* operations in flight on it */
+	struct rchunk *chunks; /* max_chunks */
 };
 
 struct mref {
@@ -63,7 +69,8 @@ struct mref {
 	uint64_t budget, cached;
 	uint32_t n_users;
 	struct rfile *files;
-	struct rfile *lru_head, *lru_tail;
+	uint32_t max_chunks; /* per conversation */
+	struct rchunk *lru_head, *lru_tail;
 	pthread_t *threads;
 	unsigned n_threads;
 	pthread_mutex_t lock;
@@ -113,8 +120,8 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-int mref_open(const char *dir, uint32_t n_users, unsigned threads, uint64_t cache_budget,
-	      bool fsync_data, struct mref **out)
+int mref_open(const char *dir, uint32_t n_users, uint32_t max_chunks, unsigned threads,
+	      uint64_t cache_budget, bool fsync_data, struct mref **out)
 {
 	struct mref *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -139,10 +146,21 @@ int mref_open(const char *dir, uint32_t n_users, unsigned threads, uint64_t cach
 		free(r);
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < n_users; i++)
-		r->files[i].fd = -1;
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->cond, NULL);
+	r->max_chunks = max_chunks;
+	for (uint32_t i = 0; i < n_users; i++)
+		r->files[i].fd = -1;
+	for (uint32_t i = 0; i < n_users; i++) {
+		if (!(r->files[i].chunks = calloc(max_chunks, sizeof(struct rchunk)))) {
+			mref_close(r);
+			return -ENOMEM;
+		}
+		for (uint32_t c = 0; c < max_chunks; c++) {
+			r->files[i].chunks[c].user = i;
+			r->files[i].chunks[c].index = c;
+		}
+	}
 	for (unsigned i = 0; i < threads; i++) {
 		if (pthread_create(&r->threads[i], NULL, worker, r))
 			break;
@@ -158,52 +176,51 @@ int mref_open(const char *dir, uint32_t n_users, unsigned threads, uint64_t cach
 
 /* ------------------------------------------------------------ the page-cache budget */
 
-static void lru_unlink(struct mref *r, struct rfile *f)
+static void lru_unlink(struct mref *r, struct rchunk *c)
 {
-	if (!f->listed)
+	if (!c->bytes)
 		return;
-	if (f->prev)
-		f->prev->next = f->next;
+	if (c->prev)
+		c->prev->next = c->next;
 	else
-		r->lru_head = f->next;
-	if (f->next)
-		f->next->prev = f->prev;
+		r->lru_head = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
 	else
-		r->lru_tail = f->prev;
-	f->prev = f->next = NULL;
-	f->listed = false;
-	r->cached -= f->cached;
-	f->cached = 0;
+		r->lru_tail = c->prev;
+	c->prev = c->next = NULL;
+	r->cached -= c->bytes;
+	c->bytes = 0;
 }
 
-static void lru_touch(struct mref *r, struct rfile *f, uint64_t bytes)
+static void lru_touch(struct mref *r, struct rchunk *c, uint64_t bytes)
 {
-	uint64_t c = f->cached;
-	lru_unlink(r, f);
-	f->cached = KVT_MIN(c + bytes, f->size);
-	r->cached += f->cached;
-	f->next = r->lru_head;
+	lru_unlink(r, c);
+	c->bytes = bytes;
+	r->cached += bytes;
+	c->next = r->lru_head;
 	if (r->lru_head)
-		r->lru_head->prev = f;
-	r->lru_head = f;
+		r->lru_head->prev = c;
+	r->lru_head = c;
 	if (!r->lru_tail)
-		r->lru_tail = f;
-	f->listed = true;
+		r->lru_tail = c;
 }
 
-/* Drop the oldest files from the cache until it is within the budget (files with
- * operations in flight stay until those are done). */
+/* Drop the least recently used chunks from the cache until it is within the budget (a
+ * chunk with an operation in flight stays until it is done). */
 static void cache_trim(struct mref *r)
 {
-	struct rfile *f = r->lru_tail;
-	while (r->cached > r->budget && f) {
-		struct rfile *prev = f->prev;
-		if (!f->busy && f->fd >= 0) {
-			r->dropped_bytes += f->cached;
-			posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
-			lru_unlink(r, f);
+	struct rchunk *c = r->lru_tail;
+	while (r->cached > r->budget && c) {
+		struct rchunk *prev = c->prev;
+		struct rfile *f = &r->files[c->user];
+		if (!c->busy && f->fd >= 0) {
+			r->dropped_bytes += c->bytes;
+			posix_fadvise(f->fd, (off_t)c->index * (off_t)c->bytes, (off_t)c->bytes,
+				      POSIX_FADV_DONTNEED);
+			lru_unlink(r, c);
 		}
-		f = prev;
+		c = prev;
 	}
 }
 
@@ -223,7 +240,8 @@ static int user_file(struct mref *r, uint32_t user, uint64_t conv, struct rfile 
 	if (f->fd >= 0) {
 		if (f->busy)
 			return -EBUSY; /* the user model never moves on with operations out */
-		lru_unlink(r, f);
+		for (uint32_t i = 0; i < r->max_chunks; i++)
+			lru_unlink(r, &f->chunks[i]);
 		close(f->fd);
 		f->fd = -1;
 		file_path(r, user, f->conv, path, sizeof(path));
@@ -244,18 +262,21 @@ static int submit(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, 
 		  void *buf, size_t len, kvt_cb cb, void *arg)
 {
 	struct rfile *f;
+	if (chunk >= r->max_chunks)
+		return -EINVAL;
 	int rc = user_file(r, user, conv, &f);
 	if (rc < 0)
 		return rc;
 	struct rop *op = calloc(1, sizeof(*op));
 	if (!op)
 		return -ENOMEM;
-	*op = (struct rop){.r = r, .user = user, .fd = f->fd, .write = write,
+	*op = (struct rop){.r = r, .user = user, .chunk = chunk, .fd = f->fd, .write = write,
 			   .off = (uint64_t)chunk * len, .buf = buf, .len = len, .cb = cb,
 			   .arg = arg};
 	if (write && op->off + len > f->size)
 		f->size = op->off + len;
 	f->busy++;
+	f->chunks[chunk].busy++;
 	pthread_mutex_lock(&r->lock);
 	if (r->todo_tail)
 		r->todo_tail->next = op;
@@ -277,6 +298,8 @@ int mref_get(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, void 
 	     size_t len, kvt_cb cb, void *arg)
 {
 	struct rfile *f;
+	if (chunk >= r->max_chunks)
+		return -EINVAL;
 	int rc = user_file(r, user, conv, &f);
 	if (rc < 0)
 		return rc;
@@ -286,9 +309,10 @@ int mref_get(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, void 
 	struct rop *op = calloc(1, sizeof(*op));
 	if (!op)
 		return -ENOMEM;
-	*op = (struct rop){.r = r, .user = user, .fd = f->fd, .len = len, .cb = cb, .arg = arg,
-			   .status = -ENOENT};
+	*op = (struct rop){.r = r, .user = user, .chunk = chunk, .fd = f->fd, .len = len,
+			   .cb = cb, .arg = arg, .status = -ENOENT};
 	f->busy++;
+	f->chunks[chunk].busy++;
 	pthread_mutex_lock(&r->lock);
 	if (r->done_tail)
 		r->done_tail->next = op;
@@ -322,9 +346,11 @@ int mref_poll(struct mref *r, int timeout_ms)
 		struct rop *op = list;
 		list = op->next;
 		struct rfile *f = &r->files[op->user];
+		struct rchunk *c = &f->chunks[op->chunk];
 		f->busy--;
+		c->busy--;
 		if (!op->status)
-			lru_touch(r, f, op->len);
+			lru_touch(r, c, op->len);
 		cache_trim(r);
 		struct kvt_result res = {.status = op->status, .tier = op->status ? -1 : 0,
 					 .bytes = op->status ? 0 : op->len};
@@ -358,12 +384,14 @@ void mref_close(struct mref *r)
 		free(op);
 	}
 	char path[4200];
-	for (uint32_t i = 0; i < r->n_users; i++)
+	for (uint32_t i = 0; i < r->n_users; i++) {
 		if (r->files[i].fd >= 0) {
 			close(r->files[i].fd);
 			file_path(r, i, r->files[i].conv, path, sizeof(path));
 			unlink(path);
 		}
+		free(r->files[i].chunks);
+	}
 	rmdir(r->dir);
 	close(r->efd);
 	pthread_mutex_destroy(&r->lock);

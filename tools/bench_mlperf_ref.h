@@ -11,10 +11,11 @@
 
 struct mref;
 
-/* Files under <dir>/ref, threads workers (the queue depth), the page cache held to
- * cache_budget bytes, fdatasync before a write completes if fsync_data. */
-int mref_open(const char *dir, uint32_t n_users, unsigned threads, uint64_t cache_budget,
-	      bool fsync_data, struct mref **out);
+/* Files under <dir>/ref, at most max_chunks chunks per conversation, threads workers
+ * (the queue depth), the page cache held to cache_budget bytes, fdatasync before a write
+ * completes if fsync_data. */
+int mref_open(const char *dir, uint32_t n_users, uint32_t max_chunks, unsigned threads,
+	      uint64_t cache_budget, bool fsync_data, struct mref **out);
 /* Chunk chunk (len bytes) of user's conversation conv; cb runs from mref_poll, with
  * kvt_result's status and bytes as the store's. A get of a chunk never written: -ENOENT. */
 int mref_put(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, const void *buf,
