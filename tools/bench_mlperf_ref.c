@@ -352,7 +352,7 @@ int mref_poll(struct mref *r, int timeout_ms)
 		if (!op->status)
 			lru_touch(r, c, op->len);
 		cache_trim(r);
-		struct kvt_result res = {.status = op->status, .tier = op->status ? -1 : 0,
+		struct kvt_result res = {.status = op->status, .tier = op->status ? KVT_TIER_NONE : 0,
 					 .bytes = op->status ? 0 : op->len};
 		kvt_cb cb = op->cb;
 		void *arg = op->arg;
