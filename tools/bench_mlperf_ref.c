@@ -86,6 +86,20 @@ static void file_path(const struct mref *r, uint32_t user, uint64_t conv, char *
 	snprintf(out, len, "%s/u%u-c%llu", r->dir, user, (unsigned long long)conv);
 }
 
+/* A finished operation for mref_poll (lock held). */
+static void done_push(struct mref *r, struct rop *op)
+{
+	op->next = NULL;
+	if (r->done_tail)
+		r->done_tail->next = op;
+	else
+		r->done = op;
+	r->done_tail = op;
+	uint64_t one = 1;
+	ssize_t w = write(r->efd, &one, sizeof(one));
+	(void)w;
+}
+
 static void *worker(void *arg)
 {
 	struct mref *r = arg;
@@ -106,15 +120,7 @@ static void *worker(void *arg)
 		if (!op->status && op->write && op->r->fsync_data && fdatasync(op->fd) < 0)
 			op->status = -errno;
 		pthread_mutex_lock(&r->lock);
-		op->next = NULL;
-		if (r->done_tail)
-			r->done_tail->next = op;
-		else
-			r->done = op;
-		r->done_tail = op;
-		uint64_t one = 1;
-		ssize_t w = write(r->efd, &one, sizeof(one));
-		(void)w;
+		done_push(r, op);
 	}
 	pthread_mutex_unlock(&r->lock);
 	return NULL;
@@ -314,14 +320,7 @@ int mref_get(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, void 
 	f->busy++;
 	f->chunks[chunk].busy++;
 	pthread_mutex_lock(&r->lock);
-	if (r->done_tail)
-		r->done_tail->next = op;
-	else
-		r->done = op;
-	r->done_tail = op;
-	uint64_t one = 1;
-	ssize_t w = write(r->efd, &one, sizeof(one));
-	(void)w;
+	done_push(r, op);
 	pthread_mutex_unlock(&r->lock);
 	return 0;
 }
