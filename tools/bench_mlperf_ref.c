@@ -75,7 +75,8 @@ struct mref {
 	unsigned n_threads;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct rop *todo, *todo_tail, *done, *done_tail;
+	struct rop *queue, *queue_tail; /* for the workers */
+	struct rop *done, *done_tail;   /* for mref_poll */
 	bool stopping;
 	int efd;
 	uint64_t dropped_bytes;
@@ -105,14 +106,14 @@ static void *worker(void *arg)
 	struct mref *r = arg;
 	pthread_mutex_lock(&r->lock);
 	for (;;) {
-		while (!r->todo && !r->stopping)
+		while (!r->queue && !r->stopping)
 			pthread_cond_wait(&r->cond, &r->lock);
-		struct rop *op = r->todo;
+		struct rop *op = r->queue;
 		if (!op)
 			break;
-		r->todo = op->next;
-		if (!r->todo)
-			r->todo_tail = NULL;
+		r->queue = op->next;
+		if (!r->queue)
+			r->queue_tail = NULL;
 		pthread_mutex_unlock(&r->lock);
 		ssize_t n = op->write ? pwrite(op->fd, op->buf, op->len, (off_t)op->off)
 				      : pread(op->fd, op->buf, op->len, (off_t)op->off);
@@ -264,6 +265,8 @@ static int user_file(struct mref *r, uint32_t user, uint64_t conv, struct rfile 
 	return 0;
 }
 
+/* Queue a chunk operation for the workers; a read of a chunk never written is a miss,
+ * delivered through mref_poll as the store's is. */
 static int submit(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, bool write,
 		  void *buf, size_t len, kvt_cb cb, void *arg)
 {
@@ -279,17 +282,23 @@ static int submit(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, 
 	*op = (struct rop){.r = r, .user = user, .chunk = chunk, .fd = f->fd, .write = write,
 			   .off = (uint64_t)chunk * len, .buf = buf, .len = len, .cb = cb,
 			   .arg = arg};
+	bool miss = !write && op->off + len > f->size;
 	if (write && op->off + len > f->size)
 		f->size = op->off + len;
 	f->busy++;
 	f->chunks[chunk].busy++;
 	pthread_mutex_lock(&r->lock);
-	if (r->todo_tail)
-		r->todo_tail->next = op;
-	else
-		r->todo = op;
-	r->todo_tail = op;
-	pthread_cond_signal(&r->cond);
+	if (miss) {
+		op->status = -ENOENT;
+		done_push(r, op);
+	} else {
+		if (r->queue_tail)
+			r->queue_tail->next = op;
+		else
+			r->queue = op;
+		r->queue_tail = op;
+		pthread_cond_signal(&r->cond);
+	}
 	pthread_mutex_unlock(&r->lock);
 	return 0;
 }
@@ -303,26 +312,7 @@ int mref_put(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, const
 int mref_get(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, void *buf,
 	     size_t len, kvt_cb cb, void *arg)
 {
-	struct rfile *f;
-	if (chunk >= r->max_chunks)
-		return -EINVAL;
-	int rc = user_file(r, user, conv, &f);
-	if (rc < 0)
-		return rc;
-	if ((uint64_t)(chunk + 1) * len <= f->size)
-		return submit(r, user, conv, chunk, false, buf, len, cb, arg);
-	/* never written: a miss, through mref_poll as the store's */
-	struct rop *op = calloc(1, sizeof(*op));
-	if (!op)
-		return -ENOMEM;
-	*op = (struct rop){.r = r, .user = user, .chunk = chunk, .fd = f->fd, .len = len,
-			   .cb = cb, .arg = arg, .status = -ENOENT};
-	f->busy++;
-	f->chunks[chunk].busy++;
-	pthread_mutex_lock(&r->lock);
-	done_push(r, op);
-	pthread_mutex_unlock(&r->lock);
-	return 0;
+	return submit(r, user, conv, chunk, false, buf, len, cb, arg);
 }
 
 int mref_poll(struct mref *r, int timeout_ms)
