@@ -193,6 +193,13 @@ void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim_out
 			res->status = -EBUSY;
 			goto out;
 		}
+		/* As a local kvt_device_store: no new object while a deeper tier is backlogged
+		 * (the rank retries after polling); one other ranks started is finished. */
+		if (kvt__store_backlogged(store, kvt_object_bytes(kvt_store_geometry(store),
+								   r->n_tokens))) {
+			res->status = -EAGAIN;
+			goto out;
+		}
 		struct kvt_slot_ref ref;
 		int rc = kvt__store_reserve(store, &sk, r->has_parent ? &sp : NULL, r->n_tokens,
 					    &ref);

@@ -270,6 +270,14 @@ int kvt_device_store(struct kvt_device *dev, struct kvt_store *s, const struct k
 	if (!p) {
 		struct kvt_slot_ref ref;
 		struct kvt_key sk, sp; /* the store's names: scoped by namespace */
+		/* A deeper tier has as much to write as its deadline allows: the same bound as
+		 * kvt_put's (engine_wb.c), so a save that would only queue a write bound to
+		 * miss its deadline is refused before anything is copied. A partial object
+		 * another rank started is always finished. */
+		if (kvt__store_backlogged(s, kvt_object_bytes(&d->geometry, n_tokens))) {
+			rc = -EAGAIN;
+			goto fail_locked;
+		}
 		rc = kvt__store_reserve(s, kvt__storage_key(kvt_store_ns_id(s), key, &sk),
 					kvt__storage_key(kvt_store_ns_id(s), parent, &sp), n_tokens,
 					&ref);
