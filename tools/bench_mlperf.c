@@ -813,12 +813,13 @@ int kvt_bench_mlperf(int argc, char **argv)
 		if (ma.ref)
 			printf("  reference (the harness's files, page cache held to %llu B): read "
 			       "%.3f GiB/s (kvtier %.2fx), write %.3f GiB/s (kvtier %.2fx); read p50 "
-			       "%.1f p95 %.1f us, write p50 %.1f p95 %.1f us; %llu requests, errors "
-			       "%llu\n",
+			       "%.1f p95 %.1f us, write p50 %.1f p95 %.1f us; %llu requests, writes "
+			       "rejected (disk full) %llu, errors %llu\n",
 			       (unsigned long long)ref_budget, rrg, rrg > 0 ? rg / rrg : 0, rwg,
 			       rwg > 0 ? wg / rwg : 0, lat_pct(&ref.rl, 50), lat_pct(&ref.rl, 95),
 			       lat_pct(&ref.wl, 50), lat_pct(&ref.wl, 95),
-			       (unsigned long long)ref.requests, (unsigned long long)ref.errors);
+			       (unsigned long long)ref.requests,
+			       (unsigned long long)ref.writes_rejected, (unsigned long long)ref.errors);
 	} else {
 		printf("{\"workload\":\"mlperf-kv\",\"tier\":");
 		cli_json_str(stdout, so.tiers);
@@ -856,13 +857,15 @@ int kvt_bench_mlperf(int argc, char **argv)
 			       "\"ref_requests\":%llu,\"ref_read_gibps\":%.4f,\"ref_write_gibps\":%.4f,"
 			       "\"ref_read_p50_us\":%.1f,\"ref_read_p95_us\":%.1f,"
 			       "\"ref_write_p50_us\":%.1f,\"ref_write_p95_us\":%.1f,\"ref_hit_ratio\":%.6f,"
-			       "\"ref_errors\":%llu,\"read_ratio\":%.4f,\"write_ratio\":%.4f",
+			       "\"ref_writes_rejected\":%llu,\"ref_errors\":%llu,\"read_ratio\":%.4f,"
+			       "\"write_ratio\":%.4f",
 			       (unsigned long long)ref_budget, (unsigned long long)ref_dropped,
 			       ref_secs, (unsigned long long)ref.requests, rrg, rwg,
 			       lat_pct(&ref.rl, 50), lat_pct(&ref.rl, 95), lat_pct(&ref.wl, 50),
 			       lat_pct(&ref.wl, 95),
 			       ref.read_chunks ? (double)ref.hit_chunks / (double)ref.read_chunks : 0,
-			       (unsigned long long)ref.errors, rrg > 0 ? rg / rrg : 0,
+			       (unsigned long long)ref.writes_rejected, (unsigned long long)ref.errors,
+			       rrg > 0 ? rg / rrg : 0,
 			       rwg > 0 ? wg / rwg : 0);
 		printf(",\"users_by_kind\":{\"%s\":%llu,\"%s\":%llu,\"%s\":%llu},\"errors\":%llu,"
 		       "\"checksum_failures\":%llu,\"deadline_misses\":%llu}\n",
@@ -872,7 +875,9 @@ int kvt_bench_mlperf(int argc, char **argv)
 		       (unsigned long long)missed);
 		fflush(stdout); /* before close, which may wait on a stuck tier */
 	}
-	rc = m.errors || ref.errors ? 1 : 0;
+	/* A reference whose disk filled refused writes a store would have evicted for: it did
+	 * less work than the run it is compared with. */
+	rc = m.errors || ref.errors || ref.writes_rejected ? 1 : 0;
 	if (m.errors)
 		fprintf(stderr, "kvtier bench: %llu operations failed (last: %s)\n",
 			(unsigned long long)m.errors, kvt_strerror(m.last_err));
@@ -880,6 +885,10 @@ int kvt_bench_mlperf(int argc, char **argv)
 		fprintf(stderr, "kvtier bench: %llu of the reference's operations failed (last: "
 				"%s): its figures are not comparable\n",
 			(unsigned long long)ref.errors, kvt_strerror(ref.last_err));
+	if (ref.writes_rejected)
+		fprintf(stderr, "kvtier bench: the reference's disk filled: %llu of its writes were "
+				"refused (%s): its figures are not comparable\n",
+			(unsigned long long)ref.writes_rejected, strerror(ENOSPC));
 out:
 	kvt_config_destroy(cfg);
 	mref_close(ref.ref);

@@ -53,12 +53,12 @@ struct rchunk {
 	uint32_t user, index;
 	uint64_t bytes; /* in the cache; 0: not listed */
 	uint32_t busy;	/* operations in flight on it */
+	bool stored;	/* its last write succeeded: a read of it is a hit */
 };
 
 struct rfile {
 	int fd;	       /* -1: none open */
 	uint64_t conv; /* the conversation it holds */
-	uint64_t size;
 	uint32_t busy;		/* operations in flight on it */
 	struct rchunk *chunks; /* max_chunks */
 };
@@ -101,6 +101,26 @@ static void done_push(struct mref *r, struct rop *op)
 	(void)w;
 }
 
+/* The whole of op's range, or -errno: a write the disk cuts short is carried on, so a full
+ * disk reports ENOSPC rather than a short count; a read short of the range is -EIO (the
+ * entry is not all there). */
+static int full_io(const struct rop *op)
+{
+	size_t done = 0;
+	while (done < op->len) {
+		ssize_t n = op->write ? pwrite(op->fd, (const char *)op->buf + done, op->len - done,
+					       (off_t)(op->off + done))
+				      : pread(op->fd, (char *)op->buf + done, op->len - done,
+					      (off_t)(op->off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
 static void *worker(void *arg)
 {
 	struct mref *r = arg;
@@ -115,9 +135,7 @@ static void *worker(void *arg)
 		if (!r->queue)
 			r->queue_tail = NULL;
 		pthread_mutex_unlock(&r->lock);
-		ssize_t n = op->write ? pwrite(op->fd, op->buf, op->len, (off_t)op->off)
-				      : pread(op->fd, op->buf, op->len, (off_t)op->off);
-		op->status = n < 0 ? -errno : (size_t)n == op->len ? (int)0 : -EIO;
+		op->status = full_io(op);
 		if (!op->status && op->write && op->r->fsync_data && fdatasync(op->fd) < 0)
 			op->status = -errno;
 		pthread_mutex_lock(&r->lock);
@@ -247,8 +265,10 @@ static int user_file(struct mref *r, uint32_t user, uint64_t conv, struct rfile 
 	if (f->fd >= 0) {
 		if (f->busy)
 			return -EBUSY; /* the user model never moves on with operations out */
-		for (uint32_t i = 0; i < r->max_chunks; i++)
+		for (uint32_t i = 0; i < r->max_chunks; i++) {
 			lru_unlink(r, &f->chunks[i]);
+			f->chunks[i].stored = false;
+		}
 		close(f->fd);
 		f->fd = -1;
 		file_path(r, user, f->conv, path, sizeof(path));
@@ -260,13 +280,12 @@ static int user_file(struct mref *r, uint32_t user, uint64_t conv, struct rfile 
 		return -errno;
 	f->fd = fd;
 	f->conv = conv;
-	f->size = 0;
 	*out = f;
 	return 0;
 }
 
-/* Queue a chunk operation for the workers; a read of a chunk never written is a miss,
- * delivered through mref_poll as the store's is. */
+/* Queue a chunk operation for the workers; a read of a chunk not stored (never written, or
+ * its write failed: a full disk) is a miss, delivered through mref_poll as the store's is. */
 static int submit(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, bool write,
 		  void *buf, size_t len, kvt_cb cb, void *arg)
 {
@@ -282,9 +301,7 @@ static int submit(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, 
 	*op = (struct rop){.r = r, .user = user, .chunk = chunk, .fd = f->fd, .write = write,
 			   .off = (uint64_t)chunk * len, .buf = buf, .len = len, .cb = cb,
 			   .arg = arg};
-	bool miss = !write && op->off + len > f->size;
-	if (write && op->off + len > f->size)
-		f->size = op->off + len;
+	bool miss = !write && !f->chunks[chunk].stored;
 	f->busy++;
 	f->chunks[chunk].busy++;
 	pthread_mutex_lock(&r->lock);
@@ -338,6 +355,8 @@ int mref_poll(struct mref *r, int timeout_ms)
 		struct rchunk *c = &f->chunks[op->chunk];
 		f->busy--;
 		c->busy--;
+		if (op->write)
+			c->stored = !op->status;
 		if (!op->status)
 			lru_touch(r, c, op->len);
 		cache_trim(r);

@@ -3,7 +3,8 @@
 # NVMe-only option and the DRAM + NVMe option run, print one JSON object with reads and
 # writes moving, hit ratio in [0, 1] and no errors; the harness's user model is the default
 # (reads outnumber writes, fsync data) and the chained one runs; --ref runs the same users
-# against the harness's storage path and reports the ratios; bad --users / --scale /
+# against the harness's storage path and reports the ratios, and says when its disk filled;
+# bad --users / --scale /
 # --model / --user-model / --fsync, and --ref with the chained model, fail with one line
 # and a non-zero exit.
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary or no jq).
@@ -61,6 +62,31 @@ j=$("$KVT" bench --workload mlperf-kv --model llama3.1-8b --users 10 --seconds 1
 	--ref --dir "$tmp/r0" --json | tail -1) || fail "--ref run without DRAM"
 echo "$j" | jqe '.ref_cache_bytes == 0 and .ref_cache_dropped_bytes > 0 and .ref_errors == 0' \
 	>/dev/null || fail "--ref without DRAM: $j"
+
+# A full disk: the reference's writes are refused (ENOSPC), as a full cache refuses them; it
+# counts them, a read of an entry it could not write is a miss (before: its file had been
+# extended anyway, and the read failed as an I/O error), its files are still removed, and the
+# bench exits non-zero saying its figures are not comparable. A 160 MiB ext4 on a loop device.
+img=$tmp/small.img mnt=$tmp/mnt
+mkdir -p "$mnt"
+if truncate -s 160M "$img" && mkfs.ext4 -q -F "$img" 2>"$tmp/merr" &&
+	mount -o loop "$img" "$mnt" 2>"$tmp/merr"; then
+	trap 'umount "$mnt" 2>/dev/null; rm -rf "$tmp"' EXIT
+	rc=0
+	"$KVT" bench --workload mlperf-kv --model llama3.1-8b --users 10 --seconds 2 --scale 0.01 \
+		--ref --dir "$mnt/r" --json >"$tmp/out" 2>"$tmp/err" || rc=$?
+	j=$(tail -1 "$tmp/out")
+	[ $rc = 1 ] || fail "full disk: exit $rc: $j"
+	echo "$j" | jqe '.ref_writes_rejected > 0 and .ref_errors == 0 and .ref_hit_ratio < 1' \
+		>/dev/null || fail "full disk: $j"
+	grep -q "the reference's disk filled: [0-9]* of its writes were refused (No space left on device)" \
+		"$tmp/err" || fail "full disk: no one-line reason: $(cat "$tmp/err")"
+	[ ! -e "$mnt/r/ref" ] || fail "full disk: the reference left its files"
+	umount "$mnt"
+else
+	[ "${CI:-}" = true ] && fail "full disk: cannot mount a loop file system: $(cat "$tmp/merr")"
+	echo "skip: full-disk case (no loop mount: $(cat "$tmp/merr"))"
+fi
 
 bad() {
 	if "$KVT" bench --workload mlperf-kv --dir "$tmp/x" --seconds 1 "$@" >/dev/null 2>"$tmp/err"
