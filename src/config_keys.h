@@ -85,6 +85,7 @@
 	X(k, "faulty.corrupt_pct", U64, "0", 0, 100, NULL, PLAIN, "tests only: percent of reads returned with a flipped byte") \
 	X(k, "faulty.delay_ms", U64, "0", 0, 600000, NULL, PLAIN, "tests only: delay of every completion") \
 	X(k, "faulty.seed", U64, "1", 0, 1.8e19, NULL, PLAIN, "tests only: fault pattern seed") \
+	X(k, "faulty.write_bytes_per_s", U64, "0", 0, 1.8e19, NULL, PLAIN, "tests only: writes pass one at a time at this rate, as a device with one write lane (0: off)") \
 	/* ---- fs tier (shared POSIX directory): rows below ---- */ \
 	X(k, "fs.dir", STR, "", 0, 0, NULL, PLAIN, "shared directory (CephFS, NFS, Lustre mount) holding objects under v1/ab/cd/<key>; instances pointing at the same directory share chunks") \
 	X(k, "fs.threads", U64, "8", 1, 64, NULL, PLAIN, "worker threads running the blocking file system calls (lookups of a batch are spread over them)") \

@@ -216,6 +216,7 @@ static int faulty_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	atomic_store(&f->corrupt_pct, (uint32_t)kvt__cfg_u64(cfg, "faulty.corrupt_pct"));
 	atomic_store(&f->delay_ms, (uint32_t)kvt__cfg_u64(cfg, "faulty.delay_ms"));
 	atomic_store(&f->rng, kvt__cfg_u64(cfg, "faulty.seed") | 1);
+	atomic_store(&f->write_rate, kvt__cfg_u64(cfg, "faulty.write_bytes_per_s"));
 	return 0;
 }
 
