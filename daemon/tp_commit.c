@@ -194,7 +194,7 @@ void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim_out
 			goto out;
 		}
 		/* As a local kvt_device_store: no new object while a deeper tier is backlogged
-		 * (the rank retries after polling); one other ranks started is finished. */
+		 * (the rank retries after polling); an object other ranks started is finished. */
 		if (kvt__store_backlogged(store, kvt_object_bytes(kvt_store_geometry(store),
 								   r->n_tokens))) {
 			res->status = -EAGAIN;
