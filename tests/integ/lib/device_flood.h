@@ -1,0 +1,85 @@
+/*
+ * device_flood.h - the steps the device-save backlog tests share (device_backlog.c in
+ * process, daemon_device_backlog.c through kvtierd): warm a store's deeper tier up with
+ * plain puts, flood it with device saves from one TP=1 rank, and check afterwards that
+ * every chunk is on the NVMe tier, intact. Chunk i's payload is test_fill(seed0 + i).
+ * Include after testlib.h and ../unit/device_common.h.
+ */
+#ifndef KVT_TEST_DEVICE_FLOOD_H
+#define KVT_TEST_DEVICE_FLOOD_H
+
+#define DFL_BLOCK 16 /* tokens per engine block */
+
+/* Put chunks [0, n) one at a time, each flushed: the engine learns the tier's rate. */
+static inline void dfl_warm(struct kvt_store *s, const struct kvt_key *k, int n, uint32_t ntok,
+			    uint64_t seed0)
+{
+	size_t payload = kvt_payload_bytes(kvt_store_geometry(s), ntok);
+	uint8_t *buf = malloc(payload);
+	for (int i = 0; i < n; i++) {
+		test_fill(buf, payload, seed0 + (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k[i], NULL, ntok, buf, payload), 0);
+		CHECK_RC(kvt_flush_sync(s), 0);
+	}
+	free(buf);
+}
+
+/* Save chunks [from, to) through kvt_device_store from one TP=1 rank of geometry g, each
+ * as soon as the previous copy is done, retrying on -EAGAIN; returns the retries. */
+static inline int dfl_flood(struct kvt_store *s, const struct kvt_geometry *g,
+			    const struct kvt_key *k, int from, int to, uint64_t seed0)
+{
+	const uint32_t n = g->chunk_tokens, nblk = n / DFL_BLOCK;
+	size_t payload = kvt_payload_bytes(g, n);
+	uint8_t *logical = malloc(payload);
+	uint32_t *ids = malloc(nblk * sizeof(*ids));
+	struct tr_rank r;
+	CHECK_RC(tr_rank_open(&r, NULL, g, KVT_LAYOUT_FLASH_ATTN, DFL_BLOCK, nblk, 0, g->kv_heads,
+			      0, NULL),
+		 0);
+	for (uint32_t b = 0; b < nblk; b++)
+		ids[b] = nblk - 1 - b; /* not in order */
+	int eagain = 0;
+	for (int i = from; i < to; i++) {
+		test_fill(logical, payload, seed0 + (uint64_t)i);
+		tr_rank_load_logical(&r, logical, n, ids);
+		struct tr_done d = {0};
+		int rc;
+		while ((rc = kvt_device_store(r.dev, s, &k[i], NULL, n, ids, nblk, NULL, tr_on_done,
+					      &d, NULL)) == -EAGAIN) {
+			eagain++;
+			kvt_poll(s, 5);
+		}
+		CHECK_RC(rc, 0);
+		for (int w = 0; w < 2000 && !d.calls; w++)
+			kvt_poll(s, 5);
+		CHECKM(d.calls == 1, "save %d never completed", i);
+		CHECK_RC(d.res.status, 0); /* published: no head missing */
+	}
+	tr_rank_close(&r);
+	free(ids);
+	free(logical);
+	return eagain;
+}
+
+/* Chunks [0, n) are on the NVMe tier under dir, intact: opened without DRAM. */
+static inline void dfl_check_landed(const char *dir, const struct kvt_key *k, int n,
+				    const char *chunk_tokens, uint64_t seed0)
+{
+	struct kvt_config *c = test_config("nvme", dir);
+	test_set(c, "model.chunk_tokens", chunk_tokens);
+	struct kvt_store *s = test_open(c);
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	size_t payload = kvt_payload_bytes(g, g->chunk_tokens);
+	uint8_t *got = malloc(payload), *want = malloc(payload);
+	for (int i = 0; i < n; i++) {
+		CHECK_RC(kvt_get_sync(s, &k[i], 0, 0, got, payload, NULL), 0);
+		test_fill(want, payload, seed0 + (uint64_t)i);
+		CHECKM(!memcmp(got, want, payload), "chunk %d intact", i);
+	}
+	kvt_store_close(s);
+	free(got);
+	free(want);
+}
+
+#endif
