@@ -17,7 +17,8 @@ struct mref;
 int mref_open(const char *dir, uint32_t n_users, uint32_t max_chunks, unsigned threads,
 	      uint64_t cache_budget, bool fsync_data, struct mref **out);
 /* Chunk chunk (len bytes) of user's conversation conv; cb runs from mref_poll, with
- * kvt_result's status and bytes as the store's. A get of a chunk never written: -ENOENT. */
+ * kvt_result's status and bytes as the store's. A get of a chunk not stored (never written,
+ * or its write failed, e.g. the disk was full): -ENOENT; a write refused for space: -ENOSPC. */
 int mref_put(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, const void *buf,
 	     size_t len, kvt_cb cb, void *arg);
 int mref_get(struct mref *r, uint32_t user, uint64_t conv, uint32_t chunk, void *buf,
