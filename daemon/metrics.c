@@ -82,6 +82,9 @@ static char *render(struct kvtd_state *s, size_t *len)
 	PER_TIER("kvtier_tier_removes_total", "counter", "Objects removed from the tier.", removes);
 	PER_TIER("kvtier_tier_deadline_misses_total", "counter",
 		 "Calls to the tier given up on at their deadline.", deadline_misses);
+	PER_TIER("kvtier_tier_deadline_extensions_total", "counter",
+		 "Overdue calls to a local device given more time because it kept answering others.",
+		 deadline_extensions);
 	PER_TIER("kvtier_tier_write_budget_bytes", "gauge",
 		 "The tier's write budget per rolling 24 h (0: no budget).", write_budget_bytes);
 	PER_TIER("kvtier_tier_write_budget_used_bytes", "gauge",

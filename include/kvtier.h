@@ -271,6 +271,9 @@ struct kvt_tier_stats {
 	uint64_t reinsert_bytes; /* rewritten by the tier itself to keep hot objects (NVMe log) */
 	uint64_t pool_bytes;	     /* NVMe nvme.preallocate: free preallocated slots */
 	uint64_t pool_pending_bytes; /* NVMe: slots still to lay out (0: the layout is done) */
+	/* calls to a local device past their first deadline that were given more time
+	 * because the device kept answering others (queued, not stalled) */
+	uint64_t deadline_extensions;
 };
 
 struct kvt_stats {

@@ -492,6 +492,7 @@ int kvt_stats(struct kvt_store *s, struct kvt_stats *out)
 		t->writes_skipped = KVT_MAX(t->writes_skipped, atomic_load(&l->writes_refused)) +
 				    atomic_load(&l->writes_skipped);
 		t->deadline_misses = atomic_load(&l->deadline_misses);
+		t->deadline_extensions = atomic_load(&l->deadline_extensions);
 	}
 	out->puts = atomic_load(&s->puts);
 	out->gets = atomic_load(&s->gets);

@@ -6,7 +6,9 @@
  * store.tier_timeout_ms. Deadlines sit in a min-heap that the service thread checks on
  * every turn, however busy. A missed deadline completes the operation without the tier,
  * and leaves with the guard what the tier may still touch, released by whoever drops the
- * guard's last reference. The circuit breaker stops calling a tier that keeps failing or
+ * guard's last reference. A call to a local device (nvme) that is overdue while the device
+ * keeps answering calls of its kind is queued, not stalled: its deadline moves on, up to
+ * the ceiling. The circuit breaker stops calling a tier that keeps failing or
  * missing its deadlines, and probes it again after a cool-down.
  */
 #include <math.h>
@@ -176,7 +178,8 @@ static void guard_put(struct guard *g)
 void kvt__e_guard_arm(struct guard *g)
 {
 	struct kvt_store *s = g->s;
-	uint64_t deadline = g->start + deadline_budget(s, g);
+	g->budget = deadline_budget(s, g);
+	uint64_t deadline = g->start + g->budget;
 	bool wake = false;
 	pthread_mutex_lock(&s->guard_lock);
 	if (atomic_load(&g->state) == G_PENDING) { /* not answered already */
@@ -224,8 +227,10 @@ void kvt__e_guard_cb(void *arg, int64_t rc)
 	struct kvt_store *s = g->s;
 	uint64_t now = kvt__now_ns();
 	atomic_fetch_sub(&g->l->queued_bytes[g->write], g->bytes);
-	if (rc >= 0 || rc == -ENOENT)
+	if (rc >= 0 || rc == -ENOENT) {
 		deadline_learn(g->l, g, now);
+		atomic_store(&g->l->last_answer_ns[g->write], now);
+	}
 	pthread_mutex_lock(&s->guard_lock);
 	int expected = G_PENDING;
 	bool in_time = atomic_compare_exchange_strong(&g->state, &expected, G_DONE);
@@ -242,6 +247,30 @@ void kvt__e_guard_cb(void *arg, int64_t rc)
 	guard_put(g);
 }
 
+/* An overdue call to a local device (nvme) whose device has answered a call of the same
+ * kind since this one was submitted, and within this call's budget, is waiting its turn
+ * behind work the device is doing, not stalled: under a mixed load, reads that arrive
+ * after a write share the disk with it, and its estimate (what was queued ahead at
+ * submission) comes out short (3 of the MLPerf KV run's 64 MiB writes missed 2.9-3.4 s
+ * deadlines this way, docs/BENCHMARKS.md). Its deadline moves to a budget after that
+ * answer, never past store.tier_timeout_ms from its start: a stalled device answers
+ * nothing and its calls still go at their deadline. Not for remote tiers, where one
+ * request can hang (a stuck placement group, a dropped connection) while others are
+ * answered. Under guard_lock; true if the deadline moved. */
+static bool deadline_extend(struct kvt_store *s, struct guard *g, uint64_t now)
+{
+	struct link *l = g->l;
+	if (!l->local)
+		return false;
+	uint64_t last = atomic_load(&l->last_answer_ns[g->write]);
+	uint64_t until = KVT_MIN(last + g->budget, g->start + s->deadline_ceiling_ns);
+	if (last <= g->start || until <= now)
+		return false;
+	g->deadline = until;
+	atomic_fetch_add(&l->deadline_extensions, 1);
+	return true;
+}
+
 /* The service thread: expire every overdue call; returns the next deadline (UINT64_MAX:
  * none). Runs on every turn of the service loop, whatever else is queued. */
 uint64_t kvt__e_guards_expire(struct kvt_store *s, uint64_t *gen)
@@ -254,6 +283,11 @@ uint64_t kvt__e_guards_expire(struct kvt_store *s, uint64_t *gen)
 		*gen = atomic_load(&s->heap_gen);
 		if (s->heap_n) {
 			struct guard *g = s->heap[0];
+			if (g->deadline <= now && deadline_extend(s, g, now)) {
+				heap_down(s->heap, s->heap_n, 0);
+				pthread_mutex_unlock(&s->guard_lock);
+				continue;
+			}
 			if (g->deadline <= now) {
 				int expected = G_PENDING;
 				if (atomic_compare_exchange_strong(&g->state, &expected, G_EXPIRED) &&

@@ -74,6 +74,10 @@ struct link {
 	 * deadline: the backlog a new write would queue behind (kvt__e_wb_backlogged) */
 	_Atomic uint64_t live_write_bytes;
 	_Atomic uint64_t deadline_misses;
+	/* when the tier last answered a call of each kind ([0] reads and other calls, [1]
+	 * writes), and how many overdue calls were given more time because it had */
+	_Atomic uint64_t last_answer_ns[2];
+	_Atomic uint64_t deadline_extensions;
 };
 
 struct completion {
@@ -121,7 +125,8 @@ enum { G_PENDING, G_DONE, G_EXPIRED };
 struct guard {
 	size_t heap_idx;   /* position in the store's deadline heap while armed and pending */
 	uint64_t start;    /* submitted (CLOCK_MONOTONIC ns) */
-	uint64_t deadline; /* 0 until armed */
+	uint64_t deadline; /* 0 until armed; moved later while a local tier makes progress */
+	uint64_t budget;   /* the deadline's first distance from start */
 	uint64_t bytes;    /* bytes this call moves */
 	uint64_t ahead[2]; /* bytes the tier held unanswered at submission: reads, writes */
 	bool write;        /* a write: its bandwidth is the tier's write bandwidth */

@@ -771,10 +771,11 @@ int kvt_bench_mlperf(int argc, char **argv)
 	double secs = run_users(&m, seed, seconds, kinds);
 	struct kvt_stats st;
 	kvt_stats(s, &st);
-	uint64_t csum = 0, missed = 0;
+	uint64_t csum = 0, missed = 0, extended = 0;
 	for (uint32_t i = 0; i < st.n_tiers; i++) {
 		csum += st.tier[i].checksum_failures;
 		missed += st.tier[i].deadline_misses;
+		extended += st.tier[i].deadline_extensions;
 	}
 
 	lat_sort(&m.rl);
@@ -868,11 +869,12 @@ int kvt_bench_mlperf(int argc, char **argv)
 			       rrg > 0 ? rg / rrg : 0,
 			       rwg > 0 ? wg / rwg : 0);
 		printf(",\"users_by_kind\":{\"%s\":%llu,\"%s\":%llu,\"%s\":%llu},\"errors\":%llu,"
-		       "\"checksum_failures\":%llu,\"deadline_misses\":%llu}\n",
+		       "\"checksum_failures\":%llu,\"deadline_misses\":%llu,"
+		       "\"deadline_extensions\":%llu}\n",
 		       kind_name[0], (unsigned long long)kinds[0], kind_name[1],
 		       (unsigned long long)kinds[1], kind_name[2], (unsigned long long)kinds[2],
 		       (unsigned long long)m.errors, (unsigned long long)csum,
-		       (unsigned long long)missed);
+		       (unsigned long long)missed, (unsigned long long)extended);
 		fflush(stdout); /* before close, which may wait on a stuck tier */
 	}
 	/* A reference whose disk filled refused writes a store would have evicted for: it did

@@ -66,6 +66,7 @@ class TierStats(ctypes.Structure):
             "writes", "write_bytes", "evictions", "checksum_failures", "errors",
             "writes_skipped", "removes", "deadline_misses", "write_budget_bytes",
             "write_budget_used_bytes", "reinsert_bytes", "pool_bytes", "pool_pending_bytes",
+            "deadline_extensions",
         )
     ]
 
