@@ -75,17 +75,10 @@ static void run_ranks(const char *dir, const char *sock, const struct kvt_geomet
 int main(void)
 {
 	char *dir = test_tmpdir("daemon_tp_backlog");
-	char sock[108], rate[64];
+	char sock[108];
 	snprintf(sock, sizeof(sock), "%s/kvtierd.sock", dir);
-	struct kvt_geometry g = {.layers = 4, .kv_heads = 2, .head_dim = 64, .chunk_tokens = NTOK,
-				 .dtype = KVT_DTYPE_BF16, .kind = KVT_KIND_KV};
-	uint64_t obj = kvt_object_bytes(&g, NTOK);
-	snprintf(rate, sizeof(rate), "faulty.write_bytes_per_s=%llu", (unsigned long long)obj * 20);
-	const char *extra[] = {"--set", "store.tiers=dram,faulty", "--set", "faulty.inner=nvme",
-			       "--set", rate, "--set", "model.chunk_tokens=256", "--set",
-			       "dram.bytes=48MiB", "--set", "store.tier_timeout_ms=300", "--set",
-			       "store.deadline_floor_ms=50", NULL};
-	kvtd_start_test(sock, dir, extra);
+	dfl_daemon_start(sock, dir);
+	const struct kvt_geometry g = DFL_GEO;
 
 	struct kvt_key k[WARM + 2 * M];
 	{ /* warm-up, closed again before the ranks fork: no store threads in a fork */

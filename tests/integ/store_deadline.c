@@ -110,34 +110,66 @@ static void flood_cb(void *arg, const struct kvt_result *r)
 	flood_left--;
 }
 
-static void flood_fixed_rate(const char *dir)
+/* DRAM over a one-lane tier that writes 20 objects of 512 KiB (256 tokens: bandwidth
+ * samples, not latency) a second, room in DRAM for every object, the deadline floor at
+ * 50 ms and the ceiling at ceiling_ms; keys k[0, w) written one at a time first (chunk i
+ * is test_fill(seed0 + i)), so the engine has learned the tier's rate. */
+static struct kvt_store *open_rate_store(const char *dir, const char *ceiling_ms,
+					 struct kvt_key *k, int n_keys, int w, uint64_t seed0)
 {
-	enum { M = 40 };
 	struct kvt_config *c = test_config("dram,faulty", dir);
 	kvt_config_set_log(c, log_cb, NULL, KVT_LOG_DEBUG);
 	test_set(c, "faulty.inner", "nvme");
-	test_set(c, "model.chunk_tokens", "256"); /* 512 KiB: a bandwidth sample, not latency */
-	test_set(c, "dram.bytes", "48MiB");	  /* room for every object: no pinned-pool EAGAIN */
-	test_set(c, "store.tier_timeout_ms", "300");
+	test_set(c, "model.chunk_tokens", "256");
+	test_set(c, "dram.bytes", "48MiB"); /* no pinned-pool EAGAIN */
+	test_set(c, "store.tier_timeout_ms", ceiling_ms);
 	test_set(c, "store.deadline_floor_ms", "50");
 	struct kvt_store *s;
 	CHECK_RC(kvt_store_open(c, &s), 0);
 	kvt_config_destroy(c);
 	const struct kvt_geometry *g = kvt_store_geometry(s);
 	size_t payload = kvt_payload_bytes(g, g->chunk_tokens);
-	uint64_t obj = kvt_object_bytes(g, g->chunk_tokens);
+	kvt__faulty_set_write_rate(kvt__store_tier(s, 1), kvt_object_bytes(g, g->chunk_tokens) * 20);
+	test_chain_keys(s, k, n_keys, (unsigned)seed0);
 	void *buf = malloc(payload);
-	struct kvt_tier *t = kvt__store_tier(s, 1);
-	kvt__faulty_set_write_rate(t, obj * 20);
-	struct kvt_key k[M];
-	test_chain_keys(s, k, M, 7);
-	/* warm-up: one write at a time, so the engine learns the tier's rate */
-	enum { W = 10 };
-	for (int i = 0; i < W; i++) {
-		test_fill(buf, payload, 700 + (uint64_t)i);
+	for (int i = 0; i < w; i++) {
+		test_fill(buf, payload, seed0 + (uint64_t)i);
 		CHECK_RC(kvt_put_sync(s, &k[i], NULL, g->chunk_tokens, buf, payload), 0);
 		CHECK_RC(kvt_flush_sync(s), 0);
 	}
+	free(buf);
+	return s;
+}
+
+/* Keys k[from, to) of open_rate_store are on its NVMe directory, intact (opened alone). */
+static void check_landed(const char *dir, const struct kvt_key *k, int from, int to,
+			 uint64_t seed0)
+{
+	struct kvt_config *c = test_config("nvme", dir);
+	test_set(c, "model.chunk_tokens", "256");
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	size_t payload = kvt_payload_bytes(g, g->chunk_tokens);
+	void *back = malloc(payload);
+	for (int i = from; i < to; i++) {
+		CHECK_RC(kvt_get_sync(s, &k[i], 0, 0, back, payload, NULL), 0);
+		CHECKM(test_check(back, payload, seed0 + (uint64_t)i), "object %d intact", i);
+	}
+	kvt_store_close(s);
+	free(back);
+}
+
+static void flood_fixed_rate(const char *dir)
+{
+	enum { M = 40, W = 10 };
+	struct kvt_key k[M];
+	struct kvt_store *s = open_rate_store(dir, "300", k, M, W, 700);
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	size_t payload = kvt_payload_bytes(g, g->chunk_tokens);
+	void *buf = malloc(payload);
+	struct kvt_tier *t = kvt__store_tier(s, 1);
 	struct kvt_stats st;
 	kvt_stats(s, &st);
 	uint64_t misses0 = st.tier[1].deadline_misses, skipped0 = st.tier[1].writes_skipped;
@@ -200,16 +232,7 @@ static void flood_fixed_rate(const char *dir)
 	CHECKM(ms < 6 * CEIL_MS + 2000, "the puts took %.0f ms", ms);
 	kvt__faulty_set(t, 0, 0, 0);
 	kvt_store_close(s);
-	/* every object of the flood reached the deeper tier, intact */
-	c = test_config("nvme", dir);
-	test_set(c, "model.chunk_tokens", "256");
-	CHECK_RC(kvt_store_open(c, &s), 0);
-	kvt_config_destroy(c);
-	for (int i = 0; i < M; i++) {
-		CHECK_RC(kvt_get_sync(s, &k[i], 0, 0, buf, payload, NULL), 0);
-		CHECKM(test_check(buf, payload, 700 + (uint64_t)i), "object %d intact", i);
-	}
-	kvt_store_close(s);
+	check_landed(dir, k, 0, M, 700); /* every object of the flood, intact */
 	free(bufs);
 	free(buf);
 }
@@ -224,30 +247,13 @@ static void flood_fixed_rate(const char *dir)
 static void slowdown_keeps_answering(const char *dir)
 {
 	enum { W = 10, Q = 12 };
-	struct kvt_config *c = test_config("dram,faulty", dir);
-	kvt_config_set_log(c, log_cb, NULL, KVT_LOG_DEBUG);
-	test_set(c, "faulty.inner", "nvme");
-	test_set(c, "model.chunk_tokens", "256"); /* 512 KiB: a bandwidth sample */
-	test_set(c, "dram.bytes", "48MiB");
-	test_set(c, "store.tier_timeout_ms", "6000");
-	test_set(c, "store.deadline_floor_ms", "50");
-	struct kvt_store *s;
-	CHECK_RC(kvt_store_open(c, &s), 0);
-	kvt_config_destroy(c);
+	struct kvt_key k[W + Q];
+	struct kvt_store *s = open_rate_store(dir, "6000", k, W + Q, W, 900);
 	const struct kvt_geometry *g = kvt_store_geometry(s);
 	size_t payload = kvt_payload_bytes(g, g->chunk_tokens);
 	uint64_t obj = kvt_object_bytes(g, g->chunk_tokens);
 	struct kvt_tier *t = kvt__store_tier(s, 1);
-	kvt__faulty_set_write_rate(t, obj * 20);
-	struct kvt_key k[W + Q];
-	test_chain_keys(s, k, W + Q, 9);
 	void *bufs = malloc(payload * (W + Q));
-	for (int i = 0; i < W; i++) { /* the engine learns 20 objects a second */
-		void *b = (char *)bufs + (size_t)i * payload;
-		test_fill(b, payload, 900 + (uint64_t)i);
-		CHECK_RC(kvt_put_sync(s, &k[i], NULL, g->chunk_tokens, b, payload), 0);
-		CHECK_RC(kvt_flush_sync(s), 0);
-	}
 	struct kvt_stats st;
 	kvt_stats(s, &st);
 	uint64_t misses0 = st.tier[1].deadline_misses, skipped0 = st.tier[1].writes_skipped;
@@ -281,17 +287,7 @@ static void slowdown_keeps_answering(const char *dir)
 	       "did not outlast an estimate, so this section tests nothing");
 	CHECK_EQ(st.tier[1].writes_skipped, skipped0);
 	kvt_store_close(s);
-	c = test_config("nvme", dir);
-	test_set(c, "model.chunk_tokens", "256");
-	CHECK_RC(kvt_store_open(c, &s), 0);
-	kvt_config_destroy(c);
-	void *back = malloc(payload);
-	for (int i = W; i < W + Q; i++) {
-		CHECK_RC(kvt_get_sync(s, &k[i], 0, 0, back, payload, NULL), 0);
-		CHECKM(test_check(back, payload, 900 + (uint64_t)i), "object %d intact", i);
-	}
-	kvt_store_close(s);
-	free(back);
+	check_landed(dir, k, W, W + Q, 900);
 	free(bufs);
 }
 

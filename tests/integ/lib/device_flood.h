@@ -91,4 +91,26 @@ static inline void dfl_check_landed(const char *dir, const struct kvt_key *k, in
 	free(want);
 }
 
+#ifdef KVT_DAEMON_HARNESS_H
+/* The tests' geometry at 256-token chunks (512 KiB objects). */
+static const struct kvt_geometry DFL_GEO = {.layers = 4, .kv_heads = 2, .head_dim = 64,
+					    .chunk_tokens = 256, .dtype = KVT_DTYPE_BF16,
+					    .kind = KVT_KIND_KV};
+
+/* kvtierd on sock (under dir) over a tier that writes 20 DFL_GEO objects a second (the
+ * fault-injecting tier over a real NVMe directory, faulty.write_bytes_per_s), deadlines
+ * between 50 and 300 ms. */
+static inline void dfl_daemon_start(const char *sock, const char *dir)
+{
+	static char rate[64];
+	snprintf(rate, sizeof(rate), "faulty.write_bytes_per_s=%llu",
+		 (unsigned long long)kvt_object_bytes(&DFL_GEO, DFL_GEO.chunk_tokens) * 20);
+	const char *extra[] = {"--set", "store.tiers=dram,faulty", "--set", "faulty.inner=nvme",
+			       "--set", rate, "--set", "model.chunk_tokens=256", "--set",
+			       "dram.bytes=48MiB", "--set", "store.tier_timeout_ms=300", "--set",
+			       "store.deadline_floor_ms=50", NULL};
+	kvtd_start_test(sock, dir, extra);
+}
+#endif
+
 #endif
