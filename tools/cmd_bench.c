@@ -1269,9 +1269,11 @@ int kvt_cmd_bench(int argc, char **argv)
 	       (unsigned long long)st.tier[0].write_bytes, (unsigned long long)st.tier[0].reinsert_bytes,
 	       st.tier[0].write_bytes ? (double)(st.tier[0].write_bytes + st.tier[0].reinsert_bytes) /
 					    (double)st.tier[0].write_bytes : 0.0);
-	printf(",\"errors\":%llu,\"checksum_failures\":%llu,\"deadline_misses\":%llu}\n",
+	printf(",\"errors\":%llu,\"checksum_failures\":%llu,\"deadline_misses\":%llu,"
+	       "\"deadline_extensions\":%llu}\n",
 	       (unsigned long long)errors, (unsigned long long)st.tier[0].checksum_failures,
-	       (unsigned long long)st.tier[0].deadline_misses);
+	       (unsigned long long)st.tier[0].deadline_misses,
+	       (unsigned long long)st.tier[0].deadline_extensions);
 	/* Out now: the exit may wait on a tier thread stuck in a hung mount (and under ASan
 	 * LeakSanitizer's exit check waits on every thread), the result must not. */
 	fflush(stdout);
