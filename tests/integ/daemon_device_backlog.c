@@ -25,11 +25,7 @@ int main(void)
 	dfl_daemon_start(sock, dir);
 	const struct kvt_geometry g = DFL_GEO;
 
-	struct kvt_config *c = test_config("dram,nvme", dir);
-	test_set(c, "model.chunk_tokens", "256");
-	test_set(c, "store.daemon", sock);
-	test_set(c, "store.daemon_timeout_ms", "5000");
-	struct kvt_store *s = test_open(c);
+	struct kvt_store *s = dfl_client(dir, sock);
 	struct kvt_key k[WARM + M];
 	test_chain_keys(s, k, WARM + M, 13);
 	dfl_warm(s, k, WARM, NTOK, SEED);

@@ -19,15 +19,6 @@
 
 enum { WARM = 10, M = 30, NTOK = 256, SEED = 700, RANKS = 2 };
 
-static struct kvt_store *client(const char *dir, const char *sock)
-{
-	struct kvt_config *c = test_config("dram,nvme", dir);
-	test_set(c, "model.chunk_tokens", "256");
-	test_set(c, "store.daemon", sock);
-	test_set(c, "store.daemon_timeout_ms", "5000");
-	return test_open(c);
-}
-
 /* Fork RANKS rank processes, rank r holding KV head r, to save chunks [from, to); wait for
  * them and put each one's -EAGAIN count in eagain[r]. led: rank 0 saves each chunk first
  * and then passes its index to rank 1 through a pipe; else both run free. Forked with no
@@ -43,7 +34,7 @@ static void run_ranks(const char *dir, const char *sock, const struct kvt_geomet
 		CHECK(pid[r] >= 0);
 		if (pid[r])
 			continue;
-		struct kvt_store *s = client(dir, sock);
+		struct kvt_store *s = dfl_client(dir, sock);
 		int n = 0;
 		for (int i = from; i < to; i++) {
 			int got = i;
@@ -82,7 +73,7 @@ int main(void)
 
 	struct kvt_key k[WARM + 2 * M];
 	{ /* warm-up, closed again before the ranks fork: no store threads in a fork */
-		struct kvt_store *s = client(dir, sock);
+		struct kvt_store *s = dfl_client(dir, sock);
 		test_chain_keys(s, k, WARM + 2 * M, 17);
 		dfl_warm(s, k, WARM, NTOK, SEED);
 		memcpy(kvtd_ns, kvt_store_ns_id(s), sizeof(kvtd_ns)); /* for raw_status */
@@ -102,7 +93,7 @@ int main(void)
 	run_ranks(dir, sock, &g, k, WARM + M, WARM + 2 * M, false, raced);
 	CHECKM(raced[0] + raced[1] > 0, "the daemon never held a racing rank back");
 
-	struct kvt_store *s = client(dir, sock);
+	struct kvt_store *s = dfl_client(dir, sock);
 	CHECK_RC(kvt_flush_sync(s), 0); /* fails on a write-behind that missed its deadline */
 	kvt_store_close(s);
 	struct raw raw = raw_attach();

@@ -321,6 +321,8 @@ static int read_after_resume(struct kvt_tier *t, const struct kvt_key *key,
 	int rc;
 	while ((rc = t_read(t, key, seg, 1)) < 0 &&
 	       kvt__now_ns() - t0 < (uint64_t)limit_s * 1000000000ULL) {
+		if (rc != -ETIMEDOUT) /* refused at once (not connected yet): no busy loop */
+			usleep(100 * 1000);
 		if (kvt__now_ns() - last_nudge > 20000000000ULL) {
 			fprintf(stderr, "no read %.0f s after SIGCONT: PGs laggy? marking osd.0 "
 					"down to start a new interval\n",

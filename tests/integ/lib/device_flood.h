@@ -111,6 +111,16 @@ static inline void dfl_daemon_start(const char *sock, const char *dir)
 			       "store.deadline_floor_ms=50", NULL};
 	kvtd_start_test(sock, dir, extra);
 }
+
+/* A client store of that daemon, at its chunk size. */
+static inline struct kvt_store *dfl_client(const char *dir, const char *sock)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "model.chunk_tokens", "256");
+	test_set(c, "store.daemon", sock);
+	test_set(c, "store.daemon_timeout_ms", "5000");
+	return test_open(c);
+}
 #endif
 
 #endif
