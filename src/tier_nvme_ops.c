@@ -279,6 +279,14 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 			}
 			nv_finish(s, op, res);
 			return;
+		} else if (!re) {
+			/* The copy this read started on was removed or replaced while its open
+			 * waited: the fd may be a newer copy's file, which nothing kept from
+			 * being recycled meanwhile (its opening count was 0). Not cached, not
+			 * read: a miss, as a removal during the read is. */
+			close(res);
+			nv_finish(s, op, -ENOENT);
+			return;
 		} else if (!(op->fdc = nv_fdc_adopt(s, op, res))) {
 			nv_finish(s, op, -ENOMEM);
 			return;
