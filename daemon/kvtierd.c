@@ -527,12 +527,18 @@ static int hist_of(uint32_t op)
 /* A peer that connects and never says HELLO would hold one of daemon.max_clients slots
  * forever: it gets this long, then the connection is dropped. */
 #define HELLO_DEADLINE_S 5
+/* A reply that cannot be sent in this long means a peer that sent requests without reading
+ * the replies (the protocol has one request in flight, and a reply is a few hundred
+ * bytes): the connection is dropped, and what it held with it. Blocked in the send, its
+ * thread would never expire its leases. */
+#define REPLY_DEADLINE_S 2
 
 static void *conn_main(void *arg)
 {
 	struct conn *c = arg;
-	struct timeval tv = {.tv_sec = HELLO_DEADLINE_S};
+	struct timeval tv = {.tv_sec = HELLO_DEADLINE_S}, stv = {.tv_sec = REPLY_DEADLINE_S};
 	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(c->sock, SOL_SOCKET, SO_SNDTIMEO, &stv, sizeof(stv));
 	for (;;) {
 		/* While it holds pins or reservations, the client gets until their leases end to
 		 * speak; then they are let go, and it may stay connected. */
@@ -603,8 +609,15 @@ static void *conn_main(void *arg)
 		}
 		/* HELLO's answer carries the DRAM pool, which the client maps read-only */
 		int pass = req.op == KVTD_HELLO && rep.res.status == 0 ? g_pool_fd : -1;
-		if (kvtd_send(c->sock, &rep, sizeof(rep), pass) < 0)
+		int src = kvtd_send(c->sock, &rep, sizeof(rep), pass);
+		if (src < 0) {
+			if (src == -ETIMEDOUT) {
+				atomic_fetch_add(&g_st.protocol_errors, 1);
+				fprintf(stderr, "kvtierd: dropping a client: it has not read a reply "
+						"for %d s\n", REPLY_DEADLINE_S);
+			}
 			break;
+		}
 	}
 	/* The connection's whole state goes with it: nothing it held stays pinned. */
 	while (c->npins) {
@@ -647,8 +660,21 @@ static void *conn_main(void *arg)
 static void accept_one(int lfd)
 {
 	int s = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-	if (s < 0)
+	if (s < 0) {
+		/* Out of descriptors: the pending peer keeps the listening socket readable, so
+		 * poll would return at once, forever. Wait for connections to end instead. */
+		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+			static uint64_t last_warn;
+			uint64_t now = kvt__now_ns();
+			if (now - last_warn > 10000000000ull) {
+				last_warn = now;
+				fprintf(stderr, "kvtierd: cannot accept a client: %s (retrying every "
+						"100 ms)\n", strerror(errno));
+			}
+			usleep(100000);
+		}
 		return;
+	}
 	pthread_mutex_lock(&g_lock);
 	if (atomic_load(&g_st.connections) >= g_max_clients) {
 		pthread_mutex_unlock(&g_lock);

@@ -6,6 +6,7 @@
 #include "daemon_proto.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -159,12 +160,14 @@ long kvtd_recv(int sock, void *msg, size_t cap, int *fd)
 				close(f);
 		}
 	}
-	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-		if (fd && *fd >= 0) {
-			close(*fd);
-			*fd = -1;
-		}
-		return -EMSGSIZE;
+	/* A truncated message, or an empty one (EOF reads as one too, and a peer can attach a
+	 * descriptor to it), keeps no descriptor. */
+	bool trunc = mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC);
+	if ((trunc || r == 0) && fd && *fd >= 0) {
+		close(*fd);
+		*fd = -1;
 	}
+	if (trunc)
+		return -EMSGSIZE;
 	return (long)r;
 }

@@ -27,6 +27,7 @@
  * One mutex guards everything; it is held only for metadata work, never across a copy.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -244,14 +245,16 @@ static void prefault_pool(struct kvt_dram *d, const struct kvt_dram_options *o)
 }
 
 /* A pool other processes can map (kvtierd's clients): a memfd, on hugetlbfs pages when the
- * kernel has them reserved, else ordinary shared memory with huge pages advised. */
+ * kernel has them reserved, else ordinary shared memory with huge pages advised. Sealed at
+ * its size before anyone else sees it: a client holding the descriptor read-write could
+ * otherwise ftruncate it, and every mapping of it - the daemon's first - would fault. */
 static int map_shared_pool(struct kvt_dram *d, const struct kvt_dram_options *o, size_t len)
 {
 	int fd = -1;
 	size_t mlen = len;
 	if (o->hugepages) {
 		mlen = (size_t)KVT_ALIGN_UP(len, HUGE_2M);
-		fd = memfd_create("kvtier-dram", MFD_CLOEXEC | MFD_HUGETLB);
+		fd = memfd_create("kvtier-dram", MFD_CLOEXEC | MFD_HUGETLB | MFD_ALLOW_SEALING);
 		if (fd >= 0 && ftruncate(fd, (off_t)mlen) < 0) {
 			close(fd);
 			fd = -1;
@@ -269,7 +272,7 @@ static int map_shared_pool(struct kvt_dram *d, const struct kvt_dram_options *o,
 	}
 	if (fd < 0) {
 		mlen = len;
-		fd = memfd_create("kvtier-dram", MFD_CLOEXEC);
+		fd = memfd_create("kvtier-dram", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 		if (fd < 0 || ftruncate(fd, (off_t)mlen) < 0 ||
 		    (p = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
 			int err = errno;
@@ -281,6 +284,13 @@ static int map_shared_pool(struct kvt_dram *d, const struct kvt_dram_options *o,
 		}
 		if (o->hugepages)
 			madvise(p, mlen, MADV_HUGEPAGE); /* shmem THP: advice only */
+	}
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		int err = errno;
+		munmap(p, mlen);
+		close(fd);
+		KVT_ERR(&d->log, "dram: cannot seal the shared pool at its size: %s", strerror(err));
+		return -err;
 	}
 	d->pool = p;
 	d->map_len = mlen;

@@ -1,0 +1,259 @@
+/*
+ * daemon_hostile.c - kvtierd against peers that break the protocol on purpose, with the real
+ * daemon binary. Each used to take the daemon (or every client) down; each now costs only
+ * the offending connection:
+ *  1. a peer that sends requests and never reads the replies: its connection is dropped
+ *     once a reply cannot be sent for 2 s, and the pin and reservation it held go with it
+ *     (before: its thread blocked in the send for good, and its leases never expired);
+ *  2. the DRAM pool's descriptor that HELLO hands out is sealed at its size: a peer's
+ *     ftruncate fails, and the daemon keeps serving (before: the truncate succeeded and the
+ *     daemon's next touch of the pool died of SIGBUS);
+ *  3. empty messages carrying a descriptor leave no descriptor open in the daemon (before:
+ *     one leaked per connection, until no client could attach);
+ *  4. out of descriptors, the daemon waits instead of spinning on its listening socket,
+ *     and takes clients again once descriptors come free.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include "internal.h"
+#include "lib/daemon_harness.h"
+
+static char *dir, sock_path[100];
+
+static void key_of(uint64_t i, struct kvt_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	memcpy(k->bytes, &i, sizeof(i));
+	k->bytes[31] = 0x5a;
+}
+
+static int daemon_fds(void)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)kvtd_pid);
+	DIR *d = opendir(path);
+	CHECK(d);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static double daemon_cpu_s(void)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)kvtd_pid);
+	FILE *f = fopen(path, "r");
+	CHECK(f);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	unsigned long ut = 0, st = 0;
+	CHECK(sscanf(strrchr(buf, ')') + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+		     &ut, &st) == 2);
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static bool daemon_alive(void)
+{
+	int status;
+	return waitpid(kvtd_pid, &status, WNOHANG) == 0;
+}
+
+/* A connected socket that has sent one empty message carrying fd. */
+static int send_empty_with_fd(int fd)
+{
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	CHECK(s >= 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	memcpy(a.sun_path, kvtd_sock, sizeof(kvtd_sock));
+	struct timeval tv = {.tv_sec = 2};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		close(s);
+		return -1;
+	}
+	char dummy = 0;
+	struct iovec iov = {.iov_base = &dummy, .iov_len = 0};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			    .msg_controllen = sizeof(u.buf)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	CHECK(sendmsg(s, &mh, MSG_NOSIGNAL) == 0);
+	return s;
+}
+
+static void test_unread_replies(struct kvt_store *s, const struct kvt_key *k)
+{
+	struct raw a = raw_attach(), b = raw_attach();
+	struct kvtd_req q = {.op = KVTD_GET_PIN, .key = *k};
+	struct kvtd_rep rep;
+	CHECK_RC(raw_call(a.sock, &q, -1, &rep), 0);
+	CHECK_RC(rep.res.status, 0);
+	struct kvtd_req rq = {.op = KVTD_PUT_RESERVE, .n_tokens = 16};
+	key_of(2, &rq.key);
+	CHECK_RC(raw_call(a.sock, &rq, -1, &rep), 0);
+	CHECK_RC(rep.res.status, 0);
+	struct kvtd_status st = raw_status(&b);
+	CHECK(st.pins == 1 && st.reserved == 1);
+	/* STATUS requests, never a reply read, until the socket takes no more */
+	struct timeval tv = {.tv_sec = 1};
+	setsockopt(a.sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	int sent = 0;
+	for (;;) {
+		struct kvtd_req sq = {.magic = KVTD_MAGIC, .op = KVTD_STATUS,
+				      .len = sizeof(struct kvtd_status)};
+		if (kvtd_send(a.sock, &sq, sizeof(sq), -1) < 0)
+			break;
+		sent++;
+	}
+	CHECK(sent > 10);
+	/* the daemon gives up on the peer within its reply deadline: all it held is let go */
+	uint64_t t0 = test_now_ns();
+	do {
+		usleep(100 * 1000);
+		st = raw_status(&b);
+	} while ((st.pins || st.reserved) && test_ms_since(t0) < 10000);
+	printf("  a peer that reads no replies (%d requests): dropped after %.1f s, pins %llu, "
+	       "reservations %llu\n",
+	       sent, test_ms_since(t0) / 1000, (unsigned long long)st.pins,
+	       (unsigned long long)st.reserved);
+	CHECK(st.pins == 0 && st.reserved == 0);
+	CHECK(st.protocol_errors >= 1);
+	raw_close(&a);
+	raw_close(&b);
+	/* and the daemon serves the others as before */
+	size_t payload = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	uint8_t *out = malloc(payload);
+	struct kvt_result res;
+	CHECK_RC(kvt_get_sync(s, k, 0, 0, out, payload, &res), 0);
+	free(out);
+}
+
+static void test_sealed_pool(struct kvt_store *s, const struct kvt_key *k)
+{
+	int sock = raw_connect();
+	int fd = raw_memfd(KVTD_SHM_MIN, true);
+	struct kvtd_req q = {.magic = KVTD_MAGIC, .op = KVTD_HELLO, .version = KVTD_VERSION};
+	memcpy(q.ns_id, kvtd_ns, sizeof(kvtd_ns));
+	CHECK_RC(kvtd_send(sock, &q, sizeof(q), fd), 0);
+	struct kvtd_rep rep;
+	int pfd = -1;
+	CHECK(kvtd_recv(sock, &rep, sizeof(rep), &pfd) == sizeof(rep));
+	CHECK_RC(rep.res.status, 0);
+	CHECK(pfd >= 0);
+	int seals = fcntl(pfd, F_GET_SEALS);
+	printf("  the pool's descriptor: seals 0x%x, ftruncate to 0: %s\n", seals,
+	       ftruncate(pfd, 0) == 0 ? "allowed" : strerror(errno));
+	CHECK((seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) ==
+	      (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+	CHECK(ftruncate(pfd, 0) < 0 && errno == EPERM);
+	close(pfd);
+	close(fd);
+	close(sock);
+	/* the daemon touches the pool for this get: alive, and the bytes come back */
+	size_t payload = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	uint8_t *out = malloc(payload);
+	struct kvt_result res;
+	CHECK_RC(kvt_get_sync(s, k, 0, 0, out, payload, &res), 0);
+	CHECK(daemon_alive());
+	free(out);
+}
+
+static void test_descriptors(void)
+{
+	int fd = raw_memfd(4096, false);
+	int before = daemon_fds();
+	for (int i = 0; i < 100; i++) {
+		int c = send_empty_with_fd(fd);
+		CHECK(c >= 0);
+		char b;
+		(void)recv(c, &b, 1, 0); /* the daemon drops us: EOF */
+		close(c);
+	}
+	usleep(200 * 1000);
+	int after = daemon_fds();
+	printf("  100 empty messages with a descriptor: daemon descriptors %d before, %d after\n",
+	       before, after);
+	CHECK(after <= before + 2);
+
+	/* Out of descriptors: cap the daemon just above what it has, then connect peers that
+	 * say nothing, one every 300 ms: the first few are accepted, the next ones wait in the
+	 * backlog, accept failing on them. The daemon's CPU in each window says whether it
+	 * waits or spins. */
+	struct rlimit old, rl;
+	CHECK(prlimit(kvtd_pid, RLIMIT_NOFILE, NULL, &old) == 0);
+	rl.rlim_cur = (rlim_t)daemon_fds() + 4;
+	rl.rlim_max = old.rlim_max;
+	CHECK(prlimit(kvtd_pid, RLIMIT_NOFILE, &rl, NULL) == 0);
+	enum { HELD = 10 };
+	int held[HELD], nheld = 0;
+	double worst = 0;
+	for (; nheld < HELD; nheld++) {
+		held[nheld] = raw_connect();
+		double c0 = daemon_cpu_s();
+		usleep(300 * 1000);
+		double used = daemon_cpu_s() - c0;
+		worst = used > worst ? used : worst;
+	}
+	printf("  out of descriptors (limit %d, %d peers connected): daemon CPU at most %.2f s "
+	       "per 0.3 s\n",
+	       (int)rl.rlim_cur, nheld, worst);
+	CHECK(daemon_fds() >= (int)rl.rlim_cur - 1); /* it did run out */
+	CHECK(worst < 0.1);
+	/* descriptors free again: a new client attaches */
+	for (int i = 0; i < nheld; i++)
+		close(held[i]);
+	CHECK(prlimit(kvtd_pid, RLIMIT_NOFILE, &old, NULL) == 0);
+	struct raw r = raw_attach();
+	struct kvtd_status st = raw_status(&r);
+	CHECK(st.connections >= 1);
+	raw_close(&r);
+	close(fd);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stdout, NULL, _IONBF, 0);
+	dir = test_tmpdir("daemon_hostile");
+	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
+	const char *args[] = {"--set", "dram.bytes=256KiB", "--set", "daemon.lease_ms=60000",
+			      NULL};
+	kvtd_start_test(sock_path, dir, args);
+	struct kvt_store *s = kvtd_client_store(dir);
+	memcpy(kvtd_ns, kvt_store_ns_id(s), sizeof(kvtd_ns));
+	size_t payload = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	uint8_t *buf = malloc(payload);
+	test_fill(buf, payload, 1);
+	struct kvt_key k;
+	key_of(1, &k);
+	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, payload), 0);
+	free(buf);
+
+	test_unread_replies(s, &k);
+	test_sealed_pool(s, &k);
+	test_descriptors();
+	CHECK(daemon_alive());
+
+	kvt_store_close(s);
+	kvtd_stop();
+	test_rmdir(dir);
+	printf("daemon_hostile: ok\n");
+	return 0;
+}
