@@ -370,6 +370,11 @@ int kvtd_events_start(const struct kvt_config *cfg, struct kvtd_state *st,
 	if (rep[0]) {
 		e->replay = zmq_socket(e->zctx, ZMQ_ROUTER);
 		zmq_setsockopt(e->replay, ZMQ_LINGER, &linger, sizeof(linger));
+		/* A ROUTER drops what it cannot queue for a peer, silently: one replay must fit,
+		 * every buffered batch plus the end marker (the default of 1000 messages lost
+		 * batches and the end of a replay of more). */
+		int rhwm = (int)KVT_MIN(e->hist_cap * 4 + 16, (uint64_t)INT32_MAX);
+		zmq_setsockopt(e->replay, ZMQ_SNDHWM, &rhwm, sizeof(rhwm));
 		if ((rc = bind_ep(e->replay, rep, "daemon.events_replay")) < 0)
 			goto fail;
 	}

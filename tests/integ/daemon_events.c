@@ -14,7 +14,9 @@
  *  4. with daemon.events_buffer=10 a replay from 0 answers the newest 10 batches only;
  *  5. a CLEAR of the daemon's store: the stream goes on in sequence with a BlockRemoved
  *     (reason "removed") for every object still resident, then one AllBlocksCleared per
- *     tier (dram, nvme), after which the events say nothing is held, and nothing is.
+ *     tier (dram, nvme), after which the events say nothing is held, and nothing is;
+ *  6. a replay of more batches than a ZeroMQ pipe holds by default (1,000) answers every
+ *     one, in order, and its end marker.
  */
 #include <fcntl.h>
 #include <msgpack.h>
@@ -337,6 +339,39 @@ static void test_replay_bound(void *zc, struct kvt_store *s)
 	zmq_close(dealer);
 }
 
+/* ---- 6. a replay longer than a ZeroMQ pipe's default high-water mark (1,000 messages):
+ * a ROUTER drops what does not fit, silently, so a replay of the 10,000-batch default
+ * buffer used to answer ~2,000 batches with gaps and no end marker. Now every batch comes,
+ * in order, then -1 (replay_from checks both). */
+static void test_replay_long(void *zc, struct kvt_store *s)
+{
+	size_t len = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	void *buf = malloc(len);
+	test_fill(buf, len, 5);
+	for (int i = 0; i < 2000; i++) {
+		struct kvt_key k;
+		memset(&k, 0, sizeof(k));
+		memcpy(k.bytes, &i, sizeof(i));
+		k.bytes[31] = 0xc5;
+		CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, len), 0);
+		if (i % 2)
+			usleep(300); /* let the publisher cut separate batches */
+	}
+	free(buf);
+	usleep(300 * 1000);
+	void *dealer = zmq_socket(zc, ZMQ_DEALER);
+	CHECK(zmq_connect(dealer, strchr(replay_ep, '=') + 1) == 0);
+	uint64_t first = 0, last = 0;
+	uint64_t n = replay_from(dealer, 0, &first, &last);
+	printf("  a long replay: %llu batches (%llu..%llu), then the end marker\n",
+	       (unsigned long long)n, (unsigned long long)first, (unsigned long long)last);
+	CHECKM(n > 1200, "too few batches (%llu) to pass the pipe's default bound",
+	       (unsigned long long)n);
+	CHECK_EQ(first, 0);
+	CHECK_EQ(n, last + 1);
+	zmq_close(dealer);
+}
+
 /* ---- 1, 2 */
 
 static void key_of(uint64_t i, struct kvt_key *k)
@@ -584,6 +619,16 @@ int main(void)
 	CHECK_RC(kvt_store_open(c, &s), 0);
 	kvt_config_destroy(c);
 	test_replay_bound(zc, s);
+	kvt_store_close(s);
+	kvtd_stop();
+
+	/* 6. a replay of more batches than a pipe holds by default */
+	start_daemon("daemon.events_buffer=10000");
+	c = test_config("dram,nvme", dir);
+	test_set(c, "store.daemon", sock_path);
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	test_replay_long(zc, s);
 	kvt_store_close(s);
 	kvtd_stop();
 	zmq_ctx_term(zc);
