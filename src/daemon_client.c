@@ -81,6 +81,11 @@ struct kvt_client {
 	 * replaced by anonymous memory (their late bytes land nowhere) and kept in retired
 	 * until the client closes */
 	uint64_t tp_writes;
+	/* pins held (kvt__client_pin until kvt__client_unpin): a device load scatters from
+	 * its slot outside io_lock, so a reconnect retires the pool instead of unmapping it
+	 * (the copy then reads zeros instead of faulting, and the unpin reports the pin lost,
+	 * which fails the load) */
+	uint64_t pins_out;
 	struct retired {
 		struct retired *next;
 		void *p;
@@ -250,8 +255,12 @@ static int attach(struct kvt_client *c)
 		return rep.res.status;
 	}
 	memcpy(&c->info, c->shm, sizeof(c->info));
-	/* A pool from an earlier daemon (a restart) is stale: this one's replaces it. */
-	unmap_pool(c);
+	/* A pool from an earlier daemon (a restart) is stale: this one's replaces it. A copy
+	 * that may still run from the old one keeps its pages (retired until close). */
+	if ((c->tp_writes || c->pins_out) && c->pool)
+		retire_pool(c);
+	else
+		unmap_pool(c);
 	if (pfd >= 0 && c->info.pool_bytes) {
 		int prot = PROT_READ | (c->info.pool_writable ? PROT_WRITE : 0);
 		void *p = mmap(NULL, c->info.pool_bytes, prot, MAP_SHARED, pfd, 0);
@@ -723,6 +732,8 @@ int kvt__client_pin(struct kvt_client *c, const struct kvt_key *key, struct kvt_
 			p->object_bytes = h.object_bytes;
 			p->n_tokens = h.n_tokens;
 		}
+		if (rc == 0)
+			c->pins_out++;
 		if (rc < 0) { /* give the pin back: nothing will be read from it */
 			struct kvtd_req un = {.op = KVTD_UNPIN, .n = (uint64_t)(uint32_t)rep.slot,
 					      .lease = rep.lease};
@@ -737,6 +748,7 @@ int kvt__client_pin(struct kvt_client *c, const struct kvt_key *key, struct kvt_
 int kvt__client_unpin(struct kvt_client *c, const struct kvt_client_pin *p)
 {
 	pthread_mutex_lock(&c->io_lock);
+	c->pins_out--;
 	/* A connection dropped since the pin took the pin with it: the slot may be reused. */
 	int rc = c->sock < 0 || c->gen != p->gen ? -ECONNRESET : 0;
 	struct kvtd_rep rep;

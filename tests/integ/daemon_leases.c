@@ -24,6 +24,10 @@
  *  6. kvt_device_load whose scatter is held back (a device dependency) past the pin's
  *     lease fails with -ETIMEDOUT instead of reporting bytes its slot may no longer hold;
  *     the same load without the hold succeeds, exact.
+ *  7. The daemon restarted (with another pool size) while a load's scatter is held back,
+ *     and another call of the same store reconnects: the load fails cleanly when released
+ *     (its pin went with the old daemon) - before, the reconnect unmapped the old pool
+ *     under the pending scatter and the client died of SIGSEGV.
  */
 #include <netinet/in.h>
 #include <poll.h>
@@ -554,6 +558,52 @@ const char *__tsan_default_options(void)
 }
 #endif
 
+static void test_load_across_restart(void)
+{
+	const char *args1[] = {"--set", "dram.bytes=256KiB", "--set", "daemon.lease_ms=5000", NULL};
+	const char *args2[] = {"--set", "dram.bytes=512KiB", "--set", "daemon.lease_ms=5000", NULL};
+	kvtd_start_test(sock_path, dir, args1);
+	struct kvt_store *s = kvtd_client_store(dir);
+	struct kvt_key k, k2;
+	key_of(910, &k);
+	key_of(911, &k2);
+	uint8_t *payload = malloc(PAYLOAD), *out = malloc(PAYLOAD);
+	test_fill(payload, PAYLOAD, 910);
+	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, payload, PAYLOAD), 0);
+	struct tr_rank r;
+	uint32_t ids[1] = {2};
+	CHECK(tr_rank_open(&r, NULL, &GEO, KVT_LAYOUT_FLASH_ATTN, 16, 4, 0, GEO.kv_heads, 0xA5,
+			   NULL) == 0);
+	struct kvt_emu_event *ev = NULL;
+	CHECK(kvt_emu_event_create(&ev) == 0);
+	struct kvt_device_dep dep = {KVT_DEP_EMU_EVENT, ev};
+	struct tr_done d = {0};
+	struct kvt_device_op *op;
+	CHECK_RC(kvt_device_load(r.dev, s, &k, ids, 1, &dep, tr_on_done, &d, &op), 0);
+	kvtd_stop();
+	kvtd_start_test(sock_path, dir, args2);
+	struct kvt_result res;
+	(void)kvt_get_sync(s, &k2, 0, 0, out, PAYLOAD, &res); /* reconnects: a new pool */
+	kvt_emu_event_signal(ev);
+	CHECK(kvt_device_op_wait(op, 10000) == 0);
+	kvt_device_op_free(op);
+	for (int i = 0; i < 1000 && !d.calls; i++)
+		kvt_poll(s, 10);
+	CHECK(d.calls == 1);
+	printf("a load across a daemon restart: %s\n", kvt_strerror(d.res.status));
+	CHECKM(d.res.status < 0, "a load whose pin went with the old daemon succeeded");
+	/* and the store works on the new daemon */
+	CHECK_RC(kvt_put_sync(s, &k2, NULL, 16, payload, PAYLOAD), 0);
+	CHECK_RC(kvt_get_sync(s, &k2, 0, 0, out, PAYLOAD, &res), 0);
+	CHECK(memcmp(out, payload, PAYLOAD) == 0);
+	kvt_emu_event_destroy(ev);
+	tr_rank_close(&r);
+	kvt_store_close(s);
+	kvtd_stop();
+	free(payload);
+	free(out);
+}
+
 int main(void)
 {
 	test_pid = getpid();
@@ -608,6 +658,7 @@ int main(void)
 	       (double)(kvt__now_ns() - t_stop) / 1e9);
 	kill(p, SIGKILL);
 	waitpid(p, NULL, 0);
+	test_load_across_restart();
 	test_rmdir(dir);
 	printf("daemon_leases: ok\n");
 	return 0;
