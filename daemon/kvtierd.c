@@ -610,6 +610,10 @@ static void *conn_main(void *arg)
 		/* HELLO's answer carries the DRAM pool, which the client maps read-only */
 		int pass = req.op == KVTD_HELLO && rep.res.status == 0 ? g_pool_fd : -1;
 		int src = kvtd_send(c->sock, &rep, sizeof(rep), pass);
+		/* A refused HELLO is told why, then let go: retried on one connection, it would
+		 * restart the HELLO deadline each time and hold a daemon.max_clients place. */
+		if (req.op == KVTD_HELLO && rep.res.status < 0)
+			break;
 		if (src < 0) {
 			if (src == -ETIMEDOUT) {
 				atomic_fetch_add(&g_st.protocol_errors, 1);

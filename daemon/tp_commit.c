@@ -267,6 +267,7 @@ void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_resu
 		pthread_mutex_unlock(&mu);
 		return;
 	}
+	uint32_t mine = 0;
 	for (uint32_t h = r->layer_begin; h < r->layer_end; h++) {
 		if (p->head[h].state != H_CLAIMED || p->head[h].owner != conn)
 			continue;
@@ -274,10 +275,14 @@ void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_resu
 		p->head[h].owner = NULL;
 		p->claimed--;
 		p->written += !r->flags;
+		mine++;
 	}
 	p->touched_ns = kvt__now_ns();
-	if (r->flags && !p->error)
-		p->error = -EIO; /* the rank's copy failed: the object cannot be completed */
+	/* The rank's copy failed: the object cannot be completed. Only a rank that held
+	 * claims in the range can say so: another connection's word would cancel an object
+	 * it has no part in. */
+	if (r->flags && mine && !p->error)
+		p->error = -EIO;
 	res->n_tokens = p->n_tokens;
 	if (p->error) {
 		res->status = p->error;

@@ -11,7 +11,10 @@
  *  3. empty messages carrying a descriptor leave no descriptor open in the daemon (before:
  *     one leaked per connection, until no client could attach);
  *  4. out of descriptors, the daemon waits instead of spinning on its listening socket,
- *     and takes clients again once descriptors come free.
+ *     and takes clients again once descriptors come free;
+ *  5. a refused HELLO (another namespace) is answered, then the connection closed (before,
+ *     it stayed open with its HELLO deadline restarted: a peer retrying every few seconds
+ *     held a daemon.max_clients place for good).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -227,6 +230,26 @@ static void test_descriptors(void)
 	close(fd);
 }
 
+static void test_refused_hello(void)
+{
+	int sock = raw_connect();
+	int fd = raw_memfd(KVTD_SHM_MIN, true);
+	struct kvtd_req q = {.magic = KVTD_MAGIC, .op = KVTD_HELLO, .version = KVTD_VERSION};
+	memcpy(q.ns_id, kvtd_ns, sizeof(kvtd_ns));
+	q.ns_id[0] ^= 0xff; /* another model, geometry or tenant */
+	CHECK_RC(kvtd_send(sock, &q, sizeof(q), fd), 0);
+	struct kvtd_rep rep;
+	CHECK(kvtd_recv(sock, &rep, sizeof(rep), NULL) == sizeof(rep));
+	CHECK_RC(rep.res.status, -EINVAL);
+	uint64_t t0 = test_now_ns();
+	long r = kvtd_recv(sock, &rep, sizeof(rep), NULL); /* the daemon hangs up */
+	printf("  a refused HELLO: %s, then the connection %s after %.0f ms\n",
+	       kvt_strerror(-EINVAL), r == 0 ? "closed" : "left open", test_ms_since(t0));
+	CHECK(r == 0 && test_ms_since(t0) < 2000); /* not at the HELLO deadline (5 s) */
+	close(sock);
+	close(fd);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -249,6 +272,7 @@ int main(void)
 	test_unread_replies(s, &k);
 	test_sealed_pool(s, &k);
 	test_descriptors();
+	test_refused_hello();
 	CHECK(daemon_alive());
 
 	kvt_store_close(s);

@@ -19,7 +19,10 @@
  *     exits cleanly (it cancels the object before closing the store);
  *  7. a rank SIGSTOPped after it reserved its heads (alive, connected, silent): the object's
  *     lease (daemon.lease_ms) ends, the daemon cancels it, and the same key can be written
- *     afresh while the stopped rank still holds its claims.
+ *     afresh while the stopped rank still holds its claims;
+ *  8. a failure report (TP_WRITTEN, failed) from a connection that holds no claim on the
+ *     object changes nothing: the rank that does completes and publishes it (before, any
+ *     connection's report cancelled it).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -597,6 +600,36 @@ static void test_one_process(struct kvt_store *rd, uint64_t seed)
 	free(buf);
 }
 
+/* 8. a failure reported by a connection with no part in the object */
+static void test_foreign_report(struct kvt_store *rd, uint64_t seed)
+{
+	memcpy(kvtd_ns, kvt_store_ns_id(rd), sizeof(kvtd_ns));
+	uint8_t *pool;
+	size_t pool_len;
+	struct raw a = raw_attach_pool(&pool, &pool_len), b = raw_attach();
+	struct kvt_key k;
+	key_of(seed, &k);
+	struct kvtd_req q = {.op = KVTD_TP_RESERVE, .key = k, .n_tokens = NTOK,
+			     .layer_end = G.kv_heads,
+			     .len = sizeof(struct kvtd_tp_claim) + G.kv_heads};
+	struct kvtd_rep rep;
+	CHECK_RC(raw_call(a.sock, &q, -1, &rep), 0);
+	CHECK_RC(rep.res.status, 0);
+	int32_t slot = rep.slot;
+	struct kvtd_req wq = {.op = KVTD_TP_WRITTEN, .key = k, .n = (uint64_t)(uint32_t)slot,
+			      .layer_end = G.kv_heads, .flags = 1};
+	CHECK_RC(raw_call(b.sock, &wq, -1, &rep), 0);
+	printf("  a failure reported by a connection with no claim: %d\n", rep.res.status);
+	CHECK(rep.res.status >= 0); /* heads still to write, no error */
+	wq.flags = 0;
+	CHECK_RC(raw_call(a.sock, &wq, -1, &rep), 0);
+	CHECK_RC(rep.res.status, 0); /* every head written: published */
+	CHECK_EQ(status(rd).tp_partials, 0);
+	raw_close(&a);
+	raw_close(&b);
+	munmap(pool, pool_len);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 9 && !strcmp(argv[1], "rank"))
@@ -629,6 +662,7 @@ int main(int argc, char **argv)
 	test_replicated(rd, 104);
 	test_killed(rd, 105);
 	test_one_process(rd, 107);
+	test_foreign_report(rd, 120);
 
 	/* 6. half an object open at shutdown */
 	struct ranks rs = spawn_ranks(2, 106, false, -1);
