@@ -612,25 +612,22 @@ int main(void)
 	zmq_close(sub);
 	zmq_close(dealer);
 
-	/* 4. a daemon with a small replay buffer */
-	start_daemon("daemon.events_buffer=10");
-	c = test_config("dram,nvme", dir);
-	test_set(c, "store.daemon", sock_path);
-	CHECK_RC(kvt_store_open(c, &s), 0);
-	kvt_config_destroy(c);
-	test_replay_bound(zc, s);
-	kvt_store_close(s);
-	kvtd_stop();
-
-	/* 6. a replay of more batches than a pipe holds by default */
-	start_daemon("daemon.events_buffer=10000");
-	c = test_config("dram,nvme", dir);
-	test_set(c, "store.daemon", sock_path);
-	CHECK_RC(kvt_store_open(c, &s), 0);
-	kvt_config_destroy(c);
-	test_replay_long(zc, s);
-	kvt_store_close(s);
-	kvtd_stop();
+	/* 4. a daemon with a small replay buffer; 6. a replay of more batches than a pipe
+	 * holds by default */
+	const char *replay_sets[2] = {"daemon.events_buffer=10", "daemon.events_buffer=10000"};
+	for (int i = 0; i < 2; i++) {
+		start_daemon(replay_sets[i]);
+		c = test_config("dram,nvme", dir);
+		test_set(c, "store.daemon", sock_path);
+		CHECK_RC(kvt_store_open(c, &s), 0);
+		kvt_config_destroy(c);
+		if (i == 0)
+			test_replay_bound(zc, s);
+		else
+			test_replay_long(zc, s);
+		kvt_store_close(s);
+		kvtd_stop();
+	}
 	zmq_ctx_term(zc);
 	for (size_t i = 0; i < n_live; i++)
 		free(live[i].buf);

@@ -383,6 +383,20 @@ static void capped_child(int up, int down)
 	_exit(0);
 }
 
+/* Release a device load held back by ev (NULL: not held), wait for its device op and for
+ * its one callback, run by kvt_poll. */
+static void finish_load(struct kvt_store *s, struct kvt_emu_event *ev, struct kvt_device_op *op,
+			struct tr_done *d)
+{
+	if (ev)
+		kvt_emu_event_signal(ev);
+	CHECK(kvt_device_op_wait(op, 10000) == 0);
+	kvt_device_op_free(op);
+	for (int i = 0; i < 1000 && !d->calls; i++)
+		kvt_poll(s, 10);
+	CHECK(d->calls == 1);
+}
+
 static void test_device_load(struct kvt_store *s)
 {
 	const uint8_t POISON = 0xA5;
@@ -404,15 +418,9 @@ static void test_device_load(struct kvt_store *s)
 		struct kvt_device_op *op;
 		CHECK_RC(kvt_device_load(r.dev, s, &k, ids, 1, held ? &dep : NULL, tr_on_done, &d, &op),
 			 0);
-		if (held) {
+		if (held)
 			usleep(700 * 1000); /* past daemon.lease_ms (300) and its sweep */
-			kvt_emu_event_signal(ev);
-		}
-		CHECK(kvt_device_op_wait(op, 10000) == 0);
-		kvt_device_op_free(op);
-		for (int i = 0; i < 1000 && !d.calls; i++)
-			kvt_poll(s, 10);
-		CHECK(d.calls == 1);
+		finish_load(s, held ? ev : NULL, op, &d);
 		if (held) {
 			CHECKM(d.res.status == -ETIMEDOUT, "held load: %d", d.res.status);
 		} else {
@@ -584,12 +592,7 @@ static void test_load_across_restart(void)
 	kvtd_start_test(sock_path, dir, args2);
 	struct kvt_result res;
 	(void)kvt_get_sync(s, &k2, 0, 0, out, PAYLOAD, &res); /* reconnects: a new pool */
-	kvt_emu_event_signal(ev);
-	CHECK(kvt_device_op_wait(op, 10000) == 0);
-	kvt_device_op_free(op);
-	for (int i = 0; i < 1000 && !d.calls; i++)
-		kvt_poll(s, 10);
-	CHECK(d.calls == 1);
+	finish_load(s, ev, op, &d);
 	printf("a load across a daemon restart: %s\n", kvt_strerror(d.res.status));
 	CHECKM(d.res.status < 0, "a load whose pin went with the old daemon succeeded");
 	/* and the store works on the new daemon */

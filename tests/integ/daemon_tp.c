@@ -493,6 +493,18 @@ static void test_killed(struct kvt_store *rd, uint64_t seed)
 	free(buf);
 }
 
+/* The raw protocol: claim every head of key seed's object on sock; returns its slot. */
+static int32_t raw_claim_all(int sock, uint64_t seed)
+{
+	struct kvtd_req q = {.op = KVTD_TP_RESERVE, .n_tokens = NTOK, .layer_end = G.kv_heads,
+			     .len = sizeof(struct kvtd_tp_claim) + G.kv_heads};
+	key_of(seed, &q.key);
+	struct kvtd_rep rep;
+	CHECK_RC(raw_call(sock, &q, -1, &rep), 0);
+	CHECK_RC(rep.res.status, 0);
+	return rep.slot;
+}
+
 /* 7. a rank stopped, not dead: only the lease ends its object (daemon started with
  * daemon.lease_ms = lease_ms) */
 static void test_stopped(struct kvt_store *rd, uint64_t seed, int lease_ms)
@@ -554,19 +566,15 @@ static void test_stopped(struct kvt_store *rd, uint64_t seed, int lease_ms)
 	struct raw w = raw_attach_pool(&pool, &pool_len);
 	struct kvt_key k;
 	key_of(seed + 1, &k);
-	struct kvtd_req q = {.op = KVTD_TP_RESERVE, .key = k, .n_tokens = NTOK,
-			     .layer_end = G.kv_heads,
-			     .len = sizeof(struct kvtd_tp_claim) + G.kv_heads};
+	int32_t slot = raw_claim_all(w.sock, seed + 1);
 	struct kvtd_rep rep;
-	CHECK_RC(raw_call(w.sock, &q, -1, &rep), 0);
-	CHECK_RC(rep.res.status, 0);
 	CHECK_EQ(status(rd).tp_partials, 1);
 	t0 = kvt__now_ns();
 	uint64_t bound = (uint64_t)(lease_ms + 5000) * 1000000ull;
 	while (status(rd).tp_partials && kvt__now_ns() - t0 < bound)
 		usleep(20000);
 	CHECK_EQ(status(rd).tp_partials, 0);
-	struct kvtd_req wq = {.op = KVTD_TP_WRITTEN, .key = k, .n = (uint64_t)rep.slot,
+	struct kvtd_req wq = {.op = KVTD_TP_WRITTEN, .key = k, .n = (uint64_t)(uint32_t)slot,
 			      .layer_end = G.kv_heads};
 	CHECK_RC(raw_call(w.sock, &wq, -1, &rep), 0);
 	CHECK_RC(rep.res.status, -ETIMEDOUT);
@@ -609,13 +617,8 @@ static void test_foreign_report(struct kvt_store *rd, uint64_t seed)
 	struct raw a = raw_attach_pool(&pool, &pool_len), b = raw_attach();
 	struct kvt_key k;
 	key_of(seed, &k);
-	struct kvtd_req q = {.op = KVTD_TP_RESERVE, .key = k, .n_tokens = NTOK,
-			     .layer_end = G.kv_heads,
-			     .len = sizeof(struct kvtd_tp_claim) + G.kv_heads};
+	int32_t slot = raw_claim_all(a.sock, seed);
 	struct kvtd_rep rep;
-	CHECK_RC(raw_call(a.sock, &q, -1, &rep), 0);
-	CHECK_RC(rep.res.status, 0);
-	int32_t slot = rep.slot;
 	struct kvtd_req wq = {.op = KVTD_TP_WRITTEN, .key = k, .n = (uint64_t)(uint32_t)slot,
 			      .layer_end = G.kv_heads, .flags = 1};
 	CHECK_RC(raw_call(b.sock, &wq, -1, &rep), 0);
