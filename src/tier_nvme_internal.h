@@ -109,6 +109,8 @@ struct nv_ent {
 	uint32_t lseg;	  /* 0: its own file; else in log segment lseg - 1 at loff */
 	uint64_t loff;
 	bool hot; /* read since written or last re-appended: kept when its log segment is reused */
+	bool served; /* a read has started on this entry: only such a copy can be reported
+		      * corrupt (drop_corrupt names a key, not the copy its read found) */
 };
 
 struct nv_op {

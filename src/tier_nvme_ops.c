@@ -416,6 +416,7 @@ static void start_read(struct nv *s, struct nv_op *op)
 		return;
 	}
 	nv_lru_touch(s, e);
+	e->served = true;
 	op->size = e->bytes;
 	op->dir = e->dir;
 	op->gen = e->gen;
@@ -469,7 +470,9 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 		nv_finish(s, op, 0);
 		break;
 	case OP_DROP:
-		if ((e = nv_ent_find(s, &op->key))) {
+		/* A copy no read has started on is not the one found corrupt: K was removed and
+		 * written again since that read (its report came late). It stays. */
+		if ((e = nv_ent_find(s, &op->key)) && e->served) {
 			KVT_WARN(s->log, "nvme: dropping corrupt object in %s%s",
 				 s->dirs[e->dir].path, e->lseg ? " (log)" : "");
 			if (e->lseg)

@@ -94,6 +94,7 @@ int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff)
 		e->lseg = lseg;
 		e->loff = loff;
 		e->hot = false; /* a new object: not read yet */
+		e->served = false;
 		nv_fdc_detach(s, e);
 		pthread_mutex_lock(&s->ilock);
 		s->used = s->used - e->bytes + op->len;

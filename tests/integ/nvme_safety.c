@@ -10,7 +10,9 @@
  * asynchronous rename onto its name) fails is reported, leaves no temp file and no
  * object, and the tier goes on; a key whose file open found damaged (too short or
  * misaligned: indexed for reads to judge) is written again whole, even while other writes
- * evict around it, and a later eviction never takes the new file with the damaged entry.
+ * evict around it, and a later eviction never takes the new file with the damaged entry; a
+ * corruption report that arrives after its key was removed and written again (the copy it
+ * named is gone) leaves the new copy in place.
  */
 #include <sys/mount.h>
 #include <sys/time.h>
@@ -547,6 +549,36 @@ static void test_damaged_rewritten(void)
 	free(x);
 }
 
+/* The engine reports a corrupt copy by key (drop_corrupt) after its read. If K was removed
+ * and written again in between, the report is about a copy that is gone: the new one, on
+ * which no read has started, stays (before, it was dropped: a good object lost). */
+static void test_stale_drop(void)
+{
+	char dir[600];
+	snprintf(dir, sizeof(dir), "%s/stale-drop", g_root);
+	struct kvt_tier *t;
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, NULL), 0);
+	uint8_t *buf = abuf(OBJ);
+	struct kvt_key k = make_key(91, 1);
+	fill_object(buf, OBJ, &k);
+	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
+	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), (int)OBJ); /* the read the report is about */
+	CHECK_EQ(t_remove(t, &k), 0);
+	fill_object(buf, OBJ, &k);
+	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
+	t->ops->drop_corrupt(t, &k); /* late: about the removed copy */
+	CHECK_EQ(t_flush(t), 0);     /* ordered after the drop on the ring thread */
+	memset(buf, 0, OBJ);
+	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), (int)OBJ);
+	CHECK_EQ(check_object(buf, OBJ, &k), 0);
+	/* a report about the copy just read still drops it */
+	t->ops->drop_corrupt(t, &k);
+	CHECK_EQ(t_flush(t), 0);
+	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), -ENOENT);
+	kvt__tier_close(t);
+	free(buf);
+}
+
 int main(void)
 {
 	const char *base = getenv("KVT_TEST_DIR") ? getenv("KVT_TEST_DIR") : "/tmp";
@@ -558,6 +590,7 @@ int main(void)
 	test_capacity_limits();
 	test_publish_fails();
 	test_damaged_rewritten();
+	test_stale_drop();
 	rm_rf(g_root);
 	printf("nvme_safety: ok\n");
 	return 0;
