@@ -372,9 +372,19 @@ static int64_t run_read(struct fs_state *s, struct fs_op *op)
 		direct = direct && aligned(op->segs[i].buf, op->segs[i].off, op->segs[i].len);
 	/* Inspection leaves atime alone: it is the sweeps' measure of recent use. O_NOATIME
 	 * needs the file's owner (EPERM otherwise): then read without it. */
-	int fd = open_maybe_direct(s, path, O_RDONLY | (s->ro ? O_NOATIME : 0), direct);
+	/* O_NONBLOCK: a FIFO planted in an object's place (anyone can write the shared
+	 * directory) would block the open, and this worker with it, until a writer came. */
+	int fd = open_maybe_direct(s, path, O_RDONLY | O_NONBLOCK | (s->ro ? O_NOATIME : 0),
+				   direct);
 	if (fd < 0 && errno == EPERM && s->ro)
-		fd = open_maybe_direct(s, path, O_RDONLY, direct);
+		fd = open_maybe_direct(s, path, O_RDONLY | O_NONBLOCK, direct);
+	struct stat fst;
+	if (fd >= 0 && (fstat(fd, &fst) < 0 || !S_ISREG(fst.st_mode))) {
+		close(fd);
+		KVT_WARN(&s->t->log, "fs: %s/%s is not a regular file, not an object", s->dir, path);
+		atomic_fetch_add(&s->cnt.misses, 1);
+		return -ENOENT;
+	}
 	if (fd < 0) {
 		/* ESTALE: NFS had the name cached, another node removed the file: a miss too */
 		if (errno == ENOENT || errno == ENOTDIR || errno == ESTALE) {

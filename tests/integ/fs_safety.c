@@ -5,7 +5,9 @@
  * of objects; writers collect dead writers' temporaries; fs.bytes is kept by writers'
  * sweeps, removing a chain's end before its prefix, and stays safe with several writers
  * and a racing remover (no torn object is ever read, a vanished name is only a miss);
- * dropping a corrupt object never removes a good copy another node published since.
+ * dropping a corrupt object never removes a good copy another node published since; a FIFO
+ * planted in an object's place is a miss, not a worker blocked in open for good (and a
+ * close that waits for it).
  */
 #include <fcntl.h>
 #include <ftw.h>
@@ -420,6 +422,28 @@ static void test_drop_spares_rewrite(void)
 	free(back);
 }
 
+static void test_fifo(void)
+{
+	char dir[500], path[700];
+	snprintf(dir, sizeof(dir), "%s/fifo", g_root);
+	struct kvt_tier *t;
+	struct kvt_key k;
+	th_key(&k, 7, 92);
+	uint8_t *obj = abuf(OBJ);
+	th_obj_fill(obj, OBJ, 7);
+	CHECK_EQ(open_fs(&t, dir, NULL), 0);
+	CHECK_EQ(th_write(t, &k, obj, OBJ), 0);
+	key_file(dir, &k, path, sizeof(path));
+	CHECK_EQ(unlink(path), 0);
+	CHECK_EQ(mkfifo(path, 0600), 0); /* anyone who can write the shared directory */
+	alarm(30); /* the old tier blocked here for good */
+	for (int i = 0; i < 8; i++) /* more reads than fs.threads workers */
+		CHECK_EQ(th_read_all(t, &k, obj, OBJ), -ENOENT);
+	th_close(t);
+	alarm(0);
+	free(obj);
+}
+
 int main(void)
 {
 	const char *base = getenv("KVT_TEST_DIR") ? getenv("KVT_TEST_DIR") : "/tmp";
@@ -434,6 +458,8 @@ int main(void)
 	printf("ok racing sweepers and remover\n");
 	test_drop_spares_rewrite();
 	printf("ok a drop spares a copy published since the corrupt read\n");
+	test_fifo();
+	printf("ok a FIFO in an object's place is a miss\n");
 	nftw(g_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	return 0;
 }
