@@ -81,6 +81,7 @@ struct rados_op {
 };
 
 struct rados_state {
+	bool ro; /* store.read_only: inspection writes, deletes and creates nothing */
 	struct kvt_tier *t;
 	rados_t cluster;
 	rados_ioctx_t io;
@@ -471,6 +472,8 @@ static int rt_write(struct kvt_tier *t, const struct kvt_key *key, const void *o
 	struct rados_state *s = t->state;
 	if (!cb || !key || (len && !obj) || len > SIZE_MAX / 2)
 		return -EINVAL;
+	if (s->ro)
+		return -EROFS;
 	struct rados_op *op = op_new(s, OP_WRITE, 1, 1, cb, arg);
 	if (!op)
 		return -ENOMEM;
@@ -485,6 +488,8 @@ static int rt_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb 
 	struct rados_state *s = t->state;
 	if (!cb || !key)
 		return -EINVAL;
+	if (s->ro)
+		return -EROFS;
 	struct rados_op *op = op_new(s, OP_REMOVE, 1, 1, cb, arg);
 	if (!op)
 		return -ENOMEM;
@@ -496,6 +501,8 @@ static void rt_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
 	struct rados_state *s = t->state;
 	atomic_fetch_add(&s->cnt.checksum_failures, 1);
+	if (s->ro)
+		return; /* inspection never deletes */
 	struct rados_op *op = op_new(s, OP_DROP, 1, 1, NULL, NULL);
 	if (!op)
 		return;
@@ -571,6 +578,7 @@ static int rt_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	const struct kvt_log *log = &t->log;
 	int rc;
 	s->t = t;
+	s->ro = kvt__cfg_bool(cfg, "store.read_only");
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
 	s->max_inflight = (uint32_t)kvt__cfg_u64(cfg, "rados.max_inflight");
@@ -631,7 +639,7 @@ static int rt_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	}
 	s->connected = true;
 	if (rados_pool_lookup(s->cluster, s->pool) == -ENOENT) {
-		if (!kvt__cfg_bool(cfg, "rados.create_pool")) {
+		if (!kvt__cfg_bool(cfg, "rados.create_pool") || s->ro) { /* ro: creates nothing */
 			KVT_ERR(log,
 				"rados: pool '%s' does not exist; create it (docs/TIERS.md shows "
 				"a replicated and an erasure-coded one) or set "

@@ -101,6 +101,7 @@ struct rd_conn {
 };
 
 struct rd_state {
+	bool ro; /* store.read_only: inspection writes and deletes nothing */
 	struct kvt_tier *t;
 	char host[256];
 	int port;
@@ -435,9 +436,17 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 	if (r->type == REDIS_REPLY_ERROR) {
 		err = error_code(r->msg);
 		if (op->kind == OP_AUTH || op->kind == OP_SELECT || err == -EACCES) {
+			/* An AUTH refusal is shown by its error code only: a server may echo the
+			 * command's arguments in its text ("unknown command 'AUTH', with args
+			 * beginning with: '<password>'" where AUTH is renamed away). */
+			int shown = (int)strcspn(r->msg, " ");
+			if (op->kind != OP_AUTH || shown > 32)
+				shown = op->kind == OP_AUTH ? 0 : (int)strlen(r->msg);
 			if (!c->quiet)
-				KVT_ERR(&s->t->log, "redis %s:%d: %s refused: %s", s->host, s->port,
-					op->kind == OP_SELECT ? "SELECT" : "authentication", r->msg);
+				KVT_ERR(&s->t->log, "redis %s:%d: %s refused: %.*s%s", s->host,
+					s->port,
+					op->kind == OP_SELECT ? "SELECT" : "authentication", shown,
+					r->msg, op->kind == OP_AUTH ? " (the server's text not shown)" : "");
 			return err;
 		}
 		KVT_WARN(&s->t->log, "redis %s:%d: %s", s->host, s->port, r->msg);
@@ -837,6 +846,7 @@ static int rd_open(struct kvt_tier *t, const struct kvt_config *cfg)
 {
 	struct rd_state *s = t->state;
 	s->t = t;
+	s->ro = kvt__cfg_bool(cfg, "store.read_only");
 	const char *url = kvt__cfg_str(cfg, "redis.url");
 	if (parse_url(s, url) < 0) {
 		KVT_ERR(&t->log, "redis: redis.url is not redis://[[user]:password@]host[:port][/db]");
@@ -990,6 +1000,8 @@ static int rd_write(struct kvt_tier *t, const struct kvt_key *key, const void *o
 	struct rd_state *s = t->state;
 	if (!cb || !key || !obj || !len)
 		return -EINVAL;
+	if (s->ro)
+		return -EROFS;
 	char name[512];
 	size_t klen = key_name(s, key, name);
 	const char *argv[3] = {"SET", name, obj};
@@ -1009,6 +1021,8 @@ static int rd_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb 
 	struct rd_state *s = t->state;
 	if (!cb || !key)
 		return -EINVAL;
+	if (s->ro)
+		return -EROFS;
 	char name[512];
 	size_t klen = key_name(s, key, name);
 	const char *argv[2] = {"DEL", name};
@@ -1025,6 +1039,8 @@ static void rd_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
 	struct rd_state *s = t->state;
 	atomic_fetch_add(&s->cnt.checksum_failures, 1);
+	if (s->ro)
+		return; /* inspection never deletes */
 	char name[512];
 	size_t klen = key_name(s, key, name);
 	const char *argv[2] = {"DEL", name};
@@ -1102,6 +1118,13 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 		    r->element[1]->type != REDIS_REPLY_ARRAY) {
 			rc = rc < 0 ? rc : -EPROTO;
 			freeReplyObject(r);
+			goto out;
+		}
+		/* A cursor that comes back unchanged never ends (Redis always moves it on): a
+		 * server that cannot be followed is an error, not a listing for ever. */
+		if (strcmp(cursor, "0") && !strcmp(cursor, r->element[0]->str)) {
+			freeReplyObject(r);
+			rc = -EPROTO;
 			goto out;
 		}
 		snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);

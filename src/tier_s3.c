@@ -86,6 +86,7 @@ struct s3_op {
 };
 
 struct s3_state {
+	bool ro; /* store.read_only: inspection writes, deletes and creates nothing */
 	struct kvt_tier *t;
 	/* configuration */
 	char *base;	  /* URL up to and including the bucket's "/" (path or virtual style) */
@@ -692,6 +693,8 @@ static int s3_write(struct kvt_tier *t, const struct kvt_key *key, const void *o
 	struct s3_state *s = t->state;
 	if (!cb || !key || (len && !obj))
 		return -EINVAL;
+	if (s->ro)
+		return -EROFS;
 	struct s3_op *op = op_new(s, OP_WRITE, 1, 0, cb, arg);
 	if (!op)
 		return -ENOMEM;
@@ -708,6 +711,8 @@ static int s3_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb 
 	struct s3_state *s = t->state;
 	if (!cb || !key)
 		return -EINVAL;
+	if (s->ro)
+		return -EROFS;
 	struct s3_op *op = op_new(s, OP_REMOVE, 1, 0, cb, arg);
 	if (!op)
 		return -ENOMEM;
@@ -722,6 +727,8 @@ static void s3_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
 	struct s3_state *s = t->state;
 	atomic_fetch_add(&s->cnt.checksum_failures, 1);
+	if (s->ro)
+		return; /* inspection never deletes */
 	struct s3_op *op = op_new(s, OP_DROP, 1, 0, NULL, NULL);
 	if (!op)
 		return;
@@ -1053,12 +1060,22 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			}
 		}
 		const char *p = m.p;
-		char trunc[16] = "";
+		char trunc[16] = "", prev[sizeof(token)];
 		xml_field(&p, NULL, "IsTruncated", trunc, sizeof(trunc));
 		p = m.p;
-		if (strcmp(trunc, "true") ||
-		    xml_field(&p, NULL, "NextContinuationToken", token, sizeof(token)) < 0)
+		memcpy(prev, token, sizeof(prev));
+		if (strcmp(trunc, "true"))
+			break; /* the last page */
+		/* "More to come" with no token, or the same one again, would end the listing
+		 * short or list page 1 (or the same page) for ever: a server that cannot be
+		 * followed is an error. */
+		if (xml_field(&p, NULL, "NextContinuationToken", token, sizeof(token)) < 0 ||
+		    !token[0] || !strcmp(token, prev)) {
+			KVT_WARN(&t->log, "s3: listing %s: the server says there is more but gives "
+					  "no new continuation token", s->shown);
+			rc = -EPROTO;
 			break;
+		}
 	}
 	if (eprefix)
 		curl_free(eprefix);
@@ -1097,8 +1114,8 @@ static int check_bucket(struct s3_state *s, bool create)
 		return -EACCES;
 	}
 	if (st == 404) {
-		KVT_ERR(log, "s3: bucket %s does not exist (s3.create_bucket is off)",
-			s->shown);
+		KVT_ERR(log, "s3: bucket %s does not exist (%s)", s->shown,
+			s->ro ? "a read-only open creates nothing" : "s3.create_bucket is off");
 		return -ENOENT;
 	}
 	KVT_ERR(log, "s3: bucket %s: HTTP %ld", s->shown, st);
@@ -1135,6 +1152,7 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	const struct kvt_log *log = &t->log;
 	int rc;
 	s->t = t;
+	s->ro = kvt__cfg_bool(cfg, "store.read_only");
 	pthread_once(&curl_once, curl_init);
 	if (curl_init_rc != CURLE_OK) {
 		KVT_ERR(log, "s3: curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
@@ -1201,7 +1219,8 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	    (*tok && !curl_slist_append(s->hdr_put, tok)))
 		goto fail;
 
-	rc = check_bucket(s, kvt__cfg_bool(cfg, "s3.create_bucket"));
+	/* an inspection creates nothing: a missing bucket is "not a store" */
+	rc = check_bucket(s, kvt__cfg_bool(cfg, "s3.create_bucket") && !s->ro);
 	if (rc < 0)
 		goto fail;
 

@@ -5,7 +5,10 @@
  * on a free port, in a temporary directory): round trips up to 32 MiB, ranges, batched
  * lookups, thousands of requests in flight, AUTH with the right and a wrong password, the
  * server SIGKILLed and SIGSTOPped mid-run (every request fails within the timeout, nothing
- * hangs or crashes) and restarted (the tier works again), close with work in flight.
+ * hangs or crashes) and restarted (the tier works again), close with work in flight; a
+ * read-only open (inspection) refuses writes and removes and deletes nothing on a
+ * corruption report; a server that echoes AUTH's arguments in its error (AUTH renamed
+ * away) never gets the password into the log.
  * Exit 0 pass, 1 fail, 77 when redis-server is not installed.
  *
  * Throughput against redis-benchmark is `kvtier bench --tier redis` (docs/BENCHMARKS.md).
@@ -305,6 +308,71 @@ static void test_server_failures(void)
 	rs_stop(&r);
 }
 
+static char g_logged[8192];
+static size_t g_logged_len;
+
+static void capture_log(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	(void)level;
+	g_logged_len += (size_t)snprintf(g_logged + g_logged_len, sizeof(g_logged) - g_logged_len,
+					 "%s\n", msg);
+	if (g_logged_len >= sizeof(g_logged))
+		g_logged_len = sizeof(g_logged) - 1;
+}
+
+static void test_read_only(const char *url)
+{
+	struct kvt_tier *t = open_redis(url, "2000", "1");
+	unsigned char obj[8192];
+	th_obj_fill(obj, sizeof(obj), 5);
+	struct kvt_key k;
+	th_key(&k, 1, 15);
+	CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), 0);
+	const char *kv[] = {"redis.url", url, "redis.prefix", "kvt-test:", "store.read_only",
+			    "true", NULL};
+	struct kvt_config *cfg = th_config(kv);
+	struct kvt_tier *ro;
+	CHECK_EQ(th_open(&kvt__tier_redis_ops, cfg, &ro), 0);
+	kvt_config_destroy(cfg);
+	struct kvt_key k2;
+	th_key(&k2, 1, 16);
+	CHECK_EQ(th_write(ro, &k2, obj, sizeof(obj)), -EROFS);
+	CHECK_EQ(th_remove(ro, &k), -EROFS);
+	ro->ops->drop_corrupt(ro, &k);
+	CHECK_EQ(th_read_all(ro, &k, obj, sizeof(obj)), (int)sizeof(obj)); /* still there */
+	th_close(ro);
+	CHECK_EQ(th_read_all(t, &k, obj, sizeof(obj)), (int)sizeof(obj));
+	CHECK_EQ(th_remove(t, &k), 0);
+	th_close(t);
+}
+
+static void test_auth_echo(void)
+{
+	struct rs r;
+	memset(&r, 0, sizeof(r));
+	snprintf(r.dir, sizeof(r.dir), "/tmp/kvt-redis-XXXXXX");
+	CHECK(mkdtemp(r.dir));
+	r.extra[0] = "--rename-command";
+	r.extra[1] = "AUTH";
+	r.extra[2] = "";
+	CHECK_EQ(rs_launch(&r), 0);
+	char url[256];
+	url_of(&r, "Sup3rS3cretPW", url, sizeof(url));
+	struct kvt_tier *t = open_redis(url, "2000", "1");
+	t->log.fn = capture_log;
+	unsigned char obj[4096];
+	struct kvt_key k;
+	th_key(&k, 1, 17);
+	CHECK(th_read_all(t, &k, obj, sizeof(obj)) < 0);
+	th_close(t);
+	fprintf(stderr, "  AUTH refused by a server that echoes it: logged \"%.*s\"\n",
+		(int)strcspn(g_logged, "\n"), g_logged);
+	CHECK(strstr(g_logged, "authentication refused"));
+	CHECK(!strstr(g_logged, "Sup3rS3cretPW"));
+	rs_stop(&r);
+}
+
 int main(void)
 {
 	struct rs r;
@@ -322,6 +390,10 @@ int main(void)
 	test_many_in_flight(t);
 	fprintf(stderr, "ok thousands of requests in flight\n");
 	th_close(t);
+	test_read_only(url);
+	fprintf(stderr, "ok read-only: writes and removes -EROFS, nothing deleted\n");
+	test_auth_echo();
+	fprintf(stderr, "ok no password in the log\n");
 	rs_stop(&r);
 	test_auth();
 	fprintf(stderr, "ok AUTH\n");

@@ -7,6 +7,11 @@
  *   0x53: always 500                          -> -EIO, retried the same way
  *   0x54: 403                                 -> -EACCES at once, no retry
  * and counts the requests per path, which the test reads back through /count/<path>.
+ * Bucket "nob" does not exist (404 to everything); bucket "loop" lists one page that says
+ * there is more (IsTruncated) but gives no continuation token. Checked besides the retries:
+ * a read-only open (inspection) of the missing bucket does not create it and fails "not a
+ * store", and refuses writes and removes and deletes nothing on a corruption report; a
+ * listing that cannot be followed ends with -EPROTO instead of listing page 1 for ever.
  * Everything else about the tier is tested against a real radosgw in tier_s3.c.
  */
 #include "ceph_harness.h"
@@ -31,6 +36,11 @@ static const char server_py[] =
     "        if self.path.startswith('/count/'):\n"
     "            return self.reply(200, str(counts[self.path[6:]]).encode())\n"
     "        counts[self.path] += 1\n"
+    "        if self.path.split('?')[0] == '/nob': return self.reply(404)\n"
+    "        if self.path.startswith('/loop?'):\n"
+    "            return self.reply(200, b'<ListBucketResult><IsTruncated>true</IsTruncated>'\n"
+    "                b'<Contents><Key>kvtier/' + b'ab' * 32 + b'</Key><Size>4096</Size>'\n"
+    "                b'</Contents></ListBucketResult>')\n"
     "        parts = self.path.split('/')\n"
     "        if len(parts) < 4: return self.reply(200)\n"
     "        tag = parts[-1][:2]\n"
@@ -70,6 +80,14 @@ static int count_of(const char *path)
 		pclose(p);
 	}
 	return n;
+}
+
+static int count_listed(void *arg, const struct kvt_key *k, uint64_t bytes)
+{
+	(void)k;
+	(void)bytes;
+	++*(int *)arg;
+	return 0;
 }
 
 static void path_of(const struct kvt_key *k, char *out, size_t len)
@@ -189,6 +207,50 @@ int main(void)
 	CHECK(ms < 400 + 400, "retries ran %.1f ms past a 400 ms deadline", ms);
 	fprintf(stderr, "20 retries allowed, 400 ms deadline: %s after %.1f ms\n", strerror(-rc),
 		ms);
+	tier_close(t);
+
+	/* Inspection (store.read_only) of a missing bucket: not created, "not a store". */
+	cfg = cfg_new();
+	cfg_set(cfg, "s3.endpoint", ep);
+	cfg_set(cfg, "s3.bucket", "nob");
+	cfg_set(cfg, "store.read_only", "true");
+	rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+	kvt_config_destroy(cfg);
+	CHECK(rc == -ENOENT, "read-only open of a missing bucket: %d", rc);
+	CHECK(count_of("/nob") == 1, "requests to the missing bucket: %d (a HEAD only)",
+	      count_of("/nob"));
+	/* ... and of an existing one: no write, no remove, no DELETE on a corruption report */
+	cfg = cfg_new();
+	cfg_set(cfg, "s3.endpoint", ep);
+	cfg_set(cfg, "s3.bucket", "bkt");
+	cfg_set(cfg, "store.read_only", "true");
+	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &t) == 0, "read-only open");
+	kvt_config_destroy(cfg);
+	memset(&k, 0, sizeof(k));
+	k.bytes[0] = 0x60;
+	path_of(&k, path, sizeof(path));
+	CHECK(t_write(t, &k, buf, sizeof(buf)) == -EROFS, "read-only write");
+	CHECK(t_remove(t, &k) == -EROFS, "read-only remove");
+	t->ops->drop_corrupt(t, &k);
+	usleep(200 * 1000);
+	CHECK(count_of(path) == 0, "read-only tier sent %d requests for the key", count_of(path));
+	tier_close(t);
+	fprintf(stderr, "read-only: the missing bucket not created, writes and removes -EROFS, "
+			"no DELETE\n");
+
+	/* A listing that says "more" with no continuation token: -EPROTO, at once. */
+	cfg = cfg_new();
+	cfg_set(cfg, "s3.endpoint", ep);
+	cfg_set(cfg, "s3.bucket", "loop");
+	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &t) == 0, "open loop");
+	kvt_config_destroy(cfg);
+	int listed = 0;
+	t0 = kvt__now_ns();
+	rc = t->ops->scan(t, count_listed, &listed);
+	ms = (double)(kvt__now_ns() - t0) / 1e6;
+	fprintf(stderr, "a listing with no continuation token: %s after %d objects, %.0f ms\n",
+		strerror(-rc), listed, ms);
+	CHECK(rc == -EPROTO && listed == 1, "listing: %d, %d objects", rc, listed);
 	tier_close(t);
 	printf("PASS tier_s3_retry\n");
 	return 0;

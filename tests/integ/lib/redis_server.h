@@ -24,6 +24,7 @@ struct rs {
 	int port;
 	char dir[128];
 	char pass[64];
+	const char *extra[4]; /* more redis-server arguments (NULL-terminated), set before launch */
 };
 
 static inline int rs_free_port(void)
@@ -95,6 +96,8 @@ static inline int rs_launch(struct rs *r)
 				argv[n++] = "--requirepass";
 				argv[n++] = r->pass;
 			}
+			for (int i = 0; i < 4 && r->extra[i]; i++)
+				argv[n++] = r->extra[i];
 			argv[n] = NULL;
 			execvp("redis-server", (char **)argv);
 			_exit(127);
