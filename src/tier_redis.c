@@ -427,8 +427,11 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 {
 	struct rd_state *s = c->s;
 	struct rd_op *op = c->head;
-	if (!op || op == c->send)
-		return -EPROTO; /* a reply nobody asked for */
+	/* A reply nobody asked for. The oldest request may still be being sent (a large
+	 * pipelined batch: the server answers its first commands before it has the rest),
+	 * but its last reply cannot come before its last command has gone. */
+	if (!op || (op == c->send && op->nreplies + 1 >= op->ncmds))
+		return -EPROTO;
 	uint32_t i = op->nreplies++;
 	int err = 0;
 	if (r->type != REDIS_REPLY_ERROR)
@@ -540,7 +543,7 @@ static int bulk_start(struct rd_conn *c, const char *line, size_t len)
 	c->bulk_want = 0;
 	c->bulk_skip = (uint64_t)n;
 	c->bulk_crlf = 2;
-	if (op && op != c->send && op->kind == OP_READ && op->nreplies >= 1 &&
+	if (op && op->kind == OP_READ && op->nreplies >= 1 &&
 	    op->nreplies - 1 < op->nsegs) {
 		struct kvt_seg *seg = &op->segs[op->nreplies - 1];
 		c->bulk_dst = seg->buf;
