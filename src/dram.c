@@ -472,9 +472,12 @@ int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct 
 	uint64_t h = kvt__key_hash(key);
 	uint64_t ph = parent ? kvt__key_hash(parent) : 0;
 	pthread_mutex_lock(&d->mu);
-	if (index_find(d, key, h) >= 0) {
+	int32_t found = index_find(d, key, h);
+	if (found >= 0) {
+		/* A slot being filled (a get's promotion) holds no object yet: not "stored". */
+		bool filling = d->slots[found].state == S_FILLING;
 		pthread_mutex_unlock(&d->mu);
-		return -EEXIST;
+		return filling ? -EBUSY : -EEXIST;
 	}
 	/* Count the child on its parent first: the parent must not be this alloc's victim. */
 	int32_t pid = parent ? index_find(d, parent, ph) : -1;

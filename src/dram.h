@@ -73,8 +73,8 @@ bool kvt__dram_contains(struct kvt_dram *d, const struct kvt_key *key, bool touc
 int kvt__dram_get(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot_ref *ref);
 /* Reserve a slot for key, evicting by policy if needed; returned pinned and unpublished.
  * parent (may be NULL) links suffix to prefix for eviction order.
- * -EEXIST key already resident or being filled (nothing reserved), -ENOSPC every slot is
- * pinned, dirty or a prefix of something resident. */
+ * -EEXIST key already resident, -EBUSY key being filled (not stored yet; nothing reserved
+ * either way), -ENOSPC every slot is pinned, dirty or a prefix of something resident. */
 int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct kvt_key *parent,
 		    struct kvt_slot_ref *ref);
 /* Make a reserved slot visible with its contents; it stays pinned until unpinned. */

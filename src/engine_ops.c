@@ -116,6 +116,13 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 		kvt__e_complete(s, cb, arg, direct, &res);
 		return 0;
 	}
+	if (rc == -EBUSY) {
+		/* A get is filling the key's slot from a deeper tier: nothing is stored yet,
+		 * and the fill may yet find nothing. Told to retry, not "already stored" (that
+		 * acknowledged a put that was then nowhere). */
+		kvt__e_unadmit(s);
+		return -EAGAIN;
+	}
 	if (rc < 0) {
 		kvt__e_unadmit(s);
 		if (rc != -ENOSPC) {
@@ -148,10 +155,14 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	kvt__dram_publish(s->dram, ref.id, obj_bytes, n_tokens, dirty);
 	ref.object_bytes = obj_bytes;
 	ref.n_tokens = n_tokens;
+	/* The job joins the write-behind list before the put is acknowledged: a remove the
+	 * caller sends from its callback must find it (and cancel or undo its write), not
+	 * run first and have the job write the key back afterwards. */
+	struct wb *w = write_now ? kvt__e_wb_register(s, key, &ref, NULL, NULL, false) : NULL;
 	kvt__e_complete(s, cb, arg, direct, &res);
-	if (write_now)
-		kvt__e_wb_submit(s, key, &ref, s->n_links, NULL, NULL, false);
-	else
+	if (w)
+		kvt__e_wb_start(w, s->n_links);
+	else if (!write_now)
 		kvt__dram_unpin(s->dram, ref.id);
 	if (deeper && s->write_policy == WP_BACK)
 		kvt__e_writeback_clean(s);
@@ -177,7 +188,7 @@ int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const str
 		return -EINVAL;
 	int rc = kvt__dram_alloc(s->dram, key, parent, ref);
 	if (rc < 0)
-		return rc;
+		return rc == -EBUSY ? -EAGAIN : rc; /* being filled: not stored yet, retry */
 	ref->n_tokens = n_tokens;
 	ref->object_bytes = kvt_object_bytes(&s->geo, n_tokens);
 	return 0;

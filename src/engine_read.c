@@ -456,7 +456,7 @@ static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquir
 		pthread_mutex_unlock(&s->fill_lock);
 		kvt__free(f);
 		kvt__free(w);
-		return rc == -EEXIST ? -EBUSY : rc;
+		return rc == -EEXIST || rc == -EBUSY ? -EBUSY : rc;
 	}
 	f->key = *key;
 	f->s = s;
