@@ -378,9 +378,7 @@ static void test_read_only(const char *url)
 static void test_auth_echo(void)
 {
 	struct rs r;
-	memset(&r, 0, sizeof(r));
-	snprintf(r.dir, sizeof(r.dir), "/tmp/kvt-redis-XXXXXX");
-	CHECK(mkdtemp(r.dir));
+	CHECK_EQ(rs_prepare(&r, NULL), 0);
 	r.extra[0] = "--rename-command";
 	r.extra[1] = "AUTH";
 	r.extra[2] = "";

@@ -116,7 +116,8 @@ static inline int rs_launch(struct rs *r)
 	return -1;
 }
 
-static inline int rs_start(struct rs *r, const char *pass)
+/* A fresh r with its temporary directory, not started: set r->extra, then rs_launch. */
+static inline int rs_prepare(struct rs *r, const char *pass)
 {
 	memset(r, 0, sizeof(*r));
 	snprintf(r->dir, sizeof(r->dir), "/tmp/kvt-redis-XXXXXX");
@@ -124,7 +125,12 @@ static inline int rs_start(struct rs *r, const char *pass)
 		return -1;
 	if (pass)
 		snprintf(r->pass, sizeof(r->pass), "%s", pass);
-	return rs_launch(r);
+	return 0;
+}
+
+static inline int rs_start(struct rs *r, const char *pass)
+{
+	return rs_prepare(r, pass) < 0 ? -1 : rs_launch(r);
 }
 
 static inline void rs_signal(struct rs *r, int sig)
