@@ -142,6 +142,7 @@ int main(void)
 	test_put_during_fill(dir);
 	test_remove_from_callback(dir);
 	test_rmdir(dir);
+	free(dir);
 	printf("store_put_races: ok\n");
 	return 0;
 }
