@@ -215,7 +215,9 @@ typedef void (*kvt_cb)(void *arg, const struct kvt_result *res);
  * deeper tiers are written behind according to the write policy; without a DRAM tier the
  * put completes when the deeper tiers have the chunk, and a large chunk from a buffer on a
  * 2 MiB boundary is written from buf itself (store.zero_copy_puts). status 0; -EINVAL bad
- * length/n_tokens; -ENOSPC no slot. */
+ * length/n_tokens; -ENOSPC no slot; without a DRAM tier, -EAGAIN when an earlier write of
+ * the same key is still out (a zero-copy put of it in flight, or one past its deadline that
+ * the tier has not answered): retry later. */
 KVT_EXPORT int kvt_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		       uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg);
 
@@ -240,8 +242,9 @@ KVT_EXPORT int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, siz
 			    uint64_t deadline_ns, kvt_cb cb, void *arg);
 
 /* Remove a chunk from every tier, after any write-behind of it still in flight (a removed
- * key does not reappear in a deeper tier). status = number of tiers it was removed from;
- * a tier that misses its deadline is not counted. */
+ * key does not reappear in a deeper tier, even from a write that lands after its deadline).
+ * A put of the key issued after the remove wins over it. status = number of tiers it was
+ * removed from; a tier that misses its deadline is not counted. */
 KVT_EXPORT int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg);
 
 /* Make everything submitted before it durable in every tier: dirty DRAM slots are written

@@ -8,6 +8,7 @@
  *   engine_health.c  deadlines of tier calls (guards, the heap) and the circuit breaker
  *   engine_read.c    the read path: chain reads, fills (promotion), get, prefetch
  *   engine_wb.c      write-behind and kvt_flush
+ *   engine_keyorder.c  the order of puts and removes of a key while a write of it is out
  *   engine_ops.c     put (and the device layer's reserve/commit), lookup, remove
  */
 #include "engine_internal.h"
@@ -391,6 +392,7 @@ void kvt_store_close(struct kvt_store *s)
 	while ((p = kvt_list_pop(&s->cq_free)))
 		kvt__free(kvt_list_entry(p, struct completion, node));
 	kvt__free(s->heap);
+	kvt__e_keyrec_free_all(s); /* none left once every tier has answered; in case */
 	pthread_mutex_destroy(&s->bounce_lock);
 	pthread_mutex_destroy(&s->guard_lock);
 	pthread_mutex_destroy(&s->pool_lock);

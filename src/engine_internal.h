@@ -32,6 +32,7 @@
 #define BREAKER_BASE_NS (500ull * 1000 * 1000)
 #define BREAKER_MAX_NS (30ull * 1000 * 1000 * 1000)
 #define FILL_BUCKETS 1024
+#define KEYREC_BUCKETS 1024
 #define SELECTIVE_SLOTS 65536
 #define BOUNCE_CACHE 256
 #define VERIFY_THREADS 2
@@ -180,7 +181,8 @@ struct wb {
 	_Atomic int refs;
 	_Atomic int ok;
 	_Atomic int first_err;
-	_Atomic bool removed; /* a kvt_remove of key came while this job was out */
+	struct keyrec *rec;   /* the key's order record (NULL: no memory for it) */
+	uint32_t blocked;     /* links this job must not write (kvt__e_keyrec_blocked) */
 	bool keep_dirty;      /* a tier was never tried (no memory): stay dirty for a retry */
 	_Atomic bool hold_dropped; /* no longer counted in the store's wb_holds */
 	struct remove_op *after; /* removes of key waiting for this job */
@@ -197,6 +199,20 @@ struct wb {
 struct wb_leg {
 	struct wb *w;
 	struct link *l;
+};
+
+/* The order of puts and removes of one key while a write of it is out (engine_keyorder.c).
+ * Under wb_lock. */
+struct keyrec {
+	struct keyrec *next; /* hash chain */
+	struct kvt_key key;
+	uint64_t last_put;    /* seq of the newest job of the key */
+	uint64_t last_remove; /* seq of the newest remove of the key */
+	uint32_t refs;        /* jobs (until their bytes are let go), waiting removes, undos */
+	uint32_t pending;     /* jobs not complete */
+	uint32_t zc_pending;  /* zero-copy jobs not complete */
+	uint16_t zc_late[KVT_MAX_TIERS]; /* zero-copy writes past their deadline, per link */
+	uint16_t undoing[KVT_MAX_TIERS]; /* late writes being removed again, per link */
 };
 
 struct flush_waiter {
@@ -281,6 +297,7 @@ struct kvt_store {
 	/* fills in flight */
 	pthread_mutex_t fill_lock;
 	struct fill *fills[FILL_BUCKETS];
+	struct keyrec *keyrecs[KEYREC_BUCKETS]; /* under wb_lock */
 
 	/* write-behind */
 	pthread_mutex_t wb_lock;
@@ -317,6 +334,8 @@ struct remove_op {
 	struct remove_op *next_after; /* first: a job's list of removes waiting for it */
 	struct kvt_store *s;
 	struct kvt_key key;
+	uint64_t seq;        /* in the write-behind order (wb_seq) */
+	struct keyrec *rec;  /* held while it waits for a job of its key */
 	_Atomic int remaining;
 	_Atomic int removed;
 	kvt_cb cb;
@@ -386,11 +405,20 @@ typedef int64_t (*kvt__get_sink)(void *arg, const struct kvt_header *h, const vo
 int kvt__e_do_get_sink(struct kvt_store *s, const struct kvt_key *key, kvt__get_sink sink, void *sink_arg, kvt_cb cb, void *arg, bool direct);
 int kvt__e_do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n, uint64_t deadline_ns, kvt_cb cb, void *arg, bool direct);
 
+/* engine_keyorder.c: all under wb_lock */
+struct keyrec *kvt__e_keyrec_find(struct kvt_store *s, const struct kvt_key *key);
+struct keyrec *kvt__e_keyrec_get(struct kvt_store *s, const struct kvt_key *key);
+void kvt__e_keyrec_put(struct kvt_store *s, struct keyrec *r);
+uint32_t kvt__e_keyrec_blocked(const struct keyrec *r);
+bool kvt__e_keyrec_removed_since(const struct keyrec *r, uint64_t seq);
+bool kvt__e_keyrec_put_since(const struct keyrec *r, uint64_t seq);
+void kvt__e_keyrec_free_all(struct kvt_store *s);
+
 /* engine_wb.c */
 int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct);
 void kvt__e_wb_dirty_all(struct kvt_store *s);
 void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key, const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct);
-struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key, const struct kvt_slot_ref *ref, kvt_cb cb, void *arg, bool direct);
+struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key, const struct kvt_slot_ref *ref, const void *tail, uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct);
 void kvt__e_wb_start(struct wb *w, int end);
 void kvt__e_writeback_clean(struct kvt_store *s);
 

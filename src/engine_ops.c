@@ -84,14 +84,10 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 		}
 		if (zero_copy(s, n_tokens, buf, obj_bytes)) {
 			/* Only the header is built; the tiers write the payload from buf, which the
-			 * caller keeps unchanged until the callback (kvt_put's contract). The
-			 * payload joins the job between its registration and its start, before
-			 * any tier sees it. */
+			 * caller keeps unchanged until the callback (kvt_put's contract). */
 			kvt__object_header(ref.buf, &s->geo, s->ns_id, key, n_tokens, buf, len);
-			struct wb *w = kvt__e_wb_register(s, key, &ref, cb, arg, direct);
+			struct wb *w = kvt__e_wb_register(s, key, &ref, buf, len, cb, arg, direct);
 			if (w) {
-				w->tail = buf;
-				w->tail_bytes = len;
 				atomic_fetch_add(&s->zero_copy_puts, 1);
 				kvt__e_wb_start(w, s->n_links);
 			}
@@ -158,7 +154,7 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	/* The job joins the write-behind list before the put is acknowledged: a remove the
 	 * caller sends from its callback must find it (and cancel or undo its write), not
 	 * run first and have the job write the key back afterwards. */
-	struct wb *w = write_now ? kvt__e_wb_register(s, key, &ref, NULL, NULL, false) : NULL;
+	struct wb *w = write_now ? kvt__e_wb_register(s, key, &ref, NULL, 0, NULL, NULL, false) : NULL;
 	kvt__e_complete(s, cb, arg, direct, &res);
 	if (w)
 		kvt__e_wb_start(w, s->n_links);
@@ -430,7 +426,8 @@ int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t
 /* A remove runs after every write-behind of its key that was out when it came: otherwise
  * the write could land after it and the key reappear in a deeper tier. A write that
  * missed its deadline and lands later still is removed again when it answers
- * (wb_leg_orphan). */
+ * (wb_leg_orphan, engine_keyorder.c). A remove that waited, and that a put of the key
+ * followed meanwhile, leaves the deeper tiers alone: that put's copy is there to stay. */
 
 struct remove_leg {
 	struct remove_op *o;
@@ -473,26 +470,55 @@ static void remove_leg_expire(struct guard *g)
 	remove_release(o);
 }
 
-/* Wait for write-behind of the key still out, else remove it from every deeper tier. */
+/* Wait for write-behind of the key still out, else remove it from every deeper tier. Called
+ * once when the remove comes (o->seq 0) and again each time a job it waited for is done. */
 void kvt__e_remove_start(struct remove_op *o)
 {
 	struct kvt_store *s = o->s;
 	pthread_mutex_lock(&s->wb_lock);
+	struct keyrec *rec;
+	if (!o->seq) {
+		o->seq = ++s->wb_seq;
+		rec = kvt__e_keyrec_find(s, &o->key);
+		if (rec)
+			rec->last_remove = o->seq;
+	} else {
+		rec = o->rec;
+		if (kvt__e_keyrec_put_since(rec, o->seq)) { /* a put came after it */
+			kvt__e_keyrec_put(s, rec);
+			o->rec = NULL;
+			pthread_mutex_unlock(&s->wb_lock);
+			remove_release(o);
+			return;
+		}
+	}
+	/* The newest job of the key older than the remove; jobs complete out of order, so
+	 * one older still may be out when it is done: then the remove waits again. */
 	struct wb *last = NULL;
-	struct kvt_list *p;
-	kvt_list_for_each(p, &s->wb)
-	{
-		struct wb *w = kvt_list_entry(p, struct wb, node);
-		if (kvt__key_eq(&w->key, &o->key)) {
-			atomic_store(&w->removed, true);
-			last = w;
+	if (rec && rec->pending) {
+		struct kvt_list *p;
+		kvt_list_for_each(p, &s->wb)
+		{
+			struct wb *w = kvt_list_entry(p, struct wb, node);
+			if (w->seq > o->seq)
+				break; /* the list is in seq order */
+			if (kvt__key_eq(&w->key, &o->key))
+				last = w;
 		}
 	}
 	if (last) {
+		if (!o->rec) {
+			o->rec = rec;
+			rec->refs++;
+		}
 		o->next_after = last->after;
 		last->after = o;
 		pthread_mutex_unlock(&s->wb_lock);
 		return;
+	}
+	if (o->rec) {
+		kvt__e_keyrec_put(s, o->rec);
+		o->rec = NULL;
 	}
 	pthread_mutex_unlock(&s->wb_lock);
 	for (int i = s->dram_pos + 1; i < s->n_links; i++) {

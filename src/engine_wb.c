@@ -5,7 +5,8 @@
  * or buffer is let go only when every tier has let go of it. A tier that misses simply
  * lacks the object (counted as writes_skipped). kvt_flush writes every dirty slot, waits
  * for the jobs submitted before it, then calls each tier's durability op under its
- * deadline, and names the tier that could not.
+ * deadline, and names the tier that could not. A write that lands after its deadline is
+ * kept or removed again by the key's order of puts and removes (engine_keyorder.c).
  */
 #include "engine_internal.h"
 
@@ -31,6 +32,11 @@ static void wb_unref(struct wb *w)
 	else
 		kvt__e_bounce_put(s, w->ref.buf);
 	wb_drop_hold(w); /* after the unpin: see kvt__e_do_put */
+	if (w->rec) {
+		pthread_mutex_lock(&s->wb_lock);
+		kvt__e_keyrec_put(s, w->rec);
+		pthread_mutex_unlock(&s->wb_lock);
+	}
 	kvt__free(w);
 }
 
@@ -73,6 +79,11 @@ static void wb_complete(struct wb *w)
 	pthread_mutex_lock(&s->wb_lock);
 	kvt_list_del(&w->node);
 	s->wb_pending--;
+	if (w->rec) {
+		w->rec->pending--;
+		if (w->tail)
+			w->rec->zc_pending--;
+	}
 	struct kvt_list *first = kvt_list_first(&s->wb);
 	uint64_t oldest = first ? kvt_list_entry(first, struct wb, node)->seq : UINT64_MAX;
 	struct kvt_list *p, *tmp;
@@ -135,29 +146,93 @@ static void wb_leg_done(void *arg, int64_t rc64)
 	wb_unref(w); /* the tier's hold on the bytes */
 }
 
-/* The late answer to a write that missed its deadline (the guard's last reference). If a
- * remove of the key came meanwhile, the object that just landed is removed again. */
+/* Removing a late write again: the key's record counts it (undoing) until the tier answers
+ * the remove, in time or late, so that no new write of the key reaches the tier before. */
+struct undo {
+	struct kvt_store *s;
+	struct keyrec *rec;
+	int link;
+};
+
+static void undo_release(struct undo *u)
+{
+	struct kvt_store *s = u->s;
+	pthread_mutex_lock(&s->wb_lock);
+	u->rec->undoing[u->link]--;
+	kvt__e_keyrec_put(s, u->rec);
+	pthread_mutex_unlock(&s->wb_lock);
+	kvt__free(u);
+}
+
+static void undo_done(void *arg, int64_t rc)
+{
+	struct undo *u = arg;
+	if (rc < 0 && rc != -ENOENT)
+		KVT_WARN(&u->s->log, "tier %s: removing a late write again failed: %s",
+			 u->s->links[u->link].name, kvt_strerror((int)rc));
+	undo_release(u);
+}
+
+static void undo_late(struct guard *g)
+{
+	undo_release(g->orphan_arg);
+}
+
+static void undo_expire(struct guard *g)
+{
+	g->orphan_fn = undo_late;
+	g->orphan_arg = g->op;
+}
+
+/* Remove the late write of key from link i again (the record's undoing is counted). */
+static void undo_late_write(struct kvt_store *s, struct keyrec *rec, int i)
+{
+	struct link *l = &s->links[i];
+	struct undo *u = kvt__malloc(sizeof(*u));
+	struct guard *g = u ? kvt__e_guard_new(s, l, "remove", 0, u, undo_done, undo_expire) : NULL;
+	if (g) {
+		*u = (struct undo){.s = s, .rec = rec, .link = i};
+		if (l->t->ops->remove(l->t, &rec->key, kvt__e_guard_cb, g) == 0) {
+			kvt__e_guard_arm(g);
+			return;
+		}
+		kvt__e_guard_cancel(g);
+	}
+	KVT_WARN(&s->log, "tier %s: a late write could not be removed again", l->name);
+	kvt__free(u);
+	pthread_mutex_lock(&s->wb_lock);
+	rec->undoing[i]--;
+	kvt__e_keyrec_put(s, rec);
+	pthread_mutex_unlock(&s->wb_lock);
+}
+
+/* The late answer to a write that missed its deadline (the guard's last reference). What
+ * landed stays if no remove of the key came after it (or a put came after that remove:
+ * the same content); a zero-copy write's never stays, since it was written from the
+ * caller's buffer, which the caller had back at the deadline and may have changed. */
 static void wb_leg_orphan(struct guard *g)
 {
 	struct wb_leg *leg = g->orphan_arg;
 	struct wb *w = leg->w;
 	struct kvt_store *s = w->s;
 	struct link *l = leg->l;
-	/* A zero-copy write wrote from the caller's buffer, which the caller had back when
-	 * the deadline passed and may have changed since: what landed is removed too. */
-	bool drop = atomic_load(&w->removed) || w->tail;
-	if (g->late_rc >= 0 && !drop) /* it landed after all */
-		kvt__e_event(s, KVT_EVENT_STORED, KVT_REASON_NONE, (int)(l - s->links), &w->key,
-			     w->ref.object_bytes);
-	if (g->late_rc >= 0 && drop && !atomic_load(&s->closing) && l->t) {
-		struct guard *rg = kvt__e_guard_new(s, l, "remove", 0, NULL, NULL, NULL);
-		if (rg) {
-			if (l->t->ops->remove(l->t, &w->key, kvt__e_guard_cb, rg) == 0)
-				kvt__e_guard_arm(rg);
-			else
-				kvt__e_guard_cancel(rg);
-		}
+	int i = (int)(l - s->links);
+	bool landed = g->late_rc >= 0, undo = false;
+	pthread_mutex_lock(&s->wb_lock);
+	struct keyrec *rec = w->rec;
+	if (rec && w->tail)
+		rec->zc_late[i]--;
+	bool drop = w->tail || kvt__e_keyrec_removed_since(rec, w->seq);
+	if (landed && drop && rec && !atomic_load(&s->closing) && l->t) {
+		rec->undoing[i]++; /* in the same hold of the lock: no write slips in */
+		rec->refs++;
+		undo = true;
 	}
+	pthread_mutex_unlock(&s->wb_lock);
+	if (landed && !drop)
+		kvt__e_event(s, KVT_EVENT_STORED, KVT_REASON_NONE, i, &w->key, w->ref.object_bytes);
+	if (undo)
+		undo_late_write(s, rec, i);
 	kvt__free(leg);
 	wb_unref(w);
 }
@@ -169,6 +244,12 @@ static void wb_leg_expire(struct guard *g)
 {
 	struct wb_leg *leg = g->op;
 	struct wb *w = leg->w;
+	struct kvt_store *s = w->s;
+	if (w->tail && w->rec) { /* before the job can complete: no window without a count */
+		pthread_mutex_lock(&s->wb_lock);
+		w->rec->zc_late[leg->l - s->links]++;
+		pthread_mutex_unlock(&s->wb_lock);
+	}
 	atomic_fetch_add(&leg->l->writes_skipped, 1);
 	wb_tier_failed(w, leg->l, -ETIMEDOUT);
 	wb_drop_hold(w);
@@ -183,17 +264,20 @@ static void wb_leg_expire(struct guard *g)
 void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 		      const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct)
 {
-	struct wb *w = kvt__e_wb_register(s, key, ref, cb, arg, direct);
+	struct wb *w = kvt__e_wb_register(s, key, ref, NULL, 0, cb, arg, direct);
 	if (w)
 		kvt__e_wb_start(w, end);
 }
 
 /* The first half of kvt__e_wb_submit: the job joins the write-behind list (a remove or a
- * flush that comes after it waits for it) and writes nothing yet, so the caller can fill
- * in what the job writes (a zero-copy put's payload). NULL if there is no memory: then,
- * as kvt__e_wb_submit would, the pin or buffer is let go and cb has run with -ENOMEM. */
+ * flush that comes after it waits for it) and its key's order record, and writes nothing
+ * yet, so that a put is acknowledged only once the job can be found. tail (tail_bytes):
+ * a zero-copy put's payload, written from where it is after ref->buf's header. NULL if
+ * there is no memory: then, as kvt__e_wb_submit would, the pin or buffer is let go and cb
+ * has run with -ENOMEM. */
 struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
-			      const struct kvt_slot_ref *ref, kvt_cb cb, void *arg, bool direct)
+			      const struct kvt_slot_ref *ref, const void *tail,
+			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct)
 {
 	struct wb *w = kvt__calloc(1, sizeof(*w));
 	if (!w) {
@@ -216,10 +300,22 @@ struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
 	w->cb = cb;
 	w->arg = arg;
 	w->direct = direct;
+	w->tail = tail;
+	w->tail_bytes = tail_bytes;
 	atomic_store(&w->legs, 1); /* held by this function until all legs are out */
 	atomic_store(&w->refs, 1); /* dropped when the job completes */
 	pthread_mutex_lock(&s->wb_lock);
 	w->seq = ++s->wb_seq;
+	/* Without a record (no memory) the job is written as before the records existed: a
+	 * late write of it is kept (or, zero-copy, removed again) whatever came since. */
+	w->rec = kvt__e_keyrec_get(s, key);
+	if (w->rec) {
+		w->blocked = kvt__e_keyrec_blocked(w->rec);
+		w->rec->last_put = w->seq;
+		w->rec->pending++;
+		if (tail)
+			w->rec->zc_pending++;
+	}
 	kvt_list_add_tail(&s->wb, &w->node);
 	s->wb_pending++;
 	pthread_mutex_unlock(&s->wb_lock);
@@ -251,6 +347,14 @@ void kvt__e_wb_start(struct wb *w, int end)
 		}
 		if (l->t->ops->can_write && l->t->ops->can_write(l->t, ref->object_bytes) < 0) {
 			atomic_fetch_add(&l->writes_skipped, 1);
+			continue;
+		}
+		if (w->blocked & (1u << i)) {
+			/* An earlier write of the key is still out on this tier past its deadline
+			 * (or being removed again): this one waits for no one and is not written
+			 * there. A put told -EAGAIN retries once the tier has answered. */
+			atomic_fetch_add(&l->writes_skipped, 1);
+			wb_tier_failed(w, l, -EAGAIN);
 			continue;
 		}
 		if (!kvt__e_link_usable(l)) { /* circuit open: the tier is unwell */

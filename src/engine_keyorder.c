@@ -1,0 +1,107 @@
+/*
+ * engine_keyorder.c - the order of puts and removes of one key, kept while a write of it is
+ * out. A write that missed its deadline may still land in its tier at any later time (a
+ * stalled disk, a slow server); when it does, the engine must decide whether what landed
+ * may stay, and newer puts and removes of the same key must not be undone by it:
+ *
+ *   - a late write whose key was removed after it, with no put since, is removed again;
+ *   - a late write that a newer put of the key follows stays: the key is content-addressed,
+ *     so it holds the bytes the newer put holds (and removing it would delete them);
+ *   - a late zero-copy write wrote from the caller's buffer, which the caller had back at
+ *     the deadline: what landed may be scribbled, so it is always removed again, and no
+ *     newer write of the key goes to that tier until that is done (else the removal could
+ *     delete the newer copy, or the tier could merge the newer write into the old one);
+ *   - a remove that waited for a write of its key to finish does nothing in the deeper
+ *     tiers if a put of the key came after it (it would delete that put's copy).
+ *
+ * One record per key with a job, a late write or a waiting remove out: the newest put's and
+ * remove's sequence number (from the write-behind counter, so they order against each other
+ * and against jobs) and counts that say which tiers a new write of the key must skip. A hash
+ * table under wb_lock; every function here is called with wb_lock held.
+ */
+#include "engine_internal.h"
+
+static struct keyrec **bucket(struct kvt_store *s, const struct kvt_key *key)
+{
+	return &s->keyrecs[kvt__key_hash(key) & (KEYREC_BUCKETS - 1)];
+}
+
+struct keyrec *kvt__e_keyrec_find(struct kvt_store *s, const struct kvt_key *key)
+{
+	for (struct keyrec *r = *bucket(s, key); r; r = r->next)
+		if (kvt__key_eq(&r->key, key))
+			return r;
+	return NULL;
+}
+
+struct keyrec *kvt__e_keyrec_get(struct kvt_store *s, const struct kvt_key *key)
+{
+	struct keyrec *r = kvt__e_keyrec_find(s, key);
+	if (!r) {
+		r = kvt__calloc(1, sizeof(*r));
+		if (!r)
+			return NULL;
+		struct keyrec **b = bucket(s, key);
+		r->key = *key;
+		r->next = *b;
+		*b = r;
+	}
+	r->refs++;
+	return r;
+}
+
+void kvt__e_keyrec_put(struct kvt_store *s, struct keyrec *r)
+{
+	if (!r || --r->refs)
+		return;
+	for (struct keyrec **p = bucket(s, &r->key); *p; p = &(*p)->next)
+		if (*p == r) {
+			*p = r->next;
+			break;
+		}
+	kvt__free(r);
+}
+
+/* The tiers a new write of the key must skip: those with a late zero-copy write or a removal
+ * of a late write out, and every tier while another zero-copy write of the key is out (it
+ * may yet miss its deadline). Bit i is link i. */
+uint32_t kvt__e_keyrec_blocked(const struct keyrec *r)
+{
+	if (!r)
+		return 0;
+	if (r->zc_pending)
+		return UINT32_MAX;
+	uint32_t mask = 0;
+	for (int i = 0; i < KVT_MAX_TIERS; i++)
+		if (r->zc_late[i] || r->undoing[i])
+			mask |= 1u << i;
+	return mask;
+}
+
+/* A late write of job seq has landed: may it stay? Not if a remove of the key came after
+ * it and no put came after that remove. (A late zero-copy write never stays; the caller
+ * checks that.) */
+bool kvt__e_keyrec_removed_since(const struct keyrec *r, uint64_t seq)
+{
+	return r && r->last_remove > seq && r->last_remove > r->last_put;
+}
+
+/* A remove that waited for writes of its key: superseded by a put that came after it. */
+bool kvt__e_keyrec_put_since(const struct keyrec *r, uint64_t seq)
+{
+	return r && r->last_put > seq;
+}
+
+/* Close: every record should be gone with the last late answer; free any left. */
+void kvt__e_keyrec_free_all(struct kvt_store *s)
+{
+	for (int i = 0; i < KEYREC_BUCKETS; i++) {
+		struct keyrec *r = s->keyrecs[i];
+		while (r) {
+			struct keyrec *next = r->next;
+			kvt__free(r);
+			r = next;
+		}
+		s->keyrecs[i] = NULL;
+	}
+}
