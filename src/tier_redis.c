@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "net_resolve.h"
 #include "tier.h"
 
 #define RD_MAX_CONNS 64
@@ -82,6 +83,7 @@ struct rd_conn {
 	/* I/O thread only */
 	enum rd_cstate state;
 	bool quiet; /* a failure was logged; stay quiet until the server answers again */
+	struct kvt_resolver *resolver; /* a name lookup still out (net_resolve.h) */
 	redisContext *c;
 	redisReader *reader;
 	struct rd_op *head, *tail; /* taken: replies go to head */
@@ -316,10 +318,19 @@ static struct rd_op *handshake_op(struct rd_state *s, enum rd_kind kind)
 	return op;
 }
 
-static int conn_start(struct rd_conn *c)
+/* Connect (non-blocking) to the server's address. The name is looked up first under the
+ * request timeout: hiredis would call getaddrinfo() on this thread, which a DNS server
+ * that does not answer holds for many seconds. *why names the step that failed. */
+static int conn_start(struct rd_conn *c, const char **why)
 {
 	struct rd_state *s = c->s;
-	c->c = redisConnectNonBlock(s->host, s->port);
+	char ip[64];
+	*why = "name lookup";
+	int rc = kvt__resolve(&c->resolver, s->host, s->port, s->timeout_ns, ip, sizeof(ip));
+	if (rc < 0)
+		return rc;
+	*why = "connect";
+	c->c = redisConnectNonBlock(ip, s->port);
 	if (!c->c)
 		return -ENOMEM;
 	if (c->c->err) {
@@ -692,9 +703,10 @@ static void *io_thread(void *arg)
 		}
 		uint64_t now = kvt__now_ns();
 		if (c->head && c->state == C_DOWN) {
-			int rc = conn_start(c);
+			const char *why;
+			int rc = conn_start(c, &why);
 			if (rc < 0) {
-				conn_fail(c, rc, "connect");
+				conn_fail(c, rc, why);
 				continue;
 			}
 		}
@@ -831,6 +843,8 @@ static void stop_conns(struct rd_state *s, unsigned n)
 	for (unsigned i = 0; i < n; i++) {
 		struct rd_conn *c = &s->conns[i];
 		pthread_join(c->thread, NULL);
+		kvt__resolve_abandon(c->resolver);
+		c->resolver = NULL;
 		/* ops submitted between the last loop and stop: cancel them here, after the
 		 * thread is gone, so no one else can touch the queue */
 		struct rd_op *op = c->in_head;
@@ -1087,10 +1101,17 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	struct rd_state *s = t->state;
 	struct timeval tv = {(time_t)(s->timeout_ns / 1000000000ull),
 			     (suseconds_t)(s->timeout_ns % 1000000000ull / 1000)};
-	redisContext *c = redisConnectWithTimeout(s->host, s->port, tv);
+	struct kvt_resolver *lookup = NULL;
+	char ip[64];
+	int rc = kvt__resolve(&lookup, s->host, s->port, s->timeout_ns, ip, sizeof(ip));
+	if (rc < 0) {
+		kvt__resolve_abandon(lookup);
+		KVT_WARN(&t->log, "redis %s:%d: name lookup: %s", s->host, s->port, kvt_strerror(rc));
+		return rc;
+	}
+	redisContext *c = redisConnectWithTimeout(ip, s->port, tv);
 	if (!c)
 		return -ENOMEM;
-	int rc = 0;
 	if (c->err) {
 		KVT_WARN(&t->log, "redis %s:%d: connect: %s", s->host, s->port, c->errstr);
 		rc = errno == ETIMEDOUT || errno == EINPROGRESS ? -ETIMEDOUT : -ECONNREFUSED;
