@@ -1133,9 +1133,27 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 		pat[pl++] = s->prefix[i];
 	}
 	pat[pl++] = '*';
+	/* A full SCAN takes about DBSIZE / COUNT calls (more while the server rehashes, and
+	 * keys come and go): a server that keeps sending new cursors past several times that
+	 * cannot be followed to the end, e.g. one cycling between two. */
+	redisReply *size = redisCommand(c, "DBSIZE");
+	if ((rc = sync_err(c, size)) < 0 || size->type != REDIS_REPLY_INTEGER || size->integer < 0) {
+		rc = rc < 0 ? rc : -EPROTO;
+		freeReplyObject(size);
+		goto out;
+	}
+	uint64_t max_calls = 4 * ((uint64_t)size->integer / 1000 + 1) + 64, calls = 0;
+	freeReplyObject(size);
 	char cursor[32] = "0";
 	bool stop = false;
 	do {
+		if (++calls > max_calls) {
+			rc = -EPROTO;
+			KVT_WARN(&t->log, "redis %s:%d: listing: SCAN went on past %llu calls without "
+					  "ending (the keyspace holds fewer keys than that covers)",
+				 s->host, s->port, (unsigned long long)max_calls);
+			goto out;
+		}
 		redisReply *r = redisCommand(c, "SCAN %s MATCH %b COUNT 1000", cursor, pat, pl);
 		if ((rc = sync_err(c, r)) < 0 || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
 		    r->element[0]->type != REDIS_REPLY_STRING ||
