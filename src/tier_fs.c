@@ -62,7 +62,25 @@
 #define FS_SWEEP_PERIOD_NS (600ull * 1000000000ull) /* a writer sweeps at least this often */
 #define FS_SWEEP_LOCK ".sweep.lock"
 
+#define FS_SERVED 4096 /* reads remembered for drop_corrupt */
+
 enum fs_direct { DIRECT_AUTO, DIRECT_ON, DIRECT_OFF };
+
+/* A file's identity: the inode number alone is not one (ext4 gives a file written after
+ * another was removed the same number); its change time moves with every link, rename and
+ * write, so a copy published since differs in it even where the number is reused. */
+struct fs_ident {
+	dev_t dev;
+	ino_t ino;
+	struct timespec ctime;
+	off_t size;
+};
+
+struct fs_served {
+	struct kvt_key key;
+	struct fs_ident id;
+	bool used;
+};
 enum fs_sync { SYNC_NONE, SYNC_DATA, SYNC_FULL };
 enum fs_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_FLUSH, OP_DROP, OP_SWEEP };
 
@@ -135,16 +153,11 @@ struct fs_state {
 
 	struct kvt_io_counters cnt;
 
-	/* Which file each recent read served (by key, direct-mapped, under served_lock): a
-	 * drop of a corrupt object removes only that file, never a good copy another node
-	 * published under the same name since (see run_drop). */
+	/* Which file each recent read served (by key hash, direct-mapped, under served_lock):
+	 * a drop of a corrupt object removes only that file, never a good copy published under
+	 * the same name since (see run_drop). */
 	pthread_mutex_t served_lock;
-	struct fs_served {
-		struct kvt_key key;
-		dev_t dev;
-		ino_t ino;
-		bool used;
-	} served[256];
+	struct fs_served served[FS_SERVED];
 };
 
 static void key_path(const struct kvt_key *key, char *path /* >= 72 bytes */)
@@ -152,6 +165,50 @@ static void key_path(const struct kvt_key *key, char *path /* >= 72 bytes */)
 	char hex[2 * KVT_KEY_BYTES + 1];
 	kvt_key_to_hex(key, hex);
 	snprintf(path, 72, "%.2s/%.2s/%s", hex, hex + 2, hex);
+}
+
+/* The object's name within its leaf directory. */
+static const char *leaf_name(const char *path)
+{
+	return path + 6;
+}
+
+static int open_level(struct fs_state *s, int dfd, const char *name, bool create)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && create) {
+		if (mkdirat(dfd, name, s->dir_mode) < 0 && errno != EEXIST)
+			return -errno;
+		fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	}
+	if (fd < 0) /* ELOOP: a symbolic link in a directory's place, never followed */
+		return errno == ELOOP ? -ENOTDIR : -errno;
+	return fd;
+}
+
+/* The leaf directory (<hex[0:2]>/<hex[2:4]>) of an object path, opened one level at a time
+ * without following a symbolic link: anyone who can write the shared directory can plant
+ * one in a directory's place, and a path resolved through it would read, create and unlink
+ * files outside fs.dir (O_NOFOLLOW guards only a path's last component). Every call on an
+ * object names it relative to this descriptor. create: make missing levels. A descriptor,
+ * or -ENOENT (no such leaf), -ENOTDIR (something else in a directory's place), -errno. */
+static int leaf_open(struct fs_state *s, const char *path, bool create)
+{
+	char d[3] = {path[0], path[1], 0};
+	int top = open_level(s, s->rootfd, d, create);
+	if (top < 0)
+		return top;
+	d[0] = path[3];
+	d[1] = path[4];
+	int leaf = open_level(s, top, d, create);
+	close(top);
+	return leaf;
+}
+
+/* A leaf that is not there, or is not a directory of ours: the object is absent. */
+static bool leaf_absent(int rc)
+{
+	return rc == -ENOENT || rc == -ENOTDIR || rc == -ESTALE;
 }
 
 /* ------------------------------------------------------------ work queue */
@@ -265,12 +322,19 @@ static void run_exists(struct fs_state *s, struct fs_op *op, bool cancel)
 			char path[72];
 			struct stat st;
 			key_path(&b->keys[i], path);
-			if (fstatat(s->rootfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+			int dfd = leaf_open(s, path, false);
+			int r = dfd < 0 ? dfd
+					: fstatat(dfd, leaf_name(path), &st, AT_SYMLINK_NOFOLLOW) < 0
+					? -errno
+					: 0;
+			if (dfd >= 0)
+				close(dfd);
+			if (r == 0) {
 				b->present[i] = S_ISREG(st.st_mode) && st.st_size >= KVT_HEADER_BYTES;
-			} else if (errno == ENOENT || errno == ENOTDIR || errno == ESTALE) {
+			} else if (leaf_absent(r)) {
 				b->present[i] = 0;
 			} else {
-				int e = -errno;
+				int e = r;
 				atomic_store(&b->err, e);
 				atomic_fetch_add(&s->cnt.errors, 1);
 				KVT_WARN(&s->t->log, "fs: stat %s/%s: %s", s->dir, path,
@@ -292,17 +356,18 @@ static bool aligned(const void *p, uint64_t off, uint64_t len)
 }
 
 /* Open with O_DIRECT when allowed; fall back to buffered I/O where refused (auto). */
-static int open_maybe_direct(struct fs_state *s, const char *path, int flags, bool want_direct)
+static int open_maybe_direct(struct fs_state *s, int dfd, const char *name, int flags,
+			     bool want_direct)
 {
 	if (want_direct && s->direct != DIRECT_OFF && atomic_load(&s->direct_ok)) {
-		int fd = openat(s->rootfd, path, flags | O_DIRECT | O_CLOEXEC | O_NOFOLLOW,
+		int fd = openat(dfd, name, flags | O_DIRECT | O_CLOEXEC | O_NOFOLLOW,
 				s->file_mode);
 		if (fd >= 0 || errno != EINVAL || s->direct == DIRECT_ON)
 			return fd;
 		if (atomic_exchange(&s->direct_ok, 0))
 			KVT_INFO(&s->t->log, "fs: %s refuses O_DIRECT, using buffered I/O", s->dir);
 	}
-	return openat(s->rootfd, path, flags | O_CLOEXEC | O_NOFOLLOW, s->file_mode);
+	return openat(dfd, name, flags | O_CLOEXEC | O_NOFOLLOW, s->file_mode);
 }
 
 /* pread/pwrite that clears O_DIRECT and retries if the kernel refuses it (auto). */
@@ -333,30 +398,49 @@ static ssize_t io_full(struct fs_state *s, int fd, bool wr, void *buf, uint64_t 
 
 static struct fs_served *served_slot(struct fs_state *s, const struct kvt_key *key)
 {
-	return &s->served[(key->bytes[0] | (unsigned)key->bytes[1] << 8) %
-			  (sizeof(s->served) / sizeof(s->served[0]))];
+	return &s->served[kvt__key_hash(key) % FS_SERVED];
 }
 
-static void remember_served(struct fs_state *s, const struct kvt_key *key, int fd)
+static void ident_of(const struct stat *st, struct fs_ident *id)
 {
-	struct stat st;
-	if (fstat(fd, &st) < 0)
-		return;
+	*id = (struct fs_ident){.dev = st->st_dev, .ino = st->st_ino, .ctime = st->st_ctim,
+				.size = st->st_size};
+}
+
+static bool ident_eq(const struct fs_ident *a, const struct fs_ident *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->ctime.tv_sec == b->ctime.tv_sec &&
+	       a->ctime.tv_nsec == b->ctime.tv_nsec && a->size == b->size;
+}
+
+static void remember_served(struct fs_state *s, const struct kvt_key *key, const struct stat *st)
+{
 	pthread_mutex_lock(&s->served_lock);
 	struct fs_served *e = served_slot(s, key);
-	*e = (struct fs_served){.key = *key, .dev = st.st_dev, .ino = st.st_ino, .used = true};
+	*e = (struct fs_served){.key = *key, .used = true};
+	ident_of(st, &e->id);
+	pthread_mutex_unlock(&s->served_lock);
+}
+
+/* This node wrote or removed key: a report about a read before that is about another
+ * copy. */
+static void forget_served(struct fs_state *s, const struct kvt_key *key)
+{
+	pthread_mutex_lock(&s->served_lock);
+	struct fs_served *e = served_slot(s, key);
+	if (e->used && kvt__key_eq(&e->key, key))
+		e->used = false;
 	pthread_mutex_unlock(&s->served_lock);
 }
 
 /* The file a read of key served, if still remembered: true and its identity. */
-static bool recall_served(struct fs_state *s, const struct kvt_key *key, dev_t *dev, ino_t *ino)
+static bool recall_served(struct fs_state *s, const struct kvt_key *key, struct fs_ident *id)
 {
 	pthread_mutex_lock(&s->served_lock);
 	struct fs_served *e = served_slot(s, key);
-	bool ok = e->used && !memcmp(e->key.bytes, key->bytes, KVT_KEY_BYTES);
+	bool ok = e->used && kvt__key_eq(&e->key, key);
 	if (ok) {
-		*dev = e->dev;
-		*ino = e->ino;
+		*id = e->id;
 		e->used = false;
 	}
 	pthread_mutex_unlock(&s->served_lock);
@@ -374,10 +458,27 @@ static int64_t run_read(struct fs_state *s, struct fs_op *op)
 	 * needs the file's owner (EPERM otherwise): then read without it. */
 	/* O_NONBLOCK: a FIFO planted in an object's place (anyone can write the shared
 	 * directory) would block the open, and this worker with it, until a writer came. */
-	int fd = open_maybe_direct(s, path, O_RDONLY | O_NONBLOCK | (s->ro ? O_NOATIME : 0),
-				   direct);
+	int dfd = leaf_open(s, path, false);
+	if (dfd < 0) {
+		if (dfd == -ENOTDIR)
+			KVT_WARN(&s->t->log, "fs: %s/%.5s is not a directory of ours (a symbolic "
+					     "link?): its objects are misses", s->dir, path);
+		if (leaf_absent(dfd)) {
+			atomic_fetch_add(&s->cnt.misses, 1);
+			return -ENOENT;
+		}
+		atomic_fetch_add(&s->cnt.errors, 1);
+		KVT_WARN(&s->t->log, "fs: open %s/%.5s: %s", s->dir, path, strerror(-dfd));
+		return dfd;
+	}
+	const char *name = leaf_name(path);
+	int fd = open_maybe_direct(s, dfd, name,
+				   O_RDONLY | O_NONBLOCK | (s->ro ? O_NOATIME : 0), direct);
 	if (fd < 0 && errno == EPERM && s->ro)
-		fd = open_maybe_direct(s, path, O_RDONLY | O_NONBLOCK, direct);
+		fd = open_maybe_direct(s, dfd, name, O_RDONLY | O_NONBLOCK, direct);
+	int open_errno = errno;
+	close(dfd);
+	errno = open_errno;
 	struct stat fst;
 	if (fd >= 0 && (fstat(fd, &fst) < 0 || !S_ISREG(fst.st_mode))) {
 		close(fd);
@@ -421,7 +522,7 @@ static int64_t run_read(struct fs_state *s, struct fs_op *op)
 		total += (uint64_t)r;
 	}
 	if (rc == 0)
-		remember_served(s, &op->key, fd);
+		remember_served(s, &op->key, &fst);
 	close(fd);
 	if (rc < 0)
 		return rc;
@@ -431,53 +532,53 @@ static int64_t run_read(struct fs_state *s, struct fs_op *op)
 	return (int64_t)total; /* objects may exceed 2 GiB: never clamped */
 }
 
-static int make_leaf(struct fs_state *s, const char *path)
+/* The name is taken (another writer published first, or something was planted there):
+ * keep what holds it only if it can be the object - a regular file of its size (same key,
+ * same bytes; a damaged one is found by the reader's checks and dropped). Anything else
+ * (a symbolic link, a FIFO, a truncated file) would make the write acknowledged and the
+ * object unreadable for good: the temporary replaces it. */
+static int publish_taken(struct fs_state *s, int dfd, const char *tmp, const char *name,
+			 uint64_t len)
 {
-	char d[8];
-	snprintf(d, sizeof(d), "%.2s", path);
-	if (mkdirat(s->rootfd, d, s->dir_mode) < 0 && errno != EEXIST)
-		return -errno;
-	snprintf(d, sizeof(d), "%.5s", path);
-	if (mkdirat(s->rootfd, d, s->dir_mode) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
+	struct stat st;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+	    (uint64_t)st.st_size == len) {
+		unlinkat(dfd, tmp, 0);
+		return 0;
+	}
+	KVT_WARN(&s->t->log, "fs: %s/.../%s held %s, not the object: replaced", s->dir, name,
+		 S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory"
+		 : S_ISREG(st.st_mode) ? "a file of another size" : "a special file");
+	if (renameat(dfd, tmp, dfd, name) == 0)
+		return 0;
+	int e = -errno; /* a directory in its place: not ours to remove */
+	unlinkat(dfd, tmp, 0);
+	return e;
 }
 
-static int fsync_leaf(struct fs_state *s, const char *path)
-{
-	char d[8];
-	snprintf(d, sizeof(d), "%.5s", path);
-	int dfd = openat(s->rootfd, d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		return -errno;
-	int rc = fsync(dfd) < 0 ? -errno : 0;
-	close(dfd);
-	return rc;
-}
-
-/* Move a finished temporary onto its final name without replacing an object another
- * writer published first: renameat2(RENAME_NOREPLACE) in one step where the file system
- * has it (ext4, xfs, btrfs, tmpfs), else link() + unlink(), else a plain rename (same
- * bytes, by content addressing, so replacing is harmless, only slower to notice). */
-static int publish(struct fs_state *s, const char *tmp, const char *path)
+/* Move a finished temporary (len bytes) onto its final name, both in leaf dfd, without
+ * replacing an object another writer published first: renameat2(RENAME_NOREPLACE) in one
+ * step where the file system has it (ext4, xfs, btrfs, tmpfs), else link() + unlink(),
+ * else a plain rename (same bytes, by content addressing, so replacing is harmless, only
+ * slower to notice). */
+static int publish(struct fs_state *s, int dfd, const char *tmp, const char *name, uint64_t len)
 {
 	if (atomic_load(&s->noreplace_ok)) {
-		if (renameat2(s->rootfd, tmp, s->rootfd, path, RENAME_NOREPLACE) == 0)
+		if (renameat2(dfd, tmp, dfd, name, RENAME_NOREPLACE) == 0)
 			return 0;
-		if (errno == EEXIST) { /* another writer published the same content first */
-			unlinkat(s->rootfd, tmp, 0);
-			return 0;
-		}
+		if (errno == EEXIST)
+			return publish_taken(s, dfd, tmp, name, len);
 		if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP && errno != EOPNOTSUPP)
 			return -errno;
 		atomic_store(&s->noreplace_ok, 0);
 	}
 	if (atomic_load(&s->link_ok)) {
-		if (linkat(s->rootfd, tmp, s->rootfd, path, 0) == 0 || errno == EEXIST) {
-			/* EEXIST: another writer published the same content first. */
-			unlinkat(s->rootfd, tmp, 0);
+		if (linkat(dfd, tmp, dfd, name, 0) == 0) {
+			unlinkat(dfd, tmp, 0);
 			return 0;
 		}
+		if (errno == EEXIST)
+			return publish_taken(s, dfd, tmp, name, len);
 		if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP &&
 		    errno != ENOSYS && errno != EMLINK)
 			return -errno;
@@ -485,7 +586,7 @@ static int publish(struct fs_state *s, const char *tmp, const char *path)
 			KVT_INFO(&s->t->log, "fs: %s refuses hard links, publishing by rename",
 				 s->dir);
 	}
-	return renameat(s->rootfd, tmp, s->rootfd, path) < 0 ? -errno : 0;
+	return renameat(dfd, tmp, dfd, name) < 0 ? -errno : 0;
 }
 
 static bool writing_has(struct fs_state *s, const struct kvt_key *k)
@@ -503,7 +604,8 @@ static bool writing_has(struct fs_state *s, const struct kvt_key *k)
  * Only a write already running is waited for, and the queue is FIFO (a parent is put
  * before its child), so workers never wait on each other in a cycle. Only the eviction
  * order depends on the date: failures are ignored. */
-static void date_in_chain(struct fs_state *s, const char *path, const struct kvt_key *parent)
+static void date_in_chain(struct fs_state *s, int dfd, const char *tmp,
+			  const struct kvt_key *parent)
 {
 	char ppath[72];
 	struct stat st;
@@ -517,7 +619,11 @@ static void date_in_chain(struct fs_state *s, const char *path, const struct kvt
 		;
 	pthread_mutex_unlock(&s->lock);
 	key_path(parent, ppath);
-	if (fstatat(s->rootfd, ppath, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+	int pfd = leaf_open(s, ppath, false);
+	int got = pfd >= 0 ? fstatat(pfd, leaf_name(ppath), &st, AT_SYMLINK_NOFOLLOW) : -1;
+	if (pfd >= 0)
+		close(pfd);
+	if (got == 0 && S_ISREG(st.st_mode)) {
 		ts[1] = st.st_mtim;
 		if (ts[1].tv_nsec > 0) {
 			ts[1].tv_nsec--;
@@ -527,7 +633,7 @@ static void date_in_chain(struct fs_state *s, const char *path, const struct kvt
 		}
 		ts[0] = ts[1];
 	}
-	utimensat(s->rootfd, path, ts, AT_SYMLINK_NOFOLLOW);
+	utimensat(dfd, tmp, ts, AT_SYMLINK_NOFOLLOW);
 }
 
 static int write_object(struct fs_state *s, struct fs_op *op);
@@ -558,20 +664,17 @@ static int write_object(struct fs_state *s, struct fs_op *op)
 {
 	char path[72], tmp[256];
 	key_path(&op->key, path);
-	snprintf(tmp, sizeof(tmp), "%.5s/.%s.tmp.%s.%ld.%llu", path, path + 6, s->host,
-		 (long)getpid(), (unsigned long long)atomic_fetch_add(&s->tmp_counter, 1));
+	const char *name = leaf_name(path);
+	snprintf(tmp, sizeof(tmp), ".%s.tmp.%s.%ld.%llu", name, s->host, (long)getpid(),
+		 (unsigned long long)atomic_fetch_add(&s->tmp_counter, 1));
 	bool direct = aligned(op->obj, 0, op->len);
-	int flags = O_WRONLY | O_CREAT | O_EXCL;
-	int fd = open_maybe_direct(s, tmp, flags, direct);
-	if (fd < 0 && errno == ENOENT) {
-		int rc = make_leaf(s, path);
-		if (rc < 0) {
-			errno = -rc;
-		} else {
-			fd = open_maybe_direct(s, tmp, flags, direct);
-		}
+	int rc = 0, fd = -1;
+	int dfd = leaf_open(s, path, true);
+	if (dfd < 0) {
+		rc = dfd;
+		goto fail;
 	}
-	int rc = 0;
+	fd = open_maybe_direct(s, dfd, tmp, O_WRONLY | O_CREAT | O_EXCL, direct);
 	if (fd < 0) {
 		rc = -errno;
 		goto fail;
@@ -588,22 +691,30 @@ static int write_object(struct fs_state *s, struct fs_op *op)
 	/* Dated before it is published (the name carries the inode's times over): a sweep must
 	 * never see it with a newer date than its chain gives it. */
 	if (op->has_parent)
-		date_in_chain(s, tmp, &op->parent);
-	rc = publish(s, tmp, path);
+		date_in_chain(s, dfd, tmp, &op->parent);
+	rc = publish(s, dfd, tmp, name, op->len);
 	if (rc < 0)
-		goto fail_unlink;
-	if (s->sync == SYNC_FULL && (rc = fsync_leaf(s, path)) < 0)
 		goto fail;
+	forget_served(s, &op->key);
+	if (s->sync == SYNC_FULL && fsync(dfd) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	close(dfd);
 	atomic_fetch_add(&s->cnt.writes, 1);
 	atomic_fetch_add(&s->cnt.write_bytes, op->len);
 	atomic_fetch_add(&s->written_since, op->len);
 	return 0;
 
 fail_unlink:
-	unlinkat(s->rootfd, tmp, 0);
+	unlinkat(dfd, tmp, 0);
 fail:
+	if (dfd >= 0)
+		close(dfd);
 	atomic_fetch_add(&s->cnt.errors, 1);
-	KVT_WARN(&s->t->log, "fs: write %s/%s: %s", s->dir, path, strerror(-rc));
+	KVT_WARN(&s->t->log, "fs: write %s/%s: %s", s->dir, path,
+		 rc == -ENOTDIR ? "its directory is not a directory of ours (a symbolic link?)"
+				: strerror(-rc));
 	return rc;
 }
 
@@ -611,8 +722,15 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
 {
 	char path[72];
 	key_path(&op->key, path);
-	if (unlinkat(s->rootfd, path, 0) < 0) {
-		int e = -errno;
+	forget_served(s, &op->key);
+	int dfd = leaf_open(s, path, false);
+	if (leaf_absent(dfd))
+		return -ENOENT;
+	int r = dfd < 0 ? dfd : unlinkat(dfd, leaf_name(path), 0) < 0 ? -errno : 0;
+	if (dfd >= 0)
+		close(dfd);
+	if (r < 0) {
+		int e = r;
 		if (e == -ENOENT || e == -ENOTDIR || e == -ESTALE)
 			return -ENOENT;
 		atomic_fetch_add(&s->cnt.errors, 1);
@@ -623,40 +741,66 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
 	return 0;
 }
 
-/* Drop a corrupt object the engine read. Another node may have published a good copy
- * under the same name since (content addresses: any writer of a key writes the same
- * bytes), and that copy must survive: the name is first moved aside to a temporary name
- * (atomic), and the file moved is removed only if it is the one the read served;
- * otherwise it is linked back (or, if yet another copy took the name meanwhile, that
- * one stays and ours goes - both are good). Where the read is no longer remembered the
- * object is unlinked by name, as before. A crash between the two steps leaves a
- * temporary that sweeps remove after fs.tmp_max_age_s. */
+/* Drop a corrupt object the engine read. A good copy may have been published under the
+ * same name since (by another node, or by this one: content addresses, any writer of a key
+ * writes the same bytes), and that copy must survive. The file under the name is opened
+ * (which pins its inode: its number cannot be reused while we hold it) and compared with
+ * the one the read served (device, inode, change time, size); only if it is that file is
+ * the name moved aside to a temporary name (atomic) and, if what was moved is still that
+ * inode, removed; otherwise it is linked back (or, if yet another copy took the name
+ * meanwhile, that one stays and ours goes - both are good). A read no longer remembered
+ * drops nothing: the next read that finds the object damaged reports it again, and that
+ * report is about a remembered read. A crash between the two steps leaves a temporary
+ * that sweeps remove after fs.tmp_max_age_s. */
 static int run_drop(struct fs_state *s, struct fs_op *op)
 {
-	dev_t dev;
-	ino_t ino;
-	if (!recall_served(s, &op->key, &dev, &ino))
-		return run_remove(s, op);
+	struct fs_ident id;
+	if (!recall_served(s, &op->key, &id))
+		return 0;
 	char path[72], aside[256];
 	key_path(&op->key, path);
-	snprintf(aside, sizeof(aside), "%.5s/.%s.tmp.%s.%ld.%llu", path, path + 6, s->host,
-		 (long)getpid(), (unsigned long long)atomic_fetch_add(&s->tmp_counter, 1));
-	if (renameat(s->rootfd, path, s->rootfd, aside) < 0)
-		return errno == ENOENT || errno == ESTALE ? -ENOENT : -errno;
+	const char *name = leaf_name(path);
+	int dfd = leaf_open(s, path, false);
+	if (dfd < 0)
+		return leaf_absent(dfd) ? -ENOENT : dfd;
+	int fd = openat(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
-	if (fstatat(s->rootfd, aside, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == dev &&
-	    st.st_ino == ino) {
-		unlinkat(s->rootfd, aside, 0);
-		atomic_fetch_add(&s->cnt.removes, 1);
+	struct fs_ident now;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		int rc = errno == ENOENT || errno == ESTALE ? -ENOENT : -errno;
+		if (fd >= 0)
+			close(fd);
+		close(dfd);
+		return rc;
+	}
+	ident_of(&st, &now);
+	if (!ident_eq(&now, &id)) {
+		close(fd);
+		close(dfd);
+		KVT_INFO(&s->t->log, "fs: %s/%s was rewritten since the corrupt read; left in "
+				     "place", s->dir, path);
 		return 0;
 	}
-	/* A newer copy: put it back unless the name is taken again (then that one stays). */
-	if (linkat(s->rootfd, aside, s->rootfd, path, 0) < 0 && errno != EEXIST)
-		renameat(s->rootfd, aside, s->rootfd, path); /* no hard links here */
-	unlinkat(s->rootfd, aside, 0);
-	KVT_INFO(&s->t->log, "fs: %s/%s was rewritten since the corrupt read; left in place",
-		 s->dir, path);
-	return 0;
+	snprintf(aside, sizeof(aside), ".%s.tmp.%s.%ld.%llu", name, s->host, (long)getpid(),
+		 (unsigned long long)atomic_fetch_add(&s->tmp_counter, 1));
+	int rc = 0;
+	if (renameat(dfd, name, dfd, aside) < 0) {
+		rc = errno == ENOENT || errno == ESTALE ? -ENOENT : -errno;
+	} else {
+		struct stat moved;
+		if (fstatat(dfd, aside, &moved, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    moved.st_dev == st.st_dev && moved.st_ino == st.st_ino) {
+			atomic_fetch_add(&s->cnt.removes, 1);
+		} else if (linkat(dfd, aside, dfd, name, 0) < 0 && errno != EEXIST) {
+			/* a copy published between our look and the move: put it back (unless the
+			 * name is taken again: then that one stays) */
+			renameat(dfd, aside, dfd, name); /* no hard links here */
+		}
+		unlinkat(dfd, aside, 0);
+	}
+	close(fd);
+	close(dfd);
+	return rc;
 }
 
 /* A flush reached a worker: complete it now if no earlier write is pending, else park it. */
@@ -1244,7 +1388,16 @@ static void sweep_once(struct fs_state *s)
 		for (size_t i = 0; i < w.n && w.total > low; i++) {
 			char path[72];
 			key_path(&w.v[i].key, path);
-			if (unlinkat(s->rootfd, path, 0) == 0) {
+			int dfd = leaf_open(s, path, false);
+			int r = dfd < 0 ? -1 : unlinkat(dfd, leaf_name(path), 0);
+			if (dfd >= 0) {
+				int e = errno;
+				close(dfd);
+				errno = e;
+			} else {
+				errno = leaf_absent(dfd) ? ENOENT : -dfd;
+			}
+			if (r == 0) {
 				removed++;
 				kvt__tier_evicted(s->t, &w.v[i].key, w.v[i].bytes);
 			} else if (errno != ENOENT && errno != ESTALE) {

@@ -7,7 +7,11 @@
  * and a racing remover (no torn object is ever read, a vanished name is only a miss);
  * dropping a corrupt object never removes a good copy another node published since; a FIFO
  * planted in an object's place is a miss, not a worker blocked in open for good (and a
- * close that waits for it).
+ * close that waits for it); a late corruption report spares a copy written since even
+ * when it got the old inode number or the read was forgotten; a symbolic link planted in
+ * a directory's place is never followed; a write replaces a link, FIFO or truncated file
+ * planted under its name, and fails on a directory, instead of an acknowledged write that
+ * can never be read.
  */
 #include <fcntl.h>
 #include <ftw.h>
@@ -422,6 +426,150 @@ static void test_drop_spares_rewrite(void)
 	free(back);
 }
 
+/* A late corruption report about a copy that is gone must not drop the copy written since:
+ * (a) another node rewrote the name with a new file that got the old one's inode number
+ * (ext4 reuses it; the old tier compared inode numbers only), (b) this node removed and
+ * wrote it again, (c) reads of other keys came in between (the old tier remembered 256
+ * reads by the key's first byte, and an unremembered read dropped the name, whatever was
+ * there). */
+static void test_stale_drop(void)
+{
+	char dir[500], path[700];
+	snprintf(dir, sizeof(dir), "%s/stale", g_root);
+	struct kvt_tier *t;
+	uint8_t *obj = abuf(OBJ), *back = abuf(OBJ);
+	th_obj_fill(obj, OBJ, 21);
+	CHECK_EQ(open_fs(&t, dir, NULL), 0);
+	for (int variant = 0; variant < 3; variant++) {
+		struct kvt_key k;
+		th_key(&k, 8, (uint64_t)(300 + variant));
+		CHECK_EQ(th_write(t, &k, obj, OBJ), 0);
+		CHECK_EQ(th_read_all(t, &k, back, OBJ), OBJ); /* the read the report is about */
+		key_file(dir, &k, path, sizeof(path));
+		struct stat before, after;
+		CHECK_EQ(stat(path, &before), 0);
+		if (variant == 0) { /* another node: unlink, then a new file under the name */
+			CHECK_EQ(unlink(path), 0);
+			int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+			CHECK(fd >= 0);
+			CHECK_EQ(write(fd, obj, OBJ), OBJ);
+			close(fd);
+		} else {
+			CHECK_EQ(th_remove(t, &k), 0);
+			CHECK_EQ(th_write(t, &k, obj, OBJ), 0);
+		}
+		if (variant == 2) /* 300 reads of other keys */
+			for (int i = 0; i < 300; i++) {
+				struct kvt_key o;
+				th_key(&o, 9, (uint64_t)i);
+				CHECK_EQ(th_write(t, &o, obj, OBJ), 0);
+				CHECK_EQ(th_read_all(t, &o, back, OBJ), OBJ);
+			}
+		CHECK_EQ(stat(path, &after), 0);
+		t->ops->drop_corrupt(t, &k); /* late: about the copy that is gone */
+		CHECK_EQ(th_read_all(t, &k, back, OBJ), OBJ); /* queued after the drop: FIFO */
+		printf("  stale report %d (inode %s): the copy written since survives\n", variant,
+		       before.st_ino == after.st_ino ? "number reused" : "new");
+		CHECK(!memcmp(back, obj, OBJ));
+	}
+	th_close(t);
+	free(obj);
+	free(back);
+}
+
+/* A symbolic link planted in a fan-out directory's place (v1/<xx> -> elsewhere): the tier
+ * used to follow it, reading, creating and unlinking files outside fs.dir. Now every level
+ * is opened without following: a miss, a remove that touches nothing, a write that fails. */
+static void test_symlinked_leaf(void)
+{
+	char dir[500], outside[600], v1[600], link[700], p[900], hex[65], hex2[65];
+	snprintf(dir, sizeof(dir), "%s/symleaf", g_root);
+	snprintf(outside, sizeof(outside), "%s/outside", g_root);
+	snprintf(v1, sizeof(v1), "%s/v1", dir);
+	CHECK_EQ(mkdir(dir, 0700), 0);
+	CHECK_EQ(mkdir(v1, 0700), 0);
+	CHECK_EQ(mkdir(outside, 0700), 0);
+	struct kvt_key k, k2;
+	th_key(&k, 10, 1);
+	k2 = k;
+	k2.bytes[1] ^= 0x55; /* same first level, another second level */
+	kvt_key_to_hex(&k, hex);
+	kvt_key_to_hex(&k2, hex2);
+	snprintf(link, sizeof(link), "%s/%.2s", v1, hex);
+	CHECK_EQ(symlink(outside, link), 0);
+	/* a file outside the store, where the link would lead the object's path */
+	snprintf(p, sizeof(p), "%s/%.2s", outside, hex + 2);
+	CHECK_EQ(mkdir(p, 0700), 0);
+	snprintf(p, sizeof(p), "%s/%.2s/%s", outside, hex + 2, hex);
+	uint8_t *obj = abuf(OBJ), *back = abuf(OBJ);
+	th_obj_fill(obj, OBJ, 42);
+	int fd = open(p, O_CREAT | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	CHECK_EQ(write(fd, obj, OBJ), OBJ);
+	close(fd);
+	struct kvt_tier *t;
+	CHECK_EQ(open_fs(&t, dir, NULL), 0);
+	uint8_t present = 1;
+	CHECK_EQ(th_exists(t, &k, 1, &present), 0);
+	CHECK_EQ(present, 0);
+	CHECK_EQ(th_read_all(t, &k, back, OBJ), -ENOENT);
+	CHECK_EQ(th_remove(t, &k), -ENOENT);
+	CHECK_EQ(access(p, F_OK), 0); /* still there */
+	CHECK(th_write(t, &k2, obj, OBJ) < 0);
+	snprintf(p, sizeof(p), "%s/%.2s/%s", outside, hex2 + 2, hex2);
+	CHECK(access(p, F_OK) < 0); /* nothing created outside */
+	th_close(t);
+	free(obj);
+	free(back);
+}
+
+/* Something planted under an object's name: a write used to be acknowledged ("another writer
+ * published first") while every read missed, for good. Now what cannot be the object is
+ * replaced (a symbolic link, a FIFO, a truncated file), and a directory fails the write. */
+static void test_planted_name(void)
+{
+	char dir[500], path[700];
+	snprintf(dir, sizeof(dir), "%s/planted", g_root);
+	const char *kinds[] = {"a symbolic link", "a FIFO", "a truncated file", "a directory"};
+	uint8_t *obj = abuf(OBJ), *back = abuf(OBJ);
+	struct kvt_tier *t;
+	CHECK_EQ(open_fs(&t, dir, NULL), 0);
+	for (int i = 0; i < 4; i++) {
+		struct kvt_key k;
+		th_key(&k, 11, (uint64_t)i);
+		th_obj_fill(obj, OBJ, (uint64_t)(50 + i));
+		CHECK_EQ(th_write(t, &k, obj, OBJ), 0); /* makes the leaf */
+		key_file(dir, &k, path, sizeof(path));
+		CHECK_EQ(unlink(path), 0);
+		if (i == 0)
+			CHECK_EQ(symlink("/nonexistent", path), 0);
+		if (i == 1)
+			CHECK_EQ(mkfifo(path, 0600), 0);
+		if (i == 2) {
+			int fd = open(path, O_CREAT | O_WRONLY, 0600);
+			CHECK(fd >= 0);
+			CHECK_EQ(write(fd, obj, 64), 64);
+			close(fd);
+		}
+		if (i == 3)
+			CHECK_EQ(mkdir(path, 0700), 0);
+		int w = th_write(t, &k, obj, OBJ);
+		memset(back, 0, OBJ);
+		int64_t r = th_read_all(t, &k, back, OBJ);
+		printf("  %s under the name: write %d, read %lld\n", kinds[i], w, (long long)r);
+		if (i < 3) {
+			CHECK_EQ(w, 0);
+			CHECK_EQ(r, OBJ);
+			CHECK(!memcmp(back, obj, OBJ));
+		} else {
+			CHECK(w < 0); /* not acknowledged */
+		}
+	}
+	th_close(t);
+	free(obj);
+	free(back);
+}
+
 static void test_fifo(void)
 {
 	char dir[500], path[700];
@@ -460,6 +608,12 @@ int main(void)
 	printf("ok a drop spares a copy published since the corrupt read\n");
 	test_fifo();
 	printf("ok a FIFO in an object's place is a miss\n");
+	test_stale_drop();
+	printf("ok a stale corruption report spares the copy written since\n");
+	test_symlinked_leaf();
+	printf("ok a symbolic link in a directory's place is never followed\n");
+	test_planted_name();
+	printf("ok a write replaces what cannot be the object under its name\n");
 	nftw(g_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	return 0;
 }
