@@ -17,9 +17,10 @@
  *
  * Every operation has a deadline (s3.timeout_ms from submission): transfers still queued
  * past it fail with -ETIMEDOUT, running ones carry the remaining time as CURLOPT_TIMEOUT_MS.
- * 5xx, 429 (SlowDown) and broken connections are retried up to s3.retries times with
- * exponential backoff and jitter, as long as the deadline allows. close() cancels what is
- * still queued or running with -ECANCELED.
+ * 5xx, 429 (SlowDown), broken connections and 2xx answers that do not hold (a PUT's body
+ * not all sent, a GET's body not the range asked for: answer_flaw) are retried up to
+ * s3.retries times with exponential backoff and jitter, as long as the deadline allows. close()
+ * cancels what is still queued or running with -ECANCELED.
  */
 #include <errno.h>
 #include <ini.h>
@@ -43,6 +44,9 @@ enum s3_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_DROP };
 #define RETRY_CAP_NS 1000000000ULL /* longest backoff: 1 s */
 #define ERRBODY_MAX 256
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+/* Pages one listing may take: 10^9 objects at S3's 1000 a page, far more than a cache
+ * holds; past it the server is taken to be cycling through tokens we cannot tell apart. */
+#define SCAN_PAGES_MAX 1000000u
 
 struct s3_op;
 
@@ -56,8 +60,11 @@ struct s3_xfer {
 	uint32_t idx; /* exists: index into present[]; read: segment index */
 	const struct kvt_key *key;
 	uint8_t *buf; /* read: destination */
-	uint64_t off, len, got, skip;
+	uint64_t off, len, got;
+	uint64_t body; /* read: bytes of the response body so far (all of them, kept or not) */
 	uint64_t sent; /* write: bytes handed to libcurl */
+	bool cr_set;   /* read: a Content-Range "bytes first-last/total" came with the answer */
+	uint64_t cr_first, cr_last, cr_total; /* cr_total UINT64_MAX: "*", unknown */
 	long status;
 	unsigned attempt;
 	uint64_t not_before_ns;
@@ -151,6 +158,27 @@ static uint64_t rng_next(struct s3_state *s)
 	return s->rng = x;
 }
 
+static int xml_field(const char **pos, const char *end, const char *tag, char *out, size_t cap);
+
+/* A decimal number at *p, digits only (no sign, no space), advancing *p; false if there is
+ * none or it does not fit 64 bits. */
+static bool parse_u64(const char **p, const char *end, uint64_t *v)
+{
+	const char *q = *p;
+	uint64_t r = 0;
+	if (q >= end || *q < '0' || *q > '9')
+		return false;
+	for (; q < end && *q >= '0' && *q <= '9'; q++) {
+		unsigned d = (unsigned)(*q - '0');
+		if (r > (UINT64_MAX - d) / 10)
+			return false;
+		r = r * 10 + d;
+	}
+	*p = q;
+	*v = r;
+	return true;
+}
+
 /* ------------------------------------------------------------- libcurl callbacks */
 
 static size_t on_body(char *p, size_t size, size_t n, void *u)
@@ -167,19 +195,56 @@ static size_t on_body(char *p, size_t size, size_t n, void *u)
 		x->errbody[x->errlen] = 0;
 		return len;
 	}
-	if (x->status == 200 && x->got == 0 && x->skip == 0 && x->off)
-		x->skip =
-		    x->off + 1; /* the server ignored Range: skip to the offset (+1 marks set) */
-	size_t used = 0;
-	if (x->skip > 1) {
-		uint64_t s = KVT_MIN((uint64_t)len, x->skip - 1);
-		x->skip -= s;
-		used = (size_t)s;
+	/* Keep the part of the body that is the requested range: all of a 206 (what it holds
+	 * is checked against Content-Range at the end), from the offset on of a 200 (the
+	 * server ignored Range and sends the whole object). */
+	uint64_t at = x->body, from = x->status == 200 ? x->off : 0;
+	x->body += len;
+	uint64_t lo = KVT_MAX(at, from), hi = KVT_MIN(at + len, from + x->len);
+	if (lo < hi) {
+		memcpy(x->buf + (lo - from), p + (lo - at), hi - lo);
+		x->got = hi - from;
 	}
-	uint64_t room = x->len - x->got;
-	uint64_t c = KVT_MIN(room, (uint64_t)(len - used));
-	memcpy(x->buf + x->got, p + used, c);
-	x->got += c;
+	return len;
+}
+
+/* Response headers of a GET: its Content-Range, parsed; anything malformed is "none". */
+static size_t on_header(char *p, size_t size, size_t n, void *u)
+{
+	struct s3_xfer *x = u;
+	size_t len = size * n;
+	const char *q = p, *end = p + len;
+	static const char name[] = "content-range:";
+	if (len >= 5 && !strncmp(p, "HTTP/", 5)) {
+		x->cr_set = false; /* a new response (after a 1xx): only its own headers count */
+		return len;
+	}
+	if (len < sizeof(name) - 1 || strncasecmp(p, name, sizeof(name) - 1))
+		return len;
+	q += sizeof(name) - 1;
+	while (q < end && (*q == ' ' || *q == '\t'))
+		q++;
+	if (end - q < 6 || strncasecmp(q, "bytes ", 6))
+		return len;
+	q += 6;
+	while (q < end && *q == ' ')
+		q++;
+	uint64_t a, b, total = UINT64_MAX;
+	if (!parse_u64(&q, end, &a) || q >= end || *q++ != '-' || !parse_u64(&q, end, &b) ||
+	    q >= end || *q++ != '/')
+		return len;
+	if (q < end && *q == '*')
+		q++;
+	else if (!parse_u64(&q, end, &total))
+		return len;
+	while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n'))
+		q++;
+	if (q != end || b < a || (total != UINT64_MAX && b >= total))
+		return len;
+	x->cr_set = true;
+	x->cr_first = a;
+	x->cr_last = b;
+	x->cr_total = total;
 	return len;
 }
 
@@ -282,12 +347,65 @@ static void wait_push(struct s3_state *s, struct s3_xfer *x)
 	s->wait_tail = x;
 }
 
+/* Why a 2xx answer does not do what was asked (NULL: it does). Such an answer is treated
+ * like a broken connection: retried, then -EIO; never a success, nor a short read. */
+static const char *answer_flaw(const struct s3_xfer *x, long status, curl_off_t up, curl_off_t clen)
+{
+	if (x->method == M_PUT) {
+		/* With "Expect: 100-continue" a server may answer a final 2xx at once, and
+		 * libcurl then sends no body at all: the object was not written. */
+		if (up < 0 || (uint64_t)up < x->op->len || x->sent < x->op->len)
+			return "a PUT acknowledged before its whole body was sent";
+		return NULL;
+	}
+	if (x->method != M_GET)
+		return NULL;
+	if (status == 206) {
+		/* Exactly the range asked for, cut short only by the object's end. */
+		if (!x->cr_set || x->cr_first != x->off)
+			return "a 206 without the requested range's Content-Range";
+		uint64_t want = x->len;
+		if (x->cr_total != UINT64_MAX)
+			want = x->cr_total > x->off ? KVT_MIN(x->len, x->cr_total - x->off) : 0;
+		if (!want || x->cr_last - x->cr_first + 1 != want || x->body != want)
+			return "a 206 whose length does not match the request";
+		return NULL;
+	}
+	if (status == 200) {
+		/* Range ignored: the whole object, provably whole (libcurl holds the body to
+		 * Content-Length), of which we kept what the request covers up to its end. */
+		if (clen < 0 || (uint64_t)clen != x->body)
+			return "a 200 of unknown length to a ranged GET";
+		uint64_t want = x->body > x->off ? KVT_MIN(x->len, x->body - x->off) : 0;
+		if (x->got != want)
+			return "a 200 that does not cover the request";
+		return NULL;
+	}
+	return "a 2xx other than 200 or 206 to a GET";
+}
+
+/* The <Code> of an S3 error body, if it is one plain word; else NULL. The body itself is
+ * never logged: a 400 ExpiredToken may carry the session token. */
+static const char *error_code(const char *body, char *code, size_t cap)
+{
+	const char *p = body;
+	if (xml_field(&p, NULL, "Code", code, cap) < 0 || !code[0] || strlen(code) + 1 >= cap)
+		return NULL;
+	for (const char *c = code; *c; c++)
+		if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z')))
+			return NULL;
+	return code;
+}
+
 /* A transfer's HTTP exchange ended (cc, status): finish it, retry it or chain the next step. */
 static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 {
 	struct s3_op *op = x->op;
 	long status = 0;
+	curl_off_t up = -1, clen = -1;
 	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(x->easy, CURLINFO_SIZE_UPLOAD_T, &up);
+	curl_easy_getinfo(x->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &clen);
 	curl_multi_remove_handle(s->multi, x->easy);
 	if (s->npool < s->max_inflight)
 		s->pool[s->npool++] = x->easy;
@@ -302,7 +420,9 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 	if (x->anext)
 		x->anext->aprev = x->aprev;
 
-	if (cc == CURLE_OK && status >= 200 && status < 300) {
+	const char *flaw = NULL;
+	if (cc == CURLE_OK && status >= 200 && status < 300 &&
+	    !(flaw = answer_flaw(x, status, up, clen))) {
 		switch (x->method) {
 		case M_HEAD:
 			if (op->kind == OP_EXISTS) {
@@ -342,7 +462,7 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 		return;
 	}
 	uint64_t now = kvt__now_ns();
-	if (retryable(cc, status) && x->attempt < s->retries) {
+	if ((flaw || retryable(cc, status)) && x->attempt < s->retries) {
 		uint64_t cap = RETRY_BASE_NS << KVT_MIN(x->attempt, 20u);
 		cap = KVT_MIN(cap, RETRY_CAP_NS);
 		uint64_t delay = cap / 2 + rng_next(s) % (cap / 2 + 1);
@@ -355,12 +475,14 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 			return;
 		}
 	}
-	int rc = cc != CURLE_OK ? curl_errno(cc) : status_errno(status);
+	int rc = flaw ? -EIO : cc != CURLE_OK ? curl_errno(cc) : status_errno(status);
 	if (rc == -ENOENT) {
 		op_finish_xfer(x, rc);
 		return;
 	}
-	if (cc != CURLE_OK) {
+	if (flaw) {
+		warn_limited(s, "request failed: %s%s", flaw, "");
+	} else if (cc != CURLE_OK) {
 		warn_limited(s, "request failed: %s%s", curl_easy_strerror(cc), "");
 	} else if (status == 403 || status == 401) {
 		warn_limited(s,
@@ -368,9 +490,10 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 			     "permissions%s",
 			     status == 403 ? "403" : "401", "");
 	} else {
-		char st[16];
+		char st[16], code[64];
 		snprintf(st, sizeof(st), "%ld", status);
-		warn_limited(s, "HTTP %s: %.200s", st, x->errbody);
+		const char *c = error_code(x->errbody, code, sizeof(code));
+		warn_limited(s, "HTTP %s: %s", st, c ? c : "(no S3 error code)");
 	}
 	op_finish_xfer(x, rc);
 }
@@ -389,8 +512,9 @@ static int xfer_start(struct s3_state *s, struct s3_xfer *x, uint64_t now)
 	x->errlen = 0;
 	x->errbody[0] = 0;
 	x->got = 0;
-	x->skip = 0;
+	x->body = 0;
 	x->sent = 0;
+	x->cr_set = false;
 
 	char hex[2 * KVT_KEY_BYTES + 1], url[4096], range[64];
 	kvt_key_to_hex(x->key, hex);
@@ -423,6 +547,8 @@ static int xfer_start(struct s3_state *s, struct s3_xfer *x, uint64_t now)
 		snprintf(range, sizeof(range), "%llu-%llu", (unsigned long long)x->off,
 			 (unsigned long long)(x->off + x->len - 1));
 		curl_easy_setopt(e, CURLOPT_RANGE, range);
+		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+		curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
 		break;
 	case M_PUT:
 		curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
@@ -959,7 +1085,7 @@ static int xml_field(const char **pos, const char *end, const char *tag, char *o
 		return -1;
 	a += strlen(open);
 	const char *b = strstr(a, close);
-	if (!b)
+	if (!b || (end && b > end))
 		return -1;
 	size_t o = 0;
 	static const struct {
@@ -984,8 +1110,63 @@ static int xml_field(const char **pos, const char *end, const char *tag, char *o
 	return 0;
 }
 
+/* The continuation tokens one listing was given, to tell a server that hands back any
+ * earlier one (A, B, A, B, ...: page 1 for ever) from one that moves on. Open addressing
+ * on FNV-1a; the strings themselves are compared. */
+struct tokset {
+	char **slot;
+	size_t cap, n;
+};
+
+static uint64_t fnv1a(const char *p)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+	return h;
+}
+
+/* 1 if tok was seen before, 0 if it is new (now remembered), -ENOMEM. */
+static int tokset_add(struct tokset *ts, const char *tok)
+{
+	if (2 * (ts->n + 1) > ts->cap) {
+		size_t cap = ts->cap ? 2 * ts->cap : 64;
+		char **slot = kvt__calloc(cap, sizeof(*slot));
+		if (!slot)
+			return -ENOMEM;
+		for (size_t i = 0; i < ts->cap; i++) {
+			if (!ts->slot[i])
+				continue;
+			size_t j = fnv1a(ts->slot[i]) & (cap - 1);
+			while (slot[j])
+				j = (j + 1) & (cap - 1);
+			slot[j] = ts->slot[i];
+		}
+		kvt__free(ts->slot);
+		ts->slot = slot;
+		ts->cap = cap;
+	}
+	size_t j = fnv1a(tok) & (ts->cap - 1);
+	for (; ts->slot[j]; j = (j + 1) & (ts->cap - 1))
+		if (!strcmp(ts->slot[j], tok))
+			return 1;
+	if (!(ts->slot[j] = kvt__strdup(tok)))
+		return -ENOMEM;
+	ts->n++;
+	return 0;
+}
+
+static void tokset_free(struct tokset *ts)
+{
+	for (size_t i = 0; i < ts->cap; i++)
+		kvt__free(ts->slot[i]);
+	kvt__free(ts->slot);
+}
+
 /* Synchronous ListObjectsV2 under the prefix, page by page (recovery, `kvtier ls`). Runs
- * on the caller's thread with its own connection; the I/O thread is not involved. */
+ * on the caller's thread with its own connection; the I/O thread is not involved. A page
+ * we cannot read entry by entry, or a listing that does not end (a token seen before, more
+ * than SCAN_PAGES_MAX pages), is -EPROTO: never a silently shorter listing. */
 static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 {
 	struct s3_state *s = t->state;
@@ -993,12 +1174,21 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	if (!e)
 		return -ENOMEM;
 	struct membuf m = {0};
+	struct tokset seen = {0};
 	char token[2048] = "", name[1024], size[32];
 	char *eprefix = curl_easy_escape(e, s->prefix, 0);
 	size_t plen = strlen(s->prefix);
 	int rc = eprefix ? 0 : -ENOMEM;
 	bool stop = false;
-	while (rc == 0 && !stop) {
+	for (uint32_t page = 1; rc == 0 && !stop; page++) {
+		if (page > SCAN_PAGES_MAX) {
+			KVT_WARN(&t->log,
+				 "s3: listing %s: more than %u pages; taken as a server that does "
+				 "not end the listing",
+				 s->shown, SCAN_PAGES_MAX);
+			rc = -EPROTO;
+			break;
+		}
 		/* The query already in SigV4's canonical form: sorted, RFC 3986-encoded. */
 		char *etok = token[0] ? curl_easy_escape(e, token, 0) : NULL;
 		char *url = str_printf("%s?%s%s%slist-type=2&max-keys=1000&prefix=%s",
@@ -1042,43 +1232,62 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			if (!c)
 				break;
 			const char *ce = strstr(c, "</Contents>");
+			const char *sp = size;
+			uint64_t bytes = 0;
 			pos = c;
-			if (!ce || xml_field(&pos, ce, "Key", name, sizeof(name)) < 0)
-				break;
+			bool ok = ce && xml_field(&pos, ce, "Key", name, sizeof(name)) == 0;
 			pos = c;
-			if (xml_field(&pos, ce, "Size", size, sizeof(size)) < 0)
+			/* Every entry has a Key and a plain, non-negative Size: skipping one we
+			 * cannot read would drop objects from the listing without a word. */
+			if (!ok || xml_field(&pos, ce, "Size", size, sizeof(size)) < 0 ||
+			    !parse_u64(&sp, size + strlen(size), &bytes) || *sp) {
+				KVT_WARN(&t->log,
+					 "s3: listing %s: page %u has an entry without a readable "
+					 "Key and Size",
+					 s->shown, page);
+				rc = -EPROTO;
 				break;
+			}
 			pos = ce;
 			struct kvt_key key;
 			const char *hex = name + plen;
-			bool ok = strlen(name) == plen + 2 * KVT_KEY_BYTES &&
-				  !strncmp(name, s->prefix, plen) &&
-				  kvt__key_from_lowerhex(hex, &key) == 0;
-			if (ok && fn(arg, &key, strtoull(size, NULL, 10))) {
+			ok = strlen(name) == plen + 2 * KVT_KEY_BYTES &&
+			     !strncmp(name, s->prefix, plen) &&
+			     kvt__key_from_lowerhex(hex, &key) == 0;
+			if (ok && fn(arg, &key, bytes)) {
 				stop = true;
 				break;
 			}
 		}
+		if (rc < 0 || stop)
+			break;
 		const char *p = m.p;
-		char trunc[16] = "", prev[sizeof(token)];
+		char trunc[16] = "";
 		xml_field(&p, NULL, "IsTruncated", trunc, sizeof(trunc));
 		p = m.p;
-		memcpy(prev, token, sizeof(prev));
 		if (strcmp(trunc, "true"))
 			break; /* the last page */
-		/* "More to come" with no token, or the same one again, would end the listing
-		 * short or list page 1 (or the same page) for ever: a server that cannot be
-		 * followed is an error. */
+		/* "More to come" with no token, or with any token given before (A, B, A, ...),
+		 * would end the listing short or list the same pages for ever: a server that
+		 * cannot be followed is an error. */
+		int seen_rc = -1;
 		if (xml_field(&p, NULL, "NextContinuationToken", token, sizeof(token)) < 0 ||
-		    !token[0] || !strcmp(token, prev)) {
-			KVT_WARN(&t->log, "s3: listing %s: the server says there is more but gives "
-					  "no new continuation token", s->shown);
+		    !token[0] || (seen_rc = tokset_add(&seen, token)) != 0) {
+			if (seen_rc == -ENOMEM) {
+				rc = -ENOMEM;
+				break;
+			}
+			KVT_WARN(&t->log,
+				 "s3: listing %s: the server says there is more but gives no new "
+				 "continuation token (page %u)",
+				 s->shown, page);
 			rc = -EPROTO;
 			break;
 		}
 	}
 	if (eprefix)
 		curl_free(eprefix);
+	tokset_free(&seen);
 	kvt__free(m.p);
 	curl_easy_cleanup(e);
 	return rc;

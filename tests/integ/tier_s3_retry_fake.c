@@ -6,13 +6,33 @@
  *   0x52: always 503 SlowDown                 -> -EAGAIN after s3.retries retries
  *   0x53: always 500                          -> -EIO, retried the same way
  *   0x54: 403                                 -> -EACCES at once, no retry
+ * answers that look like success but are not (each must be retried like a broken
+ * connection, then fail -EIO, never succeed or read short):
+ *   0x61: a PUT with "Expect: 100-continue" answered 200 at once, its body never read
+ *   0x63: a 206 whose Content-Range starts at 0, not at the requested offset
+ *   0x64: a 206 with 100 of the 8192 bytes asked for (Content-Range says so)
+ *   0x65: a 204 to a GET
+ * answers that are right and must still be taken:
+ *   0x62: a 2 MiB PUT, "100 Continue" then the body read -> success
+ *   0x66: a 200 ignoring Range, the whole 64 KiB object -> the requested bytes
+ *   0x67: a 206 cut by the object's end (6000 bytes) -> a short read of 1904 bytes
+ * error bodies that must not reach the log (the session token echoed back):
+ *   0x68: 400 <Code>ExpiredToken</Code> and the token in the body -> only "ExpiredToken"
+ *   0x69: 400 with the token inside <Code>                        -> no code at all
  * and counts the requests per path, which the test reads back through /count/<path>.
- * Bucket "nob" does not exist (404 to everything); bucket "loop" lists one page that says
- * there is more (IsTruncated) but gives no continuation token. Checked besides the retries:
- * a read-only open (inspection) of the missing bucket does not create it and fails "not a
- * store", and refuses writes and removes and deletes nothing on a corruption report; a
- * listing that cannot be followed ends with -EPROTO instead of listing page 1 for ever.
- * Everything else about the tier is tested against a real radosgw in tier_s3.c.
+ * Every other GET is a 206 with its Content-Range in a 1 MiB object.
+ * Bucket "nob" does not exist (404 to everything); listings: bucket "loop" lists one page
+ * that says there is more (IsTruncated) but gives no continuation token; "cycle" hands out
+ * tokens A, B, A, B, ...; "pages" two pages joined by token A; "nokey" a page whose first
+ * <Contents> has no <Key>, three good ones after it; "negsz" a good entry, then one with
+ * <Size>-1</Size>. Checked besides the retries: a read-only open (inspection) of the
+ * missing bucket does not create it and fails "not a store", and refuses writes and
+ * removes and deletes nothing on a corruption report; a listing that cannot be followed
+ * (no token, or any token given before) ends with -EPROTO instead of listing the same
+ * pages for ever, while one that moves on is followed to its end; a page with an entry
+ * that cannot be read (no Key, a Size that is not a plain number) is -EPROTO, not a
+ * silently shorter listing. Everything else about the tier is tested against a real
+ * radosgw in tier_s3.c.
  */
 #include "ceph_harness.h"
 
@@ -30,7 +50,24 @@ static const char server_py[] =
     "        self.send_header('Content-Length', str(len(body)))\n"
     "        self.end_headers()\n"
     "        if self.command != 'HEAD': self.wfile.write(body)\n"
+    "    def tag(self):\n"
+    "        parts = self.path.split('/')\n"
+    "        return parts[-1][:2] if len(parts) >= 4 else ''\n"
+    "    def handle_expect_100(self):\n"
+    "        if self.tag() == '61': return True  # no 100 Continue: the final answer at once\n"
+    "        return super().handle_expect_100()\n"
+    "    def listing(self, more, t, entries):\n"
+    "        return self.reply(200, b'<ListBucketResult><IsTruncated>' + more + b'</IsTruncated>'\n"
+    "            + (b'<NextContinuationToken>%s</NextContinuationToken>' % t if t else b'')\n"
+    "            + b''.join(b'<Contents>' + (b'<Key>kvtier/' + k * 32 + b'</Key>' if k else b'')\n"
+    "                       + b'<Size>' + z + b'</Size></Contents>' for k, z in entries)\n"
+    "            + b'</ListBucketResult>')\n"
     "    def handle_any(self):\n"
+    "        tag = self.tag()\n"
+    "        if tag == '61' and self.command == 'PUT':\n"
+    "            counts[self.path] += 1\n"
+    "            self.close_connection = True  # the unread body must not be parsed as a request\n"
+    "            return self.reply(200, extra={'Connection': 'close'})\n"
     "        n = int(self.headers.get('Content-Length') or 0)\n"
     "        if n: self.rfile.read(n)\n"
     "        if self.path.startswith('/count/'):\n"
@@ -38,21 +75,44 @@ static const char server_py[] =
     "        counts[self.path] += 1\n"
     "        if self.path.split('?')[0] == '/nob': return self.reply(404)\n"
     "        if self.path.startswith('/loop?'):\n"
-    "            return self.reply(200, b'<ListBucketResult><IsTruncated>true</IsTruncated>'\n"
-    "                b'<Contents><Key>kvtier/' + b'ab' * 32 + b'</Key><Size>4096</Size>'\n"
-    "                b'</Contents></ListBucketResult>')\n"
-    "        parts = self.path.split('/')\n"
-    "        if len(parts) < 4: return self.reply(200)\n"
-    "        tag = parts[-1][:2]\n"
+    "            return self.listing(b'true', b'', [(b'ab', b'4096')])\n"
+    "        if self.path.startswith('/cycle?'):\n"
+    "            tok = b'B' if 'continuation-token=A&' in self.path else b'A'\n"
+    "            return self.listing(b'true', tok, [(b'cd', b'4096')])\n"
+    "        if self.path.startswith('/pages?'):\n"
+    "            if 'continuation-token=A&' in self.path:\n"
+    "                return self.listing(b'false', b'', [(b'02', b'4096')])\n"
+    "            return self.listing(b'true', b'A', [(b'01', b'4096')])\n"
+    "        if self.path.startswith('/nokey?'):\n"
+    "            return self.listing(b'false', b'', [(b'', b'1'), (b'01', b'1'), (b'02', b'1'),\n"
+    "                                                (b'03', b'1')])\n"
+    "        if self.path.startswith('/negsz?'):\n"
+    "            return self.listing(b'false', b'', [(b'01', b'4096'), (b'02', b'-1')])\n"
+    "        if not tag: return self.reply(200)\n"
     "        slow = b'<Error><Code>SlowDown</Code></Error>'\n"
     "        if tag == '51' and counts[self.path] <= 2: return self.reply(503, slow)\n"
     "        if tag == '52': return self.reply(503, slow)\n"
     "        if tag == '53': return self.reply(500, b'<Error><Code>InternalError</Code></Error>')\n"
     "        if tag == '54': return self.reply(403, b'<Error><Code>AccessDenied</Code></Error>')\n"
+    "        tok = self.headers.get('x-amz-security-token', 'none').encode()\n"
+    "        if tag == '68': return self.reply(400, b'<?xml version=\"1.0\"?>\\n<Error><Code>'\n"
+    "            b'ExpiredToken</Code><Message>expired</Message><Token-0>%s</Token-0>'\n"
+    "            b'</Error>' % tok)\n"
+    "        if tag == '69':\n"
+    "            return self.reply(400, b'<Error><Code>Expired %s</Code></Error>' % tok)\n"
     "        if self.command == 'GET':\n"
     "            r = self.headers.get('Range', 'bytes=0-4095')[6:].split('-')\n"
     "            a, b = int(r[0]), int(r[1])\n"
-    "            return self.reply(206, bytes((a + i) & 255 for i in range(b - a + 1)))\n"
+    "            want, M = bytes((a + i) & 255 for i in range(b - a + 1)), 1 << 20\n"
+    "            def part(first, body, total):\n"
+    "                cr = 'bytes %d-%d/%d' % (first, first + len(body) - 1, total)\n"
+    "                return self.reply(206, body, {'Content-Range': cr})\n"
+    "            if tag == '63': return part(0, bytes((i + 7) & 255 for i in want), M)\n"
+    "            if tag == '64': return part(a, want[:100], M)\n"
+    "            if tag == '65': return self.reply(204)\n"
+    "            if tag == '66': return self.reply(200, bytes(i & 255 for i in range(65536)))\n"
+    "            if tag == '67': return part(a, want[:6000 - a], 6000)\n"
+    "            return part(a, want, M)\n"
     "        return self.reply(200)\n"
     "    do_GET = do_PUT = do_HEAD = do_DELETE = handle_any\n"
     "class S(socketserver.ThreadingMixIn, http.server.HTTPServer):\n"
@@ -82,12 +142,30 @@ static int count_of(const char *path)
 	return n;
 }
 
+/* Stops a listing at 1000 objects: one that runs for ever ends, and the count tells. */
 static int count_listed(void *arg, const struct kvt_key *k, uint64_t bytes)
 {
 	(void)k;
 	(void)bytes;
-	++*(int *)arg;
-	return 0;
+	return ++*(int *)arg >= 1000;
+}
+
+/* A listing of bucket bkt: its result, the objects it listed in *listed. */
+static int list_bucket(const char *ep, const char *bkt, int *listed)
+{
+	struct kvt_config *cfg = cfg_new();
+	cfg_set(cfg, "s3.endpoint", ep);
+	cfg_set(cfg, "s3.bucket", bkt);
+	struct kvt_tier *t;
+	int rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+	kvt_config_destroy(cfg);
+	CHECK(rc == 0, "open %s: %d", bkt, rc);
+	*listed = 0;
+	rc = t->ops->scan(t, count_listed, listed);
+	tier_close(t);
+	fprintf(stderr, "listing of %s: %s after %d objects\n", bkt, rc ? strerror(-rc) : "ok",
+		*listed);
+	return rc;
 }
 
 static void path_of(const struct kvt_key *k, char *out, size_t len)
@@ -186,7 +264,81 @@ int main(void)
 	rc = t_read(t, &k, &seg, 1);
 	CHECK(rc == -EACCES, "403: %d", rc);
 	CHECK(count_of(path) == 1, "requests: %d (want 1)", count_of(path));
+
+	/* A 2 MiB PUT (libcurl asks "Expect: 100-continue" past 1 MiB) answered 200 before
+	 * its body was read: not written, so retried and -EIO, never success. */
+	static uint8_t big[2 << 20];
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 7);
+	k.bytes[0] = 0x61;
+	path_of(&k, path, sizeof(path));
+	rc = t_write(t, &k, big, sizeof(big));
+	CHECK(rc == -EIO, "PUT acknowledged without its body: %d", rc);
+	CHECK(count_of(path) == 4, "requests: %d (want 4)", count_of(path));
+	/* ... while one with "100 Continue" and its body read succeeds */
+	k.bytes[0] = 0x62;
+	path_of(&k, path, sizeof(path));
+	rc = t_write(t, &k, big, sizeof(big));
+	CHECK(rc == 0 && count_of(path) == 1, "2 MiB PUT: %d, %d requests", rc, count_of(path));
+	fprintf(stderr, "PUT answered before its body: -EIO after 4 requests; a normal one: ok\n");
+
+	/* 2xx answers to a ranged GET that are not the range: retried, then -EIO. */
+	static const struct {
+		uint8_t tag;
+		const char *what;
+	} wrong[] = {{0x63, "206 at another offset"}, {0x64, "206 short"}, {0x65, "204"}};
+	for (size_t i = 0; i < KVT_ARRAY_SIZE(wrong); i++) {
+		k.bytes[0] = wrong[i].tag;
+		path_of(&k, path, sizeof(path));
+		rc = t_read(t, &k, &seg, 1);
+		CHECK(rc == -EIO, "%s: %d", wrong[i].what, rc);
+		CHECK(count_of(path) == 4, "%s: requests: %d (want 4)", wrong[i].what,
+		      count_of(path));
+	}
+	/* ... and ones that are: a 200 with the whole object, a 206 cut by the object's end */
+	k.bytes[0] = 0x66;
+	memset(buf, 0xee, sizeof(buf));
+	rc = t_read(t, &k, &seg, 1);
+	CHECK(rc == (int)sizeof(buf), "200 with the whole object: %d", rc);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		CHECK(buf[i] == (uint8_t)(4096 + i), "200: byte %zu", i);
+	k.bytes[0] = 0x67;
+	memset(buf, 0xee, sizeof(buf));
+	rc = t_read(t, &k, &seg, 1);
+	CHECK(rc == 6000 - 4096, "206 at the object's end: %d (want 1904)", rc);
+	for (int i = 0; i < rc; i++)
+		CHECK(buf[i] == (uint8_t)(4096 + i), "206 at the end: byte %d", i);
+	fprintf(stderr, "GET: wrong 206s and a 204 -EIO after 4 requests; a whole-object 200 and "
+			"a short 206 at the end read right\n");
 	tier_close(t);
+
+	/* An error body is logged by its <Code> only: it may echo the session token. A fresh
+	 * instance, so no earlier warning holds back this one (one a second). */
+	static const char secret[] = "SessTok-SECRET-0123456789";
+	setenv("AWS_SESSION_TOKEN", secret, 1);
+	cfg = cfg_new();
+	cfg_set(cfg, "s3.endpoint", ep);
+	cfg_set(cfg, "s3.bucket", "bkt");
+	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &t) == 0, "open with a session token");
+	kvt_config_destroy(cfg);
+	unsetenv("AWS_SESSION_TOKEN");
+	memset(&k, 0, sizeof(k));
+	k.bytes[0] = 0x68;
+	log_clear();
+	rc = t_read(t, &k, &seg, 1);
+	CHECK(rc == -EINVAL, "400 ExpiredToken: %d", rc);
+	CHECK(strstr(log_text, "HTTP 400: ExpiredToken"), "the error code not logged: %s",
+	      log_text);
+	CHECK(!strstr(log_text, secret), "the session token was logged");
+	k.bytes[0] = 0x69;
+	usleep(1100 * 1000); /* past the one-a-second limit on warnings */
+	log_clear();
+	rc = t_read(t, &k, &seg, 1);
+	CHECK(rc == -EINVAL, "400 with the token in <Code>: %d", rc);
+	CHECK(strstr(log_text, "HTTP 400: (no S3 error code)"), "log: %s", log_text);
+	CHECK(!strstr(log_text, secret), "the session token was logged from <Code>");
+	tier_close(t);
+	fprintf(stderr, "error bodies: the code logged, never the token\n");
 
 	/* Retries never outlive the deadline: many retries, short deadline. */
 	cfg = cfg_new();
@@ -252,6 +404,19 @@ int main(void)
 		strerror(-rc), listed, ms);
 	CHECK(rc == -EPROTO && listed == 1, "listing: %d, %d objects", rc, listed);
 	tier_close(t);
+
+	/* Tokens A, B, A, ...: the third page repeats A, -EPROTO there (not 1000 objects,
+	 * where count_listed stops a listing that would go on for ever). */
+	rc = list_bucket(ep, "cycle", &listed);
+	CHECK(rc == -EPROTO && listed == 3, "cycling tokens: %d, %d objects", rc, listed);
+	/* ... while a listing that moves on is followed to its end */
+	rc = list_bucket(ep, "pages", &listed);
+	CHECK(rc == 0 && listed == 2, "two pages: %d, %d objects", rc, listed);
+	/* An entry without a Key, or with a negative Size: -EPROTO, not the rest dropped */
+	rc = list_bucket(ep, "nokey", &listed);
+	CHECK(rc == -EPROTO, "an entry without a Key: %d, %d objects", rc, listed);
+	rc = list_bucket(ep, "negsz", &listed);
+	CHECK(rc == -EPROTO && listed == 1, "a negative Size: %d, %d objects", rc, listed);
 	printf("PASS tier_s3_retry\n");
 	return 0;
 }
