@@ -916,7 +916,14 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 		metrics);
 	for (;;) {
 		struct pollfd p[2] = {{.fd = lfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
+		/* Tensor-parallel objects end on time even with no rank's connection left to
+		 * notice (ranks that never came, all of them gone): this loop wakes for them. */
+		uint64_t due = kvtd_tp_sweep(), now = kvt__now_ns();
+		int ms = due == UINT64_MAX ? -1
+			 : due <= now	  ? 0
+					  : (int)KVT_MIN((due - now + 999999) / 1000000,
+							 (uint64_t)INT32_MAX);
+		if (poll(p, 2, ms) < 0 && errno != EINTR)
 			break;
 		if (p[1].revents)
 			break;

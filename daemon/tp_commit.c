@@ -13,8 +13,8 @@
  * seals (header, CRCs) and publishes the object. Until then the slot is pinned and no
  * reader can see it. An object is cancelled (slot back to the pool, nothing visible) when a
  * rank reports a failed copy, when a connection holding unwritten claims goes away (the
- * rank died), when nobody has claimed or written anything for STALE_NS (ranks that never
- * came), or when claims are held but the object was untouched for daemon.lease_ms (a rank
+ * rank died), when nobody has claimed or written anything for STALE_LEASES leases and no
+ * claim is outstanding (ranks that never came: 60 s at the default lease), or when claims are held but the object was untouched for daemon.lease_ms (a rank
  * alive but stuck - SIGSTOPped, hung - that would otherwise keep it, and its slot, without
  * end: the pins and reservations of kvtierd.c have the same lease). A cancelled object's
  * slot is given back only once no rank still holds a claim on it: a live rank may still be
@@ -32,7 +32,9 @@
 #include "engine.h"
 #include "internal.h"
 
-#define STALE_NS (60ull * 1000000000ull)
+/* An object with no claim outstanding, untouched this many leases, waits for ranks that
+ * are not coming. */
+#define STALE_LEASES 6
 /* Bound on open and quarantined objects: each holds a DRAM slot. */
 #define MAX_OPEN 1024
 
@@ -125,16 +127,18 @@ static void release_quarantined(void)
 }
 
 /* Cancel what nobody works on any more: cancelled objects whose claims are gone, objects
- * untouched for STALE_NS with no claim outstanding, and (lease) objects with claims held
- * but untouched for lease_ns: their key given back, their slot quarantined. mu held.
- * Returns the earliest lease end of an object conn holds claims on (UINT64_MAX: none). */
-static uint64_t sweep_for(const void *conn)
+ * untouched for STALE_LEASES leases with no claim outstanding, and (lease) objects with
+ * claims held but untouched for lease_ns: their key given back, their slot quarantined.
+ * mu held. Returns the earliest lease end of an object conn holds claims on (UINT64_MAX:
+ * none); *next_any (if set): when the next object of any kind is due. */
+static uint64_t sweep_for(const void *conn, uint64_t *next_any)
 {
-	uint64_t now = kvt__now_ns(), next = UINT64_MAX;
+	uint64_t now = kvt__now_ns(), next = UINT64_MAX, any = UINT64_MAX;
+	uint64_t stale = lease_ns ? STALE_LEASES * lease_ns : 60ull * 1000000000ull;
 	struct part **pp = &tab;
 	while (*pp) {
 		struct part *p = *pp;
-		if (!p->claimed && (p->error || now - p->touched_ns > STALE_NS)) {
+		if (!p->claimed && (p->error || now - p->touched_ns > stale)) {
 			cancel(pp);
 		} else if (p->claimed && lease_ns && now - p->touched_ns >= lease_ns) {
 			*pp = p->next;
@@ -146,6 +150,10 @@ static uint64_t sweep_for(const void *conn)
 			n_quar++;
 			n_cancelled++;
 		} else {
+			if (!p->claimed)
+				any = KVT_MIN(any, p->touched_ns + stale + 1);
+			else if (lease_ns)
+				any = KVT_MIN(any, p->touched_ns + lease_ns);
 			for (uint32_t h = 0; conn && p->claimed && h < kv_heads; h++) {
 				if (p->head[h].state == H_CLAIMED && p->head[h].owner == conn) {
 					next = KVT_MIN(next, p->touched_ns + lease_ns);
@@ -155,18 +163,33 @@ static uint64_t sweep_for(const void *conn)
 			pp = &p->next;
 		}
 	}
+	if (next_any)
+		*next_any = any;
 	return next;
 }
 
 static void sweep(void)
 {
-	sweep_for(NULL);
+	sweep_for(NULL, NULL);
+}
+
+uint64_t kvtd_tp_sweep(void)
+{
+	if (!enabled)
+		return UINT64_MAX;
+	uint64_t any;
+	pthread_mutex_lock(&mu);
+	sweep_for(NULL, &any);
+	pthread_mutex_unlock(&mu);
+	/* and at least once a lease: an object opened since (on a connection's thread) is not
+	 * in this answer */
+	return KVT_MIN(any, kvt__now_ns() + (lease_ns ? lease_ns : 1000000000ull));
 }
 
 uint64_t kvtd_tp_expire(const void *conn)
 {
 	pthread_mutex_lock(&mu);
-	uint64_t next = sweep_for(conn);
+	uint64_t next = sweep_for(conn, NULL);
 	pthread_mutex_unlock(&mu);
 	return next;
 }

@@ -30,6 +30,11 @@ void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_resu
  * or their connections go. Returns when the lease of an object conn holds claims on ends
  * (kvt__now_ns() clock; UINT64_MAX: none), for conn's thread to call again then. */
 uint64_t kvtd_tp_expire(const void *conn);
+/* The same for every object, whoever holds its claims, and objects no rank is coming back
+ * to: called by the daemon's main loop, so that they end on time even when no connection
+ * of a rank is left to notice. Returns when to call again: when the next one is due, and at
+ * least once a lease (objects opened meanwhile); UINT64_MAX when TP commits are off. */
+uint64_t kvtd_tp_sweep(void);
 /* conn went away: objects it holds unwritten claims on are cancelled (their slot back to the
  * pool once no other rank is still copying into it). */
 void kvtd_tp_conn_gone(const void *conn);

@@ -22,7 +22,10 @@
  *     afresh while the stopped rank still holds its claims;
  *  8. a failure report (TP_WRITTEN, failed) from a connection that holds no claim on the
  *     object changes nothing: the rank that does completes and publishes it (before, any
- *     connection's report cancelled it).
+ *     connection's report cancelled it);
+ *  9. (short lease) half an object written, every rank gone, no claim outstanding: the
+ *     daemon cancels it after 6 leases by itself - it used to wait for the next rank's
+ *     TP_RESERVE, holding the slot until then, for ever if none came.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -588,6 +591,33 @@ static void test_stopped(struct kvt_store *rd, uint64_t seed, int lease_ms)
 	free(buf);
 }
 
+/* 9. half an object written, then every rank gone (daemon.lease_ms = lease_ms) */
+static void test_abandoned(struct kvt_store *rd, uint64_t seed, int lease_ms)
+{
+	struct kvtd_status st0 = status(rd);
+	struct ranks rs = spawn_ranks(2, seed, false, -1);
+	release(&rs, 0);
+	CHECK_EQ(next_report(&rs).status, 2); /* rank 0 wrote its half, and exits */
+	kill(rs.pid[1], SIGKILL);		/* never released: it claimed nothing */
+	for (int i = 0; i < 2; i++) {
+		CHECK(waitpid(rs.pid[i], NULL, 0) == rs.pid[i]);
+		track(rs.pid[i], false);
+	}
+	close(rs.result);
+	uint64_t t0 = kvt__now_ns();
+	CHECK_EQ(status(rd).tp_partials, 1);
+	uint64_t bound = (uint64_t)(6 * lease_ms + 5000) * 1000000ull;
+	struct kvtd_status s1;
+	while ((s1 = status(rd)).tp_partials && kvt__now_ns() - t0 < bound)
+		usleep(50000);
+	printf("  half an object, every rank gone: %s after %.1f s (6 leases: %.1f s)\n",
+	       s1.tp_partials ? "still open" : "cancelled",
+	       (double)(kvt__now_ns() - t0) / 1e9, 6 * lease_ms / 1e3);
+	CHECK_EQ(s1.tp_partials, 0);
+	CHECK_EQ(s1.tp_cancelled, st0.tp_cancelled + 1);
+	CHECK_EQ(s1.tp_published, st0.tp_published);
+}
+
 /* 5. two ranks in this process, on the reader's store (one connection to the daemon) */
 static void test_one_process(struct kvt_store *rd, uint64_t seed)
 {
@@ -689,6 +719,7 @@ int main(int argc, char **argv)
 	kvtd_start(sock_path, args);
 	rd = open_client();
 	test_stopped(rd, 108, 600);
+	test_abandoned(rd, 109, 600);
 	kvt_store_close(rd);
 	kvtd_stop();
 	test_rmdir(dir);
