@@ -157,10 +157,12 @@ struct undo {
 static void undo_release(struct undo *u)
 {
 	struct kvt_store *s = u->s;
-	pthread_mutex_lock(&s->wb_lock);
-	u->rec->undoing[u->link]--;
-	kvt__e_keyrec_put(s, u->rec);
-	pthread_mutex_unlock(&s->wb_lock);
+	if (u->rec) { /* NULL: the job had no record (no memory), nothing counted */
+		pthread_mutex_lock(&s->wb_lock);
+		u->rec->undoing[u->link]--;
+		kvt__e_keyrec_put(s, u->rec);
+		pthread_mutex_unlock(&s->wb_lock);
+	}
 	kvt__free(u);
 }
 
@@ -184,15 +186,17 @@ static void undo_expire(struct guard *g)
 	g->orphan_arg = g->op;
 }
 
-/* Remove the late write of key from link i again (the record's undoing is counted). */
-static void undo_late_write(struct kvt_store *s, struct keyrec *rec, int i)
+/* Remove the late write of key from link i again (the record's undoing is counted; rec
+ * NULL: a job without a record). */
+static void undo_late_write(struct kvt_store *s, struct keyrec *rec, const struct kvt_key *key,
+			    int i)
 {
 	struct link *l = &s->links[i];
 	struct undo *u = kvt__malloc(sizeof(*u));
 	struct guard *g = u ? kvt__e_guard_new(s, l, "remove", 0, u, undo_done, undo_expire) : NULL;
 	if (g) {
 		*u = (struct undo){.s = s, .rec = rec, .link = i};
-		if (l->t->ops->remove(l->t, &rec->key, kvt__e_guard_cb, g) == 0) {
+		if (l->t->ops->remove(l->t, key, kvt__e_guard_cb, g) == 0) {
 			kvt__e_guard_arm(g);
 			return;
 		}
@@ -200,10 +204,12 @@ static void undo_late_write(struct kvt_store *s, struct keyrec *rec, int i)
 	}
 	KVT_WARN(&s->log, "tier %s: a late write could not be removed again", l->name);
 	kvt__free(u);
-	pthread_mutex_lock(&s->wb_lock);
-	rec->undoing[i]--;
-	kvt__e_keyrec_put(s, rec);
-	pthread_mutex_unlock(&s->wb_lock);
+	if (rec) {
+		pthread_mutex_lock(&s->wb_lock);
+		rec->undoing[i]--;
+		kvt__e_keyrec_put(s, rec);
+		pthread_mutex_unlock(&s->wb_lock);
+	}
 }
 
 /* The late answer to a write that missed its deadline (the guard's last reference). What
@@ -223,16 +229,18 @@ static void wb_leg_orphan(struct guard *g)
 	if (rec && w->tail)
 		rec->zc_late[i]--;
 	bool drop = w->tail || kvt__e_keyrec_removed_since(rec, w->seq);
-	if (landed && drop && rec && !atomic_load(&s->closing) && l->t) {
-		rec->undoing[i]++; /* in the same hold of the lock: no write slips in */
-		rec->refs++;
+	if (landed && drop && !atomic_load(&s->closing) && l->t) {
+		if (rec) {
+			rec->undoing[i]++; /* in the same hold of the lock: no write slips in */
+			rec->refs++;
+		}
 		undo = true;
 	}
 	pthread_mutex_unlock(&s->wb_lock);
 	if (landed && !drop)
 		kvt__e_event(s, KVT_EVENT_STORED, KVT_REASON_NONE, i, &w->key, w->ref.object_bytes);
 	if (undo)
-		undo_late_write(s, rec, i);
+		undo_late_write(s, rec, &w->key, i);
 	kvt__free(leg);
 	wb_unref(w);
 }
