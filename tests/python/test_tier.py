@@ -183,3 +183,75 @@ def test_geometry_mismatch_is_refused(tdir):
     with pytest.raises(ValueError, match="KV heads"):
         KvtierTier(spec(), view, "KvtierTier", config={"nvme.dirs": tdir},
                    model={"layers": L, "kv_heads": 3, "head_dim": D}, layout="cpu-vec")
+
+
+@pytest.mark.parametrize("bad", ["x\ny", "a\x1b[2Jb", "\ud800"])
+def test_unusable_tenant_gets_no_caching_never_raises(tdir, caplog, bad):
+    """kv_transfer_params come from the API client: a kvtier_tenant that cannot name a
+    namespace (control characters; a lone surrogate, not UTF-8) must not raise into vLLM's
+    scheduler. The request gets no kvtier caching: never served from, nor stored into, the
+    untenanted namespace (that would defeat the isolation the salt asks for)."""
+    buf, view = primary()
+    t = tier(view, tdir)
+    try:
+        plain = ReqContext("plain")
+        t.on_new_request(plain)
+        keys = okeys(2, seed=7)
+        t.submit_store(TransferJob(1, keys, np.array([0, 1]), False, plain))
+        assert wait_jobs(t, 1)[0].success
+        puts = t.store_stats()["puts"]
+        rc = ReqContext("evil\r\n", kv_transfer_params={"kvtier_tenant": bad})
+        with caplog.at_level("WARNING", logger="kvtier.vllm"):
+            t.on_new_request(rc)  # raised ValueError / UnicodeEncodeError
+        msgs = [r.getMessage() for r in caplog.records if r.name == "kvtier.vllm"]
+        assert len(msgs) == 1 and "no kvtier caching" in msgs[0], msgs
+        assert all(ord(c) >= 0x20 and c != "\x7f" and ord(c) < 0xD800 for c in msgs[0]), msgs
+        assert t.lookup(keys[0], rc) is LookupResult.MISS  # not the untenanted copy
+        t.submit_store(TransferJob(2, keys, np.array([2, 3]), False, rc))
+        (res,) = wait_jobs(t, 1)
+        assert not res.success
+        t.submit_load(TransferJob(3, keys, np.array([4, 5]), True, rc))
+        (res,) = wait_jobs(t, 1)
+        assert not res.success and not res.successful_keys
+        assert t.store_stats()["puts"] == puts  # nothing stored for it
+        t.on_request_finished(rc)
+        assert resolve(t, keys[0], plain) is LookupResult.HIT  # others unaffected
+    finally:
+        t.shutdown()
+
+
+def test_events_reconcile_respects_back_pressure(tdir):
+    """take_events checks the announced chunks with one lookup each. More of them than
+    store.max_inflight allows, on a slow tier: kvtier.Busy must not escape into vLLM's
+    scheduler; the lookups go out as room frees up, over later calls, and the check still
+    finds the chunk kvtier dropped (and only that one)."""
+    n = 10
+    buf, view = primary(16)
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=0.0,
+             config={"store.tiers": "faulty", "faulty.inner": "nvme", "faulty.delay_ms": 100,
+                     "store.max_inflight": 4})
+    try:
+        rc = ReqContext("e")
+        t.on_new_request(rc)
+        keys = okeys(n, seed=8)
+        t.submit_store(TransferJob(1, keys, np.arange(n), False, rc))
+        assert wait_jobs(t, 1, timeout=30)[0].success
+        fut = t._store.remove(t._key(keys[3], rc))
+        end = time.monotonic() + 10
+        while not fut.done() and time.monotonic() < end:
+            t._store.poll(10)
+        assert fut.result(0) == 1
+        events, started, end = [], False, time.monotonic() + 30
+        while time.monotonic() < end:
+            events += list(t.take_events())  # raised kvtier.Busy
+            started = started or t._reconcile is not None
+            if started and t._reconcile is None:
+                break
+            time.sleep(0.005)
+        assert started and t._reconcile is None, "the check never finished"
+        removed = [k for e in events if e.removed for k in e.keys]
+        assert removed == [keys[3]]
+        assert sorted(t._announced.values()) == sorted(keys[:3] + keys[4:])
+    finally:
+        t._reconcile = None  # lookups of a test that failed midway: not awaited
+        t.shutdown()

@@ -32,6 +32,7 @@ import os
 import queue
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -104,7 +105,7 @@ class _Verdict:
 
 @dataclass
 class _ReqTenant:
-    ctx: bytes
+    ctx: bytes | None  # None: a tenant that names no namespace; the request is not cached
 
 
 @dataclass
@@ -288,7 +289,12 @@ class KvtierTier(SecondaryTierManager):
         self._announced: dict[bytes, OffloadKey] = {}  # kvtier key -> OffloadKey
         self._reconcile_s = events_reconcile_s
         self._reconcile_at = time.monotonic() + events_reconcile_s
+        # a check of the announced chunks: the lookups in flight (None: no check running)
+        # and the keys still to ask about; at most _reconcile_cap lookups at once, so the
+        # scheduler's own lookups keep room under store.max_inflight
         self._reconcile: list[tuple[bytes, cf.Future]] | None = None
+        self._reconcile_todo: deque[bytes] = deque()
+        self._reconcile_cap = max(1, min(64, int(cfg.get("store.max_inflight")) // 4))
         self._last_stats = self._store.stats()
         self._load_failures: dict[str, int] = {}
         self._deadline_misses = 0
@@ -301,12 +307,41 @@ class KvtierTier(SecondaryTierManager):
         st = rc.get_state(_ReqTenant) if rc is not None else None
         return chunk_key(self.ns_id, st.ctx if st else self._ctx, okey)
 
+    @staticmethod
+    def _uncached(rc: ReqContext | None) -> bool:
+        """A request whose kvtier_tenant cannot be used (on_new_request): it gets no kvtier
+        caching, neither lookups nor loads nor stores."""
+        st = rc.get_state(_ReqTenant) if rc is not None else None
+        return st is not None and st.ctx is None
+
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         params = req_context.kv_transfer_params or {}
         t = params.get("kvtier_tenant") if isinstance(params, dict) else None
         if t:
-            req_context.set_state(_ReqTenant(
-                context_bytes(self._hash_algo, self._tokens_per_hash, str(t))))
+            try:
+                ctx = context_bytes(self._hash_algo, self._tokens_per_hash, str(t))
+            except Exception as e:  # never raise into vLLM's scheduler
+                # kv_transfer_params come from the API client. A tenant that cannot be
+                # written into the key context (control characters; a lone surrogate,
+                # which is not UTF-8) makes the request uncached rather than escaped or
+                # ignored: ignoring it would serve the request from (and store it into) the
+                # shared untenanted namespace, defeating the isolation the salt asks for;
+                # an escaping would be a second spelling of the documented derivation
+                # (docs/VLLM.md) that other engines sharing the store do not reproduce,
+                # for a value that is a malformed or hostile client input. Serving it
+                # without the cache is always correct: vLLM recomputes.
+                ctx = None
+                try:  # ascii(): control characters are shown escaped, never written
+                    shown = ascii(str(t)[:64])
+                except Exception:
+                    shown = "(unprintable)"
+                reason = ("not valid Unicode" if isinstance(e, UnicodeError) else
+                          "control characters" if isinstance(e, ValueError) else
+                          type(e).__name__)
+                log.warning("kvtier: request %s: kvtier_tenant %s is not usable (%s); "
+                            "the request gets no kvtier caching",
+                            ascii(str(req_context.req_id)[:64]), shown, reason)
+            req_context.set_state(_ReqTenant(ctx))
         return RequestOffloadingContext()
 
     # ---------------------------------------------------------------- lookup
@@ -331,6 +366,8 @@ class KvtierTier(SecondaryTierManager):
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         self._drain_lookups()
+        if self._uncached(req_context):
+            return LookupResult.MISS
         k = self._key(key, req_context)
         v = self._verdicts.get(k)
         if v is None:
@@ -425,7 +462,16 @@ class KvtierTier(SecondaryTierManager):
         self._jobs[job.job_id] = (fut, job, is_load)
         fut.add_done_callback(lambda f, j=job.job_id: self._done.put(j))
 
+    def _refuse(self, job: TransferJob, is_load: bool) -> None:
+        """Complete a job of an uncached request at once, failed, with nothing moved."""
+        fut: cf.Future = cf.Future()
+        fut.set_result(_Done(job.job_id, 0, len(list(job.keys)), is_load, 0.0, "tenant"))
+        self._jobs[job.job_id] = (fut, job, is_load)
+        self._done.put(job.job_id)
+
     def submit_store(self, job_metadata: TransferJob) -> None:
+        if self._uncached(job_metadata.req_context):
+            return self._refuse(job_metadata, is_load=False)
         keys = [self._key(k, job_metadata.req_context) for k in job_metadata.keys]
         self._submit(self._store_pool, job_metadata, self._run_store, keys,
                      self._parents(job_metadata, keys), is_load=False)
@@ -436,6 +482,8 @@ class KvtierTier(SecondaryTierManager):
         (each of which can wait behind vLLM's busy step loop) stands between a finished
         read and vLLM. A store in client mode (store.daemon) cannot start a job: its loads
         go to the load threads, one blocking call per job."""
+        if self._uncached(job_metadata.req_context):
+            return self._refuse(job_metadata, is_load=True)
         keys = [self._key(k, job_metadata.req_context) for k in job_metadata.keys]
         t0 = time.monotonic()
         if not self._client_mode:
@@ -509,7 +557,8 @@ class KvtierTier(SecondaryTierManager):
             self._load_failures[d.reason] = self._load_failures.get(d.reason, 0) + 1
             if d.reason == "deadline":
                 self._deadline_misses += 1
-            for okey in okeys[d.ok:]:  # a failed load marks its chunks a miss
+            failed = okeys[d.ok:] if not self._uncached(job.req_context) else ()
+            for okey in failed:  # a failed load marks its chunks a miss
                 v = self._verdicts.get(self._key(okey, job.req_context))
                 if v is not None:
                     v.hit = False
@@ -555,19 +604,47 @@ class KvtierTier(SecondaryTierManager):
         self._store.poll(0)  # the reconcile lookups' completions
         now = time.monotonic()
         if self._reconcile is None and now >= self._reconcile_at and self._announced:
-            self._reconcile = [(k, self._store.lookup([k])) for k in list(self._announced)]
-        if self._reconcile is not None and all(f.done() for _, f in self._reconcile):
-            for k, f in self._reconcile:
-                try:
-                    gone = f.result().hits == 0
-                except Exception:
-                    gone = False  # an unreachable tier is not proof of removal
-                if gone:
-                    self._announce_removed(k)
-            self._reconcile = None
-            self._reconcile_at = now + self._reconcile_s
+            self._reconcile, self._reconcile_todo = [], deque(self._announced)
+        if self._reconcile is not None:
+            self._reconcile_step(now)
         yield from self._events
         self._events.clear()
+
+    def _reconcile_step(self, now: float) -> None:
+        """Take the answers of the check's lookups that completed and submit more: one
+        lookup per announced chunk, at most _reconcile_cap in flight; when the store is at
+        store.max_inflight (kvtier.Busy) the rest waits for the next call."""
+        waiting = []
+        for k, f in self._reconcile:
+            if not f.done():
+                waiting.append((k, f))
+                continue
+            try:
+                gone = f.result().hits == 0
+            except Exception:
+                gone = False  # an unreachable tier is not proof of removal
+            if gone:
+                self._announce_removed(k)
+        self._reconcile = waiting
+        todo = self._reconcile_todo
+        while todo and len(waiting) < self._reconcile_cap:
+            k = todo[0]
+            if k not in self._announced:  # removed since the check began
+                todo.popleft()
+                continue
+            try:
+                f = self._store.lookup([k])
+            except kvtier.Busy:  # back-pressure: the rest on a later call
+                break
+            except kvtier.KvtierError as e:  # not checkable now: the next check will
+                log.debug("kvtier reconcile lookup not submitted: %s", e)
+                todo.popleft()
+                continue
+            todo.popleft()
+            waiting.append((k, f))
+        if not waiting and not todo:
+            self._reconcile = None
+            self._reconcile_at = now + self._reconcile_s
 
     # --------------------------------------------------------------- metrics
     @classmethod
