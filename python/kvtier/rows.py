@@ -11,6 +11,8 @@ the GIL for its whole duration.
 from __future__ import annotations
 
 import ctypes
+import itertools
+import threading
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -34,10 +36,41 @@ class RowsResult:
     submit_s: float = 0.0  # in the store's submitting calls (and inline DRAM-hit conversions)
 
 
+class _Handle:
+    """The C side of one Rows: its kvt_rows handle, the jobs started on it, and the rows
+    array the handle borrows. The store keeps these (not the Rows) and closes them before
+    it frees itself, so no handle outlives its store whatever order Python drops things
+    in; it refers to no Rows and no Store, so it keeps neither alive."""
+
+    def __init__(self, p: ctypes.c_void_p, rows: np.ndarray):
+        self.p, self.rows = p, rows
+        self.jobs: dict[int, ctypes.c_void_p] = {}
+        self.lock = threading.Lock()
+
+    def free_job(self, job_id: int) -> None:
+        with self.lock:
+            j = self.jobs.pop(job_id, None)
+        if j:
+            lib.kvt_rows_job_free(j)
+
+    def close(self) -> None:
+        """Free the jobs still held (nothing is written into a row after that), then wait
+        for the I/O in flight and free the handle. Idempotent."""
+        with self.lock:
+            p, self.p = self.p, None
+            jobs, self.jobs = list(self.jobs.values()), {}
+        for j in jobs:
+            lib.kvt_rows_job_free(j)
+        if p:
+            lib.kvt_rows_close(p)
+        self.rows = None
+
+
 class Rows:
     """rows: a 2-D uint8 array (one row per chunk slot, rows of layout.row_bytes bytes,
     C-contiguous), kept referenced until close(). staging: chunk buffers of the handle
-    (operations in flight at once). The store must stay open until close()."""
+    (operations in flight at once). Store.close() closes the handle if it is still open;
+    any call after that (or after close()) raises ValueError."""
 
     def __init__(self, store, layout: _lib.RowLayoutC, rows: np.ndarray, staging: int):
         if rows.ndim != 2 or not rows.flags.c_contiguous or rows.dtype != np.uint8:
@@ -49,7 +82,15 @@ class Rows:
         p = ctypes.c_void_p()
         check(lib.kvt_rows_open(store._s, ctypes.byref(layout), rows.ctypes.data,
                                 rows.shape[0], staging, ctypes.byref(p)), "kvt_rows_open")
-        self._r = p
+        self._h = _Handle(p, rows)
+        store._core.rows.add(self._h)  # Store.close() closes it first
+        self._job_ids = itertools.count(1)
+
+    @property
+    def _r(self):
+        """The C handle; None once this handle or its store is closed."""
+        h = getattr(self, "_h", None)
+        return h.p if h is not None else None
 
     @staticmethod
     def _result(n: int, res: _lib.RowsResult, call_s: float) -> RowsResult:
@@ -58,8 +99,14 @@ class Rows:
                           res.wait_ns / 1e9, res.convert_ns / 1e9, call_s,
                           res.submit_ns / 1e9)
 
-    def _ids(self, row_ids: Sequence[int]) -> np.ndarray:
-        return np.ascontiguousarray(row_ids, dtype=np.uint64)
+    @staticmethod
+    def _ids(keys: Sequence[bytes], row_ids: Sequence[int]) -> np.ndarray:
+        """row_ids as a uint64 array, one per key: the C side reads len(keys) of them."""
+        ids = np.ascontiguousarray(row_ids, dtype=np.uint64)
+        if ids.ndim != 1 or len(ids) != len(keys):
+            raise ValueError(f"{len(keys)} keys but {ids.size} row ids "
+                             "(one row id per key)")
+        return ids
 
     def load(self, keys: Sequence[bytes], row_ids: Sequence[int],
              deadline: float | None = None) -> RowsResult:
@@ -67,7 +114,7 @@ class Rows:
         after it are not written). deadline: time.monotonic() seconds (None: only the
         tiers' own deadlines)."""
         self._check()
-        ids = self._ids(row_ids)
+        ids = self._ids(keys, row_ids)
         karr = key_array(keys)
         res = _lib.RowsResult()
         dl = 0 if deadline is None else max(1, int(deadline * 1e9))
@@ -80,13 +127,19 @@ class Rows:
                    deadline: float | None = None) -> "RowsJob":
         """The same load without waiting: the reads are submitted now; poll the job."""
         self._check()
-        ids = self._ids(row_ids)
+        ids = self._ids(keys, row_ids)
         karr = key_array(keys)
         dl = 0 if deadline is None else max(1, int(deadline * 1e9))
         p = ctypes.c_void_p()
-        check(lib.kvt_rows_load_start(self._r, karr, ids.ctypes.data, len(keys), dl,
-                                      ctypes.byref(p)), "kvt_rows_load_start")
-        return RowsJob(self, p)
+        h = self._h
+        with h.lock:  # registered before a concurrent close could miss it
+            if not h.p:
+                raise ValueError("rows handle is closed")
+            check(lib.kvt_rows_load_start(h.p, karr, ids.ctypes.data, len(keys), dl,
+                                          ctypes.byref(p)), "kvt_rows_load_start")
+            job_id = next(self._job_ids)
+            h.jobs[job_id] = p
+        return RowsJob(self, job_id)
 
     def store(self, keys: Sequence[bytes], row_ids: Sequence[int],
               parents: Sequence[bytes | None] | None = None,
@@ -94,10 +147,13 @@ class Rows:
         """Put rows row_ids[i] (converted to canonical chunks) under keys[i], parent
         parents[i] (None: none); stops at the first put that fails."""
         self._check()
-        ids = self._ids(row_ids)
+        ids = self._ids(keys, row_ids)
         karr = key_array(keys)
         parr = has = None
         if parents is not None:
+            if len(parents) != len(keys):
+                raise ValueError(f"{len(keys)} keys but {len(parents)} parents "
+                                 "(one parent or None per key)")
             parr = key_array([p if p is not None else bytes(_lib.KEY_BYTES) for p in parents])
             has = np.array([p is not None for p in parents], dtype=np.uint8)
         res = _lib.RowsResult()
@@ -108,15 +164,18 @@ class Rows:
         return self._result(n, res, time.monotonic() - t0)
 
     def _check(self):
-        if not getattr(self, "_r", None):
-            raise ValueError("rows handle is closed")
+        if not self._r:
+            raise ValueError("rows handle is closed" if self._store._s else
+                             "rows handle is closed (its store is closed)")
+        self._store._check_open()  # a close asked for from a completion, not done yet
 
     def close(self) -> None:
-        """Wait for reads and writes still in flight (bounded by the tiers' deadlines) and
-        free the handle. Before the store's close."""
-        r, self._r = getattr(self, "_r", None), None
-        if r:
-            lib.kvt_rows_close(r)
+        """Free the jobs not freed yet, wait for reads and writes still in flight (bounded
+        by the tiers' deadlines) and free the handle. Idempotent."""
+        h = getattr(self, "_h", None)
+        if h is not None:
+            h.close()
+            self._store._core.rows.discard(h)
 
     def __enter__(self) -> "Rows":
         return self
@@ -127,24 +186,29 @@ class Rows:
 
 class RowsJob:
     """A load in flight (Rows.load_start). poll() never blocks by default; free() gives
-    it up if it is not over (no row is written after free returns). Free every job before
-    the Rows handle's close()."""
+    it up if it is not over (no row is written after free returns). Rows.close() (and so
+    Store.close()) frees the jobs still held; poll() after that raises ValueError."""
 
-    def __init__(self, rows: Rows, p: ctypes.c_void_p):
-        self._rows, self._j = rows, p
+    def __init__(self, rows: Rows, job_id: int):
+        self._rows, self._id = rows, job_id
+
+    @property
+    def _j(self):
+        h = self._rows._h
+        return h.jobs.get(self._id)
 
     def poll(self, timeout_ms: int = 0) -> RowsResult | None:
         """The result once the load is over, else None (after waiting up to timeout_ms;
         -1: until it is over)."""
-        if not self._j:
-            raise ValueError("job is freed")
+        j = self._j
+        if not j:
+            raise ValueError("job is freed" if self._rows._r else
+                             "job is freed: its rows handle is closed")
         res = _lib.RowsResult()
-        if not check(lib.kvt_rows_job_poll(self._j, timeout_ms, ctypes.byref(res)),
+        if not check(lib.kvt_rows_job_poll(j, timeout_ms, ctypes.byref(res)),
                      "kvt_rows_job_poll"):
             return None
         return Rows._result(res.done, res, 0.0)
 
     def free(self) -> None:
-        j, self._j = self._j, None
-        if j:
-            lib.kvt_rows_job_free(j)
+        self._rows._h.free_job(self._id)

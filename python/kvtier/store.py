@@ -84,6 +84,126 @@ def _buffer(obj: Any, writable: bool) -> tuple[int, int, Any]:
     return ctypes.addressof(c), n, (copy, c)
 
 
+class _Core:
+    """What the completions, the poll thread and closing need: the C handle, the ctypes
+    callbacks, the pending operations, the open Rows handles. It holds no reference to
+    the Store, so the poll thread (whose target is _Core.poll_loop) does not keep a
+    dropped Store alive: the Store is collected and its __del__ closes the store."""
+
+    def __init__(self, log_fn):
+        self.s = None                 # the C store; None once closed
+        self.pending: dict[int, tuple[Future, Callable, Any]] = {}
+        self.lock = threading.Lock()  # pending
+        self.log_user = log_fn
+        self.log_cb = _lib.LOG_FN(self._on_log)
+        self.cb = _lib.CB(self._on_complete)
+        self.thread: threading.Thread | None = None
+        self.wake_r = self.wake_w = -1
+        self.rows: set = set()        # open Rows handles (rows._Handle), closed first
+        self.tls = threading.local()  # .depth: kvt_poll calls running on this thread
+        self.state = threading.Lock()  # closing, owner (never held across a C call)
+        self.closing = False          # close() was called: no new operations
+        self.owner = None             # the thread doing the real close
+        self.closed = threading.Event()
+
+    def _on_log(self, _arg, level, msg):
+        try:
+            text = msg.decode(errors="replace")
+            if self.log_user:
+                self.log_user(level, text)
+            else:
+                log.log(_LEVELS.get(level, logging.INFO), "%s", text)
+        except Exception:  # a logging failure must never unwind into C
+            pass
+
+    def _on_complete(self, arg, res_p):
+        try:
+            with self.lock:
+                fut, finish, _keep = self.pending.pop(arg)
+            r = res_p.contents
+            if fut.set_running_or_notify_cancel() is False:
+                return
+            try:
+                fut.set_result(finish(r))
+            except BaseException as e:  # finish raises the operation's KvtierError
+                fut.set_exception(e)
+        except Exception:
+            log.exception("kvtier completion")
+
+    def poll(self, timeout_ms: int) -> int:
+        """kvt_poll, counted as running on this thread: a close() from a completion it
+        runs is deferred until it returns."""
+        tls = self.tls
+        tls.depth = getattr(tls, "depth", 0) + 1
+        try:
+            return lib.kvt_poll(self.s, timeout_ms)
+        finally:
+            tls.depth -= 1
+
+    def poll_loop(self):
+        fd = lib.kvt_store_fd(self.s)
+        while True:
+            r, _, _ = select.select([fd, self.wake_r], [], [])
+            if self.wake_r not in r:
+                self.poll(0)
+                if not self.closing:
+                    continue
+            # woken by a close: finish it here when it was asked for on this thread (a
+            # completion callback, a finalizer), else whoever closes joins this thread
+            if self._own_close():
+                self._finish_close()
+            return
+
+    def _own_close(self) -> bool:
+        with self.state:
+            if self.owner is not None or self.s is None:
+                return False
+            self.owner = threading.get_ident()
+            return True
+
+    def close(self) -> None:
+        me = threading.get_ident()
+        on_thread = self.thread is not None and self.thread.ident == me
+        deferred = on_thread or getattr(self.tls, "depth", 0) > 0
+        with self.state:
+            if self.owner == me or (self.owner is None and self.s is None):
+                return  # closed (never opened), or a completion run by our own close
+            self.closing = True
+            mine = self.owner is None and not deferred
+            if mine:
+                self.owner = me
+        if mine:
+            if self.thread is not None:
+                os.write(self.wake_w, b"x")
+                self.thread.join()
+            self._finish_close()
+        elif deferred:
+            # Called from a completion callback (inside kvt_poll, which still uses the
+            # store) or on the poll thread, which cannot join itself: no operation is
+            # accepted from now on, and the real close happens as soon as that kvt_poll
+            # returns (in Store.poll, or in the poll thread's loop, woken here).
+            if on_thread and self.wake_w >= 0:
+                os.write(self.wake_w, b"c")
+        else:  # another thread is closing it: return once it is closed
+            if self.thread is not None:
+                self.thread.join()
+            self.closed.wait()
+
+    def _finish_close(self) -> None:
+        try:
+            for h in list(self.rows):  # before the store: they wait for I/O in flight
+                h.close()
+            self.rows.clear()
+            s, self.s = self.s, None
+            lib.kvt_store_close(s)  # runs the completions still queued, here
+            if self.wake_r >= 0:
+                os.close(self.wake_r)
+                os.close(self.wake_w)
+                self.wake_r = self.wake_w = -1
+        finally:
+            self.closed.set()
+
+
 class Store:
     """An open kvtier store. config: a Config, or a dict of kvtier keys ("fs.dir": ...,
     or nested {"fs": {"dir": ...}}); config_file: an INI file applied first; env: apply
@@ -99,66 +219,48 @@ class Store:
             config or {}, file=config_file, env=env)
         if isinstance(config, Config) and (config_file or env):
             raise ValueError("pass config_file/env when building the Config, not here")
-        self._log_user = log_fn
-        self._log_cb = _lib.LOG_FN(self._on_log)
-        lib.kvt_config_set_log(cfg._ptr, self._log_cb, None, log_level)
+        core = self._core = _Core(log_fn)
+        lib.kvt_config_set_log(cfg._ptr, core.log_cb, None, log_level)
         p = ctypes.c_void_p()
         check(lib.kvt_store_open(cfg._ptr, ctypes.byref(p)), "kvt_store_open")
-        self._s = p
-        self._pending: dict[int, tuple[Future, Callable, Any]] = {}
+        core.s = p
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self._cb = _lib.CB(self._on_complete)
-        g = lib.kvt_store_geometry(self._s).contents
+        g = lib.kvt_store_geometry(p).contents
         self.geometry = Geometry._from_c(g)
-        self.ns_id = bytes(ctypes.string_at(lib.kvt_store_ns_id(self._s), _lib.NS_ID_BYTES))
-        self.tiers = [lib.kvt_store_tier_name(self._s, i).decode()
-                      for i in range(lib.kvt_store_tier_count(self._s))]
-        self._thread = None
+        self.ns_id = bytes(ctypes.string_at(lib.kvt_store_ns_id(p), _lib.NS_ID_BYTES))
+        self.tiers = [lib.kvt_store_tier_name(p, i).decode()
+                      for i in range(lib.kvt_store_tier_count(p))]
         if poller == "thread":
-            self._wake_r, self._wake_w = os.pipe()
-            self._thread = threading.Thread(target=self._poll_loop, name="kvtier-poll",
-                                            daemon=True)
-            self._thread.start()
+            core.wake_r, core.wake_w = os.pipe()
+            # the target is the core's, not this Store's: a running thread whose target
+            # held the Store kept every dropped, unclosed Store (threads, fds, DRAM) alive
+            core.thread = threading.Thread(target=core.poll_loop, name="kvtier-poll",
+                                           daemon=True)
+            core.thread.start()
+
+    @property
+    def _s(self):
+        """The C store (None once closed)."""
+        core = getattr(self, "_core", None)
+        return core.s if core is not None else None
+
+    @property
+    def _thread(self):
+        return self._core.thread
 
     # ------------------------------------------------------------ completions
-    def _on_log(self, _arg, level, msg):
-        try:
-            text = msg.decode(errors="replace")
-            if self._log_user:
-                self._log_user(level, text)
-            else:
-                log.log(_LEVELS.get(level, logging.INFO), "%s", text)
-        except Exception:  # a logging failure must never unwind into C
-            pass
-
-    def _on_complete(self, arg, res_p):
-        try:
-            with self._lock:
-                fut, finish, _keep = self._pending.pop(arg)
-            r = res_p.contents
-            if fut.set_running_or_notify_cancel() is False:
-                return
-            try:
-                fut.set_result(finish(r))
-            except BaseException as e:  # finish raises the operation's KvtierError
-                fut.set_exception(e)
-        except Exception:
-            log.exception("kvtier completion")
-
-    def _poll_loop(self):
-        fd = lib.kvt_store_fd(self._s)
-        while True:
-            r, _, _ = select.select([fd, self._wake_r], [], [])
-            if self._wake_r in r:
-                return
-            lib.kvt_poll(self._s, 0)
-
     def poll(self, timeout_ms: int = 0) -> int:
         """Run waiting completions on this thread (waits up to timeout_ms for the first;
-        -1 forever). Returns how many ran."""
+        -1 forever). Returns how many ran. A completion callback may close the store: the
+        close then happens when this call returns."""
         self._check_open()
-        return check(lib.kvt_poll(self._s, timeout_ms), "kvt_poll")
+        core = self._core
+        try:
+            n = core.poll(timeout_ms)
+        finally:
+            if core.closing and not getattr(core.tls, "depth", 0):
+                core.close()  # asked for by a completion: now that kvt_poll returned
+        return check(n, "kvt_poll")
 
     def fileno(self) -> int:
         """The eventfd that is readable while completions wait for poll()."""
@@ -168,10 +270,11 @@ class Store:
     @property
     def pending(self) -> int:
         """Operations submitted and not yet completed."""
-        return len(self._pending)
+        return len(self._core.pending)
 
     def _check_open(self):
-        if not getattr(self, "_s", None):
+        core = getattr(self, "_core", None)
+        if core is None or core.s is None or core.closing:
             raise ValueError("store is closed")
 
     def _submit(self, what: str, call: Callable[[ctypes.c_void_p], int],
@@ -179,12 +282,13 @@ class Store:
         self._check_open()
         fut: Future = Future()
         op = next(self._ids)
-        with self._lock:
-            self._pending[op] = (fut, finish, keep)
+        core = self._core
+        with core.lock:
+            core.pending[op] = (fut, finish, keep)
         rc = call(ctypes.c_void_p(op))
         if rc < 0:
-            with self._lock:
-                self._pending.pop(op, None)
+            with core.lock:
+                core.pending.pop(op, None)
             raise error(rc, what)
         return fut
 
@@ -212,7 +316,7 @@ class Store:
         return self._submit(
             "put", lambda a: lib.kvt_put(self._s, ctypes.byref(k),
                                          ctypes.byref(par) if par is not None else None,
-                                         n, addr, length, self._cb, a), finish, keep)
+                                         n, addr, length, self._core.cb, a), finish, keep)
 
     def get(self, key: bytes, out: Any = None, layers: tuple[int, int] | None = None) -> Future:
         """Read a chunk (or layers [begin, end)) into out (a writable buffer large enough
@@ -239,7 +343,7 @@ class Store:
 
         return self._submit(
             "get", lambda a: lib.kvt_get(self._s, ctypes.byref(k), lb, le, addr, length,
-                                         self._cb, a), finish, keep)
+                                         self._core.cb, a), finish, keep)
 
     def lookup(self, keys: Sequence[bytes]) -> Future:
         """Longest contiguous prefix of keys present in some tier. Result: LookupResult."""
@@ -253,7 +357,7 @@ class Store:
             return LookupResult(r.status, [self.tiers[tiers[i]] for i in range(r.status)])
 
         return self._submit("lookup", lambda a: lib.kvt_lookup(self._s, arr, n, tiers,
-                                                               self._cb, a),
+                                                               self._core.cb, a),
                             finish, (arr, tiers))
 
     def prefetch(self, keys: Sequence[bytes], deadline_s: float | None = None) -> Future:
@@ -268,7 +372,7 @@ class Store:
             return r.status
 
         return self._submit("prefetch", lambda a: lib.kvt_prefetch(self._s, arr, len(keys),
-                                                                   dl, self._cb, a),
+                                                                   dl, self._core.cb, a),
                             finish, arr)
 
     def remove(self, key: bytes) -> Future:
@@ -281,7 +385,7 @@ class Store:
             return r.status
 
         return self._submit("remove", lambda a: lib.kvt_remove(self._s, ctypes.byref(k),
-                                                               self._cb, a), finish, k)
+                                                               self._core.cb, a), finish, k)
 
     def flush(self) -> Future:
         """Completes when every write-behind submitted before it has finished."""
@@ -291,7 +395,7 @@ class Store:
                 raise error(r.status, "flush")
             return r.status
 
-        return self._submit("flush", lambda a: lib.kvt_flush(self._s, self._cb, a),
+        return self._submit("flush", lambda a: lib.kvt_flush(self._s, self._core.cb, a),
                             finish, None)
 
     def stats(self) -> dict:
@@ -311,18 +415,13 @@ class Store:
 
     # ---------------------------------------------------------------- closing
     def close(self) -> None:
-        """Finish write-behind, cancel what is queued (those futures fail with Canceled)
-        and free the store."""
-        if not getattr(self, "_s", None):
-            return
-        if self._thread is not None:
-            os.write(self._wake_w, b"x")
-            self._thread.join()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
-            self._thread = None
-        s, self._s = self._s, None
-        lib.kvt_store_close(s)  # runs the completions still queued, here
+        """Close the Rows handles still open on the store, finish write-behind, cancel
+        what is queued (those futures fail with Canceled) and free the store. Safe from a
+        future's callback: the store refuses new operations at once and is freed when the
+        poll running that callback returns."""
+        core = getattr(self, "_core", None)
+        if core is not None:
+            core.close()
 
     def __enter__(self) -> "Store":
         return self

@@ -182,3 +182,65 @@ def test_rows_store_and_load_match_single_rows(layout, ids, tdir):
             assert (got[ids[1]] == 0xCD).all()  # the missing chunk's row: never written
             # a later chunk read before the miss was known: its row is exact or untouched
             assert (got[ids[2]] == 0xCD).all() or np.array_equal(got[ids[2]], want[ids[2]])
+
+
+def _small_rows_store():
+    L, H, D, Tb = 2, 2, 64, 16
+    rl = RowLayout("cpu-vec", L, H, D, Tb, 1, itemsize=2)
+    s = kvtier.Store({"store.tiers": "dram", "dram.bytes": "8MiB", "dram.hugepages": False,
+                      "model.layers": L, "model.kv_heads": H, "model.head_dim": D,
+                      "model.chunk_tokens": Tb})
+    rows = np.random.default_rng(0).integers(0, 256, (8, rl.row_bytes), dtype=np.uint8)
+    return s, rl, rows
+
+
+def test_rows_refuse_mismatched_lengths():
+    """The C side reads len(keys) row ids (and parents): fewer of them made it read past
+    the arrays and write rows the caller never named. Refused before any I/O."""
+    s, rl, rows = _small_rows_store()
+    with s, kvtier.Rows(s, rl.c_layout(), rows, 4) as r:
+        keys = [bytes([i]) * 32 for i in range(3)]
+        backing = np.array([0, 1, 2, 7], dtype=np.uint64)  # what a C read past [:1] finds
+        with pytest.raises(ValueError, match="row id"):
+            r.store(keys, backing[:1])
+        assert s.stats()["puts"] == 0
+        assert r.store(keys, [0, 1, 2]).done == 3
+        before = rows.copy()
+        with pytest.raises(ValueError, match="row id"):
+            r.load(keys, np.array([5, 6, 7], dtype=np.uint64)[:1])
+        with pytest.raises(ValueError, match="row id"):
+            r.load_start(keys, np.array([5, 6, 7], dtype=np.uint64)[:2])
+        with pytest.raises(ValueError, match="row id"):
+            r.load(keys[:1], [5, 6])
+        assert np.array_equal(rows, before), "a refused load wrote rows"
+        with pytest.raises(ValueError, match="parent"):
+            r.store(keys, [0, 1, 2], parents=[None])
+
+
+def test_rows_and_jobs_after_close_refuse():
+    """Store.close() closes the Rows handles still open on it (before freeing the store),
+    and Rows.close() frees its jobs: later calls raise instead of using freed memory."""
+    s, rl, rows = _small_rows_store()
+    r = kvtier.Rows(s, rl.c_layout(), rows, 2)
+    k = bytes([1]) * 32
+    assert r.store([k], [0]).done == 1
+    s.close()
+    assert r._r is None, "the Rows handle outlived its store"
+    with pytest.raises(ValueError, match="closed"):
+        r.store([k], [0])
+    with pytest.raises(ValueError, match="closed"):
+        r.load([k], [1])
+    with pytest.raises(ValueError, match="closed"):
+        r.load_start([k], [1])
+    r.close()  # idempotent
+
+    s, rl, rows = _small_rows_store()
+    with s:
+        r = kvtier.Rows(s, rl.c_layout(), rows, 2)
+        assert r.store([k], [0]).done == 1
+        job = r.load_start([k], [1])
+        r.close()
+        assert not job._j, "a job outlived its Rows handle"
+        with pytest.raises(ValueError, match="closed"):
+            job.poll(0)
+        job.free()  # harmless

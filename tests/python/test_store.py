@@ -236,3 +236,108 @@ def test_close_completes_every_future(tdir):
     s.close()  # idempotent
     with pytest.raises(ValueError):
         s.put(k, data)
+
+
+def _track_poll_and_close(monkeypatch):
+    """Wrap kvt_poll and kvt_store_close: a list that gets an entry whenever the store is
+    freed while a kvt_poll (which keeps using it) is still running on some thread."""
+    from kvtier import store as store_mod
+    lib = store_mod.lib
+    real_poll, real_close = lib.kvt_poll, lib.kvt_store_close
+    inside, bad = [0], []
+
+    def poll(s, timeout_ms):
+        inside[0] += 1
+        try:
+            return real_poll(s, timeout_ms)
+        finally:
+            inside[0] -= 1
+
+    def close(s):
+        if inside[0]:
+            bad.append("kvt_store_close inside kvt_poll")
+        return real_close(s)
+
+    monkeypatch.setattr(lib, "kvt_poll", poll)
+    monkeypatch.setattr(lib, "kvt_store_close", close)
+    return bad
+
+
+def test_close_from_a_callback_manual_poller(tdir, monkeypatch):
+    """A future's callback that closes the store runs inside poll(), i.e. inside kvt_poll:
+    the store must not be freed under it (use after free). It refuses new operations at
+    once and is freed when poll returns; the other completions still run."""
+    bad = _track_poll_and_close(monkeypatch)
+    s = kvtier.Store(cfg(**{"fs.dir": tdir}), poller="manual")
+    keys = kvtier.keys_from_tokens(s.ns_id, 16, list(range(32)))
+    data = chunk(s, 1)
+    seen = []
+
+    def cb(_f):
+        s.close()
+        with pytest.raises(ValueError, match="closed"):
+            s.put(keys[1], data)
+        seen.append(True)
+
+    f1, f2 = s.put(keys[0], data), s.put(keys[1], data)
+    f1.add_done_callback(cb)
+    deadline = time.monotonic() + 10
+    while not (f1.done() and f2.done()) and time.monotonic() < deadline:
+        s.poll(100)
+        if s._s is None:
+            break
+    assert seen == [True]
+    assert not bad, bad
+    assert s._s is None and f2.done()  # closed once poll returned; nothing left pending
+    with pytest.raises(ValueError, match="closed"):
+        s.poll(0)
+    s.close()  # idempotent
+
+
+def test_close_from_a_callback_thread_poller(tdir, monkeypatch):
+    """The same on the poll thread: the close cannot join that thread, so it happens there
+    once kvt_poll returns; the store ends closed (not open with a dead poll thread) and
+    later operations fail at once instead of never completing."""
+    bad = _track_poll_and_close(monkeypatch)
+    s = kvtier.Store(cfg(**{"fs.dir": tdir}))
+    k = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]
+    errors = []
+
+    def cb(_f):
+        try:
+            s.close()
+        except BaseException as e:  # a failed close is the bug: keep it for the assert
+            errors.append(e)
+
+    f = s.put(k, chunk(s, 2))
+    f.add_done_callback(cb)
+    f.result(10)
+    deadline = time.monotonic() + 10
+    while s._s is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not errors, errors
+    assert s._s is None, "the store stayed open"
+    assert not bad, bad
+    s._thread.join(5)
+    assert not s._thread.is_alive()
+    with pytest.raises(ValueError, match="closed"):
+        s.get(k)
+    s.close()
+
+
+def test_dropped_store_is_collected(tdir):
+    """An unclosed Store that is dropped is collected and closed by __del__: its poll
+    thread does not keep it alive (that leaked a thread, fds and the DRAM pool each)."""
+    import gc
+    import weakref
+    s = kvtier.Store(cfg(**{"fs.dir": tdir}))
+    k = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]
+    s.put(k, chunk(s, 3)).result(10)
+    ref, thread = weakref.ref(s), s._thread
+    del s
+    gc.collect()
+    assert ref() is None, "a dropped Store was never collected"
+    assert not thread.is_alive()  # its poll thread ended (close joined it)
+    # and its write-behind was finished by that close
+    with kvtier.Store(cfg(**{"store.tiers": "fs", "fs.dir": tdir})) as s2:
+        assert s2.lookup([k]).result(10).hits == 1
