@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <hiredis/hiredis.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -400,7 +401,8 @@ static void mix_harmonic(struct phase_result *out, int read_pct, size_t bs)
 /* ------------------------------------------------------------ redis */
 
 /* redis://[:password@]host:port[/db] */
-static int parse_redis_url(const char *url, char *host, size_t hl, int *port, bool *has_pass)
+static int parse_redis_url(const char *url, char *host, size_t hl, int *port, int *db,
+			   bool *has_pass)
 {
 	if (strncmp(url, "redis://", 8))
 		return -EINVAL;
@@ -411,9 +413,10 @@ static int parse_redis_url(const char *url, char *host, size_t hl, int *port, bo
 		*has_pass = colon ? at > colon + 1 : at > p;
 		p = at + 1;
 	}
-	const char *colon = strchr(p, ':');
+	const char *colon = strchr(p, ':'), *slash = strchr(p, '/');
 	*port = 6379;
-	if (colon) {
+	*db = slash ? atoi(slash + 1) : 0;
+	if (colon && (!slash || colon < slash)) {
 		snprintf(host, hl, "%.*s", (int)(colon - p), p);
 		*port = atoi(colon + 1);
 	} else {
@@ -423,13 +426,104 @@ static int parse_redis_url(const char *url, char *host, size_t hl, int *port, bo
 	return 0;
 }
 
+/* The reference's database: redis-benchmark writes keys "key:<12 digits>" into it (SET over
+ * -r keys), and they must go afterwards without touching anything else. It used to be db
+ * 15, emptied with FLUSHDB afterwards: whatever else lived there - the tier's own objects
+ * when the tier used db 15 - was erased. Now it is the highest of dbs 15..1 that is not the
+ * tier's and holds no key at all (so that every key:* there afterwards is the reference's),
+ * and afterwards only its keys are deleted. -EBUSY: no such database. */
+#define REF_KEY_PATTERN "key:*"
+
+static redisContext *ref_connect(const char *host, int port)
+{
+	struct timeval tv = {5, 0};
+	redisContext *c = redisConnectWithTimeout(host, port, tv);
+	if (c && c->err) {
+		redisFree(c);
+		return NULL;
+	}
+	if (c)
+		redisSetTimeout(c, tv);
+	return c;
+}
+
+/* An integer reply of cmd on db (-1: none). */
+static long long ref_int(redisContext *c, int db, const char *cmd)
+{
+	redisReply *r = redisCommand(c, "SELECT %d", db);
+	bool ok = r && r->type == REDIS_REPLY_STATUS;
+	freeReplyObject(r);
+	if (!ok)
+		return -1;
+	r = redisCommand(c, cmd);
+	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+	freeReplyObject(r);
+	return v;
+}
+
+static int ref_pick_db(const char *host, int port, int tier_db)
+{
+	redisContext *c = ref_connect(host, port);
+	if (!c)
+		return -ECONNREFUSED;
+	int db = -EBUSY;
+	for (int d = 15; d >= 1 && db < 0; d--)
+		if (d != tier_db && ref_int(c, d, "DBSIZE") == 0)
+			db = d;
+	redisFree(c);
+	return db;
+}
+
+/* Delete the reference's keys from db (SCAN MATCH key:*, then DEL), within a bounded number
+ * of SCAN calls. */
+static int ref_drop_keys(const char *host, int port, int db)
+{
+	redisContext *c = ref_connect(host, port);
+	if (!c)
+		return -ECONNREFUSED;
+	long long size = ref_int(c, db, "DBSIZE");
+	int rc = size < 0 ? -EIO : 0;
+	char cursor[32] = "0";
+	for (long long calls = 0; rc == 0 && calls < 4 * (size / 1000 + 1) + 64; calls++) {
+		redisReply *r = redisCommand(c, "SCAN %s MATCH %s COUNT 1000", cursor,
+					     REF_KEY_PATTERN);
+		if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+		    r->element[0]->type != REDIS_REPLY_STRING ||
+		    r->element[1]->type != REDIS_REPLY_ARRAY) {
+			freeReplyObject(r);
+			rc = -EIO;
+			break;
+		}
+		snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+		redisReply *keys = r->element[1];
+		for (size_t i = 0; i < keys->elements; i++)
+			if (keys->element[i]->type == REDIS_REPLY_STRING)
+				redisAppendCommand(c, "DEL %b", keys->element[i]->str,
+						   (size_t)keys->element[i]->len);
+		for (size_t i = 0; i < keys->elements; i++) {
+			redisReply *d = NULL;
+			if (keys->element[i]->type != REDIS_REPLY_STRING)
+				continue;
+			if (redisGetReply(c, (void **)&d) != REDIS_OK)
+				rc = -EIO;
+			freeReplyObject(d);
+		}
+		freeReplyObject(r);
+		if (!strcmp(cursor, "0"))
+			break;
+	}
+	redisFree(c);
+	return rc;
+}
+
 /* One redis-benchmark run of n SETs then n GETs: rates (requests/s), p99s (µs) and p50s. */
-static int redis_bench_once(const char *host, int port, unsigned qd, unsigned threads, size_t bs,
-			    size_t n, size_t n_keys, double *set_rps, double *get_rps,
+static int redis_bench_once(const char *host, int port, int db, unsigned qd, unsigned threads,
+			    size_t bs, size_t n, size_t n_keys, double *set_rps, double *get_rps,
 			    double *set_p99, double *get_p99, struct phase_result *out)
 {
-	char a_port[16], a_c[16], a_d[32], a_n[32], a_r[32], a_t[16];
+	char a_port[16], a_c[16], a_d[32], a_n[32], a_r[32], a_t[16], a_db[16];
 	snprintf(a_port, sizeof(a_port), "%d", port);
+	snprintf(a_db, sizeof(a_db), "%d", db);
 	snprintf(a_c, sizeof(a_c), "%u", qd);
 	snprintf(a_d, sizeof(a_d), "%zu", bs);
 	snprintf(a_n, sizeof(a_n), "%zu", n);
@@ -438,7 +532,7 @@ static int redis_bench_once(const char *host, int port, unsigned qd, unsigned th
 	 * per request in flight): with one thread the client, not the server, was the limit
 	 * (1.5-1.9x "ratios" before 2026-12-01, docs/BENCHMARKS.md). */
 	snprintf(a_t, sizeof(a_t), "%u", KVT_MAX(1u, KVT_MIN(threads, qd)));
-	char *argv[] = {"redis-benchmark", "-h", (char *)host, "-p", a_port, "--dbnum", "15",
+	char *argv[] = {"redis-benchmark", "-h", (char *)host, "-p", a_port, "--dbnum", a_db,
 			"-c", a_c, "--threads", a_t, "-d", a_d, "-n", a_n, "-r", a_r, "-t",
 			"set,get", "--csv", NULL};
 	char *csv = run_capture(argv, NULL);
@@ -472,14 +566,17 @@ int bench_ref_redis(const char *url, size_t bs, size_t n_keys, unsigned qd, unsi
 		    double seconds, int read_pct, struct phase_result *out)
 {
 	char host[256];
-	int port;
+	int port, tier_db;
 	bool has_pass;
-	if (parse_redis_url(url, host, sizeof(host), &port, &has_pass) < 0)
+	if (parse_redis_url(url, host, sizeof(host), &port, &tier_db, &has_pass) < 0)
 		return -EINVAL;
 	/* redis-benchmark takes a password only as -a on its command line, where `ps` shows it
 	 * to every user: with a password there is no reference. */
 	if (has_pass)
 		return -EPERM;
+	int db = ref_pick_db(host, port, tier_db);
+	if (db < 0)
+		return db;
 	/* redis-benchmark is not time-based: it runs -n requests of each command. A first run
 	 * sized at ~1 GB/s (at least the key space) measures the rate; when it took less than
 	 * 80 % of the 2 x `seconds` the two commands are given, it runs again with -n scaled to
@@ -491,21 +588,21 @@ int bench_ref_redis(const char *url, size_t bs, size_t n_keys, unsigned qd, unsi
 	double set_rps = 0, get_rps = 0, set_p99 = 0, get_p99 = 0;
 	for (int attempt = 0; attempt < 2; attempt++) {
 		uint64_t t0 = kvt__now_ns();
-		int rc = redis_bench_once(host, port, qd, threads, bs, n, n_keys, &set_rps,
+		int rc = redis_bench_once(host, port, db, qd, threads, bs, n, n_keys, &set_rps,
 					  &get_rps, &set_p99, &get_p99, out);
-		if (rc < 0)
+		if (rc < 0) {
+			ref_drop_keys(host, port, db);
 			return rc;
+		}
 		double took = (double)(kvt__now_ns() - t0) / 1e9;
 		if (took >= 1.6 * seconds || took <= 0)
 			break;
 		n = (size_t)((double)n * KVT_MIN(2 * seconds / took, 20.0));
 	}
-	/* The reference's keys live in db 15, apart from the tier's: drop only them. */
-	char a_port[16];
-	snprintf(a_port, sizeof(a_port), "%d", port);
-	char *flush[] = {"redis-cli", "-h", host, "-p", a_port, "-n", "15", "flushdb", NULL};
-	if (run_quiet(flush) != 0)
-		fprintf(stderr, "kvtier bench: redis-cli flushdb failed\n");
+	/* The reference's keys live in a database of their own: drop only them. */
+	if (ref_drop_keys(host, port, db) < 0)
+		fprintf(stderr, "kvtier bench: the reference's keys (" REF_KEY_PATTERN ") in redis "
+				"db %d could not all be deleted\n", db);
 	if (!set_rps && !get_rps)
 		return -EIO;
 	/* A mixed load gets each operation's share of the time: harmonic combination. */

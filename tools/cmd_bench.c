@@ -1065,6 +1065,10 @@ int kvt_cmd_bench(int argc, char **argv)
 				fprintf(stderr, "kvtier bench: no reference: redis-benchmark takes a "
 						"password only on its command line, which any user "
 						"can read\n");
+			else if (rrc == -EBUSY && !strcmp(o.tier, "redis"))
+				fprintf(stderr, "kvtier bench: no reference: no empty redis database "
+						"(1-15, not the tier's) for redis-benchmark to write "
+						"into and clean up after\n");
 			else if (rrc < 0)
 				fprintf(stderr, "kvtier bench: the %s reference failed: %s\n",
 					reference_name(o.tier), kvt_strerror(rrc));
