@@ -106,6 +106,16 @@ static int add_link(void *arg, const char *name)
 		char policy[32];
 		snprintf(policy, sizeof(policy), "%s", o.policy);
 		o.policy = policy;
+		/* A pool larger than the machine's memory cannot be held, and its slot tables
+		 * alone (built before the pool is mapped) took 17 GB and 90 s to fail for 900 TiB. */
+		long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+		uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+		if (phys && o.bytes > phys) {
+			KVT_ERR(&s->log, "dram.bytes is %llu bytes, more than this machine's memory "
+					 "(%llu bytes)",
+				(unsigned long long)o.bytes, (unsigned long long)phys);
+			return c->rc = -EINVAL;
+		}
 		int rc = kvt__dram_create(&o, &s->dram);
 		if (rc < 0) {
 			KVT_ERR(&s->log, "dram: cannot create a %llu-byte pool of %llu-byte slots: %s",
@@ -138,6 +148,10 @@ static int add_link(void *arg, const char *name)
  * no sketch is kept. */
 static int admission_open(struct kvt_store *s)
 {
+	/* Inspection (store.read_only) writes nothing, so there is nothing to admit: no sketch
+	 * (at admission.sketch_counters' maximum it is gigabytes, built for a `kvtier stat`). */
+	if (kvt__cfg_bool(s->cfg, "store.read_only"))
+		return 0;
 	uint32_t min_freq = (uint32_t)kvt__cfg_u64(s->cfg, "admission.min_freq");
 	uint64_t min_prefix = kvt__cfg_u64(s->cfg, "admission.min_prefix_tokens");
 	bool cost_check = kvt__cfg_bool(s->cfg, "admission.cost_check") &&
