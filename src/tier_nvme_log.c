@@ -322,13 +322,14 @@ static bool advance(struct nv *s)
 		 * and waiting for a moment with none stalled every write behind it. */
 		if (lg->drain_seg != next || lg->drain_gen != g->gen) {
 			uint32_t tag = next + 1;
+			/* Set first: these evictions need no tombstone (nv_log_tombstone). */
+			lg->drain_seg = next;
+			lg->drain_gen = g->gen;
 			for (struct nv_ent *e = s->lru_head, *nx; e; e = nx) {
 				nx = e->next;
 				if (e->lseg == tag)
 					nv_evict(s, e, false);
 			}
-			lg->drain_seg = next;
-			lg->drain_gen = g->gen;
 		}
 		if (g->readers)
 			return false; /* reads started before: they finish first */
@@ -504,7 +505,13 @@ static void retry_waiting(struct nv *s)
 void nv_log_tombstone(struct nv *s, const struct nv_ent *e)
 {
 	struct nv_log *lg = s->lg;
-	if (!lg || lg->broken || !lg->b[0].buf)
+	if (!lg || lg->broken || !lg->b[0].buf || !e->lseg)
+		return;
+	/* Not for an object of the segment being reused (advance): the header of its next
+	 * generation, written before anything else goes into it (and close waits for the batch
+	 * that needs it), voids every put it holds; a tombstone for each would cost a record
+	 * entry per object of the segment, for nothing. */
+	if (lg->drain_seg == e->lseg - 1 && lg->drain_gen == lg->segs[e->lseg - 1].gen)
 		return;
 	if (lg->tomb_head + lg->ntombs == lg->tomb_cap) {
 		if (lg->tomb_head) {

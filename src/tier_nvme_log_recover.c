@@ -11,7 +11,9 @@
  * be incomplete: every object of those is read back and checked against the CRC32C its
  * entry records before it is indexed (the engine checks the object format on every read), and the record of one that fails is zeroed so that no later scan
  * trusts it. Entries are then applied in sequence order (puts, tombstones); a key also
- * stored as its own file keeps the file.
+ * stored as its own file keeps the file. A put entry of a valid record that does not lie in
+ * its segment is damage, not a tear: skipped and counted (ent_ok). Only 0.kvl .. k-1.kvl,
+ * canonical names with no gap, are segments; other entries are warned about and left.
  */
 #include "tier_nvme_log.h"
 
@@ -29,16 +31,38 @@ static int cmp_seq(const void *a, const void *b)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-static bool parse_u32(const char *nm, uint32_t *out)
+static int cmp_u32(const void *a, const void *b)
 {
-	char *end;
-	if (nm[0] < '0' || nm[0] > '9')
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Segment n's name, canonical decimal only: "07.kvl" would also open as segment 7 (its fd
+ * leaked by the second open), and two files cannot both be segment 7. */
+static bool parse_seg(const char *nm, uint32_t *out)
+{
+	uint32_t v = 0;
+	const char *p = nm;
+	if (*p < '0' || *p > '9' || (*p == '0' && p[1] >= '0' && p[1] <= '9'))
 		return false;
-	unsigned long v = strtoul(nm, &end, 10);
-	if (strcmp(end, ".kvl") || v >= (1u << 20))
+	for (; *p >= '0' && *p <= '9'; p++)
+		if ((v = v * 10 + (uint32_t)(*p - '0')) >= (1u << 20))
+			return false;
+	if (strcmp(p, ".kvl"))
 		return false;
-	*out = (uint32_t)v;
+	*out = v;
 	return true;
+}
+
+/* Put entry en lies in segment g, block-aligned past its header, and fits one batch. A
+ * record's CRC proves it was written whole, not that it is well formed: compared without
+ * overflow, or an entry whose off + len wraps would pass and its length (GiBs) be charged
+ * to the index, evicting everything at open. */
+static bool ent_ok(const struct nv_seg *g, const struct nv_log_rent *en)
+{
+	return en->len >= KVT_HEADER_BYTES && en->len <= NV_LOG_BUF - NV_LOG_BLOCK &&
+	       en->off >= NV_LOG_BLOCK && en->off % NV_LOG_BLOCK == 0 && en->off <= g->bytes &&
+	       KVT_ALIGN_UP((uint64_t)en->len, NV_LOG_BLOCK) <= g->bytes - en->off;
 }
 
 /* Walk segment n's records into *bs. */
@@ -93,9 +117,10 @@ static bool batch_whole(struct nv *s, const struct rbatch *b, uint8_t *buf)
 		const struct nv_log_rent *en = &b->ent[i];
 		if (en->type != NV_LOG_PUT)
 			continue;
+		if (!ent_ok(g, en))
+			continue; /* damaged, not torn: apply skips it and says so */
 		uint64_t len = KVT_ALIGN_UP(en->len, NV_LOG_BLOCK);
-		if (en->len < KVT_HEADER_BYTES || len > NV_LOG_BUF || en->off + len > g->bytes ||
-		    pread(g->fd, buf, len, (off_t)en->off) != (ssize_t)len)
+		if (pread(g->fd, buf, len, (off_t)en->off) != (ssize_t)len)
 			return false;
 		if (kvt__crc32c(0, buf, en->len) != en->crc)
 			return false;
@@ -103,7 +128,7 @@ static bool batch_whole(struct nv *s, const struct rbatch *b, uint8_t *buf)
 	return true;
 }
 
-static void apply(struct nv *s, const struct rbatch *b)
+static void apply(struct nv *s, const struct rbatch *b, uint64_t *bad)
 {
 	struct nv_seg *g = &s->lg->segs[b->seg];
 	for (uint32_t i = 0; i < b->n; i++) {
@@ -116,9 +141,14 @@ static void apply(struct nv *s, const struct rbatch *b)
 				nv_ent_remove(s, e);
 			continue;
 		}
-		if (en->type != NV_LOG_PUT || en->len < KVT_HEADER_BYTES ||
-		    en->off + en->len > g->bytes || (e && !e->lseg))
-			continue; /* not ours, or the key has a file of its own */
+		if (en->type != NV_LOG_PUT)
+			continue; /* not ours */
+		if (!ent_ok(g, en)) {
+			(*bad)++;
+			continue;
+		}
+		if (e && !e->lseg)
+			continue; /* the key has a file of its own */
 		if (e)
 			nv_ent_remove(s, e); /* a newer copy */
 		if ((e = nv_ent_insert(s, &k, 0, en->len))) {
@@ -133,7 +163,6 @@ int nv_log_recover(struct nv *s)
 	struct nv_log *lg = s->lg;
 	if (!lg)
 		return 0;
-	uint32_t top = lg->nmax;
 	int dfd2 = dup(lg->dfd);
 	DIR *dir = dfd2 >= 0 ? fdopendir(dfd2) : NULL;
 	if (!dir) {
@@ -142,29 +171,61 @@ int nv_log_recover(struct nv *s)
 		return -errno;
 	}
 	struct dirent *de;
-	uint32_t n;
-	while ((de = readdir(dir)))
-		if (parse_u32(de->d_name, &n) && n + 1 > top)
-			top = n + 1;
-	rewinddir(dir);
-	/* The cycle covers every segment that exists, also when nvme.bytes shrank: reusing
-	 * segments strictly in cycle order is what keeps a put's segment from outliving the
-	 * segment of the tombstone that removed it. */
-	lg->nmax = top;
-	lg->nsegs = top;
-	if (!(lg->segs = kvt__calloc(top, sizeof(*lg->segs)))) {
-		closedir(dir);
+	uint32_t n, *ns = NULL;
+	size_t nn = 0, ncap = 0;
+	while ((de = readdir(dir))) {
+		if (!parse_seg(de->d_name, &n))
+			continue;
+		if (nn == ncap) {
+			size_t nc = ncap ? 2 * ncap : 64;
+			uint32_t *x = kvt__realloc(ns, nc * sizeof(*x));
+			if (!x) {
+				kvt__free(ns);
+				closedir(dir);
+				return -ENOMEM;
+			}
+			ns = x;
+			ncap = nc;
+		}
+		ns[nn++] = n;
+	}
+	closedir(dir);
+	if (nn > 1)
+		qsort(ns, nn, sizeof(*ns), cmp_u32);
+	uint32_t alloc = (uint32_t)KVT_MAX((size_t)lg->nmax, nn);
+	if (!(lg->segs = kvt__calloc(alloc, sizeof(*lg->segs)))) {
+		kvt__free(ns);
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < top; i++)
+	lg->nsegs = alloc;
+	for (uint32_t i = 0; i < alloc; i++)
 		lg->segs[i].fd = -1;
+	/* Segments are created in cycle order from 0, so a log's are 0 .. k-1: anything past
+	 * the first gap, or past one that does not open (a directory, a dangling symlink), is
+	 * not one of them and is left alone, with a warning - it must neither fail the open
+	 * nor stretch the cycle past nvme.bytes (a stray "1048575.kvl" would have made it a
+	 * million segments). The cycle covers every segment that exists, also when nvme.bytes
+	 * shrank: reusing segments strictly in cycle order is what keeps a put's segment from
+	 * outliving the segment of the tombstone that removed it. */
+	uint32_t k = 0;
 	int rc = 0;
-	while ((de = readdir(dir)) && !rc)
-		if (parse_u32(de->d_name, &n) && (rc = nv_log_seg_open(s, n, false)) < 0)
-			KVT_WARN(s->log, "nvme: log segment %s: %s", de->d_name, strerror(-rc));
-	closedir(dir);
-	if (rc < 0)
-		return rc;
+	for (; k < nn && ns[k] == k; k++)
+		if ((rc = nv_log_seg_open(s, k, false)) < 0) {
+			KVT_WARN(s->log, "nvme: log segment %u.kvl: %s: not used, nor any after it", k,
+				 strerror(-rc));
+			rc = 0;
+			k++;
+			break;
+		}
+	if (k < nn)
+		KVT_WARN(s->log,
+			 "nvme: log: %zu file(s) from %u.kvl on are not in the log's cycle: ignored",
+			 nn - k, ns[k]);
+	uint32_t top = 0;
+	while (top < alloc && lg->segs[top].fd >= 0)
+		top++;
+	lg->nmax = KVT_MAX(lg->nmax, top);
+	kvt__free(ns);
 
 	uint8_t *blk = kvt__aligned_alloc(NV_LOG_BUF);
 	struct rbatch *bs = NULL;
@@ -172,9 +233,8 @@ int nv_log_recover(struct nv *s)
 	if (!blk)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < top && !rc; i++)
-		if (lg->segs[i].fd >= 0)
-			rc = walk(s, i, blk, &bs, &nb, &cap);
-	uint64_t torn = 0, objs = 0;
+		rc = walk(s, i, blk, &bs, &nb, &cap);
+	uint64_t torn = 0, objs = 0, bad = 0;
 	if (!rc && nb) {
 		qsort(bs, nb, sizeof(*bs), cmp_seq);
 		lg->seq = bs[nb - 1].seq;
@@ -195,7 +255,7 @@ int nv_log_recover(struct nv *s)
 		}
 		for (size_t i = 0; i < nb; i++)
 			if (!bs[i].cut)
-				apply(s, &bs[i]);
+				apply(s, &bs[i], &bad);
 		for (struct nv_ent *e = s->lru_head; e; e = e->next)
 			objs += e->lseg != 0;
 	}
@@ -203,6 +263,11 @@ int nv_log_recover(struct nv *s)
 		kvt__free(bs[i].ent);
 	kvt__free(bs);
 	kvt__free_aligned(blk, NV_LOG_BUF);
+	if (bad)
+		KVT_WARN(s->log,
+			 "nvme: log: %" PRIu64 " damaged entries skipped (outside their segment, "
+			 "misaligned or longer than a batch)",
+			 bad);
 	if (!rc)
 		KVT_INFO(s->log,
 			 "nvme: log: %" PRIu64 " batches, %" PRIu64 " objects, %" PRIu64

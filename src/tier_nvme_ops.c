@@ -462,8 +462,7 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 			nv_finish(s, op, -ENOENT);
 			break;
 		}
-		if (e->lseg)
-			nv_log_tombstone(s, e); /* the removal survives a restart */
+		/* a log object's removal survives a restart: nv_ent_unlink queues its tombstone */
 		if (!nv_pool_keep(s, e) && !nv_spare_keep(s, e))
 			nv_ent_unlink(s, e, false);
 		ST_ADD(s, removes, 1);
@@ -475,9 +474,7 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 		if ((e = nv_ent_find(s, &op->key)) && e->served) {
 			KVT_WARN(s->log, "nvme: dropping corrupt object in %s%s",
 				 s->dirs[e->dir].path, e->lseg ? " (log)" : "");
-			if (e->lseg)
-				nv_log_tombstone(s, e);
-			nv_ent_unlink(s, e, false);
+			nv_ent_unlink(s, e, false); /* with a tombstone if in the log */
 		}
 		nv_finish(s, op, 0);
 		break;

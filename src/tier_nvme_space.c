@@ -79,7 +79,18 @@ void nv_unlink_async(struct nv *s, struct nv_dir *d, const char *name)
 void nv_ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 {
 	if (e->lseg) {
-		/* In a log segment: its bytes are reclaimed when the segment is reused. */
+		/* In a log segment: its bytes are reclaimed when the segment is reused, but its
+		 * put record stays valid until then, and a restart would index it again - a
+		 * stale copy once the key was stored as a file since and removed. So every way
+		 * out of the index (remove, drop, LRU eviction, open-time eviction) leaves a
+		 * tombstone, except the reuse of its segment, whose new generation voids the put
+		 * (nv_log_tombstone tells). Cheap under heavy eviction: each victim makes room
+		 * for a put, whose batch has a commit record anyway, and a tombstone is one more
+		 * of its NV_LOG_MAXENT (72) entries; a 2 MiB batch holds at most 31 objects of
+		 * 64 KiB, so puts and their victims' tombstones share one record and nothing more
+		 * is written. Only objects below ~56 KiB fill records sooner (at 4 KiB, 36 puts a
+		 * record instead of 72: a 4 KiB record per 148 KiB instead of per 292 KiB). */
+		nv_log_tombstone(s, e);
 		nv_ent_remove(s, e);
 		return;
 	}

@@ -90,6 +90,8 @@ int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff)
 		 * copy wins. */
 		if (!e->lseg && (e->dir != op->dir || lseg))
 			unlinkat(s->dirs[e->dir].fd, final, 0);
+		if (e->lseg && !lseg)
+			nv_log_tombstone(s, e); /* its put must not outlive it (nv_ent_unlink) */
 		e->dir = op->dir;
 		e->lseg = lseg;
 		e->loff = loff;

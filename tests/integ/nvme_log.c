@@ -10,13 +10,24 @@
  * nvme.bytes (counted in files, and the bytes on disk are at most nvme.bytes), the live
  * capacity is what they hold less two segments over 1 + nvme.log_spare_pct, reused
  * segments' live objects are re-appended (asynchronous reads, checked exact by reads during
- * the load and after a reopen), and with the spare no object of the working set is lost.
+ * the load and after a reopen), and with the spare no object of the working set is lost;
+ * (5) a log object evicted by the index's LRU leaves a tombstone: after a clean reopen the
+ * keys present are exactly those present before close, and a key evicted from the log,
+ * written again as a file and removed does not come back as its old log copy; (6) entries
+ * of CRC-valid records that lie outside their segment (off + len wrapping past 2^64, off
+ * past its end, below its header, misaligned, longer than a batch) are skipped and counted
+ * as damage in one log line - also in one of the newest batches, which stays (it is not
+ * torn) - and nothing is charged or evicted for them; (7) stray entries in the log
+ * directory (a directory and a dangling symlink named like segments, "00.kvl", a huge-
+ * numbered "1048575.kvl") do not fail the open, leak no descriptor, hide no object, and do
+ * not stretch the cycle past nvme.bytes.
  */
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/mount.h>
 
 #include "nvme_util.h"
+#include "tier_nvme_log.h"
 
 #define OBJ (64u << 10)
 
@@ -246,6 +257,233 @@ static int test_replace(const char *root, const char *spare, int bytes, int want
 	return lost + read_miss;
 }
 
+/* The 5-segment, no-spare store of steps 5-7: 48 MiB live, segment 0 reused only after
+ * 80 MiB of writes. */
+static int open_small(struct kvt_tier **t, const char *dir)
+{
+	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", "80MiB", "nvme.log_max", "256KiB",
+			 "nvme.segment_bytes", "16MiB", "nvme.log_spare_pct", "0", "nvme.fsync",
+			 "none", NULL);
+}
+
+/* (5) LRU eviction of a log object writes its tombstone. */
+static void test_evict_tombstone(const char *root)
+{
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s/evict", root);
+	enum { N = 52 * 16 }; /* 52 MiB of 64 KiB objects through 48 MiB live */
+	struct kvt_tier *t;
+	CHECK_EQ(open_small(&t, dir), 0);
+	uint8_t *b = abuf(512 << 10);
+	struct kvt_key K = make_key(15, 0);
+	fill_object(b, OBJ, &K);
+	CHECK_EQ(t_write(t, &K, b, OBJ), 0); /* the LRU's oldest: evicted, its segment stays */
+	int ok = 0;
+	write_n(t, 16, N, &ok, NULL);
+	CHECK_EQ(present(t, 15, 0), 0);
+	/* K again, above log_max (its own file), then removed: acknowledged, K is gone. */
+	fill_object(b, 512 << 10, &K);
+	CHECK_EQ(t_write(t, &K, b, 512 << 10), 0);
+	CHECK_EQ(t_remove(t, &K), 0);
+	/* Room, so that the reopen is not over capacity (its eviction would hide a stale K). */
+	for (int i = N - 100; i < N; i++) {
+		struct kvt_key k = make_key(16, (uint64_t)i);
+		CHECK_EQ(t_remove(t, &k), 0);
+	}
+	static uint8_t before[N];
+	int evicted = 0;
+	for (int i = 0; i < N; i++)
+		evicted += !(before[i] = (uint8_t)present(t, 16, i));
+	CHECK(evicted > 100); /* the 100 removed and the LRU's victims */
+	kvt__tier_close(t);
+	CHECK_EQ(open_small(&t, dir), 0);
+	CHECK_EQ(present(t, 15, 0), 0); /* was: back as its 64 KiB log copy */
+	int back = 0;
+	for (int i = 0; i < N; i++)
+		back += present(t, 16, i) != before[i];
+	printf("nvme_log: evicted log objects: %d of %d gone before close, %d changed after reopen\n",
+	       evicted, N, back);
+	CHECK_EQ(back, 0);
+	CHECK_EQ(check_all(t), N - evicted);
+	kvt__tier_close(t);
+	free(b);
+}
+
+/* Append a CRC-valid commit record to segment fd at off: n entries, len bytes. */
+static void put_record(int fd, uint64_t gen, uint64_t seq, uint64_t off, uint64_t len,
+		       const struct nv_log_rent *ent, uint32_t n)
+{
+	uint8_t *blk = abuf(NV_LOG_BLOCK);
+	memset(blk, 0, NV_LOG_BLOCK);
+	struct nv_log_rec *r = (struct nv_log_rec *)blk;
+	memcpy(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic));
+	r->seg = 0;
+	r->gen = gen;
+	r->seq = seq;
+	r->off = off;
+	r->len = len;
+	r->n = n;
+	memcpy(r->ent, ent, n * sizeof(*ent));
+	r->crc = nv_log_crc(blk);
+	CHECK_EQ(pwrite(fd, blk, NV_LOG_BLOCK, (off_t)off), NV_LOG_BLOCK);
+	free(blk);
+}
+
+/* (6) Damaged entries in CRC-valid records. */
+static void test_bad_entries(const char *root)
+{
+	char dir[300], seg[400];
+	snprintf(dir, sizeof(dir), "%s/bad", root);
+	struct kvt_tier *t;
+	CHECK_EQ(open_small(&t, dir), 0);
+	int ok = 0;
+	write_n(t, 17, 20, &ok, NULL);
+	kvt__tier_close(t);
+	/* After segment 0's last batch: a batch listing six damaged puts, four batches of a
+	 * tombstone each (so the first is not among the newest, which are read back), then a
+	 * newest batch listing one more. */
+	snprintf(seg, sizeof(seg), "%s/log/0.kvl", dir);
+	int fd = open(seg, O_RDWR);
+	CHECK(fd >= 0);
+	struct stat st;
+	CHECK_EQ(fstat(fd, &st), 0);
+	uint64_t bytes = (uint64_t)st.st_size;
+	struct nv_log_seghdr h;
+	CHECK_EQ(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	uint64_t off = NV_LOG_BLOCK, seq = 0;
+	struct nv_log_rec r;
+	while (pread(fd, &r, sizeof(r), (off_t)off) == (ssize_t)sizeof(r) &&
+	       !memcmp(r.magic, NV_LOG_REC_MAGIC, sizeof(r.magic)) && r.gen == h.gen && r.off == off) {
+		seq = r.seq;
+		off += r.len;
+	}
+	CHECK(seq > 0);
+	const struct {
+		uint64_t off, len;
+	} bad[] = {
+	    {0 - (uint64_t)0x80000000u + 8192, 0x80000000u}, /* off + len wraps to 8192 */
+	    {0 - (uint64_t)NV_LOG_BLOCK, 2 * NV_LOG_BLOCK},  /* wraps, len within a batch */
+	    {0, OBJ},					    /* the segment header */
+	    {off + NV_LOG_BLOCK + 512, OBJ},		    /* misaligned */
+	    {NV_LOG_BLOCK, 4u << 20},			    /* longer than a batch */
+	    {bytes - NV_LOG_BLOCK, OBJ},		    /* past the end */
+	    {off + NV_LOG_BLOCK, OBJ},			    /* (the newest batch's) */
+	};
+	enum { NBAD = sizeof(bad) / sizeof(bad[0]) };
+	struct nv_log_rent ent[NBAD];
+	memset(ent, 0, sizeof(ent));
+	for (int i = 0; i < NBAD; i++) {
+		struct kvt_key k = make_key(18, (uint64_t)i);
+		memcpy(ent[i].key, k.bytes, KVT_KEY_BYTES);
+		ent[i].off = bad[i].off;
+		ent[i].len = (uint32_t)bad[i].len;
+		ent[i].type = NV_LOG_PUT;
+	}
+	ent[NBAD - 1].off = 0 - (uint64_t)NV_LOG_BLOCK; /* the newest batch's: wraps */
+	put_record(fd, h.gen, ++seq, off, 17 * NV_LOG_BLOCK, ent, NBAD - 1);
+	off += 17 * NV_LOG_BLOCK;
+	for (int i = 0; i < 4; i++) {
+		struct nv_log_rent tomb;
+		memset(&tomb, 0, sizeof(tomb));
+		struct kvt_key k = make_key(18, 100 + (uint64_t)i); /* never stored */
+		memcpy(tomb.key, k.bytes, KVT_KEY_BYTES);
+		tomb.type = NV_LOG_TOMB;
+		put_record(fd, h.gen, ++seq, off, NV_LOG_BLOCK, &tomb, 1);
+		off += NV_LOG_BLOCK;
+	}
+	put_record(fd, h.gen, ++seq, off, 2 * NV_LOG_BLOCK, &ent[NBAD - 1], 1);
+	close(fd);
+	log_clear();
+	CHECK_EQ(open_small(&t, dir), 0);
+	struct kvt_tier_stats ts;
+	memset(&ts, 0, sizeof(ts));
+	t->ops->stats(t, &ts);
+	CHECK_EQ(ts.bytes, 20ull * OBJ); /* was 2 GiB charged: every object evicted */
+	CHECK_EQ(ts.objects, 20);
+	for (int i = 0; i < NBAD; i++)
+		CHECK_EQ(present(t, 18, i), 0);
+	CHECK_EQ(check_all(t), 20);
+	CHECK_EQ(log_count("7 damaged entries skipped"), 1);
+	CHECK_EQ(log_count("0 incomplete batches dropped"), 1); /* damaged is not torn */
+	kvt__tier_close(t);
+}
+
+/* A store of 20 log objects in root/name. */
+static void make_small(char *dir, size_t len, const char *root, const char *name)
+{
+	snprintf(dir, len, "%s/%s", root, name);
+	struct kvt_tier *t;
+	CHECK_EQ(open_small(&t, dir), 0);
+	int ok = 0;
+	write_n(t, 19, 20, &ok, NULL);
+	kvt__tier_close(t);
+}
+
+/* (7) Stray entries named like segments: not regular files. */
+static void test_stray_kinds(const char *root)
+{
+	char dir[300], p[400], q[400];
+	make_small(dir, sizeof(dir), root, "stray-kinds");
+	struct kvt_tier *t;
+	/* Past a gap: the open failed (EISDIR, ELOOP) unless they are passed over. */
+	snprintf(p, sizeof(p), "%s/log/7.kvl", dir);
+	CHECK_EQ(mkdir(p, 0700), 0);
+	snprintf(q, sizeof(q), "%s/log/8.kvl", dir);
+	CHECK_EQ(symlink("/nonexistent", q), 0);
+	log_clear();
+	CHECK_EQ(open_small(&t, dir), 0);
+	CHECK_EQ(check_all(t), 20);
+	CHECK_EQ(log_count("not in the log's cycle"), 1);
+	kvt__tier_close(t);
+	CHECK_EQ(rmdir(p), 0);
+	CHECK_EQ(unlink(q), 0);
+	/* "1.kvl" a directory, right after segment 0: skipped with a warning. */
+	snprintf(p, sizeof(p), "%s/log/1.kvl", dir);
+	CHECK_EQ(mkdir(p, 0700), 0);
+	log_clear();
+	CHECK_EQ(open_small(&t, dir), 0);
+	CHECK_EQ(check_all(t), 20);
+	CHECK_EQ(log_count("log segment 1.kvl"), 1);
+	kvt__tier_close(t);
+	CHECK_EQ(rmdir(p), 0);
+}
+
+static int open_fds(void)
+{
+	return count_files("/proc/self/fd", "", "");
+}
+
+/* (7) Regular files with names that are not a segment of the cycle: "00.kvl" (a second name
+ * of segment 0: opened over it, its fd leaked, its zeros hid segment 0's objects) and a
+ * huge-numbered one (the cycle stretched to a million segments, created past nvme.bytes as
+ * writes went round). */
+static void test_stray_names(const char *root)
+{
+	char dir[300], p[400];
+	make_small(dir, sizeof(dir), root, "stray-names");
+	struct kvt_tier *t;
+	const char *stray[] = {"00.kvl", "1048575.kvl"};
+	for (int i = 0; i < 2; i++) {
+		snprintf(p, sizeof(p), "%s/log/%s", dir, stray[i]);
+		int fd = open(p, O_CREAT | O_EXCL | O_WRONLY, 0600);
+		CHECK(fd >= 0);
+		CHECK_EQ(ftruncate(fd, 16 << 20), 0);
+		close(fd);
+	}
+	int fds = open_fds(), ok = 0;
+	CHECK_EQ(open_small(&t, dir), 0);
+	write_n(t, 20, 1200, &ok, NULL); /* 75 MiB: the cycle from segment 1 round to 0 */
+	kvt__tier_close(t);
+	CHECK_EQ(open_fds(), fds);
+	for (int i = 0; i < 8; i++) {
+		snprintf(p, sizeof(p), "%s/log/%d.kvl", dir, i);
+		CHECK_EQ(access(p, F_OK) == 0, i < 5); /* 80 MiB: 5 segments of 16 MiB */
+	}
+	CHECK_EQ(open_small(&t, dir), 0);
+	CHECK(check_all(t) > 600); /* 48 MiB live */
+	kvt__tier_close(t);
+}
+
 int main(void)
 {
 	char root[] = "/tmp/kvt-nvme-log-XXXXXX";
@@ -260,6 +498,10 @@ int main(void)
 	CHECK_EQ(test_replace(root, "100", 96, 6), 0);
 	int lost0 = test_replace(root, "0", 64, 4);
 	printf("nvme_log: without spare %d keys or reads missed\n", lost0);
+	test_evict_tombstone(root);
+	test_bad_entries(root);
+	test_stray_kinds(root);
+	test_stray_names(root);
 	int rc = test_full(root);
 	rm_rf(root);
 	if (!rc)
