@@ -176,6 +176,45 @@ def test_events_follow_the_store(tdir):
     t.shutdown()
 
 
+def test_failed_load_announces_only_what_is_gone(tdir):
+    """A failed load's removed event names the chunk it found gone, and only that one: not
+    the chunks after it (never asked for), and nothing when the tier was merely late (the
+    chunks are still stored). Before, every chunk from the failed one on was announced
+    removed whatever the reason."""
+    buf, view = primary()
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=3600.0)
+    rc = ReqContext("g")
+    t.on_new_request(rc)
+    keys = okeys(4, seed=9)
+    t.submit_store(TransferJob(1, keys, np.arange(4), False, rc))
+    assert wait_jobs(t, 1)[0].success
+    assert [k for e in t.take_events() for k in e.keys] == keys
+    fut = t._store.remove(t._key(keys[1], rc))
+    end = time.monotonic() + 5
+    while not fut.done() and time.monotonic() < end:
+        t._store.poll(10)
+    fut.result(0)
+    t.submit_load(TransferJob(2, keys, np.array([4, 5, 6, 7]), True, rc))
+    (res,) = wait_jobs(t, 1)
+    assert not res.success and list(res.successful_keys) == keys[:1]
+    removed = [k for e in t.take_events() if e.removed for k in e.keys]
+    assert removed == [keys[1]], removed  # not keys[2], keys[3]: still stored
+    t.shutdown()
+    # a tier past the load's deadline: nothing is announced removed
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=3600.0,
+             load_deadline_ms=300,
+             config={"store.tiers": "faulty", "faulty.inner": "nvme",
+                     "faulty.delay_ms": 800, "store.tier_timeout_ms": 5000})
+    rc = ReqContext("h")
+    t.on_new_request(rc)
+    t._announced.update({t._key(k, rc): k for k in keys})  # as if announced before
+    t.submit_load(TransferJob(3, [keys[2], keys[3]], np.array([4, 5]), True, rc))
+    (res,) = wait_jobs(t, 1)
+    assert not res.success
+    assert not [e for e in t.take_events() if e.removed]
+    t.shutdown()
+
+
 def test_geometry_mismatch_is_refused(tdir):
     _, view = primary()
     with pytest.raises(ValueError, match="model.layers"):

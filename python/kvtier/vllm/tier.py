@@ -562,7 +562,13 @@ class KvtierTier(SecondaryTierManager):
                 v = self._verdicts.get(self._key(okey, job.req_context))
                 if v is not None:
                     v.hit = False
-                self._announce_removed(self._key(okey, job.req_context))
+            # A removed event only for what is known to be gone: the chunk the load found
+            # absent or corrupt (dropped). A tier past its deadline or failing still holds
+            # its chunks, and the chunks after the failed one were not even asked for:
+            # announcing them removed told routers kvtier had lost what it still serves
+            # (the periodic check catches any that really went).
+            if failed and d.reason in ("miss", "corrupt"):
+                self._announce_removed(self._key(failed[0], job.req_context))
         if not is_load and d.stored:
             for okey in d.stored:
                 k = self._key(okey, job.req_context)
