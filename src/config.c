@@ -63,7 +63,13 @@ int kvt__parse_size(const char *s, uint64_t *out)
 {
 	char *end;
 	errno = 0;
-	if (!s || !*s || *s == '-')
+	if (!s)
+		return -EINVAL;
+	/* strtod skips blanks and takes a sign, hexadecimal, "inf": only digits may start */
+	const char *d = s;
+	while (isspace((unsigned char)*d))
+		d++;
+	if (!isdigit((unsigned char)(*d == '.' ? d[1] : *d)) || strpbrk(d, "xX"))
 		return -EINVAL;
 	double v = strtod(s, &end);
 	if (errno || end == s || !isfinite(v) || v < 0)
@@ -109,6 +115,56 @@ int kvt__parse_size(const char *s, uint64_t *out)
 		return -EINVAL;
 	*out = (uint64_t)v;
 	return 0;
+}
+
+int kvt__parse_u64(const char *s, uint64_t *out)
+{
+	/* strtoull skips blanks, then takes a sign and negates: " -1" would read as 2^64 - 1
+	 * and " -18446744073709551615" as 1. So after the blanks a digit must come. */
+	const char *d = s;
+	while (d && isspace((unsigned char)*d))
+		d++;
+	if (!d || !isdigit((unsigned char)*d))
+		return -EINVAL;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(d, &end, 10);
+	if (errno == ERANGE)
+		return -ERANGE;
+	if (errno || *end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+size_t kvt__utf8_len(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	unsigned char c = p[0];
+	if (c < 0x80)
+		return 1;
+	size_t n = c >= 0xc2 && c <= 0xdf   ? 2
+		   : c >= 0xe0 && c <= 0xef ? 3
+		   : c >= 0xf0 && c <= 0xf4 ? 4
+					    : 0;
+	if (!n)
+		return 0; /* a continuation byte, an overlong lead (C0, C1) or above U+10FFFF */
+	for (size_t i = 1; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0; /* also stops at the terminating NUL */
+	/* the second byte's range rules out overlong forms, surrogates and > U+10FFFF */
+	if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) ||
+	    (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] > 0x8f))
+		return 0;
+	return n;
+}
+
+static bool utf8_valid(const char *s)
+{
+	for (size_t n; *s; s += n)
+		if (!(n = kvt__utf8_len(s)))
+			return false;
+	return true;
 }
 
 static int parse_bool(const char *s, bool *out)
@@ -168,6 +224,12 @@ int kvt_config_set(struct kvt_config *cfg, const char *key, const char *value, c
 			seterr(err, errlen, "%s: value longer than 4096 bytes%s", key, "");
 			return -EINVAL;
 		}
+		/* `kvtier config --json`, the daemon's and the bindings' text are UTF-8: a
+		 * Latin-1 byte would make them invalid or be replaced there, not here */
+		if (!utf8_valid(value)) {
+			seterr(err, errlen, "%s: not valid UTF-8%s", key, "");
+			return -EINVAL;
+		}
 		if (!(v.s = kvt__strdup(value)))
 			return -ENOMEM;
 		kvt__free(cfg->v[i].s);
@@ -175,7 +237,6 @@ int kvt_config_set(struct kvt_config *cfg, const char *key, const char *value, c
 		return 0;
 	case KVT_CT_U64:
 	case KVT_CT_SIZE: {
-		char *end;
 		if (r->type == KVT_CT_SIZE) {
 			if (kvt__parse_size(value, &v.u) < 0) {
 				seterr(err, errlen, "%s: '%s' is not a size (e.g. 512MiB, 4G)", key,
@@ -183,9 +244,14 @@ int kvt_config_set(struct kvt_config *cfg, const char *key, const char *value, c
 				return -EINVAL;
 			}
 		} else {
-			errno = 0;
-			if (!*value || *value == '-' ||
-			    (v.u = strtoull(value, &end, 10), errno || *end)) {
+			int rc = kvt__parse_u64(value, &v.u);
+			if (rc == -ERANGE) {
+				snprintf(why, sizeof(why), "%s: %.60s is out of range [%.0f, %.0f]",
+					 key, value, r->min, r->max);
+				seterr(err, errlen, "%s%s", why, "");
+				return -EINVAL;
+			}
+			if (rc < 0) {
 				seterr(err, errlen, "%s: '%s' is not a non-negative integer", key,
 				       value);
 				return -EINVAL;
@@ -387,13 +453,13 @@ const char *kvt__cfg_str_at(const struct kvt_config *cfg, unsigned i)
 
 struct ini_ctx {
 	struct kvt_config *cfg;
-	char *err;
-	size_t errlen;
 	int rc;
 	char why[256];
+	bool seen[N_ROWS]; /* keys this file set */
 };
 
-/* libinih reports the line of the first handler failure as ini_parse_file's result. */
+/* libinih reports the line of the first handler failure as ini_parse_file's result
+ * (kvt__ini_load calls no handler after it, so why is that line's reason). */
 static int on_ini_pair(void *user, const char *section, const char *name, const char *value)
 {
 	struct ini_ctx *c = user;
@@ -404,13 +470,99 @@ static int on_ini_pair(void *user, const char *section, const char *name, const 
 		return 0;
 	}
 	snprintf(key, sizeof(key), "%s.%s", section, name);
+	/* last-wins would let a forgotten line further down override the one being edited */
+	int i = row_index(key);
+	if (i >= 0 && c->seen[i]) {
+		seterr(c->why, sizeof(c->why), "%s set twice%s", key, "");
+		c->rc = -EINVAL;
+		return 0;
+	}
 	int rc = kvt_config_set(c->cfg, key, value, why, sizeof(why));
 	if (rc < 0) {
 		snprintf(c->why, sizeof(c->why), "%s", why);
 		c->rc = rc == -ENOENT ? -EINVAL : rc;
 		return 0;
 	}
+	c->seen[i] = true;
 	return 1;
+}
+
+/* The caller's handler until it fails once: libinih goes on after a failure and returns its
+ * line, so a later failure's reason would be reported at that line. */
+struct ini_first {
+	int (*handler)(void *, const char *, const char *, const char *);
+	void *user;
+	bool failed;
+};
+
+static int ini_until_failure(void *u, const char *section, const char *name, const char *value)
+{
+	struct ini_first *f = u;
+	if (f->failed)
+		return 1;
+	f->failed = !f->handler(f->user, section, name, value);
+	return !f->failed;
+}
+
+/* libinih's find_chars_or_comment: the first of chars, or a ';' after a blank (a comment). */
+static const char *ini_find(const char *s, const char *chars)
+{
+	bool blank = false;
+	while (*s && !strchr(chars, *s) && !(blank && *s == ';')) {
+		blank = isspace((unsigned char)*s);
+		s++;
+	}
+	return s;
+}
+
+/* One line as libinih reads it, checked first: libinih reports the first syntax error's line
+ * but the reason of whichever handler failed (a later line), and it takes an indented line
+ * after "name = value" as more of that value, calling the handler with the same name again
+ * (multi-line entries, on in Debian's build): the value is silently replaced. Neither is
+ * allowed here. section and name carry libinih's state from line to line. */
+static int ini_check_line(const char *path, int ln, const char *p, size_t len, char *section,
+			  char *name, char *err, size_t errlen)
+{
+	char buf[INI_MAX_LINE], *start = buf;
+	memcpy(buf, p, len); /* len < INI_MAX_LINE: checked by the caller */
+	buf[len] = 0;
+	if (ln == 1 && !strncmp(buf, "\xEF\xBB\xBF", 3))
+		start += 3; /* a UTF-8 byte order mark */
+	while (len && isspace((unsigned char)buf[len - 1]))
+		buf[--len] = 0;
+	while (isspace((unsigned char)*start))
+		start++;
+	if (!*start || *start == ';' || *start == '#')
+		return 0; /* a blank line or a comment (name stays: libinih keeps it too) */
+	if (*name && start > buf) {
+		if (err && errlen)
+			snprintf(err, errlen,
+				 "%s:%d: %.60s%s%.60s: continuation lines are not supported (this "
+				 "indented line would extend its value; write it on one line)",
+				 path, ln, section, *section ? "." : "", name);
+		return -EINVAL;
+	}
+	const char *end = ini_find(start + (*start == '['), *start == '[' ? "]" : "=:");
+	if (*start == '[') {
+		if (*end != ']') {
+			if (err && errlen)
+				snprintf(err, errlen, "%s:%d: '[' without a closing ']'", path, ln);
+			return -EINVAL;
+		}
+		snprintf(section, INI_MAX_LINE, "%.*s", (int)(end - start - 1), start + 1);
+		name[0] = 0;
+		return 0;
+	}
+	if (*end != '=' && *end != ':') {
+		if (err && errlen)
+			snprintf(err, errlen, "%s:%d: neither a [section] nor name = value", path,
+				 ln);
+		return -EINVAL;
+	}
+	while (end > start && isspace((unsigned char)end[-1]))
+		end--;
+	snprintf(name, INI_MAX_LINE, "%.*s", (int)(end - start), start);
+	return 0;
 }
 
 int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, const char *,
@@ -469,8 +621,10 @@ int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, con
 	}
 	buf[len] = 0;
 	/* Before libinih sees it: a NUL would end a value silently, and a line longer than its
-	 * buffer would be split into two lines, the second parsed as a line of its own. */
+	 * buffer would be split into two lines, the second parsed as a line of its own; and
+	 * the syntax (ini_check_line). */
 	const char *p = buf, *end = buf + len;
+	char section[INI_MAX_LINE] = "", name[INI_MAX_LINE] = "";
 	for (int ln = 1; p < end; ln++) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
 		const char *eol = nl ? nl : end;
@@ -485,16 +639,23 @@ int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, con
 					 INI_MAX_LINE - 1);
 			return -EINVAL;
 		}
+		int rc = ini_check_line(path, ln, p, (size_t)(eol - p), section, name, err, errlen);
+		if (rc < 0) {
+			kvt__free(buf);
+			*line = ln;
+			return rc;
+		}
 		p = nl ? nl + 1 : end;
 	}
-	*line = ini_parse_string(buf, handler, user);
+	struct ini_first first = {handler, user, false};
+	*line = ini_parse_string(buf, ini_until_failure, &first);
 	kvt__free(buf);
 	return 0;
 }
 
 int kvt_config_load_file(struct kvt_config *cfg, const char *path, char *err, size_t errlen)
 {
-	struct ini_ctx c = {cfg, err, errlen, 0, ""};
+	struct ini_ctx c = {.cfg = cfg};
 	int line, rc = kvt__ini_load(path, KVT_CONFIG_MAX_FILE_BYTES, on_ini_pair, &c, err,
 				     errlen, &line);
 	if (rc < 0)

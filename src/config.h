@@ -64,9 +64,11 @@ int kvt__config_copy(const struct kvt_config *src, struct kvt_config **out);
 #define KVT_CONFIG_MAX_FILE_BYTES (1u << 20)
 /* Parse an INI file with libinih, bounded: only a regular file (not a directory, FIFO or
  * device such as /dev/zero) of at most max_bytes, with no NUL byte and no line longer than
- * libinih's line buffer. -errno with "path: reason" or "path:LINE: reason" in err when the
- * file is refused; else 0 and *line = ini_parse_string's result (0, or the line of the
- * first error the handler reported). */
+ * libinih's line buffer; its syntax is checked first (every line a comment, a [section]
+ * or name = value; no indented continuation line, which libinih would pass as the same
+ * name again). -errno with "path: reason" or "path:LINE: reason" in err when the file is
+ * refused; else 0 and *line = ini_parse_string's result (0, or the line of the first
+ * error the handler reported; the handler is not called after that one). */
 int kvt__ini_load(const char *path, size_t max_bytes,
 		  int (*handler)(void *, const char *, const char *, const char *), void *user,
 		  char *err, size_t errlen, int *line);
@@ -76,5 +78,11 @@ int kvt__ini_load(const char *path, size_t max_bytes,
 int kvt__split_list(const char *list, int (*fn)(void *arg, const char *item), void *arg);
 /* Parse "123", "64K", "2MiB", "1G", "1.5GiB" (binary units). 0 or -EINVAL. */
 int kvt__parse_size(const char *s, uint64_t *out);
+/* Parse a decimal unsigned 64-bit integer: blanks, then digits only (no sign: strtoull
+ * would negate "-1" to 2^64 - 1). 0, -EINVAL, or -ERANGE above 2^64 - 1. */
+int kvt__parse_u64(const char *s, uint64_t *out);
+/* Bytes of the valid UTF-8 sequence at s (1 for ASCII, also for the NUL), 0 if invalid
+ * (a stray continuation byte, an overlong form, a surrogate, above U+10FFFF, cut short). */
+size_t kvt__utf8_len(const char *s);
 
 #endif

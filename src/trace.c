@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "config.h"
 #include "internal.h"
 #include "trace.h"
 
@@ -479,7 +480,7 @@ int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t err
 	if (!f) {
 		int e = errno;
 		if (err && errlen)
-			snprintf(err, errlen, "%s: %s", path, strerror(e));
+			snprintf(err, errlen, "%s", strerror(e)); /* the caller names the file */
 		return -e;
 	}
 	struct stat st;
@@ -487,7 +488,7 @@ int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t err
 		if (f != stdin)
 			fclose(f);
 		if (err && errlen)
-			snprintf(err, errlen, "%s: is a directory, not a trace file", path);
+			snprintf(err, errlen, "is a directory, not a trace file");
 		return -EISDIR;
 	}
 	const size_t cap = (size_t)KVT_TRACE_MAX_LINE + 1; /* a longest line and its '\n' */
@@ -1086,10 +1087,8 @@ int kvt__gen_set(struct kvt_gen_opts *o, const char *key, const char *value)
 			*(double *)dst = d;
 			return 0;
 		}
-		if (!*value || *value == '-')
-			return -EINVAL;
-		unsigned long long v = strtoull(value, &end, 10);
-		if (errno || *end || (knobs[i].type == 0 && v > UINT32_MAX))
+		uint64_t v; /* digits only: strtoull alone reads " -1" as 2^64 - 1 */
+		if (kvt__parse_u64(value, &v) < 0 || (knobs[i].type == 0 && v > UINT32_MAX))
 			return -EINVAL;
 		if (knobs[i].type == 0)
 			*(uint32_t *)dst = (uint32_t)v;

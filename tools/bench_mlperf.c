@@ -38,6 +38,7 @@
 #include "bench.h"
 #include "bench_mlperf_ref.h"
 #include "cli.h"
+#include "config.h"
 #include "scaled_geometry.h"
 
 #define CMD "bench"
@@ -513,6 +514,7 @@ static int ml_opt(void *arg, int c, const char *v)
 {
 	struct ml_args *m = arg;
 	char *end;
+	uint64_t u;
 	switch (c) {
 	case 'h':
 		usage();
@@ -577,9 +579,10 @@ static int ml_opt(void *arg, int c, const char *v)
 		m->fsync = v;
 		return 0;
 	default: /* O_SEED */
-		m->seed = strtoull(v, &end, 10);
-		if (*end || !*v || *v == '-')
+		/* digits only: strtoull alone reads " -1" as 2^64 - 1 */
+		if (kvt__parse_u64(v, &u) < 0)
 			return cli_fail(CMD, "--seed: '%s' is not a non-negative integer", v), -1;
+		m->seed = u;
 		return 0;
 	}
 }

@@ -40,14 +40,18 @@ int cli_parse_size(const char *s, unsigned long long *out)
 void cli_json_str(FILE *f, const char *s)
 {
 	fputc('"', f);
-	for (; *s; s++) {
+	for (size_t n; *s; s += n) {
 		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
+		n = kvt__utf8_len(s);
+		if (!n) { /* JSON text is UTF-8: a stray byte (a Latin-1 path) becomes U+FFFD */
+			fputs("\\ufffd", f);
+			n = 1;
+		} else if (c == '"' || c == '\\')
 			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
+		else if (c < 0x20 || c == 0x7f)
 			fprintf(f, "\\u%04x", c);
 		else
-			fputc(c, f);
+			fwrite(s, 1, n, f);
 	}
 	fputc('"', f);
 }

@@ -623,6 +623,7 @@ static int bench_opt(void *arg, int c, const char *v)
 	char *end;
 	long q;
 	double d;
+	uint64_t u;
 	switch (c) {
 	case 'h':
 		usage();
@@ -668,9 +669,10 @@ static int bench_opt(void *arg, int c, const char *v)
 		*(c == O_READ_PCT ? &o->read_pct : &o->mixed_pct) = (int)q;
 		return 0;
 	case O_KEY_SET:
-		o->key_set = strtoul(v, &end, 10);
-		if (*end || !*v || o->key_set > 1000000)
+		/* digits only: strtoul alone reads "-18446744073709551615" as 1 */
+		if (kvt__parse_u64(v, &u) < 0 || u > 1000000)
 			return cli_fail("bench", "--key-set: '%s' is not in [0, 1000000]", v), -1;
+		o->key_set = (unsigned long)u;
 		return 0;
 	case O_ROUNDS:
 		q = strtol(v, &end, 10);

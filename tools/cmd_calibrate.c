@@ -170,7 +170,7 @@ struct cal_args {
 static int cal_opt(void *arg, int c, const char *v)
 {
 	struct cal_args *a = arg;
-	char *end;
+	uint64_t x;
 	switch (c) {
 	case 'h':
 		usage(stdout);
@@ -178,10 +178,10 @@ static int cal_opt(void *arg, int c, const char *v)
 	case O_OUT:
 		a->out_path = v;
 		return 0;
-	default: /* O_OBJECTS */
-		a->objects = strtoull(v, &end, 10);
-		if (*end || *v == '-' || !a->objects || a->objects > 100000)
+	default: /* O_OBJECTS; digits only: strtoull alone reads " -1" as 2^64 - 1 */
+		if (kvt__parse_u64(v, &x) < 0 || !x || x > 100000)
 			return cli_fail(CMD, "--objects: '%s' is not 1..100000", v), -1;
+		a->objects = x;
 		return 0;
 	}
 }

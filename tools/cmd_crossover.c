@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "config.h"
 #include "cost.h"
 
 #define CMD "crossover"
@@ -100,11 +101,10 @@ static int xo_opt(void *arg, int c, const char *v)
 		a->s[c - O_MODEL] = v;
 		return 0;
 	}
-	char *end;
-	errno = 0;
-	a->max_tokens = strtoull(v, &end, 10);
-	if (errno || *end || *v == '-' || !a->max_tokens || a->max_tokens > (1ull << 40))
+	uint64_t x; /* digits only: strtoull alone reads " -1" as 2^64 - 1 */
+	if (kvt__parse_u64(v, &x) < 0 || !x || x > (1ull << 40))
 		return cli_fail(CMD, "--max-tokens: '%s' is not 1..2^40", v), -1;
+	a->max_tokens = x;
 	return 0;
 }
 

@@ -89,13 +89,13 @@ struct opts {
 
 static int parse_u64(const char *opt, const char *v, unsigned long long *out)
 {
-	char *end;
-	errno = 0;
-	if (!v || !*v || *v == '-')
-		return cli_fail(CMD, "%s needs a non-negative integer", opt);
-	*out = strtoull(v, &end, 10);
-	if (errno || *end)
-		return cli_fail(CMD, "%s: '%s' is not a non-negative integer", opt, v);
+	uint64_t x; /* digits only: strtoull alone reads " -1" as 2^64 - 1 */
+	int rc = kvt__parse_u64(v, &x);
+	if (rc == -ERANGE)
+		return cli_fail(CMD, "%s: '%s' is larger than 2^64 - 1", opt, v);
+	if (rc < 0)
+		return cli_fail(CMD, "%s: '%s' is not a non-negative integer", opt, v ? v : "");
+	*out = x;
 	return 0;
 }
 
@@ -282,6 +282,10 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 		if (rc) {
 			kvt__trace_destroy(t);
 			return cli_fail(CMD, "%s: %s", o->trace, err);
+		}
+		if (!t->n) { /* nothing to replay: every ratio would be 0/0 */
+			kvt__trace_destroy(t);
+			return cli_fail(CMD, "%s: no requests (empty trace)", o->trace);
 		}
 	} else {
 		int w = kvt__gen_workload(o->workload);

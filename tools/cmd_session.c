@@ -12,12 +12,15 @@
  * a spent write budget, a write error): a saved session that cannot be resumed must not
  * look saved.
  */
+#include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 #include "engine.h"
 #include "internal.h"
 #include "store_key.h"
@@ -43,37 +46,70 @@ static void fill_from_key(const struct kvt_key *k, void *buf, size_t len)
 	}
 }
 
-/* Tokens: whitespace-separated unsigned 32-bit integers. */
-static int read_tokens(const char *path, uint32_t **out, size_t *n)
+/* The most tokens of a conversation, from a file or --synthetic. */
+#define MAX_TOKENS (1ul << 26)
+
+/* Tokens: whitespace-separated unsigned 32-bit integers, at most MAX_TOKENS of them. Each
+ * word is checked, not fscanf'd: "%llu" takes a sign and negates, so "-4294967295" would
+ * be token 1. 0, or -errno with "reason" in why (the caller names the file). */
+static int read_tokens(const char *path, uint32_t **out, size_t *n, char *why, size_t whylen)
 {
 	FILE *f = fopen(path, "r");
-	if (!f)
-		return -errno;
+	if (!f) {
+		int e = errno;
+		snprintf(why, whylen, "%s", strerror(e));
+		return -e;
+	}
 	size_t cap = 4096, len = 0;
 	uint32_t *t = malloc(cap * sizeof(*t));
-	unsigned long long v;
-	int c;
-	while (t && (c = fscanf(f, "%llu", &v)) == 1) {
-		if (v > UINT32_MAX) {
-			free(t);
-			fclose(f);
-			return -ERANGE;
-		}
-		if (len == cap) {
+	int rc = t ? 0 : -ENOMEM, c = 0;
+	while (!rc) {
+		char word[24];
+		size_t w = 0;
+		while ((c = getc(f)) != EOF && isspace(c))
+			;
+		/* a word too long for any id is marked, and reported without reading on (it
+		 * could be /dev/zero) */
+		for (; c != EOF && !isspace(c) && w < sizeof(word); c = getc(f), w++)
+			word[w] = (char)(isprint(c) ? c : '?');
+		if (!w)
+			break; /* end of file (or a read error, below) */
+		bool cut = w == sizeof(word);
+		if (cut)
+			snprintf(word + sizeof(word) - 4, 4, "...");
+		else
+			word[w] = 0;
+		uint64_t v = 0;
+		if (cut || kvt__parse_u64(word, &v) < 0 || v > UINT32_MAX) {
+			snprintf(why, whylen, "token %zu: '%s' is not a token id (an integer "
+					      "in [0, 4294967295])", len + 1, word);
+			rc = -EINVAL;
+		} else if (len == MAX_TOKENS) {
+			snprintf(why, whylen, "more than %lu token ids", MAX_TOKENS);
+			rc = -E2BIG;
+		} else if (len == cap) {
 			uint32_t *bigger = realloc(t, (cap *= 2) * sizeof(*t));
-			if (!bigger)
-				break;
-			t = bigger;
+			if (bigger)
+				t = bigger;
+			rc = bigger ? 0 : -ENOMEM;
 		}
-		t[len++] = (uint32_t)v;
+		if (!rc)
+			t[len++] = (uint32_t)v;
 	}
-	bool bad = !feof(f);
+	if (!rc && ferror(f)) { /* a directory, an I/O error */
+		int e = errno;
+		snprintf(why, whylen, "%s", strerror(e ? e : EIO));
+		rc = e ? -e : -EIO;
+	} else if (!rc && !len) {
+		snprintf(why, whylen, "no token ids");
+		rc = -EINVAL;
+	} else if (rc == -ENOMEM) {
+		snprintf(why, whylen, "out of memory");
+	}
 	fclose(f);
-	if (!t)
-		return -ENOMEM;
-	if (bad || !len) {
+	if (rc) {
 		free(t);
-		return -EINVAL;
+		return rc;
 	}
 	*out = t;
 	*n = len;
@@ -187,12 +223,13 @@ static int session_opt(void *arg, int c, const char *v)
 		so->tokens_file = v;
 		return 0;
 	}
-	char *end;
-	unsigned long x = strtoul(v, &end, 10);
-	if (*end || *v == '-' || (c == O_SYNTHETIC && (x == 0 || x > 1u << 26)))
-		return cli_fail("session", "--%s: '%s' is not a valid number",
-				c == O_SEED ? "seed" : "synthetic", v), -1;
-	*(c == O_SEED ? &so->seed : &so->synthetic) = x;
+	uint64_t x; /* digits only: strtoul alone reads " -1" as 2^64 - 1 */
+	if (kvt__parse_u64(v, &x) < 0 || x > ULONG_MAX ||
+	    (c == O_SYNTHETIC && (x == 0 || x > MAX_TOKENS)))
+		return cli_fail("session", "--%s: '%s' is not %s",
+				c == O_SEED ? "seed" : "synthetic", v,
+				c == O_SEED ? "a non-negative integer" : "in [1, 67108864]"), -1;
+	*(c == O_SEED ? &so->seed : &so->synthetic) = (unsigned long)x;
 	return 0;
 }
 
@@ -238,13 +275,9 @@ int kvt_cmd_session(int argc, char **argv)
 	uint32_t *tok = NULL;
 	size_t n_tok = 0;
 	if (so.tokens_file) {
-		int rc = read_tokens(so.tokens_file, &tok, &n_tok);
-		if (rc < 0)
-			return cli_fail("session", "%s: %s", so.tokens_file,
-					rc == -EINVAL	 ? "not a list of token ids"
-					: rc == -ERANGE ? "a token id exceeds 32 bits"
-							 : strerror(-rc)),
-			       1;
+		char why[160];
+		if (read_tokens(so.tokens_file, &tok, &n_tok, why, sizeof(why)) < 0)
+			return cli_fail("session", "%s: %s", so.tokens_file, why), 1;
 	} else {
 		synthetic(so.synthetic, so.seed ? so.seed : 1, &tok, &n_tok);
 	}

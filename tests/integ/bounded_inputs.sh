@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Untrusted input files are bounded: `replay --trace` and `--config` given /dev/zero, a
-# directory, a FIFO, an oversized file, an over-long line or a NUL byte inside a value each
-# fail fast (under a timeout) with one printable line naming the file and the reason -
-# never a hang, an out-of-memory death, defaults applied silently, or a truncated value.
+# Untrusted input files are bounded: `replay --trace`, `--config` and `session --tokens`
+# given /dev/zero, a directory, a FIFO, an oversized file, an over-long line or a NUL byte
+# inside a value each fail fast (under a timeout) with one printable line naming the file
+# (once) and the reason - never a hang, an out-of-memory death, defaults applied silently,
+# or a truncated value. So do an empty trace (no requests), a config file's indented
+# continuation line (libinih would replace the value with it), a key set twice (last would
+# win), a syntax error (its own line and reason, not a later line's), a value that is not
+# UTF-8, and a token file with a negative or over-32-bit id or more ids than --synthetic.
 set -euo pipefail
 . "$(dirname "$0")/lib/jq.sh"
 K="$KVT_BIN/kvtier"
@@ -27,13 +31,41 @@ printf '[s3]\nprefix = abc\0def\n' >"$T/nul.ini"
 { printf '[s3]\n'; for i in $(seq 1 60000); do printf '# padding line %05d\n' "$i"; done; } >"$T/big.ini"
 
 expect_err "trace /dev/zero" "/dev/zero: line 1: line longer than 4194304 bytes" "$K" replay --trace /dev/zero --simulate
-expect_err "trace directory" "is a directory" "$K" replay --trace "$T/dir" --simulate
+expect_err "trace directory" "^kvtier replay: $T/dir: is a directory, not a trace file$" "$K" replay --trace "$T/dir" --simulate
+expect_err "trace missing" "^kvtier replay: $T/none.jsonl: No such file" "$K" replay --trace "$T/none.jsonl" --simulate
+: >"$T/empty.jsonl"
+expect_err "trace empty" "empty.jsonl: no requests (empty trace)" "$K" replay --trace "$T/empty.jsonl" --simulate
+expect_err "trace /dev/null" "/dev/null: no requests (empty trace)" "$K" replay --trace /dev/null --simulate
 expect_err "config /dev/zero" "/dev/zero: not a regular file" "$K" config --config /dev/zero
 expect_err "config directory" "dir: is a directory" "$K" config --config "$T/dir"
 expect_err "config fifo" "fifo: not a regular file" "$K" stat --dir "$T/s" --config "$T/fifo"
 expect_err "config NUL" "nul.ini:2: NUL byte" "$K" config --config "$T/nul.ini"
 expect_err "config long line" "long.ini:2: line longer than" "$K" config --config "$T/long.ini"
 expect_err "config too large" "big.ini: larger than 1048576 bytes" "$K" config --config "$T/big.ini"
+printf '[nvme]\ndirs = /a,\n  /b\n' >"$T/cont.ini"
+expect_err "config continuation" "cont.ini:3: nvme.dirs: continuation lines are not supported" "$K" config --config "$T/cont.ini"
+printf '[nvme]\nbytes = 1TiB\n; a comment\n\n  # an indented one\n[dram]\nbytes = 1GiB\n[nvme]\nbytes = 4GiB\n' >"$T/dup.ini"
+expect_err "config key twice" "dup.ini:9: nvme.bytes set twice" "$K" config --config "$T/dup.ini"
+printf '[dram\nbytes = 8GiB\n' >"$T/bracket.ini"
+expect_err "config no ]" "bracket.ini:1: '\[' without a closing '\]'" "$K" config --config "$T/bracket.ini"
+printf '[dram]\nbytes = 8GiB\npolicy arc\n[nvme]\nqueue_depth = many\n' >"$T/noeq.ini"
+expect_err "config no =" "noeq.ini:3: neither a \[section\] nor name = value" "$K" config --config "$T/noeq.ini"
+printf '[nvme]\nqueue_depth = many\n[store]\nmax_inflight = lots\n' >"$T/two.ini"
+expect_err "config first bad value" "two.ini:2: nvme.queue_depth: 'many'" "$K" config --config "$T/two.ini"
+printf '[model]\nname = caf\xe9\n' >"$T/latin1.ini"
+expect_err "config not UTF-8" "latin1.ini:2: model.name: not valid UTF-8" "$K" config --config "$T/latin1.ini"
+expect_err "--set not UTF-8" "model.tenant: not valid UTF-8" "$K" config --set model.tenant=$'\xc0\xaf'
+expect_err "tokens /dev/zero" "/dev/zero: token 1: .* is not a token id" "$K" session save --tokens /dev/zero --dir "$T/s"
+printf '1 2 -18446744073709551615\n' >"$T/neg.tok"
+expect_err "tokens negative" "neg.tok: token 3: '-18446744073709551615' is not a token id" "$K" session save --tokens "$T/neg.tok" --dir "$T/s"
+printf '1 4294967296\n' >"$T/big.tok"
+expect_err "tokens over 32 bits" "big.tok: token 2: '4294967296' is not a token id" "$K" session save --tokens "$T/big.tok" --dir "$T/s"
+: >"$T/empty.tok"
+expect_err "tokens empty" "empty.tok: no token ids" "$K" session save --tokens "$T/empty.tok" --dir "$T/s"
+expect_err "tokens directory" "^kvtier session: $T/dir: Is a directory$" "$K" session save --tokens "$T/dir" --dir "$T/s"
+head -n $(((1 << 26) + 1)) < <(yes 7) >"$T/many.tok" # 128 MiB
+expect_err "tokens too many" "many.tok: more than 67108864 token ids" "$K" session save --tokens "$T/many.tok" --dir "$T/s"
+rm -f "$T/many.tok"
 # the s3 credentials file goes through the same bounded loader (the store then refuses to open)
 rc=0
 timeout 20 "$K" stat --dir "$T/s" --tiers dram,s3 --set s3.endpoint=http://127.0.0.1:1 \
@@ -48,4 +80,12 @@ grep -q "/dev/zero: not a regular file" "$T/err" || fail "cost.profile: $(cat "$
 # what is within the bounds still loads
 printf '[s3]\nprefix = abc\n' >"$T/ok.ini"
 "$K" config --config "$T/ok.ini" --json | jqe '."s3.prefix" == "abc"' >/dev/null || fail "a good config no longer loads"
+# a byte order mark, comments (indented too), blank lines, an indented first key of a
+# section and a UTF-8 value are all fine
+printf '\xef\xbb\xbf[s3]\nprefix = caf\xc3\xa9 ; inline\n; c\n  # c\n\n[nvme]\n  bytes = 1GiB\n' >"$T/ok2.ini"
+"$K" config --config "$T/ok2.ini" --json | jqe '."s3.prefix" == "caf\u00e9" and ."nvme.bytes" == "1073741824"' >/dev/null ||
+	fail "a good config with comments and a BOM no longer loads"
+printf '1 2\n3\t4 5 \n' >"$T/ok.tok"
+"$K" session save --tokens "$T/ok.tok" --dir "$T/s" --set model.layers=4 --set model.kv_heads=2 \
+	--set model.head_dim=64 --set dram.bytes=64MiB --json | jqe '.tokens == 5' >/dev/null || fail "a good token file"
 echo "bounded_inputs: ok"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The kvtier command as scripts use it: --help on every subcommand, one-line errors with a
-# non-zero exit, a store opened with --dir alone, ls/stat/verify/rm with --json, and
-# verify finding (and with --drop removing) a corrupted and a truncated object.
+# non-zero exit, a negative number refused wherever an unsigned one is read (config --set,
+# KVTIER_* variables, replay, session, crossover: strtoull reads " -N" as 2^64 - N), --json
+# always valid UTF-8 JSON (a Latin-1 byte in a path becomes U+FFFD), a store opened with
+# --dir alone, ls/stat/verify/rm with --json, and verify finding (and with --drop
+# removing) a corrupted and a truncated object.
 set -euo pipefail
 . "$(dirname "$0")/lib/jq.sh"
 K="$KVT_BIN/kvtier"
@@ -23,6 +26,34 @@ grep -q "missing.ini" "$T/err" || fail "config error does not name the file"
 printf '[nvme]\nqueue_depth = many\n' > "$T/bad.ini"
 if "$K" stat --config "$T/bad.ini" 2>"$T/err"; then fail "bad config accepted"; fi
 grep -q "bad.ini:2" "$T/err" || fail "config error has no line number: $(cat "$T/err")"
+
+# Unsigned numbers are digits after optional blanks, no sign: " -18446744073709551615" was 1.
+neg=' -18446744073709551615'
+no_sign() {
+	local rc=0
+	"$@" >"$T/out" 2>"$T/err" || rc=$?
+	[ $rc != 0 ] || fail "'$*' accepted: $(cat "$T/out" | head -c 300)"
+	[ "$(wc -l <"$T/err")" = 1 ] && grep -q "is not a non-negative integer\|is not a size\|is not in\|is not 1\.\.\|bad value" "$T/err" ||
+		fail "'$*': unclear error: $(cat "$T/err")"
+}
+no_sign "$K" config --set "store.max_inflight=$neg"
+no_sign env KVTIER_MODEL_LAYERS=' -18446744073709551584' "$K" config
+no_sign "$K" config --set "dram.bytes=+64MiB"
+no_sign "$K" replay --workload chat --requests 10 --simulate --dram-tokens ' -1'
+no_sign "$K" replay --workload chat --requests 10 --simulate --seed "$neg"
+no_sign "$K" replay --workload chat --requests 10 --simulate --gen "requests=$neg"
+no_sign "$K" session save --synthetic 10 --seed ' -1' --dir "$T/neg"
+no_sign "$K" session save --synthetic "$neg" --dir "$T/neg"
+no_sign "$K" crossover --max-tokens "$neg"
+"$K" config --set 'store.max_inflight= 8' --json | jqe '."store.max_inflight" == "8"' >/dev/null || fail "a blank before a number"
+
+# --json is valid JSON in UTF-8 whatever bytes it quotes
+printf '{"timestamp": 0, "input_length": 100, "output_length": 1, "hash_ids": [1]}\n' >"$T/caf"$'\xe9'.jsonl
+utf8_json() { python3 -c 'import json, sys; print(json.loads(sys.stdin.buffer.read().decode("utf-8"))[sys.argv[1]])' "$1"; }
+out=$("$K" replay --trace "$T/caf"$'\xe9'.jsonl --simulate --json | tail -1 | utf8_json source) || fail "replay --json of a Latin-1 path is not UTF-8 JSON"
+[ "$out" = "$T/caf"$'\xef\xbf\xbd'.jsonl ] || fail "replay --json source: $out"
+out=$("$K" config --set model.tenant=$'t\xc3\xa9n\tant\x7f"' --json | utf8_json model.tenant) || fail "config --json is not JSON"
+[ "$out" = $'t\xc3\xa9n\tant\x7f"' ] || fail "config --json model.tenant: $out"
 
 # A store on one directory, filled through the public API.
 "$K" session save --synthetic 2560 --dir "$T/s" "${SMALL[@]}" >/dev/null
