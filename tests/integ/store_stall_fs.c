@@ -74,6 +74,21 @@ static void slowfs_stop(struct slowfs *f)
 	rmdir(f->mnt);
 }
 
+/* An nvme store left closing on the stalled mount (its last close gave up) holds the
+ * directory's lock until its close finishes, once the mount answers: wait for it. Opens
+ * happen with the mount answering; on a very slow machine (a sanitizer build, 10 % of a
+ * core) an open's scan can still pass store.sync_timeout_ms (-ETIMEDOUT): try again. */
+static struct kvt_store *open_retrying(const struct kvt_config *c)
+{
+	struct kvt_store *s;
+	int rc;
+	for (int i = 0; ((rc = kvt_store_open(c, &s)) == -EBUSY || rc == -ETIMEDOUT) && i < 100;
+	     i++)
+		usleep(50000);
+	CHECK_RC(rc, 0);
+	return s;
+}
+
 static struct kvt_store *open_store(const char *tiers, const char *dir)
 {
 	struct kvt_config *c = test_config(tiers, dir);
@@ -83,16 +98,7 @@ static struct kvt_store *open_store(const char *tiers, const char *dir)
 	test_set(c, "nvme.bytes", "64MiB");
 	test_set_deadline(c, "400", "100");
 	test_set(c, "store.sync_timeout_ms", "1000");
-	/* An nvme store left closing on the stalled mount (its last close gave up) holds the
-	 * directory's lock until its close finishes, once the mount answers: wait for it.
-	 * Opens happen with the mount answering; on a very slow machine an open's scan can
-	 * still pass store.sync_timeout_ms (-ETIMEDOUT, seen at 10 % of a core): try again. */
-	struct kvt_store *s;
-	int rc;
-	for (int i = 0; ((rc = kvt_store_open(c, &s)) == -EBUSY || rc == -ETIMEDOUT) && i < 100;
-	     i++)
-		usleep(50000);
-	CHECK_RC(rc, 0);
+	struct kvt_store *s = open_retrying(c);
 	kvt_config_destroy(c);
 	return s;
 }
@@ -197,8 +203,7 @@ static void late_zero_copy(struct slowfs *f)
 	test_set(c, "nvme.bytes", "64MiB");
 	test_set_deadline(c, "400", "100");
 	test_set(c, "store.sync_timeout_ms", "1000");
-	struct kvt_store *s;
-	CHECK_RC(kvt_store_open(c, &s), 0);
+	struct kvt_store *s = open_retrying(c);
 	const struct kvt_geometry *g = kvt_store_geometry(s);
 	size_t len = kvt_payload_bytes(g, g->chunk_tokens);
 	uint8_t *buf = kvt__huge_alloc(len), *back = kvt__huge_alloc(len);
@@ -244,7 +249,7 @@ static void late_zero_copy(struct slowfs *f)
 	kvt_store_close(s);
 
 	/* nothing of it on disk either */
-	CHECK_RC(kvt_store_open(c, &s), 0);
+	s = open_retrying(c);
 	CHECK_RC(kvt_get_sync(s, &k[1], 0, 0, back, len, NULL), -ENOENT);
 	CHECK_RC(kvt_get_sync(s, &k[0], 0, 0, back, len, NULL), 0);
 	CHECK(test_check(back, len, 1));
