@@ -62,6 +62,7 @@
 #define FS_SWEEP_PERIOD_NS (600ull * 1000000000ull) /* a writer sweeps at least this often */
 #define FS_SWEEP_LOCK ".sweep.lock"
 
+#define FS_LEAVES 65536 /* leaf directories: <hex[0:2]>/<hex[2:4]> */
 #define FS_SERVED 4096 /* reads remembered for drop_corrupt */
 
 enum fs_direct { DIRECT_AUTO, DIRECT_ON, DIRECT_OFF };
@@ -82,7 +83,7 @@ struct fs_served {
 	bool used;
 };
 enum fs_sync { SYNC_NONE, SYNC_DATA, SYNC_FULL };
-enum fs_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_FLUSH, OP_DROP, OP_SWEEP };
+enum fs_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_FLUSH, OP_DROP, OP_SWEEP, OP_SYNCDIRS };
 
 /* One lookup batch, shared by the pieces the workers run. */
 struct fs_batch {
@@ -92,6 +93,18 @@ struct fs_batch {
 	atomic_int err;
 	kvt_tier_cb cb;
 	void *arg;
+};
+
+/* fs.fsync=data: the directory syncs that the flushes in `flushes` wait for, spread over the
+ * workers in pieces. Jobs finish in the order they started (s->dirsync_head), so a flush
+ * never completes before an earlier flush's directories are synced. */
+struct fs_dirsync {
+	struct fs_dirsync *next;
+	uint8_t *dirty;        /* leaves to sync (a bitmap of 65536), NULL: none */
+	struct fs_op *flushes; /* ready flushes, completed with err once this job is over */
+	atomic_uint pieces_left;
+	atomic_int err;
+	bool done; /* under lock */
 };
 
 struct fs_op {
@@ -110,8 +123,9 @@ struct fs_op {
 	struct kvt_key parent;
 	uint64_t ticket;
 	struct fs_op *wprev, *wnext;
-	/* OP_EXISTS: keys [i0, i1) of batch */
+	/* OP_EXISTS: keys [i0, i1) of batch; OP_SYNCDIRS: leaves [i0, i1) of dirsync */
 	struct fs_batch *batch;
+	struct fs_dirsync *dirsync;
 	uint32_t i0, i1;
 };
 
@@ -148,6 +162,11 @@ struct fs_state {
 	pthread_t threads[64];
 	/* writes not yet completed, oldest first, and flushes waiting on them */
 	struct fs_op *wfirst, *wlast;
+	/* fs.fsync=data: leaf directories (by the key's first two bytes) that got a name
+	 * since the last flush, whose fsync makes those names durable (under lock) */
+	uint8_t dirty_leaf[FS_LEAVES / 8];
+	bool any_dirty_leaf;
+	struct fs_dirsync *dirsync_head, *dirsync_tail; /* started, not yet finished */
 	uint64_t next_ticket;
 	struct fs_op *flush_head, *flush_tail;
 
@@ -203,6 +222,13 @@ static int leaf_open(struct fs_state *s, const char *path, bool create)
 	int leaf = open_level(s, top, d, create);
 	close(top);
 	return leaf;
+}
+
+static int open_leaf_at(struct fs_state *s, unsigned leaf)
+{
+	char path[16];
+	snprintf(path, sizeof(path), "%02x/%02x/", (leaf >> 8) & 0xff, leaf & 0xff);
+	return leaf_open(s, path, false);
 }
 
 /* A leaf that is not there, or is not a directory of ours: the object is absent. */
@@ -279,18 +305,159 @@ static struct fs_op *ready_flushes(struct fs_state *s)
 	return ready;
 }
 
-static void finish_flushes(struct fs_state *s, struct fs_op *ready, int result)
+static void complete_flushes(struct fs_state *s, struct fs_op *f, int result)
 {
-	while (ready) {
-		struct fs_op *f = ready;
-		ready = f->next;
+	while (f) {
+		struct fs_op *next = f->next;
 		int rc = result;
 		/* With fsync off, writes are only in the page cache: make them durable now. */
 		if (!rc && s->sync == SYNC_NONE && syncfs(s->rootfd) < 0)
 			rc = -errno;
 		f->cb(f->arg, rc);
 		kvt__free(f);
+		f = next;
 	}
+}
+
+static void mark_leaf_dirty(struct fs_state *s, unsigned leaf) /* lock held */
+{
+	s->dirty_leaf[leaf / 8] |= (uint8_t)(1u << (leaf % 8));
+	s->any_dirty_leaf = true;
+}
+
+/* fsync the leaves of dirty in [lo, hi); a leaf whose fsync fails is marked dirty again, for
+ * the next flush. 0 or the first error; a leaf gone since (swept, removed) has nothing left
+ * to persist. */
+static int sync_leaves(struct fs_state *s, const uint8_t *dirty, unsigned lo, unsigned hi)
+{
+	int rc = 0;
+	for (unsigned leaf = lo; leaf < hi; leaf++) {
+		if (!(dirty[leaf / 8] & (1u << (leaf % 8))))
+			continue;
+		int dfd = open_leaf_at(s, leaf);
+		int r = dfd < 0 ? dfd : fsync(dfd) < 0 ? -errno : 0;
+		if (dfd >= 0)
+			close(dfd);
+		if (r < 0 && r != -ENOENT) {
+			rc = rc ? rc : r;
+			pthread_mutex_lock(&s->lock);
+			mark_leaf_dirty(s, leaf);
+			pthread_mutex_unlock(&s->lock);
+		}
+	}
+	return rc;
+}
+
+/* A job's last piece is over: finish, in start order, every job that is done. A job that
+ * failed fails the jobs started before its leaves were marked again too (they may have
+ * missed them). */
+static void dirsync_done(struct fs_state *s, struct fs_dirsync *d)
+{
+	struct fs_dirsync *over = NULL, **tailp = &over;
+	pthread_mutex_lock(&s->lock);
+	d->done = true;
+	while (s->dirsync_head && s->dirsync_head->done) {
+		struct fs_dirsync *j = s->dirsync_head;
+		s->dirsync_head = j->next;
+		if (!s->dirsync_head)
+			s->dirsync_tail = NULL;
+		int err = atomic_load(&j->err);
+		for (struct fs_dirsync *k = s->dirsync_head; err && k; k = k->next) {
+			int zero = 0;
+			atomic_compare_exchange_strong(&k->err, &zero, err);
+		}
+		j->next = NULL;
+		*tailp = j;
+		tailp = &j->next;
+	}
+	pthread_mutex_unlock(&s->lock);
+	while (over) {
+		struct fs_dirsync *next = over->next;
+		complete_flushes(s, over->flushes, atomic_load(&over->err));
+		kvt__free(over->dirty);
+		kvt__free(over);
+		over = next;
+	}
+}
+
+static void run_syncdirs(struct fs_state *s, struct fs_op *op, bool cancel)
+{
+	struct fs_dirsync *d = op->dirsync;
+	int rc = cancel ? -ECANCELED : sync_leaves(s, d->dirty, op->i0, op->i1);
+	int zero = 0;
+	if (rc < 0)
+		atomic_compare_exchange_strong(&d->err, &zero, rc);
+	kvt__free(op);
+	if (atomic_fetch_sub(&d->pieces_left, 1) == 1)
+		dirsync_done(s, d);
+}
+
+static struct fs_op *op_new(enum fs_kind kind, size_t extra, kvt_tier_cb cb, void *arg);
+static int submit_many(struct fs_state *s, struct fs_op **ops, unsigned n);
+
+/* fs.fsync=data syncs each object's data before it is published, but not its name: a power
+ * loss after a flush could still take back the rename or link into the leaf directory. So
+ * the flushes in ready complete after an fsync of every leaf directory that got a name
+ * since the last flush, run by the workers in parallel (each costs a round trip on a
+ * network file system), and after every earlier flush's. */
+static void start_dirsync(struct fs_state *s, struct fs_op *ready)
+{
+	struct fs_dirsync *d = kvt__calloc(1, sizeof(*d));
+	uint8_t *dirty = kvt__malloc(FS_LEAVES / 8);
+	if (!d || !dirty) {
+		kvt__free(d);
+		kvt__free(dirty);
+		complete_flushes(s, ready, -ENOMEM);
+		return;
+	}
+	d->flushes = ready;
+	struct fs_op *pieces[64];
+	unsigned n = 0;
+	pthread_mutex_lock(&s->lock);
+	if (s->any_dirty_leaf) {
+		memcpy(dirty, s->dirty_leaf, FS_LEAVES / 8);
+		memset(s->dirty_leaf, 0, FS_LEAVES / 8);
+		s->any_dirty_leaf = false;
+		d->dirty = dirty;
+		dirty = NULL;
+		n = s->nthreads;
+	}
+	if (s->dirsync_tail)
+		s->dirsync_tail->next = d;
+	else
+		s->dirsync_head = d;
+	s->dirsync_tail = d;
+	pthread_mutex_unlock(&s->lock);
+	kvt__free(dirty);
+
+	/* One piece per worker, each a range of leaves; +1 while submitting. */
+	atomic_store(&d->pieces_left, n + 1);
+	unsigned queued = 0;
+	for (unsigned i = 0; i < n; i++) {
+		struct fs_op *op = op_new(OP_SYNCDIRS, 0, NULL, NULL);
+		if (!op) {
+			atomic_store(&d->err, -ENOMEM);
+			atomic_fetch_sub(&d->pieces_left, 1);
+			continue;
+		}
+		op->dirsync = d;
+		op->i0 = (uint32_t)((uint64_t)FS_LEAVES * i / n);
+		op->i1 = (uint32_t)((uint64_t)FS_LEAVES * (i + 1) / n);
+		pieces[queued++] = op;
+	}
+	if (queued && submit_many(s, pieces, queued) < 0) /* closing: sync them here */
+		for (unsigned i = 0; i < queued; i++)
+			run_syncdirs(s, pieces[i], false);
+	if (atomic_fetch_sub(&d->pieces_left, 1) == 1)
+		dirsync_done(s, d);
+}
+
+static void finish_flushes(struct fs_state *s, struct fs_op *ready, int result)
+{
+	if (ready && !result && s->sync == SYNC_DATA)
+		start_dirsync(s, ready);
+	else
+		complete_flushes(s, ready, result);
 }
 
 /* A write is over: take it off the pending list and release the flushes it held back. */
@@ -696,6 +863,11 @@ static int write_object(struct fs_state *s, struct fs_op *op)
 	if (rc < 0)
 		goto fail;
 	forget_served(s, &op->key);
+	if (s->sync == SYNC_DATA) { /* the next flush makes the name durable */
+		pthread_mutex_lock(&s->lock);
+		mark_leaf_dirty(s, (unsigned)op->key.bytes[0] << 8 | op->key.bytes[1]);
+		pthread_mutex_unlock(&s->lock);
+	}
 	if (s->sync == SYNC_FULL && fsync(dfd) < 0) {
 		rc = -errno;
 		goto fail;
@@ -831,6 +1003,9 @@ static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 		return;
 	case OP_FLUSH:
 		run_flush(s, op, cancel);
+		return;
+	case OP_SYNCDIRS:
+		run_syncdirs(s, op, cancel);
 		return;
 	case OP_READ:
 		if (!cancel)
@@ -993,7 +1168,7 @@ static void fs_close(struct kvt_tier *t)
 	for (unsigned i = 0; i < s->nthreads; i++)
 		pthread_join(s->threads[i], NULL);
 	/* Every write has completed, so no flush can still be waiting. */
-	assert(!s->flush_head && !s->wfirst);
+	assert(!s->flush_head && !s->wfirst && !s->dirsync_head);
 	pthread_cond_destroy(&s->cond);
 	pthread_cond_destroy(&s->wcond);
 	pthread_mutex_destroy(&s->lock);

@@ -2,7 +2,7 @@
  * slowfs.c - a tiny passthrough FUSE file system that can be made slow or stop answering,
  * for tests of kvtier against a real slow or hung device (a stalled NFS server, a dying
  * disk behind a file system). Every call is passed to a backing directory; on top:
- *   --delay-ms N   each data call (open, create, read, write, fsync) sleeps N ms first;
+ *   --delay-ms N   each data call (open, create, read, write, fsync, fsyncdir) sleeps N ms first;
  *   SIGUSR1        stall: every call, metadata included, waits until SIGUSR2 (a hung
  *                  mount: the kernel keeps the caller waiting in the system call);
  *   SIGUSR2        resume;
@@ -250,6 +250,19 @@ static int s_fsync(const char *path, int datasync, struct fuse_file_info *fi)
 	RET(datasync ? fdatasync((int)fi->fh) : fsync((int)fi->fh));
 }
 
+/* A directory's fsync: what makes a name created, renamed or linked in it durable. */
+static int s_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi)
+{
+	(void)fi;
+	gate(1);
+	int fd = openat(bfd, rel(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int rc = (datasync ? fdatasync(fd) : fsync(fd)) < 0 ? -errno : 0;
+	close(fd);
+	return rc;
+}
+
 static int s_fallocate(const char *path, int mode, off_t off, off_t len,
 		       struct fuse_file_info *fi)
 {
@@ -296,6 +309,7 @@ static const struct fuse_operations ops = {
 	.statfs = s_statfs,
 	.release = s_release,
 	.fsync = s_fsync,
+	.fsyncdir = s_fsyncdir,
 	.fallocate = s_fallocate,
 	.flock = s_flock,
 };
