@@ -137,6 +137,24 @@ int kvt__parse_u64(const char *s, uint64_t *out)
 	return 0;
 }
 
+int kvt__parse_double(const char *s, double *out)
+{
+	/* strtod also takes a sign, hexadecimal ("0x1p3"), "inf" and "nan": a number here is
+	 * blanks, then a digit (or a point and a digit), in decimal */
+	const char *d = s;
+	while (d && isspace((unsigned char)*d))
+		d++;
+	if (!d || !isdigit((unsigned char)(*d == '.' ? d[1] : *d)) || strpbrk(d, "xX"))
+		return -EINVAL;
+	char *end;
+	errno = 0;
+	double v = strtod(d, &end);
+	if (errno || *end || !isfinite(v))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
 size_t kvt__utf8_len(const char *s)
 {
 	const unsigned char *p = (const unsigned char *)s;
@@ -266,11 +284,7 @@ int kvt_config_set(struct kvt_config *cfg, const char *key, const char *value, c
 		break;
 	}
 	case KVT_CT_DOUBLE: {
-		char *end;
-		errno = 0;
-		v.d = strtod(value, &end);
-		if (errno || end == value || *end || !isfinite(v.d) || v.d < r->min ||
-		    v.d > r->max) {
+		if (kvt__parse_double(value, &v.d) < 0 || v.d < r->min || v.d > r->max) {
 			snprintf(why, sizeof(why), "%s: '%.60s' is not a number in [%g, %g]", key,
 				 value, r->min, r->max);
 			seterr(err, errlen, "%s%s", why, "");

@@ -81,6 +81,9 @@ int kvt__parse_size(const char *s, uint64_t *out);
 /* Parse a decimal unsigned 64-bit integer: blanks, then digits only (no sign: strtoull
  * would negate "-1" to 2^64 - 1). 0, -EINVAL, or -ERANGE above 2^64 - 1. */
 int kvt__parse_u64(const char *s, uint64_t *out);
+/* Parse a decimal number: blanks, then digits with an optional point and exponent ("0.5",
+ * "1e3"); no sign, hexadecimal, inf or nan, which strtod alone takes. 0 or -EINVAL. */
+int kvt__parse_double(const char *s, double *out);
 /* Bytes of the valid UTF-8 sequence at s (1 for ASCII, also for the NUL), 0 if invalid
  * (a stray continuation byte, an overlong form, a surrogate, above U+10FFFF, cut short). */
 size_t kvt__utf8_len(const char *s);

@@ -92,9 +92,8 @@ static int on_prof(void *user, const char *section, const char *name, const char
 			 section);
 		return 0;
 	}
-	char *end;
-	double v = strtod(value, &end);
-	if (end == value || *end || !isfinite(v) || v <= 0 || v > 1e12) {
+	double v;
+	if (kvt__parse_double(value, &v) < 0 || v <= 0 || v > 1e12) {
 		snprintf(c->why, sizeof(c->why), "%.40s: '%.40s' is not a positive number", name,
 			 value);
 		return 0;

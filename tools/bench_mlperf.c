@@ -513,7 +513,6 @@ struct ml_args {
 static int ml_opt(void *arg, int c, const char *v)
 {
 	struct ml_args *m = arg;
-	char *end;
 	uint64_t u;
 	switch (c) {
 	case 'h':
@@ -524,8 +523,7 @@ static int ml_opt(void *arg, int c, const char *v)
 			return cli_fail(CMD, "--workload: '%s' is unknown (mlperf-kv)", v), -1;
 		return 0;
 	case O_OPTION:
-		m->option = strtol(v, &end, 10);
-		if (*end || !*v || m->option < 1 || m->option > 3)
+		if (cli_parse_int(v, 1, 3, &m->option) < 0)
 			return cli_fail(CMD, "--option: '%s' is not 1, 2 or 3", v), -1;
 		return 0;
 	case O_MODEL:
@@ -533,19 +531,16 @@ static int ml_opt(void *arg, int c, const char *v)
 		m->g_model = true;
 		return 0;
 	case O_USERS:
-		m->users = strtol(v, &end, 10);
-		if (*end || !*v || m->users < 1 || m->users > 100000)
+		if (cli_parse_int(v, 1, 100000, &m->users) < 0)
 			return cli_fail(CMD, "--users: '%s' is not in [1, 100000]", v), -1;
 		m->g_users = true;
 		return 0;
 	case O_QUEUE_DEPTH:
-		m->qd = strtol(v, &end, 10);
-		if (*end || !*v || m->qd < 1 || m->qd > 4096)
+		if (cli_parse_int(v, 1, 4096, &m->qd) < 0)
 			return cli_fail(CMD, "--queue-depth: '%s' is not in [1, 4096]", v), -1;
 		return 0;
 	case O_SECONDS:
-		m->seconds = strtod(v, &end);
-		if (*end || !(m->seconds > 0) || m->seconds > 86400)
+		if (cli_parse_number(v, &m->seconds) < 0 || !(m->seconds > 0) || m->seconds > 86400)
 			return cli_fail(CMD, "--seconds: '%s' is not in (0, 86400]", v), -1;
 		m->g_secs = true;
 		return 0;

@@ -28,6 +28,20 @@ void cli_log(void *arg, int level, const char *msg)
 	fprintf(stderr, "kvtier: %s: %s\n", names[level < 0 ? 0 : level > 3 ? 3 : level], msg);
 }
 
+int cli_parse_int(const char *s, long lo, long hi, long *out)
+{
+	uint64_t v; /* digits only: strtol alone takes "+8", " 8" and "-0" */
+	if (kvt__parse_u64(s, &v) < 0 || v < (uint64_t)lo || v > (uint64_t)hi)
+		return -1;
+	*out = (long)v;
+	return 0;
+}
+
+int cli_parse_number(const char *s, double *out)
+{
+	return kvt__parse_double(s, out) < 0 ? -1 : 0;
+}
+
 int cli_parse_size(const char *s, unsigned long long *out)
 {
 	uint64_t v; /* the one size syntax, the configuration's (src/config.c) */

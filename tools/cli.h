@@ -62,6 +62,12 @@ void cli_log(void *arg, int level, const char *msg);
 /* Parse a size with binary units ("4M", "2GiB"): kvt__parse_size, the syntax of size
  * configuration keys. 0 or -1. */
 int cli_parse_size(const char *s, unsigned long long *out);
+/* Parse a whole number in [lo, hi] (0 <= lo): decimal digits after optional blanks, no
+ * sign. 0 or -1. */
+int cli_parse_int(const char *s, long lo, long hi, long *out);
+/* Parse a non-negative decimal number ("2", "0.5", "1e3"): kvt__parse_double, the syntax
+ * of number configuration keys (no sign, hexadecimal, inf or nan). 0 or -1. */
+int cli_parse_number(const char *s, double *out);
 /* Print a JSON string with escaping. */
 void cli_json_str(FILE *f, const char *s);
 

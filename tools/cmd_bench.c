@@ -620,7 +620,6 @@ enum {
 static int bench_opt(void *arg, int c, const char *v)
 {
 	struct bench_opts *o = arg;
-	char *end;
 	long q;
 	double d;
 	uint64_t u;
@@ -641,15 +640,13 @@ static int bench_opt(void *arg, int c, const char *v)
 						 "in [4K, 1G]", v), -1;
 		return 0;
 	case O_QUEUE_DEPTH:
-		q = strtol(v, &end, 10);
-		if (*end || q < 1 || q > 4096)
+		if (cli_parse_int(v, 1, 4096, &q) < 0)
 			return cli_fail("bench", "--queue-depth: '%s' is not in [1, 4096]", v), -1;
 		o->queue_depth = (unsigned)q;
 		return 0;
 	case O_SECONDS:
 	case O_RAMP:
-		d = strtod(v, &end);
-		if (*end || !*v || !(c == O_RAMP ? d >= 0 : d > 0) || d > 86400)
+		if (cli_parse_number(v, &d) < 0 || !(c == O_RAMP ? d >= 0 : d > 0) || d > 86400)
 			return cli_fail("bench", "--%s: '%s' is not in %s, 86400]",
 					c == O_RAMP ? "ramp" : "seconds", v, c == O_RAMP ? "[0" : "(0"),
 			       -1;
@@ -662,8 +659,7 @@ static int bench_opt(void *arg, int c, const char *v)
 		return 0;
 	case O_READ_PCT:
 	case O_MIXED_PCT:
-		q = strtol(v, &end, 10);
-		if (*end || !*v || q < 0 || q > 100)
+		if (cli_parse_int(v, 0, 100, &q) < 0)
 			return cli_fail("bench", "--%s: '%s' is not in [0, 100]",
 					c == O_READ_PCT ? "read-pct" : "mixed-pct", v), -1;
 		*(c == O_READ_PCT ? &o->read_pct : &o->mixed_pct) = (int)q;
@@ -675,8 +671,7 @@ static int bench_opt(void *arg, int c, const char *v)
 		o->key_set = (unsigned long)u;
 		return 0;
 	case O_ROUNDS:
-		q = strtol(v, &end, 10);
-		if (*end || q < 1 || q > 100)
+		if (cli_parse_int(v, 1, 100, &q) < 0)
 			return cli_fail("bench", "--rounds: '%s' is not in [1, 100]", v), -1;
 		o->rounds = (int)q;
 		return 0;

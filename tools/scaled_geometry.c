@@ -11,16 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "cost.h"
 #include "scaled_geometry.h"
 
 int scaled_parse(const char *v, double *out)
 {
-	char *end;
-	if (!v || !*v)
-		return -EINVAL;
-	double x = strtod(v, &end);
-	if (*end || !(x > 0) || x > 1)
+	double x;
+	if (kvt__parse_double(v, &x) < 0 || !(x > 0) || x > 1)
 		return -EINVAL;
 	*out = x;
 	return 0;

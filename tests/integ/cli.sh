@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The kvtier command as scripts use it: --help on every subcommand, one-line errors with a
 # non-zero exit, a negative number refused wherever an unsigned one is read (config --set,
-# KVTIER_* variables, replay, session, crossover: strtoull reads " -N" as 2^64 - N), --json
+# KVTIER_* variables, replay, session, crossover, bench: strtoull reads " -N" as 2^64 - N;
+# strtol and strtod take "+8", "0x10" and "inf"), --json
 # always valid UTF-8 JSON (a Latin-1 byte in a path becomes U+FFFD), a store opened with
 # --dir alone, ls/stat/verify/rm with --json, and verify finding (and with --drop
 # removing) a corrupted and a truncated object.
@@ -33,7 +34,7 @@ no_sign() {
 	local rc=0
 	"$@" >"$T/out" 2>"$T/err" || rc=$?
 	[ $rc != 0 ] || fail "'$*' accepted: $(cat "$T/out" | head -c 300)"
-	[ "$(wc -l <"$T/err")" = 1 ] && grep -q "is not a non-negative integer\|is not a size\|is not in\|is not 1\.\.\|bad value" "$T/err" ||
+	[ "$(wc -l <"$T/err")" = 1 ] && grep -q "is not a non-negative integer\|is not a size\|is not in\|is not 1\.\.\|bad value\|is not a number in\|is not 1, 2 or 3" "$T/err" ||
 		fail "'$*': unclear error: $(cat "$T/err")"
 }
 no_sign "$K" config --set "store.max_inflight=$neg"
@@ -45,6 +46,25 @@ no_sign "$K" replay --workload chat --requests 10 --simulate --gen "requests=$ne
 no_sign "$K" session save --synthetic 10 --seed ' -1' --dir "$T/neg"
 no_sign "$K" session save --synthetic "$neg" --dir "$T/neg"
 no_sign "$K" crossover --max-tokens "$neg"
+# Signed, hexadecimal and infinite numbers too, where strtol/strtod alone take them; each
+# command is one that finishes quickly (in $T) should the value be taken.
+QUICK=(bench --tier dram --no-ref --set-bytes 8M --chunk-bytes 64K --rounds 1 --seconds 0.1 --ramp 0)
+MLQ=(bench --workload mlperf-kv --seconds 0.1 --scale 0.01 --users 2 --dir "$T/ml" --nvme-bytes 64M)
+no_sign "$K" "${QUICK[@]}" --queue-depth +8
+no_sign "$K" "${QUICK[@]}" --read-pct +5
+no_sign "$K" "${QUICK[@]}" --rounds +1
+no_sign "$K" "${QUICK[@]}" --seconds 0x10
+no_sign "$K" "${QUICK[@]}" --seconds inf
+no_sign "$K" "${QUICK[@]}" --ramp -0
+no_sign "$K" "${MLQ[@]}" --users +5
+no_sign "$K" "${MLQ[@]}" --option +1
+no_sign "$K" "${MLQ[@]}" --queue-depth ' +4'
+no_sign "$K" "${MLQ[@]}" --scale 0x0.1
+no_sign "$K" "${MLQ[@]}" --seconds nan
+no_sign "$K" config --set cost.mfu=+0.5
+no_sign "$K" config --set cost.mfu=0x0.8p0
+no_sign "$K" config --set cost.gpu_tflops=infinity
+"$K" config --set 'cost.mfu= 0.25' --json | jqe '."cost.mfu" == "0.25"' >/dev/null || fail "a blank before a decimal number"
 "$K" config --set 'store.max_inflight= 8' --json | jqe '."store.max_inflight" == "8"' >/dev/null || fail "a blank before a number"
 
 # --json is valid JSON in UTF-8 whatever bytes it quotes
