@@ -42,6 +42,7 @@
 
 #include "config.h"
 #include "net_resolve.h"
+#include "redis_url.h"
 #include "tier.h"
 
 #define RD_MAX_CONNS 64
@@ -105,11 +106,7 @@ struct rd_conn {
 struct rd_state {
 	bool ro; /* store.read_only: inspection writes and deletes nothing */
 	struct kvt_tier *t;
-	char host[256];
-	int port;
-	char user[128];
-	char pass[512];
-	int db;
+	struct kvt_redis_url url; /* redis.url, parsed */
 	char prefix[256];
 	size_t prefix_len;
 	uint64_t timeout_ns;
@@ -278,7 +275,7 @@ static void conn_fail(struct rd_conn *c, int err, const char *why)
 	struct rd_state *s = c->s;
 	if (c->head && err != -ECANCELED && !c->quiet)
 		KVT_WARN(&s->t->log, "redis %s:%d: %s: %s (failing requests until it answers)",
-			 s->host, s->port, why, kvt_strerror(err));
+			 s->url.host, s->url.port, why, kvt_strerror(err));
 	c->quiet = c->head && err != -ECANCELED;
 	conn_drop(c);
 	struct rd_op *op = c->head;
@@ -299,11 +296,11 @@ static struct rd_op *handshake_op(struct rd_state *s, enum rd_kind kind)
 	int argc = 0;
 	if (kind == OP_AUTH) {
 		argv[argc++] = "AUTH";
-		if (s->user[0])
-			argv[argc++] = s->user;
-		argv[argc++] = s->pass;
+		if (s->url.user[0])
+			argv[argc++] = s->url.user;
+		argv[argc++] = s->url.pass;
 	} else {
-		snprintf(dbs, sizeof(dbs), "%d", s->db);
+		snprintf(dbs, sizeof(dbs), "%d", s->url.db);
 		argv[argc++] = "SELECT";
 		argv[argc++] = dbs;
 	}
@@ -326,11 +323,11 @@ static int conn_start(struct rd_conn *c, const char **why)
 	struct rd_state *s = c->s;
 	char ip[64];
 	*why = "name lookup";
-	int rc = kvt__resolve(&c->resolver, s->host, s->port, s->timeout_ns, ip, sizeof(ip));
+	int rc = kvt__resolve(&c->resolver, s->url.host, s->url.port, s->timeout_ns, ip, sizeof(ip));
 	if (rc < 0)
 		return rc;
 	*why = "connect";
-	c->c = redisConnectNonBlock(ip, s->port);
+	c->c = redisConnectNonBlock(ip, s->url.port);
 	if (!c->c)
 		return -ENOMEM;
 	if (c->c->err) {
@@ -338,7 +335,7 @@ static int conn_start(struct rd_conn *c, const char **why)
 		if (c->c->err != REDIS_ERR_IO)
 			e = -EHOSTUNREACH;
 		if (!c->quiet)
-			KVT_WARN(&s->t->log, "redis %s:%d: connect: %s", s->host, s->port,
+			KVT_WARN(&s->t->log, "redis %s:%d: connect: %s", s->url.host, s->url.port,
 				 c->c->errstr);
 		conn_drop(c);
 		return e;
@@ -366,9 +363,9 @@ static int conn_up(struct rd_conn *c)
 		return -err;
 	struct rd_op *pre[2];
 	int n = 0;
-	if (s->db && !(pre[n++] = handshake_op(s, OP_SELECT)))
+	if (s->url.db && !(pre[n++] = handshake_op(s, OP_SELECT)))
 		return -ENOMEM;
-	if (s->pass[0] && !(pre[n++] = handshake_op(s, OP_AUTH))) {
+	if (s->url.pass[0] && !(pre[n++] = handshake_op(s, OP_AUTH))) {
 		if (n > 1)
 			kvt__free(pre[0]);
 		return -ENOMEM;
@@ -457,13 +454,13 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 			if (op->kind != OP_AUTH || shown > 32)
 				shown = op->kind == OP_AUTH ? 0 : (int)strlen(r->msg);
 			if (!c->quiet)
-				KVT_ERR(&s->t->log, "redis %s:%d: %s refused: %.*s%s", s->host,
-					s->port,
+				KVT_ERR(&s->t->log, "redis %s:%d: %s refused: %.*s%s", s->url.host,
+					s->url.port,
 					op->kind == OP_SELECT ? "SELECT" : "authentication", shown,
 					r->msg, op->kind == OP_AUTH ? " (the server's text not shown)" : "");
 			return err;
 		}
-		KVT_WARN(&s->t->log, "redis %s:%d: %s", s->host, s->port, r->msg);
+		KVT_WARN(&s->t->log, "redis %s:%d: %s", s->url.host, s->url.port, r->msg);
 	}
 	if (!err) {
 		switch (op->kind) {
@@ -770,64 +767,6 @@ static void *io_thread(void *arg)
 
 /* ------------------------------------------------------------ vtable */
 
-/* redis://[[user]:password@]host[:port][/db] */
-static int parse_url(struct rd_state *s, const char *url)
-{
-	const char *p = url;
-	if (!strncmp(p, "redis://", 8))
-		p += 8;
-	else if (strstr(p, "://"))
-		return -EINVAL;
-	const char *at = strrchr(p, '@');
-	if (at) {
-		const char *colon = memchr(p, ':', (size_t)(at - p));
-		if (!colon)
-			return -EINVAL;
-		size_t ul = (size_t)(colon - p), pl = (size_t)(at - colon - 1);
-		if (ul >= sizeof(s->user) || pl >= sizeof(s->pass))
-			return -EINVAL;
-		memcpy(s->user, p, ul);
-		s->user[ul] = 0;
-		memcpy(s->pass, colon + 1, pl);
-		s->pass[pl] = 0;
-		p = at + 1;
-	}
-	const char *hend;
-	if (*p == '[') { /* [v6 address] */
-		hend = strchr(p, ']');
-		if (!hend)
-			return -EINVAL;
-		p++;
-	} else {
-		hend = p + strcspn(p, ":/");
-	}
-	size_t hl = (size_t)(hend - p);
-	if (!hl || hl >= sizeof(s->host))
-		return -EINVAL;
-	memcpy(s->host, p, hl);
-	s->host[hl] = 0;
-	p = hend + (*hend == ']');
-	s->port = 6379;
-	if (*p == ':') {
-		char *end;
-		long v = strtol(p + 1, &end, 10);
-		if (end == p + 1 || v < 1 || v > 65535)
-			return -EINVAL;
-		s->port = (int)v;
-		p = end;
-	}
-	if (*p == '/' && p[1]) {
-		char *end;
-		long v = strtol(p + 1, &end, 10);
-		if (end == p + 1 || *end || v < 0 || v > 1000000)
-			return -EINVAL;
-		s->db = (int)v;
-	} else if (*p && strcmp(p, "/")) {
-		return -EINVAL;
-	}
-	return 0;
-}
-
 static void stop_conns(struct rd_state *s, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++) {
@@ -865,7 +804,7 @@ static int rd_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	s->t = t;
 	s->ro = kvt__cfg_bool(cfg, "store.read_only");
 	const char *url = kvt__cfg_str(cfg, "redis.url");
-	if (parse_url(s, url) < 0) {
+	if (kvt__redis_url_parse(url, &s->url) < 0) {
 		KVT_ERR(&t->log, "redis: redis.url is not redis://[[user]:password@]host[:port][/db]");
 		return -EINVAL;
 	}
@@ -903,7 +842,7 @@ static int rd_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	}
 	/* Connections open on first use; the tier works once the server comes up. */
 	KVT_INFO(&t->log, "redis: %s:%d db %d%s, prefix '%s', %u connections, timeout %llu ms",
-		 s->host, s->port, s->db, s->pass[0] ? " (auth)" : "", s->prefix, s->nconns,
+		 s->url.host, s->url.port, s->url.db, s->url.pass[0] ? " (auth)" : "", s->prefix, s->nconns,
 		 (unsigned long long)(s->timeout_ns / 1000000));
 	return 0;
 undo:
@@ -919,7 +858,7 @@ static void rd_close(struct kvt_tier *t)
 {
 	struct rd_state *s = t->state;
 	stop_conns(s, s->nconns);
-	memset(s->pass, 0, sizeof(s->pass));
+	memset(s->url.pass, 0, sizeof(s->url.pass));
 }
 
 static int submit(struct rd_state *s, struct rd_op *op)
@@ -1103,26 +1042,26 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			     (suseconds_t)(s->timeout_ns % 1000000000ull / 1000)};
 	struct kvt_resolver *lookup = NULL;
 	char ip[64];
-	int rc = kvt__resolve(&lookup, s->host, s->port, s->timeout_ns, ip, sizeof(ip));
+	int rc = kvt__resolve(&lookup, s->url.host, s->url.port, s->timeout_ns, ip, sizeof(ip));
 	if (rc < 0) {
 		kvt__resolve_abandon(lookup);
-		KVT_WARN(&t->log, "redis %s:%d: name lookup: %s", s->host, s->port, kvt_strerror(rc));
+		KVT_WARN(&t->log, "redis %s:%d: name lookup: %s", s->url.host, s->url.port, kvt_strerror(rc));
 		return rc;
 	}
-	redisContext *c = redisConnectWithTimeout(ip, s->port, tv);
+	redisContext *c = redisConnectWithTimeout(ip, s->url.port, tv);
 	if (!c)
 		return -ENOMEM;
 	if (c->err) {
-		KVT_WARN(&t->log, "redis %s:%d: connect: %s", s->host, s->port, c->errstr);
+		KVT_WARN(&t->log, "redis %s:%d: connect: %s", s->url.host, s->url.port, c->errstr);
 		rc = errno == ETIMEDOUT || errno == EINPROGRESS ? -ETIMEDOUT : -ECONNREFUSED;
 		goto out;
 	}
 	redisSetTimeout(c, tv);
-	if (s->pass[0] && (rc = sync_ok(c, s->user[0] ? redisCommand(c, "AUTH %s %s", s->user,
-								      s->pass)
-						       : redisCommand(c, "AUTH %s", s->pass))) < 0)
+	if (s->url.pass[0] && (rc = sync_ok(c, s->url.user[0] ? redisCommand(c, "AUTH %s %s", s->url.user,
+								      s->url.pass)
+						       : redisCommand(c, "AUTH %s", s->url.pass))) < 0)
 		goto out;
-	if (s->db && (rc = sync_ok(c, redisCommand(c, "SELECT %d", s->db))) < 0)
+	if (s->url.db && (rc = sync_ok(c, redisCommand(c, "SELECT %d", s->url.db))) < 0)
 		goto out;
 	/* the prefix as a glob pattern: its special characters escaped */
 	char pat[2 * sizeof(s->prefix) + 2];
@@ -1151,7 +1090,7 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			rc = -EPROTO;
 			KVT_WARN(&t->log, "redis %s:%d: listing: SCAN went on past %llu calls without "
 					  "ending (the keyspace holds fewer keys than that covers)",
-				 s->host, s->port, (unsigned long long)max_calls);
+				 s->url.host, s->url.port, (unsigned long long)max_calls);
 			goto out;
 		}
 		redisReply *r = redisCommand(c, "SCAN %s MATCH %b COUNT 1000", cursor, pat, pl);
@@ -1212,7 +1151,7 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	} while (rc == 0 && !stop && strcmp(cursor, "0"));
 out:
 	if (rc < 0 && rc != -ETIMEDOUT)
-		KVT_WARN(&t->log, "redis %s:%d: listing: %s", s->host, s->port, strerror(-rc));
+		KVT_WARN(&t->log, "redis %s:%d: listing: %s", s->url.host, s->url.port, strerror(-rc));
 	redisFree(c);
 	return rc;
 }

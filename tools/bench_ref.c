@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "redis_url.h"
 
 extern char **environ;
 
@@ -400,32 +401,6 @@ static void mix_harmonic(struct phase_result *out, int read_pct, size_t bs)
 
 /* ------------------------------------------------------------ redis */
 
-/* redis://[:password@]host:port[/db] */
-static int parse_redis_url(const char *url, char *host, size_t hl, int *port, int *db,
-			   bool *has_pass)
-{
-	if (strncmp(url, "redis://", 8))
-		return -EINVAL;
-	const char *p = url + 8, *at = strchr(p, '@');
-	*has_pass = false;
-	if (at) {
-		const char *colon = memchr(p, ':', (size_t)(at - p));
-		*has_pass = colon ? at > colon + 1 : at > p;
-		p = at + 1;
-	}
-	const char *colon = strchr(p, ':'), *slash = strchr(p, '/');
-	*port = 6379;
-	*db = slash ? atoi(slash + 1) : 0;
-	if (colon && (!slash || colon < slash)) {
-		snprintf(host, hl, "%.*s", (int)(colon - p), p);
-		*port = atoi(colon + 1);
-	} else {
-		size_t n = strcspn(p, "/");
-		snprintf(host, hl, "%.*s", (int)n, p);
-	}
-	return 0;
-}
-
 /* The reference's database: redis-benchmark writes keys "key:<12 digits>" into it (SET over
  * -r keys), and they must go afterwards without touching anything else. It used to be db
  * 15, emptied with FLUSHDB afterwards: whatever else lived there - the tier's own objects
@@ -565,16 +540,18 @@ static int redis_bench_once(const char *host, int port, int db, unsigned qd, uns
 int bench_ref_redis(const char *url, size_t bs, size_t n_keys, unsigned qd, unsigned threads,
 		    double seconds, int read_pct, struct phase_result *out)
 {
-	char host[256];
-	int port, tier_db;
-	bool has_pass;
-	if (parse_redis_url(url, host, sizeof(host), &port, &tier_db, &has_pass) < 0)
+	struct kvt_redis_url u; /* the tier's own parse: the same server and database */
+	if (kvt__redis_url_parse(url, &u) < 0)
 		return -EINVAL;
 	/* redis-benchmark takes a password only as -a on its command line, where `ps` shows it
 	 * to every user: with a password there is no reference. */
+	bool has_pass = u.pass[0];
+	memset(u.pass, 0, sizeof(u.pass));
 	if (has_pass)
 		return -EPERM;
-	int db = ref_pick_db(host, port, tier_db);
+	const char *host = u.host;
+	int port = u.port;
+	int db = ref_pick_db(host, port, u.db);
 	if (db < 0)
 		return db;
 	/* redis-benchmark is not time-based: it runs -n requests of each command. A first run

@@ -8,7 +8,7 @@
 # Here the tier uses db 15 and holds a saved session plus an unrelated key, db 14 holds an
 # unrelated key: after the bench all of them are still there, the reference ran (a ratio
 # in the JSON) in db 13, the highest empty database that is not the tier's, and left
-# nothing there.
+# nothing there. The same with a URL without "redis://", as the tier takes it.
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary, jq or redis-server; a failure under
 # CI=true, see CMakeLists.txt).
 set -u
@@ -37,4 +37,16 @@ echo "$j" | jqe '.tier == "redis" and .ref_write_gibps > 0' >/dev/null ||
 	--set model.layers=2 >"$tmp/resume" 2>&1 || fail "the saved session is gone: $(cat "$tmp/resume")"
 left=$(cli -n 13 dbsize)
 [ "$left" = 0 ] || fail "the reference left $left keys in db 13"
-echo "ok: db 15 kept its $before15 keys' worth (session resumed), db 14 its key, db 13 clean"
+
+# The reference reads redis.url as the tier does (src/redis_url.c): it once parsed its own
+# way and found no server in a URL without "redis://", which the tier takes.
+timeout 120 "$KVT" bench --tier redis --set redis.url="127.0.0.1:$REDIS_PORT/15" --chunk-bytes 64K \
+	--set-bytes 4M --queue-depth 8 --seconds 0.5 --ramp 0 --read-pct 0 --rounds 1 \
+	--json >"$tmp/out" 2>"$tmp/err" || fail "bench without the scheme: $(cat "$tmp/err")"
+j=$(tail -1 "$tmp/out")
+echo "$j" | jqe '.tier == "redis" and .ref_write_gibps > 0' >/dev/null ||
+	fail "no reference measured for a URL without the scheme: $j / $(cat "$tmp/err")"
+[ "$(cli -n 15 get unrelated:key)" = keep ] || fail "db 15's unrelated key is gone (second bench)"
+left=$(cli -n 13 dbsize)
+[ "$left" = 0 ] || fail "the second reference left $left keys in db 13"
+echo "ok: db 15 kept its $before15 keys' worth (session resumed), db 14 its key, db 13 clean; a URL without the scheme measured too"
