@@ -102,6 +102,7 @@ struct s3_state {
 	char *prefix;
 	char *sigv4;
 	char *access_key, *secret_key, *session_token;
+	char *token_hdr; /* "x-amz-security-token: ..." or NULL */
 	char *ca_file;
 	bool tls_verify, sign_payload;
 	uint32_t max_inflight, retries;
@@ -600,11 +601,9 @@ static int put_headers(struct s3_state *s, struct s3_xfer *x)
 	}
 	line[o] = 0;
 	struct curl_slist *l = curl_slist_append(NULL, line);
-	if (l && s->session_token) {
-		char tok[4200];
-		snprintf(tok, sizeof(tok), "x-amz-security-token: %s", s->session_token);
-		if (!curl_slist_append(l, tok))
-			l = NULL;
+	if (l && s->token_hdr && !curl_slist_append(l, s->token_hdr)) {
+		curl_slist_free_all(l);
+		l = NULL;
 	}
 	if (!l)
 		return -ENOMEM;
@@ -876,6 +875,7 @@ struct cred_ctx {
 	const char *profile;
 	char *key, *secret, *token;
 	int rc;
+	const char *twice; /* a key the profile sets twice (src/config.c's rule: an error) */
 };
 
 static int on_cred(void *u, const char *section, const char *name, const char *value)
@@ -889,23 +889,56 @@ static int on_cred(void *u, const char *section, const char *name, const char *v
 							      : NULL;
 	if (!dst)
 		return 1;
-	kvt__free(*dst);
+	if (*dst) { /* last-wins would let a forgotten line override the one being edited */
+		c->twice = dst == &c->key      ? "aws_access_key_id"
+			   : dst == &c->secret ? "aws_secret_access_key"
+					       : "aws_session_token";
+		c->rc = -EINVAL;
+		return 0;
+	}
 	if (!(*dst = kvt__strdup(value)))
 		c->rc = -ENOMEM;
 	return 1;
+}
+
+/* Longest session token taken: STS tokens run to a few KiB; one longer is refused at open
+ * rather than sent cut (every request would then fail with a confusing server error). */
+#define S3_MAX_TOKEN 8192
+
+/* A session token goes into a header line as it is: refused at open if too long or holding
+ * a control character (a CR or LF would end the header early). */
+static int check_token(const struct kvt_log *log, const char *where, const char *tok)
+{
+	size_t n = strlen(tok);
+	if (n > S3_MAX_TOKEN) {
+		KVT_ERR(log, "s3: %s: session token of %zu characters, longer than %d", where, n,
+			S3_MAX_TOKEN);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)tok[i] < 0x20 || tok[i] == 0x7f) {
+			KVT_ERR(log, "s3: %s: control character in the session token", where);
+			return -EINVAL;
+		}
+	return 0;
 }
 
 static int load_credentials(struct s3_state *s, const struct kvt_config *cfg)
 {
 	const struct kvt_log *log = &s->t->log;
 	const char *file = kvt__cfg_str(cfg, "s3.credentials_file");
-	struct cred_ctx c = {kvt__cfg_str(cfg, "s3.profile"), NULL, NULL, NULL, 0};
+	struct cred_ctx c = {kvt__cfg_str(cfg, "s3.profile"), NULL, NULL, NULL, 0, NULL};
 	if (*file) {
 		char why[320];
 		int line, rc = kvt__ini_load(file, 65536, on_cred, &c, why, sizeof(why), &line);
 		if (rc < 0) { /* bounded: a regular file of at most 64 KiB (not /dev/zero) */
 			KVT_ERR(log, "s3: credentials file %s", why);
 			return rc;
+		}
+		if (c.twice) {
+			KVT_ERR(log, "s3: credentials file %s:%d: %s set twice in profile [%s]",
+				file, line, c.twice, c.profile);
+			goto fail;
 		}
 		if (c.rc < 0)
 			goto fail;
@@ -934,6 +967,8 @@ static int load_credentials(struct s3_state *s, const struct kvt_config *cfg)
 			goto fail;
 		}
 	}
+	if (c.token && (c.rc = check_token(log, *file ? file : "AWS_SESSION_TOKEN", c.token)) < 0)
+		goto fail;
 	s->access_key = c.key;
 	s->secret_key = c.secret;
 	s->session_token = c.token;
@@ -1350,7 +1385,13 @@ static void free_state(struct s3_state *s)
 	if (s->secret_key)
 		explicit_bzero(s->secret_key, strlen(s->secret_key));
 	kvt__free(s->secret_key);
+	/* a session token is a credential too, while it lasts */
+	if (s->session_token)
+		explicit_bzero(s->session_token, strlen(s->session_token));
+	if (s->token_hdr)
+		explicit_bzero(s->token_hdr, strlen(s->token_hdr));
 	kvt__free(s->session_token);
+	kvt__free(s->token_hdr);
 	kvt__free(s->ca_file);
 	pthread_mutex_destroy(&s->lock);
 }
@@ -1414,9 +1455,10 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 
 	/* Headers shared by every request of a kind. curl_slist_append copies the strings. */
 	rc = -ENOMEM;
-	char tok[4200] = "";
-	if (s->session_token)
-		snprintf(tok, sizeof(tok), "x-amz-security-token: %s", s->session_token);
+	if (s->session_token &&
+	    !(s->token_hdr = str_printf("x-amz-security-token: %s", s->session_token)))
+		goto fail;
+	const char *tok = s->token_hdr ? s->token_hdr : "";
 	const char *get_hash = s->sign_payload ? "x-amz-content-sha256: " EMPTY_SHA256
 					       : "x-amz-content-sha256: UNSIGNED-PAYLOAD";
 	if (!(s->hdr_get = curl_slist_append(NULL, get_hash)) ||

@@ -16,6 +16,8 @@
  *   0x62: a 2 MiB PUT, "100 Continue" then the body read -> success
  *   0x66: a 200 ignoring Range, the whole 64 KiB object -> the requested bytes
  *   0x67: a 206 cut by the object's end (6000 bytes) -> a short read of 1904 bytes
+ *   0x6a: records the x-amz-security-token header it got, read back through /count/tokGET
+ *         and /count/tokPUT (its length, -1 if it is not the test's A..Z pattern)
  * error bodies that must not reach the log (the session token echoed back):
  *   0x68: 400 <Code>ExpiredToken</Code> and the token in the body -> only "ExpiredToken"
  *   0x69: 400 with the token inside <Code>                        -> no code at all
@@ -31,8 +33,12 @@
  * (no token, or any token given before) ends with -EPROTO instead of listing the same
  * pages for ever, while one that moves on is followed to its end; a page with an entry
  * that cannot be read (no Key, a Size that is not a plain number) is -EPROTO, not a
- * silently shorter listing. Everything else about the tier is tested against a real
- * radosgw in tier_s3.c.
+ * silently shorter listing. Session tokens: one of 6000 and one of 8192 characters (STS
+ * tokens run to KiBs) reach the server whole on GET, PUT and signed PUT, never cut; a longer
+ * one, or one with a CR/LF, fails the open with one line. A credentials file that sets a
+ * key twice in the profile fails the open naming the file and line (src/config.c's rule),
+ * as does one that repeats the profile's section to set it again. Everything else about the
+ * tier is tested against a real radosgw in tier_s3.c.
  */
 #include "ceph_harness.h"
 
@@ -94,6 +100,13 @@ static const char server_py[] =
     "        if tag == '52': return self.reply(503, slow)\n"
     "        if tag == '53': return self.reply(500, b'<Error><Code>InternalError</Code></Error>')\n"
     "        if tag == '54': return self.reply(403, b'<Error><Code>AccessDenied</Code></Error>')\n"
+    "        if tag == '6a':  # the session token received: its length, -1 if not A..Z A..Z ...\n"
+    "            t = self.headers.get('x-amz-security-token', '')\n"
+    "            good = t == ''.join(chr(65 + i % 26) for i in range(len(t)))\n"
+    "            counts['/tok' + self.command] = len(t) if good else -1\n"
+    "            if self.command != 'GET': return self.reply(200)\n"
+    "            cr = {'Content-Range': 'bytes 4096-12287/1048576'}\n"
+    "            return self.reply(206, bytes(8192), cr)\n"
     "        tok = self.headers.get('x-amz-security-token', 'none').encode()\n"
     "        if tag == '68': return self.reply(400, b'<?xml version=\"1.0\"?>\\n<Error><Code>'\n"
     "            b'ExpiredToken</Code><Message>expired</Message><Token-0>%s</Token-0>'\n"
@@ -174,6 +187,162 @@ static void path_of(const struct kvt_key *k, char *out, size_t len)
 	for (int i = 0; i < 32; i++)
 		sprintf(hex + 2 * i, "%02x", k->bytes[i]);
 	snprintf(out, len, "/bkt/kvtier/%s", hex);
+}
+
+/* A session token of n characters A..Z A..Z ... (what the server's 0x6a checks). */
+static char *token_of(size_t n)
+{
+	char *tok = malloc(n + 1);
+	CHECK(tok, "malloc");
+	for (size_t i = 0; i < n; i++)
+		tok[i] = (char)('A' + i % 26);
+	tok[n] = 0;
+	return tok;
+}
+
+static struct kvt_config *fake_cfg(const char *ep)
+{
+	struct kvt_config *cfg = cfg_new();
+	cfg_set(cfg, "s3.endpoint", ep);
+	cfg_set(cfg, "s3.bucket", "bkt");
+	cfg_set(cfg, "s3.timeout_ms", "3000");
+	return cfg;
+}
+
+static int lines_of(const char *s)
+{
+	int n = 0;
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/* Tokens of realistic length reach the server whole; a longer one, or one that would end
+ * the header early, fails the open with one line, never sent cut. */
+static void session_tokens(const char *ep)
+{
+	uint8_t buf[8192];
+	struct kvt_seg seg = {4096, sizeof(buf), buf};
+	struct kvt_key k;
+	memset(&k, 0, sizeof(k));
+	k.bytes[0] = 0x6a;
+	struct kvt_tier *t;
+	char *tok = token_of(6000);
+	setenv("AWS_SESSION_TOKEN", tok, 1);
+	struct kvt_config *cfg = fake_cfg(ep);
+	int rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+	kvt_config_destroy(cfg);
+	CHECK(rc == 0, "open with a 6000-character token: %d", rc);
+	rc = t_read(t, &k, &seg, 1);
+	CHECK(rc == (int)sizeof(buf), "read with a 6000-character token: %d", rc);
+	CHECK(count_of("/tokGET") == 6000, "GET: the server got %d characters (want 6000)",
+	      count_of("/tokGET"));
+	CHECK(t_write(t, &k, buf, sizeof(buf)) == 0, "write with a 6000-character token");
+	CHECK(count_of("/tokPUT") == 6000, "PUT: the server got %d characters (want 6000)",
+	      count_of("/tokPUT"));
+	tier_close(t);
+	free(tok);
+	/* the limit itself, on a signed PUT (its headers are built per request) */
+	tok = token_of(8192);
+	setenv("AWS_SESSION_TOKEN", tok, 1);
+	cfg = fake_cfg(ep);
+	cfg_set(cfg, "s3.sign_payload", "true");
+	rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+	kvt_config_destroy(cfg);
+	CHECK(rc == 0, "open with an 8192-character token: %d", rc);
+	CHECK(t_write(t, &k, buf, sizeof(buf)) == 0, "signed write with an 8192-character token");
+	CHECK(count_of("/tokPUT") == 8192, "signed PUT: the server got %d characters (want 8192)",
+	      count_of("/tokPUT"));
+	tier_close(t);
+	free(tok);
+	fprintf(stderr, "session tokens of 6000 and 8192 characters: sent whole\n");
+	/* one past the limit, and one with a CR LF: refused at open, one line each */
+	tok = token_of(8193);
+	const char *bad[2][2] = {
+	    {tok, "session token of 8193 characters, longer than 8192"},
+	    {"ABC\r\nX-Injected: 1", "control character in the session token"},
+	};
+	for (int i = 0; i < 2; i++) {
+		setenv("AWS_SESSION_TOKEN", bad[i][0], 1);
+		cfg = fake_cfg(ep);
+		log_clear();
+		rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+		kvt_config_destroy(cfg);
+		if (rc == 0)
+			tier_close(t);
+		CHECK(rc == -EINVAL, "open with a bad token (%s): %d", bad[i][1], rc);
+		CHECK(strstr(log_text, bad[i][1]) && lines_of(log_text) == 1, "log: %s", log_text);
+		CHECK(!strstr(log_text, "ABC") && !strstr(log_text, "ABCDEFGHIJ"),
+		      "the token was logged");
+	}
+	free(tok);
+	unsetenv("AWS_SESSION_TOKEN");
+	fprintf(stderr, "session tokens of 8193 characters or with a CR LF: refused at open\n");
+}
+
+/* A credentials file: a key set twice in the profile is an error naming file and line. */
+static void credentials_files(const char *ep)
+{
+	char dir[] = "/tmp/kvt-s3cred.XXXXXX", path[128];
+	CHECK(mkdtemp(dir), "mkdtemp");
+	snprintf(path, sizeof(path), "%s/credentials", dir);
+	char *tok = token_of(150);
+	static const struct {
+		const char *text, *profile, *err; /* err NULL: opens */
+	} files[] = {
+	    {"[default]\naws_access_key_id = a\naws_secret_access_key = b\n"
+	     "aws_access_key_id = c\n",
+	     "default", "credentials:4: aws_access_key_id set twice in profile [default]"},
+	    /* another profile's keys are not read; the profile's section again is the same
+	     * profile */
+	    {"[kvt]\naws_session_token = %s\n[other]\naws_session_token = y\n"
+	     "aws_session_token = y\n[kvt]\naws_access_key_id = a\n"
+	     "aws_secret_access_key = b\naws_session_token = %s\n",
+	     "kvt", "credentials:9: aws_session_token set twice in profile [kvt]"},
+	    {"[other]\naws_access_key_id = x\n[kvt]\naws_access_key_id = a\n"
+	     "aws_secret_access_key = b\naws_session_token = %s\n[other]\n"
+	     "aws_access_key_id = x\n",
+	     "kvt", NULL},
+	};
+	unsetenv("AWS_ACCESS_KEY_ID");
+	unsetenv("AWS_SECRET_ACCESS_KEY");
+	for (size_t i = 0; i < KVT_ARRAY_SIZE(files); i++) {
+		FILE *f = fopen(path, "w");
+		CHECK(f, "credentials file");
+		fprintf(f, files[i].text, tok, tok);
+		CHECK(fclose(f) == 0, "credentials file");
+		struct kvt_config *cfg = fake_cfg(ep);
+		cfg_set(cfg, "s3.credentials_file", path);
+		cfg_set(cfg, "s3.profile", files[i].profile);
+		struct kvt_tier *t;
+		log_clear();
+		int rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+		kvt_config_destroy(cfg);
+		if (!files[i].err) {
+			CHECK(rc == 0, "credentials file %zu: %d", i, rc);
+			uint8_t buf[8192];
+			struct kvt_seg seg = {4096, sizeof(buf), buf};
+			struct kvt_key k;
+			memset(&k, 0, sizeof(k));
+			k.bytes[0] = 0x6a;
+			k.bytes[1] = 2;
+			CHECK(t_read(t, &k, &seg, 1) == (int)sizeof(buf), "read");
+			CHECK(count_of("/tokGET") == 150, "the token from the file: %d characters",
+			      count_of("/tokGET"));
+			tier_close(t);
+			continue;
+		}
+		if (rc == 0)
+			tier_close(t);
+		CHECK(rc == -EINVAL, "credentials file %zu (%s): %d", i, files[i].err, rc);
+		CHECK(strstr(log_text, files[i].err) && strstr(log_text, dir) &&
+			  lines_of(log_text) == 1,
+		      "credentials file %zu: log: %s", i, log_text);
+	}
+	free(tok);
+	shf("rm -rf '%s'", dir);
+	fprintf(stderr,
+		"credentials files: a key set twice in the profile refused with its line\n");
 }
 
 int main(void)
@@ -417,6 +586,8 @@ int main(void)
 	CHECK(rc == -EPROTO, "an entry without a Key: %d, %d objects", rc, listed);
 	rc = list_bucket(ep, "negsz", &listed);
 	CHECK(rc == -EPROTO && listed == 1, "a negative Size: %d, %d objects", rc, listed);
+	session_tokens(ep);
+	credentials_files(ep);
 	printf("PASS tier_s3_retry\n");
 	return 0;
 }
