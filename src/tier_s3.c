@@ -390,7 +390,7 @@ static const char *answer_flaw(const struct s3_xfer *x, long status, curl_off_t 
 static const char *error_code(const char *body, char *code, size_t cap)
 {
 	const char *p = body;
-	if (xml_field(&p, NULL, "Code", code, cap) < 0 || !code[0] || strlen(code) + 1 >= cap)
+	if (xml_field(&p, NULL, "Code", code, cap) < 0 || !code[0])
 		return NULL;
 	for (const char *c = code; *c; c++)
 		if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z')))
@@ -1109,7 +1109,8 @@ static size_t on_mem(char *p, size_t size, size_t n, void *u)
 }
 
 /* Text between <tag> and </tag> starting at *pos, XML entities decoded into out. Advances
- * *pos past it. 0 if found. */
+ * *pos past it. 0 if found; -E2BIG if found but longer than out (cut to fit: no caller may
+ * take it as the value); -1 if not there. */
 static int xml_field(const char **pos, const char *end, const char *tag, char *out, size_t cap)
 {
 	char open[64], close[64];
@@ -1128,7 +1129,8 @@ static int xml_field(const char **pos, const char *end, const char *tag, char *o
 		char c;
 	} ents[] = {
 	    {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
-	for (const char *p = a; p < b && o + 1 < cap;) {
+	const char *p = a;
+	while (p < b && o + 1 < cap) {
 		size_t i = 0;
 		for (; *p == '&' && i < KVT_ARRAY_SIZE(ents); i++)
 			if (!strncmp(p, ents[i].ent, strlen(ents[i].ent)))
@@ -1142,7 +1144,7 @@ static int xml_field(const char **pos, const char *end, const char *tag, char *o
 	}
 	out[o] = 0;
 	*pos = b + strlen(close);
-	return 0;
+	return p < b ? -E2BIG : 0;
 }
 
 /* The continuation tokens one listing was given, to tell a server that hands back any
@@ -1202,6 +1204,10 @@ static void tokset_free(struct tokset *ts)
  * on the caller's thread with its own connection; the I/O thread is not involved. A page
  * we cannot read entry by entry, or a listing that does not end (a token seen before, more
  * than SCAN_PAGES_MAX pages), is -EPROTO: never a silently shorter listing. */
+/* Longest continuation token followed (an opaque string of the server's: RGW's carry a key
+ * name, up to 1 KiB, encoded; some servers' are longer). */
+#define S3_MAX_LIST_TOKEN 16384
+
 static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 {
 	struct s3_state *s = t->state;
@@ -1210,10 +1216,11 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 		return -ENOMEM;
 	struct membuf m = {0};
 	struct tokset seen = {0};
-	char token[2048] = "", name[1024], size[32];
+	char name[1024], size[32];
+	char *token = kvt__calloc(1, S3_MAX_LIST_TOKEN + 1);
 	char *eprefix = curl_easy_escape(e, s->prefix, 0);
 	size_t plen = strlen(s->prefix);
-	int rc = eprefix ? 0 : -ENOMEM;
+	int rc = eprefix && token ? 0 : -ENOMEM;
 	bool stop = false;
 	for (uint32_t page = 1; rc == 0 && !stop; page++) {
 		if (page > SCAN_PAGES_MAX) {
@@ -1270,7 +1277,8 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			const char *sp = size;
 			uint64_t bytes = 0;
 			pos = c;
-			bool ok = ce && xml_field(&pos, ce, "Key", name, sizeof(name)) == 0;
+			int key_rc = ce ? xml_field(&pos, ce, "Key", name, sizeof(name)) : -1;
+			bool ok = key_rc == 0 || key_rc == -E2BIG;
 			pos = c;
 			/* Every entry has a Key and a plain, non-negative Size: skipping one we
 			 * cannot read would drop objects from the listing without a word. */
@@ -1286,7 +1294,7 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			pos = ce;
 			struct kvt_key key;
 			const char *hex = name + plen;
-			ok = strlen(name) == plen + 2 * KVT_KEY_BYTES &&
+			ok = key_rc == 0 && strlen(name) == plen + 2 * KVT_KEY_BYTES &&
 			     !strncmp(name, s->prefix, plen) &&
 			     kvt__key_from_lowerhex(hex, &key) == 0;
 			if (ok && fn(arg, &key, bytes)) {
@@ -1306,7 +1314,15 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 		 * would end the listing short or list the same pages for ever: a server that
 		 * cannot be followed is an error. */
 		int seen_rc = -1;
-		if (xml_field(&p, NULL, "NextContinuationToken", token, sizeof(token)) < 0 ||
+		int tok_rc = xml_field(&p, NULL, "NextContinuationToken", token, S3_MAX_LIST_TOKEN + 1);
+		if (tok_rc == -E2BIG) { /* sent cut, it would fail or, worse, list other pages */
+			KVT_WARN(&t->log,
+				 "s3: listing %s: continuation token longer than %d bytes (page %u)",
+				 s->shown, S3_MAX_LIST_TOKEN, page);
+			rc = -EPROTO;
+			break;
+		}
+		if (tok_rc < 0 ||
 		    !token[0] || (seen_rc = tokset_add(&seen, token)) != 0) {
 			if (seen_rc == -ENOMEM) {
 				rc = -ENOMEM;
@@ -1322,6 +1338,7 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	}
 	if (eprefix)
 		curl_free(eprefix);
+	kvt__free(token);
 	tokset_free(&seen);
 	kvt__free(m.p);
 	curl_easy_cleanup(e);

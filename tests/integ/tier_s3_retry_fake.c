@@ -27,11 +27,13 @@
  * that says there is more (IsTruncated) but gives no continuation token; "cycle" hands out
  * tokens A, B, A, B, ...; "pages" two pages joined by token A; "nokey" a page whose first
  * <Contents> has no <Key>, three good ones after it; "negsz" a good entry, then one with
- * <Size>-1</Size>. Checked besides the retries: a read-only open (inspection) of the
+ * <Size>-1</Size>; "longtok" and "hugetok" two pages joined by a token of 3000 and 20000
+ * bytes (any other token: 400). Checked besides the retries: a read-only open (inspection) of the
  * missing bucket does not create it and fails "not a store", and refuses writes and
  * removes and deletes nothing on a corruption report; a listing that cannot be followed
  * (no token, or any token given before) ends with -EPROTO instead of listing the same
- * pages for ever, while one that moves on is followed to its end; a page with an entry
+ * pages for ever, while one that moves on is followed to its end, with a token of 3000
+ * bytes sent back whole and one past 16 KiB refused (-EPROTO), never cut; a page with an entry
  * that cannot be read (no Key, a Size that is not a plain number) is -EPROTO, not a
  * silently shorter listing. Session tokens: one of 6000 and one of 8192 characters (STS
  * tokens run to KiBs) reach the server whole on GET, PUT and signed PUT, never cut; a longer
@@ -89,6 +91,13 @@ static const char server_py[] =
     "            if 'continuation-token=A&' in self.path:\n"
     "                return self.listing(b'false', b'', [(b'02', b'4096')])\n"
     "            return self.listing(b'true', b'A', [(b'01', b'4096')])\n"
+    "        if self.path.startswith('/longtok?') or self.path.startswith('/hugetok?'):\n"
+    "            t = b'T' * (3000 if self.path.startswith('/longtok?') else 20000)\n"
+    "            if 'continuation-token=' not in self.path:\n"
+    "                return self.listing(b'true', t, [(b'01', b'4096')])\n"
+    "            if 'continuation-token=' + t.decode() + '&' in self.path:\n"
+    "                return self.listing(b'false', b'', [(b'02', b'4096')])\n"
+    "            return self.reply(400, b'<Error><Code>InvalidArgument</Code></Error>')\n"
     "        if self.path.startswith('/nokey?'):\n"
     "            return self.listing(b'false', b'', [(b'', b'1'), (b'01', b'1'), (b'02', b'1'),\n"
     "                                                (b'03', b'1')])\n"
@@ -581,6 +590,12 @@ int main(void)
 	/* ... while a listing that moves on is followed to its end */
 	rc = list_bucket(ep, "pages", &listed);
 	CHECK(rc == 0 && listed == 2, "two pages: %d, %d objects", rc, listed);
+	/* A continuation token of 3000 bytes is sent back whole (it was cut to 2047, and the
+	 * server refused the next page); one past S3_MAX_LIST_TOKEN is -EPROTO, never cut. */
+	rc = list_bucket(ep, "longtok", &listed);
+	CHECK(rc == 0 && listed == 2, "a 3000-byte token: %d, %d objects", rc, listed);
+	rc = list_bucket(ep, "hugetok", &listed);
+	CHECK(rc == -EPROTO && listed == 1, "a 20000-byte token: %d, %d objects", rc, listed);
 	/* An entry without a Key, or with a negative Size: -EPROTO, not the rest dropped */
 	rc = list_bucket(ep, "nokey", &listed);
 	CHECK(rc == -EPROTO, "an entry without a Key: %d, %d objects", rc, listed);
