@@ -45,7 +45,23 @@ class _Handle:
     def __init__(self, p: ctypes.c_void_p, rows: np.ndarray):
         self.p, self.rows = p, rows
         self.jobs: dict[int, ctypes.c_void_p] = {}
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()  # p, jobs, users; notified when users drops
+        self.users = 0  # C calls running on p or on one of its jobs (enter/leave)
+
+    def enter(self, job_id: int | None = None):
+        """The handle (or its job job_id) for one C call, which it outlives: close() frees
+        them once every enter has had its leave. None when closed (or the job freed)."""
+        with self.lock:
+            p = self.p if job_id is None else self.jobs.get(job_id)
+            if p:
+                self.users += 1
+            return p
+
+    def leave(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if not self.users:
+                self.lock.notify_all()
 
     def free_job(self, job_id: int) -> None:
         with self.lock:
@@ -58,6 +74,8 @@ class _Handle:
         for the I/O in flight and free the handle. Idempotent."""
         with self.lock:
             p, self.p = self.p, None
+            while self.users:  # loads, stores and job polls of other threads (bounded
+                self.lock.wait()  # by their deadlines) still use the handle or a job
             jobs, self.jobs = list(self.jobs.values()), {}
         for j in jobs:
             lib.kvt_rows_job_free(j)
@@ -77,13 +95,17 @@ class Rows:
             raise ValueError("rows must be a C-contiguous 2-D uint8 array")
         if rows.shape[1] != layout.row_bytes:
             raise ValueError(f"rows of {rows.shape[1]} bytes, layout says {layout.row_bytes}")
-        store._check_open()
         self._store, self._rows, self._layout = store, rows, layout
         p = ctypes.c_void_p()
-        check(lib.kvt_rows_open(store._s, ctypes.byref(layout), rows.ctypes.data,
-                                rows.shape[0], staging, ctypes.byref(p)), "kvt_rows_open")
-        self._h = _Handle(p, rows)
-        store._core.rows.add(self._h)  # Store.close() closes it first
+        core = store._core
+        s = core.enter()  # registered before a concurrent Store.close() closes the handles
+        try:
+            check(lib.kvt_rows_open(s, ctypes.byref(layout), rows.ctypes.data,
+                                    rows.shape[0], staging, ctypes.byref(p)), "kvt_rows_open")
+            self._h = _Handle(p, rows)
+            core.rows.add(self._h)  # Store.close() closes it first
+        finally:
+            core.leave()
         self._job_ids = itertools.count(1)
 
     @property
@@ -119,8 +141,11 @@ class Rows:
         res = _lib.RowsResult()
         dl = 0 if deadline is None else max(1, int(deadline * 1e9))
         t0 = time.monotonic()
-        n = lib.kvt_rows_load(self._r, karr, ids.ctypes.data, len(keys), dl,
-                              ctypes.byref(res))
+        h, r = self._h, self._enter()
+        try:
+            n = lib.kvt_rows_load(r, karr, ids.ctypes.data, len(keys), dl, ctypes.byref(res))
+        finally:
+            h.leave()
         return self._result(n, res, time.monotonic() - t0)
 
     def load_start(self, keys: Sequence[bytes], row_ids: Sequence[int],
@@ -131,14 +156,15 @@ class Rows:
         karr = key_array(keys)
         dl = 0 if deadline is None else max(1, int(deadline * 1e9))
         p = ctypes.c_void_p()
-        h = self._h
-        with h.lock:  # registered before a concurrent close could miss it
-            if not h.p:
-                raise ValueError("rows handle is closed")
-            check(lib.kvt_rows_load_start(h.p, karr, ids.ctypes.data, len(keys), dl,
+        h, r = self._h, self._enter()
+        try:  # registered before a concurrent close (which waits for leave) takes the jobs
+            check(lib.kvt_rows_load_start(r, karr, ids.ctypes.data, len(keys), dl,
                                           ctypes.byref(p)), "kvt_rows_load_start")
-            job_id = next(self._job_ids)
-            h.jobs[job_id] = p
+            with h.lock:
+                job_id = next(self._job_ids)
+                h.jobs[job_id] = p
+        finally:
+            h.leave()
         return RowsJob(self, job_id)
 
     def store(self, keys: Sequence[bytes], row_ids: Sequence[int],
@@ -159,8 +185,12 @@ class Rows:
         res = _lib.RowsResult()
         dl = 0 if deadline is None else max(1, int(deadline * 1e9))
         t0 = time.monotonic()
-        n = lib.kvt_rows_store(self._r, karr, parr, None if has is None else has.ctypes.data,
-                               ids.ctypes.data, len(keys), dl, ctypes.byref(res))
+        h, r = self._h, self._enter()
+        try:
+            n = lib.kvt_rows_store(r, karr, parr, None if has is None else has.ctypes.data,
+                                   ids.ctypes.data, len(keys), dl, ctypes.byref(res))
+        finally:
+            h.leave()
         return self._result(n, res, time.monotonic() - t0)
 
     def _check(self):
@@ -168,6 +198,13 @@ class Rows:
             raise ValueError("rows handle is closed" if self._store._s else
                              "rows handle is closed (its store is closed)")
         self._store._check_open()  # a close asked for from a completion, not done yet
+
+    def _enter(self):
+        """The C handle, entered for one call (leave with self._h.leave())."""
+        r = self._h.enter()
+        if not r:  # closed by another thread since _check
+            raise ValueError("rows handle is closed")
+        return r
 
     def close(self) -> None:
         """Free the jobs not freed yet, wait for reads and writes still in flight (bounded
@@ -200,13 +237,17 @@ class RowsJob:
     def poll(self, timeout_ms: int = 0) -> RowsResult | None:
         """The result once the load is over, else None (after waiting up to timeout_ms;
         -1: until it is over)."""
-        j = self._j
+        h = self._rows._h
+        j = h.enter(self._id)
         if not j:
             raise ValueError("job is freed" if self._rows._r else
                              "job is freed: its rows handle is closed")
         res = _lib.RowsResult()
-        if not check(lib.kvt_rows_job_poll(j, timeout_ms, ctypes.byref(res)),
-                     "kvt_rows_job_poll"):
+        try:
+            n = lib.kvt_rows_job_poll(j, timeout_ms, ctypes.byref(res))
+        finally:
+            h.leave()
+        if not check(n, "kvt_rows_job_poll"):
             return None
         return Rows._result(res.done, res, 0.0)
 

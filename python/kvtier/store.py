@@ -18,6 +18,7 @@ import itertools
 import logging
 import os
 import select
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -101,8 +102,10 @@ class _Core:
         self.wake_r = self.wake_w = -1
         self.rows: set = set()        # open Rows handles (rows._Handle), closed first
         self.tls = threading.local()  # .depth: kvt_poll calls running on this thread
-        self.state = threading.Lock()  # closing, owner (never held across a C call)
+        # closing, owner, users (never held across a C call); notified when users drops
+        self.state = threading.Condition()
         self.closing = False          # close() was called: no new operations
+        self.users = 0                # Store calls inside a C call on s (enter/leave)
         self.owner = None             # the thread doing the real close
         self.closed = threading.Event()
 
@@ -129,6 +132,31 @@ class _Core:
                 fut.set_exception(e)
         except Exception:
             log.exception("kvtier completion")
+
+    def enter(self):
+        """The C store for one call on it, which the store outlives: close() frees it only
+        once every enter has had its leave."""
+        with self.state:
+            if self.s is None or self.closing:
+                raise ValueError("store is closed")
+            self.users += 1
+            return self.s
+
+    def leave(self) -> None:
+        with self.state:
+            self.users -= 1
+            if not self.users:
+                self.state.notify_all()
+
+    def _wait_users(self) -> None:
+        """Wait for the calls other threads are making on s (none can start any more). A
+        poll waiting on the eventfd is woken by a write to it (kvt_poll takes that as a
+        wake-up with nothing to run), again on each turn: several pollers share one."""
+        fd = lib.kvt_store_fd(self.s)
+        with self.state:
+            while self.users:
+                os.write(fd, (1).to_bytes(8, sys.byteorder))
+                self.state.wait(0.01)
 
     def poll(self, timeout_ms: int) -> int:
         """kvt_poll, counted as running on this thread: a close() from a completion it
@@ -191,6 +219,7 @@ class _Core:
 
     def _finish_close(self) -> None:
         try:
+            self._wait_users()
             for h in list(self.rows):  # before the store: they wait for I/O in flight
                 h.close()
             self.rows.clear()
@@ -253,19 +282,23 @@ class Store:
         """Run waiting completions on this thread (waits up to timeout_ms for the first;
         -1 forever). Returns how many ran. A completion callback may close the store: the
         close then happens when this call returns."""
-        self._check_open()
         core = self._core
+        core.enter()
         try:
             n = core.poll(timeout_ms)
         finally:
+            core.leave()  # first: a close below waits for every call to have left
             if core.closing and not getattr(core.tls, "depth", 0):
                 core.close()  # asked for by a completion: now that kvt_poll returned
         return check(n, "kvt_poll")
 
     def fileno(self) -> int:
         """The eventfd that is readable while completions wait for poll()."""
-        self._check_open()
-        return lib.kvt_store_fd(self._s)
+        s = self._core.enter()
+        try:
+            return lib.kvt_store_fd(s)
+        finally:
+            self._core.leave()
 
     @property
     def pending(self) -> int:
@@ -277,15 +310,19 @@ class Store:
         if core is None or core.s is None or core.closing:
             raise ValueError("store is closed")
 
-    def _submit(self, what: str, call: Callable[[ctypes.c_void_p], int],
+    def _submit(self, what: str, call: Callable[[ctypes.c_void_p, ctypes.c_void_p], int],
                 finish: Callable, keep: Any) -> Future:
-        self._check_open()
+        """call(s, arg): the submitting C call on the store s."""
+        core = self._core
         fut: Future = Future()
         op = next(self._ids)
-        core = self._core
-        with core.lock:
-            core.pending[op] = (fut, finish, keep)
-        rc = call(ctypes.c_void_p(op))
+        s = core.enter()
+        try:
+            with core.lock:
+                core.pending[op] = (fut, finish, keep)
+            rc = call(s, ctypes.c_void_p(op))
+        finally:
+            core.leave()
         if rc < 0:
             with core.lock:
                 core.pending.pop(op, None)
@@ -314,9 +351,9 @@ class Store:
             return r.bytes
 
         return self._submit(
-            "put", lambda a: lib.kvt_put(self._s, ctypes.byref(k),
-                                         ctypes.byref(par) if par is not None else None,
-                                         n, addr, length, self._core.cb, a), finish, keep)
+            "put", lambda s, a: lib.kvt_put(s, ctypes.byref(k),
+                                            ctypes.byref(par) if par is not None else None,
+                                            n, addr, length, self._core.cb, a), finish, keep)
 
     def get(self, key: bytes, out: Any = None, layers: tuple[int, int] | None = None) -> Future:
         """Read a chunk (or layers [begin, end)) into out (a writable buffer large enough
@@ -342,8 +379,8 @@ class Store:
             return GetResult(out, r.n_tokens, t, r.tier, r.bytes)
 
         return self._submit(
-            "get", lambda a: lib.kvt_get(self._s, ctypes.byref(k), lb, le, addr, length,
-                                         self._core.cb, a), finish, keep)
+            "get", lambda s, a: lib.kvt_get(s, ctypes.byref(k), lb, le, addr, length,
+                                            self._core.cb, a), finish, keep)
 
     def lookup(self, keys: Sequence[bytes]) -> Future:
         """Longest contiguous prefix of keys present in some tier. Result: LookupResult."""
@@ -356,8 +393,8 @@ class Store:
                 raise error(r.status, "lookup")
             return LookupResult(r.status, [self.tiers[tiers[i]] for i in range(r.status)])
 
-        return self._submit("lookup", lambda a: lib.kvt_lookup(self._s, arr, n, tiers,
-                                                               self._core.cb, a),
+        return self._submit("lookup", lambda s, a: lib.kvt_lookup(s, arr, n, tiers,
+                                                                  self._core.cb, a),
                             finish, (arr, tiers))
 
     def prefetch(self, keys: Sequence[bytes], deadline_s: float | None = None) -> Future:
@@ -371,8 +408,8 @@ class Store:
                 raise error(r.status, "prefetch")
             return r.status
 
-        return self._submit("prefetch", lambda a: lib.kvt_prefetch(self._s, arr, len(keys),
-                                                                   dl, self._core.cb, a),
+        return self._submit("prefetch", lambda s, a: lib.kvt_prefetch(s, arr, len(keys), dl,
+                                                                      self._core.cb, a),
                             finish, arr)
 
     def remove(self, key: bytes) -> Future:
@@ -384,8 +421,8 @@ class Store:
                 raise error(r.status, "remove")
             return r.status
 
-        return self._submit("remove", lambda a: lib.kvt_remove(self._s, ctypes.byref(k),
-                                                               self._core.cb, a), finish, k)
+        return self._submit("remove", lambda s, a: lib.kvt_remove(s, ctypes.byref(k),
+                                                                  self._core.cb, a), finish, k)
 
     def flush(self) -> Future:
         """Completes when every write-behind submitted before it has finished."""
@@ -395,14 +432,18 @@ class Store:
                 raise error(r.status, "flush")
             return r.status
 
-        return self._submit("flush", lambda a: lib.kvt_flush(self._s, self._core.cb, a),
+        return self._submit("flush", lambda s, a: lib.kvt_flush(s, self._core.cb, a),
                             finish, None)
 
     def stats(self) -> dict:
         """The store's counters: {"tiers": [{"name": ..., "objects": ..., ...}], "puts": ...}."""
-        self._check_open()
         st = _lib.Stats()
-        check(lib.kvt_stats(self._s, ctypes.byref(st)), "kvt_stats")
+        s = self._core.enter()
+        try:
+            rc = lib.kvt_stats(s, ctypes.byref(st))
+        finally:
+            self._core.leave()
+        check(rc, "kvt_stats")
         tiers = []
         for i in range(st.n_tiers):
             t = st.tier[i]
@@ -418,7 +459,9 @@ class Store:
         """Close the Rows handles still open on the store, finish write-behind, cancel
         what is queued (those futures fail with Canceled) and free the store. Safe from a
         future's callback: the store refuses new operations at once and is freed when the
-        poll running that callback returns."""
+        poll running that callback returns. Safe while other threads use the store: it is
+        freed once their calls have returned (a poll() waiting is woken and returns 0);
+        their calls after that raise ValueError."""
         core = getattr(self, "_core", None)
         if core is not None:
             core.close()

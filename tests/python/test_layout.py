@@ -244,3 +244,63 @@ def test_rows_and_jobs_after_close_refuse():
         with pytest.raises(ValueError, match="closed"):
             job.poll(0)
         job.free()  # harmless
+
+
+@pytest.mark.parametrize("op", ["load", "store", "job_poll"])
+def test_store_close_from_another_thread_waits_for_rows_calls(op, monkeypatch):
+    """Store.close() (which closes its Rows handles) on one thread while another is inside
+    a Rows call: kvt_rows_close freed the handle under a load still converting into rows
+    (use after free). The close waits for the call; calls after it raise ValueError."""
+    import threading
+
+    from kvtier import rows as rows_mod
+    lib = rows_mod.lib
+    names = ["kvt_rows_load", "kvt_rows_store", "kvt_rows_job_poll"]
+    real = {n: getattr(lib, n) for n in names}
+    real_close = lib.kvt_rows_close
+    inside, bad = [0], []
+    entered, gate = threading.Event(), threading.Event()
+
+    def wrap(name):
+        def call(*args):
+            inside[0] += 1
+            try:
+                if threading.current_thread().name == "user":
+                    entered.set()
+                    gate.wait(10)
+                return real[name](*args)
+            finally:
+                inside[0] -= 1
+        return call
+
+    def close(r):
+        if inside[0]:  # the bug: recorded, and the handle leaked rather than freed under it
+            bad.append("kvt_rows_close while a call on the handle was running")
+            return None
+        return real_close(r)
+
+    for n in names:
+        monkeypatch.setattr(lib, n, wrap(n))
+    monkeypatch.setattr(lib, "kvt_rows_close", close)
+    s, rl, rows = _small_rows_store()
+    r = kvtier.Rows(s, rl.c_layout(), rows, 2)
+    k = bytes([1]) * 32
+    assert r.store([k], [0]).done == 1
+    job = r.load_start([k], [1])
+    calls = {"load": lambda: r.load([k], [2]), "store": lambda: r.store([k], [3]),
+             "job_poll": lambda: job.poll(-1)}
+    out = []
+    user = threading.Thread(target=lambda: out.append(calls[op]()), name="user", daemon=True)
+    user.start()
+    assert entered.wait(10)
+    closer = threading.Thread(target=s.close, daemon=True)
+    closer.start()
+    time.sleep(0.2)  # the close has reached the handle, or is waiting for the call
+    gate.set()
+    closer.join(10)
+    assert not closer.is_alive(), "close() hung"
+    assert not bad, bad
+    user.join(10)
+    assert not user.is_alive() and len(out) == 1 and out[0] is not None
+    with pytest.raises(ValueError, match="closed"):
+        calls[op]()
