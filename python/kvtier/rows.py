@@ -47,6 +47,7 @@ class _Handle:
         self.jobs: dict[int, ctypes.c_void_p] = {}
         self.lock = threading.Condition()  # p, jobs, users; notified when users drops
         self.users = 0  # C calls running on p or on one of its jobs (enter/leave)
+        self.job_users: dict[int, int] = {}  # of those, the ones on each job
 
     def enter(self, job_id: int | None = None):
         """The handle (or its job job_id) for one C call, which it outlives: close() frees
@@ -55,16 +56,25 @@ class _Handle:
             p = self.p if job_id is None else self.jobs.get(job_id)
             if p:
                 self.users += 1
+                if job_id is not None:
+                    self.job_users[job_id] = self.job_users.get(job_id, 0) + 1
             return p
 
-    def leave(self) -> None:
+    def leave(self, job_id: int | None = None) -> None:
         with self.lock:
             self.users -= 1
-            if not self.users:
-                self.lock.notify_all()
+            if job_id is not None:
+                self.job_users[job_id] -= 1
+                if not self.job_users[job_id]:
+                    del self.job_users[job_id]
+            self.lock.notify_all()
 
     def free_job(self, job_id: int) -> None:
+        """Free a job once no other thread is polling it (a poll is bounded by its timeout
+        and the load's deadline)."""
         with self.lock:
+            while self.job_users.get(job_id):
+                self.lock.wait()
             j = self.jobs.pop(job_id, None)
         if j:
             lib.kvt_rows_job_free(j)
@@ -246,7 +256,7 @@ class RowsJob:
         try:
             n = lib.kvt_rows_job_poll(j, timeout_ms, ctypes.byref(res))
         finally:
-            h.leave()
+            h.leave(self._id)
         if not check(n, "kvt_rows_job_poll"):
             return None
         return Rows._result(res.done, res, 0.0)

@@ -304,3 +304,58 @@ def test_store_close_from_another_thread_waits_for_rows_calls(op, monkeypatch):
     assert not user.is_alive() and len(out) == 1 and out[0] is not None
     with pytest.raises(ValueError, match="closed"):
         calls[op]()
+
+
+def test_job_free_from_another_thread_waits_for_its_poll(monkeypatch):
+    """RowsJob.free() on one thread while another polls the same job: the job was freed
+    under the poll (use after free). free() now waits for the poll to return."""
+    import threading
+
+    from kvtier import rows as rows_mod
+    lib = rows_mod.lib
+    real_poll, real_free = lib.kvt_rows_job_poll, lib.kvt_rows_job_free
+    inside, bad = [0], []
+    entered, gate = threading.Event(), threading.Event()
+
+    def poll(*args):
+        inside[0] += 1
+        try:
+            if threading.current_thread().name == "user":
+                entered.set()
+                gate.wait(10)
+            return real_poll(*args)
+        finally:
+            inside[0] -= 1
+
+    def free(j):
+        if inside[0]:  # the bug: recorded, and the job leaked rather than freed under it
+            bad.append("kvt_rows_job_free while a poll of the job was running")
+            return None
+        return real_free(j)
+
+    monkeypatch.setattr(lib, "kvt_rows_job_poll", poll)
+    monkeypatch.setattr(lib, "kvt_rows_job_free", free)
+    s, rl, rows = _small_rows_store()
+    try:
+        r = kvtier.Rows(s, rl.c_layout(), rows, 2)
+        k = bytes([1]) * 32
+        assert r.store([k], [0]).done == 1
+        job = r.load_start([k], [1])
+        out = []
+        user = threading.Thread(target=lambda: out.append(job.poll(-1)), name="user",
+                                daemon=True)
+        user.start()
+        assert entered.wait(10)
+        freer = threading.Thread(target=job.free, daemon=True)
+        freer.start()
+        time.sleep(0.2)  # the free is waiting for the poll, or has freed under it
+        gate.set()
+        freer.join(10)
+        assert not freer.is_alive(), "free() hung"
+        assert not bad, bad
+        user.join(10)
+        assert not user.is_alive() and len(out) == 1 and out[0] is not None
+        with pytest.raises(ValueError, match="freed"):
+            job.poll(0)
+    finally:
+        s.close()
