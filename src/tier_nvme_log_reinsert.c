@@ -229,8 +229,11 @@ void nv_log_reinsert(struct nv *s)
 	bool closing = s->closing;
 	pthread_mutex_unlock(&s->qlock);
 	if (closing) {
-		if (lg->rd_state == NV_RD_READY)
-			drop_rest(lg);
+		/* Nothing more is copied: drop the list whatever the read's state. Left listed
+		 * (idle after a failed read), it kept the current segment's tail and its segment
+		 * from reuse, and the puts close waits for waited on it forever. A read in flight
+		 * is dropped when it completes. */
+		drop_rest(lg);
 		return;
 	}
 	if (lg->rd_state == NV_RD_READY)
