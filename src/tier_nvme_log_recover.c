@@ -13,7 +13,8 @@
  * trusts it. Entries are then applied in sequence order (puts, tombstones); a key also
  * stored as its own file keeps the file. A put entry of a valid record that does not lie in
  * its segment is damage, not a tear: skipped and counted (ent_ok). Only 0.kvl .. k-1.kvl,
- * canonical names with no gap, are segments; other entries are warned about and left.
+ * canonical names with no gap, are segments; other entries are warned about and left (the
+ * batches of those past a gap are only read for their newest sequence number).
  */
 #include "tier_nvme_log.h"
 
@@ -65,11 +66,10 @@ static bool ent_ok(const struct nv_seg *g, const struct nv_log_rent *en)
 	       KVT_ALIGN_UP((uint64_t)en->len, NV_LOG_BLOCK) <= g->bytes - en->off;
 }
 
-/* Walk segment n's records into *bs. */
-static int walk(struct nv *s, uint32_t n, uint8_t *blk, struct rbatch **bs, size_t *nb,
+/* Walk segment n's records (g: its file) into *bs. */
+static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, size_t *nb,
 		size_t *cap)
 {
-	struct nv_seg *g = &s->lg->segs[n];
 	if (pread(g->fd, blk, NV_LOG_BLOCK, 0) != NV_LOG_BLOCK)
 		return 0; /* empty: used from generation 1 */
 	struct nv_log_seghdr *h = (struct nv_log_seghdr *)blk;
@@ -107,6 +107,34 @@ static int walk(struct nv *s, uint32_t n, uint8_t *blk, struct rbatch **bs, size
 		off += r->len;
 	}
 	return 0;
+}
+
+/* Raise *seq to the newest batch of file n, past a gap: not in the cycle now, but in it
+ * again at a later open once the gap is filled (advance creates the missing segment), and
+ * then its batches must be older than this run's, or its stale puts would undo this run's
+ * removals. */
+static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq)
+{
+	char name[32];
+	snprintf(name, sizeof(name), "%u.kvl", n);
+	int fd = openat(s->lg->dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return 0; /* not a file that can become a segment */
+	struct stat st;
+	struct rbatch *bs = NULL;
+	size_t nb = 0, cap = 0;
+	int rc = 0;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		struct nv_seg g = {.fd = fd, .bytes = (uint64_t)st.st_size};
+		rc = walk(&g, n, blk, &bs, &nb, &cap);
+	}
+	for (size_t i = 0; i < nb; i++) {
+		*seq = KVT_MAX(*seq, bs[i].seq);
+		kvt__free(bs[i].ent);
+	}
+	kvt__free(bs);
+	close(fd);
+	return rc;
 }
 
 /* Read back and verify every object batch b lists. */
@@ -225,19 +253,23 @@ int nv_log_recover(struct nv *s)
 	while (top < alloc && lg->segs[top].fd >= 0)
 		top++;
 	lg->nmax = KVT_MAX(lg->nmax, top);
-	kvt__free(ns);
 
 	uint8_t *blk = kvt__aligned_alloc(NV_LOG_BUF);
 	struct rbatch *bs = NULL;
 	size_t nb = 0, cap = 0;
-	if (!blk)
+	if (!blk) {
+		kvt__free(ns);
 		return -ENOMEM;
+	}
+	for (uint32_t i = k; i < nn && !rc; i++)
+		rc = past_gap_seq(s, ns[i], blk, &lg->seq);
+	kvt__free(ns);
 	for (uint32_t i = 0; i < top && !rc; i++)
-		rc = walk(s, i, blk, &bs, &nb, &cap);
+		rc = walk(&lg->segs[i], i, blk, &bs, &nb, &cap);
 	uint64_t torn = 0, objs = 0, bad = 0;
 	if (!rc && nb) {
 		qsort(bs, nb, sizeof(*bs), cmp_seq);
-		lg->seq = bs[nb - 1].seq;
+		lg->seq = KVT_MAX(lg->seq, bs[nb - 1].seq);
 		lg->start = bs[nb - 1].seg + 1;
 		/* The newest batches may be incomplete: check every object they list. */
 		for (size_t i = nb > NV_LOG_BUFS ? nb - NV_LOG_BUFS : 0; i < nb; i++) {
