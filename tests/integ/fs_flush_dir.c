@@ -12,57 +12,15 @@
  *      directory fsyncs are held).
  * Exit 0 pass, 1 fail, 77 when slowfs or /dev/fuse is missing (a failure under CI=true).
  */
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config.h"
-#include "lib/fuse_mounted.h"
+#include "lib/slowfs.h"
 #include "lib/tierh.h"
 
 extern const struct kvt_tier_ops kvt__tier_fs_ops;
-extern char **environ;
 
-static pid_t fs_pid;
-static char back[256], mnt[256];
-
-static void stop_slowfs(void)
-{
-	if (!fs_pid)
-		return;
-	kill(fs_pid, SIGUSR2);
-	char cmd[700];
-	snprintf(cmd, sizeof(cmd), "fusermount3 -u '%s' 2>/dev/null || umount -l '%s'", mnt, mnt);
-	if (system(cmd) != 0)
-		fprintf(stderr, "  (unmount of %s failed)\n", mnt);
-	waitpid(fs_pid, NULL, 0);
-	fs_pid = 0;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'; rmdir '%s'", back, mnt);
-	if (system(cmd) != 0)
-		fprintf(stderr, "  (cleanup of %s failed)\n", back);
-}
-
-static int start_slowfs(void)
-{
-	char bin[4096];
-	snprintf(bin, sizeof(bin), "%s/slowfs", getenv("KVT_BIN") ? getenv("KVT_BIN") : "build");
-	if (access(bin, X_OK) || access("/dev/fuse", R_OK | W_OK)) {
-		fprintf(stderr, "SKIP: %s not built or /dev/fuse missing\n", bin);
-		return 77;
-	}
-	const char *base = getenv("KVT_TEST_DIR") ? getenv("KVT_TEST_DIR") : "/var/tmp";
-	snprintf(back, sizeof(back), "%s/kvt-flushdir-back-XXXXXX", base);
-	snprintf(mnt, sizeof(mnt), "%s/kvt-flushdir-mnt-XXXXXX", base);
-	CHECK(mkdtemp(back) && mkdtemp(mnt));
-	char *argv[] = {bin, back, mnt, "--stall-only", "fsyncdir", NULL};
-	if (posix_spawn(&fs_pid, bin, NULL, NULL, argv, environ))
-		return 1;
-	atexit(stop_slowfs);
-	for (int i = 0; i < 250 && !fuse_mounted(mnt); i++)
-		usleep(20000);
-	return fuse_mounted(mnt) ? 0 : 1;
-}
+static struct slowfs fs;
 
 struct flush_wait {
 	_Atomic int done;
@@ -86,13 +44,13 @@ static bool flush_done_within(struct flush_wait *w, int ms)
 
 int main(void)
 {
-	int rc = start_slowfs();
+	int rc = slowfs_start(&fs, "flushdir", "fsyncdir");
 	if (rc == 77)
 		return 77;
 	CHECK_EQ(rc, 0);
 	alarm(120);
-	char dir[300];
-	snprintf(dir, sizeof(dir), "%s/store", mnt);
+	char dir[4200];
+	snprintf(dir, sizeof(dir), "%s/store", fs.mnt);
 	const char *kv[] = {"fs.dir", dir, "fs.fsync", "data", "fs.direct", "off", NULL};
 	struct kvt_config *cfg = th_config(kv);
 	struct kvt_tier *t;
@@ -104,7 +62,7 @@ int main(void)
 	th_key(&k, 1, 77);
 	CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), 0);
 
-	kill(fs_pid, SIGUSR1); /* directory fsyncs are held from now on */
+	kill(fs.pid, SIGUSR1); /* directory fsyncs are held from now on */
 	usleep(50000);
 	struct flush_wait w1 = {0};
 	CHECK_EQ(t->ops->flush(t, flush_cb, &w1), 0);
@@ -112,12 +70,12 @@ int main(void)
 	printf("  1. flush with directory fsyncs held: %s after 600 ms\n",
 	       early ? "completed" : "still waiting");
 	CHECK(!early); /* it waits for the leaf directory's fsync */
-	kill(fs_pid, SIGUSR2);
+	kill(fs.pid, SIGUSR2);
 	CHECK(flush_done_within(&w1, 5000));
 	CHECK_EQ(atomic_load(&w1.rc), 0);
 	printf("     and completed once they were let go\n");
 
-	kill(fs_pid, SIGUSR1);
+	kill(fs.pid, SIGUSR1);
 	usleep(50000);
 	struct flush_wait w2 = {0};
 	CHECK_EQ(t->ops->flush(t, flush_cb, &w2), 0);
@@ -125,9 +83,9 @@ int main(void)
 	printf("  2. a flush with nothing written since: %s\n", quick ? "completed" : "waited");
 	CHECK(quick);
 	CHECK_EQ(atomic_load(&w2.rc), 0);
-	kill(fs_pid, SIGUSR2);
+	kill(fs.pid, SIGUSR2);
 	th_close(t);
-	stop_slowfs();
+	slowfs_stop(&fs);
 	printf("fs_flush_dir: ok\n");
 	return 0;
 }

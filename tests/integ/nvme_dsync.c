@@ -14,13 +14,10 @@
  * /dev/fuse (a failure under CI=true: see CMakeLists.txt).
  */
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include "nvme_util.h"
-#include "lib/fuse_mounted.h"
+#include "lib/slowfs.h"
 
-extern char **environ;
 
 static int wait_ms(struct waiter *w, int ms)
 {
@@ -66,54 +63,20 @@ static void run(pid_t fs, const char *dir, const char *fsync, int held)
 	kvt__tier_close(t);
 }
 
-static pid_t g_fs;
-static char g_back[512], g_mnt[512];
-
-/* At any exit, a failed CHECK's included: release the hold, unmount, remove the files. */
-static void cleanup(void)
-{
-	if (!g_fs)
-		return;
-	kill(g_fs, SIGUSR2);
-	char cmd[1200];
-	snprintf(cmd, sizeof(cmd), "fusermount3 -u '%s' 2>/dev/null || umount -l '%s'", g_mnt,
-		 g_mnt);
-	if (system(cmd) != 0)
-		fprintf(stderr, "  (unmount of %s failed)\n", g_mnt);
-	waitpid(g_fs, NULL, 0);
-	g_fs = 0;
-	rm_rf(g_back);
-	rmdir(g_mnt);
-}
+static struct slowfs g_fs;
 
 int main(void)
 {
-	char bin[4096];
-	snprintf(bin, sizeof(bin), "%s/slowfs", getenv("KVT_BIN") ? getenv("KVT_BIN") : "build");
-	if (access(bin, X_OK) || access("/dev/fuse", R_OK | W_OK)) {
-		fprintf(stderr, "SKIP: %s not built or /dev/fuse missing\n", bin);
+	int rc = slowfs_start(&g_fs, "dsync", "fsync");
+	if (rc == 77)
 		return 77;
-	}
-	char *back = g_back, *mnt = g_mnt, dir[600];
-	const char *base = getenv("KVT_TEST_DIR");
-	snprintf(back, sizeof(g_back), "%s/kvt-dsync-back-XXXXXX", base && *base ? base : "/tmp");
-	snprintf(mnt, sizeof(g_mnt), "%s/kvt-dsync-mnt-XXXXXX", base && *base ? base : "/tmp");
-	if (base && *base)
-		mkdir(base, 0755);
-	CHECK(mkdtemp(back) && mkdtemp(mnt));
-	char *argv[] = {bin, back, mnt, "--stall-only", "fsync", NULL};
-	pid_t fs;
-	CHECK_EQ(posix_spawn(&fs, bin, NULL, NULL, argv, environ), 0);
-	g_fs = fs;
-	atexit(cleanup);
-	for (int i = 0; i < 250 && !fuse_mounted(mnt); i++)
-		usleep(20000);
-	CHECK(fuse_mounted(mnt));
-	snprintf(dir, sizeof(dir), "%s/d", mnt);
+	CHECK_EQ(rc, 0);
+	char dir[4200];
+	snprintf(dir, sizeof(dir), "%s/d", g_fs.mnt);
 	CHECK_EQ(mkdir(dir, 0700), 0);
-	run(fs, dir, "data", 1);
-	run(fs, dir, "none", 0);
-	cleanup();
+	run(g_fs.pid, dir, "data", 1);
+	run(g_fs.pid, dir, "none", 0);
+	slowfs_stop(&g_fs);
 	fprintf(stderr, "nvme_dsync: ok\n");
 	return 0;
 }

@@ -27,52 +27,11 @@
 #include "engine.h"
 #include "internal.h"
 #include "testlib.h"
-#include "lib/fuse_mounted.h"
+#include "lib/slowfs.h"
 
 #define CEIL_MS 400
 #define SYNC_MS 1000
 #define SLACK_MS 800
-
-extern char **environ;
-
-struct slowfs {
-	pid_t pid;
-	char back[4096], mnt[4096];
-};
-
-static int slowfs_start(struct slowfs *f)
-{
-	char bin[4096];
-	snprintf(bin, sizeof(bin), "%s/slowfs", getenv("KVT_BIN") ? getenv("KVT_BIN") : "build");
-	if (access(bin, X_OK) || access("/dev/fuse", R_OK | W_OK)) {
-		fprintf(stderr, "SKIP: %s not built or /dev/fuse missing\n", bin);
-		return 77;
-	}
-	char *b = test_tmpdir("slowfs-back"), *m = test_tmpdir("slowfs-mnt");
-	snprintf(f->back, sizeof(f->back), "%s", b);
-	snprintf(f->mnt, sizeof(f->mnt), "%s", m);
-	free(b);
-	free(m);
-	char *argv[] = {bin, f->back, f->mnt, NULL};
-	if (posix_spawn(&f->pid, bin, NULL, NULL, argv, environ))
-		return 1;
-	for (int i = 0; i < 250 && !fuse_mounted(f->mnt); i++)
-		usleep(20000);
-	return fuse_mounted(f->mnt) ? 0 : 1;
-}
-
-static void slowfs_stop(struct slowfs *f)
-{
-	kill(f->pid, SIGUSR2);
-	char cmd[8300];
-	snprintf(cmd, sizeof(cmd), "fusermount3 -u '%s' 2>/dev/null || umount -l '%s'", f->mnt,
-		 f->mnt);
-	if (system(cmd) != 0)
-		fprintf(stderr, "  (unmount of %s failed)\n", f->mnt);
-	waitpid(f->pid, NULL, 0);
-	test_rmdir(f->back);
-	rmdir(f->mnt);
-}
 
 /* An nvme store left closing on the stalled mount (its last close gave up) holds the
  * directory's lock until its close finishes, once the mount answers: wait for it. Opens
@@ -260,28 +219,15 @@ static void late_zero_copy(struct slowfs *f)
 	fprintf(stderr, "  the late write was removed; the key is a miss, also after a reopen\n");
 }
 
-/* A failed CHECK exits: the mount must not outlive the test (nor stay hung). */
-static struct slowfs *mounted_fs;
-static void stop_at_exit(void)
-{
-	if (mounted_fs)
-		slowfs_stop(mounted_fs);
-}
-
 int main(void)
 {
 	static struct slowfs f;
-	int rc = slowfs_start(&f);
-	if (rc == 0) {
-		mounted_fs = &f;
-		atexit(stop_at_exit);
-	}
+	int rc = slowfs_start(&f, "slowfs", NULL);
 	if (rc)
 		return rc;
 	stalled_store(&f, "fs");
 	stalled_store(&f, "nvme");
 	late_zero_copy(&f);
-	mounted_fs = NULL;
 	slowfs_stop(&f);
 	fprintf(stderr, "store_stall_fs: ok\n");
 	return 0;
