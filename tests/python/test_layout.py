@@ -251,37 +251,10 @@ def test_store_close_from_another_thread_waits_for_rows_calls(op, monkeypatch):
     """Store.close() (which closes its Rows handles) on one thread while another is inside
     a Rows call: kvt_rows_close freed the handle under a load still converting into rows
     (use after free). The close waits for the call; calls after it raise ValueError."""
-    import threading
-
+    from free_race import FreeRace
     from kvtier import rows as rows_mod
-    lib = rows_mod.lib
-    names = ["kvt_rows_load", "kvt_rows_store", "kvt_rows_job_poll"]
-    real = {n: getattr(lib, n) for n in names}
-    real_close = lib.kvt_rows_close
-    inside, bad = [0], []
-    entered, gate = threading.Event(), threading.Event()
-
-    def wrap(name):
-        def call(*args):
-            inside[0] += 1
-            try:
-                if threading.current_thread().name == "user":
-                    entered.set()
-                    gate.wait(10)
-                return real[name](*args)
-            finally:
-                inside[0] -= 1
-        return call
-
-    def close(r):
-        if inside[0]:  # the bug: recorded, and the handle leaked rather than freed under it
-            bad.append("kvt_rows_close while a call on the handle was running")
-            return None
-        return real_close(r)
-
-    for n in names:
-        monkeypatch.setattr(lib, n, wrap(n))
-    monkeypatch.setattr(lib, "kvt_rows_close", close)
+    race = FreeRace(monkeypatch, rows_mod.lib,
+                    ["kvt_rows_load", "kvt_rows_store", "kvt_rows_job_poll"], "kvt_rows_close")
     s, rl, rows = _small_rows_store()
     r = kvtier.Rows(s, rl.c_layout(), rows, 2)
     k = bytes([1]) * 32
@@ -289,19 +262,7 @@ def test_store_close_from_another_thread_waits_for_rows_calls(op, monkeypatch):
     job = r.load_start([k], [1])
     calls = {"load": lambda: r.load([k], [2]), "store": lambda: r.store([k], [3]),
              "job_poll": lambda: job.poll(-1)}
-    out = []
-    user = threading.Thread(target=lambda: out.append(calls[op]()), name="user", daemon=True)
-    user.start()
-    assert entered.wait(10)
-    closer = threading.Thread(target=s.close, daemon=True)
-    closer.start()
-    time.sleep(0.2)  # the close has reached the handle, or is waiting for the call
-    gate.set()
-    closer.join(10)
-    assert not closer.is_alive(), "close() hung"
-    assert not bad, bad
-    user.join(10)
-    assert not user.is_alive() and len(out) == 1 and out[0] is not None
+    assert race.run(calls[op], s.close) is not None
     with pytest.raises(ValueError, match="closed"):
         calls[op]()
 
@@ -309,52 +270,16 @@ def test_store_close_from_another_thread_waits_for_rows_calls(op, monkeypatch):
 def test_job_free_from_another_thread_waits_for_its_poll(monkeypatch):
     """RowsJob.free() on one thread while another polls the same job: the job was freed
     under the poll (use after free). free() now waits for the poll to return."""
-    import threading
-
+    from free_race import FreeRace
     from kvtier import rows as rows_mod
-    lib = rows_mod.lib
-    real_poll, real_free = lib.kvt_rows_job_poll, lib.kvt_rows_job_free
-    inside, bad = [0], []
-    entered, gate = threading.Event(), threading.Event()
-
-    def poll(*args):
-        inside[0] += 1
-        try:
-            if threading.current_thread().name == "user":
-                entered.set()
-                gate.wait(10)
-            return real_poll(*args)
-        finally:
-            inside[0] -= 1
-
-    def free(j):
-        if inside[0]:  # the bug: recorded, and the job leaked rather than freed under it
-            bad.append("kvt_rows_job_free while a poll of the job was running")
-            return None
-        return real_free(j)
-
-    monkeypatch.setattr(lib, "kvt_rows_job_poll", poll)
-    monkeypatch.setattr(lib, "kvt_rows_job_free", free)
+    race = FreeRace(monkeypatch, rows_mod.lib, ["kvt_rows_job_poll"], "kvt_rows_job_free")
     s, rl, rows = _small_rows_store()
     try:
         r = kvtier.Rows(s, rl.c_layout(), rows, 2)
         k = bytes([1]) * 32
         assert r.store([k], [0]).done == 1
         job = r.load_start([k], [1])
-        out = []
-        user = threading.Thread(target=lambda: out.append(job.poll(-1)), name="user",
-                                daemon=True)
-        user.start()
-        assert entered.wait(10)
-        freer = threading.Thread(target=job.free, daemon=True)
-        freer.start()
-        time.sleep(0.2)  # the free is waiting for the poll, or has freed under it
-        gate.set()
-        freer.join(10)
-        assert not freer.is_alive(), "free() hung"
-        assert not bad, bad
-        user.join(10)
-        assert not user.is_alive() and len(out) == 1 and out[0] is not None
+        assert race.run(lambda: job.poll(-1), job.free) is not None
         with pytest.raises(ValueError, match="freed"):
             job.poll(0)
     finally:

@@ -331,64 +331,20 @@ def test_close_from_another_thread_waits_for_calls_on_the_store(tdir, monkeypatc
     poller blocked in kvt_poll, or a submit/stats caught mid-call): the store must not be
     freed under that call (use after free). A blocked poll is woken and returns, the
     other calls finish, and only then is the store freed; later calls raise ValueError."""
-    import threading
-
+    from free_race import FreeRace
     from kvtier import store as store_mod
-    lib = store_mod.lib
-    names = ["kvt_poll", "kvt_put", "kvt_get", "kvt_flush", "kvt_stats", "kvt_store_fd"]
-    real = {n: getattr(lib, n) for n in names}
-    real_close = lib.kvt_store_close
-    inside, bad = [0], []
-    entered, gate = threading.Event(), threading.Event()
-    lock = threading.Lock()
-
-    def wrap(name):
-        def call(*args):
-            with lock:
-                inside[0] += 1
-            try:
-                if threading.current_thread().name == "user":
-                    entered.set()
-                    if name != "kvt_poll":  # a real poll blocks by itself
-                        gate.wait(10)
-                return real[name](*args)
-            finally:
-                with lock:
-                    inside[0] -= 1
-        return call
-
-    def close(s):
-        if inside[0]:  # the bug: recorded, and the store leaked rather than freed under it
-            bad.append("kvt_store_close while a call on the store was running")
-            return None
-        return real_close(s)
-
-    for n in names:
-        monkeypatch.setattr(lib, n, wrap(n))
-    monkeypatch.setattr(lib, "kvt_store_close", close)
+    race = FreeRace(monkeypatch, store_mod.lib,
+                    ["kvt_poll", "kvt_put", "kvt_get", "kvt_flush", "kvt_stats", "kvt_store_fd"],
+                    "kvt_store_close", no_hold=("kvt_poll",))  # a real poll blocks by itself
     s = kvtier.Store(cfg(**{"fs.dir": tdir}), poller="manual")
     k = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]
     data = chunk(s, 4)
     calls = {"poll": lambda: s.poll(-1), "put": lambda: s.put(k, data),
              "get": lambda: s.get(k), "flush": s.flush, "stats": s.stats,
              "fileno": s.fileno}
-    out = []
-    user = threading.Thread(target=lambda: out.append(calls[op]()), name="user",
-                            daemon=True)
-    user.start()
-    assert entered.wait(10)
-    time.sleep(0.05)  # the poll is in its wait
-    closer = threading.Thread(target=s.close, daemon=True)
-    closer.start()
-    time.sleep(0.2)  # the close has reached the store, or is waiting for the call
-    gate.set()
-    closer.join(10)
-    assert not closer.is_alive(), "close() hung"
-    assert not bad, bad
-    user.join(10)
-    assert not user.is_alive() and len(out) == 1
+    out = race.run(calls[op], s.close, settle=0.05)  # settle: the poll is in its wait
     if op in ("put", "get", "flush"):
-        assert out[0].done()  # completed (or canceled) by the close
+        assert out.done()  # completed (or canceled) by the close
     assert s._s is None
     with pytest.raises(ValueError, match="closed"):
         calls[op]()
