@@ -25,12 +25,16 @@ cli -n 15 set unrelated:key keep >/dev/null
 cli -n 14 set other:key keep >/dev/null
 before15=$(cli -n 15 dbsize)
 [ "$before15" -ge 2 ] || fail "db 15 holds $before15 keys before the bench"
-timeout 120 "$KVT" bench --tier redis --set redis.url="$url" --chunk-bytes 64K \
-	--set-bytes 4M --queue-depth 8 --seconds 0.5 --ramp 0 --read-pct 0 --rounds 1 \
-	--json >"$tmp/out" 2>"$tmp/err" || fail "bench: $(cat "$tmp/err")"
-j=$(tail -1 "$tmp/out")
-echo "$j" | jqe '.tier == "redis" and .ref_write_gibps > 0' >/dev/null ||
-	fail "no reference measured: $j / $(cat "$tmp/err")"
+# A short write bench of the tier at URL $1 and its reference: fails unless both ran.
+bench_with_ref() {
+	timeout 120 "$KVT" bench --tier redis --set redis.url="$1" --chunk-bytes 64K \
+		--set-bytes 4M --queue-depth 8 --seconds 0.5 --ramp 0 --read-pct 0 --rounds 1 \
+		--json >"$tmp/out" 2>"$tmp/err" || fail "bench of $1: $(cat "$tmp/err")"
+	j=$(tail -1 "$tmp/out")
+	echo "$j" | jqe '.tier == "redis" and .ref_write_gibps > 0' >/dev/null ||
+		fail "no reference measured for $1: $j / $(cat "$tmp/err")"
+}
+bench_with_ref "$url"
 [ "$(cli -n 15 get unrelated:key)" = keep ] || fail "db 15's unrelated key is gone"
 [ "$(cli -n 14 get other:key)" = keep ] || fail "db 14's key is gone"
 "$KVT" session resume --synthetic 1024 --tiers redis --set redis.url="$url" \
@@ -40,12 +44,7 @@ left=$(cli -n 13 dbsize)
 
 # The reference reads redis.url as the tier does (src/redis_url.c): it once parsed its own
 # way and found no server in a URL without "redis://", which the tier takes.
-timeout 120 "$KVT" bench --tier redis --set redis.url="127.0.0.1:$REDIS_PORT/15" --chunk-bytes 64K \
-	--set-bytes 4M --queue-depth 8 --seconds 0.5 --ramp 0 --read-pct 0 --rounds 1 \
-	--json >"$tmp/out" 2>"$tmp/err" || fail "bench without the scheme: $(cat "$tmp/err")"
-j=$(tail -1 "$tmp/out")
-echo "$j" | jqe '.tier == "redis" and .ref_write_gibps > 0' >/dev/null ||
-	fail "no reference measured for a URL without the scheme: $j / $(cat "$tmp/err")"
+bench_with_ref "127.0.0.1:$REDIS_PORT/15"
 [ "$(cli -n 15 get unrelated:key)" = keep ] || fail "db 15's unrelated key is gone (second bench)"
 left=$(cli -n 13 dbsize)
 [ "$left" = 0 ] || fail "the second reference left $left keys in db 13"
