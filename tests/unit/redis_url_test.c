@@ -17,30 +17,25 @@
 static void accepted(void **state)
 {
 	(void)state;
-	struct kvt_redis_url u;
-	assert_int_equal(kvt__redis_url_parse("redis://cache.local", &u), 0);
-	assert_string_equal(u.host, "cache.local");
-	assert_int_equal(u.port, 6379);
-	assert_int_equal(u.db, 0);
-	assert_string_equal(u.pass, "");
-
-	assert_int_equal(kvt__redis_url_parse("redis://[::1]:6380/2", &u), 0);
-	assert_string_equal(u.host, "::1");
-	assert_int_equal(u.port, 6380);
-	assert_int_equal(u.db, 2);
-
-	assert_int_equal(kvt__redis_url_parse("redis://kv:p@ss@10.0.0.1:7000/", &u), 0);
-	assert_string_equal(u.user, "kv");
-	assert_string_equal(u.pass, "p@ss");
-	assert_string_equal(u.host, "10.0.0.1");
-	assert_int_equal(u.port, 7000);
-	assert_int_equal(u.db, 0);
-
-	assert_int_equal(kvt__redis_url_parse(":secret@localhost/15", &u), 0);
-	assert_string_equal(u.user, "");
-	assert_string_equal(u.pass, "secret");
-	assert_string_equal(u.host, "localhost");
-	assert_int_equal(u.db, 15);
+	static const struct {
+		const char *url, *host, *user, *pass;
+		int port, db;
+	} ok[] = {
+	    {"redis://cache.local", "cache.local", "", "", 6379, 0},
+	    {"redis://[::1]:6380/2", "::1", "", "", 6380, 2},
+	    {"redis://kv:p@ss@10.0.0.1:7000/", "10.0.0.1", "kv", "p@ss", 7000, 0},
+	    {":secret@localhost/15", "localhost", "", "secret", 6379, 15},
+	};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		struct kvt_redis_url u;
+		if (kvt__redis_url_parse(ok[i].url, &u) != 0)
+			fail_msg("'%s' refused", ok[i].url);
+		assert_string_equal(u.host, ok[i].host);
+		assert_string_equal(u.user, ok[i].user);
+		assert_string_equal(u.pass, ok[i].pass);
+		assert_int_equal(u.port, ok[i].port);
+		assert_int_equal(u.db, ok[i].db);
+	}
 }
 
 static void refused(void **state)
