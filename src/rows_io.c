@@ -350,6 +350,11 @@ static bool batch_pump(struct batch *b)
 	for (;;) {
 		b->backoff = false;
 		while (b->next < b->n && b->next <= b->first_fail && r->n_free) {
+			/* Nothing is submitted past the deadline: a DRAM hit completes (and is
+			 * converted) inside its submit, so without this check a batch of hits ran
+			 * to the end however late it was, and said "ok". */
+			if (b->deadline && kvt__now_ns() >= b->deadline)
+				break;
 			size_t i = b->next;
 			struct slot *sl = &b->slots[i];
 			sl->b = b;
@@ -374,15 +379,19 @@ static bool batch_pump(struct batch *b)
 				b->t_submit += kvt__now_ns() - ts;
 			}
 			pthread_mutex_lock(&r->m);
-			if (rc == -EAGAIN) { /* back-pressure: try again once something finished */
+			if (rc < 0) {
+				/* No callback will give the buffer back: do it here, and wake the calls
+				 * waiting for one (nothing else would; without a deadline they slept
+				 * for good). */
 				r->free_bufs[r->n_free++] = sl->buf;
 				b->refs--;
+				pthread_cond_broadcast(&r->c);
+			}
+			if (rc == -EAGAIN) { /* back-pressure: try again once something finished */
 				b->backoff = true;
 				break;
 			}
 			if (rc < 0) {
-				r->free_bufs[r->n_free++] = sl->buf;
-				b->refs--;
 				b->state[i] = rc;
 				if (i < b->first_fail)
 					b->first_fail = (uint32_t)i;

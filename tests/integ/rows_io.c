@@ -13,6 +13,9 @@
  *   - a job started and polled (kvt_rows_load_start / kvt_rows_job_poll) is the same load:
  *     exact; not over before its deadline, over with "deadline" after it; freed while
  *     reads are in flight, it writes nothing afterwards;
+ *   - a deadline already passed when a load of DRAM hits runs: nothing is written, "deadline";
+ *   - a call whose put fails inside its submit gives its staging buffer back and wakes a call
+ *     waiting for it (which went on sleeping until its deadline);
  *   - with encryption at rest (loads then go through staging buffers, not the object in
  *     place), the same round trip is exact.
  */
@@ -96,6 +99,25 @@ static void *load_main(void *arg)
 	return NULL;
 }
 
+/* A thread storing one row (the slow conversion, then a put that fails at once). */
+struct storer {
+	struct kvt_rows *r;
+	struct kvt_key key;
+	uint64_t id;
+	int got;
+	double ms;
+};
+
+static void *store_main(void *arg)
+{
+	struct storer *st = arg;
+	struct kvt_rows_result res;
+	uint64_t t0 = now_ns();
+	st->got = kvt_rows_store(st->r, &st->key, NULL, NULL, &st->id, 1, t0 + 3000000000ull, &res);
+	st->ms = test_ms_since(t0);
+	return NULL;
+}
+
 int main(void)
 {
 	char *dir = test_tmpdir("rows-io");
@@ -156,9 +178,29 @@ int main(void)
 	CHECK_RC(kvt_rows_load(r, keys, dst_ids, N, 0, &res), N);
 	CHECK(!memcmp(dst, want, NR * rb));
 
+	/* A deadline already passed when the call runs: every chunk is a DRAM hit (it would
+	 * complete inside its submitting call), yet none may be submitted, so the call ends at
+	 * once with "deadline", done 0, no row written -- as client mode (run_serial) does.
+	 * Submitting regardless converted the whole batch after the deadline and said "ok". */
+	memset(dst, 0xEE, NR * rb);
+	CHECK_RC(kvt_rows_load(r, keys, dst_ids, N, now_ns(), &res), 0);
+	CHECKM(res.failure == KVT_ROWS_DEADLINE, "failure %d, done %u", res.failure, res.done);
+	for (uint64_t b = 0; b < NR * rb; b++)
+		CHECKM(dst[b] == 0xEE, "byte %llu written after the deadline",
+		       (unsigned long long)b);
+	/* the same for a started job: over at start, with "deadline" */
+	struct kvt_rows_job *job;
+	CHECK_RC(kvt_rows_load_start(r, keys, dst_ids, N, now_ns(), &job), 0);
+	CHECK_RC(kvt_rows_job_poll(job, 0, &res), 1);
+	CHECKM(res.failure == KVT_ROWS_DEADLINE && res.done == 0, "job: failure %d, done %u",
+	       res.failure, res.done);
+	kvt_rows_job_free(job);
+	for (uint64_t b = 0; b < NR * rb; b++)
+		CHECKM(dst[b] == 0xEE, "job: byte %llu written after the deadline",
+		       (unsigned long long)b);
+
 	/* Started and polled (the scheduler's form): same rows. */
 	memset(dst, 0xEE, NR * rb);
-	struct kvt_rows_job *job;
 	CHECK_RC(kvt_rows_load_start(r, keys, dst_ids, N, 0, &job), 0);
 	CHECK_RC(kvt_rows_job_poll(job, -1, &res), 1);
 	CHECK_EQ(res.done, N);
@@ -265,6 +307,81 @@ int main(void)
 
 	test_rmdir(dir);
 	free(dir);
+
+	/* A permit given back by a call whose submit failed at once wakes the calls waiting
+	 * for one. One staging buffer, one DRAM slot, held by a slow promotion (a get whose
+	 * read takes 1500 ms), so every put fails inside its submit (-ENOSPC). Thread A
+	 * stores a large row (its conversion, before the put, holds the only buffer for tens
+	 * of ms); meanwhile this thread's store waits for that buffer. Once A gives it back,
+	 * this store must go on (and fail the same way, at once), not sleep until its own
+	 * deadline (or, with none, forever): nothing else would wake it. */
+	{
+		char *d2 = test_tmpdir("rows-io-permit");
+		struct kvt_config *c = test_config("nvme", d2);
+		test_set_big_model(c, "1024");
+		struct kvt_store *s2 = test_open(c);
+		const struct kvt_geometry *g = kvt_store_geometry(s2);
+		const uint64_t pb = kvt_payload_bytes(g, g->chunk_tokens);
+		uint8_t *pbuf = malloc(pb);
+		test_fill(pbuf, pb, 7);
+		struct kvt_key ky = key_of(1);
+		CHECK_RC(kvt_put_sync(s2, &ky, NULL, g->chunk_tokens, pbuf, pb), 0);
+		kvt_store_close(s2);
+		c = test_config("dram,faulty", d2);
+		test_set_big_model(c, "1024");
+		test_set(c, "faulty.inner", "nvme");
+		test_set(c, "faulty.delay_ms", "1500");
+		s2 = test_open(c); /* dram.bytes 1 MiB: one slot */
+		g = kvt_store_geometry(s2);
+		struct test_box gw = {0};
+		CHECK_RC(kvt_get(s2, &ky, 0, 0, pbuf, pb, test_box_cb, &gw), 0); /* fills the slot */
+		struct kvt_key kz = key_of(2);
+		CHECK_RC(kvt_put_sync(s2, &kz, NULL, g->chunk_tokens, pbuf, pb), -ENOSPC);
+		const int64_t T = g->chunk_tokens, H = g->kv_heads, D = g->head_dim;
+		/* K transposed per (layer, head) [D][T] (the slow, strided copy), V canonical */
+		struct kvt_row_layout bl = {.elem_bytes = 2, .layers = g->layers, .kv_heads = (uint32_t)H,
+					    .head_dim = (uint32_t)D, .block_tokens = (uint32_t)T,
+					    .blocks_per_chunk = 1, .heads_per_rank = (uint32_t)H,
+					    .row_bytes = (uint64_t)(g->layers * 2 * T * H * D) * 2};
+		bl.k = (struct kvt_row_strides){.layer = 2 * T * H * D, .head = D * T, .token = 1,
+						.dim = T};
+		bl.v = (struct kvt_row_strides){.offset = T * H * D, .layer = 2 * T * H * D,
+						.head = D, .token = H * D, .dim = 1};
+		CHECK_RC(kvt_row_layout_check(&bl), 0);
+		uint8_t *big = calloc(2, bl.row_bytes);
+		CHECK(big != NULL);
+		struct kvt_rows *r2;
+		CHECK_RC(kvt_rows_open(s2, &bl, big, 2, 1, &r2), 0);
+		struct storer sa = {.r = r2, .key = key_of(3), .id = 0};
+		pthread_t tst;
+		uint64_t tA = now_ns();
+		pthread_create(&tst, NULL, store_main, &sa);
+		usleep(5000); /* A holds the buffer now: it is converting */
+		struct kvt_key k4 = key_of(4);
+		uint64_t one = 1;
+		uint64_t t1 = now_ns();
+		int got = kvt_rows_store(r2, &k4, NULL, NULL, &one, 1, t1 + 1000000000ull, &res);
+		double bms = test_ms_since(t1);
+		pthread_join(tst, NULL);
+		printf("rows_io: permit: A %d after %.0f ms, B %d (%d, %d) after %.0f ms\n", sa.got,
+		       sa.ms, got, res.failure, res.status, bms);
+		CHECKM(sa.got == 0, "A's put was to fail (got %d)", sa.got);
+		/* checkable only when B started while A still held the buffer */
+		if ((double)(t1 - tA) / 1e6 + 2 < sa.ms)
+			CHECKM(res.failure == KVT_ROWS_ERROR && res.status == -ENOSPC,
+			       "B: failure %d status %d after %.0f ms (A gave the buffer back at "
+			       "%.0f ms)", res.failure, res.status, bms, sa.ms);
+		kvt_rows_close(r2);
+		for (uint64_t t = now_ns(); !gw.done;) { /* the slow get, before closing */
+			kvt_poll(s2, 50);
+			CHECKM(test_ms_since(t) < 10000, "the get never completed");
+		}
+		kvt_store_close(s2);
+		free(big);
+		free(pbuf);
+		test_rmdir(d2);
+		free(d2);
+	}
 
 	/* Encrypted at rest: store, then load in a fresh store through staging buffers. */
 	setenv("KVT_ROWS_IO_KEY",
