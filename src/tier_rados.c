@@ -126,6 +126,11 @@ static void sub_done(struct rados_sub *u, int rc)
 		}
 		break;
 	case OP_READ:
+		/* The count is the OSD reply's length, not capped by librados at what was asked:
+		 * more than the segment is never bytes of it, and must not reach the caller as
+		 * the object's size (it verifies that many bytes of its buffer). */
+		if (rc >= 0 && (uint64_t)rc > u->len)
+			rc = -EIO;
 		if (rc >= 0) {
 			atomic_fetch_add(&op->total, (uint64_t)rc);
 			atomic_fetch_add(&s->cnt.read_bytes, (uint64_t)rc);
