@@ -9,6 +9,7 @@
 #include <errno.h>
 
 #include <climits>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -30,7 +31,9 @@ extern "C" int kvt__rados_zc_write_full(rados_ioctx_t io, const char *oid, rados
 {
 	*hold = nullptr;
 	try {
-		zc_hold *h = new zc_hold;
+		/* Freed if building the write throws (bad_alloc): nothing was issued yet. */
+		std::unique_ptr<zc_hold> own(new zc_hold);
+		zc_hold *h = own.get();
 		/* A buffer's length is an unsigned int: a larger object is several buffers. */
 		const size_t piece = 1u << 30;
 		char *p = static_cast<char *>(const_cast<void *>(obj));
@@ -48,7 +51,7 @@ extern "C" int kvt__rados_zc_write_full(rados_ioctx_t io, const char *oid, rados
 		/* Published before the write is issued: its completion may run on librados'
 		 * finisher thread before aio_write_full returns, and must find the hold then
 		 * (to release it, and to see whether librados still references the buffer). */
-		*hold = h;
+		*hold = own.release();
 		int rc = ctx.aio_write_full(oid, ac, h->bl); /* shares the buffers, copies none */
 		if (rc < 0) { /* no completion will run */
 			*hold = nullptr;
