@@ -104,8 +104,9 @@ struct kvt_rows_result {
  * The failed chunk's row is never written; a later chunk's row may hold that chunk when
  * its read completed before the failure was known; nothing is written after the call
  * returns (reads it gave up are dropped when they complete). deadline_ns: CLOCK_MONOTONIC;
- * 0 = none (the tiers' own deadlines still bound every read). -EINVAL on bad arguments
- * (nothing read). */
+ * 0 = none (the tiers' own deadlines still bound every read); no chunk is read once it has
+ * passed, a DRAM hit included (KVT_ROWS_DEADLINE). -EINVAL on bad arguments (nothing
+ * read). */
 KVT_EXPORT int kvt_rows_load(struct kvt_rows *r, const struct kvt_key *keys,
 			     const uint64_t *row_ids, size_t n, uint64_t deadline_ns,
 			     struct kvt_rows_result *res);
