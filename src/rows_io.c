@@ -499,13 +499,23 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 		      struct kvt_rows_result *res)
 {
 	struct kvt_rows_result out = {0};
-	pthread_mutex_lock(&r->m);
-	while (!r->n_free)
-		pthread_cond_wait(&r->c, &r->m);
-	void *buf = r->free_bufs[--r->n_free];
-	pthread_mutex_unlock(&r->m);
 	size_t i = 0;
 	int fail = 0;
+	/* Another call may hold every buffer for all its chunks: wait for one only until the
+	 * deadline (this waited without bound, past it, until that call was over). */
+	pthread_mutex_lock(&r->m);
+	while (!r->n_free && wait_change(r, deadline, 0))
+		;
+	bool have = r->n_free;
+	void *buf = have ? r->free_bufs[--r->n_free] : NULL;
+	pthread_mutex_unlock(&r->m);
+	if (!have) {
+		out.status = -ETIME;
+		out.failure = failure_of(-ETIME);
+		if (res)
+			*res = out;
+		return 0;
+	}
 	if (!buf && !(buf = kvt__huge_alloc(r->chunk_bytes))) {
 		fail = -ENOMEM;
 		n = 0;

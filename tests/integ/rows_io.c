@@ -17,13 +17,16 @@
  *   - a call whose put fails inside its submit gives its staging buffer back and wakes a call
  *     waiting for it (which went on sleeping until its deadline);
  *   - with encryption at rest (loads then go through staging buffers, not the object in
- *     place), the same round trip is exact.
+ *     place), the same round trip is exact;
+ *   - in client mode (store.daemon, a running kvtierd) a call waiting for a staging buffer
+ *     returns at its deadline (it waited until the buffer came back, however late).
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "kvtier_layout.h"
-#include "testlib.h"
+#include "lib/daemon_harness.h" /* includes testlib.h */
 
 #define TB 16 /* block tokens: chunk_tokens 16 = one block */
 
@@ -116,6 +119,81 @@ static void *store_main(void *arg)
 	st->got = kvt_rows_store(st->r, &st->key, NULL, NULL, &st->id, 1, t0 + 3000000000ull, &res);
 	st->ms = test_ms_since(t0);
 	return NULL;
+}
+
+/* A client-mode load that holds the only staging buffer until its deadline. */
+struct holder {
+	struct kvt_rows *r;
+	struct kvt_key *keys;
+	uint64_t *ids;
+	size_t n;
+	uint64_t deadline;
+	_Atomic bool over;
+};
+
+static void *hold_main(void *arg)
+{
+	struct holder *h = arg;
+	struct kvt_rows_result res;
+	kvt_rows_load(h->r, h->keys, h->ids, h->n, h->deadline, &res);
+	atomic_store(&h->over, true);
+	return NULL;
+}
+
+/* Client mode (store.daemon: run_serial, one get or put to kvtierd per chunk) keeps a
+ * call's deadline while it waits for a staging buffer. One buffer, held by thread A's load
+ * of far more chunks than it can read before its own deadline, 1.5 s away; this thread's
+ * load with a 100 ms deadline must return at its deadline with "deadline", done 0, while A
+ * still holds the buffer - it waited without bound, until A gave the buffer back. */
+static void client_mode_buffer_deadline(const struct kvt_row_layout *lay, uint8_t *rows,
+					uint64_t n_rows, const struct kvt_key *keys)
+{
+	char *d = test_tmpdir("rows-io-client"), sock[108];
+	snprintf(sock, sizeof(sock), "%s/kvtierd.sock", d);
+	kvtd_start_test(sock, d, NULL);
+	struct kvt_config *c = test_config("dram", d);
+	test_set(c, "store.daemon", sock);
+	struct kvt_store *s = test_open(c);
+	struct kvt_rows *r;
+	CHECK_RC(kvt_rows_open(s, lay, rows, n_rows, 1, &r), 0);
+	uint64_t ids[N];
+	for (int i = 0; i < N; i++)
+		ids[i] = (uint64_t)i;
+	struct kvt_rows_result res;
+	CHECK_RC(kvt_rows_store(r, keys, NULL, NULL, ids, N, 0, &res), N);
+
+	enum { M = 1000000 }; /* chunks A asks for: it is still reading them at its deadline */
+	struct holder h = {.r = r, .keys = malloc(M * sizeof(struct kvt_key)),
+			   .ids = malloc(M * sizeof(uint64_t)), .n = M,
+			   .deadline = now_ns() + 1500000000ull};
+	CHECK(h.keys && h.ids);
+	for (size_t i = 0; i < M; i++) {
+		h.keys[i] = keys[i % N];
+		h.ids[i] = i % N;
+	}
+	pthread_t ta;
+	CHECK_EQ(pthread_create(&ta, NULL, hold_main, &h), 0);
+	usleep(100000); /* A has the buffer and is reading */
+	uint64_t t0 = now_ns();
+	int got = kvt_rows_load(r, keys, ids, 1, t0 + 100000000ull, &res);
+	double ms = test_ms_since(t0);
+	bool a_over = atomic_load(&h.over);
+	printf("  client mode, the only buffer held: a 100 ms load returned %d (%s) after %.0f "
+	       "ms, the holder %s\n", got, res.failure == KVT_ROWS_DEADLINE ? "deadline" : "?",
+	       ms, a_over ? "done" : "still reading");
+	CHECKM(ms < 800, "waited %.0f ms for the buffer, past its 100 ms deadline", ms);
+	CHECK(!a_over); /* else the buffer was free: nothing was shown */
+	CHECK_EQ(got, 0);
+	CHECK_EQ(res.done, 0);
+	CHECK_EQ(res.failure, KVT_ROWS_DEADLINE);
+	pthread_join(ta, NULL);
+	kvt_rows_close(r);
+	kvt_store_close(s);
+	kvtd_kill();
+	free(h.keys);
+	free(h.ids);
+	test_rmdir(d);
+	free(d);
 }
 
 int main(void)
@@ -402,6 +480,8 @@ int main(void)
 	kvt_store_close(s);
 	test_rmdir(dir);
 	free(dir);
+
+	client_mode_buffer_deadline(&lay, dst, NR, keys);
 
 	free(src);
 	free(dst);
