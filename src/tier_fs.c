@@ -269,7 +269,9 @@ static int submit(struct fs_state *s, struct fs_op *op)
 	return 0;
 }
 
-static int submit_many(struct fs_state *s, struct fs_op **ops, unsigned n)
+/* Queue ops[0..n) at the queue's end, or at its front (front: short calls that something
+ * already waited for must not wait behind the writes queued since). */
+static int submit_many(struct fs_state *s, struct fs_op **ops, unsigned n, bool front)
 {
 	pthread_mutex_lock(&s->lock);
 	if (s->closing) {
@@ -278,11 +280,17 @@ static int submit_many(struct fs_state *s, struct fs_op **ops, unsigned n)
 	}
 	for (unsigned i = 0; i < n; i++) {
 		ops[i]->next = NULL;
-		if (s->tail)
-			s->tail->next = ops[i];
-		else
+		if (front) {
+			ops[i]->next = s->head;
 			s->head = ops[i];
-		s->tail = ops[i];
+			if (!s->tail)
+				s->tail = ops[i];
+		} else if (s->tail) {
+			s->tail->next = ops[i];
+			s->tail = ops[i];
+		} else {
+			s->head = s->tail = ops[i];
+		}
 	}
 	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
@@ -393,7 +401,7 @@ static void run_syncdirs(struct fs_state *s, struct fs_op *op, bool cancel)
 }
 
 static struct fs_op *op_new(enum fs_kind kind, size_t extra, kvt_tier_cb cb, void *arg);
-static int submit_many(struct fs_state *s, struct fs_op **ops, unsigned n);
+static int submit_many(struct fs_state *s, struct fs_op **ops, unsigned n, bool front);
 
 /* fs.fsync=data syncs each object's data before it is published, but not its name: a power
  * loss after a flush could still take back the rename or link into the leaf directory. So
@@ -434,18 +442,27 @@ static void start_dirsync(struct fs_state *s, struct fs_op *ready)
 	atomic_store(&d->pieces_left, n + 1);
 	unsigned queued = 0;
 	for (unsigned i = 0; i < n; i++) {
+		uint32_t lo = (uint32_t)((uint64_t)FS_LEAVES * i / n);
+		uint32_t hi = (uint32_t)((uint64_t)FS_LEAVES * (i + 1) / n);
 		struct fs_op *op = op_new(OP_SYNCDIRS, 0, NULL, NULL);
-		if (!op) {
+		if (!op) { /* these leaves wait for the next flush; this one fails */
+			pthread_mutex_lock(&s->lock);
+			for (uint32_t leaf = lo; leaf < hi; leaf++)
+				if (d->dirty[leaf / 8] & (1u << (leaf % 8)))
+					mark_leaf_dirty(s, leaf);
+			pthread_mutex_unlock(&s->lock);
 			atomic_store(&d->err, -ENOMEM);
 			atomic_fetch_sub(&d->pieces_left, 1);
 			continue;
 		}
 		op->dirsync = d;
-		op->i0 = (uint32_t)((uint64_t)FS_LEAVES * i / n);
-		op->i1 = (uint32_t)((uint64_t)FS_LEAVES * (i + 1) / n);
+		op->i0 = lo;
+		op->i1 = hi;
 		pieces[queued++] = op;
 	}
-	if (queued && submit_many(s, pieces, queued) < 0) /* closing: sync them here */
+	/* At the queue's front: the flush has waited for its writes already, and the writes
+	 * queued since (not counted in its deadline) must not hold it up. */
+	if (queued && submit_many(s, pieces, queued, true) < 0) /* closing: sync them here */
 		for (unsigned i = 0; i < queued; i++)
 			run_syncdirs(s, pieces[i], false);
 	if (atomic_fetch_sub(&d->pieces_left, 1) == 1)
@@ -1215,7 +1232,7 @@ static int fs_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
 		ops[i]->i0 = (uint32_t)((uint64_t)n * i / pieces);
 		ops[i]->i1 = (uint32_t)((uint64_t)n * (i + 1) / pieces);
 	}
-	int rc = submit_many(s, ops, pieces);
+	int rc = submit_many(s, ops, pieces, false);
 	if (rc == 0)
 		return 0;
 	for (unsigned i = 0; i < pieces; i++)
