@@ -81,14 +81,14 @@ static void *delay_main(void *arg)
 		uint64_t now = kvt__now_ns();
 		if (c && (f->stop || c->due <= now || (c->submit && f->closing))) {
 			f->held = c->next;
-			bool closing = f->closing;
+			bool closing = f->closing, stop = f->stop; /* read under the lock */
 			pthread_mutex_unlock(&f->m);
 			if (c->submit) {
 				submit_held(f, c, closing);
 				pthread_mutex_lock(&f->m);
 				continue;
 			}
-			int64_t rc = f->stop && c->due > now ? -ECANCELED : c->rc;
+			int64_t rc = stop && c->due > now ? -ECANCELED : c->rc;
 			kvt_tier_cb cb = c->cb;
 			void *cbarg = c->arg;
 			kvt__free(c);
