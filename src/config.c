@@ -501,12 +501,23 @@ static int on_ini_pair(void *user, const char *section, const char *name, const 
 	return 1;
 }
 
+/* Longest line taken from a file. Debian's libinih reads a line into a buffer of
+ * INI_MAX_LINE (200) bytes and parses the rest of a longer one as a line of its own; but a
+ * "name = value" line can be long for good reason (an STS session token in an AWS
+ * credentials file runs to KiBs). Such a line reaches libinih as "name=<0x01>N" and the
+ * handler gets long value N (kvt__ini_load keeps it; 0x01 is refused in a file). */
+#define KVT_INI_MAX_LINE 16384
+/* libinih's MAX_NAME: a longer name is cut by it, so a long line's name must fit. */
+#define KVT_INI_MAX_NAME 50
+
 /* The caller's handler until it fails once: libinih goes on after a failure and returns its
  * line, so a later failure's reason would be reported at that line. */
 struct ini_first {
 	int (*handler)(void *, const char *, const char *, const char *);
 	void *user;
 	bool failed;
+	char **long_values; /* the values of lines too long for libinih, by index */
+	size_t n_long;
 };
 
 static int ini_until_failure(void *u, const char *section, const char *name, const char *value)
@@ -514,6 +525,10 @@ static int ini_until_failure(void *u, const char *section, const char *name, con
 	struct ini_first *f = u;
 	if (f->failed)
 		return 1;
+	if (value && value[0] == '\x01') { /* a long line's value (kvt__ini_load) */
+		size_t i = strtoul(value + 1, NULL, 10);
+		value = i < f->n_long ? f->long_values[i] : "";
+	}
 	f->failed = !f->handler(f->user, section, name, value);
 	return !f->failed;
 }
@@ -529,16 +544,21 @@ static const char *ini_find(const char *s, const char *chars)
 	return s;
 }
 
+enum ini_line { INI_BLANK, INI_SECTION, INI_PAIR };
+
 /* One line as libinih reads it, checked first: libinih reports the first syntax error's line
  * but the reason of whichever handler failed (a later line), and it takes an indented line
  * after "name = value" as more of that value, calling the handler with the same name again
  * (multi-line entries, on in Debian's build): the value is silently replaced. Neither is
- * allowed here. section and name carry libinih's state from line to line. */
-static int ini_check_line(const char *path, int ln, const char *p, size_t len, char *section,
-			  char *name, char *err, size_t errlen)
+ * allowed here. section and name (INI_MAX_LINE bytes each) carry libinih's state from line
+ * to line; buf holds len + 1 bytes, and on INI_PAIR *value points into it, past the '='
+ * (or ':'). The line's kind, or -EINVAL with err set. */
+static int ini_check_line(const char *path, int ln, const char *p, size_t len, char *buf,
+			  char *section, char *name, const char **value, char *err,
+			  size_t errlen)
 {
-	char buf[INI_MAX_LINE], *start = buf;
-	memcpy(buf, p, len); /* len < INI_MAX_LINE: checked by the caller */
+	char *start = buf;
+	memcpy(buf, p, len);
 	buf[len] = 0;
 	if (ln == 1 && !strncmp(buf, "\xEF\xBB\xBF", 3))
 		start += 3; /* a UTF-8 byte order mark */
@@ -547,7 +567,7 @@ static int ini_check_line(const char *path, int ln, const char *p, size_t len, c
 	while (isspace((unsigned char)*start))
 		start++;
 	if (!*start || *start == ';' || *start == '#')
-		return 0; /* a blank line or a comment (name stays: libinih keeps it too) */
+		return INI_BLANK; /* a blank line or a comment (name stays: libinih keeps it too) */
 	if (*name && start > buf) {
 		if (err && errlen)
 			snprintf(err, errlen,
@@ -556,7 +576,7 @@ static int ini_check_line(const char *path, int ln, const char *p, size_t len, c
 				 path, ln, section, *section ? "." : "", name);
 		return -EINVAL;
 	}
-	const char *end = ini_find(start + (*start == '['), *start == '[' ? "]" : "=:");
+	char *end = (char *)ini_find(start + (*start == '['), *start == '[' ? "]" : "=:");
 	if (*start == '[') {
 		if (*end != ']') {
 			if (err && errlen)
@@ -565,7 +585,7 @@ static int ini_check_line(const char *path, int ln, const char *p, size_t len, c
 		}
 		snprintf(section, INI_MAX_LINE, "%.*s", (int)(end - start - 1), start + 1);
 		name[0] = 0;
-		return 0;
+		return INI_SECTION;
 	}
 	if (*end != '=' && *end != ':') {
 		if (err && errlen)
@@ -573,10 +593,64 @@ static int ini_check_line(const char *path, int ln, const char *p, size_t len, c
 				 ln);
 		return -EINVAL;
 	}
+	*value = end + 1;
 	while (end > start && isspace((unsigned char)end[-1]))
 		end--;
 	snprintf(name, INI_MAX_LINE, "%.*s", (int)(end - start), start);
+	return INI_PAIR;
+}
+
+/* A "name = value" line longer than libinih's buffer, as libinih would split it (value
+ * without blanks around it or an inline comment), kept in f; the line libinih gets instead
+ * is appended at *o. 0, or -errno with err set. */
+static int ini_keep_long(struct ini_first *f, const char *path, int ln, const char *name,
+			 const char *value, char *out, size_t *o, char *err, size_t errlen)
+{
+	if (strlen(name) >= KVT_INI_MAX_NAME) {
+		if (err && errlen)
+			snprintf(err, errlen,
+				 "%s:%d: line longer than %d bytes with a name longer than %d",
+				 path, ln, INI_MAX_LINE - 1, KVT_INI_MAX_NAME - 1);
+		return -EINVAL;
+	}
+	while (isspace((unsigned char)*value))
+		value++;
+	const char *end = ini_find(value, "");
+	while (end > value && isspace((unsigned char)end[-1]))
+		end--;
+	char **grown = kvt__realloc(f->long_values, (f->n_long + 1) * sizeof(*grown));
+	char *v = grown ? kvt__malloc((size_t)(end - value) + 1) : NULL;
+	if (grown)
+		f->long_values = grown;
+	if (!v) {
+		seterr(err, errlen, "%s: %s", path, strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	memcpy(v, value, (size_t)(end - value));
+	v[end - value] = 0;
+	f->long_values[f->n_long] = v;
+	*o += (size_t)sprintf(out + *o, "%s=\x01%zu", name, f->n_long++);
 	return 0;
+}
+
+/* The file's bytes, its rewrite for libinih and its long values may hold secrets (an S3
+ * credentials file): wiped before they are freed. */
+static void ini_free(struct ini_first *f, char *buf, char *out, char *scratch, size_t len)
+{
+	for (size_t i = 0; i < f->n_long; i++) {
+		explicit_bzero(f->long_values[i], strlen(f->long_values[i]));
+		kvt__free(f->long_values[i]);
+	}
+	kvt__free(f->long_values);
+	if (buf)
+		explicit_bzero(buf, len);
+	if (out)
+		explicit_bzero(out, len);
+	if (scratch)
+		explicit_bzero(scratch, KVT_INI_MAX_LINE);
+	kvt__free(buf);
+	kvt__free(out);
+	kvt__free(scratch);
 }
 
 int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, const char *,
@@ -602,6 +676,7 @@ int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, con
 		       S_ISDIR(st.st_mode) ? "is a directory, not a file" : "not a regular file");
 		return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
 	}
+	struct ini_first first = {handler, user, false, NULL, 0};
 	char *buf = kvt__malloc(max_bytes + 1);
 	if (!buf) {
 		close(fd);
@@ -617,7 +692,7 @@ int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, con
 		if (n < 0) {
 			int e = errno;
 			close(fd);
-			kvt__free(buf);
+			ini_free(&first, buf, NULL, NULL, len);
 			seterr(err, errlen, "%s: %s", path, strerror(e));
 			return -e;
 		}
@@ -627,43 +702,65 @@ int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, con
 	}
 	close(fd);
 	if (len > max_bytes) {
-		kvt__free(buf);
+		ini_free(&first, buf, NULL, NULL, max_bytes + 1);
 		char why[64];
 		snprintf(why, sizeof(why), "larger than %zu bytes", max_bytes);
 		seterr(err, errlen, "%s: %s", path, why);
 		return -EFBIG;
 	}
 	buf[len] = 0;
-	/* Before libinih sees it: a NUL would end a value silently, and a line longer than its
-	 * buffer would be split into two lines, the second parsed as a line of its own; and
-	 * the syntax (ini_check_line). */
+	/* Before libinih sees it: a NUL would end a value silently, 0x01 marks a long value
+	 * (ini_keep_long); a line longer than libinih's buffer is rewritten, or refused; and
+	 * the syntax (ini_check_line). out is what libinih parses: never longer than buf. */
+	char *out = kvt__malloc(len + 1), *scratch = kvt__malloc(KVT_INI_MAX_LINE);
+	if (!out || !scratch) {
+		ini_free(&first, buf, out, scratch, len);
+		seterr(err, errlen, "%s: %s", path, strerror(ENOMEM));
+		return -ENOMEM;
+	}
 	const char *p = buf, *end = buf + len;
 	char section[INI_MAX_LINE] = "", name[INI_MAX_LINE] = "";
+	size_t o = 0;
 	for (int ln = 1; p < end; ln++) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		const char *eol = nl ? nl : end;
-		bool nul = memchr(p, 0, (size_t)(eol - p)) != NULL;
-		if (nul || eol - p >= INI_MAX_LINE) {
-			kvt__free(buf);
-			*line = ln;
-			if (err && errlen && nul)
-				snprintf(err, errlen, "%s:%d: NUL byte in the line", path, ln);
-			else if (err && errlen)
+		const char *eol = nl ? nl : end, *value = NULL;
+		size_t n = (size_t)(eol - p);
+		int rc = -EINVAL;
+		if (memchr(p, 0, n) || memchr(p, 1, n)) {
+			if (err && errlen)
+				snprintf(err, errlen, "%s:%d: %s byte in the line", path, ln,
+					 memchr(p, 0, n) ? "NUL" : "control (0x01)");
+		} else if (n >= KVT_INI_MAX_LINE) {
+			if (err && errlen)
 				snprintf(err, errlen, "%s:%d: line longer than %d bytes", path, ln,
-					 INI_MAX_LINE - 1);
-			return -EINVAL;
+					 KVT_INI_MAX_LINE - 1);
+		} else {
+			rc = ini_check_line(path, ln, p, n, scratch, section, name, &value, err,
+					    errlen);
 		}
-		int rc = ini_check_line(path, ln, p, (size_t)(eol - p), section, name, err, errlen);
+		if (rc >= 0 && n < INI_MAX_LINE) {
+			memcpy(out + o, p, n);
+			o += n;
+		} else if (rc == INI_SECTION) {
+			if (err && errlen)
+				snprintf(err, errlen, "%s:%d: section line longer than %d bytes",
+					 path, ln, INI_MAX_LINE - 1);
+			rc = -EINVAL;
+		} else if (rc == INI_PAIR) {
+			rc = ini_keep_long(&first, path, ln, name, value, out, &o, err, errlen);
+		} /* else INI_BLANK: a long comment or blank line, left out */
 		if (rc < 0) {
-			kvt__free(buf);
+			ini_free(&first, buf, out, scratch, len);
 			*line = ln;
 			return rc;
 		}
+		if (nl)
+			out[o++] = '\n';
 		p = nl ? nl + 1 : end;
 	}
-	struct ini_first first = {handler, user, false};
-	*line = ini_parse_string(buf, ini_until_failure, &first);
-	kvt__free(buf);
+	out[o] = 0;
+	*line = ini_parse_string(out, ini_until_failure, &first);
+	ini_free(&first, buf, out, scratch, len);
 	return 0;
 }
 

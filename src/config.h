@@ -63,12 +63,15 @@ int kvt__config_copy(const struct kvt_config *src, struct kvt_config **out);
 /* Largest configuration file accepted (far above any real one). */
 #define KVT_CONFIG_MAX_FILE_BYTES (1u << 20)
 /* Parse an INI file with libinih, bounded: only a regular file (not a directory, FIFO or
- * device such as /dev/zero) of at most max_bytes, with no NUL byte and no line longer than
- * libinih's line buffer; its syntax is checked first (every line a comment, a [section]
- * or name = value; no indented continuation line, which libinih would pass as the same
- * name again). -errno with "path: reason" or "path:LINE: reason" in err when the file is
- * refused; else 0 and *line = ini_parse_string's result (0, or the line of the first
- * error the handler reported; the handler is not called after that one). */
+ * device such as /dev/zero) of at most max_bytes, with no NUL or 0x01 byte and no line of
+ * 16 KiB or more; a "name = value" line longer than libinih's 200-byte line buffer (an STS
+ * session token) reaches the handler whole, a longer section line is refused; its syntax
+ * is checked first (every line a comment, a [section] or name = value; no indented
+ * continuation line, which libinih would pass as the same name again). -errno with
+ * "path: reason" or "path:LINE: reason" in err when the file is refused; else 0 and
+ * *line = ini_parse_string's result (0, or the line of the first error the handler
+ * reported; the handler is not called after that one). The file's bytes are wiped from
+ * memory before they are freed (credentials). */
 int kvt__ini_load(const char *path, size_t max_bytes,
 		  int (*handler)(void *, const char *, const char *, const char *), void *user,
 		  char *err, size_t errlen, int *line);

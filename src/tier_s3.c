@@ -967,6 +967,10 @@ static int load_credentials(struct s3_state *s, const struct kvt_config *cfg)
 			goto fail;
 		}
 	}
+	if (c.token && !*c.token) { /* "aws_session_token =": none, as an empty variable is */
+		kvt__free(c.token);
+		c.token = NULL;
+	}
 	if (c.token && (c.rc = check_token(log, *file ? file : "AWS_SESSION_TOKEN", c.token)) < 0)
 		goto fail;
 	s->access_key = c.key;

@@ -17,7 +17,8 @@
  *   0x66: a 200 ignoring Range, the whole 64 KiB object -> the requested bytes
  *   0x67: a 206 cut by the object's end (6000 bytes) -> a short read of 1904 bytes
  *   0x6a: records the x-amz-security-token header it got, read back through /count/tokGET
- *         and /count/tokPUT (its length, -1 if it is not the test's A..Z pattern)
+ *         and /count/tokPUT (its length, -1 if it is not the test's A..Z pattern, -2 if
+ *         the request's signature covers the header but the request lacks it)
  * error bodies that must not reach the log (the session token echoed back):
  *   0x68: 400 <Code>ExpiredToken</Code> and the token in the body -> only "ExpiredToken"
  *   0x69: 400 with the token inside <Code>                        -> no code at all
@@ -113,6 +114,11 @@ static const char server_py[] =
     "            t = self.headers.get('x-amz-security-token', '')\n"
     "            good = t == ''.join(chr(65 + i % 26) for i in range(len(t)))\n"
     "            counts['/tok' + self.command] = len(t) if good else -1\n"
+    "            # signed but not sent (curl drops an empty header it signed): S3 would\n"
+    "            # answer SignatureDoesNotMatch\n"
+    "            if 'x-amz-security-token' in self.headers.get('Authorization', '') \\\n"
+    "                    and 'x-amz-security-token' not in self.headers:\n"
+    "                counts['/tok' + self.command] = -2\n"
     "            if self.command != 'GET': return self.reply(200)\n"
     "            cr = {'Content-Range': 'bytes 4096-12287/1048576'}\n"
     "            return self.reply(206, bytes(8192), cr)\n"
@@ -289,37 +295,52 @@ static void session_tokens(const char *ep)
 	fprintf(stderr, "session tokens of 8193 characters or with a CR LF: refused at open\n");
 }
 
-/* A credentials file: a key set twice in the profile is an error naming file and line. */
+/* A credentials file: a key set twice in the profile is an error naming file and line; a
+ * real STS token (KiBs, longer than libinih's 200-byte line) is read whole; an empty
+ * aws_session_token is no token. */
 static void credentials_files(const char *ep)
 {
 	char dir[] = "/tmp/kvt-s3cred.XXXXXX", path[128];
 	CHECK(mkdtemp(dir), "mkdtemp");
 	snprintf(path, sizeof(path), "%s/credentials", dir);
-	char *tok = token_of(150);
 	static const struct {
 		const char *text, *profile, *err; /* err NULL: opens */
+		int toklen; /* the %s tokens' length; what the server gets when it opens */
+		int sent;
 	} files[] = {
 	    {"[default]\naws_access_key_id = a\naws_secret_access_key = b\n"
 	     "aws_access_key_id = c\n",
-	     "default", "credentials:4: aws_access_key_id set twice in profile [default]"},
+	     "default", "credentials:4: aws_access_key_id set twice in profile [default]", 150, 0},
 	    /* another profile's keys are not read; the profile's section again is the same
 	     * profile */
 	    {"[kvt]\naws_session_token = %s\n[other]\naws_session_token = y\n"
 	     "aws_session_token = y\n[kvt]\naws_access_key_id = a\n"
 	     "aws_secret_access_key = b\naws_session_token = %s\n",
-	     "kvt", "credentials:9: aws_session_token set twice in profile [kvt]"},
+	     "kvt", "credentials:9: aws_session_token set twice in profile [kvt]", 150, 0},
 	    {"[other]\naws_access_key_id = x\n[kvt]\naws_access_key_id = a\n"
 	     "aws_secret_access_key = b\naws_session_token = %s\n[other]\n"
 	     "aws_access_key_id = x\n",
-	     "kvt", NULL},
+	     "kvt", NULL, 150, 150},
+	    /* an STS token of a few KiB, with an inline comment after it and CR LF lines */
+	    {"[kvt]\r\naws_access_key_id = a\r\naws_session_token =   %s ; from sts\r\n"
+	     "aws_secret_access_key = b\r\n",
+	     "kvt", NULL, 3000, 3000},
+	    /* written as the aws CLI writes a profile whose token was cleared */
+	    {"[kvt]\naws_access_key_id = a\naws_secret_access_key = b\naws_session_token =\n",
+	     "kvt", NULL, 0, 0},
+	    /* a long line that is not name = value */
+	    {"[kvt]\naws_access_key_id = a\naws_secret_access_key = b\n[%s]\n",
+	     "kvt", "credentials:4: section line longer than 199 bytes", 300, 0},
 	};
 	unsetenv("AWS_ACCESS_KEY_ID");
 	unsetenv("AWS_SECRET_ACCESS_KEY");
 	for (size_t i = 0; i < KVT_ARRAY_SIZE(files); i++) {
+		char *tok = token_of((size_t)files[i].toklen);
 		FILE *f = fopen(path, "w");
 		CHECK(f, "credentials file");
 		fprintf(f, files[i].text, tok, tok);
 		CHECK(fclose(f) == 0, "credentials file");
+		free(tok);
 		struct kvt_config *cfg = fake_cfg(ep);
 		cfg_set(cfg, "s3.credentials_file", path);
 		cfg_set(cfg, "s3.profile", files[i].profile);
@@ -336,8 +357,10 @@ static void credentials_files(const char *ep)
 			k.bytes[0] = 0x6a;
 			k.bytes[1] = 2;
 			CHECK(t_read(t, &k, &seg, 1) == (int)sizeof(buf), "read");
-			CHECK(count_of("/tokGET") == 150, "the token from the file: %d characters",
-			      count_of("/tokGET"));
+			CHECK(count_of("/tokGET") == files[i].sent,
+			      "credentials file %zu: the server got a token of %d characters (want "
+			      "%d)",
+			      i, count_of("/tokGET"), files[i].sent);
 			tier_close(t);
 			continue;
 		}
@@ -348,10 +371,9 @@ static void credentials_files(const char *ep)
 			  lines_of(log_text) == 1,
 		      "credentials file %zu: log: %s", i, log_text);
 	}
-	free(tok);
 	shf("rm -rf '%s'", dir);
-	fprintf(stderr,
-		"credentials files: a key set twice in the profile refused with its line\n");
+	fprintf(stderr, "credentials files: a key set twice in the profile refused with its line; "
+			"a 3000-character token read whole, an empty one sent as none\n");
 }
 
 int main(void)
