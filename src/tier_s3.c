@@ -13,7 +13,7 @@
  * Signing is libcurl's own SigV4 (CURLOPT_AWS_SIGV4) with the x-amz-content-sha256 header
  * that RGW and AWS require: UNSIGNED-PAYLOAD, or the body's real SHA-256 when
  * s3.sign_payload is set. Credentials come from the environment or an AWS-style
- * credentials file and are handed only to libcurl, never logged.
+ * credentials file (s3_credentials.c) and are handed only to libcurl, never logged.
  *
  * Every operation has a deadline (s3.timeout_ms from submission): transfers still queued
  * past it fail with -ETIMEDOUT, running ones carry the remaining time as CURLOPT_TIMEOUT_MS.
@@ -23,7 +23,6 @@
  * cancels what is still queued or running with -ECANCELED.
  */
 #include <errno.h>
-#include <ini.h>
 #include <openssl/sha.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -35,6 +34,7 @@
 #include <curl/curl.h>
 
 #include "redact.h"
+#include "s3_credentials.h"
 #include "tier.h"
 
 enum s3_method { M_NONE, M_HEAD, M_GET, M_PUT, M_DELETE };
@@ -101,7 +101,7 @@ struct s3_state {
 	char *shown;	  /* bucket_url for log lines: a password in the endpoint redacted */
 	char *prefix;
 	char *sigv4;
-	char *access_key, *secret_key, *session_token;
+	struct kvt__s3_credentials cred; /* s3_credentials.c */
 	char *token_hdr; /* "x-amz-security-token: ..." or NULL */
 	char *ca_file;
 	bool tls_verify, sign_payload;
@@ -527,8 +527,8 @@ static int xfer_start(struct s3_state *s, struct s3_xfer *x, uint64_t now)
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(e, CURLOPT_AWS_SIGV4, s->sigv4);
-	curl_easy_setopt(e, CURLOPT_USERNAME, s->access_key);
-	curl_easy_setopt(e, CURLOPT_PASSWORD, s->secret_key);
+	curl_easy_setopt(e, CURLOPT_USERNAME, s->cred.access_key);
+	curl_easy_setopt(e, CURLOPT_PASSWORD, s->cred.secret_key);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)left_ms);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
 			 (long)KVT_MIN(left_ms, s->connect_timeout_ms));
@@ -871,121 +871,6 @@ static void s3_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 
 /* ------------------------------------------------------------------ open / close */
 
-struct cred_ctx {
-	const char *profile;
-	char *key, *secret, *token;
-	int rc;
-	const char *twice; /* a key the profile sets twice (src/config.c's rule: an error) */
-};
-
-static int on_cred(void *u, const char *section, const char *name, const char *value)
-{
-	struct cred_ctx *c = u;
-	if (strcmp(section, c->profile))
-		return 1;
-	char **dst = !strcmp(name, "aws_access_key_id")	      ? &c->key
-		     : !strcmp(name, "aws_secret_access_key") ? &c->secret
-		     : !strcmp(name, "aws_session_token")     ? &c->token
-							      : NULL;
-	if (!dst)
-		return 1;
-	if (*dst) { /* last-wins would let a forgotten line override the one being edited */
-		c->twice = dst == &c->key      ? "aws_access_key_id"
-			   : dst == &c->secret ? "aws_secret_access_key"
-					       : "aws_session_token";
-		c->rc = -EINVAL;
-		return 0;
-	}
-	if (!(*dst = kvt__strdup(value)))
-		c->rc = -ENOMEM;
-	return 1;
-}
-
-/* Longest session token taken: STS tokens run to a few KiB; one longer is refused at open
- * rather than sent cut (every request would then fail with a confusing server error). */
-#define S3_MAX_TOKEN 8192
-
-/* A session token goes into a header line as it is: refused at open if too long or holding
- * a control character (a CR or LF would end the header early). */
-static int check_token(const struct kvt_log *log, const char *where, const char *tok)
-{
-	size_t n = strlen(tok);
-	if (n > S3_MAX_TOKEN) {
-		KVT_ERR(log, "s3: %s: session token of %zu characters, longer than %d", where, n,
-			S3_MAX_TOKEN);
-		return -EINVAL;
-	}
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)tok[i] < 0x20 || tok[i] == 0x7f) {
-			KVT_ERR(log, "s3: %s: control character in the session token", where);
-			return -EINVAL;
-		}
-	return 0;
-}
-
-static int load_credentials(struct s3_state *s, const struct kvt_config *cfg)
-{
-	const struct kvt_log *log = &s->t->log;
-	const char *file = kvt__cfg_str(cfg, "s3.credentials_file");
-	struct cred_ctx c = {kvt__cfg_str(cfg, "s3.profile"), NULL, NULL, NULL, 0, NULL};
-	if (*file) {
-		char why[320];
-		int line, rc = kvt__ini_load(file, 65536, on_cred, &c, why, sizeof(why), &line);
-		if (rc < 0) { /* bounded: a regular file of at most 64 KiB (not /dev/zero) */
-			KVT_ERR(log, "s3: credentials file %s", why);
-			return rc;
-		}
-		if (c.twice) {
-			KVT_ERR(log, "s3: credentials file %s:%d: %s set twice in profile [%s]",
-				file, line, c.twice, c.profile);
-			goto fail;
-		}
-		if (c.rc < 0)
-			goto fail;
-		if (line != 0 || !c.key || !c.secret) {
-			KVT_ERR(log,
-				"s3: credentials file %s: no aws_access_key_id and "
-				"aws_secret_access_key in profile [%s]%s",
-				file, c.profile, line > 0 ? " (syntax error)" : "");
-			c.rc = -EINVAL;
-			goto fail;
-		}
-	} else {
-		const char *k = getenv("AWS_ACCESS_KEY_ID"), *sec = getenv("AWS_SECRET_ACCESS_KEY");
-		const char *tok = getenv("AWS_SESSION_TOKEN");
-		if (!k || !*k || !sec || !*sec) {
-			KVT_ERR(log, "s3: no credentials: set AWS_ACCESS_KEY_ID and "
-				     "AWS_SECRET_ACCESS_KEY, or s3.credentials_file");
-			return -EINVAL;
-		}
-		c.key = kvt__strdup(k);
-		c.secret = kvt__strdup(sec);
-		if (tok && *tok)
-			c.token = kvt__strdup(tok);
-		if (!c.key || !c.secret || (tok && *tok && !c.token)) {
-			c.rc = -ENOMEM;
-			goto fail;
-		}
-	}
-	if (c.token && !*c.token) { /* "aws_session_token =": none, as an empty variable is */
-		kvt__free(c.token);
-		c.token = NULL;
-	}
-	if (c.token && (c.rc = check_token(log, *file ? file : "AWS_SESSION_TOKEN", c.token)) < 0)
-		goto fail;
-	s->access_key = c.key;
-	s->secret_key = c.secret;
-	s->session_token = c.token;
-	return 0;
-fail:
-	kvt__free(c.key);
-	if (c.secret)
-		explicit_bzero(c.secret, strlen(c.secret));
-	kvt__free(c.secret);
-	kvt__free(c.token);
-	return c.rc;
-}
-
 static char *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *str_printf(const char *fmt, ...)
 {
@@ -1056,8 +941,8 @@ static int blocking_request(struct s3_state *s, const char *method, const char *
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_AWS_SIGV4, s->sigv4);
-	curl_easy_setopt(e, CURLOPT_USERNAME, s->access_key);
-	curl_easy_setopt(e, CURLOPT_PASSWORD, s->secret_key);
+	curl_easy_setopt(e, CURLOPT_USERNAME, s->cred.access_key);
+	curl_easy_setopt(e, CURLOPT_PASSWORD, s->cred.secret_key);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->hdr_put); /* UNSIGNED-PAYLOAD */
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(s->timeout_ns / 1000000));
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)s->connect_timeout_ms);
@@ -1251,8 +1136,8 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 		curl_easy_setopt(e, CURLOPT_URL, url);
 		curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 		curl_easy_setopt(e, CURLOPT_AWS_SIGV4, s->sigv4);
-		curl_easy_setopt(e, CURLOPT_USERNAME, s->access_key);
-		curl_easy_setopt(e, CURLOPT_PASSWORD, s->secret_key);
+		curl_easy_setopt(e, CURLOPT_USERNAME, s->cred.access_key);
+		curl_easy_setopt(e, CURLOPT_PASSWORD, s->cred.secret_key);
 		curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->hdr_get);
 		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(s->timeout_ns / 1000000));
 		curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)s->connect_timeout_ms);
@@ -1402,16 +1287,9 @@ static void free_state(struct s3_state *s)
 	kvt__free(s->shown);
 	kvt__free(s->prefix);
 	kvt__free(s->sigv4);
-	kvt__free(s->access_key);
-	if (s->secret_key)
-		explicit_bzero(s->secret_key, strlen(s->secret_key));
-	kvt__free(s->secret_key);
-	/* a session token is a credential too, while it lasts */
-	if (s->session_token)
-		explicit_bzero(s->session_token, strlen(s->session_token));
-	if (s->token_hdr)
+	kvt__s3_credentials_free(&s->cred);
+	if (s->token_hdr) /* a session token is a credential too, while it lasts */
 		explicit_bzero(s->token_hdr, strlen(s->token_hdr));
-	kvt__free(s->session_token);
 	kvt__free(s->token_hdr);
 	kvt__free(s->ca_file);
 	pthread_mutex_destroy(&s->lock);
@@ -1470,14 +1348,14 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	    build_urls(s, endpoint, bucket, !strcmp(kvt__cfg_str(cfg, "s3.addressing"), "virtual"));
 	if (rc < 0)
 		goto fail;
-	rc = load_credentials(s, cfg);
+	rc = kvt__s3_credentials_load(&t->log, cfg, &s->cred);
 	if (rc < 0)
 		goto fail;
 
 	/* Headers shared by every request of a kind. curl_slist_append copies the strings. */
 	rc = -ENOMEM;
-	if (s->session_token &&
-	    !(s->token_hdr = str_printf("x-amz-security-token: %s", s->session_token)))
+	if (s->cred.session_token &&
+	    !(s->token_hdr = str_printf("x-amz-security-token: %s", s->cred.session_token)))
 		goto fail;
 	const char *tok = s->token_hdr ? s->token_hdr : "";
 	const char *get_hash = s->sign_payload ? "x-amz-content-sha256: " EMPTY_SHA256
