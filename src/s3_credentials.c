@@ -41,7 +41,6 @@ static int on_cred(void *u, const char *section, const char *name, const char *v
 	return 1;
 }
 
-
 /* A session token goes into a header line as it is: refused at open if too long or holding
  * a control character (a CR or LF would end the header early). */
 static int check_token(const struct kvt_log *log, const char *where, const char *tok)
@@ -135,4 +134,3 @@ void kvt__s3_credentials_free(struct kvt__s3_credentials *c)
 	wipe_free(c->session_token);
 	*c = (struct kvt__s3_credentials){0};
 }
-
