@@ -76,6 +76,13 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 	return 0;
 }
 
+/* The live bytes a cycle of nseg segments (at least 2) holds: less the one being filled and
+ * what batches leave unused at segment ends, over 1 + nvme.log_spare_pct. */
+uint64_t nv_log_live(const struct nv_log *lg, uint32_t nseg)
+{
+	return (nseg - 2) * lg->seg_bytes * 100 / (100 + lg->spare_pct);
+}
+
 int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t reinsert_pct,
 		uint64_t spare_pct)
 {
@@ -111,11 +118,11 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t
 	 * than with a file each (half of it at the default spare, docs/NVME_LOG.md); files
 	 * of objects above log_max count in the same capacity and come on top of the
 	 * segments on disk. */
-	uint64_t sp = KVT_MIN(spare_pct, 400);
+	lg->spare_pct = KVT_MIN(spare_pct, 400);
 	uint64_t fit = s->capacity / lg->seg_bytes;
 	lg->nmax = (uint32_t)KVT_MIN(KVT_MAX(fit, 3), 1u << 20);
 	if (lg->log_max && !s->ro) {
-		uint64_t live = (lg->nmax - 2) * lg->seg_bytes * 100 / (100 + sp);
+		uint64_t live = nv_log_live(lg, lg->nmax);
 		if (fit < 3 || live < s->object_max) {
 			KVT_WARN(s->log,
 				 "nvme: nvme.bytes (%" PRIu64 ") holds fewer than 3 log segments of %" PRIu64

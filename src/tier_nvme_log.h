@@ -99,7 +99,10 @@ struct nv_batch {
 
 struct nv_log {
 	uint64_t log_max, seg_bytes;
-	uint32_t nmax;	 /* segments in the cycle: as many as fit in nvme.bytes (at least 3) */
+	uint64_t spare_pct; /* nvme.log_spare_pct, at most 400 */
+	uint32_t nmax;	 /* segments in the cycle: as many as fit in nvme.bytes (at least 3), or
+			  * fewer where an entry that cannot be a segment or a full file system
+			  * ends it (tier_nvme_log_recover.c, advance) */
 	uint32_t nsegs;	 /* entries in segs[] (>= nmax when an earlier run had more) */
 	struct nv_seg *segs;
 	int dfd;
@@ -152,6 +155,7 @@ void nv_log_reinsert(struct nv *s);
 void nv_log_moved(struct nv *s, struct nv_batch *b);
 void nv_log_read_done(struct nv *s, int res);
 uint64_t nv_log_copy_room(const struct nv_log *lg);
+uint64_t nv_log_live(const struct nv_log *lg, uint32_t nseg);
 int nv_log_seg_open(struct nv *s, uint32_t n, bool create);
 
 #endif

@@ -12,9 +12,10 @@
  * entry records before it is indexed (the engine checks the object format on every read), and the record of one that fails is zeroed so that no later scan
  * trusts it. Entries are then applied in sequence order (puts, tombstones); a key also
  * stored as its own file keeps the file. A put entry of a valid record that does not lie in
- * its segment is damage, not a tear: skipped and counted (ent_ok). Only 0.kvl .. k-1.kvl,
- * canonical names with no gap, are segments; other entries are warned about and left (the
- * batches of those past a gap are only read for their newest sequence number).
+ * its segment is damage, not a tear: skipped and counted (ent_ok). Segments are canonical
+ * names 0.kvl, 1.kvl, ... up to the cycle's end; those past a gap (a deleted segment) are
+ * in the cycle but not indexed, only read for their generation and newest sequence number,
+ * as are files outside the cycle; other entries are warned about and left.
  */
 #include "tier_nvme_log.h"
 
@@ -109,10 +110,25 @@ static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, 
 	return 0;
 }
 
-/* Raise *seq to the newest batch of file n, past a gap: not in the cycle now, but in it
- * again at a later open once the gap is filled (advance creates the missing segment), and
- * then its batches must be older than this run's, or its stale puts would undo this run's
- * removals. */
+/* Raise *seq to the newest batch of g (file n, past a gap), and set g->gen from its header:
+ * its batches are not indexed this run, but they are at a later open if the run does not
+ * reuse it first, and then they must be older than this run's, or their stale puts would
+ * undo this run's removals. */
+static int newest_seq(struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t *seq)
+{
+	struct rbatch *bs = NULL;
+	size_t nb = 0, cap = 0;
+	int rc = walk(g, n, blk, &bs, &nb, &cap);
+	for (size_t i = 0; i < nb; i++) {
+		*seq = KVT_MAX(*seq, bs[i].seq);
+		kvt__free(bs[i].ent);
+	}
+	kvt__free(bs);
+	return rc;
+}
+
+/* The same for file n, not in the cycle (past a number it does not reach, or past a file
+ * that cannot be a segment): it can be at a later open (nvme.bytes grown, that file gone). */
 static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq)
 {
 	char name[32];
@@ -121,18 +137,11 @@ static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq)
 	if (fd < 0)
 		return 0; /* not a file that can become a segment */
 	struct stat st;
-	struct rbatch *bs = NULL;
-	size_t nb = 0, cap = 0;
 	int rc = 0;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
 		struct nv_seg g = {.fd = fd, .bytes = (uint64_t)st.st_size};
-		rc = walk(&g, n, blk, &bs, &nb, &cap);
+		rc = newest_seq(&g, n, blk, seq);
 	}
-	for (size_t i = 0; i < nb; i++) {
-		*seq = KVT_MAX(*seq, bs[i].seq);
-		kvt__free(bs[i].ent);
-	}
-	kvt__free(bs);
 	close(fd);
 	return rc;
 }
@@ -220,7 +229,26 @@ int nv_log_recover(struct nv *s)
 	closedir(dir);
 	if (nn > 1)
 		qsort(ns, nn, sizeof(*ns), cmp_u32);
-	uint32_t alloc = (uint32_t)KVT_MAX((size_t)lg->nmax, nn);
+	/* Segments are created in cycle order from 0, so a log's are 0.kvl .. k-1.kvl, unless
+	 * one was deleted from outside (a gap). A missing segment is created again when the
+	 * cycle reaches it, and the cycle goes on into the files after it: those it reaches
+	 * (every number before one is below the cycle's end, so created by then) are its
+	 * segments too - not indexed (their batches may be undone by tombstones the deleted one
+	 * held), reused in turn, a generation above their own voiding their old batches. Left
+	 * out, the run reached the first of them, failed to create it ("File exists") and
+	 * cycled over the segments before it only: fewer than the capacity was computed for
+	 * (reuse evicted far below it), and it reused the segments holding its tombstones
+	 * while the files past the gap kept stale puts of those keys, which came back at the
+	 * next open (integ.nvme_log_gap_cycle). A file past a number the cycle never reaches
+	 * is left alone, with a warning: it must neither fail the open nor stretch the cycle
+	 * past nvme.bytes (a stray "1048575.kvl" would have made it a million segments). The
+	 * cycle covers every segment that exists, also when nvme.bytes shrank: reusing
+	 * segments strictly in cycle order is what keeps a put's segment from outliving the
+	 * segment of the tombstone that removed it. */
+	uint32_t end = lg->nmax, m = 0;
+	for (; m < nn && ns[m] <= end; m++)
+		end = KVT_MAX(end, ns[m] + 1);
+	uint32_t alloc = KVT_MAX(end, (uint32_t)nn);
 	if (!(lg->segs = kvt__calloc(alloc, sizeof(*lg->segs)))) {
 		kvt__free(ns);
 		return -ENOMEM;
@@ -228,31 +256,44 @@ int nv_log_recover(struct nv *s)
 	lg->nsegs = alloc;
 	for (uint32_t i = 0; i < alloc; i++)
 		lg->segs[i].fd = -1;
-	/* Segments are created in cycle order from 0, so a log's are 0 .. k-1: anything past
-	 * the first gap, or past one that does not open (a directory, a dangling symlink), is
-	 * not one of them and is left alone, with a warning - it must neither fail the open
-	 * nor stretch the cycle past nvme.bytes (a stray "1048575.kvl" would have made it a
-	 * million segments). The cycle covers every segment that exists, also when nvme.bytes
-	 * shrank: reusing segments strictly in cycle order is what keeps a put's segment from
-	 * outliving the segment of the tombstone that removed it. */
+	/* One that does not open (a directory, a dangling symlink) cannot be created either:
+	 * the cycle ends before it. */
 	uint32_t k = 0;
 	int rc = 0;
-	for (; k < nn && ns[k] == k; k++)
-		if ((rc = nv_log_seg_open(s, k, false)) < 0) {
-			KVT_WARN(s->log, "nvme: log segment %u.kvl: %s: not used, nor any after it", k,
-				 strerror(-rc));
+	for (; k < m; k++)
+		if ((rc = nv_log_seg_open(s, ns[k], false)) < 0) {
+			KVT_WARN(s->log, "nvme: log segment %u.kvl: %s: not used, nor any after it",
+				 ns[k], strerror(-rc));
 			rc = 0;
-			k++;
+			end = ns[k++];
 			break;
 		}
 	if (k < nn)
 		KVT_WARN(s->log,
 			 "nvme: log: %zu file(s) from %u.kvl on are not in the log's cycle: ignored",
 			 nn - k, ns[k]);
-	uint32_t top = 0;
-	while (top < alloc && lg->segs[top].fd >= 0)
+	if (end < lg->nmax && lg->log_max && !s->ro) {
+		/* Shorter than the capacity was computed for: the capacity follows, or below 3
+		 * segments the log is off, as at nv_log_open (objects keep their files; the
+		 * capacity, already less than nvme.bytes by two segments, holds them beside the
+		 * segments left). */
+		if (end < 3) {
+			KVT_WARN(s->log, "nvme: log: the cycle ends at %u segment(s): the log is off",
+				 end);
+			lg->log_max = 0;
+		} else {
+			s->capacity = KVT_MIN(s->capacity, nv_log_live(lg, end));
+			KVT_WARN(s->log,
+				 "nvme: log: the cycle ends at %u segments: capacity %" PRIu64
+				 " bytes",
+				 end, s->capacity);
+		}
+	}
+	lg->nmax = end;
+	lg->broken = !end; /* no segment: nothing to cycle over */
+	uint32_t top = 0; /* indexed: the segments before the first gap */
+	while (top < end && lg->segs[top].fd >= 0)
 		top++;
-	lg->nmax = KVT_MAX(lg->nmax, top);
 
 	uint8_t *blk = kvt__aligned_alloc(NV_LOG_BUF);
 	struct rbatch *bs = NULL;
@@ -264,6 +305,17 @@ int nv_log_recover(struct nv *s)
 	for (uint32_t i = k; i < nn && !rc; i++)
 		rc = past_gap_seq(s, ns[i], blk, &lg->seq);
 	kvt__free(ns);
+	uint32_t past = 0;
+	for (uint32_t i = top; i < end && !rc; i++)
+		if (lg->segs[i].fd >= 0) { /* past the gap: its generation, its newest batch */
+			rc = newest_seq(&lg->segs[i], i, blk, &lg->seq);
+			past++;
+		}
+	if (past)
+		KVT_WARN(s->log,
+			 "nvme: log: %u.kvl is missing: %u segment(s) after it are not indexed "
+			 "(reused in turn)",
+			 top, past);
 	for (uint32_t i = 0; i < top && !rc; i++)
 		rc = walk(&lg->segs[i], i, blk, &bs, &nb, &cap);
 	uint64_t torn = 0, objs = 0, bad = 0;

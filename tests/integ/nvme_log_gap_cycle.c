@@ -1,0 +1,131 @@
+/*
+ * nvme_log_gap_cycle.c - a run that finds a gap in the log's segment numbers keeps the
+ * whole cycle its capacity is computed for. With 1.kvl deleted from outside, the open-time
+ * scan takes 0.kvl as the log and does not index 2.kvl (tier_nvme_log_recover.c); the run
+ * creates 1.kvl again and, going on, reaches 2.kvl. Before the fix it tried to create that
+ * one too (O_EXCL: "File exists"), took it for a full file system and cycled over 0 and 1
+ * only: (a) the live capacity (3 segments, nvme.bytes less two segments) no longer fit the
+ * 2-segment cycle, so reusing 0.kvl evicted acknowledged objects far below it; (b) 1.kvl,
+ * which holds the run's tombstone of a key 2.kvl still has a put of, was reused while
+ * 2.kvl was not, so at the next open (2.kvl in the cycle again) the removed key came back.
+ * Now the files past a gap that the cycle reaches are its segments (reused in turn, their
+ * old batches voided by the new generation), and the capacity is that of the cycle.
+ * Second part: an entry that cannot be a segment (a directory "3.kvl") ends the cycle
+ * before it, and the capacity follows (it stayed that of 5 segments while the run, failing
+ * to create 3.kvl, cycled over 3).
+ */
+#include "nvme_util.h"
+
+#define OBJ (64u << 10)
+#define OLD 240 /* keys of the first run still in 0.kvl (written one at a time: 240 each) */
+#define NEW 480 /* live: 720 objects, 45 MiB of the 48 MiB capacity */
+
+/* 5 segments of 16 MiB, no spare: a live capacity of 48 MiB. */
+static int open_small(struct kvt_tier **t, const char *dir)
+{
+	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", "80MiB", "nvme.log_max", "256KiB",
+			 "nvme.segment_bytes", "16MiB", "nvme.log_spare_pct", "0", "nvme.fsync",
+			 "none", NULL);
+}
+
+static int present(struct kvt_tier *t, uint64_t seed, uint64_t i)
+{
+	struct kvt_key k = make_key(seed, i);
+	uint8_t p = 0;
+	CHECK_EQ(t_exists(t, &k, 1, &p), 0);
+	return p;
+}
+
+/* Keys of the first run in 0.kvl and of the second run missing. */
+static int missing(struct kvt_tier *t)
+{
+	int n = 0;
+	for (uint64_t i = 0; i < OLD; i++)
+		n += !present(t, 1, i);
+	for (uint64_t i = 0; i < NEW; i++)
+		n += !present(t, 2, i);
+	return n;
+}
+
+int main(void)
+{
+	char root[] = "/tmp/kvt-nvme-log-gap-cycle-XXXXXX";
+	CHECK(mkdtemp(root));
+	char dir[300], p[400];
+	snprintf(dir, sizeof(dir), "%s/d", root);
+	struct kvt_tier *t;
+	uint8_t *b = abuf(OBJ);
+	/* Keys 0 .. 599 in segments 0, 1 and 2 (480 .. 599); then 1.kvl goes. */
+	CHECK_EQ(open_small(&t, dir), 0);
+	for (uint64_t i = 0; i < 600; i++) {
+		struct kvt_key k = make_key(1, i);
+		fill_object(b, OBJ, &k);
+		CHECK_EQ(t_write(t, &k, b, OBJ), 0);
+	}
+	kvt__tier_close(t);
+	snprintf(p, sizeof(p), "%s/log/1.kvl", dir);
+	CHECK_EQ(unlink(p), 0);
+
+	/* Key 500 (a stale put in 2.kvl) written again and removed: its tombstone goes to the
+	 * new 1.kvl. Then 30 MiB of new keys: the append point goes past 1.kvl. */
+	log_clear();
+	CHECK_EQ(open_small(&t, dir), 0);
+	struct kvt_tier_stats ts;
+	memset(&ts, 0, sizeof(ts));
+	t->ops->stats(t, &ts);
+	CHECK_EQ(ts.capacity_bytes, 48ull << 20);
+	CHECK_EQ(present(t, 1, 100), 1);
+	CHECK_EQ(present(t, 1, 500), 0);
+	struct kvt_key k = make_key(1, 500);
+	fill_object(b, OBJ, &k);
+	CHECK_EQ(t_write(t, &k, b, OBJ), 0);
+	CHECK_EQ(t_remove(t, &k), 0);
+	for (uint64_t i = 0; i < NEW; i++) {
+		k = make_key(2, i);
+		fill_object(b, OBJ, &k);
+		CHECK_EQ(t_write(t, &k, b, OBJ), 0);
+	}
+	int lost = missing(t);
+	int shrunk = log_count("the log keeps");
+	kvt__tier_close(t);
+
+	/* 2.kvl is in the cycle again: the removal stays, and nothing else went. */
+	CHECK_EQ(open_small(&t, dir), 0);
+	int back = present(t, 1, 500);
+	int lost_reopen = missing(t);
+	kvt__tier_close(t);
+	printf("nvme_log_gap_cycle: cycle shrunk %d time(s); %d of %d keys evicted below capacity "
+	       "(%d after the reopen); removed key back after the reopen: %d\n",
+	       shrunk, lost, OLD + NEW, lost_reopen, back);
+	CHECK_EQ(lost, 0); /* was: 0.kvl reused, 720 objects in 2 segments */
+	CHECK_EQ(back, 0); /* was: 1.kvl's tombstone reused away, 2.kvl's put back */
+	CHECK_EQ(lost_reopen, 0);
+	CHECK_EQ(shrunk, 0); /* was: "log segment 2: File exists: the log keeps 2 segments" */
+
+	/* A directory 3.kvl: a cycle of 3 segments, 16 MiB live (the writes go round it). */
+	snprintf(dir, sizeof(dir), "%s/e", root);
+	CHECK_EQ(open_small(&t, dir), 0);
+	kvt__tier_close(t);
+	snprintf(p, sizeof(p), "%s/log/3.kvl", dir);
+	CHECK_EQ(mkdir(p, 0700), 0);
+	log_clear();
+	CHECK_EQ(open_small(&t, dir), 0);
+	for (uint64_t i = 0; i < 900; i++) { /* 56 MiB: round the cycle */
+		k = make_key(3, i);
+		fill_object(b, OBJ, &k);
+		CHECK_EQ(t_write(t, &k, b, OBJ), 0);
+	}
+	memset(&ts, 0, sizeof(ts));
+	t->ops->stats(t, &ts);
+	shrunk = log_count("the log keeps");
+	kvt__tier_close(t);
+	printf("nvme_log_gap_cycle: 3.kvl a directory: capacity %llu bytes, %llu live, cycle "
+	       "shrunk %d time(s)\n",
+	       (unsigned long long)ts.capacity_bytes, (unsigned long long)ts.bytes, shrunk);
+	CHECK_EQ(ts.capacity_bytes, 16ull << 20); /* was 48 MiB */
+	CHECK_EQ(shrunk, 0);
+	free(b);
+	rm_rf(root);
+	printf("nvme_log_gap_cycle: ok\n");
+	return 0;
+}
