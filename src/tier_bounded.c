@@ -82,12 +82,11 @@ static int64_t bounded(struct kvt_tier *busy, int64_t (*fn)(void *), void *arg,
 	b->busy = busy;
 	if (busy)
 		atomic_fetch_add(&busy->busy, 1);
-	pthread_attr_t at;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	/* Joinable, joined when fn finishes in time: a call that returned leaves no thread
+	 * behind (a process that forks after closing a store is single-threaded again, as
+	 * fork wants); detached only when the caller gives up on it. */
 	pthread_t th;
-	int e = pthread_create(&th, &at, bcall_main, b);
-	pthread_attr_destroy(&at);
+	int e = pthread_create(&th, NULL, bcall_main, b);
 	if (e) {
 		if (busy)
 			atomic_fetch_sub(&busy->busy, 1);
@@ -108,11 +107,13 @@ static int64_t bounded(struct kvt_tier *busy, int64_t (*fn)(void *), void *arg,
 	if (b->done) {
 		int64_t rc = b->rc;
 		pthread_mutex_unlock(&b->m);
+		pthread_join(th, NULL); /* it only unlocks and returns: b is still ours */
 		bcall_free(b);
 		return rc;
 	}
 	b->abandoned = true;
 	pthread_mutex_unlock(&b->m);
+	pthread_detach(th);
 	return -ETIMEDOUT;
 }
 
