@@ -224,13 +224,6 @@ static int leaf_open(struct fs_state *s, const char *path, bool create)
 	return leaf;
 }
 
-static int open_leaf_at(struct fs_state *s, unsigned leaf)
-{
-	char path[16];
-	snprintf(path, sizeof(path), "%02x/%02x/", (leaf >> 8) & 0xff, leaf & 0xff);
-	return leaf_open(s, path, false);
-}
-
 /* A leaf that is not there, or is not a directory of ours: the object is absent. */
 static bool leaf_absent(int rc)
 {
@@ -335,14 +328,26 @@ static void mark_leaf_dirty(struct fs_state *s, unsigned leaf) /* lock held */
 
 /* fsync the leaves of dirty in [lo, hi); a leaf whose fsync fails is marked dirty again, for
  * the next flush. 0 or the first error; a leaf gone since (swept, removed) has nothing left
- * to persist. */
+ * to persist. Each first-level directory is opened once for all its dirty leaves, not once
+ * per leaf as leaf_open would (an openat each: a round trip on a network file system);
+ * the tier never removes a directory, so the one held is still the leaves' parent. */
 static int sync_leaves(struct fs_state *s, const uint8_t *dirty, unsigned lo, unsigned hi)
 {
-	int rc = 0;
+	int rc = 0, top = -ENOENT;
+	unsigned top_at = ~0u; /* top: first-level directory top_at, or why it did not open */
 	for (unsigned leaf = lo; leaf < hi; leaf++) {
 		if (!(dirty[leaf / 8] & (1u << (leaf % 8))))
 			continue;
-		int dfd = open_leaf_at(s, leaf);
+		char d[3];
+		if (leaf >> 8 != top_at) {
+			if (top >= 0)
+				close(top);
+			top_at = leaf >> 8;
+			snprintf(d, sizeof(d), "%02x", top_at & 0xff);
+			top = open_level(s, s->rootfd, d, false);
+		}
+		snprintf(d, sizeof(d), "%02x", leaf & 0xff);
+		int dfd = top < 0 ? top : open_level(s, top, d, false);
 		int r = dfd < 0 ? dfd : fsync(dfd) < 0 ? -errno : 0;
 		if (dfd >= 0)
 			close(dfd);
@@ -353,6 +358,8 @@ static int sync_leaves(struct fs_state *s, const uint8_t *dirty, unsigned lo, un
 			pthread_mutex_unlock(&s->lock);
 		}
 	}
+	if (top >= 0)
+		close(top);
 	return rc;
 }
 
@@ -743,8 +750,10 @@ static int publish_taken(struct fs_state *s, int dfd, const char *tmp, const cha
 /* Move a finished temporary (len bytes) onto its final name, both in leaf dfd, without
  * replacing an object another writer published first: renameat2(RENAME_NOREPLACE) in one
  * step where the file system has it (ext4, xfs, btrfs, tmpfs), else link() + unlink(),
- * else a plain rename (same bytes, by content addressing, so replacing is harmless, only
- * slower to notice). */
+ * else a plain rename, which may replace a copy published meanwhile. That is harmless:
+ * every copy of a key is a sound object of it (the same data; encrypted ones differ in
+ * their nonce), a read reads one file whole, and a drop spares a file its read did not
+ * serve. */
 static int publish(struct fs_state *s, int dfd, const char *tmp, const char *name, uint64_t len)
 {
 	if (atomic_load(&s->noreplace_ok)) {
@@ -931,16 +940,18 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
 }
 
 /* Drop a corrupt object the engine read. A good copy may have been published under the
- * same name since (by another node, or by this one: content addresses, any writer of a key
- * writes the same bytes), and that copy must survive. The file under the name is opened
- * (which pins its inode: its number cannot be reused while we hold it) and compared with
- * the one the read served (device, inode, change time, size); only if it is that file is
- * the name moved aside to a temporary name (atomic) and, if what was moved is still that
- * inode, removed; otherwise it is linked back (or, if yet another copy took the name
- * meanwhile, that one stays and ours goes - both are good). A read no longer remembered
- * drops nothing: the next read that finds the object damaged reports it again, and that
- * report is about a remembered read. A crash between the two steps leaves a temporary
- * that sweeps remove after fs.tmp_max_age_s. */
+ * same name since (by another node, or by this one after a remove), and that copy must
+ * survive. The file under the name is opened (which pins its inode: its number cannot be
+ * reused while we hold it) and compared with the one the read served (device, inode,
+ * change time, size); only if it is that file is the name moved aside to a temporary name
+ * (atomic) and removed. What was moved goes even if it is not that file: a copy published
+ * in the instant between the look and the move (after someone else removed the corrupt
+ * one) is lost, as a copy written while a remove runs may be. Linking it back would undo
+ * a remove that came meanwhile: it found no name and answered -ENOENT (for kvt_remove, a
+ * done remove), and the object would be back. A read no longer remembered drops nothing:
+ * the next read that finds the object damaged reports it again, and that report is about
+ * a remembered read. A crash between the two steps leaves a temporary that sweeps remove
+ * after fs.tmp_max_age_s. */
 static int run_drop(struct fs_state *s, struct fs_op *op)
 {
 	struct fs_ident id;
@@ -977,15 +988,12 @@ static int run_drop(struct fs_state *s, struct fs_op *op)
 		rc = errno == ENOENT || errno == ESTALE ? -ENOENT : -errno;
 	} else {
 		struct stat moved;
-		if (fstatat(dfd, aside, &moved, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    moved.st_dev == st.st_dev && moved.st_ino == st.st_ino) {
-			atomic_fetch_add(&s->cnt.removes, 1);
-		} else if (linkat(dfd, aside, dfd, name, 0) < 0 && errno != EEXIST) {
-			/* a copy published between our look and the move: put it back (unless the
-			 * name is taken again: then that one stays) */
-			renameat(dfd, aside, dfd, name); /* no hard links here */
-		}
+		if (fstatat(dfd, aside, &moved, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    moved.st_dev != st.st_dev || moved.st_ino != st.st_ino)
+			KVT_INFO(&s->t->log, "fs: %s/%s: a copy published while the corrupt one was "
+					     "being dropped was dropped with it", s->dir, path);
 		unlinkat(dfd, aside, 0);
+		atomic_fetch_add(&s->cnt.removes, 1);
 	}
 	close(fd);
 	close(dfd);

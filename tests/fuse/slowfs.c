@@ -8,9 +8,16 @@
  *   SIGUSR2        resume;
  *   --stall-only OP  a stall holds only that call (a FUSE operation name: readdir, read,
  *                  write, open, create, fsync, getattr, ...), as a server that hangs on
- *                  one kind of request.
- * Usage: slowfs BACKING_DIR MOUNTPOINT [--delay-ms N] [--stall-only OP]   (runs in the foreground,
- * multithreaded; unmount with `fusermount3 -u MOUNTPOINT` or `umount -l`).
+ *                  one kind of request;
+ *   --stall-path S   a stall holds only calls on a path that contains S (either path of
+ *                  a rename or link), so that a test can stop one step of a sequence;
+ *   SIGRTMIN       let one held call through (or the next one to be held), the stall
+ *                  staying on: a test walks a caller from one held call to the next;
+ *   --stalled      start stalled, as after SIGUSR1 (a signal is handled some time after
+ *                  kill returns: a test that must have its first call held cannot race it).
+ * Usage: slowfs BACKING_DIR MOUNTPOINT [--delay-ms N] [--stall-only OP] [--stall-path S]
+ * [--stalled] (runs in the foreground, multithreaded; unmount with
+ * `fusermount3 -u MOUNTPOINT` or `umount -l`).
  * Test-only: it is built when libfuse3 is found and installed nowhere.
  */
 #define FUSE_USE_VERSION 31
@@ -34,19 +41,36 @@
 
 static int bfd = -1;		/* the backing directory */
 static unsigned delay_ms;	/* per data call */
-static atomic_int stalled;	/* set by SIGUSR1, cleared by SIGUSR2 */
+static atomic_int stalled;	/* set by SIGUSR1 (or --stalled), cleared by SIGUSR2 */
 static const char *stall_only;	/* NULL: a stall holds every call */
+static const char *stall_path;	/* NULL: a stall holds calls on any path */
+static atomic_int passes;	/* held calls to let through (SIGRTMIN) */
 
 static void on_signal(int sig)
 {
-	atomic_store(&stalled, sig == SIGUSR1);
+	if (sig == SIGUSR1 || sig == SIGUSR2)
+		atomic_store(&stalled, sig == SIGUSR1);
+	else
+		atomic_fetch_add(&passes, 1);
+}
+
+static int held(const char *op, const char *path, const char *path2)
+{
+	if (!atomic_load(&stalled) || (stall_only && strcmp(stall_only, op)))
+		return 0;
+	return !stall_path || (path && strstr(path, stall_path)) ||
+	       (path2 && strstr(path2, stall_path));
 }
 
 /* Every call passes here first: wait out a stall, then (data calls) the delay. */
-static void gate_op(const char *op, int data)
+static void gate_op(const char *op, const char *path, const char *path2, int data)
 {
-	while (atomic_load(&stalled) && (!stall_only || !strcmp(stall_only, op)))
+	while (held(op, path, path2)) {
+		int p = atomic_load(&passes);
+		if (p > 0 && atomic_compare_exchange_weak(&passes, &p, p - 1))
+			break;
 		usleep(5000);
+	}
 	if (data && delay_ms)
 		usleep(delay_ms * 1000u);
 }
@@ -59,7 +83,7 @@ static const char *rel(const char *path)
 	return *path ? path : ".";
 }
 
-#define gate(data) gate_op(__func__ + 2, data) /* s_read -> "read" */
+#define gate(data) gate_op(__func__ + 2, path, NULL, data) /* s_read -> "read" */
 
 #define RET(expr) return (expr) < 0 ? -errno : 0
 
@@ -138,13 +162,13 @@ static int s_symlink(const char *target, const char *path)
 
 static int s_rename(const char *from, const char *to, unsigned int flags)
 {
-	gate(0);
+	gate_op("rename", from, to, 0);
 	RET(renameat2(bfd, rel(from), bfd, rel(to), flags));
 }
 
 static int s_link(const char *from, const char *to)
 {
-	gate(0);
+	gate_op("link", from, to, 0);
 	RET(linkat(bfd, rel(from), bfd, rel(to), 0));
 }
 
@@ -318,7 +342,7 @@ int main(int argc, char **argv)
 {
 	if (argc < 3) {
 		fprintf(stderr, "usage: slowfs BACKING_DIR MOUNTPOINT [--delay-ms N] "
-				"[--stall-only OP]\n");
+				"[--stall-only OP] [--stall-path S] [--stalled]\n");
 		return 2;
 	}
 	for (int i = 3; i < argc; i++) {
@@ -326,6 +350,10 @@ int main(int argc, char **argv)
 			delay_ms = (unsigned)strtoul(argv[++i], NULL, 10);
 		} else if (!strcmp(argv[i], "--stall-only") && i + 1 < argc) {
 			stall_only = argv[++i];
+		} else if (!strcmp(argv[i], "--stall-path") && i + 1 < argc) {
+			stall_path = argv[++i];
+		} else if (!strcmp(argv[i], "--stalled")) {
+			atomic_store(&stalled, 1);
 		} else {
 			fprintf(stderr, "slowfs: unknown option '%s'\n", argv[i]);
 			return 2;
@@ -340,6 +368,7 @@ int main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGUSR1, &sa, NULL);
 	sigaction(SIGUSR2, &sa, NULL);
+	sigaction(SIGRTMIN, &sa, NULL);
 	/* foreground, multithreaded; other users (the tests run as root) may use it */
 	char *fargv[] = {argv[0], argv[2], "-f", "-o", "fsname=slowfs,default_permissions",
 			 NULL};

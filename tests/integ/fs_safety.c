@@ -5,13 +5,13 @@
  * of objects; writers collect dead writers' temporaries; fs.bytes is kept by writers'
  * sweeps, removing a chain's end before its prefix, and stays safe with several writers
  * and a racing remover (no torn object is ever read, a vanished name is only a miss);
- * dropping a corrupt object never removes a good copy another node published since; a FIFO
- * planted in an object's place is a miss, not a worker blocked in open for good (and a
- * close that waits for it); a late corruption report spares a copy written since even
- * when it got the old inode number or the read was forgotten; a symbolic link planted in
- * a directory's place is never followed; a write replaces a link, FIFO or truncated file
- * planted under its name, and fails on a directory, instead of an acknowledged write that
- * can never be read.
+ * dropping a corrupt object never removes a good copy another node published before the
+ * drop ran; a FIFO planted in an object's place is a miss, not a worker blocked in open
+ * for good (and a close that waits for it); a late corruption report spares a copy written
+ * since even when it got the old inode number or the read was forgotten; a symbolic link
+ * planted in a directory's place is never followed; a write replaces a link, FIFO or
+ * truncated file planted under its name, and fails on a directory, instead of an
+ * acknowledged write that can never be read.
  */
 #include <fcntl.h>
 #include <ftw.h>

@@ -10,6 +10,7 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -53,9 +54,11 @@ static void slowfs_at_exit(void)
 }
 
 /* Mount slowfs for the test called name; stall_only: its --stall-only operation (NULL: a
- * stall holds every call). 0; 77 when slowfs is not built or /dev/fuse is missing (a
- * failure under CI=true); 1 when it did not mount. */
-static int slowfs_start(struct slowfs *f, const char *name, const char *stall_only)
+ * stall holds every call), stall_path: its --stall-path (NULL: on any path), stalled: start
+ * stalled (--stalled). 0; 77 when slowfs is not built or /dev/fuse is missing (a failure
+ * under CI=true); 1 when it did not mount. */
+static int slowfs_mount(struct slowfs *f, const char *name, const char *stall_only,
+			const char *stall_path, bool stalled)
 {
 	char bin[4096];
 	snprintf(bin, sizeof(bin), "%s/slowfs", getenv("KVT_BIN") ? getenv("KVT_BIN") : "build");
@@ -72,9 +75,19 @@ static int slowfs_start(struct slowfs *f, const char *name, const char *stall_on
 		perror("slowfs: mkdtemp");
 		return 1;
 	}
-	char *argv[] = {bin, f->back, f->mnt, (char *)"--stall-only", (char *)stall_only, NULL};
-	if (!stall_only)
-		argv[3] = NULL;
+	char *argv[10] = {bin, f->back, f->mnt};
+	int argc = 3;
+	if (stall_only) {
+		argv[argc++] = (char *)"--stall-only";
+		argv[argc++] = (char *)stall_only;
+	}
+	if (stall_path) {
+		argv[argc++] = (char *)"--stall-path";
+		argv[argc++] = (char *)stall_path;
+	}
+	if (stalled)
+		argv[argc++] = (char *)"--stalled";
+	argv[argc] = NULL;
 	if (posix_spawn(&f->pid, bin, NULL, NULL, argv, environ)) {
 		f->pid = 0;
 		return 1;
@@ -88,6 +101,11 @@ static int slowfs_start(struct slowfs *f, const char *name, const char *stall_on
 	for (int i = 0; i < 250 && !fuse_mounted(f->mnt); i++)
 		usleep(20000);
 	return fuse_mounted(f->mnt) ? 0 : 1;
+}
+
+static inline int slowfs_start(struct slowfs *f, const char *name, const char *stall_only)
+{
+	return slowfs_mount(f, name, stall_only, NULL, false);
 }
 
 #endif
