@@ -459,6 +459,10 @@ static int rt_read(struct kvt_tier *t, const struct kvt_key *key, const struct k
 	if (!op)
 		return -ENOMEM;
 	kvt_key_to_hex(key, op->oids[0]);
+	/* Each segment is its own OSD read, so several are not atomic: a remove between them
+	 * ends the read -ENOENT (a miss), and a rewrite may mix two writes of the key (equal
+	 * bytes unless encrypted: fresh nonce), which the reader's CRC/MAC checks refuse
+	 * (-EBADMSG). The engine reads whole objects as one segment: one read, atomic. */
 	for (uint32_t i = 0; i < nsegs; i++) {
 		if ((segs[i].len && !segs[i].buf) || segs[i].len > SIZE_MAX / 2) {
 			kvt__free(op);
