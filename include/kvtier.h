@@ -22,7 +22,10 @@
  *
  * Threads: all calls are safe from any thread. Submitting calls never block on I/O;
  * the *_sync wrappers do, and do not need kvt_poll() (their completions never enter
- * the poll queue), so several threads may use them at once.
+ * the poll queue), so several threads may use them at once. kvt_store_close() may be
+ * called while other threads are inside calls on the store: it waits for them, and
+ * refuses (-ECANCELED) the calls that begin while it runs - see it for the one thing it
+ * cannot catch, a call that begins after it has returned.
  *
  * Data: a chunk is chunk_tokens consecutive tokens (the last chunk of a prompt may be
  * partial). A caller's chunk buffer is *dense and layer-major*: for each layer, K then V,
@@ -174,23 +177,50 @@ struct kvt_store;
 /* Open a store: the tier chain of cfg.store.tiers (default "dram,nvme"). The
  * configuration is copied; cfg may be destroyed afterwards. */
 KVT_EXPORT int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out);
-/* Stop admitting (every call from then on, callbacks included, returns -ECANCELED), write
- * dirty DRAM slots behind, wait for the operations and write-behind in flight - each tier
- * call bounded by its deadline, so this takes at most a few store.tier_timeout_ms however
- * the tiers behave - then close the tiers (what they still hold is cancelled) and free
- * everything. Completions not yet polled are delivered (run) before it returns. No call
- * may start on s from another thread once close has begun. */
+/* Close the store and free it:
+ *  1. stop admitting: every call on s from then on - from any thread, from callbacks -
+ *     returns -ECANCELED (the accessors below answer as they say);
+ *  2. wait for the calls other threads are inside: a kvt_poll() waiting is woken and
+ *     returns, a *_sync or kvt_rows call returns when its operations complete (within
+ *     their deadlines), a completion callback a kvt_poll() is running must return;
+ *  3. write dirty DRAM slots behind, wait for the operations and write-behind in flight
+ *     - each tier call bounded by its deadline, so this takes at most a few
+ *     store.tier_timeout_ms however the tiers behave - then close the tiers (what they
+ *     still hold is cancelled) and free everything. Completions not yet polled are
+ *     delivered (run on this thread) before it returns.
+ * Calls running on other threads when close begins finish safely, and calls that begin
+ * while it runs return -ECANCELED. A call that begins after close has returned is a use
+ * after free that no library can catch: a thread that got -ECANCELED must not call on s
+ * again, and threads that call in a loop are best stopped with kvt_store_shutdown(),
+ * joined, and only then the store closed. A close from a completion callback (inside
+ * kvt_poll() on that thread) cannot wait for the kvt_poll() running it: it refuses calls
+ * at once and returns, and that kvt_poll() finishes the close as it returns - its caller
+ * must not use s afterwards. A close from a callback that a close is running does nothing
+ * more. Never from a kvt_event_fn, never twice otherwise. Device operations on s
+ * (kvt_device_store/load) go on after their call returned: wait for them
+ * (kvt_device_op_wait, kvt_device_close) before closing. */
 KVT_EXPORT void kvt_store_close(struct kvt_store *s);
+/* The first half of kvt_store_close() for a store that several threads use: every call on
+ * s from then on returns -ECANCELED and each kvt_poll() waiting is woken (it returns), so
+ * threads that loop on calls see -ECANCELED and stop. It neither waits nor frees: s stays
+ * valid, refusing calls, until kvt_store_close(), which does the rest (and delivers the
+ * completions of operations still in flight). Idempotent; from any thread or callback. */
+KVT_EXPORT void kvt_store_shutdown(struct kvt_store *s);
+/* Once the store is closing, geometry and ns_id are NULL, tier_count -ECANCELED and
+ * tier_name "none". What they return stays valid until kvt_store_close() returns. */
 KVT_EXPORT const struct kvt_geometry *kvt_store_geometry(const struct kvt_store *s);
 KVT_EXPORT const uint8_t *kvt_store_ns_id(const struct kvt_store *s);
 /* Tiers in chain order; names are "dram", "nvme", ... */
 KVT_EXPORT int kvt_store_tier_count(const struct kvt_store *s);
 KVT_EXPORT const char *kvt_store_tier_name(const struct kvt_store *s, int tier);
 
-/* An eventfd: readable while completions wait for kvt_poll(). Owned by the store. */
+/* An eventfd: readable while completions wait for kvt_poll(). Owned by the store (open
+ * until kvt_store_close() returns); -ECANCELED once the store is closing, when it stays
+ * readable so that pollers come back and see it. */
 KVT_EXPORT int kvt_store_fd(const struct kvt_store *s);
 /* Run waiting completion callbacks on this thread; waits up to timeout_ms (-1: forever,
- * 0: not at all) for the first one. Returns how many ran. */
+ * 0: not at all) for the first one. Returns how many ran; -ECANCELED once the store is
+ * closing (a poll waiting then is woken: it returns what it ran, maybe 0). */
 KVT_EXPORT int kvt_poll(struct kvt_store *s, int timeout_ms);
 
 struct kvt_result {

@@ -74,7 +74,11 @@ struct kvt_rows;
 KVT_EXPORT int kvt_rows_open(struct kvt_store *s, const struct kvt_row_layout *lay, void *rows,
 			     uint64_t n_rows, uint32_t staging, struct kvt_rows **out);
 /* Waits for the reads and writes still in flight (each bounded by its tier deadline),
- * then frees the handle. Call before kvt_store_close. */
+ * then frees the handle. Call before kvt_store_close. The calls below that use the store
+ * (and kvt_rows_open) are calls on it like any other: once it is closing they return
+ * -ECANCELED, and a close waits for those running (include/kvtier.h, kvt_store_close). A
+ * handle's own calls must have returned before kvt_rows_close, a job's before
+ * kvt_rows_job_free: those free what the calls use. */
 KVT_EXPORT void kvt_rows_close(struct kvt_rows *r);
 
 /* Why chunk `done` of a batch failed. */

@@ -77,7 +77,7 @@ struct store_ctx {
 
 static int check_store(const struct kvt_device *dev, struct kvt_store *s)
 {
-	const struct kvt_geometry *a = kvt_store_geometry(s), *b = &dev->desc.geometry;
+	const struct kvt_geometry *a = kvt__store_geometry(s), *b = &dev->desc.geometry;
 	if (!a || a->layers != b->layers || a->kv_heads != b->kv_heads ||
 	    a->head_dim != b->head_dim || a->chunk_tokens != b->chunk_tokens ||
 	    a->dtype != b->dtype || a->kind != b->kind)
@@ -234,10 +234,10 @@ static int store_remote(struct kvt_device *dev, struct store_ctx *c, struct kvt_
 	return 0;
 }
 
-int kvt_device_store(struct kvt_device *dev, struct kvt_store *s, const struct kvt_key *key,
-		     const struct kvt_key *parent, uint32_t n_tokens, const uint32_t *block_ids,
-		     uint32_t n_blocks, const struct kvt_device_dep *dep, kvt_cb cb, void *arg,
-		     struct kvt_device_op **opp)
+static int device_store(struct kvt_device *dev, struct kvt_store *s, const struct kvt_key *key,
+			const struct kvt_key *parent, uint32_t n_tokens, const uint32_t *block_ids,
+			uint32_t n_blocks, const struct kvt_device_dep *dep, kvt_cb cb, void *arg,
+			struct kvt_device_op **opp)
 {
 	int rc;
 	if (!dev || !s || !key || !cb)
@@ -278,9 +278,9 @@ int kvt_device_store(struct kvt_device *dev, struct kvt_store *s, const struct k
 			rc = -EAGAIN;
 			goto fail_locked;
 		}
-		rc = kvt__store_reserve(s, kvt__storage_key(kvt_store_ns_id(s), key, &sk),
-					kvt__storage_key(kvt_store_ns_id(s), parent, &sp), n_tokens,
-					&ref);
+		rc = kvt__store_reserve(s, kvt__storage_key(kvt__store_ns_id(s), key, &sk),
+					kvt__storage_key(kvt__store_ns_id(s), parent, &sp),
+					n_tokens, &ref);
 		if (rc == -EEXIST) {
 			c->early = 0; /* resident already: nothing to copy */
 			goto nocopy;
@@ -413,9 +413,10 @@ fail:
 	kvt__dev_op_done(op, rc);
 }
 
-int kvt_device_load(struct kvt_device *dev, struct kvt_store *s, const struct kvt_key *key,
-		    const uint32_t *block_ids, uint32_t n_blocks, const struct kvt_device_dep *dep,
-		    kvt_cb cb, void *arg, struct kvt_device_op **opp)
+static int device_load(struct kvt_device *dev, struct kvt_store *s, const struct kvt_key *key,
+		       const uint32_t *block_ids, uint32_t n_blocks,
+		       const struct kvt_device_dep *dep, kvt_cb cb, void *arg,
+		       struct kvt_device_op **opp)
 {
 	int rc;
 	if (!dev || !s || !key || !cb || !block_ids || !n_blocks)
@@ -465,8 +466,8 @@ int kvt_device_load(struct kvt_device *dev, struct kvt_store *s, const struct kv
 		return 0;
 	}
 	struct kvt_key sk; /* the store's name: scoped by namespace */
-	if ((rc = kvt__store_acquire(s, kvt__storage_key(kvt_store_ns_id(s), key, &sk), on_acquired,
-				     op)) < 0) {
+	if ((rc = kvt__store_acquire(s, kvt__storage_key(kvt__store_ns_id(s), key, &sk),
+				     on_acquired, op)) < 0) {
 		op->finish = NULL;
 		op->ctx = NULL;
 		kvt__dev_op_done(op, rc);
@@ -479,4 +480,30 @@ int kvt_device_load(struct kvt_device *dev, struct kvt_store *s, const struct kv
 	else
 		kvt__dev_op_put(op);
 	return 0;
+}
+
+/* The public calls: inside the store's call gate (engine.c), like every call on it. */
+int kvt_device_store(struct kvt_device *dev, struct kvt_store *s, const struct kvt_key *key,
+		     const struct kvt_key *parent, uint32_t n_tokens, const uint32_t *block_ids,
+		     uint32_t n_blocks, const struct kvt_device_dep *dep, kvt_cb cb, void *arg,
+		     struct kvt_device_op **opp)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = device_store(dev, s, key, parent, n_tokens, block_ids, n_blocks, dep, cb, arg, opp);
+	kvt__store_leave(s);
+	return rc;
+}
+
+int kvt_device_load(struct kvt_device *dev, struct kvt_store *s, const struct kvt_key *key,
+		    const uint32_t *block_ids, uint32_t n_blocks, const struct kvt_device_dep *dep,
+		    kvt_cb cb, void *arg, struct kvt_device_op **opp)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = device_load(dev, s, key, block_ids, n_blocks, dep, cb, arg, opp);
+	kvt__store_leave(s);
+	return rc;
 }

@@ -1,9 +1,10 @@
 /*
  * engine.c - the store's life: open (geometry, the tier chain, admission, the service and
- * verify threads), close (stop admitting, write dirty slots, drain within deadlines, then
- * close tiers and free), stats, accessors, and the *_sync wrappers. How the store works is
- * told in docs/ARCHITECTURE.md; the shared types are in engine_internal.h, and each other
- * concern has its own file:
+ * verify threads), the call gate every public call passes (kvt_poll's included), close
+ * (stop admitting, wait for the calls inside, write dirty slots, drain within deadlines,
+ * then close tiers and free), stats, accessors, and the *_sync wrappers. How the store
+ * works is told in docs/ARCHITECTURE.md; the shared types are in engine_internal.h, and
+ * each other concern has its own file:
  *   engine_queue.c   completion queue (kvt_poll), service thread, verify pool
  *   engine_health.c  deadlines of tier calls (guards, the heap) and the circuit breaker
  *   engine_read.c    the read path: chain reads, fills (promotion), get, prefetch
@@ -337,6 +338,124 @@ fail_free:
 	return rc;
 }
 
+/* ------------------------------------------------------------ the call gate
+ *
+ * Every public call on a store counts itself in s->callers while it runs: one atomic add
+ * on the way in and one subtract on the way out, no lock. kvt_store_shutdown and
+ * kvt_store_close set s->closing; a call that enters after that sees it and returns
+ * -ECANCELED at once, and kvt_store_close waits for the count to drop to zero before it
+ * drains (calls already inside finish; kvt_poll calls waiting on the eventfd are woken),
+ * and again before it frees the store (calls refused meanwhile still read the count).
+ * closing is stored before callers is read, and callers is incremented before closing is
+ * read, all sequentially consistent: a call either sees closing or is seen by the wait.
+ * What no gate can catch is a call that starts once the close has returned: the store is
+ * freed then (include/kvtier.h says how callers stop their threads in time).
+ */
+int kvt__store_enter(const struct kvt_store *cs)
+{
+	struct kvt_store *s = (struct kvt_store *)cs; /* the count is the store's own */
+	if (!s)
+		return -EINVAL;
+	atomic_fetch_add(&s->callers, 1);
+	if (atomic_load(&s->closing)) {
+		atomic_fetch_sub(&s->callers, 1);
+		return -ECANCELED;
+	}
+	return 0;
+}
+
+void kvt__store_leave(const struct kvt_store *cs)
+{
+	atomic_fetch_sub(&((struct kvt_store *)cs)->callers, 1);
+}
+
+/* The eventfd kvt_poll waits on (the client's in client mode), made readable: a poll
+ * waiting on it returns. */
+static void wake_pollers(struct kvt_store *s)
+{
+	int fd = s->client ? kvt__client_fd(s->client) : s->efd;
+	uint64_t one = 1;
+	ssize_t w = write(fd, &one, sizeof(one));
+	(void)w;
+}
+
+/* Until no public call runs on s. A poll that has read the eventfd just before a wake is
+ * woken by the next one; the wait is short (calls inside finish within their deadlines),
+ * so it sleeps in small steps rather than have a leaving call touch a condition variable
+ * the close may already be freeing. */
+static void wait_callers(struct kvt_store *s, bool wake)
+{
+	unsigned us = 20;
+	while (atomic_load(&s->callers)) {
+		if (wake)
+			wake_pollers(s);
+		usleep(us);
+		if (us < 1000)
+			us *= 2;
+	}
+}
+
+/* The kvt_poll calls running on this thread (completion callbacks run inside them), and
+ * a close under way on it, innermost first: a kvt_store_close from a callback cannot wait
+ * for the kvt_poll it runs in, so it is finished when that kvt_poll returns. */
+struct poll_frame {
+	struct kvt_store *s;
+	struct poll_frame *up;
+	bool close_asked;
+};
+static _Thread_local struct poll_frame *poll_frames;
+
+static struct poll_frame *frame_of(const struct kvt_store *s)
+{
+	for (struct poll_frame *f = poll_frames; f; f = f->up)
+		if (f->s == s)
+			return f;
+	return NULL;
+}
+
+int kvt_store_fd(const struct kvt_store *s)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = s->client ? kvt__client_fd(s->client) : s->efd;
+	kvt__store_leave(s);
+	return rc;
+}
+
+int kvt_poll(struct kvt_store *s, int timeout_ms)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	struct poll_frame f = {.s = s, .up = poll_frames};
+	poll_frames = &f;
+	rc = s->client ? kvt__client_poll(s->client, timeout_ms) : kvt__e_poll(s, timeout_ms);
+	poll_frames = f.up;
+	/* The wake this poll took may have been the close's: pass it on to the other polls
+	 * waiting (each reads the eventfd, which resets it). */
+	if (atomic_load(&s->closing))
+		wake_pollers(s);
+	kvt__store_leave(s);
+	if (f.close_asked) { /* a callback it ran closed the store */
+		struct poll_frame *outer = frame_of(s);
+		if (outer)
+			outer->close_asked = true; /* an outer kvt_poll of s on this thread */
+		else
+			kvt_store_close(s);
+	}
+	return rc;
+}
+
+void kvt_store_shutdown(struct kvt_store *s)
+{
+	if (kvt__store_enter(s) < 0)
+		return; /* already closing */
+	atomic_store(&s->closing, true);
+	wake_pollers(s);
+	kvt__store_leave(s);
+}
+
 /* Stores left allocated by a close that a stuck tier did not let finish: kept on a list
  * so that they stay reachable (a leak by design, not one a leak checker should report). */
 static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -352,11 +471,32 @@ static void abandon(struct kvt_store *s)
 
 void kvt_store_close(struct kvt_store *s)
 {
-	if (s && s->client) { kvt__client_close(s->client); kvt__free(s); return; }
 	if (!s)
 		return;
-	/* 1. Stop admitting: every call from here on returns -ECANCELED. */
+	struct poll_frame *f = frame_of(s);
+	if (f) {
+		/* From a completion callback (inside kvt_poll on this thread), or from one that
+		 * this thread's close is running: refuse calls now; the kvt_poll finishes the
+		 * close when it returns (a close under way finishes by itself). */
+		atomic_store(&s->closing, true);
+		wake_pollers(s);
+		f->close_asked = true;
+		return;
+	}
+	/* 1. Stop admitting: every call from here on returns -ECANCELED. Calls already
+	 * inside finish first (a waiting kvt_poll is woken). */
 	atomic_store(&s->closing, true);
+	wait_callers(s, true);
+	/* Callbacks this close runs (completions not yet polled) may close s again. */
+	struct poll_frame self = {.s = s, .up = poll_frames};
+	poll_frames = &self;
+	if (s->client) {
+		kvt__client_close(s->client);
+		poll_frames = self.up;
+		wait_callers(s, false);
+		kvt__free(s);
+		return;
+	}
 	/* 2. Dirty chunks (write-back, or left dirty by a lack of memory) are written now, so
 	 * a clean shutdown keeps them. */
 	if (s->dram && s->n_links > s->dram_pos + 1)
@@ -369,7 +509,7 @@ void kvt_store_close(struct kvt_store *s)
 		pthread_cond_wait(&s->wb_cond, &s->wb_lock);
 	pthread_mutex_unlock(&s->wb_lock);
 	while (atomic_load(&s->inflight))
-		kvt_poll(s, 10);
+		kvt__e_poll(s, 10);
 	/* 4. Now no operation can call a tier: close them. They cancel what they still hold
 	 * (calls that missed their deadline), and those late answers release what the
 	 * engine left with their guards. A tier on a hung device may not finish closing
@@ -392,7 +532,9 @@ void kvt_store_close(struct kvt_store *s)
 	pthread_cond_signal(&s->work_cond);
 	pthread_mutex_unlock(&s->work_lock);
 	pthread_join(s->service, NULL);
-	kvt_poll(s, 0);
+	kvt__e_poll(s, 0);
+	poll_frames = self.up;
+	wait_callers(s, false); /* calls refused since the first wait have left */
 	if (stuck) {
 		KVT_ERR(&s->log, "store closed with a tier that did not close: the store's memory "
 				 "is left allocated for its late answers");
@@ -423,28 +565,55 @@ void kvt_store_close(struct kvt_store *s)
 	kvt__free(s);
 }
 
-const struct kvt_geometry *kvt_store_geometry(const struct kvt_store *s)
+const struct kvt_geometry *kvt__store_geometry(const struct kvt_store *s)
 {
 	if (s->client) return kvt__client_geometry(s->client);
 	return &s->geo;
 }
 
-const uint8_t *kvt_store_ns_id(const struct kvt_store *s)
+const uint8_t *kvt__store_ns_id(const struct kvt_store *s)
 {
 	if (s->client) return kvt__client_ns_id(s->client);
 	return s->ns_id;
 }
 
+const struct kvt_geometry *kvt_store_geometry(const struct kvt_store *s)
+{
+	if (kvt__store_enter(s) < 0)
+		return NULL;
+	const struct kvt_geometry *g = kvt__store_geometry(s);
+	kvt__store_leave(s);
+	return g;
+}
+
+const uint8_t *kvt_store_ns_id(const struct kvt_store *s)
+{
+	if (kvt__store_enter(s) < 0)
+		return NULL;
+	const uint8_t *id = kvt__store_ns_id(s);
+	kvt__store_leave(s);
+	return id;
+}
+
 int kvt_store_tier_count(const struct kvt_store *s)
 {
-	if (s->client) return kvt__client_tier_count(s->client);
-	return s->n_links;
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = s->client ? kvt__client_tier_count(s->client) : s->n_links;
+	kvt__store_leave(s);
+	return rc;
 }
 
 const char *kvt_store_tier_name(const struct kvt_store *s, int tier)
 {
-	if (s->client) return kvt__client_tier_name(s->client, tier);
-	return tier >= 0 && tier < s->n_links ? s->links[tier].name : "none";
+	if (kvt__store_enter(s) < 0)
+		return "none";
+	const char *name = s->client			    ? kvt__client_tier_name(s->client, tier)
+			   : tier >= 0 && tier < s->n_links ? s->links[tier].name
+							    : "none";
+	kvt__store_leave(s);
+	return name;
 }
 
 uint64_t kvt__store_sync_timeout_ms(const struct kvt_store *s)
@@ -483,10 +652,10 @@ void kvt__e_unadmit(struct kvt_store *s)
 
 /* ------------------------------------------------------------ stats */
 
-int kvt_stats(struct kvt_store *s, struct kvt_stats *out)
+static int stats(struct kvt_store *s, struct kvt_stats *out)
 {
 	if (s->client) return kvt__client_stats(s->client, out);
-	if (!s || !out)
+	if (!out)
 		return -EINVAL;
 	memset(out, 0, sizeof(*out));
 	out->n_tiers = (uint32_t)s->n_links;
@@ -522,6 +691,16 @@ int kvt_stats(struct kvt_store *s, struct kvt_stats *out)
 	pthread_mutex_unlock(&s->wb_lock);
 	out->dram_alloc_bytes = kvt__alloc_bytes();
 	return 0;
+}
+
+int kvt_stats(struct kvt_store *s, struct kvt_stats *out)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = stats(s, out);
+	kvt__store_leave(s);
+	return rc;
 }
 
 void kvt__store_waits(struct kvt_store *s, struct kvt__store_waits *out)
@@ -600,8 +779,8 @@ int kvt__e_skeys(const struct kvt_store *s, struct kvt_storage_keys *b, const st
 	return s ? kvt__storage_keys(b, s->ns_id, keys, n) : ((b->keys = NULL), 0);
 }
 
-int kvt_put_sync(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
-		 uint32_t n_tokens, const void *buf, size_t len)
+static int put_sync(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		    uint32_t n_tokens, const void *buf, size_t len)
 {
 	if (s->client) return kvt__client_put_sync(s->client, key, parent, n_tokens, buf, len);
 	struct waiter w;
@@ -613,7 +792,18 @@ int kvt_put_sync(struct kvt_store *s, const struct kvt_key *key, const struct kv
 			   NULL);
 }
 
-int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers)
+int kvt_put_sync(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		 uint32_t n_tokens, const void *buf, size_t len)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = put_sync(s, key, parent, n_tokens, buf, len);
+	kvt__store_leave(s);
+	return rc;
+}
+
+static int lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers)
 {
 	if (s->client) return kvt__client_lookup_sync(s->client, keys, n, tiers);
 	struct waiter w;
@@ -626,8 +816,18 @@ int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, i
 	return rc;
 }
 
-int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
-		 uint32_t layer_end, void *buf, size_t len, struct kvt_result *res)
+int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = lookup_sync(s, keys, n, tiers);
+	kvt__store_leave(s);
+	return rc;
+}
+
+static int get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
+		    uint32_t layer_end, void *buf, size_t len, struct kvt_result *res)
 {
 	if (s->client) return kvt__client_get_sync(s->client, key, layer_begin, layer_end, buf, len, res);
 	struct waiter w;
@@ -639,8 +839,19 @@ int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_
 			   res);
 }
 
-int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
-		      uint64_t deadline_ns)
+int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
+		 uint32_t layer_end, void *buf, size_t len, struct kvt_result *res)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = get_sync(s, key, layer_begin, layer_end, buf, len, res);
+	kvt__store_leave(s);
+	return rc;
+}
+
+static int prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+			 uint64_t deadline_ns)
 {
 	if (s->client) return kvt__client_prefetch_sync(s->client, keys, n, deadline_ns);
 	struct waiter w;
@@ -654,7 +865,18 @@ int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
 	return rc;
 }
 
-int kvt_remove_sync(struct kvt_store *s, const struct kvt_key *key)
+int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+		      uint64_t deadline_ns)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = prefetch_sync(s, keys, n, deadline_ns);
+	kvt__store_leave(s);
+	return rc;
+}
+
+static int remove_sync(struct kvt_store *s, const struct kvt_key *key)
 {
 	if (s->client) return kvt__client_remove_sync(s->client, key);
 	struct waiter w;
@@ -662,6 +884,16 @@ int kvt_remove_sync(struct kvt_store *s, const struct kvt_key *key)
 	struct kvt_key sk;
 	return waiter_wait(&w, kvt__e_do_remove(s, kvt__e_skey(s, key, &sk), waiter_cb, &w, true),
 			   NULL);
+}
+
+int kvt_remove_sync(struct kvt_store *s, const struct kvt_key *key)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = remove_sync(s, key);
+	kvt__store_leave(s);
+	return rc;
 }
 
 bool kvt__store_protected(const struct kvt_store *s)
@@ -684,12 +916,22 @@ int kvt__store_remove_stored_sync(struct kvt_store *s, const struct kvt_key *sto
 	return waiter_wait(&w, kvt__e_do_remove(s, storage_key, waiter_cb, &w, true), NULL);
 }
 
-int kvt_flush_sync(struct kvt_store *s)
+static int flush_sync(struct kvt_store *s)
 {
 	if (s->client) return kvt__client_flush_sync(s->client);
 	struct waiter w;
 	waiter_init(&w);
 	return waiter_wait(&w, kvt__e_do_flush(s, waiter_cb, &w, true), NULL);
+}
+
+int kvt_flush_sync(struct kvt_store *s)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = flush_sync(s);
+	kvt__store_leave(s);
+	return rc;
 }
 
 void kvt__store_count_get(struct kvt_store *s)

@@ -68,6 +68,16 @@ int kvt__store_remove_stored_sync(struct kvt_store *s, const struct kvt_key *sto
 #define KVT__EVENT_CLEARED 3
 int kvt__store_clear_sync(struct kvt_store *s, uint64_t *removed);
 
+/* The call gate (engine.c): every public call on a store runs between an enter that
+ * returned 0 and a leave; kvt_store_close waits for them. enter is -ECANCELED once
+ * kvt_store_shutdown or kvt_store_close has begun (-EINVAL for NULL). */
+int kvt__store_enter(const struct kvt_store *s);
+void kvt__store_leave(const struct kvt_store *s);
+/* The geometry and namespace id, for layers that have entered the gate (the public
+ * accessors answer NULL once the store is closing). */
+const struct kvt_geometry *kvt__store_geometry(const struct kvt_store *s);
+const uint8_t *kvt__store_ns_id(const struct kvt_store *s);
+
 /* Queue a user completion for kvt_poll() from any thread (the device layer's
  * completions go through the same queue as every other). */
 void kvt__store_complete(struct kvt_store *s, kvt_cb cb, void *arg, const struct kvt_result *res);

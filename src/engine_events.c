@@ -10,14 +10,18 @@
 
 int kvt_store_set_events(struct kvt_store *s, kvt_event_fn fn, void *arg)
 {
-	if (!s)
-		return -EINVAL;
-	if (s->client)
-		return -ENOTSUP;
-	/* arg first: a thread that sees the new fn sees its arg */
-	atomic_store(&s->ev_arg, arg);
-	atomic_store(&s->ev_fn, fn);
-	return 0;
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	if (s->client) {
+		rc = -ENOTSUP;
+	} else {
+		/* arg first: a thread that sees the new fn sees its arg */
+		atomic_store(&s->ev_arg, arg);
+		atomic_store(&s->ev_fn, fn);
+	}
+	kvt__store_leave(s);
+	return rc;
 }
 
 void kvt_storage_key(const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,

@@ -259,7 +259,10 @@ struct kvt_store {
 	bool promote_local;
 	uint64_t max_inflight;
 	_Atomic uint64_t inflight;
-	_Atomic bool closing; /* kvt_store_close has begun: no new operations */
+	_Atomic bool closing; /* kvt_store_shutdown/close has begun: no new operations */
+	/* public calls running on the store (kvt__store_enter/leave): kvt_store_close waits
+	 * for them before it drains and again before it frees the store (engine.c) */
+	_Atomic uint64_t callers;
 
 	/* completion queue for kvt_poll; every admitted operation reserves one node of the
 	 * free list, so queueing its completion never fails for lack of memory */
@@ -382,6 +385,7 @@ int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 void kvt__e_remove_start(struct remove_op *o);
 
 /* engine_queue.c */
+int kvt__e_poll(struct kvt_store *s, int timeout_ms); /* kvt_poll without the call gate */
 void kvt__e_complete(struct kvt_store *s, kvt_cb cb, void *arg, bool direct, const struct kvt_result *res);
 int kvt__e_cq_reserve(struct kvt_store *s);
 void kvt__e_cq_unreserve(struct kvt_store *s);

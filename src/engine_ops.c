@@ -168,10 +168,15 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 int kvt_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 	    uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg)
 {
-	if (s->client) return kvt__client_put(s->client, key, parent, n_tokens, buf, len, cb, arg);
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
 	struct kvt_key sk, sp;
-	return kvt__e_do_put(s, kvt__e_skey(s, key, &sk), kvt__e_skey(s, parent, &sp), n_tokens,
-			     buf, len, cb, arg, false);
+	rc = s->client ? kvt__client_put(s->client, key, parent, n_tokens, buf, len, cb, arg)
+		       : kvt__e_do_put(s, kvt__e_skey(s, key, &sk), kvt__e_skey(s, parent, &sp),
+				       n_tokens, buf, len, cb, arg, false);
+	kvt__store_leave(s);
+	return rc;
 }
 
 int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
@@ -413,11 +418,18 @@ int kvt__e_do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, 
 int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
 	       kvt_cb cb, void *arg)
 {
-	if (s->client) return kvt__client_lookup(s->client, keys, n, tiers, cb, arg);
-	struct kvt_storage_keys b;
-	int rc = kvt__e_skeys(s, &b, keys, n);
-	rc = rc ? rc : kvt__e_do_lookup(s, b.keys, n, tiers, cb, arg, false);
-	kvt__storage_keys_free(&b);
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	if (s->client) {
+		rc = kvt__client_lookup(s->client, keys, n, tiers, cb, arg);
+	} else {
+		struct kvt_storage_keys b;
+		rc = kvt__e_skeys(s, &b, keys, n);
+		rc = rc ? rc : kvt__e_do_lookup(s, b.keys, n, tiers, cb, arg, false);
+		kvt__storage_keys_free(&b);
+	}
+	kvt__store_leave(s);
 	return rc;
 }
 
@@ -584,7 +596,12 @@ int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 
 int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg)
 {
-	if (s->client) return kvt__client_remove(s->client, key, cb, arg);
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
 	struct kvt_key sk;
-	return kvt__e_do_remove(s, kvt__e_skey(s, key, &sk), cb, arg, false);
+	rc = s->client ? kvt__client_remove(s->client, key, cb, arg)
+		       : kvt__e_do_remove(s, kvt__e_skey(s, key, &sk), cb, arg, false);
+	kvt__store_leave(s);
+	return rc;
 }

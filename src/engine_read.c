@@ -730,10 +730,15 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
 	    uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg)
 {
-	if (s->client) return kvt__client_get(s->client, key, layer_begin, layer_end, buf, len, cb, arg);
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
 	struct kvt_key sk;
-	return kvt__e_do_get(s, kvt__e_skey(s, key, &sk), layer_begin, layer_end, buf, len, cb, arg,
-			     false);
+	rc = s->client ? kvt__client_get(s->client, key, layer_begin, layer_end, buf, len, cb, arg)
+		       : kvt__e_do_get(s, kvt__e_skey(s, key, &sk), layer_begin, layer_end, buf,
+				       len, cb, arg, false);
+	kvt__store_leave(s);
+	return rc;
 }
 
 /* ------------------------------------------------------------ prefetch */
@@ -835,10 +840,17 @@ int kvt__e_do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n
 int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n, uint64_t deadline_ns,
 		 kvt_cb cb, void *arg)
 {
-	if (s->client) return kvt__client_prefetch(s->client, keys, n, deadline_ns, cb, arg);
-	struct kvt_storage_keys b;
-	int rc = kvt__e_skeys(s, &b, keys, n);
-	rc = rc ? rc : kvt__e_do_prefetch(s, b.keys, n, deadline_ns, cb, arg, false);
-	kvt__storage_keys_free(&b);
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	if (s->client) {
+		rc = kvt__client_prefetch(s->client, keys, n, deadline_ns, cb, arg);
+	} else {
+		struct kvt_storage_keys b;
+		rc = kvt__e_skeys(s, &b, keys, n);
+		rc = rc ? rc : kvt__e_do_prefetch(s, b.keys, n, deadline_ns, cb, arg, false);
+		kvt__storage_keys_free(&b);
+	}
+	kvt__store_leave(s);
 	return rc;
 }

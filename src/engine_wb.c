@@ -582,6 +582,10 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
 
 int kvt_flush(struct kvt_store *s, kvt_cb cb, void *arg)
 {
-	if (s->client) return kvt__client_flush(s->client, cb, arg);
-	return kvt__e_do_flush(s, cb, arg, false);
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = s->client ? kvt__client_flush(s->client, cb, arg) : kvt__e_do_flush(s, cb, arg, false);
+	kvt__store_leave(s);
+	return rc;
 }

@@ -79,13 +79,13 @@ struct kvt_rows_job {
 
 /* ----------------------------------------------------------------- handle */
 
-int kvt_rows_open(struct kvt_store *s, const struct kvt_row_layout *lay, void *rows,
-		  uint64_t n_rows, uint32_t staging, struct kvt_rows **out)
+static int rows_open(struct kvt_store *s, const struct kvt_row_layout *lay, void *rows,
+		     uint64_t n_rows, uint32_t staging, struct kvt_rows **out)
 {
 	if (!s || !rows || !n_rows || !staging || staging > 4096 || !out ||
 	    kvt_row_layout_check(lay))
 		return -EINVAL;
-	const struct kvt_geometry *g = kvt_store_geometry(s);
+	const struct kvt_geometry *g = kvt__store_geometry(s);
 	uint32_t tokens = lay->block_tokens * lay->blocks_per_chunk;
 	if (g->layers != lay->layers || g->kv_heads != lay->kv_heads ||
 	    g->head_dim != lay->head_dim || g->chunk_tokens != tokens ||
@@ -130,6 +130,19 @@ int kvt_rows_open(struct kvt_store *s, const struct kvt_row_layout *lay, void *r
 	}
 	*out = r;
 	return 0;
+}
+
+/* The calls that use the store run inside its call gate (engine.c), like every call on
+ * it: a kvt_store_close waits for them, and refuses them (-ECANCELED) once it has begun. */
+int kvt_rows_open(struct kvt_store *s, const struct kvt_row_layout *lay, void *rows,
+		  uint64_t n_rows, uint32_t staging, struct kvt_rows **out)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = rows_open(s, lay, rows, n_rows, staging, out);
+	kvt__store_leave(s);
+	return rc;
 }
 
 void kvt_rows_close(struct kvt_rows *r)
@@ -576,10 +589,10 @@ static int check_rows(struct kvt_rows *r, const uint64_t *row_ids, size_t n)
 	return 0;
 }
 
-int kvt_rows_load(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
-		  size_t n, uint64_t deadline_ns, struct kvt_rows_result *res)
+static int rows_load(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
+		     size_t n, uint64_t deadline_ns, struct kvt_rows_result *res)
 {
-	if (!r || (n && (!keys || !row_ids)) || check_rows(r, row_ids, n))
+	if ((n && (!keys || !row_ids)) || check_rows(r, row_ids, n))
 		return -EINVAL;
 	if (r->s->client)
 		return run_serial(r, keys, NULL, NULL, row_ids, n, true, deadline_ns, res);
@@ -587,11 +600,22 @@ int kvt_rows_load(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t
 	return run_batch(r, n, row_ids, true, submit_get, &lc, deadline_ns, res);
 }
 
-int kvt_rows_store(struct kvt_rows *r, const struct kvt_key *keys, const struct kvt_key *parents,
-		   const uint8_t *has_parent, const uint64_t *row_ids, size_t n,
-		   uint64_t deadline_ns, struct kvt_rows_result *res)
+int kvt_rows_load(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids, size_t n,
+		  uint64_t deadline_ns, struct kvt_rows_result *res)
 {
-	if (!r || (n && (!keys || !row_ids)) || check_rows(r, row_ids, n))
+	int rc = r ? kvt__store_enter(r->s) : -EINVAL;
+	if (rc < 0)
+		return rc;
+	rc = rows_load(r, keys, row_ids, n, deadline_ns, res);
+	kvt__store_leave(r->s);
+	return rc;
+}
+
+static int rows_store(struct kvt_rows *r, const struct kvt_key *keys, const struct kvt_key *parents,
+		      const uint8_t *has_parent, const uint64_t *row_ids, size_t n,
+		      uint64_t deadline_ns, struct kvt_rows_result *res)
+{
+	if ((n && (!keys || !row_ids)) || check_rows(r, row_ids, n))
 		return -EINVAL;
 	if (r->s->client)
 		return run_serial(r, keys, parents, has_parent, row_ids, n, false, deadline_ns,
@@ -601,10 +625,22 @@ int kvt_rows_store(struct kvt_rows *r, const struct kvt_key *keys, const struct 
 	return run_batch(r, n, row_ids, false, submit_put, &sc, deadline_ns, res);
 }
 
-int kvt_rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
-			size_t n, uint64_t deadline_ns, struct kvt_rows_job **out)
+int kvt_rows_store(struct kvt_rows *r, const struct kvt_key *keys, const struct kvt_key *parents,
+		   const uint8_t *has_parent, const uint64_t *row_ids, size_t n,
+		   uint64_t deadline_ns, struct kvt_rows_result *res)
 {
-	if (!r || !out || (n && (!keys || !row_ids)) || check_rows(r, row_ids, n) || r->s->client)
+	int rc = r ? kvt__store_enter(r->s) : -EINVAL;
+	if (rc < 0)
+		return rc;
+	rc = rows_store(r, keys, parents, has_parent, row_ids, n, deadline_ns, res);
+	kvt__store_leave(r->s);
+	return rc;
+}
+
+static int rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
+			   size_t n, uint64_t deadline_ns, struct kvt_rows_job **out)
+{
+	if (!out || (n && (!keys || !row_ids)) || check_rows(r, row_ids, n) || r->s->client)
 		return -EINVAL;
 	struct kvt_rows_job *j = kvt__calloc(1, sizeof(*j));
 	struct kvt_key *k = kvt__malloc((n ? n : 1) * sizeof(*k));
@@ -636,6 +672,17 @@ int kvt_rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const ui
 	return 0;
 }
 
+int kvt_rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
+			size_t n, uint64_t deadline_ns, struct kvt_rows_job **out)
+{
+	int rc = r ? kvt__store_enter(r->s) : -EINVAL;
+	if (rc < 0)
+		return rc;
+	rc = rows_load_start(r, keys, row_ids, n, deadline_ns, out);
+	kvt__store_leave(r->s);
+	return rc;
+}
+
 int kvt_rows_job_poll(struct kvt_rows_job *j, int timeout_ms, struct kvt_rows_result *res)
 {
 	if (!j)
@@ -643,13 +690,19 @@ int kvt_rows_job_poll(struct kvt_rows_job *j, int timeout_ms, struct kvt_rows_re
 	if (j->b) {
 		struct batch *b = j->b;
 		struct kvt_rows *r = b->r;
+		struct kvt_store *s = r->s; /* the poll submits the job's next reads */
+		int rc = kvt__store_enter(s);
+		if (rc < 0)
+			return rc;
 		pthread_mutex_lock(&r->m);
 		if (!batch_drive(b, timeout_ms)) {
 			pthread_mutex_unlock(&r->m);
+			kvt__store_leave(s);
 			return 0;
 		}
 		j->b = NULL;
 		batch_finish(b, &j->res); /* releases r->m; b may be gone after */
+		kvt__store_leave(s);
 	}
 	if (res)
 		*res = j->res;
