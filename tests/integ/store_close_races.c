@@ -1,6 +1,6 @@
 /*
  * store_close_races.c - kvt_store_close while other threads are inside calls on the store
- * (include/kvtier.h, "Closing while other threads use the store"). Real files: chains
+ * (include/kvtier.h, at kvt_store_close and kvt_store_shutdown). Real files: chains
  * "dram,nvme", "nvme" and "dram" in a temporary directory.
  *
  *  1. Three threads loop over every call on the store (put, get, lookup, prefetch, remove,
