@@ -260,8 +260,8 @@ uint8_t *nv_log_batch_copy(struct nv_batch *b, uint64_t need)
 	return dst;
 }
 
-/* Write segment n's header for generation gen and make it durable. */
-static int write_header(struct nv *s, uint32_t n, uint64_t gen)
+/* Write segment n's header for generation gen and make it durable (with nvme.fsync). */
+int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen)
 {
 	struct nv_log *lg = s->lg;
 	uint8_t *blk = kvt__aligned_alloc(NV_LOG_BLOCK);
@@ -340,7 +340,7 @@ static bool advance(struct nv *s)
 		}
 		if (g->readers)
 			return false; /* reads started before: they finish first */
-		int rc = write_header(s, next, g->gen + 1);
+		int rc = nv_log_write_header(s, next, g->gen + 1);
 		if (rc < 0) {
 			KVT_WARN(s->log, "nvme: log segment %u header: %s: log writes stop", next,
 				 strerror(-rc));

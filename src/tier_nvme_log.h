@@ -101,8 +101,10 @@ struct nv_log {
 	uint64_t log_max, seg_bytes;
 	uint64_t spare_pct; /* nvme.log_spare_pct, at most 400 */
 	uint32_t nmax;	 /* segments in the cycle: as many as fit in nvme.bytes (at least 3), or
-			  * fewer where an entry that cannot be a segment or a full file system
-			  * ends it (tier_nvme_log_recover.c, advance) */
+			  * fewer where an entry that cannot be a segment ends it at open (the
+			  * capacity follows: tier_nvme_log_recover.c) or a full file system
+			  * during a run (advance; the capacity does not follow until the next
+			  * open) */
 	uint32_t nsegs;	 /* entries in segs[] (>= nmax when an earlier run had more) */
 	struct nv_seg *segs;
 	int dfd;
@@ -157,5 +159,6 @@ void nv_log_read_done(struct nv *s, int res);
 uint64_t nv_log_copy_room(const struct nv_log *lg);
 uint64_t nv_log_live(const struct nv_log *lg, uint32_t nseg);
 int nv_log_seg_open(struct nv *s, uint32_t n, bool create);
+int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen);
 
 #endif

@@ -305,17 +305,26 @@ int nv_log_recover(struct nv *s)
 	for (uint32_t i = k; i < nn && !rc; i++)
 		rc = past_gap_seq(s, ns[i], blk, &lg->seq);
 	kvt__free(ns);
+	/* Past the gap: not indexed, and voided now (a header of the next generation) rather
+	 * than when the cycle reaches them. Left valid until then, a put there of a key whose
+	 * tombstone was in the deleted segment came back at a later open once the gap was
+	 * filled, and so did a key removed this run while only such a segment held it (a
+	 * remove of a key not indexed finds nothing to write a tombstone for). Their objects
+	 * are lost either way: not indexed, they were misses for this run already. */
 	uint32_t past = 0;
-	for (uint32_t i = top; i < end && !rc; i++)
-		if (lg->segs[i].fd >= 0) { /* past the gap: its generation, its newest batch */
-			rc = newest_seq(&lg->segs[i], i, blk, &lg->seq);
-			past++;
-		}
+	for (uint32_t i = top; i < end && !rc; i++) {
+		struct nv_seg *g = &lg->segs[i];
+		if (g->fd < 0)
+			continue;
+		rc = newest_seq(g, i, blk, &lg->seq);
+		if (!rc && !s->ro && !(rc = nv_log_write_header(s, i, g->gen + 1)))
+			g->gen++;
+		past++;
+	}
 	if (past)
 		KVT_WARN(s->log,
-			 "nvme: log: %u.kvl is missing: %u segment(s) after it are not indexed "
-			 "(reused in turn)",
-			 top, past);
+			 "nvme: log: %u.kvl is missing: %u segment(s) after it are %s", top, past,
+			 s->ro ? "not indexed" : "emptied (not indexed; reused in turn)");
 	for (uint32_t i = 0; i < top && !rc; i++)
 		rc = walk(&lg->segs[i], i, blk, &bs, &nb, &cap);
 	uint64_t torn = 0, objs = 0, bad = 0;
