@@ -501,11 +501,13 @@ static int on_ini_pair(void *user, const char *section, const char *name, const 
 	return 1;
 }
 
-/* Longest line taken from a file. Debian's libinih reads a line into a buffer of
+/* Longest line taken from a file. Debian's libinih reads a line into a stack buffer of
  * INI_MAX_LINE (200) bytes and parses the rest of a longer one as a line of its own; but a
  * "name = value" line can be long for good reason (an STS session token in an AWS
- * credentials file runs to KiBs). Such a line reaches libinih as "name=<0x01>N" and the
- * handler gets long value N (kvt__ini_load keeps it; 0x01 is refused in a file). */
+ * credentials file runs to KiBs). So every such line reaches libinih as "name=<0x01>N"
+ * and the handler gets value N, extracted here as libinih would (kvt__ini_load keeps it;
+ * 0x01 is refused in a file): no value is cut, and no secret is left in libinih's stack
+ * buffer, which nobody wipes. */
 #define KVT_INI_MAX_LINE 16384
 /* libinih's MAX_NAME: a longer name is cut by it, so a long line's name must fit. */
 #define KVT_INI_MAX_NAME 50
@@ -516,7 +518,7 @@ struct ini_first {
 	int (*handler)(void *, const char *, const char *, const char *);
 	void *user;
 	bool failed;
-	char **long_values; /* the values of lines too long for libinih, by index */
+	char **long_values; /* the values of name = value lines, by index */
 	size_t n_long;
 };
 
@@ -525,7 +527,7 @@ static int ini_until_failure(void *u, const char *section, const char *name, con
 	struct ini_first *f = u;
 	if (f->failed)
 		return 1;
-	if (value && value[0] == '\x01') { /* a long line's value (kvt__ini_load) */
+	if (value && value[0] == '\x01') { /* a name = value line's value (kvt__ini_load) */
 		size_t i = strtoul(value + 1, NULL, 10);
 		value = i < f->n_long ? f->long_values[i] : "";
 	}
@@ -600,22 +602,21 @@ static int ini_check_line(const char *path, int ln, const char *p, size_t len, c
 	return INI_PAIR;
 }
 
-/* A "name = value" line longer than libinih's buffer, as libinih would split it (value
- * without blanks around it or an inline comment), kept in f; the line libinih gets instead
- * is appended at *o. 0, or -errno with err set. */
-static int ini_keep_long(struct ini_first *f, const char *path, int ln, const char *name,
+/* A "name = value" line's value, as libinih 55 takes it (an inline comment - a ';' after a
+ * blank, the blank after the '=' included - cut first, then the blanks around it), kept in
+ * f; the line libinih gets instead is appended at *o. 0, or -errno with err set. */
+static int ini_keep_value(struct ini_first *f, const char *path, int ln, const char *name,
 			 const char *value, char *out, size_t *o, char *err, size_t errlen)
 {
-	if (strlen(name) >= KVT_INI_MAX_NAME) {
+	if (strlen(name) >= KVT_INI_MAX_NAME) { /* libinih would cut it */
 		if (err && errlen)
-			snprintf(err, errlen,
-				 "%s:%d: line longer than %d bytes with a name longer than %d",
-				 path, ln, INI_MAX_LINE - 1, KVT_INI_MAX_NAME - 1);
+			snprintf(err, errlen, "%s:%d: a name longer than %d bytes", path, ln,
+				 KVT_INI_MAX_NAME - 1);
 		return -EINVAL;
 	}
-	while (isspace((unsigned char)*value))
-		value++;
 	const char *end = ini_find(value, "");
+	while (value < end && isspace((unsigned char)*value))
+		value++;
 	while (end > value && isspace((unsigned char)end[-1]))
 		end--;
 	char **grown = kvt__realloc(f->long_values, (f->n_long + 1) * sizeof(*grown));
@@ -635,7 +636,8 @@ static int ini_keep_long(struct ini_first *f, const char *path, int ln, const ch
 
 /* The file's bytes, its rewrite for libinih and its long values may hold secrets (an S3
  * credentials file): wiped before they are freed. */
-static void ini_free(struct ini_first *f, char *buf, char *out, char *scratch, size_t len)
+static void ini_free(struct ini_first *f, char *buf, char *out, char *scratch, size_t len,
+		     size_t outcap)
 {
 	for (size_t i = 0; i < f->n_long; i++) {
 		explicit_bzero(f->long_values[i], strlen(f->long_values[i]));
@@ -645,7 +647,7 @@ static void ini_free(struct ini_first *f, char *buf, char *out, char *scratch, s
 	if (buf)
 		explicit_bzero(buf, len);
 	if (out)
-		explicit_bzero(out, len);
+		explicit_bzero(out, outcap);
 	if (scratch)
 		explicit_bzero(scratch, KVT_INI_MAX_LINE);
 	kvt__free(buf);
@@ -692,7 +694,7 @@ int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, con
 		if (n < 0) {
 			int e = errno;
 			close(fd);
-			ini_free(&first, buf, NULL, NULL, len);
+			ini_free(&first, buf, NULL, NULL, len, 0);
 			seterr(err, errlen, "%s: %s", path, strerror(e));
 			return -e;
 		}
@@ -702,7 +704,7 @@ int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, con
 	}
 	close(fd);
 	if (len > max_bytes) {
-		ini_free(&first, buf, NULL, NULL, max_bytes + 1);
+		ini_free(&first, buf, NULL, NULL, max_bytes + 1, 0);
 		char why[64];
 		snprintf(why, sizeof(why), "larger than %zu bytes", max_bytes);
 		seterr(err, errlen, "%s: %s", path, why);
@@ -710,11 +712,16 @@ int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, con
 	}
 	buf[len] = 0;
 	/* Before libinih sees it: a NUL would end a value silently, 0x01 marks a long value
-	 * (ini_keep_long); a line longer than libinih's buffer is rewritten, or refused; and
-	 * the syntax (ini_check_line). out is what libinih parses: never longer than buf. */
-	char *out = kvt__malloc(len + 1), *scratch = kvt__malloc(KVT_INI_MAX_LINE);
+	 * (ini_keep_value); a line longer than libinih's buffer is rewritten, or refused; and
+	 * the syntax (ini_check_line). out is what libinih parses: a line of it is at most 22
+	 * bytes longer than the file's ("name=<0x01>" and up to 20 digits for a value). */
+	size_t lines = 1;
+	for (const char *q = buf; (q = memchr(q, '\n', (size_t)(buf + len - q))); q++)
+		lines++;
+	size_t outcap = len + 1 + 22 * lines;
+	char *out = kvt__malloc(outcap), *scratch = kvt__malloc(KVT_INI_MAX_LINE);
 	if (!out || !scratch) {
-		ini_free(&first, buf, out, scratch, len);
+		ini_free(&first, buf, out, scratch, len, outcap);
 		seterr(err, errlen, "%s: %s", path, strerror(ENOMEM));
 		return -ENOMEM;
 	}
@@ -738,19 +745,20 @@ int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, con
 			rc = ini_check_line(path, ln, p, n, scratch, section, name, &value, err,
 					    errlen);
 		}
-		if (rc >= 0 && n < INI_MAX_LINE) {
+		/* libinih reads at most INI_MAX_LINE - 2 bytes and the newline as one line */
+		if (rc == INI_PAIR) {
+			rc = ini_keep_value(&first, path, ln, name, value, out, &o, err, errlen);
+		} else if (rc >= 0 && n < INI_MAX_LINE - 1) {
 			memcpy(out + o, p, n);
 			o += n;
 		} else if (rc == INI_SECTION) {
 			if (err && errlen)
 				snprintf(err, errlen, "%s:%d: section line longer than %d bytes",
-					 path, ln, INI_MAX_LINE - 1);
+					 path, ln, INI_MAX_LINE - 2);
 			rc = -EINVAL;
-		} else if (rc == INI_PAIR) {
-			rc = ini_keep_long(&first, path, ln, name, value, out, &o, err, errlen);
 		} /* else INI_BLANK: a long comment or blank line, left out */
 		if (rc < 0) {
-			ini_free(&first, buf, out, scratch, len);
+			ini_free(&first, buf, out, scratch, len, outcap);
 			*line = ln;
 			return rc;
 		}
@@ -760,7 +768,7 @@ int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, con
 	}
 	out[o] = 0;
 	*line = ini_parse_string(out, ini_until_failure, &first);
-	ini_free(&first, buf, out, scratch, len);
+	ini_free(&first, buf, out, scratch, len, outcap);
 	return 0;
 }
 

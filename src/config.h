@@ -65,7 +65,8 @@ int kvt__config_copy(const struct kvt_config *src, struct kvt_config **out);
 /* Parse an INI file with libinih, bounded: only a regular file (not a directory, FIFO or
  * device such as /dev/zero) of at most max_bytes, with no NUL or 0x01 byte and no line of
  * 16 KiB or more; a "name = value" line longer than libinih's 200-byte line buffer (an STS
- * session token) reaches the handler whole, a longer section line is refused; its syntax
+ * session token) reaches the handler whole (every value is handed to libinih by reference,
+ * none passes through its stack buffer), a longer section line is refused; its syntax
  * is checked first (every line a comment, a [section] or name = value; no indented
  * continuation line, which libinih would pass as the same name again). -errno with
  * "path: reason" or "path:LINE: reason" in err when the file is refused; else 0 and

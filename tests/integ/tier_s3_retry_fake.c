@@ -330,7 +330,7 @@ static void credentials_files(const char *ep)
 	     "kvt", NULL, 0, 0},
 	    /* a long line that is not name = value */
 	    {"[kvt]\naws_access_key_id = a\naws_secret_access_key = b\n[%s]\n",
-	     "kvt", "credentials:4: section line longer than 199 bytes", 300, 0},
+	     "kvt", "credentials:4: section line longer than 198 bytes", 300, 0},
 	};
 	unsetenv("AWS_ACCESS_KEY_ID");
 	unsetenv("AWS_SECRET_ACCESS_KEY");
