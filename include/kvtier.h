@@ -191,8 +191,8 @@ KVT_EXPORT int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **o
  * Calls running on other threads when close begins finish safely, and calls that begin
  * while it runs return -ECANCELED. A call that begins after close has returned is a use
  * after free that no library can catch: a thread that got -ECANCELED must not call on s
- * again, and threads that call in a loop are best stopped with kvt_store_shutdown(),
- * joined, and only then the store closed. A close from a completion callback (inside
+ * again, and threads that call in a loop (a kvt_poll() loop among them) must be stopped
+ * with kvt_store_shutdown(), joined, and only then the store closed. A close from a completion callback (inside
  * kvt_poll() on that thread) cannot wait for the kvt_poll() running it: it refuses calls
  * at once and returns, and that kvt_poll() finishes the close as it returns - its caller
  * must not use s afterwards. A close from a callback that a close is running does nothing
@@ -202,12 +202,16 @@ KVT_EXPORT int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **o
 KVT_EXPORT void kvt_store_close(struct kvt_store *s);
 /* The first half of kvt_store_close() for a store that several threads use: every call on
  * s from then on returns -ECANCELED and each kvt_poll() waiting is woken (it returns), so
- * threads that loop on calls see -ECANCELED and stop. It neither waits nor frees: s stays
- * valid, refusing calls, until kvt_store_close(), which does the rest (and delivers the
- * completions of operations still in flight). Idempotent; from any thread or callback. */
+ * threads that loop on calls see -ECANCELED and stop. kvt_poll() still runs the
+ * completions already queued (without waiting for more) and returns -ECANCELED when there
+ * are none, so a thread can collect its own before it exits; the accessors still answer.
+ * It neither waits nor frees: s stays valid, refusing calls, until kvt_store_close(),
+ * which does the rest (and delivers the completions of operations still in flight).
+ * Idempotent; from any thread or callback. */
 KVT_EXPORT void kvt_store_shutdown(struct kvt_store *s);
-/* Once the store is closing, geometry and ns_id are NULL, tier_count -ECANCELED and
- * tier_name "none". What they return stays valid until kvt_store_close() returns. */
+/* These answer while the store is closing; what they return stays valid until
+ * kvt_store_close() returns. A store of a kvtierd (store.daemon) answers NULL, -ECANCELED
+ * and "none" once kvt_store_close() has begun (its answers go with the connection). */
 KVT_EXPORT const struct kvt_geometry *kvt_store_geometry(const struct kvt_store *s);
 KVT_EXPORT const uint8_t *kvt_store_ns_id(const struct kvt_store *s);
 /* Tiers in chain order; names are "dram", "nvme", ... */
@@ -215,12 +219,15 @@ KVT_EXPORT int kvt_store_tier_count(const struct kvt_store *s);
 KVT_EXPORT const char *kvt_store_tier_name(const struct kvt_store *s, int tier);
 
 /* An eventfd: readable while completions wait for kvt_poll(). Owned by the store (open
- * until kvt_store_close() returns); -ECANCELED once the store is closing, when it stays
- * readable so that pollers come back and see it. */
+ * until kvt_store_close() returns). kvt_store_shutdown() and kvt_store_close() write it
+ * so that a thread waiting on it comes back and sees kvt_poll() answer -ECANCELED. */
 KVT_EXPORT int kvt_store_fd(const struct kvt_store *s);
 /* Run waiting completion callbacks on this thread; waits up to timeout_ms (-1: forever,
- * 0: not at all) for the first one. Returns how many ran; -ECANCELED once the store is
- * closing (a poll waiting then is woken: it returns what it ran, maybe 0). */
+ * 0: not at all) for the first one. Returns how many ran. Once the store is closing it
+ * does not wait (a poll waiting then is woken): it runs what is queued and returns how
+ * many, or -ECANCELED when none was; -ECANCELED at once once kvt_store_close() has begun,
+ * except inside a completion callback; and -ECANCELED when a callback it ran closed the
+ * store (s is then freed). */
 KVT_EXPORT int kvt_poll(struct kvt_store *s, int timeout_ms);
 
 struct kvt_result {

@@ -348,6 +348,12 @@ fail_free:
  * and again before it frees the store (calls refused meanwhile still read the count).
  * closing is stored before callers is read, and callers is incremented before closing is
  * read, all sequentially consistent: a call either sees closing or is seen by the wait.
+ * Two kinds of call still answer while the store is closing (enter_answering): kvt_poll,
+ * which delivers the completions already queued (a worker collecting its own after
+ * kvt_store_shutdown, a callback waiting for a sibling's), and the accessors, whose data
+ * lives until the free. They are refused only once kvt_store_close itself has begun
+ * (s->teardown, stored before its first wait as closing is), except a kvt_poll nested in
+ * a callback, whose outer kvt_poll holds the close at that first wait.
  * What no gate can catch is a call that starts once the close has returned: the store is
  * freed then (include/kvtier.h says how callers stop their threads in time).
  */
@@ -358,6 +364,21 @@ int kvt__store_enter(const struct kvt_store *cs)
 		return -EINVAL;
 	atomic_fetch_add(&s->callers, 1);
 	if (atomic_load(&s->closing)) {
+		atomic_fetch_sub(&s->callers, 1);
+		return -ECANCELED;
+	}
+	return 0;
+}
+
+/* The gate for calls that answer while the store is closing (above): refused once
+ * kvt_store_close has begun, unless allowed. */
+static int enter_answering(const struct kvt_store *cs, bool allowed_in_teardown)
+{
+	struct kvt_store *s = (struct kvt_store *)cs;
+	if (!s)
+		return -EINVAL;
+	atomic_fetch_add(&s->callers, 1);
+	if (atomic_load(&s->teardown) && !allowed_in_teardown) {
 		atomic_fetch_sub(&s->callers, 1);
 		return -ECANCELED;
 	}
@@ -415,7 +436,7 @@ static struct poll_frame *frame_of(const struct kvt_store *s)
 
 int kvt_store_fd(const struct kvt_store *s)
 {
-	int rc = kvt__store_enter(s);
+	int rc = enter_answering(s, s && !s->client); /* a client's fd goes with the client */
 	if (rc < 0)
 		return rc;
 	rc = s->client ? kvt__client_fd(s->client) : s->efd;
@@ -425,16 +446,20 @@ int kvt_store_fd(const struct kvt_store *s)
 
 int kvt_poll(struct kvt_store *s, int timeout_ms)
 {
-	int rc = kvt__store_enter(s);
+	int rc = enter_answering(s, s && frame_of(s));
 	if (rc < 0)
 		return rc;
+	/* Closing: only what is queued, without waiting for more. */
+	bool closing = atomic_load(&s->closing);
 	struct poll_frame f = {.s = s, .up = poll_frames};
 	poll_frames = &f;
-	rc = s->client ? kvt__client_poll(s->client, timeout_ms) : kvt__e_poll(s, timeout_ms);
+	int t = closing ? 0 : timeout_ms;
+	rc = s->client ? kvt__client_poll(s->client, t) : kvt__e_poll(s, t);
 	poll_frames = f.up;
 	/* The wake this poll took may have been the close's: pass it on to the other polls
 	 * waiting (each reads the eventfd, which resets it). */
-	if (atomic_load(&s->closing))
+	closing = atomic_load(&s->closing);
+	if (closing)
 		wake_pollers(s);
 	kvt__store_leave(s);
 	if (f.close_asked) { /* a callback it ran closed the store */
@@ -443,8 +468,10 @@ int kvt_poll(struct kvt_store *s, int timeout_ms)
 			outer->close_asked = true; /* an outer kvt_poll of s on this thread */
 		else
 			kvt_store_close(s);
+		return -ECANCELED; /* s may be freed: the caller must stop */
 	}
-	return rc;
+	/* Closing and nothing left to run: the poller's cue to stop. */
+	return closing && rc == 0 ? -ECANCELED : rc;
 }
 
 void kvt_store_shutdown(struct kvt_store *s)
@@ -486,6 +513,7 @@ void kvt_store_close(struct kvt_store *s)
 	/* 1. Stop admitting: every call from here on returns -ECANCELED. Calls already
 	 * inside finish first (a waiting kvt_poll is woken). */
 	atomic_store(&s->closing, true);
+	atomic_store(&s->teardown, true);
 	wait_callers(s, true);
 	/* Callbacks this close runs (completions not yet polled) may close s again. */
 	struct poll_frame self = {.s = s, .up = poll_frames};
@@ -577,9 +605,12 @@ const uint8_t *kvt__store_ns_id(const struct kvt_store *s)
 	return s->ns_id;
 }
 
+/* The accessors answer while the store is closing, the local store's until its free (what
+ * they return lives as long); a client store's are refused once its close has begun (the
+ * client's info goes with it). */
 const struct kvt_geometry *kvt_store_geometry(const struct kvt_store *s)
 {
-	if (kvt__store_enter(s) < 0)
+	if (enter_answering(s, s && !s->client) < 0)
 		return NULL;
 	const struct kvt_geometry *g = kvt__store_geometry(s);
 	kvt__store_leave(s);
@@ -588,7 +619,7 @@ const struct kvt_geometry *kvt_store_geometry(const struct kvt_store *s)
 
 const uint8_t *kvt_store_ns_id(const struct kvt_store *s)
 {
-	if (kvt__store_enter(s) < 0)
+	if (enter_answering(s, s && !s->client) < 0)
 		return NULL;
 	const uint8_t *id = kvt__store_ns_id(s);
 	kvt__store_leave(s);
@@ -597,7 +628,7 @@ const uint8_t *kvt_store_ns_id(const struct kvt_store *s)
 
 int kvt_store_tier_count(const struct kvt_store *s)
 {
-	int rc = kvt__store_enter(s);
+	int rc = enter_answering(s, s && !s->client);
 	if (rc < 0)
 		return rc;
 	rc = s->client ? kvt__client_tier_count(s->client) : s->n_links;
@@ -607,7 +638,7 @@ int kvt_store_tier_count(const struct kvt_store *s)
 
 const char *kvt_store_tier_name(const struct kvt_store *s, int tier)
 {
-	if (kvt__store_enter(s) < 0)
+	if (enter_answering(s, s && !s->client) < 0)
 		return "none";
 	const char *name = s->client			    ? kvt__client_tier_name(s->client, tier)
 			   : tier >= 0 && tier < s->n_links ? s->links[tier].name

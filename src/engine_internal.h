@@ -260,6 +260,7 @@ struct kvt_store {
 	uint64_t max_inflight;
 	_Atomic uint64_t inflight;
 	_Atomic bool closing; /* kvt_store_shutdown/close has begun: no new operations */
+	_Atomic bool teardown; /* kvt_store_close itself has begun: kvt_poll refused too */
 	/* public calls running on the store (kvt__store_enter/leave): kvt_store_close waits
 	 * for them before it drains and again before it frees the store (engine.c) */
 	_Atomic uint64_t callers;
