@@ -13,9 +13,10 @@
  * trusts it. Entries are then applied in sequence order (puts, tombstones); a key also
  * stored as its own file keeps the file. A put entry of a valid record that does not lie in
  * its segment is damage, not a tear: skipped and counted (ent_ok). Segments are canonical
- * names 0.kvl, 1.kvl, ... up to the cycle's end; those past a gap (a deleted segment) are
- * in the cycle but not indexed, only read for their generation and newest sequence number,
- * as are files outside the cycle; other entries are warned about and left.
+ * names 0.kvl, 1.kvl, ... up to the cycle's end; a gap (a segment deleted from outside)
+ * voids the whole log (nothing indexed: its tombstones are gone), and files outside the
+ * cycle are only read for their newest sequence number; other entries are warned about
+ * and left.
  */
 #include "tier_nvme_log.h"
 
@@ -110,10 +111,10 @@ static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, 
 	return 0;
 }
 
-/* Raise *seq to the newest batch of g (file n, past a gap), and set g->gen from its header:
- * its batches are not indexed this run, but they are at a later open if the run does not
- * reuse it first, and then they must be older than this run's, or their stale puts would
- * undo this run's removals. */
+/* Raise *seq to the newest batch of g (file n, not indexed this run), and set g->gen from
+ * its header: a file left valid (outside the cycle) is indexed at a later open, and then
+ * its batches must be older than this run's, or their stale puts would undo this run's
+ * removals. */
 static int newest_seq(struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t *seq)
 {
 	struct rbatch *bs = NULL;
@@ -233,8 +234,7 @@ int nv_log_recover(struct nv *s)
 	 * one was deleted from outside (a gap). A missing segment is created again when the
 	 * cycle reaches it, and the cycle goes on into the files after it: those it reaches
 	 * (every number before one is below the cycle's end, so created by then) are its
-	 * segments too - not indexed (their batches may be undone by tombstones the deleted one
-	 * held), reused in turn, a generation above their own voiding their old batches. Left
+	 * segments too, reused in turn (the log voided first: below). Left
 	 * out, the run reached the first of them, failed to create it ("File exists") and
 	 * cycled over the segments before it only: fewer than the capacity was computed for
 	 * (reuse evicted far below it), and it reused the segments holding its tombstones
@@ -305,27 +305,47 @@ int nv_log_recover(struct nv *s)
 	for (uint32_t i = k; i < nn && !rc; i++)
 		rc = past_gap_seq(s, ns[i], blk, &lg->seq);
 	kvt__free(ns);
-	/* Past the gap: not indexed, and voided now (a header of the next generation) rather
-	 * than when the cycle reaches them. Left valid until then, a put there of a key whose
-	 * tombstone was in the deleted segment came back at a later open once the gap was
-	 * filled, and so did a key removed this run while only such a segment held it (a
-	 * remove of a key not indexed finds nothing to write a tombstone for). Their objects
-	 * are lost either way: not indexed, they were misses for this run already. */
-	uint32_t past = 0;
-	for (uint32_t i = top; i < end && !rc; i++) {
+	/* A gap (a segment missing with segments after it: deleted from outside) took with it
+	 * tombstones that any put written before it may need, and the numbering does not say
+	 * which segments those are once the log has wrapped: segments past the gap can be
+	 * newer than it, holding tombstones the older ones need, or older, holding puts its
+	 * tombstones undid. So no put of the log can be trusted and none is indexed: every
+	 * segment of the cycle is voided (a header of its next generation, not in a read-only
+	 * open) and the log starts empty - its objects become misses, a removed key never
+	 * comes back. (Until 2026-12-03 the segments before the gap were indexed and those
+	 * past it read again at a later open: a key removed while only a segment past the gap
+	 * held it, or whose tombstone the deleted segment held, came back;
+	 * integ.nvme_log_gap_cycle.) A segment whose header cannot be written turns the log
+	 * off for the run (puts get files), so the gap stays and the next open voids again. */
+	bool gap = false;
+	for (uint32_t i = top; i < end; i++)
+		gap |= lg->segs[i].fd >= 0;
+	uint32_t voided = 0;
+	for (uint32_t i = 0; gap && i < end && !rc && !lg->broken; i++) {
 		struct nv_seg *g = &lg->segs[i];
 		if (g->fd < 0)
 			continue;
-		rc = newest_seq(g, i, blk, &lg->seq);
-		if (!rc && !s->ro && !(rc = nv_log_write_header(s, i, g->gen + 1)))
-			g->gen++;
-		past++;
+		rc = newest_seq(g, i, blk, &lg->seq); /* its generation, its newest batch */
+		if (rc || s->ro)
+			continue;
+		int w = nv_log_write_header(s, i, g->gen + 1);
+		if (w < 0) {
+			KVT_WARN(s->log, "nvme: log segment %u.kvl header: %s: log writes stop", i,
+				 strerror(-w));
+			lg->broken = true;
+			break;
+		}
+		g->gen++;
+		voided++;
 	}
-	if (past)
+	if (gap)
+		lg->start = top; /* the first batch recreates the missing one: the gap closes */
+	if (gap)
 		KVT_WARN(s->log,
-			 "nvme: log: %u.kvl is missing: %u segment(s) after it are %s", top, past,
-			 s->ro ? "not indexed" : "emptied (not indexed; reused in turn)");
-	for (uint32_t i = 0; i < top && !rc; i++)
+			 "nvme: log: %u.kvl is missing (deleted from outside?): nothing of the log "
+			 "is indexed, %u segment(s) emptied",
+			 top, voided);
+	for (uint32_t i = 0; !gap && i < top && !rc; i++)
 		rc = walk(&lg->segs[i], i, blk, &bs, &nb, &cap);
 	uint64_t torn = 0, objs = 0, bad = 0;
 	if (!rc && nb) {
