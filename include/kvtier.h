@@ -226,8 +226,11 @@ KVT_EXPORT int kvt_store_fd(const struct kvt_store *s);
  * 0: not at all) for the first one. Returns how many ran. Once the store is closing it
  * does not wait (a poll waiting then is woken): it runs what is queued and returns how
  * many, or -ECANCELED when none was; -ECANCELED at once once kvt_store_close() has begun,
- * except inside a completion callback; and -ECANCELED when a callback it ran closed the
- * store (s is then freed). */
+ * except in a completion callback of s run on this thread; and -ECANCELED when a callback
+ * it ran closed the store (s is then freed, unless this kvt_poll itself runs inside a
+ * callback of s: then the outermost one frees it). A callback that polls for a sibling's
+ * completion gets it only if it was not queued with its own (each kvt_poll takes what is
+ * queued at once, then runs it). */
 KVT_EXPORT int kvt_poll(struct kvt_store *s, int timeout_ms);
 
 struct kvt_result {

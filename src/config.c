@@ -509,8 +509,9 @@ static int on_ini_pair(void *user, const char *section, const char *name, const 
  * 0x01 is refused in a file): no value is cut, and no secret is left in libinih's stack
  * buffer, which nobody wipes. */
 #define KVT_INI_MAX_LINE 16384
-/* libinih's MAX_NAME: a longer name is cut by it, so a long line's name must fit. */
-#define KVT_INI_MAX_NAME 50
+/* Longest name of a "name = value" line: its rewrite "name=<0x01>N" (N up to 20 digits)
+ * must fit in a line libinih reads whole (INI_MAX_LINE - 2 bytes). */
+#define KVT_INI_MAX_NAME (INI_MAX_LINE - 2 - 22)
 
 /* The caller's handler until it fails once: libinih goes on after a failure and returns its
  * line, so a later failure's reason would be reported at that line. */
@@ -608,10 +609,10 @@ static int ini_check_line(const char *path, int ln, const char *p, size_t len, c
 static int ini_keep_value(struct ini_first *f, const char *path, int ln, const char *name,
 			 const char *value, char *out, size_t *o, char *err, size_t errlen)
 {
-	if (strlen(name) >= KVT_INI_MAX_NAME) { /* libinih would cut it */
+	if (strlen(name) > KVT_INI_MAX_NAME) {
 		if (err && errlen)
 			snprintf(err, errlen, "%s:%d: a name longer than %d bytes", path, ln,
-				 KVT_INI_MAX_NAME - 1);
+				 KVT_INI_MAX_NAME);
 		return -EINVAL;
 	}
 	const char *end = ini_find(value, "");
