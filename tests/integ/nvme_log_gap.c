@@ -15,22 +15,13 @@
  */
 #include "nvme_util.h"
 
-#define OBJ (64u << 10)
+#include "lib/nvme_gap.h"
 
-/* 5 segments of 16 MiB, 240 objects of 64 KiB each when written one at a time. */
-static int open_small(struct kvt_tier **t, const char *dir)
-{
-	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", "80MiB", "nvme.log_max", "256KiB",
-			 "nvme.segment_bytes", "16MiB", "nvme.log_spare_pct", "0", "nvme.fsync",
-			 "none", NULL);
-}
+#define OBJ GAP_OBJ
 
 static int present(struct kvt_tier *t, uint64_t i)
 {
-	struct kvt_key k = make_key(1, i);
-	uint8_t p = 0;
-	CHECK_EQ(t_exists(t, &k, 1, &p), 0);
-	return p;
+	return gap_present(t, 1, i);
 }
 
 int main(void)
@@ -42,19 +33,12 @@ int main(void)
 	struct kvt_tier *t;
 	uint8_t *b = abuf(OBJ);
 	/* Keys 0 .. 599 in segments 0, 1 and 2 (480 .. 599); then 1.kvl goes. */
-	CHECK_EQ(open_small(&t, dir), 0);
-	for (uint64_t i = 0; i < 600; i++) {
-		struct kvt_key k = make_key(1, i);
-		fill_object(b, OBJ, &k);
-		CHECK_EQ(t_write(t, &k, b, OBJ), 0);
-	}
-	kvt__tier_close(t);
+	gap_make(dir, 1, b);
 	snprintf(p, sizeof(p), "%s/log/1.kvl", dir);
-	CHECK_EQ(unlink(p), 0);
 	/* 2.kvl is past the gap: its keys are not there. Key 500 written again (into a new
 	 * 1.kvl) and removed, both acknowledged. */
 	log_clear();
-	CHECK_EQ(open_small(&t, dir), 0);
+	CHECK_EQ(gap_open_small(&t, dir), 0);
 	CHECK_EQ(log_count("1.kvl is missing (deleted from outside?): nothing of the log is "
 			   "indexed, 2 segment(s) emptied"),
 		 1);
@@ -68,7 +52,7 @@ int main(void)
 	CHECK_EQ(present(t, 500), 0);
 	kvt__tier_close(t);
 	CHECK_EQ(access(p, F_OK), 0); /* the gap is filled: 2.kvl is a segment again */
-	CHECK_EQ(open_small(&t, dir), 0);
+	CHECK_EQ(gap_open_small(&t, dir), 0);
 	CHECK_EQ(present(t, 520), 0); /* 2.kvl was voided at the open that found the gap */
 	CHECK_EQ(present(t, 100), 0);
 	CHECK_EQ(present(t, 500), 0); /* was: back as its stale copy in 2.kvl */

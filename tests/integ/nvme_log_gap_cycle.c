@@ -19,32 +19,17 @@
  */
 #include "nvme_util.h"
 
-#define OBJ (64u << 10)
-#define OLD 240 /* keys of the first run in 0.kvl (voided with the log at the gap) */
+#include "lib/nvme_gap.h"
+
+#define OBJ GAP_OBJ
 #define NEW 480 /* 30 MiB: past 1.kvl, into 2.kvl (the cycle must not end at 1) */
-
-/* 5 segments of 16 MiB, no spare: a live capacity of 48 MiB. */
-static int open_small(struct kvt_tier **t, const char *dir)
-{
-	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", "80MiB", "nvme.log_max", "256KiB",
-			 "nvme.segment_bytes", "16MiB", "nvme.log_spare_pct", "0", "nvme.fsync",
-			 "none", NULL);
-}
-
-static int present(struct kvt_tier *t, uint64_t seed, uint64_t i)
-{
-	struct kvt_key k = make_key(seed, i);
-	uint8_t p = 0;
-	CHECK_EQ(t_exists(t, &k, 1, &p), 0);
-	return p;
-}
 
 /* Keys of the second run missing (the first run's went when the gap voided the log). */
 static int missing(struct kvt_tier *t)
 {
 	int n = 0;
 	for (uint64_t i = 0; i < NEW; i++)
-		n += !present(t, 2, i);
+		n += !gap_present(t, 2, i);
 	return n;
 }
 
@@ -57,26 +42,18 @@ int main(void)
 	struct kvt_tier *t;
 	uint8_t *b = abuf(OBJ);
 	/* Keys 0 .. 599 in segments 0, 1 and 2 (480 .. 599); then 1.kvl goes. */
-	CHECK_EQ(open_small(&t, dir), 0);
-	for (uint64_t i = 0; i < 600; i++) {
-		struct kvt_key k = make_key(1, i);
-		fill_object(b, OBJ, &k);
-		CHECK_EQ(t_write(t, &k, b, OBJ), 0);
-	}
-	kvt__tier_close(t);
-	snprintf(p, sizeof(p), "%s/log/1.kvl", dir);
-	CHECK_EQ(unlink(p), 0);
+	gap_make(dir, 1, b);
 
 	/* Key 500 (a stale put in 2.kvl) written again and removed: its tombstone goes to the
 	 * new 1.kvl. Then 30 MiB of new keys: the append point goes past 1.kvl. */
 	log_clear();
-	CHECK_EQ(open_small(&t, dir), 0);
+	CHECK_EQ(gap_open_small(&t, dir), 0);
 	struct kvt_tier_stats ts;
 	memset(&ts, 0, sizeof(ts));
 	t->ops->stats(t, &ts);
 	CHECK_EQ(ts.capacity_bytes, 48ull << 20);
-	CHECK_EQ(present(t, 1, 100), 0); /* the log voided: 1.kvl's tombstones are gone */
-	CHECK_EQ(present(t, 1, 500), 0);
+	CHECK_EQ(gap_present(t, 1, 100), 0); /* the log voided: 1.kvl's tombstones are gone */
+	CHECK_EQ(gap_present(t, 1, 500), 0);
 	struct kvt_key k = make_key(1, 500);
 	fill_object(b, OBJ, &k);
 	CHECK_EQ(t_write(t, &k, b, OBJ), 0);
@@ -91,8 +68,8 @@ int main(void)
 	kvt__tier_close(t);
 
 	/* 2.kvl is in the cycle again: the removal stays, and nothing else went. */
-	CHECK_EQ(open_small(&t, dir), 0);
-	int back = present(t, 1, 500);
+	CHECK_EQ(gap_open_small(&t, dir), 0);
+	int back = gap_present(t, 1, 500);
 	int lost_reopen = missing(t);
 	kvt__tier_close(t);
 	printf("nvme_log_gap_cycle: cycle shrunk %d time(s); %d of %d keys evicted below capacity "
@@ -107,17 +84,9 @@ int main(void)
 	 * is not indexed: the remove finds nothing, and the key must not come back once the
 	 * run has filled the gap (the next open indexes 2.kvl again unless it was voided). */
 	snprintf(dir, sizeof(dir), "%s/f", root);
-	CHECK_EQ(open_small(&t, dir), 0);
-	for (uint64_t i = 0; i < 600; i++) {
-		k = make_key(4, i);
-		fill_object(b, OBJ, &k);
-		CHECK_EQ(t_write(t, &k, b, OBJ), 0);
-	}
-	kvt__tier_close(t);
-	snprintf(p, sizeof(p), "%s/log/1.kvl", dir);
-	CHECK_EQ(unlink(p), 0);
-	CHECK_EQ(open_small(&t, dir), 0);
-	CHECK_EQ(present(t, 4, 500), 0);
+	gap_make(dir, 4, b);
+	CHECK_EQ(gap_open_small(&t, dir), 0);
+	CHECK_EQ(gap_present(t, 4, 500), 0);
 	k = make_key(4, 500);
 	int removed = t_remove(t, &k);
 	for (uint64_t i = 0; i < 10; i++) { /* into the recreated 1.kvl */
@@ -126,9 +95,9 @@ int main(void)
 		CHECK_EQ(t_write(t, &k, b, OBJ), 0);
 	}
 	kvt__tier_close(t);
-	CHECK_EQ(open_small(&t, dir), 0);
-	back = present(t, 4, 500);
-	int kept = present(t, 5, 9) + !present(t, 4, 100);
+	CHECK_EQ(gap_open_small(&t, dir), 0);
+	back = gap_present(t, 4, 500);
+	int kept = gap_present(t, 5, 9) + !gap_present(t, 4, 100);
 	kvt__tier_close(t);
 	printf("nvme_log_gap_cycle: a key only past the gap, removed (%d): back at the next open: "
 	       "%d\n",
@@ -139,12 +108,12 @@ int main(void)
 
 	/* A directory 3.kvl: a cycle of 3 segments, 16 MiB live (the writes go round it). */
 	snprintf(dir, sizeof(dir), "%s/e", root);
-	CHECK_EQ(open_small(&t, dir), 0);
+	CHECK_EQ(gap_open_small(&t, dir), 0);
 	kvt__tier_close(t);
 	snprintf(p, sizeof(p), "%s/log/3.kvl", dir);
 	CHECK_EQ(mkdir(p, 0700), 0);
 	log_clear();
-	CHECK_EQ(open_small(&t, dir), 0);
+	CHECK_EQ(gap_open_small(&t, dir), 0);
 	for (uint64_t i = 0; i < 900; i++) { /* 56 MiB: round the cycle */
 		k = make_key(3, i);
 		fill_object(b, OBJ, &k);
