@@ -8,12 +8,16 @@
  * 2-segment cycle, so reusing 0.kvl evicted acknowledged objects far below it; (b) 1.kvl,
  * which holds the run's tombstone of a key 2.kvl still has a put of, was reused while
  * 2.kvl was not, so at the next open (2.kvl in the cycle again) the removed key came back.
- * Now the files past a gap that the cycle reaches are its segments (reused in turn, their
- * old batches voided by the new generation), and the capacity is that of the cycle.
+ * Now the files past a gap that the cycle reaches are its segments, and the capacity is
+ * that of the cycle; and the open that finds the gap voids the whole log (nothing of it is
+ * indexed) and starts appending at the missing segment.
  * Second part: a key only a segment past the gap holds, removed then (nothing indexed to
- * remove), stays removed at the next open: the segments past a gap are voided at open
- * (it came back once the run had filled the gap and the next open indexed them again).
- * Third part: an entry that cannot be a segment (a directory "3.kvl") ends the cycle
+ * remove), stays removed at the next open (it came back once the run had filled the gap
+ * and the next open indexed that segment again).
+ * Third part: a wrapped log with a gap mid-lap, a key before the gap removed by a
+ * tombstone in a segment past it (newer than the deleted one): it stays removed (it came
+ * back while the segments before the gap were indexed).
+ * Fourth part: an entry that cannot be a segment (a directory "3.kvl") ends the cycle
  * before it, and the capacity follows (it stayed that of 5 segments while the run, failing
  * to create 3.kvl, cycled over 3).
  */
@@ -105,6 +109,28 @@ int main(void)
 	CHECK(removed == 0 || removed == -ENOENT);
 	CHECK_EQ(back, 0); /* was: 2.kvl indexed again, its put of key 500 back */
 	CHECK_EQ(kept, 2);
+
+	/* A wrapped log whose gap is mid-lap: key 1300 put in 0.kvl (second lap), removed by a
+	 * tombstone in 2.kvl, which is newer than the deleted 1.kvl. Indexing the segments
+	 * before the gap (and voiding or ignoring those past it) brought key 1300 back. */
+	snprintf(dir, sizeof(dir), "%s/g", root);
+	CHECK_EQ(gap_open_small(&t, dir), 0);
+	for (uint64_t i = 0; i < 1700; i++) { /* 0 .. 4, then 0, 1 and into 2 again */
+		k = make_key(6, i);
+		fill_object(b, OBJ, &k);
+		CHECK_EQ(t_write(t, &k, b, OBJ), 0);
+	}
+	k = make_key(6, 1300);
+	CHECK_EQ(t_remove(t, &k), 0);
+	kvt__tier_close(t);
+	snprintf(p, sizeof(p), "%s/log/1.kvl", dir);
+	CHECK_EQ(unlink(p), 0);
+	CHECK_EQ(gap_open_small(&t, dir), 0);
+	back = gap_present(t, 6, 1300);
+	kvt__tier_close(t);
+	printf("nvme_log_gap_cycle: mid-lap gap, a key removed by a tombstone past it: back: %d\n",
+	       back);
+	CHECK_EQ(back, 0);
 
 	/* A directory 3.kvl: a cycle of 3 segments, 16 MiB live (the writes go round it). */
 	snprintf(dir, sizeof(dir), "%s/e", root);
