@@ -103,6 +103,7 @@ struct kvt_client {
 	/* completions for kvt_poll */
 	pthread_mutex_t cq_lock;
 	struct cop *cq_head, *cq_tail;
+	uint64_t cq_len; /* on cq_head */
 	int efd;
 };
 
@@ -550,6 +551,7 @@ static void cq_push(struct kvt_client *c, struct cop *o)
 	else
 		c->cq_head = o;
 	c->cq_tail = o;
+	c->cq_len++;
 	pthread_mutex_unlock(&c->cq_lock);
 	uint64_t one = 1;
 	ssize_t w = write(c->efd, &one, sizeof(one));
@@ -621,21 +623,27 @@ int kvt__client_poll(struct kvt_client *c, int timeout_ms)
 	uint64_t v;
 	ssize_t rd = read(c->efd, &v, sizeof(v));
 	(void)rd;
+	/* What is queued now, one at a time (as the engine's kvt__e_poll): a kvt_poll nested
+	 * in a callback can run a sibling queued with its own. */
 	pthread_mutex_lock(&c->cq_lock);
-	struct cop *o = c->cq_head;
-	c->cq_head = c->cq_tail = NULL;
-	pthread_mutex_unlock(&c->cq_lock);
+	uint64_t todo = c->cq_len;
 	int n = 0;
-	while (o) {
-		struct cop *next = o->next;
+	while (todo-- > 0 && c->cq_head) {
+		struct cop *o = c->cq_head;
+		c->cq_head = o->next;
+		if (!c->cq_head)
+			c->cq_tail = NULL;
+		c->cq_len--;
+		pthread_mutex_unlock(&c->cq_lock);
 		pthread_mutex_lock(&c->q_lock);
 		c->queued--;
 		pthread_mutex_unlock(&c->q_lock);
 		o->cb(o->arg, &o->res);
 		kvt__free(o);
-		o = next;
 		n++;
+		pthread_mutex_lock(&c->cq_lock);
 	}
+	pthread_mutex_unlock(&c->cq_lock);
 	return n;
 }
 

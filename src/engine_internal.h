@@ -270,6 +270,7 @@ struct kvt_store {
 	pthread_mutex_t cq_lock;
 	struct kvt_list cq;      /* completions waiting for kvt_poll */
 	struct kvt_list cq_free; /* spare nodes */
+	uint64_t cq_len; /* on cq */
 	uint64_t cq_nfree, cq_reserved;
 	int efd;
 

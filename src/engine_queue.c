@@ -48,6 +48,7 @@ static void cq_push(struct kvt_store *s, struct completion *c, kvt_cb cb, void *
 	c->arg = arg;
 	c->res = *res;
 	kvt_list_add_tail(&s->cq, &c->node);
+	s->cq_len++;
 }
 
 static void cq_signal(struct kvt_store *s)
@@ -120,23 +121,26 @@ int kvt__e_poll(struct kvt_store *s, int timeout_ms)
 	uint64_t v;
 	ssize_t rd = read(s->efd, &v, sizeof(v)); /* non-blocking; resets the counter */
 	(void)rd;
-	struct kvt_list ready;
-	kvt_list_init(&ready);
+	/* Run what is queued now, taking one completion at a time: what this poll has not
+	 * reached yet stays on the queue, so a kvt_poll nested in one of its callbacks can
+	 * run a sibling completion queued together with its own. Anything queued after the
+	 * eventfd was read made it readable again and waits for the next poll. */
 	pthread_mutex_lock(&s->cq_lock);
-	kvt_list_splice_tail(&ready, &s->cq);
-	pthread_mutex_unlock(&s->cq_lock);
+	uint64_t todo = s->cq_len;
 	int n = 0;
-	struct kvt_list *p;
-	while ((p = kvt_list_pop(&ready))) {
-		struct completion *c = kvt_list_entry(p, struct completion, node);
+	while (todo-- > 0 && !kvt_list_empty(&s->cq)) {
+		struct completion *c =
+			kvt_list_entry(kvt_list_pop(&s->cq), struct completion, node);
+		s->cq_len--;
+		pthread_mutex_unlock(&s->cq_lock);
 		c->cb(c->arg, &c->res);
+		n++;
 		/* Back to the spare list (bounded: at most what was ever in flight). */
 		pthread_mutex_lock(&s->cq_lock);
 		kvt_list_add_head(&s->cq_free, &c->node);
 		s->cq_nfree++;
-		pthread_mutex_unlock(&s->cq_lock);
-		n++;
 	}
+	pthread_mutex_unlock(&s->cq_lock);
 	return n;
 }
 

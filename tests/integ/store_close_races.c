@@ -458,6 +458,35 @@ static void test_nested_poll_during_close(const char *base)
 	CHECK(atomic_load(&g_cb2_ran));
 }
 
+/* 7. a callback that polls for a sibling completion queued together with its own: the
+ * outer kvt_poll has not run it yet, so the nested one must find it on the queue (each
+ * poll takes one completion at a time; it used to take the whole queue first, and the
+ * nested poll waited out its 5 s for a completion held by its caller) */
+static void test_nested_poll_sibling(const char *dir, const char *tiers)
+{
+	g_s = open_store(dir, tiers);
+	reset_counts();
+	atomic_store(&g_in_cb1, 0);
+	atomic_store(&g_cb2_ran, 0);
+	atomic_store(&g_cb1_timeout, 0);
+	struct kvt_result res = {0};
+	kvt__store_complete(g_s, cb1, NULL, &res);
+	kvt__store_complete(g_s, cb2, NULL, &res);
+	uint64_t t0 = test_now_ns();
+	int n = kvt_poll(g_s, 5000); /* both are queued: it runs cb1, whose poll runs cb2 */
+	double ms = test_ms_since(t0);
+	printf("  %s: a callback polling for a sibling queued with it: %s in %.0f ms, outer "
+	       "poll ran %d\n",
+	       tiers, atomic_load(&g_cb1_timeout) ? "never got it" : "got it", ms, n);
+	CHECK(atomic_load(&g_in_cb1));
+	CHECK(!atomic_load(&g_cb1_timeout)); /* was: waited its 5 s, then the outer ran cb2 */
+	CHECK(atomic_load(&g_cb2_ran));
+	CHECK(n == 1); /* the nested poll ran cb2, so the outer one ran only cb1 */
+	CHECK(kvt_poll(g_s, 0) == 0); /* nothing left, nothing run twice */
+	CHECK(atomic_load(&g_callbacks) == 2);
+	kvt_store_close(g_s);
+}
+
 int main(void)
 {
 	signal(SIGALRM, on_alarm);
@@ -475,6 +504,9 @@ int main(void)
 	test_shutdown(base);
 	test_shutdown_collects(base);
 	test_nested_poll_during_close(base);
+	char nps[300];
+	snprintf(nps, sizeof(nps), "%s/nps", base);
+	test_nested_poll_sibling(nps, "dram");
 	char sock[100], ddir[200];
 	snprintf(sock, sizeof(sock), "%s/kvtierd.sock", base);
 	snprintf(ddir, sizeof(ddir), "%s/daemon", base);
@@ -482,6 +514,7 @@ int main(void)
 	kvtd_start_test(sock, ddir, NULL);
 	static const char *const client[] = {"client"};
 	test_close_under_calls(ddir, client, 1, 8);
+	test_nested_poll_sibling(ddir, "client");
 	kvtd_stop();
 	test_rmdir(base);
 	free(base);
