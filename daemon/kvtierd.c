@@ -806,6 +806,7 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 		}
 		i++;
 		int rc = 0;
+		char key[128]; /* --set's key */
 		if (!strcmp(a, "--config")) {
 			rc = kvt_config_load_file(cfg, v, err, sizeof(err));
 			have_store = true;
@@ -822,21 +823,21 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 			rc = kvt_config_set(cfg, "store.tiers", v, err, sizeof(err));
 		} else if (!strcmp(a, "--set")) {
 			const char *eq = strchr(v, '=');
-			if (!eq) {
-				fprintf(stderr, "kvtierd: --set wants K=V, got '%s'\n", v);
+			if (!eq) { /* v is not shown: it may be a password given without its key */
+				fprintf(stderr, "kvtierd: --set wants K=V (got no '=')\n");
 				return 2;
 			}
-			char key[128];
 			snprintf(key, sizeof(key), "%.*s", (int)(eq - v), v);
 			rc = kvt_config_set(cfg, key, eq + 1, err, sizeof(err));
 			if (rc == -ENOENT)
 				snprintf(err, sizeof(err), "unknown configuration key '%s'", key);
+			v = key; /* an error names the key, never the value (a URL's password) */
 		} else {
 			fprintf(stderr, "kvtierd: unknown option '%s' (see --help)\n", a);
 			return 2;
 		}
 		if (rc < 0) {
-			fprintf(stderr, "kvtierd: %s %s: %s\n", a, v, err);
+			fprintf(stderr, "kvtierd: %s %s: %s\n", a, v, err); /* --set: v is the key */
 			return 2;
 		}
 	}

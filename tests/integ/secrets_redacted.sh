@@ -2,8 +2,9 @@
 # No secret in any output: `kvtier config` (text and JSON; from --set, a config file and
 # KVTIER_REDIS_URL) shows redis.url and s3.endpoint with the password as ***, and opening
 # stores whose s3 endpoint or redis URL carries a password (unreachable, wrong scheme) logs
-# errors and warnings - at debug level too - that never contain it. Every stdout and
-# stderr of the run is collected and grepped.
+# errors and warnings - at debug level too - that never contain it, and kvtierd refusing
+# a --set never prints its value. Every stdout and stderr of the run is collected and
+# grepped.
 set -euo pipefail
 . "$(dirname "$0")/lib/jq.sh"
 K="$KVT_BIN/kvtier"
@@ -40,6 +41,18 @@ done
 grep -q 'http://AKIATEST:\*\*\*@127.0.0.1:1/kvt-bucket' "$T/open" || fail "s3 open logged no (redacted) URL: $(cat "$T/open")"
 grep -q 'ftp://AKIATEST:\*\*\*@' "$T/open" || fail "bad s3 scheme not reported redacted: $(cat "$T/open")"
 grep -q 'redis: 127.0.0.1:1 db 0 (auth)' "$T/open" || fail "redis open not logged: $(cat "$T/open")"
+# kvtierd refusing its command line: a misspelt key, a value that is not UTF-8, a value
+# without its key (each exits 2 before it opens anything)
+D="$KVT_BIN/kvtierd"
+for s in "redis.uri=redis://:$RPW@10.0.0.1:6379" "redis.url=redis://:$RPW@h:1"$'\xff' \
+	"redis://:$RPW@10.0.0.1:6379"; do
+	rc=0
+	"$D" --dir "$T/kd" --set "$s" >>"$T/kd.out" 2>&1 || rc=$?
+	[ "$rc" = 2 ] || fail "kvtierd --set '$s' exited $rc, not 2"
+done
+grep -q "unknown configuration key 'redis.uri'" "$T/kd.out" || fail "kvtierd's refusal not said: $(cat "$T/kd.out")"
+grep -q 'redis.url: not valid UTF-8' "$T/kd.out" || fail "kvtierd's UTF-8 refusal not said: $(cat "$T/kd.out")"
+cat "$T/kd.out" >>"$T/out"
 # MAC and encryption keys: config names the variable or file, never the key
 MACK=5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7
 printf '%s' "$MACK" >"$T/enc.key" && chmod 600 "$T/enc.key"
