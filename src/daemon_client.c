@@ -835,11 +835,29 @@ int kvt__client_put(struct kvt_client *c, const struct kvt_key *key, const struc
 	return submit(c, &o);
 }
 
+/* A get's layers and buffer, refused here as the engine refuses them in process: sent
+ * on, a range the daemon refuses costs this process its connection (and every pin and TP
+ * claim on it). */
+static int check_get(const struct kvt_client *c, const struct kvt_key *key, uint32_t l0,
+		     uint32_t l1, const void *buf, size_t len)
+{
+	const struct kvt_geometry *g = &c->info.geo;
+	if (!key || !buf)
+		return -EINVAL;
+	if (l1 == 0)
+		l1 = g->layers;
+	if (l0 >= l1 || l1 > g->layers)
+		return -EINVAL;
+	if (len < (uint64_t)(l1 - l0) * kvt_layer_bytes(g, 1))
+		return -EINVAL;
+	return 0;
+}
+
 int kvt__client_get(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
 		    uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg)
 {
 	NEED_CB(cb);
-	if (!key || !buf)
+	if (check_get(c, key, layer_begin, layer_end, buf, len) < 0)
 		return -EINVAL;
 	struct cop o = get_op(key, layer_begin, layer_end, buf, len);
 	o.cb = cb;
@@ -920,7 +938,7 @@ int kvt__client_put_sync(struct kvt_client *c, const struct kvt_key *key,
 int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
 			 uint32_t layer_end, void *buf, size_t len, struct kvt_result *res)
 {
-	if (!key || !buf)
+	if (check_get(c, key, layer_begin, layer_end, buf, len) < 0)
 		return -EINVAL;
 	struct cop o = get_op(key, layer_begin, layer_end, buf, len);
 	return run_sync(c, &o, res);

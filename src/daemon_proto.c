@@ -54,8 +54,9 @@ int kvtd_req_check(const struct kvtd_req *r, size_t got, uint64_t shm_len,
 		break;
 	case KVTD_GET:
 	case KVTD_GET_PIN:
-		if (r->layer_begin > g->layers || r->layer_end > g->layers ||
-		    (r->layer_end && r->layer_begin >= r->layer_end))
+		/* layer_end 0 means every layer, as in kvt_get: [layers, 0) is empty */
+		if (r->layer_end > g->layers ||
+		    r->layer_begin >= (r->layer_end ? r->layer_end : g->layers))
 			return bad(err, errlen, -EINVAL, "layer range out of bounds");
 		break;
 	case KVTD_TP_RESERVE:

@@ -54,7 +54,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (r.op == KVTD_LOOKUP || r.op == KVTD_PREFETCH)
 		CHECK(r.n * (KVT_KEY_BYTES + 1) == r.len);
 	if (r.op == KVTD_GET || r.op == KVTD_GET_PIN)
-		CHECK(r.layer_begin <= g.layers && r.layer_end <= g.layers);
+		CHECK(r.layer_end <= g.layers &&
+		      r.layer_begin < (r.layer_end ? r.layer_end : g.layers));
 	if (r.op == KVTD_PUT_RESERVE)
 		CHECK(r.n_tokens >= 1 && r.n_tokens <= g.chunk_tokens);
 	if (r.op == KVTD_UNPIN || r.op == KVTD_PUT_COMMIT) /* a slot id the daemon looks up */

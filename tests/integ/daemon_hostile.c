@@ -148,6 +148,42 @@ static void test_unread_replies(struct kvt_store *s, const struct kvt_key *k)
 	free(out);
 }
 
+/* A layer range the store refuses in process is refused by the client library before it
+ * is sent (the daemon would drop the connection, and every pin on it), and the daemon
+ * refuses [layers, 0), an empty range that it used to answer as a hit of 0 bytes. */
+static void test_layer_ranges(struct kvt_store *s, const struct kvt_key *k)
+{
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	size_t payload = kvt_payload_bytes(g, 16);
+	uint8_t *out = malloc(payload);
+	struct raw b = raw_attach();
+	uint64_t errs0 = raw_status(&b).protocol_errors;
+	const uint32_t bad[][2] = {{3, 2}, {g->layers, 0}, {0, g->layers + 1}, {g->layers, g->layers}};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct kvt_result res = {0};
+		int rc = kvt_get_sync(s, k, bad[i][0], bad[i][1], out, payload, &res);
+		printf("  client get of layers [%u, %u): %d (%s), %llu bytes\n", bad[i][0],
+		       bad[i][1], rc, kvt_strerror(rc), (unsigned long long)res.bytes);
+		CHECK_RC(rc, -EINVAL); /* was: -ECONNRESET (dropped), or 0 with 0 bytes */
+		struct test_box box = {0};
+		CHECK_RC(kvt_get(s, k, bad[i][0], bad[i][1], out, payload, test_box_cb, &box),
+			 -EINVAL);
+	}
+	CHECK(raw_status(&b).protocol_errors == errs0); /* nothing was sent */
+	struct raw a = raw_attach();
+	struct kvtd_req q = {.op = KVTD_GET_PIN, .key = *k, .layer_begin = g->layers};
+	struct kvtd_rep rep = {0};
+	int rc = raw_call(a.sock, &q, -1, &rep);
+	printf("  raw GET_PIN of [layers, 0): call %d, status %d\n", rc, rep.res.status);
+	CHECK(rc < 0 || rep.res.status < 0); /* was: status 0, a pin of no layers */
+	raw_close(&a);
+	CHECK(raw_status(&b).protocol_errors == errs0 + 1);
+	raw_close(&b);
+	struct kvt_result res;
+	CHECK_RC(kvt_get_sync(s, k, 0, 0, out, payload, &res), 0); /* the store still serves */
+	free(out);
+}
+
 static void test_sealed_pool(struct kvt_store *s, const struct kvt_key *k)
 {
 	int sock = raw_connect();
@@ -270,6 +306,7 @@ int main(void)
 	free(buf);
 
 	test_unread_replies(s, &k);
+	test_layer_ranges(s, &k);
 	test_sealed_pool(s, &k);
 	test_descriptors();
 	test_refused_hello();
