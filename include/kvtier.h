@@ -509,7 +509,8 @@ KVT_EXPORT void kvt_device_op_free(struct kvt_device_op *op);
  * still missing (0: published, or already resident); < 0 on failure (-ENOSPC no slot).
  * -EAGAIN: a deeper tier already has as many writes queued as its deadline allows (the
  * bound kvt_put applies); nothing was copied, retry after kvt_poll(). A chunk another
- * rank has started is never refused.
+ * rank has started is never refused. Close s only after cb ran; closing it cancels the
+ * objects of s other ranks have yet to complete.
  * The geometry of dev and s must be equal (-EINVAL). op may be NULL (no handle wanted). */
 KVT_EXPORT int kvt_device_store(struct kvt_device *dev, struct kvt_store *s,
 				const struct kvt_key *key, const struct kvt_key *parent,

@@ -11,7 +11,9 @@
  * write it twice), and the rank whose copy completes the last missing head publishes the
  * object with kvt__store_commit. Until then the slot stays pinned and invisible to readers,
  * so a half-written object is never served. A partial object no rank has touched for
- * STALE_NS (a rank died or never came) is cancelled by the next store call.
+ * STALE_NS (a rank died or never came) is cancelled by the next store call, and those of a
+ * store being closed by its close (the table outlives stores: an entry left behind would
+ * be expired on freed memory, or found by a new store given the same address).
  *
  * Ranks in different processes share a store through kvtierd (store.daemon): for a client
  * store the partial-object table is the daemon's (daemon/tp_commit.c), with the same rules;
@@ -110,6 +112,38 @@ static void expire_stale(void)
 			pp = &p->next;
 		}
 	}
+}
+
+int kvt__dev_store_forget(struct kvt_store *s)
+{
+	int busy = 0;
+	pthread_mutex_lock(&tab_mu);
+	struct partial **pp = &tab;
+	while (*pp) {
+		struct partial *p = *pp;
+		if (p->s != s) {
+			pp = &p->next;
+		} else if (p->writers) { /* its op finishes it; the store must outlive that */
+			busy++;
+			pp = &p->next;
+		} else {
+			*pp = p->next;
+			kvt__store_cancel(s, &p->ref);
+			kvt__free(p);
+		}
+	}
+	pthread_mutex_unlock(&tab_mu);
+	return busy;
+}
+
+int kvt__dev_store_partials(const struct kvt_store *s)
+{
+	int n = 0;
+	pthread_mutex_lock(&tab_mu);
+	for (struct partial *p = tab; p; p = p->next)
+		n += p->s == s;
+	pthread_mutex_unlock(&tab_mu);
+	return n;
 }
 
 static void store_finish(struct kvt_device_op *op)

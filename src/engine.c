@@ -525,6 +525,11 @@ void kvt_store_close(struct kvt_store *s)
 		kvt__free(s);
 		return;
 	}
+	/* Half-written TP objects of this store (a rank never came) are given back: the
+	 * device layer's table outlives the store. */
+	if (kvt__dev_store_forget(s) > 0)
+		KVT_ERR(&s->log, "store closed while a kvt_device_store into it was still "
+				 "copying: close after its callback");
 	/* 2. Dirty chunks (write-back, or left dirty by a lack of memory) are written now, so
 	 * a clean shutdown keeps them. */
 	if (s->dram && s->n_links > s->dram_pos + 1)

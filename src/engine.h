@@ -35,6 +35,12 @@ bool kvt__store_protected(const struct kvt_store *s);
 bool kvt__store_backlogged(struct kvt_store *s, uint64_t bytes);
 /* Give back a reserved slot without publishing it. */
 void kvt__store_cancel(struct kvt_store *s, struct kvt_slot_ref *ref);
+/* device_store.c: the half-written TP objects of s in the process-wide table, cancelled and
+ * forgotten (kvt_store_close, before the store goes); returns how many were left because a
+ * rank's copy into them was still running (the caller broke kvt_device_store's contract). */
+int kvt__dev_store_forget(struct kvt_store *s);
+/* How many half-written TP objects of s (compared by address only) the table holds. */
+int kvt__dev_store_partials(const struct kvt_store *s);
 /* Give back a reserved slot's key unpublished, as cancel does, but keep the slot itself out
  * of the pool until kvt__store_release(ref): a writer that may still write into it (kvtierd:
  * the expired reservation of a client process that is still alive) must never land in a
