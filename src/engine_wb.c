@@ -6,7 +6,9 @@
  * lacks the object (counted as writes_skipped). kvt_flush writes every dirty slot, waits
  * for the jobs submitted before it, then calls each tier's durability op under its
  * deadline, and names the tier that could not. A write that lands after its deadline is
- * kept or removed again by the key's order of puts and removes (engine_keyorder.c).
+ * kept or removed again by the key's order of puts and removes (engine_keyorder.c). A
+ * slot whose key was removed from DRAM before its job registered is not written (the
+ * remove found no job to wait for and cleared the deeper tiers itself).
  */
 #include "engine_internal.h"
 
@@ -282,7 +284,8 @@ void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
  * yet, so that a put is acknowledged only once the job can be found. tail (tail_bytes):
  * a zero-copy put's payload, written from where it is after ref->buf's header. NULL if
  * there is no memory: then, as kvt__e_wb_submit would, the pin or buffer is let go and cb
- * has run with -ENOMEM. */
+ * has run with -ENOMEM; also NULL if the slot's key has left DRAM (removed): the pin is
+ * let go and cb has run with 0, nothing to write. */
 struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
 			      const struct kvt_slot_ref *ref, const void *tail,
 			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct)
@@ -313,6 +316,24 @@ struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
 	atomic_store(&w->legs, 1); /* held by this function until all legs are out */
 	atomic_store(&w->refs, 1); /* dropped when the job completes */
 	pthread_mutex_lock(&s->wb_lock);
+	/* A slot whose key a remove took out of DRAM before this job could be found (the
+	 * cleaner picked it, then let go of the pool's lock) is not written: that remove found
+	 * no job of the key, so it has cleared (or is clearing) the deeper tiers, and this
+	 * write would bring the key back. Checked under wb_lock (then the pool's mutex; the
+	 * pool never takes wb_lock): a remove that unlinks the slot after this check takes
+	 * wb_lock after this hold, and finds the job. If a put of the key since linked a new
+	 * slot, this job is written: keys are content-addressed, its bytes are that put's. */
+	if (ref->id >= 0 && !kvt__dram_contains(s->dram, key, false)) {
+		pthread_mutex_unlock(&s->wb_lock);
+		kvt__dram_unpin(s->dram, ref->id); /* the slot is freed here */
+		atomic_fetch_sub(&s->wb_holds, 1); /* after the unpin: see kvt__e_do_put */
+		kvt__free(w);
+		if (cb) {
+			struct kvt_result res = {.status = 0, .tier = KVT_TIER_NONE};
+			kvt__e_complete(s, cb, arg, direct, &res);
+		}
+		return NULL;
+	}
 	w->seq = ++s->wb_seq;
 	/* Without a record (no memory) the job is written as before the records existed: a
 	 * late write of it is kept (or, zero-copy, removed again) whatever came since. */
