@@ -143,7 +143,6 @@ struct guard *kvt__e_guard_new(struct kvt_store *s, struct link *l, const char *
 	g->op = op;
 	g->resume = resume;
 	g->expire = expire;
-	g->orphan_slot = -1;
 	g->orphan_pin = -1;
 	g->start = kvt__now_ns();
 	g->ahead[0] = atomic_load(&l->queued_bytes[0]);
@@ -163,8 +162,6 @@ static void guard_put(struct guard *g)
 	/* Last reference: the tier has answered and expire() (if it ran) has returned. */
 	if (g->orphan_buf)
 		kvt__e_bounce_put(s, g->orphan_buf);
-	if (g->orphan_slot >= 0)
-		kvt__dram_abort(s->dram, g->orphan_slot);
 	if (g->orphan_pin >= 0)
 		kvt__dram_unpin(s->dram, g->orphan_pin);
 	kvt__free(g->orphan_mem[0]);

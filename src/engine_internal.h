@@ -141,7 +141,6 @@ struct guard {
 	void (*expire)(struct guard *g);      /* the deadline passed: hand over, move on */
 	/* left behind by expire() for the last reference to release */
 	void *orphan_buf;    /* a bounce buffer */
-	int32_t orphan_slot; /* a reserved DRAM slot to abort, -1 none */
 	int32_t orphan_pin;  /* a pinned DRAM slot to unpin, -1 none */
 	void *orphan_mem[2]; /* kvt__malloc'ed arrays */
 	void (*orphan_fn)(struct guard *g); /* e.g. drop a write-behind job's reference */
@@ -164,6 +163,7 @@ struct fill {
 	struct kvt_store *s;
 	struct kvt_slot_ref ref;
 	struct fill_waiter *waiters;
+	bool removed; /* a remove of the key came while it read: never published (fill_lock) */
 };
 
 /* One write-behind: a slot (or staging buffer) being written to the deeper tiers. Two
@@ -399,6 +399,8 @@ void *kvt__e_service_main(void *arg);
 
 /* engine_read.c */
 void *kvt__e_bounce_get(struct kvt_store *s);
+/* A remove of key is starting: mark the key's fills in flight so none publishes it. */
+void kvt__e_fill_removed(struct kvt_store *s, const struct kvt_key *key);
 void kvt__e_bounce_free_all(struct kvt_store *s); /* at close */
 void kvt__e_bounce_put(struct kvt_store *s, void *b);
 int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, uint32_t l1, void *buf, size_t len, kvt_cb cb, void *arg, bool direct);

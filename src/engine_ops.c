@@ -585,7 +585,9 @@ int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 	atomic_store(&o->remaining, 1);
 	if (s->dram) {
 		/* A slot being written behind is unlinked now and freed when the job lets go;
-		 * a dirty one not yet written never will be. */
+		 * a dirty one not yet written never will be. A promotion of the key still
+		 * reading is marked first, so it does not publish once the remove is done. */
+		kvt__e_fill_removed(s, key);
 		int rc = kvt__dram_remove(s->dram, key);
 		if (rc == 0 || rc == -EBUSY)
 			atomic_fetch_add(&o->removed, 1);

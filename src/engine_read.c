@@ -5,8 +5,10 @@
  * copies out; without a DRAM slot a reused aligned bounce buffer stands in. A tier that
  * misses, fails, misses its deadline or serves damaged bytes is passed over for the next;
  * only damaged bytes are dropped - a sound object of another namespace or geometry, or one
- * larger than store.max_object_bytes, is a miss and stays. Prefetch stages a looked-up
- * prefix into DRAM through the same fills.
+ * larger than store.max_object_bytes, is a miss and stays. A fill whose tier misses its
+ * deadline gives its slot up at once (the late tier's guard keeps it pinned); one that a
+ * remove of the key overtook answers its waiters but is never published. Prefetch stages a
+ * looked-up prefix into DRAM through the same fills.
  */
 #include "engine_internal.h"
 
@@ -307,9 +309,9 @@ static void chain_read_next(struct chain_read *cr)
 }
 
 /* The tier missed its deadline: a miss there. It may still write into the buffer, so the
- * buffer goes to the guard. A bounce read goes on to the next tier with a fresh buffer; a
- * fill cannot take a second slot for its key, so it fails (the get that started it falls
- * back to a bounce read). Runs on the service thread. */
+ * buffer goes to the guard (a fill's slot: a pin on it). A bounce read goes on to the next
+ * tier with a fresh buffer; a fill fails (the get that started it goes on with a bounce
+ * read). Runs on the service thread. */
 static void chain_read_expire(struct guard *g)
 {
 	struct chain_read *cr = g->op;
@@ -318,8 +320,14 @@ static void chain_read_expire(struct guard *g)
 	atomic_fetch_add(&l->misses, 1);
 	chain_read_note(cr, -ETIMEDOUT);
 	if (cr->in_slot) {
+		/* The slot leaves the index now (pin, then abort, as kvt__store_cancel_keep):
+		 * left filling until the tier answered, it refused every put of the key (-EAGAIN),
+		 * for ever on a hung tier. The guard keeps the pin, so the slot is not reused
+		 * while the late tier may still write into it. */
 		struct fill *f = (struct fill *)cr;
-		g->orphan_slot = f->ref.id;
+		kvt__dram_pin(s->dram, f->ref.id);
+		kvt__dram_abort(s->dram, f->ref.id);
+		g->orphan_pin = f->ref.id;
 		cr->lost = true;
 		cr->done(cr, -ETIMEDOUT, NULL);
 		return;
@@ -368,9 +376,11 @@ static void fill_finish(struct fill *f, int rc, int tier)
 		pp = &(*pp)->next;
 	*pp = f->next;
 	struct fill_waiter *w = f->waiters;
+	bool removed = f->removed;
 	pthread_mutex_unlock(&s->fill_lock);
 	if (rc == 0) {
-		atomic_fetch_add(&s->promotions, 1);
+		if (!removed)
+			atomic_fetch_add(&s->promotions, 1);
 		for (struct fill_waiter *x = w->next; x; x = x->next)
 			kvt__dram_pin(s->dram, f->ref.id);
 	}
@@ -390,7 +400,7 @@ static void fill_read_done(struct chain_read *cr, int rc, const struct kvt_heade
 	struct fill *f = (struct fill *)cr; /* cr is the fill's first member */
 	struct kvt_store *s = f->s;
 	if (rc < 0) {
-		if (!cr->lost) /* else the late tier's guard gives the slot back */
+		if (!cr->lost) /* else aborted at the deadline; the late tier's guard unpins it */
 			kvt__dram_abort(s->dram, f->ref.id);
 		/* tier: where a deadline was missed, so a get can go on after it */
 		fill_finish(f, rc, rc == -ETIMEDOUT ? cr->pos : KVT_TIER_NONE);
@@ -401,13 +411,37 @@ static void fill_read_done(struct chain_read *cr, int rc, const struct kvt_heade
 	/* A hit from a shared tier is also kept on the local tiers above it, so the next miss
 	 * in DRAM does not cross the network again. */
 	bool local = s->promote_local && cr->pos > s->dram_pos + 1;
-	kvt__dram_publish(s->dram, f->ref.id, h->object_bytes, h->n_tokens, local);
+	/* A remove that came while this fill read marked it (kvt__e_fill_removed): publishing
+	 * now would serve a key the remove reported gone. Checked and published under
+	 * fill_lock, so a remove either marks the fill first or finds the slot published and
+	 * removes it. The waiters joined before the remove and still get the bytes; the slot
+	 * leaves the index and is freed at their last unpin. */
+	pthread_mutex_lock(&s->fill_lock);
+	bool removed = f->removed;
+	if (!removed)
+		kvt__dram_publish(s->dram, f->ref.id, h->object_bytes, h->n_tokens, local);
+	pthread_mutex_unlock(&s->fill_lock);
+	if (removed) {
+		kvt__dram_pin(s->dram, f->ref.id); /* the first waiter's: abort drops the fill's */
+		kvt__dram_abort(s->dram, f->ref.id);
+		fill_finish(f, 0, cr->pos);
+		return;
+	}
 	if (local) {
 		kvt__dram_pin(s->dram, f->ref.id);
 		kvt__e_wb_submit(s, &f->key, &f->ref, cr->pos, NULL, NULL, false);
 	}
 	kvt__e_admission_record(s, &f->key);
 	fill_finish(f, 0, cr->pos);
+}
+
+void kvt__e_fill_removed(struct kvt_store *s, const struct kvt_key *key)
+{
+	pthread_mutex_lock(&s->fill_lock);
+	for (struct fill *f = *fill_bucket(s, key); f; f = f->next)
+		if (kvt__key_eq(&f->key, key))
+			f->removed = true;
+	pthread_mutex_unlock(&s->fill_lock);
 }
 
 struct deferred_hit {
@@ -439,7 +473,8 @@ static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquir
 	pthread_mutex_lock(&s->fill_lock);
 	struct fill **b = fill_bucket(s, key);
 	for (struct fill *f = *b; f; f = f->next)
-		if (kvt__key_eq(&f->key, key)) {
+		/* not one a remove overtook: this get may come after the remove */
+		if (kvt__key_eq(&f->key, key) && !f->removed) {
 			w->next = f->waiters->next; /* the first waiter keeps the fill's pin */
 			f->waiters->next = w;
 			pthread_mutex_unlock(&s->fill_lock);
@@ -715,8 +750,8 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 			int rc = fill_start(s, key, get_acquired, g, &g->cause);
 			if (rc == 0)
 				return 0;
-			/* No slot to promote into (or a put of the key is landing): read through
-			 * a bounce buffer instead. */
+			/* No slot to promote into (or a put of the key is landing, or a promotion
+			 * a remove overtook is still reading): read through a bounce buffer. */
 		}
 	}
 	int rc = get_bounce_start(g, s->dram_pos + 1);
