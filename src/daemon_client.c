@@ -12,6 +12,12 @@
  * and the next call reconnects; a call whose request could not leave because the
  * connection had died before it (the daemon restarted between two calls) reconnects and
  * sends it once more, so a restart costs no failed call.
+ *
+ * A daemon that does not answer (stopped, hung: an exchange or a connect ran past the
+ * timeout) is marked down for a backoff (see DOWN_BACKOFF_MAX_MS): meanwhile every call,
+ * queued or new, asynchronous or *_sync, fails at once with the error the timeout gave,
+ * instead of each waiting out its own timeout in turn; after the backoff one call at a
+ * time (the probe) tries the daemon again.
  */
 #include "daemon_client.h"
 
@@ -92,6 +98,14 @@ struct kvt_client {
 		size_t len;
 	} *retired;
 
+	/* a daemon that stopped answering (see admit): under down_lock, taken after io_lock
+	 * or alone, never the other way */
+	pthread_mutex_t down_lock;
+	int down_rc;         /* 0: up; else the error that put it down */
+	uint64_t down_until; /* kvt__now_ns when the backoff ends */
+	uint64_t backoff_ms; /* the current backoff; doubles with each failed probe */
+	bool probing;        /* a call admitted after the backoff is trying the daemon */
+
 	/* submissions, run by the worker */
 	pthread_mutex_t q_lock;
 	pthread_cond_t q_cond;
@@ -113,6 +127,85 @@ bool kvt__client_wanted(const struct kvt_config *cfg)
 }
 
 /* ------------------------------------------------------------- connection */
+
+/* Why a backoff: calls run one at a time over the one connection (the worker, io_lock),
+ * so against a stopped or hung daemon each queued call would wait its own full
+ * store.daemon_timeout_ms before failing: N calls, N timeouts (a 100-chunk prompt, a lookup
+ * per chunk, minutes). One call that timed out proves the daemon is not answering: the
+ * daemon is marked down, and until the backoff ends every call fails at once with that
+ * call's error. The first backoff is one timeout (what the call that found it down just
+ * waited); each probe that times out again doubles it, up to DOWN_BACKOFF_MAX_MS (or the
+ * timeout, if longer): a probe holds the calls queued behind it for up to one timeout, so
+ * a daemon hung for long costs at most one timeout per cap, and a daemon that comes back
+ * is found within the cap. Any answer (or an instant failure: no daemon listening, a dead
+ * connection - no waiting there) resets it. */
+#define DOWN_BACKOFF_MAX_MS 30000u
+
+static uint64_t backoff_cap_ms(const struct kvt_client *c)
+{
+	return KVT_MAX((uint64_t)DOWN_BACKOFF_MAX_MS, (uint64_t)c->timeout_ms);
+}
+
+/* What the daemon's last exchange or connect says: -ETIMEDOUT (it did not answer in time)
+ * marks it down, anything else up. Under io_lock. */
+static void note_io(struct kvt_client *c, int rc)
+{
+	uint64_t ms = 0;
+	pthread_mutex_lock(&c->down_lock);
+	if (rc == -ETIMEDOUT) {
+		ms = c->down_rc ? KVT_MIN(c->backoff_ms * 2, backoff_cap_ms(c))
+				: (uint64_t)c->timeout_ms;
+		c->backoff_ms = ms;
+		c->down_rc = rc;
+		c->down_until = kvt__now_ns() + ms * 1000000u;
+	} else if (c->down_rc) {
+		c->down_rc = 0;
+		c->backoff_ms = 0;
+	}
+	pthread_mutex_unlock(&c->down_lock);
+	if (ms)
+		KVT_WARN(&c->log, "kvtierd %s: not answering: calls fail at once for %llu ms, "
+				  "then one tries it again", c->path, (unsigned long long)ms);
+}
+
+/* The error a call gets at once while the daemon is down and its backoff runs, else 0. */
+static int backing_off(struct kvt_client *c)
+{
+	pthread_mutex_lock(&c->down_lock);
+	int rc = c->down_rc && kvt__now_ns() < c->down_until ? c->down_rc : 0;
+	pthread_mutex_unlock(&c->down_lock);
+	return rc;
+}
+
+/* May a call talk to the daemon? 0: yes; if the daemon is down and its backoff has ended,
+ * only one call at a time may (*probe set: the probe, until admit_end); else the error to
+ * fail with at once. Called before io_lock (a call never queues for the lock behind a
+ * probe or a timing-out exchange just to fail) and again under it (it may have gone down
+ * meanwhile); the probe passes the second time. */
+static int admit(struct kvt_client *c, bool *probe)
+{
+	if (*probe)
+		return 0;
+	int rc = 0;
+	pthread_mutex_lock(&c->down_lock);
+	if (c->down_rc) {
+		if (c->probing || kvt__now_ns() < c->down_until)
+			rc = c->down_rc;
+		else
+			c->probing = *probe = true;
+	}
+	pthread_mutex_unlock(&c->down_lock);
+	return rc;
+}
+
+static void admit_end(struct kvt_client *c, bool probe)
+{
+	if (!probe)
+		return;
+	pthread_mutex_lock(&c->down_lock);
+	c->probing = false;
+	pthread_mutex_unlock(&c->down_lock);
+}
 
 static void retire_pool(struct kvt_client *c);
 
@@ -147,6 +240,7 @@ static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_r
 			 rep->op != req->op)
 			rc = -EPROTO;
 	}
+	note_io(c, rc);
 	if (rc < 0) {
 		KVT_WARN(&c->log, "kvtierd %s: %s", c->path, kvt_strerror(rc));
 		disconnect(c);
@@ -235,6 +329,7 @@ static int attach(struct kvt_client *c)
 	if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		int e = errno == EAGAIN ? -ETIMEDOUT : -errno;
 		close(s);
+		note_io(c, e);
 		return e;
 	}
 	c->sock = s;
@@ -281,9 +376,14 @@ static int attach(struct kvt_client *c)
 	return 0;
 }
 
+/* Connected, or not while a backoff runs (a call that has just timed out does not wait
+ * again on a reconnect: at most one timeout per call). */
 static int ensure(struct kvt_client *c)
 {
-	return c->sock >= 0 ? 0 : attach(c);
+	if (c->sock >= 0)
+		return 0;
+	int rc = backing_off(c);
+	return rc < 0 ? rc : attach(c);
 }
 
 /* After a failed exchange: true if its request never reached a daemon because the
@@ -477,33 +577,26 @@ static int put_reserved(struct kvt_client *c, struct cop *o, const struct kvtd_r
 	return 0;
 }
 
-static void run_op(struct kvt_client *c, struct cop *o)
+/* One operation, under io_lock. */
+static void run_op_locked(struct kvt_client *c, struct cop *o)
 {
-	o->res = (struct kvt_result){.status = 0, .tier = KVT_TIER_NONE};
-	pthread_mutex_lock(&c->io_lock);
 	if (o->op == KVTD_LOOKUP || o->op == KVTD_PREFETCH) {
 		run_lookup_like(c, o);
-		pthread_mutex_unlock(&c->io_lock);
 		return;
 	}
 	int rc = ensure(c);
 	if (rc < 0) {
 		failed(o, rc);
-		pthread_mutex_unlock(&c->io_lock);
 		return;
 	}
 	struct kvtd_req req = {.op = o->op, .key = o->key, .parent = o->parent,
 			       .has_parent = o->has_parent, .n_tokens = o->n_tokens,
 			       .layer_begin = o->layer_begin, .layer_end = o->layer_end};
 	if (o->op == KVTD_PUT && c->pool && c->info.pool_writable &&
-	    put_reserved(c, o, &req) == 0) {
-		pthread_mutex_unlock(&c->io_lock);
+	    put_reserved(c, o, &req) == 0)
 		return;
-	}
-	if (o->op == KVTD_GET && c->pool && get_pinned(c, o, &req) == 0) {
-		pthread_mutex_unlock(&c->io_lock);
+	if (o->op == KVTD_GET && c->pool && get_pinned(c, o, &req) == 0)
 		return;
-	}
 	c->unsent = false;
 	struct kvtd_rep rep;
 	for (int tries = 0;; tries++) {
@@ -537,7 +630,28 @@ static void run_op(struct kvt_client *c, struct cop *o)
 			memcpy(o->dst, c->shm, req.len);
 		}
 	}
-	pthread_mutex_unlock(&c->io_lock);
+}
+
+/* One operation, on the worker or (the *_sync calls) the caller's thread. While the daemon
+ * is down it completes at once as the timeout that put it down did (failed: a miss for
+ * get, lookup and prefetch, the error for the others). */
+static void run_op(struct kvt_client *c, struct cop *o)
+{
+	o->res = (struct kvt_result){.status = 0, .tier = KVT_TIER_NONE};
+	bool probe = false;
+	int rc = admit(c, &probe);
+	if (rc == 0) {
+		pthread_mutex_lock(&c->io_lock);
+		if ((rc = admit(c, &probe)) == 0)
+			run_op_locked(c, o);
+		pthread_mutex_unlock(&c->io_lock);
+	}
+	admit_end(c, probe);
+	if (rc < 0) {
+		if (o->op == KVTD_LOOKUP && o->tiers)
+			memset(o->tiers, KVT_TIER_NONE, o->n);
+		failed(o, rc);
+	}
 }
 
 /* A finished operation onto the completion queue; the eventfd turns readable, and
@@ -657,8 +771,13 @@ int kvt__client_tp_reserve(struct kvt_client *c, const struct kvt_key *key,
 	const struct kvt_geometry *g = &c->info.geo;
 	if (!key || n_tokens == 0 || n_tokens > g->chunk_tokens || h0 >= h1 || h1 > g->kv_heads)
 		return -EINVAL;
+	bool probe = false;
+	int rc = admit(c, &probe); /* the daemon is down: fail at once */
+	if (rc < 0)
+		return rc;
 	pthread_mutex_lock(&c->io_lock);
-	int rc = ensure(c);
+	if ((rc = admit(c, &probe)) == 0)
+		rc = ensure(c);
 	if (rc == 0 && (!c->pool || !c->info.pool_writable))
 		rc = -ENOTSUP; /* daemon.shared_writes is off, or the pool could not be mapped */
 	struct kvtd_rep rep;
@@ -690,6 +809,7 @@ int kvt__client_tp_reserve(struct kvt_client *c, const struct kvt_key *key,
 		}
 	}
 	pthread_mutex_unlock(&c->io_lock);
+	admit_end(c, probe);
 	return rc;
 }
 
@@ -714,8 +834,13 @@ int kvt__client_tp_written(struct kvt_client *c, const struct kvt_key *key, int3
 
 int kvt__client_pin(struct kvt_client *c, const struct kvt_key *key, struct kvt_client_pin *p)
 {
+	bool probe = false;
+	int rc = admit(c, &probe); /* the daemon is down: fail at once */
+	if (rc < 0)
+		return rc;
 	pthread_mutex_lock(&c->io_lock);
-	int rc = ensure(c);
+	if ((rc = admit(c, &probe)) == 0)
+		rc = ensure(c);
 	if (rc == 0 && !c->pool)
 		rc = -ENOTSUP; /* the pool could not be mapped */
 	struct kvtd_rep rep;
@@ -750,6 +875,7 @@ int kvt__client_pin(struct kvt_client *c, const struct kvt_key *key, struct kvt_
 		}
 	}
 	pthread_mutex_unlock(&c->io_lock);
+	admit_end(c, probe);
 	return rc;
 }
 
@@ -1055,6 +1181,7 @@ void kvt__client_close(struct kvt_client *c)
 	pthread_mutex_destroy(&c->q_lock);
 	pthread_cond_destroy(&c->q_cond);
 	pthread_mutex_destroy(&c->cq_lock);
+	pthread_mutex_destroy(&c->down_lock);
 	kvt__free(c);
 }
 
@@ -1085,6 +1212,7 @@ int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out)
 	pthread_mutex_init(&c->q_lock, NULL);
 	pthread_cond_init(&c->q_cond, NULL);
 	pthread_mutex_init(&c->cq_lock, NULL);
+	pthread_mutex_init(&c->down_lock, NULL);
 	/* The region holds the largest chunk, or a batch of keys, whichever is larger. */
 	uint64_t payload = kvt_payload_bytes(&c->my_geo, c->my_geo.chunk_tokens);
 	c->shm_len = KVT_ALIGN_UP(KVT_MAX(payload, (uint64_t)KVTD_SHM_MIN), 4096);
@@ -1133,6 +1261,7 @@ fail:
 	pthread_mutex_destroy(&c->q_lock);
 	pthread_cond_destroy(&c->q_cond);
 	pthread_mutex_destroy(&c->cq_lock);
+	pthread_mutex_destroy(&c->down_lock);
 	kvt__free(c);
 	return rc;
 }

@@ -6,9 +6,9 @@
  *     daemon serving, with no connection, request or shared region left behind (STATUS);
  *  3. malformed messages (wrong size, a range outside the region, an operation before
  *     HELLO, an unsealed region) get only that connection dropped;
- *  4. the daemon killed under a client: calls fail or miss within the deadline, and after a
- *     restart on the same socket the same store reconnects and works, its first call after
- *     a restart included.
+ *  4. the daemon stopped, then killed under a client: calls fail or miss within the
+ *     deadline, and after a restart on the same socket the same store reconnects and works,
+ *     its first call after a restart included (a stopped one: after its backoff).
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -323,7 +323,8 @@ static void test_restart(void)
 	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, PAYLOAD), 0);
 	CHECK_RC(kvt_flush_sync(s), 0);
 	/* A hung daemon (stopped): the call returns a miss at its deadline (2 s here), and
-	 * once the daemon runs again the next call reconnects, with a fresh region. */
+	 * once the daemon runs again the first call after the backoff (one timeout: calls
+	 * meanwhile miss at once, daemon_hung.c) reconnects, with a fresh region. */
 	kill(kvtd_pid, SIGSTOP);
 	waitpid(kvtd_pid, NULL, WUNTRACED); /* returns once it is stopped */
 	uint64_t h0 = kvt__now_ns();
@@ -331,6 +332,7 @@ static void test_restart(void)
 	uint64_t waited = kvt__now_ns() - h0;
 	CHECK(waited >= 1500000000ull && waited < 4000000000ull);
 	kill(kvtd_pid, SIGCONT);
+	usleep(2100000);
 	memset(buf, 0, PAYLOAD);
 	CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, NULL), 0);
 	CHECK(test_check(buf, PAYLOAD, 7));
