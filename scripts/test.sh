@@ -30,7 +30,7 @@ if [ "${KVT_QUICK:-0}" != 1 ]; then
 	B=$("$ROOT/scripts/build.sh" tsan)
 	echo "== TSan: threaded unit and integration tests (servers included)"
 	(cd "$B" && TSAN_OPTIONS="halt_on_error=1 suppressions=$ROOT/tests/integ/tsan-ceph.supp" \
-		ctest --output-on-failure -j2 --timeout 1200 -LE 'slow|fuzz') || fail=1
+		ctest --output-on-failure -j2 --timeout 1200 -LE 'slow|fuzz|big') || fail=1
 	stamp tsan
 	echo "== libFuzzer: each fuzz target for ${KVT_FUZZ_SECONDS:-25} s from its corpus"
 	F=$ROOT/build-fuzz

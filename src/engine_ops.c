@@ -93,8 +93,15 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 			}
 			return 0;
 		}
-		kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens, buf, len);
-		kvt__object_protect(ref.buf, obj_bytes, s->prot); /* MAC, encryption */
+		int erc = kvt__object_encode(ref.buf, obj_bytes, &s->geo, s->ns_id, key, n_tokens,
+					     buf, len);
+		if (erc == 0)
+			erc = kvt__object_protect(ref.buf, obj_bytes, s->prot); /* MAC, encryption */
+		if (erc < 0) { /* never written: it would carry the flag of what failed */
+			kvt__e_bounce_put(s, ref.buf);
+			kvt__e_unadmit(s);
+			return erc;
+		}
 		kvt__e_wb_submit(s, key, &ref, s->n_links, cb, arg, direct);
 		return 0;
 	}

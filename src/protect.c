@@ -208,6 +208,20 @@ static uint64_t layer_bytes(const struct kvt_header *h, uint64_t *seg)
 	return lb;
 }
 
+/* EVP_CipherUpdate over len bytes, in pieces its int length can hold (a layer may be
+ * 2 GiB or more: kvt_geometry_check caps only the whole object). */
+static int cipher_update(EVP_CIPHER_CTX *c, uint8_t *out, const uint8_t *in, uint64_t len)
+{
+	const uint64_t piece = 1ull << 30;
+	for (uint64_t off = 0; off < len; off += piece) {
+		int n;
+		if (EVP_CipherUpdate(c, out + off, &n, in + off,
+				     (int)(len - off < piece ? len - off : piece)) != 1)
+			return -1;
+	}
+	return 0;
+}
+
 /* GCM over the layers; enc 1 encrypts in place and writes the tag, 0 decrypts into a
  * scratch buffer and checks the tag. 0, -EKEYREJECTED (tag), -EIO / -ENOMEM. */
 static int gcm(const struct kvt_protect *p, uint8_t *o, const struct kvt_header *h,
@@ -229,7 +243,7 @@ static int gcm(const struct kvt_protect *p, uint8_t *o, const struct kvt_header 
 	for (uint32_t l = 0; l < h->geometry.layers; l++) {
 		uint8_t *b = o + KVT_HEADER_BYTES + l * seg;
 		if (enc) {
-			if (EVP_CipherUpdate(c, b, &n, b, (int)lb) != 1) /* lb < 2 GiB */
+			if (cipher_update(c, b, b, lb) < 0)
 				goto out;
 			continue;
 		}
@@ -383,8 +397,7 @@ int64_t kvt__object_read_layers(const struct kvt_header *h, const void *obj, uin
 	const uint8_t *o = obj;
 	uint8_t *d = dst;
 	for (uint32_t l = l0; l < l1; l++)
-		if (EVP_DecryptUpdate(c, d + (l - l0) * lb, &n, o + KVT_HEADER_BYTES + l * seg,
-				      (int)lb) != 1)
+		if (cipher_update(c, d + (l - l0) * lb, o + KVT_HEADER_BYTES + l * seg, lb) < 0)
 			goto out;
 	rc = 0;
 out:
