@@ -142,7 +142,10 @@ static int create(uint32_t capacity, bool adm, void **out)
 	p->scratch = kvt__malloc((size_t)capacity * sizeof(*p->scratch));
 	p->links = kvt__calloc(capacity, sizeof(*p->links));
 	kvt__idl_init(&p->lru);
-	int rc = kvt__sketch_create((uint64_t)capacity * SKETCH_PER_ENTRY, 15, true, &p->freq);
+	/* A sketch takes at most 2^32 counters (16 GiB): past 2^28 slots it saturates sooner
+	 * rather than refusing the store. */
+	uint64_t width = KVT_MIN((uint64_t)capacity * SKETCH_PER_ENTRY, 1ull << 32);
+	int rc = kvt__sketch_create(width, 15, true, &p->freq);
 	if (rc < 0 || !p->res || !p->pos || !p->last || !p->khash || !p->cls || !p->uses || !p->res_hits || !p->scratch || !p->links) {
 		hd_destroy(p);
 		return -ENOMEM;

@@ -109,6 +109,17 @@ void kvt__pslru_destroy(void *st)
 	kvt__free(p);
 }
 
+uint32_t kvt__pslru_ghost_bits(uint32_t capacity)
+{
+	/* 8 bits per slot, a power of two, at most 2^31 (a uint32_t): in 32-bit arithmetic
+	 * 8 * capacity wrapped past 2^29 slots, and the doubling wrapped to 0 past 2^28 (a
+	 * create that never returned) */
+	uint64_t want = 8ull * capacity, bits = 64;
+	while (bits < want && bits < (1ull << 31))
+		bits <<= 1;
+	return (uint32_t)bits;
+}
+
 int kvt__pslru_create(uint32_t capacity, void **out)
 {
 	if (!capacity || capacity > UINT32_MAX - N_LISTS || !out)
@@ -125,9 +136,7 @@ int kvt__pslru_create(uint32_t capacity, void **out)
 	p->list = kvt__calloc(capacity, 1);
 	p->proven = kvt__calloc(capacity, 1);
 	p->khash = kvt__calloc(capacity, sizeof(uint64_t));
-	p->ghost_bits = 64;
-	while (p->ghost_bits < 8 * capacity)
-		p->ghost_bits <<= 1;
+	p->ghost_bits = kvt__pslru_ghost_bits(capacity);
 	for (int k = 0; k < 2; k++)
 		for (int g = 0; g < 2; g++)
 			p->ghost[k][g] = kvt__calloc(p->ghost_bits / 64, sizeof(uint64_t));

@@ -16,5 +16,7 @@ void kvt__pslru_remove(void *state, uint32_t id);
 int kvt__pslru_victim(void *state, kvt_evict_ok_fn ok, void *arg);
 uint32_t kvt__pslru_peek(void *state, uint32_t *ids, uint32_t n);
 uint32_t kvt__pslru_resident(const void *state);
+/* The ghost filters' size in bits for a capacity (a power of two, 64 to 2^31). */
+uint32_t kvt__pslru_ghost_bits(uint32_t capacity);
 
 #endif

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "evict.h"
+#include "evict_pslru.h"
 #include "internal.h"
 
 static uint64_t rng_state;
@@ -398,6 +399,21 @@ static void test_arc_peek_order(void **unused)
 	kvt__evict_destroy(e);
 }
 
+/* pslru's ghost filters: 8 bits per slot rounded up to a power of two, capped at 2^31.
+ * In 32-bit arithmetic the doubling wrapped to 0 past 2^28 slots (a create that never
+ * returned) and 8 * capacity wrapped past 2^29 (filters too small). Found by review. */
+static void test_pslru_ghost_bits(void **unused)
+{
+	(void)unused;
+	assert_int_equal(kvt__pslru_ghost_bits(1), 64);
+	assert_int_equal(kvt__pslru_ghost_bits(8), 64);
+	assert_int_equal(kvt__pslru_ghost_bits(9), 128);
+	assert_int_equal(kvt__pslru_ghost_bits(1u << 20), 1u << 23);
+	assert_int_equal(kvt__pslru_ghost_bits((1u << 28) + 1), 1u << 31);
+	assert_int_equal(kvt__pslru_ghost_bits(1u << 29), 1u << 31);
+	assert_int_equal(kvt__pslru_ghost_bits(UINT32_MAX), 1u << 31);
+}
+
 static void test_capacity_one(void **unused)
 {
 	const char *names[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
@@ -580,6 +596,7 @@ int main(void)
 	    cmocka_unit_test(test_arc_ok_filter),
 	    cmocka_unit_test(test_arc_peek_order),
 	    cmocka_unit_test(test_capacity_one),
+	    cmocka_unit_test(test_pslru_ghost_bits),
 	    cmocka_unit_test(test_arc_random_invariants),
 	    cmocka_unit_test(test_hd_random_invariants),
 	    cmocka_unit_test(test_hd_learns_reuse),
