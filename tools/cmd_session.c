@@ -7,6 +7,9 @@
  * would still need a prefill. There is no model here, so a chunk's KV bytes are derived
  * from its key: resume can prove it got exactly what save stored.
  *
+ * `resume` opens the store read-only (like ls, stat and verify): it changes nothing, and
+ * retries a read the store pushes back (-EAGAIN) instead of counting it as a hole.
+ *
  * `save` then asks every persistent tier (all but DRAM, which dies with the process) which
  * chunks it holds, and exits 4 if some chunk is in none of them (a full or read-only tier,
  * a spent write budget, a write error): a saved session that cannot be resumed must not
@@ -202,6 +205,7 @@ struct fetch {
 	void *buf;
 	int idx;
 	bool busy, finished;
+	bool pending; /* its get is not submitted yet (the store said -EAGAIN: retried) */
 	struct kvt_result res;
 };
 
@@ -251,9 +255,10 @@ int kvt_cmd_session(int argc, char **argv)
 		       "  --tokens FILE    whitespace-separated token ids\n"
 		       "  --synthetic N    N seeded pseudo-random tokens (--seed, default 1)\n"
 		       "  --dir D, --config FILE, --tiers LIST, --set K=V, --json as everywhere\n"
+		       "resume opens the store read-only: it changes nothing.\n"
 		       "Exit status: 0 ok; 1 error; 2 usage; 3 resume got wrong bytes; 4 save could "
 		       "not store\nevery chunk in a persistent tier (full, read-only, budget "
-		       "spent).\n");
+		       "spent), or some of resume's reads failed.\n");
 		return strcmp(verb, "--help") && strcmp(verb, "-h") ? 2 : 0;
 	}
 	static const struct option extra[] = {
@@ -280,6 +285,16 @@ int kvt_cmd_session(int argc, char **argv)
 			return cli_fail("session", "%s: %s", so.tokens_file, why), 1;
 	} else {
 		synthetic(so.synthetic, so.seed ? so.seed : 1, &tok, &n_tok);
+	}
+	/* resume only reads: it opens every tier read-only, so a typo in --dir is "not a
+	 * kvtier store" rather than a new one, and a damaged object is a miss, not a drop */
+	bool resume = !strcmp(verb, "resume");
+	if (resume) {
+		if (o.n_sets >= (int)(sizeof(o.sets) / sizeof(o.sets[0]))) {
+			free(tok);
+			return cli_fail("session", "too many --set options"), 2;
+		}
+		o.sets[o.n_sets++] = "store.read_only=true";
 	}
 	struct kvt_store *s = cli_open_store(&o);
 	if (!s) {
@@ -355,14 +370,21 @@ int kvt_cmd_session(int argc, char **argv)
 			rc = cli_fail("session", "out of memory");
 			goto out_fetch;
 		}
+	uint64_t errors = 0;
+	int first_err = 0;
 	while (done < prefix) {
-		for (int w = 0; w < WINDOW && next < prefix; w++) {
-			if (f[w].busy)
+		for (int w = 0; w < WINDOW; w++) {
+			if (!f[w].busy && next < prefix) {
+				f[w].busy = f[w].pending = true;
+				f[w].finished = false;
+				f[w].idx = next++;
+			}
+			if (!f[w].pending)
 				continue;
-			f[w].busy = true;
-			f[w].finished = false;
-			f[w].idx = next++;
 			int r = kvt_get(s, &keys[f[w].idx], 0, 0, f[w].buf, full, fetch_done, &f[w]);
+			if (r == -EAGAIN) /* as many in flight as the store takes: after a poll */
+				break;
+			f[w].pending = false;
 			if (r < 0) {
 				f[w].finished = true;
 				f[w].res.status = r;
@@ -374,6 +396,8 @@ int kvt_cmd_session(int argc, char **argv)
 				continue;
 			struct kvt_result *res = &f[w].res;
 			got_tier[f[w].idx] = KVT_TIER_NONE; /* gone since the lookup, or corrupt */
+			if (res->status < 0 && res->status != -ENOENT && !errors++)
+				first_err = res->status; /* a miss is a hole; a failure is said */
 			if (res->status >= 0) {
 				fill_from_key(&keys[f[w].idx], want, res->bytes);
 				if (memcmp(f[w].buf, want, res->bytes))
@@ -417,6 +441,13 @@ int kvt_cmd_session(int argc, char **argv)
 			printf("  %llu chunks had wrong bytes\n", (unsigned long long)bad);
 	}
 	rc = bad ? 3 : 0;
+	if (errors) {
+		fprintf(stderr, "kvtier session: %llu chunk reads failed (the first: %s); the "
+				"resumed prefix ends at the first\n",
+			(unsigned long long)errors, kvt_strerror(first_err));
+		if (!rc)
+			rc = 4;
+	}
 out_fetch:
 	for (int w = 0; w < WINDOW; w++)
 		free(f[w].buf);
