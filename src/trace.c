@@ -761,7 +761,9 @@ static int gen_rag(struct gen *g, const struct zipf *z, const uint32_t *doc_len,
 	struct prompt p = {0};
 	int rc = prompt_add(&p, hmix(0x5241475f, 0), o->sys_tokens);
 	uint32_t k = rrange(&g->r, 1, o->docs_per_req);
-	for (uint32_t i = 0; i < k && !rc; i++) {
+	/* the prompt stops growing at the longest a request may be (emit truncates there):
+	 * docs_per_req is a knob, and 4e9 documents were a prompt without bound */
+	for (uint32_t i = 0; i < k && !rc && p.tokens < KVT_TRACE_MAX_INPUT; i++) {
 		uint32_t d = zipf_draw(z, &g->r);
 		rc = prompt_add(&p, hmix(0x444f435f, d), doc_len[d]);
 	}
@@ -885,6 +887,8 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 	    o->workload >= KVT_GEN_N || o->user_min > o->user_max || o->out_min > o->out_max ||
 	    o->doc_min > o->doc_max || o->q_min > o->q_max || o->repo_min > o->repo_max ||
 	    o->tool_min > o->tool_max || !o->sys_prompts || !o->docs || !o->repos ||
+	    o->sys_prompts > KVT_GEN_MAX_ITEMS || o->docs > KVT_GEN_MAX_ITEMS ||
+	    o->repos > KVT_GEN_MAX_ITEMS ||
 	    !o->docs_per_req || !(o->end_prob > 0 && o->end_prob <= 1) || o->zipf < 0 ||
 	    (o->workload == KVT_GEN_CONV &&
 	     (!o->first_mean || !(o->first_sigma < 8) || !(o->long_frac <= 1) ||

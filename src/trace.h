@@ -23,6 +23,9 @@
 #define KVT_TRACE_MAX_REQUESTS (1u << 24)   /* requests per trace */
 #define KVT_TRACE_MAX_TS_MS 9.0e15	    /* timestamp, ms (exact in a double) */
 #define KVT_TRACE_MAX_ID ((1ull << 63) - 1) /* hash id */
+/* The generator's shared items (system prompts, documents, repositories) at most: each is
+ * a length and a Zipf weight, allocated up front. */
+#define KVT_GEN_MAX_ITEMS (1u << 24)
 
 struct kvt_trace_req {
 	double ts_ms;	     /* arrival, ms from the start of the trace */

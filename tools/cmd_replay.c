@@ -323,8 +323,9 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 		rc = kvt__gen_run(&g, t);
 		if (rc) {
 			kvt__trace_destroy(t);
-			return cli_fail(CMD, "generator: %s (check the --gen knobs)",
-					kvt_strerror(rc));
+			return cli_fail(CMD, "generator: %s (check the --gen knobs; docs, repos and "
+					     "sys_prompts at most %u)",
+					kvt_strerror(rc), KVT_GEN_MAX_ITEMS);
 		}
 	}
 	if (o->save) {

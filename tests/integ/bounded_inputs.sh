@@ -6,7 +6,8 @@
 # or a truncated value. So do an empty trace (no requests), a config file's indented
 # continuation line (libinih would replace the value with it), a key set twice (last would
 # win), a syntax error (its own line and reason, not a later line's), a value that is not
-# UTF-8, and a token file with a negative or over-32-bit id or more ids than --synthetic.
+# UTF-8, and a token file with a negative or over-32-bit id or more ids than --synthetic;
+# and replay's generator given a huge document count or documents per request.
 set -euo pipefail
 . "$(dirname "$0")/lib/jq.sh"
 K="$KVT_BIN/kvtier"
@@ -36,6 +37,12 @@ expect_err "trace /dev/zero" "/dev/zero: line 1: line longer than 4194304 bytes"
 expect_err "trace directory" "^kvtier replay: $T/dir: is a directory, not a trace file$" "$K" replay --trace "$T/dir" --simulate
 expect_err "trace missing" "^kvtier replay: $T/none.jsonl: No such file" "$K" replay --trace "$T/none.jsonl" --simulate
 : >"$T/empty.jsonl"
+# generator knobs: a shared-item count past its bound is refused; a prompt of 4e9
+# documents stops growing at the longest request (it grew without bound: 4.2 GB in 23 s)
+expect_err "gen docs" "docs, repos and sys_prompts at most 16777216" "$K" replay --simulate --workload rag --requests 1 --gen docs=200000000
+(timeout 60 "$K" replay --simulate --workload rag --requests 1 --gen docs_per_req=4000000000 \
+	--gen doc_min=4096 --gen doc_max=8192 --json >"$T/out" 2>"$T/err") || fail "gen docs_per_req=4e9: $(tail -2 "$T/err")"
+tail -1 "$T/out" | jqe '.requests == 1 and .input_tokens == 16777216' >/dev/null || fail "gen docs_per_req=4e9: $(tail -c 300 "$T/out")"
 expect_err "trace empty" "empty.jsonl: no requests (empty trace)" "$K" replay --trace "$T/empty.jsonl" --simulate
 expect_err "trace /dev/null" "/dev/null: no requests (empty trace)" "$K" replay --trace /dev/null --simulate
 expect_err "config /dev/zero" "/dev/zero: not a regular file" "$K" config --config /dev/zero
