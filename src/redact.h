@@ -12,8 +12,9 @@
  * userinfo's secret replaced by three asterisks: redis://:pw@h shows as redis://:(***)@h,
  * http://user:pw@h as http://user:(***)@h, http://token@h as http://(***)@h (without the
  * parentheses). The scheme is optional (redis accepts ":pw@host:port"); userinfo ends at
- * the last '@', as the tiers parse it. The secret is never copied, so truncation cannot
- * reveal part of it. Returns out. */
+ * the last '@', as the tiers parse it. Without an '@', what follows a ':' in the
+ * authority is shown only if it is a port (digits): redis://:pw shows as redis://:***.
+ * The secret is never copied, so truncation cannot reveal part of it. Returns out. */
 const char *kvt__redact_url(const char *url, char *out, size_t len);
 
 #endif

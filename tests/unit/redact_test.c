@@ -27,6 +27,14 @@ static void test_shapes(void **state)
 	expect("http://AKIA:se:cr@et@s3.local:9000/", "http://AKIA:***@s3.local:9000/");
 	expect("https://token@s3.local", "https://***@s3.local");
 	expect("", "");
+	/* no '@': a port is shown, anything else after the ':' is a password (review) */
+	expect("redis://:Pw10", "redis://:***");
+	expect("redis://h:Pw10/0", "redis://h:***/0");
+	expect(":Pw10", ":***");
+	expect("redis://h:6379/0", "redis://h:6379/0");
+	expect("redis://[::1]:6379", "redis://[::1]:6379");
+	expect("http://[::1]/x", "http://[::1]/x");
+	expect("redis://h", "redis://h");
 }
 
 static void test_truncation_never_reveals(void **state)
