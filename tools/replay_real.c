@@ -195,6 +195,8 @@ static int set(struct kvt_config *cfg, const char *k, const char *v)
 	return 0;
 }
 
+/* The store's directory and its parents, 0700 as nvme.dir_mode's default: KV is not for
+ * other users (the tiers create theirs the same way). */
 static void mkdirs(const char *path)
 {
 	char buf[4096];
@@ -202,10 +204,10 @@ static void mkdirs(const char *path)
 	for (char *p = buf + 1; *p; p++)
 		if (*p == '/') {
 			*p = 0;
-			mkdir(buf, 0755);
+			mkdir(buf, 0700);
 			*p = '/';
 		}
-	mkdir(buf, 0755);
+	mkdir(buf, 0700);
 }
 
 int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,

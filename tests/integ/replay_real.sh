@@ -4,7 +4,7 @@
 # second time; bytes are written; a corrupted object file is rejected (checksum failure
 # counted, never served) and rewritten; with capacities nothing is evicted from, the real
 # replay's hit ratios equal the simulator's on the same trace; malformed inputs fail with
-# one line and a non-zero exit.
+# one line and a non-zero exit; the --dir it creates is 0700 (it was 0755).
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary or no jq).
 set -u
 . "$(dirname "$0")/lib/jq.sh"
@@ -23,6 +23,7 @@ echo "$j" | jqe '.mode == "real" and .requests == 2 and .blocks == 8 and .block_
 	and .token_hit_ratio == 0.5 and .dram_write_bytes > 0 and .nvme_write_bytes > 0
 	and .payload_mismatches == 0 and .checksum_failures == 0 and .put_errors == 0' >/dev/null ||
 	fail "repeat: $j"
+[ "$(stat -c %a "$tmp/d1")" = 700 ] || fail "replay's --dir is mode $(stat -c %a "$tmp/d1"), not 700"
 
 # a corrupted object on NVMe (a new process: DRAM is empty, the NVMe objects are reopened)
 f=$(find "$tmp/d1" -name '*.kvt' | head -1)
