@@ -211,7 +211,7 @@ static int nv_can_write(struct kvt_tier *t, uint64_t len)
 	struct nv *s = t->state;
 	if (s->ro)
 		return -EROFS;
-	if (len > s->capacity)
+	if (len > atomic_load_explicit(&s->capacity, memory_order_relaxed))
 		return -ENOSPC;
 	if (!s->budget)
 		return 0;
@@ -229,7 +229,7 @@ static void nv_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 	struct nv *s = t->state;
 	out->objects = ST_GET(s, objects);
 	out->bytes = ST_GET(s, bytes);
-	out->capacity_bytes = s->capacity;
+	out->capacity_bytes = atomic_load_explicit(&s->capacity, memory_order_relaxed);
 	out->reads = ST_GET(s, reads);
 	out->read_bytes = ST_GET(s, read_bytes);
 	out->writes = ST_GET(s, writes);

@@ -207,7 +207,10 @@ struct nv {
 	struct kvt_tier *tier; /* its eviction hook */
 	struct nv_dir *dirs;
 	uint32_t ndirs;
-	uint64_t capacity, budget;
+	/* live bytes the index admits: set at open, lowered by the ring thread when the log's
+	 * cycle shrinks (tier_nvme_log.c advance); read by other threads without a lock */
+	_Atomic uint64_t capacity;
+	uint64_t budget;
 	uint32_t qd, open_files;
 	int fsync_mode;
 	pid_t pid;

@@ -117,7 +117,8 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t
 	 * evicted below capacity. So with the log on, nvme.bytes holds fewer live objects
 	 * than with a file each (half of it at the default spare, docs/NVME_LOG.md); files
 	 * of objects above log_max count in the same capacity and come on top of the
-	 * segments on disk. */
+	 * segments on disk. A segment the file system cannot hold shortens the cycle during
+	 * the run, and the capacity with it (advance). */
 	lg->spare_pct = KVT_MIN(spare_pct, 400);
 	uint64_t fit = s->capacity / lg->seg_bytes;
 	lg->nmax = (uint32_t)KVT_MIN(KVT_MAX(fit, 3), 1u << 20);
@@ -300,7 +301,12 @@ static bool advance(struct nv *s)
 			int rc = nv_log_seg_open(s, next, true);
 			if (rc < 0) {
 				/* The file system is full (or refuses): cycle over the segments
-				 * that exist. */
+				 * that exist. The live capacity follows the shorter cycle at once:
+				 * left at the longer cycle's, the index admitted objects that
+				 * reusing a segment then evicted below the capacity the tier
+				 * reports. (Below 3 segments the formula leaves no live room: the
+				 * capacity stays, as before.) Read without a lock by nv_can_write
+				 * and nv_stats on other threads: atomic. */
 				KVT_WARN(s->log, "nvme: log segment %u: %s: the log keeps %u segments",
 					 next, strerror(-rc), next);
 				lg->nmax = next;
@@ -308,6 +314,9 @@ static bool advance(struct nv *s)
 					lg->broken = true;
 					return false;
 				}
+				if (next >= 3 && nv_log_live(lg, next) < s->capacity)
+					atomic_store_explicit(&s->capacity, nv_log_live(lg, next),
+							      memory_order_relaxed);
 				lg->have_cur = false;
 				lg->start = 0;
 				continue;

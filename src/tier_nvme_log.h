@@ -103,8 +103,8 @@ struct nv_log {
 	uint32_t nmax;	 /* segments in the cycle: as many as fit in nvme.bytes (at least 3), or
 			  * fewer where an entry that cannot be a segment ends it at open (the
 			  * capacity follows: tier_nvme_log_recover.c) or a full file system
-			  * during a run (advance; the capacity does not follow until the next
-			  * open) */
+			  * during a run (advance; the capacity follows at once, from 3
+			  * segments up) */
 	uint32_t nsegs;	 /* entries in segs[] (>= nmax when an earlier run had more) */
 	struct nv_seg *segs;
 	int dfd;
