@@ -55,7 +55,7 @@ enum nv_stage {
 	ST_W_SYNC,    /* fdatasync */
 	ST_W_CLOSE,   /* close */
 	ST_W_PUBLISH, /* rename the temp file onto the object's name (io_uring, async) */
-	ST_W_DIRSYNC, /* fsync the subdirectory (nvme.fsync=full) */
+	ST_W_DIRSYNC, /* fsync the subdirectory (nvme.fsync=full), then index the object */
 	ST_W_FAIL,    /* clean up the temp file, maybe retry */
 	ST_R_OPEN,    /* open the object for reading */
 	ST_R_DATA,    /* read pieces */

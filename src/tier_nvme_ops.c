@@ -138,10 +138,20 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			 * spare's, elsewhere) */
 			char sub[3];
 			snprintf(sub, sizeof(sub), "%02x", op->key.bytes[0]);
-			op->fd =
-			    openat(s->dirs[op->dir].fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			int dfd = s->dirs[op->dir].fd, fl = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+			op->fd = openat(dfd, sub, fl);
+			int e = op->fd < 0 ? errno : 0;
+			/* out of descriptors: shed the idle cached ones and retry, as the temp
+			 * and read opens do (nv_on_cqe, IO_OPEN) */
+			if ((e == EMFILE || e == ENFILE) && nv_fdc_shed(s)) {
+				KVT_WARN(s->log,
+					 "nvme: out of file descriptors: closed idle cached ones "
+					 "(lower nvme.open_files or raise RLIMIT_NOFILE)");
+				op->fd = openat(dfd, sub, fl);
+				e = op->fd < 0 ? errno : 0;
+			}
 			if (op->fd < 0) {
-				op->err = -errno;
+				op->err = -e;
 				io_uring_prep_nop(sqe);
 			} else {
 				io_uring_prep_fsync(sqe, op->fd, 0);
@@ -376,31 +386,51 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 		break;
 	case IO_RENAME:
 		nv_io_put(s, io);
-		if ((res = nv_write_published(s, op, res)) < 0) {
+		if (res >= 0 && s->fsync_mode == NV_FSYNC_FULL) {
+			op->stage = ST_W_DIRSYNC; /* indexed once its name is durable */
+		} else if ((res = nv_write_published(s, op, res)) < 0) {
 			op->err = res;
 			op->stage = ST_W_FAIL;
-		} else if (s->fsync_mode == NV_FSYNC_FULL) {
-			op->stage = ST_W_DIRSYNC;
 		} else {
 			nv_finish(s, op, 0);
 			return;
 		}
 		break;
 	case IO_DIRSYNC:
+		/* nvme.fsync=full: the object is renamed onto its name but not indexed yet, so
+		 * nothing sees it - no get, exists, eviction or re-put (a re-put of the key
+		 * follows this write, the leader, and gets its result). It is indexed only
+		 * once the directory fsync succeeded. If that fails the put fails and its
+		 * file goes: the name's durability promised by fsync=full is not there, and
+		 * an object left indexed would be found by a re-put's fast path (a stored key
+		 * completes at once) and answered durable without ever being fsynced. Why
+		 * not keep it indexed and marked "dirsync owed" instead: every path that
+		 * answers for a stored key (re-put, flush) would have to redo the fsync, and
+		 * one that failed leaves a put both failed and stored. The removal (not
+		 * fsynced either) cannot tear anything: the file's data was made durable
+		 * before its rename, so a crash that brings the name back brings back a
+		 * whole object, which the next open indexes as any other. */
 		nv_io_put(s, io);
 		if (op->fd >= 0)
 			close(op->fd);
 		op->fd = -1;
 		if (res < 0 && !op->err)
 			op->err = res;
-		if (op->err) {
-			/* Published but its directory entry may not be durable: say so. */
-			ST_ADD(s, errors, 1);
-			KVT_WARN(s->log, "nvme: directory fsync in %s: %s", s->dirs[op->dir].path,
-				 strerror(-op->err));
+		if (!op->err) {
+			if ((op->err = nv_write_published(s, op, 0)) == 0) {
+				nv_finish(s, op, 0);
+				return;
+			}
+			/* not indexed: nv_write_published removed the file */
+		} else {
+			KVT_WARN(s->log, "nvme: directory fsync in %s: %s: the write fails",
+				 s->dirs[op->dir].path, strerror(-op->err));
+			if (unlinkat(s->dirs[op->dir].fd, op->final, 0) < 0 && errno != ENOENT)
+				KVT_WARN(s->log, "nvme: cannot remove %s/%s: %s",
+					 s->dirs[op->dir].path, op->final, strerror(errno));
 		}
-		nv_finish(s, op, op->err);
-		return;
+		op->stage = ST_W_FAIL; /* releases its room and budget, counts the error */
+		break;
 	case IO_WAKE:
 	case IO_LOG: /* handled by nv_log_on_cqe */
 		break;

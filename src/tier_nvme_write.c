@@ -11,7 +11,9 @@
  * Renames. Those that take a final name away (an evicted or removed object's file to a
  * temp name) are synchronous syscalls on the ring thread, in program order. The publish -
  * the temp file onto the new object's name - is an IORING_OP_RENAMEAT on io_uring's
- * workers, and the object is indexed only when it completes (nv_write_published). That
+ * workers, and the object is indexed only when it completes (nv_write_published; with
+ * nvme.fsync=full only once the directory fsync after it also succeeded, else the write
+ * fails and the file is removed: tier_nvme_ops.c, IO_DIRSYNC). That
  * is safe without per-key locking because a final name is only ever taken away from an
  * indexed object, and an object is indexed only after its publish completed (a damaged
  * file of K that open indexed is dropped when K's write starts): no eviction or removal
