@@ -1089,6 +1089,36 @@ static void tokset_free(struct tokset *ts)
 	kvt__free(ts->slot);
 }
 
+/* s3.prefix goes into every object's URL as it is, so it may hold only characters a URL
+ * path and a SigV4 canonical URI both take unescaped: letters, digits, '-', '_', '.', '~'
+ * and '/', and no "." or ".." segment (libcurl removes those). A '#' cut the URL there (a
+ * fragment) and a '?' began its query, so every key of such a store was one object:
+ * reads served another key's bytes, and two tenants' prefixes could share it. */
+static int check_prefix(const struct kvt_log *log, const char *p)
+{
+	const char *seg = p;
+	for (const char *c = p;; c++) {
+		if (*c == '/' || !*c) {
+			size_t n = (size_t)(c - seg);
+			if ((n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.')) {
+				KVT_ERR(log, "s3.prefix: a '.' or '..' segment (a URL would lose it)");
+				return -EINVAL;
+			}
+			if (!*c)
+				return 0;
+			seg = c + 1;
+			continue;
+		}
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || strchr("-_.~", *c))) {
+			KVT_ERR(log, "s3.prefix: character 0x%02x at %zu is not allowed (letters, "
+				     "digits, '-', '_', '.', '~' and '/' only)",
+				(unsigned)(unsigned char)*c, (size_t)(c - p));
+			return -EINVAL;
+		}
+	}
+}
+
 /* Synchronous ListObjectsV2 under the prefix, page by page (recovery, `kvtier ls`). Runs
  * on the caller's thread with its own connection; the I/O thread is not involved. A page
  * we cannot read entry by entry, or a listing that does not end (a token seen before, more
@@ -1342,6 +1372,9 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		goto fail;
 	if (!(s->prefix = kvt__strdup(kvt__cfg_str(cfg, "s3.prefix"))))
 		goto fail;
+	if ((rc = check_prefix(&t->log, s->prefix)) < 0)
+		goto fail;
+	rc = -ENOMEM;
 	if (!(s->sigv4 = str_printf("aws:amz:%s:s3", region)))
 		goto fail;
 	rc =

@@ -40,7 +40,8 @@
  * tokens run to KiBs) reach the server whole on GET, PUT and signed PUT, never cut; a longer
  * one, or one with a CR/LF, fails the open with one line. A credentials file that sets a
  * key twice in the profile fails the open naming the file and line (src/config.c's rule),
- * as does one that repeats the profile's section to set it again. Everything else about the
+ * as does one that repeats the profile's section to set it again. An s3.prefix a URL would
+ * change ('#', '?', '%', blanks, "." segments) fails the open. Everything else about the
  * tier is tested against a real radosgw in tier_s3.c.
  */
 #include "ceph_harness.h"
@@ -376,6 +377,39 @@ static void credentials_files(const char *ep)
 			"a 3000-character token read whole, an empty one sent as none\n");
 }
 
+/* s3.prefix goes into every object's URL unescaped: a '#' cut the URL there and a '?'
+ * began its query, so every key of such a store was one object (a read served another
+ * key's bytes, and prefixes "t#a/" and "t#b/" shared it). Such a prefix, or a "." / ".."
+ * segment (libcurl removes those), now fails the open with one line; a plain one opens. */
+static void prefixes(const char *ep)
+{
+	setenv("AWS_ACCESS_KEY_ID", "fake", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "fake-secret", 1);
+	const char *bad[] = {"team#a/", "team?a/", "a b/", "t%41/", "x/../", "./", "caf\xc3\xa9/"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct kvt_config *cfg = fake_cfg(ep);
+		cfg_set(cfg, "s3.prefix", bad[i]);
+		struct kvt_tier *t;
+		log_clear();
+		int rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+		kvt_config_destroy(cfg);
+		if (rc == 0)
+			tier_close(t);
+		CHECK(rc == -EINVAL, "open with s3.prefix '%s': %d (was: 0, every key one object)",
+		      bad[i], rc);
+		CHECK(strstr(log_text, "s3.prefix") && lines_of(log_text) == 1, "log: %s", log_text);
+	}
+	struct kvt_config *cfg = fake_cfg(ep);
+	cfg_set(cfg, "s3.prefix", "tenant-a/v1.2_x~y/");
+	struct kvt_tier *t;
+	int rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+	kvt_config_destroy(cfg);
+	CHECK(rc == 0, "open with a plain s3.prefix: %d", rc);
+	tier_close(t);
+	fprintf(stderr, "s3.prefix with '#', '?', ' ', '%%', '..', '.' or non-ASCII: refused at "
+			"open\n");
+}
+
 int main(void)
 {
 	if (shf("command -v python3 >/dev/null && command -v curl >/dev/null")) {
@@ -625,6 +659,7 @@ int main(void)
 	CHECK(rc == -EPROTO && listed == 1, "a negative Size: %d, %d objects", rc, listed);
 	session_tokens(ep);
 	credentials_files(ep);
+	prefixes(ep);
 	printf("PASS tier_s3_retry\n");
 	return 0;
 }
