@@ -8,7 +8,9 @@
  * Submitting threads only append transfers to a locked queue and wake the thread with
  * curl_multi_wakeup(), so a call never blocks on the network and its callback always runs
  * later, on the I/O thread. The multi handle keeps connections alive and reuses them;
- * s3.max_inflight caps transfers in flight, the rest wait in FIFO order.
+ * s3.max_inflight caps transfers in flight, the rest wait in the order of their calls'
+ * deadlines: new calls in submission order, a call's follow-up request (a remove's DELETE,
+ * a retry) ahead of the calls submitted after it.
  *
  * Signing is libcurl's own SigV4 (CURLOPT_AWS_SIGV4) with the x-amz-content-sha256 header
  * that RGW and AWS require: UNSIGNED-PAYLOAD, or the body's real SHA-256 when
@@ -16,7 +18,8 @@
  * credentials file (s3_credentials.c) and are handed only to libcurl, never logged.
  *
  * Every operation has a deadline (s3.timeout_ms from submission): transfers still queued
- * past it fail with -ETIMEDOUT, running ones carry the remaining time as CURLOPT_TIMEOUT_MS.
+ * past it fail with -ETIMEDOUT at once (the I/O thread wakes for the earliest, whether or not
+ * a slot is free), running ones carry the remaining time as CURLOPT_TIMEOUT_MS.
  * 5xx, 429 (SlowDown), broken connections and 2xx answers that do not hold (a PUT's body
  * not all sent, a GET's body not the range asked for: answer_flaw) are retried up to
  * s3.retries times with exponential backoff and jitter, as long as the deadline allows. close()
@@ -117,7 +120,7 @@ struct s3_state {
 	uint32_t active;
 	/* running transfers, for cancellation at close */
 	struct s3_xfer *act;
-	struct s3_xfer *wait_head, *wait_tail; /* not yet started, FIFO */
+	struct s3_xfer *wait_head, *wait_tail; /* not yet started, by deadline: wait_insert() */
 	struct s3_xfer *retry;		       /* waiting for their backoff to pass */
 	uint64_t rng;
 	/* shared with submitters */
@@ -348,6 +351,24 @@ static void wait_push(struct s3_state *s, struct s3_xfer *x)
 	s->wait_tail = x;
 }
 
+/* A call's follow-up request (a remove's DELETE, a retry) joins the wait queue by its call's
+ * deadline, ahead of the calls submitted later: behind them it would wait for their
+ * transfers, stalled ones too, and answer past its own deadline. The queue stays in deadline
+ * order (submit() sets deadlines under the lock, in the order it appends), so the requests
+ * whose deadline has passed are always at its head. The walk passes only follow-ups of
+ * older calls (their first requests all started before this one's). */
+static void wait_insert(struct s3_state *s, struct s3_xfer *x)
+{
+	uint64_t d = x->op->deadline_ns;
+	struct s3_xfer **pp = &s->wait_head;
+	while (*pp && (*pp)->op->deadline_ns < d)
+		pp = &(*pp)->next;
+	x->next = *pp;
+	*pp = x;
+	if (!x->next)
+		s->wait_tail = x;
+}
+
 /* Why a 2xx answer does not do what was asked (NULL: it does). Such an answer is treated
  * like a broken connection: retried, then -EIO; never a success, nor a short read. */
 static const char *answer_flaw(const struct s3_xfer *x, long status, curl_off_t up, curl_off_t clen)
@@ -433,7 +454,7 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 			/* remove: it exists, now delete it */
 			x->method = M_DELETE;
 			x->attempt = 0;
-			wait_push(s, x);
+			wait_insert(s, x);
 			return;
 		case M_GET:
 			op->total += x->got;
@@ -643,11 +664,20 @@ static void *io_thread(void *arg)
 			struct s3_xfer *x = *pp;
 			if (x->not_before_ns <= now) {
 				*pp = x->next;
-				wait_push(s, x);
+				wait_insert(s, x);
 			} else {
 				next_retry = KVT_MIN(next_retry, x->not_before_ns);
 				pp = &x->next;
 			}
+		}
+		/* Requests not started by their deadline fail now, not when a slot frees: every
+		 * slot may be held by a stalled transfer of a later call, for its whole timeout. */
+		while (s->wait_head && now >= s->wait_head->op->deadline_ns) {
+			struct s3_xfer *x = s->wait_head;
+			s->wait_head = x->next;
+			if (!s->wait_head)
+				s->wait_tail = NULL;
+			op_finish_xfer(x, x->method == M_NONE ? 0 : -ETIMEDOUT);
 		}
 		while (s->active < s->max_inflight && s->wait_head) {
 			struct s3_xfer *x = s->wait_head;
@@ -686,12 +716,15 @@ static void *io_thread(void *arg)
 		}
 		if (progressed)
 			continue; /* freed slots: start waiting transfers before sleeping */
+		/* Wake for the next retry and for the first queued deadline (the head's). */
+		uint64_t wake = next_retry;
+		if (s->wait_head)
+			wake = KVT_MIN(wake, s->wait_head->op->deadline_ns);
 		int wait_ms = 1000;
-		if (next_retry != UINT64_MAX) {
+		if (wake != UINT64_MAX) {
 			uint64_t now2 = kvt__now_ns();
-			wait_ms = next_retry <= now2
-				      ? 0
-				      : (int)KVT_MIN(1000, (next_retry - now2) / 1000000 + 1);
+			wait_ms =
+			    wake <= now2 ? 0 : (int)KVT_MIN(1000, (wake - now2) / 1000000 + 1);
 		}
 		if (s->wait_head && s->active < s->max_inflight)
 			wait_ms = 0;
@@ -729,7 +762,6 @@ static struct s3_op *op_new(struct s3_state *s, enum s3_kind kind, uint32_t nx, 
 	op->arg = arg;
 	op->nx = nx;
 	op->pending = nx;
-	op->deadline_ns = kvt__now_ns() + s->timeout_ns;
 	for (uint32_t i = 0; i < nx; i++)
 		op->xfers[i].op = op;
 	return op;
@@ -743,6 +775,8 @@ static int submit(struct s3_state *s, struct s3_op *op)
 		kvt__free(op);
 		return -ECANCELED;
 	}
+	/* Set under the lock: calls join the queue in the order of their deadlines. */
+	op->deadline_ns = kvt__now_ns() + s->timeout_ns;
 	for (uint32_t i = 0; i < op->nx; i++) {
 		struct s3_xfer *x = &op->xfers[i];
 		x->next = NULL;

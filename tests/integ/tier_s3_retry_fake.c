@@ -22,6 +22,10 @@
  * error bodies that must not reach the log (the session token echoed back):
  *   0x68: 400 <Code>ExpiredToken</Code> and the token in the body -> only "ExpiredToken"
  *   0x69: 400 with the token inside <Code>                        -> no code at all
+ * slow answers, for the deadlines of requests that wait for a transfer slot:
+ *   0x70: a HEAD answered 200 after 1.5 s (a DELETE at once)
+ *   0x71: a GET that stalls (6 s, then 500)
+ *   0x72: a GET answered 503 SlowDown after 1 s
  * and counts the requests per path, which the test reads back through /count/<path>.
  * Every other GET is a 206 with its Content-Range in a 1 MiB object.
  * Bucket "nob" does not exist (404 to everything); listings: bucket "loop" lists one page
@@ -41,7 +45,9 @@
  * one, or one with a CR/LF, fails the open with one line. A credentials file that sets a
  * key twice in the profile fails the open naming the file and line (src/config.c's rule),
  * as does one that repeats the profile's section to set it again. An s3.prefix a URL would
- * change ('#', '?', '%', blanks, "." segments) fails the open. Everything else about the
+ * change ('#', '?', '%', blanks, "." segments) fails the open. Deadlines with every transfer
+ * slot taken by a stalled request of a later call: a remove's DELETE goes first and answers,
+ * a read waiting to retry fails -ETIMEDOUT at its own deadline. Everything else about the
  * tier is tested against a real radosgw in tier_s3.c.
  */
 #include "ceph_harness.h"
@@ -49,7 +55,7 @@
 extern const struct kvt_tier_ops kvt__tier_s3_ops;
 
 static const char server_py[] =
-    "import sys, http.server, socketserver, collections\n"
+    "import sys, http.server, socketserver, collections, time\n"
     "counts = collections.Counter()\n"
     "class H(http.server.BaseHTTPRequestHandler):\n"
     "    protocol_version = 'HTTP/1.1'\n"
@@ -106,6 +112,10 @@ static const char server_py[] =
     "        if self.path.startswith('/negsz?'):\n"
     "            return self.listing(b'false', b'', [(b'01', b'4096'), (b'02', b'-1')])\n"
     "        if not tag: return self.reply(200)\n"
+    "        if tag == '70' and self.command == 'HEAD': time.sleep(1.5); return self.reply(200)\n"
+    "        if tag == '71' and self.command == 'GET': time.sleep(6); return self.reply(500)\n"
+    "        if tag == '72' and self.command == 'GET':\n"
+    "            time.sleep(1); return self.reply(503, b'<Error><Code>SlowDown</Code></Error>')\n"
     "        slow = b'<Error><Code>SlowDown</Code></Error>'\n"
     "        if tag == '51' and counts[self.path] <= 2: return self.reply(503, slow)\n"
     "        if tag == '52': return self.reply(503, slow)\n"
@@ -410,6 +420,74 @@ static void prefixes(const char *ep)
 			"open\n");
 }
 
+static double ms_taken(const struct done *d)
+{
+	return (double)(d->t_done - d->t_submit) / 1e6;
+}
+
+/* No call answers past its deadline (s3.timeout_ms from its submission) because its next
+ * request waits for a transfer slot that a stalled transfer of a later call holds. One slot
+ * (s3.max_inflight = 1) stands for all of them being taken (64 stalled requests). */
+static void queued_deadlines(const char *ep)
+{
+	static uint8_t buf[4096];
+	struct kvt_seg seg = {0, sizeof(buf), buf};
+	struct kvt_key krm, kst, kre;
+	char path[128];
+	struct done drm, dst, dre;
+	struct kvt_config *cfg = fake_cfg(ep);
+	cfg_set(cfg, "s3.timeout_ms", "2000");
+	cfg_set(cfg, "s3.max_inflight", "1");
+	cfg_set(cfg, "s3.retries", "3");
+	struct kvt_tier *t;
+	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &t) == 0, "open");
+	kvt_config_destroy(cfg);
+
+	/* A remove (t=0) whose HEAD answers at 1.5 s, and a read submitted at 1 s that stalls:
+	 * the remove's DELETE goes before the later call's GET, and answers in time. */
+	memset(&krm, 0, sizeof(krm));
+	krm.bytes[0] = 0x70;
+	memset(&kst, 0, sizeof(kst));
+	kst.bytes[0] = 0x71;
+	done_init(&drm);
+	CHECK(t->ops->remove(t, &krm, done_cb, &drm) == 0, "remove");
+	usleep(1000 * 1000);
+	done_init(&dst);
+	CHECK(t->ops->read(t, &kst, &seg, 1, done_cb, &dst) == 0, "read");
+	int rrm = done_wait(&drm, 10000), rst = done_wait(&dst, 10000);
+	path_of(&krm, path, sizeof(path));
+	fprintf(stderr, "remove (HEAD answered at 1.5 s), 2000 ms deadline: %d after %.0f ms\n",
+		rrm, ms_taken(&drm));
+	fprintf(stderr, "stalled read queued behind it, 2000 ms deadline: %d after %.0f ms\n", rst,
+		ms_taken(&dst));
+	CHECK(rrm == 0 && ms_taken(&drm) < 2000 + 300, "remove, 2000 ms deadline: %d after %.0f ms",
+	      rrm, ms_taken(&drm));
+	CHECK(count_of(path) == 2, "remove: %d requests (want HEAD and DELETE)", count_of(path));
+	CHECK(rst == -ETIMEDOUT && ms_taken(&dst) < 2000 + 300,
+	      "stalled read, 2000 ms deadline: %d after %.0f ms", rst, ms_taken(&dst));
+
+	/* A read (t=0) answered 503 at 1 s waits to retry while a read submitted at 0.7 s takes
+	 * the slot and stalls: the first one fails at its own deadline, not the other's. */
+	memset(&kre, 0, sizeof(kre));
+	kre.bytes[0] = 0x72;
+	kst.bytes[1] = 1;
+	done_init(&dre);
+	CHECK(t->ops->read(t, &kre, &seg, 1, done_cb, &dre) == 0, "read");
+	usleep(700 * 1000);
+	done_init(&dst);
+	CHECK(t->ops->read(t, &kst, &seg, 1, done_cb, &dst) == 0, "read");
+	int rre = done_wait(&dre, 10000);
+	rst = done_wait(&dst, 10000);
+	fprintf(stderr, "read retrying behind a stalled read, 2000 ms deadline: %d after %.0f ms\n",
+		rre, ms_taken(&dre));
+	CHECK(rre == -ETIMEDOUT && ms_taken(&dre) < 2000 + 300,
+	      "read retrying behind a stalled transfer, 2000 ms deadline: %d after %.0f ms", rre,
+	      ms_taken(&dre));
+	CHECK(rst == -ETIMEDOUT && ms_taken(&dst) < 2000 + 300,
+	      "stalled read, 2000 ms deadline: %d after %.0f ms", rst, ms_taken(&dst));
+	tier_close(t);
+}
+
 int main(void)
 {
 	if (shf("command -v python3 >/dev/null && command -v curl >/dev/null")) {
@@ -657,6 +735,7 @@ int main(void)
 	CHECK(rc == -EPROTO, "an entry without a Key: %d, %d objects", rc, listed);
 	rc = list_bucket(ep, "negsz", &listed);
 	CHECK(rc == -EPROTO && listed == 1, "a negative Size: %d, %d objects", rc, listed);
+	queued_deadlines(ep);
 	session_tokens(ep);
 	credentials_files(ep);
 	prefixes(ep);
