@@ -9,6 +9,15 @@
  * erasure-coded: Ceph does the coding, and every call here works on both (no partial
  * overwrites, no omap), see docs/TIERS.md.
  *
+ * Corrupt objects: each read remembers the object version the OSD served (per key, recent
+ * reads), and drop_corrupt removes the object only if it still has that version (one write
+ * op: assert_version, then remove). Another node may have replaced the object with good
+ * bytes since that read (write_full makes a new version); an unconditional remove would
+ * delete that good copy, and every node would then miss the key. A key whose recent reads
+ * served different versions, or that no remembered read served, is left in place: a corrupt
+ * copy left costs a later re-read (which reports it again), a good copy dropped costs every
+ * node a miss.
+ *
  * Submission: librados' objecter throttles inside the submitting call; this tier lifts
  * those limits and keeps its own (rados.max_inflight). A call with room under the limit and
  * nothing queued ahead is issued straight from the caller's thread (no hop); otherwise it
@@ -57,6 +66,8 @@ struct rados_sub {
 	void *buf; /* read */
 	uint64_t off, len;
 	void *hold;		 /* zero-copy write: librados' references to the buffer */
+	uint64_t ver;		 /* read: the object version the OSD served (0: none) */
+	rados_write_op_t wop;	 /* drop: released when it completes */
 	int rc;			 /* a lingering write's result */
 	struct rados_sub *next;	 /* lingering list */
 };
@@ -76,8 +87,18 @@ struct rados_op {
 	const void *obj;
 	uint64_t len;
 	uint32_t nsub;
+	struct kvt_key key;		     /* read, drop */
+	uint64_t ver;			     /* drop: the version the read served */
 	char (*oids)[2 * KVT_KEY_BYTES + 1]; /* one per sub (exists) or one for all */
 	struct rados_sub subs[];
+};
+
+#define RADOS_SERVED 4096 /* reads remembered for drop_corrupt */
+
+struct rados_served {
+	struct kvt_key key;
+	uint64_t ver; /* the version read; 0: reads served more than one (drop nothing) */
+	bool used;
 };
 
 struct rados_state {
@@ -102,6 +123,10 @@ struct rados_state {
 	uint32_t direct;	   /* callers inside issue_direct(): close waits for them */
 	uint32_t inflight;	   /* librados calls not yet completed */
 	struct kvt_io_counters cnt;
+	/* Which object version each recent read of a key served (by key hash, direct-mapped,
+	 * under served_lock): drop_corrupt removes only that version (see the note above). */
+	pthread_mutex_t served_lock;
+	struct rados_served served[RADOS_SERVED];
 };
 
 static const char *sub_oid(struct rados_sub *u)
@@ -110,6 +135,42 @@ static const char *sub_oid(struct rados_sub *u)
 }
 
 static void op_complete(struct rados_op *op);
+
+static struct rados_served *served_slot(struct rados_state *s, const struct kvt_key *key)
+{
+	return &s->served[kvt__key_hash(key) % RADOS_SERVED];
+}
+
+/* A read of key served version ver (0: more than one, its segments disagreed). A second
+ * read that served another version than the one remembered makes the key ambiguous until
+ * the next drop_corrupt: a report may then be about either copy. */
+static void remember_served(struct rados_state *s, const struct kvt_key *key, uint64_t ver)
+{
+	pthread_mutex_lock(&s->served_lock);
+	struct rados_served *e = served_slot(s, key);
+	if (e->used && kvt__key_eq(&e->key, key)) {
+		if (e->ver != ver)
+			e->ver = 0;
+	} else {
+		*e = (struct rados_served){.key = *key, .ver = ver, .used = true};
+	}
+	pthread_mutex_unlock(&s->served_lock);
+}
+
+/* The one version recent reads of key served, forgotten as it is taken; 0 if none or
+ * several. */
+static uint64_t recall_served(struct rados_state *s, const struct kvt_key *key)
+{
+	uint64_t ver = 0;
+	pthread_mutex_lock(&s->served_lock);
+	struct rados_served *e = served_slot(s, key);
+	if (e->used && kvt__key_eq(&e->key, key)) {
+		ver = e->ver;
+		e->used = false;
+	}
+	pthread_mutex_unlock(&s->served_lock);
+	return ver;
+}
 
 /* A sub-request ended with rc (librados' return value, or our own -errno). */
 static void sub_done(struct rados_sub *u, int rc)
@@ -141,6 +202,17 @@ static void sub_done(struct rados_sub *u, int rc)
 		if (rc >= 0)
 			atomic_fetch_add(&s->cnt.write_bytes, op->len);
 		break;
+	case OP_DROP:
+		/* The version assert failed: the object is not the copy the read served (a newer
+		 * one, written since) and stays. Not an error. */
+		if (rc == -ERANGE || rc == -EOVERFLOW) {
+			KVT_INFO(&s->t->log, "rados: %s was rewritten since the corrupt read; left "
+					     "in place", op->oids[0]);
+			rc = 0;
+		} else if (rc >= 0) {
+			atomic_fetch_add(&s->cnt.removes, 1);
+		}
+		break;
 	default:
 		break;
 	}
@@ -157,8 +229,23 @@ static void op_complete(struct rados_op *op)
 {
 	struct rados_state *s = op->s;
 	int64_t result = atomic_load(&op->result);
-	if (result >= 0 && op->kind == OP_READ) /* never clamped: objects may exceed 2 GiB */
+	if (result >= 0 && op->kind == OP_READ) { /* never clamped: objects may exceed 2 GiB */
 		result = (int64_t)atomic_load(&op->total);
+		/* Before the callback: the caller may report the bytes corrupt from it. */
+		uint64_t ver = 0;
+		bool any = false;
+		for (uint32_t i = 0; i < op->nsub; i++) {
+			uint64_t v = op->subs[i].ver;
+			if (!v)
+				continue; /* not issued (empty segment) */
+			ver = any && v != ver ? 0 : v;
+			any = true;
+			if (!ver)
+				break;
+		}
+		if (any)
+			remember_served(s, &op->key, ver);
+	}
 	if (result < 0 && result != -ENOENT && result != -ECANCELED) {
 		atomic_fetch_add(&s->cnt.errors, 1);
 		KVT_DEBUG(&s->t->log, "rados: %s: %s", op->oids[0], strerror((int)-result));
@@ -186,7 +273,13 @@ static void on_complete(rados_completion_t c, void *arg)
 	struct rados_sub *u = arg;
 	struct rados_state *s = u->op->s;
 	int rc = rados_aio_get_return_value(c);
+	if (rc >= 0 && u->op->kind == OP_READ)
+		u->ver = rados_aio_get_version(c);
 	rados_aio_release(c);
+	if (u->wop) {
+		rados_release_write_op(u->wop);
+		u->wop = NULL;
+	}
 	if (rc == -ETIMEDOUT || rc == -ETIME)
 		rc = -ETIMEDOUT;
 	bool linger = false;
@@ -263,10 +356,26 @@ static int issue(struct rados_state *s, struct rados_sub *u)
 		atomic_fetch_add(&s->cnt.writes, 1);
 		break;
 	case OP_REMOVE:
-	case OP_DROP:
 		rc = rados_aio_remove(s->io, oid, c);
 		atomic_fetch_add(&s->cnt.removes, 1);
 		break;
+	case OP_DROP: {
+		/* Removes the object only if it is still the version the corrupt read served. */
+		rados_write_op_t w = rados_create_write_op();
+		if (!w) {
+			rc = -ENOMEM;
+			break;
+		}
+		rados_write_op_assert_version(w, op->ver);
+		rados_write_op_remove(w);
+		u->wop = w; /* before the completion can run */
+		rc = rados_aio_write_op_operate(w, s->io, c, oid, NULL, 0);
+		if (rc < 0) { /* no completion will run: u is still ours */
+			u->wop = NULL;
+			rados_release_write_op(w);
+		}
+		break;
+	}
 	}
 	if (rc < 0)
 		rados_aio_release(c);
@@ -459,6 +568,7 @@ static int rt_read(struct kvt_tier *t, const struct kvt_key *key, const struct k
 	if (!op)
 		return -ENOMEM;
 	kvt_key_to_hex(key, op->oids[0]);
+	op->key = *key;
 	/* Each segment is its own OSD read, so several are not atomic: a remove between them
 	 * ends the read -ENOENT (a miss), and a rewrite may mix two writes of the key (equal
 	 * bytes unless encrypted: fresh nonce), which the reader's CRC/MAC checks refuse
@@ -512,10 +622,20 @@ static void rt_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 	atomic_fetch_add(&s->cnt.checksum_failures, 1);
 	if (s->ro)
 		return; /* inspection never deletes */
+	uint64_t ver = recall_served(s, key);
+	if (!ver) {
+		char hex[2 * KVT_KEY_BYTES + 1];
+		kvt_key_to_hex(key, hex);
+		KVT_DEBUG(&s->t->log, "rados: %s: recent reads served no single copy; not dropped",
+			  hex);
+		return;
+	}
 	struct rados_op *op = op_new(s, OP_DROP, 1, 1, NULL, NULL);
 	if (!op)
 		return;
 	kvt_key_to_hex(key, op->oids[0]);
+	op->key = *key;
+	op->ver = ver;
 	submit(s, op);
 }
 
@@ -571,6 +691,7 @@ static void teardown(struct rados_state *s)
 	pthread_mutex_unlock(&s->lock);
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->served_lock);
 }
 
 static int set_opt(struct rados_state *s, const char *k, const char *v)
@@ -590,6 +711,7 @@ static int rt_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	s->ro = kvt__cfg_bool(cfg, "store.read_only");
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
+	pthread_mutex_init(&s->served_lock, NULL);
 	s->max_inflight = (uint32_t)kvt__cfg_u64(cfg, "rados.max_inflight");
 	s->timeout_ns = kvt__cfg_u64(cfg, "rados.timeout_ms") * 1000000ULL;
 	s->zero_copy = kvt__cfg_bool(cfg, "rados.zero_copy");

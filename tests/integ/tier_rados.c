@@ -3,12 +3,13 @@
  * tier_rados.c - the "rados" tier against a real single-node Ceph started by
  * scripts/ceph/start-ceph.sh: round trip, offset reads, batched stats, misses, namespaces,
  * many operations in flight, cancel at close, a missing pool, and an OSD stalled (SIGSTOP)
- * mid-run: -ETIMEDOUT within the deadline, never a hang; then recovery. Buffer ownership
- * (writes are zero-copy where src/rados_zc.cc is built): a caller that scribbles over and
- * frees its buffer as soon as the callback runs still finds exactly its bytes stored, also
- * for writes that timed out; a write the OSD refuses (larger than osd_max_object_size)
- * reports its error. (The tier against its reference, rados bench: `kvtier bench --tier
- * rados`.)
+ * mid-run: -ETIMEDOUT within the deadline, never a hang; then recovery. A drop of a corrupt
+ * object removes only the copy the read served, never one another node wrote since. Buffer
+ * ownership (writes are zero-copy where src/rados_zc.cc is built): a caller that scribbles
+ * over and frees its buffer as soon as the callback runs still finds exactly its bytes
+ * stored, also for writes that timed out; a write the OSD refuses (larger than
+ * osd_max_object_size) reports its error. (The tier against its reference, rados bench:
+ * `kvtier bench --tier rados`.)
  */
 #include "ceph_harness.h"
 
@@ -139,6 +140,75 @@ static void test_basic(void)
 	CHECK(tier_open(&kvt__tier_rados_ops, cfg, &bad) == -ENOENT, "missing pool");
 	CHECK(strstr(log_text, "does not exist"), "missing-pool message: %s", log_text);
 	kvt_config_destroy(cfg);
+}
+
+/* The engine drops an object it found corrupt with drop_corrupt(key), after its read. Another
+ * node may have rewritten the key with good bytes (a write_full: a new object) in the
+ * meantime: the drop must leave that copy, which every node would otherwise miss. Node A
+ * is one tier instance, node B another on the same namespace; each drop ends before A's
+ * close returns (close waits for the operations in flight). */
+static void test_drop_rewritten(void)
+{
+	const size_t n = 256 * 1024;
+	uint8_t *c1 = aligned(n), *c2 = aligned(n), *back = aligned(n);
+	fill(c1, n, 21);
+	fill(c2, n, 22);
+	struct kvt_seg whole = {0, n, back};
+	struct kvt_tier *b = open_cfg(rados_cfg("kvt", "drop"));
+	struct kvt_key k;
+
+	/* A reads copy 1, B rewrites the key (copy 2), A drops what it read: copy 2 stays. */
+	key_of(&k, 12, 1);
+	struct kvt_tier *a = open_cfg(rados_cfg("kvt", "drop"));
+	CHECK(t_write(a, &k, c1, n) == 0, "put copy 1");
+	CHECK(t_read(a, &k, &whole, 1) == (int)n && !memcmp(back, c1, n), "A reads copy 1");
+	CHECK(t_write(b, &k, c2, n) == 0, "B puts copy 2");
+	log_clear();
+	a->ops->drop_corrupt(a, &k); /* the engine, after copy 1 failed its check */
+	struct kvt_tier_stats st = {0};
+	a->ops->stats(a, &st);
+	CHECK(st.checksum_failures == 1, "checksum failures %llu",
+	      (unsigned long long)st.checksum_failures);
+	tier_close(a);
+	memset(back, 0, n);
+	int rc = t_read(b, &k, &whole, 1);
+	CHECK(rc == (int)n, "copy 2 after A dropped copy 1: read %d (%s), want %zu bytes", rc,
+	      strerror(rc < 0 ? -rc : 0), n);
+	CHECK(!memcmp(back, c2, n), "copy 2 differs after the drop");
+	CHECK(strstr(log_text, "left in place"), "no word of the copy left: %s", log_text);
+
+	/* A drop of the copy actually read (nothing rewrote it) still removes it. */
+	a = open_cfg(rados_cfg("kvt", "drop"));
+	CHECK(t_read(a, &k, &whole, 1) == (int)n && !memcmp(back, c2, n), "A reads copy 2");
+	a->ops->drop_corrupt(a, &k);
+	tier_close(a);
+	CHECK((rc = t_read(b, &k, &whole, 1)) == -ENOENT, "the copy read and dropped: %d", rc);
+
+	/* A read twice, B rewrote in between (A's reads served two copies): a drop removes
+	 * nothing, since the report may be about the first. */
+	key_of(&k, 12, 2);
+	a = open_cfg(rados_cfg("kvt", "drop"));
+	CHECK(t_write(b, &k, c1, n) == 0, "put copy 1");
+	CHECK(t_read(a, &k, &whole, 1) == (int)n, "A reads copy 1");
+	CHECK(t_write(b, &k, c2, n) == 0, "B puts copy 2");
+	CHECK(t_read(a, &k, &whole, 1) == (int)n && !memcmp(back, c2, n), "A reads copy 2");
+	a->ops->drop_corrupt(a, &k);
+	tier_close(a);
+	CHECK((rc = t_read(b, &k, &whole, 1)) == (int)n && !memcmp(back, c2, n),
+	      "copy 2 after a drop following reads of two copies: %d", rc);
+
+	/* A key this instance never read: nothing of it is dropped. */
+	a = open_cfg(rados_cfg("kvt", "drop"));
+	a->ops->drop_corrupt(a, &k);
+	tier_close(a);
+	CHECK((rc = t_read(b, &k, &whole, 1)) == (int)n && !memcmp(back, c2, n),
+	      "copy 2 after a drop with no read: %d", rc);
+	CHECK(t_remove(b, &k) == 0, "cleanup");
+
+	tier_close(b);
+	free(c1);
+	free(c2);
+	free(back);
 }
 
 static void test_inflight(void)
@@ -439,6 +509,8 @@ int main(void)
 	      "creating pool kvt");
 	test_basic();
 	fprintf(stderr, "ok basic\n");
+	test_drop_rewritten();
+	fprintf(stderr, "ok drop after a rewrite\n");
 	test_inflight();
 	fprintf(stderr, "ok inflight\n");
 	test_ownership();

@@ -4,7 +4,9 @@
  * pool with the OSD as failure domain (and min_size = k, so it stays writable and readable
  * with one shard gone). Chunks written through the tier must all come back bit-exact, whole
  * and by range, after one OSD is killed with SIGKILL; new writes must work degraded too.
- * Ceph does the erasure coding; the tier only has to use calls an EC pool supports.
+ * Ceph does the erasure coding; the tier only has to use calls an EC pool supports (also
+ * drop_corrupt's version-asserted remove: it leaves a copy another instance rewrote, and
+ * removes the copy read).
  */
 #include "ceph_harness.h"
 
@@ -45,6 +47,40 @@ static int verify_all(struct kvt_tier *t, struct kvt_key *keys, uint8_t **objs, 
 	return 1;
 }
 
+static struct kvt_tier *ec_open(void)
+{
+	struct kvt_config *cfg = cfg_new();
+	cfg_set(cfg, "rados.pool", "kvt-ec");
+	cfg_set(cfg, "rados.timeout_ms", "3000");
+	struct kvt_tier *t;
+	int rc = tier_open(&kvt__tier_rados_ops, cfg, &t);
+	CHECK(rc == 0, "open: %s", strerror(-rc));
+	kvt_config_destroy(cfg);
+	return t;
+}
+
+/* t rewrites what a read, a drops what it read (closing a waits for the drop): the rewrite
+ * stays; a second drop, of the copy read, removes it. */
+static void drop_check(struct kvt_tier *t, uint8_t *c1, uint8_t *c2, size_t n, uint8_t *back)
+{
+	struct kvt_key k;
+	key_of(&k, 13, 1);
+	struct kvt_seg whole = {0, n, back};
+	CHECK(t_write(t, &k, c1, n) == 0, "drop: put copy 1");
+	struct kvt_tier *a = ec_open();
+	CHECK(t_read(a, &k, &whole, 1) == (int)n, "drop: read copy 1");
+	CHECK(t_write(t, &k, c2, n) == 0, "drop: put copy 2");
+	a->ops->drop_corrupt(a, &k);
+	tier_close(a);
+	int rc = t_read(t, &k, &whole, 1);
+	CHECK(rc == (int)n && !memcmp(back, c2, n), "drop removed a rewritten copy: %d", rc);
+	a = ec_open();
+	CHECK(t_read(a, &k, &whole, 1) == (int)n, "drop: read copy 2");
+	a->ops->drop_corrupt(a, &k);
+	tier_close(a);
+	CHECK((rc = t_read(t, &k, &whole, 1)) == -ENOENT, "drop of the copy read: %d", rc);
+}
+
 int main(void)
 {
 	ceph_start(3, 0);
@@ -56,13 +92,8 @@ int main(void)
 	    "creating the erasure-coded pool");
 	shf("ceph osd pool ls detail | grep kvt-ec >&2");
 
-	struct kvt_config *cfg = cfg_new();
-	cfg_set(cfg, "rados.pool", "kvt-ec");
-	cfg_set(cfg, "rados.timeout_ms", "3000");
-	struct kvt_tier *t;
-	int rc = tier_open(&kvt__tier_rados_ops, cfg, &t);
-	CHECK(rc == 0, "open: %s", strerror(-rc));
-	kvt_config_destroy(cfg);
+	struct kvt_tier *t = ec_open();
+	int rc;
 
 	struct kvt_key keys[N];
 	uint8_t *objs[N], *back = aligned(size_of(0) + 600 * 4096);
@@ -82,6 +113,8 @@ int main(void)
 	CHECK(verify_all(t, keys, objs, back), "reads failed with all OSDs up");
 	fprintf(stderr, "stored %d chunks, %.1f MiB, on the k=2 m=1 pool; all verified\n", N,
 		(double)total / 1048576);
+	drop_check(t, objs[0], objs[1], size_of(0), back);
+	fprintf(stderr, "drop_corrupt: a rewritten copy stays, the copy read goes\n");
 
 	pid_t victim = ceph_pid("osd.1");
 	CHECK(kill(victim, SIGKILL) == 0, "SIGKILL osd.1");
