@@ -7,8 +7,10 @@
  * would still need a prefill. There is no model here, so a chunk's KV bytes are derived
  * from its key: resume can prove it got exactly what save stored.
  *
- * `resume` opens the store read-only (like ls, stat and verify): it changes nothing, and
- * retries a read the store pushes back (-EAGAIN) instead of counting it as a hole.
+ * `resume` is a client like an engine restoring a session, not an inspection: it opens the
+ * store as an engine would (a fresh node's local tiers are created, a shared tier's hit is
+ * promoted into them, a damaged object is dropped). It retries a read the store pushes
+ * back (-EAGAIN) instead of counting it as a hole.
  *
  * `save` then asks every persistent tier (all but DRAM, which dies with the process) which
  * chunks it holds, and exits 4 if some chunk is in none of them (a full or read-only tier,
@@ -255,7 +257,6 @@ int kvt_cmd_session(int argc, char **argv)
 		       "  --tokens FILE    whitespace-separated token ids\n"
 		       "  --synthetic N    N seeded pseudo-random tokens (--seed, default 1)\n"
 		       "  --dir D, --config FILE, --tiers LIST, --set K=V, --json as everywhere\n"
-		       "resume opens the store read-only: it changes nothing.\n"
 		       "Exit status: 0 ok; 1 error; 2 usage; 3 resume got wrong bytes; 4 save could "
 		       "not store\nevery chunk in a persistent tier (full, read-only, budget "
 		       "spent), or some of resume's reads failed.\n");
@@ -285,16 +286,6 @@ int kvt_cmd_session(int argc, char **argv)
 			return cli_fail("session", "%s: %s", so.tokens_file, why), 1;
 	} else {
 		synthetic(so.synthetic, so.seed ? so.seed : 1, &tok, &n_tok);
-	}
-	/* resume only reads: it opens every tier read-only, so a typo in --dir is "not a
-	 * kvtier store" rather than a new one, and a damaged object is a miss, not a drop */
-	bool resume = !strcmp(verb, "resume");
-	if (resume) {
-		if (o.n_sets >= (int)(sizeof(o.sets) / sizeof(o.sets[0]))) {
-			free(tok);
-			return cli_fail("session", "too many --set options"), 2;
-		}
-		o.sets[o.n_sets++] = "store.read_only=true";
 	}
 	struct kvt_store *s = cli_open_store(&o);
 	if (!s) {
