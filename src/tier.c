@@ -112,6 +112,7 @@ void kvt__tier_close(struct kvt_tier *t)
 	t->ops->close(t);
 	kvt_config_destroy(t->own_cfg);
 	kvt__evict_gate_put(t->own_gate);
+	kvt__log_gate_put(t->own_log_gate);
 	kvt__free(t->state);
 	kvt__free(t);
 }

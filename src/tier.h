@@ -106,17 +106,19 @@ struct kvt_tier_ops {
 };
 
 struct kvt_evict_gate;
+struct kvt_log_gate;
 
 struct kvt_tier {
 	const struct kvt_tier_ops *ops;
 	void *state;
 	int index;            /* position in the chain */
-	struct kvt_log log;   /* copy of the store's log sink */
+	struct kvt_log log;   /* copy of the store's log sink (through own_log_gate if set) */
 	const struct kvt_geometry *geometry; /* the store's geometry (points at geo) */
 	uint64_t object_max;  /* bytes of a full chunk's object */
 	struct kvt_geometry geo; /* a copy: the tier may outlive whoever opened it */
 	struct kvt_config *own_cfg; /* opened by kvt__tier_open_bounded: its config copy */
 	struct kvt_evict_gate *own_gate; /* and the gate its eviction hook goes through */
+	struct kvt_log_gate *own_log_gate; /* and the one its log goes through (NULL: none) */
 	_Atomic int busy; /* bounded synchronous calls running in the tier */
 	/* Set by the engine before open: the tier evicted key by its own policy or for room
 	 * (its KV events). May be called from any of the tier's threads. */
@@ -167,6 +169,8 @@ int kvt__tier_open_hooked(const char *name, const struct kvt_config *cfg,
 void kvt__tier_close(struct kvt_tier *t);
 /* Drop the tier's reference to its eviction gate (kvt__tier_close does; tier_bounded.c). */
 void kvt__evict_gate_put(struct kvt_evict_gate *g);
+/* The same for its log gate. */
+void kvt__log_gate_put(struct kvt_log_gate *g);
 
 /* The synchronous calls with a time limit (src/tier_bounded.c): on a hung device they
  * return -ETIMEDOUT after ms and leave the call running on a helper thread; whatever it
@@ -175,9 +179,10 @@ void kvt__evict_gate_put(struct kvt_evict_gate *g);
  * window still reaches on_evict_arg, which must therefore outlive it). close: 0 closed;
  * -ETIMEDOUT: left closing (it frees itself when the close returns); -EBUSY: a call left
  * running in it, so it was not closed (still allocated, the caller's to keep). Either way
- * the caller must free nothing the tier's late callbacks may touch. scan / scan_anomalies: the
- * listing is collected on the helper thread, then fn runs on the caller's thread;
- * -EOPNOTSUPP when the tier cannot list. */
+ * the caller must free nothing the tier's late callbacks may touch, except the log's
+ * argument: once an open or close returns, a tier it left running logs no more (its log
+ * gate, tier_bounded.c). scan / scan_anomalies: the listing is collected on the helper
+ * thread, then fn runs on the caller's thread; -EOPNOTSUPP when the tier cannot list. */
 int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
 			   const struct kvt_log *log, const struct kvt_geometry *g, int index,
 			   void (*on_evict)(void *, int, const struct kvt_key *, uint64_t),

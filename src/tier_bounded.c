@@ -9,6 +9,11 @@
  * waits for it within the same bound, then gives up and leaves the tier allocated
  * (kvt__tier_close_bounded), which the engine reports and works around.
  *
+ * Such a tier's late work must not reach the caller either: the caller may free what it
+ * passed once the call returned. The eviction hook and the log sink go through gates the
+ * caller closes when it gives up (an open past its bound; a close given up on, where the
+ * store stays allocated for the hook but its owner may free the log's argument).
+ *
  * The asynchronous calls need none of this: the engine's deadlines bound them
  * (src/engine_health.c). can_write and drop_corrupt must not block on I/O (src/tier.h).
  */
@@ -148,10 +153,49 @@ void kvt__evict_gate_put(struct kvt_evict_gate *g)
 	}
 }
 
+/* The tier's log sink goes through a gate too (t->log, and the log of its configuration
+ * copy): the caller's log function and argument are only valid until the call that gave
+ * up returns. The gate closes then (open past its bound, close given up on); a message in
+ * flight finishes first, later ones are dropped. Two references: the opener's, and the
+ * open's then the tier's (kvt__tier_close drops it). */
+struct kvt_log_gate {
+	pthread_mutex_t m;
+	bool closed;
+	atomic_int refs;
+	struct kvt_log to;
+};
+
+static void log_gate_forward(void *arg, int level, const char *msg)
+{
+	struct kvt_log_gate *g = arg;
+	pthread_mutex_lock(&g->m);
+	if (!g->closed)
+		g->to.fn(g->to.arg, level, msg);
+	pthread_mutex_unlock(&g->m);
+}
+
+static void log_gate_close(struct kvt_log_gate *g)
+{
+	if (!g)
+		return;
+	pthread_mutex_lock(&g->m);
+	g->closed = true;
+	pthread_mutex_unlock(&g->m);
+}
+
+void kvt__log_gate_put(struct kvt_log_gate *g)
+{
+	if (g && atomic_fetch_sub(&g->refs, 1) == 1) {
+		pthread_mutex_destroy(&g->m);
+		kvt__free(g);
+	}
+}
+
 struct open_call {
 	char name[32];
 	struct kvt_config *cfg; /* a copy: the tier keeps it (t->own_cfg) */
-	struct kvt_log log;
+	struct kvt_log log;     /* through lgate when the caller logs, else the caller's */
+	struct kvt_log_gate *lgate; /* the open's reference (then the tier's); NULL: none */
 	struct kvt_geometry geo;
 	int index;
 	struct kvt_evict_gate *gate; /* NULL: no eviction hook */
@@ -167,10 +211,13 @@ static int64_t open_run(void *arg)
 		o->t->own_cfg = o->cfg; /* tiers may keep pointers into their configuration */
 		o->cfg = NULL;
 		o->t->own_gate = o->gate; /* the tier's reference */
+		o->t->own_log_gate = o->lgate;
 	} else {
 		kvt__evict_gate_put(o->gate);
+		kvt__log_gate_put(o->lgate);
 	}
 	o->gate = NULL;
+	o->lgate = NULL;
 	return rc;
 }
 
@@ -200,9 +247,26 @@ int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
 	o->log = *log;
 	o->geo = *g;
 	o->index = index;
+	struct kvt_log_gate *lgate = NULL;
+	if (log->fn) {
+		if (!(lgate = kvt__calloc(1, sizeof(*lgate)))) {
+			kvt_config_destroy(o->cfg);
+			kvt__free(o);
+			return -ENOMEM;
+		}
+		pthread_mutex_init(&lgate->m, NULL);
+		atomic_init(&lgate->refs, 2); /* ours, and the open's (then the tier's) */
+		lgate->to = *log;
+		o->lgate = lgate;
+		o->log = (struct kvt_log){log_gate_forward, lgate, log->level};
+		/* a tier may log through its configuration's sink too */
+		kvt_config_set_log(o->cfg, log_gate_forward, lgate, log->level);
+	}
 	struct kvt_evict_gate *gate = NULL;
 	if (on_evict) {
 		if (!(gate = kvt__calloc(1, sizeof(*gate)))) {
+			kvt__log_gate_put(lgate);
+			kvt__log_gate_put(lgate);
 			kvt_config_destroy(o->cfg);
 			kvt__free(o);
 			return -ENOMEM;
@@ -222,6 +286,9 @@ int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
 		}
 		kvt__evict_gate_put(gate);
 	}
+	if (r == -ETIMEDOUT) /* the caller may free the log's argument once we return */
+		log_gate_close(lgate);
+	kvt__log_gate_put(lgate);
 	if (r == -ETIMEDOUT) {
 		KVT_ERR(log, "tier %s did not open within %llu ms (store.sync_timeout_ms): its "
 			     "device or server does not answer",
@@ -255,17 +322,26 @@ int kvt__tier_close_bounded(struct kvt_tier *t, uint64_t ms)
 		KVT_ERR(&t->log, "tier %s is still in a call left running after %llu ms "
 				 "(store.sync_timeout_ms): left open, its memory not freed",
 			t->ops->name, (unsigned long long)ms);
+		log_gate_close(t->own_log_gate); /* the call left running logs no more */
 		return -EBUSY;
 	}
 	uint64_t now = kvt__now_ns();
 	uint64_t left = end > now ? (end - now) / 1000000ull : 0;
-	struct kvt_log log = t->log; /* t is gone once close_run returns */
+	/* t is gone once close_run returns: log through copies, the gate kept alive by a
+	 * reference of ours (t->log goes through it when the tier was opened bounded) */
+	struct kvt_log log = t->log;
+	struct kvt_log_gate *lgate = t->own_log_gate;
+	if (lgate)
+		atomic_fetch_add(&lgate->refs, 1);
 	const char *name = t->ops->name;
 	int64_t r = bounded(NULL, close_run, t, NULL, KVT_MAX(left, 1));
-	if (r == -ETIMEDOUT)
+	if (r == -ETIMEDOUT) {
 		KVT_ERR(&log, "tier %s did not close within %llu ms (store.sync_timeout_ms): "
 			      "its device or server does not answer; left closing",
 			name, (unsigned long long)ms);
+		log_gate_close(lgate); /* the close left running logs no more */
+	}
+	kvt__log_gate_put(lgate);
 	return (int)r;
 }
 

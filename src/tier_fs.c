@@ -81,6 +81,7 @@ struct fs_served {
 	struct kvt_key key;
 	struct fs_ident id;
 	bool used;
+	bool conflicted; /* reads of key since served different files: which one is bad? */
 };
 enum fs_sync { SYNC_NONE, SYNC_DATA, SYNC_FULL };
 enum fs_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_FLUSH, OP_DROP, OP_SWEEP, OP_SYNCDIRS };
@@ -174,7 +175,8 @@ struct fs_state {
 
 	/* Which file each recent read served (by key hash, direct-mapped, under served_lock):
 	 * a drop of a corrupt object removes only that file, never a good copy published under
-	 * the same name since (see run_drop). */
+	 * the same name since (see run_drop). Reads of one key that served different files
+	 * mark it conflicted: a drop does not say which read it is about, so it drops none. */
 	pthread_mutex_t served_lock;
 	struct fs_served served[FS_SERVED];
 };
@@ -608,8 +610,18 @@ static void remember_served(struct fs_state *s, const struct kvt_key *key, const
 {
 	pthread_mutex_lock(&s->served_lock);
 	struct fs_served *e = served_slot(s, key);
-	*e = (struct fs_served){.key = *key, .used = true};
-	ident_of(st, &e->id);
+	struct fs_ident id;
+	ident_of(st, &id);
+	/* Another read of key is remembered: if it served another file (a copy replaced in
+	 * between), a later drop may be about either read, and taking it for this one would
+	 * remove a good copy because of a corrupt one. Keep neither: the drop drops nothing
+	 * (a corrupt copy left in place is found again by the next read that uses it). */
+	if (e->used && kvt__key_eq(&e->key, key)) {
+		if (!ident_eq(&e->id, &id))
+			e->conflicted = true;
+	} else {
+		*e = (struct fs_served){.key = *key, .id = id, .used = true};
+	}
 	pthread_mutex_unlock(&s->served_lock);
 }
 
@@ -624,7 +636,8 @@ static void forget_served(struct fs_state *s, const struct kvt_key *key)
 	pthread_mutex_unlock(&s->served_lock);
 }
 
-/* The file a read of key served, if still remembered: true and its identity. */
+/* The file a read of key served, if still remembered and not conflicted: true and its
+ * identity. Either way the read is forgotten. */
 static bool recall_served(struct fs_state *s, const struct kvt_key *key, struct fs_ident *id)
 {
 	pthread_mutex_lock(&s->served_lock);
@@ -633,6 +646,7 @@ static bool recall_served(struct fs_state *s, const struct kvt_key *key, struct 
 	if (ok) {
 		*id = e->id;
 		e->used = false;
+		ok = !e->conflicted;
 	}
 	pthread_mutex_unlock(&s->served_lock);
 	return ok;
@@ -950,7 +964,8 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
  * a remove that came meanwhile: it found no name and answered -ENOENT (for kvt_remove, a
  * done remove), and the object would be back. A read no longer remembered drops nothing:
  * the next read that finds the object damaged reports it again, and that report is about
- * a remembered read. A crash between the two steps leaves a temporary that sweeps remove
+ * a remembered read. Nor does one of several reads of the key that served different files
+ * (remember_served): the drop does not say which of them it is about. A crash between the two steps leaves a temporary that sweeps remove
  * after fs.tmp_max_age_s. */
 static int run_drop(struct fs_state *s, struct fs_op *op)
 {
@@ -1179,7 +1194,14 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 			return rc;
 		}
 	}
-	KVT_INFO(&t->log, "fs: %s, %u threads, direct %s, fsync %s", s->dir, s->nthreads, d, y);
+	/* from the values, not d and y: kvt__cfg_str returns one per-thread buffer, so both
+	 * point at the last string read */
+	static const char *const direct_names[] = {[DIRECT_AUTO] = "auto", [DIRECT_ON] = "on",
+						    [DIRECT_OFF] = "off"};
+	static const char *const sync_names[] = {[SYNC_NONE] = "none", [SYNC_DATA] = "data",
+						  [SYNC_FULL] = "full"};
+	KVT_INFO(&t->log, "fs: %s, %u threads, direct %s, fsync %s", s->dir, s->nthreads,
+		 direct_names[s->direct], sync_names[s->sync]);
 	return 0;
 }
 

@@ -6,7 +6,8 @@
  * sweeps, removing a chain's end before its prefix, and stays safe with several writers
  * and a racing remover (no torn object is ever read, a vanished name is only a miss);
  * dropping a corrupt object never removes a good copy another node published before the
- * drop ran; a FIFO planted in an object's place is a miss, not a worker blocked in open
+ * drop ran, nor one a later read of the same key served (the drop does not say which read
+ * it is about); a FIFO planted in an object's place is a miss, not a worker blocked in open
  * for good (and a close that waits for it); a late corruption report spares a copy written
  * since even when it got the old inode number or the read was forgotten; a symbolic link
  * planted in a directory's place is never followed; a write replaces a link, FIFO or
@@ -477,6 +478,61 @@ static void test_stale_drop(void)
 	free(back);
 }
 
+/* Two reads of one key, and a drop about the first: read #1 served a corrupt copy C1;
+ * another node dropped C1 and published a good copy C2; read #2 served C2; then read #1's
+ * check fails. The old tier remembered one read per key, read #2's, and the drop removed
+ * C2 - a miss for every node. Reads of a key that served different files drop nothing (a
+ * corrupt copy left is reported again by the next read of it); reads that served one file
+ * still drop it. */
+static void test_drop_second_read(void)
+{
+	char dir[500], path[700], other[800];
+	snprintf(dir, sizeof(dir), "%s/second", g_root);
+	struct kvt_tier *t;
+	struct kvt_key k;
+	th_key(&k, 10, 1);
+	uint8_t *c1 = abuf(OBJ), *c2 = abuf(OBJ), *back = abuf(OBJ);
+	th_obj_fill(c1, OBJ, 31);
+	th_obj_fill(c2, OBJ, 32);
+	CHECK_EQ(open_fs(&t, dir, NULL), 0);
+	CHECK_EQ(th_write(t, &k, c1, OBJ), 0);
+	CHECK_EQ(th_read_all(t, &k, back, OBJ), OBJ); /* read #1: C1, found corrupt later */
+	CHECK(!memcmp(back, c1, OBJ));
+	key_file(dir, &k, path, sizeof(path));
+	snprintf(other, sizeof(other), "%s.othernode", path);
+	CHECK_EQ(unlink(path), 0); /* the other node drops C1 and publishes C2 */
+	int fd = open(other, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	CHECK_EQ(write(fd, c2, OBJ), OBJ);
+	close(fd);
+	CHECK_EQ(rename(other, path), 0);
+	CHECK_EQ(th_read_all(t, &k, back, OBJ), OBJ); /* read #2: C2 */
+	CHECK(!memcmp(back, c2, OBJ));
+	t->ops->drop_corrupt(t, &k); /* read #1's report */
+	th_close(t); /* runs the queued drop */
+	struct stat sb;
+	bool present = stat(path, &sb) == 0;
+	printf("  the good copy C2 after the drop about C1: %s\n",
+	       present ? "present" : "GONE (removed for a read of C1)");
+	CHECK(present);
+	fd = open(path, O_RDONLY);
+	CHECK(fd >= 0);
+	CHECK_EQ(read(fd, back, OBJ), OBJ);
+	close(fd);
+	CHECK(!memcmp(back, c2, OBJ));
+
+	/* Two reads of the same file: a drop removes it. */
+	CHECK_EQ(open_fs(&t, dir, NULL), 0);
+	CHECK_EQ(th_read_all(t, &k, back, OBJ), OBJ);
+	CHECK_EQ(th_read_all(t, &k, back, OBJ), OBJ);
+	t->ops->drop_corrupt(t, &k);
+	th_close(t);
+	CHECK(stat(path, &sb) < 0 && errno == ENOENT);
+	free(c1);
+	free(c2);
+	free(back);
+}
+
 /* A symbolic link planted in a fan-out directory's place (v1/<xx> -> elsewhere): the tier
  * used to follow it, reading, creating and unlinking files outside fs.dir. Now every level
  * is opened without following: a miss, a remove that touches nothing, a write that fails. */
@@ -610,6 +666,8 @@ int main(void)
 	printf("ok a FIFO in an object's place is a miss\n");
 	test_stale_drop();
 	printf("ok a stale corruption report spares the copy written since\n");
+	test_drop_second_read();
+	printf("ok a drop about one of two reads that served different copies drops neither\n");
 	test_symlinked_leaf();
 	printf("ok a symbolic link in a directory's place is never followed\n");
 	test_planted_name();

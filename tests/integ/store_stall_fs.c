@@ -14,12 +14,17 @@
  *   - nvme: a zero-copy put (written from the caller's buffer, store.zero_copy_puts) whose
  *     write misses its deadline returns -ETIMEDOUT, the caller changes its buffer, and the
  *     write that lands once the mount answers is removed again (src/engine_wb.c,
- *     wb_leg_orphan): the key reads as a miss, no checksum failure, also after a reopen.
+ *     wb_leg_orphan): the key reads as a miss, no checksum failure, also after a reopen;
+ *   - fs: an open (and a close) that gives up on the stalled tier does not call the
+ *     caller's log function once it returned, when the caller may have freed its argument
+ *     (src/tier_bounded.c, the log gate): the argument is freed (ASan reports a use) and
+ *     a call after the return is counted.
  * Exit 0 pass, 1 fail, 77 when slowfs is not built or /dev/fuse is missing (a failure
  * under CI=true: see CMakeLists.txt).
  */
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -219,6 +224,95 @@ static void late_zero_copy(struct slowfs *f)
 	fprintf(stderr, "  the late write was removed; the key is a miss, also after a reopen\n");
 }
 
+/* A log sink whose argument the caller frees once kvt_store_open / kvt_store_close
+ * returned: nothing of the store may call it then. */
+static atomic_int log_returned, log_late;
+struct log_ctx {
+	int magic;
+};
+
+static void ctx_log(void *arg, int level, const char *msg)
+{
+	if (atomic_load(&log_returned)) {
+		atomic_fetch_add(&log_late, 1);
+		fprintf(stderr, "  LOG AFTER RETURN (argument freed): [%d] %s\n", level, msg);
+	}
+	struct log_ctx *c = arg;
+	(void)*(volatile int *)&c->magic; /* what a real sink does with its argument */
+}
+
+static struct kvt_config *ctx_config(const char *dir, struct log_ctx *ctx)
+{
+	struct kvt_config *c = test_config("fs", dir);
+	kvt_config_set_log(c, ctx_log, ctx, KVT_LOG_DEBUG);
+	test_set(c, "fs.dir", dir);
+	test_set(c, "fs.fsync", "none");
+	test_set_deadline(c, "400", "100");
+	test_set(c, "store.sync_timeout_ms", "1000");
+	return c;
+}
+
+/* Wait for what was left running once the mount answers again; count late log calls. */
+static void release_and_count(struct slowfs *f, struct log_ctx *ctx, const char *what)
+{
+	atomic_store(&log_returned, 1);
+	free(ctx);
+	kill(f->pid, SIGUSR2);
+	usleep(1500000);
+	int late = atomic_exchange(&log_late, 0);
+	atomic_store(&log_returned, 0);
+	fprintf(stderr, "  %s: %d log calls after it returned\n", what, late);
+	CHECKM(late == 0, "%s: the caller's log was called %d times after it returned", what,
+	       late);
+}
+
+static void late_log(struct slowfs *f)
+{
+	fprintf(stderr, "== fs on slowfs: no log call after an open or close gave up\n");
+	char dir[4200];
+	snprintf(dir, sizeof(dir), "%s/fs-log", f->mnt);
+	CHECK(mkdir(dir, 0700) == 0);
+
+	/* an open past store.sync_timeout_ms: its tier opens later, and closes at once */
+	struct log_ctx *ctx = calloc(1, sizeof(*ctx));
+	struct kvt_config *c = ctx_config(dir, ctx);
+	kill(f->pid, SIGUSR1);
+	usleep(20000);
+	struct kvt_store *s = NULL;
+	double ms;
+	int rc;
+	TEST_BOUNDED(ms, SYNC_MS + SLACK_MS, "open", rc = kvt_store_open(c, &s),
+		     "  stalled: open %.0f ms (%s)\n", ms, kvt_strerror(rc));
+	kvt_config_destroy(c);
+	CHECK_RC(rc, -ETIMEDOUT);
+	release_and_count(f, ctx, "kvt_store_open");
+
+	/* a close past it: a put left in the tier (it missed its deadline) holds its close */
+	ctx = calloc(1, sizeof(*ctx));
+	c = ctx_config(dir, ctx);
+	s = open_retrying(c);
+	kvt_config_destroy(c);
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	size_t payload = kvt_payload_bytes(g, g->chunk_tokens);
+	void *buf = malloc(payload);
+	struct kvt_key k;
+	test_chain_keys(s, &k, 1, 11);
+	test_fill(buf, payload, 1);
+	kill(f->pid, SIGUSR1);
+	usleep(20000);
+	rc = kvt_put_sync(s, &k, NULL, g->chunk_tokens, buf, payload);
+	CHECK_RC(rc, -ETIMEDOUT);
+	/* the directory goes away under the held write (in the backing directory, past the
+	 * mount): once the mount answers, the write fails, and the tier warns of it */
+	char cmd[8400];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s/fs-log'", f->back);
+	CHECK(system(cmd) == 0);
+	TEST_BOUNDED(ms, SYNC_MS + SLACK_MS, "close", kvt_store_close(s),
+		     "  stalled: close %.0f ms\n", ms);
+	release_and_count(f, ctx, "kvt_store_close");
+	free(buf);
+}
+
 int main(void)
 {
 	static struct slowfs f;
@@ -228,6 +322,7 @@ int main(void)
 	stalled_store(&f, "fs");
 	stalled_store(&f, "nvme");
 	late_zero_copy(&f);
+	late_log(&f);
 	slowfs_stop(&f);
 	fprintf(stderr, "store_stall_fs: ok\n");
 	return 0;
