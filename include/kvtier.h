@@ -228,9 +228,9 @@ KVT_EXPORT int kvt_store_fd(const struct kvt_store *s);
  * many, or -ECANCELED when none was; -ECANCELED at once once kvt_store_close() has begun,
  * except in a completion callback of s run on this thread; and -ECANCELED when a callback
  * it ran closed the store (s is then freed, unless this kvt_poll itself runs inside a
- * callback of s: then the outermost one frees it). It runs at most what was queued when
- * it began, one completion at a time, so a kvt_poll in a callback runs the completions
- * still queued, a sibling queued with its own included. */
+ * callback of s: then the outermost one frees it). It runs at most as many completions as
+ * were queued when it began, taking one at a time, so a kvt_poll in a callback runs the
+ * completions still queued, a sibling queued with its own included. */
 KVT_EXPORT int kvt_poll(struct kvt_store *s, int timeout_ms);
 
 struct kvt_result {

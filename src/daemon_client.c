@@ -240,7 +240,12 @@ static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_r
 			 rep->op != req->op)
 			rc = -EPROTO;
 	}
-	note_io(c, rc);
+	/* A HELLO answered does not say the daemon is back: one stuck past its handshake
+	 * (its workers hung) answers HELLO and then not the request, and counting the HELLO
+	 * would reset the backoff every probe instead of doubling it. The request's answer
+	 * does. */
+	if (rc < 0 || req->op != KVTD_HELLO)
+		note_io(c, rc);
 	if (rc < 0) {
 		KVT_WARN(&c->log, "kvtierd %s: %s", c->path, kvt_strerror(rc));
 		disconnect(c);
@@ -768,7 +773,7 @@ int kvt__client_tp_reserve(struct kvt_client *c, const struct kvt_key *key,
 			   uint8_t *claimed, uint32_t *missing, void **obj, int32_t *slot,
 			   uint64_t *gen)
 {
-	const struct kvt_geometry *g = &c->info.geo;
+	const struct kvt_geometry *g = &c->my_geo; /* as check_get */
 	if (!key || n_tokens == 0 || n_tokens > g->chunk_tokens || h0 >= h1 || h1 > g->kv_heads)
 		return -EINVAL;
 	bool probe = false;
@@ -915,7 +920,7 @@ int kvt__client_complete(struct kvt_client *c, kvt_cb cb, void *arg, const struc
 
 static int check_put(struct kvt_client *c, uint32_t n_tokens, const void *buf, size_t len)
 {
-	const struct kvt_geometry *g = &c->info.geo;
+	const struct kvt_geometry *g = &c->my_geo; /* as check_get */
 	if (!buf || n_tokens == 0 || n_tokens > g->chunk_tokens ||
 	    len != kvt_payload_bytes(g, n_tokens) || len > c->shm_len)
 		return -EINVAL;
@@ -967,7 +972,9 @@ int kvt__client_put(struct kvt_client *c, const struct kvt_key *key, const struc
 static int check_get(const struct kvt_client *c, const struct kvt_key *key, uint32_t l0,
 		     uint32_t l1, const void *buf, size_t len)
 {
-	const struct kvt_geometry *g = &c->info.geo;
+	/* my_geo: set at open, never written after (c->info is rewritten by a reconnect under
+	 * io_lock); a daemon of another geometry is refused at attach */
+	const struct kvt_geometry *g = &c->my_geo;
 	if (!key || !buf)
 		return -EINVAL;
 	if (l1 == 0)
@@ -1113,7 +1120,7 @@ int kvt__client_flush_sync(struct kvt_client *c)
 
 const struct kvt_geometry *kvt__client_geometry(const struct kvt_client *c)
 {
-	return &c->info.geo;
+	return &c->my_geo; /* equal to the daemon's (checked at open), and never rewritten */
 }
 
 const uint8_t *kvt__client_ns_id(const struct kvt_client *c)

@@ -121,10 +121,11 @@ int kvt__e_poll(struct kvt_store *s, int timeout_ms)
 	uint64_t v;
 	ssize_t rd = read(s->efd, &v, sizeof(v)); /* non-blocking; resets the counter */
 	(void)rd;
-	/* Run what is queued now, taking one completion at a time: what this poll has not
-	 * reached yet stays on the queue, so a kvt_poll nested in one of its callbacks can
-	 * run a sibling completion queued together with its own. Anything queued after the
-	 * eventfd was read made it readable again and waits for the next poll. */
+	/* Run as many completions as are queued now, taking one at a time: what this poll has
+	 * not reached yet stays on the queue, so a kvt_poll nested in one of its callbacks can
+	 * run a sibling completion queued together with its own (and this poll may then run
+	 * one queued since, within the same count). Anything queued after the eventfd was
+	 * read made it readable again. */
 	pthread_mutex_lock(&s->cq_lock);
 	uint64_t todo = s->cq_len;
 	int n = 0;
