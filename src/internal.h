@@ -50,6 +50,18 @@ void kvt__logf(const struct kvt_log *log, int level, const char *fmt, ...)
 #define KVT_INFO(log, ...) kvt__logf((log), KVT_LOG_INFO, __VA_ARGS__)
 #define KVT_DEBUG(log, ...) kvt__logf((log), KVT_LOG_DEBUG, __VA_ARGS__)
 
+/* For failures that repeat with every request (a server that is down or full, an endpoint
+ * that refuses): at most one line a second per limiter, so they cannot flood the caller's
+ * log; the next line that goes out says how many were left out. Zero-initialised; shared
+ * between threads (plain words under __atomic builtins, so C++ units may include this). */
+struct kvt_log_limit {
+	uint64_t last_ns;
+	uint64_t dropped;
+};
+#define KVT_LOG_LIMIT_NS 1000000000ull
+void kvt__logf_limited(const struct kvt_log *log, struct kvt_log_limit *lim, int level,
+		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* ---- time ---- */
 uint64_t kvt__now_ns(void); /* CLOCK_MONOTONIC */
 

@@ -67,11 +67,15 @@ static void *bcall_main(void *p)
 	return NULL;
 }
 
-/* Run fn(arg) on a helper thread, wait at most ms. fn's result, or -ETIMEDOUT: then fn
- * goes on, and orphan(arg, rc) runs after it (arg must not live on the caller's stack). */
+/* Run fn(arg) on a helper thread, wait at most ms. fn's result, or -ETIMEDOUT with
+ * *gave_up set: then fn goes on, and orphan(arg, rc) runs after it (arg must not live on
+ * the caller's stack). *gave_up, not the code, tells the two apart: fn may return
+ * -ETIMEDOUT itself (a tier's own timeout, within the bound), and then arg is still the
+ * caller's to free. */
 static int64_t bounded(struct kvt_tier *busy, int64_t (*fn)(void *), void *arg,
-		       void (*orphan)(void *, int64_t), uint64_t ms)
+		       void (*orphan)(void *, int64_t), uint64_t ms, bool *gave_up)
 {
+	*gave_up = false;
 	struct bcall *b = kvt__calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
@@ -119,6 +123,7 @@ static int64_t bounded(struct kvt_tier *busy, int64_t (*fn)(void *), void *arg,
 	b->abandoned = true;
 	pthread_mutex_unlock(&b->m);
 	pthread_detach(th);
+	*gave_up = true;
 	return -ETIMEDOUT;
 }
 
@@ -277,19 +282,20 @@ int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
 		gate->arg = on_evict_arg;
 		o->gate = gate;
 	}
-	int64_t r = bounded(NULL, open_run, o, open_orphan, ms);
+	bool gave_up;
+	int64_t r = bounded(NULL, open_run, o, open_orphan, ms, &gave_up);
 	if (gate) {
-		if (r == -ETIMEDOUT) { /* the opener goes away: no report may reach it now */
+		if (gave_up) { /* the opener goes away: no report may reach it now */
 			pthread_mutex_lock(&gate->m);
 			gate->closed = true;
 			pthread_mutex_unlock(&gate->m);
 		}
 		kvt__evict_gate_put(gate);
 	}
-	if (r == -ETIMEDOUT) /* the caller may free the log's argument once we return */
+	if (gave_up) /* the caller may free the log's argument once we return */
 		log_gate_close(lgate);
 	kvt__log_gate_put(lgate);
-	if (r == -ETIMEDOUT) {
+	if (gave_up) {
 		KVT_ERR(log, "tier %s did not open within %llu ms (store.sync_timeout_ms): its "
 			     "device or server does not answer",
 			name, (unsigned long long)ms);
@@ -334,8 +340,9 @@ int kvt__tier_close_bounded(struct kvt_tier *t, uint64_t ms)
 	if (lgate)
 		atomic_fetch_add(&lgate->refs, 1);
 	const char *name = t->ops->name;
-	int64_t r = bounded(NULL, close_run, t, NULL, KVT_MAX(left, 1));
-	if (r == -ETIMEDOUT) {
+	bool gave_up;
+	int64_t r = bounded(NULL, close_run, t, NULL, KVT_MAX(left, 1), &gave_up);
+	if (gave_up) {
 		KVT_ERR(&log, "tier %s did not close within %llu ms (store.sync_timeout_ms): "
 			      "its device or server does not answer; left closing",
 			name, (unsigned long long)ms);
@@ -399,8 +406,9 @@ int kvt__tier_scan_bounded(struct kvt_tier *t, kvt_scan_fn fn, void *arg, uint64
 	if (!c)
 		return -ENOMEM;
 	c->t = t;
-	int64_t r = bounded(t, scan_run, c, scan_orphan, ms);
-	if (r == -ETIMEDOUT) {
+	bool gave_up;
+	int64_t r = bounded(t, scan_run, c, scan_orphan, ms, &gave_up);
+	if (gave_up) {
 		KVT_ERR(&t->log, "tier %s: listing did not finish within %llu ms "
 				 "(store.sync_timeout_ms): its device or server does not answer",
 			t->ops->name, (unsigned long long)ms);
@@ -468,8 +476,9 @@ int kvt__tier_scan_anomalies_bounded(struct kvt_tier *t,
 	if (!c)
 		return -ENOMEM;
 	c->t = t;
-	int64_t r = bounded(t, anom_run, c, anom_orphan, ms);
-	if (r == -ETIMEDOUT) {
+	bool gave_up;
+	int64_t r = bounded(t, anom_run, c, anom_orphan, ms, &gave_up);
+	if (gave_up) {
 		KVT_ERR(&t->log, "tier %s: checking entries did not finish within %llu ms "
 				 "(store.sync_timeout_ms): its device or server does not answer",
 			t->ops->name, (unsigned long long)ms);

@@ -3,8 +3,8 @@
  * through hiredis. Key: <redis.prefix><64 hex digits>. write = SET, read = STRLEN (to tell
  * a miss from an empty range) + one GETRANGE per segment, exists = one EXISTS per key,
  * remove = DEL, all pipelined. scan (kvtier ls, verify) = SCAN over the prefix plus a
- * STRLEN per key, on a blocking connection of its own: a rare inspection, kept off the
- * I/O connections.
+ * STRLEN per key, on a connection of its own, driven synchronously: a rare inspection,
+ * kept off the I/O connections.
  *
  * Why this shape. A small set of connections (redis.connections), each owned by one I/O
  * thread running its own poll() loop over a non-blocking socket that hiredis connected.
@@ -26,7 +26,10 @@
  * connection is dropped and every request on it fails with -ETIMEDOUT; a reset or refused
  * connection fails them at once. Nothing retries behind the caller's back: the next request
  * reconnects. AUTH (and SELECT) are the first requests of every connection; a refused
- * password fails the requests with -EACCES and a log line that never contains it.
+ * password fails the requests with -EACCES and a log line that never contains it. The
+ * listing is held to the same timeout for its connect and for each whole reply (a deadline
+ * polled for, not a socket timeout, which a trickled reply would never trip). An error
+ * reply is logged at most once a second: a full server answers every put with one.
  */
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -114,6 +117,9 @@ struct rd_state {
 	atomic_uint rr;
 	struct rd_conn conns[RD_MAX_CONNS];
 	struct kvt_io_counters cnt;
+	/* error replies (OOM from a full server, ...) come one per request: logged at most
+	 * once a second, or a full server floods the log with a line per put */
+	struct kvt_log_limit reply_err_log;
 };
 
 /* ------------------------------------------------------------ requests */
@@ -460,7 +466,8 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 					r->msg, op->kind == OP_AUTH ? " (the server's text not shown)" : "");
 			return err;
 		}
-		KVT_WARN(&s->t->log, "redis %s:%d: %s", s->url.host, s->url.port, r->msg);
+		kvt__logf_limited(&s->t->log, &s->reply_err_log, KVT_LOG_WARN, "redis %s:%d: %s",
+				  s->url.host, s->url.port, r->msg);
 	}
 	if (!err) {
 		switch (op->kind) {
@@ -1011,35 +1018,97 @@ static void rd_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 
 /* ------------------------------------------------------------ scan */
 
-/* A blocking command's error as -errno: a reply that did not come within the socket
- * timeout is -ETIMEDOUT. */
-static int sync_err(redisContext *c, redisReply *r)
+/* The listing's connection is a non-blocking hiredis context driven here by poll(), so that
+ * each wait has a deadline for the whole of it. (A blocking context under redisSetTimeout
+ * bounds each recv(), not the reply: a server that trickled a reply a byte at a time kept
+ * the listing - and the tier's close, which waits for it - going indefinitely.) */
+
+/* The context's failure as -errno. */
+static int sync_fail(const redisContext *c)
 {
-	if (!r)
-		return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK ||
-						  errno == ETIMEDOUT)
-			   ? -ETIMEDOUT
-		       : c->err == REDIS_ERR_EOF ? -ECONNRESET
-						 : -EIO;
-	return r->type == REDIS_REPLY_ERROR ? error_code(r->str) : 0;
+	switch (c->err) {
+	case REDIS_ERR_EOF:
+		return -ECONNRESET;
+	case REDIS_ERR_OOM:
+		return -ENOMEM;
+	case REDIS_ERR_PROTOCOL:
+		return -EPROTO;
+	default:
+		return -EIO;
+	}
 }
 
-static int sync_ok(redisContext *c, redisReply *r)
+/* Until the socket has one of events or end_ns passes: 0 (*revents set) or -ETIMEDOUT. */
+static int sync_wait(const redisContext *c, short events, uint64_t end_ns, short *revents)
 {
-	int rc = sync_err(c, r);
-	freeReplyObject(r);
+	for (;;) {
+		uint64_t now = kvt__now_ns();
+		if (now >= end_ns)
+			return -ETIMEDOUT;
+		struct pollfd pfd = {c->fd, events, 0};
+		int n = poll(&pfd, 1, (int)KVT_MIN((end_ns - now + 999999) / 1000000, 1u << 30));
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (n > 0) {
+			*revents = pfd.revents;
+			return 0;
+		}
+	}
+}
+
+/* The next reply, after sending what is queued before it: all within redis.timeout_ms of
+ * this call, else -ETIMEDOUT. 0 and *out (the caller frees it), an error reply's -errno
+ * (*out set too), or the connection's failure. */
+static int sync_reply(const struct rd_state *s, redisContext *c, redisReply **out)
+{
+	uint64_t end = kvt__now_ns() + s->timeout_ns;
+	*out = NULL;
+	for (;;) {
+		void *r = NULL;
+		if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+			return sync_fail(c);
+		if (r) {
+			*out = r;
+			return (*out)->type == REDIS_REPLY_ERROR ? error_code((*out)->str) : 0;
+		}
+		int done = 0;
+		if (redisBufferWrite(c, &done) != REDIS_OK) /* what the socket takes, no more */
+			return sync_fail(c);
+		short rev = 0;
+		int rc = sync_wait(c, (short)(POLLIN | (done ? 0 : POLLOUT)), end, &rev);
+		if (rc < 0)
+			return rc;
+		if ((rev & (POLLIN | POLLHUP | POLLERR)) && redisBufferRead(c) != REDIS_OK)
+			return sync_fail(c);
+	}
+}
+
+/* One command and its reply (sync_reply); out NULL: the reply is only checked. */
+static int sync_cmd(const struct rd_state *s, redisContext *c, redisReply **out, const char *fmt,
+		    ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int ok = redisvAppendCommand(c, fmt, ap);
+	va_end(ap);
+	if (ok != REDIS_OK)
+		return sync_fail(c);
+	redisReply *r;
+	int rc = sync_reply(s, c, &r);
+	if (out && rc == 0)
+		*out = r;
+	else
+		freeReplyObject(r);
 	return rc;
 }
 
-/* List the objects under redis.prefix (kvtier ls, verify), on a blocking connection of its
- * own: SCAN with the prefix as pattern, then the sizes (STRLEN) pipelined per batch. Every
- * reply within redis.timeout_ms, else -ETIMEDOUT (and the caller's bound is
- * store.sync_timeout_ms, src/tier_bounded.c). */
+/* List the objects under redis.prefix (kvtier ls, verify), on a connection of its own:
+ * SCAN with the prefix as pattern, then the sizes (STRLEN) pipelined per batch. The
+ * connect and every reply within redis.timeout_ms, else -ETIMEDOUT (and the caller's
+ * bound is store.sync_timeout_ms, src/tier_bounded.c). */
 static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 {
 	struct rd_state *s = t->state;
-	struct timeval tv = {(time_t)(s->timeout_ns / 1000000000ull),
-			     (suseconds_t)(s->timeout_ns % 1000000000ull / 1000)};
 	struct kvt_resolver *lookup = NULL;
 	char ip[64];
 	int rc = kvt__resolve(&lookup, s->url.host, s->url.port, s->timeout_ns, ip, sizeof(ip));
@@ -1048,20 +1117,33 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 		KVT_WARN(&t->log, "redis %s:%d: name lookup: %s", s->url.host, s->url.port, kvt_strerror(rc));
 		return rc;
 	}
-	redisContext *c = redisConnectWithTimeout(ip, s->url.port, tv);
+	redisContext *c = redisConnectNonBlock(ip, s->url.port);
 	if (!c)
 		return -ENOMEM;
 	if (c->err) {
+		rc = c->err == REDIS_ERR_IO && errno ? -errno : -ECONNREFUSED;
 		KVT_WARN(&t->log, "redis %s:%d: connect: %s", s->url.host, s->url.port, c->errstr);
-		rc = errno == ETIMEDOUT || errno == EINPROGRESS ? -ETIMEDOUT : -ECONNREFUSED;
 		goto out;
 	}
-	redisSetTimeout(c, tv);
-	if (s->url.pass[0] && (rc = sync_ok(c, s->url.user[0] ? redisCommand(c, "AUTH %s %s", s->url.user,
-								      s->url.pass)
-						       : redisCommand(c, "AUTH %s", s->url.pass))) < 0)
+	short rev = 0;
+	rc = sync_wait(c, POLLOUT, kvt__now_ns() + s->timeout_ns, &rev);
+	if (rc == 0) {
+		int err = 0;
+		socklen_t len = sizeof(err);
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+			err = errno;
+		rc = -err;
+	}
+	if (rc < 0) {
+		KVT_WARN(&t->log, "redis %s:%d: connect: %s", s->url.host, s->url.port,
+			 kvt_strerror(rc));
 		goto out;
-	if (s->url.db && (rc = sync_ok(c, redisCommand(c, "SELECT %d", s->url.db))) < 0)
+	}
+	if (s->url.pass[0] &&
+	    (rc = s->url.user[0] ? sync_cmd(s, c, NULL, "AUTH %s %s", s->url.user, s->url.pass)
+				 : sync_cmd(s, c, NULL, "AUTH %s", s->url.pass)) < 0)
+		goto out;
+	if (s->url.db && (rc = sync_cmd(s, c, NULL, "SELECT %d", s->url.db)) < 0)
 		goto out;
 	/* the prefix as a glob pattern: its special characters escaped */
 	char pat[2 * sizeof(s->prefix) + 2];
@@ -1075,8 +1157,9 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	/* A full SCAN takes about DBSIZE / COUNT calls (more while the server rehashes, and
 	 * keys come and go): a server that keeps sending new cursors past several times that
 	 * cannot be followed to the end, e.g. one cycling between two. */
-	redisReply *size = redisCommand(c, "DBSIZE");
-	if ((rc = sync_err(c, size)) < 0 || size->type != REDIS_REPLY_INTEGER || size->integer < 0) {
+	redisReply *size = NULL;
+	if ((rc = sync_cmd(s, c, &size, "DBSIZE")) < 0 || size->type != REDIS_REPLY_INTEGER ||
+	    size->integer < 0) {
 		rc = rc < 0 ? rc : -EPROTO;
 		freeReplyObject(size);
 		goto out;
@@ -1093,8 +1176,9 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 				 s->url.host, s->url.port, (unsigned long long)max_calls);
 			goto out;
 		}
-		redisReply *r = redisCommand(c, "SCAN %s MATCH %b COUNT 1000", cursor, pat, pl);
-		if ((rc = sync_err(c, r)) < 0 || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+		redisReply *r = NULL;
+		if ((rc = sync_cmd(s, c, &r, "SCAN %s MATCH %b COUNT 1000", cursor, pat, pl)) < 0 ||
+		    r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
 		    r->element[0]->type != REDIS_REPLY_STRING ||
 		    r->element[1]->type != REDIS_REPLY_ARRAY) {
 			rc = rc < 0 ? rc : -EPROTO;
@@ -1128,15 +1212,18 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			hex[2 * KVT_KEY_BYTES] = 0;
 			if (kvt_key_from_hex(hex, &k[i]) < 0)
 				continue;
+			if (redisAppendCommand(c, "STRLEN %b", e->str, e->len) != REDIS_OK) {
+				rc = sync_fail(c);
+				break;
+			}
 			ours[i] = true;
-			redisAppendCommand(c, "STRLEN %b", e->str, e->len);
 		}
-		for (size_t i = 0; i < keys->elements; i++) {
+		/* each reply within the timeout of the one before it, as on the I/O path */
+		for (size_t i = 0; rc == 0 && i < keys->elements; i++) {
 			if (!ours[i])
 				continue;
 			redisReply *n = NULL;
-			if (redisGetReply(c, (void **)&n) != REDIS_OK || (rc = sync_err(c, n)) < 0) {
-				rc = rc < 0 ? rc : sync_err(c, NULL);
+			if ((rc = sync_reply(s, c, &n)) < 0) {
 				freeReplyObject(n);
 				break;
 			}

@@ -130,7 +130,7 @@ struct s3_state {
 	/* stats */
 	struct kvt_io_counters cnt;
 	_Atomic uint64_t retried;
-	_Atomic uint64_t last_warn_ns;
+	struct kvt_log_limit warn_limit;
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -144,13 +144,9 @@ static void curl_init(void)
 /* Failures are logged at most once a second: a dead endpoint must not flood the log. */
 static void warn_limited(struct s3_state *s, const char *fmt, const char *a, const char *b)
 {
-	uint64_t now = kvt__now_ns(), last = atomic_load(&s->last_warn_ns);
-	if (now - last < 1000000000ULL ||
-	    !atomic_compare_exchange_strong(&s->last_warn_ns, &last, now))
-		return;
 	char msg[512];
 	snprintf(msg, sizeof(msg), fmt, a, b);
-	KVT_WARN(&s->t->log, "s3: %s", msg);
+	kvt__logf_limited(&s->t->log, &s->warn_limit, KVT_LOG_WARN, "s3: %s", msg);
 }
 
 static uint64_t rng_next(struct s3_state *s)

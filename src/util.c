@@ -179,6 +179,34 @@ void kvt__logf(const struct kvt_log *log, int level, const char *fmt, ...)
 	log->fn(log->arg, level, msg);
 }
 
+void kvt__logf_limited(const struct kvt_log *log, struct kvt_log_limit *lim, int level,
+		       const char *fmt, ...)
+{
+	if (!log || !log->fn || level > log->level)
+		return;
+	uint64_t now = kvt__now_ns() | 1; /* 0 means "never logged" */
+	uint64_t last = __atomic_load_n(&lim->last_ns, __ATOMIC_RELAXED);
+	/* signed: another thread may have stored a later time than our now */
+	if ((last && (int64_t)(now - last) < (int64_t)KVT_LOG_LIMIT_NS) ||
+	    !__atomic_compare_exchange_n(&lim->last_ns, &last, now, false, __ATOMIC_RELAXED,
+					 __ATOMIC_RELAXED)) {
+		__atomic_fetch_add(&lim->dropped, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	uint64_t dropped = __atomic_exchange_n(&lim->dropped, 0, __ATOMIC_RELAXED);
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (dropped) {
+		size_t n = strlen(msg);
+		snprintf(msg + n, sizeof(msg) - n, " (%llu more like it not logged)",
+			 (unsigned long long)dropped);
+	}
+	log->fn(log->arg, level, msg);
+}
+
 uint64_t kvt__now_ns(void)
 {
 	struct timespec ts;

@@ -7,7 +7,16 @@
  *   2. a cursor cycling between two values (which the unchanged-cursor check cannot see):
  *      -EPROTO after at most 4 x (DBSIZE / 1000 + 1) + 64 calls - the listing used to go
  *      on for ever, on a thread the caller's bound had already given up on;
- *   3. a server that ends its SCAN: the key it lists is reported with STRLEN's size.
+ *   3. a server that ends its SCAN: the key it lists is reported with STRLEN's size;
+ *   4. a reply trickled a byte at a time, each byte well within redis.timeout_ms but the
+ *      whole reply not (to AUTH, SELECT, DBSIZE, SCAN, STRLEN in turn): the listing fails
+ *      with -ETIMEDOUT within the timeout plus slack - it used to wait for the whole reply,
+ *      a socket timeout bounding only each recv();
+ *   5. the same through the store's bounds (kvt__tier_scan_bounded, close_bounded): the
+ *      listing ends by the tier's own timeout and the tier then closes at once - it used to
+ *      stay busy, the close refused (-EBUSY) and the tier leaked with its threads running;
+ *   6. a server that answers every SET with an error (OOM: full, noeviction): each put
+ *      fails with -ENOSPC and the log gets about a line a second, not a line per put.
  * Exit 0 pass, 1 fail.
  */
 #include <arpa/inet.h>
@@ -24,6 +33,12 @@ extern const struct kvt_tier_ops kvt__tier_redis_ops;
 enum mode { STUCK, CYCLE, ENDS };
 static _Atomic int mode;
 static _Atomic int scans; /* SCAN calls answered */
+/* the command whose reply is trickled (sections 4, 5), NULL for none */
+static const char *_Atomic trickle_cmd;
+static _Atomic bool set_oom; /* SET answered with an OOM error (section 6) */
+#define TIMEOUT_MS 500	 /* redis.timeout_ms of sections 4-6 */
+#define TRICKLE_MS 200	 /* between the bytes of a trickled reply: within the timeout */
+#define SLACK_MS 1000
 static int listen_fd;
 static const char key_hex[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
@@ -54,25 +69,40 @@ static size_t parse(char *buf, size_t len, char **argv, int *argc)
 	return (size_t)(p - buf);
 }
 
-static void reply(int fd, const char *s)
+/* MSG_NOSIGNAL: a client that gave up on a trickled reply must not SIGPIPE the test */
+static int reply(int fd, const char *s)
 {
 	size_t n = strlen(s), off = 0;
 	while (off < n) {
-		ssize_t w = write(fd, s + off, n - off);
+		ssize_t w = send(fd, s + off, n - off, MSG_NOSIGNAL);
 		if (w <= 0)
-			return;
+			return -1;
 		off += (size_t)w;
 	}
+	return 0;
+}
+
+/* A well-formed reply, a byte every TRICKLE_MS; -1 once the client is gone. */
+static int trickle(int fd, const char *s)
+{
+	for (; *s; s++) {
+		usleep(TRICKLE_MS * 1000);
+		if (send(fd, s, 1, MSG_NOSIGNAL) != 1)
+			return -1;
+	}
+	return 0;
 }
 
 static void serve(int fd)
 {
 	char buf[65536];
 	size_t len = 0;
+	char *big = malloc(16384); /* a trickled SCAN reply: 1000 keys */
+	CHECK(big);
 	for (;;) {
 		ssize_t r = read(fd, buf + len, sizeof(buf) - 1 - len);
 		if (r <= 0)
-			return;
+			break;
 		len += (size_t)r;
 		char *argv[8];
 		int argc;
@@ -93,14 +123,46 @@ static void serve(int fd)
 				snprintf(out, sizeof(out), ":10\r\n");
 			} else if (argc >= 1 && !strcasecmp(argv[0], "STRLEN")) {
 				snprintf(out, sizeof(out), ":4096\r\n");
+			} else if (argc >= 1 && !strcasecmp(argv[0], "SET") &&
+				   atomic_load(&set_oom)) {
+				snprintf(out, sizeof(out),
+					 "-OOM command not allowed when used memory > "
+					 "'maxmemory'.\r\n");
 			} else {
 				snprintf(out, sizeof(out), "+OK\r\n");
 			}
-			reply(fd, out);
+			const char *tc = atomic_load(&trickle_cmd);
+			int rc;
+			if (tc && argc >= 1 && !strcasecmp(argv[0], tc)) {
+				if (!strcasecmp(tc, "SCAN")) { /* long enough to last for ever */
+					size_t o = (size_t)sprintf(big, "*2\r\n$1\r\n0\r\n"
+									"*1000\r\n");
+					for (int i = 0; i < 1000; i++)
+						o += (size_t)sprintf(big + o, "$3\r\nabc\r\n");
+					rc = trickle(fd, big);
+				} else {
+					rc = trickle(fd, out);
+				}
+			} else {
+				rc = reply(fd, out);
+			}
+			if (rc < 0)
+				goto out;
 			memmove(buf, buf + used, len - used);
 			len -= used;
 		}
 	}
+out:
+	free(big);
+}
+
+/* A thread per connection: one left trickling must not hold up the next. */
+static void *serve_main(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	serve(fd);
+	close(fd);
+	return NULL;
 }
 
 static void *server_main(void *arg)
@@ -108,10 +170,45 @@ static void *server_main(void *arg)
 	(void)arg;
 	int fd;
 	while ((fd = accept(listen_fd, NULL, NULL)) >= 0) {
-		serve(fd);
-		close(fd);
+		pthread_t th;
+		CHECK_EQ(pthread_create(&th, NULL, serve_main, (void *)(intptr_t)fd), 0);
+		pthread_detach(th);
 	}
 	return NULL;
+}
+
+static _Atomic int oom_lines, other_lines;
+static pthread_mutex_t last_lock = PTHREAD_MUTEX_INITIALIZER;
+static char last_oom[512];
+
+static void count_log(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (strstr(msg, "OOM")) {
+		atomic_fetch_add(&oom_lines, 1);
+		pthread_mutex_lock(&last_lock);
+		snprintf(last_oom, sizeof(last_oom), "%s", msg);
+		pthread_mutex_unlock(&last_lock);
+	} else
+		atomic_fetch_add(&other_lines, 1);
+	if (getenv("KVT_TEST_VERBOSE"))
+		fprintf(stderr, "  [tier %d] %s\n", level, msg);
+}
+
+/* th_open with the counting log: set before the tier's threads start */
+static struct kvt_tier *open_counting(const char *const *kv)
+{
+	struct kvt_config *cfg = th_config(kv);
+	struct kvt_tier *t = calloc(1, sizeof(*t));
+	CHECK(t);
+	t->ops = &kvt__tier_redis_ops;
+	t->log.fn = count_log;
+	t->log.level = KVT_LOG_WARN;
+	t->state = kvt__calloc(1, t->ops->state_size);
+	CHECK(t->state);
+	CHECK_EQ(t->ops->open(t, cfg), 0);
+	kvt_config_destroy(cfg);
+	return t;
 }
 
 static int listed;
@@ -181,6 +278,77 @@ int main(void)
 	CHECK_EQ(listed_bytes, 4096);
 
 	th_close(t);
+
+	/* 4. a password and a database, so that AUTH and SELECT are sent too */
+	char url2[96];
+	snprintf(url2, sizeof(url2), "redis://:secret@127.0.0.1:%d/2", ntohs(a.sin_port));
+	char tmo[16];
+	snprintf(tmo, sizeof(tmo), "%d", TIMEOUT_MS);
+	const char *kv2[] = {"redis.url", url2, "redis.timeout_ms", tmo, "redis.prefix",
+			     "kvt-test:", "store.read_only", "true", NULL};
+	static const struct kvt_geometry geo = {4, 2, 64, 16, KVT_DTYPE_BF16, KVT_KIND_KV};
+	t = th_open_by_name("redis", kv2, &geo);
+	static const char *const slow[] = {"AUTH", "SELECT", "DBSIZE", "SCAN", "STRLEN"};
+	for (size_t i = 0; i < KVT_ARRAY_SIZE(slow); i++) {
+		atomic_store(&trickle_cmd, slow[i]);
+		rc = run_scan(t, ENDS, &ms);
+		printf("  4. %s's reply trickled: %s after %.0f ms (timeout %d ms)\n", slow[i],
+		       kvt_strerror(rc), ms, TIMEOUT_MS);
+		CHECK_EQ(rc, -ETIMEDOUT);
+		CHECKM(ms >= TIMEOUT_MS - 50 && ms < TIMEOUT_MS + SLACK_MS, "%s: %.0f ms", slow[i],
+		       ms);
+	}
+
+	/* 5. through the store's bounds, which are far longer than the tier's timeout */
+	atomic_store(&trickle_cmd, "SCAN");
+	uint64_t t0 = th_now_ms();
+	rc = kvt__tier_scan_bounded(t, on_key, NULL, 10000);
+	uint64_t scan_ms = th_now_ms() - t0;
+	printf("  5. listing, bounded at 10000 ms: %s after %llu ms\n", kvt_strerror(rc),
+	       (unsigned long long)scan_ms);
+	CHECK_EQ(rc, -ETIMEDOUT);
+	CHECK(scan_ms < TIMEOUT_MS + SLACK_MS);
+	t0 = th_now_ms();
+	rc = kvt__tier_close_bounded(t, 3000);
+	uint64_t close_ms = th_now_ms() - t0;
+	printf("     close, bounded at 3000 ms: %s after %llu ms\n", kvt_strerror(rc),
+	       (unsigned long long)close_ms);
+	CHECK_EQ(rc, 0);
+	CHECK(close_ms < SLACK_MS);
+	atomic_store(&trickle_cmd, NULL);
+
+	/* 6. every put refused with an error reply */
+	const char *kv3[] = {"redis.url", url, "redis.timeout_ms", tmo, "redis.prefix",
+			     "kvt-test:", NULL};
+	t = open_counting(kv3);
+	atomic_store(&set_oom, true);
+	enum { N = 300 };
+	char obj[256];
+	memset(obj, 7, sizeof(obj));
+	t0 = th_now_ms();
+	for (int i = 0; i < N; i++) {
+		struct kvt_key k;
+		th_key(&k, (uint64_t)i, 6);
+		CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), -ENOSPC);
+	}
+	uint64_t put_ms = th_now_ms() - t0;
+	int lines = atomic_load(&oom_lines);
+	printf("  6. %d puts refused (OOM) in %llu ms: %d log line(s) naming it, %d other(s)\n", N,
+	       (unsigned long long)put_ms, lines, atomic_load(&other_lines));
+	CHECKM(lines >= 1, "the error reply was never logged");
+	CHECKM((uint64_t)lines <= 1 + put_ms / 1000 + 1, "%d lines for %d error replies", lines, N);
+	/* a second later the next one is logged, saying how many were left out */
+	usleep(1100 * 1000);
+	struct kvt_key k;
+	th_key(&k, N, 6);
+	CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), -ENOSPC);
+	pthread_mutex_lock(&last_lock);
+	printf("     a second later: %s\n", last_oom);
+	CHECK_EQ(atomic_load(&oom_lines), lines + 1);
+	CHECKM(strstr(last_oom, "more like it not logged"), "%s", last_oom);
+	pthread_mutex_unlock(&last_lock);
+	th_close(t);
+
 	shutdown(listen_fd, SHUT_RDWR);
 	close(listen_fd);
 	pthread_join(th, NULL);
