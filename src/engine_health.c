@@ -70,8 +70,9 @@ static void heap_remove(struct kvt_store *s, struct guard *g)
 static double deadline_estimate(struct link *l, uint64_t ahead_r, uint64_t ahead_w,
 				uint64_t bytes, bool write)
 {
-	double bw_r = (double)atomic_load(&l->bw_Bps[0]);
-	double bw_w = (double)atomic_load(&l->bw_Bps[1]);
+	/* at least 1 B/s: 0 bytes over a bandwidth of 0 was NaN */
+	double bw_r = (double)KVT_MAX(atomic_load(&l->bw_Bps[0]), 1);
+	double bw_w = (double)KVT_MAX(atomic_load(&l->bw_Bps[1]), 1);
 	return (double)atomic_load(&l->lat_ns) + (double)ahead_r * 1e9 / bw_r +
 	       (double)ahead_w * 1e9 / bw_w + (double)bytes * 1e9 / (write ? bw_w : bw_r);
 }
@@ -86,7 +87,9 @@ static uint64_t deadline_budget(struct kvt_store *s, const struct guard *g)
 	double est = deadline_estimate(l, g->ahead[0], g->ahead[1], g->bytes, g->write);
 	double d = (double)s->deadline_floor_ns + DEADLINE_SLACK * est +
 		   4.0 * (double)atomic_load(&l->dev_ns);
-	if (d > (double)s->deadline_ceiling_ns)
+	/* "not below the ceiling" rather than "above it": a NaN estimate must be capped too
+	 * (converted, it was ~2^63 ns, a call that never expired) */
+	if (!(d < (double)s->deadline_ceiling_ns))
 		return s->deadline_ceiling_ns;
 	return (uint64_t)d;
 }
@@ -114,6 +117,12 @@ static void deadline_learn(struct link *l, const struct guard *g, uint64_t now)
 	/* Bandwidth of this call's kind: the time left once latency and the other kind's
 	 * queue are paid, over this kind's bytes (its queue ahead and its own). */
 	uint64_t own = g->ahead[g->write] + g->bytes;
+	/* Nothing of this kind moved (a remove or lookup answered while the other kind's
+	 * bytes were queued): no bandwidth sample. Taken as one, it was 0 B/s, and then every
+	 * estimate on the link 0 / 0: NaN, a deadline that never came (bench_stall_fs: calls
+	 * on a hung mount "still out" 8 s after every deadline). */
+	if (!own)
+		return;
 	double before = deadline_estimate(l, g->write ? g->ahead[0] : 0, g->write ? 0 : g->ahead[1],
 					  0, g->write);
 	double service = (double)elapsed - before;

@@ -20,7 +20,9 @@
  *   - a local device that slows down while it keeps answering: writes queued behind
  *     others outlast their first deadline and are given more time, not given up on;
  *   - the bench's replace loop (remove, then put) over a tier that stalls mid-run: every
- *     operation out completes within two deadline ceilings once the loop stops.
+ *     operation out completes within two deadline ceilings once the loop stops;
+ *   - a remove answered while writes were queued ahead of it (no bytes of its own kind)
+ *     does not teach the link a bandwidth of 0, whose NaN estimates never expired a call.
  */
 #include <pthread.h>
 #include <sys/stat.h>
@@ -481,6 +483,59 @@ static void churn_under_stall(const char *dir)
 	}
 }
 
+/* A call that moves no bytes of its own kind (a remove answered while writes were queued
+ * ahead of it) is no bandwidth sample. It was taken for one, of 0 B/s; every later
+ * estimate on the link was then 0 bytes / 0 B/s, NaN, a deadline of ~2^63 ns: calls on the
+ * tier once it stalled never expired (integ.bench_stall_fs: "3 operations still out 8.0 s
+ * after the phase ended, past every deadline"). */
+static void zero_byte_sample(const char *dir)
+{
+	char sub[300];
+	snprintf(sub, sizeof(sub), "%s/zero-sample", dir);
+	struct kvt_store *s = open_store(sub, "faulty", NULL);
+	struct kvt_tier *t = kvt__store_tier(s, 0);
+	void *buf = malloc(PAYLOAD), *back = malloc(PAYLOAD);
+	CHECK(buf && back);
+	/* enough writes queued that the remove's call is not a "small" one (256 KiB moved) */
+	enum { NP = 12 };
+	CHECK(NP * PAYLOAD > (256u << 10));
+	struct kvt_key k[NP + 1];
+	test_chain_keys(s, k, NP + 1, 77);
+	test_fill(buf, PAYLOAD, 77);
+	kvt__faulty_set_write_delay(t, 150); /* writes land late, removes answer at once */
+	struct test_box put[NP];
+	memset(put, 0, sizeof(put));
+	for (int i = 0; i < NP; i++)
+		CHECK_RC(kvt_put(s, &k[i], NULL, G.chunk_tokens, buf, PAYLOAD, test_box_cb, &put[i]),
+			 0);
+	/* the link's first answer: a remove of an absent key, the writes queued ahead of it */
+	(void)kvt_remove_sync(s, &k[NP]);
+	uint64_t t0 = kvt__now_ns();
+	int done = 0;
+	while (done < NP && test_ms_since(t0) < 5000) {
+		kvt_poll(s, 20);
+		done = 0;
+		for (int i = 0; i < NP; i++)
+			done += put[i].done;
+	}
+	CHECK(done == NP);
+	kvt__faulty_set_write_delay(t, 0);
+	for (int i = 0; i < 10; i++) /* past the warm-up: budgets come from the estimate */
+		CHECK(kvt_lookup_sync(s, k, 1, NULL) >= 0);
+	kvt__faulty_set(t, 0, 0, STALL_MS);
+	t0 = kvt__now_ns();
+	struct kvt_result r;
+	int rc = kvt_get_sync(s, &k[0], 0, 0, back, PAYLOAD, &r);
+	double ms = test_ms_since(t0);
+	fprintf(stderr, "  a remove answered first while writes were queued, then a stall: get "
+			"%s in %.0f ms\n", kvt_strerror(rc), ms);
+	CHECK_RC(rc, -ENOENT); /* a miss: the tier missed its deadline */
+	CHECKM(ms < CEIL_MS + 400, "get took %.0f ms (was: until the tier answered)", ms);
+	kvt_store_close(s);
+	free(buf);
+	free(back);
+}
+
 int main(void)
 {
 	char *dir = test_tmpdir("deadline");
@@ -708,6 +763,7 @@ int main(void)
 	slowdown_keeps_answering(dir);
 	retried_put_is_one_sighting(dir);
 	churn_under_stall(dir);
+	zero_byte_sample(dir);
 
 	free(buf);
 	test_rmdir(dir);
