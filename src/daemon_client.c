@@ -356,6 +356,16 @@ static int attach(struct kvt_client *c)
 		return rep.res.status;
 	}
 	memcpy(&c->info, c->shm, sizeof(c->info));
+	/* Checked at every attach, not only the first: a restarted daemon may say otherwise,
+	 * and kvt__client_tier_name indexes tier[] by what it says. */
+	if (c->info.n_tiers > KVT_MAX_TIERS) {
+		if (pfd >= 0)
+			close(pfd);
+		disconnect(c);
+		return -EPROTO;
+	}
+	for (uint32_t i = 0; i < c->info.n_tiers; i++)
+		c->info.tier[i][KVTD_MAX_TIER_NAME - 1] = '\0';
 	/* A pool from an earlier daemon (a restart) is stale: this one's replaces it. A copy
 	 * that may still run from the old one keeps its pages (retired until close). */
 	if ((c->tp_writes || c->pins_out) && c->pool)
@@ -1237,14 +1247,11 @@ int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out)
 				      : "");
 		goto fail;
 	}
-	if (memcmp(&c->info.geo, &c->my_geo, sizeof(c->my_geo)) ||
-	    c->info.n_tiers > KVT_MAX_TIERS) {
+	if (memcmp(&c->info.geo, &c->my_geo, sizeof(c->my_geo))) {
 		KVT_ERR(&c->log, "store.daemon=%s: the daemon serves another geometry", c->path);
 		rc = -EINVAL;
 		goto fail;
 	}
-	for (uint32_t i = 0; i < c->info.n_tiers; i++)
-		c->info.tier[i][KVTD_MAX_TIER_NAME - 1] = '\0';
 	rc = pthread_create(&c->worker, NULL, worker_main, c);
 	if (rc) {
 		rc = -rc;

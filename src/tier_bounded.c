@@ -160,22 +160,43 @@ void kvt__evict_gate_put(struct kvt_evict_gate *g)
 
 /* The tier's log sink goes through a gate too (t->log, and the log of its configuration
  * copy): the caller's log function and argument are only valid until the call that gave
- * up returns. The gate closes then (open past its bound, close given up on); a message in
- * flight finishes first, later ones are dropped. Two references: the opener's, and the
- * open's then the tier's (kvt__tier_close drops it). */
+ * up returns. The gate closes then (open past its bound, close given up on): later
+ * messages are dropped, and the close waits for those already inside the caller's function
+ * (at most LOG_GATE_WAIT_MS: a logger that blocks must not turn a bounded call into a hang),
+ * except one running on the closing thread itself. The lock is never held across the
+ * caller's function, which may call back into the library or log from another thread.
+ * Two references: the opener's, and the open's then the tier's (kvt__tier_close drops
+ * it). */
+#define LOG_GATE_WAIT_MS 1000
+
 struct kvt_log_gate {
 	pthread_mutex_t m;
+	pthread_cond_t idle;
 	bool closed;
+	int inside; /* calls of the caller's function running now */
 	atomic_int refs;
 	struct kvt_log to;
 };
+
+static _Thread_local const struct kvt_log_gate *forwarding; /* on this thread, if any */
 
 static void log_gate_forward(void *arg, int level, const char *msg)
 {
 	struct kvt_log_gate *g = arg;
 	pthread_mutex_lock(&g->m);
-	if (!g->closed)
-		g->to.fn(g->to.arg, level, msg);
+	bool open = !g->closed;
+	if (open)
+		g->inside++;
+	pthread_mutex_unlock(&g->m);
+	if (!open)
+		return;
+	const struct kvt_log_gate *up = forwarding;
+	forwarding = g;
+	g->to.fn(g->to.arg, level, msg);
+	forwarding = up;
+	pthread_mutex_lock(&g->m);
+	if (--g->inside == 0)
+		pthread_cond_broadcast(&g->idle);
 	pthread_mutex_unlock(&g->m);
 }
 
@@ -185,6 +206,13 @@ static void log_gate_close(struct kvt_log_gate *g)
 		return;
 	pthread_mutex_lock(&g->m);
 	g->closed = true;
+	int own = forwarding == g; /* this thread is inside the caller's function itself */
+	struct timespec until;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += LOG_GATE_WAIT_MS / 1000;
+	while (g->inside > own &&
+	       pthread_cond_timedwait(&g->idle, &g->m, &until) != ETIMEDOUT)
+		;
 	pthread_mutex_unlock(&g->m);
 }
 
@@ -192,6 +220,7 @@ void kvt__log_gate_put(struct kvt_log_gate *g)
 {
 	if (g && atomic_fetch_sub(&g->refs, 1) == 1) {
 		pthread_mutex_destroy(&g->m);
+		pthread_cond_destroy(&g->idle);
 		kvt__free(g);
 	}
 }
@@ -260,6 +289,11 @@ int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
 			return -ENOMEM;
 		}
 		pthread_mutex_init(&lgate->m, NULL);
+		pthread_condattr_t ca; /* timed waits on the monotonic clock */
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&lgate->idle, &ca);
+		pthread_condattr_destroy(&ca);
 		atomic_init(&lgate->refs, 2); /* ours, and the open's (then the tier's) */
 		lgate->to = *log;
 		o->lgate = lgate;
@@ -284,6 +318,12 @@ int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
 	}
 	bool gave_up;
 	int64_t r = bounded(NULL, open_run, o, open_orphan, ms, &gave_up);
+	if (!gave_up) { /* if bounded() failed before open_run ran, the open's references */
+		kvt__evict_gate_put(o->gate);
+		kvt__log_gate_put(o->lgate);
+		o->gate = NULL;
+		o->lgate = NULL;
+	}
 	if (gate) {
 		if (gave_up) { /* the opener goes away: no report may reach it now */
 			pthread_mutex_lock(&gate->m);
