@@ -22,7 +22,7 @@ printf '[tier.nvme]\nread_gbps = fast\n' > "$T/bad.ini"
 if err=$("$K" crossover --model llama3.1-8b --gpu h100-sxm --set cost.profile="$T/bad.ini" 2>&1); then
 	fail "a malformed profile was accepted"
 fi
-echo "$err" | grep -q "bad.ini" || fail "unclear error: $err"
+grep -q "bad.ini" <<<"$err" || fail "unclear error: $err"
 
 # Admission from the cost model (llama3.1-8b on an H100): NVMe at 10 MB/s never beats
 # recompute, at 1000 GB/s it always does.

@@ -16,9 +16,9 @@ fail() { echo "cli: $*"; exit 1; }
 SMALL=(--set model.layers=4 --set model.kv_heads=2 --set model.head_dim=64 --set dram.bytes=64MiB)
 
 for c in bench config ls rm session stat verify; do
-	"$K" "$c" --help | grep -q usage || fail "$c --help"
+	grep -q usage <<<"$("$K" "$c" --help)" || fail "$c --help"
 done
-"$K" --version | grep -q "tiers: dram nvme" || fail "--version"
+grep -q "tiers: dram nvme" <<<"$("$K" --version)" || fail "--version"
 for bad in "ls --bogus" "bench --tier tape" "bench --chunk-bytes 1000" "verify --dir" "rm nothex" "nosuchcmd"; do
 	if out=$("$K" $bad 2>&1); then fail "'$bad' succeeded"; fi
 	[ "$(printf '%s\n' "$out" | wc -l)" -le 2 ] || fail "'$bad' printed more than a short error: $out"
@@ -108,6 +108,6 @@ echo "$out" | jqe '.bad == 0 and .hit_chunks < 10' >/dev/null || fail "resume af
 
 # rm by key
 key=$("$K" ls --dir "$T/s" "${SMALL[@]}" --tiers nvme --json | sed -n 1p | jq -r .key)
-"$K" rm --dir "$T/s" "${SMALL[@]}" "$key" | grep -q "removed from 1" || fail "rm"
+grep -q "removed from 1" <<<"$("$K" rm --dir "$T/s" "${SMALL[@]}" "$key")" || fail "rm"
 if "$K" rm --dir "$T/s" "${SMALL[@]}" "$key" >/dev/null; then fail "rm of a missing key succeeded"; fi
 echo "cli: ok"

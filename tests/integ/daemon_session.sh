@@ -31,7 +31,7 @@ echo "$out" | jqe '.hit_chunks == 33 and .prefill_tokens == 0 and .bad == 0 and 
 if err=$(timeout 30 "$K" session resume --synthetic 8400 --seed 7 "${SMALL[@]}" --set model.tenant=other --set store.daemon="$S" --json 2>&1); then
 	echo "a client of another tenant was served: $err"; exit 1
 fi
-echo "$err" | grep -q "another model, geometry or tenant" || { echo "unclear refusal: $err"; exit 1; }
+grep -q "another model, geometry or tenant" <<<"$err" || { echo "unclear refusal: $err"; exit 1; }
 
 # kvtier status: the two session processes left nothing behind.
 st=$(timeout 30 "$K" status --daemon "$S" "${SMALL[@]}" --json)
@@ -104,5 +104,5 @@ kill -TERM "$DPID"; wait "$DPID"; DPID=
 if err=$(timeout 10 "$K" session resume --synthetic 8400 --seed 7 "${SMALL[@]}" --set store.daemon="$S" --json 2>&1); then
 	echo "resume without a daemon succeeded: $err"; exit 1
 fi
-echo "$err" | grep -q "cannot attach" || { echo "no clear error without a daemon: $err"; exit 1; }
+grep -q "cannot attach" <<<"$err" || { echo "no clear error without a daemon: $err"; exit 1; }
 echo "daemon_session: ok"

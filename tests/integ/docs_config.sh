@@ -7,6 +7,6 @@ diff <("$K" config --markdown) <(sed -n '/^| key | default | meaning |$/,/^$/p' 
 	|| { echo "docs/CONFIG.md is out of date: regenerate its table with kvtier config --markdown"; exit 1; }
 # A bad value is one clear line and a non-zero exit.
 if out=$("$K" config --set nvme.queue_depth=zero 2>&1); then echo "bad value accepted"; exit 1; fi
-[ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "nvme.queue_depth" || { echo "unclear error: $out"; exit 1; }
+[ "$(echo "$out" | wc -l)" = 1 ] && grep -q "nvme.queue_depth" <<<"$out" || { echo "unclear error: $out"; exit 1; }
 if "$K" config --set no.such=1 >/dev/null 2>&1; then echo "unknown key accepted"; exit 1; fi
 echo "docs_config: ok"

@@ -37,7 +37,7 @@ set -e
 echo "$out" | tail -1 | jqe '.objects == 8 and .bad == 5 and .dropped == 0' ||
 	fail "verify: $out"
 for why in "corrupt header" "truncated" "empty" "symbolic link" "a directory"; do
-	echo "$out" | grep -q "$why" || fail "verify does not report '$why': $out"
+	grep -q "$why" <<<"$out" || fail "verify does not report '$why': $out"
 done
 [ "$before" = "$(snap "$T/s")" ] || fail "verify changed the store"
 # --drop removes the bad objects (not the symlink or the directory), and only them.
@@ -76,7 +76,7 @@ PY
 set +e
 out=$("$K" verify --dir "$T/m" "${SMALL[@]}" "${MAC[@]}" --json 2>"$T/err"); rc=$?
 set -e
-[ $rc = 3 ] && echo "$out" | grep -q "MAC mismatch" && echo "$out" | tail -1 | jqe '.bad == 1' ||
+[ $rc = 3 ] && grep -q "MAC mismatch" <<<"$out" && echo "$out" | tail -1 | jqe '.bad == 1' ||
 	fail "verify with the MAC key does not report the forged object: $out $(cat "$T/err")"
 "$K" verify --dir "$T/m" "${SMALL[@]}" --json | tail -1 | jqe '.bad == 0' ||
 	fail "without a MAC key the forged object's CRCs are valid: get serves it, verify must agree"
