@@ -77,8 +77,11 @@ if truncate -s 160M "$img" && mkfs.ext4 -q -F "$img" 2>"$tmp/merr" &&
 		--ref --dir "$mnt/r" --json >"$tmp/out" 2>"$tmp/err" || rc=$?
 	j=$(tail -1 "$tmp/out")
 	[ $rc = 1 ] || fail "full disk: exit $rc: $j"
-	echo "$j" | jqe '.ref_writes_rejected > 0 and .ref_errors == 0 and .ref_hit_ratio < 1' \
-		>/dev/null || fail "full disk: $j"
+	# (a read of an entry never written needs the run to reach one: on a slow build - TSan
+	# - 2 s may not, and its hit ratio is then 1; what must hold is that no read failed)
+	jqe '.ref_writes_rejected > 0 and .ref_errors == 0' <<<"$j" >/dev/null || fail "full disk: $j"
+	jqe '.ref_hit_ratio < 1' <<<"$j" >/dev/null ||
+		echo "note: full disk: no read reached an entry the reference could not write"
 	grep -q "the reference's disk filled: [0-9]* of its writes were refused (No space left on device)" \
 		"$tmp/err" || fail "full disk: no one-line reason: $(cat "$tmp/err")"
 	[ ! -e "$mnt/r/ref" ] || fail "full disk: the reference left its files"
