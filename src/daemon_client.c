@@ -755,9 +755,9 @@ int kvt__client_poll(struct kvt_client *c, int timeout_ms)
 	/* What is queued now, one at a time (as the engine's kvt__e_poll): a kvt_poll nested
 	 * in a callback can run a sibling queued with its own. */
 	pthread_mutex_lock(&c->cq_lock);
-	uint64_t todo = c->cq_len;
+	uint64_t queued = c->cq_len;
 	int n = 0;
-	while (todo-- > 0 && c->cq_head) {
+	while (queued-- > 0 && c->cq_head) {
 		struct cop *o = c->cq_head;
 		c->cq_head = o->next;
 		if (!c->cq_head)

@@ -127,9 +127,9 @@ int kvt__e_poll(struct kvt_store *s, int timeout_ms)
 	 * one queued since, within the same count). Anything queued after the eventfd was
 	 * read made it readable again. */
 	pthread_mutex_lock(&s->cq_lock);
-	uint64_t todo = s->cq_len;
+	uint64_t queued = s->cq_len;
 	int n = 0;
-	while (todo-- > 0 && !kvt_list_empty(&s->cq)) {
+	while (queued-- > 0 && !kvt_list_empty(&s->cq)) {
 		struct completion *c =
 			kvt_list_entry(kvt_list_pop(&s->cq), struct completion, node);
 		s->cq_len--;
