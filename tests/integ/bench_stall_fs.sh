@@ -37,14 +37,15 @@ COMMON=(--chunk-bytes 64K --set-bytes 8M --queue-depth 8 --read-pct 0 --rounds 1
 
 # A bench still running past the bound: where its threads are, for the failure's log
 # (kernel stacks as root; user stacks if gdb is installed - non-stop, as an all-stop attach
-# waits for threads stuck in the FUSE mount), and what the bench said last.
+# waits for threads stuck in the FUSE mount; a gdb stuck there too is killed 5 s after
+# its 60 s), and what the bench said last.
 dump_threads() {
 	echo "--- the bench (pid $1) after 60 s: its threads"
 	for t in /proc/$1/task/*; do
 		echo "thread ${t##*/} $(cat $t/comm 2>/dev/null) wchan=$(cat $t/wchan 2>/dev/null)"
 		sed 's/^/    /' $t/stack 2>/dev/null | head -12
 	done
-	command -v gdb >/dev/null && timeout 60 gdb -batch -ex "set non-stop on" -ex "attach $1" \
+	command -v gdb >/dev/null && timeout -k 5 60 gdb -batch -ex "set non-stop on" -ex "attach $1" \
 		-ex "interrupt -a" -ex "shell sleep 2" -ex "thread apply all bt" -ex "detach" 2>&1 |
 		grep -E '^(Thread|#)' | head -150
 	echo "--- its stderr (last 30 lines)"
