@@ -10,7 +10,8 @@
  * later, on the I/O thread. The multi handle keeps connections alive and reuses them;
  * s3.max_inflight caps transfers in flight, the rest wait in the order of their calls'
  * deadlines: new calls in submission order, a call's follow-up request (a remove's DELETE,
- * a retry) ahead of the calls submitted after it.
+ * a retry) ahead of the calls submitted after it. What needs no request (an exists of no
+ * keys, a read's empty segments) takes no slot: it is done as soon as the thread sees it.
  *
  * Signing is libcurl's own SigV4 (CURLOPT_AWS_SIGV4) with the x-amz-content-sha256 header
  * that RGW and AWS require: UNSIGNED-PAYLOAD, or the body's real SHA-256 when
@@ -648,7 +649,15 @@ static void *io_thread(void *arg)
 		pthread_mutex_unlock(&s->lock);
 		while (got) {
 			struct s3_xfer *next = got->next;
-			wait_push(s, got);
+			/* Nothing to send (an exists of no keys, a read's empty segment): done
+			 * now. In the wait queue it would wait for a transfer slot it never
+			 * uses, answering only when one frees or at its deadline. (An op's
+			 * transfers all come in this one batch, none started: finishing this one
+			 * frees the op only if it was its last, and next is already read.) */
+			if (got->method == M_NONE)
+				op_finish_xfer(got, 0);
+			else
+				wait_push(s, got);
 			got = next;
 		}
 		if (closing)
@@ -673,17 +682,13 @@ static void *io_thread(void *arg)
 			s->wait_head = x->next;
 			if (!s->wait_head)
 				s->wait_tail = NULL;
-			op_finish_xfer(x, x->method == M_NONE ? 0 : -ETIMEDOUT);
+			op_finish_xfer(x, -ETIMEDOUT);
 		}
 		while (s->active < s->max_inflight && s->wait_head) {
 			struct s3_xfer *x = s->wait_head;
 			s->wait_head = x->next;
 			if (!s->wait_head)
 				s->wait_tail = NULL;
-			if (x->method == M_NONE) {
-				op_finish_xfer(x, 0);
-				continue;
-			}
 			if (now >= x->op->deadline_ns) {
 				op_finish_xfer(x, -ETIMEDOUT);
 				continue;

@@ -47,7 +47,9 @@
  * as does one that repeats the profile's section to set it again. An s3.prefix a URL would
  * change ('#', '?', '%', blanks, "." segments) fails the open. Deadlines with every transfer
  * slot taken by a stalled request of a later call: a remove's DELETE goes first and answers,
- * a read waiting to retry fails -ETIMEDOUT at its own deadline. Everything else about the
+ * a read waiting to retry fails -ETIMEDOUT at its own deadline, and a call that needs no
+ * request (an exists of no keys, a read of no or only empty segments) answers at once, not
+ * when a slot frees. Everything else about the
  * tier is tested against a real radosgw in tier_s3.c.
  */
 #include "ceph_harness.h"
@@ -488,6 +490,48 @@ static void queued_deadlines(const char *ep)
 	tier_close(t);
 }
 
+/* Calls that need no request (an exists of no keys, a read of no segments or of empty ones)
+ * answer at once, also while every transfer slot is held by a stalled request: they used to
+ * wait in the slot queue for one, answering only when it freed or at their deadline. */
+static void empty_calls(const char *ep)
+{
+	static uint8_t buf[4096];
+	struct kvt_seg seg = {0, sizeof(buf), buf}, empty = {0, 0, buf};
+	struct kvt_key kst, k;
+	struct done dst, d[3];
+	static const char *const what[] = {"an exists of no keys", "a read of no segments",
+					   "a read of one empty segment"};
+	struct kvt_config *cfg = fake_cfg(ep);
+	cfg_set(cfg, "s3.timeout_ms", "2000");
+	cfg_set(cfg, "s3.max_inflight", "1");
+	struct kvt_tier *t;
+	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &t) == 0, "open");
+	kvt_config_destroy(cfg);
+	memset(&kst, 0, sizeof(kst));
+	kst.bytes[0] = 0x71; /* a GET that stalls: holds the only slot until its deadline */
+	kst.bytes[1] = 2;
+	memset(&k, 0, sizeof(k));
+	k.bytes[0] = 0x60;
+	done_init(&dst);
+	CHECK(t->ops->read(t, &kst, &seg, 1, done_cb, &dst) == 0, "read");
+	usleep(200 * 1000);
+	for (int i = 0; i < 3; i++)
+		done_init(&d[i]);
+	CHECK(t->ops->exists(t, NULL, 0, NULL, done_cb, &d[0]) == 0, "exists");
+	CHECK(t->ops->read(t, &k, NULL, 0, done_cb, &d[1]) == 0, "read of no segments");
+	CHECK(t->ops->read(t, &k, &empty, 1, done_cb, &d[2]) == 0, "read of an empty segment");
+	for (int i = 0; i < 3; i++) {
+		int rc = done_wait(&d[i], 10000);
+		fprintf(stderr, "%s, the only slot stalled: %d after %.0f ms\n", what[i], rc,
+			ms_taken(&d[i]));
+		CHECK(rc == 0 && ms_taken(&d[i]) < 500,
+		      "%s, the only slot stalled: %d after %.0f ms", what[i], rc, ms_taken(&d[i]));
+	}
+	int rst = done_wait(&dst, 10000);
+	CHECK(rst == -ETIMEDOUT, "stalled read: %d", rst);
+	tier_close(t);
+}
+
 int main(void)
 {
 	if (shf("command -v python3 >/dev/null && command -v curl >/dev/null")) {
@@ -736,6 +780,7 @@ int main(void)
 	rc = list_bucket(ep, "negsz", &listed);
 	CHECK(rc == -EPROTO && listed == 1, "a negative Size: %d, %d objects", rc, listed);
 	queued_deadlines(ep);
+	empty_calls(ep);
 	session_tokens(ep);
 	credentials_files(ep);
 	prefixes(ep);
