@@ -16,7 +16,11 @@
  *      listing ends by the tier's own timeout and the tier then closes at once - it used to
  *      stay busy, the close refused (-EBUSY) and the tier leaked with its threads running;
  *   6. a server that answers every SET with an error (OOM: full, noeviction): each put
- *      fails with -ENOSPC and the log gets about a line a second, not a line per put.
+ *      fails with -ENOSPC and the log gets about a line a second, not a line per put;
+ *   7. a server that answers every SCAN in time (each reply half a redis.timeout_ms after
+ *      its call) with a new cursor, for longer than 16 x redis.timeout_ms (a huge
+ *      keyspace, or a slow server): the listing fails with -ETIMEDOUT at that bound with one
+ *      log line saying so - it used to go on for as many timeouts as there were replies.
  * Exit 0 pass, 1 fail.
  */
 #include <arpa/inet.h>
@@ -30,7 +34,7 @@
 
 extern const struct kvt_tier_ops kvt__tier_redis_ops;
 
-enum mode { STUCK, CYCLE, ENDS };
+enum mode { STUCK, CYCLE, ENDS, SLOW };
 static _Atomic int mode;
 static _Atomic int scans; /* SCAN calls answered */
 /* the command whose reply is trickled (sections 4, 5), NULL for none */
@@ -39,6 +43,10 @@ static _Atomic bool set_oom; /* SET answered with an OOM error (section 6) */
 #define TIMEOUT_MS 500	 /* redis.timeout_ms of sections 4-6 */
 #define TRICKLE_MS 200	 /* between the bytes of a trickled reply: within the timeout */
 #define SLACK_MS 1000
+#define SLOW_TIMEOUT_MS 300		   /* redis.timeout_ms of section 7 */
+#define SLOW_MS (SLOW_TIMEOUT_MS / 2)	   /* between a SCAN and its reply: in time */
+#define LIST_MS (16 * SLOW_TIMEOUT_MS)	   /* the whole listing's bound (RD_LIST_TIMEOUTS) */
+#define SLOW_CALLS (2 * LIST_MS / SLOW_MS) /* SCAN replies before the cursor ends */
 static int listen_fd;
 static const char key_hex[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
@@ -116,11 +124,19 @@ static void serve(int fd)
 					snprintf(out, sizeof(out), "*2\r\n$1\r\n5\r\n*0\r\n");
 				else if (m == CYCLE)
 					snprintf(out, sizeof(out), "*2\r\n$1\r\n%d\r\n*0\r\n", 5 + n % 2);
-				else
+				else if (m == SLOW) {
+					/* a new cursor each time, 0 after SLOW_CALLS */
+					usleep(SLOW_MS * 1000);
+					int cur = n + 1 < SLOW_CALLS ? n + 1 : 0;
+					snprintf(out, sizeof(out), "*2\r\n$%d\r\n%d\r\n*0\r\n",
+						 snprintf(NULL, 0, "%d", cur), cur);
+				} else
 					snprintf(out, sizeof(out), "*2\r\n$1\r\n0\r\n*1\r\n$%zu\r\nkvt-test:%s\r\n",
 						 strlen("kvt-test:") + 64, key_hex);
 			} else if (argc >= 1 && !strcasecmp(argv[0], "DBSIZE")) {
-				snprintf(out, sizeof(out), ":10\r\n");
+				/* section 7: a keyspace large enough for all those calls */
+				snprintf(out, sizeof(out), ":%d\r\n",
+					 atomic_load(&mode) == SLOW ? 100000000 : 10);
 			} else if (argc >= 1 && !strcasecmp(argv[0], "STRLEN")) {
 				snprintf(out, sizeof(out), ":4096\r\n");
 			} else if (argc >= 1 && !strcasecmp(argv[0], "SET") &&
@@ -179,7 +195,7 @@ static void *server_main(void *arg)
 
 static _Atomic int oom_lines, other_lines;
 static pthread_mutex_t last_lock = PTHREAD_MUTEX_INITIALIZER;
-static char last_oom[512];
+static char last_oom[512], last_other[512];
 
 static void count_log(void *arg, int level, const char *msg)
 {
@@ -189,8 +205,12 @@ static void count_log(void *arg, int level, const char *msg)
 		pthread_mutex_lock(&last_lock);
 		snprintf(last_oom, sizeof(last_oom), "%s", msg);
 		pthread_mutex_unlock(&last_lock);
-	} else
+	} else {
 		atomic_fetch_add(&other_lines, 1);
+		pthread_mutex_lock(&last_lock);
+		snprintf(last_other, sizeof(last_other), "%s", msg);
+		pthread_mutex_unlock(&last_lock);
+	}
 	if (getenv("KVT_TEST_VERBOSE"))
 		fprintf(stderr, "  [tier %d] %s\n", level, msg);
 }
@@ -346,6 +366,31 @@ int main(void)
 	printf("     a second later: %s\n", last_oom);
 	CHECK_EQ(atomic_load(&oom_lines), lines + 1);
 	CHECKM(strstr(last_oom, "more like it not logged"), "%s", last_oom);
+	pthread_mutex_unlock(&last_lock);
+	th_close(t);
+
+	/* 7. every SCAN answered in time, the listing as a whole not */
+	char slow_tmo[16];
+	snprintf(slow_tmo, sizeof(slow_tmo), "%d", SLOW_TIMEOUT_MS);
+	const char *kv4[] = {"redis.url", url, "redis.timeout_ms", slow_tmo, "redis.prefix",
+			     "kvt-test:", "store.read_only", "true", NULL};
+	t = open_counting(kv4);
+	int before = atomic_load(&other_lines);
+	rc = run_scan(t, SLOW, &ms);
+	int lines7 = atomic_load(&other_lines) - before;
+	pthread_mutex_lock(&last_lock);
+	printf("  7. %d SCAN replies %d ms apart, each in time (timeout %d ms): %s after %d calls, "
+	       "%.0f ms (bound %d ms); %d log line(s): %s\n",
+	       SLOW_CALLS, SLOW_MS, SLOW_TIMEOUT_MS, kvt_strerror(rc), atomic_load(&scans), ms,
+	       LIST_MS, lines7, lines7 ? last_other : "");
+	pthread_mutex_unlock(&last_lock);
+	CHECK_EQ(rc, -ETIMEDOUT);
+	CHECKM(ms >= LIST_MS - 50 && ms < LIST_MS + SLACK_MS, "%.0f ms, bound %d ms", ms, LIST_MS);
+	CHECK_EQ(lines7, 1);
+	pthread_mutex_lock(&last_lock);
+	CHECKM(strstr(last_other, "listing") && strstr(last_other, "redis.timeout_ms") &&
+		   !strchr(last_other, '\n'),
+	       "%s", last_other);
 	pthread_mutex_unlock(&last_lock);
 	th_close(t);
 
