@@ -284,7 +284,12 @@ KVT_EXPORT int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, siz
 /* Remove a chunk from every tier, after any write-behind of it still in flight (a removed
  * key does not reappear in a deeper tier, even from a write that lands after its deadline).
  * A put of the key issued after the remove wins over it. status = number of tiers it was
- * removed from; a tier that misses its deadline is not counted. */
+ * removed from; a tier that misses its deadline is not counted. The key leaves DRAM before
+ * the call returns; from then on, until every deeper tier has answered the remove (a late
+ * answer included), a get, lookup or prefetch of the key issued after it misses whatever a
+ * deeper tier still holds of it, and nothing promotes it back into DRAM - unless a put of
+ * the key came after the remove. (A tier that failed the remove, or that the remove skipped
+ * as unwell, may still hold and serve the key afterwards; status does not count it.) */
 KVT_EXPORT int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg);
 
 /* Make everything submitted before it durable in every tier: dirty DRAM slots are written

@@ -50,7 +50,9 @@ void kvt__store_cancel_keep(struct kvt_store *s, struct kvt_slot_ref *ref);
 /* Acquire a pinned DRAM slot holding the verified object of key, promoting it from the
  * fastest deeper tier that has it. Async contract as everywhere: 0 => cb runs exactly once
  * later (on a store thread, NOT through kvt_poll) with rc 0 and ref filled (pinned; give it
- * back with kvt__store_release) or rc < 0 (-ENOENT miss, -EBADMSG corrupt); < 0 => never. */
+ * back with kvt__store_release) or rc < 0 (-ENOENT miss, -EBADMSG corrupt); < 0 => never.
+ * While a remove of key is still out in a deeper tier (no put since), a miss in DRAM is a
+ * miss: nothing is promoted (src/engine_ops.c, remove). */
 typedef void (*kvt_acquire_cb)(void *arg, int rc, const struct kvt_slot_ref *ref, int tier);
 int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
 		       void *arg);

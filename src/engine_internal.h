@@ -208,7 +208,11 @@ struct keyrec {
 	struct kvt_key key;
 	uint64_t last_put;    /* seq of the newest job of the key */
 	uint64_t last_remove; /* seq of the newest remove of the key */
-	uint32_t refs;        /* jobs (until their bytes are let go), waiting removes, undos */
+	/* jobs (until their bytes are let go), removes (until every deeper tier answered them,
+	 * late answers included: removing), undos */
+	uint32_t refs;
+	uint32_t removing;    /* removes and late remove calls a deeper tier has not answered */
+	uint32_t unordered;   /* removes letting DRAM go, not in the order yet (no seq) */
 	uint32_t pending;     /* jobs not complete */
 	uint32_t zc_pending;  /* zero-copy jobs not complete */
 	uint16_t zc_late[KVT_MAX_TIERS]; /* zero-copy writes past their deadline, per link */
@@ -303,6 +307,8 @@ struct kvt_store {
 	pthread_mutex_t fill_lock;
 	struct fill *fills[FILL_BUCKETS];
 	struct keyrec *keyrecs[KEYREC_BUCKETS]; /* under wb_lock */
+	/* the sum of every record's removing and unordered: while 0, no read asks them */
+	_Atomic uint64_t removes_out;
 
 	/* write-behind */
 	pthread_mutex_t wb_lock;
@@ -340,7 +346,7 @@ struct remove_op {
 	struct kvt_store *s;
 	struct kvt_key key;
 	uint64_t seq;        /* in the write-behind order (wb_seq) */
-	struct keyrec *rec;  /* held while it waits for a job of its key */
+	struct keyrec *rec;  /* its key's record: held and counted (unordered, removing) till done */
 	_Atomic int remaining;
 	_Atomic int removed;
 	kvt_cb cb;
@@ -385,6 +391,10 @@ int kvt__e_do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, 
 int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent, uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg, bool direct);
 int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg, bool direct);
 void kvt__e_remove_start(struct remove_op *o);
+/* Is a remove of key still out in a deeper tier, with no put of it since? Then what a deeper
+ * tier holds of it is on its way out, and a read or lookup takes it for a miss. Takes
+ * wb_lock (callers may hold fill_lock: fill_lock is taken before wb_lock, never after). */
+bool kvt__e_remove_pending(struct kvt_store *s, const struct kvt_key *key);
 
 /* engine_queue.c */
 int kvt__e_poll(struct kvt_store *s, int timeout_ms); /* kvt_poll without the call gate */
@@ -420,6 +430,7 @@ void kvt__e_keyrec_put(struct kvt_store *s, struct keyrec *r);
 uint32_t kvt__e_keyrec_blocked(const struct keyrec *r);
 bool kvt__e_keyrec_removed_since(const struct keyrec *r, uint64_t seq);
 bool kvt__e_keyrec_put_since(const struct keyrec *r, uint64_t seq);
+bool kvt__e_keyrec_removing(const struct keyrec *r);
 void kvt__e_keyrec_free_all(struct kvt_store *s);
 
 /* engine_wb.c */

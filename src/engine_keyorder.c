@@ -12,9 +12,13 @@
  *     newer write of the key goes to that tier until that is done (else the removal could
  *     delete the newer copy, or the tier could merge the newer write into the old one);
  *   - a remove that waited for a write of its key to finish does nothing in the deeper
- *     tiers if a put of the key came after it (it would delete that put's copy).
+ *     tiers if a put of the key came after it (it would delete that put's copy);
+ *   - while a remove is out in a deeper tier (its call not answered, in time or late), a
+ *     read or lookup of the key that no put followed takes what a deeper tier holds for a
+ *     miss: DRAM let the key go when kvt_remove returned, and a promotion from a tier the
+ *     remove has not reached yet would bring it back.
  *
- * One record per key with a job, a late write or a waiting remove out: the newest put's and
+ * One record per key with a job, a late write or a remove out: the newest put's and
  * remove's sequence number (from the write-behind counter, so they order against each other
  * and against jobs) and counts that say which tiers a new write of the key must skip. A hash
  * table under wb_lock; every function here is called with wb_lock held.
@@ -90,6 +94,14 @@ bool kvt__e_keyrec_removed_since(const struct keyrec *r, uint64_t seq)
 bool kvt__e_keyrec_put_since(const struct keyrec *r, uint64_t seq)
 {
 	return r && r->last_put > seq;
+}
+
+/* A remove of the key is still out in a deeper tier, and no put of the key came after the
+ * newest remove (one not ordered yet is newer than every put): a deeper tier's copy is not
+ * to be served or promoted. */
+bool kvt__e_keyrec_removing(const struct keyrec *r)
+{
+	return r && (r->unordered || (r->removing && r->last_remove > r->last_put));
 }
 
 /* Close: every record should be gone with the last late answer; free any left. */

@@ -305,12 +305,13 @@ static void lookup_finish(struct lookup_op *o)
 static void lookup_next(struct lookup_op *o);
 static void lookup_expire(struct guard *g);
 
-/* What the tier answered (rc < 0: it holds none of them, as far as this lookup knows). */
+/* What the tier answered (rc < 0: it holds none of them, as far as this lookup knows). A
+ * key whose remove is still out in a deeper tier is not there: a get would miss it. */
 static void lookup_answer(struct lookup_op *o, int rc)
 {
 	if (rc >= 0)
 		for (uint32_t i = 0; i < o->n_ask; i++)
-			if (o->present[i])
+			if (o->present[i] && !kvt__e_remove_pending(o->s, &o->ask[i]))
 				o->tiers[o->ask_idx[i]] = (int8_t)o->pos;
 	o->pos++;
 	lookup_next(o);
@@ -446,12 +447,39 @@ int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t
  * the write could land after it and the key reappear in a deeper tier. A write that
  * missed its deadline and lands later still is removed again when it answers
  * (wb_leg_orphan, engine_keyorder.c). A remove that waited, and that a put of the key
- * followed meanwhile, leaves the deeper tiers alone: that put's copy is there to stay. */
+ * followed meanwhile, leaves the deeper tiers alone: that put's copy is there to stay.
+ *
+ * DRAM lets the key go before kvt_remove returns; the deeper tiers answer later. Until
+ * each has (a late answer included), the key's record counts the remove (removing), and a
+ * get, promotion or lookup of the key that no put followed takes a deeper tier's copy for
+ * a miss (kvt__e_remove_pending): else a read sent after kvt_remove returned could find
+ * the key on a tier the remove has not reached yet and promote it back into DRAM, where
+ * it outlived the remove. A miss, not a wait: no read waits on a remove's deadline. */
 
 struct remove_leg {
 	struct remove_op *o;
 	struct link *l;
 };
+
+/* One count of the key's remove is over (the remove, or a late call of it, answered). */
+static void remove_unmark(struct kvt_store *s, struct keyrec *rec)
+{
+	pthread_mutex_lock(&s->wb_lock);
+	rec->removing--;
+	kvt__e_keyrec_put(s, rec);
+	pthread_mutex_unlock(&s->wb_lock);
+	atomic_fetch_sub(&s->removes_out, 1);
+}
+
+bool kvt__e_remove_pending(struct kvt_store *s, const struct kvt_key *key)
+{
+	if (!atomic_load(&s->removes_out))
+		return false;
+	pthread_mutex_lock(&s->wb_lock);
+	bool pending = kvt__e_keyrec_removing(kvt__e_keyrec_find(s, key));
+	pthread_mutex_unlock(&s->wb_lock);
+	return pending;
+}
 
 static void remove_release(struct remove_op *o)
 {
@@ -462,6 +490,7 @@ static void remove_release(struct remove_op *o)
 	kvt_cb cb = o->cb;
 	void *arg = o->arg;
 	bool direct = o->direct;
+	remove_unmark(s, o->rec);
 	kvt__free(o);
 	kvt__e_complete(s, cb, arg, direct, &res);
 }
@@ -480,11 +509,27 @@ static void remove_leg_done(void *arg, int64_t rc)
 	remove_release(o);
 }
 
-/* The tier missed its deadline: the key may still be there; it is not counted. */
+/* The late answer to a remove call that missed its deadline (the guard's last reference). */
+static void remove_leg_late(struct guard *g)
+{
+	remove_unmark(g->s, g->orphan_arg);
+}
+
+/* The tier missed its deadline: the key may still be there; it is not counted. Until the
+ * tier answers, the key stays marked (its record counts the late call): the remove may
+ * still land, and until it does the tier's copy is not served. */
 static void remove_leg_expire(struct guard *g)
 {
 	struct remove_leg *leg = g->op;
 	struct remove_op *o = leg->o;
+	struct kvt_store *s = o->s;
+	pthread_mutex_lock(&s->wb_lock);
+	o->rec->removing++;
+	o->rec->refs++;
+	pthread_mutex_unlock(&s->wb_lock);
+	atomic_fetch_add(&s->removes_out, 1);
+	g->orphan_fn = remove_leg_late;
+	g->orphan_arg = o->rec;
 	kvt__free(leg);
 	remove_release(o);
 }
@@ -494,27 +539,24 @@ static void remove_leg_expire(struct guard *g)
 void kvt__e_remove_start(struct remove_op *o)
 {
 	struct kvt_store *s = o->s;
+	struct keyrec *rec = o->rec;
 	pthread_mutex_lock(&s->wb_lock);
-	struct keyrec *rec;
 	if (!o->seq) {
+		/* Its place in the key's order, taken once DRAM has let the key go: a job that
+		 * write-back registered for the old slot before is older, and waited for. */
 		o->seq = ++s->wb_seq;
-		rec = kvt__e_keyrec_find(s, &o->key);
-		if (rec)
-			rec->last_remove = o->seq;
-	} else {
-		rec = o->rec;
-		if (kvt__e_keyrec_put_since(rec, o->seq)) { /* a put came after it */
-			kvt__e_keyrec_put(s, rec);
-			o->rec = NULL;
-			pthread_mutex_unlock(&s->wb_lock);
-			remove_release(o);
-			return;
-		}
+		rec->last_remove = o->seq;
+		rec->unordered--;
+		rec->removing++;
+	} else if (kvt__e_keyrec_put_since(rec, o->seq)) { /* a put came after it */
+		pthread_mutex_unlock(&s->wb_lock);
+		remove_release(o);
+		return;
 	}
 	/* The newest job of the key older than the remove; jobs complete out of order, so
 	 * one older still may be out when it is done: then the remove waits again. */
 	struct wb *last = NULL;
-	if (rec && rec->pending) {
+	if (rec->pending) {
 		struct kvt_list *p;
 		kvt_list_for_each(p, &s->wb)
 		{
@@ -526,18 +568,10 @@ void kvt__e_remove_start(struct remove_op *o)
 		}
 	}
 	if (last) {
-		if (!o->rec) {
-			o->rec = rec;
-			rec->refs++;
-		}
 		o->next_after = last->after;
 		last->after = o;
 		pthread_mutex_unlock(&s->wb_lock);
 		return;
-	}
-	if (o->rec) {
-		kvt__e_keyrec_put(s, o->rec);
-		o->rec = NULL;
 	}
 	pthread_mutex_unlock(&s->wb_lock);
 	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
@@ -583,6 +617,21 @@ int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 	if (arc < 0) {
 		kvt__free(o);
 		return arc;
+	}
+	/* The key is marked before DRAM lets it go, so a read that misses DRAM from then on
+	 * finds the mark (kvt__e_remove_pending); its place in the order comes after DRAM
+	 * (kvt__e_remove_start), until then the mark holds whatever the key's puts. */
+	pthread_mutex_lock(&s->wb_lock);
+	o->rec = kvt__e_keyrec_get(s, key);
+	if (o->rec) {
+		o->rec->unordered++;
+		atomic_fetch_add(&s->removes_out, 1);
+	}
+	pthread_mutex_unlock(&s->wb_lock);
+	if (!o->rec) {
+		kvt__e_unadmit(s);
+		kvt__free(o);
+		return -ENOMEM;
 	}
 	o->s = s;
 	o->key = *key;

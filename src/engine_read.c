@@ -7,8 +7,10 @@
  * only damaged bytes are dropped - a sound object of another namespace or geometry, or one
  * larger than store.max_object_bytes, is a miss and stays. A fill whose tier misses its
  * deadline gives its slot up at once (the late tier's guard keeps it pinned); one that a
- * remove of the key overtook answers its waiters but is never published. Prefetch stages a
- * looked-up prefix into DRAM through the same fills.
+ * remove of the key overtook answers its waiters but is never published, and a get sent
+ * while a remove of its key is still out in a deeper tier (no put since) misses there
+ * rather than bring the key back. Prefetch stages a looked-up prefix into DRAM through the
+ * same fills.
  */
 #include "engine_internal.h"
 
@@ -449,17 +451,32 @@ struct deferred_hit {
 	void *arg;
 	struct kvt_slot_ref ref;
 	int tier;
+	int rc; /* 0 a hit in DRAM, -ENOENT a miss */
 };
 
 static void deferred_hit_run(void *arg)
 {
 	struct deferred_hit *d = arg;
-	d->cb(d->arg, 0, &d->ref, d->tier);
+	d->cb(d->arg, d->rc, d->rc == 0 ? &d->ref : NULL, d->tier);
 	kvt__free(d);
 }
 
+/* A miss found before any tier was asked answers through cb, as a fill's miss does. */
+static int deferred_miss(struct kvt_store *s, kvt_acquire_cb cb, void *arg)
+{
+	struct deferred_hit *d = kvt__calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	*d = (struct deferred_hit){.cb = cb, .arg = arg, .tier = KVT_TIER_NONE, .rc = -ENOENT};
+	int rc = kvt__e_defer(s, deferred_hit_run, d);
+	if (rc < 0)
+		kvt__free(d);
+	return rc;
+}
+
 /* Start (or join) the promotion of key. Returns 0 (cb later) or -errno:
- * -EBUSY the key is being filled by a put right now, -ENOSPC no slot. */
+ * -EBUSY the key is being filled by a put right now, -ENOSPC no slot, -ENOENT a remove of
+ * the key is still out in a deeper tier (kvt__e_remove_pending). */
 static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
 		      void *arg, int *cause)
 {
@@ -480,6 +497,14 @@ static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquir
 			pthread_mutex_unlock(&s->fill_lock);
 			return 0;
 		}
+	/* A remove of the key still out in a deeper tier: what the tiers hold of it is on its
+	 * way out, and promoting it would outlive the remove. Asked under fill_lock: a remove
+	 * marks the key before it marks the fills, so a fill it did not mark is refused here. */
+	if (kvt__e_remove_pending(s, key)) {
+		pthread_mutex_unlock(&s->fill_lock);
+		kvt__free(w);
+		return -ENOENT;
+	}
 	struct fill *f = kvt__calloc(1, sizeof(*f));
 	if (!f) {
 		pthread_mutex_unlock(&s->fill_lock);
@@ -526,6 +551,7 @@ int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key, kvt
 		d->arg = arg;
 		d->ref = ref;
 		d->tier = s->dram_pos;
+		d->rc = 0;
 		atomic_fetch_add(&s->links[s->dram_pos].hits, 1);
 		int rc = kvt__e_defer(s, deferred_hit_run, d);
 		if (rc < 0) {
@@ -535,6 +561,8 @@ int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key, kvt
 		return rc;
 	}
 	int rc = fill_start(s, key, cb, arg, cause);
+	if (rc == -ENOENT) /* a remove of the key is still out */
+		return deferred_miss(s, cb, arg);
 	if (rc == -EBUSY) {
 		/* A put of this key is being published right now; it is a hit once it lands. */
 		if (kvt__dram_get(s->dram, key, &ref) == 0) {
@@ -753,6 +781,12 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 			/* No slot to promote into (or a put of the key is landing, or a promotion
 			 * a remove overtook is still reading): read through a bounce buffer. */
 		}
+	}
+	/* A remove of the key still out in a deeper tier (not answered yet, in time or late)
+	 * and no put since: what the tiers hold of it is on its way out, a miss. */
+	if (kvt__e_remove_pending(s, key)) {
+		get_finish(g, -ENOENT, KVT_TIER_NONE, 0, 0);
+		return 0;
 	}
 	int rc = get_bounce_start(g, s->dram_pos + 1);
 	if (rc < 0) {

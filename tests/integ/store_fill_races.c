@@ -13,6 +13,13 @@
  *     - for ever, on a hung tier. Now the slot leaves the index at the deadline, the put
  *     lands, and the late read's bytes still land in memory no other object uses (the
  *     key and other keys put meanwhile, then checked in DRAM).
+ *  3. a get after kvt_remove returned, while the remove's NVMe call is still out (held, in
+ *     time; held past its deadline; and without promotion, a bounce read): DRAM had let the key go, NVMe still held it, and
+ *     the get promoted it back - served from NVMe, then from DRAM for good once the remove
+ *     reported it gone ("remove: 1 tier(s); get sent after it: Success (tier 1); once the
+ *     remove is done: get Success (tier 0)"). Now what a deeper tier holds of a key whose
+ *     remove is still out there, and no put came since, is a miss; a put after the remove
+ *     still wins.
  * Found by a review helper. Exit 0 pass, 1 fail.
  */
 #include <pthread.h>
@@ -30,6 +37,7 @@ static _Atomic int hold_next_ms; /* the next read is held this long, then submit
 static _Atomic int answer_next_ms; /* the next read goes through, its answer held this long */
 static _Atomic int held_out;     /* held reads or answers not yet passed on */
 static _Atomic int read_done;    /* the read whose answer is held has its bytes */
+static _Atomic int hold_remove_ms; /* the next remove is held this long, then submitted */
 
 struct held {
 	int ms;
@@ -109,6 +117,34 @@ static int held_read(struct kvt_tier *t, const struct kvt_key *key, const struct
 	return rc;
 }
 
+static void *remove_later(void *p)
+{
+	struct held *h = p;
+	usleep((useconds_t)h->ms * 1000);
+	int rc = inner_ops->remove(h->t, &h->key, h->cb, h->arg);
+	if (rc < 0)
+		h->cb(h->arg, rc);
+	free(h);
+	atomic_fetch_sub(&held_out, 1);
+	return NULL;
+}
+
+static int held_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb cb, void *arg)
+{
+	int ms = atomic_exchange(&hold_remove_ms, 0);
+	struct held *h = ms ? calloc(1, sizeof(*h)) : NULL;
+	if (!h)
+		return inner_ops->remove(t, key, cb, arg);
+	*h = (struct held){.ms = ms, .t = t, .key = *key, .cb = cb, .arg = arg};
+	atomic_fetch_add(&held_out, 1);
+	if (!start(remove_later, h)) {
+		atomic_fetch_sub(&held_out, 1);
+		free(h);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 static void wait_held(struct kvt_store *s)
 {
 	while (atomic_load(&held_out))
@@ -130,6 +166,16 @@ struct fixture {
 	struct kvt_key k;
 };
 
+static void hold_nvme(struct fixture *f)
+{
+	struct kvt_tier *t = kvt__store_tier(f->s, 1);
+	inner_ops = t->ops;
+	held_ops = *inner_ops;
+	held_ops.read = held_read;
+	held_ops.remove = held_remove;
+	t->ops = &held_ops;
+}
+
 /* dram,nvme; the key (bytes of seed) put and flushed, then the store reopened: the key is
  * on NVMe only, and NVMe's reads go through the holder. */
 static void setup(struct fixture *f, const char *base, const char *name, const char *ceil_ms,
@@ -150,11 +196,7 @@ static void setup(struct fixture *f, const char *base, const char *name, const c
 	CHECK_RC(kvt_flush_sync(f->s), 0);
 	kvt_store_close(f->s);
 	CHECK_RC(kvt_store_open(f->c, &f->s), 0);
-	struct kvt_tier *t = kvt__store_tier(f->s, 1);
-	inner_ops = t->ops;
-	held_ops = *inner_ops;
-	held_ops.read = held_read;
-	t->ops = &held_ops;
+	hold_nvme(f);
 }
 
 static void teardown(struct fixture *f)
@@ -267,13 +309,101 @@ static void test_fill_deadline_then_put(const char *base)
 	teardown(&f);
 }
 
+/* Calls made after kvt_remove returned, while its NVMe call is held: none may see the key. */
+static void check_gone(struct fixture *f, const char *when)
+{
+	struct kvt_result res;
+	int found = kvt_lookup_sync(f->s, &f->k, 1, NULL);
+	int g = kvt_get_sync(f->s, &f->k, 0, 0, f->back, f->len, &res);
+	int tier = g == 0 ? res.tier : -1;
+	int pf = kvt_prefetch_sync(f->s, &f->k, 1, 0);
+	int g2 = kvt_get_sync(f->s, &f->k, 0, 0, f->back, f->len, &res);
+	printf("    %s: lookup %d, get %s (tier %d), prefetch %d resident, get %s (tier %d)\n",
+	       when, found, kvt_strerror(g), tier, pf, kvt_strerror(g2), g2 == 0 ? res.tier : -1);
+	CHECK_RC(g, -ENOENT);
+	CHECK_EQ(found, 0);
+	CHECK_EQ(pf, 0);
+	CHECK_RC(g2, -ENOENT);
+}
+
+static void test_get_during_remove(const char *base)
+{
+	printf("  3. gets after a remove whose NVMe call is still out\n");
+	struct fixture f;
+	setup(&f, base, "rmget", "2000", 42);
+	/* a. held well within its deadline */
+	atomic_store(&hold_remove_ms, 600);
+	struct test_box r = {0};
+	CHECK_RC(kvt_remove(f.s, &f.k, test_box_cb, &r), 0);
+	check_gone(&f, "remove out");
+	CHECK(!r.done && atomic_load(&held_out) == 1); /* all of it while the call was held */
+	while (!r.done)
+		kvt_poll(f.s, 20);
+	printf("    remove: %d tier(s)\n", r.res.status);
+	CHECK_EQ(r.res.status, 1);
+	check_gone(&f, "remove done");
+	/* A put after a remove wins over it, even while the remove is still out. */
+	atomic_store(&hold_remove_ms, 600);
+	memset(&r, 0, sizeof(r));
+	CHECK_RC(kvt_remove(f.s, &f.k, test_box_cb, &r), 0);
+	test_fill(f.buf, f.len, 7);
+	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
+	struct kvt_result res;
+	int g = kvt_get_sync(f.s, &f.k, 0, 0, f.back, f.len, &res);
+	printf("    put after a remove still out: get %s (tier %d)\n", kvt_strerror(g),
+	       g == 0 ? res.tier : -1);
+	CHECK(g == 0 && test_check(f.back, f.len, 7));
+	CHECK(!r.done);
+	while (!r.done)
+		kvt_poll(f.s, 20);
+	wait_held(f.s);
+	teardown(&f);
+
+	/* b. held past its deadline: the remove completes without NVMe (0 tiers), and the key
+	 * is still a miss until NVMe answers it. */
+	setup(&f, base, "rmlate", "300", 42);
+	atomic_store(&hold_remove_ms, 1500);
+	memset(&r, 0, sizeof(r));
+	CHECK_RC(kvt_remove(f.s, &f.k, test_box_cb, &r), 0);
+	while (!r.done)
+		kvt_poll(f.s, 20);
+	printf("    remove past its deadline: %d tier(s)\n", r.res.status);
+	CHECK_EQ(r.res.status, 0);
+	CHECK(atomic_load(&held_out) == 1);
+	check_gone(&f, "its NVMe call late");
+	CHECK(atomic_load(&held_out) == 1);
+	wait_held(f.s);
+	check_gone(&f, "NVMe answered");
+	teardown(&f);
+
+	/* c. without promotion: a get reads the deeper tiers through a bounce buffer. */
+	setup(&f, base, "rmbounce", "2000", 42);
+	kvt_store_close(f.s);
+	test_set(f.c, "store.promote", "false");
+	CHECK_RC(kvt_store_open(f.c, &f.s), 0);
+	hold_nvme(&f);
+	atomic_store(&hold_remove_ms, 600);
+	memset(&r, 0, sizeof(r));
+	CHECK_RC(kvt_remove(f.s, &f.k, test_box_cb, &r), 0);
+	int g3 = kvt_get_sync(f.s, &f.k, 0, 0, f.back, f.len, &res);
+	printf("    no promotion, remove out: get %s (tier %d)\n", kvt_strerror(g3),
+	       g3 == 0 ? res.tier : -1);
+	CHECK_RC(g3, -ENOENT);
+	CHECK(!r.done);
+	while (!r.done)
+		kvt_poll(f.s, 20);
+	CHECK_EQ(r.res.status, 1);
+	wait_held(f.s);
+	teardown(&f);
+}
+
 int main(int argc, char **argv)
 {
-	static void (*const sections[])(const char *) = {test_remove_during_fill,
-							 test_fill_deadline_then_put};
-	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-2; all by default */
+	static void (*const sections[])(const char *) = {
+		test_remove_during_fill, test_fill_deadline_then_put, test_get_during_remove};
+	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-3; all by default */
 	char *dir = test_tmpdir("store_fill_races");
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 3; i++)
 		if (!only || only == i + 1)
 			sections[i](dir);
 	test_rmdir(dir);
