@@ -496,7 +496,8 @@ KVT_EXPORT int kvt_device_scatter(struct kvt_device *dev, const void *obj, size_
 				  const struct kvt_device_dep *dep, struct kvt_device_op **op);
 
 /* Wait until layer is in place (scatter) / copied (gather): 0, the op's error if it
- * failed, -ETIMEDOUT after timeout_ms (-1: forever), -EINVAL bad layer. */
+ * failed, -ETIMEDOUT after timeout_ms (-1: forever; timeouts use the monotonic clock),
+ * -EINVAL bad layer. */
 KVT_EXPORT int kvt_device_op_wait_layer(struct kvt_device_op *op, uint32_t layer,
 					int timeout_ms);
 /* Wait for the whole operation: its status (>= 0 success), or -ETIMEDOUT. */
@@ -511,7 +512,11 @@ KVT_EXPORT void kvt_device_op_free(struct kvt_device_op *op);
  * process sharing s, or ranks of several processes whose stores are clients of one kvtierd;
  * see docs/DEVICE.md). cb runs through kvt_poll() once this rank's
  * copy is done: the engine may free or reuse its blocks. status = heads of the object
- * still missing (0: published, or already resident); < 0 on failure (-ENOSPC no slot).
+ * still missing (0: published, or already resident); < 0 on failure (-ENOSPC no slot; the
+ * rank that completes the object gets the publish's error, e.g. encryption failing).
+ * block_ids and n_blocks as for kvt_device_gather (-EINVAL). An op with nothing to copy
+ * (resident already, or other ranks write all of this rank's heads) completes at once
+ * with every layer done.
  * -EAGAIN: a deeper tier already has as many writes queued as its deadline allows (the
  * bound kvt_put applies); nothing was copied, retry after kvt_poll(). A chunk another
  * rank has started is never refused. Close s only after cb ran; closing it cancels the

@@ -265,18 +265,34 @@ struct kvt_device_op *kvt__dev_op_new(struct kvt_device *dev, int dir, uint32_t 
 				      const struct kvt_device_dep *dep, int *rc);
 void kvt__dev_op_put(struct kvt_device_op *op);
 
+/* The block ids a call hands in, checked before one is read: with n_tokens, exactly
+ * ceil(n_tokens / block_size) of them; without (a load: the slot gives n_tokens later),
+ * 1 .. blocks per chunk. The ids themselves are checked by kvt__dev_plan_init. */
+static int check_ids(const struct kvt_device *dev, uint32_t n_tokens, const uint32_t *ids,
+		     uint32_t n_blocks)
+{
+	const struct kvt_device_desc *d = &dev->desc;
+	if (!ids || !n_blocks || n_blocks > d->geometry.chunk_tokens / d->block_size)
+		return -EINVAL;
+	if (n_tokens && (n_tokens > d->geometry.chunk_tokens ||
+			 n_blocks != (n_tokens + d->block_size - 1) / d->block_size))
+		return -EINVAL;
+	return 0;
+}
+
 struct kvt_device_op *kvt__dev_op_new(struct kvt_device *dev, int dir, uint32_t n_tokens,
 				      const uint32_t *ids, uint32_t n_blocks,
 				      const struct kvt_device_dep *dep, int *rc)
 {
+	if ((*rc = check_ids(dev, n_tokens, ids, n_blocks)) < 0)
+		return NULL;
 	struct kvt_device_op *op = kvt__calloc(1, sizeof(*op));
-	if (!op || !(op->ids = kvt__malloc((n_blocks ? n_blocks : 1) * sizeof(uint32_t)))) {
+	if (!op || !(op->ids = kvt__malloc(n_blocks * sizeof(uint32_t)))) {
 		kvt__free(op);
 		*rc = -ENOMEM;
 		return NULL;
 	}
-	if (n_blocks)
-		memcpy(op->ids, ids, n_blocks * sizeof(uint32_t));
+	memcpy(op->ids, ids, n_blocks * sizeof(uint32_t));
 	op->dev = dev;
 	op->dir = dir;
 	op->layers = dev->desc.geometry.layers;
@@ -286,7 +302,11 @@ struct kvt_device_op *kvt__dev_op_new(struct kvt_device *dev, int dir, uint32_t 
 	op->plan.layers = dev->desc.geometry.layers;
 	op->plan.n_blocks = n_blocks;
 	pthread_mutex_init(&op->mu, NULL);
-	pthread_cond_init(&op->cv, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* wait deadlines are monotonic */
+	pthread_cond_init(&op->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	/* n_tokens 0: the caller fills the plan later (a load learns it from the slot). */
 	if (n_tokens &&
 	    (*rc = kvt__dev_plan_init(dev, n_tokens, op->ids, n_blocks, &op->plan)) < 0) {
@@ -392,7 +412,7 @@ static int wait_until(struct kvt_device_op *op, uint32_t need_layers, int timeou
 {
 	struct timespec dl;
 	if (timeout_ms >= 0) {
-		clock_gettime(CLOCK_REALTIME, &dl);
+		clock_gettime(CLOCK_MONOTONIC, &dl); /* op->cv's clock: immune to wall steps */
 		dl.tv_sec += timeout_ms / 1000;
 		dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
 		if (dl.tv_nsec >= 1000000000L) {

@@ -190,7 +190,10 @@ static void store_finish(struct kvt_device_op *op)
 	}
 	pthread_mutex_unlock(&tab_mu);
 	if (publish) {
-		kvt__store_commit(publish->s, &publish->ref);
+		/* sealing or protecting (MAC, encryption) may fail: the slot is then dropped */
+		int crc = kvt__store_commit(publish->s, &publish->ref);
+		if (crc < 0)
+			res.status = crc;
 		kvt__free(publish);
 	}
 	if (cancel) {
@@ -203,11 +206,15 @@ out:
 	kvt__free(c);
 }
 
-/* Nothing for this rank to copy: complete with c->early. */
+/* Nothing for this rank to copy: complete with c->early. Unless that is an error, every
+ * layer counts as done (the object holds it), so kvt_device_op_wait_layer answers 0. */
 static int no_copy(struct kvt_device_op *op, struct kvt_device_op **opp)
 {
+	struct store_ctx *c = op->ctx;
 	op->finish = store_finish;
 	op->bytes = 0;
+	if (c->early >= 0)
+		__atomic_store_n(&op->layers_done, op->layers, __ATOMIC_RELEASE);
 	kvt__dev_op_done(op, 0); /* the user callback is queued for kvt_poll, not run here */
 	if (opp)
 		*opp = op;
@@ -274,7 +281,7 @@ static int device_store(struct kvt_device *dev, struct kvt_store *s, const struc
 			struct kvt_device_op **opp)
 {
 	int rc;
-	if (!dev || !s || !key || !cb)
+	if (!dev || !s || !key || !cb || !block_ids || !n_tokens)
 		return -EINVAL;
 	if ((rc = check_store(dev, s)) < 0)
 		return rc;

@@ -443,6 +443,43 @@ static void test_bad_arguments(void **state)
 	free(obj);
 }
 
+/* The block ids are checked before one is read: a NULL array, or an n_blocks that does
+ * not match n_tokens (more than the caller's array holds), is -EINVAL. The op used to copy
+ * n_blocks ids first: NULL crashed, 1000 ids of a 4-id array read past it (ASan:
+ * heap-buffer-overflow), 2^28 ids allocated 1 GiB and read past the heap. */
+static void test_bad_block_ids(void **state)
+{
+	struct kvt_geometry g = geo_kv(KVT_DTYPE_BF16);
+	struct tr_rank r;
+	size_t len;
+	uint8_t *obj = obj_new(&g, 64, &len);
+	struct kvt_device_op *op = NULL;
+	assert_int_equal(tr_rank_open(&r, NULL, &g, KVT_LAYOUT_FLASH_ATTN, 16, 8, 0, 8, 0, NULL),
+			 0);
+	uint32_t *ids = malloc(4 * sizeof(uint32_t)); /* 64 tokens, blocks of 16: 4 ids */
+	for (uint32_t i = 0; i < 4; i++)
+		ids[i] = i;
+	const uint32_t bad[] = {1000, 1u << 28, UINT32_MAX, 5, 0};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(kvt_device_gather(r.dev, ids, bad[i], 64, obj, len, NULL, &op),
+				 -EINVAL);
+		assert_int_equal(kvt_device_scatter(r.dev, obj, len, 64, ids, bad[i], NULL, &op),
+				 -EINVAL);
+	}
+	assert_int_equal(kvt_device_gather(r.dev, NULL, 4, 64, obj, len, NULL, &op), -EINVAL);
+	assert_int_equal(kvt_device_scatter(r.dev, obj, len, 64, NULL, 4, NULL, &op), -EINVAL);
+	assert_int_equal(kvt_device_gather(r.dev, NULL, 1u << 28, 64, obj, len, NULL, &op),
+			 -EINVAL);
+	assert_null(op);
+	/* the right count still works */
+	assert_int_equal(kvt_device_gather(r.dev, ids, 4, 64, obj, len, NULL, &op), 0);
+	assert_int_equal(kvt_device_op_wait(op, 10000), 0);
+	kvt_device_op_free(op);
+	tr_rank_close(&r);
+	free(ids);
+	free(obj);
+}
+
 static void test_backend_choice(void **state)
 {
 	struct kvt_geometry g = geo_kv(KVT_DTYPE_BF16);
@@ -503,6 +540,7 @@ int main(void)
 	    cmocka_unit_test(test_layer_order),
 	    cmocka_unit_test(test_throttle),
 	    cmocka_unit_test(test_bad_arguments),
+	    cmocka_unit_test(test_bad_block_ids),
 	    cmocka_unit_test(test_backend_choice),
 	    cmocka_unit_test(test_no_leaks),
 	};

@@ -1,0 +1,200 @@
+/*
+ * device_store_status.c - what kvt_device_store reports, on the emu backend with a DRAM
+ * store: bad block ids are refused before one is read; an op with nothing to copy (the key
+ * is resident, or a rank replicating heads another rank writes) has every layer done, so
+ * kvt_device_op_wait_layer answers 0, not -EIO; and a publish whose protection fails
+ * (RAND_bytes, interposed here, fails while `rand_fail` is set: no nonce for the
+ * encryption) reports that error to the rank, not 0 (published).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RTLD_NEXT */
+#endif
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../unit/device_common.h"
+
+#define CHECK(c)                                                                                   \
+	do {                                                                                       \
+		if (!(c)) {                                                                        \
+			fprintf(stderr, "device_store_status: %s:%d: check failed: %s\n",          \
+				__FILE__, __LINE__, #c);                                           \
+			exit(1);                                                                   \
+		}                                                                                  \
+	} while (0)
+
+/* OpenSSL's RAND_bytes, failing on demand (the library's calls bind to this one). */
+static volatile int rand_fail;
+int RAND_bytes(unsigned char *buf, int num);
+int RAND_bytes(unsigned char *buf, int num)
+{
+	static int (*real)(unsigned char *, int);
+	if (rand_fail)
+		return 0;
+	if (!real)
+		real = (int (*)(unsigned char *, int))dlsym(RTLD_NEXT, "RAND_bytes");
+	return real ? real(buf, num) : 0;
+}
+
+static void poll_until(struct kvt_store *s, struct tr_done *d, int calls)
+{
+	for (int i = 0; i < 1000 && d->calls < calls; i++)
+		kvt_poll(s, 10);
+	CHECK(d->calls == calls);
+}
+
+static struct kvt_store *open_store(const struct kvt_geometry *g, bool protect)
+{
+	struct kvt_config *cfg;
+	struct kvt_store *s;
+	char v[32];
+	CHECK(kvt_config_create(&cfg) == 0);
+	CHECK(kvt_config_set(cfg, "store.tiers", "dram", NULL, 0) == 0);
+	CHECK(kvt_config_set(cfg, "dram.bytes", "16MiB", NULL, 0) == 0);
+	CHECK(kvt_config_set(cfg, "dram.hugepages", "false", NULL, 0) == 0);
+	snprintf(v, sizeof(v), "%u", g->layers);
+	CHECK(kvt_config_set(cfg, "model.layers", v, NULL, 0) == 0);
+	snprintf(v, sizeof(v), "%u", g->kv_heads);
+	CHECK(kvt_config_set(cfg, "model.kv_heads", v, NULL, 0) == 0);
+	snprintf(v, sizeof(v), "%u", g->head_dim);
+	CHECK(kvt_config_set(cfg, "model.head_dim", v, NULL, 0) == 0);
+	snprintf(v, sizeof(v), "%u", g->chunk_tokens);
+	CHECK(kvt_config_set(cfg, "model.chunk_tokens", v, NULL, 0) == 0);
+	CHECK(kvt_config_set(cfg, "model.dtype", "bf16", NULL, 0) == 0);
+	if (protect) {
+		setenv("KVT_DEVICE_TEST_KEY",
+		       "8f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0", 1);
+		CHECK(kvt_config_set(cfg, "security.mac_key_env", "KVT_DEVICE_TEST_KEY", NULL, 0) ==
+		      0);
+		CHECK(kvt_config_set(cfg, "security.encryption_key_env", "KVT_DEVICE_TEST_KEY",
+				     NULL, 0) == 0);
+	}
+	CHECK(kvt_store_open(cfg, &s) == 0);
+	kvt_config_destroy(cfg);
+	return s;
+}
+
+int main(void)
+{
+	struct kvt_geometry g = {.layers = 4,
+				 .kv_heads = 8,
+				 .head_dim = 16,
+				 .chunk_tokens = 64,
+				 .dtype = KVT_DTYPE_BF16,
+				 .kind = KVT_KIND_KV};
+	const uint32_t n = 64, bs = 16, nb = 8, nblk = 4;
+	uint64_t seed = 7;
+	struct kvt_store *s = open_store(&g, false);
+	struct kvt_key key, parent = {{0}};
+	tr_fill(&seed, key.bytes, sizeof(key.bytes));
+	uint32_t *ids = malloc(nblk * sizeof(uint32_t)); /* on the heap: ASan sees reads past it */
+	for (uint32_t i = 0; i < nblk; i++)
+		ids[i] = i;
+	struct tr_rank all;
+	CHECK(tr_rank_open(&all, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, 0, &seed) == 0);
+
+	/* 1. Bad block ids: -EINVAL, no op, no callback, nothing reserved. */
+	struct tr_done dbad = {0};
+	struct kvt_device_op *op = NULL;
+	CHECK(kvt_device_store(all.dev, s, &key, &parent, n, NULL, nblk, NULL, tr_on_done, &dbad,
+			       &op) == -EINVAL);
+	const uint32_t bad[] = {1000, 64, 1u << 28, UINT32_MAX, 0};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		CHECK(kvt_device_store(all.dev, s, &key, &parent, n, ids, bad[i], NULL, tr_on_done,
+				       &dbad, &op) == -EINVAL);
+	CHECK(kvt_device_store(all.dev, s, &key, &parent, 0, ids, nblk, NULL, tr_on_done, &dbad,
+			       &op) == -EINVAL);
+	CHECK(op == NULL);
+	kvt_poll(s, 10);
+	CHECK(dbad.calls == 0);
+	CHECK(kvt_lookup_sync(s, &key, 1, NULL) == 0);
+
+	/* 2a. Stored, then stored again: the second op copies nothing, and has every layer. */
+	struct tr_done d1 = {0}, d2 = {0};
+	CHECK(kvt_device_store(all.dev, s, &key, &parent, n, ids, nblk, NULL, tr_on_done, &d1,
+			       &op) == 0);
+	CHECK(kvt_device_op_wait(op, 10000) == 0);
+	CHECK(kvt_device_op_wait_layer(op, 0, 10000) == 0);
+	kvt_device_op_free(op);
+	poll_until(s, &d1, 1);
+	CHECK(d1.res.status == 0 && d1.res.bytes > 0);
+	CHECK(kvt_device_store(all.dev, s, &key, &parent, n, ids, nblk, NULL, tr_on_done, &d2,
+			       &op) == 0);
+	CHECK(kvt_device_op_wait(op, 10000) == 0);
+	for (uint32_t l = 0; l < g.layers; l++) {
+		int wl = kvt_device_op_wait_layer(op, l, 10000);
+		if (wl)
+			fprintf(stderr, "resident key: wait_layer(%u) = %d\n", l, wl);
+		CHECK(wl == 0);
+	}
+	CHECK(kvt_device_op_layers_done(op) == g.layers);
+	kvt_device_op_free(op);
+	poll_until(s, &d2, 1);
+	CHECK(d2.res.status == 0 && d2.res.bytes == 0);
+	tr_rank_close(&all);
+
+	/* 2b. TP > kv_heads: ranks a and b both hold heads [0, 4); a writes them, b has none
+	 * left to claim and completes at once with 4 heads missing, every layer done. */
+	struct kvt_key key2 = key;
+	key2.bytes[0] ^= 1;
+	struct tr_rank a, b, c;
+	CHECK(tr_rank_open(&a, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 4, 0, &seed) == 0);
+	CHECK(tr_rank_open(&b, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 4, 0, &seed) == 0);
+	CHECK(tr_rank_open(&c, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 4, 8, 0, &seed) == 0);
+	struct tr_done da = {0}, db = {0}, dc = {0};
+	CHECK(kvt_device_store(a.dev, s, &key2, &parent, n, ids, nblk, NULL, tr_on_done, &da,
+			       NULL) == 0);
+	poll_until(s, &da, 1);
+	CHECK(da.res.status == 4);
+	CHECK(kvt_device_store(b.dev, s, &key2, &parent, n, ids, nblk, NULL, tr_on_done, &db,
+			       &op) == 0);
+	CHECK(kvt_device_op_wait(op, 10000) == 4);
+	int wl = kvt_device_op_wait_layer(op, g.layers - 1, 10000);
+	if (wl)
+		fprintf(stderr, "replicated heads: wait_layer = %d\n", wl);
+	CHECK(wl == 0);
+	CHECK(kvt_device_op_layers_done(op) == g.layers);
+	kvt_device_op_free(op);
+	poll_until(s, &db, 1);
+	CHECK(db.res.status == 4 && db.res.bytes == 0);
+	CHECK(kvt_device_store(c.dev, s, &key2, &parent, n, ids, nblk, NULL, tr_on_done, &dc,
+			       NULL) == 0);
+	poll_until(s, &dc, 1);
+	CHECK(dc.res.status == 0);
+	CHECK(kvt_lookup_sync(s, &key2, 1, NULL) == 1);
+	tr_rank_close(&a);
+	tr_rank_close(&b);
+	tr_rank_close(&c);
+	kvt_store_close(s);
+
+	/* 4. Encryption needs a nonce from RAND_bytes; without one the publish fails, and the
+	 * rank whose copy completed the object is told (it used to get 0: published). */
+	s = open_store(&g, true);
+	struct tr_rank w;
+	struct tr_done dp = {0};
+	CHECK(tr_rank_open(&w, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, 0, &seed) == 0);
+	rand_fail = 1;
+	CHECK(kvt_device_store(w.dev, s, &key, &parent, n, ids, nblk, NULL, tr_on_done, &dp, &op) ==
+	      0);
+	int st = kvt_device_op_wait(op, 10000);
+	kvt_device_op_free(op);
+	poll_until(s, &dp, 1);
+	rand_fail = 0;
+	printf("  a publish whose encryption fails: op %d, callback %d\n", st, dp.res.status);
+	CHECK(st < 0 && dp.res.status == st);
+	CHECK(kvt_lookup_sync(s, &key, 1, NULL) == 0); /* nothing published */
+	/* and with a nonce it goes through */
+	struct tr_done dq = {0};
+	CHECK(kvt_device_store(w.dev, s, &key, &parent, n, ids, nblk, NULL, tr_on_done, &dq,
+			       NULL) == 0);
+	poll_until(s, &dq, 1);
+	CHECK(dq.res.status == 0);
+	CHECK(kvt_lookup_sync(s, &key, 1, NULL) == 1);
+	tr_rank_close(&w);
+	kvt_store_close(s);
+	free(ids);
+	printf("device_store_status: ok\n");
+	return 0;
+}
