@@ -197,8 +197,9 @@ KVT_EXPORT int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **o
  * at once and returns, and that kvt_poll() finishes the close as it returns - its caller
  * must not use s afterwards. A close from a callback that a close is running does nothing
  * more. Never from a kvt_event_fn, never twice otherwise. Device operations on s
- * (kvt_device_store/load) go on after their call returned: wait for them
- * (kvt_device_op_wait, kvt_device_close) before closing. */
+ * (kvt_device_store/load) go on after their call returned: close waits for them in its
+ * step 2 (a copy waits for its dependency first: an event signalled only after close
+ * returns would hold it forever) and delivers their callbacks. */
 KVT_EXPORT void kvt_store_close(struct kvt_store *s);
 /* The first half of kvt_store_close() for a store that several threads use: every call on
  * s from then on returns -ECANCELED and each kvt_poll() waiting is woken (it returns), so
@@ -519,8 +520,8 @@ KVT_EXPORT void kvt_device_op_free(struct kvt_device_op *op);
  * with every layer done.
  * -EAGAIN: a deeper tier already has as many writes queued as its deadline allows (the
  * bound kvt_put applies); nothing was copied, retry after kvt_poll(). A chunk another
- * rank has started is never refused. Close s only after cb ran; closing it cancels the
- * objects of s other ranks have yet to complete.
+ * rank has started is never refused. Closing s waits for this copy (cb then runs from
+ * the close) and cancels the objects of s other ranks have yet to complete.
  * The geometry of dev and s must be equal (-EINVAL). op may be NULL (no handle wanted). */
 KVT_EXPORT int kvt_device_store(struct kvt_device *dev, struct kvt_store *s,
 				const struct kvt_key *key, const struct kvt_key *parent,

@@ -18,6 +18,13 @@
  * queued or new, asynchronous or *_sync, fails at once with the error the timeout gave,
  * instead of each waiting out its own timeout in turn; after the backoff one call at a
  * time (the probe) tries the daemon again.
+ *
+ * What the daemon says at attach (c->info) is rewritten by every reconnect, under io_lock.
+ * The accessors (tier count and names, namespace) answer from any thread without that
+ * lock, so they never read it: the namespace is this client's own (the daemon attaches
+ * only a client of its namespace), and the tier chain is an immutable copy per distinct
+ * chain, published atomically and kept until close, so a name handed out stays valid and
+ * unchanged however often the daemon restarts, with whatever tiers.
  */
 #include "daemon_client.h"
 
@@ -25,6 +32,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -58,6 +66,13 @@ struct cop {
 	struct kvt_result res;
 };
 
+/* The daemon's tier chain as an attach told it; never written once published. */
+struct tier_names {
+	struct tier_names *next; /* the client's list of every chain published */
+	uint32_t n;
+	char name[KVT_MAX_TIERS][KVTD_MAX_TIER_NAME];
+};
+
 struct kvt_client {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	struct kvt_log log;
@@ -77,7 +92,12 @@ struct kvt_client {
 	bool region_dirty; /* a daemon thread may still write the current region */
 	uint64_t seq;
 	uint64_t gen; /* connections made: TP claims belong to one */
-	struct kvtd_info info;
+	struct kvtd_info info; /* the last attach's; read under io_lock only */
+	/* the tier chain the accessors read, lock-free (see the file comment): the last
+	 * attach's, stored with release after it is filled; tier_sets (under io_lock) holds
+	 * every one published, freed at close */
+	_Atomic(struct tier_names *) tiers;
+	struct tier_names *tier_sets;
 	/* the daemon's DRAM pool, mapped read-only (NULL: not offered): DRAM hits are copied
 	 * from the pinned slot straight into the caller's buffer (GET_PIN, UNPIN) */
 	uint8_t *pool; /* writable only with info.pool_writable */
@@ -315,6 +335,41 @@ static int new_region(struct kvt_client *c)
 	return 0;
 }
 
+/* Publish the tier chain c->info names for the accessors: the one published already if
+ * it is the same, else a fresh copy (the old ones stay: a caller may hold their names).
+ * Under io_lock. */
+static int publish_tiers(struct kvt_client *c)
+{
+	struct tier_names *t;
+	for (t = c->tier_sets; t; t = t->next) {
+		bool same = t->n == c->info.n_tiers;
+		for (uint32_t i = 0; same && i < t->n; i++)
+			same = !strcmp(t->name[i], c->info.tier[i]);
+		if (same)
+			break;
+	}
+	if (!t) {
+		if (!(t = kvt__calloc(1, sizeof(*t))))
+			return -ENOMEM;
+		t->n = c->info.n_tiers;
+		for (uint32_t i = 0; i < t->n; i++)
+			memcpy(t->name[i], c->info.tier[i], KVTD_MAX_TIER_NAME);
+		t->next = c->tier_sets;
+		c->tier_sets = t;
+	}
+	atomic_store_explicit(&c->tiers, t, memory_order_release);
+	return 0;
+}
+
+static void free_tiers(struct kvt_client *c)
+{
+	while (c->tier_sets) {
+		struct tier_names *t = c->tier_sets;
+		c->tier_sets = t->next;
+		kvt__free(t);
+	}
+}
+
 static int attach(struct kvt_client *c)
 {
 	if (c->region_dirty) {
@@ -357,8 +412,10 @@ static int attach(struct kvt_client *c)
 	}
 	memcpy(&c->info, c->shm, sizeof(c->info));
 	/* Checked at every attach, not only the first: a restarted daemon may say otherwise,
-	 * and kvt__client_tier_name indexes tier[] by what it says. */
-	if (c->info.n_tiers > KVT_MAX_TIERS) {
+	 * and kvt__client_tier_name indexes tier[] by what it says. Its namespace is ours (it
+	 * refuses a HELLO of another): kvt__client_ns_id answers my_ns. */
+	if (c->info.n_tiers > KVT_MAX_TIERS ||
+	    memcmp(c->info.ns_id, c->my_ns, sizeof(c->my_ns))) {
 		if (pfd >= 0)
 			close(pfd);
 		disconnect(c);
@@ -366,6 +423,12 @@ static int attach(struct kvt_client *c)
 	}
 	for (uint32_t i = 0; i < c->info.n_tiers; i++)
 		c->info.tier[i][KVTD_MAX_TIER_NAME - 1] = '\0';
+	if ((rc = publish_tiers(c)) < 0) {
+		if (pfd >= 0)
+			close(pfd);
+		disconnect(c);
+		return rc;
+	}
 	/* A pool from an earlier daemon (a restart) is stale: this one's replaces it. A copy
 	 * that may still run from the old one keeps its pages (retired until close). */
 	if ((c->tp_writes || c->pins_out) && c->pool)
@@ -1133,19 +1196,22 @@ const struct kvt_geometry *kvt__client_geometry(const struct kvt_client *c)
 	return &c->my_geo; /* equal to the daemon's (checked at open), and never rewritten */
 }
 
+/* These three read no c->info (a reconnect rewrites it): see the file comment. */
 const uint8_t *kvt__client_ns_id(const struct kvt_client *c)
 {
-	return c->info.ns_id;
+	return c->my_ns; /* the daemon's: attach checks it */
 }
 
 int kvt__client_tier_count(const struct kvt_client *c)
 {
-	return (int)c->info.n_tiers;
+	return (int)atomic_load_explicit(&c->tiers, memory_order_acquire)->n;
 }
 
 const char *kvt__client_tier_name(const struct kvt_client *c, int tier)
 {
-	return tier >= 0 && (uint32_t)tier < c->info.n_tiers ? c->info.tier[tier] : "none";
+	/* one chain, one load: never a count from one attach with names from another */
+	const struct tier_names *t = atomic_load_explicit(&c->tiers, memory_order_acquire);
+	return tier >= 0 && (uint32_t)tier < t->n ? t->name[tier] : "none";
 }
 
 /* ------------------------------------------------------------- open / close */
@@ -1194,6 +1260,7 @@ void kvt__client_close(struct kvt_client *c)
 	munmap(c->shm, c->shm_len);
 	close(c->memfd);
 	close(c->efd);
+	free_tiers(c);
 	pthread_mutex_destroy(&c->io_lock);
 	pthread_mutex_destroy(&c->q_lock);
 	pthread_cond_destroy(&c->q_cond);
@@ -1271,6 +1338,7 @@ fail:
 		close(c->memfd);
 	if (c->efd >= 0)
 		close(c->efd);
+	free_tiers(c);
 	pthread_mutex_destroy(&c->io_lock);
 	pthread_mutex_destroy(&c->q_lock);
 	pthread_cond_destroy(&c->q_cond);

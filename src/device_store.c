@@ -15,6 +15,13 @@
  * store being closed by its close (the table outlives stores: an entry left behind would
  * be expired on freed memory, or found by a new store given the same address).
  *
+ * A copy runs on after its call returned (on the device's stream, behind its dependency),
+ * and its completion updates the table, publishes, releases or cancels a slot of the store
+ * and queues the callback there. So every operation holds its store (kvt__store_dev_hold)
+ * from its call until that is done, and kvt_store_close waits for none to hold it before
+ * it forgets the store's entries: no copy can then leave or re-create one, nor touch the
+ * store once it is freed.
+ *
  * Ranks in different processes share a store through kvtierd (store.daemon): for a client
  * store the partial-object table is the daemon's (daemon/tp_commit.c), with the same rules;
  * each rank asks it for the slot and its claim (TP_RESERVE), gathers into the daemon's
@@ -123,7 +130,7 @@ int kvt__dev_store_forget(struct kvt_store *s)
 		struct partial *p = *pp;
 		if (p->s != s) {
 			pp = &p->next;
-		} else if (p->writers) { /* its op finishes it; the store must outlive that */
+		} else if (p->writers) { /* never: its op holds s, and close waited for those */
 			busy++;
 			pp = &p->next;
 		} else {
@@ -144,6 +151,25 @@ int kvt__dev_store_partials(const struct kvt_store *s)
 		n += p->s == s;
 	pthread_mutex_unlock(&tab_mu);
 	return n;
+}
+
+/* A context holds its store (kvt__store_dev_hold) from here until ctx_free. */
+static struct store_ctx *ctx_new(struct kvt_store *s, size_t extra)
+{
+	struct store_ctx *c = kvt__calloc(1, sizeof(*c) + extra);
+	if (c) {
+		c->s = s;
+		kvt__store_dev_hold(s);
+	}
+	return c;
+}
+
+/* The operation's last touch of its store: once released, a close may free it. */
+static void ctx_free(struct store_ctx *c)
+{
+	struct kvt_store *s = c->s;
+	kvt__free(c);
+	kvt__store_dev_release(s);
 }
 
 static void store_finish(struct kvt_device_op *op)
@@ -203,7 +229,7 @@ static void store_finish(struct kvt_device_op *op)
 out:
 	op->status = res.status;
 	kvt__store_complete(c->s, c->cb, c->arg, &res);
-	kvt__free(c);
+	ctx_free(c);
 }
 
 /* Nothing for this rank to copy: complete with c->early. Unless that is an error, every
@@ -228,7 +254,7 @@ static int failed(struct kvt_device_op *op, struct store_ctx *c, int rc)
 	op->ctx = NULL;
 	kvt__dev_op_done(op, rc);
 	kvt__dev_op_put(op);
-	kvt__free(c);
+	ctx_free(c);
 	return rc;
 }
 
@@ -286,17 +312,16 @@ static int device_store(struct kvt_device *dev, struct kvt_store *s, const struc
 	if ((rc = check_store(dev, s)) < 0)
 		return rc;
 	const struct kvt_device_desc *d = &dev->desc;
-	struct store_ctx *c = kvt__calloc(1, sizeof(*c) + dev->heads);
+	struct store_ctx *c = ctx_new(s, dev->heads);
 	if (!c)
 		return -ENOMEM;
-	c->s = s;
 	c->cb = cb;
 	c->arg = arg;
 	c->n_tokens = n_tokens;
 	struct kvt_device_op *op =
 	    kvt__dev_op_new(dev, KVT_DEV_GATHER, n_tokens, block_ids, n_blocks, dep, &rc);
 	if (!op) {
-		kvt__free(c);
+		ctx_free(c);
 		return rc;
 	}
 	op->ctx = c;
@@ -424,7 +449,7 @@ static void load_finish(struct kvt_device_op *op)
 		kvt__store_release(c->s, &c->ref);
 	}
 	kvt__store_complete(c->s, c->cb, c->arg, &res);
-	kvt__free(c);
+	ctx_free(c);
 }
 
 static void on_acquired(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
@@ -472,17 +497,16 @@ static int device_load(struct kvt_device *dev, struct kvt_store *s, const struct
 	for (uint32_t i = 0; i < n_blocks; i++)
 		if (block_ids[i] >= dev->desc.num_blocks)
 			return -EINVAL;
-	struct store_ctx *c = kvt__calloc(1, sizeof(*c));
+	struct store_ctx *c = ctx_new(s, 0);
 	if (!c)
 		return -ENOMEM;
-	c->s = s;
 	c->cb = cb;
 	c->arg = arg;
 	c->tier = KVT_TIER_NONE;
 	struct kvt_device_op *op =
 	    kvt__dev_op_new(dev, KVT_DEV_SCATTER, 0, block_ids, n_blocks, dep, &rc);
 	if (!op) {
-		kvt__free(c);
+		ctx_free(c);
 		return rc;
 	}
 	op->ctx = c;
@@ -513,7 +537,7 @@ static int device_load(struct kvt_device *dev, struct kvt_store *s, const struct
 		op->ctx = NULL;
 		kvt__dev_op_done(op, rc);
 		kvt__dev_op_put(op);
-		kvt__free(c);
+		ctx_free(c);
 		return rc;
 	}
 	if (opp)

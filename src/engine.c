@@ -400,6 +400,42 @@ static void wake_pollers(struct kvt_store *s)
 	(void)w;
 }
 
+void kvt__store_dev_hold(struct kvt_store *s)
+{
+	atomic_fetch_add(&s->dev_ops, 1);
+}
+
+void kvt__store_dev_release(struct kvt_store *s)
+{
+	atomic_fetch_sub(&s->dev_ops, 1);
+}
+
+/* Until no device operation holds s (kvt__store_dev_hold): its copy runs on the device's
+ * stream, behind its dependency, so this waits as long as they take - without a bound, as
+ * kvt_device_close does: the copy writes into s's memory, which must outlive it. Past
+ * store.sync_timeout_ms it says so once (a dependency the engine never signals, a hung
+ * device), so a hang is not silent. Small sleeps, as wait_callers and for its reason: a
+ * releasing op touches nothing of s after the count. */
+static void wait_dev_ops(struct kvt_store *s)
+{
+	unsigned us = 20;
+	uint64_t warn_at = kvt__now_ns() + s->sync_timeout_ms * 1000000ull;
+	bool warned = false;
+	while (atomic_load(&s->dev_ops)) {
+		usleep(us);
+		if (us < 1000)
+			us *= 2;
+		if (!warned && kvt__now_ns() >= warn_at) {
+			warned = true;
+			KVT_ERR(&s->log, "close: still waiting after %llu ms (store.sync_timeout_ms) "
+					 "for %llu device copies into the store; has their dependency "
+					 "been signalled?",
+				(unsigned long long)s->sync_timeout_ms,
+				(unsigned long long)atomic_load(&s->dev_ops));
+		}
+	}
+}
+
 /* Until no public call runs on s. A poll that has read the eventfd just before a wake is
  * woken by the next one; the wait is short (calls inside finish within their deadlines),
  * so it sleeps in small steps rather than have a leaving call touch a condition variable
@@ -515,6 +551,11 @@ void kvt_store_close(struct kvt_store *s)
 	atomic_store(&s->closing, true);
 	atomic_store(&s->teardown, true);
 	wait_callers(s, true);
+	/* Device operations (kvt_device_store/load) go on after their call returned: a copy
+	 * may still be writing into a slot of s, or be about to publish, release or cancel one
+	 * and queue its completion here. None can start now; wait for those running (their
+	 * completions are delivered below, by the drain or the last poll). */
+	wait_dev_ops(s);
 	/* Callbacks this close runs (completions not yet polled) may close s again. */
 	struct poll_frame self = {.s = s, .up = poll_frames};
 	poll_frames = &self;
@@ -526,10 +567,11 @@ void kvt_store_close(struct kvt_store *s)
 		return;
 	}
 	/* Half-written TP objects of this store (a rank never came) are given back: the
-	 * device layer's table outlives the store. */
+	 * device layer's table outlives the store. No copy into one runs any more (waited
+	 * for above), and none can start: every entry of s goes. */
 	if (kvt__dev_store_forget(s) > 0)
-		KVT_ERR(&s->log, "store closed while a kvt_device_store into it was still "
-				 "copying: close after its callback");
+		KVT_ERR(&s->log, "store closed with a half-written TP object still being copied "
+				 "into after its copies were waited for (a bug)");
 	/* 2. Dirty chunks (write-back, or left dirty by a lack of memory) are written now, so
 	 * a clean shutdown keeps them. */
 	if (s->dram && s->n_links > s->dram_pos + 1)

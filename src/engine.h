@@ -35,9 +35,15 @@ bool kvt__store_protected(const struct kvt_store *s);
 bool kvt__store_backlogged(struct kvt_store *s, uint64_t bytes);
 /* Give back a reserved slot without publishing it. */
 void kvt__store_cancel(struct kvt_store *s, struct kvt_slot_ref *ref);
+/* A device operation on s (device_store.c) starts: hold, from its call until its completion
+ * is queued on s, then release (its last touch of s). kvt_store_close waits for none to be
+ * held: a copy (on the device's stream) may finish long after its call returned. */
+void kvt__store_dev_hold(struct kvt_store *s);
+void kvt__store_dev_release(struct kvt_store *s);
 /* device_store.c: the half-written TP objects of s in the process-wide table, cancelled and
- * forgotten (kvt_store_close, before the store goes); returns how many were left because a
- * rank's copy into them was still running (the caller broke kvt_device_store's contract). */
+ * forgotten (kvt_store_close, before the store goes, once no device operation holds s);
+ * returns how many were left because a rank's copy into them was still running (none: a
+ * copy holds s until its entry is updated). */
 int kvt__dev_store_forget(struct kvt_store *s);
 /* How many half-written TP objects of s (compared by address only) the table holds. */
 int kvt__dev_store_partials(const struct kvt_store *s);

@@ -268,6 +268,10 @@ struct kvt_store {
 	/* public calls running on the store (kvt__store_enter/leave): kvt_store_close waits
 	 * for them before it drains and again before it frees the store (engine.c) */
 	_Atomic uint64_t callers;
+	/* device operations on the store (kvt_device_store/load, device_store.c) from their
+	 * call until their completion is queued: they run on after the call returned, and
+	 * kvt_store_close waits for them before it forgets their half-written objects */
+	_Atomic uint64_t dev_ops;
 
 	/* completion queue for kvt_poll; every admitted operation reserves one node of the
 	 * free list, so queueing its completion never fails for lack of memory */

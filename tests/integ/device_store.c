@@ -4,9 +4,13 @@
  * published only when both have written (a reader sees nothing before), kvt_get returns
  * the canonical payload byte for byte, and TP=1 / TP=4 ranks load it back into poisoned
  * blocks layer by layer. Also: a resident key is not copied again, a dependency holds the
- * gather back, a miss completes with -ENOENT. With a MAC and encryption on, a gathered
- * chunk reaches nvme protected and kvt_get decrypts it; kvt_device_load is refused.
+ * gather back, a miss completes with -ENOENT. A store's close forgets its half-written
+ * objects, and waits for its copies still running (a gather, a scatter) before it frees
+ * it. With a MAC and encryption on, a gathered chunk reaches nvme protected and kvt_get
+ * decrypts it; kvt_device_load is refused.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +31,22 @@
 		}                                                                                  \
 	} while (0)
 
+
+/* Signals ev ms milliseconds after it starts; done is set first. */
+struct late_signal {
+	struct kvt_emu_event *ev;
+	int ms;
+	atomic_bool done;
+};
+
+static void *signal_later(void *arg)
+{
+	struct late_signal *l = arg;
+	usleep((useconds_t)l->ms * 1000);
+	atomic_store(&l->done, true);
+	kvt_emu_event_signal(l->ev);
+	return NULL;
+}
 
 static void poll_until(struct kvt_store *s, struct tr_done *d, int calls)
 {
@@ -201,6 +221,71 @@ int main(void)
 	       kvt__dev_store_partials(closed));
 	CHECK(kvt__dev_store_partials(closed) == 0); /* compared by address, not read */
 	tr_rank_close(&half);
+
+	/* Copies still running when their store is closed: the close waits for them. It used
+	 * to go on (the entry of the half-written object was left, its rank's op holding it)
+	 * and free the store under them: the late gather then copied into the unmapped DRAM
+	 * pool (SIGSEGV), queued its callback on the freed store and left its entry behind
+	 * keyed by the freed pointer; a load's scatter read the freed pool and released its
+	 * slot into the freed store. Both wait here on an event another thread signals 300 ms
+	 * after the close began. */
+	s = open_store(&g, false, NULL);
+	struct kvt_key key2 = key;
+	key2.bytes[1] ^= 1;
+	struct tr_rank full, lr;
+	struct tr_done df = {0}, dh2 = {0}, dl2 = {0};
+	CHECK(tr_rank_open(&full, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, 0, NULL) == 0);
+	tr_shuffled_ids(&seed, nb, ids[0], nblk);
+	tr_rank_load_logical(&full, logical, n, ids[0]);
+	CHECK(kvt_device_store(full.dev, s, &key2, &parent, n, ids[0], nblk, NULL, tr_on_done, &df,
+			       NULL) == 0);
+	poll_until(s, &df, 1);
+	CHECK(df.res.status == 0); /* key2 resident: the load below scatters it */
+	CHECK(tr_rank_open(&half, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 4, 8, 0, NULL) == 0);
+	CHECK(tr_rank_open(&lr, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, POISON, NULL) == 0);
+	tr_shuffled_ids(&seed, nb, ids[1], nblk);
+	tr_rank_load_logical(&half, logical, n, ids[1]);
+	tr_shuffled_ids(&seed, nb, ids[2], nblk);
+	struct late_signal late = {.ev = ev, .ms = 300};
+	kvt_emu_event_reset(ev);
+	CHECK(kvt_device_store(half.dev, s, &key, &parent, n, ids[1], nblk, &dep, tr_on_done, &dh2,
+			       NULL) == 0);
+	CHECK(kvt_device_load(lr.dev, s, &key2, ids[2], nblk, &dep, tr_on_done, &dl2, NULL) == 0);
+	usleep(50000);
+	CHECK(dh2.calls == 0 && dl2.calls == 0);
+	pthread_t signaller;
+	CHECK(pthread_create(&signaller, NULL, signal_later, &late) == 0);
+	closed = s;
+	kvt_store_close(s);
+	bool waited = atomic_load(&late.done);
+	printf("  copies in flight at their store's close: close %s for them, %d left in the "
+	       "table\n", waited ? "waited" : "did not wait", kvt__dev_store_partials(closed));
+	CHECK(kvt__dev_store_partials(closed) == 0);
+	CHECK(waited);
+	/* their callbacks were delivered by the close */
+	CHECK(dh2.calls == 1 && dh2.res.status == 4);
+	CHECK(dl2.calls == 1 && dl2.res.status == 0 && dl2.res.n_tokens == n);
+	CHECK(tr_rank_check(&lr, logical, n, ids[2], POISON) == 0);
+	CHECK(pthread_join(signaller, NULL) == 0);
+	/* A new store (often at the freed one's address) finds no half-written object: rank 0
+	 * starts a fresh one, 4 heads missing (a stale entry would have it publish). */
+	s = open_store(&g, false, NULL);
+	CHECK(kvt__dev_store_partials(s) == 0);
+	struct tr_rank r0;
+	struct tr_done d0 = {0};
+	CHECK(tr_rank_open(&r0, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 4, 0, NULL) == 0);
+	tr_shuffled_ids(&seed, nb, ids[3], nblk);
+	tr_rank_load_logical(&r0, logical, n, ids[3]);
+	CHECK(kvt_device_store(r0.dev, s, &key, &parent, n, ids[3], nblk, NULL, tr_on_done, &d0,
+			       NULL) == 0);
+	poll_until(s, &d0, 1);
+	CHECK(d0.res.status == 4);
+	CHECK(kvt_lookup_sync(s, &key, 1, NULL) == 0);
+	kvt_store_close(s);
+	tr_rank_close(&r0);
+	tr_rank_close(&lr);
+	tr_rank_close(&half);
+	tr_rank_close(&full);
 
 	/* With a MAC and encryption: a gathered chunk is sealed, MACed and encrypted in its
 	 * slot, kvt_get decrypts it; a load (which copies slots as they are) is refused. */
