@@ -73,7 +73,7 @@ BPID=$!
 seen=0
 while kill -0 $BPID 2>/dev/null; do
 	for f in /proc/[0-9]*/cmdline; do
-		tr '\0' ' ' <"$f" 2>/dev/null | grep -q -- "$PW" && { seen=1; echo "password in $f: $(tr '\0' ' ' <"$f")"; }
+		{ tr '\0' ' ' <"$f"; } 2>/dev/null | grep -q -- "$PW" && { seen=1; echo "password in $f: $(tr '\0' ' ' <"$f")"; }
 	done
 	sleep 0.05
 done
@@ -103,18 +103,16 @@ redis-server --port "$PORT2" --bind 127.0.0.1 --save '' --appendonly no --dir "$
 RPID2=$!
 trap 'kill $RPID $RPID2 2>/dev/null; rm -rf "$tmp"' EXIT
 for _ in $(seq 50); do redis-cli -p "$PORT2" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-KVTIER_REDIS_URL="redis://127.0.0.1:$PORT2" "$KVT" bench --tier redis --chunk-bytes 256K \
-	--set-bytes 8M --queue-depth 8 --seconds 1 --rounds 1 --json >"$tmp/out2" 2>"$tmp/err2" &
-BPID=$!
+# redis-benchmark's arguments, recorded by a wrapper first on PATH (the bench starts it with
+# posix_spawnp): sampling /proc missed its short runs on a loaded machine
+mkdir -p "$tmp/shim"
 : >"$tmp/refargs"
-while kill -0 $BPID 2>/dev/null; do
-	for f in /proc/[0-9]*/cmdline; do
-		c=$(tr '\0' ' ' <"$f" 2>/dev/null)
-		case "$c" in redis-benchmark*) echo "$c" >>"$tmp/refargs" ;; esac
-	done
-	sleep 0.05
-done
-wait $BPID || fail "redis bench: $(cat "$tmp/err2")"
+printf '#!/bin/sh\necho "redis-benchmark $*" >>"%s"\nexec "%s" "$@"\n' "$tmp/refargs" \
+	"$(command -v redis-benchmark)" >"$tmp/shim/redis-benchmark"
+chmod +x "$tmp/shim/redis-benchmark"
+PATH="$tmp/shim:$PATH" KVTIER_REDIS_URL="redis://127.0.0.1:$PORT2" "$KVT" bench --tier redis \
+	--chunk-bytes 256K --set-bytes 8M --queue-depth 8 --seconds 1 --rounds 1 --json \
+	>"$tmp/out2" 2>"$tmp/err2" || fail "redis bench: $(cat "$tmp/err2")"
 grep -q -- "--threads 4 " "$tmp/refargs" || fail "redis-benchmark not on 4 threads: $(sort -u "$tmp/refargs")"
 tail -1 "$tmp/out2" | jqe '.ref_write_gibps > 0 and .ref_read_gibps > 0 and .errors == 0' >/dev/null ||
 	fail "redis bench reference: $(tail -1 "$tmp/out2")"
@@ -123,18 +121,14 @@ tail -1 "$tmp/out2" | jqe '.ref_write_gibps > 0 and .ref_read_gibps > 0 and .err
 # boundary (--iomem_align=2m) and offered to transparent huge pages (glibc.malloc.hugetlb=1
 # in its environment). Without the alignment a 32 x 68 KiB buffer got no huge page and
 # kvtier's 64 KiB reads (from buffers carved out of 2 MiB regions) read 1.15-1.45x fio.
-"$KVT" bench --tier nvme --dir "$tmp/g" --chunk-bytes 64K --set-bytes 8M --queue-depth 8 \
-	--seconds 1 --rounds 1 --read-pct 100 --json >"$tmp/out3" 2>"$tmp/err3" &
-BPID=$!
+# (fio's command line and environment, recorded by a wrapper first on PATH, as in (f))
 : >"$tmp/fioargs"
-while kill -0 $BPID 2>/dev/null; do
-	for d in /proc/[0-9]*; do
-		c=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null)
-		case "$c" in fio\ *) echo "$c | $(tr '\0' '\n' <"$d/environ" 2>/dev/null | grep GLIBC_TUNABLES)" >>"$tmp/fioargs" ;; esac
-	done
-	sleep 0.05
-done
-wait $BPID || fail "nvme bench for (g): $(cat "$tmp/err3")"
+printf '#!/bin/sh\necho "fio $* | GLIBC_TUNABLES=$GLIBC_TUNABLES" >>"%s"\nexec "%s" "$@"\n' \
+	"$tmp/fioargs" "$(command -v fio)" >"$tmp/shim/fio"
+chmod +x "$tmp/shim/fio"
+PATH="$tmp/shim:$PATH" "$KVT" bench --tier nvme --dir "$tmp/g" --chunk-bytes 64K --set-bytes 8M \
+	--queue-depth 8 --seconds 1 --rounds 1 --read-pct 100 --json >"$tmp/out3" 2>"$tmp/err3" ||
+	fail "nvme bench for (g): $(cat "$tmp/err3")"
 grep -q -- "--iomem_align=2m .*glibc.malloc.hugetlb=1" "$tmp/fioargs" ||
 	fail "fio without 2 MiB-aligned huge-page buffers: $(sort -u "$tmp/fioargs")"
 echo "pass"
