@@ -16,8 +16,9 @@
  * and trusts the rest.
  * Objects enter the index only when their batch is acknowledged, as a file-per-object write
  * enters it only after its rename. Segments are reused in FIFO order: the next segment's
- * remaining objects are evicted, its generation bumped and its header made durable before
- * the first batch of the new generation is written.
+ * remaining objects are evicted, its generation bumped and its header made durable, then
+ * log/head names it (durable too), before the first batch of the new generation is written:
+ * the head is what tells the open-time scan that the newest segment was deleted.
  */
 #include "tier_nvme_log.h"
 
@@ -26,6 +27,8 @@ uint32_t nv_log_crc(const void *block)
 {
 	/* The CRC field sits at the same offset in both block kinds' headers. */
 	_Static_assert(offsetof(struct nv_log_seghdr, crc) == offsetof(struct nv_log_rec, crc),
+		       "crc offset");
+	_Static_assert(offsetof(struct nv_log_head, crc) == offsetof(struct nv_log_rec, crc),
 		       "crc offset");
 	uint8_t tmp[NV_LOG_BLOCK];
 	memcpy(tmp, block, sizeof(tmp));
@@ -104,6 +107,7 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t
 	}
 	s->lg = lg;
 	lg->dfd = dfd;
+	lg->hfd = -1;
 	lg->direct = d->direct;
 	lg->log_max = KVT_MIN(log_max, NV_LOG_BUF - NV_LOG_BLOCK);
 	lg->seg_bytes = KVT_ALIGN_UP(segment_bytes, NV_LOG_BLOCK);
@@ -194,6 +198,8 @@ void nv_log_close(struct nv *s)
 		kvt__free_aligned(lg->zero, NV_LOG_BLOCK);
 	kvt__free(lg->segs);
 	kvt__free(lg->tombs);
+	if (lg->hfd >= 0)
+		close(lg->hfd);
 	close(lg->dfd);
 	kvt__free(lg);
 	s->lg = NULL;
@@ -273,6 +279,7 @@ int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen)
 	memcpy(h->magic, NV_LOG_SEG_MAGIC, sizeof(h->magic));
 	h->seg = n;
 	h->gen = gen;
+	h->ver = NV_LOG_SEG_VER;
 	h->crc = nv_log_crc(blk);
 	int rc = 0;
 	if (pwrite(lg->segs[n].fd, blk, NV_LOG_BLOCK, 0) != NV_LOG_BLOCK)
@@ -280,6 +287,51 @@ int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen)
 	else if (s->fsync_mode != NV_FSYNC_NONE && fdatasync(lg->segs[n].fd) < 0)
 		rc = -errno;
 	kvt__free_aligned(blk, NV_LOG_BLOCK);
+	return rc;
+}
+
+static int head_slot(struct nv *s, uint8_t *blk, uint32_t seg, uint64_t gen)
+{
+	struct nv_log *lg = s->lg;
+	memset(blk, 0, NV_LOG_BLOCK);
+	struct nv_log_head *h = (struct nv_log_head *)blk;
+	memcpy(h->magic, NV_LOG_HEAD_MAGIC, sizeof(h->magic));
+	h->seg = seg;
+	h->gen = gen;
+	h->seq = lg->seq;
+	h->count = ++lg->hcount;
+	h->crc = nv_log_crc(blk);
+	off_t at = (off_t)(h->count % 2) * NV_LOG_BLOCK;
+	if (pwrite(lg->hfd, blk, NV_LOG_BLOCK, at) != NV_LOG_BLOCK)
+		return errno ? -errno : -EIO;
+	return 0;
+}
+
+/* Name segment seg (generation gen; NV_LOG_NONE: none) in log/head, durably (with
+ * nvme.fsync), creating the file the first time (both slots written: no hole to fill on a
+ * full file system later). Only after seg's header is durable: a head naming a segment
+ * whose header did not land would void the log at the next open. */
+int nv_log_write_head(struct nv *s, uint32_t seg, uint64_t gen)
+{
+	struct nv_log *lg = s->lg;
+	bool created = false;
+	if (lg->hfd < 0) {
+		lg->hfd = openat(lg->dfd, NV_LOG_HEAD, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+				 s->file_mode);
+		if (lg->hfd < 0)
+			return -errno;
+		created = true;
+	}
+	uint8_t *blk = kvt__aligned_alloc(NV_LOG_BLOCK);
+	if (!blk)
+		return -ENOMEM;
+	int rc = head_slot(s, blk, seg, gen);
+	if (!rc && created)
+		rc = head_slot(s, blk, seg, gen);
+	kvt__free_aligned(blk, NV_LOG_BLOCK);
+	if (!rc && s->fsync_mode != NV_FSYNC_NONE &&
+	    (fdatasync(lg->hfd) < 0 || (created && fsync(lg->dfd) < 0)))
+		rc = -errno;
 	return rc;
 }
 
@@ -357,6 +409,14 @@ static bool advance(struct nv *s)
 			return false;
 		}
 		g->gen++;
+		if ((rc = nv_log_write_head(s, next, g->gen)) < 0) {
+			/* Written on, the segment would hold acknowledged objects whose loss
+			 * with the file (deleted from outside) the next open could not tell. */
+			KVT_WARN(s->log, "nvme: log head (segment %u): %s: log writes stop", next,
+				 strerror(-rc));
+			lg->broken = true;
+			return false;
+		}
 		if (lg->rd_state == NV_RD_IDLE) {
 			/* copies still listed were for a segment before: none kept for them */
 			lg->rq_head = lg->rq_n;

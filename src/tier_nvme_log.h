@@ -4,12 +4,15 @@
  * (tier_nvme_log_recover.c) and its reinsertion (tier_nvme_log_reinsert.c) only. Why a log, and its crash-safety argument: docs/NVME_LOG.md.
  *
  * A segment <first dir>/log/<n>.kvl is a 4 KiB header (magic, segment number, generation,
- * CRC32C) followed by batches. A batch is one write: a 4 KiB commit record (magic, segment,
- * generation, sequence number, its own offset and length, its entries, CRC32C) followed by
- * the objects it lists, each 4 KiB-aligned. Entries are puts (key, offset, length, CRC32C of
- * the object's bytes: the tier does not parse objects) and tombstones (key: removed),
- * applied in order. Host byte order: a store is not moved
- * between machines of different endianness.
+ * format version, CRC32C) followed by batches. A batch is one write: a 4 KiB commit record
+ * (magic, segment, generation, sequence number, its own offset and length, its entries,
+ * CRC32C) followed by the objects it lists, each 4 KiB-aligned. Entries are puts (key,
+ * offset, length, CRC32C of the object's bytes: the tier does not parse objects) and
+ * tombstones (key: removed), applied in order. <first dir>/log/head names the segment
+ * appended to (the newest started: number, generation, the sequence number before its first
+ * batch) in one of two 4 KiB slots written in turn (the one with the higher count holds; a
+ * torn write leaves the other), so that the open-time scan can tell the newest segment was
+ * deleted. Host byte order: a store is not moved between machines of different endianness.
  */
 #ifndef KVT_TIER_NVME_LOG_H
 #define KVT_TIER_NVME_LOG_H
@@ -22,14 +25,35 @@
 #define NV_LOG_BLOCK 4096	 /* segment header; commit record */
 #define NV_LOG_SEG_MAGIC "KVTSEG1"
 #define NV_LOG_REC_MAGIC "KVTREC1"
+#define NV_LOG_HEAD_MAGIC "KVTHED1"
+#define NV_LOG_HEAD "head"
+#define NV_LOG_NONE UINT32_MAX /* log/head: no segment to check (nothing of the log indexed) */
 #define NV_LOG_PUT 1
 #define NV_LOG_TOMB 2
+/* Segment header versions: 0 (the field was zero) before log/head existed; from 2 on the
+ * log keeps a log/head, so a header of that version with no valid log/head means the head
+ * was deleted. Older binaries ignore the field (it lies in the header's zeroed rest, under
+ * the same CRC), as they ignore log/head. */
+#define NV_LOG_SEG_VER 2
 
 struct nv_log_seghdr {
 	char magic[8];
 	uint32_t crc; /* CRC32C of the 4 KiB block with this field zero */
 	uint32_t seg;
 	uint64_t gen;
+	uint32_t ver; /* NV_LOG_SEG_VER, or 0 (written before log/head existed) */
+	uint32_t pad;
+};
+
+/* One slot of log/head: the segment the log appends to, made durable after that segment's
+ * header and before any batch in it is acknowledged. */
+struct nv_log_head {
+	char magic[8];
+	uint32_t crc;  /* CRC32C of the 4 KiB block with this field zero */
+	uint32_t seg;  /* NV_LOG_NONE: none */
+	uint64_t gen;  /* seg's generation then */
+	uint64_t seq;  /* every batch written before seg's first has at most this sequence */
+	uint64_t count; /* writes of the head: the slot (count % 2) with the higher one holds */
 };
 
 struct nv_log_rent {
@@ -108,6 +132,8 @@ struct nv_log {
 	uint32_t nsegs;	 /* entries in segs[] (>= nmax when an earlier run had more) */
 	struct nv_seg *segs;
 	int dfd;
+	int hfd;	 /* log/head, -1 until opened or created (tier_nvme_log_recover.c) */
+	uint64_t hcount; /* the head's newest slot count */
 	bool direct;
 	bool broken; /* no segment can be created: new writes take the file path */
 	bool have_cur;
@@ -160,5 +186,6 @@ uint64_t nv_log_copy_room(const struct nv_log *lg);
 uint64_t nv_log_live(const struct nv_log *lg, uint32_t nseg);
 int nv_log_seg_open(struct nv *s, uint32_t n, bool create);
 int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen);
+int nv_log_write_head(struct nv *s, uint32_t seg, uint64_t gen);
 
 #endif

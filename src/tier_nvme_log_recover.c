@@ -13,10 +13,14 @@
  * trusts it. Entries are then applied in sequence order (puts, tombstones); a key also
  * stored as its own file keeps the file. A put entry of a valid record that does not lie in
  * its segment is damage, not a tear: skipped and counted (ent_ok). Segments are canonical
- * names 0.kvl, 1.kvl, ... up to the cycle's end; a gap (a segment deleted from outside)
- * voids the whole log (nothing indexed: its tombstones are gone), and files outside the
- * cycle are only read for their newest sequence number; other entries are warned about
- * and left.
+ * names 0.kvl, 1.kvl, ... up to the cycle's end. Whatever says a segment with batches is
+ * gone voids the whole log (nothing indexed: its tombstones went with it, and with them the
+ * right to trust any older put), with a log line saying why: a gap (a segment deleted from
+ * outside), a file outside the cycle that holds batches (the gap of a longer, earlier
+ * cycle; removed by a read-write open), and log/head naming a newest segment that is not
+ * there (deleted: it leaves no gap when it is the highest-numbered) or missing itself when
+ * the headers say it was kept. Files outside the cycle holding no batch, and other entries,
+ * are warned about and left. A read-only open indexes nothing then, and writes nothing.
  */
 #include "tier_nvme_log.h"
 
@@ -68,9 +72,10 @@ static bool ent_ok(const struct nv_seg *g, const struct nv_log_rent *en)
 	       KVT_ALIGN_UP((uint64_t)en->len, NV_LOG_BLOCK) <= g->bytes - en->off;
 }
 
-/* Walk segment n's records (g: its file) into *bs. */
+/* Walk segment n's records (g: its file) into *bs; *ver (if not NULL) is raised to its
+ * header's version. */
 static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, size_t *nb,
-		size_t *cap)
+		size_t *cap, uint32_t *ver)
 {
 	if (pread(g->fd, blk, NV_LOG_BLOCK, 0) != NV_LOG_BLOCK)
 		return 0; /* empty: used from generation 1 */
@@ -79,6 +84,8 @@ static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, 
 	    h->crc != nv_log_crc(blk))
 		return 0;
 	g->gen = h->gen;
+	if (ver)
+		*ver = KVT_MAX(*ver, h->ver);
 	uint64_t off = NV_LOG_BLOCK;
 	while (off + NV_LOG_BLOCK <= g->bytes) {
 		if (pread(g->fd, blk, NV_LOG_BLOCK, (off_t)off) != NV_LOG_BLOCK)
@@ -112,14 +119,16 @@ static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, 
 }
 
 /* Raise *seq to the newest batch of g (file n, not indexed this run), and set g->gen from
- * its header: a file left valid (outside the cycle) is indexed at a later open, and then
- * its batches must be older than this run's, or their stale puts would undo this run's
- * removals. */
-static int newest_seq(struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t *seq)
+ * its header: the run numbers its batches above every batch left on disk, so that one
+ * neither voided nor removed (a header or an unlink that failed) never orders after the
+ * run's. *had (if not NULL): it holds a batch. */
+static int newest_seq(struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t *seq, bool *had)
 {
 	struct rbatch *bs = NULL;
 	size_t nb = 0, cap = 0;
-	int rc = walk(g, n, blk, &bs, &nb, &cap);
+	int rc = walk(g, n, blk, &bs, &nb, &cap, NULL);
+	if (had)
+		*had = nb > 0;
 	for (size_t i = 0; i < nb; i++) {
 		*seq = KVT_MAX(*seq, bs[i].seq);
 		kvt__free(bs[i].ent);
@@ -129,8 +138,8 @@ static int newest_seq(struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t *seq)
 }
 
 /* The same for file n, not in the cycle (past a number it does not reach, or past a file
- * that cannot be a segment): it can be at a later open (nvme.bytes grown, that file gone). */
-static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq)
+ * that cannot be a segment). */
+static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq, bool *had)
 {
 	char name[32];
 	snprintf(name, sizeof(name), "%u.kvl", n);
@@ -141,10 +150,40 @@ static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq)
 	int rc = 0;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
 		struct nv_seg g = {.fd = fd, .bytes = (uint64_t)st.st_size};
-		rc = newest_seq(&g, n, blk, seq);
+		rc = newest_seq(&g, n, blk, seq, had);
 	}
 	close(fd);
 	return rc;
+}
+
+/* log/head's newer valid slot into *h (false: no file, or no valid slot), its file kept
+ * open for the run's writes (not in a read-only open). Read before the segments are listed:
+ * a writer running meanwhile (a read-only open takes no lock) only adds segments and raises
+ * generations, which the check allows. */
+static bool read_head(struct nv *s, struct nv_log_head *h)
+{
+	struct nv_log *lg = s->lg;
+	_Alignas(uint64_t) uint8_t blk[NV_LOG_BLOCK];
+	int fl = (s->ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW;
+	lg->hfd = openat(lg->dfd, NV_LOG_HEAD, fl);
+	bool ok = false;
+	for (int i = 0; lg->hfd >= 0 && i < 2; i++) {
+		if (pread(lg->hfd, blk, NV_LOG_BLOCK, (off_t)i * NV_LOG_BLOCK) != NV_LOG_BLOCK)
+			break;
+		const struct nv_log_head *x = (const struct nv_log_head *)blk;
+		if (memcmp(x->magic, NV_LOG_HEAD_MAGIC, sizeof(x->magic)) ||
+		    x->crc != nv_log_crc(blk) || (ok && x->count <= h->count))
+			continue;
+		*h = *x;
+		ok = true;
+	}
+	if (ok)
+		lg->hcount = h->count;
+	if (s->ro && lg->hfd >= 0) {
+		close(lg->hfd);
+		lg->hfd = -1;
+	}
+	return ok;
 }
 
 /* Read back and verify every object batch b lists. */
@@ -201,6 +240,8 @@ int nv_log_recover(struct nv *s)
 	struct nv_log *lg = s->lg;
 	if (!lg)
 		return 0;
+	struct nv_log_head hd = {0};
+	bool have_head = read_head(s, &hd); /* before the segments are listed: read_head */
 	int dfd2 = dup(lg->dfd);
 	DIR *dir = dfd2 >= 0 ? fdopendir(dfd2) : NULL;
 	if (!dir) {
@@ -270,7 +311,8 @@ int nv_log_recover(struct nv *s)
 		}
 	if (k < nn)
 		KVT_WARN(s->log,
-			 "nvme: log: %zu file(s) from %u.kvl on are not in the log's cycle: ignored",
+			 "nvme: log: %zu file(s) from %u.kvl on are not in the log's cycle: not "
+			 "indexed",
 			 nn - k, ns[k]);
 	if (end < lg->nmax && lg->log_max && !s->ro) {
 		/* Shorter than the capacity was computed for: the capacity follows, or below 3
@@ -302,9 +344,25 @@ int nv_log_recover(struct nv *s)
 		kvt__free(ns);
 		return -ENOMEM;
 	}
-	for (uint32_t i = k; i < nn && !rc; i++)
-		rc = past_gap_seq(s, ns[i], blk, &lg->seq);
-	kvt__free(ns);
+	/* Files outside the cycle (past a number it does not reach, or past an entry that
+	 * cannot be a segment) are neither indexed nor reused. One that holds batches was a
+	 * segment of an earlier, longer cycle with a number before it now missing (deleted,
+	 * or not a file): a gap that a larger nvme.bytes would have seen. Its tombstones and
+	 * newer puts are as needed as a missing segment's, so it voids the log too; until
+	 * 2026-12-04 the segments of the cycle were indexed without them, and a key removed or
+	 * replaced there came back as its older copy (integ.nvme_log_outside). A read-write
+	 * open then removes it, once the cycle is voided (left, it would void every later
+	 * open, and it takes space the cycle does not count). Others (no batch: strays,
+	 * voided files) are left alone. */
+	uint32_t outside = 0, out_first = 0;
+	for (uint32_t i = k; i < nn && !rc; i++) {
+		bool had = false;
+		rc = past_gap_seq(s, ns[i], blk, &lg->seq, &had);
+		if (had && !outside++)
+			out_first = ns[i];
+		if (!had)
+			ns[i] = NV_LOG_NONE; /* not removed below */
+	}
 	/* A gap (a segment missing with segments after it: deleted from outside) took with it
 	 * tombstones that any put written before it may need, and the numbering does not say
 	 * which segments those are once the log has wrapped: segments past the gap can be
@@ -320,12 +378,43 @@ int nv_log_recover(struct nv *s)
 	bool gap = false;
 	for (uint32_t i = top; i < end; i++)
 		gap |= lg->segs[i].fd >= 0;
-	uint32_t voided = 0;
-	for (uint32_t i = 0; gap && i < end && !rc && !lg->broken; i++) {
+	/* The newest segment is usually the highest-numbered file (a log not yet wrapped, or a
+	 * lap ending at the last segment): deleted, it leaves no gap, and the files left look
+	 * like a whole log one segment shorter - until 2026-12-04 indexed as such, so a key
+	 * removed or replaced in the deleted segment came back as its older copy
+	 * (integ.nvme_log_newest). log/head names the segment appended to, made durable after
+	 * its header and before anything in it is acknowledged (advance): if that segment is
+	 * not among those indexed with at least that generation, the newest segment (and the
+	 * tombstones in it) is gone, and the log is voided as for a gap. With no log/head, a
+	 * segment header of NV_LOG_SEG_VER says the head was deleted (a log gets its head at
+	 * the first read-write open, before any such header, or right after a void's - a
+	 * crash between voids again): that voids the log too. A log written before log/head
+	 * existed has version-0 headers and is indexed as before. */
+	bool lost = false, headless = false;
+	if (have_head)
+		lg->seq = KVT_MAX(lg->seq, hd.seq);
+	uint32_t ver = 0;
+	if (!gap && !outside) {
+		for (uint32_t i = 0; i < top && !rc; i++)
+			rc = walk(&lg->segs[i], i, blk, &bs, &nb, &cap, &ver);
+		if (have_head)
+			lost = hd.seg != NV_LOG_NONE &&
+			       (hd.seg >= top || lg->segs[hd.seg].gen < hd.gen);
+		else
+			headless = ver >= NV_LOG_SEG_VER;
+		if (lost || headless) {
+			for (size_t i = 0; i < nb; i++)
+				kvt__free(bs[i].ent);
+			nb = 0;
+		}
+	}
+	bool voids = gap || outside || lost || headless;
+	uint32_t voided = 0, removed = 0;
+	for (uint32_t i = 0; voids && i < end && !rc && !lg->broken; i++) {
 		struct nv_seg *g = &lg->segs[i];
 		if (g->fd < 0)
 			continue;
-		rc = newest_seq(g, i, blk, &lg->seq); /* its generation, its newest batch */
+		rc = newest_seq(g, i, blk, &lg->seq, NULL); /* its generation, its newest batch */
 		if (rc || s->ro)
 			continue;
 		int w = nv_log_write_header(s, i, g->gen + 1);
@@ -338,15 +427,40 @@ int nv_log_recover(struct nv *s)
 		g->gen++;
 		voided++;
 	}
-	if (gap)
-		lg->start = top; /* the first batch recreates the missing one: the gap closes */
+	for (uint32_t i = k; outside && i < nn && !rc && !s->ro && !lg->broken; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "%u.kvl", ns[i]);
+		if (ns[i] != NV_LOG_NONE && unlinkat(lg->dfd, name, 0) == 0)
+			removed++;
+	}
+	if (removed && s->fsync_mode != NV_FSYNC_NONE)
+		fsync(lg->dfd);
+	kvt__free(ns);
+	if (voids)
+		lg->start = top; /* the first batch recreates a missing one: the gap closes */
 	if (gap)
 		KVT_WARN(s->log,
 			 "nvme: log: %u.kvl is missing (deleted from outside?): nothing of the log "
 			 "is indexed, %u segment(s) emptied",
 			 top, voided);
-	for (uint32_t i = 0; !gap && i < top && !rc; i++)
-		rc = walk(&lg->segs[i], i, blk, &bs, &nb, &cap);
+	if (outside)
+		KVT_WARN(s->log,
+			 "nvme: log: %u.kvl holds batches but is outside the cycle (%u segments; a "
+			 "file before it is missing or not a segment): nothing of the log is "
+			 "indexed, %u segment(s) emptied, %u file(s) outside it removed",
+			 out_first, end, voided, removed);
+	if (lost)
+		KVT_WARN(s->log,
+			 "nvme: log: %u.kvl, the newest segment (generation %" PRIu64
+			 " by log/head), is missing or older (deleted or replaced from outside?): "
+			 "nothing of the log is indexed, %u segment(s) emptied",
+			 hd.seg, hd.gen, voided);
+	if (headless)
+		KVT_WARN(s->log,
+			 "nvme: log: log/head is missing (deleted from outside?) and the segments "
+			 "were written with one: the newest segment cannot be checked, nothing of "
+			 "the log is indexed, %u segment(s) emptied",
+			 voided);
 	uint64_t torn = 0, objs = 0, bad = 0;
 	if (!rc && nb) {
 		qsort(bs, nb, sizeof(*bs), cmp_seq);
@@ -371,6 +485,19 @@ int nv_log_recover(struct nv *s)
 				apply(s, &bs[i], &bad);
 		for (struct nv_ent *e = s->lru_head; e; e = e->next)
 			objs += e->lseg != 0;
+	}
+	/* A voided log has nothing to check (the head named a segment it may not have); a log
+	 * without a head (written before it existed) gets one, naming its newest segment,
+	 * before any header of NV_LOG_SEG_VER is written (the run's first advance). After
+	 * the void's headers: a crash between leaves the old head (or none, with headers that
+	 * say there was one), and the next open voids again. */
+	if (!rc && !s->ro && !lg->broken && (voids || !have_head)) {
+		uint32_t hs = !voids && nb ? bs[nb - 1].seg : NV_LOG_NONE;
+		int w = nv_log_write_head(s, hs, hs == NV_LOG_NONE ? 0 : lg->segs[hs].gen);
+		if (w < 0) {
+			KVT_WARN(s->log, "nvme: log head: %s: log writes stop", strerror(-w));
+			lg->broken = true;
+		}
 	}
 	for (size_t i = 0; i < nb; i++)
 		kvt__free(bs[i].ent);

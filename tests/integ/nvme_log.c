@@ -165,12 +165,15 @@ static int test_full(const char *root)
 	return 0;
 }
 
-/* Bytes allocated on disk under a directory (st_blocks: fallocated segments count whole). */
+/* Bytes allocated on disk under a directory (st_blocks: fallocated segments count whole),
+ * less the tier's metadata files (.kvtier.*, and log/head's 8 KiB). */
 static uint64_t g_alloc;
 static int alloc_add(const char *p, const struct stat *st, int flag, struct FTW *ftw)
 {
 	(void)ftw;
-	if (flag == FTW_F && S_ISREG(st->st_mode) && !strstr(p, "/.kvtier."))
+	size_t n = strlen(p);
+	if (flag == FTW_F && S_ISREG(st->st_mode) && !strstr(p, "/.kvtier.") &&
+	    !(n >= 9 && !strcmp(p + n - 9, "/log/head")))
 		g_alloc += (uint64_t)st->st_blocks * 512;
 	return 0;
 }

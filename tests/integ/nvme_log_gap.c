@@ -10,8 +10,8 @@
  * gap came after, and undid, a removal of that key acknowledged before the close. Since
  * 2026-12-03 the open that finds the gap voids every segment of the log (a new header
  * generation: the deleted one's tombstones are gone, so no put can be trusted), so
- * nothing of theirs can come back; the sequence floor still guards the files outside the
- * cycle.
+ * nothing of theirs can come back; the sequence floor still guards batches that a failed
+ * void or removal leaves on disk.
  */
 #include "nvme_util.h"
 

@@ -246,7 +246,9 @@ static char files[64][4096];
 static int collect(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
 	(void)ftw;
-	if (flag == FTW_F && sb->st_size >= 4096 && n_files < 64)
+	size_t n = strlen(p); /* log/head (the log's 8 KiB metadata) holds no object */
+	if (flag == FTW_F && sb->st_size >= 4096 && n_files < 64 &&
+	    !(n >= 9 && !strcmp(p + n - 9, "/log/head")))
 		snprintf(files[n_files++], 4096, "%s", p);
 	return 0;
 }
