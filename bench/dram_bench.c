@@ -9,8 +9,15 @@
  * CMake has no bench target yet; build by hand against the core archive:
  *   gcc -O2 -D_GNU_SOURCE -Iinclude -Isrc bench/dram_bench.c BUILD/libkvtier_core.a \
  *       $(pkg-config --libs liburing libisal libcrypto inih) -lpthread -lm -o dram_bench
- * usage: dram_bench [slots (default 65536)] [ops (default 4000000)]
+ * usage: dram_bench [slots (default 65536)] [ops (default 4000000)] [chains (default 0)]
  * prints one line per policy: dram_bench policy=... slots=... get_hit_ns=... ...
+ *
+ * chains > 0 is the prefix-cache shape instead: the pool is filled with that many chains
+ * (each put names the previous chunk of its chain as parent, round robin over the chains),
+ * then ops puts continue the chains round robin, each naming its chain's last key as
+ * parent, every one of them evicting. Only a leaf (no resident child) is a first-choice
+ * victim, and a full pool of long chains holds few: this measures what finding one costs.
+ * Prints dram_bench_chains policy=... slots=... chains=... alloc_evict_ns=... per policy.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,10 +42,75 @@ static void mkkey(uint64_t i, struct kvt_key *k)
 	}
 }
 
+static const char *policies[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
+#define NPOL ((int)(sizeof(policies) / sizeof(policies[0])))
+
+static int chains_bench(uint32_t slots, uint64_t ops, uint32_t chains)
+{
+	uint64_t total = slots + ops;
+	struct kvt_key *keys = malloc(total * sizeof(*keys));
+	if (!keys || slots == 0 || chains == 0 || ops < 5) {
+		fprintf(stderr, "dram_bench: bad arguments or out of memory\n");
+		return 1;
+	}
+	for (uint64_t i = 0; i < total; i++)
+		mkkey(i, &keys[i]);
+	for (int p = 0; p < NPOL; p++) {
+		struct kvt_dram_options o = {
+		    .bytes = (uint64_t)slots * 4096,
+		    .slot_bytes = 4096,
+		    .policy = policies[p],
+		    .hugepages = true,
+		};
+		struct kvt_dram *d;
+		int rc = kvt__dram_create(&o, &d);
+		if (rc < 0) {
+			fprintf(stderr, "dram_bench: create: %s\n", kvt_strerror(rc));
+			return 1;
+		}
+		/* key i belongs to chain i % chains; its parent is key i - chains */
+		struct kvt_slot_ref r;
+		for (uint64_t i = 0; i < slots; i++) {
+			const struct kvt_key *parent = i >= chains ? &keys[i - chains] : NULL;
+			if (kvt__dram_alloc(d, &keys[i], parent, &r) != 0)
+				return 1;
+			kvt__dram_publish(d, r.id, 4096, 256, false);
+			kvt__dram_unpin(d, r.id);
+		}
+		enum { ROUNDS = 5 };
+		double alloc_ns = 1e18;
+		uint64_t per = ops / ROUNDS, next = slots;
+		for (int round = 0; round < ROUNDS; round++) {
+			uint64_t t0 = kvt__now_ns();
+			for (uint64_t i = 0; i < per; i++, next++) {
+				if (kvt__dram_alloc(d, &keys[next], &keys[next - chains], &r) != 0)
+					return 1;
+				kvt__dram_publish(d, r.id, 4096, 256, false);
+				kvt__dram_unpin(d, r.id);
+			}
+			uint64_t t1 = kvt__now_ns();
+			alloc_ns = fmin(alloc_ns, (double)(t1 - t0) / per);
+		}
+		struct kvt_tier_stats st;
+		kvt__dram_stats(d, &st);
+		printf("dram_bench_chains policy=%s slots=%u chains=%u ops=%llu "
+		       "alloc_evict_ns=%.1f evictions=%llu\n",
+		       policies[p], slots, chains, (unsigned long long)(per * ROUNDS), alloc_ns,
+		       (unsigned long long)st.evictions);
+		fflush(stdout);
+		kvt__dram_destroy(d);
+	}
+	free(keys);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	uint32_t slots = argc > 1 ? (uint32_t)strtoul(argv[1], NULL, 0) : 65536;
 	uint64_t ops = argc > 2 ? strtoull(argv[2], NULL, 0) : 4000000;
+	uint32_t chains = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 0) : 0;
+	if (chains)
+		return chains_bench(slots, ops, chains);
 	uint64_t nalloc = ops / 4;
 	struct kvt_key *keys = malloc((slots + nalloc) * sizeof(*keys));
 	uint32_t *pick = malloc(ops * sizeof(*pick));
@@ -52,8 +124,7 @@ int main(int argc, char **argv)
 	for (uint64_t i = 0; i < ops; i++)
 		pick[i] = (uint32_t)((x = mix(x)) % slots);
 
-	const char *policies[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
-	for (int p = 0; p < (int)(sizeof(policies) / sizeof(policies[0])); p++) {
+	for (int p = 0; p < NPOL; p++) {
 		struct kvt_dram_options o = {
 		    .bytes = (uint64_t)slots * 4096,
 		    .slot_bytes = 4096,

@@ -12,7 +12,10 @@
  *     one key compare, and a slot can be unlinked without any search outside its chain.
  *   - Whether a slot may be evicted (published, unpinned, clean, no resident children) is
  *     cached per slot and counted, so the headroom is O(1) and an allocation in a pool
- *     where nothing can go fails at once instead of walking the policy's lists.
+ *     where nothing can go fails at once instead of walking the policy's lists. The policy
+ *     is told too (kvt__evict_mark) and keeps the evictable slots in its own order, so a
+ *     victim is found without walking past the slots that may not go: in a pool full of
+ *     long prefix chains that is nearly all of them, and a walk cost O(slots) per put.
  *   - Suffix-before-prefix: a chunk records its parent's slot and that slot's generation
  *     (bumped whenever a slot is freed), and the parent counts resident children. A child
  *     that outlives its parent's slot finds a different generation and leaves the new
@@ -94,6 +97,9 @@ static bool slot_evictable(const struct slot *s)
 	return s->state == S_PUBLISHED && s->pins == 0 && !s->dirty && s->children == 0;
 }
 
+/* Every change of what slot_evictable() says comes through here: the count, and the
+ * policy's mark (kvt__evict_victim_marked picks among marked slots, in policy order,
+ * without walking past the prefixes of a pool full of long chains). */
 static void refresh(struct kvt_dram *d, struct slot *s)
 {
 	bool e = slot_evictable(s);
@@ -103,13 +109,8 @@ static void refresh(struct kvt_dram *d, struct slot *s)
 			d->n_evictable++;
 		else
 			d->n_evictable--;
+		kvt__evict_mark(d->ev, (uint32_t)(s - d->slots), e);
 	}
-}
-
-static bool ok_cb(void *arg, uint32_t id)
-{
-	const struct kvt_dram *d = arg;
-	return id < d->nslots && slot_evictable(&d->slots[id]);
 }
 
 /* Second choice when no leaf can go: any published, unpinned, clean slot except the
@@ -491,7 +492,7 @@ int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct 
 		d->free_head = d->slots[id].next;
 		d->n_free--;
 	} else {
-		int v = d->n_evictable ? kvt__evict_victim(d->ev, ok_cb, d) : -ENOENT;
+		int v = d->n_evictable ? kvt__evict_victim_marked(d->ev) : -ENOENT;
 		if (v < 0) {
 			/* Only prefixes are left: a chain longer than the pool must still stream
 			 * through, so the policy's choice among them goes (deeper tiers keep it). */

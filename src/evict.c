@@ -4,7 +4,9 @@
  *
  * "lru": one intrusive list over ids (head = most recent). Every operation is O(1); a
  * victim is the entry nearest the tail that the owner's ok() accepts, so pinned or dirty
- * entries are stepped over, not reordered.
+ * entries are stepped over, not reordered - one ok() call each. An owner that marks ids
+ * instead (kvt__evict_mark; the DRAM tier) gets the same victim from src/evict_okset.h,
+ * which keeps the marked ids of every list in its order, with no such walk.
  *
  * "arc": Megiddo & Modha's Adaptive Replacement Cache, turned around for an owner that
  * asks for a victim before inserting (the DRAM tier must free a slot first). T1 holds
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "evict_okset.h"
 #include "evict_policy.h"
 #include "internal.h"
 
@@ -33,6 +36,7 @@ struct lru {
 	struct kvt_idlist list;
 	struct kvt_idlink *links;
 	uint8_t *in;
+	struct kvt_okset oks;
 };
 
 static void lru_destroy(void *st)
@@ -42,6 +46,7 @@ static void lru_destroy(void *st)
 		return;
 	kvt__free(l->links);
 	kvt__free(l->in);
+	kvt__okset_fini(&l->oks);
 	kvt__free(l);
 }
 
@@ -54,7 +59,7 @@ static int lru_create(uint32_t cap, void **out)
 	kvt__idl_init(&l->list);
 	l->links = kvt__calloc(cap, sizeof(*l->links));
 	l->in = kvt__calloc(cap, 1);
-	if (!l->links || !l->in) {
+	if (!l->links || !l->in || kvt__okset_init(&l->oks, cap, 1) < 0) {
 		lru_destroy(l);
 		return -ENOMEM;
 	}
@@ -68,14 +73,14 @@ static void lru_insert(void *st, uint32_t id, uint64_t khash)
 	if (id >= l->cap || l->in[id])
 		return;
 	l->in[id] = 1;
-	kvt__idl_push_head(&l->list, l->links, id);
+	kvt__okl_push_head(&l->oks, 0, &l->list, l->links, id);
 }
 
 static void lru_touch(void *st, uint32_t id)
 {
 	struct lru *l = st;
 	if (id < l->cap && l->in[id])
-		kvt__idl_to_head(&l->list, l->links, id);
+		kvt__okl_to_head(&l->oks, 0, &l->list, l->links, id);
 }
 
 static void lru_remove(void *st, uint32_t id)
@@ -84,13 +89,29 @@ static void lru_remove(void *st, uint32_t id)
 	if (id >= l->cap || !l->in[id])
 		return;
 	l->in[id] = 0;
-	kvt__idl_unlink(&l->list, l->links, id);
+	kvt__okl_unlink(&l->oks, &l->list, l->links, id);
 }
 
 static int lru_victim(void *st, kvt_evict_ok_fn ok, void *arg)
 {
 	struct lru *l = st;
 	uint32_t id = kvt__idl_find_from_tail(&l->list, l->links, ok, arg);
+	if (id == KVT_IDL_NIL)
+		return -ENOENT;
+	lru_remove(l, id);
+	return (int)id;
+}
+
+static void lru_mark(void *st, uint32_t id, bool ok)
+{
+	struct lru *l = st;
+	kvt__okset_mark(&l->oks, id, ok);
+}
+
+static int lru_victim_marked(void *st)
+{
+	struct lru *l = st;
+	uint32_t id = kvt__okset_first(&l->oks, 0);
 	if (id == KVT_IDL_NIL)
 		return -ENOENT;
 	lru_remove(l, id);
@@ -117,6 +138,8 @@ const struct kvt_evict_ops kvt__evict_lru_ops = {
     .touch = lru_touch,
     .remove = lru_remove,
     .victim = lru_victim,
+    .mark = lru_mark,
+    .victim_marked = lru_victim_marked,
     .peek = lru_peek,
     .resident = lru_resident,
 };
@@ -133,6 +156,7 @@ struct arc {
 	struct kvt_idlink *links;
 	uint64_t *khash;
 	uint8_t *where;
+	struct kvt_okset oks; /* lists 0: T1, 1: T2 */
 	/* ghost entries: a pool of cap nodes, found by key hash through chained buckets */
 	struct kvt_idlist b1, b2;
 	struct kvt_idlink *glinks;
@@ -157,6 +181,7 @@ static void arc_destroy(void *st)
 	kvt__free(a->gchain);
 	kvt__free(a->gwhere);
 	kvt__free(a->buckets);
+	kvt__okset_fini(&a->oks);
 	kvt__free(a);
 }
 
@@ -183,7 +208,7 @@ static int arc_create(uint32_t cap, void **out)
 	a->gwhere = kvt__calloc(cap, sizeof(*a->gwhere));
 	a->buckets = kvt__malloc(nb * sizeof(*a->buckets));
 	if (!a->links || !a->khash || !a->where || !a->glinks || !a->ghash || !a->gchain ||
-	    !a->gwhere || !a->buckets) {
+	    !a->gwhere || !a->buckets || kvt__okset_init(&a->oks, cap, 2) < 0) {
 		arc_destroy(a);
 		return -ENOMEM;
 	}
@@ -250,7 +275,7 @@ static void arc_insert(void *st, uint32_t id, uint64_t khash)
 		a->p = a->cap - a->p > d ? a->p + d : a->cap;
 		ghost_drop(a, g);
 		a->where[id] = ARC_T2;
-		kvt__idl_push_head(&a->t2, a->links, id);
+		kvt__okl_push_head(&a->oks, 1, &a->t2, a->links, id);
 		return;
 	}
 	if (g != KVT_IDL_NIL) {
@@ -259,11 +284,11 @@ static void arc_insert(void *st, uint32_t id, uint64_t khash)
 		a->p = a->p > d ? a->p - d : 0;
 		ghost_drop(a, g);
 		a->where[id] = ARC_T2;
-		kvt__idl_push_head(&a->t2, a->links, id);
+		kvt__okl_push_head(&a->oks, 1, &a->t2, a->links, id);
 		return;
 	}
 	a->where[id] = ARC_T1;
-	kvt__idl_push_head(&a->t1, a->links, id);
+	kvt__okl_push_head(&a->oks, 0, &a->t1, a->links, id);
 	while (a->t1.len + a->b1.len > a->cap && a->b1.len)
 		ghost_drop(a, a->b1.tail);
 }
@@ -274,11 +299,11 @@ static void arc_touch(void *st, uint32_t id)
 	if (id >= a->cap)
 		return;
 	if (a->where[id] == ARC_T1) {
-		kvt__idl_unlink(&a->t1, a->links, id);
+		kvt__okl_unlink(&a->oks, &a->t1, a->links, id);
 		a->where[id] = ARC_T2;
-		kvt__idl_push_head(&a->t2, a->links, id);
+		kvt__okl_push_head(&a->oks, 1, &a->t2, a->links, id);
 	} else if (a->where[id] == ARC_T2) {
-		kvt__idl_to_head(&a->t2, a->links, id);
+		kvt__okl_to_head(&a->oks, 1, &a->t2, a->links, id);
 	}
 }
 
@@ -287,7 +312,7 @@ static void arc_remove(void *st, uint32_t id)
 	struct arc *a = st;
 	if (id >= a->cap || a->where[id] == ARC_NONE)
 		return;
-	kvt__idl_unlink(a->where[id] == ARC_T1 ? &a->t1 : &a->t2, a->links, id);
+	kvt__okl_unlink(&a->oks, a->where[id] == ARC_T1 ? &a->t1 : &a->t2, a->links, id);
 	a->where[id] = ARC_NONE;
 }
 
@@ -295,6 +320,17 @@ static void arc_remove(void *st, uint32_t id)
 static bool arc_prefers_t1(const struct arc *a)
 {
 	return a->t1.len > 0 && a->t1.len > a->p;
+}
+
+/* The victim id (KVT_IDL_NIL: none) leaves list from for its ghost list. */
+static int arc_evict(struct arc *a, struct kvt_idlist *from, uint32_t id)
+{
+	if (id == KVT_IDL_NIL)
+		return -ENOENT;
+	kvt__okl_unlink(&a->oks, from, a->links, id);
+	a->where[id] = ARC_NONE;
+	ghost_add(a, from == &a->t1 ? ARC_B1 : ARC_B2, a->khash[id]);
+	return (int)id;
 }
 
 static int arc_victim(void *st, kvt_evict_ok_fn ok, void *arg)
@@ -309,12 +345,26 @@ static int arc_victim(void *st, kvt_evict_ok_fn ok, void *arg)
 		from = second;
 		id = kvt__idl_find_from_tail(second, a->links, ok, arg);
 	}
-	if (id == KVT_IDL_NIL)
-		return -ENOENT;
-	kvt__idl_unlink(from, a->links, id);
-	a->where[id] = ARC_NONE;
-	ghost_add(a, from == &a->t1 ? ARC_B1 : ARC_B2, a->khash[id]);
-	return (int)id;
+	return arc_evict(a, from, id);
+}
+
+static void arc_mark(void *st, uint32_t id, bool ok)
+{
+	struct arc *a = st;
+	kvt__okset_mark(&a->oks, id, ok);
+}
+
+static int arc_victim_marked(void *st)
+{
+	struct arc *a = st;
+	bool t1_first = arc_prefers_t1(a);
+	struct kvt_idlist *from = t1_first ? &a->t1 : &a->t2;
+	uint32_t id = kvt__okset_first(&a->oks, t1_first ? 0 : 1);
+	if (id == KVT_IDL_NIL) {
+		from = t1_first ? &a->t2 : &a->t1;
+		id = kvt__okset_first(&a->oks, t1_first ? 1 : 0);
+	}
+	return arc_evict(a, from, id);
 }
 
 static uint32_t arc_peek(void *st, uint32_t *ids, uint32_t n)
@@ -339,6 +389,8 @@ const struct kvt_evict_ops kvt__evict_arc_ops = {
     .touch = arc_touch,
     .remove = arc_remove,
     .victim = arc_victim,
+    .mark = arc_mark,
+    .victim_marked = arc_victim_marked,
     .peek = arc_peek,
     .resident = arc_resident,
 };
@@ -413,6 +465,16 @@ void kvt__evict_remove(struct kvt_evict *e, uint32_t id)
 int kvt__evict_victim(struct kvt_evict *e, kvt_evict_ok_fn ok, void *arg)
 {
 	return e->ops->victim(e->state, ok, arg);
+}
+
+void kvt__evict_mark(struct kvt_evict *e, uint32_t id, bool ok)
+{
+	e->ops->mark(e->state, id, ok);
+}
+
+int kvt__evict_victim_marked(struct kvt_evict *e)
+{
+	return e->ops->victim_marked(e->state);
 }
 
 uint32_t kvt__evict_peek(struct kvt_evict *e, uint32_t *ids, uint32_t n)

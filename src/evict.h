@@ -31,6 +31,15 @@ void kvt__evict_remove(struct kvt_evict *e, uint32_t id);
 /* Choose a victim among resident ids for which ok() holds, in policy order; it is removed
  * from the resident set (ARC remembers it in a ghost list). Returns the id or -ENOENT. */
 int kvt__evict_victim(struct kvt_evict *e, kvt_evict_ok_fn ok, void *arg);
+/* The owner's answer to "may id go?" (what its ok() would say), kept by the policy in its
+ * own order: marks start false, may be set for any id below capacity, resident or not, and
+ * hold until changed. kvt__evict_victim_marked is kvt__evict_victim with ok(id) = the
+ * mark - the same victim - at O(1) per call (O(log n) for ids marked long after their
+ * last use) instead of one ok() call per refused id nearer the LRU end. An owner whose
+ * ok() refuses most of a full pool (the DRAM tier's leaf-first rule, with long prefix
+ * chains resident) needs it: the scan is O(n) per eviction there. */
+void kvt__evict_mark(struct kvt_evict *e, uint32_t id, bool ok);
+int kvt__evict_victim_marked(struct kvt_evict *e);
 /* Up to n resident ids in the order the policy would evict them (ok() not applied);
  * write-back uses it to clean the coldest dirty entries ahead of need. Returns count. */
 uint32_t kvt__evict_peek(struct kvt_evict *e, uint32_t *ids, uint32_t n);

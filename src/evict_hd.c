@@ -39,8 +39,12 @@
  * all. Extra cost: three Bloom-filter probes per insert, one per eviction.
  *
  * State is allocated at create; insert/touch/remove are O(1), a victim costs at most TRIES
- * ok() calls and SAMPLES density lookups (plus a scan when none of them may go; hda: up to
- * PROB_TRIES probation blocks first), a reconfiguration O(CLASSES x BINS) every
+ * ok() calls and SAMPLES density lookups, plus LRU's choice: a walk from the LRU end past
+ * the blocks ok() refuses (and a scan when none may go; hda: up to PROB_TRIES probation
+ * blocks first). kvt__evict_victim_marked makes the same choice without the walks: the
+ * marked blocks of both lists are kept in list order (src/evict_okset.h), and whether
+ * probation's oldest marked block is within PROB_TRIES of its tail is one comparison with
+ * the PROB_TRIES-th oldest (pwin). A reconfiguration is O(CLASSES x BINS) every
  * max(RECONF_MIN, capacity) accesses.
  */
 #include <errno.h>
@@ -48,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "evict_okset.h"
 #include "evict_policy.h"
 #include "ghost.h"
 #include "internal.h"
@@ -99,6 +104,11 @@ struct hd {
 	uint32_t target;	   /* probation's target size, adapted by the ghosts */
 	struct kvt_ghost *g_prob, *g_main; /* recently evicted from probation / the rest */
 	struct kvt_ghost *seen;		   /* recent first sightings */
+	/* kvt__evict_victim_marked: the marked ids of lru and of prob in list order, and the
+	 * PROB_TRIES-th oldest probation block (its newest if fewer), so that "within
+	 * PROB_TRIES of the tail" is a stamp comparison */
+	struct kvt_okset lok, pok;
+	uint32_t pwin;
 };
 
 static void hd_destroy(void *st)
@@ -121,6 +131,8 @@ static void hd_destroy(void *st)
 	kvt__ghost_destroy(p->g_main);
 	kvt__ghost_destroy(p->seen);
 	kvt__sketch_destroy(p->freq);
+	kvt__okset_fini(&p->lok);
+	kvt__okset_fini(&p->pok);
 	kvt__free(p);
 }
 
@@ -146,7 +158,9 @@ static int create(uint32_t capacity, bool adm, void **out)
 	 * rather than refusing the store. */
 	uint64_t width = KVT_MIN((uint64_t)capacity * SKETCH_PER_ENTRY, 1ull << 32);
 	int rc = kvt__sketch_create(width, 15, true, &p->freq);
-	if (rc < 0 || !p->res || !p->pos || !p->last || !p->khash || !p->cls || !p->uses || !p->res_hits || !p->scratch || !p->links) {
+	p->pwin = KVT_IDL_NIL;
+	if (rc < 0 || !p->res || !p->pos || !p->last || !p->khash || !p->cls || !p->uses ||
+	    !p->res_hits || !p->scratch || !p->links || kvt__okset_init(&p->lok, capacity, 1) < 0) {
 		hd_destroy(p);
 		return -ENOMEM;
 	}
@@ -156,7 +170,8 @@ static int create(uint32_t capacity, bool adm, void **out)
 		p->plinks = kvt__calloc(capacity, sizeof(*p->plinks));
 		p->inprob = kvt__calloc(capacity, 1);
 		uint32_t gw = KVT_MAX(2u, capacity);
-		if (!p->plinks || !p->inprob || kvt__ghost_create(gw, &p->g_prob) < 0 ||
+		if (!p->plinks || !p->inprob || kvt__okset_init(&p->pok, capacity, 1) < 0 ||
+		    kvt__ghost_create(gw, &p->g_prob) < 0 ||
 		    kvt__ghost_create(gw, &p->g_main) < 0 ||
 		    kvt__ghost_create(SEEN_PER_ENTRY * KVT_MIN(capacity, UINT32_MAX / SEEN_PER_ENTRY),
 				      &p->seen) < 0) {
@@ -285,7 +300,9 @@ static bool admit(struct hd *p, uint32_t id, uint64_t khash)
 	if (before || gp || gm)
 		return false;
 	p->inprob[id] = 1;
-	kvt__idl_push_head(&p->prob, p->plinks, id);
+	kvt__okl_push_head(&p->pok, 0, &p->prob, p->plinks, id);
+	if (p->prob.len <= PROB_TRIES) /* all of probation is within reach: up to its head */
+		p->pwin = id;
 	return true;
 }
 
@@ -293,7 +310,14 @@ static void unprobe(struct hd *p, uint32_t id)
 {
 	if (p->adm && p->inprob[id]) {
 		p->inprob[id] = 0;
-		kvt__idl_unlink(&p->prob, p->plinks, id);
+		/* id within PROB_TRIES of the tail: the one after the window's end joins it */
+		if (kvt__okset_stamp(&p->pok, id) <= kvt__okset_stamp(&p->pok, p->pwin)) {
+			if (p->prob.len > PROB_TRIES)
+				p->pwin = p->plinks[p->pwin].prev;
+			else if (id == p->pwin)
+				p->pwin = p->plinks[id].next;
+		}
+		kvt__okl_unlink(&p->pok, &p->prob, p->plinks, id);
 	}
 }
 
@@ -310,7 +334,7 @@ static void hd_insert(void *st, uint32_t id, uint64_t khash)
 	p->last[id] = p->now;
 	p->pos[id] = p->n;
 	p->res[p->n++] = id;
-	kvt__idl_push_head(&p->lru, p->links, id);
+	kvt__okl_push_head(&p->lok, 0, &p->lru, p->links, id);
 	if (p->adm && admit(p, id, khash)) /* a first sighting: class 0 whatever the sketch says */
 		p->uses[id] = 0, p->cls[id] = 0;
 	tick(p);
@@ -328,7 +352,7 @@ static void hd_touch(void *st, uint32_t id)
 		p->uses[id]++;
 	p->cls[id] = class_of(p->uses[id]);
 	p->last[id] = p->now;
-	kvt__idl_to_head(&p->lru, p->links, id);
+	kvt__okl_to_head(&p->lok, 0, &p->lru, p->links, id);
 	unprobe(p, id); /* a hit on probation admits */
 	tick(p);
 }
@@ -342,7 +366,7 @@ static void drop(struct hd *p, uint32_t id)
 	p->res[i] = last;
 	p->pos[last] = i;
 	p->pos[id] = UINT32_MAX;
-	kvt__idl_unlink(&p->lru, p->links, id);
+	kvt__okl_unlink(&p->lok, &p->lru, p->links, id);
 	unprobe(p, id);
 }
 
@@ -358,14 +382,27 @@ static float density(const struct hd *p, uint32_t id)
 	return p->density[p->cls[id]][bin_of(p, p->now - p->last[id])];
 }
 
-static int hd_victim(void *st, kvt_evict_ok_fn ok, void *arg)
+/* May id go: the owner's ok() (none: all may), or with marked, its mark. */
+static bool may_go(const struct hd *p, kvt_evict_ok_fn ok, void *arg, bool marked, uint32_t id)
 {
-	struct hd *p = st;
+	if (marked)
+		return kvt__okset_ok(&p->lok, id);
+	return !ok || ok(arg, id);
+}
+
+/* hd_victim and hd_victim_marked: the same choice, by a scan with ok() or from the marks. */
+static int choose(struct hd *p, kvt_evict_ok_fn ok, void *arg, bool marked)
+{
 	if (!p->n)
 		return -ENOENT;
 	int64_t best = -1;
 	float bd = INFINITY;
-	if (p->adm && p->prob.len > p->target) {
+	if (p->adm && p->prob.len > p->target && marked) {
+		uint32_t id = kvt__okset_first(&p->pok, 0);
+		if (id != KVT_IDL_NIL &&
+		    kvt__okset_stamp(&p->pok, id) <= kvt__okset_stamp(&p->pok, p->pwin))
+			best = id;
+	} else if (p->adm && p->prob.len > p->target) {
 		/* probation over its target: its oldest block that may go, within PROB_TRIES */
 		int k = 0;
 		for (uint32_t id = p->prob.tail; id != KVT_IDL_NIL && k < PROB_TRIES;
@@ -375,13 +412,16 @@ static int hd_victim(void *st, kvt_evict_ok_fn ok, void *arg)
 				break;
 			}
 	}
-	uint32_t lv = best >= 0 ? KVT_IDL_NIL : kvt__idl_find_from_tail(&p->lru, p->links, ok, arg);
+	uint32_t lv = KVT_IDL_NIL;
+	if (best < 0)
+		lv = marked ? kvt__okset_first(&p->lok, 0)
+			    : kvt__idl_find_from_tail(&p->lru, p->links, ok, arg);
 	if (lv != KVT_IDL_NIL) /* LRU's choice is always a candidate */
 		best = lv, bd = density(p, lv);
 	int got = best >= 0 && lv == KVT_IDL_NIL ? SAMPLES : 0; /* probation chose */
 	for (int i = 0; i < TRIES && got < SAMPLES; i++) {
 		uint32_t id = p->res[rnd(p) % p->n];
-		if (ok && !ok(arg, id))
+		if (!may_go(p, ok, arg, marked, id))
 			continue;
 		got++;
 		float d = density(p, id);
@@ -390,7 +430,8 @@ static int hd_victim(void *st, kvt_evict_ok_fn ok, void *arg)
 	}
 	if (best < 0) { /* none of the samples may go: the first resident one that may */
 		uint32_t start = (uint32_t)(rnd(p) % p->n);
-		for (uint32_t k = 0; k < p->n && best < 0; k++) {
+		/* (marked: LRU's choice is the oldest marked id, so there is none) */
+		for (uint32_t k = 0; k < p->n && best < 0 && !marked; k++) {
 			uint32_t id = p->res[(start + k) % p->n];
 			if (!ok || ok(arg, id))
 				best = id;
@@ -404,6 +445,24 @@ static int hd_victim(void *st, kvt_evict_ok_fn ok, void *arg)
 		kvt__ghost_add(p->inprob[v] ? p->g_prob : p->g_main, p->khash[v]);
 	drop(p, v);
 	return (int)v;
+}
+
+static int hd_victim(void *st, kvt_evict_ok_fn ok, void *arg)
+{
+	return choose(st, ok, arg, false);
+}
+
+static int hd_victim_marked(void *st)
+{
+	return choose(st, NULL, NULL, true);
+}
+
+static void hd_mark(void *st, uint32_t id, bool ok)
+{
+	struct hd *p = st;
+	kvt__okset_mark(&p->lok, id, ok);
+	if (p->adm)
+		kvt__okset_mark(&p->pok, id, ok);
 }
 
 /* The n lowest densities in ascending order, without allocating: a max-heap of n entries
@@ -469,6 +528,8 @@ const struct kvt_evict_ops kvt__evict_hd_ops = {
     .touch = hd_touch,
     .remove = hd_remove,
     .victim = hd_victim,
+    .mark = hd_mark,
+    .victim_marked = hd_victim_marked,
     .peek = hd_peek,
     .resident = hd_resident,
 };
@@ -481,6 +542,8 @@ const struct kvt_evict_ops kvt__evict_hda_ops = {
     .touch = hd_touch,
     .remove = hd_remove,
     .victim = hd_victim,
+    .mark = hd_mark,
+    .victim_marked = hd_victim_marked,
     .peek = hd_peek,
     .resident = hd_resident,
 };

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 
+#include "evict_okset.h"
 #include "evict_policy.h"
 #include "internal.h"
 #include "ghost.h"
@@ -23,6 +24,7 @@ struct lru2 {
 	struct kvt_idlink *links;
 	uint8_t *where; /* 0 none, 1 probation, 2 main */
 	struct kvt_ghost *seen;
+	struct kvt_okset oks; /* lists 0: probation, 1: main (where - 1) */
 };
 
 static void lru2_destroy(void *st)
@@ -33,6 +35,7 @@ static void lru2_destroy(void *st)
 	kvt__free(l->links);
 	kvt__free(l->where);
 	kvt__ghost_destroy(l->seen);
+	kvt__okset_fini(&l->oks);
 	kvt__free(l);
 }
 
@@ -47,7 +50,7 @@ static int lru2_create(uint32_t cap, void **out)
 	l->links = kvt__calloc(cap, sizeof(*l->links));
 	l->where = kvt__calloc(cap, 1);
 	int rc = kvt__ghost_create(SEEN_PER_ENTRY * KVT_MIN(cap, UINT32_MAX / SEEN_PER_ENTRY), &l->seen);
-	if (rc < 0 || !l->links || !l->where) {
+	if (rc < 0 || !l->links || !l->where || kvt__okset_init(&l->oks, cap, 2) < 0) {
 		lru2_destroy(l);
 		return -ENOMEM;
 	}
@@ -64,7 +67,7 @@ static void lru2_insert(void *st, uint32_t id, uint64_t khash)
 	if (!seen)
 		kvt__ghost_add(l->seen, khash);
 	l->where[id] = seen ? 2 : 1;
-	kvt__idl_push_head(seen ? &l->main : &l->prob, l->links, id);
+	kvt__okl_push_head(&l->oks, seen ? 1 : 0, seen ? &l->main : &l->prob, l->links, id);
 }
 
 static void lru2_touch(void *st, uint32_t id)
@@ -72,9 +75,9 @@ static void lru2_touch(void *st, uint32_t id)
 	struct lru2 *l = st;
 	if (id >= l->cap || !l->where[id])
 		return;
-	kvt__idl_unlink(l->where[id] == 1 ? &l->prob : &l->main, l->links, id);
+	kvt__okl_unlink(&l->oks, l->where[id] == 1 ? &l->prob : &l->main, l->links, id);
 	l->where[id] = 2;
-	kvt__idl_push_head(&l->main, l->links, id);
+	kvt__okl_push_head(&l->oks, 1, &l->main, l->links, id);
 }
 
 static void lru2_remove(void *st, uint32_t id)
@@ -82,7 +85,7 @@ static void lru2_remove(void *st, uint32_t id)
 	struct lru2 *l = st;
 	if (id >= l->cap || !l->where[id])
 		return;
-	kvt__idl_unlink(l->where[id] == 1 ? &l->prob : &l->main, l->links, id);
+	kvt__okl_unlink(&l->oks, l->where[id] == 1 ? &l->prob : &l->main, l->links, id);
 	l->where[id] = 0;
 }
 
@@ -92,6 +95,24 @@ static int lru2_victim(void *st, kvt_evict_ok_fn ok, void *arg)
 	uint32_t id = kvt__idl_find_from_tail(&l->prob, l->links, ok, arg);
 	if (id == KVT_IDL_NIL)
 		id = kvt__idl_find_from_tail(&l->main, l->links, ok, arg);
+	if (id == KVT_IDL_NIL)
+		return -ENOENT;
+	lru2_remove(l, id);
+	return (int)id;
+}
+
+static void lru2_mark(void *st, uint32_t id, bool ok)
+{
+	struct lru2 *l = st;
+	kvt__okset_mark(&l->oks, id, ok);
+}
+
+static int lru2_victim_marked(void *st)
+{
+	struct lru2 *l = st;
+	uint32_t id = kvt__okset_first(&l->oks, 0);
+	if (id == KVT_IDL_NIL)
+		id = kvt__okset_first(&l->oks, 1);
 	if (id == KVT_IDL_NIL)
 		return -ENOENT;
 	lru2_remove(l, id);
@@ -119,6 +140,8 @@ const struct kvt_evict_ops kvt__evict_lru2_ops = {
     .touch = lru2_touch,
     .remove = lru2_remove,
     .victim = lru2_victim,
+    .mark = lru2_mark,
+    .victim_marked = lru2_victim_marked,
     .peek = lru2_peek,
     .resident = lru2_resident,
 };

@@ -24,6 +24,11 @@ struct kvt_evict_ops {
 	void (*touch)(void *state, uint32_t id);
 	void (*remove)(void *state, uint32_t id);
 	int (*victim)(void *state, kvt_evict_ok_fn ok, void *arg);
+	/* src/evict.h's kvt__evict_mark and kvt__evict_victim_marked: the victim ok() would
+	 * give if it answered with the marks, without a walk past refused ids (a policy
+	 * keeps its marked ids in list order with src/evict_okset.h) */
+	void (*mark)(void *state, uint32_t id, bool ok);
+	int (*victim_marked)(void *state);
 	uint32_t (*peek)(void *state, uint32_t *ids, uint32_t n);
 	uint32_t (*resident)(const void *state);
 };

@@ -36,11 +36,13 @@
  *
  * State is three intrusive lists over ids and the ghost bit sets (8 bits per entry, two
  * generations per kind), allocated once at create (the DRAM tier calls policies under its
- * lock on the hot path); every operation is O(1) apart from the scan over refused entries.
+ * lock on the hot path); every operation is O(1) apart from the scan over refused entries,
+ * which kvt__evict_victim_marked does not need (src/evict_okset.h).
  */
 #include <errno.h>
 #include <string.h>
 
+#include "evict_okset.h"
 #include "evict_policy.h"
 #include "evict_pslru.h"
 #include "internal.h"
@@ -69,6 +71,7 @@ struct pslru {
 	uint32_t ghost_bits, ghost_n[2];
 	int ghost_cur[2];
 	uint32_t prot_lo, prot_hi, step;
+	struct kvt_okset oks; /* list l - 1 for L_PROB, L_PROT, L_WIN */
 };
 
 #define HEAD(p, l) ((p)->cap + (l))
@@ -79,6 +82,7 @@ static void unlink_id(struct pslru *p, uint32_t id)
 	p->prev[p->next[id]] = p->prev[id];
 	p->size[p->list[id]]--;
 	p->list[id] = L_NONE;
+	kvt__okset_unlinked(&p->oks, id);
 }
 
 /* Most recent end: just before the sentinel; least recent: just after it. */
@@ -91,6 +95,7 @@ static void push_mru(struct pslru *p, uint32_t id, int l)
 	p->prev[h] = id;
 	p->list[id] = (uint8_t)l;
 	p->size[l]++;
+	kvt__okset_pushed(&p->oks, (uint32_t)l - 1, id);
 }
 
 void kvt__pslru_destroy(void *st)
@@ -106,6 +111,7 @@ void kvt__pslru_destroy(void *st)
 	for (int k = 0; k < 2; k++)
 		for (int g = 0; g < 2; g++)
 			kvt__free(p->ghost[k][g]);
+	kvt__okset_fini(&p->oks);
 	kvt__free(p);
 }
 
@@ -144,7 +150,8 @@ int kvt__pslru_create(uint32_t capacity, void **out)
 	p->prot_hi = (uint32_t)((uint64_t)capacity * (GHOST_LO - 1) / GHOST_LO);
 	p->step = KVT_MAX(1u, capacity / GHOST_STEP);
 	if (!p->prev || !p->next || !p->list || !p->proven || !p->khash || !p->ghost[0][0] ||
-	    !p->ghost[0][1] || !p->ghost[1][0] || !p->ghost[1][1]) {
+	    !p->ghost[0][1] || !p->ghost[1][0] || !p->ghost[1][1] ||
+	    kvt__okset_init(&p->oks, capacity, N_LISTS - 1) < 0) {
 		kvt__pslru_destroy(p);
 		return -ENOMEM;
 	}
@@ -232,6 +239,15 @@ static int64_t first_ok(struct pslru *p, int l, kvt_evict_ok_fn ok, void *arg)
 	return -1;
 }
 
+static int evict(struct pslru *p, int64_t v)
+{
+	if (v < 0)
+		return -ENOENT;
+	unlink_id(p, (uint32_t)v);
+	ghost_add(p, p->proven[v], p->khash[v]);
+	return (int)v;
+}
+
 int kvt__pslru_victim(void *st, kvt_evict_ok_fn ok, void *arg)
 {
 	struct pslru *p = st;
@@ -240,11 +256,25 @@ int kvt__pslru_victim(void *st, kvt_evict_ok_fn ok, void *arg)
 		v = first_ok(p, L_PROT, ok, arg);
 	if (v < 0)
 		v = first_ok(p, L_WIN, ok, arg);
-	if (v < 0)
-		return -ENOENT;
-	unlink_id(p, (uint32_t)v);
-	ghost_add(p, p->proven[v], p->khash[v]);
-	return (int)v;
+	return evict(p, v);
+}
+
+void kvt__pslru_mark(void *st, uint32_t id, bool ok)
+{
+	struct pslru *p = st;
+	kvt__okset_mark(&p->oks, id, ok);
+}
+
+int kvt__pslru_victim_marked(void *st)
+{
+	struct pslru *p = st;
+	int64_t v = -1;
+	for (int l = L_PROB; l <= L_WIN && v < 0; l++) {
+		uint32_t id = kvt__okset_first(&p->oks, (uint32_t)l - 1);
+		if (id != KVT_IDL_NIL)
+			v = id;
+	}
+	return evict(p, v);
 }
 
 uint32_t kvt__pslru_peek(void *st, uint32_t *ids, uint32_t n)
@@ -272,6 +302,8 @@ const struct kvt_evict_ops kvt__evict_pslru_ops = {
     .touch = kvt__pslru_touch,
     .remove = kvt__pslru_remove,
     .victim = kvt__pslru_victim,
+    .mark = kvt__pslru_mark,
+    .victim_marked = kvt__pslru_victim_marked,
     .peek = kvt__pslru_peek,
     .resident = kvt__pslru_resident,
 };

@@ -14,6 +14,8 @@ void kvt__pslru_insert(void *state, uint32_t id, uint64_t khash);
 void kvt__pslru_touch(void *state, uint32_t id);
 void kvt__pslru_remove(void *state, uint32_t id);
 int kvt__pslru_victim(void *state, kvt_evict_ok_fn ok, void *arg);
+void kvt__pslru_mark(void *state, uint32_t id, bool ok);
+int kvt__pslru_victim_marked(void *state);
 uint32_t kvt__pslru_peek(void *state, uint32_t *ids, uint32_t n);
 uint32_t kvt__pslru_resident(const void *state);
 /* The ghost filters' size in bits for a capacity (a power of two, 64 to 2^31). */

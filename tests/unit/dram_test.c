@@ -1,8 +1,9 @@
 /*
  * dram_test.c - the DRAM slot pool: the life of a slot (alloc, publish, get, unpin), the
  * rules of src/dram.h (pinned and dirty slots stay, suffixes go before prefixes, a removed
- * pinned slot lives until its last unpin), error returns, write-back victims, stats, and a
- * multi-threaded stress run that checks slot contents never get mixed up.
+ * pinned slot lives until its last unpin), error returns, write-back victims, stats, that
+ * an evicting put in a pool full of long chains costs what it costs in any other pool, and
+ * a multi-threaded stress run that checks slot contents never get mixed up.
  * KVT_DRAM_STRESS_MS overrides the stress run's length (default 2000 ms).
  */
 #include <sys/mman.h>
@@ -584,6 +585,56 @@ static void test_no_heap_after_create(void **unused)
 	}
 }
 
+/* A pool full of long chains: nearly every slot has a resident child, so only a few may
+ * go first (the leaves). Finding one must not walk the others: a walk from the LRU end
+ * past every prefix made each evicting put O(slots) - here 2^18 slots, 2^14 evicting puts
+ * per policy took minutes. Each policy's evicting puts get a budget of 2 s (about 40x what
+ * they take), checked as they run so that a walk fails in seconds, not minutes. Every
+ * victim is a leaf: chains are longer than the puts, so every chain's first chunk (the
+ * least recently used slot of all) stays. */
+static void test_long_chains_evict_bounded(void **unused)
+{
+	enum { SLOTS = 1 << 18, CHAINS = 8, PUTS = 1 << 14, BUDGET_MS = 2000 };
+	const char *pol[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
+	for (size_t p = 0; p < sizeof(pol) / sizeof(pol[0]); p++) {
+		struct kvt_dram *d = mk(pol[p], SLOTS, 4096);
+		struct kvt_slot_ref r;
+		/* key i is in chain i % CHAINS, its parent is key i - CHAINS; slot bytes are
+		 * never touched, so the pool's pages stay unbacked */
+		for (uint64_t i = 0; i < SLOTS + PUTS; i++) {
+			if (i == SLOTS) {
+				assert_int_equal(kvt__dram_headroom(d), CHAINS);
+				break;
+			}
+			struct kvt_key k = key_n(i), pk = key_n(i - CHAINS);
+			assert_int_equal(kvt__dram_alloc(d, &k, i >= CHAINS ? &pk : NULL, &r), 0);
+			kvt__dram_publish(d, r.id, 4096, 1, false);
+			kvt__dram_unpin(d, r.id);
+		}
+		uint64_t t0 = kvt__now_ns(), ms = 0;
+		for (uint64_t i = SLOTS; i < SLOTS + PUTS; i++) {
+			struct kvt_key k = key_n(i), pk = key_n(i - CHAINS);
+			assert_int_equal(kvt__dram_alloc(d, &k, &pk, &r), 0);
+			kvt__dram_publish(d, r.id, 4096, 1, false);
+			kvt__dram_unpin(d, r.id);
+			if (i % 64 == 0 && (ms = (kvt__now_ns() - t0) / 1000000) > BUDGET_MS)
+				fail_msg("%s: %llu evicting puts, %u chained slots: %llu ms, "
+					 "over %u ms: victims are searched for by a walk",
+					 pol[p], (unsigned long long)(i - SLOTS), SLOTS,
+					 (unsigned long long)ms, BUDGET_MS);
+		}
+		ms = (kvt__now_ns() - t0) / 1000000;
+		struct kvt_tier_stats st;
+		kvt__dram_stats(d, &st);
+		print_message("%s: %u evicting puts in a pool of %u chained slots: %llu ms\n",
+			      pol[p], PUTS, SLOTS, (unsigned long long)ms);
+		assert_int_equal(st.evictions, PUTS);
+		for (uint64_t c = 0; c < CHAINS; c++)
+			assert_true(has(d, c));
+		kvt__dram_destroy(d);
+	}
+}
+
 /* ---- multi-threaded stress ---- */
 
 enum { ST_SLOTS = 16, ST_KEYS = 48, ST_SLOT_BYTES = 8192, ST_THREADS = 4 };
@@ -799,6 +850,7 @@ int main(void)
 	    cmocka_unit_test(test_dirty_victims_order),
 	    cmocka_unit_test(test_stats_and_scan),
 	    cmocka_unit_test(test_no_heap_after_create),
+	    cmocka_unit_test(test_long_chains_evict_bounded),
 	    cmocka_unit_test(test_stress),
 	    cmocka_unit_test(test_prefault),
 	};

@@ -2,7 +2,8 @@
  * evict_test.c - the eviction policies driven directly: exact LRU order, LRU against an
  * independent O(n) model over a long random run, ARC's scan resistance measured against
  * LRU on the same trace, ARC's adaptation on ghost hits, the ok() filter, peek order,
- * capacity 1, and that no operation after create allocates.
+ * capacity 1, that no operation after create allocates, and that kvt__evict_victim_marked
+ * chooses what kvt__evict_victim does with ok() answering from the same marks.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -570,6 +571,247 @@ static void test_hd_learns_reuse(void **unused)
 	free(trace);
 }
 
+/* kvt__evict_victim_marked against kvt__evict_victim: two instances of a policy see the
+ * same inserts, touches and removes; the first is asked for victims with ok() reading a
+ * mark array, the second is told the marks (kvt__evict_mark) and asked with
+ * kvt__evict_victim_marked. Every victim must be the same id, and so the same peek order.
+ * Phases vary how many ids are marked: few (a pool of long chains, where the old scan was
+ * O(n) and marks arrive long after an id's last use, so the okset's heap is used), half,
+ * most. The capacity is over hda's PROB_TRIES (4096), so "the oldest probation block that
+ * may go, within PROB_TRIES of the tail" is exercised both ways. Nothing allocates. */
+static bool ok_marks(void *arg, uint32_t id)
+{
+	const uint8_t *m = arg;
+	return m[id] != 0;
+}
+
+static void marked_vs_scan(const char *policy)
+{
+	enum { CAP = 5000, KEYS = 3 * CAP, OPS = 150000 };
+	struct kvt_evict *a = mk(policy, CAP), *b = mk(policy, CAP);
+	uint8_t *mark = calloc(CAP, 1), *res = calloc(CAP, 1);
+	uint32_t *pa = malloc(CAP * sizeof(uint32_t)), *pb = malloc(CAP * sizeof(uint32_t));
+	assert_true(mark && res && pa && pb);
+	uint32_t nres = 0, victims = 0, none = 0;
+	rng_state = 4242;
+	uint64_t base = kvt__alloc_bytes();
+	kvt__alloc_fail_after(1);
+	for (int op = 0; op < OPS; op++) {
+		/* percent of mark changes that allow: 5, 50, 95, 5, ... by phase */
+		static const uint32_t allow[] = {5, 50, 95, 5, 30};
+		uint32_t pct = allow[(op / (OPS / 5)) % 5];
+		uint32_t id = (uint32_t)(rnd() % CAP);
+		uint64_t r = rnd() % 100;
+		if (r < 35) { /* a put: into a free id, else after a victim */
+			if (nres == CAP) {
+				int va = kvt__evict_victim(a, ok_marks, mark);
+				int vb = kvt__evict_victim_marked(b);
+				assert_int_equal(va, vb);
+				if (va < 0) {
+					none++;
+					continue;
+				}
+				assert_true(res[va] && mark[va]);
+				res[va] = 0;
+				nres--;
+				victims++;
+				id = (uint32_t)va;
+			} else {
+				while (res[id])
+					id = (id + 1) % CAP;
+			}
+			uint64_t h = hash_of(rnd() % 4 ? rnd() % (KEYS / 10) : rnd() % KEYS);
+			kvt__evict_insert(a, id, h);
+			kvt__evict_insert(b, id, h);
+			res[id] = 1;
+			nres++;
+		} else if (r < 55) {
+			kvt__evict_touch(a, id);
+			kvt__evict_touch(b, id);
+		} else if (r < 58) {
+			if (res[id]) {
+				kvt__evict_remove(a, id);
+				kvt__evict_remove(b, id);
+				res[id] = 0;
+				nres--;
+			}
+		} else if (r < 88) {
+			mark[id] = rnd() % 100 < pct;
+			kvt__evict_mark(b, id, mark[id]);
+		} else if (nres) {
+			int va = kvt__evict_victim(a, ok_marks, mark);
+			int vb = kvt__evict_victim_marked(b);
+			assert_int_equal(va, vb);
+			if (va >= 0) {
+				assert_true(res[va] && mark[va]);
+				res[va] = 0;
+				nres--;
+				victims++;
+			} else {
+				none++;
+			}
+		}
+		if (op % 997 == 0) {
+			uint32_t na = kvt__evict_peek(a, pa, CAP), nb = kvt__evict_peek(b, pb, CAP);
+			assert_int_equal(na, nres);
+			assert_int_equal(nb, nres);
+			assert_memory_equal(pa, pb, na * sizeof(uint32_t));
+		}
+	}
+	kvt__alloc_fail_after(0);
+	assert_int_equal(kvt__alloc_bytes(), base);
+	print_message("%s: %u victims, %u times none could go\n", policy, victims, none);
+	assert_true(victims > 10000);
+	kvt__evict_destroy(a);
+	kvt__evict_destroy(b);
+	free(mark);
+	free(res);
+	free(pa);
+	free(pb);
+}
+
+/* The same comparison in the DRAM tier's shape: puts continue a few chains (each names
+ * the chain's last put as parent), an id may go only while it has no resident child, a
+ * get unmarks an id while it holds it and touches it. With few gets (hits admit out of
+ * hda's probation) and a capacity over twice PROB_TRIES, one long chain puts hda's oldest
+ * leaf in probation beyond PROB_TRIES of its tail. */
+static void marked_vs_scan_chains(const char *policy, uint32_t CAP, uint32_t chains,
+				  uint32_t get_pct)
+{
+	enum { OPS = 60000 };
+	struct kvt_evict *a = mk(policy, CAP), *b = mk(policy, CAP);
+	uint8_t *mark = calloc(CAP, 1), *res = calloc(CAP, 1);
+	uint32_t *kids = calloc(CAP, sizeof(uint32_t));
+	int32_t *parent = malloc(CAP * sizeof(int32_t)), last[8];
+	uint32_t *pa = malloc(CAP * sizeof(uint32_t)), *pb = malloc(CAP * sizeof(uint32_t));
+	assert_true(mark && res && kids && parent && pa && pb && chains <= 8);
+	for (uint32_t c = 0; c < chains; c++)
+		last[c] = -1;
+	uint32_t nres = 0, victims = 0, none = 0;
+	uint64_t next_key = 1;
+	rng_state = 777 + chains;
+#define SETMARK(i, v)                                                                              \
+	do {                                                                                       \
+		mark[i] = (v);                                                                     \
+		kvt__evict_mark(b, (uint32_t)(i), mark[i]);                                        \
+	} while (0)
+	for (int op = 0; op < OPS; op++) {
+		uint64_t r = rnd() % 100;
+		if (r < 60) { /* a put continuing chain c */
+			uint32_t c = (uint32_t)(rnd() % chains), id = 0;
+			int32_t p = last[c];
+			if (p >= 0) { /* counted first: the parent must not be this put's victim */
+				kids[p]++;
+				SETMARK(p, 0);
+			}
+			if (nres == CAP) {
+				int va = kvt__evict_victim(a, ok_marks, mark);
+				int vb = kvt__evict_victim_marked(b);
+				assert_int_equal(va, vb);
+				if (va < 0) {
+					none++;
+					if (p >= 0 && --kids[p] == 0)
+						SETMARK(p, 1);
+					continue;
+				}
+				assert_true(res[va] && mark[va] && kids[va] == 0);
+				res[va] = 0;
+				SETMARK(va, 0);
+				nres--;
+				victims++;
+				int32_t q = parent[va];
+				if (q >= 0 && --kids[q] == 0)
+					SETMARK(q, 1);
+				for (uint32_t k = 0; k < chains; k++)
+					if (last[k] == va)
+						last[k] = -1;
+				id = (uint32_t)va;
+				if (p == va)
+					p = -1;
+			} else {
+				while (res[id])
+					id++;
+			}
+			/* mostly new keys (first sightings), some seen lately: hda's probation
+			 * target grows on those it evicted, past PROB_TRIES */
+			uint64_t back = 1 + rnd() % (2 * CAP);
+			uint64_t key = rnd() % 4 || back >= next_key ? next_key++ : next_key - back;
+			kvt__evict_insert(a, id, hash_of(key));
+			kvt__evict_insert(b, id, hash_of(key));
+			res[id] = 1;
+			nres++;
+			parent[id] = p;
+			kids[id] = 0;
+			SETMARK(id, 1);
+			last[c] = (int32_t)id;
+		} else if (r < 60 + get_pct) {
+			/* a get: held (unmarked) while used, then given back */
+			uint32_t id = (uint32_t)(rnd() % CAP);
+			if (!res[id])
+				continue;
+			uint8_t was = mark[id];
+			SETMARK(id, 0);
+			kvt__evict_touch(a, id);
+			kvt__evict_touch(b, id);
+			if (rnd() % 4 == 0) { /* another get in between */
+				uint32_t j = (uint32_t)(rnd() % CAP);
+				kvt__evict_touch(a, j);
+				kvt__evict_touch(b, j);
+			}
+			SETMARK(id, was);
+		} else if (nres) {
+			int va = kvt__evict_victim(a, ok_marks, mark);
+			int vb = kvt__evict_victim_marked(b);
+			assert_int_equal(va, vb);
+			if (va < 0) {
+				none++;
+				continue;
+			}
+			assert_true(res[va] && mark[va] && kids[va] == 0);
+			res[va] = 0;
+			SETMARK(va, 0);
+			nres--;
+			victims++;
+			int32_t q = parent[va];
+			if (q >= 0 && --kids[q] == 0)
+				SETMARK(q, 1);
+			for (uint32_t k = 0; k < chains; k++)
+				if (last[k] == va)
+					last[k] = -1;
+		}
+		if (op % 997 == 0) {
+			uint32_t na = kvt__evict_peek(a, pa, CAP), nb = kvt__evict_peek(b, pb, CAP);
+			assert_int_equal(na, nres);
+			assert_int_equal(nb, nres);
+			assert_memory_equal(pa, pb, na * sizeof(uint32_t));
+		}
+	}
+#undef SETMARK
+	print_message("%s, %u chains, %u%% gets: %u victims, %u times none could go\n", policy,
+		      chains, get_pct, victims, none);
+	assert_true(victims > 10000);
+	kvt__evict_destroy(a);
+	kvt__evict_destroy(b);
+	free(mark);
+	free(res);
+	free(kids);
+	free(parent);
+	free(pa);
+	free(pb);
+}
+
+static void test_victim_marked_is_victim(void **unused)
+{
+	const char *names[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
+	for (size_t p = 0; p < KVT_ARRAY_SIZE(names); p++) {
+		marked_vs_scan(names[p]);
+		marked_vs_scan_chains(names[p], 5000, 1, 30);
+		marked_vs_scan_chains(names[p], 5000, 4, 30);
+		/* hda: probation (target cap/2 at first) over PROB_TRIES */
+		marked_vs_scan_chains(names[p], 12000, 1, 2);
+	}
+}
+
 static void test_arc_random_invariants(void **unused)
 {
 	random_invariants("arc");
@@ -600,6 +842,7 @@ int main(void)
 	    cmocka_unit_test(test_arc_random_invariants),
 	    cmocka_unit_test(test_hd_random_invariants),
 	    cmocka_unit_test(test_hd_learns_reuse),
+	    cmocka_unit_test(test_victim_marked_is_victim),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
