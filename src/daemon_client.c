@@ -1324,7 +1324,7 @@ int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out)
 		rc = -rc;
 		goto fail;
 	}
-	rc = kvt__store_new_client(c, out);
+	rc = kvt__store_new_client(c, &c->log, out);
 	if (rc < 0) {
 		kvt__client_close(c);
 		return rc;

@@ -12,6 +12,7 @@
 #include "kvtier.h"
 
 struct kvt_client;
+struct kvt_log;
 
 /* store.daemon is set in cfg. */
 bool kvt__client_wanted(const struct kvt_config *cfg);
@@ -21,7 +22,8 @@ bool kvt__client_wanted(const struct kvt_config *cfg);
 int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out);
 
 /* engine.c: a store that is only a shell around c (every call dispatches to c). */
-int kvt__store_new_client(struct kvt_client *c, struct kvt_store **out);
+int kvt__store_new_client(struct kvt_client *c, const struct kvt_log *log,
+			  struct kvt_store **out);
 
 /* engine.c: the client of a client-mode store, NULL for an in-process store. */
 struct kvt_client *kvt__store_client(struct kvt_store *s);

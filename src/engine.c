@@ -419,7 +419,8 @@ void kvt__store_dev_release(struct kvt_store *s)
 static void wait_dev_ops(struct kvt_store *s)
 {
 	unsigned us = 20;
-	uint64_t warn_at = kvt__now_ns() + s->sync_timeout_ms * 1000000ull;
+	uint64_t wait_ms = kvt__store_sync_timeout_ms(s); /* a client store's too */
+	uint64_t warn_at = kvt__now_ns() + wait_ms * 1000000ull;
 	bool warned = false;
 	while (atomic_load(&s->dev_ops)) {
 		usleep(us);
@@ -430,7 +431,7 @@ static void wait_dev_ops(struct kvt_store *s)
 			KVT_ERR(&s->log, "close: still waiting after %llu ms (store.sync_timeout_ms) "
 					 "for %llu device copies into the store; has their dependency "
 					 "been signalled?",
-				(unsigned long long)s->sync_timeout_ms,
+				(unsigned long long)wait_ms,
 				(unsigned long long)atomic_load(&s->dev_ops));
 		}
 	}
@@ -1024,12 +1025,14 @@ struct kvt_dram *kvt__store_dram(struct kvt_store *s)
 }
 
 /* A client-mode store (src/daemon_client.c): a shell whose calls all dispatch to c. */
-int kvt__store_new_client(struct kvt_client *c, struct kvt_store **out)
+int kvt__store_new_client(struct kvt_client *c, const struct kvt_log *log,
+			  struct kvt_store **out)
 {
 	struct kvt_store *s = kvt__calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->client = c;
+	s->log = *log; /* close's own lines (wait_dev_ops) */
 	*out = s;
 	return 0;
 }
