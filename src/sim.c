@@ -12,11 +12,12 @@
  *            (a put or a promotion) and in NVMe (written through, if admission agrees);
  *            full tiers evict through their policy (src/evict.h); with leaf_first a block
  *            with a resident child is not evictable (the engine evicts suffixes first, a
- *            suffix being useless without its prefix);
+ *            suffix being useless without its prefix): its slot is marked, and the policy
+ *            finds the victim a walk would without stepping over marked blocks;
  *   queue    N GPUs serve prefills first-come first-served at the trace's arrival times,
  *            each request on the GPU that frees first (N given, or the fewest that keep
  *            the no-cache load at KVT_SIM_AUTO_UTIL: one GPU under a trace that needs two
- *            only measures an unbounded queue);
+ *            only measures an unbounded queue; one per request when all arrive at once);
  *            TTFT = queueing + restore + recompute, against the same queue with no cache;
  *            with prefetch, a request's NVMe blocks are staged into DRAM while it waits.
  * The cache state seen by a request includes every earlier arrival, even one still queued
@@ -27,9 +28,17 @@
  * block whose own next use is farther than all of them is not stored. Block ids that repeat
  * mean the same prefix, so a parent's next use always precedes its child's and MIN keeps
  * prefix-closed sets: its block hits are an upper bound for every policy's prefix hits.
+ *
+ * All of this rests on the trace's contract (src/trace.h): an id is a hash of its whole
+ * prefix, so it always follows the same id (or always starts a prompt). A trace that breaks
+ * it (an id after two different ids, or twice in one prompt) is refused (-EILSEQ; the
+ * message from kvt__sim_check_trace): its "hits" would be blocks cached under another
+ * prefix, which a store keyed by the prefix never serves, and MIN is no bound there (a
+ * 4-line trace had LRU at 0.29 over a "bound" of 0.14).
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,7 +50,7 @@
 
 #define NONE UINT32_MAX
 
-/* Dense indices for the trace's block ids, parents at first sight. */
+/* Dense indices for the trace's block ids, and each block's parent. */
 struct blocks {
 	uint32_t *idx;	  /* per trace id position: dense block index */
 	uint32_t *parent; /* per block: dense parent or NONE */
@@ -65,7 +74,49 @@ static void blocks_free(struct blocks *b)
 	kvt__free(b->id);
 }
 
-static int blocks_build(const struct kvt_trace *t, struct blocks *b)
+/* A conflict at request r, position i (id follows prev there, but parent earlier): say
+ * where, on one line. */
+static void blocks_conflict(const struct kvt_trace *t, size_t r, uint32_t i, uint64_t id,
+			    const uint64_t *prev, const uint64_t *parent, char *err, size_t errlen)
+{
+	if (!err || !errlen)
+		return;
+	const struct kvt_trace_req *q = &t->req[r];
+	const uint64_t *ids = kvt__trace_blocks(t, q);
+	for (uint32_t j = 0; j < i; j++)
+		if (ids[j] == id) {
+			snprintf(err, errlen,
+				 "line %u: hash id %llu appears twice in hash_ids (ids are prefix "
+				 "hashes: an id always follows the same id)",
+				 q->line, (unsigned long long)id);
+			return;
+		}
+	uint32_t first = 0; /* the line that fixed the parent: the id's first request */
+	for (size_t k = 0; k < r && !first; k++) {
+		const uint64_t *kid = kvt__trace_blocks(t, &t->req[k]);
+		for (uint32_t j = 0; j < t->req[k].n_blocks && !first; j++)
+			if (kid[j] == id)
+				first = t->req[k].line;
+	}
+	char here[48], before[48];
+	if (prev)
+		snprintf(here, sizeof(here), "follows %llu", (unsigned long long)*prev);
+	else
+		snprintf(here, sizeof(here), "starts hash_ids");
+	if (parent)
+		snprintf(before, sizeof(before), "follows %llu", (unsigned long long)*parent);
+	else
+		snprintf(before, sizeof(before), "starts hash_ids");
+	snprintf(err, errlen,
+		 "line %u: hash id %llu %s here but %s on line %u (ids are prefix hashes: an id "
+		 "always follows the same id)",
+		 q->line, (unsigned long long)id, here, before, first);
+}
+
+/* Dense indices, each block's parent fixed at first sight; a later sight with another
+ * parent (which an id repeated in one request always is) is -EILSEQ, with the reason in
+ * err when given. */
+static int blocks_build(const struct kvt_trace *t, struct blocks *b, char *err, size_t errlen)
 {
 	memset(b, 0, sizeof(*b));
 	if (t->n_ids > UINT32_MAX / 2)
@@ -94,16 +145,34 @@ static int blocks_build(const struct kvt_trace *t, struct blocks *b)
 			if (table[s] == NONE) {
 				table[s] = b->n;
 				b->id[b->n] = id;
-				/* first sight fixes the parent; a later, inconsistent one is
-				 * ignored, which also keeps the parent relation acyclic */
-				b->parent[b->n] = prev;
+				b->parent[b->n] = prev; /* first sight fixes the parent */
 				b->n++;
+			} else if (b->parent[table[s]] != prev) {
+				uint32_t par = b->parent[table[s]];
+				blocks_conflict(t, r, i, id, prev != NONE ? &b->id[prev] : NULL,
+						par != NONE ? &b->id[par] : NULL, err, errlen);
+				kvt__free(table);
+				blocks_free(b);
+				return -EILSEQ;
 			}
 			b->idx[q->first + i] = prev = table[s];
 		}
 	}
 	kvt__free(table);
 	return 0;
+}
+
+int kvt__sim_check_trace(const struct kvt_trace *t, char *err, size_t errlen)
+{
+	if (err && errlen)
+		err[0] = 0;
+	if (!t)
+		return -EINVAL;
+	struct blocks b;
+	int rc = blocks_build(t, &b, err, errlen);
+	if (!rc)
+		blocks_free(&b);
+	return rc;
 }
 
 /* ------------------------------------------------------------------ tiers */
@@ -118,6 +187,11 @@ struct tier {
 	uint32_t *children; /* per block: resident children in this tier */
 	const struct blocks *b;
 	bool leaf_first;
+	/* leaf-first through the policy's marks (src/evict.h, kvt__evict_mark): a slot may go
+	 * while its block has no resident children, and the policy keeps such slots in its
+	 * own order (src/evict_okset.h), so a victim is found without walking a chain */
+	bool marks;
+	uint64_t checks; /* ok() calls made here: victim_work (the marks make none) */
 };
 
 static void tier_free(struct tier *t)
@@ -131,7 +205,7 @@ static void tier_free(struct tier *t)
 }
 
 static int tier_init(struct tier *t, const char *policy, uint64_t cap, const struct blocks *b,
-		     bool leaf_first)
+		     bool leaf_first, bool leaf_scan)
 {
 	memset(t, 0, sizeof(*t));
 	t->b = b;
@@ -145,6 +219,7 @@ static int tier_init(struct tier *t, const char *policy, uint64_t cap, const str
 		t->ev = NULL;
 		return rc;
 	}
+	t->marks = leaf_first && !leaf_scan;
 	size_t nb = KVT_MAX(b->n, 1u);
 	t->slot_of = kvt__malloc(nb * sizeof(uint32_t));
 	t->block_of = kvt__malloc(cap * sizeof(uint32_t));
@@ -162,14 +237,24 @@ static int tier_init(struct tier *t, const char *policy, uint64_t cap, const str
 static bool leaf_ok(void *arg, uint32_t slot)
 {
 	struct tier *t = arg;
+	t->checks++;
 	return t->children[t->block_of[slot]] == 0;
 }
 
 static bool any_ok(void *arg, uint32_t slot)
 {
-	(void)arg;
+	struct tier *t = arg;
 	(void)slot;
+	t->checks++;
 	return true;
+}
+
+/* A resident block's count of resident children changed to n: with marks, its slot may
+ * go (kvt__evict_mark's ok) while n is 0. */
+static void tier_children(struct tier *t, uint32_t blk, uint32_t n)
+{
+	if (t->marks && t->slot_of[blk] != NONE && n <= 1)
+		kvt__evict_mark(t->ev, t->slot_of[blk], n == 0);
 }
 
 static bool tier_has(const struct tier *t, uint32_t blk)
@@ -185,13 +270,14 @@ static void tier_touch(struct tier *t, uint32_t blk)
 /* Second choice when no leaf can go: anything but the prefix of the block being
  * inserted (the store's rule too, src/dram.c). */
 struct any_ctx {
-	const struct tier *t;
+	struct tier *t;
 	uint32_t exclude;
 };
 
 static bool any_but_parent(void *arg, uint32_t slot)
 {
 	const struct any_ctx *c = arg;
+	c->t->checks++;
 	return slot != c->exclude;
 }
 
@@ -204,9 +290,11 @@ static int tier_insert(struct tier *t, uint32_t blk)
 	uint32_t par = t->b->parent[blk];
 	bool par_in = par != NONE && t->slot_of[par] != NONE;
 	if (par != NONE)
-		t->children[par]++;
+		tier_children(t, par, ++t->children[par]);
 	if (!t->n_free) {
-		int v = kvt__evict_victim(t->ev, t->leaf_first ? leaf_ok : any_ok, t);
+		int v = t->marks	? kvt__evict_victim_marked(t->ev)
+			: t->leaf_first ? kvt__evict_victim(t->ev, leaf_ok, t)
+					: kvt__evict_victim(t->ev, any_ok, t);
 		if (v < 0) { /* no leaf but the prefix: anything else, else the prefix too */
 			struct any_ctx c = {t, par_in ? t->slot_of[par] : NONE};
 			v = kvt__evict_victim(t->ev, any_but_parent, &c);
@@ -215,19 +303,22 @@ static int tier_insert(struct tier *t, uint32_t blk)
 		}
 		if (v < 0 || (uint32_t)v >= t->cap) {
 			if (par != NONE)
-				t->children[par]--;
+				tier_children(t, par, --t->children[par]);
 			return -ENOSPC;
 		}
 		uint32_t old = t->block_of[v];
 		t->slot_of[old] = NONE;
-		if (t->b->parent[old] != NONE)
-			t->children[t->b->parent[old]]--;
+		uint32_t po = t->b->parent[old];
+		if (po != NONE)
+			tier_children(t, po, --t->children[po]);
 		t->free_slots[t->n_free++] = (uint32_t)v;
 		evicted = 1;
 	}
 	uint32_t s = t->free_slots[--t->n_free];
 	t->slot_of[blk] = s;
 	t->block_of[s] = blk;
+	if (t->marks) /* before the insert: the policy keeps it in order if it may go */
+		kvt__evict_mark(t->ev, s, t->children[blk] == 0);
 	kvt__evict_insert(t->ev, s, hid(t->b->id[blk]) ^ 0x5bd1e995u);
 	return evicted;
 }
@@ -247,20 +338,29 @@ uint32_t kvt__sim_auto_gpus(const struct kvt_trace *t, const struct kvt_cost *c)
 	double need = 0, span = (t->req[t->n - 1].ts_ms - t->req[0].ts_ms) / 1000.0;
 	for (size_t r = 0; r < t->n; r++)
 		need += kvt_cost_recompute_s(c, 0, t->req[r].input_len);
-	if (!(span > 0))
-		return 1;
+	if (!(span > 0)) /* all at once: no rate to size for, every request its own GPU */
+		return (uint32_t)KVT_MIN(t->n, (size_t)KVT_SIM_MAX_GPUS);
 	double n = ceil(need / span / KVT_SIM_AUTO_UTIL);
 	return (uint32_t)KVT_MAX(1.0, KVT_MIN(n, (double)KVT_SIM_MAX_GPUS));
 }
 
-/* FIFO over a fleet: a request waits for the earliest free GPU. */
-uint32_t kvt__sim_first_free(const double *free_at, uint32_t n)
+/* FIFO over a fleet: a request waits for the earliest free GPU, free_at[0] of a min-heap
+ * (a scan of 65,536 GPUs per request was most of a replay's time). */
+void kvt__sim_fleet_replace_first(double *free_at, uint32_t n, double t)
 {
-	uint32_t g = 0;
-	for (uint32_t i = 1; i < n; i++)
-		if (free_at[i] < free_at[g])
-			g = i;
-	return g;
+	uint32_t i = 0;
+	for (;;) {
+		uint64_t c = 2 * (uint64_t)i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && free_at[c + 1] < free_at[c])
+			c++;
+		if (!(free_at[c] < t))
+			break;
+		free_at[i] = free_at[c];
+		i = (uint32_t)c;
+	}
+	free_at[i] = t;
 }
 
 /* ------------------------------------------------------------------ replay */
@@ -282,7 +382,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 			return -EINVAL;
 	}
 	struct blocks b;
-	int rc = blocks_build(t, &b);
+	int rc = blocks_build(t, &b, NULL, 0);
 	if (rc)
 		return rc;
 	struct tier tier[KVT_SIM_TIERS];
@@ -290,15 +390,16 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 	struct kvt_admit *admit = NULL;
 	uint32_t *uses_left = NULL; /* admit_oracle: later uses of each block */
 	double *ttft = NULL, *ttft0 = NULL, *gfree = NULL, *gfree0 = NULL;
-	int8_t *tiers = NULL;
+	int8_t *tiers = NULL, *found = NULL; /* per hit block: its cost tier, its sim tier */
 	uint32_t max_blocks = 0;
 	for (size_t r = 0; r < t->n; r++)
 		max_blocks = KVT_MAX(max_blocks, t->req[r].n_blocks);
 
 	uint64_t bt = t->block_tokens;
-	rc = tier_init(&tier[0], policy, o->dram_tokens / bt, &b, o->leaf_first);
+	rc = tier_init(&tier[0], policy, o->dram_tokens / bt, &b, o->leaf_first, o->leaf_scan);
 	if (!rc)
-		rc = tier_init(&tier[1], policy, o->nvme_tokens / bt, &b, o->leaf_first);
+		rc = tier_init(&tier[1], policy, o->nvme_tokens / bt, &b, o->leaf_first,
+			       o->leaf_scan);
 	if (rc)
 		goto out;
 	out->capacity_blocks[0] = o->dram_tokens / bt;
@@ -341,13 +442,15 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 	gfree = kvt__calloc(ngpu, sizeof(double));
 	gfree0 = kvt__calloc(ngpu, sizeof(double));
 	tiers = kvt__malloc(KVT_MAX(max_blocks, 1u));
-	if (!ttft || !ttft0 || !tiers || !gfree || !gfree0) {
+	found = kvt__malloc(KVT_MAX(max_blocks, 1u));
+	if (!ttft || !ttft0 || !tiers || !found || !gfree || !gfree0) {
 		rc = -ENOMEM;
 		goto out;
 	}
 
 	double bpt = o->cost ? (double)kvt_cost_kv_bytes_per_token(o->cost) : 0;
-	/* gfree[g]: when GPU g finishes its queue, s (with the cache; gfree0 without) */
+	/* gfree: when each GPU finishes its queue, s (with the cache; gfree0 without), as
+	 * min-heaps: all 0 is one */
 	for (size_t r = 0; r < t->n; r++) {
 		const struct kvt_trace_req *q = &t->req[r];
 		const uint32_t *blk = b.idx + q->first;
@@ -365,6 +468,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 				break;
 			uint32_t len = kvt__trace_block_len(t, q, hit);
 			tiers[hit] = (int8_t)(o->cost ? cost_tier[where] : where);
+			found[hit] = (int8_t)where;
 			out->tier_hit_blocks[where]++;
 			out->tier_hit_tokens[where] += len;
 			out->hit_tokens += len;
@@ -379,8 +483,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 			load = plan.load_chunks;
 			out->prefill_tokens_saved += plan.load_tokens;
 			double arrive = q->ts_ms / 1000.0;
-			uint32_t g = kvt__sim_first_free(gfree, ngpu), g0 = kvt__sim_first_free(gfree0, ngpu);
-			double start = KVT_MAX(arrive, gfree[g]), wait = start - arrive;
+			double start = KVT_MAX(arrive, gfree[0]), wait = start - arrive;
 			double restore = plan.restore_s;
 			uint64_t nv = plan.tier_bytes[cost_tier[1]];
 			if (o->prefetch && nv && wait > 0) {
@@ -398,13 +501,13 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 				restore = kvt__cost_restore_mix(o->cost, by);
 			}
 			double service = restore + plan.recompute_s;
-			gfree[g] = start + service;
+			kvt__sim_fleet_replace_first(gfree, ngpu, start + service);
 			out->gpu_busy_s += service;
-			ttft[r] = gfree[g] - arrive;
-			double start0 = KVT_MAX(arrive, gfree0[g0]);
-			gfree0[g0] = start0 + plan.no_cache_s;
+			ttft[r] = start + service - arrive;
+			double done0 = KVT_MAX(arrive, gfree0[0]) + plan.no_cache_s;
+			kvt__sim_fleet_replace_first(gfree0, ngpu, done0);
 			out->nocache_gpu_busy_s += plan.no_cache_s;
-			ttft0[r] = gfree0[g0] - arrive;
+			ttft0[r] = done0 - arrive;
 		} else {
 			for (uint32_t i = 0; i < hit; i++)
 				out->prefill_tokens_saved += kvt__trace_block_len(t, q, i);
@@ -415,8 +518,10 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 			uint32_t k = blk[i];
 			uint64_t bytes = (uint64_t)(bpt * kvt__trace_block_len(t, q, i));
 			bool in_dram = tier_has(&tier[0], k), in_nvme = tier_has(&tier[1], k);
-			if (i < load) /* read from where the lookup found it */
-				out->read_bytes[in_dram ? 0 : 1] += bytes;
+			/* read from where the lookup found it: an earlier block's promotion in
+			 * this loop may have evicted it from DRAM since */
+			if (i < load)
+				out->read_bytes[found[i]] += bytes;
 			if (admit)
 				kvt__admit_record(admit, hid(b.id[k]));
 			if (uses_left)
@@ -458,6 +563,9 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 	}
 	rc = 0;
 
+	for (int i = 0; i < KVT_SIM_TIERS; i++)
+		out->victim_work +=
+		    tier[i].checks;
 	out->nvme_bytes_per_hit =
 	    out->tier_hit_blocks[1] ? (double)out->write_bytes[1] / out->tier_hit_blocks[1] : 0;
 	out->nvme_bytes_per_any_hit =
@@ -471,6 +579,9 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 	if (out->span_s > 0) {
 		out->utilization = out->gpu_busy_s / (out->span_s * ngpu);
 		out->nocache_utilization = out->nocache_gpu_busy_s / (out->span_s * ngpu);
+	} else if (t->n > 1) { /* all at once: any work is an unbounded load */
+		out->utilization = out->gpu_busy_s > 0 ? INFINITY : 0;
+		out->nocache_utilization = out->nocache_gpu_busy_s > 0 ? INFINITY : 0;
 	}
 	if (o->cost && t->n) {
 		double s0 = 0, s1 = 0;
@@ -500,6 +611,7 @@ out:
 	kvt__free(gfree);
 	kvt__free(gfree0);
 	kvt__free(tiers);
+	kvt__free(found);
 	for (int i = 0; i < KVT_SIM_TIERS; i++)
 		tier_free(&tier[i]);
 	blocks_free(&b);
@@ -562,7 +674,7 @@ int kvt__sim_belady(const struct kvt_trace *t, uint64_t capacity, double *block_
 		    double *token_ratio)
 {
 	struct blocks b;
-	int rc = blocks_build(t, &b);
+	int rc = blocks_build(t, &b, NULL, 0);
 	if (rc)
 		return rc;
 	size_t n = t->n_ids;

@@ -9,6 +9,7 @@
 #define KVT_SIM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "trace.h"
@@ -27,6 +28,9 @@ struct kvt_sim_opts {
 	uint64_t dram_tokens; /* capacity; 0 disables the tier */
 	uint64_t nvme_tokens;
 	bool leaf_first; /* evict only blocks with no resident child (the engine's rule) */
+	/* tests: find leaf-first victims by asking ok() of each block in the policy's order,
+	 * the reference for the index that finds the same ones without the walk */
+	bool leaf_scan;
 	bool belady;	 /* also run MIN with capacity dram + nvme blocks */
 	const struct kvt_cost *cost; /* tiers "dram,nvme"; NULL: no bytes, no TTFT */
 	bool prefetch;		 /* stage NVMe hits into DRAM while a request waits in the queue */
@@ -67,22 +71,39 @@ struct kvt_sim_result {
 	double gpu_busy_s, nocache_gpu_busy_s; /* summed over the GPUs */
 	uint32_t gpus;			       /* how many served the queue */
 	double span_s;			       /* first to last arrival */
-	double utilization, nocache_utilization; /* busy / (span x gpus); > 1: overloaded */
+	/* busy / (span x gpus); > 1: overloaded; INFINITY when all of several requests arrive
+	 * at once (span 0) */
+	double utilization, nocache_utilization;
 	double elapsed_s; /* wall time of the simulation */
+	/* blocks looked at to choose victims (ok() calls; a victim found through the
+	 * policy's marks looks at none): the cost of eviction, which leaf-first must keep
+	 * near one per victim, not one per resident */
+	uint64_t victim_work;
 };
 
 /* The fleet --gpus auto picks: the fewest GPUs whose no-cache prefill load stays at or
- * below KVT_SIM_AUTO_UTIL over the trace's span (at least 1). */
+ * below KVT_SIM_AUTO_UTIL over the trace's span (at least 1, at most KVT_SIM_MAX_GPUS);
+ * when several requests all arrive at once (span 0) there is no rate to size for: one GPU
+ * per request, up to KVT_SIM_MAX_GPUS. */
 uint32_t kvt__sim_auto_gpus(const struct kvt_trace *t, const struct kvt_cost *c);
-/* The GPU of a FIFO fleet that frees first. */
-uint32_t kvt__sim_first_free(const double *free_at, uint32_t n);
+/* A FIFO fleet of n GPUs: free_at[] says when each frees, kept as a binary min-heap, so
+ * free_at[0] is the GPU a request waits for (n zeros are a heap). Its new free time t
+ * replaces it: O(log n). */
+void kvt__sim_fleet_replace_first(double *free_at, uint32_t n, double t);
 
-/* Run the trace once. -EINVAL bad options or unknown policy, -ENOMEM. */
+/* The trace's contract: every hash id always follows the same id, or always starts
+ * hash_ids (ids are prefix hashes), which an id repeated in one request breaks. 0, or
+ * -EILSEQ with "line N: hash id X follows Y here but ... on line M" in err. */
+int kvt__sim_check_trace(const struct kvt_trace *t, char *err, size_t errlen);
+
+/* Run the trace once. -EINVAL bad options or unknown policy, -ENOMEM, -EILSEQ a trace
+ * kvt__sim_check_trace refuses. */
 int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		 struct kvt_sim_result *out);
 /* MIN alone: block and token hit ratios of an offline-optimal cache of capacity blocks
  * under the same prefix-hit rule (evicts the block used farthest in the future, never
- * stores one it would evict first). */
+ * stores one it would evict first). An upper bound for every policy on a trace
+ * kvt__sim_check_trace accepts; -EILSEQ otherwise. */
 int kvt__sim_belady(const struct kvt_trace *t, uint64_t capacity_blocks, double *block_ratio,
 		    double *token_ratio);
 

@@ -85,7 +85,13 @@ int kvt__trace_add(struct kvt_trace *t, double ts_ms, uint32_t input_len, uint32
 			return -EINVAL;
 	if (n_blocks) /* t->ids is still NULL before the first block: memcpy(NULL, .., 0) is UB */
 		memcpy(t->ids + t->n_ids, ids, (size_t)n_blocks * sizeof(*ids));
-	t->req[t->n++] = (struct kvt_trace_req){ts_ms, input_len, output_len, n_blocks, t->n_ids};
+	t->req[t->n] = (struct kvt_trace_req){.ts_ms = ts_ms,
+					      .input_len = input_len,
+					      .output_len = output_len,
+					      .n_blocks = n_blocks,
+					      .line = (uint32_t)t->n + 1,
+					      .first = t->n_ids};
+	t->n++;
 	t->n_ids += n_blocks;
 	return 0;
 }
@@ -188,6 +194,10 @@ static int string(struct lex *l, char *out, size_t outlen)
 					v = v * 16 + (unsigned)h;
 					l->p++;
 				}
+				/* a field name is compared as a C string: "timestamp\u0000x"
+				 * would read as "timestamp" */
+				if (!v && outlen)
+					return fail(l, "\\u0000 in a field name");
 				c = v < 0x80 ? (unsigned char)v : '?';
 				break;
 			}
@@ -400,6 +410,8 @@ static int parse_object(struct lex *l, struct kvt_trace *t, uint64_t *ids, doubl
 			    (unsigned long long)n_ids, (unsigned long long)in,
 			    (unsigned long long)max_blocks(t, (uint32_t)in));
 	int rc = kvt__trace_add(t, ts, (uint32_t)in, (uint32_t)out, ids, (uint32_t)n_ids);
+	if (!rc) /* blank lines are skipped: the request's number may not be its line's */
+		t->req[t->n - 1].line = (uint32_t)KVT_MIN(l->line, (size_t)UINT32_MAX);
 	if (rc == -E2BIG) {
 		fail(l, "more than %u requests", KVT_TRACE_MAX_REQUESTS);
 		return l->rc = -E2BIG;
@@ -602,7 +614,8 @@ static uint32_t rrange(struct rng *r, uint32_t lo, uint32_t hi) /* [lo, hi] */
 {
 	if (hi <= lo)
 		return lo;
-	return lo + (uint32_t)(runif(r) * (double)(hi - lo + 1));
+	/* the width in double: hi - lo + 1 is 0 in uint32_t for [0, UINT32_MAX] */
+	return lo + (uint32_t)(runif(r) * ((double)(hi - lo) + 1.0));
 }
 
 static double rexp(struct rng *r, double mean)
@@ -688,6 +701,9 @@ struct gen {
 	uint64_t *ids;
 	size_t n_ids, ids_cap;
 	uint64_t next_seg;
+	/* requests to generate (o->requests and a margin): a session stops there too, so
+	 * knobs that never end one (end_prob=1e-300, steps=4e9) cannot run without bound */
+	uint32_t target;
 };
 
 /* Record a request whose prompt is p (truncated to KVT_TRACE_MAX_INPUT tokens). */
@@ -739,7 +755,9 @@ static int gen_chat(struct gen *g, double start, uint32_t *count)
 	int rc =
 	    prompt_add(&p, hmix(0x5359535f, rrange(&g->r, 0, o->sys_prompts - 1)), o->sys_tokens);
 	double ts = start;
+	uint64_t before;
 	do {
+		before = p.tokens;
 		if (!rc)
 			rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->user_min, o->user_max));
 		uint32_t out = rrange(&g->r, o->out_min, o->out_max);
@@ -749,7 +767,10 @@ static int gen_chat(struct gen *g, double start, uint32_t *count)
 		if (!rc) /* the answer becomes part of the next turn's prompt */
 			rc = prompt_add(&p, new_seg(g), out);
 		ts += rexp(&g->r, o->think_s) * 1000.0;
-	} while (!rc && runif(&g->r) >= o->end_prob && p.tokens < KVT_TRACE_MAX_INPUT);
+		/* ends by end_prob, at the longest prompt, at the request target, or after a
+		 * turn that added nothing (user and answer of 0 tokens: the same prompt again) */
+	} while (!rc && runif(&g->r) >= o->end_prob && p.tokens < KVT_TRACE_MAX_INPUT &&
+		 p.tokens > before && *count < g->target);
 	kvt__free(p.seg);
 	return rc;
 }
@@ -786,7 +807,9 @@ static int gen_agent(struct gen *g, const struct zipf *z, const uint32_t *repo_l
 	if (!rc) /* the task statement */
 		rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->q_min, o->q_max));
 	double ts = start, end_p = 1.0 / (o->steps ? o->steps : 1);
+	uint64_t before;
 	do {
+		before = p.tokens;
 		uint32_t out = rrange(&g->r, o->out_min, o->out_max);
 		if (!rc)
 			rc = emit(g, ts, &p, out);
@@ -796,7 +819,9 @@ static int gen_agent(struct gen *g, const struct zipf *z, const uint32_t *repo_l
 		if (!rc) /* the tool's result */
 			rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->tool_min, o->tool_max));
 		ts += rexp(&g->r, o->step_s) * 1000.0;
-	} while (!rc && runif(&g->r) >= end_p && p.tokens < KVT_TRACE_MAX_INPUT);
+		/* as in gen_chat: a step that added nothing, or the request target, ends it */
+	} while (!rc && runif(&g->r) >= end_p && p.tokens < KVT_TRACE_MAX_INPUT &&
+		 p.tokens > before && *count < g->target);
 	kvt__free(p.seg);
 	return rc;
 }
@@ -834,7 +859,9 @@ static int gen_conv(struct gen *g, const struct zipf *z, const uint32_t *sys_len
 					  : 0;
 	turns = KVT_MIN(turns, 10000.0);
 	uint32_t turn = 0;
+	uint64_t before;
 	do {
+		before = p.tokens;
 		uint32_t out = rrange(&g->r, o->out_min, o->out_max);
 		if (!rc)
 			rc = emit(g, ts, &p, out);
@@ -849,8 +876,9 @@ static int gen_conv(struct gen *g, const struct zipf *z, const uint32_t *sys_len
 					  : rexp(&g->r, think)) *
 		      1000.0;
 		turn++;
+		/* as in gen_chat: a turn that added nothing, or the request target, ends it */
 	} while (!rc && (turns > 0 ? turn < turns : runif(&g->r) >= end_p) &&
-		 p.tokens < KVT_TRACE_MAX_INPUT);
+		 p.tokens < KVT_TRACE_MAX_INPUT && p.tokens > before && *count < g->target);
 	kvt__free(p.seg);
 	return rc;
 }
@@ -906,7 +934,9 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 	if (o->workload == KVT_GEN_CONV) { /* system prompts of 1/2 .. 3/2 sys_tokens */
 		items = o->sys_prompts;
 		lo = o->sys_tokens / 2;
-		hi = o->sys_tokens + o->sys_tokens / 2;
+		/* in 64 bits: 1.5 x 4e9 wraps in 32 (a prompt is cut at 2^24 tokens anyway) */
+		hi = (uint32_t)KVT_MIN((uint64_t)o->sys_tokens + o->sys_tokens / 2,
+				       (uint64_t)UINT32_MAX);
 	}
 	int rc = zipf_init(&z, items, o->zipf);
 	if (rc)
@@ -922,9 +952,12 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 	/* Sessions start as a Poisson process whose rate gives o->rate requests per second
 	 * overall; generate until the sessions started so far cover the requested count
 	 * even after the late turns that fall beyond the cut are dropped. */
-	double session_rate = o->rate / mean_requests(o), now = 0;
 	uint32_t count = 0;
-	while (!rc && count < o->requests + o->requests / 4 + 64) {
+	g.target = o->requests + o->requests / 4 + 64;
+	/* a session has at most target requests (end_prob=1e-300 would space them 1e300
+	 * apart) */
+	double session_rate = o->rate / KVT_MIN(mean_requests(o), (double)g.target), now = 0;
+	while (!rc && count < g.target) {
 		now += rexp(&g.r, 1000.0 / session_rate);
 		if (o->workload == KVT_GEN_CHAT)
 			rc = gen_chat(&g, now, &count);
@@ -937,15 +970,22 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 	}
 	if (rc)
 		goto out;
-	qsort(g.req, g.n, sizeof(*g.req), cmp_req);
+	if (g.n) /* none when every prompt was empty; qsort(NULL, 0) is undefined */
+		qsort(g.req, g.n, sizeof(*g.req), cmp_req);
 	size_t keep = KVT_MIN(g.n, (size_t)o->requests);
 	double t0 = keep ? g.req[0].ts : 0;
+	if (keep && g.req[keep - 1].ts - t0 > KVT_TRACE_MAX_TS_MS)
+		rc = -ERANGE; /* a rate of 1e-9 per second */
 	for (size_t i = 0; i < keep && !rc; i++) {
 		const struct gen_req *q = &g.req[i];
 		/* whole milliseconds, like the Mooncake trace */
 		rc = kvt__trace_add(t, floor(q->ts - t0), q->in, q->out, g.ids + q->first,
 				    q->n_blocks);
 	}
+	/* a prompt of 0 tokens is no request (emit skips it): knobs that leave most of them
+	 * empty (sys_tokens=0 and user and answer lengths 0) fall short of the count */
+	if (!rc && keep < o->requests)
+		rc = -ENODATA;
 out:
 	kvt__free(z.cdf);
 	kvt__free(len);
@@ -1094,6 +1134,9 @@ int kvt__gen_set(struct kvt_gen_opts *o, const char *key, const char *value)
 		uint64_t v; /* digits only: strtoull alone reads " -1" as 2^64 - 1 */
 		if (kvt__parse_u64(value, &v) < 0 || (knobs[i].type == 0 && v > UINT32_MAX))
 			return -EINVAL;
+		if (knobs[i].off == offsetof(struct kvt_gen_opts, requests) &&
+		    (!v || v > KVT_TRACE_MAX_REQUESTS))
+			return -ERANGE;
 		if (knobs[i].type == 0)
 			*(uint32_t *)dst = (uint32_t)v;
 		else

@@ -32,6 +32,9 @@ struct kvt_trace_req {
 	uint32_t input_len;  /* prompt tokens */
 	uint32_t output_len; /* generated tokens */
 	uint32_t n_blocks;   /* ids[first .. first + n_blocks) */
+	/* the line of the file it was read from, for messages; a request added otherwise:
+	 * its position from 1 (the line kvt__trace_write gives it) */
+	uint32_t line;
 	uint64_t first;
 };
 
@@ -145,10 +148,16 @@ void kvt__gen_defaults(int workload, struct kvt_gen_opts *o);
 /* "chat", "rag", "agent", "conversation" -> enum; -EINVAL. */
 int kvt__gen_workload(const char *name);
 const char *kvt__gen_workload_name(int workload);
-/* Set one knob by name ("docs", "zipf", "think_s", ...). -ENOENT unknown, -EINVAL bad. */
+/* Set one knob by name ("docs", "zipf", "think_s", ...). -ENOENT unknown, -EINVAL bad,
+ * -ERANGE requests outside 1 .. KVT_TRACE_MAX_REQUESTS. */
 int kvt__gen_set(struct kvt_gen_opts *o, const char *key, const char *value);
 /* Generate o->requests requests into t (created with o->block_tokens), sorted by time.
- * Same options and seed => the same trace, on every machine. */
+ * Same options and seed => the same trace, on every machine. A session ends by its knobs
+ * (end_prob, steps, turn_alpha), at a prompt of KVT_TRACE_MAX_INPUT tokens, after a turn
+ * that added no token, or once the generator has what it needs. -EINVAL bad knobs,
+ * -ENOMEM, -ERANGE when the requests span more than KVT_TRACE_MAX_TS_MS (a tiny rate),
+ * -ENODATA when the knobs leave prompts empty (0 tokens: no request) so that fewer than
+ * o->requests requests came out (t holds those). */
 int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t);
 
 #endif

@@ -34,44 +34,54 @@ static void usage(FILE *f)
 	    "                     [--policy P[,P...]] [--dram-tokens N] [--nvme-tokens N] "
 	    "[--belady]\n"
 	    "                     [--model M] [--gpu G] [--gpus N|auto] [--admit-freq N]\n"
-	    "                     [--no-prefetch]"
+	    "                     [--admit-predict off|chain] [--admit-oracle] [--no-prefetch]\n"
 	    "                     [--no-leaf-first] [--sweep] [--plot FILE.png] [--json]\n"
 	    "                     [--requests N] [--seed S] [--gen KNOB=VALUE]... [--save-trace "
 	    "FILE]\n"
 	    "                     [--config FILE] [--set key=value]...\n"
 	    "\n"
 	    "  --trace FILE        Mooncake FAST'25 JSON lines (timestamp ms, input_length,\n"
-	    "                      output_length, hash_ids of 512-token blocks); '-' is stdin\n"
+	    "                      output_length, hash_ids of 512-token blocks); '-' is stdin;\n"
+	    "                      ids are prefix hashes: --simulate refuses an id that follows\n"
+	    "                      two different ids (or comes twice in one request)\n"
 	    "  --workload W        generate: chat, rag, agent or conversation (seeded)\n"
-	    "  --requests N        generated requests (default 12000); --seed S (default 42)\n"
+	    "  --requests N        generated requests, 1..%u (default 12000); --seed S\n"
+	    "                      (default 42)\n"
 	    "  --gen KNOB=VALUE    a generator knob (docs/COST_MODEL.md lists them), repeatable\n"
-	    "  --save-trace FILE   write the trace that was replayed as JSON lines\n"
+	    "  --save-trace FILE   write the trace that was replayed as JSON lines (512-token\n"
+	    "                      blocks only: the format has no other)\n"
 	    "  --simulate          metadata only; without it real bytes move through the store\n"
 	    "                      (DRAM + NVMe in --dir D, default ./kvtier-data/replay)\n"
 	    "  --scale X           real mode: KV bytes per token = the model's times X, in (0, 1]\n"
 	    "                      (default 0.01; 1 = full size)\n"
-	    "  --policy P,...      eviction policies to compare (default %s; also hd, lru,\n"
-	    "                      arc, pslru, lru2)\n"
+	    "  --policy P,...      eviction policies to compare (default dram.policy, whose\n"
+	    "                      default is %s; also hd, lru, arc, pslru, lru2)\n"
 	    "  --dram-tokens N     DRAM capacity in tokens (default 262144; a block takes 512)\n"
 	    "  --nvme-tokens N     NVMe capacity in tokens (default 4194304; 0 disables it)\n"
 	    "  --belady            also compute the offline-optimal (MIN) hit ratio\n"
 	    "  --model M, --gpu G  cost-model presets for bytes and TTFT (default: cost.model or\n"
 	    "                      model.name, and cost.gpu)\n"
 	    "  --gpus N|auto       prefill GPUs serving the queue (default auto: the fewest that\n"
-	    "                      keep the no-cache load at %.0f%%; warns when load exceeds 100%%)\n"
+	    "                      keep the no-cache load at %.0f%%, or one per request when\n"
+	    "                      all arrive at once; warns when load exceeds 100%%)\n"
 	    "  --admit-predict off|chain  NVMe admission by the store's rule (admission.predict):\n"
 	    "                      chain writes blocks seen before and blocks extending a\n"
 	    "                      reused chain (a conversation that came back)\n"
 	    "  --admit-oracle      a bound, not a policy: write to NVMe only blocks the trace\n"
-	    "                      uses again later (what perfect reuse prediction writes)\n"
-	    "  --admit-freq N      write to NVMe only blocks seen N times (frequency sketch;\n"
-	    "                      default admission.min_freq; admission.* keys apply too)\n"
+	    "                      uses again later (what perfect reuse prediction writes;\n"
+	    "                      --simulate only)\n"
+	    "  --admit-freq N      write to NVMe only blocks seen N times, 1..255 (frequency\n"
+	    "                      sketch; default admission.min_freq; admission.* keys apply\n"
+	    "                      too; without --simulate it sets admission.min_freq, and\n"
+	    "                      --admit-predict admission.predict)\n"
 	    "  --no-prefetch       do not stage NVMe hits into DRAM while a request queues\n"
 	    "  --no-leaf-first     let eviction take a block whose suffix is still cached\n"
-	    "  --sweep             DRAM-only capacity sweep (1/16x .. 4x of --dram-tokens)\n"
+	    "                      (--simulate only: the store always evicts suffixes first)\n"
+	    "  --sweep             DRAM-only capacity sweep (1/16x .. 4x of --dram-tokens,\n"
+	    "                      which is then at most 2^62)\n"
 	    "  --plot FILE.png     plot the sweep (implies --sweep; needs gnuplot)\n"
 	    "  --json              print a JSON object as the last line\n",
-	    KVT_SIM_DEFAULT_POLICY, KVT_SIM_AUTO_UTIL * 100);
+	    KVT_TRACE_MAX_REQUESTS, KVT_SIM_DEFAULT_POLICY, KVT_SIM_AUTO_UTIL * 100);
 }
 
 struct opts {
@@ -83,6 +93,7 @@ struct opts {
 	const char *predict; /* --admit-predict; NULL: admission.predict */
 	bool oracle;
 	bool simulate, belady, prefetch, leaf_first, sweep, json, have_requests, have_seed;
+	bool no_leaf_first; /* given: the store has its own rule, so only with --simulate */
 	const char *gen[32];
 	int n_gen;
 };
@@ -157,19 +168,13 @@ static void print_human(const struct opts *o, const char *policy, const struct k
 	       (unsigned long long)r->prefill_tokens_saved, (unsigned long long)r->input_tokens,
 	       r->ttft_p50_s * 1e3, r->ttft_p99_s * 1e3, r->nocache_ttft_p50_s * 1e3,
 	       r->nocache_ttft_p99_s * 1e3);
-	printf("          %u prefill GPU%s, load %.0f%% (no cache %.0f%%)\n", r->gpus,
-	       r->gpus == 1 ? "" : "s", 100 * r->utilization, 100 * r->nocache_utilization);
-	if (r->utilization > 1 || r->nocache_utilization > 1)
-		fprintf(stderr,
-			"kvtier replay: warning: %u GPU%s at %.0f%% load (no cache %.0f%%): the "
-			"queue grows without bound and TTFT measures it; use more --gpus (or "
-			"--gpus auto)\n",
-			r->gpus, r->gpus == 1 ? "" : "s", 100 * r->utilization,
-			100 * r->nocache_utilization);
+	replay_print_load(r->gpus, r->utilization, r->nocache_utilization, (size_t)r->requests,
+			  "use more --gpus (or --gpus auto)");
 }
 
 static void json_run(const struct opts *o, const char *policy, const struct kvt_sim_result *r)
 {
+	char ub[32], ub0[32];
 	printf("\"policy\":");
 	cli_json_str(stdout, policy);
 	printf(",\"requests\":%llu,\"blocks\":%llu,\"input_tokens\":%llu,"
@@ -190,7 +195,7 @@ static void json_run(const struct opts *o, const char *policy, const struct kvt_
 	       "\"prefill_tokens_saved\":%llu,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,"
 	       "\"ttft_mean_ms\":%.3f,\"nocache_ttft_p50_ms\":%.3f,\"nocache_ttft_p99_ms\":%.3f,"
 	       "\"nocache_ttft_mean_ms\":%.3f,\"gpu_busy_s\":%.3f,\"nocache_gpu_busy_s\":%.3f,"
-	       "\"gpus\":%u,\"gpu_utilization\":%.4f,\"nocache_gpu_utilization\":%.4f,"
+	       "\"gpus\":%u,\"gpu_utilization\":%s,\"nocache_gpu_utilization\":%s,"
 	       "\"elapsed_s\":%.3f",
 	       (unsigned long long)r->read_bytes[0], (unsigned long long)r->write_bytes[0],
 	       (unsigned long long)r->read_bytes[1], (unsigned long long)r->write_bytes[1],
@@ -199,20 +204,25 @@ static void json_run(const struct opts *o, const char *policy, const struct kvt_
 	       (unsigned long long)r->evictions[1], (unsigned long long)r->prefill_tokens_saved,
 	       r->ttft_p50_s * 1e3, r->ttft_p99_s * 1e3, r->ttft_mean_s * 1e3,
 	       r->nocache_ttft_p50_s * 1e3, r->nocache_ttft_p99_s * 1e3,
-	       r->nocache_ttft_mean_s * 1e3, r->gpu_busy_s, r->nocache_gpu_busy_s,
-	       r->gpus, r->utilization, r->nocache_utilization, r->elapsed_s);
+	       r->nocache_ttft_mean_s * 1e3, r->gpu_busy_s, r->nocache_gpu_busy_s, r->gpus,
+	       replay_json_load(r->utilization, ub, sizeof(ub)),
+	       replay_json_load(r->nocache_utilization, ub0, sizeof(ub0)), r->elapsed_s);
 }
 
-/* Sweep DRAM-only capacities for every policy (+ Belady); rows[p][i], belady[i]. */
+/* Sweep DRAM-only capacities for every policy (+ Belady); rows[p][i], belady[i]. The
+ * capacities are --dram-tokens x num / den, in integers (a double product past 2^64 was
+ * undefined); --dram-tokens is at most SWEEP_MAX_TOKENS with --sweep. */
 #define SWEEP_N 7
-static const double sweep_mult[SWEEP_N] = {1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, 1, 2, 4};
+static const unsigned sweep_num[SWEEP_N] = {1, 1, 1, 1, 1, 2, 4};
+static const unsigned sweep_den[SWEEP_N] = {16, 8, 4, 2, 1, 1, 1};
+#define SWEEP_MAX_TOKENS (UINT64_MAX / 4)
 
 static int run_sweep(const struct opts *o, const struct kvt_trace *t, double rows[][SWEEP_N],
 		     double *belady, uint64_t *caps)
 {
 	for (int i = 0; i < SWEEP_N; i++) {
-		caps[i] =
-		    (uint64_t)((double)o->dram * sweep_mult[i]) / t->block_tokens * t->block_tokens;
+		caps[i] = (uint64_t)o->dram * sweep_num[i] / sweep_den[i] / t->block_tokens *
+			  t->block_tokens;
 		if (!caps[i])
 			caps[i] = t->block_tokens;
 		int rc = kvt__sim_belady(t, caps[i] / t->block_tokens, &belady[i], NULL);
@@ -296,8 +306,8 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 		}
 		struct kvt_gen_opts g;
 		kvt__gen_defaults(w, &g);
-		if (o->have_requests)
-			g.requests = (uint32_t)KVT_MIN(o->requests, (unsigned long long)UINT32_MAX);
+		if (o->have_requests) /* 1 .. KVT_TRACE_MAX_REQUESTS: checked with the option */
+			g.requests = (uint32_t)o->requests;
 		if (o->have_seed)
 			g.seed = o->seed;
 		for (int i = 0; i < o->n_gen; i++) {
@@ -311,9 +321,21 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 			rc = kvt__gen_set(&g, key, eq + 1);
 			if (rc) {
 				kvt__trace_destroy(t);
+				if (rc == -ERANGE)
+					return cli_fail(CMD, "--gen %s: requests is 1..%u",
+							o->gen[i], KVT_TRACE_MAX_REQUESTS);
 				return cli_fail(CMD, "--gen %s: %s", o->gen[i],
 						rc == -ENOENT ? "unknown knob" : "bad value");
 			}
+		}
+		/* the file format has no block size: --trace reads 512-token blocks */
+		if (o->save && g.block_tokens != 512) {
+			kvt__trace_destroy(t);
+			return cli_fail(
+			    CMD,
+			    "--save-trace needs --gen block_tokens=512 (the trace format "
+			    "has 512-token blocks; got %u)",
+			    g.block_tokens);
 		}
 		if (g.block_tokens != 512) {
 			kvt__trace_destroy(t);
@@ -321,6 +343,22 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 				return cli_fail(CMD, "block_tokens: %s", kvt_strerror(rc));
 		}
 		rc = kvt__gen_run(&g, t);
+		if (rc == -ENODATA) {
+			size_t got = t->n;
+			kvt__trace_destroy(t);
+			return cli_fail(
+			    CMD,
+			    "generator: only %zu of %u prompts have a token (the --gen "
+			    "knobs leave them empty: sys_tokens, user_*, out_*, q_*, ...)",
+			    got, g.requests);
+		}
+		if (rc == -ERANGE) {
+			kvt__trace_destroy(t);
+			return cli_fail(CMD,
+					"generator: the requests would span more than %.0f ms "
+					"(is --gen rate too small?)",
+					KVT_TRACE_MAX_TS_MS);
+		}
 		if (rc) {
 			kvt__trace_destroy(t);
 			return cli_fail(CMD, "generator: %s (check the --gen knobs; docs, repos and "
@@ -382,7 +420,13 @@ static int replay_opt(void *arg, int c, const char *v)
 	case O_NVME_TOKENS: return parse_u64("--nvme-tokens", v, &o->nvme) ? -1 : 0;
 	case O_REQUESTS:
 		o->have_requests = true;
-		return parse_u64("--requests", v, &o->requests) ? -1 : 0;
+		if (parse_u64("--requests", v, &o->requests))
+			return -1;
+		if (!o->requests || o->requests > KVT_TRACE_MAX_REQUESTS)
+			return cli_fail(CMD, "--requests is 1..%u (got %llu)",
+					KVT_TRACE_MAX_REQUESTS, o->requests),
+			       -1;
+		return 0;
 	case O_SEED:
 		o->have_seed = true;
 		return parse_u64("--seed", v, &o->seed) ? -1 : 0;
@@ -400,8 +444,8 @@ static int replay_opt(void *arg, int c, const char *v)
 		o->predict = v;
 		return 0;
 	case O_ADMIT_ORACLE: o->oracle = true; return 0;
-	case O_ADMIT_FREQ:
-		if (parse_u64("--admit-freq", v, &o->admit) || o->admit > 255)
+	case O_ADMIT_FREQ: /* admission.min_freq's range */
+		if (parse_u64("--admit-freq", v, &o->admit) || !o->admit || o->admit > 255)
 			return cli_fail(CMD, "--admit-freq is 1..255"), -1;
 		return 0;
 	case O_SCALE:
@@ -411,7 +455,10 @@ static int replay_opt(void *arg, int c, const char *v)
 	case O_SIMULATE: o->simulate = true; return 0;
 	case O_BELADY: o->belady = true; return 0;
 	case O_NO_PREFETCH: o->prefetch = false; return 0;
-	case O_NO_LEAF_FIRST: o->leaf_first = false; return 0;
+	case O_NO_LEAF_FIRST:
+		o->leaf_first = false;
+		o->no_leaf_first = true;
+		return 0;
 	default: /* O_SWEEP */
 		o->sweep = true;
 		return 0;
@@ -470,8 +517,19 @@ int kvt_cmd_replay(int argc, char **argv)
 		cli_fail(CMD, "--sweep, --belady and several policies need --simulate");
 		goto out;
 	}
-	if (!o.n_policies)
-		o.policies[o.n_policies++] = KVT_SIM_DEFAULT_POLICY;
+	/* the real store has no oracle and always evicts suffixes first (src/dram.c) */
+	if (!o.simulate && (o.oracle || o.no_leaf_first)) {
+		cli_fail(CMD, "%s needs --simulate (the store has no such rule)",
+			 o.oracle ? "--admit-oracle" : "--no-leaf-first");
+		goto out;
+	}
+	if (o.sweep && o.dram > SWEEP_MAX_TOKENS) {
+		cli_fail(CMD,
+			 "--sweep: --dram-tokens %llu is too large (4 x it must fit in 64 bits: "
+			 "at most %llu)",
+			 o.dram, (unsigned long long)SWEEP_MAX_TOKENS);
+		goto out;
+	}
 
 	/* the cost model: configuration (file, environment, --set), then --model / --gpu */
 	if (!(cfg = cli_config(&so)))
@@ -484,6 +542,13 @@ int kvt_cmd_replay(int argc, char **argv)
 		goto out;
 	}
 	kvt_config_set_log(cfg, cli_log, NULL, KVT_LOG_WARN);
+	/* no --policy: dram.policy (file, environment, --set), whose default is the replay's;
+	 * copied, as an enum's text lives in a buffer the next lookup reuses */
+	char cfg_policy[64];
+	if (!o.n_policies) {
+		snprintf(cfg_policy, sizeof(cfg_policy), "%s", kvt__cfg_str(cfg, "dram.policy"));
+		o.policies[o.n_policies++] = cfg_policy;
+	}
 	if (kvt_cost_create(cfg, &cost) < 0) {
 		cli_fail(CMD, "cannot build the cost model (see the message above)");
 		goto out;
@@ -502,7 +567,16 @@ int kvt_cmd_replay(int argc, char **argv)
 		goto out;
 	tty_progress = isatty(STDERR_FILENO);
 	if (!o.simulate) {
-		if (kvt_config_set(cfg, "dram.policy", o.policies[0], err, sizeof(err))) {
+		/* --policy and the admission flags are the store's keys here; without them the
+		 * configuration's own values stand */
+		char freq[8];
+		snprintf(freq, sizeof(freq), "%llu", o.admit);
+		if ((policy_arg &&
+		     kvt_config_set(cfg, "dram.policy", o.policies[0], err, sizeof(err))) ||
+		    (o.admit &&
+		     kvt_config_set(cfg, "admission.min_freq", freq, err, sizeof(err))) ||
+		    (o.predict &&
+		     kvt_config_set(cfg, "admission.predict", o.predict, err, sizeof(err)))) {
 			cli_fail(CMD, "%s", err);
 			goto out;
 		}
@@ -521,6 +595,14 @@ int kvt_cmd_replay(int argc, char **argv)
 		goto out;
 	}
 
+	/* the simulator's hit rule, leaf-first eviction and Belady's bound need prefix hashes */
+	char why[300];
+	int crc = kvt__sim_check_trace(t, why, sizeof(why));
+	if (crc) {
+		cli_fail(CMD, "%s: %s", o.trace ? o.trace : o.workload,
+			 crc == -EILSEQ ? why : kvt_strerror(crc));
+		goto out;
+	}
 	{
 		const struct kvt_cost_params *cp = kvt__cost_params(cost);
 		printf(

@@ -187,6 +187,37 @@ static double ratio(uint64_t a, uint64_t b)
 	return b ? (double)a / (double)b : 0;
 }
 
+void replay_print_load(uint32_t gpus, double util, double util0, size_t requests, const char *hint)
+{
+	if (isinf(util) || isinf(util0)) {
+		printf("          %u prefill GPU%s, load unbounded (all %zu requests arrive at "
+		       "once)\n",
+		       gpus, gpus == 1 ? "" : "s", requests);
+		fprintf(
+		    stderr,
+		    "kvtier replay: warning: all %zu requests arrive at the same time: the load "
+		    "is unbounded at any fleet size and TTFT measures one burst on %u GPU%s\n",
+		    requests, gpus, gpus == 1 ? "" : "s");
+		return;
+	}
+	printf("          %u prefill GPU%s, load %.0f%% (no cache %.0f%%)\n", gpus,
+	       gpus == 1 ? "" : "s", 100 * util, 100 * util0);
+	if (util > 1 || util0 > 1)
+		fprintf(stderr,
+			"kvtier replay: warning: %u GPU%s at %.0f%% load (no cache %.0f%%): the "
+			"queue grows without bound and TTFT measures it; %s\n",
+			gpus, gpus == 1 ? "" : "s", 100 * util, 100 * util0, hint);
+}
+
+const char *replay_json_load(double util, char *buf, size_t len)
+{
+	if (isfinite(util))
+		snprintf(buf, len, "%.4f", util);
+	else
+		snprintf(buf, len, "null");
+	return buf;
+}
+
 static int set(struct kvt_config *cfg, const char *k, const char *v)
 {
 	char err[200];
@@ -224,6 +255,20 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 	if (!o->dram_tokens && !o->nvme_tokens)
 		return cli_fail(CMD, "--dram-tokens and --nvme-tokens are both 0");
 	uint64_t obj = kvt_object_bytes(&sg.geo, 512);
+	/* tokens / 512 x object bytes must fit in 64 bits (it wrapped: 2^61 tokens gave a
+	 * 6.5 MB pool) */
+	if (obj && o->dram_tokens / 512 > UINT64_MAX / obj)
+		return cli_fail(CMD,
+				"--dram-tokens %llu is too large: at %llu B per 512 tokens "
+				"the pool would be over 2^64 bytes (at most %llu tokens)",
+				(unsigned long long)o->dram_tokens, (unsigned long long)obj,
+				(unsigned long long)(UINT64_MAX / obj * 512 + 511));
+	if (obj && o->nvme_tokens / 512 > UINT64_MAX / obj)
+		return cli_fail(CMD,
+				"--nvme-tokens %llu is too large: at %llu B per 512 tokens "
+				"the pool would be over 2^64 bytes (at most %llu tokens)",
+				(unsigned long long)o->nvme_tokens, (unsigned long long)obj,
+				(unsigned long long)(UINT64_MAX / obj * 512 + 511));
 	char dram_b[32], nvme_b[32];
 	snprintf(dram_b, sizeof(dram_b), "%llu",
 		 (unsigned long long)KVT_MAX(4096, o->dram_tokens / 512 * obj));
@@ -306,8 +351,7 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 
 		/* queue model: when would this request start on the GPU? */
 		double arrive = q->ts_ms / 1000.0;
-		uint32_t g = kvt__sim_first_free(gfree, ngpu), g0 = kvt__sim_first_free(gfree0, ngpu);
-		double start = KVT_MAX(arrive, gfree[g]), wait = start - arrive, stage_s = 0;
+		double start = KVT_MAX(arrive, gfree[0]), wait = start - arrive, stage_s = 0;
 		if (o->prefetch && on_nvme && wait > 0) {
 			uint64_t t0 = kvt__now_ns();
 			int n = kvt_prefetch_sync(s, keys, (size_t)hit,
@@ -348,12 +392,13 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 		saved += plan.load_tokens;
 		double service = (plan.load_chunks ? KVT_MAX(restore_meas, plan.restore_s) : 0) +
 				 plan.recompute_s;
-		gfree[g] = start + service;
+		kvt__sim_fleet_replace_first(gfree, ngpu, start + service);
 		busy += service;
-		ttft[ri] = gfree[g] - arrive;
-		gfree0[g0] = KVT_MAX(arrive, gfree0[g0]) + plan.no_cache_s;
+		ttft[ri] = start + service - arrive;
+		double done0 = KVT_MAX(arrive, gfree0[0]) + plan.no_cache_s;
+		kvt__sim_fleet_replace_first(gfree0, ngpu, done0);
 		busy0 += plan.no_cache_s;
-		ttft0[ri] = gfree0[g0] - arrive;
+		ttft0[ri] = done0 - arrive;
 
 		uint64_t p0 = kvt__now_ns();
 		put_range(&r, &sg.geo, t, q, served);
@@ -414,63 +459,62 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 	       kvt__percentile(ttft, t->n, 0.5) * 1e3, kvt__percentile(ttft, t->n, 0.99) * 1e3, kvt__percentile(ttft0, t->n, 0.5) * 1e3,
 	       kvt__percentile(ttft0, t->n, 0.99) * 1e3);
 	double span = t->n > 1 ? (t->req[t->n - 1].ts_ms - t->req[0].ts_ms) / 1000.0 : 0;
-	double util = span > 0 ? busy / (span * ngpu) : 0;
-	double util0 = span > 0 ? busy0 / (span * ngpu) : 0;
-	printf("          %u prefill GPU%s, load %.0f%% (no cache %.0f%%)\n", ngpu,
-	       ngpu == 1 ? "" : "s", 100 * util, 100 * util0);
-	if (util > 1 || util0 > 1)
-		fprintf(stderr,
-			"kvtier replay: warning: %u GPU%s at %.0f%% load (no cache %.0f%%): the "
-			"queue grows without bound and TTFT measures it; use more --gpus\n",
-			ngpu, ngpu == 1 ? "" : "s", 100 * util, 100 * util0);
+	/* as the simulator (src/sim.c): all of several requests at once is an unbounded load */
+	double util = span > 0 ? busy / (span * ngpu) : t->n > 1 && busy > 0 ? INFINITY : 0;
+	double util0 = span > 0 ? busy0 / (span * ngpu) : t->n > 1 && busy0 > 0 ? INFINITY : 0;
+	replay_print_load(ngpu, util, util0, t->n, "use more --gpus");
 	printf("          checksum failures %llu (%llu gets rejected, never served), payload "
 	       "mismatches %llu, get errors %llu, put errors %llu\n",
 	       (unsigned long long)r.checksum_failures, (unsigned long long)r.rejected, (unsigned long long)r.mismatches,
 	       (unsigned long long)r.get_errors, (unsigned long long)r.put_errors);
 	if (o->json) {
+		char ub[32], ub0[32];
 		printf("{\"mode\":\"real\",\"policy\":");
 		cli_json_str(stdout, kvt__cfg_str(cfg, "dram.policy"));
 		printf(",\"source\":");
 		cli_json_str(stdout, o->source);
 		printf(",\"model\":");
 		cli_json_str(stdout, sg.model);
-		printf(",\"scale\":%g,\"bytes_per_token\":%llu,\"object_bytes\":%llu,"
-		       "\"block_tokens\":512,\"dram_tokens\":%llu,\"nvme_tokens\":%llu,"
-		       "\"requests\":%zu,\"blocks\":%llu,\"input_tokens\":%llu,"
-		       "\"block_hit_ratio\":%.6f,\"token_hit_ratio\":%.6f,"
-		       "\"dram_hit_ratio\":%.6f,\"nvme_hit_ratio\":%.6f,"
-		       "\"dram_token_hit_ratio\":%.6f,\"nvme_token_hit_ratio\":%.6f,"
-		       "\"dram_read_bytes\":%llu,\"dram_write_bytes\":%llu,\"nvme_read_bytes\":%llu,"
-		       "\"nvme_write_bytes\":%llu,\"nvme_writes_skipped\":%llu,"
-		       "\"dram_evictions\":%llu,\"nvme_evictions\":%llu,"
-		       "\"prefill_tokens_saved\":%llu,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,"
-		       "\"ttft_mean_ms\":%.3f,\"nocache_ttft_p50_ms\":%.3f,"
-		       "\"nocache_ttft_p99_ms\":%.3f,\"nocache_ttft_mean_ms\":%.3f,"
-		       "\"gpu_busy_s\":%.3f,\"nocache_gpu_busy_s\":%.3f,\"gpus\":%u,"
-		       "\"gpu_utilization\":%.4f,\"nocache_gpu_utilization\":%.4f,"
-		       "\"restore_gibps\":%.4f,\"put_gibps\":%.4f,\"restore_p50_ms\":%.3f,"
-		       "\"restore_p99_ms\":%.3f,\"restore_bytes\":%llu,\"put_bytes\":%llu,"
-		       "\"prefetches\":%llu,\"prefetch_staged_chunks\":%llu,"
-		       "\"checksum_failures\":%llu,\"rejected_gets\":%llu,\"payload_mismatches\":%llu,"
-		       "\"get_errors\":%llu,\"put_errors\":%llu,\"elapsed_s\":%.3f}\n",
-		       o->scale, (unsigned long long)sg.bpt, (unsigned long long)obj,
-		       (unsigned long long)o->dram_tokens, (unsigned long long)o->nvme_tokens, t->n,
-		       (unsigned long long)blocks, (unsigned long long)input_tokens,
-		       ratio(hit_blocks, blocks), ratio(hit_tokens, input_tokens),
-		       ratio(tier_blocks[0], blocks), ratio(tier_blocks[1], blocks),
-		       ratio(tier_tokens[0], input_tokens), ratio(tier_tokens[1], input_tokens),
-		       (unsigned long long)rb[0], (unsigned long long)wb[0],
-		       (unsigned long long)rb[1], (unsigned long long)wb[1],
-		       (unsigned long long)skipped, (unsigned long long)ev[0],
-		       (unsigned long long)ev[1], (unsigned long long)saved,
-		       kvt__percentile(ttft, t->n, 0.5) * 1e3, kvt__percentile(ttft, t->n, 0.99) * 1e3, m * 1e3,
-		       kvt__percentile(ttft0, t->n, 0.5) * 1e3, kvt__percentile(ttft0, t->n, 0.99) * 1e3, m0 * 1e3, busy,
-		       busy0, ngpu, util, util0, restore_gibps, put_gibps, kvt__percentile(rest, n_rest, 0.5) * 1e3,
-		       kvt__percentile(rest, n_rest, 0.99) * 1e3, (unsigned long long)restore_bytes,
-		       (unsigned long long)r.put_bytes, (unsigned long long)prefetches,
-		       (unsigned long long)staged, (unsigned long long)r.checksum_failures,
-		       (unsigned long long)r.rejected, (unsigned long long)r.mismatches, (unsigned long long)r.get_errors,
-		       (unsigned long long)r.put_errors, elapsed);
+		printf(
+		    ",\"scale\":%g,\"bytes_per_token\":%llu,\"object_bytes\":%llu,"
+		    "\"block_tokens\":512,\"dram_tokens\":%llu,\"nvme_tokens\":%llu,"
+		    "\"requests\":%zu,\"blocks\":%llu,\"input_tokens\":%llu,"
+		    "\"block_hit_ratio\":%.6f,\"token_hit_ratio\":%.6f,"
+		    "\"dram_hit_ratio\":%.6f,\"nvme_hit_ratio\":%.6f,"
+		    "\"dram_token_hit_ratio\":%.6f,\"nvme_token_hit_ratio\":%.6f,"
+		    "\"dram_read_bytes\":%llu,\"dram_write_bytes\":%llu,\"nvme_read_bytes\":%llu,"
+		    "\"nvme_write_bytes\":%llu,\"nvme_writes_skipped\":%llu,"
+		    "\"dram_evictions\":%llu,\"nvme_evictions\":%llu,"
+		    "\"prefill_tokens_saved\":%llu,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,"
+		    "\"ttft_mean_ms\":%.3f,\"nocache_ttft_p50_ms\":%.3f,"
+		    "\"nocache_ttft_p99_ms\":%.3f,\"nocache_ttft_mean_ms\":%.3f,"
+		    "\"gpu_busy_s\":%.3f,\"nocache_gpu_busy_s\":%.3f,\"gpus\":%u,"
+		    "\"gpu_utilization\":%s,\"nocache_gpu_utilization\":%s,"
+		    "\"restore_gibps\":%.4f,\"put_gibps\":%.4f,\"restore_p50_ms\":%.3f,"
+		    "\"restore_p99_ms\":%.3f,\"restore_bytes\":%llu,\"put_bytes\":%llu,"
+		    "\"prefetches\":%llu,\"prefetch_staged_chunks\":%llu,"
+		    "\"checksum_failures\":%llu,\"rejected_gets\":%llu,\"payload_mismatches\":%llu,"
+		    "\"get_errors\":%llu,\"put_errors\":%llu,\"elapsed_s\":%.3f}\n",
+		    o->scale, (unsigned long long)sg.bpt, (unsigned long long)obj,
+		    (unsigned long long)o->dram_tokens, (unsigned long long)o->nvme_tokens, t->n,
+		    (unsigned long long)blocks, (unsigned long long)input_tokens,
+		    ratio(hit_blocks, blocks), ratio(hit_tokens, input_tokens),
+		    ratio(tier_blocks[0], blocks), ratio(tier_blocks[1], blocks),
+		    ratio(tier_tokens[0], input_tokens), ratio(tier_tokens[1], input_tokens),
+		    (unsigned long long)rb[0], (unsigned long long)wb[0], (unsigned long long)rb[1],
+		    (unsigned long long)wb[1], (unsigned long long)skipped,
+		    (unsigned long long)ev[0], (unsigned long long)ev[1], (unsigned long long)saved,
+		    kvt__percentile(ttft, t->n, 0.5) * 1e3, kvt__percentile(ttft, t->n, 0.99) * 1e3,
+		    m * 1e3, kvt__percentile(ttft0, t->n, 0.5) * 1e3,
+		    kvt__percentile(ttft0, t->n, 0.99) * 1e3, m0 * 1e3, busy, busy0, ngpu,
+		    replay_json_load(util, ub, sizeof(ub)),
+		    replay_json_load(util0, ub0, sizeof(ub0)), restore_gibps, put_gibps,
+		    kvt__percentile(rest, n_rest, 0.5) * 1e3,
+		    kvt__percentile(rest, n_rest, 0.99) * 1e3, (unsigned long long)restore_bytes,
+		    (unsigned long long)r.put_bytes, (unsigned long long)prefetches,
+		    (unsigned long long)staged, (unsigned long long)r.checksum_failures,
+		    (unsigned long long)r.rejected, (unsigned long long)r.mismatches,
+		    (unsigned long long)r.get_errors, (unsigned long long)r.put_errors, elapsed);
 	}
 	/* bytes that did not match their key were served: that is a failure of the store */
 	rc = r.mismatches ? 1 : 0;

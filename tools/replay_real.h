@@ -6,6 +6,7 @@
 #define KVT_REPLAY_REAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kvtier.h"
@@ -26,5 +27,11 @@ struct replay_real_opts {
  * exit code: 0 ok, 1 failure (one line on stderr). */
 int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 		    struct kvt_config *cfg, const struct kvt_cost *cost);
+
+/* The report's fleet line, and the warning on stderr above 100 % load (hint: what to do)
+ * or when the load is unbounded (INFINITY: all requests arrive at once). */
+void replay_print_load(uint32_t gpus, double util, double util0, size_t requests, const char *hint);
+/* A load for JSON: "%.4f", or null when it is unbounded. */
+const char *replay_json_load(double util, char *buf, size_t len);
 
 #endif

@@ -2,7 +2,8 @@
  * trace_fuzz.c - libFuzzer target for the Mooncake trace parser (src/trace.c): arbitrary
  * bytes are parsed as JSON lines; whatever is accepted must respect the bounds the
  * simulator relies on, survive a write/parse round trip unchanged, and replay through the
- * Belady pass (which builds the block index every simulation uses). A violation traps.
+ * Belady pass (which builds the block index every simulation uses) or be refused there as
+ * ids that are not prefix hashes, with the line saying where. A violation traps.
  *
  * Built two ways: with tests/fuzz/replay_main.c as a ctest test replaying the corpus
  * (tests/fuzz/corpus/trace_fuzz), and
@@ -78,8 +79,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			free(buf);
 		}
 		double block = -1, token = -1;
-		if (kvt__sim_belady(t, 3, &block, &token) == 0)
+		int brc = kvt__sim_belady(t, 3, &block, &token);
+		if (brc == 0)
 			CHECK(block >= 0 && block <= 1 && token >= 0 && token <= 1);
+		char why[300];
+		int crc = kvt__sim_check_trace(t, why, sizeof(why));
+		CHECK(brc != -EILSEQ || crc == -EILSEQ);
+		CHECK(crc != -EILSEQ || !strncmp(why, "line ", 5));
 	}
 	kvt__trace_destroy(t);
 	return 0;

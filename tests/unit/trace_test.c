@@ -1,15 +1,20 @@
 /*
  * trace_test.c - the Mooncake trace parser on good and malformed input (each error must
  * name its line and reason), files, the writer round trip, and the generator's determinism
- * and shape.
+ * and shape; knobs that never end a session (end_prob=1e-300, steps=4e9, turns that add
+ * no token) end at the request count instead of running forever, and the widest length
+ * range is not read as empty.
  */
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -255,6 +260,11 @@ static void test_knobs(void **state)
 	assert_int_equal(kvt__gen_workload("conversation"), KVT_GEN_CONV);
 	assert_int_equal(kvt__gen_set(&o, "long_frac", "0.2"), 0);
 	assert_true(o.long_frac == 0.2);
+	/* the request count is checked where it is set, not as "invalid argument" later */
+	assert_int_equal(kvt__gen_set(&o, "requests", "0"), -ERANGE);
+	assert_int_equal(kvt__gen_set(&o, "requests", "16777217"), -ERANGE);
+	assert_int_equal(kvt__gen_set(&o, "requests", "16777216"), 0);
+	assert_int_equal(o.requests, KVT_TRACE_MAX_REQUESTS);
 	struct kvt_trace *t;
 	assert_int_equal(kvt__trace_create(512, &t), 0);
 	o.doc_min = 10, o.doc_max = 5;
@@ -335,13 +345,147 @@ static void test_conversation_statistics(void **state)
 	}
 }
 
+/* Generate with knobs "KNOB=VALUE KNOB=VALUE ...". */
+static struct kvt_trace *gen(int w, uint32_t requests, const char *knobs, int *rc)
+{
+	struct kvt_gen_opts o;
+	kvt__gen_defaults(w, &o);
+	o.requests = requests;
+	char buf[256];
+	snprintf(buf, sizeof(buf), "%s", knobs);
+	for (char *kv = strtok(buf, " "); kv; kv = strtok(NULL, " ")) {
+		char *eq = strchr(kv, '=');
+		assert_non_null(eq);
+		*eq = 0;
+		assert_int_equal(kvt__gen_set(&o, kv, eq + 1), 0);
+	}
+	struct kvt_trace *t;
+	assert_int_equal(kvt__trace_create(512, &t), 0);
+	*rc = kvt__gen_run(&o, t);
+	return t;
+}
+
+/* The peak resident memory of generating in a child process (knobs NULL: of a child that
+ * does nothing, which starts with what it shares with this process), KiB. */
+static long gen_peak_kib(int w, uint32_t requests, const char *knobs)
+{
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		int rc = 0;
+		struct kvt_trace *t = knobs ? gen(w, requests, knobs, &rc) : NULL;
+		_exit(rc == 0 && (!t || t->n == requests) ? 0 : 1);
+	}
+	int st;
+	struct rusage ru;
+	assert_int_equal(wait4(pid, &st, 0, &ru), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	return ru.ru_maxrss;
+}
+
+/* A session ended only by its end_prob (or 1/steps) or at a 16M-token prompt: with
+ * end_prob=1e-300 and turns of 0 tokens it never ended (a hang: the alarm ends the test
+ * instead of the suite's timeout), with end_prob=1e-9 it grew towards 16M tokens (2.9 GB
+ * of peak memory for 10 requests, 930 MB for steps=2^32-1; now under 1 MB more than an
+ * idle child). */
+static void test_sessions_end(void **state)
+{
+	(void)state;
+	int rc;
+	alarm(120);
+	const char *zero = "user_min=0 user_max=0 out_min=0 out_max=0";
+	char knobs[200];
+	snprintf(knobs, sizeof(knobs), "end_prob=1e-300 sys_tokens=0 %s", zero);
+	struct kvt_trace *t = gen(KVT_GEN_CHAT, 10, knobs, &rc);
+	assert_int_equal(rc, -ENODATA); /* every prompt is empty: no request at all */
+	assert_int_equal(t->n, 0);
+	kvt__trace_destroy(t);
+	snprintf(knobs, sizeof(knobs), "end_prob=1e-300 sys_tokens=1 %s", zero);
+	t = gen(KVT_GEN_CHAT, 10, knobs, &rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(t->n, 10);
+	for (size_t i = 0; i < t->n; i++) /* a session's turn that adds nothing ends it */
+		assert_int_equal(t->req[i].input_len, 1);
+	kvt__trace_destroy(t);
+	t = gen(KVT_GEN_AGENT, 10, "steps=4294967295 out_min=0 out_max=0 tool_min=0 tool_max=0",
+		&rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(t->n, 10);
+	kvt__trace_destroy(t);
+	snprintf(knobs, sizeof(knobs), "turn_alpha=0 end_prob=1e-300 %s", zero);
+	t = gen(KVT_GEN_CONV, 10, knobs, &rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(t->n, 10);
+	kvt__trace_destroy(t);
+	/* endless but growing sessions stop at the count: 10 requests take little memory
+	 * (they took 2.9 GB and 950 MB, growing one session to a 16M-token prompt) */
+	long base = gen_peak_kib(KVT_GEN_CHAT, 10, NULL);
+	long peak_chat = gen_peak_kib(KVT_GEN_CHAT, 10, "end_prob=1e-9") - base;
+	long peak_agent = gen_peak_kib(KVT_GEN_AGENT, 10, "steps=4294967295") - base;
+	print_message("peak memory over a child's baseline: chat %ld KiB, agent %ld KiB\n",
+		      peak_chat, peak_agent);
+	assert_true(peak_chat < 256 * 1024 && peak_agent < 256 * 1024);
+	alarm(0);
+}
+
+/* Lengths drawn from [0, 2^32 - 1]: the width hi - lo + 1 wrapped to 0 in 32 bits, so
+ * every draw was 0 (empty prompts); now they are long and cut at the longest prompt. */
+static void test_widest_range(void **state)
+{
+	(void)state;
+	int rc;
+	struct kvt_trace *t =
+	    gen(KVT_GEN_CHAT, 3, "sys_tokens=0 user_min=0 user_max=4294967295 out_min=0 out_max=0",
+		&rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(t->n, 3);
+	for (size_t i = 0; i < t->n; i++)
+		assert_true(t->req[i].input_len > 1000000);
+	kvt__trace_destroy(t);
+}
+
+/* "\u0000" inside a field name: names are compared as C strings, so "timestamp\u0000x"
+ * read as "timestamp". Refused; in a value that is skipped it is fine. Requests keep the
+ * line they came from (blank lines counted) for later messages. */
+static void test_nul_escape_and_lines(void **state)
+{
+	(void)state;
+	char err[256];
+	int rc;
+	struct kvt_trace *t =
+	    parse("{\"timestamp\\u0000x\": 0, \"input_length\": 1, \"output_length\": 1, "
+		  "\"hash_ids\": [1]}\n",
+		  &rc, err, sizeof(err));
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(err, "line 1: \\u0000 in a field name"));
+	assert_int_equal(t->n, 0);
+	kvt__trace_destroy(t);
+	t = parse(
+	    "\n{\"note\": \"a\\u0000b\", \"timestamp\": 0, \"input_length\": 1, "
+	    "\"output_length\": 1, \"hash_ids\": [1]}\n\n\n"
+	    "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1]}",
+	    &rc, err, sizeof(err));
+	if (rc)
+		fail_msg("%s", err);
+	assert_int_equal(t->n, 2);
+	assert_int_equal(t->req[0].line, 2);
+	assert_int_equal(t->req[1].line, 5);
+	kvt__trace_destroy(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_good),       cmocka_unit_test(test_malformed),
-	    cmocka_unit_test(test_huge_array), cmocka_unit_test(test_nul_and_truncated_file),
-	    cmocka_unit_test(test_generator),  cmocka_unit_test(test_knobs),
+	    cmocka_unit_test(test_good),
+	    cmocka_unit_test(test_malformed),
+	    cmocka_unit_test(test_huge_array),
+	    cmocka_unit_test(test_nul_and_truncated_file),
+	    cmocka_unit_test(test_generator),
+	    cmocka_unit_test(test_knobs),
 	    cmocka_unit_test(test_conversation_statistics),
+	    cmocka_unit_test(test_sessions_end),
+	    cmocka_unit_test(test_widest_range),
+	    cmocka_unit_test(test_nul_escape_and_lines),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
