@@ -4,7 +4,8 @@
  * inside the submitting call, and a submitting call must never block on the daemon, so
  * submissions are queued (bounded by store.max_inflight: -EAGAIN beyond) and one worker
  * sends them over the connection; results go through this client's own completion queue
- * and eventfd, delivered by kvt_poll. The *_sync calls run on the caller's thread.
+ * and eventfd, delivered by kvt_poll. The *_sync calls run on the caller's thread, after
+ * the removes submitted before them (see ran_cond).
  *
  * Payload crosses a memfd region shared with the daemon, not the socket. Every exchange
  * has a deadline (store.daemon_timeout_ms, as socket timeouts): a dead or restarting
@@ -39,6 +40,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -64,6 +66,7 @@ struct cop {
 	kvt_cb cb;
 	void *arg;
 	struct kvt_result res;
+	uint64_t ticket; /* its place among the submissions (submit) */
 };
 
 /* The daemon's tier chain as an attach told it; never written once published. */
@@ -133,6 +136,16 @@ struct kvt_client {
 	uint64_t queued, max_queued; /* queued + running + unpolled */
 	bool stopping;
 	pthread_t worker;
+	/* A *_sync call runs on the caller's thread, not behind the queue: it first waits
+	 * (bounded by the call's timeout) until the newest remove submitted before it has had
+	 * its exchange with the daemon, so that the remove's promise holds here as in process
+	 * (kvtier.h: a get, lookup or prefetch issued after kvt_remove returned misses, and a
+	 * put issued after it wins). Tickets in submission order; the worker runs them FIFO,
+	 * one exchange at a time, and the daemon answers a remove once it is done. */
+	uint64_t tickets;     /* the last ticket handed out (submit) */
+	uint64_t ran;         /* the last ticket whose exchange is over (worker) */
+	uint64_t last_remove; /* the ticket of the newest remove submitted */
+	pthread_cond_t ran_cond;
 
 	/* completions for kvt_poll */
 	pthread_mutex_t cq_lock;
@@ -767,6 +780,10 @@ static void *worker_main(void *arg)
 			c->q_tail = NULL;
 		pthread_mutex_unlock(&c->q_lock);
 		run_op(c, o);
+		pthread_mutex_lock(&c->q_lock);
+		c->ran = o->ticket;
+		pthread_cond_broadcast(&c->ran_cond);
+		pthread_mutex_unlock(&c->q_lock);
 		o->next = NULL;
 		cq_push(c, o);
 	}
@@ -786,6 +803,9 @@ static int submit(struct kvt_client *c, struct cop *o)
 	}
 	*n = *o;
 	n->next = NULL;
+	n->ticket = ++c->tickets;
+	if (n->op == KVTD_REMOVE)
+		c->last_remove = n->ticket;
 	c->queued++;
 	if (c->q_tail)
 		c->q_tail->next = n;
@@ -1109,9 +1129,44 @@ int kvt__client_flush(struct kvt_client *c, kvt_cb cb, void *arg)
 	return submit(c, &o);
 }
 
+/* Wait until the newest remove submitted before now has had its exchange (see ran_cond),
+ * for at most the daemon timeout: 0, or -ETIMEDOUT (the worker is stuck on an exchange
+ * that a daemon down will fail; the call fails rather than overtake the remove). */
+static int wait_removes(struct kvt_client *c)
+{
+	pthread_mutex_lock(&c->q_lock);
+	uint64_t target = c->last_remove;
+	int rc = 0;
+	if (c->ran < target) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		uint64_t ms = (uint64_t)(c->timeout_ms > 0 ? c->timeout_ms : 1000);
+		ts.tv_sec += (time_t)(ms / 1000);
+		ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		while (c->ran < target && rc == 0)
+			rc = -pthread_cond_timedwait(&c->ran_cond, &c->q_lock, &ts);
+		if (c->ran >= target)
+			rc = 0;
+	}
+	pthread_mutex_unlock(&c->q_lock);
+	return rc;
+}
+
 static int run_sync(struct kvt_client *c, struct cop *o, struct kvt_result *res)
 {
-	run_op(c, o);
+	int rc = wait_removes(c);
+	if (rc < 0) {
+		o->res = (struct kvt_result){.status = 0, .tier = KVT_TIER_NONE};
+		if (o->op == KVTD_LOOKUP && o->tiers)
+			memset(o->tiers, KVT_TIER_NONE, o->n);
+		failed(o, rc);
+	} else {
+		run_op(c, o);
+	}
 	if (res)
 		*res = o->res;
 	return o->res.status;
@@ -1264,6 +1319,7 @@ void kvt__client_close(struct kvt_client *c)
 	pthread_mutex_destroy(&c->io_lock);
 	pthread_mutex_destroy(&c->q_lock);
 	pthread_cond_destroy(&c->q_cond);
+	pthread_cond_destroy(&c->ran_cond);
 	pthread_mutex_destroy(&c->cq_lock);
 	pthread_mutex_destroy(&c->down_lock);
 	kvt__free(c);
@@ -1295,6 +1351,11 @@ int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out)
 	pthread_mutex_init(&c->io_lock, NULL);
 	pthread_mutex_init(&c->q_lock, NULL);
 	pthread_cond_init(&c->q_cond, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->ran_cond, &ca);
+	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&c->cq_lock, NULL);
 	pthread_mutex_init(&c->down_lock, NULL);
 	/* The region holds the largest chunk, or a batch of keys, whichever is larger. */
@@ -1342,6 +1403,7 @@ fail:
 	pthread_mutex_destroy(&c->io_lock);
 	pthread_mutex_destroy(&c->q_lock);
 	pthread_cond_destroy(&c->q_cond);
+	pthread_cond_destroy(&c->ran_cond);
 	pthread_mutex_destroy(&c->cq_lock);
 	pthread_mutex_destroy(&c->down_lock);
 	kvt__free(c);

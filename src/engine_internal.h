@@ -183,6 +183,9 @@ struct wb {
 	_Atomic int first_err;
 	struct keyrec *rec;   /* the key's order record (NULL: no memory for it) */
 	uint32_t blocked;     /* links this job must not write (kvt__e_keyrec_blocked) */
+	/* parked (kvt__e_wb_start) while a remove of its key is out on a tier, in time */
+	struct wb *park_next; /* the key record's parked list */
+	int end;              /* the chain position it writes up to, once started */
 	bool keep_dirty;      /* a tier was never tried (no memory): stay dirty for a retry */
 	_Atomic bool hold_dropped; /* no longer counted in the store's wb_holds */
 	struct remove_op *after; /* removes of key waiting for this job */
@@ -217,6 +220,9 @@ struct keyrec {
 	uint32_t zc_pending;  /* zero-copy jobs not complete */
 	uint16_t zc_late[KVT_MAX_TIERS]; /* zero-copy writes past their deadline, per link */
 	uint16_t undoing[KVT_MAX_TIERS]; /* late writes being removed again, per link */
+	uint16_t rm_on[KVT_MAX_TIERS];   /* remove calls out within their deadline, per link */
+	uint16_t rm_late[KVT_MAX_TIERS]; /* remove calls past their deadline, per link */
+	struct wb *parked; /* jobs of the key waiting for rm_on to drain (kvt__e_wb_start) */
 };
 
 struct flush_waiter {
@@ -435,6 +441,8 @@ uint32_t kvt__e_keyrec_blocked(const struct keyrec *r);
 bool kvt__e_keyrec_removed_since(const struct keyrec *r, uint64_t seq);
 bool kvt__e_keyrec_put_since(const struct keyrec *r, uint64_t seq);
 bool kvt__e_keyrec_removing(const struct keyrec *r);
+bool kvt__e_keyrec_rm_on(const struct keyrec *r);
+void kvt__e_keyrec_rm_over(struct kvt_store *s, struct keyrec *r, int link, bool late);
 void kvt__e_keyrec_free_all(struct kvt_store *s);
 
 /* engine_wb.c */

@@ -16,7 +16,12 @@
  *   - while a remove is out in a deeper tier (its call not answered, in time or late), a
  *     read or lookup of the key that no put followed takes what a deeper tier holds for a
  *     miss: DRAM let the key go when kvt_remove returned, and a promotion from a tier the
- *     remove has not reached yet would bring it back.
+ *     remove has not reached yet would bring it back;
+ *   - while a remove call of the key is out on a tier within its deadline, a newer write of
+ *     the key to that tier waits for its answer (the write-behind job is parked: the tier
+ *     may run the two calls in any order, and the older remove would delete the newer
+ *     copy); once past its deadline, the tier is skipped for new writes until the late
+ *     answer, as for a late write being removed again (undoing).
  *
  * One record per key with a job, a late write or a remove out: the newest put's and
  * remove's sequence number (from the write-behind counter, so they order against each other
@@ -77,7 +82,7 @@ uint32_t kvt__e_keyrec_blocked(const struct keyrec *r)
 		return UINT32_MAX;
 	uint32_t mask = 0;
 	for (int i = 0; i < KVT_MAX_TIERS; i++)
-		if (r->zc_late[i] || r->undoing[i])
+		if (r->zc_late[i] || r->undoing[i] || r->rm_late[i])
 			mask |= 1u << i;
 	return mask;
 }
@@ -102,6 +107,39 @@ bool kvt__e_keyrec_put_since(const struct keyrec *r, uint64_t seq)
 bool kvt__e_keyrec_removing(const struct keyrec *r)
 {
 	return r && (r->unordered || (r->removing && r->last_remove > r->last_put));
+}
+
+/* A remove call of the key is out on some tier, within its deadline: a new write waits. */
+bool kvt__e_keyrec_rm_on(const struct keyrec *r)
+{
+	if (r)
+		for (int i = 0; i < KVT_MAX_TIERS; i++)
+			if (r->rm_on[i])
+				return true;
+	return false;
+}
+
+/* A remove call of the key on link is over within its deadline (late false: answered, or
+ * never sent), or went past it (late: counted in rm_late until its late answer). Once no
+ * call is out in time, the jobs parked on the record start. Takes wb_lock (not held). */
+void kvt__e_keyrec_rm_over(struct kvt_store *s, struct keyrec *r, int link, bool late)
+{
+	pthread_mutex_lock(&s->wb_lock);
+	r->rm_on[link]--;
+	if (late)
+		r->rm_late[link]++;
+	struct wb *ready = NULL;
+	if (!kvt__e_keyrec_rm_on(r)) {
+		ready = r->parked;
+		r->parked = NULL;
+	}
+	pthread_mutex_unlock(&s->wb_lock);
+	while (ready) {
+		struct wb *w = ready;
+		ready = w->park_next;
+		w->park_next = NULL;
+		kvt__e_wb_start(w, w->end);
+	}
 }
 
 /* Close: every record should be gone with the last late answer; free any left. */

@@ -505,14 +505,21 @@ static void remove_leg_done(void *arg, int64_t rc)
 		kvt__e_event(o->s, KVT_EVENT_REMOVED, KVT_REASON_REMOVED, (int)(leg->l - o->s->links),
 			     &o->key, 0);
 	}
+	kvt__e_keyrec_rm_over(o->s, o->rec, (int)(leg->l - o->s->links), false);
 	kvt__free(leg);
 	remove_release(o);
 }
 
-/* The late answer to a remove call that missed its deadline (the guard's last reference). */
+/* The late answer to a remove call that missed its deadline (the guard's last reference):
+ * new writes of the key reach the tier again. */
 static void remove_leg_late(struct guard *g)
 {
-	remove_unmark(g->s, g->orphan_arg);
+	struct kvt_store *s = g->s;
+	struct keyrec *rec = g->orphan_arg;
+	pthread_mutex_lock(&s->wb_lock);
+	rec->rm_late[g->l - s->links]--;
+	pthread_mutex_unlock(&s->wb_lock);
+	remove_unmark(s, rec);
 }
 
 /* The tier missed its deadline: the key may still be there; it is not counted. Until the
@@ -530,6 +537,8 @@ static void remove_leg_expire(struct guard *g)
 	atomic_fetch_add(&s->removes_out, 1);
 	g->orphan_fn = remove_leg_late;
 	g->orphan_arg = o->rec;
+	/* its parked writes go on, skipping this tier until the late answer (rm_late) */
+	kvt__e_keyrec_rm_over(s, o->rec, (int)(leg->l - s->links), true);
 	kvt__free(leg);
 	remove_release(o);
 }
@@ -573,11 +582,18 @@ void kvt__e_remove_start(struct remove_op *o)
 		pthread_mutex_unlock(&s->wb_lock);
 		return;
 	}
+	/* Every call below counts on its link (rm_on) from this hold of the lock, where no put
+	 * came since: a newer job's writes wait for the calls (kvt__e_wb_start). One not sent
+	 * is let go at once. */
+	for (int i = s->dram_pos + 1; i < s->n_links; i++)
+		rec->rm_on[i]++;
 	pthread_mutex_unlock(&s->wb_lock);
 	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
 		struct link *l = &s->links[i];
-		if (!kvt__e_link_usable(l))
+		if (!kvt__e_link_usable(l)) {
+			kvt__e_keyrec_rm_over(s, rec, i, false);
 			continue;
+		}
 		struct remove_leg *leg = kvt__malloc(sizeof(*leg));
 		struct guard *g = leg ? kvt__e_guard_new(s, l, "remove", 0, leg, remove_leg_done,
 						  remove_leg_expire)
@@ -585,6 +601,7 @@ void kvt__e_remove_start(struct remove_op *o)
 		if (!g) {
 			kvt__free(leg);
 			kvt__e_link_unused(l);
+			kvt__e_keyrec_rm_over(s, rec, i, false);
 			continue;
 		}
 		leg->o = o;
@@ -599,6 +616,7 @@ void kvt__e_remove_start(struct remove_op *o)
 		atomic_fetch_sub(&o->remaining, 1);
 		kvt__free(leg);
 		kvt__e_link_result(s, l, rc);
+		kvt__e_keyrec_rm_over(s, rec, i, false);
 	}
 	/* The last reference may be ours: the completion goes through the queue (unless
 	 * direct, where the caller is a sync wrapper waiting for it). */

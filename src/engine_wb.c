@@ -149,22 +149,33 @@ static void wb_leg_done(void *arg, int64_t rc64)
 }
 
 /* Removing a late write again: the key's record counts it (undoing) until the tier answers
- * the remove, in time or late, so that no new write of the key reaches the tier before. */
+ * the remove, in time or late, so that no new write of the key reaches the tier before.
+ * It also counts as a remove out (removing, removes_out): kvt_remove may have completed
+ * long before the late write landed, and until the undo is answered a get or lookup that
+ * no put followed must not find the copy, nor promote it into DRAM, where it would outlive
+ * the undo (kvt__e_remove_pending; a put since the remove still wins). */
 struct undo {
 	struct kvt_store *s;
 	struct keyrec *rec;
 	int link;
 };
 
+/* The counts a late write's undo holds on the key's record (rec NULL: none). */
+static void undo_unmark(struct kvt_store *s, struct keyrec *rec, int i)
+{
+	if (!rec) /* the job had no record (no memory), nothing counted */
+		return;
+	pthread_mutex_lock(&s->wb_lock);
+	rec->undoing[i]--;
+	rec->removing--;
+	kvt__e_keyrec_put(s, rec);
+	pthread_mutex_unlock(&s->wb_lock);
+	atomic_fetch_sub(&s->removes_out, 1);
+}
+
 static void undo_release(struct undo *u)
 {
-	struct kvt_store *s = u->s;
-	if (u->rec) { /* NULL: the job had no record (no memory), nothing counted */
-		pthread_mutex_lock(&s->wb_lock);
-		u->rec->undoing[u->link]--;
-		kvt__e_keyrec_put(s, u->rec);
-		pthread_mutex_unlock(&s->wb_lock);
-	}
+	undo_unmark(u->s, u->rec, u->link);
 	kvt__free(u);
 }
 
@@ -206,12 +217,7 @@ static void undo_late_write(struct kvt_store *s, struct keyrec *rec, const struc
 	}
 	KVT_WARN(&s->log, "tier %s: a late write could not be removed again", l->name);
 	kvt__free(u);
-	if (rec) {
-		pthread_mutex_lock(&s->wb_lock);
-		rec->undoing[i]--;
-		kvt__e_keyrec_put(s, rec);
-		pthread_mutex_unlock(&s->wb_lock);
-	}
+	undo_unmark(s, rec, i);
 }
 
 /* The late answer to a write that missed its deadline (the guard's last reference). What
@@ -233,14 +239,23 @@ static void wb_leg_orphan(struct guard *g)
 	bool drop = w->tail || kvt__e_keyrec_removed_since(rec, w->seq);
 	if (landed && drop && !atomic_load(&s->closing) && l->t) {
 		if (rec) {
-			rec->undoing[i]++; /* in the same hold of the lock: no write slips in */
+			/* in the same hold of the lock: no write slips in, and no read finds the
+			 * copy unmarked */
+			rec->undoing[i]++;
+			rec->removing++;
 			rec->refs++;
+			atomic_fetch_add(&s->removes_out, 1);
 		}
 		undo = true;
 	}
+	bool removed = undo && kvt__e_keyrec_removing(rec);
 	pthread_mutex_unlock(&s->wb_lock);
 	if (landed && !drop)
 		kvt__e_event(s, KVT_EVENT_STORED, KVT_REASON_NONE, i, &w->key, w->ref.object_bytes);
+	/* A promotion that started before the mark and read what landed does not publish it
+	 * (fill_lock after wb_lock, as kvt__e_do_remove does) */
+	if (removed)
+		kvt__e_fill_removed(s, &w->key);
 	if (undo)
 		undo_late_write(s, rec, &w->key, i);
 	kvt__free(leg);
@@ -358,6 +373,26 @@ void kvt__e_wb_start(struct wb *w, int end)
 	struct kvt_store *s = w->s;
 	const struct kvt_key *key = &w->key;
 	const struct kvt_slot_ref *ref = &w->ref;
+	/* A remove of the key whose tier call is still out (an older one: a newer remove waits
+	 * for this job) could run on the tier after this write and delete it: the job waits,
+	 * parked on the key's record, until every such call is answered or past its deadline
+	 * (kvt__e_keyrec_rm_over starts it again); a tier whose call went late is skipped, as
+	 * while a late write is removed again. removes_out counts every remove with calls out,
+	 * so while it is 0 there is nothing to ask. */
+	if (w->rec && atomic_load(&s->removes_out)) {
+		pthread_mutex_lock(&s->wb_lock);
+		if (kvt__e_keyrec_rm_on(w->rec)) {
+			w->end = end;
+			w->park_next = w->rec->parked;
+			w->rec->parked = w;
+			pthread_mutex_unlock(&s->wb_lock);
+			return; /* holds its first leg: the job is not complete, a flush waits */
+		}
+		for (int i = 0; i < KVT_MAX_TIERS; i++)
+			if (w->rec->rm_late[i])
+				w->blocked |= 1u << i;
+		pthread_mutex_unlock(&s->wb_lock);
+	}
 	for (int i = s->dram_pos + 1; i < end; i++) {
 		struct link *l = &s->links[i];
 		int verdict = KVT_ADMIT_YES;

@@ -15,7 +15,18 @@
  *     did not see it, the late write landed, and the removed key was back. Now removed.
  *  4. a remove waiting for P1's job, then put P2 whose write lands first: when P1's job
  *     ended, the remove deleted P2's copy. Now a remove a put followed leaves it.
- * Found by a review helper. Exit 0 pass, 1 fail.
+ * Found by a review helper. Two more, after kvt_remove came to promise that a read issued
+ * after it misses (engine_ops.c, remove), by a later review:
+ *  5. as 3, but the engine's removal of the late write (the undo) is held too: until it
+ *     was answered the key was not marked as being removed, so a get in that window found
+ *     the late copy on NVMe and promoted it into DRAM, where it stayed after the undo
+ *     deleted the NVMe copy (old code: 'get while the undo is out: success (tier 1)', then
+ *     'get after the undo: success (tier 0)'). Now both miss.
+ *  6. put, flush, remove whose NVMe call is held (within its deadline), put P2 and flush:
+ *     P2's write reached NVMe before the older remove call ran, which deleted it; after a
+ *     reopen the key was gone although P2 and its flush succeeded (old code: 'get after a
+ *     reopen: not found (miss)'). Now P2's write waits for the remove call's answer.
+ * Exit 0 pass, 1 fail.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -35,10 +46,12 @@ static const struct kvt_tier_ops *inner_ops;
 static struct kvt_tier_ops held_ops;
 static _Atomic int hold_next_ms; /* the next write is held this long, then submitted */
 static _Atomic int held_out;
+static _Atomic int hold_remove_ms; /* the next remove call is held this long */
+static _Atomic int removes_held;   /* remove calls held so far */
 
 struct held {
 	int ms;
-	bool split;
+	bool split, remove;
 	struct kvt_tier *t;
 	struct kvt_key key, parent;
 	bool has_parent;
@@ -53,7 +66,8 @@ static void *submit_later(void *p)
 	struct held *h = p;
 	usleep((useconds_t)h->ms * 1000);
 	const struct kvt_key *parent = h->has_parent ? &h->parent : NULL;
-	int rc = h->split ? inner_ops->write_split(h->t, &h->key, parent, h->head, h->head_len,
+	int rc = h->remove ? inner_ops->remove(h->t, &h->key, h->cb, h->arg)
+		 : h->split ? inner_ops->write_split(h->t, &h->key, parent, h->head, h->head_len,
 						   h->tail, h->tail_len, h->cb, h->arg)
 			  : inner_ops->write_chained(h->t, &h->key, parent, h->head, h->head_len,
 						     h->cb, h->arg);
@@ -108,6 +122,17 @@ static int held_write_chained(struct kvt_tier *t, const struct kvt_key *key,
 	return hold(h) ? 0 : -ENOMEM;
 }
 
+static int held_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb cb, void *arg)
+{
+	int ms = atomic_exchange(&hold_remove_ms, 0);
+	struct held *h = ms ? calloc(1, sizeof(*h)) : NULL;
+	if (!h)
+		return inner_ops->remove(t, key, cb, arg);
+	*h = (struct held){.ms = ms, .remove = true, .t = t, .key = *key, .cb = cb, .arg = arg};
+	atomic_fetch_add(&removes_held, 1);
+	return hold(h) ? 0 : -ENOMEM;
+}
+
 /* Route the nvme tier at chain position pos through the holder. */
 static void wrap(struct kvt_store *s, int pos)
 {
@@ -116,6 +141,7 @@ static void wrap(struct kvt_store *s, int pos)
 	held_ops = *inner_ops;
 	held_ops.write_split = held_write_split;
 	held_ops.write_chained = held_write_chained;
+	held_ops.remove = held_remove;
 	t->ops = &held_ops;
 }
 
@@ -283,14 +309,71 @@ static void test_waiting_remove_then_put(const char *base)
 	teardown(&f);
 }
 
+static void test_late_write_undo_read(const char *base)
+{
+	printf("  5. remove after the write missed its deadline; a get while its undo is out\n");
+	struct fixture f;
+	setup(&f, base, "undo", "dram,nvme");
+	atomic_store(&hold_next_ms, HOLD_MS);
+	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
+	usleep((CEIL_MS + 400) * 1000); /* the write-behind job has ended at its deadline */
+	int held0 = atomic_load(&removes_held);
+	CHECK(kvt_remove_sync(f.s, &f.k) >= 1); /* done: the late write has not landed yet */
+	atomic_store(&hold_remove_ms, HOLD_MS); /* the engine's removal of the late write */
+	uint64_t t0 = test_now_ns();
+	while (atomic_load(&removes_held) == held0 && test_ms_since(t0) < 20000)
+		kvt_poll(f.s, 10);
+	CHECK(atomic_load(&removes_held) > held0); /* the write landed, its undo is held */
+	struct kvt_result res;
+	int rc = kvt_get_sync(f.s, &f.k, 0, 0, f.back, f.len, &res);
+	printf("    get while the undo is out: %s (tier %d)\n", kvt_strerror(rc),
+	       rc == 0 ? res.tier : -1);
+	CHECK_RC(rc, -ENOENT);
+	CHECK_EQ(kvt_lookup_sync(f.s, &f.k, 1, NULL), 0);
+	wait_held(f.s);
+	rc = kvt_get_sync(f.s, &f.k, 0, 0, f.back, f.len, &res);
+	printf("    get after the undo: %s (tier %d)\n", kvt_strerror(rc), rc == 0 ? res.tier : -1);
+	CHECK_RC(rc, -ENOENT);
+	CHECK_EQ(kvt_lookup_sync(f.s, &f.k, 1, NULL), 0);
+	teardown(&f);
+}
+
+static void test_put_while_remove_out(const char *base)
+{
+	printf("  6. put and flush while a remove's NVMe call is out, in time\n");
+	struct fixture f;
+	setup(&f, base, "rmout", "dram,nvme");
+	test_set_deadline(f.c, "5000", "100"); /* the held call stays well within it */
+	reopen(&f);
+	wrap(f.s, 1);
+	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
+	CHECK_RC(kvt_flush_sync(f.s), 0);
+	atomic_store(&hold_remove_ms, 600);
+	rm_done = 0;
+	CHECK_RC(kvt_remove(f.s, &f.k, rm_cb, NULL), 0);
+	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0); /* P2 */
+	int rc = kvt_flush_sync(f.s);
+	printf("    P2 flushed: %s (remove answered by then: %s)\n", kvt_strerror(rc),
+	       rm_done ? "yes" : "no");
+	CHECK_RC(rc, 0);
+	while (!rm_done)
+		kvt_poll(f.s, 20);
+	printf("    remove: %d tier(s)\n", rm_res.status);
+	CHECK_EQ(rm_res.status, 2); /* DRAM and NVMe, in time */
+	wait_held(f.s);
+	reopen(&f); /* DRAM is gone: only NVMe's copy can answer */
+	check_stored(&f, "after a reopen");
+	teardown(&f);
+}
+
 int main(int argc, char **argv)
 {
 	static void (*const sections[])(const char *) = {
 		test_zero_copy_retry, test_put_after_remove, test_remove_after_deadline,
-		test_waiting_remove_then_put};
-	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-4; all by default */
+		test_waiting_remove_then_put, test_late_write_undo_read, test_put_while_remove_out};
+	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-6; all by default */
 	char *dir = test_tmpdir("store_late_writes");
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 6; i++)
 		if (!only || only == i + 1)
 			sections[i](dir);
 	test_rmdir(dir);
