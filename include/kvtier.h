@@ -290,7 +290,11 @@ KVT_EXPORT int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, siz
  * answer included), a get, lookup or prefetch of the key issued after it misses whatever a
  * deeper tier still holds of it, and nothing promotes it back into DRAM - unless a put of
  * the key came after the remove. (A tier that failed the remove, or that the remove skipped
- * as unwell, may still hold and serve the key afterwards; status does not count it.) */
+ * as unwell, may still hold and serve the key afterwards; status does not count it.) The
+ * costs of that order: a write-behind of the key put after the remove waits for the
+ * remove's call to a tier (at most that call's deadline; past it, the write skips the tier
+ * until the late answer); through kvtierd, a *_sync call waits until the removes submitted
+ * before it have reached the daemon (at most store.daemon_timeout_ms, else -ETIMEDOUT). */
 KVT_EXPORT int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg);
 
 /* Make everything submitted before it durable in every tier: dirty DRAM slots are written
