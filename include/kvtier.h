@@ -293,8 +293,10 @@ KVT_EXPORT int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, siz
  * as unwell, may still hold and serve the key afterwards; status does not count it.) The
  * costs of that order: a write-behind of the key put after the remove waits for the
  * remove's call to a tier (at most that call's deadline; past it, the write skips the tier
- * until the late answer); through kvtierd, a *_sync call waits until the removes submitted
- * before it have reached the daemon (at most store.daemon_timeout_ms, else -ETIMEDOUT). */
+ * until the late answer); through kvtierd, a *_sync call (and a device load or store) waits
+ * until the removes submitted before it have been answered by the daemon, and flush,
+ * remove and clear until everything submitted before them has (-ETIMEDOUT only when no
+ * request was answered for store.daemon_timeout_ms). */
 KVT_EXPORT int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg);
 
 /* Make everything submitted before it durable in every tier: dirty DRAM slots are written

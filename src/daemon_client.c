@@ -4,8 +4,9 @@
  * inside the submitting call, and a submitting call must never block on the daemon, so
  * submissions are queued (bounded by store.max_inflight: -EAGAIN beyond) and one worker
  * sends them over the connection; results go through this client's own completion queue
- * and eventfd, delivered by kvt_poll. The *_sync calls run on the caller's thread, after
- * the removes submitted before them (see ran_cond).
+ * and eventfd, delivered by kvt_poll. The *_sync calls (and the device layer's pins and TP
+ * reservations) run on the caller's thread, after the removes submitted before them, or
+ * after everything submitted before them for flush, remove and clear (see ran_cond).
  *
  * Payload crosses a memfd region shared with the daemon, not the socket. Every exchange
  * has a deadline (store.daemon_timeout_ms, as socket timeouts): a dead or restarting
@@ -137,11 +138,13 @@ struct kvt_client {
 	bool stopping;
 	pthread_t worker;
 	/* A *_sync call runs on the caller's thread, not behind the queue: it first waits
-	 * (bounded by the call's timeout) until the newest remove submitted before it has had
-	 * its exchange with the daemon, so that the remove's promise holds here as in process
-	 * (kvtier.h: a get, lookup or prefetch issued after kvt_remove returned misses, and a
-	 * put issued after it wins). Tickets in submission order; the worker runs them FIFO,
-	 * one exchange at a time, and the daemon answers a remove once it is done. */
+	 * (wait_ran: until no exchange has finished for the call's timeout) until the newest
+	 * remove submitted before it has had its exchange with the daemon, so that the
+	 * remove's promise holds here as in process (kvtier.h: a get, lookup or prefetch
+	 * issued after kvt_remove returned misses, and a put issued after it wins); flush,
+	 * remove and clear wait for everything submitted before them. Tickets in submission
+	 * order; the worker runs them FIFO, one exchange at a time, and the daemon answers a
+	 * request once it is done. */
 	uint64_t tickets;     /* the last ticket handed out (submit) */
 	uint64_t ran;         /* the last ticket whose exchange is over (worker) */
 	uint64_t last_remove; /* the ticket of the newest remove submitted */
@@ -859,6 +862,47 @@ int kvt__client_poll(struct kvt_client *c, int timeout_ms)
 	return n;
 }
 
+/* What a *_sync call waits for before its own exchange (see ran_cond). */
+enum sync_order {
+	SYNC_NOW,     /* nothing: stats, status */
+	SYNC_REMOVES, /* the removes submitted before it: get, lookup, prefetch, put, device ops */
+	SYNC_ALL,     /* everything submitted before it: flush ("everything submitted before
+		       * it"), remove and clear (a put submitted before them is removed too) */
+};
+
+/* Wait until the submissions order asks for have had their exchange. The wait ends with
+ * -ETIMEDOUT only when no exchange finished for store.daemon_timeout_ms (a worker stuck on
+ * a daemon that does not answer): a long queue that a healthy daemon works through is
+ * waited out, one exchange at a time. */
+static int wait_ran(struct kvt_client *c, enum sync_order order)
+{
+	if (order == SYNC_NOW)
+		return 0;
+	pthread_mutex_lock(&c->q_lock);
+	uint64_t target = order == SYNC_ALL ? c->tickets : c->last_remove;
+	int rc = 0;
+	while (c->ran < target && rc == 0) {
+		uint64_t seen = c->ran;
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		uint64_t ms = (uint64_t)c->timeout_ms;
+		ts.tv_sec += (time_t)(ms / 1000);
+		ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		while (c->ran == seen && c->ran < target && rc == 0)
+			rc = -pthread_cond_timedwait(&c->ran_cond, &c->q_lock, &ts);
+		if (rc == -ETIMEDOUT && c->ran != seen)
+			rc = 0; /* progress made as the time ran out: wait on */
+	}
+	if (c->ran >= target)
+		rc = 0;
+	pthread_mutex_unlock(&c->q_lock);
+	return rc;
+}
+
 /* ------------------------------------------------------ tensor-parallel commit */
 
 int kvt__client_tp_reserve(struct kvt_client *c, const struct kvt_key *key,
@@ -869,9 +913,12 @@ int kvt__client_tp_reserve(struct kvt_client *c, const struct kvt_key *key,
 	const struct kvt_geometry *g = &c->my_geo; /* as check_get */
 	if (!key || n_tokens == 0 || n_tokens > g->chunk_tokens || h0 >= h1 || h1 > g->kv_heads)
 		return -EINVAL;
-	bool probe = false;
-	int rc = admit(c, &probe); /* the daemon is down: fail at once */
+	/* a store after kvt_remove is not removed by it, as a put */
+	int rc = wait_ran(c, SYNC_REMOVES);
 	if (rc < 0)
+		return rc;
+	bool probe = false;
+	if ((rc = admit(c, &probe)) < 0) /* the daemon is down: fail at once */
 		return rc;
 	pthread_mutex_lock(&c->io_lock);
 	if ((rc = admit(c, &probe)) == 0)
@@ -932,9 +979,11 @@ int kvt__client_tp_written(struct kvt_client *c, const struct kvt_key *key, int3
 
 int kvt__client_pin(struct kvt_client *c, const struct kvt_key *key, struct kvt_client_pin *p)
 {
-	bool probe = false;
-	int rc = admit(c, &probe); /* the daemon is down: fail at once */
+	int rc = wait_ran(c, SYNC_REMOVES); /* a load after kvt_remove misses, as a get */
 	if (rc < 0)
+		return rc;
+	bool probe = false;
+	if ((rc = admit(c, &probe)) < 0) /* the daemon is down: fail at once */
 		return rc;
 	pthread_mutex_lock(&c->io_lock);
 	if ((rc = admit(c, &probe)) == 0)
@@ -1129,36 +1178,10 @@ int kvt__client_flush(struct kvt_client *c, kvt_cb cb, void *arg)
 	return submit(c, &o);
 }
 
-/* Wait until the newest remove submitted before now has had its exchange (see ran_cond),
- * for at most the daemon timeout: 0, or -ETIMEDOUT (the worker is stuck on an exchange
- * that a daemon down will fail; the call fails rather than overtake the remove). */
-static int wait_removes(struct kvt_client *c)
+static int run_sync(struct kvt_client *c, struct cop *o, struct kvt_result *res,
+		    enum sync_order order)
 {
-	pthread_mutex_lock(&c->q_lock);
-	uint64_t target = c->last_remove;
-	int rc = 0;
-	if (c->ran < target) {
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		uint64_t ms = (uint64_t)(c->timeout_ms > 0 ? c->timeout_ms : 1000);
-		ts.tv_sec += (time_t)(ms / 1000);
-		ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		while (c->ran < target && rc == 0)
-			rc = -pthread_cond_timedwait(&c->ran_cond, &c->q_lock, &ts);
-		if (c->ran >= target)
-			rc = 0;
-	}
-	pthread_mutex_unlock(&c->q_lock);
-	return rc;
-}
-
-static int run_sync(struct kvt_client *c, struct cop *o, struct kvt_result *res)
-{
-	int rc = wait_removes(c);
+	int rc = wait_ran(c, order);
 	if (rc < 0) {
 		o->res = (struct kvt_result){.status = 0, .tier = KVT_TIER_NONE};
 		if (o->op == KVTD_LOOKUP && o->tiers)
@@ -1177,13 +1200,13 @@ int kvt__client_stats(struct kvt_client *c, struct kvt_stats *out)
 	if (!out)
 		return -EINVAL;
 	struct cop o = {.op = KVTD_STATS, .dst = out};
-	return run_sync(c, &o, NULL);
+	return run_sync(c, &o, NULL, SYNC_NOW);
 }
 
 int kvt__client_status(struct kvt_client *c, struct kvtd_status *out)
 {
 	struct cop o = {.op = KVTD_STATUS, .dst = out};
-	return run_sync(c, &o, NULL);
+	return run_sync(c, &o, NULL, SYNC_NOW);
 }
 
 int kvt__client_put_sync(struct kvt_client *c, const struct kvt_key *key,
@@ -1193,7 +1216,7 @@ int kvt__client_put_sync(struct kvt_client *c, const struct kvt_key *key,
 	if (!key || check_put(c, n_tokens, buf, len) < 0)
 		return -EINVAL;
 	struct cop o = put_op(key, parent, n_tokens, buf, len);
-	return run_sync(c, &o, NULL);
+	return run_sync(c, &o, NULL, SYNC_REMOVES);
 }
 
 int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
@@ -1202,7 +1225,7 @@ int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key, uint32
 	if (check_get(c, key, layer_begin, layer_end, buf, len) < 0)
 		return -EINVAL;
 	struct cop o = get_op(key, layer_begin, layer_end, buf, len);
-	return run_sync(c, &o, res);
+	return run_sync(c, &o, res, SYNC_REMOVES);
 }
 
 int kvt__client_lookup_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
@@ -1211,7 +1234,7 @@ int kvt__client_lookup_sync(struct kvt_client *c, const struct kvt_key *keys, si
 	if (!keys && n)
 		return -EINVAL;
 	struct cop o = {.op = KVTD_LOOKUP, .keys = keys, .n = n, .tiers = tiers};
-	return run_sync(c, &o, NULL);
+	return run_sync(c, &o, NULL, SYNC_REMOVES);
 }
 
 int kvt__client_prefetch_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
@@ -1220,7 +1243,7 @@ int kvt__client_prefetch_sync(struct kvt_client *c, const struct kvt_key *keys, 
 	if (!keys && n)
 		return -EINVAL;
 	struct cop o = {.op = KVTD_PREFETCH, .keys = keys, .n = n, .deadline_ns = deadline_ns};
-	return run_sync(c, &o, NULL);
+	return run_sync(c, &o, NULL, SYNC_REMOVES);
 }
 
 int kvt__client_remove_sync(struct kvt_client *c, const struct kvt_key *key)
@@ -1228,13 +1251,13 @@ int kvt__client_remove_sync(struct kvt_client *c, const struct kvt_key *key)
 	if (!key)
 		return -EINVAL;
 	struct cop o = {.op = KVTD_REMOVE, .key = *key};
-	return run_sync(c, &o, NULL);
+	return run_sync(c, &o, NULL, SYNC_ALL);
 }
 
 int kvt__client_clear_sync(struct kvt_client *c, uint64_t *removed)
 {
 	struct cop o = {.op = KVTD_CLEAR};
-	int rc = run_sync(c, &o, NULL);
+	int rc = run_sync(c, &o, NULL, SYNC_ALL);
 	if (rc == 0 && removed)
 		*removed = o.res.bytes;
 	return rc;
@@ -1243,7 +1266,7 @@ int kvt__client_clear_sync(struct kvt_client *c, uint64_t *removed)
 int kvt__client_flush_sync(struct kvt_client *c)
 {
 	struct cop o = {.op = KVTD_FLUSH};
-	return run_sync(c, &o, NULL);
+	return run_sync(c, &o, NULL, SYNC_ALL);
 }
 
 const struct kvt_geometry *kvt__client_geometry(const struct kvt_client *c)

@@ -218,10 +218,10 @@ struct keyrec {
 	uint32_t unordered;   /* removes letting DRAM go, not in the order yet (no seq) */
 	uint32_t pending;     /* jobs not complete */
 	uint32_t zc_pending;  /* zero-copy jobs not complete */
-	uint16_t zc_late[KVT_MAX_TIERS]; /* zero-copy writes past their deadline, per link */
-	uint16_t undoing[KVT_MAX_TIERS]; /* late writes being removed again, per link */
-	uint16_t rm_on[KVT_MAX_TIERS];   /* remove calls out within their deadline, per link */
-	uint16_t rm_late[KVT_MAX_TIERS]; /* remove calls past their deadline, per link */
+	uint32_t zc_late[KVT_MAX_TIERS]; /* zero-copy writes past their deadline, per link */
+	uint32_t undoing[KVT_MAX_TIERS]; /* late writes being removed again, per link */
+	uint32_t rm_on[KVT_MAX_TIERS];   /* remove calls out within their deadline, per link */
+	uint32_t rm_late[KVT_MAX_TIERS]; /* remove calls past their deadline, per link */
 	struct wb *parked; /* jobs of the key waiting for rm_on to drain (kvt__e_wb_start) */
 };
 

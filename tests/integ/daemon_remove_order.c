@@ -9,7 +9,11 @@
  * deleted by the remove running later (old code, one run: 'get_sync hit 31/50, lookup_sync
  * found 19/50; put_sync after kvt_remove then get_sync: hit 12/50'). Now a *_sync call
  * first waits (bounded by store.daemon_timeout_ms) until the removes submitted before it
- * have been answered by the daemon. The real daemon binary. Exit 0 pass, 1 fail.
+ * have been answered by the daemon. Flush, remove and clear wait for everything submitted
+ * before them: a put queued before kvt_flush_sync is durable (found) when it returns, and
+ * one queued before kvt_remove_sync is removed (old code: flush returned before queued
+ * puts reached the daemon, and a remove_sync overtook them). The real daemon binary.
+ * Exit 0 pass, 1 fail.
  */
 #include <signal.h>
 
@@ -59,6 +63,44 @@ int main(void)
 	CHECK_EQ(hits, 0);
 	CHECK_EQ(found, 0);
 	CHECK_EQ(kept, rounds);
+
+	/* flush, remove and clear wait for everything submitted before them: puts queued
+	 * (not polled), then kvt_flush_sync; a lookup then finds every one (flush promises
+	 * everything submitted before it). Then puts queued and kvt_remove_sync of each: none
+	 * is left (a remove issued after a put removes it). */
+	enum { N = 64 };
+	struct kvt_key ks[N];
+	struct test_box pb[N];
+	memset(ks, 0, sizeof(ks));
+	memset(pb, 0, sizeof(pb));
+	for (int i = 0; i < N; i++) {
+		ks[i].bytes[0] = 0x22;
+		ks[i].bytes[1] = (uint8_t)i;
+		CHECK_RC(kvt_put(s, &ks[i], NULL, g->chunk_tokens, buf, len, test_box_cb, &pb[i]), 0);
+	}
+	CHECK_RC(kvt_flush_sync(s), 0);
+	int8_t tiers[N];
+	int present = kvt_lookup_sync(s, ks, N, tiers);
+	for (int i = 0; i < N; i++)
+		while (!pb[i].done)
+			kvt_poll(s, 20);
+	memset(pb, 0, sizeof(pb));
+	for (int i = 0; i < N; i++) {
+		ks[i].bytes[0] = 0x33;
+		CHECK_RC(kvt_put(s, &ks[i], NULL, g->chunk_tokens, buf, len, test_box_cb, &pb[i]), 0);
+	}
+	for (int i = 0; i < N; i++)
+		kvt_remove_sync(s, &ks[i]);
+	int left = 0;
+	for (int i = 0; i < N; i++) {
+		while (!pb[i].done)
+			kvt_poll(s, 20);
+		left += kvt_get_sync(s, &ks[i], 0, 0, back, len, NULL) == 0;
+	}
+	printf("puts queued then kvt_flush_sync: %d/%d found after it; puts queued then "
+	       "kvt_remove_sync of each: %d/%d left\n", present, N, left, N);
+	CHECK_EQ(present, N);
+	CHECK_EQ(left, 0);
 	kvt_store_close(s);
 	kvtd_stop();
 	test_rmdir(dir);
