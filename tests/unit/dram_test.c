@@ -199,8 +199,8 @@ static void test_alloc_publish_get(void **unused)
 
 static void test_pinned_never_evicted(void **unused)
 {
-	const char *pol[] = {"lru", "arc", "hd", "hda"};
-	for (int p = 0; p < 3; p++) {
+	const char *pol[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
+	for (size_t p = 0; p < sizeof(pol) / sizeof(pol[0]); p++) {
 		struct kvt_dram *d = mk(pol[p], 4, 4096);
 		int32_t id0 = put(d, 0, NULL, false);
 		for (uint64_t i = 1; i < 4; i++)
@@ -269,8 +269,8 @@ static void test_dirty_never_evicted(void **unused)
 
 static void test_suffix_before_prefix(void **unused)
 {
-	const char *pol[] = {"lru", "arc", "hd", "hda"};
-	for (int p = 0; p < 3; p++) {
+	const char *pol[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
+	for (size_t p = 0; p < sizeof(pol) / sizeof(pol[0]); p++) {
 		struct kvt_dram *d = mk(pol[p], 4, 4096);
 		struct kvt_key c[4];
 		for (uint64_t i = 0; i < 4; i++) {
@@ -542,8 +542,8 @@ static void test_stats_and_scan(void **unused)
 static void test_no_heap_after_create(void **unused)
 {
 	/* Every operation after create works with the allocator failing: none allocates. */
-	const char *pol[] = {"lru", "arc", "hd", "hda"};
-	for (int p = 0; p < 3; p++) {
+	const char *pol[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
+	for (size_t p = 0; p < sizeof(pol) / sizeof(pol[0]); p++) {
 		struct kvt_dram *d = mk(pol[p], 32, 4096);
 		uint64_t base = kvt__alloc_bytes();
 		kvt__alloc_fail_after(1);
@@ -737,8 +737,8 @@ static void test_stress(void **unused)
 {
 	const char *ms_env = getenv("KVT_DRAM_STRESS_MS");
 	uint64_t ms = ms_env ? strtoull(ms_env, NULL, 10) : 2000;
-	const char *pol[] = {"lru", "arc", "hd", "hda"};
-	for (int p = 0; p < 3; p++) {
+	const char *pol[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
+	for (size_t p = 0; p < sizeof(pol) / sizeof(pol[0]); p++) {
 		struct kvt_dram *d = mk(pol[p], ST_SLOTS, ST_SLOT_BYTES);
 		struct stress st[ST_THREADS];
 		pthread_t th[ST_THREADS];

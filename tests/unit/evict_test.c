@@ -79,7 +79,7 @@ static void test_create_errors(void **unused)
 static void test_create_alloc_failure(void **unused)
 {
 	const char *names[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
-	for (int p = 0; p < 5; p++) {
+	for (size_t p = 0; p < sizeof(names) / sizeof(names[0]); p++) {
 		uint64_t base = kvt__alloc_bytes();
 		int ok_at = 0;
 		for (int i = 1; i < 50 && !ok_at; i++) {
@@ -418,7 +418,7 @@ static void test_pslru_ghost_bits(void **unused)
 static void test_capacity_one(void **unused)
 {
 	const char *names[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
-	for (int p = 0; p < 5; p++) {
+	for (size_t p = 0; p < sizeof(names) / sizeof(names[0]); p++) {
 		struct kvt_evict *e = mk(names[p], 1);
 		uint32_t id = 99;
 		assert_int_equal(kvt__evict_peek(e, &id, 1), 0);
