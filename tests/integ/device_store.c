@@ -31,6 +31,8 @@
 		}                                                                                  \
 	} while (0)
 
+#include "lib/device_store_open.h" /* uses CHECK */
+
 
 /* Signals ev ms milliseconds after it starts; done is set first. */
 struct late_signal {
@@ -55,44 +57,6 @@ static void poll_until(struct kvt_store *s, struct tr_done *d, int calls)
 	CHECK(d->calls == calls);
 }
 
-/* protect: with a MAC and encryption at rest (keys from the environment); nvme_dir: a
- * deeper nvme tier there (NULL: DRAM only) */
-static struct kvt_store *open_store(const struct kvt_geometry *g, bool protect,
-				    const char *nvme_dir)
-{
-	struct kvt_config *cfg;
-	struct kvt_store *s;
-	char v[32];
-	CHECK(kvt_config_create(&cfg) == 0);
-	CHECK(kvt_config_set(cfg, "store.tiers", "dram", NULL, 0) == 0);
-	CHECK(kvt_config_set(cfg, "dram.bytes", "64MiB", NULL, 0) == 0);
-	CHECK(kvt_config_set(cfg, "dram.hugepages", "false", NULL, 0) == 0);
-	snprintf(v, sizeof(v), "%u", g->layers);
-	CHECK(kvt_config_set(cfg, "model.layers", v, NULL, 0) == 0);
-	snprintf(v, sizeof(v), "%u", g->kv_heads);
-	CHECK(kvt_config_set(cfg, "model.kv_heads", v, NULL, 0) == 0);
-	snprintf(v, sizeof(v), "%u", g->head_dim);
-	CHECK(kvt_config_set(cfg, "model.head_dim", v, NULL, 0) == 0);
-	snprintf(v, sizeof(v), "%u", g->chunk_tokens);
-	CHECK(kvt_config_set(cfg, "model.chunk_tokens", v, NULL, 0) == 0);
-	CHECK(kvt_config_set(cfg, "model.dtype", "bf16", NULL, 0) == 0);
-	if (nvme_dir) {
-		CHECK(kvt_config_set(cfg, "store.tiers", "dram,nvme", NULL, 0) == 0);
-		CHECK(kvt_config_set(cfg, "nvme.dirs", nvme_dir, NULL, 0) == 0);
-		CHECK(kvt_config_set(cfg, "nvme.bytes", "256MiB", NULL, 0) == 0);
-	}
-	if (protect) {
-		setenv("KVT_DEVICE_TEST_KEY",
-		       "8f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0", 1);
-		CHECK(kvt_config_set(cfg, "security.mac_key_env", "KVT_DEVICE_TEST_KEY", NULL, 0) == 0);
-		CHECK(kvt_config_set(cfg, "security.encryption_key_env", "KVT_DEVICE_TEST_KEY", NULL,
-				     0) == 0);
-	}
-	CHECK(kvt_store_open(cfg, &s) == 0);
-	kvt_config_destroy(cfg);
-	return s;
-}
-
 int main(void)
 {
 	struct kvt_geometry g = {.layers = 4,
@@ -101,7 +65,7 @@ int main(void)
 				 .chunk_tokens = 64,
 				 .dtype = KVT_DTYPE_BF16,
 				 .kind = KVT_KIND_KV};
-	struct kvt_store *s = open_store(&g, false, NULL);
+	struct kvt_store *s = dso_open_store(&g, false, NULL);
 	uint64_t seed = 2024;
 	const uint32_t n = 50, bs = 16, nb = 10, nblk = 4;
 	struct kvt_key key, parent = {{0}};
@@ -204,7 +168,7 @@ int main(void)
 	 * any store expired it on the freed store (ASan: heap-use-after-free), or a new store
 	 * given the same address found it and published a chunk it never held. */
 	kvt_store_close(s);
-	s = open_store(&g, false, NULL);
+	s = dso_open_store(&g, false, NULL);
 	struct tr_rank half;
 	struct tr_done dh = {0};
 	CHECK(tr_rank_open(&half, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 4, 8, 0, NULL) == 0);
@@ -229,7 +193,7 @@ int main(void)
 	 * keyed by the freed pointer; a load's scatter read the freed pool and released its
 	 * slot into the freed store. Both wait here on an event another thread signals 300 ms
 	 * after the close began. */
-	s = open_store(&g, false, NULL);
+	s = dso_open_store(&g, false, NULL);
 	struct kvt_key key2 = key;
 	key2.bytes[1] ^= 1;
 	struct tr_rank full, lr;
@@ -269,7 +233,7 @@ int main(void)
 	CHECK(pthread_join(signaller, NULL) == 0);
 	/* A new store (often at the freed one's address) finds no half-written object: rank 0
 	 * starts a fresh one, 4 heads missing (a stale entry would have it publish). */
-	s = open_store(&g, false, NULL);
+	s = dso_open_store(&g, false, NULL);
 	CHECK(kvt__dev_store_partials(s) == 0);
 	struct tr_rank r0;
 	struct tr_done d0 = {0};
@@ -293,7 +257,7 @@ int main(void)
 	snprintf(dir, sizeof(dir), "%s/kvt-device-protect-XXXXXX",
 		 getenv("KVT_TEST_DIR") ? getenv("KVT_TEST_DIR") : "/var/tmp");
 	CHECK(mkdtemp(dir) != NULL);
-	s = open_store(&g, true, dir);
+	s = dso_open_store(&g, true, dir);
 	struct tr_rank wp;
 	struct tr_done dp = {0};
 	CHECK(tr_rank_open(&wp, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, 0, NULL) == 0);
@@ -312,11 +276,11 @@ int main(void)
 	CHECK(kvt_flush_sync(s) == 0);
 	kvt_store_close(s);
 	/* what reached nvme is protected: a store without the keys finds nothing to serve */
-	s = open_store(&g, false, dir);
+	s = dso_open_store(&g, false, dir);
 	CHECK(kvt_lookup_sync(s, &key, 1, NULL) == 1);
 	CHECK(kvt_get_sync(s, &key, 0, 0, got, plen, &gr) == -ENOENT);
 	kvt_store_close(s);
-	s = open_store(&g, true, dir);
+	s = dso_open_store(&g, true, dir);
 	memset(got, 0, plen);
 	CHECK(kvt_get_sync(s, &key, 0, 0, got, plen, &gr) == 0);
 	CHECK(memcmp(got, logical, plen) == 0);

@@ -25,6 +25,8 @@
 		}                                                                                  \
 	} while (0)
 
+#include "lib/device_store_open.h" /* uses CHECK */
+
 /* OpenSSL's RAND_bytes, failing on demand (the library's calls bind to this one). */
 static volatile int rand_fail;
 int RAND_bytes(unsigned char *buf, int num);
@@ -45,37 +47,6 @@ static void poll_until(struct kvt_store *s, struct tr_done *d, int calls)
 	CHECK(d->calls == calls);
 }
 
-static struct kvt_store *open_store(const struct kvt_geometry *g, bool protect)
-{
-	struct kvt_config *cfg;
-	struct kvt_store *s;
-	char v[32];
-	CHECK(kvt_config_create(&cfg) == 0);
-	CHECK(kvt_config_set(cfg, "store.tiers", "dram", NULL, 0) == 0);
-	CHECK(kvt_config_set(cfg, "dram.bytes", "16MiB", NULL, 0) == 0);
-	CHECK(kvt_config_set(cfg, "dram.hugepages", "false", NULL, 0) == 0);
-	snprintf(v, sizeof(v), "%u", g->layers);
-	CHECK(kvt_config_set(cfg, "model.layers", v, NULL, 0) == 0);
-	snprintf(v, sizeof(v), "%u", g->kv_heads);
-	CHECK(kvt_config_set(cfg, "model.kv_heads", v, NULL, 0) == 0);
-	snprintf(v, sizeof(v), "%u", g->head_dim);
-	CHECK(kvt_config_set(cfg, "model.head_dim", v, NULL, 0) == 0);
-	snprintf(v, sizeof(v), "%u", g->chunk_tokens);
-	CHECK(kvt_config_set(cfg, "model.chunk_tokens", v, NULL, 0) == 0);
-	CHECK(kvt_config_set(cfg, "model.dtype", "bf16", NULL, 0) == 0);
-	if (protect) {
-		setenv("KVT_DEVICE_TEST_KEY",
-		       "8f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0", 1);
-		CHECK(kvt_config_set(cfg, "security.mac_key_env", "KVT_DEVICE_TEST_KEY", NULL, 0) ==
-		      0);
-		CHECK(kvt_config_set(cfg, "security.encryption_key_env", "KVT_DEVICE_TEST_KEY",
-				     NULL, 0) == 0);
-	}
-	CHECK(kvt_store_open(cfg, &s) == 0);
-	kvt_config_destroy(cfg);
-	return s;
-}
-
 int main(void)
 {
 	struct kvt_geometry g = {.layers = 4,
@@ -86,7 +57,7 @@ int main(void)
 				 .kind = KVT_KIND_KV};
 	const uint32_t n = 64, bs = 16, nb = 8, nblk = 4;
 	uint64_t seed = 7;
-	struct kvt_store *s = open_store(&g, false);
+	struct kvt_store *s = dso_open_store(&g, false, NULL);
 	struct kvt_key key, parent = {{0}};
 	tr_fill(&seed, key.bytes, sizeof(key.bytes));
 	uint32_t *ids = malloc(nblk * sizeof(uint32_t)); /* on the heap: ASan sees reads past it */
@@ -171,7 +142,7 @@ int main(void)
 
 	/* 4. Encryption needs a nonce from RAND_bytes; without one the publish fails, and the
 	 * rank whose copy completed the object is told (it used to get 0: published). */
-	s = open_store(&g, true);
+	s = dso_open_store(&g, true, NULL);
 	struct tr_rank w;
 	struct tr_done dp = {0};
 	CHECK(tr_rank_open(&w, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, 0, &seed) == 0);

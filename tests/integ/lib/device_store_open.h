@@ -1,0 +1,54 @@
+/*
+ * device_store_open.h - the store the device-layer integration tests run on: a DRAM
+ * store of the given geometry (bf16, no huge pages), optionally with a MAC and encryption at
+ * rest and a deeper nvme tier. Shared by device_store.c and device_store_status.c. Uses
+ * the CHECK each defines before including it.
+ */
+#ifndef KVT_TEST_DEVICE_STORE_OPEN_H
+#define KVT_TEST_DEVICE_STORE_OPEN_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kvtier.h"
+
+/* protect: with a MAC and encryption at rest (keys from the environment); nvme_dir: a
+ * deeper nvme tier there (NULL: DRAM only) */
+static inline struct kvt_store *dso_open_store(const struct kvt_geometry *g, bool protect,
+						 const char *nvme_dir)
+{
+	struct kvt_config *cfg;
+	struct kvt_store *s;
+	char v[32];
+	CHECK(kvt_config_create(&cfg) == 0);
+	CHECK(kvt_config_set(cfg, "store.tiers", "dram", NULL, 0) == 0);
+	CHECK(kvt_config_set(cfg, "dram.bytes", "64MiB", NULL, 0) == 0);
+	CHECK(kvt_config_set(cfg, "dram.hugepages", "false", NULL, 0) == 0);
+	snprintf(v, sizeof(v), "%u", g->layers);
+	CHECK(kvt_config_set(cfg, "model.layers", v, NULL, 0) == 0);
+	snprintf(v, sizeof(v), "%u", g->kv_heads);
+	CHECK(kvt_config_set(cfg, "model.kv_heads", v, NULL, 0) == 0);
+	snprintf(v, sizeof(v), "%u", g->head_dim);
+	CHECK(kvt_config_set(cfg, "model.head_dim", v, NULL, 0) == 0);
+	snprintf(v, sizeof(v), "%u", g->chunk_tokens);
+	CHECK(kvt_config_set(cfg, "model.chunk_tokens", v, NULL, 0) == 0);
+	CHECK(kvt_config_set(cfg, "model.dtype", "bf16", NULL, 0) == 0);
+	if (nvme_dir) {
+		CHECK(kvt_config_set(cfg, "store.tiers", "dram,nvme", NULL, 0) == 0);
+		CHECK(kvt_config_set(cfg, "nvme.dirs", nvme_dir, NULL, 0) == 0);
+		CHECK(kvt_config_set(cfg, "nvme.bytes", "256MiB", NULL, 0) == 0);
+	}
+	if (protect) {
+		setenv("KVT_DEVICE_TEST_KEY",
+		       "8f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0", 1);
+		CHECK(kvt_config_set(cfg, "security.mac_key_env", "KVT_DEVICE_TEST_KEY", NULL, 0) == 0);
+		CHECK(kvt_config_set(cfg, "security.encryption_key_env", "KVT_DEVICE_TEST_KEY", NULL,
+				     0) == 0);
+	}
+	CHECK(kvt_store_open(cfg, &s) == 0);
+	kvt_config_destroy(cfg);
+	return s;
+}
+
+#endif
