@@ -50,13 +50,6 @@ static void *signal_later(void *arg)
 	return NULL;
 }
 
-static void poll_until(struct kvt_store *s, struct tr_done *d, int calls)
-{
-	for (int i = 0; i < 1000 && d->calls < calls; i++)
-		kvt_poll(s, 10);
-	CHECK(d->calls == calls);
-}
-
 int main(void)
 {
 	struct kvt_geometry g = {.layers = 4,

@@ -40,13 +40,6 @@ int RAND_bytes(unsigned char *buf, int num)
 	return real ? real(buf, num) : 0;
 }
 
-static void poll_until(struct kvt_store *s, struct tr_done *d, int calls)
-{
-	for (int i = 0; i < 1000 && d->calls < calls; i++)
-		kvt_poll(s, 10);
-	CHECK(d->calls == calls);
-}
-
 int main(void)
 {
 	struct kvt_geometry g = {.layers = 4,

@@ -1,8 +1,9 @@
 /*
  * device_store_open.h - the store the device-layer integration tests run on: a DRAM
  * store of the given geometry (bf16, no huge pages), optionally with a MAC and encryption at
- * rest and a deeper nvme tier. Shared by device_store.c and device_store_status.c. Uses
- * the CHECK each defines before including it.
+ * rest and a deeper nvme tier, and a poll until an op has completed. Shared by
+ * device_store.c and device_store_status.c; uses the CHECK each defines before including
+ * it, and tests/unit/device_common.h's struct tr_done.
  */
 #ifndef KVT_TEST_DEVICE_STORE_OPEN_H
 #define KVT_TEST_DEVICE_STORE_OPEN_H
@@ -49,6 +50,14 @@ static inline struct kvt_store *dso_open_store(const struct kvt_geometry *g, boo
 	CHECK(kvt_store_open(cfg, &s) == 0);
 	kvt_config_destroy(cfg);
 	return s;
+}
+
+/* Poll s until d has counted calls completions (fails after about 10 s). */
+static inline void poll_until(struct kvt_store *s, struct tr_done *d, int calls)
+{
+	for (int i = 0; i < 1000 && d->calls < calls; i++)
+		kvt_poll(s, 10);
+	CHECK(d->calls == calls);
 }
 
 #endif
