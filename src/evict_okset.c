@@ -110,34 +110,6 @@ static void heap_del(struct kvt_okset *s, struct kvt_okset_list *l, uint32_t id)
 
 /* ---- the sorted list */
 
-/* Link id into sl just towards the head from at (at becomes its next). */
-static void link_before(struct kvt_idlist *sl, struct kvt_idlink *lk, uint32_t at, uint32_t id)
-{
-	uint32_t p = lk[at].prev;
-	lk[id].prev = p;
-	lk[id].next = at;
-	lk[at].prev = id;
-	if (p != KVT_IDL_NIL)
-		lk[p].next = id;
-	else
-		sl->head = id;
-	sl->len++;
-}
-
-/* Link id into sl just towards the tail from at (at becomes its prev). */
-static void link_after(struct kvt_idlist *sl, struct kvt_idlink *lk, uint32_t at, uint32_t id)
-{
-	uint32_t n = lk[at].next;
-	lk[id].next = n;
-	lk[id].prev = at;
-	lk[at].next = id;
-	if (n != KVT_IDL_NIL)
-		lk[n].prev = id;
-	else
-		sl->tail = id;
-	sl->len++;
-}
-
 /* Where a member of list l that just became allowed goes. */
 void kvt__okset_track(struct kvt_okset *s, uint32_t id)
 {
@@ -153,7 +125,7 @@ void kvt__okset_track(struct kvt_okset *s, uint32_t id)
 	uint32_t at = sl->tail;
 	for (int k = 0; k < PLACE_STEPS && at != KVT_IDL_NIL; k++, at = s->links[at].prev) {
 		if (s->stamp[at] > st) {
-			link_after(sl, s->links, at, id);
+			kvt__idl_insert_after(sl, s->links, at, id);
 			return;
 		}
 	}
@@ -161,7 +133,7 @@ void kvt__okset_track(struct kvt_okset *s, uint32_t id)
 	at = s->links[sl->head].next;
 	for (int k = 0; k < PLACE_STEPS && at != KVT_IDL_NIL; k++, at = s->links[at].next) {
 		if (s->stamp[at] < st) {
-			link_before(sl, s->links, at, id);
+			kvt__idl_insert_before(sl, s->links, at, id);
 			return;
 		}
 	}

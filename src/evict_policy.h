@@ -85,6 +85,36 @@ static inline void kvt__idl_unlink(struct kvt_idlist *l, struct kvt_idlink *lk, 
 	l->len--;
 }
 
+/* Link id in just towards the head from member at (at becomes its next). */
+static inline void kvt__idl_insert_before(struct kvt_idlist *l, struct kvt_idlink *lk, uint32_t at,
+					  uint32_t id)
+{
+	uint32_t p = lk[at].prev;
+	lk[id].prev = p;
+	lk[id].next = at;
+	lk[at].prev = id;
+	if (p != KVT_IDL_NIL)
+		lk[p].next = id;
+	else
+		l->head = id;
+	l->len++;
+}
+
+/* Link id in just towards the tail from member at (at becomes its prev). */
+static inline void kvt__idl_insert_after(struct kvt_idlist *l, struct kvt_idlink *lk, uint32_t at,
+					 uint32_t id)
+{
+	uint32_t n = lk[at].next;
+	lk[id].next = n;
+	lk[id].prev = at;
+	lk[at].next = id;
+	if (n != KVT_IDL_NIL)
+		lk[n].prev = id;
+	else
+		l->tail = id;
+	l->len++;
+}
+
 /* Move a member to the head (a use). */
 static inline void kvt__idl_to_head(struct kvt_idlist *l, struct kvt_idlink *lk, uint32_t id)
 {
