@@ -34,7 +34,7 @@
 	X(k, "store.max_object_bytes", SIZE, "4GiB", 4096, 4294967296.0, NULL, PLAIN, "largest object a reader accepts") \
 	X(k, "store.read_only", BOOL, "false", 0, 0, NULL, PLAIN, "open every tier for reading only: nothing is created, locked, cleaned up or written, and a missing store is an error (kvtier ls, stat and verify use it)") \
 	X(k, "store.daemon", STR, "", 0, 0, NULL, PLAIN, "Unix socket of a kvtierd node daemon: when set, the store is a client of that daemon (its tiers, its DRAM) instead of opening tiers itself (docs/DAEMON.md)") \
-	X(k, "store.daemon_timeout_ms", U64, "5000", 1, 3600000, NULL, PLAIN, "deadline of each exchange with kvtierd: a daemon that does not answer by then reads as an error or a miss, and is marked down: calls fail or miss at once for a backoff (this timeout, doubled by each retry that times out again, up to 30 s; reset by an answer), then one call at a time tries it again") \
+	X(k, "store.daemon_timeout_ms", U64, "5000", 1, 3600000, NULL, PLAIN, "deadline of each exchange with kvtierd: a daemon that does not answer by then reads as an error or a miss, and is marked down: calls fail or miss at once for a backoff (this timeout, doubled by each retry that times out again, up to 30 s; reset by a request's answer, not by a reconnect's HELLO), then one call at a time tries it again") \
 	/* kvtierd (the node daemon, docs/DAEMON.md) */ \
 	X(k, "daemon.socket", STR, "/run/kvtier/kvtierd.sock", 0, 0, NULL, PLAIN, "kvtierd: the Unix socket clients attach to (mode 0600, so only its owner's processes)") \
 	X(k, "daemon.metrics", STR, "", 0, 0, NULL, PLAIN, "kvtierd: serve Prometheus /metrics on this loopback ADDR:PORT (empty: off)") \

@@ -173,8 +173,9 @@ bool kvt__client_wanted(const struct kvt_config *cfg)
  * waited); each probe that times out again doubles it, up to DOWN_BACKOFF_MAX_MS (or the
  * timeout, if longer): a probe holds the calls queued behind it for up to one timeout, so
  * a daemon hung for long costs at most one timeout per cap, and a daemon that comes back
- * is found within the cap. Any answer (or an instant failure: no daemon listening, a dead
- * connection - no waiting there) resets it. */
+ * is found within the cap. Any request's answer (or an instant failure: no daemon
+ * listening, a dead connection - no waiting there) resets it; a reconnect's HELLO answer
+ * does not (see exchange_fd). */
 #define DOWN_BACKOFF_MAX_MS 30000u
 
 static uint64_t backoff_cap_ms(const struct kvt_client *c)

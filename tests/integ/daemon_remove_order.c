@@ -12,13 +12,100 @@
  * have been answered by the daemon. Flush, remove and clear wait for everything submitted
  * before them: a put queued before kvt_flush_sync is durable (found) when it returns, and
  * one queued before kvt_remove_sync is removed (old code: flush returned before queued
- * puts reached the daemon, and a remove_sync overtook them). The real daemon binary.
- * Exit 0 pass, 1 fail.
+ * puts reached the daemon, and a remove_sync overtook them). The device layer's calls run
+ * on the caller's thread too, and wait the same way: a kvt_device_load issued right after
+ * kvt_remove returned misses (its GET_PIN waits for the remove), and a kvt_device_store
+ * issued after it wins (its TP_RESERVE waits: one that overtook the remove found the key
+ * still stored, copied nothing, and the remove then deleted it; each wait taken out in
+ * turn, one run: 'kvt_device_load hit 49/50', 'kvt_device_store then get_sync: hit
+ * 0/50'). The real daemon binary, the emu device backend. Exit 0 pass, 1 fail.
  */
 #include <signal.h>
 
 #include "internal.h"
+#include "../unit/device_common.h"
 #include "lib/daemon_harness.h"
+
+/* Queue kvt_remove(k) behind `ahead` queued lookups (the worker is busy when the next call
+ * comes: without its wait, that call overtakes the remove); the remove's box. */
+static void remove_behind(struct kvt_store *s, const struct kvt_key *k, struct test_box *r,
+			  struct test_box *pre, int ahead)
+{
+	memset(pre, 0, sizeof(*pre) * (size_t)ahead);
+	for (int j = 0; j < ahead; j++)
+		CHECK_RC(kvt_lookup(s, k, 1, NULL, test_box_cb, &pre[j]), 0);
+	memset(r, 0, sizeof(*r));
+	CHECK_RC(kvt_remove(s, k, test_box_cb, r), 0);
+}
+
+static void poll_done(struct kvt_store *s, const int *done)
+{
+	uint64_t t0 = test_now_ns();
+	while (!*done) {
+		CHECKM(test_ms_since(t0) < 10000, "a call never completed");
+		kvt_poll(s, 20);
+	}
+}
+
+/* The device path after kvt_remove: a device load of the removed chunk misses; a device
+ * store of it (TP=1: every head) stores it again, the remove queued before it
+ * notwithstanding. */
+static void device_after_remove(struct kvt_store *s, uint8_t *buf, uint8_t *back, size_t len)
+{
+	enum { AHEAD = 4 };
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	const uint8_t POISON = 0xA5;
+	struct tr_rank r;
+	uint32_t ids[1] = {1};
+	CHECK_RC(tr_rank_open(&r, NULL, g, KVT_LAYOUT_FLASH_ATTN, g->chunk_tokens, 4, 0,
+			      g->kv_heads, POISON, NULL),
+		 0);
+	struct test_box pre[AHEAD];
+	int loaded = 0, kept = 0, rounds = 50;
+	for (int i = 0; i < rounds; i++) {
+		struct kvt_key k = {{0}};
+		k.bytes[0] = 0x44;
+		k.bytes[1] = (uint8_t)i;
+		test_fill(buf, len, 300 + i);
+		CHECK_RC(kvt_put_sync(s, &k, NULL, g->chunk_tokens, buf, len), 0);
+		/* a load issued after kvt_remove returned misses */
+		struct test_box rm;
+		remove_behind(s, &k, &rm, pre, AHEAD);
+		struct tr_done d = {0};
+		CHECK_RC(kvt_device_load(r.dev, s, &k, ids, 1, NULL, tr_on_done, &d, NULL), 0);
+		poll_done(s, &d.calls);
+		CHECKM(d.res.status == 0 || d.res.status == -ENOENT, "load %d: status %d", i,
+		       d.res.status);
+		loaded += d.res.status == 0;
+		poll_done(s, &rm.done);
+		CHECKM(rm.res.status > 0, "remove %d: status %d", i, rm.res.status);
+		for (int j = 0; j < AHEAD; j++)
+			poll_done(s, &pre[j].done);
+		/* a store issued after kvt_remove returned wins: put back first, so a reservation
+		 * that overtook the remove would find it stored and copy nothing */
+		CHECK_RC(kvt_put_sync(s, &k, NULL, g->chunk_tokens, buf, len), 0);
+		test_fill(back, len, 400 + i);
+		tr_rank_load_logical(&r, back, g->chunk_tokens, ids);
+		remove_behind(s, &k, &rm, pre, AHEAD);
+		struct tr_done w = {0};
+		CHECK_RC(kvt_device_store(r.dev, s, &k, NULL, g->chunk_tokens, ids, 1, NULL,
+					  tr_on_done, &w, NULL),
+			 0);
+		poll_done(s, &w.calls);
+		CHECK_RC(w.res.status, 0);
+		poll_done(s, &rm.done);
+		for (int j = 0; j < AHEAD; j++)
+			poll_done(s, &pre[j].done);
+		memset(back, 0, len);
+		if (kvt_get_sync(s, &k, 0, 0, back, len, NULL) == 0 && test_check(back, len, 400 + i))
+			kept++;
+	}
+	tr_rank_close(&r);
+	printf("client store, after kvt_remove returned: kvt_device_load hit %d/%d; "
+	       "kvt_device_store then get_sync: hit %d/%d\n", loaded, rounds, kept, rounds);
+	CHECK_EQ(loaded, 0);
+	CHECK_EQ(kept, rounds);
+}
 
 int main(void)
 {
@@ -101,6 +188,8 @@ int main(void)
 	       "kvt_remove_sync of each: %d/%d left\n", present, N, left, N);
 	CHECK_EQ(present, N);
 	CHECK_EQ(left, 0);
+
+	device_after_remove(s, buf, back, len);
 	kvt_store_close(s);
 	kvtd_stop();
 	test_rmdir(dir);
