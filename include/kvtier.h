@@ -459,8 +459,9 @@ struct kvt_device_desc {
 /* A dependency a copy waits for (NULL or kind NONE: none). */
 enum kvt_device_dep_kind {
 	KVT_DEP_NONE = 0,
-	KVT_DEP_CUDA_EVENT = 1,  /* handle is a cudaEvent_t, recorded by the engine */
-	KVT_DEP_CUDA_STREAM = 2, /* handle is a cudaStream_t: waits for work queued on it so far */
+	KVT_DEP_CUDA_EVENT = 1,  /* handle is a cudaEvent_t: its record as of the call */
+	KVT_DEP_CUDA_STREAM = 2, /* handle is a cudaStream_t: the work queued on it before the
+				  * call (cudaStreamPerThread: the calling thread's) */
 	KVT_DEP_EMU_EVENT = 3,   /* handle is a struct kvt_emu_event * (emu backend) */
 };
 struct kvt_device_dep {
@@ -544,8 +545,11 @@ KVT_EXPORT int kvt_device_load(struct kvt_device *dev, struct kvt_store *s,
 			       uint32_t n_blocks, const struct kvt_device_dep *dep, kvt_cb cb,
 			       void *arg, struct kvt_device_op **op);
 
-/* An emulated engine event for the emu backend: a copy that depends on it does not start
- * before kvt_emu_event_signal(). */
+/* An emulated engine event for the emu backend, modelled on a CUDA event: created or reset
+ * = work recorded and not yet complete, signal = that work complete. A copy that depends
+ * on it waits for the record it had at the copy's call: not before the next
+ * kvt_emu_event_signal() if it was unsignalled then, not at all if it was signalled (a
+ * reset after the call does not hold the copy). */
 struct kvt_emu_event;
 KVT_EXPORT int kvt_emu_event_create(struct kvt_emu_event **out);
 KVT_EXPORT void kvt_emu_event_signal(struct kvt_emu_event *ev);

@@ -116,8 +116,8 @@ struct pending {
 	struct kvt_device_op *op;
 	uint32_t layer;
 	bool last;
-	int status; /* an error found while enqueuing */
-	cudaEvent_t ev;
+	int status;	/* an error found while enqueuing */
+	cudaEvent_t ev; /* NULL: none could be recorded; the completer syncs the stream */
 	struct pending *next;
 };
 
@@ -132,7 +132,9 @@ struct cuda_dir {
 	struct kvt_device *dev;
 	cudaStream_t stream;
 	uint8_t *scratch[2];
-	cudaEvent_t dep_ev;	   /* records an engine stream for KVT_DEP_CUDA_STREAM */
+	/* takes a KVT_DEP_CUDA_EVENT at the call (dep_capture): waits for the engine's event
+	 * as recorded then, and an event of ours recorded behind that wait stands for it */
+	cudaStream_t cap_stream;
 	pthread_mutex_t submit_mu; /* one op's layers are enqueued together */
 	pthread_mutex_t mu;	   /* the pending FIFO and the pools */
 	pthread_cond_t cv;
@@ -258,13 +260,20 @@ void *completer(void *arg)
 			d->tail = NULL;
 		pthread_mutex_unlock(&d->mu);
 
-		int status = p->status;
+		/* Nothing of the op is reported before everything queued ahead of this entry is
+		 * complete, an error entry included: part of its layer may be queued (a kernel,
+		 * one plane's DMA) and still read or write the blocks, the object and the
+		 * scratch after the caller was told the op is over. */
+		int status = p->status, rc;
 		if (p->ev) {
-			int rc = cuda_err(d->dev, cudaEventSynchronize(p->ev), "event synchronize");
-			if (!status)
-				status = rc;
+			rc = cuda_err(d->dev, cudaEventSynchronize(p->ev), "event synchronize");
 			ev_put(d, p->ev);
+		} else { /* no event could be recorded behind it: wait for the whole stream */
+			rc = cuda_err(d->dev, cudaStreamSynchronize(d->stream),
+				      "stream synchronize");
 		}
+		if (!status)
+			status = rc;
 		struct kvt_device_op *op = p->op;
 		if (status < 0 && !op->status)
 			op->status = status; /* remembered until the op's last entry */
@@ -307,8 +316,8 @@ void dir_stop(struct cuda_dir *d)
 	for (int i = 0; i < 2; i++)
 		if (d->scratch[i])
 			cudaFree(d->scratch[i]);
-	if (d->dep_ev)
-		cudaEventDestroy(d->dep_ev);
+	if (d->cap_stream)
+		cudaStreamDestroy(d->cap_stream);
 	if (d->stream)
 		cudaStreamDestroy(d->stream);
 	pthread_cond_destroy(&d->cv);
@@ -352,9 +361,9 @@ int cuda_open(struct kvt_device *dev)
 		if ((rc =
 			 cuda_err(dev, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking),
 				  "stream create")) < 0 ||
-		    (rc =
-			 cuda_err(dev, cudaEventCreateWithFlags(&d->dep_ev, cudaEventDisableTiming),
-				  "event create")) < 0 ||
+		    (rc = cuda_err(dev,
+				   cudaStreamCreateWithFlags(&d->cap_stream, cudaStreamNonBlocking),
+				   "stream create")) < 0 ||
 		    (rc = cuda_err(dev, cudaMalloc((void **)&d->scratch[0], st->scratch_bytes),
 				   "scratch")) < 0 ||
 		    (rc = cuda_err(dev, cudaMalloc((void **)&d->scratch[1], st->scratch_bytes),
@@ -386,9 +395,11 @@ void cuda_close(struct kvt_device *dev)
 	dev->bstate = NULL;
 }
 
-/* Queue one FIFO entry (an event recorded now on the stream, or none on error). p is
- * entry `layer` of the op's array, allocated before anything was enqueued so that queuing
- * cannot fail half way and leave an op that never completes. */
+/* Queue one FIFO entry with an event recorded now on the stream, behind everything queued
+ * so far - an error entry too: the op's earlier calls may have queued part of its layer.
+ * Without an event (none could be made or recorded) the completer waits for the stream.
+ * p is entry `layer` of the op's array, allocated before anything was enqueued so that
+ * queuing cannot fail half way and leave an op that never completes. */
 int push(struct cuda_dir *d, struct pending *p, struct kvt_device_op *op, uint32_t layer, bool last,
 	 int status)
 {
@@ -396,15 +407,13 @@ int push(struct cuda_dir *d, struct pending *p, struct kvt_device_op *op, uint32
 	p->layer = layer;
 	p->last = last;
 	p->status = status;
-	if (!status) {
-		p->ev = ev_get(d);
-		if (!p->ev || cudaEventRecord(p->ev, d->stream) != cudaSuccess) {
-			if (p->ev)
-				ev_put(d, p->ev);
-			p->ev = NULL;
-			p->status = -EIO;
-		}
+	p->ev = ev_get(d);
+	if (p->ev && cudaEventRecord(p->ev, d->stream) != cudaSuccess) {
+		ev_put(d, p->ev);
+		p->ev = NULL;
 	}
+	if (!p->ev && !p->status)
+		p->status = -EIO;
 	pthread_mutex_lock(&d->mu);
 	if (d->tail)
 		d->tail->next = p;
@@ -439,6 +448,58 @@ cudaError_t layer_dma(const struct kvt_dev_plan *pl, uint32_t l, uint8_t *obj, u
 	return cudaSuccess;
 }
 
+/* The dependency as it stands at the call, on the caller's thread (submit may run later on
+ * another: a load's, once the chunk is acquired). KVT_DEP_CUDA_STREAM: an event recorded on
+ * the engine's stream now (cudaStreamPerThread then means the caller's stream, not the
+ * submitting thread's). KVT_DEP_CUDA_EVENT: the event as recorded now, through cap_stream
+ * (a record the engine makes after the call is not waited for). The captured event is what
+ * submit waits on; dep_release gives it back. */
+int cuda_dep_capture(struct kvt_device_op *op)
+{
+	if (op->dep.kind != KVT_DEP_NONE && op->dep.kind != KVT_DEP_CUDA_EVENT &&
+	    op->dep.kind != KVT_DEP_CUDA_STREAM)
+		return -EINVAL;
+	if (op->dep.kind == KVT_DEP_NONE)
+		return 0;
+	if (!op->dep.handle)
+		return -EINVAL;
+	struct kvt_device *dev = op->dev;
+	struct cuda_state *st = (struct cuda_state *)dev->bstate;
+	struct cuda_dir *d = &st->dir[op->dir == KVT_DEV_GATHER ? 0 : 1];
+	device_guard g(st->device);
+	if (!g.ok)
+		return -ENODEV;
+	cudaEvent_t ev = ev_get(d);
+	if (!ev)
+		return -ENOMEM;
+	cudaError_t e;
+	if (op->dep.kind == KVT_DEP_CUDA_STREAM) {
+		e = cudaEventRecord(ev, (cudaStream_t)op->dep.handle);
+	} else {
+		e = cudaStreamWaitEvent(d->cap_stream, (cudaEvent_t)op->dep.handle, 0);
+		if (e == cudaSuccess)
+			e = cudaEventRecord(ev, d->cap_stream);
+	}
+	int rc = cuda_err(dev, e, "take the engine's dependency");
+	if (rc < 0) {
+		ev_put(d, ev);
+		return rc;
+	}
+	op->dep_priv = ev;
+	return 0;
+}
+
+/* After the op: every wait on the captured event was enqueued long before (a wait takes
+ * the event's state when it is enqueued), so it may be recorded again. */
+void cuda_dep_release(struct kvt_device_op *op)
+{
+	if (!op->dep_priv)
+		return;
+	struct cuda_state *st = (struct cuda_state *)op->dev->bstate;
+	ev_put(&st->dir[op->dir == KVT_DEV_GATHER ? 0 : 1], (cudaEvent_t)op->dep_priv);
+	op->dep_priv = NULL;
+}
+
 int cuda_submit(struct kvt_device_op *op)
 {
 	struct kvt_device *dev = op->dev;
@@ -446,11 +507,8 @@ int cuda_submit(struct kvt_device_op *op)
 	const struct kvt_dev_plan *pl = &op->plan;
 	bool gather = op->dir == KVT_DEV_GATHER;
 	struct cuda_dir *d = &st->dir[gather ? 0 : 1];
-	if (op->dep.kind != KVT_DEP_NONE && op->dep.kind != KVT_DEP_CUDA_EVENT &&
-	    op->dep.kind != KVT_DEP_CUDA_STREAM)
-		return -EINVAL;
-	if (op->dep.kind != KVT_DEP_NONE && !op->dep.handle)
-		return -EINVAL;
+	if (op->dep.kind != KVT_DEP_NONE && !op->dep_priv)
+		return -EINVAL; /* not taken by cuda_dep_capture */
 	if (pl->n_blocks > st->max_blocks)
 		return -EINVAL;
 	device_guard g(st->device);
@@ -469,15 +527,10 @@ int cuda_submit(struct kvt_device_op *op)
 
 	int rc = 0;
 	pthread_mutex_lock(&d->submit_mu);
-	/* The dependency first: nothing below may start before it. */
-	if (op->dep.kind == KVT_DEP_CUDA_STREAM)
-		rc = cuda_err(dev, cudaEventRecord(d->dep_ev, (cudaStream_t)op->dep.handle),
-			      "record engine stream");
-	if (!rc && op->dep.kind != KVT_DEP_NONE) {
-		cudaEvent_t ev =
-		    op->dep.kind == KVT_DEP_CUDA_EVENT ? (cudaEvent_t)op->dep.handle : d->dep_ev;
-		rc = cuda_err(dev, cudaStreamWaitEvent(d->stream, ev, 0), "wait engine event");
-	}
+	/* The dependency first, as taken at the call: nothing below may start before it. */
+	if (op->dep_priv)
+		rc = cuda_err(dev, cudaStreamWaitEvent(d->stream, (cudaEvent_t)op->dep_priv, 0),
+			      "wait engine event");
 	if (!rc)
 		rc = cuda_err(dev,
 			      cudaMemcpyAsync(ids->dev, ids->host, pl->n_blocks * sizeof(uint32_t),
@@ -563,7 +616,7 @@ int cuda_host_unregister(struct kvt_device *dev, void *p)
 } // namespace
 
 extern "C" const struct kvt_dev_ops kvt__dev_cuda_ops = {
-    "cuda",	   cuda_available, cuda_open,	 cuda_close,	     cuda_mem_alloc,
-    cuda_mem_free, cuda_to_dev,	   cuda_to_host, cuda_host_register, cuda_host_unregister,
-    cuda_submit,
+    "cuda",	   cuda_available,   cuda_open,	       cuda_close,	   cuda_mem_alloc,
+    cuda_mem_free, cuda_to_dev,	     cuda_to_host,     cuda_host_register, cuda_host_unregister,
+    cuda_submit,   cuda_dep_capture, cuda_dep_release,
 };

@@ -72,8 +72,8 @@ static void throttle(struct emu_queue *q, uint64_t bytes)
 static void run_op(struct emu_queue *q, struct kvt_device_op *op)
 {
 	const struct kvt_dev_plan *pl = &op->plan;
-	if (op->dep.kind == KVT_DEP_EMU_EVENT)
-		kvt__emu_event_wait(op->dep.handle);
+	if (op->dep.kind == KVT_DEP_EMU_EVENT) /* the record the call saw (emu_dep_capture) */
+		kvt__emu_event_wait(op->dep.handle, op->dep_seq);
 	/* A fresh pacing window per op: idle time on the link is not credit for later. */
 	q->pace_ns = kvt__now_ns();
 	uint64_t layer_bytes = (uint64_t)pl->planes * pl->n_tokens * pl->row_bytes;
@@ -155,6 +155,20 @@ static void emu_close(struct kvt_device *dev)
 	dev->bstate = NULL;
 }
 
+/* The event's latest record at the call, as cudaStreamWaitEvent takes it: a reset after
+ * the call (the engine's next step) is not this copy's dependency. */
+static int emu_dep_capture(struct kvt_device_op *op)
+{
+	if (op->dep.kind != KVT_DEP_NONE && op->dep.kind != KVT_DEP_EMU_EVENT)
+		return -EINVAL;
+	if (op->dep.kind == KVT_DEP_EMU_EVENT) {
+		if (!op->dep.handle)
+			return -EINVAL;
+		op->dep_seq = kvt__emu_event_epoch(op->dep.handle);
+	}
+	return 0;
+}
+
 static int emu_submit(struct kvt_device_op *op)
 {
 	struct emu_state *st = op->dev->bstate;
@@ -214,4 +228,6 @@ const struct kvt_dev_ops kvt__dev_emu_ops = {
     .host_register = NULL,
     .host_unregister = NULL,
     .submit = emu_submit,
+    .dep_capture = emu_dep_capture,
+    .dep_release = NULL,
 };

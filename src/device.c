@@ -316,6 +316,15 @@ struct kvt_device_op *kvt__dev_op_new(struct kvt_device *dev, int dir, uint32_t 
 		kvt__free(op);
 		return NULL;
 	}
+	/* The dependency as it is now, at the call: the copy may be submitted later, from
+	 * another thread (a load, once its chunk is acquired). */
+	if (dev->ops->dep_capture && (*rc = dev->ops->dep_capture(op)) < 0) {
+		pthread_cond_destroy(&op->cv);
+		pthread_mutex_destroy(&op->mu);
+		kvt__free(op->ids);
+		kvt__free(op);
+		return NULL;
+	}
 	op->bytes = (uint64_t)op->plan.layers * op->plan.planes * n_tokens * op->plan.row_bytes;
 	pthread_mutex_lock(&dev->mu);
 	dev->inflight++;
@@ -355,6 +364,8 @@ void kvt__dev_layer_done(struct kvt_device_op *op, uint32_t layer)
 void kvt__dev_op_done(struct kvt_device_op *op, int status)
 {
 	struct kvt_device *dev = op->dev;
+	if (dev->ops->dep_release)
+		dev->ops->dep_release(op); /* every copy of the op is complete, or none began */
 	op->status = status;
 	if (op->finish)
 		op->finish(op); /* may rewrite op->status (store-level result) */
@@ -468,10 +479,13 @@ void kvt_device_op_free(struct kvt_device_op *op)
 
 /* --------------------------------------------------------- emulated event */
 
+/* Like a CUDA event: records (resets) and their completion (signals). A new event is a
+ * record not yet complete. */
 struct kvt_emu_event {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	bool signalled;
+	uint64_t recorded;  /* the latest record */
+	uint64_t completed; /* the latest record complete (== recorded: signalled) */
 };
 
 int kvt_emu_event_create(struct kvt_emu_event **out)
@@ -483,6 +497,7 @@ int kvt_emu_event_create(struct kvt_emu_event **out)
 	}
 	pthread_mutex_init(&ev->mu, NULL);
 	pthread_cond_init(&ev->cv, NULL);
+	ev->recorded = 1;
 	*out = ev;
 	return 0;
 }
@@ -490,22 +505,32 @@ int kvt_emu_event_create(struct kvt_emu_event **out)
 void kvt_emu_event_signal(struct kvt_emu_event *ev)
 {
 	pthread_mutex_lock(&ev->mu);
-	ev->signalled = true;
+	ev->completed = ev->recorded;
 	pthread_cond_broadcast(&ev->cv);
 	pthread_mutex_unlock(&ev->mu);
 }
 
+/* A new record: copies that took the event before it do not wait for it. */
 void kvt_emu_event_reset(struct kvt_emu_event *ev)
 {
 	pthread_mutex_lock(&ev->mu);
-	ev->signalled = false;
+	if (ev->completed == ev->recorded)
+		ev->recorded++;
 	pthread_mutex_unlock(&ev->mu);
 }
 
-void kvt__emu_event_wait(struct kvt_emu_event *ev)
+uint64_t kvt__emu_event_epoch(struct kvt_emu_event *ev)
 {
 	pthread_mutex_lock(&ev->mu);
-	while (!ev->signalled)
+	uint64_t e = ev->recorded;
+	pthread_mutex_unlock(&ev->mu);
+	return e;
+}
+
+void kvt__emu_event_wait(struct kvt_emu_event *ev, uint64_t epoch)
+{
+	pthread_mutex_lock(&ev->mu);
+	while (ev->completed < epoch)
 		pthread_cond_wait(&ev->cv, &ev->mu);
 	pthread_mutex_unlock(&ev->mu);
 }

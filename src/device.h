@@ -73,9 +73,17 @@ struct kvt_dev_ops {
 	/* Pin host memory for asynchronous copies (NULL: nothing to do). */
 	int (*host_register)(struct kvt_device *dev, void *p, size_t n);
 	int (*host_unregister)(struct kvt_device *dev, void *p);
-	/* Start op (op->dir, op->plan, op->obj, op->dep); contract in the file comment. A
-	 * dependency kind the backend does not understand is -EINVAL. */
+	/* Start op (op->dir, op->plan, op->obj, op->dep as dep_capture took it); contract in
+	 * the file comment. */
 	int (*submit)(struct kvt_device_op *op);
+	/* Take op->dep as it stands now, on the calling thread, when the op is made: submit
+	 * may come much later and from another thread (a load submits once its chunk is
+	 * acquired), and what the engine queues on its stream, or records on its event, after
+	 * the call must not change what the copy waits for. A dependency kind the backend does
+	 * not understand is -EINVAL (no op is made). NULL: nothing to take. */
+	int (*dep_capture)(struct kvt_device_op *op);
+	/* Give back what dep_capture took: once, when the op is done (submitted or not). */
+	void (*dep_release)(struct kvt_device_op *op);
 };
 
 extern const struct kvt_dev_ops kvt__dev_emu_ops;
@@ -118,6 +126,8 @@ struct kvt_device_op {
 	kvt_dev_finish_fn finish;
 	void *ctx;		    /* the store-level context of finish */
 	void *bpriv;		    /* the backend's per-op state */
+	void *dep_priv;		    /* the backend's capture of dep (dep_capture) */
+	uint64_t dep_seq;	    /* emu: the event's record the op waits for */
 	struct kvt_device_op *next; /* backend queue link */
 };
 
@@ -146,8 +156,12 @@ int kvt__dev_plan_runs(const struct kvt_dev_plan *pl, uint32_t l,
 void kvt__dev_layer_done(struct kvt_device_op *op, uint32_t layer);
 void kvt__dev_op_done(struct kvt_device_op *op, int status);
 
-/* The emulated event behind KVT_DEP_EMU_EVENT: block until signalled. */
-void kvt__emu_event_wait(struct kvt_emu_event *ev);
+/* The emulated event behind KVT_DEP_EMU_EVENT, modelled on a CUDA event: a reset is a new
+ * record (work started, not yet complete), a signal completes the latest record. epoch
+ * says which record a dependency taken now waits for (as cudaStreamWaitEvent at the call);
+ * wait blocks until that record is complete. */
+uint64_t kvt__emu_event_epoch(struct kvt_emu_event *ev);
+void kvt__emu_event_wait(struct kvt_emu_event *ev, uint64_t epoch);
 
 /* Test access to the backend's memory helpers. */
 int kvt__dev_mem_alloc(struct kvt_device *dev, size_t n, void **out);

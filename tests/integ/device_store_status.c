@@ -4,7 +4,10 @@
  * is resident, or a rank replicating heads another rank writes) has every layer done, so
  * kvt_device_op_wait_layer answers 0, not -EIO; and a publish whose protection fails
  * (RAND_bytes, interposed here, fails while `rand_fail` is set: no nonce for the
- * encryption) reports that error to the rank, not 0 (published).
+ * encryption) reports that error to the rank, not 0 (published). A load's dependency is
+ * the one its call saw: a reset of the event after the call does not hold the scatter the
+ * load submits later from another thread; a kind the backend cannot honour is -EINVAL from
+ * the load call.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* RTLD_NEXT */
@@ -131,6 +134,51 @@ int main(void)
 	tr_rank_close(&a);
 	tr_rank_close(&b);
 	tr_rank_close(&c);
+
+	/* 3. A load's dependency is the one its call saw. A load submits its scatter later, on
+	 * another thread, once the chunk is acquired (even a DRAM hit is deferred); what the
+	 * engine starts on its event after the call - here a reset, its next step - must not
+	 * hold the copy. The scatter queue is kept busy past the reset by an earlier scatter
+	 * (on `busy`). The old code took the event when the scatter started, and the load
+	 * waited for the engine's next signal. A kind the backend cannot honour is refused at
+	 * the call (it used to come back through the callback, after the acquire). */
+	struct tr_rank r;
+	struct kvt_emu_event *busy, *ev;
+	struct tr_done dl = {0}, dx = {0};
+	size_t olen = kvt_object_bytes(&g, n);
+	uint8_t *obj = malloc(olen);
+	CHECK(obj != NULL);
+	memset(obj, 0, olen);
+	CHECK(tr_rank_open(&r, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, 0xA5, NULL) == 0);
+	CHECK(kvt_emu_event_create(&busy) == 0 && kvt_emu_event_create(&ev) == 0);
+	struct kvt_device_dep dep_busy = {KVT_DEP_EMU_EVENT, busy}, dep = {KVT_DEP_EMU_EVENT, ev};
+	struct kvt_device_dep dep_cuda = {KVT_DEP_CUDA_EVENT, ev};
+	struct kvt_device_op *hold, *lop;
+	CHECK(kvt_device_load(r.dev, s, &key, ids, nblk, &dep_cuda, tr_on_done, &dx, &lop) ==
+	      -EINVAL);
+	CHECK(kvt_device_scatter(r.dev, obj, olen, n, ids, nblk, &dep_busy, &hold) == 0);
+	kvt_emu_event_signal(ev); /* the engine is done with the blocks */
+	CHECK(kvt_device_load(r.dev, s, &key, ids, nblk, &dep, tr_on_done, &dl, &lop) == 0);
+	kvt_emu_event_reset(ev); /* its next step */
+	kvt_emu_event_signal(busy);
+	CHECK(kvt_device_op_wait(hold, 10000) == 0);
+	int lw = kvt_device_op_wait(lop, 2000);
+	printf("  a load whose dependency was complete at the call, the event reset after it: "
+	       "%s\n",
+	       lw == 0 ? "ran" : "waited for the engine's next signal");
+	kvt_emu_event_signal(ev);
+	CHECK(kvt_device_op_wait(lop, 10000) == 0);
+	poll_until(s, &dl, 1);
+	CHECK(lw == 0);
+	CHECK(dl.res.status == 0 && dl.res.n_tokens == n);
+	kvt_poll(s, 10);
+	CHECK(dx.calls == 0);
+	kvt_device_op_free(hold);
+	kvt_device_op_free(lop);
+	tr_rank_close(&r);
+	kvt_emu_event_destroy(busy);
+	kvt_emu_event_destroy(ev);
+	free(obj);
 	kvt_store_close(s);
 
 	/* 4. Encryption needs a nonce from RAND_bytes; without one the publish fails, and the

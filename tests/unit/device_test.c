@@ -279,6 +279,75 @@ static void test_dependency(void **state)
 	free(late);
 }
 
+/* The dependency is the one the call saw, as cudaStreamWaitEvent at the call would take
+ * it: a copy issued once its event was signalled does not also wait for work the engine
+ * starts on that event afterwards (reset, to be signalled at the end of the next step),
+ * even when the copy queue is still busy with an earlier op at that time. The old emu
+ * looked at the event only when its worker reached the op (and the cuda backend records
+ * a KVT_DEP_CUDA_STREAM when it submits, which for kvt_device_load is later, on another
+ * thread): the copy then hung until the engine's next step. */
+static void test_dependency_at_call(void **state)
+{
+	struct kvt_geometry g = geo_kv(KVT_DTYPE_BF16);
+	uint64_t seed = 91;
+	uint32_t n = 64, bs = 16, nb = 8, ids[4];
+	struct tr_rank w;
+	struct kvt_emu_event *busy, *ev;
+	struct kvt_device_op *a, *b;
+	size_t len;
+	tr_shuffled_ids(&seed, nb, ids, 4);
+	uint8_t *logical = logical_new(&g, n, &seed);
+	uint8_t *obj_a = obj_new(&g, n, &len), *obj_b = obj_new(&g, n, &len);
+	assert_int_equal(tr_rank_open(&w, NULL, &g, KVT_LAYOUT_FLASH_ATTN, bs, nb, 0, 8, 0, NULL),
+			 0);
+	tr_rank_load_logical(&w, logical, n, ids);
+	assert_int_equal(kvt_emu_event_create(&busy), 0);
+	assert_int_equal(kvt_emu_event_create(&ev), 0);
+	struct kvt_device_dep dep_busy = {KVT_DEP_EMU_EVENT, busy}, dep = {KVT_DEP_EMU_EVENT, ev};
+	for (int dir = 0; dir < 2; dir++) {
+		/* a holds the queue of this direction until busy is signalled */
+		if (dir == 0) {
+			assert_int_equal(
+			    kvt_device_gather(w.dev, ids, 4, n, obj_a, len, &dep_busy, &a), 0);
+		} else {
+			assert_int_equal(
+			    kvt_device_scatter(w.dev, obj_b, len, n, ids, 4, &dep_busy, &a), 0);
+		}
+		kvt_emu_event_signal(ev); /* the engine's reads/writes of the blocks are done */
+		if (dir == 0) {
+			assert_int_equal(kvt_device_gather(w.dev, ids, 4, n, obj_b, len, &dep, &b),
+					 0);
+		} else {
+			assert_int_equal(kvt_device_scatter(w.dev, obj_b, len, n, ids, 4, &dep, &b),
+					 0);
+		}
+		kvt_emu_event_reset(ev); /* its next step starts, signalled much later */
+		kvt_emu_event_signal(busy);
+		assert_int_equal(kvt_device_op_wait(a, 10000), 0);
+		int rc = kvt_device_op_wait(b, 2000);
+		print_message("  %s issued after its dependency completed, the event reset "
+			      "after the call: %s\n",
+			      dir ? "scatter" : "gather",
+			      rc == 0 ? "ran" : "waited for the next signal");
+		assert_int_equal(rc, 0);
+		kvt_emu_event_signal(ev); /* (old code: lets b finish before the next round) */
+		assert_int_equal(kvt_device_op_wait(b, 10000), 0);
+		kvt_device_op_free(a);
+		kvt_device_op_free(b);
+		kvt_emu_event_reset(busy);
+		kvt_emu_event_reset(ev);
+		if (dir == 0)
+			assert_int_equal(tr_obj_check(obj_b, len, &g, logical, n, 0, 8, POISON), 0);
+	}
+	assert_int_equal(tr_rank_check(&w, logical, n, ids, 0), 0); /* scattered back as is */
+	tr_rank_close(&w);
+	kvt_emu_event_destroy(busy);
+	kvt_emu_event_destroy(ev);
+	free(obj_a);
+	free(obj_b);
+	free(logical);
+}
+
 /* ----------------------------------------------------- layer order, throttle */
 
 static struct kvt_config *cfg_gbps(const char *gbps)
@@ -537,6 +606,7 @@ int main(void)
 	    cmocka_unit_test(test_dtypes_and_block_sizes),
 	    cmocka_unit_test(test_tp),
 	    cmocka_unit_test(test_dependency),
+	    cmocka_unit_test(test_dependency_at_call),
 	    cmocka_unit_test(test_layer_order),
 	    cmocka_unit_test(test_throttle),
 	    cmocka_unit_test(test_bad_arguments),
