@@ -70,6 +70,18 @@ __global__ void paged_copy(uint8_t *layer, uint8_t *scratch, copy_args a)
 	}
 }
 
+/* One kernel launch; its own error only. cudaLaunchKernel answers for this launch, where
+ * cudaGetLastError after <<<>>> would also take (and clear) an error the engine's own
+ * earlier launches left on this thread, and fail an op half queued for it. */
+template <typename V, bool GATHER>
+cudaError_t launch_v(unsigned blocks, unsigned threads, cudaStream_t st, uint8_t *layer,
+		     uint8_t *scratch, copy_args a)
+{
+	void *args[] = {&layer, &scratch, &a};
+	return cudaLaunchKernel((const void *)paged_copy<V, GATHER>, dim3(blocks), dim3(threads),
+				args, 0, st);
+}
+
 template <bool GATHER>
 cudaError_t launch(uint8_t *layer, uint8_t *scratch, const copy_args &a, unsigned vec,
 		   cudaStream_t st)
@@ -83,21 +95,14 @@ cudaError_t launch(uint8_t *layer, uint8_t *scratch, const copy_args &a, unsigne
 		return cudaSuccess;
 	switch (vec) {
 	case 16:
-		paged_copy<uint4, GATHER><<<(unsigned)blocks, threads, 0, st>>>(layer, scratch, a);
-		break;
+		return launch_v<uint4, GATHER>((unsigned)blocks, threads, st, layer, scratch, a);
 	case 8:
-		paged_copy<uint2, GATHER><<<(unsigned)blocks, threads, 0, st>>>(layer, scratch, a);
-		break;
+		return launch_v<uint2, GATHER>((unsigned)blocks, threads, st, layer, scratch, a);
 	case 4:
-		paged_copy<uint32_t, GATHER>
-		    <<<(unsigned)blocks, threads, 0, st>>>(layer, scratch, a);
-		break;
+		return launch_v<uint32_t, GATHER>((unsigned)blocks, threads, st, layer, scratch, a);
 	default:
-		paged_copy<uint8_t, GATHER>
-		    <<<(unsigned)blocks, threads, 0, st>>>(layer, scratch, a);
-		break;
+		return launch_v<uint8_t, GATHER>((unsigned)blocks, threads, st, layer, scratch, a);
 	}
-	return cudaGetLastError();
 }
 
 /* Widest vector that every address and stride of the plan is aligned to. */
@@ -352,6 +357,23 @@ int cuda_open(struct kvt_device *dev)
 	device_guard g(st->device);
 	if (!g.ok)
 		goto fail_state;
+	/* A layer pointer that is not device memory of this GPU would fault the copy kernel,
+	 * and a fault ends the engine's whole CUDA context: refuse it here instead. */
+	for (uint32_t l = 0; l < desc->geometry.layers; l++) {
+		cudaPointerAttributes at;
+		cudaError_t e = cudaPointerGetAttributes(&at, desc->layer_base[l]);
+		if (e != cudaSuccess)
+			(void)cudaGetLastError(); /* that call's own error, left as the last one */
+		if (e != cudaSuccess ||
+		    (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged) ||
+		    at.device != st->device) {
+			KVT_ERR(&dev->log,
+				"cuda: layer %u's base %p is not device memory of cuda device %d", l,
+				desc->layer_base[l], st->device);
+			rc = -EINVAL;
+			goto fail_state;
+		}
+	}
 	for (int i = 0; i < 2; i++) {
 		struct cuda_dir *d = &st->dir[i];
 		d->dev = dev;

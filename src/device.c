@@ -117,8 +117,10 @@ int kvt__dev_plan_runs(const struct kvt_dev_plan *pl, uint32_t l,
 
 static int check_desc(const struct kvt_device_desc *d)
 {
+	if (!d || d->size < sizeof(*d))
+		return -EINVAL;
 	const struct kvt_geometry *g = &d->geometry;
-	if (!d || d->size < sizeof(*d) || kvt_geometry_check(g) < 0 || !d->layer_base)
+	if (kvt_geometry_check(g) < 0 || !d->layer_base)
 		return -EINVAL;
 	if (!d->block_size || g->chunk_tokens % d->block_size || !d->num_blocks)
 		return -EINVAL;
