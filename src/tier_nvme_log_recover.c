@@ -20,7 +20,9 @@
  * cycle; removed by a read-write open), and log/head naming a newest segment that is not
  * there (deleted: it leaves no gap when it is the highest-numbered) or missing itself when
  * the headers say it was kept. Files outside the cycle holding no batch, and other entries,
- * are warned about and left. A read-only open indexes nothing then, and writes nothing.
+ * are warned about and left. A read-only open indexes nothing then, and writes nothing. A
+ * segment file that fails to open for a reason other than not being a segment fails the
+ * open before anything is written (seg_open_failed).
  */
 #include "tier_nvme_log.h"
 
@@ -59,6 +61,28 @@ static bool parse_seg(const char *nm, uint32_t *out)
 		return false;
 	*out = v;
 	return true;
+}
+
+/* Did file n fail to open (err, -errno) because it cannot be a segment - a symlink (ELOOP:
+ * opened with O_NOFOLLOW), a directory (EISDIR), not a regular file (EINVAL, from
+ * nv_log_seg_open), a socket (ENXIO), gone since it was listed (ENOENT)? Any other error
+ * (EACCES, EPERM, EMFILE, EIO, ...) says nothing about what the file holds: it may be a
+ * segment with batches that the rest of the log needs, and it may open again later. Until
+ * 2026-12-03 such a file ended the cycle like a directory: the files after it were taken
+ * for files outside the cycle, voided or removed, while it kept its batches unvoided, and
+ * the first open that could read it again indexed its puts - keys removed before (their
+ * tombstones in the files removed) or during the run that could not read it (no tombstone:
+ * it was not indexed) came back (integ.nvme_log_outside part 4). So the open fails, with
+ * one line, before anything is written. */
+static int seg_open_failed(struct nv *s, uint32_t n, int err)
+{
+	if (err == -ELOOP || err == -EISDIR || err == -EINVAL || err == -ENXIO || err == -ENOENT)
+		return 0;
+	KVT_ERR(s->log,
+		"nvme: log segment %u.kvl: %s: the log cannot be read whole, so the tier does "
+		"not open (nothing was changed)",
+		n, strerror(-err));
+	return err;
 }
 
 /* Put entry en lies in segment g, block-aligned past its header, and fits one batch. A
@@ -144,8 +168,8 @@ static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq, b
 	char name[32];
 	snprintf(name, sizeof(name), "%u.kvl", n);
 	int fd = openat(s->lg->dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return 0; /* not a file that can become a segment */
+	if (fd < 0) /* not a file that can become a segment, or the open fails */
+		return seg_open_failed(s, n, -errno);
 	struct stat st;
 	int rc = 0;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -297,15 +321,20 @@ int nv_log_recover(struct nv *s)
 	lg->nsegs = alloc;
 	for (uint32_t i = 0; i < alloc; i++)
 		lg->segs[i].fd = -1;
-	/* One that does not open (a directory, a dangling symlink) cannot be created either:
-	 * the cycle ends before it. */
+	/* One that cannot be a segment (a directory, a symlink: seg_open_failed) cannot be
+	 * created either: the cycle ends before it. One that fails to open for another reason
+	 * fails the open. */
 	uint32_t k = 0;
 	int rc = 0;
 	for (; k < m; k++)
 		if ((rc = nv_log_seg_open(s, ns[k], false)) < 0) {
+			int err = rc;
+			if ((rc = seg_open_failed(s, ns[k], err)) < 0) {
+				kvt__free(ns);
+				return rc;
+			}
 			KVT_WARN(s->log, "nvme: log segment %u.kvl: %s: not used, nor any after it",
-				 ns[k], strerror(-rc));
-			rc = 0;
+				 ns[k], strerror(-err));
 			end = ns[k++];
 			break;
 		}
@@ -362,6 +391,11 @@ int nv_log_recover(struct nv *s)
 			out_first = ns[i];
 		if (!had)
 			ns[i] = NV_LOG_NONE; /* not removed below */
+	}
+	if (rc) { /* nothing written yet */
+		kvt__free(ns);
+		kvt__free_aligned(blk, NV_LOG_BUF);
+		return rc;
 	}
 	/* A gap (a segment missing with segments after it: deleted from outside) took with it
 	 * tombstones that any put written before it may need, and the numbering does not say

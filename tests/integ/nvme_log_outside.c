@@ -11,11 +11,39 @@
  * outside a 5-segment cycle; part 3: 3.kvl a dangling symlink, 4.kvl outside). With the
  * larger nvme.bytes the same missing file was a gap that voided the log; now files outside
  * the cycle that hold batches void it too, with one log line, and a read-write open
- * removes them (their space comes back); a read-only open changes nothing.
+ * removes them (their space comes back); a read-only open changes nothing. Part 2 then
+ * grows nvme.bytes back: nothing removed returns. Part 4: a segment that fails to open for
+ * a reason other than not being a segment (immutable as root, mode 0 otherwise) ended the
+ * cycle like a directory until 2026-12-03: the file after it was taken for one outside the
+ * cycle and removed with the tombstones it held, the cycle voided, and the segment kept its
+ * batches - indexed again once it opened, so a key removed before came back. Now the open
+ * fails with one line and writes nothing.
  */
 #include "nvme_util.h"
 
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+
 #include "lib/nvme_stale.h"
+
+/* Make segment file p fail a read-write open (on) or open again (off): immutable as root,
+ * who passes permission checks (EPERM), mode 0 otherwise (EACCES). */
+static void set_unopenable(const char *p, int on)
+{
+	if (geteuid() != 0) {
+		CHECK_EQ(chmod(p, on ? 0 : 0600), 0);
+		return;
+	}
+	int fd = open(p, O_RDONLY | O_CLOEXEC), fl = 0;
+	CHECK(fd >= 0);
+	CHECK_EQ(ioctl(fd, FS_IOC_GETFLAGS, &fl), 0);
+	fl = on ? fl | FS_IMMUTABLE_FL : fl & ~FS_IMMUTABLE_FL;
+	CHECKM(ioctl(fd, FS_IOC_SETFLAGS, &fl) == 0,
+	       "cannot make %s immutable (the file system of /tmp must support it): %s", p,
+	       strerror(errno));
+	close(fd);
+}
 
 static int count_segs(const char *dir)
 {
@@ -103,6 +131,19 @@ int main(void)
 	CHECK_EQ(log_count("outside the cycle"), 0);
 	CHECK_EQ(log_count("is missing"), 0);
 	kvt__tier_close(t);
+	/* nvme.bytes grown back: 6.kvl and 7.kvl were removed, nothing removed returns. */
+	log_clear();
+	CHECK_EQ(st_open(&t, dir, "128MiB", 0), 0);
+	so = st_state(t, 2, 1000);
+	sr = st_state(t, 2, 1010);
+	printf("nvme_log_outside: nvme.bytes grown back: replaced key %s, removed key %s\n",
+	       st_name(so), st_name(sr));
+	CHECKM(so != ST_V1 && so != ST_OTHER, "replaced key served %s", st_name(so));
+	CHECKM(sr == ST_ABSENT, "removed key served %s", st_name(sr));
+	for (uint64_t i = 0; i < 300; i++)
+		CHECK_EQ(st_state(t, 3, i), ST_V1);
+	CHECK_EQ(log_count("outside the cycle"), 0);
+	kvt__tier_close(t);
 
 	/* (3) 5 segments: keys 0 .. 1099 (0 .. 3, and 4.kvl the newest), key 600 (2.kvl)
 	 * replaced and 610 removed, in 4.kvl. 3.kvl replaced by a dangling symlink: the
@@ -126,6 +167,44 @@ int main(void)
 	CHECKM(so != ST_V1 && so != ST_OTHER, "replaced key served %s", st_name(so));
 	CHECKM(sr == ST_ABSENT, "removed key served %s", st_name(sr));
 	CHECK_EQ(log_count("outside the cycle"), 1);
+
+	/* (4) 5 segments as in (3), key 490 (2.kvl) and key 800 (3.kvl) removed: their
+	 * tombstones are in 4.kvl. 3.kvl made to fail a read-write open, then opened again. */
+	snprintf(dir, sizeof(dir), "%s/d", root);
+	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	st_write(t, 5, 0, 1100);
+	struct kvt_key k490 = make_key(5, 490), k800 = make_key(5, 800), k750 = make_key(5, 750);
+	CHECK_EQ(t_remove(t, &k490), 0);
+	CHECK_EQ(t_remove(t, &k800), 0);
+	kvt__tier_close(t);
+	st_path(p, sizeof(p), dir, "3.kvl");
+	set_unopenable(p, 1);
+	before = st_log_sum(dir);
+	log_clear();
+	int orc = st_open(&t, dir, "80MiB", 0), rm750 = 0;
+	int said = log_count("the log cannot be read whole"), kept4 = st_exists(dir, "4.kvl");
+	if (orc == 0) { /* the old code: a key of 3.kvl removed in this run */
+		rm750 = t_remove(t, &k750);
+		kvt__tier_close(t);
+	}
+	uint64_t after = st_log_sum(dir);
+	set_unopenable(p, 0);
+	log_clear();
+	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	int s490 = st_state(t, 5, 490), s800 = st_state(t, 5, 800), s750 = st_state(t, 5, 750);
+	kvt__tier_close(t);
+	printf("nvme_log_outside: 3.kvl failing to open: open %s, 4.kvl %s%s%s; once it "
+	       "opens: removed keys %s and %s, key 750 %s\n",
+	       orc ? strerror(-orc) : "succeeded", kept4 ? "kept" : "removed",
+	       orc ? "" : ", key 750 removed in that run: ", orc ? "" : strerror(-rm750),
+	       st_name(s490), st_name(s800), st_name(s750));
+	CHECKM(s800 == ST_ABSENT, "a key removed before came back: %s", st_name(s800));
+	CHECKM(s490 == ST_ABSENT, "a key removed before came back: %s", st_name(s490));
+	CHECK(orc < 0);
+	CHECK_EQ(said, 1);
+	CHECK(kept4);
+	CHECK_EQ(after, before); /* the failed open wrote nothing */
+	CHECK_EQ(s750, ST_V1);
 
 	rm_rf(root);
 	printf("nvme_log_outside: ok\n");

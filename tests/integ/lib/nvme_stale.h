@@ -100,7 +100,8 @@ static inline int st_exists(const char *dir, const char *name)
 	return lstat(p, &st) == 0;
 }
 
-/* Size and mtime of every entry of dir/log, to show a read-only open changed nothing. */
+/* Size and mtime of every entry of dir/log (itself included), to show that an open changed
+ * nothing of the log. */
 static inline uint64_t st_log_sum(const char *dir)
 {
 	char p[400];
@@ -111,6 +112,8 @@ static inline uint64_t st_log_sum(const char *dir)
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		struct stat st;
+		if (!strcmp(de->d_name, "..")) /* the store's directory: not the log's */
+			continue;
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
 			sum = sum * 1000003 + (uint64_t)st.st_size * 31 + (uint64_t)st.st_mtim.tv_nsec +
 			      (uint64_t)st.st_mtim.tv_sec * 7 + de->d_name[0];
