@@ -99,6 +99,9 @@ static char *render(struct kvtd_state *s, size_t *len)
 	ONE("kvtier_prefetches_total", "counter", "Prefetch calls.", st.prefetches);
 	ONE("kvtier_promotions_total", "counter", "Deeper-tier hits copied into DRAM.",
 	    st.promotions);
+	ONE("kvtier_promotions_discarded_total", "counter",
+	    "Deeper-tier hits read for DRAM but not kept: the key was removed meanwhile.",
+	    st.promotions_discarded);
 	ONE("kvtier_write_behind_pending", "gauge", "Writes to deeper tiers not yet done.",
 	    st.write_behind_pending);
 	ONE("kvtier_heap_bytes", "gauge", "Heap memory accounted by the library.",

@@ -336,9 +336,12 @@ struct kvt_stats {
 	struct kvt_tier_stats tier[KVT_MAX_TIERS];
 	uint64_t puts, gets, lookups, prefetches;
 	uint64_t lookup_chunks, lookup_hit_chunks;
-	uint64_t promotions;
+	uint64_t promotions; /* deeper-tier hits published in DRAM */
 	uint64_t write_behind_pending;
 	uint64_t dram_alloc_bytes; /* heap accounted by the library */
+	/* promotions read whole but never published: a kvt_remove of the key came while they
+	 * read (the gets that joined before it still got the bytes; nothing became resident) */
+	uint64_t promotions_discarded;
 };
 
 KVT_EXPORT int kvt_stats(struct kvt_store *s, struct kvt_stats *out);

@@ -216,6 +216,7 @@ static void fill_ref(const struct kvt_dram *d, int32_t id, struct kvt_slot_ref *
 	ref->has_parent = s->has_parent_key;
 	if (s->has_parent_key)
 		ref->parent = s->parent_key;
+	ref->discarded = false;
 }
 
 /* dram.prefault: fault every page of the pool in now, at open, so that the first restores

@@ -59,6 +59,9 @@ struct kvt_slot_ref {
 			 * alloc (0 when unknown): admission's position-dependent checks */
 	bool has_parent;       /* the put named the chunk before it: deeper tiers evict */
 	struct kvt_key parent; /* suffixes before prefixes (tier write_chained) */
+	bool discarded; /* false from DRAM; set by the engine on a promotion a remove overtook:
+			 * the slot never entered the index, its bytes are only this pin's to
+			 * read (the chunk is not resident) */
 };
 
 int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out);

@@ -348,7 +348,7 @@ struct kvt_store {
 	uint32_t n_regions, cap_regions;
 
 	_Atomic uint64_t puts, gets, lookups, prefetches, lookup_chunks, lookup_hit_chunks,
-		promotions;
+		promotions, promotions_discarded; /* published; overtaken by a remove */
 };
 
 struct remove_op {

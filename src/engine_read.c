@@ -378,11 +378,14 @@ static void fill_finish(struct fill *f, int rc, int tier)
 		pp = &(*pp)->next;
 	*pp = f->next;
 	struct fill_waiter *w = f->waiters;
-	bool removed = f->removed;
 	pthread_mutex_unlock(&s->fill_lock);
 	if (rc == 0) {
-		if (!removed)
-			atomic_fetch_add(&s->promotions, 1);
+		/* Read whole either way; only a published one is a promotion, the other (a
+		 * remove overtook it: fill_read_done) is counted apart, so the stats say what
+		 * happened to every fill that read. Until 2026-12-03 it was not counted at
+		 * all; and f->removed is no test here: a remove that comes after the publish
+		 * marks it too, and removes the published slot as any resident one. */
+		atomic_fetch_add(f->ref.discarded ? &s->promotions_discarded : &s->promotions, 1);
 		for (struct fill_waiter *x = w->next; x; x = x->next)
 			kvt__dram_pin(s->dram, f->ref.id);
 	}
@@ -426,6 +429,7 @@ static void fill_read_done(struct chain_read *cr, int rc, const struct kvt_heade
 	if (removed) {
 		kvt__dram_pin(s->dram, f->ref.id); /* the first waiter's: abort drops the fill's */
 		kvt__dram_abort(s->dram, f->ref.id);
+		f->ref.discarded = true; /* a prefetch waiting on it: not resident */
 		fill_finish(f, 0, cr->pos);
 		return;
 	}
@@ -841,7 +845,11 @@ static void prefetch_one_done(void *arg, int rc, const struct kvt_slot_ref *ref,
 {
 	struct prefetch_op *p = arg;
 	if (rc == 0) {
-		atomic_fetch_add(&p->resident, 1);
+		/* A fill a remove overtook hands its bytes to the gets that joined it before the
+		 * remove, but never enters DRAM: not resident (it was counted so until
+		 * 2026-12-03; integ.store_fill_races section 4). */
+		if (!ref->discarded)
+			atomic_fetch_add(&p->resident, 1);
 		kvt__dram_unpin(p->s->dram, ref->id);
 	}
 	if (atomic_fetch_sub(&p->remaining, 1) == 1)

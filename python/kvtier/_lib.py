@@ -79,7 +79,7 @@ class Stats(ctypes.Structure):
         (n, ctypes.c_uint64)
         for n in (
             "puts", "gets", "lookups", "prefetches", "lookup_chunks", "lookup_hit_chunks",
-            "promotions", "write_behind_pending", "dram_alloc_bytes",
+            "promotions", "write_behind_pending", "dram_alloc_bytes", "promotions_discarded",
         )
     ]
 

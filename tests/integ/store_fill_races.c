@@ -20,8 +20,14 @@
  *     remove is done: get Success (tier 0)"). Now what a deeper tier holds of a key whose
  *     remove is still out there, and no put came since, is a miss; a put after the remove
  *     still wins.
+ *  4. a prefetch's fill, joined by a get, overtaken by a remove: the get still gets the
+ *     bytes, but the prefetch counted the chunk resident (status 1, nothing in DRAM) and
+ *     the store's stats counted nothing ("prefetch sent before it: 1 resident ...
+ *     promotions 0, discarded 0"). Now the prefetch says 0 and kvt_stats counts the fill
+ *     in promotions_discarded.
  * Found by a review helper. Exit 0 pass, 1 fail.
  */
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -397,13 +403,69 @@ static void test_get_during_remove(const char *base)
 	teardown(&f);
 }
 
+/* A prefetch starts the fill, a get joins it, and the key is removed while the fill reads:
+ * the get (sent before the remove) still gets its bytes, but the chunk never becomes
+ * resident, so the prefetch must not count it, and the store's stats say the promotion
+ * was discarded, not made. */
+static void test_prefetch_fill_removed(const char *base)
+{
+	printf("  4. remove while a prefetch promotes the key\n");
+	struct fixture f;
+	setup(&f, base, "rmpf", "5000", 42);
+	struct kvt_stats st0, st1;
+	CHECK_RC(kvt_stats(f.s, &st0), 0);
+	atomic_store(&read_done, 0); /* section 1 left it set */
+	atomic_store(&answer_next_ms, 800);
+	struct test_box pf = {0}, g1 = {0};
+	CHECK_RC(kvt_prefetch(f.s, &f.k, 1, 0, test_box_cb, &pf), 0); /* the fill */
+	while (!atomic_load(&read_done)) /* the bytes are read; the answer is held */
+		usleep(1000);
+	CHECK_RC(kvt_get(f.s, &f.k, 0, 0, f.back, f.len, test_box_cb, &g1), 0); /* joins it */
+	int rm = kvt_remove_sync(f.s, &f.k);
+	CHECK(!pf.done && atomic_load(&held_out) == 1); /* the remove overtook the fill */
+	while (!pf.done || !g1.done)
+		kvt_poll(f.s, 50);
+	bool g1_ok = g1.res.status == 0 && test_check(f.back, f.len, 42);
+	wait_held(f.s);
+	int found = kvt_lookup_sync(f.s, &f.k, 1, NULL);
+	CHECK_RC(kvt_stats(f.s, &st1), 0);
+	printf("    remove: %d tier(s); prefetch sent before it: %d resident; get joined before "
+	       "it: %s%s; then lookup %d; promotions %" PRIu64 ", discarded %" PRIu64 "\n",
+	       rm, pf.res.status, kvt_strerror(g1.res.status), g1_ok ? ", its bytes" : "", found,
+	       st1.promotions - st0.promotions,
+	       st1.promotions_discarded - st0.promotions_discarded);
+	CHECK(rm >= 1);
+	CHECK(g1_ok);
+	CHECK_EQ(found, 0);
+	CHECK_EQ(pf.res.status, 0); /* was 1: counted resident, never published */
+	CHECK_EQ(st1.promotions - st0.promotions, 0);
+	CHECK_EQ(st1.promotions_discarded - st0.promotions_discarded, 1); /* was not counted */
+	/* A promotion that is not overtaken counts as one, and its prefetch as resident. */
+	test_fill(f.buf, f.len, 43);
+	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
+	CHECK_RC(kvt_flush_sync(f.s), 0);
+	kvt_store_close(f.s);
+	CHECK_RC(kvt_store_open(f.c, &f.s), 0);
+	CHECK_RC(kvt_stats(f.s, &st0), 0);
+	int n = kvt_prefetch_sync(f.s, &f.k, 1, 0);
+	CHECK_RC(kvt_stats(f.s, &st1), 0);
+	printf("    no remove: prefetch %d resident; promotions %" PRIu64 ", discarded %" PRIu64
+	       "\n", n, st1.promotions - st0.promotions,
+	       st1.promotions_discarded - st0.promotions_discarded);
+	CHECK_EQ(n, 1);
+	CHECK_EQ(st1.promotions - st0.promotions, 1);
+	CHECK_EQ(st1.promotions_discarded - st0.promotions_discarded, 0);
+	teardown(&f);
+}
+
 int main(int argc, char **argv)
 {
 	static void (*const sections[])(const char *) = {
-		test_remove_during_fill, test_fill_deadline_then_put, test_get_during_remove};
-	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-3; all by default */
+		test_remove_during_fill, test_fill_deadline_then_put, test_get_during_remove,
+		test_prefetch_fill_removed};
+	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-4; all by default */
 	char *dir = test_tmpdir("store_fill_races");
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		if (!only || only == i + 1)
 			sections[i](dir);
 	test_rmdir(dir);
