@@ -149,7 +149,7 @@
 	X(k, "admission.min_freq", U64, "1", 1, 255, NULL, PLAIN, "accesses (frequency-sketch estimate) before a chunk is written to a deeper tier; 1 admits everything") \
 	X(k, "admission.min_prefix_tokens", U64, "0", 0, 1e9, NULL, PLAIN, "do not write deeper a chunk that ends before this many prompt tokens") \
 	X(k, "admission.doorkeeper", BOOL, "true", 0, 0, NULL, PLAIN, "a filter of recent first sightings in front of the sketch absorbs keys seen once") \
-	X(k, "admission.sketch_counters", U64, "0", 0, 1073741824, NULL, PLAIN, "counters per row of the frequency sketch (0: sized from the tier capacity)") \
+	X(k, "admission.sketch_counters", U64, "0", 0, 1073741824, NULL, PLAIN, "counters per row of the frequency sketch (0: 1M; replay --simulate: one per NVMe block, at least 1024)") \
 	X(k, "admission.predict", ENUM, "off", 0, 0, "off|chain", PLAIN, "write deeper only chunks whose reuse is predicted: chain = seen before, or extending a reused chain (a conversation that came back); the replay's --admit-predict (docs/COST_MODEL.md)") \
 	X(k, "admission.cost_check", BOOL, "true", 0, 0, NULL, PLAIN, "do not write a chunk to a tier from which restoring it is slower than recomputing it (the store applies it only with a measured cost.profile; replay always)") \
 	/* ---- end cost ---- */ \

@@ -418,8 +418,10 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		struct kvt_admit_cfg ac = {
 		    .min_freq = KVT_MAX(1u, o->admit_min_freq),
 		    .min_prefix_tokens = o->admit_min_prefix,
-		    .sketch_width = KVT_MAX((uint64_t)tier[1].cap, 1024u),
-		    .doorkeeper = true,
+		    .sketch_width = o->admit_sketch_width
+					? o->admit_sketch_width
+					: KVT_MAX((uint64_t)tier[1].cap, 1024u),
+		    .doorkeeper = !o->admit_no_doorkeeper,
 		    .cost = o->admit_cost_check ? o->cost : NULL,
 		    .cost_tier = cost_tier[1],
 		    .predict = o->admit_predict,

@@ -37,6 +37,11 @@ struct kvt_sim_opts {
 	uint32_t gpus;		 /* prefill GPUs (instances) serving the queue; 0: sized to the
 				  * trace's load (KVT_SIM_AUTO_UTIL without a cache) */
 	uint32_t admit_min_freq; /* NVMe admission by frequency sketch; <= 1 admits all */
+	/* that sketch, as the store's admission.sketch_counters and admission.doorkeeper:
+	 * counters per row (0: the NVMe capacity in blocks, at least 1024), and no doorkeeper
+	 * in front of it (the store's default has one) */
+	uint64_t admit_sketch_width;
+	bool admit_no_doorkeeper;
 	bool admit_cost_check;	 /* skip NVMe writes whose restore is slower than recompute */
 	uint64_t admit_min_prefix; /* skip NVMe writes of blocks ending before this token */
 	/* NVMe admission by the store's own rule (admission.predict, src/sketch.h): an enum

@@ -17,14 +17,17 @@
  * grows. Randomness is one xoshiro256** stream from the seed, so a seed is a trace.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "internal.h"
+#include "open_path.h"
 #include "trace.h"
 
 int kvt__trace_create(uint32_t block_tokens, struct kvt_trace **out)
@@ -488,20 +491,36 @@ int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t err
 {
 	if (err && errlen)
 		err[0] = 0;
-	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!f) {
-		int e = errno;
-		if (err && errlen)
-			snprintf(err, errlen, "%s", strerror(e)); /* the caller names the file */
-		return -e;
-	}
-	struct stat st;
-	if (!fstat(fileno(f), &st) && S_ISDIR(st.st_mode)) {
-		if (f != stdin)
-			fclose(f);
-		if (err && errlen)
-			snprintf(err, errlen, "is a directory, not a trace file");
-		return -EISDIR;
+	/* by name: a regular file or a character device (/dev/null); a FIFO would hold open()
+	 * until a writer came, so it is refused, and a pipe is read as "-" */
+	FILE *f = stdin;
+	if (strcmp(path, "-")) {
+		const char *what;
+		int fd = kvt__open_path(path, O_RDONLY, 0, true, &what);
+		if (fd < 0) {
+			if (err && errlen && what)
+				snprintf(err, errlen, "%s, not a trace file%s",
+					 fd == -EISDIR ? "is a directory" : what,
+					 strcmp(what, "a FIFO") ? ""
+								: " (give '-' to read a pipe from stdin)");
+			else if (err && errlen) /* the caller names the file */
+				snprintf(err, errlen, "%s", strerror(-fd));
+			return fd;
+		}
+		if (!(f = fdopen(fd, "rb"))) {
+			int e = errno;
+			close(fd);
+			if (err && errlen)
+				snprintf(err, errlen, "%s", strerror(e));
+			return -e;
+		}
+	} else {
+		struct stat st; /* stdin: a directory reads as an error, say what it is */
+		if (!fstat(fileno(f), &st) && S_ISDIR(st.st_mode)) {
+			if (err && errlen)
+				snprintf(err, errlen, "is a directory, not a trace file");
+			return -EISDIR;
+		}
 	}
 	const size_t cap = (size_t)KVT_TRACE_MAX_LINE + 1; /* a longest line and its '\n' */
 	char *buf = kvt__malloc(cap);
@@ -756,6 +775,7 @@ static int gen_chat(struct gen *g, double start, uint32_t *count)
 	    prompt_add(&p, hmix(0x5359535f, rrange(&g->r, 0, o->sys_prompts - 1)), o->sys_tokens);
 	double ts = start;
 	uint64_t before;
+	uint32_t turn = 0;
 	do {
 		before = p.tokens;
 		if (!rc)
@@ -767,10 +787,11 @@ static int gen_chat(struct gen *g, double start, uint32_t *count)
 		if (!rc) /* the answer becomes part of the next turn's prompt */
 			rc = prompt_add(&p, new_seg(g), out);
 		ts += rexp(&g->r, o->think_s) * 1000.0;
-		/* ends by end_prob, at the longest prompt, at the request target, or after a
-		 * turn that added nothing (user and answer of 0 tokens: the same prompt again) */
+		/* ends by end_prob, at the longest prompt, at the request target, after a turn
+		 * that added nothing (user and answer of 0 tokens: the same prompt again), or
+		 * at KVT_GEN_MAX_TURNS (checked last: the draws stay those of an uncapped run) */
 	} while (!rc && runif(&g->r) >= o->end_prob && p.tokens < KVT_TRACE_MAX_INPUT &&
-		 p.tokens > before && *count < g->target);
+		 p.tokens > before && *count < g->target && ++turn < KVT_GEN_MAX_TURNS);
 	kvt__free(p.seg);
 	return rc;
 }
@@ -808,6 +829,7 @@ static int gen_agent(struct gen *g, const struct zipf *z, const uint32_t *repo_l
 		rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->q_min, o->q_max));
 	double ts = start, end_p = 1.0 / (o->steps ? o->steps : 1);
 	uint64_t before;
+	uint32_t step = 0;
 	do {
 		before = p.tokens;
 		uint32_t out = rrange(&g->r, o->out_min, o->out_max);
@@ -819,9 +841,10 @@ static int gen_agent(struct gen *g, const struct zipf *z, const uint32_t *repo_l
 		if (!rc) /* the tool's result */
 			rc = prompt_add(&p, new_seg(g), rrange(&g->r, o->tool_min, o->tool_max));
 		ts += rexp(&g->r, o->step_s) * 1000.0;
-		/* as in gen_chat: a step that added nothing, or the request target, ends it */
+		/* as in gen_chat: a step that added nothing, the request target, or
+		 * KVT_GEN_MAX_TURNS steps end it */
 	} while (!rc && runif(&g->r) >= end_p && p.tokens < KVT_TRACE_MAX_INPUT &&
-		 p.tokens > before && *count < g->target);
+		 p.tokens > before && *count < g->target && ++step < KVT_GEN_MAX_TURNS);
 	kvt__free(p.seg);
 	return rc;
 }
@@ -857,7 +880,7 @@ static int gen_conv(struct gen *g, const struct zipf *z, const uint32_t *sys_len
 	/* power-law turns: P(T >= t) = t^-alpha by inversion, T = floor(u^(-1/alpha)) */
 	double turns = o->turn_alpha > 0 ? floor(pow(1.0 - runif(&g->r), -1.0 / o->turn_alpha))
 					  : 0;
-	turns = KVT_MIN(turns, 10000.0);
+	turns = KVT_MIN(turns, (double)KVT_GEN_MAX_TURNS);
 	uint32_t turn = 0;
 	uint64_t before;
 	do {
@@ -876,9 +899,11 @@ static int gen_conv(struct gen *g, const struct zipf *z, const uint32_t *sys_len
 					  : rexp(&g->r, think)) *
 		      1000.0;
 		turn++;
-		/* as in gen_chat: a turn that added nothing, or the request target, ends it */
+		/* as in gen_chat: a turn that added nothing, the request target, or
+		 * KVT_GEN_MAX_TURNS turns end it */
 	} while (!rc && (turns > 0 ? turn < turns : runif(&g->r) >= end_p) &&
-		 p.tokens < KVT_TRACE_MAX_INPUT && p.tokens > before && *count < g->target);
+		 p.tokens < KVT_TRACE_MAX_INPUT && p.tokens > before && *count < g->target &&
+		 turn < KVT_GEN_MAX_TURNS);
 	kvt__free(p.seg);
 	return rc;
 }
@@ -954,9 +979,10 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 	 * even after the late turns that fall beyond the cut are dropped. */
 	uint32_t count = 0;
 	g.target = o->requests + o->requests / 4 + 64;
-	/* a session has at most target requests (end_prob=1e-300 would space them 1e300
-	 * apart) */
-	double session_rate = o->rate / KVT_MIN(mean_requests(o), (double)g.target), now = 0;
+	/* a session has at most target and KVT_GEN_MAX_TURNS requests (end_prob=1e-300 would
+	 * space them 1e300 apart) */
+	double most = (double)KVT_MIN(g.target, KVT_GEN_MAX_TURNS);
+	double session_rate = o->rate / KVT_MIN(mean_requests(o), most), now = 0;
 	while (!rc && count < g.target) {
 		now += rexp(&g.r, 1000.0 / session_rate);
 		if (o->workload == KVT_GEN_CHAT)

@@ -26,6 +26,12 @@
 /* The generator's shared items (system prompts, documents, repositories) at most: each is
  * a length and a Zipf weight, allocated up front. */
 #define KVT_GEN_MAX_ITEMS (1u << 24)
+/* Turns (agent steps) of one generated session at most. A session's prompt grows with
+ * each turn and every turn's request carries all of it, so its blocks grow with the
+ * square of its turns: end_prob=1e-9 made one chat of 15,064 turns, 105 M blocks and
+ * 2.3 GB. At the default knobs a session this long has a chance of 1e-97 (chat), 2e-38
+ * (agent) or 2e-6 (conversation); knobs that ask for longer ones get sessions this long. */
+#define KVT_GEN_MAX_TURNS 1000u
 
 struct kvt_trace_req {
 	double ts_ms;	     /* arrival, ms from the start of the trace */
@@ -76,7 +82,10 @@ int kvt__trace_add(struct kvt_trace *t, double ts_ms, uint32_t input_len, uint32
  * over-limit size) with "line N: reason" in err. Requests already parsed stay in t. */
 int kvt__trace_parse(struct kvt_trace *t, const char *buf, size_t len, char *err, size_t errlen);
 /* The same from a file ("-" is stdin), read line by line: at most KVT_TRACE_MAX_BYTES.
- * -errno if unreadable, -EFBIG past the bound; err always says why. */
+ * By name a regular file or a character device; a FIFO (which would hold open() until a
+ * writer came), a socket or a block device is -EINVAL, a directory -EISDIR (src/
+ * open_path.h): a pipe is read as "-". -errno if unreadable, -EFBIG past the bound; err
+ * always says why. */
 int kvt__trace_load(struct kvt_trace *t, const char *path, char *err, size_t errlen);
 /* Write a trace in the same format (what the generator's output looks like on disk). */
 int kvt__trace_write(const struct kvt_trace *t, FILE *f);
@@ -153,11 +162,11 @@ const char *kvt__gen_workload_name(int workload);
 int kvt__gen_set(struct kvt_gen_opts *o, const char *key, const char *value);
 /* Generate o->requests requests into t (created with o->block_tokens), sorted by time.
  * Same options and seed => the same trace, on every machine. A session ends by its knobs
- * (end_prob, steps, turn_alpha), at a prompt of KVT_TRACE_MAX_INPUT tokens, after a turn
- * that added no token, or once the generator has what it needs. -EINVAL bad knobs,
- * -ENOMEM, -ERANGE when the requests span more than KVT_TRACE_MAX_TS_MS (a tiny rate),
- * -ENODATA when the knobs leave prompts empty (0 tokens: no request) so that fewer than
- * o->requests requests came out (t holds those). */
+ * (end_prob, steps, turn_alpha), after KVT_GEN_MAX_TURNS turns, at a prompt of
+ * KVT_TRACE_MAX_INPUT tokens, after a turn that added no token, or once the generator has
+ * what it needs. -EINVAL bad knobs, -ENOMEM, -ERANGE when the requests span more than
+ * KVT_TRACE_MAX_TS_MS (a tiny rate), -ENODATA when the knobs leave prompts empty (0
+ * tokens: no request) so that fewer than o->requests requests came out (t holds those). */
 int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t);
 
 #endif

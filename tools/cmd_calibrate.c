@@ -13,13 +13,16 @@
  * Calibration objects use fresh random keys and are removed at the end.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "config.h"
 #include "cost.h"
+#include "open_path.h"
 
 #define CMD "calibrate"
 
@@ -202,6 +205,10 @@ int kvt_cmd_calibrate(int argc, char **argv)
 		return cli_fail(CMD, "unexpected argument '%s' (see --help)", argv[first]), 2;
 	const char *out_path = ca.out_path;
 	unsigned long long objects = ca.objects;
+	/* before measuring: a FIFO would hold the write in open() (src/open_path.h) */
+	const char *unfit = kvt__path_unfit(out_path, true);
+	if (unfit)
+		return cli_fail(CMD, "--out %s: %s, not a regular file", out_path, unfit), 2;
 	struct kvt_config *cfg = cli_config(&so);
 	if (!cfg)
 		return 2;
@@ -272,9 +279,16 @@ int kvt_cmd_calibrate(int argc, char **argv)
 		kvt_store_close(s);
 	}
 
-	FILE *f = fopen(out_path, "w");
+	const char *what;
+	int fd = kvt__open_path(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0666, true, &what);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+	if (!f && fd >= 0)
+		close(fd);
 	if (!f || kvt__profile_write(f, prof, n) < 0 || fclose(f)) {
-		cli_fail(CMD, "%s: cannot write the profile", out_path);
+		if (what)
+			cli_fail(CMD, "--out %s: %s, not a regular file", out_path, what);
+		else
+			cli_fail(CMD, "%s: cannot write the profile", out_path);
 		goto out;
 	}
 	if (so.json) {

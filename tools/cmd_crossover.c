@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "config.h"
 #include "cost.h"
+#include "gnuplot.h"
 
 #define CMD "crossover"
 #define ALL_TIERS "dram,nvme,fs,redis,rados,s3"
@@ -45,9 +46,15 @@ static int plot(const char *path, const struct kvt_cost *c, uint64_t max_tokens)
 {
 	char data[] = "/tmp/kvtier-crossover-XXXXXX";
 	int fd = mkstemp(data);
-	if (fd < 0)
-		return cli_fail(CMD, "temporary file: %s", strerror(errno));
-	FILE *f = fdopen(fd, "w");
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+	if (!f) {
+		int e = errno;
+		if (fd >= 0) {
+			close(fd);
+			unlink(data);
+		}
+		return cli_fail(CMD, "temporary file: %s", strerror(e));
+	}
 	int n = kvt_cost_tier_count(c);
 	for (uint64_t t = 256; t <= max_tokens; t = t * 5 / 4 + 1) {
 		fprintf(f, "%llu %.6g", (unsigned long long)t, kvt_cost_recompute_s(c, 0, t));
@@ -56,30 +63,31 @@ static int plot(const char *path, const struct kvt_cost *c, uint64_t max_tokens)
 		fputc('\n', f);
 	}
 	fclose(f);
-	FILE *g = popen("gnuplot", "w");
+	FILE *g = gp_open(CMD, path, 900, 560);
 	if (!g) {
 		unlink(data);
-		return cli_fail(CMD, "cannot run gnuplot");
+		return 1;
 	}
 	const struct kvt_cost_params *p = kvt__cost_params(c);
-	fprintf(g, "set terminal pngcairo size 900,560 noenhanced\nset output '%s'\n", path);
-	fprintf(g,
-		"set title 'restore vs recompute: %s, %.0f TFLOP/s effective, %.0f GB/s to GPU'\n",
-		p->model.name, p->flops_per_s / 1e12, p->h2d_Bps / 1e9);
-	fprintf(g,
-		"set xlabel 'prefix length (tokens)'\nset ylabel 'seconds'\n"
-		"set logscale xy\nset key left top\nset grid\n"
-		"plot '%s' using 1:2 with lines linewidth 3 title 'recompute'",
-		data);
-	for (int i = 0; i < n; i++)
-		fprintf(g, ", '' using 1:%d with lines title 'restore from %s'", i + 3,
-			kvt_cost_tier_name(c, i));
-	fputc('\n', g);
-	int rc = pclose(g);
+	char title[200];
+	snprintf(title, sizeof(title),
+		 "restore vs recompute: %s, %.0f TFLOP/s effective, %.0f GB/s to GPU",
+		 p->model.name, p->flops_per_s / 1e12, p->h2d_Bps / 1e9);
+	fprintf(g, "set title ");
+	gp_str(g, title);
+	fprintf(g, "\nset xlabel 'prefix length (tokens)'\nset ylabel 'seconds'\n"
+		   "set logscale xy\nset key left top\nset grid\nplot ");
+	gp_str(g, data);
+	fprintf(g, " using 1:2 with lines linewidth 3 title 'recompute'");
+	for (int i = 0; i < n; i++) {
+		char t[64];
+		snprintf(t, sizeof(t), "restore from %s", kvt_cost_tier_name(c, i));
+		fprintf(g, ", '' using 1:%d with lines title ", i + 3);
+		gp_str(g, t);
+	}
+	int rc = gp_close(CMD, g);
 	unlink(data);
-	if (rc != 0)
-		return cli_fail(CMD, "gnuplot failed (exit %d); is gnuplot installed?", rc);
-	return 0;
+	return rc;
 }
 
 /* options after the store's: the string ones index xo.s[], then --max-tokens */
@@ -132,6 +140,8 @@ int kvt_cmd_crossover(int argc, char **argv)
 		   *mfu = xo.s[O_MFU - O_MODEL], *tp = xo.s[O_TP - O_MODEL],
 		   *profile = xo.s[O_PROFILE - O_MODEL], *out_png = xo.s[O_PLOT - O_MODEL];
 	unsigned long long max_tokens = xo.max_tokens;
+	if (out_png && gp_check(CMD, out_png)) /* before the table: one line, exit 2 */
+		return 2;
 	struct kvt_config *cfg = cli_config(&so);
 	if (!cfg)
 		return 2;

@@ -8,6 +8,7 @@
  * `tail -1 | jq`.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 #include "config.h"
 #include "cost.h"
 #include "evict.h"
+#include "gnuplot.h"
+#include "open_path.h"
 #include "replay_real.h"
 #include "sketch.h"
 #include "scaled_geometry.h"
@@ -248,9 +251,15 @@ static int plot(const struct opts *o, double rows[][SWEEP_N], const double *bela
 {
 	char data[] = "/tmp/kvtier-replay-XXXXXX";
 	int fd = mkstemp(data);
-	if (fd < 0)
-		return cli_fail(CMD, "temporary file: %s", strerror(errno));
-	FILE *f = fdopen(fd, "w");
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+	if (!f) {
+		int e = errno;
+		if (fd >= 0) {
+			close(fd);
+			unlink(data);
+		}
+		return cli_fail(CMD, "temporary file: %s", strerror(e));
+	}
 	for (int i = 0; i < SWEEP_N; i++) {
 		fprintf(f, "%llu %.6f", (unsigned long long)caps[i], belady[i]);
 		for (int p = 0; p < o->n_policies; p++)
@@ -258,26 +267,23 @@ static int plot(const struct opts *o, double rows[][SWEEP_N], const double *bela
 		fputc('\n', f);
 	}
 	fclose(f);
-	FILE *g = popen("gnuplot", "w");
+	FILE *g = gp_open(CMD, o->plot, 900, 560);
 	if (!g) {
 		unlink(data);
-		return cli_fail(CMD, "cannot run gnuplot");
+		return 1;
 	}
-	fprintf(g, "set terminal pngcairo size 900,560 noenhanced\nset output '%s'\n", o->plot);
-	fprintf(g,
-		"set title 'kvtier replay: block hit ratio vs DRAM capacity'\n"
-		"set xlabel 'DRAM capacity (tokens)'\nset ylabel 'block hit ratio'\n"
-		"set logscale x 2\nset key left top\nset grid\n"
-		"plot '%s' using 1:2 with linespoints dashtype 2 title 'belady (MIN)'",
-		data);
-	for (int p = 0; p < o->n_policies; p++)
-		fprintf(g, ", '' using 1:%d with linespoints title '%s'", p + 3, o->policies[p]);
-	fputc('\n', g);
-	int rc = pclose(g);
+	fprintf(g, "set title 'kvtier replay: block hit ratio vs DRAM capacity'\n"
+		   "set xlabel 'DRAM capacity (tokens)'\nset ylabel 'block hit ratio'\n"
+		   "set logscale x 2\nset key left top\nset grid\nplot ");
+	gp_str(g, data);
+	fprintf(g, " using 1:2 with linespoints dashtype 2 title 'belady (MIN)'");
+	for (int p = 0; p < o->n_policies; p++) {
+		fprintf(g, ", '' using 1:%d with linespoints title ", p + 3);
+		gp_str(g, o->policies[p]);
+	}
+	int rc = gp_close(CMD, g);
 	unlink(data);
-	if (rc != 0)
-		return cli_fail(CMD, "gnuplot failed (exit %d); is gnuplot installed?", rc);
-	return 0;
+	return rc;
 }
 
 static int load_trace(const struct opts *o, struct kvt_trace **out)
@@ -367,10 +373,18 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 		}
 	}
 	if (o->save) {
-		FILE *f = fopen(o->save, "w");
+		const char *what;
+		int fd = kvt__open_path(o->save, O_WRONLY | O_CREAT | O_TRUNC, 0666, true, &what);
+		FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+		if (!f && fd >= 0)
+			close(fd);
 		if (!f || kvt__trace_write(t, f) || fclose(f)) {
 			kvt__trace_destroy(t);
-			return cli_fail(CMD, "%s: cannot write the trace", o->save);
+			if (what)
+				return cli_fail(CMD, "--save-trace %s: %s, not a regular file", o->save,
+						what);
+			return cli_fail(CMD, "%s: cannot write the trace%s%s", o->save,
+					fd < 0 ? ": " : "", fd < 0 ? strerror(-fd) : "");
 		}
 	}
 	*out = t;
@@ -523,6 +537,14 @@ int kvt_cmd_replay(int argc, char **argv)
 			 o.oracle ? "--admit-oracle" : "--no-leaf-first");
 		goto out;
 	}
+	/* output paths before any work: a FIFO would hold the write (or gnuplot) in open() */
+	const char *unfit = o.save ? kvt__path_unfit(o.save, true) : NULL;
+	if (unfit) {
+		cli_fail(CMD, "--save-trace %s: %s, not a regular file", o.save, unfit);
+		goto out;
+	}
+	if (o.plot && gp_check(CMD, o.plot))
+		goto out;
 	if (o.sweep && o.dram > SWEEP_MAX_TOKENS) {
 		cli_fail(CMD,
 			 "--sweep: --dram-tokens %llu is too large (4 x it must fit in 64 bits: "
@@ -624,6 +646,8 @@ int kvt_cmd_replay(int argc, char **argv)
 		    .gpus = (uint32_t)o.gpus,
 		    .admit_min_freq =
 			(uint32_t)(o.admit ? o.admit : kvt__cfg_u64(cfg, "admission.min_freq")),
+		    .admit_sketch_width = kvt__cfg_u64(cfg, "admission.sketch_counters"),
+		    .admit_no_doorkeeper = !kvt__cfg_bool(cfg, "admission.doorkeeper"),
 		    .admit_cost_check = kvt__cfg_bool(cfg, "admission.cost_check"),
 		    .admit_min_prefix = kvt__cfg_u64(cfg, "admission.min_prefix_tokens"),
 		    .admit_predict = kvt__admit_predict_parse(

@@ -19,15 +19,18 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "config.h"
 #include "engine.h"
 #include "internal.h"
+#include "open_path.h"
 #include "store_key.h"
 #include "tier.h"
 
@@ -59,10 +62,18 @@ static void fill_from_key(const struct kvt_key *k, void *buf, size_t len)
  * be token 1. 0, or -errno with "reason" in why (the caller names the file). */
 static int read_tokens(const char *path, uint32_t **out, size_t *n, char *why, size_t whylen)
 {
-	FILE *f = fopen(path, "r");
+	/* a FIFO with no writer held fopen() for ever: refused by kind (src/open_path.h) */
+	const char *what;
+	int fd = kvt__open_path(path, O_RDONLY, 0, true, &what);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
 	if (!f) {
-		int e = errno;
-		snprintf(why, whylen, "%s", strerror(e));
+		int e = fd < 0 ? -fd : errno;
+		if (fd >= 0)
+			close(fd);
+		if (what && e != EISDIR)
+			snprintf(why, whylen, "%s, not a token file", what);
+		else
+			snprintf(why, whylen, "%s", strerror(e));
 		return -e;
 	}
 	size_t cap = 4096, len = 0;

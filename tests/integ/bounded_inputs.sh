@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Untrusted input files are bounded: `replay --trace`, `--config` and `session --tokens`
-# given /dev/zero, a directory, a FIFO, an oversized file, an over-long line or a NUL byte
-# inside a value each fail fast (under a timeout) with one printable line naming the file
-# (once) and the reason - never a hang, an out-of-memory death, defaults applied silently,
-# or a truncated value. So do an empty trace (no requests), a config file's indented
-# continuation line (libinih would replace the value with it), a key set twice (last would
-# win), a syntax error (its own line and reason, not a later line's), a value that is not
-# UTF-8, and a token file with a negative or over-32-bit id or more ids than --synthetic;
-# and replay's generator given a huge document count or documents per request.
+# given /dev/zero, a directory, a FIFO (so are `calibrate --out` and `crossover --plot`),
+# an oversized file, an over-long line or a NUL byte inside a value each fail fast (under
+# a timeout) with one printable line naming the file (once) and the reason - never a
+# hang, an out-of-memory death, defaults applied silently, or a truncated value. So do an
+# empty trace (no requests), a config file's indented continuation line (libinih would
+# replace the value with it), a key set twice (last would win), a syntax error (its own
+# line and reason, not a later line's), a value that is not UTF-8, and a token file with a
+# negative or over-32-bit id or more ids than --synthetic; and replay's generator given a
+# huge document count or documents per request.
 set -euo pipefail
 . "$(dirname "$0")/lib/jq.sh"
 K="$KVT_BIN/kvtier"
@@ -48,6 +49,10 @@ expect_err "trace /dev/null" "/dev/null: no requests (empty trace)" "$K" replay 
 expect_err "config /dev/zero" "/dev/zero: not a regular file" "$K" config --config /dev/zero
 expect_err "config directory" "dir: is a directory" "$K" config --config "$T/dir"
 expect_err "config fifo" "fifo: not a regular file" "$K" stat --dir "$T/s" --config "$T/fifo"
+# a FIFO with no peer held these in open() for ever (replay's own: tests/integ/replay_checks.sh)
+expect_err "tokens fifo" "^kvtier session: $T/fifo: a FIFO, not a token file$" "$K" session save --tokens "$T/fifo" --dir "$T/s"
+expect_err "calibrate out fifo" "^kvtier calibrate: --out $T/fifo: a FIFO, not a regular file$" "$K" calibrate --out "$T/fifo" --dir "$T/cal"
+expect_err "crossover plot fifo" "^kvtier crossover: --plot $T/fifo: a FIFO, not a regular file$" "$K" crossover --plot "$T/fifo"
 expect_err "config NUL" "nul.ini:2: NUL byte" "$K" config --config "$T/nul.ini"
 expect_err "config long line" "long.ini:2: line longer than 16383 bytes" "$K" config --config "$T/long.ini"
 [ "$("$K" config --config "$T/longval.ini" | awk '$1 == "s3.prefix" { print length($3) }')" = 300 ] ||

@@ -14,7 +14,13 @@
 #     --no-leaf-first accepted there though the store has no such rule;
 #   - --dram-tokens 2^61 wrapped to a 6.5 MB pool in real mode; --sweep's 4x of a huge
 #     --dram-tokens overflowed; --save-trace wrote 1024-token blocks that --trace reads
-#     as 512-token ones.
+#     as 512-token ones;
+#   - --trace, --save-trace and --plot naming a FIFO without a peer blocked for ever in
+#     open(); --plot's file name went into the gnuplot script unescaped (a quote broke
+#     it, or ran the gnuplot commands after it);
+#   - admission.doorkeeper and admission.sketch_counters ignored by --simulate;
+#   - end_prob=1e-9 with the default 12,000 requests: one conversation of 15,064 turns,
+#     105 M blocks, 2.3 GB and 150 s (a session now ends after KVT_GEN_MAX_TURNS turns).
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary or no jq).
 set -u
 . "$(dirname "$0")/lib/jq.sh"
@@ -53,6 +59,11 @@ ok "endless session" --workload chat --simulate --requests 10 --gen end_prob=1e-
 last | jqe '.requests == 10 and .input_tokens == 10' >/dev/null || fail "endless session: $(last)"
 ok "end_prob 1e-9" --workload chat --simulate --requests 10 --gen end_prob=1e-9 --json
 last | jqe '.requests == 10 and .blocks < 100000' >/dev/null || fail "end_prob 1e-9: $(last)"
+# sessions end at KVT_GEN_MAX_TURNS (1000) turns: 3000 requests are three sessions (1.6 M
+# blocks), not one of 3,814 turns (6.6 M blocks; at the default 12,000 requests one of
+# 15,064 turns was 105 M blocks, 2.3 GB and 150 s)
+ok "end_prob 1e-9, 3000 requests" --workload chat --simulate --requests 3000 --gen end_prob=1e-9 --json
+last | jqe '.requests == 3000 and .blocks < 2000000' >/dev/null || fail "end_prob 1e-9, 3000: $(last)"
 ok "steps 4e9" --workload agent --simulate --requests 10 --gen steps=4000000000 --json
 last | jqe '.requests == 10' >/dev/null || fail "steps 4e9: $(last)"
 bad "requests 0" "^kvtier replay: --requests is 1..16777216 (got 0)$" --workload chat --simulate --requests 0
@@ -125,5 +136,42 @@ bad "sweep 2^64-1" "--sweep: --dram-tokens 18446744073709551615 is too large" --
 bad "save-trace block_tokens" "--save-trace needs --gen block_tokens=512" --workload chat --requests 50 \
 	--simulate --gen block_tokens=1024 --save-trace "$T/bt.jsonl"
 [ -e "$T/bt.jsonl" ] && fail "save-trace block_tokens: $T/bt.jsonl written"
+
+# -- a FIFO with nobody at the other end: refused at once, not waited on in open()
+mkfifo "$T/fifo"
+bad "trace fifo" "^kvtier replay: $T/fifo: a FIFO, not a trace file (give '-' to read a pipe from stdin)$" \
+	--trace "$T/fifo" --simulate
+bad "save-trace fifo" "^kvtier replay: --save-trace $T/fifo: a FIFO, not a regular file$" \
+	--workload chat --requests 50 --simulate --save-trace "$T/fifo"
+bad "plot fifo" "^kvtier replay: --plot $T/fifo: a FIFO, not a regular file$" \
+	--workload chat --requests 50 --simulate --plot "$T/fifo"
+# what a trace reads from a pipe: stdin
+ok "trace stdin" --trace - --simulate --json <"$T/read.jsonl"
+last | jqe '.requests == 2' >/dev/null || fail "trace stdin: $(last)"
+
+# -- --plot's file name is a gnuplot string: a quote or backslash is written literally,
+# never ends the string (gnuplot ran what followed: system('touch pwned'))
+command -v gnuplot >/dev/null || fail "gnuplot missing (scripts/deps.sh installs it)"
+name="x'; system('touch pwned'); y='\\.png"
+(cd "$T" && timeout 60 "$K" replay --workload chat --requests 200 --simulate --plot "$T/$name" \
+	>"$T/out" 2>"$T/err") || fail "plot quote: $(cat "$T/err")"
+[ -e "$T/pwned" ] && fail "plot quote: gnuplot ran a command from the file name"
+[ "$(head -c 4 "$T/$name" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "plot quote: no PNG at '$T/$name'"
+bad "plot newline" "^kvtier replay: --plot: a control character in the file name" \
+	--workload chat --requests 50 --simulate --plot "$T/a
+b.png"
+
+# -- the sketch keys reach the simulator (the store reads them: src/engine.c): a tiny sketch,
+# and the default one without its doorkeeper, admit differently from the default sketch
+SK=(--workload chat --requests 3000 --simulate --dram-tokens 32768 --nvme-tokens 2097152
+	--admit-freq 2 --json)
+ok "sketch default" "${SK[@]}"
+def=$(last | jq -c '[.nvme_write_bytes, .nvme_writes_skipped]')
+ok "sketch_counters" "${SK[@]}" --set admission.sketch_counters=64
+[ "$(last | jq -c '[.nvme_write_bytes, .nvme_writes_skipped]')" != "$def" ] ||
+	fail "admission.sketch_counters=64 ignored by --simulate: $def both times"
+ok "doorkeeper" "${SK[@]}" --set admission.doorkeeper=false
+[ "$(last | jq -c '[.nvme_write_bytes, .nvme_writes_skipped]')" != "$def" ] ||
+	fail "admission.doorkeeper=false ignored by --simulate: $def both times"
 echo "pass"
 exit 0

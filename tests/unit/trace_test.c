@@ -2,8 +2,9 @@
  * trace_test.c - the Mooncake trace parser on good and malformed input (each error must
  * name its line and reason), files, the writer round trip, and the generator's determinism
  * and shape; knobs that never end a session (end_prob=1e-300, steps=4e9, turns that add
- * no token) end at the request count instead of running forever, and the widest length
- * range is not read as empty.
+ * no token) end at the request count instead of running forever, and one that makes them
+ * long ends them at KVT_GEN_MAX_TURNS; the widest length range is not read as empty; a
+ * FIFO is refused, not waited on.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -171,6 +173,20 @@ static void test_nul_and_truncated_file(void **state)
 	assert_int_equal(kvt__trace_create(512, &t), 0);
 	assert_int_equal(kvt__trace_load(t, "/nonexistent/trace.jsonl", err, sizeof(err)), -ENOENT);
 	kvt__trace_destroy(t);
+
+	/* a FIFO nobody writes: refused by kind, not waited on in open() for ever */
+	char dir[] = "/tmp/kvt-trace-fifo-XXXXXX", fifo[64];
+	assert_non_null(mkdtemp(dir));
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	alarm(20);
+	assert_int_equal(kvt__trace_create(512, &t), 0);
+	assert_int_equal(kvt__trace_load(t, fifo, err, sizeof(err)), -EINVAL);
+	alarm(0);
+	assert_string_equal(err, "a FIFO, not a trace file (give '-' to read a pipe from stdin)");
+	kvt__trace_destroy(t);
+	unlink(fifo);
+	rmdir(dir);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -428,6 +444,39 @@ static void test_sessions_end(void **state)
 	alarm(0);
 }
 
+/* A session ends after KVT_GEN_MAX_TURNS turns, whatever the knobs: end_prob=1e-9 made one
+ * chat of every request (at the default 12,000 requests 15,064 turns, 105 M blocks, 2.3
+ * GB). With no system prompt and a user message of a full block, a session is the
+ * requests that share their first block id. */
+static void test_turns_capped(void **state)
+{
+	(void)state;
+	int rc;
+	alarm(120);
+	const uint32_t n = 2 * KVT_GEN_MAX_TURNS + 500;
+	struct kvt_trace *t = gen(KVT_GEN_CHAT, n, "end_prob=1e-9 sys_tokens=0 user_min=512", &rc);
+	assert_int_equal(rc, 0);
+	assert_int_equal(t->n, n);
+	uint64_t *first = malloc(n * sizeof(*first));
+	assert_non_null(first);
+	for (size_t i = 0; i < t->n; i++)
+		first[i] = kvt__trace_blocks(t, &t->req[i])[0];
+	qsort(first, n, sizeof(*first), cmp_u64);
+	size_t sessions = 0, longest = 0;
+	for (size_t i = 0, j; i < n; i = j) {
+		for (j = i; j < n && first[j] == first[i]; j++)
+			;
+		sessions++;
+		longest = j - i > longest ? j - i : longest;
+	}
+	print_message("%zu sessions, the longest %zu turns\n", sessions, longest);
+	assert_true(longest <= KVT_GEN_MAX_TURNS); /* the trace keeps the earliest n: tails go */
+	assert_true(sessions >= 3);
+	free(first);
+	kvt__trace_destroy(t);
+	alarm(0);
+}
+
 /* Lengths drawn from [0, 2^32 - 1]: the width hi - lo + 1 wrapped to 0 in 32 bits, so
  * every draw was 0 (empty prompts); now they are long and cut at the longest prompt. */
 static void test_widest_range(void **state)
@@ -484,6 +533,7 @@ int main(void)
 	    cmocka_unit_test(test_knobs),
 	    cmocka_unit_test(test_conversation_statistics),
 	    cmocka_unit_test(test_sessions_end),
+	    cmocka_unit_test(test_turns_capped),
 	    cmocka_unit_test(test_widest_range),
 	    cmocka_unit_test(test_nul_escape_and_lines),
 	};

@@ -1,0 +1,62 @@
+/*
+ * gnuplot.c - run gnuplot for the commands' PNG plots with every string of the script
+ * quoted (tools/gnuplot.h): the output name used to go in as '%s', so a name with a quote
+ * broke the script or ran what followed it.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "cli.h"
+#include "gnuplot.h"
+#include "open_path.h"
+
+void gp_str(FILE *g, const char *s)
+{
+	fputc('\'', g);
+	for (; *s; s++) {
+		if (*s == '\'')
+			fputc('\'', g); /* '' is a quote inside '...'; backslashes are literal */
+		fputc(*s, g);
+	}
+	fputc('\'', g);
+}
+
+int gp_check(const char *cmd, const char *png)
+{
+	for (const unsigned char *p = (const unsigned char *)png; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			return cli_fail(cmd,
+					"--plot: a control character in the file name (0x%02x); "
+					"gnuplot's script cannot carry it",
+					*p);
+	const char *what = kvt__path_unfit(png, true);
+	if (what)
+		return cli_fail(cmd, "--plot %s: %s, not a regular file", png, what);
+	return 0;
+}
+
+FILE *gp_open(const char *cmd, const char *png, int width, int height)
+{
+	if (gp_check(cmd, png))
+		return NULL;
+	FILE *g = popen("gnuplot", "w");
+	if (!g) {
+		cli_fail(cmd, "cannot run gnuplot");
+		return NULL;
+	}
+	fprintf(g, "set terminal pngcairo size %d,%d noenhanced\nset output ", width, height);
+	gp_str(g, png);
+	fputc('\n', g);
+	return g;
+}
+
+int gp_close(const char *cmd, FILE *g)
+{
+	fputc('\n', g);
+	int rc = pclose(g);
+	if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc))
+		return cli_fail(cmd, "gnuplot failed (exit %d); is gnuplot installed?",
+				rc == -1 || !WIFEXITED(rc) ? -1 : WEXITSTATUS(rc));
+	return 0;
+}
