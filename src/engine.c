@@ -586,6 +586,37 @@ void kvt_store_close(struct kvt_store *s)
 	pthread_mutex_unlock(&s->wb_lock);
 	while (atomic_load(&s->inflight))
 		kvt__e_poll(s, 10);
+	/* 3b. Removals the tiers still owe: a remove call past its deadline, the removal of a
+	 * late write, a late write of a removed key that may yet land (and is then removed
+	 * again). Closing the tiers now would cancel them and the removed key could be back
+	 * after a reopen; waited for within one ceiling deadline (store.tier_timeout_ms), the
+	 * longest a call sent now is given. Then no new removal of a late write is sent, and
+	 * those being sent are waited for (a call into a tier, which does not block): no
+	 * operation can call a tier from here on. */
+	uint64_t rm_until = kvt__now_ns() + s->deadline_ceiling_ns;
+	for (;;) {
+		pthread_mutex_lock(&s->wb_lock);
+		bool owed = kvt__e_keyrec_any_removing(s);
+		pthread_mutex_unlock(&s->wb_lock);
+		if (!owed || kvt__now_ns() >= rm_until)
+			break;
+		kvt__e_poll(s, 10);
+	}
+	/* Slots left dirty because a tier was skipped while such a call of their key was out
+	 * are written now that it has answered (one still out past the wait: that tier is
+	 * skipped again); drained as above. */
+	if (s->dram && s->n_links > s->dram_pos + 1) {
+		kvt__e_wb_dirty_all(s);
+		pthread_mutex_lock(&s->wb_lock);
+		while (s->wb_pending)
+			pthread_cond_wait(&s->wb_cond, &s->wb_lock);
+		pthread_mutex_unlock(&s->wb_lock);
+	}
+	pthread_mutex_lock(&s->wb_lock);
+	s->tiers_closing = true;
+	while (s->undo_sending)
+		pthread_cond_wait(&s->wb_cond, &s->wb_lock);
+	pthread_mutex_unlock(&s->wb_lock);
 	/* 4. Now no operation can call a tier: close them. They cancel what they still hold
 	 * (calls that missed their deadline), and those late answers release what the
 	 * engine left with their guards. A tier on a hung device may not finish closing

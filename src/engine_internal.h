@@ -186,7 +186,7 @@ struct wb {
 	/* parked (kvt__e_wb_start) while a remove of its key is out on a tier, in time */
 	struct wb *park_next; /* the key record's parked list */
 	int end;              /* the chain position it writes up to, once started */
-	bool keep_dirty;      /* a tier was never tried (no memory): stay dirty for a retry */
+	bool keep_dirty;      /* a tier was never tried (no memory, blocked): stay dirty */
 	_Atomic bool hold_dropped; /* no longer counted in the store's wb_holds */
 	struct remove_op *after; /* removes of key waiting for this job */
 	/* put completion when the put waits for the writes (no DRAM tier) */
@@ -219,6 +219,9 @@ struct keyrec {
 	uint32_t pending;     /* jobs not complete */
 	uint32_t zc_pending;  /* zero-copy jobs not complete */
 	uint32_t zc_late[KVT_MAX_TIERS]; /* zero-copy writes past their deadline, per link */
+	/* writes of the key past their deadline, not answered yet: one may land at any time,
+	 * and if a remove came after it, what lands is not to be served (kvt__e_keyrec_removing) */
+	uint32_t late_writes;
 	uint32_t undoing[KVT_MAX_TIERS]; /* late writes being removed again, per link */
 	uint32_t rm_on[KVT_MAX_TIERS];   /* remove calls out within their deadline, per link */
 	uint32_t rm_late[KVT_MAX_TIERS]; /* remove calls past their deadline, per link */
@@ -317,8 +320,10 @@ struct kvt_store {
 	pthread_mutex_t fill_lock;
 	struct fill *fills[FILL_BUCKETS];
 	struct keyrec *keyrecs[KEYREC_BUCKETS]; /* under wb_lock */
-	/* the sum of every record's removing and unordered: while 0, no read asks them */
+	/* the sum of every record's removing and unordered, and of their late_writes: while
+	 * both are 0, no read asks the records */
 	_Atomic uint64_t removes_out;
+	_Atomic uint64_t late_writes;
 
 	/* write-behind */
 	pthread_mutex_t wb_lock;
@@ -335,6 +340,11 @@ struct kvt_store {
 	 * put that finds every slot pinned asks this, not wb_pending (kvt__e_do_put). */
 	_Atomic uint64_t wb_holds;
 	struct kvt_list flushes;
+	/* under wb_lock: kvt_store_close is about to close the tiers, so no late write is
+	 * removed again from now on (tiers_closing), once the undo calls being sent
+	 * (undo_sending) are out (engine_wb.c) */
+	bool tiers_closing;
+	uint32_t undo_sending;
 
 	_Atomic uint8_t hitcount[SELECTIVE_SLOTS];
 
@@ -401,8 +411,9 @@ int kvt__e_do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, 
 int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent, uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg, bool direct);
 int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg, bool direct);
 void kvt__e_remove_start(struct remove_op *o);
-/* Is a remove of key still out in a deeper tier, with no put of it since? Then what a deeper
- * tier holds of it is on its way out, and a read or lookup takes it for a miss. Takes
+/* Is a remove of key still out in a deeper tier (or a late write of it that the remove
+ * followed), with no put of it since? Then what a deeper tier holds of it is on its way
+ * out, and a read or lookup takes it for a miss. Takes
  * wb_lock (callers may hold fill_lock: fill_lock is taken before wb_lock, never after). */
 bool kvt__e_remove_pending(struct kvt_store *s, const struct kvt_key *key);
 
@@ -443,6 +454,7 @@ bool kvt__e_keyrec_put_since(const struct keyrec *r, uint64_t seq);
 bool kvt__e_keyrec_removing(const struct keyrec *r);
 bool kvt__e_keyrec_rm_on(const struct keyrec *r);
 void kvt__e_keyrec_rm_over(struct kvt_store *s, struct keyrec *r, int link, bool late);
+bool kvt__e_keyrec_any_removing(struct kvt_store *s);
 void kvt__e_keyrec_free_all(struct kvt_store *s);
 
 /* engine_wb.c */

@@ -16,7 +16,9 @@
  *   - while a remove is out in a deeper tier (its call not answered, in time or late), a
  *     read or lookup of the key that no put followed takes what a deeper tier holds for a
  *     miss: DRAM let the key go when kvt_remove returned, and a promotion from a tier the
- *     remove has not reached yet would bring it back;
+ *     remove has not reached yet would bring it back; the same while a write of the key
+ *     that missed its deadline before the remove is still out: it may land before its
+ *     answer reaches the engine, and a promotion of it would outlive its removal;
  *   - while a remove call of the key is out on a tier within its deadline, a newer write of
  *     the key to that tier waits for its answer (the write-behind job is parked: the tier
  *     may run the two calls in any order, and the older remove would delete the newer
@@ -101,12 +103,14 @@ bool kvt__e_keyrec_put_since(const struct keyrec *r, uint64_t seq)
 	return r && r->last_put > seq;
 }
 
-/* A remove of the key is still out in a deeper tier, and no put of the key came after the
- * newest remove (one not ordered yet is newer than every put): a deeper tier's copy is not
- * to be served or promoted. */
+/* A remove of the key is still out in a deeper tier, or a write of the key that missed its
+ * deadline is (it is older than the newest put, so older than a remove after that), and no
+ * put of the key came after the newest remove (one not ordered yet is newer than every
+ * put): a deeper tier's copy is not to be served or promoted. */
 bool kvt__e_keyrec_removing(const struct keyrec *r)
 {
-	return r && (r->unordered || (r->removing && r->last_remove > r->last_put));
+	return r && (r->unordered ||
+		     ((r->removing || r->late_writes) && r->last_remove > r->last_put));
 }
 
 /* A remove call of the key is out on some tier, within its deadline: a new write waits. */
@@ -140,6 +144,18 @@ void kvt__e_keyrec_rm_over(struct kvt_store *s, struct keyrec *r, int link, bool
 		w->park_next = NULL;
 		kvt__e_wb_start(w, w->end);
 	}
+}
+
+/* Close: is a deeper tier still to answer a call that removes a key (a late remove call,
+ * the removal of a late write), or a late write of a removed key still out (it may land,
+ * and then is removed again)? The tiers are closed once none is, within a bound. */
+bool kvt__e_keyrec_any_removing(struct kvt_store *s)
+{
+	for (int i = 0; i < KEYREC_BUCKETS; i++)
+		for (struct keyrec *r = s->keyrecs[i]; r; r = r->next)
+			if (r->removing || kvt__e_keyrec_removing(r))
+				return true;
+	return false;
 }
 
 /* Close: every record should be gone with the last late answer; free any left. */

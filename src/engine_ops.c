@@ -306,7 +306,9 @@ static void lookup_next(struct lookup_op *o);
 static void lookup_expire(struct guard *g);
 
 /* What the tier answered (rc < 0: it holds none of them, as far as this lookup knows). A
- * key whose remove is still out in a deeper tier is not there: a get would miss it. */
+ * key whose remove is still out in a deeper tier is not there: a get would miss it. Asked
+ * again here (a key whose remove was out when the tier was asked was not asked): a remove
+ * that came since the tier was asked may have reached it after it answered. */
 static void lookup_answer(struct lookup_op *o, int rc)
 {
 	if (rc >= 0)
@@ -329,7 +331,10 @@ static void lookup_next(struct lookup_op *o)
 	struct kvt_store *s = o->s;
 	for (; o->pos < s->n_links; o->pos++) {
 		struct link *l = &s->links[o->pos];
-		/* Ask about unresolved keys from the first unresolved one on. */
+		/* Ask about unresolved keys from the first unresolved one on; not about one whose
+		 * remove is still out in a deeper tier, as a get issued now would not read it: the
+		 * tier may answer what it held before the remove reached it, and only after the
+		 * remove is done, when the answer can no longer tell (kvt__e_remove_pending). */
 		size_t first = lookup_prefix(o);
 		if (first == o->n)
 			break;
@@ -337,10 +342,12 @@ static void lookup_next(struct lookup_op *o)
 			continue;
 		o->n_ask = 0;
 		for (size_t i = first; i < o->n; i++)
-			if (o->tiers[i] == KVT_TIER_NONE) {
+			if (o->tiers[i] == KVT_TIER_NONE && !kvt__e_remove_pending(s, &o->keys[i])) {
 				o->ask[o->n_ask] = o->keys[i];
 				o->ask_idx[o->n_ask++] = (uint32_t)i;
 			}
+		if (!o->n_ask)
+			continue;
 		struct guard *g = kvt__e_guard_new(s, l, "lookup", (uint64_t)o->n_ask * KVT_KEY_BYTES, o,
 					    lookup_done, lookup_expire);
 		if (!g) {
@@ -473,7 +480,7 @@ static void remove_unmark(struct kvt_store *s, struct keyrec *rec)
 
 bool kvt__e_remove_pending(struct kvt_store *s, const struct kvt_key *key)
 {
-	if (!atomic_load(&s->removes_out))
+	if (!atomic_load(&s->removes_out) && !atomic_load(&s->late_writes))
 		return false;
 	pthread_mutex_lock(&s->wb_lock);
 	bool pending = kvt__e_keyrec_removing(kvt__e_keyrec_find(s, key));

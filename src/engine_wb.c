@@ -63,8 +63,9 @@ static void wb_tier_failed(struct wb *w, struct link *l, int rc)
 static void wb_complete(struct wb *w)
 {
 	struct kvt_store *s = w->s;
-	/* Clean unless a tier was never tried: then it stays dirty for flush or write-back
-	 * to retry. A tier that failed or missed its deadline simply lacks the object. */
+	/* Clean unless a tier was never tried (no memory, or skipped for an older call of the
+	 * key still out there): then it stays dirty for flush or write-back to retry. A tier
+	 * that failed or missed its deadline simply lacks the object. */
 	if (w->ref.id >= 0 && !w->keep_dirty)
 		kvt__dram_set_dirty(s->dram, w->ref.id, false);
 	if (w->cb) {
@@ -153,7 +154,10 @@ static void wb_leg_done(void *arg, int64_t rc64)
  * It also counts as a remove out (removing, removes_out): kvt_remove may have completed
  * long before the late write landed, and until the undo is answered a get or lookup that
  * no put followed must not find the copy, nor promote it into DRAM, where it would outlive
- * the undo (kvt__e_remove_pending; a put since the remove still wins). */
+ * the undo (kvt__e_remove_pending; a put since the remove still wins). Before that, from
+ * its deadline on, the late write itself is counted (late_writes): it may land on the tier
+ * well before its answer reaches the engine. Undos are sent until kvt_store_close is about
+ * to close the tiers (tiers_closing), and close waits for them within a bound first. */
 struct undo {
 	struct kvt_store *s;
 	struct keyrec *rec;
@@ -207,14 +211,23 @@ static void undo_late_write(struct kvt_store *s, struct keyrec *rec, const struc
 	struct link *l = &s->links[i];
 	struct undo *u = kvt__malloc(sizeof(*u));
 	struct guard *g = u ? kvt__e_guard_new(s, l, "remove", 0, u, undo_done, undo_expire) : NULL;
+	bool sent = false;
 	if (g) {
 		*u = (struct undo){.s = s, .rec = rec, .link = i};
 		if (l->t->ops->remove(l->t, key, kvt__e_guard_cb, g) == 0) {
 			kvt__e_guard_arm(g);
-			return;
+			sent = true;
+		} else {
+			kvt__e_guard_cancel(g);
 		}
-		kvt__e_guard_cancel(g);
 	}
+	/* the call is out (or never will be): close may close the tier */
+	pthread_mutex_lock(&s->wb_lock);
+	s->undo_sending--;
+	pthread_cond_broadcast(&s->wb_cond);
+	pthread_mutex_unlock(&s->wb_lock);
+	if (sent)
+		return;
 	KVT_WARN(&s->log, "tier %s: a late write could not be removed again", l->name);
 	kvt__free(u);
 	undo_unmark(s, rec, i);
@@ -234,10 +247,16 @@ static void wb_leg_orphan(struct guard *g)
 	bool landed = g->late_rc >= 0, undo = false;
 	pthread_mutex_lock(&s->wb_lock);
 	struct keyrec *rec = w->rec;
-	if (rec && w->tail)
-		rec->zc_late[i]--;
+	if (rec) {
+		rec->late_writes--;
+		if (w->tail)
+			rec->zc_late[i]--;
+	}
 	bool drop = w->tail || kvt__e_keyrec_removed_since(rec, w->seq);
-	if (landed && drop && !atomic_load(&s->closing) && l->t) {
+	/* Also while the store is closing: its tiers are open until close has waited for the
+	 * undos it can (tiers_closing) */
+	if (landed && drop && !s->tiers_closing) {
+		s->undo_sending++;
 		if (rec) {
 			/* in the same hold of the lock: no write slips in, and no read finds the
 			 * copy unmarked */
@@ -250,6 +269,8 @@ static void wb_leg_orphan(struct guard *g)
 	}
 	bool removed = undo && kvt__e_keyrec_removing(rec);
 	pthread_mutex_unlock(&s->wb_lock);
+	if (rec) /* after the record's count: the fast path never says none while one is */
+		atomic_fetch_sub(&s->late_writes, 1);
 	if (landed && !drop)
 		kvt__e_event(s, KVT_EVENT_STORED, KVT_REASON_NONE, i, &w->key, w->ref.object_bytes);
 	/* A promotion that started before the mark and read what landed does not publish it
@@ -270,9 +291,12 @@ static void wb_leg_expire(struct guard *g)
 	struct wb_leg *leg = g->op;
 	struct wb *w = leg->w;
 	struct kvt_store *s = w->s;
-	if (w->tail && w->rec) { /* before the job can complete: no window without a count */
+	if (w->rec) { /* before the job can complete: no window without a count */
+		atomic_fetch_add(&s->late_writes, 1); /* before the record's: see wb_leg_orphan */
 		pthread_mutex_lock(&s->wb_lock);
-		w->rec->zc_late[leg->l - s->links]++;
+		w->rec->late_writes++;
+		if (w->tail)
+			w->rec->zc_late[leg->l - s->links]++;
 		pthread_mutex_unlock(&s->wb_lock);
 	}
 	atomic_fetch_add(&leg->l->writes_skipped, 1);
@@ -415,10 +439,13 @@ void kvt__e_wb_start(struct wb *w, int end)
 		}
 		if (w->blocked & (1u << i)) {
 			/* An earlier write of the key is still out on this tier past its deadline
-			 * (or being removed again): this one waits for no one and is not written
-			 * there. A put told -EAGAIN retries once the tier has answered. */
+			 * (or being removed again, or a remove call of it is): this one waits for
+			 * no one and is not written there. A put told -EAGAIN retries once the tier
+			 * has answered; a DRAM slot stays dirty, for flush, write-back or close to
+			 * write again (clean, it could be evicted while no deeper tier holds it). */
 			atomic_fetch_add(&l->writes_skipped, 1);
 			wb_tier_failed(w, l, -EAGAIN);
+			w->keep_dirty = true;
 			continue;
 		}
 		if (!kvt__e_link_usable(l)) { /* circuit open: the tier is unwell */

@@ -26,6 +26,22 @@
  *     P2's write reached NVMe before the older remove call ran, which deleted it; after a
  *     reopen the key was gone although P2 and its flush succeeded (old code: 'get after a
  *     reopen: not found (miss)'). Now P2's write waits for the remove call's answer.
+ * Four more, from a third review:
+ *  7. as 3, but the late write's answer reaches the engine 1.5 s after it landed on NVMe:
+ *     nothing marked the key while the write was out, so a get in that window promoted the
+ *     late copy into DRAM, where it outlived the removal (old code: 'get before the late
+ *     answer: success (tier 1)'). Now a late write a remove followed marks the key.
+ *  8. a lookup issued after kvt_remove, whose NVMe exists ran before the remove call and
+ *     was answered after it: the mark was gone by then and the key reported on NVMe (old
+ *     code: 'the lookup issued after it: 1 (tier 1)'). Now a key whose remove is out when
+ *     a tier is asked is not asked.
+ *  9. as 3, but the late write lands while kvt_store_close drains another put: no late
+ *     write was removed again once closing had begun, and the removed key was back after
+ *     a reopen (old code: 'after a reopen: found 1'). Now close waits for it, bounded.
+ * 10. put, flush, remove whose NVMe call misses its deadline, put P2 (not written to NVMe
+ *     while that call is out), clean close: P2's slot had been marked clean, so close did
+ *     not write it, and after the late remove ran P2 was nowhere (old code: 'get after a
+ *     reopen: not found (miss)'). Now the slot stays dirty and close writes it.
  * Exit 0 pass, 1 fail.
  */
 #include <pthread.h>
@@ -48,9 +64,14 @@ static _Atomic int hold_next_ms; /* the next write is held this long, then submi
 static _Atomic int held_out;
 static _Atomic int hold_remove_ms; /* the next remove call is held this long */
 static _Atomic int removes_held;   /* remove calls held so far */
+/* the next held write's answer reaches the engine this long after the write landed (as
+ * an io_uring completion reaped late does) */
+static _Atomic int hold_answer_ms;
+static _Atomic int held_landed; /* held writes that reached the tier's storage */
+static _Atomic int hold_exists_ms; /* the next exists answer is held this long */
 
 struct held {
-	int ms;
+	int ms, answer_ms;
 	bool split, remove;
 	struct kvt_tier *t;
 	struct kvt_key key, parent;
@@ -59,21 +80,53 @@ struct held {
 	uint64_t head_len, tail_len;
 	kvt_tier_cb cb;
 	void *arg;
+	int64_t rc;
 };
+
+/* An answer held back: delivered h->answer_ms later, on a thread of its own. */
+static void *answer_later(void *p)
+{
+	struct held *h = p;
+	usleep((useconds_t)h->answer_ms * 1000);
+	h->cb(h->arg, h->rc);
+	free(h);
+	atomic_fetch_sub(&held_out, 1);
+	return NULL;
+}
+
+static void answer_held(void *arg, int64_t rc)
+{
+	struct held *h = arg;
+	pthread_t th;
+	h->rc = rc;
+	if (!h->remove && rc >= 0)
+		atomic_fetch_add(&held_landed, 1);
+	if (!h->answer_ms || pthread_create(&th, NULL, answer_later, h)) {
+		h->answer_ms = 0;
+		answer_later(h);
+		return;
+	}
+	pthread_detach(th);
+}
 
 static void *submit_later(void *p)
 {
 	struct held *h = p;
 	usleep((useconds_t)h->ms * 1000);
 	const struct kvt_key *parent = h->has_parent ? &h->parent : NULL;
-	int rc = h->remove ? inner_ops->remove(h->t, &h->key, h->cb, h->arg)
+	/* held_out counts the answer too (answer_held lets go of it and of h), and this call
+	 * until it has returned: the tier may answer before */
+	atomic_fetch_add(&held_out, 1);
+	int rc = h->remove ? inner_ops->remove(h->t, &h->key, answer_held, h)
 		 : h->split ? inner_ops->write_split(h->t, &h->key, parent, h->head, h->head_len,
-						   h->tail, h->tail_len, h->cb, h->arg)
+						   h->tail, h->tail_len, answer_held, h)
 			  : inner_ops->write_chained(h->t, &h->key, parent, h->head, h->head_len,
-						     h->cb, h->arg);
-	if (rc < 0)
+						     answer_held, h);
+	if (rc < 0) {
 		h->cb(h->arg, rc);
-	free(h);
+		free(h);
+		atomic_fetch_sub(&held_out, 1);
+	}
 	atomic_fetch_sub(&held_out, 1);
 	return NULL;
 }
@@ -115,8 +168,9 @@ static int held_write_chained(struct kvt_tier *t, const struct kvt_key *key,
 	struct held *h = ms ? calloc(1, sizeof(*h)) : NULL;
 	if (!h)
 		return inner_ops->write_chained(t, key, parent, obj, len, cb, arg);
-	*h = (struct held){.ms = ms, .t = t, .key = *key, .has_parent = parent != NULL,
-			   .head = obj, .head_len = len, .cb = cb, .arg = arg};
+	*h = (struct held){.ms = ms, .answer_ms = atomic_exchange(&hold_answer_ms, 0), .t = t,
+			   .key = *key, .has_parent = parent != NULL, .head = obj, .head_len = len,
+			   .cb = cb, .arg = arg};
 	if (parent)
 		h->parent = *parent;
 	return hold(h) ? 0 : -ENOMEM;
@@ -133,6 +187,54 @@ static int held_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_c
 	return hold(h) ? 0 : -ENOMEM;
 }
 
+/* An exists call whose answer is held: the tier looks when asked, the engine hears later. */
+struct held_exists {
+	int ms;
+	kvt_tier_cb cb;
+	void *arg;
+	int64_t rc;
+};
+
+static void *exists_later(void *p)
+{
+	struct held_exists *e = p;
+	usleep((useconds_t)e->ms * 1000);
+	e->cb(e->arg, e->rc);
+	free(e);
+	atomic_fetch_sub(&held_out, 1);
+	return NULL;
+}
+
+static void exists_answered(void *arg, int64_t rc)
+{
+	struct held_exists *e = arg;
+	pthread_t th;
+	e->rc = rc;
+	if (pthread_create(&th, NULL, exists_later, e)) {
+		e->ms = 0;
+		exists_later(e);
+		return;
+	}
+	pthread_detach(th);
+}
+
+static int held_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
+		       uint8_t *present, kvt_tier_cb cb, void *arg)
+{
+	int ms = atomic_exchange(&hold_exists_ms, 0);
+	struct held_exists *e = ms ? calloc(1, sizeof(*e)) : NULL;
+	if (!e)
+		return inner_ops->exists(t, keys, n, present, cb, arg);
+	*e = (struct held_exists){.ms = ms, .cb = cb, .arg = arg};
+	atomic_fetch_add(&held_out, 1);
+	int rc = inner_ops->exists(t, keys, n, present, exists_answered, e);
+	if (rc < 0) {
+		free(e);
+		atomic_fetch_sub(&held_out, 1);
+	}
+	return rc;
+}
+
 /* Route the nvme tier at chain position pos through the holder. */
 static void wrap(struct kvt_store *s, int pos)
 {
@@ -142,6 +244,7 @@ static void wrap(struct kvt_store *s, int pos)
 	held_ops.write_split = held_write_split;
 	held_ops.write_chained = held_write_chained;
 	held_ops.remove = held_remove;
+	held_ops.exists = held_exists;
 	t->ops = &held_ops;
 }
 
@@ -366,14 +469,129 @@ static void test_put_while_remove_out(const char *base)
 	teardown(&f);
 }
 
+static void test_late_answer_window(const char *base)
+{
+	printf("  7. remove after the write missed its deadline; it lands, its answer comes late\n");
+	struct fixture f;
+	setup(&f, base, "window", "dram,nvme");
+	atomic_store(&hold_next_ms, HOLD_MS);
+	atomic_store(&hold_answer_ms, 1500); /* landed on NVMe, the engine hears 1.5 s later */
+	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
+	usleep((CEIL_MS + 400) * 1000); /* the write-behind job has ended at its deadline */
+	int landed0 = atomic_load(&held_landed);
+	CHECK(kvt_remove_sync(f.s, &f.k) >= 1); /* done: the late write has not landed yet */
+	uint64_t t0 = test_now_ns();
+	while (atomic_load(&held_landed) == landed0 && test_ms_since(t0) < 20000)
+		usleep(5000);
+	CHECK(atomic_load(&held_landed) > landed0); /* on NVMe; the engine has not heard */
+	struct kvt_result res;
+	int rc = kvt_get_sync(f.s, &f.k, 0, 0, f.back, f.len, &res);
+	printf("    get before the late answer: %s (tier %d)\n", kvt_strerror(rc),
+	       rc == 0 ? res.tier : -1);
+	CHECK_RC(rc, -ENOENT);
+	CHECK_EQ(kvt_lookup_sync(f.s, &f.k, 1, NULL), 0);
+	wait_held(f.s); /* the late answer, and the removal it starts */
+	rc = kvt_get_sync(f.s, &f.k, 0, 0, f.back, f.len, &res);
+	printf("    get after the late answer: %s (tier %d)\n", kvt_strerror(rc),
+	       rc == 0 ? res.tier : -1);
+	CHECK_RC(rc, -ENOENT);
+	CHECK_EQ(kvt_lookup_sync(f.s, &f.k, 1, NULL), 0);
+	reopen(&f);
+	CHECK_EQ(kvt_lookup_sync(f.s, &f.k, 1, NULL), 0);
+	teardown(&f);
+}
+
+static void test_lookup_after_remove(const char *base)
+{
+	printf("  8. a lookup issued after kvt_remove; the tier answers it after the remove\n");
+	struct fixture f;
+	setup(&f, base, "lookup", "dram,nvme");
+	test_set_deadline(f.c, "5000", "100"); /* the held calls stay well within it */
+	reopen(&f);
+	wrap(f.s, 1);
+	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
+	CHECK_RC(kvt_flush_sync(f.s), 0); /* on NVMe */
+	struct test_box rm = {0}, lk = {0};
+	int8_t tiers[1];
+	atomic_store(&hold_remove_ms, 300); /* reaches NVMe after the exists ran there */
+	CHECK_RC(kvt_remove(f.s, &f.k, test_box_cb, &rm), 0);
+	atomic_store(&hold_exists_ms, 800); /* answered after the remove was */
+	CHECK_RC(kvt_lookup(f.s, &f.k, 1, tiers, test_box_cb, &lk), 0);
+	while (!rm.done || !lk.done)
+		kvt_poll(f.s, 20);
+	printf("    remove: %d tier(s); the lookup issued after it: %d (tier %d)\n",
+	       rm.res.status, lk.res.status, tiers[0]);
+	CHECK_EQ(rm.res.status, 2);
+	CHECK_EQ(lk.res.status, 0);
+	CHECK_EQ(tiers[0], KVT_TIER_NONE);
+	wait_held(f.s);
+	teardown(&f);
+}
+
+/* A put that keeps close draining (its write is held, within its deadline) while a late
+ * write of a removed key lands. */
+static void test_late_write_while_closing(const char *base)
+{
+	printf("  9. a late write of a removed key lands while the store is closing\n");
+	struct fixture f;
+	setup(&f, base, "closing", "dram,nvme");
+	test_set_deadline(f.c, "3000", "2000");
+	reopen(&f);
+	wrap(f.s, 1);
+	struct kvt_key k2;
+	test_chain_keys(f.s, &k2, 1, 4343);
+	atomic_store(&hold_next_ms, 3500); /* misses its deadline (3 s) */
+	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
+	usleep(3200 * 1000); /* its job has ended at its deadline */
+	int rc = kvt_remove_sync(f.s, &f.k);
+	printf("    remove: %d tier(s)\n", rc);
+	CHECK(rc >= 1);
+	atomic_store(&hold_next_ms, 1500); /* in time: close drains it past the late landing */
+	CHECK_RC(kvt_put_sync(f.s, &k2, NULL, f.tokens, f.buf, f.len), 0);
+	kvt_store_close(f.s); /* the late write lands and is answered meanwhile */
+	uint64_t t0 = test_now_ns(); /* the holder's threads return */
+	while (atomic_load(&held_out) && test_ms_since(t0) < 5000)
+		usleep(10000);
+	CHECK_EQ(atomic_load(&held_out), 0);
+	CHECK_RC(kvt_store_open(f.c, &f.s), 0);
+	int found = kvt_lookup_sync(f.s, &f.k, 1, NULL);
+	printf("    after a reopen: found %d\n", found);
+	CHECK_EQ(found, 0);
+	CHECK_EQ(kvt_lookup_sync(f.s, &k2, 1, NULL), 1);
+	teardown(&f);
+}
+
+static void test_put_after_late_remove(const char *base)
+{
+	printf("  10. put again after a remove whose NVMe call missed its deadline\n");
+	struct fixture f;
+	setup(&f, base, "rmlate", "dram,nvme");
+	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
+	CHECK_RC(kvt_flush_sync(f.s), 0); /* on NVMe */
+	atomic_store(&hold_remove_ms, HOLD_MS); /* reaches NVMe past its deadline */
+	int rc = kvt_remove_sync(f.s, &f.k);
+	printf("    remove: %d tier(s)\n", rc);
+	CHECK(rc >= 1);
+	rc = kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len); /* P2 */
+	printf("    P2 (while the remove call is late): %s\n", kvt_strerror(rc));
+	CHECK_RC(rc, 0);
+	wait_held(f.s); /* the late remove ran on NVMe */
+	reopen(&f); /* a clean close: DRAM is gone, only NVMe's copy can answer */
+	check_stored(&f, "after a reopen");
+	teardown(&f);
+}
+
 int main(int argc, char **argv)
 {
 	static void (*const sections[])(const char *) = {
 		test_zero_copy_retry, test_put_after_remove, test_remove_after_deadline,
-		test_waiting_remove_then_put, test_late_write_undo_read, test_put_while_remove_out};
-	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-6; all by default */
+		test_waiting_remove_then_put, test_late_write_undo_read, test_put_while_remove_out,
+		test_late_answer_window, test_lookup_after_remove, test_late_write_while_closing,
+		test_put_after_late_remove};
+	int n = (int)(sizeof(sections) / sizeof(sections[0]));
+	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-10; all by default */
 	char *dir = test_tmpdir("store_late_writes");
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < n; i++)
 		if (!only || only == i + 1)
 			sections[i](dir);
 	test_rmdir(dir);
