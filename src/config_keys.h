@@ -133,6 +133,7 @@
 	/* ---- device layer (GPU/emu): rows below ---- */ \
 	X(k, "device.backend", ENUM, "auto", 0, 0, "auto|emu|cuda", PLAIN, "transfer backend between an engine's GPU KV cache and chunks: auto picks cuda when a GPU is visible, else emu (host memory stands in for device memory)") \
 	X(k, "device.emu_gbps", DOUBLE, "0", 0, 100000, NULL, PLAIN, "emu backend: throttle each copy direction to this many GB/s (10^9 bytes) to stand in for PCIe; 0 = unthrottled") \
+	X(k, "device.emu_pageable", BOOL, "false", 0, 0, NULL, PLAIN, "emu backend: behave as CUDA does with host memory it has not pinned (kvt_device_host_register): a gather returns from its call only once its copy, and so its dependency, has completed") \
 	/* ---- end device ---- */ \
 	/* ---- cost model, admission, replay: rows below ---- */ \
 	X(k, "cost.model", STR, "", 0, 0, NULL, PLAIN, "cost-model preset: llama3.2-3b, llama3.1-8b, llama3.1-70b, qwen2.5-7b, qwen3-32b, deepseek-v3, or custom (model.* geometry + cost.params_b); empty: model.name if it names a preset") \

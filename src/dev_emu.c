@@ -9,6 +9,10 @@
  * waits for its dependency event exactly as cudaStreamWaitEvent would, and each layer is
  * reported complete before the next starts. device.emu_gbps throttles each direction to a
  * link speed (a pacing clock per worker, so bursts do not exceed it) to stand in for PCIe.
+ * device.emu_pageable models host memory CUDA has not pinned: cudaMemcpyAsync from the
+ * device into pageable memory returns only once the copy has completed, so a gather's
+ * submit waits until the worker has copied it (behind its dependency); its completion is
+ * still reported by the worker, as CUDA's completion thread does.
  */
 #include <errno.h>
 #include <string.h>
@@ -20,7 +24,10 @@ struct emu_queue {
 	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	pthread_cond_t copied_cv; /* copied moved (device.emu_pageable) */
 	struct kvt_device_op *head, *tail;
+	uint64_t queued; /* ops submitted to this queue */
+	uint64_t copied; /* of those, ops whose copy is over (they run in order) */
 	bool stop;
 	bool started;
 	uint64_t pace_ns; /* throttle clock: when the link is free again */
@@ -83,6 +90,10 @@ static void run_op(struct emu_queue *q, struct kvt_device_op *op)
 		throttle(q, layer_bytes);
 		kvt__dev_layer_done(op, l);
 	}
+	pthread_mutex_lock(&q->mu);
+	q->copied++;
+	pthread_cond_broadcast(&q->copied_cv);
+	pthread_mutex_unlock(&q->mu);
 	kvt__dev_op_done(op, 0);
 }
 
@@ -118,6 +129,7 @@ static void stop_queues(struct emu_state *st)
 		pthread_cond_signal(&q->cv);
 		pthread_mutex_unlock(&q->mu);
 		pthread_join(q->thread, NULL);
+		pthread_cond_destroy(&q->copied_cv);
 		pthread_cond_destroy(&q->cv);
 		pthread_mutex_destroy(&q->mu);
 	}
@@ -133,8 +145,10 @@ static int emu_open(struct kvt_device *dev)
 		q->dev = dev;
 		pthread_mutex_init(&q->mu, NULL);
 		pthread_cond_init(&q->cv, NULL);
+		pthread_cond_init(&q->copied_cv, NULL);
 		int rc = pthread_create(&q->thread, NULL, worker, q);
 		if (rc) {
+			pthread_cond_destroy(&q->copied_cv);
 			pthread_cond_destroy(&q->cv);
 			pthread_mutex_destroy(&q->mu);
 			stop_queues(st);
@@ -177,6 +191,9 @@ static int emu_submit(struct kvt_device_op *op)
 	if (op->dep.kind == KVT_DEP_EMU_EVENT && !op->dep.handle)
 		return -EINVAL;
 	struct emu_queue *q = &st->q[op->dir == KVT_DEV_GATHER ? 0 : 1];
+	/* Into pageable memory: back only once the worker has copied it. Read now: once
+	 * queued, op may be done and freed before this returns. */
+	bool pageable = op->dev->emu_pageable && op->dir == KVT_DEV_GATHER;
 	op->next = NULL;
 	pthread_mutex_lock(&q->mu);
 	if (q->tail)
@@ -184,7 +201,11 @@ static int emu_submit(struct kvt_device_op *op)
 	else
 		q->head = op;
 	q->tail = op;
+	uint64_t seq = ++q->queued;
 	pthread_cond_signal(&q->cv);
+	if (pageable)
+		while (q->copied < seq)
+			pthread_cond_wait(&q->copied_cv, &q->mu);
 	pthread_mutex_unlock(&q->mu);
 	return 0;
 }

@@ -177,6 +177,7 @@ int kvt_device_open(const struct kvt_config *cfg, const char *backend,
 	dev->desc.size = sizeof(dev->desc);
 	dev->log = *kvt__cfg_log(cfg);
 	dev->emu_gbps = (double)kvt__cfg_double(cfg, "device.emu_gbps");
+	dev->emu_pageable = kvt__cfg_bool(cfg, "device.emu_pageable");
 	dev->es = kvt_dtype_bytes(desc->geometry.dtype);
 	dev->heads = desc->head_end - desc->head_begin;
 	if (!(dev->base = kvt__calloc(desc->geometry.layers, sizeof(void *))))

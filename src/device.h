@@ -17,6 +17,11 @@
  * layers 0, 1, ... in order and then kvt__dev_op_done() exactly once, later, never inside
  * submit; returns < 0 => it calls neither. Operations of one direction start in
  * submission order and none starts copying before its dependency is complete.
+ * submit may block until the copy, and so its dependency, has completed: cuda does for a
+ * gather into host memory it has not pinned (cudaMemcpyAsync into pageable memory returns
+ * only then), emu does with device.emu_pageable. So a caller must not hold, across submit,
+ * a lock that another rank's call or an op's completion takes: the dependency may wait for
+ * that rank (a collective), which then never gets past the lock.
  */
 #ifndef KVT_DEVICE_H
 #define KVT_DEVICE_H
@@ -96,10 +101,11 @@ struct kvt_device {
 	struct kvt_device_desc desc; /* layer_base points at base below */
 	void **base;		     /* layers entries */
 	struct kvt_log log;
-	double emu_gbps; /* device.emu_gbps; 0 = unthrottled */
-	uint32_t es;	 /* dtype bytes */
-	uint32_t heads;	 /* h1 - h0 */
-	void *bstate;	 /* the backend's */
+	double emu_gbps;   /* device.emu_gbps; 0 = unthrottled */
+	bool emu_pageable; /* device.emu_pageable: a gather's submit waits for its copy */
+	uint32_t es;	   /* dtype bytes */
+	uint32_t heads;	   /* h1 - h0 */
+	void *bstate;	   /* the backend's */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint64_t inflight; /* ops created and not yet done */

@@ -393,27 +393,38 @@ static int device_store(struct kvt_device *dev, struct kvt_store *s, const struc
 	c->p = p;
 	op->obj = p->ref.buf;
 	op->finish = store_finish;
-	/* Submit under tab_mu: the op may finish on the backend's thread at once, and its
-	 * finish takes tab_mu, so p cannot be published before the claim is complete. */
+	pthread_mutex_unlock(&tab_mu);
+	/* Submit outside tab_mu: it may block until the copy, and so the engine's dependency,
+	 * is complete (cuda into a DRAM pool it has not pinned), and that dependency may wait
+	 * for another rank of this process (a collective) whose call needs tab_mu. The claim
+	 * is complete, and p cannot go while it is out: this op is one of its writers (none of
+	 * expire_stale, kvt__dev_store_forget and a cancel frees one with writers), and its
+	 * heads are not written (nothing publishes it). The op's finish may run, and publish p,
+	 * before submit returns; p and c are not touched after a submit that took the op. */
 	rc = dev->ops->submit(op);
 	if (rc < 0) {
+		/* Nothing of the op ran: give the claim back. If another rank's copy failed
+		 * meanwhile (p->error) and this was p's last writer, cancel it, as the last
+		 * writer's store_finish does; if no head of it is claimed or written any more
+		 * (this rank made it, no one else came), leave no trace. */
+		pthread_mutex_lock(&tab_mu);
 		for (uint32_t h = d->head_begin; h < d->head_end; h++)
 			if (c->mine[h - d->head_begin])
 				p->head[h] = HEAD_FREE;
 		p->writers--;
+		p->touched_ns = kvt__now_ns();
 		c->p = NULL;
 		op->finish = NULL;
 		bool untouched = !p->writers;
 		for (uint32_t h = 0; h < p->kv_heads; h++)
 			untouched &= p->head[h] == HEAD_FREE;
-		if (untouched) { /* this rank created it: leave no trace */
+		if (untouched || (p->error && !p->writers)) {
 			unlink_partial(p);
 			kvt__store_cancel(s, &p->ref);
 			kvt__free(p);
 		}
 		goto fail_locked;
 	}
-	pthread_mutex_unlock(&tab_mu);
 	if (opp)
 		*opp = op;
 	else
