@@ -445,9 +445,9 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 	case KVTD_GET:
 		RETRY(kvt_get_sync(s, &r->key, r->layer_begin, r->layer_end, p, r->len, res));
 		break;
-	case KVTD_LOOKUP:
-		res->status = RETRY(kvt_lookup_sync(s, (const struct kvt_key *)p, r->n,
-						    (int8_t *)(p + r->n * KVT_KEY_BYTES)));
+	case KVTD_LOOKUP: /* res->cause: why the prefix stopped, if a tier could not say */
+		res->status = RETRY(kvt__lookup_sync_res(s, (const struct kvt_key *)p, r->n,
+							 (int8_t *)(p + r->n * KVT_KEY_BYTES), res));
 		break;
 	case KVTD_PREFETCH:
 		res->status =

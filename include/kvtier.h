@@ -245,6 +245,9 @@ struct kvt_result {
 			    * open after repeated failures), another -errno a tier failed; the
 			    * first such cause on the way; on a client of kvtierd the daemon's, or
 			    * the transport's error when it could not be reached (docs/DAEMON.md).
+			    * lookup whose prefix is shorter than n: the same for the tiers asked
+			    * (-ETIMEDOUT, -EAGAIN, a tier's -errno, the transport's), 0 when every
+			    * tier answered, so the key after the prefix is known absent.
 			    * 0 otherwise. */
 };
 typedef void (*kvt_cb)(void *arg, const struct kvt_result *res);
@@ -264,7 +267,8 @@ KVT_EXPORT int kvt_put(struct kvt_store *s, const struct kvt_key *key, const str
 
 /* Longest contiguous prefix of keys[0..n) present in some tier. tiers[i] (caller-owned,
  * n entries, may be NULL) receives the fastest tier holding key i for i < status, and
- * KVT_TIER_NONE after. status = length of the prefix. Tiers that fail count as misses. */
+ * KVT_TIER_NONE after. status = length of the prefix. Tiers that fail count as misses;
+ * kvt_result.cause says whether one did. */
 KVT_EXPORT int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
 			  kvt_cb cb, void *arg);
 

@@ -495,17 +495,21 @@ static bool stale(struct kvt_client *c)
 
 /* -------------------------------------------------------------- operations */
 
-/* A transport failure reads as a miss for the calls that look things up; a get's miss
- * says why (kvt_result.cause): the transport's error, the daemon being its only tier. */
+/* A transport failure reads as a miss for the calls that look things up; a get's and a
+ * lookup's miss says why (kvt_result.cause): the transport's error, the daemon being their
+ * only tier. */
 static void failed(struct cop *o, int rc)
 {
+	/* (no socket file is -ENOENT from connect, which as a cause would read "absent") */
+	int cause = rc == -ENOENT ? -ENOTCONN : rc;
 	o->res.status = rc;
 	if (o->op == KVTD_GET) {
 		o->res.status = -ENOENT;
-		/* (no socket file is -ENOENT from connect, which as a cause would read "absent") */
-		o->res.cause = rc == -ENOENT ? -ENOTCONN : rc;
+		o->res.cause = cause;
 	} else if (o->op == KVTD_LOOKUP || o->op == KVTD_PREFETCH) {
 		o->res.status = 0;
+		if (o->op == KVTD_LOOKUP)
+			o->res.cause = cause;
 	}
 }
 
@@ -536,6 +540,8 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 		}
 		if (rep.res.status < 0) {
 			o->res.status = done ? (int)total : rep.res.status;
+			if (done && o->op == KVTD_LOOKUP) /* the rest is not known absent */
+				o->res.cause = rep.res.status;
 			return;
 		}
 		int got = KVT_MIN(rep.res.status, (int)m);
@@ -543,8 +549,11 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 			memcpy(o->tiers + done, c->shm + m * KVT_KEY_BYTES, (size_t)got);
 		total += got;
 		done += m;
-		if ((size_t)got < m)
+		if ((size_t)got < m) {
+			if (o->op == KVTD_LOOKUP) /* the daemon's: one of its tiers could not say */
+				o->res.cause = rep.res.cause;
 			break;
+		}
 	}
 	o->res.status = (int)KVT_MIN(total, (int64_t)INT32_MAX);
 }
@@ -1230,12 +1239,12 @@ int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key, uint32
 }
 
 int kvt__client_lookup_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
-			    int8_t *tiers)
+			    int8_t *tiers, struct kvt_result *res)
 {
 	if (!keys && n)
 		return -EINVAL;
 	struct cop o = {.op = KVTD_LOOKUP, .keys = keys, .n = n, .tiers = tiers};
-	return run_sync(c, &o, NULL, SYNC_REMOVES);
+	return run_sync(c, &o, res, SYNC_REMOVES);
 }
 
 int kvt__client_prefetch_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,

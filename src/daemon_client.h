@@ -53,7 +53,7 @@ int kvt__client_put_sync(struct kvt_client *c, const struct kvt_key *key,
 			 const struct kvt_key *parent, uint32_t n_tokens, const void *buf,
 			 size_t len);
 int kvt__client_lookup_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
-			    int8_t *tiers);
+			    int8_t *tiers, struct kvt_result *res);
 int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
 			 uint32_t layer_end, void *buf, size_t len, struct kvt_result *res);
 int kvt__client_prefetch_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,

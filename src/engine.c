@@ -914,27 +914,34 @@ int kvt_put_sync(struct kvt_store *s, const struct kvt_key *key, const struct kv
 	return rc;
 }
 
-static int lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers)
+static int lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
+		       struct kvt_result *res)
 {
-	if (s->client) return kvt__client_lookup_sync(s->client, keys, n, tiers);
+	if (s->client) return kvt__client_lookup_sync(s->client, keys, n, tiers, res);
 	struct waiter w;
 	waiter_init(&w);
 	struct kvt_storage_keys b;
 	int rc = kvt__e_skeys(s, &b, keys, n);
 	rc = waiter_wait(&w, rc ? rc : kvt__e_do_lookup(s, b.keys, n, tiers, waiter_cb, &w, true),
-			 NULL);
+			 res);
 	kvt__storage_keys_free(&b);
+	return rc;
+}
+
+int kvt__lookup_sync_res(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+			 int8_t *tiers, struct kvt_result *res)
+{
+	int rc = kvt__store_enter(s);
+	if (rc < 0)
+		return rc;
+	rc = lookup_sync(s, keys, n, tiers, res);
+	kvt__store_leave(s);
 	return rc;
 }
 
 int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers)
 {
-	int rc = kvt__store_enter(s);
-	if (rc < 0)
-		return rc;
-	rc = lookup_sync(s, keys, n, tiers);
-	kvt__store_leave(s);
-	return rc;
+	return kvt__lookup_sync_res(s, keys, n, tiers, NULL);
 }
 
 static int get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,

@@ -68,6 +68,10 @@ int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acqui
 int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
 			     void *arg, int *cause);
 void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref);
+/* kvt_lookup_sync that also fills res (may be NULL), whose cause says why the prefix
+ * stopped when a tier could not answer, so kvtierd can tell its clients. */
+int kvt__lookup_sync_res(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+			 int8_t *tiers, struct kvt_result *res);
 /* Count a get served by acquire/release (kvtierd's clients reading the shared pool). */
 void kvt__store_count_get(struct kvt_store *s);
 /* Objects are encrypted at rest (security.encryption_key_*): slots hold ciphertext. */

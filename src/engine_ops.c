@@ -267,6 +267,7 @@ struct lookup_op {
 	uint8_t *present;
 	uint32_t n_ask;
 	int pos;
+	int cause; /* the first tier that failed, was late or was skipped (kvt_result.cause) */
 	kvt_cb cb;
 	void *arg;
 	bool direct;
@@ -289,7 +290,9 @@ static void lookup_finish(struct lookup_op *o)
 			o->out[i] = i < p ? o->tiers[i] : KVT_TIER_NONE;
 	atomic_fetch_add(&s->lookup_chunks, o->n);
 	atomic_fetch_add(&s->lookup_hit_chunks, p);
-	struct kvt_result res = {.status = (int)p, .tier = KVT_TIER_NONE};
+	/* a tier that could not answer may hold key p: the miss there is not known absent */
+	struct kvt_result res = {.status = (int)p, .tier = KVT_TIER_NONE,
+				 .cause = p < o->n ? o->cause : 0};
 	kvt_cb cb = o->cb;
 	void *arg = o->arg;
 	bool direct = o->direct;
@@ -305,12 +308,20 @@ static void lookup_finish(struct lookup_op *o)
 static void lookup_next(struct lookup_op *o);
 static void lookup_expire(struct guard *g);
 
+/* A tier that could not say (failed, late, skipped): the first such is the cause. */
+static void lookup_note(struct lookup_op *o, int rc)
+{
+	if (rc < 0 && rc != -ENOENT && !o->cause)
+		o->cause = rc;
+}
+
 /* What the tier answered (rc < 0: it holds none of them, as far as this lookup knows). A
  * key whose remove is still out in a deeper tier is not there: a get would miss it. Asked
  * again here (a key whose remove was out when the tier was asked was not asked): a remove
  * that came since the tier was asked may have reached it after it answered. */
 static void lookup_answer(struct lookup_op *o, int rc)
 {
+	lookup_note(o, rc);
 	if (rc >= 0)
 		for (uint32_t i = 0; i < o->n_ask; i++)
 			if (o->present[i] && !kvt__e_remove_pending(o->s, &o->ask[i]))
@@ -338,8 +349,12 @@ static void lookup_next(struct lookup_op *o)
 		size_t first = lookup_prefix(o);
 		if (first == o->n)
 			break;
-		if (!l->t || !kvt__e_link_usable(l))
+		if (!l->t)
 			continue;
+		if (!kvt__e_link_usable(l)) { /* its circuit is open: skipped, and that is a cause */
+			lookup_note(o, -EAGAIN);
+			continue;
+		}
 		o->n_ask = 0;
 		for (size_t i = first; i < o->n; i++)
 			if (o->tiers[i] == KVT_TIER_NONE && !kvt__e_remove_pending(s, &o->keys[i])) {
@@ -352,6 +367,7 @@ static void lookup_next(struct lookup_op *o)
 					    lookup_done, lookup_expire);
 		if (!g) {
 			kvt__e_link_unused(l);
+			lookup_note(o, -ENOMEM);
 			continue;
 		}
 		int rc = l->t->ops->exists(l->t, o->ask, o->n_ask, o->present, kvt__e_guard_cb, g);
@@ -361,6 +377,7 @@ static void lookup_next(struct lookup_op *o)
 		}
 		kvt__e_guard_cancel(g);
 		kvt__e_link_result(s, l, rc);
+		lookup_note(o, rc);
 	}
 	lookup_finish(o);
 }

@@ -543,6 +543,8 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 		if (load) {
 			struct kvt_result kr = {0};
 			int rc = kvt_get_sync(r->s, &keys[i], 0, 0, buf, r->chunk_bytes, &kr);
+			if (rc == -ENOENT && kr.cause < 0) /* as load_cb: a bad copy, a late tier, */
+				rc = kr.cause;             /* the daemon unreachable: say so */
 			if (rc == 0 && kr.n_tokens != r->chunk_tokens)
 				rc = -EPROTO;
 			t1 = kvt__now_ns();

@@ -6,12 +6,14 @@
  *  1. an object whose file on the nvme tier is corrupt: a client-mode store's get (through
  *     the shared pool, GET_PIN) misses with cause -EBADMSG; so does a raw GET through the
  *     region; the next get of the dropped object is a plain absence (cause 0);
- *  2. the daemon gone: a get misses with the transport's error as its cause.
+ *  2. the daemon gone: a get misses with the transport's error as its cause; so does a
+ *     lookup (its miss is not known absent).
  */
 #include <ftw.h>
 #include <signal.h>
 #include <sys/stat.h>
 
+#include "engine.h"
 #include "internal.h"
 #include "lib/daemon_harness.h"
 
@@ -107,6 +109,10 @@ int main(void)
 	res = (struct kvt_result){0};
 	CHECK_RC(kvt_get_sync(s, &k[1], 0, 0, buf, PAYLOAD, &res), -ENOENT);
 	CHECKM(res.cause < 0 && res.cause != -ENOENT, "get without a daemon: cause %d",
+	       res.cause);
+	res = (struct kvt_result){0};
+	CHECK_RC(kvt__lookup_sync_res(s, &k[1], 1, NULL, &res), 0);
+	CHECKM(res.cause < 0 && res.cause != -ENOENT, "lookup without a daemon: cause %d",
 	       res.cause);
 	kvt_store_close(s);
 	free(buf);

@@ -144,7 +144,9 @@ static void *hold_main(void *arg)
  * call's deadline while it waits for a staging buffer. One buffer, held by thread A's load
  * of far more chunks than it can read before its own deadline, 1.5 s away; this thread's
  * load with a 100 ms deadline must return at its deadline with "deadline", done 0, while A
- * still holds the buffer - it waited without bound, until A gave the buffer back. */
+ * still holds the buffer - it waited without bound, until A gave the buffer back. Then,
+ * the daemon gone, a load fails with the transport's error, not as a miss (it said "miss",
+ * status -ENOENT: an engine took chunks the daemon still holds for gone). */
 static void client_mode_buffer_deadline(const struct kvt_row_layout *lay, uint8_t *rows,
 					uint64_t n_rows, const struct kvt_key *keys)
 {
@@ -187,9 +189,13 @@ static void client_mode_buffer_deadline(const struct kvt_row_layout *lay, uint8_
 	CHECK_EQ(res.done, 0);
 	CHECK_EQ(res.failure, KVT_ROWS_DEADLINE);
 	pthread_join(ta, NULL);
+	kvtd_kill();
+	got = kvt_rows_load(r, keys, ids, 1, 0, &res);
+	CHECK_EQ(got, 0);
+	CHECKM(res.failure == KVT_ROWS_ERROR && res.status < 0 && res.status != -ENOENT,
+	       "load without a daemon: failure %u, status %d", res.failure, res.status);
 	kvt_rows_close(r);
 	kvt_store_close(s);
-	kvtd_kill();
 	free(h.keys);
 	free(h.ids);
 	test_rmdir(d);

@@ -4,6 +4,8 @@
  *   - corrupted bodies are detected (CRC), counted, dropped, and never served;
  *   - a failing tier gives misses; after repeated failures the engine stops calling it
  *     (circuit open), probes it after the cool-down, and uses it again once it recovers;
+ *     a lookup's miss says a tier could not answer (kvt_result.cause), a plain absence
+ *     does not;
  *   - a slow tier never blocks the submitting thread;
  *   - puts succeed into DRAM while the deeper tier fails, and the failures are counted.
  */
@@ -95,8 +97,11 @@ int main(void)
 	}
 	uint64_t injected = kvt__faulty_injected(t);
 	CHECK(injected >= 5 && injected < N); /* the circuit opened before the last gets */
-	CHECK_RC(kvt_lookup_sync(s, k, N, NULL), 0);
+	struct kvt_result lr = {0};
+	CHECK_RC(kvt__lookup_sync_res(s, k, N, NULL, &lr), 0);
 	CHECK(kvt__faulty_injected(t) == injected); /* skipped while open */
+	/* not known absent: the tier that may hold them was skipped */
+	CHECKM(lr.cause == -EAGAIN, "lookup past an open circuit: cause %d", lr.cause);
 	kvt_stats(s, &st);
 	CHECK(st.tier[1].errors >= 5);
 	/* A put still lands in DRAM; its write-behind is skipped while the circuit is open. */
@@ -164,8 +169,12 @@ int main(void)
 		uint64_t t1 = kvt__now_ns();
 		int rc = kvt_get_sync(s, &k[5], 0, 0, buf, PAYLOAD, NULL);
 		CHECK(rc == -ETIMEDOUT || rc == -ENOENT);
-		CHECK_RC(kvt_lookup_sync(s, k, N, NULL), 0);
+		lr = (struct kvt_result){0};
+		CHECK_RC(kvt__lookup_sync_res(s, k, N, NULL, &lr), 0);
 		uint64_t waited = kvt__now_ns() - t1;
+		/* late (or skipped, if the get's timeout opened the circuit): not known absent */
+		CHECKM(lr.cause == -ETIMEDOUT || lr.cause == -EAGAIN, "late lookup: cause %d",
+		       lr.cause);
 		CHECK(waited < 900ull * 1000 * 1000); /* two 200 ms deadlines, not 2 x 1000 ms */
 		kvt_stats(s, &st);
 		CHECK(st.tier[1].errors >= 2);
@@ -174,7 +183,14 @@ int main(void)
 		usleep(600 * 1000); /* past the circuit's cool-down, if it opened */
 		CHECK_RC(kvt_get_sync(s, &k[5], 0, 0, buf, PAYLOAD, &res), 0);
 		CHECK(res.tier == 1 && test_check(buf, PAYLOAD, 25));
-		CHECK_RC(kvt_lookup_sync(s, k, N, NULL), N);
+		lr = (struct kvt_result){0};
+		CHECK_RC(kvt__lookup_sync_res(s, k, N, NULL, &lr), N);
+		CHECK_RC(lr.cause, 0);
+		struct kvt_key absent; /* every tier answered: known absent, no cause */
+		uint32_t tok2 = 4242;
+		kvt_key_next(kvt_store_ns_id(s), NULL, &tok2, 1, &absent);
+		CHECK_RC(kvt__lookup_sync_res(s, &absent, 1, NULL, &lr), 0);
+		CHECK_RC(lr.cause, 0);
 		kvt_store_close(s);
 		printf("store_faults: a 1000 ms tier cost %.0f ms for a get and a lookup\n",
 		       (double)waited / 1e6);
