@@ -172,6 +172,15 @@ _PROTOS = {
 }
 
 
+def cstr(text: str | bytes, what: str) -> bytes:
+    """text as a C string argument. A NUL byte is refused (ValueError): C would end the
+    string there, so tenant "alice\\0bob" silently named tenant "alice"."""
+    b = text.encode() if isinstance(text, str) else bytes(text)
+    if b"\0" in b:
+        raise ValueError(f"{what} contains a NUL byte")
+    return b
+
+
 def _find() -> str:
     env = os.environ.get("KVTIER_LIB")
     if env:

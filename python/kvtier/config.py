@@ -8,8 +8,12 @@ import ctypes
 import os
 from typing import Any, Iterator, Mapping
 
-from ._lib import lib
+from ._lib import cstr, lib
 from .errors import check, error
+from .keys import ns_field
+
+# the namespace fields: what docs/FORMAT.md section 1 refuses is refused before C sees it
+_NS_KEYS = {"model.name", "model.revision", "model.tenant"}
 
 
 def _text(value: Any) -> str:
@@ -46,7 +50,8 @@ class Config:
         self._ptr = p
         if file is not None:
             err = ctypes.create_string_buffer(512)
-            rc = lib.kvt_config_load_file(self._ptr, os.fsencode(file), err, len(err))
+            rc = lib.kvt_config_load_file(self._ptr, cstr(os.fsencode(file), "config file"),
+                                          err, len(err))
             if rc < 0:
                 raise error(rc, f"config file {os.fspath(file)}", err.value.decode())
         if env:
@@ -58,8 +63,12 @@ class Config:
             self.set(k, v)
 
     def set(self, key: str, value: Any) -> None:
+        text = _text(value)
+        if key in _NS_KEYS:
+            ns_field(f"config key {key}", text)
+        k, v = cstr(key, "a config key"), cstr(text, f"config key {key}'s value")
         err = ctypes.create_string_buffer(512)
-        rc = lib.kvt_config_set(self._ptr, key.encode(), _text(value).encode(), err, len(err))
+        rc = lib.kvt_config_set(self._ptr, k, v, err, len(err))
         if rc < 0:
             raise error(rc, f"config key {key}", err.value.decode())
 
@@ -67,7 +76,7 @@ class Config:
         n = 256
         while True:
             buf = ctypes.create_string_buffer(n)
-            rc = lib.kvt_config_get(self._ptr, key.encode(), buf, n)
+            rc = lib.kvt_config_get(self._ptr, cstr(key, "a config key"), buf, n)
             if rc != -28 or n > 1 << 20:  # -ENOSPC: grow the buffer
                 check(rc, f"config key {key}")
                 return buf.value.decode()

@@ -66,8 +66,25 @@ class Geometry:
         return lib.kvt_layer_offset(ctypes.byref(g), n_tokens, layer)
 
 
+NS_FIELD_MAX = 1024  # bytes of model, revision or tenant (src/keys.c NS_FIELD_MAX)
+
+
+def ns_field(name: str, value: str) -> bytes:
+    """A namespace's model, revision or tenant as the C API takes it, refused here with a
+    ValueError naming it where FORMAT.md section 1 refuses it: a control byte (a NUL,
+    which a C string would end at, included) or more than NS_FIELD_MAX bytes."""
+    b = _lib.cstr(value, name)
+    if any(c < 0x20 or c == 0x7F for c in b):
+        raise ValueError(f"{name} may not contain control characters (docs/FORMAT.md "
+                         "section 1)")
+    if len(b) > NS_FIELD_MAX:
+        raise ValueError(f"{name} is longer than {NS_FIELD_MAX} bytes")
+    return b
+
+
 def _ns(model: str, revision: str, tenant: str, geometry: Geometry) -> _lib.Namespace:
-    return _lib.Namespace(model.encode(), revision.encode(), tenant.encode(), geometry._c())
+    return _lib.Namespace(ns_field("model", model), ns_field("revision", revision),
+                          ns_field("tenant", tenant), geometry._c())
 
 
 def namespace_text(model: str, geometry: Geometry, revision: str = "", tenant: str = "") -> str:

@@ -96,16 +96,17 @@ class _Handle:
 
 class Rows:
     """rows: a 2-D uint8 array (one row per chunk slot, rows of layout.row_bytes bytes,
-    C-contiguous), kept referenced until close(). staging: chunk buffers of the handle
-    (operations in flight at once). Store.close() closes the handle if it is still open;
-    any call after that (or after close()) raises ValueError."""
+    C-contiguous), kept referenced until the handle is closed (close(), or Store.close()
+    if it is still open), and not after: an engine can then release the memory under it
+    (vLLM unmaps its primary tier). staging: chunk buffers of the handle (operations in
+    flight at once). Any call after a close raises ValueError."""
 
     def __init__(self, store, layout: _lib.RowLayoutC, rows: np.ndarray, staging: int):
         if rows.ndim != 2 or not rows.flags.c_contiguous or rows.dtype != np.uint8:
             raise ValueError("rows must be a C-contiguous 2-D uint8 array")
         if rows.shape[1] != layout.row_bytes:
             raise ValueError(f"rows of {rows.shape[1]} bytes, layout says {layout.row_bytes}")
-        self._store, self._rows, self._layout = store, rows, layout
+        self._store, self._layout = store, layout  # rows: only the handle holds them
         p = ctypes.c_void_p()
         core = store._core
         s = core.enter()  # registered before a concurrent Store.close() closes the handles

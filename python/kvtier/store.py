@@ -17,6 +17,7 @@ import ctypes
 import itertools
 import logging
 import os
+import re
 import select
 import sys
 import threading
@@ -48,6 +49,22 @@ class GetResult:
 class LookupResult:
     hits: int              # length of the contiguous prefix present in some tier
     tiers: list[str]       # the fastest tier holding each of those chunks
+    cause: int = 0         # when the prefix stops early: why the next chunk is not known
+    #                        absent (positive errno: a tier failed, was late or skipped, or
+    #                        kvtierd was unreachable); 0 when every tier said it lacks it
+
+
+# scheme://user:SECRET@host -> scheme://user:***@host; the userinfo ends at the last "@"
+# of the word, as in src/redact.c (kvt__redact_url), whose rule the library's own log lines
+# already follow: this is a second guard for a line that reaches an exception
+_URL_SECRET = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@\[\]]*:)\S*@")
+
+
+def _open_reason(lines: list[str]) -> str:
+    """The library's first error line of a failed kvt_store_open, on one line, redacted."""
+    if not lines:
+        return ""
+    return _URL_SECRET.sub(r"\1***@", " ".join(lines[0].split()))
 
 
 def _cause_text(cause: int) -> str:
@@ -108,10 +125,14 @@ class _Core:
         self.users = 0                # Store calls inside a C call on s (enter/leave)
         self.owner = None             # the thread doing the real close
         self.closed = threading.Event()
+        self.open_errors: list[str] | None = []  # error lines while kvt_store_open runs
 
     def _on_log(self, _arg, level, msg):
         try:
             text = msg.decode(errors="replace")
+            errs = self.open_errors
+            if level == 0 and errs is not None and len(errs) < 8:
+                errs.append(text)
             if self.log_user:
                 self.log_user(level, text)
             else:
@@ -170,8 +191,13 @@ class _Core:
 
     def poll_loop(self):
         fd = lib.kvt_store_fd(self.s)
+        # poll(), not select(): select() refuses a descriptor >= FD_SETSIZE (1024), which
+        # a busy process's eventfd can be; the thread then died and no future completed
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        p.register(self.wake_r, select.POLLIN)
         while True:
-            r, _, _ = select.select([fd, self.wake_r], [], [])
+            r = [f for f, _ in p.poll()]
             if self.wake_r not in r:
                 self.poll(0)
                 if not self.closing:
@@ -251,7 +277,11 @@ class Store:
         core = self._core = _Core(log_fn)
         lib.kvt_config_set_log(cfg._ptr, core.log_cb, None, log_level)
         p = ctypes.c_void_p()
-        check(lib.kvt_store_open(cfg._ptr, ctypes.byref(p)), "kvt_store_open")
+        rc = lib.kvt_store_open(cfg._ptr, ctypes.byref(p))
+        errs, core.open_errors = core.open_errors, None
+        # the reason is only in the library's log: it goes into the exception too, so the
+        # caller (vLLM) shows why, not just "invalid argument"
+        check(rc, "kvt_store_open", _open_reason(errs))
         core.s = p
         self._ids = itertools.count(1)
         g = lib.kvt_store_geometry(p).contents
@@ -383,7 +413,8 @@ class Store:
                                             self._core.cb, a), finish, keep)
 
     def lookup(self, keys: Sequence[bytes]) -> Future:
-        """Longest contiguous prefix of keys present in some tier. Result: LookupResult."""
+        """Longest contiguous prefix of keys present in some tier. Result: LookupResult. A
+        tier that cannot answer counts as lacking the keys; .cause says one did."""
         arr = key_array(keys)
         n = len(keys)
         tiers = (ctypes.c_int8 * max(n, 1))()
@@ -391,7 +422,8 @@ class Store:
         def finish(r):
             if r.status < 0:
                 raise error(r.status, "lookup")
-            return LookupResult(r.status, [self.tiers[tiers[i]] for i in range(r.status)])
+            return LookupResult(r.status, [self.tiers[tiers[i]] for i in range(r.status)],
+                                -r.cause)
 
         return self._submit("lookup", lambda s, a: lib.kvt_lookup(s, arr, n, tiers,
                                                                   self._core.cb, a),

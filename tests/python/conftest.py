@@ -1,5 +1,6 @@
 """Shared pytest fixtures for the kvtier Python package: a per-test directory under
-$KVT_TEST_DIR (so helpers and CI runs do not collide) and a real redis-server."""
+$KVT_TEST_DIR (so helpers and CI runs do not collide), a real redis-server and a real
+kvtierd."""
 
 from __future__ import annotations
 
@@ -72,3 +73,55 @@ def redis_server(tdir):
     r = RedisServer(tdir)
     yield r
     r.stop()
+
+
+def _kvtierd_exe() -> str:
+    """The kvtierd of this build: $KVT_BIN, next to $KVTIER_LIB, the checkout's build/, or
+    PATH. Missing fails the test: it is built with the library."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for d in (os.environ.get("KVT_BIN", ""), os.path.dirname(os.environ.get("KVTIER_LIB", "")),
+              os.path.join(root, "build")):
+        exe = os.path.join(d, "kvtierd")
+        if d and os.access(exe, os.X_OK):
+            return exe
+    exe = shutil.which("kvtierd")
+    assert exe, "kvtierd not found: build the project (build/kvtierd) or set KVT_BIN"
+    return exe
+
+
+class Kvtierd:
+    """A real kvtierd serving dram,nvme from workdir on workdir/kvtierd.sock, with the
+    kvtier keys of settings (the clients' geometry and model)."""
+
+    def __init__(self, workdir: str, settings: dict):
+        self.sock = os.path.join(workdir, "kvtierd.sock")
+        args = [_kvtierd_exe(), "--dir", os.path.join(workdir, "kvtierd"), "--socket",
+                self.sock, "--tiers", "dram,nvme", "--set", "dram.bytes=8MiB",
+                "--set", "dram.hugepages=false", "--set", "nvme.fsync=none"]
+        for k, v in settings.items():
+            args += ["--set", f"{k}={v}"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.sock):
+            assert self.proc.poll() is None, "kvtierd exited at start"
+            assert time.monotonic() < deadline, "kvtierd did not start"
+            time.sleep(0.02)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def kvtierd(tdir):
+    """Starts kvtierd(settings) in tdir; every one started is stopped after the test."""
+    started = []
+
+    def start(settings: dict) -> Kvtierd:
+        d = Kvtierd(tdir, settings)
+        started.append(d)
+        return d
+    yield start
+    for d in started:
+        d.stop()

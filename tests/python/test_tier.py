@@ -294,3 +294,184 @@ def test_events_reconcile_respects_back_pressure(tdir):
     finally:
         t._reconcile = None  # lookups of a test that failed midway: not awaited
         t.shutdown()
+
+
+def test_shutdown_releases_the_primary_buffer():
+    """After shutdown nothing of the tier may still export vLLM's primary buffer: the Rows
+    handles kept numpy views of it, and vLLM's cleanup could not unmap it ("Failed to close
+    mmap_obj": BufferError, cannot close exported pointers exist)."""
+    import logging
+
+    from vllm.v1.kv_offload.cpu import shared_offload_region
+    oc = OffloadingConfig(
+        groups=(OffloadingGroupConfig(TB, ("l0", "l1"), 0),), worker_kv_bytes_per_block=ROW,
+        enable_kv_cache_events=False,
+        extra_config={"cpu_bytes_to_use": 64 * 4096, "secondary_tiers": [{
+            "type": "KvtierTier", "module_path": "kvtier.vllm", "model": MODEL,
+            "layout": "cpu-vec",
+            "config": {"store.tiers": "dram", "dram.bytes": "8MiB",
+                       "dram.hugepages": False}}]},
+        engine_id="test-unmap", model=OffloadingModelConfig("tiny-test", "bfloat16"),
+        cache=OffloadingCacheConfig(tokens_per_hash=TB, blocks_per_chunk=1),
+        parallel=OffloadingParallelConfig(0, 1, 1, 1, 1, 1, 0, 1, None, True))
+    mgr = TieringOffloadingSpec(oc).get_manager()
+    assert isinstance(mgr.secondary_tiers[0], KvtierTier)
+    msgs = []
+
+    class Catch(logging.Handler):
+        def emit(self, r):
+            msgs.append(r.getMessage())
+    h = Catch(logging.WARNING)
+    shared_offload_region.logger.addHandler(h)
+    try:
+        mgr.shutdown()
+    finally:
+        shared_offload_region.logger.removeHandler(h)
+    assert not msgs, msgs  # ['Failed to close mmap_obj']
+
+
+def test_events_check_keeps_chunks_a_failing_tier_may_hold(tdir):
+    """The periodic check took a lookup with 0 hits for proof of removal, but a tier that
+    fails (or is late, or skipped) counts as a miss: with the tier merely down, every
+    announced chunk was announced removed and forgotten. Now only a miss every tier
+    answered (LookupResult.cause 0) is."""
+    buf, view = primary()
+    t = tier(view, tdir)
+    rc = ReqContext("w")
+    t.on_new_request(rc)
+    keys = okeys(4, seed=41)
+    t.submit_store(TransferJob(1, keys, np.arange(4), False, rc))
+    assert wait_jobs(t, 1)[0].success
+    t.shutdown()  # write-behind to nvme completes
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=0.0,
+             config={"store.tiers": "faulty", "faulty.inner": "nvme", "faulty.fail_pct": 100})
+    try:
+        rc = ReqContext("r")
+        t.on_new_request(rc)
+        t._announced.update({t._key(k, rc): k for k in keys})  # as announced when stored
+        checks, running, removed, end = 0, False, [], time.monotonic() + 10
+        while checks < 2 and time.monotonic() < end:  # two whole checks
+            removed += [k for e in t.take_events() if e.removed for k in e.keys]
+            if running and t._reconcile is None:
+                checks += 1
+            running = t._reconcile is not None
+            time.sleep(0.005)
+        assert removed == [], removed  # all 4 were announced removed
+        assert len(t._announced) == 4
+        assert checks == 2, "the check never finished"
+    finally:
+        t._reconcile = None
+        t.shutdown()
+
+
+def test_client_mode_daemon_down_load_fails_as_an_error_not_a_miss(tdir, kvtierd):
+    """Client mode (store.daemon) with kvtierd gone: the load said "miss" (kvt_rows_load
+    dropped the transport's error), so the chunk was announced removed and counted under
+    reason "miss" though the daemon still holds it (docs/VLLM.md)."""
+    d = kvtierd({"model.layers": L, "model.kv_heads": H, "model.head_dim": D,
+                 "model.chunk_tokens": TB, "model.name": "tiny-test", "model.dtype": "bf16"})
+    buf, view = primary()
+    t = KvtierTier(spec(True), view, "KvtierTier",
+                   config={"store.daemon": d.sock, "store.daemon_timeout_ms": 1000},
+                   model=MODEL, layout="cpu-vec", enable_kv_events=True,
+                   events_reconcile_s=3600.0)
+    try:
+        rc = ReqContext("w")
+        t.on_new_request(rc)
+        keys = okeys(2, seed=53)
+        t.submit_store(TransferJob(1, keys, np.array([0, 1]), False, rc))
+        assert wait_jobs(t, 1)[0].success
+        assert [k for e in t.take_events() for k in e.keys] == keys
+        d.stop()
+        t.submit_load(TransferJob(2, keys, np.array([4, 5]), True, rc))
+        (res,) = wait_jobs(t, 1)
+        assert not res.success
+        assert t._load_failures == {"error": 1}, t._load_failures  # {'miss': 1}
+        assert not [e for e in t.take_events() if e.removed]
+    finally:
+        t.shutdown()
+
+
+@pytest.mark.parametrize("bad", [0, False, "", None, 1, ["a"]])
+def test_kvtier_tenant_must_be_a_non_empty_string(tdir, caplog, bad):
+    """kvtier_tenant 0, False or "" was taken for no tenant (`if t:`): the request was
+    served from and stored into the untenanted namespace; and str() made 1 and "1" one
+    tenant. A present kvtier_tenant that is not a non-empty string now gets no caching."""
+    buf, view = primary()
+    t = tier(view, tdir)
+    try:
+        plain = ReqContext("plain")
+        t.on_new_request(plain)
+        keys = okeys(1, seed=31)
+        t.submit_store(TransferJob(1, keys, np.array([0]), False, plain))
+        assert wait_jobs(t, 1)[0].success
+        rc = ReqContext("r", kv_transfer_params={"kvtier_tenant": bad})
+        with caplog.at_level("WARNING", logger="kvtier.vllm"):
+            t.on_new_request(rc)
+        assert any("not a non-empty string" in r.getMessage() for r in caplog.records)
+        assert t.lookup(keys[0], rc) is LookupResult.MISS  # HIT for 0, False, ""
+        t.submit_store(TransferJob(2, keys, np.array([1]), False, rc))
+        assert not wait_jobs(t, 1)[0].success
+        one = ReqContext("one", kv_transfer_params={"kvtier_tenant": "1"})
+        t.on_new_request(one)
+        assert t._key(keys[0], one) != t._key(keys[0], plain)  # "1" is a tenant
+    finally:
+        t.shutdown()
+
+
+@pytest.mark.parametrize("opt, value, says", [
+    ("load_deadline_ms", "5000", "load_deadline_ms must be a positive number"),
+    ("load_deadline_ms", 0, "load_deadline_ms must be a positive number"),
+    ("load_deadline_ms", -5, "load_deadline_ms must be a positive number"),
+    ("events_reconcile_s", "5", "events_reconcile_s must be a non-negative number"),
+    ("enable_kv_events", "yes", "enable_kv_events must be true or false"),
+    ("enable_kv_events", 1, "enable_kv_events must be true or false"),
+    ("config", "dram", "config must be an object of kvtier keys"),
+    ("config_file", 3, "config_file must be a path"),
+    ("model", {"layers": "two", "kv_heads": H, "head_dim": D}, "model.layers must be a "
+     "positive integer"),
+    ("model", {"layers": L, "kv_heads": H, "head_dim": D, "lyers": 2}, "model has an unknown key"),
+    ("tenant", ["a"], "tenant must be a string"),
+    ("layout", "nchw", "layout must be one of cpu-vec, nhd, hnd"),
+    ("locality", "near", "locality must be one of"),
+])
+def test_bad_options_are_refused_naming_the_option(tdir, opt, value, says):
+    """Options from kv_connector_extra_config were not checked: "5000" raised a TypeError
+    naming nothing, "false" turned events on, 0 made every load fail."""
+    _, view = primary()
+    kw = {"config": {"store.tiers": "dram", "dram.bytes": "8MiB", "dram.hugepages": False},
+          "model": MODEL, "layout": "cpu-vec", opt: value}
+    with pytest.raises(ValueError, match=f"KvtierTier option {says}"):
+        KvtierTier(spec(True), view, "KvtierTier", **kw)
+
+
+@pytest.mark.parametrize("value, on", [("false", False), ("True", True), (False, False)])
+def test_enable_kv_events_takes_bools_and_their_strings(tdir, value, on):
+    _, view = primary()
+    t = tier(view, tdir, events=True, enable_kv_events=value)
+    try:
+        assert (t._events is not None) is on  # "false" turned events on
+    finally:
+        t.shutdown()
+
+
+def test_dram_answered_verdict_is_cached(tdir):
+    """A lookup DRAM answers inside the call had its verdict dropped before the request
+    was added to it: every lookup() of the chunk by the request was a new kvt_lookup."""
+    buf, view = primary()
+    t = tier(view, tdir, config={"store.tiers": "dram"})
+    try:
+        rc = ReqContext("w")
+        t.on_new_request(rc)
+        keys = okeys(2, seed=4)
+        t.submit_store(TransferJob(1, keys[:1], np.array([0]), False, rc))
+        assert wait_jobs(t, 1)[0].success
+        t.on_request_finished(rc)
+        rc2 = ReqContext("r2")
+        t.on_new_request(rc2)
+        n0 = t.store_stats()["lookups"]
+        assert [t.lookup(keys[0], rc2) for _ in range(5)] == [LookupResult.HIT] * 5
+        assert [t.lookup(keys[1], rc2) for _ in range(5)] == [LookupResult.MISS] * 5
+        assert t.store_stats()["lookups"] - n0 == 2  # 10: one per call
+    finally:
+        t.shutdown()

@@ -57,7 +57,8 @@ from vllm.v1.kv_offload.tiering.base import JobId, JobResult, SecondaryTierManag
 import kvtier
 from kvtier.config import flatten
 
-from .layout import RowLayout
+from . import options as opt
+from .layout import LAYOUTS, RowLayout
 from .naming import chunk_key, context_bytes
 
 log = logging.getLogger("kvtier.vllm")
@@ -189,6 +190,15 @@ class KvtierTier(SecondaryTierManager):
                  load_deadline_ms: int = 5000, enable_kv_events: bool = False,
                  events_reconcile_s: float = 5.0, locality: str | None = None,
                  backpressure_detector=None):
+        # checked before anything is opened: each bad option is one line naming it
+        config, config_file = opt.config(config), opt.config_file(config_file)
+        model, tenant = opt.model(model), opt.text("tenant", tenant, none_ok=False)
+        layout = opt.choice("layout", layout, LAYOUTS)
+        locality = opt.choice("locality", locality, tuple(x.value for x in Locality))
+        load_deadline_ms = opt.number("load_deadline_ms", load_deadline_ms, "milliseconds")
+        events_reconcile_s = opt.number("events_reconcile_s", events_reconcile_s, "seconds",
+                                        zero_ok=True)
+        enable_kv_events = opt.flag("enable_kv_events", enable_kv_events)
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         self.locality = Locality(locality) if locality is not None else None
         oc = offloading_spec.config
@@ -315,28 +325,34 @@ class KvtierTier(SecondaryTierManager):
         return st is not None and st.ctx is None
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
-        params = req_context.kv_transfer_params or {}
-        t = params.get("kvtier_tenant") if isinstance(params, dict) else None
-        if t:
+        params = req_context.kv_transfer_params
+        if isinstance(params, dict) and "kvtier_tenant" in params:
+            t = params["kvtier_tenant"]
             try:
-                ctx = context_bytes(self._hash_algo, self._tokens_per_hash, str(t))
+                # only a non-empty str: "" (or 0, False, None) fell back to the untenanted
+                # namespace, and str() made 1 and "1" one tenant
+                if not isinstance(t, str) or not t:
+                    raise TypeError("not a non-empty string")
+                ctx = context_bytes(self._hash_algo, self._tokens_per_hash, t)
             except Exception as e:  # never raise into vLLM's scheduler
                 # kv_transfer_params come from the API client. A tenant that cannot be
-                # written into the key context (control characters; a lone surrogate,
-                # which is not UTF-8) makes the request uncached rather than escaped or
-                # ignored: ignoring it would serve the request from (and store it into) the
-                # shared untenanted namespace, defeating the isolation the salt asks for;
+                # written into the key context (not a non-empty string; control
+                # characters; a lone surrogate, which is not UTF-8) makes the request
+                # uncached rather than escaped or ignored: ignoring it would serve the
+                # request from (and store it into) the shared untenanted namespace,
+                # defeating the isolation the salt asks for;
                 # an escaping would be a second spelling of the documented derivation
                 # (docs/VLLM.md) that other engines sharing the store do not reproduce,
                 # for a value that is a malformed or hostile client input. Serving it
                 # without the cache is always correct: vLLM recomputes.
                 ctx = None
                 try:  # ascii(): control characters are shown escaped, never written
-                    shown = ascii(str(t)[:64])
+                    shown = ascii(t[:64] if isinstance(t, str) else t)[:80]
                 except Exception:
                     shown = "(unprintable)"
                 reason = ("not valid Unicode" if isinstance(e, UnicodeError) else
                           "control characters" if isinstance(e, ValueError) else
+                          "not a non-empty string" if isinstance(e, TypeError) else
                           type(e).__name__)
                 log.warning("kvtier: request %s: kvtier_tenant %s is not usable (%s); "
                             "the request gets no kvtier caching",
@@ -378,6 +394,9 @@ class KvtierTier(SecondaryTierManager):
                 del self._verdicts[k]
                 log.debug("kvtier lookup not submitted: %s", e)
                 return LookupResult.RETRY
+            # the request holds the verdict before its answer is taken: _drain_lookups
+            # drops an answered verdict no request holds (a DRAM answer comes just below)
+            v.reqs.add(req_context.req_id)
             self._store.poll(0)  # a DRAM answer completes now
             if fut.done():
                 self._on_lookup(k, fut)
@@ -626,7 +645,10 @@ class KvtierTier(SecondaryTierManager):
                 waiting.append((k, f))
                 continue
             try:
-                gone = f.result().hits == 0
+                r = f.result()
+                # a tier that failed, was late or skipped (or kvtierd unreachable) may
+                # still hold it: only a miss every tier answered is proof of removal
+                gone = r.hits == 0 and not r.cause
             except Exception:
                 gone = False  # an unreachable tier is not proof of removal
             if gone:
