@@ -399,11 +399,13 @@ void nv_log_kick(struct nv *s);
 bool nv_log_busy(struct nv *s);
 void nv_log_on_cqe(struct nv *s, struct nv_io *io, int res);
 void nv_log_tombstone(struct nv *s, const struct nv_ent *e);
+int nv_log_settle(struct nv *s); /* before a remove is reported done: 0, or it is not durable */
 int nv_log_read_fd(struct nv *s, uint32_t lseg);
 void nv_log_read_ref(struct nv *s, uint32_t lseg, int delta);
 
 /* tier_nvme_log_recover.c */
 int nv_log_recover(struct nv *s);
+void nv_log_open_writes(struct nv *s); /* the ring thread, once it is set up */
 
 /* tier_nvme_open.c */
 int nv_open(struct kvt_tier *t, const struct kvt_config *cfg);

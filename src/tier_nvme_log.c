@@ -19,6 +19,8 @@
  * remaining objects are evicted, its generation bumped and its header made durable, then
  * log/head names it (durable too), before the first batch of the new generation is written:
  * the head is what tells the open-time scan that the newest segment was deleted.
+ * A log whose writes stopped for the run records no removal; one it lets go unrecorded is
+ * owed, and voids the log on disk before a remove is reported done (nv_log_settle).
  */
 #include "tier_nvme_log.h"
 
@@ -198,6 +200,7 @@ void nv_log_close(struct nv *s)
 		kvt__free_aligned(lg->zero, NV_LOG_BLOCK);
 	kvt__free(lg->segs);
 	kvt__free(lg->tombs);
+	kvt__free(lg->ow.out);
 	if (lg->hfd >= 0)
 		close(lg->hfd);
 	close(lg->dfd);
@@ -335,6 +338,76 @@ int nv_log_write_head(struct nv *s, uint32_t seg, uint64_t gen)
 	return rc;
 }
 
+/* Called before a remove is reported done. A log whose writes stopped can record no
+ * removal, and a put whose tombstone it owes (lg->owed) would be indexed again at the next
+ * open: a removed key would come back. So the log is voided on disk once, for the next open
+ * (tier_nvme_log_recover.c indexes nothing of it: its objects become misses), by unlinking
+ * a segment file - 0.kvl, else the lowest one below the highest: a gap; or the only one:
+ * nothing left - which, unlike any write, works on a full or failing file system. The
+ * segment's fd stays open: this run reads its objects on, and writes nothing more (only a
+ * stopped log gets here; a running one would append to the unlinked file). Failing the
+ * remove instead (what is left where the unlink fails too: an immutable or read-only
+ * directory) keeps the caller from counting on a removal a clean restart would undo, but
+ * not a key removed from the file path after its log copy was evicted or dropped while the
+ * log was stopped: so while the void is owed, every remove fails. 0: nothing owed (the
+ * remove is as durable as a running log's); -EIO: owed, and the unlink failed. */
+int nv_log_settle(struct nv *s)
+{
+	struct nv_log *lg = s->lg;
+	if (!lg || !lg->owed)
+		return 0;
+	uint32_t lo = 0, hi = lg->nsegs;
+	while (hi && lg->segs[hi - 1].fd < 0)
+		hi--;
+	while (lo < hi && lg->segs[lo].fd < 0)
+		lo++;
+	int err = 0;
+	bool done = lo > 0 || lo == hi; /* 0.kvl gone already (a gap), or no segment at all */
+	for (uint32_t i = lo; i < hi && !done; i++) {
+		if (lg->segs[i].fd < 0 || (i == hi - 1 && i != lo))
+			continue; /* the highest, with others below it: no gap */
+		char name[32];
+		seg_name(i, name, sizeof(name));
+		if (unlinkat(lg->dfd, name, 0) == 0 || errno == ENOENT) {
+			done = true;
+			if (s->fsync_mode != NV_FSYNC_NONE)
+				fsync(lg->dfd);
+			KVT_WARN(s->log,
+				 "nvme: log writes are stopped and a removal could not be recorded: "
+				 "%s removed, so the next open indexes nothing of the log (its "
+				 "objects become misses) and no removed key comes back",
+				 name);
+		} else if (!err) {
+			err = -errno;
+		}
+	}
+	if (!done) {
+		KVT_ERR(s->log,
+			"nvme: log writes are stopped, a removal could not be recorded and no log "
+			"segment can be removed (%s): removes fail until one can",
+			strerror(-err));
+		return -EIO;
+	}
+	lg->owed = false;
+	lg->voided = true;
+	return 0;
+}
+
+/* Log writes stop for the rest of the run. Tombstones queued or staged in the filling
+ * batch will never be written, and some are of removes already reported done: the void is
+ * owed, at once. */
+void nv_log_stop(struct nv *s)
+{
+	struct nv_log *lg = s->lg;
+	lg->broken = true;
+	const struct nv_batch *b = nv_log_filling(lg);
+	const struct nv_log_rec *r = b ? (const struct nv_log_rec *)b->buf : NULL;
+	for (uint32_t i = 0; r && i < r->n; i++)
+		lg->owed |= r->ent[i].type == NV_LOG_TOMB;
+	lg->owed |= lg->ntombs > 0;
+	nv_log_settle(s);
+}
+
 /* Move the append point to the next segment of the cycle: create it, or evict what is left
  * in it and start its next generation. false: not now (reads or batches of it in flight) or
  * never (lg->broken). */
@@ -344,7 +417,7 @@ static bool advance(struct nv *s)
 	for (uint32_t tries = 0;; tries++) {
 		if (tries > lg->nmax + 1) {
 			KVT_WARN(s->log, "nvme: no usable log segment: log writes stop");
-			lg->broken = true;
+			nv_log_stop(s);
 			return false;
 		}
 		uint32_t next = lg->have_cur ? (lg->cur + 1) % lg->nmax : lg->start % lg->nmax;
@@ -363,7 +436,7 @@ static bool advance(struct nv *s)
 					 next, strerror(-rc), next);
 				lg->nmax = next;
 				if (!lg->nmax) {
-					lg->broken = true;
+					nv_log_stop(s);
 					return false;
 				}
 				if (next >= 3 && nv_log_live(lg, next) < s->capacity)
@@ -393,10 +466,13 @@ static bool advance(struct nv *s)
 			/* Set first: these evictions need no tombstone (nv_log_tombstone). */
 			lg->drain_seg = next;
 			lg->drain_gen = g->gen;
+			lg->drain_evicted = false;
 			for (struct nv_ent *e = s->lru_head, *nx; e; e = nx) {
 				nx = e->next;
-				if (e->lseg == tag)
+				if (e->lseg == tag) {
 					nv_evict(s, e, false);
+					lg->drain_evicted = true;
+				}
 			}
 		}
 		if (g->readers)
@@ -405,7 +481,9 @@ static bool advance(struct nv *s)
 		if (rc < 0) {
 			KVT_WARN(s->log, "nvme: log segment %u header: %s: log writes stop", next,
 				 strerror(-rc));
-			lg->broken = true;
+			/* the old header still holds: the objects drained above left no tombstone */
+			lg->owed |= lg->drain_evicted;
+			nv_log_stop(s);
 			return false;
 		}
 		g->gen++;
@@ -414,7 +492,7 @@ static bool advance(struct nv *s)
 			 * with the file (deleted from outside) the next open could not tell. */
 			KVT_WARN(s->log, "nvme: log head (segment %u): %s: log writes stop", next,
 				 strerror(-rc));
-			lg->broken = true;
+			nv_log_stop(s);
 			return false;
 		}
 		if (lg->rd_state == NV_RD_IDLE) {
@@ -576,19 +654,10 @@ static void retry_waiting(struct nv *s)
 	}
 }
 
-/* A removal is recorded in the next batch, in order with the puts around it (a put of the
- * same key after it must win at the next open). */
-void nv_log_tombstone(struct nv *s, const struct nv_ent *e)
+/* Queue a removal of key for the next batch; false: out of memory. */
+static bool queue_tomb(struct nv *s, const struct kvt_key *key)
 {
 	struct nv_log *lg = s->lg;
-	if (!lg || lg->broken || !lg->b[0].buf || !e->lseg)
-		return;
-	/* Not for an object of the segment being reused (advance): the header of its next
-	 * generation, written before anything else goes into it (and close waits for the batch
-	 * that needs it), voids every put it holds; a tombstone for each would cost a record
-	 * entry per object of the segment, for nothing. */
-	if (lg->drain_seg == e->lseg - 1 && lg->drain_gen == lg->segs[e->lseg - 1].gen)
-		return;
 	if (lg->tomb_head + lg->ntombs == lg->tomb_cap) {
 		if (lg->tomb_head) {
 			memmove(lg->tombs, lg->tombs + lg->tomb_head, lg->ntombs * sizeof(*lg->tombs));
@@ -596,17 +665,39 @@ void nv_log_tombstone(struct nv *s, const struct nv_ent *e)
 		} else {
 			uint32_t nc = lg->tomb_cap ? 2 * lg->tomb_cap : 256;
 			struct kvt_key *t = kvt__realloc(lg->tombs, nc * sizeof(*t));
-			if (!t) {
-				/* Harmless: a removed object that comes back after a restart has
-				 * the same bytes (keys are content addresses). */
-				KVT_DEBUG(s->log, "nvme: out of memory: a removal is not recorded");
-				return;
-			}
+			if (!t)
+				return false;
 			lg->tombs = t;
 			lg->tomb_cap = nc;
 		}
 	}
-	lg->tombs[lg->tomb_head + lg->ntombs++] = e->key;
+	lg->tombs[lg->tomb_head + lg->ntombs++] = *key;
+	return true;
+}
+
+/* A removal is recorded in the next batch, in order with the puts around it (a put of the
+ * same key after it must win at the next open). One the log cannot record is owed
+ * (nv_log_settle): while its writes are stopped, or out of memory (the log stops: a
+ * removed key that came back at the next open would break what a remove promises). */
+void nv_log_tombstone(struct nv *s, const struct nv_ent *e)
+{
+	struct nv_log *lg = s->lg;
+	if (!lg || !lg->b[0].buf || !e->lseg || lg->voided)
+		return;
+	/* Not for an object of the segment being reused (advance): the header of its next
+	 * generation, written before anything else goes into it (and close waits for the batch
+	 * that needs it), voids every put it holds; a tombstone for each would cost a record
+	 * entry per object of the segment, for nothing. (If that header fails, advance owes
+	 * them.) */
+	if (lg->drain_seg == e->lseg - 1 && lg->drain_gen == lg->segs[e->lseg - 1].gen)
+		return;
+	if (lg->broken) {
+		lg->owed = true;
+	} else if (!queue_tomb(s, &e->key)) {
+		KVT_WARN(s->log, "nvme: out of memory for a removal record: log writes stop");
+		lg->owed = true;
+		nv_log_stop(s);
+	}
 }
 
 /* Move pending removals into batch b; false if some are left (b is full). */
@@ -664,6 +755,26 @@ bool nv_log_busy(struct nv *s)
 			 s->lg->rd_state == NV_RD_READING); /* its CQE must be reaped */
 }
 
+/* Failed batch b's removals are lost with it, and were acknowledged long ago (a remove is
+ * done when its tombstone is queued): left out, they came back at the next open. The log
+ * stops and owes them (nv_log_settle voids it). Not queued again: on a device where every
+ * batch write fails (but header writes pass) each retry took a segment, and close, waiting
+ * for queued tombstones, never ended. */
+static void tombs_lost(struct nv *s, const struct nv_batch *b)
+{
+	struct nv_log *lg = s->lg;
+	const struct nv_log_rec *r = (const struct nv_log_rec *)b->buf;
+	bool any = false;
+	for (uint32_t i = 0; i < r->n; i++)
+		any |= r->ent[i].type == NV_LOG_TOMB;
+	if (!any || lg->voided)
+		return;
+	if (!lg->broken)
+		KVT_WARN(s->log, "nvme: a log batch with removals failed: log writes stop");
+	lg->owed = true;
+	nv_log_stop(s);
+}
+
 static void fail_op(struct nv *s, struct nv_op *op, int err)
 {
 	nv_write_release(s, op);
@@ -690,6 +801,7 @@ static void ack(struct nv *s)
 			lg->fail_upto = lg->seq;
 			if (lg->have_cur && lg->cur == b->seg)
 				lg->cur_off = lg->segs[b->seg].bytes;
+			tombs_lost(s, b);
 		}
 		nv_log_moved(s, b);
 		struct nv_op *op = b->ops;

@@ -135,7 +135,14 @@ struct nv_log {
 	int hfd;	 /* log/head, -1 until opened or created (tier_nvme_log_recover.c) */
 	uint64_t hcount; /* the head's newest slot count */
 	bool direct;
-	bool broken; /* no segment can be created: new writes take the file path */
+	bool broken; /* log writes stopped for the run: new writes take the file path */
+	/* The stopped log let an object go without a tombstone on disk (a removal, drop or
+	 * eviction while stopped; tombstones queued or staged when it stopped; a segment's
+	 * objects evicted for a reuse whose header then failed): the next open would index its
+	 * put again. nv_log_settle voids the log on disk (voided) before a remove is reported
+	 * done, and fails the remove where it cannot. */
+	bool owed, voided;
+	bool drain_evicted; /* the drain of drain_seg evicted objects (advance) */
 	bool have_cur;
 	uint32_t cur, start; /* segment appended to; where the first append of a run goes */
 	uint64_t cur_off;
@@ -172,6 +179,19 @@ struct nv_log {
 	 * waiting for the reads already in flight */
 	uint32_t drain_seg;
 	uint64_t drain_gen;
+	/* What the open-time scan decided to write (tier_nvme_log_recover.c), written by
+	 * nv_log_open_writes only once nothing can fail the tier's open any more. */
+	struct {
+		bool voids, gap, lost, headless; /* the log is voided: why */
+		bool head;			 /* log/head is written, naming hs (generation hgen) */
+		uint32_t end, top, outside, out_first, hd_seg, hs;
+		uint64_t hd_gen, hgen;
+		uint32_t *out; /* files outside the cycle, removed if voided (NV_LOG_NONE: kept) */
+		size_t nout;
+		uint32_t ntorn; /* records of incomplete batches, zeroed */
+		uint32_t torn_seg[NV_LOG_BUFS];
+		uint64_t torn_off[NV_LOG_BUFS];
+	} ow;
 };
 
 uint32_t nv_log_crc(const void *block);
@@ -187,5 +207,6 @@ uint64_t nv_log_live(const struct nv_log *lg, uint32_t nseg);
 int nv_log_seg_open(struct nv *s, uint32_t n, bool create);
 int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen);
 int nv_log_write_head(struct nv *s, uint32_t seg, uint64_t gen);
+void nv_log_stop(struct nv *s); /* log writes stop for the run (lg->broken) */
 
 #endif

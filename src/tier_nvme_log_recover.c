@@ -22,7 +22,10 @@
  * the headers say it was kept. Files outside the cycle holding no batch, and other entries,
  * are warned about and left. A read-only open indexes nothing then, and writes nothing. A
  * segment file that fails to open for a reason other than not being a segment fails the
- * open before anything is written (seg_open_failed).
+ * open before anything is written (seg_open_failed). The scan writes nothing: what it
+ * decides to write (a void's headers, files outside the cycle removed, torn records zeroed,
+ * log/head) is made by nv_log_open_writes, on the ring thread once it is set up, so a
+ * failed open changes nothing of the log.
  */
 #include "tier_nvme_log.h"
 
@@ -443,58 +446,13 @@ int nv_log_recover(struct nv *s)
 		}
 	}
 	bool voids = gap || outside || lost || headless;
-	uint32_t voided = 0, removed = 0;
-	for (uint32_t i = 0; voids && i < end && !rc && !lg->broken; i++) {
-		struct nv_seg *g = &lg->segs[i];
-		if (g->fd < 0)
-			continue;
-		rc = newest_seq(g, i, blk, &lg->seq, NULL); /* its generation, its newest batch */
-		if (rc || s->ro)
-			continue;
-		int w = nv_log_write_header(s, i, g->gen + 1);
-		if (w < 0) {
-			KVT_WARN(s->log, "nvme: log segment %u.kvl header: %s: log writes stop", i,
-				 strerror(-w));
-			lg->broken = true;
-			break;
-		}
-		g->gen++;
-		voided++;
-	}
-	for (uint32_t i = k; outside && i < nn && !rc && !s->ro && !lg->broken; i++) {
-		char name[32];
-		snprintf(name, sizeof(name), "%u.kvl", ns[i]);
-		if (ns[i] != NV_LOG_NONE && unlinkat(lg->dfd, name, 0) == 0)
-			removed++;
-	}
-	if (removed && s->fsync_mode != NV_FSYNC_NONE)
-		fsync(lg->dfd);
-	kvt__free(ns);
+	/* Every segment of the cycle is voided (nv_log_open_writes): read for its generation
+	 * and its newest batch now. */
+	for (uint32_t i = 0; voids && i < end && !rc; i++)
+		if (lg->segs[i].fd >= 0)
+			rc = newest_seq(&lg->segs[i], i, blk, &lg->seq, NULL);
 	if (voids)
 		lg->start = top; /* the first batch recreates a missing one: the gap closes */
-	if (gap)
-		KVT_WARN(s->log,
-			 "nvme: log: %u.kvl is missing (deleted from outside?): nothing of the log "
-			 "is indexed, %u segment(s) emptied",
-			 top, voided);
-	if (outside)
-		KVT_WARN(s->log,
-			 "nvme: log: %u.kvl holds batches but is outside the cycle (%u segments; a "
-			 "file before it is missing or not a segment): nothing of the log is "
-			 "indexed, %u segment(s) emptied, %u file(s) outside it removed",
-			 out_first, end, voided, removed);
-	if (lost)
-		KVT_WARN(s->log,
-			 "nvme: log: %u.kvl, the newest segment (generation %" PRIu64
-			 " by log/head), is missing or older (deleted or replaced from outside?): "
-			 "nothing of the log is indexed, %u segment(s) emptied",
-			 hd.seg, hd.gen, voided);
-	if (headless)
-		KVT_WARN(s->log,
-			 "nvme: log: log/head is missing (deleted from outside?) and the segments "
-			 "were written with one: the newest segment cannot be checked, nothing of "
-			 "the log is indexed, %u segment(s) emptied",
-			 voided);
 	uint64_t torn = 0, objs = 0, bad = 0;
 	if (!rc && nb) {
 		qsort(bs, nb, sizeof(*bs), cmp_seq);
@@ -504,15 +462,13 @@ int nv_log_recover(struct nv *s)
 		for (size_t i = nb > NV_LOG_BUFS ? nb - NV_LOG_BUFS : 0; i < nb; i++) {
 			if (bs[i].cut || batch_whole(s, &bs[i], blk))
 				continue;
-			torn++;
 			/* This batch and every later one of its segment are dropped; zeroing its
-			 * record keeps later scans from trusting it. */
+			 * record (nv_log_open_writes) keeps later scans from trusting it. */
 			for (size_t j = i; j < nb; j++)
 				if (bs[j].seg == bs[i].seg && bs[j].off >= bs[i].off)
 					bs[j].cut = true;
-			if (!s->ro && pwrite(lg->segs[bs[i].seg].fd, lg->zero, NV_LOG_BLOCK,
-					     (off_t)bs[i].off) == NV_LOG_BLOCK)
-				fdatasync(lg->segs[bs[i].seg].fd);
+			lg->ow.torn_seg[torn] = bs[i].seg;
+			lg->ow.torn_off[torn++] = bs[i].off;
 		}
 		for (size_t i = 0; i < nb; i++)
 			if (!bs[i].cut)
@@ -520,19 +476,27 @@ int nv_log_recover(struct nv *s)
 		for (struct nv_ent *e = s->lru_head; e; e = e->next)
 			objs += e->lseg != 0;
 	}
-	/* A voided log has nothing to check (the head named a segment it may not have); a log
-	 * without a head (written before it existed) gets one, naming its newest segment,
-	 * before any header of NV_LOG_SEG_VER is written (the run's first advance). After
-	 * the void's headers: a crash between leaves the old head (or none, with headers that
-	 * say there was one), and the next open voids again. */
-	if (!rc && !s->ro && !lg->broken && (voids || !have_head)) {
-		uint32_t hs = !voids && nb ? bs[nb - 1].seg : NV_LOG_NONE;
-		int w = nv_log_write_head(s, hs, hs == NV_LOG_NONE ? 0 : lg->segs[hs].gen);
-		if (w < 0) {
-			KVT_WARN(s->log, "nvme: log head: %s: log writes stop", strerror(-w));
-			lg->broken = true;
-		}
-	}
+	/* What to write, once the open cannot fail (nv_log_open_writes). A voided log has
+	 * nothing to check (the head named a segment it may not have); a log without a head
+	 * (written before it existed) gets one, naming its newest segment. */
+	lg->ow.voids = voids;
+	lg->ow.gap = gap;
+	lg->ow.lost = lost;
+	lg->ow.headless = headless;
+	lg->ow.end = end;
+	lg->ow.top = top;
+	lg->ow.outside = outside;
+	lg->ow.out_first = out_first;
+	lg->ow.hd_seg = hd.seg;
+	lg->ow.hd_gen = hd.gen;
+	lg->ow.ntorn = (uint32_t)torn;
+	lg->ow.head = !rc && (voids || !have_head);
+	lg->ow.hs = !voids && nb ? bs[nb - 1].seg : NV_LOG_NONE;
+	lg->ow.hgen = lg->ow.hs == NV_LOG_NONE ? 0 : lg->segs[lg->ow.hs].gen;
+	if (nn > k)
+		memmove(ns, ns + k, (nn - k) * sizeof(*ns)); /* those outside the cycle */
+	lg->ow.out = ns;
+	lg->ow.nout = nn - k;
 	for (size_t i = 0; i < nb; i++)
 		kvt__free(bs[i].ent);
 	kvt__free(bs);
@@ -548,4 +512,85 @@ int nv_log_recover(struct nv *s)
 			 " incomplete batches dropped",
 			 (uint64_t)nb, objs, torn);
 	return rc;
+}
+
+/* The open's writes, decided by nv_log_recover: made by the ring thread once it is set up,
+ * when nothing can fail the tier's open any more, so that a failed open (out of file
+ * descriptors for the ring, out of memory) changes nothing of the log. Until 2026-12-05
+ * they were made during the scan: an open that then failed (io_uring setup: EMFILE) had
+ * already voided the log and written log/head. A read-only open writes nothing and says
+ * what a read-write one would do. */
+void nv_log_open_writes(struct nv *s)
+{
+	struct nv_log *lg = s->lg;
+	if (!lg)
+		return;
+	typeof(lg->ow) *w = &lg->ow;
+	uint32_t voided = 0, removed = 0;
+	/* The void: every segment of the cycle a header of its next generation. A segment
+	 * whose header cannot be written turns the log off for the run (puts get files), so
+	 * the gap stays and the next open voids again. */
+	for (uint32_t i = 0; w->voids && !s->ro && i < w->end && !lg->broken; i++) {
+		struct nv_seg *g = &lg->segs[i];
+		if (g->fd < 0)
+			continue;
+		int rc = nv_log_write_header(s, i, g->gen + 1);
+		if (rc < 0) {
+			KVT_WARN(s->log, "nvme: log segment %u.kvl header: %s: log writes stop", i,
+				 strerror(-rc));
+			nv_log_stop(s);
+			break;
+		}
+		g->gen++;
+		voided++;
+	}
+	for (size_t i = 0; w->outside && i < w->nout && !s->ro && !lg->broken; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "%u.kvl", w->out[i]);
+		if (w->out[i] != NV_LOG_NONE && unlinkat(lg->dfd, name, 0) == 0)
+			removed++;
+	}
+	if (removed && s->fsync_mode != NV_FSYNC_NONE)
+		fsync(lg->dfd);
+	kvt__free(w->out);
+	w->out = NULL;
+	if (w->gap)
+		KVT_WARN(s->log,
+			 "nvme: log: %u.kvl is missing (deleted from outside?): nothing of the log "
+			 "is indexed, %u segment(s) emptied",
+			 w->top, voided);
+	if (w->outside)
+		KVT_WARN(s->log,
+			 "nvme: log: %u.kvl holds batches but is outside the cycle (%u segments; a "
+			 "file before it is missing or not a segment): nothing of the log is "
+			 "indexed, %u segment(s) emptied, %u file(s) outside it removed",
+			 w->out_first, w->end, voided, removed);
+	if (w->lost)
+		KVT_WARN(s->log,
+			 "nvme: log: %u.kvl, the newest segment (generation %" PRIu64
+			 " by log/head), is missing or older (deleted or replaced from outside?): "
+			 "nothing of the log is indexed, %u segment(s) emptied",
+			 w->hd_seg, w->hd_gen, voided);
+	if (w->headless)
+		KVT_WARN(s->log,
+			 "nvme: log: log/head is missing (deleted from outside?) and the segments "
+			 "were written with one: the newest segment cannot be checked, nothing of "
+			 "the log is indexed, %u segment(s) emptied",
+			 voided);
+	for (uint32_t i = 0; i < w->ntorn && !s->ro; i++) {
+		int fd = lg->segs[w->torn_seg[i]].fd;
+		if (pwrite(fd, lg->zero, NV_LOG_BLOCK, (off_t)w->torn_off[i]) == NV_LOG_BLOCK)
+			fdatasync(fd);
+	}
+	/* The head after the void's headers: a crash between leaves the old head (or none,
+	 * with headers that say there was one), and the next open voids again. A log's first
+	 * head comes before any header of NV_LOG_SEG_VER is written (the run's first
+	 * advance). */
+	if (w->head && !s->ro && !lg->broken) {
+		int rc = nv_log_write_head(s, w->hs, w->hgen);
+		if (rc < 0) {
+			KVT_WARN(s->log, "nvme: log head: %s: log writes stop", strerror(-rc));
+			nv_log_stop(s);
+		}
+	}
 }

@@ -487,17 +487,24 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 			    (e = nv_ent_find(s, &op->keys[i])) && e->bytes >= KVT_HEADER_BYTES;
 		nv_finish(s, op, 0);
 		break;
-	case OP_REMOVE:
-		if (!(e = nv_ent_find(s, &op->key))) {
-			nv_finish(s, op, -ENOENT);
-			break;
+	case OP_REMOVE: {
+		int rc = -ENOENT;
+		if ((e = nv_ent_find(s, &op->key))) {
+			/* a log object's removal survives a restart: nv_ent_unlink queues its
+			 * tombstone */
+			if (!nv_pool_keep(s, e) && !nv_spare_keep(s, e))
+				nv_ent_unlink(s, e, false);
+			ST_ADD(s, removes, 1);
+			rc = 0;
 		}
-		/* a log object's removal survives a restart: nv_ent_unlink queues its tombstone */
-		if (!nv_pool_keep(s, e) && !nv_spare_keep(s, e))
-			nv_ent_unlink(s, e, false);
-		ST_ADD(s, removes, 1);
-		nv_finish(s, op, 0);
+		/* Unless the log's writes stopped and it owes a tombstone - maybe of this key,
+		 * even one not indexed now (evicted or dropped from the log while it was
+		 * stopped): then the log is voided on disk first, or the remove fails (not
+		 * durable; the key is not served either way). */
+		int lrc = nv_log_settle(s);
+		nv_finish(s, op, lrc < 0 ? lrc : rc);
 		break;
+	}
 	case OP_DROP:
 		/* A copy no read has started on is not the one found corrupt: K was removed and
 		 * written again since that read (its report came late). It stays. */

@@ -252,6 +252,10 @@ void *nv_ring_main(void *arg)
 {
 	struct nv *s = arg;
 	int rc = ring_init(s);
+	/* The last step of the open that can fail is behind: the log's open-time writes, which
+	 * a failed open must not have made, before the open returns (the opener waits). */
+	if (rc == 0)
+		nv_log_open_writes(s);
 	pthread_mutex_lock(&s->qlock);
 	s->init_rc = rc;
 	s->init_done = true;
