@@ -80,6 +80,8 @@ int kvt__trace_add(struct kvt_trace *t, double ts_ms, uint32_t input_len, uint32
 		return -EINVAL;
 	if (t->n >= KVT_TRACE_MAX_REQUESTS)
 		return -E2BIG;
+	if (t->n_ids + n_blocks > KVT_TRACE_MAX_IDS)
+		return -EFBIG;
 	if (grow((void **)&t->req, &t->cap, t->n + 1, sizeof(*t->req)) ||
 	    grow((void **)&t->ids, &t->ids_cap, t->n_ids + n_blocks, sizeof(*t->ids)))
 		return -ENOMEM;
@@ -419,6 +421,10 @@ static int parse_object(struct lex *l, struct kvt_trace *t, uint64_t *ids, doubl
 		fail(l, "more than %u requests", KVT_TRACE_MAX_REQUESTS);
 		return l->rc = -E2BIG;
 	}
+	if (rc == -EFBIG) {
+		fail(l, "more than %llu hash ids in the trace", (unsigned long long)KVT_TRACE_MAX_IDS);
+		return l->rc = -EFBIG;
+	}
 	if (rc < 0) {
 		fail(l, "%s", kvt_strerror(rc));
 		return l->rc = rc;
@@ -699,9 +705,14 @@ static int prompt_add(struct prompt *p, uint64_t id, uint32_t len)
 	return 0;
 }
 
+/* Chain hash: for a given v, one-to-one in h (a XOR, then splitmix's bijection), so two
+ * different parents never give a block one id. The hash_combine form it replaced,
+ * h ^ (v + K + (h << 6) + (h >> 2)), is not: rag with docs_per_req=4e9 produced an id
+ * that followed two different ids, which the replay's prefix-hash check refused. */
 static uint64_t hmix(uint64_t h, uint64_t v)
 {
-	uint64_t x = h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+	uint64_t sv = v;
+	uint64_t x = h ^ splitmix(&sv);
 	return splitmix(&x);
 }
 
@@ -734,6 +745,8 @@ static int emit(struct gen *g, double ts, const struct prompt *p, uint32_t out)
 	nb = KVT_MIN(nb, (uint64_t)KVT_TRACE_MAX_BLOCKS);
 	if (!tokens)
 		return 0;
+	if (g->n_ids + nb > KVT_TRACE_MAX_IDS) /* before the memory: cmd_replay names the bound */
+		return -EFBIG;
 	if (grow((void **)&g->req, &g->cap, g->n + 1, sizeof(*g->req)) ||
 	    grow((void **)&g->ids, &g->ids_cap, g->n_ids + nb, sizeof(*g->ids)))
 		return -ENOMEM;

@@ -21,6 +21,10 @@
 #define KVT_TRACE_MAX_OUTPUT (1u << 24)	    /* output tokens per request */
 #define KVT_TRACE_MAX_BLOCKS 65536u	    /* hash_ids per request */
 #define KVT_TRACE_MAX_REQUESTS (1u << 24)   /* requests per trace */
+/* Hash ids per trace, all requests together: 512 MiB of them; the Mooncake conversation
+ * trace holds 0.3 M. The per-request bounds alone allow 2^24 x 65,536, a 16 GiB file ~8 G
+ * ids (64 GiB), a generator's long prompts (docs_per_req=4e9) ~400 M. */
+#define KVT_TRACE_MAX_IDS (1ull << 26)
 #define KVT_TRACE_MAX_TS_MS 9.0e15	    /* timestamp, ms (exact in a double) */
 #define KVT_TRACE_MAX_ID ((1ull << 63) - 1) /* hash id */
 /* The generator's shared items (system prompts, documents, repositories) at most: each is

@@ -358,6 +358,14 @@ static int load_trace(const struct opts *o, struct kvt_trace **out)
 			    "knobs leave them empty: sys_tokens, user_*, out_*, q_*, ...)",
 			    got, g.requests);
 		}
+		if (rc == -EFBIG) {
+			kvt__trace_destroy(t);
+			return cli_fail(CMD,
+					"generator: the trace would hold more than %llu block ids "
+					"(prompts too long for the requests asked: docs_per_req, "
+					"doc_tokens, sys_tokens, ...; or fewer --requests)",
+					(unsigned long long)KVT_TRACE_MAX_IDS);
+		}
 		if (rc == -ERANGE) {
 			kvt__trace_destroy(t);
 			return cli_fail(CMD,

@@ -64,6 +64,11 @@ last | jqe '.requests == 10 and .blocks < 100000' >/dev/null || fail "end_prob 1
 # 15,064 turns was 105 M blocks, 2.3 GB and 150 s)
 ok "end_prob 1e-9, 3000 requests" --workload chat --simulate --requests 3000 --gen end_prob=1e-9 --json
 last | jqe '.requests == 3000 and .blocks < 2000000' >/dev/null || fail "end_prob 1e-9, 3000: $(last)"
+# a whole trace's ids are bounded (KVT_TRACE_MAX_IDS): long prompts for many requests fail
+# at once, before the memory (4e9 documents per request: ~400 M ids, several GB, and on the
+# old chain hash an id that followed two ids, refused only after 85 s)
+bad "ids bound" "generator: the trace would hold more than 67108864 block ids" \
+	--workload rag --simulate --gen docs_per_req=4000000000
 ok "steps 4e9" --workload agent --simulate --requests 10 --gen steps=4000000000 --json
 last | jqe '.requests == 10' >/dev/null || fail "steps 4e9: $(last)"
 bad "requests 0" "^kvtier replay: --requests is 1..16777216 (got 0)$" --workload chat --simulate --requests 0
