@@ -30,6 +30,12 @@ int gp_check(const char *cmd, const char *png)
 					"--plot: a control character in the file name (0x%02x); "
 					"gnuplot's script cannot carry it",
 					*p);
+	/* gnuplot's set output takes a name starting with '|' as a command to pipe into,
+	 * quoted or not */
+	if (png[0] == '|')
+		return cli_fail(cmd, "--plot %s: a name starting with '|' is a command to gnuplot; "
+				     "give ./%s for a file",
+				png, png);
 	const char *what = kvt__path_unfit(png, true);
 	if (what)
 		return cli_fail(cmd, "--plot %s: %s, not a regular file", png, what);

@@ -53,6 +53,8 @@ expect_err "config fifo" "fifo: not a regular file" "$K" stat --dir "$T/s" --con
 expect_err "tokens fifo" "^kvtier session: $T/fifo: a FIFO, not a token file$" "$K" session save --tokens "$T/fifo" --dir "$T/s"
 expect_err "calibrate out fifo" "^kvtier calibrate: --out $T/fifo: a FIFO, not a regular file$" "$K" calibrate --out "$T/fifo" --dir "$T/cal"
 expect_err "crossover plot fifo" "^kvtier crossover: --plot $T/fifo: a FIFO, not a regular file$" "$K" crossover --plot "$T/fifo"
+expect_err "crossover plot pipe" "a name starting with '|' is a command to gnuplot" "$K" crossover --plot "|touch $T/pwned"
+[ -e "$T/pwned" ] && fail "crossover plot pipe: gnuplot ran the command"
 expect_err "config NUL" "nul.ini:2: NUL byte" "$K" config --config "$T/nul.ini"
 expect_err "config long line" "long.ini:2: line longer than 16383 bytes" "$K" config --config "$T/long.ini"
 [ "$("$K" config --config "$T/longval.ini" | awk '$1 == "s3.prefix" { print length($3) }')" = 300 ] ||

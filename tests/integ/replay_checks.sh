@@ -162,6 +162,11 @@ name="x'; system('touch pwned'); y='\\.png"
 	>"$T/out" 2>"$T/err") || fail "plot quote: $(cat "$T/err")"
 [ -e "$T/pwned" ] && fail "plot quote: gnuplot ran a command from the file name"
 [ "$(head -c 4 "$T/$name" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "plot quote: no PNG at '$T/$name'"
+# a name starting with '|' is gnuplot's pipe to a command, quoted or not: refused (it ran
+# the command, review 2026-12-03)
+bad "plot pipe" "a name starting with '|' is a command to gnuplot" \
+	--workload chat --requests 50 --simulate --plot "|touch $T/pwned2"
+[ -e "$T/pwned2" ] && fail "plot pipe: gnuplot ran the command"
 bad "plot newline" "^kvtier replay: --plot: a control character in the file name" \
 	--workload chat --requests 50 --simulate --plot "$T/a
 b.png"
