@@ -83,8 +83,12 @@ static int seg_open_failed(struct nv *s, uint32_t n, int err)
 		return 0;
 	KVT_ERR(s->log,
 		"nvme: log segment %u.kvl: %s: the log cannot be read whole, so the tier does "
-		"not open (nothing was changed)",
-		n, strerror(-err));
+		"not open (nothing was changed)%s",
+		n, strerror(-err),
+		err == -EMFILE || err == -ENFILE
+		    ? "; the log keeps every segment open: raise the open-file limit (ulimit -n, "
+		      "RLIMIT_NOFILE) or lower nvme.bytes / raise nvme.segment_bytes"
+		    : "");
 	return err;
 }
 
