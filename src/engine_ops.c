@@ -393,7 +393,8 @@ static void lookup_expire(struct guard *g)
 	o->ask = kvt__malloc(m * sizeof(*o->ask));
 	o->present = kvt__calloc(m, 1);
 	if (!o->ask || !o->present) {
-		lookup_finish(o); /* what faster tiers found */
+		lookup_note(o, -ETIMEDOUT); /* this tier did not say */
+		lookup_finish(o);           /* what faster tiers found */
 		return;
 	}
 	lookup_answer(o, -ETIMEDOUT);
