@@ -45,16 +45,9 @@ static const uint64_t lengths[] = {1024, 4096, 32768, 131072};
 static int plot(const char *path, const struct kvt_cost *c, uint64_t max_tokens)
 {
 	char data[] = "/tmp/kvtier-crossover-XXXXXX";
-	int fd = mkstemp(data);
-	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
-	if (!f) {
-		int e = errno;
-		if (fd >= 0) {
-			close(fd);
-			unlink(data);
-		}
-		return cli_fail(CMD, "temporary file: %s", strerror(e));
-	}
+	FILE *f = gp_data_open(CMD, data);
+	if (!f)
+		return 1;
 	int n = kvt_cost_tier_count(c);
 	for (uint64_t t = 256; t <= max_tokens; t = t * 5 / 4 + 1) {
 		fprintf(f, "%llu %.6g", (unsigned long long)t, kvt_cost_recompute_s(c, 0, t));
@@ -62,7 +55,8 @@ static int plot(const char *path, const struct kvt_cost *c, uint64_t max_tokens)
 			fprintf(f, " %.6g", kvt_cost_restore_s(c, i, t));
 		fputc('\n', f);
 	}
-	fclose(f);
+	if (gp_data_close(CMD, f, data))
+		return 1;
 	FILE *g = gp_open(CMD, path, 900, 560);
 	if (!g) {
 		unlink(data);

@@ -250,23 +250,17 @@ static int plot(const struct opts *o, double rows[][SWEEP_N], const double *bela
 		const uint64_t *caps)
 {
 	char data[] = "/tmp/kvtier-replay-XXXXXX";
-	int fd = mkstemp(data);
-	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
-	if (!f) {
-		int e = errno;
-		if (fd >= 0) {
-			close(fd);
-			unlink(data);
-		}
-		return cli_fail(CMD, "temporary file: %s", strerror(e));
-	}
+	FILE *f = gp_data_open(CMD, data);
+	if (!f)
+		return 1;
 	for (int i = 0; i < SWEEP_N; i++) {
 		fprintf(f, "%llu %.6f", (unsigned long long)caps[i], belady[i]);
 		for (int p = 0; p < o->n_policies; p++)
 			fprintf(f, " %.6f", rows[p][i]);
 		fputc('\n', f);
 	}
-	fclose(f);
+	if (gp_data_close(CMD, f, data))
+		return 1;
 	FILE *g = gp_open(CMD, o->plot, 900, 560);
 	if (!g) {
 		unlink(data);

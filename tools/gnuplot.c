@@ -3,9 +3,12 @@
  * quoted (tools/gnuplot.h): the output name used to go in as '%s', so a name with a quote
  * broke the script or ran what followed it.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "gnuplot.h"
@@ -64,5 +67,31 @@ int gp_close(const char *cmd, FILE *g)
 	if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc))
 		return cli_fail(cmd, "gnuplot failed (exit %d); is gnuplot installed?",
 				rc == -1 || !WIFEXITED(rc) ? -1 : WEXITSTATUS(rc));
+	return 0;
+}
+
+FILE *gp_data_open(const char *cmd, char *tmpl)
+{
+	int fd = mkstemp(tmpl);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+	if (!f) {
+		int e = errno;
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmpl);
+		}
+		cli_fail(cmd, "temporary file: %s", strerror(e));
+	}
+	return f;
+}
+
+int gp_data_close(const char *cmd, FILE *f, const char *path)
+{
+	int bad = ferror(f);
+	if (fclose(f) != 0 || bad) {
+		int e = errno;
+		unlink(path);
+		return cli_fail(cmd, "temporary file %s: %s", path, strerror(bad ? EIO : e));
+	}
 	return 0;
 }

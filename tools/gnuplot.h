@@ -15,6 +15,12 @@
  * a block device (gnuplot would wait in open() for a FIFO's reader). A command checks
  * before its work, so that the work is not lost to a bad name. */
 int gp_check(const char *cmd, const char *png);
+/* The plot's data file: tmpl (a mkstemp template, rewritten to the file's name) opened
+ * for writing. NULL after one error line from cmd. */
+FILE *gp_data_open(const char *cmd, char *tmpl);
+/* Close the data file: 0, or 1 after one error line from cmd (a full /tmp), the file
+ * removed. */
+int gp_data_close(const char *cmd, FILE *f, const char *path);
 /* Start gnuplot writing a PNG of width x height to png. NULL after one error line from
  * cmd: gp_check's, or no gnuplot. */
 FILE *gp_open(const char *cmd, const char *png, int width, int height);
