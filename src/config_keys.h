@@ -68,7 +68,7 @@
 	X(k, "nvme.dirs", STR, "./kvtier-data", 0, 0, NULL, PLAIN, "comma-separated directories, one per drive; chunks are spread across them by key") \
 	X(k, "nvme.bytes", SIZE, "16GiB", 4096, 1e18, NULL, PLAIN, "capacity across all directories; least recently used objects are evicted beyond it") \
 	X(k, "nvme.queue_depth", U64, "64", 1, 4096, NULL, PLAIN, "I/Os in flight per ring") \
-	X(k, "nvme.fsync", ENUM, "data", 0, 0, "none|data|full", PLAIN, "before publishing: none, fdatasync, or fdatasync plus directory fsync") \
+	X(k, "nvme.fsync", ENUM, "data", 0, 0, "none|data|full", PLAIN, "before publishing: none, fdatasync, or fdatasync plus directory fsync; a flush makes puts and removes before it durable in every mode (docs/TIERS.md)") \
 	X(k, "nvme.direct", ENUM, "auto", 0, 0, "auto|on|off", PLAIN, "O_DIRECT: auto falls back to buffered I/O where refused (tmpfs)") \
 	X(k, "nvme.write_budget", SIZE, "0", 0, 1e18, NULL, PLAIN, "bytes written per day at most (0: unlimited); admission skips writes past it") \
 	X(k, "nvme.log_max", SIZE, "0", 0, 2093056, NULL, PLAIN, "objects up to this size are appended in batches to preallocated log segments instead of getting a file each (docs/NVME_LOG.md); 0: off") \

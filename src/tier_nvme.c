@@ -13,6 +13,7 @@
  *   tier_nvme_write.c    write admission, crash-safe publish (temp file + rename), failures
  *   tier_nvme_ops.c      per-op state machines: what to issue, what a completion means
  *   tier_nvme_ring.c     the ring thread: slots, ready list, completion, the wait loop
+ *   tier_nvme_flush.c    flush: syncs the leaf directories that puts and removes changed
  *   tier_nvme_fdc.c      cached read descriptors
  *   tier_nvme_budget.c   the daily write budget
  *   tier_nvme_log.c      small objects appended in batches to log segments (nvme.log_max)

@@ -60,6 +60,7 @@ enum nv_stage {
 	ST_R_OPEN,    /* open the object for reading */
 	ST_R_DATA,    /* read pieces */
 	ST_W_STAGE,   /* log write: copy into the staging batch (tier_nvme_log.c) */
+	ST_F_SYNC,    /* flush: fsync the leaf directories changed before it (tier_nvme_flush.c) */
 	ST_DONE,
 };
 enum nv_kind {
@@ -73,6 +74,7 @@ enum nv_kind {
 	IO_RENAME, /* a write's publish */
 	IO_WAKE,
 	IO_LOG, /* a log batch's write or fdatasync: io is the batch's, io->op is NULL */
+	IO_FLUSHSYNC, /* a flush's fsync of a leaf directory (tier_nvme_flush.c) */
 };
 
 struct nv_dir {
@@ -80,6 +82,9 @@ struct nv_dir {
 	int fd;
 	int lock_fd;
 	bool direct;
+	/* leaves (bit = the fan-out subdirectory) whose names changed since the last flush,
+	 * and those the running flush syncs (tier_nvme_flush.c; ring thread only) */
+	uint64_t dirty[4], syncing[4];
 };
 
 /* A cached read descriptor. ent is NULL once its object is gone: closed at last unref. */
@@ -179,6 +184,7 @@ struct nv_io {
 	uint8_t *buf;
 	uint64_t off;
 	uint32_t len;
+	int fd; /* IO_FLUSHSYNC: the leaf directory's */
 	enum nv_kind kind;
 };
 
@@ -247,6 +253,7 @@ struct nv {
 	struct nv_op *whead, *wtail;
 	struct nv_op *leaders[NV_LEADER_BUCKETS];
 	struct nv_op *flush_head, *flush_tail; /* linked through next */
+	struct nv_op *fsync_head, *fsync_tail; /* flushes syncing, the head first (lnext) */
 	struct nv_op *done_ops;		       /* back to free_ops at next drain */
 	uint64_t active;
 	uint32_t tmpseq;
@@ -320,7 +327,7 @@ int nv_parse_object_name(const char *name, struct kvt_key *k);
 void nv_object_path(const struct kvt_key *k, char *out);
 uint32_t nv_key_dir(const struct nv *s, const struct kvt_key *k);
 void nv_unlink_async(struct nv *s, struct nv_dir *d, const char *name);
-void nv_ent_unlink(struct nv *s, struct nv_ent *e, bool now);
+int nv_ent_unlink(struct nv *s, struct nv_ent *e, bool now);
 void nv_evict(struct nv *s, struct nv_ent *e, bool now);
 void nv_spare_drop_all(struct nv *s, bool now);
 bool nv_spare_keep(struct nv *s, struct nv_ent *e);
@@ -378,6 +385,12 @@ void nv_ready_push(struct nv *s, struct nv_op *op);
 struct nv_op **nv_leader_slot(struct nv *s, const struct kvt_key *k);
 void nv_finish(struct nv *s, struct nv_op *op, int64_t res);
 void *nv_ring_main(void *arg);
+
+/* tier_nvme_flush.c */
+void nv_dirty(struct nv *s, uint32_t dir, const struct kvt_key *k);
+void nv_flush_ready(struct nv *s, struct nv_op *f);
+bool nv_flush_pump(struct nv *s, struct nv_op *f);
+void nv_flush_on_cqe(struct nv *s, struct nv_io *io, int res);
 
 /* tier_nvme_recover.c */
 int nv_scan_anomalies(struct kvt_tier *t, void (*fn)(void *arg, const char *path, const char *why),

@@ -159,6 +159,10 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			op->stage = ST_WAIT;
 			return;
 		}
+		case ST_F_SYNC:
+			if (!nv_flush_pump(s, op))
+				goto blocked;
+			return;
 		case ST_W_FAIL:
 			if (op->type == OP_LAYOUT) {
 				nv_pool_layout_fail(s, op);
@@ -431,6 +435,9 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 		}
 		op->stage = ST_W_FAIL; /* releases its room and budget, counts the error */
 		break;
+	case IO_FLUSHSYNC:
+		nv_flush_on_cqe(s, io, res);
+		return;
 	case IO_WAKE:
 	case IO_LOG: /* handled by nv_log_on_cqe */
 		break;
@@ -491,11 +498,18 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 		int rc = -ENOENT;
 		if ((e = nv_ent_find(s, &op->key))) {
 			/* a log object's removal survives a restart: nv_ent_unlink queues its
-			 * tombstone */
-			if (!nv_pool_keep(s, e) && !nv_spare_keep(s, e))
-				nv_ent_unlink(s, e, false);
-			ST_ADD(s, removes, 1);
+			 * tombstone. A file whose name could not be taken away (rename and unlink
+			 * failed: EROFS, EIO) fails the remove: the key is not served from here
+			 * any more, but the next open indexes it again. */
 			rc = 0;
+			uint32_t dir = e->dir;
+			bool file = !e->lseg;
+			if (!nv_pool_keep(s, e) && !nv_spare_keep(s, e))
+				rc = nv_ent_unlink(s, e, false);
+			if (rc == 0)
+				ST_ADD(s, removes, 1);
+			if (rc == 0 && file)
+				nv_dirty(s, dir, &op->key); /* its name's removal: synced by a flush */
 		}
 		/* Unless the log's writes stopped and it owes a tombstone - maybe of this key,
 		 * even one not indexed now (evicted or dropped from the log while it was
@@ -520,7 +534,7 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 		break;
 	case OP_FLUSH:
 		if (!s->whead || s->whead->seq > op->seq) {
-			nv_finish(s, op, 0);
+			nv_flush_ready(s, op); /* no write before it is out: its syncs */
 			break;
 		}
 		op->next = NULL;
@@ -539,8 +553,8 @@ void nv_cancel_unissued(struct nv *s)
 	struct nv_op *op = s->ready_head, *nx;
 	for (; op; op = nx) {
 		nx = op->next;
-		if (op->issued || op->pending)
-			continue;
+		if (op->issued || op->pending || op->type == OP_FLUSH)
+			continue; /* a flush syncing only waits for I/O slots: it finishes */
 		if (op->type == OP_LAYOUT) {
 			op->err = -ECANCELED; /* nothing issued: no file to remove */
 			nv_pool_layout_fail(s, op);

@@ -88,7 +88,7 @@ static void check_flushes(struct nv *s)
 		s->flush_head = f->next;
 		if (!s->flush_head)
 			s->flush_tail = NULL;
-		nv_finish(s, f, 0);
+		nv_flush_ready(s, f); /* now its syncs (tier_nvme_flush.c) */
 	}
 }
 

@@ -41,13 +41,17 @@ uint32_t nv_key_dir(const struct nv *s, const struct kvt_key *k)
 	return (uint32_t)(kvt__key_hash(k) % s->ndirs);
 }
 
-/* Unlink a file now, on this thread (it may take milliseconds: see nv_ent_unlink). */
-static void unlink_now(struct nv *s, struct nv_dir *d, const char *path)
+/* Unlink a file now, on this thread (it may take milliseconds: see nv_ent_unlink). 0, or
+ * -errno when the name is still there. */
+static int unlink_now(struct nv *s, struct nv_dir *d, const char *path)
 {
 	if (unlinkat(d->fd, path, 0) < 0 && errno != ENOENT) {
-		KVT_WARN(s->log, "nvme: unlink %s/%s: %s", d->path, path, strerror(errno));
+		int err = errno;
+		KVT_WARN(s->log, "nvme: unlink %s/%s: %s", d->path, path, strerror(err));
 		ST_ADD(s, errors, 1);
+		return -err;
 	}
+	return 0;
 }
 
 /* Unlink a unique temp name on io_uring's workers (no ordering to keep with anything). */
@@ -75,8 +79,13 @@ void nv_unlink_async(struct nv *s, struct nv_dir *d, const char *name)
  * ring thread. So the file is renamed to a unique temp name here (~10-20 us, and in program
  * order with publishes of the same key) and that name is unlinked by io_uring's workers. A
  * crash in between leaves a ".tmp." file, which the next open deletes. now: the caller needs
- * the space back before it continues (the ENOSPC path), or there is no ring yet. */
-void nv_ent_unlink(struct nv *s, struct nv_ent *e, bool now)
+ * the space back before it continues (the ENOSPC path), or there is no ring yet.
+ * The entry leaves the index either way (never served again); returns -errno when the
+ * object's name could not be taken away (both the rename and the unlink failed: EROFS, EIO,
+ * an immutable file): the file is still an object, which the next open indexes again, so a
+ * remove must not be reported done. 0 otherwise (a failed unlink of the renamed temp name
+ * leaves a ".tmp." file, which the next open deletes). */
+int nv_ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 {
 	if (e->lseg) {
 		/* In a log segment: its bytes are reclaimed when the segment is reused, but its
@@ -92,23 +101,20 @@ void nv_ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 		 * record instead of 72: a 4 KiB record per 148 KiB instead of per 292 KiB). */
 		nv_log_tombstone(s, e);
 		nv_ent_remove(s, e);
-		return;
+		return 0;
 	}
 	struct nv_dir *d = &s->dirs[e->dir];
 	char path[NV_NAME_MAX], trash[NV_NAME_MAX];
 	nv_object_path(&e->key, path);
 	nv_ent_remove(s, e);
-	if (now || !s->ring_ready || s->trash_inflight >= s->qd) {
-		unlink_now(s, d, path);
-		return;
-	}
+	if (now || !s->ring_ready || s->trash_inflight >= s->qd)
+		return unlink_now(s, d, path);
 	snprintf(trash, sizeof(trash), "%.2s/" NV_TMP_PREFIX "evict.%d.%u", path, (int)s->pid,
 		 ++s->tmpseq);
-	if (renameat(d->fd, path, d->fd, trash) < 0) {
-		unlink_now(s, d, path);
-		return;
-	}
+	if (renameat(d->fd, path, d->fd, trash) < 0)
+		return unlink_now(s, d, path);
 	nv_unlink_async(s, d, trash);
+	return 0;
 }
 
 void nv_evict(struct nv *s, struct nv_ent *e, bool now)

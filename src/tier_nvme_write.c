@@ -76,6 +76,8 @@ int nv_write_published(struct nv *s, struct nv_op *op, int res)
 	int rc = nv_write_index(s, op, 0, 0);
 	if (rc < 0) /* do not leave an object we do not account for */
 		unlinkat(s->dirs[op->dir].fd, op->final, 0);
+	else if (s->fsync_mode != NV_FSYNC_FULL) /* full synced it before this */
+		nv_dirty(s, op->dir, &op->key); /* the new name: synced by a flush */
 	return rc;
 }
 

@@ -22,8 +22,6 @@
 #include "nvme_util.h"
 
 #include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 
 #include "lib/nvme_stale.h"
 
@@ -35,14 +33,7 @@ static void set_unopenable(const char *p, int on)
 		CHECK_EQ(chmod(p, on ? 0 : 0600), 0);
 		return;
 	}
-	int fd = open(p, O_RDONLY | O_CLOEXEC), fl = 0;
-	CHECK(fd >= 0);
-	CHECK_EQ(ioctl(fd, FS_IOC_GETFLAGS, &fl), 0);
-	fl = on ? fl | FS_IMMUTABLE_FL : fl & ~FS_IMMUTABLE_FL;
-	CHECKM(ioctl(fd, FS_IOC_SETFLAGS, &fl) == 0,
-	       "cannot make %s immutable (the file system of /tmp must support it): %s", p,
-	       strerror(errno));
-	close(fd);
+	set_immutable(p, on);
 }
 
 static int count_segs(const char *dir)

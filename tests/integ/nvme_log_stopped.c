@@ -22,8 +22,6 @@
 #include "nvme_util.h"
 
 #include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 
 #include "lib/nvme_stale.h"
 
@@ -59,19 +57,6 @@ static void stop_log(struct kvt_tier *t, uint64_t seed)
 {
 	st_write(t, seed, 0, 1);
 	wait_stopped();
-}
-
-/* Set or clear the immutable flag of p (root only). */
-static void set_immutable(const char *p, int on)
-{
-	int fd = open(p, O_RDONLY | O_CLOEXEC), fl = 0;
-	CHECK(fd >= 0);
-	CHECK_EQ(ioctl(fd, FS_IOC_GETFLAGS, &fl), 0);
-	fl = on ? fl | FS_IMMUTABLE_FL : fl & ~FS_IMMUTABLE_FL;
-	CHECKM(ioctl(fd, FS_IOC_SETFLAGS, &fl) == 0,
-	       "cannot make %s immutable (the file system of /tmp must support it): %s", p,
-	       strerror(errno));
-	close(fd);
 }
 
 /* Make dir's log directory allow (on) or refuse (off) an unlink: immutable as root, who

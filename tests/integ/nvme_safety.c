@@ -12,7 +12,10 @@
  * misaligned: indexed for reads to judge) is written again whole, even while other writes
  * evict around it, and a later eviction never takes the new file with the damaged entry; a
  * corruption report that arrives after its key was removed and written again (the copy it
- * named is gone) leaves the new copy in place.
+ * named is gone) leaves the new copy in place; a remove whose file cannot be renamed or
+ * unlinked (EROFS, EIO; here an immutable file or a read-only directory) fails instead of
+ * being reported done, does not serve the key any more, and a remove once the fault is gone
+ * makes it stay gone.
  */
 #include <sys/mount.h>
 #include <sys/time.h>
@@ -579,6 +582,57 @@ static void test_stale_drop(void)
 	free(buf);
 }
 
+/* The object file of k in dir refuses (on) or allows (off) a rename and an unlink:
+ * immutable as root, who passes permission checks; its directory read-only otherwise. */
+static void set_unremovable(const char *dir, const struct kvt_key *k, int on)
+{
+	char p[800];
+	key_path(dir, k, p, sizeof(p));
+	if (geteuid() == 0) {
+		set_immutable(p, on);
+		return;
+	}
+	*strrchr(p, '/') = 0;
+	CHECK_EQ(chmod(p, on ? 0500 : 0700), 0);
+}
+
+/* prealloc: nvme.preallocate, "0" or OBJ (the removed file would become a free slot). */
+static void remove_fails(const char *prealloc)
+{
+	char dir[600];
+	snprintf(dir, sizeof(dir), "%s/remove-fails-%s", g_root, prealloc);
+	struct kvt_tier *t;
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.preallocate", prealloc, NULL), 0);
+	uint8_t *buf = abuf(OBJ);
+	struct kvt_key k = make_key(93, 1);
+	fill_object(buf, OBJ, &k);
+	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
+	set_unremovable(dir, &k, 1);
+	int rc = t_remove(t, &k);
+	CHECKM(rc == -EPERM || rc == -EACCES, "remove of an unremovable file: %d (want -EPERM/-EACCES)",
+	       rc);
+	CHECK_EQ(present(t, &k), 0); /* not served from here either way */
+	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), -ENOENT);
+	kvt__tier_close(t);
+	/* the fault goes (fsck, a remount read-write): the file is the key's object again, as
+	 * the failed remove said; a remove now succeeds and lasts */
+	set_unremovable(dir, &k, 0);
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.preallocate", prealloc, NULL), 0);
+	CHECK_EQ(present(t, &k), 1);
+	CHECK_EQ(t_remove(t, &k), 0);
+	kvt__tier_close(t);
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.preallocate", prealloc, NULL), 0);
+	CHECK_EQ(present(t, &k), 0);
+	kvt__tier_close(t);
+	free(buf);
+}
+
+static void test_remove_fails(void)
+{
+	remove_fails("0");
+	remove_fails("20480"); /* OBJ */
+}
+
 int main(void)
 {
 	const char *base = getenv("KVT_TEST_DIR") ? getenv("KVT_TEST_DIR") : "/tmp";
@@ -591,6 +645,7 @@ int main(void)
 	test_publish_fails();
 	test_damaged_rewritten();
 	test_stale_drop();
+	test_remove_fails();
 	rm_rf(g_root);
 	printf("nvme_safety: ok\n");
 	return 0;

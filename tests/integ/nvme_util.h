@@ -10,12 +10,15 @@
 #include "lib/check.h"
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <linux/fs.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -323,6 +326,19 @@ static inline int count_files(const char *dir, const char *prefix, const char *s
 		closedir(d);
 	}
 	return n;
+}
+
+/* Set or clear the immutable flag of p (root only): no rename, unlink or write of it. */
+static inline void set_immutable(const char *p, int on)
+{
+	int fd = open(p, O_RDONLY | O_CLOEXEC), fl = 0;
+	CHECK(fd >= 0);
+	CHECK_EQ(ioctl(fd, FS_IOC_GETFLAGS, &fl), 0);
+	fl = on ? fl | FS_IMMUTABLE_FL : fl & ~FS_IMMUTABLE_FL;
+	CHECKM(ioctl(fd, FS_IOC_SETFLAGS, &fl) == 0,
+	       "cannot make %s immutable (the file system of /tmp must support it): %s", p,
+	       strerror(errno));
+	close(fd);
 }
 
 static inline void key_path(const char *dir, const struct kvt_key *k, char *out, size_t len)

@@ -1,0 +1,134 @@
+/*
+ * tier_nvme_flush.c - what the NVMe tier's flush makes durable: every put and remove
+ * submitted before it (kvt_flush's contract, include/kvtier.h).
+ *
+ * A put's data is durable before its publish with nvme.fsync=data|full (RWF_DSYNC or
+ * fdatasync), but the publishing rename is a change of its leaf directory, durable only once
+ * that directory is synced (fsync=full does it per write, before the put is answered); a
+ * remove renames or unlinks a name, the same. So every publish (data, none) and every name
+ * taken away by a remove marks its leaf directory dirty, and a flush, once the writes before
+ * it are done, fsyncs the leaves dirty at that moment: IORING_OP_FSYNC on the leaf, on
+ * io_uring's workers (a directory fsync takes milliseconds, far too long for the ring
+ * thread), as many at a time as there are free I/O slots. With nvme.fsync=none no data is
+ * durable either, so the flush runs syncfs on each drive that changed: synchronously, on
+ * the ring thread (io_uring has no syncfs; none is the mode that trades safety for speed).
+ * Flushes sync one after another, so a flush also completes after every earlier flush's
+ * syncs: a flush never vouches for a name whose sync another flush still has in flight. A
+ * leaf whose sync failed is dirty again, and the flush fails with that error.
+ */
+#include "tier_nvme_internal.h"
+
+void nv_dirty(struct nv *s, uint32_t dir, const struct kvt_key *k)
+{
+	uint8_t sub = k->bytes[0];
+	s->dirs[dir].dirty[sub >> 6] |= 1ull << (sub & 63);
+}
+
+static void round_start(struct nv *s, struct nv_op *f);
+
+/* f's syncs are all answered: f is done, the next flush starts its own. */
+static void round_done(struct nv *s, struct nv_op *f)
+{
+	s->fsync_head = f->lnext;
+	if (!s->fsync_head)
+		s->fsync_tail = NULL;
+	f->lnext = NULL;
+	int err = f->err;
+	struct nv_op *next = s->fsync_head;
+	nv_finish(s, f, err);
+	if (next)
+		round_start(s, next);
+}
+
+static void round_start(struct nv *s, struct nv_op *f)
+{
+	f->err = 0;
+	f->cursor = 0;
+	for (uint32_t i = 0; i < s->ndirs; i++) {
+		struct nv_dir *d = &s->dirs[i];
+		bool any = false;
+		for (int w = 0; w < 4; w++) {
+			d->syncing[w] = d->dirty[w];
+			d->dirty[w] = 0;
+			any |= d->syncing[w] != 0;
+		}
+		if (s->fsync_mode != NV_FSYNC_NONE || !any)
+			continue;
+		memset(d->syncing, 0, sizeof(d->syncing));
+		if (syncfs(d->fd) < 0) {
+			f->err = -errno;
+			KVT_WARN(s->log, "nvme: flush: syncfs %s: %s", d->path, strerror(errno));
+			ST_ADD(s, errors, 1);
+			d->dirty[0] = 1; /* tried again at the next flush */
+		}
+	}
+	f->stage = ST_F_SYNC;
+	nv_pump(s, f);
+}
+
+/* The writes submitted before flush f are done: f syncs what they and the removes before
+ * them changed, after the flushes before it. */
+void nv_flush_ready(struct nv *s, struct nv_op *f)
+{
+	f->lnext = NULL;
+	if (s->fsync_tail) {
+		s->fsync_tail->lnext = f;
+		s->fsync_tail = f;
+		return;
+	}
+	s->fsync_head = s->fsync_tail = f;
+	round_start(s, f);
+}
+
+/* Issue f's leaf syncs (f->cursor: the next leaf, dir * 256 + sub). False when out of I/O
+ * slots (f waits on the ready list). */
+bool nv_flush_pump(struct nv *s, struct nv_op *f)
+{
+	for (; f->cursor < (uint64_t)s->ndirs * 256; f->cursor++) {
+		struct nv_dir *d = &s->dirs[f->cursor / 256];
+		uint32_t sub = (uint32_t)(f->cursor % 256);
+		if (!(d->syncing[sub >> 6] & (1ull << (sub & 63))))
+			continue;
+		struct io_uring_sqe *sqe;
+		struct nv_io *io = nv_io_start(s, f, IO_FLUSHSYNC, &sqe);
+		if (!io)
+			return false;
+		d->syncing[sub >> 6] &= ~(1ull << (sub & 63));
+		char name[3];
+		snprintf(name, sizeof(name), "%02x", sub);
+		io->off = f->cursor;
+		io->fd = openat(d->fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (io->fd < 0) {
+			io->len = (uint32_t)errno; /* answered with the CQE of a nop */
+			io_uring_prep_nop(sqe);
+		} else {
+			io->len = 0;
+			io_uring_prep_fsync(sqe, io->fd, 0);
+		}
+	}
+	f->stage = ST_WAIT;
+	if (!f->pending)
+		round_done(s, f);
+	return true;
+}
+
+void nv_flush_on_cqe(struct nv *s, struct nv_io *io, int res)
+{
+	struct nv_op *f = io->op;
+	struct nv_dir *d = &s->dirs[io->off / 256];
+	uint32_t sub = (uint32_t)(io->off % 256);
+	if (io->fd >= 0)
+		close(io->fd);
+	else
+		res = -(int)io->len;
+	nv_io_put(s, io);
+	if (res < 0) {
+		KVT_WARN(s->log, "nvme: flush: fsync %s/%02x: %s", d->path, sub, strerror(-res));
+		ST_ADD(s, errors, 1);
+		d->dirty[sub >> 6] |= 1ull << (sub & 63); /* tried again at the next flush */
+		if (!f->err)
+			f->err = res;
+	}
+	if (f->stage == ST_WAIT && !f->pending)
+		round_done(s, f);
+}
