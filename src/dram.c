@@ -608,6 +608,23 @@ void kvt__dram_unpin(struct kvt_dram *d, int32_t id)
 	pthread_mutex_unlock(&d->mu);
 }
 
+int kvt__dram_get_dirty(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot_ref *ref)
+{
+	uint64_t h = kvt__key_hash(key);
+	pthread_mutex_lock(&d->mu);
+	int32_t id = index_find(d, key, h);
+	if (id < 0 || d->slots[id].state != S_PUBLISHED || !d->slots[id].dirty) {
+		pthread_mutex_unlock(&d->mu);
+		return -ENOENT;
+	}
+	struct slot *s = &d->slots[id];
+	s->pins++;
+	refresh(d, s);
+	fill_ref(d, id, ref);
+	pthread_mutex_unlock(&d->mu);
+	return 0;
+}
+
 void kvt__dram_set_dirty(struct kvt_dram *d, int32_t id, bool dirty)
 {
 	if (!valid_id(d, id))

@@ -87,6 +87,10 @@ void kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, ui
 void kvt__dram_abort(struct kvt_dram *d, int32_t id);
 void kvt__dram_pin(struct kvt_dram *d, int32_t id);
 void kvt__dram_unpin(struct kvt_dram *d, int32_t id);
+/* Pin the key's published slot if it is dirty, whether or not it is pinned already (a
+ * write of it may be under way that skipped a tier): its write is started again. 0 or
+ * -ENOENT (not resident, or clean). */
+int kvt__dram_get_dirty(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot_ref *ref);
 /* Mark a published slot dirty (write-behind pending) or clean. */
 void kvt__dram_set_dirty(struct kvt_dram *d, int32_t id, bool dirty);
 /* Remove key: 0, -ENOENT, or -EBUSY if pinned (it is then unlinked from the index at once

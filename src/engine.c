@@ -616,6 +616,10 @@ void kvt_store_close(struct kvt_store *s)
 	s->tiers_closing = true;
 	while (s->undo_sending)
 		pthread_cond_wait(&s->wb_cond, &s->wb_lock);
+	/* a slot written again as its key's late call was answered meanwhile
+	 * (kvt__e_wb_rewrite): drained as above */
+	while (s->wb_pending)
+		pthread_cond_wait(&s->wb_cond, &s->wb_lock);
 	pthread_mutex_unlock(&s->wb_lock);
 	/* 4. Now no operation can call a tier: close them. They cancel what they still hold
 	 * (calls that missed their deadline), and those late answers release what the

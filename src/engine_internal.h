@@ -225,6 +225,9 @@ struct keyrec {
 	uint32_t undoing[KVT_MAX_TIERS]; /* late writes being removed again, per link */
 	uint32_t rm_on[KVT_MAX_TIERS];   /* remove calls out within their deadline, per link */
 	uint32_t rm_late[KVT_MAX_TIERS]; /* remove calls past their deadline, per link */
+	/* links a job of the key's DRAM slot was to skip as blocked (the slot stays dirty):
+	 * once a link is no longer blocked, its bit goes and the slot is written again */
+	uint32_t redo;
 	struct wb *parked; /* jobs of the key waiting for rm_on to drain (kvt__e_wb_start) */
 };
 
@@ -341,8 +344,9 @@ struct kvt_store {
 	_Atomic uint64_t wb_holds;
 	struct kvt_list flushes;
 	/* under wb_lock: kvt_store_close is about to close the tiers, so no late write is
-	 * removed again from now on (tiers_closing), once the undo calls being sent
-	 * (undo_sending) are out (engine_wb.c) */
+	 * removed again, and no slot written again (kvt__e_wb_rewrite), from now on
+	 * (tiers_closing), once the undo calls and rewrites being sent (undo_sending) are out
+	 * (engine_wb.c) */
 	bool tiers_closing;
 	uint32_t undo_sending;
 
@@ -454,6 +458,7 @@ bool kvt__e_keyrec_put_since(const struct keyrec *r, uint64_t seq);
 bool kvt__e_keyrec_removing(const struct keyrec *r);
 bool kvt__e_keyrec_rm_on(const struct keyrec *r);
 void kvt__e_keyrec_rm_over(struct kvt_store *s, struct keyrec *r, int link, bool late);
+bool kvt__e_keyrec_unblocked(struct keyrec *r, int link);
 bool kvt__e_keyrec_any_removing(struct kvt_store *s);
 void kvt__e_keyrec_free_all(struct kvt_store *s);
 
@@ -463,6 +468,8 @@ void kvt__e_wb_dirty_all(struct kvt_store *s);
 void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key, const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct);
 struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key, const struct kvt_slot_ref *ref, const void *tail, uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct);
 void kvt__e_wb_start(struct wb *w, int end);
+bool kvt__e_wb_rewrite_claim(struct kvt_store *s, struct keyrec *rec, int link);
+void kvt__e_wb_rewrite(struct kvt_store *s, const struct kvt_key *key);
 void kvt__e_writeback_clean(struct kvt_store *s);
 
 #endif

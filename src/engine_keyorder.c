@@ -23,7 +23,8 @@
  *     the key to that tier waits for its answer (the write-behind job is parked: the tier
  *     may run the two calls in any order, and the older remove would delete the newer
  *     copy); once past its deadline, the tier is skipped for new writes until the late
- *     answer, as for a late write being removed again (undoing).
+ *     answer, as for a late write being removed again (undoing); a DRAM slot that skipped
+ *     a tier so stays dirty and is written again once the tier is no longer blocked.
  *
  * One record per key with a job, a late write or a remove out: the newest put's and
  * remove's sequence number (from the write-behind counter, so they order against each other
@@ -144,6 +145,19 @@ void kvt__e_keyrec_rm_over(struct kvt_store *s, struct keyrec *r, int link, bool
 		w->park_next = NULL;
 		kvt__e_wb_start(w, w->end);
 	}
+}
+
+/* A count that blocked link for the key dropped: true (once) if a job of the key's DRAM
+ * slot was to skip the link and it is no longer blocked - the caller writes the slot again
+ * (kvt__e_wb_rewrite): else, under write-through, nothing but a flush or close would, and
+ * the dirty slot could never be evicted. */
+bool kvt__e_keyrec_unblocked(struct keyrec *r, int link)
+{
+	uint32_t bit = 1u << link;
+	if (!(r->redo & bit) || (kvt__e_keyrec_blocked(r) & bit))
+		return false;
+	r->redo &= ~bit;
+	return true;
 }
 
 /* Close: is a deeper tier still to answer a call that removes a key (a late remove call,

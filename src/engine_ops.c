@@ -536,15 +536,21 @@ static void remove_leg_done(void *arg, int64_t rc)
 }
 
 /* The late answer to a remove call that missed its deadline (the guard's last reference):
- * new writes of the key reach the tier again. */
+ * new writes of the key reach the tier again, and a slot of the key a write skipped the
+ * tier for is written again. */
 static void remove_leg_late(struct guard *g)
 {
 	struct kvt_store *s = g->s;
 	struct keyrec *rec = g->orphan_arg;
+	int i = (int)(g->l - s->links);
 	pthread_mutex_lock(&s->wb_lock);
-	rec->rm_late[g->l - s->links]--;
+	rec->rm_late[i]--;
+	bool rewrite = kvt__e_wb_rewrite_claim(s, rec, i);
+	struct kvt_key key = rec->key;
 	pthread_mutex_unlock(&s->wb_lock);
 	remove_unmark(s, rec);
+	if (rewrite)
+		kvt__e_wb_rewrite(s, &key);
 }
 
 /* The tier missed its deadline: the key may still be there; it is not counted. Until the

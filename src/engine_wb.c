@@ -64,8 +64,9 @@ static void wb_complete(struct wb *w)
 {
 	struct kvt_store *s = w->s;
 	/* Clean unless a tier was never tried (no memory, or skipped for an older call of the
-	 * key still out there): then it stays dirty for flush or write-back to retry. A tier
-	 * that failed or missed its deadline simply lacks the object. */
+	 * key still out there): then it stays dirty for flush or write-back to retry, and in
+	 * the second case it is written again once that call is answered (kvt__e_wb_rewrite).
+	 * A tier that failed or missed its deadline simply lacks the object. */
 	if (w->ref.id >= 0 && !w->keep_dirty)
 		kvt__dram_set_dirty(s->dram, w->ref.id, false);
 	if (w->cb) {
@@ -169,12 +170,17 @@ static void undo_unmark(struct kvt_store *s, struct keyrec *rec, int i)
 {
 	if (!rec) /* the job had no record (no memory), nothing counted */
 		return;
+	struct kvt_key key;
 	pthread_mutex_lock(&s->wb_lock);
 	rec->undoing[i]--;
 	rec->removing--;
+	bool rewrite = kvt__e_wb_rewrite_claim(s, rec, i);
+	key = rec->key;
 	kvt__e_keyrec_put(s, rec);
 	pthread_mutex_unlock(&s->wb_lock);
 	atomic_fetch_sub(&s->removes_out, 1);
+	if (rewrite)
+		kvt__e_wb_rewrite(s, &key);
 }
 
 static void undo_release(struct undo *u)
@@ -379,6 +385,8 @@ struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
 	w->rec = kvt__e_keyrec_get(s, key);
 	if (w->rec) {
 		w->blocked = kvt__e_keyrec_blocked(w->rec);
+		if (ref->id >= 0) /* a slot that skips a tier is written again (rewrite_claim) */
+			w->rec->redo |= w->blocked;
 		w->rec->last_put = w->seq;
 		w->rec->pending++;
 		if (tail)
@@ -415,6 +423,8 @@ void kvt__e_wb_start(struct wb *w, int end)
 		for (int i = 0; i < KVT_MAX_TIERS; i++)
 			if (w->rec->rm_late[i])
 				w->blocked |= 1u << i;
+		if (ref->id >= 0)
+			w->rec->redo |= w->blocked;
 		pthread_mutex_unlock(&s->wb_lock);
 	}
 	for (int i = s->dram_pos + 1; i < end; i++) {
@@ -441,8 +451,9 @@ void kvt__e_wb_start(struct wb *w, int end)
 			/* An earlier write of the key is still out on this tier past its deadline
 			 * (or being removed again, or a remove call of it is): this one waits for
 			 * no one and is not written there. A put told -EAGAIN retries once the tier
-			 * has answered; a DRAM slot stays dirty, for flush, write-back or close to
-			 * write again (clean, it could be evicted while no deeper tier holds it). */
+			 * has answered; a DRAM slot stays dirty (clean, it could be evicted while no
+			 * deeper tier holds it) and is written again once the tier has answered
+			 * (the key's record has its link in redo: kvt__e_wb_rewrite_claim). */
 			atomic_fetch_add(&l->writes_skipped, 1);
 			wb_tier_failed(w, l, -EAGAIN);
 			w->keep_dirty = true;
@@ -494,6 +505,32 @@ void kvt__e_wb_start(struct wb *w, int end)
 	wb_leg_finish(w);
 }
 
+/* A count that blocked link i for rec's key has just dropped (wb_lock held): does a slot of
+ * the key, left dirty because a job skipped the link, need writing again now? Counted in
+ * undo_sending until its write is out, so that close does not close the tiers under it;
+ * none once close is about to (its own pass over the dirty slots came before). */
+bool kvt__e_wb_rewrite_claim(struct kvt_store *s, struct keyrec *rec, int i)
+{
+	if (s->tiers_closing || !kvt__e_keyrec_unblocked(rec, i))
+		return false;
+	s->undo_sending++;
+	return true;
+}
+
+/* Write the key's DRAM slot again if it is still dirty (a claim of rewrite_claim; wb_lock
+ * not held). Every deeper tier is written, as flush does; a tier still blocked for the key
+ * is skipped again and claimed again when it unblocks. */
+void kvt__e_wb_rewrite(struct kvt_store *s, const struct kvt_key *key)
+{
+	struct kvt_slot_ref ref;
+	if (s->dram && kvt__dram_get_dirty(s->dram, key, &ref) == 0)
+		kvt__e_wb_submit(s, key, &ref, s->n_links, NULL, NULL, false);
+	pthread_mutex_lock(&s->wb_lock);
+	s->undo_sending--;
+	pthread_cond_broadcast(&s->wb_cond);
+	pthread_mutex_unlock(&s->wb_lock);
+}
+
 /* Write every dirty slot not already being written (flush, close). Bounded by the pool:
  * a slot that stays dirty (no memory for its job) is not retried in the same pass. */
 void kvt__e_wb_dirty_all(struct kvt_store *s)
@@ -511,7 +548,27 @@ void kvt__e_wb_dirty_all(struct kvt_store *s)
 	}
 }
 
-/* Write-back: keep some DRAM headroom by writing the coldest dirty slots behind. */
+/* Would a write of key skip a deeper tier as blocked (kvt__e_keyrec_blocked), leaving its
+ * slot dirty? */
+static bool wb_would_skip(struct kvt_store *s, const struct kvt_key *key)
+{
+	if (!atomic_load(&s->removes_out)) /* every count that blocks a DRAM slot's key is in it */
+		return false;
+	uint32_t deeper = 0;
+	for (int i = s->dram_pos + 1; i < s->n_links; i++)
+		deeper |= 1u << i;
+	pthread_mutex_lock(&s->wb_lock);
+	bool skip = (kvt__e_keyrec_blocked(kvt__e_keyrec_find(s, key)) & deeper) != 0;
+	pthread_mutex_unlock(&s->wb_lock);
+	return skip;
+}
+
+/* Write-back: keep some DRAM headroom by writing the coldest dirty slots behind. A slot
+ * whose key a tier is blocked for (a remove call of it past its deadline, or the removal of
+ * a late write of it, not answered yet) is passed over: its write would leave it dirty,
+ * and as the coldest it would be picked every time while the call is out, the others
+ * never; it stays pinned while the pass looks further, so the pool does not offer it
+ * again, and is let go at the end. */
 void kvt__e_writeback_clean(struct kvt_store *s)
 {
 	uint32_t slots = kvt__dram_slots(s->dram);
@@ -519,12 +576,24 @@ void kvt__e_writeback_clean(struct kvt_store *s)
 	if (kvt__dram_headroom(s->dram) >= low || kvt__e_wb_backlogged(s, 0))
 		return;
 	struct kvt_slot_ref refs[16];
-	uint32_t n = kvt__dram_dirty_victims(s->dram, refs, KVT_MIN(16u, low));
-	for (uint32_t i = 0; i < n; i++) {
-		struct kvt_key key;
-		kvt__dram_key(s->dram, refs[i].id, &key);
-		kvt__e_wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
+	int32_t passed[64];
+	uint32_t n_passed = 0, want = KVT_MIN(16u, low), n;
+	while (want && (n = kvt__dram_dirty_victims(s->dram, refs, want)) > 0) {
+		for (uint32_t i = 0; i < n; i++) {
+			struct kvt_key key;
+			kvt__dram_key(s->dram, refs[i].id, &key);
+			if (n_passed < KVT_ARRAY_SIZE(passed) && wb_would_skip(s, &key)) {
+				passed[n_passed++] = refs[i].id;
+				continue;
+			}
+			kvt__e_wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
+			want--;
+		}
+		if (n_passed == KVT_ARRAY_SIZE(passed))
+			break;
 	}
+	for (uint32_t i = 0; i < n_passed; i++)
+		kvt__dram_unpin(s->dram, passed[i]);
 }
 
 /* ------------------------------------------------------------ flush */
