@@ -939,6 +939,17 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
 	if (leaf_absent(dfd))
 		return -ENOENT;
 	int r = dfd < 0 ? dfd : unlinkat(dfd, leaf_name(path), 0) < 0 ? -errno : 0;
+	/* The name's removal is a change of its leaf directory, durable once that is synced,
+	 * as a publish's name is (run_write): fsync=full syncs it before answering, data marks
+	 * the leaf for the next flush (a removed key must not come back after a power cut
+	 * that followed a flush). */
+	if (r == 0 && s->sync == SYNC_FULL && fsync(dfd) < 0)
+		r = -errno;
+	if (r == 0 && s->sync == SYNC_DATA) {
+		pthread_mutex_lock(&s->lock);
+		mark_leaf_dirty(s, (unsigned)op->key.bytes[0] << 8 | op->key.bytes[1]);
+		pthread_mutex_unlock(&s->lock);
+	}
 	if (dfd >= 0)
 		close(dfd);
 	if (r < 0) {

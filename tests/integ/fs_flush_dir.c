@@ -9,7 +9,11 @@
  *      is still out after 600 ms) and completes, status 0, once they are let go - the old
  *      tier's flush completed at once, without any;
  *   2. a second flush with nothing written since does not fsync again (it completes while
- *      directory fsyncs are held).
+ *      directory fsyncs are held);
+ *   3. a remove, then a flush while directory fsyncs are held: the flush waits for them too
+ *      (the name's removal is durable only once its leaf is synced; before 2026-12-03 the
+ *      flush completed at once, and a removed key could come back after a power cut);
+ *   4. with fs.fsync=full a remove is answered only after its leaf directory's fsync.
  * Exit 0 pass, 1 fail, 77 when slowfs or /dev/fuse is missing (a failure under CI=true).
  */
 #include <unistd.h>
@@ -84,6 +88,37 @@ int main(void)
 	CHECK(quick);
 	CHECK_EQ(atomic_load(&w2.rc), 0);
 	kill(fs.pid, SIGUSR2);
+
+	CHECK_EQ(th_remove(t, &k), 0);
+	kill(fs.pid, SIGUSR1);
+	usleep(50000);
+	struct flush_wait w3 = {0};
+	CHECK_EQ(t->ops->flush(t, flush_cb, &w3), 0);
+	early = flush_done_within(&w3, 600);
+	printf("  3. flush after a remove, directory fsyncs held: %s after 600 ms\n",
+	       early ? "completed" : "still waiting");
+	CHECK(!early);
+	kill(fs.pid, SIGUSR2);
+	CHECK(flush_done_within(&w3, 5000));
+	CHECK_EQ(atomic_load(&w3.rc), 0);
+	th_close(t);
+
+	const char *kvf[] = {"fs.dir", dir, "fs.fsync", "full", "fs.direct", "off", NULL};
+	cfg = th_config(kvf);
+	CHECK_EQ(th_open(&kvt__tier_fs_ops, cfg, &t), 0);
+	kvt_config_destroy(cfg);
+	CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), 0);
+	kill(fs.pid, SIGUSR1);
+	usleep(50000);
+	struct flush_wait w4 = {0};
+	CHECK_EQ(t->ops->remove(t, &k, flush_cb, &w4), 0);
+	early = flush_done_within(&w4, 600);
+	printf("  4. fs.fsync=full: a remove with directory fsyncs held: %s after 600 ms\n",
+	       early ? "answered" : "still waiting");
+	CHECK(!early);
+	kill(fs.pid, SIGUSR2);
+	CHECK(flush_done_within(&w4, 5000));
+	CHECK_EQ(atomic_load(&w4.rc), 0);
 	th_close(t);
 	slowfs_stop(&fs);
 	printf("fs_flush_dir: ok\n");
