@@ -46,6 +46,29 @@ static bool flush_done_within(struct flush_wait *w, int ms)
 	return atomic_load(&w->done);
 }
 
+/* With directory fsyncs held: start a flush (or, remove non-NULL, a remove of it) and
+ * check that it is still out after 600 ms, then let the fsyncs go and check it completes
+ * with status 0 (sections 1, 3, 4). */
+static void waits_for_dir_fsync(struct kvt_tier *t, const struct kvt_key *remove,
+				const char *what)
+{
+	kill(fs.pid, SIGUSR1); /* directory fsyncs are held from now on */
+	usleep(50000);
+	struct flush_wait w = {0};
+	if (remove)
+		CHECK_EQ(t->ops->remove(t, remove, flush_cb, &w), 0);
+	else
+		CHECK_EQ(t->ops->flush(t, flush_cb, &w), 0);
+	bool early = flush_done_within(&w, 600);
+	printf("  %s, directory fsyncs held: %s after 600 ms\n", what,
+	       early ? "answered" : "still waiting");
+	CHECK(!early);
+	kill(fs.pid, SIGUSR2);
+	CHECK(flush_done_within(&w, 5000));
+	CHECK_EQ(atomic_load(&w.rc), 0);
+	printf("     and answered, status 0, once they were let go\n");
+}
+
 int main(void)
 {
 	int rc = slowfs_start(&fs, "flushdir", "fsyncdir");
@@ -66,18 +89,7 @@ int main(void)
 	th_key(&k, 1, 77);
 	CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), 0);
 
-	kill(fs.pid, SIGUSR1); /* directory fsyncs are held from now on */
-	usleep(50000);
-	struct flush_wait w1 = {0};
-	CHECK_EQ(t->ops->flush(t, flush_cb, &w1), 0);
-	bool early = flush_done_within(&w1, 600);
-	printf("  1. flush with directory fsyncs held: %s after 600 ms\n",
-	       early ? "completed" : "still waiting");
-	CHECK(!early); /* it waits for the leaf directory's fsync */
-	kill(fs.pid, SIGUSR2);
-	CHECK(flush_done_within(&w1, 5000));
-	CHECK_EQ(atomic_load(&w1.rc), 0);
-	printf("     and completed once they were let go\n");
+	waits_for_dir_fsync(t, NULL, "1. flush after a write");
 
 	kill(fs.pid, SIGUSR1);
 	usleep(50000);
@@ -90,17 +102,7 @@ int main(void)
 	kill(fs.pid, SIGUSR2);
 
 	CHECK_EQ(th_remove(t, &k), 0);
-	kill(fs.pid, SIGUSR1);
-	usleep(50000);
-	struct flush_wait w3 = {0};
-	CHECK_EQ(t->ops->flush(t, flush_cb, &w3), 0);
-	early = flush_done_within(&w3, 600);
-	printf("  3. flush after a remove, directory fsyncs held: %s after 600 ms\n",
-	       early ? "completed" : "still waiting");
-	CHECK(!early);
-	kill(fs.pid, SIGUSR2);
-	CHECK(flush_done_within(&w3, 5000));
-	CHECK_EQ(atomic_load(&w3.rc), 0);
+	waits_for_dir_fsync(t, NULL, "3. flush after a remove");
 	th_close(t);
 
 	const char *kvf[] = {"fs.dir", dir, "fs.fsync", "full", "fs.direct", "off", NULL};
@@ -108,17 +110,7 @@ int main(void)
 	CHECK_EQ(th_open(&kvt__tier_fs_ops, cfg, &t), 0);
 	kvt_config_destroy(cfg);
 	CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), 0);
-	kill(fs.pid, SIGUSR1);
-	usleep(50000);
-	struct flush_wait w4 = {0};
-	CHECK_EQ(t->ops->remove(t, &k, flush_cb, &w4), 0);
-	early = flush_done_within(&w4, 600);
-	printf("  4. fs.fsync=full: a remove with directory fsyncs held: %s after 600 ms\n",
-	       early ? "answered" : "still waiting");
-	CHECK(!early);
-	kill(fs.pid, SIGUSR2);
-	CHECK(flush_done_within(&w4, 5000));
-	CHECK_EQ(atomic_load(&w4.rc), 0);
+	waits_for_dir_fsync(t, &k, "4. fs.fsync=full: a remove");
 	th_close(t);
 	slowfs_stop(&fs);
 	printf("fs_flush_dir: ok\n");
