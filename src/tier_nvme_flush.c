@@ -15,13 +15,44 @@
  * Flushes sync one after another, so a flush also completes after every earlier flush's
  * syncs: a flush never vouches for a name whose sync another flush still has in flight. A
  * leaf whose sync failed is dirty again, and the flush fails with that error.
+ *
+ * A write whose file was renamed out of another directory - an evicted object's file
+ * (recycled), a spare's, a preallocated slot's in <dir>/pool - changes that one too, and
+ * on a file system without a journal (ext4 -O ^has_journal, ext2) a sync of the new name's
+ * leaf does not carry the old name's removal: after a power cut both names held the one
+ * file. A slot's or a spare's old name is reused or deleted by the next open, taking the
+ * flushed put's data with it; an evicted key's came back holding another key's object. So
+ * the source leaf is marked dirty too (NV_LEAF_POOL is the pool directory's bit), and with
+ * nvme.fsync=full it is synced before the put is answered (tier_nvme_ops.c, IO_DIRSYNC).
+ * On a journalled file system one directory fsync commits every earlier rename, and the
+ * second sync finds nothing to do.
  */
 #include "tier_nvme_internal.h"
 
+void nv_dirty_leaf(struct nv *s, uint32_t dir, uint32_t leaf)
+{
+	s->dirs[dir].dirty[leaf >> 6] |= 1ull << (leaf & 63);
+}
+
 void nv_dirty(struct nv *s, uint32_t dir, const struct kvt_key *k)
 {
-	uint8_t sub = k->bytes[0];
-	s->dirs[dir].dirty[sub >> 6] |= 1ull << (sub & 63);
+	nv_dirty_leaf(s, dir, k->bytes[0]);
+}
+
+static void leaf_name(uint32_t leaf, char out[8])
+{
+	if (leaf == NV_LEAF_POOL)
+		snprintf(out, 8, "%s", NV_POOL_DIR);
+	else
+		snprintf(out, 8, "%02x", leaf & 255);
+}
+
+/* A read-only descriptor of leaf `leaf` of directory dir, to fsync; -1 with errno. */
+int nv_leaf_open(struct nv *s, uint32_t dir, uint32_t leaf)
+{
+	char name[8];
+	leaf_name(leaf, name);
+	return openat(s->dirs[dir].fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
 static void round_start(struct nv *s, struct nv_op *f);
@@ -47,7 +78,7 @@ static void round_start(struct nv *s, struct nv_op *f)
 	for (uint32_t i = 0; i < s->ndirs; i++) {
 		struct nv_dir *d = &s->dirs[i];
 		bool any = false;
-		for (int w = 0; w < 4; w++) {
+		for (int w = 0; w < 5; w++) {
 			d->syncing[w] = d->dirty[w];
 			d->dirty[w] = 0;
 			any |= d->syncing[w] != 0;
@@ -80,13 +111,14 @@ void nv_flush_ready(struct nv *s, struct nv_op *f)
 	round_start(s, f);
 }
 
-/* Issue f's leaf syncs (f->cursor: the next leaf, dir * 256 + sub). False when out of I/O
- * slots (f waits on the ready list). */
+/* Issue f's leaf syncs (f->cursor: the next leaf, dir * NV_LEAVES + leaf). False when out
+ * of I/O slots (f waits on the ready list). */
 bool nv_flush_pump(struct nv *s, struct nv_op *f)
 {
-	for (; f->cursor < (uint64_t)s->ndirs * 256; f->cursor++) {
-		struct nv_dir *d = &s->dirs[f->cursor / 256];
-		uint32_t sub = (uint32_t)(f->cursor % 256);
+	for (; f->cursor < (uint64_t)s->ndirs * NV_LEAVES; f->cursor++) {
+		uint32_t dir = (uint32_t)(f->cursor / NV_LEAVES);
+		struct nv_dir *d = &s->dirs[dir];
+		uint32_t sub = (uint32_t)(f->cursor % NV_LEAVES);
 		if (!(d->syncing[sub >> 6] & (1ull << (sub & 63))))
 			continue;
 		struct io_uring_sqe *sqe;
@@ -94,10 +126,8 @@ bool nv_flush_pump(struct nv *s, struct nv_op *f)
 		if (!io)
 			return false;
 		d->syncing[sub >> 6] &= ~(1ull << (sub & 63));
-		char name[3];
-		snprintf(name, sizeof(name), "%02x", sub);
 		io->off = f->cursor;
-		io->fd = openat(d->fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		io->fd = nv_leaf_open(s, dir, sub);
 		if (io->fd < 0) {
 			io->len = (uint32_t)errno; /* answered with the CQE of a nop */
 			io_uring_prep_nop(sqe);
@@ -115,15 +145,17 @@ bool nv_flush_pump(struct nv *s, struct nv_op *f)
 void nv_flush_on_cqe(struct nv *s, struct nv_io *io, int res)
 {
 	struct nv_op *f = io->op;
-	struct nv_dir *d = &s->dirs[io->off / 256];
-	uint32_t sub = (uint32_t)(io->off % 256);
+	struct nv_dir *d = &s->dirs[io->off / NV_LEAVES];
+	uint32_t sub = (uint32_t)(io->off % NV_LEAVES);
 	if (io->fd >= 0)
 		close(io->fd);
 	else
 		res = -(int)io->len;
 	nv_io_put(s, io);
 	if (res < 0) {
-		KVT_WARN(s->log, "nvme: flush: fsync %s/%02x: %s", d->path, sub, strerror(-res));
+		char leaf[8];
+		leaf_name(sub, leaf);
+		KVT_WARN(s->log, "nvme: flush: fsync %s/%s: %s", d->path, leaf, strerror(-res));
 		ST_ADD(s, errors, 1);
 		d->dirty[sub >> 6] |= 1ull << (sub & 63); /* tried again at the next flush */
 		if (!f->err)

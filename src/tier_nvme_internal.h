@@ -43,6 +43,8 @@
 #define NV_CHAINS_NAME ".kvtier.chains" /* parent links, saved at close */
 #define NV_CHAINS_MAGIC "kvtier-chains-v1\n"
 #define NV_POOL_DIR "pool" /* preallocated slots: <dir>/pool/<id>.slot (tier_nvme_pool.c) */
+#define NV_LEAF_POOL 256	    /* the pool directory, as a leaf: after the 256 fan-out ones */
+#define NV_LEAVES 257	    /* leaves per directory that names live in */
 #define NV_LAYOUT_DEPTH 8  /* pieces in flight per slot being laid out */
 
 enum nv_fsync { NV_FSYNC_NONE, NV_FSYNC_DATA, NV_FSYNC_FULL };
@@ -82,9 +84,10 @@ struct nv_dir {
 	int fd;
 	int lock_fd;
 	bool direct;
-	/* leaves (bit = the fan-out subdirectory) whose names changed since the last flush,
-	 * and those the running flush syncs (tier_nvme_flush.c; ring thread only) */
-	uint64_t dirty[4], syncing[4];
+	/* leaves (bit = the fan-out subdirectory, or NV_LEAF_POOL) whose names changed since
+	 * the last flush, and those the running flush syncs (tier_nvme_flush.c; ring thread
+	 * only) */
+	uint64_t dirty[5], syncing[5];
 };
 
 /* A cached read descriptor. ent is NULL once its object is gone: closed at last unref. */
@@ -135,6 +138,11 @@ struct nv_op {
 	bool recycled;	 /* the temp file is an evicted object's file, overwritten in place */
 	bool dsync;	 /* write: one RWF_DSYNC I/O stands in for the fdatasync (tier_nvme_ops.c) */
 	uint32_t slot;	 /* write: the pool slot overwritten in place; layout: the slot made */
+	/* write: its file was renamed out of another leaf (an evicted object's, a spare's, a
+	 * pool slot's), which the put's durability also needs synced (tier_nvme_flush.c) */
+	bool moved;
+	uint16_t moved_from; /* that leaf (0-255, or NV_LEAF_POOL) */
+	bool syncing_moved;  /* nvme.fsync=full: the directory fsync is that leaf's */
 	bool has_parent; /* write: parent is the chunk before this one in its prompt */
 	struct kvt_key parent;
 	uint64_t uid;	     /* leader write: the entry it publishes gets this uid */
@@ -191,6 +199,7 @@ struct nv_io {
 /* A removed object's file, renamed to a temp name and kept to be overwritten. */
 struct nv_spare {
 	uint32_t dir;
+	uint8_t leaf; /* the fan-out subdirectory its name is in */
 	uint64_t bytes;
 	char name[NV_NAME_MAX];
 };
@@ -388,6 +397,8 @@ void *nv_ring_main(void *arg);
 
 /* tier_nvme_flush.c */
 void nv_dirty(struct nv *s, uint32_t dir, const struct kvt_key *k);
+void nv_dirty_leaf(struct nv *s, uint32_t dir, uint32_t leaf);
+int nv_leaf_open(struct nv *s, uint32_t dir, uint32_t leaf);
 void nv_flush_ready(struct nv *s, struct nv_op *f);
 bool nv_flush_pump(struct nv *s, struct nv_op *f);
 void nv_flush_on_cqe(struct nv *s, struct nv_io *io, int res);

@@ -134,12 +134,10 @@ void nv_pump(struct nv *s, struct nv_op *op)
 		case ST_W_DIRSYNC: {
 			if (!(io = nv_io_start(s, op, IO_DIRSYNC, &sqe)))
 				goto blocked;
-			/* the object's subdirectory (its temp file may have been a slot's or a
-			 * spare's, elsewhere) */
-			char sub[3];
-			snprintf(sub, sizeof(sub), "%02x", op->key.bytes[0]);
-			int dfd = s->dirs[op->dir].fd, fl = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-			op->fd = openat(dfd, sub, fl);
+			/* the object's leaf, then the one its file was renamed out of (a slot's,
+			 * a spare's, an evicted object's: tier_nvme_flush.c) */
+			uint32_t leaf = op->syncing_moved ? op->moved_from : op->key.bytes[0];
+			op->fd = nv_leaf_open(s, op->dir, leaf);
 			int e = op->fd < 0 ? errno : 0;
 			/* out of descriptors: shed the idle cached ones and retry, as the temp
 			 * and read opens do (nv_on_cqe, IO_OPEN) */
@@ -147,7 +145,7 @@ void nv_pump(struct nv *s, struct nv_op *op)
 				KVT_WARN(s->log,
 					 "nvme: out of file descriptors: closed idle cached ones "
 					 "(lower nvme.open_files or raise RLIMIT_NOFILE)");
-				op->fd = openat(dfd, sub, fl);
+				op->fd = nv_leaf_open(s, op->dir, leaf);
 				e = op->fd < 0 ? errno : 0;
 			}
 			if (op->fd < 0) {
@@ -420,6 +418,12 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 		op->fd = -1;
 		if (res < 0 && !op->err)
 			op->err = res;
+		if (!op->err && op->moved && !op->syncing_moved &&
+		    op->moved_from != op->key.bytes[0]) {
+			op->syncing_moved = true; /* the old name's removal is durable too */
+			op->stage = ST_W_DIRSYNC;
+			break;
+		}
 		if (!op->err) {
 			if ((op->err = nv_write_published(s, op, 0)) == 0) {
 				nv_finish(s, op, 0);

@@ -150,6 +150,8 @@ bool nv_pool_take(struct nv *s, struct nv_op *op)
 		op->slot = sl->id;
 		slot_path(sl->id, op->name);
 		op->recycled = true;
+		op->moved = true; /* published out of the pool directory */
+		op->moved_from = NV_LEAF_POOL;
 		slot_forget(s, i);
 		return true;
 	}
@@ -165,6 +167,7 @@ bool nv_pool_untake(struct nv *s, struct nv_op *op)
 		nv_unlink_async(s, &s->dirs[op->dir], op->name);
 	op->slot = 0;
 	op->recycled = false;
+	op->moved = false;
 	return true;
 }
 
@@ -183,6 +186,7 @@ bool nv_pool_keep(struct nv *s, struct nv_ent *e)
 	if (renameat(d->fd, path, d->fd, slot) < 0)
 		return false;
 	s->pool_seq = id;
+	nv_dirty_leaf(s, e->dir, NV_LEAF_POOL); /* the slot's new name (the key's: the remove) */
 	uint32_t dir = e->dir;
 	uint64_t bytes = e->bytes;
 	nv_ent_remove(s, e);

@@ -139,6 +139,11 @@ static bool recycle(struct nv *s, struct nv_ent *v, struct nv_op *op)
 	nv_object_path(&v->key, path);
 	if (renameat(s->dirs[v->dir].fd, path, s->dirs[v->dir].fd, op->name) < 0)
 		return false;
+	/* v's name is gone from its leaf: a flush syncs that too, and so does op's publish
+	 * with fsync=full (tier_nvme_flush.c) */
+	nv_dirty(s, v->dir, &v->key);
+	op->moved = true;
+	op->moved_from = v->key.bytes[0];
 	kvt__tier_evicted(s->tier, &v->key, v->bytes);
 	nv_ent_remove(s, v);
 	ST_ADD(s, evictions, 1);
@@ -191,6 +196,7 @@ bool nv_spare_keep(struct nv *s, struct nv_ent *e)
 	if (renameat(s->dirs[e->dir].fd, path, s->dirs[e->dir].fd, sp->name) < 0)
 		return false;
 	sp->dir = e->dir;
+	sp->leaf = e->key.bytes[0];
 	sp->bytes = e->bytes;
 	s->nspares++;
 	s->spare_bytes += e->bytes;
@@ -206,6 +212,8 @@ bool nv_spare_take(struct nv *s, struct nv_op *op)
 		if (sp->dir != op->dir || sp->bytes != op->len)
 			continue;
 		memcpy(op->name, sp->name, sizeof(op->name));
+		op->moved = true; /* published out of the spare's leaf */
+		op->moved_from = sp->leaf;
 		s->spare_bytes -= sp->bytes;
 		s->spares[i] = s->spares[--s->nspares];
 		op->recycled = true;

@@ -76,8 +76,11 @@ int nv_write_published(struct nv *s, struct nv_op *op, int res)
 	int rc = nv_write_index(s, op, 0, 0);
 	if (rc < 0) /* do not leave an object we do not account for */
 		unlinkat(s->dirs[op->dir].fd, op->final, 0);
-	else if (s->fsync_mode != NV_FSYNC_FULL) /* full synced it before this */
+	else if (s->fsync_mode != NV_FSYNC_FULL) { /* full synced both before this */
 		nv_dirty(s, op->dir, &op->key); /* the new name: synced by a flush */
+		if (op->moved) /* and the old one's removal (tier_nvme_flush.c) */
+			nv_dirty_leaf(s, op->dir, op->moved_from);
+	}
 	return rc;
 }
 
@@ -153,6 +156,7 @@ bool nv_write_fail(struct nv *s, struct nv_op *op)
 				 d->path, n);
 			op->retried = true;
 			op->recycled = false;
+			op->moved = false;
 			op->slot = 0;
 			op->err = 0;
 			op->cursor = 0;
