@@ -156,7 +156,7 @@ bool nv_write_fail(struct nv *s, struct nv_op *op)
 				 d->path, n);
 			op->retried = true;
 			op->recycled = false;
-			op->moved = false;
+			op->moved = op->syncing_moved = false;
 			op->slot = 0;
 			op->err = 0;
 			op->cursor = 0;
