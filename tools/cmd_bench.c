@@ -7,7 +7,9 @@
  *
  * The benchmark geometry is derived from --chunk-bytes so that an object is exactly one
  * 4 KiB header plus chunk-bytes of layers (no padding): the I/O size is chunk-bytes + 4 KiB,
- * and fio is run with that block size.
+ * and fio is run with that block size. Both sides' GiB/s count the same bytes per operation
+ * (the object, header included; dram: the chunk, which is what memcpy copies), so that a
+ * ratio of GiB/s is a ratio of operations.
  *
  * Phases: write (read-pct 0), read (100) and mixed (--mixed-pct, default 70) unless
  * --read-pct picks one. The last line with --json is one JSON object.
@@ -75,6 +77,7 @@ struct run {
 	struct kvt_key *keys; /* the working set: stored, read and replaced */
 	size_t n_keys;
 	size_t payload;
+	size_t op_bytes; /* bytes one operation counts for: as the reference counts its own */
 	uint32_t n_tokens;
 	int read_pct;
 	/* Writes store new keys (nvme: an empty store fills, then each write evicts the least
@@ -199,7 +202,7 @@ static void phase_fill(struct run *r, struct phase_result *out)
 	lat_sort(&r->rl);
 	lat_sort(&r->wl);
 	double secs = r->t_last > r->ramp_ns ? (double)(r->t_last - r->ramp_ns) / 1e9 : 0;
-	double gib = (double)r->payload / (1024.0 * 1024 * 1024);
+	double gib = (double)r->op_bytes / (1024.0 * 1024 * 1024);
 	out->read_iops = secs > 0 ? (double)r->reads / secs : 0;
 	out->write_iops = secs > 0 ? (double)r->writes / secs : 0;
 	out->read_gibps = out->read_iops * gib;
@@ -216,7 +219,7 @@ static void phase_fill(struct run *r, struct phase_result *out)
 struct phase_args {
 	struct kvt_store *s;
 	struct kvt_key *keys;
-	size_t n_keys, payload;
+	size_t n_keys, payload, op_bytes;
 	uint32_t n_tokens;
 	unsigned qd;
 	double ramp, seconds;
@@ -257,15 +260,12 @@ static void wait_phase_end(struct run *r)
 static int run_phase(const struct phase_args *a, struct phase_result *out)
 {
 	struct run r = {.s = a->s, .keys = a->keys, .n_keys = a->n_keys, .payload = a->payload,
-			.n_tokens = a->n_tokens, .read_pct = a->read_pct, .fresh = a->fresh,
+			.op_bytes = a->op_bytes, .n_tokens = a->n_tokens, .read_pct = a->read_pct,
+			.fresh = a->fresh,
 			.in_place = a->in_place,
 			.kg = a->kg, .next_id = a->next_id, .done_ids = a->done_ids,
 			.n_done = a->n_done, .rng = 0x9e3779b97f4a7c15ull ^ *a->next_id};
-	unsigned qd = a->qd;
-	if (qd > a->n_keys / 2)
-		qd = (unsigned)(a->n_keys / 2); /* leave idle keys to pick from */
-	if (!qd)
-		qd = 1;
+	unsigned qd = a->qd ? a->qd : 1; /* at most n_keys / 2: kvt_cmd_bench */
 	struct slot *slots = calloc(qd, sizeof(*slots));
 	r.busy = calloc(a->n_keys, 1);
 	if (!slots || !r.busy) {
@@ -410,6 +410,8 @@ static void combine(const struct phase_result *r, int n, struct phase_result *ou
 {
 	double v[100];
 	memset(out, 0, sizeof(*out));
+	if (n <= 0) /* no round measured: zeros, as a ratio over them says (0) */
+		return;
 	for (int i = 0; i < n; i++) {
 		out->read_gibps += r[i].read_gibps / n;
 		out->write_gibps += r[i].write_gibps / n;
@@ -434,6 +436,27 @@ static void combine(const struct phase_result *r, int n, struct phase_result *ou
 #undef MED
 }
 
+/* A reference round counts only if it measured what its phase does: reads unless the
+ * phase writes only, writes unless it reads only. A round that failed (or that measured
+ * one side of a mixed phase, or nothing: redis-benchmark without its SET line, rados
+ * bench without its write summary) is left out of the means and the round range; it
+ * used to count as 0 GiB/s, so one failed round of three raised the ratio 1.5x. */
+static bool ref_round_ok(int rc, const struct phase_result *r, int read_pct)
+{
+	return rc == 0 && (read_pct == 0 || r->read_gibps > 0) &&
+	       (read_pct == 100 || r->write_gibps > 0);
+}
+
+/* The rounds of v whose ok is set, packed into out: how many. */
+static int ok_rounds(const struct phase_result *v, const bool *ok, int n, struct phase_result *out)
+{
+	int m = 0;
+	for (int i = 0; i < n; i++)
+		if (ok[i])
+			out[m++] = v[i];
+	return m;
+}
+
 /* ------------------------------------------------------------ driver */
 
 static void usage(void)
@@ -441,7 +464,8 @@ static void usage(void)
 	printf("usage: kvtier bench --tier dram|nvme|fs|redis|s3|rados [options]\n"
 	       "Throughput (GiB/s, ops/s) and latency (p50/p99/p99.9, call to callback) of one\n"
 	       "tier through the store API, next to a reference measured in the same run with the\n"
-	       "same I/O shape, and the ratio (docs/BENCHMARKS.md).\n"
+	       "same I/O shape, and the ratio (docs/BENCHMARKS.md). GiB/s count whole objects\n"
+	       "(chunk + 4 KiB header; dram: the chunk) on both sides.\n"
 	       "  --tier T            dram | nvme | fs | redis | s3 | rados (default nvme)\n"
 	       "  --dir D             directory for nvme and fs (default ./kvtier-bench)\n"
 	       "Remote tiers take their connection from --config, or from the environment:\n"
@@ -453,7 +477,8 @@ static void usage(void)
 	       "  --chunk-bytes N     payload bytes per chunk, a multiple of 4096 (default 2M);\n"
 	       "                      an object (one I/O) is this plus its 4 KiB header\n"
 	       "  --queue-depth N     objects in flight, on both sides (default 32; dram: 1);\n"
-	       "                      nvme.queue_depth is set to hold N whole objects\n"
+	       "                      at most half the working set; nvme.queue_depth is set\n"
+	       "                      to hold N whole objects\n"
 	       "  --seconds S         measured time per phase (default 5)\n"
 	       "  --ramp S            unmeasured warm-up before each measured slice, on both\n"
 	       "                      sides (default 0.5)\n"
@@ -787,6 +812,17 @@ int kvt_cmd_bench(int argc, char **argv)
 	size_t n_keys = (size_t)(o.set_bytes / o.chunk_bytes);
 	if (n_keys < 2)
 		n_keys = 2;
+	/* An operation picks a working-set key no other one is using: at most half the keys
+	 * in flight, so there are idle keys to pick from. Capped here, not in the phase, so
+	 * that the reference, the tier's configuration and the result all get the depth
+	 * kvtier really ran at (the phase once capped it alone, and fio ran at the asked
+	 * depth while the JSON said both had). */
+	if (o.queue_depth > n_keys / 2) {
+		fprintf(stderr, "kvtier bench: --queue-depth %u is more than half the working set "
+				"(%zu objects): %zu in flight on both sides\n",
+			o.queue_depth, n_keys, n_keys / 2);
+		o.queue_depth = (unsigned)(n_keys / 2);
+	}
 	uint64_t obj = o.chunk_bytes + 4096;
 	/* One object is ceil(obj / 2 MiB) I/Os and nvme.queue_depth counts I/Os: hold
 	 * queue_depth whole objects, the bytes fio has in flight at iodepth = queue_depth. */
@@ -889,6 +925,11 @@ int kvt_cmd_bench(int argc, char **argv)
 	char c1[4200], c2[4200], c3[256];
 
 	size_t payload = (size_t)o.chunk_bytes;
+	/* What one operation counts for in GiB/s, on both sides: the object (fio's --bs,
+	 * redis-benchmark's -d, curl's upload, rados bench's -b are all obj); memcpy copies
+	 * the chunk. Counting kvtier's chunk against the reference's object understated a
+	 * ratio by 4 KiB / obj: 5.9 % at 64 KiB. */
+	size_t op_bytes = dram ? payload : (size_t)obj;
 	uint32_t n_tokens = 256;
 	struct keygen kg = {.ns = kvt_store_ns_id(s),
 			    .salt = (uint32_t)(kvt__now_ns() ^ ((uint64_t)getpid() << 16) ^
@@ -943,6 +984,9 @@ int kvt_cmd_bench(int argc, char **argv)
 	bool have_dev = local && dev_stat(devp, &d0) == 0;
 	struct phase_result kr[3] = {0}, rr[3] = {0}, dr[3] = {0};
 	bool have_dsync = false;
+	/* reference rounds (fio --sync=dsync's included) that failed or measured nothing;
+	 * a reference that declined to run (a Redis password, no free database) is none */
+	int ref_failed = 0;
 	double spread[3][2] = {{0}};
 	double slice = o.seconds / o.rounds;
 	/* the RADOS reference's read set, laid out before its first read (bench_ref_rados_layout) */
@@ -951,7 +995,8 @@ int kvt_cmd_bench(int argc, char **argv)
 	long long wa_dev = 0;
 	uint64_t wa_stored = 0;
 	for (int p = 0; p < n_ph; p++) {
-		struct phase_result kround[100], rround[100], dround[100];
+		struct phase_result kround[100], rround[100], dround[100], packed[100];
+		bool rok[100] = {false}, dok[100] = {false};
 		/* nvme: writes into the empty store. rados: writes of new objects in the write
 		 * and the mixed phase, one write_full each like `rados bench write` (a replacement
 		 * by remove, then put is two operations) */
@@ -976,7 +1021,8 @@ int kvt_cmd_bench(int argc, char **argv)
 			if (have_dev)
 				dev_stat(devp, &d0);
 			struct phase_args pa = {.s = s, .keys = keys, .n_keys = n_keys,
-						.payload = payload, .n_tokens = n_tokens,
+						.payload = payload, .op_bytes = op_bytes,
+						.n_tokens = n_tokens,
 						.qd = o.queue_depth, .ramp = o.ramp, .seconds = slice,
 						.read_pct = phases[p], .fresh = fresh,
 						.in_place = in_place, .kg = &kg,
@@ -1054,10 +1100,27 @@ int kvt_cmd_bench(int argc, char **argv)
 			 * writes in flight than its iodepth, and at iodepth > 1 it is issued
 			 * before its write completes (docs/BENCHMARKS.md). --sync=dsync makes
 			 * each write durable at its completion, as kvtier's are: measured too. */
-			if (ref_sync && phases[p] < 100 &&
-			    bench_ref_fio(dir, obj, n_keys, o.queue_depth, o.ramp, slice, phases[p],
-					  REF_SYNC_DSYNC, &dround[r]) == 0)
-				have_dsync = true;
+			if (ref_sync && phases[p] < 100) {
+				int drc = bench_ref_fio(dir, obj, n_keys, o.queue_depth, o.ramp, slice,
+							phases[p], REF_SYNC_DSYNC, &dround[r]);
+				dok[r] = ref_round_ok(drc, &dround[r], phases[p]);
+				have_dsync |= dok[r];
+				if (!dok[r]) {
+					ref_failed++;
+					fprintf(stderr, "kvtier bench: fio --sync=dsync failed or measured "
+							"nothing in round %d: left out\n", r + 1);
+				}
+			}
+			rok[r] = ref_round_ok(rrc, &rround[r], phases[p]);
+			bool declined = rrc == -EPERM || (rrc == -EBUSY && !strcmp(o.tier, "redis"));
+			if (!rok[r] && !declined) {
+				ref_failed++;
+				if (rrc == 0)
+					fprintf(stderr, "kvtier bench: the %s reference did not measure "
+							"%s in round %d: left out\n", reference_name(o.tier),
+						phases[p] == 100 ? "reads" : phases[p] == 0 ? "writes"
+								: "both reads and writes", r + 1);
+			}
 			if (rrc == -EPERM)
 				fprintf(stderr, "kvtier bench: no reference: redis-benchmark takes a "
 						"password only on its command line, which any user "
@@ -1071,17 +1134,20 @@ int kvt_cmd_bench(int argc, char **argv)
 					reference_name(o.tier), kvt_strerror(rrc));
 		}
 		combine(kround, o.rounds, &kr[p]);
-		combine(rround, o.rounds, &rr[p]);
-		combine(dround, o.rounds, &dr[p]);
+		/* the references over the rounds they measured (ref_round_ok) */
+		combine(packed, ok_rounds(rround, rok, o.rounds, packed), &rr[p]);
+		combine(packed, ok_rounds(dround, dok, o.rounds, packed), &dr[p]);
 		/* The spread of the rounds' own ratios (kvtier round r / reference round r, run
 		 * back to back): how far the machine's noise moves one ratio. */
-		for (int r = 0; r < o.rounds && !o.no_ref; r++) {
+		for (int r = 0, seen = 0; r < o.rounds && !o.no_ref; r++) {
+			if (!rok[r])
+				continue;
 			double kt = kround[r].read_gibps + kround[r].write_gibps;
 			double rt = rround[r].read_gibps + rround[r].write_gibps;
-			double q = rt > 0 ? kt / rt : 0;
-			if (!r || q < spread[p][0])
+			double q = kt / rt;
+			if (!seen || q < spread[p][0])
 				spread[p][0] = q;
-			if (!r || q > spread[p][1])
+			if (!seen++ || q > spread[p][1])
 				spread[p][1] = q;
 		}
 		if (fresh && phases[p] == 0) {
@@ -1162,6 +1228,9 @@ int kvt_cmd_bench(int argc, char **argv)
 				       n_ph == 1 ? "run" : names[p], dr[p].read_gibps,
 				       dr[p].write_gibps, both_ratio(&kr[p], &dr[p]));
 		printf("  reference: %s\n", reference_name(o.tier));
+		if (ref_failed)
+			printf("  reference rounds that failed or measured nothing (left out of the "
+			       "reference's figures and the round ranges): %d\n", ref_failed);
 		if (!o.no_ref)
 			for (int p = 0; p < n_ph; p++)
 				printf("  %-6s ratio of each round (kvtier / reference, back to back): "
@@ -1201,7 +1270,7 @@ int kvt_cmd_bench(int argc, char **argv)
 			       (unsigned long long)st.tier[0].reinsert_bytes,
 			       st.tier[0].write_bytes ? (double)st.tier[0].reinsert_bytes /
 							    (double)st.tier[0].write_bytes : 0.0);
-		return errors ? 1 : 0;
+		return errors || ref_failed ? 1 : 0;
 	}
 	printf("{\"tier\":\"%s\",\"chunk_bytes\":%llu,\"object_bytes\":%llu,\"queue_depth\":%u,"
 	       "\"bytes_in_flight\":%llu,\"objects\":%zu,\"seconds\":%.1f,\"ramp\":%.1f,"
@@ -1270,13 +1339,16 @@ int kvt_cmd_bench(int argc, char **argv)
 	       (unsigned long long)st.tier[0].write_bytes, (unsigned long long)st.tier[0].reinsert_bytes,
 	       st.tier[0].write_bytes ? (double)(st.tier[0].write_bytes + st.tier[0].reinsert_bytes) /
 					    (double)st.tier[0].write_bytes : 0.0);
-	printf(",\"errors\":%llu,\"checksum_failures\":%llu,\"deadline_misses\":%llu,"
-	       "\"deadline_extensions\":%llu}\n",
-	       (unsigned long long)errors, (unsigned long long)st.tier[0].checksum_failures,
+	printf(",\"errors\":%llu,\"ref_failed_rounds\":%d,\"checksum_failures\":%llu,"
+	       "\"deadline_misses\":%llu,\"deadline_extensions\":%llu}\n",
+	       (unsigned long long)errors, ref_failed,
+	       (unsigned long long)st.tier[0].checksum_failures,
 	       (unsigned long long)st.tier[0].deadline_misses,
 	       (unsigned long long)st.tier[0].deadline_extensions);
 	/* Out now: the exit may wait on a tier thread stuck in a hung mount (and under ASan
 	 * LeakSanitizer's exit check waits on every thread), the result must not. */
 	fflush(stdout);
-	return errors ? 1 : 0;
+	/* A failed reference round is an error of the measurement: the figures stand on the
+	 * other rounds, the exit status says they are fewer. */
+	return errors || ref_failed ? 1 : 0;
 }
