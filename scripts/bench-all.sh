@@ -25,14 +25,30 @@ cleanup() {
 	rm -rf "$W"
 }
 trap cleanup EXIT
+# Runs that printed no result, or exited non-zero (errors, or reference rounds that
+# failed: their line still goes out, with errors / ref_failed_rounds): named at the end,
+# and the script exits 1, so that a row missing from a table is never silent.
+FAILED=()
+# keep NAME CMD: the last line of stdin (a bench's output) as a JSON line with the run's
+# name and command, or NAME noted as failed
+keep() {
+	local line
+	line=$(tail -1)
+	if jq -e . >/dev/null 2>&1 <<<"$line"; then
+		jq -c --arg run "$1" --arg cmd "$2" '{run: $run, cmd: $cmd} + .' <<<"$line" >> "$OUT"
+	else
+		FAILED+=("$1 (no result)")
+	fi
+}
 # run NAME ARGS...: one kvtier bench, its JSON line with the run's name and command
 run() {
 	local name=$1; shift
-	local cmd="kvtier bench $* --seconds $SECS --rounds $ROUNDS --json"
+	local cmd="kvtier bench $* --seconds $SECS --rounds $ROUNDS --json" rc=0
 	echo "== $name: $cmd" >&2
-	"$K" bench "$@" --seconds "$SECS" --rounds "$ROUNDS" --json | tail -1 |
-		jq -c --arg run "$name" --arg cmd "$cmd" '{run: $run, cmd: $cmd} + .' >> "$OUT" || true
-	rm -rf "$W/nvme" "$W/fs"
+	"$K" bench "$@" --seconds "$SECS" --rounds "$ROUNDS" --json > "$W/out" || rc=$?
+	keep "$name" "$cmd" < "$W/out"
+	[ "$rc" = 0 ] || FAILED+=("$name (exit $rc)")
+	rm -rf "$W/nvme" "$W/fs" "$W/out"
 }
 for t in $TIERS; do
 	case $t in
@@ -79,9 +95,15 @@ for t in $TIERS; do
 	mlperf)
 		cmd="kvtier bench --workload mlperf-kv --option 2 --seconds $((SECS * 5)) --dir $W/ml --json"
 		echo "== mlperf: $cmd" >&2
-		"$K" bench --workload mlperf-kv --option 2 --seconds $((SECS * 5)) --dir "$W/ml" --json | tail -1 |
-			jq -c --arg cmd "$cmd" '{run: "mlperf-kv-option-2", cmd: $cmd} + .' >> "$OUT" || true
-		rm -rf "$W/ml" ;;
+		rc=0
+		"$K" bench --workload mlperf-kv --option 2 --seconds $((SECS * 5)) --dir "$W/ml" --json > "$W/out" || rc=$?
+		keep mlperf-kv-option-2 "$cmd" < "$W/out"
+		[ "$rc" = 0 ] || FAILED+=("mlperf-kv-option-2 (exit $rc)")
+		rm -rf "$W/ml" "$W/out" ;;
 	*) echo "bench-all: unknown tier '$t'" >&2; exit 2 ;;
 	esac
 done
+if [ ${#FAILED[@]} -gt 0 ]; then
+	echo "bench-all: ${#FAILED[@]} run(s) failed: ${FAILED[*]}" >&2
+	exit 1
+fi
