@@ -16,18 +16,28 @@
 
 /* ------------------------------------------------------------ bounce buffers */
 
-/* An object of under 1 MiB gets a bounce buffer carved from a 2 MiB region offered to
+/* An object of under 2 MiB gets a bounce buffer carved from a region offered to
  * transparent huge pages, several to a region, so that its bytes are physically
  * contiguous as a huge-page I/O buffer's are: a buffer of its own (4 KiB pages) is as many
  * scattered pages as it has, and each is a segment of the device request that reads or
- * writes it (docs/BENCHMARKS.md, "64 KiB objects: bounce buffers on huge pages"). Carved
- * buffers are never freed one by one: they go back to a free list, the regions at close. */
-#define BOUNCE_REGION (2u << 20)
+ * writes it (docs/BENCHMARKS.md, "64 KiB objects: bounce buffers on huge pages"). Under
+ * 1 MiB a region is one huge page; from 1 to 2 MiB it is four, and an object that
+ * straddles two of them is two runs, still one request (before, such objects had buffers
+ * of their own on 4 KiB pages). Carved buffers are never freed one by one: they go back
+ * to a free list, the regions at close. Objects of 2 MiB or more get their own huge pages
+ * (kvt__huge_alloc). */
+#define HUGE_PAGE (2u << 20)
 
 static size_t carve_stride(const struct kvt_store *s)
 {
 	size_t stride = KVT_ALIGN_UP(s->obj_max, KVT_ALIGN);
-	return 2 * stride <= BOUNCE_REGION ? stride : 0;
+	return stride < HUGE_PAGE ? stride : 0;
+}
+
+/* The bytes of one region: room for two objects at least. */
+static size_t carve_region(size_t stride)
+{
+	return 2 * stride <= HUGE_PAGE ? HUGE_PAGE : 4 * HUGE_PAGE;
 }
 
 static void *carve(struct kvt_store *s, size_t stride) /* under bounce_lock */
@@ -45,11 +55,12 @@ static void *carve(struct kvt_store *s, size_t stride) /* under bounce_lock */
 		s->bounce_regions = r;
 		s->cap_regions = cap;
 	}
-	uint8_t *region = kvt__huge_alloc(BOUNCE_REGION);
+	size_t bytes = carve_region(stride);
+	uint8_t *region = kvt__huge_alloc(bytes);
 	if (!region)
 		return NULL;
 	s->bounce_regions[s->n_regions++] = region;
-	for (size_t off = BOUNCE_REGION / stride * stride; (off -= stride) > 0;) {
+	for (size_t off = bytes / stride * stride; (off -= stride) > 0;) {
 		*(void **)(region + off) = s->bounce_carved;
 		s->bounce_carved = region + off;
 	}
@@ -60,8 +71,9 @@ void kvt__e_bounce_free_all(struct kvt_store *s)
 {
 	while (s->n_bounce)
 		kvt__huge_free(s->bounce[--s->n_bounce], s->obj_max);
+	size_t stride = carve_stride(s);
 	for (uint32_t i = 0; i < s->n_regions; i++)
-		kvt__huge_free(s->bounce_regions[i], BOUNCE_REGION);
+		kvt__huge_free(s->bounce_regions[i], carve_region(stride));
 	kvt__free(s->bounce_regions);
 	s->bounce_regions = NULL;
 	s->n_regions = s->cap_regions = 0;
