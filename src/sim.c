@@ -29,12 +29,15 @@
  * mean the same prefix, so a parent's next use always precedes its child's and MIN keeps
  * prefix-closed sets: its block hits are an upper bound for every policy's prefix hits.
  *
- * All of this rests on the trace's contract (src/trace.h): an id is a hash of its whole
- * prefix, so it always follows the same id (or always starts a prompt). A trace that breaks
- * it (an id after two different ids, or twice in one prompt) is refused (-EILSEQ; the
- * message from kvt__sim_check_trace): its "hits" would be blocks cached under another
- * prefix, which a store keyed by the prefix never serves, and MIN is no bound there (a
- * 4-line trace had LRU at 0.29 over a "bound" of 0.14).
+ * All of this rests on blocks being prefixes: a block is its id *and* everything before
+ * it, as KV is (a block's KV depends on every earlier token) and as the store's keys are
+ * (kvt_key_next chains them; so does the replay's real mode). A trace's ids are meant to
+ * be prefix hashes (src/trace.h), so an id always follows the same id; where one does not
+ * (an id after two different ids, or twice in one prompt - a trace of content hashes, or a
+ * production trace with a collision) each (id, parent) is a block of its own, counted in
+ * kvt__sim_check_trace's note. Before 2026-12-03 such a trace was refused; taken as one
+ * block, an id under another prefix would count a hit no store serves, and MIN would be
+ * no bound (a 4-line trace had LRU at 0.29 over a "bound" of 0.14).
  */
 #include <errno.h>
 #include <math.h>
@@ -50,12 +53,14 @@
 
 #define NONE UINT32_MAX
 
-/* Dense indices for the trace's block ids, and each block's parent. */
+/* Dense indices for the trace's blocks - an id under one parent - and each block's parent. */
 struct blocks {
 	uint32_t *idx;	  /* per trace id position: dense block index */
 	uint32_t *parent; /* per block: dense parent or NONE */
 	uint64_t *id;	  /* per block: trace id */
+	uint64_t *khash;  /* per block: the key hash policies and sketches see */
 	uint32_t n;
+	uint32_t rekeyed; /* blocks whose id was seen before under another parent */
 };
 
 static uint64_t hid(uint64_t x)
@@ -72,10 +77,11 @@ static void blocks_free(struct blocks *b)
 	kvt__free(b->idx);
 	kvt__free(b->parent);
 	kvt__free(b->id);
+	kvt__free(b->khash);
 }
 
-/* A conflict at request r, position i (id follows prev there, but parent earlier): say
- * where, on one line. */
+/* An id at request r, position i that follows prev there but parent earlier: say where,
+ * on one line. */
 static void blocks_conflict(const struct kvt_trace *t, size_t r, uint32_t i, uint64_t id,
 			    const uint64_t *prev, const uint64_t *parent, char *err, size_t errlen)
 {
@@ -86,8 +92,7 @@ static void blocks_conflict(const struct kvt_trace *t, size_t r, uint32_t i, uin
 	for (uint32_t j = 0; j < i; j++)
 		if (ids[j] == id) {
 			snprintf(err, errlen,
-				 "line %u: hash id %llu appears twice in hash_ids (ids are prefix "
-				 "hashes: an id always follows the same id)",
+				 "line %u: hash id %llu appears twice in hash_ids",
 				 q->line, (unsigned long long)id);
 			return;
 		}
@@ -108,70 +113,91 @@ static void blocks_conflict(const struct kvt_trace *t, size_t r, uint32_t i, uin
 	else
 		snprintf(before, sizeof(before), "starts hash_ids");
 	snprintf(err, errlen,
-		 "line %u: hash id %llu %s here but %s on line %u (ids are prefix hashes: an id "
-		 "always follows the same id)",
+		 "line %u: hash id %llu %s here but %s on line %u",
 		 q->line, (unsigned long long)id, here, before, first);
 }
 
-/* Dense indices, each block's parent fixed at first sight; a later sight with another
- * parent (which an id repeated in one request always is) is -EILSEQ, with the reason in
- * err when given. */
-static int blocks_build(const struct kvt_trace *t, struct blocks *b, char *err, size_t errlen)
+/* Dense indices: one block per (id, parent). An id seen again under another parent
+ * (which an id repeated in one request always is) is a block of its own, counted in
+ * b->rekeyed, and the first such sight described in note when given. */
+static int blocks_build(const struct kvt_trace *t, struct blocks *b, char *note, size_t notelen)
 {
 	memset(b, 0, sizeof(*b));
+	if (note && notelen)
+		note[0] = 0;
 	if (t->n_ids > UINT32_MAX / 2)
 		return -E2BIG;
 	uint64_t slots = 16;
 	while (slots < 2 * (uint64_t)t->n_ids)
 		slots <<= 1;
-	uint32_t *table = kvt__malloc(slots * sizeof(uint32_t));
-	b->idx = kvt__malloc((t->n_ids ? t->n_ids : 1) * sizeof(uint32_t));
-	b->parent = kvt__malloc((t->n_ids ? t->n_ids : 1) * sizeof(uint32_t));
-	b->id = kvt__malloc((t->n_ids ? t->n_ids : 1) * sizeof(uint64_t));
-	if (!table || !b->idx || !b->parent || !b->id) {
-		kvt__free(table);
+	size_t n = t->n_ids ? t->n_ids : 1;
+	/* by id alone (the first block of each id), then by (id, parent) */
+	uint32_t *by_id = kvt__malloc(slots * sizeof(uint32_t));
+	uint32_t *by_pair = kvt__malloc(slots * sizeof(uint32_t));
+	b->idx = kvt__malloc(n * sizeof(uint32_t));
+	b->parent = kvt__malloc(n * sizeof(uint32_t));
+	b->id = kvt__malloc(n * sizeof(uint64_t));
+	b->khash = kvt__malloc(n * sizeof(uint64_t));
+	if (!by_id || !by_pair || !b->idx || !b->parent || !b->id || !b->khash) {
+		kvt__free(by_id);
+		kvt__free(by_pair);
 		blocks_free(b);
 		return -ENOMEM;
 	}
-	memset(table, 0xff, slots * sizeof(uint32_t));
+	memset(by_id, 0xff, slots * sizeof(uint32_t));
+	memset(by_pair, 0xff, slots * sizeof(uint32_t));
 	for (size_t r = 0; r < t->n; r++) {
 		const struct kvt_trace_req *q = &t->req[r];
 		uint32_t prev = NONE;
 		for (uint32_t i = 0; i < q->n_blocks; i++) {
 			uint64_t id = t->ids[q->first + i];
-			uint64_t s = hid(id) & (slots - 1);
-			while (table[s] != NONE && b->id[table[s]] != id)
+			uint64_t pair = hid(id ^ hid((uint64_t)prev + 0x9e3779b97f4a7c15ull));
+			uint64_t s = pair & (slots - 1);
+			while (by_pair[s] != NONE &&
+			       (b->id[by_pair[s]] != id || b->parent[by_pair[s]] != prev))
 				s = (s + 1) & (slots - 1);
-			if (table[s] == NONE) {
-				table[s] = b->n;
-				b->id[b->n] = id;
-				b->parent[b->n] = prev; /* first sight fixes the parent */
-				b->n++;
-			} else if (b->parent[table[s]] != prev) {
-				uint32_t par = b->parent[table[s]];
-				blocks_conflict(t, r, i, id, prev != NONE ? &b->id[prev] : NULL,
-						par != NONE ? &b->id[par] : NULL, err, errlen);
-				kvt__free(table);
-				blocks_free(b);
-				return -EILSEQ;
+			if (by_pair[s] == NONE) {
+				uint64_t f = hid(id) & (slots - 1);
+				while (by_id[f] != NONE && b->id[by_id[f]] != id)
+					f = (f + 1) & (slots - 1);
+				uint32_t k = b->n++;
+				by_pair[s] = k;
+				b->id[k] = id;
+				b->parent[k] = prev;
+				if (by_id[f] == NONE) {
+					by_id[f] = k;
+					b->khash[k] = hid(id);
+				} else { /* the same id under another prefix: another block */
+					if (!b->rekeyed++) {
+						uint32_t par = b->parent[by_id[f]];
+						blocks_conflict(t, r, i, id,
+								prev != NONE ? &b->id[prev] : NULL,
+								par != NONE ? &b->id[par] : NULL, note,
+								notelen);
+					}
+					b->khash[k] = pair;
+				}
 			}
-			b->idx[q->first + i] = prev = table[s];
+			b->idx[q->first + i] = prev = by_pair[s];
 		}
 	}
-	kvt__free(table);
+	kvt__free(by_id);
+	kvt__free(by_pair);
 	return 0;
 }
 
-int kvt__sim_check_trace(const struct kvt_trace *t, char *err, size_t errlen)
+int kvt__sim_check_trace(const struct kvt_trace *t, char *note, size_t notelen)
 {
-	if (err && errlen)
-		err[0] = 0;
+	if (note && notelen)
+		note[0] = 0;
 	if (!t)
 		return -EINVAL;
 	struct blocks b;
-	int rc = blocks_build(t, &b, err, errlen);
-	if (!rc)
-		blocks_free(&b);
+	int rc = blocks_build(t, &b, note, notelen);
+	if (rc)
+		return rc;
+	rc = (int)KVT_MIN(b.rekeyed, (uint32_t)INT32_MAX);
+	blocks_free(&b);
 	return rc;
 }
 
@@ -319,7 +345,7 @@ static int tier_insert(struct tier *t, uint32_t blk)
 	t->block_of[s] = blk;
 	if (t->marks) /* before the insert: the policy keeps it in order if it may go */
 		kvt__evict_mark(t->ev, s, t->children[blk] == 0);
-	kvt__evict_insert(t->ev, s, hid(t->b->id[blk]) ^ 0x5bd1e995u);
+	kvt__evict_insert(t->ev, s, t->b->khash[blk] ^ 0x5bd1e995u);
 	return evicted;
 }
 
@@ -525,7 +551,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 			if (i < load)
 				out->read_bytes[found[i]] += bytes;
 			if (admit)
-				kvt__admit_record(admit, hid(b.id[k]));
+				kvt__admit_record(admit, b.khash[k]);
 			if (uses_left)
 				uses_left[k]--;
 			if (tier[0].cap) {
@@ -545,8 +571,8 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 				} else if (uses_left && !uses_left[k]) {
 					out->nvme_writes_skipped++;
 				} else if (admit &&
-					   kvt__admit_decide(admit, hid(b.id[k]),
-							     b.parent[k] != NONE ? hid(b.id[b.parent[k]]) : 0,
+					   kvt__admit_decide(admit, b.khash[k],
+							     b.parent[k] != NONE ? b.khash[b.parent[k]] : 0,
 							     (uint64_t)i * bt,
 							     kvt__trace_block_len(t, q, i),
 							     bytes) != KVT_ADMIT_YES) {

@@ -96,19 +96,21 @@ uint32_t kvt__sim_auto_gpus(const struct kvt_trace *t, const struct kvt_cost *c)
  * replaces it: O(log n). */
 void kvt__sim_fleet_replace_first(double *free_at, uint32_t n, double t);
 
-/* The trace's contract: every hash id always follows the same id, or always starts
- * hash_ids (ids are prefix hashes), which an id repeated in one request breaks. 0, or
- * -EILSEQ with "line N: hash id X follows Y here but ... on line M" in err. */
-int kvt__sim_check_trace(const struct kvt_trace *t, char *err, size_t errlen);
+/* Ids are meant to be prefix hashes: every hash id always follows the same id, or always
+ * starts hash_ids (which an id repeated in one request breaks). Where one does not, the
+ * simulator takes each (id, parent) as a block of its own, as KV and the store's chained
+ * keys are. Returns how many blocks that made (0: the ids are prefix hashes), with the
+ * first case in note ("line N: hash id X follows Y here but ... on line M"); -ENOMEM,
+ * -E2BIG. */
+int kvt__sim_check_trace(const struct kvt_trace *t, char *note, size_t notelen);
 
-/* Run the trace once. -EINVAL bad options or unknown policy, -ENOMEM, -EILSEQ a trace
- * kvt__sim_check_trace refuses. */
+/* Run the trace once. -EINVAL bad options or unknown policy, -ENOMEM. */
 int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		 struct kvt_sim_result *out);
 /* MIN alone: block and token hit ratios of an offline-optimal cache of capacity blocks
  * under the same prefix-hit rule (evicts the block used farthest in the future, never
- * stores one it would evict first). An upper bound for every policy on a trace
- * kvt__sim_check_trace accepts; -EILSEQ otherwise. */
+ * stores one it would evict first), blocks as kvt__sim_check_trace says: an upper bound
+ * for every policy. */
 int kvt__sim_belady(const struct kvt_trace *t, uint64_t capacity_blocks, double *block_ratio,
 		    double *token_ratio);
 

@@ -45,8 +45,9 @@ static void usage(FILE *f)
 	    "\n"
 	    "  --trace FILE        Mooncake FAST'25 JSON lines (timestamp ms, input_length,\n"
 	    "                      output_length, hash_ids of 512-token blocks); '-' is stdin;\n"
-	    "                      ids are prefix hashes: --simulate refuses an id that follows\n"
-	    "                      two different ids (or comes twice in one request)\n"
+	    "                      ids are prefix hashes; one that follows another id than at\n"
+	    "                      its first sight (or comes twice in one request) is\n"
+	    "                      simulated as a block of its own, with a warning\n"
 	    "  --workload W        generate: chat, rag, agent or conversation (seeded)\n"
 	    "  --requests N        generated requests, 1..%u (default 12000); --seed S\n"
 	    "                      (default 42)\n"
@@ -619,14 +620,20 @@ int kvt_cmd_replay(int argc, char **argv)
 		goto out;
 	}
 
-	/* the simulator's hit rule, leaf-first eviction and Belady's bound need prefix hashes */
+	/* the simulator's hit rule, leaf-first eviction and Belady's bound need blocks that
+	 * are prefixes: an id seen under another parent is another block (src/sim.c) */
 	char why[300];
-	int crc = kvt__sim_check_trace(t, why, sizeof(why));
-	if (crc) {
-		cli_fail(CMD, "%s: %s", o.trace ? o.trace : o.workload,
-			 crc == -EILSEQ ? why : kvt_strerror(crc));
+	int rekeyed = kvt__sim_check_trace(t, why, sizeof(why));
+	if (rekeyed < 0) {
+		cli_fail(CMD, "%s: %s", o.trace ? o.trace : o.workload, kvt_strerror(rekeyed));
 		goto out;
 	}
+	if (rekeyed)
+		fprintf(stderr,
+			"kvtier replay: %s: the hash ids are not all prefix hashes (%s): %d blocks "
+			"are an id under another parent than at its first sight, each simulated as "
+			"a block of its own, as its KV is\n",
+			o.trace ? o.trace : o.workload, why, rekeyed);
 	{
 		const struct kvt_cost_params *cp = kvt__cost_params(cost);
 		printf(
@@ -706,6 +713,7 @@ int kvt_cmd_replay(int argc, char **argv)
 		cli_json_str(stdout, cp->model.name);
 		printf(",\"block_tokens\":%u,\"dram_tokens\":%llu,\"nvme_tokens\":%llu",
 		       t->block_tokens, o.dram, o.nvme);
+		printf(",\"rekeyed_blocks\":%d", rekeyed);
 		printf(",\"policies\":[");
 		for (int p = 0; p < o.n_policies; p++) {
 			printf("%s{", p ? "," : "");
