@@ -210,7 +210,26 @@ void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim_out
 	memset(claim, 0, sizeof(*claim) + kv_heads);
 	pthread_mutex_lock(&mu);
 	sweep();
-	struct part *p = *find(&sk);
+	struct part **pp = find(&sk), *p = *pp;
+	if (p && kvt__store_reserve_removed(store, &p->ref)) {
+		/* A kvt_remove of the key came since this object was started: its commit would
+		 * drop it, and this rank, asking after the remove, starts a new one rather than
+		 * finishing it. The old one goes as an expired one does: at once if no claim is
+		 * out, else quarantined until the claims are reported or dropped. */
+		if (!p->claimed) {
+			cancel(pp);
+		} else {
+			*pp = p->next;
+			kvt__store_cancel_keep(store, &p->ref);
+			p->error = -ECANCELED;
+			p->next = quar;
+			quar = p;
+			n_open--;
+			n_quar++;
+			n_cancelled++;
+		}
+		p = NULL;
+	}
 	if (!p) {
 		if (n_open + n_quar >= MAX_OPEN) {
 			res->status = -EBUSY;
@@ -285,7 +304,7 @@ void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_resu
 		for (struct part *q = quar; q; q = q->next)
 			if ((uint64_t)q->ref.id == r->n && !memcmp(&q->skey, &sk, sizeof(sk)) &&
 			    drop_claims(q, conn, r->layer_begin, r->layer_end))
-				res->status = -ETIMEDOUT;
+				res->status = q->error; /* -ETIMEDOUT, or -ECANCELED: removed */
 		release_quarantined();
 		pthread_mutex_unlock(&mu);
 		return;

@@ -10,10 +10,13 @@
  * claimed yet and gathers only those (ranks that replicate a head, TP > kv_heads, do not
  * write it twice), and the rank whose copy completes the last missing head publishes the
  * object with kvt__store_commit. Until then the slot stays pinned and invisible to readers,
- * so a half-written object is never served. A partial object no rank has touched for
- * STALE_NS (a rank died or never came) is cancelled by the next store call, and those of a
- * store being closed by its close (the table outlives stores: an entry left behind would
- * be expired on freed memory, or found by a new store given the same address).
+ * so a half-written object is never served. A kvt_remove of the key before the publish
+ * holds: the slot leaves DRAM's index and the commit drops it; a store issued after the
+ * remove starts a new object (kvt__store_reserve_removed). A partial object no rank has
+ * touched for STALE_NS (a rank died or never came) is cancelled by the next store call,
+ * and those of a store being closed by its close (the table outlives stores: an entry left
+ * behind would be expired on freed memory, or found by a new store given the same
+ * address).
  *
  * A copy runs on after its call returned (on the device's stream, behind its dependency),
  * and its completion updates the table, publishes, releases or cancels a slot of the store
@@ -55,6 +58,9 @@ struct partial {
 	uint32_t written;
 	int writers;
 	int error; /* a rank's copy failed: the object is cancelled */
+	/* a kvt_remove of the key overtook the reservation (kvt__store_reserve_removed): off
+	 * the table, never published, cancelled once its last writer is done */
+	bool removed;
 	uint64_t touched_ns;
 	uint8_t head[]; /* kv_heads states */
 };
@@ -206,11 +212,14 @@ static void store_finish(struct kvt_device_op *op)
 		}
 		res.bytes = op->bytes;
 	}
-	res.status = p->error ? p->error : (int)(p->kv_heads - p->written);
-	if (p->error && !p->writers) {
+	/* a removed object another store started afresh: -ECANCELED, as from kvtierd */
+	res.status = p->error     ? p->error
+		     : p->removed ? -ECANCELED
+				  : (int)(p->kv_heads - p->written);
+	if ((p->error || p->removed) && !p->writers) {
 		unlink_partial(p);
 		cancel = p;
-	} else if (!p->error && p->written == p->kv_heads) {
+	} else if (!p->error && !p->removed && p->written == p->kv_heads) {
 		unlink_partial(p);
 		publish = p;
 	}
@@ -333,6 +342,19 @@ static int device_store(struct kvt_device *dev, struct kvt_store *s, const struc
 	struct partial *p = tab;
 	while (p && (p->s != s || memcmp(&p->key, key, sizeof(*key))))
 		p = p->next;
+	if (p && kvt__store_reserve_removed(s, &p->ref)) {
+		/* A kvt_remove of the key came since this object was started: it is not to be
+		 * published (its commit would drop it), and this store, issued after the
+		 * remove, starts a new one rather than finishing it. It goes now, or when its
+		 * last copy is done (store_finish). */
+		unlink_partial(p);
+		p->removed = true;
+		if (!p->writers) {
+			kvt__store_cancel(s, &p->ref);
+			kvt__free(p);
+		}
+		p = NULL;
+	}
 	if (!p) {
 		struct kvt_slot_ref ref;
 		struct kvt_key sk, sp; /* the store's names: scoped by namespace */
@@ -418,7 +440,7 @@ static int device_store(struct kvt_device *dev, struct kvt_store *s, const struc
 		bool untouched = !p->writers;
 		for (uint32_t h = 0; h < p->kv_heads; h++)
 			untouched &= p->head[h] == HEAD_FREE;
-		if (untouched || (p->error && !p->writers)) {
+		if (untouched || ((p->error || p->removed) && !p->writers)) {
 			unlink_partial(p);
 			kvt__store_cancel(s, &p->ref);
 			kvt__free(p);

@@ -58,6 +58,9 @@ struct slot {
 	struct kvt_key parent_key;
 	int32_t next; /* index chain while indexed, free list while free */
 	uint8_t state;
+	/* filled by its reserver (kvt__dram_reserve: a device store, a daemon client's write),
+	 * not by a promotion: a remove before the publish takes it out of the index */
+	bool reserved;
 	bool dirty;
 	bool evictable; /* cached evictable(); counted in n_evictable */
 };
@@ -183,6 +186,7 @@ static void unpublish(struct kvt_dram *d, int32_t id)
 static void slot_reset(struct kvt_dram *d, struct slot *s)
 {
 	s->state = S_FREE;
+	s->reserved = false;
 	s->pins = 0;
 	s->dirty = false;
 	s->children = 0;
@@ -468,8 +472,8 @@ int kvt__dram_get(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot
 	return 0;
 }
 
-int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct kvt_key *parent,
-		    struct kvt_slot_ref *ref)
+static int alloc(struct kvt_dram *d, const struct kvt_key *key, const struct kvt_key *parent,
+		 struct kvt_slot_ref *ref, bool reserved)
 {
 	uint64_t h = kvt__key_hash(key);
 	uint64_t ph = parent ? kvt__key_hash(parent) : 0;
@@ -518,6 +522,7 @@ int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct 
 	s->key = *key;
 	s->khash = h;
 	s->state = S_FILLING;
+	s->reserved = reserved;
 	s->pins = 1;
 	if (pid >= 0) {
 		s->parent = pid;
@@ -534,20 +539,34 @@ int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct 
 	return 0;
 }
 
+int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct kvt_key *parent,
+		    struct kvt_slot_ref *ref)
+{
+	return alloc(d, key, parent, ref, false);
+}
+
+int kvt__dram_reserve(struct kvt_dram *d, const struct kvt_key *key, const struct kvt_key *parent,
+		      struct kvt_slot_ref *ref)
+{
+	return alloc(d, key, parent, ref, true);
+}
+
 static bool valid_id(const struct kvt_dram *d, int32_t id)
 {
 	return id >= 0 && (uint32_t)id < d->nslots;
 }
 
-void kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, uint32_t n_tokens,
+bool kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, uint32_t n_tokens,
 		       bool dirty)
 {
 	if (!valid_id(d, id))
-		return;
+		return false;
 	pthread_mutex_lock(&d->mu);
 	struct slot *s = &d->slots[id];
-	if (s->state == S_FILLING) {
+	bool published = s->state == S_FILLING;
+	if (published) {
 		s->state = S_PUBLISHED;
+		s->reserved = false;
 		s->object_bytes = KVT_MIN(object_bytes, d->slot_bytes);
 		s->n_tokens = n_tokens;
 		s->dirty = dirty;
@@ -558,6 +577,7 @@ void kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, ui
 		changed(d, KVT_DRAM_STORED, s);
 	}
 	pthread_mutex_unlock(&d->mu);
+	return published;
 }
 
 void kvt__dram_abort(struct kvt_dram *d, int32_t id)
@@ -575,8 +595,22 @@ void kvt__dram_abort(struct kvt_dram *d, int32_t id)
 			slot_free(d, id);
 		else
 			s->state = S_REMOVED;
+	} else if (s->state == S_REMOVED && s->reserved && s->pins > 0) {
+		/* a reservation a remove took out of the index: the reserver's pin */
+		if (--s->pins == 0)
+			slot_free(d, id);
 	}
 	pthread_mutex_unlock(&d->mu);
+}
+
+bool kvt__dram_reserve_removed(struct kvt_dram *d, int32_t id)
+{
+	if (!valid_id(d, id))
+		return false;
+	pthread_mutex_lock(&d->mu);
+	bool removed = d->slots[id].state == S_REMOVED && d->slots[id].reserved;
+	pthread_mutex_unlock(&d->mu);
+	return removed;
 }
 
 void kvt__dram_pin(struct kvt_dram *d, int32_t id)
@@ -644,6 +678,18 @@ int kvt__dram_remove(struct kvt_dram *d, const struct kvt_key *key)
 	int rc = 0;
 	pthread_mutex_lock(&d->mu);
 	int32_t id = index_find(d, key, h);
+	if (id >= 0 && d->slots[id].state == S_FILLING && d->slots[id].reserved) {
+		/* Filled by its reserver, not published yet: it leaves the index now, so the
+		 * publish finds it removed and drops it (kvt__dram_publish), and the reserver's
+		 * pin frees it. A put of the key after the remove reserves a new slot. */
+		struct slot *s = &d->slots[id];
+		index_unlink(d, id);
+		parent_release(d, s);
+		s->state = S_REMOVED;
+		d->removes++;
+		rc = -EBUSY;
+		goto out;
+	}
 	if (id < 0 || d->slots[id].state != S_PUBLISHED) {
 		rc = -ENOENT;
 		goto out;

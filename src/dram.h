@@ -80,11 +80,21 @@ int kvt__dram_get(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot
  * either way), -ENOSPC every slot is pinned, dirty or a prefix of something resident. */
 int kvt__dram_alloc(struct kvt_dram *d, const struct kvt_key *key, const struct kvt_key *parent,
 		    struct kvt_slot_ref *ref);
-/* Make a reserved slot visible with its contents; it stays pinned until unpinned. */
-void kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, uint32_t n_tokens,
+/* kvt__dram_alloc for a slot its reserver fills and publishes itself (a device store, a
+ * daemon client's write) rather than a promotion: a kvt__dram_remove of the key before the
+ * publish takes the slot out of the index (-EBUSY), and the publish then drops it. */
+int kvt__dram_reserve(struct kvt_dram *d, const struct kvt_key *key, const struct kvt_key *parent,
+		      struct kvt_slot_ref *ref);
+/* Make a reserved slot visible with its contents; it stays pinned until unpinned. false
+ * (nothing published, the slot still pinned) if a remove took the reservation out of the
+ * index first. */
+bool kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, uint32_t n_tokens,
 		       bool dirty);
-/* Give back a reserved, unpublished slot (fill failed). Unpins it. */
+/* Give back a reserved, unpublished slot (fill failed), or one of kvt__dram_reserve a
+ * remove took out of the index. Unpins it. */
 void kvt__dram_abort(struct kvt_dram *d, int32_t id);
+/* Did a remove take this kvt__dram_reserve slot out of the index (the caller holds its pin)? */
+bool kvt__dram_reserve_removed(struct kvt_dram *d, int32_t id);
 void kvt__dram_pin(struct kvt_dram *d, int32_t id);
 void kvt__dram_unpin(struct kvt_dram *d, int32_t id);
 /* Pin the key's published slot if it is dirty, whether or not it is pinned already (a
@@ -94,7 +104,8 @@ int kvt__dram_get_dirty(struct kvt_dram *d, const struct kvt_key *key, struct kv
 /* Mark a published slot dirty (write-behind pending) or clean. */
 void kvt__dram_set_dirty(struct kvt_dram *d, int32_t id, bool dirty);
 /* Remove key: 0, -ENOENT, or -EBUSY if pinned (it is then unlinked from the index at once
- * and its slot freed at the last unpin). */
+ * and its slot freed at the last unpin; so is a kvt__dram_reserve slot not published yet,
+ * which then never is). */
 int kvt__dram_remove(struct kvt_dram *d, const struct kvt_key *key);
 /* Up to n dirty, unpinned slots nearest to eviction, pinned for the caller (write-back
  * cleans them, then unpins). Returns the count. */

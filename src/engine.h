@@ -19,10 +19,16 @@ struct kvt_tier;
 /* key and parent here, and in kvt__store_acquire, are storage keys (src/store_key.h). */
 /* Puts that wrote the caller's payload without copying it (store.zero_copy_puts). */
 uint64_t kvt__store_zero_copy_puts(const struct kvt_store *s);
+/* A DRAM slot for the caller to fill and commit (or cancel). A kvt_remove of the key before
+ * the commit holds: the slot leaves the index at once (a put of the key may reserve
+ * again), and the commit drops it (kvt__store_reserve_removed says so meanwhile). */
 int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		       uint32_t n_tokens, struct kvt_slot_ref *ref);
+/* Has a remove of the key overtaken this reservation (still held by the caller)? */
+bool kvt__store_reserve_removed(struct kvt_store *s, const struct kvt_slot_ref *ref);
 /* The body is filled: zero the padding, write header and CRCs, publish, unpin, and start
- * write-behind per the write policy. Returns 0 (the slot belongs to the store again). */
+ * write-behind per the write policy. Returns 0 (the slot belongs to the store again; if a
+ * remove overtook the reservation, nothing was published, and the slot is freed). */
 int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref);
 /* The same for a slot whose whole object (header, layers, CRCs) the caller wrote and
  * checked: publish it as it is (kvtierd, after a client encoded a put into the slot). */

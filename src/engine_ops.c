@@ -194,12 +194,19 @@ int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const str
 		return -ENOTSUP;
 	if (n_tokens == 0 || n_tokens > s->geo.chunk_tokens)
 		return -EINVAL;
-	int rc = kvt__dram_alloc(s->dram, key, parent, ref);
+	/* reserved, not allocated: a remove of the key before the commit holds (it takes the
+	 * slot out of the index, and the commit drops it) */
+	int rc = kvt__dram_reserve(s->dram, key, parent, ref);
 	if (rc < 0)
 		return rc == -EBUSY ? -EAGAIN : rc; /* being filled: not stored yet, retry */
 	ref->n_tokens = n_tokens;
 	ref->object_bytes = kvt_object_bytes(&s->geo, n_tokens);
 	return 0;
+}
+
+bool kvt__store_reserve_removed(struct kvt_store *s, const struct kvt_slot_ref *ref)
+{
+	return kvt__dram_reserve_removed(s->dram, ref->id);
 }
 
 bool kvt__store_backlogged(struct kvt_store *s, uint64_t bytes)
@@ -230,7 +237,13 @@ int kvt__store_commit_sealed(struct kvt_store *s, struct kvt_slot_ref *ref)
 	kvt__e_admission_record(s, &key); /* a put for admission's frequency, as kvt_put */
 	bool deeper = s->n_links > s->dram_pos + 1;
 	bool dirty = deeper && (s->write_policy == WP_THROUGH || s->write_policy == WP_BACK);
-	kvt__dram_publish(s->dram, ref->id, ref->object_bytes, ref->n_tokens, dirty);
+	if (!kvt__dram_publish(s->dram, ref->id, ref->object_bytes, ref->n_tokens, dirty)) {
+		/* A kvt_remove of the key came after the reserve (a device store's copy was
+		 * still running): the remove holds, so nothing is published or written behind.
+		 * The put did complete, before the remove: 0. */
+		kvt__dram_unpin(s->dram, ref->id);
+		return 0;
+	}
 	if (deeper && s->write_policy == WP_THROUGH)
 		kvt__e_wb_submit(s, &key, ref, s->n_links, NULL, NULL, false);
 	else

@@ -18,7 +18,11 @@
  * issued after it wins (its TP_RESERVE waits: one that overtook the remove found the key
  * still stored, copied nothing, and the remove then deleted it; each wait taken out in
  * turn, one run: 'kvt_device_load hit 49/50', 'kvt_device_store then get_sync: hit
- * 0/50'). The real daemon binary, the emu device backend. Exit 0 pass, 1 fail.
+ * 0/50'). A kvt_remove_sync while a device store's copy is still held (behind an emu event)
+ * holds: the daemon drops the late publish, and a store issued after the remove starts a
+ * new object (old code: the removed key was served again, and the later store joined the
+ * removed object and copied nothing). The real daemon binary, the emu device backend.
+ * Exit 0 pass, 1 fail.
  */
 #include <signal.h>
 
@@ -107,6 +111,72 @@ static void device_after_remove(struct kvt_store *s, uint8_t *buf, uint8_t *back
 	CHECK_EQ(kept, rounds);
 }
 
+/* A device store whose copy is still held (behind an emu event) when kvt_remove_sync of
+ * its key returns: the daemon's publish, when the copy is done, is dropped (the old code
+ * published it: the removed key was served again). A store issued after the remove, while
+ * the old copy is still held, starts a new object, which is what is served; the old copy
+ * is then told -ECANCELED. */
+static void device_store_overtaken(struct kvt_store *s, uint8_t *buf, uint8_t *back, size_t len)
+{
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	struct tr_rank old, neu;
+	uint32_t ids[1] = {1};
+	struct kvt_emu_event *ev;
+	CHECK_RC(kvt_emu_event_create(&ev), 0);
+	struct kvt_device_dep dep = {KVT_DEP_EMU_EVENT, ev};
+	CHECK_RC(tr_rank_open(&old, NULL, g, KVT_LAYOUT_FLASH_ATTN, g->chunk_tokens, 4, 0,
+			      g->kv_heads, 0, NULL),
+		 0);
+	CHECK_RC(tr_rank_open(&neu, NULL, g, KVT_LAYOUT_FLASH_ATTN, g->chunk_tokens, 4, 0,
+			      g->kv_heads, 0, NULL),
+		 0);
+	test_fill(buf, len, 500);
+	tr_rank_load_logical(&old, buf, g->chunk_tokens, ids);
+	test_fill(buf, len, 501);
+	tr_rank_load_logical(&neu, buf, g->chunk_tokens, ids);
+	struct kvt_key k = {{0}};
+	k.bytes[0] = 0x55;
+	int served[2], kept[2], old_rc[2], new_rc = 0;
+	for (int i = 0; i < 2; i++) { /* 0: nothing after the remove; 1: a store after it */
+		k.bytes[1] = (uint8_t)i;
+		struct tr_done d = {0}, dn = {0};
+		struct kvt_device_op *op;
+		kvt_emu_event_reset(ev);
+		CHECK_RC(kvt_device_store(old.dev, s, &k, NULL, g->chunk_tokens, ids, 1, &dep,
+					  tr_on_done, &d, &op),
+			 0);
+		CHECK(kvt_remove_sync(s, &k) >= 0);
+		CHECK_EQ(kvt_lookup_sync(s, &k, 1, NULL), 0);
+		if (i == 1) {
+			CHECK_RC(kvt_device_store(neu.dev, s, &k, NULL, g->chunk_tokens, ids, 1, NULL,
+						  tr_on_done, &dn, NULL),
+				 0);
+			poll_done(s, &dn.calls);
+			new_rc = dn.res.status;
+		}
+		kvt_emu_event_signal(ev);
+		old_rc[i] = kvt_device_op_wait(op, 10000);
+		kvt_device_op_free(op);
+		poll_done(s, &d.calls);
+		memset(back, 0, len);
+		served[i] = kvt_get_sync(s, &k, 0, 0, back, len, NULL) == 0;
+		kept[i] = served[i] && test_check(back, len, 501);
+	}
+	printf("client store, kvt_remove_sync while a device store's copy was held: after the "
+	       "copy, %s (status %d); with a store after the remove (status %d): %s (old copy's "
+	       "status %d)\n",
+	       served[0] ? "SERVED AGAIN" : "a miss", old_rc[0], new_rc,
+	       kept[1] ? "the new store served" : "NOT THE NEW STORE", old_rc[1]);
+	CHECK_EQ(served[0], 0);
+	CHECK_RC(old_rc[0], 0);
+	CHECK_RC(new_rc, 0);
+	CHECK_EQ(kept[1], 1);
+	CHECK_RC(old_rc[1], -ECANCELED);
+	tr_rank_close(&old);
+	tr_rank_close(&neu);
+	kvt_emu_event_destroy(ev);
+}
+
 int main(void)
 {
 	char *dir = test_tmpdir("daemon_remove_order");
@@ -190,6 +260,7 @@ int main(void)
 	CHECK_EQ(left, 0);
 
 	device_after_remove(s, buf, back, len);
+	device_store_overtaken(s, buf, back, len);
 	kvt_store_close(s);
 	kvtd_stop();
 	test_rmdir(dir);
