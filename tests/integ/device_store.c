@@ -22,16 +22,8 @@
 #include "engine.h" /* kvt__dev_store_partials */
 
 #define POISON 0xA5
-#define CHECK(c)                                                                                   \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "device_store: %s:%d: check failed: %s\n", __FILE__,       \
-				__LINE__, #c);                                                     \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
-
-#include "lib/device_store_open.h" /* uses CHECK */
+#define DSO_TEST "device_store" /* CHECK's messages start with it */
+#include "lib/device_store_open.h"
 
 
 /* Signals ev ms milliseconds after it starts; done is set first. */
@@ -52,12 +44,7 @@ static void *signal_later(void *arg)
 
 int main(void)
 {
-	struct kvt_geometry g = {.layers = 4,
-				 .kv_heads = 8,
-				 .head_dim = 32,
-				 .chunk_tokens = 64,
-				 .dtype = KVT_DTYPE_BF16,
-				 .kind = KVT_KIND_KV};
+	struct kvt_geometry g = dso_geometry(32);
 	struct kvt_store *s = dso_open_store(&g, false, NULL);
 	uint64_t seed = 2024;
 	const uint32_t n = 50, bs = 16, nb = 10, nblk = 4;

@@ -26,16 +26,8 @@
 #include "../unit/device_common.h"
 #include "engine.h" /* kvt__dev_store_partials */
 
-#define CHECK(c)                                                                                   \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "device_store_pageable: %s:%d: check failed: %s\n",        \
-				__FILE__, __LINE__, #c);                                           \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
-
-#include "lib/device_store_open.h" /* uses CHECK */
+#define DSO_TEST "device_store_pageable" /* CHECK's messages start with it */
+#include "lib/device_store_open.h"
 
 #define WATCHDOG_MS 5000
 
@@ -120,12 +112,7 @@ static int submit_fail_async(struct kvt_device_op *op)
 
 int main(void)
 {
-	struct kvt_geometry g = {.layers = 4,
-				 .kv_heads = 8,
-				 .head_dim = 32,
-				 .chunk_tokens = 64,
-				 .dtype = KVT_DTYPE_BF16,
-				 .kind = KVT_KIND_KV};
+	struct kvt_geometry g = dso_geometry(32);
 	struct kvt_store *s = dso_open_store(&g, false, NULL);
 	struct kvt_config *cfg;
 	CHECK(kvt_config_create(&cfg) == 0);

@@ -16,16 +16,8 @@
 #include "../unit/device_common.h"
 #include "engine.h" /* kvt__dev_store_partials */
 
-#define CHECK(c)                                                                                   \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "device_store_remove: %s:%d: check failed: %s\n",          \
-				__FILE__, __LINE__, #c);                                           \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
-
-#include "lib/device_store_open.h" /* uses CHECK */
+#define DSO_TEST "device_store_remove" /* CHECK's messages start with it */
+#include "lib/device_store_open.h"
 
 static const struct kvt_geometry G = {.layers = 4,
 				      .kv_heads = 8,

@@ -19,16 +19,8 @@
 
 #include "../unit/device_common.h"
 
-#define CHECK(c)                                                                                   \
-	do {                                                                                       \
-		if (!(c)) {                                                                        \
-			fprintf(stderr, "device_store_status: %s:%d: check failed: %s\n",          \
-				__FILE__, __LINE__, #c);                                           \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
-
-#include "lib/device_store_open.h" /* uses CHECK */
+#define DSO_TEST "device_store_status" /* CHECK's messages start with it */
+#include "lib/device_store_open.h"
 
 /* OpenSSL's RAND_bytes, failing on demand (the library's calls bind to this one). */
 static volatile int rand_fail;
@@ -45,12 +37,7 @@ int RAND_bytes(unsigned char *buf, int num)
 
 int main(void)
 {
-	struct kvt_geometry g = {.layers = 4,
-				 .kv_heads = 8,
-				 .head_dim = 16,
-				 .chunk_tokens = 64,
-				 .dtype = KVT_DTYPE_BF16,
-				 .kind = KVT_KIND_KV};
+	struct kvt_geometry g = dso_geometry(16);
 	const uint32_t n = 64, bs = 16, nb = 8, nblk = 4;
 	uint64_t seed = 7;
 	struct kvt_store *s = dso_open_store(&g, false, NULL);

@@ -47,6 +47,26 @@ static int count_segs(const char *dir)
 	return n;
 }
 
+/* The log in dir opened again (read-only: ro) with nvme.bytes of bytes, its log lines
+ * cleared first. */
+static void reopen(struct kvt_tier **t, const char *dir, const char *bytes, int ro)
+{
+	log_clear();
+	CHECK_EQ(st_open(t, dir, bytes, ro), 0);
+}
+
+/* Key `replaced` of seed was replaced (v2) and key `removed` removed: neither is served as
+ * an older copy. */
+static void check_not_back(struct kvt_tier *t, uint64_t seed, uint64_t replaced, uint64_t removed,
+			   const char *when)
+{
+	int so = st_state(t, seed, replaced), sr = st_state(t, seed, removed);
+	printf("nvme_log_outside: %s: replaced key %s, removed key %s\n", when, st_name(so),
+	       st_name(sr));
+	CHECKM(so != ST_V1 && so != ST_OTHER, "replaced key served %s", st_name(so));
+	CHECKM(sr == ST_ABSENT, "removed key served %s", st_name(sr));
+}
+
 int main(void)
 {
 	char root[] = "/tmp/kvt-nvme-log-outside-XXXXXX";
@@ -63,8 +83,7 @@ int main(void)
 	st_overwrite_remove(t, 1, 100, 110);
 	kvt__tier_close(t);
 	CHECK_EQ(count_segs(dir), 7);
-	log_clear();
-	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	reopen(&t, dir, "80MiB", 0);
 	int so = st_state(t, 1, 100), sr = st_state(t, 1, 110), newest = st_state(t, 1, 1599);
 	kvt__tier_close(t);
 	printf("nvme_log_outside: nvme.bytes shrunk, all files there: replaced key %s, removed "
@@ -89,33 +108,19 @@ int main(void)
 	st_path(p, sizeof(p), dir, "5.kvl");
 	CHECK_EQ(unlink(p), 0);
 	uint64_t before = st_log_sum(dir);
-	log_clear();
-	CHECK_EQ(st_open(&t, dir, "80MiB", 1), 0);
-	so = st_state(t, 2, 1000);
-	sr = st_state(t, 2, 1010);
+	reopen(&t, dir, "80MiB", 1);
+	check_not_back(t, 2, 1000, 1010,
+		       "5.kvl deleted, 6.kvl and 7.kvl outside the cycle, read-only open");
 	kvt__tier_close(t);
-	printf("nvme_log_outside: 5.kvl deleted, 6.kvl and 7.kvl outside the cycle, read-only "
-	       "open: replaced key %s, removed key %s\n",
-	       st_name(so), st_name(sr));
-	CHECKM(so != ST_V1 && so != ST_OTHER, "replaced key served %s", st_name(so));
-	CHECKM(sr == ST_ABSENT, "removed key served %s", st_name(sr));
 	CHECK_EQ(st_log_sum(dir), before);
 	CHECK_EQ(log_count("outside the cycle"), 1);
-	log_clear();
-	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
-	so = st_state(t, 2, 1000);
-	sr = st_state(t, 2, 1010);
-	printf("nvme_log_outside: 5.kvl deleted, 6.kvl and 7.kvl outside the cycle, open: "
-	       "replaced key %s, removed key %s\n",
-	       st_name(so), st_name(sr));
-	CHECKM(so != ST_V1 && so != ST_OTHER, "replaced key served %s", st_name(so));
-	CHECKM(sr == ST_ABSENT, "removed key served %s", st_name(sr));
+	reopen(&t, dir, "80MiB", 0);
+	check_not_back(t, 2, 1000, 1010, "5.kvl deleted, 6.kvl and 7.kvl outside the cycle, open");
 	CHECK_EQ(log_count("outside the cycle"), 1);
 	CHECK(!st_exists(dir, "6.kvl") && !st_exists(dir, "7.kvl")); /* space back */
 	st_write(t, 3, 0, 300);
 	kvt__tier_close(t);
-	log_clear();
-	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	reopen(&t, dir, "80MiB", 0);
 	for (uint64_t i = 0; i < 300; i++)
 		CHECK_EQ(st_state(t, 3, i), ST_V1);
 	CHECK_EQ(st_state(t, 2, 1010), ST_ABSENT);
@@ -123,14 +128,8 @@ int main(void)
 	CHECK_EQ(log_count("is missing"), 0);
 	kvt__tier_close(t);
 	/* nvme.bytes grown back: 6.kvl and 7.kvl were removed, nothing removed returns. */
-	log_clear();
-	CHECK_EQ(st_open(&t, dir, "128MiB", 0), 0);
-	so = st_state(t, 2, 1000);
-	sr = st_state(t, 2, 1010);
-	printf("nvme_log_outside: nvme.bytes grown back: replaced key %s, removed key %s\n",
-	       st_name(so), st_name(sr));
-	CHECKM(so != ST_V1 && so != ST_OTHER, "replaced key served %s", st_name(so));
-	CHECKM(sr == ST_ABSENT, "removed key served %s", st_name(sr));
+	reopen(&t, dir, "128MiB", 0);
+	check_not_back(t, 2, 1000, 1010, "nvme.bytes grown back");
 	for (uint64_t i = 0; i < 300; i++)
 		CHECK_EQ(st_state(t, 3, i), ST_V1);
 	CHECK_EQ(log_count("outside the cycle"), 0);
@@ -147,16 +146,9 @@ int main(void)
 	st_path(p, sizeof(p), dir, "3.kvl");
 	CHECK_EQ(unlink(p), 0);
 	CHECK_EQ(symlink("/nonexistent/3.kvl", p), 0);
-	log_clear();
-	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
-	so = st_state(t, 4, 600);
-	sr = st_state(t, 4, 610);
+	reopen(&t, dir, "80MiB", 0);
+	check_not_back(t, 4, 600, 610, "3.kvl a dangling symlink, 4.kvl outside the cycle");
 	kvt__tier_close(t);
-	printf("nvme_log_outside: 3.kvl a dangling symlink, 4.kvl outside the cycle: replaced "
-	       "key %s, removed key %s\n",
-	       st_name(so), st_name(sr));
-	CHECKM(so != ST_V1 && so != ST_OTHER, "replaced key served %s", st_name(so));
-	CHECKM(sr == ST_ABSENT, "removed key served %s", st_name(sr));
 	CHECK_EQ(log_count("outside the cycle"), 1);
 
 	/* (4) 5 segments as in (3), key 490 (2.kvl) and key 800 (3.kvl) removed: their
@@ -180,8 +172,7 @@ int main(void)
 	}
 	uint64_t after = st_log_sum(dir);
 	set_unopenable(p, 0);
-	log_clear();
-	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	reopen(&t, dir, "80MiB", 0);
 	int s490 = st_state(t, 5, 490), s800 = st_state(t, 5, 800), s750 = st_state(t, 5, 750);
 	kvt__tier_close(t);
 	printf("nvme_log_outside: 3.kvl failing to open: open %s, 4.kvl %s%s%s; once it "

@@ -44,6 +44,33 @@ static void make_short_log(const char *dir, uint64_t seed)
 	}
 }
 
+/* make_short_log(root/name, seed), opened with the log lines cleared; its path in dir. */
+static struct kvt_tier *open_short_log(char *dir, size_t size, const char *root, const char *name,
+				       uint64_t seed)
+{
+	struct kvt_tier *t;
+	snprintf(dir, size, "%s/%s", root, name);
+	make_short_log(dir, seed);
+	log_clear();
+	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	return t;
+}
+
+/* t closed and dir's log opened again. */
+static struct kvt_tier *reopen(struct kvt_tier *t, const char *dir)
+{
+	kvt__tier_close(t);
+	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	return t;
+}
+
+/* Key i of seed removed: t_remove's answer. */
+static int remove_key(struct kvt_tier *t, uint64_t seed, uint64_t i)
+{
+	struct kvt_key k = make_key(seed, i);
+	return t_remove(t, &k);
+}
+
 /* Wait until the run has said its log writes stop. */
 static void wait_stopped(void)
 {
@@ -74,30 +101,21 @@ static void set_unlinkable(const char *dir, int on)
 static void removes_around_stop(const char *root)
 {
 	char dir[300];
-	struct kvt_tier *t;
-	struct kvt_key k;
 
 	/* (1) key 5 removed before the stop (its tombstone queued: the batch that takes it
 	 * finds no segment), keys 7 and 245 after it. */
-	snprintf(dir, sizeof(dir), "%s/a", root);
-	make_short_log(dir, 1);
-	log_clear();
-	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	struct kvt_tier *t = open_short_log(dir, sizeof(dir), root, "a", 1);
 	CHECK_EQ(st_state(t, 1, 5), ST_V1);
 	CHECK_EQ(st_state(t, 1, 245), ST_V1);
-	k = make_key(1, 5);
-	CHECK_EQ(t_remove(t, &k), 0);
+	CHECK_EQ(remove_key(t, 1, 5), 0);
 	wait_stopped();
-	k = make_key(1, 7);
-	CHECK_EQ(t_remove(t, &k), 0);
-	k = make_key(1, 245);
-	CHECK_EQ(t_remove(t, &k), 0);
+	CHECK_EQ(remove_key(t, 1, 7), 0);
+	CHECK_EQ(remove_key(t, 1, 245), 0);
 	st_write(t, 2, 0, 1); /* the file path */
 	CHECK_EQ(st_state(t, 1, 7), ST_ABSENT);
 	CHECK_EQ(st_state(t, 2, 0), ST_V1);
-	kvt__tier_close(t);
 	log_clear();
-	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	t = reopen(t, dir);
 	int s5 = st_state(t, 1, 5), s7 = st_state(t, 1, 7), s245 = st_state(t, 1, 245);
 	int s9 = st_state(t, 1, 9), sw = st_state(t, 2, 0);
 	kvt__tier_close(t);
@@ -116,17 +134,12 @@ static void removes_around_stop(const char *root)
 static void drop_then_remove(const char *root)
 {
 	char dir[300];
-	struct kvt_tier *t;
-	struct kvt_key k;
 
 	/* (2) key 8 dropped while the log is stopped, written again (a file), removed. */
-	snprintf(dir, sizeof(dir), "%s/b", root);
-	make_short_log(dir, 3);
-	log_clear();
-	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	struct kvt_tier *t = open_short_log(dir, sizeof(dir), root, "b", 3);
 	stop_log(t, 4);
 	CHECK_EQ(st_state(t, 3, 8), ST_V1); /* read: served, so the drop takes it */
-	k = make_key(3, 8);
+	struct kvt_key k = make_key(3, 8);
 	t->ops->drop_corrupt(t, &k);
 	for (int i = 0; i < 5000 && st_state(t, 3, 8) != ST_ABSENT; i++)
 		usleep(1000);
@@ -134,8 +147,7 @@ static void drop_then_remove(const char *root)
 	st_write(t, 3, 8, 9);
 	CHECK_EQ(st_state(t, 3, 8), ST_V1);
 	CHECK_EQ(t_remove(t, &k), 0);
-	kvt__tier_close(t);
-	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	t = reopen(t, dir);
 	int s8 = st_state(t, 3, 8);
 	kvt__tier_close(t);
 	printf("nvme_log_stopped: dropped while stopped, written again and removed: key 8 %s\n",
@@ -146,26 +158,17 @@ static void drop_then_remove(const char *root)
 static void not_voidable(const char *root)
 {
 	char dir[300];
-	struct kvt_tier *t;
-	struct kvt_key k;
 
 	/* (3) the log directory refuses unlinks: removes while stopped fail, until it allows
 	 * them again. */
-	snprintf(dir, sizeof(dir), "%s/c", root);
-	make_short_log(dir, 5);
-	log_clear();
-	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	struct kvt_tier *t = open_short_log(dir, sizeof(dir), root, "c", 5);
 	stop_log(t, 6);
 	set_unlinkable(dir, 0);
-	k = make_key(5, 5);
-	int r5 = t_remove(t, &k), g5 = st_state(t, 5, 5);
-	k = make_key(6, 0); /* a file object: a key the log may still hold a put of */
-	int rw = t_remove(t, &k);
+	int r5 = remove_key(t, 5, 5), g5 = st_state(t, 5, 5);
+	int rw = remove_key(t, 6, 0); /* a file object: a key the log may still hold a put of */
 	set_unlinkable(dir, 1);
-	k = make_key(5, 6);
-	int r6 = t_remove(t, &k);
-	kvt__tier_close(t);
-	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	int r6 = remove_key(t, 5, 6);
+	t = reopen(t, dir);
 	int s5 = st_state(t, 5, 5);
 	int s6 = st_state(t, 5, 6);
 	kvt__tier_close(t);
@@ -187,7 +190,6 @@ static void failed_batch(const char *root)
 {
 	char dir[300];
 	struct kvt_tier *t;
-	struct kvt_key k;
 
 	/* (4) a batch that fails (its segment made immutable, as root) loses the removals it
 	 * holds with it: until 2026-12-05 they were never written, and the key came back. Now
@@ -199,16 +201,14 @@ static void failed_batch(const char *root)
 	char p1[400];
 	st_path(p1, sizeof(p1), dir, "1.kvl");
 	set_immutable(p1, 1);
-	k = make_key(7, 3);
-	CHECK_EQ(t_remove(t, &k), 0); /* its batch goes to 1.kvl and fails */
+	CHECK_EQ(remove_key(t, 7, 3), 0); /* its batch goes to 1.kvl and fails */
 	for (int i = 0; i < 5000 && !log_count("log batch write failed"); i++)
 		usleep(1000);
 	int failed = log_count("log batch write failed");
 	st_write(t, 7, 250, 251);
 	CHECK_EQ(t_flush(t), 0);
 	set_immutable(p1, 0);
-	kvt__tier_close(t);
-	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	t = reopen(t, dir);
 	int s3 = st_state(t, 7, 3), s4 = st_state(t, 7, 4), s250 = st_state(t, 7, 250);
 	kvt__tier_close(t);
 	printf("nvme_log_stopped: a removal's batch failed (%d): key 3 %s; kept: keys 4 %s, "

@@ -28,74 +28,43 @@
  * Found by a review helper. Exit 0 pass, 1 fail.
  */
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdatomic.h>
 
 #include "engine.h"
 #include "testlib.h"
 #include "tier.h"
 
+#include "lib/held_tier.h"
+
 /* ------------------------------------------------------------ holding one read back */
 
-static const struct kvt_tier_ops *inner_ops;
-static struct kvt_tier_ops held_ops;
 static _Atomic int hold_next_ms; /* the next read is held this long, then submitted */
 static _Atomic int answer_next_ms; /* the next read goes through, its answer held this long */
-static _Atomic int held_out;     /* held reads or answers not yet passed on */
 static _Atomic int read_done;    /* the read whose answer is held has its bytes */
 static _Atomic int hold_remove_ms; /* the next remove is held this long, then submitted */
 
 struct held {
-	int ms;
+	struct held_answer a; /* first; a.ms: how long the call, or its answer, is held */
 	struct kvt_tier *t;
 	struct kvt_key key;
 	struct kvt_seg seg;
-	int64_t rc;
-	kvt_tier_cb cb;
-	void *arg;
 };
 
 static void *read_later(void *p)
 {
 	struct held *h = p;
-	usleep((useconds_t)h->ms * 1000);
-	int rc = inner_ops->read(h->t, &h->key, &h->seg, 1, h->cb, h->arg);
+	usleep((useconds_t)h->a.ms * 1000);
+	int rc = inner_ops->read(h->t, &h->key, &h->seg, 1, h->a.cb, h->a.arg);
 	if (rc < 0)
-		h->cb(h->arg, rc);
+		h->a.cb(h->a.arg, rc);
 	free(h);
 	atomic_fetch_sub(&held_out, 1);
 	return NULL;
-}
-
-static void *answer_later(void *p)
-{
-	struct held *h = p;
-	usleep((useconds_t)h->ms * 1000);
-	h->cb(h->arg, h->rc);
-	free(h);
-	atomic_fetch_sub(&held_out, 1);
-	return NULL;
-}
-
-static bool start(void *(*fn)(void *), struct held *h)
-{
-	pthread_t th;
-	if (pthread_create(&th, NULL, fn, h))
-		return false;
-	pthread_detach(th);
-	return true;
 }
 
 static void read_answered(void *arg, int64_t rc)
 {
-	struct held *h = arg;
-	h->rc = rc;
 	atomic_store(&read_done, 1);
-	if (!start(answer_later, h)) {
-		h->cb(h->arg, rc);
-		free(h);
-		atomic_fetch_sub(&held_out, 1);
-	}
+	held_answered(arg, rc);
 }
 
 static int held_read(struct kvt_tier *t, const struct kvt_key *key, const struct kvt_seg *segs,
@@ -107,13 +76,13 @@ static int held_read(struct kvt_tier *t, const struct kvt_key *key, const struct
 		free(h);
 		return inner_ops->read(t, key, segs, nsegs, cb, arg);
 	}
-	*h = (struct held){.ms = ms ? ms : ams, .t = t, .key = *key, .seg = segs[0], .cb = cb,
-			   .arg = arg};
+	*h = (struct held){.a = {.ms = ms ? ms : ams, .cb = cb, .arg = arg}, .t = t, .key = *key,
+			   .seg = segs[0]};
 	atomic_fetch_add(&held_out, 1);
 	int rc = 0;
 	if (ams) {
 		rc = inner_ops->read(t, key, segs, nsegs, read_answered, h);
-	} else if (!start(read_later, h)) {
+	} else if (!held_start(read_later, h)) {
 		rc = -ENOMEM;
 	}
 	if (rc < 0) {
@@ -126,10 +95,10 @@ static int held_read(struct kvt_tier *t, const struct kvt_key *key, const struct
 static void *remove_later(void *p)
 {
 	struct held *h = p;
-	usleep((useconds_t)h->ms * 1000);
-	int rc = inner_ops->remove(h->t, &h->key, h->cb, h->arg);
+	usleep((useconds_t)h->a.ms * 1000);
+	int rc = inner_ops->remove(h->t, &h->key, h->a.cb, h->a.arg);
 	if (rc < 0)
-		h->cb(h->arg, rc);
+		h->a.cb(h->a.arg, rc);
 	free(h);
 	atomic_fetch_sub(&held_out, 1);
 	return NULL;
@@ -141,14 +110,21 @@ static int held_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_c
 	struct held *h = ms ? calloc(1, sizeof(*h)) : NULL;
 	if (!h)
 		return inner_ops->remove(t, key, cb, arg);
-	*h = (struct held){.ms = ms, .t = t, .key = *key, .cb = cb, .arg = arg};
+	*h = (struct held){.a = {.ms = ms, .cb = cb, .arg = arg}, .t = t, .key = *key};
 	atomic_fetch_add(&held_out, 1);
-	if (!start(remove_later, h)) {
+	if (!held_start(remove_later, h)) {
 		atomic_fetch_sub(&held_out, 1);
 		free(h);
 		return -ENOMEM;
 	}
 	return 0;
+}
+
+/* held_wrap's entries: reads and removes */
+static void hold_reads(struct kvt_tier_ops *o)
+{
+	o->read = held_read;
+	o->remove = held_remove;
 }
 
 static void wait_held(struct kvt_store *s)
@@ -161,26 +137,6 @@ static void wait_held(struct kvt_store *s)
 }
 
 /* ------------------------------------------------------------ the sections */
-
-struct fixture {
-	char dir[300];
-	struct kvt_config *c;
-	struct kvt_store *s;
-	size_t len;
-	uint32_t tokens;
-	uint8_t *buf, *back;
-	struct kvt_key k;
-};
-
-static void hold_nvme(struct fixture *f)
-{
-	struct kvt_tier *t = kvt__store_tier(f->s, 1);
-	inner_ops = t->ops;
-	held_ops = *inner_ops;
-	held_ops.read = held_read;
-	held_ops.remove = held_remove;
-	t->ops = &held_ops;
-}
 
 /* dram,nvme; the key (bytes of seed) put and flushed, then the store reopened: the key is
  * on NVMe only, and NVMe's reads go through the holder. */
@@ -202,7 +158,7 @@ static void setup(struct fixture *f, const char *base, const char *name, const c
 	CHECK_RC(kvt_flush_sync(f->s), 0);
 	kvt_store_close(f->s);
 	CHECK_RC(kvt_store_open(f->c, &f->s), 0);
-	hold_nvme(f);
+	held_wrap(f->s, 1, hold_reads);
 }
 
 static void teardown(struct fixture *f)
@@ -387,7 +343,7 @@ static void test_get_during_remove(const char *base)
 	kvt_store_close(f.s);
 	test_set(f.c, "store.promote", "false");
 	CHECK_RC(kvt_store_open(f.c, &f.s), 0);
-	hold_nvme(&f);
+	held_wrap(f.s, 1, hold_reads);
 	atomic_store(&hold_remove_ms, 600);
 	memset(&r, 0, sizeof(r));
 	CHECK_RC(kvt_remove(f.s, &f.k, test_box_cb, &r), 0);

@@ -55,12 +55,11 @@
  *     nothing evictable'). Now the cleaner passes over a slot it cannot clean.
  * Exit 0 pass, 1 fail.
  */
-#include <pthread.h>
-#include <stdatomic.h>
-
 #include "engine.h"
 #include "testlib.h"
 #include "tier.h"
+
+#include "lib/held_tier.h"
 
 /* Writes have a deadline of at most CEIL_MS (room for a sanitizer build on a loaded
  * machine: only the held write may miss it); the held one reaches the tier HOLD_MS late. */
@@ -69,10 +68,7 @@
 
 /* ------------------------------------------------------------ holding one write back */
 
-static const struct kvt_tier_ops *inner_ops;
-static struct kvt_tier_ops held_ops;
 static _Atomic int hold_next_ms; /* the next write is held this long, then submitted */
-static _Atomic int held_out;
 static _Atomic int hold_remove_ms; /* the next remove call is held this long */
 static _Atomic int removes_held;   /* remove calls held so far */
 /* the next held write's answer reaches the engine this long after the write landed (as
@@ -82,42 +78,22 @@ static _Atomic int held_landed; /* held writes that reached the tier's storage *
 static _Atomic int hold_exists_ms; /* the next exists answer is held this long */
 
 struct held {
-	int ms, answer_ms;
+	struct held_answer a; /* first; a.ms: how late a write's answer is passed on */
+	int ms;
 	bool split, remove;
 	struct kvt_tier *t;
 	struct kvt_key key, parent;
 	bool has_parent;
 	const void *head, *tail;
 	uint64_t head_len, tail_len;
-	kvt_tier_cb cb;
-	void *arg;
-	int64_t rc;
 };
-
-/* An answer held back: delivered h->answer_ms later, on a thread of its own. */
-static void *answer_later(void *p)
-{
-	struct held *h = p;
-	usleep((useconds_t)h->answer_ms * 1000);
-	h->cb(h->arg, h->rc);
-	free(h);
-	atomic_fetch_sub(&held_out, 1);
-	return NULL;
-}
 
 static void answer_held(void *arg, int64_t rc)
 {
 	struct held *h = arg;
-	pthread_t th;
-	h->rc = rc;
 	if (!h->remove && rc >= 0)
 		atomic_fetch_add(&held_landed, 1);
-	if (!h->answer_ms || pthread_create(&th, NULL, answer_later, h)) {
-		h->answer_ms = 0;
-		answer_later(h);
-		return;
-	}
-	pthread_detach(th);
+	held_answered(h, rc);
 }
 
 static void *submit_later(void *p)
@@ -125,7 +101,7 @@ static void *submit_later(void *p)
 	struct held *h = p;
 	usleep((useconds_t)h->ms * 1000);
 	const struct kvt_key *parent = h->has_parent ? &h->parent : NULL;
-	/* held_out counts the answer too (answer_held lets go of it and of h), and this call
+	/* held_out counts the answer too (held_answered lets go of it and of h), and this call
 	 * until it has returned: the tier may answer before */
 	atomic_fetch_add(&held_out, 1);
 	int rc = h->remove ? inner_ops->remove(h->t, &h->key, answer_held, h)
@@ -134,9 +110,8 @@ static void *submit_later(void *p)
 			  : inner_ops->write_chained(h->t, &h->key, parent, h->head, h->head_len,
 						     answer_held, h);
 	if (rc < 0) {
-		h->cb(h->arg, rc);
-		free(h);
-		atomic_fetch_sub(&held_out, 1);
+		h->a.ms = 0;
+		held_answered(h, rc);
 	}
 	atomic_fetch_sub(&held_out, 1);
 	return NULL;
@@ -144,14 +119,11 @@ static void *submit_later(void *p)
 
 static bool hold(struct held *h)
 {
-	pthread_t th;
 	atomic_fetch_add(&held_out, 1);
-	if (pthread_create(&th, NULL, submit_later, h)) {
-		atomic_fetch_sub(&held_out, 1);
-		return false;
-	}
-	pthread_detach(th);
-	return true;
+	if (held_start(submit_later, h))
+		return true;
+	atomic_fetch_sub(&held_out, 1);
+	return false;
 }
 
 static int held_write_split(struct kvt_tier *t, const struct kvt_key *key,
@@ -163,9 +135,9 @@ static int held_write_split(struct kvt_tier *t, const struct kvt_key *key,
 	if (!h)
 		return inner_ops->write_split(t, key, parent, head, head_len, tail, tail_len, cb,
 					      arg);
-	*h = (struct held){.ms = ms, .split = true, .t = t, .key = *key, .has_parent = parent != NULL,
-			   .head = head, .head_len = head_len, .tail = tail, .tail_len = tail_len,
-			   .cb = cb, .arg = arg};
+	*h = (struct held){.a = {.cb = cb, .arg = arg}, .ms = ms, .split = true, .t = t,
+			   .key = *key, .has_parent = parent != NULL, .head = head,
+			   .head_len = head_len, .tail = tail, .tail_len = tail_len};
 	if (parent)
 		h->parent = *parent;
 	return hold(h) ? 0 : -ENOMEM;
@@ -179,9 +151,9 @@ static int held_write_chained(struct kvt_tier *t, const struct kvt_key *key,
 	struct held *h = ms ? calloc(1, sizeof(*h)) : NULL;
 	if (!h)
 		return inner_ops->write_chained(t, key, parent, obj, len, cb, arg);
-	*h = (struct held){.ms = ms, .answer_ms = atomic_exchange(&hold_answer_ms, 0), .t = t,
-			   .key = *key, .has_parent = parent != NULL, .head = obj, .head_len = len,
-			   .cb = cb, .arg = arg};
+	*h = (struct held){.a = {.ms = atomic_exchange(&hold_answer_ms, 0), .cb = cb, .arg = arg},
+			   .ms = ms, .t = t, .key = *key, .has_parent = parent != NULL, .head = obj,
+			   .head_len = len};
 	if (parent)
 		h->parent = *parent;
 	return hold(h) ? 0 : -ENOMEM;
@@ -193,52 +165,23 @@ static int held_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_c
 	struct held *h = ms ? calloc(1, sizeof(*h)) : NULL;
 	if (!h)
 		return inner_ops->remove(t, key, cb, arg);
-	*h = (struct held){.ms = ms, .remove = true, .t = t, .key = *key, .cb = cb, .arg = arg};
+	*h = (struct held){.a = {.cb = cb, .arg = arg}, .ms = ms, .remove = true, .t = t,
+			   .key = *key};
 	atomic_fetch_add(&removes_held, 1);
 	return hold(h) ? 0 : -ENOMEM;
 }
 
 /* An exists call whose answer is held: the tier looks when asked, the engine hears later. */
-struct held_exists {
-	int ms;
-	kvt_tier_cb cb;
-	void *arg;
-	int64_t rc;
-};
-
-static void *exists_later(void *p)
-{
-	struct held_exists *e = p;
-	usleep((useconds_t)e->ms * 1000);
-	e->cb(e->arg, e->rc);
-	free(e);
-	atomic_fetch_sub(&held_out, 1);
-	return NULL;
-}
-
-static void exists_answered(void *arg, int64_t rc)
-{
-	struct held_exists *e = arg;
-	pthread_t th;
-	e->rc = rc;
-	if (pthread_create(&th, NULL, exists_later, e)) {
-		e->ms = 0;
-		exists_later(e);
-		return;
-	}
-	pthread_detach(th);
-}
-
 static int held_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
 		       uint8_t *present, kvt_tier_cb cb, void *arg)
 {
 	int ms = atomic_exchange(&hold_exists_ms, 0);
-	struct held_exists *e = ms ? calloc(1, sizeof(*e)) : NULL;
+	struct held_answer *e = ms ? calloc(1, sizeof(*e)) : NULL;
 	if (!e)
 		return inner_ops->exists(t, keys, n, present, cb, arg);
-	*e = (struct held_exists){.ms = ms, .cb = cb, .arg = arg};
+	*e = (struct held_answer){.ms = ms, .cb = cb, .arg = arg};
 	atomic_fetch_add(&held_out, 1);
-	int rc = inner_ops->exists(t, keys, n, present, exists_answered, e);
+	int rc = inner_ops->exists(t, keys, n, present, held_answered, e);
 	if (rc < 0) {
 		free(e);
 		atomic_fetch_sub(&held_out, 1);
@@ -246,17 +189,13 @@ static int held_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t 
 	return rc;
 }
 
-/* Route the nvme tier at chain position pos through the holder. */
-static void wrap(struct kvt_store *s, int pos)
+/* held_wrap's entries: writes, removes and exists */
+static void hold_writes(struct kvt_tier_ops *o)
 {
-	struct kvt_tier *t = kvt__store_tier(s, pos);
-	inner_ops = t->ops;
-	held_ops = *inner_ops;
-	held_ops.write_split = held_write_split;
-	held_ops.write_chained = held_write_chained;
-	held_ops.remove = held_remove;
-	held_ops.exists = held_exists;
-	t->ops = &held_ops;
+	o->write_split = held_write_split;
+	o->write_chained = held_write_chained;
+	o->remove = held_remove;
+	o->exists = held_exists;
 }
 
 static void wait_held(struct kvt_store *s)
@@ -271,16 +210,6 @@ static void wait_held(struct kvt_store *s)
 
 /* ------------------------------------------------------------ the sections */
 
-struct fixture {
-	char dir[300];
-	struct kvt_config *c;
-	struct kvt_store *s;
-	size_t len;
-	uint32_t tokens;
-	uint8_t *buf, *back;
-	struct kvt_key k;
-};
-
 /* 4 MiB chunks (zero-copy size), writes under a deadline of at most CEIL_MS. */
 static void setup(struct fixture *f, const char *base, const char *name, const char *tiers)
 {
@@ -293,7 +222,7 @@ static void setup(struct fixture *f, const char *base, const char *name, const c
 	snprintf(ceil, sizeof(ceil), "%d", CEIL_MS);
 	test_set_deadline(f->c, ceil, "100");
 	CHECK_RC(kvt_store_open(f->c, &f->s), 0); /* the config is kept for a reopen */
-	wrap(f->s, strcmp(tiers, "nvme") ? 1 : 0);
+	held_wrap(f->s, strcmp(tiers, "nvme") ? 1 : 0, hold_writes);
 	const struct kvt_geometry *g = kvt_store_geometry(f->s);
 	f->tokens = g->chunk_tokens;
 	f->len = kvt_payload_bytes(g, g->chunk_tokens);
@@ -307,6 +236,72 @@ static void reopen(struct fixture *f)
 {
 	kvt_store_close(f->s);
 	CHECK_RC(kvt_store_open(f->c, &f->s), 0);
+}
+
+/* Opened again with the section's settings, NVMe held again. */
+static void reopen_held(struct fixture *f)
+{
+	reopen(f);
+	held_wrap(f->s, 1, hold_writes);
+}
+
+/* dram,nvme, under a deadline the held calls stay well within (5 s), and the key put and
+ * flushed: on NVMe. */
+static void setup_flushed(struct fixture *f, const char *base, const char *name)
+{
+	setup(f, base, name, "dram,nvme");
+	test_set_deadline(f->c, "5000", "100");
+	reopen_held(f);
+	CHECK_RC(kvt_put_sync(f->s, &f->k, NULL, f->tokens, f->buf, f->len), 0);
+	CHECK_RC(kvt_flush_sync(f->s), 0);
+}
+
+/* DRAM cut to a few 4 MiB slots, the least recently used evicted first, and the store
+ * opened again (reopen_held): how many slots it has. */
+enum { MAXN = 16 };
+static int small_dram(struct fixture *f)
+{
+	test_set(f->c, "dram.bytes", "32MiB");
+	test_set(f->c, "dram.policy", "lru");
+	reopen_held(f);
+	int n = (int)kvt__dram_slots(kvt__store_dram(f->s));
+	CHECK(n >= 2 && n <= MAXN);
+	return n;
+}
+
+/* n fresh keys put (one told to retry is retried, within a bound). */
+static void put_fresh(struct fixture *f, const struct kvt_key *fresh, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int rc;
+		uint64_t t0 = test_now_ns();
+		while ((rc = kvt_put_sync(f->s, &fresh[i], NULL, f->tokens, f->buf, f->len)) ==
+			   -EAGAIN &&
+		       test_ms_since(t0) < 2 * CEIL_MS)
+			kvt_poll(f->s, 10);
+		if (rc)
+			printf("    fresh put %d: %s\n", i, kvt_strerror(rc));
+		CHECK_RC(rc, 0);
+	}
+}
+
+/* The key put, its write held HOLD_MS: back once the write-behind job has ended at its
+ * deadline (CEIL_MS), before the write lands. */
+static void put_late(struct fixture *f)
+{
+	atomic_store(&hold_next_ms, HOLD_MS);
+	CHECK_RC(kvt_put_sync(f->s, &f->k, NULL, f->tokens, f->buf, f->len), 0);
+	usleep((CEIL_MS + 400) * 1000);
+}
+
+/* The key is a miss to a get and to a lookup. */
+static void check_gone(struct fixture *f, const char *when)
+{
+	struct kvt_result res;
+	int rc = kvt_get_sync(f->s, &f->k, 0, 0, f->back, f->len, &res);
+	printf("    get %s: %s (tier %d)\n", when, kvt_strerror(rc), rc == 0 ? res.tier : -1);
+	CHECK_RC(rc, -ENOENT);
+	CHECK_EQ(kvt_lookup_sync(f->s, &f->k, 1, NULL), 0);
 }
 
 /* The key's bytes in the store, checked. */
@@ -379,9 +374,7 @@ static void test_remove_after_deadline(const char *base)
 	printf("  3. remove after the write missed its deadline\n");
 	struct fixture f;
 	setup(&f, base, "late", "dram,nvme");
-	atomic_store(&hold_next_ms, HOLD_MS);
-	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
-	usleep((CEIL_MS + 400) * 1000); /* the write-behind job has ended at its deadline */
+	put_late(&f);
 	int rc = kvt_remove_sync(f.s, &f.k);
 	printf("    remove: %d tier(s)\n", rc);
 	CHECK(rc >= 1);
@@ -428,9 +421,7 @@ static void test_late_write_undo_read(const char *base)
 	printf("  5. remove after the write missed its deadline; a get while its undo is out\n");
 	struct fixture f;
 	setup(&f, base, "undo", "dram,nvme");
-	atomic_store(&hold_next_ms, HOLD_MS);
-	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
-	usleep((CEIL_MS + 400) * 1000); /* the write-behind job has ended at its deadline */
+	put_late(&f);
 	int held0 = atomic_load(&removes_held);
 	CHECK(kvt_remove_sync(f.s, &f.k) >= 1); /* done: the late write has not landed yet */
 	atomic_store(&hold_remove_ms, HOLD_MS); /* the engine's removal of the late write */
@@ -438,17 +429,9 @@ static void test_late_write_undo_read(const char *base)
 	while (atomic_load(&removes_held) == held0 && test_ms_since(t0) < 20000)
 		kvt_poll(f.s, 10);
 	CHECK(atomic_load(&removes_held) > held0); /* the write landed, its undo is held */
-	struct kvt_result res;
-	int rc = kvt_get_sync(f.s, &f.k, 0, 0, f.back, f.len, &res);
-	printf("    get while the undo is out: %s (tier %d)\n", kvt_strerror(rc),
-	       rc == 0 ? res.tier : -1);
-	CHECK_RC(rc, -ENOENT);
-	CHECK_EQ(kvt_lookup_sync(f.s, &f.k, 1, NULL), 0);
+	check_gone(&f, "while the undo is out");
 	wait_held(f.s);
-	rc = kvt_get_sync(f.s, &f.k, 0, 0, f.back, f.len, &res);
-	printf("    get after the undo: %s (tier %d)\n", kvt_strerror(rc), rc == 0 ? res.tier : -1);
-	CHECK_RC(rc, -ENOENT);
-	CHECK_EQ(kvt_lookup_sync(f.s, &f.k, 1, NULL), 0);
+	check_gone(&f, "after the undo");
 	teardown(&f);
 }
 
@@ -456,12 +439,7 @@ static void test_put_while_remove_out(const char *base)
 {
 	printf("  6. put and flush while a remove's NVMe call is out, in time\n");
 	struct fixture f;
-	setup(&f, base, "rmout", "dram,nvme");
-	test_set_deadline(f.c, "5000", "100"); /* the held call stays well within it */
-	reopen(&f);
-	wrap(f.s, 1);
-	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
-	CHECK_RC(kvt_flush_sync(f.s), 0);
+	setup_flushed(&f, base, "rmout");
 	atomic_store(&hold_remove_ms, 600);
 	rm_done = 0;
 	CHECK_RC(kvt_remove(f.s, &f.k, rm_cb, NULL), 0);
@@ -485,28 +463,17 @@ static void test_late_answer_window(const char *base)
 	printf("  7. remove after the write missed its deadline; it lands, its answer comes late\n");
 	struct fixture f;
 	setup(&f, base, "window", "dram,nvme");
-	atomic_store(&hold_next_ms, HOLD_MS);
 	atomic_store(&hold_answer_ms, 1500); /* landed on NVMe, the engine hears 1.5 s later */
-	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
-	usleep((CEIL_MS + 400) * 1000); /* the write-behind job has ended at its deadline */
+	put_late(&f);
 	int landed0 = atomic_load(&held_landed);
 	CHECK(kvt_remove_sync(f.s, &f.k) >= 1); /* done: the late write has not landed yet */
 	uint64_t t0 = test_now_ns();
 	while (atomic_load(&held_landed) == landed0 && test_ms_since(t0) < 20000)
 		usleep(5000);
 	CHECK(atomic_load(&held_landed) > landed0); /* on NVMe; the engine has not heard */
-	struct kvt_result res;
-	int rc = kvt_get_sync(f.s, &f.k, 0, 0, f.back, f.len, &res);
-	printf("    get before the late answer: %s (tier %d)\n", kvt_strerror(rc),
-	       rc == 0 ? res.tier : -1);
-	CHECK_RC(rc, -ENOENT);
-	CHECK_EQ(kvt_lookup_sync(f.s, &f.k, 1, NULL), 0);
+	check_gone(&f, "before the late answer");
 	wait_held(f.s); /* the late answer, and the removal it starts */
-	rc = kvt_get_sync(f.s, &f.k, 0, 0, f.back, f.len, &res);
-	printf("    get after the late answer: %s (tier %d)\n", kvt_strerror(rc),
-	       rc == 0 ? res.tier : -1);
-	CHECK_RC(rc, -ENOENT);
-	CHECK_EQ(kvt_lookup_sync(f.s, &f.k, 1, NULL), 0);
+	check_gone(&f, "after the late answer");
 	reopen(&f);
 	CHECK_EQ(kvt_lookup_sync(f.s, &f.k, 1, NULL), 0);
 	teardown(&f);
@@ -516,12 +483,7 @@ static void test_lookup_after_remove(const char *base)
 {
 	printf("  8. a lookup issued after kvt_remove; the tier answers it after the remove\n");
 	struct fixture f;
-	setup(&f, base, "lookup", "dram,nvme");
-	test_set_deadline(f.c, "5000", "100"); /* the held calls stay well within it */
-	reopen(&f);
-	wrap(f.s, 1);
-	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
-	CHECK_RC(kvt_flush_sync(f.s), 0); /* on NVMe */
+	setup_flushed(&f, base, "lookup");
 	struct test_box rm = {0}, lk = {0};
 	int8_t tiers[1];
 	atomic_store(&hold_remove_ms, 300); /* reaches NVMe after the exists ran there */
@@ -547,8 +509,7 @@ static void test_late_write_while_closing(const char *base)
 	struct fixture f;
 	setup(&f, base, "closing", "dram,nvme");
 	test_set_deadline(f.c, "3000", "2000");
-	reopen(&f);
-	wrap(f.s, 1);
+	reopen_held(&f);
 	struct kvt_key k2;
 	test_chain_keys(f.s, &k2, 1, 4343);
 	atomic_store(&hold_next_ms, 3500); /* misses its deadline (3 s) */
@@ -597,18 +558,12 @@ static void test_rewrite_after_late_remove(const char *base)
 	printf("  11. a full DRAM of keys put again while their remove calls were late\n");
 	struct fixture f;
 	setup(&f, base, "rewrite", "dram,nvme");
-	test_set(f.c, "dram.bytes", "32MiB"); /* a few 4 MiB slots */
-	test_set(f.c, "dram.policy", "lru"); /* the fresh keys evict the older ones */
 	/* a loaded machine's lookup in time: the late removes must not open NVMe's circuit (a
 	 * write skipped as unwell is not written again: that tier lacks it) */
 	char ceil[16];
 	snprintf(ceil, sizeof(ceil), "%d", CEIL_MS);
 	test_set_deadline(f.c, ceil, "500");
-	reopen(&f);
-	wrap(f.s, 1);
-	enum { MAXN = 16 };
-	int n = (int)kvt__dram_slots(kvt__store_dram(f.s));
-	CHECK(n >= 2 && n <= MAXN);
+	int n = small_dram(&f); /* the fresh keys evict the older ones */
 	struct kvt_key k[MAXN], fresh[MAXN];
 	test_chain_keys(f.s, k, n, 5151);
 	test_chain_keys(f.s, fresh, n, 6161);
@@ -632,18 +587,8 @@ static void test_rewrite_after_late_remove(const char *base)
 	for (int i = 0; i < n; i++) /* not written to NVMe while its remove call is out */
 		CHECK_RC(kvt_put_sync(f.s, &k[i], NULL, f.tokens, f.buf, f.len), 0);
 	wait_held(f.s); /* every late remove ran on NVMe and was answered */
-	/* No flush: DRAM takes n fresh keys (a put told to retry is retried, within a bound),
-	 * evicting every re-put key, which NVMe then holds. */
-	for (int i = 0; i < n; i++) {
-		int rc;
-		uint64_t t0 = test_now_ns();
-		while ((rc = kvt_put_sync(f.s, &fresh[i], NULL, f.tokens, f.buf, f.len)) == -EAGAIN &&
-		       test_ms_since(t0) < 2 * CEIL_MS)
-			kvt_poll(f.s, 10);
-		if (rc)
-			printf("    fresh put %d: %s\n", i, kvt_strerror(rc));
-		CHECK_RC(rc, 0);
-	}
+	/* No flush: DRAM takes n fresh keys, evicting every re-put key, which NVMe then holds. */
+	put_fresh(&f, fresh, n);
 	int on_nvme = 0;
 	for (int i = 0; i < n; i++) {
 		int8_t tier[1];
@@ -660,14 +605,8 @@ static void test_writeback_blocked_coldest(const char *base)
 	printf("  12. write-back, the coldest dirty slot's key has a remove call out, late\n");
 	struct fixture f;
 	setup(&f, base, "wbcold", "dram,nvme");
-	test_set(f.c, "dram.bytes", "32MiB"); /* a few 4 MiB slots */
 	test_set(f.c, "store.write_policy", "write-back");
-	test_set(f.c, "dram.policy", "lru"); /* the key put first is the coldest */
-	reopen(&f);
-	wrap(f.s, 1);
-	enum { MAXN = 16 };
-	int n = (int)kvt__dram_slots(kvt__store_dram(f.s));
-	CHECK(n >= 2 && n <= MAXN);
+	int n = small_dram(&f); /* the key put first is the coldest */
 	struct kvt_key fresh[MAXN];
 	test_chain_keys(f.s, fresh, n, 7171);
 	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0);
@@ -675,16 +614,7 @@ static void test_writeback_blocked_coldest(const char *base)
 	atomic_store(&hold_remove_ms, 4 * HOLD_MS); /* out past every put below */
 	CHECK(kvt_remove_sync(f.s, &f.k) >= 1);
 	CHECK_RC(kvt_put_sync(f.s, &f.k, NULL, f.tokens, f.buf, f.len), 0); /* dirty, coldest */
-	for (int i = 0; i < n; i++) { /* DRAM cleans and evicts the others for them */
-		int rc;
-		uint64_t t0 = test_now_ns();
-		while ((rc = kvt_put_sync(f.s, &fresh[i], NULL, f.tokens, f.buf, f.len)) == -EAGAIN &&
-		       test_ms_since(t0) < 2 * CEIL_MS)
-			kvt_poll(f.s, 10);
-		if (rc)
-			printf("    fresh put %d: %s\n", i, kvt_strerror(rc));
-		CHECK_RC(rc, 0);
-	}
+	put_fresh(&f, fresh, n); /* DRAM cleans and evicts the others for them */
 	printf("    %d fresh puts ok while the remove call was out\n", n);
 	wait_held(f.s); /* the late remove ran on NVMe */
 	reopen(&f); /* a clean close writes the dirty slot */

@@ -2,8 +2,9 @@
  * device_store_open.h - the store the device-layer integration tests run on: a DRAM
  * store of the given geometry (bf16, no huge pages), optionally with a MAC and encryption at
  * rest and a deeper nvme tier, and a poll until an op has completed. Shared by
- * device_store.c and device_store_status.c; uses the CHECK each defines before including
- * it, and tests/unit/device_common.h's struct tr_done.
+ * device_store.c, device_store_pageable.c and device_store_status.c, with their CHECK
+ * (its messages start with the DSO_TEST each defines before including it); uses
+ * tests/unit/device_common.h's struct tr_done.
  */
 #ifndef KVT_TEST_DEVICE_STORE_OPEN_H
 #define KVT_TEST_DEVICE_STORE_OPEN_H
@@ -13,6 +14,26 @@
 #include <stdlib.h>
 
 #include "kvtier.h"
+
+#define CHECK(c)                                                                                   \
+	do {                                                                                       \
+		if (!(c)) {                                                                        \
+			fprintf(stderr, DSO_TEST ": %s:%d: check failed: %s\n", __FILE__,          \
+				__LINE__, #c);                                                     \
+			exit(1);                                                                   \
+		}                                                                                  \
+	} while (0)
+
+/* The tests' geometry: 4 layers of 8 KV heads, head_dim wide, 64-token chunks, bf16. */
+static inline struct kvt_geometry dso_geometry(uint32_t head_dim)
+{
+	return (struct kvt_geometry){.layers = 4,
+				     .kv_heads = 8,
+				     .head_dim = head_dim,
+				     .chunk_tokens = 64,
+				     .dtype = KVT_DTYPE_BF16,
+				     .kind = KVT_KIND_KV};
+}
 
 /* protect: with a MAC and encryption at rest (keys from the environment); nvme_dir: a
  * deeper nvme tier there (NULL: DRAM only) */
