@@ -86,6 +86,21 @@ static void cancel(struct part **pp)
 	n_cancelled++;
 }
 
+/* Unlink *pp, a part with claims still out: its slot is cancelled but kept until they are
+ * reported or dropped, and each is answered err. mu held. */
+static void quarantine(struct part **pp, int err)
+{
+	struct part *p = *pp;
+	*pp = p->next;
+	kvt__store_cancel_keep(store, &p->ref);
+	p->error = err;
+	p->next = quar;
+	quar = p;
+	n_open--;
+	n_quar++;
+	n_cancelled++;
+}
+
 static struct part **find(const struct kvt_key *skey)
 {
 	struct part **pp = &tab;
@@ -141,14 +156,7 @@ static uint64_t sweep_for(const void *conn, uint64_t *next_any)
 		if (!p->claimed && (p->error || now - p->touched_ns > stale)) {
 			cancel(pp);
 		} else if (p->claimed && lease_ns && now - p->touched_ns >= lease_ns) {
-			*pp = p->next;
-			kvt__store_cancel_keep(store, &p->ref);
-			p->error = -ETIMEDOUT;
-			p->next = quar;
-			quar = p;
-			n_open--;
-			n_quar++;
-			n_cancelled++;
+			quarantine(pp, -ETIMEDOUT);
 		} else {
 			if (!p->claimed)
 				any = KVT_MIN(any, p->touched_ns + stale + 1);
@@ -216,18 +224,10 @@ void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim_out
 		 * drop it, and this rank, asking after the remove, starts a new one rather than
 		 * finishing it. The old one goes as an expired one does: at once if no claim is
 		 * out, else quarantined until the claims are reported or dropped. */
-		if (!p->claimed) {
+		if (!p->claimed)
 			cancel(pp);
-		} else {
-			*pp = p->next;
-			kvt__store_cancel_keep(store, &p->ref);
-			p->error = -ECANCELED;
-			p->next = quar;
-			quar = p;
-			n_open--;
-			n_quar++;
-			n_cancelled++;
-		}
+		else
+			quarantine(pp, -ECANCELED);
 		p = NULL;
 	}
 	if (!p) {
