@@ -353,12 +353,12 @@ struct kvt_store {
 	_Atomic uint8_t hitcount[SELECTIVE_SLOTS];
 
 	/* object-sized aligned buffers for chains without DRAM, reused (no mmap per I/O);
-	 * objects under 1 MiB: carved from 2 MiB huge-page regions (engine_read.c) */
+	 * objects under 2 MiB: carved from huge-page regions (engine_read.c), kept to close */
 	pthread_mutex_t bounce_lock;
 	void *bounce[BOUNCE_CACHE];
 	int n_bounce;
 	void *bounce_carved;   /* free carved buffers, linked through their first word */
-	void **bounce_regions; /* the 2 MiB regions carved, freed at close */
+	void **bounce_regions; /* the regions carved (carve_region bytes), freed at close */
 	uint32_t n_regions, cap_regions;
 
 	_Atomic uint64_t puts, gets, lookups, prefetches, lookup_chunks, lookup_hit_chunks,

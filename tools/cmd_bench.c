@@ -987,7 +987,8 @@ int kvt_cmd_bench(int argc, char **argv)
 	struct phase_result kr[3] = {0}, rr[3] = {0}, dr[3] = {0};
 	bool have_dsync = false;
 	/* reference rounds (fio --sync=dsync's included) that failed or measured nothing;
-	 * a reference that declined to run (a Redis password, no free database) is none */
+	 * a reference that declined to run (a Redis password, no free database, S3 keys not
+	 * in the environment) is none */
 	int ref_failed = 0;
 	double spread[3][2] = {{0}};
 	double slice = o.seconds / o.rounds;
@@ -1114,7 +1115,8 @@ int kvt_cmd_bench(int argc, char **argv)
 				}
 			}
 			rok[r] = ref_round_ok(rrc, &rround[r], phases[p]);
-			bool declined = rrc == -EPERM || (rrc == -EBUSY && !strcmp(o.tier, "redis"));
+			bool declined = rrc == -EPERM || rrc == -ENOKEY ||
+					(rrc == -EBUSY && !strcmp(o.tier, "redis"));
 			if (!rok[r] && !declined) {
 				ref_failed++;
 				if (rrc == 0)
@@ -1127,6 +1129,10 @@ int kvt_cmd_bench(int argc, char **argv)
 				fprintf(stderr, "kvtier bench: no reference: redis-benchmark takes a "
 						"password only on its command line, which any user "
 						"can read\n");
+			else if (rrc == -ENOKEY)
+				fprintf(stderr, "kvtier bench: no reference: curl needs the S3 keys in "
+						"AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY and an "
+						"endpoint (s3.endpoint or KVTIER_S3_ENDPOINT)\n");
 			else if (rrc == -EBUSY && !strcmp(o.tier, "redis"))
 				fprintf(stderr, "kvtier bench: no reference: no empty redis database "
 						"(1-15, not the tier's) for redis-benchmark to write "
