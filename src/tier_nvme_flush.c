@@ -16,6 +16,12 @@
  * syncs: a flush never vouches for a name whose sync another flush still has in flight. A
  * leaf whose sync failed is dirty again, and the flush fails with that error.
  *
+ * The small-object log (tier_nvme_log.c) renames nothing: its puts are answered once their
+ * batch is written (and fdatasynced with data/full), but a remove of a log object is
+ * answered once its tombstone is queued, so a flush also waits until the log has written
+ * every tombstone queued before it (nv_flush_waits); with none, the log's writes mark their
+ * drive for the syncfs (nv_dirty_fs).
+ *
  * A write whose file was renamed out of another directory - an evicted object's file
  * (recycled), a spare's, a preallocated slot's in <dir>/pool - changes that one too, and
  * on a file system without a journal (ext4 -O ^has_journal, ext2) a sync of the new name's
@@ -37,6 +43,25 @@ void nv_dirty_leaf(struct nv *s, uint32_t dir, uint32_t leaf)
 void nv_dirty(struct nv *s, uint32_t dir, const struct kvt_key *k)
 {
 	nv_dirty_leaf(s, dir, k->bytes[0]);
+}
+
+/* A change of directory dir's drive that only a syncfs makes durable: with nvme.fsync=none,
+ * the small-object log's writes (its batches, headers, log/head, segments made or voided);
+ * with data and full they are durable before they count (tier_nvme_log.c). Until
+ * 2026-12-03 nothing marked them, and a flush after log puts only ran no syncfs: after a
+ * power cut every flushed log put was lost (integ.nvme_log_powercut). */
+void nv_dirty_fs(struct nv *s, uint32_t dir)
+{
+	if (s->fsync_mode == NV_FSYNC_NONE)
+		s->dirs[dir].dirty[0] |= 1; /* with none, any bit means "syncfs this drive" */
+}
+
+/* Flush f waits for the writes submitted before it, and for the log's removals queued
+ * before it to be written (nv_log_flushed): a remove of a log object is answered once its
+ * tombstone is queued. */
+bool nv_flush_waits(const struct nv *s, const struct nv_op *f)
+{
+	return (s->whead && s->whead->seq <= f->seq) || !nv_log_flushed(s, f->tomb_mark);
 }
 
 static void leaf_name(uint32_t leaf, char out[8])
@@ -93,6 +118,8 @@ static void round_start(struct nv *s, struct nv_op *f)
 			d->dirty[0] = 1; /* tried again at the next flush */
 		}
 	}
+	if (!f->err)
+		f->err = nv_log_flush_err(s);
 	f->stage = ST_F_SYNC;
 	nv_pump(s, f);
 }

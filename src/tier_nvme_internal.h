@@ -152,6 +152,7 @@ struct nv_op {
 	void *arg;
 	struct kvt_key key;
 	uint64_t seq; /* writes and flushes */
+	uint64_t tomb_mark; /* flush: the log's removals queued before it (nv_log_flushed) */
 	/* write: the object at obj, len bytes; or, split (tail non-NULL), its first head_len
 	 * bytes at obj and the rest at tail */
 	const uint8_t *obj;
@@ -345,7 +346,8 @@ int nv_make_room(struct nv *s, uint64_t len, struct nv_op *op);
 int nv_evict_in_dir(struct nv *s, uint32_t dir, uint64_t len);
 
 /* tier_nvme_pool.c */
-int nv_pool_scan(struct nv *s);
+/* objects: the open's object files (nv_scan_is_object tells a slot that is one of them) */
+int nv_pool_scan(struct nv *s, const void *objects, size_t nobjects);
 bool nv_pool_take(struct nv *s, struct nv_op *op);
 bool nv_pool_untake(struct nv *s, struct nv_op *op);
 bool nv_pool_keep(struct nv *s, struct nv_ent *e);
@@ -399,6 +401,8 @@ void *nv_ring_main(void *arg);
 void nv_dirty(struct nv *s, uint32_t dir, const struct kvt_key *k);
 void nv_dirty_leaf(struct nv *s, uint32_t dir, uint32_t leaf);
 int nv_leaf_open(struct nv *s, uint32_t dir, uint32_t leaf);
+void nv_dirty_fs(struct nv *s, uint32_t dir);
+bool nv_flush_waits(const struct nv *s, const struct nv_op *f);
 void nv_flush_ready(struct nv *s, struct nv_op *f);
 bool nv_flush_pump(struct nv *s, struct nv_op *f);
 void nv_flush_on_cqe(struct nv *s, struct nv_io *io, int res);
@@ -408,6 +412,7 @@ int nv_scan_anomalies(struct kvt_tier *t, void (*fn)(void *arg, const char *path
 		      void *arg);
 void nv_chains_save(struct nv *s);
 int nv_rebuild_index(struct nv *s);
+bool nv_scan_is_object(const void *items, size_t n, uint32_t dir, uint64_t ino);
 
 /* tier_nvme_write.c, shared with the log */
 int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff);
@@ -424,6 +429,9 @@ bool nv_log_busy(struct nv *s);
 void nv_log_on_cqe(struct nv *s, struct nv_io *io, int res);
 void nv_log_tombstone(struct nv *s, const struct nv_ent *e);
 int nv_log_settle(struct nv *s); /* before a remove is reported done: 0, or it is not durable */
+uint64_t nv_log_flush_mark(const struct nv *s);
+bool nv_log_flushed(const struct nv *s, uint64_t mark);
+int nv_log_flush_err(const struct nv *s);
 int nv_log_read_fd(struct nv *s, uint32_t lseg);
 void nv_log_read_ref(struct nv *s, uint32_t lseg, int delta);
 

@@ -76,6 +76,7 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 		}
 		g->bytes = lg->seg_bytes;
 		g->gen = 0;
+		nv_dirty_fs(s, 0); /* with fsync=none, a flush's syncfs makes it durable */
 	}
 	g->fd = fd;
 	return 0;
@@ -248,6 +249,7 @@ struct nv_batch *nv_log_new_batch(struct nv_log *lg)
 	b->iov[0] = (struct iovec){.iov_base = b->buf, .iov_len = NV_LOG_BLOCK};
 	b->niov = 1;
 	b->ops = b->ops_tail = NULL;
+	b->ntombs = 0;
 	b->nmv = 0;
 	b->err = 0;
 	b->syncing = false;
@@ -289,6 +291,7 @@ int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen)
 		rc = errno ? -errno : -EIO;
 	else if (s->fsync_mode != NV_FSYNC_NONE && fdatasync(lg->segs[n].fd) < 0)
 		rc = -errno;
+	nv_dirty_fs(s, 0);
 	kvt__free_aligned(blk, NV_LOG_BLOCK);
 	return rc;
 }
@@ -331,6 +334,7 @@ int nv_log_write_head(struct nv *s, uint32_t seg, uint64_t gen)
 	int rc = head_slot(s, blk, seg, gen);
 	if (!rc && created)
 		rc = head_slot(s, blk, seg, gen);
+	nv_dirty_fs(s, 0);
 	kvt__free_aligned(blk, NV_LOG_BLOCK);
 	if (!rc && s->fsync_mode != NV_FSYNC_NONE &&
 	    (fdatasync(lg->hfd) < 0 || (created && fsync(lg->dfd) < 0)))
@@ -372,6 +376,7 @@ int nv_log_settle(struct nv *s)
 			done = true;
 			if (s->fsync_mode != NV_FSYNC_NONE)
 				fsync(lg->dfd);
+			nv_dirty_fs(s, 0);
 			KVT_WARN(s->log,
 				 "nvme: log writes are stopped and a removal could not be recorded: "
 				 "%s removed, so the next open indexes nothing of the log (its "
@@ -527,6 +532,7 @@ bool nv_log_seal(struct nv *s, struct nv_batch *b)
 	b->off = lg->cur_off;
 	b->seq = ++lg->seq;
 	lg->cur_off += b->used;
+	nv_dirty_fs(s, 0); /* with fsync=none, the flush after its ack syncs it */
 	g->batches++;
 	struct nv_log_rec *r = (struct nv_log_rec *)b->buf;
 	memcpy(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic));
@@ -672,6 +678,7 @@ static bool queue_tomb(struct nv *s, const struct kvt_key *key)
 		}
 	}
 	lg->tombs[lg->tomb_head + lg->ntombs++] = *key;
+	lg->tombs_queued++;
 	return true;
 }
 
@@ -710,6 +717,7 @@ static bool drain_tombs(struct nv_log *lg, struct nv_batch *b)
 		memcpy(en->key, lg->tombs[lg->tomb_head++].bytes, KVT_KEY_BYTES);
 		en->type = NV_LOG_TOMB;
 		lg->ntombs--;
+		b->ntombs++;
 	}
 	if (!lg->ntombs)
 		lg->tomb_head = 0;
@@ -746,6 +754,31 @@ void nv_log_kick(struct nv *s)
 			op = nx;
 		}
 	}
+}
+
+/* A flush (tier_nvme_flush.c) vouches for the removes before it: true once every removal
+ * queued before it (mark: tombs_queued then) is in an acknowledged batch - written, and with
+ * nvme.fsync data/full fdatasynced -, or the log's writes stopped (the removals it could
+ * not write are owed: nv_log_settle voided the log, or the flush fails, nv_log_flush_err).
+ * Until 2026-12-03 a flush waited only for the writes before it: a log object's remove is
+ * answered once its tombstone is queued, and after a flush and a power cut the removed key
+ * came back (integ.nvme_log_powercut). */
+bool nv_log_flushed(const struct nv *s, uint64_t mark)
+{
+	const struct nv_log *lg = s->lg;
+	return !lg || lg->broken || lg->tombs_written >= mark;
+}
+
+uint64_t nv_log_flush_mark(const struct nv *s)
+{
+	return s->lg ? s->lg->tombs_queued : 0;
+}
+
+/* A flush's error from the log: a removal it could neither record nor void (the log's
+ * writes stopped and no segment could be unlinked, nv_log_settle) is not durable. */
+int nv_log_flush_err(const struct nv *s)
+{
+	return s->lg && s->lg->owed ? -EIO : 0;
 }
 
 /* Staged or written batches not yet acknowledged (close waits for them). */
@@ -797,12 +830,14 @@ static void ack(struct nv *s)
 			 * segment is acknowledged, and appends move to the next segment. */
 			if (pwrite(lg->segs[b->seg].fd, lg->zero, NV_LOG_BLOCK, (off_t)b->off) > 0)
 				fdatasync(lg->segs[b->seg].fd);
+			nv_dirty_fs(s, 0);
 			lg->fail_seg = b->seg;
 			lg->fail_upto = lg->seq;
 			if (lg->have_cur && lg->cur == b->seg)
 				lg->cur_off = lg->segs[b->seg].bytes;
 			tombs_lost(s, b);
 		}
+		lg->tombs_written += b->ntombs; /* (a failed batch's are owed: tombs_lost) */
 		nv_log_moved(s, b);
 		struct nv_op *op = b->ops;
 		b->ops = b->ops_tail = NULL;

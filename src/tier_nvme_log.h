@@ -114,6 +114,7 @@ struct nv_batch {
 	struct iovec *iov; /* the batch in order: the record, then each object where it is */
 	uint32_t niov;
 	struct nv_op *ops, *ops_tail; /* the writes it acknowledges */
+	uint32_t ntombs;	      /* removals it records (drained from nv_log.tombs) */
 	struct nv_move *mv;	      /* re-appended objects (NV_LOG_MAXENT slots) */
 	uint32_t nmv;
 	uint32_t mvseg; /* the segment they come from */
@@ -154,6 +155,10 @@ struct nv_log {
 	uint8_t *zero; /* one zeroed block */
 	struct kvt_key *tombs; /* removals not yet in a batch, oldest first from tomb_head */
 	uint32_t ntombs, tomb_head, tomb_cap;
+	/* removals ever queued, and those in acknowledged batches (queued ones go into
+	 * batches in order, batches are acknowledged in order): a flush waits until every
+	 * removal queued before it is written (nv_log_flushed) */
+	uint64_t tombs_queued, tombs_written;
 	/* writes waiting for a staging buffer or a segment, oldest first (through bnext): not
 	 * in the ring's ready list, where they would hold up reads a segment reuse waits for */
 	struct nv_op *wait_head, *wait_tail;

@@ -187,26 +187,45 @@ static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq, b
 	return rc;
 }
 
-/* log/head's newer valid slot into *h (false: no file, or no valid slot), its file kept
- * open for the run's writes (not in a read-only open). Read before the segments are listed:
- * a writer running meanwhile (a read-only open takes no lock) only adds segments and raises
- * generations, which the check allows. */
-static bool read_head(struct nv *s, struct nv_log_head *h)
+/* log/head's newer valid slot into *h: 1; 0: no head (no file, an entry that cannot be one,
+ * or no valid slot); or -errno: log/head is there but cannot be read (EACCES, EPERM,
+ * EMFILE, EIO, ...), which fails the open, with one line, before anything is written - as
+ * a segment that fails to open does (seg_open_failed). Until 2026-12-03 any failure was
+ * "no head": with the segments' headers saying the log has one, the head was taken for
+ * deleted and the log voided - a read-write open emptied every segment, and the live
+ * objects were gone for good though nothing on disk was (integ.nvme_log_head_unreadable).
+ * Its file is kept open for the run's writes (not in a read-only open). Read before the
+ * segments are listed: a writer running meanwhile (a read-only open takes no lock) only
+ * adds segments and raises generations, which the check allows. */
+static int read_head(struct nv *s, struct nv_log_head *h)
 {
 	struct nv_log *lg = s->lg;
 	_Alignas(uint64_t) uint8_t blk[NV_LOG_BLOCK];
 	int fl = (s->ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW;
 	lg->hfd = openat(lg->dfd, NV_LOG_HEAD, fl);
+	int err = 0;
+	if (lg->hfd < 0 && errno != ENOENT && errno != ELOOP && errno != EISDIR && errno != ENXIO)
+		err = -errno;
 	bool ok = false;
 	for (int i = 0; lg->hfd >= 0 && i < 2; i++) {
-		if (pread(lg->hfd, blk, NV_LOG_BLOCK, (off_t)i * NV_LOG_BLOCK) != NV_LOG_BLOCK)
-			break;
+		ssize_t got = pread(lg->hfd, blk, NV_LOG_BLOCK, (off_t)i * NV_LOG_BLOCK);
+		if (got < 0)
+			err = -errno;
+		if (got != NV_LOG_BLOCK)
+			break; /* short: a slot never written (the file's creation cut) */
 		const struct nv_log_head *x = (const struct nv_log_head *)blk;
 		if (memcmp(x->magic, NV_LOG_HEAD_MAGIC, sizeof(x->magic)) ||
 		    x->crc != nv_log_crc(blk) || (ok && x->count <= h->count))
 			continue;
 		*h = *x;
 		ok = true;
+	}
+	if (err < 0) {
+		KVT_ERR(s->log,
+			"nvme: log/head: %s: the log cannot be read whole, so the tier does not "
+			"open (nothing was changed)",
+			strerror(-err));
+		return err;
 	}
 	if (ok)
 		lg->hcount = h->count;
@@ -272,7 +291,10 @@ int nv_log_recover(struct nv *s)
 	if (!lg)
 		return 0;
 	struct nv_log_head hd = {0};
-	bool have_head = read_head(s, &hd); /* before the segments are listed: read_head */
+	int hrc = read_head(s, &hd); /* before the segments are listed: read_head */
+	if (hrc < 0)
+		return hrc;
+	bool have_head = hrc > 0;
 	int dfd2 = dup(lg->dfd);
 	DIR *dir = dfd2 >= 0 ? fdopendir(dfd2) : NULL;
 	if (!dir) {
@@ -385,7 +407,7 @@ int nv_log_recover(struct nv *s)
 	 * segment of an earlier, longer cycle with a number before it now missing (deleted,
 	 * or not a file): a gap that a larger nvme.bytes would have seen. Its tombstones and
 	 * newer puts are as needed as a missing segment's, so it voids the log too; until
-	 * 2026-12-04 the segments of the cycle were indexed without them, and a key removed or
+	 * 2026-12-03 the segments of the cycle were indexed without them, and a key removed or
 	 * replaced there came back as its older copy (integ.nvme_log_outside). A read-write
 	 * open then removes it, once the cycle is voided (left, it would void every later
 	 * open, and it takes space the cycle does not count). Others (no batch: strays,
@@ -421,7 +443,7 @@ int nv_log_recover(struct nv *s)
 		gap |= lg->segs[i].fd >= 0;
 	/* The newest segment is usually the highest-numbered file (a log not yet wrapped, or a
 	 * lap ending at the last segment): deleted, it leaves no gap, and the files left look
-	 * like a whole log one segment shorter - until 2026-12-04 indexed as such, so a key
+	 * like a whole log one segment shorter - until 2026-12-03 indexed as such, so a key
 	 * removed or replaced in the deleted segment came back as its older copy
 	 * (integ.nvme_log_newest). log/head names the segment appended to, made durable after
 	 * its header and before anything in it is acknowledged (advance): if that segment is
@@ -520,7 +542,7 @@ int nv_log_recover(struct nv *s)
 
 /* The open's writes, decided by nv_log_recover: made by the ring thread once it is set up,
  * when nothing can fail the tier's open any more, so that a failed open (out of file
- * descriptors for the ring, out of memory) changes nothing of the log. Until 2026-12-05
+ * descriptors for the ring, out of memory) changes nothing of the log. Until 2026-12-03
  * they were made during the scan: an open that then failed (io_uring setup: EMFILE) had
  * already voided the log and written log/head. A read-only open writes nothing and says
  * what a read-write one would do. */
@@ -556,6 +578,8 @@ void nv_log_open_writes(struct nv *s)
 	}
 	if (removed && s->fsync_mode != NV_FSYNC_NONE)
 		fsync(lg->dfd);
+	if (removed || w->ntorn)
+		nv_dirty_fs(s, 0); /* with fsync=none, a flush's syncfs makes them durable */
 	kvt__free(w->out);
 	w->out = NULL;
 	if (w->gap)

@@ -537,7 +537,8 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 		nv_finish(s, op, -EINVAL);
 		break;
 	case OP_FLUSH:
-		if (!s->whead || s->whead->seq > op->seq) {
+		op->tomb_mark = nv_log_flush_mark(s);
+		if (!nv_flush_waits(s, op)) {
 			nv_flush_ready(s, op); /* no write before it is out: its syncs */
 			break;
 		}

@@ -79,7 +79,7 @@ static void slot_drop(struct nv *s, uint32_t i, bool now)
 
 /* At open (writer only): each directory's pool - interrupted layouts deleted, slots
  * listed with their sizes. Creates pool/ only when nvme.preallocate asks for slots. */
-int nv_pool_scan(struct nv *s)
+int nv_pool_scan(struct nv *s, const void *objects, size_t nobjects)
 {
 	for (uint32_t di = 0; di < s->ndirs; di++) {
 		struct nv_dir *d = &s->dirs[di];
@@ -113,12 +113,30 @@ int nv_pool_scan(struct nv *s)
 			    fstatat(fd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
 			    st.st_size < KVT_ALIGN || st.st_size % KVT_ALIGN)
 				continue; /* not a slot of ours: left alone */
-			if (st.st_nlink > 1) {
-				/* Also an object's name: a crash kept the slot's entry after
-				 * the rename that published it (a file system without a
-				 * journal). Overwriting it would overwrite the object. */
-				if (!s->ro && unlinkat(fd, nm, 0) == 0)
+			if (id > s->pool_seq) /* never named again, even if not listed */
+				s->pool_seq = (uint32_t)id;
+			bool obj = nv_scan_is_object(objects, nobjects, di, (uint64_t)st.st_ino);
+			if (obj || st.st_nlink > 1) {
+				/* Also an object's name: a power cut kept the slot's entry
+				 * after the rename that published it (a file system without a
+				 * journal: the object's leaf directory reached the disk, pool/
+				 * did not). Overwriting it would overwrite the object. Such a
+				 * file's link count on disk is still 1 (a rename keeps it; e2fsck
+				 * makes it 2): unlinking the slot's name then would free the
+				 * inode the object's name holds, so it is only left out, until a
+				 * count of 2 says both names are counted. Until 2026-12-03 only
+				 * the count was checked: the slot was listed free, and the next
+				 * put of its size overwrote the object, which then served that
+				 * put's bytes (integ.nvme_pool_powercut). */
+				if (st.st_nlink > 1 && !s->ro && unlinkat(fd, nm, 0) == 0)
 					temps++;
+				else if (!s->ro)
+					KVT_WARN(
+					    s->log,
+					    "nvme: %s/%s/%s is also an object's file, with one "
+					    "link (a power cut on a file system without a "
+					    "journal: run its fsck): not used as a free slot",
+					    d->path, NV_POOL_DIR, nm);
 				continue;
 			}
 			int rc = slot_add(s, di, (uint32_t)id, (uint64_t)st.st_size);
@@ -126,8 +144,6 @@ int nv_pool_scan(struct nv *s)
 				closedir(dir);
 				return rc;
 			}
-			if (id > s->pool_seq)
-				s->pool_seq = (uint32_t)id;
 			n++;
 		}
 		closedir(dir);

@@ -14,7 +14,24 @@
 struct scan_item {
 	struct nv_ent *e;
 	int64_t mtime_ns;
+	uint64_t ino; /* the object file's inode, in directory dir (nv_pool_scan) */
+	uint32_t dir;
 };
+
+static int cmp_ino(const void *a, const void *b)
+{
+	const struct scan_item *x = a, *y = b;
+	if (x->dir != y->dir)
+		return x->dir < y->dir ? -1 : 1;
+	return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+/* Is inode ino of directory dir an object file's? (items sorted by cmp_ino) */
+bool nv_scan_is_object(const void *items, size_t n, uint32_t dir, uint64_t ino)
+{
+	const struct scan_item key = {.dir = dir, .ino = ino};
+	return n && bsearch(&key, items, n, sizeof(key), cmp_ino);
+}
 
 static int cmp_mtime(const void *a, const void *b)
 {
@@ -182,6 +199,8 @@ static int scan_dir(struct nv *s, uint32_t di, struct scan_item **items, size_t 
 			(*items)[*n].e = e;
 			(*items)[*n].mtime_ns =
 			    (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+			(*items)[*n].ino = (uint64_t)st.st_ino;
+			(*items)[*n].dir = di;
 			(*n)++;
 		}
 		closedir(dir);
@@ -272,13 +291,17 @@ int nv_rebuild_index(struct nv *s)
 			nv_leaf_push(s, items[i].e, true);
 		}
 	}
-	kvt__free(items);
 	if (!rc)
 		rc = nv_log_recover(s); /* objects in log segments (tier_nvme_log_recover.c) */
 	if (!rc && !s->ro)
 		chains_load(s);
+	/* Preallocated slots (tier_nvme_pool.c; read-only: counted), told from the object
+	 * files' inodes: a slot's name can be an object's too. */
+	if (!rc && n > 1)
+		qsort(items, n, sizeof(*items), cmp_ino);
 	if (!rc)
-		rc = nv_pool_scan(s); /* preallocated slots (tier_nvme_pool.c); read-only: counted */
+		rc = nv_pool_scan(s, items, n);
+	kvt__free(items);
 	if (!rc && !s->ro)
 		clamp_capacity(s);
 	if (!rc && !s->ro && s->used + s->pool_bytes > s->capacity) {

@@ -83,7 +83,7 @@ static void op_release(struct nv *s, struct nv_op *op)
 
 static void check_flushes(struct nv *s)
 {
-	while (s->flush_head && (!s->whead || s->whead->seq > s->flush_head->seq)) {
+	while (s->flush_head && !nv_flush_waits(s, s->flush_head)) {
 		struct nv_op *f = s->flush_head;
 		s->flush_head = f->next;
 		if (!s->flush_head)
@@ -269,8 +269,10 @@ void *nv_ring_main(void *arg)
 	for (;;) {
 		bool closing = drain_queue(s);
 		pump_ready(s);
-		if (s->lg)
+		if (s->lg) {
 			nv_log_kick(s); /* seal and write the staged batch (group commit) */
+			check_flushes(s); /* one waiting for the log's removals */
+		}
 		nv_pool_kick(s); /* lay out preallocated slots in the background */
 		if (closing && !s->active && !s->trash_inflight && !nv_log_busy(s))
 			break;
