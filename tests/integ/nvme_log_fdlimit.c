@@ -3,7 +3,7 @@
  * whose 1.kvl was deleted (a gap: the open voids every segment and rewrites log/head) is
  * opened read-write in child processes with RLIMIT_NOFILE raised one descriptor at a time
  * from just above those in use, until an open succeeds. The opens that fail run out of
- * descriptors at some step - a segment, the io_uring ring - and until 2026-12-05 those
+ * descriptors at some step - a segment, the io_uring ring - and until 2026-12-03 those
  * failing at the ring (after the index rebuild) had already voided the log and written
  * log/head: safe (the next open voids again) but not what a failed open may do. Checked:
  * every failed open leaves every entry of log/ as it was (size and mtime), at least one

@@ -4,7 +4,7 @@
  * left: one missing below a file that exists is a gap (the whole log voided,
  * nvme_log_gap.c), but the newest segment is usually the highest-numbered file (a log not
  * yet wrapped, or one whose lap ends at the last segment), and without it the files left
- * look like a whole log that ends one segment earlier. Until 2026-12-04 that log was
+ * look like a whole log that ends one segment earlier. Until 2026-12-03 that log was
  * indexed: a key replaced in the deleted segment came back with its first bytes, a key
  * removed there came back, after an acknowledged replacement and removal, and nothing was
  * logged. Now log/head names the segment appended to (written when a segment is started,

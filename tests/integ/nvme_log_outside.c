@@ -4,7 +4,7 @@
  * cycle is 0.kvl up to nvme.bytes' worth of segments, stretched over every file that follows
  * without a missing number: after nvme.bytes shrinks, a log whose files are all there is
  * still one cycle (part 1: everything indexed, removals kept). But with one of those files
- * missing, the files past it fall outside the cycle, and until 2026-12-04 they were only
+ * missing, the files past it fall outside the cycle, and until 2026-12-03 they were only
  * read for their sequence numbers: the segments of the cycle were indexed without their
  * removals and replacements, so a key removed in one of them, or replaced there, came back
  * as its older copy from a segment inside the cycle (part 2: 5.kvl deleted, 6.kvl and 7.kvl

@@ -1,7 +1,7 @@
 /*
  * nvme_log_stopped.c - a log that stops writing during a run (no usable segment, a segment
  * header or log/head that cannot be written: "log writes stop") never lets a removed key
- * come back. Until 2026-12-05 a removal in that state took the object out of the index but
+ * come back. Until 2026-12-03 a removal in that state took the object out of the index but
  * wrote no tombstone (nor did the tombstones queued when the log stopped ever land), so the
  * next open indexed the old put again: the removed key came back. The log is stopped here
  * without root: every segment of the cycle is cut to 1 MiB (shorter than one batch, passed
@@ -192,7 +192,7 @@ static void failed_batch(const char *root)
 	struct kvt_tier *t;
 
 	/* (4) a batch that fails (its segment made immutable, as root) loses the removals it
-	 * holds with it: until 2026-12-05 they were never written, and the key came back. Now
+	 * holds with it: until 2026-12-03 they were never written, and the key came back. Now
 	 * the log stops (and is voided): key 3 (0.kvl) removed while 1.kvl is appended to. */
 	snprintf(dir, sizeof(dir), "%s/d", root);
 	log_clear();
