@@ -20,20 +20,9 @@
 #include <sys/mount.h>
 
 #include "nvme_pool_util.h"
+#include "lib/loop_image.h"
 
 #define OBJ 20480 /* one full object at test_geom */
-
-static char g_root[256];
-
-static void sh(const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	CHECKM(system(cmd) == 0, "failed: %s", cmd);
-}
 
 static int present(struct kvt_tier *t, const struct kvt_key *k)
 {
@@ -210,37 +199,16 @@ static void moved_files(const char *mode)
 	free(buf);
 }
 
-/* At exit, a failed check's included (lazy: the tier's descriptors may still be open). */
-static void cleanup(void)
-{
-	char cmd[1400];
-	snprintf(cmd, sizeof(cmd),
-		 "umount -l %s/snapmnt 2>/dev/null; umount -l %s/mnt 2>/dev/null; "
-		 "umount -l %s/mnt2 2>/dev/null; rm -rf %s",
-		 g_root, g_root, g_root, g_root);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cleanup of %s failed\n", g_root);
-}
-
 int main(void)
 {
-	bool ci = getenv("CI") && !strcmp(getenv("CI"), "true");
-	if (geteuid() != 0) {
-		printf("%s: needs root to mount a loop file system\n", ci ? "FAIL" : "SKIP");
-		return ci ? 1 : 77;
-	}
-	snprintf(g_root, sizeof(g_root), "/var/tmp/kvt-nvme-powercut-XXXXXX");
-	CHECK(mkdtemp(g_root));
-	atexit(cleanup);
-	sh("truncate -s 64M %s/img && mkfs.ext4 -q -F %s/img && mkdir %s/mnt %s/snapmnt && "
-	   "mount -o loop %s/img %s/mnt",
-	   g_root, g_root, g_root, g_root, g_root, g_root);
+	int rc = loop_root("nvme-powercut");
+	if (rc)
+		return rc;
+	loop_mount("img", "mnt", 64, true);
 	one_mode("data");
 	one_mode("none");
 	one_mode("full");
-	sh("truncate -s 64M %s/img2 && mkfs.ext4 -q -F -O ^has_journal %s/img2 && mkdir %s/mnt2 && "
-	   "mount -o loop %s/img2 %s/mnt2",
-	   g_root, g_root, g_root, g_root, g_root);
+	loop_mount("img2", "mnt2", 64, false);
 	moved_files("data");
 	moved_files("full");
 	printf("nvme_flush_powercut: ok\n");

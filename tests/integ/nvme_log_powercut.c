@@ -17,21 +17,10 @@
 #include <sys/mount.h>
 
 #include "nvme_util.h"
+#include "lib/loop_image.h"
 
 #define OBJ 20480		 /* one full object at test_geom: a log object */
 enum { NPUT = 600, NREM = 400 }; /* 400 tombstones: six batches' records */
-
-static char g_root[256];
-
-static void sh(const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	CHECKM(system(cmd) == 0, "failed: %s", cmd);
-}
 
 /* A flush whose callback copies the image before it answers: the power cut. */
 struct cut {
@@ -153,38 +142,16 @@ static void one_mode(const char *mnt, const char *img, const char *mode, bool sy
 	check_copy(snapdir, mode, seed, what);
 }
 
-static void cleanup(void)
-{
-	char cmd[1400];
-	snprintf(cmd, sizeof(cmd),
-		 "umount -l %s/snapmnt 2>/dev/null; umount -l %s/mnt 2>/dev/null; "
-		 "umount -l %s/mnt2 2>/dev/null; rm -rf %s",
-		 g_root, g_root, g_root, g_root);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cleanup of %s failed\n", g_root);
-}
-
 int main(void)
 {
-	bool ci = getenv("CI") && !strcmp(getenv("CI"), "true");
-	if (geteuid() != 0) {
-		printf("%s: needs root to mount a loop file system\n", ci ? "FAIL" : "SKIP");
-		return ci ? 1 : 77;
-	}
-	snprintf(g_root, sizeof(g_root), "/var/tmp/kvt-nvme-log-powercut-XXXXXX");
-	CHECK(mkdtemp(g_root));
-	atexit(cleanup);
-	/* 3 x 64 MiB of fallocated segments */
-	sh("truncate -s 256M %s/img && mkfs.ext4 -q -F %s/img && mkdir %s/mnt %s/snapmnt && "
-	   "mount -o loop %s/img %s/mnt",
-	   g_root, g_root, g_root, g_root, g_root, g_root);
+	int rc = loop_root("nvme-log-powercut");
+	if (rc)
+		return rc;
+	loop_mount("img", "mnt", 256, true); /* 3 x 64 MiB of fallocated segments */
 	one_mode("mnt", "img", "none", false, "journal");
 	one_mode("mnt", "img", "data", false, "journal");
 	one_mode("mnt", "img", "full", false, "journal");
-	sh("truncate -s 256M %s/img2 && mkfs.ext4 -q -F -O ^has_journal %s/img2 && mkdir %s/mnt2 "
-	   "&& "
-	   "mount -o loop %s/img2 %s/mnt2",
-	   g_root, g_root, g_root, g_root, g_root);
+	loop_mount("img2", "mnt2", 256, false);
 	one_mode("mnt2", "img2", "none", true, "no journal");
 	one_mode("mnt2", "img2", "data", true, "no journal");
 	one_mode("mnt2", "img2", "full", true, "no journal");

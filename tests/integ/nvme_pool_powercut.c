@@ -14,30 +14,9 @@
 #include <sys/mount.h>
 
 #include "nvme_pool_util.h"
+#include "lib/loop_image.h"
 
 #define OBJ 20480 /* one full object at test_geom, the slot size */
-
-static char g_root[256];
-
-static void sh(const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	CHECKM(system(cmd) == 0, "failed: %s", cmd);
-}
-
-static void cleanup(void)
-{
-	char cmd[1400];
-	snprintf(cmd, sizeof(cmd),
-		 "umount -l %s/snapmnt 2>/dev/null; umount -l %s/mnt 2>/dev/null; rm -rf %s",
-		 g_root, g_root, g_root);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cleanup of %s failed\n", g_root);
-}
 
 /* fsync directory dir/<leaf of k>: the put's name reaches the disk, pool/ does not. */
 static void sync_leaf(const char *dir, const struct kvt_key *k)
@@ -63,17 +42,10 @@ static int object_ino(const char *dir, const struct kvt_key *k, ino_t *ino)
 
 int main(void)
 {
-	bool ci = getenv("CI") && !strcmp(getenv("CI"), "true");
-	if (geteuid() != 0) {
-		printf("%s: needs root to mount a loop file system\n", ci ? "FAIL" : "SKIP");
-		return ci ? 1 : 77;
-	}
-	snprintf(g_root, sizeof(g_root), "/var/tmp/kvt-nvme-pool-powercut-XXXXXX");
-	CHECK(mkdtemp(g_root));
-	atexit(cleanup);
-	sh("truncate -s 64M %s/img && mkfs.ext4 -q -F -O ^has_journal %s/img && "
-	   "mkdir %s/mnt %s/snapmnt && mount -o loop %s/img %s/mnt",
-	   g_root, g_root, g_root, g_root, g_root, g_root);
+	int rc = loop_root("nvme-pool-powercut");
+	if (rc)
+		return rc;
+	loop_mount("img", "mnt", 64, false);
 	char dir[400], snap[400];
 	snprintf(dir, sizeof(dir), "%s/mnt/s", g_root);
 	snprintf(snap, sizeof(snap), "%s/snapmnt/s", g_root);
