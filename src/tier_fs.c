@@ -478,9 +478,12 @@ static void start_dirsync(struct fs_state *s, struct fs_op *ready)
 		dirsync_done(s, d);
 }
 
+/* data: the flush syncs the leaves that got or lost a name since the last one. full: a
+ * put or remove synced its own leaf before answering, so only the names a sweep or a drop
+ * took away are left to sync (unlink_marked); with none marked that costs nothing. */
 static void finish_flushes(struct fs_state *s, struct fs_op *ready, int result)
 {
-	if (ready && !result && s->sync == SYNC_DATA)
+	if (ready && !result && s->sync != SYNC_NONE)
 		start_dirsync(s, ready);
 	else
 		complete_flushes(s, ready, result);
@@ -930,6 +933,19 @@ fail:
 	return rc;
 }
 
+/* A name this node's sweep or drop took away: its leaf is synced by the next flush (data and
+ * full; none: the flush's syncfs). Until 2026-12-03 nothing marked it: a key the sweep had
+ * evicted, then removed (-ENOENT: no name left to take) and flushed, came back after a
+ * power cut, as the unlink was never made durable (integ.fs_powercut). */
+static void unlink_marked(struct fs_state *s, const struct kvt_key *k)
+{
+	if (s->sync == SYNC_NONE)
+		return;
+	pthread_mutex_lock(&s->lock);
+	mark_leaf_dirty(s, (unsigned)k->bytes[0] << 8 | k->bytes[1]);
+	pthread_mutex_unlock(&s->lock);
+}
+
 static int run_remove(struct fs_state *s, struct fs_op *op)
 {
 	char path[72];
@@ -1019,6 +1035,7 @@ static int run_drop(struct fs_state *s, struct fs_op *op)
 			KVT_INFO(&s->t->log, "fs: %s/%s: a copy published while the corrupt one was "
 					     "being dropped was dropped with it", s->dir, path);
 		unlinkat(dfd, aside, 0);
+		unlink_marked(s, &op->key);
 		atomic_fetch_add(&s->cnt.removes, 1);
 	}
 	close(fd);
@@ -1632,6 +1649,7 @@ static void sweep_once(struct fs_state *s)
 			}
 			if (r == 0) {
 				removed++;
+				unlink_marked(s, &w.v[i].key);
 				kvt__tier_evicted(s->t, &w.v[i].key, w.v[i].bytes);
 			} else if (errno != ENOENT && errno != ESTALE) {
 				KVT_WARN(&s->t->log, "fs: sweep: unlink %s/%s: %s", s->dir, path,
