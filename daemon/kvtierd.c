@@ -400,8 +400,9 @@ static int put_commit(struct conn *c, uint64_t slot, uint32_t lease, struct kvt_
 			res->status = -EBADMSG;
 			return 0;
 		}
-		res->status = kvt__store_commit_sealed(g_st.store, &ref);
-		if (res->status == 0)
+		int rc = kvt__store_commit_sealed(g_st.store, &ref);
+		res->status = rc < 0 ? rc : 0; /* KVT__COMMIT_DROPPED: done, ordered before a remove */
+		if (rc == 0)
 			atomic_fetch_add(&g_st.shared_puts, 1);
 		res->bytes = kvt_payload_bytes(&g_geo, ref.n_tokens);
 		return 0;

@@ -341,12 +341,16 @@ void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_resu
 	/* Every head written: off the table, then sealed and published outside the lock. */
 	*pp = p->next;
 	n_open--;
-	n_published++;
 	pthread_mutex_unlock(&mu);
 	res->bytes = p->ref.object_bytes;
 	int rc = kvt__store_commit(store, &p->ref);
 	if (rc < 0)
 		res->status = rc;
+	if (rc == 0) { /* not one a remove overtook (KVT__COMMIT_DROPPED), nor a failed seal */
+		pthread_mutex_lock(&mu);
+		n_published++;
+		pthread_mutex_unlock(&mu);
+	}
 	free(p);
 }
 

@@ -27,8 +27,12 @@ int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const str
 /* Has a remove of the key overtaken this reservation (still held by the caller)? */
 bool kvt__store_reserve_removed(struct kvt_store *s, const struct kvt_slot_ref *ref);
 /* The body is filled: zero the padding, write header and CRCs, publish, unpin, and start
- * write-behind per the write policy. Returns 0 (the slot belongs to the store again; if a
- * remove overtook the reservation, nothing was published, and the slot is freed). */
+ * write-behind per the write policy. Returns 0: published (the slot belongs to the store
+ * again); KVT__COMMIT_DROPPED: a remove overtook the reservation, so nothing was published
+ * (the slot is freed) - the put still succeeded, ordered before the remove, but stored
+ * nothing and is not counted in kvt_stats' puts; or -errno (sealing or protecting failed:
+ * the slot is dropped). */
+#define KVT__COMMIT_DROPPED 1
 int kvt__store_commit(struct kvt_store *s, struct kvt_slot_ref *ref);
 /* The same for a slot whose whole object (header, layers, CRCs) the caller wrote and
  * checked: publish it as it is (kvtierd, after a client encoded a put into the slot). */

@@ -233,17 +233,18 @@ int kvt__store_commit_sealed(struct kvt_store *s, struct kvt_slot_ref *ref)
 {
 	struct kvt_key key;
 	kvt__dram_key(s->dram, ref->id, &key);
-	atomic_fetch_add(&s->puts, 1);
-	kvt__e_admission_record(s, &key); /* a put for admission's frequency, as kvt_put */
 	bool deeper = s->n_links > s->dram_pos + 1;
 	bool dirty = deeper && (s->write_policy == WP_THROUGH || s->write_policy == WP_BACK);
 	if (!kvt__dram_publish(s->dram, ref->id, ref->object_bytes, ref->n_tokens, dirty)) {
 		/* A kvt_remove of the key came after the reserve (a device store's copy was
 		 * still running): the remove holds, so nothing is published or written behind.
-		 * The put did complete, before the remove: 0. */
+		 * The put did complete, before the remove; nothing was stored, so it is not
+		 * counted as a put: KVT__COMMIT_DROPPED. */
 		kvt__dram_unpin(s->dram, ref->id);
-		return 0;
+		return KVT__COMMIT_DROPPED;
 	}
+	atomic_fetch_add(&s->puts, 1);
+	kvt__e_admission_record(s, &key); /* a put for admission's frequency, as kvt_put */
 	if (deeper && s->write_policy == WP_THROUGH)
 		kvt__e_wb_submit(s, &key, ref, s->n_links, NULL, NULL, false);
 	else

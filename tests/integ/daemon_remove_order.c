@@ -26,6 +26,8 @@
  */
 #include <signal.h>
 
+#include "daemon_client.h"
+#include "daemon_proto.h"
 #include "internal.h"
 #include "../unit/device_common.h"
 #include "lib/daemon_harness.h"
@@ -111,6 +113,17 @@ static void device_after_remove(struct kvt_store *s, uint8_t *buf, uint8_t *back
 	CHECK_EQ(kept, rounds);
 }
 
+/* The daemon's TP objects published and the store's puts. */
+static void daemon_counts(struct kvt_store *s, uint64_t *published, uint64_t *puts)
+{
+	struct kvtd_status st;
+	struct kvt_stats ks;
+	CHECK_RC(kvt__client_status(kvt__store_client(s), &st), 0);
+	CHECK_RC(kvt_stats(s, &ks), 0);
+	*published = st.tp_published;
+	*puts = ks.puts;
+}
+
 /* A device store whose copy is still held (behind an emu event) when kvt_remove_sync of
  * its key returns: the daemon's publish, when the copy is done, is dropped (the old code
  * published it: the removed key was served again). A store issued after the remove, while
@@ -137,7 +150,11 @@ static void device_store_overtaken(struct kvt_store *s, uint8_t *buf, uint8_t *b
 	struct kvt_key k = {{0}};
 	k.bytes[0] = 0x55;
 	int served[2], kept[2], old_rc[2], new_rc = 0;
+	/* What the daemon counts: a publish the remove dropped stored nothing (until
+	 * 2026-12-04 it counted as a TP object published and as a put). */
+	uint64_t published[3], puts[3];
 	for (int i = 0; i < 2; i++) { /* 0: nothing after the remove; 1: a store after it */
+		daemon_counts(s, &published[i], &puts[i]);
 		k.bytes[1] = (uint8_t)i;
 		struct tr_done d = {0}, dn = {0};
 		struct kvt_device_op *op;
@@ -162,6 +179,7 @@ static void device_store_overtaken(struct kvt_store *s, uint8_t *buf, uint8_t *b
 		served[i] = kvt_get_sync(s, &k, 0, 0, back, len, NULL) == 0;
 		kept[i] = served[i] && test_check(back, len, 501);
 	}
+	daemon_counts(s, &published[2], &puts[2]);
 	printf("client store, kvt_remove_sync while a device store's copy was held: after the "
 	       "copy, %s (status %d); with a store after the remove (status %d): %s (old copy's "
 	       "status %d)\n",
@@ -172,6 +190,16 @@ static void device_store_overtaken(struct kvt_store *s, uint8_t *buf, uint8_t *b
 	CHECK_RC(new_rc, 0);
 	CHECK_EQ(kept[1], 1);
 	CHECK_RC(old_rc[1], -ECANCELED);
+	printf("daemon's counts: round 0 (publish dropped): +%llu TP objects published, +%llu "
+	       "puts; round 1 (the new store): +%llu, +%llu\n",
+	       (unsigned long long)(published[1] - published[0]),
+	       (unsigned long long)(puts[1] - puts[0]),
+	       (unsigned long long)(published[2] - published[1]),
+	       (unsigned long long)(puts[2] - puts[1]));
+	CHECK_EQ(published[1] - published[0], 0);
+	CHECK_EQ(puts[1] - puts[0], 0);
+	CHECK_EQ(published[2] - published[1], 1);
+	CHECK_EQ(puts[2] - puts[1], 1);
 	tr_rank_close(&old);
 	tr_rank_close(&neu);
 	kvt_emu_event_destroy(ev);
