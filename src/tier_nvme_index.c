@@ -241,3 +241,48 @@ void nv_ent_remove(struct nv *s, struct nv_ent *e)
 	nv_publish_counts(s);
 	kvt__free(e);
 }
+
+/* drop_corrupt names a key, not the copy its read found, and comes after that read: K may
+ * have been removed and written again since, and the new copy read too (good bytes). So
+ * every read remembers the gen of the entry it starts on (gens are never reused, and every
+ * entry that holds new bytes gets a new one: nv_ent_insert, nv_write_index; a log object
+ * re-appended keeps its own, the same bytes), per key until the key's next report. Reads
+ * that served different copies mark the key conflicted: the report may be about either, and
+ * taking it for the current one would drop a good copy for a corrupt one. So it drops
+ * nothing; a corrupt copy left in place is found again by the next read that uses it, whose
+ * report then drops it. Why not a bit in the entry ("a read started on this copy", until
+ * 2026-12-04), or forget a key's reads when it is written or removed: the report of a read
+ * of the old copy can come after the new copy was read, and was then taken for a report
+ * about the new one (a good object dropped: integ.nvme_safety). Direct-mapped by key hash,
+ * as tier_fs.c's: a key whose record another key's read took over starts afresh (what is
+ * lost is the rare window of a read of K, a read of another key of its slot, K rewritten
+ * and read, all before the first read's report). Ring thread only (reads start and drops
+ * run there): no lock. */
+static struct nv_served *served_slot(struct nv *s, const struct kvt_key *k)
+{
+	return &s->served[kvt__key_hash(k) % NV_SERVED];
+}
+
+/* A read starts on e. */
+void nv_served_note(struct nv *s, const struct nv_ent *e)
+{
+	struct nv_served *r = served_slot(s, &e->key);
+	if (r->used && kvt__key_eq(&r->key, &e->key)) {
+		if (r->gen != e->gen)
+			r->conflicted = true;
+	} else {
+		*r = (struct nv_served){.key = e->key, .gen = e->gen, .used = true};
+	}
+}
+
+/* A read of k was found corrupt: true if that read is known to have served e (k's entry
+ * now, NULL if none), the one copy of k that reads served since k's last report. The
+ * reads remembered are forgotten either way: the next report is about a later read. */
+bool nv_served_take(struct nv *s, const struct kvt_key *k, const struct nv_ent *e)
+{
+	struct nv_served *r = served_slot(s, k);
+	if (!r->used || !kvt__key_eq(&r->key, k))
+		return false;
+	r->used = false;
+	return e && !r->conflicted && r->gen == e->gen;
+}

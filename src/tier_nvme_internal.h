@@ -46,6 +46,7 @@
 #define NV_LEAF_POOL 256	    /* the pool directory, as a leaf: after the 256 fan-out ones */
 #define NV_LEAVES 257	    /* leaves per directory that names live in */
 #define NV_LAYOUT_DEPTH 8  /* pieces in flight per slot being laid out */
+#define NV_SERVED 4096	   /* reads remembered for drop_corrupt (struct nv_served) */
 
 enum nv_fsync { NV_FSYNC_NONE, NV_FSYNC_DATA, NV_FSYNC_FULL };
 enum nv_type { OP_WRITE, OP_READ, OP_EXISTS, OP_REMOVE, OP_FLUSH, OP_DROP, OP_LAYOUT };
@@ -111,14 +112,21 @@ struct nv_ent {
 	struct kvt_key parent;
 	struct nv_fdc *fdc;
 	uint64_t bytes;
-	uint64_t gen; /* tells this entry from a later one of the same key */
+	uint64_t gen; /* unique per entry (s->gen): tells this copy from any other of its key */
 	uint32_t dir;
 	uint32_t opening; /* read opens in flight: the file must not be recycled */
 	uint32_t lseg;	  /* 0: its own file; else in log segment lseg - 1 at loff */
 	uint64_t loff;
 	bool hot; /* read since written or last re-appended: kept when its log segment is reused */
-	bool served; /* a read has started on this entry: only such a copy can be reported
-		      * corrupt (drop_corrupt names a key, not the copy its read found) */
+};
+
+/* Which copy (entry gen) the reads of a key served since its last drop_corrupt
+ * (tier_nvme_index.c, nv_served_note): a report names a key, not the copy its read found. */
+struct nv_served {
+	struct kvt_key key;
+	uint64_t gen;
+	bool used;
+	bool conflicted; /* reads of key served different copies: which one is bad? */
 };
 
 struct nv_op {
@@ -271,7 +279,9 @@ struct nv {
 	struct nv_fdc *fdc_head, *fdc_tail, *free_fdc;
 	uint32_t nfdc;
 	uint64_t used, reserved;
-	uint64_t gen;
+	uint64_t gen; /* the last entry gen given (nv_ent_insert, nv_write_index) */
+	/* the copies recent reads served, by key hash, direct-mapped (nv_served_note) */
+	struct nv_served served[NV_SERVED];
 
 	/* spare files (ring thread only): removed objects' files kept for the next write of
 	 * their size, see nv_spare_keep() */
@@ -331,6 +341,8 @@ struct nv_ent *nv_victim(struct nv *s, const struct nv_op *op);
 void nv_publish_counts(struct nv *s);
 struct nv_ent *nv_ent_insert(struct nv *s, const struct kvt_key *k, uint32_t dir, uint64_t bytes);
 void nv_ent_remove(struct nv *s, struct nv_ent *e);
+void nv_served_note(struct nv *s, const struct nv_ent *e);
+bool nv_served_take(struct nv *s, const struct kvt_key *k, const struct nv_ent *e);
 
 /* tier_nvme_space.c */
 int nv_parse_object_name(const char *name, struct kvt_key *k);

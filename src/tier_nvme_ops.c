@@ -457,7 +457,7 @@ static void start_read(struct nv *s, struct nv_op *op)
 		return;
 	}
 	nv_lru_touch(s, e);
-	e->served = true;
+	nv_served_note(s, e); /* the copy a corruption report about this read can name */
 	op->size = e->bytes;
 	op->dir = e->dir;
 	op->gen = e->gen;
@@ -524,9 +524,12 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 		break;
 	}
 	case OP_DROP:
-		/* A copy no read has started on is not the one found corrupt: K was removed and
-		 * written again since that read (its report came late). It stays. */
-		if ((e = nv_ent_find(s, &op->key)) && e->served) {
+		/* Only the copy that the reads of K since its last report all served: one no
+		 * read has started on, or one of several copies reads served, may not be the
+		 * one found corrupt (K was removed and written again since that read, whose
+		 * report came late). It stays (nv_served_take). */
+		e = nv_ent_find(s, &op->key);
+		if (nv_served_take(s, &op->key, e)) {
 			KVT_WARN(s->log, "nvme: dropping corrupt object in %s%s",
 				 s->dirs[e->dir].path, e->lseg ? " (log)" : "");
 			nv_ent_unlink(s, e, false); /* with a tombstone if in the log */

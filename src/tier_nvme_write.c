@@ -103,12 +103,11 @@ int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff)
 		e->lseg = lseg;
 		e->loff = loff;
 		e->hot = false; /* a new object: not read yet */
-		e->served = false;
 		nv_fdc_detach(s, e);
 		pthread_mutex_lock(&s->ilock);
 		s->used = s->used - e->bytes + op->len;
 		e->bytes = op->len;
-		e->gen = ++s->gen;
+		e->gen = ++s->gen; /* a new copy: no report of an earlier read is about it */
 		pthread_mutex_unlock(&s->ilock);
 		nv_lru_touch(s, e);
 		nv_publish_counts(s);

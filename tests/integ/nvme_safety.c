@@ -12,7 +12,8 @@
  * misaligned: indexed for reads to judge) is written again whole, even while other writes
  * evict around it, and a later eviction never takes the new file with the damaged entry; a
  * corruption report that arrives after its key was removed and written again (the copy it
- * named is gone) leaves the new copy in place; a remove whose file cannot be renamed or
+ * named is gone) leaves the new copy in place, even once that was read (in a file, the log
+ * or a preallocated slot); a remove whose file cannot be renamed or
  * unlinked (EROFS, EIO; here an immutable file or a read-only directory) fails instead of
  * being reported done, does not serve the key any more, and a remove once the fault is gone
  * makes it stay gone.
@@ -553,14 +554,19 @@ static void test_damaged_rewritten(void)
 }
 
 /* The engine reports a corrupt copy by key (drop_corrupt) after its read. If K was removed
- * and written again in between, the report is about a copy that is gone: the new one, on
- * which no read has started, stays (before, it was dropped: a good object lost). */
-static void test_stale_drop(void)
+ * and written again in between, the report is about a copy that is gone, and the new one
+ * stays: whether no read has started on it (before, it was dropped: a good object lost), or
+ * one has (reread: before 2026-12-04 that copy was dropped too, as "served"). A report that
+ * may be about either copy drops nothing; the next read that finds a copy damaged reports it
+ * again, and that report drops it. name: the variant's directory; the rest: its settings
+ * (a file each, a log segment, a preallocated slot). */
+static void stale_drop(const char *name, bool reread, const char *k1, const char *v1,
+		       const char *k2, const char *v2)
 {
 	char dir[600];
-	snprintf(dir, sizeof(dir), "%s/stale-drop", g_root);
+	snprintf(dir, sizeof(dir), "%s/stale-drop-%s-%d", g_root, name, reread);
 	struct kvt_tier *t;
-	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, NULL), 0);
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, k1, v1, k2, v2, NULL), 0);
 	uint8_t *buf = abuf(OBJ);
 	struct kvt_key k = make_key(91, 1);
 	fill_object(buf, OBJ, &k);
@@ -569,17 +575,34 @@ static void test_stale_drop(void)
 	CHECK_EQ(t_remove(t, &k), 0);
 	fill_object(buf, OBJ, &k);
 	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
+	if (reread) { /* the new copy is read (good bytes) before the late report comes */
+		memset(buf, 0, OBJ);
+		CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), (int)OBJ);
+		CHECK_EQ(check_object(buf, OBJ, &k), 0);
+	}
 	t->ops->drop_corrupt(t, &k); /* late: about the removed copy */
 	CHECK_EQ(t_flush(t), 0);     /* ordered after the drop on the ring thread */
 	memset(buf, 0, OBJ);
-	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), (int)OBJ);
+	CHECKM(t_read1(t, &k, buf, 0, OBJ) == (int)OBJ,
+	       "%s%s: a late report about a removed copy dropped the new one", name,
+	       reread ? " (read since)" : "");
 	CHECK_EQ(check_object(buf, OBJ, &k), 0);
-	/* a report about the copy just read still drops it */
+	/* a report about the copy just read (the only one read since the last report) drops it */
 	t->ops->drop_corrupt(t, &k);
 	CHECK_EQ(t_flush(t), 0);
 	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), -ENOENT);
 	kvt__tier_close(t);
 	free(buf);
+}
+
+static void test_stale_drop(void)
+{
+	for (int reread = 0; reread < 2; reread++) {
+		stale_drop("file", reread, "nvme.preallocate", "0", NULL, NULL);
+		stale_drop("log", reread, "nvme.log_max", "256KiB", NULL, NULL);
+		stale_drop("pool", reread, "nvme.preallocate", "20480" /* OBJ */, "nvme.bytes",
+			   "1MiB");
+	}
 }
 
 /* The object file of k in dir refuses (on) or allows (off) a rename and an unlink:
