@@ -236,6 +236,12 @@ void nv_chains_save(struct nv *s)
 		if (e->has_parent)
 			ok = fwrite(&e->key, sizeof(e->key), 1, f) == 1 &&
 			     fwrite(&e->parent, sizeof(e->parent), 1, f) == 1;
+	/* Its bytes before its name (nvme.fsync data or full): after a power cut the rename
+	 * must not name a file whose blocks never reached the disk. The file has no checksum
+	 * (a torn one at worst links a wrong parent); the sync is the cheap half of making it
+	 * whole, paid once per close. */
+	if (ok && s->fsync_mode != NV_FSYNC_NONE)
+		ok = fflush(f) == 0 && fdatasync(fileno(f)) == 0;
 	if (f && fclose(f) != 0)
 		ok = false;
 	if (ok && renameat(dfd, tmp, dfd, NV_CHAINS_NAME) == 0)
