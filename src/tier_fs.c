@@ -9,7 +9,8 @@
  * lookups slow down with huge directories; leaves are created on first use.
  *
  * Publishing: an object is written to a temporary name in its leaf directory
- * (".<hex>.tmp.<host>.<pid>.<n>", unique across nodes and processes), optionally synced,
+ * (".<hex>.tmp.<host>.<pid>.<nonce>.<n>", unique across nodes, processes and opens: the
+ * nonce is random per open), optionally synced,
  * then moved onto the final name without replacing one (renameat2 RENAME_NOREPLACE, or
  * link() + unlink() where that is refused, or rename() where hard links are refused too).
  * A reader therefore sees the whole object or nothing, even if the writer is SIGKILLed;
@@ -50,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,18 +65,31 @@
 #define FS_SWEEP_LOCK ".sweep.lock"
 
 #define FS_LEAVES 65536 /* leaf directories: <hex[0:2]>/<hex[2:4]> */
+/* Directories a flush may have to sync, by index: leaves (the key's first two bytes), then
+ * the 256 first-level directories (FS_TOP(i): <i>), then v1 itself (FS_ROOT). */
+#define FS_TOP(i) (FS_LEAVES + (i))
+#define FS_ROOT FS_TOP(256)
+#define FS_DIRS (FS_ROOT + 1)
+#define FS_DIRS_BYTES ((FS_DIRS + 7) / 8)
 #define FS_SERVED 4096 /* reads remembered for drop_corrupt */
 
 enum fs_direct { DIRECT_AUTO, DIRECT_ON, DIRECT_OFF };
 
 /* A file's identity: the inode number alone is not one (ext4 gives a file written after
- * another was removed the same number); its change time moves with every link, rename and
- * write, so a copy published since differs in it even where the number is reused. */
+ * another was removed the same number), and neither is it with the change time and size:
+ * where timestamps have whole seconds (ext4 with 128-byte inodes, some NFS servers) a copy
+ * published in the same second as the one removed matches in all of them. The file handle
+ * (name_to_handle_at) tells them apart: it holds the inode's generation, which a file
+ * system changes when it reuses a number (ext4, xfs, btrfs, tmpfs; NFS and CephFS hand out
+ * handles of their own that do the same). Its hash is kept; where the file system has no
+ * handles (EOPNOTSUPP: FUSE without export support) the other fields must do. */
 struct fs_ident {
 	dev_t dev;
 	ino_t ino;
 	struct timespec ctime;
 	off_t size;
+	bool has_handle;
+	uint64_t handle; /* FNV-1a of the handle's type and bytes */
 };
 
 struct fs_served {
@@ -101,7 +116,7 @@ struct fs_batch {
  * never completes before an earlier flush's directories are synced. */
 struct fs_dirsync {
 	struct fs_dirsync *next;
-	uint8_t *dirty;        /* leaves to sync (a bitmap of 65536), NULL: none */
+	uint8_t *dirty;        /* directories to sync (a bitmap of FS_DIRS), NULL: none */
 	struct fs_op *flushes; /* ready flushes, completed with err once this job is over */
 	atomic_uint pieces_left;
 	atomic_int err;
@@ -124,7 +139,7 @@ struct fs_op {
 	struct kvt_key parent;
 	uint64_t ticket;
 	struct fs_op *wprev, *wnext;
-	/* OP_EXISTS: keys [i0, i1) of batch; OP_SYNCDIRS: leaves [i0, i1) of dirsync */
+	/* OP_EXISTS: keys [i0, i1) of batch; OP_SYNCDIRS: directories [i0, i1) of dirsync */
 	struct fs_batch *batch;
 	struct fs_dirsync *dirsync;
 	uint32_t i0, i1;
@@ -140,6 +155,12 @@ struct fs_state {
 	atomic_int direct_ok;  /* auto: cleared on the first refusal */
 	atomic_int noreplace_ok; /* cleared when renameat2(RENAME_NOREPLACE) is refused */
 	atomic_int link_ok;    /* cleared when link() is refused: use rename() */
+	atomic_int handle_ok;  /* cleared when name_to_handle_at is refused (fs_ident) */
+	/* Temporary names: a random value per open and a counter. The host and pid alone are
+	 * not unique: a restarted container's instance is pid 1 again, and two opens in one
+	 * process share both; with a counter restarting at 0 such an instance collided with a
+	 * temporary another left (EEXIST, until a sweep took it) or one it was writing. */
+	uint64_t tmp_nonce;
 	atomic_uint_fast64_t tmp_counter;
 	bool ro;
 	mode_t file_mode, dir_mode;
@@ -163,10 +184,11 @@ struct fs_state {
 	pthread_t threads[64];
 	/* writes not yet completed, oldest first, and flushes waiting on them */
 	struct fs_op *wfirst, *wlast;
-	/* fs.fsync=data: leaf directories (by the key's first two bytes) that got a name
-	 * since the last flush, whose fsync makes those names durable (under lock) */
-	uint8_t dirty_leaf[FS_LEAVES / 8];
-	bool any_dirty_leaf;
+	/* fs.fsync=data: directories (by index, FS_DIRS) that got or lost a name since the
+	 * last flush - leaves an object's, their parents a new leaf's or first level's -
+	 * whose fsync makes those names durable (under lock) */
+	uint8_t dirty_dir[FS_DIRS_BYTES];
+	bool any_dirty_dir;
 	struct fs_dirsync *dirsync_head, *dirsync_tail; /* started, not yet finished */
 	uint64_t next_ticket;
 	struct fs_op *flush_head, *flush_tail;
@@ -194,17 +216,43 @@ static const char *leaf_name(const char *path)
 	return path + 6;
 }
 
-static int open_level(struct fs_state *s, int dfd, const char *name, bool create)
+static void mark_dir_dirty(struct fs_state *s, unsigned dir) /* lock held; FS_DIRS index */
+{
+	s->dirty_dir[dir / 8] |= (uint8_t)(1u << (dir % 8));
+	s->any_dirty_dir = true;
+}
+
+/* create: make name if missing; *made is then set (also when another made it first, at
+ * once: its maker's sync of dfd may not have happened yet). */
+static int open_level(struct fs_state *s, int dfd, const char *name, bool create, bool *made)
 {
 	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT && create) {
 		if (mkdirat(dfd, name, s->dir_mode) < 0 && errno != EEXIST)
 			return -errno;
+		if (made)
+			*made = true;
 		fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	}
 	if (fd < 0) /* ELOOP: a symbolic link in a directory's place, never followed */
 		return errno == ELOOP ? -ENOTDIR : -errno;
 	return fd;
+}
+
+/* A directory was made in dfd (index dir, FS_DIRS): its name there is durable once dfd is
+ * synced, as an object's name is once its leaf is (write_object), and a flush must not say
+ * "durable" of an object whose leaf could still vanish. full: sync dfd now (before the put
+ * answers), data: mark it for the next flush, as for a name in a leaf; none: the flush's
+ * syncfs. 0 or the fsync's -errno (the directory is then marked, for the next flush). */
+static int dir_made(struct fs_state *s, int dfd, unsigned dir)
+{
+	if (s->sync == SYNC_NONE || (s->sync == SYNC_FULL && fsync(dfd) == 0))
+		return 0;
+	int rc = s->sync == SYNC_FULL ? -errno : 0;
+	pthread_mutex_lock(&s->lock);
+	mark_dir_dirty(s, dir);
+	pthread_mutex_unlock(&s->lock);
+	return rc;
 }
 
 /* The leaf directory (<hex[0:2]>/<hex[2:4]>) of an object path, opened one level at a time
@@ -216,12 +264,21 @@ static int open_level(struct fs_state *s, int dfd, const char *name, bool create
 static int leaf_open(struct fs_state *s, const char *path, bool create)
 {
 	char d[3] = {path[0], path[1], 0};
-	int top = open_level(s, s->rootfd, d, create);
+	bool made = false;
+	int top = open_level(s, s->rootfd, d, create, &made);
 	if (top < 0)
 		return top;
+	int rc = made ? dir_made(s, s->rootfd, FS_ROOT) : 0;
 	d[0] = path[3];
 	d[1] = path[4];
-	int leaf = open_level(s, top, d, create);
+	made = false;
+	int leaf = rc < 0 ? rc : open_level(s, top, d, create, &made);
+	/* path starts "<hex[0:2]>/": strtoul stops at the slash */
+	if (leaf >= 0 && made &&
+	    (rc = dir_made(s, top, FS_TOP((unsigned)strtoul(path, NULL, 16)))) < 0) {
+		close(leaf);
+		leaf = rc;
+	}
 	close(top);
 	return leaf;
 }
@@ -322,18 +379,13 @@ static void complete_flushes(struct fs_state *s, struct fs_op *f, int result)
 	}
 }
 
-static void mark_leaf_dirty(struct fs_state *s, unsigned leaf) /* lock held */
-{
-	s->dirty_leaf[leaf / 8] |= (uint8_t)(1u << (leaf % 8));
-	s->any_dirty_leaf = true;
-}
-
-/* fsync the leaves of dirty in [lo, hi); a leaf whose fsync fails is marked dirty again, for
- * the next flush. 0 or the first error; a leaf gone since (swept, removed) has nothing left
- * to persist. Each first-level directory is opened once for all its dirty leaves, not once
- * per leaf as leaf_open would (an openat each: a round trip on a network file system);
- * the tier never removes a directory, so the one held is still the leaves' parent. */
-static int sync_leaves(struct fs_state *s, const uint8_t *dirty, unsigned lo, unsigned hi)
+/* fsync the directories of dirty (FS_DIRS indices) in [lo, hi); one whose fsync fails is
+ * marked dirty again, for the next flush. 0 or the first error; a leaf gone since (swept,
+ * removed) has nothing left to persist. Each first-level directory is opened once for all
+ * its dirty leaves, not once per leaf as leaf_open would (an openat each: a round trip on a
+ * network file system); the tier never removes a directory, so the one held is still the
+ * leaves' parent. */
+static int sync_dirs(struct fs_state *s, const uint8_t *dirty, unsigned lo, unsigned hi)
 {
 	int rc = 0, top = -ENOENT;
 	unsigned top_at = ~0u; /* top: first-level directory top_at, or why it did not open */
@@ -341,22 +393,39 @@ static int sync_leaves(struct fs_state *s, const uint8_t *dirty, unsigned lo, un
 		if (!(dirty[leaf / 8] & (1u << (leaf % 8))))
 			continue;
 		char d[3];
+		if (leaf >= FS_LEAVES) { /* a parent: a first-level directory, or v1 */
+			int dfd = s->rootfd;
+			if (leaf != FS_ROOT) {
+				snprintf(d, sizeof(d), "%02x", (leaf - FS_TOP(0)) & 0xff);
+				dfd = open_level(s, s->rootfd, d, false, NULL);
+			}
+			int r = dfd < 0 ? dfd : fsync(dfd) < 0 ? -errno : 0;
+			if (dfd >= 0 && dfd != s->rootfd)
+				close(dfd);
+			if (r < 0 && r != -ENOENT) {
+				rc = rc ? rc : r;
+				pthread_mutex_lock(&s->lock);
+				mark_dir_dirty(s, leaf);
+				pthread_mutex_unlock(&s->lock);
+			}
+			continue;
+		}
 		if (leaf >> 8 != top_at) {
 			if (top >= 0)
 				close(top);
 			top_at = leaf >> 8;
 			snprintf(d, sizeof(d), "%02x", top_at & 0xff);
-			top = open_level(s, s->rootfd, d, false);
+			top = open_level(s, s->rootfd, d, false, NULL);
 		}
 		snprintf(d, sizeof(d), "%02x", leaf & 0xff);
-		int dfd = top < 0 ? top : open_level(s, top, d, false);
+		int dfd = top < 0 ? top : open_level(s, top, d, false, NULL);
 		int r = dfd < 0 ? dfd : fsync(dfd) < 0 ? -errno : 0;
 		if (dfd >= 0)
 			close(dfd);
 		if (r < 0 && r != -ENOENT) {
 			rc = rc ? rc : r;
 			pthread_mutex_lock(&s->lock);
-			mark_leaf_dirty(s, leaf);
+			mark_dir_dirty(s, leaf);
 			pthread_mutex_unlock(&s->lock);
 		}
 	}
@@ -400,7 +469,7 @@ static void dirsync_done(struct fs_state *s, struct fs_dirsync *d)
 static void run_syncdirs(struct fs_state *s, struct fs_op *op, bool cancel)
 {
 	struct fs_dirsync *d = op->dirsync;
-	int rc = cancel ? -ECANCELED : sync_leaves(s, d->dirty, op->i0, op->i1);
+	int rc = cancel ? -ECANCELED : sync_dirs(s, d->dirty, op->i0, op->i1);
 	int zero = 0;
 	if (rc < 0)
 		atomic_compare_exchange_strong(&d->err, &zero, rc);
@@ -415,12 +484,13 @@ static int submit_many(struct fs_state *s, struct fs_op **ops, unsigned n, bool 
 /* fs.fsync=data syncs each object's data before it is published, but not its name: a power
  * loss after a flush could still take back the rename or link into the leaf directory. So
  * the flushes in ready complete after an fsync of every leaf directory that got a name
- * since the last flush, run by the workers in parallel (each costs a round trip on a
+ * since the last flush (and of the parent of every directory made since: dir_made), run
+ * by the workers in parallel (each costs a round trip on a
  * network file system), and after every earlier flush's. */
 static void start_dirsync(struct fs_state *s, struct fs_op *ready)
 {
 	struct fs_dirsync *d = kvt__calloc(1, sizeof(*d));
-	uint8_t *dirty = kvt__malloc(FS_LEAVES / 8);
+	uint8_t *dirty = kvt__malloc(FS_DIRS_BYTES);
 	if (!d || !dirty) {
 		kvt__free(d);
 		kvt__free(dirty);
@@ -431,10 +501,10 @@ static void start_dirsync(struct fs_state *s, struct fs_op *ready)
 	struct fs_op *pieces[64];
 	unsigned n = 0;
 	pthread_mutex_lock(&s->lock);
-	if (s->any_dirty_leaf) {
-		memcpy(dirty, s->dirty_leaf, FS_LEAVES / 8);
-		memset(s->dirty_leaf, 0, FS_LEAVES / 8);
-		s->any_dirty_leaf = false;
+	if (s->any_dirty_dir) {
+		memcpy(dirty, s->dirty_dir, FS_DIRS_BYTES);
+		memset(s->dirty_dir, 0, FS_DIRS_BYTES);
+		s->any_dirty_dir = false;
 		d->dirty = dirty;
 		dirty = NULL;
 		n = s->nthreads;
@@ -447,18 +517,18 @@ static void start_dirsync(struct fs_state *s, struct fs_op *ready)
 	pthread_mutex_unlock(&s->lock);
 	kvt__free(dirty);
 
-	/* One piece per worker, each a range of leaves; +1 while submitting. */
+	/* One piece per worker, each a range of directories; +1 while submitting. */
 	atomic_store(&d->pieces_left, n + 1);
 	unsigned queued = 0;
 	for (unsigned i = 0; i < n; i++) {
-		uint32_t lo = (uint32_t)((uint64_t)FS_LEAVES * i / n);
-		uint32_t hi = (uint32_t)((uint64_t)FS_LEAVES * (i + 1) / n);
+		uint32_t lo = (uint32_t)((uint64_t)FS_DIRS * i / n);
+		uint32_t hi = (uint32_t)((uint64_t)FS_DIRS * (i + 1) / n);
 		struct fs_op *op = op_new(OP_SYNCDIRS, 0, NULL, NULL);
-		if (!op) { /* these leaves wait for the next flush; this one fails */
+		if (!op) { /* these directories wait for the next flush; this one fails */
 			pthread_mutex_lock(&s->lock);
 			for (uint32_t leaf = lo; leaf < hi; leaf++)
 				if (d->dirty[leaf / 8] & (1u << (leaf % 8)))
-					mark_leaf_dirty(s, leaf);
+					mark_dir_dirty(s, leaf);
 			pthread_mutex_unlock(&s->lock);
 			atomic_store(&d->err, -ENOMEM);
 			atomic_fetch_sub(&d->pieces_left, 1);
@@ -478,9 +548,10 @@ static void start_dirsync(struct fs_state *s, struct fs_op *ready)
 		dirsync_done(s, d);
 }
 
-/* data: the flush syncs the leaves that got or lost a name since the last one. full: a
- * put or remove synced its own leaf before answering, so only the names a sweep or a drop
- * took away are left to sync (unlink_marked); with none marked that costs nothing. */
+/* data: the flush syncs the directories that got or lost a name since the last one. full: a
+ * put or remove synced its own leaf (and a new leaf's parents) before answering, so only
+ * the names a sweep or a drop took away, and directories whose sync failed, are left to
+ * sync (unlink_marked, dir_made); with none marked that costs nothing. */
 static void finish_flushes(struct fs_state *s, struct fs_op *ready, int result)
 {
 	if (ready && !result && s->sync != SYNC_NONE)
@@ -597,33 +668,60 @@ static struct fs_served *served_slot(struct fs_state *s, const struct kvt_key *k
 	return &s->served[kvt__key_hash(key) % FS_SERVED];
 }
 
-static void ident_of(const struct stat *st, struct fs_ident *id)
+/* The identity (struct fs_ident) of open file fd (O_PATH will do), st its fstat. One system
+ * call on top of the fstat, on a descriptor already open, and nothing on the network:
+ * name_to_handle_at encodes the handle from the inode in memory (an inode generation
+ * ioctl would cost the same, but has no O_PATH form and is missing on NFS and CephFS). */
+static void ident_of(struct fs_state *s, int fd, const struct stat *st, struct fs_ident *id)
 {
 	*id = (struct fs_ident){.dev = st->st_dev, .ino = st->st_ino, .ctime = st->st_ctim,
 				.size = st->st_size};
+	if (!atomic_load(&s->handle_ok))
+		return;
+	union {
+		struct file_handle fh;
+		char room[sizeof(struct file_handle) + MAX_HANDLE_SZ];
+	} h;
+	int mount_id;
+	h.fh.handle_bytes = MAX_HANDLE_SZ;
+	if (name_to_handle_at(fd, "", &h.fh, &mount_id, AT_EMPTY_PATH) < 0) {
+		if ((errno == EOPNOTSUPP || errno == ENOSYS) && atomic_exchange(&s->handle_ok, 0))
+			KVT_INFO(&s->t->log, "fs: %s has no file handles: a file is told from one "
+					     "written since by inode, change time and size only",
+				 s->dir);
+		return;
+	}
+	uint64_t x = 14695981039346656037ull;
+	const unsigned char *b = h.fh.f_handle;
+	x = (x ^ (uint32_t)h.fh.handle_type) * 1099511628211ull;
+	for (unsigned i = 0; i < h.fh.handle_bytes && i < MAX_HANDLE_SZ; i++)
+		x = (x ^ b[i]) * 1099511628211ull;
+	id->has_handle = true;
+	id->handle = x;
 }
 
+/* The handles count where both were had: a refusal since (handle_ok) leaves the rest. */
 static bool ident_eq(const struct fs_ident *a, const struct fs_ident *b)
 {
 	return a->dev == b->dev && a->ino == b->ino && a->ctime.tv_sec == b->ctime.tv_sec &&
-	       a->ctime.tv_nsec == b->ctime.tv_nsec && a->size == b->size;
+	       a->ctime.tv_nsec == b->ctime.tv_nsec && a->size == b->size &&
+	       (!a->has_handle || !b->has_handle || a->handle == b->handle);
 }
 
-static void remember_served(struct fs_state *s, const struct kvt_key *key, const struct stat *st)
+static void remember_served(struct fs_state *s, const struct kvt_key *key,
+			    const struct fs_ident *id)
 {
 	pthread_mutex_lock(&s->served_lock);
 	struct fs_served *e = served_slot(s, key);
-	struct fs_ident id;
-	ident_of(st, &id);
 	/* Another read of key is remembered: if it served another file (a copy replaced in
 	 * between), a later drop may be about either read, and taking it for this one would
 	 * remove a good copy because of a corrupt one. Keep neither: the drop drops nothing
 	 * (a corrupt copy left in place is found again by the next read that uses it). */
 	if (e->used && kvt__key_eq(&e->key, key)) {
-		if (!ident_eq(&e->id, &id))
+		if (!ident_eq(&e->id, id))
 			e->conflicted = true;
 	} else {
-		*e = (struct fs_served){.key = *key, .id = id, .used = true};
+		*e = (struct fs_served){.key = *key, .id = *id, .used = true};
 	}
 	pthread_mutex_unlock(&s->served_lock);
 }
@@ -694,6 +792,16 @@ static int64_t run_read(struct fs_state *s, struct fs_op *op)
 		atomic_fetch_add(&s->cnt.misses, 1);
 		return -ENOENT;
 	}
+	/* Shorter than a header (cut short by a power loss with fs.fsync=none, or planted): no
+	 * object, a miss as for exists(); a write of the key replaces it (publish_taken). It
+	 * used to be a hit of its few bytes, or of none. */
+	if (fd >= 0 && fst.st_size < KVT_HEADER_BYTES) {
+		close(fd);
+		KVT_WARN(&s->t->log, "fs: %s/%s holds %lld bytes, less than an object header: a "
+				     "miss", s->dir, path, (long long)fst.st_size);
+		atomic_fetch_add(&s->cnt.misses, 1);
+		return -ENOENT;
+	}
 	if (fd < 0) {
 		/* ESTALE: NFS had the name cached, another node removed the file: a miss too */
 		if (errno == ENOENT || errno == ENOTDIR || errno == ESTALE) {
@@ -729,8 +837,11 @@ static int64_t run_read(struct fs_state *s, struct fs_op *op)
 		}
 		total += (uint64_t)r;
 	}
-	if (rc == 0)
-		remember_served(s, &op->key, &fst);
+	if (rc == 0) {
+		struct fs_ident id;
+		ident_of(s, fd, &fst, &id);
+		remember_served(s, &op->key, &id);
+	}
 	close(fd);
 	if (rc < 0)
 		return rc;
@@ -762,6 +873,30 @@ static int publish_taken(struct fs_state *s, int dfd, const char *tmp, const cha
 	int e = -errno; /* a directory in its place: not ours to remove */
 	unlinkat(dfd, tmp, 0);
 	return e;
+}
+
+/* A new temporary name for object name, in its leaf (see the top of the file). */
+static void tmp_name(struct fs_state *s, const char *name, char *out, size_t n)
+{
+	snprintf(out, n, ".%s.tmp.%s.%ld.%016llx.%llu", name, s->host, (long)getpid(),
+		 (unsigned long long)s->tmp_nonce,
+		 (unsigned long long)atomic_fetch_add(&s->tmp_counter, 1));
+}
+
+/* Rename from onto to (a temporary name, both in dfd) without replacing a file there: a
+ * temporary of that name is another writer's. Where the file system cannot refuse to
+ * replace (no RENAME_NOREPLACE), a plain rename: the random part of to makes a clash as
+ * good as impossible. 0 or -errno (-EEXIST: the name is taken). */
+static int rename_aside(struct fs_state *s, int dfd, const char *from, const char *to)
+{
+	if (atomic_load(&s->noreplace_ok)) {
+		if (renameat2(dfd, from, dfd, to, RENAME_NOREPLACE) == 0)
+			return 0;
+		if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP && errno != EOPNOTSUPP)
+			return -errno;
+		atomic_store(&s->noreplace_ok, 0);
+	}
+	return renameat(dfd, from, dfd, to) < 0 ? -errno : 0;
 }
 
 /* Move a finished temporary (len bytes) onto its final name, both in leaf dfd, without
@@ -875,8 +1010,7 @@ static int write_object(struct fs_state *s, struct fs_op *op)
 	char path[72], tmp[256];
 	key_path(&op->key, path);
 	const char *name = leaf_name(path);
-	snprintf(tmp, sizeof(tmp), ".%s.tmp.%s.%ld.%llu", name, s->host, (long)getpid(),
-		 (unsigned long long)atomic_fetch_add(&s->tmp_counter, 1));
+	tmp_name(s, name, tmp, sizeof(tmp));
 	bool direct = aligned(op->obj, 0, op->len);
 	int rc = 0, fd = -1;
 	int dfd = leaf_open(s, path, true);
@@ -908,7 +1042,7 @@ static int write_object(struct fs_state *s, struct fs_op *op)
 	forget_served(s, &op->key);
 	if (s->sync == SYNC_DATA) { /* the next flush makes the name durable */
 		pthread_mutex_lock(&s->lock);
-		mark_leaf_dirty(s, (unsigned)op->key.bytes[0] << 8 | op->key.bytes[1]);
+		mark_dir_dirty(s, (unsigned)op->key.bytes[0] << 8 | op->key.bytes[1]);
 		pthread_mutex_unlock(&s->lock);
 	}
 	if (s->sync == SYNC_FULL && fsync(dfd) < 0) {
@@ -942,7 +1076,7 @@ static void unlink_marked(struct fs_state *s, const struct kvt_key *k)
 	if (s->sync == SYNC_NONE)
 		return;
 	pthread_mutex_lock(&s->lock);
-	mark_leaf_dirty(s, (unsigned)k->bytes[0] << 8 | k->bytes[1]);
+	mark_dir_dirty(s, (unsigned)k->bytes[0] << 8 | k->bytes[1]);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -963,7 +1097,7 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
 		r = -errno;
 	if (r == 0 && s->sync == SYNC_DATA) {
 		pthread_mutex_lock(&s->lock);
-		mark_leaf_dirty(s, (unsigned)op->key.bytes[0] << 8 | op->key.bytes[1]);
+		mark_dir_dirty(s, (unsigned)op->key.bytes[0] << 8 | op->key.bytes[1]);
 		pthread_mutex_unlock(&s->lock);
 	}
 	if (dfd >= 0)
@@ -980,20 +1114,21 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
 	return 0;
 }
 
-/* Drop a corrupt object the engine read. A good copy may have been published under the
- * same name since (by another node, or by this one after a remove), and that copy must
- * survive. The file under the name is opened (which pins its inode: its number cannot be
- * reused while we hold it) and compared with the one the read served (device, inode,
- * change time, size); only if it is that file is the name moved aside to a temporary name
- * (atomic) and removed. What was moved goes even if it is not that file: a copy published
- * in the instant between the look and the move (after someone else removed the corrupt
- * one) is lost, as a copy written while a remove runs may be. Linking it back would undo
- * a remove that came meanwhile: it found no name and answered -ENOENT (for kvt_remove, a
- * done remove), and the object would be back. A read no longer remembered drops nothing:
- * the next read that finds the object damaged reports it again, and that report is about
- * a remembered read. Nor does one of several reads of the key that served different files
- * (remember_served): the drop does not say which of them it is about. A crash between the two steps leaves a temporary that sweeps remove
- * after fs.tmp_max_age_s. */
+/* Drop a corrupt object the engine read. A good copy may have been published under the same
+ * name since (by another node, or by this one after a remove), and that copy must survive.
+ * The file under the name is opened (which pins its inode: its number cannot be reused
+ * while we hold it) and compared with the one the read served (struct fs_ident); only if it
+ * is that file is the name moved aside to a temporary name (atomic; never over another
+ * writer's temporary where RENAME_NOREPLACE works) and removed. What was moved goes even if
+ * it is not that file: a copy published in the instant between the look and the move (after
+ * someone else removed the corrupt one) is lost, as a copy written while a remove runs may
+ * be. Linking it back would undo a remove that came meanwhile: it found no name and
+ * answered -ENOENT (for kvt_remove, a done remove), and the object would be back. A read no
+ * longer remembered drops nothing: the next read that finds the object damaged reports it
+ * again, and that report is about a remembered read. Nor does one of several reads of the
+ * key that served different files (remember_served): the drop does not say which of them it
+ * is about. A crash between the two steps leaves a temporary that sweeps remove after
+ * fs.tmp_max_age_s. */
 static int run_drop(struct fs_state *s, struct fs_op *op)
 {
 	struct fs_ident id;
@@ -1015,7 +1150,7 @@ static int run_drop(struct fs_state *s, struct fs_op *op)
 		close(dfd);
 		return rc;
 	}
-	ident_of(&st, &now);
+	ident_of(s, fd, &st, &now);
 	if (!ident_eq(&now, &id)) {
 		close(fd);
 		close(dfd);
@@ -1023,11 +1158,10 @@ static int run_drop(struct fs_state *s, struct fs_op *op)
 				     "place", s->dir, path);
 		return 0;
 	}
-	snprintf(aside, sizeof(aside), ".%s.tmp.%s.%ld.%llu", name, s->host, (long)getpid(),
-		 (unsigned long long)atomic_fetch_add(&s->tmp_counter, 1));
-	int rc = 0;
-	if (renameat(dfd, name, dfd, aside) < 0) {
-		rc = errno == ENOENT || errno == ESTALE ? -ENOENT : -errno;
+	tmp_name(s, name, aside, sizeof(aside));
+	int rc = rename_aside(s, dfd, name, aside);
+	if (rc < 0) {
+		rc = rc == -ENOENT || rc == -ESTALE ? -ENOENT : rc;
 	} else {
 		struct stat moved;
 		if (fstatat(dfd, aside, &moved, AT_SYMLINK_NOFOLLOW) < 0 ||
@@ -1188,6 +1322,9 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	atomic_store(&s->direct_ok, 1);
 	atomic_store(&s->link_ok, 1);
 	atomic_store(&s->noreplace_ok, 1);
+	atomic_store(&s->handle_ok, 1);
+	if (getrandom(&s->tmp_nonce, sizeof(s->tmp_nonce), GRND_NONBLOCK) != sizeof(s->tmp_nonce))
+		s->tmp_nonce = kvt__now_ns() ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)s;
 	/* The host name makes temporaries unique across nodes; keep it to safe characters. */
 	char host[256] = "host";
 	gethostname(host, sizeof(host) - 1);

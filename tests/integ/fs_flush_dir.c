@@ -13,7 +13,12 @@
  *   3. a remove, then a flush while directory fsyncs are held: the flush waits for them too
  *      (the name's removal is durable only once its leaf is synced; before 2026-12-03 the
  *      flush completed at once, and a removed key could come back after a power cut);
- *   4. with fs.fsync=full a remove is answered only after its leaf directory's fsync.
+ *   4. with fs.fsync=full a remove is answered only after its leaf directory's fsync;
+ *   5. a write that made its leaf (and the first level above it): the flush also syncs the
+ *      directories the new ones were made in - a new leaf's name is durable only once its
+ *      parent is synced - so with one directory fsync let through (SIGRTMIN) it still
+ *      waits; the old tier synced the leaf alone and answered;
+ *   6. the same for fs.fsync=full's write, which syncs them before it answers.
  * Exit 0 pass, 1 fail, 77 when slowfs or /dev/fuse is missing (a failure under CI=true).
  */
 #include <unistd.h>
@@ -69,6 +74,44 @@ static void waits_for_dir_fsync(struct kvt_tier *t, const struct kvt_key *remove
 	printf("     and answered, status 0, once they were let go\n");
 }
 
+/* A key whose first-level directory is not in the store dir yet. */
+static void fresh_key(const char *dir, struct kvt_key *k)
+{
+	char hex[65], p[4400];
+	for (uint64_t id = 100;; id++) {
+		th_key(k, id, 77);
+		kvt_key_to_hex(k, hex);
+		snprintf(p, sizeof(p), "%s/v1/%.2s", dir, hex);
+		if (access(p, F_OK) < 0)
+			return;
+	}
+}
+
+/* Directory fsyncs held: a flush (put NULL) or a write of put, into a leaf that does not
+ * exist yet, is still out after 600 ms, and again after one directory fsync is let through
+ * (the leaf's own: there are more to wait for, its parent's and v1's); once they are all
+ * let go it completes with status 0 (sections 5, 6). */
+static void waits_for_parents(struct kvt_tier *t, const struct kvt_key *put, const void *obj,
+			      size_t len, const char *what)
+{
+	kill(fs.pid, SIGUSR1);
+	usleep(50000);
+	struct flush_wait w = {0};
+	if (put)
+		CHECK_EQ(t->ops->write(t, put, obj, len, flush_cb, &w), 0);
+	else
+		CHECK_EQ(t->ops->flush(t, flush_cb, &w), 0);
+	CHECK(!flush_done_within(&w, 600));
+	kill(fs.pid, SIGRTMIN); /* one directory fsync through */
+	bool early = flush_done_within(&w, 600);
+	printf("  %s, one directory fsync let through: %s after 600 ms\n", what,
+	       early ? "answered (the new directories' parents never synced)" : "still waiting");
+	CHECK(!early);
+	kill(fs.pid, SIGUSR2);
+	CHECK(flush_done_within(&w, 5000));
+	CHECK_EQ(atomic_load(&w.rc), 0);
+}
+
 int main(void)
 {
 	int rc = slowfs_start(&fs, "flushdir", "fsyncdir");
@@ -111,6 +154,28 @@ int main(void)
 	kvt_config_destroy(cfg);
 	CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), 0);
 	waits_for_dir_fsync(t, &k, "4. fs.fsync=full: a remove");
+	th_close(t);
+
+	/* One worker: the directories are synced one at a time. */
+	const char *kv1[] = {"fs.dir", dir, "fs.fsync", "data", "fs.direct", "off",
+			     "fs.threads", "1", NULL};
+	cfg = th_config(kv1);
+	CHECK_EQ(th_open(&kvt__tier_fs_ops, cfg, &t), 0);
+	kvt_config_destroy(cfg);
+	struct kvt_key k5;
+	fresh_key(dir, &k5);
+	CHECK_EQ(th_write(t, &k5, obj, sizeof(obj)), 0);
+	waits_for_parents(t, NULL, NULL, 0, "5. flush after a write that made its leaf");
+	th_close(t);
+
+	const char *kv1f[] = {"fs.dir", dir, "fs.fsync", "full", "fs.direct", "off",
+			      "fs.threads", "1", NULL};
+	cfg = th_config(kv1f);
+	CHECK_EQ(th_open(&kvt__tier_fs_ops, cfg, &t), 0);
+	kvt_config_destroy(cfg);
+	fresh_key(dir, &k5);
+	waits_for_parents(t, &k5, obj, sizeof(obj),
+			  "6. fs.fsync=full: a write that made its leaf");
 	th_close(t);
 	slowfs_stop(&fs);
 	printf("fs_flush_dir: ok\n");

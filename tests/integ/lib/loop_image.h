@@ -1,12 +1,12 @@
 /*
  * loop_image.h - what the power-cut tests share (nvme_flush_powercut.c, nvme_log_powercut.c,
- * nvme_pool_powercut.c): a scratch root under /var/tmp holding ext4 images, journalled or
- * not, mounted on loop devices at <root>/<mnt>, with <root>/snapmnt for the copy; a shell
- * helper; and the clean-up at exit (lazy unmounts: a failed check may leave a tier's
- * descriptors open). A power cut is a copy of an image's backing file right after the
- * flush: it holds every block the kernel sent to the device and nothing still in memory.
- * Mounting needs root: CI runs as root; elsewhere the test skips. Include after
- * nvme_util.h (CHECK, CHECKM).
+ * nvme_pool_powercut.c; fs_inode_reuse.c, an image of its own format): a scratch root under
+ * /var/tmp holding ext4 images, journalled or not, mounted on loop devices at <root>/<mnt>,
+ * with <root>/snapmnt for the copy; a shell helper; and the clean-up at exit (lazy
+ * unmounts: a failed check may leave a tier's descriptors open). A power cut is a copy of
+ * an image's backing file right after the flush: it holds every block the kernel sent to
+ * the device and nothing still in memory. Mounting needs root: CI runs as root; elsewhere
+ * the test skips. Include after nvme_util.h (CHECK, CHECKM).
  */
 #ifndef KVT_LOOP_IMAGE_H
 #define KVT_LOOP_IMAGE_H
@@ -57,14 +57,21 @@ static int loop_root(const char *name)
 	return 0;
 }
 
-/* An ext4 image of mib MiB at <root>/<img>, with a journal or without, mounted on
+/* An ext4 image of mib MiB at <root>/<img>, made with mkfs.ext4 options opts, mounted on
  * <root>/<mnt>. */
-static void loop_mount(const char *img, const char *mnt, unsigned mib, bool journal)
+static inline void loop_mount_mkfs(const char *img, const char *mnt, unsigned mib,
+				   const char *opts)
 {
 	sh("truncate -s %uM %s/%s && mkfs.ext4 -q -F %s %s/%s && mkdir %s/%s && "
 	   "mount -o loop %s/%s %s/%s",
-	   mib, g_root, img, journal ? "" : "-O ^has_journal", g_root, img, g_root, mnt, g_root,
-	   img, g_root, mnt);
+	   mib, g_root, img, opts, g_root, img, g_root, mnt, g_root, img, g_root, mnt);
+}
+
+/* An ext4 image of mib MiB at <root>/<img>, with a journal or without, mounted on
+ * <root>/<mnt>. */
+static inline void loop_mount(const char *img, const char *mnt, unsigned mib, bool journal)
+{
+	loop_mount_mkfs(img, mnt, mib, journal ? "" : "-O ^has_journal");
 }
 
 #endif
