@@ -726,14 +726,17 @@ static void remember_served(struct fs_state *s, const struct kvt_key *key,
 	pthread_mutex_unlock(&s->served_lock);
 }
 
-/* This node wrote or removed key: a report about a read before that is about another
- * copy. */
-static void forget_served(struct fs_state *s, const struct kvt_key *key)
+/* This node wrote or removed key: a read remembered from before is of a copy that is gone,
+ * and a read after it serves another. Until the key's next report, its reports drop
+ * nothing (that report may be about either). Until 2026-12-04 the earlier read was
+ * forgotten instead: a read of the new copy was then remembered alone, and the late report
+ * about the old read was taken for it - a good copy dropped (fs_inode_reuse part 3). */
+static void served_replaced(struct fs_state *s, const struct kvt_key *key)
 {
 	pthread_mutex_lock(&s->served_lock);
 	struct fs_served *e = served_slot(s, key);
 	if (e->used && kvt__key_eq(&e->key, key))
-		e->used = false;
+		e->conflicted = true;
 	pthread_mutex_unlock(&s->served_lock);
 }
 
@@ -1039,7 +1042,7 @@ static int write_object(struct fs_state *s, struct fs_op *op)
 	rc = publish(s, dfd, tmp, name, op->len);
 	if (rc < 0)
 		goto fail;
-	forget_served(s, &op->key);
+	served_replaced(s, &op->key);
 	if (s->sync == SYNC_DATA) { /* the next flush makes the name durable */
 		pthread_mutex_lock(&s->lock);
 		mark_dir_dirty(s, (unsigned)op->key.bytes[0] << 8 | op->key.bytes[1]);
@@ -1084,7 +1087,7 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
 {
 	char path[72];
 	key_path(&op->key, path);
-	forget_served(s, &op->key);
+	served_replaced(s, &op->key);
 	int dfd = leaf_open(s, path, false);
 	if (leaf_absent(dfd))
 		return -ENOENT;
