@@ -5,6 +5,23 @@
  * operation with one or more HTTP transfers: exists is a HEAD per key (all of a batch in
  * flight at once), read is a ranged GET per segment, write a PUT, remove a HEAD then a
  * DELETE (S3 answers a DELETE of a missing key with 204, but the contract wants -ENOENT).
+ *
+ * Corrupt objects: each read remembers which copy of the key it was served (per key, recent
+ * reads): the answer's ETag and Last-Modified. drop_corrupt deletes the object only if it is
+ * still that copy: a HEAD with If-Match: <ETag> whose answer must also carry the same
+ * Last-Modified, then a DELETE with If-Match: <ETag>. Other nodes share the bucket and may
+ * have written the key again with good bytes since that read (after their own report
+ * dropped the bad copy, or after a remove); an unconditional DELETE would remove that good
+ * copy, and every node would then miss the key. Both fields are compared because the ETag
+ * of a plain PUT is the MD5 of its body: a rewrite with the same bytes as a copy damaged at
+ * rest keeps the ETag, not the Last-Modified (a new write, unless in the same second). A
+ * key whose recent reads served different copies, or that no remembered read served, is
+ * left in place: a corrupt copy left costs a later re-read (which reports it again), a good
+ * copy dropped costs every node a miss. What remains: S3 has no conditional delete that
+ * every server honours. AWS answers a DELETE whose If-Match does not match with 412; Ceph
+ * RGW (16.2, the test stack) ignores If-Match on DELETE (measured: a wrong ETag deleted the
+ * object), so there a rewrite that lands between the HEAD and the DELETE (one round trip) is
+ * still deleted.
  * Submitting threads only append transfers to a locked queue and wake the thread with
  * curl_multi_wakeup(), so a call never blocks on the network and its callback always runs
  * later, on the I/O thread. The multi handle keeps connections alive and reuses them;
@@ -51,6 +68,22 @@ enum s3_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_DROP };
 /* Pages one listing may take: 10^9 objects at S3's 1000 a page, far more than a cache
  * holds; past it the server is taken to be cycling through tokens we cannot tell apart. */
 #define SCAN_PAGES_MAX 1000000u
+#define S3_SERVED 4096 /* reads remembered for drop_corrupt */
+#define S3_ETAG_MAX 48 /* "<32 hex>" or a multipart "<32 hex>-<parts>", with its NUL */
+#define S3_DATE_MAX 32 /* an HTTP date ("Fri, 04 Dec 2026 01:55:44 GMT"), with its NUL */
+
+/* Which copy of a key a read was served (see the note at the top): ETag and Last-Modified
+ * as the server sent them; etag[0] == 0: none, or reads served more than one. */
+struct s3_copy {
+	char etag[S3_ETAG_MAX];
+	char date[S3_DATE_MAX];
+};
+
+struct s3_served {
+	struct kvt_key key;
+	struct s3_copy copy;
+	bool used;
+};
 
 struct s3_op;
 
@@ -69,6 +102,7 @@ struct s3_xfer {
 	uint64_t sent; /* write: bytes handed to libcurl */
 	bool cr_set;   /* read: a Content-Range "bytes first-last/total" came with the answer */
 	uint64_t cr_first, cr_last, cr_total; /* cr_total UINT64_MAX: "*", unknown */
+	struct s3_copy copy; /* read, drop's HEAD: the copy the answer came from */
 	long status;
 	unsigned attempt;
 	uint64_t not_before_ns;
@@ -93,6 +127,7 @@ struct s3_op {
 	uint64_t len;
 	uint32_t nx;
 	struct kvt_key *keys; /* exists: a copy of the batch's keys, after xfers[] */
+	struct s3_copy copy;  /* drop: the copy the corrupt read was served */
 	struct s3_xfer xfers[];
 };
 
@@ -132,6 +167,10 @@ struct s3_state {
 	struct kvt_io_counters cnt;
 	_Atomic uint64_t retried;
 	struct kvt_log_limit warn_limit;
+	/* Which copy each recent read of a key was served (by key hash, direct-mapped, under
+	 * served_lock): drop_corrupt deletes only that copy (see the note at the top). */
+	pthread_mutex_t served_lock;
+	struct s3_served served[S3_SERVED];
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -209,7 +248,27 @@ static size_t on_body(char *p, size_t size, size_t n, void *u)
 	return len;
 }
 
-/* Response headers of a GET: its Content-Range, parsed; anything malformed is "none". */
+/* If the header line p[0..len) is name (with its ':'), its value without the blanks around
+ * it into out; one that does not fit is taken as none (""). */
+static void header_value(const char *p, size_t len, const char *name, char *out, size_t cap)
+{
+	size_t nl = strlen(name);
+	if (len < nl || strncasecmp(p, name, nl))
+		return;
+	const char *q = p + nl, *end = p + len;
+	while (q < end && (*q == ' ' || *q == '\t'))
+		q++;
+	while (end > q && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n'))
+		end--;
+	size_t vl = (size_t)(end - q);
+	if (vl >= cap)
+		vl = 0;
+	memcpy(out, q, vl);
+	out[vl] = 0;
+}
+
+/* Response headers of a GET: its Content-Range, parsed (anything malformed is "none"), and
+ * (of a drop's HEAD too) which copy answered: ETag and Last-Modified. */
 static size_t on_header(char *p, size_t size, size_t n, void *u)
 {
 	struct s3_xfer *x = u;
@@ -217,9 +276,13 @@ static size_t on_header(char *p, size_t size, size_t n, void *u)
 	const char *q = p, *end = p + len;
 	static const char name[] = "content-range:";
 	if (len >= 5 && !strncmp(p, "HTTP/", 5)) {
-		x->cr_set = false; /* a new response (after a 1xx): only its own headers count */
+		/* a new response (after a 1xx): only its own headers count */
+		x->cr_set = false;
+		x->copy.etag[0] = x->copy.date[0] = 0;
 		return len;
 	}
+	header_value(p, len, "etag:", x->copy.etag, sizeof(x->copy.etag));
+	header_value(p, len, "last-modified:", x->copy.date, sizeof(x->copy.date));
 	if (len < sizeof(name) - 1 || strncasecmp(p, name, sizeof(name) - 1))
 		return len;
 	q += sizeof(name) - 1;
@@ -269,6 +332,70 @@ static int on_seek(void *u, curl_off_t off, int origin)
 
 /* --------------------------------------------------------------- completion */
 
+static struct s3_served *served_slot(struct s3_state *s, const struct kvt_key *key)
+{
+	return &s->served[kvt__key_hash(key) % S3_SERVED];
+}
+
+static bool copy_eq(const struct s3_copy *a, const struct s3_copy *b)
+{
+	return !strcmp(a->etag, b->etag) && !strcmp(a->date, b->date);
+}
+
+/* A read of key was served copy c (etag "": unknown, or its GETs were served different
+ * copies). A second read served another copy than the one remembered makes the key
+ * ambiguous until the next drop_corrupt: a report may then be about either copy. */
+static void remember_served(struct s3_state *s, const struct kvt_key *key, const struct s3_copy *c)
+{
+	pthread_mutex_lock(&s->served_lock);
+	struct s3_served *e = served_slot(s, key);
+	if (e->used && kvt__key_eq(&e->key, key)) {
+		if (!copy_eq(&e->copy, c))
+			e->copy.etag[0] = 0;
+	} else {
+		e->key = *key;
+		e->copy = *c;
+		e->used = true;
+	}
+	pthread_mutex_unlock(&s->served_lock);
+}
+
+/* The one copy recent reads of key were served, forgotten as it is taken; false if none
+ * or several. */
+static bool recall_served(struct s3_state *s, const struct kvt_key *key, struct s3_copy *out)
+{
+	bool got = false;
+	pthread_mutex_lock(&s->served_lock);
+	struct s3_served *e = served_slot(s, key);
+	if (e->used && kvt__key_eq(&e->key, key)) {
+		*out = e->copy;
+		got = e->copy.etag[0] != 0;
+		e->used = false;
+	}
+	pthread_mutex_unlock(&s->served_lock);
+	return got;
+}
+
+/* A read's GETs all ended well: the copy they were served (etag "" if they disagree or
+ * one came without an ETag). */
+static void read_served(struct s3_op *op)
+{
+	struct s3_copy c;
+	bool any = false;
+	for (uint32_t i = 0; i < op->nx; i++) {
+		struct s3_xfer *x = &op->xfers[i];
+		if (x->method != M_GET)
+			continue; /* an empty segment: nothing asked */
+		if (!any)
+			c = x->copy;
+		else if (!copy_eq(&c, &x->copy))
+			c.etag[0] = 0;
+		any = true;
+	}
+	if (any)
+		remember_served(op->s, &op->key, &c);
+}
+
 static void op_finish_xfer(struct s3_xfer *x, int rc)
 {
 	struct s3_op *op = x->op;
@@ -278,8 +405,10 @@ static void op_finish_xfer(struct s3_xfer *x, int rc)
 		return;
 	struct s3_state *s = op->s;
 	int64_t result = op->result;
-	if (result >= 0 && op->kind == OP_READ)
+	if (result >= 0 && op->kind == OP_READ) {
 		result = (int64_t)op->total; /* never clamped: objects may exceed 2 GiB */
+		read_served(op); /* before the callback: the caller may report the bytes corrupt */
+	}
 	if (result < 0 && result != -ENOENT && result != -ECANCELED)
 		atomic_fetch_add(&s->cnt.errors, 1);
 	for (uint32_t i = 0; i < op->nx; i++)
@@ -416,6 +545,15 @@ static const char *error_code(const char *body, char *code, size_t cap)
 	return code;
 }
 
+/* A drop found another copy than the one the corrupt read was served: not an error. */
+static void drop_left(struct s3_state *s, struct s3_xfer *x)
+{
+	char hex[2 * KVT_KEY_BYTES + 1];
+	kvt_key_to_hex(x->key, hex);
+	KVT_INFO(&s->t->log, "s3: %s was rewritten since the corrupt read; left in place", hex);
+	op_finish_xfer(x, 0);
+}
+
 /* A transfer's HTTP exchange ended (cc, status): finish it, retry it or chain the next step. */
 static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 {
@@ -448,7 +586,14 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 				op->present[x->idx] = 1;
 				break;
 			}
-			/* remove: it exists, now delete it */
+			/* A drop's HEAD answered by another copy than the one the corrupt read
+			 * was served (same ETag, other Last-Modified: the same bytes written
+			 * again): that copy stays. */
+			if (op->kind == OP_DROP && !copy_eq(&x->copy, &op->copy)) {
+				drop_left(s, x);
+				return;
+			}
+			/* remove: it exists, now delete it (a drop: still the copy read) */
 			x->method = M_DELETE;
 			x->attempt = 0;
 			wait_insert(s, x);
@@ -478,6 +623,10 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 	}
 	if (cc == CURLE_OK && status == 404 && x->method == M_DELETE) {
 		op_finish_xfer(x, -ENOENT); /* gone between our HEAD and DELETE */
+		return;
+	}
+	if (cc == CURLE_OK && status == 412 && op->kind == OP_DROP) {
+		drop_left(s, x); /* If-Match: the object has another ETag now */
 		return;
 	}
 	uint64_t now = kvt__now_ns();
@@ -534,6 +683,7 @@ static int xfer_start(struct s3_state *s, struct s3_xfer *x, uint64_t now)
 	x->body = 0;
 	x->sent = 0;
 	x->cr_set = false;
+	x->copy.etag[0] = x->copy.date[0] = 0;
 
 	char hex[2 * KVT_KEY_BYTES + 1], url[4096], range[64];
 	kvt_key_to_hex(x->key, hex);
@@ -557,10 +707,15 @@ static int xfer_start(struct s3_state *s, struct s3_xfer *x, uint64_t now)
 	curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 512L * 1024);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->hdr_get);
+	/* x->hdrs: a drop's If-Match (a PUT's own list is set below) */
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->hdrs ? x->hdrs : s->hdr_get);
 	switch (x->method) {
 	case M_HEAD:
 		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+		if (op->kind == OP_DROP) { /* which copy answers: compared in xfer_done */
+			curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+			curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
+		}
 		break;
 	case M_GET:
 		snprintf(range, sizeof(range), "%llu-%llu", (unsigned long long)x->off,
@@ -882,20 +1037,49 @@ static int s3_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb 
 	return submit(s, op);
 }
 
-/* Fire and forget: the engine found the object corrupt; a failed DELETE only costs a miss. */
+/* Fire and forget: the engine found the object corrupt. Deletes the copy the read was
+ * served and no other (see the note at the top): a HEAD with If-Match, its Last-Modified
+ * compared too, then a DELETE with If-Match, both under the operation's deadline like any
+ * other call. A failed drop only costs a later re-read, which reports the copy again. */
 static void s3_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
 	struct s3_state *s = t->state;
 	atomic_fetch_add(&s->cnt.checksum_failures, 1);
 	if (s->ro)
 		return; /* inspection never deletes */
+	struct s3_copy c;
+	if (!recall_served(s, key, &c)) {
+		char hex[2 * KVT_KEY_BYTES + 1];
+		kvt_key_to_hex(key, hex);
+		KVT_DEBUG(&s->t->log, "s3: %s: recent reads served no single copy; not dropped",
+			  hex);
+		return;
+	}
 	struct s3_op *op = op_new(s, OP_DROP, 1, 0, NULL, NULL);
 	if (!op)
 		return;
 	op->key = *key;
-	op->xfers[0].method = M_DELETE;
-	op->xfers[0].key = &op->key;
+	op->copy = c;
+	struct s3_xfer *x = &op->xfers[0];
+	x->method = M_HEAD;
+	x->key = &op->key;
+	/* the shared GET headers, then If-Match; freed with the op (op_finish_xfer) */
+	char line[sizeof(c.etag) + 16];
+	snprintf(line, sizeof(line), "If-Match: %s", c.etag);
+	struct curl_slist *l = NULL;
+	for (const struct curl_slist *h = s->hdr_get; h; h = h->next) {
+		struct curl_slist *m = curl_slist_append(l, h->data);
+		if (!m)
+			goto nomem;
+		l = m;
+	}
+	if (!(x->hdrs = curl_slist_append(l, line)))
+		goto nomem;
 	submit(s, op);
+	return;
+nomem:
+	curl_slist_free_all(l);
+	kvt__free(op);
 }
 
 static void s3_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
@@ -1358,6 +1542,7 @@ static void free_state(struct s3_state *s)
 	kvt__free(s->token_hdr);
 	kvt__free(s->ca_file);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->served_lock);
 }
 
 static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
@@ -1373,6 +1558,7 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		return -EIO;
 	}
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->served_lock, NULL);
 
 	const char *endpoint = kvt__cfg_str(cfg, "s3.endpoint");
 	if (!*endpoint && getenv("KVTIER_S3_ENDPOINT"))

@@ -3,9 +3,10 @@
  * tier_s3.c - the "s3" tier against a real radosgw started on loopback by
  * scripts/ceph/start-ceph.sh: round trip, ranged reads, batched HEAD lookups, misses,
  * many requests in flight, both addressing styles, a credentials file, signed payloads,
- * wrong credentials, a body changed behind the tier's back (served as stored), cancel at
- * close, and radosgw stalled (SIGSTOP) and killed mid-run: errors within the deadline,
- * never a hang. (The tier against its reference, curl --parallel: `kvtier bench --tier s3`.)
+ * wrong credentials, a body changed behind the tier's back (served as stored), a late
+ * corruption report that must not delete a copy another node wrote since, cancel at close,
+ * and radosgw stalled (SIGSTOP) and killed mid-run: errors within the deadline, never a
+ * hang. (The tier against its reference, curl --parallel: `kvtier bench --tier s3`.)
  */
 #include "ceph_harness.h"
 
@@ -345,6 +346,123 @@ static void test_corrupt_body(void)
 	free(back);
 }
 
+/* Node A's drop_corrupt(K) settled: A runs one transfer at a time (s3.max_inflight 1) and
+ * its queue is in deadline order, the drop's DELETE ahead of later calls, so a lookup
+ * submitted after the drop ends after it. */
+static void drop_settle(struct kvt_tier *a, const struct kvt_key *k)
+{
+	uint8_t present;
+	CHECK(t_exists(a, k, 1, &present) == 0, "lookup after the drop");
+}
+
+/* A PUT straight to radosgw, around the tier: n bytes of p under K's name. */
+static void raw_put(const char *bucket, const struct kvt_key *k, const void *p, size_t n)
+{
+	char path[512], hex[65];
+	snprintf(path, sizeof(path), "%s/raw.bin", ceph_dir);
+	FILE *f = fopen(path, "w");
+	CHECK(f && fwrite(p, 1, n, f) == n, "temp file");
+	fclose(f);
+	kvt_key_to_hex(k, hex);
+	CHECK(shf("curl -sSf --aws-sigv4 aws:amz:us-east-1:s3 --user "
+		  "\"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" "
+		  "-H x-amz-content-sha256:UNSIGNED-PAYLOAD -T '%s' "
+		  "\"$KVTIER_S3_ENDPOINT/%s/kvtier/%s\" -o /dev/null",
+		  path, bucket, hex) == 0,
+	      "raw PUT with curl");
+}
+
+/* The engine drops an object it found corrupt with drop_corrupt(K), after its read. Other
+ * nodes share the bucket: one may have written K again with good bytes since (after its own
+ * report dropped the bad copy, or after a remove). The late drop must leave that copy, which
+ * every node would otherwise miss, and still delete the copy that was read. Node A and node
+ * B are two tier instances on the same bucket. */
+static void test_drop_rewritten(void)
+{
+	const size_t n = 64 * 1024;
+	uint8_t *c1 = aligned(n), *c2 = aligned(n), *back = aligned(n);
+	fill(c1, n, 31);
+	fill(c2, n, 32);
+	struct kvt_seg whole = {0, n, back};
+	struct kvt_config *cfg = s3_cfg("kvt-drop");
+	cfg_set(cfg, "s3.max_inflight", "1"); /* drop_settle */
+	struct kvt_tier *a = s3_open_cfg(cfg);
+	struct kvt_tier *b = s3_open_cfg(s3_cfg("kvt-drop"));
+	struct kvt_key k;
+	int rc;
+
+	/* A reads copy 1; B removes K and puts copy 2; A's report about copy 1 comes late. */
+	key_of(&k, 11, 1);
+	CHECK(t_write(b, &k, c1, n) == 0, "put copy 1");
+	CHECK(t_read(a, &k, &whole, 1) == (int)n && !memcmp(back, c1, n), "A reads copy 1");
+	CHECK(t_remove(b, &k) == 0, "B removes K");
+	CHECK(t_write(b, &k, c2, n) == 0, "B puts copy 2");
+	log_clear();
+	a->ops->drop_corrupt(a, &k);
+	drop_settle(a, &k);
+	memset(back, 0, n);
+	rc = t_read(b, &k, &whole, 1);
+	CHECK(rc == (int)n, "copy 2 after A's late drop of copy 1: read %d (%s), want %zu bytes",
+	      rc, strerror(rc < 0 ? -rc : 0), n);
+	CHECK(!memcmp(back, c2, n), "copy 2 differs after the drop");
+	CHECK(strstr(log_text, "left in place"), "no word of the copy left: %s", log_text);
+	struct kvt_tier_stats st = {0};
+	a->ops->stats(a, &st);
+	CHECK(st.checksum_failures == 1, "checksum failures %llu",
+	      (unsigned long long)st.checksum_failures);
+
+	/* The same bytes written again (the same ETag): told apart by Last-Modified. */
+	CHECK(t_read(a, &k, &whole, 1) == (int)n, "A reads copy 2");
+	CHECK(t_remove(b, &k) == 0, "B removes K");
+	usleep(1100 * 1000); /* Last-Modified has whole seconds */
+	CHECK(t_write(b, &k, c2, n) == 0, "B puts copy 2 again");
+	log_clear();
+	a->ops->drop_corrupt(a, &k);
+	drop_settle(a, &k);
+	CHECK((rc = t_read(b, &k, &whole, 1)) == (int)n && !memcmp(back, c2, n),
+	      "the same bytes written again, after A's late drop: %d", rc);
+	CHECK(strstr(log_text, "left in place"), "no word of the copy left: %s", log_text);
+
+	/* A read twice, B rewrote in between (two copies served): a drop removes nothing,
+	 * since the report may be about the first. */
+	CHECK(t_read(a, &k, &whole, 1) == (int)n, "A reads copy 2");
+	CHECK(t_write(b, &k, c1, n) == 0, "B puts copy 1");
+	CHECK(t_read(a, &k, &whole, 1) == (int)n && !memcmp(back, c1, n), "A reads copy 1");
+	a->ops->drop_corrupt(a, &k);
+	drop_settle(a, &k);
+	CHECK((rc = t_read(b, &k, &whole, 1)) == (int)n && !memcmp(back, c1, n),
+	      "after a drop following reads of two copies: %d", rc);
+
+	/* A key A never read since its last drop: nothing of it is dropped. */
+	a->ops->drop_corrupt(a, &k);
+	drop_settle(a, &k);
+	CHECK((rc = t_read(b, &k, &whole, 1)) == (int)n && !memcmp(back, c1, n),
+	      "after a drop with no read: %d", rc);
+
+	/* The positive case: garbage PUT under K's name around the tier, read by A, reported:
+	 * gone. */
+	key_of(&k, 11, 2);
+	memset(c1, 0xa5, n);
+	raw_put("kvt-drop", &k, c1, n);
+	CHECK(t_read(a, &k, &whole, 1) == (int)n && !memcmp(back, c1, n), "A reads the garbage");
+	a->ops->drop_corrupt(a, &k);
+	drop_settle(a, &k);
+	CHECK((rc = t_read(b, &k, &whole, 1)) == -ENOENT, "the corrupt copy read and dropped: %d",
+	      rc);
+	/* ... and a copy the tier wrote itself, read and reported by A: gone. */
+	CHECK(t_write(a, &k, c2, n) == 0, "put");
+	CHECK(t_read(a, &k, &whole, 1) == (int)n, "A reads");
+	a->ops->drop_corrupt(a, &k);
+	drop_settle(a, &k);
+	CHECK((rc = t_read(b, &k, &whole, 1)) == -ENOENT, "the copy read and dropped: %d", rc);
+
+	tier_close(a);
+	tier_close(b);
+	free(c1);
+	free(c2);
+	free(back);
+}
+
 /* radosgw stalled, then resumed, then killed, with requests in flight: every callback within
  * the deadline (plus scheduling slack), errors instead of hangs, and recovery after a stall. */
 static void test_rgw_failure(void)
@@ -451,6 +569,8 @@ int main(void)
 	fprintf(stderr, "ok addressing and credentials\n");
 	test_corrupt_body();
 	fprintf(stderr, "ok corrupt body\n");
+	test_drop_rewritten();
+	fprintf(stderr, "ok drop_corrupt deletes the copy read, not one written since\n");
 	test_rgw_failure();
 	fprintf(stderr, "ok radosgw failure\n");
 	printf("PASS tier_s3\n");
