@@ -32,6 +32,20 @@
  * to RD_LIST_TIMEOUTS times it: a server answering every reply just in time would otherwise
  * keep it going for as many timeouts as it has replies. An error reply is logged at most
  * once a second: a full server answers every put with one.
+ *
+ * Corrupt values. Many nodes share the server: node A reads a corrupt value, node B
+ * meanwhile writes the key again with good bytes (after its own report dropped the bad one,
+ * or after a remove); A's late report (drop_corrupt) must not delete B's good copy, or every
+ * node misses the key. Redis keeps no version of a value that a read could remember and a
+ * delete could be made conditional on (the rados tier's object version, the s3 tier's ETag).
+ * The other way, a digest of each value remembered at read and compared by a Lua script at
+ * drop time, would cost every read the digest (and a GETRANGE of part of a value has none
+ * of the whole). So the cost is put on the drops, which are rare: a thread of their own, on
+ * a connection of its own driven like the listing's (each wait bounded, the whole drop
+ * within redis.timeout_ms, given up at once at close), WATCHes the key, reads the value and
+ * checks it as the engine does (header and layer CRCs for this store's geometry and key),
+ * and deletes it only if it is still corrupt, in MULTI / DEL / EXEC, which Redis refuses if
+ * the key changed since the WATCH. A sound value is left, whoever wrote it.
  */
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -46,6 +60,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "format.h"
 #include "net_resolve.h"
 #include "redis_url.h"
 #include "tier.h"
@@ -58,6 +73,8 @@
  * 6.6 s through kvtier ls over loopback, on two busy cores); its connect and each reply
  * keep the single timeout within it. */
 #define RD_LIST_TIMEOUTS 16
+#define RD_DROP_QUEUE 256       /* corruption reports waiting for the drop thread */
+#define RD_DROP_PIECE (1u << 20) /* bytes of a value per GETRANGE while a drop checks it */
 
 enum rd_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_AUTH, OP_SELECT };
 enum rd_cstate { C_DOWN, C_CONNECTING, C_UP };
@@ -128,6 +145,16 @@ struct rd_state {
 	 * once a second, or a full server floods the log with a line per put */
 	struct kvt_log_limit reply_err_log;
 	struct kvt_log_limit list_log; /* listings given up on at their overall deadline */
+	/* Corruption reports, checked and carried out by drop_thread on a connection of its
+	 * own (see rd_drop_corrupt); not started on a read-only open. */
+	pthread_t drop_thread;
+	bool drop_started, drop_stop;
+	int drop_efd; /* wakes drop_thread's waits at close */
+	pthread_mutex_t drop_lock;
+	pthread_cond_t drop_cond;
+	struct kvt_key drop_q[RD_DROP_QUEUE];
+	unsigned drop_head, drop_n;
+	struct kvt_log_limit drop_log;
 };
 
 /* ------------------------------------------------------------ requests */
@@ -813,6 +840,9 @@ static void stop_conns(struct rd_state *s, unsigned n)
 	}
 }
 
+static int drop_start(struct rd_state *s);
+static void drop_stop(struct rd_state *s);
+
 static int rd_open(struct kvt_tier *t, const struct kvt_config *cfg)
 {
 	struct rd_state *s = t->state;
@@ -855,6 +885,13 @@ static int rd_open(struct kvt_tier *t, const struct kvt_config *cfg)
 			goto undo;
 		}
 	}
+	/* Corruption reports are carried out by a thread of their own (rd_drop_corrupt); an
+	 * inspection deletes nothing and needs none. */
+	if (!s->ro && (rc = drop_start(s)) < 0) {
+		KVT_ERR(&t->log, "redis: cannot start the drop thread: %s", strerror(-rc));
+		stop_conns(s, s->nconns);
+		return rc;
+	}
 	/* Connections open on first use; the tier works once the server comes up. */
 	KVT_INFO(&t->log, "redis: %s:%d db %d%s, prefix '%s', %u connections, timeout %llu ms",
 		 s->url.host, s->url.port, s->url.db, s->url.pass[0] ? " (auth)" : "", s->prefix, s->nconns,
@@ -872,6 +909,7 @@ undo:
 static void rd_close(struct kvt_tier *t)
 {
 	struct rd_state *s = t->state;
+	drop_stop(s);
 	stop_conns(s, s->nconns);
 	memset(s->url.pass, 0, sizeof(s->url.pass));
 }
@@ -1006,22 +1044,36 @@ static int rd_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb 
 	return submit(s, op);
 }
 
+/* The engine found the value it read under key corrupt. Other nodes share the server and
+ * may have written key again with good bytes since that read; deleting whatever is there
+ * now would delete that good copy, and every node would then miss the key. So the report is
+ * queued for drop_thread, which deletes the value only if it is still corrupt (drop_one);
+ * this call never waits for I/O (src/tier.h). A report that finds the queue full, or the
+ * key already queued, is not queued again: a corrupt copy left is reported again by the
+ * next read of it. */
 static void rd_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
 	struct rd_state *s = t->state;
 	atomic_fetch_add(&s->cnt.checksum_failures, 1);
-	if (s->ro)
+	if (s->ro || !s->drop_started)
 		return; /* inspection never deletes */
-	char name[512];
-	size_t klen = key_name(s, key, name);
-	const char *argv[2] = {"DEL", name};
-	size_t lens[2] = {3, klen};
-	struct rd_op *op = op_new(OP_REMOVE, cmd_bound(2, lens), 0, NULL, NULL);
-	if (!op)
-		return;
-	op->hdr_len = cmd_put(op->hdr, 2, argv, lens, false);
-	op->ncmds = 1;
-	submit(s, op);
+	pthread_mutex_lock(&s->drop_lock);
+	bool queued = false, full = s->drop_n == RD_DROP_QUEUE;
+	for (unsigned i = 0; i < s->drop_n && !queued; i++)
+		queued = kvt__key_eq(&s->drop_q[(s->drop_head + i) % RD_DROP_QUEUE], key);
+	if (!queued && !full) {
+		s->drop_q[(s->drop_head + s->drop_n++) % RD_DROP_QUEUE] = *key;
+		pthread_cond_signal(&s->drop_cond);
+	}
+	pthread_mutex_unlock(&s->drop_lock);
+	if (full && !queued) {
+		char hex[2 * KVT_KEY_BYTES + 1];
+		kvt_key_to_hex(key, hex);
+		kvt__logf_limited(&t->log, &s->drop_log, KVT_LOG_WARN,
+				  "redis: %u corruption reports waiting; %s not dropped (its next "
+				  "read reports it again)",
+				  RD_DROP_QUEUE, hex);
+	}
 }
 
 /* ------------------------------------------------------------ scan */
@@ -1046,19 +1098,24 @@ static int sync_fail(const redisContext *c)
 	}
 }
 
-/* Until the socket has one of events or end_ns passes: 0 (*revents set) or -ETIMEDOUT. */
-static int sync_wait(const redisContext *c, short events, uint64_t end_ns, short *revents)
+/* Until the socket has one of events or end_ns passes: 0 (*revents set) or -ETIMEDOUT;
+ * -ECANCELED as soon as stop_fd (an eventfd; -1: none) is readable (the tier closing). */
+static int sync_wait(const redisContext *c, int stop_fd, short events, uint64_t end_ns,
+		     short *revents)
 {
 	for (;;) {
 		uint64_t now = kvt__now_ns();
 		if (now >= end_ns)
 			return -ETIMEDOUT;
-		struct pollfd pfd = {c->fd, events, 0};
-		int n = poll(&pfd, 1, (int)KVT_MIN((end_ns - now + 999999) / 1000000, 1u << 30));
+		struct pollfd pfd[2] = {{c->fd, events, 0}, {stop_fd, POLLIN, 0}};
+		int n = poll(pfd, stop_fd >= 0 ? 2 : 1,
+			     (int)KVT_MIN((end_ns - now + 999999) / 1000000, 1u << 30));
 		if (n < 0 && errno != EINTR)
 			return -errno;
+		if (n > 0 && pfd[1].revents)
+			return -ECANCELED;
 		if (n > 0) {
-			*revents = pfd.revents;
+			*revents = pfd[0].revents;
 			return 0;
 		}
 	}
@@ -1068,7 +1125,7 @@ static int sync_wait(const redisContext *c, short events, uint64_t end_ns, short
  * this call and before list_end (the listing's own deadline), else -ETIMEDOUT. 0 and *out
  * (the caller frees it), an error reply's -errno (*out set too), or the connection's
  * failure. */
-static int sync_reply(const struct rd_state *s, redisContext *c, uint64_t list_end,
+static int sync_reply(const struct rd_state *s, redisContext *c, int stop_fd, uint64_t list_end,
 		      redisReply **out)
 {
 	uint64_t end = KVT_MIN(kvt__now_ns() + s->timeout_ns, list_end);
@@ -1085,7 +1142,7 @@ static int sync_reply(const struct rd_state *s, redisContext *c, uint64_t list_e
 		if (redisBufferWrite(c, &done) != REDIS_OK) /* what the socket takes, no more */
 			return sync_fail(c);
 		short rev = 0;
-		int rc = sync_wait(c, (short)(POLLIN | (done ? 0 : POLLOUT)), end, &rev);
+		int rc = sync_wait(c, stop_fd, (short)(POLLIN | (done ? 0 : POLLOUT)), end, &rev);
 		if (rc < 0)
 			return rc;
 		if ((rev & (POLLIN | POLLHUP | POLLERR)) && redisBufferRead(c) != REDIS_OK)
@@ -1094,8 +1151,8 @@ static int sync_reply(const struct rd_state *s, redisContext *c, uint64_t list_e
 }
 
 /* One command and its reply (sync_reply); out NULL: the reply is only checked. */
-static int sync_cmd(const struct rd_state *s, redisContext *c, uint64_t list_end, redisReply **out,
-		    const char *fmt, ...)
+static int sync_cmd(const struct rd_state *s, redisContext *c, int stop_fd, uint64_t list_end,
+		    redisReply **out, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -1104,11 +1161,67 @@ static int sync_cmd(const struct rd_state *s, redisContext *c, uint64_t list_end
 	if (ok != REDIS_OK)
 		return sync_fail(c);
 	redisReply *r;
-	int rc = sync_reply(s, c, list_end, &r);
+	int rc = sync_reply(s, c, stop_fd, list_end, &r);
 	if (out && rc == 0)
 		*out = r;
 	else
 		freeReplyObject(r);
+	return rc;
+}
+
+/* A connection of its own for a synchronous caller (the listing, a drop): the name looked
+ * up, the socket connected, AUTH and SELECT answered, each within redis.timeout_ms and all
+ * before end. 0 and *out (the caller frees it), or -errno (*out NULL; a failure to reach
+ * the server is logged). */
+static int sync_connect(const struct rd_state *s, int stop_fd, uint64_t end, redisContext **out)
+{
+	const struct kvt_log *log = &s->t->log;
+	struct kvt_resolver *lookup = NULL;
+	char ip[64];
+	uint64_t now = kvt__now_ns();
+	*out = NULL;
+	int rc = now >= end ? -ETIMEDOUT
+			    : kvt__resolve(&lookup, s->url.host, s->url.port,
+					   KVT_MIN(s->timeout_ns, end - now), ip, sizeof(ip));
+	if (rc < 0) {
+		kvt__resolve_abandon(lookup);
+		KVT_WARN(log, "redis %s:%d: name lookup: %s", s->url.host, s->url.port, kvt_strerror(rc));
+		return rc;
+	}
+	redisContext *c = redisConnectNonBlock(ip, s->url.port);
+	if (!c)
+		return -ENOMEM;
+	if (c->err) {
+		rc = c->err == REDIS_ERR_IO && errno ? -errno : -ECONNREFUSED;
+		KVT_WARN(log, "redis %s:%d: connect: %s", s->url.host, s->url.port, c->errstr);
+		goto fail;
+	}
+	short rev = 0;
+	rc = sync_wait(c, stop_fd, POLLOUT, KVT_MIN(kvt__now_ns() + s->timeout_ns, end), &rev);
+	if (rc == 0) {
+		int err = 0;
+		socklen_t len = sizeof(err);
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+			err = errno;
+		rc = -err;
+	}
+	if (rc < 0) {
+		if (rc != -ECANCELED)
+			KVT_WARN(log, "redis %s:%d: connect: %s", s->url.host, s->url.port,
+				 kvt_strerror(rc));
+		goto fail;
+	}
+	if (s->url.pass[0] &&
+	    (rc = s->url.user[0]
+		      ? sync_cmd(s, c, stop_fd, end, NULL, "AUTH %s %s", s->url.user, s->url.pass)
+		      : sync_cmd(s, c, stop_fd, end, NULL, "AUTH %s", s->url.pass)) < 0)
+		goto fail;
+	if (s->url.db && (rc = sync_cmd(s, c, stop_fd, end, NULL, "SELECT %d", s->url.db)) < 0)
+		goto fail;
+	*out = c;
+	return 0;
+fail:
+	redisFree(c);
 	return rc;
 }
 
@@ -1123,42 +1236,9 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	struct rd_state *s = t->state;
 	uint64_t list_end = kvt__now_ns() + RD_LIST_TIMEOUTS * s->timeout_ns;
 	uint64_t calls = 0; /* SCAN calls sent */
-	struct kvt_resolver *lookup = NULL;
-	char ip[64];
-	int rc = kvt__resolve(&lookup, s->url.host, s->url.port, s->timeout_ns, ip, sizeof(ip));
-	if (rc < 0) {
-		kvt__resolve_abandon(lookup);
-		KVT_WARN(&t->log, "redis %s:%d: name lookup: %s", s->url.host, s->url.port, kvt_strerror(rc));
-		return rc;
-	}
-	redisContext *c = redisConnectNonBlock(ip, s->url.port);
-	if (!c)
-		return -ENOMEM;
-	if (c->err) {
-		rc = c->err == REDIS_ERR_IO && errno ? -errno : -ECONNREFUSED;
-		KVT_WARN(&t->log, "redis %s:%d: connect: %s", s->url.host, s->url.port, c->errstr);
-		goto out;
-	}
-	short rev = 0;
-	rc = sync_wait(c, POLLOUT, KVT_MIN(kvt__now_ns() + s->timeout_ns, list_end), &rev);
-	if (rc == 0) {
-		int err = 0;
-		socklen_t len = sizeof(err);
-		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
-			err = errno;
-		rc = -err;
-	}
-	if (rc < 0) {
-		KVT_WARN(&t->log, "redis %s:%d: connect: %s", s->url.host, s->url.port,
-			 kvt_strerror(rc));
-		goto out;
-	}
-	if (s->url.pass[0] &&
-	    (rc = s->url.user[0]
-		      ? sync_cmd(s, c, list_end, NULL, "AUTH %s %s", s->url.user, s->url.pass)
-		      : sync_cmd(s, c, list_end, NULL, "AUTH %s", s->url.pass)) < 0)
-		goto out;
-	if (s->url.db && (rc = sync_cmd(s, c, list_end, NULL, "SELECT %d", s->url.db)) < 0)
+	redisContext *c;
+	int rc = sync_connect(s, -1, list_end, &c);
+	if (rc < 0)
 		goto out;
 	/* the prefix as a glob pattern: its special characters escaped */
 	char pat[2 * sizeof(s->prefix) + 2];
@@ -1173,7 +1253,7 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	 * keys come and go): a server that keeps sending new cursors past several times that
 	 * cannot be followed to the end, e.g. one cycling between two. */
 	redisReply *size = NULL;
-	if ((rc = sync_cmd(s, c, list_end, &size, "DBSIZE")) < 0 ||
+	if ((rc = sync_cmd(s, c, -1, list_end, &size, "DBSIZE")) < 0 ||
 	    size->type != REDIS_REPLY_INTEGER || size->integer < 0) {
 		rc = rc < 0 ? rc : -EPROTO;
 		freeReplyObject(size);
@@ -1192,8 +1272,8 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			goto out;
 		}
 		redisReply *r = NULL;
-		if ((rc = sync_cmd(s, c, list_end, &r, "SCAN %s MATCH %b COUNT 1000", cursor, pat,
-				   pl)) < 0 ||
+		if ((rc = sync_cmd(s, c, -1, list_end, &r, "SCAN %s MATCH %b COUNT 1000", cursor,
+				   pat, pl)) < 0 ||
 		    r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
 		    r->element[0]->type != REDIS_REPLY_STRING ||
 		    r->element[1]->type != REDIS_REPLY_ARRAY) {
@@ -1239,7 +1319,7 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			if (!ours[i])
 				continue;
 			redisReply *n = NULL;
-			if ((rc = sync_reply(s, c, list_end, &n)) < 0) {
+			if ((rc = sync_reply(s, c, -1, list_end, &n)) < 0) {
 				freeReplyObject(n);
 				break;
 			}
@@ -1267,6 +1347,206 @@ out:
 		KVT_WARN(&t->log, "redis %s:%d: listing: %s", s->url.host, s->url.port, strerror(-rc));
 	redisFree(c);
 	return rc;
+}
+
+/* ------------------------------------------------------------ drops */
+
+/* Whether the value stored under name (n bytes, by STRLEN) is a sound object for key: 1 yes,
+ * 0 no (damaged, or no object at all), -errno if it could not be read. The header first;
+ * the rest only if the header holds, and only as many bytes as it says, in pieces (one
+ * GETRANGE each, pipelined) so that hiredis never holds a large reply whole. Sound means the
+ * header and every layer CRC check out for this store's geometry and key, as the engine's
+ * first check (kvt__object_verify). A copy whose CRCs hold but whose MAC the engine refused
+ * (store.protection) passes here and is left: the tier has no key to check a MAC with. */
+static int drop_check(const struct rd_state *s, redisContext *c, uint64_t end,
+		      const struct kvt_key *key, const char *name, size_t klen, uint64_t n)
+{
+	struct kvt_expect exp = {.geometry = s->t->geometry, .key = key,
+				 .max_object_bytes = s->t->object_max};
+	struct kvt_header h;
+	redisReply *r = NULL;
+	if (n < KVT_HEADER_BYTES)
+		return 0;
+	int rc = sync_cmd(s, c, s->drop_efd, end, &r, "GETRANGE %b 0 %u", name, klen,
+			  KVT_HEADER_BYTES - 1);
+	if (rc < 0)
+		return rc;
+	uint8_t *obj = NULL;
+	if (r->type != REDIS_REPLY_STRING)
+		rc = -EPROTO;
+	else if (r->len != KVT_HEADER_BYTES || kvt__header_decode(r->str, &h, &exp) < 0 ||
+		 h.object_bytes > n)
+		rc = 0; /* a damaged header, or a value shorter than its header says */
+	else if (!(obj = kvt__malloc(h.object_bytes)))
+		rc = -ENOMEM;
+	else
+		memcpy(obj, r->str, KVT_HEADER_BYTES);
+	freeReplyObject(r);
+	if (!obj)
+		return rc;
+	uint64_t pieces = 0;
+	for (uint64_t off = KVT_HEADER_BYTES; off < h.object_bytes; off += RD_DROP_PIECE) {
+		uint64_t last = KVT_MIN(off + RD_DROP_PIECE, h.object_bytes) - 1;
+		if (redisAppendCommand(c, "GETRANGE %b %llu %llu", name, klen,
+				       (unsigned long long)off, (unsigned long long)last) != REDIS_OK) {
+			kvt__free(obj);
+			return sync_fail(c);
+		}
+		pieces++;
+	}
+	bool whole = true;
+	for (uint64_t i = 0; i < pieces; i++) {
+		uint64_t off = KVT_HEADER_BYTES + i * RD_DROP_PIECE;
+		uint64_t want = KVT_MIN(RD_DROP_PIECE, h.object_bytes - off);
+		if ((rc = sync_reply(s, c, s->drop_efd, end, &r)) < 0) {
+			freeReplyObject(r);
+			kvt__free(obj);
+			return rc;
+		}
+		if (r->type == REDIS_REPLY_STRING && r->len == want)
+			memcpy(obj + off, r->str, want);
+		else
+			whole = false; /* changed under us: EXEC will tell */
+		freeReplyObject(r);
+	}
+	rc = whole && kvt__object_verify(obj, h.object_bytes, &exp, NULL) == 0;
+	kvt__free(obj);
+	return rc;
+}
+
+/* Carry out one corruption report of key, on a connection of its own, everything (connect
+ * included) within redis.timeout_ms, and given up at once when the tier closes. Redis keeps
+ * no version of a value that a read could remember (as the rados tier's object version or
+ * the s3 tier's ETag), so the check is made on the value itself, at drop time: WATCH the
+ * key, read the value and check it (drop_check), and only if it is still corrupt delete it
+ * in MULTI / DEL / EXEC, which Redis refuses (a nil reply) if the key was written or
+ * deleted since the WATCH. A good copy written by another node since the corrupt read is
+ * thus never deleted, even one written while the check runs. The cost falls on the drops
+ * (one more read of the value), none on the reads. */
+static void drop_one(struct rd_state *s, const struct kvt_key *key)
+{
+	const struct kvt_log *log = &s->t->log;
+	uint64_t end = kvt__now_ns() + s->timeout_ns;
+	char name[512], hex[2 * KVT_KEY_BYTES + 1];
+	size_t klen = key_name(s, key, name);
+	kvt_key_to_hex(key, hex);
+	const char *left = NULL; /* why nothing was deleted */
+	redisReply *r = NULL;
+	redisContext *c;
+	int rc = sync_connect(s, s->drop_efd, end, &c);
+	if (rc < 0)
+		goto out;
+	/* WATCH first: any write of the key from here on makes the EXEC below fail */
+	if ((rc = sync_cmd(s, c, s->drop_efd, end, NULL, "WATCH %b", name, klen)) < 0 ||
+	    (rc = sync_cmd(s, c, s->drop_efd, end, &r, "STRLEN %b", name, klen)) < 0)
+		goto out;
+	if (r->type != REDIS_REPLY_INTEGER || r->integer < 0) {
+		rc = -EPROTO;
+		goto out;
+	}
+	if (r->integer == 0) {
+		left = "was gone already";
+		goto out;
+	}
+	rc = drop_check(s, c, end, key, name, klen, (uint64_t)r->integer);
+	if (rc != 0) {
+		if (rc > 0) {
+			left = "was rewritten since the corrupt read and is sound; left in place";
+			rc = 0;
+		}
+		goto out;
+	}
+	freeReplyObject(r);
+	r = NULL;
+	if (redisAppendCommand(c, "MULTI") != REDIS_OK ||
+	    redisAppendCommand(c, "DEL %b", name, klen) != REDIS_OK ||
+	    redisAppendCommand(c, "EXEC") != REDIS_OK) {
+		rc = sync_fail(c);
+		goto out;
+	}
+	for (int i = 0; i < 3; i++) {
+		freeReplyObject(r);
+		if ((rc = sync_reply(s, c, s->drop_efd, end, &r)) < 0)
+			goto out;
+	}
+	if (r->type == REDIS_REPLY_NIL) {
+		left = "was written while it was checked; left in place";
+	} else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+		   r->element[0]->type == REDIS_REPLY_INTEGER) {
+		if (r->element[0]->integer > 0)
+			atomic_fetch_add(&s->cnt.removes, 1);
+	} else {
+		rc = -EPROTO;
+	}
+out:
+	freeReplyObject(r);
+	redisFree(c); /* its WATCH ends with it */
+	if (left) {
+		KVT_INFO(log, "redis: %s %s", hex, left);
+	} else if (rc < 0 && rc != -ECANCELED) {
+		atomic_fetch_add(&s->cnt.errors, 1);
+		kvt__logf_limited(log, &s->drop_log, KVT_LOG_WARN,
+				  "redis %s:%d: dropping corrupt %s: %s; left in place", s->url.host,
+				  s->url.port, hex, kvt_strerror(rc));
+	}
+}
+
+static void *drop_thread(void *arg)
+{
+	struct rd_state *s = arg;
+	pthread_mutex_lock(&s->drop_lock);
+	for (;;) {
+		while (!s->drop_n && !s->drop_stop)
+			pthread_cond_wait(&s->drop_cond, &s->drop_lock);
+		if (s->drop_stop)
+			break; /* reports still queued are forgotten: later reads make them again */
+		struct kvt_key key = s->drop_q[s->drop_head];
+		s->drop_head = (s->drop_head + 1) % RD_DROP_QUEUE;
+		s->drop_n--;
+		pthread_mutex_unlock(&s->drop_lock);
+		drop_one(s, &key);
+		pthread_mutex_lock(&s->drop_lock);
+	}
+	pthread_mutex_unlock(&s->drop_lock);
+	return NULL;
+}
+
+static int drop_start(struct rd_state *s)
+{
+	s->drop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s->drop_efd < 0)
+		return -errno;
+	pthread_mutex_init(&s->drop_lock, NULL);
+	pthread_cond_init(&s->drop_cond, NULL);
+	int rc = -pthread_create(&s->drop_thread, NULL, drop_thread, s);
+	if (rc < 0) {
+		pthread_cond_destroy(&s->drop_cond);
+		pthread_mutex_destroy(&s->drop_lock);
+		close(s->drop_efd);
+		return rc;
+	}
+	s->drop_started = true;
+	return 0;
+}
+
+/* Stop drop_thread: a drop under way is given up at its next wait (-ECANCELED). */
+static void drop_stop(struct rd_state *s)
+{
+	if (!s->drop_started)
+		return;
+	pthread_mutex_lock(&s->drop_lock);
+	s->drop_stop = true;
+	pthread_cond_signal(&s->drop_cond);
+	pthread_mutex_unlock(&s->drop_lock);
+	uint64_t one = 1;
+	if (write(s->drop_efd, &one, sizeof(one)) < 0) {
+		/* the eventfd cannot overflow with one 1 */
+	}
+	pthread_join(s->drop_thread, NULL);
+	pthread_cond_destroy(&s->drop_cond);
+	pthread_mutex_destroy(&s->drop_lock);
+	close(s->drop_efd);
+	s->drop_started = false;
 }
 
 static void rd_stats(struct kvt_tier *t, struct kvt_tier_stats *out)

@@ -8,7 +8,8 @@
  * hangs or crashes) and restarted (the tier works again), close with work in flight; a
  * lookup of 100,000 keys on one connection (answers arrive while it is still being sent); a
  * read-only open (inspection) refuses writes and removes and deletes nothing on a
- * corruption report; a server that echoes AUTH's arguments in its error (AUTH renamed
+ * corruption report; a late corruption report deletes the value only while it is still
+ * corrupt, never a good copy another node wrote since; a server that echoes AUTH's arguments in its error (AUTH renamed
  * away) never gets the password into the log.
  * Exit 0 pass, 1 fail, 77 when redis-server is not installed.
  *
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "format.h"
 #include "lib/redis_server.h"
 #include "lib/tierh.h"
 
@@ -375,6 +377,163 @@ static void test_read_only(const char *url)
 	th_close(t);
 }
 
+/* ---- late corruption reports */
+
+static pthread_mutex_t drop_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char drop_logged[8192];
+static size_t drop_logged_len;
+
+static void drop_capture(void *arg, int level, const char *msg)
+{
+	th_log(arg, level, msg);
+	pthread_mutex_lock(&drop_log_lock);
+	int n = snprintf(drop_logged + drop_logged_len, sizeof(drop_logged) - drop_logged_len,
+			 "%s\n", msg);
+	if (n > 0 && drop_logged_len + (size_t)n < sizeof(drop_logged))
+		drop_logged_len += (size_t)n;
+	pthread_mutex_unlock(&drop_log_lock);
+}
+
+static bool drop_said(const char *what)
+{
+	pthread_mutex_lock(&drop_log_lock);
+	bool said = strstr(drop_logged, what) != NULL;
+	pthread_mutex_unlock(&drop_log_lock);
+	return said;
+}
+
+static void drop_log_clear(void)
+{
+	pthread_mutex_lock(&drop_log_lock);
+	drop_logged_len = 0;
+	drop_logged[0] = 0;
+	pthread_mutex_unlock(&drop_log_lock);
+}
+
+static const struct kvt_geometry drop_geo = {2, 2, 4, 8, KVT_DTYPE_FP32, KVT_KIND_KV};
+
+/* A sound object for key (what the engine writes), its payload bytes all `seed`. */
+static uint64_t drop_obj(unsigned char *obj, const struct kvt_key *key, int seed)
+{
+	static const uint8_t ns[KVT_NS_ID_BYTES] = {1};
+	uint64_t plen = kvt_payload_bytes(&drop_geo, 8), olen = kvt_object_bytes(&drop_geo, 8);
+	unsigned char payload[4096];
+	CHECK(plen <= sizeof(payload));
+	memset(payload, seed, plen);
+	CHECK_EQ(kvt__object_encode(obj, olen, &drop_geo, ns, key, 8, payload, plen), 0);
+	return olen;
+}
+
+/* The drop thread of a has dealt with key: it said why it left the value (what), or the
+ * value is gone (b NULL: only the first). Waits up to 5 s. */
+static void drop_wait(struct kvt_tier *b, const struct kvt_key *key, const char *what)
+{
+	unsigned char buf[16384];
+	for (int i = 0; i < 500 && !drop_said(what); i++) {
+		if (b && th_read_all(b, key, buf, sizeof(buf)) == -ENOENT)
+			return;
+		usleep(10000);
+	}
+}
+
+/* The engine reports a value corrupt with drop_corrupt(K), after its read. Other nodes share
+ * the server: one may have written K again with good bytes since (after its own report
+ * dropped the bad copy, or after a remove). The late report must leave that copy, which
+ * every node would otherwise miss, and still delete a value that is corrupt. Node A and
+ * node B are two tier instances on the same server and prefix. */
+static void test_drop_rewritten(const struct rs *srv, const char *url)
+{
+	struct kvt_tier *a = open_redis(url, "2000", "1");
+	struct kvt_tier *b = open_redis(url, "2000", "1");
+	a->geo = drop_geo; /* as the engine opens it (kvt__tier_open) */
+	a->geometry = &a->geo;
+	a->object_max = kvt_object_bytes(&drop_geo, drop_geo.chunk_tokens);
+	a->log.fn = drop_capture;
+	a->log.level = KVT_LOG_INFO;
+	static unsigned char c1[16384], c2[16384], back[16384];
+	struct kvt_key k;
+	th_key(&k, 1, 18);
+	uint64_t n = drop_obj(c1, &k, 1);
+	CHECK_EQ(drop_obj(c2, &k, 2), n);
+	CHECK(n <= sizeof(c1));
+
+	/* A reads copy 1; B removes K and puts copy 2; A's report about copy 1 comes late. */
+	CHECK_EQ(th_write(b, &k, c1, n), 0);
+	CHECK_EQ(th_read_all(a, &k, back, sizeof(back)), (int64_t)n);
+	CHECK(!memcmp(back, c1, n));
+	CHECK_EQ(th_remove(b, &k), 0);
+	CHECK_EQ(th_write(b, &k, c2, n), 0);
+	drop_log_clear();
+	a->ops->drop_corrupt(a, &k);
+	drop_wait(b, &k, "left in place");
+	memset(back, 0, sizeof(back));
+	int64_t rc = th_read_all(b, &k, back, sizeof(back));
+	if (rc != (int64_t)n)
+		fprintf(stderr, "FAIL: copy 2 after A's late report about copy 1: read %lld (%s), "
+				"want %llu bytes\n",
+			(long long)rc, rc < 0 ? strerror((int)-rc) : "", (unsigned long long)n);
+	CHECK_EQ(rc, (int64_t)n);
+	CHECK(!memcmp(back, c2, n));
+	CHECK(drop_said("rewritten since the corrupt read"));
+	struct kvt_tier_stats st = {0};
+	a->ops->stats(a, &st);
+	CHECK_EQ(st.checksum_failures, 1);
+	CHECK_EQ(st.removes, 0);
+
+	/* The positive case: garbage SET under K's name around the tier, read, reported:
+	 * gone. */
+	struct kvt_key k2;
+	th_key(&k2, 2, 18);
+	char name[128], hex[2 * KVT_KEY_BYTES + 1];
+	kvt_key_to_hex(&k2, hex);
+	snprintf(name, sizeof(name), "kvt-test:%s", hex);
+	memset(c1, 0xa5, n);
+	redisContext *rc2 = redisConnect("127.0.0.1", srv->port);
+	CHECK(rc2 && !rc2->err);
+	redisReply *r = redisCommand(rc2, "SET %s %b", name, c1, (size_t)n);
+	CHECK(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	redisFree(rc2);
+	CHECK_EQ(th_read_all(a, &k2, back, sizeof(back)), (int64_t)n);
+	drop_log_clear();
+	a->ops->drop_corrupt(a, &k2);
+	drop_wait(b, &k2, "left in place");
+	CHECK_EQ(th_read_all(b, &k2, back, sizeof(back)), -ENOENT);
+
+	/* ... and an object whose layer CRC fails (one payload byte flipped), written through
+	 * the tier: gone too. */
+	drop_obj(c1, &k2, 3);
+	c1[KVT_HEADER_BYTES] ^= 1; /* layer 0's first byte */
+	CHECK(kvt__object_verify(c1, n, NULL, NULL) == -EBADMSG);
+	CHECK_EQ(th_write(b, &k2, c1, n), 0);
+	CHECK_EQ(th_read_all(a, &k2, back, sizeof(back)), (int64_t)n);
+	drop_log_clear();
+	a->ops->drop_corrupt(a, &k2);
+	drop_wait(b, &k2, "left in place");
+	CHECK_EQ(th_read_all(b, &k2, back, sizeof(back)), -ENOENT);
+	a->ops->stats(a, &st);
+	CHECK_EQ(st.removes, 2);
+	CHECK_EQ(st.errors, 0);
+
+	/* A report about a key that is gone already: nothing to do, nothing counted. */
+	drop_log_clear();
+	a->ops->drop_corrupt(a, &k2);
+	drop_wait(NULL, &k2, "gone already");
+	CHECK(drop_said("gone already"));
+
+	/* Close with reports queued: it does not wait for them. */
+	for (int i = 0; i < 100; i++) {
+		struct kvt_key q;
+		th_key(&q, (uint64_t)i, 19);
+		a->ops->drop_corrupt(a, &q);
+	}
+	CHECK_EQ(th_remove(b, &k), 0);
+	uint64_t t0 = th_now_ms();
+	th_close(a);
+	CHECK(th_now_ms() - t0 < 2000);
+	th_close(b);
+}
+
 static void test_auth_echo(void)
 {
 	struct rs r;
@@ -420,6 +579,8 @@ int main(void)
 	fprintf(stderr, "ok a lookup of 100,000 keys on one connection\n");
 	test_read_only(url);
 	fprintf(stderr, "ok read-only: writes and removes -EROFS, nothing deleted\n");
+	test_drop_rewritten(&r, url);
+	fprintf(stderr, "ok a late corruption report deletes no copy written since\n");
 	test_auth_echo();
 	fprintf(stderr, "ok no password in the log\n");
 	rs_stop(&r);
