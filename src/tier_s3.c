@@ -360,6 +360,19 @@ static void remember_served(struct s3_state *s, const struct kvt_key *key, const
 	pthread_mutex_unlock(&s->served_lock);
 }
 
+/* This node wrote or removed key: a read remembered from before was served a copy that is
+ * gone, and a read after it is served another, which the answer may not tell apart (the
+ * same bytes written again within the same second: the same ETag and Last-Modified). Until
+ * the key's next report, its reports drop nothing. */
+static void served_replaced(struct s3_state *s, const struct kvt_key *key)
+{
+	pthread_mutex_lock(&s->served_lock);
+	struct s3_served *e = served_slot(s, key);
+	if (e->used && kvt__key_eq(&e->key, key))
+		e->copy.etag[0] = 0;
+	pthread_mutex_unlock(&s->served_lock);
+}
+
 /* The one copy recent reads of key were served, forgotten as it is taken; false if none
  * or several. */
 static bool recall_served(struct s3_state *s, const struct kvt_key *key, struct s3_copy *out)
@@ -409,6 +422,8 @@ static void op_finish_xfer(struct s3_xfer *x, int rc)
 		result = (int64_t)op->total; /* never clamped: objects may exceed 2 GiB */
 		read_served(op); /* before the callback: the caller may report the bytes corrupt */
 	}
+	if (op->kind == OP_WRITE || op->kind == OP_REMOVE)
+		served_replaced(s, &op->key); /* failed too: it may still land (a timeout) */
 	if (result < 0 && result != -ENOENT && result != -ECANCELED)
 		atomic_fetch_add(&s->cnt.errors, 1);
 	for (uint32_t i = 0; i < op->nx; i++)
