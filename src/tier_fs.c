@@ -379,6 +379,20 @@ static void complete_flushes(struct fs_state *s, struct fs_op *f, int result)
 	}
 }
 
+/* fsync directory dfd (index dir, FS_DIRS; dfd < 0: why it did not open): on a failure
+ * it is marked dirty again, for the next flush, and the first error kept in *rc; one gone
+ * since (-ENOENT: swept, removed) has nothing left to persist. */
+static void sync_one(struct fs_state *s, int dfd, unsigned dir, int *rc)
+{
+	int r = dfd < 0 ? dfd : fsync(dfd) < 0 ? -errno : 0;
+	if (r < 0 && r != -ENOENT) {
+		*rc = *rc ? *rc : r;
+		pthread_mutex_lock(&s->lock);
+		mark_dir_dirty(s, dir);
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
 /* fsync the directories of dirty (FS_DIRS indices) in [lo, hi); one whose fsync fails is
  * marked dirty again, for the next flush. 0 or the first error; a leaf gone since (swept,
  * removed) has nothing left to persist. Each first-level directory is opened once for all
@@ -399,15 +413,9 @@ static int sync_dirs(struct fs_state *s, const uint8_t *dirty, unsigned lo, unsi
 				snprintf(d, sizeof(d), "%02x", (leaf - FS_TOP(0)) & 0xff);
 				dfd = open_level(s, s->rootfd, d, false, NULL);
 			}
-			int r = dfd < 0 ? dfd : fsync(dfd) < 0 ? -errno : 0;
+			sync_one(s, dfd, leaf, &rc);
 			if (dfd >= 0 && dfd != s->rootfd)
 				close(dfd);
-			if (r < 0 && r != -ENOENT) {
-				rc = rc ? rc : r;
-				pthread_mutex_lock(&s->lock);
-				mark_dir_dirty(s, leaf);
-				pthread_mutex_unlock(&s->lock);
-			}
 			continue;
 		}
 		if (leaf >> 8 != top_at) {
@@ -419,15 +427,9 @@ static int sync_dirs(struct fs_state *s, const uint8_t *dirty, unsigned lo, unsi
 		}
 		snprintf(d, sizeof(d), "%02x", leaf & 0xff);
 		int dfd = top < 0 ? top : open_level(s, top, d, false, NULL);
-		int r = dfd < 0 ? dfd : fsync(dfd) < 0 ? -errno : 0;
+		sync_one(s, dfd, leaf, &rc);
 		if (dfd >= 0)
 			close(dfd);
-		if (r < 0 && r != -ENOENT) {
-			rc = rc ? rc : r;
-			pthread_mutex_lock(&s->lock);
-			mark_dir_dirty(s, leaf);
-			pthread_mutex_unlock(&s->lock);
-		}
 	}
 	if (top >= 0)
 		close(top);
