@@ -188,6 +188,9 @@ struct fs_state {
 	 * last flush - leaves an object's, their parents a new leaf's or first level's -
 	 * whose fsync makes those names durable (under lock) */
 	uint8_t dirty_dir[FS_DIRS_BYTES];
+	/* per parent directory (v1 and the first level: FS_DIRS index - FS_LEAVES), makers of
+	 * a directory in it that have not yet synced or marked it (open_level) */
+	atomic_uint unsynced[FS_DIRS - FS_LEAVES];
 	bool any_dirty_dir;
 	struct fs_dirsync *dirsync_head, *dirsync_tail; /* started, not yet finished */
 	uint64_t next_ticket;
@@ -222,23 +225,6 @@ static void mark_dir_dirty(struct fs_state *s, unsigned dir) /* lock held; FS_DI
 	s->any_dirty_dir = true;
 }
 
-/* create: make name if missing; *made is then set (also when another made it first, at
- * once: its maker's sync of dfd may not have happened yet). */
-static int open_level(struct fs_state *s, int dfd, const char *name, bool create, bool *made)
-{
-	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT && create) {
-		if (mkdirat(dfd, name, s->dir_mode) < 0 && errno != EEXIST)
-			return -errno;
-		if (made)
-			*made = true;
-		fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	}
-	if (fd < 0) /* ELOOP: a symbolic link in a directory's place, never followed */
-		return errno == ELOOP ? -ENOTDIR : -errno;
-	return fd;
-}
-
 /* A directory was made in dfd (index dir, FS_DIRS): its name there is durable once dfd is
  * synced, as an object's name is once its leaf is (write_object), and a flush must not say
  * "durable" of an object whose leaf could still vanish. full: sync dfd now (before the put
@@ -255,6 +241,48 @@ static int dir_made(struct fs_state *s, int dfd, unsigned dir)
 	return rc;
 }
 
+/* Open directory name in dfd (index parent, FS_DIRS); create: make it if missing, and see
+ * that its name in dfd is made durable (dir_made) by whoever may depend on it: its maker,
+ * and any writer that opens it while a maker in this process has not yet synced or marked
+ * dfd (s->unsynced[parent]) - such a writer would otherwise publish into the new directory
+ * and answer (fs.fsync=full) or be flushed (data) while the directory's own name could
+ * still vanish in a power cut (integ.fs_leaf_race). The maker's mark comes after its mkdir
+ * (a flush before that would sync dfd without the name). Writers of other processes and
+ * nodes are not covered: a directory another one made is as durable as it made it. */
+static int open_level(struct fs_state *s, int dfd, const char *name, bool create,
+		      unsigned parent)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	atomic_uint *unsynced = create ? &s->unsynced[parent - FS_LEAVES] : NULL;
+	bool maker = false;
+	if (fd < 0 && errno == ENOENT && create) {
+		atomic_fetch_add(unsynced, 1);
+		maker = true;
+		if (mkdirat(dfd, name, s->dir_mode) < 0 && errno != EEXIST) {
+			int rc = -errno;
+			atomic_fetch_sub(unsynced, 1);
+			return rc;
+		}
+		fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	}
+	if (fd < 0) { /* ELOOP: a symbolic link in a directory's place, never followed */
+		int rc = errno == ELOOP ? -ENOTDIR : -errno;
+		if (maker)
+			atomic_fetch_sub(unsynced, 1);
+		return rc;
+	}
+	if (create && (maker || atomic_load(unsynced) > 0)) {
+		int rc = dir_made(s, dfd, parent);
+		if (maker)
+			atomic_fetch_sub(unsynced, 1);
+		if (rc < 0) {
+			close(fd);
+			return rc;
+		}
+	}
+	return fd;
+}
+
 /* The leaf directory (<hex[0:2]>/<hex[2:4]>) of an object path, opened one level at a time
  * without following a symbolic link: anyone who can write the shared directory can plant
  * one in a directory's place, and a path resolved through it would read, create and unlink
@@ -264,21 +292,13 @@ static int dir_made(struct fs_state *s, int dfd, unsigned dir)
 static int leaf_open(struct fs_state *s, const char *path, bool create)
 {
 	char d[3] = {path[0], path[1], 0};
-	bool made = false;
-	int top = open_level(s, s->rootfd, d, create, &made);
+	int top = open_level(s, s->rootfd, d, create, FS_ROOT);
 	if (top < 0)
 		return top;
-	int rc = made ? dir_made(s, s->rootfd, FS_ROOT) : 0;
 	d[0] = path[3];
 	d[1] = path[4];
-	made = false;
-	int leaf = rc < 0 ? rc : open_level(s, top, d, create, &made);
 	/* path starts "<hex[0:2]>/": strtoul stops at the slash */
-	if (leaf >= 0 && made &&
-	    (rc = dir_made(s, top, FS_TOP((unsigned)strtoul(path, NULL, 16)))) < 0) {
-		close(leaf);
-		leaf = rc;
-	}
+	int leaf = open_level(s, top, d, create, FS_TOP((unsigned)strtoul(path, NULL, 16)));
 	close(top);
 	return leaf;
 }
@@ -411,7 +431,7 @@ static int sync_dirs(struct fs_state *s, const uint8_t *dirty, unsigned lo, unsi
 			int dfd = s->rootfd;
 			if (leaf != FS_ROOT) {
 				snprintf(d, sizeof(d), "%02x", (leaf - FS_TOP(0)) & 0xff);
-				dfd = open_level(s, s->rootfd, d, false, NULL);
+				dfd = open_level(s, s->rootfd, d, false, 0);
 			}
 			sync_one(s, dfd, leaf, &rc);
 			if (dfd >= 0 && dfd != s->rootfd)
@@ -423,10 +443,10 @@ static int sync_dirs(struct fs_state *s, const uint8_t *dirty, unsigned lo, unsi
 				close(top);
 			top_at = leaf >> 8;
 			snprintf(d, sizeof(d), "%02x", top_at & 0xff);
-			top = open_level(s, s->rootfd, d, false, NULL);
+			top = open_level(s, s->rootfd, d, false, 0);
 		}
 		snprintf(d, sizeof(d), "%02x", leaf & 0xff);
-		int dfd = top < 0 ? top : open_level(s, top, d, false, NULL);
+		int dfd = top < 0 ? top : open_level(s, top, d, false, 0);
 		sync_one(s, dfd, leaf, &rc);
 		if (dfd >= 0)
 			close(dfd);
