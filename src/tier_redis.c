@@ -42,7 +42,8 @@
  * drop time, would cost every read the digest (and a GETRANGE of part of a value has none
  * of the whole). So the cost is put on the drops, which are rare: a thread of their own, on
  * a connection of its own driven like the listing's (each wait bounded, the whole drop
- * within redis.timeout_ms, given up at once at close), WATCHes the key, reads the value and
+ * within redis.timeout_ms, given up at close at its next wait - a name lookup under way
+ * is waited for, at most redis.timeout_ms), WATCHes the key, reads the value and
  * checks it as the engine does (header and layer CRCs for this store's geometry and key),
  * and deletes it only if it is still corrupt, in MULTI / DEL / EXEC, which Redis refuses if
  * the key changed since the WATCH. A sound value is left, whoever wrote it.
@@ -148,7 +149,8 @@ struct rd_state {
 	/* Corruption reports, checked and carried out by drop_thread on a connection of its
 	 * own (see rd_drop_corrupt); not started on a read-only open. */
 	pthread_t drop_thread;
-	bool drop_started, drop_stop;
+	atomic_bool drop_started; /* cleared first at close: later reports are not queued */
+	bool drop_stop;
 	int drop_efd; /* wakes drop_thread's waits at close */
 	pthread_mutex_t drop_lock;
 	pthread_cond_t drop_cond;
@@ -1415,7 +1417,8 @@ static int drop_check(const struct rd_state *s, redisContext *c, uint64_t end,
 }
 
 /* Carry out one corruption report of key, on a connection of its own, everything (connect
- * included) within redis.timeout_ms, and given up at once when the tier closes. Redis keeps
+ * included) within redis.timeout_ms, and given up when the tier closes at its next wait (a
+ * name lookup under way is not interrupted: close waits for it, at most that). Redis keeps
  * no version of a value that a read could remember (as the rados tier's object version or
  * the s3 tier's ETag), so the check is made on the value itself, at drop time: WATCH the
  * key, read the value and check it (drop_check), and only if it is still corrupt delete it
@@ -1532,7 +1535,7 @@ static int drop_start(struct rd_state *s)
 /* Stop drop_thread: a drop under way is given up at its next wait (-ECANCELED). */
 static void drop_stop(struct rd_state *s)
 {
-	if (!s->drop_started)
+	if (!atomic_exchange(&s->drop_started, false))
 		return;
 	pthread_mutex_lock(&s->drop_lock);
 	s->drop_stop = true;
@@ -1546,7 +1549,6 @@ static void drop_stop(struct rd_state *s)
 	pthread_cond_destroy(&s->drop_cond);
 	pthread_mutex_destroy(&s->drop_lock);
 	close(s->drop_efd);
-	s->drop_started = false;
 }
 
 static void rd_stats(struct kvt_tier *t, struct kvt_tier_stats *out)

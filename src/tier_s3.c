@@ -17,11 +17,12 @@
  * rest keeps the ETag, not the Last-Modified (a new write, unless in the same second). A
  * key whose recent reads served different copies, or that no remembered read served, is
  * left in place: a corrupt copy left costs a later re-read (which reports it again), a good
- * copy dropped costs every node a miss. What remains: S3 has no conditional delete that
- * every server honours. AWS answers a DELETE whose If-Match does not match with 412; Ceph
- * RGW (16.2, the test stack) ignores If-Match on DELETE (measured: a wrong ETag deleted the
- * object), so there a rewrite that lands between the HEAD and the DELETE (one round trip) is
- * still deleted.
+ * copy dropped costs every node a miss. What remains: a rewrite that lands between the HEAD
+ * and the DELETE (one round trip) is still deleted where the DELETE's If-Match cannot tell
+ * it apart: on Ceph RGW 16 (the test stack), which ignores If-Match on DELETE (measured: a
+ * wrong ETag deleted the object), and on any server when the rewrite has the same bytes (a
+ * copy damaged at rest kept the ETag of its good bytes). AWS refuses a DELETE whose
+ * If-Match does not match (412), which covers a rewrite with other bytes.
  * Submitting threads only append transfers to a locked queue and wake the thread with
  * curl_multi_wakeup(), so a call never blocks on the network and its callback always runs
  * later, on the I/O thread. The multi handle keeps connections alive and reuses them;
@@ -108,7 +109,8 @@ struct s3_xfer {
 	uint64_t not_before_ns;
 	char errbody[ERRBODY_MAX];
 	size_t errlen;
-	struct curl_slist *hdrs; /* write with s3.sign_payload: per-request header list */
+	struct curl_slist *hdrs; /* per-request header list: a write with s3.sign_payload, a
+				  * drop's If-Match; NULL: the tier's own */
 };
 
 /* One tier call. */
@@ -943,6 +945,8 @@ static int submit(struct s3_state *s, struct s3_op *op)
 	pthread_mutex_lock(&s->lock);
 	if (s->closing) {
 		pthread_mutex_unlock(&s->lock);
+		for (uint32_t i = 0; i < op->nx; i++) /* a signed write's or a drop's headers */
+			curl_slist_free_all(op->xfers[i].hdrs);
 		kvt__free(op);
 		return -ECANCELED;
 	}
