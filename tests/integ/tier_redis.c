@@ -291,10 +291,15 @@ static void test_server_failures(void)
 	fprintf(stderr, "  SIGSTOP: %d requests failed with -ETIMEDOUT, slowest after %lld ms "
 		"(timeout %d ms)\n", 2 * N, (long long)atomic_load(&m.max_ms), timeout);
 	rs_signal(&r, SIGCONT);
-	usleep(50000);
-	CHECK_EQ(th_write(t, &k, obj, LEN), 0);
+	/* The resumed server first works through what the stopped one was sent (128 requests,
+	 * 4 MiB of writes): on a loaded machine under ASan the first request after it can miss
+	 * its 500 ms too. What must hold is that the tier recovers by itself, within seconds. */
+	int64_t t0 = th_now_ms(), wrc;
+	while ((wrc = th_write(t, &k, obj, LEN)) == -ETIMEDOUT && th_now_ms() - t0 < 10000)
+		usleep(50000);
+	CHECK_EQ(wrc, 0);
 	CHECK_EQ(th_read_all(t, &k, back, 65536), 65536);
-	fprintf(stderr, "  SIGCONT: works again\n");
+	fprintf(stderr, "  SIGCONT: works again after %lld ms\n", (long long)(th_now_ms() - t0));
 
 	/* 5. close with requests in flight: each callback once */
 	memset(&m, 0, sizeof(m));
