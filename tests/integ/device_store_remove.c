@@ -19,12 +19,7 @@
 #define DSO_TEST "device_store_remove" /* CHECK's messages start with it */
 #include "lib/device_store_open.h"
 
-static const struct kvt_geometry G = {.layers = 4,
-				      .kv_heads = 8,
-				      .head_dim = 32,
-				      .chunk_tokens = 64,
-				      .dtype = KVT_DTYPE_BF16,
-				      .kind = KVT_KIND_KV};
+static struct kvt_geometry G; /* dso_geometry(32), set first in main */
 static const uint32_t N = 50, BS = 16, NB = 8, NBLK = 4;
 static uint32_t ids[4] = {5, 1, 6, 2};
 static size_t plen;
@@ -77,6 +72,7 @@ static int served(struct kvt_store *s, const struct kvt_key *key)
 
 int main(void)
 {
+	G = dso_geometry(32);
 	plen = G.layers * kvt_layer_bytes(&G, N);
 	uint64_t seed = 77;
 	uint8_t *kv_old = malloc(plen), *kv_new = malloc(plen);
