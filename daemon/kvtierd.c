@@ -880,9 +880,22 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 		int fd = kvt__dram_pool(dram, &g_pool, &g_pool_len);
 		g_slot_bytes = kvt__dram_slot_bytes(dram);
 		/* Writable for clients only with shared writes (and objects the store need not
-		 * MAC); else a read-only descriptor, which cannot be mapped for writing. */
+		 * MAC); else sealed against writes first. A read-only descriptor alone is not
+		 * enough: a memfd's access is checked on the file, so a client could open its
+		 * /proc/self/fd entry O_RDWR, map it writable and change any published object
+		 * (until 2026-12-04; integ.daemon_pool_readonly). F_SEAL_FUTURE_WRITE refuses every
+		 * new writable mapping and write(2); the daemon's own mapping, made before, stays
+		 * writable. F_SEAL_SEAL then fixes the seals. A pool that cannot be sealed is not
+		 * shared: clients then go through their region. */
 		g_pool_writable = fd >= 0 && kvt__cfg_bool(cfg, "daemon.shared_writes") &&
 				  !kvt__store_protected(g_st.store);
+		if (fd >= 0 &&
+		    fcntl(fd, F_ADD_SEALS, (g_pool_writable ? 0 : F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) < 0) {
+			fprintf(stderr, "kvtierd: cannot seal the shared DRAM pool (%s): clients "
+					"copy through their regions\n", strerror(errno));
+			fd = -1;
+			g_pool_writable = false;
+		}
 		if (fd >= 0 && !g_pool_writable) {
 			char proc[64];
 			snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);

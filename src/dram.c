@@ -253,7 +253,9 @@ static void prefault_pool(struct kvt_dram *d, const struct kvt_dram_options *o)
 /* A pool other processes can map (kvtierd's clients): a memfd, on hugetlbfs pages when the
  * kernel has them reserved, else ordinary shared memory with huge pages advised. Sealed at
  * its size before anyone else sees it: a client holding the descriptor read-write could
- * otherwise ftruncate it, and every mapping of it - the daemon's first - would fault. */
+ * otherwise ftruncate it, and every mapping of it - the daemon's first - would fault. Not
+ * sealed against further seals: whoever hands it out decides whether the others may write
+ * it (kvtierd adds F_SEAL_FUTURE_WRITE, then F_SEAL_SEAL). */
 static int map_shared_pool(struct kvt_dram *d, const struct kvt_dram_options *o, size_t len)
 {
 	int fd = -1;
@@ -291,7 +293,7 @@ static int map_shared_pool(struct kvt_dram *d, const struct kvt_dram_options *o,
 		if (o->hugepages)
 			madvise(p, mlen, MADV_HUGEPAGE); /* shmem THP: advice only */
 	}
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
 		int err = errno;
 		munmap(p, mlen);
 		close(fd);
