@@ -102,6 +102,7 @@ int main(void)
 	kvt_store_close(s);
 	kvtd_stop();
 	test_rmdir(dir);
+	free(dir);
 	free(buf);
 	free(out);
 	printf("daemon_pool_readonly: ok\n");
