@@ -484,8 +484,10 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 			.quarantined = atomic_load(&g_st.quarantined),
 			.quarantined_bytes = atomic_load(&g_st.quarantined_bytes),
 		};
-		kvtd_tp_counts(&st.tp_partials, &st.tp_published, &st.tp_cancelled);
-		memcpy(p, &st, sizeof(st));
+		kvtd_tp_counts(&st.tp_partials, &st.tp_published, &st.tp_cancelled,
+			       &st.tp_quarantined, &st.tp_quarantined_bytes);
+		/* a client older than the last fields asks for less (kvtd_req_check) */
+		memcpy(p, &st, KVT_MIN(r->len, sizeof(st)));
 		res->status = 0;
 		break;
 	}
@@ -504,7 +506,7 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 		break;
 	case KVTD_TP_RESERVE:
 		c->tp = true;
-		kvtd_tp_reserve(c, r, p, rep);
+		kvtd_tp_reserve(c, c->pid, r, p, rep);
 		break;
 	case KVTD_TP_WRITTEN:
 		kvtd_tp_written(c, r, res);
@@ -743,19 +745,27 @@ static int listen_at(const char *path)
 		fprintf(stderr, "kvtierd: socket path too long: %s\n", path);
 		return -1;
 	}
-	/* A socket left by a daemon that died: replace it only if nobody answers there. */
+	/* A socket left by a daemon that died: replace it only if nobody listens there
+	 * (ECONNREFUSED; ENOENT: it went meanwhile). Any other failure (EACCES: a live daemon
+	 * of another user) says nothing of that, and its socket stays. */
 	struct stat sb;
 	if (lstat(path, &sb) == 0) {
 		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 		snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-		if (!S_ISSOCK(sb.st_mode) ||
-		    connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0) {
+		int crc = S_ISSOCK(sb.st_mode) ? connect(probe, (struct sockaddr *)&a, sizeof(a))
+					       : -1;
+		int cerr = errno;
+		close(probe);
+		if (!S_ISSOCK(sb.st_mode) || crc == 0) {
 			fprintf(stderr, "kvtierd: %s exists and is %s\n", path,
 				S_ISSOCK(sb.st_mode) ? "in use by a running daemon" : "not a socket");
-			close(probe);
 			return -1;
 		}
-		close(probe);
+		if (cerr != ECONNREFUSED && cerr != ENOENT) {
+			fprintf(stderr, "kvtierd: %s exists and cannot be probed: %s\n", path,
+				strerror(cerr));
+			return -1;
+		}
 		unlink(path);
 	}
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);

@@ -142,8 +142,8 @@ static char *render(struct kvtd_state *s, size_t *len)
 	ONE("kvtier_daemon_quarantined_bytes", "gauge",
 	    "Bytes of the DRAM slots in kvtier_daemon_quarantined_slots.",
 	    atomic_load(&s->quarantined_bytes));
-	uint64_t tp_open, tp_published, tp_cancelled;
-	kvtd_tp_counts(&tp_open, &tp_published, &tp_cancelled);
+	uint64_t tp_open, tp_published, tp_cancelled, tp_quar, tp_quar_bytes;
+	kvtd_tp_counts(&tp_open, &tp_published, &tp_cancelled, &tp_quar, &tp_quar_bytes);
 	ONE("kvtier_daemon_tp_objects_open", "gauge",
 	    "Tensor-parallel objects reserved and waiting for ranks' heads.", tp_open);
 	ONE("kvtier_daemon_tp_objects_published_total", "counter",
@@ -151,6 +151,12 @@ static char *render(struct kvtd_state *s, size_t *len)
 	ONE("kvtier_daemon_tp_objects_cancelled_total", "counter",
 	    "Tensor-parallel objects cancelled (a rank failed, died or the object went stale).",
 	    tp_cancelled);
+	ONE("kvtier_daemon_tp_quarantined_slots", "gauge",
+	    "DRAM slots of tensor-parallel objects cancelled at the end of their lease, held "
+	    "out of the pool until the ranks holding claims on them report or go.",
+	    tp_quar);
+	ONE("kvtier_daemon_tp_quarantined_bytes", "gauge",
+	    "Bytes of the DRAM slots in kvtier_daemon_tp_quarantined_slots.", tp_quar_bytes);
 	ONE("kvtier_events_published_total", "counter", "KV events published (daemon.events).",
 	    atomic_load(&s->events_published));
 	ONE("kvtier_event_batches_total", "counter", "KV event batches (messages) published.",

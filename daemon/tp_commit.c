@@ -21,6 +21,12 @@
  * copying into it. An expired object's key is given back at once (the same object can be
  * written afresh, into another slot) and its slot is quarantined off the table until the
  * connections holding its claims report or go.
+ *
+ * Bounds per client, as kvtierd.c's for PUT_RESERVE (a client stopped mid-write must not
+ * end up holding the pool): a connection holding claims on max_held open objects starts no
+ * new one (it still joins objects other ranks started: those are always finished), and a
+ * process whose claims keep KVTD_MAX_QUARANTINE quarantined objects off the pool reserves
+ * nothing more until it reports them or goes. Both answer -EBUSY.
  */
 #include "tp_commit.h"
 
@@ -29,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dram.h"
 #include "engine.h"
 #include "internal.h"
 
@@ -37,6 +44,11 @@
 #define STALE_LEASES 6
 /* Bound on open and quarantined objects: each holds a DRAM slot. */
 #define MAX_OPEN 1024
+/* Open objects one connection may hold claims on when it starts another: half the pool's
+ * slots (at least KVTD_MAX_PINS). A rank has one object per chunk it is saving in flight,
+ * and every rank of a model claims on the same ones; more than half the node's DRAM in
+ * flight unpublished is no real save but a client that reserves and never reports. */
+#define MAX_HELD_OF(slots) KVT_MAX((uint64_t)KVTD_MAX_PINS, (uint64_t)(slots) / 2)
 
 enum { H_FREE = 0, H_CLAIMED = 1, H_WRITTEN = 2 };
 
@@ -51,6 +63,7 @@ struct part {
 	struct {
 		uint8_t state;
 		const void *owner; /* the connection of a CLAIMED head */
+		int32_t pid;       /* and its process (0: unknown) */
 	} head[];
 };
 
@@ -58,6 +71,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct part *tab;
 static struct part *quar; /* expired with claims held: slot kept until they are dropped */
 static uint64_t n_quar, lease_ns;
+static uint64_t max_held, slot_bytes; /* see MAX_HELD_OF; bytes of one DRAM slot */
 static struct kvt_store *store;
 static uint8_t ns[KVT_NS_ID_BYTES];
 static uint8_t *pool;
@@ -73,6 +87,9 @@ void kvtd_tp_init(struct kvt_store *s, const uint8_t *ns_id, void *p, bool on, u
 	pool = p;
 	enabled = on;
 	kv_heads = kvt_store_geometry(s)->kv_heads;
+	struct kvt_dram *d = kvt__store_dram(s);
+	max_held = MAX_HELD_OF(d ? kvt__dram_slots(d) : 0);
+	slot_bytes = d ? kvt__dram_slot_bytes(d) : 0;
 }
 
 /* Unlink *pp and give its slot back. mu held. */
@@ -109,6 +126,25 @@ static struct part **find(const struct kvt_key *skey)
 	return pp;
 }
 
+/* Does conn (or, pid > 0, any connection of process pid) hold a claim on p? mu held. */
+static bool holds(const struct part *p, const void *conn, int32_t pid)
+{
+	for (uint32_t h = 0; p->claimed && h < kv_heads; h++)
+		if (p->head[h].state == H_CLAIMED &&
+		    (p->head[h].owner == conn || (pid > 0 && p->head[h].pid == pid)))
+			return true;
+	return false;
+}
+
+/* Objects of list l that conn (or its process, pid > 0) holds claims on. mu held. */
+static uint64_t held_in(const struct part *l, const void *conn, int32_t pid)
+{
+	uint64_t n = 0;
+	for (const struct part *p = l; p; p = p->next)
+		n += holds(p, conn, pid);
+	return n;
+}
+
 /* Drop conn's claims on p (all heads, or those of [h0, h1)). mu held. */
 static bool drop_claims(struct part *p, const void *conn, uint32_t h0, uint32_t h1)
 {
@@ -117,6 +153,7 @@ static bool drop_claims(struct part *p, const void *conn, uint32_t h0, uint32_t 
 		if (p->head[h].state == H_CLAIMED && p->head[h].owner == conn) {
 			p->head[h].state = H_FREE;
 			p->head[h].owner = NULL;
+			p->head[h].pid = 0;
 			p->claimed--;
 			held = true;
 		}
@@ -202,7 +239,7 @@ uint64_t kvtd_tp_expire(const void *conn)
 	return next;
 }
 
-void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim_out,
+void kvtd_tp_reserve(const void *conn, int32_t pid, const struct kvtd_req *r, void *claim_out,
 		     struct kvtd_rep *rep)
 {
 	struct kvt_result *res = &rep->res;
@@ -230,8 +267,15 @@ void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim_out
 			quarantine(pp, -ECANCELED);
 		p = NULL;
 	}
+	/* A process whose claims hold quarantined slots (its ranks stopped, or never report)
+	 * gets no more, not even of objects others started: the pool would drain into it.
+	 * A pid unknown (0) is charged per connection. */
+	if (held_in(quar, conn, pid) >= KVTD_MAX_QUARANTINE) {
+		res->status = -EBUSY;
+		goto out;
+	}
 	if (!p) {
-		if (n_open + n_quar >= MAX_OPEN) {
+		if (n_open + n_quar >= MAX_OPEN || held_in(tab, conn, 0) >= max_held) {
 			res->status = -EBUSY;
 			goto out;
 		}
@@ -277,6 +321,7 @@ void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim_out
 		if (p->head[h].state == H_FREE) {
 			p->head[h].state = H_CLAIMED;
 			p->head[h].owner = conn;
+			p->head[h].pid = pid;
 			p->claimed++;
 			claim->claimed[h] = 1;
 		}
@@ -315,6 +360,7 @@ void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_resu
 			continue;
 		p->head[h].state = r->flags ? H_FREE : H_WRITTEN;
 		p->head[h].owner = NULL;
+		p->head[h].pid = 0;
 		p->claimed--;
 		p->written += !r->flags;
 		mine++;
@@ -378,10 +424,13 @@ void kvtd_tp_cancel_all(void)
 	pthread_mutex_unlock(&mu);
 }
 
-void kvtd_tp_counts(uint64_t *open, uint64_t *published, uint64_t *cancelled)
+void kvtd_tp_counts(uint64_t *open, uint64_t *published, uint64_t *cancelled,
+		    uint64_t *quarantined, uint64_t *quarantined_bytes)
 {
 	pthread_mutex_lock(&mu);
 	*open = n_open;
+	*quarantined = n_quar;
+	*quarantined_bytes = n_quar * slot_bytes;
 	*published = n_published;
 	*cancelled = n_cancelled;
 	pthread_mutex_unlock(&mu);

@@ -18,9 +18,10 @@ struct kvt_store;
  * they map it writable; else every TP_RESERVE is -ENOTSUP). */
 void kvtd_tp_init(struct kvt_store *s, const uint8_t *ns_id, void *pool, bool enabled,
 		  uint64_t lease_ns);
-/* TP_RESERVE for the connection conn (any unique pointer); claim: the request's range of
- * the connection's region, checked by kvtd_req_check. */
-void kvtd_tp_reserve(const void *conn, const struct kvtd_req *r, void *claim,
+/* TP_RESERVE for the connection conn (any unique pointer) of process pid (0: unknown);
+ * claim: the request's range of the connection's region, checked by kvtd_req_check.
+ * -EBUSY past the bounds of a client (see tp_commit.c). */
+void kvtd_tp_reserve(const void *conn, int32_t pid, const struct kvtd_req *r, void *claim,
 		     struct kvtd_rep *rep);
 /* TP_WRITTEN: res->status = heads still missing, 0 published, < 0 cancelled (-ETIMEDOUT:
  * the object's lease ran out before this rank reported). */
@@ -41,7 +42,9 @@ void kvtd_tp_conn_gone(const void *conn);
 /* At shutdown, every connection gone: cancel what is left (objects waiting for ranks that
  * never came), so the store closes with no slot reserved. */
 void kvtd_tp_cancel_all(void);
-/* For STATUS: objects open now, published and cancelled since start. */
-void kvtd_tp_counts(uint64_t *open, uint64_t *published, uint64_t *cancelled);
+/* For STATUS: objects open now, published and cancelled since start, and the slots of
+ * cancelled objects quarantined now (claims still held) and their bytes. */
+void kvtd_tp_counts(uint64_t *open, uint64_t *published, uint64_t *cancelled,
+		    uint64_t *quarantined, uint64_t *quarantined_bytes);
 
 #endif

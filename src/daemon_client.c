@@ -716,6 +716,7 @@ static void run_op_locked(struct kvt_client *c, struct cop *o)
 			req.len = sizeof(struct kvt_stats);
 		} else if (o->op == KVTD_STATUS) {
 			req.len = sizeof(struct kvtd_status);
+			memset(c->shm, 0, req.len); /* a daemon older than the last fields: 0 */
 		}
 		rc = exchange(c, &req, &rep, -1);
 		if (rc == 0 || tries || !stale(c))

@@ -89,7 +89,7 @@ int kvtd_req_check(const struct kvtd_req *r, size_t got, uint64_t shm_len,
 			return bad(err, errlen, -EINVAL, "stats range too small");
 		break;
 	case KVTD_STATUS:
-		if (r->len < sizeof(struct kvtd_status))
+		if (r->len < KVTD_STATUS_MIN_BYTES)
 			return bad(err, errlen, -EINVAL, "status range too small");
 		break;
 	default:

@@ -153,7 +153,13 @@ struct kvtd_status {
 	uint64_t tp_partials;     /* TP objects reserved, not yet published or cancelled */
 	uint64_t tp_published;    /* TP objects published since start */
 	uint64_t tp_cancelled;    /* TP objects cancelled since start */
+	/* Appended since (a STATUS whose len stops before them gets the fields above; a daemon
+	 * that predates them leaves them as they were): slots of cancelled TP objects kept
+	 * off the pool while ranks still hold claims on them, and their bytes. */
+	uint64_t tp_quarantined, tp_quarantined_bytes;
 };
+/* The smallest STATUS len a daemon accepts: the fields before the appended ones. */
+#define KVTD_STATUS_MIN_BYTES offsetof(struct kvtd_status, tp_quarantined)
 
 /* Check a request that arrived as got bytes against a region of shm_len bytes (0: none
  * yet, only HELLO is allowed), for a store of geometry g. 0 if every length and offset is

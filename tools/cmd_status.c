@@ -36,6 +36,8 @@ static const struct {
     ROW(tp_partials, "tp_objects_open", "tensor-parallel objects open"),
     ROW(tp_published, "tp_objects_published", "tensor-parallel objects published"),
     ROW(tp_cancelled, "tp_objects_cancelled", "tensor-parallel objects cancelled"),
+    ROW(tp_quarantined, "tp_quarantined_slots", "tensor-parallel slots quarantined"),
+    ROW(tp_quarantined_bytes, "tp_quarantined_bytes", "tensor-parallel bytes quarantined"),
 };
 #undef ROW
 

@@ -76,17 +76,6 @@ static void key_of(uint64_t i, struct kvt_key *k)
 	k->bytes[31] = 0x1e;
 }
 
-static int free_port(void)
-{
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t l = sizeof(a);
-	CHECK(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	      getsockname(s, (struct sockaddr *)&a, &l) == 0);
-	close(s);
-	return ntohs(a.sin_port);
-}
-
 /* STATUS until cond holds (2 s at most). */
 #define WAIT_STATUS(r, st, cond)                                                                   \
 	do {                                                                                       \
@@ -130,32 +119,6 @@ static int child_exit(pid_t p)
 	CHECK(waitpid(p, &status, 0) == p);
 	CHECKM(WIFEXITED(status), "child status %d", status);
 	return WEXITSTATUS(status);
-}
-
-/* /metrics over plain HTTP: the body, into path. */
-static void fetch_metrics(const char *path)
-{
-	char host[64];
-	int port;
-	CHECK(sscanf(metrics_addr, "%63[^:]:%d", host, &port) == 2);
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	CHECK(connect(s, (struct sockaddr *)&a, sizeof(a)) == 0);
-	const char *req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-	CHECK(write(s, req, strlen(req)) == (ssize_t)strlen(req));
-	size_t cap = 1 << 20, n = 0;
-	char *buf = malloc(cap);
-	ssize_t got;
-	while (n < cap - 1 && (got = read(s, buf + n, cap - 1 - n)) > 0)
-		n += (size_t)got;
-	buf[n] = 0;
-	close(s);
-	char *body = strstr(buf, "\r\n\r\n");
-	CHECKM(body && strstr(buf, " 200 "), "metrics answer: %.200s", buf);
-	FILE *f = fopen(path, "w");
-	CHECK(f && fputs(body + 4, f) >= 0 && fclose(f) == 0);
-	free(buf);
 }
 
 /* ---- 1. a client stopped holding pins and a reservation */
@@ -288,7 +251,7 @@ static void test_stopped_client(struct raw *r, struct kvt_store *s)
 	/* The same through /metrics (promtool-clean) and kvtier status --daemon. */
 	char path[400], cmd[2400];
 	snprintf(path, sizeof(path), "%s/metrics.txt", dir);
-	fetch_metrics(path);
+	kvtd_fetch_metrics(metrics_addr, path);
 	snprintf(cmd, sizeof(cmd),
 		 "promtool check metrics <%s && grep -qx 'kvtier_daemon_quarantined_slots 1' %s && "
 		 "grep -qx 'kvtier_daemon_quarantined_bytes %llu' %s && "
@@ -613,7 +576,7 @@ int main(void)
 	atexit(kill_forked);
 	dir = test_tmpdir("daemon_leases");
 	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
-	snprintf(metrics_addr, sizeof(metrics_addr), "127.0.0.1:%d", free_port());
+	snprintf(metrics_addr, sizeof(metrics_addr), "127.0.0.1:%d", kvtd_free_port());
 	signal(SIGPIPE, SIG_IGN);
 	/* 7 DRAM slots of 36 KiB objects */
 	const char *args[] = {"--metrics", metrics_addr, "--set", "dram.bytes=256KiB", "--set",

@@ -8,7 +8,9 @@
 #ifndef KVT_DAEMON_HARNESS_H
 #define KVT_DAEMON_HARNESS_H
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -202,6 +204,45 @@ static inline void raw_close(struct raw *r)
 {
 	close(r->sock);
 	munmap(r->shm, r->len);
+}
+
+/* A loopback TCP port free now, for --metrics. */
+static inline int kvtd_free_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t l = sizeof(a);
+	CHECK(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	      getsockname(s, (struct sockaddr *)&a, &l) == 0);
+	close(s);
+	return ntohs(a.sin_port);
+}
+
+/* /metrics of the daemon's --metrics addr ("127.0.0.1:PORT") over plain HTTP: the body,
+ * into path. */
+static inline void kvtd_fetch_metrics(const char *addr, const char *path)
+{
+	char host[64];
+	int port;
+	CHECK(sscanf(addr, "%63[^:]:%d", host, &port) == 2);
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	CHECK(connect(s, (struct sockaddr *)&a, sizeof(a)) == 0);
+	const char *req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+	CHECK(write(s, req, strlen(req)) == (ssize_t)strlen(req));
+	size_t cap = 1 << 20, n = 0;
+	char *buf = malloc(cap);
+	ssize_t got;
+	while (n < cap - 1 && (got = read(s, buf + n, cap - 1 - n)) > 0)
+		n += (size_t)got;
+	buf[n] = 0;
+	close(s);
+	char *body = strstr(buf, "\r\n\r\n");
+	CHECKM(body && strstr(buf, " 200 "), "metrics answer: %.200s", buf);
+	FILE *f = fopen(path, "w");
+	CHECK(f && fputs(body + 4, f) >= 0 && fclose(f) == 0);
+	free(buf);
 }
 
 /* A store in client mode of this program's daemon (dram,nvme under dir; the daemon's own
