@@ -65,6 +65,7 @@ int main(void)
 	kvtd_start_test(sp, dir, NULL); /* returns once it answers on sp */
 	kvtd_stop();
 	test_rmdir(dir);
+	free(dir);
 	printf("daemon_socket_probe: ok\n");
 	return 0;
 }

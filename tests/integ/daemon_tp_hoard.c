@@ -155,6 +155,7 @@ int main(void)
 	free(buf);
 	free(out);
 	test_rmdir(dir);
+	free(dir);
 	printf("daemon_tp_hoard: ok\n");
 	return 0;
 }
