@@ -509,6 +509,32 @@ static int submit_many(struct fs_state *s, struct fs_op **ops, unsigned n, bool 
  * since the last flush (and of the parent of every directory made since: dir_made), run
  * by the workers in parallel (each costs a round trip on a
  * network file system), and after every earlier flush's. */
+/* Cut [0, FS_DIRS) into at most n (<= 64) ranges, bounds[0..ret], that hold about as many
+ * of dirty's directories each; 0 ranges when dirty is NULL or holds none. */
+static unsigned dirsync_cut(const uint8_t *dirty, unsigned n, uint32_t *bounds)
+{
+	unsigned total = 0, np = 0, seen = 0;
+	for (unsigned b = 0; dirty && b < FS_DIRS_BYTES; b++)
+		total += (unsigned)__builtin_popcount(dirty[b]);
+	if (!total || !n)
+		return 0;
+	unsigned per = (total + n - 1) / n;
+	bounds[0] = 0;
+	for (uint32_t i = 0; i < FS_DIRS && np + 1 < n; i++) {
+		if (!dirty[i / 8]) { /* a byte with none: skip it whole */
+			i |= 7;
+			continue;
+		}
+		if ((dirty[i / 8] & (1u << (i % 8))) && ++seen == per * (np + 1))
+			bounds[++np] = i + 1;
+	}
+	if (seen == total && np) /* the last cut took the last one: its range runs to the end */
+		bounds[np] = FS_DIRS;
+	else
+		bounds[++np] = FS_DIRS;
+	return np;
+}
+
 static void start_dirsync(struct fs_state *s, struct fs_op *ready)
 {
 	struct fs_dirsync *d = kvt__calloc(1, sizeof(*d));
@@ -539,12 +565,16 @@ static void start_dirsync(struct fs_state *s, struct fs_op *ready)
 	pthread_mutex_unlock(&s->lock);
 	kvt__free(dirty);
 
-	/* One piece per worker, each a range of directories; +1 while submitting. */
-	atomic_store(&d->pieces_left, n + 1);
+	/* At most one piece per worker, each a range of directories holding about as many
+	 * dirty ones as the others: cut by index alone, every parent (v1 and the first
+	 * level, all numbered past the leaves) fell to the last worker, whose serial fsyncs
+	 * then outlasted the flush's deadline on a slow mount (integ.bench_stall_fs). */
+	uint32_t bounds[65];
+	n = dirsync_cut(d->dirty, n, bounds);
+	atomic_store(&d->pieces_left, n + 1); /* +1 while submitting */
 	unsigned queued = 0;
 	for (unsigned i = 0; i < n; i++) {
-		uint32_t lo = (uint32_t)((uint64_t)FS_DIRS * i / n);
-		uint32_t hi = (uint32_t)((uint64_t)FS_DIRS * (i + 1) / n);
+		uint32_t lo = bounds[i], hi = bounds[i + 1];
 		struct fs_op *op = op_new(OP_SYNCDIRS, 0, NULL, NULL);
 		if (!op) { /* these directories wait for the next flush; this one fails */
 			pthread_mutex_lock(&s->lock);
