@@ -50,7 +50,8 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 	struct nv_seg *g = &lg->segs[n];
 	char name[32];
 	seg_name(n, name, sizeof(name));
-	int fl = (s->ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW;
+	/* O_NONBLOCK: a FIFO in a segment's place fails the S_ISREG check, not hangs the open */
+	int fl = (s->ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
 	if (lg->direct)
 		fl |= O_DIRECT;
 	if (create)
@@ -63,6 +64,7 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 		close(fd);
 		return -EINVAL;
 	}
+	fcntl(fd, F_SETFL, fl & ~(O_NONBLOCK | O_CREAT | O_EXCL)); /* io_uring would honour it */
 	g->bytes = (uint64_t)st.st_size;
 	if (create) {
 		int rc = fallocate(fd, 0, 0, (off_t)lg->seg_bytes) < 0 ? -errno : 0;

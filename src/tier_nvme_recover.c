@@ -159,10 +159,21 @@ static int scan_dir(struct nv *s, uint32_t di, struct scan_item **items, size_t 
 			struct stat st;
 			if (fstatat(sfd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0)
 				continue; /* gone meanwhile */
-			if (!S_ISREG(st.st_mode)) {
+			/* Larger than the tier's capacity (a sparse or damaged file: a put that
+			 * long is refused): indexed at its size it would be charged to the
+			 * capacity and evict every object at a read-write open (a 1 TB sparse
+			 * file evicted them all and dropped every preallocated slot, until
+			 * 2026-12-04). Kept and reported instead, as other entries that cannot
+			 * be objects; the free space it takes still lowers the capacity. Only in
+			 * a read-write open: an inspection's nvme.bytes need not be the writer's,
+			 * and it evicts nothing (verify reports such a file as damaged). */
+			bool big = S_ISREG(st.st_mode) && !s->ro && s->capacity &&
+				   (uint64_t)st.st_size > s->capacity;
+			if (!S_ISREG(st.st_mode) || big) {
 				/* Never followed, never deleted: reported (scan_anomalies). */
 				int rc = anomaly_add(s, d->path, subname, nm,
-						     S_ISLNK(st.st_mode)   ? "a symbolic link"
+						     big		   ? "larger than the tier's capacity"
+						     : S_ISLNK(st.st_mode) ? "a symbolic link"
 						     : S_ISDIR(st.st_mode) ? "a directory"
 									   : "not a regular file");
 				if (rc < 0) {
@@ -253,7 +264,8 @@ void nv_chains_save(struct nv *s)
 
 static void chains_load(struct nv *s)
 {
-	int fd = openat(s->dirs[0].fd, NV_CHAINS_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = openat(s->dirs[0].fd, NV_CHAINS_NAME,
+			 O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); /* a FIFO: no hang */
 	if (fd < 0)
 		return;
 	FILE *f = fdopen(fd, "r");

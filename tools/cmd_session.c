@@ -365,7 +365,7 @@ int kvt_cmd_session(int argc, char **argv)
 	uint32_t *got_tokens = calloc((size_t)prefix + 1, sizeof(uint32_t));
 	for (int w = 0; w < WINDOW; w++) {
 		f[w].buf = malloc(full);
-		f[w].busy = false;
+		f[w].busy = f[w].pending = false;
 	}
 	for (int w = 0; w < WINDOW; w++)
 		if (!f[w].buf || !got_tier || !got_tokens) {
