@@ -147,12 +147,13 @@ struct rd_state {
 	struct kvt_log_limit reply_err_log;
 	struct kvt_log_limit list_log; /* listings given up on at their overall deadline */
 	/* Corruption reports, checked and carried out by drop_thread on a connection of its
-	 * own (see rd_drop_corrupt); not started on a read-only open. */
+	 * own (see rd_drop_corrupt). The thread and its eventfd are made by the first report
+	 * (most opens never see one), never on a read-only open. */
 	pthread_t drop_thread;
-	atomic_bool drop_started; /* cleared first at close: later reports are not queued */
+	enum { DROP_NONE, DROP_RUNNING, DROP_CLOSED } drop_state; /* under drop_lock */
 	bool drop_stop;
 	int drop_efd; /* wakes drop_thread's waits at close */
-	pthread_mutex_t drop_lock;
+	pthread_mutex_t drop_lock; /* initialised at open, read-only opens too */
 	pthread_cond_t drop_cond;
 	struct kvt_key drop_q[RD_DROP_QUEUE];
 	unsigned drop_head, drop_n;
@@ -887,13 +888,10 @@ static int rd_open(struct kvt_tier *t, const struct kvt_config *cfg)
 			goto undo;
 		}
 	}
-	/* Corruption reports are carried out by a thread of their own (rd_drop_corrupt); an
-	 * inspection deletes nothing and needs none. */
-	if (!s->ro && (rc = drop_start(s)) < 0) {
-		KVT_ERR(&t->log, "redis: cannot start the drop thread: %s", strerror(-rc));
-		stop_conns(s, s->nconns);
-		return rc;
-	}
+	/* Corruption reports are carried out by a thread of their own, started by the first
+	 * of them (drop_start); nothing here can fail. */
+	pthread_mutex_init(&s->drop_lock, NULL);
+	pthread_cond_init(&s->drop_cond, NULL);
 	/* Connections open on first use; the tier works once the server comes up. */
 	KVT_INFO(&t->log, "redis: %s:%d db %d%s, prefix '%s', %u connections, timeout %llu ms",
 		 s->url.host, s->url.port, s->url.db, s->url.pass[0] ? " (auth)" : "", s->prefix, s->nconns,
@@ -912,6 +910,8 @@ static void rd_close(struct kvt_tier *t)
 {
 	struct rd_state *s = t->state;
 	drop_stop(s);
+	pthread_cond_destroy(&s->drop_cond);
+	pthread_mutex_destroy(&s->drop_lock);
 	stop_conns(s, s->nconns);
 	memset(s->url.pass, 0, sizeof(s->url.pass));
 }
@@ -1052,14 +1052,26 @@ static int rd_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb 
  * queued for drop_thread, which deletes the value only if it is still corrupt (drop_one);
  * this call never waits for I/O (src/tier.h). A report that finds the queue full, or the
  * key already queued, is not queued again: a corrupt copy left is reported again by the
- * next read of it. */
+ * next read of it. The first report starts drop_thread (drop_start). */
 static void rd_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 {
 	struct rd_state *s = t->state;
 	atomic_fetch_add(&s->cnt.checksum_failures, 1);
-	if (s->ro || !s->drop_started)
+	if (s->ro)
 		return; /* inspection never deletes */
 	pthread_mutex_lock(&s->drop_lock);
+	int rc = s->drop_state == DROP_NONE ? drop_start(s) : 0;
+	if (s->drop_state != DROP_RUNNING) {
+		/* closing, or no thread to carry the report out: not queued, and the next read
+		 * of the key reports it again */
+		pthread_mutex_unlock(&s->drop_lock);
+		if (rc < 0)
+			kvt__logf_limited(&t->log, &s->drop_log, KVT_LOG_WARN,
+					  "redis: cannot start the drop thread: %s; corrupt value "
+					  "left in place",
+					  strerror(-rc));
+		return;
+	}
 	bool queued = false, full = s->drop_n == RD_DROP_QUEUE;
 	for (unsigned i = 0; i < s->drop_n && !queued; i++)
 		queued = kvt__key_eq(&s->drop_q[(s->drop_head + i) % RD_DROP_QUEUE], key);
@@ -1514,40 +1526,40 @@ static void *drop_thread(void *arg)
 	return NULL;
 }
 
+/* Make drop_thread and its eventfd, under drop_lock (the new thread waits for it to be let
+ * go). On failure nothing is left made and drop_state stays DROP_NONE: a later report
+ * tries again. */
 static int drop_start(struct rd_state *s)
 {
 	s->drop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (s->drop_efd < 0)
 		return -errno;
-	pthread_mutex_init(&s->drop_lock, NULL);
-	pthread_cond_init(&s->drop_cond, NULL);
 	int rc = -pthread_create(&s->drop_thread, NULL, drop_thread, s);
 	if (rc < 0) {
-		pthread_cond_destroy(&s->drop_cond);
-		pthread_mutex_destroy(&s->drop_lock);
 		close(s->drop_efd);
 		return rc;
 	}
-	s->drop_started = true;
+	s->drop_state = DROP_RUNNING;
 	return 0;
 }
 
-/* Stop drop_thread: a drop under way is given up at its next wait (-ECANCELED). */
+/* At close: later reports are refused, and drop_thread, if a report started it, is stopped;
+ * a drop under way is given up at its next wait (-ECANCELED). */
 static void drop_stop(struct rd_state *s)
 {
-	if (!atomic_exchange(&s->drop_started, false))
-		return;
 	pthread_mutex_lock(&s->drop_lock);
+	bool running = s->drop_state == DROP_RUNNING;
+	s->drop_state = DROP_CLOSED;
 	s->drop_stop = true;
 	pthread_cond_signal(&s->drop_cond);
 	pthread_mutex_unlock(&s->drop_lock);
+	if (!running)
+		return;
 	uint64_t one = 1;
 	if (write(s->drop_efd, &one, sizeof(one)) < 0) {
 		/* the eventfd cannot overflow with one 1 */
 	}
 	pthread_join(s->drop_thread, NULL);
-	pthread_cond_destroy(&s->drop_cond);
-	pthread_mutex_destroy(&s->drop_lock);
 	close(s->drop_efd);
 }
 

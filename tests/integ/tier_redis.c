@@ -9,12 +9,15 @@
  * lookup of 100,000 keys on one connection (answers arrive while it is still being sent); a
  * read-only open (inspection) refuses writes and removes and deletes nothing on a
  * corruption report; a late corruption report deletes the value only while it is still
- * corrupt, never a good copy another node wrote since; a server that echoes AUTH's arguments in its error (AUTH renamed
- * away) never gets the password into the log.
+ * corrupt, never a good copy another node wrote since; the thread that carries out those
+ * reports exists only once one came (an open makes one thread per connection); a server
+ * that echoes AUTH's arguments in its error (AUTH renamed away) never gets the password
+ * into the log.
  * Exit 0 pass, 1 fail, 77 when redis-server is not installed.
  *
  * Throughput against redis-benchmark is `kvtier bench --tier redis` (docs/BENCHMARKS.md).
  */
+#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -343,6 +346,83 @@ static void test_big_batch(const char *url)
 	free(present);
 }
 
+/* Threads of this process now. */
+static int task_count(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	CHECK(d);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* The number of threads settles at want within 2 s (a name lookup's thread, detached,
+ * may outlive its answer for a moment); the number seen. */
+static int task_settle(int want)
+{
+	int n = task_count();
+	for (int i = 0; i < 200 && n != want; i++) {
+		usleep(10000);
+		n = task_count();
+	}
+	return n;
+}
+
+struct lazy_report {
+	struct kvt_tier *t;
+	const struct kvt_key *key;
+};
+
+static void *lazy_report_main(void *arg)
+{
+	struct lazy_report *r = arg;
+	r->t->ops->drop_corrupt(r->t, r->key); /* key holds no engine object: it is dropped */
+	return NULL;
+}
+
+/* A read-write open used to start the corruption-report thread (and its eventfd) at once,
+ * on every tier, though most never get a report: it is started by the first report. */
+static void test_drop_thread_lazy(const char *url)
+{
+	int before = task_count();
+	struct kvt_tier *t = open_redis(url, "2000", "1");
+	unsigned char obj[8192];
+	th_obj_fill(obj, sizeof(obj), 6);
+	struct kvt_key k;
+	th_key(&k, 1, 20);
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), 0);
+		CHECK_EQ(th_read_all(t, &k, obj, sizeof(obj)), (int)sizeof(obj));
+	}
+	int n = task_settle(before + 1);
+	if (n != before + 1)
+		fprintf(stderr,
+			"FAIL: %d threads before the open, %d after it and some I/O; want "
+			"one more (the I/O thread of the one connection)\n",
+			before, n);
+	CHECK_EQ(n, before + 1);
+	th_close(t); /* closes with no drop thread */
+	CHECK_EQ(task_settle(before), before);
+
+	/* The first reports come from several threads at once: one drop thread is started. */
+	t = open_redis(url, "2000", "1");
+	CHECK_EQ(task_settle(before + 1), before + 1);
+	struct lazy_report lr = {t, &k};
+	pthread_t rep[4];
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(pthread_create(&rep[i], NULL, lazy_report_main, &lr), 0);
+	for (int i = 0; i < 4; i++)
+		pthread_join(rep[i], NULL);
+	CHECK_EQ(task_settle(before + 2), before + 2);
+	for (int i = 0; i < 500 && th_read_all(t, &k, obj, sizeof(obj)) != -ENOENT; i++)
+		usleep(10000);
+	CHECK_EQ(th_read_all(t, &k, obj, sizeof(obj)), -ENOENT);
+	th_close(t);
+	CHECK_EQ(task_settle(before), before);
+}
+
 static char g_logged[8192];
 static size_t g_logged_len;
 
@@ -582,6 +662,8 @@ int main(void)
 	th_close(t);
 	test_big_batch(url);
 	fprintf(stderr, "ok a lookup of 100,000 keys on one connection\n");
+	test_drop_thread_lazy(url);
+	fprintf(stderr, "ok the corruption-report thread starts with the first report\n");
 	test_read_only(url);
 	fprintf(stderr, "ok read-only: writes and removes -EROFS, nothing deleted\n");
 	test_drop_rewritten(&r, url);
