@@ -35,17 +35,9 @@ int main(void)
 	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, payload), 0);
 
 	/* A raw client's HELLO, keeping the pool descriptor it is given. */
-	struct raw r = {.sock = raw_connect(), .len = KVTD_SHM_MIN};
-	int mfd = raw_memfd(r.len, true);
-	r.shm = mmap(NULL, r.len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-	CHECK(r.shm != MAP_FAILED);
-	struct kvtd_req q = {.magic = KVTD_MAGIC, .op = KVTD_HELLO, .version = KVTD_VERSION};
-	memcpy(q.ns_id, kvtd_ns, sizeof(kvtd_ns));
-	CHECK_RC(kvtd_send(r.sock, &q, sizeof(q), mfd), 0);
+	int pfd;
+	struct raw r = raw_attach_fd(&pfd);
 	struct kvtd_rep rep;
-	int pfd = -1;
-	CHECK(kvtd_recv(r.sock, &rep, sizeof(rep), &pfd) == sizeof(rep));
-	CHECK_RC(rep.res.status, 0);
 	struct kvtd_info info;
 	memcpy(&info, r.shm, sizeof(info));
 	CHECKM(pfd >= 0 && info.pool_bytes && !info.pool_writable,
@@ -98,7 +90,7 @@ int main(void)
 	if (wfd >= 0)
 		close(wfd);
 	close(pfd);
-	close(r.sock);
+	raw_close(&r);
 	kvt_store_close(s);
 	kvtd_stop();
 	test_rmdir(dir);

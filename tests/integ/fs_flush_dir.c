@@ -31,26 +31,6 @@ extern const struct kvt_tier_ops kvt__tier_fs_ops;
 
 static struct slowfs fs;
 
-struct flush_wait {
-	_Atomic int done;
-	_Atomic int64_t rc;
-};
-
-static void flush_cb(void *arg, int64_t rc)
-{
-	struct flush_wait *w = arg;
-	atomic_store(&w->rc, rc);
-	atomic_store(&w->done, 1);
-}
-
-/* Wait up to ms for the flush; true if it completed. */
-static bool flush_done_within(struct flush_wait *w, int ms)
-{
-	for (int i = 0; i < ms / 10 && !atomic_load(&w->done); i++)
-		usleep(10000);
-	return atomic_load(&w->done);
-}
-
 /* With directory fsyncs held: start a flush (or, remove non-NULL, a remove of it) and
  * check that it is still out after 600 ms, then let the fsyncs go and check it completes
  * with status 0 (sections 1, 3, 4). */
@@ -59,17 +39,17 @@ static void waits_for_dir_fsync(struct kvt_tier *t, const struct kvt_key *remove
 {
 	kill(fs.pid, SIGUSR1); /* directory fsyncs are held from now on */
 	usleep(50000);
-	struct flush_wait w = {0};
+	struct th_pending w = {0};
 	if (remove)
-		CHECK_EQ(t->ops->remove(t, remove, flush_cb, &w), 0);
+		CHECK_EQ(t->ops->remove(t, remove, th_pending_cb, &w), 0);
 	else
-		CHECK_EQ(t->ops->flush(t, flush_cb, &w), 0);
-	bool early = flush_done_within(&w, 600);
+		CHECK_EQ(t->ops->flush(t, th_pending_cb, &w), 0);
+	bool early = th_pending_done_within(&w, 600);
 	printf("  %s, directory fsyncs held: %s after 600 ms\n", what,
 	       early ? "answered" : "still waiting");
 	CHECK(!early);
 	kill(fs.pid, SIGUSR2);
-	CHECK(flush_done_within(&w, 5000));
+	CHECK(th_pending_done_within(&w, 5000));
 	CHECK_EQ(atomic_load(&w.rc), 0);
 	printf("     and answered, status 0, once they were let go\n");
 }
@@ -96,19 +76,19 @@ static void waits_for_parents(struct kvt_tier *t, const struct kvt_key *put, con
 {
 	kill(fs.pid, SIGUSR1);
 	usleep(50000);
-	struct flush_wait w = {0};
+	struct th_pending w = {0};
 	if (put)
-		CHECK_EQ(t->ops->write(t, put, obj, len, flush_cb, &w), 0);
+		CHECK_EQ(t->ops->write(t, put, obj, len, th_pending_cb, &w), 0);
 	else
-		CHECK_EQ(t->ops->flush(t, flush_cb, &w), 0);
-	CHECK(!flush_done_within(&w, 600));
+		CHECK_EQ(t->ops->flush(t, th_pending_cb, &w), 0);
+	CHECK(!th_pending_done_within(&w, 600));
 	kill(fs.pid, SIGRTMIN); /* one directory fsync through */
-	bool early = flush_done_within(&w, 600);
+	bool early = th_pending_done_within(&w, 600);
 	printf("  %s, one directory fsync let through: %s after 600 ms\n", what,
 	       early ? "answered (the new directories' parents never synced)" : "still waiting");
 	CHECK(!early);
 	kill(fs.pid, SIGUSR2);
-	CHECK(flush_done_within(&w, 5000));
+	CHECK(th_pending_done_within(&w, 5000));
 	CHECK_EQ(atomic_load(&w.rc), 0);
 }
 
@@ -136,9 +116,9 @@ int main(void)
 
 	kill(fs.pid, SIGUSR1);
 	usleep(50000);
-	struct flush_wait w2 = {0};
-	CHECK_EQ(t->ops->flush(t, flush_cb, &w2), 0);
-	bool quick = flush_done_within(&w2, 2000);
+	struct th_pending w2 = {0};
+	CHECK_EQ(t->ops->flush(t, th_pending_cb, &w2), 0);
+	bool quick = th_pending_done_within(&w2, 2000);
 	printf("  2. a flush with nothing written since: %s\n", quick ? "completed" : "waited");
 	CHECK(quick);
 	CHECK_EQ(atomic_load(&w2.rc), 0);

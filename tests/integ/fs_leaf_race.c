@@ -17,25 +17,6 @@ extern const struct kvt_tier_ops kvt__tier_fs_ops;
 
 static struct slowfs fs;
 
-struct wait1 {
-	_Atomic int done;
-	_Atomic int64_t rc;
-};
-
-static void cb(void *arg, int64_t rc)
-{
-	struct wait1 *w = arg;
-	atomic_store(&w->rc, rc);
-	atomic_store(&w->done, 1);
-}
-
-static bool done_within(struct wait1 *w, int ms)
-{
-	for (int i = 0; i < ms / 10 && !atomic_load(&w->done); i++)
-		usleep(10000);
-	return atomic_load(&w->done);
-}
-
 int main(void)
 {
 	int rc = slowfs_start(&fs, "leafrace", "fsyncdir");
@@ -67,13 +48,13 @@ int main(void)
 		kb.bytes[31] ^= 2; /* same leaf */
 		kill(fs.pid, SIGUSR1);
 		usleep(100000);
-		struct wait1 wa = {0}, wb = {0};
-		CHECK_EQ(t->ops->write(t, &ka, obj, sizeof(obj), cb, &wa), 0);
+		struct th_pending wa = {0}, wb = {0};
+		CHECK_EQ(t->ops->write(t, &ka, obj, sizeof(obj), th_pending_cb, &wa), 0);
 		usleep(300000); /* A: leaf made, held in the fsync of X */
-		CHECK_EQ(t->ops->write(t, &kb, obj, sizeof(obj), cb, &wb), 0);
+		CHECK_EQ(t->ops->write(t, &kb, obj, sizeof(obj), th_pending_cb, &wb), 0);
 		usleep(300000); /* B: published, held in the fsync of X/02 */
 		kill(fs.pid, SIGRTMIN); /* one directory fsync through */
-		done_within(&wb, 500);
+		th_pending_done_within(&wb, 500);
 		bool a = atomic_load(&wa.done), b = atomic_load(&wb.done);
 		printf("  round %d, one directory fsync let through: A %s, B %s\n", round,
 		       a ? "answered" : "waiting", b ? "answered" : "waiting");
@@ -83,8 +64,8 @@ int main(void)
 			bad = 1;
 		}
 		kill(fs.pid, SIGUSR2);
-		CHECK(done_within(&wa, 5000));
-		CHECK(done_within(&wb, 5000));
+		CHECK(th_pending_done_within(&wa, 5000));
+		CHECK(th_pending_done_within(&wb, 5000));
 	}
 	th_close(t);
 	slowfs_stop(&fs);

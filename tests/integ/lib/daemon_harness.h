@@ -154,9 +154,10 @@ static inline int raw_call(int sock, struct kvtd_req *r, int fd, struct kvtd_rep
 	return got == sizeof(*rep) ? 0 : got == 0 ? -ECONNRESET : (int)got;
 }
 
-/* Attached (HELLO with kvtd_ns). pool: if not NULL, the daemon's DRAM pool is mapped there
- * (writable when offered so) and *pool_len set. */
-static inline struct raw raw_attach_pool(uint8_t **pool, size_t *pool_len)
+/* Attached (HELLO with kvtd_ns). *pool_fd: the descriptor of the daemon's DRAM pool it was
+ * handed (the caller's to close), or -1 when none was offered; what was offered is in the
+ * struct kvtd_info at the start of the returned shm. */
+static inline struct raw raw_attach_fd(int *pool_fd)
 {
 	struct raw r = {.sock = raw_connect(), .len = KVTD_SHM_MIN};
 	int fd = raw_memfd(r.len, true);
@@ -166,10 +167,19 @@ static inline struct raw raw_attach_pool(uint8_t **pool, size_t *pool_len)
 	memcpy(q.ns_id, kvtd_ns, sizeof(kvtd_ns));
 	CHECK_RC(kvtd_send(r.sock, &q, sizeof(q), fd), 0);
 	struct kvtd_rep rep;
-	int pfd = -1;
-	CHECK(kvtd_recv(r.sock, &rep, sizeof(rep), &pfd) == sizeof(rep));
+	*pool_fd = -1;
+	CHECK(kvtd_recv(r.sock, &rep, sizeof(rep), pool_fd) == sizeof(rep));
 	CHECK_RC(rep.res.status, 0);
 	close(fd);
+	return r;
+}
+
+/* Attached (HELLO with kvtd_ns). pool: if not NULL, the daemon's DRAM pool is mapped there
+ * (writable when offered so) and *pool_len set. */
+static inline struct raw raw_attach_pool(uint8_t **pool, size_t *pool_len)
+{
+	int pfd;
+	struct raw r = raw_attach_fd(&pfd);
 	if (pool) {
 		struct kvtd_info info;
 		memcpy(&info, r.shm, sizeof(info));

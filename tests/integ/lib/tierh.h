@@ -2,8 +2,9 @@
  * tierh.h - helpers for integration tests that drive one tier backend directly through its
  * vtable (src/tier.h), without the engine: open an instance from a configuration, wait for
  * a callback while checking the async contract (exactly once, never on the submitting
- * thread, so never inside the call), and self-checking test objects whose every byte is
- * verifiable, so a torn or mixed object cannot pass.
+ * thread, so never inside the call), poll for one that must still be out (th_pending), and
+ * self-checking test objects whose every byte is verifiable, so a torn or mixed object
+ * cannot pass.
  */
 #ifndef KVT_TEST_TIERH_H
 #define KVT_TEST_TIERH_H
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "tier.h"
@@ -171,6 +173,27 @@ static inline void th_wait_fini(struct th_wait *w)
 	CHECK(w->calls <= 1);
 	pthread_cond_destroy(&w->c);
 	pthread_mutex_destroy(&w->m);
+}
+
+/* ---- a callback looked at without waiting for it (is the call still out?) ---- */
+struct th_pending {
+	_Atomic int done;
+	_Atomic int64_t rc;
+};
+
+static inline void th_pending_cb(void *arg, int64_t rc)
+{
+	struct th_pending *w = arg;
+	atomic_store(&w->rc, rc);
+	atomic_store(&w->done, 1);
+}
+
+/* Wait up to ms for the callback, polling every 10 ms; true if it came. */
+static inline bool th_pending_done_within(struct th_pending *w, int ms)
+{
+	for (int i = 0; i < ms / 10 && !atomic_load(&w->done); i++)
+		usleep(10000);
+	return atomic_load(&w->done);
 }
 
 #define TH_TIMEOUT 60000
