@@ -7,13 +7,16 @@
  * {type: "AllBlocksCleared", medium} once per tier a CLEAR emptied), plus
  * kvtier's own keys (tier, bytes, reason, namespace) that vLLM's decoder ignores. A
  * ROUTER socket (daemon.events_replay) answers "from sequence N" with the batches still
- * buffered, then an end marker (sequence -1), as vLLM's does.
+ * buffered, then an end marker (sequence -1), as vLLM's does (pump_replays: a few at a
+ * time, one replay per peer). Both endpoints are loopback or ipc:// unless
+ * daemon.events_allow_remote: the stream names the blocks every tenant has cached.
  *
  * Why a queue and a thread: the store calls back with its locks held (the DRAM pool's), so
  * the callback only copies the event into a bounded ring; this thread encodes and sends.
  * A full ring drops the event and counts it (kvtier_events_dropped_total), so a stalled
  * publisher can never stall the store.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <msgpack.h>
 #include <pthread.h>
@@ -29,11 +32,26 @@
 
 #define EV_BATCH_MAX 256 /* events per published batch at most */
 #define EV_ENDPOINT_MAX 256
+#define EV_REPLAY_REQS_PER_PASS 4    /* replay requests read per pass of the thread */
+#define EV_REPLAY_SENDS_PER_PASS 128 /* messages one replay sends per pass at most */
+#define EV_REPLAY_HWM 256            /* messages queued for one replay peer at most */
+#define EV_REPLAYS_MAX 16            /* replays in flight at once */
+#define EV_REPLAY_STALL_NS (5ull * 1000 * 1000 * 1000) /* unread this long: dropped */
+#define EV_SEQ_END UINT64_MAX        /* -1: the replay is complete */
+#define EV_SEQ_BUSY (UINT64_MAX - 1) /* -2: request refused, this peer's replay is running */
 
 struct replay_ent {
 	uint64_t seq;
 	size_t len;
 	char *buf;
+};
+
+/* A replay in flight: the peer (its ROUTER routing id, at most 255 bytes) and where it is. */
+struct replay_peer {
+	uint8_t id[255];
+	size_t id_len;
+	uint64_t next;     /* the next batch it is sent */
+	uint64_t moved_ns; /* when it last took a message */
 };
 
 struct kvtd_events {
@@ -54,9 +72,30 @@ struct kvtd_events {
 	uint64_t hist_cap;
 	uint64_t hist_lo;             /* oldest batch still kept */
 	uint64_t hist_bytes, hist_max; /* their bytes, and the bound on them */
+	struct replay_peer peers[EV_REPLAYS_MAX]; /* replays in flight (events thread only) */
+	int n_peers;
+	bool reqs_waiting; /* the last pass read as many requests as it may: more may wait */
 };
 
-int kvtd_events_check_endpoint(const char *ep, const char *what, char *err, size_t errlen)
+/* Is the host of a tcp:// endpoint (ep + 6, up to its last ':') a loopback address,
+ * 127.x.x.x or [::1]? Anything else ("*", 0.0.0.0, an interface name) may listen on the
+ * network. No host names: ZeroMQ binds addresses and interface names only (tcp://localhost
+ * fails to bind, "No such device"). */
+static bool tcp_is_loopback(const char *ep)
+{
+	const char *host = ep + 6, *colon = strrchr(host, ':');
+	char h[EV_ENDPOINT_MAX];
+	if (!colon || colon == host)
+		return false;
+	snprintf(h, sizeof(h), "%.*s", (int)(colon - host), host);
+	struct in_addr a4;
+	if (inet_pton(AF_INET, h, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	return !strcmp(h, "[::1]");
+}
+
+int kvtd_events_check_endpoint(const char *ep, const char *what, bool allow_remote, char *err,
+			       size_t errlen)
 {
 	size_t n = strlen(ep);
 	if (n >= EV_ENDPOINT_MAX) {
@@ -77,6 +116,13 @@ int kvtd_events_check_endpoint(const char *ep, const char *what, char *err, size
 			snprintf(err, errlen, "%s contains a space or control character", what);
 			return -EINVAL;
 		}
+	if (!allow_remote && !strncmp(ep, "tcp://", 6) && !tcp_is_loopback(ep)) {
+		snprintf(err, errlen,
+			 "%s '%.64s' is not loopback (127.x.x.x, [::1]) or ipc://: the events "
+			 "name every tenant's cached blocks; daemon.events_allow_remote=true "
+			 "allows it", what, ep);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -222,11 +268,32 @@ static void publish(struct kvtd_events *e, const struct kvt_event *evs, size_t n
 	msgpack_sbuffer_destroy(&sb);
 }
 
-/* One replay request: [identity, "", start sequence (8 bytes, big-endian)]. */
-static void serve_replay(struct kvtd_events *e)
+/* Sends [id, "", seq, payload] to a replay peer without waiting: 0, or -1 with errno
+ * EAGAIN (its queue is full) or EHOSTUNREACH (it is gone), nothing queued then. With
+ * ZMQ_ROUTER_MANDATORY the ROUTER decides on the first frame, for the whole message (its
+ * high-water mark counts messages), so a message is never cut. */
+static int send_to_peer(struct kvtd_events *e, const void *id, size_t id_len, uint64_t seq,
+			const void *buf, size_t len)
+{
+	uint8_t sq[8];
+	seq_be(seq, sq);
+	if (zmq_send(e->replay, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+		return -1;
+	zmq_send(e->replay, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	zmq_send(e->replay, sq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	zmq_send(e->replay, buf, len, ZMQ_DONTWAIT);
+	return 0;
+}
+
+/* Reads one replay request, [identity, "", start sequence (8 bytes, big-endian)], if one
+ * waits (false if none): starts that peer's replay (pump_replays sends it), or refuses it
+ * with the busy marker (-2, best effort: a peer whose queue is full does not get it) when
+ * the peer already has a replay in flight or EV_REPLAYS_MAX are. */
+static bool take_request(struct kvtd_events *e, uint64_t now)
 {
 	zmq_msg_t part[3];
 	int np = 0, more = 1;
+	bool got = false;
 	while (more) {
 		zmq_msg_t m;
 		zmq_msg_init(&m);
@@ -234,37 +301,85 @@ static void serve_replay(struct kvtd_events *e)
 			zmq_msg_close(&m);
 			break;
 		}
+		got = true;
 		more = zmq_msg_more(&m);
 		if (np < 3)
 			part[np++] = m;
 		else
 			zmq_msg_close(&m);
 	}
-	if (np == 3 && zmq_msg_size(&part[2]) == 8) {
+	if (np == 3 && zmq_msg_size(&part[2]) == 8 &&
+	    zmq_msg_size(&part[0]) <= sizeof(e->peers[0].id)) {
 		const uint8_t *p = zmq_msg_data(&part[2]);
+		const void *id = zmq_msg_data(&part[0]);
+		size_t id_len = zmq_msg_size(&part[0]);
 		uint64_t from = 0;
 		for (int i = 0; i < 8; i++)
 			from = from << 8 | p[i];
-		uint64_t lo = e->hist_lo;
-		for (uint64_t s = from > lo ? from : lo; s < e->seq; s++) {
-			struct replay_ent *r = &e->hist[s % e->hist_cap];
-			uint8_t sq[8];
-			seq_be(s, sq);
-			zmq_send(e->replay, zmq_msg_data(&part[0]), zmq_msg_size(&part[0]),
-				 ZMQ_SNDMORE);
-			zmq_send(e->replay, "", 0, ZMQ_SNDMORE);
-			zmq_send(e->replay, sq, 8, ZMQ_SNDMORE);
-			zmq_send(e->replay, r->buf, r->len, 0);
+		int i = 0;
+		while (i < e->n_peers &&
+		       (e->peers[i].id_len != id_len || memcmp(e->peers[i].id, id, id_len)))
+			i++;
+		if (i < e->n_peers || e->n_peers == EV_REPLAYS_MAX) {
+			send_to_peer(e, id, id_len, EV_SEQ_BUSY, "", 0);
+		} else {
+			struct replay_peer *r = &e->peers[e->n_peers++];
+			memcpy(r->id, id, id_len);
+			r->id_len = id_len;
+			r->next = from;
+			r->moved_ns = now;
 		}
-		uint8_t end[8];
-		memset(end, 0xff, sizeof(end)); /* -1: nothing more */
-		zmq_send(e->replay, zmq_msg_data(&part[0]), zmq_msg_size(&part[0]), ZMQ_SNDMORE);
-		zmq_send(e->replay, "", 0, ZMQ_SNDMORE);
-		zmq_send(e->replay, end, 8, ZMQ_SNDMORE);
-		zmq_send(e->replay, "", 0, 0);
 	}
 	for (int i = 0; i < np; i++)
 		zmq_msg_close(&part[i]);
+	return got;
+}
+
+/*
+ * Sends each replay in flight its next batches, EV_REPLAY_SENDS_PER_PASS at most per pass,
+ * then its end marker once it has caught up with the stream.
+ *
+ * Why this way: a replay used to be queued whole, at once, for each request, into a ROUTER
+ * whose high-water mark held four whole buffers per peer (it counts messages, not
+ * frames), and every waiting request was served before the next batch was published. A
+ * peer that asked often and never read held several copies of the buffer in the daemon,
+ * and a flood of requests stopped the stream. Now the ROUTER is ZMQ_ROUTER_MANDATORY with
+ * a small high-water mark (EV_REPLAY_HWM) and every send is ZMQ_DONTWAIT: a peer that
+ * does not read makes the send fail with EAGAIN, and its replay waits at that batch
+ * (resumed on a later pass), so what the daemon holds for a peer is bounded by the mark,
+ * and a replay longer than the mark still arrives whole. One replay per peer (routing id):
+ * a request while its replay runs is refused (take_request), not served again. A replay
+ * ends at its end marker, when its peer is gone (EHOSTUNREACH), or when its peer took
+ * nothing for EV_REPLAY_STALL_NS (no end marker then: the peer may ask again), so a peer
+ * that never reads cannot hold one of the EV_REPLAYS_MAX places for good. Batches dropped
+ * from the buffer meanwhile are skipped (a gap the peer sees).
+ */
+static void pump_replays(struct kvtd_events *e, uint64_t now)
+{
+	for (int i = 0; i < e->n_peers;) {
+		struct replay_peer *p = &e->peers[i];
+		bool done = false;
+		for (int k = 0; k < EV_REPLAY_SENDS_PER_PASS && !done; k++) {
+			if (p->next < e->hist_lo)
+				p->next = e->hist_lo;
+			bool end = p->next >= e->seq;
+			const struct replay_ent *r = end ? NULL : &e->hist[p->next % e->hist_cap];
+			if (send_to_peer(e, p->id, p->id_len, end ? EV_SEQ_END : p->next,
+					 end ? "" : r->buf, end ? 0 : r->len) < 0) {
+				done = errno != EAGAIN || now - p->moved_ns > EV_REPLAY_STALL_NS;
+				break;
+			}
+			p->moved_ns = now;
+			if (end)
+				done = true;
+			else
+				p->next++;
+		}
+		if (done)
+			*p = e->peers[--e->n_peers];
+		else
+			i++;
+	}
 }
 
 static void *events_main(void *arg)
@@ -276,7 +391,10 @@ static void *events_main(void *arg)
 		if (e->n == 0 && !e->stop) {
 			struct timespec dl;
 			clock_gettime(CLOCK_REALTIME, &dl);
-			dl.tv_nsec += 20 * 1000 * 1000; /* wake to serve replay requests */
+			/* wake to serve replay requests; soon while replays are in flight (a
+			 * peer's queue drains without a signal here) or requests may wait */
+			bool soon = e->n_peers || e->reqs_waiting;
+			dl.tv_nsec += (soon ? 1 : 20) * 1000 * 1000;
 			if (dl.tv_nsec >= 1000000000) {
 				dl.tv_sec++;
 				dl.tv_nsec -= 1000000000;
@@ -294,9 +412,14 @@ static void *events_main(void *arg)
 		if (n)
 			publish(e, batch, n);
 		if (e->replay) {
-			zmq_pollitem_t pi = {.socket = e->replay, .events = ZMQ_POLLIN};
-			while (zmq_poll(&pi, 1, 0) > 0 && (pi.revents & ZMQ_POLLIN))
-				serve_replay(e);
+			/* a bounded amount of replay work per pass: publishing never waits
+			 * behind a flood of requests (pump_replays) */
+			uint64_t now = kvt__now_ns();
+			int k = 0;
+			while (k < EV_REPLAY_REQS_PER_PASS && take_request(e, now))
+				k++;
+			e->reqs_waiting = k == EV_REPLAY_REQS_PER_PASS;
+			pump_replays(e, now);
 		}
 		if (stop || !batch)
 			break;
@@ -307,6 +430,9 @@ static void *events_main(void *arg)
 
 static int bind_ep(void *sock, const char *ep, const char *what)
 {
+	int one = 1;
+	if (!strncmp(ep, "tcp://[", 7)) /* an IPv6 address: ZeroMQ binds IPv4 ones only else */
+		zmq_setsockopt(sock, ZMQ_IPV6, &one, sizeof(one));
 	if (zmq_bind(sock, ep) == 0)
 		return 0;
 	fprintf(stderr, "kvtierd: cannot bind %s %s: %s\n", what, ep, zmq_strerror(zmq_errno()));
@@ -318,7 +444,8 @@ int kvtd_events_start(const struct kvt_config *cfg, struct kvtd_state *st,
 {
 	const char *ep = kvt__cfg_str(cfg, "daemon.events");
 	const char *rep = kvt__cfg_str(cfg, "daemon.events_replay");
-	char err[160];
+	char err[300];
+	bool remote = kvt__cfg_bool(cfg, "daemon.events_allow_remote");
 	*out = NULL;
 	const char *topic = kvt__cfg_str(cfg, "daemon.events_topic");
 	if (strlen(topic) >= sizeof(((struct kvtd_events *)0)->topic)) {
@@ -334,8 +461,8 @@ int kvtd_events_start(const struct kvt_config *cfg, struct kvtd_state *st,
 		}
 		return 0;
 	}
-	if (kvtd_events_check_endpoint(ep, "daemon.events", err, sizeof(err)) < 0 ||
-	    (rep[0] && kvtd_events_check_endpoint(rep, "daemon.events_replay", err,
+	if (kvtd_events_check_endpoint(ep, "daemon.events", remote, err, sizeof(err)) < 0 ||
+	    (rep[0] && kvtd_events_check_endpoint(rep, "daemon.events_replay", remote, err,
 						  sizeof(err)) < 0)) {
 		fprintf(stderr, "kvtierd: %s\n", err);
 		return -EINVAL;
@@ -370,10 +497,13 @@ int kvtd_events_start(const struct kvt_config *cfg, struct kvtd_state *st,
 	if (rep[0]) {
 		e->replay = zmq_socket(e->zctx, ZMQ_ROUTER);
 		zmq_setsockopt(e->replay, ZMQ_LINGER, &linger, sizeof(linger));
-		/* A ROUTER drops what it cannot queue for a peer, silently: one replay must fit,
-		 * every buffered batch plus the end marker (the default of 1000 messages lost
-		 * batches and the end of a replay of more). */
-		int rhwm = (int)KVT_MIN(e->hist_cap * 4 + 16, (uint64_t)INT32_MAX);
+		/* A plain ROUTER drops what it cannot queue for a peer, silently; a mandatory
+		 * one fails the send (EAGAIN), never blocking (timeout 0), so pump_replays
+		 * resumes there: a replay longer than the mark arrives whole, and a peer that
+		 * does not read holds EV_REPLAY_HWM messages at most. */
+		int one = 1, zero = 0, rhwm = EV_REPLAY_HWM;
+		zmq_setsockopt(e->replay, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
+		zmq_setsockopt(e->replay, ZMQ_SNDTIMEO, &zero, sizeof(zero));
 		zmq_setsockopt(e->replay, ZMQ_SNDHWM, &rhwm, sizeof(rhwm));
 		if ((rc = bind_ep(e->replay, rep, "daemon.events_replay")) < 0)
 			goto fail;

@@ -6,6 +6,7 @@
 #define KVTIERD_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kvtier.h"
@@ -53,8 +54,10 @@ struct kvt_config;
 int kvtd_events_start(const struct kvt_config *cfg, struct kvtd_state *st,
 		      struct kvtd_events **out);
 void kvtd_events_stop(struct kvtd_events *e);
-/* 0 if ep is a usable endpoint (tcp:// or ipc://, bounded, no spaces), else -EINVAL and
- * a reason naming what (the key) in err. */
-int kvtd_events_check_endpoint(const char *ep, const char *what, char *err, size_t errlen);
+/* 0 if ep is a usable endpoint (tcp:// or ipc://, bounded, no spaces; a tcp:// one on a
+ * loopback address unless allow_remote), else -EINVAL and a reason naming what (the key)
+ * in err. */
+int kvtd_events_check_endpoint(const char *ep, const char *what, bool allow_remote, char *err,
+			       size_t errlen);
 
 #endif

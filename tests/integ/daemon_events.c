@@ -16,12 +16,18 @@
  *     (reason "removed") for every object still resident, then one AllBlocksCleared per
  *     tier (dram, nvme), after which the events say nothing is held, and nothing is;
  *  6. a replay of more batches than a ZeroMQ pipe holds by default (1,000) answers every
- *     one, in order, and its end marker.
+ *     one, in order, and its end marker;
+ *  7. a tcp:// endpoint that is not loopback stops kvtierd at start unless
+ *     daemon.events_allow_remote; loopback ones (127.0.0.1, localhost) start;
+ *  8. a peer that asks 20 times without reading gets one replay, the rest refused (busy);
+ *  9. a flood of replay requests from peers that never read does not hold up the stream.
  */
 #include <fcntl.h>
 #include <msgpack.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -34,6 +40,7 @@
 
 #define N_PUT 60
 #define MAX_BATCHES 100000
+#define EV_PER_BATCH_MAX 1024 /* events in one batch: 256 at most */
 
 static char *dir, sock_path[100], ev_ep[160], replay_ep[160];
 
@@ -229,7 +236,10 @@ static bool events_match_store(const struct batch *b, size_t n, const uint8_t *n
 		"--set", "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",       \
 		"nvme.fsync=none", "--set", "store.deadline_floor_ms=2000"
 
-static void expect_refused(const char *what, const char *k, const char *v)
+/* Starts kvtierd with --set k=v (and --set also, K=V, unless NULL) by hand; returns once it
+ * has exited (true, its status in *status) or listens on its socket (false: it started,
+ * and was stopped again). Its stderr goes to dir/stderr. */
+static bool run_daemon(const char *k, const char *v, const char *also, int *status)
 {
 	char d[300], out[300], arg[600];
 	snprintf(d, sizeof(d), "%s/bad", dir);
@@ -237,25 +247,78 @@ static void expect_refused(const char *what, const char *k, const char *v)
 	snprintf(arg, sizeof(arg), "%s=%s", k, v);
 	char sock2[150];
 	snprintf(sock2, sizeof(sock2), "%s/bad.sock", dir);
+	unlink(sock2);
 	pid_t p = fork();
 	if (p == 0) {
 		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		dup2(fd, 2);
-		execl(kvtd_bin(), "kvtierd", "--dir", d, "--socket", sock2, "--set", arg,
-		      COMMON_ARGS, (char *)NULL);
+		const char *argv[40] = {"kvtierd", "--dir", d, "--socket", sock2, "--set", arg,
+					COMMON_ARGS};
+		int n = 0;
+		while (argv[n])
+			n++;
+		if (also) {
+			argv[n++] = "--set";
+			argv[n++] = also;
+		}
+		execv(kvtd_bin(), (char *const *)argv);
 		_exit(127);
 	}
+	uint64_t t0 = test_now_ns();
+	for (;;) {
+		pid_t w = waitpid(p, status, WNOHANG);
+		CHECK(w >= 0);
+		if (w == p)
+			return true;
+		int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		struct sockaddr_un a = {.sun_family = AF_UNIX};
+		CHECK(strlen(sock2) < sizeof(a.sun_path));
+		memcpy(a.sun_path, sock2, strlen(sock2) + 1);
+		bool up = connect(c, (struct sockaddr *)&a, sizeof(a)) == 0;
+		close(c);
+		if (up || test_ms_since(t0) > 60000) {
+			kill(p, up ? SIGTERM : SIGKILL);
+			CHECK(waitpid(p, status, 0) == p);
+			CHECKM(up, "kvtierd neither exited nor listened within 60 s");
+			return false;
+		}
+		usleep(20000);
+	}
+}
+
+/* kvtierd with --set k=v (and also) must stop at start with one line naming k (or a bind
+ * failure), and naming must too unless NULL. */
+static void expect_refused_with(const char *what, const char *k, const char *v,
+				const char *also, const char *must)
+{
 	int status;
-	CHECK(waitpid(p, &status, 0) == p);
+	CHECKM(run_daemon(k, v, also, &status), "%s: kvtierd started with %s=%s", what, k, v);
 	CHECKM(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d", what, status);
+	char out[300];
+	snprintf(out, sizeof(out), "%s/stderr", dir);
 	FILE *f = fopen(out, "r");
 	char line[1024], extra[1024];
 	CHECK(f && fgets(line, sizeof(line), f));
 	CHECKM(!fgets(extra, sizeof(extra), f), "%s: more than one line: %s%s", what, line, extra);
 	fclose(f);
 	CHECKM(strstr(line, k) || strstr(line, "cannot bind"), "%s: %s", what, line);
+	CHECKM(!must || strstr(line, must), "%s: no '%s' in %s", what, must, line);
 	CHECKM(strlen(line) < 300, "%s: a %zu-byte line", what, strlen(line));
 	printf("  refused (%s): %s", what, line);
+}
+
+static void expect_refused(const char *what, const char *k, const char *v)
+{
+	expect_refused_with(what, k, v, NULL, NULL);
+}
+
+/* kvtierd with --set k=v (and also) starts. */
+static void expect_started(const char *what, const char *k, const char *v, const char *also)
+{
+	int status;
+	CHECKM(!run_daemon(k, v, also, &status), "%s: kvtierd exited (status %d) with %s=%s",
+	       what, status, k, v);
+	printf("  started (%s): %s=%s%s%s\n", what, k, v, also ? ", " : "", also ? also : "");
 }
 
 static void test_bad_config(void)
@@ -267,10 +330,38 @@ static void test_bad_config(void)
 	expect_refused("no scheme", "daemon.events", "127.0.0.1:5557");
 	expect_refused("oversized", "daemon.events", big);
 	expect_refused("space", "daemon.events", "tcp://127.0.0.1: 5557");
-	expect_refused("unbindable", "daemon.events", "tcp://256.1.1.1:5557");
+	expect_refused_with("unbindable", "daemon.events", "tcp://256.1.1.1:5557",
+			    "daemon.events_allow_remote=true", "cannot bind");
 	expect_refused("replay alone", "daemon.events_replay", "ipc:///tmp/x");
 	expect_refused("queue too small", "daemon.events_queue", "3");
 	expect_refused("oversized topic", "daemon.events_topic", big);
+
+	/* 7. the stream names every tenant's cached blocks: loopback or ipc:// only, unless
+	 * opted in (the old daemon bound all of these) */
+	char ep[100], ipc_ev[200];
+	snprintf(ipc_ev, sizeof(ipc_ev), "daemon.events=ipc://%s/bad-events", dir);
+	snprintf(ep, sizeof(ep), "tcp://0.0.0.0:%d", kvtd_free_port());
+	expect_refused_with("any address", "daemon.events", ep, NULL, "allow_remote");
+	snprintf(ep, sizeof(ep), "tcp://*:%d", kvtd_free_port());
+	expect_refused_with("any interface", "daemon.events", ep, NULL, "allow_remote");
+	expect_refused_with("replay on any address", "daemon.events_replay", ep, ipc_ev,
+			    "allow_remote");
+	expect_started("opted in", "daemon.events", ep, "daemon.events_allow_remote=true");
+	snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", kvtd_free_port());
+	expect_started("loopback", "daemon.events", ep, NULL);
+	int s6 = socket(AF_INET6, SOCK_STREAM, 0);
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+	if (s6 >= 0 && bind(s6, (struct sockaddr *)&a6, sizeof(a6)) == 0) {
+		socklen_t l = sizeof(a6);
+		CHECK(getsockname(s6, (struct sockaddr *)&a6, &l) == 0);
+		snprintf(ep, sizeof(ep), "tcp://[::1]:%d", ntohs(a6.sin6_port));
+		close(s6);
+		expect_started("IPv6 loopback replay", "daemon.events_replay", ep, ipc_ev);
+	} else {
+		printf("  no IPv6 loopback here: tcp://[::1] not tried\n");
+		if (s6 >= 0)
+			close(s6);
+	}
 }
 
 /* ---- 4. the replay buffer keeps the newest batches only: with daemon.events_buffer=10,
@@ -370,6 +461,146 @@ static void test_replay_long(void *zc, struct kvt_store *s)
 	CHECK_EQ(first, 0);
 	CHECK_EQ(n, last + 1);
 	zmq_close(dealer);
+}
+
+/* ---- 8. one replay per peer: a peer that asks 20 times before it reads gets one replay,
+ * whole, then its end marker; the other requests are refused with the busy marker (-2)
+ * where its queue has room. The old daemon queued a copy of the buffer for every request
+ * its ROUTER's high-water mark held (4 x daemon.events_buffer messages: 4 copies in the
+ * last run), memory for each peer that asks and does not read. */
+#define SEQ_BUSY (UINT64_MAX - 1)
+
+static void test_replay_one_per_peer(void *zc)
+{
+	void *dealer = zmq_socket(zc, ZMQ_DEALER);
+	CHECK(zmq_connect(dealer, strchr(replay_ep, '=') + 1) == 0);
+	uint64_t first = 0, last = 0;
+	uint64_t n_hist = replay_from(dealer, 0, &first, &last);
+	uint8_t zero[8] = {0};
+	for (int i = 0; i < 20; i++) {
+		CHECK(zmq_send(dealer, "", 0, ZMQ_SNDMORE) == 0);
+		CHECK(zmq_send(dealer, zero, 8, 0) == 8);
+	}
+	usleep(500 * 1000); /* the daemon takes the requests; the peer reads nothing yet */
+	uint64_t n = 0, ends = 0, busy = 0, prev = 0;
+	zmq_msg_t parts[3];
+	while (recv_parts(dealer, 3, 2000, parts) == 0) {
+		uint64_t seq = seq_of(&parts[1]);
+		for (int i = 0; i < 3; i++)
+			zmq_msg_close(&parts[i]);
+		if (seq == UINT64_MAX) {
+			ends++;
+		} else if (seq == SEQ_BUSY) {
+			busy++;
+		} else {
+			CHECKM(ends || (n ? seq == prev + 1 : seq == first),
+			       "20 requests: batch %llu after %llu", (unsigned long long)seq,
+			       (unsigned long long)(n ? prev : first));
+			prev = seq;
+			n++;
+		}
+	}
+	printf("  20 requests before reading: %llu batches, %llu end markers, %llu busy (a "
+	       "replay: %llu batches)\n", (unsigned long long)n, (unsigned long long)ends,
+	       (unsigned long long)busy, (unsigned long long)n_hist);
+	CHECKM(ends == 1, "%llu end markers: a replay was queued for each request",
+	       (unsigned long long)ends);
+	CHECK_EQ(n, n_hist);
+	CHECKM(busy >= 1 && busy <= 19, "%llu busy markers", (unsigned long long)busy);
+	zmq_close(dealer);
+}
+
+/* ---- 9. a flood of replay requests (two peers that ask as fast as they can and never
+ * read) while the store changes: every put's event is published within 3 s. The old daemon
+ * served every waiting request before it published again, and the flood never let the
+ * queue empty: nothing was published while it lasted. */
+struct flood {
+	void *zc;
+	atomic_bool stop;
+	atomic_uint_fast64_t sent;
+};
+
+static void *flood_main(void *arg)
+{
+	struct flood *f = arg;
+	void *d[2];
+	uint8_t zero[8] = {0};
+	int linger = 0;
+	for (int i = 0; i < 2; i++) {
+		d[i] = zmq_socket(f->zc, ZMQ_DEALER);
+		zmq_setsockopt(d[i], ZMQ_LINGER, &linger, sizeof(linger));
+		CHECK(zmq_connect(d[i], strchr(replay_ep, '=') + 1) == 0);
+	}
+	while (!atomic_load(&f->stop)) {
+		bool any = false;
+		for (int i = 0; i < 2; i++)
+			if (zmq_send(d[i], "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) == 0) {
+				zmq_send(d[i], zero, 8, ZMQ_DONTWAIT);
+				atomic_fetch_add(&f->sent, 1);
+				any = true;
+			}
+		if (!any)
+			usleep(200);
+	}
+	for (int i = 0; i < 2; i++)
+		zmq_close(d[i]);
+	return NULL;
+}
+
+static void test_replay_flood(void *zc, struct kvt_store *s)
+{
+	void *sub = zmq_socket(zc, ZMQ_SUB);
+	CHECK(zmq_connect(sub, ev_ep) == 0);
+	CHECK(zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0) == 0);
+	usleep(300000);
+	struct flood f = {.zc = zc};
+	pthread_t th;
+	CHECK(pthread_create(&th, NULL, flood_main, &f) == 0);
+	usleep(300000); /* the flood is on */
+	uint8_t ns[KVT_NS_ID_BYTES];
+	memcpy(ns, kvt_store_ns_id(s), sizeof(ns));
+	size_t len = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	void *buf = malloc(len);
+	struct ev *evs = malloc(EV_PER_BATCH_MAX * sizeof(*evs));
+	CHECK(buf && evs);
+	double worst = 0;
+	for (int i = 0; i < 20; i++) {
+		struct kvt_key k, sk;
+		memset(&k, 0, sizeof(k));
+		k.bytes[0] = (uint8_t)i;
+		k.bytes[31] = 0xf1;
+		test_fill(buf, len, (uint64_t)i);
+		CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, len), 0);
+		kvt_storage_key(ns, &k, &sk);
+		uint64_t t0 = test_now_ns();
+		bool seen = false;
+		while (!seen) {
+			zmq_msg_t parts[3];
+			int left = 3000 - (int)test_ms_since(t0);
+			CHECKM(left > 0 && recv_parts(sub, 3, left, parts) == 0,
+			       "put %d: not published within 3 s during a flood of %llu replay "
+			       "requests", i, (unsigned long long)atomic_load(&f.sent));
+			zmq_msg_close(&parts[0]);
+			struct batch b = take(seq_of(&parts[1]), &parts[2]);
+			zmq_msg_close(&parts[1]);
+			size_t n_ev = 0;
+			decode(&b, ns, evs, &n_ev, EV_PER_BATCH_MAX);
+			for (size_t j = 0; j < n_ev; j++)
+				seen |= evs[j].stored && evs[j].tier == 0 &&
+					kvt__key_eq(&evs[j].key, &sk);
+			free(b.buf);
+		}
+		if (test_ms_since(t0) > worst)
+			worst = test_ms_since(t0);
+		usleep(50000);
+	}
+	atomic_store(&f.stop, true);
+	CHECK(pthread_join(th, NULL) == 0);
+	printf("  a flood of %llu replay requests from 2 peers that never read: every put "
+	       "published within %.0f ms\n", (unsigned long long)atomic_load(&f.sent), worst);
+	free(evs);
+	free(buf);
+	zmq_close(sub);
 }
 
 /* ---- 1, 2 */
@@ -613,7 +844,7 @@ int main(void)
 	zmq_close(dealer);
 
 	/* 4. a daemon with a small replay buffer; 6. a replay of more batches than a pipe
-	 * holds by default */
+	 * holds by default; 8. one replay per peer; 9. a flood of replay requests */
 	const char *replay_sets[2] = {"daemon.events_buffer=10", "daemon.events_buffer=10000"};
 	for (int i = 0; i < 2; i++) {
 		start_daemon(replay_sets[i]);
@@ -621,10 +852,13 @@ int main(void)
 		test_set(c, "store.daemon", sock_path);
 		CHECK_RC(kvt_store_open(c, &s), 0);
 		kvt_config_destroy(c);
-		if (i == 0)
+		if (i == 0) {
 			test_replay_bound(zc, s);
-		else
+		} else {
 			test_replay_long(zc, s);
+			test_replay_one_per_peer(zc);
+			test_replay_flood(zc, s);
+		}
 		kvt_store_close(s);
 		kvtd_stop();
 	}
