@@ -3,8 +3,9 @@
  *
  * One object per chunk, named by the key's 64 hex digits, in rados.pool and
  * rados.namespace. write is rados_aio_write_full (the OSD replaces the object atomically:
- * a reader sees the old or the new object, never a mix); read issues one rados_aio_read per
- * segment at its offset, so a layer range costs only its bytes; exists is one rados_aio_stat
+ * a reader sees the old or the new object, never a mix); read issues one read op (a
+ * rados_read_op_read, see issue()) per segment at its offset, so a layer range costs only
+ * its bytes; exists is one rados_aio_stat
  * per key, all in flight at once; remove is rados_aio_remove. The pool may be replicated or
  * erasure-coded: Ceph does the coding, and every call here works on both (no partial
  * overwrites, no omap), see docs/TIERS.md.
@@ -67,6 +68,9 @@ struct rados_sub {
 	uint64_t off, len;
 	void *hold;		 /* zero-copy write: librados' references to the buffer */
 	uint64_t ver;		 /* read: the object version the OSD served (0: none) */
+	size_t got;		 /* read: bytes the OSD returned */
+	int prval;		 /* read: the read step's own result */
+	rados_read_op_t rop;	 /* read: released when it completes */
 	rados_write_op_t wop;	 /* drop: released when it completes */
 	int rc;			 /* a lingering write's result */
 	struct rados_sub *next;	 /* lingering list */
@@ -187,14 +191,15 @@ static void sub_done(struct rados_sub *u, int rc)
 		}
 		break;
 	case OP_READ:
-		/* The count is the OSD reply's length, not capped by librados at what was asked:
-		 * more than the segment is never bytes of it, and must not reach the caller as
-		 * the object's size (it verifies that many bytes of its buffer). */
-		if (rc >= 0 && (uint64_t)rc > u->len)
+		/* The count is the OSD reply's length. More than the segment is never bytes of
+		 * it and must not reach the caller as the object's size (it verifies that many
+		 * bytes of its buffer): the read op refuses such a reply before copying it
+		 * (on_complete), and the count is checked again here as it is added. */
+		if (rc >= 0 && u->got > u->len)
 			rc = -EIO;
 		if (rc >= 0) {
-			atomic_fetch_add(&op->total, (uint64_t)rc);
-			atomic_fetch_add(&s->cnt.read_bytes, (uint64_t)rc);
+			atomic_fetch_add(&op->total, (uint64_t)u->got);
+			atomic_fetch_add(&s->cnt.read_bytes, (uint64_t)u->got);
 			rc = 0;
 		}
 		break;
@@ -273,9 +278,18 @@ static void on_complete(rados_completion_t c, void *arg)
 	struct rados_sub *u = arg;
 	struct rados_state *s = u->op->s;
 	int rc = rados_aio_get_return_value(c);
-	if (rc >= 0 && u->op->kind == OP_READ)
+	if (rc >= 0 && u->op->kind == OP_READ) {
+		/* the version is the op's (librados keeps it for read ops as for aio_read) */
 		u->ver = rados_aio_get_version(c);
+		/* -ERANGE: the reply was longer than the segment, nothing of it copied */
+		if (u->prval < 0)
+			rc = u->prval == -ERANGE ? -EIO : u->prval;
+	}
 	rados_aio_release(c);
+	if (u->rop) {
+		rados_release_read_op(u->rop);
+		u->rop = NULL;
+	}
 	if (u->wop) {
 		rados_release_write_op(u->wop);
 		u->wop = NULL;
@@ -339,10 +353,29 @@ static int issue(struct rados_state *s, struct rados_sub *u)
 	case OP_EXISTS:
 		rc = rados_aio_stat(s->io, oid, c, &u->size, &u->mtime);
 		break;
-	case OP_READ:
-		rc = rados_aio_read(s->io, oid, c, u->buf, (size_t)u->len, u->off);
+	case OP_READ: {
+		/* A read op, not rados_aio_read: that one copies the OSD's reply into buf at the
+		 * reply's length, unbounded, so a reply longer than the segment (a faulty OSD,
+		 * or anyone on a messenger without secure mode) overflowed the caller's buffer
+		 * before sub_done could refuse it. The read op's handler copies nothing and
+		 * sets -ERANGE then. It has no INT_MAX limit on the length either (rados_aio_read
+		 * refused such a segment, -EDOM); one reply still carries at most what one OSD
+		 * message does (under 4 GiB) and the object, osd_max_object_size. */
+		rados_read_op_t r = rados_create_read_op();
+		if (!r) {
+			rc = -ENOMEM;
+			break;
+		}
+		rados_read_op_read(r, u->off, (size_t)u->len, u->buf, &u->got, &u->prval);
+		u->rop = r; /* before the completion can run */
+		rc = rados_aio_read_op_operate(r, s->io, c, oid, LIBRADOS_OPERATION_NOFLAG);
+		if (rc < 0) { /* no completion will run: u is still ours */
+			u->rop = NULL;
+			rados_release_read_op(r);
+		}
 		atomic_fetch_add(&s->cnt.reads, 1);
 		break;
+	}
 	case OP_WRITE:
 #ifdef KVT_HAVE_RADOS_ZC
 		if (s->zero_copy) {

@@ -1275,10 +1275,15 @@ static int xml_field(const char **pos, const char *end, const char *tag, char *o
 }
 
 /* The continuation tokens one listing was given, to tell a server that hands back any
- * earlier one (A, B, A, B, ...: page 1 for ever) from one that moves on. Open addressing
- * on FNV-1a; the strings themselves are compared. */
+ * earlier one (A, B, A, B, ...: page 1 for ever) from one that moves on. Only a 64-bit
+ * FNV-1a hash of each token is kept, in an open-addressing table at most half full (8 bytes
+ * a slot): the tokens themselves may run to S3_MAX_LIST_TOKEN bytes each, and a server
+ * handing out a new long one per empty page made the set grow by 16 KiB a page. Two
+ * different tokens with the same hash (odds about 3 x 10^-8 over 10^6 pages; a server could
+ * craft them, FNV is not keyed, but it could as well repeat a token) only make the second
+ * look repeated: the listing ends early with -EPROTO, never silently shorter. */
 struct tokset {
-	char **slot;
+	uint64_t *slot; /* 0: free */
 	size_t cap, n;
 };
 
@@ -1290,18 +1295,19 @@ static uint64_t fnv1a(const char *p)
 	return h;
 }
 
-/* 1 if tok was seen before, 0 if it is new (now remembered), -ENOMEM. */
+/* 1 if tok was seen before (or one with its hash), 0 if it is new (now remembered),
+ * -ENOMEM. */
 static int tokset_add(struct tokset *ts, const char *tok)
 {
 	if (2 * (ts->n + 1) > ts->cap) {
 		size_t cap = ts->cap ? 2 * ts->cap : 64;
-		char **slot = kvt__calloc(cap, sizeof(*slot));
+		uint64_t *slot = kvt__calloc(cap, sizeof(*slot));
 		if (!slot)
 			return -ENOMEM;
 		for (size_t i = 0; i < ts->cap; i++) {
 			if (!ts->slot[i])
 				continue;
-			size_t j = fnv1a(ts->slot[i]) & (cap - 1);
+			size_t j = ts->slot[i] & (cap - 1);
 			while (slot[j])
 				j = (j + 1) & (cap - 1);
 			slot[j] = ts->slot[i];
@@ -1310,20 +1316,19 @@ static int tokset_add(struct tokset *ts, const char *tok)
 		ts->slot = slot;
 		ts->cap = cap;
 	}
-	size_t j = fnv1a(tok) & (ts->cap - 1);
+	uint64_t h = fnv1a(tok);
+	h += !h; /* 0 marks a free slot */
+	size_t j = h & (ts->cap - 1);
 	for (; ts->slot[j]; j = (j + 1) & (ts->cap - 1))
-		if (!strcmp(ts->slot[j], tok))
+		if (ts->slot[j] == h)
 			return 1;
-	if (!(ts->slot[j] = kvt__strdup(tok)))
-		return -ENOMEM;
+	ts->slot[j] = h;
 	ts->n++;
 	return 0;
 }
 
 static void tokset_free(struct tokset *ts)
 {
-	for (size_t i = 0; i < ts->cap; i++)
-		kvt__free(ts->slot[i]);
 	kvt__free(ts->slot);
 }
 
@@ -1359,11 +1364,20 @@ static int check_prefix(const struct kvt_log *log, const char *p)
 
 /* Synchronous ListObjectsV2 under the prefix, page by page (recovery, `kvtier ls`). Runs
  * on the caller's thread with its own connection; the I/O thread is not involved. A page
- * we cannot read entry by entry, or a listing that does not end (a token seen before, more
- * than SCAN_PAGES_MAX pages), is -EPROTO: never a silently shorter listing. */
+ * we cannot read entry by entry, a 200 whose body is not a ListBucketResult with an
+ * IsTruncated (an HTML page of a proxy, an <Error>: no <Contents> in it, so it read as the
+ * last, empty page), or a listing that does not end (a token seen before, more than
+ * SCAN_PAGES_MAX pages), is -EPROTO: never a silently shorter listing. Each page within
+ * s3.timeout_ms and the whole listing within S3_LIST_TIMEOUTS times it, else -ETIMEDOUT:
+ * past the caller's bound (store.sync_timeout_ms, src/tier_bounded.c) a listing left
+ * running keeps the tier busy and its close waiting, so it must end by itself, also
+ * against a server that answers every page in time with a new token and no entries. */
 /* Longest continuation token followed (an opaque string of the server's: RGW's carry a key
  * name, up to 1 KiB, encoded; some servers' are longer). */
 #define S3_MAX_LIST_TOKEN 16384
+/* A whole listing's limit, in s3.timeout_ms: 30 s by default, the caller's own
+ * store.sync_timeout_ms; each page keeps the single timeout within it. */
+#define S3_LIST_TIMEOUTS 6
 
 static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 {
@@ -1379,7 +1393,17 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	size_t plen = strlen(s->prefix);
 	int rc = eprefix && token ? 0 : -ENOMEM;
 	bool stop = false;
-	for (uint32_t page = 1; rc == 0 && !stop; page++) {
+	uint64_t list_end = kvt__now_ns() + S3_LIST_TIMEOUTS * s->timeout_ns;
+	uint32_t page = 1;
+	bool over = false; /* the whole listing's limit reached */
+	for (; rc == 0 && !stop; page++) {
+		uint64_t now = kvt__now_ns();
+		/* under a millisecond left is none: CURLOPT_TIMEOUT_MS 0 would mean no limit */
+		if (now + 1000000 > list_end) {
+			rc = -ETIMEDOUT;
+			over = true;
+			break;
+		}
 		if (page > SCAN_PAGES_MAX) {
 			KVT_WARN(&t->log,
 				 "s3: listing %s: more than %u pages; taken as a server that does "
@@ -1407,7 +1431,8 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 		curl_easy_setopt(e, CURLOPT_USERNAME, s->cred.access_key);
 		curl_easy_setopt(e, CURLOPT_PASSWORD, s->cred.secret_key);
 		curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->hdr_get);
-		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(s->timeout_ns / 1000000));
+		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+				 (long)(KVT_MIN(s->timeout_ns, list_end - now) / 1000000));
 		curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)s->connect_timeout_ms);
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, s->tls_verify ? 1L : 0L);
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, s->tls_verify ? 2L : 0L);
@@ -1421,8 +1446,26 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &st);
 		if (cc != CURLE_OK || st != 200 || !m.p) {
 			rc = cc != CURLE_OK ? curl_errno(cc) : status_errno(st);
+			if (rc == -ETIMEDOUT && kvt__now_ns() + 1000000 > list_end) {
+				over = true; /* the whole listing's limit: logged below */
+				break;
+			}
 			KVT_WARN(&t->log, "s3: listing %s: %s", s->shown,
 				 cc != CURLE_OK ? curl_easy_strerror(cc) : "HTTP error");
+			break;
+		}
+		/* Only a ListBucketResult that says whether it is the last page is a page:
+		 * anything else has no <Contents> and would end the listing as if complete. */
+		const char *p = m.p;
+		char trunc[16] = "";
+		if (!strstr(m.p, "<ListBucketResult") ||
+		    xml_field(&p, NULL, "IsTruncated", trunc, sizeof(trunc)) != 0 ||
+		    (strcmp(trunc, "true") && strcmp(trunc, "false"))) {
+			KVT_WARN(&t->log,
+				 "s3: listing %s: page %u is not a ListBucketResult with "
+				 "IsTruncated true or false",
+				 s->shown, page);
+			rc = -EPROTO;
 			break;
 		}
 		const char *pos = m.p;
@@ -1461,9 +1504,6 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 		}
 		if (rc < 0 || stop)
 			break;
-		const char *p = m.p;
-		char trunc[16] = "";
-		xml_field(&p, NULL, "IsTruncated", trunc, sizeof(trunc));
 		p = m.p;
 		if (strcmp(trunc, "true"))
 			break; /* the last page */
@@ -1493,6 +1533,13 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			break;
 		}
 	}
+	/* A single page's timeout was logged above; the whole listing's here, one line */
+	if (over)
+		KVT_WARN(&t->log,
+			 "s3: listing %s: not done within %llu ms (%d x s3.timeout_ms), given up "
+			 "after %u pages",
+			 s->shown, (unsigned long long)(S3_LIST_TIMEOUTS * s->timeout_ns / 1000000),
+			 S3_LIST_TIMEOUTS, page - 1);
 	if (eprefix)
 		curl_free(eprefix);
 	kvt__free(token);
