@@ -420,6 +420,8 @@ bool nv_flush_pump(struct nv *s, struct nv_op *f);
 void nv_flush_on_cqe(struct nv *s, struct nv_io *io, int res);
 
 /* tier_nvme_recover.c */
+int nv_anomaly_add(struct nv *s, const char *dir, const char *sub, const char *name,
+		   const char *why);
 int nv_scan_anomalies(struct kvt_tier *t, void (*fn)(void *arg, const char *path, const char *why),
 		      void *arg);
 void nv_chains_save(struct nv *s);

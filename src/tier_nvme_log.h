@@ -193,9 +193,19 @@ struct nv_log {
 		uint64_t hd_gen, hgen;
 		uint32_t *out; /* files outside the cycle, removed if voided (NV_LOG_NONE: kept) */
 		size_t nout;
-		uint32_t ntorn; /* records of incomplete batches, zeroed */
-		uint32_t torn_seg[NV_LOG_BUFS];
-		uint64_t torn_off[NV_LOG_BUFS];
+		/* a record damaged in the middle of a segment (not a torn tail) voids the log
+		 * too: its segment, offset and the valid batches newer than it */
+		bool damaged;
+		uint32_t dmg_seg;
+		uint64_t dmg_off, dmg_newer;
+		/* records zeroed: those of incomplete batches and of the batches after them
+		 * in their segment, and a torn tail's (a record that does not check and those
+		 * that landed past it) */
+		struct nv_log_at {
+			uint32_t seg;
+			uint64_t off;
+		} *wipe;
+		uint32_t nwipe, wipe_cap;
 	} ow;
 };
 

@@ -6,11 +6,15 @@
  * batch on, each found at the end of the one before, and the walk stops at the first record
  * whose CRC, segment, generation or offset does not check: a batch that was never written
  * or was torn ends its segment's valid prefix, and records of an earlier generation (a
- * reused segment) are never accepted. Batches are acknowledged in sequence order and at
- * most NV_LOG_BUFS are unacknowledged at once, so only the NV_LOG_BUFS newest batches can
- * be incomplete: every object of those is read back and checked against the CRC32C its
- * entry records before it is indexed (the engine checks the object format on every read), and the record of one that fails is zeroed so that no later scan
- * trusts it. Entries are then applied in sequence order (puts, tombstones); a key also
+ * reused segment) are never accepted. Where a walk stops short, the batch after it is
+ * looked for (look_past): more valid batches newer than the stop than a crash can leave
+ * (judge_stops) make it a damaged record, not a torn tail, and void the log, as a gap
+ * does. Batches are acknowledged in sequence order and at most NV_LOG_BUFS are
+ * unacknowledged at once, so only the NV_LOG_BUFS newest batches can be incomplete: every
+ * object of those is read back and checked against the CRC32C its entry records before it
+ * is indexed (the engine checks the object format on every read), and the records of one
+ * that fails and of those after it in its segment are zeroed so that no later scan trusts
+ * them. Entries are then applied in sequence order (puts, tombstones); a key also
  * stored as its own file keeps the file. A put entry of a valid record that does not lie in
  * its segment is damage, not a tear: skipped and counted (ent_ok). Segments are canonical
  * names 0.kvl, 1.kvl, ... up to the cycle's end. Whatever says a segment with batches is
@@ -19,7 +23,8 @@
  * outside), a file outside the cycle that holds batches (the gap of a longer, earlier
  * cycle; removed by a read-write open), and log/head naming a newest segment that is not
  * there (deleted: it leaves no gap when it is the highest-numbered) or missing itself when
- * the headers say it was kept. Files outside the cycle holding no batch, and other entries,
+ * the headers say it was kept; `kvtier verify` reports a void as damage (void_anomaly).
+ * Files outside the cycle holding no batch, and other entries,
  * are warned about and left. A read-only open indexes nothing then, and writes nothing. A
  * segment file that fails to open for a reason other than not being a segment fails the
  * open before anything is written (seg_open_failed). The scan writes nothing: what it
@@ -103,10 +108,89 @@ static bool ent_ok(const struct nv_seg *g, const struct nv_log_rent *en)
 	       KVT_ALIGN_UP((uint64_t)en->len, NV_LOG_BLOCK) <= g->bytes - en->off;
 }
 
+/* The block at off (blk) is a valid commit record of segment n, generation gen, in a
+ * segment of bytes bytes. */
+static bool rec_ok(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t off, uint64_t bytes)
+{
+	const struct nv_log_rec *r = (const struct nv_log_rec *)blk;
+	return !memcmp(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic)) && r->seg == n &&
+	       r->gen == gen && r->off == off && r->len >= NV_LOG_BLOCK &&
+	       r->len % NV_LOG_BLOCK == 0 && r->len <= NV_LOG_BUF && off + r->len <= bytes &&
+	       r->n <= NV_LOG_MAXENT && r->crc == nv_log_crc(blk);
+}
+
+/* Where a segment's walk stopped short of its end, and what lies past that point
+ * (look_past); judged against the whole log by judge_stops. */
+struct rstop {
+	uint64_t off;  /* the block the walk stopped at; 0: it did not stop short */
+	uint64_t prev; /* the sequence number of the record before it in the segment; 0: none */
+	bool rec;      /* the block is a record of this segment, generation and offset whose
+			* length or CRC fails: torn or damaged, not the end of what was written */
+	uint32_t nahead;	  /* valid records of the generation past it, in a chain */
+	uint64_t first, newest;	  /* their first and highest sequence numbers */
+	uint64_t at[NV_LOG_BUFS]; /* the offsets of the first NV_LOG_BUFS of them */
+};
+
+/* The walk of segment n stopped at off, whose block blk holds, short of the segment's end:
+ * is that the end of what was written (a batch never written or torn by a crash) or a
+ * record damaged in the middle (a flipped bit), with batches after it? A damaged record's
+ * successor starts at most one batch (NV_LOG_BUF) past it, so those bytes are read (one
+ * read, only where stop_suspect says so) for a valid record of the segment's
+ * generation, and the records from there are followed as the walk does. blk is
+ * NV_LOG_BUF bytes. */
+static void look_past(const struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t off,
+		      struct rstop *st)
+{
+	const struct nv_log_rec *r = (const struct nv_log_rec *)blk;
+	st->rec = !memcmp(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic)) && r->seg == n &&
+		  r->gen == g->gen && r->off == off;
+	uint64_t from = off + NV_LOG_BLOCK, at = 0;
+	if (from + NV_LOG_BLOCK > g->bytes)
+		return;
+	uint64_t span =
+	    KVT_MIN((uint64_t)NV_LOG_BUF, (g->bytes - from) / NV_LOG_BLOCK * NV_LOG_BLOCK);
+	ssize_t got = pread(g->fd, blk, span, (off_t)from);
+	for (ssize_t i = 0; !at && i + NV_LOG_BLOCK <= got; i += NV_LOG_BLOCK)
+		if (rec_ok(blk + i, n, g->gen, from + (uint64_t)i, g->bytes))
+			at = from + (uint64_t)i;
+	while (at && at + NV_LOG_BLOCK <= g->bytes &&
+	       pread(g->fd, blk, NV_LOG_BLOCK, (off_t)at) == NV_LOG_BLOCK &&
+	       rec_ok(blk, n, g->gen, at, g->bytes)) {
+		if (st->nahead < NV_LOG_BUFS)
+			st->at[st->nahead] = at;
+		if (!st->nahead++)
+			st->first = r->seq;
+		st->newest = KVT_MAX(st->newest, r->seq);
+		at += r->len;
+	}
+}
+
+/* Is a walk's stop at off (its block blk, not a valid record) worth a look past it
+ * (look_past, one read of up to a batch)? Yes where the block resembles a record of this
+ * segment's lap - its magic, or its segment, generation and offset, which one flipped bit
+ * leaves - unless it is an intact record of an earlier lap (its CRC checks); and where a
+ * segment with a batch in it stops with room for another whole batch (a zeroed or
+ * garbled record: the writer moves on to the next segment only when a batch does not fit,
+ * or when a run starts, once per run). Not otherwise: a segment sealed full, or holding
+ * no batch (every segment of a voided log), ends in zeros or an earlier lap's bytes, and
+ * reading a batch past each would cost an open up to NV_LOG_BUF per segment. */
+static bool stop_suspect(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t off,
+			 uint64_t bytes)
+{
+	const struct nv_log_rec *r = (const struct nv_log_rec *)blk;
+	if (off > NV_LOG_BLOCK && bytes - off >= NV_LOG_BUF)
+		return true;
+	bool magic = !memcmp(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic));
+	if (magic && r->crc == nv_log_crc(blk))
+		return false;
+	return magic || (r->seg == n && r->gen == gen && r->off == off);
+}
+
 /* Walk segment n's records (g: its file) into *bs; *ver (if not NULL) is raised to its
- * header's version. */
+ * header's version. st (if not NULL): where the walk stopped short, and what is past it
+ * (look_past). */
 static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, size_t *nb,
-		size_t *cap, uint32_t *ver)
+		size_t *cap, uint32_t *ver, struct rstop *st)
 {
 	if (pread(g->fd, blk, NV_LOG_BLOCK, 0) != NV_LOG_BLOCK)
 		return 0; /* empty: used from generation 1 */
@@ -117,16 +201,30 @@ static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, 
 	g->gen = h->gen;
 	if (ver)
 		*ver = KVT_MAX(*ver, h->ver);
-	uint64_t off = NV_LOG_BLOCK;
+	uint64_t off = NV_LOG_BLOCK, prev = 0, rechecked = 0;
 	while (off + NV_LOG_BLOCK <= g->bytes) {
 		if (pread(g->fd, blk, NV_LOG_BLOCK, (off_t)off) != NV_LOG_BLOCK)
 			break;
 		struct nv_log_rec *r = (struct nv_log_rec *)blk;
-		if (memcmp(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic)) || r->seg != n ||
-		    r->gen != g->gen || r->off != off || r->len < NV_LOG_BLOCK ||
-		    r->len % NV_LOG_BLOCK || r->len > NV_LOG_BUF || off + r->len > g->bytes ||
-		    r->n > NV_LOG_MAXENT || r->crc != nv_log_crc(blk))
+		if (!rec_ok(blk, n, g->gen, off, g->bytes)) {
+			if (!st || rechecked == off)
+				break;
+			*st = (struct rstop){.off = off, .prev = prev};
+			if (!stop_suspect(blk, n, g->gen, off, g->bytes))
+				break;
+			look_past(g, n, blk, off, st);
+			/* A writer running meanwhile (a read-only open takes no lock) may have
+			 * landed this record since: then it was a write in flight, and the walk
+			 * goes on. */
+			rechecked = off;
+			if ((st->rec || st->nahead) &&
+			    pread(g->fd, blk, NV_LOG_BLOCK, (off_t)off) == NV_LOG_BLOCK &&
+			    rec_ok(blk, n, g->gen, off, g->bytes)) {
+				*st = (struct rstop){0};
+				continue;
+			}
 			break;
+		}
 		if (*nb == *cap) {
 			size_t nc = *cap ? 2 * *cap : 256;
 			struct rbatch *x = kvt__realloc(*bs, nc * sizeof(*x));
@@ -144,6 +242,7 @@ static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, 
 		if (!(rb->ent = kvt__malloc(r->n * sizeof(*rb->ent) + 1)))
 			return -ENOMEM;
 		memcpy(rb->ent, r->ent, r->n * sizeof(*rb->ent));
+		prev = r->seq;
 		off += r->len;
 	}
 	return 0;
@@ -157,7 +256,7 @@ static int newest_seq(struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t *seq,
 {
 	struct rbatch *bs = NULL;
 	size_t nb = 0, cap = 0;
-	int rc = walk(g, n, blk, &bs, &nb, &cap, NULL);
+	int rc = walk(g, n, blk, &bs, &nb, &cap, NULL, NULL);
 	if (had)
 		*had = nb > 0;
 	for (size_t i = 0; i < nb; i++) {
@@ -189,11 +288,12 @@ static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq, b
 
 /* log/head's newer valid slot into *h: 1; 0: no head (no file, an entry that cannot be one,
  * or no valid slot); or -errno: log/head is there but cannot be read (EACCES, EPERM,
- * EMFILE, EIO, ...), which fails the open, with one line, before anything is written - as
- * a segment that fails to open does (seg_open_failed). Until 2026-12-03 any failure was
- * "no head": with the segments' headers saying the log has one, the head was taken for
- * deleted and the log voided - a read-write open emptied every segment, and the live
- * objects were gone for good though nothing on disk was (integ.nvme_log_head_unreadable).
+ * EMFILE, EIO, ...; EINVAL: a FIFO or a device), which fails the open, with one line,
+ * before anything is written - as a segment that fails to open does (seg_open_failed).
+ * Until 2026-12-03 any failure was "no head": with the segments' headers saying the log
+ * has one, the head was taken for deleted and the log voided - a read-write open emptied
+ * every segment, and the live objects were gone for good though nothing on disk was
+ * (integ.nvme_log_head_unreadable).
  * Its file is kept open for the run's writes (not in a read-only open). Read before the
  * segments are listed: a writer running meanwhile (a read-only open takes no lock) only
  * adds segments and raises generations, which the check allows. */
@@ -206,6 +306,20 @@ static int read_head(struct nv *s, struct nv_log_head *h)
 	int err = 0;
 	if (lg->hfd < 0 && errno != ENOENT && errno != ELOOP && errno != EISDIR && errno != ENXIO)
 		err = -errno;
+	/* A FIFO or a device opens (O_NONBLOCK: no hang) but cannot be read as a head: the
+	 * open fails as for an unreadable head (taken for "no head", a log with version-2
+	 * headers would be voided for good over an entry planted from outside), with a line
+	 * that says why - until 2026-12-04 the "Illegal seek" of its pread. */
+	struct stat hst;
+	if (lg->hfd >= 0 && fstat(lg->hfd, &hst) == 0 && !S_ISREG(hst.st_mode)) {
+		KVT_ERR(s->log,
+			"nvme: %s/%s/%s: not a regular file: the log cannot be read whole, so the "
+			"tier does not open (nothing was changed)",
+			s->dirs[0].path, NV_LOG_DIR, NV_LOG_HEAD);
+		close(lg->hfd);
+		lg->hfd = -1;
+		return -EINVAL;
+	}
 	bool ok = false;
 	for (int i = 0; lg->hfd >= 0 && i < 2; i++) {
 		ssize_t got = pread(lg->hfd, blk, NV_LOG_BLOCK, (off_t)i * NV_LOG_BLOCK);
@@ -283,6 +397,111 @@ static void apply(struct nv *s, const struct rbatch *b, uint64_t *bad)
 			e->loff = en->off;
 		}
 	}
+}
+
+/* Record (seg, off) to be zeroed by the open's writes (nv_log_open_writes). */
+static int wipe_add(struct nv_log *lg, uint32_t seg, uint64_t off)
+{
+	typeof(lg->ow) *w = &lg->ow;
+	if (w->nwipe == w->wipe_cap) {
+		uint32_t nc = w->wipe_cap ? 2 * w->wipe_cap : 2 * NV_LOG_BUFS;
+		struct nv_log_at *x = kvt__realloc(w->wipe, nc * sizeof(*x));
+		if (!x)
+			return -ENOMEM;
+		w->wipe = x;
+		w->wipe_cap = nc;
+	}
+	w->wipe[w->nwipe++] = (struct nv_log_at){seg, off};
+	return 0;
+}
+
+/* Judge where the walks of segments 0 .. nst-1 stopped short (look_past), against the
+ * whole log. Batches are acknowledged in sequence order and at most NV_LOG_BUFS are
+ * unacknowledged at once, so a batch in flight at a crash (its record never landed whole)
+ * has at most NV_LOG_BUFS - 1 newer batches on disk. A stop with NV_LOG_BUFS or more valid
+ * batches newer than it is damage, not a torn tail: the batch there was acknowledged, and
+ * its tombstones went with it, which any older put may need - the log is voided, as for a
+ * gap. Until 2026-12-04 every stop was taken for a torn tail: one flipped bit in a record
+ * mid-segment dropped the batches after it silently, tombstones with them, and a removed
+ * key came back. Returns the damaged segment (its stop's offset and the newer batches in
+ * *dmg), or NV_LOG_NONE. A torn stop's record and the records that landed past it are
+ * zeroed by a read-write open (else, once the run has written newer batches, the next open
+ * would take them for damage), and the run numbers its batches above them. Newer than the
+ * stop are the batches after the record before it (in sequence); with none before it in
+ * its segment, those found past it, and those of the segment log/head names when that is
+ * another one (hd: the head's segment and sequence number, every batch of an earlier
+ * segment is at most that). A record that fails with none of these is not judged (it
+ * cannot be placed in sequence): taken for torn, as before. */
+static uint32_t judge_stops(struct nv_log *lg, const struct rstop *st, uint32_t nst,
+			    const struct rbatch *bs, size_t nb, const struct nv_log_head *hd,
+			    uint64_t dmg[2], int *rc)
+{
+	for (uint32_t i = 0; i < nst; i++) {
+		const struct rstop *x = &st[i];
+		if (!x->off || (!x->rec && !x->nahead))
+			continue; /* the end of what was written (or the segment's end) */
+		uint64_t from = x->prev ? x->prev + 1 : x->first, newer = 0;
+		if (!x->prev && hd && hd->seg != i && hd->seg != NV_LOG_NONE &&
+		    (!from || hd->seq + 1 < from))
+			from = hd->seq + 1;
+		if (from) {
+			newer = x->nahead;
+			for (size_t j = 0; j < nb; j++)
+				newer += bs[j].seq >= from;
+			for (uint32_t j = 0; j < nst; j++)
+				if (j != i && st[j].nahead && st[j].first >= from)
+					newer += st[j].nahead;
+		}
+		if (newer >= NV_LOG_BUFS) {
+			dmg[0] = x->off;
+			dmg[1] = newer;
+			return i;
+		}
+		lg->seq = KVT_MAX(lg->seq, x->newest);
+		if (x->rec && (*rc = wipe_add(lg, i, x->off)) < 0)
+			return NV_LOG_NONE;
+		for (uint32_t k = 0; k < x->nahead; k++)
+			if ((*rc = wipe_add(lg, i, x->at[k])) < 0)
+				return NV_LOG_NONE;
+	}
+	return NV_LOG_NONE;
+}
+
+/* A voided log as an entry `kvtier verify` reports (scan_anomalies), so that it counts as
+ * damage there (exit 3), not only as a warning in the log: every object the log held is
+ * lost to the store. Until 2026-12-04 verify said "0 bad" and exited 0. The first reason
+ * is named; the open's log lines give each (nv_log_open_writes). */
+static int void_anomaly(struct nv *s)
+{
+	typeof(s->lg->ow) *w = &s->lg->ow;
+	char name[32], why[256];
+	int n;
+	if (w->gap) {
+		snprintf(name, sizeof(name), "%u.kvl", w->top);
+		n = snprintf(why, sizeof(why), "missing, with segments after it (a gap)");
+	} else if (w->outside) {
+		snprintf(name, sizeof(name), "%u.kvl", w->out_first);
+		n = snprintf(why, sizeof(why),
+			     "holds batches but is outside the cycle (a file before it is missing "
+			     "or not a segment)");
+	} else if (w->lost) {
+		snprintf(name, sizeof(name), "%u.kvl", w->hd_seg);
+		n = snprintf(why, sizeof(why),
+			     "the newest segment by log/head is missing or older");
+	} else if (w->headless) {
+		snprintf(name, sizeof(name), "%s", NV_LOG_HEAD);
+		n = snprintf(why, sizeof(why),
+			     "missing, and the segments were written with one");
+	} else {
+		snprintf(name, sizeof(name), "%u.kvl", w->dmg_seg);
+		n = snprintf(why, sizeof(why),
+			     "commit record at offset %" PRIu64 " damaged, %" PRIu64
+			     " newer batches after it (not a torn tail)",
+			     w->dmg_off, w->dmg_newer);
+	}
+	snprintf(why + n, sizeof(why) - (size_t)n,
+		 ": the log is voided, none of its objects is indexed");
+	return nv_anomaly_add(s, s->dirs[0].path, NV_LOG_DIR, name, why);
 }
 
 int nv_log_recover(struct nv *s)
@@ -456,22 +675,32 @@ int nv_log_recover(struct nv *s)
 	bool lost = false, headless = false;
 	if (have_head)
 		lg->seq = KVT_MAX(lg->seq, hd.seq);
-	uint32_t ver = 0;
-	if (!gap && !outside) {
+	uint32_t ver = 0, dseg = NV_LOG_NONE;
+	uint64_t dmg[2] = {0, 0};
+	struct rstop *st = NULL;
+	if (!gap && !outside && top && !(st = kvt__calloc(top, sizeof(*st))))
+		rc = -ENOMEM;
+	if (!gap && !outside && !rc) {
 		for (uint32_t i = 0; i < top && !rc; i++)
-			rc = walk(&lg->segs[i], i, blk, &bs, &nb, &cap, &ver);
+			rc = walk(&lg->segs[i], i, blk, &bs, &nb, &cap, &ver, &st[i]);
+		if (!rc)
+			dseg = judge_stops(lg, st, top, bs, nb, have_head ? &hd : NULL, dmg, &rc);
 		if (have_head)
 			lost = hd.seg != NV_LOG_NONE &&
 			       (hd.seg >= top || lg->segs[hd.seg].gen < hd.gen);
 		else
 			headless = ver >= NV_LOG_SEG_VER;
-		if (lost || headless) {
+		if (lost || headless || dseg != NV_LOG_NONE) {
 			for (size_t i = 0; i < nb; i++)
 				kvt__free(bs[i].ent);
 			nb = 0;
 		}
 	}
-	bool voids = gap || outside || lost || headless;
+	kvt__free(st);
+	bool damaged = dseg != NV_LOG_NONE;
+	bool voids = gap || outside || lost || headless || damaged;
+	if (voids)
+		lg->ow.nwipe = 0; /* every segment gets a new generation: nothing to zero */
 	/* Every segment of the cycle is voided (nv_log_open_writes): read for its generation
 	 * and its newest batch now. */
 	for (uint32_t i = 0; voids && i < end && !rc; i++)
@@ -485,16 +714,19 @@ int nv_log_recover(struct nv *s)
 		lg->seq = KVT_MAX(lg->seq, bs[nb - 1].seq);
 		lg->start = bs[nb - 1].seg + 1;
 		/* The newest batches may be incomplete: check every object they list. */
-		for (size_t i = nb > NV_LOG_BUFS ? nb - NV_LOG_BUFS : 0; i < nb; i++) {
+		for (size_t i = nb > NV_LOG_BUFS ? nb - NV_LOG_BUFS : 0; i < nb && !rc; i++) {
 			if (bs[i].cut || batch_whole(s, &bs[i], blk))
 				continue;
-			/* This batch and every later one of its segment are dropped; zeroing its
-			 * record (nv_log_open_writes) keeps later scans from trusting it. */
-			for (size_t j = i; j < nb; j++)
-				if (bs[j].seg == bs[i].seg && bs[j].off >= bs[i].off)
+			/* This batch and every later one of its segment are dropped; zeroing their
+			 * records (nv_log_open_writes) keeps later scans from trusting them - and,
+			 * once the run has written newer batches, from taking those after the
+			 * zeroed one for batches past a damaged record (judge_stops). */
+			for (size_t j = i; j < nb && !rc; j++)
+				if (bs[j].seg == bs[i].seg && bs[j].off >= bs[i].off) {
 					bs[j].cut = true;
-			lg->ow.torn_seg[torn] = bs[i].seg;
-			lg->ow.torn_off[torn++] = bs[i].off;
+					rc = wipe_add(lg, bs[j].seg, bs[j].off);
+				}
+			torn++;
 		}
 		for (size_t i = 0; i < nb; i++)
 			if (!bs[i].cut)
@@ -515,7 +747,10 @@ int nv_log_recover(struct nv *s)
 	lg->ow.out_first = out_first;
 	lg->ow.hd_seg = hd.seg;
 	lg->ow.hd_gen = hd.gen;
-	lg->ow.ntorn = (uint32_t)torn;
+	lg->ow.damaged = damaged;
+	lg->ow.dmg_seg = dseg;
+	lg->ow.dmg_off = dmg[0];
+	lg->ow.dmg_newer = dmg[1];
 	lg->ow.head = !rc && (voids || !have_head);
 	lg->ow.hs = !voids && nb ? bs[nb - 1].seg : NV_LOG_NONE;
 	lg->ow.hgen = lg->ow.hs == NV_LOG_NONE ? 0 : lg->segs[lg->ow.hs].gen;
@@ -527,6 +762,8 @@ int nv_log_recover(struct nv *s)
 		kvt__free(bs[i].ent);
 	kvt__free(bs);
 	kvt__free_aligned(blk, NV_LOG_BUF);
+	if (!rc && voids)
+		rc = void_anomaly(s);
 	if (bad)
 		KVT_WARN(s->log,
 			 "nvme: log: %" PRIu64 " damaged entries skipped (outside their segment, "
@@ -578,7 +815,7 @@ void nv_log_open_writes(struct nv *s)
 	}
 	if (removed && s->fsync_mode != NV_FSYNC_NONE)
 		fsync(lg->dfd);
-	if (removed || w->ntorn)
+	if (removed || w->nwipe)
 		nv_dirty_fs(s, 0); /* with fsync=none, a flush's syncfs makes them durable */
 	kvt__free(w->out);
 	w->out = NULL;
@@ -605,11 +842,21 @@ void nv_log_open_writes(struct nv *s)
 			 "were written with one: the newest segment cannot be checked, nothing of "
 			 "the log is indexed, %u segment(s) emptied",
 			 voided);
-	for (uint32_t i = 0; i < w->ntorn && !s->ro; i++) {
-		int fd = lg->segs[w->torn_seg[i]].fd;
-		if (pwrite(fd, lg->zero, NV_LOG_BLOCK, (off_t)w->torn_off[i]) == NV_LOG_BLOCK)
+	if (w->damaged)
+		KVT_WARN(s->log,
+			 "nvme: log: %u.kvl: the commit record at offset %" PRIu64
+			 " does not check and %" PRIu64
+			 " newer batches are on disk (damage, not a torn tail: removals in its batch "
+			 "are lost): nothing of the log is indexed, %u segment(s) emptied",
+			 w->dmg_seg, w->dmg_off, w->dmg_newer, voided);
+	for (uint32_t i = 0; i < w->nwipe && !s->ro; i++) {
+		int fd = lg->segs[w->wipe[i].seg].fd;
+		if (pwrite(fd, lg->zero, NV_LOG_BLOCK, (off_t)w->wipe[i].off) == NV_LOG_BLOCK)
 			fdatasync(fd);
 	}
+	kvt__free(w->wipe);
+	w->wipe = NULL;
+	w->nwipe = w->wipe_cap = 0;
 	/* The head after the void's headers: a crash between leaves the old head (or none,
 	 * with headers that say there was one), and the next open voids again. A log's first
 	 * head comes before any header of NV_LOG_SEG_VER is written (the run's first

@@ -170,7 +170,9 @@ static void probe_direct_ro(struct nv *s, const char *direct_mode)
 			continue;
 		char path[NV_NAME_MAX];
 		nv_object_path(&e->key, path);
-		int fd = openat(s->dirs[i].fd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+		/* O_NONBLOCK: a FIFO put in its place since the scan must not hang the open */
+		int fd = openat(s->dirs[i].fd, path,
+				O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT | O_NONBLOCK);
 		if (fd < 0)
 			continue;
 		s->dirs[i].direct = pread(fd, buf, KVT_ALIGN, 0) == KVT_ALIGN;

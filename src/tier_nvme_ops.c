@@ -174,7 +174,10 @@ void nv_pump(struct nv *s, struct nv_op *op)
 		case ST_R_OPEN: {
 			if (!(io = nv_io_start(s, op, IO_OPEN, &sqe)))
 				goto blocked;
-			int fl = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
+			/* O_NONBLOCK: an object file swapped for a FIFO since the open's scan
+			 * opens at once (read_open_ok turns it away), instead of holding an
+			 * io_uring worker, and the read, until a writer opens the FIFO. */
+			int fl = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
 			if (s->dirs[op->dir].direct)
 				fl |= O_DIRECT;
 			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, 0);
@@ -237,6 +240,27 @@ blocked:
 	nv_ready_push(s, op);
 }
 
+/* A read's file, just opened (ST_R_OPEN, O_NONBLOCK): a regular file gets its O_NONBLOCK
+ * cleared (io_uring honours it: a read that would wait fails with -EAGAIN instead). Any
+ * other entry (a FIFO, a device put in the object's place from outside after the open's
+ * scan, which lists such entries for `kvtier verify`) is closed and not read: false, a
+ * miss, with a warning, and the key leaves the index (its entry is left on disk). */
+static bool read_open_ok(struct nv *s, struct nv_op *op, struct nv_ent *e, int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		fcntl(fd, F_SETFL, s->dirs[op->dir].direct ? O_DIRECT : 0);
+		return true;
+	}
+	close(fd);
+	ST_ADD(s, errors, 1);
+	KVT_WARN(s->log, "nvme: %s/%s: not a regular file (replaced from outside?): not read",
+		 s->dirs[op->dir].path, op->name);
+	if (!e->fdc)
+		nv_ent_remove(s, e);
+	return false;
+}
+
 void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 {
 	struct nv_op *op = io->op;
@@ -297,6 +321,9 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 			 * being recycled meanwhile (its opening count was 0). Not cached, not
 			 * read: a miss, as a removal during the read is. */
 			close(res);
+			nv_finish(s, op, -ENOENT);
+			return;
+		} else if (!read_open_ok(s, op, re, res)) {
 			nv_finish(s, op, -ENOENT);
 			return;
 		} else if (!(op->fdc = nv_fdc_adopt(s, op, res))) {

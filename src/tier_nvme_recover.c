@@ -39,8 +39,9 @@ static int cmp_mtime(const void *a, const void *b)
 	return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
 }
 
-static int anomaly_add(struct nv *s, const char *dir, const char *sub, const char *name,
-		       const char *why)
+/* "dir/sub/name" reported by scan_anomalies (`kvtier verify`: bad) as why. Open only. */
+int nv_anomaly_add(struct nv *s, const char *dir, const char *sub, const char *name,
+		   const char *why)
 {
 	char **a = kvt__realloc(s->anomalies, (s->n_anomalies + 1) * sizeof(*a));
 	if (!a)
@@ -171,11 +172,11 @@ static int scan_dir(struct nv *s, uint32_t di, struct scan_item **items, size_t 
 				   (uint64_t)st.st_size > s->capacity;
 			if (!S_ISREG(st.st_mode) || big) {
 				/* Never followed, never deleted: reported (scan_anomalies). */
-				int rc = anomaly_add(s, d->path, subname, nm,
-						     big		   ? "larger than the tier's capacity"
-						     : S_ISLNK(st.st_mode) ? "a symbolic link"
-						     : S_ISDIR(st.st_mode) ? "a directory"
-									   : "not a regular file");
+				int rc = nv_anomaly_add(s, d->path, subname, nm,
+							big		      ? "larger than the tier's capacity"
+							: S_ISLNK(st.st_mode) ? "a symbolic link"
+							: S_ISDIR(st.st_mode) ? "a directory"
+									      : "not a regular file");
 				if (rc < 0) {
 					closedir(dir);
 					return rc;

@@ -530,10 +530,11 @@ int kvt_cmd_verify(int argc, char **argv)
 	int first = parse_common("verify", &o, argc, argv,
 			 "usage: kvtier verify [--drop] [options]\n"
 			 "Read every object of every listable tier and check its header and layer "
-			 "CRCs,\nand report entries that cannot be objects (symlinks, directories). "
-			 "Changes nothing\nunless --drop is given. With --json the last line is\n"
-			 "{\"objects\":N,\"bad\":M,\"dropped\":D}. Exit status 0 if none is bad, 3 "
-			 "otherwise.\n"
+			 "CRCs,\nand report entries that cannot be objects (symlinks, directories) "
+			 "and damage that\nvoids the NVMe tier's log. Changes nothing "
+			 "unless --drop is given.\nWith --json the last line is "
+			 "{\"objects\":N,\"bad\":M,\"dropped\":D}.\nExit status 0 if none is "
+			 "bad, 3 otherwise.\n"
 			 "  --drop           remove the bad objects (not symlinks or directories)\n"
 			 COMMON_HELP,
 			 &drop);

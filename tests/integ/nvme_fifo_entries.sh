@@ -5,9 +5,10 @@
 # FIFO segment or head, and any read-write open hung on a FIFO .kvtier.chains. Also: a
 # resume whose stored prefix is shorter than its fetch window read an uninitialised slot
 # (`session resume` crashed on a log with a damaged record in the middle of a segment).
-# And a regular file larger than the tier's capacity (a sparse or damaged one) is kept and
-# reported, not indexed: until 2026-12-04 a 1 TB sparse file named as an object made the
-# next read-write open evict every object to fit it.
+# A FIFO at log/head fails the open, saying "<path>: not a regular file" (until 2026-12-04
+# "Illegal seek"). And a regular file larger than the tier's capacity (a sparse or damaged
+# one) is kept and reported, not indexed: until 2026-12-04 a 1 TB sparse file named as an
+# object made the next read-write open evict every object to fit it.
 set -euo pipefail
 K="$KVT_BIN/kvtier"
 T=$(mktemp -d "${KVT_TEST_DIR:-/var/tmp}/kvt-fifo-XXXXXX")
@@ -17,16 +18,26 @@ S=(--set model.layers=2 --set model.kv_heads=2 --set model.head_dim=32 --set dra
 	--set nvme.log_max=256KiB --set nvme.bytes=128MiB --set nvme.segment_bytes=16MiB)
 "$K" session save --synthetic 2560 --dir "$T/p" "${S[@]}" >/dev/null
 [ -f "$T/p/log/0.kvl" ] && [ -f "$T/p/.kvtier.chains" ] || fail "no log or chains file"
+# A FIFO at log/head fails the open with a line that says what it is (until 2026-12-04:
+# "log/head: Illegal seek").
+head_said() {
+	[ "$what" = log/head ] || return 0
+	[ "$2" != 0 ] || fail "$1 opens with a FIFO at log/head"
+	grep -q "$T/w/log/head: not a regular file" "$T/err" && ! grep -q "Illegal seek" "$T/err" ||
+		fail "$1, FIFO at log/head: $(head -1 "$T/err")"
+}
 for what in log/0.kvl log/7.kvl log/head .kvtier.chains; do
 	rm -rf "$T/w"; cp -a "$T/p" "$T/w"; rm -f "$T/w/$what"; mkfifo "$T/w/$what"
 	for cmd in ls verify; do
 		rc=0; timeout 20 "$K" $cmd --dir "$T/w" "${S[@]}" >/dev/null 2>"$T/err" || rc=$?
 		[ $rc != 124 ] || fail "$cmd hangs on a FIFO at $what"
+		head_said "$cmd" $rc
 	done
 	rc=0
 	timeout 20 "$K" session resume --synthetic 2560 --dir "$T/w" "${S[@]}" >/dev/null \
 		2>"$T/err" || rc=$?
 	[ $rc != 124 ] || fail "a read-write open hangs on a FIFO at $what"
+	head_said resume $rc
 	echo "ok: FIFO at $what (resume exit $rc)"
 done
 # A short stored prefix (3 of 10 chunks): the resume gets it, no crash.

@@ -1,0 +1,311 @@
+/*
+ * nvme_log_damaged.c - a commit record of the small-object log damaged where a crash cannot
+ * leave one (one bit of its length flipped, with acknowledged batches after it) is damage,
+ * not a torn tail. Until 2026-12-04 the open-time scan took every record that does not
+ * check for the end of its segment: the batches after it vanished silently, their
+ * tombstones with them, so a key removed there came back as its older put, and `kvtier
+ * verify` said "0 bad". Now the scan looks past it (tier_nvme_log_recover.c, look_past and
+ * judge_stops), voids the log as for a gap (nothing of it indexed: no removed key is
+ * served), says so in one line, and verify reports it (exit 3). (1) The record of the 4th
+ * of 16 batches in 0.kvl, tombstones of keys put before it in batches after it; (2) the
+ * only record of a segment, holding a tombstone, with newer batches in the next segment
+ * (placed in sequence by log/head). (3) What a crash can leave is still a torn tail, taken
+ * silently: the newest record, or the third newest (two batches after it were in flight
+ * with it); the records from there on are zeroed, so that the next open, after the run
+ * has written newer batches, does not take them for damage. (4) Any void of the log (here
+ * a gap, and log/head deleted) makes verify exit 3. Objects are in kvtier's format, so
+ * that verify finds nothing else bad.
+ */
+#include "nvme_util.h"
+
+#include <sys/wait.h>
+
+#include "format.h"
+#include "tier_nvme_log.h"
+
+#define NTOK 16 /* test_geom's chunk: a 20 KiB object, one batch of 24 KiB each */
+
+static uint64_t obj_bytes(void)
+{
+	return kvt_object_bytes(&test_geom, NTOK);
+}
+
+static int open_log(struct kvt_tier **t, const char *dir, bool ro)
+{
+	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", "80MiB", "nvme.log_max", "256KiB",
+			 "nvme.segment_bytes", "16MiB", "nvme.log_spare_pct", "0", "nvme.fsync",
+			 "data", "store.read_only", ro ? "true" : "false", NULL);
+}
+
+/* Key (seed, i) as a kvtier object, one batch (written one at a time). */
+static void put(struct kvt_tier *t, uint64_t seed, uint64_t i)
+{
+	struct kvt_key k = make_key(seed, i);
+	uint64_t len = obj_bytes(), plen = test_geom.layers * kvt_layer_bytes(&test_geom, NTOK);
+	uint8_t *obj = abuf(len), *pay = malloc(plen);
+	CHECK(pay);
+	for (uint64_t j = 0; j < plen; j++)
+		pay[j] = (uint8_t)(j * 31 + i * 7 + seed);
+	uint8_t ns[KVT_NS_ID_BYTES] = {0};
+	CHECK_EQ(kvt__object_encode(obj, len, &test_geom, ns, &k, NTOK, pay, plen), 0);
+	CHECK_EQ(t_write(t, &k, obj, len), 0);
+	free(pay);
+	free(obj);
+}
+
+/* Key (seed, i) is served: listed, and it reads back as a sound object. */
+static int served(struct kvt_tier *t, uint64_t seed, uint64_t i)
+{
+	struct kvt_key k = make_key(seed, i);
+	uint8_t p = 0;
+	CHECK_EQ(t_exists(t, &k, 1, &p), 0);
+	if (!p)
+		return 0;
+	uint64_t len = obj_bytes();
+	uint8_t *b = abuf(len);
+	int rc = t_read1(t, &k, b, 0, len);
+	struct kvt_expect exp = {.key = &k};
+	int ok = rc == (int)len && kvt__object_verify(b, len, &exp, NULL) == 0;
+	free(b);
+	return ok;
+}
+
+static void del(struct kvt_tier *t, uint64_t seed, uint64_t i)
+{
+	struct kvt_key k = make_key(seed, i);
+	CHECK_EQ(t_remove(t, &k), 0);
+}
+
+/* The offsets of segment n's records in dir (the scan's walk): *nr of them, at most max. */
+static void records(const char *dir, uint32_t n, uint64_t *at, int max, int *nr)
+{
+	char p[400];
+	snprintf(p, sizeof(p), "%s/log/%u.kvl", dir, n);
+	int fd = open(p, O_RDONLY);
+	CHECK(fd >= 0);
+	struct nv_log_seghdr h;
+	CHECK_EQ(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	struct nv_log_rec r;
+	uint64_t off = NV_LOG_BLOCK;
+	*nr = 0;
+	while (*nr < max && pread(fd, &r, sizeof(r), (off_t)off) == (ssize_t)sizeof(r) &&
+	       !memcmp(r.magic, NV_LOG_REC_MAGIC, sizeof(r.magic)) && r.gen == h.gen &&
+	       r.off == off && r.len >= NV_LOG_BLOCK) {
+		at[(*nr)++] = off;
+		off += r.len;
+	}
+	close(fd);
+}
+
+/* One bit of the length of the record at off in segment n flipped (its CRC then fails). */
+static void flip_len(const char *dir, uint32_t n, uint64_t off)
+{
+	char p[400];
+	snprintf(p, sizeof(p), "%s/log/%u.kvl", dir, n);
+	int fd = open(p, O_RDWR);
+	CHECK(fd >= 0);
+	off_t at = (off_t)(off + offsetof(struct nv_log_rec, len) + 1);
+	uint8_t x;
+	CHECK_EQ(pread(fd, &x, 1, at), 1);
+	x ^= 0x20; /* 8 KiB */
+	CHECK_EQ(pwrite(fd, &x, 1, at), 1);
+	close(fd);
+}
+
+/* `kvtier verify` of dir: its exit status; *log_bad: it printed a BAD line for log/. */
+static int verify(const char *dir, int *log_bad)
+{
+	const char *b = getenv("KVT_BIN");
+	char self[4096], cmd[9000], out[600];
+	ssize_t l = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	CHECK(b || l > 0);
+	if (!b) { /* run by hand: the CLI is next to this program */
+		self[l] = 0;
+		*strrchr(self, '/') = 0;
+		b = self;
+	}
+	snprintf(out, sizeof(out), "%s.verify", dir);
+	snprintf(cmd, sizeof(cmd),
+		 "%s/kvtier verify --dir %s --set nvme.bytes=80MiB --set nvme.log_max=256KiB "
+		 "--set nvme.segment_bytes=16MiB --set nvme.log_spare_pct=0 >%s 2>&1",
+		 b, dir, out);
+	int rc = system(cmd);
+	CHECK(WIFEXITED(rc));
+	FILE *f = fopen(out, "r");
+	CHECK(f);
+	char line[1024];
+	*log_bad = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (getenv("KVT_TEST_VERBOSE"))
+			fprintf(stderr, "verify: %s", line);
+		*log_bad += !strncmp(line, "BAD ", 4) && strstr(line, "/log/");
+	}
+	fclose(f);
+	unlink(out);
+	return WEXITSTATUS(rc);
+}
+
+static const char DAMAGE[] = "does not check and";
+
+/* (1) A record in the middle of 0.kvl: keys 0 .. 9, removals of 1 and 2, keys 10 .. 13. */
+static void test_mid_segment(const char *root)
+{
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s/mid", root);
+	struct kvt_tier *t;
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	for (uint64_t i = 0; i < 10; i++)
+		put(t, 1, i);
+	del(t, 1, 1);
+	del(t, 1, 2);
+	for (uint64_t i = 10; i < 14; i++)
+		put(t, 1, i);
+	kvt__tier_close(t);
+	int bad = 0;
+	CHECK_EQ(verify(dir, &bad), 0); /* sound before */
+	CHECK_EQ(bad, 0);
+	uint64_t at[64];
+	int nr = 0;
+	records(dir, 0, at, 64, &nr);
+	CHECK(nr >= 14);
+	flip_len(dir, 0, at[3]); /* key 3's batch: keys 0 .. 2 and the removals around it */
+	/* Inspection: a removed key is not served, and verify says damage, not "0 bad". */
+	log_clear();
+	CHECK_EQ(open_log(&t, dir, true), 0);
+	CHECK_EQ(served(t, 1, 1), 0); /* was served: its tombstone came after the damage */
+	kvt__tier_close(t);
+	CHECK_EQ(log_count(DAMAGE), 1);
+	CHECK_EQ(verify(dir, &bad), 3);
+	CHECK_EQ(bad, 1);
+	/* A read-write open voids the log: no removed key is served, nothing else either. */
+	log_clear();
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	int back = served(t, 1, 1) + served(t, 1, 2), any = 0;
+	for (uint64_t i = 0; i < 14; i++)
+		any += served(t, 1, i);
+	printf("nvme_log_damaged: mid-segment: %d removed keys served, %d of 14 keys, %d damage "
+	       "line(s)\n",
+	       back, any, log_count(DAMAGE));
+	CHECK_EQ(back, 0); /* was 2: their tombstones came after the damaged record */
+	CHECK_EQ(log_count(DAMAGE), 1);
+	CHECK_EQ(any, 0);
+	put(t, 1, 20); /* the run's writes stay */
+	kvt__tier_close(t);
+	log_clear();
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	CHECK_EQ(served(t, 1, 20), 1);
+	CHECK_EQ(served(t, 1, 1) + served(t, 1, 2), 0);
+	CHECK_EQ(log_count(DAMAGE), 0);
+	kvt__tier_close(t);
+	CHECK_EQ(verify(dir, &bad), 0); /* voided and written: sound again */
+}
+
+/* (2) The only record of 1.kvl (a run that removed key 1) damaged; 2.kvl holds six newer
+ * batches. */
+static void test_lone_record(const char *root)
+{
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s/lone", root);
+	struct kvt_tier *t;
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	for (uint64_t i = 0; i < 6; i++)
+		put(t, 2, i);
+	kvt__tier_close(t);
+	CHECK_EQ(open_log(&t, dir, false), 0); /* each run starts a segment */
+	del(t, 2, 1);
+	kvt__tier_close(t);
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	for (uint64_t i = 10; i < 16; i++)
+		put(t, 2, i);
+	kvt__tier_close(t);
+	uint64_t at[8];
+	int nr = 0;
+	records(dir, 1, at, 8, &nr);
+	CHECK_EQ(nr, 1);
+	flip_len(dir, 1, at[0]);
+	int bad = 0;
+	CHECK_EQ(verify(dir, &bad), 3);
+	CHECK_EQ(bad, 1);
+	log_clear();
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	CHECK_EQ(served(t, 2, 1), 0); /* was served: its tombstone was the damaged batch */
+	CHECK_EQ(log_count(DAMAGE), 1);
+	kvt__tier_close(t);
+}
+
+/* (3) A torn tail: record back of the newest (0: the newest) damaged, in a log of 12
+ * batches; taken silently, every key before it served. */
+static void test_torn(const char *root, int back)
+{
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s/torn%d", root, back);
+	struct kvt_tier *t;
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	for (uint64_t i = 0; i < 12; i++)
+		put(t, 3, i);
+	kvt__tier_close(t);
+	uint64_t at[64];
+	int nr = 0;
+	records(dir, 0, at, 64, &nr);
+	CHECK_EQ(nr, 12);
+	flip_len(dir, 0, at[nr - 1 - back]);
+	int bad = 0;
+	CHECK_EQ(verify(dir, &bad), 0);
+	CHECK_EQ(bad, 0);
+	log_clear();
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	CHECK_EQ(log_count(DAMAGE), 0);
+	for (int i = 0; i < 12; i++)
+		CHECK_EQ(served(t, 3, (uint64_t)i), i < 11 - back);
+	for (uint64_t i = 20; i < 28; i++) /* newer batches, in 1.kvl */
+		put(t, 3, i);
+	kvt__tier_close(t);
+	/* The torn record and those past it were zeroed: no damage now either. */
+	log_clear();
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	CHECK_EQ(log_count(DAMAGE), 0);
+	CHECK_EQ(served(t, 3, 0), 1);
+	CHECK_EQ(served(t, 3, 27), 1);
+	CHECK_EQ(served(t, 3, 11 - (uint64_t)back), 0);
+	kvt__tier_close(t);
+	CHECK_EQ(verify(dir, &bad), 0);
+}
+
+/* (4) A whole-log void found by an inspection is damage for `kvtier verify` too, with one
+ * BAD line: a gap (1.kvl of three deleted), and log/head deleted. Until 2026-12-04 it was
+ * only a warning, and verify exited 0 ("0 objects checked, 0 bad"). */
+static void test_void_verify(const char *root)
+{
+	static const char *what[] = {"log/1.kvl", "log/head"};
+	for (int w = 0; w < 2; w++) {
+		char dir[300], p[400];
+		snprintf(dir, sizeof(dir), "%s/void%d", root, w);
+		struct kvt_tier *t;
+		for (uint64_t run = 0; run < 3; run++) { /* each run starts a segment */
+			CHECK_EQ(open_log(&t, dir, false), 0);
+			for (uint64_t i = 0; i < 3; i++)
+				put(t, 4, run * 10 + i);
+			kvt__tier_close(t);
+		}
+		int bad = 0;
+		CHECK_EQ(verify(dir, &bad), 0);
+		snprintf(p, sizeof(p), "%s/%s", dir, what[w]);
+		CHECK_EQ(unlink(p), 0);
+		CHECK_EQ(verify(dir, &bad), 3); /* was 0 */
+		CHECK_EQ(bad, 1);
+	}
+}
+
+int main(void)
+{
+	char root[] = "/var/tmp/kvt-nvme-log-damaged-XXXXXX";
+	CHECK(mkdtemp(root));
+	test_mid_segment(root);
+	test_lone_record(root);
+	test_torn(root, 0);
+	test_torn(root, 2);
+	test_void_verify(root);
+	rm_rf(root);
+	printf("nvme_log_damaged: ok\n");
+	return 0;
+}
