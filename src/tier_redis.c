@@ -30,8 +30,10 @@
  * listing is held to the same timeout for its connect and for each whole reply (a deadline
  * polled for, not a socket timeout, which a trickled reply would never trip), and as a whole
  * to RD_LIST_TIMEOUTS times it: a server answering every reply just in time would otherwise
- * keep it going for as many timeouts as it has replies. An error reply is logged at most
- * once a second: a full server answers every put with one.
+ * keep it going for as many timeouts as it has replies. The listing's replies, and the
+ * drops' (below), parsed by hiredis, are held to the size of what was asked (struct
+ * sync_cap): its reader has no bound of its own. An error reply is logged at most once a second (its control characters as '?'): a
+ * full server answers every put with one.
  *
  * Corrupt values. Many nodes share the server: node A reads a corrupt value, node B
  * meanwhile writes the key again with good bytes (after its own report dropped the bad one,
@@ -76,6 +78,10 @@
 #define RD_LIST_TIMEOUTS 16
 #define RD_DROP_QUEUE 256       /* corruption reports waiting for the drop thread */
 #define RD_DROP_PIECE (1u << 20) /* bytes of a value per GETRANGE while a drop checks it */
+#define RD_SCAN_COUNT 1000      /* the COUNT hint of the listing's SCAN calls */
+/* Past its bound, what hiredis may hold of a reply not yet parsed on a synchronous
+ * connection (struct sync_cap): one read (16 KiB) of the next pipelined reply, with room. */
+#define RD_SYNC_SLACK (64u << 10)
 
 enum rd_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_AUTH, OP_SELECT };
 enum rd_cstate { C_DOWN, C_CONNECTING, C_UP };
@@ -146,6 +152,7 @@ struct rd_state {
 	 * once a second, or a full server floods the log with a line per put */
 	struct kvt_log_limit reply_err_log;
 	struct kvt_log_limit list_log; /* listings given up on at their overall deadline */
+	struct kvt_log_limit sync_log; /* replies too large refused (sync_reply) */
 	/* Corruption reports, checked and carried out by drop_thread on a connection of its
 	 * own (see rd_drop_corrupt). The thread and its eventfd are made by the first report
 	 * (most opens never see one), never on a read-only open. */
@@ -245,8 +252,12 @@ static void *rf_string(const redisReadTask *task, char *str, size_t len)
 	struct rd_reply *r = mk_reply(task, task->type);
 	if (r && r != &nested_reply) {
 		r->len = len;
-		snprintf(r->msg, sizeof(r->msg), "%.*s", (int)KVT_MIN(len, sizeof(r->msg) - 1),
-			 str);
+		/* the text goes to the log (an error reply's): control characters from the
+		 * server (a terminal escape, a newline forging a line) shown as '?' */
+		size_t n = KVT_MIN(len, sizeof(r->msg) - 1);
+		for (size_t i = 0; i < n; i++)
+			r->msg[i] = str[i] >= 0x20 && str[i] < 0x7f ? str[i] : '?';
+		r->msg[n] = 0;
 	}
 	return r;
 }
@@ -646,7 +657,12 @@ static int consume(struct rd_conn *c, const char *p, size_t left)
 				k = (size_t)KVT_MIN(left, c->bulk_skip);
 				c->bulk_skip -= k;
 			} else {
+				/* the body's closing "\r\n": anything else, and the bytes that
+				 * follow are not where the next reply starts */
 				k = KVT_MIN(left, (size_t)c->bulk_crlf);
+				for (size_t i = 0; i < k; i++)
+					if (p[i] != "\r\n"[2 - c->bulk_crlf + i])
+						return -EPROTO;
 				c->bulk_crlf -= (unsigned)k;
 			}
 			p += k;
@@ -1135,19 +1151,63 @@ static int sync_wait(const redisContext *c, int stop_fd, short events, uint64_t 
 	}
 }
 
-/* The next reply, after sending what is queued before it: all within redis.timeout_ms of
- * this call and before list_end (the listing's own deadline), else -ETIMEDOUT. 0 and *out
- * (the caller frees it), an error reply's -errno (*out set too), or the connection's
- * failure. */
-static int sync_reply(const struct rd_state *s, redisContext *c, int stop_fd, uint64_t list_end,
-		      redisReply **out)
+/* The most one reply may hold on a synchronous connection, by what was asked. hiredis's
+ * reader has no bound of its own: it buffers a bulk string whole before it looks at it and
+ * makes an object for every element an array announces, so a server (or anyone on the
+ * path: there is no TLS) answering "$4000000000" or "*100000000" and streaming would have
+ * it take memory until the timeout - gigabytes on a fast link. */
+struct sync_cap {
+	size_t bytes; /* string bytes in the reply; what is buffered unparsed, RD_SYNC_SLACK more */
+	long elems;   /* array elements, nested ones counted */
+};
+/* AUTH, SELECT, DBSIZE, WATCH, STRLEN, MULTI, DEL, EXEC, and any error reply's text */
+static const struct sync_cap cap_small = {4096, 16};
+/* SCAN: COUNT is a hint Redis overshoots by a hash bucket or so; our keys are at most
+ * 255 + 64 bytes, though others under the prefix may be longer */
+static const struct sync_cap cap_scan = {8u << 20, 2 + 10 * RD_SCAN_COUNT};
+static const struct sync_cap cap_header = {KVT_HEADER_BYTES, 0}; /* a drop's header read */
+static const struct sync_cap cap_piece = {RD_DROP_PIECE, 0};	 /* and its pieces */
+
+/* What one sync_reply call lets hiredis build: its object functions, wrapped for the call
+ * (the reader's privdata), count the reply's strings and elements against cap. */
+struct sync_count {
+	redisReplyObjectFunctions fn;
+	const redisReplyObjectFunctions *base; /* hiredis's own */
+	const struct sync_cap *cap;
+	size_t bytes;
+	long elems;
+	bool over;
+};
+
+static void *sync_string(const redisReadTask *task, char *str, size_t len)
 {
-	uint64_t end = KVT_MIN(kvt__now_ns() + s->timeout_ns, list_end);
-	*out = NULL;
+	struct sync_count *n = task->privdata;
+	n->bytes += len;
+	if (n->bytes > n->cap->bytes) {
+		n->over = true;
+		return NULL; /* hiredis fails the reply (as out of memory) and frees its part */
+	}
+	return n->base->createString(task, str, len);
+}
+
+static void *sync_array(const redisReadTask *task, int elems)
+{
+	struct sync_count *n = task->privdata;
+	n->elems += elems;
+	if (elems < 0 || n->elems > n->cap->elems) {
+		n->over = true;
+		return NULL;
+	}
+	return n->base->createArray(task, elems);
+}
+
+static int sync_reply_in(redisContext *c, int stop_fd, uint64_t end, struct sync_count *n,
+			 redisReply **out)
+{
 	for (;;) {
 		void *r = NULL;
 		if (redisGetReplyFromReader(c, &r) != REDIS_OK)
-			return sync_fail(c);
+			return n->over ? -EPROTO : sync_fail(c);
 		if (r) {
 			*out = r;
 			return (*out)->type == REDIS_REPLY_ERROR ? error_code((*out)->str) : 0;
@@ -1161,12 +1221,46 @@ static int sync_reply(const struct rd_state *s, redisContext *c, int stop_fd, ui
 			return rc;
 		if ((rev & (POLLIN | POLLHUP | POLLERR)) && redisBufferRead(c) != REDIS_OK)
 			return sync_fail(c);
+		/* parsed only once whole: a bulk string, or a line, longer than the cap */
+		if (c->reader->len - c->reader->pos > n->cap->bytes + RD_SYNC_SLACK) {
+			n->over = true;
+			return -EPROTO;
+		}
 	}
 }
 
+/* The next reply, after sending what is queued before it: all within redis.timeout_ms of
+ * this call and before list_end (the listing's own deadline), else -ETIMEDOUT; no larger
+ * than cap, else -EPROTO (logged). 0 and *out (the caller frees it), an error reply's
+ * -errno (*out set too), or the connection's failure. After a failure the connection is
+ * out of step with its replies (a reply may be left half read, its objects counted
+ * against this call's cap): the caller ends it. */
+static int sync_reply(struct rd_state *s, redisContext *c, int stop_fd, uint64_t list_end,
+		      const struct sync_cap *cap, redisReply **out)
+{
+	uint64_t end = KVT_MIN(kvt__now_ns() + s->timeout_ns, list_end);
+	*out = NULL;
+	struct sync_count n = {.base = c->reader->fn, .cap = cap};
+	n.fn = *n.base;
+	n.fn.createString = sync_string;
+	n.fn.createArray = sync_array;
+	c->reader->fn = &n.fn;
+	c->reader->privdata = &n;
+	int rc = sync_reply_in(c, stop_fd, end, &n, out);
+	c->reader->fn = (redisReplyObjectFunctions *)n.base;
+	c->reader->privdata = NULL;
+	if (n.over)
+		kvt__logf_limited(&s->t->log, &s->sync_log, KVT_LOG_WARN,
+				  "redis %s:%d: a reply of more than %zu bytes or %ld array "
+				  "elements, where no more is asked for: refused, connection "
+				  "dropped",
+				  s->url.host, s->url.port, cap->bytes, cap->elems);
+	return rc;
+}
+
 /* One command and its reply (sync_reply); out NULL: the reply is only checked. */
-static int sync_cmd(const struct rd_state *s, redisContext *c, int stop_fd, uint64_t list_end,
-		    redisReply **out, const char *fmt, ...)
+static int sync_cmd(struct rd_state *s, redisContext *c, int stop_fd, uint64_t list_end,
+		    const struct sync_cap *cap, redisReply **out, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -1175,7 +1269,7 @@ static int sync_cmd(const struct rd_state *s, redisContext *c, int stop_fd, uint
 	if (ok != REDIS_OK)
 		return sync_fail(c);
 	redisReply *r;
-	int rc = sync_reply(s, c, stop_fd, list_end, &r);
+	int rc = sync_reply(s, c, stop_fd, list_end, cap, &r);
 	if (out && rc == 0)
 		*out = r;
 	else
@@ -1187,7 +1281,7 @@ static int sync_cmd(const struct rd_state *s, redisContext *c, int stop_fd, uint
  * up, the socket connected, AUTH and SELECT answered, each within redis.timeout_ms and all
  * before end. 0 and *out (the caller frees it), or -errno (*out NULL; a failure to reach
  * the server is logged). */
-static int sync_connect(const struct rd_state *s, int stop_fd, uint64_t end, redisContext **out)
+static int sync_connect(struct rd_state *s, int stop_fd, uint64_t end, redisContext **out)
 {
 	const struct kvt_log *log = &s->t->log;
 	struct kvt_resolver *lookup = NULL;
@@ -1227,10 +1321,12 @@ static int sync_connect(const struct rd_state *s, int stop_fd, uint64_t end, red
 	}
 	if (s->url.pass[0] &&
 	    (rc = s->url.user[0]
-		      ? sync_cmd(s, c, stop_fd, end, NULL, "AUTH %s %s", s->url.user, s->url.pass)
-		      : sync_cmd(s, c, stop_fd, end, NULL, "AUTH %s", s->url.pass)) < 0)
+		      ? sync_cmd(s, c, stop_fd, end, &cap_small, NULL, "AUTH %s %s", s->url.user,
+				 s->url.pass)
+		      : sync_cmd(s, c, stop_fd, end, &cap_small, NULL, "AUTH %s", s->url.pass)) < 0)
 		goto fail;
-	if (s->url.db && (rc = sync_cmd(s, c, stop_fd, end, NULL, "SELECT %d", s->url.db)) < 0)
+	if (s->url.db &&
+	    (rc = sync_cmd(s, c, stop_fd, end, &cap_small, NULL, "SELECT %d", s->url.db)) < 0)
 		goto fail;
 	*out = c;
 	return 0;
@@ -1267,7 +1363,7 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	 * keys come and go): a server that keeps sending new cursors past several times that
 	 * cannot be followed to the end, e.g. one cycling between two. */
 	redisReply *size = NULL;
-	if ((rc = sync_cmd(s, c, -1, list_end, &size, "DBSIZE")) < 0 ||
+	if ((rc = sync_cmd(s, c, -1, list_end, &cap_small, &size, "DBSIZE")) < 0 ||
 	    size->type != REDIS_REPLY_INTEGER || size->integer < 0) {
 		rc = rc < 0 ? rc : -EPROTO;
 		freeReplyObject(size);
@@ -1286,8 +1382,8 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			goto out;
 		}
 		redisReply *r = NULL;
-		if ((rc = sync_cmd(s, c, -1, list_end, &r, "SCAN %s MATCH %b COUNT 1000", cursor,
-				   pat, pl)) < 0 ||
+		if ((rc = sync_cmd(s, c, -1, list_end, &cap_scan, &r, "SCAN %s MATCH %b COUNT %d",
+				   cursor, pat, pl, RD_SCAN_COUNT)) < 0 ||
 		    r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
 		    r->element[0]->type != REDIS_REPLY_STRING ||
 		    r->element[1]->type != REDIS_REPLY_ARRAY) {
@@ -1333,7 +1429,7 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			if (!ours[i])
 				continue;
 			redisReply *n = NULL;
-			if ((rc = sync_reply(s, c, -1, list_end, &n)) < 0) {
+			if ((rc = sync_reply(s, c, -1, list_end, &cap_small, &n)) < 0) {
 				freeReplyObject(n);
 				break;
 			}
@@ -1372,7 +1468,7 @@ out:
  * header and every layer CRC check out for this store's geometry and key, as the engine's
  * first check (kvt__object_verify). A copy whose CRCs hold but whose MAC the engine refused
  * (store.protection) passes here and is left: the tier has no key to check a MAC with. */
-static int drop_check(const struct rd_state *s, redisContext *c, uint64_t end,
+static int drop_check(struct rd_state *s, redisContext *c, uint64_t end,
 		      const struct kvt_key *key, const char *name, size_t klen, uint64_t n)
 {
 	struct kvt_expect exp = {.geometry = s->t->geometry, .key = key,
@@ -1381,8 +1477,8 @@ static int drop_check(const struct rd_state *s, redisContext *c, uint64_t end,
 	redisReply *r = NULL;
 	if (n < KVT_HEADER_BYTES)
 		return 0;
-	int rc = sync_cmd(s, c, s->drop_efd, end, &r, "GETRANGE %b 0 %u", name, klen,
-			  KVT_HEADER_BYTES - 1);
+	int rc = sync_cmd(s, c, s->drop_efd, end, &cap_header, &r, "GETRANGE %b 0 %u", name,
+			  klen, KVT_HEADER_BYTES - 1);
 	if (rc < 0)
 		return rc;
 	uint8_t *obj = NULL;
@@ -1412,7 +1508,7 @@ static int drop_check(const struct rd_state *s, redisContext *c, uint64_t end,
 	for (uint64_t i = 0; i < pieces; i++) {
 		uint64_t off = KVT_HEADER_BYTES + i * RD_DROP_PIECE;
 		uint64_t want = KVT_MIN(RD_DROP_PIECE, h.object_bytes - off);
-		if ((rc = sync_reply(s, c, s->drop_efd, end, &r)) < 0) {
+		if ((rc = sync_reply(s, c, s->drop_efd, end, &cap_piece, &r)) < 0) {
 			freeReplyObject(r);
 			kvt__free(obj);
 			return rc;
@@ -1452,8 +1548,8 @@ static void drop_one(struct rd_state *s, const struct kvt_key *key)
 	if (rc < 0)
 		goto out;
 	/* WATCH first: any write of the key from here on makes the EXEC below fail */
-	if ((rc = sync_cmd(s, c, s->drop_efd, end, NULL, "WATCH %b", name, klen)) < 0 ||
-	    (rc = sync_cmd(s, c, s->drop_efd, end, &r, "STRLEN %b", name, klen)) < 0)
+	if ((rc = sync_cmd(s, c, s->drop_efd, end, &cap_small, NULL, "WATCH %b", name, klen)) < 0 ||
+	    (rc = sync_cmd(s, c, s->drop_efd, end, &cap_small, &r, "STRLEN %b", name, klen)) < 0)
 		goto out;
 	if (r->type != REDIS_REPLY_INTEGER || r->integer < 0) {
 		rc = -EPROTO;
@@ -1481,7 +1577,7 @@ static void drop_one(struct rd_state *s, const struct kvt_key *key)
 	}
 	for (int i = 0; i < 3; i++) {
 		freeReplyObject(r);
-		if ((rc = sync_reply(s, c, s->drop_efd, end, &r)) < 0)
+		if ((rc = sync_reply(s, c, s->drop_efd, end, &cap_small, &r)) < 0)
 			goto out;
 	}
 	if (r->type == REDIS_REPLY_NIL) {

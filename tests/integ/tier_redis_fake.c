@@ -16,11 +16,22 @@
  *      listing ends by the tier's own timeout and the tier then closes at once - it used to
  *      stay busy, the close refused (-EBUSY) and the tier leaked with its threads running;
  *   6. a server that answers every SET with an error (OOM: full, noeviction): each put
- *      fails with -ENOSPC and the log gets about a line a second, not a line per put;
+ *      fails with -ENOSPC and the log gets about a line a second, not a line per put, its
+ *      text with the control characters the server put in it (a terminal escape) shown as
+ *      '?' - they used to go to the log as sent;
  *   7. a server that answers every SCAN in time (each reply half a redis.timeout_ms after
  *      its call) with a new cursor, for longer than 16 x redis.timeout_ms (a huge
  *      keyspace, or a slow server): the listing fails with -ETIMEDOUT at that bound with one
- *      log line saying so - it used to go on for as many timeouts as there were replies.
+ *      log line saying so - it used to go on for as many timeouts as there were replies;
+ *   8. a corruption report whose drop reads the value's 4 KiB header, answered with a bulk
+ *      string of 4 GB announced and streamed (FLOOD_BYTES of it): the drop fails at once
+ *      and the process's peak RSS grows by less than FLOOD_RSS_MIB - hiredis used to
+ *      buffer the whole body until the timeout (1.3 GB in 2 s over loopback);
+ *   9. a SCAN answered with an array of 100,000,000 elements, streamed (FLOOD_ELEMS
+ *      empty strings): the listing fails with -EPROTO at once, the same bound on RSS -
+ *      hiredis used to make an object per element until the timeout;
+ *  10. a read whose GETRANGE reply is followed by two bytes other than the "\r\n" that ends
+ *      a bulk string: -EPROTO - they used to be taken for it, unchecked.
  * Exit 0 pass, 1 fail.
  */
 #include <arpa/inet.h>
@@ -40,6 +51,16 @@ static _Atomic int scans; /* SCAN calls answered */
 /* the command whose reply is trickled (sections 4, 5), NULL for none */
 static const char *_Atomic trickle_cmd;
 static _Atomic bool set_oom; /* SET answered with an OOM error (section 6) */
+/* sections 8 and 9: GETRANGE, or SCAN, answered with a reply far larger than asked for */
+enum flood { FLOOD_NONE, FLOOD_BULK, FLOOD_ARRAY };
+static _Atomic int flood;
+static _Atomic bool misframe; /* GETRANGE's bulk string ends in "XY", not "\r\n" (10) */
+#define FLOOD_TIMEOUT_MS 1000
+/* what the flooding server sends at most: well past FLOOD_RSS_MIB for a client that keeps
+ * it all, little enough to be sent within FLOOD_TIMEOUT_MS on a loaded machine */
+#define FLOOD_BYTES (128u << 20)
+#define FLOOD_ELEMS 1500000 /* "$0\r\n\r\n": 9 MB on the wire, 150 MB as hiredis objects */
+#define FLOOD_RSS_MIB 64
 #define TIMEOUT_MS 500	 /* redis.timeout_ms of sections 4-6 */
 #define TRICKLE_MS 200	 /* between the bytes of a trickled reply: within the timeout */
 #define SLACK_MS 1000
@@ -104,6 +125,33 @@ static int trickle(int fd, const char *s)
 	return 0;
 }
 
+/* head, then unit over and over until total bytes have gone; -1 once the client is gone */
+static int flood_send(int fd, const char *head, const char *unit, size_t total)
+{
+	if (reply(fd, head) < 0)
+		return -1;
+	size_t ul = strlen(unit), cap = (1u << 20) / ul * ul;
+	char *chunk = malloc(cap);
+	CHECK(chunk);
+	for (size_t o = 0; o < cap; o += ul)
+		memcpy(chunk + o, unit, ul);
+	int rc = 0;
+	for (size_t sent = 0; sent < total && rc == 0;) {
+		size_t n = KVT_MIN(cap, total - sent), off = 0;
+		while (off < n) {
+			ssize_t w = send(fd, chunk + off, n - off, MSG_NOSIGNAL);
+			if (w <= 0) {
+				rc = -1;
+				break;
+			}
+			off += (size_t)w;
+		}
+		sent += n;
+	}
+	free(chunk);
+	return rc;
+}
+
 static void serve(int fd)
 {
 	char buf[65536];
@@ -144,15 +192,33 @@ static void serve(int fd)
 				snprintf(out, sizeof(out), ":4096\r\n");
 			} else if (argc >= 1 && !strcasecmp(argv[0], "SET") &&
 				   atomic_load(&set_oom)) {
+				/* with a terminal escape (ESC, BEL) in its text */
 				snprintf(out, sizeof(out),
-					 "-OOM command not allowed when used memory > "
+					 "-OOM command not allowed \033[2J\007when used memory > "
 					 "'maxmemory'.\r\n");
 			} else {
 				snprintf(out, sizeof(out), "+OK\r\n");
 			}
 			const char *tc = atomic_load(&trickle_cmd);
 			int rc;
-			if (tc && argc >= 1 && !strcasecmp(argv[0], tc)) {
+			int fl = atomic_load(&flood);
+			bool getrange = argc >= 4 && !strcasecmp(argv[0], "GETRANGE");
+			if (fl == FLOOD_BULK && getrange) {
+				rc = flood_send(fd, "$4000000000\r\n", "x", FLOOD_BYTES);
+			} else if (fl == FLOOD_ARRAY && argc >= 1 && !strcasecmp(argv[0], "SCAN")) {
+				rc = flood_send(fd, "*2\r\n$1\r\n0\r\n*100000000\r\n", "$0\r\n\r\n",
+						(size_t)FLOOD_ELEMS * 6);
+			} else if (atomic_load(&misframe) && getrange) {
+				/* the range asked for, then "XY" where "\r\n" belongs */
+				long n = atol(argv[3]) - atol(argv[2]) + 1;
+				char *body = malloc((size_t)n + 32);
+				CHECK(body);
+				int h = sprintf(body, "$%ld\r\n", n);
+				memset(body + h, 'v', (size_t)n);
+				memcpy(body + h + n, "XY", 3);
+				rc = reply(fd, body);
+				free(body);
+			} else if (tc && argc >= 1 && !strcasecmp(argv[0], tc)) {
 				if (!strcasecmp(tc, "SCAN")) { /* long enough to last for ever */
 					size_t o = (size_t)sprintf(big, "*2\r\n$1\r\n0\r\n"
 									"*1000\r\n");
@@ -196,13 +262,15 @@ static void *server_main(void *arg)
 	return NULL;
 }
 
-static _Atomic int oom_lines, other_lines;
+static _Atomic int oom_lines, other_lines, refused_lines;
 static pthread_mutex_t last_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_oom[512], last_other[512];
 
 static void count_log(void *arg, int level, const char *msg)
 {
 	(void)arg;
+	if (strstr(msg, "refused"))
+		atomic_fetch_add(&refused_lines, 1);
 	if (strstr(msg, "OOM")) {
 		atomic_fetch_add(&oom_lines, 1);
 		pthread_mutex_lock(&last_lock);
@@ -244,6 +312,39 @@ static int on_key(void *arg, const struct kvt_key *key, uint64_t bytes)
 	listed++;
 	listed_bytes = bytes;
 	return 0;
+}
+
+/* The peak resident set from here on starts at the current one (Linux 4.0 on): each
+ * flood measured on its own, not against an earlier one's peak. */
+static void peak_rss_reset(void)
+{
+	FILE *f = fopen("/proc/self/clear_refs", "w");
+	CHECK(f);
+	CHECK(fputs("5", f) >= 0);
+	CHECK_EQ(fclose(f), 0);
+}
+
+/* the process's peak resident set since peak_rss_reset (VmHWM), in MiB */
+static long peak_rss_mib(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	CHECK(f);
+	char line[256];
+	long kib = -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "VmHWM:", 6))
+			kib = atol(line + 6);
+	fclose(f);
+	CHECK(kib >= 0);
+	return kib / 1024;
+}
+
+static bool has_control(const char *msg)
+{
+	for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			return true;
+	return false;
 }
 
 static int run_scan(struct kvt_tier *t, enum mode m, double *ms)
@@ -359,6 +460,9 @@ int main(void)
 	printf("  6. %d puts refused (OOM) in %llu ms: %d log line(s) naming it, %d other(s)\n", N,
 	       (unsigned long long)put_ms, lines, atomic_load(&other_lines));
 	CHECKM(lines >= 1, "the error reply was never logged");
+	pthread_mutex_lock(&last_lock);
+	CHECKM(!has_control(last_oom), "control characters logged: %s", last_oom);
+	pthread_mutex_unlock(&last_lock);
 	CHECKM((uint64_t)lines <= 1 + put_ms / 1000 + 1, "%d lines for %d error replies", lines, N);
 	/* a second later the next one is logged, saying how many were left out */
 	usleep(1100 * 1000);
@@ -395,6 +499,66 @@ int main(void)
 		   !strchr(last_other, '\n'),
 	       "%s", last_other);
 	pthread_mutex_unlock(&last_lock);
+	th_close(t);
+
+	/* 8. a drop's header read answered with 4 GB: the drop thread and its connection need
+	 * a read-write tier */
+	char flood_tmo[16];
+	snprintf(flood_tmo, sizeof(flood_tmo), "%d", FLOOD_TIMEOUT_MS);
+	const char *kv5[] = {"redis.url", url, "redis.timeout_ms", flood_tmo, "redis.prefix",
+			     "kvt-test:", NULL};
+	t = open_counting(kv5);
+	t->geometry = &geo;
+	atomic_store(&flood, FLOOD_BULK);
+	peak_rss_reset();
+	long rss0 = peak_rss_mib();
+	int refused0 = atomic_load(&refused_lines);
+	struct kvt_tier_stats st = {0};
+	th_key(&k, 8, 8);
+	t0 = th_now_ms();
+	t->ops->drop_corrupt(t, &k);
+	/* done when it counts its error; room past the timeout for the code that waited it out */
+	while (t->ops->stats(t, &st), !st.errors && th_now_ms() - t0 < 10000)
+		usleep(5000);
+	uint64_t drop_ms = th_now_ms() - t0;
+	long grew = peak_rss_mib() - rss0;
+	printf("  8. a drop's 4 KiB header read answered with 4 GB: %llu error(s) after %llu ms "
+	       "(timeout %d ms), peak RSS +%ld MiB, %d line(s) refusing it\n",
+	       (unsigned long long)st.errors, (unsigned long long)drop_ms, FLOOD_TIMEOUT_MS, grew,
+	       atomic_load(&refused_lines) - refused0);
+	CHECKM(grew < FLOOD_RSS_MIB, "peak RSS grew by %ld MiB", grew);
+	CHECK_EQ(st.errors, 1);
+	CHECK(drop_ms < FLOOD_TIMEOUT_MS);
+	CHECK_EQ(atomic_load(&refused_lines) - refused0, 1);
+	atomic_store(&flood, FLOOD_NONE);
+
+	/* 9. a SCAN answered with 100,000,000 elements (the tier of section 8), a second on:
+	 * refusals are logged at most once a second */
+	usleep(1100 * 1000);
+	atomic_store(&flood, FLOOD_ARRAY);
+	peak_rss_reset();
+	rss0 = peak_rss_mib();
+	refused0 = atomic_load(&refused_lines);
+	rc = run_scan(t, ENDS, &ms);
+	grew = peak_rss_mib() - rss0;
+	printf("  9. SCAN answered with 100,000,000 elements: %s after %.0f ms (timeout %d ms), "
+	       "peak RSS +%ld MiB, %d line(s) refusing it\n",
+	       kvt_strerror(rc), ms, FLOOD_TIMEOUT_MS, grew,
+	       atomic_load(&refused_lines) - refused0);
+	CHECKM(grew < FLOOD_RSS_MIB, "peak RSS grew by %ld MiB", grew);
+	CHECK_EQ(rc, -EPROTO);
+	CHECK(ms < FLOOD_TIMEOUT_MS);
+	CHECK_EQ(atomic_load(&refused_lines) - refused0, 1);
+	atomic_store(&flood, FLOOD_NONE);
+
+	/* 10. a bulk string misframed, on the I/O path (a read) */
+	atomic_store(&misframe, true);
+	char got[4096];
+	int64_t r64 = th_read_all(t, &k, got, sizeof(got));
+	printf(" 10. a read's GETRANGE reply ending in \"XY\", not \"\\r\\n\": %s\n",
+	       r64 < 0 ? kvt_strerror((int)r64) : "read whole");
+	CHECK_EQ(r64, -EPROTO);
+	atomic_store(&misframe, false);
 	th_close(t);
 
 	shutdown(listen_fd, SHUT_RDWR);
