@@ -300,8 +300,15 @@ static void endless_listing(const char *ep)
 	fprintf(stderr, "endless new tokens: %s after %.0f ms, %d pages, peak RSS +%ld KiB\n",
 		atomic_load(&b.done) ? strerror(-b.rc) : "still running", ms, pages, grown);
 	/* tokens kept, 16 KiB a page, would exceed this from 100 pages on (2066 pages were
-	 * measured in 3 s on a busy machine: +244 KiB) */
-	CHECK(pages >= 100 && grown < 1024 + pages * 4,
+	 * measured in 3 s on a busy machine: +244 KiB). Not under ASan, whose quarantine keeps
+	 * every freed page body resident (+330 MB for 1,280 pages); the bound in time below
+	 * still fails the old code there. */
+#ifdef __SANITIZE_ADDRESS__
+	bool rss_counts = false;
+#else
+	bool rss_counts = true;
+#endif
+	CHECK(pages >= 100 && (!rss_counts || grown < 1024 + pages * 4),
 	      "%d pages, peak RSS grew %ld KiB: tokens kept", pages, grown);
 	CHECK(atomic_load(&b.done), "listing of endless tokens still running after %.0f ms", ms);
 	pthread_join(th, NULL);
