@@ -37,6 +37,7 @@
  * Timeouts: rados.timeout_ms sets client_mount_timeout, rados_mon_op_timeout and
  * rados_osd_op_timeout, so an unreachable OSD or monitor fails an operation with
  * -ETIMEDOUT instead of hanging; operations still queued past their deadline fail the same.
+ * A listing (rt_scan) is held as a whole to RADOS_LIST_TIMEOUTS times rados.timeout_ms.
  * close() cancels queued operations (-ECANCELED) and waits for those in flight.
  */
 #include <errno.h>
@@ -678,20 +679,46 @@ static void rt_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 	kvt__io_counters_read(&s->cnt, out);
 }
 
+/* A whole listing's limit, in rados.timeout_ms: 30 s by default, the caller's own
+ * store.sync_timeout_ms (as the s3 tier's S3_LIST_TIMEOUTS). */
+#define RADOS_LIST_TIMEOUTS 6
+
 /* Synchronous listing of this namespace (recovery, `kvtier ls`): objects whose names are
- * keys, with their sizes. Other objects in the pool are skipped. */
+ * keys, with their sizes. Other objects in the pool are skipped. Each librados call (a
+ * listing page: its ops to the placement groups, one after another; a stat) is made of
+ * objecter ops, each cancelled -ETIMEDOUT by rados_osd_op_timeout (rados.timeout_ms in
+ * whole seconds, rounded up: rt_open), so none blocks for ever. The whole listing is held
+ * to RADOS_LIST_TIMEOUTS times rados.timeout_ms, checked before each call, else -ETIMEDOUT:
+ * past the caller's bound (store.sync_timeout_ms, src/tier_bounded.c) a listing left
+ * running keeps the tier busy and its close waiting, so it must end by itself, also on a
+ * cluster that answers every call in time, or one that holds many objects. It may overrun
+ * the limit by the one call in progress. */
 static int rt_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 {
 	struct rados_state *s = t->state;
+	uint64_t list_end = kvt__now_ns() + RADOS_LIST_TIMEOUTS * s->timeout_ns;
+	uint64_t listed = 0; /* names the listing returned */
 	rados_list_ctx_t ctx;
 	int rc = rados_nobjects_list_open(s->io, &ctx);
 	if (rc < 0)
 		return rc;
 	const char *name;
-	while ((rc = rados_nobjects_list_next(ctx, &name, NULL, NULL)) == 0) {
+	bool over = false; /* the whole listing's limit reached */
+	for (;;) {
+		if (kvt__now_ns() >= list_end) {
+			over = true;
+			break;
+		}
+		if ((rc = rados_nobjects_list_next(ctx, &name, NULL, NULL)) != 0)
+			break;
+		listed++;
 		struct kvt_key key;
 		if (strlen(name) != 2 * KVT_KEY_BYTES || kvt__key_from_lowerhex(name, &key) < 0)
 			continue;
+		if (kvt__now_ns() >= list_end) {
+			over = true;
+			break;
+		}
 		uint64_t size = 0;
 		time_t mtime;
 		int src = rados_stat(s->io, name, &size, &mtime);
@@ -705,6 +732,16 @@ static int rt_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 			break;
 	}
 	rados_nobjects_list_close(ctx);
+	if (over) {
+		KVT_WARN(&t->log,
+			 "rados: listing pool '%s': not done within %llu ms (%d x "
+			 "rados.timeout_ms), given up after %llu objects",
+			 s->pool, (unsigned long long)(RADOS_LIST_TIMEOUTS * s->timeout_ns / 1000000),
+			 RADOS_LIST_TIMEOUTS, (unsigned long long)listed);
+		return -ETIMEDOUT;
+	}
+	if (rc == -ETIME)
+		rc = -ETIMEDOUT; /* as on_complete: one name for a timeout */
 	return rc == -ENOENT || rc == 0 ? 0 : rc;
 }
 

@@ -2,7 +2,8 @@
  *
  * tier_rados.c - the "rados" tier against a real single-node Ceph started by
  * scripts/ceph/start-ceph.sh: round trip, offset reads, batched stats, misses, namespaces,
- * many operations in flight, cancel at close, a missing pool, and an OSD stalled (SIGSTOP)
+ * many operations in flight, cancel at close, a missing pool, a listing held to its overall
+ * limit (6 x rados.timeout_ms), and an OSD stalled (SIGSTOP)
  * mid-run: -ETIMEDOUT within the deadline, never a hang; then recovery. A drop of a corrupt
  * object removes only the copy the read served, never one another node wrote since. Buffer
  * ownership (writes are zero-copy where src/rados_zc.cc is built): a caller that scribbles
@@ -268,6 +269,62 @@ static void test_inflight(void)
 	free(back);
 }
 
+static int count_scan(void *arg, const struct kvt_key *key, uint64_t bytes)
+{
+	(void)key;
+	(void)bytes;
+	(*(int *)arg)++;
+	return 0;
+}
+
+/* A listing is held as a whole to RADOS_LIST_TIMEOUTS (6) x rados.timeout_ms: with 1 ms,
+ * listing (and stat-ing) 1000 objects, a round trip each, cannot end within 6 ms, and must
+ * give up -ETIMEDOUT with one line rather than run on (until 2026-12-04 it ran to the end,
+ * however long: past store.sync_timeout_ms the caller gave up on it, and the tier could
+ * not close until it ended). The same listing with the default timeout is whole. */
+static void test_list_deadline(void)
+{
+	enum { N = 1000, SZ = 64 };
+	struct kvt_config *cfg = rados_cfg("kvt", "listing");
+	cfg_set(cfg, "rados.max_inflight", "64");
+	struct kvt_tier *t = open_cfg(cfg);
+	static struct done d[N];
+	uint8_t obj[SZ];
+	fill(obj, SZ, 13);
+	for (int i = 0; i < N; i++) {
+		struct kvt_key k;
+		key_of(&k, 13, (uint64_t)i);
+		done_init(&d[i]);
+		CHECK(t->ops->write(t, &k, obj, SZ, done_cb, &d[i]) == 0, "submit write %d", i);
+	}
+	for (int i = 0; i < N; i++)
+		CHECK(done_wait(&d[i], SYNC_MS) == 0, "write %d", i);
+	int seen = 0;
+	uint64_t t0 = kvt__now_ns();
+	CHECK(t->ops->scan(t, count_scan, &seen) == 0 && seen == N, "whole listing: %d of %d", seen,
+	      N);
+	fprintf(stderr, "listing: %d objects in %.0f ms\n", N, (double)(kvt__now_ns() - t0) / 1e6);
+	tier_close(t);
+
+	cfg = rados_cfg("kvt", "listing");
+	cfg_set(cfg, "rados.timeout_ms", "1");
+	t = open_cfg(cfg);
+	log_clear();
+	seen = 0;
+	t0 = kvt__now_ns();
+	int rc = t->ops->scan(t, count_scan, &seen);
+	double ms = (double)(kvt__now_ns() - t0) / 1e6;
+	fprintf(stderr, "listing, rados.timeout_ms 1: %d (%s) after %d objects, %.0f ms\n", rc,
+		strerror(-rc), seen, ms);
+	CHECK(rc == -ETIMEDOUT,
+	      "listing with rados.timeout_ms 1 over %d objects: %d (%s), %d listed in %.0f ms", N,
+	      rc, strerror(rc < 0 ? -rc : 0), seen, ms);
+	CHECK(seen < N, "listed %d of %d", seen, N);
+	CHECK(strstr(log_text, "not done within 6 ms"), "no line about the listing's limit: %s",
+	      log_text);
+	tier_close(t);
+}
+
 /* A write whose caller reuses and frees the buffer the moment the callback runs. */
 struct owned {
 	struct done d;
@@ -513,6 +570,8 @@ int main(void)
 	fprintf(stderr, "ok drop after a rewrite\n");
 	test_inflight();
 	fprintf(stderr, "ok inflight\n");
+	test_list_deadline();
+	fprintf(stderr, "ok listing deadline\n");
 	test_ownership();
 	fprintf(stderr, "ok ownership\n");
 	test_write_refused();
