@@ -540,6 +540,7 @@ bool nv_log_seal(struct nv *s, struct nv_batch *b)
 	struct nv_log_rec *r = (struct nv_log_rec *)b->buf;
 	memcpy(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic));
 	r->seg = b->seg;
+	r->flags = s->fsync_mode == NV_FSYNC_NONE ? NV_LOG_REC_UNORDERED : 0;
 	r->gen = g->gen;
 	r->seq = b->seq;
 	r->off = b->off;

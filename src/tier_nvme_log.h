@@ -69,14 +69,19 @@ struct nv_log_rec {
 	char magic[8];
 	uint32_t crc; /* CRC32C of the 4 KiB block with this field zero */
 	uint32_t seg;
-	uint32_t n; /* entries */
-	uint32_t pad;
+	uint32_t n;	/* entries */
+	uint32_t flags; /* NV_LOG_REC_*; 0 in records of builds before 2026-12-04 */
 	uint64_t gen;
 	uint64_t seq;
 	uint64_t off; /* of this record in the segment */
 	uint64_t len; /* of the batch, this record included */
 	struct nv_log_rent ent[];
 };
+
+/* Written by a run with nvme.fsync=none: its batches reach the device's cache in order
+ * but may persist out of order at a power cut, so a hole with batches past it is that
+ * mode's loss, not damage (judge_stops). */
+#define NV_LOG_REC_UNORDERED 1u
 
 #define NV_LOG_MAXENT ((NV_LOG_BLOCK - sizeof(struct nv_log_rec)) / sizeof(struct nv_log_rent))
 #define NV_LOG_MAXIOV (1 + 2 * NV_LOG_MAXENT) /* the record, then one or two pieces per entry */

@@ -7,8 +7,8 @@
  * whose CRC, segment, generation or offset does not check: a batch that was never written
  * or was torn ends its segment's valid prefix, and records of an earlier generation (a
  * reused segment) are never accepted. Where a walk stops short, the batch after it is
- * looked for (look_past): more valid batches newer than the stop than a crash can leave
- * (judge_stops) make it a damaged record, not a torn tail, and void the log, as a gap
+ * looked for (look_past): more valid batches past the stop in its segment than a crash can
+ * leave (judge_stops) make it a damaged record, not a torn tail, and void the log, as a gap
  * does. Batches are acknowledged in sequence order and at most NV_LOG_BUFS are
  * unacknowledged at once, so only the NV_LOG_BUFS newest batches can be incomplete: every
  * object of those is read back and checked against the CRC32C its entry records before it
@@ -27,10 +27,11 @@
  * Files outside the cycle holding no batch, and other entries,
  * are warned about and left. A read-only open indexes nothing then, and writes nothing. A
  * segment file that fails to open for a reason other than not being a segment fails the
- * open before anything is written (seg_open_failed). The scan writes nothing: what it
- * decides to write (a void's headers, files outside the cycle removed, torn records zeroed,
- * log/head) is made by nv_log_open_writes, on the ring thread once it is set up, so a
- * failed open changes nothing of the log.
+ * open before anything is written (seg_open_failed), as does a read of a segment that
+ * fails (seg_pread: an I/O error is not the end of what was written). The scan writes
+ * nothing: what it decides to write (a void's headers, files outside the cycle removed,
+ * torn records zeroed, log/head) is made by nv_log_open_writes, on the ring thread once it
+ * is set up, so a failed open changes nothing of the log.
  */
 #include "tier_nvme_log.h"
 
@@ -119,15 +120,44 @@ static bool rec_ok(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t off, u
 	       r->n <= NV_LOG_MAXENT && r->crc == nv_log_crc(blk);
 }
 
-/* Where a segment's walk stopped short of its end, and what lies past that point
- * (look_past); judged against the whole log by judge_stops. */
+/* Read len bytes of segment n (g) at off: the bytes read, fewer only at the file's end, or
+ * -errno with one line naming the segment and offset. Until 2026-12-04 a failed read (EIO,
+ * or a read cut short inside the file by one) was the end of what was written: the walk
+ * stopped there, and a read-write open took the batches after it for gone - zeroed (torn
+ * records), or the segment reused - data lost to what may be a transient error. An error
+ * says nothing about what the file holds, so the open fails before anything is written, as
+ * for a segment that fails to open (seg_open_failed) or an unreadable log/head. */
+static ssize_t seg_pread(struct nv *s, const struct nv_seg *g, uint32_t n, void *buf, size_t len,
+			 uint64_t off)
+{
+	ssize_t got;
+	while ((got = pread(g->fd, buf, len, (off_t)off)) < 0 && errno == EINTR)
+		;
+	int err = got < 0 ? errno : 0;
+	struct stat st;
+	/* Short inside the file (it did not shrink since): the read ended at an error. */
+	if (got >= 0 && (size_t)got < len &&
+	    (fstat(g->fd, &st) < 0 || off + (uint64_t)got < (uint64_t)st.st_size))
+		err = EIO;
+	if (!err)
+		return got;
+	KVT_ERR(s->log,
+		"nvme: log segment %u.kvl: reading %zu bytes at offset %" PRIu64 ": %s: the log "
+		"cannot be read whole, so the tier does not open (nothing was changed)",
+		n, len, off, strerror(err));
+	return -err;
+}
+
+/* Where a segment's walk stopped short of its end, and what lies past that point in the
+ * segment (look_past); judged by judge_stops. */
 struct rstop {
 	uint64_t off;  /* the block the walk stopped at; 0: it did not stop short */
 	uint64_t prev; /* the sequence number of the record before it in the segment; 0: none */
 	bool rec;      /* the block is a record of this segment, generation and offset whose
 			* length or CRC fails: torn or damaged, not the end of what was written */
 	uint32_t nahead;	  /* valid records of the generation past it, in a chain */
-	uint64_t first, newest;	  /* their first and highest sequence numbers */
+	bool unordered;		  /* one of them says NV_LOG_REC_UNORDERED */
+	uint64_t newest;	  /* the highest sequence number of them */
 	uint64_t at[NV_LOG_BUFS]; /* the offsets of the first NV_LOG_BUFS of them */
 };
 
@@ -138,31 +168,35 @@ struct rstop {
  * read, only where stop_suspect says so) for a valid record of the segment's
  * generation, and the records from there are followed as the walk does. blk is
  * NV_LOG_BUF bytes. */
-static void look_past(const struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t off,
-		      struct rstop *st)
+static int look_past(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t off,
+		     struct rstop *st)
 {
 	const struct nv_log_rec *r = (const struct nv_log_rec *)blk;
 	st->rec = !memcmp(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic)) && r->seg == n &&
 		  r->gen == g->gen && r->off == off;
 	uint64_t from = off + NV_LOG_BLOCK, at = 0;
 	if (from + NV_LOG_BLOCK > g->bytes)
-		return;
+		return 0;
 	uint64_t span =
 	    KVT_MIN((uint64_t)NV_LOG_BUF, (g->bytes - from) / NV_LOG_BLOCK * NV_LOG_BLOCK);
-	ssize_t got = pread(g->fd, blk, span, (off_t)from);
+	ssize_t got = seg_pread(s, g, n, blk, span, from);
 	for (ssize_t i = 0; !at && i + NV_LOG_BLOCK <= got; i += NV_LOG_BLOCK)
 		if (rec_ok(blk + i, n, g->gen, from + (uint64_t)i, g->bytes))
 			at = from + (uint64_t)i;
+	/* the chain from there, each record newer than the one before (the stop's
+	 * predecessor first): what a writer appended, not a block that only checks */
+	uint64_t last = st->prev;
 	while (at && at + NV_LOG_BLOCK <= g->bytes &&
-	       pread(g->fd, blk, NV_LOG_BLOCK, (off_t)at) == NV_LOG_BLOCK &&
-	       rec_ok(blk, n, g->gen, at, g->bytes)) {
+	       (got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, at)) == NV_LOG_BLOCK &&
+	       rec_ok(blk, n, g->gen, at, g->bytes) && r->seq > last) {
 		if (st->nahead < NV_LOG_BUFS)
 			st->at[st->nahead] = at;
-		if (!st->nahead++)
-			st->first = r->seq;
-		st->newest = KVT_MAX(st->newest, r->seq);
+		st->nahead++;
+		st->unordered |= (r->flags & NV_LOG_REC_UNORDERED) != 0;
+		st->newest = last = r->seq;
 		at += r->len;
 	}
+	return got < 0 ? (int)got : 0;
 }
 
 /* Is a walk's stop at off (its block blk, not a valid record) worth a look past it
@@ -189,10 +223,13 @@ static bool stop_suspect(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t 
 /* Walk segment n's records (g: its file) into *bs; *ver (if not NULL) is raised to its
  * header's version. st (if not NULL): where the walk stopped short, and what is past it
  * (look_past). */
-static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, size_t *nb,
-		size_t *cap, uint32_t *ver, struct rstop *st)
+static int walk(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs,
+		size_t *nb, size_t *cap, uint32_t *ver, struct rstop *st)
 {
-	if (pread(g->fd, blk, NV_LOG_BLOCK, 0) != NV_LOG_BLOCK)
+	ssize_t got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, 0);
+	if (got < 0)
+		return (int)got;
+	if (got != NV_LOG_BLOCK)
 		return 0; /* empty: used from generation 1 */
 	struct nv_log_seghdr *h = (struct nv_log_seghdr *)blk;
 	if (memcmp(h->magic, NV_LOG_SEG_MAGIC, sizeof(h->magic)) || h->seg != n ||
@@ -203,8 +240,10 @@ static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, 
 		*ver = KVT_MAX(*ver, h->ver);
 	uint64_t off = NV_LOG_BLOCK, prev = 0, rechecked = 0;
 	while (off + NV_LOG_BLOCK <= g->bytes) {
-		if (pread(g->fd, blk, NV_LOG_BLOCK, (off_t)off) != NV_LOG_BLOCK)
-			break;
+		if ((got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, off)) < 0)
+			return (int)got;
+		if (got != NV_LOG_BLOCK)
+			break; /* the file's end: it shrank since it was opened */
 		struct nv_log_rec *r = (struct nv_log_rec *)blk;
 		if (!rec_ok(blk, n, g->gen, off, g->bytes)) {
 			if (!st || rechecked == off)
@@ -212,17 +251,21 @@ static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, 
 			*st = (struct rstop){.off = off, .prev = prev};
 			if (!stop_suspect(blk, n, g->gen, off, g->bytes))
 				break;
-			look_past(g, n, blk, off, st);
+			int rc = look_past(s, g, n, blk, off, st);
+			if (rc < 0)
+				return rc;
 			/* A writer running meanwhile (a read-only open takes no lock) may have
 			 * landed this record since: then it was a write in flight, and the walk
 			 * goes on. */
 			rechecked = off;
 			if ((st->rec || st->nahead) &&
-			    pread(g->fd, blk, NV_LOG_BLOCK, (off_t)off) == NV_LOG_BLOCK &&
+			    (got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, off)) == NV_LOG_BLOCK &&
 			    rec_ok(blk, n, g->gen, off, g->bytes)) {
 				*st = (struct rstop){0};
 				continue;
 			}
+			if (got < 0)
+				return (int)got;
 			break;
 		}
 		if (*nb == *cap) {
@@ -252,11 +295,12 @@ static int walk(struct nv_seg *g, uint32_t n, uint8_t *blk, struct rbatch **bs, 
  * its header: the run numbers its batches above every batch left on disk, so that one
  * neither voided nor removed (a header or an unlink that failed) never orders after the
  * run's. *had (if not NULL): it holds a batch. */
-static int newest_seq(struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t *seq, bool *had)
+static int newest_seq(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t *seq,
+		      bool *had)
 {
 	struct rbatch *bs = NULL;
 	size_t nb = 0, cap = 0;
-	int rc = walk(g, n, blk, &bs, &nb, &cap, NULL, NULL);
+	int rc = walk(s, g, n, blk, &bs, &nb, &cap, NULL, NULL);
 	if (had)
 		*had = nb > 0;
 	for (size_t i = 0; i < nb; i++) {
@@ -280,7 +324,7 @@ static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq, b
 	int rc = 0;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
 		struct nv_seg g = {.fd = fd, .bytes = (uint64_t)st.st_size};
-		rc = newest_seq(&g, n, blk, seq, had);
+		rc = newest_seq(s, &g, n, blk, seq, had);
 	}
 	close(fd);
 	return rc;
@@ -288,8 +332,9 @@ static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq, b
 
 /* log/head's newer valid slot into *h: 1; 0: no head (no file, an entry that cannot be one,
  * or no valid slot); or -errno: log/head is there but cannot be read (EACCES, EPERM,
- * EMFILE, EIO, ...; EINVAL: a FIFO or a device), which fails the open, with one line,
- * before anything is written - as a segment that fails to open does (seg_open_failed).
+ * EMFILE, EIO, ...; EINVAL: a FIFO, a device or a directory), which fails the open, with
+ * one line, before anything is written - as a segment that fails to open does
+ * (seg_open_failed).
  * Until 2026-12-03 any failure was "no head": with the segments' headers saying the log
  * has one, the head was taken for deleted and the log voided - a read-write open emptied
  * every segment, and the live objects were gone for good though nothing on disk was
@@ -309,14 +354,18 @@ static int read_head(struct nv *s, struct nv_log_head *h)
 	/* A FIFO or a device opens (O_NONBLOCK: no hang) but cannot be read as a head: the
 	 * open fails as for an unreadable head (taken for "no head", a log with version-2
 	 * headers would be voided for good over an entry planted from outside), with a line
-	 * that says why - until 2026-12-04 the "Illegal seek" of its pread. */
+	 * that says why - until 2026-12-04 the "Illegal seek" of its pread. So does a
+	 * directory: a read-only open opens it (and finds it no regular file), a read-write one
+	 * gets EISDIR - until 2026-12-04 taken for "no head", which voided the log. */
 	struct stat hst;
-	if (lg->hfd >= 0 && fstat(lg->hfd, &hst) == 0 && !S_ISREG(hst.st_mode)) {
+	bool dir = lg->hfd < 0 && errno == EISDIR;
+	if (dir || (lg->hfd >= 0 && fstat(lg->hfd, &hst) == 0 && !S_ISREG(hst.st_mode))) {
 		KVT_ERR(s->log,
 			"nvme: %s/%s/%s: not a regular file: the log cannot be read whole, so the "
 			"tier does not open (nothing was changed)",
 			s->dirs[0].path, NV_LOG_DIR, NV_LOG_HEAD);
-		close(lg->hfd);
+		if (lg->hfd >= 0)
+			close(lg->hfd);
 		lg->hfd = -1;
 		return -EINVAL;
 	}
@@ -350,8 +399,9 @@ static int read_head(struct nv *s, struct nv_log_head *h)
 	return ok;
 }
 
-/* Read back and verify every object batch b lists. */
-static bool batch_whole(struct nv *s, const struct rbatch *b, uint8_t *buf)
+/* Read back and verify every object batch b lists: 1 whole, 0 not, or -errno where a read
+ * fails (seg_pread: a failed read is no torn batch, whose records would be zeroed). */
+static int batch_whole(struct nv *s, const struct rbatch *b, uint8_t *buf)
 {
 	struct nv_seg *g = &s->lg->segs[b->seg];
 	for (uint32_t i = 0; i < b->n; i++) {
@@ -361,12 +411,13 @@ static bool batch_whole(struct nv *s, const struct rbatch *b, uint8_t *buf)
 		if (!ent_ok(g, en))
 			continue; /* damaged, not torn: apply skips it and says so */
 		uint64_t len = KVT_ALIGN_UP(en->len, NV_LOG_BLOCK);
-		if (pread(g->fd, buf, len, (off_t)en->off) != (ssize_t)len)
-			return false;
-		if (kvt__crc32c(0, buf, en->len) != en->crc)
-			return false;
+		ssize_t got = seg_pread(s, g, b->seg, buf, len, en->off);
+		if (got < 0)
+			return (int)got;
+		if (got != (ssize_t)len || kvt__crc32c(0, buf, en->len) != en->crc)
+			return 0;
 	}
-	return true;
+	return 1;
 }
 
 static void apply(struct nv *s, const struct rbatch *b, uint64_t *bad)
@@ -415,46 +466,41 @@ static int wipe_add(struct nv_log *lg, uint32_t seg, uint64_t off)
 	return 0;
 }
 
-/* Judge where the walks of segments 0 .. nst-1 stopped short (look_past), against the
- * whole log. Batches are acknowledged in sequence order and at most NV_LOG_BUFS are
- * unacknowledged at once, so a batch in flight at a crash (its record never landed whole)
- * has at most NV_LOG_BUFS - 1 newer batches on disk. A stop with NV_LOG_BUFS or more valid
- * batches newer than it is damage, not a torn tail: the batch there was acknowledged, and
- * its tombstones went with it, which any older put may need - the log is voided, as for a
- * gap. Until 2026-12-04 every stop was taken for a torn tail: one flipped bit in a record
- * mid-segment dropped the batches after it silently, tombstones with them, and a removed
- * key came back. Returns the damaged segment (its stop's offset and the newer batches in
- * *dmg), or NV_LOG_NONE. A torn stop's record and the records that landed past it are
- * zeroed by a read-write open (else, once the run has written newer batches, the next open
- * would take them for damage), and the run numbers its batches above them. Newer than the
- * stop are the batches after the record before it (in sequence); with none before it in
- * its segment, those found past it, and those of the segment log/head names when that is
- * another one (hd: the head's segment and sequence number, every batch of an earlier
- * segment is at most that). A record that fails with none of these is not judged (it
- * cannot be placed in sequence): taken for torn, as before. */
+/* Judge where the walks of segments 0 .. nst-1 stopped short (look_past), each by what
+ * lies past its stop in its own segment. Batches are acknowledged in sequence order, a
+ * staging buffer is reused only once its batch is acknowledged, and at most NV_LOG_BUFS
+ * are unacknowledged at once; a run appends to a segment only while every batch before
+ * in it was written (a failed batch moves appends on), and a new run starts in the next
+ * segment. So a crash, or a batch that failed, leaves at most NV_LOG_BUFS - 1 valid
+ * records past a stop in its segment and generation, and none is ever added after them.
+ * NV_LOG_BUFS or more there is damage, not a torn tail: the batch at the stop was
+ * acknowledged, and its tombstones with it, which any older put may need - the log is
+ * voided, as for a gap. Until 2026-12-04 every stop was taken for a torn tail: one
+ * flipped bit in a record mid-segment dropped the batches after it silently, tombstones
+ * with them, and a removed key came back. Only the segment's own records count: batches
+ * of later runs elsewhere say nothing about this stop (counting them voided a healthy log
+ * one run after a power cut left two holes among the batches in flight, and the first
+ * open of a store an older build had run after a crash). Returns the damaged segment (its
+ * stop's offset and the records past it in *dmg), or NV_LOG_NONE. A torn stop's record
+ * and the records found past it are zeroed by a read-write open (so that nothing past a
+ * torn tail is found again), and the run numbers its batches above them. Not told apart:
+ * damage with fewer than NV_LOG_BUFS records after it in its segment, and damage whose
+ * successor lies more than a batch past it (two damaged records in a row): taken for a
+ * torn tail, as before; and any stop in a segment a run with nvme.fsync=none wrote
+ * (NV_LOG_REC_UNORDERED): its batches were acknowledged once in the device's cache, so
+ * a power cut may keep later ones without the one at the stop, and losing the batches
+ * past that hole (unflushed, in that mode) is what it promises, where voiding the log
+ * would lose what a flush had made durable. */
 static uint32_t judge_stops(struct nv_log *lg, const struct rstop *st, uint32_t nst,
-			    const struct rbatch *bs, size_t nb, const struct nv_log_head *hd,
 			    uint64_t dmg[2], int *rc)
 {
 	for (uint32_t i = 0; i < nst; i++) {
 		const struct rstop *x = &st[i];
 		if (!x->off || (!x->rec && !x->nahead))
 			continue; /* the end of what was written (or the segment's end) */
-		uint64_t from = x->prev ? x->prev + 1 : x->first, newer = 0;
-		if (!x->prev && hd && hd->seg != i && hd->seg != NV_LOG_NONE &&
-		    (!from || hd->seq + 1 < from))
-			from = hd->seq + 1;
-		if (from) {
-			newer = x->nahead;
-			for (size_t j = 0; j < nb; j++)
-				newer += bs[j].seq >= from;
-			for (uint32_t j = 0; j < nst; j++)
-				if (j != i && st[j].nahead && st[j].first >= from)
-					newer += st[j].nahead;
-		}
-		if (newer >= NV_LOG_BUFS) {
+		if (x->nahead >= NV_LOG_BUFS && !x->unordered) {
 			dmg[0] = x->off;
-			dmg[1] = newer;
+			dmg[1] = x->nahead;
 			return i;
 		}
 		lg->seq = KVT_MAX(lg->seq, x->newest);
@@ -496,7 +542,7 @@ static int void_anomaly(struct nv *s)
 		snprintf(name, sizeof(name), "%u.kvl", w->dmg_seg);
 		n = snprintf(why, sizeof(why),
 			     "commit record at offset %" PRIu64 " damaged, %" PRIu64
-			     " newer batches after it (not a torn tail)",
+			     " newer batches after it in its segment (not a torn tail)",
 			     w->dmg_off, w->dmg_newer);
 	}
 	snprintf(why + n, sizeof(why) - (size_t)n,
@@ -682,9 +728,9 @@ int nv_log_recover(struct nv *s)
 		rc = -ENOMEM;
 	if (!gap && !outside && !rc) {
 		for (uint32_t i = 0; i < top && !rc; i++)
-			rc = walk(&lg->segs[i], i, blk, &bs, &nb, &cap, &ver, &st[i]);
+			rc = walk(s, &lg->segs[i], i, blk, &bs, &nb, &cap, &ver, &st[i]);
 		if (!rc)
-			dseg = judge_stops(lg, st, top, bs, nb, have_head ? &hd : NULL, dmg, &rc);
+			dseg = judge_stops(lg, st, top, dmg, &rc);
 		if (have_head)
 			lost = hd.seg != NV_LOG_NONE &&
 			       (hd.seg >= top || lg->segs[hd.seg].gen < hd.gen);
@@ -705,7 +751,7 @@ int nv_log_recover(struct nv *s)
 	 * and its newest batch now. */
 	for (uint32_t i = 0; voids && i < end && !rc; i++)
 		if (lg->segs[i].fd >= 0)
-			rc = newest_seq(&lg->segs[i], i, blk, &lg->seq, NULL);
+			rc = newest_seq(s, &lg->segs[i], i, blk, &lg->seq, NULL);
 	if (voids)
 		lg->start = top; /* the first batch recreates a missing one: the gap closes */
 	uint64_t torn = 0, objs = 0, bad = 0;
@@ -715,12 +761,15 @@ int nv_log_recover(struct nv *s)
 		lg->start = bs[nb - 1].seg + 1;
 		/* The newest batches may be incomplete: check every object they list. */
 		for (size_t i = nb > NV_LOG_BUFS ? nb - NV_LOG_BUFS : 0; i < nb && !rc; i++) {
-			if (bs[i].cut || batch_whole(s, &bs[i], blk))
+			int whole = bs[i].cut ? 1 : batch_whole(s, &bs[i], blk);
+			if (whole < 0) {
+				rc = whole;
+				break;
+			}
+			if (whole)
 				continue;
 			/* This batch and every later one of its segment are dropped; zeroing their
-			 * records (nv_log_open_writes) keeps later scans from trusting them - and,
-			 * once the run has written newer batches, from taking those after the
-			 * zeroed one for batches past a damaged record (judge_stops). */
+			 * records (nv_log_open_writes) keeps later scans from trusting them. */
 			for (size_t j = i; j < nb && !rc; j++)
 				if (bs[j].seg == bs[i].seg && bs[j].off >= bs[i].off) {
 					bs[j].cut = true;
@@ -728,7 +777,7 @@ int nv_log_recover(struct nv *s)
 				}
 			torn++;
 		}
-		for (size_t i = 0; i < nb; i++)
+		for (size_t i = 0; i < nb && !rc; i++)
 			if (!bs[i].cut)
 				apply(s, &bs[i], &bad);
 		for (struct nv_ent *e = s->lru_head; e; e = e->next)
@@ -846,7 +895,7 @@ void nv_log_open_writes(struct nv *s)
 		KVT_WARN(s->log,
 			 "nvme: log: %u.kvl: the commit record at offset %" PRIu64
 			 " does not check and %" PRIu64
-			 " newer batches are on disk (damage, not a torn tail: removals in its batch "
+			 " newer batches follow it in its segment (damage, not a torn tail: removals in its batch "
 			 "are lost): nothing of the log is indexed, %u segment(s) emptied",
 			 w->dmg_seg, w->dmg_off, w->dmg_newer, voided);
 	for (uint32_t i = 0; i < w->nwipe && !s->ro; i++) {

@@ -14,9 +14,12 @@
  *   SIGRTMIN       let one held call through (or the next one to be held), the stall
  *                  staying on: a test walks a caller from one held call to the next;
  *   --stalled      start stalled, as after SIGUSR1 (a signal is handled some time after
- *                  kill returns: a test that must have its first call held cannot race it).
+ *                  kill returns: a test that must have its first call held cannot race it);
+ *   --eio-path S --eio-at OFF  a read of a file whose path contains S, over a range that
+ *                  holds byte OFF, fails with EIO (a bad sector; read with O_DIRECT, as the
+ *                  page cache would otherwise serve what it read before).
  * Usage: slowfs BACKING_DIR MOUNTPOINT [--delay-ms N] [--stall-only OP] [--stall-path S]
- * [--stalled] (runs in the foreground, multithreaded; unmount with
+ * [--stalled] [--eio-path S --eio-at OFF] (runs in the foreground, multithreaded; unmount with
  * `fusermount3 -u MOUNTPOINT` or `umount -l`).
  * Test-only: it is built when libfuse3 is found and installed nowhere.
  */
@@ -45,6 +48,8 @@ static atomic_int stalled;	/* set by SIGUSR1 (or --stalled), cleared by SIGUSR2 
 static const char *stall_only;	/* NULL: a stall holds every call */
 static const char *stall_path;	/* NULL: a stall holds calls on any path */
 static atomic_int passes;	/* held calls to let through (SIGRTMIN) */
+static const char *eio_path;	/* NULL: no read fails */
+static off_t eio_at;		/* the byte whose reads fail */
 
 static void on_signal(int sig)
 {
@@ -238,8 +243,10 @@ static int s_open(const char *path, struct fuse_file_info *fi)
 
 static int s_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	(void)path;
 	gate(1);
+	if (eio_path && path && strstr(path, eio_path) && off <= eio_at &&
+	    eio_at < off + (off_t)size)
+		return -EIO;
 	ssize_t n = pread((int)fi->fh, buf, size, off);
 	return n < 0 ? -errno : (int)n;
 }
@@ -342,7 +349,8 @@ int main(int argc, char **argv)
 {
 	if (argc < 3) {
 		fprintf(stderr, "usage: slowfs BACKING_DIR MOUNTPOINT [--delay-ms N] "
-				"[--stall-only OP] [--stall-path S] [--stalled]\n");
+				"[--stall-only OP] [--stall-path S] [--stalled] [--eio-path S "
+				"--eio-at OFF]\n");
 		return 2;
 	}
 	for (int i = 3; i < argc; i++) {
@@ -352,6 +360,10 @@ int main(int argc, char **argv)
 			stall_only = argv[++i];
 		} else if (!strcmp(argv[i], "--stall-path") && i + 1 < argc) {
 			stall_path = argv[++i];
+		} else if (!strcmp(argv[i], "--eio-path") && i + 1 < argc) {
+			eio_path = argv[++i];
+		} else if (!strcmp(argv[i], "--eio-at") && i + 1 < argc) {
+			eio_at = (off_t)strtoull(argv[++i], NULL, 10);
 		} else if (!strcmp(argv[i], "--stalled")) {
 			atomic_store(&stalled, 1);
 		} else {

@@ -6,7 +6,7 @@
 # resume whose stored prefix is shorter than its fetch window read an uninitialised slot
 # (`session resume` crashed on a log with a damaged record in the middle of a segment).
 # A FIFO at log/head fails the open, saying "<path>: not a regular file" (until 2026-12-04
-# "Illegal seek"). And a regular file larger than the tier's capacity (a sparse or damaged
+# "Illegal seek"); so does a directory there, read-only or read-write. And a regular file larger than the tier's capacity (a sparse or damaged
 # one) is kept and reported, not indexed: until 2026-12-04 a 1 TB sparse file named as an
 # object made the next read-write open evict every object to fit it.
 set -euo pipefail
@@ -22,10 +22,11 @@ S=(--set model.layers=2 --set model.kv_heads=2 --set model.head_dim=32 --set dra
 # "log/head: Illegal seek").
 head_said() {
 	[ "$what" = log/head ] || return 0
-	[ "$2" != 0 ] || fail "$1 opens with a FIFO at log/head"
+	[ "$2" != 0 ] || fail "$1 opens with a $kind at log/head"
 	grep -q "$T/w/log/head: not a regular file" "$T/err" && ! grep -q "Illegal seek" "$T/err" ||
-		fail "$1, FIFO at log/head: $(head -1 "$T/err")"
+		fail "$1, $kind at log/head: $(head -1 "$T/err")"
 }
+kind=FIFO
 for what in log/0.kvl log/7.kvl log/head .kvtier.chains; do
 	rm -rf "$T/w"; cp -a "$T/p" "$T/w"; rm -f "$T/w/$what"; mkfifo "$T/w/$what"
 	for cmd in ls verify; do
@@ -40,6 +41,20 @@ for what in log/0.kvl log/7.kvl log/head .kvtier.chains; do
 	head_said resume $rc
 	echo "ok: FIFO at $what (resume exit $rc)"
 done
+# A directory at log/head: every open fails the same way, read-only or read-write (until
+# 2026-12-04 a read-write open got EISDIR, took it for "no head" and voided the log).
+what=log/head kind=directory
+rm -rf "$T/w"; cp -a "$T/p" "$T/w"; rm -f "$T/w/log/head"; mkdir "$T/w/log/head"
+sum() { find "$T/w" -type f -print0 | sort -z | xargs -0 md5sum; }
+before=$(sum)
+for cmd in ls verify resume; do
+	args=($cmd); [ $cmd = resume ] && args=(session resume --synthetic 2560)
+	rc=0; timeout 20 "$K" "${args[@]}" --dir "$T/w" "${S[@]}" >/dev/null 2>"$T/err" || rc=$?
+	[ $rc != 124 ] || fail "$cmd hangs on a directory at log/head"
+	head_said "$cmd" $rc
+done
+[ "$(sum)" = "$before" ] || fail "an open with a directory at log/head changed the log"
+echo "ok: directory at log/head"
 # A short stored prefix (3 of 10 chunks): the resume gets it, no crash.
 rm -rf "$T/w"; "$K" session save --synthetic 768 --dir "$T/w" "${S[@]}" >/dev/null
 out=$("$K" session resume --synthetic 2560 --dir "$T/w" "${S[@]}" --json) ||

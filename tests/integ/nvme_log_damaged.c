@@ -7,9 +7,10 @@
  * verify` said "0 bad". Now the scan looks past it (tier_nvme_log_recover.c, look_past and
  * judge_stops), voids the log as for a gap (nothing of it indexed: no removed key is
  * served), says so in one line, and verify reports it (exit 3). (1) The record of the 4th
- * of 16 batches in 0.kvl, tombstones of keys put before it in batches after it; (2) the
- * only record of a segment, holding a tombstone, with newer batches in the next segment
- * (placed in sequence by log/head). (3) What a crash can leave is still a torn tail, taken
+ * of 16 batches in 0.kvl, tombstones of keys put before it in batches after it; (2) only
+ * a segment's own records judge its stop: two holes a power cut left among the batches in
+ * flight, or what an older build left past a torn record, never void the log once later
+ * runs have written elsewhere. (3) What a crash can leave is still a torn tail, taken
  * silently: the newest record, or the third newest (two batches after it were in flight
  * with it); the records from there on are zeroed, so that the next open, after the run
  * has written newer batches, does not take them for damage. (4) Any void of the log (here
@@ -30,11 +31,13 @@ static uint64_t obj_bytes(void)
 	return kvt_object_bytes(&test_geom, NTOK);
 }
 
+static const char *fsync_mode = "data";
+
 static int open_log(struct kvt_tier **t, const char *dir, bool ro)
 {
 	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", "80MiB", "nvme.log_max", "256KiB",
 			 "nvme.segment_bytes", "16MiB", "nvme.log_spare_pct", "0", "nvme.fsync",
-			 "data", "store.read_only", ro ? "true" : "false", NULL);
+			 fsync_mode, "store.read_only", ro ? "true" : "false", NULL);
 }
 
 /* Key (seed, i) as a kvtier object, one batch (written one at a time). */
@@ -200,37 +203,101 @@ static void test_mid_segment(const char *root)
 	CHECK_EQ(verify(dir, &bad), 0); /* voided and written: sound again */
 }
 
-/* (2) The only record of 1.kvl (a run that removed key 1) damaged; 2.kvl holds six newer
- * batches. */
-static void test_lone_record(const char *root)
+/* One 4 KiB block of segment n at off: read into b, or (wr) written from it. */
+static void rec_io(const char *dir, uint32_t n, uint64_t off, uint8_t *b, bool wr)
+{
+	char p[400];
+	snprintf(p, sizeof(p), "%s/log/%u.kvl", dir, n);
+	int fd = open(p, O_RDWR);
+	CHECK(fd >= 0);
+	if (wr)
+		CHECK_EQ(pwrite(fd, b, NV_LOG_BLOCK, (off_t)off), NV_LOG_BLOCK);
+	else
+		CHECK_EQ(pread(fd, b, NV_LOG_BLOCK, (off_t)off), NV_LOG_BLOCK);
+	close(fd);
+}
+
+/* (2) What crashes leave is never judged by other segments' batches. A power cut with
+ * four batches in flight, X and X+2 never landed, X+1 and X+3 did (the run after it zeroes
+ * X+1, the chain past X stops at the hole); and a store an older build ran after a crash,
+ * which left X+1 .. X+3 past a torn X as they were. In both, the next run writes eight
+ * batches into 1.kvl, and the open after it must take the stop in 0.kvl for a torn tail
+ * again. A first version of the damage check counted those later batches as newer than
+ * the stop and voided the healthy log (found by review: keys 0 and 27 no longer served). */
+static void test_crash_left(const char *root, bool old_build)
 {
 	char dir[300];
-	snprintf(dir, sizeof(dir), "%s/lone", root);
+	snprintf(dir, sizeof(dir), "%s/crash%d", root, old_build);
 	struct kvt_tier *t;
 	CHECK_EQ(open_log(&t, dir, false), 0);
-	for (uint64_t i = 0; i < 6; i++)
-		put(t, 2, i);
+	for (uint64_t i = 0; i < 12; i++)
+		put(t, 5, i);
 	kvt__tier_close(t);
-	CHECK_EQ(open_log(&t, dir, false), 0); /* each run starts a segment */
-	del(t, 2, 1);
-	kvt__tier_close(t);
-	CHECK_EQ(open_log(&t, dir, false), 0);
-	for (uint64_t i = 10; i < 16; i++)
-		put(t, 2, i);
-	kvt__tier_close(t);
-	uint64_t at[8];
+	uint64_t at[64];
 	int nr = 0;
-	records(dir, 1, at, 8, &nr);
-	CHECK_EQ(nr, 1);
-	flip_len(dir, 1, at[0]);
-	int bad = 0;
-	CHECK_EQ(verify(dir, &bad), 3);
-	CHECK_EQ(bad, 1);
+	records(dir, 0, at, 64, &nr);
+	CHECK_EQ(nr, 12);
+	static uint8_t zero[NV_LOG_BLOCK], saved[3][NV_LOG_BLOCK];
+	for (int k = 0; k < 3; k++)
+		rec_io(dir, 0, at[9 + k], saved[k], false);
+	rec_io(dir, 0, at[8], zero, true); /* X */
+	if (!old_build)
+		rec_io(dir, 0, at[10], zero, true); /* X + 2 */
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, false), 0);
-	CHECK_EQ(served(t, 2, 1), 0); /* was served: its tombstone was the damaged batch */
-	CHECK_EQ(log_count(DAMAGE), 1);
+	CHECK_EQ(log_count(DAMAGE), 0);
+	for (uint64_t i = 20; i < 28; i++)
+		put(t, 5, i);
 	kvt__tier_close(t);
+	if (old_build) /* the older build zeroed nothing past the stop */
+		for (int k = 0; k < 3; k++)
+			rec_io(dir, 0, at[9 + k], saved[k], true);
+	int bad = 0;
+	CHECK_EQ(verify(dir, &bad), 0);
+	log_clear();
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	int d = log_count(DAMAGE), s0 = served(t, 5, 0), s27 = served(t, 5, 27);
+	printf("nvme_log_damaged: %s: damage lines %d, key 0 served %d, key 27 served %d\n",
+	       old_build ? "older build's crash" : "two holes", d, s0, s27);
+	CHECK_EQ(d, 0);
+	CHECK_EQ(s0, 1);
+	CHECK_EQ(s27, 1);
+	CHECK_EQ(served(t, 5, 8), 0); /* X's key: lost with its batch, as a torn tail */
+	kvt__tier_close(t);
+}
+
+/* (2b) A segment written with nvme.fsync=none (its records say so): a hole with batches
+ * past it is a power cut's loss in that mode (batches were acknowledged once in the
+ * device's cache), taken as a torn tail - the batches before it stay, where voiding the
+ * log would lose what a flush had made durable. */
+static void test_unordered(const char *root)
+{
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s/unordered", root);
+	struct kvt_tier *t;
+	fsync_mode = "none";
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	for (uint64_t i = 0; i < 12; i++)
+		put(t, 6, i);
+	kvt__tier_close(t);
+	uint64_t at[64];
+	int nr = 0;
+	records(dir, 0, at, 64, &nr);
+	CHECK_EQ(nr, 12);
+	flip_len(dir, 0, at[3]);
+	log_clear();
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	int kept = 0;
+	for (uint64_t i = 0; i < 3; i++)
+		kept += served(t, 6, i);
+	printf("nvme_log_damaged: fsync=none, a hole with 8 batches past it: %d damage lines, "
+	       "%d of the 3 keys before it served\n",
+	       log_count(DAMAGE), kept);
+	CHECK_EQ(log_count(DAMAGE), 0);
+	CHECK_EQ(kept, 3);
+	CHECK_EQ(served(t, 6, 3), 0);
+	kvt__tier_close(t);
+	fsync_mode = "data";
 }
 
 /* (3) A torn tail: record back of the newest (0: the newest) damaged, in a log of 12
@@ -301,7 +368,9 @@ int main(void)
 	char root[] = "/var/tmp/kvt-nvme-log-damaged-XXXXXX";
 	CHECK(mkdtemp(root));
 	test_mid_segment(root);
-	test_lone_record(root);
+	test_crash_left(root, false);
+	test_crash_left(root, true);
+	test_unordered(root);
 	test_torn(root, 0);
 	test_torn(root, 2);
 	test_void_verify(root);

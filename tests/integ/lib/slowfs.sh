@@ -1,6 +1,7 @@
 # slowfs.sh - source this from a test script: mount tests/fuse/slowfs (built as
 # $KVT_BIN/slowfs) over a fresh backing directory, make it stall and resume it.
-#   slowfs_start [delay_ms [stall_only_op]]  sets SLOWFS_MNT, SLOWFS_BACK, SLOWFS_PID; returns 77 when
+#   slowfs_start [delay_ms [stall_only_op [more options...]]]  sets SLOWFS_MNT, SLOWFS_BACK,
+#                            SLOWFS_PID (options: tests/fuse/slowfs.c); returns 77 when
 #                            slowfs is not built or /dev/fuse is missing (a failure under
 #                            CI=true, see CMakeLists.txt), 1 when the mount fails
 #   slowfs_stall / slowfs_resume
@@ -17,6 +18,7 @@ slowfs_start() {
 	local args=()
 	[ -n "${1:-}" ] && args=(--delay-ms "$1")
 	[ -n "${2:-}" ] && args+=(--stall-only "$2")
+	[ $# -le 2 ] || args+=("${@:3}")
 	"$bin" "$SLOWFS_BACK" "$SLOWFS_MNT" "${args[@]}" >"$SLOWFS_BACK.log" 2>&1 &
 	SLOWFS_PID=$!
 	for _ in $(seq 1 200); do
