@@ -105,6 +105,11 @@ int kvt__tier_open_hooked(const char *name, const struct kvt_config *cfg,
 	return 0;
 }
 
+uint64_t kvt__tier_list_ns(const struct kvt_config *cfg, uint64_t timeout_ns, unsigned n)
+{
+	return KVT_MAX(n * timeout_ns, kvt__cfg_u64(cfg, "store.sync_timeout_ms") * 1000000ull);
+}
+
 void kvt__tier_close(struct kvt_tier *t)
 {
 	if (!t)

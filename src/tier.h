@@ -188,6 +188,12 @@ int kvt__tier_open_bounded(const char *name, const struct kvt_config *cfg,
 			   void (*on_evict)(void *, int, const struct kvt_key *, uint64_t),
 			   void *on_evict_arg, uint64_t ms, struct kvt_tier **out);
 int kvt__tier_close_bounded(struct kvt_tier *t, uint64_t ms);
+/* A remote tier's bound on a whole listing (its scan), in ns: n times its own timeout, or
+ * the caller's bound, store.sync_timeout_ms, where that is longer - so that a user who
+ * raises the caller's bound to list a large store is not cut short by the tier's. Past
+ * the caller's bound a listing left running keeps the tier busy and its close waiting, so
+ * it must end by itself. */
+uint64_t kvt__tier_list_ns(const struct kvt_config *cfg, uint64_t timeout_ns, unsigned n);
 int kvt__tier_scan_bounded(struct kvt_tier *t, kvt_scan_fn fn, void *arg, uint64_t ms);
 int kvt__tier_scan_anomalies_bounded(struct kvt_tier *t,
 				     void (*fn)(void *arg, const char *path, const char *why),

@@ -114,6 +114,7 @@ struct rados_state {
 	bool connected, have_io;
 	uint32_t max_inflight;
 	uint64_t timeout_ns;
+	uint64_t list_ns; /* a whole listing's bound (kvt__tier_list_ns) */
 	char pool[256];
 	pthread_t thread;
 	bool thread_started;
@@ -680,7 +681,7 @@ static void rt_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 }
 
 /* A whole listing's limit, in rados.timeout_ms: 30 s by default, the caller's own
- * store.sync_timeout_ms (as the s3 tier's S3_LIST_TIMEOUTS). */
+ * store.sync_timeout_ms, which raises it where longer (kvt__tier_list_ns). */
 #define RADOS_LIST_TIMEOUTS 6
 
 /* Synchronous listing of this namespace (recovery, `kvtier ls`): objects whose names are
@@ -688,7 +689,8 @@ static void rt_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
  * listing page: its ops to the placement groups, one after another; a stat) is made of
  * objecter ops, each cancelled -ETIMEDOUT by rados_osd_op_timeout (rados.timeout_ms in
  * whole seconds, rounded up: rt_open), so none blocks for ever. The whole listing is held
- * to RADOS_LIST_TIMEOUTS times rados.timeout_ms, checked before each call, else -ETIMEDOUT:
+ * to RADOS_LIST_TIMEOUTS times rados.timeout_ms, or the caller's bound where that is longer
+ * (kvt__tier_list_ns), checked before each call, else -ETIMEDOUT:
  * past the caller's bound (store.sync_timeout_ms, src/tier_bounded.c) a listing left
  * running keeps the tier busy and its close waiting, so it must end by itself, also on a
  * cluster that answers every call in time, or one that holds many objects. It may overrun
@@ -696,7 +698,7 @@ static void rt_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 static int rt_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 {
 	struct rados_state *s = t->state;
-	uint64_t list_end = kvt__now_ns() + RADOS_LIST_TIMEOUTS * s->timeout_ns;
+	uint64_t list_end = kvt__now_ns() + s->list_ns;
 	uint64_t listed = 0; /* names the listing returned */
 	rados_list_ctx_t ctx;
 	int rc = rados_nobjects_list_open(s->io, &ctx);
@@ -734,10 +736,10 @@ static int rt_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	rados_nobjects_list_close(ctx);
 	if (over) {
 		KVT_WARN(&t->log,
-			 "rados: listing pool '%s': not done within %llu ms (%d x "
-			 "rados.timeout_ms), given up after %llu objects",
-			 s->pool, (unsigned long long)(RADOS_LIST_TIMEOUTS * s->timeout_ns / 1000000),
-			 RADOS_LIST_TIMEOUTS, (unsigned long long)listed);
+			 "rados: listing pool '%s': not done within %llu ms (the longer of %d x "
+			 "rados.timeout_ms and store.sync_timeout_ms), given up after %llu objects",
+			 s->pool, (unsigned long long)(s->list_ns / 1000000), RADOS_LIST_TIMEOUTS,
+			 (unsigned long long)listed);
 		return -ETIMEDOUT;
 	}
 	if (rc == -ETIME)
@@ -784,6 +786,7 @@ static int rt_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	pthread_mutex_init(&s->served_lock, NULL);
 	s->max_inflight = (uint32_t)kvt__cfg_u64(cfg, "rados.max_inflight");
 	s->timeout_ns = kvt__cfg_u64(cfg, "rados.timeout_ms") * 1000000ULL;
+	s->list_ns = kvt__tier_list_ns(cfg, s->timeout_ns, RADOS_LIST_TIMEOUTS);
 	s->zero_copy = kvt__cfg_bool(cfg, "rados.zero_copy");
 	snprintf(s->pool, sizeof(s->pool), "%s", kvt__cfg_str(cfg, "rados.pool"));
 	if (!s->pool[0]) {

@@ -29,7 +29,7 @@
  * password fails the requests with -EACCES and a log line that never contains it. The
  * listing is held to the same timeout for its connect and for each whole reply (a deadline
  * polled for, not a socket timeout, which a trickled reply would never trip), and as a whole
- * to RD_LIST_TIMEOUTS times it: a server answering every reply just in time would otherwise
+ * to RD_LIST_TIMEOUTS times it (or the caller's bound, kvt__tier_list_ns): a server answering every reply just in time would otherwise
  * keep it going for as many timeouts as it has replies. The listing's replies, and the
  * drops' (below), parsed by hiredis, are held to the size of what was asked (struct
  * sync_cap): its reader has no bound of its own. An error reply is logged at most once a second (its control characters as '?'): a
@@ -144,6 +144,7 @@ struct rd_state {
 	char prefix[256];
 	size_t prefix_len;
 	uint64_t timeout_ns;
+	uint64_t list_ns; /* a whole listing's bound (kvt__tier_list_ns) */
 	unsigned nconns;
 	atomic_uint rr;
 	struct rd_conn conns[RD_MAX_CONNS];
@@ -881,6 +882,7 @@ static int rd_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	}
 	memcpy(s->prefix, prefix, s->prefix_len + 1);
 	s->timeout_ns = kvt__cfg_u64(cfg, "redis.timeout_ms") * 1000000ull;
+	s->list_ns = kvt__tier_list_ns(cfg, s->timeout_ns, RD_LIST_TIMEOUTS);
 	s->nconns = (unsigned)KVT_MIN(kvt__cfg_u64(cfg, "redis.connections"), RD_MAX_CONNS);
 	if (!s->nconns)
 		s->nconns = 1;
@@ -1338,13 +1340,13 @@ fail:
 /* List the objects under redis.prefix (kvtier ls, verify), on a connection of its own:
  * SCAN with the prefix as pattern, then the sizes (STRLEN) pipelined per batch. The
  * connect and every reply within redis.timeout_ms, and the whole listing within
- * RD_LIST_TIMEOUTS times it, else -ETIMEDOUT: past the caller's bound
+ * RD_LIST_TIMEOUTS times it or store.sync_timeout_ms (kvt__tier_list_ns), else -ETIMEDOUT: past the caller's bound
  * (store.sync_timeout_ms, src/tier_bounded.c) a listing left running keeps the tier busy
  * and its close waiting, so it must end by itself. */
 static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 {
 	struct rd_state *s = t->state;
-	uint64_t list_end = kvt__now_ns() + RD_LIST_TIMEOUTS * s->timeout_ns;
+	uint64_t list_end = kvt__now_ns() + s->list_ns;
 	uint64_t calls = 0; /* SCAN calls sent */
 	redisContext *c;
 	int rc = sync_connect(s, -1, list_end, &c);
@@ -1448,10 +1450,9 @@ out:
 	if (rc == -ETIMEDOUT && kvt__now_ns() >= list_end)
 		kvt__logf_limited(
 		    &t->log, &s->list_log, KVT_LOG_WARN,
-		    "redis %s:%d: listing: not done within %llu ms (%d x redis.timeout_ms),"
-		    " given up after %llu SCAN calls",
-		    s->url.host, s->url.port,
-		    (unsigned long long)(RD_LIST_TIMEOUTS * s->timeout_ns / 1000000),
+		    "redis %s:%d: listing: not done within %llu ms (the longer of %d x "
+		    "redis.timeout_ms and store.sync_timeout_ms), given up after %llu SCAN calls",
+		    s->url.host, s->url.port, (unsigned long long)(s->list_ns / 1000000),
 		    RD_LIST_TIMEOUTS, (unsigned long long)calls);
 	else if (rc < 0 && rc != -ETIMEDOUT)
 		KVT_WARN(&t->log, "redis %s:%d: listing: %s", s->url.host, s->url.port, strerror(-rc));

@@ -148,6 +148,7 @@ struct s3_state {
 	bool tls_verify, sign_payload;
 	uint32_t max_inflight, retries;
 	uint64_t timeout_ns, connect_timeout_ms;
+	uint64_t list_ns; /* a whole listing's bound (kvt__tier_list_ns) */
 	/* I/O thread */
 	CURLM *multi;
 	pthread_t thread;
@@ -1368,15 +1369,17 @@ static int check_prefix(const struct kvt_log *log, const char *p)
  * IsTruncated (an HTML page of a proxy, an <Error>: no <Contents> in it, so it read as the
  * last, empty page), or a listing that does not end (a token seen before, more than
  * SCAN_PAGES_MAX pages), is -EPROTO: never a silently shorter listing. Each page within
- * s3.timeout_ms and the whole listing within S3_LIST_TIMEOUTS times it, else -ETIMEDOUT:
+ * s3.timeout_ms and the whole listing within S3_LIST_TIMEOUTS times it, or the caller's
+ * bound where that is longer (kvt__tier_list_ns), else -ETIMEDOUT:
  * past the caller's bound (store.sync_timeout_ms, src/tier_bounded.c) a listing left
  * running keeps the tier busy and its close waiting, so it must end by itself, also
  * against a server that answers every page in time with a new token and no entries. */
 /* Longest continuation token followed (an opaque string of the server's: RGW's carry a key
  * name, up to 1 KiB, encoded; some servers' are longer). */
 #define S3_MAX_LIST_TOKEN 16384
-/* A whole listing's limit, in s3.timeout_ms: 30 s by default, the caller's own
- * store.sync_timeout_ms; each page keeps the single timeout within it. */
+/* A whole listing's limit, in s3.timeout_ms (30 s by default, the caller's own
+ * store.sync_timeout_ms, which raises it where longer); each page keeps the single
+ * timeout within it. */
 #define S3_LIST_TIMEOUTS 6
 
 static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
@@ -1393,7 +1396,7 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	size_t plen = strlen(s->prefix);
 	int rc = eprefix && token ? 0 : -ENOMEM;
 	bool stop = false;
-	uint64_t list_end = kvt__now_ns() + S3_LIST_TIMEOUTS * s->timeout_ns;
+	uint64_t list_end = kvt__now_ns() + s->list_ns;
 	uint32_t page = 1;
 	bool over = false; /* the whole listing's limit reached */
 	for (; rc == 0 && !stop; page++) {
@@ -1536,10 +1539,10 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 	/* A single page's timeout was logged above; the whole listing's here, one line */
 	if (over)
 		KVT_WARN(&t->log,
-			 "s3: listing %s: not done within %llu ms (%d x s3.timeout_ms), given up "
-			 "after %u pages",
-			 s->shown, (unsigned long long)(S3_LIST_TIMEOUTS * s->timeout_ns / 1000000),
-			 S3_LIST_TIMEOUTS, page - 1);
+			 "s3: listing %s: not done within %llu ms (the longer of %d x s3.timeout_ms "
+			 "and store.sync_timeout_ms), given up after %u pages",
+			 s->shown, (unsigned long long)(s->list_ns / 1000000), S3_LIST_TIMEOUTS,
+			 page - 1);
 	if (eprefix)
 		curl_free(eprefix);
 	kvt__free(token);
@@ -1649,6 +1652,7 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	s->max_inflight = (uint32_t)kvt__cfg_u64(cfg, "s3.max_inflight");
 	s->retries = (uint32_t)kvt__cfg_u64(cfg, "s3.retries");
 	s->timeout_ns = kvt__cfg_u64(cfg, "s3.timeout_ms") * 1000000ULL;
+	s->list_ns = kvt__tier_list_ns(cfg, s->timeout_ns, S3_LIST_TIMEOUTS);
 	s->connect_timeout_ms = kvt__cfg_u64(cfg, "s3.connect_timeout_ms");
 	s->rng = kvt__now_ns() | 1;
 	if (!s->tls_verify)

@@ -480,7 +480,9 @@ int main(void)
 	char slow_tmo[16];
 	snprintf(slow_tmo, sizeof(slow_tmo), "%d", SLOW_TIMEOUT_MS);
 	const char *kv4[] = {"redis.url", url, "redis.timeout_ms", slow_tmo, "redis.prefix",
-			     "kvt-test:", "store.read_only", "true", NULL};
+			     "kvt-test:", "store.read_only", "true",
+			     /* shorter than 16 x redis.timeout_ms, which rules then */
+			     "store.sync_timeout_ms", "1000", NULL};
 	t = open_counting(kv4);
 	int before = atomic_load(&other_lines);
 	rc = run_scan(t, SLOW, &ms);

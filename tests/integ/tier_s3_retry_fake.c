@@ -284,6 +284,7 @@ static void endless_listing(const char *ep)
 	cfg_set(cfg, "s3.endpoint", ep);
 	cfg_set(cfg, "s3.bucket", "endless");
 	cfg_set(cfg, "s3.timeout_ms", "500");
+	cfg_set(cfg, "store.sync_timeout_ms", "1000"); /* shorter: 6 x 500 ms rules */
 	static struct bg_scan b; /* left running if the test fails */
 	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &b.t) == 0, "open endless");
 	kvt_config_destroy(cfg);
