@@ -127,25 +127,41 @@ static bool rec_ok(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t off, u
  * records), or the segment reused - data lost to what may be a transient error. An error
  * says nothing about what the file holds, so the open fails before anything is written, as
  * for a segment that fails to open (seg_open_failed) or an unreadable log/head. */
+/* Reads len bytes at off, looping over short reads; a short count only at the file's end
+ * (it shrank since it was opened). A read that fails, or that ends before the file does,
+ * is -EIO (or the read's errno): an I/O error is not the end of what was written. Silent:
+ * seg_pread and look_past each say what an error means to them. */
+static ssize_t seg_pread_quiet(const struct nv_seg *g, void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+	while (done < len) {
+		ssize_t got = pread(g->fd, (uint8_t *)buf + done, len - done, (off_t)(off + done));
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return -errno;
+		if (got == 0) {
+			struct stat st;
+			if (fstat(g->fd, &st) < 0 || off + done < (uint64_t)st.st_size)
+				return -EIO; /* nothing read inside the file: the read ended at an error */
+			break;
+		}
+		done += (size_t)got;
+	}
+	return (ssize_t)done;
+}
+
 static ssize_t seg_pread(struct nv *s, const struct nv_seg *g, uint32_t n, void *buf, size_t len,
 			 uint64_t off)
 {
-	ssize_t got;
-	while ((got = pread(g->fd, buf, len, (off_t)off)) < 0 && errno == EINTR)
-		;
-	int err = got < 0 ? errno : 0;
-	struct stat st;
-	/* Short inside the file (it did not shrink since): the read ended at an error. */
-	if (got >= 0 && (size_t)got < len &&
-	    (fstat(g->fd, &st) < 0 || off + (uint64_t)got < (uint64_t)st.st_size))
-		err = EIO;
-	if (!err)
+	ssize_t got = seg_pread_quiet(g, buf, len, off);
+	if (got >= 0)
 		return got;
 	KVT_ERR(s->log,
 		"nvme: log segment %u.kvl: reading %zu bytes at offset %" PRIu64 ": %s: the log "
 		"cannot be read whole, so the tier does not open (nothing was changed)",
-		n, len, off, strerror(err));
-	return -err;
+		n, len, off, strerror((int)-got));
+	return got;
 }
 
 /* Where a segment's walk stopped short of its end, and what lies past that point in the
@@ -167,8 +183,10 @@ struct rstop {
  * successor starts at most one batch (NV_LOG_BUF) past it, so those bytes are read (one
  * read, only where stop_suspect says so) for a valid record of the segment's
  * generation, and the records from there are followed as the walk does. blk is
- * NV_LOG_BUF bytes. */
-static int look_past(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t off,
+ * NV_LOG_BUF bytes. The reads are speculative: one that fails is warned about and what
+ * it would have told is taken as unknown (the stop is judged as a torn tail, as before
+ * there was a look), not as a reason to refuse the open. */
+static void look_past(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t off,
 		     struct rstop *st)
 {
 	const struct nv_log_rec *r = (const struct nv_log_rec *)blk;
@@ -176,10 +194,10 @@ static int look_past(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *
 		  r->gen == g->gen && r->off == off;
 	uint64_t from = off + NV_LOG_BLOCK, at = 0;
 	if (from + NV_LOG_BLOCK > g->bytes)
-		return 0;
+		return;
 	uint64_t span =
 	    KVT_MIN((uint64_t)NV_LOG_BUF, (g->bytes - from) / NV_LOG_BLOCK * NV_LOG_BLOCK);
-	ssize_t got = seg_pread(s, g, n, blk, span, from);
+	ssize_t got = seg_pread_quiet(g, blk, span, from);
 	for (ssize_t i = 0; !at && i + NV_LOG_BLOCK <= got; i += NV_LOG_BLOCK)
 		if (rec_ok(blk + i, n, g->gen, from + (uint64_t)i, g->bytes))
 			at = from + (uint64_t)i;
@@ -187,7 +205,7 @@ static int look_past(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *
 	 * predecessor first): what a writer appended, not a block that only checks */
 	uint64_t last = st->prev;
 	while (at && at + NV_LOG_BLOCK <= g->bytes &&
-	       (got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, at)) == NV_LOG_BLOCK &&
+	       (got = seg_pread_quiet(g, blk, NV_LOG_BLOCK, at)) == NV_LOG_BLOCK &&
 	       rec_ok(blk, n, g->gen, at, g->bytes) && r->seq > last) {
 		if (st->nahead < NV_LOG_BUFS)
 			st->at[st->nahead] = at;
@@ -196,28 +214,51 @@ static int look_past(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *
 		st->newest = last = r->seq;
 		at += r->len;
 	}
-	return got < 0 ? (int)got : 0;
+	if (got < 0) {
+		KVT_WARN(s->log,
+			 "nvme: log segment %u.kvl: reading past the stop at offset %" PRIu64
+			 ": %s: what lies past it is unknown, the stop is taken for a torn tail",
+			 n, off, strerror((int)-got));
+		st->nahead = 0;
+		st->unordered = false;
+		st->newest = 0;
+	}
 }
 
 /* Is a walk's stop at off (its block blk, not a valid record) worth a look past it
  * (look_past, one read of up to a batch)? Yes where the block resembles a record of this
  * segment's lap - its magic, or its segment, generation and offset, which one flipped bit
- * leaves - unless it is an intact record of an earlier lap (its CRC checks); and where a
- * segment with a batch in it stops with room for another whole batch (a zeroed or
+ * leaves; and where a segment with a batch in it stops with room for another whole batch
+ * (a zeroed or
  * garbled record: the writer moves on to the next segment only when a batch does not fit,
  * or when a run starts, once per run). Not otherwise: a segment sealed full, or holding
  * no batch (every segment of a voided log), ends in zeros or an earlier lap's bytes, and
- * reading a batch past each would cost an open up to NV_LOG_BUF per segment. */
+ * reading a batch past each would cost an open up to NV_LOG_BUF per segment. Never where
+ * the block is an intact record of another lap (its CRC checks, so no bit flipped): the
+ * end of this lap's writes. That comes first: with nvme.fsync=none a power cut can keep
+ * a new lap's records and lose its segment header, so the old lap is walked up to the
+ * new lap's first surviving record, and the old lap's records past that (a chain of
+ * batches) voided a healthy log until 2026-12-04. */
 static bool stop_suspect(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t off,
 			 uint64_t bytes)
 {
 	const struct nv_log_rec *r = (const struct nv_log_rec *)blk;
-	if (off > NV_LOG_BLOCK && bytes - off >= NV_LOG_BUF)
-		return true;
 	bool magic = !memcmp(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic));
 	if (magic && r->crc == nv_log_crc(blk))
-		return false;
+		return false; /* written whole by a writer: no flipped bit */
+	if (off > NV_LOG_BLOCK && bytes - off >= NV_LOG_BUF)
+		return true;
 	return magic || (r->seg == n && r->gen == gen && r->off == off);
+}
+
+/* Does segment n's header still say g->gen (blk: a block to read it into)? A header that
+ * cannot be read counts as changed. */
+static bool same_lap(const struct nv_seg *g, uint32_t n, uint8_t *blk)
+{
+	const struct nv_log_seghdr *h = (const struct nv_log_seghdr *)blk;
+	return seg_pread_quiet(g, blk, NV_LOG_BLOCK, 0) == NV_LOG_BLOCK &&
+	       !memcmp(h->magic, NV_LOG_SEG_MAGIC, sizeof(h->magic)) && h->seg == n &&
+	       h->crc == nv_log_crc(blk) && h->gen == g->gen;
 }
 
 /* Walk segment n's records (g: its file) into *bs; *ver (if not NULL) is raised to its
@@ -251,13 +292,17 @@ static int walk(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk, struct
 			*st = (struct rstop){.off = off, .prev = prev};
 			if (!stop_suspect(blk, n, g->gen, off, g->bytes))
 				break;
-			int rc = look_past(s, g, n, blk, off, st);
-			if (rc < 0)
-				return rc;
+			look_past(s, g, n, blk, off, st);
 			/* A writer running meanwhile (a read-only open takes no lock) may have
 			 * landed this record since: then it was a write in flight, and the walk
 			 * goes on. */
 			rechecked = off;
+			/* A read-only open racing a writer that reused the segment (a new
+			 * header and generation) saw two laps: what it found says nothing. */
+			if ((st->rec || st->nahead) && !same_lap(g, n, blk)) {
+				*st = (struct rstop){0};
+				break;
+			}
 			if ((st->rec || st->nahead) &&
 			    (got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, off)) == NV_LOG_BLOCK &&
 			    rec_ok(blk, n, g->gen, off, g->bytes)) {
@@ -454,6 +499,8 @@ static void apply(struct nv *s, const struct rbatch *b, uint64_t *bad)
 static int wipe_add(struct nv_log *lg, uint32_t seg, uint64_t off)
 {
 	typeof(lg->ow) *w = &lg->ow;
+	if (off < NV_LOG_BLOCK)
+		return -EINVAL; /* never a segment's header: only records past a stop */
 	if (w->nwipe == w->wipe_cap) {
 		uint32_t nc = w->wipe_cap ? 2 * w->wipe_cap : 2 * NV_LOG_BUFS;
 		struct nv_log_at *x = kvt__realloc(w->wipe, nc * sizeof(*x));
@@ -506,7 +553,11 @@ static uint32_t judge_stops(struct nv_log *lg, const struct rstop *st, uint32_t 
 		lg->seq = KVT_MAX(lg->seq, x->newest);
 		if (x->rec && (*rc = wipe_add(lg, i, x->off)) < 0)
 			return NV_LOG_NONE;
-		for (uint32_t k = 0; k < x->nahead; k++)
+		/* at[] holds only the first NV_LOG_BUFS (more get here only from an unordered
+		 * segment, never voided): a later open that finds the rest past the stop wipes
+		 * them in turn. Reading past at[] zeroed whatever offsets followed it in
+		 * memory, the segment's header among them, until 2026-12-04. */
+		for (uint32_t k = 0; k < KVT_MIN(x->nahead, (uint32_t)NV_LOG_BUFS); k++)
 			if ((*rc = wipe_add(lg, i, x->at[k])) < 0)
 				return NV_LOG_NONE;
 	}
