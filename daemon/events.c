@@ -8,7 +8,7 @@
  * kvtier's own keys (tier, bytes, reason, namespace) that vLLM's decoder ignores. A
  * ROUTER socket (daemon.events_replay) answers "from sequence N" with the batches still
  * buffered, then an end marker (sequence -1), as vLLM's does (pump_replays: a few at a
- * time, one replay per peer). Both endpoints are loopback or ipc:// unless
+ * time, one replay per peer, a bounded number at once and the rest queued). Both endpoints are loopback or ipc:// unless
  * daemon.events_allow_remote: the stream names the blocks every tenant has cached.
  *
  * Why a queue and a thread: the store calls back with its locks held (the DRAM pool's), so
@@ -36,9 +36,11 @@
 #define EV_REPLAY_SENDS_PER_PASS 128 /* messages one replay sends per pass at most */
 #define EV_REPLAY_HWM 256            /* messages queued for one replay peer at most */
 #define EV_REPLAYS_MAX 16            /* replays in flight at once */
+#define EV_REPLAY_WAIT_MAX 64        /* requests queued behind them at most */
 #define EV_REPLAY_STALL_NS (5ull * 1000 * 1000 * 1000) /* unread this long: dropped */
 #define EV_SEQ_END UINT64_MAX        /* -1: the replay is complete */
-#define EV_SEQ_BUSY (UINT64_MAX - 1) /* -2: request refused, this peer's replay is running */
+#define EV_SEQ_BUSY (UINT64_MAX - 1) /* -2: request refused (its peer's replay is running
+				      * or queued, or the queue is full) */
 
 struct replay_ent {
 	uint64_t seq;
@@ -74,6 +76,8 @@ struct kvtd_events {
 	uint64_t hist_bytes, hist_max; /* their bytes, and the bound on them */
 	struct replay_peer peers[EV_REPLAYS_MAX]; /* replays in flight (events thread only) */
 	int n_peers;
+	struct replay_peer waiting[EV_REPLAY_WAIT_MAX]; /* requests queued, oldest first */
+	int n_waiting;
 	bool reqs_waiting; /* the last pass read as many requests as it may: more may wait */
 };
 
@@ -285,10 +289,22 @@ static int send_to_peer(struct kvtd_events *e, const void *id, size_t id_len, ui
 	return 0;
 }
 
+/* Is the peer with routing id (id, id_len) among the n replays at r? */
+static bool peer_in(const struct replay_peer *r, int n, const void *id, size_t id_len)
+{
+	for (int i = 0; i < n; i++)
+		if (r[i].id_len == id_len && !memcmp(r[i].id, id, id_len))
+			return true;
+	return false;
+}
+
 /* Reads one replay request, [identity, "", start sequence (8 bytes, big-endian)], if one
- * waits (false if none): starts that peer's replay (pump_replays sends it), or refuses it
- * with the busy marker (-2, best effort: a peer whose queue is full does not get it) when
- * the peer already has a replay in flight or EV_REPLAYS_MAX are. */
+ * waits (false if none): starts that peer's replay (pump_replays sends it), or queues it
+ * while EV_REPLAYS_MAX run (pump_replays starts it when one ends). It is refused with the
+ * busy marker (-2, best effort: a peer whose queue is full does not get it) only when the
+ * peer already has a replay running or queued, or EV_REPLAY_WAIT_MAX wait: vLLM's
+ * subscribers know -1 and batches, not -2, so a peer that asks once is served, only
+ * later. Until 2026-12-04 the 17th peer to ask while 16 ran was refused. */
 static bool take_request(struct kvtd_events *e, uint64_t now)
 {
 	zmq_msg_t part[3];
@@ -316,18 +332,21 @@ static bool take_request(struct kvtd_events *e, uint64_t now)
 		uint64_t from = 0;
 		for (int i = 0; i < 8; i++)
 			from = from << 8 | p[i];
-		int i = 0;
-		while (i < e->n_peers &&
-		       (e->peers[i].id_len != id_len || memcmp(e->peers[i].id, id, id_len)))
-			i++;
-		if (i < e->n_peers || e->n_peers == EV_REPLAYS_MAX) {
-			send_to_peer(e, id, id_len, EV_SEQ_BUSY, "", 0);
-		} else {
-			struct replay_peer *r = &e->peers[e->n_peers++];
+		struct replay_peer *r = NULL;
+		if (peer_in(e->peers, e->n_peers, id, id_len) ||
+		    peer_in(e->waiting, e->n_waiting, id, id_len))
+			r = NULL;
+		else if (e->n_peers < EV_REPLAYS_MAX)
+			r = &e->peers[e->n_peers++];
+		else if (e->n_waiting < EV_REPLAY_WAIT_MAX)
+			r = &e->waiting[e->n_waiting++];
+		if (r) {
 			memcpy(r->id, id, id_len);
 			r->id_len = id_len;
 			r->next = from;
 			r->moved_ns = now;
+		} else {
+			send_to_peer(e, id, id_len, EV_SEQ_BUSY, "", 0);
 		}
 	}
 	for (int i = 0; i < np; i++)
@@ -348,7 +367,8 @@ static bool take_request(struct kvtd_events *e, uint64_t now)
  * does not read makes the send fail with EAGAIN, and its replay waits at that batch
  * (resumed on a later pass), so what the daemon holds for a peer is bounded by the mark,
  * and a replay longer than the mark still arrives whole. One replay per peer (routing id):
- * a request while its replay runs is refused (take_request), not served again. A replay
+ * a request while its replay runs or waits is refused (take_request), not served again,
+ * and one that finds EV_REPLAYS_MAX running waits for a place, oldest first. A replay
  * ends at its end marker, when its peer is gone (EHOSTUNREACH), or when its peer took
  * nothing for EV_REPLAY_STALL_NS (no end marker then: the peer may ask again), so a peer
  * that never reads cannot hold one of the EV_REPLAYS_MAX places for good. Batches dropped
@@ -380,6 +400,16 @@ static void pump_replays(struct kvtd_events *e, uint64_t now)
 		else
 			i++;
 	}
+	/* places freed: the oldest queued requests start, their stall clock with them */
+	int k = 0;
+	for (; k < e->n_waiting && e->n_peers < EV_REPLAYS_MAX; k++) {
+		e->peers[e->n_peers] = e->waiting[k];
+		e->peers[e->n_peers++].moved_ns = now;
+	}
+	if (k) {
+		memmove(e->waiting, e->waiting + k, (size_t)(e->n_waiting - k) * sizeof(*e->waiting));
+		e->n_waiting -= k;
+	}
 }
 
 static void *events_main(void *arg)
@@ -393,7 +423,7 @@ static void *events_main(void *arg)
 			clock_gettime(CLOCK_REALTIME, &dl);
 			/* wake to serve replay requests; soon while replays are in flight (a
 			 * peer's queue drains without a signal here) or requests may wait */
-			bool soon = e->n_peers || e->reqs_waiting;
+			bool soon = e->n_peers || e->n_waiting || e->reqs_waiting;
 			dl.tv_nsec += (soon ? 1 : 20) * 1000 * 1000;
 			if (dl.tv_nsec >= 1000000000) {
 				dl.tv_sec++;

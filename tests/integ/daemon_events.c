@@ -20,7 +20,8 @@
  *  7. a tcp:// endpoint that is not loopback stops kvtierd at start unless
  *     daemon.events_allow_remote; loopback ones (127.0.0.1, localhost) start;
  *  8. a peer that asks 20 times without reading gets one replay, the rest refused (busy);
- *  9. a flood of replay requests from peers that never read does not hold up the stream.
+ *  9. a flood of replay requests from peers that never read does not hold up the stream;
+ * 10. 24 peers asking at once (16 replays run at a time) each get the whole replay.
  */
 #include <fcntl.h>
 #include <msgpack.h>
@@ -510,6 +511,72 @@ static void test_replay_one_per_peer(void *zc)
 	zmq_close(dealer);
 }
 
+/* ---- 10. more peers than replays run at once (16), each asking once before any reads:
+ * every one gets the whole replay, in order, and its end marker, none a busy marker - the
+ * 8 past the 16 wait for a place. Until 2026-12-04 they were refused with -2, which
+ * vLLM's subscribers do not know. All are read round-robin, so none stalls 5 s. */
+#define N_QUEUED 24
+
+static void test_replay_queued(void *zc)
+{
+	void *d[N_QUEUED];
+	uint64_t n[N_QUEUED] = {0}, prev[N_QUEUED] = {0}, ends[N_QUEUED] = {0};
+	uint64_t busy = 0, first = 0, last = 0;
+	void *probe = zmq_socket(zc, ZMQ_DEALER);
+	CHECK(zmq_connect(probe, strchr(replay_ep, '=') + 1) == 0);
+	uint64_t n_hist = replay_from(probe, 0, &first, &last);
+	zmq_close(probe);
+	CHECK(n_hist > 0);
+	uint8_t zero[8] = {0};
+	zmq_pollitem_t pi[N_QUEUED];
+	for (int i = 0; i < N_QUEUED; i++) {
+		d[i] = zmq_socket(zc, ZMQ_DEALER);
+		CHECK(zmq_connect(d[i], strchr(replay_ep, '=') + 1) == 0);
+		pi[i] = (zmq_pollitem_t){.socket = d[i], .events = ZMQ_POLLIN};
+	}
+	for (int i = 0; i < N_QUEUED; i++) {
+		CHECK(zmq_send(d[i], "", 0, ZMQ_SNDMORE) == 0);
+		CHECK(zmq_send(d[i], zero, 8, 0) == 8);
+	}
+	usleep(300 * 1000); /* the daemon takes every request before anyone reads */
+	uint64_t t0 = test_now_ns();
+	int done = 0;
+	while (done < N_QUEUED && test_ms_since(t0) < 60000) {
+		if (zmq_poll(pi, N_QUEUED, 1000) <= 0)
+			continue;
+		for (int i = 0; i < N_QUEUED; i++) {
+			zmq_msg_t parts[3];
+			if (!(pi[i].revents & ZMQ_POLLIN) || recv_parts(d[i], 3, 0, parts))
+				continue;
+			uint64_t seq = seq_of(&parts[1]);
+			for (int j = 0; j < 3; j++)
+				zmq_msg_close(&parts[j]);
+			if (seq == SEQ_BUSY) {
+				busy++;
+			} else if (seq == UINT64_MAX) {
+				ends[i]++;
+				done++;
+			} else {
+				CHECKM(n[i] ? seq == prev[i] + 1 : seq == first,
+				       "peer %d: batch %llu after %llu", i, (unsigned long long)seq,
+				       (unsigned long long)(n[i] ? prev[i] : first));
+				prev[i] = seq;
+				n[i]++;
+			}
+		}
+	}
+	int whole = 0;
+	for (int i = 0; i < N_QUEUED; i++)
+		whole += ends[i] == 1 && n[i] == n_hist;
+	printf("  %d peers asking at once (16 run at a time): %d got the whole replay (%llu "
+	       "batches) and its end marker, %llu busy markers\n",
+	       N_QUEUED, whole, (unsigned long long)n_hist, (unsigned long long)busy);
+	CHECK_EQ(busy, 0); /* was 8 */
+	CHECK_EQ(whole, N_QUEUED);
+	for (int i = 0; i < N_QUEUED; i++)
+		zmq_close(d[i]);
+}
+
 /* ---- 9. a flood of replay requests (two peers that ask as fast as they can and never
  * read) while the store changes: every put's event is published within 3 s. The old daemon
  * served every waiting request before it published again, and the flood never let the
@@ -857,6 +924,7 @@ int main(void)
 		} else {
 			test_replay_long(zc, s);
 			test_replay_one_per_peer(zc);
+			test_replay_queued(zc);
 			test_replay_flood(zc, s);
 		}
 		kvt_store_close(s);
