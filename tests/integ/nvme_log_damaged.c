@@ -76,6 +76,15 @@ static int served(struct kvt_tier *t, uint64_t seed, uint64_t i)
 	return ok;
 }
 
+/* How many of keys (seed, 0 .. n-1) are served. */
+static int served_below(struct kvt_tier *t, uint64_t seed, uint64_t n)
+{
+	int k = 0;
+	for (uint64_t i = 0; i < n; i++)
+		k += served(t, seed, i);
+	return k;
+}
+
 static void del(struct kvt_tier *t, uint64_t seed, uint64_t i)
 {
 	struct kvt_key k = make_key(seed, i);
@@ -220,6 +229,23 @@ static void rec_io(const char *dir, uint32_t n, uint64_t off, uint8_t *b, bool w
 	close(fd);
 }
 
+/* A store at root/name whose 0.kvl holds 12 batches, keys (seed, 0 .. 11), one each; their
+ * records' offsets in at[12]. dir gets the store's path (300 bytes). */
+static void log_of_12(const char *root, const char *name, uint64_t seed, char *dir, uint64_t *at)
+{
+	snprintf(dir, 300, "%s/%s", root, name);
+	struct kvt_tier *t;
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	for (uint64_t i = 0; i < 12; i++)
+		put(t, seed, i);
+	kvt__tier_close(t);
+	uint64_t all[64];
+	int nr = 0;
+	records(dir, 0, all, 64, &nr);
+	CHECK_EQ(nr, 12);
+	memcpy(at, all, 12 * sizeof(*at));
+}
+
 /* (2) What crashes leave is never judged by other segments' batches. A power cut with
  * four batches in flight, X and X+2 never landed, X+1 and X+3 did (the run after it zeroes
  * X+1, the chain past X stops at the hole); and a store an older build ran after a crash,
@@ -229,17 +255,11 @@ static void rec_io(const char *dir, uint32_t n, uint64_t off, uint8_t *b, bool w
  * the stop and voided the healthy log (found by review: keys 0 and 27 no longer served). */
 static void test_crash_left(const char *root, bool old_build)
 {
-	char dir[300];
-	snprintf(dir, sizeof(dir), "%s/crash%d", root, old_build);
+	char dir[300], name[16];
+	snprintf(name, sizeof(name), "crash%d", old_build);
+	uint64_t at[12];
+	log_of_12(root, name, 5, dir, at);
 	struct kvt_tier *t;
-	CHECK_EQ(open_log(&t, dir, false), 0);
-	for (uint64_t i = 0; i < 12; i++)
-		put(t, 5, i);
-	kvt__tier_close(t);
-	uint64_t at[64];
-	int nr = 0;
-	records(dir, 0, at, 64, &nr);
-	CHECK_EQ(nr, 12);
 	static uint8_t zero[NV_LOG_BLOCK], saved[3][NV_LOG_BLOCK];
 	for (int k = 0; k < 3; k++)
 		rec_io(dir, 0, at[9 + k], saved[k], false);
@@ -276,23 +296,14 @@ static void test_crash_left(const char *root, bool old_build)
 static void test_unordered(const char *root)
 {
 	char dir[300];
-	snprintf(dir, sizeof(dir), "%s/unordered", root);
-	struct kvt_tier *t;
+	uint64_t at[12];
 	fsync_mode = "none";
-	CHECK_EQ(open_log(&t, dir, false), 0);
-	for (uint64_t i = 0; i < 12; i++)
-		put(t, 6, i);
-	kvt__tier_close(t);
-	uint64_t at[64];
-	int nr = 0;
-	records(dir, 0, at, 64, &nr);
-	CHECK_EQ(nr, 12);
+	log_of_12(root, "unordered", 6, dir, at);
+	struct kvt_tier *t;
 	flip_len(dir, 0, at[3]);
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, false), 0);
-	int kept = 0;
-	for (uint64_t i = 0; i < 3; i++)
-		kept += served(t, 6, i);
+	int kept = served_below(t, 6, 3);
 	printf("nvme_log_damaged: fsync=none, a hole with 8 batches past it: %d damage lines, "
 	       "%d of the 3 keys before it served\n",
 	       log_count(DAMAGE), kept);
@@ -305,10 +316,7 @@ static void test_unordered(const char *root)
 	 * read offsets past the look's list, and zeroed the segment's header with them. */
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, false), 0);
-	kept = 0;
-	for (uint64_t i = 0; i < 3; i++)
-		kept += served(t, 6, i);
-	CHECK_EQ(kept, 3);
+	CHECK_EQ(served_below(t, 6, 3), 3);
 	CHECK_EQ(served(t, 6, 20), 1);
 	CHECK_EQ(log_count(DAMAGE), 0);
 	kvt__tier_close(t);
@@ -327,16 +335,9 @@ static void test_unordered(const char *root)
 static void test_new_lap_record(const char *root)
 {
 	char dir[300];
-	snprintf(dir, sizeof(dir), "%s/newlap", root);
+	uint64_t at[12];
+	log_of_12(root, "newlap", 7, dir, at);
 	struct kvt_tier *t;
-	CHECK_EQ(open_log(&t, dir, false), 0);
-	for (uint64_t i = 0; i < 12; i++)
-		put(t, 7, i);
-	kvt__tier_close(t);
-	uint64_t at[64];
-	int nr = 0;
-	records(dir, 0, at, 64, &nr);
-	CHECK_EQ(nr, 12);
 	static uint8_t b[NV_LOG_BLOCK];
 	rec_io(dir, 0, at[5], b, false);
 	struct nv_log_rec *r = (struct nv_log_rec *)b;
@@ -346,9 +347,7 @@ static void test_new_lap_record(const char *root)
 	rec_io(dir, 0, at[5], b, true);
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, true), 0);
-	int kept = 0;
-	for (uint64_t i = 0; i < 5; i++)
-		kept += served(t, 7, i);
+	int kept = served_below(t, 7, 5);
 	printf("nvme_log_damaged: a new lap's record before the old lap's: %d damage lines, "
 	       "%d of the 5 keys before it served\n",
 	       log_count(DAMAGE), kept);
@@ -365,17 +364,12 @@ static void test_new_lap_record(const char *root)
  * batches; taken silently, every key before it served. */
 static void test_torn(const char *root, int back)
 {
-	char dir[300];
-	snprintf(dir, sizeof(dir), "%s/torn%d", root, back);
+	char dir[300], name[16];
+	snprintf(name, sizeof(name), "torn%d", back);
+	uint64_t at[12];
+	log_of_12(root, name, 3, dir, at);
 	struct kvt_tier *t;
-	CHECK_EQ(open_log(&t, dir, false), 0);
-	for (uint64_t i = 0; i < 12; i++)
-		put(t, 3, i);
-	kvt__tier_close(t);
-	uint64_t at[64];
-	int nr = 0;
-	records(dir, 0, at, 64, &nr);
-	CHECK_EQ(nr, 12);
+	int nr = 12;
 	flip_len(dir, 0, at[nr - 1 - back]);
 	int bad = 0;
 	CHECK_EQ(verify(dir, &bad), 0);
