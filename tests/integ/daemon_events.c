@@ -21,7 +21,8 @@
  *     daemon.events_allow_remote; loopback ones (127.0.0.1, localhost) start;
  *  8. a peer that asks 20 times without reading gets one replay, the rest refused (busy);
  *  9. a flood of replay requests from peers that never read does not hold up the stream;
- * 10. 24 peers asking at once (16 replays run at a time) each get the whole replay.
+ * 10. 24 peers asking at once (16 replays run at a time) each get the whole replay;
+ * 11. 81 asking at once and reading nothing: 16 run, 64 wait, one is refused (busy).
  */
 #include <fcntl.h>
 #include <msgpack.h>
@@ -577,6 +578,55 @@ static void test_replay_queued(void *zc)
 		zmq_close(d[i]);
 }
 
+/* ---- 11. the queue is bounded: 81 peers ask at once and read nothing, 16 replays start,
+ * 64 requests wait, and exactly one peer is refused with the busy marker. Closing them all
+ * frees every place (their replays end at EHOSTUNREACH): a peer asking after that is served
+ * whole. */
+#define N_FULL (16 + 64 + 1)
+
+static void test_replay_queue_full(void *zc)
+{
+	void *d[N_FULL];
+	uint8_t zero[8] = {0};
+	int linger = 0;
+	for (int i = 0; i < N_FULL; i++) {
+		d[i] = zmq_socket(zc, ZMQ_DEALER);
+		zmq_setsockopt(d[i], ZMQ_LINGER, &linger, sizeof(linger));
+		CHECK(zmq_connect(d[i], strchr(replay_ep, '=') + 1) == 0);
+	}
+	usleep(200 * 1000); /* connected before any request: the daemon sees all 81 */
+	for (int i = 0; i < N_FULL; i++) {
+		CHECK(zmq_send(d[i], "", 0, ZMQ_SNDMORE) == 0);
+		CHECK(zmq_send(d[i], zero, 8, 0) == 8);
+	}
+	usleep(1000 * 1000); /* taken (4 a pass); no replay can finish unread, none stalls yet */
+	int busy = 0, running = 0, quiet = 0;
+	for (int i = 0; i < N_FULL; i++) {
+		zmq_msg_t parts[3];
+		if (recv_parts(d[i], 3, 0, parts)) {
+			quiet++;
+			continue;
+		}
+		uint64_t seq = seq_of(&parts[1]);
+		for (int j = 0; j < 3; j++)
+			zmq_msg_close(&parts[j]);
+		busy += seq == SEQ_BUSY;
+		running += seq != SEQ_BUSY && seq != UINT64_MAX;
+	}
+	printf("  %d peers asking at once, reading nothing: %d replays running, %d waiting, %d "
+	       "busy\n", N_FULL, running, quiet, busy);
+	CHECK_EQ(running, 16);
+	CHECK_EQ(quiet, 64);
+	CHECK_EQ(busy, 1);
+	for (int i = 0; i < N_FULL; i++)
+		zmq_close(d[i]);
+	void *late = zmq_socket(zc, ZMQ_DEALER);
+	CHECK(zmq_connect(late, strchr(replay_ep, '=') + 1) == 0);
+	uint64_t first = 0, last = 0;
+	CHECKM(replay_from(late, 0, &first, &last) > 0, "no replay after the 81 peers left");
+	zmq_close(late);
+}
+
 /* ---- 9. a flood of replay requests (two peers that ask as fast as they can and never
  * read) while the store changes: every put's event is published within 3 s. The old daemon
  * served every waiting request before it published again, and the flood never let the
@@ -925,6 +975,7 @@ int main(void)
 			test_replay_long(zc, s);
 			test_replay_one_per_peer(zc);
 			test_replay_queued(zc);
+			test_replay_queue_full(zc);
 			test_replay_flood(zc, s);
 		}
 		kvt_store_close(s);
