@@ -275,7 +275,12 @@ uint8_t *nv_log_batch_copy(struct nv_batch *b, uint64_t need)
 	return dst;
 }
 
-/* Write segment n's header for generation gen and make it durable (with nvme.fsync). */
+/* Write segment n's header for generation gen and make it durable, whatever nvme.fsync:
+ * once per segment turn, and it must land before any record of its lap. Under
+ * nvme.fsync=none, until 2026-12-04, a power cut could keep the lap's first records, or
+ * log/head naming the lap, and lose the header: the next open then voided the log (a
+ * head naming a generation the segment does not have) or walked the old lap into the
+ * new one's records (found by review). */
 int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen)
 {
 	struct nv_log *lg = s->lg;
@@ -292,7 +297,7 @@ int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen)
 	int rc = 0;
 	if (pwrite(lg->segs[n].fd, blk, NV_LOG_BLOCK, 0) != NV_LOG_BLOCK)
 		rc = errno ? -errno : -EIO;
-	else if (s->fsync_mode != NV_FSYNC_NONE && fdatasync(lg->segs[n].fd) < 0)
+	else if (fdatasync(lg->segs[n].fd) < 0)
 		rc = -errno;
 	nv_dirty_fs(s, 0);
 	kvt__free_aligned(blk, NV_LOG_BLOCK);

@@ -129,39 +129,33 @@ static bool rec_ok(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t off, u
  * for a segment that fails to open (seg_open_failed) or an unreadable log/head. */
 /* Reads len bytes at off, looping over short reads; a short count only at the file's end
  * (it shrank since it was opened). A read that fails, or that ends before the file does,
- * is -EIO (or the read's errno): an I/O error is not the end of what was written. Silent:
- * seg_pread and look_past each say what an error means to them. */
-static ssize_t seg_pread_quiet(const struct nv_seg *g, void *buf, size_t len, uint64_t off)
-{
-	size_t done = 0;
-	while (done < len) {
-		ssize_t got = pread(g->fd, (uint8_t *)buf + done, len - done, (off_t)(off + done));
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got < 0)
-			return -errno;
-		if (got == 0) {
-			struct stat st;
-			if (fstat(g->fd, &st) < 0 || off + done < (uint64_t)st.st_size)
-				return -EIO; /* nothing read inside the file: the read ended at an error */
-			break;
-		}
-		done += (size_t)got;
-	}
-	return (ssize_t)done;
-}
-
+ * fails the open with one line: an I/O error is not the end of what was written. */
 static ssize_t seg_pread(struct nv *s, const struct nv_seg *g, uint32_t n, void *buf, size_t len,
 			 uint64_t off)
 {
-	ssize_t got = seg_pread_quiet(g, buf, len, off);
-	if (got >= 0)
-		return got;
+	size_t done = 0;
+	int err = 0;
+	while (done < len && !err) {
+		ssize_t got = pread(g->fd, (uint8_t *)buf + done, len - done, (off_t)(off + done));
+		struct stat st;
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			err = errno;
+		else if (got == 0 &&
+			 (fstat(g->fd, &st) < 0 || off + done < (uint64_t)st.st_size))
+			err = EIO; /* nothing read inside the file: the read ended at an error */
+		else if (got == 0)
+			break;
+		done += got > 0 ? (size_t)got : 0;
+	}
+	if (!err)
+		return (ssize_t)done;
 	KVT_ERR(s->log,
 		"nvme: log segment %u.kvl: reading %zu bytes at offset %" PRIu64 ": %s: the log "
 		"cannot be read whole, so the tier does not open (nothing was changed)",
-		n, len, off, strerror((int)-got));
-	return got;
+		n, len, off, strerror(err));
+	return -err;
 }
 
 /* Where a segment's walk stopped short of its end, and what lies past that point in the
@@ -183,10 +177,11 @@ struct rstop {
  * successor starts at most one batch (NV_LOG_BUF) past it, so those bytes are read (one
  * read, only where stop_suspect says so) for a valid record of the segment's
  * generation, and the records from there are followed as the walk does. blk is
- * NV_LOG_BUF bytes. The reads are speculative: one that fails is warned about and what
- * it would have told is taken as unknown (the stop is judged as a torn tail, as before
- * there was a look), not as a reason to refuse the open. */
-static void look_past(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t off,
+ * NV_LOG_BUF bytes. A read that fails fails the open, as the walk's own do: taken for
+ * "nothing past the stop" (briefly, on 2026-12-04), a read-write open then zeroed the
+ * damaged record and served the objects before it, removed keys among them, and the next
+ * open without the error voided the log (found by review). */
+static int look_past(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *blk, uint64_t off,
 		     struct rstop *st)
 {
 	const struct nv_log_rec *r = (const struct nv_log_rec *)blk;
@@ -194,10 +189,10 @@ static void look_past(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t 
 		  r->gen == g->gen && r->off == off;
 	uint64_t from = off + NV_LOG_BLOCK, at = 0;
 	if (from + NV_LOG_BLOCK > g->bytes)
-		return;
+		return 0;
 	uint64_t span =
 	    KVT_MIN((uint64_t)NV_LOG_BUF, (g->bytes - from) / NV_LOG_BLOCK * NV_LOG_BLOCK);
-	ssize_t got = seg_pread_quiet(g, blk, span, from);
+	ssize_t got = seg_pread(s, g, n, blk, span, from);
 	for (ssize_t i = 0; !at && i + NV_LOG_BLOCK <= got; i += NV_LOG_BLOCK)
 		if (rec_ok(blk + i, n, g->gen, from + (uint64_t)i, g->bytes))
 			at = from + (uint64_t)i;
@@ -205,7 +200,7 @@ static void look_past(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t 
 	 * predecessor first): what a writer appended, not a block that only checks */
 	uint64_t last = st->prev;
 	while (at && at + NV_LOG_BLOCK <= g->bytes &&
-	       (got = seg_pread_quiet(g, blk, NV_LOG_BLOCK, at)) == NV_LOG_BLOCK &&
+	       (got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, at)) == NV_LOG_BLOCK &&
 	       rec_ok(blk, n, g->gen, at, g->bytes) && r->seq > last) {
 		if (st->nahead < NV_LOG_BUFS)
 			st->at[st->nahead] = at;
@@ -214,15 +209,7 @@ static void look_past(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t 
 		st->newest = last = r->seq;
 		at += r->len;
 	}
-	if (got < 0) {
-		KVT_WARN(s->log,
-			 "nvme: log segment %u.kvl: reading past the stop at offset %" PRIu64
-			 ": %s: what lies past it is unknown, the stop is taken for a torn tail",
-			 n, off, strerror((int)-got));
-		st->nahead = 0;
-		st->unordered = false;
-		st->newest = 0;
-	}
+	return got < 0 ? (int)got : 0;
 }
 
 /* Is a walk's stop at off (its block blk, not a valid record) worth a look past it
@@ -244,21 +231,37 @@ static bool stop_suspect(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t 
 {
 	const struct nv_log_rec *r = (const struct nv_log_rec *)blk;
 	bool magic = !memcmp(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic));
-	if (magic && r->crc == nv_log_crc(blk))
-		return false; /* written whole by a writer: no flipped bit */
+	if (magic && r->crc == nv_log_crc(blk) && (r->seg != n || r->gen != gen))
+		return false; /* another lap's, written whole by a writer: no flipped bit */
 	if (off > NV_LOG_BLOCK && bytes - off >= NV_LOG_BUF)
 		return true;
 	return magic || (r->seg == n && r->gen == gen && r->off == off);
 }
 
-/* Does segment n's header still say g->gen (blk: a block to read it into)? A header that
- * cannot be read counts as changed. */
-static bool same_lap(const struct nv_seg *g, uint32_t n, uint8_t *blk)
+/* Does segment n's header still say g->gen (blk: a block to read it into)? 1 yes, 0 no,
+ * or a read error (the open fails, as for any read of the log that fails). */
+static int same_lap(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *blk)
 {
 	const struct nv_log_seghdr *h = (const struct nv_log_seghdr *)blk;
-	return seg_pread_quiet(g, blk, NV_LOG_BLOCK, 0) == NV_LOG_BLOCK &&
-	       !memcmp(h->magic, NV_LOG_SEG_MAGIC, sizeof(h->magic)) && h->seg == n &&
-	       h->crc == nv_log_crc(blk) && h->gen == g->gen;
+	ssize_t got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, 0);
+	if (got < 0)
+		return (int)got;
+	return got == NV_LOG_BLOCK && !memcmp(h->magic, NV_LOG_SEG_MAGIC, sizeof(h->magic)) &&
+	       h->seg == n && h->crc == nv_log_crc(blk) && h->gen == g->gen;
+}
+
+/* The block at a walk's stop is an intact record of segment n with a generation above
+ * gen: a newer lap whose header a power cut lost (written before 2026-12-04 with
+ * nvme.fsync=none, when headers were not synced in that mode). Its generation is taken
+ * as the segment's: the next reuse then writes a generation above it, so that none of
+ * that lap's records can ever check again (they carry sequence numbers this open never
+ * saw), and a log/head naming that lap does not count as a lost segment. */
+static uint64_t newer_lap(const uint8_t *blk, uint32_t n, uint64_t gen)
+{
+	const struct nv_log_rec *r = (const struct nv_log_rec *)blk;
+	bool ok = !memcmp(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic)) && r->seg == n &&
+		  r->gen > gen && r->crc == nv_log_crc(blk);
+	return ok ? r->gen : 0;
 }
 
 /* Walk segment n's records (g: its file) into *bs; *ver (if not NULL) is raised to its
@@ -287,19 +290,29 @@ static int walk(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk, struct
 			break; /* the file's end: it shrank since it was opened */
 		struct nv_log_rec *r = (struct nv_log_rec *)blk;
 		if (!rec_ok(blk, n, g->gen, off, g->bytes)) {
+			uint64_t newer = newer_lap(blk, n, g->gen);
+			if (newer) {
+				g->gen = newer;
+				break;
+			}
 			if (!st || rechecked == off)
 				break;
 			*st = (struct rstop){.off = off, .prev = prev};
 			if (!stop_suspect(blk, n, g->gen, off, g->bytes))
 				break;
-			look_past(s, g, n, blk, off, st);
+			int rc = look_past(s, g, n, blk, off, st);
+			if (rc < 0)
+				return rc;
 			/* A writer running meanwhile (a read-only open takes no lock) may have
 			 * landed this record since: then it was a write in flight, and the walk
 			 * goes on. */
 			rechecked = off;
-			/* A read-only open racing a writer that reused the segment (a new
-			 * header and generation) saw two laps: what it found says nothing. */
-			if ((st->rec || st->nahead) && !same_lap(g, n, blk)) {
+			/* A read-only open (it takes no lock) racing a writer that reused
+			 * the segment (a new header and generation) saw two laps: what it
+			 * found says nothing. A read-write open holds the lock: no writer. */
+			if (s->ro && (st->rec || st->nahead) && (rc = same_lap(s, g, n, blk)) <= 0) {
+				if (rc < 0)
+					return rc;
 				*st = (struct rstop){0};
 				break;
 			}
@@ -554,9 +567,10 @@ static uint32_t judge_stops(struct nv_log *lg, const struct rstop *st, uint32_t 
 		if (x->rec && (*rc = wipe_add(lg, i, x->off)) < 0)
 			return NV_LOG_NONE;
 		/* at[] holds only the first NV_LOG_BUFS (more get here only from an unordered
-		 * segment, never voided): a later open that finds the rest past the stop wipes
-		 * them in turn. Reading past at[] zeroed whatever offsets followed it in
-		 * memory, the segment's header among them, until 2026-12-04. */
+		 * segment, never voided); the rest stay, never applied (the walk ends at the
+		 * stop) and dead once the segment is reused. Reading past at[] zeroed whatever
+		 * offsets followed it in memory, the segment's header among them, until
+		 * 2026-12-04. */
 		for (uint32_t k = 0; k < KVT_MIN(x->nahead, (uint32_t)NV_LOG_BUFS); k++)
 			if ((*rc = wipe_add(lg, i, x->at[k])) < 0)
 				return NV_LOG_NONE;
