@@ -53,6 +53,7 @@ struct replay_peer {
 	uint8_t id[255];
 	size_t id_len;
 	uint64_t next;     /* the next batch it is sent */
+	uint64_t end;      /* the first batch it is not sent: the stream's next when it started */
 	uint64_t moved_ns; /* when it last took a message */
 };
 
@@ -344,6 +345,7 @@ static bool take_request(struct kvtd_events *e, uint64_t now)
 			memcpy(r->id, id, id_len);
 			r->id_len = id_len;
 			r->next = from;
+			r->end = e->seq; /* a queued one's is set again when it starts */
 			r->moved_ns = now;
 		} else {
 			send_to_peer(e, id, id_len, EV_SEQ_BUSY, "", 0);
@@ -356,7 +358,10 @@ static bool take_request(struct kvtd_events *e, uint64_t now)
 
 /*
  * Sends each replay in flight its next batches, EV_REPLAY_SENDS_PER_PASS at most per pass,
- * then its end marker once it has caught up with the stream.
+ * then its end marker once it has sent what the buffer held when it started (later
+ * batches reach the peer on the live stream). That end keeps every replay finite: one that
+ * followed the stream's head, to a peer reading slower than batches were published, never
+ * ended and held its place for good, and with queued requests behind it (found by review).
  *
  * Why this way: a replay used to be queued whole, at once, for each request, into a ROUTER
  * whose high-water mark held four whole buffers per peer (it counts messages, not
@@ -382,7 +387,7 @@ static void pump_replays(struct kvtd_events *e, uint64_t now)
 		for (int k = 0; k < EV_REPLAY_SENDS_PER_PASS && !done; k++) {
 			if (p->next < e->hist_lo)
 				p->next = e->hist_lo;
-			bool end = p->next >= e->seq;
+			bool end = p->next >= p->end;
 			const struct replay_ent *r = end ? NULL : &e->hist[p->next % e->hist_cap];
 			if (send_to_peer(e, p->id, p->id_len, end ? EV_SEQ_END : p->next,
 					 end ? "" : r->buf, end ? 0 : r->len) < 0) {
@@ -404,6 +409,7 @@ static void pump_replays(struct kvtd_events *e, uint64_t now)
 	int k = 0;
 	for (; k < e->n_waiting && e->n_peers < EV_REPLAYS_MAX; k++) {
 		e->peers[e->n_peers] = e->waiting[k];
+		e->peers[e->n_peers].end = e->seq;
 		e->peers[e->n_peers++].moved_ns = now;
 	}
 	if (k) {

@@ -22,7 +22,8 @@
  *  8. a peer that asks 20 times without reading gets one replay, the rest refused (busy);
  *  9. a flood of replay requests from peers that never read does not hold up the stream;
  * 10. 24 peers asking at once (16 replays run at a time) each get the whole replay;
- * 11. 81 asking at once and reading nothing: 16 run, 64 wait, one is refused (busy).
+ * 11. 81 asking at once and reading nothing: 16 run, 64 wait, one is refused (busy);
+ * 12. a replay ends at the batch that was newest when it started.
  */
 #include <fcntl.h>
 #include <msgpack.h>
@@ -384,7 +385,8 @@ static uint64_t replay_from(void *dealer, uint64_t from, uint64_t *first, uint64
 	zmq_msg_t parts[3];
 	uint64_t n = 0;
 	for (;;) {
-		CHECKM(recv_parts(dealer, 3, 30000, parts) == 0, "replay: no answer");
+		CHECKM(recv_parts(dealer, 3, 30000, parts) == 0, "replay from %llu: no answer after %llu batches",
+		       (unsigned long long)from, (unsigned long long)n);
 		uint64_t seq = seq_of(&parts[1]);
 		for (int i = 0; i < 3; i++)
 			zmq_msg_close(&parts[i]);
@@ -580,8 +582,7 @@ static void test_replay_queued(void *zc)
 
 /* ---- 11. the queue is bounded: 81 peers ask at once and read nothing, 16 replays start,
  * 64 requests wait, and exactly one peer is refused with the busy marker. Closing them all
- * frees every place (their replays end at EHOSTUNREACH): a peer asking after that is served
- * whole. */
+ * frees every place: a peer asking after that gets its replay. */
 #define N_FULL (16 + 64 + 1)
 
 static void test_replay_queue_full(void *zc)
@@ -620,11 +621,84 @@ static void test_replay_queue_full(void *zc)
 	CHECK_EQ(busy, 1);
 	for (int i = 0; i < N_FULL; i++)
 		zmq_close(d[i]);
+	/* A peer asking now, as a client should, asks again after a busy marker: the queue
+	 * stays full until the daemon has found the dead peers gone - at once where a send
+	 * fails (EHOSTUNREACH), else by the 5 s stall, 16 at a time (up to 25 s, longer on a
+	 * loaded machine). */
 	void *late = zmq_socket(zc, ZMQ_DEALER);
 	CHECK(zmq_connect(late, strchr(replay_ep, '=') + 1) == 0);
-	uint64_t first = 0, last = 0;
-	CHECKM(replay_from(late, 0, &first, &last) > 0, "no replay after the 81 peers left");
+	uint64_t t0 = test_now_ns(), seq = SEQ_BUSY;
+	int asked = 0;
+	while (seq == SEQ_BUSY && test_ms_since(t0) < 90000) {
+		CHECK(zmq_send(late, "", 0, ZMQ_SNDMORE) == 0);
+		CHECK(zmq_send(late, zero, 8, 0) == 8);
+		asked++;
+		zmq_msg_t parts[3];
+		CHECKM(recv_parts(late, 3, 90000, parts) == 0, "no answer after the 81 peers left");
+		seq = seq_of(&parts[1]);
+		for (int j = 0; j < 3; j++)
+			zmq_msg_close(&parts[j]);
+		if (seq == SEQ_BUSY)
+			usleep(500 * 1000);
+	}
+	printf("  a peer asking after they left: its replay began after %.1f s (%d requests)\n",
+	       test_ms_since(t0) / 1000.0, asked);
+	CHECKM(seq != SEQ_BUSY, "still busy 90 s after the 81 peers left");
 	zmq_close(late);
+}
+
+/* ---- 12. a replay ends at what the buffer held when it started: batches published while
+ * it runs reach the peer on the live stream, not in the replay. Until 2026-12-04 a replay
+ * followed the stream's head, so one to a peer reading slower than batches were published
+ * never ended, and held one of the 16 places for good. Here the peer asks, reads nothing
+ * while 8 puts publish new batches (its replay, thousands of batches, cannot finish
+ * before: 256 fit in its queue), then reads: the newest replayed is older than them. */
+static void test_replay_snapshot(void *zc, struct kvt_store *s)
+{
+	void *dealer = zmq_socket(zc, ZMQ_DEALER);
+	CHECK(zmq_connect(dealer, strchr(replay_ep, '=') + 1) == 0);
+	uint64_t first = 0, last = 0;
+	uint64_t n0 = replay_from(dealer, 0, &first, &last);
+	CHECKM(n0 > 1000, "a replay of %llu batches: too short to be running during the puts",
+	       (unsigned long long)n0);
+	uint64_t before = last; /* the newest batch when the replay starts */
+	uint8_t zero[8] = {0};
+	CHECK(zmq_send(dealer, "", 0, ZMQ_SNDMORE) == 0);
+	CHECK(zmq_send(dealer, zero, 8, 0) == 8);
+	usleep(200 * 1000);
+	size_t len = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	void *buf = malloc(len);
+	for (int i = 0; i < 8; i++) {
+		struct kvt_key k;
+		memset(&k, 0, sizeof(k));
+		k.bytes[0] = (uint8_t)i;
+		k.bytes[31] = 0xd7;
+		test_fill(buf, len, (uint64_t)i + 700);
+		CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, len), 0);
+		usleep(20 * 1000); /* a batch each */
+	}
+	free(buf);
+	usleep(200 * 1000);
+	uint64_t n = 0, newest = 0, ends = 0;
+	zmq_msg_t parts[3];
+	while (!ends && recv_parts(dealer, 3, 10000, parts) == 0) {
+		uint64_t seq = seq_of(&parts[1]);
+		for (int i = 0; i < 3; i++)
+			zmq_msg_close(&parts[i]);
+		if (seq == UINT64_MAX)
+			ends++;
+		else
+			newest = seq, n++;
+	}
+	CHECK(replay_from(dealer, before + 1, &first, &last) > 0); /* the puts made batches */
+	printf("  a replay started at batch %llu: %llu batches, the newest %llu, then its end "
+	       "marker; batches published meanwhile: %llu..%llu\n",
+	       (unsigned long long)before, (unsigned long long)n, (unsigned long long)newest,
+	       (unsigned long long)first, (unsigned long long)last);
+	CHECK_EQ(ends, 1);
+	CHECKM(newest <= before, "the replay went on to batch %llu, published after it started "
+	       "(%llu)", (unsigned long long)newest, (unsigned long long)before);
+	zmq_close(dealer);
 }
 
 /* ---- 9. a flood of replay requests (two peers that ask as fast as they can and never
@@ -976,6 +1050,7 @@ int main(void)
 			test_replay_one_per_peer(zc);
 			test_replay_queued(zc);
 			test_replay_queue_full(zc);
+			test_replay_snapshot(zc, s);
 			test_replay_flood(zc, s);
 		}
 		kvt_store_close(s);
