@@ -68,8 +68,11 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 	g->bytes = (uint64_t)st.st_size;
 	if (create) {
 		int rc = fallocate(fd, 0, 0, (off_t)lg->seg_bytes) < 0 ? -errno : 0;
-		/* The new name must survive a crash before objects in it are acknowledged. */
-		if (!rc && s->fsync_mode != NV_FSYNC_NONE && fsync(lg->dfd) < 0)
+		/* The new name must survive a crash before objects in it are acknowledged, and
+		 * before log/head names it, whatever nvme.fsync: a head naming a segment that
+		 * a power cut left without its name voids the log at the next open (flushed
+		 * objects with it). Once per segment, on the first lap only. */
+		if (!rc && fsync(lg->dfd) < 0)
 			rc = -errno;
 		if (rc < 0) {
 			close(fd);
@@ -344,7 +347,9 @@ int nv_log_write_head(struct nv *s, uint32_t seg, uint64_t gen)
 		rc = head_slot(s, blk, seg, gen);
 	nv_dirty_fs(s, 0);
 	kvt__free_aligned(blk, NV_LOG_BLOCK);
-	if (!rc && s->fsync_mode != NV_FSYNC_NONE &&
+	/* Created: durable with its name whatever nvme.fsync (once per log), since segment
+	 * headers say a head exists and a log that lost it is voided. */
+	if (!rc && (created || s->fsync_mode != NV_FSYNC_NONE) &&
 	    (fdatasync(lg->hfd) < 0 || (created && fsync(lg->dfd) < 0)))
 		rc = -errno;
 	return rc;
@@ -490,7 +495,8 @@ static bool advance(struct nv *s)
 		}
 		if (g->readers)
 			return false; /* reads started before: they finish first */
-		int rc = nv_log_write_header(s, next, g->gen + 1);
+		int rc = g->gen + 1 < NV_LOG_GEN_MAX ? nv_log_write_header(s, next, g->gen + 1)
+						     : -EOVERFLOW; /* a header crafted near the top */
 		if (rc < 0) {
 			KVT_WARN(s->log, "nvme: log segment %u header: %s: log writes stop", next,
 				 strerror(-rc));

@@ -27,6 +27,9 @@
 #define NV_LOG_REC_MAGIC "KVTREC1"
 #define NV_LOG_HEAD_MAGIC "KVTHED1"
 #define NV_LOG_HEAD "head"
+/* Generations stay below this: one crafted or misread far above cannot wrap a segment's to
+ * 0, where its first lap's records would check again. */
+#define NV_LOG_GEN_MAX (UINT64_MAX >> 1)
 #define NV_LOG_NONE UINT32_MAX /* log/head: no segment to check (nothing of the log indexed) */
 #define NV_LOG_PUT 1
 #define NV_LOG_TOMB 2

@@ -255,12 +255,16 @@ static int same_lap(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *b
  * nvme.fsync=none, when headers were not synced in that mode). Its generation is taken
  * as the segment's: the next reuse then writes a generation above it, so that none of
  * that lap's records can ever check again (they carry sequence numbers this open never
- * saw), and a log/head naming that lap does not count as a lost segment. */
-static uint64_t newer_lap(const uint8_t *blk, uint32_t n, uint64_t gen)
+ * saw), and a log/head naming that lap does not count as a lost segment. Not seen: a
+ * newer lap whose record at the stop was lost too (a later void or reuse writes above a
+ * generation log/head names, nv_log_open_writes, but not above one nothing names). */
+static uint64_t newer_lap(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t off,
+			  uint64_t bytes)
 {
 	const struct nv_log_rec *r = (const struct nv_log_rec *)blk;
-	bool ok = !memcmp(r->magic, NV_LOG_REC_MAGIC, sizeof(r->magic)) && r->seg == n &&
-		  r->gen > gen && r->crc == nv_log_crc(blk);
+	/* a whole record of this segment and offset (an object's bytes that happen to carry
+	 * the magic do not pass), with a generation no run could have wrapped */
+	bool ok = r->gen > gen && r->gen < NV_LOG_GEN_MAX && rec_ok(blk, n, r->gen, off, bytes);
 	return ok ? r->gen : 0;
 }
 
@@ -290,7 +294,7 @@ static int walk(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk, struct
 			break; /* the file's end: it shrank since it was opened */
 		struct nv_log_rec *r = (struct nv_log_rec *)blk;
 		if (!rec_ok(blk, n, g->gen, off, g->bytes)) {
-			uint64_t newer = newer_lap(blk, n, g->gen);
+			uint64_t newer = newer_lap(blk, n, g->gen, off, g->bytes);
 			if (newer) {
 				g->gen = newer;
 				break;
@@ -911,14 +915,17 @@ void nv_log_open_writes(struct nv *s)
 		struct nv_seg *g = &lg->segs[i];
 		if (g->fd < 0)
 			continue;
-		int rc = nv_log_write_header(s, i, g->gen + 1);
+		/* above the generation log/head names too: a lap whose header a power cut
+		 * lost (an older build, nvme.fsync=none) must not check again */
+		uint64_t gen = KVT_MAX(g->gen, i == w->hd_seg ? w->hd_gen : 0) + 1;
+		int rc = gen < NV_LOG_GEN_MAX ? nv_log_write_header(s, i, gen) : -EOVERFLOW;
 		if (rc < 0) {
 			KVT_WARN(s->log, "nvme: log segment %u.kvl header: %s: log writes stop", i,
 				 strerror(-rc));
 			nv_log_stop(s);
 			break;
 		}
-		g->gen++;
+		g->gen = gen;
 		voided++;
 	}
 	for (size_t i = 0; w->outside && i < w->nout && !s->ro && !lg->broken; i++) {

@@ -13,7 +13,8 @@
  * runs have written elsewhere; (2b) a hole in a segment written with nvme.fsync=none is a
  * torn tail, and what is before it survives the next open too; (2c) an intact record of
  * the next lap (a reused segment whose header a power cut lost) ends the walk, as a torn
- * tail. (3) What a crash can leave is still a torn tail, taken
+ * tail, and a log/head naming that lap is no lost segment; (2d) a void writes headers above
+ * the generation log/head names. (3) What a crash can leave is still a torn tail, taken
  * silently: the newest record, or the third newest (two batches after it were in flight
  * with it); the records from there on are zeroed, so that the next open, after the run
  * has written newer batches, does not take them for damage. (4) Any void of the log (here
@@ -325,6 +326,37 @@ static void test_unordered(const char *root)
 	fsync_mode = "data";
 }
 
+/* log/head of dir rewritten (a newer slot) to name segment seg at generation gen. */
+static void head_names(const char *dir, uint32_t seg, uint64_t gen)
+{
+	char hp[400];
+	static uint8_t b[NV_LOG_BLOCK];
+	snprintf(hp, sizeof(hp), "%s/log/head", dir);
+	int fd = open(hp, O_RDWR);
+	CHECK(fd >= 0);
+	struct nv_log_head hd[2];
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(pread(fd, b, NV_LOG_BLOCK, (off_t)i * NV_LOG_BLOCK), NV_LOG_BLOCK);
+		memcpy(&hd[i], b, sizeof(hd[i]));
+	}
+	struct nv_log_head *h = (struct nv_log_head *)b;
+	*h = hd[hd[1].count > hd[0].count];
+	h->seg = seg;
+	h->gen = gen;
+	h->count++;
+	h->crc = nv_log_crc(b);
+	CHECK_EQ(pwrite(fd, b, NV_LOG_BLOCK, (off_t)(h->count % 2) * NV_LOG_BLOCK), NV_LOG_BLOCK);
+	close(fd);
+}
+
+/* Segment n's header generation in dir. */
+static uint64_t seg_gen(const char *dir, uint32_t n)
+{
+	uint8_t b[NV_LOG_BLOCK];
+	rec_io(dir, n, 0, b, false);
+	return ((struct nv_log_seghdr *)b)->gen;
+}
+
 /* (2c) A segment reused with nvme.fsync=none whose new header a power cut lost, while a
  * batch of its new lap landed: the walk follows the old lap's records up to the new lap's
  * record, intact (its CRC checks) but of the next generation, with the old lap's records
@@ -360,23 +392,7 @@ static void test_new_lap_record(const char *root)
 	CHECK_EQ(bad, 0);
 	/* log/head naming that lap (it landed, the header did not): the segment is taken at
 	 * the lap's generation, not for a lost newest segment (a void). */
-	char hp[400];
-	snprintf(hp, sizeof(hp), "%s/log/head", dir);
-	int fd = open(hp, O_RDWR);
-	CHECK(fd >= 0);
-	struct nv_log_head hd[2];
-	for (int i = 0; i < 2; i++) {
-		CHECK_EQ(pread(fd, b, NV_LOG_BLOCK, (off_t)i * NV_LOG_BLOCK), NV_LOG_BLOCK);
-		memcpy(&hd[i], b, sizeof(hd[i]));
-	}
-	struct nv_log_head *h = (struct nv_log_head *)b;
-	*h = hd[hd[1].count > hd[0].count];
-	h->seg = 0;
-	h->gen = lap;
-	h->count++;
-	h->crc = nv_log_crc(b);
-	CHECK_EQ(pwrite(fd, b, NV_LOG_BLOCK, (off_t)(h->count % 2) * NV_LOG_BLOCK), NV_LOG_BLOCK);
-	close(fd);
+	head_names(dir, 0, lap);
 	for (int ro = 1; ro >= 0; ro--) {
 		log_clear();
 		CHECK_EQ(open_log(&t, dir, ro), 0);
@@ -384,6 +400,28 @@ static void test_new_lap_record(const char *root)
 		kvt__tier_close(t);
 	}
 	CHECK_EQ(verify(dir, &bad), 0);
+}
+
+/* (2d) log/head names a lap of 0.kvl its header does not have (lost with a power cut, no
+ * record of it at the stop): the log is voided, as for a lost segment, and the void's new
+ * header is above the generation the head names - at it, that lap's surviving records
+ * would check again, with sequence numbers this open never saw. */
+static void test_head_lap(const char *root)
+{
+	char dir[300];
+	uint64_t at[12];
+	log_of_12(root, "headlap", 8, dir, at);
+	uint64_t g = seg_gen(dir, 0);
+	head_names(dir, 0, g + 1);
+	struct kvt_tier *t;
+	log_clear();
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	CHECK_EQ(served_below(t, 8, 12), 0); /* voided */
+	kvt__tier_close(t);
+	printf("nvme_log_damaged: log/head names generation %llu of 0.kvl (at %llu): voided, "
+	       "its new header %llu\n", (unsigned long long)(g + 1), (unsigned long long)g,
+	       (unsigned long long)seg_gen(dir, 0));
+	CHECK(seg_gen(dir, 0) > g + 1); /* was g + 1 */
 }
 
 /* (3) A torn tail: record back of the newest (0: the newest) damaged, in a log of 12
@@ -453,6 +491,7 @@ int main(void)
 	test_crash_left(root, true);
 	test_unordered(root);
 	test_new_lap_record(root);
+	test_head_lap(root);
 	test_torn(root, 0);
 	test_torn(root, 2);
 	test_void_verify(root);
