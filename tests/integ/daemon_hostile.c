@@ -26,6 +26,7 @@
 
 #include "internal.h"
 #include "lib/daemon_harness.h"
+#include "lib/dir_count.h"
 
 static char *dir, sock_path[100];
 
@@ -40,13 +41,7 @@ static int daemon_fds(void)
 {
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)kvtd_pid);
-	DIR *d = opendir(path);
-	CHECK(d);
-	int n = 0;
-	for (struct dirent *e; (e = readdir(d));)
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
+	return dir_count(path);
 }
 
 static double daemon_cpu_s(void)

@@ -23,6 +23,7 @@
 
 #include "config.h"
 #include "format.h"
+#include "lib/dir_count.h"
 #include "lib/redis_server.h"
 #include "lib/tierh.h"
 
@@ -349,13 +350,7 @@ static void test_big_batch(const char *url)
 /* Threads of this process now. */
 static int task_count(void)
 {
-	DIR *d = opendir("/proc/self/task");
-	CHECK(d);
-	int n = 0;
-	for (struct dirent *e; (e = readdir(d));)
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
+	return dir_count("/proc/self/task");
 }
 
 /* The number of threads settles at want within 2 s (a name lookup's thread, detached,
