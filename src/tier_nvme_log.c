@@ -287,6 +287,8 @@ uint8_t *nv_log_batch_copy(struct nv_batch *b, uint64_t need)
 int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen)
 {
 	struct nv_log *lg = s->lg;
+	if (gen >= NV_LOG_GEN_MAX)
+		return -EOVERFLOW; /* above a header crafted near the top: never wrap to 0 */
 	uint8_t *blk = kvt__aligned_alloc(NV_LOG_BLOCK);
 	if (!blk)
 		return -ENOMEM;
@@ -495,8 +497,7 @@ static bool advance(struct nv *s)
 		}
 		if (g->readers)
 			return false; /* reads started before: they finish first */
-		int rc = g->gen + 1 < NV_LOG_GEN_MAX ? nv_log_write_header(s, next, g->gen + 1)
-						     : -EOVERFLOW; /* a header crafted near the top */
+		int rc = nv_log_write_header(s, next, g->gen + 1);
 		if (rc < 0) {
 			KVT_WARN(s->log, "nvme: log segment %u header: %s: log writes stop", next,
 				 strerror(-rc));

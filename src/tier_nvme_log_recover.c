@@ -238,6 +238,14 @@ static bool stop_suspect(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t 
 	return magic || (r->seg == n && r->gen == gen && r->off == off);
 }
 
+/* Is blk a whole header of segment n? */
+static bool seghdr_ok(const uint8_t *blk, uint32_t n)
+{
+	const struct nv_log_seghdr *h = (const struct nv_log_seghdr *)blk;
+	return !memcmp(h->magic, NV_LOG_SEG_MAGIC, sizeof(h->magic)) && h->seg == n &&
+	       h->crc == nv_log_crc(blk);
+}
+
 /* Does segment n's header still say g->gen (blk: a block to read it into)? 1 yes, 0 no,
  * or a read error (the open fails, as for any read of the log that fails). */
 static int same_lap(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *blk)
@@ -246,8 +254,7 @@ static int same_lap(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *b
 	ssize_t got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, 0);
 	if (got < 0)
 		return (int)got;
-	return got == NV_LOG_BLOCK && !memcmp(h->magic, NV_LOG_SEG_MAGIC, sizeof(h->magic)) &&
-	       h->seg == n && h->crc == nv_log_crc(blk) && h->gen == g->gen;
+	return got == NV_LOG_BLOCK && seghdr_ok(blk, n) && h->gen == g->gen;
 }
 
 /* The block at a walk's stop is an intact record of segment n with a generation above
@@ -280,8 +287,7 @@ static int walk(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk, struct
 	if (got != NV_LOG_BLOCK)
 		return 0; /* empty: used from generation 1 */
 	struct nv_log_seghdr *h = (struct nv_log_seghdr *)blk;
-	if (memcmp(h->magic, NV_LOG_SEG_MAGIC, sizeof(h->magic)) || h->seg != n ||
-	    h->crc != nv_log_crc(blk))
+	if (!seghdr_ok(blk, n))
 		return 0;
 	g->gen = h->gen;
 	if (ver)
@@ -918,7 +924,7 @@ void nv_log_open_writes(struct nv *s)
 		/* above the generation log/head names too: a lap whose header a power cut
 		 * lost (an older build, nvme.fsync=none) must not check again */
 		uint64_t gen = KVT_MAX(g->gen, i == w->hd_seg ? w->hd_gen : 0) + 1;
-		int rc = gen < NV_LOG_GEN_MAX ? nv_log_write_header(s, i, gen) : -EOVERFLOW;
+		int rc = nv_log_write_header(s, i, gen);
 		if (rc < 0) {
 			KVT_WARN(s->log, "nvme: log segment %u.kvl header: %s: log writes stop", i,
 				 strerror(-rc));
