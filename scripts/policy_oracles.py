@@ -24,7 +24,11 @@ are):
   cont   1 if the conversation has another turn, else 0 (oracle: whether, not when)
   pace   cont / the conversation's mean gap between turns (oracle: whether and how fast)
 
-usage: policy_oracles.py TRACE DRAM_TOKENS [MODE ...]
+With "reuse" in place of DRAM_TOKENS it prints instead where the trace's reuse is: the share of its
+distinct blocks first seen in a conversation's first request, and of an infinite cache's
+hits that land on them (what NVMe admission must write to keep those hits).
+
+usage: policy_oracles.py TRACE (DRAM_TOKENS [MODE ...] | reuse)
 """
 import collections
 import heapq
@@ -96,10 +100,32 @@ def run(reqs, cap_blocks, mode):
     return hits / blocks
 
 
+def turn_shares(reqs):
+    turn, first_turn = collections.Counter(), {}
+    new, hits, blocks = [0, 0], [0, 0], 0
+    for _, h in reqs:
+        c = conv_of(h)
+        later = 1 if turn[c] else 0
+        turn[c] += 1
+        for b in h:
+            blocks += 1
+            if b in first_turn:
+                hits[first_turn[b]] += 1
+            else:
+                first_turn[b] = later
+                new[later] += 1
+    print(f"distinct blocks first seen in a first request: {new[0] / sum(new):.4f} of {sum(new)}")
+    print(f"infinite-cache block hit ratio {sum(hits) / blocks:.4f}: "
+          f"{hits[0] / blocks:.4f} on those blocks, {hits[1] / blocks:.4f} on the others")
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__.strip().splitlines()[-1])
     reqs = load(sys.argv[1])
+    if sys.argv[2] == "reuse":
+        turn_shares(reqs)
+        return
     cap = int(sys.argv[2]) // 512
     for mode in sys.argv[3:] or ["lru", "turns", "cont", "pace"]:
         if mode not in ("lru", "turns", "cont", "pace"):
