@@ -14,7 +14,8 @@
  * torn tail, and what is before it survives the next open too; (2c) an intact record of
  * the next lap (a reused segment whose header a power cut lost) ends the walk, as a torn
  * tail, and a log/head naming that lap is no lost segment; (2d) a void writes headers above
- * the generation log/head names. (3) What a crash can leave is still a torn tail, taken
+ * the generation log/head names; (2e) a log/head at the last generation stops log writes
+ * (no header wraps to a small generation). (3) What a crash can leave is still a torn tail, taken
  * silently: the newest record, or the third newest (two batches after it were in flight
  * with it); the records from there on are zeroed, so that the next open, after the run
  * has written newer batches, does not take them for damage. (4) Any void of the log (here
@@ -424,6 +425,35 @@ static void test_head_lap(const char *root)
 	CHECK(seg_gen(dir, 0) > g + 1); /* was g + 1 */
 }
 
+/* (2e) log/head crafted to name 0.kvl at the last generation a header may carry
+ * (NV_LOG_GEN_MAX - 1): the void must write above it, cannot, and says so in one line;
+ * log writes stop for the run (puts get a file each), the header is not written past the
+ * bound (walked on to 2^64 - 1, the next reuse would wrap it to 0, and a lap's old records
+ * would check again), and what is put then is served, before and after a reopen. */
+static void test_gen_bound(const char *root)
+{
+	char dir[300];
+	uint64_t at[12];
+	log_of_12(root, "genmax", 9, dir, at);
+	uint64_t g = seg_gen(dir, 0);
+	head_names(dir, 0, NV_LOG_GEN_MAX - 1);
+	struct kvt_tier *t;
+	log_clear();
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	CHECK_EQ(log_count("0.kvl header: Value too large"), 1);
+	CHECK_EQ(log_count("log writes stop"), 1);
+	CHECK_EQ(seg_gen(dir, 0), g); /* not wrapped, not written */
+	put(t, 10, 0);
+	CHECK_EQ(served(t, 10, 0), 1);
+	kvt__tier_close(t);
+	printf("nvme_log_damaged: log/head at generation 2^63-1: header stays at %llu, log "
+	       "writes stop, a put is served\n", (unsigned long long)seg_gen(dir, 0));
+	CHECK_EQ(seg_gen(dir, 0), g);
+	CHECK_EQ(open_log(&t, dir, true), 0);
+	CHECK_EQ(served(t, 10, 0), 1);
+	kvt__tier_close(t);
+}
+
 /* (3) A torn tail: record back of the newest (0: the newest) damaged, in a log of 12
  * batches; taken silently, every key before it served. */
 static void test_torn(const char *root, int back)
@@ -492,6 +522,7 @@ int main(void)
 	test_unordered(root);
 	test_new_lap_record(root);
 	test_head_lap(root);
+	test_gen_bound(root);
 	test_torn(root, 0);
 	test_torn(root, 2);
 	test_void_verify(root);
