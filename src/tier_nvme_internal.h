@@ -447,10 +447,12 @@ uint64_t nv_log_flush_mark(const struct nv *s);
 bool nv_log_flushed(const struct nv *s, uint64_t mark);
 int nv_log_flush_err(const struct nv *s);
 int nv_log_read_fd(struct nv *s, uint32_t lseg);
+bool nv_log_lap_current(struct nv *s, uint32_t lseg); /* store.read_only, after a read */
 void nv_log_read_ref(struct nv *s, uint32_t lseg, int delta);
 
 /* tier_nvme_log_recover.c */
 int nv_log_recover(struct nv *s);
+bool nv_log_seghdr_ok(const uint8_t *blk, uint32_t n);
 void nv_log_open_writes(struct nv *s); /* the ring thread, once it is set up */
 
 /* tier_nvme_open.c */

@@ -231,6 +231,24 @@ int nv_log_read_fd(struct nv *s, uint32_t lseg)
 	return s->lg->segs[lseg - 1].fd;
 }
 
+/* A read-only open (no lock: a writer may be running) has read from segment lseg: does the
+ * segment still hold the lap it was indexed in? A writer rewrites a segment's header, and
+ * syncs it, before it writes any record of the next lap over the old one (advance), so a
+ * header still at the generation the open read after the read means the bytes read were the
+ * indexed object's; another generation means the object was evicted meanwhile (a miss,
+ * not damage: `kvtier verify` on a live store called hundreds of such objects corrupt). */
+bool nv_log_lap_current(struct nv *s, uint32_t lseg)
+{
+	const struct nv_seg *g = &s->lg->segs[lseg - 1];
+	uint8_t *blk = kvt__aligned_alloc(NV_LOG_BLOCK);
+	bool same = blk && pread(g->fd, blk, NV_LOG_BLOCK, 0) == NV_LOG_BLOCK &&
+		    nv_log_seghdr_ok(blk, lseg - 1) &&
+		    ((const struct nv_log_seghdr *)blk)->gen == g->hdr_gen;
+	if (blk)
+		kvt__free_aligned(blk, NV_LOG_BLOCK);
+	return same;
+}
+
 void nv_log_read_ref(struct nv *s, uint32_t lseg, int delta)
 {
 	s->lg->segs[lseg - 1].readers += (uint32_t)delta;

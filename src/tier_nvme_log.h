@@ -93,6 +93,8 @@ struct nv_seg {
 	int fd;		  /* -1: the segment file does not exist (yet) */
 	uint64_t bytes;	  /* file size */
 	uint64_t gen;	  /* from its header; bumped each time it is reused */
+	uint64_t hdr_gen; /* the header's own, as the open read it (a newer lap's record can
+			   * raise gen above it): store.read_only's lap check */
 	uint32_t readers; /* reads in flight: not reused meanwhile */
 	uint32_t batches; /* batches written and not yet acknowledged */
 	uint32_t movers;  /* unacknowledged batches re-appending its objects: not reused meanwhile */

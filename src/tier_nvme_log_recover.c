@@ -239,7 +239,7 @@ static bool stop_suspect(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t 
 }
 
 /* Is blk a whole header of segment n? */
-static bool seghdr_ok(const uint8_t *blk, uint32_t n)
+bool nv_log_seghdr_ok(const uint8_t *blk, uint32_t n)
 {
 	const struct nv_log_seghdr *h = (const struct nv_log_seghdr *)blk;
 	return !memcmp(h->magic, NV_LOG_SEG_MAGIC, sizeof(h->magic)) && h->seg == n &&
@@ -254,7 +254,7 @@ static int same_lap(struct nv *s, const struct nv_seg *g, uint32_t n, uint8_t *b
 	ssize_t got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, 0);
 	if (got < 0)
 		return (int)got;
-	return got == NV_LOG_BLOCK && seghdr_ok(blk, n) && h->gen == g->gen;
+	return got == NV_LOG_BLOCK && nv_log_seghdr_ok(blk, n) && h->gen == g->gen;
 }
 
 /* The block at a walk's stop is an intact record of segment n with a generation above
@@ -287,9 +287,9 @@ static int walk(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk, struct
 	if (got != NV_LOG_BLOCK)
 		return 0; /* empty: used from generation 1 */
 	struct nv_log_seghdr *h = (struct nv_log_seghdr *)blk;
-	if (!seghdr_ok(blk, n))
+	if (!nv_log_seghdr_ok(blk, n))
 		return 0;
-	g->gen = h->gen;
+	g->gen = g->hdr_gen = h->gen;
 	if (ver)
 		*ver = KVT_MAX(*ver, h->ver);
 	uint64_t off = NV_LOG_BLOCK, prev = 0, rechecked = 0;

@@ -27,6 +27,25 @@ static int read_fd(struct nv *s, const struct nv_op *op)
 	return op->lseg ? nv_log_read_fd(s, op->lseg) : op->fdc->fd;
 }
 
+/* store.read_only (no lock: a writer may be running), after a read: is what was read still
+ * the object? A writer renames an object's file away (recycle, the spare files) before it
+ * writes anything else into it, and rewrites a log segment's header before it writes over
+ * the segment's old lap, so a name still bound to the inode read - or a segment still at
+ * the indexed lap - after the read means the bytes read were the object's. Otherwise the
+ * object went while it was read: a miss, not damage (until 2026-12-04 `kvtier verify` on a
+ * store a writer was filling called most of its objects corrupt, exit 3). */
+static bool ro_read_current(struct nv *s, const struct nv_op *op)
+{
+	if (op->lseg)
+		return nv_log_lap_current(s, op->lseg);
+	struct stat a, b;
+	char name[NV_NAME_MAX];
+	nv_object_path(&op->key, name);
+	return op->fdc && fstat(op->fdc->fd, &a) == 0 &&
+	       fstatat(s->dirs[op->dir].fd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
 /* One I/O [io->off, io->off + io->len) of a split object (nv_write_split): a gather of
  * the header and the payload's start while it covers the header, else a plain write from
  * the payload. No byte is copied. */
@@ -222,10 +241,13 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			}
 			if (op->pending)
 				return;
+			bool gone = s->ro && !op->err && !ro_read_current(s, op);
 			if (op->fdc)
 				nv_fdc_put(s, op->fdc);
 			op->fdc = NULL;
-			if (op->err) {
+			if (gone) {
+				nv_finish(s, op, -ENOENT);
+			} else if (op->err) {
 				ST_ADD(s, errors, 1);
 				nv_finish(s, op, op->err);
 			} else {
