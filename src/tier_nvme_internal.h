@@ -447,7 +447,7 @@ uint64_t nv_log_flush_mark(const struct nv *s);
 bool nv_log_flushed(const struct nv *s, uint64_t mark);
 int nv_log_flush_err(const struct nv *s);
 int nv_log_read_fd(struct nv *s, uint32_t lseg);
-bool nv_log_lap_current(struct nv *s, uint32_t lseg); /* store.read_only, after a read */
+int nv_log_lap_current(struct nv *s, uint32_t lseg); /* store.read_only: 1, 0 gone, < 0 */
 void nv_log_read_ref(struct nv *s, uint32_t lseg, int delta);
 
 /* tier_nvme_log_recover.c */

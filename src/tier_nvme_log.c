@@ -234,19 +234,24 @@ int nv_log_read_fd(struct nv *s, uint32_t lseg)
 /* A read-only open (no lock: a writer may be running) has read from segment lseg: does the
  * segment still hold the lap it was indexed in? A writer rewrites a segment's header, and
  * syncs it, before it writes any record of the next lap over the old one (advance), so a
- * header still at the generation the open read after the read means the bytes read were the
- * indexed object's; another generation means the object was evicted meanwhile (a miss,
- * not damage: `kvtier verify` on a live store called hundreds of such objects corrupt). */
-bool nv_log_lap_current(struct nv *s, uint32_t lseg)
+ * header still at the generation the open read, after the read, means the bytes read were
+ * the indexed object's: 1. A whole header of another generation: the object was evicted
+ * meanwhile, 0 (a miss, not damage: `kvtier verify` on a live store called hundreds of
+ * such objects corrupt). A header that does not check twice running (one read could meet
+ * the writer's rewrite half done), or a read that fails: an error, < 0, never a miss - a
+ * header damaged from outside must not make its objects vanish from an inspection. */
+int nv_log_lap_current(struct nv *s, uint32_t lseg)
 {
 	const struct nv_seg *g = &s->lg->segs[lseg - 1];
-	uint8_t *blk = kvt__aligned_alloc(NV_LOG_BLOCK);
-	bool same = blk && pread(g->fd, blk, NV_LOG_BLOCK, 0) == NV_LOG_BLOCK &&
-		    nv_log_seghdr_ok(blk, lseg - 1) &&
-		    ((const struct nv_log_seghdr *)blk)->gen == g->hdr_gen;
-	if (blk)
-		kvt__free_aligned(blk, NV_LOG_BLOCK);
-	return same;
+	_Alignas(NV_LOG_BLOCK) uint8_t blk[NV_LOG_BLOCK]; /* O_DIRECT: aligned, one block */
+	for (int tries = 0; tries < 2; tries++) {
+		ssize_t got = pread(g->fd, blk, NV_LOG_BLOCK, 0);
+		if (got < 0)
+			return -errno;
+		if (got == NV_LOG_BLOCK && nv_log_seghdr_ok(blk, lseg - 1))
+			return ((const struct nv_log_seghdr *)blk)->gen == g->hdr_gen;
+	}
+	return -EIO;
 }
 
 void nv_log_read_ref(struct nv *s, uint32_t lseg, int delta)

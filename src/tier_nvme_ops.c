@@ -28,22 +28,30 @@ static int read_fd(struct nv *s, const struct nv_op *op)
 }
 
 /* store.read_only (no lock: a writer may be running), after a read: is what was read still
- * the object? A writer renames an object's file away (recycle, the spare files) before it
- * writes anything else into it, and rewrites a log segment's header before it writes over
- * the segment's old lap, so a name still bound to the inode read - or a segment still at
- * the indexed lap - after the read means the bytes read were the object's. Otherwise the
- * object went while it was read: a miss, not damage (until 2026-12-04 `kvtier verify` on a
- * store a writer was filling called most of its objects corrupt, exit 3). */
-static bool ro_read_current(struct nv *s, const struct nv_op *op)
+ * the object? A writer renames an object's file away (recycle, the spare files, the slot
+ * pool) before it writes anything else into it, and rewrites a log segment's header before
+ * it writes over the segment's old lap, so a name still bound to the inode read - or a
+ * segment still at the lap the open read - after the read means the bytes read were the
+ * object's: 1. The name gone or bound to another file, or another lap: 0, the object went
+ * while it was read (a miss, not damage: until 2026-12-04 `kvtier verify` on a store a
+ * writer was filling called most of its objects corrupt, exit 3). A check that cannot be
+ * made: < 0, the read's error (never a miss: nothing may vanish from an inspection because
+ * a stat failed). Not seen: the file recycled away and back to this name within one read
+ * (several writes of the writer), whose bytes the caller's checksums then catch. */
+static int ro_read_current(struct nv *s, const struct nv_op *op)
 {
 	if (op->lseg)
 		return nv_log_lap_current(s, op->lseg);
 	struct stat a, b;
 	char name[NV_NAME_MAX];
 	nv_object_path(&op->key, name);
-	return op->fdc && fstat(op->fdc->fd, &a) == 0 &&
-	       fstatat(s->dirs[op->dir].fd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-	       a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+	if (!op->fdc)
+		return -EINVAL;
+	if (fstat(op->fdc->fd, &a) < 0)
+		return -errno;
+	if (fstatat(s->dirs[op->dir].fd, name, &b, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	return a.st_ino == b.st_ino && a.st_dev == b.st_dev;
 }
 
 /* One I/O [io->off, io->off + io->len) of a split object (nv_write_split): a gather of
@@ -241,11 +249,18 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			}
 			if (op->pending)
 				return;
-			bool gone = s->ro && !op->err && !ro_read_current(s, op);
+			int current = s->ro && !op->err ? ro_read_current(s, op) : 1;
+			if (current < 0)
+				op->err = current;
 			if (op->fdc)
 				nv_fdc_put(s, op->fdc);
 			op->fdc = NULL;
-			if (gone) {
+			if (!current) {
+				/* gone: out of the index too (with its cached fd), or every later
+				 * read of the key would read the same file and miss again */
+				struct nv_ent *e = nv_ent_find(s, &op->key);
+				if (e && e->gen == op->gen)
+					nv_ent_remove(s, e);
 				nv_finish(s, op, -ENOENT);
 			} else if (op->err) {
 				ST_ADD(s, errors, 1);

@@ -7,6 +7,9 @@
 # that the object's name still holds the file read (or the segment its lap) and answers a
 # miss otherwise (tier_nvme_ops.c, ro_read_current). Per-file objects, then the log; the
 # writer is `kvtier bench` (16 KiB objects, 48 MiB working set in 96 MiB, writes only).
+# Per file the race is rare here (the old code passed that half); nvme_ro_live.c makes both
+# cases happen every time. Once the writer has stopped, verify checks every object ls lists
+# (a check that took sound objects for gone would show there).
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary).
 set -u
 K=${KVT_BIN:-build}/kvtier
@@ -44,10 +47,14 @@ race() { # name, then the store's --set options
 	wait $W || fail "$name: the writer failed: $(tail -2 "$T/w.$name")"
 	W=
 	echo "$name: $runs verify runs while writing, $seen objects checked, 0 bad"
-	[ $runs -ge 2 ] && [ $seen -gt 0 ] || fail "$name: too few checks to mean anything"
+	[ $runs -ge 1 ] && [ $seen -gt 0 ] || fail "$name: too few checks to mean anything"
 	"$K" verify --dir "$d" --set nvme.bytes=96M "$@" --json >"$T/v" 2>&1 ||
 		fail "$name: verify after the writer: $(tail -1 "$T/v")"
+	local listed
+	listed=$("$K" ls --dir "$d" --set nvme.bytes=96M "$@" 2>/dev/null | wc -l)
 	[ "$(jnum objects <"$T/v")" -gt 0 ] || fail "$name: nothing stored"
+	[ "$(jnum objects <"$T/v")" = "$listed" ] ||
+		fail "$name: verify checked $(jnum objects <"$T/v") of the $listed objects ls lists"
 }
 
 race files
