@@ -11,7 +11,9 @@
  *   (2) The log: the writer cycles the log until key 0's segment is reused; the read-only
  *       tier's read of key 0 read the new lap's bytes at its old offset.
  * Now both are -ENOENT (tier_nvme_ops.c, ro_read_current), and the key leaves the
- * read-only index: a second read misses at once.
+ * read-only index: a second read misses at once. (3) A check that cannot be made is an
+ * error, not a miss: segment 0's header damaged after the read-only open makes its read
+ * fail with -EIO (an inspection reports it; a miss would make the object vanish from it).
  */
 #include "nvme_util.h"
 
@@ -126,6 +128,39 @@ static void run(const char *root, const char *name, const char *const *extra, ui
 	free(buf);
 }
 
+static void damaged_header(const char *root, const char *const *extra)
+{
+	char dir[300], p[400];
+	snprintf(dir, sizeof(dir), "%s/hdr", root);
+	uint8_t *buf = abuf(OBJ);
+	struct kvt_tier *w, *ro;
+	CHECK_EQ(open_tier(&w, "nvme.dirs", dir, extra[0], extra[1], extra[2], extra[3],
+			   extra[4], extra[5], NULL),
+		 0);
+	for (uint64_t i = 0; i < 4; i++)
+		put(w, 3, i, buf);
+	kvt__tier_close(w);
+	CHECK_EQ(open_tier(&ro, "nvme.dirs", dir, "store.read_only", "true", extra[0], extra[1],
+			   extra[2], extra[3], extra[4], extra[5], NULL),
+		 0);
+	CHECK_EQ(ro_read(ro, 3, 1, buf), 1);
+	snprintf(p, sizeof(p), "%s/log/0.kvl", dir);
+	int fd = open(p, O_RDWR);
+	CHECK(fd >= 0);
+	uint8_t b = 0;
+	CHECK_EQ(pread(fd, &b, 1, 0), 1);
+	b ^= 0xff; /* the magic's first byte */
+	CHECK_EQ(pwrite(fd, &b, 1, 0), 1);
+	close(fd);
+	struct kvt_key k = make_key(3, 2);
+	int rc = t_read1(ro, &k, buf, 0, OBJ);
+	printf("nvme_ro_live: segment header damaged after the open: read %d (%s)\n", rc,
+	       strerror(-rc));
+	CHECK_EQ(rc, -EIO); /* not -ENOENT */
+	kvt__tier_close(ro);
+	free(buf);
+}
+
 int main(void)
 {
 	char root[] = "/var/tmp/kvt-nvme-ro-live-XXXXXX";
@@ -138,6 +173,7 @@ int main(void)
 	const char *log[] = {"nvme.bytes", "80MiB", "nvme.log_max", "256KiB", "nvme.segment_bytes",
 			     "16MiB"};
 	run(root, "log", log, 32, 4000, 2000);
+	damaged_header(root, log);
 	rm_rf(root);
 	printf("nvme_ro_live: ok\n");
 	return 0;
