@@ -475,3 +475,63 @@ def test_dram_answered_verdict_is_cached(tdir):
         assert t.store_stats()["lookups"] - n0 == 2  # 10: one per call
     finally:
         t.shutdown()
+
+
+def test_store_backlog_behind_a_stalled_tier_ends_by_submission_deadlines(tdir):
+    """Store jobs queued behind a tier that stopped answering: each job's deadline counted
+    from when the store thread took it, so job k ended about k deadlines after it was
+    submitted (100 jobs at the default 5 s: ~500 s of rows vLLM could not reuse, and a
+    shutdown that waited for all of it). Now it counts from vLLM's submission, as a load's:
+    the whole backlog is over about one deadline after it was submitted."""
+    buf, view = primary()
+    t = tier(view, tdir, load_deadline_ms=300,
+             config={"store.tiers": "dram,faulty", "faulty.inner": "nvme",
+                     "faulty.delay_ms": 4000, "store.tier_timeout_ms": 20000,
+                     "dram.bytes": "2MiB"})
+    try:
+        rc = ReqContext("b")
+        t.on_new_request(rc)
+        jobs = 40  # 8 chunks of 16 KiB each: 5 MiB, the DRAM tier holds 2 and cannot write back
+        t0 = time.monotonic()
+        for j in range(jobs):
+            t.submit_store(TransferJob(j + 1, okeys(8, seed=100 + j), np.arange(8), False, rc))
+        res = wait_jobs(t, jobs, timeout=30)
+        took = time.monotonic() - t0
+        ok = sum(r.success for r in res)
+        print(f"{jobs} store jobs over after {took:.2f} s, {ok} stored")
+        assert 0 < ok < jobs  # the DRAM tier took some, the stall failed the rest
+        assert took < 0.3 + 1.5, took  # was about (jobs - ok) x 0.3 s = ~10 s
+    finally:
+        t.shutdown()
+
+
+def test_client_mode_stats_never_block_or_raise_with_the_daemon_gone(tdir, kvtierd):
+    """get_stats runs on vLLM's scheduler thread. In client mode (store.daemon) it asked
+    kvtierd itself: with the daemon gone each call blocked up to store.daemon_timeout_ms,
+    then raised into vLLM's stats path. Now the call runs on a thread of its own and
+    get_stats takes its newest answer: it returns at once, and counters still arrive."""
+    d = kvtierd({"model.layers": L, "model.kv_heads": H, "model.head_dim": D,
+                 "model.chunk_tokens": TB, "model.name": "tiny-test", "model.dtype": "bf16"})
+    buf, view = primary()
+    t = KvtierTier(spec(), view, "KvtierTier",
+                   config={"store.daemon": d.sock, "store.daemon_timeout_ms": 1500},
+                   model=MODEL, layout="cpu-vec")
+    try:
+        rc = ReqContext("s")
+        t.on_new_request(rc)
+        keys = okeys(2, seed=61)
+        t.submit_store(TransferJob(1, keys, np.array([0, 1]), False, rc))
+        assert wait_jobs(t, 1)[0].success
+        seen, end = set(), time.monotonic() + 10
+        while time.monotonic() < end and not seen:  # the daemon's answer, a call later
+            seen = set(t.get_stats().data["data"].get(M.CAPACITY_BYTES, {}))
+            time.sleep(0.05)
+        assert seen, "no counters from the daemon"
+        d.stop()
+        for _ in range(5):
+            t0 = time.perf_counter()
+            t.get_stats()  # was: 1.5 s blocked, then TierTimeout / ECONNREFUSED raised
+            assert time.perf_counter() - t0 < 0.2
+            time.sleep(0.4)
+    finally:
+        t.shutdown()

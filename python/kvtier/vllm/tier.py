@@ -306,6 +306,9 @@ class KvtierTier(SecondaryTierManager):
         self._reconcile_todo: deque[bytes] = deque()
         self._reconcile_cap = max(1, min(64, int(cfg.get("store.max_inflight")) // 4))
         self._last_stats = self._store.stats()
+        self._stats_pool: cf.ThreadPoolExecutor | None = None  # client mode: see _stats_now
+        self._stats_future: cf.Future | None = None
+        self._stats_warned = 0.0
         self._load_failures: dict[str, int] = {}
         self._deadline_misses = 0
         log.info("kvtier tier %s: tiers %s, layout %s, geometry %s, ns %s", tier_type,
@@ -443,10 +446,14 @@ class KvtierTier(SecondaryTierManager):
         return out
 
     def _run_store(self, job: TransferJob, keys: list[bytes], parents) -> _Done:
-        """One call: the rows are converted into canonical chunks and put, in C."""
+        """One call: the rows are converted into canonical chunks and put, in C. Its
+        deadline counts from vLLM's submission, as a load's does: counted from when this
+        thread took the job, each job behind a stalled tier waited out a whole deadline
+        after the one before it (100 queued jobs: ~500 s at the default), while vLLM kept
+        their rows busy; now a job whose time ran out in the queue ends at once."""
         t0 = time.monotonic()
         r = self._store_rows.store(keys, [int(c) for c in job.chunk_ids], parents,
-                                   deadline=t0 + self._deadline_s)
+                                   deadline=job.submit_time + self._deadline_s)
         t1 = time.monotonic()
         stored = list(job.keys)[:r.done]
         if r.reason:
@@ -510,8 +517,9 @@ class KvtierTier(SecondaryTierManager):
                 rj = self._load_rows.load_start(
                     keys, [int(c) for c in job_metadata.chunk_ids],
                     deadline=job_metadata.submit_time + self._deadline_s)
-            except kvtier.KvtierError as e:  # a bug, not an I/O failure: fail the job
-                log.warning("kvtier load job %d not started: %s", job_metadata.job_id, e)
+            except (kvtier.KvtierError, ValueError) as e:  # a bug, not an I/O failure:
+                log.warning("kvtier load job %d not started: %s",  # fail the job
+                            job_metadata.job_id, e)
                 rj = None
             self._load_jobs[job_metadata.job_id] = (rj, job_metadata, t0, time.monotonic())
             return
@@ -524,7 +532,11 @@ class KvtierTier(SecondaryTierManager):
         """(job_id, _Done, job) of the started loads that are over."""
         out = []
         for job_id, (rj, job, t0, t1) in list(self._load_jobs.items()):
-            r = rj.poll(timeout_ms) if rj is not None else None
+            try:
+                r = rj.poll(timeout_ms) if rj is not None else None
+            except Exception as e:  # a bug or a closing store: fail this job, not the rest
+                log.warning("kvtier load job %d: poll raised %s", job_id, e)
+                r, rj = None, None
             if rj is not None and r is None:
                 continue
             now = time.monotonic()
@@ -703,9 +715,9 @@ class KvtierTier(SecondaryTierManager):
         from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
             OffloadingConnectorStats,
         )
-        now = self._store.stats()
+        now = self._stats_now()
         out = OffloadingConnectorStats()
-        for t_now, t_old in zip(now["tiers"], self._last_stats["tiers"]):
+        for t_now, t_old in zip(now["tiers"] if now else (), self._last_stats["tiers"]):
             lv = (t_now["name"],)
             for name, f in _COUNTERS.items():
                 d = t_now[f] - t_old[f]
@@ -719,8 +731,38 @@ class KvtierTier(SecondaryTierManager):
             out.increase_counter(M.DEADLINE_MISSES, self._deadline_misses)
         self._load_failures = {}
         self._deadline_misses = 0
-        self._last_stats = now
+        if now:
+            self._last_stats = now
         return out
+
+    def _stats_now(self) -> dict | None:
+        """kvtier's counters for get_stats, which runs on the scheduler thread and must
+        neither block it nor raise into it. A local store's are read from memory. A
+        client's (store.daemon) are a call to kvtierd that waits up to
+        daemon_timeout_ms and raises once the daemon is gone: it runs on a thread of
+        its own, and each get_stats takes the newest answer (None: none new; the
+        counters then wait for the next interval). Until 2026-12-04 get_stats made that
+        call itself: 2-5 s on the scheduler thread per interval with the daemon down,
+        then an exception into vLLM's stats path."""
+        try:
+            if not self._client_mode:
+                return self._store.stats()
+            f, snap = self._stats_future, None
+            if f is not None:
+                if not f.done():
+                    return None
+                snap = f.result()  # raises what the call raised
+        except Exception as e:  # noqa: BLE001 - a failed stats read is no engine failure
+            now = time.monotonic()
+            if now - self._stats_warned >= 60:
+                self._stats_warned = now
+                log.warning("kvtier stats unavailable: %s (metrics paused)", e)
+        if self._client_mode:
+            if self._stats_pool is None:
+                self._stats_pool = cf.ThreadPoolExecutor(1, thread_name_prefix="kvtier-stats")
+            self._stats_future = self._stats_pool.submit(self._store.stats)
+            return snap
+        return None
 
     def store_stats(self) -> dict:
         """kvtier's own counters (kvtier.Store.stats()), for tests and tools."""
@@ -734,6 +776,8 @@ class KvtierTier(SecondaryTierManager):
         self.drain_jobs()
         self._store_pool.shutdown(wait=True)
         self._load_pool.shutdown(wait=True)
+        if self._stats_pool is not None:  # a daemon call ends by its own timeout
+            self._stats_pool.shutdown(wait=True)
         for rj, _, _, _ in self._load_jobs.values():
             if rj is not None:
                 rj.free()
