@@ -70,6 +70,16 @@ def wait_jobs(t, n, timeout=10):
     return out
 
 
+def stored(t, name, seed, n=2):
+    """A request `name` on t, its n chunks (rows 0..n-1) stored: (its context, the keys)."""
+    rc = ReqContext(name)
+    t.on_new_request(rc)
+    keys = okeys(n, seed=seed)
+    t.submit_store(TransferJob(1, keys, np.arange(n), False, rc))
+    assert wait_jobs(t, 1)[0].success
+    return rc, keys
+
+
 def resolve(t, key, rc, timeout=10):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -233,11 +243,7 @@ def test_unusable_tenant_gets_no_caching_never_raises(tdir, caplog, bad):
     buf, view = primary()
     t = tier(view, tdir)
     try:
-        plain = ReqContext("plain")
-        t.on_new_request(plain)
-        keys = okeys(2, seed=7)
-        t.submit_store(TransferJob(1, keys, np.array([0, 1]), False, plain))
-        assert wait_jobs(t, 1)[0].success
+        plain, keys = stored(t, "plain", 7)
         puts = t.store_stats()["puts"]
         rc = ReqContext("evil\r\n", kv_transfer_params={"kvtier_tenant": bad})
         with caplog.at_level("WARNING", logger="kvtier.vllm"):
@@ -376,11 +382,7 @@ def test_client_mode_daemon_down_load_fails_as_an_error_not_a_miss(tdir, kvtierd
                    model=MODEL, layout="cpu-vec", enable_kv_events=True,
                    events_reconcile_s=3600.0)
     try:
-        rc = ReqContext("w")
-        t.on_new_request(rc)
-        keys = okeys(2, seed=53)
-        t.submit_store(TransferJob(1, keys, np.array([0, 1]), False, rc))
-        assert wait_jobs(t, 1)[0].success
+        rc, keys = stored(t, "w", 53)
         assert [k for e in t.take_events() for k in e.keys] == keys
         d.stop()
         t.submit_load(TransferJob(2, keys, np.array([4, 5]), True, rc))
@@ -517,11 +519,7 @@ def test_client_mode_stats_never_block_or_raise_with_the_daemon_gone(tdir, kvtie
                    config={"store.daemon": d.sock, "store.daemon_timeout_ms": 1500},
                    model=MODEL, layout="cpu-vec")
     try:
-        rc = ReqContext("s")
-        t.on_new_request(rc)
-        keys = okeys(2, seed=61)
-        t.submit_store(TransferJob(1, keys, np.array([0, 1]), False, rc))
-        assert wait_jobs(t, 1)[0].success
+        stored(t, "s", 61)
         seen, end = set(), time.monotonic() + 10
         while time.monotonic() < end and not seen:  # the daemon's answer, a call later
             seen = set(t.get_stats().data["data"].get(M.CAPACITY_BYTES, {}))
