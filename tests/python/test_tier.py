@@ -533,3 +533,31 @@ def test_client_mode_stats_never_block_or_raise_with_the_daemon_gone(tdir, kvtie
             time.sleep(0.4)
     finally:
         t.shutdown()
+
+
+def test_a_load_whose_poll_raises_fails_alone(tdir, monkeypatch):
+    """get_finished_jobs polls every started load in one pass. A poll that raised (a freed
+    job: ValueError; a closing store) lost the results already collected in that pass - job
+    ids vLLM then waited on for ever - and raised into vLLM again on every later call. Now
+    that job alone is reported failed."""
+    import kvtier.rows as rows_mod
+    buf, view = primary()
+    t = tier(view, tdir)
+    try:
+        rc, keys = stored(t, "p", 71, n=2)
+        t.submit_load(TransferJob(2, keys[:1], np.array([5]), True, rc))
+        t.submit_load(TransferJob(3, keys[1:], np.array([6]), True, rc))
+        bad = t._load_jobs[3][0]
+        real = rows_mod.RowsJob.poll
+
+        def poll(self, timeout_ms=0):
+            if self is bad:
+                raise ValueError("job is freed")
+            return real(self, timeout_ms)
+        monkeypatch.setattr(rows_mod.RowsJob, "poll", poll)
+        res = {r.job_id: r.success for r in wait_jobs(t, 2)}  # raised ValueError
+        assert res == {2: True, 3: False}, res
+        assert t._load_failures == {"error": 1}
+        assert not t._load_jobs
+    finally:
+        t.shutdown()
