@@ -561,3 +561,53 @@ def test_a_load_whose_poll_raises_fails_alone(tdir, monkeypatch):
         assert not t._load_jobs
     finally:
         t.shutdown()
+
+
+def test_kv_changing_settings_separate_namespaces(tdir, monkeypatch):
+    """Two engines serving one model name and revision with different online quantization,
+    hf_overrides (rope scaling) or fp8-skipped layers compute different KV for the same
+    tokens, and the bytes are whole: no checksum tells them apart. Until 2026-12-04 both
+    derived the same keys and could load each other's chunks. Now such settings are in the
+    key's context; an engine that sets none keeps the keys it had, and the order of an
+    override dict does not matter."""
+    from types import SimpleNamespace
+
+    import vllm.config as vcfg
+
+    from kvtier.vllm import tier as tier_mod
+
+    def engine(**mc):
+        base = dict(quantization=None, hf_overrides={}, code_revision=None, revision=None)
+        base.update(mc)
+        vc = SimpleNamespace(
+            model_config=SimpleNamespace(
+                get_total_num_hidden_layers=lambda: L, get_total_num_kv_heads=lambda: H,
+                get_head_size=lambda: D, **base),
+            cache_config=SimpleNamespace(prefix_caching_hash_algo="sha256",
+                                         kv_cache_dtype_skip_layers=[]))
+        monkeypatch.setattr(vcfg, "get_current_vllm_config_or_none", lambda: vc)
+        buf, view = primary()
+        t = KvtierTier(spec(), view, "KvtierTier", layout="cpu-vec",
+                       config={"store.tiers": "dram", "dram.bytes": "8MiB",
+                               "dram.hugepages": False})
+        k = t._key(okeys(1, seed=81)[0], None)
+        t.shutdown()
+        return k
+
+    plain = engine()
+    assert plain == engine(hf_overrides={}, quantization="")  # unset: the same keys
+    fp8 = engine(quantization="fp8")
+    rope = engine(hf_overrides={"rope_scaling": {"type": "yarn", "factor": 4.0},
+                                "max_position_embeddings": 131072})
+    rope2 = engine(hf_overrides={"max_position_embeddings": 131072,
+                                 "rope_scaling": {"factor": 4.0, "type": "yarn"}})
+    code = engine(code_revision="abc123")
+    assert len({plain, fp8, rope, code}) == 4  # were all one key
+    assert rope == rope2
+    # and a key made without vLLM's config (the model override) is the plain one
+    monkeypatch.setattr(vcfg, "get_current_vllm_config_or_none", lambda: None)
+    buf, view = primary()
+    t = tier(view, tdir)
+    assert t._key(okeys(1, seed=81)[0], None) == plain
+    t.shutdown()
+    assert tier_mod.weights_digest({"a": None, "b": ""}) == ""

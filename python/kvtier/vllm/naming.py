@@ -9,7 +9,10 @@ size, tenant: docs/FORMAT.md). The key of a vLLM chunk is therefore
     key = SHA-256("kvtier-vllm-offload-v1" || ns_id || u32 len(ctx) || ctx || OffloadKey)
 
 with ctx the vLLM-side facts the OffloadKey's bytes depend on but do not name: the block
-hash algorithm, the tokens per hash, and the per-request tenant salt if any. Why hash
+hash algorithm, the tokens per hash, the per-request tenant salt if any, and a digest of
+the engine settings that change KV values without changing the model's name, revision or
+geometry (online quantization, hf_overrides, remote code's revision, layers kept out of an
+fp8 KV cache), if any is set. Why hash
 rather than use the OffloadKey bytes directly:
   - an OffloadKey is only unique within one model, block size and hash setting; the
     namespace id and ctx make two deployments that differ in any of those never collide,
@@ -31,13 +34,29 @@ import hashlib
 DOMAIN = b"kvtier-vllm-offload-v1"
 
 
-def context_bytes(hash_algo: str, tokens_per_hash: int, tenant: str = "") -> bytes:
-    """The vLLM-side context of an OffloadKey, canonical text."""
-    for name, v in (("hash_algo", hash_algo), ("tenant", tenant)):
+def context_bytes(hash_algo: str, tokens_per_hash: int, tenant: str = "",
+                  weights: str = "") -> bytes:
+    """The vLLM-side context of an OffloadKey, canonical text. weights: weights_digest()
+    of the engine's settings that change KV values but not the model's name, revision or
+    geometry ("" when there are none: the line is left out, so such deployments keep the
+    keys they had)."""
+    for name, v in (("hash_algo", hash_algo), ("tenant", tenant), ("weights", weights)):
         if any(ord(c) < 0x20 or ord(c) == 0x7F for c in v):
             raise ValueError(f"{name} may not contain control characters")
     return (f"vllm\nhash={hash_algo}\ntokens_per_hash={int(tokens_per_hash)}\n"
-            f"tenant={tenant}\n").encode()
+            f"tenant={tenant}\n" + (f"weights={weights}\n" if weights else "")).encode()
+
+
+def weights_digest(settings: dict) -> str:
+    """A hex SHA-256 of the KV-affecting settings that are set (None, "", {} and [] are
+    left out, so a deployment that sets none gets ""), canonical JSON (sorted keys,
+    values as their repr when JSON cannot hold them)."""
+    import json
+    kept = {k: v for k, v in settings.items() if v not in (None, "", {}, [], ())}
+    if not kept:
+        return ""
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def chunk_key(ns_id: bytes, ctx: bytes, offload_key: bytes) -> bytes:

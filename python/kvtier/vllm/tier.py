@@ -59,7 +59,7 @@ from kvtier.config import flatten
 
 from . import options as opt
 from .layout import LAYOUTS, RowLayout
-from .naming import chunk_key, context_bytes
+from .naming import chunk_key, context_bytes, weights_digest
 
 log = logging.getLogger("kvtier.vllm")
 # KVTIER_VLLM_PROFILE=1: one line per transfer job on stderr with the time of each stage
@@ -123,10 +123,12 @@ class _Done:
 
 
 def _model_facts(offloading_spec, override: dict | None) -> dict:
-    """layers, kv_heads, head_dim, revision and hash_algo of the served model: from the
-    tier's "model" override, else vLLM's current config, else the model's config.json."""
+    """layers, kv_heads, head_dim, revision, hash_algo and weights (weights_digest of the
+    settings that change KV values beyond the model's name, revision and geometry) of the
+    served model: from the tier's "model" override, else vLLM's current config, else the
+    model's config.json."""
     oc = offloading_spec.config
-    facts = {"revision": "", "hash_algo": ""}
+    facts = {"revision": "", "hash_algo": "", "weights": ""}
     try:
         from vllm.config import get_current_vllm_config_or_none
         vc = get_current_vllm_config_or_none()
@@ -137,7 +139,8 @@ def _model_facts(offloading_spec, override: dict | None) -> dict:
         facts.update(layers=mc.get_total_num_hidden_layers(),
                      kv_heads=mc.get_total_num_kv_heads(), head_dim=mc.get_head_size(),
                      revision=mc.revision or "",
-                     hash_algo=str(vc.cache_config.prefix_caching_hash_algo))
+                     hash_algo=str(vc.cache_config.prefix_caching_hash_algo),
+                     weights=_weights(mc, vc.cache_config))
     else:
         path = os.path.join(oc.model.name, "config.json")
         if os.path.exists(path):
@@ -157,6 +160,26 @@ def _model_facts(offloading_spec, override: dict | None) -> dict:
     if not facts["hash_algo"]:
         facts["hash_algo"] = "sha256"
     return facts
+
+
+def _weights(mc, cc) -> str:
+    """The digest of what changes the KV of one model name, revision and geometry: two
+    engines that differ here must not load each other's chunks (their bytes are whole, so
+    no checksum would catch it). Online quantization, hf_overrides (rope scaling, ...),
+    the remote code's revision and the layers an fp8 KV cache skips; the KV dtype itself
+    is in the namespace already, as resolved, so "auto" and its resolved name still
+    share. Until 2026-12-04 none of these was in the key."""
+    def get(o, name):
+        return getattr(o, name, None) if o is not None else None
+    hf = get(mc, "hf_overrides")
+    return weights_digest({
+        "quantization": get(mc, "quantization"),
+        # a function by its name: its repr holds an address, different in every process
+        "hf_overrides": hf if not callable(hf) else
+        f"{getattr(hf, '__module__', '')}.{getattr(hf, '__qualname__', repr(type(hf)))}",
+        "code_revision": get(mc, "code_revision"),
+        "kv_cache_dtype_skip_layers": get(cc, "kv_cache_dtype_skip_layers"),
+    })
 
 
 def _detect_layout(oc, dtype_name: str, block_tokens: int, head_dim: int) -> str:
@@ -258,7 +281,9 @@ class KvtierTier(SecondaryTierManager):
         self.ns_id = self._store.ns_id
         self._tokens_per_hash = oc.cache.tokens_per_hash
         self._hash_algo = facts["hash_algo"]
-        self._ctx = context_bytes(self._hash_algo, self._tokens_per_hash)
+        self._weights = facts["weights"]
+        self._ctx = context_bytes(self._hash_algo, self._tokens_per_hash,
+                                  weights=self._weights)
         self._tier_names = list(self._store.tiers)
         self._payload = self._store.payload_bytes()
         assert self._payload == self.layout.payload_bytes, "geometry mismatch"
@@ -336,7 +361,8 @@ class KvtierTier(SecondaryTierManager):
                 # namespace, and str() made 1 and "1" one tenant
                 if not isinstance(t, str) or not t:
                     raise TypeError("not a non-empty string")
-                ctx = context_bytes(self._hash_algo, self._tokens_per_hash, t)
+                ctx = context_bytes(self._hash_algo, self._tokens_per_hash, t,
+                                    weights=self._weights)
             except Exception as e:  # never raise into vLLM's scheduler
                 # kv_transfer_params come from the API client. A tenant that cannot be
                 # written into the key context (not a non-empty string; control
