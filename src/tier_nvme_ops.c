@@ -42,11 +42,11 @@ static int ro_read_current(struct nv *s, const struct nv_op *op)
 {
 	if (op->lseg)
 		return nv_log_lap_current(s, op->lseg);
+	if (!op->fdc)
+		return -EINVAL;
 	struct stat a, b;
 	char name[NV_NAME_MAX];
 	nv_object_path(&op->key, name);
-	if (!op->fdc)
-		return -EINVAL;
 	if (fstat(op->fdc->fd, &a) < 0)
 		return -errno;
 	if (fstatat(s->dirs[op->dir].fd, name, &b, AT_SYMLINK_NOFOLLOW) < 0)

@@ -30,6 +30,7 @@ token keys (kvt_keys_from_tokens), which a vLLM deployment would not find.
 from __future__ import annotations
 
 import hashlib
+import json
 
 DOMAIN = b"kvtier-vllm-offload-v1"
 
@@ -51,7 +52,6 @@ def weights_digest(settings: dict) -> str:
     """A hex SHA-256 of the KV-affecting settings that are set (None, "", {} and [] are
     left out, so a deployment that sets none gets ""), canonical JSON (sorted keys,
     values as their repr when JSON cannot hold them)."""
-    import json
     kept = {k: v for k, v in settings.items() if v not in (None, "", {}, [], ())}
     if not kept:
         return ""

@@ -169,16 +169,14 @@ def _weights(mc, cc) -> str:
     the remote code's revision and the layers an fp8 KV cache skips; the KV dtype itself
     is in the namespace already, as resolved, so "auto" and its resolved name still
     share. Until 2026-12-04 none of these was in the key."""
-    def get(o, name):
-        return getattr(o, name, None) if o is not None else None
-    hf = get(mc, "hf_overrides")
+    hf = getattr(mc, "hf_overrides", None)
+    if callable(hf):  # a function by its name: its repr holds an address, new each process
+        hf = f"{getattr(hf, '__module__', '')}.{getattr(hf, '__qualname__', type(hf).__name__)}"
     return weights_digest({
-        "quantization": get(mc, "quantization"),
-        # a function by its name: its repr holds an address, different in every process
-        "hf_overrides": hf if not callable(hf) else
-        f"{getattr(hf, '__module__', '')}.{getattr(hf, '__qualname__', repr(type(hf)))}",
-        "code_revision": get(mc, "code_revision"),
-        "kv_cache_dtype_skip_layers": get(cc, "kv_cache_dtype_skip_layers"),
+        "quantization": getattr(mc, "quantization", None),
+        "hf_overrides": hf,
+        "code_revision": getattr(mc, "code_revision", None),
+        "kv_cache_dtype_skip_layers": getattr(cc, "kv_cache_dtype_skip_layers", None),
     })
 
 
