@@ -63,7 +63,8 @@ struct cop {
 	const struct kvt_key *keys;
 	size_t n;
 	int8_t *tiers;
-	uint64_t deadline_ns;
+	uint64_t deadline_ns; /* prefetch: the daemon's deadline for it */
+	uint64_t by_ns; /* a *_sync call's own deadline (kvt__now_ns; 0: none), see call_deadline */
 	kvt_cb cb;
 	void *arg;
 	struct kvt_result res;
@@ -96,6 +97,9 @@ struct kvt_client {
 	bool region_dirty; /* a daemon thread may still write the current region */
 	uint64_t seq;
 	uint64_t gen; /* connections made: TP claims belong to one */
+	/* the deadline of the call running its exchanges now (kvt__now_ns; 0: none, only
+	 * timeout_ms): an exchange that would end past it is cut (see call_wait) */
+	uint64_t call_deadline;
 	struct kvtd_info info; /* the last attach's; read under io_lock only */
 	/* the tier chain the accessors read, lock-free (see the file comment): the last
 	 * attach's, stored with release after it is filled; tier_sets (under io_lock) holds
@@ -258,15 +262,53 @@ static void disconnect(struct kvt_client *c)
 	c->region_dirty = true; /* the next attach brings a new region (see new_region) */
 }
 
+/* Why a call's own deadline: the socket's timeouts are store.daemon_timeout_ms (5 s by
+ * default), the bound on a daemon that stopped answering; a caller with less time (a vLLM
+ * load of 0.3 s, kvt_rows_load in client mode) waited that long per chunk. Before each
+ * send and each receive of a call with a deadline nearer than the timeout, wait for the
+ * socket only until the deadline: -ETIME once it has passed, 0 to go on (the socket's own
+ * timeout bounds the rest). */
+static int call_wait(struct kvt_client *c, short ev)
+{
+	for (;;) {
+		if (!c->call_deadline)
+			return 0;
+		uint64_t now = kvt__now_ns();
+		if (now >= c->call_deadline)
+			return -ETIME;
+		uint64_t left_ms = (c->call_deadline - now + 999999u) / 1000000u;
+		if (left_ms >= (uint64_t)c->timeout_ms)
+			return 0;
+		struct pollfd p = {.fd = c->sock, .events = ev};
+		int n = poll(&p, 1, (int)left_ms);
+		if (n > 0)
+			return 0; /* ready, or an error the send or receive reports */
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
 /* One request, one reply. On any transport or protocol failure the connection is dropped
- * (the next exchange reconnects) and -errno returned. */
+ * (the next exchange reconnects) and -errno returned. An exchange cut at the call's
+ * deadline (-ETIME) drops it too: the answer would arrive later on this connection, and a
+ * daemon thread may still write the abandoned request's bytes into the region (a new
+ * connection brings a new region, see new_region); the daemon releases what the
+ * connection held (pins, reservations). It says nothing of the daemon's health, so it
+ * neither marks the daemon down nor up. */
 static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_rep *rep, int fd,
 		       int *rfd)
 {
 	req->magic = KVTD_MAGIC;
 	req->seq = ++c->seq;
-	int rc = kvtd_send(c->sock, req, sizeof(*req), fd);
-	c->unsent = rc == -EPIPE || rc == -ECONNRESET || rc == -ENOTCONN;
+	int rc = call_wait(c, POLLOUT);
+	if (rc == 0) {
+		rc = kvtd_send(c->sock, req, sizeof(*req), fd);
+		c->unsent = rc == -EPIPE || rc == -ECONNRESET || rc == -ENOTCONN;
+	} else {
+		c->unsent = false;
+	}
+	if (rc == 0)
+		rc = call_wait(c, POLLIN);
 	if (rc == 0) {
 		long r = kvtd_recv(c->sock, rep, sizeof(*rep), rfd);
 		if (r == 0)
@@ -281,6 +323,10 @@ static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_r
 	 * (its workers hung) answers HELLO and then not the request, and counting the HELLO
 	 * would reset the backoff every probe instead of doubling it. The request's answer
 	 * does. */
+	if (rc == -ETIME) {
+		disconnect(c);
+		return rc;
+	}
 	if (rc < 0 || req->op != KVTD_HELLO)
 		note_io(c, rc);
 	if (rc < 0) {
@@ -737,18 +783,42 @@ static void run_op_locked(struct kvt_client *c, struct cop *o)
 	}
 }
 
+/* io_lock, waited for until by (kvt__now_ns; 0: without a bound): another call's exchange
+ * may hold it for up to store.daemon_timeout_ms. 0, or -ETIME. (pthread_mutex_timedlock
+ * counts in CLOCK_REALTIME: the deadline is carried over from the monotonic clock.) */
+static int lock_io_by(struct kvt_client *c, uint64_t by)
+{
+	if (!by) {
+		pthread_mutex_lock(&c->io_lock);
+		return 0;
+	}
+	uint64_t now = kvt__now_ns();
+	if (now >= by)
+		return pthread_mutex_trylock(&c->io_lock) == 0 ? 0 : -ETIME;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t ns = (uint64_t)ts.tv_nsec + (by - now);
+	ts.tv_sec += (time_t)(ns / 1000000000u);
+	ts.tv_nsec = (long)(ns % 1000000000u);
+	return pthread_mutex_timedlock(&c->io_lock, &ts) == 0 ? 0 : -ETIME;
+}
+
 /* One operation, on the worker or (the *_sync calls) the caller's thread. While the daemon
  * is down it completes at once as the timeout that put it down did (failed: a miss for
- * get, lookup and prefetch, the error for the others). */
+ * get, lookup and prefetch, the error for the others). With o->by_ns it ends by then: the
+ * wait for io_lock and every exchange are cut there (-ETIME; a get misses with it as the
+ * cause). */
 static void run_op(struct kvt_client *c, struct cop *o)
 {
 	o->res = (struct kvt_result){.status = 0, .tier = KVT_TIER_NONE};
 	bool probe = false;
 	int rc = admit(c, &probe);
-	if (rc == 0) {
-		pthread_mutex_lock(&c->io_lock);
-		if ((rc = admit(c, &probe)) == 0)
+	if (rc == 0 && (rc = lock_io_by(c, o->by_ns)) == 0) {
+		if ((rc = admit(c, &probe)) == 0) {
+			c->call_deadline = o->by_ns;
 			run_op_locked(c, o);
+			c->call_deadline = 0;
+		}
 		pthread_mutex_unlock(&c->io_lock);
 	}
 	admit_end(c, probe);
@@ -884,8 +954,9 @@ enum sync_order {
 /* Wait until the submissions order asks for have had their exchange. The wait ends with
  * -ETIMEDOUT only when no exchange finished for store.daemon_timeout_ms (a worker stuck on
  * a daemon that does not answer): a long queue that a healthy daemon works through is
- * waited out, one exchange at a time. */
-static int wait_ran(struct kvt_client *c, enum sync_order order)
+ * waited out, one exchange at a time; or with -ETIME at by (kvt__now_ns; 0: none), the
+ * call's own deadline. */
+static int wait_ran(struct kvt_client *c, enum sync_order order, uint64_t by)
 {
 	if (order == SYNC_NOW)
 		return 0;
@@ -897,15 +968,16 @@ static int wait_ran(struct kvt_client *c, enum sync_order order)
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		uint64_t ms = (uint64_t)c->timeout_ms;
-		ts.tv_sec += (time_t)(ms / 1000);
-		ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+		bool cut = by && by < now + ms * 1000000u; /* the call's deadline comes first */
+		uint64_t until = cut ? by : now + ms * 1000000u;
+		ts.tv_sec = (time_t)(until / 1000000000u);
+		ts.tv_nsec = (long)(until % 1000000000u);
 		while (c->ran == seen && c->ran < target && rc == 0)
 			rc = -pthread_cond_timedwait(&c->ran_cond, &c->q_lock, &ts);
-		if (rc == -ETIMEDOUT && c->ran != seen)
+		if (rc == -ETIMEDOUT && cut)
+			rc = -ETIME;
+		else if (rc == -ETIMEDOUT && c->ran != seen)
 			rc = 0; /* progress made as the time ran out: wait on */
 	}
 	if (c->ran >= target)
@@ -925,7 +997,7 @@ int kvt__client_tp_reserve(struct kvt_client *c, const struct kvt_key *key,
 	if (!key || n_tokens == 0 || n_tokens > g->chunk_tokens || h0 >= h1 || h1 > g->kv_heads)
 		return -EINVAL;
 	/* a store after kvt_remove is not removed by it, as a put */
-	int rc = wait_ran(c, SYNC_REMOVES);
+	int rc = wait_ran(c, SYNC_REMOVES, 0);
 	if (rc < 0)
 		return rc;
 	bool probe = false;
@@ -990,7 +1062,7 @@ int kvt__client_tp_written(struct kvt_client *c, const struct kvt_key *key, int3
 
 int kvt__client_pin(struct kvt_client *c, const struct kvt_key *key, struct kvt_client_pin *p)
 {
-	int rc = wait_ran(c, SYNC_REMOVES); /* a load after kvt_remove misses, as a get */
+	int rc = wait_ran(c, SYNC_REMOVES, 0); /* a load after kvt_remove misses, as a get */
 	if (rc < 0)
 		return rc;
 	bool probe = false;
@@ -1192,7 +1264,7 @@ int kvt__client_flush(struct kvt_client *c, kvt_cb cb, void *arg)
 static int run_sync(struct kvt_client *c, struct cop *o, struct kvt_result *res,
 		    enum sync_order order)
 {
-	int rc = wait_ran(c, order);
+	int rc = wait_ran(c, order, o->by_ns);
 	if (rc < 0) {
 		o->res = (struct kvt_result){.status = 0, .tier = KVT_TIER_NONE};
 		if (o->op == KVTD_LOOKUP && o->tiers)
@@ -1222,20 +1294,23 @@ int kvt__client_status(struct kvt_client *c, struct kvtd_status *out)
 
 int kvt__client_put_sync(struct kvt_client *c, const struct kvt_key *key,
 			 const struct kvt_key *parent, uint32_t n_tokens, const void *buf,
-			 size_t len)
+			 size_t len, uint64_t by_ns)
 {
 	if (!key || check_put(c, n_tokens, buf, len) < 0)
 		return -EINVAL;
 	struct cop o = put_op(key, parent, n_tokens, buf, len);
+	o.by_ns = by_ns;
 	return run_sync(c, &o, NULL, SYNC_REMOVES);
 }
 
 int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
-			 uint32_t layer_end, void *buf, size_t len, struct kvt_result *res)
+			 uint32_t layer_end, void *buf, size_t len, uint64_t by_ns,
+			 struct kvt_result *res)
 {
 	if (check_get(c, key, layer_begin, layer_end, buf, len) < 0)
 		return -EINVAL;
 	struct cop o = get_op(key, layer_begin, layer_end, buf, len);
+	o.by_ns = by_ns;
 	return run_sync(c, &o, res, SYNC_REMOVES);
 }
 

@@ -48,14 +48,19 @@ int kvt__client_remove(struct kvt_client *c, const struct kvt_key *key, kvt_cb c
 int kvt__client_flush(struct kvt_client *c, kvt_cb cb, void *arg);
 int kvt__client_stats(struct kvt_client *c, struct kvt_stats *out);
 
-/* The *_sync wrappers: run on the calling thread, never through the poll queue. */
+/* The *_sync wrappers: run on the calling thread, never through the poll queue. A put's
+ * and a get's by_ns (kvt__now_ns; 0: none) is the call's own deadline: it returns by then
+ * with -ETIME (a get: -ENOENT with cause -ETIME) whatever store.daemon_timeout_ms is - the
+ * waits for earlier removes and for the connection included; the connection is dropped
+ * when an exchange is cut (the next call reconnects), and the daemon is not marked down. */
 int kvt__client_put_sync(struct kvt_client *c, const struct kvt_key *key,
 			 const struct kvt_key *parent, uint32_t n_tokens, const void *buf,
-			 size_t len);
+			 size_t len, uint64_t by_ns);
 int kvt__client_lookup_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
 			    int8_t *tiers, struct kvt_result *res);
 int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
-			 uint32_t layer_end, void *buf, size_t len, struct kvt_result *res);
+			 uint32_t layer_end, void *buf, size_t len, uint64_t by_ns,
+			 struct kvt_result *res);
 int kvt__client_prefetch_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
 			      uint64_t deadline_ns);
 int kvt__client_remove_sync(struct kvt_client *c, const struct kvt_key *key);

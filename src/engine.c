@@ -897,7 +897,7 @@ int kvt__e_skeys(const struct kvt_store *s, struct kvt_storage_keys *b, const st
 static int put_sync(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		    uint32_t n_tokens, const void *buf, size_t len)
 {
-	if (s->client) return kvt__client_put_sync(s->client, key, parent, n_tokens, buf, len);
+	if (s->client) return kvt__client_put_sync(s->client, key, parent, n_tokens, buf, len, 0);
 	struct waiter w;
 	waiter_init(&w);
 	struct kvt_key sk, sp;
@@ -951,7 +951,7 @@ int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, i
 static int get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
 		    uint32_t layer_end, void *buf, size_t len, struct kvt_result *res)
 {
-	if (s->client) return kvt__client_get_sync(s->client, key, layer_begin, layer_end, buf, len, res);
+	if (s->client) return kvt__client_get_sync(s->client, key, layer_begin, layer_end, buf, len, 0, res);
 	struct waiter w;
 	waiter_init(&w);
 	struct kvt_key sk;

@@ -505,7 +505,9 @@ static int run_batch(struct kvt_rows *r, size_t n, const uint64_t *row_ids, bool
 	return (int)out.done;
 }
 
-/* Client mode (store.daemon): one blocking call per chunk, converted here. */
+/* Client mode (store.daemon): one blocking call per chunk, converted here, each bounded by
+ * the batch's deadline (not only by store.daemon_timeout_ms: a hung daemon held a 0.3 s
+ * load 5 s per chunk). */
 static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 		      const struct kvt_key *parents, const uint8_t *has_parent,
 		      const uint64_t *row_ids, size_t n, bool load, uint64_t deadline,
@@ -542,7 +544,8 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 		uint64_t t0 = kvt__now_ns(), t1;
 		if (load) {
 			struct kvt_result kr = {0};
-			int rc = kvt_get_sync(r->s, &keys[i], 0, 0, buf, r->chunk_bytes, &kr);
+			int rc = kvt__client_get_sync(r->s->client, &keys[i], 0, 0, buf,
+						      r->chunk_bytes, deadline, &kr);
 			if (rc == -ENOENT && kr.cause < 0) /* as load_cb: a bad copy, a late tier, */
 				rc = kr.cause;             /* the daemon unreachable: say so */
 			if (rc == 0 && kr.n_tokens != r->chunk_tokens)
@@ -560,8 +563,9 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 			t1 = kvt__now_ns();
 			out.convert_ns += t1 - t0;
 			bool hp = parents && (!has_parent || has_parent[i]);
-			int rc = kvt_put_sync(r->s, &keys[i], hp ? &parents[i] : NULL,
-					      r->chunk_tokens, buf, r->chunk_bytes);
+			int rc = kvt__client_put_sync(r->s->client, &keys[i],
+						      hp ? &parents[i] : NULL, r->chunk_tokens,
+						      buf, r->chunk_bytes, deadline);
 			out.wait_ns += kvt__now_ns() - t1;
 			if (rc < 0) {
 				fail = rc;

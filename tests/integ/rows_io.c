@@ -19,7 +19,11 @@
  *   - with encryption at rest (loads then go through staging buffers, not the object in
  *     place), the same round trip is exact;
  *   - in client mode (store.daemon, a running kvtierd) a call waiting for a staging buffer
- *     returns at its deadline (it waited until the buffer came back, however late).
+ *     returns at its deadline (it waited until the buffer came back, however late);
+ *   - in client mode against a daemon that stopped answering (SIGSTOP), loads and stores
+ *     return at their deadline, not after store.daemon_timeout_ms per chunk, writing no
+ *     row; also while another call holds the connection; the daemon is not marked down by
+ *     it, and once it runs again the next load is exact.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -135,7 +139,8 @@ static void *hold_main(void *arg)
 {
 	struct holder *h = arg;
 	struct kvt_rows_result res;
-	kvt_rows_load(h->r, h->keys, h->ids, h->n, h->deadline, &res);
+	int got = kvt_rows_load(h->r, h->keys, h->ids, h->n, h->deadline, &res);
+	printf("  holder: %d chunks, failure %u, status %d\n", got, res.failure, res.status);
 	atomic_store(&h->over, true);
 	return NULL;
 }
@@ -166,13 +171,15 @@ static void client_mode_buffer_deadline(const struct kvt_row_layout *lay, uint8_
 
 	enum { M = 1000000 }; /* chunks A asks for: it is still reading them at its deadline */
 	struct holder h = {.r = r, .keys = malloc(M * sizeof(struct kvt_key)),
-			   .ids = malloc(M * sizeof(uint64_t)), .n = M,
-			   .deadline = now_ns() + 1500000000ull};
+			   .ids = malloc(M * sizeof(uint64_t)), .n = M};
 	CHECK(h.keys && h.ids);
 	for (size_t i = 0; i < M; i++) {
 		h.keys[i] = keys[i % N];
 		h.ids[i] = i % N;
 	}
+	/* set after the fill, which under a sanitizer on a busy machine can take a good part
+	 * of the 1.5 s (once the holder ended before the other load began) */
+	h.deadline = now_ns() + 1500000000ull;
 	pthread_t ta;
 	CHECK_EQ(pthread_create(&ta, NULL, hold_main, &h), 0);
 	usleep(100000); /* A has the buffer and is reading */
@@ -198,6 +205,111 @@ static void client_mode_buffer_deadline(const struct kvt_row_layout *lay, uint8_
 	kvt_store_close(s);
 	free(h.keys);
 	free(h.ids);
+	test_rmdir(d);
+	free(d);
+}
+
+struct sync_get {
+	struct kvt_store *s;
+	struct kvt_key k;
+	void *buf;
+	size_t len;
+	int rc;
+};
+
+static void *sync_get_main(void *arg)
+{
+	struct sync_get *g = arg;
+	g->rc = kvt_get_sync(g->s, &g->k, 0, 0, g->buf, g->len, NULL);
+	return NULL;
+}
+
+/* Client mode against a hung daemon (SIGSTOP: alive, its socket accepting, nothing
+ * answered). Each chunk's call was bounded only by store.daemon_timeout_ms (T, 2 s here),
+ * so a load or store with a 300 ms deadline took T or more (a review measured 5.2 s at the
+ * default T for a 0.3 s vLLM load). Now every wait in the call (the connection, its lock,
+ * each exchange) ends at the batch's deadline. */
+static void client_mode_hung_daemon(const struct kvt_row_layout *lay, uint8_t *src,
+				    const uint64_t *src_ids, uint8_t *dst, const uint64_t *dst_ids,
+				    const uint8_t *want, uint64_t n_rows, const struct kvt_key *keys)
+{
+	const uint64_t rb = lay->row_bytes, MS = 1000000u;
+	char *d = test_tmpdir("rows-io-hung"), sock[108];
+	snprintf(sock, sizeof(sock), "%s/kvtierd.sock", d);
+	kvtd_start_test(sock, d, NULL);
+	struct kvt_config *c = test_config("dram", d);
+	test_set(c, "store.daemon", sock);
+	test_set(c, "store.daemon_timeout_ms", "2000");
+	struct kvt_store *s = test_open(c);
+	struct kvt_rows *rs, *rl;
+	CHECK_RC(kvt_rows_open(s, lay, src, n_rows, 2, &rs), 0);
+	CHECK_RC(kvt_rows_open(s, lay, dst, n_rows, 2, &rl), 0);
+	struct kvt_rows_result res;
+	CHECK_RC(kvt_rows_store(rs, keys, NULL, NULL, src_ids, N, 0, &res), N);
+	uint8_t *untouched = malloc(n_rows * rb);
+	CHECK(untouched);
+	memset(untouched, 0xEE, n_rows * rb);
+	memset(dst, 0xEE, n_rows * rb);
+
+	kill(kvtd_pid, SIGSTOP);
+	waitpid(kvtd_pid, NULL, WUNTRACED);
+	uint64_t t0 = now_ns();
+	int got = kvt_rows_load(rl, keys, dst_ids, N, t0 + 300 * MS, &res);
+	double ms = test_ms_since(t0);
+	printf("  client mode, daemon stopped: a 300 ms load of %d chunks returned %d (failure "
+	       "%u, status %d) after %.0f ms\n", N, got, res.failure, res.status, ms);
+	CHECKM(ms < 1000, "a 300 ms load took %.0f ms against a stopped daemon", ms);
+	CHECK_EQ(got, 0);
+	CHECK_EQ(res.failure, KVT_ROWS_DEADLINE);
+	CHECK(!memcmp(dst, untouched, n_rows * rb));
+	struct kvt_key other[N];
+	for (int i = 0; i < N; i++) {
+		other[i] = keys[i];
+		other[i].bytes[30] ^= 0x5a;
+	}
+	t0 = now_ns();
+	got = kvt_rows_store(rs, other, NULL, NULL, src_ids, N, t0 + 300 * MS, &res);
+	ms = test_ms_since(t0);
+	printf("  client mode, daemon stopped: a 300 ms store returned %d (failure %u) after "
+	       "%.0f ms\n", got, res.failure, ms);
+	CHECKM(ms < 1000, "a 300 ms store took %.0f ms against a stopped daemon", ms);
+	CHECK_EQ(got, 0);
+	CHECK_EQ(res.failure, KVT_ROWS_DEADLINE);
+
+	/* Running again: a deadline cut is no sign of a dead daemon (no backoff to wait out),
+	 * and the connection it dropped is made again: the next load is whole and exact. */
+	kill(kvtd_pid, SIGCONT);
+	t0 = now_ns();
+	CHECK_RC(kvt_rows_load(rl, keys, dst_ids, N, t0 + 1000 * MS, &res), N);
+	printf("  daemon running again: the next load took %.0f ms\n", test_ms_since(t0));
+	for (int i = 0; i < N; i++)
+		CHECK(!memcmp(dst + dst_ids[i] * rb, want + dst_ids[i] * rb, rb));
+
+	/* Behind another call: a get_sync without a deadline holds the connection for T on a
+	 * stopped daemon; a 300 ms load waits for it only until its deadline. */
+	kill(kvtd_pid, SIGSTOP);
+	waitpid(kvtd_pid, NULL, WUNTRACED);
+	struct sync_get g = {.s = s, .k = keys[0], .len = kvt_row_layout_chunk_bytes(lay)};
+	g.buf = malloc(g.len);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, sync_get_main, &g), 0);
+	usleep(100000);
+	t0 = now_ns();
+	got = kvt_rows_load(rl, keys, dst_ids, N, t0 + 300 * MS, &res);
+	ms = test_ms_since(t0);
+	printf("  behind a get_sync on the stopped daemon: a 300 ms load returned %d after %.0f "
+	       "ms\n", got, ms);
+	CHECKM(ms < 1000, "a 300 ms load behind another call took %.0f ms", ms);
+	CHECK_EQ(got, 0);
+	CHECK_EQ(res.failure, KVT_ROWS_DEADLINE);
+	pthread_join(th, NULL);
+	CHECK_RC(g.rc, -ENOENT); /* its own timeout, T */
+	free(g.buf);
+	kvtd_kill();
+	kvt_rows_close(rs);
+	kvt_rows_close(rl);
+	kvt_store_close(s);
+	free(untouched);
 	test_rmdir(d);
 	free(d);
 }
@@ -488,6 +600,7 @@ int main(void)
 	free(dir);
 
 	client_mode_buffer_deadline(&lay, dst, NR, keys);
+	client_mode_hung_daemon(&lay, src, src_ids, dst, dst_ids, want, NR, keys);
 
 	free(src);
 	free(dst);

@@ -6,6 +6,7 @@ from the store's real state."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import numpy as np
@@ -391,6 +392,38 @@ def test_client_mode_daemon_down_load_fails_as_an_error_not_a_miss(tdir, kvtierd
         assert t._load_failures == {"error": 1}, t._load_failures  # {'miss': 1}
         assert not [e for e in t.take_events() if e.removed]
     finally:
+        t.shutdown()
+
+
+def test_client_mode_load_ends_by_its_deadline_on_a_hung_daemon(tdir, kvtierd):
+    """Client mode (store.daemon) with kvtierd stopped (SIGSTOP: its socket accepts,
+    nothing answers): each chunk's call was bounded only by store.daemon_timeout_ms, so a
+    load with a 300 ms deadline took that long or more (a review measured 5.2 s at the
+    default 5 s) while vLLM waited on its rows. It now ends at its deadline, counted as a
+    deadline miss; the daemon is not taken for dead, and once it runs the next load hits."""
+    d = kvtierd({"model.layers": L, "model.kv_heads": H, "model.head_dim": D,
+                 "model.chunk_tokens": TB, "model.name": "tiny-test", "model.dtype": "bf16"})
+    buf, view = primary()
+    t = KvtierTier(spec(True), view, "KvtierTier",
+                   config={"store.daemon": d.sock, "store.daemon_timeout_ms": 3000},
+                   model=MODEL, layout="cpu-vec", load_deadline_ms=300)
+    try:
+        rc, keys = stored(t, "h", 59)
+        d.proc.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        t.submit_load(TransferJob(2, keys, np.array([4, 5]), True, rc))
+        (res,) = wait_jobs(t, 1)
+        took = time.monotonic() - t0
+        assert not res.success
+        assert took < 1.2, f"a 300 ms load took {took:.2f} s on a hung daemon"  # 3.0 s
+        assert t._load_failures == {"deadline": 1}, t._load_failures
+        d.proc.send_signal(signal.SIGCONT)
+        t.submit_load(TransferJob(3, keys, np.array([6, 7]), True, rc))
+        (res,) = wait_jobs(t, 1)
+        assert res.success
+        assert np.array_equal(buf[6:8, :ROW], buf[0:2, :ROW])
+    finally:
+        d.proc.send_signal(signal.SIGCONT)
         t.shutdown()
 
 
