@@ -6,6 +6,8 @@ from the store's real state."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import time
 
@@ -33,12 +35,12 @@ ROW = L * 2 * TB * H * D * 2
 MODEL = {"layers": L, "kv_heads": H, "head_dim": D}
 
 
-def spec(events=False):
+def spec(events=False, name="tiny-test"):
     oc = OffloadingConfig(
         groups=(OffloadingGroupConfig(TB, ("l0", "l1"), 0),),
         worker_kv_bytes_per_block=ROW, enable_kv_cache_events=events,
         extra_config={"cpu_bytes_to_use": 64 * 4096}, engine_id="test",
-        model=OffloadingModelConfig("tiny-test", "bfloat16"),
+        model=OffloadingModelConfig(name, "bfloat16"),
         cache=OffloadingCacheConfig(tokens_per_hash=TB, blocks_per_chunk=1),
         parallel=OffloadingParallelConfig(0, 1, 1, 1, 1, 1, 0, 1, None, True))
     return TieringOffloadingSpec(oc)
@@ -247,6 +249,7 @@ def test_unusable_tenant_gets_no_caching_never_raises(tdir, caplog, bad):
         plain, keys = stored(t, "plain", 7)
         puts = t.store_stats()["puts"]
         rc = ReqContext("evil\r\n", kv_transfer_params={"kvtier_tenant": bad})
+        caplog.clear()  # the start's own warnings (this model has no revision)
         with caplog.at_level("WARNING", logger="kvtier.vllm"):
             t.on_new_request(rc)  # raised ValueError / UnicodeEncodeError
         msgs = [r.getMessage() for r in caplog.records if r.name == "kvtier.vllm"]
@@ -644,3 +647,54 @@ def test_kv_changing_settings_separate_namespaces(tdir, monkeypatch):
     assert t._key(okeys(1, seed=81)[0], None) == plain
     t.shutdown()
     assert tier_mod.weights_digest({"a": None, "b": ""}) == ""
+
+
+def test_unpinned_local_weights_separate_namespaces(tdir):
+    """A model served from a local path has no revision, so the same path with other
+    weights (a retrained checkpoint of the same architecture: same names, same sizes)
+    derived the same keys as before, and an engine could load the old weights' chunks -
+    whole bytes of other KV (so could two nodes serving one model.name from paths holding
+    other weights). The key now carries a sample of the weights; a copy of the same
+    weights elsewhere (another node's path, new mtimes) keeps the keys, and a pinned
+    revision makes the sample unnecessary (keys as before)."""
+    import shutil
+
+    rng = np.random.default_rng(7)
+
+    def model_dir(name, weights):
+        d = os.path.join(tdir, name)
+        os.makedirs(d)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump({"num_hidden_layers": L, "num_attention_heads": H,
+                       "num_key_value_heads": H, "head_dim": D, "hidden_size": H * D}, f)
+        for i, w in enumerate(weights):
+            with open(os.path.join(d, f"model-{i}.safetensors"), "wb") as f:
+                f.write(w)
+        return d
+
+    a_w = [rng.bytes(1 << 20), rng.bytes(300_000)]
+    b_w = [bytearray(w) for w in a_w]
+    b_w[1][150_000:150_008] = b"retrain!"  # one spot in the middle of the second file
+    a = model_dir("a", a_w)
+    b = model_dir("b", [bytes(w) for w in b_w])
+    c = os.path.join(tdir, "c")
+    shutil.copytree(a, c, copy_function=shutil.copyfile)  # same bytes, new mtimes
+
+    def key(name, **config):
+        buf, view = primary()
+        cfg = {"store.tiers": "dram", "dram.bytes": "8MiB", "dram.hugepages": False}
+        t = KvtierTier(spec(name=name), view, "KvtierTier", config={**cfg, **config},
+                       model=MODEL, layout="cpu-vec")
+        k = t._key(okeys(1, seed=83)[0], None)
+        t.shutdown()
+        return k
+
+    # one model name for all (model.name: the path is part of the namespace otherwise)
+    name = {"model.name": "tiny-test"}
+    plain = key("tiny-test", **name)  # no directory: nothing to sample, keys as before
+    ka, kb, kc = key(a, **name), key(b, **name), key(c, **name)
+    assert ka != kb, "other weights under one name shared keys"
+    assert ka == kc, "a copy of the same weights got other keys"
+    assert ka != plain
+    pinned = {**name, "model.revision": "v1"}
+    assert key(a, **pinned) == key(b, **pinned) == key("tiny-test", **pinned)

@@ -12,7 +12,8 @@ with ctx the vLLM-side facts the OffloadKey's bytes depend on but do not name: t
 hash algorithm, the tokens per hash, the per-request tenant salt if any, and a digest of
 the engine settings that change KV values without changing the model's name, revision or
 geometry (online quantization, hf_overrides, remote code's revision, layers kept out of an
-fp8 KV cache), if any is set. Why hash
+fp8 KV cache), if any is set, and for a model with no revision a sample of its weights
+files (weights_sample). Why hash
 rather than use the OffloadKey bytes directly:
   - an OffloadKey is only unique within one model, block size and hash setting; the
     namespace id and ctx make two deployments that differ in any of those never collide,
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 DOMAIN = b"kvtier-vllm-offload-v1"
 
@@ -57,6 +59,41 @@ def weights_digest(settings: dict) -> str:
         return ""
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+SAMPLE_BYTES = 1 << 16
+
+
+def weights_sample(path: str) -> str:
+    """A hex SHA-256 standing for the weights in a local model directory: its config.json
+    and, for each weight file (sorted by name, symlinks followed as in a Hugging Face
+    snapshot), its name, size and four 64 KiB pieces (at 0, 1/3, 2/3 and the end). ""
+    when path holds neither. Why sampled: two checkpoints of one architecture have the same
+    names and sizes, and differ in every tensor, so a few pieces tell them apart; hashing
+    whole files would read gigabytes at every engine start. Content, not mtimes: a copy of
+    the same weights (another node, an image) keeps its keys."""
+    if not path or not os.path.isdir(path):
+        return ""
+    h = hashlib.sha256(b"kvtier-weights-sample-v1\0")
+    found = False
+    cfg = os.path.join(path, "config.json")
+    if os.path.isfile(cfg):
+        with open(cfg, "rb") as f:
+            h.update(b"config.json\0" + hashlib.sha256(f.read()).digest())
+        found = True
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        if not name.endswith(WEIGHT_SUFFIXES) or not os.path.isfile(full):
+            continue
+        size = os.path.getsize(full)
+        h.update(name.encode() + b"\0" + size.to_bytes(8, "little"))
+        with open(full, "rb") as f:
+            for at in sorted({0, size // 3, 2 * size // 3, max(0, size - SAMPLE_BYTES)}):
+                f.seek(at)
+                h.update(f.read(SAMPLE_BYTES))
+        found = True
+    return h.hexdigest() if found else ""
 
 
 def chunk_key(ns_id: bytes, ctx: bytes, offload_key: bytes) -> bytes:

@@ -59,7 +59,7 @@ from kvtier.config import flatten
 
 from . import options as opt
 from .layout import LAYOUTS, RowLayout
-from .naming import chunk_key, context_bytes, weights_digest
+from .naming import chunk_key, context_bytes, weights_digest, weights_sample
 
 log = logging.getLogger("kvtier.vllm")
 # KVTIER_VLLM_PROFILE=1: one line per transfer job on stderr with the time of each stage
@@ -180,6 +180,20 @@ def _weights(mc, cc) -> str:
     })
 
 
+def _model_dir(name: str) -> str:
+    """The local directory the weights of model `name` are read from: name itself if it is
+    a directory, else the Hugging Face cache's snapshot of it (local lookup only, no
+    network; "" when it is not cached there)."""
+    if os.path.isdir(name):
+        return name
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        hit = try_to_load_from_cache(name, "config.json")
+    except Exception:  # not an id the hub library takes, or no such library
+        return ""
+    return os.path.dirname(hit) if isinstance(hit, str) else ""
+
+
 def _detect_layout(oc, dtype_name: str, block_tokens: int, head_dim: int) -> str:
     from vllm.platforms import current_platform
     if current_platform.is_cpu():
@@ -280,6 +294,18 @@ class KvtierTier(SecondaryTierManager):
         self._tokens_per_hash = oc.cache.tokens_per_hash
         self._hash_algo = facts["hash_algo"]
         self._weights = facts["weights"]
+        if not facts["revision"] and "model.revision" not in user:
+            # Nothing pins the weights: the same name (a local path, an id resolved to
+            # whatever the cache holds) may serve other weights tomorrow, or on another
+            # node, and their chunks would be whole bytes of other KV under the same keys.
+            sample = weights_sample(_model_dir(oc.model.name))
+            if sample:
+                self._weights = weights_digest({"settings": self._weights,
+                                                "weights_sample": sample})
+            else:
+                log.warning("kvtier tier %s: model %s has no revision and its weights "
+                            "were not found to sample: pin it (model.revision) before "
+                            "another engine shares this store", tier_type, oc.model.name)
         self._ctx = context_bytes(self._hash_algo, self._tokens_per_hash,
                                   weights=self._weights)
         self._tier_names = list(self._store.tiers)
