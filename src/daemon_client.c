@@ -209,6 +209,19 @@ static void note_io(struct kvt_client *c, int rc)
 				  "then one tries it again", c->path, (unsigned long long)ms);
 }
 
+/* A call cut at its own deadline says nothing new about the daemon, with one exception:
+ * while it is marked down, the cut call was the probe (nobody else may talk to it), and a
+ * probe that got no answer must not leave the backoff over - every later call would probe
+ * in turn and wait out its whole deadline. The backoff is armed again, not doubled (the
+ * probe gave up before the daemon's timeout). */
+static void note_cut(struct kvt_client *c)
+{
+	pthread_mutex_lock(&c->down_lock);
+	if (c->down_rc)
+		c->down_until = kvt__now_ns() + c->backoff_ms * 1000000u;
+	pthread_mutex_unlock(&c->down_lock);
+}
+
 /* The error a call gets at once while the daemon is down and its backoff runs, else 0. */
 static int backing_off(struct kvt_client *c)
 {
@@ -294,7 +307,7 @@ static int call_wait(struct kvt_client *c, short ev)
  * daemon thread may still write the abandoned request's bytes into the region (a new
  * connection brings a new region, see new_region); the daemon releases what the
  * connection held (pins, reservations). It says nothing of the daemon's health, so it
- * neither marks the daemon down nor up. */
+ * neither marks the daemon down nor up (but see note_cut). */
 static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_rep *rep, int fd,
 		       int *rfd)
 {
@@ -324,6 +337,7 @@ static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_r
 	 * would reset the backoff every probe instead of doubling it. The request's answer
 	 * does. */
 	if (rc == -ETIME) {
+		note_cut(c);
 		disconnect(c);
 		return rc;
 	}
@@ -347,6 +361,21 @@ static void unmap_pool(struct kvt_client *c)
 		munmap(c->pool, c->pool_len);
 	c->pool = NULL;
 	c->pool_len = 0;
+}
+
+/* The pools retired by reconnects, unmapped once no copy can still read or write them:
+ * none is in flight (no pin held, no TP gather running). Under io_lock. Without this each
+ * reconnect during a pin kept a pool-sized mapping until close. */
+static void free_retired(struct kvt_client *c)
+{
+	if (c->pins_out || c->tp_writes)
+		return;
+	while (c->retired) {
+		struct retired *r = c->retired;
+		c->retired = r->next;
+		munmap(r->p, r->len);
+		kvt__free(r);
+	}
 }
 
 static void retire_pool(struct kvt_client *c)
@@ -449,12 +478,33 @@ static int attach(struct kvt_client *c)
 	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	memcpy(a.sun_path, c->path, sizeof(a.sun_path));
+	/* A connect waits for room in the daemon's listen queue, up to SO_SNDTIMEO: a stopped
+	 * daemon's queue fills with the connections of cut calls, and each further connect
+	 * then waited the whole timeout. A call's nearer deadline bounds it instead. */
+	bool cut = false;
+	if (c->call_deadline) {
+		uint64_t now = kvt__now_ns();
+		uint64_t left_us = c->call_deadline > now ? (c->call_deadline - now) / 1000u : 0;
+		if (left_us < (uint64_t)c->timeout_ms * 1000u) {
+			struct timeval dl = {.tv_sec = (time_t)(left_us / 1000000u),
+					     .tv_usec = (suseconds_t)(left_us % 1000000u)};
+			if (!left_us)
+				dl.tv_usec = 1; /* 0 would mean no timeout at all */
+			setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &dl, sizeof(dl));
+			cut = true;
+		}
+	}
 	if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		int e = errno == EAGAIN ? -ETIMEDOUT : -errno;
+		int e = errno == EAGAIN ? (cut ? -ETIME : -ETIMEDOUT) : -errno;
 		close(s);
-		note_io(c, e);
+		if (e == -ETIME)
+			note_cut(c);
+		else
+			note_io(c, e);
 		return e;
 	}
+	if (cut)
+		setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	c->sock = s;
 	c->gen++;
 	struct kvtd_req req = {.op = KVTD_HELLO, .version = KVTD_VERSION};
@@ -527,16 +577,21 @@ static int ensure(struct kvt_client *c)
 	return rc < 0 ? rc : attach(c);
 }
 
-/* After a failed exchange: true if its request never reached a daemon because the
- * connection had died under it (the daemon restarted since the last call) and a new
- * connection is up. Sending it again is then safe for every request, removals included:
- * the daemon never saw the first one. Clears the mark, so one call retries once. */
-static bool stale(struct kvt_client *c)
+/* After a failed exchange (its error in *rc): true if its request never reached a daemon
+ * because the connection had died under it (the daemon restarted since the last call) and
+ * a new connection is up. Sending it again is then safe for every request, removals
+ * included: the daemon never saw the first one. Clears the mark, so one call retries once.
+ * A reconnect cut at the call's deadline replaces *rc (the call ends at its deadline, not
+ * with the dead connection's error). */
+static bool stale(struct kvt_client *c, int *rc)
 {
 	if (!c->unsent)
 		return false;
 	c->unsent = false;
-	return ensure(c) == 0;
+	int e = ensure(c);
+	if (e == -ETIME)
+		*rc = e;
+	return e == 0;
 }
 
 /* -------------------------------------------------------------- operations */
@@ -575,7 +630,7 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 		int rc = ensure(c);
 		if (rc == 0)
 			rc = exchange(c, &req, &rep, -1);
-		if (rc < 0 && stale(c)) {
+		if (rc < 0 && stale(c, &rc)) {
 			memcpy(c->shm, o->keys + done, m * KVT_KEY_BYTES); /* a new region */
 			rc = exchange(c, &req, &rep, -1);
 		}
@@ -765,7 +820,7 @@ static void run_op_locked(struct kvt_client *c, struct cop *o)
 			memset(c->shm, 0, req.len); /* a daemon older than the last fields: 0 */
 		}
 		rc = exchange(c, &req, &rep, -1);
-		if (rc == 0 || tries || !stale(c))
+		if (rc == 0 || tries || !stale(c, &rc))
 			break;
 	}
 	if (rc < 0) {
@@ -785,7 +840,9 @@ static void run_op_locked(struct kvt_client *c, struct cop *o)
 
 /* io_lock, waited for until by (kvt__now_ns; 0: without a bound): another call's exchange
  * may hold it for up to store.daemon_timeout_ms. 0, or -ETIME. (pthread_mutex_timedlock
- * counts in CLOCK_REALTIME: the deadline is carried over from the monotonic clock.) */
+ * counts in CLOCK_REALTIME: the deadline is carried over from the monotonic clock, so a
+ * step of the wall clock during the wait moves it. pthread_mutex_clocklock would not, but
+ * the thread sanitizers this project runs do not all see it as a lock.) */
 static int lock_io_by(struct kvt_client *c, uint64_t by)
 {
 	if (!by) {
@@ -794,7 +851,7 @@ static int lock_io_by(struct kvt_client *c, uint64_t by)
 	}
 	uint64_t now = kvt__now_ns();
 	if (now >= by)
-		return pthread_mutex_trylock(&c->io_lock) == 0 ? 0 : -ETIME;
+		return -ETIME;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	uint64_t ns = (uint64_t)ts.tv_nsec + (by - now);
@@ -812,7 +869,9 @@ static void run_op(struct kvt_client *c, struct cop *o)
 {
 	o->res = (struct kvt_result){.status = 0, .tier = KVT_TIER_NONE};
 	bool probe = false;
-	int rc = admit(c, &probe);
+	/* already past its deadline: fail without touching the connection (a cut would drop
+	 * it, healthy as it is) */
+	int rc = o->by_ns && kvt__now_ns() >= o->by_ns ? -ETIME : admit(c, &probe);
 	if (rc == 0 && (rc = lock_io_by(c, o->by_ns)) == 0) {
 		if ((rc = admit(c, &probe)) == 0) {
 			c->call_deadline = o->by_ns;
@@ -1046,6 +1105,7 @@ int kvt__client_tp_written(struct kvt_client *c, const struct kvt_key *key, int3
 {
 	pthread_mutex_lock(&c->io_lock);
 	c->tp_writes--;
+	free_retired(c);
 	/* A connection dropped since the reserve took our claims with it: the daemon has
 	 * cancelled the object, and a new connection must not claim to have written it. */
 	int rc = c->sock < 0 || c->gen != gen ? -ECANCELED : 0;
@@ -1113,6 +1173,7 @@ int kvt__client_unpin(struct kvt_client *c, const struct kvt_client_pin *p)
 {
 	pthread_mutex_lock(&c->io_lock);
 	c->pins_out--;
+	free_retired(c);
 	/* A connection dropped since the pin took the pin with it: the slot may be reused. */
 	int rc = c->sock < 0 || c->gen != p->gen ? -ECONNRESET : 0;
 	struct kvtd_rep rep;

@@ -22,8 +22,10 @@
  *     returns at its deadline (it waited until the buffer came back, however late);
  *   - in client mode against a daemon that stopped answering (SIGSTOP), loads and stores
  *     return at their deadline, not after store.daemon_timeout_ms per chunk, writing no
- *     row; also while another call holds the connection; the daemon is not marked down by
- *     it, and once it runs again the next load is exact.
+ *     row; also while another call holds the connection, and after 200 cut calls have
+ *     filled the daemon's listen queue; the daemon is not marked down by a cut, and once
+ *     it runs again the next load is exact; marked down by a timeout, a probe cut at its
+ *     deadline leaves the backoff armed.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -229,6 +231,8 @@ static void *sync_get_main(void *arg)
  * so a load or store with a 300 ms deadline took T or more (a review measured 5.2 s at the
  * default T for a 0.3 s vLLM load). Now every wait in the call (the connection, its lock,
  * each exchange) ends at the batch's deadline. */
+#define T_BACKOFF_US 2100000 /* store.daemon_timeout_ms (2 s) and a little */
+
 static void client_mode_hung_daemon(const struct kvt_row_layout *lay, uint8_t *src,
 				    const uint64_t *src_ids, uint8_t *dst, const uint64_t *dst_ids,
 				    const uint8_t *want, uint64_t n_rows, const struct kvt_key *keys)
@@ -275,12 +279,27 @@ static void client_mode_hung_daemon(const struct kvt_row_layout *lay, uint8_t *s
 	CHECKM(ms < 1000, "a 300 ms store took %.0f ms against a stopped daemon", ms);
 	CHECK_EQ(got, 0);
 	CHECK_EQ(res.failure, KVT_ROWS_DEADLINE);
+	/* Many short loads: each cut drops its connection, and each new one waits in the
+	 * stopped daemon's listen queue (128 deep); once it was full a connect waited the
+	 * whole timeout, T, past a 20 ms deadline. */
+	double worst = 0;
+	for (int i = 0; i < 200; i++) {
+		t0 = now_ns();
+		got = kvt_rows_load(rl, keys, dst_ids, 1, t0 + 20 * MS, &res);
+		ms = test_ms_since(t0);
+		worst = ms > worst ? ms : worst;
+		CHECK_EQ(got, 0);
+		CHECK_EQ(res.failure, KVT_ROWS_DEADLINE);
+	}
+	printf("  200 loads of 20 ms on the stopped daemon: the slowest returned after %.0f ms\n",
+	       worst);
+	CHECKM(worst < 500, "a 20 ms load took %.0f ms (a full listen queue?)", worst);
 
 	/* Running again: a deadline cut is no sign of a dead daemon (no backoff to wait out),
 	 * and the connection it dropped is made again: the next load is whole and exact. */
 	kill(kvtd_pid, SIGCONT);
 	t0 = now_ns();
-	CHECK_RC(kvt_rows_load(rl, keys, dst_ids, N, t0 + 1000 * MS, &res), N);
+	CHECK_RC(kvt_rows_load(rl, keys, dst_ids, N, t0 + 5000 * MS, &res), N);
 	printf("  daemon running again: the next load took %.0f ms\n", test_ms_since(t0));
 	for (int i = 0; i < N; i++)
 		CHECK(!memcmp(dst + dst_ids[i] * rb, want + dst_ids[i] * rb, rb));
@@ -303,8 +322,28 @@ static void client_mode_hung_daemon(const struct kvt_row_layout *lay, uint8_t *s
 	CHECK_EQ(got, 0);
 	CHECK_EQ(res.failure, KVT_ROWS_DEADLINE);
 	pthread_join(th, NULL);
-	CHECK_RC(g.rc, -ENOENT); /* its own timeout, T */
+	CHECK_RC(g.rc, -ENOENT); /* its own timeout, T: the daemon is now marked down */
 	free(g.buf);
+
+	/* Its backoff (T) over, the next call is the probe; cut at its deadline, it must leave
+	 * the backoff armed: the call after it fails at once ("timeout", the error that marked
+	 * the daemon down) instead of probing and waiting out its own deadline in turn. */
+	usleep(T_BACKOFF_US);
+	t0 = now_ns();
+	got = kvt_rows_load(rl, keys, dst_ids, 1, t0 + 300 * MS, &res);
+	double probe_ms = test_ms_since(t0);
+	uint64_t t1 = now_ns();
+	int got2 = kvt_rows_load(rl, keys, dst_ids, 1, t1 + 300 * MS, &res);
+	double next_ms = test_ms_since(t1);
+	printf("  daemon marked down, its backoff over: the probe returned %d after %.0f ms, the "
+	       "next load %d (failure %u) after %.0f ms\n", got, probe_ms, got2, res.failure,
+	       next_ms);
+	CHECK_EQ(got, 0);
+	CHECKM(probe_ms < 1000, "the probe took %.0f ms", probe_ms);
+	CHECK_EQ(got2, 0);
+	CHECKM(next_ms < 100, "the load after a cut probe took %.0f ms: the backoff was off",
+	       next_ms);
+	CHECK_EQ(res.failure, KVT_ROWS_TIMEOUT);
 	kvtd_kill();
 	kvt_rows_close(rs);
 	kvt_rows_close(rl);
