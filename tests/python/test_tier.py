@@ -696,5 +696,10 @@ def test_unpinned_local_weights_separate_namespaces(tdir):
     assert ka != kb, "other weights under one name shared keys"
     assert ka == kc, "a copy of the same weights got other keys"
     assert ka != plain
+    g1, g2 = os.path.join(tdir, "g1.gguf"), os.path.join(tdir, "g2.gguf")  # one-file models
+    for path, w in ((g1, a_w[0]), (g2, bytes(b_w[0][:-1]) + b"!")):
+        with open(path, "wb") as f:
+            f.write(w)
+    assert len({key(g1, **name), key(g2, **name), plain}) == 3
     pinned = {**name, "model.revision": "v1"}
     assert key(a, **pinned) == key(b, **pinned) == key("tiny-test", **pinned)

@@ -72,17 +72,24 @@ def weights_sample(path: str) -> str:
     when path holds neither. Why sampled: two checkpoints of one architecture have the same
     names and sizes, and differ in every tensor, so a few pieces tell them apart; hashing
     whole files would read gigabytes at every engine start. Content, not mtimes: a copy of
-    the same weights (another node, an image) keeps its keys."""
-    if not path or not os.path.isdir(path):
+    the same weights (another node, an image) keeps its keys. A path that is itself a weight
+    file (a .gguf model) is sampled alone."""
+    if not path:
         return ""
     h = hashlib.sha256(b"kvtier-weights-sample-v1\0")
     found = False
-    cfg = os.path.join(path, "config.json")
-    if os.path.isfile(cfg):
-        with open(cfg, "rb") as f:
-            h.update(b"config.json\0" + hashlib.sha256(f.read()).digest())
-        found = True
-    for name in sorted(os.listdir(path)):
+    if os.path.isfile(path) and path.endswith(WEIGHT_SUFFIXES):
+        path, names = os.path.dirname(path), [os.path.basename(path)]
+    elif os.path.isdir(path):
+        names = sorted(os.listdir(path))
+        cfg = os.path.join(path, "config.json")
+        if os.path.isfile(cfg):
+            with open(cfg, "rb") as f:
+                h.update(b"config.json\0" + hashlib.sha256(f.read()).digest())
+            found = True
+    else:
+        return ""
+    for name in names:
         full = os.path.join(path, name)
         if not name.endswith(WEIGHT_SUFFIXES) or not os.path.isfile(full):
             continue

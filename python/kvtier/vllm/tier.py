@@ -181,10 +181,10 @@ def _weights(mc, cc) -> str:
 
 
 def _model_dir(name: str) -> str:
-    """The local directory the weights of model `name` are read from: name itself if it is
-    a directory, else the Hugging Face cache's snapshot of it (local lookup only, no
+    """Where the weights of model `name` are read from: name itself if it is a directory or
+    a file (a .gguf), else the Hugging Face cache's snapshot of it (local lookup only, no
     network; "" when it is not cached there)."""
-    if os.path.isdir(name):
+    if os.path.exists(name):
         return name
     try:
         from huggingface_hub import try_to_load_from_cache
