@@ -1,6 +1,6 @@
 """kvtier inside real vLLM engines (CPU platform), end to end: two fresh engine processes
 share chunks through kvtier over (a) a shared fs directory, (b) Redis, (c) S3 on the test
-Ceph. Each engine is a separate process (kvtier.vllm.harness), so a hit in the second one
+Ceph, (d) one node's kvtierd. Each engine is a separate process (kvtier.vllm.harness), so a hit in the second one
 can only come from what the first one stored.
 
 Engines are expensive on this machine (tens of seconds to start), so one pair per backend
@@ -260,3 +260,48 @@ def test_s3_on_ceph(work, model, reference, ceph):
     assert r["cached"] == [PREFIX] and r["outputs"] == [reference["A"]]
     s3 = [x for x in st["tiers"] if x["name"] == "s3"][0]
     assert s3["hits"] == PREFIX // BLOCK
+
+
+# ------------------------------------------------- (d) one node's kvtierd
+def test_daemon_shared_two_engines(work, model, reference, kvtierd):
+    """Two engine processes on one node sharing one kvtierd (store.daemon, client mode):
+    the second restores what the first stored, through the daemon's DRAM. Then the daemon
+    stops answering mid-run (SIGSTOP: alive, its socket accepting): requests still finish
+    with the right outputs, each within the client's deadlines plus its recompute, and
+    serving goes on once the daemon runs again."""
+    d = kvtierd({"model.layers": GEO.layers, "model.kv_heads": GEO.kv_heads,
+                 "model.head_dim": GEO.head_dim, "model.chunk_tokens": BLOCK,
+                 "model.name": model, "model.dtype": "bf16", "dram.bytes": "64MiB"})
+    timeout_ms = 1000
+    spec = kvtier_spec(model, **{"store.daemon": d.sock,
+                                 "store.daemon_timeout_ms": timeout_ms})
+    spec["tier"]["load_deadline_ms"] = 500
+    with Engine(work, "daemon-store", spec) as e:
+        r = e.generate([A, B])
+    assert r["cached"] == [0, 0]
+    assert r["outputs"] == [reference["A"], reference["B"]]
+    with Engine(work, "daemon-load", spec) as e:
+        r = e.generate([A])
+        st = e.cmd(op="stats")["kvtier"]  # the daemon's counters
+        assert r["cached"] == [PREFIX] and r["outputs"] == [reference["A"]]
+        assert st["puts"] >= 2 * PREFIX // BLOCK
+        dram = [x for x in st["tiers"] if x["name"] == "dram"][0]
+        assert dram["hits"] >= PREFIX // BLOCK
+        base = e.generate([prompt(97)], max_tokens=16)["seconds"][0]
+        d.proc.send_signal(signal.SIGSTOP)
+        try:
+            r = e.generate([B, C], max_tokens=16, timeout=120)
+        finally:
+            d.proc.send_signal(signal.SIGCONT)
+        assert r["outputs"] == [reference["B"], reference["C"]]
+        print(f"kvtierd stopped: request seconds {r['seconds']} (no-cache request "
+              f"{base:.3f} s)")
+        for s in r["seconds"]:
+            assert s < 3 * timeout_ms / 1000 + 4 * base + 2.0, (s, base)
+        # running again (after the client's backoff, at most 2 timeouts): C, stored by
+        # nobody while the daemon was stopped, is stored now, and the daemon counts it
+        time.sleep(2.5 * timeout_ms / 1000)
+        puts = e.cmd(op="stats")["kvtier"]["puts"]
+        r = e.generate([prompt(96)], max_tokens=4)
+        assert len(r["outputs"][0]) == 4
+        assert e.cmd(op="stats")["kvtier"]["puts"] >= puts + PREFIX // BLOCK
