@@ -32,6 +32,8 @@
 #include <stdbool.h>
 
 #include "kvtier_layout.h"
+#include "daemon_client.h"
+#include "engine_internal.h"
 #include "lib/daemon_harness.h" /* includes testlib.h */
 
 #define TB 16 /* block tokens: chunk_tokens 16 = one block */
@@ -303,6 +305,25 @@ static void client_mode_hung_daemon(const struct kvt_row_layout *lay, uint8_t *s
 	printf("  daemon running again: the next load took %.0f ms\n", test_ms_since(t0));
 	for (int i = 0; i < N; i++)
 		CHECK(!memcmp(dst + dst_ids[i] * rb, want + dst_ids[i] * rb, rb));
+	/* and the daemon holds nothing for the ~200 connections the cuts dropped (it accepts
+	 * them, queued while it was stopped, and sees each closed): no pin, no reservation, no
+	 * request running, only this client attached */
+	struct kvtd_status ds;
+	uint64_t settle = now_ns() + 10000 * MS;
+	do {
+		usleep(20000);
+		CHECK_RC(kvt__client_status(kvt__store_client(s), &ds), 0);
+	} while ((ds.connections > 1 || ds.ops_in_progress > 1) && now_ns() < settle);
+	printf("  the daemon after the cuts: %llu connections (%llu since start), %llu pins, %llu "
+	       "reserved, %llu quarantined, %llu refused\n", (unsigned long long)ds.connections,
+	       (unsigned long long)ds.connections_total, (unsigned long long)ds.pins,
+	       (unsigned long long)ds.reserved, (unsigned long long)ds.quarantined,
+	       (unsigned long long)ds.refused);
+	CHECK_EQ(ds.connections, 1);
+	CHECK(ds.ops_in_progress <= 1); /* the STATUS itself */
+	CHECK_EQ(ds.pins, 0);
+	CHECK_EQ(ds.reserved, 0);
+	CHECK_EQ(ds.quarantined, 0);
 
 	/* Behind another call: a get_sync without a deadline holds the connection for T on a
 	 * stopped daemon; a 300 ms load waits for it only until its deadline. */
