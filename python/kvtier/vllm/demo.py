@@ -1,6 +1,8 @@
 """Two vLLM instances, the second restoring the first's prefix through a shared directory:
 time to first token measured in the real engine with kvtier, with vLLM's own fs tier and
-with no cache (scripts/vllm-demo.sh runs this; docs/BENCHMARKS.md records it).
+with no cache (scripts/vllm-demo.sh runs this; docs/BENCHMARKS.md records it). With
+--kvtierd, also through the node's kvtierd (store.daemon): the prefix then comes from the
+daemon's DRAM, which outlives the engines.
 
 For each cache mode, one fresh engine stores the prompt's prefix, then `runs` fresh engines
 per mode (new processes: nothing in their memory; the modes interleaved) each run two
@@ -22,6 +24,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 
 GEOMETRIES = {
     # name: (layers, kv_heads, heads, hidden, head_dim)
@@ -57,7 +60,38 @@ def _engine(spec: dict, prompts: list[list[int]], workdir: str, name: str,
             "outputs": [g["outputs"][0] for g in gens]}
 
 
-def run(workdir: str, geometry: str, runs: int, prefix: int, block: int) -> list[dict]:
+class _Daemon:
+    """kvtierd serving DRAM for the geometry's model, on gdir/kvtierd.sock."""
+
+    def __init__(self, exe: str, gdir: str, model: str, geo: tuple, block: int,
+                 dram_bytes: int):
+        layers, kv_heads, _, _, head_dim = geo
+        self.sock = os.path.join(gdir, "kvtierd.sock")
+        d = os.path.join(gdir, "kvtierd")
+        shutil.rmtree(d, ignore_errors=True)
+        sets = {"store.tiers": "dram", "dram.bytes": dram_bytes, "dram.hugepages": "false",
+                "model.name": model, "model.layers": layers, "model.kv_heads": kv_heads,
+                "model.head_dim": head_dim, "model.chunk_tokens": block,
+                "model.dtype": "bf16"}
+        args = [exe, "--dir", d, "--socket", self.sock]
+        for k, v in sets.items():
+            args += ["--set", f"{k}={v}"]
+        self.log = open(os.path.join(gdir, "kvtierd.log"), "w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.sock):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"kvtierd did not start; see {self.log.name}")
+            time.sleep(0.05)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        self.log.close()
+
+
+def run(workdir: str, geometry: str, runs: int, prefix: int, block: int,
+        kvtierd: str = "") -> list[dict]:
     from .harness import make_model
     layers, kv_heads, heads, hidden, head_dim = GEOMETRIES[geometry]
     gdir = os.path.join(workdir, geometry)
@@ -83,12 +117,29 @@ def run(workdir: str, geometry: str, runs: int, prefix: int, block: int) -> list
             "dram.bytes": max(64 << 20, 2 * kv_per_token * (prefix + 64)),
             "dram.hugepages": False}}},
     }
+    daemon = None
+    if kvtierd:
+        daemon = _Daemon(kvtierd, gdir, model, GEOMETRIES[geometry], block,
+                         max(64 << 20, 4 * kv_per_token * (prefix + 64)))
+        modes["kvtier (kvtierd)"] = {"connector": "kvtier", "tier": {"config": {
+            "store.daemon": daemon.sock}}}
+    try:
+        return _measure(modes, model, gdir, geometry, runs, prefix, block, prompt, warm,
+                        cpu_bytes, kv_per_token)
+    finally:
+        if daemon:
+            daemon.stop()
+
+
+def _measure(modes, model, gdir, geometry, runs, prefix, block, prompt, warm, cpu_bytes,
+             kv_per_token) -> list[dict]:
     # one storing engine per cached mode, then the fresh restoring engines with the modes
     # interleaved (run i of every mode, then run i+1), so a change in the host's load
     # (a shared machine) falls on every mode alike
     specs = {mode: {"model": model, "block_size": block, "cpu_bytes": cpu_bytes,
                     "max_model_len": 8192, **extra} for mode, extra in modes.items()}
-    tags = {mode: mode.split()[0].lower() for mode in modes}
+    tags = {mode: mode.split()[0].lower() + ("d" if "kvtierd" in mode else "")
+            for mode in modes}
     for d in ("vllm-fs", "kvtier-fs"):
         shutil.rmtree(os.path.join(gdir, d), ignore_errors=True)
     for mode, spec in specs.items():
@@ -123,6 +174,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prefix", type=int, default=1536, help="tokens restored")
     ap.add_argument("--block", type=int, default=128, help="vLLM block size")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--kvtierd", default="", help="the kvtierd binary: adds the mode "
+                    "'kvtier (kvtierd)', engines sharing one node daemon")
     a = ap.parse_args(argv)
     os.makedirs(a.workdir, exist_ok=True)
     allrows = []
@@ -130,7 +183,7 @@ def main(argv=None) -> int:
         L, H, _, _, D = GEOMETRIES[g]
         print(f"== {g}: {L} layers, {H} KV heads x {D}, bf16; restoring a {a.prefix}-token "
               f"prefix; median of {a.runs} fresh engines", flush=True)
-        rows = run(a.workdir, g, a.runs, a.prefix, a.block)
+        rows = run(a.workdir, g, a.runs, a.prefix, a.block, a.kvtierd)
         print(f"{'mode':<18} {'cached tokens':>14} {'TTFT median':>12} {'min':>8}   runs (s)")
         for r in rows:
             print(f"{r['mode']:<18} {r['cached'][0]:>14} {r['median_s']:>11.3f}s "
