@@ -33,6 +33,7 @@ struct kvt_rows {
 	pthread_cond_t c; /* CLOCK_MONOTONIC: a buffer came back, a chunk finished */
 	void **free_bufs; /* NULL entries: buffers not made yet (made when first needed) */
 	uint32_t n_free, n_bufs;
+	uint32_t serial_jobs; /* client mode: started jobs whose thread still runs */
 };
 
 enum { ST_PENDING = 0, ST_DONE = 1 }; /* else a -errno */
@@ -72,8 +73,26 @@ struct batch {
 	struct load_ctx lc;
 };
 
+/* Client mode (store.daemon): a started load runs run_serial on a thread of its own, so
+ * the caller's thread only starts and polls it, as for an in-process store (a caller
+ * thread that blocked instead - a Python load thread - needed its runtime's lock back to
+ * report, behind the engine's busy loop). The job and its thread share it: whoever of
+ * kvt_rows_job_free and the thread's end comes last frees it. */
+struct serial_job {
+	struct kvt_rows *r;
+	struct kvt_key *keys;
+	uint64_t *ids;
+	size_t n;
+	uint64_t deadline;
+	pthread_mutex_t m; /* held while a chunk is converted into its row */
+	pthread_cond_t c;  /* CLOCK_MONOTONIC: done */
+	bool done, freed;  /* under m */
+	struct kvt_rows_result res;
+};
+
 struct kvt_rows_job {
 	struct batch *b;
+	struct serial_job *sj;
 	struct kvt_rows_result res;
 };
 
@@ -150,7 +169,8 @@ void kvt_rows_close(struct kvt_rows *r)
 	if (!r)
 		return;
 	pthread_mutex_lock(&r->m);
-	while (r->n_free < r->n_bufs) /* buffers of reads or writes still in flight */
+	/* buffers of reads or writes still in flight, and threads of started jobs */
+	while (r->n_free < r->n_bufs || r->serial_jobs)
 		pthread_cond_wait(&r->c, &r->m);
 	pthread_mutex_unlock(&r->m);
 	for (uint32_t i = 0; i < r->n_free; i++)
@@ -507,11 +527,12 @@ static int run_batch(struct kvt_rows *r, size_t n, const uint64_t *row_ids, bool
 
 /* Client mode (store.daemon): one blocking call per chunk, converted here, each bounded by
  * the batch's deadline (not only by store.daemon_timeout_ms: a hung daemon held a 0.3 s
- * load 5 s per chunk). */
+ * load 5 s per chunk). sj: the started job this runs for (NULL: a blocking call), whose
+ * rows are no longer written once it is freed. */
 static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 		      const struct kvt_key *parents, const uint8_t *has_parent,
 		      const uint64_t *row_ids, size_t n, bool load, uint64_t deadline,
-		      struct kvt_rows_result *res)
+		      struct kvt_rows_result *res, struct serial_job *sj)
 {
 	struct kvt_rows_result out = {0};
 	size_t i = 0;
@@ -556,7 +577,17 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 				fail = rc;
 				break;
 			}
+			if (sj) {
+				pthread_mutex_lock(&sj->m);
+				if (sj->freed) {
+					pthread_mutex_unlock(&sj->m);
+					fail = -ECANCELED;
+					break;
+				}
+			}
 			kvt__row_from_canonical(&r->lay, buf, 0, row);
+			if (sj)
+				pthread_mutex_unlock(&sj->m);
 			out.convert_ns += kvt__now_ns() - t1;
 		} else {
 			kvt__row_to_canonical(&r->lay, row, buf);
@@ -601,7 +632,7 @@ static int rows_load(struct kvt_rows *r, const struct kvt_key *keys, const uint6
 	if ((n && (!keys || !row_ids)) || check_rows(r, row_ids, n))
 		return -EINVAL;
 	if (r->s->client)
-		return run_serial(r, keys, NULL, NULL, row_ids, n, true, deadline_ns, res);
+		return run_serial(r, keys, NULL, NULL, row_ids, n, true, deadline_ns, res, NULL);
 	struct load_ctx lc = {.keys = keys};
 	return run_batch(r, n, row_ids, true, submit_get, &lc, deadline_ns, res);
 }
@@ -624,8 +655,8 @@ static int rows_store(struct kvt_rows *r, const struct kvt_key *keys, const stru
 	if ((n && (!keys || !row_ids)) || check_rows(r, row_ids, n))
 		return -EINVAL;
 	if (r->s->client)
-		return run_serial(r, keys, parents, has_parent, row_ids, n, false, deadline_ns,
-				  res);
+		return run_serial(r, keys, parents, has_parent, row_ids, n, false, deadline_ns, res,
+				  NULL);
 	struct store_ctx sc = {
 		.keys = keys, .parents = parents, .has_parent = has_parent, .row_ids = row_ids};
 	return run_batch(r, n, row_ids, false, submit_put, &sc, deadline_ns, res);
@@ -643,11 +674,105 @@ int kvt_rows_store(struct kvt_rows *r, const struct kvt_key *keys, const struct 
 	return rc;
 }
 
+static void serial_job_destroy(struct serial_job *sj)
+{
+	pthread_mutex_destroy(&sj->m);
+	pthread_cond_destroy(&sj->c);
+	kvt__free(sj->keys);
+	kvt__free(sj->ids);
+	kvt__free(sj);
+}
+
+static void *serial_main(void *arg)
+{
+	struct serial_job *sj = arg;
+	struct kvt_rows *r = sj->r;
+	struct kvt_rows_result res = {0};
+	int rc = kvt__store_enter(r->s);
+	if (rc == 0) {
+		run_serial(r, sj->keys, NULL, NULL, sj->ids, sj->n, true, sj->deadline, &res, sj);
+		kvt__store_leave(r->s);
+	} else {
+		res.status = rc;
+		res.failure = failure_of(rc);
+	}
+	pthread_mutex_lock(&sj->m);
+	sj->res = res;
+	sj->done = true;
+	bool freed = sj->freed;
+	pthread_cond_broadcast(&sj->c);
+	pthread_mutex_unlock(&sj->m);
+	if (freed)
+		serial_job_destroy(sj);
+	pthread_mutex_lock(&r->m); /* last: kvt_rows_close may free r once this is 0 */
+	r->serial_jobs--;
+	pthread_cond_broadcast(&r->c);
+	pthread_mutex_unlock(&r->m);
+	return NULL;
+}
+
+/* A started load of a client-mode store: its own (detached) thread runs it. */
+static int serial_start(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
+			size_t n, uint64_t deadline_ns, struct kvt_rows_job **out)
+{
+	struct kvt_rows_job *j = kvt__calloc(1, sizeof(*j));
+	struct serial_job *sj = kvt__calloc(1, sizeof(*sj));
+	if (sj) {
+		sj->keys = kvt__malloc((n ? n : 1) * sizeof(*sj->keys));
+		sj->ids = kvt__malloc((n ? n : 1) * sizeof(*sj->ids));
+	}
+	if (!j || !sj || !sj->keys || !sj->ids) {
+		if (sj) {
+			kvt__free(sj->keys);
+			kvt__free(sj->ids);
+		}
+		kvt__free(sj);
+		kvt__free(j);
+		return -ENOMEM;
+	}
+	if (n) {
+		memcpy(sj->keys, keys, n * sizeof(*keys));
+		memcpy(sj->ids, row_ids, n * sizeof(*row_ids));
+	}
+	sj->r = r;
+	sj->n = n;
+	sj->deadline = deadline_ns;
+	pthread_mutex_init(&sj->m, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&sj->c, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_lock(&r->m);
+	r->serial_jobs++;
+	pthread_mutex_unlock(&r->m);
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_t th;
+	int rc = -pthread_create(&th, &at, serial_main, sj);
+	pthread_attr_destroy(&at);
+	if (rc < 0) {
+		pthread_mutex_lock(&r->m);
+		r->serial_jobs--;
+		pthread_cond_broadcast(&r->c);
+		pthread_mutex_unlock(&r->m);
+		serial_job_destroy(sj);
+		kvt__free(j);
+		return rc;
+	}
+	j->sj = sj;
+	*out = j;
+	return 0;
+}
+
 static int rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
 			   size_t n, uint64_t deadline_ns, struct kvt_rows_job **out)
 {
-	if (!out || (n && (!keys || !row_ids)) || check_rows(r, row_ids, n) || r->s->client)
+	if (!out || (n && (!keys || !row_ids)) || check_rows(r, row_ids, n))
 		return -EINVAL;
+	if (r->s->client)
+		return serial_start(r, keys, row_ids, n, deadline_ns, out);
 	struct kvt_rows_job *j = kvt__calloc(1, sizeof(*j));
 	struct kvt_key *k = kvt__malloc((n ? n : 1) * sizeof(*k));
 	uint64_t *ids = kvt__malloc((n ? n : 1) * sizeof(*ids));
@@ -689,10 +814,41 @@ int kvt_rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const ui
 	return rc;
 }
 
+/* Wait up to timeout_ms (-1: no limit) for a client-mode job's thread; true once done. */
+static bool serial_wait(struct serial_job *sj, int timeout_ms, struct kvt_rows_result *out)
+{
+	pthread_mutex_lock(&sj->m);
+	if (!sj->done && timeout_ms != 0) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		uint64_t until = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec +
+				 (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
+		ts.tv_sec = (time_t)(until / 1000000000u);
+		ts.tv_nsec = (long)(until % 1000000000u);
+		while (!sj->done) {
+			if (timeout_ms < 0)
+				pthread_cond_wait(&sj->c, &sj->m);
+			else if (pthread_cond_timedwait(&sj->c, &sj->m, &ts) == ETIMEDOUT)
+				break;
+		}
+	}
+	bool done = sj->done;
+	if (done)
+		*out = sj->res;
+	pthread_mutex_unlock(&sj->m);
+	return done;
+}
+
 int kvt_rows_job_poll(struct kvt_rows_job *j, int timeout_ms, struct kvt_rows_result *res)
 {
 	if (!j)
 		return -EINVAL;
+	if (j->sj) {
+		if (!serial_wait(j->sj, timeout_ms, &j->res))
+			return 0;
+		serial_job_destroy(j->sj); /* its thread is past its last use of it */
+		j->sj = NULL;
+	}
 	if (j->b) {
 		struct batch *b = j->b;
 		struct kvt_rows *r = b->r;
@@ -719,6 +875,16 @@ void kvt_rows_job_free(struct kvt_rows_job *j)
 {
 	if (!j)
 		return;
+	if (j->sj) { /* give it up: no row is written once this returns (see run_serial) */
+		struct serial_job *sj = j->sj;
+		pthread_mutex_lock(&sj->m);
+		bool done = sj->done;
+		sj->freed = true;
+		pthread_mutex_unlock(&sj->m);
+		if (done)
+			serial_job_destroy(sj);
+		/* else the thread frees it when it ends, by its deadline */
+	}
 	if (j->b) { /* not finished: give it up (rows are not written after this returns) */
 		struct batch *b = j->b;
 		pthread_mutex_lock(&b->r->m);

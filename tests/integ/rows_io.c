@@ -25,7 +25,9 @@
  *     row; also while another call holds the connection, and after 200 cut calls have
  *     filled the daemon's listen queue; the daemon is not marked down by a cut, and once
  *     it runs again the next load is exact; marked down by a timeout, a probe cut at its
- *     deadline leaves the backoff armed.
+ *     deadline leaves the backoff armed; a started job runs on a thread of its own
+ *     (exact when polled; freed while waiting, free returns at once and no row is
+ *     written after it).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -324,6 +326,34 @@ static void client_mode_hung_daemon(const struct kvt_row_layout *lay, uint8_t *s
 	CHECK_EQ(ds.pins, 0);
 	CHECK_EQ(ds.reserved, 0);
 	CHECK_EQ(ds.quarantined, 0);
+
+	/* A started job (kvt_rows_load_start) in client mode runs on a thread of its own:
+	 * polled to its end, exact. */
+	memset(dst, 0xEE, n_rows * rb);
+	struct kvt_rows_job *job;
+	CHECK_RC(kvt_rows_load_start(rl, keys, dst_ids, N, now_ns() + 5000 * MS, &job), 0);
+	CHECK_RC(kvt_rows_job_poll(job, -1, &res), 1);
+	CHECK_EQ(res.done, N);
+	kvt_rows_job_free(job);
+	for (int i = 0; i < N; i++)
+		CHECK(!memcmp(dst + dst_ids[i] * rb, want + dst_ids[i] * rb, rb));
+	/* Freed while its call waits on a stopped daemon: free returns at once, and once the
+	 * daemon answers (in time for the job's deadline) no row is written. */
+	memset(dst, 0xEE, n_rows * rb);
+	kill(kvtd_pid, SIGSTOP);
+	waitpid(kvtd_pid, NULL, WUNTRACED);
+	CHECK_RC(kvt_rows_load_start(rl, keys, dst_ids, N, now_ns() + 1500 * MS, &job), 0);
+	usleep(100000);
+	CHECK_RC(kvt_rows_job_poll(job, 0, &res), 0);
+	t0 = now_ns();
+	kvt_rows_job_free(job);
+	ms = test_ms_since(t0);
+	kill(kvtd_pid, SIGCONT);
+	usleep(800000); /* the job's thread gets its answers, finds the job freed, ends */
+	printf("  a client-mode job freed while waiting: free took %.1f ms, rows %s\n", ms,
+	       memcmp(dst, untouched, n_rows * rb) ? "WRITTEN" : "untouched");
+	CHECKM(ms < 50, "freeing a waiting client-mode job took %.0f ms", ms);
+	CHECK(!memcmp(dst, untouched, n_rows * rb));
 
 	/* Behind another call: a get_sync without a deadline holds the connection for T on a
 	 * stopped daemon; a 300 ms load waits for it only until its deadline. */

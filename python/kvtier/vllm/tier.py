@@ -331,11 +331,9 @@ class KvtierTier(SecondaryTierManager):
         self._load_rows = kvtier.Rows(self._store, lay_c, self._view, staging)
         self._store_rows = kvtier.Rows(self._store, lay_c, self._view, 2)
         self._store_pool = cf.ThreadPoolExecutor(1, thread_name_prefix="kvtier-store")
-        # loads: started and polled on the scheduler thread (submit_load); the load
-        # threads only serve a store in client mode (store.daemon), one call per job
+        # loads: started and polled on the scheduler thread (submit_load)
         self._load_jobs: dict = {}  # job_id -> (RowsJob, TransferJob, t submitted, t started)
         self._client_mode = bool(cfg.get("store.daemon"))
-        self._load_pool = cf.ThreadPoolExecutor(2, thread_name_prefix="kvtier-load")
 
         # events and metrics
         self._events: list[OffloadingEvent] | None = None
@@ -515,24 +513,6 @@ class KvtierTier(SecondaryTierManager):
                            "convert": r.convert_s},
                      finished=t1)
 
-    def _run_load(self, job: TransferJob, keys: list[bytes], submitted: float) -> _Done:
-        """One call: the chunks are read, verified and written into their rows in C, the
-        first one missing, corrupt or late ending the hit (vLLM recomputes from there)."""
-        t0 = time.monotonic()
-        r = self._load_rows.load(keys, [int(c) for c in job.chunk_ids],
-                                 deadline=job.submit_time + self._deadline_s)
-        t1 = time.monotonic()
-        if r.reason:
-            log.info("kvtier load of chunk %d/%d: %s; vLLM recomputes from there",
-                     r.done + 1, len(keys), r.reason)
-            return _Done(job.job_id, r.done, len(keys), True, t1 - t0, r.reason)
-        return _Done(job.job_id, len(keys), len(keys), True, t1 - t0,
-                     prof={"job to submit_load": submitted - job.submit_time,
-                           "queued": t0 - submitted, "run": t1 - t0, "C call": r.call_s,
-                           "submits": r.submit_s, "read wait": r.wait_s,
-                           "convert": r.convert_s},
-                     finished=t1)
-
     def _submit(self, pool, job: TransferJob, fn, *args, is_load: bool) -> None:
         fut = pool.submit(fn, job, *args)
         self._jobs[job.job_id] = (fut, job, is_load)
@@ -556,24 +536,22 @@ class KvtierTier(SecondaryTierManager):
         """Started here, on the scheduler thread, in one non-blocking libkvtier call, and
         polled by get_finished_jobs: no other Python thread takes part, so no GIL handoff
         (each of which can wait behind vLLM's busy step loop) stands between a finished
-        read and vLLM. A store in client mode (store.daemon) cannot start a job: its loads
-        go to the load threads, one blocking call per job."""
+        read and vLLM. In client mode (store.daemon) the job runs on a C thread of its
+        own (one blocking call to kvtierd per chunk); until 2026-12-04 it ran on a Python
+        load thread, which needed the GIL back to report."""
         if self._uncached(job_metadata.req_context):
             return self._refuse(job_metadata, is_load=True)
         keys = [self._key(k, job_metadata.req_context) for k in job_metadata.keys]
         t0 = time.monotonic()
-        if not self._client_mode:
-            try:
-                rj = self._load_rows.load_start(
-                    keys, [int(c) for c in job_metadata.chunk_ids],
-                    deadline=job_metadata.submit_time + self._deadline_s)
-            except (kvtier.KvtierError, ValueError) as e:  # a bug, not an I/O failure:
-                log.warning("kvtier load job %d not started: %s",  # fail the job
-                            job_metadata.job_id, e)
-                rj = None
-            self._load_jobs[job_metadata.job_id] = (rj, job_metadata, t0, time.monotonic())
-            return
-        self._submit(self._load_pool, job_metadata, self._run_load, keys, t0, is_load=True)
+        try:
+            rj = self._load_rows.load_start(
+                keys, [int(c) for c in job_metadata.chunk_ids],
+                deadline=job_metadata.submit_time + self._deadline_s)
+        except (kvtier.KvtierError, ValueError) as e:  # a bug, not an I/O failure:
+            log.warning("kvtier load job %d not started: %s",  # fail the job
+                        job_metadata.job_id, e)
+            rj = None
+        self._load_jobs[job_metadata.job_id] = (rj, job_metadata, t0, time.monotonic())
 
     def has_pending_work(self) -> bool:
         return bool(self._jobs or self._load_jobs)
@@ -825,7 +803,6 @@ class KvtierTier(SecondaryTierManager):
             return
         self.drain_jobs()
         self._store_pool.shutdown(wait=True)
-        self._load_pool.shutdown(wait=True)
         if self._stats_pool is not None:  # a daemon call ends by its own timeout
             self._stats_pool.shutdown(wait=True)
         for rj, _, _, _ in self._load_jobs.values():
