@@ -121,9 +121,10 @@ KVT_EXPORT int kvt_rows_load(struct kvt_rows *r, const struct kvt_key *keys,
  * back, checks the deadline) and returns 1 with res filled once it is over, 0 while not,
  * waiting up to timeout_ms for that (0: not at all, -1: no limit); free gives the job up
  * if it is not over (nothing is written into a row once free returns) and releases it.
- * A store in client mode (store.daemon) runs the job on a thread of its own (one call to
- * the daemon per chunk, each bounded by the deadline); free then returns at once, and the
- * thread ends by the deadline (kvt_rows_close waits for it). */
+ * One thread at a time polls a job. A store in client mode (store.daemon) queues the job
+ * for the handle's two worker threads, which run jobs in arrival order (one call to the
+ * daemon per chunk, each bounded by the deadline); free then returns at once, and the
+ * job's last call ends by its deadline (kvt_rows_close waits for the workers). */
 struct kvt_rows_job;
 KVT_EXPORT int kvt_rows_load_start(struct kvt_rows *r, const struct kvt_key *keys,
 				   const uint64_t *row_ids, size_t n, uint64_t deadline_ns,

@@ -33,8 +33,20 @@ struct kvt_rows {
 	pthread_cond_t c; /* CLOCK_MONOTONIC: a buffer came back, a chunk finished */
 	void **free_bufs; /* NULL entries: buffers not made yet (made when first needed) */
 	uint32_t n_free, n_bufs;
-	uint32_t serial_jobs; /* client mode: started jobs whose thread still runs */
+	/* client mode: started loads, queued in arrival order for SERIAL_WORKERS threads made
+	 * at the first one (see struct serial_job); under m */
+	struct serial_job *sq_head, *sq_tail;
+	pthread_cond_t sq_c; /* a job queued, or closing */
+	pthread_t workers[2];
+	uint32_t n_workers;
+	bool closing;
 };
+
+/* Why two: a client store's calls share one connection, one exchange at a time, so more
+ * threads would only interleave their jobs chunk by chunk (near a deadline every job would
+ * end part done instead of the oldest whole); two let one job's conversion overlap the
+ * other's exchange, as the Python load threads they replace did. */
+#define SERIAL_WORKERS 2
 
 enum { ST_PENDING = 0, ST_DONE = 1 }; /* else a -errno */
 
@@ -73,12 +85,15 @@ struct batch {
 	struct load_ctx lc;
 };
 
-/* Client mode (store.daemon): a started load runs run_serial on a thread of its own, so
- * the caller's thread only starts and polls it, as for an in-process store (a caller
- * thread that blocked instead - a Python load thread - needed its runtime's lock back to
- * report, behind the engine's busy loop). The job and its thread share it: whoever of
- * kvt_rows_job_free and the thread's end comes last frees it. */
+/* Client mode (store.daemon): a started load is run (run_serial) by the handle's worker
+ * threads, so the caller's thread only starts and polls it, as for an in-process store (a
+ * caller thread that blocked instead - a Python load thread - needed its runtime's lock
+ * back to report, behind the engine's busy loop). The job and its worker share it:
+ * whoever of kvt_rows_job_free and the run's end comes last frees it. A queued job holds
+ * the store's call gate (kvt__store_enter) until it has run, so the store's close waits
+ * for it too. */
 struct serial_job {
+	struct serial_job *next; /* the handle's queue */
 	struct kvt_rows *r;
 	struct kvt_key *keys;
 	uint64_t *ids;
@@ -125,6 +140,7 @@ static int rows_open(struct kvt_store *s, const struct kvt_row_layout *lay, void
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&r->c, &ca);
 	pthread_condattr_destroy(&ca);
+	pthread_cond_init(&r->sq_c, NULL);
 	r->free_bufs = kvt__calloc(staging, sizeof(void *));
 	if (!r->free_bufs) {
 		kvt_rows_close(r);
@@ -168,9 +184,16 @@ void kvt_rows_close(struct kvt_rows *r)
 {
 	if (!r)
 		return;
+	/* client mode: the workers run what is queued (freed jobs, by the rules of
+	 * kvt_rows_close: skipped) and end */
 	pthread_mutex_lock(&r->m);
-	/* buffers of reads or writes still in flight, and threads of started jobs */
-	while (r->n_free < r->n_bufs || r->serial_jobs)
+	r->closing = true;
+	pthread_cond_broadcast(&r->sq_c);
+	pthread_mutex_unlock(&r->m);
+	for (uint32_t i = 0; i < r->n_workers; i++)
+		pthread_join(r->workers[i], NULL);
+	pthread_mutex_lock(&r->m);
+	while (r->n_free < r->n_bufs) /* buffers of reads or writes still in flight */
 		pthread_cond_wait(&r->c, &r->m);
 	pthread_mutex_unlock(&r->m);
 	for (uint32_t i = 0; i < r->n_free; i++)
@@ -178,6 +201,7 @@ void kvt_rows_close(struct kvt_rows *r)
 			kvt__huge_free(r->free_bufs[i], r->chunk_bytes);
 	pthread_mutex_destroy(&r->m);
 	pthread_cond_destroy(&r->c);
+	pthread_cond_destroy(&r->sq_c);
 	kvt__free(r->free_bufs);
 	kvt__free(r);
 }
@@ -525,6 +549,14 @@ static int run_batch(struct kvt_rows *r, size_t n, const uint64_t *row_ids, bool
 	return (int)out.done;
 }
 
+static bool serial_freed(struct serial_job *sj)
+{
+	pthread_mutex_lock(&sj->m);
+	bool f = sj->freed;
+	pthread_mutex_unlock(&sj->m);
+	return f;
+}
+
 /* Client mode (store.daemon): one blocking call per chunk, converted here, each bounded by
  * the batch's deadline (not only by store.daemon_timeout_ms: a hung daemon held a 0.3 s
  * load 5 s per chunk). sj: the started job this runs for (NULL: a blocking call), whose
@@ -537,6 +569,13 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 	struct kvt_rows_result out = {0};
 	size_t i = 0;
 	int fail = 0;
+	if (!n || (sj && serial_freed(sj))) { /* nothing to do (no buffer needed), or given up */
+		out.status = n ? -ECANCELED : 0;
+		out.failure = failure_of(out.status);
+		if (res)
+			*res = out;
+		return 0;
+	}
 	/* Another call may hold every buffer for all its chunks: wait for one only until the
 	 * deadline (this waited without bound, past it, until that call was over). */
 	pthread_mutex_lock(&r->m);
@@ -559,6 +598,10 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 	for (; i < n; i++) {
 		if (deadline && kvt__now_ns() >= deadline) {
 			fail = -ETIME;
+			break;
+		}
+		if (sj && serial_freed(sj)) { /* given up: no more calls for it */
+			fail = -ECANCELED;
 			break;
 		}
 		char *row = r->rows + row_ids[i] * r->lay.row_bytes;
@@ -683,19 +726,18 @@ static void serial_job_destroy(struct serial_job *sj)
 	kvt__free(sj);
 }
 
-static void *serial_main(void *arg)
+/* Run one started job on a worker, then hand it back (or free it: it was given up). */
+static void serial_run(struct serial_job *sj)
 {
-	struct serial_job *sj = arg;
 	struct kvt_rows *r = sj->r;
 	struct kvt_rows_result res = {0};
-	int rc = kvt__store_enter(r->s);
-	if (rc == 0) {
-		run_serial(r, sj->keys, NULL, NULL, sj->ids, sj->n, true, sj->deadline, &res, sj);
-		kvt__store_leave(r->s);
+	if (serial_freed(sj)) { /* given up while queued: no call for it */
+		res.status = -ECANCELED;
+		res.failure = failure_of(-ECANCELED);
 	} else {
-		res.status = rc;
-		res.failure = failure_of(rc);
+		run_serial(r, sj->keys, NULL, NULL, sj->ids, sj->n, true, sj->deadline, &res, sj);
 	}
+	kvt__store_leave(r->s); /* the gate serial_start took for it */
 	pthread_mutex_lock(&sj->m);
 	sj->res = res;
 	sj->done = true;
@@ -704,14 +746,32 @@ static void *serial_main(void *arg)
 	pthread_mutex_unlock(&sj->m);
 	if (freed)
 		serial_job_destroy(sj);
-	pthread_mutex_lock(&r->m); /* last: kvt_rows_close may free r once this is 0 */
-	r->serial_jobs--;
-	pthread_cond_broadcast(&r->c);
+}
+
+static void *serial_worker(void *arg)
+{
+	struct kvt_rows *r = arg;
+	pthread_mutex_lock(&r->m);
+	for (;;) {
+		while (!r->sq_head && !r->closing)
+			pthread_cond_wait(&r->sq_c, &r->m);
+		struct serial_job *sj = r->sq_head;
+		if (!sj)
+			break; /* closing, and nothing left */
+		r->sq_head = sj->next;
+		if (!r->sq_head)
+			r->sq_tail = NULL;
+		pthread_mutex_unlock(&r->m);
+		serial_run(sj);
+		pthread_mutex_lock(&r->m);
+	}
 	pthread_mutex_unlock(&r->m);
 	return NULL;
 }
 
-/* A started load of a client-mode store: its own (detached) thread runs it. */
+/* A started load of a client-mode store: queued for the handle's workers. Called inside
+ * the caller's store gate, so the job's own kvt__store_enter is taken while the store is
+ * open. */
 static int serial_start(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
 			size_t n, uint64_t deadline_ns, struct kvt_rows_job **out)
 {
@@ -743,20 +803,27 @@ static int serial_start(struct kvt_rows *r, const struct kvt_key *keys, const ui
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&sj->c, &ca);
 	pthread_condattr_destroy(&ca);
+	int rc = kvt__store_enter(r->s);
 	pthread_mutex_lock(&r->m);
-	r->serial_jobs++;
+	/* the workers, made at the first job (one that cannot be made is tried again at the
+	 * next: one is enough to run the queue, in order) */
+	while (rc == 0 && r->n_workers < SERIAL_WORKERS &&
+	       pthread_create(&r->workers[r->n_workers], NULL, serial_worker, r) == 0)
+		r->n_workers++;
+	if (rc == 0 && !r->n_workers) {
+		rc = -EAGAIN;
+		kvt__store_leave(r->s);
+	}
+	if (rc == 0) {
+		if (r->sq_tail)
+			r->sq_tail->next = sj;
+		else
+			r->sq_head = sj;
+		r->sq_tail = sj;
+		pthread_cond_signal(&r->sq_c);
+	}
 	pthread_mutex_unlock(&r->m);
-	pthread_attr_t at;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_t th;
-	int rc = -pthread_create(&th, &at, serial_main, sj);
-	pthread_attr_destroy(&at);
 	if (rc < 0) {
-		pthread_mutex_lock(&r->m);
-		r->serial_jobs--;
-		pthread_cond_broadcast(&r->c);
-		pthread_mutex_unlock(&r->m);
 		serial_job_destroy(sj);
 		kvt__free(j);
 		return rc;

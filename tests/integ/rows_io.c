@@ -25,9 +25,10 @@
  *     row; also while another call holds the connection, and after 200 cut calls have
  *     filled the daemon's listen queue; the daemon is not marked down by a cut, and once
  *     it runs again the next load is exact; marked down by a timeout, a probe cut at its
- *     deadline leaves the backoff armed; a started job runs on a thread of its own
- *     (exact when polled; freed while waiting, free returns at once and no row is
- *     written after it).
+ *     deadline leaves the backoff armed; started jobs run on the handle's two workers in
+ *     arrival order (exact when polled; 12 at once: 2 threads, the first over long
+ *     before the last; freed while waiting, free returns at once and no row is written
+ *     after it).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -223,6 +224,19 @@ struct sync_get {
 	int rc;
 };
 
+static int test_thread_count(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	int n = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return n;
+}
+
 static void *sync_get_main(void *arg)
 {
 	struct sync_get *g = arg;
@@ -337,6 +351,47 @@ static void client_mode_hung_daemon(const struct kvt_row_layout *lay, uint8_t *s
 	kvt_rows_job_free(job);
 	for (int i = 0; i < N; i++)
 		CHECK(!memcmp(dst + dst_ids[i] * rb, want + dst_ids[i] * rb, rb));
+	/* Many started at once run in arrival order on the handle's two workers, not on a
+	 * thread each interleaving chunk by chunk (then the first to start finished with the
+	 * last, and near a deadline each would end part done). */
+	enum { J = 12 };
+	/* each job into rows of its own (a second handle over J * N rows): no two write one */
+	uint8_t *many = malloc((size_t)J * N * rb);
+	CHECK(many);
+	memset(many, 0xEE, (size_t)J * N * rb);
+	struct kvt_rows *rj;
+	CHECK_RC(kvt_rows_open(s, lay, many, (uint64_t)J * N, 2, &rj), 0);
+	struct kvt_rows_job *jobs[J];
+	uint64_t over[J] = {0}, ids_of[J][N], tj = now_ns();
+	int threads0 = test_thread_count();
+	for (int k = 0; k < J; k++) {
+		for (int i = 0; i < N; i++)
+			ids_of[k][i] = (uint64_t)(k * N + i);
+		CHECK_RC(kvt_rows_load_start(rj, keys, ids_of[k], N, now_ns() + 10000 * MS,
+					     &jobs[k]), 0);
+	}
+	int threads1 = test_thread_count();
+	for (int left = J; left;) {
+		for (int k = 0; k < J; k++)
+			if (!over[k] && kvt_rows_job_poll(jobs[k], 0, &res) == 1) {
+				CHECK_EQ(res.done, N);
+				over[k] = now_ns() - tj;
+				left--;
+			}
+		usleep(200);
+	}
+	printf("  %d client-mode jobs started together: threads +%d, first over after %.1f ms, "
+	       "last after %.1f ms\n", J, threads1 - threads0, over[0] / 1e6, over[J - 1] / 1e6);
+	CHECKM(threads1 - threads0 <= 2, "%d threads for %d jobs", threads1 - threads0, J);
+	CHECKM(over[0] * 3 < over[J - 1], "the first job ended at %.1f ms, the last at %.1f ms: "
+	       "not in arrival order", over[0] / 1e6, over[J - 1] / 1e6);
+	for (int k = 0; k < J; k++) {
+		kvt_rows_job_free(jobs[k]);
+		for (int i = 0; i < N; i++) /* chunk i of every job: the rows of dst_ids[i] */
+			CHECK(!memcmp(many + ids_of[k][i] * rb, want + dst_ids[i] * rb, rb));
+	}
+	kvt_rows_close(rj);
+	free(many);
 	/* Freed while its call waits on a stopped daemon: free returns at once, and once the
 	 * daemon answers (in time for the job's deadline) no row is written. */
 	memset(dst, 0xEE, n_rows * rb);

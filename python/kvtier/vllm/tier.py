@@ -577,7 +577,8 @@ class KvtierTier(SecondaryTierManager):
                 d = _Done(job_id, r.done, n, True, now - t0, r.reason,
                           prof={"job to submit_load": t0 - job.submit_time,
                                 "start call": t1 - t0, "over after": now - t0,
-                                "submits": r.submit_s, "convert": r.convert_s},
+                                "submits": r.submit_s, "read wait": r.wait_s,
+                                "convert": r.convert_s},
                           finished=now)
                 if r.reason:
                     log.info("kvtier load of chunk %d/%d: %s; vLLM recomputes from there",
