@@ -536,9 +536,10 @@ class KvtierTier(SecondaryTierManager):
         """Started here, on the scheduler thread, in one non-blocking libkvtier call, and
         polled by get_finished_jobs: no other Python thread takes part, so no GIL handoff
         (each of which can wait behind vLLM's busy step loop) stands between a finished
-        read and vLLM. In client mode (store.daemon) the job runs on a C thread of its
-        own (one blocking call to kvtierd per chunk); until 2026-12-04 it ran on a Python
-        load thread, which needed the GIL back to report."""
+        read and vLLM. In client mode (store.daemon) the job is run by the rows handle's
+        two C worker threads, in arrival order (one blocking call to kvtierd per chunk);
+        until 2026-12-04 it ran on a Python load thread, which needed the GIL back to
+        report."""
         if self._uncached(job_metadata.req_context):
             return self._refuse(job_metadata, is_load=True)
         keys = [self._key(k, job_metadata.req_context) for k in job_metadata.keys]
