@@ -21,6 +21,13 @@
 #include "engine_internal.h"
 #include "layout_copy.h"
 
+/* Client mode's workers (see struct serial_job). Why two: a client store's calls share one
+ * connection, one exchange at a time, so more threads would only interleave their jobs
+ * chunk by chunk (near a deadline every job would end part done instead of the oldest
+ * whole); two let one job's conversion overlap the other's exchange, as the Python load
+ * threads they replace did. */
+#define SERIAL_WORKERS 2
+
 struct kvt_rows {
 	struct kvt_store *s;
 	struct kvt_row_layout lay;
@@ -37,16 +44,10 @@ struct kvt_rows {
 	 * at the first one (see struct serial_job); under m */
 	struct serial_job *sq_head, *sq_tail;
 	pthread_cond_t sq_c; /* a job queued, or closing */
-	pthread_t workers[2];
+	pthread_t workers[SERIAL_WORKERS];
 	uint32_t n_workers;
 	bool closing;
 };
-
-/* Why two: a client store's calls share one connection, one exchange at a time, so more
- * threads would only interleave their jobs chunk by chunk (near a deadline every job would
- * end part done instead of the oldest whole); two let one job's conversion overlap the
- * other's exchange, as the Python load threads they replace did. */
-#define SERIAL_WORKERS 2
 
 enum { ST_PENDING = 0, ST_DONE = 1 }; /* else a -errno */
 
@@ -731,12 +732,8 @@ static void serial_run(struct serial_job *sj)
 {
 	struct kvt_rows *r = sj->r;
 	struct kvt_rows_result res = {0};
-	if (serial_freed(sj)) { /* given up while queued: no call for it */
-		res.status = -ECANCELED;
-		res.failure = failure_of(-ECANCELED);
-	} else {
-		run_serial(r, sj->keys, NULL, NULL, sj->ids, sj->n, true, sj->deadline, &res, sj);
-	}
+	/* (a job given up while queued makes no call: run_serial looks first) */
+	run_serial(r, sj->keys, NULL, NULL, sj->ids, sj->n, true, sj->deadline, &res, sj);
 	kvt__store_leave(r->s); /* the gate serial_start took for it */
 	pthread_mutex_lock(&sj->m);
 	sj->res = res;
