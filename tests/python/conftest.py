@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+import kvtier.daemon
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "vllm: end-to-end tests that start real vLLM engines")
@@ -89,28 +91,21 @@ def _kvtierd_exe() -> str:
     return exe
 
 
-class Kvtierd:
+class Kvtierd(kvtier.daemon.Kvtierd):
     """A real kvtierd serving dram,nvme from workdir on workdir/kvtierd.sock, with the
     kvtier keys of settings (the clients' geometry and model)."""
 
     def __init__(self, workdir: str, settings: dict):
-        self.sock = os.path.join(workdir, "kvtierd.sock")
-        args = [_kvtierd_exe(), "--dir", os.path.join(workdir, "kvtierd"), "--socket",
-                self.sock, "--tiers", "dram,nvme", "--set", "dram.bytes=8MiB",
-                "--set", "dram.hugepages=false", "--set", "nvme.fsync=none"]
-        for k, v in settings.items():
-            args += ["--set", f"{k}={v}"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not os.path.exists(self.sock):
-            assert self.proc.poll() is None, "kvtierd exited at start"
-            assert time.monotonic() < deadline, "kvtierd did not start"
-            time.sleep(0.02)
+        base = {"store.tiers": "dram,nvme", "dram.bytes": "8MiB", "dram.hugepages": "false",
+                "nvme.fsync": "none"}
+        try:
+            super().__init__(_kvtierd_exe(), workdir, {**base, **settings},
+                             start_timeout=10)
+        except RuntimeError as e:
+            pytest.fail(str(e))
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+        super().stop(kill=True)
 
 
 @pytest.fixture

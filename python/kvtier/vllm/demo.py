@@ -24,7 +24,8 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
+
+from ..daemon import Kvtierd
 
 GEOMETRIES = {
     # name: (layers, kv_heads, heads, hidden, head_dim)
@@ -60,36 +61,6 @@ def _engine(spec: dict, prompts: list[list[int]], workdir: str, name: str,
             "outputs": [g["outputs"][0] for g in gens]}
 
 
-class _Daemon:
-    """kvtierd serving DRAM for the geometry's model, on gdir/kvtierd.sock."""
-
-    def __init__(self, exe: str, gdir: str, model: str, geo: tuple, block: int,
-                 dram_bytes: int):
-        layers, kv_heads, _, _, head_dim = geo
-        self.sock = os.path.join(gdir, "kvtierd.sock")
-        d = os.path.join(gdir, "kvtierd")
-        shutil.rmtree(d, ignore_errors=True)
-        sets = {"store.tiers": "dram", "dram.bytes": dram_bytes, "dram.hugepages": "false",
-                "model.name": model, "model.layers": layers, "model.kv_heads": kv_heads,
-                "model.head_dim": head_dim, "model.chunk_tokens": block,
-                "model.dtype": "bf16"}
-        args = [exe, "--dir", d, "--socket", self.sock]
-        for k, v in sets.items():
-            args += ["--set", f"{k}={v}"]
-        self.log = open(os.path.join(gdir, "kvtierd.log"), "w")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
-        deadline = time.monotonic() + 60
-        while not os.path.exists(self.sock):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"kvtierd did not start; see {self.log.name}")
-            time.sleep(0.05)
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
-        self.log.close()
-
-
 def run(workdir: str, geometry: str, runs: int, prefix: int, block: int,
         kvtierd: str = "") -> list[dict]:
     from .harness import make_model
@@ -117,10 +88,16 @@ def run(workdir: str, geometry: str, runs: int, prefix: int, block: int,
             "dram.bytes": max(64 << 20, 2 * kv_per_token * (prefix + 64)),
             "dram.hugepages": False}}},
     }
-    daemon = None
-    if kvtierd:
-        daemon = _Daemon(kvtierd, gdir, model, GEOMETRIES[geometry], block,
-                         max(64 << 20, 4 * kv_per_token * (prefix + 64)))
+    daemon, log = None, None
+    if kvtierd:  # the node's daemon, serving DRAM for this geometry's model
+        shutil.rmtree(os.path.join(gdir, "kvtierd"), ignore_errors=True)
+        log = open(os.path.join(gdir, "kvtierd.log"), "w")
+        daemon = Kvtierd(kvtierd, gdir, {
+            "store.tiers": "dram", "dram.hugepages": "false",
+            "dram.bytes": max(64 << 20, 4 * kv_per_token * (prefix + 64)),
+            "model.name": model, "model.layers": layers, "model.kv_heads": kv_heads,
+            "model.head_dim": head_dim, "model.chunk_tokens": block, "model.dtype": "bf16"},
+            log=log)
         modes["kvtier (kvtierd)"] = {"connector": "kvtier", "tier": {"config": {
             "store.daemon": daemon.sock}}}
     try:
@@ -129,6 +106,7 @@ def run(workdir: str, geometry: str, runs: int, prefix: int, block: int,
     finally:
         if daemon:
             daemon.stop()
+            log.close()
 
 
 def _measure(modes, model, gdir, geometry, runs, prefix, block, prompt, warm, cpu_bytes,
