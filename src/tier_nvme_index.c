@@ -36,6 +36,7 @@ void nv_lru_unlink(struct nv *s, struct nv_ent *e)
 
 void nv_lru_push_head(struct nv *s, struct nv_ent *e)
 {
+	e->used_at = ++s->lru_clock;
 	e->prev = NULL;
 	e->next = s->lru_head;
 	if (s->lru_head)
@@ -227,6 +228,7 @@ struct nv_ent *nv_ent_insert(struct nv *s, const struct kvt_key *k, uint32_t dir
 
 void nv_ent_remove(struct nv *s, struct nv_ent *e)
 {
+	nv_ent_set_lseg(s, e, 0); /* off its log segment's list */
 	nv_fdc_detach(s, e);
 	chain_unlink(s, e);
 	nv_lru_unlink(s, e);

@@ -117,6 +117,10 @@ struct nv_ent {
 	uint32_t opening; /* read opens in flight: the file must not be recycled */
 	uint32_t lseg;	  /* 0: its own file; else in log segment lseg - 1 at loff */
 	uint64_t loff;
+	/* log objects: the other entries of segment lseg - 1 (nv_ent_set_lseg), so that the
+	 * segment's reuse finds its objects without a walk over the whole index */
+	struct nv_ent *sprev, *snext;
+	uint64_t used_at; /* s->lru_clock when last put at the LRU head: MRU order in a segment */
 	bool hot; /* read since written or last re-appended: kept when its log segment is reused */
 };
 
@@ -303,6 +307,7 @@ struct nv {
 	struct nv_ent **buckets;
 	uint64_t nbuckets, nents;
 	struct nv_ent *lru_head, *lru_tail;
+	uint64_t lru_clock; /* stamps nv_ent.used_at */
 	struct nv_ent *leaf_head, *leaf_tail; /* ring thread only */
 	uint64_t uids;
 	uint64_t refused[NV_REFUSED]; /* key hashes of chunks refused for room */
@@ -341,6 +346,9 @@ struct nv_ent *nv_victim(struct nv *s, const struct nv_op *op);
 void nv_publish_counts(struct nv *s);
 struct nv_ent *nv_ent_insert(struct nv *s, const struct kvt_key *k, uint32_t dir, uint64_t bytes);
 void nv_ent_remove(struct nv *s, struct nv_ent *e);
+/* Place e in log segment lseg - 1 (0: in a file of its own), on that segment's list of
+ * entries (struct nv_seg.ents). Every change of an entry's lseg goes through here. */
+void nv_ent_set_lseg(struct nv *s, struct nv_ent *e, uint32_t lseg);
 void nv_served_note(struct nv *s, const struct nv_ent *e);
 bool nv_served_take(struct nv *s, const struct kvt_key *k, const struct nv_ent *e);
 

@@ -98,6 +98,7 @@ struct nv_seg {
 	uint32_t readers; /* reads in flight: not reused meanwhile */
 	uint32_t batches; /* batches written and not yet acknowledged */
 	uint32_t movers;  /* unacknowledged batches re-appending its objects: not reused meanwhile */
+	struct nv_ent *ents; /* index entries of objects in it (nv_ent_set_lseg), newest first */
 };
 
 enum nv_bstate { NV_B_FREE, NV_B_FILL, NV_B_FLIGHT, NV_B_DONE };

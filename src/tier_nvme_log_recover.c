@@ -512,7 +512,7 @@ static void apply(struct nv *s, const struct rbatch *b, uint64_t *bad)
 		if (e)
 			nv_ent_remove(s, e); /* a newer copy */
 		if ((e = nv_ent_insert(s, &k, 0, en->len))) {
-			e->lseg = b->seg + 1;
+			nv_ent_set_lseg(s, e, b->seg + 1);
 			e->loff = en->off;
 		}
 	}

@@ -100,7 +100,7 @@ int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff)
 		if (e->lseg && !lseg)
 			nv_log_tombstone(s, e); /* its put must not outlive it (nv_ent_unlink) */
 		e->dir = op->dir;
-		e->lseg = lseg;
+		nv_ent_set_lseg(s, e, lseg);
 		e->loff = loff;
 		e->hot = false; /* a new object: not read yet */
 		nv_fdc_detach(s, e);
@@ -115,7 +115,7 @@ int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff)
 		return -ENOMEM; /* the failure path releases the reservation */
 	} else {
 		e->uid = op->uid; /* what children in flight counted on */
-		e->lseg = lseg;
+		nv_ent_set_lseg(s, e, lseg);
 		e->loff = loff;
 	}
 	/* The entry takes over the children counted on this write, and its own link. */
