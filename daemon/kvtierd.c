@@ -45,6 +45,8 @@ struct conn {
 	int pidfd;
 	uint32_t next_lease; /* lease ids of this connection: 1, 2, ... (never 0) */
 	bool tp; /* it sent a TP_RESERVE: its thread also ends the leases of TP objects */
+	bool cut; /* a request was answered at its deadline with its call still running: the
+		   * connection ends after that answer (held_wait) */
 	uint8_t *shm;
 	size_t shm_len;
 	/* slots pinned for the client's own copy (GET_PIN until UNPIN); released when the
@@ -153,27 +155,166 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 			usleep(200);                                                               \
 		_r;                                                                                \
 	})
+/* The same, giving up at by (kvt__now_ns; 0: never) too. */
+#define RETRY_BY(expr, by)                                                                         \
+	({                                                                                         \
+		int _r, _tries = 0;                                                                \
+		uint64_t _by = (by);                                                               \
+		while ((_r = (expr)) == -EAGAIN && _tries++ < 5000 &&                              \
+		       (!_by || kvt__now_ns() < _by))                                              \
+			usleep(200);                                                               \
+		_r;                                                                                \
+	})
 
-struct acq {
+/* Each request's call runs asynchronously and the connection's thread waits for it until
+ * the client's deadline (kvtd_req.deadline_ns; none: until it ends). Past the deadline the
+ * client has dropped the connection (a late answer could not be told from the next
+ * request's), so the thread answers -ETIME and the connection ends at once instead of
+ * holding a thread and a daemon.max_clients place until the tier's own deadline. The call,
+ * left to finish, then owns what it uses - the client's region (a get writes into it, a
+ * put reads from it) or the slot an acquire pinned - and gives it back when it ends. */
+struct held {
 	pthread_mutex_t m;
 	pthread_cond_t cv;
-	bool done;
-	int rc, tier;
-	int cause; /* a failed promotion: why (written before acq_cb runs) */
+	bool done, cut;
+	struct kvt_result res; /* a get's or put's answer */
+	int rc, tier;	       /* an acquire's answer (GET_PIN) */
+	int cause;	       /* a failed promotion: why (written before acq_cb runs) */
+	bool pinned;	       /* ref is a pin the acquire took */
 	struct kvt_slot_ref ref;
+	uint8_t *shm; /* cut: the region to unmap at the end (NULL: none) */
+	size_t shm_len;
 };
+
+static struct held *held_new(void)
+{
+	struct held *h = calloc(1, sizeof(*h));
+	if (!h)
+		return NULL;
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadlines are kvt__now_ns */
+	pthread_cond_init(&h->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&h->m, NULL);
+	return h;
+}
+
+static void held_free(struct held *h)
+{
+	pthread_mutex_destroy(&h->m);
+	pthread_cond_destroy(&h->cv);
+	free(h);
+}
+
+/* The call ended. Waited for: the thread takes its answer. Cut: give back what it held. */
+static void held_end(struct held *h)
+{
+	pthread_mutex_lock(&h->m);
+	bool cut = h->cut;
+	h->done = true;
+	if (!cut)
+		pthread_cond_signal(&h->cv);
+	pthread_mutex_unlock(&h->m);
+	if (!cut)
+		return;
+	if (h->pinned)
+		kvt__store_release(g_st.store, &h->ref);
+	if (h->shm) {
+		munmap(h->shm, h->shm_len);
+		atomic_fetch_sub(&g_st.regions_mapped, 1);
+	}
+	atomic_fetch_sub(&g_st.cut_running, 1);
+	held_free(h);
+}
+
+static void held_cb(void *arg, const struct kvt_result *res)
+{
+	struct held *h = arg;
+	h->res = *res;
+	held_end(h);
+}
 
 static void acq_cb(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
 {
-	struct acq *a = arg;
-	pthread_mutex_lock(&a->m);
-	a->rc = rc;
-	a->tier = tier;
-	if (rc == 0)
-		a->ref = *ref;
-	a->done = true;
-	pthread_cond_signal(&a->cv);
-	pthread_mutex_unlock(&a->m);
+	struct held *h = arg;
+	h->rc = rc;
+	h->tier = tier;
+	if (rc == 0) {
+		h->ref = *ref;
+		h->pinned = true;
+	}
+	held_end(h);
+}
+
+/* Wait for h's call until by (0: no deadline). true: it ended, its answer is in h (the
+ * caller frees h); false: cut - h and, with region, c's region now belong to the call, and
+ * the connection ends after its -ETIME answer. */
+static bool held_wait(struct conn *c, struct held *h, uint64_t by, bool region)
+{
+	struct timespec ts = {.tv_sec = (time_t)(by / 1000000000u),
+			      .tv_nsec = (long)(by % 1000000000u)};
+	pthread_mutex_lock(&h->m);
+	while (!h->done) {
+		if (!by) {
+			pthread_cond_wait(&h->cv, &h->m);
+		} else if (pthread_cond_timedwait(&h->cv, &h->m, &ts) == ETIMEDOUT && !h->done) {
+			h->cut = true;
+			if (region) {
+				h->shm = c->shm;
+				h->shm_len = c->shm_len;
+				c->shm = NULL;
+			}
+			c->cut = true;
+			atomic_fetch_add(&g_st.cut, 1);
+			atomic_fetch_add(&g_st.cut_running, 1);
+			pthread_mutex_unlock(&h->m);
+			return false;
+		}
+	}
+	pthread_mutex_unlock(&h->m);
+	return true;
+}
+
+/* When a request's wait ends: its arrival plus the time its client gives it (0: none). */
+static uint64_t deadline_of(const struct kvtd_req *r)
+{
+	return r->deadline_ns ? kvt__now_ns() + r->deadline_ns : 0;
+}
+
+/* A get into, or a put from, the client's region, served by the request's deadline. */
+static void copy_call(struct conn *c, const struct kvtd_req *r, struct kvt_result *res)
+{
+	uint64_t by = deadline_of(r);
+	struct held *h = held_new();
+	if (!h) {
+		res->status = -ENOMEM;
+		return;
+	}
+	uint8_t *p = c->shm + r->off;
+	const struct kvt_key *parent = r->has_parent ? &r->parent : NULL;
+	int rc = RETRY_BY(r->op == KVTD_GET
+				  ? kvt__store_get_direct(g_st.store, &r->key, r->layer_begin,
+							  r->layer_end, p, r->len, held_cb, h)
+				  : kvt__store_put_direct(g_st.store, &r->key, parent, r->n_tokens,
+							  p, r->len, held_cb, h),
+			  by);
+	if (rc < 0) {
+		held_free(h);
+		res->status = rc;
+		return;
+	}
+	if (!held_wait(c, h, by, true)) {
+		res->status = -ETIME;
+		return;
+	}
+	*res = h->res;
+	held_free(h);
+	if (r->op == KVTD_PUT) {
+		res->tier = KVT_TIER_NONE;
+		if (res->status >= 0)
+			res->bytes = r->len;
+	}
 }
 
 static uint32_t new_lease(struct conn *c)
@@ -212,31 +353,39 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 	}
 	struct kvt_key sk;
 	kvt_storage_key(g_ns, &r->key, &sk);
-	struct acq a = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	uint64_t by = deadline_of(r);
+	struct held *h = held_new();
+	if (!h) {
+		res->status = -ENOMEM;
+		return;
+	}
 	kvt__store_count_get(s);
-	int rc = RETRY(kvt__store_acquire_cause(s, &sk, acq_cb, &a, &a.cause));
+	int rc = RETRY_BY(kvt__store_acquire_cause(s, &sk, acq_cb, h, &h->cause), by);
 	if (rc == 0) {
-		pthread_mutex_lock(&a.m);
-		while (!a.done)
-			pthread_cond_wait(&a.cv, &a.m);
-		pthread_mutex_unlock(&a.m);
-		rc = a.rc;
+		if (!held_wait(c, h, by, false)) {
+			res->status = -ETIME;
+			return;
+		}
+		rc = h->rc;
 	}
 	res->status = rc;
 	if (rc == -ENOENT) /* a miss says why, as an in-process get's (set before acq_cb) */
-		res->cause = a.cause;
+		res->cause = h->cause;
+	struct kvt_slot_ref ref = h->ref;
+	int tier = h->tier;
+	held_free(h);
 	if (rc < 0)
 		return;
 	c->pin_expiry[c->npins] = kvt__now_ns() + g_lease_ns;
 	c->pin_lease[c->npins] = rep->lease = new_lease(c);
-	c->pins[c->npins++] = a.ref;
+	c->pins[c->npins++] = ref;
 	atomic_fetch_add(&g_st.pins, 1);
 	atomic_fetch_add(&g_st.pinned_gets, 1);
-	rep->slot = a.ref.id;
-	rep->slot_off = (uint64_t)((uint8_t *)a.ref.buf - (uint8_t *)g_pool);
-	res->tier = a.tier;
-	res->n_tokens = a.ref.n_tokens;
-	res->bytes = a.ref.object_bytes;
+	rep->slot = ref.id;
+	rep->slot_off = (uint64_t)((uint8_t *)ref.buf - (uint8_t *)g_pool);
+	res->tier = tier;
+	res->n_tokens = ref.n_tokens;
+	res->bytes = ref.object_bytes;
 }
 
 /* Reserve a slot for the client to encode a put into. Status 1: the key is stored already
@@ -435,16 +584,11 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 	struct kvt_result *res = &rep->res;
 	struct kvt_store *s = g_st.store;
 	uint8_t *p = c->shm + r->off;
-	const struct kvt_key *parent = r->has_parent ? &r->parent : NULL;
 	res->tier = KVT_TIER_NONE;
 	switch (r->op) {
 	case KVTD_PUT:
-		res->status = RETRY(kvt_put_sync(s, &r->key, parent, r->n_tokens, p, r->len));
-		if (res->status >= 0)
-			res->bytes = r->len;
-		break;
 	case KVTD_GET:
-		RETRY(kvt_get_sync(s, &r->key, r->layer_begin, r->layer_end, p, r->len, res));
+		copy_call(c, r, res);
 		break;
 	case KVTD_LOOKUP: /* res->cause: why the prefix stopped, if a tier could not say */
 		res->status = RETRY(kvt__lookup_sync_res(s, (const struct kvt_key *)p, r->n,
@@ -483,6 +627,8 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 			.reservations_expired = atomic_load(&g_st.reservations_expired),
 			.quarantined = atomic_load(&g_st.quarantined),
 			.quarantined_bytes = atomic_load(&g_st.quarantined_bytes),
+			.cut = atomic_load(&g_st.cut),
+			.cut_running = atomic_load(&g_st.cut_running),
 		};
 		kvtd_tp_counts(&st.tp_partials, &st.tp_published, &st.tp_cancelled,
 			       &st.tp_quarantined, &st.tp_quarantined_bytes);
@@ -617,6 +763,8 @@ static void *conn_main(void *arg)
 		 * restart the HELLO deadline each time and hold a daemon.max_clients place. */
 		if (req.op == KVTD_HELLO && rep.res.status < 0)
 			break;
+		if (c->cut)
+			break; /* its call still runs, on the region it now owns */
 		if (src < 0) {
 			if (src == -ETIMEDOUT) {
 				atomic_fetch_add(&g_st.protocol_errors, 1);

@@ -34,6 +34,9 @@ struct kvtd_state {
 	/* slots of expired reservations kept out of the pool until their client process is
 	 * gone (it may still write into them), and their bytes */
 	_Atomic uint64_t quarantined, quarantined_bytes;
+	/* requests answered -ETIME at their client's deadline (kvtd_req.deadline_ns), and of
+	 * those the calls still running (each holding its client's region or a slot) */
+	_Atomic uint64_t cut, cut_running;
 	struct kvtd_hist hist[KVTD_H_N];
 };
 

@@ -129,6 +129,12 @@ static char *render(struct kvtd_state *s, size_t *len)
 	ONE("kvtier_daemon_shared_puts_total", "counter",
 	    "Puts a client encoded straight into the shared DRAM pool.",
 	    atomic_load(&s->shared_puts));
+	ONE("kvtier_daemon_cut_requests_total", "counter",
+	    "Requests answered -ETIME at their client's deadline while their call still ran.",
+	    atomic_load(&s->cut));
+	ONE("kvtier_daemon_cut_requests_running", "gauge",
+	    "Cut requests whose call is still running (each holds its client's region or a slot).",
+	    atomic_load(&s->cut_running));
 	ONE("kvtier_daemon_lease_expired_pins_total", "counter",
 	    "Pins released because the client held them past daemon.lease_ms.",
 	    atomic_load(&s->pins_expired));

@@ -313,6 +313,14 @@ static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_r
 {
 	req->magic = KVTD_MAGIC;
 	req->seq = ++c->seq;
+	/* The daemon is told what is left of the call's time, so that it stops waiting for
+	 * the tier when we stop waiting for it (a duration: the two clocks need not agree). */
+	if (req->op == KVTD_GET || req->op == KVTD_PUT || req->op == KVTD_GET_PIN) {
+		uint64_t now = kvt__now_ns();
+		req->deadline_ns = !c->call_deadline		? 0
+				   : c->call_deadline > now ? c->call_deadline - now
+							    : 1;
+	}
 	int rc = call_wait(c, POLLOUT);
 	if (rc == 0) {
 		rc = kvtd_send(c->sock, req, sizeof(*req), fd);

@@ -90,6 +90,11 @@ struct kvtd_req {
 	uint32_t flags;   /* TP_WRITTEN: 1 = the rank's copy failed */
 	uint64_t off, len; /* a byte range of the shared region */
 	uint64_t n;        /* keys (LOOKUP, PREFETCH) */
+	/* PREFETCH: the deadline kvt_prefetch is given (CLOCK_MONOTONIC). GET, PUT, GET_PIN:
+	 * the time the client still gives the call when it sends it, in ns (0: none). Past
+	 * it the client has dropped the connection, and the daemon stops waiting for the call:
+	 * it answers -ETIME and closes the connection, and the call, left to finish, gives
+	 * back what it holds (the region it reads or writes, a pinned slot) when it ends. */
 	uint64_t deadline_ns;
 };
 
@@ -157,6 +162,9 @@ struct kvtd_status {
 	 * that predates them leaves them as they were): slots of cancelled TP objects kept
 	 * off the pool while ranks still hold claims on them, and their bytes. */
 	uint64_t tp_quarantined, tp_quarantined_bytes;
+	/* Appended since: requests answered -ETIME at their client's deadline (the daemon
+	 * stopped waiting for the tier), and of those the calls still running. */
+	uint64_t cut, cut_running;
 };
 /* The smallest STATUS len a daemon accepts: the fields before the appended ones. */
 #define KVTD_STATUS_MIN_BYTES offsetof(struct kvtd_status, tp_quarantined)

@@ -972,6 +972,71 @@ int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_
 	return rc;
 }
 
+/* The gate is held from the start to the callback (a close waits for both). */
+struct gated {
+	struct kvt_store *s;
+	kvt_cb cb;
+	void *arg;
+};
+
+static void gated_cb(void *arg, const struct kvt_result *res)
+{
+	struct gated g = *(struct gated *)arg;
+	kvt__free(arg);
+	g.cb(g.arg, res);
+	kvt__store_leave(g.s);
+}
+
+static struct gated *gated_start(struct kvt_store *s, kvt_cb cb, void *arg, int *rc)
+{
+	struct gated *g = NULL;
+	if ((*rc = kvt__store_enter(s)) < 0)
+		return NULL;
+	if (s->client || !(g = kvt__malloc(sizeof(*g)))) {
+		*rc = s->client ? -ENOTSUP : -ENOMEM; /* the daemon's own store is in process */
+		kvt__store_leave(s);
+		return NULL;
+	}
+	*g = (struct gated){.s = s, .cb = cb, .arg = arg};
+	return g;
+}
+
+static int gated_end(struct kvt_store *s, struct gated *g, int rc)
+{
+	if (rc < 0) { /* no callback comes */
+		kvt__free(g);
+		kvt__store_leave(s);
+	}
+	return rc;
+}
+
+int kvt__store_get_direct(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
+			  uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg)
+{
+	int rc;
+	struct gated *g = gated_start(s, cb, arg, &rc);
+	if (!g)
+		return rc;
+	struct kvt_key sk;
+	return gated_end(s, g,
+			 kvt__e_do_get(s, kvt__e_skey(s, key, &sk), layer_begin, layer_end, buf,
+				       len, gated_cb, g, true));
+}
+
+int kvt__store_put_direct(struct kvt_store *s, const struct kvt_key *key,
+			  const struct kvt_key *parent, uint32_t n_tokens, const void *buf,
+			  size_t len, kvt_cb cb, void *arg)
+{
+	int rc;
+	struct gated *g = gated_start(s, cb, arg, &rc);
+	if (!g)
+		return rc;
+	struct kvt_key sk, sp;
+	return gated_end(s, g,
+			 kvt__e_do_put(s, kvt__e_skey(s, key, &sk), kvt__e_skey(s, parent, &sp),
+				       n_tokens, buf, len, gated_cb, g, true));
+}
+
 static int prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
 			 uint64_t deadline_ns)
 {

@@ -101,6 +101,16 @@ int kvt__store_clear_sync(struct kvt_store *s, uint64_t *removed);
  * kvt_store_shutdown or kvt_store_close has begun (-EINVAL for NULL). */
 int kvt__store_enter(const struct kvt_store *s);
 void kvt__store_leave(const struct kvt_store *s);
+/* kvt_get / kvt_put (key and parent: the caller's keys) whose callback runs on the thread
+ * that completes them, not through kvt_poll, inside the store's gate: kvtierd starts a
+ * client's request with these so that it can stop waiting at the client's deadline while
+ * the call runs to its end. 0: cb will run (possibly before this returns); < 0: it will
+ * not (-EAGAIN: a tier's queue is full, try again). */
+int kvt__store_get_direct(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
+			  uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg);
+int kvt__store_put_direct(struct kvt_store *s, const struct kvt_key *key,
+			  const struct kvt_key *parent, uint32_t n_tokens, const void *buf,
+			  size_t len, kvt_cb cb, void *arg);
 /* The geometry and namespace id, for layers that have entered the gate (the public
  * accessors answer NULL once the store is closing). */
 const struct kvt_geometry *kvt__store_geometry(const struct kvt_store *s);

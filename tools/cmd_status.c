@@ -38,6 +38,8 @@ static const struct {
     ROW(tp_cancelled, "tp_objects_cancelled", "tensor-parallel objects cancelled"),
     ROW(tp_quarantined, "tp_quarantined_slots", "tensor-parallel slots quarantined"),
     ROW(tp_quarantined_bytes, "tp_quarantined_bytes", "tensor-parallel bytes quarantined"),
+    ROW(cut, "cut_requests", "requests cut at their client's deadline"),
+    ROW(cut_running, "cut_requests_running", "cut requests whose call still runs"),
 };
 #undef ROW
 

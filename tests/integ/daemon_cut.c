@@ -1,0 +1,146 @@
+/*
+ * daemon_cut.c - kvtierd stops waiting for a request at its client's deadline
+ * (kvtd_req.deadline_ns), with the real daemon binary over a tier whose every completion
+ * takes 1.5 s (faulty.delay_ms). Why: a client gives up on a call at its deadline and drops
+ * the connection; before, the daemon's thread still waited for the tier (up to the tier's
+ * own deadline) and held the connection, its region and a daemon.max_clients place, so a
+ * stalled tier under a client's retries filled the daemon with abandoned requests.
+ *  1. A GET through the region with 200 ms left: answered -ETIME at ~200 ms and the
+ *     connection closed; STATUS then shows the cut (cut 1, 1 running), no request in
+ *     progress, the connection gone but its region still mapped (the read still writes
+ *     into it); once the read ends (~1.5 s), nothing is left (0 running, 1 region: the
+ *     STATUS connection's).
+ *  2. A GET_PIN with 200 ms left: the same, and the pin the promotion took is given back
+ *     when it ends (0 pins).
+ *  3. Without a deadline the same GET waits for the tier and returns the exact bytes.
+ */
+#include <poll.h>
+
+#include "internal.h"
+#include "lib/daemon_harness.h"
+
+static char *dir, sock_path[100];
+static size_t PAYLOAD;
+static struct kvt_geometry GEO;
+
+static void key_of(uint64_t i, struct kvt_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	memcpy(k->bytes, &i, sizeof(i));
+	k->bytes[31] = 0x3c;
+}
+
+static void start(void)
+{
+	const char *args[] = {"--set", "store.tiers=dram,faulty", "--set", "faulty.inner=nvme",
+			      "--set", "faulty.delay_ms=1500", NULL};
+	kvtd_start_test(sock_path, dir, args);
+}
+
+/* Wait (up to 10 s) until STATUS satisfies cond. */
+#define WAIT_STATUS(r, st, cond)                                                                   \
+	do {                                                                                       \
+		uint64_t _t0 = test_now_ns();                                                      \
+		for (;;) {                                                                         \
+			(st) = raw_status(r);                                                      \
+			if (cond)                                                                  \
+				break;                                                             \
+			CHECKM(test_ms_since(_t0) < 10000, "timed out waiting for " #cond);        \
+			usleep(20000);                                                             \
+		}                                                                                  \
+	} while (0)
+
+/* One request with ms left (0: no deadline) on its own connection; its answer's status
+ * and how long it took. The daemon closes a cut connection after its answer. */
+static int timed(uint32_t op, uint64_t i, uint64_t ms, uint64_t *took_ms, bool *closed)
+{
+	struct raw r = raw_attach();
+	struct kvtd_req q = {.op = op, .len = op == KVTD_GET ? PAYLOAD : 0,
+			     .deadline_ns = ms * 1000000u};
+	key_of(i, &q.key);
+	struct kvtd_rep rep;
+	uint64_t t0 = test_now_ns();
+	CHECK_RC(raw_call(r.sock, &q, -1, &rep), 0);
+	*took_ms = test_ms_since(t0);
+	char b;
+	struct pollfd pf = {.fd = r.sock, .events = POLLIN};
+	*closed = poll(&pf, 1, 1000) == 1 && recv(r.sock, &b, 1, MSG_DONTWAIT) == 0;
+	if (op == KVTD_GET && rep.res.status >= 0) {
+		uint8_t *want = malloc(PAYLOAD);
+		test_fill(want, PAYLOAD, i);
+		CHECKM(memcmp(r.shm, want, PAYLOAD) == 0, "the bytes of key %llu",
+		       (unsigned long long)i);
+		free(want);
+	}
+	raw_close(&r);
+	return rep.res.status;
+}
+
+int main(void)
+{
+	dir = test_tmpdir("daemon_cut");
+	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
+	signal(SIGPIPE, SIG_IGN);
+	start();
+	struct kvt_store *s = kvtd_client_store(dir);
+	GEO = *kvt_store_geometry(s);
+	PAYLOAD = kvt_payload_bytes(&GEO, 16);
+	memcpy(kvtd_ns, kvt_store_ns_id(s), sizeof(kvtd_ns));
+	uint8_t *buf = malloc(PAYLOAD);
+	for (uint64_t i = 0; i < 3; i++) {
+		struct kvt_key k;
+		key_of(i, &k);
+		test_fill(buf, PAYLOAD, i);
+		CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, PAYLOAD), 0);
+	}
+	kvt_store_close(s);
+	free(buf);
+	/* SIGTERM flushes (the writes to the slow tier); a restart empties DRAM: every get
+	 * below reads the slow tier */
+	kvtd_stop();
+	start();
+
+	/* 1. through the region */
+	uint64_t took;
+	bool closed;
+	CHECK_RC(timed(KVTD_GET, 0, 200, &took, &closed), -ETIME);
+	printf("daemon_cut: GET with 200 ms left answered in %llu ms, closed %d\n",
+	       (unsigned long long)took, closed);
+	CHECKM(took >= 190 && took < 1000, "answered at its deadline, not the tier's (%llu ms)",
+	       (unsigned long long)took);
+	CHECK(closed);
+	struct raw r = raw_attach();
+	struct kvtd_status st;
+	WAIT_STATUS(&r, st, st.connections == 1);
+	CHECK_EQ(st.cut, 1);
+	CHECK_EQ(st.cut_running, 1); /* the read still runs, into the cut region */
+	CHECK_EQ(st.ops_in_progress, 0);
+	CHECK_EQ(st.regions_mapped, 2);
+	WAIT_STATUS(&r, st, st.cut_running == 0);
+	CHECK_EQ(st.regions_mapped, 1);
+
+	/* 2. a pin */
+	CHECK_RC(timed(KVTD_GET_PIN, 1, 200, &took, &closed), -ETIME);
+	printf("daemon_cut: GET_PIN with 200 ms left answered in %llu ms, closed %d\n",
+	       (unsigned long long)took, closed);
+	CHECKM(took >= 190 && took < 1000, "answered at its deadline (%llu ms)",
+	       (unsigned long long)took);
+	CHECK(closed);
+	WAIT_STATUS(&r, st, st.cut == 2 && st.connections == 1);
+	CHECK_EQ(st.cut_running, 1);
+	WAIT_STATUS(&r, st, st.cut_running == 0);
+	CHECK_EQ(st.pins, 0); /* the promotion's pin given back */
+
+	/* 3. no deadline: waits for the tier, exact bytes */
+	CHECK_RC(timed(KVTD_GET, 2, 0, &took, &closed), 0);
+	printf("daemon_cut: GET without a deadline answered in %llu ms\n",
+	       (unsigned long long)took);
+	CHECK(took >= 1400 && !closed);
+	st = raw_status(&r);
+	CHECK_EQ(st.cut, 2);
+	raw_close(&r);
+	kvtd_stop();
+	test_rmdir(dir);
+	printf("daemon_cut: ok\n");
+	return 0;
+}
