@@ -160,9 +160,13 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	({                                                                                         \
 		int _r, _tries = 0;                                                                \
 		uint64_t _by = (by);                                                               \
-		while ((_r = (expr)) == -EAGAIN && _tries++ < 5000 &&                              \
-		       (!_by || kvt__now_ns() < _by))                                              \
+		while ((_r = (expr)) == -EAGAIN && _tries++ < 5000) {                              \
+			if (_by && kvt__now_ns() >= _by) {                                         \
+				_r = -ETIME; /* its client's deadline passed meanwhile */          \
+				break;                                                             \
+			}                                                                          \
 			usleep(200);                                                               \
+		}                                                                                  \
 		_r;                                                                                \
 	})
 
@@ -245,6 +249,7 @@ static void acq_cb(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
 		h->pinned = true;
 	}
 	held_end(h);
+	kvt__store_leave(g_st.store); /* entered by get_pin: a close waits for this */
 }
 
 /* Wait for h's call until by (0: no deadline). true: it ended, its answer is in h (the
@@ -258,19 +263,28 @@ static bool held_wait(struct conn *c, struct held *h, uint64_t by, bool region)
 	while (!h->done) {
 		if (!by) {
 			pthread_cond_wait(&h->cv, &h->m);
-		} else if (pthread_cond_timedwait(&h->cv, &h->m, &ts) == ETIMEDOUT && !h->done) {
-			h->cut = true;
-			if (region) {
-				h->shm = c->shm;
-				h->shm_len = c->shm_len;
-				c->shm = NULL;
-			}
-			c->cut = true;
-			atomic_fetch_add(&g_st.cut, 1);
-			atomic_fetch_add(&g_st.cut_running, 1);
-			pthread_mutex_unlock(&h->m);
-			return false;
+			continue;
 		}
+		if (pthread_cond_timedwait(&h->cv, &h->m, &ts) != ETIMEDOUT || h->done)
+			continue;
+		/* At most daemon.max_clients cut calls run at once: past that this one is waited
+		 * for to its end, as before cuts existed (its thread held), so a client retrying
+		 * against a stalled tier meets the same bound on what abandoned calls hold. */
+		if (atomic_fetch_add(&g_st.cut_running, 1) >= g_max_clients) {
+			atomic_fetch_sub(&g_st.cut_running, 1);
+			by = 0;
+			continue;
+		}
+		h->cut = true;
+		if (region) {
+			h->shm = c->shm;
+			h->shm_len = c->shm_len;
+			c->shm = NULL;
+		}
+		c->cut = true;
+		atomic_fetch_add(&g_st.cut, 1);
+		pthread_mutex_unlock(&h->m);
+		return false;
 	}
 	pthread_mutex_unlock(&h->m);
 	return true;
@@ -279,7 +293,9 @@ static bool held_wait(struct conn *c, struct held *h, uint64_t by, bool region)
 /* When a request's wait ends: its arrival plus the time its client gives it (0: none). */
 static uint64_t deadline_of(const struct kvtd_req *r)
 {
-	return r->deadline_ns ? kvt__now_ns() + r->deadline_ns : 0;
+	uint64_t now = kvt__now_ns();
+	/* (a budget past the clock's range is none: never a wrap to a deadline passed) */
+	return r->deadline_ns && r->deadline_ns < UINT64_MAX - now ? now + r->deadline_ns : 0;
 }
 
 /* A get into, or a put from, the client's region, served by the request's deadline. */
@@ -360,7 +376,12 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 		return;
 	}
 	kvt__store_count_get(s);
-	int rc = RETRY_BY(kvt__store_acquire_cause(s, &sk, acq_cb, h, &h->cause), by);
+	/* The store's gate is held until acq_cb: a cut acquire outlives this thread, and
+	 * kvt_store_close must wait for it (as for the gets and puts of copy_call). */
+	int rc = kvt__store_enter(s);
+	if (rc == 0 &&
+	    (rc = RETRY_BY(kvt__store_acquire_cause(s, &sk, acq_cb, h, &h->cause), by)) < 0)
+		kvt__store_leave(s); /* no acq_cb comes */
 	if (rc == 0) {
 		if (!held_wait(c, h, by, false)) {
 			res->status = -ETIME;

@@ -1,18 +1,19 @@
 /*
  * daemon_cut.c - kvtierd stops waiting for a request at its client's deadline
  * (kvtd_req.deadline_ns), with the real daemon binary over a tier whose every completion
- * takes 1.5 s (faulty.delay_ms). Why: a client gives up on a call at its deadline and drops
+ * takes 3 s (faulty.delay_ms), behind a DRAM pool of one slot. Why: a client gives up on a call at its deadline and drops
  * the connection; before, the daemon's thread still waited for the tier (up to the tier's
  * own deadline) and held the connection, its region and a daemon.max_clients place, so a
  * stalled tier under a client's retries filled the daemon with abandoned requests.
  *  1. A GET through the region with 200 ms left: answered -ETIME at ~200 ms and the
  *     connection closed; STATUS then shows the cut (cut 1, 1 running), no request in
  *     progress, the connection gone but its region still mapped (the read still writes
- *     into it); once the read ends (~1.5 s), nothing is left (0 running, 1 region: the
+ *     into it); once the read ends (~3 s), nothing is left (0 running, 1 region: the
  *     STATUS connection's).
- *  2. A GET_PIN with 200 ms left: the same, and the pin the promotion took is given back
- *     when it ends (0 pins).
- *  3. Without a deadline the same GET waits for the tier and returns the exact bytes.
+ *  2. A GET_PIN with 200 ms left: the same; the pin its promotion took is given back when
+ *     it ends - else the pool's one slot stays pinned and step 4 fails.
+ *  3. Without a deadline a GET waits for the tier and returns the exact bytes.
+ *  4. A GET_PIN of another key without a deadline: promoted into the one slot, exact.
  */
 #include <poll.h>
 
@@ -30,10 +31,12 @@ static void key_of(uint64_t i, struct kvt_key *k)
 	k->bytes[31] = 0x3c;
 }
 
-static void start(void)
+static void start(const char *dram_bytes)
 {
+	char dram[64];
+	snprintf(dram, sizeof(dram), "dram.bytes=%s", dram_bytes);
 	const char *args[] = {"--set", "store.tiers=dram,faulty", "--set", "faulty.inner=nvme",
-			      "--set", "faulty.delay_ms=1500", NULL};
+			      "--set", "faulty.delay_ms=3000", "--set", dram, NULL};
 	kvtd_start_test(sock_path, dir, args);
 }
 
@@ -81,7 +84,7 @@ int main(void)
 	dir = test_tmpdir("daemon_cut");
 	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
 	signal(SIGPIPE, SIG_IGN);
-	start();
+	start("64MiB");
 	struct kvt_store *s = kvtd_client_store(dir);
 	GEO = *kvt_store_geometry(s);
 	PAYLOAD = kvt_payload_bytes(&GEO, 16);
@@ -98,7 +101,7 @@ int main(void)
 	/* SIGTERM flushes (the writes to the slow tier); a restart empties DRAM: every get
 	 * below reads the slow tier */
 	kvtd_stop();
-	start();
+	start("40KiB"); /* one slot of a 36 KiB object */
 
 	/* 1. through the region */
 	uint64_t took;
@@ -129,13 +132,25 @@ int main(void)
 	WAIT_STATUS(&r, st, st.cut == 2 && st.connections == 1);
 	CHECK_EQ(st.cut_running, 1);
 	WAIT_STATUS(&r, st, st.cut_running == 0);
-	CHECK_EQ(st.pins, 0); /* the promotion's pin given back */
+	CHECK_EQ(st.pins, 0);
 
 	/* 3. no deadline: waits for the tier, exact bytes */
 	CHECK_RC(timed(KVTD_GET, 2, 0, &took, &closed), 0);
 	printf("daemon_cut: GET without a deadline answered in %llu ms\n",
 	       (unsigned long long)took);
-	CHECK(took >= 1400 && !closed);
+	CHECK(took >= 2900 && !closed);
+
+	/* 4. a pin of another key needs the one slot: the cut pin of step 2 was given back */
+	struct kvtd_req q = {.op = KVTD_GET_PIN};
+	key_of(0, &q.key);
+	struct kvtd_rep rep;
+	CHECK_RC(raw_call(r.sock, &q, -1, &rep), 0);
+	CHECKM(rep.res.status == 0, "GET_PIN of key 0 into the pool's one slot: %d",
+	       rep.res.status);
+	struct kvtd_req u = {.op = KVTD_UNPIN, .n = (uint64_t)(uint32_t)rep.slot,
+			     .lease = rep.lease};
+	CHECK_RC(raw_call(r.sock, &u, -1, &rep), 0);
+	CHECK_RC(rep.res.status, 0);
 	st = raw_status(&r);
 	CHECK_EQ(st.cut, 2);
 	raw_close(&r);
