@@ -383,7 +383,11 @@ static void client_mode_hung_daemon(const struct kvt_row_layout *lay, uint8_t *s
 	printf("  %d client-mode jobs started together: threads +%d, first over after %.1f ms, "
 	       "last after %.1f ms\n", J, threads1 - threads0, over[0] / 1e6, over[J - 1] / 1e6);
 	CHECKM(threads1 - threads0 <= 2, "%d threads for %d jobs", threads1 - threads0, J);
-	CHECKM(over[0] * 3 < over[J - 1], "the first job ended at %.1f ms, the last at %.1f ms: "
+	/* In arrival order on two workers the last of 12 ends ~6x later than the first
+	 * (2.4 / 14.9 ms when written); interleaved, all end together (~1x). 2x tells them
+	 * apart: the first job also pays for starting the handle's workers, and a slower VM
+	 * under a loaded CI run measured 8.1 / 24.0 ms (a 3x bound failed there). */
+	CHECKM(over[0] * 2 < over[J - 1], "the first job ended at %.1f ms, the last at %.1f ms: "
 	       "not in arrival order", over[0] / 1e6, over[J - 1] / 1e6);
 	for (int k = 0; k < J; k++) {
 		kvt_rows_job_free(jobs[k]);
