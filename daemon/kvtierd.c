@@ -147,28 +147,22 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	return 0;
 }
 
-/* The store answers -EAGAIN when its in-flight bound is reached: retry briefly. */
-#define RETRY(expr)                                                                                \
-	({                                                                                         \
-		int _r, _tries = 0;                                                                \
-		while ((_r = (expr)) == -EAGAIN && _tries++ < 5000)                                \
-			usleep(200);                                                               \
-		_r;                                                                                \
-	})
-/* The same, giving up at by (kvt__now_ns; 0: never) too. */
+/* The store answers -EAGAIN when its in-flight bound is reached: retry briefly (up to 1 s),
+ * giving up at by (kvt__now_ns; 0: never) with -ETIME: the client's deadline passed. */
 #define RETRY_BY(expr, by)                                                                         \
 	({                                                                                         \
 		int _r, _tries = 0;                                                                \
 		uint64_t _by = (by);                                                               \
 		while ((_r = (expr)) == -EAGAIN && _tries++ < 5000) {                              \
 			if (_by && kvt__now_ns() >= _by) {                                         \
-				_r = -ETIME; /* its client's deadline passed meanwhile */          \
+				_r = -ETIME;                                                       \
 				break;                                                             \
 			}                                                                          \
 			usleep(200);                                                               \
 		}                                                                                  \
 		_r;                                                                                \
 	})
+#define RETRY(expr) RETRY_BY(expr, 0)
 
 /* Each request's call runs asynchronously and the connection's thread waits for it until
  * the client's deadline (kvtd_req.deadline_ns; none: until it ends). Past the deadline the
