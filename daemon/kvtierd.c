@@ -771,6 +771,8 @@ static void *conn_main(void *arg)
 				break;
 			}
 		}
+		if (c->cut)
+			rep.slot = KVTD_SLOT_CUT; /* the client drops its end too */
 		/* HELLO's answer carries the DRAM pool, which the client maps read-only */
 		int pass = req.op == KVTD_HELLO && rep.res.status == 0 ? g_pool_fd : -1;
 		int src = kvtd_send(c->sock, &rep, sizeof(rep), pass);

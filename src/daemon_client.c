@@ -301,6 +301,16 @@ static int call_wait(struct kvt_client *c, short ev)
 	}
 }
 
+/* The most a request may ask the daemon to wait for its tier: the socket's timeout less
+ * an eighth (at least 1 ms) for the request's and the answer's way and the daemon's
+ * scheduling, so that a slow tier's -ETIME comes back before the receive times out. */
+static uint64_t cut_budget_ns(const struct kvt_client *c)
+{
+	uint64_t ms = (uint64_t)c->timeout_ms;
+	uint64_t margin = KVT_MAX(ms / 8u, (uint64_t)1);
+	return (ms > margin ? ms - margin : 1) * 1000000u;
+}
+
 /* One request, one reply. On any transport or protocol failure the connection is dropped
  * (the next exchange reconnects) and -errno returned. An exchange cut at the call's
  * deadline (-ETIME) drops it too: the answer would arrive later on this connection, and a
@@ -314,11 +324,16 @@ static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_r
 	req->magic = KVTD_MAGIC;
 	req->seq = ++c->seq;
 	/* The daemon is told what is left of the call's time, so that it stops waiting for
-	 * the tier when we stop waiting for it (a duration: the two clocks need not agree). */
-	if (req->op == KVTD_GET || req->op == KVTD_PUT || req->op == KVTD_GET_PIN) {
+	 * the tier when we stop waiting for it (a duration: the two clocks need not agree).
+	 * A call without a deadline of its own stops waiting at the socket's timeout: the
+	 * daemon is given a little less (cut_budget_ns), so that its -ETIME answer (a slow
+	 * tier) arrives before our timeout (a dead daemon, which marks it down). */
+	bool budget = req->op == KVTD_GET || req->op == KVTD_PUT || req->op == KVTD_GET_PIN;
+	if (budget) {
 		uint64_t now = kvt__now_ns();
-		req->deadline_ns = !c->call_deadline		? 0
-				   : c->call_deadline > now ? c->call_deadline - now
+		uint64_t own = cut_budget_ns(c);
+		req->deadline_ns = !c->call_deadline		? own
+				   : c->call_deadline > now ? KVT_MIN(c->call_deadline - now, own)
 							    : 1;
 	}
 	int rc = call_wait(c, POLLOUT);
@@ -353,6 +368,11 @@ static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_r
 		note_io(c, rc);
 	if (rc < 0) {
 		KVT_WARN(&c->log, "kvtierd %s: %s", c->path, kvt_strerror(rc));
+		disconnect(c);
+	} else if (budget && rep->slot == KVTD_SLOT_CUT) {
+		/* the daemon cut the call at its budget and closes the connection after this
+		 * answer (its thread may still write the region): ours goes too, so the next
+		 * call starts on a new one instead of finding this one dead */
 		disconnect(c);
 	}
 	return rc;
@@ -687,6 +707,12 @@ static int get_pinned(struct kvt_client *c, struct cop *o, const struct kvtd_req
 		o->res = rep.res;
 		return 0;
 	}
+	/* Cut at the call's budget: its time is up, a second try through the region would
+	 * wait as long again. */
+	if (rep.slot == KVTD_SLOT_CUT) {
+		failed(o, -ETIME);
+		return 0;
+	}
 	/* Could not pin (-ENOTSUP, -EBUSY, no slot for the promotion, its tier missed a
 	 * deadline): a get through the region takes the daemon's whole read path (the next
 	 * tier, a bounce buffer). */
@@ -831,6 +857,8 @@ static void run_op_locked(struct kvt_client *c, struct cop *o)
 		if (rc == 0 || tries || !stale(c, &rc))
 			break;
 	}
+	if (rc == 0 && rep.slot == KVTD_SLOT_CUT)
+		rc = -ETIME; /* cut at its budget: as a cut on our side reads */
 	if (rc < 0) {
 		failed(o, rc);
 	} else {

@@ -103,10 +103,14 @@ struct kvtd_rep {
 	uint32_t op;
 	uint64_t seq;
 	struct kvt_result res;
-	int32_t slot;      /* GET_PIN: the pinned slot, for UNPIN; PUT_RESERVE: the slot */
+	int32_t slot;      /* GET_PIN: the pinned slot, for UNPIN; PUT_RESERVE: the slot;
+			    * KVTD_SLOT_CUT: answered -ETIME at the request's deadline_ns with
+			    * its call still running, and the daemon closes the connection */
 	uint32_t lease;    /* GET_PIN, PUT_RESERVE: the lease's id, for UNPIN / PUT_COMMIT */
 	uint64_t slot_off; /* GET_PIN: byte offset of the slot's object in the pool */
 };
+
+#define KVTD_SLOT_CUT (-2)
 
 /* Pins one connection may hold at once (a client holds one, between GET_PIN and UNPIN);
  * the same bound holds for its reservations (PUT_RESERVE until PUT_COMMIT). */

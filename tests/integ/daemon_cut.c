@@ -14,6 +14,12 @@
  *     it ends - else the pool's one slot stays pinned and step 4 fails.
  *  3. Without a deadline a GET waits for the tier and returns the exact bytes.
  *  4. A GET_PIN of another key without a deadline: promoted into the one slot, exact.
+ *  5. A client-mode kvt_get_sync, which has no deadline of its own (only
+ *     store.daemon_timeout_ms, 2 s): the daemon is given a little less (1.75 s), answers
+ *     -ETIME before the client's socket times out, and the call misses with that cause at
+ *     ~1.75 s; the daemon, which answered, is not marked down: the next call is served.
+ *     (Before, the daemon held the read for the tier's 3 s, the client's socket timed out
+ *     at 2 s, the daemon was marked down and the next call failed at once.)
  */
 #include <poll.h>
 
@@ -157,6 +163,29 @@ int main(void)
 	CHECK_RC(rep.res.status, 0);
 	st = raw_status(&r);
 	CHECK_EQ(st.cut, 2);
+
+	/* 5. a client's call without a deadline of its own (key 1: not in the one slot) */
+	struct kvt_store *cs = kvtd_client_store(dir);
+	uint8_t *got = malloc(PAYLOAD);
+	struct kvt_key k1;
+	key_of(1, &k1);
+	struct kvt_result res;
+	uint64_t t0 = test_now_ns();
+	int grc = kvt_get_sync(cs, &k1, 0, 0, got, PAYLOAD, &res);
+	took = test_ms_since(t0);
+	printf("daemon_cut: client get_sync (2 s timeout) ended in %llu ms: %d, cause %d\n",
+	       (unsigned long long)took, grc, res.cause);
+	CHECKM(grc == -ENOENT && res.cause == -ETIME,
+	       "get_sync through a daemon whose tier is slower than the client's timeout: %d, "
+	       "cause %d (want -ENOENT, cause -ETIME: the daemon's answer at its budget)",
+	       grc, res.cause);
+	CHECKM(took >= 1600 && took < 2000, "answered at %llu ms, not at 1.75 s",
+	       (unsigned long long)took);
+	struct kvt_stats cst;
+	CHECK_RC(kvt_stats(cs, &cst), 0); /* not marked down: served */
+	WAIT_STATUS(&r, st, st.cut == 3);
+	kvt_store_close(cs);
+	free(got);
 	raw_close(&r);
 	kvtd_stop();
 	test_rmdir(dir);
