@@ -254,14 +254,7 @@ static void nv_stats(struct kvt_tier *t, struct kvt_tier_stats *out)
 
 static int nv_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 {
-	struct nv *s = t->state;
-	pthread_mutex_lock(&s->ilock);
-	for (uint64_t i = 0; i < s->nbuckets; i++)
-		for (struct nv_ent *e = s->buckets[i]; e; e = e->hnext)
-			if (fn(arg, &e->key, e->bytes))
-				goto out;
-out:
-	pthread_mutex_unlock(&s->ilock);
+	nv_index_walk(t->state, fn, arg);
 	return 0;
 }
 

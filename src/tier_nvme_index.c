@@ -13,9 +13,21 @@
  */
 #include "tier_nvme_internal.h"
 
+/* Where key hash h's chain is: the old table's bucket while a growth has not moved it yet
+ * (see index_step), else the table's. */
+static struct nv_ent **chain_of(struct nv *s, uint64_t h)
+{
+	if (s->old_buckets) {
+		uint64_t i = h & (s->old_nbuckets - 1);
+		if (i >= s->old_moved)
+			return &s->old_buckets[i];
+	}
+	return &s->buckets[h & (s->nbuckets - 1)];
+}
+
 struct nv_ent *nv_ent_find(struct nv *s, const struct kvt_key *k)
 {
-	struct nv_ent *e = s->buckets[kvt__key_hash(k) & (s->nbuckets - 1)];
+	struct nv_ent *e = *chain_of(s, kvt__key_hash(k));
 	while (e && !kvt__key_eq(&e->key, k))
 		e = e->hnext;
 	return e;
@@ -178,26 +190,77 @@ void nv_publish_counts(struct nv *s)
 	ST_SET(s, bytes, s->used);
 }
 
-/* Called with ilock held. */
-static int index_grow(struct nv *s)
+int nv_index_init(struct nv *s)
 {
-	uint64_t nb = s->nbuckets * 2;
-	struct nv_ent **b = kvt__calloc(nb, sizeof(*b));
-	if (!b)
-		return -ENOMEM;
-	for (uint64_t i = 0; i < s->nbuckets; i++) {
-		struct nv_ent *e = s->buckets[i], *nx;
+	s->nbuckets = 1024;
+	s->buckets = kvt__calloc(s->nbuckets, sizeof(*s->buckets));
+	return s->buckets ? 0 : -ENOMEM;
+}
+
+void nv_index_free(struct nv *s)
+{
+	kvt__free(s->old_buckets);
+	kvt__free(s->buckets);
+	s->old_buckets = s->buckets = NULL;
+}
+
+/* Why the table grows a little at a time: rehashed in one step, a doubling walked every
+ * entry on the ring thread with ilock held - 140 ms at 2M entries (bench/nvme_index_bench.c),
+ * seconds at tens of millions, every read and write of the tier stopped meanwhile. Now a
+ * doubling only allocates the new table (its zeroed pages come as they are touched); the
+ * old one stays, and each insert moves INDEX_STEP of its buckets over (index_step), in
+ * order: a key's chain is in the old table until its bucket has moved (chain_of). The next
+ * doubling is due after as many inserts as the old table had buckets, by when every one
+ * has moved. Called with ilock held. */
+#define INDEX_STEP 4
+
+static void index_step(struct nv *s, uint64_t buckets)
+{
+	while (s->old_buckets && buckets--) {
+		struct nv_ent *e = s->old_buckets[s->old_moved], *nx;
 		for (; e; e = nx) {
 			nx = e->hnext;
-			uint64_t h = kvt__key_hash(&e->key) & (nb - 1);
-			e->hnext = b[h];
-			b[h] = e;
+			struct nv_ent **b = &s->buckets[kvt__key_hash(&e->key) & (s->nbuckets - 1)];
+			e->hnext = *b;
+			*b = e;
+		}
+		s->old_buckets[s->old_moved] = NULL;
+		if (++s->old_moved == s->old_nbuckets) {
+			kvt__free(s->old_buckets);
+			s->old_buckets = NULL;
+			s->old_nbuckets = s->old_moved = 0;
 		}
 	}
-	kvt__free(s->buckets);
+}
+
+static void index_grow(struct nv *s)
+{
+	if (s->old_buckets) /* (not reached: a doubling ends before the next is due) */
+		index_step(s, s->old_nbuckets);
+	struct nv_ent **b = kvt__calloc(s->nbuckets * 2, sizeof(*b));
+	if (!b)
+		return; /* chains just get longer */
+	s->old_buckets = s->buckets;
+	s->old_nbuckets = s->nbuckets;
+	s->old_moved = 0;
 	s->buckets = b;
-	s->nbuckets = nb;
-	return 0;
+	s->nbuckets *= 2;
+}
+
+void nv_index_walk(struct nv *s, kvt_scan_fn fn, void *arg)
+{
+	pthread_mutex_lock(&s->ilock);
+	/* (the buckets of a growing table not moved yet, then the table) */
+	for (uint64_t i = s->old_moved; s->old_buckets && i < s->old_nbuckets; i++)
+		for (struct nv_ent *e = s->old_buckets[i]; e; e = e->hnext)
+			if (fn(arg, &e->key, e->bytes))
+				goto out;
+	for (uint64_t i = 0; i < s->nbuckets; i++)
+		for (struct nv_ent *e = s->buckets[i]; e; e = e->hnext)
+			if (fn(arg, &e->key, e->bytes))
+				goto out;
+out:
+	pthread_mutex_unlock(&s->ilock);
 }
 
 /* New entry at the LRU head (most recent). */
@@ -212,11 +275,12 @@ struct nv_ent *nv_ent_insert(struct nv *s, const struct kvt_key *k, uint32_t dir
 	e->gen = ++s->gen;
 	e->uid = ++s->uids;
 	pthread_mutex_lock(&s->ilock);
+	index_step(s, INDEX_STEP);
 	if (s->nents >= s->nbuckets)
-		index_grow(s); /* on failure chains just get longer */
-	uint64_t h = kvt__key_hash(k) & (s->nbuckets - 1);
-	e->hnext = s->buckets[h];
-	s->buckets[h] = e;
+		index_grow(s);
+	struct nv_ent **b = chain_of(s, kvt__key_hash(k));
+	e->hnext = *b;
+	*b = e;
 	s->nents++;
 	s->used += bytes;
 	pthread_mutex_unlock(&s->ilock);
@@ -233,7 +297,7 @@ void nv_ent_remove(struct nv *s, struct nv_ent *e)
 	chain_unlink(s, e);
 	nv_lru_unlink(s, e);
 	pthread_mutex_lock(&s->ilock);
-	struct nv_ent **pp = &s->buckets[kvt__key_hash(&e->key) & (s->nbuckets - 1)];
+	struct nv_ent **pp = chain_of(s, kvt__key_hash(&e->key));
 	while (*pp != e)
 		pp = &(*pp)->hnext;
 	*pp = e->hnext;

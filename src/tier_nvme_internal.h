@@ -306,6 +306,10 @@ struct nv {
 	pthread_mutex_t ilock;
 	struct nv_ent **buckets;
 	uint64_t nbuckets, nents;
+	/* while the table grows: the table before, whose buckets below old_moved have moved
+	 * into buckets (tier_nvme_index.c, index_step); NULL otherwise */
+	struct nv_ent **old_buckets;
+	uint64_t old_nbuckets, old_moved;
 	struct nv_ent *lru_head, *lru_tail;
 	uint64_t lru_clock; /* stamps nv_ent.used_at */
 	struct nv_ent *leaf_head, *leaf_tail; /* ring thread only */
@@ -332,6 +336,10 @@ struct nv {
 #define ST_GET(s, f) atomic_load_explicit(&(s)->st.f, memory_order_relaxed)
 
 /* tier_nvme_index.c */
+int nv_index_init(struct nv *s); /* an empty table (ilock is the caller's); nv_index_free frees it */
+void nv_index_free(struct nv *s);
+/* fn for every entry (until it returns nonzero), under ilock: scan() from any thread */
+void nv_index_walk(struct nv *s, kvt_scan_fn fn, void *arg);
 struct nv_ent *nv_ent_find(struct nv *s, const struct kvt_key *k);
 void nv_lru_unlink(struct nv *s, struct nv_ent *e);
 void nv_lru_push_head(struct nv *s, struct nv_ent *e);

@@ -197,7 +197,7 @@ static void nv_free(struct nv *s)
 		s->free_fdc = c->next;
 		kvt__free(c);
 	}
-	kvt__free(s->buckets);
+	nv_index_free(s);
 	while (s->done_ops) {
 		struct nv_op *op = s->done_ops;
 		s->done_ops = op->next;
@@ -301,11 +301,8 @@ int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	}
 	if ((rc = kvt__split_list(list, add_dir, &dc)) < 0)
 		goto fail;
-	s->nbuckets = 1024;
-	if (!(s->buckets = kvt__calloc(s->nbuckets, sizeof(*s->buckets)))) {
-		rc = -ENOMEM;
+	if ((rc = nv_index_init(s)) < 0)
 		goto fail;
-	}
 	for (uint32_t i = 0; i < s->ndirs; i++)
 		if ((rc = open_dir(s, &s->dirs[i], direct_mode)) < 0)
 			goto fail;
