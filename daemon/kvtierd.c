@@ -131,7 +131,7 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	c->shm = p;
 	c->shm_len = (size_t)sb.st_size;
 	atomic_fetch_add(&g_st.regions_mapped, 1);
-	struct kvtd_info info = {.version = KVTD_VERSION, .geo = g_geo};
+	struct kvtd_info info = {.version = KVTD_VERSION, .geo = g_geo, .caps = KVTD_CAP_CUT_MARK};
 	memcpy(info.ns_id, g_ns, sizeof(g_ns));
 	int n = kvt_store_tier_count(g_st.store);
 	info.n_tiers = (uint32_t)KVT_MIN(n, KVT_MAX_TIERS);

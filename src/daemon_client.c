@@ -327,14 +327,16 @@ static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_r
 	 * the tier when we stop waiting for it (a duration: the two clocks need not agree).
 	 * A call without a deadline of its own stops waiting at the socket's timeout: the
 	 * daemon is given a little less (cut_budget_ns), so that its -ETIME answer (a slow
-	 * tier) arrives before our timeout (a dead daemon, which marks it down). */
+	 * tier) arrives before our timeout (a dead daemon, which marks it down) - a daemon
+	 * that marks its cuts, so that we drop the connection it closes (KVTD_CAP_CUT_MARK). */
 	bool budget = req->op == KVTD_GET || req->op == KVTD_PUT || req->op == KVTD_GET_PIN;
 	if (budget) {
 		uint64_t now = kvt__now_ns();
-		uint64_t own = cut_budget_ns(c);
-		req->deadline_ns = !c->call_deadline		? own
-				   : c->call_deadline > now ? KVT_MIN(c->call_deadline - now, own)
-							    : 1;
+		uint64_t own = c->info.caps & KVTD_CAP_CUT_MARK ? cut_budget_ns(c) : 0; /* 0: none */
+		uint64_t left = !c->call_deadline	     ? 0
+				: c->call_deadline > now ? c->call_deadline - now
+							 : 1;
+		req->deadline_ns = !left ? own : own ? KVT_MIN(left, own) : left;
 	}
 	int rc = call_wait(c, POLLOUT);
 	if (rc == 0) {
@@ -857,7 +859,7 @@ static void run_op_locked(struct kvt_client *c, struct cop *o)
 		if (rc == 0 || tries || !stale(c, &rc))
 			break;
 	}
-	if (rc == 0 && rep.slot == KVTD_SLOT_CUT)
+	if (rc == 0 && (o->op == KVTD_GET || o->op == KVTD_PUT) && rep.slot == KVTD_SLOT_CUT)
 		rc = -ETIME; /* cut at its budget: as a cut on our side reads */
 	if (rc < 0) {
 		failed(o, rc);

@@ -131,8 +131,13 @@ struct kvtd_info {
 	uint64_t pool_bytes; /* the DRAM pool's mapping, passed with the HELLO reply (0: none) */
 	uint64_t slot_bytes; /* bytes of one slot */
 	uint32_t pool_writable; /* daemon.shared_writes: PUT_RESERVE / PUT_COMMIT */
-	uint32_t pad;
+	uint32_t caps;		/* KVTD_CAP_* (a daemon before them wrote 0 here) */
 };
+
+/* The daemon marks an answer it gave at the request's deadline_ns with its call still
+ * running (kvtd_rep.slot = KVTD_SLOT_CUT) and closes the connection after it: a client
+ * sends a budget with calls that have no deadline of their own only to such a daemon. */
+#define KVTD_CAP_CUT_MARK 1u
 
 /* What TP_RESERVE writes: heads of the object still missing, then one byte per head of the
  * model (1: claimed by this call; only heads of the request's range can be). */

@@ -27,6 +27,7 @@
 #include "lib/daemon_harness.h"
 
 static char *dir, sock_path[100];
+static int32_t last_slot; /* the last answer's kvtd_rep.slot (KVTD_SLOT_CUT: a cut) */
 static size_t PAYLOAD;
 static struct kvt_geometry GEO;
 
@@ -71,6 +72,7 @@ static int timed(uint32_t op, uint64_t i, uint64_t ms, uint64_t *took_ms, bool *
 	uint64_t t0 = test_now_ns();
 	CHECK_RC(raw_call(r.sock, &q, -1, &rep), 0);
 	*took_ms = test_ms_since(t0);
+	last_slot = rep.slot;
 	char b;
 	struct pollfd pf = {.fd = r.sock, .events = POLLIN};
 	*closed = poll(&pf, 1, 1000) == 1 && recv(r.sock, &b, 1, MSG_DONTWAIT) == 0;
@@ -97,6 +99,7 @@ static void cut_at_deadline(uint32_t op, uint64_t i, const char *name)
 	CHECKM(took >= 190 && took < 1000, "%s answered at %llu ms, not at its deadline", name,
 	       (unsigned long long)took);
 	CHECK(closed);
+	CHECK_EQ(last_slot, KVTD_SLOT_CUT); /* marked: the client drops its end at once */
 }
 
 int main(void)
@@ -149,6 +152,7 @@ int main(void)
 	printf("daemon_cut: GET without a deadline answered in %llu ms\n",
 	       (unsigned long long)took);
 	CHECK(took >= 2900 && !closed);
+	CHECK(last_slot != KVTD_SLOT_CUT);
 
 	/* 4. a pin of another key needs the one slot: the cut pin of step 2 was given back */
 	struct kvtd_req q = {.op = KVTD_GET_PIN};
