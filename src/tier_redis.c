@@ -165,7 +165,8 @@ struct rd_state {
 	pthread_cond_t drop_cond;
 	struct kvt_key drop_q[RD_DROP_QUEUE];
 	unsigned drop_head, drop_n;
-	struct kvt_log_limit drop_log;
+	/* one limiter per message: "(N more like it not logged)" counts only its own kind */
+	struct kvt_log_limit drop_start_log, drop_full_log, drop_fail_log;
 };
 
 /* ------------------------------------------------------------ requests */
@@ -1084,7 +1085,7 @@ static void rd_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 		 * of the key reports it again */
 		pthread_mutex_unlock(&s->drop_lock);
 		if (rc < 0)
-			kvt__logf_limited(&t->log, &s->drop_log, KVT_LOG_WARN,
+			kvt__logf_limited(&t->log, &s->drop_start_log, KVT_LOG_WARN,
 					  "redis: cannot start the drop thread: %s; corrupt value "
 					  "left in place",
 					  strerror(-rc));
@@ -1101,7 +1102,7 @@ static void rd_drop_corrupt(struct kvt_tier *t, const struct kvt_key *key)
 	if (full && !queued) {
 		char hex[2 * KVT_KEY_BYTES + 1];
 		kvt_key_to_hex(key, hex);
-		kvt__logf_limited(&t->log, &s->drop_log, KVT_LOG_WARN,
+		kvt__logf_limited(&t->log, &s->drop_full_log, KVT_LOG_WARN,
 				  "redis: %u corruption reports waiting; %s not dropped (its next "
 				  "read reports it again)",
 				  RD_DROP_QUEUE, hex);
@@ -1597,7 +1598,7 @@ out:
 		KVT_INFO(log, "redis: %s %s", hex, left);
 	} else if (rc < 0 && rc != -ECANCELED) {
 		atomic_fetch_add(&s->cnt.errors, 1);
-		kvt__logf_limited(log, &s->drop_log, KVT_LOG_WARN,
+		kvt__logf_limited(log, &s->drop_fail_log, KVT_LOG_WARN,
 				  "redis %s:%d: dropping corrupt %s: %s; left in place", s->url.host,
 				  s->url.port, hex, kvt_strerror(rc));
 	}
