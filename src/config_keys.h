@@ -61,6 +61,7 @@
 	/* dram */ \
 	X(k, "dram.bytes", SIZE, "1GiB", 4096, 1e15, NULL, PLAIN, "DRAM pool size") \
 	X(k, "dram.policy", ENUM, "hda", 0, 0, "hda|hd|lru|arc|pslru|lru2", PLAIN, "DRAM eviction and admission policy (also the replay's default; docs/COST_MODEL.md)") \
+	X(k, "dram.partial_first", BOOL, "true", 0, 0, NULL, PLAIN, "a chunk shorter than a full one (a prompt's partial last block, whose id the next turn replaces) is evicted from DRAM before any other until it is hit, whatever dram.policy (also the replay's; docs/COST_MODEL.md)") \
 	X(k, "dram.hugepages", BOOL, "true", 0, 0, NULL, PLAIN, "back the pool with huge pages when available") \
 	X(k, "dram.mlock", BOOL, "false", 0, 0, NULL, PLAIN, "lock the pool into memory") \
 	X(k, "dram.prefault", BOOL, "false", 0, 0, NULL, PLAIN, "fault every page of the pool in at open, so first restores pay no page faults (kvtierd turns it on)") \

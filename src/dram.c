@@ -27,6 +27,10 @@
  *     the policy and not visible to get/contains/remove; it joins the policy at publish.
  *   - A slot removed while pinned leaves the index and the policy at once and is freed by
  *     its last unpin; until then its bytes stay valid for the readers that hold it.
+ *   - A partial chunk (dram.partial_first: fewer tokens than a full one) is a prompt's end,
+ *     whose id the next turn replaces by a longer chunk's: until it is hit it is the first
+ *     to go, whatever the policy (a FIFO of such slots beside it, cold_victim), as the
+ *     replay's DRAM model does (src/sim.c).
  * One mutex guards everything; it is held only for metadata work, never across a copy.
  */
 #include <errno.h>
@@ -63,6 +67,7 @@ struct slot {
 	bool reserved;
 	bool dirty;
 	bool evictable; /* cached evictable(); counted in n_evictable */
+	bool cold;	/* a partial chunk not hit since its publish: on the cold FIFO */
 };
 
 struct kvt_dram {
@@ -80,6 +85,10 @@ struct kvt_dram {
 	uint32_t n_evictable;
 	struct kvt_evict *ev;
 	uint32_t *scratch; /* nslots ids for dirty_victims */
+	/* dram.partial_first: chunks of fewer tokens go first (cold_victim); the FIFO holds
+	 * (slot, gen) - an entry whose slot was hit or reused since is skipped */
+	uint32_t partial_below;
+	uint32_t *cold_id, *cold_gen, cold_head, cold_n;
 	struct kvt_log log;
 	uint64_t objects, bytes, evictions, hits, misses, removes;
 	kvt_dram_change_fn on_change;
@@ -195,8 +204,44 @@ static void slot_reset(struct kvt_dram *d, struct slot *s)
 	s->has_parent_key = false;
 	s->object_bytes = 0;
 	s->n_tokens = 0;
+	s->cold = false;
 	s->gen++;
 	refresh(d, s);
+}
+
+/* The oldest partial chunk not hit since its publish that may go now, taken off the FIFO;
+ * -1: none. Looks at a bounded number of entries: stale ones (hit, reused) are dropped,
+ * ones that cannot go yet (pinned, dirty, with children) go back to the tail. */
+static int cold_victim(struct kvt_dram *d)
+{
+	for (uint32_t k = KVT_MIN(d->cold_n, 16u); k; k--) {
+		uint32_t id = d->cold_id[d->cold_head], gen = d->cold_gen[d->cold_head];
+		d->cold_head = (d->cold_head + 1) % d->nslots;
+		d->cold_n--;
+		struct slot *s = &d->slots[id];
+		if (s->gen != gen || !s->cold)
+			continue;
+		if (slot_evictable(s)) {
+			s->cold = false;
+			return (int)id;
+		}
+		uint32_t t = (d->cold_head + d->cold_n++) % d->nslots;
+		d->cold_id[t] = id;
+		d->cold_gen[t] = gen;
+	}
+	return -1;
+}
+
+static void cold_push(struct kvt_dram *d, int32_t id)
+{
+	if (d->cold_n == d->nslots) { /* (all but one stale: forget the oldest) */
+		d->cold_head = (d->cold_head + 1) % d->nslots;
+		d->cold_n--;
+	}
+	uint32_t t = (d->cold_head + d->cold_n++) % d->nslots;
+	d->cold_id[t] = (uint32_t)id;
+	d->cold_gen[t] = d->slots[id].gen;
+	d->slots[id].cold = true;
 }
 
 static void slot_free(struct kvt_dram *d, int32_t id)
@@ -357,6 +402,8 @@ void kvt__dram_destroy(struct kvt_dram *d)
 	if (d->pool_fd >= 0)
 		close(d->pool_fd);
 	kvt__free(d->scratch);
+	kvt__free(d->cold_id);
+	kvt__free(d->cold_gen);
 	kvt__free(d->buckets);
 	kvt__free(d->slots);
 	pthread_mutex_destroy(&d->mu);
@@ -404,6 +451,10 @@ int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out)
 	d->scratch = kvt__malloc(n * sizeof(*d->scratch));
 	if (!d->slots || !d->buckets || !d->scratch)
 		goto fail;
+	if ((d->partial_below = o->partial_below) &&
+	    (!(d->cold_id = kvt__malloc(n * sizeof(*d->cold_id))) ||
+	     !(d->cold_gen = kvt__malloc(n * sizeof(*d->cold_gen)))))
+		goto fail;
 	for (uint64_t i = 0; i < nb; i++)
 		d->buckets[i] = -1;
 	d->free_head = -1;
@@ -448,8 +499,10 @@ bool kvt__dram_contains(struct kvt_dram *d, const struct kvt_key *key, bool touc
 	pthread_mutex_lock(&d->mu);
 	int32_t id = index_find(d, key, h);
 	bool yes = id >= 0 && d->slots[id].state == S_PUBLISHED;
-	if (yes && touch)
+	if (yes && touch) {
+		d->slots[id].cold = false;
 		kvt__evict_touch(d->ev, (uint32_t)id);
+	}
 	pthread_mutex_unlock(&d->mu);
 	return yes;
 }
@@ -467,6 +520,7 @@ int kvt__dram_get(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot
 	struct slot *s = &d->slots[id];
 	s->pins++;
 	refresh(d, s);
+	s->cold = false;
 	kvt__evict_touch(d->ev, (uint32_t)id);
 	d->hits++;
 	fill_ref(d, id, ref);
@@ -499,7 +553,11 @@ static int alloc(struct kvt_dram *d, const struct kvt_key *key, const struct kvt
 		d->free_head = d->slots[id].next;
 		d->n_free--;
 	} else {
-		int v = d->n_evictable ? kvt__evict_victim_marked(d->ev) : -ENOENT;
+		int v = d->cold_n && d->n_evictable ? cold_victim(d) : -1;
+		if (v >= 0)
+			kvt__evict_expire(d->ev, (uint32_t)v);
+		else
+			v = d->n_evictable ? kvt__evict_victim_marked(d->ev) : -ENOENT;
 		if (v < 0) {
 			/* Only prefixes are left: a chain longer than the pool must still stream
 			 * through, so the policy's choice among them goes (deeper tiers keep it). */
@@ -576,6 +634,8 @@ bool kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, ui
 		d->bytes += s->object_bytes;
 		kvt__evict_insert(d->ev, (uint32_t)id, s->khash);
 		refresh(d, s);
+		if (n_tokens < d->partial_below)
+			cold_push(d, id);
 		changed(d, KVT_DRAM_STORED, s);
 	}
 	pthread_mutex_unlock(&d->mu);

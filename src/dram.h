@@ -43,6 +43,9 @@ struct kvt_dram_options {
 	bool mlock;           /* lock the pool into memory (failure is logged, not fatal) */
 	bool prefault;        /* fault every page in at open (failure is logged, not fatal) */
 	bool shared;          /* a memfd (kvt__dram_pool) other processes may map */
+	/* dram.partial_first: a chunk of fewer tokens than this (a full chunk's) is evicted
+	 * before any other until it is hit; 0: off */
+	uint32_t partial_below;
 	const struct kvt_log *log;
 	kvt_dram_change_fn on_change; /* may be NULL */
 	void *on_change_arg;

@@ -100,6 +100,8 @@ static int add_link(void *arg, const char *name)
 			.mlock = kvt__cfg_bool(s->cfg, "dram.mlock"),
 			.prefault = kvt__cfg_bool(s->cfg, "dram.prefault"),
 			.shared = kvt__cfg_bool(s->cfg, "dram.shared"),
+			.partial_below =
+			    kvt__cfg_bool(s->cfg, "dram.partial_first") ? s->geo.chunk_tokens : 0,
 			.log = &s->log,
 			.on_change = kvt__e_dram_changed,
 			.on_change_arg = s,

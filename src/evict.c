@@ -462,6 +462,14 @@ void kvt__evict_remove(struct kvt_evict *e, uint32_t id)
 	e->ops->remove(e->state, id);
 }
 
+void kvt__evict_expire(struct kvt_evict *e, uint32_t id)
+{
+	if (e->ops->expire)
+		e->ops->expire(e->state, id);
+	else
+		e->ops->remove(e->state, id);
+}
+
 int kvt__evict_victim(struct kvt_evict *e, kvt_evict_ok_fn ok, void *arg)
 {
 	return e->ops->victim(e->state, ok, arg);

@@ -28,6 +28,9 @@ void kvt__evict_insert(struct kvt_evict *e, uint32_t id, uint64_t khash);
 void kvt__evict_touch(struct kvt_evict *e, uint32_t id);
 /* id leaves without being a policy victim (explicit remove, corrupt). */
 void kvt__evict_remove(struct kvt_evict *e, uint32_t id);
+/* id leaves as a victim the owner chose (dram.partial_first): the policy counts it as an
+ * eviction where it learns from them (hd, hda), and keeps no ghost of it. */
+void kvt__evict_expire(struct kvt_evict *e, uint32_t id);
 /* Choose a victim among resident ids for which ok() holds, in policy order; it is removed
  * from the resident set (ARC remembers it in a ghost list). Returns the id or -ENOENT. */
 int kvt__evict_victim(struct kvt_evict *e, kvt_evict_ok_fn ok, void *arg);

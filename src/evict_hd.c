@@ -377,6 +377,18 @@ static void hd_remove(void *st, uint32_t id)
 		drop(p, id);
 }
 
+/* An eviction the owner chose: it teaches the densities as a victim's does (a partial
+ * block that was never hit counts against its class at its age), without a ghost (its id
+ * does not come back, and would crowd out ones that do). */
+static void hd_expire(void *st, uint32_t id)
+{
+	struct hd *p = st;
+	if (id >= p->cap || p->pos[id] == UINT32_MAX)
+		return;
+	p->evicts[p->cls[id]][bin_of(p, p->now - p->last[id])] += 1;
+	drop(p, id);
+}
+
 static float density(const struct hd *p, uint32_t id)
 {
 	return p->density[p->cls[id]][bin_of(p, p->now - p->last[id])];
@@ -527,6 +539,7 @@ const struct kvt_evict_ops kvt__evict_hd_ops = {
     .insert = hd_insert,
     .touch = hd_touch,
     .remove = hd_remove,
+    .expire = hd_expire,
     .victim = hd_victim,
     .mark = hd_mark,
     .victim_marked = hd_victim_marked,
@@ -541,6 +554,7 @@ const struct kvt_evict_ops kvt__evict_hda_ops = {
     .insert = hd_insert,
     .touch = hd_touch,
     .remove = hd_remove,
+    .expire = hd_expire,
     .victim = hd_victim,
     .mark = hd_mark,
     .victim_marked = hd_victim_marked,

@@ -23,6 +23,10 @@ struct kvt_evict_ops {
 	void (*insert)(void *state, uint32_t id, uint64_t khash);
 	void (*touch)(void *state, uint32_t id);
 	void (*remove)(void *state, uint32_t id);
+	/* Optional (NULL: remove): id leaves before its turn as a victim would, counted in
+	 * the policy's statistics (hd's evictions by age) but remembered nowhere (no ghost):
+	 * the owner's "goes first" rule (dram.partial_first) */
+	void (*expire)(void *state, uint32_t id);
 	int (*victim)(void *state, kvt_evict_ok_fn ok, void *arg);
 	/* src/evict.h's kvt__evict_mark and kvt__evict_victim_marked: the victim ok() would
 	 * give if it answered with the marks, without a walk past refused ids (a policy

@@ -218,6 +218,11 @@ struct tier {
 	 * own order (src/evict_okset.h), so a victim is found without walking a chain */
 	bool marks;
 	uint64_t checks; /* ok() calls made here: victim_work (the marks make none) */
+	/* partial_first: slots holding a partial block not hit since its insert, oldest
+	 * first (a ring of cap; entries whose slot was hit or reused since are skipped) */
+	bool partial_first;
+	uint32_t *cold_ring, cold_head, cold_n;
+	uint8_t *cold; /* per slot: on the ring and not hit since */
 };
 
 static void tier_free(struct tier *t)
@@ -228,14 +233,17 @@ static void tier_free(struct tier *t)
 	kvt__free(t->block_of);
 	kvt__free(t->free_slots);
 	kvt__free(t->children);
+	kvt__free(t->cold_ring);
+	kvt__free(t->cold);
 }
 
 static int tier_init(struct tier *t, const char *policy, uint64_t cap, const struct blocks *b,
-		     bool leaf_first, bool leaf_scan)
+		     bool leaf_first, bool leaf_scan, bool partial_first)
 {
 	memset(t, 0, sizeof(*t));
 	t->b = b;
 	t->leaf_first = leaf_first;
+	t->partial_first = partial_first;
 	if (!cap)
 		return 0;
 	cap = KVT_MIN(cap, (uint64_t)KVT_MAX(b->n, 1u)); /* more slots than blocks buys nothing */
@@ -253,6 +261,12 @@ static int tier_init(struct tier *t, const char *policy, uint64_t cap, const str
 	t->children = kvt__calloc(nb, sizeof(uint32_t));
 	if (!t->slot_of || !t->block_of || !t->free_slots || !t->children)
 		return -ENOMEM;
+	if (t->partial_first) {
+		t->cold_ring = kvt__malloc(cap * sizeof(uint32_t));
+		t->cold = kvt__calloc(cap, 1);
+		if (!t->cold_ring || !t->cold)
+			return -ENOMEM;
+	}
 	memset(t->slot_of, 0xff, nb * sizeof(uint32_t));
 	for (uint32_t i = 0; i < t->cap; i++)
 		t->free_slots[i] = t->cap - 1 - i;
@@ -290,7 +304,35 @@ static bool tier_has(const struct tier *t, uint32_t blk)
 
 static void tier_touch(struct tier *t, uint32_t blk)
 {
+	if (t->cold)
+		t->cold[t->slot_of[blk]] = 0; /* hit: an ordinary block from now on */
 	kvt__evict_touch(t->ev, t->slot_of[blk]);
+}
+
+/* partial_first: the oldest partial block not hit since its insert that may go (no
+ * resident child: a partial block ends its prompt, but an id may be reused), taken off
+ * the ring; else -1. Stale entries (hit, or their slot reused) are dropped on the way. */
+static int cold_victim(struct tier *t)
+{
+	while (t->cold_n) {
+		uint32_t s = t->cold_ring[t->cold_head];
+		t->cold_head = (t->cold_head + 1) % t->cap;
+		t->cold_n--;
+		if (!t->cold[s])
+			continue;
+		t->cold[s] = 0;
+		if (t->children[t->block_of[s]] == 0)
+			return (int)s;
+	}
+	return -1;
+}
+
+static void cold_push(struct tier *t, uint32_t s)
+{
+	if (t->cold_n == t->cap) /* (every entry would be stale but one: drop the oldest) */
+		(void)cold_victim(t);
+	t->cold_ring[(t->cold_head + t->cold_n++) % t->cap] = s;
+	t->cold[s] = 1;
 }
 
 /* Second choice when no leaf can go: anything but the prefix of the block being
@@ -310,7 +352,7 @@ static bool any_but_parent(void *arg, uint32_t slot)
 /* Insert blk, evicting if full. Returns 1 if an eviction happened, <0 on error. As in the
  * store, the block counts as its parent's child before a victim is chosen, so an insert
  * never evicts its own prefix. */
-static int tier_insert(struct tier *t, uint32_t blk)
+static int tier_insert(struct tier *t, uint32_t blk, bool partial)
 {
 	int evicted = 0;
 	uint32_t par = t->b->parent[blk];
@@ -318,9 +360,14 @@ static int tier_insert(struct tier *t, uint32_t blk)
 	if (par != NONE)
 		tier_children(t, par, ++t->children[par]);
 	if (!t->n_free) {
-		int v = t->marks	? kvt__evict_victim_marked(t->ev)
-			: t->leaf_first ? kvt__evict_victim(t->ev, leaf_ok, t)
-					: kvt__evict_victim(t->ev, any_ok, t);
+		int v = t->cold_n ? cold_victim(t) : -1;
+		if (v >= 0) {
+			kvt__evict_expire(t->ev, (uint32_t)v);
+		} else {
+			v = t->marks	     ? kvt__evict_victim_marked(t->ev)
+			    : t->leaf_first ? kvt__evict_victim(t->ev, leaf_ok, t)
+					    : kvt__evict_victim(t->ev, any_ok, t);
+		}
 		if (v < 0) { /* no leaf but the prefix: anything else, else the prefix too */
 			struct any_ctx c = {t, par_in ? t->slot_of[par] : NONE};
 			v = kvt__evict_victim(t->ev, any_but_parent, &c);
@@ -346,6 +393,10 @@ static int tier_insert(struct tier *t, uint32_t blk)
 	if (t->marks) /* before the insert: the policy keeps it in order if it may go */
 		kvt__evict_mark(t->ev, s, t->children[blk] == 0);
 	kvt__evict_insert(t->ev, s, t->b->khash[blk] ^ 0x5bd1e995u);
+	if (t->cold)
+		t->cold[s] = 0;
+	if (partial && t->cold_ring)
+		cold_push(t, s);
 	return evicted;
 }
 
@@ -422,10 +473,11 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		max_blocks = KVT_MAX(max_blocks, t->req[r].n_blocks);
 
 	uint64_t bt = t->block_tokens;
-	rc = tier_init(&tier[0], policy, o->dram_tokens / bt, &b, o->leaf_first, o->leaf_scan);
+	rc = tier_init(&tier[0], policy, o->dram_tokens / bt, &b, o->leaf_first, o->leaf_scan,
+		       o->partial_first);
 	if (!rc)
 		rc = tier_init(&tier[1], policy, o->nvme_tokens / bt, &b, o->leaf_first,
-			       o->leaf_scan);
+			       o->leaf_scan, false);
 	if (rc)
 		goto out;
 	out->capacity_blocks[0] = o->dram_tokens / bt;
@@ -558,7 +610,8 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 				if (in_dram) {
 					tier_touch(&tier[0], k);
 				} else {
-					if ((rc = tier_insert(&tier[0], k)) < 0)
+					bool partial = kvt__trace_block_len(t, q, i) < bt;
+					if ((rc = tier_insert(&tier[0], k, partial)) < 0)
 						goto out;
 					out->evictions[0] += (uint64_t)rc;
 					out->inserts[0]++;
@@ -578,7 +631,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 							     bytes) != KVT_ADMIT_YES) {
 					out->nvme_writes_skipped++;
 				} else {
-					if ((rc = tier_insert(&tier[1], k)) < 0)
+					if ((rc = tier_insert(&tier[1], k, false)) < 0)
 						goto out;
 					out->evictions[1] += (uint64_t)rc;
 					out->inserts[1]++;

@@ -32,6 +32,9 @@ struct kvt_sim_opts {
 	 * the reference for the index that finds the same ones without the walk */
 	bool leaf_scan;
 	bool belady;	 /* also run MIN with capacity dram + nvme blocks */
+	/* dram.partial_first: a prompt's partial last block goes before any other until it
+	 * is hit (its id changes with the next turn); DRAM tier only */
+	bool partial_first;
 	const struct kvt_cost *cost; /* tiers "dram,nvme"; NULL: no bytes, no TTFT */
 	bool prefetch;		 /* stage NVMe hits into DRAM while a request waits in the queue */
 	uint32_t gpus;		 /* prefill GPUs (instances) serving the queue; 0: sized to the

@@ -98,6 +98,7 @@ struct opts {
 	bool oracle;
 	bool simulate, belady, prefetch, leaf_first, sweep, json, have_requests, have_seed;
 	bool no_leaf_first; /* given: the store has its own rule, so only with --simulate */
+	bool partial_first; /* dram.partial_first, for the sweep */
 	const char *gen[32];
 	int n_gen;
 };
@@ -235,7 +236,8 @@ static int run_sweep(const struct opts *o, const struct kvt_trace *t, double row
 		for (int p = 0; p < o->n_policies; p++) {
 			struct kvt_sim_opts so = {.policy = o->policies[p],
 						  .dram_tokens = caps[i],
-						  .leaf_first = o->leaf_first};
+						  .leaf_first = o->leaf_first,
+						  .partial_first = o->partial_first};
 			struct kvt_sim_result r;
 			rc = kvt__sim_run(t, &so, &r);
 			if (rc)
@@ -649,6 +651,7 @@ int kvt_cmd_replay(int argc, char **argv)
 		    .dram_tokens = o.dram,
 		    .nvme_tokens = o.nvme,
 		    .leaf_first = o.leaf_first,
+		    .partial_first = kvt__cfg_bool(cfg, "dram.partial_first"),
 		    .belady = o.belady && p == 0,
 		    .cost = cost,
 		    .prefetch = o.prefetch,
@@ -685,6 +688,7 @@ int kvt_cmd_replay(int argc, char **argv)
 	double rows[MAX_POLICIES][SWEEP_N], belady[SWEEP_N];
 	uint64_t caps[SWEEP_N];
 	if (o.sweep) {
+		o.partial_first = kvt__cfg_bool(cfg, "dram.partial_first");
 		if (run_sweep(&o, t, rows, belady, caps))
 			goto out;
 		printf("\nDRAM-only sweep (block hit ratio)\n%12s %8s", "tokens", "belady");

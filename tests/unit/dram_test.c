@@ -224,6 +224,64 @@ static void test_pinned_never_evicted(void **unused)
 	}
 }
 
+/* dram.partial_first: a chunk of fewer tokens than a full one (16 here) goes first until
+ * it is hit; pinned, it waits and goes once unpinned; off, the policy alone decides. */
+static int32_t put_tokens(struct kvt_dram *d, uint64_t i, uint32_t n_tokens)
+{
+	struct kvt_key k = key_n(i);
+	struct kvt_slot_ref r;
+	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r), 0);
+	kvt__dram_publish(d, r.id, kvt__dram_slot_bytes(d), n_tokens, false);
+	kvt__dram_unpin(d, r.id);
+	return r.id;
+}
+
+static void test_partial_first(void **unused)
+{
+	const char *pol[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
+	for (size_t p = 0; p < sizeof(pol) / sizeof(pol[0]); p++) {
+		struct kvt_dram_options o = {.bytes = 4 * 4096, .slot_bytes = 4096,
+					     .policy = pol[p], .partial_below = 16};
+		struct kvt_dram *d = NULL;
+		assert_int_equal(kvt__dram_create(&o, &d), 0);
+		for (uint64_t i = 0; i < 3; i++)
+			put_tokens(d, i, 16);
+		put_tokens(d, 3, 8); /* a prompt's end */
+		put_tokens(d, 4, 16);
+		assert_false(has(d, 3)); /* the partial one went, not the oldest */
+		for (uint64_t i = 0; i < 3; i++)
+			assert_true(has(d, i));
+		/* hit, it is an ordinary chunk: under LRU the most recent, kept */
+		put_tokens(d, 5, 8);
+		struct kvt_key k5 = key_n(5);
+		struct kvt_slot_ref r;
+		assert_int_equal(kvt__dram_get(d, &k5, &r), 0);
+		kvt__dram_unpin(d, r.id);
+		put_tokens(d, 6, 16);
+		if (!strcmp(pol[p], "lru"))
+			assert_true(has(d, 5));
+		/* pinned, it waits; unpinned, it goes at the next allocation */
+		int32_t id7 = put_tokens(d, 7, 8);
+		kvt__dram_pin(d, id7);
+		put_tokens(d, 8, 16);
+		assert_true(has(d, 7));
+		kvt__dram_unpin(d, id7);
+		put_tokens(d, 9, 16);
+		assert_false(has(d, 7));
+		assert_true(has(d, 8) && has(d, 9));
+		kvt__dram_destroy(d);
+	}
+	/* off: the policy alone (LRU takes the oldest) */
+	struct kvt_dram *d = mk("lru", 4, 4096);
+	for (uint64_t i = 0; i < 3; i++)
+		put_tokens(d, i, 16);
+	put_tokens(d, 3, 8);
+	put_tokens(d, 4, 16);
+	assert_true(has(d, 3));
+	assert_false(has(d, 0));
+	kvt__dram_destroy(d);
+}
+
 static void test_dirty_never_evicted(void **unused)
 {
 	struct kvt_dram *d = mk("lru", 4, 4096);
@@ -848,6 +906,7 @@ int main(void)
 	    cmocka_unit_test(test_alloc_publish_get),
 	    cmocka_unit_test(test_pinned_never_evicted),
 	    cmocka_unit_test(test_dirty_never_evicted),
+	    cmocka_unit_test(test_partial_first),
 	    cmocka_unit_test(test_suffix_before_prefix),
 	    cmocka_unit_test(test_remove_while_pinned),
 	    cmocka_unit_test(test_enospc_all_pinned),
