@@ -251,6 +251,19 @@ static void test_default_beats_lru(void **state)
 	}
 }
 
+/* Workload w's generated trace (512-token blocks) of n requests from seed. */
+static struct kvt_trace *gen_trace(int w, uint64_t seed, uint64_t n)
+{
+	struct kvt_gen_opts g;
+	kvt__gen_defaults(w, &g);
+	g.requests = n;
+	g.seed = seed;
+	struct kvt_trace *t;
+	assert_int_equal(kvt__trace_create(512, &t), 0);
+	assert_int_equal(kvt__gen_run(&g, t), 0);
+	return t;
+}
+
 /* A property over seeds, workloads and capacities rather than one seed's outcome: the
  * default policy is never below LRU by more than 0.005 and above it on average. */
 static void test_default_vs_lru_many_seeds(void **state)
@@ -261,13 +274,7 @@ static void test_default_vs_lru_many_seeds(void **state)
 		double sum = 0, worst = 1;
 		int n = 0;
 		for (uint64_t seed = 1; seed <= 4; seed++) {
-			struct kvt_gen_opts g;
-			kvt__gen_defaults(w, &g);
-			g.requests = 2000;
-			g.seed = seed;
-			struct kvt_trace *t;
-			assert_int_equal(kvt__trace_create(512, &t), 0);
-			assert_int_equal(kvt__gen_run(&g, t), 0);
+			struct kvt_trace *t = gen_trace(w, seed, 2000);
 			for (size_t c = 0; c < sizeof(caps) / sizeof(caps[0]); c++) {
 				/* the default (hda, dram.partial_first) against plain LRU */
 				struct kvt_sim_opts o = {.dram_tokens = caps[c], .leaf_first = true,
@@ -308,13 +315,7 @@ static void test_partial_first_many_seeds(void **state)
 		double sum[2] = {0, 0}, worst[2] = {1, 1};
 		int n = 0;
 		for (uint64_t seed = 1; seed <= 4; seed++) {
-			struct kvt_gen_opts g;
-			kvt__gen_defaults(w, &g);
-			g.requests = 2000;
-			g.seed = seed;
-			struct kvt_trace *t;
-			assert_int_equal(kvt__trace_create(512, &t), 0);
-			assert_int_equal(kvt__gen_run(&g, t), 0);
+			struct kvt_trace *t = gen_trace(w, seed, 2000);
 			for (size_t c = 0; c < sizeof(caps) / sizeof(caps[0]); c++, n++)
 				for (int p = 0; p < 2; p++) {
 					struct kvt_sim_opts o = {.policy = pol[p],
