@@ -210,11 +210,14 @@ static void slot_reset(struct kvt_dram *d, struct slot *s)
 }
 
 /* The oldest partial chunk not hit since its publish that may go now, taken off the FIFO;
- * -1: none. Looks at a bounded number of entries: stale ones (hit, reused) are dropped,
- * ones that cannot go yet (pinned, dirty, with children) go back to the tail. */
+ * -1: none. Looks at COLD_LOOK entries at most: stale ones (hit, or the slot reused) are
+ * dropped, ones that cannot go yet (pinned, dirty: a write-behind still running) go back
+ * to the tail. src/sim.c's cold_victim is the same rule. */
+#define COLD_LOOK 16u
+
 static int cold_victim(struct kvt_dram *d)
 {
-	for (uint32_t k = KVT_MIN(d->cold_n, 16u); k; k--) {
+	for (uint32_t k = KVT_MIN(d->cold_n, COLD_LOOK); k; k--) {
 		uint32_t id = d->cold_id[d->cold_head], gen = d->cold_gen[d->cold_head];
 		d->cold_head = (d->cold_head + 1) % d->nslots;
 		d->cold_n--;
@@ -232,12 +235,28 @@ static int cold_victim(struct kvt_dram *d)
 	return -1;
 }
 
+/* A full FIFO holds a stale entry (each cold slot has one live entry, and the slot being
+ * pushed has none): drop the stale ones, keeping the order. O(slots), and only when the
+ * FIFO is full, which takes as many pushes as it had stale entries. */
+static void cold_compact(struct kvt_dram *d)
+{
+	uint32_t n = 0;
+	for (uint32_t k = 0; k < d->cold_n; k++) {
+		uint32_t i = (d->cold_head + k) % d->nslots;
+		uint32_t id = d->cold_id[i], gen = d->cold_gen[i];
+		if (d->slots[id].gen != gen || !d->slots[id].cold)
+			continue;
+		uint32_t t = (d->cold_head + n++) % d->nslots;
+		d->cold_id[t] = id;
+		d->cold_gen[t] = gen;
+	}
+	d->cold_n = n;
+}
+
 static void cold_push(struct kvt_dram *d, int32_t id)
 {
-	if (d->cold_n == d->nslots) { /* (all but one stale: forget the oldest) */
-		d->cold_head = (d->cold_head + 1) % d->nslots;
-		d->cold_n--;
-	}
+	if (d->cold_n == d->nslots)
+		cold_compact(d);
 	uint32_t t = (d->cold_head + d->cold_n++) % d->nslots;
 	d->cold_id[t] = (uint32_t)id;
 	d->cold_gen[t] = d->slots[id].gen;
@@ -616,8 +635,23 @@ static bool valid_id(const struct kvt_dram *d, int32_t id)
 	return id >= 0 && (uint32_t)id < d->nslots;
 }
 
+static bool publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, uint32_t n_tokens,
+		    bool dirty, bool put);
+
 bool kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, uint32_t n_tokens,
 		       bool dirty)
+{
+	return publish(d, id, object_bytes, n_tokens, dirty, false);
+}
+
+bool kvt__dram_publish_put(struct kvt_dram *d, int32_t id, uint64_t object_bytes,
+			   uint32_t n_tokens, bool dirty)
+{
+	return publish(d, id, object_bytes, n_tokens, dirty, true);
+}
+
+static bool publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, uint32_t n_tokens,
+		    bool dirty, bool put)
 {
 	if (!valid_id(d, id))
 		return false;
@@ -634,7 +668,7 @@ bool kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, ui
 		d->bytes += s->object_bytes;
 		kvt__evict_insert(d->ev, (uint32_t)id, s->khash);
 		refresh(d, s);
-		if (n_tokens < d->partial_below)
+		if (put && n_tokens < d->partial_below)
 			cold_push(d, id);
 		changed(d, KVT_DRAM_STORED, s);
 	}

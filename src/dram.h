@@ -93,6 +93,10 @@ int kvt__dram_reserve(struct kvt_dram *d, const struct kvt_key *key, const struc
  * index first. */
 bool kvt__dram_publish(struct kvt_dram *d, int32_t id, uint64_t object_bytes, uint32_t n_tokens,
 		       bool dirty);
+/* The same for a chunk a put brought (a fill from a deeper tier, just asked for, uses
+ * kvt__dram_publish): with partial_below, one of fewer tokens goes first until hit. */
+bool kvt__dram_publish_put(struct kvt_dram *d, int32_t id, uint64_t object_bytes,
+			   uint32_t n_tokens, bool dirty);
 /* Give back a reserved, unpublished slot (fill failed), or one of kvt__dram_reserve a
  * remove took out of the index. Unpins it. */
 void kvt__dram_abort(struct kvt_dram *d, int32_t id);

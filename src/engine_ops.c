@@ -155,7 +155,7 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	}
 	bool write_now = deeper && s->write_policy == WP_THROUGH;
 	bool dirty = deeper && (s->write_policy == WP_THROUGH || s->write_policy == WP_BACK);
-	kvt__dram_publish(s->dram, ref.id, obj_bytes, n_tokens, dirty);
+	kvt__dram_publish_put(s->dram, ref.id, obj_bytes, n_tokens, dirty);
 	ref.object_bytes = obj_bytes;
 	ref.n_tokens = n_tokens;
 	/* The job joins the write-behind list before the put is acknowledged: a remove the
@@ -235,7 +235,7 @@ int kvt__store_commit_sealed(struct kvt_store *s, struct kvt_slot_ref *ref)
 	kvt__dram_key(s->dram, ref->id, &key);
 	bool deeper = s->n_links > s->dram_pos + 1;
 	bool dirty = deeper && (s->write_policy == WP_THROUGH || s->write_policy == WP_BACK);
-	if (!kvt__dram_publish(s->dram, ref->id, ref->object_bytes, ref->n_tokens, dirty)) {
+	if (!kvt__dram_publish_put(s->dram, ref->id, ref->object_bytes, ref->n_tokens, dirty)) {
 		/* A kvt_remove of the key came after the reserve (a device store's copy was
 		 * still running): the remove holds, so nothing is published or written behind.
 		 * The put did complete, before the remove; nothing was stored, so it is not

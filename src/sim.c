@@ -218,11 +218,12 @@ struct tier {
 	 * own order (src/evict_okset.h), so a victim is found without walking a chain */
 	bool marks;
 	uint64_t checks; /* ok() calls made here: victim_work (the marks make none) */
-	/* partial_first: slots holding a partial block not hit since its insert, oldest
-	 * first (a ring of cap; entries whose slot was hit or reused since are skipped) */
+	/* partial_first: partial blocks put and not hit since, oldest first (a ring of cap
+	 * block ids; an entry whose block was hit or evicted since is stale), as the store's
+	 * DRAM pool keeps them (src/dram.c, cold_victim) */
 	bool partial_first;
 	uint32_t *cold_ring, cold_head, cold_n;
-	uint8_t *cold; /* per slot: on the ring and not hit since */
+	uint8_t *cold; /* per slot: its block is on the ring and not hit since */
 };
 
 static void tier_free(struct tier *t)
@@ -309,30 +310,47 @@ static void tier_touch(struct tier *t, uint32_t blk)
 	kvt__evict_touch(t->ev, t->slot_of[blk]);
 }
 
-/* partial_first: the oldest partial block not hit since its insert that may go (no
- * resident child: a partial block ends its prompt, but an id may be reused), taken off
- * the ring; else -1. Stale entries (hit, or their slot reused) are dropped on the way. */
+/* partial_first: the oldest partial block not hit since its put that may go (no
+ * resident child), taken off the ring; else -1. The store's rule (src/dram.c): at most
+ * COLD_LOOK entries looked at, stale ones dropped, ones that cannot go yet back to the
+ * tail. */
+#define COLD_LOOK 16u
+
+static bool cold_live(const struct tier *t, uint32_t blk)
+{
+	return t->slot_of[blk] != NONE && t->cold[t->slot_of[blk]];
+}
+
 static int cold_victim(struct tier *t)
 {
-	while (t->cold_n) {
-		uint32_t s = t->cold_ring[t->cold_head];
+	for (uint32_t k = KVT_MIN(t->cold_n, COLD_LOOK); k; k--) {
+		uint32_t blk = t->cold_ring[t->cold_head];
 		t->cold_head = (t->cold_head + 1) % t->cap;
 		t->cold_n--;
-		if (!t->cold[s])
+		if (!cold_live(t, blk))
 			continue;
-		t->cold[s] = 0;
-		if (t->children[t->block_of[s]] == 0)
-			return (int)s;
+		if (t->children[blk] == 0) {
+			t->cold[t->slot_of[blk]] = 0;
+			return (int)t->slot_of[blk];
+		}
+		t->cold_ring[(t->cold_head + t->cold_n++) % t->cap] = blk;
 	}
 	return -1;
 }
 
-static void cold_push(struct tier *t, uint32_t s)
+static void cold_push(struct tier *t, uint32_t blk)
 {
-	if (t->cold_n == t->cap) /* (every entry would be stale but one: drop the oldest) */
-		(void)cold_victim(t);
-	t->cold_ring[(t->cold_head + t->cold_n++) % t->cap] = s;
-	t->cold[s] = 1;
+	if (t->cold_n == t->cap) { /* full: a stale entry is in it (src/dram.c, cold_compact) */
+		uint32_t n = 0;
+		for (uint32_t k = 0; k < t->cold_n; k++) {
+			uint32_t b = t->cold_ring[(t->cold_head + k) % t->cap];
+			if (cold_live(t, b))
+				t->cold_ring[(t->cold_head + n++) % t->cap] = b;
+		}
+		t->cold_n = n;
+	}
+	t->cold_ring[(t->cold_head + t->cold_n++) % t->cap] = blk;
+	t->cold[t->slot_of[blk]] = 1;
 }
 
 /* Second choice when no leaf can go: anything but the prefix of the block being
@@ -396,7 +414,7 @@ static int tier_insert(struct tier *t, uint32_t blk, bool partial)
 	if (t->cold)
 		t->cold[s] = 0;
 	if (partial && t->cold_ring)
-		cold_push(t, s);
+		cold_push(t, blk);
 	return evicted;
 }
 
@@ -610,7 +628,8 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 				if (in_dram) {
 					tier_touch(&tier[0], k);
 				} else {
-					bool partial = kvt__trace_block_len(t, q, i) < bt;
+					/* (a block loaded from NVMe was just asked for: not cold) */
+					bool partial = i >= load && kvt__trace_block_len(t, q, i) < bt;
 					if ((rc = tier_insert(&tier[0], k, partial)) < 0)
 						goto out;
 					out->evictions[0] += (uint64_t)rc;

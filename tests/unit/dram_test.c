@@ -231,7 +231,7 @@ static int32_t put_tokens(struct kvt_dram *d, uint64_t i, uint32_t n_tokens)
 	struct kvt_key k = key_n(i);
 	struct kvt_slot_ref r;
 	assert_int_equal(kvt__dram_alloc(d, &k, NULL, &r), 0);
-	kvt__dram_publish(d, r.id, kvt__dram_slot_bytes(d), n_tokens, false);
+	kvt__dram_publish_put(d, r.id, kvt__dram_slot_bytes(d), n_tokens, false);
 	kvt__dram_unpin(d, r.id);
 	return r.id;
 }
@@ -271,8 +271,73 @@ static void test_partial_first(void **unused)
 		assert_true(has(d, 8) && has(d, 9));
 		kvt__dram_destroy(d);
 	}
+	struct kvt_dram_options o = {.bytes = 4 * 4096, .slot_bytes = 4096, .policy = "lru",
+				     .partial_below = 16};
+	struct kvt_dram *d = NULL;
+	/* a fill from a deeper tier (kvt__dram_publish) was just asked for: never cold */
+	assert_int_equal(kvt__dram_create(&o, &d), 0);
+	put_tokens(d, 0, 16);
+	struct kvt_key k1 = key_n(1);
+	struct kvt_slot_ref r;
+	assert_int_equal(kvt__dram_alloc(d, &k1, NULL, &r), 0);
+	kvt__dram_publish(d, r.id, 4096, 8, false);
+	kvt__dram_unpin(d, r.id);
+	put_tokens(d, 2, 16);
+	put_tokens(d, 3, 16);
+	put_tokens(d, 4, 16);
+	assert_false(has(d, 0)); /* LRU's oldest, not the filled partial chunk */
+	assert_true(has(d, 1));
+	kvt__dram_destroy(d);
+	/* an entry left by a removed chunk does not follow its slot to the next occupant */
+	assert_int_equal(kvt__dram_create(&o, &d), 0);
+	put_tokens(d, 10, 8);
+	struct kvt_key k10 = key_n(10);
+	assert_int_equal(kvt__dram_remove(d, &k10), 0);
+	put_tokens(d, 11, 16); /* (likely the freed slot) */
+	for (uint64_t i = 12; i < 15; i++)
+		put_tokens(d, i, 16);
+	struct kvt_key k11 = key_n(11);
+	assert_true(kvt__dram_contains(d, &k11, true)); /* 11 the most recent */
+	put_tokens(d, 15, 16);
+	assert_true(has(d, 11));
+	assert_false(has(d, 12));
+	kvt__dram_destroy(d);
+	/* ... nor to a partial chunk put there since: the older partial chunk goes first */
+	assert_int_equal(kvt__dram_create(&o, &d), 0);
+	put_tokens(d, 30, 8);
+	put_tokens(d, 31, 8);
+	struct kvt_key k30 = key_n(30);
+	assert_int_equal(kvt__dram_remove(d, &k30), 0);
+	put_tokens(d, 32, 8); /* into 30's slot, its FIFO entry stale */
+	put_tokens(d, 33, 16);
+	put_tokens(d, 34, 16); /* full now */
+	put_tokens(d, 35, 16);
+	assert_false(has(d, 31));
+	assert_true(has(d, 32));
+	kvt__dram_destroy(d);
+	/* the FIFO filled by stale entries (partial chunks hit, with free slots, so no
+	 * eviction drains it) is compacted, and its live entry still goes first */
+	o.bytes = 8 * 4096;
+	assert_int_equal(kvt__dram_create(&o, &d), 0);
+	put_tokens(d, 18, 16); /* LRU's victim, were 19 forgotten */
+	put_tokens(d, 19, 8);  /* live: the oldest entry when the FIFO fills */
+	for (uint64_t i = 20; i < 40; i++) {
+		put_tokens(d, i, 8);
+		struct kvt_key k = key_n(i);
+		assert_int_equal(kvt__dram_get(d, &k, &r), 0);
+		kvt__dram_unpin(d, r.id);
+		assert_int_equal(kvt__dram_remove(d, &k), 0);
+	}
+	for (uint64_t i = 40; i < 46; i++)
+		put_tokens(d, i, 16);
+	put_tokens(d, 48, 16);
+	assert_false(has(d, 19));
+	assert_true(has(d, 18));
+	for (uint64_t i = 40; i < 46; i++)
+		assert_true(has(d, i));
+	kvt__dram_destroy(d);
 	/* off: the policy alone (LRU takes the oldest) */
-	struct kvt_dram *d = mk("lru", 4, 4096);
+	d = mk("lru", 4, 4096);
 	for (uint64_t i = 0; i < 3; i++)
 		put_tokens(d, i, 16);
 	put_tokens(d, 3, 8);
