@@ -11,7 +11,8 @@ Model, as src/sim.c's DRAM-only replay: a request's hit is the longest run of it
 blocks resident; then all its blocks are inserted or touched; while over capacity the
 block of lowest value goes, ties to the oldest request and, within it, the deepest block
 (suffixes first). With value 0 everywhere this is LRU and matches `kvtier replay --policy
-lru` to the digit (a check of the model, printed as "lru").
+lru --set dram.partial_first=false` to the digit (a check of the model, printed as "lru";
+the model has no partial-block rule, so the bounds are against plain LRU).
 
 A conversation is identified by its 6th block (shared system prompts are at most 4 full
 blocks in the generator); blocks of the first five positions that more than one

@@ -11,7 +11,9 @@ SRC=${KVT_SRC:-.}
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 for tokens in 262144 1000000; do
+	# (the script models plain LRU: the replay's partial-block rule off)
 	"$K" replay --workload conversation --requests 3000 --simulate --policy lru \
+		--set dram.partial_first=false \
 		--dram-tokens $tokens --nvme-tokens 0 --save-trace "$T/t.jsonl" >"$T/r" 2>&1 ||
 		fail "replay: $(tail -1 "$T/r")"
 	want=$(awk '$1 == "lru" { print $3 }' "$T/r")
