@@ -40,6 +40,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cold_fifo.h"
 #include "dram.h"
 #include "evict.h"
 
@@ -86,9 +87,9 @@ struct kvt_dram {
 	struct kvt_evict *ev;
 	uint32_t *scratch; /* nslots ids for dirty_victims */
 	/* dram.partial_first: chunks of fewer tokens go first (cold_victim); the FIFO holds
-	 * (slot, gen) - an entry whose slot was hit or reused since is skipped */
+	 * slot << 32 | gen - an entry whose slot was hit or reused since is stale */
 	uint32_t partial_below;
-	uint32_t *cold_id, *cold_gen, cold_head, cold_n;
+	struct kvt_cold_fifo cold;
 	struct kvt_log log;
 	uint64_t objects, bytes, evictions, hits, misses, removes;
 	kvt_dram_change_fn on_change;
@@ -209,57 +210,30 @@ static void slot_reset(struct kvt_dram *d, struct slot *s)
 	refresh(d, s);
 }
 
-/* The oldest partial chunk not hit since its publish that may go now, taken off the FIFO;
- * -1: none. Looks at COLD_LOOK entries at most: stale ones (hit, or the slot reused) are
- * dropped, ones that cannot go yet (pinned, dirty: a write-behind still running) go back
- * to the tail. src/sim.c's cold_victim is the same rule. */
-#define COLD_LOOK 16u
-
-static int cold_victim(struct kvt_dram *d)
+/* A cold FIFO entry (slot << 32 | gen), as src/cold_fifo.h asks: stale once its slot was
+ * hit or reused; a partial chunk pinned or dirty (its write-behind still running) waits. */
+static enum kvt_cold_state cold_state(void *arg, uint64_t e)
 {
-	for (uint32_t k = KVT_MIN(d->cold_n, COLD_LOOK); k; k--) {
-		uint32_t id = d->cold_id[d->cold_head], gen = d->cold_gen[d->cold_head];
-		d->cold_head = (d->cold_head + 1) % d->nslots;
-		d->cold_n--;
-		struct slot *s = &d->slots[id];
-		if (s->gen != gen || !s->cold)
-			continue;
-		if (slot_evictable(s)) {
-			s->cold = false;
-			return (int)id;
-		}
-		uint32_t t = (d->cold_head + d->cold_n++) % d->nslots;
-		d->cold_id[t] = id;
-		d->cold_gen[t] = gen;
-	}
-	return -1;
+	const struct kvt_dram *d = arg;
+	const struct slot *s = &d->slots[e >> 32];
+	if (s->gen != (uint32_t)e || !s->cold)
+		return KVT_COLD_STALE;
+	return slot_evictable(s) ? KVT_COLD_GO : KVT_COLD_WAIT;
 }
 
-/* A full FIFO holds a stale entry (each cold slot has one live entry, and the slot being
- * pushed has none): drop the stale ones, keeping the order. O(slots), and only when the
- * FIFO is full, which takes as many pushes as it had stale entries. */
-static void cold_compact(struct kvt_dram *d)
+/* The oldest partial chunk not hit since its publish that may go now; -1: none. */
+static int cold_victim(struct kvt_dram *d)
 {
-	uint32_t n = 0;
-	for (uint32_t k = 0; k < d->cold_n; k++) {
-		uint32_t i = (d->cold_head + k) % d->nslots;
-		uint32_t id = d->cold_id[i], gen = d->cold_gen[i];
-		if (d->slots[id].gen != gen || !d->slots[id].cold)
-			continue;
-		uint32_t t = (d->cold_head + n++) % d->nslots;
-		d->cold_id[t] = id;
-		d->cold_gen[t] = gen;
-	}
-	d->cold_n = n;
+	uint64_t e;
+	if (!kvt__cold_take(&d->cold, cold_state, d, &e))
+		return -1;
+	d->slots[e >> 32].cold = false;
+	return (int)(e >> 32);
 }
 
 static void cold_push(struct kvt_dram *d, int32_t id)
 {
-	if (d->cold_n == d->nslots)
-		cold_compact(d);
-	uint32_t t = (d->cold_head + d->cold_n++) % d->nslots;
-	d->cold_id[t] = (uint32_t)id;
-	d->cold_gen[t] = d->slots[id].gen;
+	kvt__cold_put(&d->cold, (uint64_t)id << 32 | d->slots[id].gen, cold_state, d);
 	d->slots[id].cold = true;
 }
 
@@ -421,8 +395,7 @@ void kvt__dram_destroy(struct kvt_dram *d)
 	if (d->pool_fd >= 0)
 		close(d->pool_fd);
 	kvt__free(d->scratch);
-	kvt__free(d->cold_id);
-	kvt__free(d->cold_gen);
+	kvt__cold_free(&d->cold);
 	kvt__free(d->buckets);
 	kvt__free(d->slots);
 	pthread_mutex_destroy(&d->mu);
@@ -470,9 +443,7 @@ int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out)
 	d->scratch = kvt__malloc(n * sizeof(*d->scratch));
 	if (!d->slots || !d->buckets || !d->scratch)
 		goto fail;
-	if ((d->partial_below = o->partial_below) &&
-	    (!(d->cold_id = kvt__malloc(n * sizeof(*d->cold_id))) ||
-	     !(d->cold_gen = kvt__malloc(n * sizeof(*d->cold_gen)))))
+	if ((d->partial_below = o->partial_below) && kvt__cold_init(&d->cold, (uint32_t)n) < 0)
 		goto fail;
 	for (uint64_t i = 0; i < nb; i++)
 		d->buckets[i] = -1;
@@ -572,7 +543,7 @@ static int alloc(struct kvt_dram *d, const struct kvt_key *key, const struct kvt
 		d->free_head = d->slots[id].next;
 		d->n_free--;
 	} else {
-		int v = d->cold_n && d->n_evictable ? cold_victim(d) : -1;
+		int v = d->cold.n && d->n_evictable ? cold_victim(d) : -1;
 		if (v >= 0)
 			kvt__evict_expire(d->ev, (uint32_t)v);
 		else

@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cold_fifo.h"
 #include "cost.h"
 #include "evict.h"
 #include "internal.h"
@@ -222,7 +223,7 @@ struct tier {
 	 * block ids; an entry whose block was hit or evicted since is stale), as the store's
 	 * DRAM pool keeps them (src/dram.c, cold_victim) */
 	bool partial_first;
-	uint32_t *cold_ring, cold_head, cold_n;
+	struct kvt_cold_fifo ring;
 	uint8_t *cold; /* per slot: its block is on the ring and not hit since */
 };
 
@@ -234,7 +235,7 @@ static void tier_free(struct tier *t)
 	kvt__free(t->block_of);
 	kvt__free(t->free_slots);
 	kvt__free(t->children);
-	kvt__free(t->cold_ring);
+	kvt__cold_free(&t->ring);
 	kvt__free(t->cold);
 }
 
@@ -263,9 +264,8 @@ static int tier_init(struct tier *t, const char *policy, uint64_t cap, const str
 	if (!t->slot_of || !t->block_of || !t->free_slots || !t->children)
 		return -ENOMEM;
 	if (t->partial_first) {
-		t->cold_ring = kvt__malloc(cap * sizeof(uint32_t));
 		t->cold = kvt__calloc(cap, 1);
-		if (!t->cold_ring || !t->cold)
+		if (!t->cold || kvt__cold_init(&t->ring, t->cap) < 0)
 			return -ENOMEM;
 	}
 	memset(t->slot_of, 0xff, nb * sizeof(uint32_t));
@@ -310,46 +310,33 @@ static void tier_touch(struct tier *t, uint32_t blk)
 	kvt__evict_touch(t->ev, t->slot_of[blk]);
 }
 
-/* partial_first: the oldest partial block not hit since its put that may go (no
- * resident child), taken off the ring; else -1. The store's rule (src/dram.c): at most
- * COLD_LOOK entries looked at, stale ones dropped, ones that cannot go yet back to the
- * tail. */
-#define COLD_LOOK 16u
-
-static bool cold_live(const struct tier *t, uint32_t blk)
+/* A cold ring entry (a block id), as src/cold_fifo.h asks - the store's rule
+ * (src/dram.c, cold_state) with no pins or dirt here: stale once the block was hit or
+ * evicted, waiting while it has a resident child. */
+static enum kvt_cold_state cold_state(void *arg, uint64_t e)
 {
-	return t->slot_of[blk] != NONE && t->cold[t->slot_of[blk]];
+	const struct tier *t = arg;
+	uint32_t blk = (uint32_t)e;
+	if (t->slot_of[blk] == NONE || !t->cold[t->slot_of[blk]])
+		return KVT_COLD_STALE;
+	return t->children[blk] == 0 ? KVT_COLD_GO : KVT_COLD_WAIT;
 }
 
+/* partial_first: the slot of the oldest partial block not hit since its put that may go;
+ * -1: none. */
 static int cold_victim(struct tier *t)
 {
-	for (uint32_t k = KVT_MIN(t->cold_n, COLD_LOOK); k; k--) {
-		uint32_t blk = t->cold_ring[t->cold_head];
-		t->cold_head = (t->cold_head + 1) % t->cap;
-		t->cold_n--;
-		if (!cold_live(t, blk))
-			continue;
-		if (t->children[blk] == 0) {
-			t->cold[t->slot_of[blk]] = 0;
-			return (int)t->slot_of[blk];
-		}
-		t->cold_ring[(t->cold_head + t->cold_n++) % t->cap] = blk;
-	}
-	return -1;
+	uint64_t blk;
+	if (!kvt__cold_take(&t->ring, cold_state, t, &blk))
+		return -1;
+	uint32_t s = t->slot_of[blk];
+	t->cold[s] = 0;
+	return (int)s;
 }
 
 static void cold_push(struct tier *t, uint32_t blk)
 {
-	if (t->cold_n == t->cap) { /* full: a stale entry is in it (src/dram.c, cold_compact) */
-		uint32_t n = 0;
-		for (uint32_t k = 0; k < t->cold_n; k++) {
-			uint32_t b = t->cold_ring[(t->cold_head + k) % t->cap];
-			if (cold_live(t, b))
-				t->cold_ring[(t->cold_head + n++) % t->cap] = b;
-		}
-		t->cold_n = n;
-	}
-	t->cold_ring[(t->cold_head + t->cold_n++) % t->cap] = blk;
+	kvt__cold_put(&t->ring, blk, cold_state, t);
 	t->cold[t->slot_of[blk]] = 1;
 }
 
@@ -378,7 +365,7 @@ static int tier_insert(struct tier *t, uint32_t blk, bool partial)
 	if (par != NONE)
 		tier_children(t, par, ++t->children[par]);
 	if (!t->n_free) {
-		int v = t->cold_n ? cold_victim(t) : -1;
+		int v = t->ring.n ? cold_victim(t) : -1;
 		if (v >= 0) {
 			kvt__evict_expire(t->ev, (uint32_t)v);
 		} else {
@@ -413,7 +400,7 @@ static int tier_insert(struct tier *t, uint32_t blk, bool partial)
 	kvt__evict_insert(t->ev, s, t->b->khash[blk] ^ 0x5bd1e995u);
 	if (t->cold)
 		t->cold[s] = 0;
-	if (partial && t->cold_ring)
+	if (partial && t->cold)
 		cold_push(t, blk);
 	return evicted;
 }

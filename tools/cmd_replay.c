@@ -98,7 +98,7 @@ struct opts {
 	bool oracle;
 	bool simulate, belady, prefetch, leaf_first, sweep, json, have_requests, have_seed;
 	bool no_leaf_first; /* given: the store has its own rule, so only with --simulate */
-	bool partial_first; /* dram.partial_first, for the sweep */
+	bool partial_first; /* dram.partial_first */
 	const char *gen[32];
 	int n_gen;
 };
@@ -569,6 +569,7 @@ int kvt_cmd_replay(int argc, char **argv)
 		goto out;
 	}
 	kvt_config_set_log(cfg, cli_log, NULL, KVT_LOG_WARN);
+	o.partial_first = kvt__cfg_bool(cfg, "dram.partial_first");
 	/* no --policy: dram.policy (file, environment, --set), whose default is the replay's;
 	 * copied, as an enum's text lives in a buffer the next lookup reuses */
 	char cfg_policy[64];
@@ -651,7 +652,7 @@ int kvt_cmd_replay(int argc, char **argv)
 		    .dram_tokens = o.dram,
 		    .nvme_tokens = o.nvme,
 		    .leaf_first = o.leaf_first,
-		    .partial_first = kvt__cfg_bool(cfg, "dram.partial_first"),
+		    .partial_first = o.partial_first,
 		    .belady = o.belady && p == 0,
 		    .cost = cost,
 		    .prefetch = o.prefetch,
@@ -688,7 +689,6 @@ int kvt_cmd_replay(int argc, char **argv)
 	double rows[MAX_POLICIES][SWEEP_N], belady[SWEEP_N];
 	uint64_t caps[SWEEP_N];
 	if (o.sweep) {
-		o.partial_first = kvt__cfg_bool(cfg, "dram.partial_first");
 		if (run_sweep(&o, t, rows, belady, caps))
 			goto out;
 		printf("\nDRAM-only sweep (block hit ratio)\n%12s %8s", "tokens", "belady");
