@@ -20,6 +20,11 @@
  *     ~1.75 s; the daemon, which answered, is not marked down: the next call is served.
  *     (Before, the daemon held the read for the tier's 3 s, the client's socket timed out
  *     at 2 s, the daemon was marked down and the next call failed at once.)
+ *  6. The same through the region, with no DRAM pool to pin into (store.tiers=faulty):
+ *     a client's kvt_get_sync misses with cause -ETIME and a kvt_put_sync fails -ETIME,
+ *     each at ~1.75 s (the daemon's cut answer, mapped in run_op_locked), and a call after
+ *     each is served. Then the put's write, which the cut did not stop, lands: once it
+ *     has, a get with time enough returns its bytes.
  */
 #include <poll.h>
 
@@ -189,8 +194,44 @@ int main(void)
 	CHECK_RC(kvt_stats(cs, &cst), 0); /* not marked down: served */
 	WAIT_STATUS(&r, st, st.cut == 3);
 	kvt_store_close(cs);
-	free(got);
 	raw_close(&r);
+	kvtd_stop();
+
+	/* 6. no DRAM pool: gets and puts go through the region */
+	const char *args6[] = {"--set", "store.tiers=faulty", "--set", "faulty.inner=nvme",
+			       "--set", "faulty.delay_ms=3000", NULL};
+	kvtd_start_test(sock_path, dir, args6);
+	cs = kvtd_client_store(dir);
+	t0 = test_now_ns();
+	grc = kvt_get_sync(cs, &k1, 0, 0, got, PAYLOAD, &res);
+	took = test_ms_since(t0);
+	printf("daemon_cut: region get_sync ended in %llu ms: %d, cause %d\n",
+	       (unsigned long long)took, grc, res.cause);
+	CHECKM(grc == -ENOENT && res.cause == -ETIME,
+	       "region get through a slow tier: %d, cause %d (want -ENOENT, cause -ETIME)", grc,
+	       res.cause);
+	CHECKM(took >= 1600 && took < 2000, "region get answered at %llu ms, not at 1.75 s",
+	       (unsigned long long)took);
+	CHECK_RC(kvt_stats(cs, &cst), 0);
+	struct kvt_key k7;
+	key_of(7, &k7);
+	test_fill(got, PAYLOAD, 7);
+	t0 = test_now_ns();
+	int prc = kvt_put_sync(cs, &k7, NULL, 16, got, PAYLOAD);
+	took = test_ms_since(t0);
+	printf("daemon_cut: region put_sync ended in %llu ms: %d\n", (unsigned long long)took,
+	       prc);
+	CHECKM(prc == -ETIME, "region put through a slow tier: %d (want -ETIME)", prc);
+	CHECKM(took >= 1600 && took < 2000, "region put answered at %llu ms, not at 1.75 s",
+	       (unsigned long long)took);
+	CHECK_RC(kvt_stats(cs, &cst), 0);
+	kvt_store_close(cs);
+	/* the cut put's write still lands: a raw GET without a deadline reads it */
+	r = raw_attach();
+	WAIT_STATUS(&r, st, st.cut_running == 0);
+	raw_close(&r);
+	CHECK_RC(timed(KVTD_GET, 7, 0, &took, &closed), 0); /* compares the bytes */
+	free(got);
 	kvtd_stop();
 	test_rmdir(dir);
 	printf("daemon_cut: ok\n");
