@@ -102,6 +102,9 @@ static char *render(struct kvtd_state *s, size_t *len)
 	ONE("kvtier_promotions_discarded_total", "counter",
 	    "Deeper-tier hits read for DRAM but not kept: the key was removed meanwhile.",
 	    st.promotions_discarded);
+	ONE("kvtier_evicted_unsaved_total", "counter",
+	    "Chunks evicted from DRAM after their write-behind reached no deeper tier (lost).",
+	    st.evicted_unsaved);
 	ONE("kvtier_write_behind_pending", "gauge", "Writes to deeper tiers not yet done.",
 	    st.write_behind_pending);
 	ONE("kvtier_heap_bytes", "gauge", "Heap memory accounted by the library.",

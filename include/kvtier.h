@@ -304,10 +304,12 @@ KVT_EXPORT int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, siz
 KVT_EXPORT int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg);
 
 /* Make everything submitted before it durable in every tier: dirty DRAM slots are written
- * behind, every write-behind submitted before it finishes, then each tier's durability op
- * runs, each under its deadline. status 0; or < 0 (-ETIMEDOUT: a deadline was missed,
- * -EIO: a tier failed or was skipped as unwell) with res.tier naming the tier that could
- * not. */
+ * behind (chunks whose earlier write-behind reached no deeper tier included), every
+ * write-behind submitted before it finishes, then each tier's durability op runs, each
+ * under its deadline. status 0; or < 0 (-ETIMEDOUT: a deadline was missed, -EIO: a tier
+ * failed or was skipped as unwell, or chunks that no deeper tier took have been evicted
+ * from DRAM since the flush that last reported such a loss: kvt_stats.evicted_unsaved)
+ * with res.tier naming the tier that could not. */
 KVT_EXPORT int kvt_flush(struct kvt_store *s, kvt_cb cb, void *arg);
 
 struct kvt_tier_stats {
@@ -346,6 +348,9 @@ struct kvt_stats {
 	/* promotions read whole but never published: a kvt_remove of the key came while they
 	 * read (the gets that joined before it still got the bytes; nothing became resident) */
 	uint64_t promotions_discarded;
+	/* chunks evicted from DRAM after their write-behind had reached no deeper tier (each
+	 * failed or missed its deadline): gone from the store; the next kvt_flush fails -EIO */
+	uint64_t evicted_unsaved;
 };
 
 KVT_EXPORT int kvt_stats(struct kvt_store *s, struct kvt_stats *out);

@@ -67,6 +67,11 @@ struct slot {
 	 * not by a promotion: a remove before the publish takes it out of the index */
 	bool reserved;
 	bool dirty;
+	/* dirty because its write-behind reached no deeper tier (one failed or missed its
+	 * deadline): flush and close write it again, but it may be evicted meanwhile - a dead
+	 * tier must not fill the pool with slots that can never go - counted in
+	 * evicted_unsaved, which flush reports */
+	bool unsaved;
 	bool evictable; /* cached evictable(); counted in n_evictable */
 	bool cold;	/* a partial chunk not hit since its publish: on the cold FIFO */
 };
@@ -92,6 +97,7 @@ struct kvt_dram {
 	struct kvt_cold_fifo cold;
 	struct kvt_log log;
 	uint64_t objects, bytes, evictions, hits, misses, removes;
+	uint64_t evicted_unsaved; /* evictions of unsaved slots: no deeper tier held them */
 	kvt_dram_change_fn on_change;
 	void *on_change_arg;
 };
@@ -107,7 +113,8 @@ static void changed(struct kvt_dram *d, int change, const struct slot *s)
 
 static bool slot_evictable(const struct slot *s)
 {
-	return s->state == S_PUBLISHED && s->pins == 0 && !s->dirty && s->children == 0;
+	return s->state == S_PUBLISHED && s->pins == 0 && (!s->dirty || s->unsaved) &&
+	       s->children == 0;
 }
 
 /* Every change of what slot_evictable() says comes through here: the count, and the
@@ -138,7 +145,7 @@ static bool ok_any_cb(void *arg, uint32_t id)
 	const struct any_ctx *c = arg;
 	const struct slot *s = &c->d->slots[id];
 	return id < c->d->nslots && (int32_t)id != c->exclude && s->state == S_PUBLISHED &&
-	       s->pins == 0 && !s->dirty;
+	       s->pins == 0 && (!s->dirty || s->unsaved);
 }
 
 static int32_t index_find(const struct kvt_dram *d, const struct kvt_key *key, uint64_t h)
@@ -199,6 +206,7 @@ static void slot_reset(struct kvt_dram *d, struct slot *s)
 	s->reserved = false;
 	s->pins = 0;
 	s->dirty = false;
+	s->unsaved = false;
 	s->children = 0;
 	s->parent = -1;
 	s->depth = 0;
@@ -563,6 +571,8 @@ static int alloc(struct kvt_dram *d, const struct kvt_key *key, const struct kvt
 			return -ENOSPC;
 		}
 		id = v;
+		if (d->slots[id].unsaved)
+			d->evicted_unsaved++;
 		changed(d, KVT_DRAM_EVICTED, &d->slots[id]);
 		unpublish(d, id);
 		slot_reset(d, &d->slots[id]);
@@ -734,9 +744,32 @@ void kvt__dram_set_dirty(struct kvt_dram *d, int32_t id, bool dirty)
 	struct slot *s = &d->slots[id];
 	if (s->state == S_PUBLISHED || s->state == S_REMOVED) {
 		s->dirty = dirty;
+		s->unsaved = false;
 		refresh(d, s);
 	}
 	pthread_mutex_unlock(&d->mu);
+}
+
+void kvt__dram_set_unsaved(struct kvt_dram *d, int32_t id)
+{
+	if (!valid_id(d, id))
+		return;
+	pthread_mutex_lock(&d->mu);
+	struct slot *s = &d->slots[id];
+	if (s->state == S_PUBLISHED || s->state == S_REMOVED) {
+		s->dirty = true;
+		s->unsaved = true;
+		refresh(d, s);
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+uint64_t kvt__dram_evicted_unsaved(struct kvt_dram *d)
+{
+	pthread_mutex_lock(&d->mu);
+	uint64_t n = d->evicted_unsaved;
+	pthread_mutex_unlock(&d->mu);
+	return n;
 }
 
 int kvt__dram_remove(struct kvt_dram *d, const struct kvt_key *key)
@@ -778,7 +811,8 @@ out:
 	return rc;
 }
 
-uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, uint32_t n)
+uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, uint32_t n,
+				 bool unsaved_too)
 {
 	uint32_t found = 0;
 	if (n == 0)
@@ -792,7 +826,8 @@ uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, 
 		for (uint32_t i = 0; i < c && found < n; i++) {
 			int32_t id = (int32_t)d->scratch[i];
 			struct slot *s = &d->slots[id];
-			if (s->state != S_PUBLISHED || !s->dirty || s->pins)
+			if (s->state != S_PUBLISHED || !s->dirty || s->pins ||
+			    (s->unsaved && !unsaved_too))
 				continue;
 			s->pins = 1;
 			refresh(d, s);

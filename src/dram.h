@@ -11,7 +11,8 @@
  *
  * Rules the pool enforces:
  *   - a pinned slot (being read, filled or written behind) is never evicted or reused;
- *   - a dirty slot (write-behind pending) is never evicted;
+ *   - a dirty slot (write-behind pending) is never evicted, except one marked unsaved (its
+ *     write-behind reached no deeper tier: kvt__dram_set_unsaved), which is counted;
  *   - a slot whose chunk has resident children (chunks that name it as parent) is evicted
  *     only after them: suffixes go before prefixes;
  *   - a slot being filled (alloc'ed, not yet published) is invisible to lookups.
@@ -110,13 +111,20 @@ void kvt__dram_unpin(struct kvt_dram *d, int32_t id);
 int kvt__dram_get_dirty(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot_ref *ref);
 /* Mark a published slot dirty (write-behind pending) or clean. */
 void kvt__dram_set_dirty(struct kvt_dram *d, int32_t id, bool dirty);
+/* Mark a published slot unsaved: its write-behind reached no deeper tier. It stays dirty
+ * (flush and close write it again; kvt__dram_get_dirty finds it) but may be evicted, which
+ * kvt__dram_evicted_unsaved counts. A later set_dirty clears the mark. */
+void kvt__dram_set_unsaved(struct kvt_dram *d, int32_t id);
+uint64_t kvt__dram_evicted_unsaved(struct kvt_dram *d);
 /* Remove key: 0, -ENOENT, or -EBUSY if pinned (it is then unlinked from the index at once
  * and its slot freed at the last unpin; so is a kvt__dram_reserve slot not published yet,
  * which then never is). */
 int kvt__dram_remove(struct kvt_dram *d, const struct kvt_key *key);
 /* Up to n dirty, unpinned slots nearest to eviction, pinned for the caller (write-back
- * cleans them, then unpins). Returns the count. */
-uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, uint32_t n);
+ * cleans them, then unpins), unsaved ones only with unsaved_too (flush, close: write-back
+ * keeps headroom, and an unsaved slot is evictable already). Returns the count. */
+uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, uint32_t n,
+				 bool unsaved_too);
 /* Count of free (never used or evicted) + clean evictable slots: the headroom. */
 uint32_t kvt__dram_headroom(struct kvt_dram *d);
 /* Key of a slot (for write-behind bookkeeping). */

@@ -803,6 +803,7 @@ static int stats(struct kvt_store *s, struct kvt_stats *out)
 	out->lookup_hit_chunks = atomic_load(&s->lookup_hit_chunks);
 	out->promotions = atomic_load(&s->promotions);
 	out->promotions_discarded = atomic_load(&s->promotions_discarded);
+	out->evicted_unsaved = s->dram ? kvt__dram_evicted_unsaved(s->dram) : 0;
 	pthread_mutex_lock(&s->wb_lock);
 	out->write_behind_pending = s->wb_pending;
 	pthread_mutex_unlock(&s->wb_lock);

@@ -181,6 +181,7 @@ struct wb {
 	_Atomic int refs;
 	_Atomic int ok;
 	_Atomic int first_err;
+	_Atomic int failed_link; /* 1 + a link whose write failed or was skipped unwell; 0 */
 	struct keyrec *rec;   /* the key's order record (NULL: no memory for it) */
 	uint32_t blocked;     /* links this job must not write (kvt__e_keyrec_blocked) */
 	/* parked (kvt__e_wb_start) while a remove of its key is out on a tier, in time */
@@ -242,6 +243,10 @@ struct flush_waiter {
 	_Atomic int remaining; /* tier flushes in flight, +1 while submitting */
 	_Atomic int status;
 	_Atomic int bad_tier;
+	/* unsaved chunks evicted since the flush before (kvt__dram_evicted_unsaved), and the
+	 * link whose failure last left one unsaved */
+	uint64_t lost;
+	int lost_link;
 };
 
 struct kvt_store {
@@ -264,6 +269,10 @@ struct kvt_store {
 	/* per link: the newest write-behind job whose write there failed or was skipped
 	 * because the tier was unwell (flush reports it) */
 	_Atomic uint64_t wb_fail_seq[KVT_MAX_TIERS];
+	/* the link whose failure last left a DRAM slot unsaved (no deeper tier took it), and
+	 * how many unsaved evictions flushes have reported */
+	_Atomic int unsaved_link;
+	_Atomic uint64_t flush_unsaved_seen;
 
 	int write_policy;
 	/* a put without a DRAM tier writes the caller's payload itself, no copy

@@ -3,7 +3,10 @@
  * staging buffer without DRAM) to every deeper tier that admits it, each write under a
  * deadline. The job completes when every tier answered or missed its deadline; the slot
  * or buffer is let go only when every tier has let go of it. A tier that misses simply
- * lacks the object (counted as writes_skipped). kvt_flush writes every dirty slot, waits
+ * lacks the object (counted as writes_skipped); a DRAM slot that no deeper tier took
+ * because they failed stays dirty, marked unsaved (written again by flush and close,
+ * evictable meanwhile, its eviction counted and reported by the next flush). kvt_flush
+ * writes every dirty slot, waits
  * for the jobs submitted before it, then calls each tier's durability op under its
  * deadline, and names the tier that could not. A write that lands after its deadline is
  * kept or removed again by the key's order of puts and removes (engine_keyorder.c). A
@@ -56,6 +59,7 @@ static void wb_tier_failed(struct wb *w, struct link *l, int rc)
 	uint64_t cur = atomic_load(&s->wb_fail_seq[i]);
 	while (cur < w->seq && !atomic_compare_exchange_weak(&s->wb_fail_seq[i], &cur, w->seq))
 		;
+	atomic_store(&w->failed_link, i + 1);
 	wb_set_err(w, rc);
 }
 
@@ -66,9 +70,21 @@ static void wb_complete(struct wb *w)
 	/* Clean unless a tier was never tried (no memory, or skipped for an older call of the
 	 * key still out there): then it stays dirty for flush or write-back to retry, and in
 	 * the second case it is written again once that call is answered (kvt__e_wb_rewrite).
-	 * A tier that failed or missed its deadline simply lacks the object. */
-	if (w->ref.id >= 0 && !w->keep_dirty)
-		kvt__dram_set_dirty(s->dram, w->ref.id, false);
+	 * A tier that failed or missed its deadline simply lacks the object - but if no
+	 * deeper tier took it, the DRAM copy is the only one: it stays dirty, marked unsaved,
+	 * so that flush and close write it again and an eviction of it is counted and
+	 * reported (marking it clean let it go unnoticed, and a later flush said 0). A tier
+	 * that declined it (admission, write budget, full) leaves it clean: a choice, not a
+	 * failure. */
+	if (w->ref.id >= 0 && !w->keep_dirty) {
+		int failed = atomic_load(&w->failed_link);
+		if (!atomic_load(&w->ok) && failed) {
+			atomic_store(&s->unsaved_link, failed - 1); /* before it can be evicted */
+			kvt__dram_set_unsaved(s->dram, w->ref.id);
+		} else {
+			kvt__dram_set_dirty(s->dram, w->ref.id, false);
+		}
+	}
 	if (w->cb) {
 		int err = atomic_load(&w->first_err);
 		struct kvt_result res = {.status = atomic_load(&w->ok) ? 0 : (err ? err : -EIO),
@@ -538,7 +554,8 @@ void kvt__e_wb_dirty_all(struct kvt_store *s)
 	uint32_t budget = kvt__dram_slots(s->dram);
 	struct kvt_slot_ref refs[16];
 	uint32_t n;
-	while (budget && (n = kvt__dram_dirty_victims(s->dram, refs, KVT_MIN(16u, budget))) > 0) {
+	while (budget &&
+	       (n = kvt__dram_dirty_victims(s->dram, refs, KVT_MIN(16u, budget), true)) > 0) {
 		for (uint32_t i = 0; i < n; i++) {
 			struct kvt_key key;
 			kvt__dram_key(s->dram, refs[i].id, &key);
@@ -578,7 +595,7 @@ void kvt__e_writeback_clean(struct kvt_store *s)
 	struct kvt_slot_ref refs[16];
 	int32_t passed[64];
 	uint32_t n_passed = 0, want = KVT_MIN(16u, low), n;
-	while (want && (n = kvt__dram_dirty_victims(s->dram, refs, want)) > 0) {
+	while (want && (n = kvt__dram_dirty_victims(s->dram, refs, want, false)) > 0) {
 		for (uint32_t i = 0; i < n; i++) {
 			struct kvt_key key;
 			kvt__dram_key(s->dram, refs[i].id, &key);
@@ -655,6 +672,12 @@ static void flush_leg_expire(struct guard *g)
 static void flush_tiers(struct flush_waiter *f)
 {
 	struct kvt_store *s = f->s;
+	if (f->lost) {
+		KVT_WARN(&s->log, "flush: %llu chunk(s) left DRAM before any deeper tier took them",
+			 (unsigned long long)f->lost);
+		flush_bad(f, &s->links[f->lost_link], -EIO,
+			  "failed the write-behind of chunks since evicted from DRAM (lost)");
+	}
 	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
 		struct link *l = &s->links[i];
 		uint64_t failed = atomic_load(&s->wb_fail_seq[i]);
@@ -716,8 +739,19 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
 	atomic_store(&f->bad_tier, KVT_TIER_NONE);
 	/* Dirty slots (write-back, or left dirty for lack of memory) are part of "everything
 	 * submitted before the flush". */
-	if (s->dram && s->n_links > s->dram_pos + 1)
+	if (s->dram && s->n_links > s->dram_pos + 1) {
 		kvt__e_wb_dirty_all(s);
+		/* Unsaved slots still in DRAM were just written again (the jobs' outcome is the
+		 * flush's); those evicted since the last flush that reported them are lost. */
+		uint64_t n = kvt__dram_evicted_unsaved(s->dram);
+		uint64_t seen = atomic_load(&s->flush_unsaved_seen);
+		while (seen < n && !atomic_compare_exchange_weak(&s->flush_unsaved_seen, &seen, n))
+			;
+		if (seen < n) {
+			f->lost = n - seen;
+			f->lost_link = atomic_load(&s->unsaved_link);
+		}
+	}
 	pthread_mutex_lock(&s->wb_lock);
 	f->target = s->wb_seq;
 	struct kvt_list *first = kvt_list_first(&s->wb);

@@ -80,6 +80,7 @@ class Stats(ctypes.Structure):
         for n in (
             "puts", "gets", "lookups", "prefetches", "lookup_chunks", "lookup_hit_chunks",
             "promotions", "write_behind_pending", "dram_alloc_bytes", "promotions_discarded",
+            "evicted_unsaved",
         )
     ]
 

@@ -1,0 +1,226 @@
+/*
+ * store_wb_unsaved.c - a chunk whose write-behind reached no deeper tier is not dropped
+ * unnoticed. A put is acknowledged from DRAM (write-through and write-back alike); until
+ * 2026-12-05 a write-behind that failed on every deeper tier marked the DRAM copy clean,
+ * so it could be evicted with no copy anywhere, a flush after the failed job said 0 (the
+ * job was outside its window) and a later get missed with no cause (a review's
+ * reproducer). With DRAM and a fault-injecting tier around a real NVMe tier:
+ *  1. The tier fails every call (its circuit open: open_circuit): a put succeeds (DRAM),
+ *     its write-behind is skipped, and a flush fails -EIO naming the tier.
+ *  2. The tier heals: a flush writes the still-unsaved chunk and returns 0; once DRAM has
+ *     evicted it, a get reads the exact bytes from the deeper tier.
+ *  3. The tier fails again, its circuit open: a put, then enough puts to evict it from
+ *     DRAM (unsaved slots may go: a dead tier must not fill the pool with slots that never
+ *     can); evicted_unsaved counts it, and after the tier heals the next flush fails -EIO
+ *     naming the tier (the chunk is gone) and the one after returns 0; the get misses.
+ *  4. Write-back: the same failure leaves the chunk unsaved, and its flush after the tier
+ *     heals writes it (0), where it used to be left out.
+ */
+#include "engine.h"
+#include "testlib.h"
+#include "tier.h"
+#include "tier_faulty.h"
+
+static struct kvt_geometry G;
+static size_t PAYLOAD;
+static uint32_t next_tok = 1;
+
+static struct kvt_store *open_store(const char *dir, const char *policy)
+{
+	struct kvt_config *c = test_config("dram,faulty", dir);
+	test_set(c, "faulty.inner", "nvme");
+	test_set(c, "store.write_policy", policy);
+	struct kvt_store *s;
+	CHECK_RC(kvt_store_open(c, &s), 0);
+	kvt_config_destroy(c);
+	G = *kvt_store_geometry(s);
+	PAYLOAD = kvt_payload_bytes(&G, G.chunk_tokens);
+	return s;
+}
+
+static void new_key(struct kvt_store *s, struct kvt_key *k)
+{
+	uint32_t tok = next_tok++;
+	kvt_key_next(kvt_store_ns_id(s), NULL, &tok, 1, k);
+}
+
+static void put(struct kvt_store *s, const struct kvt_key *k, uint64_t seed)
+{
+	void *buf = malloc(PAYLOAD);
+	test_fill(buf, PAYLOAD, seed);
+	int rc;
+	while ((rc = kvt_put_sync(s, k, NULL, G.chunk_tokens, buf, PAYLOAD)) == -EAGAIN)
+		usleep(1000);
+	CHECK_RC(rc, 0);
+	free(buf);
+}
+
+/* Every write-behind has completed. */
+static void settle(struct kvt_store *s)
+{
+	uint64_t t0 = test_now_ns();
+	struct kvt_stats st;
+	for (;;) {
+		CHECK_RC(kvt_stats(s, &st), 0);
+		if (!st.write_behind_pending)
+			return;
+		CHECKM(test_ms_since(t0) < 10000, "write-behind still pending after 10 s");
+		usleep(5000);
+	}
+}
+
+/* The tier healed: flush until the circuit breaker lets calls through again (its
+ * cool-down), at most 10 s; the first answer that is not the circuit's. */
+static int flush_box(struct kvt_store *s, struct kvt_result *res)
+{
+	struct test_box fb = {0};
+	test_flush_wait(s, &fb);
+	*res = fb.res;
+	return fb.res.status;
+}
+
+static int flush_healed(struct kvt_store *s, struct kvt_result *res)
+{
+	uint64_t t0 = test_now_ns();
+	for (;;) {
+		int rc = flush_box(s, res);
+		if (rc == 0 || test_ms_since(t0) > 10000)
+			return rc;
+		usleep(100000);
+	}
+}
+
+/* Put distinct chunks until key k has left DRAM (at most 4 × the pool). */
+static void evict(struct kvt_store *s, const struct kvt_key *k)
+{
+	struct kvt_key sk; /* DRAM holds storage keys */
+	kvt_storage_key(kvt_store_ns_id(s), k, &sk);
+	for (int i = 0; i < 200; i++) {
+		if (!kvt__dram_contains(kvt__store_dram(s), &sk, false))
+			return;
+		struct kvt_key o;
+		new_key(s, &o);
+		put(s, &o, 1000 + (uint64_t)i);
+	}
+	CHECKM(0, "the chunk is still in DRAM after 200 puts");
+}
+
+/* The fault tier fails a call after its inner tier ran it (a write lands, then -EIO): a
+ * chunk that must never reach the tier is put while its circuit is open - after 5 failed
+ * writes in a row - and its write skipped (for 500 ms, ample for what follows). */
+static void open_circuit(struct kvt_store *s, struct kvt_tier *t, bool write_back)
+{
+	kvt__faulty_set(t, 100, 0, 0);
+	for (int i = 0; i < 5; i++) {
+		struct kvt_key o;
+		new_key(s, &o);
+		put(s, &o, 500 + (uint64_t)i);
+		settle(s);
+		if (write_back) /* its writes start at a flush */
+			CHECK_EQ(kvt_flush_sync(s), -EIO);
+	}
+}
+
+/* The tier healed: wait until a get reaches it again (a miss the tier answered, not one
+ * its open circuit skipped: cause 0, not -EAGAIN), at most 40 s (its cool-down doubles up
+ * to 30 s), so that what a flush says next is not the circuit's. */
+static void close_circuit(struct kvt_store *s)
+{
+	uint64_t t0 = test_now_ns();
+	void *buf = malloc(PAYLOAD);
+	for (;;) {
+		struct kvt_key k;
+		struct kvt_result res;
+		new_key(s, &k);
+		CHECK_EQ(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, &res), -ENOENT);
+		if (res.cause == 0)
+			break;
+		CHECKM(test_ms_since(t0) < 40000, "the tier's circuit still open after 40 s");
+		usleep(50000);
+	}
+	free(buf);
+}
+
+static uint64_t evicted_unsaved(struct kvt_store *s)
+{
+	struct kvt_stats st;
+	CHECK_RC(kvt_stats(s, &st), 0);
+	return st.evicted_unsaved;
+}
+
+int main(void)
+{
+	char *dir = test_tmpdir("wb_unsaved");
+	struct kvt_store *s = open_store(dir, "write-through");
+	struct kvt_tier *t = kvt__store_tier(s, 1);
+	void *buf = malloc(PAYLOAD);
+	struct kvt_result res;
+
+	/* 1. */
+	open_circuit(s, t, false);
+	struct kvt_key a;
+	new_key(s, &a);
+	put(s, &a, 7);
+	settle(s);
+	CHECK_EQ(kvt_flush_sync(s), -EIO);
+	CHECK_EQ(flush_box(s, &res), -EIO);
+	CHECK_EQ(res.tier, 1);
+
+	/* 2. */
+	kvt__faulty_set(t, 0, 0, 0);
+	int rc = flush_healed(s, &res);
+	printf("store_wb_unsaved: flush after the tier healed: %d\n", rc);
+	CHECKM(rc == 0, "flush after the tier healed: %d (want 0: the unsaved chunk written)", rc);
+	evict(s, &a);
+	CHECK_EQ(evicted_unsaved(s), 0);
+	CHECK_RC(kvt_get_sync(s, &a, 0, 0, buf, PAYLOAD, &res), 0);
+	CHECK_EQ(res.tier, 1);
+	CHECK(test_check(buf, PAYLOAD, 7));
+
+	/* 3. */
+	open_circuit(s, t, false);
+	struct kvt_key b;
+	new_key(s, &b);
+	put(s, &b, 8);
+	settle(s);
+	evict(s, &b);
+	uint64_t lost = evicted_unsaved(s);
+	printf("store_wb_unsaved: evicted unsaved %llu\n", (unsigned long long)lost);
+	CHECK(lost >= 1);
+	kvt__faulty_set(t, 0, 0, 0);
+	settle(s);
+	close_circuit(s);
+	rc = flush_box(s, &res);
+	printf("store_wb_unsaved: flush after a loss: %d, tier %d\n", rc, res.tier);
+	CHECKM(rc == -EIO && res.tier == 1, "flush after an unsaved chunk was evicted: %d, tier %d",
+	       rc, res.tier);
+	rc = flush_healed(s, &res);
+	CHECKM(rc == 0, "the next flush: %d (the loss was reported once)", rc);
+	CHECK_EQ(kvt_get_sync(s, &b, 0, 0, buf, PAYLOAD, &res), -ENOENT);
+	kvt_store_close(s);
+	test_rmdir(dir);
+
+	/* 4. */
+	dir = test_tmpdir("wb_unsaved_back");
+	s = open_store(dir, "write-back");
+	t = kvt__store_tier(s, 1);
+	open_circuit(s, t, true);
+	struct kvt_key c;
+	new_key(s, &c);
+	put(s, &c, 9);
+	CHECK_EQ(kvt_flush_sync(s), -EIO); /* writes it: skipped, the circuit is open */
+	settle(s);
+	kvt__faulty_set(t, 0, 0, 0);
+	rc = flush_healed(s, &res);
+	CHECKM(rc == 0, "write-back flush after the tier healed: %d", rc);
+	evict(s, &c);
+	CHECK_RC(kvt_get_sync(s, &c, 0, 0, buf, PAYLOAD, &res), 0);
+	CHECK_EQ(res.tier, 1);
+	CHECK(test_check(buf, PAYLOAD, 9));
+	CHECK_EQ(evicted_unsaved(s), 0);
+	kvt_store_close(s);
+	test_rmdir(dir);
+	free(buf);
+	printf("store_wb_unsaved: ok\n");
+	return 0;
+}
