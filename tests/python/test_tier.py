@@ -595,6 +595,7 @@ def test_a_load_whose_poll_raises_fails_alone(tdir, monkeypatch):
         assert res == {2: True, 3: False}, res
         assert t._load_failures == {"error": 1}
         assert not t._load_jobs
+        assert bad._j is None  # freed, not held by the rows handle until shutdown
     finally:
         t.shutdown()
 
@@ -703,3 +704,155 @@ def test_unpinned_local_weights_separate_namespaces(tdir):
     assert len({key(g1, **name), key(g2, **name), plain}) == 3
     pinned = {**name, "model.revision": "v1"}
     assert key(a, **pinned) == key(b, **pinned) == key("tiny-test", **pinned)
+
+
+def test_stats_after_a_counter_reset_are_the_counts_since(tdir, monkeypatch):
+    """get_stats reported each counter as the new snapshot minus the last. A restarted
+    kvtierd (client mode) counts from 0 again: the increase was negative, and vLLM's
+    Prometheus Counter.inc raised ValueError into AsyncLLM's output loop, killing the
+    server's output. A counter below its last value is now counted from 0."""
+    from kvtier.vllm.tier import _COUNTERS
+    buf, view = primary()
+    t = tier(view, tdir, config={"store.tiers": "dram"})
+    try:
+        base = t.store_stats()
+
+        def snap(n):  # the store's snapshot with every counter of every tier at n
+            return {**base, "tiers": [{**d, **dict.fromkeys(_COUNTERS.values(), n)}
+                                      for d in base["tiers"]]}
+        t._last_stats = snap(100)
+        snaps = iter([snap(3), snap(10), snap(10)])  # restarted, counted on, idle
+        monkeypatch.setattr(t, "_stats_now", lambda: next(snaps))
+        for want in (3, 7, None):
+            vals = t.get_stats().data["data"]
+            assert [vals.get(name, {}).get(("dram",)) for name in _COUNTERS] \
+                == [want] * len(_COUNTERS), vals  # -97 each after the restart
+            assert all(v >= 0 for name in _COUNTERS for v in vals.get(name, {}).values())
+    finally:
+        t.shutdown()
+
+
+def test_overlong_tenant_gets_no_caching(tdir, caplog):
+    """kvtier_tenant had no length limit, and the whole context (tenant included) was
+    hashed again for every chunk key on vLLM's scheduler thread: a 1 MiB tenant cost
+    ~1.5 s per pass over a 32k-token prompt, 8 MiB ~12.5 s, stalling every request. A tenant
+    over a namespace field's limit (1024 bytes encoded, as the C library's) is now refused
+    as other unusable tenants are: no kvtier caching, one warning that does not print it."""
+    buf, view = primary()
+    t = tier(view, tdir)
+    try:
+        plain, keys = stored(t, "plain", 91)
+        at_limit = ReqContext("ok", kv_transfer_params={"kvtier_tenant": "t" * 1024})
+        t.on_new_request(at_limit)
+        assert not t._uncached(at_limit)
+        for job, bad in enumerate(("x" * 1025, "\u00e9" * 513, "y" * (8 << 20)), start=2):
+            rc = ReqContext("r", kv_transfer_params={"kvtier_tenant": bad})
+            caplog.clear()
+            with caplog.at_level("WARNING", logger="kvtier.vllm"):
+                t.on_new_request(rc)
+            msgs = [r.getMessage() for r in caplog.records if r.name == "kvtier.vllm"]
+            assert len(msgs) == 1 and "no kvtier caching" in msgs[0], msgs  # none: cached
+            assert "longer than 1024 bytes" in msgs[0] and "\n" not in msgs[0]
+            assert ascii(bad[:8])[1:-1] not in msgs[0] and len(msgs[0]) < 200, msgs
+            assert t.lookup(keys[0], rc) is LookupResult.MISS
+            t.submit_store(TransferJob(job, keys, np.array([2, 3]), False, rc))
+            assert not wait_jobs(t, 1)[0].success
+    finally:
+        t.shutdown()
+
+
+def test_chunk_keys_are_the_bytes_they_were(tdir):
+    """Chunk keys are now hashed from a per-context prefix made once and copied per key.
+    They must stay the bytes of the one-pass derivation (docs/VLLM.md), or the chunks
+    already stored are no longer found."""
+    import hashlib
+
+    from kvtier.vllm.naming import DOMAIN, chunk_key, context_bytes
+
+    def one_pass(ns_id, ctx, okey):
+        h = hashlib.sha256(DOMAIN)
+        for part in (ns_id, len(ctx).to_bytes(4, "little"), ctx, bytes(okey)):
+            h.update(part)
+        return h.digest()
+
+    buf, view = primary()
+    t = tier(view, tdir)
+    try:
+        for tenant in (None, "a", "tenant-\u00e9\u4e2d", "z" * 1024):
+            rc = ReqContext("k", kv_transfer_params=tenant and {"kvtier_tenant": tenant})
+            t.on_new_request(rc)
+            ctx = context_bytes(t._hash_algo, t._tokens_per_hash, tenant or "",
+                                weights=t._weights)
+            for okey in okeys(3, seed=93) * 2:  # twice: a copy leaves the prefix as it was
+                want = one_pass(t.ns_id, ctx, okey)
+                assert t._key(okey, rc) == want
+                assert chunk_key(t.ns_id, ctx, okey) == want
+        assert t._key(okeys(1, seed=93)[0], None) == one_pass(
+            t.ns_id, context_bytes(t._hash_algo, t._tokens_per_hash, weights=t._weights),
+            okeys(1, seed=93)[0])
+    finally:
+        t.shutdown()
+
+
+def test_canonical_layout_is_refused(tdir):
+    """With vLLM's canonical_layout (CUDA) a row holds one page per tensor with every head,
+    but the tier reads it as one slot per TP rank: the sizes match, so engines of other TP
+    sizes sharing a store exchanged KV with its heads shuffled (whole bytes: no checksum
+    catches it). spec.py refused it on CPU only; the tier now refuses it everywhere."""
+    import dataclasses
+    _, view = primary()
+    s = TieringOffloadingSpec(dataclasses.replace(spec().config, canonical_layout=True))
+    with pytest.raises(ValueError, match="KvtierTier does not implement vLLM's "
+                                         "canonical_layout; remove it from the extra config"):
+        KvtierTier(s, view, "KvtierTier", model=MODEL, layout="cpu-vec",
+                   config={"store.tiers": "dram", "dram.bytes": "8MiB",
+                           "dram.hugepages": False})
+
+
+def test_drain_jobs_leaves_every_job_to_the_next_get_finished_jobs(tdir):
+    """drain_jobs waited for the store jobs' futures, but a job reached get_finished_jobs
+    through a done-callback, which concurrent.futures runs after waking the waiters: drain
+    could return with a job not yet reported, and vLLM's reset_cache then failed its
+    assertion that no job was left (1 in 20,000 with a 1 us switch interval). Here the
+    futures' callbacks are held until after the check, which makes the race certain."""
+    import concurrent.futures as cf
+    import threading
+
+    release = threading.Event()
+
+    class LateCallbacks(cf.Future):
+        def _invoke_callbacks(self):  # CPython's set_result: after the waiters are woken
+            release.wait(10)
+            super()._invoke_callbacks()
+
+    class Pool:  # the store pool's role, on threads of its own
+        def __init__(self):
+            self.threads = []
+
+        def submit(self, fn, *args, **kw):
+            f = LateCallbacks()
+            th = threading.Thread(target=lambda: f.set_result(fn(*args, **kw)))
+            th.start()
+            self.threads.append(th)
+            return f
+
+        def shutdown(self, wait=True):
+            for th in self.threads:
+                th.join()
+
+    buf, view = primary()
+    t = tier(view, tdir)
+    t._store_pool.shutdown()
+    t._store_pool = Pool()
+    try:
+        rc = ReqContext("d")
+        t.on_new_request(rc)
+        t.submit_store(TransferJob(1, okeys(2, seed=95), np.arange(2), False, rc))
+        t.drain_jobs()
+        res = list(t.get_finished_jobs())
+        release.set()
+        assert [(r.job_id, r.success) for r in res] == [(1, True)], res  # []
+        assert not t.has_pending_work()
+    finally:
+        release.set()
+        t.shutdown()

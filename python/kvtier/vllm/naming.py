@@ -103,13 +103,26 @@ def weights_sample(path: str) -> str:
     return h.hexdigest() if found else ""
 
 
-def chunk_key(ns_id: bytes, ctx: bytes, offload_key: bytes) -> bytes:
-    """The kvtier key (32 bytes) of one vLLM chunk."""
+def key_prefix(ns_id: bytes, ctx: bytes):
+    """The SHA-256 state over what comes before the OffloadKey in every chunk key of one
+    namespace and context. Made once per context and copied per key (key_from): hashing ctx
+    again for each key cost a pass over it per chunk on vLLM's scheduler thread."""
     if len(ns_id) != 32:
         raise ValueError("ns_id must be 32 bytes")
     h = hashlib.sha256(DOMAIN)
     h.update(ns_id)
     h.update(len(ctx).to_bytes(4, "little"))
     h.update(ctx)
+    return h
+
+
+def key_from(prefix, offload_key: bytes) -> bytes:
+    """The kvtier key (32 bytes) of one vLLM chunk, from its context's key_prefix."""
+    h = prefix.copy()
     h.update(bytes(offload_key))
     return h.digest()
+
+
+def chunk_key(ns_id: bytes, ctx: bytes, offload_key: bytes) -> bytes:
+    """The kvtier key (32 bytes) of one vLLM chunk."""
+    return key_from(key_prefix(ns_id, ctx), offload_key)

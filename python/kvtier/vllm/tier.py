@@ -56,10 +56,11 @@ from vllm.v1.kv_offload.tiering.base import JobId, JobResult, SecondaryTierManag
 
 import kvtier
 from kvtier.config import flatten
+from kvtier.keys import NS_FIELD_MAX
 
 from . import options as opt
 from .layout import LAYOUTS, RowLayout
-from .naming import chunk_key, context_bytes, weights_digest, weights_sample
+from .naming import context_bytes, key_from, key_prefix, weights_digest, weights_sample
 
 log = logging.getLogger("kvtier.vllm")
 # KVTIER_VLLM_PROFILE=1: one line per transfer job on stderr with the time of each stage
@@ -106,7 +107,7 @@ class _Verdict:
 
 @dataclass
 class _ReqTenant:
-    ctx: bytes | None  # None: a tenant that names no namespace; the request is not cached
+    prefix: Any  # key_prefix of its tenant's context; None: unusable, not cached
 
 
 @dataclass
@@ -237,6 +238,12 @@ class KvtierTier(SecondaryTierManager):
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         self.locality = Locality(locality) if locality is not None else None
         oc = offloading_spec.config
+        if oc.canonical_layout:
+            # vLLM then writes one page per tensor holding every head, but a row is read
+            # as one slot per TP rank: the sizes match, so engines of other TP sizes
+            # sharing a store would exchange KV with its heads shuffled, unnoticed
+            raise ValueError("KvtierTier does not implement vLLM's canonical_layout; "
+                             "remove it from the extra config")
         if len(oc.groups) != 1:
             raise ValueError("KvtierTier supports models with one KV cache group "
                              f"(this one has {len(oc.groups)})")
@@ -306,8 +313,8 @@ class KvtierTier(SecondaryTierManager):
                 log.warning("kvtier tier %s: model %s has no revision and its weights "
                             "were not found to sample: pin it (model.revision) before "
                             "another engine shares this store", tier_type, oc.model.name)
-        self._ctx = context_bytes(self._hash_algo, self._tokens_per_hash,
-                                  weights=self._weights)
+        self._prefix = key_prefix(self.ns_id, context_bytes(
+            self._hash_algo, self._tokens_per_hash, weights=self._weights))
         self._tier_names = list(self._store.tiers)
         self._payload = self._store.payload_bytes()
         assert self._payload == self.layout.payload_bytes, "geometry mismatch"
@@ -319,8 +326,8 @@ class KvtierTier(SecondaryTierManager):
         self._verdicts: dict[bytes, _Verdict] = {}
         self._req_keys: dict[str, set[bytes]] = {}
         self._lookups: queue.SimpleQueue = queue.SimpleQueue()  # (key, hit) from lookup completions
-        self._jobs: dict[JobId, tuple[cf.Future, TransferJob, bool]] = {}
-        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: dict[JobId, tuple[cf.Future | None, TransferJob, bool]] = {}
+        self._done: queue.SimpleQueue = queue.SimpleQueue()  # _Done of the jobs over
         # loads and stores: one libkvtier call per job (kvtier.Rows), which reads, waits
         # with the job's deadline and converts between the rows and canonical chunks in C
         # without holding the GIL (a busy vLLM step loop starved the per-chunk Python
@@ -365,14 +372,14 @@ class KvtierTier(SecondaryTierManager):
     # ------------------------------------------------------------------ keys
     def _key(self, okey: OffloadKey, rc: ReqContext | None) -> bytes:
         st = rc.get_state(_ReqTenant) if rc is not None else None
-        return chunk_key(self.ns_id, st.ctx if st else self._ctx, okey)
+        return key_from(st.prefix if st else self._prefix, okey)
 
     @staticmethod
     def _uncached(rc: ReqContext | None) -> bool:
         """A request whose kvtier_tenant cannot be used (on_new_request): it gets no kvtier
         caching, neither lookups nor loads nor stores."""
         st = rc.get_state(_ReqTenant) if rc is not None else None
-        return st is not None and st.ctx is None
+        return st is not None and st.prefix is None
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         params = req_context.kv_transfer_params
@@ -383,32 +390,39 @@ class KvtierTier(SecondaryTierManager):
                 # namespace, and str() made 1 and "1" one tenant
                 if not isinstance(t, str) or not t:
                     raise TypeError("not a non-empty string")
-                ctx = context_bytes(self._hash_algo, self._tokens_per_hash, t,
-                                    weights=self._weights)
+                # a namespace field's limit (docs/FORMAT.md section 1), checked before
+                # anything reads the whole string: each request's keys hash it on this
+                # thread (8 MiB cost ~12 s per 32k-token prompt, stalling every request)
+                if len(t) > NS_FIELD_MAX or len(t.encode()) > NS_FIELD_MAX:
+                    raise OverflowError(f"longer than {NS_FIELD_MAX} bytes")
+                prefix = key_prefix(self.ns_id, context_bytes(
+                    self._hash_algo, self._tokens_per_hash, t, weights=self._weights))
             except Exception as e:  # never raise into vLLM's scheduler
                 # kv_transfer_params come from the API client. A tenant that cannot be
-                # written into the key context (not a non-empty string; control
-                # characters; a lone surrogate, which is not UTF-8) makes the request
-                # uncached rather than escaped or ignored: ignoring it would serve the
-                # request from (and store it into) the shared untenanted namespace,
+                # written into the key context (not a non-empty string; too long;
+                # control characters; a lone surrogate, which is not UTF-8) makes the
+                # request uncached rather than escaped or ignored: ignoring it would serve
+                # the request from (and store it into) the shared untenanted namespace,
                 # defeating the isolation the salt asks for;
                 # an escaping would be a second spelling of the documented derivation
                 # (docs/VLLM.md) that other engines sharing the store do not reproduce,
                 # for a value that is a malformed or hostile client input. Serving it
                 # without the cache is always correct: vLLM recomputes.
-                ctx = None
+                prefix = None
                 try:  # ascii(): control characters are shown escaped, never written
-                    shown = ascii(t[:64] if isinstance(t, str) else t)[:80]
+                    shown = (f"of {len(t)} characters" if isinstance(e, OverflowError) else
+                             ascii(t[:64] if isinstance(t, str) else t)[:80])
                 except Exception:
                     shown = "(unprintable)"
-                reason = ("not valid Unicode" if isinstance(e, UnicodeError) else
+                reason = (str(e) if isinstance(e, OverflowError) else
+                          "not valid Unicode" if isinstance(e, UnicodeError) else
                           "control characters" if isinstance(e, ValueError) else
                           "not a non-empty string" if isinstance(e, TypeError) else
                           type(e).__name__)
                 log.warning("kvtier: request %s: kvtier_tenant %s is not usable (%s); "
                             "the request gets no kvtier caching",
                             ascii(str(req_context.req_id)[:64]), shown, reason)
-            req_context.set_state(_ReqTenant(ctx))
+            req_context.set_state(_ReqTenant(prefix))
         return RequestOffloadingContext()
 
     # ---------------------------------------------------------------- lookup
@@ -513,17 +527,26 @@ class KvtierTier(SecondaryTierManager):
                            "convert": r.convert_s},
                      finished=t1)
 
+    def _run(self, fn, job: TransferJob, *args, is_load: bool) -> None:
+        """Run fn and queue its _Done, on the pool's thread, before the job's future is
+        done: a done-callback runs after Future.set_result has woken its waiters, so
+        drain_jobs could return before a job it waited for was queued, and vLLM's
+        reset_cache then found the job still pending."""
+        try:
+            d = fn(job, *args)
+        except Exception as e:  # a bug, not an I/O failure: fail the job, keep serving
+            log.exception("kvtier job %d raised", job.job_id)
+            d = _Done(job.job_id, 0, len(list(job.keys)), is_load, 0.0, type(e).__name__)
+        self._done.put(d)
+
     def _submit(self, pool, job: TransferJob, fn, *args, is_load: bool) -> None:
-        fut = pool.submit(fn, job, *args)
+        fut = pool.submit(self._run, fn, job, *args, is_load=is_load)
         self._jobs[job.job_id] = (fut, job, is_load)
-        fut.add_done_callback(lambda f, j=job.job_id: self._done.put(j))
 
     def _refuse(self, job: TransferJob, is_load: bool) -> None:
         """Complete a job of an uncached request at once, failed, with nothing moved."""
-        fut: cf.Future = cf.Future()
-        fut.set_result(_Done(job.job_id, 0, len(list(job.keys)), is_load, 0.0, "tenant"))
-        self._jobs[job.job_id] = (fut, job, is_load)
-        self._done.put(job.job_id)
+        self._jobs[job.job_id] = (None, job, is_load)
+        self._done.put(_Done(job.job_id, 0, len(list(job.keys)), is_load, 0.0, "tenant"))
 
     def submit_store(self, job_metadata: TransferJob) -> None:
         if self._uncached(job_metadata.req_context):
@@ -565,6 +588,7 @@ class KvtierTier(SecondaryTierManager):
                 r = rj.poll(timeout_ms) if rj is not None else None
             except Exception as e:  # a bug or a closing store: fail this job, not the rest
                 log.warning("kvtier load job %d: poll raised %s", job_id, e)
+                rj.free()  # else the rows handle holds it until shutdown
                 r, rj = None, None
             if rj is not None and r is None:
                 continue
@@ -592,16 +616,11 @@ class KvtierTier(SecondaryTierManager):
         results = [self._reap(job_id, d, job, True) for job_id, d, job in self._poll_loads()]
         while True:
             try:
-                job_id = self._done.get_nowait()
+                d: _Done = self._done.get_nowait()
             except queue.Empty:
                 break
-            fut, job, is_load = self._jobs.pop(job_id)
-            try:
-                d: _Done = fut.result()
-            except Exception as e:  # a bug, not an I/O failure: fail the job, keep serving
-                log.exception("kvtier job %d raised", job_id)
-                d = _Done(job_id, 0, len(list(job.keys)), is_load, 0.0, type(e).__name__)
-            results.append(self._reap(job_id, d, job, is_load))
+            _, job, is_load = self._jobs.pop(d.job_id)
+            results.append(self._reap(d.job_id, d, job, is_load))
         return results
 
     def _reap(self, job_id: JobId, d: _Done, job: TransferJob, is_load: bool) -> JobResult:
@@ -648,7 +667,7 @@ class KvtierTier(SecondaryTierManager):
             transfer_time=d.seconds, transfer_bytes=nbytes or None)
 
     def drain_jobs(self) -> None:
-        cf.wait([f for f, _, _ in list(self._jobs.values())])
+        cf.wait([f for f, _, _ in list(self._jobs.values()) if f is not None])
         for rj, _, _, _ in list(self._load_jobs.values()):
             if rj is not None:
                 rj.poll(-1)  # over (its result stays for get_finished_jobs)
@@ -750,7 +769,10 @@ class KvtierTier(SecondaryTierManager):
         for t_now, t_old in zip(now["tiers"] if now else (), self._last_stats["tiers"]):
             lv = (t_now["name"],)
             for name, f in _COUNTERS.items():
-                d = t_now[f] - t_old[f]
+                # less than before: the counter restarted from 0 (kvtierd restarted, in
+                # client mode) and the new value is the count since; a negative increase
+                # raised ValueError from vLLM's Prometheus Counter.inc into its output loop
+                d = t_now[f] - t_old[f] if t_now[f] >= t_old[f] else t_now[f]
                 if d:
                     out.increase_counter(name, d, lv)
             out.set_gauge(M.USED_BYTES, t_now["bytes"], lv)
