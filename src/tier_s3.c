@@ -8,8 +8,10 @@
  *
  * Corrupt objects: each read remembers which copy of the key it was served (per key, recent
  * reads): the answer's ETag and Last-Modified. drop_corrupt deletes the object only if it is
- * still that copy: a HEAD with If-Match: <ETag> whose answer must also carry the same
- * Last-Modified, then a DELETE with If-Match: <ETag>. Other nodes share the bucket and may
+ * still that copy and damaged: a HEAD with If-Match: <ETag> whose answer must also carry the
+ * same Last-Modified, a GET of the whole copy with the same If-Match and Last-Modified whose
+ * bytes must fail the object check (a read damaged on its way - a proxy, a plain-http hop -
+ * leaves a good copy in place), then a DELETE with If-Match: <ETag>. Other nodes share the bucket and may
  * have written the key again with good bytes since that read (after their own report
  * dropped the bad copy, or after a remove); an unconditional DELETE would remove that good
  * copy, and every node would then miss the key. Both fields are compared because the ETag
@@ -17,7 +19,7 @@
  * rest keeps the ETag, not the Last-Modified (a new write, unless in the same second). A
  * key whose recent reads served different copies, or that no remembered read served, is
  * left in place: a corrupt copy left costs a later re-read (which reports it again), a good
- * copy dropped costs every node a miss. What remains: a rewrite that lands between the HEAD
+ * copy dropped costs every node a miss. What remains: a rewrite that lands between the GET
  * and the DELETE (one round trip) is still deleted where the DELETE's If-Match cannot tell
  * it apart: on Ceph RGW 16 (the test stack), which ignores If-Match on DELETE (measured: a
  * wrong ETag deleted the object), and on any server when the rewrite has the same bytes (a
@@ -55,6 +57,7 @@
 
 #include <curl/curl.h>
 
+#include "format.h"
 #include "redact.h"
 #include "s3_credentials.h"
 #include "tier.h"
@@ -130,6 +133,7 @@ struct s3_op {
 	uint32_t nx;
 	struct kvt_key *keys; /* exists: a copy of the batch's keys, after xfers[] */
 	struct s3_copy copy;  /* drop: the copy the corrupt read was served */
+	uint8_t *check;       /* drop: the copy read again, to check before deleting it */
 	struct s3_xfer xfers[];
 };
 
@@ -431,6 +435,7 @@ static void op_finish_xfer(struct s3_xfer *x, int rc)
 		atomic_fetch_add(&s->cnt.errors, 1);
 	for (uint32_t i = 0; i < op->nx; i++)
 		curl_slist_free_all(op->xfers[i].hdrs);
+	kvt__free(op->check);
 	kvt_tier_cb cb = op->cb;
 	void *arg = op->arg;
 	kvt__free(op);
@@ -563,13 +568,65 @@ static const char *error_code(const char *body, char *code, size_t cap)
 	return code;
 }
 
-/* A drop found another copy than the one the corrupt read was served: not an error. */
-static void drop_left(struct s3_state *s, struct s3_xfer *x)
+/* A drop found another copy than the one the corrupt read was served, or found the copy
+ * sound: not an error. */
+static void drop_left_why(struct s3_state *s, struct s3_xfer *x, const char *why)
 {
 	char hex[2 * KVT_KEY_BYTES + 1];
 	kvt_key_to_hex(x->key, hex);
-	KVT_INFO(&s->t->log, "s3: %s was rewritten since the corrupt read; left in place", hex);
+	KVT_INFO(&s->t->log, "s3: %s %s; left in place", hex, why);
 	op_finish_xfer(x, 0);
+}
+
+static void drop_left(struct s3_state *s, struct s3_xfer *x)
+{
+	drop_left_why(s, x, "was rewritten since the corrupt read");
+}
+
+/* A drop's HEAD found the copy the corrupt read was served (clen bytes): read it again,
+ * whole, with the same If-Match, and delete it only if it is damaged (drop_checked). The
+ * read may have been damaged on its way (a proxy, a plain-http hop, a bad NIC) while the
+ * stored copy is good, and a delete then costs every node sharing the bucket a miss. A copy
+ * too short for a header, or longer than a full chunk's object, is damaged as it stands. */
+static void drop_reread(struct s3_state *s, struct s3_xfer *x, curl_off_t clen)
+{
+	struct s3_op *op = x->op;
+	if (s->t->geometry && clen >= (curl_off_t)KVT_HEADER_BYTES &&
+	    (uint64_t)clen <= s->t->object_max &&
+	    (op->check = kvt__malloc((size_t)clen))) {
+		x->method = M_GET;
+		x->buf = op->check;
+		x->off = 0;
+		x->len = (uint64_t)clen;
+	} else {
+		/* damaged as it stands - or no geometry to check it with (a tier opened
+		 * outside a store) or no memory for the check: as before the check existed */
+		x->method = M_DELETE;
+	}
+	x->attempt = 0;
+	wait_insert(s, x);
+}
+
+/* A drop's re-read answered: delete the copy only if it is still the one read and damaged. */
+static void drop_checked(struct s3_state *s, struct s3_xfer *x)
+{
+	struct s3_op *op = x->op;
+	if (!copy_eq(&x->copy, &op->copy)) {
+		drop_left(s, x);
+		return;
+	}
+	struct kvt_expect exp = {.geometry = s->t->geometry, .key = x->key,
+				 .max_object_bytes = s->t->object_max};
+	if (x->got == x->len && kvt__object_verify(x->buf, x->len, &exp, NULL) == 0) {
+		/* A copy whose CRCs hold but whose MAC the engine refused (store.protection)
+		 * is left too: the tier has no key to check a MAC with. */
+		drop_left_why(s, x, "is sound when read again (the corrupt read was damaged on "
+				    "its way)");
+		return;
+	}
+	x->method = M_DELETE;
+	x->attempt = 0;
+	wait_insert(s, x);
 }
 
 /* A transfer's HTTP exchange ended (cc, status): finish it, retry it or chain the next step. */
@@ -611,7 +668,11 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 				drop_left(s, x);
 				return;
 			}
-			/* remove: it exists, now delete it (a drop: still the copy read) */
+			if (op->kind == OP_DROP) {
+				drop_reread(s, x, clen);
+				return;
+			}
+			/* remove: it exists, now delete it */
 			x->method = M_DELETE;
 			x->attempt = 0;
 			wait_insert(s, x);
@@ -619,6 +680,10 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 		case M_GET:
 			op->total += x->got;
 			atomic_fetch_add(&s->cnt.read_bytes, x->got);
+			if (op->kind == OP_DROP) {
+				drop_checked(s, x);
+				return;
+			}
 			break;
 		case M_PUT:
 			atomic_fetch_add(&s->cnt.write_bytes, op->len);
