@@ -3,11 +3,16 @@
  * file (s3_credentials.h). The file goes through kvt__ini_load, the configuration files'
  * reader, so it is bounded and checked the same way and a session token of KiBs is read
  * whole; a key the profile sets twice is an error naming the line, as in a configuration
- * file, because last-wins would let a forgotten line override the one being edited.
+ * file, because last-wins would let a forgotten line override the one being edited. Its
+ * owner and mode are checked first, as ssh checks a private key's: a file another user owns
+ * or can write could hold that user's keys (our writes would land in their bucket), so it
+ * is refused; one every user can read is used, with a warning.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "s3_credentials.h"
 
@@ -59,6 +64,35 @@ static int check_token(const struct kvt_log *log, const char *where, const char 
 	return 0;
 }
 
+/* The credentials file's owner and mode (the rule above); 0 or -EACCES. Checked
+ * by path before the read: a swap in between needs write access to the directory, which
+ * the check does not cover either. */
+static int file_check(const struct kvt_log *log, const char *file)
+{
+	struct stat st;
+	if (stat(file, &st) < 0 || !S_ISREG(st.st_mode))
+		return 0; /* the read reports it */
+	uid_t me = geteuid();
+	if (st.st_uid != me && st.st_uid != 0) {
+		KVT_ERR(log, "s3: credentials file %s: owned by uid %u, not by this user (uid %u) "
+			     "or root: refused (its owner could put their keys in it)",
+			file, (unsigned)st.st_uid, (unsigned)me);
+		return -EACCES;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		KVT_ERR(log, "s3: credentials file %s: writable by %s (mode %04o): refused "
+			     "(chmod go-w)",
+			file, st.st_mode & S_IWOTH ? "every user" : "its group",
+			(unsigned)(st.st_mode & 07777));
+		return -EACCES;
+	}
+	if (st.st_mode & S_IROTH)
+		KVT_WARN(log, "s3: credentials file %s: readable by every user (mode %04o): "
+			      "chmod 600",
+			 file, (unsigned)(st.st_mode & 07777));
+	return 0;
+}
+
 int kvt__s3_credentials_load(const struct kvt_log *log, const struct kvt_config *cfg,
 			     struct kvt__s3_credentials *out)
 {
@@ -66,6 +100,9 @@ int kvt__s3_credentials_load(const struct kvt_log *log, const struct kvt_config 
 	const char *file = kvt__cfg_str(cfg, "s3.credentials_file");
 	struct cred_ctx c = {kvt__cfg_str(cfg, "s3.profile"), NULL, NULL, NULL, 0, NULL};
 	if (*file) {
+		int prc = file_check(log, file);
+		if (prc < 0)
+			return prc;
 		char why[320];
 		int line, rc = kvt__ini_load(file, 65536, on_cred, &c, why, sizeof(why), &line);
 		if (rc < 0) { /* bounded: a regular file of at most 64 KiB (not /dev/zero) */

@@ -57,6 +57,8 @@
  * when a slot frees. Everything else about the
  * tier is tested against a real radosgw in tier_s3.c.
  */
+#include <sys/stat.h>
+
 #include "ceph_harness.h"
 
 extern const struct kvt_tier_ops kvt__tier_s3_ops;
@@ -454,7 +456,7 @@ static void credentials_files(const char *ep)
 		FILE *f = fopen(path, "w");
 		CHECK(f, "credentials file");
 		fprintf(f, files[i].text, tok, tok);
-		CHECK(fclose(f) == 0, "credentials file");
+		CHECK(fclose(f) == 0 && chmod(path, 0600) == 0, "credentials file");
 		free(tok);
 		struct kvt_config *cfg = fake_cfg(ep);
 		cfg_set(cfg, "s3.credentials_file", path);
@@ -486,9 +488,49 @@ static void credentials_files(const char *ep)
 			  lines_of(log_text) == 1,
 		      "credentials file %zu: log: %s", i, log_text);
 	}
+	/* Its owner and mode: another user's file, or one others can write, is refused (they
+	 * could put their keys in it); one every user can read is used, with a warning. */
+	static const struct {
+		mode_t mode;
+		uid_t owner; /* 0: ours */
+		const char *log;
+		int rc;
+	} modes[] = {
+	    {0644, 0, "readable by every user (mode 0644): chmod 600", 0},
+	    {0620, 0, "writable by its group (mode 0620): refused (chmod go-w)", -EACCES},
+	    {0602, 0, "writable by every user (mode 0602): refused", -EACCES},
+	    {0600, 12345, "owned by uid 12345, not by this user", -EACCES},
+	};
+	FILE *f = fopen(path, "w");
+	CHECK(f && fputs("[default]\naws_access_key_id = a\naws_secret_access_key = b\n", f) >= 0 &&
+		  fclose(f) == 0,
+	      "credentials file");
+	for (size_t i = 0; i < KVT_ARRAY_SIZE(modes); i++) {
+		CHECK(chmod(path, modes[i].mode) == 0, "chmod");
+		if (modes[i].owner && chown(path, modes[i].owner, (gid_t)-1) < 0) {
+			CHECK(geteuid() != 0, "chown as root: %s", strerror(errno));
+			fprintf(stderr, "credentials file owned by another user: not tried (not root)\n");
+			continue;
+		}
+		struct kvt_config *cfg = fake_cfg(ep);
+		cfg_set(cfg, "s3.credentials_file", path);
+		struct kvt_tier *t = NULL;
+		log_clear();
+		int rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+		kvt_config_destroy(cfg);
+		CHECK(rc == modes[i].rc && strstr(log_text, modes[i].log) &&
+			  lines_of(log_text) == (rc ? 1 : 2), /* and the open's own line */
+		      "credentials file of mode %04o, uid %u: %d, log: [%s]", (unsigned)modes[i].mode,
+		      (unsigned)modes[i].owner, rc, log_text);
+		if (rc == 0)
+			tier_close(t);
+		if (modes[i].owner)
+			CHECK(chown(path, geteuid(), (gid_t)-1) == 0, "chown back");
+	}
 	shf("rm -rf '%s'", dir);
 	fprintf(stderr, "credentials files: a key set twice in the profile refused with its line; "
-			"a 3000-character token read whole, an empty one sent as none\n");
+			"a 3000-character token read whole, an empty one sent as none; another "
+			"user's or a group-writable file refused, a world-readable one warned of\n");
 }
 
 /* s3.prefix goes into every object's URL unescaped: a '#' cut the URL there and a '?'
