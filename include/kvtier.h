@@ -412,6 +412,8 @@ KVT_EXPORT int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, 
 			       int8_t *tiers);
 KVT_EXPORT int kvt_get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
 			    uint32_t layer_end, void *buf, size_t len, struct kvt_result *res);
+/* With a deadline it returns by then: the chunks resident, or -ETIME if the prefetch was not
+ * over (what it started goes on and lands in DRAM). */
 KVT_EXPORT int kvt_prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
 				 uint64_t deadline_ns);
 KVT_EXPORT int kvt_remove_sync(struct kvt_store *s, const struct kvt_key *key);

@@ -1040,14 +1040,94 @@ int kvt__store_put_direct(struct kvt_store *s, const struct kvt_key *key,
 				       n_tokens, buf, len, gated_cb, g, true));
 }
 
+/* A prefetch_sync with a deadline: waited for until then at most, the prefetch left to
+ * finish on its own after (its fills land in DRAM). The box is on the heap, freed by
+ * whichever of the waiter and the completion comes last. */
+struct pf_box {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	bool done, abandoned;
+	int status;
+};
+
+static void pf_box_cb(void *arg, const struct kvt_result *res)
+{
+	struct pf_box *b = arg;
+	pthread_mutex_lock(&b->m);
+	bool gone = b->abandoned;
+	b->status = res->status;
+	b->done = true;
+	pthread_cond_signal(&b->c);
+	pthread_mutex_unlock(&b->m);
+	if (gone) {
+		pthread_mutex_destroy(&b->m);
+		pthread_cond_destroy(&b->c);
+		kvt__free(b);
+	}
+}
+
+/* 0 or -ETIME by the deadline (kvt__now_ns's clock); the box is the callback's from then
+ * on if it had not come. */
+static int pf_box_wait(struct pf_box *b, uint64_t deadline_ns)
+{
+	pthread_mutex_lock(&b->m);
+	while (!b->done) {
+		uint64_t now = kvt__now_ns();
+		if (now >= deadline_ns) {
+			b->abandoned = true;
+			pthread_mutex_unlock(&b->m);
+			return -ETIME;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		uint64_t ns = (uint64_t)ts.tv_nsec + KVT_MIN(deadline_ns - now, 1000000000ull);
+		ts.tv_sec += (time_t)(ns / 1000000000u);
+		ts.tv_nsec = (long)(ns % 1000000000u);
+		pthread_cond_timedwait(&b->c, &b->m, &ts);
+	}
+	int rc = b->status;
+	pthread_mutex_unlock(&b->m);
+	pthread_mutex_destroy(&b->m);
+	pthread_cond_destroy(&b->c);
+	kvt__free(b);
+	return rc;
+}
+
+/* With a deadline the call returns by it: the chunks resident then, or -ETIME if the
+ * prefetch had not finished (its lookup or fills still out on a tier; they go on and land
+ * in DRAM). Until 2026-12-05 the deadline only stopped fills from starting, and the call
+ * waited for the tiers' own deadlines. */
 static int prefetch_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n,
 			 uint64_t deadline_ns)
 {
 	if (s->client) return kvt__client_prefetch_sync(s->client, keys, n, deadline_ns);
-	struct waiter w;
-	waiter_init(&w);
 	struct kvt_storage_keys b;
 	int rc = kvt__e_skeys(s, &b, keys, n);
+	if (rc == 0 && deadline_ns) {
+		struct pf_box *box = kvt__calloc(1, sizeof(*box));
+		pthread_condattr_t ca;
+		if (!box) {
+			rc = -ENOMEM;
+		} else {
+			pthread_mutex_init(&box->m, NULL);
+			pthread_condattr_init(&ca);
+			pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+			pthread_cond_init(&box->c, &ca);
+			pthread_condattr_destroy(&ca);
+			rc = kvt__e_do_prefetch(s, b.keys, n, deadline_ns, pf_box_cb, box, true);
+			if (rc < 0) {
+				pthread_mutex_destroy(&box->m);
+				pthread_cond_destroy(&box->c);
+				kvt__free(box);
+			} else {
+				rc = pf_box_wait(box, deadline_ns);
+			}
+		}
+		kvt__storage_keys_free(&b);
+		return rc;
+	}
+	struct waiter w;
+	waiter_init(&w);
 	rc = waiter_wait(
 		&w, rc ? rc : kvt__e_do_prefetch(s, b.keys, n, deadline_ns, waiter_cb, &w, true),
 		NULL);

@@ -199,6 +199,7 @@ int main(void)
 	CHECK_EQ(kvt_get_sync(s, &b, 0, 0, buf, PAYLOAD, &res), -ENOENT);
 	kvt_store_close(s);
 	test_rmdir(dir);
+	free(dir);
 
 	/* 4. */
 	dir = test_tmpdir("wb_unsaved_back");
@@ -220,6 +221,7 @@ int main(void)
 	CHECK_EQ(evicted_unsaved(s), 0);
 	kvt_store_close(s);
 	test_rmdir(dir);
+	free(dir);
 	free(buf);
 	printf("store_wb_unsaved: ok\n");
 	return 0;
