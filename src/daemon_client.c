@@ -644,25 +644,35 @@ static void failed(struct cop *o, int rc)
 	}
 }
 
+/* A lookup or prefetch, in batches of what the region holds. The keys are copied into the
+ * region after the connection is made: a reconnect brings a new region (its HELLO answer
+ * at offset 0), and keys copied before it went out as the answer's bytes - until
+ * 2026-12-05 the first lookup after every cut or timeout found nothing
+ * (integ.daemon_lookup_reconnect). */
 static void run_lookup_like(struct kvt_client *c, struct cop *o)
 {
-	size_t batch = c->shm_len / (KVT_KEY_BYTES + 1);
 	int64_t total = 0;
 	size_t done = 0;
 	if (o->tiers)
 		memset(o->tiers, KVT_TIER_NONE, o->n);
 	while (done < o->n) {
-		size_t m = KVT_MIN(o->n - done, batch);
-		memcpy(c->shm, o->keys + done, m * KVT_KEY_BYTES);
-		struct kvtd_req req = {.op = o->op, .off = 0, .len = m * (KVT_KEY_BYTES + 1),
-				       .n = m, .deadline_ns = o->deadline_ns};
 		struct kvtd_rep rep;
+		struct kvtd_req req = {.op = o->op, .off = 0, .deadline_ns = o->deadline_ns};
+		size_t m = 0;
 		int rc = ensure(c);
-		if (rc == 0)
+		for (int tries = 0; rc == 0; tries++) {
+			m = KVT_MIN(o->n - done, c->shm_len / (KVT_KEY_BYTES + 1));
+			if (!m) {
+				rc = -EPROTO; /* a region too small for one key: not a daemon of ours */
+				break;
+			}
+			memcpy(c->shm, o->keys + done, m * KVT_KEY_BYTES);
+			req.len = m * (KVT_KEY_BYTES + 1);
+			req.n = m;
 			rc = exchange(c, &req, &rep, -1);
-		if (rc < 0 && stale(c, &rc)) {
-			memcpy(c->shm, o->keys + done, m * KVT_KEY_BYTES); /* a new region */
-			rc = exchange(c, &req, &rep, -1);
+			/* the connection had died under it: a new one (a new region) is up */
+			if (rc == 0 || tries || !stale(c, &rc))
+				break;
 		}
 		if (rc < 0) {
 			failed(o, rc);
