@@ -670,9 +670,11 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 			req.len = m * (KVT_KEY_BYTES + 1);
 			req.n = m;
 			rc = exchange(c, &req, &rep, -1);
-			/* the connection had died under it: a new one (a new region) is up */
+			/* the connection had died under it: a new one (a new region) is up, and
+			 * the keys are copied into it again */
 			if (rc == 0 || tries || !stale(c, &rc))
 				break;
+			rc = 0;
 		}
 		if (rc < 0) {
 			failed(o, rc);

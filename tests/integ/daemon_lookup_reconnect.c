@@ -6,7 +6,7 @@
  * reconnecting, so they went out as the answer's bytes: the first lookup after every cut
  * or timeout found nothing (0, tier -1) for a stored key, and a prefetch staged nothing (a
  * review's reproducer). With the real daemon binary:
- *  1. put K; lookup finds it; SIGSTOP the daemon; a get times out (300 ms); SIGCONT, and
+ *  1. put K; lookup finds it; SIGSTOP the daemon; a get times out (1 s); SIGCONT, and
  *     after the backoff the first lookup finds K in DRAM.
  *  2. the same again with a prefetch as the first call after the reconnect: 1 resident.
  *  3. the same with a get: exact bytes (it always copied after reconnecting).
@@ -28,7 +28,7 @@ static void cut(const struct kvt_key *k, uint8_t *back)
 	CHECKM(rc < 0 || r.cause < 0, "a get while the daemon is stopped: %d, cause %d", rc,
 	       r.cause);
 	kill(kvtd_pid, SIGCONT);
-	usleep(1200 * 1000); /* past the reconnect backoff */
+	usleep(2500 * 1000); /* past the reconnect backoff (the timeout), with room */
 }
 
 int main(void)
@@ -41,7 +41,7 @@ int main(void)
 	kvtd_start_test(sock, dir, extra);
 	struct kvt_config *cf = test_config("dram,nvme", dir);
 	test_set(cf, "store.daemon", kvtd_sock);
-	test_set(cf, "store.daemon_timeout_ms", "300");
+	test_set(cf, "store.daemon_timeout_ms", "1000"); /* its backoff too */
 	s = test_open(cf);
 	const struct kvt_geometry *g = kvt_store_geometry(s);
 	len = kvt_payload_bytes(g, g->chunk_tokens);
