@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,7 +118,14 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	if (memcmp(r->ns_id, g_ns, sizeof(g_ns)))
 		return -EINVAL; /* another model, geometry or tenant */
 	struct stat sb;
+	struct statfs fs;
 	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
+		return -EPROTO;
+	/* tmpfs only (a plain memfd): on hugetlbfs a client can punch a hole (F_SEAL_SHRINK
+	 * does not stop FALLOC_FL_PUNCH_HOLE) and use up the node's huge pages, and our next
+	 * write into the region dies of SIGBUS; tmpfs gives a punched page back on the next
+	 * touch. */
+	if (fstatfs(fd, &fs) < 0 || fs.f_type != TMPFS_MAGIC)
 		return -EPROTO;
 	/* Sealed against shrinking, so the mapping can never fault under us. */
 	int seals = fcntl(fd, F_GET_SEALS);

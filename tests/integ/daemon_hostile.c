@@ -14,7 +14,9 @@
  *     and takes clients again once descriptors come free;
  *  5. a refused HELLO (another namespace) is answered, then the connection closed (before,
  *     it stayed open with its HELLO deadline restarted: a peer retrying every few seconds
- *     held a daemon.max_clients place for good).
+ *     held a daemon.max_clients place for good);
+ *  6. a region on hugetlbfs is refused (before: mapped, and a hole the peer punched into it
+ *     with the node's huge pages used up killed the daemon with SIGBUS at its next write).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -281,6 +283,62 @@ static void test_refused_hello(void)
 	close(fd);
 }
 
+/* A region on hugetlbfs is refused at HELLO: F_SEAL_SHRINK does not stop a hole punched
+ * into it, and with the node's huge pages used up the daemon's next write into the region
+ * would die of SIGBUS. (The memfd is created without huge pages reserved: the refusal comes
+ * before any page is touched.) */
+static long hugepages(long set) /* vm.nr_hugepages; set >= 0: written first */
+{
+	FILE *f = fopen("/proc/sys/vm/nr_hugepages", set >= 0 ? "w" : "r");
+	long n = -1;
+	if (f && set >= 0)
+		n = fprintf(f, "%ld\n", set) > 0 ? set : -1;
+	else if (f && fscanf(f, "%ld", &n) != 1)
+		n = -1;
+	if (f && fclose(f) != 0)
+		n = -1;
+	return n;
+}
+
+static long hugepages_had = -1;
+static void hugepages_back(void) /* also when a CHECK fails: exit() runs it */
+{
+	if (hugepages_had >= 0)
+		hugepages(hugepages_had);
+}
+
+static void test_hugetlb_region(void)
+{
+	/* Without huge pages the daemon's mmap of the region fails anyway (ENOMEM), which
+	 * would hide the check: two are reserved for the test where it may (root), and the
+	 * setting is put back. */
+	long had = hugepages(-1);
+	if (had >= 0) {
+		hugepages_had = had;
+		atexit(hugepages_back);
+	}
+	bool reserved = had >= 0 && hugepages(had + 2) == had + 2 && hugepages(-1) >= had + 2;
+	printf("  huge pages for the test: %s\n", reserved ? "2 reserved" : "none (not root?)");
+	int fd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+	CHECKM(fd >= 0, "memfd_create(MFD_HUGETLB): %s", strerror(errno));
+	CHECK(ftruncate(fd, KVTD_SHM_MIN) == 0);
+	CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+	int sock = raw_connect();
+	struct kvtd_req q = {.magic = KVTD_MAGIC, .op = KVTD_HELLO, .version = KVTD_VERSION};
+	memcpy(q.ns_id, kvtd_ns, sizeof(kvtd_ns));
+	CHECK_RC(kvtd_send(sock, &q, sizeof(q), fd), 0);
+	struct kvtd_rep rep;
+	long r = kvtd_recv(sock, &rep, sizeof(rep), NULL);
+	printf("  a hugetlbfs region: %s\n",
+	       r == sizeof(rep) ? kvt_strerror(rep.res.status) : "connection dropped");
+	CHECK(r == 0 || (r == sizeof(rep) && rep.res.status < 0));
+	close(sock);
+	close(fd);
+	if (reserved)
+		CHECK(hugepages(had) == had);
+	hugepages_had = -1;
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -305,6 +363,7 @@ int main(void)
 	test_sealed_pool(s, &k);
 	test_descriptors();
 	test_refused_hello();
+	test_hugetlb_region();
 	CHECK(daemon_alive());
 
 	kvt_store_close(s);
