@@ -95,6 +95,9 @@ struct nv_seg {
 	uint64_t gen;	  /* from its header; bumped each time it is reused */
 	uint64_t hdr_gen; /* the header's own, as the open read it (a newer lap's record can
 			   * raise gen above it): store.read_only's lap check */
+	/* the open found its header block whole but not checking (torn or damaged); with
+	 * hdr_batches an intact record after it too (tier_nvme_log_recover.c, walk) */
+	bool hdr_bad, hdr_batches;
 	uint32_t readers; /* reads in flight: not reused meanwhile */
 	uint32_t batches; /* batches written and not yet acknowledged */
 	uint32_t movers;  /* unacknowledged batches re-appending its objects: not reused meanwhile */
@@ -209,6 +212,9 @@ struct nv_log {
 		bool damaged;
 		uint32_t dmg_seg;
 		uint64_t dmg_off, dmg_newer;
+		/* a segment whose header does not check but that holds batches: voids too */
+		bool badhdr;
+		uint32_t badhdr_seg;
 		/* records zeroed: those of incomplete batches and of the batches after them
 		 * in their segment, and a torn tail's (a record that does not check and those
 		 * that landed past it) */

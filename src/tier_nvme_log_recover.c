@@ -23,7 +23,8 @@
  * outside), a file outside the cycle that holds batches (the gap of a longer, earlier
  * cycle; removed by a read-write open), and log/head naming a newest segment that is not
  * there (deleted: it leaves no gap when it is the highest-numbered) or missing itself when
- * the headers say it was kept; `kvtier verify` reports a void as damage (void_anomaly).
+ * the headers say it was kept, and a segment whose header does not check but that holds
+ * batches (walk_bad_header); `kvtier verify` reports a void as damage (void_anomaly).
  * Files outside the cycle holding no batch, and other entries,
  * are warned about and left. A read-only open indexes nothing then, and writes nothing. A
  * segment file that fails to open for a reason other than not being a segment fails the
@@ -275,6 +276,40 @@ static uint64_t newer_lap(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t
 	return ok ? r->gen : 0;
 }
 
+/* Segment n's header block is whole but does not check (torn by a power cut while a reuse
+ * wrote it, or damaged since): nothing of it is walked, and what follows it decides. An
+ * intact record of this segment at the first batch's place (any generation: the lap that
+ * last wrote batches) says it held batches - their tombstones are lost with the header,
+ * and the log is voided (nv_log_recover, badhdr), where until 2026-12-05 the segment was
+ * taken for empty without a word and a removed key came back (integ.nvme_log_header).
+ * Either way its generation is raised above what its records carry (that record's here,
+ * every segment's in nv_log_recover), so that the generation its next header gets can
+ * never make an old lap's records check again: from 0, a reuse wrote generation 1, and
+ * the first lap's leftover records were valid again. A read-only open (no lock) reads the
+ * header once more first: a writer may have been writing it. */
+static int walk_bad_header(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk)
+{
+	ssize_t got;
+	if (s->ro) {
+		usleep(10000);
+		if ((got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, 0)) < 0)
+			return (int)got;
+		if (got == NV_LOG_BLOCK && nv_log_seghdr_ok(blk, n))
+			return 1; /* it checks now: walk it */
+	}
+	g->hdr_bad = true;
+	if (g->bytes < 2 * NV_LOG_BLOCK)
+		return 0;
+	if ((got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, NV_LOG_BLOCK)) < 0)
+		return (int)got;
+	uint64_t rg = got == NV_LOG_BLOCK ? newer_lap(blk, n, 0, NV_LOG_BLOCK, g->bytes) : 0;
+	if (rg) {
+		g->hdr_batches = true;
+		g->gen = KVT_MAX(g->gen, rg);
+	}
+	return 0;
+}
+
 /* Walk segment n's records (g: its file) into *bs; *ver (if not NULL) is raised to its
  * header's version. st (if not NULL): where the walk stopped short, and what is past it
  * (look_past). */
@@ -287,8 +322,12 @@ static int walk(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk, struct
 	if (got != NV_LOG_BLOCK)
 		return 0; /* empty: used from generation 1 */
 	struct nv_log_seghdr *h = (struct nv_log_seghdr *)blk;
-	if (!nv_log_seghdr_ok(blk, n))
-		return 0;
+	if (!nv_log_seghdr_ok(blk, n)) {
+		int rc = walk_bad_header(s, g, n, blk);
+		if (rc <= 0)
+			return rc;
+	}
+	g->hdr_bad = g->hdr_batches = false;
 	g->gen = g->hdr_gen = h->gen;
 	if (ver)
 		*ver = KVT_MAX(*ver, h->ver);
@@ -613,6 +652,10 @@ static int void_anomaly(struct nv *s)
 		snprintf(name, sizeof(name), "%s", NV_LOG_HEAD);
 		n = snprintf(why, sizeof(why),
 			     "missing, and the segments were written with one");
+	} else if (w->badhdr) {
+		snprintf(name, sizeof(name), "%u.kvl", w->badhdr_seg);
+		n = snprintf(why, sizeof(why),
+			     "its header does not check and it holds batches (torn or damaged)");
 	} else {
 		snprintf(name, sizeof(name), "%u.kvl", w->dmg_seg);
 		n = snprintf(why, sizeof(why),
@@ -796,7 +839,7 @@ int nv_log_recover(struct nv *s)
 	bool lost = false, headless = false;
 	if (have_head)
 		lg->seq = KVT_MAX(lg->seq, hd.seq);
-	uint32_t ver = 0, dseg = NV_LOG_NONE;
+	uint32_t ver = 0, dseg = NV_LOG_NONE, badhdr_seg = NV_LOG_NONE;
 	uint64_t dmg[2] = {0, 0};
 	struct rstop *st = NULL;
 	if (!gap && !outside && top && !(st = kvt__calloc(top, sizeof(*st))))
@@ -806,20 +849,23 @@ int nv_log_recover(struct nv *s)
 			rc = walk(s, &lg->segs[i], i, blk, &bs, &nb, &cap, &ver, &st[i]);
 		if (!rc)
 			dseg = judge_stops(lg, st, top, dmg, &rc);
+		for (uint32_t i = 0; i < top && badhdr_seg == NV_LOG_NONE; i++)
+			if (lg->segs[i].hdr_batches)
+				badhdr_seg = i;
 		if (have_head)
 			lost = hd.seg != NV_LOG_NONE &&
 			       (hd.seg >= top || lg->segs[hd.seg].gen < hd.gen);
 		else
 			headless = ver >= NV_LOG_SEG_VER;
-		if (lost || headless || dseg != NV_LOG_NONE) {
+		if (lost || headless || dseg != NV_LOG_NONE || badhdr_seg != NV_LOG_NONE) {
 			for (size_t i = 0; i < nb; i++)
 				kvt__free(bs[i].ent);
 			nb = 0;
 		}
 	}
 	kvt__free(st);
-	bool damaged = dseg != NV_LOG_NONE;
-	bool voids = gap || outside || lost || headless || damaged;
+	bool damaged = dseg != NV_LOG_NONE, badhdr = badhdr_seg != NV_LOG_NONE;
+	bool voids = gap || outside || lost || headless || damaged || badhdr;
 	if (voids)
 		lg->ow.nwipe = 0; /* every segment gets a new generation: nothing to zero */
 	/* Every segment of the cycle is voided (nv_log_open_writes): read for its generation
@@ -829,6 +875,15 @@ int nv_log_recover(struct nv *s)
 			rc = newest_seq(s, &lg->segs[i], i, blk, &lg->seq, NULL);
 	if (voids)
 		lg->start = top; /* the first batch recreates a missing one: the gap closes */
+	/* A segment whose header did not check: above every generation the log has used
+	 * (walk_bad_header). Segments are reused in cycle order, so a lap's records are never
+	 * more than a generation or so above the other segments' headers. */
+	uint64_t maxgen = 0;
+	for (uint32_t i = 0; i < end; i++)
+		maxgen = KVT_MAX(maxgen, lg->segs[i].gen);
+	for (uint32_t i = 0; i < end; i++)
+		if (lg->segs[i].hdr_bad)
+			lg->segs[i].gen = maxgen + 1;
 	uint64_t torn = 0, objs = 0, bad = 0;
 	if (!rc && nb) {
 		qsort(bs, nb, sizeof(*bs), cmp_seq);
@@ -872,6 +927,8 @@ int nv_log_recover(struct nv *s)
 	lg->ow.hd_seg = hd.seg;
 	lg->ow.hd_gen = hd.gen;
 	lg->ow.damaged = damaged;
+	lg->ow.badhdr = badhdr;
+	lg->ow.badhdr_seg = badhdr_seg;
 	lg->ow.dmg_seg = dseg;
 	lg->ow.dmg_off = dmg[0];
 	lg->ow.dmg_newer = dmg[1];
@@ -969,6 +1026,12 @@ void nv_log_open_writes(struct nv *s)
 			 "were written with one: the newest segment cannot be checked, nothing of "
 			 "the log is indexed, %u segment(s) emptied",
 			 voided);
+	if (w->badhdr)
+		KVT_WARN(s->log,
+			 "nvme: log: %u.kvl: its header does not check and it holds batches (torn "
+			 "or damaged: removals in it are lost): nothing of the log is indexed, %u "
+			 "segment(s) emptied",
+			 w->badhdr_seg, voided);
 	if (w->damaged)
 		KVT_WARN(s->log,
 			 "nvme: log: %u.kvl: the commit record at offset %" PRIu64
