@@ -973,8 +973,23 @@ void nv_log_open_writes(struct nv *s)
 	uint32_t voided = 0, removed = 0;
 	/* The void: every segment of the cycle a header of its next generation. A segment
 	 * whose header cannot be written turns the log off for the run (puts get files), so
-	 * the gap stays and the next open voids again. */
-	for (uint32_t i = 0; w->voids && !s->ro && i < w->end && !lg->broken; i++) {
+	 * the gap stays and the next open voids again. The segment that is the reason (a
+	 * damaged record's or header's, the one log/head names as lost) gets its header last:
+	 * its new header erases the reason, so a crash (or a failed write) in the middle must
+	 * leave it in place for the next open to void again - until 2026-12-05 the headers
+	 * went from 0 up, and a crash after the reason's left the segments not yet voided to
+	 * be indexed without the tombstones of those voided. */
+	uint32_t last[3] = {w->damaged ? w->dmg_seg : NV_LOG_NONE,
+			    w->badhdr ? w->badhdr_seg : NV_LOG_NONE,
+			    w->lost ? w->hd_seg : NV_LOG_NONE};
+	for (uint32_t k = 0; w->voids && !s->ro && k < w->end + 3 && !lg->broken; k++) {
+		bool late = k >= w->end;
+		uint32_t i = late ? last[k - w->end] : k;
+		if (i >= w->end || (!late && (i == last[0] || i == last[1] || i == last[2])))
+			continue;
+		if (late && ((k - w->end >= 1 && i == last[0]) ||
+			     (k - w->end == 2 && i == last[1])))
+			continue; /* named twice */
 		struct nv_seg *g = &lg->segs[i];
 		if (g->fd < 0)
 			continue;
