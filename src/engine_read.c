@@ -188,8 +188,8 @@ static bool chain_read_foreign(struct kvt_store *s, const void *buf, uint64_t le
 {
 	struct kvt_header h;
 	struct kvt_expect any = {.max_object_bytes = 0}; /* the format's own bound */
-	if (kvt__header_decode(buf, &h, &any) < 0)
-		return false;
+	if (len < KVT_HEADER_BYTES || kvt__header_decode(buf, &h, &any) < 0)
+		return false; /* (past len the buffer holds what an earlier read left) */
 	if (!same_geometry(&h.geometry, &s->geo) || memcmp(h.ns_id, s->ns_id, KVT_NS_ID_BYTES)) {
 		*why = "another namespace or geometry";
 		return true;
@@ -198,7 +198,6 @@ static bool chain_read_foreign(struct kvt_store *s, const void *buf, uint64_t le
 		*why = "an object larger than store.max_object_bytes";
 		return true;
 	}
-	(void)len;
 	return false;
 }
 
@@ -240,11 +239,16 @@ static void chain_read_done(void *arg, int64_t rc)
 	chain_read_verify(cr, rc); /* no pool or no memory: here */
 }
 
+/* A read's bytes checked: served, passed over (not ours to read, or another store's), or
+ * counted corrupt and dropped. A read of 0 bytes is an object present but empty - an
+ * object always has its header - so it is damage too: until 2026-12-05 it was a plain
+ * miss, and an empty object left under a key by a broken gateway or another writer stayed
+ * for good while lookups kept finding it. */
 static void chain_read_verify(struct chain_read *cr, int64_t rc)
 {
 	struct kvt_store *s = cr->s;
 	struct link *l = &s->links[cr->pos];
-	if (rc > 0) {
+	if (rc >= 0) {
 		struct kvt_header h;
 		struct kvt_expect exp = {.geometry = &s->geo, .ns_id = s->ns_id, .key = &cr->key,
 					 .max_object_bytes = s->max_object_bytes};

@@ -1,7 +1,9 @@
 /*
  * tier_redis.c - the "redis" tier: objects as Redis (or Valkey) string values, reached
  * through hiredis. Key: <redis.prefix><64 hex digits>. write = SET, read = STRLEN (to tell
- * a miss from an empty range) + one GETRANGE per segment, exists = one EXISTS per key,
+ * a miss from an empty range) + one GETRANGE per segment, exists = one STRLEN per key (an
+ * empty value, which this tier never writes, is a miss to exists as it is to read: with
+ * EXISTS a lookup found what no get could serve),
  * remove = DEL, all pipelined. scan (kvtier ls, verify) = SCAN over the prefix plus a
  * STRLEN per key, on a connection of its own, driven synchronously: a rare inspection,
  * kept off the I/O connections.
@@ -980,7 +982,7 @@ static int rd_exists(struct kvt_tier *t, const struct kvt_key *keys, uint32_t n,
 	op->present = n ? present : (uint8_t *)(op + 1);
 	op->ncmds = ncmds;
 	char name[512];
-	const char *argv[2] = {"EXISTS", name};
+	const char *argv[2] = {"STRLEN", name};
 	for (uint32_t i = 0; i < ncmds; i++) {
 		if (n)
 			key_name(s, &keys[i], name);

@@ -658,7 +658,9 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 		switch (x->method) {
 		case M_HEAD:
 			if (op->kind == OP_EXISTS) {
-				op->present[x->idx] = 1;
+				/* an empty object (this tier never writes one: a broken gateway,
+				 * another writer) is a miss to exists as it is to read (416) */
+				op->present[x->idx] = clen != 0;
 				break;
 			}
 			/* A drop's HEAD answered by another copy than the one the corrupt read
@@ -701,7 +703,9 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 		return;
 	}
 	if (cc == CURLE_OK && status == 416 && x->method == M_GET) {
-		op_finish_xfer(x, 0); /* the range starts past the end: a short (empty) read */
+		/* the range starts past the end: a short (empty) read; from offset 0, an empty
+		 * object, which is none (exists says so too) */
+		op_finish_xfer(x, x->off == 0 && op->kind == OP_READ ? -ENOENT : 0);
 		return;
 	}
 	if (cc == CURLE_OK && status == 404 && x->method == M_DELETE) {

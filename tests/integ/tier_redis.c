@@ -614,6 +614,32 @@ static void test_drop_rewritten(const struct rs *srv, const char *url)
 	th_close(b);
 }
 
+/* An empty value under a key's name (the tier never writes one: another writer) is a
+ * miss to exists as it is to read; until 2026-12-05 EXISTS found it while every read
+ * missed, so lookups kept reporting a chunk no get could serve. */
+static void test_empty_value(const struct rs *srv, const char *url)
+{
+	struct kvt_tier *t = open_redis(url, "2000", "1");
+	struct kvt_key k;
+	th_key(&k, 3, 19);
+	char name[128], hex[2 * KVT_KEY_BYTES + 1];
+	kvt_key_to_hex(&k, hex);
+	snprintf(name, sizeof(name), "kvt-test:%s", hex);
+	redisContext *c = redisConnect("127.0.0.1", srv->port);
+	CHECK(c && !c->err);
+	redisReply *r = redisCommand(c, "SET %s %b", name, "", (size_t)0);
+	CHECK(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	redisFree(c);
+	uint8_t present = 9, buf[64];
+	CHECK_EQ(th_exists(t, &k, 1, &present), 0);
+	int64_t rd = th_read_all(t, &k, buf, sizeof(buf));
+	printf("tier_redis: an empty value: exists %u, read %lld\n", present, (long long)rd);
+	CHECK_EQ(present, 0);
+	CHECK_EQ(rd, -ENOENT);
+	th_close(t);
+}
+
 static void test_auth_echo(void)
 {
 	struct rs r;
@@ -663,6 +689,8 @@ int main(void)
 	fprintf(stderr, "ok read-only: writes and removes -EROFS, nothing deleted\n");
 	test_drop_rewritten(&r, url);
 	fprintf(stderr, "ok a late corruption report deletes no copy written since\n");
+	test_empty_value(&r, url);
+	fprintf(stderr, "ok an empty value is a miss to exists as to read\n");
 	test_auth_echo();
 	fprintf(stderr, "ok no password in the log\n");
 	rs_stop(&r);

@@ -512,6 +512,45 @@ static void test_drop_rewritten(void)
 	free(back);
 }
 
+/* An empty object under a key's name (a broken gateway, another writer: the tier itself
+ * never writes one) is a miss to a lookup as it is to a get. Until 2026-12-05 a lookup
+ * (HEAD: 200) found it while every get missed (GET: 416, an empty read), so the engine
+ * kept being told of a chunk it could never read. Through a store, on the real radosgw;
+ * a put of the key then replaces it. */
+static void test_empty_object(void)
+{
+	struct kvt_config *cfg = s3_cfg("kvt-empty");
+	cfg_set(cfg, "store.tiers", "s3");
+	cfg_set(cfg, "model.layers", "2");
+	cfg_set(cfg, "model.kv_heads", "2");
+	cfg_set(cfg, "model.head_dim", "4");
+	cfg_set(cfg, "model.chunk_tokens", "8");
+	cfg_set(cfg, "model.name", "test-model");
+	struct kvt_store *st;
+	CHECK(kvt_store_open(cfg, &st) == 0, "store on s3");
+	kvt_config_destroy(cfg);
+	struct kvt_key k, sk;
+	key_of(&k, 12, 1);
+	kvt_storage_key(kvt_store_ns_id(st), &k, &sk);
+	raw_put("kvt-empty", &sk, "", 0);
+	int8_t tier = -9;
+	int found = kvt_lookup_sync(st, &k, 1, &tier);
+	size_t n = kvt_payload_bytes(kvt_store_geometry(st), 8);
+	uint8_t *buf = aligned(n), *back = aligned(n);
+	struct kvt_result res;
+	int rc = kvt_get_sync(st, &k, 0, 0, buf, n, &res);
+	printf("tier_s3: an empty object: lookup %d, get %d\n", found, rc);
+	CHECK(found == 0 && rc == -ENOENT, "an empty object: lookup %d, get %d (want 0, -ENOENT)",
+	      found, rc);
+	fill(buf, n, 12);
+	CHECK(kvt_put_sync(st, &k, NULL, 8, buf, n) == 0, "put over the empty object");
+	CHECK(kvt_get_sync(st, &k, 0, 0, back, n, &res) == 0 && !memcmp(back, buf, n),
+	      "the put's bytes");
+	kvt_store_close(st);
+	free(buf);
+	free(back);
+}
+
 /* radosgw stalled, then resumed, then killed, with requests in flight: every callback within
  * the deadline (plus scheduling slack), errors instead of hangs, and recovery after a stall. */
 static void test_rgw_failure(void)
@@ -620,6 +659,8 @@ int main(void)
 	fprintf(stderr, "ok corrupt body\n");
 	test_drop_rewritten();
 	fprintf(stderr, "ok drop_corrupt deletes the copy read, not one written since\n");
+	test_empty_object();
+	fprintf(stderr, "ok an empty object is a miss to lookups as to gets\n");
 	test_rgw_failure();
 	fprintf(stderr, "ok radosgw failure\n");
 	printf("PASS tier_s3\n");
