@@ -399,4 +399,22 @@ static inline void cfg_set(struct kvt_config *cfg, const char *k, const char *v)
 	CHECK(rc == 0, "%s", err);
 }
 
+/* A store of the tests' small model (2 layers, 2 KV heads, head dim 4, 8-token chunks) on
+ * the given tiers, opened from cfg (which it destroys): the engine's read path over a
+ * real server. */
+static inline struct kvt_store *store_on(struct kvt_config *cfg, const char *tiers)
+{
+	cfg_set(cfg, "store.tiers", tiers);
+	cfg_set(cfg, "model.layers", "2");
+	cfg_set(cfg, "model.kv_heads", "2");
+	cfg_set(cfg, "model.head_dim", "4");
+	cfg_set(cfg, "model.chunk_tokens", "8");
+	cfg_set(cfg, "model.name", "test-model");
+	struct kvt_store *st;
+	int rc = kvt_store_open(cfg, &st);
+	CHECK(rc == 0, "a store on %s: %d", tiers, rc);
+	kvt_config_destroy(cfg);
+	return st;
+}
+
 #endif

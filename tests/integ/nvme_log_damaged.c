@@ -29,13 +29,6 @@
 #include "format.h"
 #include "tier_nvme_log.h"
 
-#define NTOK 16 /* test_geom's chunk: a 20 KiB object, one batch of 24 KiB each */
-
-static uint64_t obj_bytes(void)
-{
-	return kvt_object_bytes(&test_geom, NTOK);
-}
-
 static const char *fsync_mode = "data";
 
 static int open_log(struct kvt_tier **t, const char *dir, bool ro)
@@ -45,45 +38,12 @@ static int open_log(struct kvt_tier **t, const char *dir, bool ro)
 			 fsync_mode, "store.read_only", ro ? "true" : "false", NULL);
 }
 
-/* Key (seed, i) as a kvtier object, one batch (written one at a time). */
-static void put(struct kvt_tier *t, uint64_t seed, uint64_t i)
-{
-	struct kvt_key k = make_key(seed, i);
-	uint64_t len = obj_bytes(), plen = test_geom.layers * kvt_layer_bytes(&test_geom, NTOK);
-	uint8_t *obj = abuf(len), *pay = malloc(plen);
-	CHECK(pay);
-	for (uint64_t j = 0; j < plen; j++)
-		pay[j] = (uint8_t)(j * 31 + i * 7 + seed);
-	uint8_t ns[KVT_NS_ID_BYTES] = {0};
-	CHECK_EQ(kvt__object_encode(obj, len, &test_geom, ns, &k, NTOK, pay, plen), 0);
-	CHECK_EQ(t_write(t, &k, obj, len), 0);
-	free(pay);
-	free(obj);
-}
-
-/* Key (seed, i) is served: listed, and it reads back as a sound object. */
-static int served(struct kvt_tier *t, uint64_t seed, uint64_t i)
-{
-	struct kvt_key k = make_key(seed, i);
-	uint8_t p = 0;
-	CHECK_EQ(t_exists(t, &k, 1, &p), 0);
-	if (!p)
-		return 0;
-	uint64_t len = obj_bytes();
-	uint8_t *b = abuf(len);
-	int rc = t_read1(t, &k, b, 0, len);
-	struct kvt_expect exp = {.key = &k};
-	int ok = rc == (int)len && kvt__object_verify(b, len, &exp, NULL) == 0;
-	free(b);
-	return ok;
-}
-
 /* How many of keys (seed, 0 .. n-1) are served. */
 static int served_below(struct kvt_tier *t, uint64_t seed, uint64_t n)
 {
 	int k = 0;
 	for (uint64_t i = 0; i < n; i++)
-		k += served(t, seed, i);
+		k += nv_test_served(t, seed, i);
 	return k;
 }
 
@@ -172,11 +132,11 @@ static void test_mid_segment(const char *root)
 	struct kvt_tier *t;
 	CHECK_EQ(open_log(&t, dir, false), 0);
 	for (uint64_t i = 0; i < 10; i++)
-		put(t, 1, i);
+		nv_test_put(t, 1, i);
 	del(t, 1, 1);
 	del(t, 1, 2);
 	for (uint64_t i = 10; i < 14; i++)
-		put(t, 1, i);
+		nv_test_put(t, 1, i);
 	kvt__tier_close(t);
 	int bad = 0;
 	CHECK_EQ(verify(dir, &bad), 0); /* sound before */
@@ -189,7 +149,7 @@ static void test_mid_segment(const char *root)
 	/* Inspection: a removed key is not served, and verify says damage, not "0 bad". */
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, true), 0);
-	CHECK_EQ(served(t, 1, 1), 0); /* was served: its tombstone came after the damage */
+	CHECK_EQ(nv_test_served(t, 1, 1), 0); /* was served: its tombstone came after the damage */
 	kvt__tier_close(t);
 	CHECK_EQ(log_count(DAMAGE), 1);
 	CHECK_EQ(verify(dir, &bad), 3);
@@ -197,21 +157,21 @@ static void test_mid_segment(const char *root)
 	/* A read-write open voids the log: no removed key is served, nothing else either. */
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, false), 0);
-	int back = served(t, 1, 1) + served(t, 1, 2), any = 0;
+	int back = nv_test_served(t, 1, 1) + nv_test_served(t, 1, 2), any = 0;
 	for (uint64_t i = 0; i < 14; i++)
-		any += served(t, 1, i);
+		any += nv_test_served(t, 1, i);
 	printf("nvme_log_damaged: mid-segment: %d removed keys served, %d of 14 keys, %d damage "
 	       "line(s)\n",
 	       back, any, log_count(DAMAGE));
 	CHECK_EQ(back, 0); /* was 2: their tombstones came after the damaged record */
 	CHECK_EQ(log_count(DAMAGE), 1);
 	CHECK_EQ(any, 0);
-	put(t, 1, 20); /* the run's writes stay */
+	nv_test_put(t, 1, 20); /* the run's writes stay */
 	kvt__tier_close(t);
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, false), 0);
-	CHECK_EQ(served(t, 1, 20), 1);
-	CHECK_EQ(served(t, 1, 1) + served(t, 1, 2), 0);
+	CHECK_EQ(nv_test_served(t, 1, 20), 1);
+	CHECK_EQ(nv_test_served(t, 1, 1) + nv_test_served(t, 1, 2), 0);
 	CHECK_EQ(log_count(DAMAGE), 0);
 	kvt__tier_close(t);
 	CHECK_EQ(verify(dir, &bad), 0); /* voided and written: sound again */
@@ -239,7 +199,7 @@ static void log_of_12(const char *root, const char *name, uint64_t seed, char *d
 	struct kvt_tier *t;
 	CHECK_EQ(open_log(&t, dir, false), 0);
 	for (uint64_t i = 0; i < 12; i++)
-		put(t, seed, i);
+		nv_test_put(t, seed, i);
 	kvt__tier_close(t);
 	uint64_t all[64];
 	int nr = 0;
@@ -272,7 +232,7 @@ static void test_crash_left(const char *root, bool old_build)
 	CHECK_EQ(open_log(&t, dir, false), 0);
 	CHECK_EQ(log_count(DAMAGE), 0);
 	for (uint64_t i = 20; i < 28; i++)
-		put(t, 5, i);
+		nv_test_put(t, 5, i);
 	kvt__tier_close(t);
 	if (old_build) /* the older build zeroed nothing past the stop */
 		for (int k = 0; k < 3; k++)
@@ -281,13 +241,13 @@ static void test_crash_left(const char *root, bool old_build)
 	CHECK_EQ(verify(dir, &bad), 0);
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, false), 0);
-	int d = log_count(DAMAGE), s0 = served(t, 5, 0), s27 = served(t, 5, 27);
+	int d = log_count(DAMAGE), s0 = nv_test_served(t, 5, 0), s27 = nv_test_served(t, 5, 27);
 	printf("nvme_log_damaged: %s: damage lines %d, key 0 served %d, key 27 served %d\n",
 	       old_build ? "older build's crash" : "two holes", d, s0, s27);
 	CHECK_EQ(d, 0);
 	CHECK_EQ(s0, 1);
 	CHECK_EQ(s27, 1);
-	CHECK_EQ(served(t, 5, 8), 0); /* X's key: lost with its batch, as a torn tail */
+	CHECK_EQ(nv_test_served(t, 5, 8), 0); /* X's key: lost with its batch, as a torn tail */
 	kvt__tier_close(t);
 }
 
@@ -311,15 +271,15 @@ static void test_unordered(const char *root)
 	       log_count(DAMAGE), kept);
 	CHECK_EQ(log_count(DAMAGE), 0);
 	CHECK_EQ(kept, 3);
-	CHECK_EQ(served(t, 6, 3), 0);
-	put(t, 6, 20);
+	CHECK_EQ(nv_test_served(t, 6, 3), 0);
+	nv_test_put(t, 6, 20);
 	kvt__tier_close(t);
 	/* Reopened, everything before the hole is still there: zeroing what lay past it once
 	 * read offsets past the look's list, and zeroed the segment's header with them. */
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, false), 0);
 	CHECK_EQ(served_below(t, 6, 3), 3);
-	CHECK_EQ(served(t, 6, 20), 1);
+	CHECK_EQ(nv_test_served(t, 6, 20), 1);
 	CHECK_EQ(log_count(DAMAGE), 0);
 	kvt__tier_close(t);
 	int bad = 0;
@@ -386,7 +346,7 @@ static void test_new_lap_record(const char *root)
 	       log_count(DAMAGE), kept);
 	CHECK_EQ(log_count(DAMAGE), 0);
 	CHECK_EQ(kept, 5); /* was 0: the log was voided */
-	CHECK_EQ(served(t, 7, 5), 0);
+	CHECK_EQ(nv_test_served(t, 7, 5), 0);
 	kvt__tier_close(t);
 	int bad = 0;
 	CHECK_EQ(verify(dir, &bad), 0);
@@ -443,14 +403,14 @@ static void test_gen_bound(const char *root)
 	CHECK_EQ(log_count("0.kvl header: Value too large"), 1);
 	CHECK_EQ(log_count("log writes stop"), 1);
 	CHECK_EQ(seg_gen(dir, 0), g); /* not wrapped, not written */
-	put(t, 10, 0);
-	CHECK_EQ(served(t, 10, 0), 1);
+	nv_test_put(t, 10, 0);
+	CHECK_EQ(nv_test_served(t, 10, 0), 1);
 	kvt__tier_close(t);
 	printf("nvme_log_damaged: log/head at generation 2^63-1: header stays at %llu, log "
 	       "writes stop, a put is served\n", (unsigned long long)seg_gen(dir, 0));
 	CHECK_EQ(seg_gen(dir, 0), g);
 	CHECK_EQ(open_log(&t, dir, true), 0);
-	CHECK_EQ(served(t, 10, 0), 1);
+	CHECK_EQ(nv_test_served(t, 10, 0), 1);
 	kvt__tier_close(t);
 }
 
@@ -472,17 +432,17 @@ static void test_torn(const char *root, int back)
 	CHECK_EQ(open_log(&t, dir, false), 0);
 	CHECK_EQ(log_count(DAMAGE), 0);
 	for (int i = 0; i < 12; i++)
-		CHECK_EQ(served(t, 3, (uint64_t)i), i < 11 - back);
+		CHECK_EQ(nv_test_served(t, 3, (uint64_t)i), i < 11 - back);
 	for (uint64_t i = 20; i < 28; i++) /* newer batches, in 1.kvl */
-		put(t, 3, i);
+		nv_test_put(t, 3, i);
 	kvt__tier_close(t);
 	/* The torn record and those past it were zeroed: no damage now either. */
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, false), 0);
 	CHECK_EQ(log_count(DAMAGE), 0);
-	CHECK_EQ(served(t, 3, 0), 1);
-	CHECK_EQ(served(t, 3, 27), 1);
-	CHECK_EQ(served(t, 3, 11 - (uint64_t)back), 0);
+	CHECK_EQ(nv_test_served(t, 3, 0), 1);
+	CHECK_EQ(nv_test_served(t, 3, 27), 1);
+	CHECK_EQ(nv_test_served(t, 3, 11 - (uint64_t)back), 0);
 	kvt__tier_close(t);
 	CHECK_EQ(verify(dir, &bad), 0);
 }
@@ -500,7 +460,7 @@ static void test_void_verify(const char *root)
 		for (uint64_t run = 0; run < 3; run++) { /* each run starts a segment */
 			CHECK_EQ(open_log(&t, dir, false), 0);
 			for (uint64_t i = 0; i < 3; i++)
-				put(t, 4, run * 10 + i);
+				nv_test_put(t, 4, run * 10 + i);
 			kvt__tier_close(t);
 		}
 		int bad = 0;

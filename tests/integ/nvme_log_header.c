@@ -24,49 +24,11 @@
 #include "nvme_util.h"
 #include "tier_nvme_log.h"
 
-#define NTOK 16
-
-static uint64_t obj_bytes(void)
-{
-	return kvt_object_bytes(&test_geom, NTOK);
-}
-
 static int open_log(struct kvt_tier **t, const char *dir)
 {
 	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", "80MiB", "nvme.log_max", "256KiB",
 			 "nvme.segment_bytes", "16MiB", "nvme.log_spare_pct", "0", "nvme.fsync",
 			 "data", NULL);
-}
-
-static void put(struct kvt_tier *t, uint64_t seed, uint64_t i)
-{
-	struct kvt_key k = make_key(seed, i);
-	uint64_t len = obj_bytes(), plen = test_geom.layers * kvt_layer_bytes(&test_geom, NTOK);
-	uint8_t *obj = abuf(len), *pay = malloc(plen);
-	for (uint64_t j = 0; j < plen; j++)
-		pay[j] = (uint8_t)(j * 31 + i * 7 + seed);
-	uint8_t ns[KVT_NS_ID_BYTES] = {0};
-	CHECK_EQ(kvt__object_encode(obj, len, &test_geom, ns, &k, NTOK, pay, plen), 0);
-	CHECK_EQ(t_write(t, &k, obj, len), 0);
-	free(pay);
-	free(obj);
-}
-
-/* Is (seed, i) present and whole? */
-static int served(struct kvt_tier *t, uint64_t seed, uint64_t i)
-{
-	struct kvt_key k = make_key(seed, i);
-	uint8_t p = 0;
-	CHECK_EQ(t_exists(t, &k, 1, &p), 0);
-	if (!p)
-		return 0;
-	uint64_t len = obj_bytes();
-	uint8_t *b = abuf(len);
-	int rc = t_read1(t, &k, b, 0, len);
-	struct kvt_expect exp = {.key = &k};
-	int ok = rc == (int)len && kvt__object_verify(b, len, &exp, NULL) == 0;
-	free(b);
-	return ok;
 }
 
 /* One bit of segment n's header padding flips. */
@@ -88,9 +50,9 @@ static int run(const char *dir, uint64_t seed, int nput, uint64_t chk_seed)
 {
 	struct kvt_tier *t;
 	CHECK_EQ(open_log(&t, dir), 0);
-	int s = served(t, chk_seed, 0);
+	int s = nv_test_served(t, chk_seed, 0);
 	for (int i = 0; i < nput; i++)
-		put(t, seed, (uint64_t)i);
+		nv_test_put(t, seed, (uint64_t)i);
 	kvt__tier_close(t);
 	return s;
 }
@@ -101,20 +63,20 @@ static void damaged_header(const char *root)
 	snprintf(dir, sizeof(dir), "%s/damage", root);
 	struct kvt_tier *t;
 	CHECK_EQ(open_log(&t, dir), 0);
-	put(t, 1, 0); /* K, in 0.kvl */
+	nv_test_put(t, 1, 0); /* K, in 0.kvl */
 	kvt__tier_close(t);
 	CHECK_EQ(open_log(&t, dir), 0);
-	CHECK_EQ(served(t, 1, 0), 1);
+	CHECK_EQ(nv_test_served(t, 1, 0), 1);
 	struct kvt_key k = make_key(1, 0);
 	CHECK_EQ(t_remove(t, &k), 0); /* its tombstone in 1.kvl */
-	put(t, 2, 0);
+	nv_test_put(t, 2, 0);
 	CHECK_EQ(t_flush(t), 0);
 	kvt__tier_close(t);
 	CHECK_EQ(run(dir, 3, 1, 1), 0); /* 2.kvl: the newest */
 	flip(dir, 1);
 	log_clear();
 	CHECK_EQ(open_log(&t, dir), 0);
-	int back = served(t, 1, 0);
+	int back = nv_test_served(t, 1, 0);
 	printf("nvme_log_header: damaged header: removed key served %d; voided: %d line(s)\n",
 	       back, log_count("1.kvl: its header does not check and it holds batches"));
 	CHECKM(!back, "a key removed in the segment whose header was damaged is served again");
@@ -129,12 +91,12 @@ static void torn_header_at_reuse(const char *root)
 	run(dir, 1, 1, 0); /* 0.kvl */
 	struct kvt_tier *t;
 	CHECK_EQ(open_log(&t, dir), 0); /* 1.kvl: (5,9), then K = (5,0) */
-	put(t, 5, 9);
-	put(t, 5, 0);
+	nv_test_put(t, 5, 9);
+	nv_test_put(t, 5, 0);
 	kvt__tier_close(t);
 	CHECK_EQ(open_log(&t, dir), 0); /* K's tombstone in 2.kvl */
 	struct kvt_key k = make_key(5, 0);
-	CHECK_EQ(served(t, 5, 0), 1);
+	CHECK_EQ(nv_test_served(t, 5, 0), 1);
 	CHECK_EQ(t_remove(t, &k), 0);
 	CHECK_EQ(t_flush(t), 0);
 	kvt__tier_close(t);
@@ -187,14 +149,14 @@ static int void_cut_short(void)
 		run(dir, seed, 1, 0); /* 0.kvl .. 4.kvl; K = (5,0) in 4.kvl */
 	struct kvt_tier *t;
 	CHECK_EQ(open_log(&t, dir), 0); /* 0.kvl reused: K's tombstone after 3 puts */
-	CHECK_EQ(served(t, 5, 0), 1);
+	CHECK_EQ(nv_test_served(t, 5, 0), 1);
 	for (uint64_t i = 0; i < 3; i++)
-		put(t, 6, i);
+		nv_test_put(t, 6, i);
 	struct kvt_key k = make_key(5, 0);
 	CHECK_EQ(t_remove(t, &k), 0);
 	CHECK_EQ(t_flush(t), 0);
 	for (uint64_t i = 3; i < 10; i++)
-		put(t, 6, i);
+		nv_test_put(t, 6, i);
 	kvt__tier_close(t);
 	uint64_t at[64];
 	int nr = records(dir, 0, at, 64);
@@ -228,7 +190,7 @@ static int void_cut_short(void)
 	CHECK(waitpid(pid, NULL, 0) == pid);
 	log_clear();
 	CHECK_EQ(open_log(&t, dir), 0);
-	int back = served(t, 5, 0);
+	int back = nv_test_served(t, 5, 0);
 	/* closed before any check: a failed one exits, and the unmount at exit would wait
 	 * for the tier's descriptors on the mount */
 	kvt__tier_close(t);

@@ -371,4 +371,49 @@ static inline int collect_fn(void *arg, const struct kvt_key *k, uint64_t bytes)
 	return 0;
 }
 
+/* ---- whole kvtier objects of test_geom (16 tokens: a 20 KiB object), for the log tests */
+
+#include "format.h"
+
+#define NV_TEST_TOKENS 16
+
+static inline uint64_t nv_test_obj_bytes(void)
+{
+	return kvt_object_bytes(&test_geom, NV_TEST_TOKENS);
+}
+
+/* Key (seed, i) as a sound kvtier object, written on its own (one batch). */
+static inline void nv_test_put(struct kvt_tier *t, uint64_t seed, uint64_t i)
+{
+	struct kvt_key k = make_key(seed, i);
+	uint64_t len = nv_test_obj_bytes();
+	uint64_t plen = test_geom.layers * kvt_layer_bytes(&test_geom, NV_TEST_TOKENS);
+	uint8_t *obj = abuf(len), *pay = malloc(plen);
+	CHECK(pay);
+	for (uint64_t j = 0; j < plen; j++)
+		pay[j] = (uint8_t)(j * 31 + i * 7 + seed);
+	uint8_t ns[KVT_NS_ID_BYTES] = {0};
+	CHECK_EQ(kvt__object_encode(obj, len, &test_geom, ns, &k, NV_TEST_TOKENS, pay, plen), 0);
+	CHECK_EQ(t_write(t, &k, obj, len), 0);
+	free(pay);
+	free(obj);
+}
+
+/* Key (seed, i) is served: listed, and it reads back as a sound object. */
+static inline int nv_test_served(struct kvt_tier *t, uint64_t seed, uint64_t i)
+{
+	struct kvt_key k = make_key(seed, i);
+	uint8_t p = 0;
+	CHECK_EQ(t_exists(t, &k, 1, &p), 0);
+	if (!p)
+		return 0;
+	uint64_t len = nv_test_obj_bytes();
+	uint8_t *b = abuf(len);
+	int rc = t_read1(t, &k, b, 0, len);
+	struct kvt_expect exp = {.key = &k};
+	int ok = rc == (int)len && kvt__object_verify(b, len, &exp, NULL) == 0;
+	free(b);
+	return ok;
+}
+
 #endif

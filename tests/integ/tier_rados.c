@@ -219,16 +219,7 @@ static void test_drop_rewritten(void)
  * every lookup (stat). Through a store (the engine's read path), on the real cluster. */
 static void test_empty_object(void)
 {
-	struct kvt_config *cfg = rados_cfg("kvt", "empty");
-	cfg_set(cfg, "store.tiers", "rados");
-	cfg_set(cfg, "model.layers", "2");
-	cfg_set(cfg, "model.kv_heads", "2");
-	cfg_set(cfg, "model.head_dim", "4");
-	cfg_set(cfg, "model.chunk_tokens", "8");
-	cfg_set(cfg, "model.name", "test-model");
-	struct kvt_store *st;
-	CHECK(kvt_store_open(cfg, &st) == 0, "store on rados");
-	kvt_config_destroy(cfg);
+	struct kvt_store *st = store_on(rados_cfg("kvt", "empty"), "rados");
 	struct kvt_key k, sk;
 	key_of(&k, 13, 1);
 	kvt_storage_key(kvt_store_ns_id(st), &k, &sk);

@@ -519,16 +519,7 @@ static void test_drop_rewritten(void)
  * a put of the key then replaces it. */
 static void test_empty_object(void)
 {
-	struct kvt_config *cfg = s3_cfg("kvt-empty");
-	cfg_set(cfg, "store.tiers", "s3");
-	cfg_set(cfg, "model.layers", "2");
-	cfg_set(cfg, "model.kv_heads", "2");
-	cfg_set(cfg, "model.head_dim", "4");
-	cfg_set(cfg, "model.chunk_tokens", "8");
-	cfg_set(cfg, "model.name", "test-model");
-	struct kvt_store *st;
-	CHECK(kvt_store_open(cfg, &st) == 0, "store on s3");
-	kvt_config_destroy(cfg);
+	struct kvt_store *st = store_on(s3_cfg("kvt-empty"), "s3");
 	struct kvt_key k, sk;
 	key_of(&k, 12, 1);
 	kvt_storage_key(kvt_store_ns_id(st), &k, &sk);
