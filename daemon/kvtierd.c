@@ -500,11 +500,10 @@ static void quarantine(struct conn *c, struct kvt_slot_ref *ref)
 }
 
 /* The connection is closed: once its process is gone too (or cannot be watched), nothing
- * can write into its quarantined slots - nor the slots of the TP objects it claimed heads
- * of (tp_held) - any more, and they go back to the pool. */
-static void quarantine_drain(struct conn *c, bool tp_held)
+ * can write into its quarantined slots any more, and they go back to the pool. */
+static void quarantine_drain(struct conn *c)
 {
-	if ((c->nquar || tp_held) && c->pidfd >= 0) {
+	if (c->nquar && c->pidfd >= 0) {
 		struct pollfd pf = {.fd = c->pidfd, .events = POLLIN};
 		while (!atomic_load(&g_stopping) && poll(&pf, 1, 100) != 1)
 			;
@@ -516,8 +515,6 @@ static void quarantine_drain(struct conn *c, bool tp_held)
 		atomic_fetch_sub(&g_st.quarantined_bytes, g_slot_bytes);
 	}
 	pthread_mutex_unlock(&g_lock);
-	if (tp_held) /* after the wait: its gathers may have run until the process ended */
-		kvtd_tp_conn_gone(c);
 }
 
 /* Let go of every pin and reservation whose lease ended by now: a pin is released (its
@@ -808,14 +805,7 @@ static void *conn_main(void *arg)
 		kvt__store_release(g_st.store, &c->pins[--c->npins]);
 		atomic_fetch_sub(&g_st.pins, 1);
 	}
-	/* TP claims: a device store's gathers into their slots run on threads of the client's
-	 * own, which a closed connection does not stop (a call cut at its deadline closes it
-	 * while a gather runs): the objects are cancelled only once the process is gone
-	 * (quarantine_drain). Until 2026-12-05 their slots went back to the pool here, and
-	 * another client's put could be published in one while the gather still wrote it. */
-	bool tp_held = kvtd_tp_conn_holds(c);
-	if (!tp_held)
-		kvtd_tp_conn_gone(c);
+	kvtd_tp_conn_gone(c);
 	/* Live reservations are cancelled at once: our client writes into a slot only between
 	 * its PUT_RESERVE and PUT_COMMIT, on the thread that owns the connection, so a closed
 	 * connection means a finished writer (or a dead process). */
@@ -832,7 +822,7 @@ static void *conn_main(void *arg)
 	c->sock = -1;
 	atomic_fetch_sub(&g_st.connections, 1);
 	pthread_mutex_unlock(&g_lock);
-	quarantine_drain(c, tp_held); /* may wait for the process to exit */
+	quarantine_drain(c); /* may wait for the process to exit */
 	if (c->pidfd >= 0)
 		close(c->pidfd);
 	pthread_mutex_lock(&g_lock);

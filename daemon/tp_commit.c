@@ -413,18 +413,6 @@ void kvtd_tp_conn_gone(const void *conn)
 	pthread_mutex_unlock(&mu);
 }
 
-bool kvtd_tp_conn_holds(const void *conn)
-{
-	bool held = false;
-	pthread_mutex_lock(&mu);
-	for (int list = 0; list < 2 && !held; list++)
-		for (struct part *p = list ? quar : tab; p && !held; p = p->next)
-			for (uint32_t h = 0; h < kv_heads && !held; h++)
-				held = p->head[h].state == H_CLAIMED && p->head[h].owner == conn;
-	pthread_mutex_unlock(&mu);
-	return held;
-}
-
 void kvtd_tp_cancel_all(void)
 {
 	pthread_mutex_lock(&mu);

@@ -37,14 +37,8 @@ uint64_t kvtd_tp_expire(const void *conn);
  * least once a lease (objects opened meanwhile); UINT64_MAX when TP commits are off. */
 uint64_t kvtd_tp_sweep(void);
 /* conn went away: objects it holds unwritten claims on are cancelled (their slot back to the
- * pool once no other rank is still copying into it). Called once its process cannot copy
- * into them any more (kvtd_tp_conn_holds). */
+ * pool once no other rank is still copying into it). */
 void kvtd_tp_conn_gone(const void *conn);
-/* Does conn hold unwritten claims? Its process's copies into their slots run on threads of
- * their own (a device store's gathers), not on the connection's, so a closed connection
- * does not mean they are over: the daemon calls kvtd_tp_conn_gone only once the process is
- * gone (as it does for a lapsed PUT reservation's quarantined slot). */
-bool kvtd_tp_conn_holds(const void *conn);
 /* At shutdown, every connection gone: cancel what is left (objects waiting for ranks that
  * never came), so the store closes with no slot reserved. */
 void kvtd_tp_cancel_all(void);
