@@ -631,7 +631,7 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 	case KVTD_STATS: {
 		struct kvt_stats st;
 		res->status = kvt_stats(s, &st);
-		memcpy(p, &st, sizeof(st));
+		memcpy(p, &st, KVT_MIN((size_t)r->len, sizeof(st))); /* KVTD_STATS_MIN_BYTES */
 		break;
 	}
 	case KVTD_STATUS: {

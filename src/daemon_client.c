@@ -863,6 +863,7 @@ static void run_op_locked(struct kvt_client *c, struct cop *o)
 			req.len = KVT_MIN(o->len, c->shm_len);
 		} else if (o->op == KVTD_STATS) {
 			req.len = sizeof(struct kvt_stats);
+			memset(c->shm, 0, req.len); /* a daemon older than the last fields: 0 */
 		} else if (o->op == KVTD_STATUS) {
 			req.len = sizeof(struct kvtd_status);
 			memset(c->shm, 0, req.len); /* a daemon older than the last fields: 0 */

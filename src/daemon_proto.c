@@ -85,7 +85,7 @@ int kvtd_req_check(const struct kvtd_req *r, size_t got, uint64_t shm_len,
 			return bad(err, errlen, -EINVAL, "key range length does not match n");
 		break;
 	case KVTD_STATS:
-		if (r->len < sizeof(struct kvt_stats))
+		if (r->len < KVTD_STATS_MIN_BYTES)
 			return bad(err, errlen, -EINVAL, "stats range too small");
 		break;
 	case KVTD_STATUS:

@@ -177,6 +177,10 @@ struct kvtd_status {
 };
 /* The smallest STATUS len a daemon accepts: the fields before the appended ones. */
 #define KVTD_STATUS_MIN_BYTES offsetof(struct kvtd_status, tp_quarantined)
+/* The same for STATS (struct kvt_stats): a client from before evicted_unsaved (appended
+ * 2026-12-05) asks for less and gets the fields before it; a daemon from before leaves
+ * it as the client set it (0). */
+#define KVTD_STATS_MIN_BYTES offsetof(struct kvt_stats, evicted_unsaved)
 
 /* Check a request that arrived as got bytes against a region of shm_len bytes (0: none
  * yet, only HELLO is allowed), for a store of geometry g. 0 if every length and offset is

@@ -764,6 +764,20 @@ void kvt__dram_set_unsaved(struct kvt_dram *d, int32_t id)
 	pthread_mutex_unlock(&d->mu);
 }
 
+void kvt__dram_clear_unsaved(struct kvt_dram *d, int32_t id)
+{
+	if (!valid_id(d, id))
+		return;
+	pthread_mutex_lock(&d->mu);
+	struct slot *s = &d->slots[id];
+	if ((s->state == S_PUBLISHED || s->state == S_REMOVED) && s->unsaved) {
+		s->dirty = false;
+		s->unsaved = false;
+		refresh(d, s);
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
 uint64_t kvt__dram_evicted_unsaved(struct kvt_dram *d)
 {
 	pthread_mutex_lock(&d->mu);

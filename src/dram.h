@@ -115,6 +115,9 @@ void kvt__dram_set_dirty(struct kvt_dram *d, int32_t id, bool dirty);
  * (flush and close write it again; kvt__dram_get_dirty finds it) but may be evicted, which
  * kvt__dram_evicted_unsaved counts. A later set_dirty clears the mark. */
 void kvt__dram_set_unsaved(struct kvt_dram *d, int32_t id);
+/* A late write of an unsaved slot landed: clean (a deeper tier holds it). Only an unsaved
+ * slot: one dirty for another reason stays so. */
+void kvt__dram_clear_unsaved(struct kvt_dram *d, int32_t id);
 uint64_t kvt__dram_evicted_unsaved(struct kvt_dram *d);
 /* Remove key: 0, -ENOENT, or -EBUSY if pinned (it is then unlinked from the index at once
  * and its slot freed at the last unpin; so is a kvt__dram_reserve slot not published yet,

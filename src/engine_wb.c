@@ -76,7 +76,15 @@ static void wb_complete(struct wb *w)
 	 * reported (marking it clean let it go unnoticed, and a later flush said 0). A tier
 	 * that declined it (admission, write budget, full) leaves it clean: a choice, not a
 	 * failure. */
-	if (w->ref.id >= 0 && !w->keep_dirty) {
+	/* With a newer job of the key out (a flush's rewrite, a selective write), the newest
+	 * decides: an older one that failed must not mark unsaved a slot the newer one wrote. */
+	bool newer = false;
+	if (w->rec) {
+		pthread_mutex_lock(&s->wb_lock);
+		newer = w->rec->last_put > w->seq;
+		pthread_mutex_unlock(&s->wb_lock);
+	}
+	if (w->ref.id >= 0 && !w->keep_dirty && !newer) {
 		int failed = atomic_load(&w->failed_link);
 		if (!atomic_load(&w->ok) && failed) {
 			atomic_store(&s->unsaved_link, failed - 1); /* before it can be evicted */
@@ -293,8 +301,12 @@ static void wb_leg_orphan(struct guard *g)
 	pthread_mutex_unlock(&s->wb_lock);
 	if (rec) /* after the record's count: the fast path never says none while one is */
 		atomic_fetch_sub(&s->late_writes, 1);
-	if (landed && !drop)
+	if (landed && !drop) {
 		kvt__e_event(s, KVT_EVENT_STORED, KVT_REASON_NONE, i, &w->key, w->ref.object_bytes);
+		/* the tier holds it after all: not unsaved (its eviction is no loss) */
+		if (w->ref.id >= 0)
+			kvt__dram_clear_unsaved(s->dram, w->ref.id);
+	}
 	/* A promotion that started before the mark and read what landed does not publish it
 	 * (fill_lock after wb_lock, as kvt__e_do_remove does) */
 	if (removed)

@@ -521,6 +521,13 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 		}
 		kvt__logf_limited(&s->t->log, &s->reply_err_log, KVT_LOG_WARN, "redis %s:%d: %s",
 				  s->url.host, s->url.port, r->msg);
+		/* a value of another type under an object's name (STRLEN: WRONGTYPE) exists,
+		 * as EXISTS said: that key's read fails, not the whole batch's lookup */
+		if (op->kind == OP_EXISTS && !strncmp(r->msg, "WRONGTYPE", 9)) {
+			op->present[i] = 1;
+			err = 0;
+			goto counted;
+		}
 	}
 	if (!err) {
 		switch (op->kind) {
@@ -556,6 +563,7 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 	}
 	if (err && !op->result)
 		op->result = err;
+counted:
 	if (op->nreplies < op->ncmds)
 		return 0;
 	c->head = op->next;

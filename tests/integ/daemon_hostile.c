@@ -364,6 +364,16 @@ int main(void)
 	test_descriptors();
 	test_refused_hello();
 	test_hugetlb_region();
+	{ /* a client from before evicted_unsaved asks STATS for less: answered, not dropped */
+		struct raw r = raw_attach();
+		struct kvtd_req q = {.op = KVTD_STATS, .len = KVTD_STATS_MIN_BYTES};
+		struct kvtd_rep rep;
+		CHECK_RC(raw_call(r.sock, &q, -1, &rep), 0);
+		CHECK_EQ(rep.res.status, 0);
+		CHECK_RC(raw_call(r.sock, &q, -1, &rep), 0); /* the connection is still up */
+		raw_close(&r);
+		printf("  a STATS of a client before evicted_unsaved: answered\n");
+	}
 	CHECK(daemon_alive());
 
 	kvt_store_close(s);

@@ -637,6 +637,22 @@ static void test_empty_value(const struct rs *srv, const char *url)
 	printf("tier_redis: an empty value: exists %u, read %lld\n", present, (long long)rd);
 	CHECK_EQ(present, 0);
 	CHECK_EQ(rd, -ENOENT);
+	/* a list under another key's name: that key exists (its read fails), the batch's
+	 * other answers stand */
+	struct kvt_key two[2];
+	th_key(&two[0], 4, 19);
+	two[1] = k;
+	kvt_key_to_hex(&two[0], hex);
+	snprintf(name, sizeof(name), "kvt-test:%s", hex);
+	c = redisConnect("127.0.0.1", srv->port);
+	CHECK(c && !c->err);
+	r = redisCommand(c, "RPUSH %s x", name);
+	CHECK(r && r->type == REDIS_REPLY_INTEGER);
+	freeReplyObject(r);
+	redisFree(c);
+	uint8_t pr[2] = {9, 9};
+	CHECK_EQ(th_exists(t, two, 2, pr), 0);
+	CHECK(pr[0] == 1 && pr[1] == 0);
 	th_close(t);
 }
 

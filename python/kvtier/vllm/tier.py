@@ -540,6 +540,8 @@ class KvtierTier(SecondaryTierManager):
         self._done.put(d)
 
     def _submit(self, pool, job: TransferJob, fn, *args, is_load: bool) -> None:
+        # registered before it can run: its _Done may be queued before submit returns
+        self._jobs[job.job_id] = (None, job, is_load)
         fut = pool.submit(self._run, fn, job, *args, is_load=is_load)
         self._jobs[job.job_id] = (fut, job, is_load)
 
@@ -588,7 +590,10 @@ class KvtierTier(SecondaryTierManager):
                 r = rj.poll(timeout_ms) if rj is not None else None
             except Exception as e:  # a bug or a closing store: fail this job, not the rest
                 log.warning("kvtier load job %d: poll raised %s", job_id, e)
-                rj.free()  # else the rows handle holds it until shutdown
+                try:  # else the rows handle holds it until shutdown
+                    rj.free()
+                except Exception:  # never into vLLM's scheduler
+                    pass
                 r, rj = None, None
             if rj is not None and r is None:
                 continue
