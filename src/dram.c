@@ -736,46 +736,35 @@ int kvt__dram_get_dirty(struct kvt_dram *d, const struct kvt_key *key, struct kv
 	return 0;
 }
 
-void kvt__dram_set_dirty(struct kvt_dram *d, int32_t id, bool dirty)
+/* A published (or removed, still pinned) slot's dirty and unsaved marks; with only_unsaved,
+ * only if it is marked unsaved now. */
+static void mark(struct kvt_dram *d, int32_t id, bool dirty, bool unsaved, bool only_unsaved)
 {
 	if (!valid_id(d, id))
 		return;
 	pthread_mutex_lock(&d->mu);
 	struct slot *s = &d->slots[id];
-	if (s->state == S_PUBLISHED || s->state == S_REMOVED) {
+	if ((s->state == S_PUBLISHED || s->state == S_REMOVED) && (!only_unsaved || s->unsaved)) {
 		s->dirty = dirty;
-		s->unsaved = false;
+		s->unsaved = unsaved;
 		refresh(d, s);
 	}
 	pthread_mutex_unlock(&d->mu);
+}
+
+void kvt__dram_set_dirty(struct kvt_dram *d, int32_t id, bool dirty)
+{
+	mark(d, id, dirty, false, false);
 }
 
 void kvt__dram_set_unsaved(struct kvt_dram *d, int32_t id)
 {
-	if (!valid_id(d, id))
-		return;
-	pthread_mutex_lock(&d->mu);
-	struct slot *s = &d->slots[id];
-	if (s->state == S_PUBLISHED || s->state == S_REMOVED) {
-		s->dirty = true;
-		s->unsaved = true;
-		refresh(d, s);
-	}
-	pthread_mutex_unlock(&d->mu);
+	mark(d, id, true, true, false);
 }
 
 void kvt__dram_clear_unsaved(struct kvt_dram *d, int32_t id)
 {
-	if (!valid_id(d, id))
-		return;
-	pthread_mutex_lock(&d->mu);
-	struct slot *s = &d->slots[id];
-	if ((s->state == S_PUBLISHED || s->state == S_REMOVED) && s->unsaved) {
-		s->dirty = false;
-		s->unsaved = false;
-		refresh(d, s);
-	}
-	pthread_mutex_unlock(&d->mu);
+	mark(d, id, false, false, true);
 }
 
 uint64_t kvt__dram_evicted_unsaved(struct kvt_dram *d)

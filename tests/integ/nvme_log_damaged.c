@@ -53,42 +53,6 @@ static void del(struct kvt_tier *t, uint64_t seed, uint64_t i)
 	CHECK_EQ(t_remove(t, &k), 0);
 }
 
-/* The offsets of segment n's records in dir (the scan's walk): *nr of them, at most max. */
-static void records(const char *dir, uint32_t n, uint64_t *at, int max, int *nr)
-{
-	char p[400];
-	snprintf(p, sizeof(p), "%s/log/%u.kvl", dir, n);
-	int fd = open(p, O_RDONLY);
-	CHECK(fd >= 0);
-	struct nv_log_seghdr h;
-	CHECK_EQ(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
-	struct nv_log_rec r;
-	uint64_t off = NV_LOG_BLOCK;
-	*nr = 0;
-	while (*nr < max && pread(fd, &r, sizeof(r), (off_t)off) == (ssize_t)sizeof(r) &&
-	       !memcmp(r.magic, NV_LOG_REC_MAGIC, sizeof(r.magic)) && r.gen == h.gen &&
-	       r.off == off && r.len >= NV_LOG_BLOCK) {
-		at[(*nr)++] = off;
-		off += r.len;
-	}
-	close(fd);
-}
-
-/* One bit of the length of the record at off in segment n flipped (its CRC then fails). */
-static void flip_len(const char *dir, uint32_t n, uint64_t off)
-{
-	char p[400];
-	snprintf(p, sizeof(p), "%s/log/%u.kvl", dir, n);
-	int fd = open(p, O_RDWR);
-	CHECK(fd >= 0);
-	off_t at = (off_t)(off + offsetof(struct nv_log_rec, len) + 1);
-	uint8_t x;
-	CHECK_EQ(pread(fd, &x, 1, at), 1);
-	x ^= 0x20; /* 8 KiB */
-	CHECK_EQ(pwrite(fd, &x, 1, at), 1);
-	close(fd);
-}
-
 /* `kvtier verify` of dir: its exit status; *log_bad: it printed a BAD line for log/. */
 static int verify(const char *dir, int *log_bad)
 {
@@ -143,9 +107,9 @@ static void test_mid_segment(const char *root)
 	CHECK_EQ(bad, 0);
 	uint64_t at[64];
 	int nr = 0;
-	records(dir, 0, at, 64, &nr);
+	nr = nv_test_log_records(dir, 0, at, 64);
 	CHECK(nr >= 14);
-	flip_len(dir, 0, at[3]); /* key 3's batch: keys 0 .. 2 and the removals around it */
+	nv_test_flip_rec_len(dir, 0, at[3]); /* key 3's batch: keys 0 .. 2 and the removals around it */
 	/* Inspection: a removed key is not served, and verify says damage, not "0 bad". */
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, true), 0);
@@ -203,7 +167,7 @@ static void log_of_12(const char *root, const char *name, uint64_t seed, char *d
 	kvt__tier_close(t);
 	uint64_t all[64];
 	int nr = 0;
-	records(dir, 0, all, 64, &nr);
+	nr = nv_test_log_records(dir, 0, all, 64);
 	CHECK_EQ(nr, 12);
 	memcpy(at, all, 12 * sizeof(*at));
 }
@@ -262,7 +226,7 @@ static void test_unordered(const char *root)
 	fsync_mode = "none";
 	log_of_12(root, "unordered", 6, dir, at);
 	struct kvt_tier *t;
-	flip_len(dir, 0, at[3]);
+	nv_test_flip_rec_len(dir, 0, at[3]);
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, false), 0);
 	int kept = served_below(t, 6, 3);
@@ -424,7 +388,7 @@ static void test_torn(const char *root, int back)
 	log_of_12(root, name, 3, dir, at);
 	struct kvt_tier *t;
 	int nr = 12;
-	flip_len(dir, 0, at[nr - 1 - back]);
+	nv_test_flip_rec_len(dir, 0, at[nr - 1 - back]);
 	int bad = 0;
 	CHECK_EQ(verify(dir, &bad), 0);
 	CHECK_EQ(bad, 0);

@@ -113,28 +113,6 @@ static void torn_header_at_reuse(const char *root)
 	       r9);
 }
 
-/* The offsets of segment n's valid records, in order (up to max). */
-static int records(const char *dir, uint32_t n, uint64_t *at, int max)
-{
-	char p[4400];
-	snprintf(p, sizeof(p), "%s/log/%u.kvl", dir, n);
-	int fd = open(p, O_RDONLY);
-	CHECK(fd >= 0);
-	struct nv_log_seghdr h;
-	CHECK_EQ(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
-	struct nv_log_rec r;
-	uint64_t off = NV_LOG_BLOCK;
-	int nr = 0;
-	while (nr < max && pread(fd, &r, sizeof(r), (off_t)off) == (ssize_t)sizeof(r) &&
-	       !memcmp(r.magic, NV_LOG_REC_MAGIC, sizeof(r.magic)) && r.gen == h.gen &&
-	       r.off == off && r.len >= NV_LOG_BLOCK) {
-		at[nr++] = off;
-		off += r.len;
-	}
-	close(fd);
-	return nr;
-}
-
 static struct slowfs g_fs;
 
 static int void_cut_short(void)
@@ -159,20 +137,9 @@ static int void_cut_short(void)
 		nv_test_put(t, 6, i);
 	kvt__tier_close(t);
 	uint64_t at[64];
-	int nr = records(dir, 0, at, 64);
+	int nr = nv_test_log_records(dir, 0, at, 64);
 	CHECK(nr >= 9);
-	{ /* a bit of the tombstone batch's record: damage, 6 batches after it */
-		char p[4400];
-		snprintf(p, sizeof(p), "%s/log/0.kvl", dir);
-		int fd = open(p, O_RDWR);
-		CHECK(fd >= 0);
-		off_t a = (off_t)(at[3] + offsetof(struct nv_log_rec, len) + 1);
-		uint8_t x;
-		CHECK_EQ(pread(fd, &x, 1, a), 1);
-		x ^= 0x20;
-		CHECK_EQ(pwrite(fd, &x, 1, a), 1);
-		close(fd);
-	}
+	nv_test_flip_rec_len(dir, 0, at[3]); /* the tombstone batch's: 6 batches after it */
 	/* An open that voids, its write to 2.kvl held, killed there. */
 	kill(g_fs.pid, SIGUSR1);
 	usleep(200000);

@@ -374,6 +374,7 @@ static inline int collect_fn(void *arg, const struct kvt_key *k, uint64_t bytes)
 /* ---- whole kvtier objects of test_geom (16 tokens: a 20 KiB object), for the log tests */
 
 #include "format.h"
+#include "tier_nvme_log.h"
 
 #define NV_TEST_TOKENS 16
 
@@ -414,6 +415,45 @@ static inline int nv_test_served(struct kvt_tier *t, uint64_t seed, uint64_t i)
 	int ok = rc == (int)len && kvt__object_verify(b, len, &exp, NULL) == 0;
 	free(b);
 	return ok;
+}
+
+/* The offsets of log segment n's valid records under dir, in order, as the open's walk
+ * finds them (at most max); their count. */
+static inline int nv_test_log_records(const char *dir, uint32_t n, uint64_t *at, int max)
+{
+	char p[4400];
+	snprintf(p, sizeof(p), "%s/log/%u.kvl", dir, n);
+	int fd = open(p, O_RDONLY);
+	CHECK(fd >= 0);
+	struct nv_log_seghdr h;
+	CHECK_EQ(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	struct nv_log_rec r;
+	uint64_t off = NV_LOG_BLOCK;
+	int nr = 0;
+	while (nr < max && pread(fd, &r, sizeof(r), (off_t)off) == (ssize_t)sizeof(r) &&
+	       !memcmp(r.magic, NV_LOG_REC_MAGIC, sizeof(r.magic)) && r.gen == h.gen &&
+	       r.off == off && r.len >= NV_LOG_BLOCK) {
+		at[nr++] = off;
+		off += r.len;
+	}
+	close(fd);
+	return nr;
+}
+
+/* One bit of the length of the record at off in log segment n under dir flipped (8 KiB):
+ * its CRC then fails - damage, not a tear. */
+static inline void nv_test_flip_rec_len(const char *dir, uint32_t n, uint64_t off)
+{
+	char p[4400];
+	snprintf(p, sizeof(p), "%s/log/%u.kvl", dir, n);
+	int fd = open(p, O_RDWR);
+	CHECK(fd >= 0);
+	off_t at = (off_t)(off + offsetof(struct nv_log_rec, len) + 1);
+	uint8_t x;
+	CHECK_EQ(pread(fd, &x, 1, at), 1);
+	x ^= 0x20;
+	CHECK_EQ(pwrite(fd, &x, 1, at), 1);
+	close(fd);
 }
 
 #endif
