@@ -265,12 +265,16 @@ static void retire_pool(struct kvt_client *c);
 
 static void disconnect(struct kvt_client *c)
 {
-	if (c->sock >= 0)
-		close(c->sock);
-	/* The daemon cancels our unwritten TP claims and reuses their slots: copies still
-	 * running must not write into its pool any more. */
+	/* The daemon cancels our unwritten TP claims when the socket closes and may give their
+	 * slots to another client's put at once: gathers still running (on the device store's
+	 * threads, outside io_lock) must stop writing into its pool first. The pool is swapped
+	 * for anonymous memory before the close - once mmap returns no CPU can store into the
+	 * old pages through this mapping - so no late byte lands after the daemon can reuse the
+	 * slot (closing first left that window open). */
 	if (c->tp_writes && c->pool)
 		retire_pool(c);
+	if (c->sock >= 0)
+		close(c->sock);
 	c->sock = -1;
 	c->region_dirty = true; /* the next attach brings a new region (see new_region) */
 }

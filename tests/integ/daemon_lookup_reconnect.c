@@ -19,28 +19,10 @@
 static struct kvt_store *s;
 static size_t len;
 
-/* The daemon's state letter from /proc (T: stopped), or '?'. */
-static char daemon_state(void)
-{
-	char path[64], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)kvtd_pid);
-	FILE *f = fopen(path, "r");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-	if (f)
-		fclose(f);
-	buf[n] = 0;
-	const char *p = strrchr(buf, ')');
-	return p && p[1] == ' ' ? p[2] : '?';
-}
-
 /* The daemon stops answering; a get times out, leaving the connection down. */
 static void cut(const struct kvt_key *k, uint8_t *back)
 {
-	kill(kvtd_pid, SIGSTOP);
-	/* stopped before the get goes out (a loaded machine delivers the stop late) */
-	for (int i = 0; i < 200 && daemon_state() != 'T'; i++)
-		usleep(5000);
-	CHECK(daemon_state() == 'T');
+	kvtd_pause();
 	struct kvt_result r;
 	int rc = kvt_get_sync(s, k, 0, 0, back, len, &r);
 	CHECKM(rc < 0 || r.cause < 0, "a get while the daemon is stopped: %d, cause %d", rc,

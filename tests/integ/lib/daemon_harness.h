@@ -114,6 +114,30 @@ static inline void kvtd_start_test(const char *sock, const char *dir, const char
 	kvtd_start(sock, args);
 }
 
+/* The daemon's state letter from /proc (T: stopped), or '?'. */
+static inline char kvtd_state(void)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)kvtd_pid);
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : '?';
+}
+
+/* SIGSTOP the daemon and wait until it is stopped (a loaded machine delivers the stop
+ * late, and a request sent before it would still be answered). SIGCONT resumes it. */
+static inline void kvtd_pause(void)
+{
+	kill(kvtd_pid, SIGSTOP);
+	for (int i = 0; i < 200 && kvtd_state() != 'T'; i++)
+		usleep(5000);
+	CHECK(kvtd_state() == 'T');
+}
+
 /* SIGTERM: the daemon flushes and must exit 0. */
 static inline void kvtd_stop(void)
 {
