@@ -90,7 +90,7 @@ static int start(struct kvt_resolver **rp, const char *host, int port)
 }
 
 int kvt__resolve(struct kvt_resolver **rp, const char *host, int port, uint64_t timeout_ns,
-		 char *ip, size_t iplen)
+		 struct kvt_addrs *out)
 {
 	if (!*rp) {
 		int rc = start(rp, host, port);
@@ -116,8 +116,20 @@ int kvt__resolve(struct kvt_resolver **rp, const char *host, int port, uint64_t 
 	*rp = NULL;
 	int e = r->err;
 	int rc = e == 0 ? 0 : (e == EAI_NONAME || e == EAI_NODATA) ? -ENOENT : -EHOSTUNREACH;
-	if (rc == 0 && (!r->res || getnameinfo(r->res->ai_addr, r->res->ai_addrlen, ip,
-					       (socklen_t)iplen, NULL, 0, NI_NUMERICHOST)))
+	out->n = 0;
+	for (const struct addrinfo *a = rc == 0 ? r->res : NULL; a && out->n < KVT_RESOLVE_MAX;
+	     a = a->ai_next) {
+		char *ip = out->ip[out->n];
+		if (getnameinfo(a->ai_addr, a->ai_addrlen, ip, sizeof(out->ip[0]), NULL, 0,
+				NI_NUMERICHOST) != 0)
+			continue;
+		bool seen = false; /* one address per socket type and protocol: keep one */
+		for (unsigned i = 0; i < out->n && !seen; i++)
+			seen = !strcmp(out->ip[i], ip);
+		if (!seen)
+			out->n++;
+	}
+	if (rc == 0 && out->n == 0)
 		rc = -EHOSTUNREACH;
 	unref(r);
 	return rc;

@@ -13,14 +13,23 @@
 
 struct kvt_resolver;
 
-/* Look host up (port for the service), waiting at most timeout_ns. 0: ip (iplen bytes, at
- * least 46) holds the first address as a numeric string. -ETIMEDOUT: not answered yet;
- * the lookup goes on in the background and *rp keeps it - call again with the same *rp to
- * wait for it again (a new lookup is not started while one is out). -ENOENT: no such host;
+/* The addresses a name has, in getaddrinfo's order (RFC 6724: the one to try first
+ * first), as numeric strings. A client tries them in turn: "localhost" is often ::1 and
+ * 127.0.0.1, and a server listening on only one of them refuses the other. */
+#define KVT_RESOLVE_MAX 8
+struct kvt_addrs {
+	unsigned n;
+	char ip[KVT_RESOLVE_MAX][46]; /* INET6_ADDRSTRLEN */
+};
+
+/* Look host up (port for the service), waiting at most timeout_ns. 0: out holds its first
+ * KVT_RESOLVE_MAX addresses (at least one). -ETIMEDOUT: not answered yet; the lookup goes
+ * on in the background and *rp keeps it - call again with the same *rp to wait for it
+ * again (a new lookup is not started while one is out). -ENOENT: no such host;
  * -EHOSTUNREACH: the lookup failed (no DNS server answered, or another error); -ENOMEM.
  * *rp is NULL on every answer but -ETIMEDOUT. */
 int kvt__resolve(struct kvt_resolver **rp, const char *host, int port, uint64_t timeout_ns,
-		 char *ip, size_t iplen);
+		 struct kvt_addrs *out);
 
 /* Drop a lookup still out (NULL: nothing): its thread frees it when getaddrinfo returns. */
 void kvt__resolve_abandon(struct kvt_resolver *r);

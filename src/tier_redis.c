@@ -121,6 +121,10 @@ struct rd_conn {
 	enum rd_cstate state;
 	bool quiet; /* a failure was logged; stay quiet until the server answers again */
 	struct kvt_resolver *resolver; /* a name lookup still out (net_resolve.h) */
+	/* the server's addresses from the last lookup; addr_at is the one connected or being
+	 * connected to, addr_next the next to try (0: look the name up again first) */
+	struct kvt_addrs addrs;
+	unsigned addr_at, addr_next;
 	redisContext *c;
 	redisReader *reader;
 	struct rd_op *head, *tail; /* taken: replies go to head */
@@ -374,30 +378,51 @@ static struct rd_op *handshake_op(struct rd_state *s, enum rd_kind kind)
 	return op;
 }
 
+/* A connect to addrs.ip[addr_at] failed: true if the name has another address to try now
+ * (the connection is down, the requests kept), false if that was the last (the next
+ * connect looks the name up again). */
+static bool conn_next_addr(struct rd_conn *c)
+{
+	c->addr_next = c->addr_at + 1 < c->addrs.n ? c->addr_at + 1 : 0;
+	if (!c->addr_next)
+		return false;
+	conn_drop(c);
+	return true;
+}
+
 /* Connect (non-blocking) to the server's address. The name is looked up first under the
  * request timeout: hiredis would call getaddrinfo() on this thread, which a DNS server
- * that does not answer holds for many seconds. *why names the step that failed. */
+ * that does not answer holds for many seconds. Each of its addresses is tried in turn
+ * while connects fail at once (refused, unreachable; conn_next_addr for those that fail
+ * later). *why names the step that failed. */
 static int conn_start(struct rd_conn *c, const char **why)
 {
 	struct rd_state *s = c->s;
-	char ip[64];
 	*why = "name lookup";
-	int rc = kvt__resolve(&c->resolver, s->url.host, s->url.port, s->timeout_ns, ip, sizeof(ip));
-	if (rc < 0)
-		return rc;
+	if (!c->addr_next) {
+		int rc = kvt__resolve(&c->resolver, s->url.host, s->url.port, s->timeout_ns,
+				      &c->addrs);
+		if (rc < 0)
+			return rc;
+	}
 	*why = "connect";
-	c->c = redisConnectNonBlock(ip, s->url.port);
-	if (!c->c)
-		return -ENOMEM;
-	if (c->c->err) {
+	for (;;) {
+		c->addr_at = c->addr_next;
+		c->c = redisConnectNonBlock(c->addrs.ip[c->addr_at], s->url.port);
+		if (!c->c)
+			return -ENOMEM;
+		if (!c->c->err)
+			break;
 		int e = errno ? -errno : -ECONNREFUSED;
 		if (c->c->err != REDIS_ERR_IO)
 			e = -EHOSTUNREACH;
 		if (!c->quiet)
-			KVT_WARN(&s->t->log, "redis %s:%d: connect: %s", s->url.host, s->url.port,
-				 c->c->errstr);
-		conn_drop(c);
-		return e;
+			KVT_WARN(&s->t->log, "redis %s:%d: connect to %s: %s", s->url.host,
+				 s->url.port, c->addrs.ip[c->addr_at], c->c->errstr);
+		if (!conn_next_addr(c)) {
+			conn_drop(c);
+			return e;
+		}
 	}
 	c->reader = redisReaderCreateWithFunctions(&rd_fns);
 	if (!c->reader) {
@@ -789,6 +814,12 @@ static void *io_thread(void *arg)
 			if (c->head) {
 				uint64_t end = c->head_since_ns + s->timeout_ns;
 				if (now >= end) {
+					/* a connect that timed out: the next attempt tries the
+					 * next address (the requests have had their time) */
+					if (c->state == C_CONNECTING)
+						c->addr_next = c->addr_at + 1 < c->addrs.n
+								       ? c->addr_at + 1
+								       : 0;
 					conn_fail(c, -ETIMEDOUT,
 						  c->state == C_CONNECTING ? "connect timed out"
 									   : "request timed out");
@@ -814,9 +845,11 @@ static void *io_thread(void *arg)
 		if (c->state == C_CONNECTING) {
 			rc = conn_up(c);
 			if (rc < 0) {
-				conn_fail(c, rc, "connect");
+				if (!conn_next_addr(c))
+					conn_fail(c, rc, "connect");
 				continue;
 			}
+			c->addr_next = 0; /* a later reconnect looks the name up again */
 		}
 		if (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) {
 			rc = conn_read(c);
@@ -1298,40 +1331,53 @@ static int sync_connect(struct rd_state *s, int stop_fd, uint64_t end, redisCont
 {
 	const struct kvt_log *log = &s->t->log;
 	struct kvt_resolver *lookup = NULL;
-	char ip[64];
+	struct kvt_addrs addrs;
 	uint64_t now = kvt__now_ns();
 	*out = NULL;
 	int rc = now >= end ? -ETIMEDOUT
 			    : kvt__resolve(&lookup, s->url.host, s->url.port,
-					   KVT_MIN(s->timeout_ns, end - now), ip, sizeof(ip));
+					   KVT_MIN(s->timeout_ns, end - now), &addrs);
 	if (rc < 0) {
 		kvt__resolve_abandon(lookup);
 		KVT_WARN(log, "redis %s:%d: name lookup: %s", s->url.host, s->url.port, kvt_strerror(rc));
 		return rc;
 	}
-	redisContext *c = redisConnectNonBlock(ip, s->url.port);
-	if (!c)
-		return -ENOMEM;
-	if (c->err) {
-		rc = c->err == REDIS_ERR_IO && errno ? -errno : -ECONNREFUSED;
-		KVT_WARN(log, "redis %s:%d: connect: %s", s->url.host, s->url.port, c->errstr);
+	redisContext *c = NULL;
+	/* each address in turn while the connects are refused; a timeout or a cancel ends it */
+	for (unsigned i = 0; i < addrs.n; i++) {
+		if (c)
+			redisFree(c);
+		c = redisConnectNonBlock(addrs.ip[i], s->url.port);
+		if (!c)
+			return -ENOMEM;
+		if (c->err) {
+			rc = c->err == REDIS_ERR_IO && errno ? -errno : -ECONNREFUSED;
+			if (i + 1 == addrs.n)
+				KVT_WARN(log, "redis %s:%d: connect to %s: %s", s->url.host,
+					 s->url.port, addrs.ip[i], c->errstr);
+			continue;
+		}
+		short rev = 0;
+		rc = sync_wait(c, stop_fd, POLLOUT, KVT_MIN(kvt__now_ns() + s->timeout_ns, end), &rev);
+		if (rc == 0) {
+			int err = 0;
+			socklen_t len = sizeof(err);
+			if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+				err = errno;
+			rc = -err;
+		}
+		if (rc == 0)
+			break;
+		bool last = rc == -ECANCELED || rc == -ETIMEDOUT || i + 1 == addrs.n ||
+			    kvt__now_ns() >= end;
+		if (rc != -ECANCELED && last)
+			KVT_WARN(log, "redis %s:%d: connect to %s: %s", s->url.host, s->url.port,
+				 addrs.ip[i], kvt_strerror(rc));
+		if (last)
+			break;
+	}
+	if (rc < 0)
 		goto fail;
-	}
-	short rev = 0;
-	rc = sync_wait(c, stop_fd, POLLOUT, KVT_MIN(kvt__now_ns() + s->timeout_ns, end), &rev);
-	if (rc == 0) {
-		int err = 0;
-		socklen_t len = sizeof(err);
-		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
-			err = errno;
-		rc = -err;
-	}
-	if (rc < 0) {
-		if (rc != -ECANCELED)
-			KVT_WARN(log, "redis %s:%d: connect: %s", s->url.host, s->url.port,
-				 kvt_strerror(rc));
-		goto fail;
-	}
 	if (s->url.pass[0] &&
 	    (rc = s->url.user[0]
 		      ? sync_cmd(s, c, stop_fd, end, &cap_small, NULL, "AUTH %s %s", s->url.user,

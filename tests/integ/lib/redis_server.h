@@ -1,5 +1,5 @@
 /*
- * redis_server.h - start a real redis-server for a test: 127.0.0.1 only, a free port, a
+ * redis_server.h - start a real redis-server for a test: 127.0.0.1 only (or r->bind), a free port, a
  * temporary directory, no persistence, optional requirepass. The test can SIGKILL or
  * SIGSTOP it and start it again on the same port. rs_start returns 77 when redis-server is
  * not installed, so the caller can exit with "skip".
@@ -25,7 +25,13 @@ struct rs {
 	char dir[128];
 	char pass[64];
 	const char *extra[4]; /* more redis-server arguments (NULL-terminated), set before launch */
+	const char *bind;     /* the one loopback address it listens on (NULL: 127.0.0.1) */
 };
+
+static inline const char *rs_bind(const struct rs *r)
+{
+	return r->bind ? r->bind : "127.0.0.1";
+}
 
 static inline int rs_free_port(void)
 {
@@ -47,7 +53,7 @@ static inline int rs_wait_ready(struct rs *r)
 {
 	for (int i = 0; i < 500; i++) {
 		struct timeval tv = {1, 0};
-		redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+		redisContext *c = redisConnectWithTimeout(rs_bind(r), r->port, tv);
 		if (c && !c->err) {
 			redisReply *rep = r->pass[0] ? redisCommand(c, "AUTH %s", r->pass) : NULL;
 			if (rep)
@@ -88,7 +94,7 @@ static inline int rs_launch(struct rs *r)
 				dup2(fd, 1);
 				dup2(fd, 2);
 			}
-			const char *argv[32] = {"redis-server", "--port", port, "--bind", "127.0.0.1",
+			const char *argv[32] = {"redis-server", "--port", port, "--bind", rs_bind(r),
 						"--dir", r->dir, "--save", "", "--appendonly", "no",
 						"--daemonize", "no", "--protected-mode", "yes"};
 			int n = 15;
