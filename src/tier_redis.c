@@ -1475,7 +1475,9 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 				continue;
 			memcpy(hex, e->str + s->prefix_len, 2 * KVT_KEY_BYTES);
 			hex[2 * KVT_KEY_BYTES] = 0;
-			if (kvt_key_from_hex(hex, &k[i]) < 0)
+			/* lower case only, as the tier names objects: "<prefix>AB.." is another
+			 * value, which a get of the key it would parse to never reads */
+			if (kvt__key_from_lowerhex(hex, &k[i]) < 0)
 				continue;
 			if (redisAppendCommand(c, "STRLEN %b", e->str, e->len) != REDIS_OK) {
 				rc = sync_fail(c);
@@ -1489,7 +1491,15 @@ static int rd_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 				continue;
 			redisReply *n = NULL;
 			if ((rc = sync_reply(s, c, -1, list_end, &cap_small, &n)) < 0) {
+				/* a list, set, ... under an object's name (another writer): not
+				 * an object; the rest of the listing stands */
+				bool other = n && n->type == REDIS_REPLY_ERROR &&
+					     !strncmp(n->str, "WRONGTYPE", 9);
 				freeReplyObject(n);
+				if (other) {
+					rc = 0;
+					continue;
+				}
 				break;
 			}
 			/* 0: removed since SCAN listed it */
