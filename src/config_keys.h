@@ -102,7 +102,7 @@
 	X(k, "s3.endpoint", STR, "", 0, 0, NULL, URL_SECRET, "S3 endpoint URL, http(s)://host[:port] (empty: KVTIER_S3_ENDPOINT)") \
 	X(k, "s3.region", STR, "", 0, 0, NULL, PLAIN, "SigV4 signing region (empty: AWS_DEFAULT_REGION, else us-east-1)") \
 	X(k, "s3.bucket", STR, "", 0, 0, NULL, PLAIN, "bucket holding the objects (empty: KVTIER_S3_BUCKET)") \
-	X(k, "s3.prefix", STR, "kvtier/", 0, 0, NULL, PLAIN, "key prefix inside the bucket; objects are <prefix><64 hex digits>; letters, digits, -, _, ., ~ and / only") \
+	X(k, "s3.prefix", STR, "kvtier/", 0, 0, NULL, PLAIN, "key prefix inside the bucket; objects are <prefix><64 hex digits>; letters, digits, -, _, ., ~ and / only, at most 960 of them (S3 names are at most 1024 bytes)") \
 	X(k, "s3.addressing", ENUM, "path", 0, 0, "path|virtual", PLAIN, "path-style (endpoint/bucket/key) or virtual-hosted (bucket.endpoint/key) URLs") \
 	X(k, "s3.credentials_file", STR, "", 0, 0, NULL, PLAIN, "AWS-style credentials file (empty: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY); refused if another user owns it or others can write it") \
 	X(k, "s3.profile", STR, "default", 0, 0, NULL, PLAIN, "profile section of s3.credentials_file") \

@@ -75,6 +75,8 @@ enum s3_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_DROP };
 #define S3_SERVED 4096 /* reads remembered for drop_corrupt */
 #define S3_ETAG_MAX 48 /* "<32 hex>" or a multipart "<32 hex>-<parts>", with its NUL */
 #define S3_DATE_MAX 32 /* an HTTP date ("Fri, 04 Dec 2026 01:55:44 GMT"), with its NUL */
+#define S3_NAME_MAX 1024 /* an object name's bytes (S3's limit): prefix + 64 hex digits */
+#define S3_URL_MAX 4096  /* an object's URL with its NUL (checked at open) */
 
 /* Which copy of a key a read was served (see the note at the top): ETag and Last-Modified
  * as the server sent them; etag[0] == 0: none, or reads served more than one. */
@@ -772,7 +774,7 @@ static int xfer_start(struct s3_state *s, struct s3_xfer *x, uint64_t now)
 	x->cr_set = false;
 	x->copy.etag[0] = x->copy.date[0] = 0;
 
-	char hex[2 * KVT_KEY_BYTES + 1], url[4096], range[64];
+	char hex[2 * KVT_KEY_BYTES + 1], url[S3_URL_MAX], range[64];
 	kvt_key_to_hex(x->key, hex);
 	snprintf(url, sizeof(url), "%s%s%s", s->base, s->prefix, hex);
 	uint64_t left_ms = (op->deadline_ns - now) / 1000000 + 1;
@@ -1409,6 +1411,12 @@ static void tokset_free(struct tokset *ts)
  * reads served another key's bytes, and two tenants' prefixes could share it. */
 static int check_prefix(const struct kvt_log *log, const char *p)
 {
+	if (strlen(p) + 2 * KVT_KEY_BYTES > S3_NAME_MAX) {
+		KVT_ERR(log, "s3.prefix: %zu characters; with the 64 hex digits of a key an object "
+			     "name would pass S3's %d-byte limit",
+			strlen(p), S3_NAME_MAX);
+		return -EINVAL;
+	}
 	const char *seg = p;
 	for (const char *c = p;; c++) {
 		if (*c == '/' || !*c) {
@@ -1741,6 +1749,12 @@ static int s3_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	    build_urls(s, endpoint, bucket, !strcmp(kvt__cfg_str(cfg, "s3.addressing"), "virtual"));
 	if (rc < 0)
 		goto fail;
+	if (strlen(s->base) + strlen(s->prefix) + 2 * KVT_KEY_BYTES >= S3_URL_MAX) {
+		KVT_ERR(log, "s3: endpoint and bucket make object URLs of %zu bytes, more than %d",
+			strlen(s->base) + strlen(s->prefix) + 2 * KVT_KEY_BYTES, S3_URL_MAX - 1);
+		rc = -EINVAL;
+		goto fail;
+	}
 	rc = kvt__s3_credentials_load(&t->log, cfg, &s->cred);
 	if (rc < 0)
 		goto fail;

@@ -555,6 +555,32 @@ static void prefixes(const char *ep)
 		      bad[i], rc);
 		CHECK(strstr(log_text, "s3.prefix") && lines_of(log_text) == 1, "log: %s", log_text);
 	}
+	/* a prefix past S3's name limit, an endpoint that makes URLs past the tier's
+	 * buffer (which cut them short before 2026-12-05: objects went to wrong names) */
+	char *longp = malloc(1100), *longe = malloc(4200);
+	memset(longp, 'p', 1000);
+	strcpy(longp + 1000, "/");
+	snprintf(longe, 4200, "%s/", ep);
+	memset(longe + strlen(longe), 'e', 4080 - strlen(longe));
+	longe[4080] = 0;
+	const char *too[][2] = {{"s3.prefix", longp}, {"s3.endpoint", longe}};
+	for (int i = 0; i < 2; i++) {
+		struct kvt_config *cfg = fake_cfg(ep);
+		cfg_set(cfg, too[i][0], too[i][1]);
+		struct kvt_tier *t;
+		log_clear();
+		int rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+		kvt_config_destroy(cfg);
+		if (rc == 0)
+			tier_close(t);
+		CHECK(rc == -EINVAL, "open with a %zu-byte %s: %d", strlen(too[i][1]), too[i][0],
+		      rc);
+		CHECK(lines_of(log_text) == 1, "log: %s", log_text);
+		fprintf(stderr, "  a %zu-byte %s: %.*s\n", strlen(too[i][1]), too[i][0],
+			(int)strcspn(log_text, "\n"), log_text);
+	}
+	free(longp);
+	free(longe);
 	struct kvt_config *cfg = fake_cfg(ep);
 	cfg_set(cfg, "s3.prefix", "tenant-a/v1.2_x~y/");
 	struct kvt_tier *t;
