@@ -732,6 +732,32 @@ def test_stats_after_a_counter_reset_are_the_counts_since(tdir, monkeypatch):
         t.shutdown()
 
 
+def test_stats_pair_tiers_by_name(tdir, monkeypatch):
+    """get_stats paired the last snapshot's tiers with the new one's by position: a
+    kvtierd restarted with another tier chain (client mode) credited one tier's counts to
+    another - after dram,nvme then dram,redis,nvme, redis was paired with nvme's old
+    counts and nvme with none (left out). Tiers are now paired by name; a new one counts
+    from 0."""
+    from kvtier.vllm.tier import _COUNTERS
+    buf, view = primary()
+    t = tier(view, tdir, config={"store.tiers": "dram"})
+    try:
+        base = t.store_stats()["tiers"][0]
+
+        def snap(*tiers):  # (name, every counter's value) per tier, in chain order
+            return {"tiers": [{**base, "name": n, **dict.fromkeys(_COUNTERS.values(), v)}
+                              for n, v in tiers]}
+        t._last_stats = snap(("dram", 10), ("nvme", 50))
+        monkeypatch.setattr(t, "_stats_now", lambda: snap(("dram", 12), ("redis", 4),
+                                                          ("nvme", 55)))
+        vals = t.get_stats().data["data"]
+        for name in _COUNTERS:
+            got = {lv[0]: v for lv, v in vals.get(name, {}).items()}
+            assert got == {"dram": 2, "redis": 4, "nvme": 5}, (name, got)  # was: no nvme
+    finally:
+        t.shutdown()
+
+
 def test_overlong_tenant_gets_no_caching(tdir, caplog):
     """kvtier_tenant had no length limit, and the whole context (tenant included) was
     hashed again for every chunk key on vLLM's scheduler thread: a 1 MiB tenant cost

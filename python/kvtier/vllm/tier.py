@@ -97,6 +97,16 @@ _COUNTERS = {
 }
 
 
+def _tiers_by_name(tiers):
+    """(key, tier) per tier of a stats snapshot, the key its name and which of that
+    name it is (a chain may repeat a kind), for pairing one interval's with the next."""
+    seen: dict = {}
+    for t in tiers:
+        k = seen.get(t["name"], 0)
+        seen[t["name"]] = k + 1
+        yield (t["name"], k), t
+
+
 @dataclass
 class _Verdict:
     hit: bool | None = None
@@ -771,13 +781,19 @@ class KvtierTier(SecondaryTierManager):
         )
         now = self._stats_now()
         out = OffloadingConnectorStats()
-        for t_now, t_old in zip(now["tiers"] if now else (), self._last_stats["tiers"]):
+        # paired by name, not position: a kvtierd restarted with another tier chain (in
+        # client mode) would otherwise credit one tier's counts to another; a tier new
+        # since the last interval counts from 0
+        before = dict(_tiers_by_name(self._last_stats["tiers"]))
+        for key, t_now in _tiers_by_name(now["tiers"] if now else ()):
+            t_old = before.get(key)
             lv = (t_now["name"],)
             for name, f in _COUNTERS.items():
                 # less than before: the counter restarted from 0 (kvtierd restarted, in
                 # client mode) and the new value is the count since; a negative increase
                 # raised ValueError from vLLM's Prometheus Counter.inc into its output loop
-                d = t_now[f] - t_old[f] if t_now[f] >= t_old[f] else t_now[f]
+                old = t_old[f] if t_old is not None else 0
+                d = t_now[f] - old if t_now[f] >= old else t_now[f]
                 if d:
                     out.increase_counter(name, d, lv)
             out.set_gauge(M.USED_BYTES, t_now["bytes"], lv)
