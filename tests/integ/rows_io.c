@@ -371,6 +371,7 @@ static void client_mode_hung_daemon(const struct kvt_row_layout *lay, uint8_t *s
 					     &jobs[k]), 0);
 	}
 	int threads1 = test_thread_count();
+	int with_first = 0; /* jobs over by the end of the poll round that saw job 0 over */
 	for (int left = J; left;) {
 		for (int k = 0; k < J; k++)
 			if (!over[k] && kvt_rows_job_poll(jobs[k], 0, &res) == 1) {
@@ -378,17 +379,24 @@ static void client_mode_hung_daemon(const struct kvt_row_layout *lay, uint8_t *s
 				over[k] = now_ns() - tj;
 				left--;
 			}
+		if (!with_first && over[0])
+			with_first = J - left;
 		usleep(200);
 	}
 	printf("  %d client-mode jobs started together: threads +%d, first over after %.1f ms, "
 	       "last after %.1f ms\n", J, threads1 - threads0, over[0] / 1e6, over[J - 1] / 1e6);
 	CHECKM(threads1 - threads0 <= 2, "%d threads for %d jobs", threads1 - threads0, J);
 	/* In arrival order on two workers the last of 12 ends ~6x later than the first
-	 * (2.4 / 14.9 ms when written); interleaved, all end together (~1x). 2x tells them
-	 * apart: the first job also pays for starting the handle's workers, and a slower VM
-	 * under a loaded CI run measured 8.1 / 24.0 ms (a 3x bound failed there). */
-	CHECKM(over[0] * 2 < over[J - 1], "the first job ended at %.1f ms, the last at %.1f ms: "
-	       "not in arrival order", over[0] / 1e6, over[J - 1] / 1e6);
+	 * (2.4 / 14.9 ms when written), and when the first is seen over at most a few others
+	 * are; interleaved, all end together (~1x, most over with the first). Either sign
+	 * suffices, since each can be blurred by the machine alone: the first job also pays
+	 * for starting the handle's workers (a loaded CI run measured 8.1 / 24.0 ms, another
+	 * 53.0 / 55.9 ms after a 50 ms stall at the start - 2 over with the first there is
+	 * still arrival order), and this thread polling late sees many over at once. */
+	printf("  %d of %d over when the first was seen over\n", with_first, J);
+	CHECKM(over[0] * 2 < over[J - 1] || with_first <= J / 3,
+	       "the first job ended at %.1f ms, the last at %.1f ms, %d over with it: not in "
+	       "arrival order", over[0] / 1e6, over[J - 1] / 1e6, with_first);
 	for (int k = 0; k < J; k++) {
 		kvt_rows_job_free(jobs[k]);
 		for (int i = 0; i < N; i++) /* chunk i of every job: the rows of dst_ids[i] */
