@@ -33,7 +33,7 @@ static atomic_bool gather_stop;
 static atomic_ullong gather_laps;
 
 /* A gather that never ends: what a device copy still running after the cut does. */
-static void *gather(void *arg)
+static void *cut_gather_writes(void *arg)
 {
 	(void)arg;
 	while (!atomic_load(&gather_stop)) {
@@ -87,7 +87,7 @@ int main(void)
 	gather_dst = obj;
 	gather_len = kvt_object_bytes(g, g->chunk_tokens);
 	pthread_t th;
-	CHECK(pthread_create(&th, NULL, gather, NULL) == 0);
+	CHECK(pthread_create(&th, NULL, cut_gather_writes, NULL) == 0);
 	memcpy(kvtd_ns, kvt_store_ns_id(a), sizeof(kvtd_ns));
 	struct raw r = raw_attach();
 	CHECK_EQ(raw_status(&r).tp_partials, 1);
