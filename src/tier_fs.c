@@ -132,11 +132,12 @@ struct fs_op {
 	/* OP_READ */
 	struct kvt_seg *segs; /* points just past this struct */
 	uint32_t nsegs;
-	/* OP_WRITE: also on the pending-writes list, in submission order, for flush */
+	/* OP_WRITE */
 	const void *obj;
 	uint64_t len;
 	bool has_parent;
 	struct kvt_key parent;
+	/* OP_WRITE, OP_REMOVE: also on the pending list, in submission order, for flush */
 	uint64_t ticket;
 	struct fs_op *wprev, *wnext;
 	/* OP_EXISTS: keys [i0, i1) of batch; OP_SYNCDIRS: directories [i0, i1) of dirsync */
@@ -182,7 +183,7 @@ struct fs_state {
 	bool closing;
 	unsigned nthreads;
 	pthread_t threads[64];
-	/* writes not yet completed, oldest first, and flushes waiting on them */
+	/* writes and removes not yet completed, oldest first, and flushes waiting on them */
 	struct fs_op *wfirst, *wlast;
 	/* fs.fsync=data: directories (by index, FS_DIRS) that got or lost a name since the
 	 * last flush - leaves an object's, their parents a new leaf's or first level's -
@@ -318,7 +319,7 @@ static int submit(struct fs_state *s, struct fs_op *op)
 		pthread_mutex_unlock(&s->lock);
 		return -ECANCELED;
 	}
-	if (op->kind == OP_WRITE) {
+	if (op->kind == OP_WRITE || op->kind == OP_REMOVE) {
 		op->ticket = s->next_ticket++;
 		op->wprev = s->wlast;
 		op->wnext = NULL;
@@ -328,7 +329,7 @@ static int submit(struct fs_state *s, struct fs_op *op)
 			s->wfirst = op;
 		s->wlast = op;
 	} else if (op->kind == OP_FLUSH) {
-		op->ticket = s->next_ticket; /* waits for every write with a smaller ticket */
+		op->ticket = s->next_ticket; /* waits for every write or remove with a smaller ticket */
 	}
 	op->next = NULL;
 	if (s->tail)
@@ -612,7 +613,8 @@ static void finish_flushes(struct fs_state *s, struct fs_op *ready, int result)
 		complete_flushes(s, ready, result);
 }
 
-/* A write is over: take it off the pending list and release the flushes it held back. */
+/* A write or remove is over: take it off the pending list and release the flushes it held
+ * back. */
 static void write_done(struct fs_state *s, struct fs_op *op)
 {
 	pthread_mutex_lock(&s->lock);
@@ -1148,9 +1150,13 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
 	 * as a publish's name is (run_write): fsync=full syncs it before answering, data marks
 	 * the leaf for the next flush (a removed key must not come back after a power cut
 	 * that followed a flush). */
-	if (r == 0 && s->sync == SYNC_FULL && fsync(dfd) < 0)
-		r = -errno;
-	if (r == 0 && s->sync == SYNC_DATA) {
+	bool unlinked = r == 0, synced = false;
+	if (unlinked && s->sync == SYNC_FULL) {
+		synced = fsync(dfd) == 0;
+		if (!synced)
+			r = -errno; /* the name is gone all the same: the next flush syncs it */
+	}
+	if (unlinked && !synced && s->sync != SYNC_NONE) {
 		pthread_mutex_lock(&s->lock);
 		mark_dir_dirty(s, (unsigned)op->key.bytes[0] << 8 | op->key.bytes[1]);
 		pthread_mutex_unlock(&s->lock);
@@ -1277,9 +1283,16 @@ static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 		kvt__free(op);
 		return;
 	case OP_REMOVE:
+		/* a flush submitted after it waits for it, as for a write: the workers run
+		 * ops in parallel, and a flush that ran before the unlink (and its leaf's
+		 * mark) answered with the removal not durable - the key came back after a
+		 * power cut */
 		if (!cancel)
 			rc = run_remove(s, op);
-		break;
+		op->cb(op->arg, rc);
+		write_done(s, op);
+		kvt__free(op);
+		return;
 	case OP_DROP:
 		/* Even while closing: a corrupt object left in place would make the rightful
 		 * writer's next put of that key look already done. */
@@ -1363,11 +1376,19 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		return -EINVAL;
 	}
 	/* Read-only (inspection): create nothing; a missing v1/ means this is not a store. */
+	/* v1 itself is not followed if it is a symbolic link, as no level below it is
+	 * (leaf_open): anyone who can write the shared directory could plant one, and this
+	 * node's objects would go, and its sweeps unlink, wherever it points. fs.dir may be
+	 * one (an administrator's mount point). */
 	int rc = s->ro ? 0 : mkdir_p(s->dir, s->dir_mode);
-	if (rc < 0 || (s->rootfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+	if (rc < 0 ||
+	    (s->rootfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
 		rc = rc < 0 ? rc : -errno;
 		KVT_ERR(&t->log, "fs: cannot use %s: %s%s", s->dir, strerror(-rc),
-			s->ro && rc == -ENOENT ? " (not a kvtier fs store)" : "");
+			s->ro && rc == -ENOENT ? " (not a kvtier fs store)"
+			: rc == -ELOOP || rc == -ENOTDIR
+			    ? " (a symbolic link or not a directory: refused, see docs/TIERS.md)"
+			    : "");
 		return rc;
 	}
 	const char *d = kvt__cfg_str(cfg, "fs.direct");
