@@ -79,9 +79,22 @@ fail:
 void nv_budget_load(struct nv *s)
 {
 	char text[64 + NV_BUCKETS * 24];
-	int fd = openat(s->dirs[0].fd, NV_BUDGET_NAME, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	/* not followed, not waited on: a FIFO in its place hung the open (holding the
+	 * directory's lock), as .kvtier.chains's would (chains_load) */
+	int fd = openat(s->dirs[0].fd, NV_BUDGET_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0) {
+		if (errno != ENOENT)
+			KVT_WARN(s->log, "nvme: %s/%s: %s: the write budget starts afresh",
+				 s->dirs[0].path, NV_BUDGET_NAME, strerror(errno));
 		return;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		KVT_WARN(s->log, "nvme: %s/%s is not a regular file: the write budget starts "
+				 "afresh", s->dirs[0].path, NV_BUDGET_NAME);
+		return;
+	}
 	ssize_t n = read(fd, text, sizeof(text) - 1);
 	close(fd);
 	if (n <= 0)

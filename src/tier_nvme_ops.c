@@ -85,9 +85,11 @@ void nv_pump(struct nv *s, struct nv_op *op)
 		case ST_W_OPEN: {
 			if (!(io = nv_io_start(s, op, IO_OPEN, &sqe)))
 				goto blocked;
-			int fl = O_WRONLY | O_CLOEXEC;
-			if (!op->recycled)
-				fl |= O_CREAT | O_EXCL;
+			/* A recycled file (an evicted object's, a slot, a spare) was put in
+			 * place from outside if it is a link or a FIFO now: not followed, not
+			 * waited on (O_NONBLOCK; write_open_ok checks and clears it) */
+			int fl = O_WRONLY | O_CLOEXEC | O_NOFOLLOW;
+			fl |= op->recycled ? O_NONBLOCK : O_CREAT | O_EXCL;
 			if (s->dirs[op->dir].direct)
 				fl |= O_DIRECT;
 			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, s->file_mode);
@@ -298,6 +300,24 @@ static bool read_open_ok(struct nv *s, struct nv_op *op, struct nv_ent *e, int f
 	return false;
 }
 
+/* A recycled file just opened for a write (ST_W_OPEN, O_NOFOLLOW | O_NONBLOCK): a regular
+ * file gets its O_NONBLOCK cleared, as a read's does. Anything else (a FIFO or a device
+ * swapped in from outside; a symbolic link already failed the open with ELOOP) is closed
+ * and not written: false, with a warning, and the write fails. */
+static bool write_open_ok(struct nv *s, struct nv_op *op, int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		fcntl(fd, F_SETFL, s->dirs[op->dir].direct ? O_DIRECT : 0);
+		return true;
+	}
+	close(fd);
+	KVT_WARN(s->log, "nvme: %s/%s: a reused file is not a regular file (replaced from "
+			 "outside?): not written",
+		 s->dirs[op->dir].path, op->name);
+	return false;
+}
+
 void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 {
 	struct nv_op *op = io->op;
@@ -326,6 +346,8 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 			break;
 		}
 		if (op->type == OP_WRITE || op->type == OP_LAYOUT) {
+			if (res >= 0 && op->recycled && !write_open_ok(s, op, res))
+				res = -EINVAL;
 			if (res < 0) {
 				op->err = res;
 				op->stage = ST_W_FAIL;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A FIFO planted where the NVMe tier opens a file by name (a log segment, one past the
-# cycle, log/head, .kvtier.chains) must not hang an open: a blocking open of a FIFO waits for
-# a writer that never comes. Until 2026-12-04 `kvtier ls/verify` (read-only opens) hung on a
-# FIFO segment or head, and any read-write open hung on a FIFO .kvtier.chains. Also: a
+# cycle, log/head, .kvtier.chains, .kvtier.budget) must not hang an open: a blocking open of a
+# FIFO waits for a writer that never comes. Until 2026-12-04 `kvtier ls/verify` (read-only
+# opens) hung on a FIFO segment or head, and any read-write open hung on a FIFO
+# .kvtier.chains; until 2026-12-05 one with nvme.write_budget on a FIFO .kvtier.budget. Also: a
 # resume whose stored prefix is shorter than its fetch window read an uninitialised slot
 # (`session resume` crashed on a log with a damaged record in the middle of a segment).
 # A FIFO at log/head fails the open, saying "<path>: not a regular file" (until 2026-12-04
@@ -15,7 +16,8 @@ T=$(mktemp -d "${KVT_TEST_DIR:-/var/tmp}/kvt-fifo-XXXXXX")
 trap 'rm -rf "$T"' EXIT
 fail() { echo "nvme_fifo_entries: $*"; exit 1; }
 S=(--set model.layers=2 --set model.kv_heads=2 --set model.head_dim=32 --set dram.bytes=64MiB
-	--set nvme.log_max=256KiB --set nvme.bytes=128MiB --set nvme.segment_bytes=16MiB)
+	--set nvme.log_max=256KiB --set nvme.bytes=128MiB --set nvme.segment_bytes=16MiB
+	--set nvme.write_budget=1TiB)
 "$K" session save --synthetic 2560 --dir "$T/p" "${S[@]}" >/dev/null
 [ -f "$T/p/log/0.kvl" ] && [ -f "$T/p/.kvtier.chains" ] || fail "no log or chains file"
 # A FIFO at log/head fails the open with a line that says what it is (until 2026-12-04:
@@ -27,7 +29,7 @@ head_said() {
 		fail "$1, $kind at log/head: $(head -1 "$T/err")"
 }
 kind=FIFO
-for what in log/0.kvl log/7.kvl log/head .kvtier.chains; do
+for what in log/0.kvl log/7.kvl log/head .kvtier.chains .kvtier.budget; do
 	rm -rf "$T/w"; cp -a "$T/p" "$T/w"; rm -f "$T/w/$what"; mkfifo "$T/w/$what"
 	for cmd in ls verify; do
 		rc=0; timeout 20 "$K" $cmd --dir "$T/w" "${S[@]}" >/dev/null 2>"$T/err" || rc=$?
