@@ -74,6 +74,7 @@ struct slot {
 	bool unsaved;
 	bool evictable; /* cached evictable(); counted in n_evictable */
 	bool cold;	/* a partial chunk not hit since its publish: on the cold FIFO */
+	uint32_t flush_pass; /* the flush pass that last took it (kvt__dram_dirty_victims) */
 };
 
 struct kvt_dram {
@@ -98,6 +99,7 @@ struct kvt_dram {
 	struct kvt_log log;
 	uint64_t objects, bytes, evictions, hits, misses, removes;
 	uint64_t evicted_unsaved; /* evictions of unsaved slots: no deeper tier held them */
+	uint32_t flush_passes;    /* kvt__dram_flush_pass's last number */
 	kvt_dram_change_fn on_change;
 	void *on_change_arg;
 };
@@ -207,6 +209,7 @@ static void slot_reset(struct kvt_dram *d, struct slot *s)
 	s->pins = 0;
 	s->dirty = false;
 	s->unsaved = false;
+	s->flush_pass = 0;
 	s->children = 0;
 	s->parent = -1;
 	s->depth = 0;
@@ -814,25 +817,49 @@ out:
 	return rc;
 }
 
+bool kvt__dram_is_dirty(struct kvt_dram *d, int32_t id)
+{
+	if (!valid_id(d, id))
+		return false;
+	pthread_mutex_lock(&d->mu);
+	bool dirty = d->slots[id].dirty;
+	pthread_mutex_unlock(&d->mu);
+	return dirty;
+}
+
+uint32_t kvt__dram_flush_pass(struct kvt_dram *d)
+{
+	pthread_mutex_lock(&d->mu);
+	if (++d->flush_passes == 0) /* 0 is write-back's; a wrap only repeats a look */
+		d->flush_passes = 1;
+	uint32_t pass = d->flush_passes;
+	pthread_mutex_unlock(&d->mu);
+	return pass;
+}
+
 uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, uint32_t n,
-				 bool unsaved_too)
+				 uint32_t pass)
 {
 	uint32_t found = 0;
 	if (n == 0)
 		return 0;
 	pthread_mutex_lock(&d->mu);
 	/* Look at the coldest few first and widen only when they hold too few dirty slots.
-	 * Slots pinned here are skipped when a wider look passes them again. */
+	 * Slots taken here are skipped when a wider look passes them again: write-back's
+	 * because they are pinned now, a flush pass's because they carry its number. */
 	uint32_t want = n > d->nslots / 4 ? d->nslots : n * 4;
 	for (;;) {
 		uint32_t c = kvt__evict_peek(d->ev, d->scratch, want);
 		for (uint32_t i = 0; i < c && found < n; i++) {
 			int32_t id = (int32_t)d->scratch[i];
 			struct slot *s = &d->slots[id];
-			if (s->state != S_PUBLISHED || !s->dirty || s->pins ||
-			    (s->unsaved && !unsaved_too))
+			if (s->state != S_PUBLISHED || !s->dirty)
 				continue;
-			s->pins = 1;
+			if (pass ? s->flush_pass == pass : s->pins || s->unsaved)
+				continue;
+			if (pass)
+				s->flush_pass = pass;
+			s->pins++;
 			refresh(d, s);
 			fill_ref(d, id, &refs[found++]);
 		}

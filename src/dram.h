@@ -123,11 +123,18 @@ uint64_t kvt__dram_evicted_unsaved(struct kvt_dram *d);
  * and its slot freed at the last unpin; so is a kvt__dram_reserve slot not published yet,
  * which then never is). */
 int kvt__dram_remove(struct kvt_dram *d, const struct kvt_key *key);
-/* Up to n dirty, unpinned slots nearest to eviction, pinned for the caller (write-back
- * cleans them, then unpins), unsaved ones only with unsaved_too (flush, close: write-back
- * keeps headroom, and an unsaved slot is evictable already). Returns the count. */
+/* Up to n dirty slots nearest to eviction, pinned for the caller (who writes them, then
+ * unpins), the count returned. pass 0 (write-back, keeping headroom): only unpinned ones
+ * that are not unsaved (an unsaved slot is evictable already, a pinned one cannot go
+ * anyway). pass from kvt__dram_flush_pass (flush, close: every dirty slot must be written
+ * or waited for): unsaved and pinned ones too - a reader's pin (a device load, a daemon
+ * client's lease) does not make a slot durable, and until 2026-12-05 flush skipped them
+ * and answered 0 - each once per pass; the caller skips those a write of is under way. */
+uint32_t kvt__dram_flush_pass(struct kvt_dram *d);
+/* A slot's dirty mark now (a pinned slot's: the caller's pin keeps it the same slot). */
+bool kvt__dram_is_dirty(struct kvt_dram *d, int32_t id);
 uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, uint32_t n,
-				 bool unsaved_too);
+				 uint32_t pass);
 /* Count of free (never used or evicted) + clean evictable slots: the headroom. */
 uint32_t kvt__dram_headroom(struct kvt_dram *d);
 /* Key of a slot (for write-behind bookkeeping). */

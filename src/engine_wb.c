@@ -86,7 +86,11 @@ static void wb_complete(struct wb *w)
 	}
 	if (w->ref.id >= 0 && !w->keep_dirty && !newer) {
 		int failed = atomic_load(&w->failed_link);
-		if (!atomic_load(&w->ok) && failed) {
+		/* A promotion (a hit from a deeper tier, written only to the tiers above it:
+		 * w->end) is held by that tier whatever happened here: a failure leaves it clean,
+		 * its eviction no loss (until 2026-12-05 it was marked unsaved, its eviction
+		 * counted as lost and flush failed -EIO) */
+		if (!atomic_load(&w->ok) && failed && w->end >= s->n_links) {
 			atomic_store(&s->unsaved_link, failed - 1); /* before it can be evicted */
 			kvt__dram_set_unsaved(s->dram, w->ref.id);
 		} else {
@@ -433,6 +437,7 @@ void kvt__e_wb_start(struct wb *w, int end)
 	struct kvt_store *s = w->s;
 	const struct kvt_key *key = &w->key;
 	const struct kvt_slot_ref *ref = &w->ref;
+	w->end = end; /* before any leg can complete the job (wb_complete reads it) */
 	/* A remove of the key whose tier call is still out (an older one: a newer remove waits
 	 * for this job) could run on the tier after this write and delete it: the job waits,
 	 * parked on the key's record, until every such call is answered or past its deadline
@@ -442,7 +447,6 @@ void kvt__e_wb_start(struct wb *w, int end)
 	if (w->rec && atomic_load(&s->removes_out)) {
 		pthread_mutex_lock(&s->wb_lock);
 		if (kvt__e_keyrec_rm_on(w->rec)) {
-			w->end = end;
 			w->park_next = w->rec->parked;
 			w->rec->parked = w;
 			pthread_mutex_unlock(&s->wb_lock);
@@ -559,21 +563,32 @@ void kvt__e_wb_rewrite(struct kvt_store *s, const struct kvt_key *key)
 	pthread_mutex_unlock(&s->wb_lock);
 }
 
-/* Write every dirty slot not already being written (flush, close). Bounded by the pool:
- * a slot that stays dirty (no memory for its job) is not retried in the same pass. */
+/* Write every dirty slot not already being written (flush, close), pinned ones included (a
+ * reader's pin makes nothing durable). A slot whose key has a job out is left to it: the
+ * flush that called this waits for that job, and one that fails leaves the slot unsaved,
+ * for the next flush. Each slot once per pass (kvt__dram_flush_pass): a slot that stays
+ * dirty (no memory for its job) is not retried in the same pass. */
 void kvt__e_wb_dirty_all(struct kvt_store *s)
 {
-	uint32_t budget = kvt__dram_slots(s->dram);
+	uint32_t pass = kvt__dram_flush_pass(s->dram);
 	struct kvt_slot_ref refs[16];
 	uint32_t n;
-	while (budget &&
-	       (n = kvt__dram_dirty_victims(s->dram, refs, KVT_MIN(16u, budget), true)) > 0) {
+	while ((n = kvt__dram_dirty_victims(s->dram, refs, 16u, pass)) > 0) {
 		for (uint32_t i = 0; i < n; i++) {
 			struct kvt_key key;
 			kvt__dram_key(s->dram, refs[i].id, &key);
-			kvt__e_wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
+			/* A job completes by marking its slot, then leaving the record (pending):
+			 * once no job is pending, the mark read after it is the slot's own (read
+			 * first, a slot cleaned meanwhile was written again) */
+			pthread_mutex_lock(&s->wb_lock);
+			struct keyrec *rec = kvt__e_keyrec_find(s, &key);
+			bool out = (rec && rec->pending) || !kvt__dram_is_dirty(s->dram, refs[i].id);
+			pthread_mutex_unlock(&s->wb_lock);
+			if (out)
+				kvt__dram_unpin(s->dram, refs[i].id);
+			else
+				kvt__e_wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
 		}
-		budget -= n;
 	}
 }
 
@@ -607,7 +622,7 @@ void kvt__e_writeback_clean(struct kvt_store *s)
 	struct kvt_slot_ref refs[16];
 	int32_t passed[64];
 	uint32_t n_passed = 0, want = KVT_MIN(16u, low), n;
-	while (want && (n = kvt__dram_dirty_victims(s->dram, refs, want, false)) > 0) {
+	while (want && (n = kvt__dram_dirty_victims(s->dram, refs, want, 0)) > 0) {
 		for (uint32_t i = 0; i < n; i++) {
 			struct kvt_key key;
 			kvt__dram_key(s->dram, refs[i].id, &key);

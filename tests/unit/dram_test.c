@@ -367,7 +367,7 @@ static void test_dirty_never_evicted(void **unused)
 	assert_true(has(d, 1));
 	/* every slot dirty or pinned: -ENOSPC, nothing changes */
 	struct kvt_slot_ref r;
-	uint32_t n = kvt__dram_dirty_victims(d, &r, 1, true); /* pins id1 */
+	uint32_t n = kvt__dram_dirty_victims(d, &r, 1, 0); /* pins id1 */
 	assert_int_equal(n, 1);
 	assert_int_equal(r.id, id1);
 	assert_true(r.dirty);
@@ -576,17 +576,30 @@ static void test_dirty_victims_order(void **unused)
 	struct kvt_key k1 = key_n(1);
 	assert_int_equal(kvt__dram_get(d, &k1, &r[0]), 0); /* 1 becomes the hottest */
 	kvt__dram_unpin(d, r[0].id);
-	kvt__dram_pin(d, id[5]); /* pinned: not offered */
-	assert_int_equal(kvt__dram_dirty_victims(d, r, 2, true), 2);
+	kvt__dram_pin(d, id[5]); /* pinned: not offered to write-back */
+	/* a flush pass takes every dirty slot, the pinned one too (a reader's pin makes
+	 * nothing durable), each once per pass; a new pass takes those still dirty again */
+	struct kvt_slot_ref fl[8];
+	uint32_t pass = kvt__dram_flush_pass(d);
+	assert_int_equal(kvt__dram_dirty_victims(d, fl, 8, pass), 4);
+	assert_int_equal(fl[0].id, id[3]);
+	assert_int_equal(fl[1].id, id[5]);
+	assert_int_equal(kvt__dram_dirty_victims(d, r, 8, pass), 0);
+	for (int i = 0; i < 4; i++)
+		kvt__dram_unpin(d, fl[i].id);
+	assert_int_equal(kvt__dram_dirty_victims(d, fl, 8, kvt__dram_flush_pass(d)), 4);
+	for (int i = 0; i < 4; i++)
+		kvt__dram_unpin(d, fl[i].id);
+	assert_int_equal(kvt__dram_dirty_victims(d, r, 2, 0), 2);
 	assert_int_equal(r[0].id, id[3]);
 	assert_int_equal(r[1].id, id[7]);
 	assert_true(r[0].dirty && r[1].dirty);
 	/* they are pinned for the caller now, so the next call goes on with the rest */
 	struct kvt_slot_ref more[8];
-	assert_int_equal(kvt__dram_dirty_victims(d, more, 8, true), 1);
+	assert_int_equal(kvt__dram_dirty_victims(d, more, 8, 0), 1);
 	assert_int_equal(more[0].id, id[1]);
 	kvt__dram_unpin(d, id[5]);
-	assert_int_equal(kvt__dram_dirty_victims(d, more + 1, 8, true), 1);
+	assert_int_equal(kvt__dram_dirty_victims(d, more + 1, 8, 0), 1);
 	assert_int_equal(more[1].id, id[5]);
 	/* write-back cleans and unpins */
 	for (int i = 0; i < 2; i++) {
@@ -595,14 +608,14 @@ static void test_dirty_victims_order(void **unused)
 		kvt__dram_set_dirty(d, more[i].id, false);
 		kvt__dram_unpin(d, more[i].id);
 	}
-	assert_int_equal(kvt__dram_dirty_victims(d, more, 8, true), 0);
+	assert_int_equal(kvt__dram_dirty_victims(d, more, 8, kvt__dram_flush_pass(d)), 0);
 	assert_int_equal(kvt__dram_headroom(d), 16);
 	/* a big pool: the widening look finds a dirty slot far from the cold end */
 	kvt__dram_destroy(d);
 	d = mk("arc", 256, 4096);
 	for (uint64_t i = 0; i < 256; i++)
 		put(d, i, NULL, i == 250);
-	assert_int_equal(kvt__dram_dirty_victims(d, r, 1, true), 1);
+	assert_int_equal(kvt__dram_dirty_victims(d, r, 1, 0), 1);
 	struct kvt_key kk;
 	kvt__dram_key(d, r[0].id, &kk);
 	struct kvt_key k250 = key_n(250);
@@ -693,7 +706,7 @@ static void test_no_heap_after_create(void **unused)
 				(void)kvt__dram_remove(d, &k);
 				break;
 			default: {
-				uint32_t n = kvt__dram_dirty_victims(d, v, 4, true);
+				uint32_t n = kvt__dram_dirty_victims(d, v, 4, 0);
 				for (uint32_t j = 0; j < n; j++) {
 					kvt__dram_set_dirty(d, v[j].id, false);
 					kvt__dram_unpin(d, v[j].id);
@@ -832,7 +845,7 @@ static void *stress_thread(void *arg)
 					s->removes++;
 				break;
 			case 6: {
-				uint32_t n = kvt__dram_dirty_victims(s->d, v, 2, true);
+				uint32_t n = kvt__dram_dirty_victims(s->d, v, 2, 0);
 				for (uint32_t j = 0; j < n; j++) {
 					struct kvt_key kk;
 					kvt__dram_key(s->d, v[j].id, &kk);
@@ -895,7 +908,7 @@ static void test_stress(void **unused)
 		assert_true(gets > 100 && allocs > 100 && removes > 10 && cleaned > 10);
 		/* quiescent: the counters agree with what is there, and every pin was dropped */
 		struct kvt_slot_ref v[ST_SLOTS];
-		uint32_t n = kvt__dram_dirty_victims(d, v, ST_SLOTS, true);
+		uint32_t n = kvt__dram_dirty_victims(d, v, ST_SLOTS, kvt__dram_flush_pass(d));
 		for (uint32_t j = 0; j < n; j++) {
 			kvt__dram_set_dirty(d, v[j].id, false);
 			kvt__dram_unpin(d, v[j].id);
