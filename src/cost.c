@@ -162,6 +162,9 @@ static int add_tier(void *arg, const char *name)
 	struct kvt_cost_params *p = arg;
 	if (p->n_tiers >= KVT_MAX_TIERS || strlen(name) >= sizeof(p->tier[0].name))
 		return -EINVAL;
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+		if (*c <= 0x20 || *c >= 0x7f) /* a tier's name: printable, no blank */
+			return -EINVAL;
 	kvt__tier_profile_default(name, &p->tier[p->n_tiers++]);
 	return 0;
 }

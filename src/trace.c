@@ -956,6 +956,9 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 	    o->sys_prompts > KVT_GEN_MAX_ITEMS || o->docs > KVT_GEN_MAX_ITEMS ||
 	    o->repos > KVT_GEN_MAX_ITEMS ||
 	    !o->docs_per_req || !(o->end_prob > 0 && o->end_prob <= 1) || o->zipf < 0 ||
+	    /* documents of 0 tokens never grow the prompt, so docs_per_req (up to 4e9) draws
+	     * of them ran for hours per request */
+	    (o->workload == KVT_GEN_RAG && !o->doc_max) ||
 	    (o->workload == KVT_GEN_CONV &&
 	     (!o->first_mean || !(o->first_sigma < 8) || !(o->long_frac <= 1) ||
 	      (o->long_frac > 0 && !(o->long_end_prob > 0 && o->long_end_prob <= 1)) ||
@@ -1160,12 +1163,11 @@ int kvt__gen_set(struct kvt_gen_opts *o, const char *key, const char *value)
 	for (size_t i = 0; i < KVT_ARRAY_SIZE(knobs); i++) {
 		if (strcmp(key, knobs[i].name))
 			continue;
-		char *end;
-		errno = 0;
 		void *dst = (char *)o + knobs[i].off;
 		if (knobs[i].type == 1) {
-			double d = strtod(value, &end);
-			if (errno || end == value || *end || !isfinite(d) || d < 0 || d > 1e9)
+			/* decimal only, as every other number (strtod alone took "0x1p3", " +4") */
+			double d;
+			if (kvt__parse_double(value, &d) < 0 || d > 1e9)
 				return -EINVAL;
 			*(double *)dst = d;
 			return 0;

@@ -1,7 +1,8 @@
 /*
  * gnuplot.c - run gnuplot for the commands' PNG plots with every string of the script
  * quoted (tools/gnuplot.h): the output name used to go in as '%s', so a name with a quote
- * broke the script or ran what followed it.
+ * broke the script or ran what followed it; a control character in a quoted string (a
+ * newline in a tier name) did the same until 2026-12-05, and now goes in as '?'.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,9 +19,12 @@ void gp_str(FILE *g, const char *s)
 {
 	fputc('\'', g);
 	for (; *s; s++) {
-		if (*s == '\'')
+		unsigned char c = (unsigned char)*s;
+		if (c == '\'')
 			fputc('\'', g); /* '' is a quote inside '...'; backslashes are literal */
-		fputc(*s, g);
+		/* a newline ends the script's line inside the quotes, and gnuplot ran the next
+		 * line, a '!' line as a shell command: a title (a tier name) never needs one */
+		fputc(c < 0x20 || c == 0x7f ? '?' : c, g);
 	}
 	fputc('\'', g);
 }

@@ -41,6 +41,14 @@ expect_err "trace missing" "^kvtier replay: $T/none.jsonl: No such file" "$K" re
 # generator knobs: a shared-item count past its bound is refused; a prompt of 4e9
 # documents stops growing at the longest request (it grew without bound: 4.2 GB in 23 s)
 expect_err "gen docs" "docs, repos and sys_prompts at most 16777216" "$K" replay --simulate --workload rag --requests 1 --gen docs=200000000
+# documents of 0 tokens never grow the prompt: 4e9 draws per request ran for hours
+expect_err "gen empty docs" "generator: invalid argument" "$K" replay --simulate --workload rag \
+	--requests 1 --gen docs_per_req=4294967295 --gen doc_min=0 --gen doc_max=0
+# decimal knobs take decimal only, as every other number (strtod took hex and signs)
+expect_err "gen hex knob" "think_s=0x1p3: bad value" "$K" replay --simulate --workload chat \
+	--requests 1 --gen think_s=0x1p3
+expect_err "gen signed knob" "rate= +4: bad value" "$K" replay --simulate --workload chat \
+	--requests 1 --gen 'rate= +4'
 (timeout 60 "$K" replay --simulate --workload rag --requests 1 --gen docs_per_req=4000000000 \
 	--gen doc_min=4096 --gen doc_max=8192 --json >"$T/out" 2>"$T/err") || fail "gen docs_per_req=4e9: $(tail -2 "$T/err")"
 tail -1 "$T/out" | jqe '.requests == 1 and .input_tokens == 16777216' >/dev/null || fail "gen docs_per_req=4e9: $(tail -c 300 "$T/out")"
@@ -55,6 +63,13 @@ expect_err "calibrate out fifo" "^kvtier calibrate: --out $T/fifo: a FIFO, not a
 expect_err "crossover plot fifo" "^kvtier crossover: --plot $T/fifo: a FIFO, not a regular file$" "$K" crossover --plot "$T/fifo"
 expect_err "crossover plot pipe" "a name starting with '|' is a command to gnuplot" "$K" crossover --plot "|touch $T/pwned"
 [ -e "$T/pwned" ] && fail "crossover plot pipe: gnuplot ran the command"
+# a tier name carrying a newline: its title's line ended inside the quotes and gnuplot ran
+# the next line, a '!' line, as a shell command (until 2026-12-05)
+# (a name under 16 bytes: the command runs in gnuplot's directory, here $T)
+rc=0; (cd "$T" && timeout 20 "$K" crossover --tiers $'dram,a\n!touch Q;#' --plot x.png \
+	>/dev/null 2>"$T/err") || rc=$?
+[ $rc != 0 ] && [ $rc != 124 ] || fail "crossover with a newline in a tier name: exit $rc"
+[ -e "$T/Q" ] && fail "crossover: a tier name ran a shell command through gnuplot"
 expect_err "config NUL" "nul.ini:2: NUL byte" "$K" config --config "$T/nul.ini"
 expect_err "config long line" "long.ini:2: line longer than 16383 bytes" "$K" config --config "$T/long.ini"
 [ "$("$K" config --config "$T/longval.ini" | awk '$1 == "s3.prefix" { print length($3) }')" = 300 ] ||
