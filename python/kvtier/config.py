@@ -39,6 +39,13 @@ def flatten(values: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def _msg(err) -> str:
+    """The library's one-line reason. It quotes the offending value, which may be any
+    bytes (a config file's), or cut inside a UTF-8 character: undecodable bytes must not
+    turn the reason into a UnicodeDecodeError."""
+    return err.value.decode(errors="replace")
+
+
 class Config:
     """Owns a struct kvt_config. Values apply in this order: defaults, file, environment
     (env=True), then the dict."""
@@ -53,12 +60,12 @@ class Config:
             rc = lib.kvt_config_load_file(self._ptr, cstr(os.fsencode(file), "config file"),
                                           err, len(err))
             if rc < 0:
-                raise error(rc, f"config file {os.fspath(file)}", err.value.decode())
+                raise error(rc, f"config file {os.fspath(file)}", _msg(err))
         if env:
             err = ctypes.create_string_buffer(512)
             rc = lib.kvt_config_apply_env(self._ptr, err, len(err))
             if rc < 0:
-                raise error(rc, "KVTIER_* environment", err.value.decode())
+                raise error(rc, "KVTIER_* environment", _msg(err))
         for k, v in flatten(values or {}).items():
             self.set(k, v)
 
@@ -70,7 +77,7 @@ class Config:
         err = ctypes.create_string_buffer(512)
         rc = lib.kvt_config_set(self._ptr, k, v, err, len(err))
         if rc < 0:
-            raise error(rc, f"config key {key}", err.value.decode())
+            raise error(rc, f"config key {key}", _msg(err))
 
     def get(self, key: str) -> str:
         n = 256
@@ -79,7 +86,7 @@ class Config:
             rc = lib.kvt_config_get(self._ptr, cstr(key, "a config key"), buf, n)
             if rc != -28 or n > 1 << 20:  # -ENOSPC: grow the buffer
                 check(rc, f"config key {key}")
-                return buf.value.decode()
+                return buf.value.decode(errors="surrogateescape")
             n *= 4
 
     def __getitem__(self, key: str) -> str:

@@ -111,6 +111,17 @@ def test_bad_input_raises_with_library_text(tdir):
     with pytest.raises(kvtier.KvtierError) as e:
         kvtier.Config(file=bad)
     assert "bad.ini" in str(e.value)
+    # the library's reason quotes the value: bytes that are not UTF-8 (a file's), or a
+    # value cut inside a character, raised UnicodeDecodeError instead of its error
+    with open(bad, "wb") as f:
+        f.write(b"[dram]\nbytes = \xff\n")
+    with pytest.raises(kvtier.InvalidArgument) as e:
+        kvtier.Config(file=bad)
+    assert "dram.bytes" in str(e.value) or "bytes" in str(e.value)
+    for key in ("model.dtype", "cost.mfu"):
+        with pytest.raises(kvtier.KvtierError) as e:
+            kvtier.Config({key: "a" + "\u00e9" * 40})
+        assert key in str(e.value)
     with kvtier.Store(cfg(**{"fs.dir": tdir})) as s:
         with pytest.raises(kvtier.InvalidArgument):  # wrong length: refused at submit
             s.put(bytes(32), b"x" * 10)
