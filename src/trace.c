@@ -365,6 +365,9 @@ static int parse_object(struct lex *l, struct kvt_trace *t, uint64_t *ids, doubl
 					    &v))
 					return l->rc;
 				ts = (double)v + frac;
+				if (ts > (double)KVT_TRACE_MAX_TS_MS) /* the fraction carried it over */
+					return fail(l, "timestamp is over %llu ms",
+						    (unsigned long long)KVT_TRACE_MAX_TS_MS);
 				break;
 			case F_IN:
 				if (integer(l, "input_length", KVT_TRACE_MAX_INPUT, NULL, &in))

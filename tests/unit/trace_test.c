@@ -79,6 +79,7 @@ static void test_malformed(void **state)
 		{"{\"timestamp\": 1, \"input_length\": 600.5, \"output_length\": 5, \"hash_ids\": []}", "must be an integer"},
 		{"{\"timestamp\": 1, \"input_length\": 6e2, \"output_length\": 5, \"hash_ids\": []}", "exponent"},
 		{"{\"timestamp\": 1, \"input_length\": 99999999999, \"output_length\": 5, \"hash_ids\": []}", "too large"},
+		{"{\"timestamp\": 9000000000000000.9, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": []}", "timestamp is over"},
 		{"{\"timestamp\": 1, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [99999999999999999999]}", "too large"},
 		{"{\"timestamp\": 1, \"input_length\": 0, \"output_length\": 5, \"hash_ids\": []}", "at least 1"},
 		{"{\"timestamp\": 1, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2, 3]}", "fills at most 2"},
