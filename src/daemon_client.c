@@ -1399,7 +1399,16 @@ int kvt__client_stats(struct kvt_client *c, struct kvt_stats *out)
 	if (!out)
 		return -EINVAL;
 	struct cop o = {.op = KVTD_STATS, .dst = out};
-	return run_sync(c, &o, NULL, SYNC_NOW);
+	int rc = run_sync(c, &o, NULL, SYNC_NOW);
+	if (rc == 0) {
+		/* the daemon's bytes as they came: its tier count and names are bounded and
+		 * terminated here, as its metrics do (callers print them with %s) */
+		if (out->n_tiers > KVT_MAX_TIERS)
+			out->n_tiers = KVT_MAX_TIERS;
+		for (uint32_t i = 0; i < KVT_MAX_TIERS; i++)
+			out->tier[i].name[sizeof(out->tier[i].name) - 1] = 0;
+	}
+	return rc;
 }
 
 int kvt__client_status(struct kvt_client *c, struct kvtd_status *out)
