@@ -104,6 +104,10 @@ class Rows:
     def __init__(self, store, layout: _lib.RowLayoutC, rows: np.ndarray, staging: int):
         if rows.ndim != 2 or not rows.flags.c_contiguous or rows.dtype != np.uint8:
             raise ValueError("rows must be a C-contiguous 2-D uint8 array")
+        if not rows.flags.writeable:
+            # loads write into it: a read-only view of bytes was changed in place, one of
+            # a read-only mapping crashed the process (SIGSEGV in the load's copy)
+            raise ValueError("rows must be writable (loads write into them)")
         if rows.shape[1] != layout.row_bytes:
             raise ValueError(f"rows of {rows.shape[1]} bytes, layout says {layout.row_bytes}")
         self._store, self._layout = store, layout  # rows: only the handle holds them

@@ -67,6 +67,14 @@ def _open_reason(lines: list[str]) -> str:
     return _URL_SECRET.sub(r"\1***@", " ".join(lines[0].split()))
 
 
+def _u32(v, what: str) -> int:
+    """An integer argument that goes to C as uint32_t: ctypes masks a larger one without a
+    word (2**32 + 16 tokens went in as 16) and raises ArgumentError for a float."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 0xFFFFFFFF:
+        raise ValueError(f"{what}: {v!r} is not an integer in 0..2**32-1")
+    return v
+
+
 def _cause_text(cause: int) -> str:
     """Why a get missed, for its NotFound's message ('' for a plain absence)."""
     if cause >= 0:
@@ -145,8 +153,6 @@ class _Core:
             with self.lock:
                 fut, finish, _keep = self.pending.pop(arg)
             r = res_p.contents
-            if fut.set_running_or_notify_cancel() is False:
-                return
             try:
                 fut.set_result(finish(r))
             except BaseException as e:  # finish raises the operation's KvtierError
@@ -287,8 +293,6 @@ class Store:
         g = lib.kvt_store_geometry(p).contents
         self.geometry = Geometry._from_c(g)
         self.ns_id = bytes(ctypes.string_at(lib.kvt_store_ns_id(p), _lib.NS_ID_BYTES))
-        self.tiers = [lib.kvt_store_tier_name(p, i).decode()
-                      for i in range(lib.kvt_store_tier_count(p))]
         if poller == "thread":
             core.wake_r, core.wake_w = os.pipe()
             # the target is the core's, not this Store's: a running thread whose target
@@ -335,6 +339,24 @@ class Store:
         """Operations submitted and not yet completed."""
         return len(self._core.pending)
 
+    @property
+    def tiers(self) -> list[str]:
+        """The tier chain's names, in order, as the library names them now: in client
+        mode (store.daemon) a restarted kvtierd may bring another chain, which the C
+        client follows (until 2026-12-05 this list was read once at open, and a lookup
+        after such a restart raised IndexError)."""
+        s = self._core.s if getattr(self, "_core", None) is not None else None
+        if s is None:
+            return []
+        return [self._tier_name(i) for i in range(lib.kvt_store_tier_count(s))]
+
+    def _tier_name(self, i: int) -> str:
+        """Chain position i's name now, "none" for a position the chain lacks (-1: no
+        tier served it)."""
+        s = self._core.s
+        name = lib.kvt_store_tier_name(s, i) if s is not None and i >= 0 else None
+        return name.decode(errors="replace") if name else "none"
+
     def _check_open(self):
         core = getattr(self, "_core", None)
         if core is None or core.s is None or core.closing:
@@ -345,17 +367,23 @@ class Store:
         """call(s, arg): the submitting C call on the store s."""
         core = self._core
         fut: Future = Future()
+        # running from the start: the C call owns the buffers until its callback, so a
+        # cancel() that made the future done (the buffer free to reuse) while the call
+        # still wrote into it must fail (until 2026-12-05 it succeeded)
+        fut.set_running_or_notify_cancel()
         op = next(self._ids)
         s = core.enter()
+        rc = None
         try:
             with core.lock:
                 core.pending[op] = (fut, finish, keep)
             rc = call(s, ctypes.c_void_p(op))
         finally:
             core.leave()
+            if rc is None or rc < 0:  # refused, or the call raised (ctypes' argument check)
+                with core.lock:
+                    core.pending.pop(op, None)
         if rc < 0:
-            with core.lock:
-                core.pending.pop(op, None)
             raise error(rc, what)
         return fut
 
@@ -369,7 +397,7 @@ class Store:
         defaults to a full chunk. The future's result is the bytes accepted. Leave data
         unchanged until the future is done: a store without a DRAM tier may write it from
         where it is (store.zero_copy_puts)."""
-        n = self.geometry.chunk_tokens if n_tokens is None else n_tokens
+        n = self.geometry.chunk_tokens if n_tokens is None else _u32(n_tokens, "n_tokens")
         addr, length, keep = _buffer(data, writable=False)
         k = key_struct(key)
         par = key_struct(parent) if parent is not None else None
@@ -392,6 +420,7 @@ class Store:
         is why no tier served the key (0 absent everywhere, errno.EBADMSG a copy was
         corrupt and dropped, errno.ETIMEDOUT a tier missed its deadline)."""
         lb, le = layers if layers is not None else (0, 0)
+        lb, le = _u32(lb, "layers"), _u32(le, "layers")
         if out is None:
             nl = (le or self.geometry.layers) - lb
             out = bytearray(max(nl, 0) * self.geometry.layer_bytes(self.geometry.chunk_tokens))
@@ -405,8 +434,7 @@ class Store:
                           _cause_text(r.cause))
                 e.cause = -r.cause  # positive errno, 0 for a plain miss
                 raise e
-            t = self.tiers[r.tier] if 0 <= r.tier < len(self.tiers) else "none"
-            return GetResult(out, r.n_tokens, t, r.tier, r.bytes)
+            return GetResult(out, r.n_tokens, self._tier_name(r.tier), r.tier, r.bytes)
 
         return self._submit(
             "get", lambda s, a: lib.kvt_get(s, ctypes.byref(k), lb, le, addr, length,
@@ -422,7 +450,7 @@ class Store:
         def finish(r):
             if r.status < 0:
                 raise error(r.status, "lookup")
-            return LookupResult(r.status, [self.tiers[tiers[i]] for i in range(r.status)],
+            return LookupResult(r.status, [self._tier_name(tiers[i]) for i in range(r.status)],
                                 -r.cause)
 
         return self._submit("lookup", lambda s, a: lib.kvt_lookup(s, arr, n, tiers,

@@ -194,6 +194,17 @@ def _small_rows_store():
     return s, rl, rows
 
 
+def test_rows_refuse_read_only_arrays():
+    """Loads write into the rows: a read-only view of bytes was changed in place, and one of
+    a read-only mapping crashed the process (SIGSEGV in the load's copy). Refused at
+    open."""
+    s, rl, rows = _small_rows_store()
+    ro = np.frombuffer(bytes(rows.nbytes), np.uint8).reshape(rows.shape)
+    with s:
+        with pytest.raises(ValueError, match="writable"):
+            kvtier.Rows(s, rl.c_layout(), ro, 2)
+
+
 def test_rows_refuse_mismatched_lengths():
     """The C side reads len(keys) row ids (and parents): fewer of them made it read past
     the arrays and write rows the caller never named. Refused before any I/O."""

@@ -434,3 +434,77 @@ def test_store_open_failure_says_why_in_one_line_without_secrets(tdir):
     from kvtier.store import _open_reason
     line = _open_reason(["s3: http://user:S3CRET@x@host:9000 unreachable\n(again)"])
     assert line == "s3: http://user:***@host:9000 unreachable (again)"
+
+
+def test_a_call_in_flight_cannot_be_cancelled(tdir):
+    """A future's cancel() succeeded while its C call still owned the buffer: the future was
+    done (the buffer free to reuse, by the docstrings' promise) and the get wrote into it
+    afterwards. Futures are running from submission now: cancel() is refused and the
+    result arrives."""
+    c = cfg(**{"store.tiers": "faulty", "faulty.inner": "fs", "fs.dir": tdir,
+               "faulty.delay_ms": 300})
+    with kvtier.Store(c) as s:
+        k = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]
+        s.put(k, chunk(s, 1)).result(10)
+        buf = bytearray(s.payload_bytes())
+        g = s.get(k, buf)
+        assert g.cancel() is False and not g.done()  # was: True, done, written later
+        assert g.result(10).n_tokens == 16
+        assert bytes(buf) == chunk(s, 1).tobytes()
+
+
+def test_integer_arguments_are_checked_not_masked(tdir):
+    """ctypes masks an int to a uint32_t without a word (2**32 + 16 tokens went in as 16)
+    and raises ArgumentError for a float after the op was registered, which then stayed
+    pending until close."""
+    with kvtier.Store(cfg(**{"fs.dir": tdir})) as s:
+        k = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]
+        for bad in (2**32 + 16, 16.0, "16", -1):
+            with pytest.raises(ValueError):
+                s.put(k, chunk(s, 1), n_tokens=bad)
+        with pytest.raises(ValueError):
+            s.get(k, layers=(0, 2**32 + 1))
+        assert s.pending == 0
+
+
+def test_tier_names_follow_a_restarted_daemon(tdir, kvtierd):
+    """Store.tiers was read once at open; the C client follows a kvtierd restarted with
+    another tier chain, and a lookup then indexed the stale list (IndexError) and a get
+    named the wrong tier. Names are the library's at each result now."""
+    geo = {"model.name": "test-model", "model.layers": 2, "model.kv_heads": 2,
+           "model.head_dim": 64, "model.chunk_tokens": 16}
+    d = kvtierd({**geo, "store.tiers": "nvme"})
+    s = kvtier.Store({**geo, "store.daemon": d.sock, "store.daemon_timeout_ms": 2000})
+    try:
+        assert s.tiers == ["nvme"]
+        k = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]
+        s.put(k, chunk(s, 3)).result(10)
+        s.flush().result(10)
+        d.stop()
+        kvtierd({**geo, "store.tiers": "dram,nvme"})
+        for _ in range(50):  # the first calls may meet the reconnect's backoff
+            try:
+                lr = s.lookup([k]).result(10)
+                if lr.hits == 1:
+                    break
+            except kvtier.KvtierError:
+                pass
+            time.sleep(0.1)
+        assert s.tiers == ["dram", "nvme"]
+        assert lr.hits == 1 and lr.tiers[0] in s.tiers
+        assert s.get(k).result(10).tier in s.tiers
+    finally:
+        s.close()
+
+
+def test_daemon_helper_waits_for_a_daemon_that_listens(tdir):
+    """kvtier.daemon.Kvtierd returned once the socket file existed: one a killed daemon
+    left behind made it return at once, before the new daemon listened, and even when it
+    failed to start. It waits for a connection now, and a daemon that exits raises."""
+    import socket
+    from conftest import _kvtierd_exe
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stale.bind(os.path.join(tdir, "kvtierd.sock"))  # what a SIGKILLed daemon leaves
+    stale.close()
+    with pytest.raises(RuntimeError, match="exited at start"):
+        kvtier.daemon.Kvtierd(_kvtierd_exe(), tdir, {"no.such_key": "1"}, start_timeout=10)
