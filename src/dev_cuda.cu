@@ -159,13 +159,41 @@ struct cuda_state {
 	struct cuda_dir dir[2];
 };
 
-/* Run with the registered device current, restoring the caller's. */
+/* Whether this thread has a CUDA context current (one the caller made, or had made for it),
+ * asked of the driver through the runtime (cuCtxGetCurrent; linking libcuda would make
+ * the library fail to load where no driver is installed). Unknown: true. */
+static bool thread_has_context(void)
+{
+#if CUDART_VERSION >= 12050
+	typedef int (*ctx_get_current_fn)(void **);
+	static ctx_get_current_fn fn = [] {
+		void *p = NULL;
+		cudaDriverEntryPointQueryResult q;
+		if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &p, 12000, cudaEnableDefault,
+						     &q) != cudaSuccess ||
+		    q != cudaDriverEntryPointSuccess)
+			p = NULL;
+		return (ctx_get_current_fn)p;
+	}();
+	void *ctx = NULL;
+	return !fn || fn(&ctx) != 0 || ctx != NULL;
+#else
+	return true;
+#endif
+}
+
+/* Run with the registered device current, restoring the caller's - only where the thread
+ * had a context, and another device's: cudaGetDevice answers 0 on a thread that never
+ * chose one (the library's own tier and verify threads), and setting device 0 "back" then
+ * created a primary context on GPU 0 (cudaSetDevice does since CUDA 12), several hundred
+ * MiB on a GPU a TP rank never uses (a review, 2026-12-05). */
 struct device_guard {
 	int prev;
 	bool ok;
 	explicit device_guard(int dev) : prev(-1), ok(false)
 	{
-		if (cudaGetDevice(&prev) != cudaSuccess)
+		bool had = thread_has_context();
+		if (!had || cudaGetDevice(&prev) != cudaSuccess || prev == dev)
 			prev = -1;
 		ok = cudaSetDevice(dev) == cudaSuccess;
 	}
@@ -436,6 +464,9 @@ int push(struct cuda_dir *d, struct pending *p, struct kvt_device_op *op, uint32
 	}
 	if (!p->ev && !p->status)
 		p->status = -EIO;
+	/* read before it is queued: the completer may take the op's last entry, sync it and
+	 * free the entries as soon as the lock is let go */
+	int rc = p->status;
 	pthread_mutex_lock(&d->mu);
 	if (d->tail)
 		d->tail->next = p;
@@ -444,7 +475,7 @@ int push(struct cuda_dir *d, struct pending *p, struct kvt_device_op *op, uint32
 	d->tail = p;
 	pthread_cond_signal(&d->cv);
 	pthread_mutex_unlock(&d->mu);
-	return p->status;
+	return rc;
 }
 
 /* Enqueue the DMA between the compact scratch of one layer and the object. */
