@@ -104,10 +104,6 @@ class Rows:
     def __init__(self, store, layout: _lib.RowLayoutC, rows: np.ndarray, staging: int):
         if rows.ndim != 2 or not rows.flags.c_contiguous or rows.dtype != np.uint8:
             raise ValueError("rows must be a C-contiguous 2-D uint8 array")
-        if not rows.flags.writeable:
-            # loads write into it: a read-only view of bytes was changed in place, one of
-            # a read-only mapping crashed the process (SIGSEGV in the load's copy)
-            raise ValueError("rows must be writable (loads write into them)")
         if rows.shape[1] != layout.row_bytes:
             raise ValueError(f"rows of {rows.shape[1]} bytes, layout says {layout.row_bytes}")
         self._store, self._layout = store, layout  # rows: only the handle holds them
@@ -145,12 +141,21 @@ class Rows:
                              "(one row id per key)")
         return ids
 
+    def _check_writable(self):
+        """Loads write into the rows: a read-only view of bytes was changed in place, and
+        one of a read-only mapping crashed the process (SIGSEGV in the load's copy). Stores
+        only read them, and may use such an array."""
+        h = getattr(self, "_h", None)
+        if h is not None and h.rows is not None and not h.rows.flags.writeable:
+            raise ValueError("rows are read-only: loads write into them")
+
     def load(self, keys: Sequence[bytes], row_ids: Sequence[int],
              deadline: float | None = None) -> RowsResult:
         """Read chunks keys[i] into rows row_ids[i]; stops at the first that fails (rows
         after it are not written). deadline: time.monotonic() seconds (None: only the
         tiers' own deadlines)."""
         self._check()
+        self._check_writable()
         ids = self._ids(keys, row_ids)
         karr = key_array(keys)
         res = _lib.RowsResult()
@@ -167,6 +172,7 @@ class Rows:
                    deadline: float | None = None) -> "RowsJob":
         """The same load without waiting: the reads are submitted now; poll the job."""
         self._check()
+        self._check_writable()
         ids = self._ids(keys, row_ids)
         karr = key_array(keys)
         dl = 0 if deadline is None else max(1, int(deadline * 1e9))

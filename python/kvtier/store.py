@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import logging
+import operator
 import os
 import re
 import select
@@ -69,10 +70,15 @@ def _open_reason(lines: list[str]) -> str:
 
 def _u32(v, what: str) -> int:
     """An integer argument that goes to C as uint32_t: ctypes masks a larger one without a
-    word (2**32 + 16 tokens went in as 16) and raises ArgumentError for a float."""
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 0xFFFFFFFF:
+    word (2**32 + 16 tokens went in as 16) and raises ArgumentError for a float. Anything
+    with __index__ (numpy's integers too) is an integer."""
+    try:
+        n = operator.index(v)
+    except TypeError:
+        n = None
+    if isinstance(v, bool) or n is None or not 0 <= n <= 0xFFFFFFFF:
         raise ValueError(f"{what}: {v!r} is not an integer in 0..2**32-1")
-    return v
+    return n
 
 
 def _cause_text(cause: int) -> str:
@@ -118,6 +124,7 @@ class _Core:
 
     def __init__(self, log_fn):
         self.s = None                 # the C store; None once closed
+        self.names_at_close: list[str] = []  # its tier chain when it closed
         self.pending: dict[int, tuple[Future, Callable, Any]] = {}
         self.lock = threading.Lock()  # pending
         self.log_user = log_fn
@@ -255,6 +262,10 @@ class _Core:
             for h in list(self.rows):  # before the store: they wait for I/O in flight
                 h.close()
             self.rows.clear()
+            # the chain's names as it closes, for the completions its close runs (and
+            # Store.tiers after it): they named no tier ("none") once s was gone
+            self.names_at_close = [lib.kvt_store_tier_name(self.s, i).decode(errors="replace")
+                                   for i in range(lib.kvt_store_tier_count(self.s))]
             s, self.s = self.s, None
             lib.kvt_store_close(s)  # runs the completions still queued, here
             if self.wake_r >= 0:
@@ -345,16 +356,21 @@ class Store:
         mode (store.daemon) a restarted kvtierd may bring another chain, which the C
         client follows (until 2026-12-05 this list was read once at open, and a lookup
         after such a restart raised IndexError)."""
-        s = self._core.s if getattr(self, "_core", None) is not None else None
-        if s is None:
+        core = getattr(self, "_core", None)
+        if core is None:
             return []
-        return [self._tier_name(i) for i in range(lib.kvt_store_tier_count(s))]
+        if core.s is None:
+            return list(core.names_at_close)
+        return [self._tier_name(i) for i in range(lib.kvt_store_tier_count(core.s))]
 
     def _tier_name(self, i: int) -> str:
         """Chain position i's name now, "none" for a position the chain lacks (-1: no
         tier served it)."""
-        s = self._core.s
-        name = lib.kvt_store_tier_name(s, i) if s is not None and i >= 0 else None
+        core = self._core
+        if core.s is None:  # closed, or closing (a completion its close runs)
+            names = core.names_at_close
+            return names[i] if 0 <= i < len(names) else "none"
+        name = lib.kvt_store_tier_name(core.s, i) if i >= 0 else None
         return name.decode(errors="replace") if name else "none"
 
     def _check_open(self):

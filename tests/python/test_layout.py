@@ -194,15 +194,20 @@ def _small_rows_store():
     return s, rl, rows
 
 
-def test_rows_refuse_read_only_arrays():
+def test_rows_load_refuses_read_only_arrays():
     """Loads write into the rows: a read-only view of bytes was changed in place, and one of
-    a read-only mapping crashed the process (SIGSEGV in the load's copy). Refused at
-    open."""
+    a read-only mapping crashed the process (SIGSEGV in the load's copy). A load into
+    read-only rows is refused; storing from them works."""
     s, rl, rows = _small_rows_store()
-    ro = np.frombuffer(bytes(rows.nbytes), np.uint8).reshape(rows.shape)
-    with s:
-        with pytest.raises(ValueError, match="writable"):
-            kvtier.Rows(s, rl.c_layout(), ro, 2)
+    ro = np.frombuffer(rows.tobytes(), np.uint8).reshape(rows.shape)
+    with s, kvtier.Rows(s, rl.c_layout(), ro, 2) as r:
+        keys = kvtier.keys_from_tokens(s.ns_id, 16, list(range(32)))
+        assert r.store(keys, [0, 1]).done == 2
+        with pytest.raises(ValueError, match="read-only"):
+            r.load(keys, [2, 3])
+        with pytest.raises(ValueError, match="read-only"):
+            r.load_start(keys, [2, 3])
+        assert ro.tobytes() == rows.tobytes()
 
 
 def test_rows_refuse_mismatched_lengths():

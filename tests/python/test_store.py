@@ -465,6 +465,23 @@ def test_integer_arguments_are_checked_not_masked(tdir):
         with pytest.raises(ValueError):
             s.get(k, layers=(0, 2**32 + 1))
         assert s.pending == 0
+        # numpy's integers are integers (ctypes took them, and so does the check)
+        assert s.put(k, chunk(s, 1), n_tokens=np.int64(16)).result(10) > 0
+        assert s.get(k, layers=(np.int64(0), np.uint32(2))).result(10).n_tokens == 16
+
+
+def test_results_completed_by_close_name_their_tier(tdir):
+    """Store.close() runs the completions still queued; their tier was named "none" once
+    the C store was gone (and Store.tiers was empty after close)."""
+    s = kvtier.Store(cfg(**{"fs.dir": tdir}), poller="manual")
+    k = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]
+    f = s.put(k, chunk(s, 2))
+    while not f.done():
+        s.poll(100)
+    g = s.get(k)
+    s.close()
+    assert g.result(10).tier == "dram"
+    assert s.tiers == ["dram", "fs"]
 
 
 def test_tier_names_follow_a_restarted_daemon(tdir, kvtierd):
