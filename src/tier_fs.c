@@ -95,6 +95,7 @@ struct fs_ident {
 struct fs_served {
 	struct kvt_key key;
 	struct fs_ident id;
+	uint32_t reads; /* reads remembered and not yet reported (a report takes one) */
 	bool used;
 	bool conflicted; /* reads of key since served different files: which one is bad? */
 };
@@ -774,8 +775,9 @@ static void remember_served(struct fs_state *s, const struct kvt_key *key,
 	if (e->used && kvt__key_eq(&e->key, key)) {
 		if (!ident_eq(&e->id, id))
 			e->conflicted = true;
+		e->reads += e->reads < UINT32_MAX;
 	} else {
-		*e = (struct fs_served){.key = *key, .id = *id, .used = true};
+		*e = (struct fs_served){.key = *key, .id = *id, .reads = 1, .used = true};
 	}
 	pthread_mutex_unlock(&s->served_lock);
 }
@@ -795,7 +797,8 @@ static void served_replaced(struct fs_state *s, const struct kvt_key *key)
 }
 
 /* The file a read of key served, if still remembered and not conflicted: true and its
- * identity. Either way the read is forgotten. */
+ * identity. A report takes one read: the record is forgotten once none is left, or at once
+ * if conflicted (tier_rados.c's recall_served says why it is kept until then). */
 static bool recall_served(struct fs_state *s, const struct kvt_key *key, struct fs_ident *id)
 {
 	pthread_mutex_lock(&s->served_lock);
@@ -803,8 +806,8 @@ static bool recall_served(struct fs_state *s, const struct kvt_key *key, struct 
 	bool ok = e->used && kvt__key_eq(&e->key, key);
 	if (ok) {
 		*id = e->id;
-		e->used = false;
 		ok = !e->conflicted;
+		e->used = ok && --e->reads > 0;
 	}
 	pthread_mutex_unlock(&s->served_lock);
 	return ok;

@@ -337,19 +337,24 @@ void nv_served_note(struct nv *s, const struct nv_ent *e)
 	if (r->used && kvt__key_eq(&r->key, &e->key)) {
 		if (r->gen != e->gen)
 			r->conflicted = true;
+		r->reads += r->reads < UINT32_MAX;
 	} else {
-		*r = (struct nv_served){.key = e->key, .gen = e->gen, .used = true};
+		*r = (struct nv_served){.key = e->key, .gen = e->gen, .reads = 1, .used = true};
 	}
 }
 
 /* A read of k was found corrupt: true if that read is known to have served e (k's entry
- * now, NULL if none), the one copy of k that reads served since k's last report. The
- * reads remembered are forgotten either way: the next report is about a later read. */
+ * now, NULL if none), the one copy of k that reads served since k's last report. A report
+ * takes one read: the record is forgotten once none is left, or at once if conflicted.
+ * Kept while reads are left, a read of a newer copy before the late report of one of them
+ * conflicts it - forgotten at the first report, that late report was taken for the new
+ * copy and dropped it (the pattern a review reproduced on RADOS, 2026-12-05). */
 bool nv_served_take(struct nv *s, const struct kvt_key *k, const struct nv_ent *e)
 {
 	struct nv_served *r = served_slot(s, k);
 	if (!r->used || !kvt__key_eq(&r->key, k))
 		return false;
-	r->used = false;
-	return e && !r->conflicted && r->gen == e->gen;
+	bool ok = !r->conflicted && e && r->gen == e->gen;
+	r->used = !r->conflicted && --r->reads > 0;
+	return ok;
 }

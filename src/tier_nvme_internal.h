@@ -129,6 +129,7 @@ struct nv_ent {
 struct nv_served {
 	struct kvt_key key;
 	uint64_t gen;
+	uint32_t reads; /* reads remembered and not yet reported (a report takes one) */
 	bool used;
 	bool conflicted; /* reads of key served different copies: which one is bad? */
 };

@@ -103,6 +103,7 @@ struct rados_op {
 struct rados_served {
 	struct kvt_key key;
 	uint64_t ver; /* the version read; 0: reads served more than one (drop nothing) */
+	uint32_t reads; /* reads remembered and not yet reported (a report takes one) */
 	bool used;
 };
 
@@ -157,14 +158,20 @@ static void remember_served(struct rados_state *s, const struct kvt_key *key, ui
 	if (e->used && kvt__key_eq(&e->key, key)) {
 		if (e->ver != ver)
 			e->ver = 0;
+		e->reads += e->reads < UINT32_MAX;
 	} else {
-		*e = (struct rados_served){.key = *key, .ver = ver, .used = true};
+		*e = (struct rados_served){.key = *key, .ver = ver, .reads = 1, .used = true};
 	}
 	pthread_mutex_unlock(&s->served_lock);
 }
 
-/* The one version recent reads of key served, forgotten as it is taken; 0 if none or
- * several. */
+/* The one version recent reads of key served; 0 if none or several. A report takes one
+ * read: the record is forgotten once none is left (or at once if ambiguous: the next
+ * report is about a later read). Kept while reads are left, a read of another version
+ * before the late report of one of them makes the key ambiguous - forgotten at the first
+ * report, as until 2026-12-05, the late report was taken for a new good copy and dropped
+ * it (a review's reproducer: two reads of copy 1, one report, copy 2 written and read,
+ * the second report). */
 static uint64_t recall_served(struct rados_state *s, const struct kvt_key *key)
 {
 	uint64_t ver = 0;
@@ -172,7 +179,7 @@ static uint64_t recall_served(struct rados_state *s, const struct kvt_key *key)
 	struct rados_served *e = served_slot(s, key);
 	if (e->used && kvt__key_eq(&e->key, key)) {
 		ver = e->ver;
-		e->used = false;
+		e->used = ver != 0 && --e->reads > 0;
 	}
 	pthread_mutex_unlock(&s->served_lock);
 	return ver;
@@ -865,6 +872,12 @@ static int rt_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		goto fail;
 	}
 	s->have_io = true;
+	/* On a pool flagged full (its quota reached, or the cluster full) librados holds
+	 * every write-type op - removes and drops too - until rados_osd_op_timeout, then says
+	 * -ETIMEDOUT: puts kept their buffers that long, nothing could free space, and the
+	 * timeouts opened the tier's circuit for reads as well. With full-try a write fails at
+	 * once (-EDQUOT / -ENOSPC: refused, as tier.h says) and a remove goes through. */
+	rados_set_pool_full_try(s->io);
 	rados_ioctx_set_namespace(s->io, kvt__cfg_str(cfg, "rados.namespace"));
 	rc = -pthread_create(&s->thread, NULL, submit_thread, s);
 	if (rc < 0) {

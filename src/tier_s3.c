@@ -88,6 +88,7 @@ struct s3_copy {
 struct s3_served {
 	struct kvt_key key;
 	struct s3_copy copy;
+	uint32_t reads; /* reads remembered and not yet reported (a report takes one) */
 	bool used;
 };
 
@@ -361,9 +362,11 @@ static void remember_served(struct s3_state *s, const struct kvt_key *key, const
 	if (e->used && kvt__key_eq(&e->key, key)) {
 		if (!copy_eq(&e->copy, c))
 			e->copy.etag[0] = 0;
+		e->reads += e->reads < UINT32_MAX;
 	} else {
 		e->key = *key;
 		e->copy = *c;
+		e->reads = 1;
 		e->used = true;
 	}
 	pthread_mutex_unlock(&s->served_lock);
@@ -382,8 +385,9 @@ static void served_replaced(struct s3_state *s, const struct kvt_key *key)
 	pthread_mutex_unlock(&s->served_lock);
 }
 
-/* The one copy recent reads of key were served, forgotten as it is taken; false if none
- * or several. */
+/* The one copy recent reads of key were served; false if none or several. A report takes
+ * one read: the record is forgotten once none is left, or at once if ambiguous
+ * (tier_rados.c's recall_served says why it is kept until then). */
 static bool recall_served(struct s3_state *s, const struct kvt_key *key, struct s3_copy *out)
 {
 	bool got = false;
@@ -392,7 +396,7 @@ static bool recall_served(struct s3_state *s, const struct kvt_key *key, struct 
 	if (e->used && kvt__key_eq(&e->key, key)) {
 		*out = e->copy;
 		got = e->copy.etag[0] != 0;
-		e->used = false;
+		e->used = got && --e->reads > 0;
 	}
 	pthread_mutex_unlock(&s->served_lock);
 	return got;

@@ -198,6 +198,28 @@ static void test_drop_rewritten(void)
 	CHECK((rc = t_read(b, &k, &whole, 1)) == (int)n && !memcmp(back, c2, n),
 	      "copy 2 after a drop following reads of two copies: %d", rc);
 
+	/* A read copy 1 twice (two reports to come), the first report drops it, B writes copy
+	 * 2, A reads it, then the late second report (about copy 1) comes: copy 2 stays. Until
+	 * 2026-12-05 the first report forgot A's record, the read of copy 2 started a new one,
+	 * and the late report was taken for copy 2 (a review's reproducer). */
+	key_of(&k, 12, 3);
+	a = open_cfg(rados_cfg("kvt", "drop"));
+	CHECK(t_write(b, &k, c1, n) == 0, "put copy 1");
+	CHECK(t_read(a, &k, &whole, 1) == (int)n, "A reads copy 1");
+	CHECK(t_read(a, &k, &whole, 1) == (int)n, "A reads copy 1 again");
+	a->ops->drop_corrupt(a, &k); /* the first read's report */
+	for (int i = 0; i < 100 && (rc = t_read(b, &k, &whole, 1)) != -ENOENT; i++)
+		usleep(20000);
+	CHECK(rc == -ENOENT, "copy 1 after its report: %d", rc);
+	CHECK(t_write(b, &k, c2, n) == 0, "B puts copy 2");
+	CHECK(t_read(a, &k, &whole, 1) == (int)n && !memcmp(back, c2, n), "A reads copy 2");
+	a->ops->drop_corrupt(a, &k); /* the second read's, late */
+	tier_close(a);
+	CHECK((rc = t_read(b, &k, &whole, 1)) == (int)n && !memcmp(back, c2, n),
+	      "copy 2 after a late report about copy 1: %d", rc);
+	CHECK(t_remove(b, &k) == 0, "cleanup");
+	key_of(&k, 12, 2);
+
 	/* A key this instance never read: nothing of it is dropped. */
 	a = open_cfg(rados_cfg("kvt", "drop"));
 	a->ops->drop_corrupt(a, &k);
@@ -484,6 +506,49 @@ static void test_write_refused(void)
 	      "restoring osd_max_object_size");
 }
 
+/* A pool at its quota (flagged full): a write is refused at once with -EDQUOT or -ENOSPC
+ * and a remove goes through - space can be freed. Until 2026-12-05 librados held both until
+ * rados.timeout_ms and they failed -ETIMEDOUT (and the timeouts opened the circuit). */
+static void test_pool_full(void)
+{
+	CHECK(shf("ceph osd pool create kvtq 8 >/dev/null 2>&1 && ceph osd pool application "
+		  "enable kvtq rados >/dev/null 2>&1 && ceph osd pool set-quota kvtq max_objects 2 "
+		  ">/dev/null 2>&1") == 0,
+	      "pool kvtq with a quota");
+	struct kvt_config *cfg = rados_cfg("kvtq", "");
+	cfg_set(cfg, "rados.timeout_ms", "10000");
+	struct kvt_tier *t = open_cfg(cfg);
+	uint8_t *obj = aligned(4096);
+	fill(obj, 4096, 3);
+	struct kvt_key k[3];
+	for (int i = 0; i < 3; i++)
+		key_of(&k[i], 12, (uint64_t)i);
+	CHECK(t_write(t, &k[0], obj, 4096) == 0, "write 1 of 2");
+	CHECK(t_write(t, &k[1], obj, 4096) == 0, "write 2 of 2");
+	int full = 0;
+	for (int i = 0; i < 120 && !full; i++) { /* the monitor checks quotas now and then */
+		full = shf("ceph osd dump 2>/dev/null | grep \"'kvtq'\" | grep -q full") == 0;
+		if (!full)
+			sleep(1);
+	}
+	CHECK(full, "pool kvtq never flagged full");
+	uint64_t t0 = kvt__now_ns();
+	int rc = t_write(t, &k[2], obj, 4096);
+	double ms = (double)(kvt__now_ns() - t0) / 1e6;
+	printf("tier_rados: a write to a pool at its quota: %d (%s) after %.0f ms\n", rc,
+	       strerror(-rc), ms);
+	CHECK((rc == -EDQUOT || rc == -ENOSPC) && ms < 5000, "write at quota: %d after %.0f ms",
+	      rc, ms);
+	t0 = kvt__now_ns();
+	rc = t_remove(t, &k[0]);
+	ms = (double)(kvt__now_ns() - t0) / 1e6;
+	printf("tier_rados: a remove in it: %d after %.0f ms\n", rc, ms);
+	CHECK(rc == 0 && ms < 5000, "remove at quota: %d after %.0f ms", rc, ms);
+	free(obj);
+	tier_close(t);
+	shf("ceph osd pool set-quota kvtq max_objects 0 >/dev/null 2>&1");
+}
+
 /* Reads `key` after the stalled OSD was resumed, retrying failures for up to `limit_s`.
  * A Ceph bug, not the tier's: a lone OSD resumed after SIGSTOP can leave a placement group
  * "laggy" (read lease expired) with client ops parked until the next interval change,
@@ -628,6 +693,8 @@ int main(void)
 	fprintf(stderr, "ok ownership\n");
 	test_write_refused();
 	fprintf(stderr, "ok write refused\n");
+	test_pool_full();
+	fprintf(stderr, "ok pool at its quota: writes refused at once, removes go through\n");
 	test_osd_stall();
 	fprintf(stderr, "ok osd stall\n");
 	printf("PASS tier_rados\n");
