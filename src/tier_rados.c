@@ -455,6 +455,10 @@ static void *submit_thread(void *arg)
 			op_complete(d);
 			pthread_mutex_lock(&s->lock);
 		}
+		/* also while the queue is never empty: a lingering write's callback, and the
+		 * caller's buffer, were held back until it was (a review) */
+		if (s->linger)
+			linger_sweep(s, false);
 		struct rados_op *op = s->head;
 		if (!op && s->closing && !s->direct)
 			break;
