@@ -75,6 +75,7 @@ struct slot {
 	bool evictable; /* cached evictable(); counted in n_evictable */
 	bool cold;	/* a partial chunk not hit since its publish: on the cold FIFO */
 	uint32_t flush_pass; /* the flush pass that last took it (kvt__dram_dirty_victims) */
+	uint32_t jobs;	     /* write-behind jobs of it not complete (kvt__dram_job) */
 };
 
 struct kvt_dram {
@@ -210,6 +211,7 @@ static void slot_reset(struct kvt_dram *d, struct slot *s)
 	s->dirty = false;
 	s->unsaved = false;
 	s->flush_pass = 0;
+	s->jobs = 0;
 	s->children = 0;
 	s->parent = -1;
 	s->depth = 0;
@@ -817,14 +819,17 @@ out:
 	return rc;
 }
 
-bool kvt__dram_is_dirty(struct kvt_dram *d, int32_t id)
+void kvt__dram_job(struct kvt_dram *d, int32_t id, bool start)
 {
 	if (!valid_id(d, id))
-		return false;
+		return;
 	pthread_mutex_lock(&d->mu);
-	bool dirty = d->slots[id].dirty;
+	struct slot *s = &d->slots[id];
+	if (start)
+		s->jobs++;
+	else if (s->jobs)
+		s->jobs--;
 	pthread_mutex_unlock(&d->mu);
-	return dirty;
 }
 
 uint32_t kvt__dram_flush_pass(struct kvt_dram *d)
@@ -855,7 +860,7 @@ uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, 
 			struct slot *s = &d->slots[id];
 			if (s->state != S_PUBLISHED || !s->dirty)
 				continue;
-			if (pass ? s->flush_pass == pass : s->pins || s->unsaved)
+			if (pass ? s->flush_pass == pass || s->jobs : s->pins || s->unsaved)
 				continue;
 			if (pass)
 				s->flush_pass = pass;

@@ -129,10 +129,13 @@ int kvt__dram_remove(struct kvt_dram *d, const struct kvt_key *key);
  * anyway). pass from kvt__dram_flush_pass (flush, close: every dirty slot must be written
  * or waited for): unsaved and pinned ones too - a reader's pin (a device load, a daemon
  * client's lease) does not make a slot durable, and until 2026-12-05 flush skipped them
- * and answered 0 - each once per pass; the caller skips those a write of is under way. */
+ * and answered 0 - each once per pass, except those a job is writing (kvt__dram_job). */
 uint32_t kvt__dram_flush_pass(struct kvt_dram *d);
-/* A slot's dirty mark now (a pinned slot's: the caller's pin keeps it the same slot). */
-bool kvt__dram_is_dirty(struct kvt_dram *d, int32_t id);
+/* A write-behind job of slot id starts (registered: a flush that comes after waits for it)
+ * or completes (its marks set). A flush pass leaves a slot with a job out to that job; the
+ * key's other jobs say nothing of this slot (a job of an older slot of the key, removed
+ * and put again, does not write this one). */
+void kvt__dram_job(struct kvt_dram *d, int32_t id, bool start);
 uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, uint32_t n,
 				 uint32_t pass);
 /* Count of free (never used or evicted) + clean evictable slots: the headroom. */

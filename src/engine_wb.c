@@ -97,6 +97,8 @@ static void wb_complete(struct wb *w)
 			kvt__dram_set_dirty(s->dram, w->ref.id, false);
 		}
 	}
+	if (w->ref.id >= 0) /* after its marks: a flush that sees no job sees them */
+		kvt__dram_job(s->dram, w->ref.id, false);
 	if (w->cb) {
 		int err = atomic_load(&w->first_err);
 		struct kvt_result res = {.status = atomic_load(&w->ok) ? 0 : (err ? err : -EIO),
@@ -412,6 +414,8 @@ struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
 		return NULL;
 	}
 	w->seq = ++s->wb_seq;
+	if (ref->id >= 0) /* a flush from now on waits for this job instead of writing it */
+		kvt__dram_job(s->dram, ref->id, true);
 	/* Without a record (no memory) the job is written as before the records existed: a
 	 * late write of it is kept (or, zero-copy, removed again) whatever came since. */
 	w->rec = kvt__e_keyrec_get(s, key);
@@ -564,10 +568,11 @@ void kvt__e_wb_rewrite(struct kvt_store *s, const struct kvt_key *key)
 }
 
 /* Write every dirty slot not already being written (flush, close), pinned ones included (a
- * reader's pin makes nothing durable). A slot whose key has a job out is left to it: the
- * flush that called this waits for that job, and one that fails leaves the slot unsaved,
- * for the next flush. Each slot once per pass (kvt__dram_flush_pass): a slot that stays
- * dirty (no memory for its job) is not retried in the same pass. */
+ * reader's pin makes nothing durable). A slot with a job out is left to it (the pool says
+ * which, kvt__dram_job): the flush that called this waits for that job, and one that fails
+ * leaves the slot unsaved, for the next flush. Each slot once per pass
+ * (kvt__dram_flush_pass): a slot that stays dirty (no memory for its job) is not retried
+ * in the same pass. */
 void kvt__e_wb_dirty_all(struct kvt_store *s)
 {
 	uint32_t pass = kvt__dram_flush_pass(s->dram);
@@ -577,17 +582,7 @@ void kvt__e_wb_dirty_all(struct kvt_store *s)
 		for (uint32_t i = 0; i < n; i++) {
 			struct kvt_key key;
 			kvt__dram_key(s->dram, refs[i].id, &key);
-			/* A job completes by marking its slot, then leaving the record (pending):
-			 * once no job is pending, the mark read after it is the slot's own (read
-			 * first, a slot cleaned meanwhile was written again) */
-			pthread_mutex_lock(&s->wb_lock);
-			struct keyrec *rec = kvt__e_keyrec_find(s, &key);
-			bool out = (rec && rec->pending) || !kvt__dram_is_dirty(s->dram, refs[i].id);
-			pthread_mutex_unlock(&s->wb_lock);
-			if (out)
-				kvt__dram_unpin(s->dram, refs[i].id);
-			else
-				kvt__e_wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
+			kvt__e_wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
 		}
 	}
 }

@@ -198,10 +198,62 @@ static void promotion_failed(void)
 	free(d2);
 }
 
+/* case 4 (the review of the fix): write-back, a flush's job for K's slot A slow, K removed
+ * (the remove waits for that job) and put again (slot B, dirty, no job), a second flush:
+ * it must write B. The first version of the fix left B to "the key's job out" - A's - and
+ * the remove then deleted K from nvme: flush 0, K gone after a crash. */
+static void reput_during_flush(void)
+{
+	char *dir = test_tmpdir("store_flush_pinned");
+	uint32_t tok = 42;
+	struct kvt_key k;
+	fflush(stdout);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		struct kvt_store *s = open_store(dir, "dram,faulty", "write-back", false);
+		kvt_key_next(kvt_store_ns_id(s), NULL, &tok, 1, &k);
+		void *buf = malloc(PAYLOAD);
+		test_fill(buf, PAYLOAD, 7);
+		CHECK_RC(kvt_put_sync(s, &k, NULL, G.chunk_tokens, buf, PAYLOAD), 0);
+		kvt__faulty_set_write_delay(kvt__store_tier(s, 1), 1000);
+		struct test_box f1 = {0}, r = {0};
+		CHECK_RC(kvt_flush(s, test_box_cb, &f1), 0); /* A's job, slow */
+		CHECK_RC(kvt_remove(s, &k, test_box_cb, &r), 0);
+		int rc;
+		while ((rc = kvt_put_sync(s, &k, NULL, G.chunk_tokens, buf, PAYLOAD)) == -EAGAIN)
+			usleep(1000);
+		CHECK_RC(rc, 0);
+		kvt__faulty_set_write_delay(kvt__store_tier(s, 1), 0);
+		rc = kvt_flush_sync(s);
+		while (!f1.done || !r.done)
+			kvt_poll(s, 20);
+		printf("store_flush_pinned: put again while a flush wrote the old slot: flush %d, "
+		       "remove %d\n", rc, r.res.status);
+		fflush(stdout);
+		_exit(rc == 0 ? 0 : 2);
+	}
+	int wst;
+	CHECK(waitpid(pid, &wst, 0) == pid);
+	CHECKM(WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "the child's flush failed (%d)", wst);
+	struct kvt_store *s = open_store(dir, "dram,nvme", "write-through", false);
+	kvt_key_next(kvt_store_ns_id(s), NULL, &tok, 1, &k);
+	void *buf = malloc(PAYLOAD);
+	struct kvt_result res;
+	int rc = kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, &res);
+	printf("store_flush_pinned: after the crash and a reopen, get %d\n", rc);
+	CHECKM(rc == 0 && test_check(buf, PAYLOAD, 7), "flush said 0, K is gone (%d)", rc);
+	kvt_store_close(s);
+	free(buf);
+	test_rmdir(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	for (int mode = 0; mode < 3; mode++)
 		crash_after_flush(mode);
+	reput_during_flush();
 	promotion_failed();
 	printf("store_flush_pinned: ok\n");
 	return 0;
