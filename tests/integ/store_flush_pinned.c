@@ -68,14 +68,22 @@ static void settle(struct kvt_store *s)
 
 static const char *const CASES[] = {"no pin", "a reader's pin", "a late write's pin"};
 
-static void crash_after_flush(int mode)
+/* A child process for one case, in a fresh directory (*dir): 0 in the child. */
+static pid_t fork_case(char **dir)
 {
-	char *dir = test_tmpdir("store_flush_pinned");
-	uint32_t tok = 42;
-	struct kvt_key k;
+	*dir = test_tmpdir("store_flush_pinned");
 	fflush(stdout);
 	pid_t pid = fork();
 	CHECK(pid >= 0);
+	return pid;
+}
+
+static void crash_after_flush(int mode)
+{
+	char *dir;
+	uint32_t tok = 42;
+	struct kvt_key k;
+	pid_t pid = fork_case(&dir);
 	if (pid == 0) {
 		struct kvt_store *s =
 		    mode == 2 ? open_store(dir, "dram,faulty", "write-through", true)
@@ -204,12 +212,10 @@ static void promotion_failed(void)
  * the remove then deleted K from nvme: flush 0, K gone after a crash. */
 static void reput_during_flush(void)
 {
-	char *dir = test_tmpdir("store_flush_pinned");
+	char *dir;
 	uint32_t tok = 42;
 	struct kvt_key k;
-	fflush(stdout);
-	pid_t pid = fork();
-	CHECK(pid >= 0);
+	pid_t pid = fork_case(&dir);
 	if (pid == 0) {
 		struct kvt_store *s = open_store(dir, "dram,faulty", "write-back", false);
 		kvt_key_next(kvt_store_ns_id(s), NULL, &tok, 1, &k);
