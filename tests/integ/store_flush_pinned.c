@@ -54,17 +54,6 @@ static struct kvt_store *open_store(const char *dir, const char *tiers, const ch
 	return s;
 }
 
-static void settle(struct kvt_store *s)
-{
-	struct kvt_stats st;
-	for (int i = 0; i < 2000; i++) {
-		CHECK_RC(kvt_stats(s, &st), 0);
-		if (!st.write_behind_pending)
-			return;
-		usleep(5000);
-	}
-	CHECKM(0, "write-behind still pending");
-}
 
 static const char *const CASES[] = {"no pin", "a reader's pin", "a late write's pin"};
 
@@ -103,7 +92,7 @@ static void crash_after_flush(int mode)
 				usleep(1000);
 			CHECK_EQ(atomic_load(&acquired), 1);
 		}
-		settle(s);
+		test_wb_settle(s);
 		if (mode == 2) /* the tier answers in time again; the late write still holds K */
 			kvt__faulty_set_write_delay(kvt__store_tier(s, 1), 0);
 		int rc = kvt_flush_sync(s);
@@ -139,13 +128,7 @@ static void put_new(struct kvt_store *s, struct kvt_key *k, uint64_t seed)
 {
 	uint32_t tok = next_tok++;
 	kvt_key_next(kvt_store_ns_id(s), NULL, &tok, 1, k);
-	void *buf = malloc(PAYLOAD);
-	test_fill(buf, PAYLOAD, seed);
-	int rc;
-	while ((rc = kvt_put_sync(s, k, NULL, G.chunk_tokens, buf, PAYLOAD)) == -EAGAIN)
-		usleep(1000);
-	CHECK_RC(rc, 0);
-	free(buf);
+	test_put_seed(s, k, seed);
 }
 
 static void evict(struct kvt_store *s, const struct kvt_key *k)
@@ -157,7 +140,7 @@ static void evict(struct kvt_store *s, const struct kvt_key *k)
 			return;
 		put_new(s, &o, 1000 + (uint64_t)i);
 		if (i % 16 == 15)
-			settle(s); /* slots whose writes are out cannot go (a slow sanitizer build) */
+			test_wb_settle(s); /* slots whose writes are out cannot go (a slow sanitizer build) */
 	}
 	CHECKM(0, "still in DRAM after 400 puts");
 }
@@ -177,14 +160,14 @@ static void promotion_failed(void)
 	struct kvt_result res;
 	struct kvt_key k;
 	put_new(s, &k, 7); /* dram, faulty(nvme) and fs */
-	settle(s);
+	test_wb_settle(s);
 	evict(s, &k);
 	CHECK_RC(kvt_flush_sync(s), 0);
 	/* nvme fails every call: the read (the hit comes from fs) and the promotion's write */
 	kvt__faulty_set(t, 100, 0, 0);
 	CHECK_RC(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, &res), 0);
 	CHECK_EQ(res.tier, 2);
-	settle(s);
+	test_wb_settle(s);
 	kvt__faulty_set(t, 0, 0, 0);
 	evict(s, &k); /* the promoted copy leaves DRAM; fs holds the chunk */
 	struct kvt_stats st;

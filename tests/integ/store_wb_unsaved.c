@@ -48,30 +48,6 @@ static void new_key(struct kvt_store *s, struct kvt_key *k)
 	kvt_key_next(kvt_store_ns_id(s), NULL, &tok, 1, k);
 }
 
-static void put(struct kvt_store *s, const struct kvt_key *k, uint64_t seed)
-{
-	void *buf = malloc(PAYLOAD);
-	test_fill(buf, PAYLOAD, seed);
-	int rc;
-	while ((rc = kvt_put_sync(s, k, NULL, G.chunk_tokens, buf, PAYLOAD)) == -EAGAIN)
-		usleep(1000);
-	CHECK_RC(rc, 0);
-	free(buf);
-}
-
-/* Every write-behind has completed. */
-static void settle(struct kvt_store *s)
-{
-	uint64_t t0 = test_now_ns();
-	struct kvt_stats st;
-	for (;;) {
-		CHECK_RC(kvt_stats(s, &st), 0);
-		if (!st.write_behind_pending)
-			return;
-		CHECKM(test_ms_since(t0) < 10000, "write-behind still pending after 10 s");
-		usleep(5000);
-	}
-}
 
 /* The tier healed: flush until the circuit breaker lets calls through again (its
  * cool-down), at most 10 s; the first answer that is not the circuit's. */
@@ -104,7 +80,7 @@ static void evict(struct kvt_store *s, const struct kvt_key *k)
 			return;
 		struct kvt_key o;
 		new_key(s, &o);
-		put(s, &o, 1000 + (uint64_t)i);
+		test_put_seed(s, &o, 1000 + (uint64_t)i);
 	}
 	CHECKM(0, "the chunk is still in DRAM after 200 puts");
 }
@@ -118,8 +94,8 @@ static void open_circuit(struct kvt_store *s, struct kvt_tier *t, bool write_bac
 	for (int i = 0; i < 5; i++) {
 		struct kvt_key o;
 		new_key(s, &o);
-		put(s, &o, 500 + (uint64_t)i);
-		settle(s);
+		test_put_seed(s, &o, 500 + (uint64_t)i);
+		test_wb_settle(s);
 		if (write_back) /* its writes start at a flush */
 			CHECK_EQ(kvt_flush_sync(s), -EIO);
 	}
@@ -164,8 +140,8 @@ int main(void)
 	open_circuit(s, t, false);
 	struct kvt_key a;
 	new_key(s, &a);
-	put(s, &a, 7);
-	settle(s);
+	test_put_seed(s, &a, 7);
+	test_wb_settle(s);
 	CHECK_EQ(kvt_flush_sync(s), -EIO);
 	CHECK_EQ(flush_box(s, &res), -EIO);
 	CHECK_EQ(res.tier, 1);
@@ -185,14 +161,14 @@ int main(void)
 	open_circuit(s, t, false);
 	struct kvt_key b;
 	new_key(s, &b);
-	put(s, &b, 8);
-	settle(s);
+	test_put_seed(s, &b, 8);
+	test_wb_settle(s);
 	evict(s, &b);
 	uint64_t lost = evicted_unsaved(s);
 	printf("store_wb_unsaved: evicted unsaved %llu\n", (unsigned long long)lost);
 	CHECK(lost >= 1);
 	kvt__faulty_set(t, 0, 0, 0);
-	settle(s);
+	test_wb_settle(s);
 	close_circuit(s);
 	rc = flush_box(s, &res);
 	printf("store_wb_unsaved: flush after a loss: %d, tier %d\n", rc, res.tier);
@@ -212,9 +188,9 @@ int main(void)
 	open_circuit(s, t, true);
 	struct kvt_key c;
 	new_key(s, &c);
-	put(s, &c, 9);
+	test_put_seed(s, &c, 9);
 	CHECK_EQ(kvt_flush_sync(s), -EIO); /* writes it: skipped, the circuit is open */
-	settle(s);
+	test_wb_settle(s);
 	kvt__faulty_set(t, 0, 0, 0);
 	rc = flush_healed(s, &res);
 	CHECKM(rc == 0, "write-back flush after the tier healed: %d", rc);
@@ -234,8 +210,8 @@ int main(void)
 	kvt__faulty_set(t, 0, 0, 1000); /* past the 300 ms deadline */
 	struct kvt_key d;
 	new_key(s, &d);
-	put(s, &d, 10);
-	settle(s);	/* the job over at its deadline: unsaved */
+	test_put_seed(s, &d, 10);
+	test_wb_settle(s);	/* the job over at its deadline: unsaved */
 	usleep(1500 * 1000); /* the late write has landed */
 	kvt__faulty_set(t, 0, 0, 0);
 	evict(s, &d);

@@ -220,6 +220,35 @@ static inline void test_put_chain(struct kvt_store *s, const struct kvt_key *k, 
 }
 
 /* Starts a flush into *fb and polls until it completed (its status is the caller's). */
+/* A put of a whole chunk of seed's bytes (no parent), retried while the store pushes back
+ * (-EAGAIN: write-behind at its bound); must succeed. */
+static inline void test_put_seed(struct kvt_store *s, const struct kvt_key *k, uint64_t seed)
+{
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	size_t len = kvt_payload_bytes(g, g->chunk_tokens);
+	void *buf = malloc(len);
+	test_fill(buf, len, seed);
+	int rc;
+	while ((rc = kvt_put_sync(s, k, NULL, g->chunk_tokens, buf, len)) == -EAGAIN)
+		usleep(1000);
+	CHECK_RC(rc, 0);
+	free(buf);
+}
+
+/* Every write-behind has completed (at most 10 s). */
+static inline void test_wb_settle(struct kvt_store *s)
+{
+	uint64_t t0 = test_now_ns();
+	struct kvt_stats st;
+	for (;;) {
+		CHECK_RC(kvt_stats(s, &st), 0);
+		if (!st.write_behind_pending)
+			return;
+		CHECKM(test_ms_since(t0) < 10000, "write-behind still pending after 10 s");
+		usleep(5000);
+	}
+}
+
 static inline void test_flush_wait(struct kvt_store *s, struct test_box *fb)
 {
 	CHECK_RC(kvt_flush(s, test_box_cb, fb), 0);
