@@ -24,11 +24,17 @@
  * bound the time of one request.
  *
  * Failure. Replies come back in order, so only the oldest request can be late: if it has
- * not completed timeout_ms after it became the oldest (or a connect takes longer), the
- * connection is dropped and every request on it fails with -ETIMEDOUT; a reset or refused
- * connection fails them at once. Nothing retries behind the caller's back: the next request
- * reconnects. AUTH (and SELECT) are the first requests of every connection; a refused
- * password fails the requests with -EACCES and a log line that never contains it. The
+ * not completed timeout_ms after it became the oldest, the connection is dropped and every
+ * request on it fails with -ETIMEDOUT; a reset or refused connection fails them at once.
+ * The reconnect a request waits for - name lookup, connect, AUTH, SELECT - is inside that
+ * same timeout, not a fresh one per step (until 2026-12-05 each step restarted the clock:
+ * up to 6 x redis.timeout_ms for a host name with a password and a database). Nothing
+ * retries behind the caller's back: the next request reconnects. AUTH (and SELECT) are the
+ * first requests of every connection, and nothing is sent behind them until they are
+ * answered (send_limit): pipelined behind a refused SELECT or AUTH, the server would run
+ * the caller's SETs and DELs in database 0, or as its default user, while the tier reports
+ * them failed. A refused password fails the requests with -EACCES and a log line that
+ * never contains it. The
  * listing is held to the same timeout for its connect and for each whole reply (a deadline
  * polled for, not a socket timeout, which a trickled reply would never trip), and as a whole
  * to RD_LIST_TIMEOUTS times it (or the caller's bound, kvt__tier_list_ns): a server answering every reply just in time would otherwise
@@ -130,7 +136,8 @@ struct rd_conn {
 	struct rd_op *head, *tail; /* taken: replies go to head */
 	struct rd_op *send;        /* first op not fully written */
 	uint64_t send_off;
-	uint64_t head_since_ns; /* when head became the oldest request (or the connect began) */
+	uint64_t head_since_ns; /* when head became the oldest caller request (a reconnect, AUTH
+				 * and SELECT are inside its wait) */
 	char *rbuf;
 	/* reply framing: a line being assembled, or the body of a bulk string in transit */
 	char line[512];
@@ -390,17 +397,19 @@ static bool conn_next_addr(struct rd_conn *c)
 	return true;
 }
 
-/* Connect (non-blocking) to the server's address. The name is looked up first under the
- * request timeout: hiredis would call getaddrinfo() on this thread, which a DNS server
- * that does not answer holds for many seconds. Each of its addresses is tried in turn
- * while connects fail at once (refused, unreachable; conn_next_addr for those that fail
- * later). *why names the step that failed. */
-static int conn_start(struct rd_conn *c, const char **why)
+/* Connect (non-blocking) to the server's address. The name is looked up first within
+ * budget_ns (what is left of the oldest request's timeout): hiredis would call
+ * getaddrinfo() on this thread, which a DNS server that does not answer holds for many
+ * seconds. Each of its addresses is tried in turn while connects fail at once (refused,
+ * unreachable; conn_next_addr for those that fail later). *why names the step that failed.
+ * The oldest request's clock (head_since_ns) is left running: the connect is part of its
+ * wait. */
+static int conn_start(struct rd_conn *c, uint64_t budget_ns, const char **why)
 {
 	struct rd_state *s = c->s;
 	*why = "name lookup";
 	if (!c->addr_next) {
-		int rc = kvt__resolve(&c->resolver, s->url.host, s->url.port, s->timeout_ns,
+		int rc = kvt__resolve(&c->resolver, s->url.host, s->url.port, budget_ns,
 				      &c->addrs);
 		if (rc < 0)
 			return rc;
@@ -431,7 +440,6 @@ static int conn_start(struct rd_conn *c, const char **why)
 	}
 	c->reader->privdata = c;
 	c->state = C_CONNECTING;
-	c->head_since_ns = kvt__now_ns();
 	return 0;
 }
 
@@ -463,17 +471,44 @@ static int conn_up(struct rd_conn *c)
 	c->send = c->head;
 	c->send_off = 0;
 	c->state = C_UP;
-	c->head_since_ns = kvt__now_ns();
 	return 0;
+}
+
+static bool is_handshake(const struct rd_op *op)
+{
+	return op->kind == OP_AUTH || op->kind == OP_SELECT;
+}
+
+/* The first request that must not be sent yet, or NULL for none: while AUTH or SELECT is
+ * unanswered at the head, the requests behind them wait (one round trip per connect). A
+ * server reads a pipeline to its end whatever it answers: behind a refused SELECT (a
+ * database it does not have, an ACL without +select, Redis Cluster) it would store the
+ * caller's values in database 0 and delete database 0's keys of the same names, another
+ * tenant's under the shared prefix. */
+static const struct rd_op *send_limit(const struct rd_conn *c)
+{
+	const struct rd_op *op = c->head;
+	if (!op || !is_handshake(op))
+		return NULL;
+	while (op && is_handshake(op))
+		op = op->next;
+	return op;
+}
+
+/* Something may be written now (the poll asks for POLLOUT only then, or it would spin). */
+static bool conn_can_send(const struct rd_conn *c)
+{
+	return c->send && c->send != send_limit(c);
 }
 
 static int conn_write(struct rd_conn *c)
 {
-	while (c->send) {
+	const struct rd_op *limit = send_limit(c);
+	while (c->send && c->send != limit) {
 		struct iovec iov[64];
 		int n = 0;
 		uint64_t skip = c->send_off;
-		for (struct rd_op *op = c->send; op && n < 62; op = op->next) {
+		for (struct rd_op *op = c->send; op && op != limit && n < 62; op = op->next) {
 			struct iovec parts[3] = {{op->hdr, op->hdr_len},
 						 {(void *)op->val, op->val ? op->val_len : 0},
 						 {(void *)"\r\n", op->val ? 2 : 0}};
@@ -594,7 +629,10 @@ counted:
 	c->head = op->next;
 	if (!c->head)
 		c->tail = NULL;
-	c->head_since_ns = kvt__now_ns();
+	/* the next request's own wait starts now - not after AUTH or SELECT, which are part of
+	 * the wait of the request that caused the connect */
+	if (!is_handshake(op))
+		c->head_since_ns = kvt__now_ns();
 	int64_t res = op->result;
 	switch (op->kind) {
 	case OP_READ:
@@ -798,19 +836,26 @@ static void *io_thread(void *arg)
 		}
 		uint64_t now = kvt__now_ns();
 		if (c->head && c->state == C_DOWN) {
+			uint64_t end = c->head_since_ns + s->timeout_ns;
+			if (now >= end) {
+				conn_fail(c, -ETIMEDOUT, "connect timed out");
+				continue;
+			}
 			const char *why;
-			int rc = conn_start(c, &why);
+			int rc = conn_start(c, end - now, &why);
 			if (rc < 0) {
 				conn_fail(c, rc, why);
 				continue;
 			}
+			now = kvt__now_ns(); /* the lookup may have taken most of it */
 		}
 		struct pollfd pfd[2] = {{c->efd, POLLIN, 0}, {-1, 0, 0}};
 		int timeout = -1;
 		if (c->state != C_DOWN) {
 			pfd[1].fd = c->c->fd;
 			pfd[1].events = c->state == C_CONNECTING ? POLLOUT
-								 : (short)(POLLIN | (c->send ? POLLOUT : 0));
+								 : (short)(POLLIN |
+									   (conn_can_send(c) ? POLLOUT : 0));
 			if (c->head) {
 				uint64_t end = c->head_since_ns + s->timeout_ns;
 				if (now >= end) {
@@ -841,6 +886,10 @@ static void *io_thread(void *arg)
 		}
 		if (pfd[1].fd < 0 || !pfd[1].revents)
 			continue;
+		/* past the oldest request's time while poll slept: the top of the loop fails it
+		 * (a connect that completes late is not taken up) */
+		if (c->head && kvt__now_ns() >= c->head_since_ns + s->timeout_ns)
+			continue;
 		int rc = 0;
 		if (c->state == C_CONNECTING) {
 			rc = conn_up(c);
@@ -862,7 +911,7 @@ static void *io_thread(void *arg)
 				continue;
 			}
 		}
-		if (c->state == C_UP && c->send) {
+		if (c->state == C_UP && conn_can_send(c)) {
 			rc = conn_write(c);
 			if (rc < 0)
 				conn_fail(c, rc, "send");

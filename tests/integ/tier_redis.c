@@ -12,7 +12,8 @@
  * corrupt, never a good copy another node wrote since; the thread that carries out those
  * reports exists only once one came (an open makes one thread per connection); a server
  * that echoes AUTH's arguments in its error (AUTH renamed away) never gets the password
- * into the log.
+ * into the log; a refused SELECT (a database the server does not have) leaves database 0
+ * as it was - the requests queued behind it used to run there.
  * Exit 0 pass, 1 fail, 77 when redis-server is not installed.
  *
  * Throughput against redis-benchmark is `kvtier bench --tier redis` (docs/BENCHMARKS.md).
@@ -715,6 +716,44 @@ static void test_auth_echo(void)
 	rs_stop(&r);
 }
 
+/* A database the server does not have: SELECT is refused, and nothing queued behind it may
+ * reach the server - it would run the SET and the DEL in database 0 (another store's, under
+ * the same prefix) while the tier reports both failed. */
+static void test_select_refused(void)
+{
+	struct rs r;
+	CHECK_EQ(rs_prepare(&r, NULL), 0);
+	r.extra[0] = "--databases";
+	r.extra[1] = "2";
+	CHECK_EQ(rs_launch(&r), 0);
+	char url0[256], url5[256];
+	url_of(&r, NULL, url0, sizeof(url0));
+	snprintf(url5, sizeof(url5), "redis://127.0.0.1:%d/5", r.port);
+	unsigned char obj[4096];
+	th_obj_fill(obj, sizeof(obj), 19);
+	struct kvt_key kept, stray;
+	th_key(&kept, 1, 19);
+	th_key(&stray, 2, 19);
+	struct kvt_tier *db0 = open_redis(url0, "2000", "1");
+	CHECK_EQ(th_write(db0, &kept, obj, sizeof(obj)), 0);
+	struct kvt_tier *db5 = open_redis(url5, "2000", "1");
+	db5->log.fn = th_quiet_log;
+	/* each on a fresh connection (the refusal drops it), with the request queued behind
+	 * SELECT before the connect completes */
+	CHECK(th_write(db5, &stray, obj, sizeof(obj)) < 0);
+	CHECK(th_remove(db5, &kept) < 0);
+	th_close(db5);
+	int64_t got = th_read_all(db0, &stray, obj, sizeof(obj));
+	int64_t still = th_read_all(db0, &kept, obj, sizeof(obj));
+	fprintf(stderr, "  SELECT 5 refused (2 databases): database 0 then has the refused put: %s, "
+		"the refused remove's key: %s\n",
+		got < 0 ? kvt_strerror((int)got) : "yes", still < 0 ? kvt_strerror((int)still) : "yes");
+	CHECK_EQ(got, -ENOENT);
+	CHECK_EQ(still, (int64_t)sizeof(obj));
+	th_close(db0);
+	rs_stop(&r);
+}
+
 int main(void)
 {
 	struct rs r;
@@ -744,6 +783,8 @@ int main(void)
 	fprintf(stderr, "ok an empty value is a miss to exists as to read\n");
 	test_auth_echo();
 	fprintf(stderr, "ok no password in the log\n");
+	test_select_refused();
+	fprintf(stderr, "ok nothing sent behind a refused SELECT\n");
 	rs_stop(&r);
 	test_auth();
 	fprintf(stderr, "ok AUTH\n");

@@ -31,7 +31,10 @@
  *      empty strings): the listing fails with -EPROTO at once, the same bound on RSS -
  *      hiredis used to make an object per element until the timeout;
  *  10. a read whose GETRANGE reply is followed by two bytes other than the "\r\n" that ends
- *      a bulk string: -EPROTO - they used to be taken for it, unchecked.
+ *      a bulk string: -EPROTO - they used to be taken for it, unchecked;
+ *  11. a server that answers AUTH, SELECT and SET each in 0.7 x redis.timeout_ms: the put
+ *      (its reconnect included) fails -ETIMEDOUT at its timeout - each step used to restart
+ *      the clock, and the put succeeded after 2.1 x the timeout.
  * Exit 0 pass, 1 fail.
  */
 #include <arpa/inet.h>
@@ -55,6 +58,7 @@ static _Atomic bool set_oom; /* SET answered with an OOM error (section 6) */
 enum flood { FLOOD_NONE, FLOOD_BULK, FLOOD_ARRAY };
 static _Atomic int flood;
 static _Atomic bool misframe; /* GETRANGE's bulk string ends in "XY", not "\r\n" (10) */
+static _Atomic int step_delay_ms; /* before each reply to AUTH, SELECT and SET (11) */
 #define FLOOD_TIMEOUT_MS 1000
 /* what the flooding server sends at most: well past FLOOD_RSS_MIB for a client that keeps
  * it all, little enough to be sent within FLOOD_TIMEOUT_MS on a loaded machine */
@@ -201,6 +205,11 @@ static void serve(int fd)
 			}
 			const char *tc = atomic_load(&trickle_cmd);
 			int rc;
+			int delay = atomic_load(&step_delay_ms);
+			if (delay && argc >= 1 &&
+			    (!strcasecmp(argv[0], "AUTH") || !strcasecmp(argv[0], "SELECT") ||
+			     !strcasecmp(argv[0], "SET")))
+				usleep((useconds_t)delay * 1000);
 			int fl = atomic_load(&flood);
 			bool getrange = argc >= 4 && !strcasecmp(argv[0], "GETRANGE");
 			if (fl == FLOOD_BULK && getrange) {
@@ -561,6 +570,25 @@ int main(void)
 	       r64 < 0 ? kvt_strerror((int)r64) : "read whole");
 	CHECK_EQ(r64, -EPROTO);
 	atomic_store(&misframe, false);
+	th_close(t);
+
+	/* 11. the reconnect a put waits for is inside its timeout */
+	const char *kv6[] = {"redis.url", url2, "redis.timeout_ms", tmo, "redis.prefix",
+			     "kvt-test:", "redis.connections", "1", NULL};
+	t = open_counting(kv6);
+	atomic_store(&set_oom, false); /* section 6's */
+	atomic_store(&step_delay_ms, TIMEOUT_MS * 7 / 10);
+	t0 = th_now_ms();
+	rc = th_write(t, &k, obj, sizeof(obj));
+	uint64_t step_ms = th_now_ms() - t0;
+	printf(" 11. AUTH, SELECT and SET each answered after %d ms (timeout %d ms): the put %s "
+	       "after %llu ms\n",
+	       TIMEOUT_MS * 7 / 10, TIMEOUT_MS, rc ? kvt_strerror(rc) : "succeeded",
+	       (unsigned long long)step_ms);
+	CHECK_EQ(rc, -ETIMEDOUT);
+	CHECKM(step_ms >= TIMEOUT_MS - 50 && step_ms < TIMEOUT_MS + SLACK_MS / 2, "%llu ms",
+	       (unsigned long long)step_ms);
+	atomic_store(&step_delay_ms, 0);
 	th_close(t);
 
 	shutdown(listen_fd, SHUT_RDWR);

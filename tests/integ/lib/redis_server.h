@@ -1,7 +1,8 @@
 /*
  * redis_server.h - start a real redis-server for a test: 127.0.0.1 only (or r->bind), a free port, a
  * temporary directory, no persistence, optional requirepass. The test can SIGKILL or
- * SIGSTOP it and start it again on the same port. rs_start returns 77 when redis-server is
+ * SIGSTOP it and start it again on the same port. The server dies with the thread that
+ * started it (PR_SET_PDEATHSIG): a failed test leaves none running. rs_start returns 77 when redis-server is
  * not installed, so the caller can exit with "skip".
  */
 #ifndef KVT_TEST_REDIS_SERVER_H
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -85,10 +87,14 @@ static inline int rs_launch(struct rs *r)
 		char port[16], log[200];
 		snprintf(port, sizeof(port), "%d", r->port);
 		snprintf(log, sizeof(log), "%s/redis.log", r->dir);
+		pid_t parent = getpid();
 		pid_t pid = fork();
 		if (pid < 0)
 			return -1;
 		if (pid == 0) {
+			/* a test that fails (abort, CHECK's exit) takes its server with it */
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+				_exit(126);
 			int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 			if (fd >= 0) {
 				dup2(fd, 1);
