@@ -235,8 +235,14 @@ struct keyrec {
 struct flush_waiter {
 	struct kvt_list node; /* waiting for write-behind, or ready */
 	struct kvt_store *s;
-	uint64_t target; /* complete once every job up to this one is */
-	uint64_t from;   /* write failures of jobs from this one on are this flush's */
+	/* complete once every job up to this one is (UINT64_MAX while the flush writes the
+	 * dirty slots: its window is not closed yet) */
+	uint64_t target;
+	uint64_t from; /* write failures of jobs from this one on are this flush's */
+	/* per link: the oldest job from `from` on whose write there failed (UINT64_MAX: none),
+	 * under wb_lock. The oldest, not the newest: a job after the window failing first
+	 * must not hide one inside it. */
+	uint64_t first_fail[KVT_MAX_TIERS];
 	kvt_cb cb;
 	void *arg;
 	bool direct;
@@ -267,8 +273,9 @@ struct kvt_store {
 	int n_links;
 	struct link links[KVT_MAX_TIERS];
 	/* per link: the newest write-behind job whose write there failed or was skipped
-	 * because the tier was unwell (flush reports it) */
-	_Atomic uint64_t wb_fail_seq[KVT_MAX_TIERS];
+	 * because the tier was unwell, under wb_lock; a flush starting takes it for the jobs
+	 * that failed before it, its first_fail for those after */
+	uint64_t wb_fail_seq[KVT_MAX_TIERS];
 	/* the link whose failure last left a DRAM slot unsaved (no deeper tier took it), and
 	 * how many unsaved evictions flushes have reported */
 	_Atomic int unsaved_link;

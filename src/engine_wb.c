@@ -51,14 +51,24 @@ static void wb_set_err(struct wb *w, int rc)
 	atomic_compare_exchange_strong(&w->first_err, &zero, rc);
 }
 
-/* A tier did not take this job's object for a reason flush must report. */
+/* A tier did not take this job's object for a reason flush must report: every flush
+ * waiting whose window may hold the job is told (before the job completes, so before any
+ * of them can be ready). */
 static void wb_tier_failed(struct wb *w, struct link *l, int rc)
 {
 	struct kvt_store *s = w->s;
 	int i = (int)(l - s->links);
-	uint64_t cur = atomic_load(&s->wb_fail_seq[i]);
-	while (cur < w->seq && !atomic_compare_exchange_weak(&s->wb_fail_seq[i], &cur, w->seq))
-		;
+	pthread_mutex_lock(&s->wb_lock);
+	if (s->wb_fail_seq[i] < w->seq)
+		s->wb_fail_seq[i] = w->seq;
+	struct kvt_list *p;
+	kvt_list_for_each(p, &s->flushes)
+	{
+		struct flush_waiter *f = kvt_list_entry(p, struct flush_waiter, node);
+		if (w->seq >= f->from && w->seq < f->first_fail[i])
+			f->first_fail[i] = w->seq;
+	}
+	pthread_mutex_unlock(&s->wb_lock);
 	atomic_store(&w->failed_link, i + 1);
 	wb_set_err(w, rc);
 }
@@ -702,8 +712,7 @@ static void flush_tiers(struct flush_waiter *f)
 	}
 	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
 		struct link *l = &s->links[i];
-		uint64_t failed = atomic_load(&s->wb_fail_seq[i]);
-		if (failed >= f->from && failed <= f->target) {
+		if (f->first_fail[i] <= f->target) { /* every job up to target is complete */
 			flush_bad(f, l, -EIO, "did not take a write-behind (failed, unwell or missed "
 					      "its deadline)");
 			continue;
@@ -759,6 +768,20 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
 	f->direct = direct;
 	atomic_store(&f->remaining, 1);
 	atomic_store(&f->bad_tier, KVT_TIER_NONE);
+	/* The window opens before the dirty slots are written, so that the failures of those
+	 * writes are the flush's: from the oldest job out (or the next), failures before now
+	 * from wb_fail_seq, later ones told by wb_tier_failed. Until 2026-12-05 only the newest
+	 * failure per tier was kept and compared with the window at the end: a rewrite that
+	 * failed at once (circuit open) fell before it, and a later put failing hid an earlier
+	 * one inside it - the flush said 0 over chunks only DRAM held. */
+	pthread_mutex_lock(&s->wb_lock);
+	struct kvt_list *first = kvt_list_first(&s->wb);
+	f->from = first ? kvt_list_entry(first, struct wb, node)->seq : s->wb_seq + 1;
+	f->target = UINT64_MAX;
+	for (int i = 0; i < KVT_MAX_TIERS; i++)
+		f->first_fail[i] = s->wb_fail_seq[i] >= f->from ? s->wb_fail_seq[i] : UINT64_MAX;
+	kvt_list_add_tail(&s->flushes, &f->node);
+	pthread_mutex_unlock(&s->wb_lock);
 	/* Dirty slots (write-back, or left dirty for lack of memory) are part of "everything
 	 * submitted before the flush". */
 	if (s->dram && s->n_links > s->dram_pos + 1) {
@@ -776,12 +799,11 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
 	}
 	pthread_mutex_lock(&s->wb_lock);
 	f->target = s->wb_seq;
-	struct kvt_list *first = kvt_list_first(&s->wb);
+	first = kvt_list_first(&s->wb);
 	uint64_t oldest = first ? kvt_list_entry(first, struct wb, node)->seq : s->wb_seq + 1;
-	f->from = oldest;
 	bool ready = oldest > f->target;
-	if (!ready)
-		kvt_list_add_tail(&s->flushes, &f->node);
+	if (ready)
+		kvt_list_del(&f->node);
 	pthread_mutex_unlock(&s->wb_lock);
 	if (ready)
 		flush_tiers(f);

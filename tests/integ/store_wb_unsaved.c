@@ -17,6 +17,12 @@
  *     heals writes it (0), where it used to be left out.
  *  5. A write that misses its deadline and lands later: the chunk is no longer unsaved
  *     once it has landed, so its eviction is no loss and the flush says 0.
+ *  6. A flush whose window holds a failed write (a put's write past its deadline) while
+ *     a put after the flush fails first: -EIO naming the tier - until 2026-12-05 only the
+ *     newest failure per tier was kept, and it hid the one inside the window (0).
+ *  7. A tier with no durability call of its own (Redis, here one nobody listens for) and
+ *     its circuit open: the flush's own write of the unsaved chunk is skipped at once, and
+ *     the flush fails -EIO - it used to open its window after that write, and said 0.
  */
 #include "engine.h"
 #include "testlib.h"
@@ -223,6 +229,55 @@ int main(void)
 	CHECK_RC(kvt_get_sync(s, &d, 0, 0, buf, PAYLOAD, &res), 0);
 	CHECK(test_check(buf, PAYLOAD, 10));
 	CHECK_EQ(flush_box(s, &res), 0);
+
+	/* 6. (the same store: 300 ms deadlines) */
+	kvt__faulty_set_write_delay(t, 2000); /* e's write misses its deadline */
+	struct kvt_key e, f;
+	new_key(s, &e);
+	test_put_seed(s, &e, 11);
+	struct test_box fb = {0};
+	CHECK_RC(kvt_flush(s, test_box_cb, &fb), 0); /* its window: e's job */
+	kvt__faulty_set_write_delay(t, 0);
+	kvt__faulty_set(t, 100, 0, 0);
+	uint64_t inj = kvt__faulty_injected(t);
+	new_key(s, &f);
+	test_put_seed(s, &f, 12); /* after the flush: its write fails at once */
+	while (kvt__faulty_injected(t) == inj)
+		usleep(1000);
+	kvt__faulty_set(t, 0, 0, 0); /* the flush's own durability call succeeds */
+	uint64_t t0 = test_now_ns();
+	while (!fb.done && test_ms_since(t0) < 10000)
+		kvt_poll(s, 50);
+	printf("store_wb_unsaved: flush over a write past its deadline, a later put failed "
+	       "first: %d, tier %d\n",
+	       fb.res.status, fb.res.tier);
+	CHECKM(fb.done && fb.res.status == -EIO && fb.res.tier == 1, "flush: %d, tier %d",
+	       fb.res.status, fb.res.tier);
+	usleep(2000 * 1000); /* e's late write lands */
+	kvt_store_close(s);
+	test_rmdir(dir);
+	free(dir);
+
+	/* 7. */
+	dir = test_tmpdir("wb_unsaved_noflush");
+	struct kvt_config *cfg = test_config("dram,redis", dir);
+	test_set(cfg, "redis.url", "redis://127.0.0.1:1"); /* refused at once */
+	test_set(cfg, "redis.timeout_ms", "300");
+	CHECK_RC(kvt_store_open(cfg, &s), 0);
+	kvt_config_destroy(cfg);
+	for (int i = 0; i < 6; i++) { /* failed writes in a row: the circuit opens */
+		struct kvt_key o;
+		new_key(s, &o);
+		test_put_seed(s, &o, 600 + (uint64_t)i);
+		test_wb_settle(s);
+	}
+	struct kvt_key g;
+	new_key(s, &g);
+	test_put_seed(s, &g, 13);
+	test_wb_settle(s);
+	rc = kvt_flush_sync(s);
+	printf("store_wb_unsaved: flush, the Redis tier's circuit open: %d\n", rc);
+	CHECKM(rc == -EIO, "flush over chunks no tier took: %d", rc);
 	kvt_store_close(s);
 	test_rmdir(dir);
 	free(dir);
