@@ -396,6 +396,13 @@ void kvt__e_link_result(struct kvt_store *s, struct link *l, int rc)
 	}
 	atomic_fetch_add(&l->errors, 1);
 	uint32_t f = atomic_fetch_add(&l->fails, 1) + 1;
+	/* Open and still cooling down: this is a call made before it opened, answering (or
+	 * expiring) late - it says nothing new. Until 2026-12-05 each one doubled the cool-down:
+	 * one stall with 12 calls out skipped the tier for 30 s instead of 0.5 s. Once cooled
+	 * down, a failure (the probe's) doubles it. */
+	uint64_t until = atomic_load(&l->open_until_ns);
+	if (until && kvt__now_ns() < until)
+		return;
 	if (f >= BREAKER_FAILS) {
 		uint64_t cd = atomic_load(&l->cooldown_ns);
 		cd = cd ? KVT_MIN(cd * 2, BREAKER_MAX_NS) : BREAKER_BASE_NS;
