@@ -101,6 +101,9 @@ struct kvt_dram {
 	uint64_t objects, bytes, evictions, hits, misses, removes;
 	uint64_t evicted_unsaved; /* evictions of unsaved slots: no deeper tier held them */
 	uint32_t flush_passes;    /* kvt__dram_flush_pass's last number */
+	/* where the flush pass cursor_pass goes on (a pass walks the slots in index order: a
+	 * flush writes them all, in no particular order, once each) */
+	uint32_t flush_cursor, cursor_pass;
 	kvt_dram_change_fn on_change;
 	void *on_change_arg;
 };
@@ -849,9 +852,34 @@ uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, 
 	if (n == 0)
 		return 0;
 	pthread_mutex_lock(&d->mu);
-	/* Look at the coldest few first and widen only when they hold too few dirty slots.
-	 * Slots taken here are skipped when a wider look passes them again: write-back's
-	 * because they are pinned now, a flush pass's because they carry its number. */
+	if (pass) {
+		/* A flush pass: from where the pass's last call stopped, so the pass walks the
+		 * pool once. Until 2026-12-05 it widened the look from the coldest end as
+		 * write-back does, re-walking every slot it had taken: ~N^2/8 steps for N dirty
+		 * slots, all under the pool's mutex (a 16 GiB write-back pool of 64 KiB chunks:
+		 * billions, in kvt_flush and twice in close). Another pass starting meanwhile
+		 * moves the cursor back to 0: this one then looks again at slots it took (their
+		 * mark or job makes it pass them) - more steps, nothing missed. */
+		if (d->cursor_pass != pass) {
+			d->cursor_pass = pass;
+			d->flush_cursor = 0;
+		}
+		for (; d->flush_cursor < d->nslots && found < n; d->flush_cursor++) {
+			int32_t id = (int32_t)d->flush_cursor;
+			struct slot *s = &d->slots[id];
+			if (s->state != S_PUBLISHED || !s->dirty || s->flush_pass == pass || s->jobs)
+				continue;
+			s->flush_pass = pass;
+			s->pins++;
+			refresh(d, s);
+			fill_ref(d, id, &refs[found++]);
+		}
+		pthread_mutex_unlock(&d->mu);
+		return found;
+	}
+	/* Write-back: look at the coldest few first and widen only when they hold too few dirty slots.
+	 * Slots taken here are skipped when a wider look passes them again: they are pinned
+	 * now. */
 	uint32_t want = n > d->nslots / 4 ? d->nslots : n * 4;
 	for (;;) {
 		uint32_t c = kvt__evict_peek(d->ev, d->scratch, want);
@@ -860,10 +888,8 @@ uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, 
 			struct slot *s = &d->slots[id];
 			if (s->state != S_PUBLISHED || !s->dirty)
 				continue;
-			if (pass ? s->flush_pass == pass || s->jobs : s->pins || s->unsaved)
+			if (s->pins || s->unsaved)
 				continue;
-			if (pass)
-				s->flush_pass = pass;
 			s->pins++;
 			refresh(d, s);
 			fill_ref(d, id, &refs[found++]);

@@ -123,11 +123,12 @@ uint64_t kvt__dram_evicted_unsaved(struct kvt_dram *d);
  * and its slot freed at the last unpin; so is a kvt__dram_reserve slot not published yet,
  * which then never is). */
 int kvt__dram_remove(struct kvt_dram *d, const struct kvt_key *key);
-/* Up to n dirty slots nearest to eviction, pinned for the caller (who writes them, then
- * unpins), the count returned. pass 0 (write-back, keeping headroom): only unpinned ones
- * that are not unsaved (an unsaved slot is evictable already, a pinned one cannot go
+/* Up to n dirty slots, pinned for the caller (who writes them, then unpins), the count
+ * returned. pass 0 (write-back, keeping headroom): those nearest to eviction, only unpinned
+ * ones that are not unsaved (an unsaved slot is evictable already, a pinned one cannot go
  * anyway). pass from kvt__dram_flush_pass (flush, close: every dirty slot must be written
- * or waited for): unsaved and pinned ones too - a reader's pin (a device load, a daemon
+ * or waited for): in slot order, the pass's calls walking the pool once; unsaved and
+ * pinned ones too - a reader's pin (a device load, a daemon
  * client's lease) does not make a slot durable, and until 2026-12-05 flush skipped them
  * and answered 0 - each once per pass, except those a job is writing (kvt__dram_job). */
 uint32_t kvt__dram_flush_pass(struct kvt_dram *d);
