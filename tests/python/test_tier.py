@@ -458,10 +458,14 @@ def test_kvtier_tenant_must_be_a_non_empty_string(tdir, caplog, bad):
 
 
 @pytest.mark.parametrize("opt, value, says", [
-    ("load_deadline_ms", "5000", "load_deadline_ms must be a positive number"),
-    ("load_deadline_ms", 0, "load_deadline_ms must be a positive number"),
-    ("load_deadline_ms", -5, "load_deadline_ms must be a positive number"),
-    ("events_reconcile_s", "5", "events_reconcile_s must be a non-negative number"),
+    ("load_deadline_ms", "5000", "load_deadline_ms must be a finite positive number"),
+    ("load_deadline_ms", 0, "load_deadline_ms must be a finite positive number"),
+    ("load_deadline_ms", -5, "load_deadline_ms must be a finite positive number"),
+    # inf passed, then int(inf * 1e9) raised OverflowError out of submit_load into vLLM
+    ("load_deadline_ms", float("inf"), "load_deadline_ms must be a finite positive number"),
+    ("load_deadline_ms", 1e300, "load_deadline_ms must be a finite positive number"),
+    ("events_reconcile_s", float("nan"), "events_reconcile_s must be a finite non-negative"),
+    ("events_reconcile_s", "5", "events_reconcile_s must be a finite non-negative number"),
     ("enable_kv_events", "yes", "enable_kv_events must be true or false"),
     ("enable_kv_events", 1, "enable_kv_events must be true or false"),
     ("config", "dram", "config must be an object of kvtier keys"),
@@ -704,6 +708,59 @@ def test_unpinned_local_weights_separate_namespaces(tdir):
     assert len({key(g1, **name), key(g2, **name), plain}) == 3
     pinned = {**name, "model.revision": "v1"}
     assert key(a, **pinned) == key(b, **pinned) == key("tiny-test", **pinned)
+
+    # vLLM's --revision as a branch name (the "model" option's revision stands for it):
+    # "main" before and after a retrained checkpoint was pushed names other weights, so it
+    # pins nothing - until 2026-12-05 any revision skipped the sample and a and b shared
+    def key_rev(path, rev):
+        buf, view = primary()
+        cfg = {"store.tiers": "dram", "dram.bytes": "8MiB", "dram.hugepages": False, **name}
+        t = KvtierTier(spec(name=path), view, "KvtierTier", config=cfg,
+                       model={**MODEL, "revision": rev}, layout="cpu-vec")
+        k = t._key(okeys(1, seed=83)[0], None)
+        t.shutdown()
+        return k
+    assert key_rev(a, "main") != key_rev(b, "main")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    assert key_rev(a, commit) == key_rev(b, commit)  # a commit id is a pin
+
+
+def test_layer_count_must_match_vllm_group(tdir):
+    """vLLM's KV cache group holding a tensor more than the model has layers (a speculative
+    drafter's layer in the same group) passed the geometry check - 3 pages divide evenly
+    by 2 layers - and the remainder was taken for page padding: rows converted at the wrong
+    offsets, restored KV silently wrong."""
+    page = ROW // L
+    oc = OffloadingConfig(
+        groups=(OffloadingGroupConfig(TB, ("l0", "l1", "draft"), 0),),
+        worker_kv_bytes_per_block=3 * page, enable_kv_cache_events=False,
+        extra_config={"cpu_bytes_to_use": 64 * 4096}, engine_id="test",
+        model=OffloadingModelConfig("tiny-test", "bfloat16"),
+        cache=OffloadingCacheConfig(tokens_per_hash=TB, blocks_per_chunk=1),
+        parallel=OffloadingParallelConfig(0, 1, 1, 1, 1, 1, 0, 1, None, True))
+    buf = np.zeros((8, 3 * page + 512), np.uint8)
+    with pytest.raises(ValueError, match="holds 3 layers' tensors, the model has 2"):
+        KvtierTier(TieringOffloadingSpec(oc), memoryview(buf), "KvtierTier",
+                   config={"store.tiers": "dram", "dram.bytes": "8MiB",
+                           "dram.hugepages": False}, model=MODEL, layout="cpu-vec")
+
+
+def test_a_load_that_cannot_start_fails_its_job_not_the_scheduler(tdir, monkeypatch):
+    """submit_load caught only KvtierError and ValueError: anything else raised by the
+    rows handle's start (an OverflowError, a bug) went into vLLM's scheduler thread."""
+    buf, view = primary()
+    t = tier(view, tdir)
+    try:
+        def boom(*a, **k):
+            raise RuntimeError("boom")
+        monkeypatch.setattr(t._load_rows, "load_start", boom)
+        rc = ReqContext("r")
+        t.on_new_request(rc)
+        t.submit_load(TransferJob(5, okeys(1, seed=91), np.array([0]), False, rc))
+        done = wait_jobs(t, 1)
+        assert done[0].job_id == 5 and not done[0].success
+    finally:
+        t.shutdown()
 
 
 def test_stats_after_a_counter_reset_are_the_counts_since(tdir, monkeypatch):

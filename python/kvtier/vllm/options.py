@@ -10,6 +10,7 @@ naming the option and what it accepts.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -35,13 +36,20 @@ def flag(name: str, value: Any) -> bool:
     raise _bad(name, 'true or false (a JSON boolean, or the string "true"/"false")', value)
 
 
+# A bound on every number option: a year of seconds or milliseconds is no deadline anyone
+# means, and a larger one (inf, 1e300) overflows the nanoseconds libkvtier takes
+# (OverflowError out of a load's start, into vLLM's scheduler, until 2026-12-05).
+NUMBER_MAX = 365 * 86400 * 1000
+
+
 def number(name: str, value: Any, unit: str, zero_ok: bool = False) -> float:
-    """A number (not a bool, not a string) > 0, or >= 0 with zero_ok."""
+    """A finite number (not a bool, not a string) > 0, or >= 0 with zero_ok, at most
+    NUMBER_MAX."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-        value > 0 or (zero_ok and value == 0))
+        value > 0 or (zero_ok and value == 0)) and math.isfinite(value) and value <= NUMBER_MAX
     if not ok:
-        raise _bad(name, f"a {'non-negative' if zero_ok else 'positive'} number of {unit}",
-                   value)
+        raise _bad(name, f"a finite {'non-negative' if zero_ok else 'positive'} number of "
+                   f"{unit} (at most {NUMBER_MAX})", value)
     return float(value)
 
 

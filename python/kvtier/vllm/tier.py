@@ -162,7 +162,13 @@ def _model_facts(offloading_spec, override: dict | None) -> dict:
             facts.update(layers=hf.get("num_hidden_layers"),
                          kv_heads=hf.get("num_key_value_heads", heads),
                          head_dim=hf.get("head_dim") or (hf["hidden_size"] // heads))
-    facts.update(override or {})
+    for k, v in (override or {}).items():
+        # vLLM's own config is what its KV tensors were sized from: a "model" option that
+        # contradicts it would convert rows at the wrong offsets (until 2026-12-05 it won)
+        if k in ("layers", "kv_heads", "head_dim") and facts.get(k) and int(v) != int(facts[k]):
+            raise ValueError(f"KvtierTier: model {k} = {v} in the tier config, but the served "
+                             f"model has {facts[k]}")
+        facts[k] = v
     missing = [k for k in ("layers", "kv_heads", "head_dim") if not facts.get(k)]
     if missing:
         raise ValueError(f"KvtierTier: cannot tell the model's {', '.join(missing)}; "
@@ -191,15 +197,22 @@ def _weights(mc, cc) -> str:
     })
 
 
-def _model_dir(name: str) -> str:
-    """Where the weights of model `name` are read from: name itself if it is a directory or
-    a file (a .gguf), else the Hugging Face cache's snapshot of it (local lookup only, no
-    network; "" when it is not cached there)."""
+def _is_commit(revision: str) -> bool:
+    """A Hugging Face commit id, the only revision that names fixed weights (a branch or a
+    tag moves)."""
+    return len(revision) == 40 and all(c in "0123456789abcdef" for c in revision)
+
+
+def _model_dir(name: str, revision: str = "") -> str:
+    """Where the weights of model `name` (at `revision`, a branch or tag; "" for the
+    default) are read from: name itself if it is a directory or a file (a .gguf), else the
+    Hugging Face cache's snapshot of it (local lookup only, no network; "" when it is not
+    cached there)."""
     if os.path.exists(name):
         return name
     try:
         from huggingface_hub import try_to_load_from_cache
-        hit = try_to_load_from_cache(name, "config.json")
+        hit = try_to_load_from_cache(name, "config.json", revision=revision or None)
     except Exception:  # not an id the hub library takes, or no such library
         return ""
     return os.path.dirname(hit) if isinstance(hit, str) else ""
@@ -270,6 +283,14 @@ class KvtierTier(SecondaryTierManager):
         bpc = offloading_spec.blocks_per_chunk
         layers = int(facts["layers"])
         kv_heads, head_dim = int(facts["kv_heads"]), int(facts["head_dim"])
+        group_layers = len(oc.groups[0].layer_names)
+        if group_layers and group_layers != layers:
+            # a page per KV tensor of the group: a drafter's layer in it (EAGLE), or a wrong
+            # layer count, made the remainder look like page padding - rows converted at
+            # the wrong offsets, restored KV silently wrong (until 2026-12-05)
+            raise ValueError(f"KvtierTier: vLLM's KV cache group holds {group_layers} "
+                             f"layers' tensors, the model has {layers} layers; a group with "
+                             "other layers in it (a speculative drafter's) is not supported")
         need = layers * 2 * block_tokens * (kv_heads // max(par.tp_size, 1)) * head_dim * itemsize
         if oc.worker_kv_bytes_per_block % layers or need > oc.worker_kv_bytes_per_block \
                 or kv_heads % max(par.tp_size, 1):
@@ -311,17 +332,19 @@ class KvtierTier(SecondaryTierManager):
         self._tokens_per_hash = oc.cache.tokens_per_hash
         self._hash_algo = facts["hash_algo"]
         self._weights = facts["weights"]
-        if not facts["revision"] and "model.revision" not in user:
+        if not _is_commit(facts["revision"]) and "model.revision" not in user:
             # Nothing pins the weights: the same name (a local path, an id resolved to
             # whatever the cache holds) may serve other weights tomorrow, or on another
             # node, and their chunks would be whole bytes of other KV under the same keys.
-            sample = weights_sample(_model_dir(oc.model.name))
+            # A branch or tag (vLLM's --revision main) moves too: until 2026-12-05 any
+            # revision counted as a pin.
+            sample = weights_sample(_model_dir(oc.model.name, facts["revision"]))
             if sample:
                 self._weights = weights_digest({"settings": self._weights,
                                                 "weights_sample": sample})
             else:
-                log.warning("kvtier tier %s: model %s has no revision and its weights "
-                            "were not found to sample: pin it (model.revision) before "
+                log.warning("kvtier tier %s: model %s has no commit id as its revision and "
+                            "its weights were not found to sample: pin it (model.revision) before "
                             "another engine shares this store", tier_type, oc.model.name)
         self._prefix = key_prefix(self.ns_id, context_bytes(
             self._hash_algo, self._tokens_per_hash, weights=self._weights))
@@ -583,8 +606,8 @@ class KvtierTier(SecondaryTierManager):
             rj = self._load_rows.load_start(
                 keys, [int(c) for c in job_metadata.chunk_ids],
                 deadline=job_metadata.submit_time + self._deadline_s)
-        except (kvtier.KvtierError, ValueError) as e:  # a bug, not an I/O failure:
-            log.warning("kvtier load job %d not started: %s",  # fail the job
+        except Exception as e:  # a bug, not an I/O failure: fail the job, never the
+            log.warning("kvtier load job %d not started: %s",  # scheduler
                         job_metadata.job_id, e)
             rj = None
         self._load_jobs[job_metadata.job_id] = (rj, job_metadata, t0, time.monotonic())
