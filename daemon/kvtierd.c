@@ -1073,6 +1073,18 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 		 * shared: clients then go through their region. */
 		g_pool_writable = fd >= 0 && kvt__cfg_bool(cfg, "daemon.shared_writes") &&
 				  !kvt__store_protected(g_st.store);
+		/* Not on hugetlbfs: there F_SEAL_SHRINK does not stop FALLOC_FL_PUNCH_HOLE, and a
+		 * client holding the pool read-write could unmap every page under the daemon and
+		 * take the freed huge pages - its next touch of the pool dies of SIGBUS (until
+		 * 2026-12-05; the client regions were refused on hugetlbfs for the same reason).
+		 * F_SEAL_FUTURE_WRITE refuses the punch there. */
+		struct statfs pfs;
+		if (g_pool_writable && fstatfs(fd, &pfs) == 0 && pfs.f_type == HUGETLBFS_MAGIC) {
+			fprintf(stderr, "kvtierd: the shared DRAM pool is on huge pages: clients read "
+					"it, and write through their regions (daemon.shared_writes "
+					"needs dram.hugepages=false)\n");
+			g_pool_writable = false;
+		}
 		if (fd >= 0 &&
 		    fcntl(fd, F_ADD_SEALS, (g_pool_writable ? 0 : F_SEAL_FUTURE_WRITE) | F_SEAL_SEAL) < 0) {
 			fprintf(stderr, "kvtierd: cannot seal the shared DRAM pool (%s): clients "

@@ -16,9 +16,17 @@
  *     it stayed open with its HELLO deadline restarted: a peer retrying every few seconds
  *     held a daemon.max_clients place for good);
  *  6. a region on hugetlbfs is refused (before: mapped, and a hole the peer punched into it
- *     with the node's huge pages used up killed the daemon with SIGBUS at its next write).
+ *     with the node's huge pages used up killed the daemon with SIGBUS at its next write);
+ *  7. the DRAM pool itself on hugetlbfs (huge pages reserved when the daemon starts) is not
+ *     offered writable, and a hole punched into it - through the descriptor HELLO hands
+ *     out, or one reopened read-write - is refused (before: the pool went out writable
+ *     with shared writes on, the punch succeeded and the daemon's next touch of the pool
+ *     died of SIGBUS).
  */
 #include <dirent.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
+#include <linux/falloc.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -307,6 +315,8 @@ static void hugepages_back(void) /* also when a CHECK fails: exit() runs it */
 		hugepages(hugepages_had);
 }
 
+static void test_hugetlb_pool(void);
+
 static void test_hugetlb_region(void)
 {
 	/* Without huge pages the daemon's mmap of the region fails anyway (ENOMEM), which
@@ -378,7 +388,74 @@ int main(void)
 
 	kvt_store_close(s);
 	kvtd_stop();
+	test_hugetlb_pool();
 	test_rmdir(dir);
 	printf("daemon_hostile: ok\n");
 	return 0;
+}
+
+/* 7: a daemon started with huge pages reserved puts its pool on hugetlbfs; no client may
+ * punch a hole into it. Skipped (said so) where pages cannot be reserved (not root). */
+static void test_hugetlb_pool(void)
+{
+	long had = hugepages(-1);
+	if (had >= 0) {
+		hugepages_had = had;
+		atexit(hugepages_back);
+	}
+	bool reserved = had >= 0 && hugepages(had + 2) == had + 2 && hugepages(-1) >= had + 2;
+	if (!reserved) {
+		printf("  the pool on huge pages: not tested (no huge pages could be reserved)\n");
+		return;
+	}
+	const char *args[] = {"--set", "dram.bytes=256KiB", "--set", "dram.hugepages=true",
+			      "--set", "daemon.shared_writes=true", NULL};
+	kvtd_start_test(sock_path, dir, args);
+	struct kvt_store *s = kvtd_client_store(dir);
+	int pfd;
+	struct raw r = raw_attach_fd(&pfd);
+	struct kvtd_info info;
+	memcpy(&info, r.shm, sizeof(info));
+	CHECK(pfd >= 0);
+	struct statfs fs;
+	CHECK(fstatfs(pfd, &fs) == 0);
+	bool huge = fs.f_type == HUGETLBFS_MAGIC;
+	int punch = fallocate(pfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+			      (off_t)info.pool_bytes);
+	int punch_err = punch < 0 ? errno : 0;
+	char proc[64];
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pfd);
+	int rw = open(proc, O_RDWR | O_CLOEXEC);
+	int punch2 = rw >= 0 ? fallocate(rw, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+					 (off_t)info.pool_bytes)
+			     : -1;
+	int punch2_err = punch2 < 0 ? errno : 0;
+	printf("  the pool on %s: offered %s; a hole punched into it: %s, through a read-write "
+	       "reopen: %s\n",
+	       huge ? "hugetlbfs" : "tmpfs", info.pool_writable ? "writable" : "read-only",
+	       punch ? strerror(punch_err) : "done", punch2 ? strerror(punch2_err) : "done");
+	CHECKM(huge, "huge pages reserved, yet the pool is not on hugetlbfs");
+	CHECK(!info.pool_writable);
+	CHECK(punch < 0 && punch2 < 0);
+	if (rw >= 0)
+		close(rw);
+	close(pfd);
+	raw_close(&r);
+	hugepages(had); /* the pages are the daemon's now; nothing more to take */
+	/* the daemon touches the pool: a put and a get through it, alive */
+	size_t payload = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	uint8_t *buf = malloc(payload), *out = malloc(payload);
+	test_fill(buf, payload, 7);
+	struct kvt_key k;
+	key_of(7, &k);
+	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, payload), 0);
+	struct kvt_result res;
+	CHECK_RC(kvt_get_sync(s, &k, 0, 0, out, payload, &res), 0);
+	CHECK(!memcmp(buf, out, payload));
+	CHECK(daemon_alive());
+	free(buf);
+	free(out);
+	kvt_store_close(s);
+	kvtd_stop();
+	hugepages_had = -1;
 }
