@@ -66,6 +66,9 @@ struct conn {
 		uint32_t lease;
 	} resv[KVTD_MAX_PINS];
 	int nresv;
+	/* nresv as the other connections' threads read it (reserved_of, under g_lock): only
+	 * this connection's thread changes nresv, always with resv_sync after */
+	_Atomic int resv_live;
 	/* Leases (daemon.lease_ms): a client that hangs (alive but stuck, SIGSTOPped) must not
 	 * hold slots forever. Pins and reservations that outlived their lease were let go;
 	 * their slots and lease ids are remembered here so that the late UNPIN or PUT_COMMIT
@@ -343,6 +346,24 @@ static uint32_t new_lease(struct conn *c)
 	return c->next_lease;
 }
 
+static void resv_sync(struct conn *c)
+{
+	atomic_store(&c->resv_live, c->nresv);
+}
+
+/* Reservations live for c's process, all its connections together (g_lock held): each can
+ * become a quarantined slot when its lease ends. */
+static int reserved_of(const struct conn *c)
+{
+	if (c->pid <= 0)
+		return c->nresv;
+	int n = 0;
+	for (const struct conn *o = g_conns; o; o = o->next)
+		if (o->pid == c->pid)
+			n += atomic_load(&o->resv_live);
+	return n;
+}
+
 /* Slots quarantined for c's process, all its connections together (g_lock held). A peer
  * whose pid is unknown is charged per connection. */
 static int quarantined_of(const struct conn *c)
@@ -378,7 +399,6 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 		res->status = -ENOMEM;
 		return;
 	}
-	kvt__store_count_get(s);
 	/* The store's gate is held until acq_cb: a cut acquire outlives this thread, and
 	 * kvt_store_close must wait for it (as for the gets and puts of copy_call). */
 	int rc = kvt__store_enter(s);
@@ -387,11 +407,16 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 		kvt__store_leave(s); /* no acq_cb comes */
 	if (rc == 0) {
 		if (!held_wait(c, h, by, false)) {
+			kvt__store_count_get(s); /* cut: the client does not ask again */
 			res->status = -ETIME;
 			return;
 		}
 		rc = h->rc;
 	}
+	/* Counted where the client takes this answer; on any other failure it asks again
+	 * with a GET through its region, which counts (until 2026-12-05 both did). */
+	if (rc == 0 || rc == -ENOENT)
+		kvt__store_count_get(s);
 	res->status = rc;
 	if (rc == -ENOENT) /* a miss says why, as an in-process get's (set before acq_cb) */
 		res->cause = h->cause;
@@ -427,11 +452,14 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 		return;
 	}
 	/* A process charged with enough quarantined slots (it let reservations expire, say
-	 * stopped mid-write) reserves no more: its puts go through the region. */
+	 * stopped mid-write) reserves no more: its puts go through the region. Its live
+	 * reservations count too, on all its connections: each may lapse into quarantine,
+	 * and until 2026-12-05 a process that opened many connections and reserved 4 on each
+	 * before any lapsed could quarantine the whole pool for as long as it lived. */
 	pthread_mutex_lock(&g_lock);
-	int held = quarantined_of(c);
+	int held = quarantined_of(c), live = reserved_of(c);
 	pthread_mutex_unlock(&g_lock);
-	if (held >= KVTD_MAX_QUARANTINE) {
+	if (held >= KVTD_MAX_QUARANTINE || held + live >= KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1) {
 		res->status = -EBUSY;
 		return;
 	}
@@ -458,6 +486,7 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 	v->expiry = kvt__now_ns() + g_lease_ns;
 	v->lease = rep->lease = new_lease(c);
 	c->nresv++;
+	resv_sync(c);
 	atomic_fetch_add(&g_st.reserved, 1);
 	rep->slot = v->ref.id;
 	rep->slot_off = (uint64_t)((uint8_t *)v->ref.buf - (uint8_t *)g_pool);
@@ -542,6 +571,7 @@ static uint64_t expire_leases(struct conn *c, uint64_t now)
 			lapse(c, c->resv[i].ref.id, c->resv[i].lease, true);
 			quarantine(c, &c->resv[i].ref);
 			c->resv[i] = c->resv[--c->nresv];
+			resv_sync(c);
 			atomic_fetch_sub(&g_st.reserved, 1);
 			atomic_fetch_add(&g_st.reservations_expired, 1);
 			continue;
@@ -563,6 +593,7 @@ static int put_commit(struct conn *c, uint64_t slot, uint32_t lease, struct kvt_
 		struct kvt_slot_ref ref = v->ref;
 		struct kvt_key sk = v->skey;
 		c->resv[i] = c->resv[--c->nresv];
+		resv_sync(c);
 		atomic_fetch_sub(&g_st.reserved, 1);
 		struct kvt_header h;
 		struct kvt_expect exp = {.geometry = &g_geo, .ns_id = g_ns, .key = &sk,
@@ -813,6 +844,7 @@ static void *conn_main(void *arg)
 		kvt__store_cancel(g_st.store, &c->resv[--c->nresv].ref);
 		atomic_fetch_sub(&g_st.reserved, 1);
 	}
+	resv_sync(c);
 	if (c->shm) {
 		munmap(c->shm, c->shm_len);
 		atomic_fetch_sub(&g_st.regions_mapped, 1);

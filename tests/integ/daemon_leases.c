@@ -28,6 +28,13 @@
  *     and another call of the same store reconnects: the load fails cleanly when released
  *     (its pin went with the old daemon) - before, the reconnect unmapped the old pool
  *     under the pending scatter and the client died of SIGSEGV.
+ *  8. A process that opens 3 connections and reserves 4 slots on each before any lease
+ *     ends (a pool of 28 slots): at most KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1 (7) of its
+ *     reservations are taken, the rest -EBUSY, so at most 7 slots end up quarantined - the
+ *     cap used to count only slots already quarantined, and all 12 were.
+ *  9. A get whose pin cannot be had (a one-slot pool, its slot pinned by another client,
+ *     the key on NVMe) is answered through the region: counted once in the store's gets -
+ *     the refused GET_PIN counted it too.
  */
 #include <netinet/in.h>
 #include <poll.h>
@@ -570,6 +577,102 @@ static void test_load_across_restart(void)
 	free(out);
 }
 
+/* 8: run by a child that keeps its connections open (and alive) while the parent looks */
+static void many_conns_child(int up, int down)
+{
+	struct raw c[3];
+	int taken = 0, busy = 0;
+	for (int i = 0; i < 3; i++)
+		c[i] = raw_attach();
+	for (int i = 0; i < 3; i++)
+		for (uint64_t j = 0; j < 4; j++) {
+			struct kvtd_req q = {.op = KVTD_PUT_RESERVE, .n_tokens = 16};
+			key_of(700 + 10 * (uint64_t)i + j, &q.key);
+			struct kvtd_rep rep;
+			if (raw_call(c[i].sock, &q, -1, &rep) < 0)
+				_exit(30);
+			taken += rep.res.status == 0;
+			busy += rep.res.status == -EBUSY;
+		}
+	usleep((LEASE_MS + 300) * 1000); /* every lease over: quarantined */
+	uint8_t b[2] = {(uint8_t)taken, (uint8_t)busy};
+	CHECK(write(up, b, 2) == 2);
+	wait_byte(down, 'x');
+	_exit(0);
+}
+
+static void test_cap_many_connections(void)
+{
+	const char *args[] = {"--set", "dram.bytes=1MiB", "--set", "daemon.lease_ms=300", NULL};
+	kvtd_start_test(sock_path, dir, args);
+	int up[2], down[2];
+	CHECK(pipe(up) == 0 && pipe(down) == 0);
+	pid_t p = fork_tracked();
+	if (p == 0)
+		many_conns_child(up[1], down[0]);
+	uint8_t b[2];
+	struct pollfd pf = {.fd = up[0], .events = POLLIN};
+	if (poll(&pf, 1, 20000) != 1 || read(up[0], b, 2) != 2) {
+		kill(p, SIGKILL);
+		CHECKM(0, "the many-connection client failed check %d", child_exit(p));
+	}
+	struct raw r = raw_attach();
+	struct kvtd_status st = raw_status(&r);
+	printf("8. one process, 3 connections x 4 reservations: %u taken, %u refused (-EBUSY); "
+	       "%llu slots quarantined\n",
+	       b[0], b[1], (unsigned long long)st.quarantined);
+	CHECK(st.quarantined <= KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1);
+	CHECK_EQ(b[0], KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1);
+	CHECK(write(down[1], "x", 1) == 1);
+	CHECK_EQ(child_exit(p), 0);
+	WAIT_STATUS(&r, st, st.quarantined == 0);
+	raw_close(&r);
+	kvtd_stop();
+	close(up[0]);
+	close(up[1]);
+	close(down[0]);
+	close(down[1]);
+}
+
+static void test_get_counted_once(void)
+{
+	const char *args[] = {"--set", "dram.bytes=40KiB", "--set", "daemon.lease_ms=10000", NULL};
+	kvtd_start_test(sock_path, dir, args);
+	struct kvt_store *s = kvtd_client_store(dir);
+	uint8_t *a = malloc(PAYLOAD), *out = malloc(PAYLOAD);
+	test_fill(a, PAYLOAD, 801);
+	struct kvt_key k1, k2;
+	key_of(801, &k1);
+	key_of(802, &k2);
+	CHECK_RC(kvt_put_sync(s, &k1, NULL, 16, a, PAYLOAD), 0);
+	CHECK_RC(kvt_flush_sync(s), 0); /* on NVMe, its slot clean */
+	struct raw r = raw_attach();
+	struct kvtd_info info;
+	memcpy(&info, r.shm, sizeof(info));
+	CHECK_EQ(info.pool_bytes / info.slot_bytes, 1);
+	test_fill(out, PAYLOAD, 802);
+	int rc;
+	for (int i = 0; i < 200 && (rc = kvt_put_sync(s, &k2, NULL, 16, out, PAYLOAD)) == -EAGAIN;
+	     i++)
+		usleep(10000);
+	CHECK_RC(rc, 0); /* k1 evicted from the one slot */
+	raw_op(&r, KVTD_GET_PIN, 802); /* the one slot pinned */
+	struct kvt_stats st0, st1;
+	CHECK_RC(kvt_stats(s, &st0), 0);
+	struct kvt_result res;
+	CHECK_RC(kvt_get_sync(s, &k1, 0, 0, out, PAYLOAD, &res), 0);
+	CHECK(memcmp(out, a, PAYLOAD) == 0);
+	CHECK_RC(kvt_stats(s, &st1), 0);
+	printf("9. a get answered through the region after its pin was refused: gets +%llu\n",
+	       (unsigned long long)(st1.gets - st0.gets));
+	CHECK_EQ(st1.gets - st0.gets, 1);
+	raw_close(&r);
+	kvt_store_close(s);
+	kvtd_stop();
+	free(a);
+	free(out);
+}
+
 int main(void)
 {
 	test_pid = getpid();
@@ -625,6 +728,8 @@ int main(void)
 	kill(p, SIGKILL);
 	waitpid(p, NULL, 0);
 	test_load_across_restart();
+	test_cap_many_connections();
+	test_get_counted_once();
 	test_rmdir(dir);
 	printf("daemon_leases: ok\n");
 	return 0;
