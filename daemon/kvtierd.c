@@ -339,6 +339,48 @@ static void copy_call(struct conn *c, const struct kvtd_req *r, struct kvt_resul
 	}
 }
 
+/* A lookup, remove or flush, waited for until the client's budget as copy_call waits for
+ * a get or put: a slow tier gets the client -ETIME (a cut) before its own timeout, which
+ * would take the daemon for dead. Until 2026-12-05 only gets and puts had a budget: a
+ * flush behind a slow write-through, or a lookup or remove a stalled tier held, timed the
+ * client out, and every call of that process then failed at once for the backoff, DRAM
+ * hits included. -EAGAIN answers (the store's bounds) are tried again, as RETRY did. */
+static void held_call(struct conn *c, const struct kvtd_req *r, struct kvt_result *res)
+{
+	struct kvt_store *s = g_st.store;
+	uint64_t by = deadline_of(r);
+	uint8_t *p = c->shm + r->off;
+	for (int tries = 0;; tries++) {
+		struct held *h = held_new();
+		if (!h) {
+			res->status = -ENOMEM;
+			return;
+		}
+		int rc = RETRY_BY(r->op == KVTD_LOOKUP
+					  ? kvt__store_lookup_direct(
+						    s, (const struct kvt_key *)p, r->n,
+						    (int8_t *)(p + r->n * KVT_KEY_BYTES), held_cb, h)
+				  : r->op == KVTD_REMOVE ? kvt__store_remove_direct(s, &r->key, held_cb, h)
+							 : kvt__store_flush_direct(s, held_cb, h),
+				  by);
+		if (rc < 0) {
+			held_free(h);
+			res->status = rc;
+			return;
+		}
+		/* a lookup writes its answer into the region at the end: cut, it owns it */
+		if (!held_wait(c, h, by, r->op == KVTD_LOOKUP)) {
+			res->status = -ETIME;
+			return;
+		}
+		*res = h->res;
+		held_free(h);
+		if (res->status != -EAGAIN || tries >= 5000 || (by && kvt__now_ns() >= by))
+			return;
+		usleep(200);
+	}
+}
+
 static uint32_t new_lease(struct conn *c)
 {
 	if (++c->next_lease == 0)
@@ -646,18 +688,13 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 		copy_call(c, r, res);
 		break;
 	case KVTD_LOOKUP: /* res->cause: why the prefix stopped, if a tier could not say */
-		res->status = RETRY(kvt__lookup_sync_res(s, (const struct kvt_key *)p, r->n,
-							 (int8_t *)(p + r->n * KVT_KEY_BYTES), res));
+	case KVTD_REMOVE:
+	case KVTD_FLUSH:
+		held_call(c, r, res);
 		break;
 	case KVTD_PREFETCH:
 		res->status =
 			RETRY(kvt_prefetch_sync(s, (const struct kvt_key *)p, r->n, r->deadline_ns));
-		break;
-	case KVTD_REMOVE:
-		res->status = RETRY(kvt_remove_sync(s, &r->key));
-		break;
-	case KVTD_FLUSH:
-		res->status = RETRY(kvt_flush_sync(s));
 		break;
 	case KVTD_STATS: {
 		struct kvt_stats st;

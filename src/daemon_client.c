@@ -332,8 +332,12 @@ static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_r
 	 * A call without a deadline of its own stops waiting at the socket's timeout: the
 	 * daemon is given a little less (cut_budget_ns), so that its -ETIME answer (a slow
 	 * tier) arrives before our timeout (a dead daemon, which marks it down) - a daemon
-	 * that marks its cuts, so that we drop the connection it closes (KVTD_CAP_CUT_MARK). */
-	bool budget = req->op == KVTD_GET || req->op == KVTD_PUT || req->op == KVTD_GET_PIN;
+	 * that marks its cuts, so that we drop the connection it closes (KVTD_CAP_CUT_MARK).
+	 * Lookups, removes and flushes too (since 2026-12-05; a daemon from before ignores
+	 * it): a slow tier behind one of them timed us out and took the daemon for dead. A
+	 * prefetch carries its own deadline instead (run_lookup_like). */
+	bool budget = req->op == KVTD_GET || req->op == KVTD_PUT || req->op == KVTD_GET_PIN ||
+		      req->op == KVTD_LOOKUP || req->op == KVTD_REMOVE || req->op == KVTD_FLUSH;
 	if (budget) {
 		uint64_t now = kvt__now_ns();
 		uint64_t own = c->info.caps & KVTD_CAP_CUT_MARK ? cut_budget_ns(c) : 0; /* 0: none */
@@ -664,6 +668,12 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 		struct kvtd_req req = {.op = o->op, .off = 0, .deadline_ns = o->deadline_ns};
 		size_t m = 0;
 		int rc = ensure(c);
+		/* A prefetch ends (-ETIME, it goes on in the daemon) before our timeout would
+		 * take the daemon for dead: its deadline is at most the cut budget away. */
+		if (rc == 0 && o->op == KVTD_PREFETCH && (c->info.caps & KVTD_CAP_CUT_MARK)) {
+			uint64_t by = kvt__now_ns() + cut_budget_ns(c);
+			req.deadline_ns = req.deadline_ns ? KVT_MIN(req.deadline_ns, by) : by;
+		}
 		for (int tries = 0; rc == 0; tries++) {
 			m = KVT_MIN(o->n - done, c->shm_len / (KVT_KEY_BYTES + 1));
 			if (!m) {
@@ -683,6 +693,12 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 		if (rc < 0) {
 			failed(o, rc);
 			o->res.status = (int)total;
+			return;
+		}
+		/* a lookup cut at its budget: the rest is not known, as when a tier cannot say */
+		if (rep.res.status == -ETIME && o->op == KVTD_LOOKUP) {
+			o->res.status = (int)KVT_MIN(total, (int64_t)INT32_MAX);
+			o->res.cause = -ETIME;
 			return;
 		}
 		if (rep.res.status < 0) {

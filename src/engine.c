@@ -1040,6 +1040,40 @@ int kvt__store_put_direct(struct kvt_store *s, const struct kvt_key *key,
 				       n_tokens, buf, len, gated_cb, g, true));
 }
 
+int kvt__store_lookup_direct(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+			     int8_t *tiers, kvt_cb cb, void *arg)
+{
+	int rc;
+	struct gated *g = gated_start(s, cb, arg, &rc);
+	if (!g)
+		return rc;
+	struct kvt_storage_keys b;
+	rc = kvt__e_skeys(s, &b, keys, n);
+	rc = rc ? rc : kvt__e_do_lookup(s, b.keys, n, tiers, gated_cb, g, true); /* copies them */
+	kvt__storage_keys_free(&b);
+	return gated_end(s, g, rc);
+}
+
+int kvt__store_remove_direct(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb,
+			     void *arg)
+{
+	int rc;
+	struct gated *g = gated_start(s, cb, arg, &rc);
+	if (!g)
+		return rc;
+	struct kvt_key sk;
+	return gated_end(s, g, kvt__e_do_remove(s, kvt__e_skey(s, key, &sk), gated_cb, g, true));
+}
+
+int kvt__store_flush_direct(struct kvt_store *s, kvt_cb cb, void *arg)
+{
+	int rc;
+	struct gated *g = gated_start(s, cb, arg, &rc);
+	if (!g)
+		return rc;
+	return gated_end(s, g, kvt__e_do_flush(s, gated_cb, g, true));
+}
+
 /* A prefetch_sync with a deadline: waited for until then at most, the prefetch left to
  * finish on its own after (its fills land in DRAM). The box is on the heap, freed by
  * whichever of the waiter and the completion comes last. */

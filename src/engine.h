@@ -111,6 +111,13 @@ int kvt__store_get_direct(struct kvt_store *s, const struct kvt_key *key, uint32
 int kvt__store_put_direct(struct kvt_store *s, const struct kvt_key *key,
 			  const struct kvt_key *parent, uint32_t n_tokens, const void *buf,
 			  size_t len, kvt_cb cb, void *arg);
+/* The same for a lookup (tiers written at the end: it must live until cb), a remove and a
+ * flush: kvtierd waits for them until the client's budget. */
+int kvt__store_lookup_direct(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+			     int8_t *tiers, kvt_cb cb, void *arg);
+int kvt__store_remove_direct(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb,
+			     void *arg);
+int kvt__store_flush_direct(struct kvt_store *s, kvt_cb cb, void *arg);
 /* The geometry and namespace id, for layers that have entered the gate (the public
  * accessors answer NULL once the store is closing). */
 const struct kvt_geometry *kvt__store_geometry(const struct kvt_store *s);

@@ -25,6 +25,11 @@
  *     each at ~1.75 s (the daemon's cut answer, mapped in run_op_locked), and a call after
  *     each is served. Then the put's write, which the cut did not stop, lands: once it
  *     has, a get with time enough returns its bytes.
+ *  7. A flush that waits for the slow tier's write-through, then a lookup of a key only
+ *     the slow tier could answer for: each ends at ~1.75 s (-ETIME; the lookup finds
+ *     nothing, cause -ETIME), and a DRAM hit right after each is served. Before, these
+ *     had no budget: the client's socket timed out at 2 s, the daemon was marked down,
+ *     and the hit failed at once.
  */
 #include <poll.h>
 
@@ -231,6 +236,39 @@ int main(void)
 	WAIT_STATUS(&r, st, st.cut_running == 0);
 	raw_close(&r);
 	CHECK_RC(timed(KVTD_GET, 7, 0, &took, &closed), 0); /* compares the bytes */
+	kvtd_stop();
+
+	/* 7. a flush and a lookup behind the slow tier */
+	start("64MiB");
+	cs = kvtd_client_store(dir);
+	struct kvt_key k8, k9;
+	key_of(8, &k8);
+	key_of(9, &k9);
+	test_fill(got, PAYLOAD, 8);
+	CHECK_RC(kvt_put_sync(cs, &k8, NULL, 16, got, PAYLOAD), 0); /* in DRAM; written behind */
+	t0 = test_now_ns();
+	int frc = kvt_flush_sync(cs);
+	took = test_ms_since(t0);
+	printf("daemon_cut: flush behind a slow write-through ended in %llu ms: %d\n",
+	       (unsigned long long)took, frc);
+	CHECKM(frc == -ETIME && took >= 1600 && took < 2000, "flush: %d after %llu ms", frc,
+	       (unsigned long long)took);
+	t0 = test_now_ns();
+	CHECK_RC(kvt_get_sync(cs, &k8, 0, 0, got, PAYLOAD, &res), 0); /* served: not down */
+	CHECK(test_ms_since(t0) < 1000);
+	int8_t tier = 0;
+	t0 = test_now_ns();
+	int lrc = kvt_lookup_sync(cs, &k9, 1, &tier);
+	took = test_ms_since(t0);
+	printf("daemon_cut: lookup behind the slow tier ended in %llu ms: %d found\n",
+	       (unsigned long long)took, lrc);
+	CHECKM(lrc == 0 && took >= 1600 && took < 2000, "lookup: %d after %llu ms", lrc,
+	       (unsigned long long)took);
+	t0 = test_now_ns();
+	CHECK_RC(kvt_get_sync(cs, &k8, 0, 0, got, PAYLOAD, &res), 0);
+	CHECK(test_ms_since(t0) < 1000);
+	CHECK(test_check(got, PAYLOAD, 8));
+	kvt_store_close(cs);
 	free(got);
 	kvtd_stop();
 	test_rmdir(dir);
