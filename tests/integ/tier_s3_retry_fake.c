@@ -26,6 +26,7 @@
  *   0x70: a HEAD answered 200 after 1.5 s (a DELETE at once)
  *   0x71: a GET that stalls (6 s, then 500)
  *   0x72: a GET answered 503 SlowDown after 1 s
+ *   0x73: a PUT that stalls (its body read, then 6 s, then 500)
  * and counts the requests per path, which the test reads back through /count/<path>.
  * Every other GET is a 206 with its Content-Range in a 1 MiB object.
  * Bucket "nob" does not exist (404 to everything); listings: bucket "loop" lists one page
@@ -137,6 +138,10 @@ static const char server_py[] =
     "        if tag == '71' and self.command == 'GET': time.sleep(6); return self.reply(500)\n"
     "        if tag == '72' and self.command == 'GET':\n"
     "            time.sleep(1); return self.reply(503, b'<Error><Code>SlowDown</Code></Error>')\n"
+    "        if tag == '73' and self.command == 'PUT':\n"
+    "            self.handle_expect_100(); n = int(self.headers.get('Content-Length', 0))\n"
+    "            while n > 0: n -= len(self.rfile.read(min(n, 1 << 20)))\n"
+    "            time.sleep(6); return self.reply(500)\n"
     "        slow = b'<Error><Code>SlowDown</Code></Error>'\n"
     "        if tag == '51' and counts[self.path] <= 2: return self.reply(503, slow)\n"
     "        if tag == '52': return self.reply(503, slow)\n"
@@ -656,6 +661,50 @@ static void queued_deadlines(const char *ep)
 	tier_close(t);
 }
 
+/* Signed PUTs (s3.sign_payload: a SHA-256 of each object on the I/O thread) queued together
+ * against an endpoint that stalls: each fails at its deadline. Until 2026-12-05 one loop
+ * turn hashed them all before curl ran, and curl counts a transfer's timeout from its first
+ * perform: each got the others' hashing on top of its time (24 of 16 MiB: up to 543 ms for
+ * a 300 ms deadline; 311 ms since). */
+static void signed_put_deadlines(const char *ep)
+{
+	enum { N = 24, TIMEOUT_MS = 300, SLACK_MS = 150 };
+	size_t len = 16u << 20;
+	uint8_t *obj = malloc(len);
+	CHECK(obj, "no memory");
+	memset(obj, 0x5c, len);
+	struct kvt_config *cfg = fake_cfg(ep);
+	cfg_set(cfg, "s3.sign_payload", "true");
+	cfg_set(cfg, "s3.timeout_ms", "300");
+	cfg_set(cfg, "s3.retries", "0");
+	cfg_set(cfg, "s3.max_inflight", "64");
+	struct kvt_tier *t;
+	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &t) == 0, "open");
+	kvt_config_destroy(cfg);
+	struct done d[N];
+	for (int i = 0; i < N; i++) {
+		struct kvt_key k;
+		memset(&k, 0, sizeof(k));
+		k.bytes[0] = 0x73;
+		k.bytes[1] = (uint8_t)i;
+		done_init(&d[i]);
+		CHECK(t->ops->write(t, &k, obj, len, done_cb, &d[i]) == 0, "write");
+	}
+	double worst = 0;
+	for (int i = 0; i < N; i++) {
+		int rc = done_wait(&d[i], 20000);
+		CHECK(rc == -ETIMEDOUT, "signed PUT %d to a stalled endpoint: %d", i, rc);
+		worst = ms_taken(&d[i]) > worst ? ms_taken(&d[i]) : worst;
+	}
+	fprintf(stderr, "%d signed 16 MiB PUTs at once to a stalled endpoint, %d ms deadline: the "
+			"last answered after %.0f ms\n",
+		N, TIMEOUT_MS, worst);
+	CHECK(worst < TIMEOUT_MS + SLACK_MS, "a signed PUT answered after %.0f ms (deadline %d ms)",
+	      worst, TIMEOUT_MS);
+	tier_close(t);
+	free(obj);
+}
+
 /* Calls that need no request (an exists of no keys, a read of no segments or of empty ones)
  * answer at once, also while every transfer slot is held by a stalled request: they used to
  * wait in the slot queue for one, answering only when it freed or at their deadline. */
@@ -953,6 +1002,7 @@ int main(void)
 	CHECK(rc == -EPROTO && listed == 0, "a 200 <Error>: %d, %d objects", rc, listed);
 	endless_listing(ep);
 	queued_deadlines(ep);
+	signed_put_deadlines(ep);
 	empty_calls(ep);
 	session_tokens(ep);
 	credentials_files(ep);
