@@ -503,6 +503,12 @@ int kvtd_events_start(const struct kvt_config *cfg, struct kvtd_state *st,
 		fprintf(stderr, "kvtierd: %s\n", err);
 		return -EINVAL;
 	}
+	/* ZeroMQ has no access control of its own: on a loopback port every local user can
+	 * subscribe (or ask for the replay) and learn which blocks are cached - the probe the
+	 * socket's 0600 mode keeps other users from. An ipc:// path has the file's mode. */
+	if (!strncmp(ep, "tcp://", 6) || !strncmp(rep, "tcp://", 6))
+		fprintf(stderr, "kvtierd: the events are on a tcp:// endpoint, which every local "
+				"user can connect to; ipc://PATH keeps them to this user\n");
 	struct kvtd_events *e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
