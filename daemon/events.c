@@ -469,8 +469,17 @@ static int bind_ep(void *sock, const char *ep, const char *what)
 	int one = 1;
 	if (!strncmp(ep, "tcp://[", 7)) /* an IPv6 address: ZeroMQ binds IPv4 ones only else */
 		zmq_setsockopt(sock, ZMQ_IPV6, &one, sizeof(one));
-	if (zmq_bind(sock, ep) == 0)
+	if (zmq_bind(sock, ep) == 0) {
+		/* ZeroMQ has no access control of its own: on a loopback port every local user
+		 * can subscribe (or ask for the replay) and learn which blocks are cached - the
+		 * probe the socket's 0600 mode keeps other users from. An ipc:// path has the
+		 * file's mode. */
+		if (!strncmp(ep, "tcp://", 6))
+			fprintf(stderr, "kvtierd: %s %s is open to every local user (tcp://); "
+					"ipc://PATH keeps it to this one\n",
+				what, ep);
 		return 0;
+	}
 	fprintf(stderr, "kvtierd: cannot bind %s %s: %s\n", what, ep, zmq_strerror(zmq_errno()));
 	return -EINVAL;
 }
@@ -503,12 +512,6 @@ int kvtd_events_start(const struct kvt_config *cfg, struct kvtd_state *st,
 		fprintf(stderr, "kvtierd: %s\n", err);
 		return -EINVAL;
 	}
-	/* ZeroMQ has no access control of its own: on a loopback port every local user can
-	 * subscribe (or ask for the replay) and learn which blocks are cached - the probe the
-	 * socket's 0600 mode keeps other users from. An ipc:// path has the file's mode. */
-	if (!strncmp(ep, "tcp://", 6) || !strncmp(rep, "tcp://", 6))
-		fprintf(stderr, "kvtierd: the events are on a tcp:// endpoint, which every local "
-				"user can connect to; ipc://PATH keeps them to this user\n");
 	struct kvtd_events *e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
