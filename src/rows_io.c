@@ -15,6 +15,10 @@
  * Staging buffers (or, where loads need none, just the permits to have an operation in
  * flight) belong to the handle; one whose operation is still in flight when its batch
  * returns goes back to the pool from the operation's callback.
+ *
+ * A started load (kvt_rows_load_start, an engine's scheduler thread) is submitted by the
+ * handle's pump thread as permits come back (pump_main), so it goes on between its
+ * caller's polls and its DRAM hits are converted there, not on the caller's thread.
  */
 #include <time.h>
 
@@ -47,6 +51,12 @@ struct kvt_rows {
 	pthread_t workers[SERIAL_WORKERS];
 	uint32_t n_workers;
 	bool closing;
+	/* in-process started loads (kvt_rows_load_start), under m: the pump thread (made at
+	 * the first) submits their chunks as permits come back - see pump_main */
+	struct batch *jobs;
+	pthread_cond_t pump_c; /* a job started, or a permit of one came back, or closing */
+	pthread_t pump;
+	bool pump_made;
 };
 
 enum { ST_PENDING = 0, ST_DONE = 1 }; /* else a -errno */
@@ -77,6 +87,10 @@ struct batch {
 	/* the caller's side, under r->m */
 	size_t n, next, done;
 	bool load, finished, backoff;
+	bool pumping;	  /* a batch_pump is running (it lets r->m go around each submit) */
+	bool queued;	  /* a started load in r->jobs: only the pump thread submits it */
+	bool want_pump;	  /* the pump thread is to look at it */
+	struct batch *job_next;
 	int fail;
 	submit_fn submit;
 	const void *ctx;
@@ -142,6 +156,7 @@ static int rows_open(struct kvt_store *s, const struct kvt_row_layout *lay, void
 	pthread_cond_init(&r->c, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&r->sq_c, NULL);
+	pthread_cond_init(&r->pump_c, NULL);
 	r->free_bufs = kvt__calloc(staging, sizeof(void *));
 	if (!r->free_bufs) {
 		kvt_rows_close(r);
@@ -190,9 +205,12 @@ void kvt_rows_close(struct kvt_rows *r)
 	pthread_mutex_lock(&r->m);
 	r->closing = true;
 	pthread_cond_broadcast(&r->sq_c);
+	pthread_cond_broadcast(&r->pump_c);
 	pthread_mutex_unlock(&r->m);
 	for (uint32_t i = 0; i < r->n_workers; i++)
 		pthread_join(r->workers[i], NULL);
+	if (r->pump_made)
+		pthread_join(r->pump, NULL);
 	pthread_mutex_lock(&r->m);
 	while (r->n_free < r->n_bufs) /* buffers of reads or writes still in flight */
 		pthread_cond_wait(&r->c, &r->m);
@@ -203,6 +221,7 @@ void kvt_rows_close(struct kvt_rows *r)
 	pthread_mutex_destroy(&r->m);
 	pthread_cond_destroy(&r->c);
 	pthread_cond_destroy(&r->sq_c);
+	pthread_cond_destroy(&r->pump_c);
 	kvt__free(r->free_bufs);
 	kvt__free(r);
 }
@@ -249,6 +268,10 @@ static bool slot_finish(struct slot *sl, int st)
 		b->first_fail = sl->idx;
 	r->free_bufs[r->n_free++] = sl->buf;
 	pthread_cond_broadcast(&r->c);
+	if (b->queued && !b->want_pump) { /* a permit back: the job's next chunk can go */
+		b->want_pump = true;
+		pthread_cond_signal(&r->pump_c);
+	}
 	return --b->refs == 0;
 }
 
@@ -399,15 +422,25 @@ static int submit_put(struct kvt_rows *r, struct slot *sl, const void *ctx)
 			     sl->buf, r->chunk_bytes, store_cb, sl, true);
 }
 
+/* Set on the pump thread (pump_main): a queued job is submitted there only, so that its
+ * caller's polls (the engine's scheduler thread) never convert a DRAM hit inline. */
+static _Thread_local bool in_pump_thread;
+
 /* Under r->m: submit what the permits allow (chunks in order, none past a known failure),
  * then move `done` over the chunks finished. true once the batch is over (b->fail says
  * why: 0, a chunk's -errno, or -ETIME at the deadline). */
 static bool batch_pump(struct batch *b)
 {
 	struct kvt_rows *r = b->r;
+	/* One submit loop at a time (each lets r->m go around its submits, and a second one
+	 * would take the same next chunk): the other caller only looks at where it stands. */
+	bool submit = !b->pumping && (!b->queued || in_pump_thread);
+	if (submit)
+		b->pumping = true;
 	for (;;) {
 		b->backoff = false;
-		while (b->next < b->n && b->next <= b->first_fail && r->n_free) {
+		while (submit && !b->abandoned && b->next < b->n && b->next <= b->first_fail &&
+		       r->n_free) {
 			/* Nothing is submitted past the deadline: a DRAM hit completes (and is
 			 * converted) inside its submit, so without this check a batch of hits ran
 			 * to the end however late it was, and said "ok". */
@@ -456,23 +489,26 @@ static bool batch_pump(struct batch *b)
 			}
 			b->next++;
 		}
+		bool over = true;
 		while (b->done < b->n && b->state[b->done] == ST_DONE)
 			b->done++;
-		if (b->done == b->n) {
+		if (b->done == b->n)
 			b->fail = 0;
-			return true;
-		}
-		if (b->state[b->done] < 0) {
+		else if (b->state[b->done] < 0)
 			b->fail = b->state[b->done];
-			return true;
-		}
-		if (b->deadline && kvt__now_ns() >= b->deadline) {
+		else if (b->deadline && kvt__now_ns() >= b->deadline)
 			b->fail = -ETIME;
-			return true;
-		}
+		else
+			over = false;
 		/* more to submit and permits back already (a DRAM hit completes inline) */
-		if (!(b->next < b->n && b->next <= b->first_fail && r->n_free && !b->backoff))
-			return false;
+		if (over || !submit ||
+		    !(b->next < b->n && b->next <= b->first_fail && r->n_free && !b->backoff)) {
+			if (submit) {
+				b->pumping = false;
+				pthread_cond_broadcast(&r->c); /* batch_finish may wait for it */
+			}
+			return over;
+		}
 	}
 }
 
@@ -483,9 +519,16 @@ static void batch_finish(struct batch *b, struct kvt_rows_result *res)
 	struct kvt_rows *r = b->r;
 	struct kvt_rows_result out = {0};
 	b->abandoned = true;
-	while (b->converting)
+	while (b->converting || b->pumping) /* the pump thread's loop: it lets r->m go */
 		pthread_cond_wait(&r->c, &r->m);
 	b->finished = true;
+	if (b->queued) {
+		struct batch **pp = &r->jobs;
+		while (*pp != b)
+			pp = &(*pp)->job_next;
+		*pp = b->job_next;
+		b->queued = false;
+	}
 	bool last = --b->refs == 0;
 	out.convert_ns = atomic_load(&b->convert_ns) + b->conv_here;
 	out.done = (uint32_t)b->done;
@@ -830,6 +873,62 @@ static int serial_start(struct kvt_rows *r, const struct kvt_key *keys, const ui
 	return 0;
 }
 
+/* The pump thread: submits started loads' chunks as their permits come back, so a job
+ * goes on between its caller's polls. An engine polls once a step: until 2026-12-05 a
+ * job submitted only from its start and its polls, so a restore from a deeper tier moved a
+ * few chunks per engine step and long prompts missed their load deadline on a busy
+ * engine; and its start converted every leading DRAM hit on the caller's (the engine
+ * scheduler's) thread. Here, on a thread of the handle's own - never on a tier's
+ * completion thread, which a submit could wait on. Each pump holds the store's gate. */
+static void *pump_main(void *arg)
+{
+	struct kvt_rows *r = arg;
+	in_pump_thread = true;
+	bool nap = false; /* a job met back-pressure (-EAGAIN): look again in 1 ms */
+	pthread_mutex_lock(&r->m);
+	while (!r->closing) {
+		if (nap) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts); /* pump_c's clock */
+			ts.tv_nsec += 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&r->pump_c, &r->m, &ts);
+			nap = false;
+			continue;
+		}
+		struct batch *b = r->jobs;
+		while (b && !b->want_pump)
+			b = b->job_next;
+		if (!b) {
+			pthread_cond_wait(&r->pump_c, &r->m);
+			continue;
+		}
+		b->want_pump = false;
+		if (b->abandoned || b->pumping || kvt__store_enter(r->s) < 0)
+			continue;
+		b->refs++; /* ours while the pump lets r->m go around its submits */
+		batch_pump(b);
+		if (b->backoff && !b->abandoned) {
+			b->want_pump = true;
+			nap = true;
+		}
+		pthread_cond_broadcast(&r->c); /* the poller: chunks may be done */
+		pthread_mutex_unlock(&r->m);
+		kvt__store_leave(r->s);
+		pthread_mutex_lock(&r->m);
+		if (--b->refs == 0) { /* the job was freed meanwhile: its last reference */
+			pthread_mutex_unlock(&r->m);
+			batch_free(b);
+			pthread_mutex_lock(&r->m);
+		}
+	}
+	pthread_mutex_unlock(&r->m);
+	return NULL;
+}
+
 static int rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
 			   size_t n, uint64_t deadline_ns, struct kvt_rows_job **out)
 {
@@ -857,12 +956,23 @@ static int rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const
 	b->lc.keys = k;
 	b->ctx = &b->lc;
 	pthread_mutex_lock(&r->m);
-	if (batch_pump(b)) {
-		batch_finish(b, &j->res); /* releases r->m; b may be gone after */
+	if (!r->pump_made && !r->closing)
+		r->pump_made = pthread_create(&r->pump, NULL, pump_main, r) == 0;
+	if (!r->pump_made) { /* no thread: its polls submit it, as before */
+		if (batch_pump(b)) {
+			batch_finish(b, &j->res); /* releases r->m; b may be gone after */
+			*out = j;
+			return 0;
+		}
 	} else {
-		j->b = b;
-		pthread_mutex_unlock(&r->m);
+		b->queued = true;
+		b->want_pump = true;
+		b->job_next = r->jobs;
+		r->jobs = b;
+		pthread_cond_signal(&r->pump_c);
 	}
+	j->b = b;
+	pthread_mutex_unlock(&r->m);
 	*out = j;
 	return 0;
 }

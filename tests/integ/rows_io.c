@@ -394,7 +394,9 @@ static void client_mode_hung_daemon(const struct kvt_row_layout *lay, uint8_t *s
 	 * 53.0 / 55.9 ms after a 50 ms stall at the start - 2 over with the first there is
 	 * still arrival order), and this thread polling late sees many over at once. */
 	printf("  %d of %d over when the first was seen over\n", with_first, J);
-	CHECKM(over[0] * 2 < over[J - 1] || with_first <= J / 3,
+	/* (2x and J/3 failed once under a CI run with builds beside it: 11.4 / 19.1 ms, 5 of
+	 * 12 over with the first - still far from interleaved's 1x and ~12) */
+	CHECKM(over[0] * 3 < over[J - 1] * 2 || with_first <= J / 2,
 	       "the first job ended at %.1f ms, the last at %.1f ms, %d over with it: not in "
 	       "arrival order", over[0] / 1e6, over[J - 1] / 1e6, with_first);
 	for (int k = 0; k < J; k++) {
@@ -561,6 +563,26 @@ int main(void)
 	CHECK_EQ(res.done, N);
 	kvt_rows_job_free(job);
 	CHECK(!memcmp(dst, want, NR * rb));
+	/* A start does not convert the chunks DRAM holds on the caller's thread (an engine's
+	 * scheduler): the handle's pump thread does. Best of 5, against a blocking load of the
+	 * same chunks (which converts them all on this thread): until 2026-12-05 a start cost
+	 * as much. */
+	uint64_t best_start = UINT64_MAX, best_load = UINT64_MAX;
+	for (int k = 0; k < 5; k++) {
+		uint64_t ts = now_ns();
+		CHECK_RC(kvt_rows_load_start(r, keys, dst_ids, N, 0, &job), 0);
+		best_start = KVT_MIN(best_start, now_ns() - ts);
+		CHECK_RC(kvt_rows_job_poll(job, -1, &res), 1);
+		CHECK_EQ(res.done, N);
+		kvt_rows_job_free(job);
+		ts = now_ns();
+		CHECK_RC(kvt_rows_load(r, keys, dst_ids, N, 0, &res), N);
+		best_load = KVT_MIN(best_load, now_ns() - ts);
+	}
+	printf("  %d chunks in DRAM: a started load returns in %.1f us, a blocking one in %.1f us "
+	       "(best of 5)\n", N, best_start / 1e3, best_load / 1e3);
+	CHECKM(best_start * 2 < best_load, "a start took %.1f us, the load itself %.1f us",
+	       best_start / 1e3, best_load / 1e3);
 
 	/* Two threads on one handle (4 buffers shared). */
 	memset(dst, 0xEE, NR * rb);

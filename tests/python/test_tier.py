@@ -939,3 +939,40 @@ def test_drain_jobs_leaves_every_job_to_the_next_get_finished_jobs(tdir):
     finally:
         release.set()
         t.shutdown()
+
+
+def test_a_started_load_goes_on_between_polls(tdir, monkeypatch):
+    """A started load submitted its next chunks only when vLLM polled it (get_finished_jobs,
+    once an engine step): with 2 chunks in flight (STAGING_BYTES small) a restore of 16
+    chunks from a tier that answers in 10 ms took 8 polls - on a busy engine, 8 steps of
+    tens of ms each, past the load deadline for long prompts. The handle's pump thread now
+    submits them as the permits come back: done well within 3 polls 100 ms apart."""
+    monkeypatch.setattr(KvtierTier, "STAGING_BYTES", 1)  # 2 permits
+    buf, view = primary(16)
+    t = tier(view, tdir)
+    try:
+        rc = ReqContext("w")
+        t.on_new_request(rc)
+        keys = okeys(16, seed=97)
+        t.submit_store(TransferJob(1, keys, np.arange(16), False, rc))
+        assert wait_jobs(t, 1)[0].success
+        want = buf[:16, :ROW].copy()
+    finally:
+        t.shutdown()  # flushed: every chunk on NVMe
+    t = tier(view, tdir, config={"store.tiers": "faulty", "faulty.inner": "nvme",
+                                 "faulty.delay_ms": 10})
+    try:
+        rc = ReqContext("r")
+        t.on_new_request(rc)
+        buf[:16] = 0
+        t.submit_load(TransferJob(2, keys, np.arange(16), True, rc))
+        done = []
+        for _ in range(3):
+            time.sleep(0.1)
+            done += list(t.get_finished_jobs())
+            if done:
+                break
+        assert done and done[0].job_id == 2 and done[0].success, done
+        assert np.array_equal(buf[:16, :ROW], want)
+    finally:
+        t.shutdown()
