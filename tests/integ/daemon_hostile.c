@@ -443,18 +443,10 @@ static void test_hugetlb_pool(void)
 	raw_close(&r);
 	hugepages(had); /* the pages are the daemon's now; nothing more to take */
 	/* the daemon touches the pool: a put and a get through it, alive */
-	size_t payload = kvt_payload_bytes(kvt_store_geometry(s), 16);
-	uint8_t *buf = malloc(payload), *out = malloc(payload);
-	test_fill(buf, payload, 7);
 	struct kvt_key k;
 	key_of(7, &k);
-	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, payload), 0);
-	struct kvt_result res;
-	CHECK_RC(kvt_get_sync(s, &k, 0, 0, out, payload, &res), 0);
-	CHECK(!memcmp(buf, out, payload));
+	kvtd_check_roundtrip(s, &k, 7);
 	CHECK(daemon_alive());
-	free(buf);
-	free(out);
 	kvt_store_close(s);
 	kvtd_stop();
 	hugepages_had = -1;

@@ -131,17 +131,9 @@ int main(void)
 	CHECKM(WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "child status %#x", wst);
 
 	/* Another client's put still finds a slot. */
-	size_t payload = kvt_payload_bytes(g, 16);
-	uint8_t *buf = malloc(payload), *out = malloc(payload);
-	CHECK(buf && out);
-	test_fill(buf, payload, 3);
 	struct kvt_key k;
 	key_of(9, &k);
-	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, buf, payload), 0);
-	struct kvt_result res;
-	CHECK_RC(kvt_get_sync(s, &k, 0, 0, out, payload, &res), 0);
-	CHECK_EQ(res.status, 0);
-	CHECK(!memcmp(out, buf, payload));
+	kvtd_check_roundtrip(s, &k, 3);
 
 	/* The hoarder gone: its quarantined slots go back to the pool. */
 	raw_close(&h);
@@ -152,8 +144,6 @@ int main(void)
 
 	kvt_store_close(s);
 	kvtd_stop();
-	free(buf);
-	free(out);
 	test_rmdir(dir);
 	free(dir);
 	printf("daemon_tp_hoard: ok\n");

@@ -40,25 +40,9 @@ static void new_key(struct kvt_store *s, struct kvt_key *k)
 	kvt_key_next(kvt_store_ns_id(s), NULL, &tok, 1, k);
 }
 
-/* ms until a get of an absent key is answered by the tier (cause 0, not the open
- * circuit's -EAGAIN); fails past limit_ms */
 static double ms_until_back(struct kvt_store *s, double limit_ms)
 {
-	uint64_t t0 = test_now_ns();
-	void *buf = malloc(PAYLOAD);
-	for (;;) {
-		struct kvt_key k;
-		struct kvt_result res;
-		new_key(s, &k);
-		CHECK_EQ(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, &res), -ENOENT);
-		if (res.cause == 0)
-			break;
-		CHECKM(test_ms_since(t0) < limit_ms, "the tier still skipped after %.0f ms",
-		       limit_ms);
-		usleep(20000);
-	}
-	free(buf);
-	return test_ms_since(t0);
+	return test_ms_until_tier_answers(s, PAYLOAD, new_key, limit_ms, 20);
 }
 
 int main(void)

@@ -112,19 +112,7 @@ static void open_circuit(struct kvt_store *s, struct kvt_tier *t, bool write_bac
  * to 30 s), so that what a flush says next is not the circuit's. */
 static void close_circuit(struct kvt_store *s)
 {
-	uint64_t t0 = test_now_ns();
-	void *buf = malloc(PAYLOAD);
-	for (;;) {
-		struct kvt_key k;
-		struct kvt_result res;
-		new_key(s, &k);
-		CHECK_EQ(kvt_get_sync(s, &k, 0, 0, buf, PAYLOAD, &res), -ENOENT);
-		if (res.cause == 0)
-			break;
-		CHECKM(test_ms_since(t0) < 40000, "the tier's circuit still open after 40 s");
-		usleep(50000);
-	}
-	free(buf);
+	test_ms_until_tier_answers(s, PAYLOAD, new_key, 40000, 50);
 }
 
 static uint64_t evicted_unsaved(struct kvt_store *s)

@@ -219,6 +219,30 @@ static inline void test_put_chain(struct kvt_store *s, const struct kvt_key *k, 
 	}
 }
 
+/* After a deeper tier healed: ms until a get of a new absent key (new_key makes one) is
+ * answered by the tier - a miss with cause 0, not its open circuit's -EAGAIN - trying every
+ * nap_ms; fails past limit_ms. */
+static inline double test_ms_until_tier_answers(struct kvt_store *s, size_t payload,
+						void (*new_key)(struct kvt_store *, struct kvt_key *),
+						double limit_ms, unsigned nap_ms)
+{
+	uint64_t t0 = test_now_ns();
+	void *buf = malloc(payload);
+	for (;;) {
+		struct kvt_key k;
+		struct kvt_result res;
+		new_key(s, &k);
+		CHECK_EQ(kvt_get_sync(s, &k, 0, 0, buf, payload, &res), -ENOENT);
+		if (res.cause == 0)
+			break;
+		CHECKM(test_ms_since(t0) < limit_ms, "the tier still skipped after %.0f ms",
+		       limit_ms);
+		usleep(nap_ms * 1000);
+	}
+	free(buf);
+	return test_ms_since(t0);
+}
+
 /* Starts a flush into *fb and polls until it completed (its status is the caller's). */
 /* A put of a whole chunk of seed's bytes (no parent), retried while the store pushes back
  * (-EAGAIN: write-behind at its bound); must succeed. */

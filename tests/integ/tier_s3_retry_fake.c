@@ -593,6 +593,24 @@ static void prefixes(const char *ep)
 			"open\n");
 }
 
+/* The tier on the fake with these limits (retries NULL: the default; s3.sign_payload on if
+ * sign). */
+static struct kvt_tier *open_limited(const char *ep, const char *timeout_ms,
+				     const char *max_inflight, const char *retries, bool sign)
+{
+	struct kvt_config *cfg = fake_cfg(ep);
+	cfg_set(cfg, "s3.timeout_ms", timeout_ms);
+	cfg_set(cfg, "s3.max_inflight", max_inflight);
+	if (retries)
+		cfg_set(cfg, "s3.retries", retries);
+	if (sign)
+		cfg_set(cfg, "s3.sign_payload", "true");
+	struct kvt_tier *t;
+	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &t) == 0, "open");
+	kvt_config_destroy(cfg);
+	return t;
+}
+
 static double ms_taken(const struct done *d)
 {
 	return (double)(d->t_done - d->t_submit) / 1e6;
@@ -608,13 +626,7 @@ static void queued_deadlines(const char *ep)
 	struct kvt_key krm, kst, kre;
 	char path[128];
 	struct done drm, dst, dre;
-	struct kvt_config *cfg = fake_cfg(ep);
-	cfg_set(cfg, "s3.timeout_ms", "2000");
-	cfg_set(cfg, "s3.max_inflight", "1");
-	cfg_set(cfg, "s3.retries", "3");
-	struct kvt_tier *t;
-	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &t) == 0, "open");
-	kvt_config_destroy(cfg);
+	struct kvt_tier *t = open_limited(ep, "2000", "1", "3", false);
 
 	/* A remove (t=0) whose HEAD answers at 1.5 s, and a read submitted at 1 s that stalls:
 	 * the remove's DELETE goes before the later call's GET, and answers in time. */
@@ -673,14 +685,7 @@ static void signed_put_deadlines(const char *ep)
 	uint8_t *obj = malloc(len);
 	CHECK(obj, "no memory");
 	memset(obj, 0x5c, len);
-	struct kvt_config *cfg = fake_cfg(ep);
-	cfg_set(cfg, "s3.sign_payload", "true");
-	cfg_set(cfg, "s3.timeout_ms", "300");
-	cfg_set(cfg, "s3.retries", "0");
-	cfg_set(cfg, "s3.max_inflight", "64");
-	struct kvt_tier *t;
-	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &t) == 0, "open");
-	kvt_config_destroy(cfg);
+	struct kvt_tier *t = open_limited(ep, "300", "64", "0", true);
 	struct done d[N];
 	for (int i = 0; i < N; i++) {
 		struct kvt_key k;
@@ -716,12 +721,7 @@ static void empty_calls(const char *ep)
 	struct done dst, d[3];
 	static const char *const what[] = {"an exists of no keys", "a read of no segments",
 					   "a read of one empty segment"};
-	struct kvt_config *cfg = fake_cfg(ep);
-	cfg_set(cfg, "s3.timeout_ms", "2000");
-	cfg_set(cfg, "s3.max_inflight", "1");
-	struct kvt_tier *t;
-	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &t) == 0, "open");
-	kvt_config_destroy(cfg);
+	struct kvt_tier *t = open_limited(ep, "2000", "1", NULL, false);
 	memset(&kst, 0, sizeof(kst));
 	kst.bytes[0] = 0x71; /* a GET that stalls: holds the only slot until its deadline */
 	kst.bytes[1] = 2;

@@ -148,6 +148,23 @@ static inline void kvtd_stop(void)
 	CHECKM(WIFEXITED(status) && WEXITSTATUS(status) == 0, "kvtierd exit status %d", status);
 }
 
+/* A put of a chunk of seed's bytes (16 tokens) through the client store s, then a get of
+ * it: exact. The daemon is alive after. */
+static inline void kvtd_check_roundtrip(struct kvt_store *s, const struct kvt_key *k,
+					uint64_t seed)
+{
+	size_t payload = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	uint8_t *buf = malloc(payload), *out = malloc(payload);
+	CHECK(buf && out);
+	test_fill(buf, payload, seed);
+	CHECK_RC(kvt_put_sync(s, k, NULL, 16, buf, payload), 0);
+	struct kvt_result res;
+	CHECK_RC(kvt_get_sync(s, k, 0, 0, out, payload, &res), 0);
+	CHECK(!memcmp(out, buf, payload));
+	free(buf);
+	free(out);
+}
+
 /* ---- a raw protocol client, to look at the daemon's state and to misbehave */
 
 struct raw {
