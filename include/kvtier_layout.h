@@ -116,11 +116,14 @@ KVT_EXPORT int kvt_rows_load(struct kvt_rows *r, const struct kvt_key *keys,
 			     struct kvt_rows_result *res);
 /* The same load without waiting, for a caller whose thread must not block and should not
  * hand the job to another thread (an engine's scheduler holding a language runtime's lock:
- * a helper thread would need that lock back to report): start submits the reads (keys and
- * row_ids are copied) and returns; poll drives the job (submits what back-pressure held
- * back, checks the deadline) and returns 1 with res filled once it is over, 0 while not,
- * waiting up to timeout_ms for that (0: not at all, -1: no limit); free gives the job up
- * if it is not over (nothing is written into a row once free returns) and releases it.
+ * a helper thread would need that lock back to report): start queues the job (keys and
+ * row_ids are copied) for the handle's pump thread (made at the first start; joined by
+ * kvt_rows_close), which submits its reads as the handle's permits come back - started
+ * jobs are served oldest first - and converts its DRAM hits; poll looks at the job (checks
+ * the deadline) and returns 1 with res filled once it is over, 0 while not, waiting up to
+ * timeout_ms for that (0: not at all, -1: no limit); free gives the job up if it is not
+ * over (nothing is written into a row once free returns) and releases it. Where the pump
+ * thread cannot be made, start and poll submit the reads themselves.
  * One thread at a time polls a job. A store in client mode (store.daemon) queues the job
  * for the handle's two worker threads, which run jobs in arrival order (one call to the
  * daemon per chunk, each bounded by the deadline); free then returns at once, and the

@@ -53,7 +53,7 @@ struct kvt_rows {
 	bool closing;
 	/* in-process started loads (kvt_rows_load_start), under m: the pump thread (made at
 	 * the first) submits their chunks as permits come back - see pump_main */
-	struct batch *jobs;
+	struct batch *jobs, *jobs_tail; /* in start order: the oldest is served first */
 	pthread_cond_t pump_c; /* a job started, or a permit of one came back, or closing */
 	pthread_t pump;
 	bool pump_made;
@@ -257,6 +257,22 @@ static void batch_free(struct batch *b)
 	kvt__free(b);
 }
 
+/* Under r->m: a permit came back to the handle. Every started job with chunks left to
+ * submit is to be looked at, not only the one whose permit it was: permits are the
+ * handle's, and a job that found none (another job, or a blocking load on another thread,
+ * held them all) has nothing in flight that would wake it. */
+static void permit_back(struct kvt_rows *r)
+{
+	bool any = false;
+	for (struct batch *b = r->jobs; b; b = b->job_next)
+		if (!b->want_pump && !b->abandoned && b->next < b->n && b->next <= b->first_fail) {
+			b->want_pump = true;
+			any = true;
+		}
+	if (any)
+		pthread_cond_signal(&r->pump_c);
+}
+
 /* Under r->m: the operation of slot sl finished with st (ST_DONE or -errno); its buffer
  * goes back. Returns true when the batch is to be freed (its last reference). */
 static bool slot_finish(struct slot *sl, int st)
@@ -268,10 +284,7 @@ static bool slot_finish(struct slot *sl, int st)
 		b->first_fail = sl->idx;
 	r->free_bufs[r->n_free++] = sl->buf;
 	pthread_cond_broadcast(&r->c);
-	if (b->queued && !b->want_pump) { /* a permit back: the job's next chunk can go */
-		b->want_pump = true;
-		pthread_cond_signal(&r->pump_c);
-	}
+	permit_back(r);
 	return --b->refs == 0;
 }
 
@@ -477,6 +490,7 @@ static bool batch_pump(struct batch *b)
 				r->free_bufs[r->n_free++] = sl->buf;
 				b->refs--;
 				pthread_cond_broadcast(&r->c);
+				permit_back(r);
 			}
 			if (rc == -EAGAIN) { /* back-pressure: try again once something finished */
 				b->backoff = true;
@@ -523,10 +537,14 @@ static void batch_finish(struct batch *b, struct kvt_rows_result *res)
 		pthread_cond_wait(&r->c, &r->m);
 	b->finished = true;
 	if (b->queued) {
-		struct batch **pp = &r->jobs;
-		while (*pp != b)
+		struct batch **pp = &r->jobs, *prev = NULL;
+		while (*pp != b) {
+			prev = *pp;
 			pp = &(*pp)->job_next;
+		}
 		*pp = b->job_next;
+		if (r->jobs_tail == b)
+			r->jobs_tail = prev;
 		b->queued = false;
 	}
 	bool last = --b->refs == 0;
@@ -694,6 +712,7 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 	pthread_mutex_lock(&r->m);
 	r->free_bufs[r->n_free++] = buf;
 	pthread_cond_broadcast(&r->c);
+	permit_back(r);
 	pthread_mutex_unlock(&r->m);
 	out.done = (uint32_t)i;
 	out.status = fail;
@@ -967,8 +986,11 @@ static int rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const
 	} else {
 		b->queued = true;
 		b->want_pump = true;
-		b->job_next = r->jobs;
-		r->jobs = b;
+		if (r->jobs_tail)
+			r->jobs_tail->job_next = b;
+		else
+			r->jobs = b;
+		r->jobs_tail = b;
 		pthread_cond_signal(&r->pump_c);
 	}
 	j->b = b;
@@ -1026,7 +1048,7 @@ int kvt_rows_job_poll(struct kvt_rows_job *j, int timeout_ms, struct kvt_rows_re
 	if (j->b) {
 		struct batch *b = j->b;
 		struct kvt_rows *r = b->r;
-		struct kvt_store *s = r->s; /* the poll submits the job's next reads */
+		struct kvt_store *s = r->s; /* the poll submits a job no pump thread has */
 		int rc = kvt__store_enter(s);
 		if (rc < 0)
 			return rc;

@@ -79,6 +79,13 @@ static struct kvt_store *open_store(const char *dir, const char *tiers, const ch
 	return s;
 }
 
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static struct kvt_key key_of(int i)
 {
 	struct kvt_key k;
@@ -564,23 +571,24 @@ int main(void)
 	kvt_rows_job_free(job);
 	CHECK(!memcmp(dst, want, NR * rb));
 	/* A start does not convert the chunks DRAM holds on the caller's thread (an engine's
-	 * scheduler): the handle's pump thread does. Best of 5, against a blocking load of the
-	 * same chunks (which converts them all on this thread): until 2026-12-05 a start cost
+	 * scheduler): the handle's pump thread does. This thread's CPU time (not the clock: a
+	 * loaded machine deschedules it anywhere), best of 5, against a blocking load of the
+	 * same chunks, which converts them all on this thread: until 2026-12-05 a start cost
 	 * as much. */
 	uint64_t best_start = UINT64_MAX, best_load = UINT64_MAX;
 	for (int k = 0; k < 5; k++) {
-		uint64_t ts = now_ns();
+		uint64_t ts = thread_cpu_ns();
 		CHECK_RC(kvt_rows_load_start(r, keys, dst_ids, N, 0, &job), 0);
-		best_start = KVT_MIN(best_start, now_ns() - ts);
+		best_start = KVT_MIN(best_start, thread_cpu_ns() - ts);
 		CHECK_RC(kvt_rows_job_poll(job, -1, &res), 1);
 		CHECK_EQ(res.done, N);
 		kvt_rows_job_free(job);
-		ts = now_ns();
+		ts = thread_cpu_ns();
 		CHECK_RC(kvt_rows_load(r, keys, dst_ids, N, 0, &res), N);
-		best_load = KVT_MIN(best_load, now_ns() - ts);
+		best_load = KVT_MIN(best_load, thread_cpu_ns() - ts);
 	}
-	printf("  %d chunks in DRAM: a started load returns in %.1f us, a blocking one in %.1f us "
-	       "(best of 5)\n", N, best_start / 1e3, best_load / 1e3);
+	printf("  %d chunks in DRAM: a started load takes %.1f us of this thread's CPU, a blocking "
+	       "one %.1f us (best of 5)\n", N, best_start / 1e3, best_load / 1e3);
 	CHECKM(best_start * 2 < best_load, "a start took %.1f us, the load itself %.1f us",
 	       best_start / 1e3, best_load / 1e3);
 
@@ -661,6 +669,36 @@ int main(void)
 	kvt_rows_close(r);
 	for (uint64_t b = 0; b < NR * rb; b++)
 		CHECKM(dst[b] == 0xEE, "byte %llu written after the deadline", (unsigned long long)b);
+	kvt_store_close(s);
+
+	/* Two started jobs share the handle's 2 permits, every read 10 ms late: the second,
+	 * which finds no permit, is submitted as the first one's permits come back - the pump
+	 * thread was woken only for the job whose permit it was, and the second waited for
+	 * ever (a review's reproducer, before this was released). */
+	s = open_store(dir, "dram,faulty", NULL, "10");
+	memset(dst, 0xEE, NR * rb);
+	CHECK_RC(kvt_rows_open(s, &lay, dst, NR, 2, &r), 0);
+	uint64_t even[N];
+	for (int i = 0; i < N; i++)
+		even[i] = (uint64_t)(2 * i); /* rows dst_ids (odd) does not use */
+	struct kvt_rows_job *ja, *jb;
+	CHECK_RC(kvt_rows_load_start(r, keys, dst_ids, N, 0, &ja), 0);
+	CHECK_RC(kvt_rows_load_start(r, keys, even, N, 0, &jb), 0);
+	t0 = now_ns();
+	int ra = kvt_rows_job_poll(ja, 5000, &res);
+	uint32_t done_a = res.done;
+	int rb2 = kvt_rows_job_poll(jb, 5000, &res);
+	printf("  two started jobs on 2 permits, reads 10 ms late: over %d and %d after %.0f ms\n",
+	       ra, rb2, test_ms_since(t0));
+	CHECK(ra == 1 && rb2 == 1);
+	CHECK(done_a == N && res.done == N);
+	kvt_rows_job_free(ja);
+	kvt_rows_job_free(jb);
+	for (int i = 0; i < N; i++) {
+		CHECK(!memcmp(dst + dst_ids[i] * rb, want + dst_ids[i] * rb, rb));
+		CHECK(!memcmp(dst + even[i] * rb, want + dst_ids[i] * rb, rb));
+	}
+	kvt_rows_close(r);
 	kvt_store_close(s);
 
 	/* Corrupt: every read of the deeper tier has a flipped byte. */
