@@ -67,7 +67,8 @@ struct conn {
 	} resv[KVTD_MAX_PINS];
 	int nresv;
 	/* nresv as the other connections' threads read it (reserved_of, under g_lock): only
-	 * this connection's thread changes nresv, always with resv_sync after */
+	 * this connection's thread changes nresv, always with resv_sync after; one above it
+	 * while a PUT_RESERVE that passed the cap waits for its reserve (put_reserve) */
 	_Atomic int resv_live;
 	/* Leases (daemon.lease_ms): a client that hangs (alive but stuck, SIGSTOPped) must not
 	 * hold slots forever. Pins and reservations that outlived their lease were let go;
@@ -457,7 +458,7 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 	}
 	/* Counted where the client takes this answer; on any other failure it asks again
 	 * with a GET through its region, which counts (until 2026-12-05 both did). */
-	if (rc == 0 || rc == -ENOENT)
+	if (rc == 0 || rc == -ENOENT || rc == -ETIME) /* -ETIME: past the deadline, no retry */
 		kvt__store_count_get(s);
 	res->status = rc;
 	if (rc == -ENOENT) /* a miss says why, as an in-process get's (set before acq_cb) */
@@ -498,10 +499,17 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 	 * reservations count too, on all its connections: each may lapse into quarantine,
 	 * and until 2026-12-05 a process that opened many connections and reserved 4 on each
 	 * before any lapsed could quarantine the whole pool for as long as it lived. */
+	/* The check and the count in one hold of g_lock: counted at once (resv_live one
+	 * above nresv until the reserve's answer), so that requests on the process's other
+	 * connections at the same moment see it. */
 	pthread_mutex_lock(&g_lock);
 	int held = quarantined_of(c), live = reserved_of(c);
+	bool refuse =
+		held >= KVTD_MAX_QUARANTINE || held + live >= KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1;
+	if (!refuse)
+		atomic_store(&c->resv_live, c->nresv + 1);
 	pthread_mutex_unlock(&g_lock);
-	if (held >= KVTD_MAX_QUARANTINE || held + live >= KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1) {
+	if (refuse) {
 		res->status = -EBUSY;
 		return;
 	}
@@ -509,6 +517,7 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 	 * client puts through the region, whose kvt_put applies the same bound and is
 	 * retried (RETRY), then answers -EAGAIN. */
 	if (kvt__store_backlogged(s, kvt_object_bytes(kvt_store_geometry(s), r->n_tokens))) {
+		resv_sync(c);
 		res->status = -EAGAIN;
 		return;
 	}
@@ -518,6 +527,8 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 	if (r->has_parent)
 		kvt_storage_key(g_ns, &r->parent, &sp);
 	int rc = kvt__store_reserve(s, &v->skey, r->has_parent ? &sp : NULL, r->n_tokens, &v->ref);
+	if (rc < 0)
+		resv_sync(c); /* the provisional count goes */
 	if (rc == -EEXIST) {
 		res->status = 1;
 		return;

@@ -28,10 +28,12 @@
  *     and another call of the same store reconnects: the load fails cleanly when released
  *     (its pin went with the old daemon) - before, the reconnect unmapped the old pool
  *     under the pending scatter and the client died of SIGSEGV.
- *  8. A process that opens 3 connections and reserves 4 slots on each before any lease
- *     ends (a pool of 28 slots): at most KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1 (7) of its
- *     reservations are taken, the rest -EBUSY, so at most 7 slots end up quarantined - the
- *     cap used to count only slots already quarantined, and all 12 were.
+ *  8. A process that opens 12 connections and reserves a slot on each, all at once,
+ *     before any lease ends (a pool of 28 slots): KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1
+ *     (7) of its reservations are taken, the rest -EBUSY, so at most 7 slots end up
+ *     quarantined - the cap used to count only slots already quarantined, and all 12
+ *     were; then it counted live ones only after each reserve, and requests at the same
+ *     moment all passed.
  *  9. A get whose pin cannot be had (a one-slot pool, its slot pinned by another client,
  *     the key on NVMe) is answered through the region: counted once in the store's gets -
  *     the refused GET_PIN counted it too.
@@ -577,23 +579,47 @@ static void test_load_across_restart(void)
 	free(out);
 }
 
-/* 8: run by a child that keeps its connections open (and alive) while the parent looks */
+/* 8: run by a child that keeps its connections open (and alive) while the parent looks:
+ * 12 connections, one PUT_RESERVE each, all sent at once (a barrier), so that the cap's
+ * check and count race if they can */
+enum { CONNS8 = 12 };
+struct conn8 {
+	struct raw c;
+	pthread_barrier_t *bar;
+	uint64_t key;
+	int status;
+};
+
+static void *reserve8_main(void *arg)
+{
+	struct conn8 *x = arg;
+	struct kvtd_req q = {.op = KVTD_PUT_RESERVE, .n_tokens = 16};
+	key_of(x->key, &q.key);
+	struct kvtd_rep rep;
+	pthread_barrier_wait(x->bar);
+	x->status = raw_call(x->c.sock, &q, -1, &rep) < 0 ? -EPIPE : rep.res.status;
+	return NULL;
+}
+
 static void many_conns_child(int up, int down)
 {
-	struct raw c[3];
+	struct conn8 x[CONNS8];
+	pthread_t th[CONNS8];
+	pthread_barrier_t bar;
+	pthread_barrier_init(&bar, NULL, CONNS8);
+	for (int i = 0; i < CONNS8; i++) {
+		x[i] = (struct conn8){.c = raw_attach(), .bar = &bar, .key = 700 + (uint64_t)i};
+		if (pthread_create(&th[i], NULL, reserve8_main, &x[i]))
+			_exit(31);
+	}
 	int taken = 0, busy = 0;
-	for (int i = 0; i < 3; i++)
-		c[i] = raw_attach();
-	for (int i = 0; i < 3; i++)
-		for (uint64_t j = 0; j < 4; j++) {
-			struct kvtd_req q = {.op = KVTD_PUT_RESERVE, .n_tokens = 16};
-			key_of(700 + 10 * (uint64_t)i + j, &q.key);
-			struct kvtd_rep rep;
-			if (raw_call(c[i].sock, &q, -1, &rep) < 0)
-				_exit(30);
-			taken += rep.res.status == 0;
-			busy += rep.res.status == -EBUSY;
-		}
+	for (int i = 0; i < CONNS8; i++) {
+		pthread_join(th[i], NULL);
+		if (x[i].status == -EPIPE)
+			_exit(30);
+		taken += x[i].status == 0;
+		busy += x[i].status == -EBUSY;
+	}
 	usleep((LEASE_MS + 300) * 1000); /* every lease over: quarantined */
 	uint8_t b[2] = {(uint8_t)taken, (uint8_t)busy};
 	CHECK(write(up, b, 2) == 2);
@@ -618,7 +644,7 @@ static void test_cap_many_connections(void)
 	}
 	struct raw r = raw_attach();
 	struct kvtd_status st = raw_status(&r);
-	printf("8. one process, 3 connections x 4 reservations: %u taken, %u refused (-EBUSY); "
+	printf("8. one process, 12 connections reserving at once: %u taken, %u refused (-EBUSY); "
 	       "%llu slots quarantined\n",
 	       b[0], b[1], (unsigned long long)st.quarantined);
 	CHECK(st.quarantined <= KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1);
