@@ -668,8 +668,9 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 		struct kvtd_req req = {.op = o->op, .off = 0, .deadline_ns = o->deadline_ns};
 		size_t m = 0;
 		int rc = ensure(c);
-		/* A prefetch ends (-ETIME, it goes on in the daemon) before our timeout would
-		 * take the daemon for dead: its deadline is at most the cut budget away. */
+		/* A prefetch ends before our timeout would take the daemon for dead: its
+		 * deadline is at most the cut budget away (the fills started by then land; the
+		 * rest are dropped - a prefetch is a hint, and their gets read them). */
 		if (rc == 0 && o->op == KVTD_PREFETCH && (c->info.caps & KVTD_CAP_CUT_MARK)) {
 			uint64_t by = kvt__now_ns() + cut_budget_ns(c);
 			req.deadline_ns = req.deadline_ns ? KVT_MIN(req.deadline_ns, by) : by;
@@ -695,10 +696,14 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 			o->res.status = (int)total;
 			return;
 		}
-		/* a lookup cut at its budget: the rest is not known, as when a tier cannot say */
-		if (rep.res.status == -ETIME && o->op == KVTD_LOOKUP) {
+		/* a lookup cut at its budget: the rest is not known, as when a tier cannot say;
+		 * a prefetch at its capped deadline: what it had, as for its other failures
+		 * (failed(): prefetch failures are misses, never errors) */
+		if (rep.res.status == -ETIME &&
+		    (o->op == KVTD_LOOKUP || o->op == KVTD_PREFETCH)) {
 			o->res.status = (int)KVT_MIN(total, (int64_t)INT32_MAX);
-			o->res.cause = -ETIME;
+			if (o->op == KVTD_LOOKUP)
+				o->res.cause = -ETIME;
 			return;
 		}
 		if (rep.res.status < 0) {

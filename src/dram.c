@@ -101,9 +101,12 @@ struct kvt_dram {
 	uint64_t objects, bytes, evictions, hits, misses, removes;
 	uint64_t evicted_unsaved; /* evictions of unsaved slots: no deeper tier held them */
 	uint32_t flush_passes;    /* kvt__dram_flush_pass's last number */
-	/* where the flush pass cursor_pass goes on (a pass walks the slots in index order: a
-	 * flush writes them all, in no particular order, once each) */
-	uint32_t flush_cursor, cursor_pass;
+	/* where each recent flush pass goes on (a pass walks the slots in index order: a flush
+	 * writes them all, in no particular order, once each); passes run concurrently (a
+	 * daemon's clients flush at once), so one per pass, the oldest reused */
+	struct {
+		uint32_t pass, cursor;
+	} flush_at[8];
 	kvt_dram_change_fn on_change;
 	void *on_change_arg;
 };
@@ -857,15 +860,21 @@ uint32_t kvt__dram_dirty_victims(struct kvt_dram *d, struct kvt_slot_ref *refs, 
 		 * pool once. Until 2026-12-05 it widened the look from the coldest end as
 		 * write-back does, re-walking every slot it had taken: ~N^2/8 steps for N dirty
 		 * slots, all under the pool's mutex (a 16 GiB write-back pool of 64 KiB chunks:
-		 * billions, in kvt_flush and twice in close). Another pass starting meanwhile
-		 * moves the cursor back to 0: this one then looks again at slots it took (their
-		 * mark or job makes it pass them) - more steps, nothing missed. */
-		if (d->cursor_pass != pass) {
-			d->cursor_pass = pass;
-			d->flush_cursor = 0;
+		 * billions, in kvt_flush and twice in close). Each pass has its cursor: two
+		 * concurrent flushes no longer send each other back to slot 0. */
+		uint32_t *cur = NULL, oldest = 0;
+		for (uint32_t i = 0; i < KVT_ARRAY_SIZE(d->flush_at) && !cur; i++)
+			if (d->flush_at[i].pass == pass)
+				cur = &d->flush_at[i].cursor;
+			else if (d->flush_at[i].pass < d->flush_at[oldest].pass)
+				oldest = i;
+		if (!cur) { /* a new pass (or one that outlived 8 newer: it starts over) */
+			d->flush_at[oldest].pass = pass;
+			d->flush_at[oldest].cursor = 0;
+			cur = &d->flush_at[oldest].cursor;
 		}
-		for (; d->flush_cursor < d->nslots && found < n; d->flush_cursor++) {
-			int32_t id = (int32_t)d->flush_cursor;
+		for (; *cur < d->nslots && found < n; (*cur)++) {
+			int32_t id = (int32_t)*cur;
 			struct slot *s = &d->slots[id];
 			if (s->state != S_PUBLISHED || !s->dirty || s->flush_pass == pass || s->jobs)
 				continue;

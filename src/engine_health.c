@@ -399,7 +399,8 @@ void kvt__e_link_result(struct kvt_store *s, struct link *l, int rc)
 	/* Open and still cooling down: this is a call made before it opened, answering (or
 	 * expiring) late - it says nothing new. Until 2026-12-05 each one doubled the cool-down:
 	 * one stall with 12 calls out skipped the tier for 30 s instead of 0.5 s. Once cooled
-	 * down, a failure (the probe's) doubles it. */
+	 * down, a failure doubles it: the probe's, or (not told apart) one of those earlier
+	 * calls whose deadline ends after the cool-down. */
 	uint64_t until = atomic_load(&l->open_until_ns);
 	if (until && kvt__now_ns() < until)
 		return;

@@ -592,6 +592,44 @@ static void test_flush_pass_linear(void **unused)
 	kvt__dram_destroy(d);
 }
 
+/* Two flush passes at once (two clients of a daemon flushing), their calls alternating:
+ * each takes every dirty slot once. With one cursor for all passes each call sent the other
+ * back to slot 0, and they took the same first slots over and over without end. */
+static void test_flush_passes_concurrent(void **unused)
+{
+	(void)unused;
+	enum { SLOTS = 4096 };
+	struct kvt_dram *d = mk("lru", SLOTS, 4096);
+	for (uint64_t i = 0; i < SLOTS; i++)
+		put(d, i, NULL, true);
+	uint32_t a = kvt__dram_flush_pass(d), b = kvt__dram_flush_pass(d);
+	uint32_t got_a = 0, got_b = 0, n, calls = 0;
+	struct kvt_slot_ref r[16];
+	bool more_a = true, more_b = true;
+	while ((more_a || more_b) && calls < 4 * SLOTS) {
+		if (more_a) {
+			n = kvt__dram_dirty_victims(d, r, 16, a);
+			for (uint32_t i = 0; i < n; i++)
+				kvt__dram_unpin(d, r[i].id);
+			got_a += n;
+			more_a = n > 0;
+		}
+		if (more_b) {
+			n = kvt__dram_dirty_victims(d, r, 16, b);
+			for (uint32_t i = 0; i < n; i++)
+				kvt__dram_unpin(d, r[i].id);
+			got_b += n;
+			more_b = n > 0;
+		}
+		calls++;
+	}
+	print_message("two concurrent flush passes: %u and %u slots in %u rounds\n", got_a, got_b,
+		      calls);
+	assert_int_equal(got_a, SLOTS);
+	assert_int_equal(got_b, SLOTS);
+	kvt__dram_destroy(d);
+}
+
 static void test_dirty_victims_order(void **unused)
 {
 	struct kvt_dram *d = mk("lru", 16, 4096);
@@ -1020,6 +1058,7 @@ int main(void)
 	    cmocka_unit_test(test_abort),
 	    cmocka_unit_test(test_dirty_victims_order),
 	    cmocka_unit_test(test_flush_pass_linear),
+	    cmocka_unit_test(test_flush_passes_concurrent),
 	    cmocka_unit_test(test_stats_and_scan),
 	    cmocka_unit_test(test_no_heap_after_create),
 	    cmocka_unit_test(test_long_chains_evict_bounded),
