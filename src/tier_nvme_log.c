@@ -835,7 +835,10 @@ void nv_log_kick(struct nv *s)
 bool nv_log_flushed(const struct nv *s, uint64_t mark)
 {
 	const struct nv_log *lg = s->lg;
-	return !lg || lg->broken || lg->tombs_written >= mark;
+	/* stopped: what is owed is the flush's error; a batch already at the disk still lands
+	 * its removals (or, failing, owes them) - until 2026-12-05 a stopped log answered at
+	 * once, and a removal batch in flight was not waited for */
+	return !lg || (lg->broken ? lg->inflight == 0 : lg->tombs_written >= mark);
 }
 
 uint64_t nv_log_flush_mark(const struct nv *s)
@@ -854,6 +857,7 @@ int nv_log_flush_err(const struct nv *s)
 bool nv_log_busy(struct nv *s)
 {
 	return s->lg && (((s->lg->count || s->lg->ntombs) && !s->lg->broken) ||
+			 s->lg->inflight || /* at the disk, stopped or not: its CQE is reaped */
 			 s->lg->rd_state == NV_RD_READING); /* its CQE must be reaped */
 }
 
