@@ -550,6 +550,15 @@ static bool advance(struct nv *s)
 		}
 		if (g->readers)
 			return false; /* reads started before: they finish first */
+		/* nvme.fsync=none through the page cache (nvme.direct off, or a file system that
+		 * refuses O_DIRECT): copies moved here from segment `next` (reinsertion) are
+		 * acknowledged from the page cache, and the durable header below ends their old
+		 * place. Synced first, or a power cut after the header lost them from both
+		 * places (from a review; not reproduced: a test cannot drop the page cache as a
+		 * power cut does). With O_DIRECT they are at the device already. */
+		if (s->fsync_mode == NV_FSYNC_NONE && !lg->direct && lg->have_cur &&
+		    lg->segs[lg->cur].fd >= 0)
+			(void)fdatasync(lg->segs[lg->cur].fd);
 		int rc = nv_log_write_header(s, next, g->gen + 1);
 		if (rc < 0) {
 			KVT_WARN(s->log, "nvme: log segment %u header: %s: log writes stop", next,
