@@ -20,6 +20,11 @@
  * Fourth part: an entry that cannot be a segment (a directory "3.kvl") ends the cycle
  * before it, and the capacity follows (it stayed that of 5 segments while the run, failing
  * to create 3.kvl, cycled over 3).
+ * Fifth part (root: an immutable log directory): the gap's segment cannot be created again
+ * while segments past it exist: log writes stop and the run's puts take the file path, so
+ * a flush's puts survive the next open - until 2026-12-05 the cycle shrank to the segments
+ * before the gap, the run appended there, and the next open, finding the gap again,
+ * voided the log with every one of them.
  */
 #include "nvme_util.h"
 
@@ -154,6 +159,34 @@ int main(void)
 	       (unsigned long long)ts.capacity_bytes, (unsigned long long)ts.bytes, shrunk);
 	CHECK_EQ(ts.capacity_bytes, 16ull << 20); /* was 48 MiB */
 	CHECK_EQ(shrunk, 0);
+
+	/* 5. */
+	if (geteuid() == 0) {
+		snprintf(dir, sizeof(dir), "%s/h", root);
+		gap_make(dir, 7, b);
+		snprintf(p, sizeof(p), "%s/log", dir);
+		set_immutable(p, 1); /* 1.kvl cannot be created again */
+		CHECK_EQ(gap_open_small(&t, dir), 0);
+		for (uint64_t i = 0; i < 50; i++) {
+			k = make_key(8, i);
+			fill_object(b, OBJ, &k);
+			CHECK_EQ(t_write(t, &k, b, OBJ), 0);
+		}
+		CHECK_EQ(t_flush(t), 0);
+		kvt__tier_close(t);
+		set_immutable(p, 0);
+		CHECK_EQ(gap_open_small(&t, dir), 0);
+		int served = 0;
+		for (uint64_t i = 0; i < 50; i++)
+			served += gap_present(t, 8, i);
+		kvt__tier_close(t);
+		printf("nvme_log_gap_cycle: the gap's segment cannot be made again: %d of 50 flushed "
+		       "puts served after a reopen\n",
+		       served);
+		CHECK_EQ(served, 50);
+	} else {
+		printf("nvme_log_gap_cycle: part 5 needs root (an immutable directory): not run\n");
+	}
 	free(b);
 	rm_rf(root);
 	printf("nvme_log_gap_cycle: ok\n");
