@@ -37,17 +37,29 @@ import json
 import sys
 
 
+class Blocks(list):
+    """A request's hash_ids, and how many of them are full 512-token blocks."""
+    full = 0
+
+
 def load(path):
     reqs = []
     with open(path) as f:
         for line in f:
             d = json.loads(line)
-            reqs.append((d["timestamp"], d["hash_ids"]))
+            h = Blocks(d["hash_ids"])
+            h.full = d.get("input_length", 512 * len(h)) // 512
+            reqs.append((d["timestamp"], h))
     return reqs
 
 
 def conv_of(h):
-    return h[min(5, len(h) - 1)]
+    """A conversation's key: its block at position 5, or its last full one when shorter. A
+    prompt's partial last block gets a new id at the next turn (the turn extends it): keyed
+    by it, a short first turn and its second looked like two conversations (until
+    2026-12-05; a review found it, about 8 % of conversations)."""
+    full = getattr(h, "full", len(h))
+    return h[min(5, max(full - 1, 0), len(h) - 1)]
 
 
 def run(reqs, cap_blocks, mode):
