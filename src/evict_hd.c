@@ -95,7 +95,6 @@ struct hd {
 	struct kvt_sketch *freq;
 	struct kvt_idlist lru;
 	struct kvt_idlink *links;
-	struct { float d; uint32_t id; } *scratch; /* peek */
 	/* "hda" only: explicit admission (see the top of the file) */
 	bool adm;
 	struct kvt_idlist prob;	   /* resident blocks on probation, newest at the head */
@@ -123,7 +122,6 @@ static void hd_destroy(void *st)
 	kvt__free(p->cls);
 	kvt__free(p->uses);
 	kvt__free(p->res_hits);
-	kvt__free(p->scratch);
 	kvt__free(p->links);
 	kvt__free(p->plinks);
 	kvt__free(p->inprob);
@@ -151,7 +149,6 @@ static int create(uint32_t capacity, bool adm, void **out)
 	p->cls = kvt__calloc(capacity, 1);
 	p->uses = kvt__calloc(capacity, 1);
 	p->res_hits = kvt__calloc(capacity, 1);
-	p->scratch = kvt__malloc((size_t)capacity * sizeof(*p->scratch));
 	p->links = kvt__calloc(capacity, sizeof(*p->links));
 	kvt__idl_init(&p->lru);
 	/* A sketch takes at most 2^32 counters (16 GiB): past 2^28 slots it saturates sooner
@@ -160,7 +157,7 @@ static int create(uint32_t capacity, bool adm, void **out)
 	int rc = kvt__sketch_create(width, 15, true, &p->freq);
 	p->pwin = KVT_IDL_NIL;
 	if (rc < 0 || !p->res || !p->pos || !p->last || !p->khash || !p->cls || !p->uses ||
-	    !p->res_hits || !p->scratch || !p->links || kvt__okset_init(&p->lok, capacity, 1) < 0) {
+	    !p->res_hits || !p->links || kvt__okset_init(&p->lok, capacity, 1) < 0) {
 		hd_destroy(p);
 		return -ENOMEM;
 	}
@@ -477,52 +474,24 @@ static void hd_mark(void *st, uint32_t id, bool ok)
 		kvt__okset_mark(&p->pok, id, ok);
 }
 
-/* The n lowest densities in ascending order, without allocating: a max-heap of n entries
- * in scratch, then popped from the back. */
-static void sift_down(struct hd *p, uint32_t i, uint32_t n)
-{
-	for (;;) {
-		uint32_t c = 2 * i + 1;
-		if (c >= n)
-			return;
-		if (c + 1 < n && p->scratch[c + 1].d > p->scratch[c].d)
-			c++;
-		if (p->scratch[c].d <= p->scratch[i].d)
-			return;
-		float td = p->scratch[i].d;
-		uint32_t ti = p->scratch[i].id;
-		p->scratch[i] = p->scratch[c];
-		p->scratch[c].d = td;
-		p->scratch[c].id = ti;
-		i = c;
-	}
-}
-
+/* The n blocks to write back first (dram.c's write-back: the coldest dirty slots, so that
+ * clean ones are there when eviction wants them): hda's probation from its oldest while
+ * probation is over its target (where its victims come from), then the LRU list from its
+ * tail - LRU's choice is always a candidate of the ranking. O(n), not the order of victim()
+ * exactly. Until 2026-12-05 it ranked every resident block by density for each call:
+ * 2.5 ms at 65,536 blocks and 9.7 ms at 262,144 under the pool's mutex, for every 16 slots
+ * write-back cleaned (LRU's peek: 0.1 us). */
 static uint32_t hd_peek(void *st, uint32_t *ids, uint32_t n)
 {
 	struct hd *p = st;
-	uint32_t k = KVT_MIN(n, p->n), h = 0;
-	if (!k)
-		return 0;
-	for (uint32_t i = 0; i < p->n; i++) {
-		float d = density(p, p->res[i]);
-		if (h < k) { /* fill, then heapify once full */
-			p->scratch[h].d = d;
-			p->scratch[h++].id = p->res[i];
-			if (h == k)
-				for (uint32_t j = k / 2 + 1; j-- > 0;)
-					sift_down(p, j, k);
-		} else if (d < p->scratch[0].d) {
-			p->scratch[0].d = d;
-			p->scratch[0].id = p->res[i];
-			sift_down(p, 0, k);
-		}
-	}
-	for (uint32_t left = k; left > 0; left--) { /* largest first into the back */
-		ids[left - 1] = p->scratch[0].id;
-		p->scratch[0] = p->scratch[left - 1];
-		sift_down(p, 0, left - 1);
-	}
+	uint32_t k = 0;
+	bool prob_first = p->adm && p->prob.len > p->target;
+	if (prob_first)
+		for (uint32_t id = p->prob.tail; id != KVT_IDL_NIL && k < n; id = p->plinks[id].prev)
+			ids[k++] = id;
+	for (uint32_t id = p->lru.tail; id != KVT_IDL_NIL && k < n; id = p->links[id].prev)
+		if (!prob_first || !p->inprob[id]) /* those were listed above */
+			ids[k++] = id;
 	return k;
 }
 

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -65,6 +66,36 @@ static void expect_peek(struct kvt_evict *e, const uint32_t *want, uint32_t n)
 	assert_int_equal(kvt__evict_peek(e, got, 64), n);
 	for (uint32_t i = 0; i < n; i++)
 		assert_int_equal(got[i], want[i]);
+}
+
+/* Write-back asks the policy for its coldest blocks (peek) for every 16 slots it cleans,
+ * under the pool's mutex: that must not cost a walk of every resident block. 262,144
+ * blocks, peek(64) 100 times: until 2026-12-05 hd and hda ranked them all by density each
+ * time (0.9-9.7 ms a call); now a list walk (0.1 us). A bound of 100 us a call leaves a
+ * sanitizer build on a loaded machine room. */
+static void test_peek_cheap(void **unused)
+{
+	(void)unused;
+	const char *names[] = {"lru", "arc", "pslru", "hd", "hda", "lru2"};
+	enum { CAP = 262144, CALLS = 100 };
+	uint32_t ids[64];
+	for (size_t p = 0; p < sizeof(names) / sizeof(names[0]); p++) {
+		struct kvt_evict *e = mk(names[p], CAP);
+		for (uint32_t i = 0; i < CAP; i++) {
+			kvt__evict_insert(e, i, hash_of(i));
+			kvt__evict_mark(e, i, true);
+		}
+		struct timespec a, b;
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		for (int c = 0; c < CALLS; c++)
+			assert_int_equal(kvt__evict_peek(e, ids, 64), 64);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		double us = ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) /
+			    1e3 / CALLS;
+		print_message("%s: peek(64) of %d blocks %.2f us\n", names[p], CAP, us);
+		assert_true(us < 100);
+		kvt__evict_destroy(e);
+	}
 }
 
 static void test_create_errors(void **unused)
@@ -843,6 +874,7 @@ int main(void)
 	    cmocka_unit_test(test_hd_random_invariants),
 	    cmocka_unit_test(test_hd_learns_reuse),
 	    cmocka_unit_test(test_victim_marked_is_victim),
+	    cmocka_unit_test(test_peek_cheap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
