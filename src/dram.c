@@ -508,9 +508,9 @@ bool kvt__dram_contains(struct kvt_dram *d, const struct kvt_key *key, bool touc
 	pthread_mutex_lock(&d->mu);
 	int32_t id = index_find(d, key, h);
 	bool yes = id >= 0 && d->slots[id].state == S_PUBLISHED;
-	if (yes && touch) {
+	if (yes && touch) { /* a lookup: the get that follows is the use */
 		d->slots[id].cold = false;
-		kvt__evict_touch(d->ev, (uint32_t)id);
+		kvt__evict_refresh(d->ev, (uint32_t)id);
 	}
 	pthread_mutex_unlock(&d->mu);
 	return yes;

@@ -457,6 +457,14 @@ void kvt__evict_touch(struct kvt_evict *e, uint32_t id)
 	e->ops->touch(e->state, id);
 }
 
+void kvt__evict_refresh(struct kvt_evict *e, uint32_t id)
+{
+	if (e->ops->refresh)
+		e->ops->refresh(e->state, id);
+	else
+		e->ops->touch(e->state, id);
+}
+
 void kvt__evict_remove(struct kvt_evict *e, uint32_t id)
 {
 	e->ops->remove(e->state, id);

@@ -26,6 +26,8 @@ const char *kvt__evict_name(const struct kvt_evict *e);
 void kvt__evict_insert(struct kvt_evict *e, uint32_t id, uint64_t khash);
 /* A hit on a resident id. */
 void kvt__evict_touch(struct kvt_evict *e, uint32_t id);
+/* id is about to be used (found by a lookup): see struct kvt_evict_ops.refresh */
+void kvt__evict_refresh(struct kvt_evict *e, uint32_t id);
 /* id leaves without being a policy victim (explicit remove, corrupt). */
 void kvt__evict_remove(struct kvt_evict *e, uint32_t id);
 /* id leaves as a victim the owner chose (dram.partial_first): the policy counts it as an

@@ -354,6 +354,16 @@ static void hd_touch(void *st, uint32_t id)
 	tick(p);
 }
 
+/* A lookup found it: to the head of the LRU list (so it is not LRU's candidate before its
+ * get), nothing counted - its age and class move at the get, its one use. */
+static void hd_refresh(void *st, uint32_t id)
+{
+	struct hd *p = st;
+	if (id >= p->cap || p->pos[id] == UINT32_MAX)
+		return;
+	kvt__okl_to_head(&p->lok, 0, &p->lru, p->links, id);
+}
+
 static void drop(struct hd *p, uint32_t id)
 {
 	/* the hits of this residency join the block's history now (one sketch update per
@@ -507,6 +517,7 @@ const struct kvt_evict_ops kvt__evict_hd_ops = {
     .destroy = hd_destroy,
     .insert = hd_insert,
     .touch = hd_touch,
+    .refresh = hd_refresh,
     .remove = hd_remove,
     .expire = hd_expire,
     .victim = hd_victim,
@@ -522,6 +533,7 @@ const struct kvt_evict_ops kvt__evict_hda_ops = {
     .destroy = hd_destroy,
     .insert = hd_insert,
     .touch = hd_touch,
+    .refresh = hd_refresh,
     .remove = hd_remove,
     .expire = hd_expire,
     .victim = hd_victim,

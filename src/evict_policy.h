@@ -22,6 +22,11 @@ struct kvt_evict_ops {
 	void (*destroy)(void *state);
 	void (*insert)(void *state, uint32_t id, uint64_t khash);
 	void (*touch)(void *state, uint32_t id);
+	/* Optional (NULL: touch): id is about to be used (a lookup found it; the get that
+	 * follows is the use): keep it from going first without counting a hit - hd counts
+	 * each touch as a hit at its age, and a store's lookup, prefetch and get of one chunk
+	 * made three (the replay, one) */
+	void (*refresh)(void *state, uint32_t id);
 	void (*remove)(void *state, uint32_t id);
 	/* Optional (NULL: remove): id leaves before its turn as a victim would, counted in
 	 * the policy's statistics (hd's evictions by age) but remembered nowhere (no ghost):
