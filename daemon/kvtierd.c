@@ -305,80 +305,67 @@ static uint64_t deadline_of(const struct kvtd_req *r)
 	return r->deadline_ns && r->deadline_ns < UINT64_MAX - now ? now + r->deadline_ns : 0;
 }
 
-/* A get into, or a put from, the client's region, served by the request's deadline. */
-static void copy_call(struct conn *c, const struct kvtd_req *r, struct kvt_result *res)
+/* Start r's call on the store with a direct completion into h (held_cb). */
+static int call_start(struct conn *c, const struct kvtd_req *r, struct held *h)
 {
-	uint64_t by = deadline_of(r);
-	struct held *h = held_new();
-	if (!h) {
-		res->status = -ENOMEM;
-		return;
-	}
+	struct kvt_store *s = g_st.store;
 	uint8_t *p = c->shm + r->off;
-	const struct kvt_key *parent = r->has_parent ? &r->parent : NULL;
-	int rc = RETRY_BY(r->op == KVTD_GET
-				  ? kvt__store_get_direct(g_st.store, &r->key, r->layer_begin,
-							  r->layer_end, p, r->len, held_cb, h)
-				  : kvt__store_put_direct(g_st.store, &r->key, parent, r->n_tokens,
-							  p, r->len, held_cb, h),
-			  by);
-	if (rc < 0) {
-		held_free(h);
-		res->status = rc;
-		return;
-	}
-	if (!held_wait(c, h, by, true)) {
-		res->status = -ETIME;
-		return;
-	}
-	*res = h->res;
-	held_free(h);
-	if (r->op == KVTD_PUT) {
-		res->tier = KVT_TIER_NONE;
-		if (res->status >= 0)
-			res->bytes = r->len;
+	switch (r->op) {
+	case KVTD_GET:
+		return kvt__store_get_direct(s, &r->key, r->layer_begin, r->layer_end, p, r->len,
+					     held_cb, h);
+	case KVTD_PUT:
+		return kvt__store_put_direct(s, &r->key, r->has_parent ? &r->parent : NULL,
+					     r->n_tokens, p, r->len, held_cb, h);
+	case KVTD_LOOKUP:
+		return kvt__store_lookup_direct(s, (const struct kvt_key *)p, r->n,
+						(int8_t *)(p + r->n * KVT_KEY_BYTES), held_cb, h);
+	case KVTD_REMOVE:
+		return kvt__store_remove_direct(s, &r->key, held_cb, h);
+	default: /* KVTD_FLUSH */
+		return kvt__store_flush_direct(s, held_cb, h);
 	}
 }
 
-/* A lookup, remove or flush, waited for until the client's budget as copy_call waits for
- * a get or put: a slow tier gets the client -ETIME (a cut) before its own timeout, which
- * would take the daemon for dead. Until 2026-12-05 only gets and puts had a budget: a
- * flush behind a slow write-through, or a lookup or remove a stalled tier held, timed the
- * client out, and every call of that process then failed at once for the backoff, DRAM
- * hits included. -EAGAIN answers (the store's bounds) are tried again, as RETRY did. */
+/* A get, put, lookup, remove or flush, waited for until the request's deadline (the
+ * client's budget): a slow tier gets the client -ETIME (a cut) before its own timeout,
+ * which would take the daemon for dead. A get, put or lookup uses the client's region
+ * until its end: cut, it owns the region (held_wait). Until 2026-12-05 only gets and puts
+ * had a budget: a flush behind a slow write-through, or a lookup or remove a stalled tier
+ * held, timed the client out, and every call of that process then failed at once for the
+ * backoff, DRAM hits included. A lookup, remove or flush answered -EAGAIN (the store's
+ * bounds) is tried again, as the synchronous calls' RETRY did. */
 static void held_call(struct conn *c, const struct kvtd_req *r, struct kvt_result *res)
 {
-	struct kvt_store *s = g_st.store;
 	uint64_t by = deadline_of(r);
-	uint8_t *p = c->shm + r->off;
+	bool region = r->op == KVTD_GET || r->op == KVTD_PUT || r->op == KVTD_LOOKUP;
+	bool again = r->op != KVTD_GET && r->op != KVTD_PUT;
 	for (int tries = 0;; tries++) {
 		struct held *h = held_new();
 		if (!h) {
 			res->status = -ENOMEM;
 			return;
 		}
-		int rc = RETRY_BY(r->op == KVTD_LOOKUP
-					  ? kvt__store_lookup_direct(
-						    s, (const struct kvt_key *)p, r->n,
-						    (int8_t *)(p + r->n * KVT_KEY_BYTES), held_cb, h)
-				  : r->op == KVTD_REMOVE ? kvt__store_remove_direct(s, &r->key, held_cb, h)
-							 : kvt__store_flush_direct(s, held_cb, h),
-				  by);
+		int rc = RETRY_BY(call_start(c, r, h), by);
 		if (rc < 0) {
 			held_free(h);
 			res->status = rc;
 			return;
 		}
-		/* a lookup writes its answer into the region at the end: cut, it owns it */
-		if (!held_wait(c, h, by, r->op == KVTD_LOOKUP)) {
+		if (!held_wait(c, h, by, region)) {
 			res->status = -ETIME;
 			return;
 		}
 		*res = h->res;
 		held_free(h);
-		if (res->status != -EAGAIN || tries >= 5000 || (by && kvt__now_ns() >= by))
-			return;
+		if (!again || res->status != -EAGAIN || tries >= 5000 || (by && kvt__now_ns() >= by))
+			break;
 		usleep(200);
+	}
+	if (r->op == KVTD_PUT) {
+		res->tier = KVT_TIER_NONE;
+		if (res->status >= 0)
+			res->bytes = r->len;
 	}
 }
 
@@ -443,7 +430,7 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 		return;
 	}
 	/* The store's gate is held until acq_cb: a cut acquire outlives this thread, and
-	 * kvt_store_close must wait for it (as for the gets and puts of copy_call). */
+	 * kvt_store_close must wait for it (as for the gets and puts of held_call). */
 	int rc = kvt__store_enter(s);
 	if (rc == 0 &&
 	    (rc = RETRY_BY(kvt__store_acquire_cause(s, &sk, acq_cb, h, &h->cause), by)) < 0)
@@ -696,8 +683,6 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 	switch (r->op) {
 	case KVTD_PUT:
 	case KVTD_GET:
-		copy_call(c, r, res);
-		break;
 	case KVTD_LOOKUP: /* res->cause: why the prefix stopped, if a tier could not say */
 	case KVTD_REMOVE:
 	case KVTD_FLUSH:

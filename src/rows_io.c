@@ -54,7 +54,7 @@ struct kvt_rows {
 	/* in-process started loads (kvt_rows_load_start), under m: the pump thread (made at
 	 * the first) submits their chunks as permits come back - see pump_main */
 	struct batch *jobs, *jobs_tail; /* in start order: the oldest is served first */
-	pthread_cond_t pump_c; /* a job started, or a permit of one came back, or closing */
+	pthread_cond_t pump_c; /* CLOCK_MONOTONIC: a job started, a permit came back, closing */
 	pthread_t pump;
 	bool pump_made;
 };
@@ -154,9 +154,9 @@ static int rows_open(struct kvt_store *s, const struct kvt_row_layout *lay, void
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&r->c, &ca);
+	pthread_cond_init(&r->pump_c, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&r->sq_c, NULL);
-	pthread_cond_init(&r->pump_c, NULL);
 	r->free_bufs = kvt__calloc(staging, sizeof(void *));
 	if (!r->free_bufs) {
 		kvt_rows_close(r);
@@ -907,13 +907,9 @@ static void *pump_main(void *arg)
 	pthread_mutex_lock(&r->m);
 	while (!r->closing) {
 		if (nap) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts); /* pump_c's clock */
-			ts.tv_nsec += 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
+			uint64_t until = kvt__now_ns() + 1000000; /* pump_c: CLOCK_MONOTONIC */
+			struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+					      .tv_nsec = (long)(until % 1000000000ull)};
 			pthread_cond_timedwait(&r->pump_c, &r->m, &ts);
 			nap = false;
 			continue;
