@@ -5,8 +5,10 @@
 #ifndef KVT_TEST_CHECK_H
 #define KVT_TEST_CHECK_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CHECK(cond)                                                                           \
 	do {                                                                                  \
@@ -36,5 +38,19 @@
 			exit(1);                                                              \
 		}                                                                             \
 	} while (0)
+
+/* A part of a test this machine may be unable to run (can: it can; not root, no huge
+ * pages). Under CI=true a test must not skip: that is a failure (exit 1). Else the part is
+ * said to be skipped, and false returned. */
+static inline bool check_part_runs(bool can, const char *part, const char *why)
+{
+	if (can)
+		return true;
+	bool ci = getenv("CI") && !strcmp(getenv("CI"), "true");
+	fprintf(stderr, "%s: %s: %s\n", ci ? "FAIL" : "SKIP", part, why);
+	if (ci)
+		exit(1);
+	return false;
+}
 
 #endif

@@ -45,11 +45,8 @@ static void loop_cleanup(void)
  * test's exit status (1 in CI, where a test must not skip; else 77, skip). */
 static int loop_root(const char *name)
 {
-	if (geteuid() != 0) {
-		bool ci = getenv("CI") && !strcmp(getenv("CI"), "true");
-		printf("%s: needs root to mount a loop file system\n", ci ? "FAIL" : "SKIP");
-		return ci ? 1 : 77;
-	}
+	if (!check_part_runs(geteuid() == 0, name, "needs root to mount a loop file system"))
+		return 77;
 	snprintf(g_root, sizeof(g_root), "/var/tmp/kvt-%s-XXXXXX", name);
 	CHECK(mkdtemp(g_root));
 	atexit(loop_cleanup);
