@@ -76,6 +76,7 @@ struct slot {
 	bool cold;	/* a partial chunk not hit since its publish: on the cold FIFO */
 	uint32_t flush_pass; /* the flush pass that last took it (kvt__dram_dirty_victims) */
 	uint32_t jobs;	     /* write-behind jobs of it not complete (kvt__dram_job) */
+	uint8_t reoffer;     /* kvt__dram_add_reoffer: offered deeper again on a hit */
 };
 
 struct kvt_dram {
@@ -225,6 +226,7 @@ static void slot_reset(struct kvt_dram *d, struct slot *s)
 	s->object_bytes = 0;
 	s->n_tokens = 0;
 	s->cold = false;
+	s->reoffer = 0;
 	s->gen++;
 	refresh(d, s);
 }
@@ -278,6 +280,7 @@ static void fill_ref(const struct kvt_dram *d, int32_t id, struct kvt_slot_ref *
 	if (s->has_parent_key)
 		ref->parent = s->parent_key;
 	ref->discarded = false;
+	ref->reoffer = s->reoffer;
 }
 
 /* dram.prefault: fault every page of the pool in now, at open, so that the first restores
@@ -776,6 +779,28 @@ void kvt__dram_set_unsaved(struct kvt_dram *d, int32_t id)
 void kvt__dram_clear_unsaved(struct kvt_dram *d, int32_t id)
 {
 	mark(d, id, false, false, true);
+}
+
+void kvt__dram_add_reoffer(struct kvt_dram *d, int32_t id, uint8_t links)
+{
+	if (!valid_id(d, id))
+		return;
+	pthread_mutex_lock(&d->mu);
+	if (d->slots[id].state == S_PUBLISHED)
+		d->slots[id].reoffer |= links;
+	pthread_mutex_unlock(&d->mu);
+}
+
+uint8_t kvt__dram_take_reoffer(struct kvt_dram *d, int32_t id)
+{
+	if (!valid_id(d, id))
+		return 0;
+	pthread_mutex_lock(&d->mu);
+	struct slot *s = &d->slots[id];
+	uint8_t links = s->state == S_PUBLISHED ? s->reoffer : 0;
+	s->reoffer = 0;
+	pthread_mutex_unlock(&d->mu);
+	return links;
 }
 
 uint64_t kvt__dram_evicted_unsaved(struct kvt_dram *d)

@@ -66,6 +66,8 @@ struct kvt_slot_ref {
 	bool discarded; /* false from DRAM; set by the engine on a promotion a remove overtook:
 			 * the slot never entered the index, its bytes are only this pin's to
 			 * read (the chunk is not resident) */
+	uint8_t reoffer; /* chain positions (bits) whose admission declined it for a reason
+			  * that can change: offered to them again on a hit */
 };
 
 int kvt__dram_create(const struct kvt_dram_options *o, struct kvt_dram **out);
@@ -120,6 +122,12 @@ void kvt__dram_set_unsaved(struct kvt_dram *d, int32_t id);
  * slot: one dirty for another reason stays so. */
 void kvt__dram_clear_unsaved(struct kvt_dram *d, int32_t id);
 uint64_t kvt__dram_evicted_unsaved(struct kvt_dram *d);
+/* Admission at the deeper tiers in links (bits of chain positions) declined the published
+ * slot for a reason a later sighting can change (kvt__admit_reoffer): its hits offer it
+ * again. take: the marks, cleared, for the one hit that offers it (0: none, or another
+ * hit took them). Both cleared with the slot. */
+void kvt__dram_add_reoffer(struct kvt_dram *d, int32_t id, uint8_t links);
+uint8_t kvt__dram_take_reoffer(struct kvt_dram *d, int32_t id);
 /* Remove key: 0, -ENOENT, or -EBUSY if pinned (it is then unlinked from the index at once
  * and its slot freed at the last unpin; so is a kvt__dram_reserve slot not published yet,
  * which then never is). */

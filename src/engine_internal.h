@@ -188,6 +188,9 @@ struct wb {
 	struct wb *park_next; /* the key record's parked list */
 	int end;              /* the chain position it writes up to, once started */
 	bool keep_dirty;      /* a tier was never tried (no memory, blocked): stay dirty */
+	/* a hit's second offer of a clean slot (kvt__e_wb_reoffer): written only to these
+	 * positions (bits), whose admission declined it before; 0 for every other job */
+	uint8_t reoffer;
 	_Atomic bool hold_dropped; /* no longer counted in the store's wb_holds */
 	struct remove_op *after; /* removes of key waiting for this job */
 	/* put completion when the put waits for the writes (no DRAM tier) */
@@ -482,6 +485,9 @@ void kvt__e_keyrec_free_all(struct kvt_store *s);
 int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct);
 void kvt__e_wb_dirty_all(struct kvt_store *s);
 void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key, const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct);
+/* A DRAM hit's second offer of a chunk admission declined (engine_wb.c). */
+void kvt__e_wb_reoffer(struct kvt_store *s, const struct kvt_key *key,
+		       const struct kvt_slot_ref *hit);
 struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key, const struct kvt_slot_ref *ref, const void *tail, uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct);
 void kvt__e_wb_start(struct wb *w, int end);
 bool kvt__e_wb_rewrite_claim(struct kvt_store *s, struct keyrec *rec, int link);

@@ -781,6 +781,8 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 			int64_t n = get_extract(g, ref.buf, &h);
 			atomic_fetch_add(&s->links[s->dram_pos].hits, 1);
 			kvt__e_admission_record(s, key);
+			if (ref.reoffer)
+				kvt__e_wb_reoffer(s, key, &ref);
 			get_selective(s, key, &ref);
 			kvt__dram_unpin(s->dram, ref.id);
 			if (n < 0)

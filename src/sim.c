@@ -471,6 +471,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 	memset(tier, 0, sizeof(tier));
 	struct kvt_admit *admit = NULL;
 	uint32_t *uses_left = NULL; /* admit_oracle: later uses of each block */
+	uint8_t *declined = NULL;  /* admission declined it while in DRAM: re-offered on hits */
 	double *ttft = NULL, *ttft0 = NULL, *gfree = NULL, *gfree0 = NULL;
 	int8_t *tiers = NULL, *found = NULL; /* per hit block: its cost tier, its sim tier */
 	uint32_t max_blocks = 0;
@@ -487,6 +488,10 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		goto out;
 	out->capacity_blocks[0] = o->dram_tokens / bt;
 	out->capacity_blocks[1] = o->nvme_tokens / bt;
+	if (!(declined = kvt__calloc(KVT_MAX(b.n, 1u), 1))) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	if (o->admit_oracle) {
 		if (!(uses_left = kvt__calloc(KVT_MAX(b.n, 1u), sizeof(uint32_t)))) {
 			rc = -ENOMEM;
@@ -624,19 +629,29 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 					out->write_bytes[0] += bytes;
 				}
 			}
+			/* Offered to NVMe where the store offers it: when it enters DRAM (a put;
+			 * a promotion comes from NVMe), and on a DRAM hit if admission declined it
+			 * for a reason that can change (kvt__admit_reoffer: the store re-offers
+			 * such a slot on its hits). */
+			int verdict = KVT_ADMIT_YES;
+			bool offer = !in_dram || declined[k];
 			if (tier[1].cap) {
 				if (in_nvme) {
 					tier_touch(&tier[1], k);
+				} else if (!offer) {
+					/* in DRAM, written or declined for good: the store asks nothing */
 				} else if (uses_left && !uses_left[k]) {
 					out->nvme_writes_skipped++;
 				} else if (admit &&
-					   kvt__admit_decide(admit, b.khash[k],
+					   (verdict = kvt__admit_decide(admit, b.khash[k],
 							     b.parent[k] != NONE ? b.khash[b.parent[k]] : 0,
 							     (uint64_t)i * bt,
 							     kvt__trace_block_len(t, q, i),
-							     bytes) != KVT_ADMIT_YES) {
+							     bytes)) != KVT_ADMIT_YES) {
 					out->nvme_writes_skipped++;
+					declined[k] = kvt__admit_reoffer(verdict);
 				} else {
+					declined[k] = 0;
 					if ((rc = tier_insert(&tier[1], k, false)) < 0)
 						goto out;
 					out->evictions[1] += (uint64_t)rc;
@@ -693,6 +708,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 out:
 	kvt__admit_destroy(admit);
 	kvt__free(uses_left);
+	kvt__free(declined);
 	kvt__free(ttft);
 	kvt__free(ttft0);
 	kvt__free(gfree);

@@ -97,6 +97,15 @@ int kvt__admit_decide(struct kvt_admit *a, uint64_t khash, uint64_t parent, uint
 /* "off" / "chain" -> enum kvt_admit_predict; -EINVAL otherwise. */
 int kvt__admit_predict_parse(const char *name);
 const char *kvt__admit_verdict_name(int verdict);
+/* Can a later access change this verdict? COLD, UNPREDICTED and BUDGET depend on what was
+ * seen and when; SHORT and RECOMPUTE on the chunk's position only. The store re-offers a
+ * DRAM slot declined for a reason that can change on the slot's next hit (a second
+ * sighting that hits DRAM is what min_freq = 2 waits for); the replay does the same. */
+static inline bool kvt__admit_reoffer(int verdict)
+{
+	return verdict == KVT_ADMIT_COLD || verdict == KVT_ADMIT_UNPREDICTED ||
+	       verdict == KVT_ADMIT_BUDGET;
+}
 struct kvt_sketch *kvt__admit_sketch(struct kvt_admit *a);
 
 #endif

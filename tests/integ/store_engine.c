@@ -443,6 +443,59 @@ static void test_admission(const char *dir)
 	kvt_config_destroy(c);
 }
 
+/* A chunk admission declined at its put is offered again when it is hit in DRAM (its
+ * second sighting): written then, once. One declined for its position
+ * (admission.min_prefix_tokens) is not: hits do not change that verdict. */
+static void test_admission_reoffer(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "admission.min_freq", "2");
+	test_set(c, "dram.bytes", "2MiB"); /* holds all 10 */
+	struct kvt_store *s = open_store(c);
+	struct kvt_key a[10];
+	make_keys(s, a, 10, 71);
+	put_n(s, a, 10, 500);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].objects == 0 && st.tier[1].writes_skipped == 10,
+	       "first sighting: objects %llu, skipped %llu", (unsigned long long)st.tier[1].objects,
+	       (unsigned long long)st.tier[1].writes_skipped);
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 10; i++) {
+			int tier = -1;
+			CHECK_RC(get_check(s, &a[i], 500 + (uint64_t)i, &tier), 0);
+			CHECK(tier == 0); /* DRAM */
+		}
+		CHECK_RC(kvt_flush_sync(s), 0);
+		kvt_stats(s, &st);
+		CHECKM(st.tier[1].objects == 10 && st.tier[1].writes_skipped == 10,
+		       "hit round %d: objects %llu, skipped %llu (the hit offers it again, once)",
+		       round, (unsigned long long)st.tier[1].objects,
+		       (unsigned long long)st.tier[1].writes_skipped);
+	}
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+
+	char sub[4400];
+	snprintf(sub, sizeof(sub), "%s/short", dir);
+	mkdir(sub, 0755);
+	c = test_config("dram,nvme", sub);
+	test_set(c, "admission.min_prefix_tokens", "1000000");
+	test_set(c, "dram.bytes", "2MiB"); /* holds all 10 */
+	s = open_store(c);
+	put_n(s, a, 10, 500);
+	for (int i = 0; i < 10; i++)
+		CHECK_RC(get_check(s, &a[i], 500 + (uint64_t)i, NULL), 0);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].objects == 0 && st.tier[1].writes_skipped == 10,
+	       "too short: objects %llu, skipped %llu (offered once)",
+	       (unsigned long long)st.tier[1].objects, (unsigned long long)st.tier[1].writes_skipped);
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
 /* admission.predict=chain, the replay's --admit-predict in the store: a new chain is not
  * written (no new chain has been seen again yet), a chain seen again is, and so is a chain
  * that extends a reused one (a conversation's next turn) on its first sighting. */
@@ -632,7 +685,8 @@ int main(void)
 	char *dir = test_tmpdir("engine");
 	const char *steps[] = {"basic", "restart", "write-through", "write-back", "selective",
 			       "corruption", "threads", "admission", "foreign", "config", "skips",
-			       "corruption-log", "admission-predict", "async-put-nodram"};
+			       "corruption-log", "admission-predict", "async-put-nodram",
+			       "admission-reoffer"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -651,6 +705,7 @@ int main(void)
 		case 11: test_corruption_log(sub); break;
 		case 12: test_admission_predict(sub); break;
 		case 13: test_async_put_nodram(sub); break;
+		case 14: test_admission_reoffer(sub); break;
 		}
 	}
 	test_rmdir(dir);
