@@ -68,7 +68,9 @@ void kvt__store_cancel_keep(struct kvt_store *s, struct kvt_slot_ref *ref);
  * later (on a store thread, NOT through kvt_poll) with rc 0 and ref filled (pinned; give it
  * back with kvt__store_release) or rc < 0 (-ENOENT miss, -EBADMSG corrupt); < 0 => never.
  * While a remove of key is still out in a deeper tier (no put since), a miss in DRAM is a
- * miss: nothing is promoted (src/engine_ops.c, remove). */
+ * miss: nothing is promoted (src/engine_ops.c, remove). The caller reads the chunk (a
+ * device restore, a kvtierd client's get): a DRAM hit counts for admission as kvt_get's
+ * does, and offers a declined chunk to the deeper tiers again. */
 typedef void (*kvt_acquire_cb)(void *arg, int rc, const struct kvt_slot_ref *ref, int tier);
 int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
 		       void *arg);

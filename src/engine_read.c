@@ -548,14 +548,11 @@ static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquir
 	return 0;
 }
 
-int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
-		       void *arg)
-{
-	return kvt__store_acquire_cause(s, key, cb, arg, NULL);
-}
-
-int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
-			     void *arg, int *cause)
+/* use: the caller reads the chunk now (a device restore, a kvtierd client's GET_PIN), so a
+ * DRAM hit is a sighting for admission, as kvt_get's is, and offers a declined chunk again;
+ * a prefetch stages it for a get that will count it. */
+static int acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
+		   void *arg, int *cause, bool use)
 {
 	if (s->client) return -ENOTSUP;
 	if (!s->dram)
@@ -573,6 +570,11 @@ int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key, kvt
 		d->tier = s->dram_pos;
 		d->rc = 0;
 		atomic_fetch_add(&s->links[s->dram_pos].hits, 1);
+		if (use) {
+			kvt__e_admission_record(s, key);
+			if (ref.reoffer)
+				kvt__e_wb_reoffer(s, key, &ref);
+		}
 		int rc = kvt__e_defer(s, deferred_hit_run, d);
 		if (rc < 0) {
 			kvt__dram_unpin(s->dram, ref.id);
@@ -587,10 +589,22 @@ int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key, kvt
 		/* A put of this key is being published right now; it is a hit once it lands. */
 		if (kvt__dram_get(s->dram, key, &ref) == 0) {
 			kvt__dram_unpin(s->dram, ref.id);
-			return kvt__store_acquire_cause(s, key, cb, arg, cause);
+			return acquire(s, key, cb, arg, cause, use);
 		}
 	}
 	return rc;
+}
+
+int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
+		       void *arg)
+{
+	return acquire(s, key, cb, arg, NULL, true);
+}
+
+int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
+			     void *arg, int *cause)
+{
+	return acquire(s, key, cb, arg, cause, true);
 }
 
 void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref)
@@ -888,7 +902,7 @@ static void prefetch_looked_up(void *arg, const struct kvt_result *res)
 		if (p->deadline && kvt__now_ns() >= p->deadline)
 			break; /* not started by the deadline: dropped */
 		atomic_fetch_add(&p->remaining, 1);
-		if (kvt__store_acquire(s, &p->keys[i], prefetch_one_done, p) < 0)
+		if (acquire(s, &p->keys[i], prefetch_one_done, p, NULL, false) < 0)
 			atomic_fetch_sub(&p->remaining, 1);
 	}
 	if (atomic_fetch_sub(&p->remaining, 1) == 1)
