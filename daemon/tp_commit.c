@@ -23,8 +23,9 @@
  * connections holding its claims report or go.
  *
  * Bounds per client, as kvtierd.c's for PUT_RESERVE (a client stopped mid-write must not
- * end up holding the pool): a connection holding claims on max_held open objects starts no
- * new one (it still joins objects other ranks started: those are always finished), and a
+ * end up holding the pool): a process (a connection, where its pid is unknown) holding
+ * claims on max_held open objects starts no new one (it still joins objects other ranks
+ * started: those are always finished), and a
  * process whose claims keep KVTD_MAX_QUARANTINE quarantined objects off the pool reserves
  * nothing more until it reports them or goes. Both answer -EBUSY.
  */
@@ -275,7 +276,9 @@ void kvtd_tp_reserve(const void *conn, int32_t pid, const struct kvtd_req *r, vo
 		goto out;
 	}
 	if (!p) {
-		if (n_open + n_quar >= MAX_OPEN || held_in(tab, conn, 0) >= max_held) {
+		/* counted over the process's connections: one connection per rank of a
+		 * process holds the same objects, a second connection is no second budget */
+		if (n_open + n_quar >= MAX_OPEN || held_in(tab, conn, pid) >= max_held) {
 			res->status = -EBUSY;
 			goto out;
 		}

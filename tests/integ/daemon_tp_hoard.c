@@ -7,7 +7,8 @@
  * put then failed with -ENOSPC. PUT_RESERVE has had per-client bounds from the start.
  * With a 14-slot pool and a 300 ms lease:
  *  - a connection reserving one new object after another gets -EBUSY once it holds claims
- *    on half the pool (before: it took all 14, then -ENOSPC);
+ *    on half the pool (before: it took all 14, then -ENOSPC), and so does another
+ *    connection of its process (before 2026-12-05 each connection had its own half);
  *  - silent for longer than the lease, its objects are quarantined (STATUS counts them:
  *    tp_quarantined and its bytes), and it, and any other connection of its process, gets
  *    -EBUSY for any TP_RESERVE; a connection of another process still reserves; /metrics
@@ -78,6 +79,9 @@ int main(void)
 	CHECK_EQ(rc, -EBUSY);
 	CHECK(held >= KVTD_MAX_PINS && held <= 8); /* half the pool's 14 slots (7) */
 	struct raw o = raw_attach(); /* another connection, the same process */
+	/* no second budget: the bound is per process (it was per connection until
+	 * 2026-12-05, so a process with n connections took n halves: the whole pool) */
+	CHECK_EQ(tp_reserve(&o, g, 250, NULL), -EBUSY);
 	CHECK_EQ(raw_status(&o).tp_partials, (uint64_t)held);
 
 	/* Silent past its lease: every object quarantined, counted, and the process
