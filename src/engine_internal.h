@@ -153,6 +153,7 @@ struct fill_waiter {
 	kvt_acquire_cb cb;
 	void *arg;
 	int *cause; /* NULL, or where a failed fill says why (chain_read.cause) */
+	bool use;   /* reads the chunk now (a get, a device restore), not a prefetch's staging */
 };
 
 /* One in-flight promotion of a key into a DRAM slot, shared by concurrent acquirers. */

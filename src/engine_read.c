@@ -384,7 +384,10 @@ static struct fill **fill_bucket(struct kvt_store *s, const struct kvt_key *key)
 	return &s->fills[kvt__key_hash(key) % FILL_BUCKETS];
 }
 
-/* Hand the result to every waiter: each gets its own pin on success. */
+/* Hand the result to every waiter: each gets its own pin on success. A fill that served a
+ * use (a get or a device restore among its waiters) is one sighting for admission; one
+ * only a prefetch waited for is none - the get that reads the staged chunk from DRAM is
+ * (until 2026-12-05 every fill counted one, so a prefetched chunk counted twice). */
 static void fill_finish(struct fill *f, int rc, int tier)
 {
 	struct kvt_store *s = f->s;
@@ -394,7 +397,12 @@ static void fill_finish(struct fill *f, int rc, int tier)
 		pp = &(*pp)->next;
 	*pp = f->next;
 	struct fill_waiter *w = f->waiters;
+	bool used = false;
+	for (struct fill_waiter *x = w; x; x = x->next)
+		used |= x->use;
 	pthread_mutex_unlock(&s->fill_lock);
+	if (rc == 0 && used)
+		kvt__e_admission_record(s, &f->key);
 	if (rc == 0) {
 		/* Read whole either way; only a published one is a promotion, the other (a
 		 * remove overtook it: fill_read_done) is counted apart, so the stats say what
@@ -453,7 +461,6 @@ static void fill_read_done(struct chain_read *cr, int rc, const struct kvt_heade
 		kvt__dram_pin(s->dram, f->ref.id);
 		kvt__e_wb_submit(s, &f->key, &f->ref, cr->pos, NULL, NULL, false);
 	}
-	kvt__e_admission_record(s, &f->key);
 	fill_finish(f, 0, cr->pos);
 }
 
@@ -498,7 +505,7 @@ static int deferred_miss(struct kvt_store *s, kvt_acquire_cb cb, void *arg)
  * -EBUSY the key is being filled by a put right now, -ENOSPC no slot, -ENOENT a remove of
  * the key is still out in a deeper tier (kvt__e_remove_pending). */
 static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
-		      void *arg, int *cause)
+		      void *arg, int *cause, bool use)
 {
 	struct fill_waiter *w = kvt__malloc(sizeof(*w));
 	if (!w)
@@ -506,6 +513,7 @@ static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquir
 	w->cb = cb;
 	w->arg = arg;
 	w->cause = cause;
+	w->use = use;
 	w->next = NULL;
 	pthread_mutex_lock(&s->fill_lock);
 	struct fill **b = fill_bucket(s, key);
@@ -582,7 +590,7 @@ static int acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_c
 		}
 		return rc;
 	}
-	int rc = fill_start(s, key, cb, arg, cause);
+	int rc = fill_start(s, key, cb, arg, cause, use);
 	if (rc == -ENOENT) /* a remove of the key is still out */
 		return deferred_miss(s, cb, arg);
 	if (rc == -EBUSY) {
@@ -718,6 +726,7 @@ static void get_bounce_done(struct chain_read *cr, int rc, const struct kvt_head
 		get_finish(g, rc, KVT_TIER_NONE, 0, 0);
 		return;
 	}
+	kvt__e_admission_record(g->s, &g->key); /* a use, as a DRAM hit or a promotion is */
 	/* Verified in full by the chain read: copy without checking again. */
 	int64_t n = get_copy_out(g, h, cr->buf);
 	if (n < 0)
@@ -811,7 +820,7 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 			return 0;
 		}
 		if (s->promote) {
-			int rc = fill_start(s, key, get_acquired, g, &g->cause);
+			int rc = fill_start(s, key, get_acquired, g, &g->cause, true);
 			if (rc == 0)
 				return 0;
 			/* No slot to promote into (or a put of the key is landing, or a promotion

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 
 #include "testlib.h"
+#include "engine_internal.h" /* the admission sketch: sightings counted */
+#include "store_key.h"
 
 static struct kvt_geometry G;
 static size_t PAYLOAD;
@@ -496,6 +498,50 @@ static void test_admission_reoffer(const char *dir)
 	kvt_config_destroy(c);
 }
 
+/* Admission's count of a chunk's sightings (its sketch estimate at the NVMe link). */
+static uint32_t sightings(struct kvt_store *s, const struct kvt_key *k)
+{
+	struct kvt_key sk;
+	const struct kvt_key *key = kvt__storage_key(kvt_store_ns_id(s), k, &sk);
+	CHECK(s->links[1].admit);
+	return kvt__sketch_estimate(kvt__admit_sketch(s->links[1].admit), kvt__key_hash(key));
+}
+
+/* One read is one sighting, whichever path serves it: a prefetch's staging is none (the get
+ * that reads the staged chunk is one; until 2026-12-05 both counted), and a get read
+ * through a bounce buffer (store.promote = false) is one (it was none). */
+static void test_admission_sightings(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	struct kvt_store *s = open_store(c);
+	struct kvt_key a[2];
+	make_keys(s, a, 2, 81);
+	put_n(s, a, 2, 800); /* both on NVMe: no admission rule yet */
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_store_close(s);
+	test_set(c, "admission.min_freq", "2");
+	test_set(c, "admission.doorkeeper", "false");
+	s = open_store(c); /* DRAM empty, both on NVMe, nothing seen */
+	CHECK_EQ(sightings(s, &a[0]), 0);
+	CHECK_RC(kvt_prefetch_sync(s, &a[0], 1, 0), 1); /* 1 chunk resident */
+	CHECKM(sightings(s, &a[0]) == 0, "a prefetch counted %u sightings", sightings(s, &a[0]));
+	int tier = -1;
+	CHECK_RC(get_check(s, &a[0], 800, &tier), 0);
+	CHECK(tier == 0);
+	CHECKM(sightings(s, &a[0]) == 1, "prefetch + get: %u sightings", sightings(s, &a[0]));
+	CHECK_RC(get_check(s, &a[1], 801, &tier), 0); /* promoted: one */
+	CHECK(tier == 1);
+	CHECKM(sightings(s, &a[1]) == 1, "promotion: %u sightings", sightings(s, &a[1]));
+	kvt_store_close(s);
+	test_set(c, "store.promote", "false");
+	s = open_store(c);
+	CHECK_RC(get_check(s, &a[1], 801, &tier), 0); /* through a bounce buffer */
+	CHECK(tier == 1);
+	CHECKM(sightings(s, &a[1]) == 1, "bounce get: %u sightings", sightings(s, &a[1]));
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
 /* admission.predict=chain, the replay's --admit-predict in the store: a new chain is not
  * written (no new chain has been seen again yet), a chain seen again is, and so is a chain
  * that extends a reused one (a conversation's next turn) on its first sighting. */
@@ -686,7 +732,7 @@ int main(void)
 	const char *steps[] = {"basic", "restart", "write-through", "write-back", "selective",
 			       "corruption", "threads", "admission", "foreign", "config", "skips",
 			       "corruption-log", "admission-predict", "async-put-nodram",
-			       "admission-reoffer"};
+			       "admission-reoffer", "admission-sightings"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -706,6 +752,7 @@ int main(void)
 		case 12: test_admission_predict(sub); break;
 		case 13: test_async_put_nodram(sub); break;
 		case 14: test_admission_reoffer(sub); break;
+		case 15: test_admission_sightings(sub); break;
 		}
 	}
 	test_rmdir(dir);
