@@ -677,17 +677,45 @@ static bool aligned(const void *p, uint64_t off, uint64_t len)
 	return !(((uintptr_t)p | off | len) & (KVT_ALIGN - 1));
 }
 
-/* Open with O_DIRECT when allowed; fall back to buffered I/O where refused (auto). */
+static void direct_refused(struct fs_state *s)
+{
+	if (atomic_exchange(&s->direct_ok, 0))
+		KVT_INFO(&s->t->log, "fs: %s refuses O_DIRECT, using buffered I/O", s->dir);
+}
+
+/* Open with O_DIRECT when allowed; fall back to buffered I/O where refused (auto). A file
+ * created here (O_EXCL) is created without it and then switched (F_SETFL): a file system
+ * that refuses O_DIRECT (tmpfs before Linux 6.6, ramfs, some FUSE) refuses it in open only
+ * after it has created the file, so the buffered retry met its own file (EEXIST) - the
+ * put failed and left the empty file behind, until 2026-12-05. The switch refuses without
+ * creating anything. On failure of a create nothing is left behind (errno kept). */
 static int open_maybe_direct(struct fs_state *s, int dfd, const char *name, int flags,
 			     bool want_direct)
 {
+	if (want_direct && s->direct != DIRECT_OFF && atomic_load(&s->direct_ok) &&
+	    (flags & O_EXCL)) {
+		int fd = openat(dfd, name, flags | O_CLOEXEC | O_NOFOLLOW, s->file_mode);
+		if (fd < 0)
+			return fd;
+		int fl = fcntl(fd, F_GETFL);
+		if (fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0)
+			return fd;
+		int e = errno;
+		if (e == EINVAL && s->direct != DIRECT_ON) {
+			direct_refused(s);
+			return fd;
+		}
+		close(fd);
+		unlinkat(dfd, name, 0);
+		errno = e;
+		return -1;
+	}
 	if (want_direct && s->direct != DIRECT_OFF && atomic_load(&s->direct_ok)) {
 		int fd = openat(dfd, name, flags | O_DIRECT | O_CLOEXEC | O_NOFOLLOW,
 				s->file_mode);
 		if (fd >= 0 || errno != EINVAL || s->direct == DIRECT_ON)
 			return fd;
-		if (atomic_exchange(&s->direct_ok, 0))
-			KVT_INFO(&s->t->log, "fs: %s refuses O_DIRECT, using buffered I/O", s->dir);
+		direct_refused(s);
 	}
 	return openat(dfd, name, flags | O_CLOEXEC | O_NOFOLLOW, s->file_mode);
 }
@@ -920,14 +948,18 @@ static int publish_taken(struct fs_state *s, int dfd, const char *tmp, const cha
 			 uint64_t len)
 {
 	struct stat st;
-	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-	    (uint64_t)st.st_size == len) {
+	int got = fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW);
+	if (got == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == len) {
 		unlinkat(dfd, tmp, 0);
 		return 0;
 	}
-	KVT_WARN(&s->t->log, "fs: %s/.../%s held %s, not the object: replaced", s->dir, name,
-		 S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory"
-		 : S_ISREG(st.st_mode) ? "a file of another size" : "a special file");
+	if (got == 0) /* (else the name went meanwhile: nothing to say, the rename takes it) */
+		KVT_WARN(&s->t->log, "fs: %s/.../%s held %s, not the object: replaced", s->dir,
+			 name,
+			 S_ISLNK(st.st_mode)   ? "a symbolic link"
+			 : S_ISDIR(st.st_mode) ? "a directory"
+			 : S_ISREG(st.st_mode) ? "a file of another size"
+					       : "a special file");
 	if (renameat(dfd, tmp, dfd, name) == 0)
 		return 0;
 	int e = -errno; /* a directory in its place: not ours to remove */
@@ -1097,8 +1129,9 @@ static int write_object(struct fs_state *s, struct fs_op *op)
 	if (op->has_parent)
 		date_in_chain(s, dfd, tmp, &op->parent);
 	rc = publish(s, dfd, tmp, name, op->len);
-	if (rc < 0)
-		goto fail;
+	if (rc < 0) /* the temporary too (a publish that gave up on it removed it already): it
+		     * would hold an object's bytes for fs.tmp_max_age_s, uncounted by sweeps */
+		goto fail_unlink;
 	served_replaced(s, &op->key);
 	if (s->sync == SYNC_DATA) { /* the next flush makes the name durable */
 		pthread_mutex_lock(&s->lock);

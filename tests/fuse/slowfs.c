@@ -17,9 +17,11 @@
  *                  kill returns: a test that must have its first call held cannot race it);
  *   --eio-path S --eio-at OFF  a read of a file whose path contains S, over a range that
  *                  holds byte OFF, fails with EIO (a bad sector; read with O_DIRECT, as the
- *                  page cache would otherwise serve what it read before).
+ *                  page cache would otherwise serve what it read before);
+ *   --eio-rename S   a rename or link either of whose paths contains S fails with EIO (a
+ *                  server that fails a publish).
  * Usage: slowfs BACKING_DIR MOUNTPOINT [--delay-ms N] [--stall-only OP] [--stall-path S]
- * [--stalled] [--eio-path S --eio-at OFF] (runs in the foreground, multithreaded; unmount with
+ * [--stalled] [--eio-path S --eio-at OFF] [--eio-rename S] (runs in the foreground, multithreaded; unmount with
  * `fusermount3 -u MOUNTPOINT` or `umount -l`).
  * Test-only: it is built when libfuse3 is found and installed nowhere.
  */
@@ -50,6 +52,7 @@ static const char *stall_path;	/* NULL: a stall holds calls on any path */
 static atomic_int passes;	/* held calls to let through (SIGRTMIN) */
 static const char *eio_path;	/* NULL: no read fails */
 static off_t eio_at;		/* the byte whose reads fail */
+static const char *eio_rename;	/* NULL: no rename or link fails */
 
 static void on_signal(int sig)
 {
@@ -165,15 +168,25 @@ static int s_symlink(const char *target, const char *path)
 	RET(symlinkat(target, bfd, rel(path)));
 }
 
+/* --eio-rename S: a rename or link either of whose paths contains S fails with EIO. */
+static int rename_fails(const char *from, const char *to)
+{
+	return eio_rename && ((from && strstr(from, eio_rename)) || (to && strstr(to, eio_rename)));
+}
+
 static int s_rename(const char *from, const char *to, unsigned int flags)
 {
 	gate_op("rename", from, to, 0);
+	if (rename_fails(from, to))
+		return -EIO;
 	RET(renameat2(bfd, rel(from), bfd, rel(to), flags));
 }
 
 static int s_link(const char *from, const char *to)
 {
 	gate_op("link", from, to, 0);
+	if (rename_fails(from, to))
+		return -EIO;
 	RET(linkat(bfd, rel(from), bfd, rel(to), 0));
 }
 
@@ -350,7 +363,7 @@ int main(int argc, char **argv)
 	if (argc < 3) {
 		fprintf(stderr, "usage: slowfs BACKING_DIR MOUNTPOINT [--delay-ms N] "
 				"[--stall-only OP] [--stall-path S] [--stalled] [--eio-path S "
-				"--eio-at OFF]\n");
+				"--eio-at OFF] [--eio-rename S]\n");
 		return 2;
 	}
 	for (int i = 3; i < argc; i++) {
@@ -362,6 +375,8 @@ int main(int argc, char **argv)
 			stall_path = argv[++i];
 		} else if (!strcmp(argv[i], "--eio-path") && i + 1 < argc) {
 			eio_path = argv[++i];
+		} else if (!strcmp(argv[i], "--eio-rename") && i + 1 < argc) {
+			eio_rename = argv[++i];
 		} else if (!strcmp(argv[i], "--eio-at") && i + 1 < argc) {
 			eio_at = (off_t)strtoull(argv[++i], NULL, 10);
 		} else if (!strcmp(argv[i], "--stalled")) {

@@ -38,7 +38,14 @@ static void slowfs_stop(struct slowfs *f)
 		 f->mnt);
 	if (system(cmd) != 0)
 		fprintf(stderr, "  (unmount of %s failed)\n", f->mnt);
-	waitpid(f->pid, NULL, 0);
+	/* A lazy unmount leaves slowfs serving while this process still holds files there (a
+	 * tier left open by a failed check): it would never exit, and this wait never end. */
+	for (int i = 0; i < 250 && waitpid(f->pid, NULL, WNOHANG) == 0; i++)
+		usleep(20000);
+	if (kill(f->pid, 0) == 0) {
+		kill(f->pid, SIGKILL);
+		waitpid(f->pid, NULL, 0);
+	}
 	f->pid = 0;
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'; rmdir '%s'", f->back, f->mnt);
 	if (system(cmd) != 0)
@@ -53,12 +60,10 @@ static void slowfs_at_exit(void)
 		slowfs_stop(slowfs_mounted);
 }
 
-/* Mount slowfs for the test called name; stall_only: its --stall-only operation (NULL: a
- * stall holds every call), stall_path: its --stall-path (NULL: on any path), stalled: start
- * stalled (--stalled). 0; 77 when slowfs is not built or /dev/fuse is missing (a failure
- * under CI=true); 1 when it did not mount. */
-static int slowfs_mount(struct slowfs *f, const char *name, const char *stall_only,
-			const char *stall_path, bool stalled)
+/* Mount slowfs for the test called name with options opts (NULL-terminated, at most 8;
+ * may be NULL). 0; 77 when slowfs is not built or /dev/fuse is missing (a failure under
+ * CI=true); 1 when it did not mount. */
+static int slowfs_mount_opts(struct slowfs *f, const char *name, const char *const *opts)
 {
 	char bin[4096];
 	snprintf(bin, sizeof(bin), "%s/slowfs", getenv("KVT_BIN") ? getenv("KVT_BIN") : "build");
@@ -75,18 +80,10 @@ static int slowfs_mount(struct slowfs *f, const char *name, const char *stall_on
 		perror("slowfs: mkdtemp");
 		return 1;
 	}
-	char *argv[10] = {bin, f->back, f->mnt};
+	char *argv[12] = {bin, f->back, f->mnt};
 	int argc = 3;
-	if (stall_only) {
-		argv[argc++] = (char *)"--stall-only";
-		argv[argc++] = (char *)stall_only;
-	}
-	if (stall_path) {
-		argv[argc++] = (char *)"--stall-path";
-		argv[argc++] = (char *)stall_path;
-	}
-	if (stalled)
-		argv[argc++] = (char *)"--stalled";
+	for (int i = 0; opts && opts[i] && argc < 11; i++)
+		argv[argc++] = (char *)opts[i];
 	argv[argc] = NULL;
 	if (posix_spawn(&f->pid, bin, NULL, NULL, argv, environ)) {
 		f->pid = 0;
@@ -101,6 +98,28 @@ static int slowfs_mount(struct slowfs *f, const char *name, const char *stall_on
 	for (int i = 0; i < 250 && !fuse_mounted(f->mnt); i++)
 		usleep(20000);
 	return fuse_mounted(f->mnt) ? 0 : 1;
+}
+
+/* slowfs_mount_opts with stall_only: its --stall-only operation (NULL: a stall holds every
+ * call), stall_path: its --stall-path (NULL: on any path), stalled: start stalled
+ * (--stalled). */
+static int slowfs_mount(struct slowfs *f, const char *name, const char *stall_only,
+			const char *stall_path, bool stalled)
+{
+	const char *opts[8];
+	int n = 0;
+	if (stall_only) {
+		opts[n++] = "--stall-only";
+		opts[n++] = stall_only;
+	}
+	if (stall_path) {
+		opts[n++] = "--stall-path";
+		opts[n++] = stall_path;
+	}
+	if (stalled)
+		opts[n++] = "--stalled";
+	opts[n] = NULL;
+	return slowfs_mount_opts(f, name, opts);
 }
 
 static inline int slowfs_start(struct slowfs *f, const char *name, const char *stall_only)
