@@ -110,8 +110,13 @@ int kvt__parse_size(const char *s, uint64_t *out)
 	}
 	if (*end)
 		return -EINVAL;
+	/* A fraction of a byte is refused, not cut: "0.5" (or "0.9") became 0, which is
+	 * "unlimited" for nvme.write_budget and "off" for nvme.log_max. With a unit the bytes
+	 * are rounded down ("1.3G"), but not to 0 from something. */
+	if (mult == 1 && v != floor(v))
+		return -EINVAL;
 	v *= mult;
-	if (v >= 1.8e19)
+	if (v >= 1.8e19 || (v > 0 && v < 1))
 		return -EINVAL;
 	*out = (uint64_t)v;
 	return 0;
@@ -512,6 +517,10 @@ static int on_ini_pair(void *user, const char *section, const char *name, const 
 /* Longest name of a "name = value" line: its rewrite "name=<0x01>N" (N up to 20 digits)
  * must fit in a line libinih reads whole (INI_MAX_LINE - 2 bytes). */
 #define KVT_INI_MAX_NAME (INI_MAX_LINE - 2 - 22)
+/* libinih 55 hands the handler a section name cut to 49 bytes (its MAX_SECTION, 50, is not
+ * in ini.h): two long sections alike in their first 49 bytes would be one, and an AWS
+ * credentials profile would take another profile's keys. Longer ones are refused. */
+#define KVT_INI_MAX_SECTION 50
 
 /* The caller's handler until it fails once: libinih goes on after a failure and returns its
  * line, so a later failure's reason would be reported at that line. */
@@ -749,6 +758,12 @@ int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, con
 		/* libinih reads at most INI_MAX_LINE - 2 bytes and the newline as one line */
 		if (rc == INI_PAIR) {
 			rc = ini_keep_value(&first, path, ln, name, value, out, &o, err, errlen);
+		} else if (rc == INI_SECTION && n < INI_MAX_LINE - 1 &&
+			   strlen(section) >= KVT_INI_MAX_SECTION) {
+			if (err && errlen)
+				snprintf(err, errlen, "%s:%d: a [section] name longer than %d bytes",
+					 path, ln, KVT_INI_MAX_SECTION - 1);
+			rc = -EINVAL;
 		} else if (rc >= 0 && n < INI_MAX_LINE - 1) {
 			memcpy(out + o, p, n);
 			o += n;

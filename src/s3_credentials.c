@@ -124,6 +124,12 @@ int kvt__s3_credentials_load(const struct kvt_log *log, const struct kvt_config 
 			c.rc = -EINVAL;
 			goto fail;
 		}
+		if (!*c.key || !*c.secret) { /* as the environment's: refused here, not at S3 */
+			KVT_ERR(log, "s3: credentials file %s: profile [%s] has an empty %s", file,
+				c.profile, !*c.key ? "aws_access_key_id" : "aws_secret_access_key");
+			c.rc = -EINVAL;
+			goto fail;
+		}
 	} else {
 		const char *k = getenv("AWS_ACCESS_KEY_ID"), *sec = getenv("AWS_SECRET_ACCESS_KEY");
 		const char *tok = getenv("AWS_SESSION_TOKEN");

@@ -818,7 +818,9 @@ static int gen_rag(struct gen *g, const struct zipf *z, const uint32_t *doc_len,
 	const struct kvt_gen_opts *o = g->o;
 	struct prompt p = {0};
 	int rc = prompt_add(&p, hmix(0x5241475f, 0), o->sys_tokens);
-	uint32_t k = rrange(&g->r, 1, o->docs_per_req);
+	/* at most as many documents as a request has blocks: 1-token documents up to the
+	 * longest prompt were 2^24 segments, 0.4 s and 280 MB per request */
+	uint32_t k = KVT_MIN(rrange(&g->r, 1, o->docs_per_req), KVT_TRACE_MAX_BLOCKS);
 	/* the prompt stops growing at the longest a request may be (emit truncates there):
 	 * docs_per_req is a knob, and 4e9 documents were a prompt without bound */
 	for (uint32_t i = 0; i < k && !rc && p.tokens < KVT_TRACE_MAX_INPUT; i++) {
@@ -960,8 +962,9 @@ int kvt__gen_run(const struct kvt_gen_opts *o, struct kvt_trace *t)
 	    o->repos > KVT_GEN_MAX_ITEMS ||
 	    !o->docs_per_req || !(o->end_prob > 0 && o->end_prob <= 1) || o->zipf < 0 ||
 	    /* documents of 0 tokens never grow the prompt, so docs_per_req (up to 4e9) draws
-	     * of them ran for hours per request */
-	    (o->workload == KVT_GEN_RAG && !o->doc_max) ||
+	     * of them ran for hours per request (doc_min = 0 draws some too: refused since
+	     * 2026-12-05) */
+	    (o->workload == KVT_GEN_RAG && !o->doc_min) ||
 	    (o->workload == KVT_GEN_CONV &&
 	     (!o->first_mean || !(o->first_sigma < 8) || !(o->long_frac <= 1) ||
 	      (o->long_frac > 0 && !(o->long_end_prob > 0 && o->long_end_prob <= 1)) ||

@@ -44,6 +44,17 @@ expect_err "gen docs" "docs, repos and sys_prompts at most 16777216" "$K" replay
 # documents of 0 tokens never grow the prompt: 4e9 draws per request ran for hours
 expect_err "gen empty docs" "generator: invalid argument" "$K" replay --simulate --workload rag \
 	--requests 1 --gen docs_per_req=4294967295 --gen doc_min=0 --gen doc_max=0
+# ... nor do doc_min=0's (refused since 2026-12-05: it ran past 60 s per request), and
+# 1-token documents stop at a request's block count (4e9 of them: 0.4 s, 280 MB each)
+expect_err "gen docs from 0" "generator: invalid argument" "$K" replay --simulate --workload rag \
+	--requests 1 --seed 2 --gen docs=1 --gen doc_min=0 --gen doc_max=1 --gen docs_per_req=4000000000
+(timeout 20 "$K" replay --simulate --workload rag --requests 3 --gen docs=1 --gen doc_min=1 \
+	--gen doc_max=1 --gen docs_per_req=4000000000 --json >"$T/out" 2>"$T/err") ||
+	fail "gen 1-token docs: $(tail -2 "$T/err")"
+# a [section] name libinih would cut to 49 bytes (two profiles alike in those would be one,
+# and an AWS profile would take another's keys) is refused
+printf '[%s]\nkey = 1\n' "$(printf 'p%.0s' $(seq 1 50))" >"$T/longname.ini"
+expect_err "ini long section name" "longname.ini:1: a \[section\] name longer than 49 bytes" "$K" config --config "$T/longname.ini"
 # decimal knobs take decimal only, as every other number (strtod took hex and signs)
 expect_err "gen hex knob" "think_s=0x1p3: bad value" "$K" replay --simulate --workload chat \
 	--requests 1 --gen think_s=0x1p3

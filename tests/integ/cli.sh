@@ -65,6 +65,11 @@ no_sign "$K" "${MLQ[@]}" --seconds nan
 no_sign "$K" config --set cost.mfu=+0.5
 no_sign "$K" config --set cost.mfu=0x0.8p0
 no_sign "$K" config --set cost.gpu_tflops=infinity
+# A fraction of a byte is refused, not cut to 0 (0 is "unlimited" or "off" for these);
+# with a unit the bytes are rounded down
+no_sign "$K" config --set nvme.write_budget=0.5
+no_sign "$K" config --set nvme.log_max=0.9
+"$K" config --set 'dram.bytes=1.5GiB' --json | jqe '."dram.bytes" == "1610612736"' >/dev/null || fail "1.5GiB"
 "$K" config --set 'cost.mfu= 0.25' --json | jqe '."cost.mfu" == "0.25"' >/dev/null || fail "a blank before a decimal number"
 "$K" config --set 'store.max_inflight= 8' --json | jqe '."store.max_inflight" == "8"' >/dev/null || fail "a blank before a number"
 

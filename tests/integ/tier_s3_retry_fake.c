@@ -453,6 +453,16 @@ static void credentials_files(const char *ep)
 	    /* a long line that is not name = value */
 	    {"[kvt]\naws_access_key_id = a\naws_secret_access_key = b\n[%s]\n",
 	     "kvt", "credentials:4: section line longer than 198 bytes", 300, 0},
+	    /* an empty key is refused here, as the environment's is (it was taken, and the
+	     * failure came from S3 as an authentication error) */
+	    {"[kvt]\naws_access_key_id =\naws_secret_access_key = b\n",
+	     "kvt", "profile [kvt] has an empty aws_access_key_id", 0, 0},
+	    /* a profile name of 50 bytes or more: libinih cuts it to 49, so this profile's
+	     * keys were taken for a profile named by its first 49 bytes */
+	    {"[ppppppppppppppppppppppppppppppppppppppppppppppppp-admin]\n"
+	     "aws_access_key_id = ADMIN\naws_secret_access_key = b\n",
+	     "ppppppppppppppppppppppppppppppppppppppppppppppppp",
+	     "credentials:1: a [section] name longer than 49 bytes", 0, 0},
 	};
 	unsetenv("AWS_ACCESS_KEY_ID");
 	unsetenv("AWS_SECRET_ACCESS_KEY");
