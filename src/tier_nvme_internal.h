@@ -381,7 +381,7 @@ bool nv_pool_take(struct nv *s, struct nv_op *op);
 bool nv_pool_untake(struct nv *s, struct nv_op *op);
 bool nv_pool_keep(struct nv *s, struct nv_ent *e);
 bool nv_pool_drop_one(struct nv *s, bool now);
-uint32_t nv_pool_drop_dir(struct nv *s, uint32_t dir);
+uint32_t nv_pool_drop_dir(struct nv *s, uint32_t dir, uint64_t len);
 void nv_pool_kick(struct nv *s);
 void nv_pool_laid(struct nv *s, struct nv_op *op);
 void nv_pool_layout_fail(struct nv *s, struct nv_op *op);

@@ -220,14 +220,24 @@ bool nv_pool_drop_one(struct nv *s, bool now)
 	return true;
 }
 
-/* After a real ENOSPC in dir: every free slot there goes, now, and no more are laid out
- * until the next open. Returns the slots dropped. */
-uint32_t nv_pool_drop_dir(struct nv *s, uint32_t dir)
+/* After a real ENOSPC in dir: every free slot there goes, and no more are laid out until
+ * the next open. Unlinked here (on the ring thread) only until the file system has len
+ * bytes free for the write's retry, the rest in the background: with 8,192 slots of 2 MiB
+ * the ring thread stopped for seconds of unlinks (1-2 ms each with discard), and every
+ * call of the tier missed its deadline (until 2026-12-05). Returns the slots dropped. */
+uint32_t nv_pool_drop_dir(struct nv *s, uint32_t dir, uint64_t len)
 {
+	uint64_t avail = 0, freed = 0;
+	struct statvfs vfs;
+	if (!fstatvfs(s->dirs[dir].fd, &vfs))
+		avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	uint64_t need = len + 2 * KVT_ALIGN > avail ? len + 2 * KVT_ALIGN - avail : 0;
 	uint32_t n = 0;
 	for (uint32_t i = s->nslots; i-- > 0;)
 		if (s->slots[i].dir == dir) {
-			slot_drop(s, i, true);
+			bool now = freed < need;
+			freed += s->slots[i].bytes;
+			slot_drop(s, i, now);
 			n++;
 		}
 	s->layout_done = true;

@@ -264,14 +264,15 @@ int nv_evict_in_dir(struct nv *s, uint32_t dir, uint64_t len)
 			in_dir += e->bytes;
 	if (in_dir < len)
 		return 0;
-	/* Leaves first, like nv_make_room; evicting one may make its parent the next leaf. */
+	/* Leaves only, like nv_make_room; evicting one may make its parent the next leaf. A
+	 * chunk with a child stored (or being written: the write that hit ENOSPC counts on
+	 * its parent) never goes here - until 2026-12-05 the LRU tail did when no leaf was
+	 * left, and a session larger than the room lost its first chunk to its own next
+	 * write. */
 	while (freed < len) {
 		struct nv_ent *e = s->leaf_tail;
 		while (e && (e->dir != dir || e->lseg))
 			e = e->lprev;
-		if (!e)
-			for (e = s->lru_tail; e && (e->dir != dir || e->lseg); e = e->prev)
-				;
 		if (!e)
 			break;
 		freed += e->bytes;

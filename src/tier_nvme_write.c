@@ -147,7 +147,7 @@ bool nv_write_fail(struct nv *s, struct nv_op *op)
 		KVT_WARN(s->log, "nvme: cannot remove temp file %s/%s: %s", d->path, op->name,
 			 strerror(errno));
 	if (op->err == -ENOSPC && !op->retried && !s->cancelled) {
-		uint32_t dropped = s->nspares + nv_pool_drop_dir(s, op->dir);
+		uint32_t dropped = s->nspares + nv_pool_drop_dir(s, op->dir, op->len);
 		nv_spare_drop_all(s, true);
 		int n = nv_evict_in_dir(s, op->dir, op->len) + (int)dropped;
 		if (n > 0) {

@@ -206,6 +206,40 @@ int main(void)
 	CHECK_EQ(list_and_check(t, 4), 4);
 	kvt__tier_close(t);
 
+	/* ---- (4) a real ENOSPC never evicts the writing chain's own prefix: a chain c0..c3
+	 * stored, the disk filled by a ballast, then c4 (parent c3) written. Only chunks
+	 * without a child stored may go (none here): -ENOSPC and the chain intact. Until
+	 * 2026-12-05 the oldest object went when no leaf was left - c0 - and the write
+	 * succeeded on a chain that could no longer be resumed. */
+	rm_rf(dir);
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "1GiB", NULL), 0);
+	struct kvt_key c[5];
+	for (int i = 0; i < 5; i++) {
+		c[i] = make_key(24, (uint64_t)i);
+		fill_object(buf, 20480, &c[i]);
+		if (i < 4) {
+			struct waiter w = WAITER_INIT;
+			CHECK_EQ(waiter_wait(&w, t->ops->write_chained(t, &c[i], i ? &c[i - 1] : NULL,
+									buf, 20480, waiter_cb, &w)),
+				 0);
+		}
+	}
+	bfd = open(ballast, O_CREAT | O_WRONLY, 0644);
+	CHECK(bfd >= 0);
+	while (write(bfd, rbuf, 4096) > 0)
+		;
+	close(bfd);
+	struct waiter w4 = WAITER_INIT;
+	int rc4 = waiter_wait(&w4, t->ops->write_chained(t, &c[4], &c[3], buf, 20480, waiter_cb, &w4));
+	CHECKM(rc4 == -ENOSPC, "(4) c4 on a full disk: %d", rc4);
+	for (int i = 0; i < 4; i++) {
+		CHECKM(t_read1(t, &c[i], rbuf, 0, 20480) == 20480, "(4) c%d of the chain is gone", i);
+		CHECK_EQ(check_object(rbuf, 20480, &c[i]), 0);
+	}
+	CHECK_EQ(count_files(dir, ".tmp.", ""), 0);
+	kvt__tier_close(t);
+	unlink(ballast);
+
 	free(buf);
 	free(rbuf);
 	printf("nvme_tmpfs: ok\n");
