@@ -135,19 +135,90 @@ uint64_t nv_parent_count(struct nv *s, const struct kvt_key *p, int delta, uint6
 	return 0;
 }
 
+/* Orphans: entries whose parent was neither stored nor being written when they were (a
+ * chunk written before its parent: write-back cleans the coldest dirty chunks first, and
+ * admission can decline a parent at its put and take it at a later hit). Until 2026-12-05
+ * such a parent never learnt of its child once written: it stayed a leaf, went before its
+ * suffix, and the suffix could no longer be resumed from this tier. Kept in lists by the
+ * parent's key hash; the parent's entry adopts them when it is indexed. */
+static struct nv_ent **orphan_bucket(struct nv *s, const struct kvt_key *parent)
+{
+	return &s->orphans[kvt__key_hash(parent) % NV_ORPHAN_BUCKETS];
+}
+
+static void orphan_del(struct nv *s, struct nv_ent *e)
+{
+	if (!e->orphan)
+		return;
+	if (e->oprev)
+		e->oprev->onext = e->onext;
+	else
+		*orphan_bucket(s, &e->parent) = e->onext;
+	if (e->onext)
+		e->onext->oprev = e->oprev;
+	e->oprev = e->onext = NULL;
+	e->orphan = false;
+}
+
+static void orphan_add(struct nv *s, struct nv_ent *e)
+{
+	if (e->orphan || !e->has_parent || e->parent_uid)
+		return;
+	if (!s->orphans && !(s->orphans = kvt__calloc(NV_ORPHAN_BUCKETS, sizeof(*s->orphans))))
+		return; /* no memory: its parent stays unaware, as before */
+	struct nv_ent **b = orphan_bucket(s, &e->parent);
+	e->oprev = NULL;
+	e->onext = *b;
+	if (*b)
+		(*b)->oprev = e;
+	*b = e;
+	e->orphan = true;
+}
+
+/* p was just indexed: its orphans (entries naming it as parent, counted on nothing) are its
+ * children now, and p is no leaf. */
+void nv_orphans_adopt(struct nv *s, struct nv_ent *p)
+{
+	if (!s->orphans)
+		return;
+	struct nv_ent *e = *orphan_bucket(s, &p->key), *next;
+	for (; e; e = next) {
+		next = e->onext;
+		if (e == p || !kvt__key_eq(&e->parent, &p->key))
+			continue;
+		orphan_del(s, e);
+		e->parent_uid = p->uid;
+		if (p->children++ == 0)
+			nv_leaf_unlink(s, p);
+	}
+}
+
+/* e names a parent: counted on it (or its write in flight) now, or kept as an orphan until
+ * it is written. */
+void nv_chain_count(struct nv *s, struct nv_ent *e)
+{
+	if (!e->has_parent || e->parent_uid || kvt__key_eq(&e->key, &e->parent))
+		return;
+	e->parent_uid = nv_parent_count(s, &e->parent, +1, 0);
+	if (!e->parent_uid)
+		orphan_add(s, e);
+}
+
 /* A stored entry learns its parent (a later write of its key, or .kvtier.chains). */
 void nv_chain_link(struct nv *s, struct nv_ent *e, const struct kvt_key *parent)
 {
 	if (e->parent_uid || kvt__key_eq(&e->key, parent))
 		return;
+	orphan_del(s, e); /* (filed under its old parent's key) */
 	e->parent = *parent;
 	e->has_parent = true;
-	e->parent_uid = nv_parent_count(s, parent, +1, 0);
+	nv_chain_count(s, e);
 }
 
 /* e is going away: it is no longer a leaf, and no longer a child of its parent. */
 static void chain_unlink(struct nv *s, struct nv_ent *e)
 {
+	orphan_del(s, e);
 	nv_leaf_unlink(s, e);
 	if (e->parent_uid)
 		nv_parent_count(s, &e->parent, -1, e->parent_uid);

@@ -99,6 +99,8 @@ struct nv_fdc {
 	uint32_t refs;
 };
 
+#define NV_ORPHAN_BUCKETS 4096u
+
 struct nv_ent {
 	struct kvt_key key;
 	struct nv_ent *hnext;
@@ -110,6 +112,10 @@ struct nv_ent {
 	uint64_t parent_uid; /* uid of the parent entry or write counting this one (0: none) */
 	bool has_parent;     /* parent is known (saved in .kvtier.chains) */
 	struct kvt_key parent;
+	/* has_parent but parent_uid 0 (the parent neither stored nor being written when this
+	 * was): on s->orphans, so that the parent's entry counts it once it is written */
+	bool orphan;
+	struct nv_ent *oprev, *onext;
 	struct nv_fdc *fdc;
 	uint64_t bytes;
 	uint64_t gen; /* unique per entry (s->gen): tells this copy from any other of its key */
@@ -314,6 +320,7 @@ struct nv {
 	struct nv_ent *lru_head, *lru_tail;
 	uint64_t lru_clock; /* stamps nv_ent.used_at */
 	struct nv_ent *leaf_head, *leaf_tail; /* ring thread only */
+	struct nv_ent **orphans; /* NV_ORPHAN_BUCKETS lists by parent key (ring thread only) */
 	uint64_t uids;
 	uint64_t refused[NV_REFUSED]; /* key hashes of chunks refused for room */
 	uint32_t refused_next;
@@ -348,6 +355,10 @@ void nv_leaf_unlink(struct nv *s, struct nv_ent *e);
 void nv_leaf_push(struct nv *s, struct nv_ent *e, bool head);
 void nv_lru_touch(struct nv *s, struct nv_ent *e);
 uint64_t nv_parent_count(struct nv *s, const struct kvt_key *p, int delta, uint64_t uid);
+/* Chain links of an entry written before its parent (tier_nvme_index.c): counted when the
+ * parent is indexed. */
+void nv_chain_count(struct nv *s, struct nv_ent *e);
+void nv_orphans_adopt(struct nv *s, struct nv_ent *p);
 void nv_chain_link(struct nv *s, struct nv_ent *e, const struct kvt_key *parent);
 void nv_refused_add(struct nv *s, const struct kvt_key *k);
 bool nv_refused_has(const struct nv *s, const struct kvt_key *k);

@@ -130,6 +130,8 @@ int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff)
 		e->parent_uid = op->parent_uid;
 		op->parent_uid = 0;
 	}
+	nv_chain_count(s, e); /* a parent indexed since the write started, or an orphan */
+	nv_orphans_adopt(s, e); /* children written before it */
 	nv_write_release(s, op);
 	ST_ADD(s, writes, 1);
 	ST_ADD(s, write_bytes, op->len);
