@@ -19,9 +19,10 @@
  *                  holds byte OFF, fails with EIO (a bad sector; read with O_DIRECT, as the
  *                  page cache would otherwise serve what it read before);
  *   --eio-rename S   a rename or link either of whose paths contains S fails with EIO (a
- *                  server that fails a publish).
+ *                  server that fails a publish);
+ *   --eio-readdir S  listing a directory whose path contains S fails with EIO.
  * Usage: slowfs BACKING_DIR MOUNTPOINT [--delay-ms N] [--stall-only OP] [--stall-path S]
- * [--stalled] [--eio-path S --eio-at OFF] [--eio-rename S] (runs in the foreground, multithreaded; unmount with
+ * [--stalled] [--eio-path S --eio-at OFF] [--eio-rename S] [--eio-readdir S] (runs in the foreground, multithreaded; unmount with
  * `fusermount3 -u MOUNTPOINT` or `umount -l`).
  * Test-only: it is built when libfuse3 is found and installed nowhere.
  */
@@ -53,6 +54,7 @@ static atomic_int passes;	/* held calls to let through (SIGRTMIN) */
 static const char *eio_path;	/* NULL: no read fails */
 static off_t eio_at;		/* the byte whose reads fail */
 static const char *eio_rename;	/* NULL: no rename or link fails */
+static const char *eio_readdir; /* NULL: no directory listing fails */
 
 static void on_signal(int sig)
 {
@@ -126,6 +128,8 @@ static int s_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t of
 	(void)fi;
 	(void)flags;
 	gate(0);
+	if (eio_readdir && path && strstr(path, eio_readdir))
+		return -EIO;
 	int fd = openat(bfd, rel(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -363,7 +367,7 @@ int main(int argc, char **argv)
 	if (argc < 3) {
 		fprintf(stderr, "usage: slowfs BACKING_DIR MOUNTPOINT [--delay-ms N] "
 				"[--stall-only OP] [--stall-path S] [--stalled] [--eio-path S "
-				"--eio-at OFF] [--eio-rename S]\n");
+				"--eio-at OFF] [--eio-rename S] [--eio-readdir S]\n");
 		return 2;
 	}
 	for (int i = 3; i < argc; i++) {
@@ -375,6 +379,8 @@ int main(int argc, char **argv)
 			stall_path = argv[++i];
 		} else if (!strcmp(argv[i], "--eio-path") && i + 1 < argc) {
 			eio_path = argv[++i];
+		} else if (!strcmp(argv[i], "--eio-readdir") && i + 1 < argc) {
+			eio_readdir = argv[++i];
 		} else if (!strcmp(argv[i], "--eio-rename") && i + 1 < argc) {
 			eio_rename = argv[++i];
 		} else if (!strcmp(argv[i], "--eio-at") && i + 1 < argc) {

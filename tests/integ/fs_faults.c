@@ -1,5 +1,5 @@
 /*
- * fs_publish_fail.c - the fs tier leaves no temporary file behind when a write fails after
+ * fs_faults.c - the fs tier leaves no temporary file behind when a write fails after
  * creating one, and writes where the file system refuses O_DIRECT. Why: a temporary holds
  * an object's bytes for fs.tmp_max_age_s (an hour), and sweeps do not count it against
  * fs.bytes; found by review on 2026-12-05.
@@ -10,6 +10,9 @@
  *     auto: the first put succeeds (before: -EEXIST, its O_DIRECT create had created the
  *     file, then failed EINVAL, and the buffered retry met it) and no temporary is left;
  *     with fs.direct on a put fails with one line and leaves nothing behind.
+ *  3. A leaf directory whose listing fails (slowfs --eio-readdir): the tier's listing
+ *     fails with EIO (it returned 0 with the objects of the other leaves, so `kvtier
+ *     verify` said "0 bad" over a store it had not seen whole).
  * Exit 0 pass, 1 fail, 77 when slowfs, /dev/fuse or root (to mount ramfs) is missing (a
  * failure under CI=true).
  */
@@ -70,7 +73,7 @@ static void publish_fails(void)
 {
 	struct slowfs fs = {0};
 	const char *opts[] = {"--eio-rename", ".tmp.", NULL};
-	int rc = slowfs_mount_opts(&fs, "fs_publish_fail", opts);
+	int rc = slowfs_mount_opts(&fs, "fs_faults", opts);
 	if (rc == 77) {
 		check_part_runs(false, "publish fails", "slowfs or /dev/fuse missing");
 		return;
@@ -149,10 +152,48 @@ static void direct_refused(void)
 	fprintf(stderr, "2: O_DIRECT refused: auto writes, on fails cleanly\n");
 }
 
+static int count_listed(void *arg, const struct kvt_key *key, uint64_t bytes)
+{
+	(void)key;
+	(void)bytes;
+	(*(int *)arg)++;
+	return 0;
+}
+
+static void listing_fails(void)
+{
+	struct kvt_key a, b;
+	th_key(&a, 1, 13);
+	th_key(&b, 2, 13);
+	CHECK(a.bytes[0] != b.bytes[0]); /* two leaves */
+	char leaf[8];
+	snprintf(leaf, sizeof(leaf), "%02x/%02x", a.bytes[0], a.bytes[1]);
+	struct slowfs fs = {0};
+	const char *opts[] = {"--eio-readdir", leaf, NULL};
+	int rc = slowfs_mount_opts(&fs, "fs_list_fail", opts);
+	if (rc == 77) {
+		check_part_runs(false, "listing fails", "slowfs or /dev/fuse missing");
+		return;
+	}
+	CHECK_EQ(rc, 0);
+	struct kvt_tier *t = open_tier(fs.mnt, "off");
+	void *obj = new_obj(5);
+	CHECK_EQ(th_write(t, &a, obj, OBJ), 0);
+	CHECK_EQ(th_write(t, &b, obj, OBJ), 0);
+	int n = 0;
+	rc = t->ops->scan(t, count_listed, &n);
+	CHECKM(rc == -EIO, "3: a leaf that cannot be listed: scan %d with %d objects", rc, n);
+	th_close(t);
+	free(obj);
+	slowfs_stop(&fs);
+	fprintf(stderr, "3: a listing cut short fails\n");
+}
+
 int main(void)
 {
+	listing_fails();
 	publish_fails();
 	direct_refused();
-	printf("fs_publish_fail: ok\n");
+	printf("fs_faults: ok\n");
 	return 0;
 }
