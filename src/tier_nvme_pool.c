@@ -109,12 +109,15 @@ int nv_pool_scan(struct nv *s, const void *objects, size_t nobjects)
 			char *end;
 			unsigned long id = strtoul(nm, &end, 10);
 			struct stat st;
-			if (nm[0] < '1' || nm[0] > '9' || strcmp(end, ".slot") || id > UINT32_MAX ||
-			    fstatat(fd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+			if (nm[0] < '1' || nm[0] > '9' || strcmp(end, ".slot") || id > UINT32_MAX)
+				continue; /* not a slot's name */
+			/* Never named again, even if not a slot (left alone, not overwritten by
+			 * a rename: until 2026-12-05 only a valid slot reserved its id) */
+			if (id > s->pool_seq)
+				s->pool_seq = (uint32_t)id;
+			if (fstatat(fd, nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
 			    st.st_size < KVT_ALIGN || st.st_size % KVT_ALIGN)
 				continue; /* not a slot of ours: left alone */
-			if (id > s->pool_seq) /* never named again, even if not listed */
-				s->pool_seq = (uint32_t)id;
 			bool obj = nv_scan_is_object(objects, nobjects, di, (uint64_t)st.st_ino);
 			if (obj || st.st_nlink > 1) {
 				/* Also an object's name: a power cut kept the slot's entry

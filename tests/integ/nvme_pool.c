@@ -148,10 +148,25 @@ int main(void)
 	snprintf(p, sizeof(p), "%s/pool", dir2);
 	CHECK(access(p, F_OK) != 0);
 
+	/* A name of a slot that is none (here: 100 bytes, misaligned) is left alone, and no
+	 * slot is ever named so: until 2026-12-05 its id was not reserved, and the layout's
+	 * first slot was renamed onto it. */
+	snprintf(p, sizeof(p), "%s/pool", dir);
+	CHECK(mkdir(dir, 0700) == 0 && mkdir(p, 0700) == 0);
+	snprintf(p, sizeof(p), "%s/pool/1.slot", dir);
+	int odd = open(p, O_CREAT | O_WRONLY, 0600);
+	CHECK(odd >= 0 && write(odd, buf, 100) == 100 && close(odd) == 0);
+	struct stat odd_st;
+	CHECK(stat(p, &odd_st) == 0);
+
 	/* Laid out in the background: the whole capacity as slots of SLOT bytes. */
 	CHECK_EQ(open_pool(&t, dir, "262144"), 0);
 	CHECK(tier_stats(t).pool_pending_bytes > 0); /* known before open returns */
 	CHECK_EQ(pool_wait(t), CAP);
+	struct stat now_st;
+	CHECKM(stat(p, &now_st) == 0 && now_st.st_ino == odd_st.st_ino && now_st.st_size == 100,
+	       "pool/1.slot (not a slot) was replaced by a laid-out slot");
+	CHECK(unlink(p) == 0);
 	pool_list(dir, SLOT, &pl);
 	CHECK_EQ(pl.n, (int)NSLOTS);
 	CHECK_EQ(pl.temps, 0);
