@@ -791,6 +791,23 @@ void kvt__dram_add_reoffer(struct kvt_dram *d, int32_t id, uint8_t links)
 	pthread_mutex_unlock(&d->mu);
 }
 
+int kvt__dram_pin_reoffer(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot_ref *ref)
+{
+	uint64_t h = kvt__key_hash(key);
+	pthread_mutex_lock(&d->mu);
+	int32_t id = index_find(d, key, h);
+	if (id < 0 || d->slots[id].state != S_PUBLISHED || !d->slots[id].reoffer ||
+	    d->slots[id].dirty) {
+		pthread_mutex_unlock(&d->mu);
+		return -ENOENT;
+	}
+	d->slots[id].pins++;
+	refresh(d, &d->slots[id]);
+	fill_ref(d, id, ref);
+	pthread_mutex_unlock(&d->mu);
+	return 0;
+}
+
 uint8_t kvt__dram_take_reoffer(struct kvt_dram *d, int32_t id)
 {
 	if (!valid_id(d, id))

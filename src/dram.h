@@ -127,6 +127,9 @@ uint64_t kvt__dram_evicted_unsaved(struct kvt_dram *d);
  * again. take: the marks, cleared, for the one hit that offers it (0: none, or another
  * hit took them). Both cleared with the slot. */
 void kvt__dram_add_reoffer(struct kvt_dram *d, int32_t id, uint8_t links);
+/* Pin key's published slot if it is clean and marked to be offered again, without touching
+ * it (a put of a resident chunk: a sighting, not a use). 0 or -ENOENT. */
+int kvt__dram_pin_reoffer(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot_ref *ref);
 uint8_t kvt__dram_take_reoffer(struct kvt_dram *d, int32_t id);
 /* Remove key: 0, -ENOENT, or -EBUSY if pinned (it is then unlinked from the index at once
  * and its slot freed at the last unpin; so is a kvt__dram_reserve slot not published yet,

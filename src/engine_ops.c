@@ -116,6 +116,13 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	int rc = kvt__dram_alloc(s->dram, key, parent, &ref);
 	if (rc == -EEXIST) { /* same content already stored: a put is idempotent */
 		count_put(s, key);
+		/* ... and a sighting: a chunk admission declined is offered again, as on a hit
+		 * (the replay offers a block it sees in DRAM whether it was a hit or not) */
+		struct kvt_slot_ref held;
+		if (deeper && kvt__dram_pin_reoffer(s->dram, key, &held) == 0) {
+			kvt__e_wb_reoffer(s, key, &held);
+			kvt__dram_unpin(s->dram, held.id);
+		}
 		kvt__e_complete(s, cb, arg, direct, &res);
 		return 0;
 	}

@@ -58,6 +58,12 @@ static void wb_tier_failed(struct wb *w, struct link *l, int rc)
 {
 	struct kvt_store *s = w->s;
 	int i = (int)(l - s->links);
+	if (w->reoffer) {
+		/* A hit's second offer owes nothing (the chunk was clean): no flush fails for
+		 * it, and the chunk is offered to the tier again at its next hit. */
+		kvt__dram_add_reoffer(s->dram, w->ref.id, (uint8_t)(1u << i));
+		return;
+	}
 	pthread_mutex_lock(&s->wb_lock);
 	if (s->wb_fail_seq[i] < w->seq)
 		s->wb_fail_seq[i] = w->seq;
@@ -94,15 +100,16 @@ static void wb_complete(struct wb *w)
 		newer = w->rec->last_put > w->seq;
 		pthread_mutex_unlock(&s->wb_lock);
 	}
-	if (w->ref.id >= 0 && !w->keep_dirty && !newer) {
+	/* A hit's second offer of a declined chunk (w->reoffer) changes no mark: the slot was
+	 * clean, a tier that took it at its put still holds it, none owes it, and a job that
+	 * owns the slot's state (a selective write, a flush's rewrite) decides. */
+	if (w->ref.id >= 0 && !w->keep_dirty && !newer && !w->reoffer) {
 		int failed = atomic_load(&w->failed_link);
 		/* A promotion (a hit from a deeper tier, written only to the tiers above it:
 		 * w->end) is held by that tier whatever happened here: a failure leaves it clean,
 		 * its eviction no loss (until 2026-12-05 it was marked unsaved, its eviction
-		 * counted as lost and flush failed -EIO); so is a hit's second offer of a
-		 * declined chunk (a tier that took it at its put still holds it, and none owes
-		 * it: it was clean) */
-		if (!atomic_load(&w->ok) && failed && w->end >= s->n_links && !w->reoffer) {
+		 * counted as lost and flush failed -EIO) */
+		if (!atomic_load(&w->ok) && failed && w->end >= s->n_links) {
 			atomic_store(&s->unsaved_link, failed - 1); /* before it can be evicted */
 			kvt__dram_set_unsaved(s->dram, w->ref.id);
 		} else {
@@ -370,6 +377,11 @@ void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 		kvt__e_wb_start(w, end);
 }
 
+static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
+			      const struct kvt_slot_ref *ref, const void *tail,
+			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct,
+			      uint8_t reoffer);
+
 /* A DRAM hit of a clean slot that a deeper tier's admission declined for a reason a later
  * sighting can change (kvt__admit_reoffer; the hit has just been recorded): offer it to
  * those tiers again. Without this a chunk declined at its put was never written while it
@@ -385,10 +397,9 @@ void kvt__e_wb_reoffer(struct kvt_store *s, const struct kvt_key *key,
 	if (!links) /* another hit took the marks */
 		return;
 	kvt__dram_pin(s->dram, hit->id); /* the job's own */
-	struct wb *w = kvt__e_wb_register(s, key, hit, NULL, 0, NULL, NULL, false);
+	struct wb *w = wb_register(s, key, hit, NULL, 0, NULL, NULL, false, links);
 	if (!w) /* no memory (the pin is let go), or removed meanwhile */
 		return;
-	w->reoffer = links;
 	kvt__e_wb_start(w, s->n_links);
 }
 
@@ -399,9 +410,10 @@ void kvt__e_wb_reoffer(struct kvt_store *s, const struct kvt_key *key,
  * there is no memory: then, as kvt__e_wb_submit would, the pin or buffer is let go and cb
  * has run with -ENOMEM; also NULL if the slot's key has left DRAM (removed): the pin is
  * let go and cb has run with 0, nothing to write. */
-struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
+static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
 			      const struct kvt_slot_ref *ref, const void *tail,
-			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct)
+			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct,
+			      uint8_t reoffer)
 {
 	struct wb *w = kvt__calloc(1, sizeof(*w));
 	if (!w) {
@@ -426,6 +438,7 @@ struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
 	w->direct = direct;
 	w->tail = tail;
 	w->tail_bytes = tail_bytes;
+	w->reoffer = reoffer;
 	atomic_store(&w->legs, 1); /* held by this function until all legs are out */
 	atomic_store(&w->refs, 1); /* dropped when the job completes */
 	pthread_mutex_lock(&s->wb_lock);
@@ -457,7 +470,8 @@ struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
 		w->blocked = kvt__e_keyrec_blocked(w->rec);
 		if (ref->id >= 0) /* a slot that skips a tier is written again (rewrite_claim) */
 			w->rec->redo |= w->blocked;
-		w->rec->last_put = w->seq;
+		if (!reoffer) /* a second offer owns nothing: the newest owner still decides */
+			w->rec->last_put = w->seq;
 		w->rec->pending++;
 		if (tail)
 			w->rec->zc_pending++;
@@ -466,6 +480,13 @@ struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
 	s->wb_pending++;
 	pthread_mutex_unlock(&s->wb_lock);
 	return w;
+}
+
+struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
+			      const struct kvt_slot_ref *ref, const void *tail,
+			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct)
+{
+	return wb_register(s, key, ref, tail, tail_bytes, cb, arg, direct, 0);
 }
 
 /* The second half: write the registered job's object to every deeper tier before chain

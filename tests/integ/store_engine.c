@@ -446,7 +446,7 @@ static void test_admission(const char *dir)
 }
 
 /* A chunk admission declined at its put is offered again when it is hit in DRAM (its
- * second sighting): written then, once. One declined for its position
+ * second sighting), or put again while resident: written then, once. One declined for its position
  * (admission.min_prefix_tokens) is not: hits do not change that verdict. */
 static void test_admission_reoffer(const char *dir)
 {
@@ -477,9 +477,28 @@ static void test_admission_reoffer(const char *dir)
 		       (unsigned long long)st.tier[1].writes_skipped);
 	}
 	kvt_store_close(s);
+
+	/* A put of a resident chunk is a sighting too (the replay offers on it): the
+	 * declined chunks are written, once. */
+	char sub[4400];
+	snprintf(sub, sizeof(sub), "%s/put", dir);
+	mkdir(sub, 0755);
+	kvt_config_destroy(c);
+	c = test_config("dram,nvme", sub);
+	test_set(c, "admission.min_freq", "2");
+	test_set(c, "dram.bytes", "2MiB");
+	s = open_store(c);
+	put_n(s, a, 10, 500);
+	put_n(s, a, 10, 500);
+	put_n(s, a, 10, 500);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].objects == 10 && st.tier[1].writes_skipped == 10,
+	       "put again: objects %llu, skipped %llu", (unsigned long long)st.tier[1].objects,
+	       (unsigned long long)st.tier[1].writes_skipped);
+	kvt_store_close(s);
 	kvt_config_destroy(c);
 
-	char sub[4400];
 	snprintf(sub, sizeof(sub), "%s/short", dir);
 	mkdir(sub, 0755);
 	c = test_config("dram,nvme", sub);
