@@ -160,6 +160,11 @@ static void orphan_del(struct nv *s, struct nv_ent *e)
 	e->orphan = false;
 }
 
+void nv_orphan_forget(struct nv *s, struct nv_ent *e)
+{
+	orphan_del(s, e);
+}
+
 static void orphan_add(struct nv *s, struct nv_ent *e)
 {
 	if (e->orphan || !e->has_parent || e->parent_uid)

@@ -359,6 +359,7 @@ uint64_t nv_parent_count(struct nv *s, const struct kvt_key *p, int delta, uint6
  * parent is indexed. */
 void nv_chain_count(struct nv *s, struct nv_ent *e);
 void nv_orphans_adopt(struct nv *s, struct nv_ent *p);
+void nv_orphan_forget(struct nv *s, struct nv_ent *e);
 void nv_chain_link(struct nv *s, struct nv_ent *e, const struct kvt_key *parent);
 void nv_refused_add(struct nv *s, const struct kvt_key *k);
 bool nv_refused_has(const struct nv *s, const struct kvt_key *k);

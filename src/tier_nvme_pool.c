@@ -223,11 +223,13 @@ bool nv_pool_drop_one(struct nv *s, bool now)
 	return true;
 }
 
-/* After a real ENOSPC in dir: every free slot there goes, and no more are laid out until
- * the next open. Unlinked here (on the ring thread) only until the file system has len
- * bytes free for the write's retry, the rest in the background: with 8,192 slots of 2 MiB
- * the ring thread stopped for seconds of unlinks (1-2 ms each with discard), and every
- * call of the tier missed its deadline (until 2026-12-05). Returns the slots dropped. */
+/* After a real ENOSPC in dir: free slots there go (unlinked now) until the file system has
+ * len bytes free for the write's retry, and no more are laid out until the next open. The
+ * others stay free slots (writes of their size still land in them; a write of another
+ * size drops them as it needs room): until 2026-12-05 every slot of the directory was
+ * unlinked on the ring thread - 8,192 slots of 2 MiB at 1-2 ms each with discard stopped
+ * the tier for seconds, every call past its deadline - and the background unlink has only
+ * a queue depth of room. Returns the slots dropped. */
 uint32_t nv_pool_drop_dir(struct nv *s, uint32_t dir, uint64_t len)
 {
 	uint64_t avail = 0, freed = 0;
@@ -236,11 +238,10 @@ uint32_t nv_pool_drop_dir(struct nv *s, uint32_t dir, uint64_t len)
 		avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	uint64_t need = len + 2 * KVT_ALIGN > avail ? len + 2 * KVT_ALIGN - avail : 0;
 	uint32_t n = 0;
-	for (uint32_t i = s->nslots; i-- > 0;)
+	for (uint32_t i = s->nslots; i-- > 0 && freed < need;)
 		if (s->slots[i].dir == dir) {
-			bool now = freed < need;
 			freed += s->slots[i].bytes;
-			slot_drop(s, i, now);
+			slot_drop(s, i, true);
 			n++;
 		}
 	s->layout_done = true;

@@ -258,8 +258,11 @@ int nv_evict_in_dir(struct nv *s, uint32_t dir, uint64_t len)
 	KVT_DEBUG(s->log, "nvme: %s: ENOSPC with %" PRIu64 " bytes free, %" PRIu64 " needed",
 		  s->dirs[dir].path, avail, len);
 	len = KVT_ALIGN_UP(len, KVT_ALIGN) + KVT_ALIGN; /* a little slack for metadata */
-	/* Log objects do not count: evicting one frees no blocks (its segment stays). */
-	for (struct nv_ent *e = s->lru_head; e; e = e->next)
+	/* Only leaves can go, and log objects do not count: evicting one frees no blocks (its
+	 * segment stays). Counting every object evicted leaves for nothing when they could not
+	 * make room (the write failed all the same). A chain's end evicted makes its parent a
+	 * leaf, so this is a lower bound of what could go. */
+	for (struct nv_ent *e = s->leaf_head; e; e = e->lnext)
 		if (e->dir == dir && !e->lseg)
 			in_dir += e->bytes;
 	if (in_dir < len)

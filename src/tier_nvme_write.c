@@ -127,6 +127,7 @@ int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff)
 		e->has_parent = true;
 	}
 	if (op->parent_uid && !e->parent_uid) {
+		nv_orphan_forget(s, e); /* counted now: not to be adopted as well */
 		e->parent_uid = op->parent_uid;
 		op->parent_uid = 0;
 	}
