@@ -519,7 +519,8 @@ static int on_ini_pair(void *user, const char *section, const char *name, const 
 #define KVT_INI_MAX_NAME (INI_MAX_LINE - 2 - 22)
 /* libinih 55 hands the handler a section name cut to 49 bytes (its MAX_SECTION, 50, is not
  * in ini.h): two long sections alike in their first 49 bytes would be one, and an AWS
- * credentials profile would take another profile's keys. Longer ones are refused. */
+ * credentials profile would take another profile's keys. Longer ones reach libinih as an
+ * index (ini_keep_section). */
 #define KVT_INI_MAX_SECTION 50
 
 /* The caller's handler until it fails once: libinih goes on after a failure and returns its
@@ -540,6 +541,10 @@ static int ini_until_failure(void *u, const char *section, const char *name, con
 	if (value && value[0] == '\x01') { /* a name = value line's value (kvt__ini_load) */
 		size_t i = strtoul(value + 1, NULL, 10);
 		value = i < f->n_long ? f->long_values[i] : "";
+	}
+	if (section && section[0] == '\x01') { /* a long [section] name (ini_keep_section) */
+		size_t i = strtoul(section + 1, NULL, 10);
+		section = i < f->n_long ? f->long_values[i] : "";
 	}
 	f->failed = !f->handler(f->user, section, name, value);
 	return !f->failed;
@@ -641,6 +646,28 @@ static int ini_keep_value(struct ini_first *f, const char *path, int ln, const c
 	v[end - value] = 0;
 	f->long_values[f->n_long] = v;
 	*o += (size_t)sprintf(out + *o, "%s=\x01%zu", name, f->n_long++);
+	return 0;
+}
+
+/* A [section] line whose name libinih would cut (KVT_INI_MAX_SECTION): kept in f as a long
+ * value is, and libinih gets "[<0x01>N]" instead, which the handler wrapper maps back. Two
+ * long sections alike in their first 49 bytes stay two, and an AWS profile is found by its
+ * whole name (refusing them instead broke a credentials file with one long SSO profile
+ * name, even one kvtier does not use). 0, or -ENOMEM with err set. */
+static int ini_keep_section(struct ini_first *f, const char *path, const char *section,
+			    char *out, size_t *o, char *err, size_t errlen)
+{
+	char **grown = kvt__realloc(f->long_values, (f->n_long + 1) * sizeof(*grown));
+	char *v = grown ? kvt__malloc(strlen(section) + 1) : NULL;
+	if (grown)
+		f->long_values = grown;
+	if (!v) {
+		seterr(err, errlen, "%s: %s", path, strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	strcpy(v, section);
+	f->long_values[f->n_long] = v;
+	*o += (size_t)sprintf(out + *o, "[\x01%zu]", f->n_long++);
 	return 0;
 }
 
@@ -760,10 +787,7 @@ int kvt__ini_load(const char *path, size_t max_bytes, int (*handler)(void *, con
 			rc = ini_keep_value(&first, path, ln, name, value, out, &o, err, errlen);
 		} else if (rc == INI_SECTION && n < INI_MAX_LINE - 1 &&
 			   strlen(section) >= KVT_INI_MAX_SECTION) {
-			if (err && errlen)
-				snprintf(err, errlen, "%s:%d: a [section] name longer than %d bytes",
-					 path, ln, KVT_INI_MAX_SECTION - 1);
-			rc = -EINVAL;
+			rc = ini_keep_section(&first, path, section, out, &o, err, errlen);
 		} else if (rc >= 0 && n < INI_MAX_LINE - 1) {
 			memcpy(out + o, p, n);
 			o += n;

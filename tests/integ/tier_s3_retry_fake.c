@@ -458,11 +458,17 @@ static void credentials_files(const char *ep)
 	    {"[kvt]\naws_access_key_id =\naws_secret_access_key = b\n",
 	     "kvt", "profile [kvt] has an empty aws_access_key_id", 0, 0},
 	    /* a profile name of 50 bytes or more: libinih cuts it to 49, so this profile's
-	     * keys were taken for a profile named by its first 49 bytes */
+	     * keys were taken for a profile named by its first 49 bytes - now it is not
+	     * that profile... */
 	    {"[ppppppppppppppppppppppppppppppppppppppppppppppppp-admin]\n"
 	     "aws_access_key_id = ADMIN\naws_secret_access_key = b\n",
 	     "ppppppppppppppppppppppppppppppppppppppppppppppppp",
-	     "credentials:1: a [section] name longer than 49 bytes", 0, 0},
+	     "no aws_access_key_id and aws_secret_access_key in profile "
+	     "[ppppppppppppppppppppppppppppppppppppppppppppppppp]", 0, 0},
+	    /* ... and it is found by its whole name (it was not found at all) */
+	    {"[ppppppppppppppppppppppppppppppppppppppppppppppppp-admin]\n"
+	     "aws_access_key_id = ADMIN\naws_secret_access_key = b\n",
+	     "ppppppppppppppppppppppppppppppppppppppppppppppppp-admin", NULL, 0, 0},
 	};
 	unsetenv("AWS_ACCESS_KEY_ID");
 	unsetenv("AWS_SECRET_ACCESS_KEY");
