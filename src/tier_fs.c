@@ -1779,7 +1779,8 @@ static int scan_entry(int dfd, const char *name, void *arg)
 	if (!object_name(name, &key) || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    !S_ISREG(st.st_mode))
 		return 0;
-	return a->fn(a->arg, &key, (uint64_t)st.st_size);
+	/* any non-zero from fn is "stop" (tier.h), never a read error for walk_leaves */
+	return a->fn(a->arg, &key, (uint64_t)st.st_size) ? 1 : 0;
 }
 
 static int scan_leaf(struct fs_state *s, int dfd, void *arg)

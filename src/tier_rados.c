@@ -807,9 +807,10 @@ out:
 	if (finish)
 		rados_object_list_cursor_free(s->io, finish);
 	kvt__free(items);
-	if (rc == -ETIME)
-		rc = -ETIMEDOUT; /* as on_complete: one name for a timeout */
-	return rc == -ENOENT || rc == 0 ? 0 : rc;
+	/* (rados_nobjects_list_next ended a listing with -ENOENT; rados_object_list ends it
+	 * with its cursor at the slice's end, so -ENOENT here is the pool gone midway: a
+	 * listing not whole, not an empty one) */
+	return rc == -ETIME ? -ETIMEDOUT : rc; /* as on_complete: one name for a timeout */
 }
 
 /* ------------------------------------------------------------------ open / close */
