@@ -135,67 +135,137 @@ uint64_t nv_parent_count(struct nv *s, const struct kvt_key *p, int delta, uint6
 	return 0;
 }
 
-/* Orphans: entries whose parent was neither stored nor being written when they were (a
- * chunk written before its parent: write-back cleans the coldest dirty chunks first, and
- * admission can decline a parent at its put and take it at a later hit). Until 2026-12-05
- * such a parent never learnt of its child once written: it stayed a leaf, went before its
- * suffix, and the suffix could no longer be resumed from this tier. Kept in lists by the
- * parent's key hash; the parent's entry adopts them when it is indexed. */
-static struct nv_ent **orphan_bucket(struct nv *s, const struct kvt_key *parent)
+/* Children by parent. Every entry that names a parent is filed under the parent's key, in
+ * one of two tables (the same links: an entry is in at most one):
+ *  - orphans: counted on nothing (parent_uid 0), because its parent was neither stored nor
+ *    being written when it was (a chunk written before its parent: write-back cleans the
+ *    coldest dirty chunks first, and admission can decline a parent at its put and take it
+ *    at a later hit). The parent's entry adopts them when it is indexed (since 2026-12-05;
+ *    before, such a parent never learnt of its child: it stayed a leaf and went before its
+ *    suffix, which could then no longer be resumed from this tier);
+ *  - kids: counted on the parent copy or write whose uid is parent_uid. When that copy is
+ *    removed, or that write fails, with children still counted, they go back to the orphans
+ *    (nv_kids_orphan), so the parent's next copy counts them (before, they stayed counted on
+ *    the uid that was gone, and the new copy was a leaf).
+ * A child write in flight counted on a write that has failed is checked when it publishes
+ * (nv_chain_take). The orphan table is walked at every index (few entries: chains written
+ * out of order); the kids table only when a parent with children goes, so it is wider. */
+static struct nv_ent ***table_of(struct nv *s, bool kids)
 {
-	return &s->orphans[kvt__key_hash(parent) % NV_ORPHAN_BUCKETS];
+	return kids ? &s->kids : &s->orphans;
 }
 
-static void orphan_del(struct nv *s, struct nv_ent *e)
+static uint32_t table_buckets(bool kids)
 {
-	if (!e->orphan)
+	return kids ? NV_KIDS_BUCKETS : NV_ORPHAN_BUCKETS;
+}
+
+static struct nv_ent **bucket_of(struct nv *s, bool kids, const struct kvt_key *parent)
+{
+	return &(*table_of(s, kids))[kvt__key_hash(parent) % table_buckets(kids)];
+}
+
+static void unfile(struct nv *s, struct nv_ent *e)
+{
+	if (e->filed == NV_UNFILED)
 		return;
 	if (e->oprev)
 		e->oprev->onext = e->onext;
 	else
-		*orphan_bucket(s, &e->parent) = e->onext;
+		*bucket_of(s, e->filed == NV_KID, &e->parent) = e->onext;
 	if (e->onext)
 		e->onext->oprev = e->oprev;
 	e->oprev = e->onext = NULL;
-	e->orphan = false;
+	e->filed = NV_UNFILED;
 }
 
-void nv_orphan_forget(struct nv *s, struct nv_ent *e)
+/* File e by its parent link and parent_uid (after any change to either). */
+static void file(struct nv *s, struct nv_ent *e)
 {
-	orphan_del(s, e);
-}
-
-static void orphan_add(struct nv *s, struct nv_ent *e)
-{
-	if (e->orphan || !e->has_parent || e->parent_uid)
+	unfile(s, e);
+	if (!e->has_parent || kvt__key_eq(&e->key, &e->parent))
 		return;
-	if (!s->orphans && !(s->orphans = kvt__calloc(NV_ORPHAN_BUCKETS, sizeof(*s->orphans))))
-		return; /* no memory: its parent stays unaware, as before */
-	struct nv_ent **b = orphan_bucket(s, &e->parent);
+	bool kids = e->parent_uid != 0;
+	struct nv_ent ***t = table_of(s, kids);
+	if (!*t && !(*t = kvt__calloc(table_buckets(kids), sizeof(**t))))
+		return; /* no memory: unfiled, as before children were filed */
+	struct nv_ent **b = bucket_of(s, kids, &e->parent);
 	e->oprev = NULL;
 	e->onext = *b;
 	if (*b)
 		(*b)->oprev = e;
 	*b = e;
-	e->orphan = true;
+	e->filed = kids ? NV_KID : NV_ORPHAN;
 }
 
-/* p was just indexed: its orphans (entries naming it as parent, counted on nothing) are its
- * children now, and p is no leaf. */
+static void set_parent_uid(struct nv *s, struct nv_ent *e, uint64_t uid)
+{
+	e->parent_uid = uid;
+	file(s, e);
+}
+
+/* p was just indexed: its orphans are its children now, and p is no leaf. */
 void nv_orphans_adopt(struct nv *s, struct nv_ent *p)
 {
 	if (!s->orphans)
 		return;
-	struct nv_ent *e = *orphan_bucket(s, &p->key), *next;
+	struct nv_ent *e = *bucket_of(s, false, &p->key), *next;
 	for (; e; e = next) {
 		next = e->onext;
 		if (e == p || !kvt__key_eq(&e->parent, &p->key))
 			continue;
-		orphan_del(s, e);
-		e->parent_uid = p->uid;
+		set_parent_uid(s, e, p->uid);
 		if (p->children++ == 0)
 			nv_leaf_unlink(s, p);
 	}
+}
+
+/* The parent copy or write uid of the chunk parent is gone with children counted on it:
+ * they are orphans again, for its next copy to adopt. */
+void nv_kids_orphan(struct nv *s, const struct kvt_key *parent, uint64_t uid)
+{
+	if (!s->kids)
+		return;
+	struct nv_ent *e = *bucket_of(s, true, parent), *next;
+	for (; e; e = next) {
+		next = e->onext;
+		if (e->parent_uid == uid && kvt__key_eq(&e->parent, parent))
+			set_parent_uid(s, e, 0);
+	}
+}
+
+/* The children counted on uid from are counted on uid to now (the same parent's entry). */
+void nv_kids_relabel(struct nv *s, const struct kvt_key *parent, uint64_t from, uint64_t to)
+{
+	if (!s->kids || from == to)
+		return;
+	for (struct nv_ent *e = *bucket_of(s, true, parent); e; e = e->onext)
+		if (e->parent_uid == from && kvt__key_eq(&e->parent, parent))
+			e->parent_uid = to;
+}
+
+/* Is uid the parent's stored copy or its write in flight? */
+static bool uid_live(struct nv *s, const struct kvt_key *parent, uint64_t uid)
+{
+	struct nv_ent *p = nv_ent_find(s, parent);
+	if (p && p->uid == uid)
+		return true;
+	struct nv_op *w = *nv_leader_slot(s, parent);
+	return w && w->uid == uid;
+}
+
+/* e was just indexed from write op, which counted on op->parent_uid from its start: e takes
+ * that count over if it is still held (the parent's write it counted on may have failed
+ * meanwhile: then nothing holds it, and e is counted afresh below), and op no longer owes
+ * its release. Then e counts on whatever holds its parent now, or is an orphan. */
+void nv_chain_take(struct nv *s, struct nv_ent *e, struct nv_op *op)
+{
+	if (op->parent_uid && !e->parent_uid && kvt__key_eq(&e->parent, &op->parent)) {
+		if (uid_live(s, &op->parent, op->parent_uid))
+			set_parent_uid(s, e, op->parent_uid);
+		op->parent_uid = 0;
+	}
+	nv_chain_count(s, e);
 }
 
 /* e names a parent: counted on it (or its write in flight) now, or kept as an orphan until
@@ -204,9 +274,7 @@ void nv_chain_count(struct nv *s, struct nv_ent *e)
 {
 	if (!e->has_parent || e->parent_uid || kvt__key_eq(&e->key, &e->parent))
 		return;
-	e->parent_uid = nv_parent_count(s, &e->parent, +1, 0);
-	if (!e->parent_uid)
-		orphan_add(s, e);
+	set_parent_uid(s, e, nv_parent_count(s, &e->parent, +1, 0));
 }
 
 /* A stored entry learns its parent (a later write of its key, or .kvtier.chains). */
@@ -214,20 +282,24 @@ void nv_chain_link(struct nv *s, struct nv_ent *e, const struct kvt_key *parent)
 {
 	if (e->parent_uid || kvt__key_eq(&e->key, parent))
 		return;
-	orphan_del(s, e); /* (filed under its old parent's key) */
+	unfile(s, e); /* (filed under its old parent's key) */
 	e->parent = *parent;
 	e->has_parent = true;
 	nv_chain_count(s, e);
 }
 
-/* e is going away: it is no longer a leaf, and no longer a child of its parent. */
+/* e is going away: it is no longer a leaf, and no longer a child of its parent; the
+ * children counted on it are orphans again. */
 static void chain_unlink(struct nv *s, struct nv_ent *e)
 {
-	orphan_del(s, e);
+	unfile(s, e);
 	nv_leaf_unlink(s, e);
 	if (e->parent_uid)
 		nv_parent_count(s, &e->parent, -1, e->parent_uid);
 	e->parent_uid = 0;
+	if (e->children)
+		nv_kids_orphan(s, &e->key, e->uid);
+	e->children = 0;
 }
 
 /* A chunk refused for lack of room cuts its chain here: the chunks after it could never be

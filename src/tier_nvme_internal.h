@@ -100,6 +100,7 @@ struct nv_fdc {
 };
 
 #define NV_ORPHAN_BUCKETS 4096u
+#define NV_KIDS_BUCKETS 65536u
 
 struct nv_ent {
 	struct kvt_key key;
@@ -112,9 +113,11 @@ struct nv_ent {
 	uint64_t parent_uid; /* uid of the parent entry or write counting this one (0: none) */
 	bool has_parent;     /* parent is known (saved in .kvtier.chains) */
 	struct kvt_key parent;
-	/* has_parent but parent_uid 0 (the parent neither stored nor being written when this
-	 * was): on s->orphans, so that the parent's entry counts it once it is written */
-	bool orphan;
+	/* Filed by its parent's key (tier_nvme_index.c, "Children by parent"): on s->orphans
+	 * while parent_uid is 0 (the parent neither stored nor being written), so that the
+	 * parent's entry counts it once it is written; on s->kids while counted, so that a
+	 * parent copy or write that goes away hands it back to the orphans. */
+	enum { NV_UNFILED, NV_ORPHAN, NV_KID } filed;
 	struct nv_ent *oprev, *onext;
 	struct nv_fdc *fdc;
 	uint64_t bytes;
@@ -321,6 +324,7 @@ struct nv {
 	uint64_t lru_clock; /* stamps nv_ent.used_at */
 	struct nv_ent *leaf_head, *leaf_tail; /* ring thread only */
 	struct nv_ent **orphans; /* NV_ORPHAN_BUCKETS lists by parent key (ring thread only) */
+	struct nv_ent **kids;	 /* NV_KIDS_BUCKETS lists by parent key (ring thread only) */
 	uint64_t uids;
 	uint64_t refused[NV_REFUSED]; /* key hashes of chunks refused for room */
 	uint32_t refused_next;
@@ -359,7 +363,9 @@ uint64_t nv_parent_count(struct nv *s, const struct kvt_key *p, int delta, uint6
  * parent is indexed. */
 void nv_chain_count(struct nv *s, struct nv_ent *e);
 void nv_orphans_adopt(struct nv *s, struct nv_ent *p);
-void nv_orphan_forget(struct nv *s, struct nv_ent *e);
+void nv_chain_take(struct nv *s, struct nv_ent *e, struct nv_op *op);
+void nv_kids_orphan(struct nv *s, const struct kvt_key *parent, uint64_t uid);
+void nv_kids_relabel(struct nv *s, const struct kvt_key *parent, uint64_t from, uint64_t to);
 void nv_chain_link(struct nv *s, struct nv_ent *e, const struct kvt_key *parent);
 void nv_refused_add(struct nv *s, const struct kvt_key *k);
 bool nv_refused_has(const struct nv *s, const struct kvt_key *k);

@@ -211,6 +211,7 @@ static void nv_free(struct nv *s)
 	kvt__free(s->ios);
 	kvt__free(s->slots);
 	kvt__free(s->orphans);
+	kvt__free(s->kids);
 	if (s->zero)
 		kvt__free_aligned(s->zero, NV_ZERO_BYTES);
 	nv_log_close(s);

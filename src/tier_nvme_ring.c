@@ -115,6 +115,10 @@ void nv_finish(struct nv *s, struct nv_op *op, int64_t res)
 		nv_parent_count(s, &op->parent, -1, op->parent_uid);
 		op->parent_uid = 0;
 	}
+	if (was_write && op->children) { /* the same: its children are orphans again */
+		nv_kids_orphan(s, &op->key, op->uid);
+		op->children = 0;
+	}
 	if (op->leader) {
 		struct nv_op **pp = nv_leader_slot(s, &op->key);
 		*pp = op->lnext;

@@ -111,6 +111,9 @@ int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff)
 		pthread_mutex_unlock(&s->ilock);
 		nv_lru_touch(s, e);
 		nv_publish_counts(s);
+		/* one uid for both: the children counted on this write (in flight too) */
+		nv_kids_relabel(s, &op->key, e->uid, op->uid);
+		e->uid = op->uid;
 	} else if (!(e = nv_ent_insert(s, &op->key, op->dir, op->len))) {
 		return -ENOMEM; /* the failure path releases the reservation */
 	} else {
@@ -126,13 +129,8 @@ int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff)
 		e->parent = op->parent;
 		e->has_parent = true;
 	}
-	if (op->parent_uid && !e->parent_uid) {
-		nv_orphan_forget(s, e); /* counted now: not to be adopted as well */
-		e->parent_uid = op->parent_uid;
-		op->parent_uid = 0;
-	}
-	nv_chain_count(s, e); /* a parent indexed since the write started, or an orphan */
-	nv_orphans_adopt(s, e); /* children written before it */
+	nv_chain_take(s, e, op); /* its count on its parent, or an orphan */
+	nv_orphans_adopt(s, e);	 /* children written before it */
 	nv_write_release(s, op);
 	ST_ADD(s, writes, 1);
 	ST_ADD(s, write_bytes, op->len);

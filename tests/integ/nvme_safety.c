@@ -179,6 +179,49 @@ static void test_chain_eviction(void)
 		rm_rf(dir);
 	}
 
+	/* A parent whose copy went while its child stayed, then written again: the new copy
+	 * counts the child. Two ways: (0) removed and written again; (1) its write failed
+	 * with the child's write in flight on it (a directory holds its name: the publish
+	 * gets EISDIR), then written again. Until 2026-12-05 the child stayed counted on the
+	 * copy (or write) that was gone, and the new parent was a leaf that went first. */
+	for (int way = 0; way < 2; way++) {
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap, NULL), 0);
+		struct kvt_key pk = make_key(40, (uint64_t)way), ck = make_key(41, (uint64_t)way);
+		uint8_t *two = abuf(2 * OBJ);
+		fill_object(two, OBJ, &pk);
+		fill_object(two + OBJ, OBJ, &ck);
+		if (way == 0) {
+			CHECK_EQ(write_chained(t, &pk, NULL, two, OBJ), 0);
+			CHECK_EQ(write_chained(t, &ck, &pk, two + OBJ, OBJ), 0);
+			CHECK_EQ(t_remove(t, &pk), 0);
+		} else {
+			char objp[800];
+			key_path(dir, &pk, objp, sizeof(objp));
+			CHECK_EQ(mkdir(objp, 0700), 0);
+			struct batch bt = BATCH_INIT;
+			batch_add(&bt);
+			CHECK_EQ(t->ops->write_chained(t, &pk, NULL, two, OBJ, batch_cb, &bt), 0);
+			batch_add(&bt);
+			CHECK_EQ(t->ops->write_chained(t, &ck, &pk, two + OBJ, OBJ, batch_cb, &bt), 0);
+			batch_wait(&bt, 0);
+			CHECK_EQ(bt.ok, 1);
+			CHECK_EQ(rmdir(objp), 0);
+		}
+		CHECK_EQ(present(t, &pk), 0);
+		CHECK_EQ(write_chained(t, &pk, NULL, two, OBJ), 0);
+		CHECK_EQ(t_read1(t, &ck, buf, 0, OBJ), OBJ); /* the suffix is the most recent */
+		for (int i = 0; i < 3; i++) {
+			struct kvt_key x = make_key(42, (uint64_t)(way * 10 + i));
+			fill_object(buf, OBJ, &x);
+			CHECK_EQ(write_chained(t, &x, NULL, buf, OBJ), 0);
+		}
+		CHECKM(present(t, &pk), "parent written again (way %d): it was evicted", way);
+		CHECKM(!present(t, &ck), "parent written again (way %d): the child outlived it", way);
+		kvt__tier_close(t);
+		rm_rf(dir);
+		free(two);
+	}
+
 	/* Two chains: a second session evicts the first one's end, never its own prefix, and
 	 * the first one is peeled from its end. */
 	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap, NULL), 0);
