@@ -23,6 +23,15 @@
  * derives these from its tensor views): vLLM's CPU "vec" pages (per rank, layer, block,
  * head: K transposed [head_dim][block_tokens], then V [block_tokens][head_dim]) and
  * FlashAttention's [block_tokens][heads][K | V].
+ *
+ * Tiled pages (token_tile or dim_tile non-zero): a page laid out for matrix units packs
+ * small tiles, e.g. vLLM's CPU "amx" pages, whose K holds 16 tokens x 2 dims per tile and
+ * V 2 tokens x 16 dims. Then the token term above, for tt = t % block_tokens, is
+ *
+ *   (tt / token_tile)*token_tile_stride + (tt % token_tile)*token
+ *
+ * (block_tokens a multiple of token_tile), and the dim term (d / dim_tile)*dim_tile_stride
+ * + (d % dim_tile)*dim (head_dim a multiple of dim_tile). 0: not tiled, the plain term.
  */
 #ifndef KVTIER_LAYOUT_H
 #define KVTIER_LAYOUT_H
@@ -36,6 +45,8 @@ extern "C" {
 struct kvt_row_strides {
 	int64_t offset; /* element (0, 0, 0, 0) */
 	int64_t layer, block, token, rank, head, dim;
+	int64_t token_tile, token_tile_stride; /* 0, 0: tokens not tiled (see above) */
+	int64_t dim_tile, dim_tile_stride;     /* 0, 0: dims not tiled */
 };
 
 struct kvt_row_layout {

@@ -6,7 +6,8 @@
  * elements, dense in the canonical chunk (token stride kv_heads*head_dim, dim stride 1)
  * and strided in the row. Rows whose dim stride is 1 copy a token's head_dim elements at
  * once; a transposed page (token stride 1, e.g. vLLM CPU "vec" K) is copied in small
- * square blocks so both sides stay in cache.
+ * square blocks so both sides stay in cache. A tiled page (vLLM CPU "amx") is copied one
+ * of its tiles at a time, each a small strided tile as above.
  */
 #include <errno.h>
 #include <string.h>
@@ -22,6 +23,32 @@ uint64_t kvt_row_layout_chunk_bytes(const struct kvt_row_layout *lay)
 	       lay->head_dim * lay->elem_bytes;
 }
 
+/* The tiling of n elements along one axis (tokens of a block, dims of a head): tiles of
+ * `size` elements (size n when not tiled), `count` of them, the last element's offset. */
+struct axis {
+	uint32_t size, count;
+	int64_t stride, tile_stride;
+};
+
+static int axis_of(uint32_t n, int64_t stride, int64_t tile, int64_t tile_stride,
+		   struct axis *a)
+{
+	if (!tile && !tile_stride) {
+		*a = (struct axis){n, 1, stride, 0};
+		return 1;
+	}
+	if (tile <= 0 || tile > n || n % tile || tile_stride < 0)
+		return 0;
+	*a = (struct axis){(uint32_t)tile, n / (uint32_t)tile, stride, tile_stride};
+	return 1;
+}
+
+static uint64_t axis_last(const struct axis *a)
+{
+	return (uint64_t)(a->count - 1) * (uint64_t)a->tile_stride +
+	       (uint64_t)(a->size - 1) * (uint64_t)a->stride;
+}
+
 static int strides_ok(const struct kvt_row_layout *lay, const struct kvt_row_strides *s)
 {
 	if (s->offset < 0 || s->layer < 0 || s->block < 0 || s->token < 0 || s->rank < 0 ||
@@ -31,14 +58,17 @@ static int strides_ok(const struct kvt_row_layout *lay, const struct kvt_row_str
 	/* bound each stride first so the largest offset below cannot overflow */
 	const int64_t lim = (int64_t)1 << 40;
 	if (s->offset > lim || s->layer > lim || s->block > lim || s->token > lim ||
-	    s->rank > lim || s->head > lim || s->dim > lim)
+	    s->rank > lim || s->head > lim || s->dim > lim || s->token_tile_stride > lim ||
+	    s->dim_tile_stride > lim)
+		return 0;
+	struct axis at, ad;
+	if (!axis_of(lay->block_tokens, s->token, s->token_tile, s->token_tile_stride, &at) ||
+	    !axis_of(lay->head_dim, s->dim, s->dim_tile, s->dim_tile_stride, &ad))
 		return 0;
 	uint64_t last = (uint64_t)s->offset + (uint64_t)(lay->layers - 1) * (uint64_t)s->layer +
 			(uint64_t)(lay->blocks_per_chunk - 1) * (uint64_t)s->block +
-			(uint64_t)(lay->block_tokens - 1) * (uint64_t)s->token +
-			(ranks - 1) * (uint64_t)s->rank +
-			(uint64_t)(lay->heads_per_rank - 1) * (uint64_t)s->head +
-			(uint64_t)(lay->head_dim - 1) * (uint64_t)s->dim;
+			axis_last(&at) + (ranks - 1) * (uint64_t)s->rank +
+			(uint64_t)(lay->heads_per_rank - 1) * (uint64_t)s->head + axis_last(&ad);
 	return (last + 1) * lay->elem_bytes <= lay->row_bytes;
 }
 
@@ -119,6 +149,75 @@ static void tile(uint32_t eb, char *dst, int64_t dt, int64_t dd, const char *src
 	}
 }
 
+/* Tiles of 2 tokens x n dims whose tokens alternate in the row (vLLM CPU "amx" V: d0t0,
+ * d0t1, d1t0, ...), 2-byte elements: two canonical runs of n interleaved, in a loop the
+ * compiler vectorises. By tile: 3x faster than one strided 2 x n copy call per tile. */
+static void interleave_pairs(uint16_t *r, uint16_t *a, uint16_t *b, uint32_t n, int to_row)
+{
+	if (to_row) {
+		for (uint32_t i = 0; i < n; i++) {
+			r[2 * i] = a[i];
+			r[2 * i + 1] = b[i];
+		}
+	} else {
+		for (uint32_t i = 0; i < n; i++) {
+			a[i] = r[2 * i];
+			b[i] = r[2 * i + 1];
+		}
+	}
+}
+
+/* One (layer, K|V, block, head) of a chunk: c its first element in the canonical chunk,
+ * r in the row; tile by tile when the page is tiled (the layout was checked). */
+static void copy_head(const struct kvt_row_layout *lay, const struct kvt_row_strides *s,
+		      char *r, char *c, int to_row)
+{
+	const uint32_t eb = lay->elem_bytes;
+	const int64_t ct = (int64_t)lay->kv_heads * lay->head_dim;
+	struct axis at = {0}, ad = {0};
+	axis_of(lay->block_tokens, s->token, s->token_tile, s->token_tile_stride, &at);
+	axis_of(lay->head_dim, s->dim, s->dim_tile, s->dim_tile_stride, &ad);
+	const uint32_t wide = ad.size * eb;
+	if (ad.count > 1 && ad.stride == 1 && (wide == 2 || wide == 4) &&
+	    at.stride % ad.size == 0 && ad.tile_stride % ad.size == 0 &&
+	    (uintptr_t)r % wide == 0 && (uintptr_t)c % wide == 0) {
+		/* a dim tile is adjacent elements on both sides (vLLM CPU "amx" K: 2 dims):
+		 * moved as one element of its width, a whole token tile per call */
+		for (uint32_t ti = 0; ti < at.count; ti++) {
+			char *rt = r + ti * at.tile_stride * eb;
+			char *cc = c + (int64_t)ti * at.size * ct * eb;
+			if (to_row)
+				tile(wide, rt, at.stride / ad.size, ad.tile_stride / ad.size, cc,
+				     ct / ad.size, 1, at.size, ad.count);
+			else
+				tile(wide, cc, ct / ad.size, 1, rt, at.stride / ad.size,
+				     ad.tile_stride / ad.size, at.size, ad.count);
+		}
+		return;
+	}
+	if (eb == 2 && at.count > 1 && at.size == 2 && at.stride == 1 && ad.stride == 2) {
+		for (uint32_t ti = 0; ti < at.count; ti++)
+			for (uint32_t di = 0; di < ad.count; di++) {
+				uint16_t *rt = (uint16_t *)r + ti * at.tile_stride +
+					       di * ad.tile_stride;
+				uint16_t *a = (uint16_t *)c + (int64_t)ti * 2 * ct +
+					      (int64_t)di * ad.size;
+				interleave_pairs(rt, a, a + ct, ad.size, to_row);
+			}
+		return;
+	}
+	for (uint32_t ti = 0; ti < at.count; ti++) {
+		for (uint32_t di = 0; di < ad.count; di++) {
+			char *rt = r + (ti * at.tile_stride + di * ad.tile_stride) * eb;
+			char *cc = c + ((int64_t)ti * at.size * ct + (int64_t)di * ad.size) * eb;
+			if (to_row)
+				tile(eb, rt, at.stride, ad.stride, cc, ct, 1, at.size, ad.size);
+			else
+				tile(eb, cc, ct, 1, rt, at.stride, ad.stride, at.size, ad.size);
+		}
+	}
+}
+
 /* to_row: canonical -> row, else row -> canonical. Layer l of the chunk starts at
  * chunk + l * lstride bytes (0: dense, one layer after the other). */
 static void convert(const struct kvt_row_layout *lay, char *row, char *chunk, uint64_t lstride,
@@ -142,10 +241,7 @@ static void convert(const struct kvt_row_layout *lay, char *row, char *chunk, ui
 								   b * s->block +
 								   (h / Hr) * s->rank +
 								   (h % Hr) * s->head) * eb;
-					if (to_row)
-						tile(eb, r, s->token, s->dim, c, ct, 1, Tb, D);
-					else
-						tile(eb, c, ct, 1, r, s->token, s->dim, Tb, D);
+					copy_head(lay, s, r, c, to_row);
 				}
 			}
 		}

@@ -87,7 +87,8 @@ class Stats(ctypes.Structure):
 
 class RowStrides(ctypes.Structure):  # include/kvtier_layout.h
     _fields_ = [(n, ctypes.c_int64)
-                for n in ("offset", "layer", "block", "token", "rank", "head", "dim")]
+                for n in ("offset", "layer", "block", "token", "rank", "head", "dim",
+                          "token_tile", "token_tile_stride", "dim_tile", "dim_tile_stride")]
 
 
 class RowLayoutC(ctypes.Structure):

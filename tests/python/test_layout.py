@@ -34,6 +34,10 @@ def row_by_loops(rl: RowLayout, canon: np.ndarray) -> np.ndarray:
         page = ((r * L + l) * bpc + j) * pe
         if rl.layout == "cpu-vec":
             off = h * 2 * Tb * D + (d * Tb + t if kv == 0 else Tb * D + t * D + d)
+        elif rl.layout == "cpu-amx":  # the formula fitted to vLLM's kernel (test below)
+            off = h * 2 * Tb * D + (
+                ((t // 16) * (D // 2) + d // 2) * 32 + (t % 16) * 2 + d % 2 if kv == 0 else
+                Tb * D + ((d // 16) * (Tb // 2) + t // 2) * 32 + (d % 16) * 2 + t % 2)
         elif rl.layout == "nhd":
             off = ((t * Hr + h) * 2 + kv) * D + d
         else:  # hnd
@@ -42,10 +46,10 @@ def row_by_loops(rl: RowLayout, canon: np.ndarray) -> np.ndarray:
     return row.view(np.uint8)
 
 
-@pytest.mark.parametrize("layout", ["cpu-vec", "nhd", "hnd"])
+@pytest.mark.parametrize("layout", ["cpu-vec", "cpu-amx", "nhd", "hnd"])
 @pytest.mark.parametrize("tp,bpc,pad", [(1, 1, 0), (2, 2, 0), (1, 2, 64)])
 def test_layout_matches_definition(layout, tp, bpc, pad):
-    L, H, D, Tb = 2, 4, 8, 4
+    L, H, D, Tb = (2, 4, 16, 32) if layout == "cpu-amx" else (2, 4, 8, 4)
     unpadded = 2 * Tb * (H // tp) * D * 2
     rl = RowLayout(layout, L, H, D, Tb, bpc, tp, 2, unpadded + pad if pad else 0)
     canon = canonical(L, Tb * bpc, H, D)
@@ -93,10 +97,12 @@ def test_nhd_against_einsum_and_flash_attention_view():
     assert torch.equal(got, want)
 
 
-def test_cpu_vec_against_vllm_kernel():
-    """The CPU layout as vLLM's CPU attention kernel writes it ("vec" ISA)."""
+@pytest.mark.parametrize("isa,Tb", [("vec", 32), ("vec16", 32), ("vec16", 16)])
+def test_cpu_vec_against_vllm_kernel(isa, Tb):
+    """The CPU layout as vLLM's CPU attention kernel writes it ("vec" ISA; "vec16", taken
+    when the block or head size is not a multiple of 32, writes the same pages)."""
     import vllm._custom_ops as ops
-    L, H, D, Tb, bpc = 2, 2, 64, 32, 2
+    L, H, D, bpc = 2, 2, 64, 2
     T = Tb * bpc
     K = torch.randn(L, T, H, D).to(torch.bfloat16)
     V = torch.randn(L, T, H, D).to(torch.bfloat16)
@@ -107,7 +113,7 @@ def test_cpu_vec_against_vllm_kernel():
         kc, vc = cache.chunk(2, dim=2)
         slots = torch.tensor([blocks[t // Tb] * Tb + t % Tb for t in range(T)])
         ops.cpu_attn_reshape_and_cache(K[l].contiguous(), V[l].contiguous(), kc, vc,
-                                       slots, "vec")
+                                       slots, isa)
         rows.append(cache[blocks].reshape(-1))
     row = torch.cat(rows).view(torch.uint8).numpy()
     rl = RowLayout("cpu-vec", L, H, D, Tb, bpc)
@@ -127,6 +133,40 @@ def test_cpu_vec_against_vllm_kernel():
     assert np.array_equal(back, row)
 
 
+@pytest.mark.parametrize("Tb,D", [(32, 64), (64, 96), (32, 128)])
+def test_cpu_amx_against_vllm_kernel(Tb, D):
+    """The "amx" pages (vLLM's CPU attention in bf16 on a CPU with AMX, block sizes that
+    are multiples of 32) as the kernel itself writes them: rows it wrote convert to the
+    canonical chunk, and back to the same bytes. (The kernel's cache write is a plain copy:
+    it runs on CPUs without AMX too.) Until 2026-12-05 the tier refused these pages, so
+    on a Sapphire Rapids host no engine with kvtier could start."""
+    import vllm._custom_ops as ops
+    L, H, bpc = 2, 2, 2
+    T = Tb * bpc
+    K = torch.randn(L, T, H, D).to(torch.bfloat16)
+    V = torch.randn(L, T, H, D).to(torch.bfloat16)
+    blocks = [4, 1]
+    rows = []
+    for l in range(L):
+        cache = torch.zeros(6, H, 2 * Tb, D, dtype=torch.bfloat16)  # vLLM's CPU view
+        kc, vc = cache.chunk(2, dim=2)
+        slots = torch.tensor([blocks[t // Tb] * Tb + t % Tb for t in range(T)])
+        ops.cpu_attn_reshape_and_cache(K[l].contiguous(), V[l].contiguous(), kc, vc,
+                                       slots, "amx")
+        rows.append(cache[blocks].reshape(-1))
+    row = torch.cat(rows).view(torch.uint8).numpy()
+    rl = RowLayout("cpu-amx", L, H, D, Tb, bpc)
+    out = np.zeros(rl.payload_bytes, dtype=np.uint8)
+    rl.row_to_canonical(row, out)
+    want = torch.stack([K, V], 1).contiguous()
+    assert np.array_equal(out, want.view(torch.uint8).reshape(-1).numpy())
+    back = np.zeros_like(row)
+    rl.canonical_to_row(out, back)
+    assert np.array_equal(back, row)
+    assert np.array_equal(row_by_loops(rl, want.view(torch.int16).numpy().view(np.uint16)),
+                          row)
+
+
 def test_bad_layouts_refused():
     with pytest.raises(ValueError):
         RowLayout("nchw", 2, 2, 64, 16, 1)
@@ -134,12 +174,14 @@ def test_bad_layouts_refused():
         RowLayout("nhd", 2, 3, 64, 16, 1, tp=2)
     with pytest.raises(ValueError):
         RowLayout("nhd", 2, 2, 64, 16, 1, page_bytes=100)
+    with pytest.raises(ValueError, match="multiples of 16"):
+        RowLayout("cpu-amx", 2, 2, 64, 8, 1)
     rl = RowLayout("nhd", 2, 2, 64, 16, 1)
     with pytest.raises(ValueError):
         rl.row_to_canonical(np.zeros(10, np.uint8), np.zeros(rl.payload_bytes, np.uint8))
 
 
-@pytest.mark.parametrize("layout", ["cpu-vec", "nhd", "hnd"])
+@pytest.mark.parametrize("layout", ["cpu-vec", "cpu-amx", "nhd", "hnd"])
 @pytest.mark.parametrize("ids", [[3, 4, 5], [5, 1, 3]])
 def test_rows_store_and_load_match_single_rows(layout, ids, tdir):
     """kvtier.Rows (the tier's path: one libkvtier call per job) stores rows as the
@@ -147,6 +189,8 @@ def test_rows_store_and_load_match_single_rows(layout, ids, tdir):
     loads them into other rows exactly as canonical_to_row writes them, leaving the
     other rows and the rows' padding untouched; a missing chunk ends the load there."""
     L, H, D, Tb, bpc, tp = 2, 4, 8, 4, 2, 2
+    if layout == "cpu-amx":
+        D, Tb = 16, 16
     unpadded = 2 * Tb * (H // tp) * D * 2
     rl = RowLayout(layout, L, H, D, Tb, bpc, tp, 2, unpadded + 64)
     stride = rl.row_bytes + 96  # rows of the primary tier are padded beyond row_bytes too

@@ -474,7 +474,7 @@ def test_kvtier_tenant_must_be_a_non_empty_string(tdir, caplog, bad):
      "positive integer"),
     ("model", {"layers": L, "kv_heads": H, "head_dim": D, "lyers": 2}, "model has an unknown key"),
     ("tenant", ["a"], "tenant must be a string"),
-    ("layout", "nchw", "layout must be one of cpu-vec, nhd, hnd"),
+    ("layout", "nchw", "layout must be one of cpu-vec, cpu-amx, nhd, hnd"),
     ("locality", "near", "locality must be one of"),
 ])
 def test_bad_options_are_refused_naming_the_option(tdir, opt, value, says):

@@ -2,7 +2,8 @@
  * layout_copy_test.c - the strided copy between canonical chunks and engine rows
  * (src/layout_copy.c) against an independent reference: rows written element by element
  * in the order each layout's description gives (a cursor walking the row), never from
- * strides. Layouts: vLLM's CPU "vec" pages (K transposed) and CUDA FlashAttention's
+ * strides. Layouts: vLLM's CPU "vec" pages (K transposed), its "amx" pages (tiles of
+ * 16 tokens x 2 dims for K, 2 tokens x 16 dims for V) and CUDA FlashAttention's
  * [block_tokens][heads][K|V] pages ("nhd") and the HND variant, with tensor parallelism,
  * padded pages and 1, 2 and 4-byte elements. Padding must stay untouched, both directions
  * must be exact, and layouts that reach past a row must be refused.
@@ -20,7 +21,7 @@
 
 #include "kvtier_layout.h"
 
-enum { CPU_VEC, NHD, HND };
+enum { CPU_VEC, NHD, HND, CPU_AMX };
 
 struct geo {
 	uint32_t L, H, D, Tb, bpc, tp, eb, pad; /* pad: extra elements per page */
@@ -76,6 +77,22 @@ static void reference_row(const struct geo *g, int kind, const void *chunk, void
 							for (uint32_t d = 0; d < g->D; d++)
 								put(row, pos++, eb, get(chunk, canon_at(g, l, 1, j * g->Tb + tb, h, d), eb));
 					}
+				} else if (kind == CPU_AMX) {
+					for (uint32_t hr = 0; hr < Hr; hr++) {
+						uint32_t h = r * Hr + hr;
+						/* K: tiles of 16 tokens, each of pairs of dims */
+						for (uint32_t t0 = 0; t0 < g->Tb; t0 += 16)
+							for (uint32_t d0 = 0; d0 < g->D; d0 += 2)
+								for (uint32_t tb = t0; tb < t0 + 16; tb++)
+									for (uint32_t d = d0; d < d0 + 2; d++)
+										put(row, pos++, eb, get(chunk, canon_at(g, l, 0, j * g->Tb + tb, h, d), eb));
+						/* V: tiles of 16 dims, each of pairs of tokens */
+						for (uint32_t d0 = 0; d0 < g->D; d0 += 16)
+							for (uint32_t t0 = 0; t0 < g->Tb; t0 += 2)
+								for (uint32_t d = d0; d < d0 + 16; d++)
+									for (uint32_t tb = t0; tb < t0 + 2; tb++)
+										put(row, pos++, eb, get(chunk, canon_at(g, l, 1, j * g->Tb + tb, h, d), eb));
+					}
 				} else if (kind == NHD) {
 					for (uint32_t tb = 0; tb < g->Tb; tb++)
 						for (uint32_t hr = 0; hr < Hr; hr++)
@@ -108,6 +125,14 @@ static struct kvt_row_layout strides_of(const struct geo *g, int kind)
 		lay.k.head = lay.v.head = 2 * Tb * D;
 		lay.k.token = 1, lay.k.dim = Tb;
 		lay.v.offset = Tb * D, lay.v.token = D, lay.v.dim = 1;
+	} else if (kind == CPU_AMX) {
+		lay.k.head = lay.v.head = 2 * Tb * D;
+		lay.k.token = 2, lay.k.dim = 1;
+		lay.k.token_tile = 16, lay.k.token_tile_stride = 16 * D;
+		lay.k.dim_tile = 2, lay.k.dim_tile_stride = 32;
+		lay.v.offset = Tb * D, lay.v.token = 1, lay.v.dim = 2;
+		lay.v.token_tile = 2, lay.v.token_tile_stride = 32;
+		lay.v.dim_tile = 16, lay.v.dim_tile_stride = 16 * Tb;
 	} else if (kind == NHD) {
 		lay.k.token = lay.v.token = Hr * 2 * D;
 		lay.k.head = lay.v.head = 2 * D;
@@ -172,6 +197,23 @@ static void test_cpu_vec(void **state)
 		one(&GEOS[i], CPU_VEC);
 }
 
+/* Tiled pages need block_tokens and head_dim multiples of 16. */
+static const struct geo AMX_GEOS[] = {
+	/* L  H  D   Tb  bpc tp eb pad */
+	{2, 2, 64, 128, 1, 1, 2, 0},
+	{3, 4, 16, 16, 2, 2, 2, 0},
+	{2, 4, 32, 32, 3, 4, 2, 40},
+	{1, 2, 96, 64, 2, 1, 4, 3},
+	{2, 8, 128, 128, 1, 1, 2, 0},
+};
+
+static void test_cpu_amx(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(AMX_GEOS) / sizeof(AMX_GEOS[0]); i++)
+		one(&AMX_GEOS[i], CPU_AMX);
+}
+
 static void test_flash_attn(void **state)
 {
 	(void)state;
@@ -202,6 +244,24 @@ static void test_refused(void **state)
 	lay = ok;
 	lay.k.rank = (int64_t)1 << 50; /* would overflow the bound computation */
 	assert_int_equal(kvt_row_layout_check(&lay), -EINVAL);
+	/* tiles: a size that does not divide its axis, or a negative tile stride */
+	struct geo ga = {2, 4, 32, 32, 2, 2, 2, 0};
+	struct kvt_row_layout amx = strides_of(&ga, CPU_AMX);
+	assert_int_equal(kvt_row_layout_check(&amx), 0);
+	lay = amx;
+	lay.k.token_tile = 12; /* 32 tokens are not whole tiles of 12 */
+	assert_int_equal(kvt_row_layout_check(&lay), -EINVAL);
+	lay = amx;
+	lay.v.dim_tile = 64; /* more than head_dim */
+	assert_int_equal(kvt_row_layout_check(&lay), -EINVAL);
+	lay = amx;
+	lay.v.dim_tile_stride = -32;
+	assert_int_equal(kvt_row_layout_check(&lay), -EINVAL);
+	lay = amx;
+	lay.row_bytes -= 2;
+	assert_int_equal(kvt_row_layout_check(&lay), -EINVAL);
+	lay = ok;
+	lay.k.rank = (int64_t)1 << 50;
 	char buf[8];
 	assert_int_equal(kvt_row_from_canonical(&lay, buf, buf), -EINVAL);
 	assert_int_equal(kvt_row_to_canonical(&lay, buf, buf), -EINVAL);
@@ -212,6 +272,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cpu_vec),
+		cmocka_unit_test(test_cpu_amx),
 		cmocka_unit_test(test_flash_attn),
 		cmocka_unit_test(test_refused),
 	};

@@ -5,8 +5,13 @@ rank r (its tensor-parallel slot), for each layer l, for each of the chunk's
 blocks_per_chunk blocks j, that block's page of layer l as the attention backend stores
 it. The page interior depends on the backend:
 
-  "cpu-vec"  vLLM's CPU attention, "vec" ISA (LBHNC; kernel cpu_attn_reshape_and_cache):
-             per head: K transposed [head_dim][block_tokens], then V [block_tokens][head_dim]
+  "cpu-vec"  vLLM's CPU attention, "vec" and "vec16" ISAs (LBHNC; kernel
+             cpu_attn_reshape_and_cache): per head: K transposed [head_dim][block_tokens],
+             then V [block_tokens][head_dim]
+  "cpu-amx"  the same kernel, "amx" ISA (bf16 on a CPU with AMX, block_tokens a multiple
+             of 32), packed for AMX tiles: per head, K is [block_tokens/16][head_dim/2]
+             tiles of [16 tokens][2 dims], then V [head_dim/16][block_tokens/2] tiles of
+             [16 dims][2 tokens]
   "nhd"      vLLM 0.32 CUDA FlashAttention, the default LBNHC layout:
              [block_tokens][heads][K head_dim | V head_dim]
   "hnd"      LBHNC on CUDA (e.g. FlashInfer HND): [heads][block_tokens][K | V]
@@ -37,7 +42,7 @@ import torch
 from kvtier import _lib
 from kvtier._lib import lib
 
-LAYOUTS = ("cpu-vec", "nhd", "hnd")
+LAYOUTS = ("cpu-vec", "cpu-amx", "nhd", "hnd")
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 _TINT = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 
@@ -63,6 +68,9 @@ class RowLayout:
             raise ValueError(f"{self.kv_heads} KV heads do not split over TP={self.tp}")
         if self.page_bytes and self.page_bytes < self.unpadded_page_bytes:
             raise ValueError("page_bytes is smaller than one page's K and V")
+        if self.layout == "cpu-amx" and (self.block_tokens % 16 or self.head_dim % 16):
+            raise ValueError("cpu-amx pages need block_tokens and head_dim multiples of 16 "
+                             f"(got {self.block_tokens}, {self.head_dim})")
 
     @property
     def chunk_tokens(self) -> int:
@@ -99,7 +107,8 @@ class RowLayout:
     def _kv_views(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Views of K and V of rows (an (N, >= row elements) integer tensor), each shaped
         (N, L, bpc, Tb, tp, Hr, D) in canonical axis order (strided: no copy; writing them
-        writes the rows)."""
+        writes the rows); for a tiled page (cpu-amx) with the token and dim axes split into
+        (tiles, within a tile): (N, L, bpc, Tb/tt, tt, tp, Hr, D/dt, dt)."""
         L, bpc, Tb, tp, Hr, D = (self.layers, self.blocks_per_chunk, self.block_tokens,
                                  self.tp, self.heads_per_rank, self.head_dim)
         n = rows.shape[0]
@@ -111,6 +120,14 @@ class RowLayout:
             k = p[..., :Tb * D].view(n, tp, L, bpc, Hr, D, Tb)
             v = p[..., Tb * D:].view(n, tp, L, bpc, Hr, Tb, D)
             return k.permute(0, 2, 3, 6, 1, 4, 5), v.permute(0, 2, 3, 5, 1, 4, 6)
+        if self.layout == "cpu-amx":
+            p = src.view(n, tp, L, bpc, Hr, 2 * Tb * D)
+            # K: (tiles of 16 tokens, pairs of dims, token, dim within the pair)
+            k = p[..., :Tb * D].view(n, tp, L, bpc, Hr, Tb // 16, D // 2, 16, 2)
+            # V: (tiles of 16 dims, pairs of tokens, dim, token within the pair)
+            v = p[..., Tb * D:].view(n, tp, L, bpc, Hr, D // 16, Tb // 2, 16, 2)
+            return (k.permute(0, 2, 3, 5, 7, 1, 4, 6, 8),
+                    v.permute(0, 2, 3, 6, 8, 1, 4, 5, 7))
         if self.layout == "nhd":
             p = src.view(n, tp, L, bpc, Tb, Hr, 2, D)
             return (p[..., 0, :].permute(0, 2, 3, 4, 1, 5, 6),
@@ -156,9 +173,15 @@ def _c_layout(rl: RowLayout, row_bytes: int) -> _lib.RowLayoutC:
                         blocks_per_chunk=rl.blocks_per_chunk,
                         heads_per_rank=rl.heads_per_rank, row_bytes=row_bytes)
     for name, v in zip(("k", "v"), rl._kv_views(meta)):
-        # v: (1, L, bpc, Tb, tp, Hr, D) over the row
+        # v: (1, L, bpc, Tb, tp, Hr, D) over the row, or tiled (see _kv_views)
         st = v.stride()
-        setattr(c, name, _lib.RowStrides(v.storage_offset(), *st[1:]))
+        if v.dim() == 7:
+            setattr(c, name, _lib.RowStrides(v.storage_offset(), *st[1:]))
+        else:
+            setattr(c, name, _lib.RowStrides(
+                v.storage_offset(), st[1], st[2], st[4], st[5], st[6], st[8],
+                token_tile=v.shape[4], token_tile_stride=st[3],
+                dim_tile=v.shape[8], dim_tile_stride=st[7]))
     rc = lib.kvt_row_layout_check(ctypes.byref(c))
     if rc < 0:
         raise ValueError(f"layout {rl} has no valid stride set: {lib.kvt_strerror(rc).decode()}")

@@ -224,11 +224,14 @@ def _detect_layout(oc, dtype_name: str, block_tokens: int, head_dim: int) -> str
         import torch
         from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
         isa = _get_attn_isa(getattr(torch, dtype_name), block_tokens, head_dim)
-        if isa != "vec":
+        # vec16 writes vec's pages; amx its own tiles (tests/python/test_layout.py checks
+        # both against the kernel). Until 2026-12-05 amx was refused: on a CPU with AMX
+        # (Sapphire Rapids and later) no bf16 engine with kvtier could start.
+        layout = {"vec": "cpu-vec", "vec16": "cpu-vec", "amx": "cpu-amx"}.get(isa)
+        if layout is None:
             raise ValueError(f"KvtierTier: CPU attention ISA {isa!r} stores KV in a layout "
-                             "this tier does not convert (only 'vec'); use a block size "
-                             "that is a multiple of 32 on a CPU without AMX")
-        return "cpu-vec"
+                             "this tier does not convert (vec, vec16, amx)")
+        return layout
     layout = {"LBNHC": "nhd", "LBHNC": "hnd"}.get(oc.kv_cache_layout or "LBNHC")
     if layout is None:
         raise ValueError(f"KvtierTier: KV cache layout {oc.kv_cache_layout} is not "
