@@ -154,7 +154,7 @@ int nv_budget_take(struct nv *s, uint64_t len, uint32_t *hour_out)
 	return rc;
 }
 
-/* A write that never reached the media gives its budget back. */
+/* Bytes of a write that were never issued to the media go back to the budget. */
 void nv_budget_refund(struct nv *s, uint64_t len, uint32_t hour)
 {
 	if (!s->budget)

@@ -915,10 +915,11 @@ static void tombs_lost(struct nv *s, const struct nv_batch *b)
 	nv_log_stop(s);
 }
 
+/* A write whose batch was issued: its bytes stay charged to the write budget (they may
+ * have reached the media, as nv_write_fail counts issued bytes). */
 static void fail_op(struct nv *s, struct nv_op *op, int err)
 {
 	nv_write_release(s, op);
-	nv_budget_refund(s, op->len, op->budget_hour);
 	ST_ADD(s, errors, 1);
 	nv_finish(s, op, err);
 }

@@ -166,7 +166,9 @@ bool nv_write_fail(struct nv *s, struct nv_op *op)
 		}
 	}
 	nv_write_release(s, op);
-	nv_budget_refund(s, op->len, op->budget_hour);
+	/* Only what was never issued goes back: issued bytes may have reached the media (a
+	 * publish that failed after the data was written: all of them). */
+	nv_budget_refund(s, op->len - op->cursor, op->budget_hour);
 	if (op->err == -ENOSPC) {
 		report_skip(s, -ENOSPC);
 	} else {
