@@ -179,7 +179,8 @@ static void copy_head(const struct kvt_row_layout *lay, const struct kvt_row_str
 	axis_of(lay->head_dim, s->dim, s->dim_tile, s->dim_tile_stride, &ad);
 	const uint32_t wide = ad.size * eb;
 	if (ad.count > 1 && ad.stride == 1 && (wide == 2 || wide == 4) &&
-	    at.stride % ad.size == 0 && ad.tile_stride % ad.size == 0 &&
+	    at.stride % ad.size == 0 && at.tile_stride % ad.size == 0 &&
+	    ad.tile_stride % ad.size == 0 &&
 	    (uintptr_t)r % wide == 0 && (uintptr_t)c % wide == 0) {
 		/* a dim tile is adjacent elements on both sides (vLLM CPU "amx" K: 2 dims):
 		 * moved as one element of its width, a whole token tile per call */

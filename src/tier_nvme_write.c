@@ -193,10 +193,8 @@ void nv_start_write(struct nv *s, struct nv_op *op)
 		/* Content-addressed: the same key is the same bytes. (A file too short or
 		 * misaligned to be an object is damage: it gets overwritten.) */
 		nv_lru_touch(s, e);
-		if (op->has_parent && !e->parent_uid) {
-			e->has_parent = false; /* (re)learn it, counting on the parent now */
+		if (op->has_parent && !e->parent_uid) /* (re)learn it, counting on it now */
 			nv_chain_link(s, e, &op->parent);
-		}
 		nv_finish(s, op, 0);
 		return;
 	}
@@ -219,6 +217,14 @@ void nv_start_write(struct nv *s, struct nv_op *op)
 		nv_ent_unlink(s, e, false);
 		e = NULL;
 	}
+	/* K's write from here on, under the uid the children counted on: a child that the
+	 * room made below evicts is uncounted from it, and a failure below (nv_finish) hands
+	 * them back to the orphans. (Registered after the room was made until 2026-12-05: an
+	 * evicted child then stayed counted, and the parent was never a leaf again.) */
+	op->leader = true;
+	op->lnext = NULL;
+	*slot = op;
+	op->uid = uid ? uid : ++s->uids;
 	op->dir = nv_key_dir(s, &op->key);
 	op->fd = -1;
 	tmp_name(s, op);
@@ -247,12 +253,8 @@ void nv_start_write(struct nv *s, struct nv_op *op)
 		return;
 	}
 	s->reserved += op->len;
-	op->leader = true;
-	op->lnext = NULL;
-	*slot = op;
 	/* Counted now, not at publish: its ancestors must stop being victims while it is in
 	 * flight, and it may publish before its parent does. */
-	op->uid = uid ? uid : ++s->uids;
 	if (op->has_parent && !kvt__key_eq(&op->parent, &op->key))
 		op->parent_uid = nv_parent_count(s, &op->parent, +1, 0);
 	op->stage = op->log ? ST_W_STAGE : ST_W_OPEN;

@@ -625,6 +625,34 @@ static void test_damaged_rewritten(void)
 	CHECK_EQ(t_read1(t, &k, rb, 0, OBJ), (int)OBJ);
 	CHECK_EQ(check_object(rb, OBJ, &k), 0);
 	kvt__tier_close(t);
+
+	/* A damaged file of P with a child C counted on it: P's write takes C's count over, and
+	 * the room it makes evicts C (the least recent leaf). P must not go on counting C:
+	 * until 2026-12-05 C's uncount found neither P's entry (gone) nor its write (not yet
+	 * registered), P stayed a non-leaf for good and the next writes evicted newer chunks. */
+	snprintf(dir, sizeof(dir), "%s/damaged-parent", g_root);
+	CHECK_EQ(mkdir(dir, 0700), 0);
+	struct kvt_key pk = make_key(91, 0), ck = make_key(91, 1), xk = make_key(91, 2),
+		       yk = make_key(91, 3), zk = make_key(91, 4);
+	plant_damaged(dir, &pk, 100, 0);
+	snprintf(cap, sizeof(cap), "%d", 2 * OBJ + 100);
+	CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap, "nvme.fsync", "none", NULL),
+		 0);
+	fill_object(x, OBJ, &ck);
+	CHECK_EQ(write_chained(t, &ck, &pk, x, OBJ), 0);
+	fill_object(x, OBJ, &xk);
+	CHECK_EQ(t_write(t, &xk, x, OBJ), 0);
+	fill_object(x, OBJ, &pk);
+	CHECK_EQ(t_write(t, &pk, x, OBJ), 0); /* evicts C */
+	CHECK_EQ(present(t, &ck), 0);
+	fill_object(x, OBJ, &yk);
+	CHECK_EQ(t_write(t, &yk, x, OBJ), 0); /* evicts X */
+	fill_object(x, OBJ, &zk);
+	CHECK_EQ(t_write(t, &zk, x, OBJ), 0); /* evicts P, now the least recent leaf */
+	CHECKM(!present(t, &pk), "a damaged parent's write kept counting an evicted child");
+	CHECK_EQ(present(t, &yk), 1);
+	CHECK_EQ(present(t, &zk), 1);
+	kvt__tier_close(t);
 	free(rb);
 	free(x);
 }
