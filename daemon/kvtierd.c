@@ -586,6 +586,34 @@ static void quarantine_drain(struct conn *c)
 	pthread_mutex_unlock(&g_lock);
 }
 
+/* A cut connection's process may still be copying out of its pinned slots or into its TP
+ * slots, on threads other than the one whose call was cut: they stop once that thread has
+ * read the cut answer, swapped its pool mapping out and closed its end (src/daemon_client.c,
+ * disconnect). Until then (or until the process is gone) the slots stay held: released at
+ * once, as until 2026-12-05, another client could be given a slot that late bytes of the
+ * old gather then overwrote (DRAM hits are not CRC-checked), or a scatter could copy
+ * another object's bytes. Anything the peer still sends is discarded. */
+static void cut_peer_wait(struct conn *c)
+{
+	struct pollfd pf[2] = {{.fd = c->sock, .events = POLLIN},
+			       {.fd = c->pidfd, .events = POLLIN}};
+	while (!atomic_load(&g_stopping)) {
+		int n = poll(pf, c->pidfd >= 0 ? 2 : 1, 100);
+		if (n < 0 && errno != EINTR)
+			return;
+		if (n <= 0)
+			continue;
+		if (pf[1].revents && c->pidfd >= 0)
+			return; /* the process is gone */
+		if (pf[0].revents) {
+			char b[256];
+			ssize_t r = recv(c->sock, b, sizeof(b), MSG_DONTWAIT);
+			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+				return; /* its end is closed */
+		}
+	}
+}
+
 /* Let go of every pin and reservation whose lease ended by now: a pin is released (its
  * slot may be evicted and reused), a reservation cancelled (never published; its slot
  * quarantined). Returns the earliest lease still running (UINT64_MAX: none). */
@@ -864,6 +892,8 @@ static void *conn_main(void *arg)
 			break;
 		}
 	}
+	if (c->cut && (c->npins || kvtd_tp_conn_holds(c)))
+		cut_peer_wait(c);
 	/* The connection's whole state goes with it: nothing it held stays pinned. */
 	while (c->npins) {
 		kvt__store_release(g_st.store, &c->pins[--c->npins]);

@@ -416,6 +416,14 @@ void kvtd_tp_conn_gone(const void *conn)
 	pthread_mutex_unlock(&mu);
 }
 
+bool kvtd_tp_conn_holds(const void *conn)
+{
+	pthread_mutex_lock(&mu);
+	bool any = held_in(tab, conn, 0) || held_in(quar, conn, 0);
+	pthread_mutex_unlock(&mu);
+	return any;
+}
+
 void kvtd_tp_cancel_all(void)
 {
 	pthread_mutex_lock(&mu);

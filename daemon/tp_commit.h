@@ -39,6 +39,8 @@ uint64_t kvtd_tp_sweep(void);
 /* conn went away: objects it holds unwritten claims on are cancelled (their slot back to the
  * pool once no other rank is still copying into it). */
 void kvtd_tp_conn_gone(const void *conn);
+/* Does conn hold claims (open or quarantined objects)? */
+bool kvtd_tp_conn_holds(const void *conn);
 /* At shutdown, every connection gone: cancel what is left (objects waiting for ranks that
  * never came), so the store closes with no slot reserved. */
 void kvtd_tp_cancel_all(void);
