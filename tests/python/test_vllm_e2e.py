@@ -282,7 +282,12 @@ def test_daemon_shared_two_engines(work, model, reference, kvtierd):
     assert r["outputs"] == [reference["A"], reference["B"]]
     with Engine(work, "daemon-load", spec) as e:
         r = e.generate([A])
-        st = e.cmd(op="stats")["kvtier"]  # the daemon's counters
+        stats = e.cmd(op="stats")
+        # the model's facts (quantization, overrides, revision: in the key) come from the
+        # engine's own config; until 2026-12-05 the tier could not reach it there and read
+        # config.json
+        assert stats["facts"] == "vllm"
+        st = stats["kvtier"]  # the daemon's counters
         assert r["cached"] == [PREFIX] and r["outputs"] == [reference["A"]]
         assert st["puts"] >= 2 * PREFIX // BLOCK
         dram = [x for x in st["tiers"] if x["name"] == "dram"][0]

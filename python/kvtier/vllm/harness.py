@@ -11,8 +11,9 @@ each with one line "KVT> {json}" on stdout:
         -> {"outputs": [[ids]], "cached": [num_cached_tokens], "seconds": [wall]}
            (prompts run one at a time: wall = that request's latency; with max_tokens 1
            it is the time to first token measured in the engine process)
-    {"op": "stats"}  -> {"kvtier": kvtier store stats or null}, once the tier's jobs
-                        submitted so far are over
+    {"op": "stats"}  -> {"kvtier": kvtier store stats or null, "facts": where the tier
+                        took the model's facts from ("vllm", "config.json")}, once the
+                        tier's jobs submitted so far are over
     {"op": "quit"}   -> shuts the engine down (the tier's store is closed: write-behind
                         completes) and exits.
 SPEC_JSON: {"model": DIR, "connector": "kvtier" | "vllm-fs" | "none", "tier": {extra
@@ -123,7 +124,8 @@ def serve(spec: dict) -> None:
             if hasattr(tier, "drain_jobs"):
                 tier.drain_jobs()
             st = tier.store_stats() if hasattr(tier, "store_stats") else None
-            print("KVT> " + json.dumps({"kvtier": st}), file=out, flush=True)
+            print("KVT> " + json.dumps({"kvtier": st, "facts": getattr(
+                tier, "model_facts_source", None)}), file=out, flush=True)
         elif op == "quit":
             break
         else:

@@ -133,18 +133,43 @@ class _Done:
     finished: float = 0.0                        # time.monotonic() when the job ended
 
 
+def _engine_vllm_config():
+    """vLLM's config of the engine creating this tier, or None. vLLM (0.32) builds the
+    scheduler's connector, and with it this tier, without making its config current:
+    get_current_vllm_config_or_none() is None there (measured 2026-12-05 in the end-to-end
+    engines), and until then the tier silently fell back to config.json, so quantization,
+    hf_overrides, the revision and skipped fp8 layers never reached the key. The engine
+    that is creating the tier holds its config in a caller's frame (the connector
+    factory's `config`, the scheduler's `self.vllm_config`): the nearest one is this
+    engine's."""
+    try:
+        from vllm.config import VllmConfig, get_current_vllm_config_or_none
+        vc = get_current_vllm_config_or_none()
+    except Exception:  # an older or newer vLLM without them
+        return None
+    if vc is not None:
+        return vc
+    f = sys._getframe(1)
+    for _ in range(64):
+        if f is None:
+            break
+        for v in f.f_locals.values():
+            if isinstance(v, VllmConfig):
+                return v
+            if isinstance(getattr(v, "vllm_config", None), VllmConfig):
+                return v.vllm_config
+        f = f.f_back
+    return None
+
+
 def _model_facts(offloading_spec, override: dict | None) -> dict:
     """layers, kv_heads, head_dim, revision, hash_algo and weights (weights_digest of the
     settings that change KV values beyond the model's name, revision and geometry) of the
     served model: from the tier's "model" override, else vLLM's current config, else the
     model's config.json."""
     oc = offloading_spec.config
-    facts = {"revision": "", "hash_algo": "", "weights": ""}
-    try:
-        from vllm.config import get_current_vllm_config_or_none
-        vc = get_current_vllm_config_or_none()
-    except Exception:  # an older or newer vLLM without it
-        vc = None
+    facts = {"revision": "", "hash_algo": "", "weights": "", "source": "vllm"}
+    vc = _engine_vllm_config()
     if vc is not None and vc.model_config is not None:
         mc = vc.model_config
         facts.update(layers=mc.get_total_num_hidden_layers(),
@@ -153,6 +178,11 @@ def _model_facts(offloading_spec, override: dict | None) -> dict:
                      hash_algo=str(vc.cache_config.prefix_caching_hash_algo),
                      weights=_weights(mc, vc.cache_config))
     else:
+        facts["source"] = "config.json"
+        log.warning("kvtier: vLLM's config is not reachable from the tier: the model's "
+                    "geometry comes from %s/config.json, and its quantization, hf_overrides "
+                    "and revision are not in the keys (engines that differ only there "
+                    "must not share a store)", oc.model.name)
         path = os.path.join(oc.model.name, "config.json")
         if os.path.exists(path):
             with open(path) as f:
@@ -282,6 +312,7 @@ class KvtierTier(SecondaryTierManager):
             raise ValueError(f"KvtierTier: KV dtype {oc.model.dtype} is not supported")
         kvt_dtype, itemsize = dt
         facts = _model_facts(offloading_spec, model)
+        self.model_facts_source = facts["source"]  # "vllm" or "config.json"
         block_tokens = oc.groups[0].tokens_per_block
         bpc = offloading_spec.blocks_per_chunk
         layers = int(facts["layers"])
