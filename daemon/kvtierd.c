@@ -73,14 +73,19 @@ struct conn {
 	/* Leases (daemon.lease_ms): a client that hangs (alive but stuck, SIGSTOPped) must not
 	 * hold slots forever. Pins and reservations that outlived their lease were let go;
 	 * their slots and lease ids are remembered here so that the late UNPIN or PUT_COMMIT
-	 * gets a clear -ETIMEDOUT instead of reading as a protocol error. A client holds one
-	 * at a time, so a few entries are enough; the oldest is forgotten first. */
+	 * gets a clear -ETIMEDOUT instead of reading as a protocol error. The oldest is
+	 * forgotten first, and past that lapsed_forgotten answers for it. */
 	struct lapsed {
 		int32_t slot;
 		uint32_t lease;
 		bool resv;
 	} lapsed[2 * KVTD_MAX_PINS];
 	int nlapsed;
+	/* The newest lease forgotten from lapsed[] (0: none). Leases are numbered in order, so
+	 * an UNPIN / PUT_COMMIT of one no newer that is neither live nor remembered lapsed
+	 * too: -ETIMEDOUT, not a protocol error (until 2026-12-05 more than lapsed[] holds -
+	 * a client whose copies stalled past several leases - got the client dropped). */
+	uint32_t lapsed_forgotten;
 	/* Slots of expired reservations: the client process may still be writing into them
 	 * (stopped mid-write, it resumes), and its mapping of the pool cannot be revoked, so
 	 * they stay out of the pool until the connection is closed and the process is gone.
@@ -536,6 +541,7 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 static void lapse(struct conn *c, int32_t slot, uint32_t lease, bool resv)
 {
 	if (c->nlapsed == (int)(sizeof(c->lapsed) / sizeof(c->lapsed[0]))) {
+		c->lapsed_forgotten = KVT_MAX(c->lapsed_forgotten, c->lapsed[0].lease);
 		memmove(c->lapsed, c->lapsed + 1, sizeof(c->lapsed) - sizeof(c->lapsed[0]));
 		c->nlapsed--;
 	}
@@ -553,7 +559,7 @@ static int lapsed_take(struct conn *c, uint64_t slot, uint32_t lease, bool resv)
 			c->nlapsed--;
 			return 0;
 		}
-	return -1;
+	return lease && lease <= c->lapsed_forgotten ? 0 : -1;
 }
 
 /* An expired reservation: its key is given back unpublished, its slot quarantined and
