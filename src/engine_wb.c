@@ -824,8 +824,19 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
 	 * failed at once (circuit open) fell before it, and a later put failing hid an earlier
 	 * one inside it - the flush said 0 over chunks only DRAM held. */
 	pthread_mutex_lock(&s->wb_lock);
-	struct kvt_list *first = kvt_list_first(&s->wb);
-	f->from = first ? kvt_list_entry(first, struct wb, node)->seq : s->wb_seq + 1;
+	/* A second offer's job owes the flush nothing (wb_tier_failed): it does not open the
+	 * window either (until 2026-12-05 one out on a slow tier made a put's failure from
+	 * before the flush the flush's, -EIO after the flush had written that chunk again). */
+	f->from = s->wb_seq + 1;
+	struct kvt_list *p;
+	kvt_list_for_each(p, &s->wb)
+	{
+		struct wb *w = kvt_list_entry(p, struct wb, node);
+		if (!w->reoffer) {
+			f->from = w->seq;
+			break;
+		}
+	}
 	f->target = UINT64_MAX;
 	for (int i = 0; i < KVT_MAX_TIERS; i++)
 		f->first_fail[i] = s->wb_fail_seq[i] >= f->from ? s->wb_fail_seq[i] : UINT64_MAX;
@@ -848,7 +859,7 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
 	}
 	pthread_mutex_lock(&s->wb_lock);
 	f->target = s->wb_seq;
-	first = kvt_list_first(&s->wb);
+	struct kvt_list *first = kvt_list_first(&s->wb);
 	uint64_t oldest = first ? kvt_list_entry(first, struct wb, node)->seq : s->wb_seq + 1;
 	bool ready = oldest > f->target;
 	if (ready)

@@ -17,6 +17,7 @@
 #include "testlib.h"
 #include "engine_internal.h" /* the admission sketch: sightings counted */
 #include "store_key.h"
+#include "tier_faulty.h"
 
 static struct kvt_geometry G;
 static size_t PAYLOAD;
@@ -517,6 +518,43 @@ static void test_admission_reoffer(const char *dir)
 	kvt_config_destroy(c);
 }
 
+/* A second offer out on a slow tier does not widen a flush's window: a put's write that
+ * failed before the flush, and whose chunk the flush then writes again, fails nothing.
+ * Until 2026-12-05 the window opened at the oldest job out, the re-offer included, so the
+ * earlier failure was the flush's: -EIO over a store that held everything. */
+static void test_reoffer_flush(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,faulty", dir);
+	test_set(c, "faulty.inner", "nvme");
+	test_set(c, "admission.min_freq", "2");
+	struct kvt_store *s = open_store(c);
+	kvt_store_close(s); /* (G, PAYLOAD) */
+	char dram[32];
+	snprintf(dram, sizeof(dram), "%zu", 3 * (PAYLOAD + 65536));
+	test_set(c, "dram.bytes", dram); /* three chunks */
+	s = open_store(c);
+	struct kvt_tier *t = kvt__store_tier(s, 1);
+	struct kvt_key k[14];
+	make_keys(s, k, 14, 91);
+	put_n(s, k, 1, 700); /* A: declined, its first sighting */
+	kvt__faulty_set_write_delay(t, 2000);
+	CHECK_RC(get_check(s, &k[0], 700, NULL), 0); /* a hit: A offered again, held 2 s */
+	kvt__faulty_set_write_delay(t, 0);
+	put_n(s, k + 1, 1, 701); /* B: declined */
+	put_n(s, k + 2, 12, 702); /* B evicted */
+	kvt__faulty_set(t, 100, 0, 0);
+	put_n(s, k + 1, 1, 701); /* B's second sighting: written, and the write fails */
+	usleep(200000);
+	kvt__faulty_set(t, 0, 0, 0);
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].errors >= 1, "B's write did not fail (%llu errors)",
+	       (unsigned long long)st.tier[1].errors);
+	CHECK_RC(kvt_flush_sync(s), 0); /* writes B again; A's second offer lands */
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
 /* Admission's count of a chunk's sightings (its sketch estimate at the NVMe link). */
 static uint32_t sightings(struct kvt_store *s, const struct kvt_key *k)
 {
@@ -751,7 +789,7 @@ int main(void)
 	const char *steps[] = {"basic", "restart", "write-through", "write-back", "selective",
 			       "corruption", "threads", "admission", "foreign", "config", "skips",
 			       "corruption-log", "admission-predict", "async-put-nodram",
-			       "admission-reoffer", "admission-sightings"};
+			       "admission-reoffer", "admission-sightings", "reoffer-flush"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -772,6 +810,7 @@ int main(void)
 		case 13: test_async_put_nodram(sub); break;
 		case 14: test_admission_reoffer(sub); break;
 		case 15: test_admission_sightings(sub); break;
+		case 16: test_reoffer_flush(sub); break;
 		}
 	}
 	test_rmdir(dir);
