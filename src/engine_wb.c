@@ -168,12 +168,24 @@ static void wb_leg_finish(struct wb *w)
 		wb_complete(w);
 }
 
+/* A tier's write budget refused the chunk (-EDQUOT): a verdict the clock changes (the
+ * budget is a rolling day), so its DRAM slot is offered to that tier again at its next hit,
+ * as admission's changeable verdicts are. Until 2026-12-05 it was not: a chunk refused
+ * once was never written while it stayed in DRAM, and a second offer refused lost its
+ * mark. */
+static void budget_reoffer(struct wb *w, const struct kvt_slot_ref *ref, int link, int rc)
+{
+	if (rc == -EDQUOT && ref->id >= 0)
+		kvt__dram_add_reoffer(w->s->dram, ref->id, (uint8_t)(1u << link));
+}
+
 static void wb_leg_account(struct wb *w, struct link *l, int rc)
 {
 	struct kvt_store *s = w->s;
 	if (rc < 0) {
 		if (rc == -ENOSPC || rc == -EDQUOT) {
 			atomic_fetch_add(&l->writes_refused, 1);
+			budget_reoffer(w, &w->ref, (int)(l - s->links), rc);
 			wb_set_err(w, rc);
 		} else {
 			wb_tier_failed(w, l, rc);
@@ -538,8 +550,10 @@ void kvt__e_wb_start(struct wb *w, int end)
 				kvt__dram_add_reoffer(s->dram, ref->id, (uint8_t)(1u << i));
 			continue;
 		}
-		if (l->t->ops->can_write && l->t->ops->can_write(l->t, ref->object_bytes) < 0) {
+		int cw = l->t->ops->can_write ? l->t->ops->can_write(l->t, ref->object_bytes) : 0;
+		if (cw < 0) {
 			atomic_fetch_add(&l->writes_skipped, 1);
+			budget_reoffer(w, ref, i, cw);
 			continue;
 		}
 		if (w->blocked & (1u << i)) {

@@ -555,6 +555,41 @@ static void test_reoffer_flush(const char *dir)
 	kvt_config_destroy(c);
 }
 
+/* A chunk the NVMe write budget refused is offered again at its next hit (the budget is a
+ * rolling day: a later offer can pass). Until 2026-12-05 it was never offered again while
+ * it stayed in DRAM. */
+static void test_budget_reoffer(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	struct kvt_store *s = open_store(c);
+	kvt_store_close(s); /* (G, PAYLOAD) */
+	char budget[32];
+	snprintf(budget, sizeof(budget), "%zu", PAYLOAD + PAYLOAD / 2); /* one object */
+	test_set(c, "nvme.write_budget", budget);
+	test_set(c, "dram.bytes", "4MiB");
+	s = open_store(c);
+	struct kvt_key k[2];
+	make_keys(s, k, 2, 93);
+	put_n(s, k, 2, 800); /* A written, B refused by the budget */
+	CHECK_RC(kvt_flush_sync(s), 0);
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECK_EQ(st.tier[1].objects, 1);
+	uint64_t skipped = st.tier[1].writes_skipped;
+	CHECK(skipped >= 1);
+	for (int i = 0; i < 2; i++) {
+		CHECK_RC(get_check(s, &k[1], 801, NULL), 0); /* a hit: offered again */
+		CHECK_RC(kvt_flush_sync(s), 0);
+		kvt_stats(s, &st);
+		CHECKM(st.tier[1].writes_skipped == skipped + 1 + (uint64_t)i,
+		       "hit %d: %llu skipped (%llu before): the refused chunk was not offered again",
+		       i, (unsigned long long)st.tier[1].writes_skipped,
+		       (unsigned long long)skipped);
+	}
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
 /* Admission's count of a chunk's sightings (its sketch estimate at the NVMe link). */
 static uint32_t sightings(struct kvt_store *s, const struct kvt_key *k)
 {
@@ -789,7 +824,8 @@ int main(void)
 	const char *steps[] = {"basic", "restart", "write-through", "write-back", "selective",
 			       "corruption", "threads", "admission", "foreign", "config", "skips",
 			       "corruption-log", "admission-predict", "async-put-nodram",
-			       "admission-reoffer", "admission-sightings", "reoffer-flush"};
+			       "admission-reoffer", "admission-sightings", "reoffer-flush",
+			       "budget-reoffer"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -811,6 +847,7 @@ int main(void)
 		case 14: test_admission_reoffer(sub); break;
 		case 15: test_admission_sightings(sub); break;
 		case 16: test_reoffer_flush(sub); break;
+		case 17: test_budget_reoffer(sub); break;
 		}
 	}
 	test_rmdir(dir);
