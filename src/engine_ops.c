@@ -48,6 +48,20 @@ static void count_put(struct kvt_store *s, const struct kvt_key *key)
 	kvt__e_admission_record(s, key);
 }
 
+/* A put of a chunk DRAM holds: counted, and a sighting - a chunk admission declined is
+ * offered again, as on a hit (the replay offers a block it sees in DRAM whether it was a
+ * hit or not). kvt_put's path and the reservations' (kvtierd's PUT_RESERVE, a device
+ * store: until 2026-12-05 those counted neither). */
+static void put_resident(struct kvt_store *s, const struct kvt_key *key)
+{
+	count_put(s, key);
+	struct kvt_slot_ref held;
+	if (s->n_links > s->dram_pos + 1 && kvt__dram_pin_reoffer(s->dram, key, &held) == 0) {
+		kvt__e_wb_reoffer(s, key, &held);
+		kvt__dram_unpin(s->dram, held.id);
+	}
+}
+
 int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		  uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg,
 		  bool direct)
@@ -115,14 +129,7 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 	uint64_t holds = atomic_load(&s->wb_holds);
 	int rc = kvt__dram_alloc(s->dram, key, parent, &ref);
 	if (rc == -EEXIST) { /* same content already stored: a put is idempotent */
-		count_put(s, key);
-		/* ... and a sighting: a chunk admission declined is offered again, as on a hit
-		 * (the replay offers a block it sees in DRAM whether it was a hit or not) */
-		struct kvt_slot_ref held;
-		if (deeper && kvt__dram_pin_reoffer(s->dram, key, &held) == 0) {
-			kvt__e_wb_reoffer(s, key, &held);
-			kvt__dram_unpin(s->dram, held.id);
-		}
+		put_resident(s, key);
 		kvt__e_complete(s, cb, arg, direct, &res);
 		return 0;
 	}
@@ -204,6 +211,8 @@ int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const str
 	/* reserved, not allocated: a remove of the key before the commit holds (it takes the
 	 * slot out of the index, and the commit drops it) */
 	int rc = kvt__dram_reserve(s->dram, key, parent, ref);
+	if (rc == -EEXIST)
+		put_resident(s, key);
 	if (rc < 0)
 		return rc == -EBUSY ? -EAGAIN : rc; /* being filled: not stored yet, retry */
 	ref->n_tokens = n_tokens;

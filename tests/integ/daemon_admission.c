@@ -9,6 +9,8 @@
  *  2. each read once through the pool: its second sighting; a flush later all 8 are on
  *     NVMe, and the gets were pinned gets (the path under test).
  *  3. read again: nothing written twice.
+ *  4. 8 more put twice: the second put, of a chunk in the pool (PUT_RESERVE: "stored"), is
+ *     a sighting and a put too - all 8 written.
  */
 #include <signal.h>
 
@@ -68,6 +70,34 @@ int main(void)
 		       round + 2, (unsigned long long)objects, (unsigned long long)skipped);
 	}
 	CHECKM(raw_status(&r).pinned_gets >= pinned0 + 16, "the gets went through GET_PIN");
+
+	/* 4. 8 more chunks, each put twice: the second put finds it in the pool (PUT_RESERVE
+	 * answers "stored"), a sighting as an in-process kvt_put of a resident chunk is: all 8
+	 * written, and counted as puts (until 2026-12-05 neither) */
+	uint64_t puts0 = 0;
+	{
+		struct kvt_stats st;
+		CHECK_RC(kvt_stats(s, &st), 0);
+		puts0 = st.puts;
+	}
+	for (int twice = 0; twice < 2; twice++)
+		for (int i = 0; i < 8; i++) {
+			k[i].bytes[0] = 0x2e;
+			test_fill(buf, len, 400 + (uint64_t)i);
+			CHECK_RC(kvt_put_sync(s, &k[i], i ? &k[i - 1] : NULL, g->chunk_tokens, buf,
+					      len),
+				 0);
+		}
+	CHECK_RC(kvt_flush_sync(s), 0);
+	nvme_counts(s, &objects, &skipped);
+	CHECKM(objects == 16, "4: put twice: NVMe objects %llu (8 from before)",
+	       (unsigned long long)objects);
+	{
+		struct kvt_stats st;
+		CHECK_RC(kvt_stats(s, &st), 0);
+		CHECKM(st.puts == puts0 + 16, "4: %llu puts counted of 16",
+		       (unsigned long long)(st.puts - puts0));
+	}
 	raw_close(&r);
 	kvt_store_close(s);
 	free(buf);
