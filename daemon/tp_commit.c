@@ -250,6 +250,7 @@ void kvtd_tp_reserve(const void *conn, int32_t pid, const struct kvtd_req *r, vo
 		return;
 	}
 	struct kvt_key sk, sp;
+	bool resident = false;
 	kvt_storage_key(ns, &r->key, &sk);
 	if (r->has_parent)
 		kvt_storage_key(ns, &r->parent, &sp);
@@ -290,10 +291,12 @@ void kvtd_tp_reserve(const void *conn, int32_t pid, const struct kvtd_req *r, vo
 			goto out;
 		}
 		struct kvt_slot_ref ref;
-		int rc = kvt__store_reserve(store, &sk, r->has_parent ? &sp : NULL, r->n_tokens,
-					    &ref);
+		int rc = kvt__store_reserve_part(store, &sk, r->has_parent ? &sp : NULL,
+						 r->n_tokens, &ref);
 		if (rc == -EEXIST) { /* stored already: nothing to write */
 			res->status = 1;
+			/* one put of the object, counted by the rank of its first head */
+			resident = r->layer_begin == 0;
 			goto out;
 		}
 		if (rc < 0) {
@@ -337,6 +340,8 @@ void kvtd_tp_reserve(const void *conn, int32_t pid, const struct kvtd_req *r, vo
 	rep->slot_off = (uint64_t)((uint8_t *)p->ref.buf - pool);
 out:
 	pthread_mutex_unlock(&mu);
+	if (resident)
+		kvt__store_put_resident(store, &sk);
 }
 
 void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_result *res)

@@ -25,6 +25,13 @@ uint64_t kvt__store_zero_copy_puts(const struct kvt_store *s);
 int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		       uint32_t n_tokens, struct kvt_slot_ref *ref);
 /* Has a remove of the key overtaken this reservation (still held by the caller)? */
+/* The same for one tensor-parallel rank's part of an object: a chunk already stored is
+ * not counted (every rank would count it); the daemon counts it once per object with
+ * kvt__store_put_resident (a put of a resident chunk: counted, a sighting for admission). */
+int kvt__store_reserve_part(struct kvt_store *s, const struct kvt_key *key,
+			    const struct kvt_key *parent, uint32_t n_tokens,
+			    struct kvt_slot_ref *ref);
+void kvt__store_put_resident(struct kvt_store *s, const struct kvt_key *key);
 bool kvt__store_reserve_removed(struct kvt_store *s, const struct kvt_slot_ref *ref);
 /* The body is filled: zero the padding, write header and CRCs, publish, unpin, and start
  * write-behind per the write policy. Returns 0: published (the slot belongs to the store

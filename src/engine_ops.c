@@ -200,8 +200,29 @@ int kvt_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key
 	return rc;
 }
 
+static int reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		   uint32_t n_tokens, struct kvt_slot_ref *ref, bool count_resident);
+
 int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
 		       uint32_t n_tokens, struct kvt_slot_ref *ref)
+{
+	return reserve(s, key, parent, n_tokens, ref, true);
+}
+
+int kvt__store_reserve_part(struct kvt_store *s, const struct kvt_key *key,
+			    const struct kvt_key *parent, uint32_t n_tokens,
+			    struct kvt_slot_ref *ref)
+{
+	return reserve(s, key, parent, n_tokens, ref, false);
+}
+
+void kvt__store_put_resident(struct kvt_store *s, const struct kvt_key *key)
+{
+	put_resident(s, key);
+}
+
+static int reserve(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		   uint32_t n_tokens, struct kvt_slot_ref *ref, bool count_resident)
 {
 	if (s->client) return -ENOTSUP;
 	if (!s->dram)
@@ -211,7 +232,7 @@ int kvt__store_reserve(struct kvt_store *s, const struct kvt_key *key, const str
 	/* reserved, not allocated: a remove of the key before the commit holds (it takes the
 	 * slot out of the index, and the commit drops it) */
 	int rc = kvt__dram_reserve(s->dram, key, parent, ref);
-	if (rc == -EEXIST)
+	if (rc == -EEXIST && count_resident)
 		put_resident(s, key);
 	if (rc < 0)
 		return rc == -EBUSY ? -EAGAIN : rc; /* being filled: not stored yet, retry */

@@ -340,6 +340,28 @@ static void test_sequential(struct kvt_store *rd, int tp, uint64_t seed)
 	free(buf);
 }
 
+/* 1c. The object again, while it is stored: nothing is reserved, and the object counts
+ * one put (a sighting for admission), whatever the number of ranks - counted by the rank
+ * of its first head. Until 2026-12-05 none counted; a first fix counted one per rank. */
+static void test_again(struct kvt_store *rd, int tp, uint64_t seed)
+{
+	struct kvt_stats a, b;
+	CHECK_RC(kvt_stats(rd, &a), 0);
+	struct kvtd_status st0 = status(rd);
+	struct ranks rs = spawn_ranks(tp, seed, false, -1);
+	for (int i = 0; i < tp; i++) {
+		release(&rs, i);
+		struct report r = next_report(&rs);
+		CHECKM(r.status >= 0, "rank %d: %d", r.rank, r.status);
+	}
+	reap(&rs);
+	CHECK_RC(kvt_stats(rd, &b), 0);
+	CHECKM(b.puts == a.puts + 1, "a stored object put again by %d ranks counted %llu puts",
+	       tp, (unsigned long long)(b.puts - a.puts));
+	CHECK_EQ(status(rd).tp_published, st0.tp_published);
+	printf("  TP=%d ranks putting a stored object again: one put counted\n", tp);
+}
+
 /* 1b. kvt_device_load through the daemon: two ranks (heads [0, 2) and [2, 4)) of this
  * process scatter chunk seed, published by the ranks of test_sequential, from the slot the
  * daemon pins in the shared pool into poisoned blocks; then a miss completes with -ENOENT
@@ -690,6 +712,7 @@ int main(int argc, char **argv)
 	struct kvt_store *rd = open_client(); /* the reader, a process of its own */
 	test_sequential(rd, 2, 101);
 	test_sequential(rd, 4, 102);
+	test_again(rd, 4, 102);
 	test_load(rd, 102);
 	test_concurrent(rd, 4, 103);
 	test_replicated(rd, 104);
