@@ -48,7 +48,8 @@ struct conn {
 	uint32_t next_lease; /* lease ids of this connection: 1, 2, ... (never 0) */
 	bool tp; /* it sent a TP_RESERVE: its thread also ends the leases of TP objects */
 	bool cut; /* a request was answered at its deadline with its call still running: the
-		   * connection ends after that answer (held_wait) */
+		   * connection ends after that answer (held_wait), once its TP claims and pins
+		   * can go (cut_peer_wait) */
 	uint8_t *shm;
 	size_t shm_len;
 	/* slots pinned for the client's own copy (GET_PIN until UNPIN); released when the
@@ -185,8 +186,9 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 /* Each request's call runs asynchronously and the connection's thread waits for it until
  * the client's deadline (kvtd_req.deadline_ns; none: until it ends). Past the deadline the
  * client has dropped the connection (a late answer could not be told from the next
- * request's), so the thread answers -ETIME and the connection ends at once instead of
- * holding a thread and a daemon.max_clients place until the tier's own deadline. The call,
+ * request's), so the thread answers -ETIME and the connection ends instead of holding a
+ * thread and a daemon.max_clients place until the tier's own deadline - at once, unless
+ * it holds TP claims or pins the client's other threads may still use (cut_peer_wait). The call,
  * left to finish, then owns what it uses - the client's region (a get writes into it, a
  * put reads from it) or the slot an acquire pinned - and gives it back when it ends. */
 struct held {
@@ -592,18 +594,25 @@ static void quarantine_drain(struct conn *c)
 	pthread_mutex_unlock(&g_lock);
 }
 
-/* A cut connection's process may still be copying out of its pinned slots or into its TP
- * slots, on threads other than the one whose call was cut: they stop once that thread has
- * read the cut answer, swapped its pool mapping out and closed its end (src/daemon_client.c,
- * disconnect). Until then (or until the process is gone) the slots stay held: released at
- * once, as until 2026-12-05, another client could be given a slot that late bytes of the
- * old gather then overwrote (DRAM hits are not CRC-checked), or a scatter could copy
- * another object's bytes. Anything the peer still sends is discarded. */
+static uint64_t expire_leases(struct conn *c, uint64_t now);
+
+/* A cut connection's process may still be copying into its TP slots or out of its pinned
+ * ones, on threads other than the one whose call was cut: its gathers stop once that
+ * thread has read the cut answer, swapped its pool mapping out and closed its end
+ * (src/daemon_client.c, disconnect). Until then, or until the process is gone, its TP
+ * claims stay held: released at once, as until 2026-12-05, another client could be given
+ * a slot that late bytes of the old gather then overwrote (DRAM hits are not CRC-checked).
+ * Pins stay held too, but only to their lease (expire_leases runs here as in the loop: a
+ * stopped client must not hold the pool past it), and the wait ends once nothing is held.
+ * Anything the peer still sends is discarded. */
 static void cut_peer_wait(struct conn *c)
 {
 	struct pollfd pf[2] = {{.fd = c->sock, .events = POLLIN},
 			       {.fd = c->pidfd, .events = POLLIN}};
 	while (!atomic_load(&g_stopping)) {
+		expire_leases(c, kvt__now_ns());
+		if (!c->npins && !kvtd_tp_conn_holds(c))
+			return;
 		int n = poll(pf, c->pidfd >= 0 ? 2 : 1, 100);
 		if (n < 0 && errno != EINTR)
 			return;

@@ -12,7 +12,10 @@
  *  2. its GET of a key only the slow tier could hold is cut at 200 ms (-ETIME, marked);
  *  3. for a second after, while it has not closed its end, STATUS (on another connection)
  *     still shows the pin and the open object - before, both were gone at once;
- *  4. once it closes its end, both are released.
+ *  4. the pin goes at its lease (daemon.lease_ms = 3000) as any pin does - a stopped
+ *     client must not hold the pool - while the TP slot stays held (the object cancelled
+ *     at its lease, its slot quarantined);
+ *  5. once it closes its end, the slot is released.
  */
 #include "internal.h"
 #include "lib/daemon_harness.h"
@@ -32,7 +35,7 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	const char *args[] = {"--set", "store.tiers=dram,faulty", "--set", "faulty.inner=nvme",
 			      "--set", "faulty.delay_ms=3000", "--set", "dram.bytes=64MiB",
-			      "--set", "dram.hugepages=false", NULL};
+			      "--set", "dram.hugepages=false", "--set", "daemon.lease_ms=3000", NULL};
 	kvtd_start_test(sock, dir, args);
 	struct kvt_store *s = kvtd_client_store(dir);
 	struct kvt_geometry g = *kvt_store_geometry(s);
@@ -82,19 +85,30 @@ int main(void)
 	}
 
 	/* 4. */
+	t0 = test_now_ns();
+	do {
+		usleep(50000);
+		st = raw_status(&st_conn);
+	} while (st.pins != st0.pins && test_ms_since(t0) < 15000);
+	CHECKM(st.pins == st0.pins, "the pin outlived its lease: %llu pins (%llu before)",
+	       (unsigned long long)st.pins, (unsigned long long)st0.pins);
+	CHECKM(st.tp_partials + st.tp_quarantined == 1,
+	       "the TP slot was let go before the client closed: %llu open, %llu quarantined",
+	       (unsigned long long)st.tp_partials, (unsigned long long)st.tp_quarantined);
+
+	/* 5. */
 	close(r.sock);
 	munmap(r.shm, r.len);
 	t0 = test_now_ns();
 	do {
 		usleep(20000);
 		st = raw_status(&st_conn);
-	} while ((st.pins != st0.pins || st.tp_partials) && test_ms_since(t0) < 10000);
-	CHECKM(st.pins == st0.pins && st.tp_partials == 0,
-	       "after the close: %llu pins (%llu before), %llu TP objects open",
-	       (unsigned long long)st.pins, (unsigned long long)st0.pins,
-	       (unsigned long long)st.tp_partials);
-	printf("daemon_cut_held: pin and TP claims held until the client closed, released "
-	       "%llu ms after\n",
+	} while ((st.tp_partials || st.tp_quarantined) && test_ms_since(t0) < 10000);
+	CHECKM(st.tp_partials == 0 && st.tp_quarantined == 0,
+	       "after the close: %llu TP objects open, %llu quarantined",
+	       (unsigned long long)st.tp_partials, (unsigned long long)st.tp_quarantined);
+	printf("daemon_cut_held: the pin went at its lease, the TP slot was held until the "
+	       "client closed and released %llu ms after\n",
 	       (unsigned long long)test_ms_since(t0));
 
 	raw_close(&st_conn);
