@@ -156,8 +156,12 @@ def _engine_vllm_config():
         for v in f.f_locals.values():
             if isinstance(v, VllmConfig):
                 return v
-            if isinstance(getattr(v, "vllm_config", None), VllmConfig):
-                return v.vllm_config
+            try:  # any object: its attribute lookup may raise anything
+                inner = getattr(v, "vllm_config", None)
+            except Exception:
+                continue
+            if isinstance(inner, VllmConfig):
+                return inner
         f = f.f_back
     return None
 
