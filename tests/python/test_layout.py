@@ -97,12 +97,11 @@ def test_nhd_against_einsum_and_flash_attention_view():
     assert torch.equal(got, want)
 
 
-@pytest.mark.parametrize("isa,Tb", [("vec", 32), ("vec16", 32), ("vec16", 16)])
-def test_cpu_vec_against_vllm_kernel(isa, Tb):
-    """The CPU layout as vLLM's CPU attention kernel writes it ("vec" ISA; "vec16", taken
-    when the block or head size is not a multiple of 32, writes the same pages)."""
+def kernel_rows(isa: str, L: int, H: int, D: int, Tb: int, bpc: int):
+    """Random K and V, (L, Tb*bpc, H, D) in bf16, written by vLLM's CPU attention kernel
+    (cpu_attn_reshape_and_cache with the given ISA) into its cache, and the row that holds
+    the chunk's blocks (two of six, out of order), as bytes: (row, rows per layer, K, V)."""
     import vllm._custom_ops as ops
-    L, H, D, bpc = 2, 2, 64, 2
     T = Tb * bpc
     K = torch.randn(L, T, H, D).to(torch.bfloat16)
     V = torch.randn(L, T, H, D).to(torch.bfloat16)
@@ -115,7 +114,16 @@ def test_cpu_vec_against_vllm_kernel(isa, Tb):
         ops.cpu_attn_reshape_and_cache(K[l].contiguous(), V[l].contiguous(), kc, vc,
                                        slots, isa)
         rows.append(cache[blocks].reshape(-1))
-    row = torch.cat(rows).view(torch.uint8).numpy()
+    return torch.cat(rows).view(torch.uint8).numpy(), rows, K, V
+
+
+@pytest.mark.parametrize("isa,Tb", [("vec", 32), ("vec16", 32), ("vec16", 16)])
+def test_cpu_vec_against_vllm_kernel(isa, Tb):
+    """The CPU layout as vLLM's CPU attention kernel writes it ("vec" ISA; "vec16", taken
+    when the block or head size is not a multiple of 32, writes the same pages)."""
+    L, H, D, bpc = 2, 2, 64, 2
+    T = Tb * bpc
+    row, rows, K, V = kernel_rows(isa, L, H, D, Tb, bpc)
     rl = RowLayout("cpu-vec", L, H, D, Tb, bpc)
     out = np.zeros(rl.payload_bytes, dtype=np.uint8)
     rl.row_to_canonical(row, out)
@@ -140,21 +148,8 @@ def test_cpu_amx_against_vllm_kernel(Tb, D):
     canonical chunk, and back to the same bytes. (The kernel's cache write is a plain copy:
     it runs on CPUs without AMX too.) Until 2026-12-05 the tier refused these pages, so
     on a Sapphire Rapids host no engine with kvtier could start."""
-    import vllm._custom_ops as ops
     L, H, bpc = 2, 2, 2
-    T = Tb * bpc
-    K = torch.randn(L, T, H, D).to(torch.bfloat16)
-    V = torch.randn(L, T, H, D).to(torch.bfloat16)
-    blocks = [4, 1]
-    rows = []
-    for l in range(L):
-        cache = torch.zeros(6, H, 2 * Tb, D, dtype=torch.bfloat16)  # vLLM's CPU view
-        kc, vc = cache.chunk(2, dim=2)
-        slots = torch.tensor([blocks[t // Tb] * Tb + t % Tb for t in range(T)])
-        ops.cpu_attn_reshape_and_cache(K[l].contiguous(), V[l].contiguous(), kc, vc,
-                                       slots, "amx")
-        rows.append(cache[blocks].reshape(-1))
-    row = torch.cat(rows).view(torch.uint8).numpy()
+    row, _, K, V = kernel_rows("amx", L, H, D, Tb, bpc)
     rl = RowLayout("cpu-amx", L, H, D, Tb, bpc)
     out = np.zeros(rl.payload_bytes, dtype=np.uint8)
     rl.row_to_canonical(row, out)
