@@ -976,3 +976,27 @@ def test_a_started_load_goes_on_between_polls(tdir, monkeypatch):
         assert np.array_equal(buf[:16, :ROW], want)
     finally:
         t.shutdown()
+
+
+def test_cpu_layout_from_the_engines_dtypes(monkeypatch):
+    """The CPU page layout is the one vLLM's CPU backend picks: from the model's dtype and
+    the cache dtype, as it does. A float16 cache of a bf16 model on a CPU with AMX is
+    written in "amx" pages; asked with the KV dtype alone (until 2026-12-05) the tier took
+    them for "vec" and would have converted every row wrongly. An fp8 cache on the CPU is
+    refused in one line. (AMX is simulated: the choice is vLLM's _get_attn_isa.)"""
+    from types import SimpleNamespace
+
+    import torch
+
+    from kvtier.vllm import tier as tier_mod
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    oc = SimpleNamespace(kv_cache_layout=None)
+    vc = SimpleNamespace(model_config=SimpleNamespace(dtype=torch.bfloat16),
+                         cache_config=SimpleNamespace(cache_dtype="float16"))
+    assert tier_mod._detect_layout(oc, "float16", 128, 64, vc) == "cpu-amx"
+    vc.model_config.dtype = torch.float16
+    assert tier_mod._detect_layout(oc, "float16", 128, 64, vc) == "cpu-vec"
+    assert tier_mod._detect_layout(oc, "bfloat16", 128, 64) == "cpu-amx"  # no config
+    with pytest.raises(ValueError, match="fp8 KV cache on vLLM's CPU backend"):
+        tier_mod._detect_layout(oc, "fp8", 128, 64, vc)

@@ -166,14 +166,13 @@ def _engine_vllm_config():
     return None
 
 
-def _model_facts(offloading_spec, override: dict | None) -> dict:
+def _model_facts(offloading_spec, override: dict | None, vc) -> dict:
     """layers, kv_heads, head_dim, revision, hash_algo and weights (weights_digest of the
     settings that change KV values beyond the model's name, revision and geometry) of the
     served model: from the tier's "model" override, else vLLM's current config, else the
     model's config.json."""
     oc = offloading_spec.config
     facts = {"revision": "", "hash_algo": "", "weights": "", "source": "vllm"}
-    vc = _engine_vllm_config()
     if vc is not None and vc.model_config is not None:
         mc = vc.model_config
         facts.update(layers=mc.get_total_num_hidden_layers(),
@@ -252,12 +251,22 @@ def _model_dir(name: str, revision: str = "") -> str:
     return os.path.dirname(hit) if isinstance(hit, str) else ""
 
 
-def _detect_layout(oc, dtype_name: str, block_tokens: int, head_dim: int) -> str:
+def _detect_layout(oc, dtype_name: str, block_tokens: int, head_dim: int, vc=None) -> str:
     from vllm.platforms import current_platform
     if current_platform.is_cpu():
         import torch
         from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
-        isa = _get_attn_isa(getattr(torch, dtype_name), block_tokens, head_dim)
+        if _DTYPES.get(dtype_name, ("", 0))[1] == 1:
+            raise ValueError("KvtierTier: an fp8 KV cache on vLLM's CPU backend is not "
+                             "supported (its pages are not converted)")
+        # The ISA as vLLM's CPU backend picks it: from the model's dtype and the cache
+        # dtype (a float16 cache of a bf16 model on an AMX CPU is "amx"; asked with the
+        # KV dtype alone, as until 2026-12-05, the tier took it for "vec")
+        model_dtype = getattr(getattr(vc, "model_config", None), "dtype", None)
+        cache_dtype = getattr(getattr(vc, "cache_config", None), "cache_dtype", None)
+        if not isinstance(model_dtype, torch.dtype):
+            model_dtype, cache_dtype = getattr(torch, dtype_name), None
+        isa = _get_attn_isa(model_dtype, block_tokens, head_dim, cache_dtype)
         # vec16 writes vec's pages; amx its own tiles (tests/python/test_layout.py checks
         # both against the kernel). Until 2026-12-05 amx was refused: on a CPU with AMX
         # (Sapphire Rapids and later) no bf16 engine with kvtier could start.
@@ -315,7 +324,8 @@ class KvtierTier(SecondaryTierManager):
         if dt is None:
             raise ValueError(f"KvtierTier: KV dtype {oc.model.dtype} is not supported")
         kvt_dtype, itemsize = dt
-        facts = _model_facts(offloading_spec, model)
+        vc = _engine_vllm_config()
+        facts = _model_facts(offloading_spec, model, vc)
         self.model_facts_source = facts["source"]  # "vllm" or "config.json"
         block_tokens = oc.groups[0].tokens_per_block
         bpc = offloading_spec.blocks_per_chunk
@@ -338,7 +348,7 @@ class KvtierTier(SecondaryTierManager):
                 f"vLLM allocates {oc.worker_kv_bytes_per_block}")
         self.layout = RowLayout(
             layout=layout or _detect_layout(oc, oc.model.dtype, block_tokens,
-                                            int(facts["head_dim"])),
+                                            int(facts["head_dim"]), vc),
             layers=layers, kv_heads=int(facts["kv_heads"]), head_dim=int(facts["head_dim"]),
             block_tokens=block_tokens, blocks_per_chunk=bpc, tp=par.tp_size,
             itemsize=itemsize, page_bytes=oc.worker_kv_bytes_per_block // layers)
