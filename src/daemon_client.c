@@ -1151,8 +1151,12 @@ int kvt__client_tp_reserve(struct kvt_client *c, const struct kvt_key *key,
 		req.parent = *parent;
 		req.has_parent = 1;
 	}
-	if (rc == 0)
+	if (rc == 0) {
 		rc = exchange(c, &req, &rep, -1);
+		if (rc < 0 && stale(c, &rc)) /* the daemon restarted: as kvt__client_pin */
+			rc = c->pool && c->info.pool_writable ? exchange(c, &req, &rep, -1)
+							      : -ENOTSUP;
+	}
 	if (rc == 0 && (rc = rep.res.status) == 0) {
 		const struct kvtd_tp_claim *cl = (const struct kvtd_tp_claim *)c->shm;
 		uint64_t need = kvt_object_bytes(g, n_tokens);
@@ -1211,8 +1215,13 @@ int kvt__client_pin(struct kvt_client *c, const struct kvt_key *key, struct kvt_
 		rc = -ENOTSUP; /* the pool could not be mapped */
 	struct kvtd_rep rep;
 	struct kvtd_req req = {.op = KVTD_GET_PIN, .key = *key};
-	if (rc == 0)
+	if (rc == 0) {
 		rc = exchange(c, &req, &rep, -1);
+		/* the daemon restarted since the last call: sent again on the new connection,
+		 * as a get is (until 2026-12-05 the load failed with the dead one's error) */
+		if (rc < 0 && stale(c, &rc))
+			rc = c->pool ? exchange(c, &req, &rep, -1) : -ENOTSUP;
+	}
 	if (rc == 0 && (rc = rep.res.status) == 0) {
 		p->slot = rep.slot;
 		p->lease = rep.lease;

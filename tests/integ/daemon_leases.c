@@ -37,6 +37,8 @@
  *  9. A get whose pin cannot be had (a one-slot pool, its slot pinned by another client,
  *     the key on NVMe) is answered through the region: counted once in the store's gets -
  *     the refused GET_PIN counted it too.
+ * 10. A device load as the first call after the daemon restarted succeeds (its pin's
+ *     request is sent again on a new connection, as a get's is).
  */
 #include <netinet/in.h>
 #include <poll.h>
@@ -715,6 +717,41 @@ static void test_get_counted_once(void)
 	free(out);
 }
 
+/* 10. A device load that is the first call after the daemon restarted: its pin's request
+ * finds the old connection dead before it leaves, reconnects and is sent again, as a get's
+ * is - the load succeeds (from NVMe, through the new daemon). Until 2026-12-05 pins and TP
+ * reservations were not sent again: the load failed with the dead connection's error. */
+static void test_device_load_after_restart(void)
+{
+	const char *args[] = {"--set", "dram.bytes=1MiB", NULL};
+	kvtd_start_test(sock_path, dir, args);
+	struct kvt_store *s = kvtd_client_store(dir);
+	const uint8_t POISON = 0x5A;
+	uint8_t *payload = malloc(PAYLOAD);
+	test_fill(payload, PAYLOAD, 1000);
+	struct kvt_key k;
+	key_of(1000, &k);
+	CHECK_RC(kvt_put_sync(s, &k, NULL, 16, payload, PAYLOAD), 0);
+	CHECK_RC(kvt_flush_sync(s), 0); /* on NVMe: the next daemon has it */
+	kvtd_stop();
+	kvtd_start_test(sock_path, dir, args);
+	struct tr_rank r;
+	uint32_t ids[1] = {3};
+	CHECK(tr_rank_open(&r, NULL, &GEO, KVT_LAYOUT_FLASH_ATTN, 16, 4, 0, GEO.kv_heads, POISON,
+			   NULL) == 0);
+	struct tr_done d = {0};
+	struct kvt_device_op *op;
+	CHECK_RC(kvt_device_load(r.dev, s, &k, ids, 1, NULL, tr_on_done, &d, &op), 0);
+	finish_load(s, NULL, op, &d);
+	CHECKM(d.res.status == 0, "the first load after a restart: %d", d.res.status);
+	CHECK(tr_rank_check(&r, payload, 16, ids, POISON) == 0);
+	printf("10. a device load as the first call after a daemon restart: exact\n");
+	tr_rank_close(&r);
+	kvt_store_close(s);
+	kvtd_stop();
+	free(payload);
+}
+
 int main(void)
 {
 	test_pid = getpid();
@@ -772,6 +809,7 @@ int main(void)
 	test_load_across_restart();
 	test_cap_many_connections();
 	test_get_counted_once();
+	test_device_load_after_restart();
 	test_rmdir(dir);
 	printf("daemon_leases: ok\n");
 	return 0;
