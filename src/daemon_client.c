@@ -746,9 +746,10 @@ static int get_pinned(struct kvt_client *c, struct cop *o, const struct kvtd_req
 		o->res = rep.res;
 		return 0;
 	}
-	/* Cut at the call's budget: its time is up, a second try through the region would
-	 * wait as long again. */
-	if (rep.slot == KVTD_SLOT_CUT) {
+	/* Cut at the call's budget, or -ETIME (the promotion found no slot before it): its
+	 * time is up, a second try through the region would wait as long again (and the
+	 * daemon counted the get already). Until 2026-12-05 an unmarked -ETIME was retried. */
+	if (rep.slot == KVTD_SLOT_CUT || rep.res.status == -ETIME) {
 		failed(o, -ETIME);
 		return 0;
 	}
