@@ -65,7 +65,7 @@ struct conn {
 		struct kvt_key skey;
 		uint64_t expiry; /* kvt__now_ns() past which it is cancelled */
 		uint32_t lease;
-	} resv[KVTD_MAX_PINS];
+	} resv[KVTD_MAX_RESERVATIONS];
 	int nresv;
 	/* nresv as the other connections' threads read it (reserved_of, under g_lock): only
 	 * this connection's thread changes nresv, always with resv_sync after; one above it
@@ -80,7 +80,7 @@ struct conn {
 		int32_t slot;
 		uint32_t lease;
 		bool resv;
-	} lapsed[2 * KVTD_MAX_PINS];
+	} lapsed[KVTD_MAX_PINS + KVTD_MAX_RESERVATIONS];
 	int nlapsed;
 	/* The newest lease forgotten from lapsed[] (0: none). Leases are numbered in order, so
 	 * an UNPIN / PUT_COMMIT of one no newer that is neither live nor remembered lapsed
@@ -91,7 +91,7 @@ struct conn {
 	 * (stopped mid-write, it resumes), and its mapping of the pool cannot be revoked, so
 	 * they stay out of the pool until the connection is closed and the process is gone.
 	 * Under g_lock (other connections count a process's quarantine in put_reserve). */
-	struct kvt_slot_ref quar[KVTD_MAX_QUARANTINE + KVTD_MAX_PINS];
+	struct kvt_slot_ref quar[KVTD_MAX_QUARANTINE + KVTD_MAX_RESERVATIONS];
 	int nquar;
 };
 
@@ -484,7 +484,7 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 		res->status = -ENOTSUP;
 		return;
 	}
-	if (c->nresv == KVTD_MAX_PINS) {
+	if (c->nresv == KVTD_MAX_RESERVATIONS) {
 		res->status = -EBUSY;
 		return;
 	}
@@ -499,7 +499,8 @@ static void put_reserve(struct conn *c, const struct kvtd_req *r, struct kvtd_re
 	pthread_mutex_lock(&g_lock);
 	int held = quarantined_of(c), live = reserved_of(c);
 	bool refuse =
-		held >= KVTD_MAX_QUARANTINE || held + live >= KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1;
+		held >= KVTD_MAX_QUARANTINE ||
+		held + live >= KVTD_MAX_QUARANTINE + KVTD_MAX_RESERVATIONS - 1;
 	if (!refuse)
 		atomic_store(&c->resv_live, c->nresv + 1);
 	pthread_mutex_unlock(&g_lock);

@@ -46,10 +46,10 @@
 /* Bound on open and quarantined objects: each holds a DRAM slot. */
 #define MAX_OPEN 1024
 /* Open objects one connection may hold claims on when it starts another: half the pool's
- * slots (at least KVTD_MAX_PINS). A rank has one object per chunk it is saving in flight,
- * and every rank of a model claims on the same ones; more than half the node's DRAM in
- * flight unpublished is no real save but a client that reserves and never reports. */
-#define MAX_HELD_OF(slots) KVT_MAX((uint64_t)KVTD_MAX_PINS, (uint64_t)(slots) / 2)
+ * slots (at least KVTD_MAX_RESERVATIONS). A rank has one object per chunk it is saving in
+ * flight, and every rank of a model claims on the same ones; more than half the node's
+ * DRAM in flight unpublished is no real save but a client that reserves and never reports. */
+#define MAX_HELD_OF(slots) KVT_MAX((uint64_t)KVTD_MAX_RESERVATIONS, (uint64_t)(slots) / 2)
 
 enum { H_FREE = 0, H_CLAIMED = 1, H_WRITTEN = 2 };
 

@@ -112,13 +112,18 @@ struct kvtd_rep {
 
 #define KVTD_SLOT_CUT (-2)
 
-/* Pins one connection may hold at once (a client holds one, between GET_PIN and UNPIN);
- * the same bound holds for its reservations (PUT_RESERVE until PUT_COMMIT). */
-#define KVTD_MAX_PINS 4
+/* Pins one connection may hold at once: a get holds one between GET_PIN and UNPIN, a
+ * device load one until its scatter has ended, so it bounds a client store's device loads
+ * in flight (each past it fails -EBUSY; until 2026-12-05 it was 4, the reservations'
+ * bound, and a fifth load in flight failed). Each ends at its lease (daemon.lease_ms). */
+#define KVTD_MAX_PINS 32
+/* Reservations one connection may hold at once (PUT_RESERVE until PUT_COMMIT: a put
+ * encodes into one, on the connection's thread). */
+#define KVTD_MAX_RESERVATIONS 4
 /* Quarantined slots (expired reservations) one client process may be charged with before
  * its PUT_RESERVEs are refused (-EBUSY: its puts are copied through the region instead). A
  * stopped process holds at most this many minus one, plus the reservations its connections
- * had live when it stopped (KVTD_MAX_PINS each). */
+ * had live when it stopped (KVTD_MAX_RESERVATIONS each). */
 #define KVTD_MAX_QUARANTINE 4
 
 /* What HELLO writes at offset 0 of the region. */

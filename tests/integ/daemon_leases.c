@@ -29,8 +29,8 @@
  *     (its pin went with the old daemon) - before, the reconnect unmapped the old pool
  *     under the pending scatter and the client died of SIGSEGV.
  *  8. A process that opens 12 connections and reserves a slot on each, all at once,
- *     before any lease ends (a pool of 28 slots): KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1
- *     (7) of its reservations are taken, the rest -EBUSY, so at most 7 slots end up
+ *     before any lease ends (a pool of 28 slots): KVTD_MAX_QUARANTINE +
+ *     KVTD_MAX_RESERVATIONS - 1 (7) of its reservations are taken, the rest -EBUSY, so at most 7 slots end up
  *     quarantined - the cap used to count only slots already quarantined, and all 12
  *     were; then it counted live ones only after each reserve, and requests at the same
  *     moment all passed.
@@ -39,6 +39,7 @@
  *     the refused GET_PIN counted it too.
  * 10. A device load as the first call after the daemon restarted succeeds (its pin's
  *     request is sent again on a new connection, as a get's is).
+ * 11. Eight device loads in flight at once on one client store all succeed (a pin each).
  */
 #include <netinet/in.h>
 #include <poll.h>
@@ -665,8 +666,8 @@ static void test_cap_many_connections(void)
 	printf("8. one process, 12 connections reserving at once: %u taken, %u refused (-EBUSY); "
 	       "%llu slots quarantined\n",
 	       b[0], b[1], (unsigned long long)st.quarantined);
-	CHECK(st.quarantined <= KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1);
-	CHECK_EQ(b[0], KVTD_MAX_QUARANTINE + KVTD_MAX_PINS - 1);
+	CHECK(st.quarantined <= KVTD_MAX_QUARANTINE + KVTD_MAX_RESERVATIONS - 1);
+	CHECK_EQ(b[0], KVTD_MAX_QUARANTINE + KVTD_MAX_RESERVATIONS - 1);
 	CHECK(write(down[1], "x", 1) == 1);
 	CHECK_EQ(child_exit(p), 0);
 	WAIT_STATUS(&r, st, st.quarantined == 0);
@@ -752,6 +753,57 @@ static void test_device_load_after_restart(void)
 	free(payload);
 }
 
+/* 11. Eight device loads in flight on one client store at once (each held by a device
+ * dependency until all are started): each holds a pin of its own until its scatter ends,
+ * and all eight succeed, exact. Until 2026-12-05 a connection could hold 4 pins (the
+ * bound of its reservations), so the fifth and later loads failed -EBUSY and the engine
+ * recomputed them. */
+static void test_device_loads_in_flight(void)
+{
+	enum { N = 8 };
+	const char *args[] = {"--set", "dram.bytes=1MiB", NULL};
+	kvtd_start_test(sock_path, dir, args);
+	struct kvt_store *s = kvtd_client_store(dir);
+	const uint8_t POISON = 0x3C;
+	uint8_t *payload[N];
+	struct kvt_key k[N];
+	for (int i = 0; i < N; i++) {
+		payload[i] = malloc(PAYLOAD);
+		test_fill(payload[i], PAYLOAD, 1100 + (uint64_t)i);
+		key_of(1100 + (uint64_t)i, &k[i]);
+		CHECK_RC(kvt_put_sync(s, &k[i], NULL, 16, payload[i], PAYLOAD), 0);
+	}
+	struct kvt_emu_event *ev = NULL;
+	CHECK(kvt_emu_event_create(&ev) == 0);
+	struct kvt_device_dep dep = {KVT_DEP_EMU_EVENT, ev};
+	struct tr_rank r[N];
+	struct tr_done d[N];
+	struct kvt_device_op *op[N];
+	uint32_t ids[1] = {1};
+	for (int i = 0; i < N; i++) {
+		CHECK(tr_rank_open(&r[i], NULL, &GEO, KVT_LAYOUT_FLASH_ATTN, 16, 2, 0, GEO.kv_heads,
+				   POISON, NULL) == 0);
+		d[i] = (struct tr_done){0};
+		CHECK_RC(kvt_device_load(r[i].dev, s, &k[i], ids, 1, &dep, tr_on_done, &d[i], &op[i]),
+			 0);
+	}
+	CHECK_EQ(raw_status_of(s).pins, N);
+	kvt_emu_event_signal(ev);
+	int ok = 0;
+	for (int i = 0; i < N; i++) {
+		finish_load(s, NULL, op[i], &d[i]);
+		if (d[i].res.status == 0 && tr_rank_check(&r[i], payload[i], 16, ids, POISON) == 0)
+			ok++;
+		tr_rank_close(&r[i]);
+		free(payload[i]);
+	}
+	CHECKM(ok == N, "%d of %d device loads in flight at once succeeded", ok, N);
+	printf("11. %d device loads in flight on one store: all exact\n", N);
+	kvt_emu_event_destroy(ev);
+	kvt_store_close(s);
+	kvtd_stop();
+}
+
 int main(void)
 {
 	test_pid = getpid();
@@ -810,6 +862,7 @@ int main(void)
 	test_cap_many_connections();
 	test_get_counted_once();
 	test_device_load_after_restart();
+	test_device_loads_in_flight();
 	test_rmdir(dir);
 	printf("daemon_leases: ok\n");
 	return 0;

@@ -77,7 +77,7 @@ int main(void)
 	printf("one connection holds %d TP objects, then status %d (%s)\n", held, rc,
 	       kvt_strerror(rc));
 	CHECK_EQ(rc, -EBUSY);
-	CHECK(held >= KVTD_MAX_PINS && held <= 8); /* half the pool's 14 slots (7) */
+	CHECK(held >= KVTD_MAX_RESERVATIONS && held <= 8); /* half the pool's 14 slots (7) */
 	struct raw o = raw_attach(); /* another connection, the same process */
 	/* no second budget: the bound is per process (it was per connection until
 	 * 2026-12-05, so a process with n connections took n halves: the whole pool) */
