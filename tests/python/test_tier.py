@@ -1000,3 +1000,31 @@ def test_cpu_layout_from_the_engines_dtypes(monkeypatch):
     assert tier_mod._detect_layout(oc, "bfloat16", 128, 64) == "cpu-amx"  # no config
     with pytest.raises(ValueError, match="fp8 KV cache on vLLM's CPU backend"):
         tier_mod._detect_layout(oc, "fp8", 128, 64, vc)
+
+
+def test_fp8_with_skipped_layers_refused(tdir, monkeypatch):
+    """An fp8 KV cache whose engine keeps some layers in the model's dtype
+    (kv_cache_dtype_skip_layers) has pages of two sizes in its one KV cache group; the
+    geometry check took the difference for padding, so every layer after a skipped one
+    would have been read at the wrong offset. Refused in one line."""
+    from types import SimpleNamespace
+
+    import vllm.config as vcfg
+
+    vc = SimpleNamespace(
+        model_config=SimpleNamespace(
+            get_total_num_hidden_layers=lambda: L, get_total_num_kv_heads=lambda: H,
+            get_head_size=lambda: D, quantization=None, hf_overrides={}, code_revision=None,
+            revision=None),
+        cache_config=SimpleNamespace(prefix_caching_hash_algo="sha256",
+                                     kv_cache_dtype_skip_layers=["l1"]))
+    monkeypatch.setattr(vcfg, "get_current_vllm_config_or_none", lambda: vc)
+    sp = spec()
+    oc = sp.config
+    sp.config = type(oc)(**{**oc.__dict__, "model": OffloadingModelConfig(oc.model.name,
+                                                                           "fp8")})
+    buf, view = primary()
+    with pytest.raises(ValueError, match="kv_cache_dtype_skip_layers"):
+        KvtierTier(sp, view, "KvtierTier", layout="nhd",
+                   config={"store.tiers": "dram", "dram.bytes": "8MiB",
+                           "dram.hugepages": False})

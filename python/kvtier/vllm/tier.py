@@ -325,6 +325,12 @@ class KvtierTier(SecondaryTierManager):
             raise ValueError(f"KvtierTier: KV dtype {oc.model.dtype} is not supported")
         kvt_dtype, itemsize = dt
         vc = _engine_vllm_config()
+        if itemsize == 1 and getattr(getattr(vc, "cache_config", None),
+                                     "kv_cache_dtype_skip_layers", None):
+            # the skipped layers keep the model's dtype: pages of two sizes in one group,
+            # which the single page size below would read at the wrong offsets
+            raise ValueError("KvtierTier: an fp8 KV cache with kv_cache_dtype_skip_layers "
+                             "(layers of two page sizes) is not supported")
         facts = _model_facts(offloading_spec, model, vc)
         self.model_facts_source = facts["source"]  # "vllm" or "config.json"
         block_tokens = oc.groups[0].tokens_per_block
