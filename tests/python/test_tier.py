@@ -617,7 +617,7 @@ def test_kv_changing_settings_separate_namespaces(tdir, monkeypatch):
 
     from kvtier.vllm import tier as tier_mod
 
-    def engine(**mc):
+    def engine(cache_dtype="auto", **mc):
         base = dict(quantization=None, hf_overrides={}, code_revision=None, revision=None)
         base.update(mc)
         vc = SimpleNamespace(
@@ -625,7 +625,8 @@ def test_kv_changing_settings_separate_namespaces(tdir, monkeypatch):
                 get_total_num_hidden_layers=lambda: L, get_total_num_kv_heads=lambda: H,
                 get_head_size=lambda: D, **base),
             cache_config=SimpleNamespace(prefix_caching_hash_algo="sha256",
-                                         kv_cache_dtype_skip_layers=[]))
+                                         kv_cache_dtype_skip_layers=[],
+                                         cache_dtype=cache_dtype))
         monkeypatch.setattr(vcfg, "get_current_vllm_config_or_none", lambda: vc)
         buf, view = primary()
         t = KvtierTier(spec(), view, "KvtierTier", layout="cpu-vec",
@@ -644,6 +645,18 @@ def test_kv_changing_settings_separate_namespaces(tdir, monkeypatch):
                                  "rope_scaling": {"factor": 4.0, "type": "yarn"}})
     code = engine(code_revision="abc123")
     assert len({plain, fp8, rope, code}) == 4  # were all one key
+    # an fp8 KV cache in another encoding (vLLM on AMD MI300 writes e4m3fnuz): other
+    # values in the same bytes, so other keys; the usual e4m3fn keeps its keys
+    import torch
+    from vllm.platforms import current_platform
+
+    def fp8_engine(enc):
+        monkeypatch.setattr(type(current_platform), "fp8_dtype",
+                            classmethod(lambda cls: enc), raising=False)
+        return engine(cache_dtype="fp8")
+
+    assert fp8_engine(torch.float8_e4m3fn) == plain
+    assert fp8_engine(torch.float8_e4m3fnuz) != plain
     assert rope == rope2
     # and a key made without vLLM's config (the model override) is the plain one
     monkeypatch.setattr(vcfg, "get_current_vllm_config_or_none", lambda: None)

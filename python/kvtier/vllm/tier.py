@@ -227,7 +227,23 @@ def _weights(mc, cc) -> str:
         "hf_overrides": hf,
         "code_revision": getattr(mc, "code_revision", None),
         "kv_cache_dtype_skip_layers": getattr(cc, "kv_cache_dtype_skip_layers", None),
+        "fp8_encoding": _fp8_encoding(cc),
     })
+
+
+def _fp8_encoding(cc) -> str | None:
+    """The platform's encoding of an fp8 KV cache when it is not the usual e4m3fn: vLLM
+    writes e4m3fnuz on AMD MI300 (another exponent bias: the same bytes are other values),
+    and both are kvtier's "fp8", so a store shared across platforms would serve one's KV to
+    the other (since 2026-12-05 in the key; None where keys stay as they were)."""
+    if not str(getattr(cc, "cache_dtype", "") or "").startswith("fp8"):
+        return None
+    try:
+        from vllm.platforms import current_platform
+        enc = str(current_platform.fp8_dtype()).removeprefix("torch.")
+    except Exception:  # a platform without fp8
+        return None
+    return None if enc == "float8_e4m3fn" else enc
 
 
 def _is_commit(revision: str) -> bool:
