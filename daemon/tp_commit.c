@@ -315,6 +315,7 @@ void kvtd_tp_reserve(const void *conn, int32_t pid, const struct kvtd_req *r, vo
 		p->next = tab;
 		tab = p;
 		n_open++;
+		p->touched_ns = kvt__now_ns();
 	} else if (p->n_tokens != r->n_tokens) {
 		res->status = -EINVAL;
 		goto out;
@@ -322,7 +323,9 @@ void kvtd_tp_reserve(const void *conn, int32_t pid, const struct kvtd_req *r, vo
 		res->status = p->error;
 		goto out;
 	}
-	p->touched_ns = kvt__now_ns();
+	/* Only progress keeps an object alive (its lease): a head claimed here, or reported
+	 * below by the connection that claimed it. A peer claiming nothing kept a stuck
+	 * rank's object, and its slot, for as long as it kept asking (until 2026-12-05). */
 	for (uint32_t h = r->layer_begin; h < r->layer_end; h++) {
 		if (p->head[h].state == H_FREE) {
 			p->head[h].state = H_CLAIMED;
@@ -330,6 +333,7 @@ void kvtd_tp_reserve(const void *conn, int32_t pid, const struct kvtd_req *r, vo
 			p->head[h].pid = pid;
 			p->claimed++;
 			claim->claimed[h] = 1;
+			p->touched_ns = kvt__now_ns();
 		}
 	}
 	claim->missing = kv_heads - p->written;
@@ -373,7 +377,8 @@ void kvtd_tp_written(const void *conn, const struct kvtd_req *r, struct kvt_resu
 		p->written += !r->flags;
 		mine++;
 	}
-	p->touched_ns = kvt__now_ns();
+	if (mine)
+		p->touched_ns = kvt__now_ns();
 	/* The rank's copy failed: the object cannot be completed. Only a rank that held
 	 * claims in the range can say so: another connection's word would cancel an object
 	 * it has no part in. */

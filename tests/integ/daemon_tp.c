@@ -552,16 +552,35 @@ static void test_stopped(struct kvt_store *rd, uint64_t seed, int lease_ms)
 	struct kvtd_status s1 = status(rd);
 	CHECK_EQ(s1.tp_partials, 1);
 	expect_miss(rd, seed, buf, len);
-	/* within the lease plus slack for a loaded machine, nothing held by the stopped rank */
+	/* within the lease plus slack for a loaded machine, nothing held by the stopped rank -
+	 * though another connection keeps asking for the object's heads and reporting them,
+	 * claiming none (until 2026-12-05 its requests kept the object alive for ever). It
+	 * reports its copy failed: should its request come just after the cancel and start the
+	 * object afresh, that one is cancelled too, never published with bytes nobody wrote. */
+	memcpy(kvtd_ns, kvt_store_ns_id(rd), sizeof(kvtd_ns));
+	struct raw toucher = raw_attach();
 	while (kvt__now_ns() - t0 < (uint64_t)(lease_ms + 5000) * 1000000ull) {
+		struct kvtd_req q = {.op = KVTD_TP_RESERVE, .n_tokens = NTOK,
+				     .layer_end = G.kv_heads,
+				     .len = sizeof(struct kvtd_tp_claim) + G.kv_heads};
+		key_of(seed, &q.key);
+		struct kvtd_rep rep;
+		CHECK_RC(raw_call(toucher.sock, &q, -1, &rep), 0);
+		if (rep.res.status == 0) {
+			struct kvtd_req w = {.op = KVTD_TP_WRITTEN, .n = (uint64_t)(uint32_t)rep.slot,
+					     .layer_end = G.kv_heads, .flags = 1};
+			key_of(seed, &w.key);
+			CHECK_RC(raw_call(toucher.sock, &w, -1, &rep), 0);
+		}
 		s1 = status(rd);
 		if (s1.tp_partials == 0)
 			break;
 		usleep(20000);
 	}
+	raw_close(&toucher);
 	CHECKM(s1.tp_partials == 0, "a stopped rank's object still open after %d ms",
 	       lease_ms + 5000);
-	CHECK_EQ(s1.tp_cancelled, st0.tp_cancelled + 1);
+	CHECK(s1.tp_cancelled >= st0.tp_cancelled + 1);
 	CHECK_EQ(s1.tp_published, st0.tp_published);
 	expect_miss(rd, seed, buf, len);
 	/* the key is free while the rank still holds its claims: written afresh, elsewhere */
