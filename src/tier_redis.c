@@ -111,6 +111,7 @@ struct rd_op {
 	struct kvt_seg *segs;
 	uint32_t nsegs;
 	uint64_t total;
+	uint64_t value_len; /* OP_READ: the value's length by its STRLEN */
 	/* OP_EXISTS */
 	uint8_t *present;
 };
@@ -602,10 +603,21 @@ static int on_reply(struct rd_conn *c, struct rd_reply *r)
 					return -EPROTO;
 				if (r->integer == 0)
 					err = -ENOENT; /* objects are never empty */
+				op->value_len = r->integer > 0 ? (uint64_t)r->integer : 0;
 			} else {
 				if (r->type != REDIS_REPLY_STRING)
 					return -EPROTO;
 				op->total += r->len;
+				/* Shorter than the STRLEN before it says: the value was removed (or
+				 * replaced) between the two commands - another node's remove, an
+				 * eviction. A miss, as it now is; until 2026-12-05 the read succeeded
+				 * short and the engine took it for a corrupt object. */
+				const struct kvt_seg *g = &op->segs[i - 1];
+				uint64_t want = !g->len || g->off >= op->value_len
+						    ? 0
+						    : KVT_MIN(g->len, op->value_len - g->off);
+				if ((uint64_t)r->len < want)
+					err = -ENOENT;
 			}
 			break;
 		case OP_REMOVE:

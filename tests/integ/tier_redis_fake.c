@@ -34,7 +34,9 @@
  *      a bulk string: -EPROTO - they used to be taken for it, unchecked;
  *  11. a server that answers AUTH, SELECT and SET each in 0.7 x redis.timeout_ms: the put
  *      (its reconnect included) fails -ETIMEDOUT at its timeout - each step used to restart
- *      the clock, and the put succeeded after 2.1 x the timeout.
+ *      the clock, and the put succeeded after 2.1 x the timeout;
+ *  12. a read whose STRLEN says 4096 and whose GETRANGE then answers "" (the value removed
+ *      in between): -ENOENT - it used to succeed with 0 bytes.
  * Exit 0 pass, 1 fail.
  */
 #include <arpa/inet.h>
@@ -58,6 +60,7 @@ static _Atomic bool set_oom; /* SET answered with an OOM error (section 6) */
 enum flood { FLOOD_NONE, FLOOD_BULK, FLOOD_ARRAY };
 static _Atomic int flood;
 static _Atomic bool misframe; /* GETRANGE's bulk string ends in "XY", not "\r\n" (10) */
+static _Atomic bool vanished; /* GETRANGE answers "" after STRLEN's 4096: removed (12) */
 static _Atomic int step_delay_ms; /* before each reply to AUTH, SELECT and SET (11) */
 #define FLOOD_TIMEOUT_MS 1000
 /* what the flooding server sends at most: well past FLOOD_RSS_MIB for a client that keeps
@@ -217,6 +220,8 @@ static void serve(int fd)
 			} else if (fl == FLOOD_ARRAY && argc >= 1 && !strcasecmp(argv[0], "SCAN")) {
 				rc = flood_send(fd, "*2\r\n$1\r\n0\r\n*100000000\r\n", "$0\r\n\r\n",
 						(size_t)FLOOD_ELEMS * 6);
+			} else if (atomic_load(&vanished) && getrange) {
+				rc = reply(fd, "$0\r\n\r\n");
 			} else if (atomic_load(&misframe) && getrange) {
 				/* the range asked for, then "XY" where "\r\n" belongs */
 				long n = atol(argv[3]) - atol(argv[2]) + 1;
@@ -570,6 +575,16 @@ int main(void)
 	       r64 < 0 ? kvt_strerror((int)r64) : "read whole");
 	CHECK_EQ(r64, -EPROTO);
 	atomic_store(&misframe, false);
+
+	/* 12. the value removed between the read's STRLEN and its GETRANGE (another node's
+	 * remove, an eviction): a miss - the read used to succeed with 0 bytes, which the
+	 * engine took for a corrupt object */
+	atomic_store(&vanished, true);
+	r64 = th_read_all(t, &k, got, sizeof(got));
+	printf(" 12. a value removed between STRLEN and GETRANGE: %s\n",
+	       r64 < 0 ? kvt_strerror((int)r64) : "read");
+	CHECK_EQ(r64, -ENOENT);
+	atomic_store(&vanished, false);
 	th_close(t);
 
 	/* 11. the reconnect a put waits for is inside its timeout */
