@@ -936,14 +936,26 @@ static void ack(struct nv *s)
 			KVT_WARN(s->log, "nvme: log batch write failed: %s", strerror(-b->err));
 			/* Its record must not be found by a scan; nothing after it in this
 			 * segment is acknowledged, and appends move to the next segment. */
-			if (pwrite(lg->segs[b->seg].fd, lg->zero, NV_LOG_BLOCK, (off_t)b->off) > 0)
-				fdatasync(lg->segs[b->seg].fd);
+			int fd = lg->segs[b->seg].fd;
+			bool erased = pwrite(fd, lg->zero, NV_LOG_BLOCK, (off_t)b->off) ==
+					      NV_LOG_BLOCK &&
+				      fdatasync(fd) == 0;
 			nv_dirty_fs(s, 0);
 			lg->fail_seg = b->seg;
 			lg->fail_upto = lg->seq;
 			if (lg->have_cur && lg->cur == b->seg)
 				lg->cur_off = lg->segs[b->seg].bytes;
 			tombs_lost(s, b);
+			if (!erased && !lg->voided) {
+				/* A record that may have landed with objects that did not, left
+				 * checking: once out of the newest batches the next open would index
+				 * them unchecked (until 2026-12-05). The log is voided instead. */
+				KVT_WARN(s->log, "nvme: log: the failed batch's record at %u.kvl:%" PRIu64
+						 " cannot be erased: the log is voided for the next open",
+					 b->seg, (uint64_t)b->off);
+				lg->owed = true;
+				nv_log_stop(s);
+			}
 		}
 		lg->tombs_written += b->ntombs; /* (a failed batch's are owed: tombs_lost) */
 		nv_log_moved(s, b);

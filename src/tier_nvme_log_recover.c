@@ -1054,10 +1054,20 @@ void nv_log_open_writes(struct nv *s)
 			 " newer batches follow it in its segment (damage, not a torn tail: removals in its batch "
 			 "are lost): nothing of the log is indexed, %u segment(s) emptied",
 			 w->dmg_seg, w->dmg_off, w->dmg_newer, voided);
-	for (uint32_t i = 0; i < w->nwipe && !s->ro; i++) {
+	for (uint32_t i = 0; i < w->nwipe && !s->ro && !lg->broken; i++) {
 		int fd = lg->segs[w->wipe[i].seg].fd;
-		if (pwrite(fd, lg->zero, NV_LOG_BLOCK, (off_t)w->wipe[i].off) == NV_LOG_BLOCK)
-			fdatasync(fd);
+		if (pwrite(fd, lg->zero, NV_LOG_BLOCK, (off_t)w->wipe[i].off) != NV_LOG_BLOCK ||
+		    fdatasync(fd) < 0) {
+			/* The torn batch's record still checks on disk: appending on would push
+			 * it out of the newest batches, which the next open reads back, and it
+			 * would be indexed unchecked (until 2026-12-05). Stopped, it stays among
+			 * them for the next open to judge again. */
+			KVT_WARN(s->log, "nvme: log: %u.kvl: cannot erase the torn batch at offset "
+					 "%" PRIu64 " (%s): log writes stop",
+				 w->wipe[i].seg, (uint64_t)w->wipe[i].off,
+				 strerror(errno ? errno : EIO));
+			nv_log_stop(s);
+		}
 	}
 	kvt__free(w->wipe);
 	w->wipe = NULL;
