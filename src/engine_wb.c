@@ -170,7 +170,8 @@ static void wb_leg_finish(struct wb *w)
 
 /* A tier's write budget refused the chunk (-EDQUOT): a verdict the clock changes (the
  * budget is a rolling day), so its DRAM slot is offered to that tier again at its next hit,
- * as admission's changeable verdicts are. Until 2026-12-05 it was not: a chunk refused
+ * as admission's changeable verdicts are (not one larger than a whole day's budget, which
+ * the tier answers -EFBIG: every hit would start a write-behind job for nothing). Until 2026-12-05 it was not: a chunk refused
  * once was never written while it stayed in DRAM, and a second offer refused lost its
  * mark. */
 static void budget_reoffer(struct wb *w, const struct kvt_slot_ref *ref, int link, int rc)

@@ -216,6 +216,8 @@ static int nv_can_write(struct kvt_tier *t, uint64_t len)
 		return -ENOSPC;
 	if (!s->budget)
 		return 0;
+	if (len > s->budget)
+		return -EFBIG; /* no day's budget takes it: not worth offering again */
 	int rc = 0;
 	pthread_mutex_lock(&s->block);
 	nv_budget_roll(s, s->clock_hour());

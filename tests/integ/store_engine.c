@@ -590,6 +590,30 @@ static void test_budget_reoffer(const char *dir)
 		       (unsigned long long)skipped);
 	}
 	kvt_store_close(s);
+
+	/* A budget smaller than one object: no day will take it, so a hit offers it no more
+	 * (each would start a write-behind job for nothing). */
+	char sub[4400];
+	snprintf(sub, sizeof(sub), "%s/small", dir);
+	mkdir(sub, 0755);
+	kvt_config_destroy(c);
+	c = test_config("dram,nvme", sub);
+	snprintf(budget, sizeof(budget), "%zu", PAYLOAD / 2);
+	test_set(c, "nvme.write_budget", budget);
+	test_set(c, "dram.bytes", "4MiB");
+	s = open_store(c);
+	put_n(s, k, 1, 800);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_stats(s, &st);
+	skipped = st.tier[1].writes_skipped;
+	CHECK(skipped >= 1);
+	CHECK_RC(get_check(s, &k[0], 800, NULL), 0);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].writes_skipped == skipped,
+	       "a chunk over a whole day's budget was offered again (%llu skipped, %llu before)",
+	       (unsigned long long)st.tier[1].writes_skipped, (unsigned long long)skipped);
+	kvt_store_close(s);
 	kvt_config_destroy(c);
 }
 
