@@ -1041,3 +1041,64 @@ def test_fp8_with_skipped_layers_refused(tdir, monkeypatch):
         KvtierTier(sp, view, "KvtierTier", layout="nhd",
                    config={"store.tiers": "dram", "dram.bytes": "8MiB",
                            "dram.hugepages": False})
+
+
+def test_a_late_lookup_answer_settles_only_its_own_verdict(tdir):
+    """A verdict a store's completion set can be dropped when its request finishes while
+    its own lookup is still out; a newer request's lookup of the key then makes a new
+    verdict. The old lookup's answer, older than the store, used to settle the new
+    verdict: a miss for a chunk the store holds (or a hit for one since removed). The
+    answers are held and released in that order (a lookup's answer comes from the
+    store's completion thread at any time; here the order is forced)."""
+    buf, view = primary()
+    t = tier(view, tdir, config={"store.tiers": "dram"})
+    held, real = [], t._on_lookup
+    t._on_lookup = lambda *a: held.append(a)
+    try:
+        k = okeys(1, seed=6)
+        rc = ReqContext("first")
+        t.on_new_request(rc)
+        assert t.lookup(k[0], rc) is LookupResult.RETRY  # asked: absent, answer held
+        assert len(held) == 1
+        t.submit_store(TransferJob(1, k, np.array([0]), False, rc))
+        assert wait_jobs(t, 1)[0].success  # the store's completion: a hit
+        t.on_request_finished(rc)  # answered by the store: dropped
+        rc2 = ReqContext("second")
+        t.on_new_request(rc2)
+        assert t.lookup(k[0], rc2) is LookupResult.RETRY  # asked again: present
+        assert len(held) == 2
+        for a in held:  # the stale miss first, then the new answer
+            real(*a)
+        assert t.lookup(k[0], rc2) is LookupResult.HIT
+    finally:
+        t.shutdown()
+
+
+def test_two_kvtier_tiers_keep_their_own_tenant_state(tdir):
+    """vLLM gives every secondary tier of an engine the same request context, which keeps
+    one state per class: the second kvtier tier's tenant prefix (its own namespace)
+    replaced the first's, and the first tier then keyed the tenant's chunks in the
+    second's namespace."""
+    _, view = primary()
+    t1 = KvtierTier(spec(name="model-a"), view, "KvtierTier", model=MODEL, layout="cpu-vec",
+                    config={"store.tiers": "dram", "dram.bytes": "4MiB",
+                            "dram.hugepages": False})
+    t2 = KvtierTier(spec(name="model-b"), view, "KvtierTier", model=MODEL, layout="cpu-vec",
+                    config={"store.tiers": "dram", "dram.bytes": "4MiB",
+                            "dram.hugepages": False})
+    try:
+        assert t1.ns_id != t2.ns_id
+        k = okeys(1, seed=7)[0]
+        alone = ReqContext("alone", kv_transfer_params={"kvtier_tenant": "acme"})
+        t1.on_new_request(alone)
+        shared = ReqContext("shared", kv_transfer_params={"kvtier_tenant": "acme"})
+        t1.on_new_request(shared)
+        t2.on_new_request(shared)
+        assert t1._key(k, shared) == t1._key(k, alone)
+        assert t2._key(k, shared) != t1._key(k, shared)
+        bad = ReqContext("bad", kv_transfer_params={"kvtier_tenant": "x\ny"})
+        t1.on_new_request(bad)
+        assert t1._uncached(bad) and not t2._uncached(bad)  # t2 never saw it
+    finally:
+        t1.shutdown()
+        t2.shutdown()

@@ -425,10 +425,16 @@ class KvtierTier(SecondaryTierManager):
             -1, self.block_size_bytes)
         self._deadline_s = load_deadline_ms / 1000.0
 
+        # A request's context is shared by every secondary tier of the engine, and keeps one
+        # state per class: a class of this instance's own, so that two kvtier tiers (other
+        # stores, other namespaces) each keep their own tenant prefix for a request (until
+        # 2026-12-06 the second tier's on_new_request replaced the first's).
+        self._tenant_state = type("_ReqTenant", (_ReqTenant,), {})
+
         # scheduler-thread state
         self._verdicts: dict[bytes, _Verdict] = {}
         self._req_keys: dict[str, set[bytes]] = {}
-        self._lookups: queue.SimpleQueue = queue.SimpleQueue()  # (key, hit) from lookup completions
+        self._lookups: queue.SimpleQueue = queue.SimpleQueue()  # (key, verdict, hit) answered
         self._jobs: dict[JobId, tuple[cf.Future | None, TransferJob, bool]] = {}
         self._done: queue.SimpleQueue = queue.SimpleQueue()  # _Done of the jobs over
         # loads and stores: one libkvtier call per job (kvtier.Rows), which reads, waits
@@ -474,14 +480,13 @@ class KvtierTier(SecondaryTierManager):
 
     # ------------------------------------------------------------------ keys
     def _key(self, okey: OffloadKey, rc: ReqContext | None) -> bytes:
-        st = rc.get_state(_ReqTenant) if rc is not None else None
+        st = rc.get_state(self._tenant_state) if rc is not None else None
         return key_from(st.prefix if st else self._prefix, okey)
 
-    @staticmethod
-    def _uncached(rc: ReqContext | None) -> bool:
+    def _uncached(self, rc: ReqContext | None) -> bool:
         """A request whose kvtier_tenant cannot be used (on_new_request): it gets no kvtier
         caching, neither lookups nor loads nor stores."""
-        st = rc.get_state(_ReqTenant) if rc is not None else None
+        st = rc.get_state(self._tenant_state) if rc is not None else None
         return st is not None and st.prefix is None
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
@@ -525,28 +530,33 @@ class KvtierTier(SecondaryTierManager):
                 log.warning("kvtier: request %s: kvtier_tenant %s is not usable (%s); "
                             "the request gets no kvtier caching",
                             ascii(str(req_context.req_id)[:64]), shown, reason)
-            req_context.set_state(_ReqTenant(prefix))
+            req_context.set_state(self._tenant_state(prefix))
         return RequestOffloadingContext()
 
     # ---------------------------------------------------------------- lookup
     def _drain_lookups(self) -> None:
         while True:
             try:
-                k, hit = self._lookups.get_nowait()
+                k, v, hit = self._lookups.get_nowait()
             except queue.Empty:
                 return
-            v = self._verdicts.get(k)
-            if v is not None and v.hit is None:
+            # only the verdict the lookup was asked for: one set otherwise (a store's
+            # completion, a failed load) can be dropped and a newer lookup of the key
+            # started before this answer comes, which it must not settle: it may be older
+            # than what happened since (until 2026-12-06 a late miss or hit was taken)
+            if self._verdicts.get(k) is not v:
+                continue
+            if v.hit is None:
                 v.hit = hit
-            if v is not None and not v.reqs:
+            if not v.reqs:
                 del self._verdicts[k]
 
-    def _on_lookup(self, k: bytes, fut: cf.Future) -> None:
+    def _on_lookup(self, k: bytes, v: _Verdict, fut: cf.Future) -> None:
         try:
             hit = fut.result().hits == 1
         except Exception:
             hit = False
-        self._lookups.put((k, hit))
+        self._lookups.put((k, v, hit))
 
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         self._drain_lookups()
@@ -567,10 +577,10 @@ class KvtierTier(SecondaryTierManager):
             v.reqs.add(req_context.req_id)
             self._store.poll(0)  # a DRAM answer completes now
             if fut.done():
-                self._on_lookup(k, fut)
+                self._on_lookup(k, v, fut)
                 self._drain_lookups()
             else:
-                fut.add_done_callback(lambda f, k=k: self._on_lookup(k, f))
+                fut.add_done_callback(lambda f, k=k, v=v: self._on_lookup(k, v, f))
         v.reqs.add(req_context.req_id)
         self._req_keys.setdefault(req_context.req_id, set()).add(k)
         if v.hit is None:
