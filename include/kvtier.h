@@ -400,6 +400,20 @@ typedef void (*kvt_event_fn)(void *arg, const struct kvt_event *ev);
  * the store is used by other threads; events from before it are not replayed. -ENOTSUP on
  * a client-mode store (store.daemon: the daemon publishes its store's events). */
 KVT_EXPORT int kvt_store_set_events(struct kvt_store *s, kvt_event_fn fn, void *arg);
+/* A bounded queue of events for a consumer that polls instead (an interpreter, whose
+ * callback would wait for its own lock while the store's are held). Install it with
+ * kvt_store_set_events(s, kvt_event_queue_push, q); free it only after kvt_store_close
+ * (or after removing it and letting every library thread finish: the store does not wait
+ * for a callback in progress). capacity: 1..2^24 events, else NULL (NULL too without
+ * memory). When full an event is dropped and counted; drain copies out up to max of the
+ * oldest, in order, and sets *lost (if non-NULL) to the events dropped since the last
+ * drain: a consumer told lost > 0 must look at the store itself. */
+struct kvt_event_queue;
+KVT_EXPORT struct kvt_event_queue *kvt_event_queue_new(uint32_t capacity);
+KVT_EXPORT void kvt_event_queue_push(void *q, const struct kvt_event *ev);
+KVT_EXPORT uint32_t kvt_event_queue_drain(struct kvt_event_queue *q, struct kvt_event *out,
+					  uint32_t max, uint64_t *lost);
+KVT_EXPORT void kvt_event_queue_free(struct kvt_event_queue *q);
 /* The storage key of an engine key in a namespace (what events carry). */
 KVT_EXPORT void kvt_storage_key(const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
 				struct kvt_key *out);

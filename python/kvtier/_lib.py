@@ -105,6 +105,14 @@ class RowsResult(ctypes.Structure):
                 ("submit_ns", ctypes.c_uint64)]
 
 
+class Event(ctypes.Structure):  # struct kvt_event
+    _fields_ = [("type", ctypes.c_uint32), ("reason", ctypes.c_uint32), ("tier", ctypes.c_int),
+                ("n_tokens", ctypes.c_uint32), ("bytes", ctypes.c_uint64), ("key", Key),
+                ("has_parent", ctypes.c_uint8), ("parent", Key)]
+
+
+EVENT_STORED, EVENT_REMOVED = 1, 2
+
 ROWS_FAILURES = {0: "", 1: "miss", 2: "corrupt", 3: "timeout", 4: "deadline", 5: "short",
                  6: "error"}
 
@@ -157,6 +165,12 @@ _PROTOS = {
     "kvt_remove": (ctypes.c_int, [_P, _KEYP, CB, _P]),
     "kvt_flush": (ctypes.c_int, [_P, CB, _P]),
     "kvt_stats": (ctypes.c_int, [_P, ctypes.POINTER(Stats)]),
+    "kvt_store_set_events": (ctypes.c_int, [_P, _P, _P]),
+    "kvt_storage_key": (None, [ctypes.c_char_p, _KEYP, _KEYP]),
+    "kvt_event_queue_new": (_P, [ctypes.c_uint32]),
+    "kvt_event_queue_drain": (ctypes.c_uint32, [_P, ctypes.POINTER(Event), ctypes.c_uint32,
+                                                ctypes.POINTER(ctypes.c_uint64)]),
+    "kvt_event_queue_free": (None, [_P]),
     "kvt_row_layout_check": (ctypes.c_int, [ctypes.POINTER(RowLayoutC)]),
     "kvt_row_from_canonical": (ctypes.c_int, [ctypes.POINTER(RowLayoutC), _P, _P]),
     "kvt_row_to_canonical": (ctypes.c_int, [ctypes.POINTER(RowLayoutC), _P, _P]),
@@ -206,7 +220,7 @@ MIRRORED = {
     "kvt_geometry": Geometry, "kvt_key": Key, "kvt_namespace": Namespace,
     "kvt_result": Result, "kvt_tier_stats": TierStats, "kvt_stats": Stats,
     "kvt_row_strides": RowStrides, "kvt_row_layout": RowLayoutC,
-    "kvt_rows_result": RowsResult,
+    "kvt_rows_result": RowsResult, "kvt_event": Event,
 }
 
 

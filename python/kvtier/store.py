@@ -133,6 +133,7 @@ class _Core:
         self.thread: threading.Thread | None = None
         self.wake_r = self.wake_w = -1
         self.rows: set = set()        # open Rows handles (rows._Handle), closed first
+        self.event_queues: list = []  # C event queues installed (Store.events): freed after
         self.tls = threading.local()  # .depth: kvt_poll calls running on this thread
         # closing, owner, users (never held across a C call); notified when users drops
         self.state = threading.Condition()
@@ -268,12 +269,62 @@ class _Core:
                                    for i in range(lib.kvt_store_tier_count(self.s))]
             s, self.s = self.s, None
             lib.kvt_store_close(s)  # runs the completions still queued, here
+            for q in self.event_queues:  # no library thread can push into them now
+                q._free()
+            self.event_queues.clear()
             if self.wake_r >= 0:
                 os.close(self.wake_r)
                 os.close(self.wake_w)
                 self.wake_r = self.wake_w = -1
         finally:
             self.closed.set()
+
+
+@dataclass(frozen=True)
+class Event:
+    """One of the store's KV events: a chunk stored in, or removed from, tier (a chain
+    position). key is its storage key (Store.storage_key)."""
+    stored: bool
+    tier: int
+    key: bytes
+
+
+class EventQueue:
+    """A store's events, queued in C as they happen (the library's threads never wait for
+    Python) and taken out by drain(). Made by Store.events()."""
+
+    def __init__(self, capacity: int):
+        q = lib.kvt_event_queue_new(capacity)
+        if not q:
+            raise ValueError(f"event queue capacity {capacity}: 1..16777216, and memory")
+        self._q = q
+        self._buf = (_lib.Event * 1024)()
+        self._lock = threading.Lock()
+
+    def drain(self, max_events: int = 1 << 20) -> tuple[list[Event], int]:
+        """(the events queued, oldest first, up to max_events; how many were dropped
+        since the last drain because the queue was full). lost > 0: some changes were
+        not seen, so whatever follows the store must look at it again."""
+        out: list[Event] = []
+        lost_total = 0
+        lost = ctypes.c_uint64()
+        with self._lock:
+            while self._q and len(out) < max_events:
+                n = lib.kvt_event_queue_drain(self._q, self._buf,
+                                              min(1024, max_events - len(out)),
+                                              ctypes.byref(lost))
+                lost_total += lost.value
+                out += [Event(e.type == _lib.EVENT_STORED, e.tier, bytes(e.key.bytes))
+                        for e in self._buf[:n]]
+                if n < 1024:
+                    break
+        return out, lost_total
+
+    def _free(self) -> None:
+        with self._lock:
+            q, self._q = self._q, None
+        if q:
+            lib.kvt_event_queue_free(q)
 
 
 class Store:
@@ -510,6 +561,31 @@ class Store:
 
         return self._submit("flush", lambda s, a: lib.kvt_flush(s, self._core.cb, a),
                             finish, None)
+
+    def storage_key(self, key: bytes) -> bytes:
+        """The name the tiers hold key under, as the store's events carry it."""
+        k, out = key_struct(key), _lib.Key()
+        lib.kvt_storage_key(self.ns_id, ctypes.byref(k), ctypes.byref(out))
+        return bytes(out.bytes)
+
+    def events(self, capacity: int = 65536) -> "EventQueue":
+        """Follow what the store holds: its KV events (include/kvtier.h, "KV events") go
+        into a bounded queue that EventQueue.drain() empties on the caller's thread. One
+        per store (the store has one event callback); not in client mode (store.daemon:
+        kvtierd publishes its store's events), where this raises KvtierError."""
+        q = EventQueue(capacity)
+        s = self._core.enter()
+        try:
+            rc = lib.kvt_store_set_events(
+                s, ctypes.cast(lib.kvt_event_queue_push, ctypes.c_void_p), q._q)
+            if rc == 0:
+                self._core.event_queues.append(q)  # freed after the store closes
+        finally:
+            self._core.leave()
+        if rc < 0:
+            q._free()
+        check(rc, "kvt_store_set_events")
+        return q
 
     def stats(self) -> dict:
         """The store's counters: {"tiers": [{"name": ..., "objects": ..., ...}], "puts": ...}."""

@@ -1102,3 +1102,56 @@ def test_two_kvtier_tiers_keep_their_own_tenant_state(tdir):
     finally:
         t1.shutdown()
         t2.shutdown()
+
+
+@pytest.mark.parametrize("queued", [KvtierTier.EVENTS_QUEUED, 8])
+def test_removed_events_follow_the_stores_evictions_without_a_full_check(tdir, monkeypatch,
+                                                                        queued):
+    """With only tiers whose evictions the store reports itself (here DRAM), the removed
+    events come from the store's own events: only the chunks a tier let go are looked up,
+    not every announced chunk at every events_reconcile_s (one lookup per chunk kvtier
+    holds per pass, millions on a large NVMe tier). The check is an hour away here: before,
+    nothing kvtier evicted was announced removed until then. A queue that overflows (8
+    events here) makes one check of every announced chunk, and the outcome is the same."""
+    monkeypatch.setattr(KvtierTier, "EVENTS_QUEUED", queued)
+    buf, view = primary(4)
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=3600.0,
+             config={"store.tiers": "dram", "dram.bytes": "1MiB"})
+    try:
+        rc = ReqContext("many")
+        t.on_new_request(rc)
+        keys = okeys(160, seed=11)
+        n0 = t.store_stats()["lookups"]
+        for j in range(16):
+            t.submit_store(TransferJob(j + 1, keys[10 * j:10 * j + 10], np.zeros(10, int),
+                                       False, rc))
+            assert wait_jobs(t, 1)[0].success
+        removed, end = set(), time.monotonic() + 10
+        while time.monotonic() < end:
+            for e in t.take_events():
+                if e.removed:
+                    removed.update(e.keys)
+            if removed and t._reconcile is None and not t._suspects:
+                break
+            time.sleep(0.01)
+        def held_now(k):
+            fut = t._store.lookup([t._key(k, rc)])
+            end = time.monotonic() + 5
+            while not fut.done() and time.monotonic() < end:  # polled on this thread
+                t._store.poll(10)
+            return fut.result(0).hits == 1
+        held = {k for k in keys if held_now(k)}
+        assert removed and held, (len(removed), len(held))  # DRAM holds fewer than 160
+        assert removed == set(keys) - held
+        assert set(t._announced.values()) == held
+        evicted = t.store_stats()["tiers"][0]["evictions"]
+        assert evicted == len(removed)
+        # the checks: one lookup per chunk DRAM let go (every chunk announced then, once
+        # the queue overflowed), and the len(keys) above
+        checks = t.store_stats()["lookups"] - n0 - len(keys)
+        if queued == 8:
+            assert evicted < checks <= evicted + len(keys), (checks, evicted)
+        else:
+            assert checks == evicted
+    finally:
+        t.shutdown()

@@ -304,6 +304,7 @@ class KvtierTier(SecondaryTierManager):
 
     medium: ClassVar[Medium] = Medium.STORAGE
     STAGING_BYTES: ClassVar[int] = 32 << 20  # canonical chunks in flight, all loads together
+    EVENTS_QUEUED: ClassVar[int] = 1 << 16  # store events between two take_events (~6 MiB)
 
     def __init__(self, offloading_spec, primary_kv_view: memoryview, tier_type: str,
                  config: dict | None = None, config_file: str | None = None,
@@ -460,6 +461,25 @@ class KvtierTier(SecondaryTierManager):
                 log.warning("enable_kv_events is set on tier %s but KV cache events are "
                             "disabled globally; no events", tier_type)
         self._announced: dict[bytes, OffloadKey] = {}  # kvtier key -> OffloadKey
+        # In process, the store's own events say which announced chunks left a tier: only
+        # those are checked (a lookup each: another tier may still hold it), not every
+        # announced chunk at every events_reconcile_s - one lookup per chunk kvtier holds
+        # per pass, millions for a large NVMe tier (until 2026-12-06). A tier whose
+        # evictions the store cannot see (another process's, a server's own: fs, S3,
+        # RADOS, Redis), or a client-mode store (kvtierd publishes its events itself),
+        # keeps the periodic check of everything; so does a queue that overflowed, once.
+        self._evq = None
+        self._by_skey: dict[bytes, bytes] = {}  # storage key -> kvtier key, announced ones
+        self._suspects: dict[bytes, None] = {}  # announced chunks a tier let go, to check
+        self._full_check = True
+        self._full_check_due = False
+        if self._events is not None and not self._client_mode:
+            try:
+                self._evq = self._store.events(self.EVENTS_QUEUED)
+                self._full_check = not all(n in ("dram", "nvme") for n in self._tier_names)
+            except kvtier.KvtierError as e:
+                log.warning("kvtier: no store events (%s): announced chunks are checked "
+                            "every events_reconcile_s", e)
         self._reconcile_s = events_reconcile_s
         self._reconcile_at = time.monotonic() + events_reconcile_s
         # a check of the announced chunks: the lookups in flight (None: no check running)
@@ -775,6 +795,8 @@ class KvtierTier(SecondaryTierManager):
                     v.hit = True
                 if self._events is not None:
                     self._announced[k] = okey
+                    if self._evq is not None:
+                        self._by_skey[self._store.storage_key(k)] = k
             if self._events is not None:
                 self._events.append(OffloadingEvent(
                     keys=list(d.stored), medium=self.medium, removed=False,
@@ -796,6 +818,8 @@ class KvtierTier(SecondaryTierManager):
             return
         okey = self._announced.pop(k, None)
         if okey is not None:
+            if self._evq is not None:
+                self._by_skey.pop(self._store.storage_key(k), None)
             self._events.append(OffloadingEvent(keys=[okey], medium=self.medium,
                                                 removed=True, locality=self.locality))
 
@@ -807,8 +831,25 @@ class KvtierTier(SecondaryTierManager):
             return
         self._store.poll(0)  # the reconcile lookups' completions
         now = time.monotonic()
-        if self._reconcile is None and now >= self._reconcile_at and self._announced:
-            self._reconcile, self._reconcile_todo = [], deque(self._announced)
+        if self._evq is not None:
+            evs, lost = self._evq.drain()
+            for e in evs:
+                if not e.stored:
+                    k = self._by_skey.get(e.key)
+                    if k is not None:
+                        self._suspects[k] = None
+            if lost:
+                log.warning("kvtier: %d store events dropped (queue full): checking every "
+                            "announced chunk once", lost)
+                self._full_check_due = True
+        if self._reconcile is None and self._announced:
+            if self._full_check_due or (self._full_check and now >= self._reconcile_at):
+                self._full_check_due = False
+                self._suspects.clear()
+                self._reconcile, self._reconcile_todo = [], deque(self._announced)
+            elif self._suspects:
+                todo, self._suspects = deque(self._suspects), {}
+                self._reconcile, self._reconcile_todo = [], todo
         if self._reconcile is not None:
             self._reconcile_step(now)
         yield from self._events
