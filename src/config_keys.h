@@ -130,7 +130,7 @@
 	X(k, "redis.url", STR, "redis://127.0.0.1:6379", 0, 0, NULL, URL_SECRET, "redis://[:password@]host:port[/db] of a Redis or Valkey server (the password is never logged)") \
 	X(k, "redis.prefix", STR, "kvt:", 0, 0, NULL, PLAIN, "prefix of every key the tier stores") \
 	X(k, "redis.connections", U64, "4", 1, 64, NULL, PLAIN, "connections, each with its own I/O thread and a pipeline of requests in flight") \
-	X(k, "redis.timeout_ms", U64, "2000", 1, 3600000, NULL, PLAIN, "connect timeout, and the longest a request at the head of a pipeline may wait for its reply before the connection is dropped and its requests fail") \
+	X(k, "redis.timeout_ms", U64, "2000", 1, 3600000, NULL, PLAIN, "the longest a request may wait for its reply, from when it was queued, a reconnect it waits for included, plus the time its value bytes and those of the requests ahead of it take at 64 MiB/s; past it the connection is dropped and its requests fail") \
 	/* ---- end redis ---- */ \
 	/* ---- device layer (GPU/emu): rows below ---- */ \
 	X(k, "device.backend", ENUM, "auto", 0, 0, "auto|emu|cuda", PLAIN, "transfer backend between an engine's GPU KV cache and chunks: auto picks cuda when a GPU is visible, else emu (host memory stands in for device memory)") \

@@ -23,12 +23,24 @@
  * redisAppendCommand batches would stall new requests behind each batch and could not
  * bound the time of one request.
  *
- * Failure. Replies come back in order, so only the oldest request can be late: if it has
- * not completed timeout_ms after it became the oldest, the connection is dropped and every
- * request on it fails with -ETIMEDOUT; a reset or refused connection fails them at once.
- * The reconnect a request waits for - name lookup, connect, AUTH, SELECT - is inside that
- * same timeout, not a fresh one per step (until 2026-12-05 each step restarted the clock:
- * up to 6 x redis.timeout_ms for a host name with a password and a database). Nothing
+ * Failure. Every request has its own deadline, set when the I/O thread takes it:
+ * timeout_ms, plus the time the value bytes it and the requests ahead of it on the
+ * connection move (SET values, GETRANGE lengths) take at RD_FLOOR_BPS. When any request is
+ * past its deadline the connection is dropped and every request on it fails with
+ * -ETIMEDOUT; a reset or refused connection fails them at once. Replies come back in
+ * order, and no request's deadline is earlier than that of the request ahead of it (it is
+ * raised to it if need be: it cannot be answered first), so the oldest request's deadline
+ * is the one to watch. Until 2026-12-05 the clock was timeout_ms from when a request became the
+ * oldest, restarted by every reply: behind a server answering each request just within
+ * the timeout, the 50th of a pipeline waited 50 timeouts, long after the engine's own
+ * deadline had answered its caller, holding the caller's buffers all along. The allowance
+ * for bytes is what keeps a long pipeline of large values on a healthy server from timing
+ * out: the 100th of a hundred 32 MiB reads legitimately waits for 3 GiB to arrive, which
+ * no fixed timeout fits; a server (or link) moving values slower than RD_FLOOR_BPS is
+ * treated as one that does not answer. The reconnect a request waits for - name lookup,
+ * connect, AUTH, SELECT - is inside its deadline, not a fresh one per step (until
+ * 2026-12-05 each step restarted the clock: up to 6 x redis.timeout_ms for a host name
+ * with a password and a database). Nothing
  * retries behind the caller's back: the next request reconnects. AUTH (and SELECT) are the
  * first requests of every connection, and nothing is sent behind them until they are
  * answered (send_limit): pipelined behind a refused SELECT or AUTH, the server would run
@@ -84,6 +96,12 @@
  * 6.6 s through kvtier ls over loopback, on two busy cores); its connect and each reply
  * keep the single timeout within it. */
 #define RD_LIST_TIMEOUTS 16
+/* The slowest a connection may move value bytes (a SET's value out, a GETRANGE's body in)
+ * and still be taken for a healthy server: each request's deadline allows its own value
+ * bytes and those ahead of it at this rate, on top of redis.timeout_ms (see "Failure"
+ * above). About half a 1 GbE link: a busy but working 1 GbE connection keeps its requests, a
+ * server that trickles values does not keep them for ever. */
+#define RD_FLOOR_BPS (64ull << 20)
 #define RD_DROP_QUEUE 256       /* corruption reports waiting for the drop thread */
 #define RD_DROP_PIECE (1u << 20) /* bytes of a value per GETRANGE while a drop checks it */
 #define RD_SCAN_COUNT 1000      /* the COUNT hint of the listing's SCAN calls */
@@ -107,6 +125,8 @@ struct rd_op {
 	uint64_t out_len;
 	uint32_t ncmds, nreplies;
 	int result;
+	uint64_t due_ns;  /* its deadline (set by the I/O thread, see "Failure" above) */
+	uint64_t bytes;   /* value bytes it moves: a SET's value, a read's segment lengths */
 	/* OP_READ */
 	struct kvt_seg *segs;
 	uint32_t nsegs;
@@ -137,8 +157,7 @@ struct rd_conn {
 	struct rd_op *head, *tail; /* taken: replies go to head */
 	struct rd_op *send;        /* first op not fully written */
 	uint64_t send_off;
-	uint64_t head_since_ns; /* when head became the oldest caller request (a reconnect, AUTH
-				 * and SELECT are inside its wait) */
+	uint64_t queued_bytes; /* sum of bytes of the requests taken and not answered */
 	char *rbuf;
 	/* reply framing: a line being assembled, or the body of a bulk string in transit */
 	char line[512];
@@ -352,6 +371,7 @@ static void conn_fail(struct rd_conn *c, int err, const char *why)
 	struct rd_op *op = c->head;
 	c->head = c->tail = c->send = NULL;
 	c->send_off = 0;
+	c->queued_bytes = 0;
 	while (op) {
 		struct rd_op *next = op->next;
 		complete(s, op, err);
@@ -399,12 +419,11 @@ static bool conn_next_addr(struct rd_conn *c)
 }
 
 /* Connect (non-blocking) to the server's address. The name is looked up first within
- * budget_ns (what is left of the oldest request's timeout): hiredis would call
+ * budget_ns (what is left of the oldest request's deadline): hiredis would call
  * getaddrinfo() on this thread, which a DNS server that does not answer holds for many
  * seconds. Each of its addresses is tried in turn while connects fail at once (refused,
  * unreachable; conn_next_addr for those that fail later). *why names the step that failed.
- * The oldest request's clock (head_since_ns) is left running: the connect is part of its
- * wait. */
+ * The oldest request's deadline stays: the connect is part of its wait. */
 static int conn_start(struct rd_conn *c, uint64_t budget_ns, const char **why)
 {
 	struct rd_state *s = c->s;
@@ -464,6 +483,8 @@ static int conn_up(struct rd_conn *c)
 		return -ENOMEM;
 	}
 	for (int i = 0; i < n; i++) { /* AUTH ends up first */
+		/* inside the deadline of the request that caused the connect */
+		pre[i]->due_ns = c->head ? c->head->due_ns : kvt__now_ns() + s->timeout_ns;
 		pre[i]->next = c->head;
 		c->head = pre[i];
 		if (!c->tail)
@@ -641,10 +662,7 @@ counted:
 	c->head = op->next;
 	if (!c->head)
 		c->tail = NULL;
-	/* the next request's own wait starts now - not after AUTH or SELECT, which are part of
-	 * the wait of the request that caused the connect */
-	if (!is_handshake(op))
-		c->head_since_ns = kvt__now_ns();
+	c->queued_bytes -= op->bytes;
 	int64_t res = op->result;
 	switch (op->kind) {
 	case OP_READ:
@@ -827,8 +845,19 @@ static void *io_thread(void *arg)
 		bool stop = c->stop;
 		pthread_mutex_unlock(&c->lock);
 		if (in) {
-			if (!c->head)
-				c->head_since_ns = kvt__now_ns();
+			/* each request's deadline (see "Failure" above), never before that of the
+			 * request ahead of it, which is answered first */
+			uint64_t now = kvt__now_ns();
+			uint64_t floor = c->tail ? c->tail->due_ns : 0;
+			for (struct rd_op *op = in; op; op = op->next) {
+				c->queued_bytes += op->bytes;
+				double allow = (double)c->queued_bytes * 1e9 / (double)RD_FLOOR_BPS;
+				op->due_ns = now + s->timeout_ns +
+					     (allow < 1e18 ? (uint64_t)allow : (uint64_t)1e18);
+				if (op->due_ns < floor)
+					op->due_ns = floor;
+				floor = op->due_ns;
+			}
 			if (c->tail)
 				c->tail->next = in;
 			else
@@ -848,7 +877,7 @@ static void *io_thread(void *arg)
 		}
 		uint64_t now = kvt__now_ns();
 		if (c->head && c->state == C_DOWN) {
-			uint64_t end = c->head_since_ns + s->timeout_ns;
+			uint64_t end = c->head->due_ns;
 			if (now >= end) {
 				conn_fail(c, -ETIMEDOUT, "connect timed out");
 				continue;
@@ -869,7 +898,7 @@ static void *io_thread(void *arg)
 								 : (short)(POLLIN |
 									   (conn_can_send(c) ? POLLOUT : 0));
 			if (c->head) {
-				uint64_t end = c->head_since_ns + s->timeout_ns;
+				uint64_t end = c->head->due_ns;
 				if (now >= end) {
 					/* a connect that timed out: the next attempt tries the
 					 * next address (the requests have had their time) */
@@ -882,7 +911,8 @@ static void *io_thread(void *arg)
 									   : "request timed out");
 					continue;
 				}
-				timeout = (int)((end - now + 999999) / 1000000);
+				timeout = (int)KVT_MIN((end - now + 999999) / 1000000,
+						       (uint64_t)1 << 30);
 			}
 		}
 		int n = poll(pfd, 2, timeout);
@@ -898,9 +928,9 @@ static void *io_thread(void *arg)
 		}
 		if (pfd[1].fd < 0 || !pfd[1].revents)
 			continue;
-		/* past the oldest request's time while poll slept: the top of the loop fails it
-		 * (a connect that completes late is not taken up) */
-		if (c->head && kvt__now_ns() >= c->head_since_ns + s->timeout_ns)
+		/* past the oldest request's deadline while poll slept: the top of the loop fails
+		 * it (a connect that completes late is not taken up) */
+		if (c->head && kvt__now_ns() >= c->head->due_ns)
 			continue;
 		int rc = 0;
 		if (c->state == C_CONNECTING) {
@@ -1124,6 +1154,7 @@ static int rd_read(struct kvt_tier *t, const struct kvt_key *key, const struct k
 					   (unsigned long long)(segs[i].len ? off : 1));
 		lens[3] = (size_t)snprintf(b, sizeof(b), "%llu", (unsigned long long)end);
 		op->hdr_len += cmd_put(op->hdr + op->hdr_len, 4, argv, lens, false);
+		op->bytes += segs[i].len;
 	}
 	return submit(s, op);
 }
@@ -1146,6 +1177,7 @@ static int rd_write(struct kvt_tier *t, const struct kvt_key *key, const void *o
 	op->hdr_len = cmd_put(op->hdr, 3, argv, lens, true);
 	op->val = obj;
 	op->val_len = len;
+	op->bytes = len;
 	op->ncmds = 1;
 	return submit(s, op);
 }

@@ -36,7 +36,11 @@
  *      (its reconnect included) fails -ETIMEDOUT at its timeout - each step used to restart
  *      the clock, and the put succeeded after 2.1 x the timeout;
  *  12. a read whose STRLEN says 4096 and whose GETRANGE then answers "" (the value removed
- *      in between): -ENOENT - it used to succeed with 0 bytes.
+ *      in between): -ENOENT - it used to succeed with 0 bytes;
+ *  13. a slow server: PIPE_N puts pipelined on one connection, each SET answered a third of
+ *      redis.timeout_ms after the one before: every put is answered (done, or -ETIMEDOUT)
+ *      within its own timeout plus slack of its submission - the timeout used to restart
+ *      at every reply, and the last put succeeded after PIPE_N / 3 timeouts.
  * Exit 0 pass, 1 fail.
  */
 #include <arpa/inet.h>
@@ -61,7 +65,7 @@ enum flood { FLOOD_NONE, FLOOD_BULK, FLOOD_ARRAY };
 static _Atomic int flood;
 static _Atomic bool misframe; /* GETRANGE's bulk string ends in "XY", not "\r\n" (10) */
 static _Atomic bool vanished; /* GETRANGE answers "" after STRLEN's 4096: removed (12) */
-static _Atomic int step_delay_ms; /* before each reply to AUTH, SELECT and SET (11) */
+static _Atomic int step_delay_ms; /* before each reply to AUTH, SELECT and SET (11, 13) */
 #define FLOOD_TIMEOUT_MS 1000
 /* what the flooding server sends at most: well past FLOOD_RSS_MIB for a client that keeps
  * it all, little enough to be sent within FLOOD_TIMEOUT_MS on a loaded machine */
@@ -361,6 +365,23 @@ static bool has_control(const char *msg)
 	return false;
 }
 
+/* section 13: one pipelined put's submission and answer */
+#define PIPE_N 12
+struct pipe_put {
+	uint64_t sent_ms;
+	_Atomic uint64_t done_ms;
+	_Atomic int64_t rc;
+};
+static _Atomic int pipe_done;
+
+static void pipe_cb(void *arg, int64_t rc)
+{
+	struct pipe_put *p = arg;
+	atomic_store(&p->rc, rc);
+	atomic_store(&p->done_ms, th_now_ms());
+	atomic_fetch_add(&pipe_done, 1);
+}
+
 static int run_scan(struct kvt_tier *t, enum mode m, double *ms)
 {
 	atomic_store(&mode, m);
@@ -603,6 +624,43 @@ int main(void)
 	CHECK_EQ(rc, -ETIMEDOUT);
 	CHECKM(step_ms >= TIMEOUT_MS - 50 && step_ms < TIMEOUT_MS + SLACK_MS / 2, "%llu ms",
 	       (unsigned long long)step_ms);
+	atomic_store(&step_delay_ms, 0);
+	th_close(t);
+
+	/* 13. a slow server, a pipeline of puts: each put within its own timeout */
+	const char *kv7[] = {"redis.url", url, "redis.timeout_ms", tmo, "redis.prefix",
+			     "kvt-test:", "redis.connections", "1", NULL};
+	t = open_counting(kv7);
+	CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), 0); /* connected before the clock runs */
+	atomic_store(&step_delay_ms, TIMEOUT_MS / 3);
+	static struct pipe_put pp[PIPE_N];
+	atomic_store(&pipe_done, 0);
+	for (int i = 0; i < PIPE_N; i++) {
+		struct kvt_key pk;
+		th_key(&pk, 1300 + (uint64_t)i, 13);
+		pp[i].sent_ms = th_now_ms();
+		CHECK_EQ(t->ops->write(t, &pk, obj, sizeof(obj), pipe_cb, &pp[i]), 0);
+	}
+	t0 = th_now_ms();
+	while (atomic_load(&pipe_done) < PIPE_N && th_now_ms() - t0 < 20000)
+		usleep(1000);
+	CHECK_EQ(atomic_load(&pipe_done), PIPE_N);
+	int ok = 0, timed_out = 0;
+	uint64_t worst = 0;
+	for (int i = 0; i < PIPE_N; i++) {
+		uint64_t waited = atomic_load(&pp[i].done_ms) - pp[i].sent_ms;
+		int64_t prc = atomic_load(&pp[i].rc);
+		worst = KVT_MAX(worst, waited);
+		ok += prc == 0;
+		timed_out += prc == -ETIMEDOUT;
+		CHECKM(prc == 0 || prc == -ETIMEDOUT, "put %d: %s", i, kvt_strerror((int)prc));
+	}
+	printf(" 13. %d puts pipelined, each SET answered %d ms after the one before (timeout "
+	       "%d ms): %d done, %d -ETIMEDOUT, the longest answered after %llu ms\n",
+	       PIPE_N, TIMEOUT_MS / 3, TIMEOUT_MS, ok, timed_out, (unsigned long long)worst);
+	CHECKM(worst < TIMEOUT_MS + SLACK_MS / 2, "a put answered after %llu ms",
+	       (unsigned long long)worst);
+	CHECK(timed_out >= 1);
 	atomic_store(&step_delay_ms, 0);
 	th_close(t);
 
