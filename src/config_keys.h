@@ -110,7 +110,7 @@
 	X(k, "s3.ca_file", STR, "", 0, 0, NULL, PLAIN, "CA bundle for TLS verification (empty: the system's)") \
 	X(k, "s3.sign_payload", BOOL, "false", 0, 0, NULL, PLAIN, "sign the body's SHA-256 instead of sending UNSIGNED-PAYLOAD (costs a hash per write)") \
 	X(k, "s3.max_inflight", U64, "64", 1, 4096, NULL, PLAIN, "HTTP requests in flight at once (and keep-alive connections)") \
-	X(k, "s3.retries", U64, "3", 0, 20, NULL, PLAIN, "retries of a request on 5xx, SlowDown or a broken connection (exponential backoff with jitter)") \
+	X(k, "s3.retries", U64, "3", 0, 20, NULL, PLAIN, "retries of a request on 5xx, SlowDown, a broken connection or a connect past s3.connect_timeout_ms (exponential backoff with jitter, within s3.timeout_ms)") \
 	X(k, "s3.timeout_ms", U64, "5000", 1, 3600000, NULL, PLAIN, "deadline of every operation, retries included") \
 	X(k, "s3.connect_timeout_ms", U64, "2000", 1, 3600000, NULL, PLAIN, "TCP/TLS connection set-up limit") \
 	X(k, "s3.create_bucket", BOOL, "true", 0, 0, NULL, PLAIN, "create the bucket at open if it does not exist") \

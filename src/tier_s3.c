@@ -41,9 +41,11 @@
  * Every operation has a deadline (s3.timeout_ms from submission): transfers still queued
  * past it fail with -ETIMEDOUT at once (the I/O thread wakes for the earliest, whether or not
  * a slot is free), running ones carry the remaining time as CURLOPT_TIMEOUT_MS.
- * 5xx, 429 (SlowDown), broken connections and 2xx answers that do not hold (a PUT's body
- * not all sent, a GET's body not the range asked for: answer_flaw) are retried up to
- * s3.retries times with exponential backoff and jitter, as long as the deadline allows. close()
+ * 5xx, 429 (SlowDown), broken connections, connections not set up within
+ * s3.connect_timeout_ms (connect_timed_out: nothing was sent) and 2xx answers that do not
+ * hold (a PUT's body not all sent, a GET's body not the range asked for: answer_flaw) are
+ * retried up to s3.retries times with exponential backoff and jitter, as long as the
+ * deadline allows; the call's own deadline running out never is. close()
  * cancels what is still queued or running with -ECANCELED.
  */
 #include <errno.h>
@@ -111,6 +113,7 @@ struct s3_xfer {
 	uint64_t cr_first, cr_last, cr_total; /* cr_total UINT64_MAX: "*", unknown */
 	struct s3_copy copy; /* read, drop's HEAD: the copy the answer came from */
 	long status;
+	bool connect_capped; /* s3.connect_timeout_ms, not the deadline, bounded the connect */
 	unsigned attempt;
 	uint64_t not_before_ns;
 	char errbody[ERRBODY_MAX];
@@ -466,6 +469,23 @@ static bool retryable(CURLcode cc, long status)
 	}
 }
 
+/* A transfer's CURLE_OPERATION_TIMEDOUT was s3.connect_timeout_ms running out before the
+ * connection was set up (TCP, and TLS on https), not the call's deadline: a SYN lost or
+ * dropped by a full listen queue, a server too busy to accept, a stalled TLS handshake. It
+ * is retried like CURLE_COULDNT_CONNECT while the deadline leaves time: no byte of the
+ * request was sent. libcurl reports both limits with the same code; they are told apart by
+ * which limit was the shorter when the transfer started (CURLOPT_CONNECTTIMEOUT_MS is
+ * min(left, s3.connect_timeout_ms), CURLOPT_TIMEOUT_MS the time left: when they are equal
+ * the deadline is what ran out) and by the request never having been issued
+ * (CURLINFO_REQUEST_SIZE 0; libcurl applies the connect limit only before it sends the
+ * request, so a request sent at all timed out on the deadline). A call whose deadline ran
+ * out fails -ETIMEDOUT then and is never retried: xfer_done also retries only where the
+ * backoff ends before the deadline. */
+static bool connect_timed_out(const struct s3_xfer *x, CURLcode cc, long request_size)
+{
+	return cc == CURLE_OPERATION_TIMEDOUT && x->connect_capped && request_size == 0;
+}
+
 static int curl_errno(CURLcode cc)
 {
 	switch (cc) {
@@ -639,9 +659,10 @@ static void drop_checked(struct s3_state *s, struct s3_xfer *x)
 static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 {
 	struct s3_op *op = x->op;
-	long status = 0;
+	long status = 0, request_size = -1;
 	curl_off_t up = -1, clen = -1;
 	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &request_size);
 	curl_easy_getinfo(x->easy, CURLINFO_SIZE_UPLOAD_T, &up);
 	curl_easy_getinfo(x->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &clen);
 	curl_multi_remove_handle(s->multi, x->easy);
@@ -723,7 +744,8 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 		return;
 	}
 	uint64_t now = kvt__now_ns();
-	if ((flaw || retryable(cc, status)) && x->attempt < s->retries) {
+	if ((flaw || retryable(cc, status) || connect_timed_out(x, cc, request_size)) &&
+	    x->attempt < s->retries) {
 		uint64_t cap = RETRY_BASE_NS << KVT_MIN(x->attempt, 20u);
 		cap = KVT_MIN(cap, RETRY_CAP_NS);
 		uint64_t delay = cap / 2 + rng_next(s) % (cap / 2 + 1);
@@ -793,6 +815,7 @@ static int xfer_start(struct s3_state *s, struct s3_xfer *x, uint64_t now)
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)left_ms);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
 			 (long)KVT_MIN(left_ms, s->connect_timeout_ms));
+	x->connect_capped = s->connect_timeout_ms < left_ms; /* connect_timed_out() */
 	curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, s->tls_verify ? 1L : 0L);
 	curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, s->tls_verify ? 2L : 0L);
 	if (s->ca_file)

@@ -55,9 +55,13 @@
  * slot taken by a stalled request of a later call: a remove's DELETE goes first and answers,
  * a read waiting to retry fails -ETIMEDOUT at its own deadline, and a call that needs no
  * request (an exists of no keys, a read of no or only empty segments) answers at once, not
- * when a slot frees. Everything else about the
+ * when a slot frees. A connection not set up within s3.connect_timeout_ms (a listener whose
+ * full accept queue drops the SYN, then room made for the retry) is retried while the deadline
+ * leaves time: a read and a write succeed with one request at the server; a call whose every
+ * connect times out is retried and fails -ETIMEDOUT by its deadline. Everything else about the
  * tier is tested against a real radosgw in tier_s3.c.
  */
+#include <poll.h>
 #include <sys/stat.h>
 
 #include "ceph_harness.h"
@@ -763,6 +767,257 @@ static void empty_calls(const char *ep)
 	tier_close(t);
 }
 
+/* ---- connections that are not set up within s3.connect_timeout_ms
+ *
+ * A listener with a full accept queue: listen(fd, 0) holds one connection (the filler, never
+ * accepted) and Linux drops every SYN past it, so a client's connect() waits for its SYN to
+ * be sent again (after 1 s), past a shorter s3.connect_timeout_ms: libcurl's connect
+ * timeout (CURLE_OPERATION_TIMEDOUT, the code of the call's deadline too), on loopback and
+ * at once. Accepting the filler makes room for the next connection, which a relay thread
+ * carries to the fake server. */
+struct relay {
+	int lfd;
+	pthread_t th;
+};
+
+static struct sockaddr_in loopback(int p)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)p),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	return a;
+}
+
+static int send_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Accepts one connection on lfd and carries it to the fake server until either side ends. */
+static void *relay_run(void *arg)
+{
+	struct relay *r = arg;
+	int c = accept(r->lfd, NULL, NULL);
+	if (c < 0)
+		return NULL;
+	int u = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = loopback(port);
+	if (u >= 0 && connect(u, (struct sockaddr *)&a, sizeof(a)) == 0) {
+		struct pollfd p[2] = {{.fd = c, .events = POLLIN}, {.fd = u, .events = POLLIN}};
+		static __thread char buf[65536];
+		for (bool on = true; on && poll(p, 2, 20000) > 0;)
+			for (int i = 0; i < 2 && on; i++) {
+				if (!p[i].revents)
+					continue;
+				ssize_t n = recv(p[i].fd, buf, sizeof(buf), 0);
+				on = n > 0 && send_all(p[1 - i].fd, buf, (size_t)n) == 0;
+			}
+	}
+	if (u >= 0)
+		close(u);
+	close(c);
+	return NULL;
+}
+
+static void relay_start(struct relay *r)
+{
+	CHECK(pthread_create(&r->th, NULL, relay_run, r) == 0, "relay thread");
+}
+
+/* 1: a socket of this network namespace is in SYN_SENT to 127.0.0.1:p (its SYN dropped by
+ * the full queue: the connect is under way and cannot finish before the SYN is sent
+ * again); 0: none; -1: /proc/net/tcp cannot be read. */
+static int syn_sent_to(int p)
+{
+	FILE *f = fopen("/proc/net/tcp", "r");
+	if (!f)
+		return -1;
+	char line[512];
+	int found = 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned rport, st;
+		if (sscanf(line, " %*u: %*x:%*x %*x:%x %x", &rport, &st) == 2 &&
+		    rport == (unsigned)p && st == 2)
+			found = 1;
+	}
+	fclose(f);
+	return found;
+}
+
+/* The listener (backlog 0) on a free loopback port, its port in *lport. */
+static int full_listener(int *lport)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t l = sizeof(a);
+	CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 0) == 0 &&
+		  getsockname(fd, (struct sockaddr *)&a, &l) == 0,
+	      "listener: %s", strerror(errno));
+	*lport = ntohs(a.sin_port);
+	return fd;
+}
+
+/* A connection to lport that fills its accept queue (connected: the kernel queued it). */
+static int filler_to(int lport)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = loopback(lport);
+	CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "filler: %s",
+	      strerror(errno));
+	return fd;
+}
+
+/* Whether a connect to the full queue hangs here (a SYN dropped); the probe is gone after. */
+static bool connect_hangs(int lport)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	struct sockaddr_in a = loopback(lport);
+	CHECK(fd >= 0, "probe socket");
+	bool hangs = false;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0 && errno == EINPROGRESS) {
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		hangs = poll(&p, 1, 300) == 0 && syn_sent_to(lport) == 1;
+	}
+	close(fd); /* a SYN_SENT socket goes at once: nothing left in the queue's way */
+	return hangs;
+}
+
+/* The tier through the listener at lport (its open's bucket HEAD relayed). */
+static struct kvt_tier *open_via(int lfd, int lport, const char *timeout_ms, const char *connect_ms,
+				 const char *retries)
+{
+	char ep[64];
+	snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", lport);
+	struct kvt_config *cfg = fake_cfg(ep);
+	cfg_set(cfg, "s3.timeout_ms", timeout_ms);
+	cfg_set(cfg, "s3.connect_timeout_ms", connect_ms);
+	cfg_set(cfg, "s3.retries", retries);
+	struct relay r = {.lfd = lfd};
+	relay_start(&r);
+	struct kvt_tier *t;
+	int rc = tier_open(&kvt__tier_s3_ops, cfg, &t);
+	kvt_config_destroy(cfg);
+	CHECK(rc == 0, "open through the relay: %d", rc);
+	pthread_join(r.th, NULL); /* the open's connection closed with its handle */
+	return t;
+}
+
+/* A connection not set up within s3.connect_timeout_ms (nothing sent) is retried while the
+ * call's deadline leaves time: a read and a write whose first connect times out succeed
+ * with one request at the server. Until 2026-12-05 libcurl's CURLE_OPERATION_TIMEDOUT was
+ * never retried: the call failed -ETIMEDOUT after the connect limit (200 ms of 3000). A
+ * call whose every connect times out still fails -ETIMEDOUT by its own deadline, retried
+ * in between (it failed after the first one), never waiting past it. */
+static void connect_timeouts(void)
+{
+	enum { CONNECT_MS = 200, DEADLINE_MS = 700 };
+	int lport, lfd = full_listener(&lport);
+	if (syn_sent_to(lport) < 0) {
+		fprintf(stderr, "SKIP connect timeouts: /proc/net/tcp cannot be read\n");
+		close(lfd);
+		return;
+	}
+	int filler = filler_to(lport);
+	bool hangs = connect_hangs(lport);
+	int fs = accept(lfd, NULL, NULL); /* the queue empty again for the opens */
+	close(fs);
+	close(filler);
+	if (!hangs) {
+		fprintf(stderr, "SKIP connect timeouts: a connect to a full listen queue does not "
+				"hang here\n");
+		close(lfd);
+		return;
+	}
+	static uint8_t buf[8192], obj[8192];
+	struct kvt_seg seg = {4096, sizeof(buf), buf};
+	for (size_t i = 0; i < sizeof(obj); i++)
+		obj[i] = (uint8_t)(i * 3);
+	char path[128];
+	for (int write = 0; write < 2; write++) {
+		const char *what = write ? "write" : "read";
+		/* a tier of its own: no kept-alive connection to skip the connect with */
+		struct kvt_tier *t = open_via(lfd, lport, "3000", "200", "3");
+		struct kvt_key k;
+		memset(&k, 0, sizeof(k));
+		k.bytes[0] = 0x74;
+		k.bytes[1] = (uint8_t)write;
+		path_of(&k, path, sizeof(path));
+		filler = filler_to(lport);
+		struct done d;
+		memset(buf, 0xee, sizeof(buf));
+		done_init(&d);
+		int rc = write ? t->ops->write(t, &k, obj, sizeof(obj), done_cb, &d)
+			       : t->ops->read(t, &k, &seg, 1, done_cb, &d);
+		CHECK(rc == 0, "%s: %d", what, rc);
+		/* The first connect under way, its SYN dropped: it cannot finish before the SYN
+		 * goes again at 1 s, so it times out at 200 ms whatever happens now. Room for
+		 * the next connection, carried to the fake server. */
+		int seen = 0;
+		for (int i = 0; i < 3000 && !(seen = syn_sent_to(lport) == 1); i++)
+			usleep(1000);
+		CHECK(seen, "%s: no connect under way to the full queue", what);
+		fs = accept(lfd, NULL, NULL);
+		close(fs);
+		close(filler);
+		struct relay r = {.lfd = lfd};
+		relay_start(&r);
+		rc = done_wait(&d, 10000);
+		fprintf(stderr,
+			"%s whose first connect timed out (%d ms limit, 3000 ms deadline): "
+			"%d after %.0f ms, %d request(s) at the server\n",
+			what, CONNECT_MS, rc, ms_taken(&d), count_of(path));
+		CHECK(rc == (write ? 0 : (int)sizeof(buf)),
+		      "%s whose first connect timed out: %d after %.0f ms (want it retried)", what,
+		      rc, ms_taken(&d));
+		CHECK(ms_taken(&d) >= CONNECT_MS - 10,
+		      "%s answered after %.0f ms, before the "
+		      "first connect's limit",
+		      what, ms_taken(&d));
+		CHECK(count_of(path) == 1, "%s: %d requests at the server (want 1)", what,
+		      count_of(path));
+		if (!write)
+			for (size_t i = 0; i < sizeof(buf); i++)
+				CHECK(buf[i] == (uint8_t)(4096 + i), "read: byte %zu", i);
+		tier_close(t);
+		pthread_join(r.th, NULL);
+	}
+
+	/* Every connect times out: retried while the deadline leaves time (a retry's
+	 * connect limit is what the deadline leaves, then the deadline's own), -ETIMEDOUT by
+	 * the deadline. */
+	struct kvt_tier *t = open_via(lfd, lport, "700", "200", "10");
+	filler = filler_to(lport);
+	struct kvt_key k;
+	memset(&k, 0, sizeof(k));
+	k.bytes[0] = 0x74;
+	k.bytes[1] = 2;
+	path_of(&k, path, sizeof(path));
+	struct done d;
+	done_init(&d);
+	CHECK(t->ops->read(t, &k, &seg, 1, done_cb, &d) == 0, "read");
+	int rc = done_wait(&d, 10000);
+	fprintf(stderr,
+		"read whose every connect times out (%d ms limit, %d ms deadline): %d "
+		"after %.0f ms\n",
+		CONNECT_MS, DEADLINE_MS, rc, ms_taken(&d));
+	CHECK(rc == -ETIMEDOUT, "every connect timed out: %d", rc);
+	CHECK(ms_taken(&d) >= 2 * CONNECT_MS && ms_taken(&d) < DEADLINE_MS + 300,
+	      "every connect timed out, %d ms deadline: -ETIMEDOUT after %.0f ms (want retries, "
+	      "and an answer by the deadline)",
+	      DEADLINE_MS, ms_taken(&d));
+	CHECK(count_of(path) == 0, "%d requests reached the server", count_of(path));
+	tier_close(t);
+	close(filler);
+	close(lfd);
+}
+
 int main(void)
 {
 	if (shf("command -v python3 >/dev/null && command -v curl >/dev/null")) {
@@ -1020,6 +1275,7 @@ int main(void)
 	queued_deadlines(ep);
 	signed_put_deadlines(ep);
 	empty_calls(ep);
+	connect_timeouts();
 	session_tokens(ep);
 	credentials_files(ep);
 	prefixes(ep);
