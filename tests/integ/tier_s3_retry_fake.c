@@ -921,6 +921,8 @@ static void connect_timeouts(void)
 	int lport, lfd = full_listener(&lport);
 	if (syn_sent_to(lport) < 0) {
 		fprintf(stderr, "SKIP connect timeouts: /proc/net/tcp cannot be read\n");
+		if (getenv("CI") && !strcmp(getenv("CI"), "true"))
+			exit(1); /* CI runs on the machine this test was made for: never a skip */
 		close(lfd);
 		return;
 	}
@@ -932,6 +934,8 @@ static void connect_timeouts(void)
 	if (!hangs) {
 		fprintf(stderr, "SKIP connect timeouts: a connect to a full listen queue does not "
 				"hang here\n");
+		if (getenv("CI") && !strcmp(getenv("CI"), "true"))
+			exit(1); /* CI runs on the machine this test was made for: never a skip */
 		close(lfd);
 		return;
 	}
