@@ -50,6 +50,8 @@ struct conn {
 	bool cut; /* a request was answered at its deadline with its call still running: the
 		   * connection ends after that answer (held_wait), once its TP claims and pins
 		   * can go (cut_peer_wait) */
+	struct held *late; /* that call, cut at the cap: the thread waits for its end before
+			    * the connection's region and place go (late_wait) */
 	uint8_t *shm;
 	size_t shm_len;
 	/* slots pinned for the client's own copy (GET_PIN until UNPIN); released when the
@@ -111,6 +113,8 @@ static bool g_pool_writable; /* daemon.shared_writes: g_pool_fd maps read-write 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static struct conn *g_conns;
+/* cut calls that left their connection: they own its region or pin (held_wait's cap) */
+static _Atomic uint64_t g_cut_left;
 static _Atomic bool g_stopping; /* shutdown: connections waiting on a process stop waiting */
 
 static void log_cb(void *arg, int level, const char *msg)
@@ -190,7 +194,9 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
  * thread and a daemon.max_clients place until the tier's own deadline - at once, unless
  * it holds TP claims or pins the client's other threads may still use (cut_peer_wait). The call,
  * left to finish, then owns what it uses - the client's region (a get writes into it, a
- * put reads from it) or the slot an acquire pinned - and gives it back when it ends. */
+ * put reads from it) or the slot an acquire pinned - and gives it back when it ends.
+ * At most daemon.max_clients calls are left so; past that a cut call stays with its
+ * connection, whose thread gives back what it used once it ends (late_wait). */
 struct held {
 	pthread_mutex_t m;
 	pthread_cond_t cv;
@@ -200,7 +206,7 @@ struct held {
 	int cause;	       /* a failed promotion: why (written before acq_cb runs) */
 	bool pinned;	       /* ref is a pin the acquire took */
 	struct kvt_slot_ref ref;
-	uint8_t *shm; /* cut: the region to unmap at the end (NULL: none) */
+	uint8_t *shm; /* cut and left: the region to unmap at the end (NULL: none) */
 	size_t shm_len;
 };
 
@@ -225,7 +231,8 @@ static void held_free(struct held *h)
 	free(h);
 }
 
-/* The call ended. Waited for: the thread takes its answer. Cut: give back what it held. */
+/* The call ended. Waited for (cut at the cap too: late_wait): the thread takes its answer.
+ * Cut and left: give back what it held. */
 static void held_end(struct held *h)
 {
 	pthread_mutex_lock(&h->m);
@@ -243,6 +250,7 @@ static void held_end(struct held *h)
 		atomic_fetch_sub(&g_st.regions_mapped, 1);
 	}
 	atomic_fetch_sub(&g_st.cut_running, 1);
+	atomic_fetch_sub(&g_cut_left, 1);
 	held_free(h);
 }
 
@@ -267,8 +275,9 @@ static void acq_cb(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
 }
 
 /* Wait for h's call until by (0: no deadline). true: it ended, its answer is in h (the
- * caller frees h); false: cut - h and, with region, c's region now belong to the call, and
- * the connection ends after its -ETIME answer. */
+ * caller frees h); false: cut - the connection ends after its -ETIME answer, and h and,
+ * with region, c's region now belong to the call (past the cap: they stay c's, c->late,
+ * until the call ends). */
 static bool held_wait(struct conn *c, struct held *h, uint64_t by, bool region)
 {
 	struct timespec ts = {.tv_sec = (time_t)(by / 1000000000u),
@@ -281,21 +290,29 @@ static bool held_wait(struct conn *c, struct held *h, uint64_t by, bool region)
 		}
 		if (pthread_cond_timedwait(&h->cv, &h->m, &ts) != ETIMEDOUT || h->done)
 			continue;
-		/* At most daemon.max_clients cut calls run at once: past that this one is waited
-		 * for to its end, as before cuts existed (its thread held), so a client retrying
-		 * against a stalled tier meets the same bound on what abandoned calls hold. */
-		if (atomic_fetch_add(&g_st.cut_running, 1) >= g_max_clients) {
-			atomic_fetch_sub(&g_st.cut_running, 1);
-			by = 0;
-			continue;
-		}
-		h->cut = true;
-		if (region) {
-			h->shm = c->shm;
-			h->shm_len = c->shm_len;
-			c->shm = NULL;
+		/* At most daemon.max_clients cut calls leave their connection: past that this one
+		 * stays with it - its thread, region and daemon.max_clients place held to the
+		 * call's end (late_wait), as before cuts existed - so a client retrying against a
+		 * stalled tier meets the same bound on what abandoned calls hold. Its client is
+		 * still answered now, -ETIME as any cut: until 2026-12-05 the thread waited for the
+		 * call first, so at the cap a call's answer came at the tier's own deadline, past
+		 * its client's (one without a deadline of its own timed out on the socket and
+		 * marked the daemon down, as before cuts). Its region is unmapped only after the
+		 * call's end, and the client, told of the cut, drops it (a reconnect brings a new
+		 * one): late bytes land in no one else's memory. */
+		if (atomic_fetch_add(&g_cut_left, 1) >= g_max_clients) {
+			atomic_fetch_sub(&g_cut_left, 1);
+			c->late = h;
+		} else {
+			h->cut = true;
+			if (region) {
+				h->shm = c->shm;
+				h->shm_len = c->shm_len;
+				c->shm = NULL;
+			}
 		}
 		c->cut = true;
+		atomic_fetch_add(&g_st.cut_running, 1);
 		atomic_fetch_add(&g_st.cut, 1);
 		pthread_mutex_unlock(&h->m);
 		return false;
@@ -596,6 +613,27 @@ static void quarantine_drain(struct conn *c)
 }
 
 static uint64_t expire_leases(struct conn *c, uint64_t now);
+
+/* A call cut at the cap (held_wait) still uses the connection's region, or pins a slot:
+ * wait for its end (bounded by the tier's own deadline), then give back its pin; the
+ * region goes with the connection after. The socket is shut first, so a peer that did not
+ * drop its end on the cut answer learns at once that nothing more comes. */
+static void late_wait(struct conn *c)
+{
+	struct held *h = c->late;
+	if (!h)
+		return;
+	shutdown(c->sock, SHUT_RDWR);
+	pthread_mutex_lock(&h->m);
+	while (!h->done)
+		pthread_cond_wait(&h->cv, &h->m);
+	pthread_mutex_unlock(&h->m);
+	if (h->pinned)
+		kvt__store_release(g_st.store, &h->ref);
+	held_free(h);
+	c->late = NULL;
+	atomic_fetch_sub(&g_st.cut_running, 1);
+}
 
 /* A cut connection's process may still be copying into its TP slots or out of its pinned
  * ones, on threads other than the one whose call was cut: its gathers stop once that
@@ -924,6 +962,7 @@ static void *conn_main(void *arg)
 		atomic_fetch_sub(&g_st.reserved, 1);
 	}
 	resv_sync(c);
+	late_wait(c); /* before the region goes: a call cut at the cap may still use it */
 	if (c->shm) {
 		munmap(c->shm, c->shm_len);
 		atomic_fetch_sub(&g_st.regions_mapped, 1);

@@ -30,6 +30,11 @@
  *     nothing, cause -ETIME), and a DRAM hit right after each is served. Before, these
  *     had no budget: the client's socket timed out at 2 s, the daemon was marked down,
  *     and the hit failed at once.
+ *  8. At the cap (daemon.max_clients = 2): two GETs with 200 ms left are cut and leave
+ *     their connections; a third is answered -ETIME at its 200 ms too (marked, closed),
+ *     while its call stays with its connection - the daemon.max_clients place held until
+ *     the read ends (STATUS: 3 running, 2 connections), then nothing is left. Before,
+ *     the third waited for the tier (3 s): a call answered past its deadline.
  */
 #include <poll.h>
 
@@ -270,6 +275,28 @@ int main(void)
 	CHECK(test_check(got, PAYLOAD, 8));
 	kvt_store_close(cs);
 	free(got);
+	kvtd_stop();
+
+	/* 8. past the cap of cut calls that leave their connection */
+	const char *args8[] = {"--set", "store.tiers=dram,faulty", "--set", "faulty.inner=nvme",
+			       "--set", "faulty.delay_ms=3000", "--set", "dram.bytes=64MiB",
+			       "--set", "daemon.max_clients=2", NULL};
+	kvtd_start_test(sock_path, dir, args8);
+	cut_at_deadline(KVTD_GET, 10, "GET 1 of the cap");
+	cut_at_deadline(KVTD_GET, 11, "GET 2 of the cap");
+	cut_at_deadline(KVTD_GET, 12, "GET past the cap"); /* before: answered at ~3 s */
+	r = raw_attach();
+	st = raw_status(&r);
+	printf("daemon_cut: at the cap: cut %llu, running %llu, connections %llu\n",
+	       (unsigned long long)st.cut, (unsigned long long)st.cut_running,
+	       (unsigned long long)st.connections);
+	CHECK_EQ(st.cut, 3);
+	CHECK_EQ(st.cut_running, 3);
+	CHECK_EQ(st.connections, 2); /* the third's place is held until its read ends */
+	CHECK_EQ(st.regions_mapped, 4); /* each read's region (still written into) and ours */
+	WAIT_STATUS(&r, st, st.cut_running == 0 && st.connections == 1);
+	CHECK_EQ(st.regions_mapped, 1);
+	raw_close(&r);
 	kvtd_stop();
 	test_rmdir(dir);
 	printf("daemon_cut: ok\n");
