@@ -116,7 +116,7 @@ static void wb_complete(struct wb *w)
 			kvt__dram_set_dirty(s->dram, w->ref.id, false);
 		}
 	}
-	if (w->ref.id >= 0) /* after its marks: a flush that sees no job sees them */
+	if (w->ref.id >= 0 && !w->reoffer) /* after its marks: a flush that sees no job sees them */
 		kvt__dram_job(s->dram, w->ref.id, false);
 	if (w->cb) {
 		int err = atomic_load(&w->first_err);
@@ -474,7 +474,11 @@ static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
 		return NULL;
 	}
 	w->seq = ++s->wb_seq;
-	if (ref->id >= 0) /* a flush from now on waits for this job instead of writing it */
+	/* A flush from now on waits for this job instead of writing the slot - not for a second
+	 * offer: it decides no mark and owes no flush, so a slot made dirty while one is out (a
+	 * selective write that failed or had no memory for a leg) would be skipped and the
+	 * flush say 0 over a chunk only DRAM held (until 2026-12-06 it did). */
+	if (ref->id >= 0 && !reoffer)
 		kvt__dram_job(s->dram, ref->id, true);
 	/* Without a record (no memory) the job is written as before the records existed: a
 	 * late write of it is kept (or, zero-copy, removed again) whatever came since. */
@@ -643,8 +647,8 @@ void kvt__e_wb_rewrite(struct kvt_store *s, const struct kvt_key *key)
 
 /* Write every dirty slot not already being written (flush, close), pinned ones included (a
  * reader's pin makes nothing durable). A slot with a job out is left to it (the pool says
- * which, kvt__dram_job): the flush that called this waits for that job, and one that fails
- * leaves the slot unsaved, for the next flush. Each slot once per pass
+ * which, kvt__dram_job; a hit's second offer is none): the flush that called this waits for
+ * that job, and one that fails leaves the slot unsaved, for the next flush. Each slot once per pass
  * (kvt__dram_flush_pass): a slot that stays dirty (no memory for its job) is not retried
  * in the same pass. */
 void kvt__e_wb_dirty_all(struct kvt_store *s)

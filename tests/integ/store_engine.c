@@ -617,6 +617,68 @@ static void test_budget_reoffer(const char *dir)
 	kvt_config_destroy(c);
 }
 
+/* A flush does not leave a dirty slot to a hit's second offer out on a slow tier: the offer
+ * owes the flush nothing and decides no mark, so the flush writes the slot itself. Here a
+ * selective write makes the slot dirty while the offer is out but has no memory to write it
+ * (the slot stays dirty, for flush), and the offer then misses its deadline. Until
+ * 2026-12-06 the flush passed over the slot for the offer's job, waited for it, and said 0
+ * with the chunk on no deeper tier. */
+static void test_reoffer_dirty_flush(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,faulty", dir);
+	test_set(c, "faulty.inner", "nvme");
+	test_set(c, "store.write_policy", "selective");
+	test_set(c, "store.selective_hits", "1");
+	test_set(c, "admission.min_freq", "3");
+	test_set(c, "admission.doorkeeper", "false");
+	test_set(c, "store.deadline_floor_ms", "300");
+	test_set(c, "store.tier_timeout_ms", "400");
+	test_set(c, "dram.bytes", "2MiB");
+	struct kvt_store *s = open_store(c);
+	struct kvt_tier *t = kvt__store_tier(s, 1);
+	struct kvt_key k[1], sk;
+	make_keys(s, k, 1, 95);
+	_Atomic uint8_t *hits =
+	    &s->hitcount[kvt__key_hash(kvt__storage_key(kvt_store_ns_id(s), &k[0], &sk)) %
+			 SELECTIVE_SLOTS];
+	put_n(s, k, 1, 900); /* sighting 1, clean (selective) */
+	CHECK_RC(get_check(s, &k[0], 900, NULL), 0); /* 2: the selective write, declined */
+	CHECK_RC(kvt_flush_sync(s), 0);
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].objects == 0 && st.tier[1].writes_skipped == 1,
+	       "declined: objects %llu, skipped %llu", (unsigned long long)st.tier[1].objects,
+	       (unsigned long long)st.tier[1].writes_skipped);
+	kvt__faulty_set_write_delay(t, 2000); /* past the offer's deadline */
+	CHECK_RC(get_check(s, &k[0], 900, NULL), 0); /* 3: offered again, held */
+	kvt__faulty_set_write_delay(t, 0);
+	/* 4: the next hit writes the chunk again (selective), without memory for its job (the
+	 * first allocation that leaves the selective write's counter moved) */
+	void *buf = malloc(PAYLOAD);
+	for (uint64_t n = 1; n <= 16; n++) {
+		atomic_store(hits, 0);
+		kvt__alloc_fail_after(n);
+		int rc = kvt_get_sync(s, &k[0], 0, 0, buf, PAYLOAD, NULL);
+		kvt__alloc_fail_after(0);
+		if (atomic_load(hits) != 0)
+			break;
+		CHECK_RC(rc, -ENOMEM); /* the get's own allocation: no hit */
+	}
+	free(buf);
+	CHECK(atomic_load(hits) != 0);
+	usleep(20000);
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].objects == 0, "the selective write reached the tier (%llu objects)",
+	       (unsigned long long)st.tier[1].objects);
+	int rc = kvt_flush_sync(s); /* the second offer is still out, and misses its deadline */
+	kvt_stats(s, &st);
+	CHECKM(rc != 0 || st.tier[1].objects == 1,
+	       "flush said %d with the chunk on no deeper tier (%llu objects)", rc,
+	       (unsigned long long)st.tier[1].objects);
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
 /* Admission's count of a chunk's sightings (its sketch estimate at the NVMe link). */
 static uint32_t sightings(struct kvt_store *s, const struct kvt_key *k)
 {
@@ -852,7 +914,7 @@ int main(void)
 			       "corruption", "threads", "admission", "foreign", "config", "skips",
 			       "corruption-log", "admission-predict", "async-put-nodram",
 			       "admission-reoffer", "admission-sightings", "reoffer-flush",
-			       "budget-reoffer"};
+			       "budget-reoffer", "reoffer-dirty-flush"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -875,6 +937,7 @@ int main(void)
 		case 15: test_admission_sightings(sub); break;
 		case 16: test_reoffer_flush(sub); break;
 		case 17: test_budget_reoffer(sub); break;
+		case 18: test_reoffer_dirty_flush(sub); break;
 		}
 	}
 	test_rmdir(dir);
