@@ -257,6 +257,7 @@ struct flush_waiter {
 	 * link whose failure last left one unsaved */
 	uint64_t lost;
 	int lost_link;
+	uint64_t nomem; /* dirty slots it had no memory to start a write of */
 };
 
 struct kvt_store {
@@ -484,7 +485,7 @@ void kvt__e_keyrec_free_all(struct kvt_store *s);
 
 /* engine_wb.c */
 int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct);
-void kvt__e_wb_dirty_all(struct kvt_store *s);
+uint64_t kvt__e_wb_dirty_all(struct kvt_store *s);
 void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key, const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct);
 /* A DRAM hit's second offer of a chunk admission declined (engine_wb.c). */
 void kvt__e_wb_reoffer(struct kvt_store *s, const struct kvt_key *key,

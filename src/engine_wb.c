@@ -393,7 +393,7 @@ void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
 			      const struct kvt_slot_ref *ref, const void *tail,
 			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct,
-			      uint8_t reoffer);
+			      uint8_t reoffer, bool *nomem);
 
 /* A DRAM hit of a clean slot that a deeper tier's admission declined for a reason a later
  * sighting can change (kvt__admit_reoffer; the hit has just been recorded): offer it to
@@ -410,7 +410,7 @@ void kvt__e_wb_reoffer(struct kvt_store *s, const struct kvt_key *key,
 	if (!links) /* another hit took the marks */
 		return;
 	kvt__dram_pin(s->dram, hit->id); /* the job's own */
-	struct wb *w = wb_register(s, key, hit, NULL, 0, NULL, NULL, false, links);
+	struct wb *w = wb_register(s, key, hit, NULL, 0, NULL, NULL, false, links, NULL);
 	if (!w) /* no memory (the pin is let go), or removed meanwhile */
 		return;
 	kvt__e_wb_start(w, s->n_links);
@@ -421,15 +421,17 @@ void kvt__e_wb_reoffer(struct kvt_store *s, const struct kvt_key *key,
  * yet, so that a put is acknowledged only once the job can be found. tail (tail_bytes):
  * a zero-copy put's payload, written from where it is after ref->buf's header. NULL if
  * there is no memory: then, as kvt__e_wb_submit would, the pin or buffer is let go and cb
- * has run with -ENOMEM; also NULL if the slot's key has left DRAM (removed): the pin is
+ * has run with -ENOMEM (and *nomem is set, if given); also NULL if the slot's key has left DRAM (removed): the pin is
  * let go and cb has run with 0, nothing to write. */
 static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
 			      const struct kvt_slot_ref *ref, const void *tail,
 			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct,
-			      uint8_t reoffer)
+			      uint8_t reoffer, bool *nomem)
 {
 	struct wb *w = kvt__calloc(1, sizeof(*w));
 	if (!w) {
+		if (nomem)
+			*nomem = true;
 		/* No memory for the job: the chunk stays in DRAM, still dirty, for flush or
 		 * write-back to retry; never marked clean unwritten. */
 		if (ref->id >= 0)
@@ -503,7 +505,7 @@ struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
 			      const struct kvt_slot_ref *ref, const void *tail,
 			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct)
 {
-	return wb_register(s, key, ref, tail, tail_bytes, cb, arg, direct, 0);
+	return wb_register(s, key, ref, tail, tail_bytes, cb, arg, direct, 0, NULL);
 }
 
 /* The second half: write the registered job's object to every deeper tier before chain
@@ -585,8 +587,11 @@ void kvt__e_wb_start(struct wb *w, int end)
 		if (!g) {
 			kvt__free(leg);
 			kvt__e_link_unused(l);
+			/* The tier was not written, as if it had answered -ENOMEM: a flush waiting
+			 * for this job is told (until 2026-12-06 it said 0 over the slot left dirty),
+			 * and a second offer marks the tier again (it lost the mark). */
 			w->keep_dirty = true;
-			wb_set_err(w, -ENOMEM);
+			wb_tier_failed(w, l, -ENOMEM);
 			continue;
 		}
 		leg->w = w;
@@ -650,19 +655,27 @@ void kvt__e_wb_rewrite(struct kvt_store *s, const struct kvt_key *key)
  * which, kvt__dram_job; a hit's second offer is none): the flush that called this waits for
  * that job, and one that fails leaves the slot unsaved, for the next flush. Each slot once per pass
  * (kvt__dram_flush_pass): a slot that stays dirty (no memory for its job) is not retried
- * in the same pass. */
-void kvt__e_wb_dirty_all(struct kvt_store *s)
+ * in the same pass. Returns how many slots had no memory for their job: no tier was
+ * written, and the flush must say so. */
+uint64_t kvt__e_wb_dirty_all(struct kvt_store *s)
 {
 	uint32_t pass = kvt__dram_flush_pass(s->dram);
 	struct kvt_slot_ref refs[16];
 	uint32_t n;
+	uint64_t nomem = 0;
 	while ((n = kvt__dram_dirty_victims(s->dram, refs, 16u, pass)) > 0) {
 		for (uint32_t i = 0; i < n; i++) {
 			struct kvt_key key;
+			bool no = false;
 			kvt__dram_key(s->dram, refs[i].id, &key);
-			kvt__e_wb_submit(s, &key, &refs[i], s->n_links, NULL, NULL, false);
+			struct wb *w = wb_register(s, &key, &refs[i], NULL, 0, NULL, NULL, false, 0,
+						   &no);
+			if (w)
+				kvt__e_wb_start(w, s->n_links);
+			nomem += no;
 		}
 	}
+	return nomem;
 }
 
 /* Would a write of key skip a deeper tier as blocked (kvt__e_keyrec_blocked), leaving its
@@ -778,6 +791,12 @@ static void flush_tiers(struct flush_waiter *f)
 		flush_bad(f, &s->links[f->lost_link], -EIO,
 			  "failed the write-behind of chunks since evicted from DRAM (lost)");
 	}
+	if (f->nomem) { /* dirty chunks this flush could not start a write of: on no tier */
+		KVT_WARN(&s->log, "flush: %llu dirty chunk(s) had no memory for their write",
+			 (unsigned long long)f->nomem);
+		flush_bad(f, &s->links[s->dram_pos + 1], -ENOMEM,
+			  "was not written dirty chunks (no memory for their write-behind)");
+	}
 	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
 		struct link *l = &s->links[i];
 		if (f->first_fail[i] <= f->target) { /* every job up to target is complete */
@@ -864,7 +883,7 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
 	/* Dirty slots (write-back, or left dirty for lack of memory) are part of "everything
 	 * submitted before the flush". */
 	if (s->dram && s->n_links > s->dram_pos + 1) {
-		kvt__e_wb_dirty_all(s);
+		f->nomem = kvt__e_wb_dirty_all(s);
 		/* Unsaved slots still in DRAM were just written again (the jobs' outcome is the
 		 * flush's); those evicted since the last flush that reported them are lost. */
 		uint64_t n = kvt__dram_evicted_unsaved(s->dram);
