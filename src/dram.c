@@ -808,6 +808,15 @@ int kvt__dram_pin_reoffer(struct kvt_dram *d, const struct kvt_key *key, struct 
 	return 0;
 }
 
+void kvt__dram_clear_reoffer(struct kvt_dram *d, int32_t id, uint8_t links)
+{
+	if (!valid_id(d, id))
+		return;
+	pthread_mutex_lock(&d->mu);
+	d->slots[id].reoffer &= (uint8_t)~links;
+	pthread_mutex_unlock(&d->mu);
+}
+
 uint8_t kvt__dram_take_reoffer(struct kvt_dram *d, int32_t id)
 {
 	if (!valid_id(d, id))

@@ -131,6 +131,8 @@ void kvt__dram_add_reoffer(struct kvt_dram *d, int32_t id, uint8_t links);
  * it (a put of a resident chunk: a sighting, not a use). 0 or -ENOENT. */
 int kvt__dram_pin_reoffer(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot_ref *ref);
 uint8_t kvt__dram_take_reoffer(struct kvt_dram *d, int32_t id);
+/* A tier in links took the chunk after all (a late write landed): not offered to it again. */
+void kvt__dram_clear_reoffer(struct kvt_dram *d, int32_t id, uint8_t links);
 /* Remove key: 0, -ENOENT, or -EBUSY if pinned (it is then unlinked from the index at once
  * and its slot freed at the last unpin; so is a kvt__dram_reserve slot not published yet,
  * which then never is). */

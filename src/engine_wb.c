@@ -341,9 +341,13 @@ static void wb_leg_orphan(struct guard *g)
 		atomic_fetch_sub(&s->late_writes, 1);
 	if (landed && !drop) {
 		kvt__e_event(s, KVT_EVENT_STORED, KVT_REASON_NONE, i, &w->key, w->ref.object_bytes);
-		/* the tier holds it after all: not unsaved (its eviction is no loss) */
-		if (w->ref.id >= 0)
+		/* the tier holds it after all: not unsaved (its eviction is no loss), and not
+		 * offered to it again (a second offer's deadline marked it again: until
+		 * 2026-12-06 its next hit wrote the chunk there once more) */
+		if (w->ref.id >= 0) {
 			kvt__dram_clear_unsaved(s->dram, w->ref.id);
+			kvt__dram_clear_reoffer(s->dram, w->ref.id, (uint8_t)(1u << i));
+		}
 	}
 	/* A promotion that started before the mark and read what landed does not publish it
 	 * (fill_lock after wb_lock, as kvt__e_do_remove does) */
@@ -433,7 +437,11 @@ static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
 		if (nomem)
 			*nomem = true;
 		/* No memory for the job: the chunk stays in DRAM, still dirty, for flush or
-		 * write-back to retry; never marked clean unwritten. */
+		 * write-back to retry; never marked clean unwritten. A second offer's marks
+		 * were taken (kvt__e_wb_reoffer): given back, so the next hit offers it again
+		 * (until 2026-12-06 they were lost). */
+		if (reoffer && ref->id >= 0)
+			kvt__dram_add_reoffer(s->dram, ref->id, reoffer);
 		if (ref->id >= 0)
 			kvt__dram_unpin(s->dram, ref->id);
 		else

@@ -717,6 +717,62 @@ static void test_flush_nomem(const char *dir)
 	kvt_config_destroy(c);
 }
 
+/* A hit's second offer that had no memory keeps the chunk's mark: the next hit offers it
+ * again (until 2026-12-06 a job or leg it could not allocate lost the mark, and the chunk
+ * was never written while it stayed in DRAM). A second offer that missed its deadline and
+ * then landed leaves no mark: the next hit does not offer it there again. */
+static void test_reoffer_marks(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,faulty", dir);
+	test_set(c, "faulty.inner", "nvme");
+	test_set(c, "admission.min_freq", "2");
+	test_set(c, "admission.doorkeeper", "false");
+	test_set(c, "store.deadline_floor_ms", "200");
+	test_set(c, "store.tier_timeout_ms", "300");
+	test_set(c, "dram.bytes", "4MiB");
+	struct kvt_store *s = open_store(c);
+	struct kvt_tier *t = kvt__store_tier(s, 1);
+	enum { N = 16 };
+	struct kvt_key k[N];
+	make_keys(s, k, N, 99);
+	void *buf = malloc(PAYLOAD);
+	struct kvt_stats st;
+	for (uint64_t n = 1; n < N - 1; n++) {
+		put_n(s, k + n, 1, 1100 + n); /* declined: marked */
+		kvt__alloc_fail_after(n);
+		int rc = kvt_get_sync(s, &k[n], 0, 0, buf, PAYLOAD, NULL); /* offered, no memory */
+		kvt__alloc_fail_after(0);
+		CHECK(rc == 0 || rc == -ENOMEM);
+		CHECK_RC(get_check(s, &k[n], 1100 + n, NULL), 0); /* offered (again) */
+		CHECK_RC(kvt_flush_sync(s), 0);
+		kvt_stats(s, &st);
+		CHECKM(st.tier[1].objects == n,
+		       "allocation %llu failing: %llu objects, the re-offer mark was lost",
+		       (unsigned long long)n, (unsigned long long)st.tier[1].objects);
+	}
+	put_n(s, k + N - 1, 1, 1200); /* declined: marked */
+	kvt__faulty_set_write_delay(t, 800);
+	CHECK_RC(get_check(s, &k[N - 1], 1200, NULL), 0); /* offered; lands after its deadline */
+	kvt__faulty_set_write_delay(t, 0);
+	uint64_t t0 = test_now_ns();
+	do {
+		usleep(20000);
+		kvt_stats(s, &st);
+	} while (st.tier[1].objects < N - 1 && test_ms_since(t0) < 5000);
+	CHECK_EQ(st.tier[1].objects, N - 1);
+	usleep(100000); /* the late answer reaches the engine */
+	struct kvt_key sk;
+	struct kvt_slot_ref ref;
+	int rc = kvt__dram_pin_reoffer(s->dram, kvt__storage_key(kvt_store_ns_id(s), &k[N - 1], &sk),
+				       &ref);
+	if (rc == 0)
+		kvt__dram_unpin(s->dram, ref.id);
+	CHECKM(rc == -ENOENT, "a chunk whose late write landed is still marked to be offered again");
+	free(buf);
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
 /* Admission's count of a chunk's sightings (its sketch estimate at the NVMe link). */
 static uint32_t sightings(struct kvt_store *s, const struct kvt_key *k)
 {
@@ -952,7 +1008,7 @@ int main(void)
 			       "corruption", "threads", "admission", "foreign", "config", "skips",
 			       "corruption-log", "admission-predict", "async-put-nodram",
 			       "admission-reoffer", "admission-sightings", "reoffer-flush",
-			       "budget-reoffer", "reoffer-dirty-flush", "flush-nomem"};
+			       "budget-reoffer", "reoffer-dirty-flush", "flush-nomem", "reoffer-marks"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -977,6 +1033,7 @@ int main(void)
 		case 17: test_budget_reoffer(sub); break;
 		case 18: test_reoffer_dirty_flush(sub); break;
 		case 19: test_flush_nomem(sub); break;
+		case 20: test_reoffer_marks(sub); break;
 		}
 	}
 	test_rmdir(dir);
