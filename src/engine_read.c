@@ -577,18 +577,26 @@ static int acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_c
 		d->ref = ref;
 		d->tier = s->dram_pos;
 		d->rc = 0;
+		/* Counted once the hit is sure to be answered: an acquire that fails here is
+		 * asked again (kvtierd's GET_PIN falls back to a GET, which counts its own hit
+		 * and sighting; until 2026-12-06 this one was counted too). The pin held for
+		 * that: d's goes to the caller, who may let go of it at once. */
+		kvt__dram_pin(s->dram, ref.id);
+		int rc = kvt__e_defer(s, deferred_hit_run, d);
+		if (rc < 0) {
+			kvt__dram_unpin(s->dram, ref.id);
+			kvt__dram_unpin(s->dram, ref.id);
+			kvt__free(d);
+			return rc;
+		}
 		atomic_fetch_add(&s->links[s->dram_pos].hits, 1);
 		if (use) {
 			kvt__e_admission_record(s, key);
 			if (ref.reoffer)
 				kvt__e_wb_reoffer(s, key, &ref);
 		}
-		int rc = kvt__e_defer(s, deferred_hit_run, d);
-		if (rc < 0) {
-			kvt__dram_unpin(s->dram, ref.id);
-			kvt__free(d);
-		}
-		return rc;
+		kvt__dram_unpin(s->dram, ref.id);
+		return 0;
 	}
 	int rc = fill_start(s, key, cb, arg, cause, use);
 	if (rc == -ENOENT) /* a remove of the key is still out */

@@ -817,6 +817,56 @@ static void test_admission_sightings(const char *dir)
 	kvt_config_destroy(c);
 }
 
+static _Atomic int acquired;
+static struct kvt_slot_ref acquired_ref;
+static void acquired_cb(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
+{
+	(void)arg;
+	(void)tier;
+	if (rc == 0)
+		acquired_ref = *ref;
+	atomic_store(&acquired, rc == 0 ? 1 : -1);
+}
+
+/* An acquire's DRAM hit is one sighting if it is answered, none if it fails (with each
+ * allocation failing in turn): the caller asks again (kvtierd's GET_PIN falls back to a
+ * GET), and that counts. Until 2026-12-06 a hit whose answer could not be queued was
+ * counted as well: two sightings. */
+static void test_acquire_sighting(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "admission.min_freq", "2");
+	test_set(c, "admission.doorkeeper", "false");
+	struct kvt_store *s = open_store(c);
+	struct kvt_key k[1], sk;
+	make_keys(s, k, 1, 101);
+	put_n(s, k, 1, 1300);
+	put_n(s, k, 1, 1300); /* offered again and written: no mark left to offer on a hit */
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_storage_key(kvt_store_ns_id(s), &k[0], &sk);
+	int failures = 0;
+	for (uint64_t n = 1; n <= 6; n++) {
+		uint32_t before = sightings(s, &k[0]);
+		atomic_store(&acquired, 0);
+		kvt__alloc_fail_after(n);
+		int rc = kvt__store_acquire(s, &sk, acquired_cb, NULL);
+		kvt__alloc_fail_after(0);
+		if (rc == 0) {
+			while (!atomic_load(&acquired))
+				usleep(1000);
+			CHECK_EQ(atomic_load(&acquired), 1);
+			kvt__store_release(s, &acquired_ref);
+		}
+		failures += rc != 0;
+		CHECKM(sightings(s, &k[0]) == before + (rc == 0),
+		       "allocation %llu failing: acquire %d, %u sightings (%u before)",
+		       (unsigned long long)n, rc, sightings(s, &k[0]), before);
+	}
+	CHECK(failures > 0);
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
 /* admission.predict=chain, the replay's --admit-predict in the store: a new chain is not
  * written (no new chain has been seen again yet), a chain seen again is, and so is a chain
  * that extends a reused one (a conversation's next turn) on its first sighting. */
@@ -1008,7 +1058,7 @@ int main(void)
 			       "corruption", "threads", "admission", "foreign", "config", "skips",
 			       "corruption-log", "admission-predict", "async-put-nodram",
 			       "admission-reoffer", "admission-sightings", "reoffer-flush",
-			       "budget-reoffer", "reoffer-dirty-flush", "flush-nomem", "reoffer-marks"};
+			       "budget-reoffer", "reoffer-dirty-flush", "flush-nomem", "reoffer-marks", "acquire-sighting"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -1034,6 +1084,7 @@ int main(void)
 		case 18: test_reoffer_dirty_flush(sub); break;
 		case 19: test_flush_nomem(sub); break;
 		case 20: test_reoffer_marks(sub); break;
+		case 21: test_acquire_sighting(sub); break;
 		}
 	}
 	test_rmdir(dir);
