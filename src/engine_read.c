@@ -579,7 +579,7 @@ static int acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_c
 		d->rc = 0;
 		/* Counted once the hit is sure to be answered: an acquire that fails here is
 		 * asked again (kvtierd's GET_PIN falls back to a GET, which counts its own hit
-		 * and sighting; until 2026-12-06 this one was counted too). The pin held for
+		 * and sighting; until 2026-12-05 this one was counted too). The pin held for
 		 * that: d's goes to the caller, who may let go of it at once. */
 		kvt__dram_pin(s->dram, ref.id);
 		int rc = kvt__e_defer(s, deferred_hit_run, d);

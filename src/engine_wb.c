@@ -343,7 +343,7 @@ static void wb_leg_orphan(struct guard *g)
 		kvt__e_event(s, KVT_EVENT_STORED, KVT_REASON_NONE, i, &w->key, w->ref.object_bytes);
 		/* the tier holds it after all: not unsaved (its eviction is no loss), and not
 		 * offered to it again (a second offer's deadline marked it again: until
-		 * 2026-12-06 its next hit wrote the chunk there once more) */
+		 * 2026-12-05 its next hit wrote the chunk there once more) */
 		if (w->ref.id >= 0) {
 			kvt__dram_clear_unsaved(s->dram, w->ref.id);
 			kvt__dram_clear_reoffer(s->dram, w->ref.id, (uint8_t)(1u << i));
@@ -439,7 +439,7 @@ static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
 		/* No memory for the job: the chunk stays in DRAM, still dirty, for flush or
 		 * write-back to retry; never marked clean unwritten. A second offer's marks
 		 * were taken (kvt__e_wb_reoffer): given back, so the next hit offers it again
-		 * (until 2026-12-06 they were lost). */
+		 * (until 2026-12-05 they were lost). */
 		if (reoffer && ref->id >= 0)
 			kvt__dram_add_reoffer(s->dram, ref->id, reoffer);
 		if (ref->id >= 0)
@@ -487,7 +487,7 @@ static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
 	/* A flush from now on waits for this job instead of writing the slot - not for a second
 	 * offer: it decides no mark and owes no flush, so a slot made dirty while one is out (a
 	 * selective write that failed or had no memory for a leg) would be skipped and the
-	 * flush say 0 over a chunk only DRAM held (until 2026-12-06 it did). */
+	 * flush say 0 over a chunk only DRAM held (until 2026-12-05 it did). */
 	if (ref->id >= 0 && !reoffer)
 		kvt__dram_job(s->dram, ref->id, true);
 	/* Without a record (no memory) the job is written as before the records existed: a
@@ -596,7 +596,7 @@ void kvt__e_wb_start(struct wb *w, int end)
 			kvt__free(leg);
 			kvt__e_link_unused(l);
 			/* The tier was not written, as if it had answered -ENOMEM: a flush waiting
-			 * for this job is told (until 2026-12-06 it said 0 over the slot left dirty),
+			 * for this job is told (until 2026-12-05 it said 0 over the slot left dirty),
 			 * and a second offer marks the tier again (it lost the mark). */
 			w->keep_dirty = true;
 			wb_tier_failed(w, l, -ENOMEM);

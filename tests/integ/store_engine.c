@@ -621,7 +621,7 @@ static void test_budget_reoffer(const char *dir)
  * owes the flush nothing and decides no mark, so the flush writes the slot itself. Here a
  * selective write makes the slot dirty while the offer is out but has no memory to write it
  * (the slot stays dirty, for flush), and the offer then misses its deadline. Until
- * 2026-12-06 the flush passed over the slot for the offer's job, waited for it, and said 0
+ * 2026-12-05 the flush passed over the slot for the offer's job, waited for it, and said 0
  * with the chunk on no deeper tier. */
 static void test_reoffer_dirty_flush(const char *dir)
 {
@@ -681,7 +681,7 @@ static void test_reoffer_dirty_flush(const char *dir)
 
 /* A flush that could not write a dirty chunk for lack of memory does not say 0: with each
  * allocation of the flush failing in turn, it either wrote the chunk or failed. Until
- * 2026-12-06 a write-behind leg (or job) the flush could not allocate left the slot dirty
+ * 2026-12-05 a write-behind leg (or job) the flush could not allocate left the slot dirty
  * and the flush said 0 over it. */
 static void test_flush_nomem(const char *dir)
 {
@@ -718,7 +718,7 @@ static void test_flush_nomem(const char *dir)
 }
 
 /* A hit's second offer that had no memory keeps the chunk's mark: the next hit offers it
- * again (until 2026-12-06 a job or leg it could not allocate lost the mark, and the chunk
+ * again (until 2026-12-05 a job or leg it could not allocate lost the mark, and the chunk
  * was never written while it stayed in DRAM). A second offer that missed its deadline and
  * then landed leaves no mark: the next hit does not offer it there again. */
 static void test_reoffer_marks(const char *dir)
@@ -830,7 +830,7 @@ static void acquired_cb(void *arg, int rc, const struct kvt_slot_ref *ref, int t
 
 /* An acquire's DRAM hit is one sighting if it is answered, none if it fails (with each
  * allocation failing in turn): the caller asks again (kvtierd's GET_PIN falls back to a
- * GET), and that counts. Until 2026-12-06 a hit whose answer could not be queued was
+ * GET), and that counts. Until 2026-12-05 a hit whose answer could not be queued was
  * counted as well: two sightings. */
 static void test_acquire_sighting(const char *dir)
 {

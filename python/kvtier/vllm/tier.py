@@ -429,7 +429,7 @@ class KvtierTier(SecondaryTierManager):
         # A request's context is shared by every secondary tier of the engine, and keeps one
         # state per class: a class of this instance's own, so that two kvtier tiers (other
         # stores, other namespaces) each keep their own tenant prefix for a request (until
-        # 2026-12-06 the second tier's on_new_request replaced the first's).
+        # 2026-12-05 the second tier's on_new_request replaced the first's).
         self._tenant_state = type("_ReqTenant", (_ReqTenant,), {})
 
         # scheduler-thread state
@@ -464,7 +464,7 @@ class KvtierTier(SecondaryTierManager):
         # In process, the store's own events say which announced chunks left a tier: only
         # those are checked (a lookup each: another tier may still hold it), not every
         # announced chunk at every events_reconcile_s - one lookup per chunk kvtier holds
-        # per pass, millions for a large NVMe tier (until 2026-12-06). A tier whose
+        # per pass, millions for a large NVMe tier (until 2026-12-05). A tier whose
         # evictions the store cannot see (another process's, a server's own: fs, S3,
         # RADOS, Redis), or a client-mode store (kvtierd publishes its events itself),
         # keeps the periodic check of everything; so does a queue that overflowed, once.
@@ -563,7 +563,7 @@ class KvtierTier(SecondaryTierManager):
             # only the verdict the lookup was asked for: one set otherwise (a store's
             # completion, a failed load) can be dropped and a newer lookup of the key
             # started before this answer comes, which it must not settle: it may be older
-            # than what happened since (until 2026-12-06 a late miss or hit was taken)
+            # than what happened since (until 2026-12-05 a late miss or hit was taken)
             if self._verdicts.get(k) is not v:
                 continue
             if v.hit is None:
