@@ -192,6 +192,17 @@ static void copy_ready(struct nv *s)
 	}
 	if (b && !nv_log_seal(s, b))
 		return; /* no SQE: next turn */
+	/* The copies' batch is sealed in this call, never left filling for a later turn: it
+	 * holds its source segment (movers), and a batch write of the current segment failing
+	 * meanwhile gives that segment up (ack), so the copies no longer fit and sealing them
+	 * needs the next segment - the one they hold: every put, and close, waited forever
+	 * (until 2026-12-05, integ.nvme_log_copy_seal). So its SQE first; the batch fits the
+	 * room left (below) and the log is running, so with one free its seal cannot fail. */
+	if (!io_uring_sq_space_left(&s->ring)) {
+		io_uring_submit(&s->ring);
+		if (!io_uring_sq_space_left(&s->ring))
+			return; /* no SQE: next turn (the read stays ready) */
+	}
 	if (!(b = nv_log_new_batch(lg)))
 		return; /* every buffer in flight: next turn */
 	struct nv_log_rec *r = (struct nv_log_rec *)b->buf;
@@ -235,7 +246,7 @@ static void copy_ready(struct nv *s)
 	}
 	b->mvseg = lg->rd_seg;
 	lg->segs[lg->rd_seg].movers++;
-	nv_log_seal(s, b); /* false: it stays the filling batch, puts may join it */
+	nv_log_seal(s, b); /* true: its SQE was checked for above */
 }
 
 void nv_log_reinsert(struct nv *s)
