@@ -42,7 +42,7 @@
 enum { P_OFF, P_ARMED, P_READ, P_B0, P_FULL, P_DONE };
 enum { SEEN_NONE, SEEN_STUCK, SEEN_DEFERRED };
 
-static struct nv *g_s;
+static struct nv *_Atomic g_s; /* set once the tier is open: read by the ring thread */
 static _Atomic int phase = P_OFF;
 static int held; /* io_uring_submit fails without submitting (ring thread only) */
 static _Atomic int seen = SEEN_NONE;
