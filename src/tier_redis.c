@@ -23,9 +23,9 @@
  * redisAppendCommand batches would stall new requests behind each batch and could not
  * bound the time of one request.
  *
- * Failure. Every request has its own deadline, set when the I/O thread takes it:
- * timeout_ms, plus the time the value bytes it and the requests ahead of it on the
- * connection move (SET values, GETRANGE lengths) take at RD_FLOOR_BPS. When any request is
+ * Failure. Every request has its own deadline: timeout_ms from when it was queued, plus
+ * the time the value bytes it and the requests ahead of it on the connection move (SET
+ * values, GETRANGE lengths) take at RD_FLOOR_BPS. When any request is
  * past its deadline the connection is dropped and every request on it fails with
  * -ETIMEDOUT; a reset or refused connection fails them at once. Replies come back in
  * order, and no request's deadline is earlier than that of the request ahead of it (it is
@@ -125,7 +125,7 @@ struct rd_op {
 	uint64_t out_len;
 	uint32_t ncmds, nreplies;
 	int result;
-	uint64_t due_ns;  /* its deadline (set by the I/O thread, see "Failure" above) */
+	uint64_t due_ns;  /* queued at (submit), then its deadline (the I/O thread, "Failure") */
 	uint64_t bytes;   /* value bytes it moves: a SET's value, a read's segment lengths */
 	/* OP_READ */
 	struct kvt_seg *segs;
@@ -847,12 +847,13 @@ static void *io_thread(void *arg)
 		if (in) {
 			/* each request's deadline (see "Failure" above), never before that of the
 			 * request ahead of it, which is answered first */
-			uint64_t now = kvt__now_ns();
 			uint64_t floor = c->tail ? c->tail->due_ns : 0;
 			for (struct rd_op *op = in; op; op = op->next) {
 				c->queued_bytes += op->bytes;
 				double allow = (double)c->queued_bytes * 1e9 / (double)RD_FLOOR_BPS;
-				op->due_ns = now + s->timeout_ns +
+				/* from when it was queued (submit), not taken: time it waited for this
+				 * thread (a long reply read, a name lookup) is its wait too */
+				op->due_ns = op->due_ns + s->timeout_ns +
 					     (allow < 1e18 ? (uint64_t)allow : (uint64_t)1e18);
 				if (op->due_ns < floor)
 					op->due_ns = floor;
@@ -1081,6 +1082,7 @@ static int submit(struct rd_state *s, struct rd_op *op)
 	}
 	bool was_empty = !c->in_head;
 	op->next = NULL;
+	op->due_ns = kvt__now_ns(); /* queued now: the I/O thread adds the allowance to it */
 	if (c->in_tail)
 		c->in_tail->next = op;
 	else

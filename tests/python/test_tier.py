@@ -1155,3 +1155,109 @@ def test_removed_events_follow_the_stores_evictions_without_a_full_check(tdir, m
             assert checks == evicted
     finally:
         t.shutdown()
+
+
+def _remove_now(t, k):
+    fut = t._store.remove(k)
+    end = time.monotonic() + 5
+    while not fut.done() and time.monotonic() < end:  # polled on this thread
+        t._store.poll(10)
+    return fut.result(0)
+
+
+def test_a_chunk_let_go_before_its_store_job_is_reaped_is_announced_removed(tdir):
+    """A tier can let a chunk go between its store job's end and the job's reap (vLLM
+    takes events every step, finished jobs when it gets to them): the removal event came
+    for a key not announced yet and was dropped, and with only tiers the store sees
+    there is no periodic check to catch it - the chunk stayed announced for good."""
+    buf, view = primary(4)
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=3600.0,
+             config={"store.tiers": "dram"})
+    try:
+        rc = ReqContext("early")
+        t.on_new_request(rc)
+        keys = okeys(2, seed=12)
+        t.submit_store(TransferJob(1, keys, np.zeros(2, int), False, rc))
+        end = time.monotonic() + 10
+        while t._done.qsize() < 1 and time.monotonic() < end:  # done, not reaped
+            time.sleep(0.005)
+        assert _remove_now(t, t._key(keys[1], rc)) == 1
+        assert not list(t.take_events())  # its removal, before anything was announced
+        assert wait_jobs(t, 1)[0].success  # now announced
+        events, end = [], time.monotonic() + 10
+        while time.monotonic() < end and not any(e.removed for e in events):
+            events += list(t.take_events())
+            time.sleep(0.01)
+        assert [k for e in events if not e.removed for k in e.keys] == keys
+        assert [k for e in events if e.removed for k in e.keys] == [keys[1]]
+    finally:
+        t.shutdown()
+
+
+def test_checks_of_a_few_suspects_do_not_put_off_the_full_check(tdir):
+    """With a tier whose evictions the store cannot see, every announced chunk is
+    checked each events_reconcile_s. Each check of the few chunks the store's events named
+    reset that clock, so under steady evictions the full check never came."""
+    buf, view = primary(4)
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=0.6,
+             config={"store.tiers": "dram,faulty", "faulty.inner": "nvme"})
+    try:
+        rc = ReqContext("steady")
+        t.on_new_request(rc)
+        keys = okeys(40, seed=13)
+        t.submit_store(TransferJob(1, keys, np.zeros(40, int), False, rc))
+        assert wait_jobs(t, 1, timeout=30)[0].success
+        list(t.take_events())
+        n0 = t.store_stats()["lookups"]
+        start = time.monotonic()
+        for i in range(12):  # a removal the store reports every 0.2 s, for 2.4 s
+            _remove_now(t, t._key(keys[i], rc))
+            until = time.monotonic() + 0.2
+            while time.monotonic() < until:
+                list(t.take_events())
+                time.sleep(0.01)
+        looked = t.store_stats()["lookups"] - n0
+        # the 12 suspects, and at least one full check of the 28 or more still announced
+        assert looked >= 12 + 28, (looked, time.monotonic() - start)
+    finally:
+        t.shutdown()
+
+
+def test_a_suspect_whose_check_says_nothing_is_checked_again(tdir, monkeypatch):
+    """Only tiers the store sees (no periodic full check): a suspect whose lookup came back
+    with a tier failed or late (cause set: it may still hold the chunk) was dropped, and
+    its removal never announced. It is asked again events_reconcile_s later. The first
+    answer is made to say 'a tier failed' (a real nvme tier's lookup does not fail here)."""
+    from concurrent.futures import Future
+
+    from kvtier.store import LookupResult as StoreLookup
+    buf, view = primary(4)
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=0.3,
+             config={"store.tiers": "dram"})
+    try:
+        rc = ReqContext("unsure")
+        t.on_new_request(rc)
+        keys = okeys(2, seed=14)
+        t.submit_store(TransferJob(1, keys, np.zeros(2, int), False, rc))
+        assert wait_jobs(t, 1)[0].success
+        list(t.take_events())
+        gone = t._key(keys[0], rc)
+        real, asked = t._store.lookup, []
+
+        def lookup(ks):
+            asked.append(ks[0])
+            if ks == [gone] and asked.count(gone) == 1:
+                f = Future()
+                f.set_result(StoreLookup(0, [], 62))  # ETIME: a tier was late
+                return f
+            return real(ks)
+        monkeypatch.setattr(t._store, "lookup", lookup)
+        assert _remove_now(t, gone) == 1
+        events, end = [], time.monotonic() + 10
+        while time.monotonic() < end and not any(e.removed for e in events):
+            events += list(t.take_events())
+            time.sleep(0.01)
+        assert asked.count(gone) == 2
+        assert [k for e in events if e.removed for k in e.keys] == [keys[0]]
+    finally:
+        t.shutdown()

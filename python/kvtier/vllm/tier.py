@@ -471,13 +471,22 @@ class KvtierTier(SecondaryTierManager):
         self._evq = None
         self._by_skey: dict[bytes, bytes] = {}  # storage key -> kvtier key, announced ones
         self._suspects: dict[bytes, None] = {}  # announced chunks a tier let go, to check
+        # storage keys of chunks whose store job is not reaped yet (count of jobs), and
+        # those of them a tier let go meanwhile: announced at the reap, then checked
+        self._pending_skeys: dict[bytes, int] = {}
+        self._pending_removed: set[bytes] = set()
+        # suspects whose check said nothing (a tier failed, was late, or the lookup could
+        # not be sent): asked again at _deferred_at, when no full check will
+        self._deferred: dict[bytes, None] = {}
+        self._deferred_at = 0.0
         self._full_check = True
         self._full_check_due = False
+        self._reconcile_full = False  # the check running is one of every announced chunk
         if self._events is not None and not self._client_mode:
             try:
                 self._evq = self._store.events(self.EVENTS_QUEUED)
                 self._full_check = not all(n in ("dram", "nvme") for n in self._tier_names)
-            except kvtier.KvtierError as e:
+            except (kvtier.KvtierError, ValueError) as e:  # ValueError: no memory for it
                 log.warning("kvtier: no store events (%s): announced chunks are checked "
                             "every events_reconcile_s", e)
         self._reconcile_s = events_reconcile_s
@@ -687,6 +696,10 @@ class KvtierTier(SecondaryTierManager):
         if self._uncached(job_metadata.req_context):
             return self._refuse(job_metadata, is_load=False)
         keys = [self._key(k, job_metadata.req_context) for k in job_metadata.keys]
+        if self._evq is not None:  # a tier may let one go before the job is reaped
+            for k in keys:
+                sk = self._store.storage_key(k)
+                self._pending_skeys[sk] = self._pending_skeys.get(sk, 0) + 1
         self._submit(self._store_pool, job_metadata, self._run_store, keys,
                      self._parents(job_metadata, keys), is_load=False)
 
@@ -787,6 +800,18 @@ class KvtierTier(SecondaryTierManager):
             # (the periodic check catches any that really went).
             if failed and d.reason in ("miss", "corrupt"):
                 self._announce_removed(self._key(failed[0], job.req_context))
+        gone_meanwhile = set()  # storage keys a tier let go before this reap
+        if not is_load and self._evq is not None and not self._uncached(job.req_context):
+            for okey in okeys:
+                sk = self._store.storage_key(self._key(okey, job.req_context))
+                n = self._pending_skeys.get(sk, 0) - 1
+                if n > 0:
+                    self._pending_skeys[sk] = n
+                else:
+                    self._pending_skeys.pop(sk, None)
+                    if sk in self._pending_removed:
+                        self._pending_removed.discard(sk)
+                        gone_meanwhile.add(sk)
         if not is_load and d.stored:
             for okey in d.stored:
                 k = self._key(okey, job.req_context)
@@ -796,7 +821,10 @@ class KvtierTier(SecondaryTierManager):
                 if self._events is not None:
                     self._announced[k] = okey
                     if self._evq is not None:
-                        self._by_skey[self._store.storage_key(k)] = k
+                        sk = self._store.storage_key(k)
+                        self._by_skey[sk] = k
+                        if sk in gone_meanwhile:  # its removal came before this announcement
+                            self._suspects[k] = None
             if self._events is not None:
                 self._events.append(OffloadingEvent(
                     keys=list(d.stored), medium=self.medium, removed=False,
@@ -838,17 +866,25 @@ class KvtierTier(SecondaryTierManager):
                     k = self._by_skey.get(e.key)
                     if k is not None:
                         self._suspects[k] = None
+                    elif e.key in self._pending_skeys:  # stored by a job not reaped yet
+                        self._pending_removed.add(e.key)
             if lost:
                 log.warning("kvtier: %d store events dropped (queue full): checking every "
                             "announced chunk once", lost)
                 self._full_check_due = True
+        if self._deferred and now >= self._deferred_at:
+            self._suspects.update(self._deferred)
+            self._deferred.clear()
         if self._reconcile is None and self._announced:
             if self._full_check_due or (self._full_check and now >= self._reconcile_at):
                 self._full_check_due = False
                 self._suspects.clear()
+                self._deferred.clear()
+                self._reconcile_full = True
                 self._reconcile, self._reconcile_todo = [], deque(self._announced)
             elif self._suspects:
                 todo, self._suspects = deque(self._suspects), {}
+                self._reconcile_full = False
                 self._reconcile, self._reconcile_todo = [], todo
         if self._reconcile is not None:
             self._reconcile_step(now)
@@ -869,10 +905,13 @@ class KvtierTier(SecondaryTierManager):
                 # a tier that failed, was late or skipped (or kvtierd unreachable) may
                 # still hold it: only a miss every tier answered is proof of removal
                 gone = r.hits == 0 and not r.cause
+                unsure = r.hits == 0 and bool(r.cause)
             except Exception:
-                gone = False  # an unreachable tier is not proof of removal
+                gone, unsure = False, True  # an unreachable tier is not proof of removal
             if gone:
                 self._announce_removed(k)
+            elif unsure:
+                self._check_later(k, now)
         self._reconcile = waiting
         todo = self._reconcile_todo
         while todo and len(waiting) < self._reconcile_cap:
@@ -884,15 +923,30 @@ class KvtierTier(SecondaryTierManager):
                 f = self._store.lookup([k])
             except kvtier.Busy:  # back-pressure: the rest on a later call
                 break
-            except kvtier.KvtierError as e:  # not checkable now: the next check will
+            except kvtier.KvtierError as e:  # not checkable now: later
                 log.debug("kvtier reconcile lookup not submitted: %s", e)
                 todo.popleft()
+                self._check_later(k, now)
                 continue
             todo.popleft()
             waiting.append((k, f))
         if not waiting and not todo:
             self._reconcile = None
-            self._reconcile_at = now + self._reconcile_s
+            # the next full check is events_reconcile_s after the last full one ended: a
+            # check of a few suspects must not put it off (until 2026-12-05 each did, so
+            # under steady evictions the full check - the one thing that sees removals the
+            # store cannot report - never came)
+            if self._reconcile_full:
+                self._reconcile_at = now + self._reconcile_s
+
+    def _check_later(self, k: bytes, now: float) -> None:
+        """A check of k said nothing (a tier failed or was late; the lookup was refused):
+        ask again events_reconcile_s from now, unless a periodic full check will."""
+        if self._full_check:
+            return
+        if not self._deferred:
+            self._deferred_at = now + self._reconcile_s
+        self._deferred[k] = None
 
     # --------------------------------------------------------------- metrics
     @classmethod
