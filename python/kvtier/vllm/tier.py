@@ -471,10 +471,11 @@ class KvtierTier(SecondaryTierManager):
         self._evq = None
         self._by_skey: dict[bytes, bytes] = {}  # storage key -> kvtier key, announced ones
         self._suspects: dict[bytes, None] = {}  # announced chunks a tier let go, to check
-        # storage keys of chunks whose store job is not reaped yet (count of jobs), and
-        # those of them a tier let go meanwhile: announced at the reap, then checked
-        self._pending_skeys: dict[bytes, int] = {}
-        self._pending_removed: set[bytes] = set()
+        # storage keys of the latest removals of chunks not announced (yet): a tier can let
+        # a chunk go between its store job's end and the job's reap, which then checks it.
+        # Oldest first, at most EVENTS_QUEUED (an older one costs a needless lookup, never
+        # a missed one: the check asks the store)
+        self._unannounced_gone: dict[bytes, None] = {}
         # suspects whose check said nothing (a tier failed, was late, or the lookup could
         # not be sent): asked again at _deferred_at, when no full check will
         self._deferred: dict[bytes, None] = {}
@@ -696,10 +697,6 @@ class KvtierTier(SecondaryTierManager):
         if self._uncached(job_metadata.req_context):
             return self._refuse(job_metadata, is_load=False)
         keys = [self._key(k, job_metadata.req_context) for k in job_metadata.keys]
-        if self._evq is not None:  # a tier may let one go before the job is reaped
-            for k in keys:
-                sk = self._store.storage_key(k)
-                self._pending_skeys[sk] = self._pending_skeys.get(sk, 0) + 1
         self._submit(self._store_pool, job_metadata, self._run_store, keys,
                      self._parents(job_metadata, keys), is_load=False)
 
@@ -800,18 +797,6 @@ class KvtierTier(SecondaryTierManager):
             # (the periodic check catches any that really went).
             if failed and d.reason in ("miss", "corrupt"):
                 self._announce_removed(self._key(failed[0], job.req_context))
-        gone_meanwhile = set()  # storage keys a tier let go before this reap
-        if not is_load and self._evq is not None and not self._uncached(job.req_context):
-            for okey in okeys:
-                sk = self._store.storage_key(self._key(okey, job.req_context))
-                n = self._pending_skeys.get(sk, 0) - 1
-                if n > 0:
-                    self._pending_skeys[sk] = n
-                else:
-                    self._pending_skeys.pop(sk, None)
-                    if sk in self._pending_removed:
-                        self._pending_removed.discard(sk)
-                        gone_meanwhile.add(sk)
         if not is_load and d.stored:
             for okey in d.stored:
                 k = self._key(okey, job.req_context)
@@ -823,7 +808,7 @@ class KvtierTier(SecondaryTierManager):
                     if self._evq is not None:
                         sk = self._store.storage_key(k)
                         self._by_skey[sk] = k
-                        if sk in gone_meanwhile:  # its removal came before this announcement
+                        if self._unannounced_gone.pop(sk, 0) is None:  # gone before this
                             self._suspects[k] = None
             if self._events is not None:
                 self._events.append(OffloadingEvent(
@@ -866,8 +851,11 @@ class KvtierTier(SecondaryTierManager):
                     k = self._by_skey.get(e.key)
                     if k is not None:
                         self._suspects[k] = None
-                    elif e.key in self._pending_skeys:  # stored by a job not reaped yet
-                        self._pending_removed.add(e.key)
+                    else:  # perhaps stored by a job not reaped yet
+                        self._unannounced_gone.pop(e.key, None)
+                        self._unannounced_gone[e.key] = None
+                        if len(self._unannounced_gone) > self.EVENTS_QUEUED:
+                            del self._unannounced_gone[next(iter(self._unannounced_gone))]
             if lost:
                 log.warning("kvtier: %d store events dropped (queue full): checking every "
                             "announced chunk once", lost)
