@@ -154,7 +154,10 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	c->shm = p;
 	c->shm_len = (size_t)sb.st_size;
 	atomic_fetch_add(&g_st.regions_mapped, 1);
-	struct kvtd_info info = {.version = KVTD_VERSION, .geo = g_geo, .caps = KVTD_CAP_CUT_MARK};
+	struct kvtd_info info = {.version = KVTD_VERSION,
+				 .geo = g_geo,
+				 .caps = KVTD_CAP_CUT_MARK | KVTD_CAP_LEASE_MS,
+				 .lease_ms = (uint32_t)(g_lease_ns / 1000000ull)};
 	memcpy(info.ns_id, g_ns, sizeof(g_ns));
 	int n = kvt_store_tier_count(g_st.store);
 	info.n_tiers = (uint32_t)KVT_MIN(n, KVT_MAX_TIERS);

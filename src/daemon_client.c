@@ -120,6 +120,9 @@ struct kvt_client {
 	 * (the copy then reads zeros instead of faulting, and the unpin reports the pin lost,
 	 * which fails the load) */
 	uint64_t pins_out;
+	/* connections dropped by this side, counted before the socket closes: a pin taken on
+	 * an earlier count may have been released by the daemon (kvt__client_pin_holds) */
+	_Atomic uint64_t drops;
 	struct retired {
 		struct retired *next;
 		void *p;
@@ -273,6 +276,7 @@ static void disconnect(struct kvt_client *c)
 	 * slot (closing first left that window open). */
 	if (c->tp_writes && c->pool)
 		retire_pool(c);
+	atomic_fetch_add(&c->drops, 1); /* before the close: see kvt__client_pin_holds */
 	if (c->sock >= 0)
 		close(c->sock);
 	c->sock = -1;
@@ -1216,17 +1220,25 @@ int kvt__client_pin(struct kvt_client *c, const struct kvt_key *key, struct kvt_
 		rc = -ENOTSUP; /* the pool could not be mapped */
 	struct kvtd_rep rep;
 	struct kvtd_req req = {.op = KVTD_GET_PIN, .key = *key};
+	uint64_t sent = kvt__now_ns(); /* the lease runs at least lease_ms from here */
 	if (rc == 0) {
 		rc = exchange(c, &req, &rep, -1);
 		/* the daemon restarted since the last call: sent again on the new connection,
 		 * as a get is (until 2026-12-05 the load failed with the dead one's error) */
-		if (rc < 0 && stale(c, &rc))
+		if (rc < 0 && stale(c, &rc)) {
+			sent = kvt__now_ns();
 			rc = c->pool ? exchange(c, &req, &rep, -1) : -ENOTSUP;
+		}
 	}
 	if (rc == 0 && (rc = rep.res.status) == 0) {
 		p->slot = rep.slot;
 		p->lease = rep.lease;
 		p->gen = c->gen;
+		p->drops = atomic_load(&c->drops);
+		/* a daemon that does not say its lease: nothing is trusted before the UNPIN */
+		p->held_until_ns = sent + (c->info.caps & KVTD_CAP_LEASE_MS
+						   ? (uint64_t)c->info.lease_ms * 1000000u
+						   : 0);
 		p->tier = rep.res.tier;
 		rc = -EPROTO;
 		if (rep.slot_off <= c->pool_len && rep.res.bytes >= KVT_HEADER_BYTES &&
@@ -1253,6 +1265,13 @@ int kvt__client_pin(struct kvt_client *c, const struct kvt_key *key, struct kvt_
 	pthread_mutex_unlock(&c->io_lock);
 	admit_end(c, probe);
 	return rc;
+}
+
+bool kvt__client_pin_holds(struct kvt_client *c, const struct kvt_client_pin *p)
+{
+	/* Read after the copy ended, so a copy that ends before a drop's count is seen ended
+	 * before that drop's close, hence before the daemon could let the pin go. */
+	return kvt__now_ns() < p->held_until_ns && atomic_load(&c->drops) == p->drops;
 }
 
 int kvt__client_unpin(struct kvt_client *c, const struct kvt_client_pin *p)

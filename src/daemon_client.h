@@ -79,12 +79,20 @@ struct kvt_client_pin {
 	int32_t slot;
 	uint32_t lease;
 	uint64_t gen; /* the connection that holds the pin */
+	uint64_t drops;		/* the client's dropped connections when it was taken */
+	uint64_t held_until_ns; /* kvt__now_ns() before which the daemon keeps it pinned */
 };
 int kvt__client_pin(struct kvt_client *c, const struct kvt_key *key, struct kvt_client_pin *p);
 /* Give the pin back. 0 only when the daemon confirms the slot stayed pinned until now, so
  * every byte read from it was the object's; -ETIMEDOUT the pin's lease ran out, -ECONNRESET
  * its connection dropped: what was read may have been overwritten. */
 int kvt__client_unpin(struct kvt_client *c, const struct kvt_client_pin *p);
+/* True while the pin is certainly still held - its lease has not run out (a daemon that
+ * does not say its lease length: never) and this client has not dropped its connection -
+ * so a copy out of its slot that ended before this call read the object. Lock-free: for
+ * the device threads that mark a load's layers ready (src/device_store.c). False does not
+ * mean lost: the UNPIN decides. */
+bool kvt__client_pin_holds(struct kvt_client *c, const struct kvt_client_pin *p);
 
 /* Tensor-parallel commit through the daemon (src/device_store.c; KVTD_TP_* in
  * src/daemon_proto.h). Reserve: every rank of key gets the same slot; claimed[h - h0] = 1

@@ -137,12 +137,18 @@ struct kvtd_info {
 	uint64_t slot_bytes; /* bytes of one slot */
 	uint32_t pool_writable; /* daemon.shared_writes: PUT_RESERVE / PUT_COMMIT */
 	uint32_t caps;		/* KVTD_CAP_* (a daemon before them wrote 0 here) */
+	uint32_t lease_ms;	/* daemon.lease_ms, with KVTD_CAP_LEASE_MS */
 };
 
 /* The daemon marks an answer it gave at the request's deadline_ns with its call still
  * running (kvtd_rep.slot = KVTD_SLOT_CUT) and closes the connection after it: a client
  * sends a budget with calls that have no deadline of their own only to such a daemon. */
 #define KVTD_CAP_CUT_MARK 1u
+/* kvtd_info.lease_ms is set. A pin's lease runs at least lease_ms from when its GET_PIN was
+ * sent, so a client can tell, before its UNPIN, that a copy which ended before then read
+ * the pinned object: a device load marks a layer ready only then (src/device_store.c).
+ * Without it a client trusts nothing it copied until the UNPIN is accepted. */
+#define KVTD_CAP_LEASE_MS 2u
 
 /* What TP_RESERVE writes: heads of the object still missing, then one byte per head of the
  * model (1: claimed by this call; only heads of the request's range can be). */

@@ -356,9 +356,12 @@ void kvt__dev_op_put(struct kvt_device_op *op)
 
 void kvt__dev_layer_done(struct kvt_device_op *op, uint32_t layer)
 {
+	bool trusted = !op->layer_check || op->layer_check(op);
 	pthread_mutex_lock(&op->mu);
+	if (!trusted)
+		op->layers_held = true;
 	/* Backends complete layers in order; a gap would be a backend bug. */
-	if (layer == op->layers_done)
+	if (layer == op->layers_done && !op->layers_held)
 		__atomic_store_n(&op->layers_done, layer + 1, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&op->cv);
 	pthread_mutex_unlock(&op->mu);

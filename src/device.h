@@ -125,11 +125,16 @@ struct kvt_device_op {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint32_t layers_done; /* layers complete, in order */
+	bool layers_held;     /* layer_check said no: layers_done stops where it is */
 	bool done;
 	int status;
 	int refs;	/* the caller's handle + in flight */
 	uint64_t bytes; /* bytes this op copies */
 	kvt_dev_finish_fn finish;
+	/* NULL, or asked as each layer's copy ends: false = the source may have changed under
+	 * the copy, so the layer is not marked done (no later one is either); finish then
+	 * decides the op's result and whether every layer counts as done */
+	bool (*layer_check)(struct kvt_device_op *op);
 	void *ctx;		    /* the store-level context of finish */
 	void *bpriv;		    /* the backend's per-op state */
 	void *dep_priv;		    /* the backend's capture of dep (dep_capture) */

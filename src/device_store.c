@@ -477,12 +477,28 @@ static void load_finish(struct kvt_device_op *op)
 		if (urc < 0 && res.status >= 0) {
 			res.status = urc;
 			res.bytes = 0;
+			op->status = urc; /* kvt_device_op_wait says so too (until 2026-12-06: 0) */
 		}
+		/* Layers that ended after the pin was certainly held (pin_layer_check) wait for
+		 * this confirmation; without it they stay not done and their waits fail. */
+		if (res.status >= 0)
+			__atomic_store_n(&op->layers_done, op->layers, __ATOMIC_RELEASE);
 	} else if (c->have_ref) {
 		kvt__store_release(c->s, &c->ref);
 	}
 	kvt__store_complete(c->s, c->cb, c->arg, &res);
 	ctx_free(c);
+}
+
+/* A device load through kvtierd marks a layer ready (kvt_device_op_wait_layer) only while
+ * its pin is certainly held: past the lease, or after a dropped connection, the daemon may
+ * have refilled the slot under the copy, and an engine computing on that layer would use
+ * another chunk's bytes (until 2026-12-06 layers were marked as they ended and only the
+ * final result failed). */
+static bool pin_layer_check(struct kvt_device_op *op)
+{
+	struct store_ctx *c = op->ctx;
+	return kvt__client_pin_holds(kvt__store_client(c->s), &c->pin);
 }
 
 static void on_acquired(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
@@ -550,6 +566,7 @@ static int device_load(struct kvt_device *dev, struct kvt_store *s, const struct
 		struct kvt_slot_ref ref = {.id = -1};
 		if (rc == 0) {
 			c->have_pin = true;
+			op->layer_check = pin_layer_check;
 			ref.buf = (void *)c->pin.obj;
 			ref.object_bytes = c->pin.object_bytes;
 			ref.n_tokens = c->pin.n_tokens;

@@ -22,12 +22,13 @@
  *     reservation, on any of its connections; they are freed when it exits.
  *  5. SIGTERM while a stopped process holds a quarantined slot: kvtierd exits 0 at once.
  *  6. kvt_device_load whose scatter is held back (a device dependency) past the pin's
- *     lease fails with -ETIMEDOUT instead of reporting bytes its slot may no longer hold;
- *     the same load without the hold succeeds, exact.
+ *     lease fails with -ETIMEDOUT instead of reporting bytes its slot may no longer hold,
+ *     in its callback and in kvt_device_op_wait, and marks no layer ready; the same load
+ *     without the hold succeeds, exact, every layer ready.
  *  7. The daemon restarted (with another pool size) while a load's scatter is held back,
  *     and another call of the same store reconnects: the load fails cleanly when released
- *     (its pin went with the old daemon) - before, the reconnect unmapped the old pool
- *     under the pending scatter and the client died of SIGSEGV.
+ *     (its pin went with the old daemon), no layer marked ready - before, the reconnect
+ *     unmapped the old pool under the pending scatter and the client died of SIGSEGV.
  *  8. A process that opens 12 connections and reserves a slot on each, all at once,
  *     before any lease ends (a pool of 28 slots): KVTD_MAX_QUARANTINE +
  *     KVTD_MAX_RESERVATIONS - 1 (7) of its reservations are taken, the rest -EBUSY, so at most 7 slots end up
@@ -375,17 +376,32 @@ static void capped_child(int up, int down)
 }
 
 /* Release a device load held back by ev (NULL: not held), wait for its device op and for
- * its one callback, run by kvt_poll. */
+ * its one callback, run by kvt_poll. The op's own result and layers agree with the
+ * callback's: a load that failed marks no layer it copied after its pin could have gone
+ * (until 2026-12-06 every layer was marked ready as it ended and kvt_device_op_wait
+ * answered 0 for a load whose unpin failed). */
 static void finish_load(struct kvt_store *s, struct kvt_emu_event *ev, struct kvt_device_op *op,
 			struct tr_done *d)
 {
 	if (ev)
 		kvt_emu_event_signal(ev);
-	CHECK(kvt_device_op_wait(op, 10000) == 0);
+	int wrc = kvt_device_op_wait(op, 10000);
+	uint32_t layers = kvt_device_op_layers_done(op);
+	int lrc = kvt_device_op_wait_layer(op, GEO.layers - 1, 0);
 	kvt_device_op_free(op);
 	for (int i = 0; i < 1000 && !d->calls; i++)
 		kvt_poll(s, 10);
 	CHECK(d->calls == 1);
+	CHECKM(wrc == d->res.status, "op wait %d, callback %d", wrc, d->res.status);
+	if (d->res.status >= 0) {
+		CHECK_EQ(layers, GEO.layers);
+		CHECK_RC(lrc, 0);
+	} else {
+		/* released after the lease, or after the daemon restarted: nothing was copied
+		 * while the pin was certainly held */
+		CHECKM(layers == 0, "a failed load marked %u layers ready", layers);
+		CHECKM(lrc < 0, "a failed load's last layer waits %d", lrc);
+	}
 }
 
 static void test_device_load(struct kvt_store *s)
