@@ -130,7 +130,8 @@
 	X(k, "redis.url", STR, "redis://127.0.0.1:6379", 0, 0, NULL, URL_SECRET, "redis://[:password@]host:port[/db] of a Redis or Valkey server (the password is never logged)") \
 	X(k, "redis.prefix", STR, "kvt:", 0, 0, NULL, PLAIN, "prefix of every key the tier stores") \
 	X(k, "redis.connections", U64, "4", 1, 64, NULL, PLAIN, "connections, each with its own I/O thread and a pipeline of requests in flight") \
-	X(k, "redis.timeout_ms", U64, "2000", 1, 3600000, NULL, PLAIN, "the longest a request may wait for its reply, from when it was queued, a reconnect it waits for included, plus the time its value bytes and those of the requests ahead of it take at 64 MiB/s; past it the connection is dropped and its requests fail") \
+	X(k, "redis.timeout_ms", U64, "2000", 1, 3600000, NULL, PLAIN, "the longest a request may wait for its reply, from when it was queued, a reconnect it waits for included, plus the time its value bytes and those of the requests ahead of it take at redis.min_bytes_per_s; past it the connection is dropped and its requests fail") \
+	X(k, "redis.min_bytes_per_s", SIZE, "64MiB", 1024, 1e12, NULL, PLAIN, "the slowest rate, in bytes per second, at which a working server and link move value bytes: each request's deadline grows by the time its value bytes and those queued ahead of it on the connection take at this rate (so a long pipeline of large values is not cut); a server slower than this counts as one that does not answer") \
 	/* ---- end redis ---- */ \
 	/* ---- device layer (GPU/emu): rows below ---- */ \
 	X(k, "device.backend", ENUM, "auto", 0, 0, "auto|emu|cuda", PLAIN, "transfer backend between an engine's GPU KV cache and chunks: auto picks cuda when a GPU is visible, else emu (host memory stands in for device memory)") \

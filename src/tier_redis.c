@@ -25,7 +25,7 @@
  *
  * Failure. Every request has its own deadline: timeout_ms from when it was queued, plus
  * the time the value bytes it and the requests ahead of it on the connection move (SET
- * values, GETRANGE lengths) take at RD_FLOOR_BPS. When any request is
+ * values, GETRANGE lengths) take at redis.min_bytes_per_s. When any request is
  * past its deadline the connection is dropped and every request on it fails with
  * -ETIMEDOUT; a reset or refused connection fails them at once. Replies come back in
  * order, and no request's deadline is earlier than that of the request ahead of it (it is
@@ -36,7 +36,7 @@
  * deadline had answered its caller, holding the caller's buffers all along. The allowance
  * for bytes is what keeps a long pipeline of large values on a healthy server from timing
  * out: the 100th of a hundred 32 MiB reads legitimately waits for 3 GiB to arrive, which
- * no fixed timeout fits; a server (or link) moving values slower than RD_FLOOR_BPS is
+ * no fixed timeout fits; a server (or link) moving values slower than that rate is
  * treated as one that does not answer. The reconnect a request waits for - name lookup,
  * connect, AUTH, SELECT - is inside its deadline, not a fresh one per step (until
  * 2026-12-05 each step restarted the clock: up to 6 x redis.timeout_ms for a host name
@@ -96,12 +96,6 @@
  * 6.6 s through kvtier ls over loopback, on two busy cores); its connect and each reply
  * keep the single timeout within it. */
 #define RD_LIST_TIMEOUTS 16
-/* The slowest a connection may move value bytes (a SET's value out, a GETRANGE's body in)
- * and still be taken for a healthy server: each request's deadline allows its own value
- * bytes and those ahead of it at this rate, on top of redis.timeout_ms (see "Failure"
- * above). About half a 1 GbE link: a busy but working 1 GbE connection keeps its requests, a
- * server that trickles values does not keep them for ever. */
-#define RD_FLOOR_BPS (64ull << 20)
 #define RD_DROP_QUEUE 256       /* corruption reports waiting for the drop thread */
 #define RD_DROP_PIECE (1u << 20) /* bytes of a value per GETRANGE while a drop checks it */
 #define RD_SCAN_COUNT 1000      /* the COUNT hint of the listing's SCAN calls */
@@ -177,6 +171,13 @@ struct rd_state {
 	char prefix[256];
 	size_t prefix_len;
 	uint64_t timeout_ns;
+	/* redis.min_bytes_per_s: the slowest a connection may move value bytes (a SET's value
+	 * out, a GETRANGE's body in) and still be taken for a healthy server; each request's
+	 * deadline allows its own value bytes and those ahead of it at this rate, on top of
+	 * redis.timeout_ms (see "Failure" above). The default, 64 MiB/s, is about half a 1 GbE
+	 * link: a busy but working 1 GbE connection keeps its requests, a server that trickles
+	 * values does not keep them for ever. */
+	uint64_t min_bps;
 	uint64_t list_ns; /* a whole listing's bound (kvt__tier_list_ns) */
 	unsigned nconns;
 	atomic_uint rr;
@@ -850,7 +851,7 @@ static void *io_thread(void *arg)
 			uint64_t floor = c->tail ? c->tail->due_ns : 0;
 			for (struct rd_op *op = in; op; op = op->next) {
 				c->queued_bytes += op->bytes;
-				double allow = (double)c->queued_bytes * 1e9 / (double)RD_FLOOR_BPS;
+				double allow = (double)c->queued_bytes * 1e9 / (double)s->min_bps;
 				/* from when it was queued (submit), not taken: time it waited for this
 				 * thread (a long reply read, a name lookup) is its wait too */
 				op->due_ns = op->due_ns + s->timeout_ns +
@@ -1018,6 +1019,7 @@ static int rd_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	}
 	memcpy(s->prefix, prefix, s->prefix_len + 1);
 	s->timeout_ns = kvt__cfg_u64(cfg, "redis.timeout_ms") * 1000000ull;
+	s->min_bps = kvt__cfg_u64(cfg, "redis.min_bytes_per_s");
 	s->list_ns = kvt__tier_list_ns(cfg, s->timeout_ns, RD_LIST_TIMEOUTS);
 	s->nconns = (unsigned)KVT_MIN(kvt__cfg_u64(cfg, "redis.connections"), RD_MAX_CONNS);
 	if (!s->nconns)

@@ -41,6 +41,9 @@
  *      redis.timeout_ms after the one before: every put is answered (done, or -ETIMEDOUT)
  *      within its own timeout plus slack of its submission - the timeout used to restart
  *      at every reply, and the last put succeeded after PIPE_N / 3 timeouts.
+ *  14. the same with redis.min_bytes_per_s low enough that the value bytes ahead of each
+ *      put outlast the server's pace: every put is kept (the allowance for bytes is the
+ *      key's, not a constant).
  * Exit 0 pass, 1 fail.
  */
 #include <arpa/inet.h>
@@ -661,6 +664,42 @@ int main(void)
 	CHECKM(worst < TIMEOUT_MS + SLACK_MS / 2, "a put answered after %llu ms",
 	       (unsigned long long)worst);
 	CHECK(timed_out >= 1);
+	atomic_store(&step_delay_ms, 0);
+	th_close(t);
+
+	/* 14. the same server and pipeline with redis.min_bytes_per_s at 1 KiB/s: each 256-byte
+	 * value adds 250 ms to its deadline and to every later one's, more than the server's
+	 * TIMEOUT_MS / 3 per reply, so every put is kept, the last well past TIMEOUT_MS */
+	const char *kv8[] = {"redis.url", url, "redis.timeout_ms", tmo, "redis.prefix",
+			     "kvt-test:", "redis.connections", "1", "redis.min_bytes_per_s",
+			     "1KiB", NULL};
+	t = open_counting(kv8);
+	CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), 0);
+	atomic_store(&step_delay_ms, TIMEOUT_MS / 3);
+	atomic_store(&pipe_done, 0);
+	for (int i = 0; i < PIPE_N; i++) {
+		struct kvt_key pk;
+		th_key(&pk, 1400 + (uint64_t)i, 14);
+		atomic_store(&pp[i].rc, 1);
+		pp[i].sent_ms = th_now_ms();
+		CHECK_EQ(t->ops->write(t, &pk, obj, sizeof(obj), pipe_cb, &pp[i]), 0);
+	}
+	t0 = th_now_ms();
+	while (atomic_load(&pipe_done) < PIPE_N && th_now_ms() - t0 < 20000)
+		usleep(1000);
+	CHECK_EQ(atomic_load(&pipe_done), PIPE_N);
+	ok = 0;
+	worst = 0;
+	for (int i = 0; i < PIPE_N; i++) {
+		worst = KVT_MAX(worst, atomic_load(&pp[i].done_ms) - pp[i].sent_ms);
+		ok += atomic_load(&pp[i].rc) == 0;
+	}
+	printf(" 14. the same at redis.min_bytes_per_s=1KiB: %d of %d done, the longest answered "
+	       "after %llu ms\n",
+	       ok, PIPE_N, (unsigned long long)worst);
+	CHECK_EQ(ok, PIPE_N);
+	CHECKM(worst > 2 * TIMEOUT_MS, "the last put answered after %llu ms",
+	       (unsigned long long)worst);
 	atomic_store(&step_delay_ms, 0);
 	th_close(t);
 
