@@ -150,10 +150,12 @@ bool nv_write_fail(struct nv *s, struct nv_op *op)
 	if (op->err == -ENOSPC && !op->retried && !s->cancelled) {
 		uint32_t dropped = s->nspares + nv_pool_drop_dir(s, op->dir, op->len);
 		nv_spare_drop_all(s, true);
-		int n = nv_evict_in_dir(s, op->dir, op->len) + (int)dropped;
-		if (n > 0) {
-			KVT_INFO(s->log, "nvme: %s full: evicted %d objects, retrying once",
-				 d->path, n);
+		int evicted = nv_evict_in_dir(s, op->dir, op->len);
+		if (evicted > 0 || dropped > 0) {
+			KVT_INFO(s->log,
+				 "nvme: %s full: unlinked %u free files, evicted %d objects, "
+				 "retrying once",
+				 d->path, dropped, evicted);
 			op->retried = true;
 			op->recycled = false;
 			op->moved = op->syncing_moved = false;
