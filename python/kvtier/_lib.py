@@ -215,7 +215,9 @@ def _find() -> str:
 
 # Every structure above that crosses the API, by its C name: checked against the
 # library's own sizeof at load (kvt_abi_sizeof), so a field added to the header and not
-# here fails the import instead of letting the library write past a ctypes buffer.
+# here fails the import instead of letting the library write past a ctypes buffer. Field
+# names are the C names: tests/python/test_store.py compiles the header and compares every
+# field's offset and size (fields swapped or retyped keep the size).
 MIRRORED = {
     "kvt_geometry": Geometry, "kvt_key": Key, "kvt_namespace": Namespace,
     "kvt_result": Result, "kvt_tier_stats": TierStats, "kvt_stats": Stats,

@@ -58,6 +58,44 @@ def test_struct_mirrors_match_the_library():
         _lib.MIRRORED["kvt_stats"] = old
 
 
+def test_struct_mirrors_match_field_by_field(tdir):
+    """Every field of every ctypes mirror sits at the C field's offset with its size:
+    equal sizes alone let two fields swapped or retyped in the header (or here) pass the
+    load-time check and be read as each other. The offsets come from the C compiler on
+    include/kvtier.h, the same header the library was built from."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    from kvtier import _lib
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed to read the header's offsets"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "kvtier.h"',
+             '#include "kvtier_layout.h"', "int main(void) {"]
+    want = {}
+    for cname, mirror in _lib.MIRRORED.items():
+        for fname, _ in mirror._fields_:
+            f = getattr(mirror, fname)
+            want[f"{cname}.{fname}"] = (f.offset, f.size)
+            lines.append(f'printf("{cname}.{fname} %zu %zu\\n", offsetof(struct {cname}, '
+                         f'{fname}), sizeof(((struct {cname} *)0)->{fname}));')
+    lines.append("return 0; }")
+    src, exe = os.path.join(tdir, "offsets.c"), os.path.join(tdir, "offsets")
+    with open(src, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    subprocess.run([cc, "-std=c11", "-I", os.path.join(root, "include"), src, "-o", exe],
+                   check=True, capture_output=True)
+    got = {}
+    for line in subprocess.run([exe], check=True, capture_output=True,
+                               text=True).stdout.splitlines():
+        name, off, size = line.split()
+        got[name] = (int(off), int(size))
+    assert len(want) > 60
+    bad = {n: (want[n], got.get(n)) for n in want if want[n] != got.get(n)}
+    assert not bad, f"mirror (offset, size) vs C: {bad}"
+
+
 def test_stats_pool_counters(tdir):
     with kvtier.Store(cfg(**{"fs.dir": tdir})) as s:
         st = s.stats()
