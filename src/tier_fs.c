@@ -1118,6 +1118,8 @@ static int write_object(struct fs_state *s, struct fs_op *op)
 	ssize_t w = io_full(s, fd, true, (void *)op->obj, op->len, 0);
 	if (w < 0)
 		rc = (int)w;
+	else if ((uint64_t)w != op->len) /* a write of 0 bytes: never publish a short object */
+		rc = -EIO;
 	else if (s->sync != SYNC_NONE && fdatasync(fd) < 0)
 		rc = -errno;
 	if (close(fd) < 0 && !rc)

@@ -454,8 +454,9 @@ static void op_finish_xfer(struct s3_xfer *x, int rc)
 
 static bool retryable(CURLcode cc, long status)
 {
-	if (cc == CURLE_OK)
-		return status >= 500 || status == 429;
+	if (cc == CURLE_OK) /* 507: the server is full, which a retry within s3.timeout_ms
+			     * will not change (full_errno) */
+		return (status >= 500 && status != 507) || status == 429;
 	switch (cc) {
 	case CURLE_COULDNT_CONNECT:
 	case CURLE_SEND_ERROR:
@@ -514,6 +515,26 @@ static int status_errno(long status)
 	if (status == 503 || status == 429)
 		return -EAGAIN;
 	return -EIO;
+}
+
+/* A server or bucket that is full answers in its own words: RGW and AWS 403 QuotaExceeded
+ * (a bucket or user quota), MinIO and others 507 Insufficient Storage
+ * (XMinioStorageFull), any of them 400 EntityTooLarge for one object above their limit.
+ * These are a full tier, not a failing one: -EDQUOT / -ENOSPC, which the engine counts as
+ * writes skipped rather than as failures that open the tier's circuit for reads too, and
+ * -EFBIG. Until 2026-12-06 a quota was "access denied ... check the credentials" (-EACCES)
+ * and a full MinIO was retried until -EIO. 0: not one of them. */
+static int full_errno(long status, const char *code)
+{
+	if (status == 507)
+		return -ENOSPC;
+	if (!code)
+		return 0;
+	if (status == 403 && !strcmp(code, "QuotaExceeded"))
+		return -EDQUOT;
+	if (status == 400 && !strcmp(code, "EntityTooLarge"))
+		return -EFBIG;
+	return 0;
 }
 
 static void wait_push(struct s3_state *s, struct s3_xfer *x)
@@ -763,7 +784,20 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 		op_finish_xfer(x, rc);
 		return;
 	}
-	if (flaw) {
+	char code[64];
+	const char *ec = !flaw && cc == CURLE_OK ? error_code(x->errbody, code, sizeof(code)) : NULL;
+	int full = !flaw && cc == CURLE_OK ? full_errno(status, ec) : 0;
+	if (full) {
+		rc = full;
+		char why[96];
+		snprintf(why, sizeof(why), "%s (HTTP %ld",
+			 full == -EFBIG	   ? "object larger than the server accepts"
+			 : full == -EDQUOT ? "bucket or user quota exceeded"
+					   : "server full",
+			 status);
+		warn_limited(s, "%s %s): writes to the bucket are refused until it has room", why,
+			     ec ? ec : "Insufficient Storage");
+	} else if (flaw) {
 		warn_limited(s, "request failed: %s%s", flaw, "");
 	} else if (cc != CURLE_OK) {
 		warn_limited(s, "request failed: %s%s", curl_easy_strerror(cc), "");
@@ -773,10 +807,9 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 			     "permissions%s",
 			     status == 403 ? "403" : "401", "");
 	} else {
-		char st[16], code[64];
+		char st[16];
 		snprintf(st, sizeof(st), "%ld", status);
-		const char *c = error_code(x->errbody, code, sizeof(code));
-		warn_limited(s, "HTTP %s: %s", st, c ? c : "(no S3 error code)");
+		warn_limited(s, "HTTP %s: %s", st, ec ? ec : "(no S3 error code)");
 	}
 	op_finish_xfer(x, rc);
 }
@@ -1509,7 +1542,10 @@ static int s3_scan(struct kvt_tier *t, kvt_scan_fn fn, void *arg)
 		return -ENOMEM;
 	struct membuf m = {0};
 	struct tokset seen = {0};
-	char name[1024], size[32];
+	/* a name of ours is at most S3_NAME_MAX bytes; one that does not fit here (-E2BIG) is
+	 * not ours (until 2026-12-06 the buffer held 1,023: with a prefix of the longest length
+	 * check_prefix allows, every name of ours was skipped and the listing was empty) */
+	char name[S3_NAME_MAX + 1], size[32];
 	char *token = kvt__calloc(1, S3_MAX_LIST_TOKEN + 1);
 	char *eprefix = curl_easy_escape(e, s->prefix, 0);
 	size_t plen = strlen(s->prefix);

@@ -3,7 +3,8 @@
  * tier_s3.c - the "s3" tier against a real radosgw started on loopback by
  * scripts/ceph/start-ceph.sh: round trip, ranged reads, batched HEAD lookups, misses,
  * many requests in flight, both addressing styles, a credentials file, signed payloads,
- * wrong credentials, a body changed behind the tier's back (served as stored), a late
+ * wrong credentials, a bucket at its quota (-EDQUOT, one line), a body changed behind the
+ * tier's back (served as stored), a late
  * corruption report that must not delete a copy another node wrote since, cancel at close,
  * and radosgw stalled (SIGSTOP) and killed mid-run: errors within the deadline, never a
  * hang. (The tier against its reference, curl --parallel: `kvtier bench --tier s3`.)
@@ -542,6 +543,63 @@ static void test_empty_object(void)
 	free(back);
 }
 
+/* A bucket at its quota (radosgw-admin quota set, max 3 objects): the write past it fails
+ * -EDQUOT at once with one line saying so, not -EACCES with "access denied ... check the
+ * credentials" (until 2026-12-06), and the objects stored before are still served. (The
+ * engine counts -EDQUOT as a write skipped, not as a tier failure, so a full bucket no
+ * longer opens the tier's circuit and turns its reads into misses.) */
+static void test_quota(void)
+{
+	struct kvt_config *cfg = s3_cfg("kvt-quota");
+	cfg_set(cfg, "s3.timeout_ms", "5000");
+	struct kvt_tier *t = s3_open_cfg(cfg);
+	CHECK(shf("radosgw-admin quota set --quota-scope=bucket --bucket=kvt-quota "
+		  "--max-objects=3 >/dev/null 2>&1 && radosgw-admin quota enable "
+		  "--quota-scope=bucket --bucket=kvt-quota >/dev/null 2>&1") == 0,
+	      "radosgw-admin quota set");
+	enum { N = 6, SZ = 8192 };
+	uint8_t obj[SZ], back[SZ];
+	int ok = 0, dquot = 0, other = 0, first_refused = -1;
+	log_clear();
+	uint64_t worst = 0;
+	for (int i = 0; i < N; i++) {
+		struct kvt_key k;
+		key_of(&k, 14, (uint64_t)i);
+		fill(obj, SZ, 1400 + (uint64_t)i);
+		uint64_t t0 = kvt__now_ns();
+		int rc = t_write(t, &k, obj, SZ);
+		worst = KVT_MAX(worst, kvt__now_ns() - t0);
+		ok += rc == 0;
+		dquot += rc == -EDQUOT;
+		other += rc != 0 && rc != -EDQUOT;
+		if (rc == -EDQUOT && first_refused < 0)
+			first_refused = i;
+		if (rc && rc != -EDQUOT)
+			printf("tier_s3: quota: write %d: %s\n", i, strerror(-rc));
+	}
+	printf("tier_s3: a bucket with a quota of 3 objects: %d written, %d -EDQUOT, %d other, "
+	       "slowest %.0f ms\n",
+	       ok, dquot, other, (double)worst / 1e6);
+	CHECK(ok == 3 && dquot == N - 3 && other == 0, "quota: %d written, %d -EDQUOT, %d other",
+	      ok, dquot, other);
+	CHECK(strstr(log_text, "quota exceeded") && strstr(log_text, "QuotaExceeded") &&
+		      !strstr(log_text, "access denied"),
+	      "quota message: %s", log_text);
+	CHECK(worst < 2000000000ull, "a refused write took %.0f ms (retried?)", (double)worst / 1e6);
+	for (int i = 0; i < 3; i++) {
+		struct kvt_key k;
+		key_of(&k, 14, (uint64_t)i);
+		fill(obj, SZ, 1400 + (uint64_t)i);
+		struct kvt_seg seg = {0, SZ, back};
+		int rc = t_read(t, &k, &seg, 1);
+		CHECK(rc >= 0 && !memcmp(back, obj, SZ), "read %d: %d", i, rc);
+	}
+	tier_close(t);
+	CHECK(shf("radosgw-admin quota disable --quota-scope=bucket --bucket=kvt-quota "
+		  ">/dev/null 2>&1") == 0,
+	      "radosgw-admin quota disable");
+}
+
 /* radosgw stalled, then resumed, then killed, with requests in flight: every callback within
  * the deadline (plus scheduling slack), errors instead of hangs, and recovery after a stall. */
 static void test_rgw_failure(void)
@@ -652,6 +710,8 @@ int main(void)
 	fprintf(stderr, "ok drop_corrupt deletes the copy read, not one written since\n");
 	test_empty_object();
 	fprintf(stderr, "ok an empty object is a miss to lookups as to gets\n");
+	test_quota();
+	fprintf(stderr, "ok a bucket at its quota\n");
 	test_rgw_failure();
 	fprintf(stderr, "ok radosgw failure\n");
 	printf("PASS tier_s3\n");
