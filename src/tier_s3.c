@@ -77,6 +77,7 @@ enum s3_kind { OP_EXISTS, OP_READ, OP_WRITE, OP_REMOVE, OP_DROP };
 #define S3_SERVED 4096 /* reads remembered for drop_corrupt */
 #define S3_ETAG_MAX 48 /* "<32 hex>" or a multipart "<32 hex>-<parts>", with its NUL */
 #define S3_DATE_MAX 32 /* an HTTP date ("Fri, 04 Dec 2026 01:55:44 GMT"), with its NUL */
+#define S3_DROP_CHECKS 4 /* drops re-reading a copy at once (drop_reread) */
 #define S3_NAME_MAX 1024 /* an object name's bytes (S3's limit): prefix + 64 hex digits */
 #define S3_URL_MAX 4096  /* an object's URL with its NUL (checked at open) */
 
@@ -145,6 +146,9 @@ struct s3_op {
 
 struct s3_state {
 	bool ro; /* store.read_only: inspection writes, deletes and creates nothing */
+	/* drops re-reading a copy now, each holding a buffer of up to a full chunk's object
+	 * (drop_reread): at most S3_DROP_CHECKS */
+	atomic_uint checks;
 	struct kvt_tier *t;
 	/* configuration */
 	char *base;	  /* URL up to and including the bucket's "/" (path or virtual style) */
@@ -444,7 +448,10 @@ static void op_finish_xfer(struct s3_xfer *x, int rc)
 		atomic_fetch_add(&s->cnt.errors, 1);
 	for (uint32_t i = 0; i < op->nx; i++)
 		curl_slist_free_all(op->xfers[i].hdrs);
-	kvt__free(op->check);
+	if (op->check) {
+		kvt__free(op->check);
+		atomic_fetch_sub(&s->checks, 1);
+	}
 	kvt_tier_cb cb = op->cb;
 	void *arg = op->arg;
 	kvt__free(op);
@@ -638,9 +645,18 @@ static void drop_left(struct s3_state *s, struct s3_xfer *x)
 static void drop_reread(struct s3_state *s, struct s3_xfer *x, curl_off_t clen)
 {
 	struct s3_op *op = x->op;
+	/* Each re-read holds up to a full chunk's object for up to s3.timeout_ms, and anyone
+	 * who can write the bucket can plant corrupt objects: past S3_DROP_CHECKS at once the
+	 * copy is left (reads of it keep failing their checks, so it is never served, and a
+	 * later read reports it again). Until 2026-12-06 their number had no bound. */
+	if (clen >= (curl_off_t)KVT_HEADER_BYTES && atomic_load(&s->checks) >= S3_DROP_CHECKS) {
+		drop_left_why(s, x, "was not checked again: too many drops are checking copies");
+		return;
+	}
 	if (s->t->geometry && clen >= (curl_off_t)KVT_HEADER_BYTES &&
 	    (uint64_t)clen <= s->t->object_max &&
 	    (op->check = kvt__malloc((size_t)clen))) {
+		atomic_fetch_add(&s->checks, 1); /* given back where op->check is freed */
 		x->method = M_GET;
 		x->buf = op->check;
 		x->off = 0;
