@@ -737,6 +737,22 @@ def test_unpinned_local_weights_separate_namespaces(tdir):
     commit = "0123456789abcdef0123456789abcdef01234567"
     assert key_rev(a, commit) == key_rev(b, commit)  # a commit id is a pin
 
+    # a pin in the kvtier config file pins as one inline does (until 2026-12-06 the
+    # file's was overwritten by vLLM's revision and the weights sampled anyway)
+    conf = os.path.join(tdir, "pin.conf")
+    with open(conf, "w") as f:
+        f.write("[model]\nrevision = v1\nname = tiny-test\n")
+
+    def key_file(path):
+        buf, view = primary()
+        cfg = {"store.tiers": "dram", "dram.bytes": "8MiB", "dram.hugepages": False}
+        t = KvtierTier(spec(name=path), view, "KvtierTier", config=cfg, config_file=conf,
+                       model={**MODEL, "revision": "main"}, layout="cpu-vec")
+        k = t._key(okeys(1, seed=83)[0], None)
+        t.shutdown()
+        return k
+    assert key_file(a) == key_file(b) == key(a, **pinned)
+
 
 def test_layer_count_must_match_vllm_group(tdir):
     """vLLM's KV cache group holding a tensor more than the model has layers (a speculative
@@ -1260,4 +1276,41 @@ def test_a_suspect_whose_check_says_nothing_is_checked_again(tdir, monkeypatch):
         assert asked.count(gone) == 2
         assert [k for e in events if e.removed for k in e.keys] == [keys[0]]
     finally:
+        t.shutdown()
+
+
+def test_a_lookup_whose_poll_raises_leaves_no_verdict_behind(tdir, monkeypatch):
+    """A poll that raises inside lookup() neither reaches vLLM's scheduler nor leaves the
+    chunk's verdict held once the request ends (it was held for the engine's lifetime: a
+    miss stayed a miss); a lookup that cannot be made for another reason than
+    back-pressure is a miss, never a verdict left unanswered (RETRY for good)."""
+    buf, view = primary()
+    t = tier(view, tdir)
+    try:
+        rc = ReqContext("p")
+        t.on_new_request(rc)
+        k = okeys(1, seed=9)[0]
+        real = t._store.poll
+        calls = []
+
+        def poll(ms=0):
+            calls.append(ms)
+            if len(calls) == 1:
+                raise RuntimeError("poll failed")
+            return real(ms)
+        monkeypatch.setattr(t._store, "poll", poll)
+        assert resolve(t, k, rc) is LookupResult.MISS
+        assert calls  # the failing poll was reached
+        t.on_request_finished(rc)
+        assert not t._verdicts and not t._req_keys
+
+        def lookup(keys):
+            raise RuntimeError("store closing")
+        monkeypatch.setattr(t._store, "lookup", lookup)
+        rc2 = ReqContext("q")
+        t.on_new_request(rc2)
+        assert t.lookup(k, rc2) is LookupResult.MISS
+        assert not t._verdicts
+    finally:
+        monkeypatch.undo()
         t.shutdown()

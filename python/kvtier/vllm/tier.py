@@ -394,7 +394,12 @@ class KvtierTier(SecondaryTierManager):
             cfg.set(k, v)
         if "model.name" not in user and cfg.get("model.name") == defaults.get("model.name"):
             cfg.set("model.name", oc.model.name)
-        if "model.revision" not in user and facts["revision"]:
+        # a revision the kvtier config pins, inline or in config_file (until 2026-12-06
+        # only inline counted: a file's pin was overwritten by vLLM's revision and the
+        # weights sampled anyway, so engines configured either way never shared chunks)
+        pinned = ("model.revision" in user or
+                  cfg.get("model.revision") != defaults.get("model.revision"))
+        if not pinned and facts["revision"]:
             cfg.set("model.revision", facts["revision"])
         if tenant:
             cfg.set("model.tenant", tenant)
@@ -403,7 +408,7 @@ class KvtierTier(SecondaryTierManager):
         self._tokens_per_hash = oc.cache.tokens_per_hash
         self._hash_algo = facts["hash_algo"]
         self._weights = facts["weights"]
-        if not _is_commit(facts["revision"]) and "model.revision" not in user:
+        if not _is_commit(facts["revision"]) and not pinned:
             # Nothing pins the weights: the same name (a local path, an id resolved to
             # whatever the cache holds) may serve other weights tomorrow, or on another
             # node, and their chunks would be whole bytes of other KV under the same keys.
@@ -595,17 +600,27 @@ class KvtierTier(SecondaryTierManager):
         k = self._key(key, req_context)
         v = self._verdicts.get(k)
         if v is None:
-            v = self._verdicts[k] = _Verdict()
             try:
                 fut = self._store.lookup([k])
             except kvtier.KvtierError as e:  # back-pressure: ask again next step
-                del self._verdicts[k]
                 log.debug("kvtier lookup not submitted: %s", e)
                 return LookupResult.RETRY
-            # the request holds the verdict before its answer is taken: _drain_lookups
-            # drops an answered verdict no request holds (a DRAM answer comes just below)
+            except Exception as e:  # noqa: BLE001 - never raise into vLLM's scheduler
+                # (a store closing under us): a miss, and no verdict left unanswered,
+                # which would answer RETRY for this chunk for good
+                log.warning("kvtier lookup failed: %s", e)
+                return LookupResult.MISS
+            v = self._verdicts[k] = _Verdict()
+            # the request holds the verdict (and it is recorded as the request's, so its
+            # end releases it) before its answer is taken: _drain_lookups drops an
+            # answered verdict no request holds (a DRAM answer comes just below); until
+            # 2026-12-06 a poll that raised here left the verdict held for good
             v.reqs.add(req_context.req_id)
-            self._store.poll(0)  # a DRAM answer completes now
+            self._req_keys.setdefault(req_context.req_id, set()).add(k)
+            try:
+                self._store.poll(0)  # a DRAM answer completes now
+            except Exception as e:  # noqa: BLE001 - the answer comes with a later poll
+                log.warning("kvtier poll failed: %s", e)
             if fut.done():
                 self._on_lookup(k, v, fut)
                 self._drain_lookups()
