@@ -1314,3 +1314,71 @@ def test_a_lookup_whose_poll_raises_leaves_no_verdict_behind(tdir, monkeypatch):
     finally:
         monkeypatch.undo()
         t.shutdown()
+
+
+def test_events_name_their_owner_and_hold_a_chunk_while_any_tenant_holds_it(tdir):
+    """Two tenants store the same vLLM chunk (one OffloadKey, two kvtier keys): losing one
+    tenant's copy announced the OffloadKey removed while the other's was still held. Now
+    the removal comes with the last copy. And every event names this tier as its owner
+    and says a removal will follow a store, as vLLM's own secondary tiers' do, so vLLM
+    keeps the chunk's block hashes for the removal to fan out to."""
+    buf, view = primary(4)
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=3600.0,
+             config={"store.tiers": "dram"})
+    try:
+        keys = okeys(1, seed=41)
+        ctx = []
+        for i, tenant in enumerate(("alice", "bob")):
+            rc = ReqContext(tenant, kv_transfer_params={"kvtier_tenant": tenant})
+            t.on_new_request(rc)
+            t.submit_store(TransferJob(i + 1, keys, np.array([i]), False, rc))
+            assert wait_jobs(t, 1)[0].success
+            ctx.append(rc)
+        stored = list(t.take_events())
+        assert stored and all(not e.removed for e in stored)
+        assert all(e.ownership == "KvtierTier" and e.removal_expected for e in stored)
+
+        def removed_after(rc, timeout):
+            assert _remove_now(t, t._key(keys[0], rc)) == 1
+            events, end = [], time.monotonic() + timeout
+            while time.monotonic() < end:
+                events += [e for e in t.take_events() if e.removed]
+                time.sleep(0.01)
+            return events
+        assert removed_after(ctx[0], 1.0) == []  # bob's copy is still held
+        gone = removed_after(ctx[1], 3.0)
+        assert [k for e in gone for k in e.keys] == keys
+        assert all(e.ownership == "KvtierTier" and e.removal_expected for e in gone)
+    finally:
+        t.shutdown()
+
+
+def test_lora_engine_is_warned_that_keys_name_adapters_by_path(tdir, monkeypatch, caplog):
+    """vLLM's block hash covers a LoRA adapter by name and path, not by its contents: an
+    engine with LoRA enabled is told so at start, once, naming the remedy."""
+    from types import SimpleNamespace
+
+    import vllm.config as vcfg
+
+    def engine(lora):
+        vc = SimpleNamespace(
+            model_config=SimpleNamespace(
+                get_total_num_hidden_layers=lambda: L, get_total_num_kv_heads=lambda: H,
+                get_head_size=lambda: D, quantization=None, hf_overrides={},
+                code_revision=None, revision=None),
+            cache_config=SimpleNamespace(prefix_caching_hash_algo="sha256",
+                                         kv_cache_dtype_skip_layers=[], cache_dtype="auto"),
+            lora_config=lora)
+        monkeypatch.setattr(vcfg, "get_current_vllm_config_or_none", lambda: vc)
+        buf, view = primary()
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="kvtier.vllm"):
+            t = KvtierTier(spec(), view, "KvtierTier", layout="cpu-vec",
+                           config={"store.tiers": "dram", "dram.bytes": "8MiB",
+                                   "dram.hugepages": False})
+        t.shutdown()
+        return [r.getMessage() for r in caplog.records if "LoRA" in r.getMessage()]
+
+    assert engine(None) == []
+    said = engine(SimpleNamespace(max_loras=1))
+    assert len(said) == 1 and "path of its own" in said[0]

@@ -348,6 +348,13 @@ class KvtierTier(SecondaryTierManager):
             # which the single page size below would read at the wrong offsets
             raise ValueError("KvtierTier: an fp8 KV cache with kv_cache_dtype_skip_layers "
                              "(layers of two page sizes) is not supported")
+        if getattr(vc, "lora_config", None) is not None:
+            # vLLM's block hash names an adapter by name and path, not by its contents
+            # (docs/VLLM.md, "What the key does not cover")
+            log.warning("kvtier tier %s: LoRA is enabled and chunk keys cover an adapter "
+                        "by its name and path only: an adapter retrained in place restores "
+                        "the old one's KV from this store; give each adapter version a path "
+                        "of its own", tier_type)
         facts = _model_facts(offloading_spec, model, vc)
         self.model_facts_source = facts["source"]  # "vllm" or "config.json"
         block_tokens = oc.groups[0].tokens_per_block
@@ -466,6 +473,15 @@ class KvtierTier(SecondaryTierManager):
                 log.warning("enable_kv_events is set on tier %s but KV cache events are "
                             "disabled globally; no events", tier_type)
         self._announced: dict[bytes, OffloadKey] = {}  # kvtier key -> OffloadKey
+        # kvtier keys announced per OffloadKey: with per-request tenants several kvtier
+        # keys (one per tenant) share one OffloadKey, which is held while any of them is
+        # (until 2026-12-06 losing one tenant's copy announced the OffloadKey removed).
+        self._okey_held: dict[OffloadKey, int] = {}
+        # Events name this tier as their owner and say a removal will follow a store, as
+        # vLLM's own secondary tiers' do: vLLM then keeps a stored chunk's block hashes
+        # until the removal, which fans out to them (without it the primary tier's drop
+        # discarded them first and the removal carried only the OffloadKey's hash).
+        self._owner = tier_type
         # In process, the store's own events say which announced chunks left a tier: only
         # those are checked (a lookup each: another tier may still hold it), not every
         # announced chunk at every events_reconcile_s - one lookup per chunk kvtier holds
@@ -819,6 +835,8 @@ class KvtierTier(SecondaryTierManager):
                 if v is not None:
                     v.hit = True
                 if self._events is not None:
+                    if self._announced.get(k) is None:
+                        self._okey_held[okey] = self._okey_held.get(okey, 0) + 1
                     self._announced[k] = okey
                     if self._evq is not None:
                         sk = self._store.storage_key(k)
@@ -828,7 +846,8 @@ class KvtierTier(SecondaryTierManager):
             if self._events is not None:
                 self._events.append(OffloadingEvent(
                     keys=list(d.stored), medium=self.medium, removed=False,
-                    locality=self.locality))
+                    locality=self.locality, ownership=self._owner,
+                    removal_expected=True))
         return JobResult(
             job_id=job_id, success=ok,
             successful_keys=tuple(okeys[:d.ok]) if (is_load and not ok and d.ok) else None,
@@ -848,8 +867,14 @@ class KvtierTier(SecondaryTierManager):
         if okey is not None:
             if self._evq is not None:
                 self._by_skey.pop(self._store.storage_key(k), None)
+            held = self._okey_held.get(okey, 1) - 1
+            if held > 0:  # another tenant's copy of the chunk is still held
+                self._okey_held[okey] = held
+                return
+            self._okey_held.pop(okey, None)
             self._events.append(OffloadingEvent(keys=[okey], medium=self.medium,
-                                                removed=True, locality=self.locality))
+                                                removed=True, locality=self.locality,
+                                                ownership=self._owner, removal_expected=True))
 
     def take_events(self) -> Iterable[OffloadingEvent]:
         """Stored events when kvtier holds a chunk; removed events when it no longer does:
