@@ -83,7 +83,8 @@
 	X(k, "nvme.dir_mode", ENUM, "0700", 0, 0, "0700|0750|0770|0755", PLAIN, "permissions of the directories created (the umask still applies)") \
 	/* faulty: the test-only fault-injecting wrapper tier */ \
 	X(k, "faulty.inner", STR, "nvme", 0, 0, NULL, PLAIN, "tests only: the tier the 'faulty' tier wraps") \
-	X(k, "faulty.fail_pct", U64, "0", 0, 100, NULL, PLAIN, "tests only: percent of operations reported as -EIO") \
+	X(k, "faulty.fail_pct", U64, "0", 0, 100, NULL, PLAIN, "tests only: percent of operations reported failed (-faulty.fail_errno)") \
+	X(k, "faulty.fail_errno", U64, "5", 1, 4095, NULL, PLAIN, "tests only: the errno the failures of faulty.fail_pct report (5: EIO; 28 ENOSPC, 122 EDQUOT, 27 EFBIG: refusals)") \
 	X(k, "faulty.corrupt_pct", U64, "0", 0, 100, NULL, PLAIN, "tests only: percent of reads returned with a flipped byte") \
 	X(k, "faulty.delay_ms", U64, "0", 0, 600000, NULL, PLAIN, "tests only: delay of every completion") \
 	X(k, "faulty.seed", U64, "1", 0, 1.8e19, NULL, PLAIN, "tests only: fault pattern seed") \

@@ -384,7 +384,7 @@ void kvt__e_link_unused(struct link *l)
 void kvt__e_link_result(struct kvt_store *s, struct link *l, int rc)
 {
 	bool failure = rc < 0 && rc != -ENOENT && rc != -ENOSPC && rc != -EDQUOT &&
-		       rc != -EBADMSG && rc != -ECANCELED && rc != -EEXIST;
+		       rc != -EFBIG && rc != -EBADMSG && rc != -ECANCELED && rc != -EEXIST;
 	if (!failure) {
 		if (atomic_load(&l->open_until_ns))
 			KVT_INFO(&s->log, "tier %s recovered", l->name);

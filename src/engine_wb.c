@@ -184,7 +184,9 @@ static void wb_leg_account(struct wb *w, struct link *l, int rc)
 {
 	struct kvt_store *s = w->s;
 	if (rc < 0) {
-		if (rc == -ENOSPC || rc == -EDQUOT) {
+		/* refused (full, over a budget or quota, or larger than the tier takes: an S3
+		 * server's EntityTooLarge): not a failing tier */
+		if (rc == -ENOSPC || rc == -EDQUOT || rc == -EFBIG) {
 			atomic_fetch_add(&l->writes_refused, 1);
 			budget_reoffer(w, &w->ref, (int)(l - s->links), rc);
 			wb_set_err(w, rc);

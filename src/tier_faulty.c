@@ -41,6 +41,7 @@ struct fcall {
 struct faulty {
 	struct kvt_tier *inner;
 	_Atomic uint32_t fail_pct, corrupt_pct, delay_ms, write_delay_ms;
+	uint32_t fail_errno; /* faulty.fail_errno: what an injected failure reports */
 	_Atomic uint64_t write_rate; /* bytes/s of the one-lane write device, 0: off */
 	uint64_t lane_free_ns;	     /* when that lane is done with the writes given it (m) */
 	_Atomic uint64_t rng;
@@ -143,7 +144,7 @@ static void fcall_done(void *arg, int64_t rc)
 	uint32_t d = atomic_load(&f->delay_ms);
 	if (rc >= 0 && roll(f, atomic_load(&f->fail_pct))) {
 		atomic_fetch_add(&f->injected, 1);
-		rc = -EIO;
+		rc = -(int64_t)f->fail_errno;
 	} else if (c->is_read && rc > 0 && roll(f, atomic_load(&f->corrupt_pct))) {
 		atomic_fetch_add(&f->injected, 1);
 		uint64_t n = KVT_MIN((uint64_t)rc, c->seg0.len);
@@ -213,6 +214,7 @@ static int faulty_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	}
 	f->thread_started = true;
 	atomic_store(&f->fail_pct, (uint32_t)kvt__cfg_u64(cfg, "faulty.fail_pct"));
+	f->fail_errno = (uint32_t)kvt__cfg_u64(cfg, "faulty.fail_errno");
 	atomic_store(&f->corrupt_pct, (uint32_t)kvt__cfg_u64(cfg, "faulty.corrupt_pct"));
 	atomic_store(&f->delay_ms, (uint32_t)kvt__cfg_u64(cfg, "faulty.delay_ms"));
 	atomic_store(&f->rng, kvt__cfg_u64(cfg, "faulty.seed") | 1);

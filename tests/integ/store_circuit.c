@@ -12,6 +12,10 @@
  *     not asked about: the tier's answer could predate the remove): the lookup took the
  *     probe and, asking nothing, never gave it back - the tier was skipped until restart.
  *     After the tier heals, a read reaches it again within 3 s.
+ *  3. Writes the tier refuses - larger than it takes (an S3 server's EntityTooLarge:
+ *     -EFBIG), over a quota (-EDQUOT), full (-ENOSPC) - are writes skipped, not failures
+ *     that count towards opening the circuit (which would skip the tier's reads too):
+ *     until 2026-12-06 -EFBIG was one.
  */
 #include "engine.h"
 #include "testlib.h"
@@ -95,6 +99,36 @@ int main(void)
 	kvt_store_close(s);
 	test_rmdir(dir);
 	free(dir);
+
+	/* 3. */
+	static const struct {
+		int err;
+		const char *name;
+	} refusals[] = {{EFBIG, "27"}, {EDQUOT, "122"}, {ENOSPC, "28"}};
+	for (size_t r3 = 0; r3 < sizeof(refusals) / sizeof(refusals[0]); r3++) {
+		dir = test_tmpdir("circuit3");
+		struct kvt_config *c = test_config("dram,faulty", dir);
+		test_set(c, "faulty.inner", "nvme");
+		test_set(c, "faulty.fail_pct", "100");
+		test_set(c, "faulty.fail_errno", refusals[r3].name);
+		s = test_open(c);
+		for (int i = 0; i < 8; i++) {
+			struct kvt_key a;
+			new_key(s, &a);
+			test_put_seed(s, &a, 30 + (uint64_t)i);
+			test_wb_settle(s);
+		}
+		struct kvt_stats st;
+		CHECK_RC(kvt_stats(s, &st), 0);
+		printf("store_circuit: 8 writes refused %s: tier errors %llu, writes skipped %llu\n",
+		       kvt_strerror(-refusals[r3].err), (unsigned long long)st.tier[1].errors,
+		       (unsigned long long)st.tier[1].writes_skipped);
+		CHECK_EQ(st.tier[1].errors, 0);
+		CHECK(st.tier[1].writes_skipped >= 8);
+		kvt_store_close(s);
+		test_rmdir(dir);
+		free(dir);
+	}
 	printf("store_circuit: ok\n");
 	return 0;
 }
