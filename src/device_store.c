@@ -481,8 +481,11 @@ static void load_finish(struct kvt_device_op *op)
 		}
 		/* Layers that ended after the pin was certainly held (pin_layer_check) wait for
 		 * this confirmation; without it they stay not done and their waits fail. */
-		if (res.status >= 0)
+		if (res.status >= 0) {
+			pthread_mutex_lock(&op->mu); /* waiters read it under op->mu */
 			__atomic_store_n(&op->layers_done, op->layers, __ATOMIC_RELEASE);
+			pthread_mutex_unlock(&op->mu);
+		}
 	} else if (c->have_ref) {
 		kvt__store_release(c->s, &c->ref);
 	}
