@@ -228,8 +228,23 @@ static void seterr(char *err, size_t errlen, const char *fmt, const char *a, con
 		snprintf(err, errlen, fmt, a, b);
 }
 
+static int config_set(struct kvt_config *cfg, const char *key, const char *value, char *err,
+		      size_t errlen);
+
+/* The public calls echo keys and values from files, --set and the environment in their
+ * errors: scrubbed of control characters (until 2026-12-06 a value could carry terminal
+ * escapes or a newline into the operator's terminal). */
 int kvt_config_set(struct kvt_config *cfg, const char *key, const char *value, char *err,
 		   size_t errlen)
+{
+	int rc = config_set(cfg, key, value, err, errlen);
+	if (rc < 0 && err)
+		kvt__scrub_controls(err, errlen);
+	return rc;
+}
+
+static int config_set(struct kvt_config *cfg, const char *key, const char *value, char *err,
+		      size_t errlen)
 {
 	if (!cfg || !key || !value)
 		return -EINVAL;
@@ -817,12 +832,17 @@ int kvt_config_load_file(struct kvt_config *cfg, const char *path, char *err, si
 	struct ini_ctx c = {.cfg = cfg};
 	int line, rc = kvt__ini_load(path, KVT_CONFIG_MAX_FILE_BYTES, on_ini_pair, &c, err,
 				     errlen, &line);
-	if (rc < 0)
+	if (rc < 0) {
+		if (err)
+			kvt__scrub_controls(err, errlen);
 		return rc;
+	}
 	if (line == 0)
 		return 0;
-	if (err && errlen)
+	if (err && errlen) {
 		snprintf(err, errlen, "%s:%d: %s", path, line, c.rc < 0 ? c.why : "syntax error");
+		kvt__scrub_controls(err, errlen);
+	}
 	return c.rc < 0 ? c.rc : -EINVAL;
 }
 

@@ -64,6 +64,10 @@ void kvt__logf_limited(const struct kvt_log *log, struct kvt_log_limit *lim, int
 
 /* ---- time ---- */
 uint64_t kvt__now_ns(void); /* CLOCK_MONOTONIC */
+/* Replace the control characters of s (at most cap bytes, up to its NUL) with '?': an
+ * error message that echoes input (a config value, a trace's field name) stays one line
+ * and carries no terminal escape. */
+void kvt__scrub_controls(char *s, size_t cap);
 
 /* ---- statistics: the one percentile of the code base (sim, replay, bench) ---- */
 int kvt__cmp_double(const void *a, const void *b); /* qsort ascending */

@@ -120,6 +120,7 @@ __attribute__((format(printf, 2, 3))) static int fail(struct lex *l, const char 
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
+	kvt__scrub_controls(why, sizeof(why)); /* a field name or escape from the trace */
 	if (l->err && l->errlen)
 		snprintf(l->err, l->errlen, "line %zu: %s", l->line, why);
 	l->rc = -EINVAL;

@@ -175,6 +175,22 @@ void kvt__huge_free(void *p, size_t n)
 	munmap(p, len);
 }
 
+void kvt__scrub_controls(char *s, size_t cap)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < cap && s[i]; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x20 || c == 0x7f) {
+			s[i] = '?';
+		} else if (c == 0xc2 && i + 1 < cap && (unsigned char)s[i + 1] >= 0x80 &&
+			   (unsigned char)s[i + 1] <= 0x9f) {
+			s[i] = s[i + 1] = '?'; /* U+0080..U+009F, the C1 controls (CSI: U+009B) */
+			i++;
+		}
+	}
+}
+
 void kvt__logf(const struct kvt_log *log, int level, const char *fmt, ...)
 {
 	if (!log || !log->fn || level > log->level)

@@ -814,6 +814,14 @@ int kvt_cmd_bench(int argc, char **argv)
 	size_t n_keys = (size_t)(o.set_bytes / o.chunk_bytes);
 	if (n_keys < 2)
 		n_keys = 2;
+	/* The working set is held in memory (its keys) and, for dram, in the pool: a set no
+	 * machine holds is refused here, by name (until 2026-12-06 the pool's size wrapped
+	 * past 2^64 and the run ended "out of memory" with exit 0). */
+	if (n_keys > (1ull << 40) / 32 || o.set_bytes > (1ull << 50))
+		return cli_fail("bench", "--set-bytes %llu: a working set of %zu objects is "
+					 "more than this benchmark can hold",
+				(unsigned long long)o.set_bytes, n_keys),
+		       2;
 	/* An operation picks a working-set key no other one is using: at most half the keys
 	 * in flight, so there are idle keys to pick from. Capped here, not in the phase, so
 	 * that the reference, the tier's configuration and the result all get the depth

@@ -71,8 +71,8 @@ int kvt_cmd_status(int argc, char **argv)
 		return cli_fail("status", "%s: %s", path, kvt_strerror(rc));
 	}
 	/* This command's own connection is not the daemon's business: leave it out. */
-	st.connections -= 1;
-	st.regions_mapped -= 1;
+	st.connections -= st.connections > 0;
+	st.regions_mapped -= st.regions_mapped > 0;
 	size_t n = sizeof(rows) / sizeof(rows[0]);
 	if (o.json) {
 		for (size_t i = 0; i < n; i++)

@@ -231,7 +231,8 @@ static int set(struct kvt_config *cfg, const char *k, const char *v)
 static void mkdirs(const char *path)
 {
 	char buf[4096];
-	snprintf(buf, sizeof(buf), "%s", path);
+	if (!*path || snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+		return; /* nothing, or a path cut short: create none of it (the open says why) */
 	for (char *p = buf + 1; *p; p++)
 		if (*p == '/') {
 			*p = 0;

@@ -8,7 +8,8 @@
 # replace the value with it), a key set twice (last would win), a syntax error (its own
 # line and reason, not a later line's), a value that is not UTF-8, and a token file with a
 # negative or over-32-bit id or more ids than --synthetic; and replay's generator given a
-# huge document count or documents per request.
+# huge document count or documents per request. Input echoed in an error (a trace's field
+# name, a config value) is scrubbed of control characters, C1 ones included.
 set -euo pipefail
 . "$(dirname "$0")/lib/jq.sh"
 K="$KVT_BIN/kvtier"
@@ -135,6 +136,18 @@ rc=0
 timeout 20 "$K" crossover --set cost.profile=/dev/zero >/dev/null 2>"$T/err" || rc=$?
 [ $rc != 124 ] && [ $rc != 0 ] || fail "cost.profile /dev/zero: exit $rc"
 grep -q "/dev/zero: not a regular file" "$T/err" || fail "cost.profile: $(cat "$T/err")"
+# input echoed in an error carries no control character out of it (until 2026-12-06 a
+# trace's field name or a config value could put a newline or a terminal escape into the
+# operator's terminal): expect_err checks the one printable line
+printf '{"\\u001b[31mRED\\nsecond" 5}\n' >"$T/esc.jsonl"
+expect_err "trace escape in a field name" 'expected .:. after "?\[31mRED?second"' "$K" replay --trace "$T/esc.jsonl" --simulate
+printf '[dram]\nbytes = 4G\033]0;pwned\007\n' >"$T/esc.ini"
+expect_err "config escape in a value" "is not a size" "$K" config --config "$T/esc.ini"
+expect_err "--set with a newline" "is not a size" "$K" config --set "dram.bytes=4G
+second line"
+expect_err "--set with a C1 control" "is not a size" "$K" config --set "dram.bytes=4G$(printf '\xc2\x9b')2J"
+# a benchmark working set no machine holds (its DRAM pool's size wrapped past 2^64)
+expect_err "bench huge set" "more than this benchmark can hold" "$K" bench --tier dram --chunk-bytes 4K --set-bytes 8388608TiB --no-ref
 # what is within the bounds still loads
 printf '[s3]\nprefix = abc\n' >"$T/ok.ini"
 "$K" config --config "$T/ok.ini" --json | jqe '."s3.prefix" == "abc"' >/dev/null || fail "a good config no longer loads"
