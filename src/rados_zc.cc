@@ -24,6 +24,15 @@ struct zc_hold {
 	ceph::bufferlist bl;
 };
 
+/* aio_write_full threw after the hold was published: a failed call runs no completion
+ * (the caller's contract for rc < 0), so the hold is ours to free (until 2026-12-06 it was
+ * left set and leaked). */
+void drop_published(void **hold)
+{
+	delete static_cast<zc_hold *>(*hold);
+	*hold = nullptr;
+}
+
 } // namespace
 
 extern "C" int kvt__rados_zc_write_full(rados_ioctx_t io, const char *oid, rados_completion_t c,
@@ -60,8 +69,10 @@ extern "C" int kvt__rados_zc_write_full(rados_ioctx_t io, const char *oid, rados
 		}
 		return 0;
 	} catch (const std::bad_alloc &) {
+		drop_published(hold);
 		return -ENOMEM;
 	} catch (...) {
+		drop_published(hold);
 		return -EIO;
 	}
 }

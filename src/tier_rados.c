@@ -109,6 +109,7 @@ struct rados_served {
 
 struct rados_state {
 	bool ro; /* store.read_only: inspection writes, deletes and creates nothing */
+	struct kvt_log_limit refuse_limit; /* the lines of refused writes (op_complete) */
 	struct kvt_tier *t;
 	rados_t cluster;
 	rados_ioctx_t io;
@@ -260,6 +261,20 @@ static void op_complete(struct rados_op *op)
 		if (any)
 			remember_served(s, &op->key, ver);
 	}
+	/* A write larger than the OSDs take in one message (osd_max_write_size: -EMSGSIZE)
+	 * is refused for its size, as one above osd_max_object_size (-EFBIG) is: the engine
+	 * counts -EFBIG, and a full pool's -EDQUOT / -ENOSPC, as writes refused rather than
+	 * as a failing tier (until 2026-12-06 -EMSGSIZE opened the circuit, and none of them
+	 * said a word above debug level). */
+	if (result == -EMSGSIZE)
+		result = -EFBIG;
+	if (result == -EFBIG || result == -EDQUOT || result == -ENOSPC)
+		kvt__logf_limited(&s->t->log, &s->refuse_limit, KVT_LOG_WARN,
+				  "rados: pool '%s' refuses writes: %s", s->pool,
+				  result == -EFBIG    ? "an object larger than the OSDs take "
+							"(osd_max_write_size, osd_max_object_size)"
+				  : result == -EDQUOT ? "the pool is at its quota"
+						      : "the cluster or pool is full");
 	if (result < 0 && result != -ENOENT && result != -ECANCELED) {
 		atomic_fetch_add(&s->cnt.errors, 1);
 		KVT_DEBUG(&s->t->log, "rados: %s: %s", op->oids[0], strerror((int)-result));
