@@ -96,6 +96,11 @@
  * 6.6 s through kvtier ls over loopback, on two busy cores); its connect and each reply
  * keep the single timeout within it. */
 #define RD_LIST_TIMEOUTS 16
+#define RD_READ_TURN (64ull << 20) /* bytes conn_read takes before the loop runs again */
+/* Redis refuses a bulk string longer than proto-max-bulk-len (512 MiB unless configured)
+ * with a protocol error and closes the connection, failing every request pipelined on it:
+ * a larger object is refused before it is sent (rd_can_write, rd_write: -EFBIG). */
+#define RD_MAX_BULK (512ull << 20)
 #define RD_DROP_QUEUE 256       /* corruption reports waiting for the drop thread */
 #define RD_DROP_PIECE (1u << 20) /* bytes of a value per GETRANGE while a drop checks it */
 #define RD_SCAN_COUNT 1000      /* the COUNT hint of the listing's SCAN calls */
@@ -330,7 +335,11 @@ static int error_code(const char *msg)
 	if (!strncmp(msg, "NOAUTH", 6) || !strncmp(msg, "WRONGPASS", 9) ||
 	    strstr(msg, "invalid password") || strstr(msg, "invalid username"))
 		return -EACCES;
-	if (!strncmp(msg, "OOM", 3))
+	/* maxmemory reached; or MISCONF: the server cannot persist (its disk is full,
+	 * stop-writes-on-bgsave-error) and refuses writes while reads go on - a full tier, not
+	 * a failing one (until 2026-12-06 MISCONF was -EIO, which opened the tier's circuit
+	 * for reads too) */
+	if (!strncmp(msg, "OOM", 3) || !strncmp(msg, "MISCONF", 7))
 		return -ENOSPC;
 	return -EIO;
 }
@@ -804,6 +813,11 @@ static int consume(struct rd_conn *c, const char *p, size_t left)
  * reply is read from the socket directly into the caller's segment. */
 static int conn_read(struct rd_conn *c)
 {
+	/* At most RD_READ_TURN bytes per call: the thread goes back to its loop, which checks
+	 * the requests' deadlines and close, even while a server (or anyone between) streams
+	 * bytes faster than they are taken (until 2026-12-06 a reply of 2^62 bytes held it
+	 * here for as long as they came). Poll is level-triggered: the rest is read next. */
+	uint64_t taken = 0;
 	for (;;) {
 		bool direct = c->in_bulk && c->bulk_want;
 		size_t want = direct ? (size_t)KVT_MIN(c->bulk_want, (uint64_t)1 << 30) : RD_RBUF;
@@ -830,7 +844,7 @@ static int conn_read(struct rd_conn *c)
 			if (rc < 0)
 				return rc;
 		}
-		if ((size_t)n < want)
+		if ((size_t)n < want || (taken += (uint64_t)n) >= RD_READ_TURN)
 			return 0;
 	}
 }
@@ -1171,6 +1185,8 @@ static int rd_write(struct kvt_tier *t, const struct kvt_key *key, const void *o
 		return -EINVAL;
 	if (s->ro)
 		return -EROFS;
+	if (len > RD_MAX_BULK)
+		return -EFBIG;
 	char name[512];
 	size_t klen = key_name(s, key, name);
 	const char *argv[3] = {"SET", name, obj};
@@ -1184,6 +1200,14 @@ static int rd_write(struct kvt_tier *t, const struct kvt_key *key, const void *o
 	op->bytes = len;
 	op->ncmds = 1;
 	return submit(s, op);
+}
+
+static int rd_can_write(struct kvt_tier *t, uint64_t len)
+{
+	struct rd_state *s = t->state;
+	if (s->ro)
+		return -EROFS;
+	return len > RD_MAX_BULK ? -EFBIG : 0;
 }
 
 static int rd_remove(struct kvt_tier *t, const struct kvt_key *key, kvt_tier_cb cb, void *arg)
@@ -1843,6 +1867,6 @@ const struct kvt_tier_ops kvt__tier_redis_ops = {
 	.stats = rd_stats,
 	.scan = rd_scan,
 	.flush = NULL,
-	.can_write = NULL,
+	.can_write = rd_can_write,
 	.drop_corrupt = rd_drop_corrupt,
 };

@@ -44,6 +44,8 @@
  *  14. the same with redis.min_bytes_per_s low enough that the value bytes ahead of each
  *      put outlast the server's pace: every put is kept (the allowance for bytes is the
  *      key's, not a constant).
+ *  15. SET answered MISCONF (the server cannot persist): -ENOSPC, not -EIO; a value above
+ *      Redis's 512 MiB bulk limit: -EFBIG before anything is sent.
  * Exit 0 pass, 1 fail.
  */
 #include <arpa/inet.h>
@@ -63,6 +65,7 @@ static _Atomic int scans; /* SCAN calls answered */
 /* the command whose reply is trickled (sections 4, 5), NULL for none */
 static const char *_Atomic trickle_cmd;
 static _Atomic bool set_oom; /* SET answered with an OOM error (section 6) */
+static _Atomic bool set_misconf; /* SET answered with a MISCONF error (section 15) */
 /* sections 8 and 9: GETRANGE, or SCAN, answered with a reply far larger than asked for */
 enum flood { FLOOD_NONE, FLOOD_BULK, FLOOD_ARRAY };
 static _Atomic int flood;
@@ -204,6 +207,11 @@ static void serve(int fd)
 					 atomic_load(&mode) == SLOW ? 100000000 : 10);
 			} else if (argc >= 1 && !strcasecmp(argv[0], "STRLEN")) {
 				snprintf(out, sizeof(out), ":4096\r\n");
+			} else if (argc >= 1 && !strcasecmp(argv[0], "SET") &&
+				   atomic_load(&set_misconf)) {
+				snprintf(out, sizeof(out),
+					 "-MISCONF Redis is configured to save RDB snapshots, but "
+					 "it's currently unable to persist to disk.\r\n");
 			} else if (argc >= 1 && !strcasecmp(argv[0], "SET") &&
 				   atomic_load(&set_oom)) {
 				/* with a terminal escape (ESC, BEL) in its text */
@@ -665,6 +673,35 @@ int main(void)
 	       (unsigned long long)worst);
 	CHECK(timed_out >= 1);
 	atomic_store(&step_delay_ms, 0);
+	th_close(t);
+
+	/* 15. a server that cannot persist (MISCONF: its disk full) refuses writes: -ENOSPC,
+	 * a full tier, not -EIO; and a value above Redis's bulk limit (512 MiB) is refused
+	 * before it is sent (-EFBIG): sent, the server would close the connection and fail
+	 * every request pipelined on it */
+	const char *kv9[] = {"redis.url", url, "redis.timeout_ms", tmo, "redis.prefix",
+			     "kvt-test:", NULL};
+	t = open_counting(kv9);
+	atomic_store(&set_misconf, true);
+	int misconf = 0;
+	for (int i = 0; i < 8; i++) {
+		struct kvt_key mk;
+		th_key(&mk, 1500 + (uint64_t)i, 15);
+		misconf += th_write(t, &mk, obj, sizeof(obj)) == -ENOSPC;
+	}
+	atomic_store(&set_misconf, false);
+	int big = t->ops->can_write(t, (512ull << 20) + 1);
+	int small_ok = t->ops->can_write(t, 1ull << 20);
+	struct kvt_key bk;
+	th_key(&bk, 1600, 15);
+	int bigw = t->ops->write(t, &bk, obj, (512ull << 20) + 1, pipe_cb, &pp[0]);
+	printf(" 15. MISCONF: %d of 8 puts -ENOSPC; a value of 512 MiB + 1: can_write %s, write "
+	       "%s\n",
+	       misconf, kvt_strerror(big), kvt_strerror(bigw));
+	CHECK_EQ(misconf, 8);
+	CHECK_EQ(big, -EFBIG);
+	CHECK_EQ(small_ok, 0);
+	CHECK_EQ(bigw, -EFBIG);
 	th_close(t);
 
 	/* 14. the same server and pipeline with redis.min_bytes_per_s at 1 KiB/s: each 256-byte
