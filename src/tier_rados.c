@@ -487,8 +487,22 @@ static void *submit_thread(void *arg)
 		uint32_t nsub = op->nsub;
 		for (uint32_t i = 0; i < nsub; i++) {
 			struct rados_sub *u = &op->subs[i];
-			while (s->inflight >= s->max_inflight && !s->closing)
-				pthread_cond_wait(&s->cond, &s->lock);
+			/* A slot frees when an op in flight ends, which may be long after this
+			 * op's deadline (a stalled OSD): the wait ends at the deadline too, and the
+			 * op is answered -ETIMEDOUT then, as the file comment says (until
+			 * 2026-12-06 it waited for a slot, then failed, up to a timeout late). */
+			while (s->inflight >= s->max_inflight && !s->closing) {
+				uint64_t now = kvt__now_ns();
+				if (now >= op->deadline_ns)
+					break;
+				uint64_t left = KVT_MIN(op->deadline_ns - now, 1000000000ull);
+				struct timespec ts;
+				clock_gettime(CLOCK_REALTIME, &ts); /* s->cond's clock */
+				uint64_t ns = (uint64_t)ts.tv_nsec + left;
+				ts.tv_sec += (time_t)(ns / 1000000000ull);
+				ts.tv_nsec = (long)(ns % 1000000000ull);
+				pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+			}
 			int rc = 0;
 			if (s->closing)
 				rc = -ECANCELED;
