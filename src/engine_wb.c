@@ -314,7 +314,12 @@ static void wb_leg_orphan(struct guard *g)
 	struct kvt_store *s = w->s;
 	struct link *l = leg->l;
 	int i = (int)(l - s->links);
+	/* -ETIMEDOUT from the tier is an outcome unknown: a Redis or S3 tier that gave up
+	 * waiting for its server, which may still run the SET or PUT. For removing it again
+	 * it counts as landed (until 2026-12-06 it did not, and a removed key came back when
+	 * the server applied the write); it is not announced stored. */
 	bool landed = g->late_rc >= 0, undo = false;
+	bool maybe = landed || g->late_rc == -ETIMEDOUT;
 	pthread_mutex_lock(&s->wb_lock);
 	struct keyrec *rec = w->rec;
 	if (rec) {
@@ -325,7 +330,7 @@ static void wb_leg_orphan(struct guard *g)
 	bool drop = w->tail || kvt__e_keyrec_removed_since(rec, w->seq);
 	/* Also while the store is closing: its tiers are open until close has waited for the
 	 * undos it can (tiers_closing) */
-	if (landed && drop && !s->tiers_closing) {
+	if (maybe && drop && !s->tiers_closing) {
 		s->undo_sending++;
 		if (rec) {
 			/* in the same hold of the lock: no write slips in, and no read finds the

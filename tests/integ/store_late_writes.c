@@ -53,6 +53,10 @@
  *     its write skipped NVMe and left it dirty, and no other slot was ever cleaned: every
  *     put failed while the call was out (old code: 'fresh put 0: no space: tier full and
  *     nothing evictable'). Now the cleaner passes over a slot it cannot clean.
+ * 13. as 3, but the late write's answer is -ETIMEDOUT although it landed (a Redis or S3
+ *     tier gave up on a SET or PUT its server still ran): taken for "not written", it was
+ *     not removed again and the removed key was back. Now an answer of unknown outcome is
+ *     removed again like one that landed.
  * Exit 0 pass, 1 fail.
  */
 #include "engine.h"
@@ -76,6 +80,9 @@ static _Atomic int removes_held;   /* remove calls held so far */
 static _Atomic int hold_answer_ms;
 static _Atomic int held_landed; /* held writes that reached the tier's storage */
 static _Atomic int hold_exists_ms; /* the next exists answer is held this long */
+/* the next held write that lands is answered -ETIMEDOUT all the same (a tier that gave up
+ * waiting for its server, which then applied the write) */
+static _Atomic bool answer_timedout;
 
 struct held {
 	struct held_answer a; /* first; a.ms: how late a write's answer is passed on */
@@ -91,8 +98,11 @@ struct held {
 static void answer_held(void *arg, int64_t rc)
 {
 	struct held *h = arg;
-	if (!h->remove && rc >= 0)
+	if (!h->remove && rc >= 0) {
 		atomic_fetch_add(&held_landed, 1);
+		if (atomic_exchange(&answer_timedout, false))
+			rc = -ETIMEDOUT;
+	}
 	held_answered(h, rc);
 }
 
@@ -387,6 +397,32 @@ static void test_remove_after_deadline(const char *base)
 	teardown(&f);
 }
 
+/* 13. as 3, but the late write's answer is -ETIMEDOUT though it landed (Redis or S3 gave
+ * up waiting while the server still ran the SET or PUT): an answer that says the outcome
+ * is unknown was taken for "not written", so the write was not removed again and the
+ * removed key was back (old code: 'after the late write: found 1'). */
+static void test_remove_after_timed_out_write(const char *base)
+{
+	printf(" 13. remove after a write missed its deadline, answered -ETIMEDOUT but landed\n");
+	struct fixture f;
+	setup(&f, base, "late-etimedout", "dram,nvme");
+	atomic_store(&answer_timedout, true);
+	int landed0 = atomic_load(&held_landed);
+	put_late(&f);
+	int rc = kvt_remove_sync(f.s, &f.k);
+	printf("    remove: %d tier(s)\n", rc);
+	CHECK(rc >= 1);
+	wait_held(f.s);
+	CHECK_EQ(atomic_load(&held_landed) - landed0, 1);
+	CHECK(!atomic_load(&answer_timedout)); /* its answer was the -ETIMEDOUT */
+	int found = kvt_lookup_sync(f.s, &f.k, 1, NULL);
+	printf("    after the late write: found %d\n", found);
+	CHECK_EQ(found, 0);
+	reopen(&f);
+	CHECK_EQ(kvt_lookup_sync(f.s, &f.k, 1, NULL), 0);
+	teardown(&f);
+}
+
 static int rm_done;
 static struct kvt_result rm_res;
 
@@ -629,9 +665,9 @@ int main(int argc, char **argv)
 		test_waiting_remove_then_put, test_late_write_undo_read, test_put_while_remove_out,
 		test_late_answer_window, test_lookup_after_remove, test_late_write_while_closing,
 		test_put_after_late_remove, test_rewrite_after_late_remove,
-		test_writeback_blocked_coldest};
+		test_writeback_blocked_coldest, test_remove_after_timed_out_write};
 	int n = (int)(sizeof(sections) / sizeof(sections[0]));
-	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-12; all by default */
+	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-13; all by default */
 	char *dir = test_tmpdir("store_late_writes");
 	for (int i = 0; i < n; i++)
 		if (!only || only == i + 1)
