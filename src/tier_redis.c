@@ -1758,13 +1758,25 @@ static void drop_one(struct rd_state *s, const struct kvt_key *key)
 	}
 	freeReplyObject(r);
 	r = NULL;
-	if (redisAppendCommand(c, "MULTI") != REDIS_OK ||
-	    redisAppendCommand(c, "DEL %b", name, klen) != REDIS_OK ||
+	/* MULTI first, alone: pipelined behind a MULTI the server refuses (an ACL that allows
+	 * WATCH and DEL but not MULTI), the DEL would run at once, unguarded by the WATCH, and
+	 * could delete a good copy written since (until 2026-12-06) */
+	if (redisAppendCommand(c, "MULTI") != REDIS_OK) {
+		rc = sync_fail(c);
+		goto out;
+	}
+	if ((rc = sync_reply(s, c, s->drop_efd, end, &cap_small, &r)) < 0)
+		goto out;
+	if (r->type != REDIS_REPLY_STATUS) {
+		rc = -EPROTO;
+		goto out;
+	}
+	if (redisAppendCommand(c, "DEL %b", name, klen) != REDIS_OK ||
 	    redisAppendCommand(c, "EXEC") != REDIS_OK) {
 		rc = sync_fail(c);
 		goto out;
 	}
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 2; i++) {
 		freeReplyObject(r);
 		if ((rc = sync_reply(s, c, s->drop_efd, end, &cap_small, &r)) < 0)
 			goto out;

@@ -13,7 +13,8 @@
  * reports exists only once one came (an open makes one thread per connection); a server
  * that echoes AUTH's arguments in its error (AUTH renamed away) never gets the password
  * into the log; a refused SELECT (a database the server does not have) leaves database 0
- * as it was - the requests queued behind it used to run there.
+ * as it was - the requests queued behind it used to run there; a drop by a user the server
+ * refuses MULTI leaves the value (its DEL used to run unguarded by the WATCH).
  * Exit 0 pass, 1 fail, 77 when redis-server is not installed.
  *
  * Throughput against redis-benchmark is `kvtier bench --tier redis` (docs/BENCHMARKS.md).
@@ -596,6 +597,43 @@ static void test_drop_rewritten(const struct rs *srv, const char *url)
 	a->ops->stats(a, &st);
 	CHECK_EQ(st.removes, 2);
 	CHECK_EQ(st.errors, 0);
+
+	/* A server that refuses MULTI to this user (an ACL allowing WATCH and DEL): the DEL
+	 * must not run unguarded by the WATCH. Pipelined behind the refused MULTI it ran at
+	 * once (until 2026-12-06) and could delete a good copy written since; now the drop
+	 * stops at MULTI's refusal and leaves the value, which no read serves anyway. */
+	rc2 = redisConnect("127.0.0.1", srv->port);
+	CHECK(rc2 && !rc2->err);
+	r = redisCommand(rc2, "ACL SETUSER nomulti on >pw ~* &* +@all -multi");
+	CHECK(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	struct kvt_key k3;
+	th_key(&k3, 3, 18);
+	kvt_key_to_hex(&k3, hex);
+	snprintf(name, sizeof(name), "kvt-test:%s", hex);
+	memset(c1, 0x5a, n);
+	r = redisCommand(rc2, "SET %s %b", name, c1, (size_t)n);
+	CHECK(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	char nurl[256];
+	snprintf(nurl, sizeof(nurl), "redis://nomulti:pw@127.0.0.1:%d", srv->port);
+	struct kvt_tier *c = open_redis(nurl, "2000", "1");
+	c->geo = drop_geo;
+	c->geometry = &c->geo;
+	c->object_max = a->object_max;
+	c->log.fn = drop_capture;
+	c->log.level = KVT_LOG_INFO;
+	CHECK_EQ(th_read_all(c, &k3, back, sizeof(back)), (int64_t)n);
+	drop_log_clear();
+	c->ops->drop_corrupt(c, &k3);
+	drop_wait(b, &k3, "left in place");
+	CHECK(drop_said("left in place"));
+	CHECK_EQ(th_read_all(b, &k3, back, sizeof(back)), (int64_t)n);
+	th_close(c);
+	r = redisCommand(rc2, "ACL DELUSER nomulti");
+	freeReplyObject(r);
+	redisFree(rc2);
+	CHECK_EQ(th_remove(b, &k3), 0);
 
 	/* A report about a key that is gone already: nothing to do, nothing counted. */
 	drop_log_clear();
