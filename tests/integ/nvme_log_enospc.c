@@ -12,21 +12,11 @@
  * shrink is that of the 3-segment cycle; and a second run over the same directory, once it
  * meets the same full disk, reports the same capacity and again evicts nothing below it.
  */
-#include <sys/mount.h>
-
 #include "nvme_util.h"
+#include "lib/tmpfs.h"
 
 #define OBJ (64u << 10)
 #define SEG (16ull << 20)
-
-static char root[64], mnt[300];
-
-static void cleanup(void)
-{
-	if (mnt[0])
-		umount2(mnt, MNT_DETACH);
-	rm_rf(root);
-}
 
 static int open_small(struct kvt_tier **t, const char *dir)
 {
@@ -68,21 +58,7 @@ static int write_run(struct kvt_tier *t, uint64_t seed, int n, uint64_t *cap_out
 
 int main(void)
 {
-	if (geteuid() != 0) {
-		printf("SKIP: needs root to mount tmpfs\n");
-		return 77;
-	}
-	snprintf(root, sizeof(root), "/tmp/kvt-nvme-log-enospc-XXXXXX");
-	CHECK(mkdtemp(root));
-	atexit(cleanup);
-	char m[300];
-	snprintf(m, sizeof(m), "%s/tmpfs", root);
-	CHECK_EQ(mkdir(m, 0755), 0);
-	if (mount("tmpfs", m, "tmpfs", 0, "size=56m") < 0) {
-		printf("SKIP: mount -t tmpfs not permitted here: %s\n", strerror(errno));
-		return 77;
-	}
-	snprintf(mnt, sizeof(mnt), "%s", m);
+	const char *mnt = tmpfs_mount("nvme-log-enospc", "56m");
 	char dir[400], logdir[420];
 	snprintf(dir, sizeof(dir), "%s/d", mnt);
 	snprintf(logdir, sizeof(logdir), "%s/log", dir);

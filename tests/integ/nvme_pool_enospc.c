@@ -9,21 +9,11 @@
  * out, 4 taken by objects, a ballast file fills what is left of the disk, then objects of
  * another size are written.
  */
-#include <sys/mount.h>
-
 #include "nvme_pool_util.h"
+#include "lib/tmpfs.h"
 
 #define SLOT (256u << 10)
 #define OTHER (64u << 10)
-
-static char root[64], mnt[300];
-
-static void cleanup(void)
-{
-	if (mnt[0])
-		umount2(mnt, MNT_DETACH);
-	rm_rf(root);
-}
 
 /* Fill the file system under dir with one file until it refuses a block. */
 static uint64_t ballast(const char *dir)
@@ -48,21 +38,7 @@ static uint64_t ballast(const char *dir)
 
 int main(void)
 {
-	if (geteuid() != 0) {
-		printf("SKIP: needs root to mount tmpfs\n");
-		return 77;
-	}
-	snprintf(root, sizeof(root), "/tmp/kvt-nvme-pool-enospc-XXXXXX");
-	CHECK(mkdtemp(root));
-	atexit(cleanup);
-	char m[300];
-	snprintf(m, sizeof(m), "%s/tmpfs", root);
-	CHECK_EQ(mkdir(m, 0755), 0);
-	if (mount("tmpfs", m, "tmpfs", 0, "size=16m") < 0) {
-		printf("SKIP: mount -t tmpfs not permitted here: %s\n", strerror(errno));
-		return 77;
-	}
-	snprintf(mnt, sizeof(mnt), "%s", m);
+	const char *mnt = tmpfs_mount("nvme-pool-enospc", "16m");
 	char dir[400];
 	snprintf(dir, sizeof(dir), "%s/d", mnt);
 

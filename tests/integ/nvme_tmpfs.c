@@ -9,19 +9,18 @@
  * temp file and every stored object intact, never a crash. (3) nvme.bytes below the disk size.
  */
 #include <fcntl.h>
-#include <sys/mount.h>
 
 #include "nvme_util.h"
+#include "lib/tmpfs.h"
 
-static char mnt_tmpfs[300], mnt_ramfs[300], root[64];
+static char mnt_ramfs[300];
+static const char *mnt_tmpfs;
 
-static void cleanup(void)
+/* Runs before tmpfs.h's cleanup (registered after it), which removes the root. */
+static void cleanup_ramfs(void)
 {
 	if (mnt_ramfs[0])
 		umount2(mnt_ramfs, MNT_DETACH);
-	if (mnt_tmpfs[0])
-		umount2(mnt_tmpfs, MNT_DETACH);
-	rm_rf(root);
 }
 
 /* 1 if the file system at dir refuses O_DIRECT opens. */
@@ -56,26 +55,14 @@ static int list_and_check(struct kvt_tier *t, int expect_min)
 
 int main(void)
 {
-	if (geteuid() != 0) {
-		printf("SKIP: needs root to mount tmpfs\n");
-		return 77;
-	}
-	snprintf(root, sizeof(root), "/tmp/kvt-nvme-tmpfs-XXXXXX");
-	CHECK(mkdtemp(root));
-	atexit(cleanup);
+	mnt_tmpfs = tmpfs_mount("nvme-tmpfs", "8m");
+	atexit(cleanup_ramfs);
 	char m[300];
-	snprintf(m, sizeof(m), "%s/tmpfs", root);
-	CHECK_EQ(mkdir(m, 0755), 0);
-	if (mount("tmpfs", m, "tmpfs", 0, "size=8m") < 0) {
-		printf("SKIP: mount -t tmpfs not permitted here: %s\n", strerror(errno));
-		return 77;
-	}
-	snprintf(mnt_tmpfs, sizeof(mnt_tmpfs), "%s", m);
 
 	/* ---- (1) O_DIRECT refused */
 	const char *nodirect = mnt_tmpfs;
 	if (!refuses_direct(mnt_tmpfs)) {
-		snprintf(m, sizeof(m), "%s/ramfs", root);
+		snprintf(m, sizeof(m), "%s/ramfs", tmpfs_root);
 		CHECK_EQ(mkdir(m, 0755), 0);
 		if (mount("ramfs", m, "ramfs", 0, "") < 0) {
 			printf("SKIP: this tmpfs takes O_DIRECT and ramfs cannot be mounted\n");
