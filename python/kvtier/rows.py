@@ -76,8 +76,16 @@ class _Handle:
             while self.job_users.get(job_id):
                 self.lock.wait()
             j = self.jobs.pop(job_id, None)
+            if j:
+                # the free uses the handle (kvt_rows_job_free waits on its lock): a close
+                # on another thread waits for it as for any user (until 2026-12-06 it did
+                # not, the job being gone from jobs, and freed the handle under it)
+                self.users += 1
         if j:
-            lib.kvt_rows_job_free(j)
+            try:
+                lib.kvt_rows_job_free(j)
+            finally:
+                self.leave()
 
     def close(self) -> None:
         """Free the jobs still held (nothing is written into a row after that), then wait

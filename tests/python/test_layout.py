@@ -339,3 +339,22 @@ def test_job_free_from_another_thread_waits_for_its_poll(monkeypatch):
             job.poll(0)
     finally:
         s.close()
+
+
+def test_rows_close_from_another_thread_waits_for_a_job_free(monkeypatch):
+    """RowsJob.free() on one thread while Rows.close() runs on another: the job was taken
+    out of the handle's jobs before kvt_rows_job_free ran, so the close did not wait for it
+    and freed the handle under it (kvt_rows_job_free takes the handle's lock). The close now
+    waits for the free as for any call."""
+    from free_race import FreeRace
+    from kvtier import rows as rows_mod
+    race = FreeRace(monkeypatch, rows_mod.lib, ["kvt_rows_job_free"], "kvt_rows_close")
+    s, rl, rows = _small_rows_store()
+    try:
+        r = kvtier.Rows(s, rl.c_layout(), rows, 2)
+        k = bytes([1]) * 32
+        assert r.store([k], [0]).done == 1
+        job = r.load_start([k], [1])
+        race.run(job.free, r.close)
+    finally:
+        s.close()
