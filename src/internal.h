@@ -64,9 +64,11 @@ void kvt__logf_limited(const struct kvt_log *log, struct kvt_log_limit *lim, int
 
 /* ---- time ---- */
 uint64_t kvt__now_ns(void); /* CLOCK_MONOTONIC */
-/* Replace the control characters of s (at most cap bytes, up to its NUL) with '?': an
- * error message that echoes input (a config value, a trace's field name) stays one line
- * and carries no terminal escape. */
+/* Replace the control characters of s (at most cap bytes, up to its NUL) with '?' - C0,
+ * DEL, C1 (as UTF-8) and every byte that is not part of a UTF-8 sequence (a lone 0x9b is
+ * CSI to an 8-bit terminal) - leaving other UTF-8 as it is: an error message that echoes
+ * input (a config value, a trace's field name) stays one line and carries no terminal
+ * escape. */
 void kvt__scrub_controls(char *s, size_t cap);
 
 /* ---- statistics: the one percentile of the code base (sim, replay, bench) ---- */

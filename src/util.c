@@ -179,15 +179,32 @@ void kvt__scrub_controls(char *s, size_t cap)
 {
 	if (!s)
 		return;
-	for (size_t i = 0; i < cap && s[i]; i++) {
+	size_t n = strnlen(s, cap);
+	for (size_t i = 0; i < n;) {
 		unsigned char c = (unsigned char)s[i];
-		if (c < 0x20 || c == 0x7f) {
-			s[i] = '?';
-		} else if (c == 0xc2 && i + 1 < cap && (unsigned char)s[i + 1] >= 0x80 &&
-			   (unsigned char)s[i + 1] <= 0x9f) {
-			s[i] = s[i + 1] = '?'; /* U+0080..U+009F, the C1 controls (CSI: U+009B) */
+		if (c < 0x80) {
+			if (c < 0x20 || c == 0x7f)
+				s[i] = '?';
 			i++;
+			continue;
 		}
+		/* a UTF-8 sequence: its length from the lead byte, then its continuation bytes */
+		size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+			     : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+		bool ok = len && i + len <= n;
+		uint32_t cp = ok ? c & (0xff >> (len + 1)) : 0;
+		for (size_t k = 1; ok && k < len; k++) {
+			unsigned char d = (unsigned char)s[i + k];
+			ok = (d & 0xc0) == 0x80;
+			cp = cp << 6 | (d & 0x3f);
+		}
+		if (!ok) { /* not UTF-8 (a lone 0x9b is CSI to an 8-bit terminal): this byte */
+			s[i++] = '?';
+			continue;
+		}
+		if (cp >= 0x80 && cp <= 0x9f) /* the C1 controls, as UTF-8 */
+			memset(s + i, '?', len);
+		i += len;
 	}
 }
 

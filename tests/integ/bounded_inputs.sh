@@ -146,6 +146,10 @@ expect_err "config escape in a value" "is not a size" "$K" config --config "$T/e
 expect_err "--set with a newline" "is not a size" "$K" config --set "dram.bytes=4G
 second line"
 expect_err "--set with a C1 control" "is not a size" "$K" config --set "dram.bytes=4G$(printf '\xc2\x9b')2J"
+expect_err "--set with a raw 0x9b" "is not a size" "$K" config --set "nvme.bytes=$(printf '\x9b')31mX"
+# ... while UTF-8 that is no control is echoed as it is
+rc=0; "$K" config --set "dram.bytes=4$(printf '\xe2\x82\xac')" >/dev/null 2>"$T/err" || rc=$?
+[ $rc != 0 ] && grep -q "'4$(printf '\xe2\x82\xac')' is not a size" "$T/err" || fail "a UTF-8 value in an error: $(cat "$T/err")"
 # a benchmark working set no machine holds (its DRAM pool's size wrapped past 2^64)
 expect_err "bench huge set" "more than this benchmark can hold" "$K" bench --tier dram --chunk-bytes 4K --set-bytes 8388608TiB --no-ref
 # what is within the bounds still loads
