@@ -275,6 +275,10 @@ static void op_complete(struct rados_op *op)
 							"(osd_max_write_size, osd_max_object_size)"
 				  : result == -EDQUOT ? "the pool is at its quota"
 						      : "the cluster or pool is full");
+	/* A quota is a full pool to the engine: -EDQUOT is its NVMe write budget, a rolling
+	 * day, which offers the chunk again at every hit. */
+	if (result == -EDQUOT)
+		result = -ENOSPC;
 	if (result < 0 && result != -ENOENT && result != -ECANCELED) {
 		atomic_fetch_add(&s->cnt.errors, 1);
 		KVT_DEBUG(&s->t->log, "rados: %s: %s", op->oids[0], strerror((int)-result));

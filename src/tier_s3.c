@@ -527,7 +527,7 @@ static int status_errno(long status)
 /* A server or bucket that is full answers in its own words: RGW and AWS 403 QuotaExceeded
  * (a bucket or user quota), MinIO and others 507 Insufficient Storage
  * (XMinioStorageFull), any of them 400 EntityTooLarge for one object above their limit.
- * These are a full tier, not a failing one: -EDQUOT / -ENOSPC, which the engine counts as
+ * These are a full tier, not a failing one: -ENOSPC (both), which the engine counts as
  * writes skipped rather than as failures that open the tier's circuit for reads too, and
  * -EFBIG. Until 2026-12-06 a quota was "access denied ... check the credentials" (-EACCES)
  * and a full MinIO was retried until -EIO. 0: not one of them. */
@@ -537,8 +537,10 @@ static int full_errno(long status, const char *code)
 		return -ENOSPC;
 	if (!code)
 		return 0;
+	/* -ENOSPC, not -EDQUOT: the engine takes -EDQUOT for its NVMe write budget, a rolling
+	 * day, and offers the chunk again at every hit; a full bucket stays full */
 	if (status == 403 && !strcmp(code, "QuotaExceeded"))
-		return -EDQUOT;
+		return -ENOSPC;
 	if (status == 400 && !strcmp(code, "EntityTooLarge"))
 		return -EFBIG;
 	return 0;
@@ -649,13 +651,13 @@ static void drop_reread(struct s3_state *s, struct s3_xfer *x, curl_off_t clen)
 	 * who can write the bucket can plant corrupt objects: past S3_DROP_CHECKS at once the
 	 * copy is left (reads of it keep failing their checks, so it is never served, and a
 	 * later read reports it again). Until 2026-12-06 their number had no bound. */
-	if (clen >= (curl_off_t)KVT_HEADER_BYTES && atomic_load(&s->checks) >= S3_DROP_CHECKS) {
+	bool checkable = s->t->geometry && clen >= (curl_off_t)KVT_HEADER_BYTES &&
+			 (uint64_t)clen <= s->t->object_max;
+	if (checkable && atomic_load(&s->checks) >= S3_DROP_CHECKS) {
 		drop_left_why(s, x, "was not checked again: too many drops are checking copies");
 		return;
 	}
-	if (s->t->geometry && clen >= (curl_off_t)KVT_HEADER_BYTES &&
-	    (uint64_t)clen <= s->t->object_max &&
-	    (op->check = kvt__malloc((size_t)clen))) {
+	if (checkable && (op->check = kvt__malloc((size_t)clen))) {
 		atomic_fetch_add(&s->checks, 1); /* given back where op->check is freed */
 		x->method = M_GET;
 		x->buf = op->check;
@@ -808,7 +810,7 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 		char why[96];
 		snprintf(why, sizeof(why), "%s (HTTP %ld",
 			 full == -EFBIG	   ? "object larger than the server accepts"
-			 : full == -EDQUOT ? "bucket or user quota exceeded"
+			 : status == 403   ? "bucket or user quota exceeded"
 					   : "server full",
 			 status);
 		warn_limited(s, "%s %s): writes to the bucket are refused until it has room", why,

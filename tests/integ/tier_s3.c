@@ -3,7 +3,7 @@
  * tier_s3.c - the "s3" tier against a real radosgw started on loopback by
  * scripts/ceph/start-ceph.sh: round trip, ranged reads, batched HEAD lookups, misses,
  * many requests in flight, both addressing styles, a credentials file, signed payloads,
- * wrong credentials, a bucket at its quota (-EDQUOT, one line), a body changed behind the
+ * wrong credentials, a bucket at its quota (-ENOSPC, one line), a body changed behind the
  * tier's back (served as stored), a late
  * corruption report that must not delete a copy another node wrote since, cancel at close,
  * and radosgw stalled (SIGSTOP) and killed mid-run: errors within the deadline, never a
@@ -544,10 +544,11 @@ static void test_empty_object(void)
 }
 
 /* A bucket at its quota (radosgw-admin quota set, max 3 objects): the write past it fails
- * -EDQUOT at once with one line saying so, not -EACCES with "access denied ... check the
+ * -ENOSPC at once with one line saying so, not -EACCES with "access denied ... check the
  * credentials" (until 2026-12-06), and the objects stored before are still served. (The
- * engine counts -EDQUOT as a write skipped, not as a tier failure, so a full bucket no
- * longer opens the tier's circuit and turns its reads into misses.) */
+ * engine counts -ENOSPC as a write skipped, not as a tier failure, so a full bucket no
+ * longer opens the tier's circuit and turns its reads into misses; not -EDQUOT, which the
+ * engine takes for its NVMe write budget and offers the chunk again at every hit.) */
 static void test_quota(void)
 {
 	struct kvt_config *cfg = s3_cfg("kvt-quota");
@@ -570,17 +571,17 @@ static void test_quota(void)
 		int rc = t_write(t, &k, obj, SZ);
 		worst = KVT_MAX(worst, kvt__now_ns() - t0);
 		ok += rc == 0;
-		dquot += rc == -EDQUOT;
-		other += rc != 0 && rc != -EDQUOT;
-		if (rc == -EDQUOT && first_refused < 0)
+		dquot += rc == -ENOSPC;
+		other += rc != 0 && rc != -ENOSPC;
+		if (rc == -ENOSPC && first_refused < 0)
 			first_refused = i;
-		if (rc && rc != -EDQUOT)
+		if (rc && rc != -ENOSPC)
 			printf("tier_s3: quota: write %d: %s\n", i, strerror(-rc));
 	}
-	printf("tier_s3: a bucket with a quota of 3 objects: %d written, %d -EDQUOT, %d other, "
+	printf("tier_s3: a bucket with a quota of 3 objects: %d written, %d -ENOSPC, %d other, "
 	       "slowest %.0f ms\n",
 	       ok, dquot, other, (double)worst / 1e6);
-	CHECK(ok == 3 && dquot == N - 3 && other == 0, "quota: %d written, %d -EDQUOT, %d other",
+	CHECK(ok == 3 && dquot == N - 3 && other == 0, "quota: %d written, %d -ENOSPC, %d other",
 	      ok, dquot, other);
 	CHECK(strstr(log_text, "quota exceeded") && strstr(log_text, "QuotaExceeded") &&
 		      !strstr(log_text, "access denied"),
