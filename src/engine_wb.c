@@ -317,7 +317,9 @@ static void wb_leg_orphan(struct guard *g)
 	/* -ETIMEDOUT from the tier is an outcome unknown: a Redis or S3 tier that gave up
 	 * waiting for its server, which may still run the SET or PUT. For removing it again
 	 * it counts as landed (until 2026-12-06 it did not, and a removed key came back when
-	 * the server applied the write); it is not announced stored. */
+	 * the server had applied the write before its answer); it is not announced stored.
+	 * This narrows the window, it does not close it: a write the server runs after the
+	 * remove sent now (a stalled server, another Redis connection) still lands after it. */
 	bool landed = g->late_rc >= 0, undo = false;
 	bool maybe = landed || g->late_rc == -ETIMEDOUT;
 	pthread_mutex_lock(&s->wb_lock);

@@ -78,8 +78,9 @@ struct kvt_tier_ops {
 	/* Optional, may be NULL: completes when writes submitted before it are durable. */
 	int (*flush)(struct kvt_tier *t, kvt_tier_cb cb, void *arg);
 	/* Optional, may be NULL: would a write of len bytes be accepted now (capacity, write
-	 * budget)? 0 yes, -EDQUOT (not today) / -EFBIG (never: over a whole day's budget) /
-	 * -ENOSPC no. Lets admission skip a doomed write cheaply.
+	 * budget, the server's largest value)? 0 yes, -EDQUOT (not today: the write budget) /
+	 * -EFBIG (never: over a whole day's budget, or larger than the tier takes) / -ENOSPC
+	 * no. Lets admission skip a doomed write cheaply.
 	 * Runs in the caller's put: answers from memory, never waits for I/O. */
 	int (*can_write)(struct kvt_tier *t, uint64_t len);
 	/* Optional, may be NULL: the object was found corrupt by the engine; drop it. Hands
