@@ -414,6 +414,23 @@ KVT_EXPORT void kvt_event_queue_push(void *q, const struct kvt_event *ev);
 KVT_EXPORT uint32_t kvt_event_queue_drain(struct kvt_event_queue *q, struct kvt_event *out,
 					  uint32_t max, uint64_t *lost);
 KVT_EXPORT void kvt_event_queue_free(struct kvt_event_queue *q);
+/* A bounded queue of log lines for the same kind of consumer: the library logs on its own
+ * threads (the service thread answering a missed deadline, an I/O thread finding a corrupt
+ * copy), and a log function that waits there (an interpreter's callback waiting for its
+ * lock) delays what that thread does next. Install it with
+ * kvt_config_set_log(cfg, kvt_log_queue_push, q, level) and free it only after every store
+ * opened with cfg is closed. capacity: 1..65536 lines, else NULL (NULL too without memory or
+ * an eventfd). kvt_log_queue_fd is readable while lines wait (poll it, then pop until 0).
+ * pop takes the oldest line: 1 with *level and buf (cut to len, NUL-terminated) set, 0 when
+ * none waits; *lost (if non-NULL) receives the lines dropped while the queue was full since
+ * the last pop. */
+struct kvt_log_queue;
+KVT_EXPORT struct kvt_log_queue *kvt_log_queue_new(uint32_t capacity);
+KVT_EXPORT void kvt_log_queue_push(void *q, int level, const char *msg);
+KVT_EXPORT int kvt_log_queue_fd(const struct kvt_log_queue *q);
+KVT_EXPORT int kvt_log_queue_pop(struct kvt_log_queue *q, int *level, char *buf, size_t len,
+				 uint64_t *lost);
+KVT_EXPORT void kvt_log_queue_free(struct kvt_log_queue *q);
 /* The storage key of an engine key in a namespace (what events carry). */
 KVT_EXPORT void kvt_storage_key(const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
 				struct kvt_key *out);

@@ -128,7 +128,17 @@ class _Core:
         self.pending: dict[int, tuple[Future, Callable, Any]] = {}
         self.lock = threading.Lock()  # pending
         self.log_user = log_fn
-        self.log_cb = _lib.LOG_FN(self._on_log)
+        # The library's log lines go into a C queue that this side drains (the poll thread
+        # watches its fd; Store.poll and close drain it too), never through a ctypes
+        # callback: that ran on the library's own threads and waited there for the GIL, so
+        # inside a busy engine a stalled tier's deadlines were answered one GIL hand-off
+        # apart (the service thread logs each before it answers it).
+        self.logq = lib.kvt_log_queue_new(1024)
+        if not self.logq:
+            raise MemoryError("kvt_log_queue_new")
+        self.log_cb = ctypes.cast(lib.kvt_log_queue_push, _lib.LOG_FN)
+        self.log_buf = ctypes.create_string_buffer(600)
+        self.log_mu = threading.Lock()  # one drainer at a time: lines stay in order
         self.cb = _lib.CB(self._on_complete)
         self.thread: threading.Thread | None = None
         self.wake_r = self.wake_w = -1
@@ -142,6 +152,31 @@ class _Core:
         self.owner = None             # the thread doing the real close
         self.closed = threading.Event()
         self.open_errors: list[str] | None = []  # error lines while kvt_store_open runs
+
+    def drain_logs(self) -> None:
+        """Deliver the log lines the library queued (see __init__), in order."""
+        q = self.logq
+        if not q:
+            return
+        level, lost = ctypes.c_int(), ctypes.c_uint64()
+        with self.log_mu:
+            while True:
+                got = lib.kvt_log_queue_pop(q, ctypes.byref(level), self.log_buf,
+                                            len(self.log_buf), ctypes.byref(lost))
+                if lost.value:
+                    self._on_log(None, 1, b"kvtier: %d log lines were dropped (the log "
+                                 b"queue was full)" % lost.value)
+                if got != 1:
+                    return
+                self._on_log(None, level.value, self.log_buf.value)
+
+    def free_logs(self) -> None:
+        """Once no store can push any more (closed, or never opened)."""
+        self.drain_logs()
+        with self.log_mu:
+            q, self.logq = self.logq, None
+        if q:
+            lib.kvt_log_queue_free(q)
 
     def _on_log(self, _arg, level, msg):
         try:
@@ -210,8 +245,14 @@ class _Core:
         p = select.poll()
         p.register(fd, select.POLLIN)
         p.register(self.wake_r, select.POLLIN)
+        logfd = lib.kvt_log_queue_fd(self.logq)
+        p.register(logfd, select.POLLIN)
         while True:
             r = [f for f, _ in p.poll()]
+            if logfd in r:
+                self.drain_logs()
+                if len(r) == 1:
+                    continue
             if self.wake_r not in r:
                 self.poll(0)
                 if not self.closing:
@@ -269,6 +310,7 @@ class _Core:
                                    for i in range(lib.kvt_store_tier_count(self.s))]
             s, self.s = self.s, None
             lib.kvt_store_close(s)  # runs the completions still queued, here
+            self.free_logs()  # the lines of the close too
             for q in self.event_queues:  # no library thread can push into them now
                 q._free()
             self.event_queues.clear()
@@ -343,9 +385,13 @@ class Store:
         if isinstance(config, Config) and (config_file or env):
             raise ValueError("pass config_file/env when building the Config, not here")
         core = self._core = _Core(log_fn)
-        lib.kvt_config_set_log(cfg._ptr, core.log_cb, None, log_level)
+        lib.kvt_config_set_log(cfg._ptr, core.log_cb, core.logq, log_level)
         p = ctypes.c_void_p()
         rc = lib.kvt_store_open(cfg._ptr, ctypes.byref(p))
+        if rc < 0:
+            core.free_logs()  # no store pushes into it
+        else:
+            core.drain_logs()
         errs, core.open_errors = core.open_errors, None
         # the reason is only in the library's log: it goes into the exception too, so the
         # caller (vLLM) shows why, not just "invalid argument"
@@ -382,6 +428,7 @@ class Store:
         core.enter()
         try:
             n = core.poll(timeout_ms)
+            core.drain_logs()  # a manual poller's lines arrive here
         finally:
             core.leave()  # first: a close below waits for every call to have left
             if core.closing and not getattr(core.tls, "depth", 0):

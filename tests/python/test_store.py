@@ -563,3 +563,37 @@ def test_daemon_helper_waits_for_a_daemon_that_listens(tdir):
     stale.close()
     with pytest.raises(RuntimeError, match="exited at start"):
         kvtier.daemon.Kvtierd(_kvtierd_exe(), tdir, {"no.such_key": "1"}, start_timeout=10)
+
+
+def test_a_busy_interpreter_does_not_delay_a_stalled_tiers_deadlines(tdir):
+    """The library called the Python log function on its own threads, where it waited for
+    the GIL; the service thread logs each missed deadline before it answers the call, so
+    while an engine's thread held the GIL (its step loop, in C) a stalled tier's calls were
+    not answered at their deadline but when the GIL came free, and the service thread's
+    other work waited too. Lines now go through a C queue this side drains. Here the test's
+    own thread holds the GIL while it waits in kvt_poll (a PyDLL call keeps the GIL) for the
+    answers to 16 lookups on a tier that answers after 5 s, at a 100 ms deadline: they
+    arrive at the deadline (before: none in 1.5 s - the service thread waited for us)."""
+    import ctypes
+    from kvtier import _lib
+    c = cfg(**{"store.tiers": "faulty", "faulty.inner": "fs", "fs.dir": tdir,
+               "faulty.delay_ms": 5000, "store.tier_timeout_ms": 100})
+    lines = []
+    s = kvtier.Store(c, poller="manual", log_fn=lambda lv, t: lines.append((lv, t)))
+    try:
+        keys = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16 * 16)))
+        holding = ctypes.PyDLL(_lib.lib._name)
+        holding.kvt_poll.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        futs = [s.lookup([k]) for k in keys]
+        t0 = time.monotonic()
+        n = 0
+        while n < len(futs) and time.monotonic() - t0 < 1.5:
+            n += holding.kvt_poll(s._s, 1500)  # runs the completions, GIL held throughout
+        took = time.monotonic() - t0
+        assert n == len(futs), f"{n} of {len(futs)} answered in {took:.2f} s"
+        assert took < 1.0, took
+        assert all(f.result().hits == 0 for f in futs)
+        s.poll(0)  # the lines still arrive (a manual poller's at its poll), as warnings
+        assert any("missed its deadline" in t for lv, t in lines if lv == 1), lines
+    finally:
+        s.close()
