@@ -774,8 +774,11 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 		held_call(c, r, res);
 		break;
 	case KVTD_PREFETCH:
-		res->status =
-			RETRY(kvt_prefetch_sync(s, (const struct kvt_key *)p, r->n, r->deadline_ns));
+		/* the retries end at the deadline too: the client has stopped waiting by then, and
+		 * an answer after it reads as a dead daemon (until 2026-12-06 up to 1 s of them) */
+		res->status = RETRY_BY(kvt_prefetch_sync(s, (const struct kvt_key *)p, r->n,
+							 r->deadline_ns),
+				       r->deadline_ns);
 		break;
 	case KVTD_STATS: {
 		struct kvt_stats st;

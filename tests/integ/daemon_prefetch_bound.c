@@ -1,0 +1,72 @@
+/*
+ * daemon_prefetch_bound.c - a PREFETCH to a daemon whose store is at its in-flight bound
+ * (store.max_inflight) is answered by its deadline, with the real daemon binary. Why: the
+ * daemon retries a call its store refuses with -EAGAIN, and until 2026-12-06 a PREFETCH's
+ * retries ignored the request's deadline - about a second of them - while the client stops
+ * waiting at its deadline and takes a late answer for a dead daemon (every call, DRAM hits
+ * included, then fails for the backoff: a busy daemon taken for a dead one).
+ *  1. the one in-flight place held by a GET from another connection, stalled on a tier that
+ *     answers after 3 s;
+ *  2. a PREFETCH with a 300 ms deadline: answered within 700 ms (before: after ~1 s).
+ */
+#include <pthread.h>
+#include <signal.h>
+
+#include "internal.h"
+#include "lib/daemon_harness.h"
+
+static char *dir, sock_path[100];
+
+static void *stalled_get(void *arg)
+{
+	(void)arg;
+	struct raw r = raw_attach();
+	struct kvtd_req q = {.op = KVTD_GET, .off = 0, .len = 4096};
+	memset(q.key.bytes, 0x5a, sizeof(q.key.bytes));
+	struct kvtd_rep rep;
+	(void)raw_call(r.sock, &q, -1, &rep); /* a miss, after the tier's 3 s */
+	raw_close(&r);
+	return NULL;
+}
+
+int main(void)
+{
+	dir = test_tmpdir("daemon_prefetch_bound");
+	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
+	signal(SIGPIPE, SIG_IGN);
+	const char *extra[] = {"--set", "store.tiers=dram,faulty", "--set", "faulty.inner=nvme",
+			       "--set", "faulty.delay_ms=3000", "--set", "store.max_inflight=1",
+			       "--set", "store.tier_timeout_ms=10000", "--set",
+			       "store.deadline_floor_ms=10000", NULL};
+	kvtd_start_test(sock_path, dir, extra);
+	struct kvt_store *s = kvtd_client_store(dir);
+	memcpy(kvtd_ns, kvt_store_ns_id(s), sizeof(kvtd_ns));
+	kvt_store_close(s);
+
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, stalled_get, NULL) == 0);
+	usleep(300 * 1000); /* the GET holds the store's one place */
+
+	struct raw r = raw_attach();
+	struct kvt_key k;
+	memset(k.bytes, 0x6b, sizeof(k.bytes));
+	memcpy(r.shm + 64, &k, sizeof(k));
+	uint64_t t0 = kvt__now_ns();
+	struct kvtd_req q = {.op = KVTD_PREFETCH, .off = 64, .len = sizeof(k) + 1, .n = 1,
+			     .deadline_ns = t0 + 300 * 1000000ull};
+	struct kvtd_rep rep;
+	CHECK_RC(raw_call(r.sock, &q, -1, &rep), 0);
+	uint64_t took_ms = (kvt__now_ns() - t0) / 1000000;
+	printf("prefetch at the in-flight bound: status %d after %llu ms\n", rep.res.status,
+	       (unsigned long long)took_ms);
+	CHECKM(took_ms < 700, "a PREFETCH with a 300 ms deadline answered after %llu ms",
+	       (unsigned long long)took_ms);
+	CHECKM(rep.res.status == -ETIME || rep.res.status == -EAGAIN,
+	       "a PREFETCH that could not start: status %d", rep.res.status);
+	raw_close(&r);
+	pthread_join(t, NULL);
+	kvtd_stop();
+	test_rmdir(dir);
+	printf("daemon_prefetch_bound: ok\n");
+	return 0;
+}
