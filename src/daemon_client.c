@@ -904,6 +904,11 @@ static void run_op_locked(struct kvt_client *c, struct cop *o)
 	}
 	if (rc == 0 && (o->op == KVTD_GET || o->op == KVTD_PUT) && rep.slot == KVTD_SLOT_CUT)
 		rc = -ETIME; /* cut at its budget: as a cut on our side reads */
+	/* a get the daemon gave up on unmarked (its store at the in-flight bound until the
+	 * deadline: RETRY_BY) is a miss whose cause is -ETIME, as header and get_pinned say -
+	 * until 2026-12-06 it reached the caller as status -ETIME */
+	if (rc == 0 && o->op == KVTD_GET && rep.res.status == -ETIME)
+		rc = -ETIME;
 	if (rc < 0) {
 		failed(o, rc);
 	} else {
