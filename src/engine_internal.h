@@ -187,7 +187,7 @@ struct wb {
 	uint32_t blocked;     /* links this job must not write (kvt__e_keyrec_blocked) */
 	/* parked (kvt__e_wb_start) while a remove of its key is out on a tier, in time */
 	struct wb *park_next; /* the key record's parked list */
-	int end;              /* the chain position it writes up to, once started */
+	int end;              /* the chain position it writes up to (set at registration) */
 	bool keep_dirty;      /* a tier was never tried (no memory, blocked): stay dirty */
 	/* a hit's second offer of a clean slot (kvt__e_wb_reoffer): written only to these
 	 * positions (bits), whose admission declined it before; 0 for every other job */

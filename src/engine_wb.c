@@ -13,6 +13,8 @@
  * slot whose key was removed from DRAM before its job registered is not written (the
  * remove found no job to wait for and cleared the deeper tiers itself).
  */
+#include <assert.h>
+
 #include "engine_internal.h"
 
 /* ------------------------------------------------------------ write-behind */
@@ -51,6 +53,14 @@ static void wb_set_err(struct wb *w, int rc)
 	atomic_compare_exchange_strong(&w->first_err, &zero, rc);
 }
 
+/* Whether a flush answers for this job: not a hit's second offer of a clean chunk
+ * (w->reoffer) nor a promotion (a hit from a deeper tier, written only to the tiers above
+ * it: w->end), whose chunk that deeper tier holds whatever happens here. */
+static bool wb_owes_flush(const struct wb *w)
+{
+	return !w->reoffer && w->end >= w->s->n_links;
+}
+
 /* A tier did not take this job's object for a reason flush must report: every flush
  * waiting whose window may hold the job is told (before the job completes, so before any
  * of them can be ready). */
@@ -62,6 +72,13 @@ static void wb_tier_failed(struct wb *w, struct link *l, int rc)
 		/* A hit's second offer owes nothing (the chunk was clean): no flush fails for
 		 * it, and the chunk is offered to the tier again at its next hit. */
 		kvt__dram_add_reoffer(s->dram, w->ref.id, (uint8_t)(1u << i));
+		return;
+	}
+	if (!wb_owes_flush(w)) {
+		/* A promotion owes nothing either: the deeper tier it came from holds it (until
+		 * 2026-12-06 a flush whose window held the job failed -EIO) */
+		atomic_store(&w->failed_link, i + 1);
+		wb_set_err(w, rc);
 		return;
 	}
 	pthread_mutex_lock(&s->wb_lock);
@@ -392,21 +409,22 @@ static void wb_leg_expire(struct guard *g)
 	wb_leg_finish(w);
 }
 
+static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
+			      const struct kvt_slot_ref *ref, const void *tail,
+			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct,
+			      uint8_t reoffer, bool *nomem, int end);
+
 /* Write an object (a pinned slot, or a staging buffer when ref->id < 0) to every deeper
  * tier before chain position end that admits it. The job owns the pin / buffer from here
  * on. If cb is set it runs when all writes are done (status 0 if any tier took it). */
 void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key,
 		      const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct)
 {
-	struct wb *w = kvt__e_wb_register(s, key, ref, NULL, 0, cb, arg, direct);
+	struct wb *w = wb_register(s, key, ref, NULL, 0, cb, arg, direct, 0, NULL, end);
 	if (w)
 		kvt__e_wb_start(w, end);
 }
 
-static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
-			      const struct kvt_slot_ref *ref, const void *tail,
-			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct,
-			      uint8_t reoffer, bool *nomem);
 
 /* A DRAM hit of a clean slot that a deeper tier's admission declined for a reason a later
  * sighting can change (kvt__admit_reoffer; the hit has just been recorded): offer it to
@@ -423,7 +441,8 @@ void kvt__e_wb_reoffer(struct kvt_store *s, const struct kvt_key *key,
 	if (!links) /* another hit took the marks */
 		return;
 	kvt__dram_pin(s->dram, hit->id); /* the job's own */
-	struct wb *w = wb_register(s, key, hit, NULL, 0, NULL, NULL, false, links, NULL);
+	struct wb *w =
+	    wb_register(s, key, hit, NULL, 0, NULL, NULL, false, links, NULL, s->n_links);
 	if (!w) /* no memory (the pin is let go), or removed meanwhile */
 		return;
 	kvt__e_wb_start(w, s->n_links);
@@ -439,7 +458,7 @@ void kvt__e_wb_reoffer(struct kvt_store *s, const struct kvt_key *key,
 static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
 			      const struct kvt_slot_ref *ref, const void *tail,
 			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct,
-			      uint8_t reoffer, bool *nomem)
+			      uint8_t reoffer, bool *nomem, int end)
 {
 	struct wb *w = kvt__calloc(1, sizeof(*w));
 	if (!w) {
@@ -463,6 +482,7 @@ static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
 	}
 	atomic_fetch_add(&s->wb_holds, 1);
 	w->s = s;
+	w->end = end; /* before the job is listed: a flush reads it (wb_owes_flush) */
 	w->key = *key;
 	w->ref = *ref;
 	w->cb = cb;
@@ -522,7 +542,7 @@ struct wb *kvt__e_wb_register(struct kvt_store *s, const struct kvt_key *key,
 			      const struct kvt_slot_ref *ref, const void *tail,
 			      uint64_t tail_bytes, kvt_cb cb, void *arg, bool direct)
 {
-	return wb_register(s, key, ref, tail, tail_bytes, cb, arg, direct, 0, NULL);
+	return wb_register(s, key, ref, tail, tail_bytes, cb, arg, direct, 0, NULL, s->n_links);
 }
 
 /* The second half: write the registered job's object to every deeper tier before chain
@@ -532,7 +552,7 @@ void kvt__e_wb_start(struct wb *w, int end)
 	struct kvt_store *s = w->s;
 	const struct kvt_key *key = &w->key;
 	const struct kvt_slot_ref *ref = &w->ref;
-	w->end = end; /* before any leg can complete the job (wb_complete reads it) */
+	assert(w->end == end); /* set at its registration: a flush may read it from then on */
 	/* A remove of the key whose tier call is still out (an older one: a newer remove waits
 	 * for this job) could run on the tier after this write and delete it: the job waits,
 	 * parked on the key's record, until every such call is answered or past its deadline
@@ -686,7 +706,7 @@ uint64_t kvt__e_wb_dirty_all(struct kvt_store *s)
 			bool no = false;
 			kvt__dram_key(s->dram, refs[i].id, &key);
 			struct wb *w = wb_register(s, &key, &refs[i], NULL, 0, NULL, NULL, false, 0,
-						   &no);
+						   &no, s->n_links);
 			if (w)
 				kvt__e_wb_start(w, s->n_links);
 			nomem += no;
@@ -879,15 +899,15 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
 	 * failed at once (circuit open) fell before it, and a later put failing hid an earlier
 	 * one inside it - the flush said 0 over chunks only DRAM held. */
 	pthread_mutex_lock(&s->wb_lock);
-	/* A second offer's job owes the flush nothing (wb_tier_failed): it does not open the
-	 * window either (until 2026-12-05 one out on a slow tier made a put's failure from
+	/* A second offer's or a promotion's job owes the flush nothing (wb_owes_flush): it
+	 * does not open the window either (until 2026-12-05 one out on a slow tier made a put's failure from
 	 * before the flush the flush's, -EIO after the flush had written that chunk again). */
 	f->from = s->wb_seq + 1;
 	struct kvt_list *p;
 	kvt_list_for_each(p, &s->wb)
 	{
 		struct wb *w = kvt_list_entry(p, struct wb, node);
-		if (!w->reoffer) {
+		if (wb_owes_flush(w)) {
 			f->from = w->seq;
 			break;
 		}
