@@ -49,11 +49,15 @@ class _Handle:
         self.users = 0  # C calls running on p or on one of its jobs (enter/leave)
         self.job_users: dict[int, int] = {}  # of those, the ones on each job
 
-    def enter(self, job_id: int | None = None):
+    def enter(self, job_id: int | None = None, alone: bool = False):
         """The handle (or its job job_id) for one C call, which it outlives: close() frees
-        them once every enter has had its leave. None when closed (or the job freed)."""
+        them once every enter has had its leave. None when closed (or the job freed).
+        alone: the call must be the job's only one (a poll: the C side finishes a job
+        once, and two polls seeing it over freed it twice) - ValueError otherwise."""
         with self.lock:
             p = self.p if job_id is None else self.jobs.get(job_id)
+            if p and alone and self.job_users.get(job_id):
+                raise ValueError("job is being polled on another thread (one at a time)")
             if p:
                 self.users += 1
                 if job_id is not None:
@@ -267,7 +271,7 @@ class RowsJob:
         """The result once the load is over, else None (after waiting up to timeout_ms;
         -1: until it is over)."""
         h = self._rows._h
-        j = h.enter(self._id)
+        j = h.enter(self._id, alone=True)
         if not j:
             raise ValueError("job is freed" if self._rows._r else
                              "job is freed: its rows handle is closed")

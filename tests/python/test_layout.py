@@ -358,3 +358,34 @@ def test_rows_close_from_another_thread_waits_for_a_job_free(monkeypatch):
         race.run(job.free, r.close)
     finally:
         s.close()
+
+
+def test_a_job_is_polled_by_one_thread_at_a_time(monkeypatch):
+    """Two threads polling one load job: the C side finishes a job once, and two polls that
+    both saw it over freed it twice (kvt_layout.h: one thread at a time polls a job). The
+    wrapper guarded free and close against polls but not a poll against a poll; the second
+    now raises ValueError while the first is inside C, and polls again after it."""
+    from free_race import FreeRace
+    from kvtier import rows as rows_mod
+    race = FreeRace(monkeypatch, rows_mod.lib, ["kvt_rows_job_poll"], "kvt_rows_job_free")
+    s, rl, rows = _small_rows_store()
+    try:
+        r = kvtier.Rows(s, rl.c_layout(), rows, 2)
+        k = bytes([1]) * 32
+        assert r.store([k], [0]).done == 1
+        job = r.load_start([k], [1])
+        second = []
+
+        def poll_again():
+            try:
+                job.poll(0)
+                second.append("polled")
+            except ValueError as e:
+                second.append(str(e))
+
+        assert race.run(lambda: job.poll(-1), poll_again) is not None
+        assert second and "another thread" in second[0], second
+        assert job.poll(0) is not None  # alone again: the result
+        job.free()
+    finally:
+        s.close()
