@@ -1031,11 +1031,17 @@ def test_cpu_layout_from_the_engines_dtypes(monkeypatch):
         tier_mod._detect_layout(oc, "fp8", 128, 64, vc)
 
 
-def test_fp8_with_skipped_layers_refused(tdir, monkeypatch):
+@pytest.mark.parametrize("setting,match", [
+    ({"kv_cache_dtype_skip_layers": ["l1"]}, "kv_cache_dtype_skip_layers"),
+    ({"kv_cache_dtype_skip_layers": [], "calculate_kv_scales": True}, "calculate_kv_scales"),
+])
+def test_fp8_with_skipped_layers_refused(tdir, monkeypatch, setting, match):
     """An fp8 KV cache whose engine keeps some layers in the model's dtype
     (kv_cache_dtype_skip_layers) has pages of two sizes in its one KV cache group; the
     geometry check took the difference for padding, so every layer after a skipped one
-    would have been read at the wrong offset. Refused in one line."""
+    would have been read at the wrong offset. Refused in one line. So is one whose scales
+    each engine measures from its first batch (calculate_kv_scales, where vLLM has it): its
+    bytes mean other values in every process (since 2026-12-06)."""
     from types import SimpleNamespace
 
     import vllm.config as vcfg
@@ -1045,15 +1051,14 @@ def test_fp8_with_skipped_layers_refused(tdir, monkeypatch):
             get_total_num_hidden_layers=lambda: L, get_total_num_kv_heads=lambda: H,
             get_head_size=lambda: D, quantization=None, hf_overrides={}, code_revision=None,
             revision=None),
-        cache_config=SimpleNamespace(prefix_caching_hash_algo="sha256",
-                                     kv_cache_dtype_skip_layers=["l1"]))
+        cache_config=SimpleNamespace(prefix_caching_hash_algo="sha256", **setting))
     monkeypatch.setattr(vcfg, "get_current_vllm_config_or_none", lambda: vc)
     sp = spec()
     oc = sp.config
     sp.config = type(oc)(**{**oc.__dict__, "model": OffloadingModelConfig(oc.model.name,
                                                                            "fp8")})
     buf, view = primary()
-    with pytest.raises(ValueError, match="kv_cache_dtype_skip_layers"):
+    with pytest.raises(ValueError, match=match):
         KvtierTier(sp, view, "KvtierTier", layout="nhd",
                    config={"store.tiers": "dram", "dram.bytes": "8MiB",
                            "dram.hugepages": False})
@@ -1382,3 +1387,20 @@ def test_lora_engine_is_warned_that_keys_name_adapters_by_path(tdir, monkeypatch
     assert engine(None) == []
     said = engine(SimpleNamespace(max_loras=1))
     assert len(said) == 1 and "path of its own" in said[0]
+
+
+def test_weights_are_sampled_where_vllm_downloads_them(tmp_path):
+    """vLLM's --download-dir keeps its Hugging Face snapshots outside the default cache; the
+    weights were sampled from the default cache, which may hold another snapshot of the same
+    id (older weights under the same keys). _model_dir looks where vLLM downloads."""
+    from kvtier.vllm.tier import _model_dir
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "models--kvtier-test--no-such-model"
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    assert _model_dir("kvtier-test/no-such-model", "", str(tmp_path)) == str(snap)
+    assert _model_dir("kvtier-test/no-such-model", "main", str(tmp_path)) == str(snap)
+    assert _model_dir("kvtier-test/no-such-model", "") == ""  # not in the default cache

@@ -252,16 +252,18 @@ def _is_commit(revision: str) -> bool:
     return len(revision) == 40 and all(c in "0123456789abcdef" for c in revision)
 
 
-def _model_dir(name: str, revision: str = "") -> str:
+def _model_dir(name: str, revision: str = "", cache_dir: str | None = None) -> str:
     """Where the weights of model `name` (at `revision`, a branch or tag; "" for the
     default) are read from: name itself if it is a directory or a file (a .gguf), else the
     Hugging Face cache's snapshot of it (local lookup only, no network; "" when it is not
-    cached there)."""
+    cached there) - in cache_dir when vLLM downloads there (--download-dir; until
+    2026-12-06 the default cache was sampled, which may hold another snapshot)."""
     if os.path.exists(name):
         return name
     try:
         from huggingface_hub import try_to_load_from_cache
-        hit = try_to_load_from_cache(name, "config.json", revision=revision or None)
+        hit = try_to_load_from_cache(name, "config.json", revision=revision or None,
+                                     cache_dir=cache_dir or None)
     except Exception:  # not an id the hub library takes, or no such library
         return ""
     return os.path.dirname(hit) if isinstance(hit, str) else ""
@@ -348,6 +350,13 @@ class KvtierTier(SecondaryTierManager):
             # which the single page size below would read at the wrong offsets
             raise ValueError("KvtierTier: an fp8 KV cache with kv_cache_dtype_skip_layers "
                              "(layers of two page sizes) is not supported")
+        if itemsize == 1 and getattr(getattr(vc, "cache_config", None),
+                                     "calculate_kv_scales", False):
+            # the scales come from each engine's first batch: the same fp8 bytes decode to
+            # other values in another process (a restart, another node), unseen by any CRC
+            raise ValueError("KvtierTier: an fp8 KV cache with calculate_kv_scales (scales "
+                             "measured per process) is not supported: use the "
+                             "checkpoint's scales")
         if getattr(vc, "lora_config", None) is not None:
             # vLLM's block hash names an adapter by name and path, not by its contents
             # (docs/VLLM.md, "What the key does not cover")
@@ -421,7 +430,9 @@ class KvtierTier(SecondaryTierManager):
             # node, and their chunks would be whole bytes of other KV under the same keys.
             # A branch or tag (vLLM's --revision main) moves too: until 2026-12-05 any
             # revision counted as a pin.
-            sample = weights_sample(_model_dir(oc.model.name, facts["revision"]))
+            sample = weights_sample(_model_dir(
+                oc.model.name, facts["revision"],
+                getattr(getattr(vc, "load_config", None), "download_dir", None)))
             if sample:
                 self._weights = weights_digest({"settings": self._weights,
                                                 "weights_sample": sample})
