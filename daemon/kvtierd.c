@@ -954,16 +954,25 @@ static void *conn_main(void *arg)
 	}
 	if (c->cut && (c->npins || kvtd_tp_conn_holds(c)))
 		cut_peer_wait(c);
+	/* At a shutdown the connection was closed by us, not by its client, which may still be
+	 * reading a pinned slot (a device load marks layers ready within its lease) or writing
+	 * a reserved or claimed one; other connections' calls received before the shutdown may
+	 * still allocate slots. Released now, a slot could be refilled under that client
+	 * (DRAM is not CRC-checked: silent). So at a shutdown nothing is given back: the
+	 * store's close frees the pool, and the client's mapping keeps the bytes it reads
+	 * (until 2026-12-06 everything was released here as for any closed connection). */
+	bool stopping = atomic_load(&g_stopping);
 	/* The connection's whole state goes with it: nothing it held stays pinned. */
-	while (c->npins) {
+	while (!stopping && c->npins) {
 		kvt__store_release(g_st.store, &c->pins[--c->npins]);
 		atomic_fetch_sub(&g_st.pins, 1);
 	}
-	kvtd_tp_conn_gone(c);
+	if (!stopping)
+		kvtd_tp_conn_gone(c);
 	/* Live reservations are cancelled at once: our client writes into a slot only between
 	 * its PUT_RESERVE and PUT_COMMIT, on the thread that owns the connection, so a closed
 	 * connection means a finished writer (or a dead process). */
-	while (c->nresv) {
+	while (!stopping && c->nresv) {
 		kvt__store_cancel(g_st.store, &c->resv[--c->nresv].ref);
 		atomic_fetch_sub(&g_st.reserved, 1);
 	}
