@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -1075,15 +1076,32 @@ static void accept_one(int lfd)
 /* ---------------------------------------------------------------- setup */
 
 /* Bound to a temporary name, restricted, listening, then renamed into place: the socket
- * exists only once it is ready, and never with wider permissions. */
+ * exists only once it is ready, and never with wider permissions. The daemon holds an
+ * exclusive flock on "<path>.lock" for as long as it runs (the file is left in place:
+ * removing it would race the next daemon's open): two daemons started at once for one
+ * path both found no socket and the second rename silently replaced the first's socket,
+ * which then served nobody while holding its pool and tier locks (until 2026-12-06). */
 static int listen_at(const char *path)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	char tmp[sizeof(a.sun_path)];
+	char tmp[sizeof(a.sun_path)], lockp[sizeof(a.sun_path) + 8];
 	if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp)) {
 		fprintf(stderr, "kvtierd: socket path too long: %s\n", path);
 		return -1;
 	}
+	snprintf(lockp, sizeof(lockp), "%s.lock", path);
+	int lk = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (lk < 0) {
+		fprintf(stderr, "kvtierd: cannot open %s: %s\n", lockp, strerror(errno));
+		return -1;
+	}
+	if (flock(lk, LOCK_EX | LOCK_NB) < 0) {
+		fprintf(stderr, "kvtierd: %s is in use by a running daemon (%s is locked)\n", path,
+			lockp);
+		close(lk);
+		return -1;
+	}
+	/* lk stays open (and locked) until the process exits */
 	/* A socket left by a daemon that died: replace it only if nobody listens there
 	 * (ECONNREFUSED; ENOENT: it went meanwhile). Any other failure (EACCES: a live daemon
 	 * of another user) says nothing of that, and its socket stays. */

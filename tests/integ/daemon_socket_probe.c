@@ -6,8 +6,12 @@
  * SOCK_SEQPACKET connect gets EPROTOTYPE from) had its socket unlinked under it.
  *  1. a live SOCK_STREAM listener at the path: kvtierd exits with an error, the listener's
  *     socket file is the same and still accepts;
- *  2. that listener closed (a stale file: ECONNREFUSED): kvtierd replaces it and serves.
+ *  2. that listener closed (a stale file: ECONNREFUSED): kvtierd replaces it and serves;
+ *  3. a second kvtierd for the same path while the first runs is refused whatever the
+ *     socket file says: here with the file removed (as a daemon in the middle of its start
+ *     has none yet) - before the lock it started and put its socket in the first's place.
  */
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include "internal.h"
@@ -63,6 +67,33 @@ int main(void)
 	/* 2. closed, the file is stale: replaced */
 	close(ls);
 	kvtd_start_test(sp, dir, NULL); /* returns once it answers on sp */
+
+	/* 3. the first still running, its socket file gone: a second one is refused */
+	CHECK(unlink(sp) == 0);
+	char data2[300];
+	snprintf(data2, sizeof(data2), "%s/data2", dir);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		execl(kvtd_bin(), "kvtierd", "--dir", data2, "--socket", sp, "--set",
+		      "model.layers=4", "--set", "model.kv_heads=2", "--set", "model.head_dim=64",
+		      "--set", "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",
+		      "dram.bytes=1MiB", (char *)NULL);
+		_exit(127);
+	}
+	exited = false;
+	t0 = test_now_ns();
+	while (!exited && test_ms_since(t0) < 30000) {
+		exited = waitpid(pid, &status, WNOHANG) == pid;
+		usleep(20000);
+	}
+	if (!exited) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	CHECKM(exited && WIFEXITED(status) && WEXITSTATUS(status) == 1,
+	       "a second kvtierd for a path in use: status %#x (exited: %d)", status, exited);
+	CHECKM(access(sp, F_OK) != 0, "the second kvtierd put a socket at the first's path");
 	kvtd_stop();
 	test_rmdir(dir);
 	free(dir);
