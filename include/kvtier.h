@@ -397,8 +397,10 @@ struct kvt_event {
  * need and return at once; never call into the store from it. */
 typedef void (*kvt_event_fn)(void *arg, const struct kvt_event *ev);
 /* Install (fn non-NULL) or remove (NULL) the store's one event callback. Call it before
- * the store is used by other threads; events from before it are not replayed. -ENOTSUP on
- * a client-mode store (store.daemon: the daemon publishes its store's events). */
+ * the store is used by other threads; events from before it are not replayed (replaced or
+ * removed later, a library thread may still be calling the previous fn with its own arg).
+ * -ENOTSUP on a client-mode store (store.daemon: the daemon publishes its store's events);
+ * -ENOMEM without memory. */
 KVT_EXPORT int kvt_store_set_events(struct kvt_store *s, kvt_event_fn fn, void *arg);
 /* A bounded queue of events for a consumer that polls instead (an interpreter, whose
  * callback would wait for its own lock while the store's are held). Install it with

@@ -675,6 +675,7 @@ void kvt_store_close(struct kvt_store *s)
 	pthread_cond_destroy(&s->wb_cond);
 	kvt__protect_close(s->prot);
 	kvt_config_destroy(s->cfg);
+	kvt__e_events_free(s);
 	kvt__free(s);
 }
 

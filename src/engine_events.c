@@ -15,13 +15,44 @@ int kvt_store_set_events(struct kvt_store *s, kvt_event_fn fn, void *arg)
 		return rc;
 	if (s->client) {
 		rc = -ENOTSUP;
+	} else if (!fn) {
+		atomic_store(&s->ev_sink, NULL);
 	} else {
-		/* arg first: a thread that sees the new fn sees its arg */
-		atomic_store(&s->ev_arg, arg);
-		atomic_store(&s->ev_fn, fn);
+		/* fn and arg as one pair (until 2026-12-06 two atomics: a thread that loaded the
+		 * old fn and then the new arg called, after a removal, the old fn with NULL). A
+		 * pair replaced may still be in use on another thread: kept until the store goes */
+		struct ev_sink *k = atomic_load(&s->ev_sinks);
+		while (k && (k->fn != fn || k->arg != arg)) /* a pair installed before: again */
+			k = k->next;
+		if (k) {
+			atomic_store(&s->ev_sink, k);
+			kvt__store_leave(s);
+			return 0;
+		}
+		k = kvt__calloc(1, sizeof(*k));
+		if (!k) {
+			rc = -ENOMEM;
+		} else {
+			k->fn = fn;
+			k->arg = arg;
+			k->next = atomic_load(&s->ev_sinks);
+			while (!atomic_compare_exchange_weak(&s->ev_sinks, &k->next, k))
+				;
+			atomic_store(&s->ev_sink, k);
+		}
 	}
 	kvt__store_leave(s);
 	return rc;
+}
+
+void kvt__e_events_free(struct kvt_store *s)
+{
+	struct ev_sink *k = atomic_exchange(&s->ev_sinks, NULL);
+	while (k) {
+		struct ev_sink *next = k->next;
+		kvt__free(k);
+		k = next;
+	}
 }
 
 void kvt_storage_key(const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
@@ -33,20 +64,20 @@ void kvt_storage_key(const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key 
 void kvt__e_event(struct kvt_store *s, uint32_t type, uint32_t reason, int tier,
 		  const struct kvt_key *key, uint64_t bytes)
 {
-	kvt_event_fn fn = atomic_load(&s->ev_fn);
-	if (!fn)
+	const struct ev_sink *k = atomic_load(&s->ev_sink);
+	if (!k)
 		return;
 	struct kvt_event ev = {.type = type, .reason = reason, .tier = tier, .bytes = bytes,
 			       .key = *key};
-	fn(atomic_load(&s->ev_arg), &ev);
+	k->fn(k->arg, &ev);
 }
 
 void kvt__e_dram_changed(void *arg, int change, const struct kvt_key *key,
 			 const struct kvt_key *parent, uint32_t n_tokens, uint64_t object_bytes)
 {
 	struct kvt_store *s = arg;
-	kvt_event_fn fn = atomic_load(&s->ev_fn);
-	if (!fn)
+	const struct ev_sink *k = atomic_load(&s->ev_sink);
+	if (!k)
 		return;
 	struct kvt_event ev = {.tier = s->dram_pos, .bytes = object_bytes, .key = *key};
 	switch (change) {
@@ -66,7 +97,7 @@ void kvt__e_dram_changed(void *arg, int change, const struct kvt_key *key,
 		ev.type = KVT_EVENT_REMOVED;
 		ev.reason = KVT_REASON_REMOVED;
 	}
-	fn(atomic_load(&s->ev_arg), &ev);
+	k->fn(k->arg, &ev);
 }
 
 void kvt__e_tier_evicted(void *arg, int index, const struct kvt_key *key, uint64_t bytes)

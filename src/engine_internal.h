@@ -260,10 +260,18 @@ struct flush_waiter {
 	uint64_t nomem; /* dirty slots it had no memory to start a write of */
 };
 
+/* An installed event callback with its argument: published as one pointer, so a thread
+ * never calls one callback with another's argument (engine_events.c). */
+struct ev_sink {
+	kvt_event_fn fn;
+	void *arg;
+	struct ev_sink *next; /* every sink installed, freed with the store */
+};
+
 struct kvt_store {
 	struct kvt_client *client; /* client mode (store.daemon): every call goes there */
-	_Atomic(kvt_event_fn) ev_fn; /* KV events (engine_events.c); NULL: none */
-	void *_Atomic ev_arg;
+	struct ev_sink *_Atomic ev_sink;  /* KV events (engine_events.c); NULL: none */
+	struct ev_sink *_Atomic ev_sinks; /* all ever installed: a thread may still use one */
 	struct kvt_config *cfg;
 	struct kvt_log log;
 	struct kvt_geometry geo;
@@ -405,6 +413,8 @@ int kvt__e_admit_inflight(struct kvt_store *s);
 void kvt__e_unadmit(struct kvt_store *s);
 
 /* engine_events.c: the KV events. tier is a chain position. */
+/* The event pairs kvt_store_set_events installed, freed once no thread can use one. */
+void kvt__e_events_free(struct kvt_store *s);
 void kvt__e_event(struct kvt_store *s, uint32_t type, uint32_t reason, int tier,
 		  const struct kvt_key *key, uint64_t bytes);
 void kvt__e_dram_changed(void *arg, int change, const struct kvt_key *key,

@@ -6,6 +6,8 @@
  */
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -109,11 +111,72 @@ static void test_on_a_store(void **state)
 	free(buf);
 }
 
+struct toggler {
+	struct kvt_store *s;
+	struct kvt_event_queue *q;
+	atomic_bool stop;
+	unsigned flips;
+};
+
+static void *toggle(void *arg)
+{
+	struct toggler *t = arg;
+	while (!atomic_load(&t->stop)) {
+		assert_int_equal(kvt_store_set_events(t->s, kvt_event_queue_push, t->q), 0);
+		assert_int_equal(kvt_store_set_events(t->s, NULL, NULL), 0);
+		t->flips++;
+	}
+	return NULL;
+}
+
+/* The callback removed and installed again while puts and evictions raise events on
+ * another thread: fn and arg were two atomics, so a thread could load the old fn and then
+ * the removal's NULL arg, and called kvt_event_queue_push(NULL, ...) (a crash). */
+static void test_removed_while_events_flow(void **state)
+{
+	(void)state;
+	struct kvt_config *cfg;
+	assert_int_equal(kvt_config_create(&cfg), 0);
+	char err[256];
+	assert_int_equal(kvt_config_set(cfg, "store.tiers", "dram", err, sizeof(err)), 0);
+	assert_int_equal(kvt_config_set(cfg, "dram.bytes", "2MiB", err, sizeof(err)), 0);
+	assert_int_equal(kvt_config_set(cfg, "dram.hugepages", "false", err, sizeof(err)), 0);
+	assert_int_equal(kvt_config_set(cfg, "model.layers", "2", err, sizeof(err)), 0);
+	assert_int_equal(kvt_config_set(cfg, "model.kv_heads", "2", err, sizeof(err)), 0);
+	assert_int_equal(kvt_config_set(cfg, "model.head_dim", "64", err, sizeof(err)), 0);
+	struct kvt_store *s;
+	assert_int_equal(kvt_store_open(cfg, &s), 0);
+	struct toggler t = {.s = s, .q = kvt_event_queue_new(1024)};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, toggle, &t), 0);
+	uint32_t tokens = kvt_store_geometry(s)->chunk_tokens;
+	size_t len = kvt_payload_bytes(kvt_store_geometry(s), tokens);
+	void *buf = calloc(1, len);
+	for (uint32_t i = 0; i < 20000; i++) { /* each put past the pool's size evicts one */
+		struct kvt_key k = {{0}};
+		memcpy(k.bytes, &i, sizeof(i));
+		assert_int_equal(kvt_put_sync(s, &k, NULL, tokens, buf, len), 0);
+	}
+	atomic_store(&t.stop, true);
+	pthread_join(th, NULL);
+	struct kvt_event out[64];
+	uint64_t lost, seen = 0;
+	uint32_t n;
+	while ((n = kvt_event_queue_drain(t.q, out, 64, &lost)) > 0)
+		seen += n;
+	assert_true(t.flips > 0 && seen + lost > 0);
+	kvt_store_close(s);
+	kvt_event_queue_free(t.q);
+	kvt_config_destroy(cfg);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_order_wrap_and_loss),
 		cmocka_unit_test(test_on_a_store),
+		cmocka_unit_test(test_removed_while_events_flow),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
