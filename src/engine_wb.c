@@ -135,13 +135,6 @@ static void wb_complete(struct wb *w)
 	}
 	if (w->ref.id >= 0 && !w->reoffer) /* after its marks: a flush that sees no job sees them */
 		kvt__dram_job(s->dram, w->ref.id, false);
-	if (w->cb) {
-		int err = atomic_load(&w->first_err);
-		struct kvt_result res = {.status = atomic_load(&w->ok) ? 0 : (err ? err : -EIO),
-					 .tier = KVT_TIER_NONE,
-					 .bytes = w->ref.object_bytes};
-		kvt__e_complete(s, w->cb, w->arg, w->direct, &res);
-	}
 	/* Unlink; wake flushes whose target is now below every outstanding job, and the
 	 * removes that waited for this job. */
 	struct kvt_list ready;
@@ -169,6 +162,16 @@ static void wb_complete(struct wb *w)
 	w->after = NULL;
 	pthread_cond_broadcast(&s->wb_cond);
 	pthread_mutex_unlock(&s->wb_lock);
+	/* The put's answer once the job no longer counts as out: answered before, a caller
+	 * putting the key again at once (a zero-copy put) found the job's zc_pending and was
+	 * refused -EAGAIN with nothing late. Before the removes that waited for it start. */
+	if (w->cb) {
+		int err = atomic_load(&w->first_err);
+		struct kvt_result res = {.status = atomic_load(&w->ok) ? 0 : (err ? err : -EIO),
+					 .tier = KVT_TIER_NONE,
+					 .bytes = w->ref.object_bytes};
+		kvt__e_complete(s, w->cb, w->arg, w->direct, &res);
+	}
 	while (after) {
 		struct remove_op *o = after;
 		after = *(struct remove_op **)o; /* next_after is a remove_op's first member */

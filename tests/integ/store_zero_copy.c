@@ -115,6 +115,17 @@ int main(void)
 		struct kvt_store *s = open_store("nvme", dir, modes[m], NULL);
 		put_one(s, 1, FULL, aligned, true);
 		put_one(s, 2, PART, aligned, true);
+		/* the same key again as soon as each put is answered: a put was answered before
+		 * its job stopped counting as out, and the next one was refused -EAGAIN although
+		 * nothing was late (until 2026-12-06) */
+		for (int r = 0; r < 300; r++) {
+			struct kvt_key k;
+			key_of(2, &k);
+			size_t len = kvt_payload_bytes(kvt_store_geometry(s), PART);
+			test_fill(aligned, len, 2);
+			int rc = kvt_put_sync(s, &k, NULL, PART, aligned, len);
+			CHECKM(rc == 0, "put %d of one key in a row: %d", r, rc);
+		}
 		put_one(s, 3, FULL, unaligned, false);
 		/* 4 KiB-aligned but not on a 2 MiB boundary: likely small pages, copied */
 		put_one(s, 7, PART, aligned + 4096, false);
