@@ -453,6 +453,12 @@ def test_kvtier_tenant_must_be_a_non_empty_string(tdir, caplog, bad):
         one = ReqContext("one", kv_transfer_params={"kvtier_tenant": "1"})
         t.on_new_request(one)
         assert t._key(keys[0], one) != t._key(keys[0], plain)  # "1" is a tenant
+        # a tenant never seen by on_new_request (no state): no caching, not the shared
+        # namespace (until 2026-12-06: HIT, and its store went into the untenanted one)
+        unseen = ReqContext("unseen", kv_transfer_params={"kvtier_tenant": "2"})
+        assert t.lookup(keys[0], unseen) is LookupResult.MISS
+        t.submit_store(TransferJob(3, keys, np.array([1]), False, unseen))
+        assert not wait_jobs(t, 1)[0].success
     finally:
         t.shutdown()
 

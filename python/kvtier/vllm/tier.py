@@ -547,9 +547,14 @@ class KvtierTier(SecondaryTierManager):
 
     def _uncached(self, rc: ReqContext | None) -> bool:
         """A request whose kvtier_tenant cannot be used (on_new_request): it gets no kvtier
-        caching, neither lookups nor loads nor stores."""
+        caching, neither lookups nor loads nor stores. So does one that names a tenant but
+        was never seen by on_new_request (no state): fail closed, since _key would give it
+        the untenanted namespace (until 2026-12-06 it did)."""
         st = rc.get_state(self._tenant_state) if rc is not None else None
-        return st is not None and st.prefix is None
+        if st is None:
+            params = getattr(rc, "kv_transfer_params", None)
+            return isinstance(params, dict) and "kvtier_tenant" in params
+        return st.prefix is None
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         params = req_context.kv_transfer_params
