@@ -1125,7 +1125,10 @@ def test_two_kvtier_tiers_keep_their_own_tenant_state(tdir):
         assert t2._key(k, shared) != t1._key(k, shared)
         bad = ReqContext("bad", kv_transfer_params={"kvtier_tenant": "x\ny"})
         t1.on_new_request(bad)
-        assert t1._uncached(bad) and not t2._uncached(bad)  # t2 never saw it
+        assert t1._uncached(bad)
+        # t2 never saw it, and it names a tenant: fail closed (since 2026-12-06; before,
+        # t2 served it from its untenanted namespace)
+        assert t2._uncached(bad)
     finally:
         t1.shutdown()
         t2.shutdown()
@@ -1410,3 +1413,31 @@ def test_weights_are_sampled_where_vllm_downloads_them(tmp_path):
     assert _model_dir("kvtier-test/no-such-model", "", str(tmp_path)) == str(snap)
     assert _model_dir("kvtier-test/no-such-model", "main", str(tmp_path)) == str(snap)
     assert _model_dir("kvtier-test/no-such-model", "") == ""  # not in the default cache
+
+
+def test_a_failed_start_closes_its_store(tdir, monkeypatch):
+    """A start that failed after the store opened (here the rows handle refused) left the
+    store to the garbage collector: its DRAM pool, threads and NVMe directory lock stayed
+    held, so a retry in the same process could not open the directory. The store is closed
+    before the error propagates, and a second start on the same directory works."""
+    import kvtier as kvt_mod
+    opened = []
+    real_store = kvt_mod.Store
+
+    def recording_store(*a, **kw):
+        s = real_store(*a, **kw)
+        opened.append(s)
+        return s
+
+    def refusing_rows(*a, **kw):
+        raise ValueError("rows refused (test)")
+
+    monkeypatch.setattr(kvt_mod, "Store", recording_store)
+    monkeypatch.setattr(kvt_mod, "Rows", refusing_rows)
+    buf, view = primary()
+    with pytest.raises(ValueError, match="rows refused"):
+        tier(view, tdir)
+    assert len(opened) == 1 and opened[0]._s is None, "the store stayed open"
+    monkeypatch.undo()
+    t = tier(view, tdir)  # the directory is free again
+    t.shutdown()

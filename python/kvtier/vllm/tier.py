@@ -314,6 +314,27 @@ class KvtierTier(SecondaryTierManager):
                  load_deadline_ms: int = 5000, enable_kv_events: bool = False,
                  events_reconcile_s: float = 5.0, locality: str | None = None,
                  backpressure_detector=None):
+        try:
+            self._start(offloading_spec, primary_kv_view, tier_type, config, config_file,
+                        model, layout, tenant, load_deadline_ms, enable_kv_events,
+                        events_reconcile_s, locality, backpressure_detector)
+        except BaseException:
+            # a start that failed after the store opened (the weights unreadable, the rows
+            # handle refused, an event queue without memory) left the store - its DRAM
+            # pool, threads, tier files and locks - to the garbage collector (until
+            # 2026-12-06): a retry in the same process then found the NVMe tier locked
+            pool = getattr(self, "_store_pool", None)
+            if pool is not None:
+                pool.shutdown(wait=False)
+            store = getattr(self, "_store", None)
+            if store is not None:
+                store.close()  # closes its Rows handles first
+                self._store = None
+            raise
+
+    def _start(self, offloading_spec, primary_kv_view, tier_type, config, config_file, model,
+               layout, tenant, load_deadline_ms, enable_kv_events, events_reconcile_s,
+               locality, backpressure_detector):
         # checked before anything is opened: each bad option is one line naming it
         config, config_file = opt.config(config), opt.config_file(config_file)
         model, tenant = opt.model(model), opt.text("tenant", tenant, none_ok=False)
