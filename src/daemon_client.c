@@ -423,12 +423,12 @@ static void free_retired(struct kvt_client *c)
 static void retire_pool(struct kvt_client *c)
 {
 	struct retired *r = kvt__malloc(sizeof(*r));
-	void *p = mmap(c->pool, c->pool_len, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-	if (!r || p == MAP_FAILED) {
-		/* cannot swap it out: keep the old pool mapped rather than fault a copy */
-		kvt__free(r);
-	} else {
+	/* if the swap fails the old pool stays mapped there (rather than fault a copy): the
+	 * range is unmapped later either way, so it is remembered either way (until
+	 * 2026-12-06 a failed swap forgot it: a pool-sized mapping leaked) */
+	(void)mmap(c->pool, c->pool_len, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+	if (r) {
 		r->p = c->pool;
 		r->len = c->pool_len;
 		r->next = c->retired;
@@ -1682,6 +1682,8 @@ int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out)
 	return 0;
 fail:
 	disconnect(c);
+	unmap_pool(c); /* attached, then refused (until 2026-12-06 the pool's mapping leaked) */
+	free_retired(c);
 	if (c->shm)
 		munmap(c->shm, c->shm_len);
 	if (c->memfd >= 0)
