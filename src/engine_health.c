@@ -143,6 +143,25 @@ struct guard *kvt__e_guard_new(struct kvt_store *s, struct link *l, const char *
 	struct guard *g = kvt__calloc(1, sizeof(*g));
 	if (!g)
 		return NULL;
+	/* Its place in the deadline heap is taken now, while the caller can still do without
+	 * the call (every caller handles a NULL guard): grown at arm time, after the tier took
+	 * the call, a failed allocation left the call with no deadline - on a hung tier, a
+	 * call, a remove waiting for it and the store's close waited for good (until
+	 * 2026-12-06). */
+	pthread_mutex_lock(&s->guard_lock);
+	if (s->heap_n + s->heap_resv == s->heap_cap) {
+		size_t cap = s->heap_cap ? 2 * s->heap_cap : 256;
+		struct guard **h = kvt__realloc(s->heap, cap * sizeof(*h));
+		if (!h) {
+			pthread_mutex_unlock(&s->guard_lock);
+			kvt__free(g);
+			return NULL;
+		}
+		s->heap = h;
+		s->heap_cap = cap;
+	}
+	s->heap_resv++;
+	pthread_mutex_unlock(&s->guard_lock);
 	g->heap_idx = SIZE_MAX;
 	g->s = s;
 	g->l = l;
@@ -188,25 +207,15 @@ void kvt__e_guard_arm(struct guard *g)
 	uint64_t deadline = g->start + g->budget;
 	bool wake = false;
 	pthread_mutex_lock(&s->guard_lock);
+	s->heap_resv--; /* the place kvt__e_guard_new took: there is room */
 	if (atomic_load(&g->state) == G_PENDING) { /* not answered already */
-		if (s->heap_n == s->heap_cap) {
-			size_t cap = s->heap_cap ? 2 * s->heap_cap : 256;
-			struct guard **h = kvt__realloc(s->heap, cap * sizeof(*h));
-			if (h) {
-				s->heap = h;
-				s->heap_cap = cap;
-			}
-		}
-		if (s->heap_n < s->heap_cap) {
-			g->deadline = deadline;
-			g->heap_idx = s->heap_n;
-			s->heap[s->heap_n++] = g;
-			heap_up(s->heap, g->heap_idx);
-			wake = g->heap_idx == 0;
-			if (wake)
-				atomic_fetch_add(&s->heap_gen, 1);
-		}
-		/* else no memory for the heap: the call waits for the tier's own answer */
+		g->deadline = deadline;
+		g->heap_idx = s->heap_n;
+		s->heap[s->heap_n++] = g;
+		heap_up(s->heap, g->heap_idx);
+		wake = g->heap_idx == 0;
+		if (wake)
+			atomic_fetch_add(&s->heap_gen, 1);
 	}
 	pthread_mutex_unlock(&s->guard_lock);
 	if (wake) { /* earlier than any the service thread knows of: tell it */
@@ -220,6 +229,9 @@ void kvt__e_guard_arm(struct guard *g)
 /* The tier refused the call (returned < 0): it will never call back. */
 void kvt__e_guard_cancel(struct guard *g)
 {
+	pthread_mutex_lock(&g->s->guard_lock);
+	g->s->heap_resv--;
+	pthread_mutex_unlock(&g->s->guard_lock);
 	atomic_fetch_sub(&g->l->queued_bytes[g->write], g->bytes);
 	if (g->write)
 		atomic_fetch_sub(&g->l->live_write_bytes, g->bytes);

@@ -327,6 +327,7 @@ struct kvt_store {
 	pthread_mutex_t guard_lock;
 	struct guard **heap;
 	size_t heap_n, heap_cap;
+	size_t heap_resv; /* places held for guards made and not yet armed or cancelled */
 	uint64_t deadline_floor_ns, deadline_ceiling_ns;
 	uint64_t sync_timeout_ms; /* bound on tier open, close and listing (src/tier_bounded.c) */
 	struct kvt_store *next_abandoned; /* closed with a stuck tier: left allocated (engine.c) */

@@ -22,7 +22,9 @@
  *   - the bench's replace loop (remove, then put) over a tier that stalls mid-run: every
  *     operation out completes within two deadline ceilings once the loop stops;
  *   - a remove answered while writes were queued ahead of it (no bytes of its own kind)
- *     does not teach the link a bandwidth of 0, whose NaN estimates never expired a call.
+ *     does not teach the link a bandwidth of 0, whose NaN estimates never expired a call;
+ *   - the deadline heap's growth failing for lack of memory leaves no call without its
+ *     deadline.
  */
 #include <pthread.h>
 #include <sys/stat.h>
@@ -536,6 +538,48 @@ static void zero_byte_sample(const char *dir)
 	free(back);
 }
 
+/* The deadline heap grows past its first 256 places while a tier is stalled, and the one
+ * allocation that grows it fails: that guard used to be armed with no place in the heap,
+ * so its lookup waited for the tier's own answer (5 s) instead of its 300 ms deadline. Each
+ * of the first allocations of a lookup made then fails in turn (kvt__alloc_fail_after):
+ * every lookup out is answered within two deadlines. */
+static void guard_heap_without_memory(const char *dir)
+{
+	struct kvt_store *s = open_store(dir, "faulty", NULL);
+	kvt__faulty_set(kvt__store_tier(s, 0), 0, 0, 5000);
+	enum { FILL = 256, EXTRA = 12 };
+	static struct test_box box[FILL + EXTRA];
+	static struct kvt_key keys[FILL + EXTRA];
+	static int8_t tiers[FILL + EXTRA];
+	memset(box, 0, sizeof(box));
+	uint64_t t0 = test_now_ns();
+	for (int i = 0; i < FILL + EXTRA; i++) {
+		memset(&keys[i], 0, sizeof(keys[i]));
+		memcpy(keys[i].bytes, &i, sizeof(i));
+		keys[i].bytes[31] = 0x9e;
+		if (i >= FILL)
+			kvt__alloc_fail_after((uint64_t)(i - FILL + 1));
+		int rc = kvt_lookup(s, &keys[i], 1, &tiers[i], test_box_cb, &box[i]);
+		kvt__alloc_fail_after(0);
+		if (rc < 0) { /* refused at once for lack of memory: answered */
+			CHECKM(rc == -ENOMEM, "lookup %d: %d", i, rc);
+			box[i].done = 1;
+		}
+	}
+	int left = FILL + EXTRA;
+	while (left && test_ms_since(t0) < 4000) {
+		kvt_poll(s, 20);
+		left = 0;
+		for (int i = 0; i < FILL + EXTRA; i++)
+			left += !box[i].done;
+	}
+	fprintf(stderr, "  deadline heap grown without memory: %d of %d lookups unanswered "
+			"after %.0f ms\n", left, FILL + EXTRA, test_ms_since(t0));
+	CHECKM(left == 0, "%d lookups waited past two deadlines (the tier answers after 5 s)",
+	       left);
+	kvt_store_close(s);
+}
+
 int main(void)
 {
 	char *dir = test_tmpdir("deadline");
@@ -764,6 +808,7 @@ int main(void)
 	retried_put_is_one_sighting(dir);
 	churn_under_stall(dir);
 	zero_byte_sample(dir);
+	guard_heap_without_memory(dir);
 
 	free(buf);
 	test_rmdir(dir);
