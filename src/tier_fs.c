@@ -158,6 +158,7 @@ struct fs_state {
 	atomic_int noreplace_ok; /* cleared when renameat2(RENAME_NOREPLACE) is refused */
 	atomic_int link_ok;    /* cleared when link() is refused: use rename() */
 	atomic_int handle_ok;  /* cleared when name_to_handle_at is refused (fs_ident) */
+	struct kvt_log_limit full_warn; /* "is full" (a quota, no space): once a while */
 	/* Temporary names: a random value per open and a counter. The host and pid alone are
 	 * not unique: a restarted container's instance is pid 1 again, and two opens in one
 	 * process share both; with a counter restarting at 0 such an instance collided with a
@@ -1155,6 +1156,16 @@ fail_unlink:
 fail:
 	if (dfd >= 0)
 		close(dfd);
+	if (rc == -EDQUOT || rc == -ENOSPC) {
+		/* A quota (CephFS ceph.quota.max_bytes, an NFS or XFS user or project quota) or a
+		 * full file system: -ENOSPC, a write refused. Passed on as -EDQUOT the engine took
+		 * it for the NVMe tier's daily write budget and offered the chunk again at every
+		 * hit, each offer a doomed write and a warning line (until 2026-12-06). */
+		kvt__logf_limited(&s->t->log, &s->full_warn, KVT_LOG_WARN,
+				  "fs: %s is full (%s): writes are refused until it has room", s->dir,
+				  rc == -EDQUOT ? "its quota" : "no space");
+		return -ENOSPC;
+	}
 	atomic_fetch_add(&s->cnt.errors, 1);
 	KVT_WARN(&s->t->log, "fs: write %s/%s: %s", s->dir, path,
 		 rc == -ENOTDIR ? "its directory is not a directory of ours (a symbolic link?)"
