@@ -798,12 +798,25 @@ static void xfer_done(struct s3_state *s, struct s3_xfer *x, CURLcode cc)
 		}
 	}
 	int rc = flaw ? -EIO : cc != CURLE_OK ? curl_errno(cc) : status_errno(status);
-	if (rc == -ENOENT) {
+	char code[64];
+	const char *ec = !flaw && cc == CURLE_OK ? error_code(x->errbody, code, sizeof(code)) : NULL;
+	/* A 404 is an absent object - but not to a PUT, nor with NoSuchBucket: the bucket is
+	 * gone (a lifecycle rule, an operator, a recreated MinIO bucket). Taken for an absent
+	 * object, every write was lost without a line and the tier looked healthy and empty
+	 * (until 2026-12-06); now a failure, said once a while. (A HEAD has no body: an
+	 * exists of a deleted bucket still reads as absent.) */
+	bool no_bucket = rc == -ENOENT && ((ec && !strcmp(ec, "NoSuchBucket")) ||
+					   op->kind == OP_WRITE);
+	if (rc == -ENOENT && !no_bucket) {
 		op_finish_xfer(x, rc);
 		return;
 	}
-	char code[64];
-	const char *ec = !flaw && cc == CURLE_OK ? error_code(x->errbody, code, sizeof(code)) : NULL;
+	if (no_bucket) {
+		warn_limited(s, "HTTP 404 %s: the bucket does not exist (deleted since the tier "
+				"opened?): writes fail%s", ec ? ec : "to a PUT", "");
+		op_finish_xfer(x, -EIO);
+		return;
+	}
 	int full = !flaw && cc == CURLE_OK ? full_errno(status, ec) : 0;
 	if (full) {
 		rc = full;

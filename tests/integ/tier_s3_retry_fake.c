@@ -6,6 +6,8 @@
  *   0x52: always 503 SlowDown                 -> -EAGAIN after s3.retries retries
  *   0x53: always 500                          -> -EIO, retried the same way
  *   0x54: 403                                 -> -EACCES at once, no retry
+ *   0x7a: 404 NoSuchBucket (the bucket deleted under the tier) -> a PUT and a GET -EIO
+ *         with one line, not -ENOENT (a PUT's writes were lost unseen, a GET a miss)
  * answers that look like success but are not (each must be retried like a broken
  * connection, then fail -EIO, never succeed or read short):
  *   0x61: a PUT with "Expect: 100-continue" answered 200 at once, its body never read
@@ -151,6 +153,7 @@ static const char server_py[] =
     "        if tag == '52': return self.reply(503, slow)\n"
     "        if tag == '53': return self.reply(500, b'<Error><Code>InternalError</Code></Error>')\n"
     "        if tag == '54': return self.reply(403, b'<Error><Code>AccessDenied</Code></Error>')\n"
+    "        if tag == '7a': return self.reply(404, b'<Error><Code>NoSuchBucket</Code></Error>')\n"
     "        if tag == '6a':  # the session token received: its length, -1 if not A..Z A..Z ...\n"
     "            t = self.headers.get('x-amz-security-token', '')\n"
     "            good = t == ''.join(chr(65 + i % 26) for i in range(len(t)))\n"
@@ -1185,6 +1188,24 @@ int main(void)
 	CHECK(!strstr(log_text, secret), "the session token was logged from <Code>");
 	tier_close(t);
 	fprintf(stderr, "error bodies: the code logged, never the token\n");
+
+	/* The bucket deleted under the tier: not an absent object (a fresh instance, so no
+	 * earlier warning holds this one back) */
+	cfg = cfg_new();
+	cfg_set(cfg, "s3.endpoint", ep);
+	cfg_set(cfg, "s3.bucket", "bkt");
+	CHECK(tier_open(&kvt__tier_s3_ops, cfg, &t) == 0, "open");
+	kvt_config_destroy(cfg);
+	memset(&k, 0, sizeof(k));
+	k.bytes[0] = 0x7a;
+	log_clear();
+	rc = t_write(t, &k, buf, sizeof(buf));
+	CHECK(rc == -EIO, "PUT answered 404 NoSuchBucket: %d (want -EIO)", rc);
+	CHECK(strstr(log_text, "the bucket does not exist"), "no line says why: %s", log_text);
+	rc = t_read(t, &k, &seg, 1);
+	CHECK(rc == -EIO, "GET answered 404 NoSuchBucket: %d (want -EIO)", rc);
+	tier_close(t);
+	fprintf(stderr, "404 NoSuchBucket: a PUT and a GET -EIO, one line\n");
 
 	/* Retries never outlive the deadline: many retries, short deadline. */
 	cfg = cfg_new();
