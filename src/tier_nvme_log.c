@@ -344,8 +344,11 @@ uint8_t *nv_log_batch_copy(struct nv_batch *b, uint64_t need)
 int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen)
 {
 	struct nv_log *lg = s->lg;
-	if (gen >= NV_LOG_GEN_MAX)
-		return -EOVERFLOW; /* above a header crafted near the top: never wrap to 0 */
+	/* above a header crafted near the top: never wrap to 0 (a generation is one above
+	 * what was read, so a crafted 2^64-1 arrives here as 0: until 2026-12-06 it passed,
+	 * and the log's first lap checked again - voided objects, removed keys, served) */
+	if (gen == 0 || gen >= NV_LOG_GEN_MAX)
+		return -EOVERFLOW;
 	uint8_t *blk = kvt__aligned_alloc(NV_LOG_BLOCK);
 	if (!blk)
 		return -ENOMEM;
@@ -620,6 +623,15 @@ bool nv_log_seal(struct nv *s, struct nv_batch *b)
 	struct nv_log *lg = s->lg;
 	if (lg->broken)
 		return false;
+	if (lg->seq >= NV_LOG_GEN_MAX) {
+		/* a head or record crafted near the top: the next batches would wrap to 0 and
+		 * sort before every older one, so a tombstone lost to the put it removed
+		 * (until 2026-12-06) */
+		KVT_WARN(s->log, "nvme: log batch sequence %llu at its bound: log writes stop",
+			 (unsigned long long)lg->seq);
+		nv_log_stop(s);
+		return false;
+	}
 	if (!lg->have_cur || lg->cur_off + b->used > lg->segs[lg->cur].bytes)
 		if (!advance(s))
 			return false;

@@ -881,9 +881,9 @@ int nv_log_recover(struct nv *s)
 	uint64_t maxgen = 0;
 	for (uint32_t i = 0; i < end; i++)
 		maxgen = KVT_MAX(maxgen, lg->segs[i].gen);
-	for (uint32_t i = 0; i < end; i++)
+	for (uint32_t i = 0; i < end; i++) /* saturated: a crafted 2^64-1 must not wrap */
 		if (lg->segs[i].hdr_bad)
-			lg->segs[i].gen = maxgen + 1;
+			lg->segs[i].gen = maxgen >= NV_LOG_GEN_MAX ? NV_LOG_GEN_MAX : maxgen + 1;
 	uint64_t torn = 0, objs = 0, bad = 0;
 	if (!rc && nb) {
 		qsort(bs, nb, sizeof(*bs), cmp_seq);

@@ -354,13 +354,14 @@ static void test_head_lap(const char *root)
  * log writes stop for the run (puts get a file each), the header is not written past the
  * bound (walked on to 2^64 - 1, the next reuse would wrap it to 0, and a lap's old records
  * would check again), and what is put then is served, before and after a reopen. */
-static void test_gen_bound(const char *root)
+static void test_gen_bound(const char *root, uint64_t crafted)
 {
-	char dir[300];
+	char dir[300], name[32];
 	uint64_t at[12];
-	log_of_12(root, "genmax", 9, dir, at);
+	snprintf(name, sizeof(name), "genmax%llx", (unsigned long long)crafted);
+	log_of_12(root, name, 9, dir, at);
 	uint64_t g = seg_gen(dir, 0);
-	head_names(dir, 0, NV_LOG_GEN_MAX - 1);
+	head_names(dir, 0, crafted);
 	struct kvt_tier *t;
 	log_clear();
 	CHECK_EQ(open_log(&t, dir, false), 0);
@@ -370,12 +371,63 @@ static void test_gen_bound(const char *root)
 	nv_test_put(t, 10, 0);
 	CHECK_EQ(nv_test_served(t, 10, 0), 1);
 	kvt__tier_close(t);
-	printf("nvme_log_damaged: log/head at generation 2^63-1: header stays at %llu, log "
-	       "writes stop, a put is served\n", (unsigned long long)seg_gen(dir, 0));
+	printf("nvme_log_damaged: log/head at generation %#llx: header stays at %llu, log "
+	       "writes stop, a put is served\n", (unsigned long long)crafted,
+	       (unsigned long long)seg_gen(dir, 0));
 	CHECK_EQ(seg_gen(dir, 0), g);
 	CHECK_EQ(open_log(&t, dir, true), 0);
 	CHECK_EQ(nv_test_served(t, 10, 0), 1);
 	kvt__tier_close(t);
+}
+
+/* A log/head crafted with a batch sequence near 2^64: the next batches' sequence numbers
+ * wrapped to 0, sorted before every older batch at the next open, and a removed key's put
+ * won over its tombstone. Log writes stop at the bound instead; removes still hold. */
+static void head_seq(const char *dir, uint64_t seq)
+{
+	char hp[400];
+	static uint8_t b[NV_LOG_BLOCK];
+	snprintf(hp, sizeof(hp), "%s/log/head", dir);
+	int fd = open(hp, O_RDWR);
+	CHECK(fd >= 0);
+	struct nv_log_head hd[2];
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(pread(fd, b, NV_LOG_BLOCK, (off_t)i * NV_LOG_BLOCK), NV_LOG_BLOCK);
+		memcpy(&hd[i], b, sizeof(hd[i]));
+	}
+	struct nv_log_head *h = (struct nv_log_head *)b;
+	*h = hd[hd[1].count > hd[0].count];
+	h->seq = seq;
+	h->count++;
+	h->crc = nv_log_crc(b);
+	CHECK_EQ(pwrite(fd, b, NV_LOG_BLOCK, (off_t)(h->count % 2) * NV_LOG_BLOCK), NV_LOG_BLOCK);
+	close(fd);
+}
+
+static void test_seq_bound(const char *root)
+{
+	char dir[300];
+	uint64_t at[12];
+	log_of_12(root, "seqmax", 9, dir, at);
+	head_seq(dir, UINT64_MAX - 1);
+	struct kvt_tier *t;
+	log_clear();
+	CHECK_EQ(open_log(&t, dir, false), 0);
+	for (uint64_t i = 3; i < 8; i++)
+		del(t, 9, i);
+	nv_test_put(t, 20, 0);
+	kvt__tier_close(t);
+	int stopped = log_count("at its bound: log writes stop");
+	CHECK_EQ(open_log(&t, dir, true), 0);
+	int back = 0;
+	for (uint64_t i = 3; i < 8; i++)
+		back += nv_test_served(t, 9, i);
+	CHECK_EQ(nv_test_served(t, 20, 0), 1);
+	kvt__tier_close(t);
+	printf("nvme_log_damaged: log/head at sequence 2^64-2: log writes stop, %d of 5 removed "
+	       "keys back after a reopen\n", back);
+	CHECK_EQ(back, 0);
+	CHECK_EQ(stopped, 1);
 }
 
 /* (3) A torn tail: record back of the newest (0: the newest) damaged, in a log of 12
@@ -446,7 +498,9 @@ int main(void)
 	test_unordered(root);
 	test_new_lap_record(root);
 	test_head_lap(root);
-	test_gen_bound(root);
+	test_gen_bound(root, NV_LOG_GEN_MAX - 1);
+	test_gen_bound(root, UINT64_MAX); /* +1 wrapped to 0 and passed (until 2026-12-06) */
+	test_seq_bound(root);
 	test_torn(root, 0);
 	test_torn(root, 2);
 	test_void_verify(root);
