@@ -114,10 +114,14 @@ void nv_budget_load(struct nv *s)
 		p = end;
 	}
 	s->bucket_hour = v[0];
-	memcpy(s->bucket, v + 1, sizeof(s->bucket));
 	s->budget_used = 0;
-	for (int i = 0; i < NV_BUCKETS; i++)
+	for (int i = 0; i < NV_BUCKETS; i++) {
+		/* a bucket above the whole budget only says it is spent: clamped there, so a
+		 * crafted file's buckets cannot add up past 2^64 and wrap budget_used low (until
+		 * 2026-12-06 they could, and the day's budget was open again) */
+		s->bucket[i] = KVT_MIN(v[1 + i], s->budget);
 		s->budget_used += s->bucket[i];
+	}
 	uint64_t now = s->clock_hour();
 	if (v[0] > now)
 		KVT_WARN(s->log,
@@ -140,7 +144,7 @@ int nv_budget_take(struct nv *s, uint64_t len, uint32_t *hour_out)
 	pthread_mutex_lock(&s->block);
 	nv_budget_roll(s, hour);
 	hour = s->bucket_hour;
-	if (s->budget_used + len > s->budget) {
+	if (len > s->budget || s->budget_used > s->budget - len) { /* no sum to wrap */
 		rc = -EDQUOT;
 	} else {
 		s->bucket[hour % NV_BUCKETS] += len;

@@ -168,6 +168,23 @@ static void test_saved_across_restart(void **state)
 	assert_int_equal(b->bucket_hour, fake_hour);
 	assert_true(b->budget_used > 0);
 	free_state(b);
+
+	/* A file whose buckets add up past 2^64: the budget is spent, not open again (the sum
+	 * wrapped to 6 and a charge of 50 was taken, until 2026-12-06). */
+	char text[1024];
+	int n = snprintf(text, sizeof(text), "kvtier-budget-v1 %llu 18446744073709551610 12",
+			 (unsigned long long)fake_hour);
+	for (int i = 2; i < NV_BUCKETS; i++)
+		n += snprintf(text + n, sizeof(text) - (size_t)n, " 0");
+	n += snprintf(text + n, sizeof(text) - (size_t)n, "\n");
+	int fd = openat(f->d.fd, NV_BUDGET_NAME, O_WRONLY | O_TRUNC | O_CREAT, 0600);
+	assert_true(fd >= 0 && write(fd, text, (size_t)n) == n);
+	close(fd);
+	struct nv *w = budget_state(f, 100);
+	nv_budget_load(w);
+	assert_int_equal(nv_budget_take(w, 50, &h), -EDQUOT);
+	assert_true(w->budget_used >= 100);
+	free_state(w);
 }
 
 int main(void)
