@@ -1441,3 +1441,47 @@ def test_a_failed_start_closes_its_store(tdir, monkeypatch):
     monkeypatch.undo()
     t = tier(view, tdir)  # the directory is free again
     t.shutdown()
+
+
+def test_a_check_sent_before_a_store_does_not_announce_it_removed(tdir, monkeypatch):
+    """A suspect's check lookup is sent; the chunk is stored again and that job reaped (a
+    stored event); then the lookup, older than the store, answers a clean miss. It was
+    taken as proof of removal: a removed event followed the stored one for a chunk kvtier
+    holds, and the chunk was no longer announced. A check answer older than the chunk's
+    last store is now ignored."""
+    from concurrent.futures import Future
+
+    from kvtier.store import LookupResult as StoreLookup
+    buf, view = primary(4)
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=3600.0,
+             config={"store.tiers": "dram"})
+    try:
+        rc = ReqContext("again")
+        t.on_new_request(rc)
+        keys = okeys(2, seed=21)
+        t.submit_store(TransferJob(1, keys, np.zeros(2, int), False, rc))
+        assert wait_jobs(t, 1)[0].success
+        list(t.take_events())
+        k0 = t._key(keys[0], rc)
+        real, held = t._store.lookup, Future()
+
+        def lookup(ks):
+            if ks == [k0] and not held.done() and not getattr(lookup, "sent", False):
+                lookup.sent = True
+                return held  # answered below, after the store
+            return real(ks)
+        monkeypatch.setattr(t._store, "lookup", lookup)
+        assert _remove_now(t, k0) == 1
+        assert not any(e.removed for e in t.take_events())  # the check is sent
+        assert getattr(lookup, "sent", False)
+        t.submit_store(TransferJob(2, keys[:1], np.zeros(1, int), False, rc))
+        assert wait_jobs(t, 1)[0].success  # stored again, reaped
+        held.set_result(StoreLookup(0, [], 0))  # the old lookup: a clean miss
+        events = []
+        for _ in range(5):
+            events += list(t.take_events())
+        assert not [k for e in events if e.removed for k in e.keys], events
+        assert k0 in t._announced
+    finally:
+        monkeypatch.undo()
+        t.shutdown()

@@ -505,6 +505,11 @@ class KvtierTier(SecondaryTierManager):
                 log.warning("enable_kv_events is set on tier %s but KV cache events are "
                             "disabled globally; no events", tier_type)
         self._announced: dict[bytes, OffloadKey] = {}  # kvtier key -> OffloadKey
+        # When each announced chunk was last stored (a count of stores reaped): a check's
+        # lookup sent before that store may answer a miss for what the store then wrote,
+        # which must not announce it removed (until 2026-12-06 it did: _reconcile_step).
+        self._stores_reaped = 0
+        self._stored_at: dict[bytes, int] = {}
         # kvtier keys announced per OffloadKey: with per-request tenants several kvtier
         # keys (one per tenant) share one OffloadKey, which is held while any of them is
         # (until 2026-12-06 losing one tenant's copy announced the OffloadKey removed).
@@ -548,7 +553,7 @@ class KvtierTier(SecondaryTierManager):
         # a check of the announced chunks: the lookups in flight (None: no check running)
         # and the keys still to ask about; at most _reconcile_cap lookups at once, so the
         # scheduler's own lookups keep room under store.max_inflight
-        self._reconcile: list[tuple[bytes, cf.Future]] | None = None
+        self._reconcile: list[tuple[bytes, cf.Future, int]] | None = None
         self._reconcile_todo: deque[bytes] = deque()
         self._reconcile_cap = max(1, min(64, int(cfg.get("store.max_inflight")) // 4))
         self._last_stats = self._store.stats()
@@ -875,6 +880,8 @@ class KvtierTier(SecondaryTierManager):
                     if self._announced.get(k) is None:
                         self._okey_held[okey] = self._okey_held.get(okey, 0) + 1
                     self._announced[k] = okey
+                    self._stores_reaped += 1
+                    self._stored_at[k] = self._stores_reaped
                     if self._evq is not None:
                         sk = self._store.storage_key(k)
                         self._by_skey[sk] = k
@@ -901,6 +908,7 @@ class KvtierTier(SecondaryTierManager):
         if self._events is None:
             return
         okey = self._announced.pop(k, None)
+        self._stored_at.pop(k, None)
         if okey is not None:
             if self._evq is not None:
                 self._by_skey.pop(self._store.storage_key(k), None)
@@ -961,10 +969,12 @@ class KvtierTier(SecondaryTierManager):
         lookup per announced chunk, at most _reconcile_cap in flight; when the store is at
         store.max_inflight (kvtier.Busy) the rest waits for the next call."""
         waiting = []
-        for k, f in self._reconcile:
+        for k, f, sent_at in self._reconcile:
             if not f.done():
-                waiting.append((k, f))
+                waiting.append((k, f, sent_at))
                 continue
+            if self._stored_at.get(k, 0) > sent_at:
+                continue  # stored again after the lookup was sent: its miss is stale
             try:
                 r = f.result()
                 # a tier that failed, was late or skipped (or kvtierd unreachable) may
@@ -994,7 +1004,7 @@ class KvtierTier(SecondaryTierManager):
                 self._check_later(k, now)
                 continue
             todo.popleft()
-            waiting.append((k, f))
+            waiting.append((k, f, self._stores_reaped))
         if not waiting and not todo:
             self._reconcile = None
             # the next full check is events_reconcile_s after the last full one ended: a
