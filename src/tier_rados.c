@@ -124,6 +124,9 @@ struct rados_state {
 	pthread_cond_t cond; /* queue not empty, slot freed, closing */
 	bool closing;
 	struct rados_op *head, *tail;
+	/* the submission thread issues an op it took off the queue: callers queue behind it
+	 * (the fast path would take the slot it waits for, every time under load) */
+	bool issuing;
 	struct rados_op *deferred; /* issued directly, all ended before the call returned */
 	struct rados_sub *linger;  /* zero-copy writes completed, buffer still referenced */
 	bool zero_copy;
@@ -465,6 +468,18 @@ static void *submit_thread(void *arg)
 					ts.tv_nsec -= 1000000000;
 				}
 				pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+				/* meanwhile, what the loop above would deliver: direct callers' ops
+				 * that ended, and lingering writes' callbacks (the caller's buffer) -
+				 * until 2026-12-06 held back for the whole wait */
+				while (s->deferred) {
+					struct rados_op *d = s->deferred;
+					s->deferred = d->next;
+					pthread_mutex_unlock(&s->lock);
+					op_complete(d);
+					pthread_mutex_lock(&s->lock);
+				}
+				if (s->linger)
+					linger_sweep(s, false);
 			}
 		}
 		while (s->deferred) {
@@ -486,6 +501,7 @@ static void *submit_thread(void *arg)
 		s->head = op->next;
 		if (!s->head)
 			s->tail = NULL;
+		s->issuing = true;
 		/* Once its last sub-request is issued the op may complete and be freed on a
 		 * librados thread: nothing of it is read after that. */
 		uint32_t nsub = op->nsub;
@@ -527,6 +543,7 @@ static void *submit_thread(void *arg)
 			sub_done(u, rc > 0 ? 0 : rc);
 			pthread_mutex_lock(&s->lock);
 		}
+		s->issuing = false;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return NULL;
@@ -598,7 +615,7 @@ static int submit(struct rados_state *s, struct rados_op *op)
 		return -ECANCELED;
 	}
 	/* Fast path: nothing queued ahead and room for all of it - no thread hop. */
-	if (!s->head && s->inflight + op->nsub <= s->max_inflight) {
+	if (!s->head && !s->issuing && s->inflight + op->nsub <= s->max_inflight) {
 		s->inflight += op->nsub;
 		s->direct++;
 		pthread_mutex_unlock(&s->lock);
