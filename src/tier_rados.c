@@ -446,6 +446,21 @@ static int issue(struct rados_state *s, struct rados_sub *u)
 	return rc;
 }
 
+/* Under s->lock: run the callbacks of direct callers' ops that ended (s->deferred) and of
+ * lingering zero-copy writes librados let go of. */
+static void deliver(struct rados_state *s)
+{
+	while (s->deferred) {
+		struct rados_op *d = s->deferred;
+		s->deferred = d->next;
+		pthread_mutex_unlock(&s->lock);
+		op_complete(d);
+		pthread_mutex_lock(&s->lock);
+	}
+	if (s->linger)
+		linger_sweep(s, false);
+}
+
 static void *submit_thread(void *arg)
 {
 	struct rados_state *s = arg;
@@ -468,31 +483,11 @@ static void *submit_thread(void *arg)
 					ts.tv_nsec -= 1000000000;
 				}
 				pthread_cond_timedwait(&s->cond, &s->lock, &ts);
-				/* meanwhile, what the loop above would deliver: direct callers' ops
-				 * that ended, and lingering writes' callbacks (the caller's buffer) -
-				 * until 2026-12-06 held back for the whole wait */
-				while (s->deferred) {
-					struct rados_op *d = s->deferred;
-					s->deferred = d->next;
-					pthread_mutex_unlock(&s->lock);
-					op_complete(d);
-					pthread_mutex_lock(&s->lock);
-				}
-				if (s->linger)
-					linger_sweep(s, false);
 			}
-		}
-		while (s->deferred) {
-			struct rados_op *d = s->deferred;
-			s->deferred = d->next;
-			pthread_mutex_unlock(&s->lock);
-			op_complete(d);
-			pthread_mutex_lock(&s->lock);
 		}
 		/* also while the queue is never empty: a lingering write's callback, and the
 		 * caller's buffer, were held back until it was (a review) */
-		if (s->linger)
-			linger_sweep(s, false);
+		deliver(s);
 		struct rados_op *op = s->head;
 		if (!op && s->closing && !s->direct)
 			break;
@@ -522,6 +517,9 @@ static void *submit_thread(void *arg)
 				ts.tv_sec += (time_t)(ns / 1000000000ull);
 				ts.tv_nsec = (long)(ns % 1000000000ull);
 				pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+				/* meanwhile, what the loop above delivers (until 2026-12-06 held back
+				 * for the whole wait: a zero-copy write's buffer with it) */
+				deliver(s);
 			}
 			int rc = 0;
 			if (s->closing)
