@@ -17,6 +17,21 @@
 #include "internal.h"
 #include "lib/daemon_harness.h"
 
+/* A kvtierd for socket sp over data, not waited for. */
+static pid_t spawn(const char *data, const char *sp)
+{
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		execl(kvtd_bin(), "kvtierd", "--dir", data, "--socket", sp, "--set",
+		      "model.layers=4", "--set", "model.kv_heads=2", "--set", "model.head_dim=64",
+		      "--set", "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",
+		      "dram.bytes=1MiB", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -33,15 +48,7 @@ int main(void)
 	CHECK(stat(sp, &before) == 0);
 
 	/* 1. kvtierd must leave the live listener alone and exit */
-	pid_t pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		execl(kvtd_bin(), "kvtierd", "--dir", data, "--socket", sp, "--set",
-		      "model.layers=4", "--set", "model.kv_heads=2", "--set", "model.head_dim=64",
-		      "--set", "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",
-		      "dram.bytes=1MiB", (char *)NULL);
-		_exit(127);
-	}
+	pid_t pid = spawn(data, sp);
 	int status = 0;
 	bool exited = false, serving = false;
 	uint64_t t0 = test_now_ns();
@@ -72,15 +79,7 @@ int main(void)
 	CHECK(unlink(sp) == 0);
 	char data2[300];
 	snprintf(data2, sizeof(data2), "%s/data2", dir);
-	pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		execl(kvtd_bin(), "kvtierd", "--dir", data2, "--socket", sp, "--set",
-		      "model.layers=4", "--set", "model.kv_heads=2", "--set", "model.head_dim=64",
-		      "--set", "model.chunk_tokens=16", "--set", "model.name=test-model", "--set",
-		      "dram.bytes=1MiB", (char *)NULL);
-		_exit(127);
-	}
+	pid = spawn(data2, sp);
 	exited = false;
 	t0 = test_now_ns();
 	while (!exited && test_ms_since(t0) < 30000) {

@@ -252,7 +252,10 @@ static void test_unordered(const char *root)
 }
 
 /* log/head of dir rewritten (a newer slot) to name segment seg at generation gen. */
-static void head_names(const char *dir, uint32_t seg, uint64_t gen)
+/* Rewrite log/head's current slot as the next write of it, CRC and all, with seg and gen
+ * (set_seg) or seq (!set_seg) replaced: a head crafted from outside. */
+static void head_rewrite(const char *dir, bool set_seg, uint32_t seg, uint64_t gen,
+			 uint64_t seq)
 {
 	char hp[400];
 	static uint8_t b[NV_LOG_BLOCK];
@@ -266,12 +269,21 @@ static void head_names(const char *dir, uint32_t seg, uint64_t gen)
 	}
 	struct nv_log_head *h = (struct nv_log_head *)b;
 	*h = hd[hd[1].count > hd[0].count];
-	h->seg = seg;
-	h->gen = gen;
+	if (set_seg) {
+		h->seg = seg;
+		h->gen = gen;
+	} else {
+		h->seq = seq;
+	}
 	h->count++;
 	h->crc = nv_log_crc(b);
 	CHECK_EQ(pwrite(fd, b, NV_LOG_BLOCK, (off_t)(h->count % 2) * NV_LOG_BLOCK), NV_LOG_BLOCK);
 	close(fd);
+}
+
+static void head_names(const char *dir, uint32_t seg, uint64_t gen)
+{
+	head_rewrite(dir, true, seg, gen, 0);
 }
 
 /* Segment n's header generation in dir. */
@@ -380,30 +392,14 @@ static void test_gen_bound(const char *root, uint64_t crafted)
 	kvt__tier_close(t);
 }
 
+static void head_seq(const char *dir, uint64_t seq)
+{
+	head_rewrite(dir, false, 0, 0, seq);
+}
+
 /* A log/head crafted with a batch sequence near 2^64: the next batches' sequence numbers
  * wrapped to 0, sorted before every older batch at the next open, and a removed key's put
  * won over its tombstone. Log writes stop at the bound instead; removes still hold. */
-static void head_seq(const char *dir, uint64_t seq)
-{
-	char hp[400];
-	static uint8_t b[NV_LOG_BLOCK];
-	snprintf(hp, sizeof(hp), "%s/log/head", dir);
-	int fd = open(hp, O_RDWR);
-	CHECK(fd >= 0);
-	struct nv_log_head hd[2];
-	for (int i = 0; i < 2; i++) {
-		CHECK_EQ(pread(fd, b, NV_LOG_BLOCK, (off_t)i * NV_LOG_BLOCK), NV_LOG_BLOCK);
-		memcpy(&hd[i], b, sizeof(hd[i]));
-	}
-	struct nv_log_head *h = (struct nv_log_head *)b;
-	*h = hd[hd[1].count > hd[0].count];
-	h->seq = seq;
-	h->count++;
-	h->crc = nv_log_crc(b);
-	CHECK_EQ(pwrite(fd, b, NV_LOG_BLOCK, (off_t)(h->count % 2) * NV_LOG_BLOCK), NV_LOG_BLOCK);
-	close(fd);
-}
-
 static void test_seq_bound(const char *root)
 {
 	char dir[300];

@@ -301,6 +301,14 @@ def test_rows_and_jobs_after_close_refuse():
         job.free()  # harmless
 
 
+def _started_load(s, rl, rows):
+    """A Rows handle on s with one chunk stored (row 0) and a load of it started (row 1)."""
+    r = kvtier.Rows(s, rl.c_layout(), rows, 2)
+    k = bytes([1]) * 32
+    assert r.store([k], [0]).done == 1
+    return r, r.load_start([k], [1])
+
+
 @pytest.mark.parametrize("op", ["load", "store", "job_poll"])
 def test_store_close_from_another_thread_waits_for_rows_calls(op, monkeypatch):
     """Store.close() (which closes its Rows handles) on one thread while another is inside
@@ -330,10 +338,7 @@ def test_job_free_from_another_thread_waits_for_its_poll(monkeypatch):
     race = FreeRace(monkeypatch, rows_mod.lib, ["kvt_rows_job_poll"], "kvt_rows_job_free")
     s, rl, rows = _small_rows_store()
     try:
-        r = kvtier.Rows(s, rl.c_layout(), rows, 2)
-        k = bytes([1]) * 32
-        assert r.store([k], [0]).done == 1
-        job = r.load_start([k], [1])
+        r, job = _started_load(s, rl, rows)
         assert race.run(lambda: job.poll(-1), job.free) is not None
         with pytest.raises(ValueError, match="freed"):
             job.poll(0)
@@ -351,10 +356,7 @@ def test_rows_close_from_another_thread_waits_for_a_job_free(monkeypatch):
     race = FreeRace(monkeypatch, rows_mod.lib, ["kvt_rows_job_free"], "kvt_rows_close")
     s, rl, rows = _small_rows_store()
     try:
-        r = kvtier.Rows(s, rl.c_layout(), rows, 2)
-        k = bytes([1]) * 32
-        assert r.store([k], [0]).done == 1
-        job = r.load_start([k], [1])
+        r, job = _started_load(s, rl, rows)
         race.run(job.free, r.close)
     finally:
         s.close()
@@ -370,10 +372,7 @@ def test_a_job_is_polled_by_one_thread_at_a_time(monkeypatch):
     race = FreeRace(monkeypatch, rows_mod.lib, ["kvt_rows_job_poll"], "kvt_rows_job_free")
     s, rl, rows = _small_rows_store()
     try:
-        r = kvtier.Rows(s, rl.c_layout(), rows, 2)
-        k = bytes([1]) * 32
-        assert r.store([k], [0]).done == 1
-        job = r.load_start([k], [1])
+        r, job = _started_load(s, rl, rows)
         second = []
 
         def poll_again():

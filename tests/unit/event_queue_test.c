@@ -76,20 +76,26 @@ static void test_order_wrap_and_loss(void **state)
 	kvt_event_queue_free(NULL);
 }
 
+/* A store of one DRAM tier of `bytes` (its config in *cfg, the caller's to destroy). */
+static struct kvt_store *dram_store(const char *bytes, struct kvt_config **cfg)
+{
+	assert_int_equal(kvt_config_create(cfg), 0);
+	char err[256];
+	const char *kv[][2] = {{"store.tiers", "dram"}, {"dram.bytes", bytes},
+			       {"dram.hugepages", "false"}, {"model.layers", "2"},
+			       {"model.kv_heads", "2"},     {"model.head_dim", "64"}};
+	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+		assert_int_equal(kvt_config_set(*cfg, kv[i][0], kv[i][1], err, sizeof(err)), 0);
+	struct kvt_store *s;
+	assert_int_equal(kvt_store_open(*cfg, &s), 0);
+	return s;
+}
+
 static void test_on_a_store(void **state)
 {
 	(void)state;
 	struct kvt_config *cfg;
-	assert_int_equal(kvt_config_create(&cfg), 0);
-	char err[256];
-	assert_int_equal(kvt_config_set(cfg, "store.tiers", "dram", err, sizeof(err)), 0);
-	assert_int_equal(kvt_config_set(cfg, "dram.bytes", "4MiB", err, sizeof(err)), 0);
-	assert_int_equal(kvt_config_set(cfg, "dram.hugepages", "false", err, sizeof(err)), 0);
-	assert_int_equal(kvt_config_set(cfg, "model.layers", "2", err, sizeof(err)), 0);
-	assert_int_equal(kvt_config_set(cfg, "model.kv_heads", "2", err, sizeof(err)), 0);
-	assert_int_equal(kvt_config_set(cfg, "model.head_dim", "64", err, sizeof(err)), 0);
-	struct kvt_store *s;
-	assert_int_equal(kvt_store_open(cfg, &s), 0);
+	struct kvt_store *s = dram_store("4MiB", &cfg);
 	struct kvt_event_queue *q = kvt_event_queue_new(16);
 	assert_int_equal(kvt_store_set_events(s, kvt_event_queue_push, q), 0);
 	size_t len = kvt_payload_bytes(kvt_store_geometry(s), kvt_store_geometry(s)->chunk_tokens);
@@ -136,16 +142,7 @@ static void test_removed_while_events_flow(void **state)
 {
 	(void)state;
 	struct kvt_config *cfg;
-	assert_int_equal(kvt_config_create(&cfg), 0);
-	char err[256];
-	assert_int_equal(kvt_config_set(cfg, "store.tiers", "dram", err, sizeof(err)), 0);
-	assert_int_equal(kvt_config_set(cfg, "dram.bytes", "2MiB", err, sizeof(err)), 0);
-	assert_int_equal(kvt_config_set(cfg, "dram.hugepages", "false", err, sizeof(err)), 0);
-	assert_int_equal(kvt_config_set(cfg, "model.layers", "2", err, sizeof(err)), 0);
-	assert_int_equal(kvt_config_set(cfg, "model.kv_heads", "2", err, sizeof(err)), 0);
-	assert_int_equal(kvt_config_set(cfg, "model.head_dim", "64", err, sizeof(err)), 0);
-	struct kvt_store *s;
-	assert_int_equal(kvt_store_open(cfg, &s), 0);
+	struct kvt_store *s = dram_store("2MiB", &cfg);
 	struct toggler t = {.s = s, .q = kvt_event_queue_new(1024)};
 	pthread_t th;
 	assert_int_equal(pthread_create(&th, NULL, toggle, &t), 0);
