@@ -393,6 +393,27 @@ static void pipe_cb(void *arg, int64_t rc)
 	atomic_fetch_add(&pipe_done, 1);
 }
 
+/* Sections 13 and 14: with every server reply TIMEOUT_MS / 3 after the one before, PIPE_N
+ * puts of obj (keys 100 * section + i) pipelined on t, waited for (each records its answer
+ * and when it came in pp). */
+static void run_pipeline(struct kvt_tier *t, const void *obj, size_t len, struct pipe_put *pp,
+			 int section)
+{
+	atomic_store(&step_delay_ms, TIMEOUT_MS / 3);
+	atomic_store(&pipe_done, 0);
+	for (int i = 0; i < PIPE_N; i++) {
+		struct kvt_key pk;
+		th_key(&pk, 100 * (uint64_t)section + (uint64_t)i, (uint64_t)section);
+		atomic_store(&pp[i].rc, 1);
+		pp[i].sent_ms = th_now_ms();
+		CHECK_EQ(t->ops->write(t, &pk, obj, len, pipe_cb, &pp[i]), 0);
+	}
+	uint64_t t0 = th_now_ms();
+	while (atomic_load(&pipe_done) < PIPE_N && th_now_ms() - t0 < 20000)
+		usleep(1000);
+	CHECK_EQ(atomic_load(&pipe_done), PIPE_N);
+}
+
 static int run_scan(struct kvt_tier *t, enum mode m, double *ms)
 {
 	atomic_store(&mode, m);
@@ -643,19 +664,8 @@ int main(void)
 			     "kvt-test:", "redis.connections", "1", NULL};
 	t = open_counting(kv7);
 	CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), 0); /* connected before the clock runs */
-	atomic_store(&step_delay_ms, TIMEOUT_MS / 3);
 	static struct pipe_put pp[PIPE_N];
-	atomic_store(&pipe_done, 0);
-	for (int i = 0; i < PIPE_N; i++) {
-		struct kvt_key pk;
-		th_key(&pk, 1300 + (uint64_t)i, 13);
-		pp[i].sent_ms = th_now_ms();
-		CHECK_EQ(t->ops->write(t, &pk, obj, sizeof(obj), pipe_cb, &pp[i]), 0);
-	}
-	t0 = th_now_ms();
-	while (atomic_load(&pipe_done) < PIPE_N && th_now_ms() - t0 < 20000)
-		usleep(1000);
-	CHECK_EQ(atomic_load(&pipe_done), PIPE_N);
+	run_pipeline(t, obj, sizeof(obj), pp, 13);
 	int ok = 0, timed_out = 0;
 	uint64_t worst = 0;
 	for (int i = 0; i < PIPE_N; i++) {
@@ -712,19 +722,7 @@ int main(void)
 			     "1KiB", NULL};
 	t = open_counting(kv8);
 	CHECK_EQ(th_write(t, &k, obj, sizeof(obj)), 0);
-	atomic_store(&step_delay_ms, TIMEOUT_MS / 3);
-	atomic_store(&pipe_done, 0);
-	for (int i = 0; i < PIPE_N; i++) {
-		struct kvt_key pk;
-		th_key(&pk, 1400 + (uint64_t)i, 14);
-		atomic_store(&pp[i].rc, 1);
-		pp[i].sent_ms = th_now_ms();
-		CHECK_EQ(t->ops->write(t, &pk, obj, sizeof(obj), pipe_cb, &pp[i]), 0);
-	}
-	t0 = th_now_ms();
-	while (atomic_load(&pipe_done) < PIPE_N && th_now_ms() - t0 < 20000)
-		usleep(1000);
-	CHECK_EQ(atomic_load(&pipe_done), PIPE_N);
+	run_pipeline(t, obj, sizeof(obj), pp, 14);
 	ok = 0;
 	worst = 0;
 	for (int i = 0; i < PIPE_N; i++) {
