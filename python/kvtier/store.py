@@ -388,6 +388,9 @@ class Store:
         lib.kvt_config_set_log(cfg._ptr, core.log_cb, core.logq, log_level)
         p = ctypes.c_void_p()
         rc = lib.kvt_store_open(cfg._ptr, ctypes.byref(p))
+        # the store copied the log setting: the caller's Config must not keep pointing at
+        # this store's queue, which is freed with the store
+        lib.kvt_config_set_log(cfg._ptr, _lib.LOG_FN(), None, log_level)
         if rc < 0:
             core.free_logs()  # no store pushes into it
         else:
