@@ -222,12 +222,41 @@ bool nv_spare_take(struct nv *s, struct nv_op *op)
 	return false;
 }
 
+/* Could evicting free need bytes for op? Never an underestimate: the leaves (bar op's
+ * parent) first - almost always enough, in a step or two - and where they are not, every
+ * object but op's parent and its ancestors, which evicting the leaves cannot reach (the
+ * parent is never a victim, so nothing above it becomes a leaf). Before 2026-12-06 the
+ * eviction loop found out by trying: it evicted every other leaf and then refused the
+ * write, the cache copies lost for nothing. */
+static bool room_possible(struct nv *s, uint64_t need, const struct nv_op *op)
+{
+	bool parent = op && op->has_parent && !kvt__key_eq(&op->parent, &op->key);
+	uint64_t leaves = 0;
+	for (struct nv_ent *e = s->leaf_tail; e; e = e->lprev)
+		if (!parent || !kvt__key_eq(&e->key, &op->parent))
+			if ((leaves += e->bytes) >= need)
+				return true;
+	uint64_t chain = 0;
+	struct nv_ent *e = parent ? nv_ent_find(s, &op->parent) : NULL;
+	/* (bounded: a cycle in links restored from a damaged .kvtier.chains) */
+	for (uint64_t n = 0; e && n < s->nents; n++) {
+		chain += e->bytes;
+		e = e->has_parent && !kvt__key_eq(&e->parent, &e->key) ? nv_ent_find(s, &e->parent)
+								       : NULL;
+	}
+	return s->used > chain && s->used - chain >= need;
+}
+
 /* Evict LRU objects until len more bytes fit under the capacity, recycling one victim's
- * file for op if it can (op may be NULL). Spare files go first. */
+ * file for op if it can (op may be NULL). Spare files go first. Evicts nothing where
+ * evicting could not make the room (room_possible). */
 int nv_make_room(struct nv *s, uint64_t len, struct nv_op *op)
 {
 	if (len > s->capacity)
 		return -ENOSPC; /* never fits: do not empty the cache for nothing */
+	uint64_t fixed = s->used + s->reserved + s->layout_bytes + len;
+	if (fixed > s->capacity && !room_possible(s, fixed - s->capacity, op))
+		return -ENOSPC;
 	/* Spare files first, then free preallocated slots (tier_nvme_pool.c): neither holds
 	 * data. Slots being laid out count like objects: they are written already. */
 	while (s->used + s->reserved + s->spare_bytes + s->pool_bytes + s->layout_bytes + len >

@@ -286,6 +286,43 @@ static void test_chain_eviction(void)
 		kvt__tier_close(t);
 		rm_rf(dir);
 	}
+
+	/* A write that evicting cannot make room for evicts nothing: room for 5, two plain
+	 * leaves and a chain of two stored, then the chain's next chunk at 4 objects' size
+	 * (3 to evict, only the 2 leaves can go: its parent and grandparent cannot) is
+	 * refused with both leaves kept - until 2026-12-06 both were evicted first - and at 3
+	 * objects' size it is stored, the leaves evicted. */
+	{
+		char cap5[32];
+		snprintf(cap5, sizeof(cap5), "%d", 5 * OBJ);
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", cap5, NULL), 0);
+		uint8_t *big = abuf(4 * OBJ);
+		struct kvt_key l[2] = {make_key(38, 0), make_key(38, 1)};
+		struct kvt_key p[3] = {make_key(39, 0), make_key(39, 1), make_key(39, 2)};
+		for (int i = 0; i < 2; i++) {
+			fill_object(buf, OBJ, &l[i]);
+			CHECK_EQ(t_write(t, &l[i], buf, OBJ), 0);
+			fill_object(buf, OBJ, &p[i]);
+			CHECK_EQ(write_chained(t, &p[i], i ? &p[0] : NULL, buf, OBJ), 0);
+		}
+		fill_object(big, 4 * OBJ, &p[2]);
+		CHECK_EQ(write_chained(t, &p[2], &p[1], big, 4 * OBJ), -ENOSPC);
+		for (int i = 0; i < 2; i++)
+			CHECKM(present(t, &l[i]) == 1, "leaf %d evicted for a write then refused", i);
+		t->ops->stats(t, &st);
+		CHECK_EQ(st.evictions, 0);
+		fill_object(big, 3 * OBJ, &p[2]);
+		CHECK_EQ(write_chained(t, &p[2], &p[1], big, 3 * OBJ), 0);
+		for (int i = 0; i < 2; i++) {
+			CHECK_EQ(present(t, &l[i]), 0);
+			CHECK_EQ(present(t, &p[i]), 1);
+		}
+		t->ops->stats(t, &st);
+		CHECK_EQ(st.evictions, 2);
+		kvt__tier_close(t);
+		rm_rf(dir);
+		free(big);
+	}
 	free(buf);
 }
 
