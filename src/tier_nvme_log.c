@@ -502,6 +502,45 @@ void nv_log_stop(struct nv *s)
 	nv_log_settle(s);
 }
 
+/* Some segment of the cycle can take a batch (or is still to be created). */
+static bool cycle_usable(const struct nv_log *lg)
+{
+	for (uint32_t i = 0; i < lg->nmax; i++)
+		if (lg->segs[i].fd < 0 || lg->segs[i].bytes >= NV_LOG_BLOCK + NV_LOG_BUF)
+			return true;
+	return false;
+}
+
+/* Empty segment `next`, too short to be appended to (advance): evict its objects and
+ * truncate it to nothing. false: not now (reads of it in flight) or log writes stopped. */
+static bool passed_over_empty(struct nv *s, uint32_t next)
+{
+	struct nv_log *lg = s->lg;
+	struct nv_seg *g = &lg->segs[next];
+	if (lg->drain_seg != next || lg->drain_gen != g->gen) {
+		lg->drain_seg = next; /* set first: these evictions need no tombstone */
+		lg->drain_gen = g->gen;
+		lg->drain_evicted = false;
+	}
+	while (g->ents) {
+		nv_evict(s, g->ents, false);
+		lg->drain_evicted = true;
+	}
+	if (g->readers || g->movers || (lg->rd_state != NV_RD_IDLE && lg->rd_seg == next))
+		return false;
+	if (ftruncate(g->fd, 0) < 0 || (s->fsync_mode != NV_FSYNC_NONE && fdatasync(g->fd) < 0)) {
+		int err = errno;
+		KVT_WARN(s->log, "nvme: log segment %u, shorter than one batch: cannot empty it "
+				 "(%s): log writes stop",
+			 next, strerror(err));
+		lg->owed |= lg->drain_evicted; /* its records still name the objects evicted */
+		nv_log_stop(s);
+		return false;
+	}
+	g->bytes = 0;
+	return true;
+}
+
 /* Move the append point to the next segment of the cycle: create it, or evict what is left
  * in it and start its next generation. false: not now (reads or batches of it in flight) or
  * never (lg->broken). */
@@ -553,7 +592,17 @@ static bool advance(struct nv *s)
 			}
 		}
 		if (g->bytes < NV_LOG_BLOCK + NV_LOG_BUF) {
-			/* Shorter than one batch (damaged from outside): passed over. */
+			/* Shorter than one batch (damaged from outside): passed over, but
+			 * emptied once. Its records never end otherwise (a reuse's new
+			 * generation is what ends a segment's records), so a put in it outlived
+			 * its tombstone once the tombstone's segment was reused, and the next
+			 * open indexed a removed key again (until 2026-12-06). Its objects go
+			 * first (no tombstone: their records go with the file's bytes), then,
+			 * with no read of it left, its bytes. Not where no segment of the cycle
+			 * can take a batch: the log stops, its objects stay served, and a removal
+			 * then voids the log on disk (nv_log_settle). */
+			if (g->bytes && cycle_usable(lg) && !passed_over_empty(s, next))
+				return false;
 			lg->cur = next;
 			lg->cur_off = g->bytes; /* never appended to */
 			lg->have_cur = true;

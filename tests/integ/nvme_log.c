@@ -485,6 +485,38 @@ static void test_stray_names(const char *root)
 	kvt__tier_close(t);
 }
 
+/* (8) A segment truncated from outside below one batch: the log passes over it, and
+ * empties it the first time, so that its puts end. Until 2026-12-06 they never did: a key
+ * put there and removed kept its put while its tombstone's segment was reused, and the
+ * next open indexed it again. */
+static void test_short_segment(const char *root)
+{
+	char dir[300], seg0[400];
+	snprintf(dir, sizeof(dir), "%s/short", root);
+	struct kvt_tier *t;
+	int ok = 0;
+	CHECK_EQ(open_small(&t, dir), 0);
+	write_n(t, 21, 10, &ok, NULL); /* one batch each, in segment 0 */
+	kvt__tier_close(t);
+	snprintf(seg0, sizeof(seg0), "%s/log/0.kvl", dir);
+	CHECK_EQ(truncate(seg0, 1 << 20), 0); /* the first objects' batches stay whole */
+	CHECK_EQ(open_small(&t, dir), 0);
+	CHECK_EQ(present(t, 21, 0), 1); /* indexed from what is left of segment 0 */
+	struct kvt_key K = make_key(21, 0);
+	CHECK_EQ(t_remove(t, &K), 0);
+	CHECK_EQ(present(t, 21, 0), 0);
+	/* 2 x 80 MiB: every other segment reused twice, the tombstone's among them */
+	write_n(t, 22, 2 * 1200, &ok, NULL);
+	kvt__tier_close(t);
+	CHECK_EQ(open_small(&t, dir), 0);
+	CHECKM(present(t, 21, 0) == 0, "a removed key came back from a short segment");
+	CHECK(check_all(t) > 300);
+	kvt__tier_close(t);
+	struct stat st;
+	CHECK_EQ(stat(seg0, &st), 0);
+	CHECK_EQ(st.st_size, 0);
+}
+
 int main(void)
 {
 	char root[] = "/tmp/kvt-nvme-log-XXXXXX";
@@ -503,6 +535,7 @@ int main(void)
 	test_bad_entries(root);
 	test_stray_kinds(root);
 	test_stray_names(root);
+	test_short_segment(root);
 	int rc = test_full(root);
 	rm_rf(root);
 	if (!rc)
