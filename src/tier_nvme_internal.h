@@ -157,6 +157,7 @@ struct nv_op {
 	bool issued;	 /* has put an SQE in the ring: no longer cancellable */
 	bool retried;	 /* after ENOSPC */
 	bool reopened;	 /* after EMFILE */
+	bool noatime;	 /* its read open asked for O_NOATIME */
 	bool recycled;	 /* the temp file is an evicted object's file, overwritten in place */
 	bool dsync;	 /* write: one RWF_DSYNC I/O stands in for the fdatasync (tier_nvme_ops.c) */
 	uint32_t slot;	 /* write: the pool slot overwritten in place; layout: the slot made */
@@ -254,6 +255,10 @@ struct nv {
 	pid_t pid;
 	bool ro; /* store.read_only: inspection, nothing is created, deleted or written */
 	mode_t file_mode, dir_mode;
+	/* Read opens ask for O_NOATIME (until one is refused with EPERM: files of another
+	 * owner): nothing in the tier uses atime, and a read that updates it dirties the
+	 * inode - a journal write per object's first read. Ring thread only. */
+	bool no_noatime;
 	uint64_t object_max;
 	_Atomic uint64_t skips_unreported, last_skip_warn_ns;
 	char **anomalies; /* "path\twhy" of entries that cannot be objects (scan_anomalies) */

@@ -209,6 +209,9 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			int fl = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
 			if (s->dirs[op->dir].direct)
 				fl |= O_DIRECT;
+			op->noatime = !s->no_noatime;
+			if (op->noatime)
+				fl |= O_NOATIME;
 			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, 0);
 			op->stage = ST_WAIT;
 			return;
@@ -288,7 +291,9 @@ static bool read_open_ok(struct nv *s, struct nv_op *op, struct nv_ent *e, int f
 {
 	struct stat st;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-		fcntl(fd, F_SETFL, s->dirs[op->dir].direct ? O_DIRECT : 0);
+		/* (F_SETFL sets O_NOATIME too: kept) */
+		fcntl(fd, F_SETFL,
+		      (s->dirs[op->dir].direct ? O_DIRECT : 0) | (op->noatime ? O_NOATIME : 0));
 		return true;
 	}
 	close(fd);
@@ -330,6 +335,17 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 			re->opening--;
 		else
 			re = NULL;
+		if (res == -EPERM && op->type == OP_READ && op->noatime) {
+			/* O_NOATIME on a file of another owner: every read open goes without */
+			s->no_noatime = true;
+			if (!re) {
+				nv_finish(s, op, -ENOENT); /* removed meanwhile */
+				return;
+			}
+			re->opening++;
+			op->stage = ST_R_OPEN;
+			break;
+		}
 		if ((res == -EMFILE || res == -ENFILE) && !op->reopened && nv_fdc_shed(s)) {
 			KVT_WARN(s->log, "nvme: out of file descriptors: closed idle cached ones "
 					 "(lower nvme.open_files or raise RLIMIT_NOFILE)");
