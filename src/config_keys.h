@@ -74,6 +74,7 @@
 	X(k, "nvme.direct", ENUM, "auto", 0, 0, "auto|on|off", PLAIN, "O_DIRECT: auto falls back to buffered I/O where refused (tmpfs)") \
 	X(k, "nvme.write_budget", SIZE, "0", 0, 1e18, NULL, PLAIN, "bytes written per day at most (0: unlimited); admission skips writes past it") \
 	X(k, "nvme.log_max", SIZE, "0", 0, 2093056, NULL, PLAIN, "objects up to this size are appended in batches to preallocated log segments instead of getting a file each (docs/NVME_LOG.md); 0: off") \
+	X(k, "nvme.log_batch_bytes", SIZE, "0", 0, 2097152, NULL, PLAIN, "a log batch is sealed once its objects would pass this many bytes, so that several batches are at the device at once; 0: 256 KiB with nvme.fsync=none, 2 MiB (group commit: one fdatasync per batch) otherwise (docs/NVME_LOG.md)") \
 	X(k, "nvme.segment_bytes", SIZE, "64MiB", 16777216, 1073741824, NULL, PLAIN, "size of one log segment file (nvme.log_max); segments are reused oldest first") \
 	X(k, "nvme.log_reinsert_pct", U64, "50", 0, 75, NULL, PLAIN, "when a log segment is reused, its live objects are re-appended (those read since they were written first), up to this percent of a segment per reuse (bounds write amplification; docs/NVME_LOG.md); 0: evict them") \
 	X(k, "nvme.log_spare_pct", U64, "100", 0, 400, NULL, PLAIN, "room in the log for dead objects, as a percent of the live ones: with the log on, its segments fit in nvme.bytes and the live capacity is what they hold (less two segments) over 1 + this; more spare, fewer live objects to re-append when a segment is reused (docs/NVME_LOG.md)") \

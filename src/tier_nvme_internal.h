@@ -472,7 +472,7 @@ bool nv_scan_is_object(const void *items, size_t n, uint32_t dir, uint64_t ino);
 int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff);
 
 /* tier_nvme_log.c */
-int nv_log_open(struct nv *s, uint64_t log_max, uint64_t segment_bytes, uint64_t reinsert_pct,
+int nv_log_open(struct nv *s, uint64_t log_max, uint64_t batch_bytes, uint64_t segment_bytes, uint64_t reinsert_pct,
 		uint64_t spare_pct);
 void nv_log_close(struct nv *s);
 bool nv_log_takes(struct nv *s, const struct nv_op *op);

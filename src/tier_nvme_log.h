@@ -22,6 +22,7 @@
 #define NV_LOG_DIR "log"
 #define NV_LOG_BUFS 4		 /* staging buffers: batches in flight + the one filling */
 #define NV_LOG_BUF NV_IO_MAX	 /* bytes per batch, record included */
+#define NV_LOG_BATCH_NOSYNC (256u << 10) /* nvme.log_batch_bytes 0 with nvme.fsync=none */
 #define NV_LOG_BLOCK 4096	 /* segment header; commit record */
 #define NV_LOG_SEG_MAGIC "KVTSEG1"
 #define NV_LOG_REC_MAGIC "KVTREC1"
@@ -138,6 +139,8 @@ struct nv_batch {
 
 struct nv_log {
 	uint64_t log_max, seg_bytes;
+	uint64_t batch_max; /* nvme.log_batch_bytes: puts join a batch up to this (a bigger
+			     * object goes alone), at most NV_LOG_BUF */
 	uint64_t spare_pct; /* nvme.log_spare_pct, at most 400 */
 	uint32_t nmax;	 /* segments in the cycle: as many as fit in nvme.bytes (at least 3), or
 			  * fewer where an entry that cannot be a segment ends it at open (the

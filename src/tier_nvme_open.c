@@ -311,6 +311,7 @@ int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	/* The small-object log (docs/NVME_LOG.md): opened, and scanned by nv_rebuild_index,
 	 * whenever it exists, so that turning nvme.log_max off keeps its objects readable. */
 	if ((rc = nv_log_open(s, kvt__cfg_u64(cfg, "nvme.log_max"),
+			      kvt__cfg_u64(cfg, "nvme.log_batch_bytes"),
 			      kvt__cfg_u64(cfg, "nvme.segment_bytes"),
 			      kvt__cfg_u64(cfg, "nvme.log_reinsert_pct"),
 			      kvt__cfg_u64(cfg, "nvme.log_spare_pct"))) < 0) {

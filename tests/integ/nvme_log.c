@@ -517,6 +517,47 @@ static void test_short_segment(const char *root)
 	CHECK_EQ(st.st_size, 0);
 }
 
+/* (9) nvme.log_batch_bytes: with nvme.fsync=none (its default of 256 KiB), 64 puts in
+ * flight at once go out in batches of at most 256 KiB (record included) - several at the
+ * device at once - not in ~1 MiB batches of whatever arrived meanwhile; set to 1 MiB, the
+ * batches stay under that. */
+static void test_batch_bytes(const char *root)
+{
+	const char *caps[] = {NULL, "1MiB"};
+	const uint64_t max[] = {256u << 10, 1u << 20};
+	for (int c = 0; c < 2; c++) {
+		char dir[300];
+		snprintf(dir, sizeof(dir), "%s/batch-%d", root, c);
+		struct kvt_tier *t;
+		CHECK_EQ(open_tier(&t, "nvme.dirs", dir, "nvme.bytes", "80MiB", "nvme.log_max",
+				   "256KiB", "nvme.segment_bytes", "16MiB", "nvme.fsync", "none",
+				   caps[c] ? "nvme.log_batch_bytes" : NULL, caps[c], NULL),
+			 0);
+		enum { N = 64 };
+		uint8_t *bufs = abuf((uint64_t)N * OBJ);
+		struct batch b = BATCH_INIT;
+		for (int i = 0; i < N; i++) {
+			struct kvt_key k = make_key(23 + (uint64_t)c, (uint64_t)i);
+			fill_object(bufs + (size_t)i * OBJ, OBJ, &k);
+			batch_add(&b);
+			CHECK_EQ(t->ops->write(t, &k, bufs + (size_t)i * OBJ, OBJ, batch_cb, &b), 0);
+		}
+		batch_wait(&b, 0);
+		CHECK_EQ(b.ok, N);
+		kvt__tier_close(t);
+		free(bufs);
+		uint64_t at[N + 1];
+		int nr = nv_test_log_records(dir, 0, at, N + 1);
+		CHECK(nr >= (int)(N * (uint64_t)(OBJ + NV_LOG_BLOCK) / max[c]));
+		for (int i = 0; i + 1 < nr; i++)
+			CHECKM(at[i + 1] - at[i] <= max[c], "cap %d: a batch of %llu bytes", c,
+			       (unsigned long long)(at[i + 1] - at[i]));
+		CHECK_EQ(open_small(&t, dir), 0);
+		CHECK_EQ(check_all(t), N);
+		kvt__tier_close(t);
+	}
+}
+
 int main(void)
 {
 	char root[] = "/tmp/kvt-nvme-log-XXXXXX";
@@ -536,6 +577,7 @@ int main(void)
 	test_stray_kinds(root);
 	test_stray_names(root);
 	test_short_segment(root);
+	test_batch_bytes(root);
 	int rc = test_full(root);
 	rm_rf(root);
 	if (!rc)
