@@ -134,7 +134,18 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 		return -EINVAL; /* another model, geometry or tenant */
 	struct stat sb;
 	struct statfs fs;
-	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
+	if (fd < 0)
+		return -EPROTO;
+	/* Sealed against shrinking, so the mapping can never fault under us - checked before
+	 * the size is read: a seal is never taken back, so the size read after it is a floor.
+	 * Until 2026-12-06 the size came first, and a client that shrank the file and then
+	 * sealed it between the two had the daemon map (and write) past its end: SIGBUS, the
+	 * daemon gone for every client (from a review; no test: the window is between two
+	 * system calls of the daemon). */
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return -EPERM;
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
 		return -EPROTO;
 	/* tmpfs only (a plain memfd): on hugetlbfs a client can punch a hole (F_SEAL_SHRINK
 	 * does not stop FALLOC_FL_PUNCH_HOLE) and use up the node's huge pages, and our next
@@ -142,10 +153,6 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	 * touch. */
 	if (fstatfs(fd, &fs) < 0 || fs.f_type != TMPFS_MAGIC)
 		return -EPROTO;
-	/* Sealed against shrinking, so the mapping can never fault under us. */
-	int seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 || !(seals & F_SEAL_SHRINK))
-		return -EPERM;
 	if ((uint64_t)sb.st_size < KVTD_SHM_MIN || (uint64_t)sb.st_size > g_shm_max ||
 	    (uint64_t)sb.st_size < sizeof(struct kvtd_info))
 		return -EMSGSIZE;
