@@ -106,6 +106,12 @@ int nv_ent_unlink(struct nv *s, struct nv_ent *e, bool now)
 	struct nv_dir *d = &s->dirs[e->dir];
 	char path[NV_NAME_MAX], trash[NV_NAME_MAX];
 	nv_object_path(&e->key, path);
+	/* The name's removal is synced by the next flush, as a remove's is: an eviction too.
+	 * Else a later put of the key into the log and its remove there (a tombstone, which
+	 * leaves a file alone) were flushed while the file's name still stood on disk: after
+	 * a power cut the open indexed the old file and served the removed key (until
+	 * 2026-12-06; integ.nvme_log_powercut, "evicted file"). */
+	nv_dirty(s, e->dir, &e->key);
 	nv_ent_remove(s, e);
 	if (now || !s->ring_ready || s->trash_inflight >= s->qd)
 		return unlink_now(s, d, path);

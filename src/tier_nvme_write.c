@@ -95,8 +95,10 @@ int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff)
 		/* Not expected (a valid copy ends a write at its start, a damaged one is dropped
 		 * there); kept so that an index never holds two entries of a key: the newest
 		 * copy wins. */
-		if (!e->lseg && (e->dir != op->dir || lseg))
+		if (!e->lseg && (e->dir != op->dir || lseg)) {
 			unlinkat(s->dirs[e->dir].fd, final, 0);
+			nv_dirty(s, e->dir, &op->key); /* as nv_ent_unlink's */
+		}
 		if (e->lseg && !lseg)
 			nv_log_tombstone(s, e); /* its put must not outlive it (nv_ent_unlink) */
 		e->dir = op->dir;
