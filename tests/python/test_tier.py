@@ -759,6 +759,24 @@ def test_unpinned_local_weights_separate_namespaces(tdir):
         return k
     assert key_file(a) == key_file(b) == key(a, **pinned)
 
+    # ...but not over a commit id vLLM loaded: engines pinned alike ("v1") that load other
+    # commits get other keys (until 2026-12-06 they shared them: other weights' KV); the
+    # same commit shares, and a pin that is that commit keys as the pin alone
+    other = "fedcba9876543210fedcba9876543210fedcba98"
+
+    def key_pin_rev(pin, rev):
+        buf, view = primary()
+        cfg = {"store.tiers": "dram", "dram.bytes": "8MiB", "dram.hugepages": False, **name,
+               "model.revision": pin}
+        t = KvtierTier(spec(name=a), view, "KvtierTier", config=cfg,
+                       model={**MODEL, "revision": rev}, layout="cpu-vec")
+        k = t._key(okeys(1, seed=83)[0], None)
+        t.shutdown()
+        return k
+    assert key_pin_rev("v1", commit) != key_pin_rev("v1", other)
+    assert key_pin_rev("v1", commit) == key_pin_rev("v1", commit)
+    assert key_pin_rev(commit, commit) == key(a, **{**name, "model.revision": commit})
+
 
 def test_layer_count_must_match_vllm_group(tdir):
     """vLLM's KV cache group holding a tensor more than the model has layers (a speculative

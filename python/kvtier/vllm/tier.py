@@ -445,6 +445,14 @@ class KvtierTier(SecondaryTierManager):
         self._tokens_per_hash = oc.cache.tokens_per_hash
         self._hash_algo = facts["hash_algo"]
         self._weights = facts["weights"]
+        if pinned and _is_commit(facts["revision"]) and \
+                facts["revision"] != cfg.get("model.revision"):
+            # A pin names the weights for kvtier, but a commit id vLLM loaded is a fact
+            # the pin cannot override: engines pinned alike that load other commits
+            # shared keys - whole bytes of other weights' KV (until 2026-12-06). A branch
+            # vLLM follows ("main") still yields to the pin.
+            self._weights = weights_digest({"settings": self._weights,
+                                            "vllm_commit": facts["revision"]})
         if not _is_commit(facts["revision"]) and not pinned:
             # Nothing pins the weights: the same name (a local path, an id resolved to
             # whatever the cache holds) may serve other weights tomorrow, or on another
