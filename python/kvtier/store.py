@@ -460,9 +460,18 @@ class Store:
         core = getattr(self, "_core", None)
         if core is None:
             return []
-        if core.s is None:
+        # a call on the store like any other: close() waits for it (until 2026-12-06 it
+        # read core.s unguarded, and a close on another thread could free the store under
+        # kvt_store_tier_name)
+        try:
+            s = core.enter()
+        except ValueError:  # closed, or closing: the chain as it closed
             return list(core.names_at_close)
-        return [self._tier_name(i) for i in range(lib.kvt_store_tier_count(core.s))]
+        try:
+            names = (lib.kvt_store_tier_name(s, i) for i in range(lib.kvt_store_tier_count(s)))
+            return [n.decode(errors="replace") if n else "none" for n in names]
+        finally:
+            core.leave()
 
     def _tier_name(self, i: int) -> str:
         """Chain position i's name now, "none" for a position the chain lacks (-1: no

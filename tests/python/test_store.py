@@ -399,6 +399,21 @@ def test_close_from_another_thread_waits_for_calls_on_the_store(tdir, monkeypatc
         calls[op]()
 
 
+def test_tiers_while_another_thread_closes(tdir, monkeypatch):
+    """Store.tiers on one thread while another closes the store: the store is freed only
+    after the call on it returns (until 2026-12-06 tiers called into C on the store without
+    counting as a user, and kvt_store_close could land inside kvt_store_tier_name)."""
+    from free_race import FreeRace
+    from kvtier import store as store_mod
+    race = FreeRace(monkeypatch, store_mod.lib, ["kvt_store_tier_count", "kvt_store_tier_name"],
+                    "kvt_store_close")
+    s = kvtier.Store(cfg(**{"fs.dir": tdir}), poller="manual")
+    names = s.tiers
+    assert race.run(lambda: s.tiers, s.close) == names
+    assert s._s is None
+    assert s.tiers == names  # the chain as it closed
+
+
 def test_dropped_store_is_collected(tdir):
     """An unclosed Store that is dropped is collected and closed by __del__: its poll
     thread does not keep it alive (that leaked a thread, fds and the DRAM pool each)."""
