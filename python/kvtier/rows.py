@@ -48,6 +48,7 @@ class _Handle:
         self.lock = threading.Condition()  # p, jobs, users; notified when users drops
         self.users = 0  # C calls running on p or on one of its jobs (enter/leave)
         self.job_users: dict[int, int] = {}  # of those, the ones on each job
+        self.state = "open"  # "closing" while one close frees it, then "closed"
 
     def enter(self, job_id: int | None = None, alone: bool = False):
         """The handle (or its job job_id) for one C call, which it outlives: close() frees
@@ -93,17 +94,30 @@ class _Handle:
 
     def close(self) -> None:
         """Free the jobs still held (nothing is written into a row after that), then wait
-        for the I/O in flight and free the handle. Idempotent."""
+        for the I/O in flight and free the handle. Idempotent: a close while another
+        thread's is running returns once that one has freed everything (until 2026-12-06
+        it returned at once, and a Store.close could then free the store under the first
+        close's kvt_rows_close)."""
         with self.lock:
+            if self.state != "open":
+                while self.state != "closed":
+                    self.lock.wait()
+                return
+            self.state = "closing"
             p, self.p = self.p, None
             while self.users:  # loads, stores and job polls of other threads (bounded
                 self.lock.wait()  # by their deadlines) still use the handle or a job
             jobs, self.jobs = list(self.jobs.values()), {}
-        for j in jobs:
-            lib.kvt_rows_job_free(j)
-        if p:
-            lib.kvt_rows_close(p)
-        self.rows = None
+        try:
+            for j in jobs:
+                lib.kvt_rows_job_free(j)
+            if p:
+                lib.kvt_rows_close(p)
+        finally:
+            with self.lock:
+                self.rows = None
+                self.state = "closed"
+                self.lock.notify_all()
 
 
 class Rows:

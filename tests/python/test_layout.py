@@ -362,6 +362,21 @@ def test_rows_close_from_another_thread_waits_for_a_job_free(monkeypatch):
         s.close()
 
 
+def test_store_close_waits_for_a_rows_close_on_another_thread(monkeypatch):
+    """Rows.close() on one thread (freeing a job still held, then the handle) while
+    Store.close() runs on another: the store's close of the same handle found it being
+    closed and returned at once, and the store was freed under the first close's
+    kvt_rows_job_free / kvt_rows_close. A second close now waits for the first."""
+    from free_race import FreeRace
+    from kvtier import rows as rows_mod
+    race = FreeRace(monkeypatch, rows_mod.lib, ["kvt_rows_job_free", "kvt_rows_close"],
+                    "kvt_store_close")
+    s, rl, rows = _small_rows_store()
+    r, job = _started_load(s, rl, rows)
+    race.run(r.close, s.close)
+    assert s._s is None
+
+
 def test_a_job_is_polled_by_one_thread_at_a_time(monkeypatch):
     """Two threads polling one load job: the C side finishes a job once, and two polls that
     both saw it over freed it twice (kvt_layout.h: one thread at a time polls a job). The
