@@ -116,6 +116,8 @@ static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static struct conn *g_conns;
 /* cut calls that left their connection: they own its region or pin (held_wait's cap) */
 static _Atomic uint64_t g_cut_left;
+/* PREFETCHes answered at their deadline and still running (prefetch_call) */
+static _Atomic uint64_t g_pf_left;
 static _Atomic bool g_stopping; /* shutdown: connections waiting on a process stop waiting */
 
 static void log_cb(void *arg, int level, const char *msg)
@@ -219,6 +221,7 @@ struct held {
 	struct kvt_slot_ref ref;
 	uint8_t *shm; /* cut and left: the region to unmap at the end (NULL: none) */
 	size_t shm_len;
+	_Atomic uint64_t *left; /* cut and left: the count it is in (NULL: g_cut_left) */
 };
 
 static struct held *held_new(void)
@@ -261,7 +264,7 @@ static void held_end(struct held *h)
 		atomic_fetch_sub(&g_st.regions_mapped, 1);
 	}
 	atomic_fetch_sub(&g_st.cut_running, 1);
-	atomic_fetch_sub(&g_cut_left, 1);
+	atomic_fetch_sub(h->left ? h->left : &g_cut_left, 1);
 	held_free(h);
 }
 
@@ -330,6 +333,54 @@ static bool held_wait(struct conn *c, struct held *h, uint64_t by, bool region)
 	}
 	pthread_mutex_unlock(&h->m);
 	return true;
+}
+
+/* A PREFETCH, waited for until its deadline (absolute, kvt__now_ns; 0: none). Answered
+ * -ETIME then, it runs on (a prefetch is a hint, and the connection stays), counted in
+ * g_pf_left until it ends; past daemon.max_clients of them a PREFETCH is refused at once
+ * (-EBUSY). Until 2026-12-06 they were not counted: one client looping on PREFETCHes
+ * with a deadline already due, against a slow tier, left thousands running - the store's
+ * in-flight bound filled (every client's lookups and gets then failed -EAGAIN) and their
+ * key copies grew without bound (integ.daemon_prefetch_bound). */
+static void prefetch_call(const struct kvtd_req *r, const uint8_t *p, struct kvt_result *res)
+{
+	uint64_t by = r->deadline_ns;
+	if (atomic_load(&g_pf_left) >= g_max_clients) {
+		res->status = -EBUSY;
+		return;
+	}
+	struct held *h = held_new();
+	if (!h) {
+		res->status = -ENOMEM;
+		return;
+	}
+	h->left = &g_pf_left;
+	int rc = RETRY_BY(kvt__store_prefetch_direct(g_st.store, (const struct kvt_key *)p, r->n,
+						     by, held_cb, h),
+			  by);
+	if (rc < 0) {
+		held_free(h);
+		res->status = rc;
+		return;
+	}
+	struct timespec ts = {.tv_sec = (time_t)(by / 1000000000u),
+			      .tv_nsec = (long)(by % 1000000000u)};
+	pthread_mutex_lock(&h->m);
+	while (!h->done) {
+		if (!by) {
+			pthread_cond_wait(&h->cv, &h->m);
+		} else if (pthread_cond_timedwait(&h->cv, &h->m, &ts) == ETIMEDOUT && !h->done) {
+			h->cut = true; /* held_end frees it */
+			atomic_fetch_add(&g_pf_left, 1);
+			atomic_fetch_add(&g_st.cut_running, 1);
+			pthread_mutex_unlock(&h->m);
+			res->status = -ETIME;
+			return;
+		}
+	}
+	pthread_mutex_unlock(&h->m);
+	*res = h->res;
+	held_free(h);
 }
 
 /* When a request's wait ends: its arrival plus the time its client gives it (0: none). */
@@ -784,9 +835,7 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 	case KVTD_PREFETCH:
 		/* the retries end at the deadline too: the client has stopped waiting by then, and
 		 * an answer after it reads as a dead daemon (until 2026-12-06 up to 1 s of them) */
-		res->status = RETRY_BY(kvt_prefetch_sync(s, (const struct kvt_key *)p, r->n,
-							 r->deadline_ns),
-				       r->deadline_ns);
+		prefetch_call(r, p, res);
 		break;
 	case KVTD_STATS: {
 		struct kvt_stats st;

@@ -1055,6 +1055,20 @@ int kvt__store_lookup_direct(struct kvt_store *s, const struct kvt_key *keys, si
 	return gated_end(s, g, rc);
 }
 
+int kvt__store_prefetch_direct(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+			       uint64_t deadline_ns, kvt_cb cb, void *arg)
+{
+	int rc;
+	struct gated *g = gated_start(s, cb, arg, &rc);
+	if (!g)
+		return rc;
+	struct kvt_storage_keys b;
+	rc = kvt__e_skeys(s, &b, keys, n);
+	rc = rc ? rc : kvt__e_do_prefetch(s, b.keys, n, deadline_ns, gated_cb, g, true);
+	kvt__storage_keys_free(&b);
+	return gated_end(s, g, rc);
+}
+
 int kvt__store_remove_direct(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb,
 			     void *arg)
 {

@@ -127,6 +127,9 @@ int kvt__store_lookup_direct(struct kvt_store *s, const struct kvt_key *keys, si
 int kvt__store_remove_direct(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb,
 			     void *arg);
 int kvt__store_flush_direct(struct kvt_store *s, kvt_cb cb, void *arg);
+/* A prefetch (keys copied), the same way: kvtierd counts the ones it stops waiting for. */
+int kvt__store_prefetch_direct(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+			       uint64_t deadline_ns, kvt_cb cb, void *arg);
 /* The geometry and namespace id, for layers that have entered the gate (the public
  * accessors answer NULL once the store is closing). */
 const struct kvt_geometry *kvt__store_geometry(const struct kvt_store *s);

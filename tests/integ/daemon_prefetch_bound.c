@@ -8,6 +8,11 @@
  *  1. the one in-flight place held by a GET from another connection, stalled on a tier that
  *     answers after 3 s;
  *  2. a PREFETCH with a 300 ms deadline: answered within 700 ms (before: after ~1 s).
+ *  3. PREFETCHes answered at their deadline run on, and at most daemon.max_clients of
+ *     them: one connection sends 200 with a deadline 1 ms away, each of a key only the
+ *     stalled tier could hold; another client's lookup of a chunk it put is then answered
+ *     at once. Until 2026-12-06 every one ran on uncounted, the store's in-flight bound
+ *     (64 here) filled, and the lookup failed -EAGAIN.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -65,6 +70,46 @@ int main(void)
 	       "a PREFETCH that could not start: status %d", rep.res.status);
 	raw_close(&r);
 	pthread_join(t, NULL);
+	kvtd_stop();
+
+	const char *extra3[] = {"--set", "store.tiers=dram,faulty", "--set", "faulty.inner=nvme",
+				"--set", "faulty.delay_ms=3000", "--set", "store.max_inflight=64",
+				"--set", "daemon.max_clients=8", "--set", "store.tier_timeout_ms=10000",
+				"--set", "store.deadline_floor_ms=10000", NULL};
+	kvtd_start_test(sock_path, dir, extra3);
+	s = kvtd_client_store(dir);
+	size_t payload = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	uint8_t *buf = calloc(1, payload);
+	struct kvt_key put_key;
+	memset(put_key.bytes, 0x71, sizeof(put_key.bytes));
+	CHECK_RC(kvt_put_sync(s, &put_key, NULL, 16, buf, payload), 0);
+	r = raw_attach();
+	int busy = 0, late = 0;
+	for (int i = 0; i < 200; i++) {
+		memset(k.bytes, 0, sizeof(k.bytes));
+		memcpy(k.bytes, &i, sizeof(i));
+		k.bytes[31] = 0x3c;
+		memcpy(r.shm + 64, &k, sizeof(k));
+		q = (struct kvtd_req){.op = KVTD_PREFETCH, .off = 64, .len = sizeof(k) + 1, .n = 1,
+				      .deadline_ns = kvt__now_ns() + 1000000ull};
+		CHECK_RC(raw_call(r.sock, &q, -1, &rep), 0);
+		busy += rep.res.status == -EBUSY;
+		late += rep.res.status == -ETIME;
+	}
+	int8_t tier = KVT_TIER_NONE;
+	t0 = kvt__now_ns();
+	int hits = kvt_lookup_sync(s, &put_key, 1, &tier);
+	took_ms = (kvt__now_ns() - t0) / 1000000;
+	printf("200 prefetches past their deadline: %d answered -ETIME, %d refused -EBUSY; "
+	       "another client's lookup: %d after %llu ms\n",
+	       late, busy, hits, (unsigned long long)took_ms);
+	CHECKM(hits == 1 && tier == 0, "a lookup of a chunk in DRAM behind abandoned prefetches: "
+					"%d (tier %d)", hits, tier);
+	CHECK(took_ms < 500);
+	CHECK(late <= 8 && busy >= 150);
+	raw_close(&r);
+	kvt_store_close(s);
+	free(buf);
 	kvtd_stop();
 	test_rmdir(dir);
 	printf("daemon_prefetch_bound: ok\n");
