@@ -518,33 +518,49 @@ static bool cycle_usable(const struct nv_log *lg)
 	return false;
 }
 
-/* Empty segment `next`, too short to be appended to (advance): evict its objects and
- * truncate it to nothing. false: not now (reads of it in flight) or log writes stopped. */
-static bool passed_over_empty(struct nv *s, uint32_t next)
+/* Segment `next`, too short to be appended to (advance): its objects evicted, truncated to
+ * nothing, then given its whole size again so that the cycle keeps the segments its live
+ * capacity counts (fallocate: as at its creation). false: not now (reads of it in flight)
+ * or log writes stopped; true with g->bytes still short: the file system has no room for
+ * it (passed over; tried again next lap). */
+static bool short_seg_renew(struct nv *s, uint32_t next)
 {
 	struct nv_log *lg = s->lg;
 	struct nv_seg *g = &lg->segs[next];
-	if (lg->drain_seg != next || lg->drain_gen != g->gen) {
-		lg->drain_seg = next; /* set first: these evictions need no tombstone */
-		lg->drain_gen = g->gen;
-		lg->drain_evicted = false;
+	if (g->bytes) {
+		if (lg->drain_seg != next || lg->drain_gen != g->gen) {
+			lg->drain_seg = next; /* set first: these evictions need no tombstone */
+			lg->drain_gen = g->gen;
+			lg->drain_evicted = false;
+		}
+		while (g->ents) {
+			nv_evict(s, g->ents, false);
+			lg->drain_evicted = true;
+		}
+		if (g->readers || g->movers ||
+		    (lg->rd_state != NV_RD_IDLE && lg->rd_seg == next))
+			return false;
+		if (ftruncate(g->fd, 0) < 0 ||
+		    (s->fsync_mode != NV_FSYNC_NONE && fdatasync(g->fd) < 0)) {
+			int err = errno;
+			KVT_WARN(s->log, "nvme: log segment %u, shorter than one batch: cannot "
+					 "empty it (%s): log writes stop",
+				 next, strerror(err));
+			lg->owed |= lg->drain_evicted; /* its records still name them */
+			nv_log_stop(s);
+			return false;
+		}
+		g->bytes = 0;
+		nv_dirty_fs(s, 0); /* with fsync=none, a flush's syncfs makes it durable */
 	}
-	while (g->ents) {
-		nv_evict(s, g->ents, false);
-		lg->drain_evicted = true;
+	if (fallocate(g->fd, 0, 0, (off_t)lg->seg_bytes) == 0) {
+		g->bytes = lg->seg_bytes;
+		KVT_INFO(s->log, "nvme: log segment %u was shorter than one batch (cut from "
+				 "outside, or its creation interrupted): emptied and allocated again",
+			 next);
+	} else {
+		(void)ftruncate(g->fd, 0); /* what a failed fallocate left */
 	}
-	if (g->readers || g->movers || (lg->rd_state != NV_RD_IDLE && lg->rd_seg == next))
-		return false;
-	if (ftruncate(g->fd, 0) < 0 || (s->fsync_mode != NV_FSYNC_NONE && fdatasync(g->fd) < 0)) {
-		int err = errno;
-		KVT_WARN(s->log, "nvme: log segment %u, shorter than one batch: cannot empty it "
-				 "(%s): log writes stop",
-			 next, strerror(err));
-		lg->owed |= lg->drain_evicted; /* its records still name the objects evicted */
-		nv_log_stop(s);
-		return false;
-	}
-	g->bytes = 0;
 	return true;
 }
 
@@ -599,21 +615,25 @@ static bool advance(struct nv *s)
 			}
 		}
 		if (g->bytes < NV_LOG_BLOCK + NV_LOG_BUF) {
-			/* Shorter than one batch (damaged from outside): passed over, but
-			 * emptied once. Its records never end otherwise (a reuse's new
-			 * generation is what ends a segment's records), so a put in it outlived
-			 * its tombstone once the tombstone's segment was reused, and the next
-			 * open indexed a removed key again (until 2026-12-06). Its objects go
-			 * first (no tombstone: their records go with the file's bytes), then,
-			 * with no read of it left, its bytes. Not where no segment of the cycle
-			 * can take a batch: the log stops, its objects stay served, and a removal
-			 * then voids the log on disk (nv_log_settle). */
-			if (g->bytes && cycle_usable(lg) && !passed_over_empty(s, next))
+			/* Shorter than one batch (cut from outside; 0 bytes: its creation
+			 * killed before its fallocate): emptied and given its size again, then
+			 * reused as any segment (short_seg_renew). Until 2026-12-06 it was passed
+			 * over forever: its records never ended (a reuse's new generation is what
+			 * ends them), so a put in it outlived its tombstone once the tombstone's
+			 * segment was reused and the next open indexed the removed key again, and
+			 * the cycle was a segment shorter than the live capacity counted. Passed
+			 * over where the file system has no room for it, and where no segment of
+			 * the cycle can take a batch: the log stops, its objects stay served, and
+			 * a removal then voids the log on disk (nv_log_settle). */
+			if (cycle_usable(lg) && !short_seg_renew(s, next))
 				return false;
-			lg->cur = next;
-			lg->cur_off = g->bytes; /* never appended to */
-			lg->have_cur = true;
-			continue;
+			if (g->bytes < NV_LOG_BLOCK + NV_LOG_BUF) {
+				lg->cur = next;
+				lg->cur_off = g->bytes; /* never appended to */
+				lg->have_cur = true;
+				continue;
+			}
+			/* given its size again: reused below as any segment (a new generation) */
 		}
 		if (g->batches || g->movers || (lg->rd_state != NV_RD_IDLE && lg->rd_seg == next) ||
 		    (lg->reins_seg == next && lg->reins_gen == g->gen && lg->rq_head < lg->rq_n))
