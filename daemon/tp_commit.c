@@ -89,7 +89,11 @@ void kvtd_tp_init(struct kvt_store *s, const uint8_t *ns_id, void *p, bool on, u
 	enabled = on;
 	kv_heads = kvt_store_geometry(s)->kv_heads;
 	struct kvt_dram *d = kvt__store_dram(s);
-	max_held = MAX_HELD_OF(d ? kvt__dram_slots(d) : 0);
+	/* and at most a quarter of MAX_OPEN: half of a large pool is more than the table
+	 * holds, so one process that claimed its share and stopped (its objects then
+	 * quarantined) took every place of the table, and every other process's TP_RESERVE
+	 * of a new object was refused (until 2026-12-06; integ.daemon_tp_hoard) */
+	max_held = KVT_MIN(MAX_HELD_OF(d ? kvt__dram_slots(d) : 0), (uint64_t)MAX_OPEN / 4);
 	slot_bytes = d ? kvt__dram_slot_bytes(d) : 0;
 }
 

@@ -148,6 +148,25 @@ int main(void)
 
 	kvt_store_close(s);
 	kvtd_stop();
+
+	/* A pool of ~2,200 slots: half of it is more than the daemon's table of 1,024 open
+	 * objects, so one process's bound is a quarter of the table instead (256), and what
+	 * it can leave quarantined leaves room for others (until 2026-12-06 it reserved 400
+	 * here and could take all 1,024). */
+	const char *big[] = {"--set", "dram.bytes=80MiB", "--set", "daemon.lease_ms=300", NULL};
+	kvtd_start_test(sp, dir, big);
+	s = kvtd_client_store(dir);
+	g = kvt_store_geometry(s);
+	h = raw_attach();
+	held = 0;
+	for (uint64_t i = 1000; i < 1400 && (rc = tp_reserve(&h, g, i, NULL)) == 0; i++)
+		held++;
+	printf("with a large pool one process holds %d TP objects, then status %d\n", held, rc);
+	CHECK_EQ(held, 256);
+	CHECK_EQ(rc, -EBUSY);
+	raw_close(&h);
+	kvt_store_close(s);
+	kvtd_stop();
 	test_rmdir(dir);
 	free(dir);
 	printf("daemon_tp_hoard: ok\n");
