@@ -3,9 +3,10 @@ flush returning concurrent.futures.Future objects.
 
 Completions: the library queues them and signals an eventfd (kvt_store_fd); kvt_poll runs
 them on the calling thread. With poller="thread" (the default) a daemon thread waits on
-that eventfd and polls, so futures complete on their own. With poller="manual" nothing
-runs until the owner calls poll() - for an event loop that owns the fd, or vLLM's
-scheduler, which reaps completions at its own moments and wants no extra thread.
+that eventfd and polls, so futures complete on their own. With poller="manual" no
+completion runs until the owner calls poll() - for an event loop that owns the fd, or vLLM's
+scheduler, which reaps completions at its own moments; only the library's log lines are
+delivered by a small thread (kvtier-log) as they come.
 
 Buffers handed to put/get are kept referenced until their operation completed, as the C
 contract requires.
@@ -142,6 +143,9 @@ class _Core:
         self.cb = _lib.CB(self._on_complete)
         self.thread: threading.Thread | None = None
         self.wake_r = self.wake_w = -1
+        # poller="manual": a thread that only delivers log lines (log_loop), woken to end
+        self.log_thread: threading.Thread | None = None
+        self.log_wake_r = self.log_wake_w = -1
         self.rows: set = set()        # open Rows handles (rows._Handle), closed first
         self.event_queues: list = []  # C event queues installed (Store.events): freed after
         self.tls = threading.local()  # .depth: kvt_poll calls running on this thread
@@ -263,6 +267,34 @@ class _Core:
                 self._finish_close()
             return
 
+    def log_loop(self):
+        """With a manual poller, the library's log lines as they come: a caller that polls
+        only while it has work (vLLM's scheduler) would otherwise see an idle engine's
+        write-behind failures at its next request, with past 1,024 of them dropped (until
+        2026-12-06). Completions stay the caller's: only the log queue is drained here."""
+        p = select.poll()
+        logfd = lib.kvt_log_queue_fd(self.logq)
+        p.register(logfd, select.POLLIN)
+        p.register(self.log_wake_r, select.POLLIN)
+        while True:
+            r = [f for f, _ in p.poll()]
+            if logfd in r:
+                self.drain_logs()
+            if self.log_wake_r in r:
+                return
+
+    def _stop_log_thread(self) -> None:
+        t = self.log_thread
+        if t is None:
+            return
+        os.write(self.log_wake_w, b"x")
+        if t.ident != threading.get_ident():  # (a log function that closes the store)
+            t.join()
+        self.log_thread = None
+        os.close(self.log_wake_r)
+        os.close(self.log_wake_w)
+        self.log_wake_r = self.log_wake_w = -1
+
     def _own_close(self) -> bool:
         with self.state:
             if self.owner is not None or self.s is None:
@@ -301,6 +333,7 @@ class _Core:
     def _finish_close(self) -> None:
         try:
             self._wait_users()
+            self._stop_log_thread()  # before the queue it drains is freed
             for h in list(self.rows):  # before the store: they wait for I/O in flight
                 h.close()
             self.rows.clear()
@@ -411,6 +444,11 @@ class Store:
             core.thread = threading.Thread(target=core.poll_loop, name="kvtier-poll",
                                            daemon=True)
             core.thread.start()
+        else:
+            core.log_wake_r, core.log_wake_w = os.pipe()
+            core.log_thread = threading.Thread(target=core.log_loop, name="kvtier-log",
+                                               daemon=True)
+            core.log_thread.start()
 
     @property
     def _s(self):

@@ -414,6 +414,31 @@ def test_tiers_while_another_thread_closes(tdir, monkeypatch):
     assert s.tiers == names  # the chain as it closed
 
 
+def test_manual_poller_delivers_log_lines_without_a_poll(tdir):
+    """With poller="manual", a line the library logs on its own threads (a stalled tier's
+    missed deadline, logged by the service thread) reaches the log function while the owner
+    does not poll: an idle vLLM scheduler polls nothing, and until 2026-12-06 such lines
+    waited for its next request (past 1,024 of them, dropped)."""
+    import threading
+    lines = []
+    s = kvtier.Store(cfg(**{"store.tiers": "dram,faulty", "faulty.inner": "fs",
+                            "fs.dir": tdir, "faulty.delay_ms": "3000",
+                            "store.tier_timeout_ms": "100", "store.deadline_floor_ms": "100"}),
+                     poller="manual", log_fn=lambda lvl, msg: lines.append(msg))
+    try:
+        k = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]
+        s.lookup([k])  # a DRAM miss, then the stalled tier: its deadline passes at 100 ms
+        t0 = time.monotonic()
+        while not any("missed its deadline" in m for m in lines) and \
+                time.monotonic() - t0 < 5:
+            time.sleep(0.05)
+        assert any("missed its deadline" in m for m in lines), lines
+        assert any(t.name == "kvtier-log" for t in threading.enumerate())
+    finally:
+        s.close()
+    assert not any(t.name == "kvtier-log" for t in threading.enumerate())
+
+
 def test_dropped_store_is_collected(tdir):
     """An unclosed Store that is dropped is collected and closed by __del__: its poll
     thread does not keep it alive (that leaked a thread, fds and the DRAM pool each)."""
