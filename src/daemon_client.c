@@ -32,6 +32,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -286,20 +287,22 @@ static void disconnect(struct kvt_client *c)
 /* Why a call's own deadline: the socket's timeouts are store.daemon_timeout_ms (5 s by
  * default), the bound on a daemon that stopped answering; a caller with less time (a vLLM
  * load of 0.3 s, kvt_rows_load in client mode) waited that long per chunk. Before each
- * send and each receive of a call with a deadline nearer than the timeout, wait for the
- * socket only until the deadline: -ETIME once it has passed, 0 to go on (the socket's own
- * timeout bounds the rest). */
+ * send and each receive, wait for the socket until the call's deadline or timeout_ms
+ * from now, whichever is first: -ETIME once the deadline has passed, -ETIMEDOUT at the
+ * timeout (as the socket's own would say), 0 to go on (the socket is ready: the send or
+ * receive does not wait). Why not the socket's timeouts alone: a signal interrupts a
+ * receive under SO_RCVTIMEO with EINTR whatever SA_RESTART says, and each retry waited a
+ * whole timeout again, so a thread signalled more often than that (a profiler, SIGCHLD)
+ * waited on a stopped daemon without end (until 2026-12-06; integ.daemon_signals). */
 static int call_wait(struct kvt_client *c, short ev)
 {
+	uint64_t limit = kvt__now_ns() + (uint64_t)c->timeout_ms * 1000000u;
 	for (;;) {
-		if (!c->call_deadline)
-			return 0;
-		uint64_t now = kvt__now_ns();
-		if (now >= c->call_deadline)
-			return -ETIME;
-		uint64_t left_ms = (c->call_deadline - now + 999999u) / 1000000u;
-		if (left_ms >= (uint64_t)c->timeout_ms)
-			return 0;
+		bool own = c->call_deadline && c->call_deadline < limit;
+		uint64_t by = own ? c->call_deadline : limit, now = kvt__now_ns();
+		if (now >= by)
+			return own ? -ETIME : -ETIMEDOUT;
+		uint64_t left_ms = KVT_MIN((by - now + 999999u) / 1000000u, (uint64_t)INT_MAX);
 		struct pollfd p = {.fd = c->sock, .events = ev};
 		int n = poll(&p, 1, (int)left_ms);
 		if (n > 0)
