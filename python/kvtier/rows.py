@@ -105,8 +105,13 @@ class _Handle:
                 return
             self.state = "closing"
             p, self.p = self.p, None
-            while self.users:  # loads, stores and job polls of other threads (bounded
-                self.lock.wait()  # by their deadlines) still use the handle or a job
+            try:
+                while self.users:  # loads, stores and job polls of other threads (bounded
+                    self.lock.wait()  # by their deadlines) still use the handle or a job
+            except BaseException:  # interrupted (KeyboardInterrupt): open as before
+                self.p, self.state = p, "open"
+                self.lock.notify_all()
+                raise
             jobs, self.jobs = list(self.jobs.values()), {}
         try:
             for j in jobs:

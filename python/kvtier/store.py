@@ -125,7 +125,9 @@ class _Core:
 
     def __init__(self, log_fn):
         self.s = None                 # the C store; None once closed
-        self.names_at_close: list[str] = []  # its tier chain when it closed
+        # its tier chain as last read - at open, by Store.tiers, at close: what tiers
+        # answers once the store is closing or closed
+        self.names_at_close: list[str] = []
         self.pending: dict[int, tuple[Future, Callable, Any]] = {}
         self.lock = threading.Lock()  # pending
         self.log_user = log_fn
@@ -273,22 +275,27 @@ class _Core:
         write-behind failures at its next request, with past 1,024 of them dropped (until
         2026-12-06). Completions stay the caller's: only the log queue is drained here."""
         p = select.poll()
-        logfd = lib.kvt_log_queue_fd(self.logq)
+        logfd, wake = lib.kvt_log_queue_fd(self.logq), self.log_wake_r
         p.register(logfd, select.POLLIN)
-        p.register(self.log_wake_r, select.POLLIN)
+        p.register(wake, select.POLLIN)
         while True:
             r = [f for f, _ in p.poll()]
             if logfd in r:
                 self.drain_logs()
-            if self.log_wake_r in r:
+            if wake in r:
+                # a close asked for on this thread (a log function, a finalizer) was
+                # deferred (it cannot join itself, and drain_logs held log_mu): it is
+                # finished here, now that drain_logs returned
+                if self.closing and self._own_close():
+                    self._finish_close()
                 return
 
     def _stop_log_thread(self) -> None:
         t = self.log_thread
         if t is None:
             return
-        os.write(self.log_wake_w, b"x")
-        if t.ident != threading.get_ident():  # (a log function that closes the store)
+        if t.ident != threading.get_ident():
+            os.write(self.log_wake_w, b"x")
             t.join()
         self.log_thread = None
         os.close(self.log_wake_r)
@@ -305,7 +312,8 @@ class _Core:
     def close(self) -> None:
         me = threading.get_ident()
         on_thread = self.thread is not None and self.thread.ident == me
-        deferred = on_thread or getattr(self.tls, "depth", 0) > 0
+        on_log = self.log_thread is not None and self.log_thread.ident == me
+        deferred = on_thread or on_log or getattr(self.tls, "depth", 0) > 0
         with self.state:
             if self.owner == me or (self.owner is None and self.s is None):
                 return  # closed (never opened), or a completion run by our own close
@@ -325,6 +333,8 @@ class _Core:
             # returns (in Store.poll, or in the poll thread's loop, woken here).
             if on_thread and self.wake_w >= 0:
                 os.write(self.wake_w, b"c")
+            if on_log and self.log_wake_w >= 0:
+                os.write(self.log_wake_w, b"c")
         else:  # another thread is closing it: return once it is closed
             if self.thread is not None:
                 self.thread.join()
@@ -434,6 +444,7 @@ class Store:
         check(rc, "kvt_store_open", _open_reason(errs))
         core.s = p
         self._ids = itertools.count(1)
+        self.tiers  # the chain at open: what tiers answers while a close runs
         g = lib.kvt_store_geometry(p).contents
         self.geometry = Geometry._from_c(g)
         self.ns_id = bytes(ctypes.string_at(lib.kvt_store_ns_id(p), _lib.NS_ID_BYTES))
@@ -503,11 +514,12 @@ class Store:
         # kvt_store_tier_name)
         try:
             s = core.enter()
-        except ValueError:  # closed, or closing: the chain as it closed
+        except ValueError:  # closed, or closing: the chain as last read
             return list(core.names_at_close)
         try:
             names = (lib.kvt_store_tier_name(s, i) for i in range(lib.kvt_store_tier_count(s)))
-            return [n.decode(errors="replace") if n else "none" for n in names]
+            core.names_at_close = [n.decode(errors="replace") if n else "none" for n in names]
+            return list(core.names_at_close)
         finally:
             core.leave()
 

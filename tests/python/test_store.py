@@ -439,6 +439,39 @@ def test_manual_poller_delivers_log_lines_without_a_poll(tdir):
     assert not any(t.name == "kvtier-log" for t in threading.enumerate())
 
 
+def test_a_log_function_may_close_a_manual_store(tdir):
+    """A log function that closes the store, run on the manual poller's log thread: the
+    close is finished there once the line is delivered (it held the log lock, and a close
+    there deadlocked on it, or left the thread spinning on closed descriptors)."""
+    import threading
+    box = {}
+
+    def log_fn(level, msg):
+        if "missed its deadline" in msg and "s" in box:
+            box["s"].close()
+            box["closed_on"] = threading.current_thread().name
+
+    s = box["s"] = kvtier.Store(cfg(**{"store.tiers": "dram,faulty", "faulty.inner": "fs",
+                                       "fs.dir": tdir, "faulty.delay_ms": "3000",
+                                       "store.tier_timeout_ms": "100",
+                                       "store.deadline_floor_ms": "100"}),
+                                poller="manual", log_fn=log_fn)
+    names = s.tiers
+    k = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]
+    s.lookup([k])
+    t0 = time.monotonic()
+    while s._s is not None and time.monotonic() - t0 < 10:
+        time.sleep(0.05)
+    assert s._s is None, "the close asked for by the log function never finished"
+    assert box["closed_on"] == "kvtier-log"
+    assert s.tiers == names
+    t0 = time.monotonic()
+    while any(t.name == "kvtier-log" for t in threading.enumerate()) and \
+            time.monotonic() - t0 < 5:
+        time.sleep(0.05)
+    assert not any(t.name == "kvtier-log" for t in threading.enumerate())
+
+
 def test_dropped_store_is_collected(tdir):
     """An unclosed Store that is dropped is collected and closed by __del__: its poll
     thread does not keep it alive (that leaked a thread, fds and the DRAM pool each)."""
