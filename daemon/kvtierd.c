@@ -136,24 +136,24 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 		return -EINVAL; /* another model, geometry or tenant */
 	struct stat sb;
 	struct statfs fs;
-	if (fd < 0)
-		return -EPROTO;
-	/* Sealed against shrinking, so the mapping can never fault under us - checked before
-	 * the size is read: a seal is never taken back, so the size read after it is a floor.
-	 * Until 2026-12-06 the size came first, and a client that shrank the file and then
-	 * sealed it between the two had the daemon map (and write) past its end: SIGBUS, the
-	 * daemon gone for every client (from a review; no test: the window is between two
-	 * system calls of the daemon). */
-	int seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 || !(seals & F_SEAL_SHRINK))
-		return -EPERM;
-	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
+	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
 		return -EPROTO;
 	/* tmpfs only (a plain memfd): on hugetlbfs a client can punch a hole (F_SEAL_SHRINK
 	 * does not stop FALLOC_FL_PUNCH_HOLE) and use up the node's huge pages, and our next
 	 * write into the region dies of SIGBUS; tmpfs gives a punched page back on the next
 	 * touch. */
 	if (fstatfs(fd, &fs) < 0 || fs.f_type != TMPFS_MAGIC)
+		return -EPROTO;
+	/* Sealed against shrinking, so the mapping can never fault under us - and the size
+	 * that is mapped read after the seal: a seal is never taken back, so that size is a
+	 * floor. Until 2026-12-06 the size came from the first fstat, and a client that shrank
+	 * the file and then sealed it between the two had the daemon map (and write) past
+	 * its end: SIGBUS, the daemon gone for every client (from a review; no test: the
+	 * window is between two system calls of the daemon). */
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return -EPERM;
+	if (fstat(fd, &sb) < 0)
 		return -EPROTO;
 	if ((uint64_t)sb.st_size < KVTD_SHM_MIN || (uint64_t)sb.st_size > g_shm_max ||
 	    (uint64_t)sb.st_size < sizeof(struct kvtd_info))
@@ -263,8 +263,12 @@ static void held_end(struct held *h)
 		munmap(h->shm, h->shm_len);
 		atomic_fetch_sub(&g_st.regions_mapped, 1);
 	}
-	atomic_fetch_sub(&g_st.cut_running, 1);
-	atomic_fetch_sub(h->left ? h->left : &g_cut_left, 1);
+	if (h->left) { /* a prefetch left running: not a cut call of STATUS's counts */
+		atomic_fetch_sub(h->left, 1);
+	} else {
+		atomic_fetch_sub(&g_st.cut_running, 1);
+		atomic_fetch_sub(&g_cut_left, 1);
+	}
 	held_free(h);
 }
 
@@ -345,12 +349,16 @@ static bool held_wait(struct conn *c, struct held *h, uint64_t by, bool region)
 static void prefetch_call(const struct kvtd_req *r, const uint8_t *p, struct kvt_result *res)
 {
 	uint64_t by = r->deadline_ns;
-	if (atomic_load(&g_pf_left) >= g_max_clients) {
+	/* a place taken now (given back unless the prefetch is left running), so that
+	 * connections at once cannot pass the bound */
+	if (atomic_fetch_add(&g_pf_left, 1) >= g_max_clients) {
+		atomic_fetch_sub(&g_pf_left, 1);
 		res->status = -EBUSY;
 		return;
 	}
 	struct held *h = held_new();
 	if (!h) {
+		atomic_fetch_sub(&g_pf_left, 1);
 		res->status = -ENOMEM;
 		return;
 	}
@@ -359,6 +367,7 @@ static void prefetch_call(const struct kvtd_req *r, const uint8_t *p, struct kvt
 						     by, held_cb, h),
 			  by);
 	if (rc < 0) {
+		atomic_fetch_sub(&g_pf_left, 1);
 		held_free(h);
 		res->status = rc;
 		return;
@@ -370,15 +379,14 @@ static void prefetch_call(const struct kvtd_req *r, const uint8_t *p, struct kvt
 		if (!by) {
 			pthread_cond_wait(&h->cv, &h->m);
 		} else if (pthread_cond_timedwait(&h->cv, &h->m, &ts) == ETIMEDOUT && !h->done) {
-			h->cut = true; /* held_end frees it */
-			atomic_fetch_add(&g_pf_left, 1);
-			atomic_fetch_add(&g_st.cut_running, 1);
+			h->cut = true; /* held_end frees it, and gives its g_pf_left place back */
 			pthread_mutex_unlock(&h->m);
 			res->status = -ETIME;
 			return;
 		}
 	}
 	pthread_mutex_unlock(&h->m);
+	atomic_fetch_sub(&g_pf_left, 1);
 	*res = h->res;
 	held_free(h);
 }

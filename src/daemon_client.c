@@ -704,10 +704,11 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 			return;
 		}
 		/* a lookup cut at its budget: the rest is not known, as when a tier cannot say;
-		 * a prefetch at its capped deadline: what it had, as for its other failures
-		 * (failed(): prefetch failures are misses, never errors) */
-		if (rep.res.status == -ETIME &&
-		    (o->op == KVTD_LOOKUP || o->op == KVTD_PREFETCH)) {
+		 * a prefetch at its capped deadline, or refused (-EBUSY: too many of them left
+		 * running in the daemon): what it had, as for its other failures (failed():
+		 * prefetch failures are misses, never errors) */
+		if ((rep.res.status == -ETIME && (o->op == KVTD_LOOKUP || o->op == KVTD_PREFETCH)) ||
+		    (rep.res.status == -EBUSY && o->op == KVTD_PREFETCH)) {
 			o->res.status = (int)KVT_MIN(total, (int64_t)INT32_MAX);
 			if (o->op == KVTD_LOOKUP)
 				o->res.cause = -ETIME;

@@ -107,6 +107,10 @@ int main(void)
 					"%d (tier %d)", hits, tier);
 	CHECK(took_ms < 500);
 	CHECK(late <= 8 && busy >= 150);
+	/* a client's prefetch refused so is a hint not taken: what it had (0), not an error */
+	int pf = kvt_prefetch_sync(s, &k, 1, kvt__now_ns() + 200 * 1000000ull);
+	printf("a client's prefetch while the daemon refuses them: %d\n", pf);
+	CHECK_EQ(pf, 0);
 	raw_close(&r);
 	kvt_store_close(s);
 	free(buf);
