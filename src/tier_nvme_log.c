@@ -551,6 +551,7 @@ static bool short_seg_renew(struct nv *s, uint32_t next)
 			return false;
 		}
 		g->bytes = 0;
+		lg->drain_evicted = false; /* their records are gone with the bytes */
 		nv_dirty_fs(s, 0); /* with fsync=none, a flush's syncfs makes it durable */
 	}
 	if (fallocate(g->fd, 0, 0, (off_t)lg->seg_bytes) == 0) {
@@ -663,6 +664,10 @@ static bool advance(struct nv *s)
 		if (s->fsync_mode == NV_FSYNC_NONE && !lg->direct && lg->have_cur &&
 		    lg->segs[lg->cur].fd >= 0)
 			(void)fdatasync(lg->segs[lg->cur].fd);
+		/* cut from outside but still longer than a batch: its whole size again, as
+		 * short_seg_renew gives a shorter one (kept as it is where there is no room) */
+		if (g->bytes < lg->seg_bytes && fallocate(g->fd, 0, 0, (off_t)lg->seg_bytes) == 0)
+			g->bytes = lg->seg_bytes;
 		int rc = nv_log_write_header(s, next, g->gen + 1);
 		if (rc < 0) {
 			KVT_WARN(s->log, "nvme: log segment %u header: %s: log writes stop", next,

@@ -236,20 +236,25 @@ bool nv_spare_take(struct nv *s, struct nv_op *op)
  * write, the cache copies lost for nothing. */
 static bool room_possible(struct nv *s, uint64_t need, const struct nv_op *op)
 {
+	if (!nv_victim(s, op))
+		return false; /* nothing to evict at all: refused at once, as before */
 	bool parent = op && op->has_parent && !kvt__key_eq(&op->parent, &op->key);
 	uint64_t leaves = 0;
 	for (struct nv_ent *e = s->leaf_tail; e; e = e->lprev)
 		if (!parent || !kvt__key_eq(&e->key, &op->parent))
 			if ((leaves += e->bytes) >= need)
 				return true;
-	uint64_t chain = 0;
+	uint64_t chain = 0, n = 0;
 	struct nv_ent *e = parent ? nv_ent_find(s, &op->parent) : NULL;
-	/* (bounded: a cycle in links restored from a damaged .kvtier.chains) */
-	for (uint64_t n = 0; e && n < s->nents; n++) {
+	for (; e && n <= s->nents; n++) {
 		chain += e->bytes;
 		e = e->has_parent && !kvt__key_eq(&e->parent, &e->key) ? nv_ent_find(s, &e->parent)
 								       : NULL;
 	}
+	/* a walk longer than the index is a cycle in links restored from a damaged
+	 * .kvtier.chains (its bytes counted over and over): no answer, try evicting */
+	if (n > s->nents)
+		return true;
 	return s->used > chain && s->used - chain >= need;
 }
 

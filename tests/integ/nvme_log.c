@@ -485,11 +485,12 @@ static void test_stray_names(const char *root)
 	kvt__tier_close(t);
 }
 
-/* (8) A segment truncated from outside below one batch, and one at 0 bytes (its creation
- * killed before its fallocate): the cycle empties them and gives them their size again, so
- * that their puts end and the cycle keeps its segments. Until 2026-12-06 both were passed
- * over forever: a key put in the first and removed kept its put while its tombstone's
- * segment was reused, and the next open indexed it again. */
+/* (8) A segment truncated from outside below one batch, one at 0 bytes (its creation
+ * killed before its fallocate) and one cut to 3 MiB: the cycle empties the first two and
+ * gives all three their size again, so that their puts end and the cycle keeps its
+ * segments. Until 2026-12-06 the first two were passed over forever (a key put in the
+ * first and removed kept its put while its tombstone's segment was reused, and the next
+ * open indexed it again) and the third was reused at 3 MiB. */
 static void test_short_segment(const char *root)
 {
 	char dir[300], seg0[400];
@@ -502,7 +503,9 @@ static void test_short_segment(const char *root)
 	kvt__tier_close(t);
 	snprintf(seg0, sizeof(seg0), "%s/log/0.kvl", dir);
 	CHECK_EQ(truncate(seg0, 1 << 20), 0); /* the first objects' batches stay whole */
-	char seg3[400];
+	char seg1[400], seg3[400];
+	snprintf(seg1, sizeof(seg1), "%s/log/1.kvl", dir);
+	CHECK_EQ(truncate(seg1, 3 << 20), 0); /* longer than a batch, but cut */
 	snprintf(seg3, sizeof(seg3), "%s/log/3.kvl", dir);
 	int fd3 = open(seg3, O_CREAT | O_EXCL | O_WRONLY, 0600);
 	CHECK(fd3 >= 0);
@@ -523,6 +526,8 @@ static void test_short_segment(const char *root)
 	CHECK_EQ(stat(seg0, &st), 0);
 	CHECK_EQ(st.st_size, 16 << 20);
 	CHECK_EQ(stat(seg3, &st), 0);
+	CHECK_EQ(st.st_size, 16 << 20);
+	CHECK_EQ(stat(seg1, &st), 0);
 	CHECK_EQ(st.st_size, 16 << 20);
 }
 
