@@ -74,6 +74,7 @@ struct slot {
 	bool unsaved;
 	bool evictable; /* cached evictable(); counted in n_evictable */
 	bool cold;	/* a partial chunk not hit since its publish: on the cold FIFO */
+	uint32_t hits;	/* gets served from this copy (the selective write policy's count) */
 	uint32_t flush_pass; /* the flush pass that last took it (kvt__dram_dirty_victims) */
 	uint32_t jobs;	     /* write-behind jobs of it not complete (kvt__dram_job) */
 	uint8_t reoffer;     /* kvt__dram_add_reoffer: offered deeper again on a hit */
@@ -227,6 +228,7 @@ static void slot_reset(struct kvt_dram *d, struct slot *s)
 	s->n_tokens = 0;
 	s->cold = false;
 	s->reoffer = 0;
+	s->hits = 0;
 	s->gen++;
 	refresh(d, s);
 }
@@ -779,6 +781,27 @@ void kvt__dram_set_unsaved(struct kvt_dram *d, int32_t id)
 void kvt__dram_clear_unsaved(struct kvt_dram *d, int32_t id)
 {
 	mark(d, id, false, false, true);
+}
+
+uint32_t kvt__dram_count_hit(struct kvt_dram *d, int32_t id)
+{
+	if (!valid_id(d, id))
+		return 0;
+	pthread_mutex_lock(&d->mu);
+	uint32_t n = d->slots[id].hits < UINT32_MAX ? ++d->slots[id].hits : UINT32_MAX;
+	pthread_mutex_unlock(&d->mu);
+	return n;
+}
+
+uint32_t kvt__dram_test_hits(struct kvt_dram *d, const struct kvt_key *key, int64_t set)
+{
+	pthread_mutex_lock(&d->mu);
+	int32_t id = index_find(d, key, kvt__key_hash(key));
+	uint32_t n = id >= 0 ? d->slots[id].hits : 0;
+	if (id >= 0 && set >= 0)
+		d->slots[id].hits = (uint32_t)set;
+	pthread_mutex_unlock(&d->mu);
+	return n;
 }
 
 void kvt__dram_add_reoffer(struct kvt_dram *d, int32_t id, uint8_t links)

@@ -127,6 +127,11 @@ uint64_t kvt__dram_evicted_unsaved(struct kvt_dram *d);
  * again. take: the marks, cleared, for the one hit that offers it (0: none, or another
  * hit took them). Both cleared with the slot. */
 void kvt__dram_add_reoffer(struct kvt_dram *d, int32_t id, uint8_t links);
+/* One more get served from slot id's copy (pinned by the caller): the count since the copy
+ * entered DRAM, for the selective write policy (a new copy starts at 0). */
+uint32_t kvt__dram_count_hit(struct kvt_dram *d, int32_t id);
+/* Tests: key's copy's count (0: none resident), then set to set unless it is negative. */
+uint32_t kvt__dram_test_hits(struct kvt_dram *d, const struct kvt_key *key, int64_t set);
 /* Pin key's published slot if it is clean and marked to be offered again, without touching
  * it (a put of a resident chunk: a sighting, not a use). 0 or -ENOENT. */
 int kvt__dram_pin_reoffer(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot_ref *ref);

@@ -33,7 +33,6 @@
 #define BREAKER_MAX_NS (30ull * 1000 * 1000 * 1000)
 #define FILL_BUCKETS 1024
 #define KEYREC_BUCKETS 1024
-#define SELECTIVE_SLOTS 65536
 #define BOUNCE_CACHE 256
 #define VERIFY_THREADS 2
 /* A deadline is store.deadline_floor_ms plus this many times what the call should cost
@@ -380,7 +379,6 @@ struct kvt_store {
 	bool tiers_closing;
 	uint32_t undo_sending;
 
-	_Atomic uint8_t hitcount[SELECTIVE_SLOTS];
 
 	/* object-sized aligned buffers for chains without DRAM, reused (no mmap per I/O);
 	 * objects under 2 MiB: carved from huge-page regions (engine_read.c), kept to close */

@@ -682,18 +682,20 @@ static int64_t get_extract(struct get_op *g, const void *obj, struct kvt_header 
 	return get_copy_out(g, h, obj);
 }
 
-/* Selective write policy: a chunk goes deeper once it has been hit selective_hits times
- * in DRAM (counted in a small saturating table; collisions only make it go earlier). ref is
+/* Selective write policy: a chunk goes deeper once its DRAM copy has been hit
+ * selective_hits times (counted in its slot, from 0 for each new copy). Until 2026-12-06
+ * the count was a table of 65,536 saturating counters by key hash, never reset: each
+ * bucket fired once for the first key to reach the count and never again, so a key
+ * sharing it, or the same key put again after a remove or an eviction, was never written
+ * deeper, and after enough hits the policy wrote nothing (integ.store_engine). ref is
  * pinned by the caller. */
 static void get_selective(struct kvt_store *s, const struct kvt_key *key,
 			  const struct kvt_slot_ref *ref)
 {
 	if (s->write_policy != WP_SELECTIVE || s->n_links <= s->dram_pos + 1)
 		return;
-	_Atomic uint8_t *c = &s->hitcount[kvt__key_hash(key) % SELECTIVE_SLOTS];
-	if (atomic_load(c) > s->selective_hits)
-		return;
-	if ((uint32_t)atomic_fetch_add(c, 1) + 1 != s->selective_hits)
+	(void)key;
+	if (kvt__dram_count_hit(s->dram, ref->id) != s->selective_hits)
 		return;
 	kvt__dram_pin(s->dram, ref->id); /* the write-behind job's own pin */
 	kvt__dram_set_dirty(s->dram, ref->id, true);

@@ -248,6 +248,36 @@ static void test_policies(const char *dir, const char *policy)
 	kvt_config_destroy(c);
 }
 
+/* Selective, 2 hits: a chunk written deeper after its second hit, removed, put again and
+ * hit twice is written deeper again. Until 2026-12-06 the count lived in a table of
+ * saturating counters by key hash, never reset: its bucket had fired once and the new copy
+ * was never written (nor any other key of that bucket, ever). */
+static void test_selective_again(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "store.write_policy", "selective");
+	test_set(c, "store.selective_hits", "2");
+	struct kvt_store *s = open_store(c);
+	struct kvt_key k[1];
+	make_keys(s, k, 1, 99);
+	struct kvt_stats st;
+	for (int round = 0; round < 3; round++) {
+		put_n(s, k, 1, 990 + round);
+		CHECK_RC(get_check(s, &k[0], 990 + round, NULL), 0);
+		CHECK_RC(kvt_flush_sync(s), 0);
+		kvt_stats(s, &st);
+		CHECKM(st.tier[1].objects == 0, "round %d: written after one hit", round);
+		CHECK_RC(get_check(s, &k[0], 990 + round, NULL), 0);
+		CHECK_RC(kvt_flush_sync(s), 0);
+		kvt_stats(s, &st);
+		CHECKM(st.tier[1].objects == 1, "round %d: not written deeper after two hits",
+		       round);
+		CHECK(kvt_remove_sync(s, &k[0]) >= 1); /* the tiers that held it */
+	}
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
 /* Corrupt and truncated files on NVMe are detected, dropped and never served. */
 static int n_files;
 static char files[64][4096];
@@ -638,9 +668,8 @@ static void test_reoffer_dirty_flush(const char *dir)
 	struct kvt_tier *t = kvt__store_tier(s, 1);
 	struct kvt_key k[1], sk;
 	make_keys(s, k, 1, 95);
-	_Atomic uint8_t *hits =
-	    &s->hitcount[kvt__key_hash(kvt__storage_key(kvt_store_ns_id(s), &k[0], &sk)) %
-			 SELECTIVE_SLOTS];
+	struct kvt_dram *dram = kvt__store_dram(s);
+	kvt__storage_key(kvt_store_ns_id(s), &k[0], &sk);
 	put_n(s, k, 1, 900); /* sighting 1, clean (selective) */
 	CHECK_RC(get_check(s, &k[0], 900, NULL), 0); /* 2: the selective write, declined */
 	CHECK_RC(kvt_flush_sync(s), 0);
@@ -655,17 +684,18 @@ static void test_reoffer_dirty_flush(const char *dir)
 	/* 4: the next hit writes the chunk again (selective), without memory for its job (the
 	 * first allocation that leaves the selective write's counter moved) */
 	void *buf = malloc(PAYLOAD);
+	uint32_t hits = 0;
 	for (uint64_t n = 1; n <= 16; n++) {
-		atomic_store(hits, 0);
+		kvt__dram_test_hits(dram, &sk, 0);
 		kvt__alloc_fail_after(n);
 		int rc = kvt_get_sync(s, &k[0], 0, 0, buf, PAYLOAD, NULL);
 		kvt__alloc_fail_after(0);
-		if (atomic_load(hits) != 0)
+		if ((hits = kvt__dram_test_hits(dram, &sk, -1)) != 0)
 			break;
 		CHECK_RC(rc, -ENOMEM); /* the get's own allocation: no hit */
 	}
 	free(buf);
-	CHECK(atomic_load(hits) != 0);
+	CHECK(hits != 0);
 	usleep(20000);
 	kvt_stats(s, &st);
 	CHECKM(st.tier[1].objects == 0, "the selective write reached the tier (%llu objects)",
@@ -1058,7 +1088,8 @@ int main(void)
 			       "corruption", "threads", "admission", "foreign", "config", "skips",
 			       "corruption-log", "admission-predict", "async-put-nodram",
 			       "admission-reoffer", "admission-sightings", "reoffer-flush",
-			       "budget-reoffer", "reoffer-dirty-flush", "flush-nomem", "reoffer-marks", "acquire-sighting"};
+			       "budget-reoffer", "reoffer-dirty-flush", "flush-nomem", "reoffer-marks", "acquire-sighting",
+			       "selective-again"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -1085,6 +1116,7 @@ int main(void)
 		case 19: test_flush_nomem(sub); break;
 		case 20: test_reoffer_marks(sub); break;
 		case 21: test_acquire_sighting(sub); break;
+		case 22: test_selective_again(sub); break;
 		}
 	}
 	test_rmdir(dir);
