@@ -476,6 +476,9 @@ int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
  * it (-EINVAL): their layers must be decrypted into a buffer. */
 typedef int64_t (*kvt__get_sink)(void *arg, const struct kvt_header *h, const void *obj);
 int kvt__e_do_get_sink(struct kvt_store *s, const struct kvt_key *key, kvt__get_sink sink, void *sink_arg, kvt_cb cb, void *arg, bool direct);
+/* A write's failure that says it was not applied (no room, too large, refused, unreachable):
+ * a late one need not be removed again (engine_wb.c). */
+bool kvt__e_write_refused(int rc);
 int kvt__e_do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n, uint64_t deadline_ns, kvt_cb cb, void *arg, bool direct);
 
 /* engine_keyorder.c: all under wb_lock */

@@ -327,6 +327,19 @@ static void undo_late_write(struct kvt_store *s, struct keyrec *rec, const struc
  * landed stays if no remove of the key came after it (or a put came after that remove:
  * the same content); a zero-copy write's never stays, since it was written from the
  * caller's buffer, which the caller had back at the deadline and may have changed. */
+/* A write's failure that says it was not applied: refused before anything was stored. */
+bool kvt__e_write_refused(int rc)
+{
+	switch (-rc) {
+	case ENOSPC: case EDQUOT: case EFBIG: case EACCES: case EPERM: case EINVAL: case EROFS:
+	case ECONNREFUSED: case EHOSTUNREACH: case ENETUNREACH: case ENOMEM: case EAGAIN:
+	case EOPNOTSUPP:
+		return true;
+	default:
+		return false;
+	}
+}
+
 static void wb_leg_orphan(struct guard *g)
 {
 	struct wb_leg *leg = g->orphan_arg;
@@ -334,14 +347,17 @@ static void wb_leg_orphan(struct guard *g)
 	struct kvt_store *s = w->s;
 	struct link *l = leg->l;
 	int i = (int)(l - s->links);
-	/* -ETIMEDOUT from the tier is an outcome unknown: a Redis or S3 tier that gave up
-	 * waiting for its server, which may still run the SET or PUT. For removing it again
-	 * it counts as landed (until 2026-12-06 it did not, and a removed key came back when
-	 * the server had applied the write before its answer); it is not announced stored.
+	/* A failure other than a definite refusal is an outcome unknown: -ETIMEDOUT from a
+	 * Redis or S3 tier that gave up waiting for its server, -EIO or -ECONNRESET after the
+	 * server applied the SET or PUT and the answer was lost. For removing it again it
+	 * counts as landed (until 2026-12-06 only -ETIMEDOUT did, and before that none: a
+	 * removed key came back when the server had applied the write; store_late_writes 13,
+	 * 14); it is not announced stored. Removing a write that never landed costs a remove
+	 * answered -ENOENT.
 	 * This narrows the window, it does not close it: a write the server runs after the
 	 * remove sent now (a stalled server, another Redis connection) still lands after it. */
 	bool landed = g->late_rc >= 0, undo = false;
-	bool maybe = landed || g->late_rc == -ETIMEDOUT;
+	bool maybe = landed || !kvt__e_write_refused(g->late_rc);
 	pthread_mutex_lock(&s->wb_lock);
 	struct keyrec *rec = w->rec;
 	if (rec) {

@@ -57,6 +57,10 @@
  *     tier gave up on a SET or PUT its server still ran): taken for "not written", it was
  *     not removed again and the removed key was back. Now an answer of unknown outcome is
  *     removed again like one that landed.
+ * 14. as 13, answered -EIO (a Redis connection reset, an S3 transfer cut or a 500 after
+ *     the server applied the write): until 2026-12-06 only -ETIMEDOUT counted as an
+ *     unknown outcome, so the removed key was back. Now every late failure but a definite
+ *     refusal (no room, too large, refused, unreachable) is removed again.
  * Exit 0 pass, 1 fail.
  */
 #include "engine.h"
@@ -80,9 +84,10 @@ static _Atomic int removes_held;   /* remove calls held so far */
 static _Atomic int hold_answer_ms;
 static _Atomic int held_landed; /* held writes that reached the tier's storage */
 static _Atomic int hold_exists_ms; /* the next exists answer is held this long */
-/* the next held write that lands is answered -ETIMEDOUT all the same (a tier that gave up
- * waiting for its server, which then applied the write) */
-static _Atomic bool answer_timedout;
+/* the next held write that lands is answered -answer_err all the same (a tier that gave up
+ * waiting for its server, or lost the connection, after the server applied the write);
+ * 0: its real answer */
+static _Atomic int answer_err;
 
 struct held {
 	struct held_answer a; /* first; a.ms: how late a write's answer is passed on */
@@ -100,8 +105,9 @@ static void answer_held(void *arg, int64_t rc)
 	struct held *h = arg;
 	if (!h->remove && rc >= 0) {
 		atomic_fetch_add(&held_landed, 1);
-		if (atomic_exchange(&answer_timedout, false))
-			rc = -ETIMEDOUT;
+		int e = atomic_exchange(&answer_err, 0);
+		if (e)
+			rc = -e;
 	}
 	held_answered(h, rc);
 }
@@ -383,14 +389,18 @@ static void test_put_after_remove(const char *base)
  * or S3 gave up waiting while the server still ran the SET or PUT): an answer that says the
  * outcome is unknown was taken for "not written", so the write was not removed again and
  * the removed key was back (old code: 'after the late write: found 1'). */
-static void remove_after_late(const char *base, bool timed_out)
+static void remove_after_late(const char *base, int err)
 {
-	printf(timed_out ? " 13. remove after a write missed its deadline, answered -ETIMEDOUT "
-			   "but landed\n"
-			 : "  3. remove after the write missed its deadline\n");
+	if (err)
+		printf(" %d. remove after a write missed its deadline, answered %s but landed\n",
+		       err == ETIMEDOUT ? 13 : 14, err == ETIMEDOUT ? "-ETIMEDOUT" : "-EIO");
+	else
+		printf("  3. remove after the write missed its deadline\n");
+	bool timed_out = err != 0;
 	struct fixture f;
-	setup(&f, base, timed_out ? "late-etimedout" : "late", "dram,nvme");
-	atomic_store(&answer_timedout, timed_out);
+	setup(&f, base, err == ETIMEDOUT ? "late-etimedout" : err ? "late-eio" : "late",
+	      "dram,nvme");
+	atomic_store(&answer_err, err);
 	int landed0 = atomic_load(&held_landed);
 	put_late(&f);
 	int rc = kvt_remove_sync(f.s, &f.k);
@@ -399,7 +409,7 @@ static void remove_after_late(const char *base, bool timed_out)
 	wait_held(f.s);
 	if (timed_out) {
 		CHECK_EQ(atomic_load(&held_landed) - landed0, 1);
-		CHECK(!atomic_load(&answer_timedout)); /* its answer was the -ETIMEDOUT */
+		CHECK(!atomic_load(&answer_err)); /* its answer was that error */
 	}
 	int found = kvt_lookup_sync(f.s, &f.k, 1, NULL);
 	printf("    after the late write: found %d\n", found);
@@ -411,12 +421,17 @@ static void remove_after_late(const char *base, bool timed_out)
 
 static void test_remove_after_deadline(const char *base)
 {
-	remove_after_late(base, false);
+	remove_after_late(base, 0);
 }
 
 static void test_remove_after_timed_out_write(const char *base)
 {
-	remove_after_late(base, true);
+	remove_after_late(base, ETIMEDOUT);
+}
+
+static void test_remove_after_failed_late_write(const char *base)
+{
+	remove_after_late(base, EIO);
 }
 
 static int rm_done;
@@ -661,9 +676,10 @@ int main(int argc, char **argv)
 		test_waiting_remove_then_put, test_late_write_undo_read, test_put_while_remove_out,
 		test_late_answer_window, test_lookup_after_remove, test_late_write_while_closing,
 		test_put_after_late_remove, test_rewrite_after_late_remove,
-		test_writeback_blocked_coldest, test_remove_after_timed_out_write};
+		test_writeback_blocked_coldest, test_remove_after_timed_out_write,
+		test_remove_after_failed_late_write};
 	int n = (int)(sizeof(sections) / sizeof(sections[0]));
-	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-13; all by default */
+	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-14; all by default */
 	char *dir = test_tmpdir("store_late_writes");
 	for (int i = 0; i < n; i++)
 		if (!only || only == i + 1)
