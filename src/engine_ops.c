@@ -590,8 +590,10 @@ static void remove_leg_done(void *arg, int64_t rc)
 }
 
 /* The late answer to a remove call that missed its deadline (the guard's last reference):
- * new writes of the key reach the tier again, and a slot of the key a write skipped the
- * tier for is written again. */
+ * the tier's removal is announced if it took place (until 2026-12-06 it never was, and
+ * event subscribers kept the key listed on a tier that had deleted it: store_late_writes
+ * 15), new writes of the key reach the tier again, and a slot of the key a write skipped
+ * the tier for is written again. */
 static void remove_leg_late(struct guard *g)
 {
 	struct kvt_store *s = g->s;
@@ -602,6 +604,8 @@ static void remove_leg_late(struct guard *g)
 	bool rewrite = kvt__e_wb_rewrite_claim(s, rec, i);
 	struct kvt_key key = rec->key;
 	pthread_mutex_unlock(&s->wb_lock);
+	if (g->late_rc == 0)
+		kvt__e_event(s, KVT_EVENT_REMOVED, KVT_REASON_REMOVED, i, &key, 0);
 	remove_unmark(s, rec);
 	if (rewrite)
 		kvt__e_wb_rewrite(s, &key);

@@ -434,6 +434,43 @@ static void test_remove_after_failed_late_write(const char *base)
 	remove_after_late(base, EIO);
 }
 
+/* 15. a remove whose NVMe call answers after its deadline, having deleted the copy: its
+ * REMOVED event for NVMe comes with the late answer (until 2026-12-06 none came, and a
+ * subscriber kept the key listed there). */
+static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static int ev_removed[4];
+
+static void on_event(void *arg, const struct kvt_event *ev)
+{
+	(void)arg;
+	pthread_mutex_lock(&ev_mu);
+	if (ev->type == KVT_EVENT_REMOVED && ev->tier >= 0 && ev->tier < 4)
+		ev_removed[ev->tier]++;
+	pthread_mutex_unlock(&ev_mu);
+}
+
+static void test_late_remove_event(const char *base)
+{
+	printf(" 15. a remove answered after its deadline announces its removal\n");
+	struct fixture f;
+	setup_flushed(&f, base, "late-remove-event");
+	test_set_deadline(f.c, "1000", "100");
+	reopen_held(&f);
+	CHECK_RC(kvt_store_set_events(f.s, on_event, NULL), 0);
+	atomic_store(&hold_remove_ms, HOLD_MS); /* past the deadline */
+	int rc = kvt_remove_sync(f.s, &f.k);
+	printf("    remove: %d tier(s) in time\n", rc);
+	wait_held(f.s);
+	pthread_mutex_lock(&ev_mu);
+	int nvme_removed = ev_removed[1];
+	pthread_mutex_unlock(&ev_mu);
+	printf("    REMOVED events for NVMe after the late answer: %d\n", nvme_removed);
+	CHECK_EQ(nvme_removed, 1);
+	CHECK_EQ(kvt_lookup_sync(f.s, &f.k, 1, NULL), 0);
+	kvt_store_set_events(f.s, NULL, NULL);
+	teardown(&f);
+}
+
 static int rm_done;
 static struct kvt_result rm_res;
 
@@ -677,9 +714,9 @@ int main(int argc, char **argv)
 		test_late_answer_window, test_lookup_after_remove, test_late_write_while_closing,
 		test_put_after_late_remove, test_rewrite_after_late_remove,
 		test_writeback_blocked_coldest, test_remove_after_timed_out_write,
-		test_remove_after_failed_late_write};
+		test_remove_after_failed_late_write, test_late_remove_event};
 	int n = (int)(sizeof(sections) / sizeof(sections[0]));
-	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-14; all by default */
+	int only = argc > 1 ? atoi(argv[1]) : 0; /* one section, 1-15; all by default */
 	char *dir = test_tmpdir("store_late_writes");
 	for (int i = 0; i < n; i++)
 		if (!only || only == i + 1)
