@@ -296,18 +296,25 @@ static void acq_cb(void *arg, int rc, const struct kvt_slot_ref *ref, int tier)
  * caller frees h); false: cut - the connection ends after its -ETIME answer, and h and,
  * with region, c's region now belong to the call (past the cap: they stay c's, c->late,
  * until the call ends). */
-static bool held_wait(struct conn *c, struct held *h, uint64_t by, bool region)
+/* With h->m held: wait for h's call until by (0: no deadline). true: it ended; false: by
+ * passed first. */
+static bool held_wait_locked(struct held *h, uint64_t by)
 {
 	struct timespec ts = {.tv_sec = (time_t)(by / 1000000000u),
 			      .tv_nsec = (long)(by % 1000000000u)};
-	pthread_mutex_lock(&h->m);
 	while (!h->done) {
-		if (!by) {
+		if (!by)
 			pthread_cond_wait(&h->cv, &h->m);
-			continue;
-		}
-		if (pthread_cond_timedwait(&h->cv, &h->m, &ts) != ETIMEDOUT || h->done)
-			continue;
+		else if (pthread_cond_timedwait(&h->cv, &h->m, &ts) == ETIMEDOUT && !h->done)
+			return false;
+	}
+	return true;
+}
+
+static bool held_wait(struct conn *c, struct held *h, uint64_t by, bool region)
+{
+	pthread_mutex_lock(&h->m);
+	if (!held_wait_locked(h, by)) {
 		/* At most daemon.max_clients cut calls leave their connection: past that this one
 		 * stays with it - its thread, region and daemon.max_clients place held to the
 		 * call's end (late_wait), as before cuts existed - so a client retrying against a
@@ -372,18 +379,12 @@ static void prefetch_call(const struct kvtd_req *r, const uint8_t *p, struct kvt
 		res->status = rc;
 		return;
 	}
-	struct timespec ts = {.tv_sec = (time_t)(by / 1000000000u),
-			      .tv_nsec = (long)(by % 1000000000u)};
 	pthread_mutex_lock(&h->m);
-	while (!h->done) {
-		if (!by) {
-			pthread_cond_wait(&h->cv, &h->m);
-		} else if (pthread_cond_timedwait(&h->cv, &h->m, &ts) == ETIMEDOUT && !h->done) {
-			h->cut = true; /* held_end frees it, and gives its g_pf_left place back */
-			pthread_mutex_unlock(&h->m);
-			res->status = -ETIME;
-			return;
-		}
+	if (!held_wait_locked(h, by)) {
+		h->cut = true; /* held_end frees it, and gives its g_pf_left place back */
+		pthread_mutex_unlock(&h->m);
+		res->status = -ETIME;
+		return;
 	}
 	pthread_mutex_unlock(&h->m);
 	atomic_fetch_sub(&g_pf_left, 1);
