@@ -442,6 +442,9 @@ int kvt__e_skeys(const struct kvt_store *s, struct kvt_storage_keys *b, const st
 
 /* engine_ops.c */
 int kvt__e_do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers, kvt_cb cb, void *arg, bool direct);
+/* A prefetch's lookup: under the prefetch's in-flight place, cb called as it ends. */
+int kvt__e_do_lookup_inner(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+			   kvt_cb cb, void *arg);
 int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent, uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg, bool direct);
 int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg, bool direct);
 void kvt__e_remove_start(struct remove_op *o);

@@ -322,6 +322,7 @@ struct lookup_op {
 	kvt_cb cb;
 	void *arg;
 	bool direct;
+	bool inner; /* a prefetch's own: not admitted, cb called as it ends (do_lookup) */
 };
 
 static size_t lookup_prefix(const struct lookup_op *o)
@@ -346,14 +347,17 @@ static void lookup_finish(struct lookup_op *o)
 				 .cause = p < o->n ? o->cause : 0};
 	kvt_cb cb = o->cb;
 	void *arg = o->arg;
-	bool direct = o->direct;
+	bool direct = o->direct, inner = o->inner;
 	kvt__free(o->keys);
 	kvt__free(o->tiers);
 	kvt__free(o->ask);
 	kvt__free(o->ask_idx);
 	kvt__free(o->present);
 	kvt__free(o);
-	kvt__e_complete(s, cb, arg, direct, &res);
+	if (inner)
+		cb(arg, &res);
+	else
+		kvt__e_complete(s, cb, arg, direct, &res);
 }
 
 static void lookup_next(struct lookup_op *o);
@@ -454,12 +458,15 @@ static void lookup_expire(struct guard *g)
 	lookup_answer(o, -ETIMEDOUT);
 }
 
-int kvt__e_do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
-		     kvt_cb cb, void *arg, bool direct)
+/* inner: the lookup of a prefetch, which holds the in-flight place for both (until
+ * 2026-12-06 the lookup took a second one: at store.max_inflight=1 every prefetch was
+ * -EAGAIN, and near the bound prefetches were refused after taking the last place). */
+static int do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
+		     kvt_cb cb, void *arg, bool direct, bool inner)
 {
 	if (!s || (!keys && n) || !cb || n > (1u << 24))
 		return -EINVAL;
-	int arc = kvt__e_admit_inflight(s);
+	int arc = inner ? 0 : kvt__e_admit_inflight(s);
 	if (arc < 0)
 		return arc;
 	atomic_fetch_add(&s->lookups, 1);
@@ -475,11 +482,13 @@ int kvt__e_do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, 
 			kvt__free(o->ask_idx);
 			kvt__free(o);
 		}
-		kvt__e_unadmit(s);
+		if (!inner)
+			kvt__e_unadmit(s);
 		return -ENOMEM;
 	}
 	o->s = s;
 	o->n = n;
+	o->inner = inner;
 	if (n)
 		memcpy(o->keys, keys, n * sizeof(*keys));
 	memset(o->tiers, KVT_TIER_NONE, m);
@@ -500,6 +509,18 @@ int kvt__e_do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, 
 	o->pos = s->dram_pos + 1;
 	lookup_next(o);
 	return 0;
+}
+
+int kvt__e_do_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
+		     kvt_cb cb, void *arg, bool direct)
+{
+	return do_lookup(s, keys, n, tiers, cb, arg, direct, false);
+}
+
+int kvt__e_do_lookup_inner(struct kvt_store *s, const struct kvt_key *keys, size_t n,
+			   kvt_cb cb, void *arg)
+{
+	return do_lookup(s, keys, n, NULL, cb, arg, true, true);
 }
 
 int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,

@@ -956,7 +956,7 @@ int kvt__e_do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n
 	}
 	atomic_fetch_add(&s->prefetches, 1);
 	/* The lookup's completion continues the prefetch on the completing thread. */
-	int rc = kvt__e_do_lookup(s, p->keys, n, NULL, prefetch_looked_up, p, true);
+	int rc = kvt__e_do_lookup_inner(s, p->keys, n, prefetch_looked_up, p);
 	if (rc < 0) {
 		kvt__e_unadmit(s);
 		kvt__free(p->keys);

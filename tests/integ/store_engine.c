@@ -278,6 +278,29 @@ static void test_selective_again(const char *dir)
 	kvt_config_destroy(c);
 }
 
+/* A prefetch takes one in-flight place: with store.max_inflight=1 a prefetch of a stored
+ * chunk (not in DRAM after a reopen, so that it is read from NVMe) answers 1. Until 2026-12-06 its
+ * lookup took a second place and every prefetch at this bound was -EAGAIN. */
+static void test_prefetch_one_place(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "store.max_inflight", "1");
+	struct kvt_store *s = open_store(c);
+	struct kvt_key k[1];
+	make_keys(s, k, 1, 98);
+	put_n(s, k, 1, 980);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_store_close(s);
+	s = open_store(c); /* DRAM empty: the chunk is on NVMe only */
+	int rc = kvt_prefetch_sync(s, k, 1, 0);
+	CHECKM(rc == 1, "a prefetch at store.max_inflight=1: %d", rc);
+	int tier = -1;
+	CHECK_RC(get_check(s, &k[0], 980, &tier), 0);
+	CHECK_EQ(tier, 0); /* prefetched into DRAM */
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
 /* Corrupt and truncated files on NVMe are detected, dropped and never served. */
 static int n_files;
 static char files[64][4096];
@@ -1089,7 +1112,7 @@ int main(void)
 			       "corruption-log", "admission-predict", "async-put-nodram",
 			       "admission-reoffer", "admission-sightings", "reoffer-flush",
 			       "budget-reoffer", "reoffer-dirty-flush", "flush-nomem", "reoffer-marks", "acquire-sighting",
-			       "selective-again"};
+			       "selective-again", "prefetch-one-place"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -1117,6 +1140,7 @@ int main(void)
 		case 20: test_reoffer_marks(sub); break;
 		case 21: test_acquire_sighting(sub); break;
 		case 22: test_selective_again(sub); break;
+		case 23: test_prefetch_one_place(sub); break;
 		}
 	}
 	test_rmdir(dir);
