@@ -221,7 +221,7 @@ struct held {
 	struct kvt_slot_ref ref;
 	uint8_t *shm; /* cut and left: the region to unmap at the end (NULL: none) */
 	size_t shm_len;
-	_Atomic uint64_t *left; /* cut and left: the count it is in (NULL: g_cut_left) */
+	bool prefetch; /* a PREFETCH (prefetch_call): cut and left, counted in g_pf_left */
 };
 
 static struct held *held_new(void)
@@ -263,8 +263,8 @@ static void held_end(struct held *h)
 		munmap(h->shm, h->shm_len);
 		atomic_fetch_sub(&g_st.regions_mapped, 1);
 	}
-	if (h->left) { /* a prefetch left running: not a cut call of STATUS's counts */
-		atomic_fetch_sub(h->left, 1);
+	if (h->prefetch) { /* left running: not a cut call of STATUS's counts */
+		atomic_fetch_sub(&g_pf_left, 1);
 	} else {
 		atomic_fetch_sub(&g_st.cut_running, 1);
 		atomic_fetch_sub(&g_cut_left, 1);
@@ -369,7 +369,7 @@ static void prefetch_call(const struct kvtd_req *r, const uint8_t *p, struct kvt
 		res->status = -ENOMEM;
 		return;
 	}
-	h->left = &g_pf_left;
+	h->prefetch = true;
 	int rc = RETRY_BY(kvt__store_prefetch_direct(g_st.store, (const struct kvt_key *)p, r->n,
 						     by, held_cb, h),
 			  by);

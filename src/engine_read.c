@@ -692,10 +692,8 @@ static int64_t get_extract(struct get_op *g, const void *obj, struct kvt_header 
 static void get_selective(struct kvt_store *s, const struct kvt_key *key,
 			  const struct kvt_slot_ref *ref)
 {
-	if (s->write_policy != WP_SELECTIVE || s->n_links <= s->dram_pos + 1)
-		return;
-	(void)key;
-	if (kvt__dram_count_hit(s->dram, ref->id) != s->selective_hits)
+	if (s->write_policy != WP_SELECTIVE || s->n_links <= s->dram_pos + 1 ||
+	    kvt__dram_count_hit(s->dram, ref->id) != s->selective_hits)
 		return;
 	kvt__dram_pin(s->dram, ref->id); /* the write-behind job's own pin */
 	kvt__dram_set_dirty(s->dram, ref->id, true);
