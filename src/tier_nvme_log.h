@@ -218,6 +218,9 @@ struct nv_log {
 		/* a segment whose header does not check but that holds batches: voids too */
 		bool badhdr;
 		uint32_t badhdr_seg;
+		/* the oldest segment's header does not check and it held batches: those are
+		 * not indexed, the rest is (oldest_seg) */
+		uint32_t oldest_cut;
 		/* records zeroed: those of incomplete batches and of the batches after them
 		 * in their segment, and a torn tail's (a record that does not check and those
 		 * that landed past it) */

@@ -24,7 +24,8 @@
  * cycle; removed by a read-write open), and log/head naming a newest segment that is not
  * there (deleted: it leaves no gap when it is the highest-numbered) or missing itself when
  * the headers say it was kept, and a segment whose header does not check but that holds
- * batches (walk_bad_header); `kvtier verify` reports a void as damage (void_anomaly).
+ * batches (walk_bad_header), unless it is the oldest, whose removals undo nothing
+ * elsewhere (oldest_seg); `kvtier verify` reports a void as damage (void_anomaly).
  * Files outside the cycle holding no batch, and other entries,
  * are warned about and left. A read-only open indexes nothing then, and writes nothing. A
  * segment file that fails to open for a reason other than not being a segment fails the
@@ -280,7 +281,8 @@ static uint64_t newer_lap(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t
  * wrote it, or damaged since): nothing of it is walked, and what follows it decides. An
  * intact record of this segment at the first batch's place (any generation: the lap that
  * last wrote batches) says it held batches - their tombstones are lost with the header,
- * and the log is voided (nv_log_recover, badhdr), where until 2026-12-05 the segment was
+ * and the log is voided (nv_log_recover, badhdr) unless it is the oldest segment
+ * (oldest_seg: its objects are dropped, nothing else), where until 2026-12-05 the segment was
  * taken for empty without a word and a removed key came back (integ.nvme_log_header).
  * Either way its generation is raised above what its records carry (that record's here,
  * every segment's in nv_log_recover), so that the generation its next header gets can
@@ -308,6 +310,26 @@ static int walk_bad_header(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *
 		g->gen = KVT_MAX(g->gen, rg);
 	}
 	return 0;
+}
+
+/* The segment the cycle reuses next after the one log/head names (hd): the oldest of the
+ * log, whose batches precede every other segment's. Its removals can undo no put of
+ * another segment, so a header of it that does not check loses only its own objects -
+ * and that is the state a power cut leaves while a reuse writes its header (advance: the
+ * segment's objects drained, then its header, then log/head), which until 2026-12-06
+ * voided the whole log. The cycle goes on after hd's segment into the next file, or
+ * wraps to 0 where there is none (a next file not yet created would get a new header
+ * of its own). NV_LOG_NONE without a head, or where the head's segment is itself in
+ * doubt (missing, older than the head says, or its header not checking). */
+static uint32_t oldest_seg(const struct nv_log *lg, const struct nv_log_head *hd, uint32_t top)
+{
+	if (!hd || hd->seg == NV_LOG_NONE || hd->seg >= top)
+		return NV_LOG_NONE;
+	const struct nv_seg *h = &lg->segs[hd->seg];
+	if (h->hdr_bad || h->gen < hd->gen)
+		return NV_LOG_NONE;
+	uint32_t n = hd->seg + 1 < top ? hd->seg + 1 : 0;
+	return n == hd->seg ? NV_LOG_NONE : n;
 }
 
 /* Walk segment n's records (g: its file) into *bs; *ver (if not NULL) is raised to its
@@ -673,6 +695,7 @@ int nv_log_recover(struct nv *s)
 	struct nv_log *lg = s->lg;
 	if (!lg)
 		return 0;
+	lg->ow.oldest_cut = NV_LOG_NONE;
 	struct nv_log_head hd = {0};
 	int hrc = read_head(s, &hd); /* before the segments are listed: read_head */
 	if (hrc < 0)
@@ -849,9 +872,12 @@ int nv_log_recover(struct nv *s)
 			rc = walk(s, &lg->segs[i], i, blk, &bs, &nb, &cap, &ver, &st[i]);
 		if (!rc)
 			dseg = judge_stops(lg, st, top, dmg, &rc);
+		uint32_t oldest = oldest_seg(lg, have_head ? &hd : NULL, top);
 		for (uint32_t i = 0; i < top && badhdr_seg == NV_LOG_NONE; i++)
-			if (lg->segs[i].hdr_batches)
+			if (lg->segs[i].hdr_batches && i != oldest)
 				badhdr_seg = i;
+		if (oldest != NV_LOG_NONE && lg->segs[oldest].hdr_batches)
+			lg->ow.oldest_cut = oldest;
 		if (have_head)
 			lost = hd.seg != NV_LOG_NONE &&
 			       (hd.seg >= top || lg->segs[hd.seg].gen < hd.gen);
@@ -1066,6 +1092,13 @@ void nv_log_open_writes(struct nv *s)
 			 "or damaged: removals in it are lost): nothing of the log is indexed, %u "
 			 "segment(s) emptied",
 			 w->badhdr_seg, voided);
+	if (w->oldest_cut != NV_LOG_NONE && !w->voids)
+		KVT_WARN(s->log,
+			 "nvme: log: %u.kvl: its header does not check and it holds batches; it "
+			 "is the oldest segment, the next to be reused (a power cut while its "
+			 "reuse wrote the header, or damage): its objects are not indexed, the "
+			 "rest of the log is",
+			 w->oldest_cut);
 	if (w->damaged)
 		KVT_WARN(s->log,
 			 "nvme: log: %u.kvl: the commit record at offset %" PRIu64

@@ -11,7 +11,9 @@
  *     next open voids the log with a line naming 1.kvl, and K is not served.
  *  2. A torn header at a reuse, five segments in the cycle: 1.kvl's first lap holds K,
  *     2.kvl its tombstone; the cycle wraps (0.kvl reused); 1.kvl's header is torn. The
- *     next opens (1.kvl and 2.kvl reused in turn) never serve K.
+ *     next opens (1.kvl and 2.kvl reused in turn) never serve K, and the objects of the
+ *     other segments stay (1.kvl is the oldest segment: until 2026-12-06 the log was
+ *     voided, every object lost).
  *  3. A void cut short (on tests/fuse/slowfs): K in 4.kvl, its tombstone in the reused
  *     0.kvl, whose record then gets damaged; an open voids the log, and its header write
  *     to 2.kvl is held and the process killed (a crash mid-void). The next open must void
@@ -104,6 +106,18 @@ static void torn_header_at_reuse(const char *root)
 	run(dir, 14, 1, 0); /* 4.kvl */
 	run(dir, 16, 1, 0); /* 0.kvl reused */
 	flip(dir, 1);	    /* 1.kvl's header torn by a power cut at its reuse */
+	/* 1.kvl is the oldest segment (log/head names 0.kvl): only its own objects go, the
+	 * rest of the log is indexed (until 2026-12-06 the whole log was voided) */
+	log_clear();
+	CHECK_EQ(open_log(&t, dir), 0);
+	int kept = nv_test_served(t, 13, 0) + nv_test_served(t, 14, 0) + nv_test_served(t, 16, 0);
+	kvt__tier_close(t);
+	printf("nvme_log_header: torn header at a reuse: kept %d of 3 objects of other "
+	       "segments; voided: %d\n",
+	       kept, log_count("nothing of the log is indexed"));
+	CHECKM(kept == 3, "a torn header of the oldest segment lost the other segments' objects");
+	CHECK(log_count("nothing of the log is indexed") == 0);
+	CHECK(log_count("1.kvl: its header does not check and it holds batches; it is the oldest") == 1);
 	int r7 = run(dir, 17, 1, 5); /* 1.kvl reused */
 	int r8 = run(dir, 18, 1, 5); /* 2.kvl reused: K's tombstone gone */
 	int r9 = run(dir, 19, 1, 5);
