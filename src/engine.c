@@ -48,6 +48,7 @@ static int parse_geometry(struct kvt_store *s, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	s->obj_max = kvt_object_bytes(&s->geo, s->geo.chunk_tokens);
+	s->late_cap = 64 * s->obj_max; /* half the DRAM pool once there is one (add_link) */
 	return 0;
 }
 
@@ -127,6 +128,7 @@ static int add_link(void *arg, const char *name)
 			return c->rc = rc;
 		}
 		s->dram_pos = s->n_links;
+		s->late_cap = KVT_MAX(o.bytes / 2, s->obj_max);
 	} else {
 		/* bounded: a tier on a hung mount or server fails the open, never hangs it */
 		int rc = kvt__tier_open_bounded(name, s->cfg, &s->log, &s->geo, s->n_links,
@@ -303,6 +305,11 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	rc = admission_open(s);
 	if (rc < 0)
 		goto fail_links;
+	/* what late calls may hold is shared by the deeper tiers: two hung ones together
+	 * hold no more than one */
+	if (s->n_links > s->dram_pos + 2)
+		s->late_cap = KVT_MAX(s->late_cap / (uint64_t)(s->n_links - s->dram_pos - 1),
+				      s->obj_max);
 	/* Zero-copy puts need no DRAM tier, no object protection, and every deeper tier able
 	 * to write an object in two pieces (engine_ops.c). */
 	s->zero_copy = kvt__cfg_bool(cfg, "store.zero_copy_puts") && !s->dram && !s->prot;

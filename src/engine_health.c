@@ -168,6 +168,9 @@ struct guard *kvt__e_guard_new(struct kvt_store *s, struct link *l, const char *
 	g->what = what;
 	g->write = !strcmp(what, "write");
 	g->bytes = bytes;
+	/* a read fills a slot or bounce buffer, a write sends one: whole slots, whatever the
+	 * object's size (a partial chunk's slot is as large as a full one's) */
+	g->held = g->write || !strcmp(what, "read") ? s->obj_max : 0;
 	g->op = op;
 	g->resume = resume;
 	g->expire = expire;
@@ -176,8 +179,10 @@ struct guard *kvt__e_guard_new(struct kvt_store *s, struct link *l, const char *
 	g->ahead[0] = atomic_load(&l->queued_bytes[0]);
 	g->ahead[1] = atomic_load(&l->queued_bytes[1]);
 	atomic_fetch_add(&l->queued_bytes[g->write], bytes);
-	if (g->write)
+	if (g->write) {
 		atomic_fetch_add(&l->live_write_bytes, bytes);
+		atomic_fetch_add(&l->live_writes, 1);
+	}
 	atomic_store(&g->refs, 2);
 	return g;
 }
@@ -233,8 +238,10 @@ void kvt__e_guard_cancel(struct guard *g)
 	g->s->heap_resv--;
 	pthread_mutex_unlock(&g->s->guard_lock);
 	atomic_fetch_sub(&g->l->queued_bytes[g->write], g->bytes);
-	if (g->write)
+	if (g->write) {
 		atomic_fetch_sub(&g->l->live_write_bytes, g->bytes);
+		atomic_fetch_sub(&g->l->live_writes, 1);
+	}
 	kvt__free(g);
 }
 
@@ -254,9 +261,13 @@ void kvt__e_guard_cb(void *arg, int64_t rc)
 	bool in_time = atomic_compare_exchange_strong(&g->state, &expected, G_DONE);
 	if (in_time)
 		heap_remove(s, g);
+	else /* past its deadline: what it held is let go with this answer */
+		atomic_fetch_sub(&g->l->late_bytes, g->held);
 	pthread_mutex_unlock(&s->guard_lock);
-	if (in_time && g->write) /* else expiry took it off the backlog */
+	if (in_time && g->write) { /* else expiry took it off the backlog */
 		atomic_fetch_sub(&g->l->live_write_bytes, g->bytes);
+		atomic_fetch_sub(&g->l->live_writes, 1);
+	}
 	if (in_time && g->resume)
 		g->resume(g->op, rc);
 	else /* after the deadline: the operation went on without it; what it left with the
@@ -308,9 +319,14 @@ uint64_t kvt__e_guards_expire(struct kvt_store *s, uint64_t *gen)
 			}
 			if (g->deadline <= now) {
 				int expected = G_PENDING;
-				if (atomic_compare_exchange_strong(&g->state, &expected, G_EXPIRED) &&
-				    g->write) /* a hung write is no backlog: it is given up on */
-					atomic_fetch_sub(&g->l->live_write_bytes, g->bytes);
+				if (atomic_compare_exchange_strong(&g->state, &expected, G_EXPIRED)) {
+					/* in this hold of the lock: the late answer takes it off */
+					atomic_fetch_add(&g->l->late_bytes, g->held);
+					if (g->write) { /* a hung write is no backlog: given up */
+						atomic_fetch_sub(&g->l->live_write_bytes, g->bytes);
+						atomic_fetch_sub(&g->l->live_writes, 1);
+					}
+				}
 				heap_remove(s, g);
 				atomic_fetch_add(&g->refs, 1); /* ours while expire() runs */
 				due = g;
@@ -324,6 +340,12 @@ uint64_t kvt__e_guards_expire(struct kvt_store *s, uint64_t *gen)
 		struct link *l = due->l;
 		atomic_fetch_add(&l->deadline_misses, 1);
 		kvt__e_link_result(s, l, -ETIMEDOUT);
+		uint64_t late = atomic_load(&l->late_bytes);
+		if (late >= s->late_cap && late < s->late_cap + due->held)
+			KVT_WARN(&s->log,
+				 "%s tier holds %llu KiB in calls past their deadline (store memory it "
+				 "may still use): no read or write goes to it until it answers them",
+				 l->name, (unsigned long long)(late >> 10));
 		KVT_WARN(&s->log,
 			 "%s tier missed its deadline of %llu ms on a %s of %llu KiB (%s): %llu MiB "
 			 "were queued ahead of it, expected at %llu MiB/s",
@@ -355,11 +377,16 @@ bool kvt__e_wb_backlogged(struct kvt_store *s, uint64_t bytes)
 	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
 		struct link *l = &s->links[i];
 		uint64_t live = atomic_load(&l->live_write_bytes);
-		if (!l->t || !live || atomic_load(&l->open_until_ns))
+		if (!l->t || !live || atomic_load(&l->open_until_ns) || kvt__e_link_late_full(s, l))
 			continue;
 		double cap = (double)atomic_load(&l->bw_Bps[1]) *
 			     ((double)s->deadline_ceiling_ns / 4e9);
 		if ((double)(live + bytes) > cap)
+			return true;
+		/* nor may its writes, live and late, hold more than store->late_cap: a tier
+		 * that hangs keeps what its calls held, and the rest of the pool must serve */
+		uint64_t held = (uint64_t)(atomic_load(&l->live_writes) + (bytes ? 1 : 0)) * s->obj_max;
+		if (held + atomic_load(&l->late_bytes) > s->late_cap)
 			return true;
 	}
 	return false;
@@ -380,6 +407,18 @@ bool kvt__e_link_usable(struct link *l)
 		return false;
 	int expected = 0;
 	return atomic_compare_exchange_strong(&l->probing, &expected, 1);
+}
+
+/* Does the tier hold as much of the engine's memory in unanswered late calls as it may
+ * (store->late_cap)? Then no read or write is given to it, not even a probe of its
+ * circuit: each would hold a DRAM slot or a bounce buffer more for as long as the tier
+ * hangs. Until 2026-12-06 a hung tier behind DRAM held every slot its calls had, probes
+ * added one each cool-down, and once the pool was held every put was refused -EAGAIN for
+ * as long as the tier hung (integ.store_stall_fs, "puts while the tier hangs"). Checked
+ * before kvt__e_link_usable, which may hand out the probe. */
+bool kvt__e_link_late_full(const struct kvt_store *s, struct link *l)
+{
+	return l->t && atomic_load(&l->late_bytes) >= s->late_cap;
 }
 
 /* Give back the probe of a half-open circuit that was let through but made no call (a

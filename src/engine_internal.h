@@ -73,7 +73,12 @@ struct link {
 	/* write bytes given to the tier whose calls are neither answered nor past their
 	 * deadline: the backlog a new write would queue behind (kvt__e_wb_backlogged) */
 	_Atomic uint64_t live_write_bytes;
+	_Atomic uint32_t live_writes; /* their number: each holds a slot or buffer of obj_max */
 	_Atomic uint64_t deadline_misses;
+	/* bytes of calls past their deadline that the tier has not answered: engine memory
+	 * (DRAM slots, bounce buffers) it may still write into or read from, held for as
+	 * long as it hangs. At store->late_cap no read or write is given to it (link_late_full) */
+	_Atomic uint64_t late_bytes;
 	/* when the tier last answered a call of each kind ([0] reads and other calls, [1]
 	 * writes), and how many overdue calls were given more time because it had */
 	_Atomic uint64_t last_answer_ns[2];
@@ -128,6 +133,7 @@ struct guard {
 	uint64_t deadline; /* 0 until armed; moved later while a local tier makes progress */
 	uint64_t budget;   /* the deadline's first distance from start */
 	uint64_t bytes;    /* bytes this call moves */
+	uint64_t held;     /* engine memory the tier may touch until it answers (late_bytes) */
 	uint64_t ahead[2]; /* bytes the tier held unanswered at submission: reads, writes */
 	bool write;        /* a write: its bandwidth is the tier's write bandwidth */
 	_Atomic int state;
@@ -328,6 +334,10 @@ struct kvt_store {
 	size_t heap_n, heap_cap;
 	size_t heap_resv; /* places held for guards made and not yet armed or cancelled */
 	uint64_t deadline_floor_ns, deadline_ceiling_ns;
+	/* what one deeper tier's unanswered calls may hold of the engine's memory: half the
+	 * DRAM pool (without DRAM, 64 objects' bounce buffers), shared by the deeper tiers -
+	 * link_late_full, and the write backlog (kvt__e_wb_backlogged) */
+	uint64_t late_cap;
 	uint64_t sync_timeout_ms; /* bound on tier open, close and listing (src/tier_bounded.c) */
 	struct kvt_store *next_abandoned; /* closed with a stuck tier: left allocated (engine.c) */
 	_Atomic uint64_t heap_gen; /* bumped when a new deadline becomes the earliest */
@@ -428,6 +438,7 @@ struct guard *kvt__e_guard_new(struct kvt_store *s, struct link *l, const char *
 uint64_t kvt__e_guards_expire(struct kvt_store *s, uint64_t *gen);
 void kvt__e_link_result(struct kvt_store *s, struct link *l, int rc);
 bool kvt__e_link_usable(struct link *l);
+bool kvt__e_link_late_full(const struct kvt_store *s, struct link *l);
 /* The caller was let through (it may have been the probe) but made no call after all. */
 void kvt__e_link_unused(struct link *l);
 bool kvt__e_wb_backlogged(struct kvt_store *s, uint64_t bytes);

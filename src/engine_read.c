@@ -299,7 +299,9 @@ static void chain_read_next(struct chain_read *cr)
 		struct link *l = &s->links[cr->pos];
 		if (!l->t)
 			continue;
-		if (!kvt__e_link_usable(l)) { /* its circuit is open: skipped, and that is a cause */
+		/* its circuit is open, or it holds what it may in late calls: skipped, and that
+		 * is a cause */
+		if (kvt__e_link_late_full(s, l) || !kvt__e_link_usable(l)) {
 			chain_read_note(cr, -EAGAIN);
 			continue;
 		}

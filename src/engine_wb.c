@@ -631,7 +631,8 @@ void kvt__e_wb_start(struct wb *w, int end)
 			w->keep_dirty = true;
 			continue;
 		}
-		if (!kvt__e_link_usable(l)) { /* circuit open: the tier is unwell */
+		/* circuit open, or it holds what it may in late calls: the tier is unwell */
+		if (kvt__e_link_late_full(s, l) || !kvt__e_link_usable(l)) {
 			atomic_fetch_add(&l->writes_skipped, 1);
 			wb_tier_failed(w, l, -EIO);
 			continue;

@@ -19,6 +19,8 @@
  *     caller's log function once it returned, when the caller may have freed its argument
  *     (src/tier_bounded.c, the log gate): the argument is freed (ASan reports a use) and
  *     a call after the return is counted.
+ *   - dram,fs: while the tier hangs its late writes hold at most half the DRAM pool, and
+ *     puts succeed once its first deadline has passed.
  * Exit 0 pass, 1 fail, 77 when slowfs is not built or /dev/fuse is missing (a failure
  * under CI=true: see CMakeLists.txt).
  */
@@ -313,12 +315,56 @@ static void late_log(struct slowfs *f)
 	free(buf);
 }
 
+/* A tier that hangs behind DRAM (write-through): puts go on in the rest of the pool. Its
+ * unanswered writes hold their slots for as long as it hangs; until 2026-12-06 they held
+ * the whole pool (1 MiB, 28 slots here) and every put after the 28th was refused -EAGAIN
+ * for as long as the tier hung (172 of 200 over 2 s). Now what its calls may hold is half
+ * the pool (store->late_cap): puts are told to retry until its first deadline passes (400
+ * ms), then its writes are skipped and every put lands in DRAM. */
+static void hung_pins(struct slowfs *f)
+{
+	fprintf(stderr, "== dram,fs on slowfs: puts while the tier hangs for seconds\n");
+	char dir[4200];
+	snprintf(dir, sizeof(dir), "%s/pins", f->mnt);
+	CHECK(mkdir(dir, 0700) == 0);
+	struct kvt_store *s = open_store("dram,fs", dir);
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	size_t payload = kvt_payload_bytes(g, g->chunk_tokens);
+	void *buf = malloc(payload);
+	kill(f->pid, SIGUSR1);
+	usleep(20000);
+	enum { N = 200, LATE = 100 };
+	int fails = 0, late_fails = 0;
+	uint64_t t0 = test_now_ns();
+	for (int i = 0; i < N; i++) {
+		struct kvt_key k;
+		uint32_t t[2] = {12345, (uint32_t)i};
+		kvt_key_next(kvt_store_ns_id(s), NULL, t, 2, &k);
+		test_fill(buf, payload, (uint64_t)i);
+		int rc = kvt_put_sync(s, &k, NULL, g->chunk_tokens, buf, payload);
+		if (rc < 0) {
+			fails++;
+			late_fails += i >= LATE;
+			CHECKM(rc == -EAGAIN, "put %d: %s", i, kvt_strerror(rc));
+		}
+		usleep(10000);
+	}
+	fprintf(stderr, "  %d of %d puts refused over %.0f ms, %d of the last %d\n", fails, N,
+		test_ms_since(t0), late_fails, N - LATE);
+	CHECKM(late_fails == 0, "puts refused %.0f ms into the hang: %d", test_ms_since(t0),
+	       late_fails);
+	kill(f->pid, SIGUSR2);
+	kvt_store_close(s);
+	free(buf);
+}
+
 int main(void)
 {
 	static struct slowfs f;
 	int rc = slowfs_start(&f, "slowfs", NULL);
 	if (rc)
 		return rc;
+	hung_pins(&f);
 	stalled_store(&f, "fs");
 	stalled_store(&f, "nvme");
 	late_zero_copy(&f);
