@@ -320,13 +320,14 @@ static int walk_bad_header(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *
  * voided the whole log. The cycle goes on after hd's segment into the next file, or
  * wraps to 0 where there is none (a next file not yet created would get a new header
  * of its own). NV_LOG_NONE without a head, or where the head's segment is itself in
- * doubt (missing, older than the head says, or its header not checking). */
+ * doubt (missing, of another generation than the head says, or its header not
+ * checking): the log is voided as before. */
 static uint32_t oldest_seg(const struct nv_log *lg, const struct nv_log_head *hd, uint32_t top)
 {
 	if (!hd || hd->seg == NV_LOG_NONE || hd->seg >= top)
 		return NV_LOG_NONE;
 	const struct nv_seg *h = &lg->segs[hd->seg];
-	if (h->hdr_bad || h->gen < hd->gen)
+	if (h->hdr_bad || h->gen != hd->gen) /* above it: a head a power cut left stale */
 		return NV_LOG_NONE;
 	uint32_t n = hd->seg + 1 < top ? hd->seg + 1 : 0;
 	return n == hd->seg ? NV_LOG_NONE : n;
