@@ -365,6 +365,7 @@ int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen)
 	h->seg = n;
 	h->gen = gen;
 	h->ver = NV_LOG_SEG_VER;
+	h->bytes = lg->segs[n].bytes;
 	h->crc = nv_log_crc(blk);
 	int rc = 0;
 	if (pwrite(lg->segs[n].fd, blk, NV_LOG_BLOCK, 0) != NV_LOG_BLOCK)

@@ -47,6 +47,10 @@ struct nv_log_seghdr {
 	uint64_t gen;
 	uint32_t ver; /* NV_LOG_SEG_VER, or 0 (written before log/head existed) */
 	uint32_t pad;
+	/* the file's size when this header was written (0: by a build before 2026-12-06): a
+	 * file shorter than this was cut from outside since, and the batches past the cut
+	 * went with their removals (tier_nvme_log_recover.c, walk) */
+	uint64_t bytes;
 };
 
 /* One slot of log/head: the segment the log appends to, made durable after that segment's
@@ -99,6 +103,10 @@ struct nv_seg {
 	/* the open found its header block whole but not checking (torn or damaged); with
 	 * hdr_batches an intact record after it too (tier_nvme_log_recover.c, walk) */
 	bool hdr_bad, hdr_batches;
+	/* the open found it shorter than its header says, its records running into the cut:
+	 * batches past the cut (and their removals) are lost; hdr_bytes the header's size */
+	bool cut;
+	uint64_t hdr_bytes;
 	uint32_t readers; /* reads in flight: not reused meanwhile */
 	uint32_t batches; /* batches written and not yet acknowledged */
 	uint32_t movers;  /* unacknowledged batches re-appending its objects: not reused meanwhile */
@@ -221,6 +229,10 @@ struct nv_log {
 		/* the oldest segment's header does not check and it held batches: those are
 		 * not indexed, the rest is (oldest_seg) */
 		uint32_t oldest_cut;
+		/* a segment cut from outside below the size its header gives, its records
+		 * running into the cut: voids too, unless it is the oldest (oldest_seg) */
+		bool cut;
+		uint32_t cut_seg;
 		/* records zeroed: those of incomplete batches and of the batches after them
 		 * in their segment, and a torn tail's (a record that does not check and those
 		 * that landed past it) */

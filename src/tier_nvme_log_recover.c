@@ -350,18 +350,24 @@ static int walk(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk, struct
 		if (rc <= 0)
 			return rc;
 	}
-	g->hdr_bad = g->hdr_batches = false;
+	g->hdr_bad = g->hdr_batches = g->cut = false;
 	g->gen = g->hdr_gen = h->gen;
+	g->hdr_bytes = h->bytes;
 	if (ver)
 		*ver = KVT_MAX(*ver, h->ver);
 	uint64_t off = NV_LOG_BLOCK, prev = 0, rechecked = 0;
+	bool shrank = false, runs_past = false;
 	while (off + NV_LOG_BLOCK <= g->bytes) {
 		if ((got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, off)) < 0)
 			return (int)got;
-		if (got != NV_LOG_BLOCK)
-			break; /* the file's end: it shrank since it was opened */
+		if (got != NV_LOG_BLOCK) {
+			shrank = true; /* the file's end: it shrank since it was opened */
+			break;
+		}
 		struct nv_log_rec *r = (struct nv_log_rec *)blk;
 		if (!rec_ok(blk, n, g->gen, off, g->bytes)) {
+			/* a whole record whose batch runs past the file's end */
+			runs_past = rec_ok(blk, n, g->gen, off, UINT64_MAX);
 			uint64_t newer = newer_lap(blk, n, g->gen, off, g->bytes);
 			if (newer) {
 				g->gen = newer;
@@ -418,6 +424,13 @@ static int walk(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk, struct
 		prev = r->seq;
 		off += r->len;
 	}
+	/* Its records ran into the file's end, and the header says the file was longer:
+	 * it was cut from outside since (a segment's size only grows, at a reuse, before
+	 * its header is written), and what lay past the cut - batches, the removals in them
+	 * - is lost. Until 2026-12-06 that passed for a full segment's end, silently, and a
+	 * key removed past the cut came back from an older segment. A walk that stopped at
+	 * a block that is no record ended before the cut: nothing was lost. */
+	g->cut = g->hdr_bytes > g->bytes && (shrank || runs_past || off + NV_LOG_BLOCK > g->bytes);
 	return 0;
 }
 
@@ -675,6 +688,11 @@ static int void_anomaly(struct nv *s)
 		snprintf(name, sizeof(name), "%s", NV_LOG_HEAD);
 		n = snprintf(why, sizeof(why),
 			     "missing, and the segments were written with one");
+	} else if (w->cut) {
+		snprintf(name, sizeof(name), "%u.kvl", w->cut_seg);
+		n = snprintf(why, sizeof(why),
+			     "%" PRIu64 " bytes, its header says %" PRIu64 " (cut from outside)",
+			     s->lg->segs[w->cut_seg].bytes, s->lg->segs[w->cut_seg].hdr_bytes);
 	} else if (w->badhdr) {
 		snprintf(name, sizeof(name), "%u.kvl", w->badhdr_seg);
 		n = snprintf(why, sizeof(why),
@@ -863,7 +881,7 @@ int nv_log_recover(struct nv *s)
 	bool lost = false, headless = false;
 	if (have_head)
 		lg->seq = KVT_MAX(lg->seq, hd.seq);
-	uint32_t ver = 0, dseg = NV_LOG_NONE, badhdr_seg = NV_LOG_NONE;
+	uint32_t ver = 0, dseg = NV_LOG_NONE, badhdr_seg = NV_LOG_NONE, cut_seg = NV_LOG_NONE;
 	uint64_t dmg[2] = {0, 0};
 	struct rstop *st = NULL;
 	if (!gap && !outside && top && !(st = kvt__calloc(top, sizeof(*st))))
@@ -877,6 +895,9 @@ int nv_log_recover(struct nv *s)
 		for (uint32_t i = 0; i < top && badhdr_seg == NV_LOG_NONE; i++)
 			if (lg->segs[i].hdr_batches && i != oldest)
 				badhdr_seg = i;
+		for (uint32_t i = 0; i < top && cut_seg == NV_LOG_NONE; i++)
+			if (lg->segs[i].cut && i != oldest)
+				cut_seg = i;
 		if (oldest != NV_LOG_NONE && lg->segs[oldest].hdr_batches)
 			lg->ow.oldest_cut = oldest;
 		if (have_head)
@@ -884,7 +905,8 @@ int nv_log_recover(struct nv *s)
 			       (hd.seg >= top || lg->segs[hd.seg].gen < hd.gen);
 		else
 			headless = ver >= NV_LOG_SEG_VER;
-		if (lost || headless || dseg != NV_LOG_NONE || badhdr_seg != NV_LOG_NONE) {
+		if (lost || headless || dseg != NV_LOG_NONE || badhdr_seg != NV_LOG_NONE ||
+		    cut_seg != NV_LOG_NONE) {
 			for (size_t i = 0; i < nb; i++)
 				kvt__free(bs[i].ent);
 			nb = 0;
@@ -892,7 +914,8 @@ int nv_log_recover(struct nv *s)
 	}
 	kvt__free(st);
 	bool damaged = dseg != NV_LOG_NONE, badhdr = badhdr_seg != NV_LOG_NONE;
-	bool voids = gap || outside || lost || headless || damaged || badhdr;
+	bool cut = cut_seg != NV_LOG_NONE;
+	bool voids = gap || outside || lost || headless || damaged || badhdr || cut;
 	if (voids)
 		lg->ow.nwipe = 0; /* every segment gets a new generation: nothing to zero */
 	/* Every segment of the cycle is voided (nv_log_open_writes): read for its generation
@@ -956,6 +979,8 @@ int nv_log_recover(struct nv *s)
 	lg->ow.damaged = damaged;
 	lg->ow.badhdr = badhdr;
 	lg->ow.badhdr_seg = badhdr_seg;
+	lg->ow.cut = cut;
+	lg->ow.cut_seg = cut_seg;
 	lg->ow.dmg_seg = dseg;
 	lg->ow.dmg_off = dmg[0];
 	lg->ow.dmg_newer = dmg[1];
@@ -1006,17 +1031,19 @@ void nv_log_open_writes(struct nv *s)
 	 * leave it in place for the next open to void again - until 2026-12-05 the headers
 	 * went from 0 up, and a crash after the reason's left the segments not yet voided to
 	 * be indexed without the tombstones of those voided. */
-	uint32_t last[3] = {w->damaged ? w->dmg_seg : NV_LOG_NONE,
-			    w->badhdr ? w->badhdr_seg : NV_LOG_NONE,
-			    w->lost ? w->hd_seg : NV_LOG_NONE};
-	for (uint32_t k = 0; w->voids && !s->ro && k < w->end + 3 && !lg->broken; k++) {
-		bool late = k >= w->end;
+	enum { NLAST = 4 };
+	uint32_t last[NLAST] = {w->damaged ? w->dmg_seg : NV_LOG_NONE,
+				w->badhdr ? w->badhdr_seg : NV_LOG_NONE,
+				w->lost ? w->hd_seg : NV_LOG_NONE,
+				w->cut ? w->cut_seg : NV_LOG_NONE};
+	for (uint32_t k = 0; w->voids && !s->ro && k < w->end + NLAST && !lg->broken; k++) {
+		bool late = k >= w->end, skip = false;
 		uint32_t i = late ? last[k - w->end] : k;
-		if (i >= w->end || (!late && (i == last[0] || i == last[1] || i == last[2])))
+		/* a reason is written in its late turn, once (the first time it is named) */
+		for (uint32_t j = 0; j < (late ? k - w->end : NLAST); j++)
+			skip |= last[j] == i;
+		if (i >= w->end || skip)
 			continue;
-		if (late && ((k - w->end >= 1 && i == last[0]) ||
-			     (k - w->end == 2 && i == last[1])))
-			continue; /* named twice */
 		struct nv_seg *g = &lg->segs[i];
 		if (g->fd < 0)
 			continue;
@@ -1100,6 +1127,13 @@ void nv_log_open_writes(struct nv *s)
 			 "reuse wrote the header, or damage): its objects are not indexed, the "
 			 "rest of the log is",
 			 w->oldest_cut);
+	if (w->cut)
+		KVT_WARN(s->log,
+			 "nvme: log: %u.kvl is %" PRIu64 " bytes, its header says %" PRIu64
+			 " (cut from outside?): removals past the cut are lost: nothing of the log "
+			 "is indexed, %u segment(s) emptied",
+			 w->cut_seg, lg->segs[w->cut_seg].bytes, lg->segs[w->cut_seg].hdr_bytes,
+			 voided);
 	if (w->damaged)
 		KVT_WARN(s->log,
 			 "nvme: log: %u.kvl: the commit record at offset %" PRIu64
