@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "kvtierd.h"
 #include "tp_commit.h"
 
@@ -89,6 +90,18 @@ static char *render(struct kvtd_state *s, size_t *len)
 		 "The tier's write budget per rolling 24 h (0: no budget).", write_budget_bytes);
 	PER_TIER("kvtier_tier_write_budget_used_bytes", "gauge",
 		 "Bytes charged to the write budget over the last 24 h.", write_budget_used_bytes);
+	/* not in kvt_stats (its layout is ABI): read from the engine */
+	family(f, "kvtier_tier_late_held_bytes", "gauge",
+	       "Store memory the tier holds in calls past their deadline (reads and writes to "
+	       "it stop at kvtier_late_held_cap_bytes).");
+	for (uint32_t i = 0; i < st.n_tiers; i++)
+		fprintf(f, "kvtier_tier_late_held_bytes{tier=\"%s\"} %llu\n", st.tier[i].name,
+			(unsigned long long)kvt__store_late_held(s->store, (int)i, NULL));
+	uint64_t late_cap = 0;
+	(void)kvt__store_late_held(s->store, -1, &late_cap);
+	ONE("kvtier_late_held_cap_bytes", "gauge",
+	    "What one deeper tier's calls past their deadline may hold of store memory.",
+	    late_cap);
 	ONE("kvtier_puts_total", "counter", "Chunks stored.", st.puts);
 	ONE("kvtier_gets_total", "counter", "Chunk reads requested.", st.gets);
 	ONE("kvtier_lookups_total", "counter", "Prefix lookups.", st.lookups);

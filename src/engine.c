@@ -740,6 +740,15 @@ const char *kvt_store_tier_name(const struct kvt_store *s, int tier)
 	return name;
 }
 
+uint64_t kvt__store_late_held(const struct kvt_store *s, int pos, uint64_t *cap)
+{
+	if (cap)
+		*cap = s->client ? 0 : s->late_cap;
+	if (s->client || pos < 0 || pos >= s->n_links || !s->links[pos].t)
+		return 0;
+	return atomic_load(&s->links[pos].late_bytes);
+}
+
 uint64_t kvt__store_sync_timeout_ms(const struct kvt_store *s)
 {
 	return s->client ? 30000 : s->sync_timeout_ms;

@@ -142,6 +142,11 @@ void kvt__store_complete(struct kvt_store *s, kvt_cb cb, void *arg, const struct
 /* For tools (ls, verify) and tests: the tier at a chain position (NULL for DRAM or out of
  * range), and the DRAM pool (NULL if the chain has none). */
 struct kvt_tier *kvt__store_tier(struct kvt_store *s, int pos);
+/* Bytes of store memory (slots, bounce buffers) the tier at chain position pos holds in
+ * calls past their deadline, and the most it may (engine_health.c, late_cap); 0 for DRAM,
+ * out of range, or a client of kvtierd. Not in struct kvt_tier_stats: that is ABI, sent
+ * raw by kvtierd. For `kvtier stat` and kvtierd's metrics. */
+uint64_t kvt__store_late_held(const struct kvt_store *s, int pos, uint64_t *cap);
 /* store.sync_timeout_ms: the bound for a tier's synchronous calls (src/tier_bounded.c). */
 uint64_t kvt__store_sync_timeout_ms(const struct kvt_store *s);
 struct kvt_dram *kvt__store_dram(struct kvt_store *s);

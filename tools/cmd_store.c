@@ -213,14 +213,17 @@ int kvt_cmd_stat(int argc, char **argv)
 			printf("%s{\"name\":\"%s\",\"objects\":%llu,\"bytes\":%llu,"
 			       "\"capacity_bytes\":%llu,\"reads\":%llu,\"writes\":%llu,"
 			       "\"evictions\":%llu,\"checksum_failures\":%llu,\"errors\":%llu,"
-			       "\"deadline_misses\":%llu,\"pool_bytes\":%llu,\"reachable\":%s}",
+			       "\"deadline_misses\":%llu,\"pool_bytes\":%llu,\"late_held_bytes\":%llu,"
+			       "\"reachable\":%s}",
 			       i ? "," : "", t->name, (unsigned long long)t->objects,
 			       (unsigned long long)t->bytes, (unsigned long long)t->capacity_bytes,
 			       (unsigned long long)t->reads, (unsigned long long)t->writes,
 			       (unsigned long long)t->evictions,
 			       (unsigned long long)t->checksum_failures,
 			       (unsigned long long)t->errors, (unsigned long long)t->deadline_misses,
-			       (unsigned long long)t->pool_bytes, probe[i] < 0 ? "false" : "true");
+			       (unsigned long long)t->pool_bytes,
+			       (unsigned long long)kvt__store_late_held(s, (int)i, NULL),
+			       probe[i] < 0 ? "false" : "true");
 		}
 		printf("]}\n");
 	} else {

@@ -60,6 +60,9 @@ used=$(sed -n 's/^kvtier_tier_write_budget_used_bytes{tier="nvme"} //p' "$T/metr
 written=$(sed -n 's/^kvtier_tier_written_bytes_total{tier="nvme"} //p' "$T/metrics.txt")
 [ -n "$used" ] && [ "$used" -gt 0 ] && [ "$used" = "$written" ] || { echo "budget used $used vs written $written"; exit 1; }
 grep -q '^kvtier_tier_deadline_misses_total{tier="nvme"} 0$' "$T/metrics.txt" || { echo "deadline misses"; grep deadline "$T/metrics.txt"; exit 1; }
+# nothing held past a deadline, and the bound on it is half the DRAM pool (> 0)
+grep -q '^kvtier_tier_late_held_bytes{tier="nvme"} 0$' "$T/metrics.txt" || { echo "late held"; grep late_held "$T/metrics.txt"; exit 1; }
+grep -q '^kvtier_late_held_cap_bytes [1-9][0-9]*$' "$T/metrics.txt" || { echo "late held cap"; grep late_held "$T/metrics.txt"; exit 1; }
 [ "$(curl -s -o /dev/null -w '%{http_code}' "127.0.0.1:$PORT/other")" = 404 ] || { echo "unknown path not 404"; exit 1; }
 
 # kvtier clear: the 33 chunks leave both tiers, and a resume finds nothing.

@@ -353,6 +353,13 @@ static void hung_pins(struct slowfs *f)
 		test_ms_since(t0), late_fails, N - LATE);
 	CHECKM(late_fails == 0, "puts refused %.0f ms into the hang: %d", test_ms_since(t0),
 	       late_fails);
+	/* what the hung tier holds, as `kvtier stat --json` and kvtierd's metrics report it */
+	uint64_t cap, held = kvt__store_late_held(s, 1, &cap);
+	uint64_t obj = kvt_object_bytes(g, g->chunk_tokens);
+	fprintf(stderr, "  the tier holds %llu KiB in late calls, at most %llu KiB\n",
+		(unsigned long long)(held >> 10), (unsigned long long)(cap >> 10));
+	CHECKM(held >= cap && held <= cap + 2 * obj, "late held %llu, cap %llu",
+	       (unsigned long long)held, (unsigned long long)cap);
 	kill(f->pid, SIGUSR2);
 	kvt_store_close(s);
 	free(buf);
