@@ -377,7 +377,10 @@ bool kvt__e_wb_backlogged(struct kvt_store *s, uint64_t bytes)
 	for (int i = s->dram_pos + 1; i < s->n_links; i++) {
 		struct link *l = &s->links[i];
 		uint64_t live = atomic_load(&l->live_write_bytes);
-		if (!l->t || !live || atomic_load(&l->open_until_ns) || kvt__e_link_late_full(s, l))
+		uint64_t late = atomic_load(&l->late_bytes);
+		/* skipped: an open circuit, or one that holds its share in late calls
+		 * (kvt__e_link_late_full) - its writes are not given to it */
+		if (!l->t || !live || atomic_load(&l->open_until_ns) || late >= s->late_cap)
 			continue;
 		double cap = (double)atomic_load(&l->bw_Bps[1]) *
 			     ((double)s->deadline_ceiling_ns / 4e9);
@@ -386,7 +389,7 @@ bool kvt__e_wb_backlogged(struct kvt_store *s, uint64_t bytes)
 		/* nor may its writes, live and late, hold more than store->late_cap: a tier
 		 * that hangs keeps what its calls held, and the rest of the pool must serve */
 		uint64_t held = (uint64_t)(atomic_load(&l->live_writes) + (bytes ? 1 : 0)) * s->obj_max;
-		if (held + atomic_load(&l->late_bytes) > s->late_cap)
+		if (held + late > s->late_cap)
 			return true;
 	}
 	return false;

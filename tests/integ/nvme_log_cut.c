@@ -16,18 +16,17 @@
 #include "nvme_util.h"
 #include "tier_nvme_log.h"
 
-static int open_log(struct kvt_tier **t, const char *dir)
+/* store.read_only when ro (kvtier verify's open) */
+static int open_log_as(struct kvt_tier **t, const char *dir, bool ro)
 {
 	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", "80MiB", "nvme.log_max", "256KiB",
 			 "nvme.segment_bytes", "16MiB", "nvme.log_spare_pct", "0", "nvme.fsync",
-			 "data", NULL);
+			 "data", "store.read_only", ro ? "on" : "off", NULL);
 }
 
-static int open_ro(struct kvt_tier **t, const char *dir)
+static int open_log(struct kvt_tier **t, const char *dir)
 {
-	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", "80MiB", "nvme.log_max", "256KiB",
-			 "nvme.segment_bytes", "16MiB", "nvme.log_spare_pct", "0", "nvme.fsync",
-			 "data", "store.read_only", "on", NULL);
+	return open_log_as(t, dir, false);
 }
 
 static void cut(const char *dir, uint32_t n, uint64_t bytes)
@@ -79,7 +78,7 @@ static void middle_cut(const char *root)
 
 	log_clear();
 	struct kvt_tier *t;
-	CHECK_EQ(open_ro(&t, dir), 0);
+	CHECK_EQ(open_log_as(&t, dir, true), 0);
 	int ro_back = nv_test_served(t, 1, 0);
 	kvt__tier_close(t);
 	CHECK_EQ(file_bytes(dir, 0), before);
