@@ -96,6 +96,12 @@ struct conn {
 	 * Under g_lock (other connections count a process's quarantine in put_reserve). */
 	struct kvt_slot_ref quar[KVTD_MAX_QUARANTINE + KVTD_MAX_RESERVATIONS];
 	int nquar;
+	/* Descriptors the peer passed that are not kept (drop_later): closed by this thread
+	 * after the connection is let go, since a close of one may wait. The connection ends
+	 * at the first message that carries one, so one message's worth is room enough
+	 * (except while a cut connection waits for its peer: cut_peer_wait). */
+	int drop_fds[KVTD_MAX_FDS];
+	int ndrop;
 };
 
 static struct kvtd_state g_st;
@@ -128,15 +134,36 @@ static void log_cb(void *arg, int level, const char *msg)
 
 /* -------------------------------------------------------------- serving */
 
+/* A descriptor the peer passed, not kept: its close is left to the end of the connection
+ * (conn_main), after the connection is unlisted. Its last close runs the file's release,
+ * and a peer chooses what that waits for: a TCP socket with SO_LINGER and unsent bytes
+ * (its linger time), a FUSE file (its server). Closed where it arrived, until 2026-12-06,
+ * it held the connection's thread, and the shutdown waits for every connection. */
+static void drop_later(struct conn *c, int fd)
+{
+	if (fd < 0)
+		return;
+	if (c->ndrop < KVTD_MAX_FDS)
+		c->drop_fds[c->ndrop++] = fd;
+	else
+		close(fd); /* a cut peer that keeps sending them (cut_peer_wait) */
+}
+
 static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 {
 	if (c->shm)
 		return -EPROTO; /* a second HELLO */
 	if (memcmp(r->ns_id, g_ns, sizeof(g_ns)))
 		return -EINVAL; /* another model, geometry or tenant */
+	/* The seals first: F_GET_SEALS answers for tmpfs and hugetlbfs files from memory and
+	 * refuses anything else (-EINVAL) without calling into its file system, where the
+	 * fstat and fstatfs below would ask a FUSE server, which may never answer. */
+	int seals = fd < 0 ? -1 : fcntl(fd, F_GET_SEALS);
+	if (seals < 0)
+		return -EPROTO;
 	struct stat sb;
 	struct statfs fs;
-	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
 		return -EPROTO;
 	/* tmpfs only (a plain memfd): on hugetlbfs a client can punch a hole (F_SEAL_SHRINK
 	 * does not stop FALLOC_FL_PUNCH_HOLE) and use up the node's huge pages, and our next
@@ -150,8 +177,7 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	 * the file and then sealed it between the two had the daemon map (and write) past
 	 * its end: SIGBUS, the daemon gone for every client (from a review; no test: the
 	 * window is between two system calls of the daemon). */
-	int seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+	if (!(seals & F_SEAL_SHRINK))
 		return -EPERM;
 	if (fstat(fd, &sb) < 0)
 		return -EPROTO;
@@ -731,9 +757,14 @@ static void cut_peer_wait(struct conn *c)
 		if (pf[1].revents && c->pidfd >= 0)
 			return; /* the process is gone */
 		if (pf[0].revents) {
+			/* received with its descriptors: dropped by the kernel they would be
+			 * closed in this thread (drop_later) */
 			char b[256];
-			ssize_t r = recv(c->sock, b, sizeof(b), MSG_DONTWAIT);
-			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+			int fds[KVTD_MAX_FDS], nfds;
+			long r = kvtd_recv_fds(c->sock, b, sizeof(b), fds, &nfds);
+			for (int i = 0; i < nfds; i++)
+				drop_later(c, fds[i]);
+			if (r == 0 || (r < 0 && r != -ETIMEDOUT && r != -EMSGSIZE))
 				return; /* its end is closed */
 		}
 	}
@@ -947,8 +978,11 @@ static void *conn_main(void *arg)
 				continue;
 		}
 		struct kvtd_req req;
-		int fd = -1;
-		long got = kvtd_recv(c->sock, &req, sizeof(req), &fd);
+		int fds[KVTD_MAX_FDS], nfds;
+		long got = kvtd_recv_fds(c->sock, &req, sizeof(req), fds, &nfds);
+		int fd = got > 0 && nfds == 1 ? fds[0] : -1;
+		for (int i = 0; fd < 0 && i < nfds; i++)
+			drop_later(c, fds[i]);
 		if (got <= 0) { /* EOF: the client left (or died); anything else: drop it */
 			if (got < 0) {
 				if (got == -EMSGSIZE)
@@ -958,11 +992,12 @@ static void *conn_main(void *arg)
 		}
 		char err[128];
 		int rc = kvtd_req_check(&req, (size_t)got, c->shm_len, &g_geo, err, sizeof(err));
+		if (rc == 0 && nfds > 1)
+			rc = -EPROTO, snprintf(err, sizeof(err), "%d descriptors on one message", nfds);
 		if (rc == 0 && fd >= 0 && req.op != KVTD_HELLO)
 			rc = -EPROTO, snprintf(err, sizeof(err), "descriptor on a non-HELLO message");
 		if (rc < 0) {
-			if (fd >= 0)
-				close(fd);
+			drop_later(c, fd);
 			atomic_fetch_add(&g_st.protocol_errors, 1);
 			fprintf(stderr, "kvtierd: dropping a client: %s\n", err);
 			break;
@@ -971,8 +1006,10 @@ static void *conn_main(void *arg)
 		if (req.op == KVTD_HELLO) {
 			rep.res.status = map_region(c, fd, &req);
 			rep.res.tier = KVT_TIER_NONE;
-			if (fd >= 0)
-				close(fd);
+			if (rep.res.status == 0)
+				close(fd); /* a memfd: its close waits for nothing */
+			else
+				drop_later(c, fd);
 			if (rep.res.status == -EPROTO) {
 				atomic_fetch_add(&g_st.protocol_errors, 1);
 				break;
@@ -1048,8 +1085,14 @@ static void *conn_main(void *arg)
 		munmap(c->shm, c->shm_len);
 		atomic_fetch_sub(&g_st.regions_mapped, 1);
 	}
+	/* The peer sees the end now (EOF, EPIPE). The socket is closed last, with the
+	 * descriptors the peer passed and we did not keep: its close drops the messages still
+	 * queued on it, and with them the descriptors they carry, whose last close may wait
+	 * (drop_later). Closed here under g_lock, until 2026-12-06, one such message stopped
+	 * every accept and the shutdown. */
 	pthread_mutex_lock(&g_lock);
-	close(c->sock);
+	int sock = c->sock;
+	shutdown(sock, SHUT_RDWR);
 	c->sock = -1;
 	atomic_fetch_sub(&g_st.connections, 1);
 	pthread_mutex_unlock(&g_lock);
@@ -1065,7 +1108,14 @@ static void *conn_main(void *arg)
 		c->next->prev = c->prev;
 	pthread_cond_broadcast(&g_cond);
 	pthread_mutex_unlock(&g_lock);
+	/* Unlisted: the shutdown no longer waits for this thread, and nothing of the
+	 * connection is left in memory while a close below waits (exit ends it). */
+	int drop[KVTD_MAX_FDS], ndrop = c->ndrop;
+	memcpy(drop, c->drop_fds, sizeof(int) * (size_t)ndrop);
 	free(c);
+	close(sock);
+	for (int i = 0; i < ndrop; i++)
+		close(drop[i]);
 	return NULL;
 }
 

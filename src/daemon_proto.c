@@ -130,24 +130,25 @@ int kvtd_send(int sock, const void *msg, size_t len, int fd)
 	}
 }
 
-long kvtd_recv(int sock, void *msg, size_t cap, int *fd)
+long kvtd_recv_fds(int sock, void *msg, size_t cap, int *fds, int *nfds)
 {
 	struct iovec iov = {.iov_base = msg, .iov_len = cap};
+	/* Room for as many descriptors as one message can carry: a control buffer too small
+	 * for them has the kernel drop the rest, and a dropped descriptor's last close then
+	 * runs in this thread, whatever it waits for (see the header). */
 	union {
-		char buf[CMSG_SPACE(sizeof(int) * 4)];
+		char buf[CMSG_SPACE(sizeof(int) * KVTD_MAX_FDS)];
 		struct cmsghdr align;
 	} u;
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
 			    .msg_controllen = sizeof(u.buf)};
-	if (fd)
-		*fd = -1;
+	*nfds = 0;
 	ssize_t r;
 	do
 		r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
 	while (r < 0 && errno == EINTR);
 	if (r < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
-	/* Keep at most one descriptor; close any other a peer attached. */
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
 		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
 			continue;
@@ -155,20 +156,31 @@ long kvtd_recv(int sock, void *msg, size_t cap, int *fd)
 		for (size_t i = 0; i < nfd; i++) {
 			int f;
 			memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			if (fd && *fd < 0)
-				*fd = f;
+			if (*nfds < KVTD_MAX_FDS)
+				fds[(*nfds)++] = f;
 			else
-				close(f);
+				close(f); /* cannot happen: the kernel caps a message at as many */
 		}
 	}
-	/* A truncated message, or an empty one (EOF reads as one too, and a peer can attach a
-	 * descriptor to it), keeps no descriptor. */
-	bool trunc = mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC);
-	if ((trunc || r == 0) && fd && *fd >= 0) {
-		close(*fd);
-		*fd = -1;
-	}
-	if (trunc)
+	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
 		return -EMSGSIZE;
 	return (long)r;
+}
+
+long kvtd_recv(int sock, void *msg, size_t cap, int *fd)
+{
+	int fds[KVTD_MAX_FDS], n;
+	long r = kvtd_recv_fds(sock, msg, cap, fds, &n);
+	if (fd)
+		*fd = -1;
+	/* Keep at most one descriptor; close any other a peer attached. A truncated message,
+	 * or an empty one (EOF reads as one too, and a peer can attach a descriptor to it),
+	 * keeps none. */
+	for (int i = 0; i < n; i++) {
+		if (fd && *fd < 0 && r > 0)
+			*fd = fds[i];
+		else
+			close(fds[i]);
+	}
+	return r;
 }

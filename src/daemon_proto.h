@@ -206,5 +206,15 @@ int kvtd_send(int sock, const void *msg, size_t len, int fd);
  * any attached descriptor is closed). Returns the bytes received, 0 at EOF, or -errno
  * (-EAGAIN/-ETIMEDOUT: the socket's receive deadline passed; -EMSGSIZE: truncated). */
 long kvtd_recv(int sock, void *msg, size_t cap, int *fd);
+/* The most descriptors one message can carry (the kernel's SCM_MAX_FD). */
+#define KVTD_MAX_FDS 253
+/* kvtd_recv for a receiver that must decide how a peer's descriptors are closed: every one
+ * attached (fds has room for KVTD_MAX_FDS) is handed back, *nfds of them, whatever the
+ * return (EOF and a truncated message too). Why: the last close of a descriptor runs its
+ * file's release, which a peer can make wait - a TCP socket with SO_LINGER and unsent
+ * bytes waits up to its linger time, a FUSE file for its server - and the peer that
+ * passed one and closed its own copy makes ours the last. kvtierd closes those after its
+ * connection is let go (docs/DAEMON.md). */
+long kvtd_recv_fds(int sock, void *msg, size_t cap, int *fds, int *nfds);
 
 #endif

@@ -21,9 +21,18 @@
  *     offered writable, and a hole punched into it - through the descriptor HELLO hands
  *     out, or one reopened read-write - is refused (before: the pool went out writable
  *     with shared writes on, the punch succeeded and the daemon's next touch of the pool
- *     died of SIGBUS).
+ *     died of SIGBUS);
+ *  8. descriptors whose last close waits (a loopback TCP socket with SO_LINGER of 120 s and
+ *     bytes its peer never reads), passed and then closed by the peer so that the daemon's
+ *     close is the last: as a HELLO region, as a second descriptor on a HELLO, and on a
+ *     message left unread behind a bad one. Each connection is dropped within seconds, a
+ *     new client attaches at once, and SIGTERM stops the daemon within seconds (before:
+ *     the daemon closed them where they arrived - the connection's thread waited the
+ *     linger out, the shutdown waited for that thread, and the unread message's close
+ *     under the daemon's connection lock stopped every accept for as long).
  */
 #include <dirent.h>
+#include <netinet/in.h>
 #include <sys/vfs.h>
 #include <linux/magic.h>
 #include <linux/falloc.h>
@@ -271,6 +280,138 @@ static void test_descriptors(void)
 	close(fd);
 }
 
+/* 8: descriptors whose last close waits. */
+static int tcp_listener = -1, tcp_peers[8], ntcp_peers;
+
+/* A loopback TCP socket holding bytes its peer never reads, with SO_LINGER of linger_s: its
+ * last close waits up to linger_s for them to go. Its peer stays open until the test ends
+ * (closed, it would reset the connection and the close would not wait). */
+static int lingering_socket(int linger_s)
+{
+	int small = 4096;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	if (tcp_listener < 0) {
+		tcp_listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		CHECK(tcp_listener >= 0);
+		setsockopt(tcp_listener, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+		CHECK(bind(tcp_listener, (struct sockaddr *)&a, sizeof(a)) == 0);
+		CHECK(listen(tcp_listener, 8) == 0);
+	}
+	CHECK(getsockname(tcp_listener, (struct sockaddr *)&a, &al) == 0);
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CHECK(s >= 0);
+	setsockopt(s, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	CHECK(connect(s, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(ntcp_peers < 8);
+	tcp_peers[ntcp_peers++] = accept(tcp_listener, NULL, NULL);
+	CHECK(tcp_peers[ntcp_peers - 1] >= 0);
+	CHECK(fcntl(s, F_SETFL, O_NONBLOCK) == 0);
+	char b[4096] = {0};
+	while (write(s, b, sizeof(b)) > 0)
+		;
+	struct linger lg = {.l_onoff = 1, .l_linger = linger_s};
+	CHECK(setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) == 0);
+	return s;
+}
+
+/* A connected socket to the daemon whose replies wait up to 30 s. */
+static int patient_connect(void)
+{
+	int s = raw_connect();
+	struct timeval tv = {.tv_sec = 30};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return s;
+}
+
+static void send_with_fds(int sock, const struct kvtd_req *q, const int *fds, int n)
+{
+	struct iovec iov = {.iov_base = (void *)q, .iov_len = sizeof(*q)};
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 2)];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			    .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+	memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n);
+	CHECK(sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof(*q));
+}
+
+/* ms until the daemon hangs up on sock: recv reads EOF, or -ECONNRESET where the daemon
+ * closed its end with our messages unread (CHECKed to be one of them). */
+static double ms_to_eof(int sock, uint64_t t0)
+{
+	struct kvtd_rep rep;
+	long r = kvtd_recv(sock, &rep, sizeof(rep), NULL);
+	CHECKM(r == 0 || r == -ECONNRESET, "the daemon hung up (recv %ld)", r);
+	return test_ms_since(t0);
+}
+
+static void test_lingering_descriptors(void)
+{
+	/* the premise: such a socket's last close does wait */
+	int probe = lingering_socket(1);
+	uint64_t t0 = test_now_ns();
+	close(probe);
+	double probe_ms = test_ms_since(t0);
+	CHECKM(probe_ms > 700, "a lingering socket's close waited %.0f ms", probe_ms);
+
+	struct kvtd_req hello = {.magic = KVTD_MAGIC, .op = KVTD_HELLO, .version = KVTD_VERSION};
+	memcpy(hello.ns_id, kvtd_ns, sizeof(kvtd_ns));
+
+	/* a. as the HELLO's region. Sent and closed while the daemon is stopped: our close
+	 * must come first, for the daemon's to be the last (the one that waits). */
+	int s = patient_connect(), l = lingering_socket(120);
+	kvtd_pause();
+	send_with_fds(s, &hello, &l, 1);
+	close(l);
+	kill(kvtd_pid, SIGCONT);
+	t0 = test_now_ns();
+	double a_ms = ms_to_eof(s, t0);
+	close(s);
+
+	/* b. a second descriptor on a HELLO, next to a good region */
+	s = patient_connect();
+	int two[2] = {raw_memfd(KVTD_SHM_MIN, true), lingering_socket(120)};
+	kvtd_pause();
+	send_with_fds(s, &hello, two, 2);
+	close(two[0]);
+	close(two[1]);
+	kill(kvtd_pid, SIGCONT);
+	t0 = test_now_ns();
+	double b_ms = ms_to_eof(s, t0);
+	close(s);
+
+	/* c. on a message the daemon never reads: queued behind a bad one while the daemon is
+	 * stopped, so both are there when it reads the first and drops the connection */
+	kvtd_pause();
+	s = patient_connect();
+	struct kvtd_req bad = {.magic = 0};
+	CHECK(send(s, &bad, sizeof(bad), MSG_NOSIGNAL) == (ssize_t)sizeof(bad));
+	l = lingering_socket(120);
+	send_with_fds(s, &hello, &l, 1);
+	close(l);
+	kill(kvtd_pid, SIGCONT);
+	t0 = test_now_ns();
+	double c_ms = ms_to_eof(s, t0);
+	close(s);
+	t0 = test_now_ns();
+	struct raw r = raw_attach(); /* accepts go on */
+	double attach_ms = test_ms_since(t0);
+	raw_close(&r);
+	printf("  descriptors whose close waits 120 s (a 1 s one waited %.0f ms): dropped after "
+	       "%.0f ms (HELLO region), %.0f ms (second descriptor), %.0f ms (unread message); "
+	       "a new client attached in %.0f ms\n",
+	       probe_ms, a_ms, b_ms, c_ms, attach_ms);
+	CHECK(a_ms < 10000 && b_ms < 10000 && c_ms < 10000);
+	CHECK(attach_ms < 10000);
+}
+
 static void test_refused_hello(void)
 {
 	int sock = raw_connect();
@@ -374,6 +515,7 @@ int main(void)
 	test_descriptors();
 	test_refused_hello();
 	test_hugetlb_region();
+	test_lingering_descriptors();
 	{ /* a client from before evicted_unsaved asks STATS for less: answered, not dropped */
 		struct raw r = raw_attach();
 		struct kvtd_req q = {.op = KVTD_STATS, .len = KVTD_STATS_MIN_BYTES};
@@ -387,7 +529,15 @@ int main(void)
 	CHECK(daemon_alive());
 
 	kvt_store_close(s);
+	uint64_t t0 = test_now_ns();
 	kvtd_stop();
+	double stop_ms = test_ms_since(t0);
+	printf("  SIGTERM with three dropped descriptors still closing: stopped in %.0f ms\n",
+	       stop_ms);
+	CHECK(stop_ms < 20000); /* not the 120 s linger */
+	for (int i = 0; i < ntcp_peers; i++)
+		close(tcp_peers[i]);
+	close(tcp_listener);
 	test_hugetlb_pool();
 	test_rmdir(dir);
 	printf("daemon_hostile: ok\n");
