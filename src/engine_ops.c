@@ -667,6 +667,21 @@ void kvt__e_remove_start(struct remove_op *o)
 		rec->last_remove = o->seq;
 		rec->unordered--;
 		rec->removing++;
+		/* DRAM lets the key go in the same hold of wb_lock as the remove takes its place
+		 * (wb_lock before the pool's mutex, as in kvt__e_wb_register). A slot being
+		 * written behind is unlinked now and freed when its job lets go; a dirty one not
+		 * yet written never will be. A put's slot still filling is not found: its job
+		 * registers after this hold, newer than the remove, and its copy stays - in DRAM
+		 * and, once the remove's calls are answered, on the deeper tiers. Until
+		 * 2026-12-06 DRAM let go in kvt__e_do_remove, before this hold: a put could
+		 * publish and register its job in between, older than the remove, whose deeper
+		 * removes then followed the job's writes while DRAM kept the put's copy, clean
+		 * (integ.store_put_remove_race). */
+		if (s->dram) {
+			int rc = kvt__dram_remove(s->dram, &o->key);
+			if (rc == 0 || rc == -EBUSY)
+				atomic_fetch_add(&o->removed, 1);
+		}
 	} else if (kvt__e_keyrec_put_since(rec, o->seq)) { /* a put came after it */
 		pthread_mutex_unlock(&s->wb_lock);
 		remove_release(o);
@@ -747,8 +762,9 @@ int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 		return arc;
 	}
 	/* The key is marked before DRAM lets it go, so a read that misses DRAM from then on
-	 * finds the mark (kvt__e_remove_pending); its place in the order comes after DRAM
-	 * (kvt__e_remove_start), until then the mark holds whatever the key's puts. */
+	 * finds the mark (kvt__e_remove_pending); DRAM lets it go when the remove takes its
+	 * place in the order (kvt__e_remove_start), until then the mark holds whatever the
+	 * key's puts. */
 	pthread_mutex_lock(&s->wb_lock);
 	o->rec = kvt__e_keyrec_get(s, key);
 	if (o->rec) {
@@ -767,15 +783,10 @@ int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 	o->arg = arg;
 	o->direct = direct;
 	atomic_store(&o->remaining, 1);
-	if (s->dram) {
-		/* A slot being written behind is unlinked now and freed when the job lets go;
-		 * a dirty one not yet written never will be. A promotion of the key still
-		 * reading is marked first, so it does not publish once the remove is done. */
+	/* A promotion of the key still reading is marked first, so it does not publish once
+	 * the remove is done; DRAM lets the key go in kvt__e_remove_start. */
+	if (s->dram)
 		kvt__e_fill_removed(s, key);
-		int rc = kvt__dram_remove(s->dram, key);
-		if (rc == 0 || rc == -EBUSY)
-			atomic_fetch_add(&o->removed, 1);
-	}
 	kvt__e_remove_start(o);
 	return 0;
 }
