@@ -503,11 +503,14 @@ static int deferred_miss(struct kvt_store *s, kvt_acquire_cb cb, void *arg)
 	return rc;
 }
 
-/* Start (or join) the promotion of key. Returns 0 (cb later) or -errno:
- * -EBUSY the key is being filled by a put right now, -ENOSPC no slot, -ENOENT a remove of
- * the key is still out in a deeper tier (kvt__e_remove_pending). */
-static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
-		      void *arg, int *cause, bool use)
+/* Start (or join) the promotion of key. parent: the chunk before it in its chain, where
+ * the caller knows it (a prefetch of a prefix), else NULL; DRAM then counts the promoted
+ * chunk as its parent's child, as a put's, so the parent is not evicted before it
+ * (docs/COST_MODEL.md, "Where the simulated replay and the store differ", 3). Returns 0
+ * (cb later) or -errno: -EBUSY the key is being filled by a put right now, -ENOSPC no slot,
+ * -ENOENT a remove of the key is still out in a deeper tier (kvt__e_remove_pending). */
+static int fill_start(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		      kvt_acquire_cb cb, void *arg, int *cause, bool use)
 {
 	struct fill_waiter *w = kvt__malloc(sizeof(*w));
 	if (!w)
@@ -541,7 +544,7 @@ static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquir
 		kvt__free(w);
 		return -ENOMEM;
 	}
-	int rc = kvt__dram_alloc(s->dram, key, NULL, &f->ref);
+	int rc = kvt__dram_alloc(s->dram, key, parent, &f->ref);
 	if (rc < 0) {
 		pthread_mutex_unlock(&s->fill_lock);
 		kvt__free(f);
@@ -561,8 +564,8 @@ static int fill_start(struct kvt_store *s, const struct kvt_key *key, kvt_acquir
 /* use: the caller reads the chunk now (a device restore, a kvtierd client's GET_PIN), so a
  * DRAM hit is a sighting for admission, as kvt_get's is, and offers a declined chunk again;
  * a prefetch stages it for a get that will count it. */
-static int acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
-		   void *arg, int *cause, bool use)
+static int acquire(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		   kvt_acquire_cb cb, void *arg, int *cause, bool use)
 {
 	if (s->client) return -ENOTSUP;
 	if (!s->dram)
@@ -600,14 +603,14 @@ static int acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_c
 		kvt__dram_unpin(s->dram, ref.id);
 		return 0;
 	}
-	int rc = fill_start(s, key, cb, arg, cause, use);
+	int rc = fill_start(s, key, parent, cb, arg, cause, use);
 	if (rc == -ENOENT) /* a remove of the key is still out */
 		return deferred_miss(s, cb, arg);
 	if (rc == -EBUSY) {
 		/* A put of this key is being published right now; it is a hit once it lands. */
 		if (kvt__dram_get(s->dram, key, &ref) == 0) {
 			kvt__dram_unpin(s->dram, ref.id);
-			return acquire(s, key, cb, arg, cause, use);
+			return acquire(s, key, parent, cb, arg, cause, use);
 		}
 	}
 	return rc;
@@ -616,13 +619,13 @@ static int acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_c
 int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
 		       void *arg)
 {
-	return acquire(s, key, cb, arg, NULL, true);
+	return acquire(s, key, NULL, cb, arg, NULL, true);
 }
 
 int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
 			     void *arg, int *cause)
 {
-	return acquire(s, key, cb, arg, cause, true);
+	return acquire(s, key, NULL, cb, arg, cause, true);
 }
 
 void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref)
@@ -830,7 +833,7 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 			return 0;
 		}
 		if (s->promote) {
-			int rc = fill_start(s, key, get_acquired, g, &g->cause, true);
+			int rc = fill_start(s, key, NULL, get_acquired, g, &g->cause, true);
 			if (rc == 0)
 				return 0;
 			/* No slot to promote into (or a put of the key is landing, or a promotion
@@ -921,7 +924,9 @@ static void prefetch_looked_up(void *arg, const struct kvt_result *res)
 		if (p->deadline && kvt__now_ns() >= p->deadline)
 			break; /* not started by the deadline: dropped */
 		atomic_fetch_add(&p->remaining, 1);
-		if (acquire(s, &p->keys[i], prefetch_one_done, p, NULL, false) < 0)
+		/* keys is a chain: the one before is the parent */
+		if (acquire(s, &p->keys[i], i ? &p->keys[i - 1] : NULL, prefetch_one_done, p, NULL,
+			    false) < 0)
 			atomic_fetch_sub(&p->remaining, 1);
 	}
 	if (atomic_fetch_sub(&p->remaining, 1) == 1)
