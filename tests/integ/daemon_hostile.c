@@ -32,15 +32,15 @@
  *     under the daemon's connection lock stopped every accept for as long).
  */
 #include <dirent.h>
-#include <netinet/in.h>
-#include <sys/vfs.h>
-#include <linux/magic.h>
-#include <linux/falloc.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/magic.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 
 #include "internal.h"
@@ -104,7 +104,9 @@ static int send_empty_with_fd(int fd)
 		struct cmsghdr align;
 	} u;
 	memset(&u, 0, sizeof(u));
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = u.buf,
 			    .msg_controllen = sizeof(u.buf)};
 	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 	c->cmsg_level = SOL_SOCKET;
@@ -133,8 +135,8 @@ static void test_unread_replies(struct kvt_store *s, const struct kvt_key *k)
 	setsockopt(a.sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	int sent = 0;
 	for (;;) {
-		struct kvtd_req sq = {.magic = KVTD_MAGIC, .op = KVTD_STATUS,
-				      .len = sizeof(struct kvtd_status)};
+		struct kvtd_req sq = {
+		    .magic = KVTD_MAGIC, .op = KVTD_STATUS, .len = sizeof(struct kvtd_status)};
 		if (kvtd_send(a.sock, &sq, sizeof(sq), -1) < 0)
 			break;
 		sent++;
@@ -172,7 +174,8 @@ static void test_layer_ranges(struct kvt_store *s, const struct kvt_key *k)
 	uint8_t *out = malloc(payload);
 	struct raw b = raw_attach();
 	uint64_t errs0 = raw_status(&b).protocol_errors;
-	const uint32_t bad[][2] = {{3, 2}, {g->layers, 0}, {0, g->layers + 1}, {g->layers, g->layers}};
+	const uint32_t bad[][2] = {
+	    {3, 2}, {g->layers, 0}, {0, g->layers + 1}, {g->layers, g->layers}};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct kvt_result res = {0};
 		int rc = kvt_get_sync(s, k, bad[i][0], bad[i][1], out, payload, &res);
@@ -332,7 +335,9 @@ static void send_with_fds(int sock, const struct kvtd_req *q, const int *fds, in
 		struct cmsghdr align;
 	} u;
 	memset(&u, 0, sizeof(u));
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = u.buf,
 			    .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
 	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 	c->cmsg_level = SOL_SOCKET;
@@ -342,14 +347,27 @@ static void send_with_fds(int sock, const struct kvtd_req *q, const int *fds, in
 	CHECK(sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof(*q));
 }
 
-/* ms until the daemon hangs up on sock: recv reads EOF, or -ECONNRESET where the daemon
+/* While the daemon is stopped: connect, send bad (if not NULL), then q carrying fds, and
+ * close our copies - so that the daemon's close is the last, the one that waits; then
+ * resume it. Returns the ms until it hung up: recv reads EOF, or -ECONNRESET where it
  * closed its end with our messages unread (CHECKed to be one of them). */
-static double ms_to_eof(int sock, uint64_t t0)
+static double ms_to_hang_up(const struct kvtd_req *bad, const struct kvtd_req *q, int *fds, int n)
 {
+	kvtd_pause();
+	int s = patient_connect();
+	if (bad)
+		CHECK(send(s, bad, sizeof(*bad), MSG_NOSIGNAL) == (ssize_t)sizeof(*bad));
+	send_with_fds(s, q, fds, n);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	kill(kvtd_pid, SIGCONT);
+	uint64_t t0 = test_now_ns();
 	struct kvtd_rep rep;
-	long r = kvtd_recv(sock, &rep, sizeof(rep), NULL);
+	long r = kvtd_recv(s, &rep, sizeof(rep), NULL);
 	CHECKM(r == 0 || r == -ECONNRESET, "the daemon hung up (recv %ld)", r);
-	return test_ms_since(t0);
+	double ms = test_ms_since(t0);
+	close(s);
+	return ms;
 }
 
 static void test_lingering_descriptors(void)
@@ -364,42 +382,17 @@ static void test_lingering_descriptors(void)
 	struct kvtd_req hello = {.magic = KVTD_MAGIC, .op = KVTD_HELLO, .version = KVTD_VERSION};
 	memcpy(hello.ns_id, kvtd_ns, sizeof(kvtd_ns));
 
-	/* a. as the HELLO's region. Sent and closed while the daemon is stopped: our close
-	 * must come first, for the daemon's to be the last (the one that waits). */
-	int s = patient_connect(), l = lingering_socket(120);
-	kvtd_pause();
-	send_with_fds(s, &hello, &l, 1);
-	close(l);
-	kill(kvtd_pid, SIGCONT);
-	t0 = test_now_ns();
-	double a_ms = ms_to_eof(s, t0);
-	close(s);
-
+	/* a. as the HELLO's region */
+	int l = lingering_socket(120);
+	double a_ms = ms_to_hang_up(NULL, &hello, &l, 1);
 	/* b. a second descriptor on a HELLO, next to a good region */
-	s = patient_connect();
 	int two[2] = {raw_memfd(KVTD_SHM_MIN, true), lingering_socket(120)};
-	kvtd_pause();
-	send_with_fds(s, &hello, two, 2);
-	close(two[0]);
-	close(two[1]);
-	kill(kvtd_pid, SIGCONT);
-	t0 = test_now_ns();
-	double b_ms = ms_to_eof(s, t0);
-	close(s);
-
-	/* c. on a message the daemon never reads: queued behind a bad one while the daemon is
-	 * stopped, so both are there when it reads the first and drops the connection */
-	kvtd_pause();
-	s = patient_connect();
+	double b_ms = ms_to_hang_up(NULL, &hello, two, 2);
+	/* c. on a message the daemon never reads: queued behind a bad one (both are there when
+	 * it reads the first and drops the connection) */
 	struct kvtd_req bad = {.magic = 0};
-	CHECK(send(s, &bad, sizeof(bad), MSG_NOSIGNAL) == (ssize_t)sizeof(bad));
 	l = lingering_socket(120);
-	send_with_fds(s, &hello, &l, 1);
-	close(l);
-	kill(kvtd_pid, SIGCONT);
-	t0 = test_now_ns();
-	double c_ms = ms_to_eof(s, t0);
-	close(s);
+	double c_ms = ms_to_hang_up(&bad, &hello, &l, 1);
 	t0 = test_now_ns();
 	struct raw r = raw_attach(); /* accepts go on */
 	double attach_ms = test_ms_since(t0);
@@ -496,8 +489,7 @@ int main(void)
 	setvbuf(stdout, NULL, _IONBF, 0);
 	dir = test_tmpdir("daemon_hostile");
 	snprintf(sock_path, sizeof(sock_path), "%s/kvtierd.sock", dir);
-	const char *args[] = {"--set", "dram.bytes=256KiB", "--set", "daemon.lease_ms=60000",
-			      NULL};
+	const char *args[] = {"--set", "dram.bytes=256KiB", "--set", "daemon.lease_ms=60000", NULL};
 	kvtd_start_test(sock_path, dir, args);
 	struct kvt_store *s = kvtd_client_store(dir);
 	memcpy(kvtd_ns, kvt_store_ns_id(s), sizeof(kvtd_ns));
@@ -557,7 +549,7 @@ static void test_hugetlb_pool(void)
 	if (!check_part_runs(reserved, "daemon_hostile 7 (the pool on huge pages)",
 			     "no huge pages could be reserved (needs root)"))
 		return;
-	const char *args[] = {"--set", "dram.bytes=256KiB", "--set", "dram.hugepages=true",
+	const char *args[] = {"--set", "dram.bytes=256KiB",	    "--set", "dram.hugepages=true",
 			      "--set", "daemon.shared_writes=true", NULL};
 	kvtd_start_test(sock_path, dir, args);
 	struct kvt_store *s = kvtd_client_store(dir);
@@ -569,8 +561,8 @@ static void test_hugetlb_pool(void)
 	struct statfs fs;
 	CHECK(fstatfs(pfd, &fs) == 0);
 	bool huge = fs.f_type == HUGETLBFS_MAGIC;
-	int punch = fallocate(pfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-			      (off_t)info.pool_bytes);
+	int punch =
+	    fallocate(pfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)info.pool_bytes);
 	int punch_err = punch < 0 ? errno : 0;
 	char proc[64];
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pfd);

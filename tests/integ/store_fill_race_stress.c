@@ -8,9 +8,10 @@
  *  3. once every call has returned and write-behind settled, a key DRAM holds is also on
  *     nvme (write-through: DRAM is never the only copy, clean);
  *  4. once every key is removed, every DRAM slot is free (nothing pinned for good).
- * Default chain dram,nvme,fs with an nvme tier smaller than the key set (it evicts, so some
- * fills come from fs and write nvme again: store.promote_local), plus a forced-order replay
- * of that promotion's nvme write registered after a remove ran whole. Found nothing on the
+ * Default chain dram,nvme,fs (dram,nvme under TSan: DEFAULT_TIERS) with an nvme tier
+ * smaller than the key set (it evicts, so some fills come from fs and write nvme again:
+ * store.promote_local), plus a forced-order replay of that promotion's nvme write
+ * registered after a remove ran whole. Found nothing on the
  * engine of 2026-12-06 (a review helper's probe of the read side after the put/remove fix).
  * Environment: KVT_RACE_MS (default 6000), KVT_RACE_TIERS (dram,nvme,fs | dram,nvme),
  * KVT_RACE_POLICY (write-through), KVT_RACE_NVME (600KiB). Exit 0 pass, 1 fail.
@@ -23,6 +24,7 @@
 #include "dram.h"
 #include "engine.h"
 #include "engine_internal.h"
+#include "lib/tierh.h"
 #include "store_key.h"
 #include "testlib.h"
 #include "tier.h"
@@ -123,37 +125,6 @@ static void *reader(void *a)
 	return NULL;
 }
 
-struct probe {
-	pthread_mutex_t m;
-	pthread_cond_t c;
-	int done;
-	int64_t rc;
-};
-
-static void probe_cb(void *arg, int64_t rc)
-{
-	struct probe *p = arg;
-	pthread_mutex_lock(&p->m);
-	p->rc = rc;
-	p->done = 1;
-	pthread_cond_signal(&p->c);
-	pthread_mutex_unlock(&p->m);
-}
-
-static void nvme_exists(struct kvt_tier *t, const struct kvt_key *sk, uint32_t n, uint8_t *present)
-{
-	struct probe p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
-	memset(present, 0, n);
-	CHECK_EQ(t->ops->exists(t, sk, n, present, probe_cb, &p), 0);
-	pthread_mutex_lock(&p.m);
-	while (!p.done)
-		pthread_cond_wait(&p.c, &p.m);
-	pthread_mutex_unlock(&p.m);
-	CHECK_EQ(p.rc, 0);
-}
-
-static void nvme_exists(struct kvt_tier *t, const struct kvt_key *sk, uint32_t n, uint8_t *present);
-
 /* Forced order, dram,nvme,fs: a promotion from fs publishes its slot, a remove of the key
  * runs whole (DRAM lets it go under wb_lock, nvme and fs cleared), and only then does the
  * promotion register its write into nvme (fill_read_done's promote_local job). The job must
@@ -180,7 +151,7 @@ static bool replay_local(struct kvt_store *s)
 	kvt__dram_unpin(s->dram, ref.id);		      /* the first waiter's */
 	test_wb_settle(s);
 	uint8_t present = 0;
-	nvme_exists(kvt__store_tier(s, 1), &sk, 1, &present);
+	CHECK_EQ(th_exists(kvt__store_tier(s, 1), &sk, 1, &present), 0);
 	bool in_dram = kvt__dram_contains(s->dram, &sk, false);
 	printf("  replay (promotion's nvme job after a remove): DRAM %s, nvme %s\n",
 	       in_dram ? "holds it" : "lacks it", present ? "holds it" : "lacks it");
@@ -188,10 +159,25 @@ static bool replay_local(struct kvt_store *s)
 	return !in_dram && !present;
 }
 
+/* Under ThreadSanitizer, dram,nvme: the nvme tier opens and closes its files through
+ * io_uring, which TSan does not see, so a descriptor number the fs tier's own open reuses
+ * after one of them reads to it as a race on the descriptor (a false report, seen in CI on
+ * 2026-12-06: fs's close against nvme's earlier fstat of the same number). */
+#if defined(__SANITIZE_THREAD__)
+#define DEFAULT_TIERS "dram,nvme"
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DEFAULT_TIERS "dram,nvme"
+#endif
+#endif
+#ifndef DEFAULT_TIERS
+#define DEFAULT_TIERS "dram,nvme,fs"
+#endif
+
 int main(void)
 {
 	char *dir = test_tmpdir("store_fill_race_stress");
-	const char *tiers = getenv("KVT_RACE_TIERS") ? getenv("KVT_RACE_TIERS") : "dram,nvme,fs";
+	const char *tiers = getenv("KVT_RACE_TIERS") ? getenv("KVT_RACE_TIERS") : DEFAULT_TIERS;
 	struct kvt_config *c = test_config(tiers, dir);
 	test_set(c, "store.write_policy",
 		 getenv("KVT_RACE_POLICY") ? getenv("KVT_RACE_POLICY") : "write-through");
@@ -240,10 +226,10 @@ int main(void)
 		uint8_t present[NKEYS];
 		for (int k = 0; k < NKEYS; k++)
 			kvt__storage_key(kvt__store_ns_id(S), &keys[k], &sk[k]);
-		nvme_exists(nv, sk, NKEYS, present);
+		CHECK_EQ(th_exists(nv, sk, NKEYS, present), 0);
 		if (n_deep > 1) {
 			uint8_t p2[NKEYS];
-			nvme_exists(kvt__store_tier(S, 2), sk, NKEYS, p2);
+			CHECK_EQ(th_exists(kvt__store_tier(S, 2), sk, NKEYS, p2), 0);
 			for (int k = 0; k < NKEYS; k++)
 				present[k] |= p2[k];
 		}

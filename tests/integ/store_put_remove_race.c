@@ -30,6 +30,7 @@
 #include "dram.h"
 #include "engine.h"
 #include "engine_internal.h" /* the replay: a remove and a put taken step by step */
+#include "lib/tierh.h"
 #include "store_key.h"
 #include "testlib.h"
 #include "tier.h"
@@ -109,36 +110,6 @@ static void *rm_thread(void *a)
 		atomic_store(&p->rm_done, r);
 	}
 	return NULL;
-}
-
-struct probe {
-	pthread_mutex_t m;
-	pthread_cond_t c;
-	int done;
-	int64_t rc;
-};
-
-static void probe_cb(void *arg, int64_t rc)
-{
-	struct probe *p = arg;
-	pthread_mutex_lock(&p->m);
-	p->rc = rc;
-	p->done = 1;
-	pthread_cond_signal(&p->c);
-	pthread_mutex_unlock(&p->m);
-}
-
-/* present[i]: the nvme tier holds storage key sk[i] */
-static void nvme_exists(struct kvt_tier *t, const struct kvt_key *sk, uint32_t n, uint8_t *present)
-{
-	struct probe p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
-	memset(present, 0, n);
-	CHECK_EQ(t->ops->exists(t, sk, n, present, probe_cb, &p), 0);
-	pthread_mutex_lock(&p.m);
-	while (!p.done)
-		pthread_cond_wait(&p.c, &p.m);
-	pthread_mutex_unlock(&p.m);
-	CHECK_EQ(p.rc, 0);
 }
 
 /* ---------------------------------------------------------------- replay
@@ -238,7 +209,7 @@ static bool replay(struct kvt_store *s, struct kvt_tier *nv, bool stored_before,
 	test_wb_settle(s);
 	CHECK_RC(kvt_flush_sync(s), 0);
 	uint8_t present = 0;
-	nvme_exists(nv, &sk, 1, &present);
+	CHECK_EQ(th_exists(nv, &sk, 1, &present), 0);
 	bool in_dram = kvt__dram_contains(s->dram, &sk, false);
 	struct kvt_slot_ref dref;
 	bool dirty = kvt__dram_get_dirty(s->dram, &sk, &dref) == 0;
@@ -332,7 +303,7 @@ int main(void)
 			uint8_t present[BATCH];
 			for (int r = 0; r < BATCH; r++)
 				kvt__storage_key(ns, &p->keys[r], &sk[r]);
-			nvme_exists(nv, sk, BATCH, present);
+			CHECK_EQ(th_exists(nv, sk, BATCH, present), 0);
 			for (int r = 0; r < BATCH; r++) {
 				bool in_dram = kvt__dram_contains(d, &sk[r], false);
 				if (in_dram && present[r]) {
