@@ -84,6 +84,27 @@ static bool daemon_alive(void)
 	return waitpid(kvtd_pid, &status, WNOHANG) == 0;
 }
 
+/* One message of len bytes carrying the n descriptors fds (n <= 2). */
+static void send_with_fds(int sock, const void *msg, size_t len, const int *fds, int n)
+{
+	struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 2)];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = u.buf,
+			    .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+	memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n);
+	CHECK(sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)len);
+}
+
 /* A connected socket that has sent one empty message carrying fd. */
 static int send_empty_with_fd(int fd)
 {
@@ -97,23 +118,7 @@ static int send_empty_with_fd(int fd)
 		close(s);
 		return -1;
 	}
-	char dummy = 0;
-	struct iovec iov = {.iov_base = &dummy, .iov_len = 0};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	memset(&u, 0, sizeof(u));
-	struct msghdr mh = {.msg_iov = &iov,
-			    .msg_iovlen = 1,
-			    .msg_control = u.buf,
-			    .msg_controllen = sizeof(u.buf)};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	CHECK(sendmsg(s, &mh, MSG_NOSIGNAL) == 0);
+	send_with_fds(s, "", 0, &fd, 1);
 	return s;
 }
 
@@ -327,26 +332,6 @@ static int patient_connect(void)
 	return s;
 }
 
-static void send_with_fds(int sock, const struct kvtd_req *q, const int *fds, int n)
-{
-	struct iovec iov = {.iov_base = (void *)q, .iov_len = sizeof(*q)};
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * 2)];
-		struct cmsghdr align;
-	} u;
-	memset(&u, 0, sizeof(u));
-	struct msghdr mh = {.msg_iov = &iov,
-			    .msg_iovlen = 1,
-			    .msg_control = u.buf,
-			    .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
-	memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n);
-	CHECK(sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof(*q));
-}
-
 /* While the daemon is stopped: connect, send bad (if not NULL), then q carrying fds, and
  * close our copies - so that the daemon's close is the last, the one that waits; then
  * resume it. Returns the ms until it hung up: recv reads EOF, or -ECONNRESET where it
@@ -357,7 +342,7 @@ static double ms_to_hang_up(const struct kvtd_req *bad, const struct kvtd_req *q
 	int s = patient_connect();
 	if (bad)
 		CHECK(send(s, bad, sizeof(*bad), MSG_NOSIGNAL) == (ssize_t)sizeof(*bad));
-	send_with_fds(s, q, fds, n);
+	send_with_fds(s, q, sizeof(*q), fds, n);
 	for (int i = 0; i < n; i++)
 		close(fds[i]);
 	kill(kvtd_pid, SIGCONT);
