@@ -458,6 +458,10 @@ int kvt__e_do_lookup_inner(struct kvt_store *s, const struct kvt_key *keys, size
 			   kvt_cb cb, void *arg);
 int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent, uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg, bool direct);
 int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg, bool direct);
+/* kvt__e_do_remove's first step: the op, its key marked as being removed (admitted under
+ * store.max_inflight); NULL with *rc set. Then kvt__e_fill_removed, kvt__e_remove_start. */
+struct remove_op *kvt__e_remove_mark(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb,
+				     void *arg, bool direct, int *rc);
 void kvt__e_remove_start(struct remove_op *o);
 /* Is a remove of key still out in a deeper tier (or a late write of it that the remove
  * followed), with no put of it since? Then what a deeper tier holds of it is on its way

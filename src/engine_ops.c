@@ -748,18 +748,19 @@ void kvt__e_remove_start(struct remove_op *o)
 	remove_release(o);
 }
 
-int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg,
-		     bool direct)
+struct remove_op *kvt__e_remove_mark(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb,
+				     void *arg, bool direct, int *rc)
 {
-	if (!s || !key || !cb)
-		return -EINVAL;
 	struct remove_op *o = kvt__calloc(1, sizeof(*o));
-	if (!o)
-		return -ENOMEM;
+	if (!o) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
 	int arc = kvt__e_admit_inflight(s);
 	if (arc < 0) {
 		kvt__free(o);
-		return arc;
+		*rc = arc;
+		return NULL;
 	}
 	/* The key is marked before DRAM lets it go, so a read that misses DRAM from then on
 	 * finds the mark (kvt__e_remove_pending); DRAM lets it go when the remove takes its
@@ -775,7 +776,8 @@ int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 	if (!o->rec) {
 		kvt__e_unadmit(s);
 		kvt__free(o);
-		return -ENOMEM;
+		*rc = -ENOMEM;
+		return NULL;
 	}
 	o->s = s;
 	o->key = *key;
@@ -783,6 +785,18 @@ int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, 
 	o->arg = arg;
 	o->direct = direct;
 	atomic_store(&o->remaining, 1);
+	return o;
+}
+
+int kvt__e_do_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb, void *arg,
+		     bool direct)
+{
+	if (!s || !key || !cb)
+		return -EINVAL;
+	int rc = 0;
+	struct remove_op *o = kvt__e_remove_mark(s, key, cb, arg, direct, &rc);
+	if (!o)
+		return rc;
 	/* A promotion of the key still reading is marked first, so it does not publish once
 	 * the remove is done; DRAM lets the key go in kvt__e_remove_start. */
 	if (s->dram)
