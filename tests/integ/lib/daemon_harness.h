@@ -44,6 +44,10 @@ static inline const char *kvtd_bin(void)
 	return bin;
 }
 
+/* Where a kvtd_start'ed daemon writes its stderr (appended), for a test that reads what it
+ * printed; NULL: the test's own stderr. */
+static const char *kvtd_log_path;
+
 /* Start kvtierd with argv[1..] = args (NULL-terminated; --socket sock is added), and
  * return once it answers on sock (a stale socket file of a killed daemon may be there).
  * Waits up to 30 s: the daemon pre-faults its DRAM pool before it listens, which under a
@@ -70,6 +74,11 @@ static inline void kvtd_start(const char *sock, const char *const *args)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(127);
+		if (kvtd_log_path) {
+			int fd = open(kvtd_log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+			if (fd < 0 || dup2(fd, 2) < 0)
+				_exit(127);
+		}
 		execv(kvtd_bin(), (char *const *)argv);
 		perror("exec kvtierd");
 		_exit(127);
