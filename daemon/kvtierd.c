@@ -945,7 +945,9 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 		kvtd_tp_written(c, r, res);
 		break;
 	case KVTD_CLEAR:
-		res->status = kvt__store_clear_sync(s, &res->bytes);
+		/* half the client's time: the answer must reach it before it stops waiting */
+		res->status = kvt__store_clear_sync(
+		    s, r->deadline_ns ? kvt__now_ns() + r->deadline_ns / 2 : 0, &res->bytes);
 		break;
 	default:
 		res->status = -EPROTO;

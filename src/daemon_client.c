@@ -342,9 +342,12 @@ static int exchange_fd(struct kvt_client *c, struct kvtd_req *req, struct kvtd_r
 	 * that marks its cuts, so that we drop the connection it closes (KVTD_CAP_CUT_MARK).
 	 * Lookups, removes and flushes too (since 2026-12-05; a daemon from before ignores
 	 * it): a slow tier behind one of them timed us out and took the daemon for dead. A
-	 * prefetch carries its own deadline instead (run_lookup_like). */
+	 * clear too: it answers when half of it has passed, and is asked again
+	 * (kvt__client_clear_sync). A prefetch carries its own deadline instead
+	 * (run_lookup_like). */
 	bool budget = req->op == KVTD_GET || req->op == KVTD_PUT || req->op == KVTD_GET_PIN ||
-		      req->op == KVTD_LOOKUP || req->op == KVTD_REMOVE || req->op == KVTD_FLUSH;
+		      req->op == KVTD_LOOKUP || req->op == KVTD_REMOVE || req->op == KVTD_FLUSH ||
+		      req->op == KVTD_CLEAR;
 	if (budget) {
 		uint64_t now = kvt__now_ns();
 		uint64_t own = c->info.caps & KVTD_CAP_CUT_MARK ? cut_budget_ns(c) : 0; /* 0: none */
@@ -1526,10 +1529,16 @@ int kvt__client_remove_sync(struct kvt_client *c, const struct kvt_key *key)
 
 int kvt__client_clear_sync(struct kvt_client *c, uint64_t *removed)
 {
-	struct cop o = {.op = KVTD_CLEAR};
-	int rc = run_sync(c, &o, NULL, SYNC_ALL);
+	uint64_t n = 0;
+	int rc;
+	do { /* status 1: the daemon's time for this answer ran out, objects are left */
+		struct cop o = {.op = KVTD_CLEAR};
+		rc = run_sync(c, &o, NULL, SYNC_ALL);
+		if (rc >= 0)
+			n += o.res.bytes;
+	} while (rc == 1);
 	if (rc == 0 && removed)
-		*removed = o.res.bytes;
+		*removed = n;
 	return rc;
 }
 

@@ -110,7 +110,8 @@ int kvt__client_tp_written(struct kvt_client *c, const struct kvt_key *key, int3
 /* Queue a completion for kvt_poll from any thread (kvt__store_complete of a client store). */
 int kvt__client_complete(struct kvt_client *c, kvt_cb cb, void *arg, const struct kvt_result *res);
 
-/* Clear the daemon's store (KVTD_CLEAR): *removed = objects removed. */
+/* Clear the daemon's store (KVTD_CLEAR), in as many calls as it takes (each within the
+ * store's daemon timeout): *removed = objects removed. */
 int kvt__client_clear_sync(struct kvt_client *c, uint64_t *removed);
 
 /* The daemon's own state (kvtier status --daemon, tests). */

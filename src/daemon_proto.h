@@ -70,7 +70,10 @@ enum kvtd_op {
 	KVTD_TP_WRITTEN = 15,
 	/* Clear the daemon's store: every object of its DRAM and nvme tiers is removed
 	 * (BlockRemoved events), then AllBlocksCleared is published. res.bytes = objects
-	 * removed (src/engine_clear.c). */
+	 * removed (src/engine_clear.c). With deadline_ns (the client's time for the answer)
+	 * the daemon stops starting removals after half of it and answers status 1: objects
+	 * are left, ask again (a daemon from before 2026-12-06 ignores deadline_ns and
+	 * clears all in one answer, which a large store's clear outlasted). */
 	KVTD_CLEAR = 16,
 	KVTD_OP_MAX = 16,
 };

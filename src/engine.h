@@ -100,10 +100,12 @@ int kvt__store_remove_stored_sync(struct kvt_store *s, const struct kvt_key *sto
 
 /* Clear the store (src/engine_clear.c): remove every object its DRAM and nvme tiers hold,
  * then emit one KVT__EVENT_CLEARED per tier listed (tier set, key zero). *removed: objects
- * removed. 0 or the first error (a tier's listing, a removal); -ENOTSUP on a client store.
- * kvtierd's CLEAR; the event is kvtier-internal until a public clear exists. */
+ * removed. until_ns (CLOCK_MONOTONIC, 0: none): no removal starts after it, though one
+ * always does; 1 if objects listed were left for another call (no event then), 0 once
+ * all were removed, or the first error (a tier's listing, a removal); -ENOTSUP on a client
+ * store. kvtierd's CLEAR; the event is kvtier-internal until a public clear exists. */
 #define KVT__EVENT_CLEARED 3
-int kvt__store_clear_sync(struct kvt_store *s, uint64_t *removed);
+int kvt__store_clear_sync(struct kvt_store *s, uint64_t until_ns, uint64_t *removed);
 
 /* The call gate (engine.c): every public call on a store runs between an enter that
  * returned 0 and a leave; kvt_store_close waits for them. enter is -ECANCELED once

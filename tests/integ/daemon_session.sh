@@ -9,7 +9,7 @@ set -euo pipefail
 K="$KVT_BIN/kvtier"
 D="$KVT_BIN/kvtierd"
 T=$(mktemp -d "${KVT_TEST_DIR:-/var/tmp}/kvt-daemon-XXXXXX")
-cleanup() { [ -n "${DPID:-}" ] && kill -9 "$DPID" 2>/dev/null; rm -rf "$T"; }
+cleanup() { for p in ${DPID:-} ${D2PID:-}; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
 trap cleanup EXIT
 command -v promtool >/dev/null || { echo "promtool missing (scripts/deps.sh installs prometheus)"; exit 1; }
 SMALL=(--set model.layers=4 --set model.kv_heads=2 --set model.head_dim=64 --set dram.bytes=64MiB)
@@ -73,6 +73,32 @@ echo "$st" | jqe '.tiers.dram.objects == 0 and .tiers.nvme.objects == 0' >/dev/n
 out=$(timeout 60 "$K" session resume --synthetic 8400 --seed 7 "${SMALL[@]}" --set store.daemon="$S" --json)
 echo "$out" | jqe '.hit_chunks == 0' >/dev/null || { echo "resume after clear: $out"; exit 1; }
 if timeout 10 "$K" clear "${SMALL[@]}" 2>/dev/null; then echo "clear without --daemon accepted"; exit 1; fi
+
+# A clear that takes longer than the client waits for one answer (3,125 chunks of 16 tokens,
+# ~0.4 s, against a 100 ms store.daemon_timeout_ms): the daemon clears in steps, each
+# answered within the client's time, and the client asks until nothing is left. Before
+# 2026-12-06 it was one call: the client timed out and reported an error while the daemon
+# went on clearing.
+S2="$T/k2.sock"
+TINY=("${SMALL[@]}" --set model.chunk_tokens=16)
+PORT2=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$D" --dir "$T/data2" --socket "$S2" --metrics "127.0.0.1:$PORT2" "${TINY[@]}" 2>"$T/daemon2.log" &
+D2PID=$!
+for i in $(seq 600); do [ -S "$S2" ] && break; sleep 0.05; done
+[ -S "$S2" ] || { echo "second daemon did not come up"; cat "$T/daemon2.log"; exit 1; }
+timeout 120 "$K" session save --synthetic 50000 --seed 7 "${TINY[@]}" --set store.daemon="$S2" --json >"$T/save2.json"
+jqe '.stored_chunks == 3125' "$T/save2.json" >/dev/null || { echo "save: $(cat "$T/save2.json")"; exit 1; }
+calls() { curl -sf "127.0.0.1:$PORT2/metrics" | sed -n 's/^kvtier_daemon_request_duration_seconds_count{op="other"} //p'; }
+before=$(calls)
+cl=$(timeout 60 "$K" clear --daemon "$S2" "${TINY[@]}" --set store.daemon_timeout_ms=100 --json) ||
+	{ echo "clear of 3,125 chunks with a 100 ms timeout failed"; exit 1; }
+after=$(calls)
+echo "$cl" | jqe '.removed == 3125' >/dev/null || { echo "stepped clear: $cl"; exit 1; }
+[ $((after - before)) -ge 2 ] || { echo "the clear took $((after - before)) calls, expected steps"; exit 1; }
+st=$(timeout 30 "$K" status --daemon "$S2" "${TINY[@]}" --json)
+echo "$st" | jqe '.tiers.dram.objects == 0 and .tiers.nvme.objects == 0' >/dev/null || { echo "after the stepped clear: $st"; exit 1; }
+echo "stepped clear: 3125 chunks in $((after - before)) calls"
+kill -TERM "$D2PID"; wait "$D2PID"; D2PID=
 
 # Bad metrics addresses are refused with one line.
 if "$D" --dir "$T/x" --socket "$T/x.sock" --metrics 0.0.0.0:9 2>"$T/bad.log"; then echo "non-loopback metrics accepted"; exit 1; fi
