@@ -351,6 +351,12 @@ struct kvt_stats {
 	/* chunks evicted from DRAM after their write-behind had reached no deeper tier (each
 	 * failed or missed its deadline): gone from the store; the next kvt_flush fails -EIO */
 	uint64_t evicted_unsaved;
+	/* per tier (as tier[]): bytes its calls past their deadline still hold (a put's copy, a
+	 * get's buffer) until the tier answers them; the store refuses new calls to the tier
+	 * (-EAGAIN) once they reach late_held_cap_bytes (docs/ARCHITECTURE.md). Appended after
+	 * the fields above so that a reader of an older layout keeps its offsets. */
+	uint64_t late_held_bytes[KVT_MAX_TIERS];
+	uint64_t late_held_cap_bytes;
 };
 
 KVT_EXPORT int kvt_stats(struct kvt_store *s, struct kvt_stats *out);

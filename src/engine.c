@@ -811,7 +811,9 @@ static int stats(struct kvt_store *s, struct kvt_stats *out)
 				    atomic_load(&l->writes_skipped);
 		t->deadline_misses = atomic_load(&l->deadline_misses);
 		t->deadline_extensions = atomic_load(&l->deadline_extensions);
+		out->late_held_bytes[i] = kvt__store_late_held(s, i, NULL);
 	}
+	(void)kvt__store_late_held(s, -1, &out->late_held_cap_bytes);
 	out->puts = atomic_load(&s->puts);
 	out->gets = atomic_load(&s->gets);
 	out->lookups = atomic_load(&s->lookups);

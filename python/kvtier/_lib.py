@@ -82,6 +82,9 @@ class Stats(ctypes.Structure):
             "promotions", "write_behind_pending", "dram_alloc_bytes", "promotions_discarded",
             "evicted_unsaved",
         )
+    ] + [
+        ("late_held_bytes", ctypes.c_uint64 * MAX_TIERS),
+        ("late_held_cap_bytes", ctypes.c_uint64),
     ]
 
 

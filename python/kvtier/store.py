@@ -710,8 +710,10 @@ class Store:
             t = st.tier[i]
             d = {f: getattr(t, f) for f, _ in _lib.TierStats._fields_ if f != "name"}
             d["name"] = t.name.decode()
+            d["late_held_bytes"] = st.late_held_bytes[i]
             tiers.append(d)
-        out = {f: getattr(st, f) for f, _ in _lib.Stats._fields_ if f not in ("n_tiers", "tier")}
+        out = {f: getattr(st, f) for f, _ in _lib.Stats._fields_
+               if f not in ("n_tiers", "tier", "late_held_bytes")}
         out["tiers"] = tiers
         return out
 

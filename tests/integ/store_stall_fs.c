@@ -360,6 +360,14 @@ static void hung_pins(struct slowfs *f)
 		(unsigned long long)(held >> 10), (unsigned long long)(cap >> 10));
 	CHECKM(held >= cap && held <= cap + 2 * obj, "late held %llu, cap %llu",
 	       (unsigned long long)held, (unsigned long long)cap);
+	/* and as kvt_stats reports it to an embedder */
+	struct kvt_stats st;
+	CHECK_RC(kvt_stats(s, &st), 0);
+	CHECKM(st.late_held_bytes[1] >= cap && st.late_held_bytes[1] <= cap + 2 * obj &&
+		       st.late_held_cap_bytes == cap && st.late_held_bytes[0] == 0,
+	       "kvt_stats: late held %llu (DRAM %llu), cap %llu",
+	       (unsigned long long)st.late_held_bytes[1], (unsigned long long)st.late_held_bytes[0],
+	       (unsigned long long)st.late_held_cap_bytes);
 	kill(f->pid, SIGUSR2);
 	kvt_store_close(s);
 	free(buf);

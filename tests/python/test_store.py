@@ -102,6 +102,9 @@ def test_stats_pool_counters(tdir):
         assert st["tiers"][0]["pool_bytes"] == 0 and "pool_pending_bytes" in st["tiers"][0]
         # the last field of the C struct: a binding that mirrors it short would lose it
         assert st["tiers"][0]["deadline_extensions"] == 0
+        # what late calls hold, per tier, and the bound on it (half the DRAM pool here)
+        assert [t["late_held_bytes"] for t in st["tiers"]] == [0] * len(st["tiers"])
+        assert st["late_held_cap_bytes"] > 0
 
 
 def test_keys_match_format_spec():
