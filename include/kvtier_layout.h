@@ -121,7 +121,9 @@ struct kvt_rows_result {
  * returns (reads it gave up are dropped when they complete). deadline_ns: CLOCK_MONOTONIC;
  * 0 = none (the tiers' own deadlines still bound every read); no chunk is read once it has
  * passed, a DRAM hit included (KVT_ROWS_DEADLINE). -EINVAL on bad arguments (nothing
- * read). */
+ * read). keys are taken as one chain in order: a chunk promoted into DRAM by the load is
+ * linked there to keys[i-1] as its parent, as a put with that parent would be (eviction
+ * order, and the parent in KV events). */
 KVT_EXPORT int kvt_rows_load(struct kvt_rows *r, const struct kvt_key *keys,
 			     const uint64_t *row_ids, size_t n, uint64_t deadline_ns,
 			     struct kvt_rows_result *res);

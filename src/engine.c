@@ -978,7 +978,7 @@ static int get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t lay
 	waiter_init(&w);
 	struct kvt_key sk;
 	return waiter_wait(&w,
-			   kvt__e_do_get(s, kvt__e_skey(s, key, &sk), layer_begin, layer_end, buf,
+			   kvt__e_do_get(s, kvt__e_skey(s, key, &sk), NULL, layer_begin, layer_end, buf,
 					 len, waiter_cb, &w, true),
 			   res);
 }
@@ -1041,7 +1041,7 @@ int kvt__store_get_direct(struct kvt_store *s, const struct kvt_key *key, uint32
 		return rc;
 	struct kvt_key sk;
 	return gated_end(s, g,
-			 kvt__e_do_get(s, kvt__e_skey(s, key, &sk), layer_begin, layer_end, buf,
+			 kvt__e_do_get(s, kvt__e_skey(s, key, &sk), NULL, layer_begin, layer_end, buf,
 				       len, gated_cb, g, true));
 }
 

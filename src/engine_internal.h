@@ -486,14 +486,15 @@ void *kvt__e_bounce_get(struct kvt_store *s);
 void kvt__e_fill_removed(struct kvt_store *s, const struct kvt_key *key);
 void kvt__e_bounce_free_all(struct kvt_store *s); /* at close */
 void kvt__e_bounce_put(struct kvt_store *s, void *b);
-int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, uint32_t l1, void *buf, size_t len, kvt_cb cb, void *arg, bool direct);
+/* parent: see do_get (NULL: none known) */
+int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent, uint32_t l0, uint32_t l1, void *buf, size_t len, kvt_cb cb, void *arg, bool direct);
 /* A get of all layers whose verified object is handed to sink (on the thread that has it:
  * a pinned DRAM slot or a bounce buffer; layer l at obj + KVT_HEADER_BYTES + l * the
  * padded layer size) instead of being copied out; sink returns the bytes it took or a
  * -errno, which becomes the get's status. Stores with object protection (s->prot) refuse
  * it (-EINVAL): their layers must be decrypted into a buffer. */
 typedef int64_t (*kvt__get_sink)(void *arg, const struct kvt_header *h, const void *obj);
-int kvt__e_do_get_sink(struct kvt_store *s, const struct kvt_key *key, kvt__get_sink sink, void *sink_arg, kvt_cb cb, void *arg, bool direct);
+int kvt__e_do_get_sink(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent, kvt__get_sink sink, void *sink_arg, kvt_cb cb, void *arg, bool direct);
 /* A write's failure that says it was not applied (no room, too large, refused, unreachable):
  * a late one need not be removed again (engine_wb.c). */
 bool kvt__e_write_refused(int rc);

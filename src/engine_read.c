@@ -757,12 +757,13 @@ static int get_bounce_start(struct get_op *g, int from)
 	return 0;
 }
 
-static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, uint32_t l1,
-		  void *buf, size_t len, kvt__get_sink sink, void *sink_arg, kvt_cb cb, void *arg,
-		  bool direct);
+static int do_get(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		  uint32_t l0, uint32_t l1, void *buf, size_t len, kvt__get_sink sink,
+		  void *sink_arg, kvt_cb cb, void *arg, bool direct);
 
-int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, uint32_t l1,
-		  void *buf, size_t len, kvt_cb cb, void *arg, bool direct)
+int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		  uint32_t l0, uint32_t l1, void *buf, size_t len, kvt_cb cb, void *arg,
+		  bool direct)
 {
 	if (!s || !key || !buf || !cb)
 		return -EINVAL;
@@ -772,20 +773,23 @@ int kvt__e_do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 		return -EINVAL;
 	if (len < (uint64_t)(l1 - l0) * kvt_layer_bytes(&s->geo, 1))
 		return -EINVAL;
-	return do_get(s, key, l0, l1, buf, len, NULL, NULL, cb, arg, direct);
+	return do_get(s, key, parent, l0, l1, buf, len, NULL, NULL, cb, arg, direct);
 }
 
-int kvt__e_do_get_sink(struct kvt_store *s, const struct kvt_key *key, kvt__get_sink sink,
-		       void *sink_arg, kvt_cb cb, void *arg, bool direct)
+int kvt__e_do_get_sink(struct kvt_store *s, const struct kvt_key *key,
+		       const struct kvt_key *parent, kvt__get_sink sink, void *sink_arg, kvt_cb cb,
+		       void *arg, bool direct)
 {
 	if (!s || !key || !sink || !cb || s->prot)
 		return -EINVAL;
-	return do_get(s, key, 0, s->geo.layers, NULL, 0, sink, sink_arg, cb, arg, direct);
+	return do_get(s, key, parent, 0, s->geo.layers, NULL, 0, sink, sink_arg, cb, arg, direct);
 }
 
-static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, uint32_t l1,
-		  void *buf, size_t len, kvt__get_sink sink, void *sink_arg, kvt_cb cb, void *arg,
-		  bool direct)
+/* parent (a storage key, or NULL): the chunk before key in its chain, where the caller knows
+ * it (a rows load names a chain); a promotion links key to it in DRAM, as a put does. */
+static int do_get(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		  uint32_t l0, uint32_t l1, void *buf, size_t len, kvt__get_sink sink,
+		  void *sink_arg, kvt_cb cb, void *arg, bool direct)
 {
 	int arc = kvt__e_admit_inflight(s);
 	if (arc < 0)
@@ -833,7 +837,7 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, uint32_t l0, u
 			return 0;
 		}
 		if (s->promote) {
-			int rc = fill_start(s, key, NULL, get_acquired, g, &g->cause, true);
+			int rc = fill_start(s, key, parent, get_acquired, g, &g->cause, true);
 			if (rc == 0)
 				return 0;
 			/* No slot to promote into (or a put of the key is landing, or a promotion
@@ -862,8 +866,8 @@ int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin
 		return rc;
 	struct kvt_key sk;
 	rc = s->client ? kvt__client_get(s->client, key, layer_begin, layer_end, buf, len, cb, arg)
-		       : kvt__e_do_get(s, kvt__e_skey(s, key, &sk), layer_begin, layer_end, buf,
-				       len, cb, arg, false);
+		       : kvt__e_do_get(s, kvt__e_skey(s, key, &sk), NULL, layer_begin, layer_end,
+				       buf, len, cb, arg, false);
 	kvt__store_leave(s);
 	return rc;
 }

@@ -410,11 +410,15 @@ static bool wait_change(struct kvt_rows *r, uint64_t deadline, uint64_t max_ns)
 static int submit_get(struct kvt_rows *r, struct slot *sl, const void *ctx)
 {
 	const struct load_ctx *lc = ctx;
-	struct kvt_key sk;
+	struct kvt_key sk, sp;
 	const struct kvt_key *k = kvt__e_skey(r->s, &lc->keys[sl->idx], &sk);
+	/* A load names a chain in order (its result counts leading chunks): the chunk before
+	 * is the parent a promotion links this one to in DRAM, as a put's is, so that DRAM
+	 * evicts a restored chain from its end (docs/COST_MODEL.md, difference 3). */
+	const struct kvt_key *p = sl->idx ? kvt__e_skey(r->s, &lc->keys[sl->idx - 1], &sp) : NULL;
 	if (r->sink)
-		return kvt__e_do_get_sink(r->s, k, load_sink, sl, load_cb, sl, true);
-	return kvt__e_do_get(r->s, k, 0, 0, sl->buf, r->chunk_bytes, load_cb, sl, true);
+		return kvt__e_do_get_sink(r->s, k, p, load_sink, sl, load_cb, sl, true);
+	return kvt__e_do_get(r->s, k, p, 0, 0, sl->buf, r->chunk_bytes, load_cb, sl, true);
 }
 
 struct store_ctx {

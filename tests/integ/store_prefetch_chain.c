@@ -11,9 +11,13 @@
  * DRAM of 7 slots, write-through to NVMe, LRU: chain A (3 chunks) put, then 7 others put to
  * push A out of DRAM (it stays on NVMe); a prefetch of A brings it back; 5 more puts evict 5
  * chunks: the 4 older others, then one of A's - its last, A[2], while A[0] and A[1] stay.
+ * The same with A brought back by a rows load (kvt_rows_load, what the vLLM connector
+ * restores with), whose gets name no parent to the public API but whose keys are a chain:
+ * until 2026-12-06 its promotions had no parent and A[0] went first.
  */
 #include "dram.h"
 #include "engine.h"
+#include "kvtier_layout.h"
 #include "store_key.h"
 #include "testlib.h"
 
@@ -32,7 +36,23 @@ static bool resident(struct kvt_store *s, const struct kvt_key *k)
 				  false);
 }
 
-int main(void)
+/* One chunk per row, laid out as the canonical payload: [layer][K|V][token][head][dim]. */
+static struct kvt_row_layout dense_layout(const struct kvt_geometry *g)
+{
+	const int64_t T = g->chunk_tokens, H = g->kv_heads, D = g->head_dim;
+	uint32_t eb = kvt_dtype_bytes(g->dtype);
+	struct kvt_row_layout lay = {.elem_bytes = eb, .layers = g->layers, .kv_heads = g->kv_heads,
+				     .head_dim = g->head_dim, .block_tokens = g->chunk_tokens,
+				     .blocks_per_chunk = 1, .heads_per_rank = g->kv_heads,
+				     .row_bytes = (uint64_t)(2 * g->layers * T * H * D) * eb};
+	struct kvt_row_strides k = {.layer = 2 * T * H * D, .token = H * D, .head = D, .dim = 1};
+	lay.k = lay.v = k;
+	lay.v.offset = T * H * D;
+	return lay;
+}
+
+/* A's 3 chunks brought back into DRAM by how: 0 a prefetch, 1 a rows load. */
+static void run(int how)
 {
 	char *dir = test_tmpdir("store_prefetch_chain");
 	struct kvt_config *c = test_config("dram,nvme", dir);
@@ -63,7 +83,23 @@ int main(void)
 	int8_t tiers[3];
 	CHECK_EQ(kvt_lookup_sync(s, a, 3, tiers), 3); /* on NVMe */
 
-	CHECK_EQ(kvt_prefetch_sync(s, a, 3, 0), 3);
+	if (how == 0) {
+		CHECK_EQ(kvt_prefetch_sync(s, a, 3, 0), 3);
+	} else {
+		struct kvt_row_layout lay = dense_layout(g);
+		CHECK_EQ(kvt_row_layout_chunk_bytes(&lay), len);
+		uint8_t *rows = calloc(3, lay.row_bytes);
+		CHECK(rows);
+		struct kvt_rows *r;
+		CHECK_RC(kvt_rows_open(s, &lay, rows, 3, 3, &r), 0);
+		uint64_t ids[3] = {0, 1, 2};
+		struct kvt_rows_result res;
+		CHECK_EQ(kvt_rows_load(r, a, ids, 3, 0, &res), 3);
+		for (int i = 0; i < 3; i++)
+			CHECKM(!memcmp(rows + (size_t)i * lay.row_bytes, buf, len), "row %d exact", i);
+		kvt_rows_close(r);
+		free(rows);
+	}
 	for (int i = 0; i < 3; i++)
 		CHECKM(resident(s, &a[i]), "A[%d] promoted", i);
 
@@ -73,8 +109,8 @@ int main(void)
 	int others = 0;
 	for (int i = 0; i < 7; i++)
 		others += resident(s, &b[i]);
-	printf("  after 5 puts into 7 slots: A[0] %s, A[1] %s, A[2] %s; %d of the 7 others\n",
-	       in[0] ? "resident" : "evicted", in[1] ? "resident" : "evicted",
+	printf("  %s, then 5 puts into 7 slots: A[0] %s, A[1] %s, A[2] %s; %d of the 7 others\n",
+	       how ? "rows load" : "prefetch", in[0] ? "resident" : "evicted", in[1] ? "resident" : "evicted",
 	       in[2] ? "resident" : "evicted", others);
 	CHECK_EQ(others, 0);
 	CHECKM(in[0] && in[1] && !in[2], "the promoted chain is evicted from its end");
@@ -87,6 +123,12 @@ int main(void)
 	free(buf);
 	test_rmdir(dir);
 	free(dir);
+}
+
+int main(void)
+{
+	run(0);
+	run(1);
 	printf("store_prefetch_chain: ok\n");
 	return 0;
 }
