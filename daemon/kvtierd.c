@@ -436,8 +436,8 @@ static int call_start(struct conn *c, const struct kvtd_req *r, struct held *h)
 	uint8_t *p = c->shm + r->off;
 	switch (r->op) {
 	case KVTD_GET:
-		return kvt__store_get_direct(s, &r->key, r->layer_begin, r->layer_end, p, r->len,
-					     held_cb, h);
+		return kvt__store_get_direct(s, &r->key, r->has_parent ? &r->parent : NULL,
+					     r->layer_begin, r->layer_end, p, r->len, held_cb, h);
 	case KVTD_PUT:
 		return kvt__store_put_direct(s, &r->key, r->has_parent ? &r->parent : NULL,
 					     r->n_tokens, p, r->len, held_cb, h);
@@ -545,8 +545,10 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 		res->status = -EBUSY;
 		return;
 	}
-	struct kvt_key sk;
+	struct kvt_key sk, sp;
 	kvt_storage_key(g_ns, &r->key, &sk);
+	if (r->has_parent) /* the chunk before it in its chain: a promotion links it there */
+		kvt_storage_key(g_ns, &r->parent, &sp);
 	uint64_t by = deadline_of(r);
 	struct held *h = held_new();
 	if (!h) {
@@ -557,7 +559,9 @@ static void get_pin(struct conn *c, const struct kvtd_req *r, struct kvtd_rep *r
 	 * kvt_store_close must wait for it (as for the gets and puts of held_call). */
 	int rc = kvt__store_enter(s);
 	if (rc == 0 &&
-	    (rc = RETRY_BY(kvt__store_acquire_cause(s, &sk, acq_cb, h, &h->cause), by)) < 0)
+	    (rc = RETRY_BY(kvt__store_acquire_cause(s, &sk, r->has_parent ? &sp : NULL, acq_cb, h,
+						    &h->cause),
+			   by)) < 0)
 		kvt__store_leave(s); /* no acq_cb comes */
 	if (rc == 0) {
 		if (!held_wait(c, h, by, false)) {

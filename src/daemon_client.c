@@ -1490,14 +1490,18 @@ int kvt__client_put_sync(struct kvt_client *c, const struct kvt_key *key,
 	return run_sync(c, &o, NULL, SYNC_REMOVES);
 }
 
-int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
-			 uint32_t layer_end, void *buf, size_t len, uint64_t by_ns,
-			 struct kvt_result *res)
+int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key,
+			 const struct kvt_key *parent, uint32_t layer_begin, uint32_t layer_end,
+			 void *buf, size_t len, uint64_t by_ns, struct kvt_result *res)
 {
 	if (check_get(c, key, layer_begin, layer_end, buf, len) < 0)
 		return -EINVAL;
 	struct cop o = get_op(key, layer_begin, layer_end, buf, len);
 	o.by_ns = by_ns;
+	if (parent) {
+		o.parent = *parent;
+		o.has_parent = true;
+	}
 	return run_sync(c, &o, res, SYNC_REMOVES);
 }
 

@@ -58,9 +58,12 @@ int kvt__client_put_sync(struct kvt_client *c, const struct kvt_key *key,
 			 size_t len, uint64_t by_ns);
 int kvt__client_lookup_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
 			    int8_t *tiers, struct kvt_result *res);
-int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
-			 uint32_t layer_end, void *buf, size_t len, uint64_t by_ns,
-			 struct kvt_result *res);
+/* parent (may be NULL): the chunk before key in its chain (a rows load's keys[i-1]), which
+ * the daemon links a promotion of key to in its DRAM (a daemon from before 2026-12-06
+ * ignores it). */
+int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key,
+			 const struct kvt_key *parent, uint32_t layer_begin, uint32_t layer_end,
+			 void *buf, size_t len, uint64_t by_ns, struct kvt_result *res);
 int kvt__client_prefetch_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
 			      uint64_t deadline_ns);
 int kvt__client_remove_sync(struct kvt_client *c, const struct kvt_key *key);

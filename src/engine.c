@@ -973,7 +973,7 @@ int kvt_lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, i
 static int get_sync(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
 		    uint32_t layer_end, void *buf, size_t len, struct kvt_result *res)
 {
-	if (s->client) return kvt__client_get_sync(s->client, key, layer_begin, layer_end, buf, len, 0, res);
+	if (s->client) return kvt__client_get_sync(s->client, key, NULL, layer_begin, layer_end, buf, len, 0, res);
 	struct waiter w;
 	waiter_init(&w);
 	struct kvt_key sk;
@@ -1032,17 +1032,18 @@ static int gated_end(struct kvt_store *s, struct gated *g, int rc)
 	return rc;
 }
 
-int kvt__store_get_direct(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
-			  uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg)
+int kvt__store_get_direct(struct kvt_store *s, const struct kvt_key *key,
+			  const struct kvt_key *parent, uint32_t layer_begin, uint32_t layer_end,
+			  void *buf, size_t len, kvt_cb cb, void *arg)
 {
 	int rc;
 	struct gated *g = gated_start(s, cb, arg, &rc);
 	if (!g)
 		return rc;
-	struct kvt_key sk;
+	struct kvt_key sk, sp;
 	return gated_end(s, g,
-			 kvt__e_do_get(s, kvt__e_skey(s, key, &sk), NULL, layer_begin, layer_end, buf,
-				       len, gated_cb, g, true));
+			 kvt__e_do_get(s, kvt__e_skey(s, key, &sk), kvt__e_skey(s, parent, &sp),
+				       layer_begin, layer_end, buf, len, gated_cb, g, true));
 }
 
 int kvt__store_put_direct(struct kvt_store *s, const struct kvt_key *key,

@@ -83,9 +83,10 @@ int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acqui
 		       void *arg);
 /* The same; a promotion that fails sets *cause (which must live until cb) before cb runs to
  * why no tier served it (kvt_result.cause: 0, -EBADMSG, -ETIMEDOUT, -EAGAIN, a tier's
- * error), so kvtierd can tell its clients. A hit leaves it alone. */
-int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
-			     void *arg, int *cause);
+ * error), so kvtierd can tell its clients. A hit leaves it alone. parent (a storage key, or
+ * NULL): the chunk before key in its chain, which a promotion links it to in DRAM. */
+int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key,
+			     const struct kvt_key *parent, kvt_acquire_cb cb, void *arg, int *cause);
 void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref);
 /* kvt_lookup_sync that also fills res (may be NULL), whose cause says why the prefix
  * stopped when a tier could not answer, so kvtierd can tell its clients. */
@@ -117,8 +118,9 @@ void kvt__store_leave(const struct kvt_store *s);
  * client's request with these so that it can stop waiting at the client's deadline while
  * the call runs to its end. 0: cb will run (possibly before this returns); < 0: it will
  * not (-EAGAIN: a tier's queue is full, try again). */
-int kvt__store_get_direct(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
-			  uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg);
+int kvt__store_get_direct(struct kvt_store *s, const struct kvt_key *key,
+			  const struct kvt_key *parent, uint32_t layer_begin, uint32_t layer_end,
+			  void *buf, size_t len, kvt_cb cb, void *arg);
 int kvt__store_put_direct(struct kvt_store *s, const struct kvt_key *key,
 			  const struct kvt_key *parent, uint32_t n_tokens, const void *buf,
 			  size_t len, kvt_cb cb, void *arg);

@@ -622,10 +622,10 @@ int kvt__store_acquire(struct kvt_store *s, const struct kvt_key *key, kvt_acqui
 	return acquire(s, key, NULL, cb, arg, NULL, true);
 }
 
-int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key, kvt_acquire_cb cb,
-			     void *arg, int *cause)
+int kvt__store_acquire_cause(struct kvt_store *s, const struct kvt_key *key,
+			     const struct kvt_key *parent, kvt_acquire_cb cb, void *arg, int *cause)
 {
-	return acquire(s, key, NULL, cb, arg, cause, true);
+	return acquire(s, key, parent, cb, arg, cause, true);
 }
 
 void kvt__store_release(struct kvt_store *s, const struct kvt_slot_ref *ref)

@@ -674,8 +674,9 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 		uint64_t t0 = kvt__now_ns(), t1;
 		if (load) {
 			struct kvt_result kr = {0};
-			int rc = kvt__client_get_sync(r->s->client, &keys[i], 0, 0, buf,
-						      r->chunk_bytes, deadline, &kr);
+			/* keys[i-1]: its parent, as submit_get names it */
+			int rc = kvt__client_get_sync(r->s->client, &keys[i], i ? &keys[i - 1] : NULL,
+						      0, 0, buf, r->chunk_bytes, deadline, &kr);
 			if (rc == -ENOENT && kr.cause < 0) /* as load_cb: a bad copy, a late tier, */
 				rc = kr.cause;             /* the daemon unreachable: say so */
 			if (rc == 0 && kr.n_tokens != r->chunk_tokens)

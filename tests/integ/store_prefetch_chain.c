@@ -17,7 +17,6 @@
  */
 #include "dram.h"
 #include "engine.h"
-#include "kvtier_layout.h"
 #include "store_key.h"
 #include "testlib.h"
 
@@ -34,21 +33,6 @@ static bool resident(struct kvt_store *s, const struct kvt_key *k)
 	struct kvt_key sk;
 	return kvt__dram_contains(kvt__store_dram(s), kvt__storage_key(kvt_store_ns_id(s), k, &sk),
 				  false);
-}
-
-/* One chunk per row, laid out as the canonical payload: [layer][K|V][token][head][dim]. */
-static struct kvt_row_layout dense_layout(const struct kvt_geometry *g)
-{
-	const int64_t T = g->chunk_tokens, H = g->kv_heads, D = g->head_dim;
-	uint32_t eb = kvt_dtype_bytes(g->dtype);
-	struct kvt_row_layout lay = {.elem_bytes = eb, .layers = g->layers, .kv_heads = g->kv_heads,
-				     .head_dim = g->head_dim, .block_tokens = g->chunk_tokens,
-				     .blocks_per_chunk = 1, .heads_per_rank = g->kv_heads,
-				     .row_bytes = (uint64_t)(2 * g->layers * T * H * D) * eb};
-	struct kvt_row_strides k = {.layer = 2 * T * H * D, .token = H * D, .head = D, .dim = 1};
-	lay.k = lay.v = k;
-	lay.v.offset = T * H * D;
-	return lay;
 }
 
 /* A's 3 chunks brought back into DRAM by how: 0 a prefetch, 1 a rows load. */
@@ -86,7 +70,7 @@ static void run(int how)
 	if (how == 0) {
 		CHECK_EQ(kvt_prefetch_sync(s, a, 3, 0), 3);
 	} else {
-		struct kvt_row_layout lay = dense_layout(g);
+		struct kvt_row_layout lay = test_dense_layout(g);
 		CHECK_EQ(kvt_row_layout_chunk_bytes(&lay), len);
 		uint8_t *rows = calloc(3, lay.row_bytes);
 		CHECK(rows);

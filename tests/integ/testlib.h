@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "kvtier_layout.h"
 
 
 #define CHECK_RC(expr, want)                                                                  \
@@ -287,6 +288,21 @@ static inline void test_chain_keys(struct kvt_store *s, struct kvt_key *k, int n
 		uint32_t t[2] = {salt, (uint32_t)i};
 		kvt_key_next(kvt_store_ns_id(s), i ? &k[i - 1] : NULL, t, 2, &k[i]);
 	}
+}
+
+/* One chunk per row, laid out as the canonical payload: [layer][K|V][token][head][dim]. */
+static inline struct kvt_row_layout test_dense_layout(const struct kvt_geometry *g)
+{
+	const int64_t T = g->chunk_tokens, H = g->kv_heads, D = g->head_dim;
+	uint32_t eb = kvt_dtype_bytes(g->dtype);
+	struct kvt_row_layout lay = {.elem_bytes = eb, .layers = g->layers, .kv_heads = g->kv_heads,
+				     .head_dim = g->head_dim, .block_tokens = g->chunk_tokens,
+				     .blocks_per_chunk = 1, .heads_per_rank = g->kv_heads,
+				     .row_bytes = (uint64_t)(2 * g->layers * T * H * D) * eb};
+	struct kvt_row_strides k = {.layer = 2 * T * H * D, .token = H * D, .head = D, .dim = 1};
+	lay.k = lay.v = k;
+	lay.v.offset = T * H * D;
+	return lay;
 }
 
 #endif
