@@ -940,21 +940,21 @@ static int64_t run_read(struct fs_state *s, struct fs_op *op)
 	return (int64_t)total; /* objects may exceed 2 GiB: never clamped */
 }
 
-/* The name is taken (another writer published first, or something was planted there):
- * keep what holds it only if it can be the object - a regular file of its size (same key,
- * same bytes; a damaged one is found by the reader's checks and dropped). Anything else
- * (a symbolic link, a FIFO, a truncated file) would make the write acknowledged and the
- * object unreadable for good: the temporary replaces it. */
+/* The name is taken (another writer published first, or something was planted there): the
+ * temporary replaces it, whatever it holds. Keeping a regular file of the object's size, as
+ * until 2026-12-06, acknowledged puts that stored nothing this store can read: a copy
+ * without the MAC this store requires, one under a rotated encryption key, a damaged one
+ * (the next read drops it: the put was lost), and it kept the old file's date, so the
+ * sweep took the key just put for the least recently used. Replacing is safe: every
+ * sound copy of a key holds the same data, a reader keeps the file it opened, and a drop
+ * spares a file its read did not serve (served_replaced). Only what cannot be an object
+ * is worth a warning. */
 static int publish_taken(struct fs_state *s, int dfd, const char *tmp, const char *name,
 			 uint64_t len)
 {
 	struct stat st;
 	int got = fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW);
-	if (got == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == len) {
-		unlinkat(dfd, tmp, 0);
-		return 0;
-	}
-	if (got == 0) /* (else the name went meanwhile: nothing to say, the rename takes it) */
+	if (got == 0 && !(S_ISREG(st.st_mode) && (uint64_t)st.st_size == len))
 		KVT_WARN(&s->t->log, "fs: %s/.../%s held %s, not the object: replaced", s->dir,
 			 name,
 			 S_ISLNK(st.st_mode)   ? "a symbolic link"
@@ -992,13 +992,13 @@ static int rename_aside(struct fs_state *s, int dfd, const char *from, const cha
 	return renameat(dfd, from, dfd, to) < 0 ? -errno : 0;
 }
 
-/* Move a finished temporary (len bytes) onto its final name, both in leaf dfd, without
- * replacing an object another writer published first: renameat2(RENAME_NOREPLACE) in one
- * step where the file system has it (ext4, xfs, btrfs, tmpfs), else link() + unlink(),
- * else a plain rename, which may replace a copy published meanwhile. That is harmless:
- * every copy of a key is a sound object of it (the same data; encrypted ones differ in
- * their nonce), a read reads one file whole, and a drop spares a file its read did not
- * serve. */
+/* Move a finished temporary (len bytes) onto its final name, both in leaf dfd:
+ * renameat2(RENAME_NOREPLACE) in one step where the file system has it (ext4, xfs, btrfs,
+ * tmpfs), else link() + unlink(), else a plain rename. A name already taken is replaced
+ * all the same (publish_taken: the refusal only lets it warn about what was planted
+ * there); a plain rename replaces at once. That is harmless: every sound copy of a key
+ * holds the same data (encrypted ones differ in their nonce), a read reads one file whole,
+ * and a drop spares a file its read did not serve. */
 static int publish(struct fs_state *s, int dfd, const char *tmp, const char *name, uint64_t len)
 {
 	if (atomic_load(&s->noreplace_ok)) {

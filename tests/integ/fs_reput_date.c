@@ -1,0 +1,86 @@
+/*
+ * fs_reput_date.c - a put of a key the fs directory already holds dates the object as just
+ * written, so the sweep (oldest max(atime, mtime) first) does not take it for the least
+ * recently used. Why: until 2026-12-06 the put kept the old file and its old date, and the
+ * key most recently put and flushed was the first a sweep removed (found by review).
+ * Two instances on one directory, fs.bytes = 16 objects: A writes K0, then K1..K14 a
+ * second later; B puts K0 a second after that; A writes K15 and K16, and its sweep removes
+ * two objects: K1 and K2, never K0.
+ */
+#include "lib/tierh.h"
+#include "testlib.h"
+
+extern const struct kvt_tier_ops kvt__tier_fs_ops;
+
+#define OBJ 8192
+
+static struct kvt_tier *open_fs(const char *dir)
+{
+	const char *kv[] = {"fs.dir", dir, "fs.bytes", "131072", "fs.fsync", "data", NULL};
+	struct kvt_config *c = th_config(kv);
+	struct kvt_tier *t;
+	CHECK_EQ(th_open(&kvt__tier_fs_ops, c, &t), 0);
+	kvt_config_destroy(c);
+	return t;
+}
+
+static int flush(struct kvt_tier *t)
+{
+	struct th_wait w;
+	th_wait_init(&w);
+	int rc = (int)th_wait_done(&w, t->ops->flush(t, th_cb, &w), TH_TIMEOUT);
+	th_wait_fini(&w);
+	return rc;
+}
+
+static int present(struct kvt_tier *t, const struct kvt_key *k)
+{
+	uint8_t p = 0;
+	CHECK_EQ(th_exists(t, k, 1, &p), 0);
+	return p;
+}
+
+int main(void)
+{
+	char *dir = test_tmpdir("fs_reput_date");
+	uint8_t *buf = aligned_alloc(4096, OBJ);
+	CHECK(buf);
+	struct kvt_key k[17];
+	for (int i = 0; i < 17; i++)
+		th_key(&k[i], (uint64_t)i, 77);
+	struct kvt_tier *a = open_fs(dir), *b = open_fs(dir);
+	th_obj_fill(buf, OBJ, 100);
+	CHECK_EQ(th_write(a, &k[0], buf, OBJ), 0);
+	sleep(1);
+	for (int i = 1; i < 15; i++) {
+		th_obj_fill(buf, OBJ, 100 + (uint64_t)i);
+		CHECK_EQ(th_write(a, &k[i], buf, OBJ), 0);
+	}
+	CHECK_EQ(flush(a), 0);
+	sleep(1);
+	th_obj_fill(buf, OBJ, 100);
+	CHECK_EQ(th_write(b, &k[0], buf, OBJ), 0); /* B's put of K0, the most recent */
+	CHECK_EQ(flush(b), 0);
+	sleep(1);
+	for (int i = 15; i < 17; i++) {
+		th_obj_fill(buf, OBJ, 100 + (uint64_t)i);
+		CHECK_EQ(th_write(a, &k[i], buf, OBJ), 0);
+	}
+	CHECK_EQ(flush(a), 0);
+	/* the sweep runs in the background: until two of the three are gone, up to 10 s */
+	for (int i = 0; i < 1000 && present(a, &k[0]) + present(a, &k[1]) + present(a, &k[2]) > 1;
+	     i++)
+		usleep(10000);
+	int p0 = present(a, &k[0]), p1 = present(a, &k[1]), p2 = present(a, &k[2]);
+	printf("after the sweep: K0 (put by B last) %s, K1 %s, K2 %s\n",
+	       p0 ? "present" : "evicted", p1 ? "present" : "evicted",
+	       p2 ? "present" : "evicted");
+	CHECKM(p0 && !p1 && !p2, "the sweep should take K1 and K2, the least recently written");
+	th_close(a);
+	th_close(b);
+	free(buf);
+	test_rmdir(dir);
+	free(dir);
+	printf("fs_reput_date: ok\n");
+	return 0;
+}
