@@ -1062,7 +1062,14 @@ static void date_in_chain(struct fs_state *s, int dfd, const char *tmp,
 	if (pfd >= 0)
 		close(pfd);
 	if (got == 0 && S_ISREG(st.st_mode)) {
-		ts[1] = st.st_mtim;
+		/* just before the parent's age as the sweep measures it: a parent written long
+		 * ago and read since is young, and so must its new child be (until 2026-12-06
+		 * the child took the parent's mtime alone, and went before objects idle far
+		 * longer) */
+		bool a_newer = st.st_atim.tv_sec > st.st_mtim.tv_sec ||
+			       (st.st_atim.tv_sec == st.st_mtim.tv_sec &&
+				st.st_atim.tv_nsec > st.st_mtim.tv_nsec);
+		ts[1] = a_newer ? st.st_atim : st.st_mtim;
 		if (ts[1].tv_nsec > 0) {
 			ts[1].tv_nsec--;
 		} else if (ts[1].tv_sec > 1) {
