@@ -477,6 +477,11 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t batch_bytes, uint64_t s
 void nv_log_close(struct nv *s);
 bool nv_log_takes(struct nv *s, const struct nv_op *op);
 uint64_t nv_log_max(const struct nv *s); /* objects up to this size may go to the log (0: none) */
+/* Bytes of the log's segment files on disk (created once, kept: the tier's own room). */
+uint64_t nv_log_disk_bytes(const struct nv *s);
+/* The capacity (live bytes) room bytes of disk give: the live bytes of the cycle's segments
+ * that fit in it, plus the rest for objects in files of their own (clamp_capacity). */
+uint64_t nv_log_capacity_in(const struct nv *s, uint64_t room);
 int nv_log_stage(struct nv *s, struct nv_op *op); /* 1 staged, 0 blocked, -1 file path */
 void nv_log_kick(struct nv *s);
 bool nv_log_busy(struct nv *s);

@@ -261,6 +261,22 @@ uint64_t nv_log_max(const struct nv *s)
 	return s->lg ? s->lg->log_max : 0; /* set at open, constant until close */
 }
 
+uint64_t nv_log_disk_bytes(const struct nv *s)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; s->lg && i < s->lg->nsegs; i++)
+		if (s->lg->segs[i].fd >= 0)
+			n += s->lg->segs[i].bytes;
+	return n;
+}
+
+uint64_t nv_log_capacity_in(const struct nv *s, uint64_t room)
+{
+	const struct nv_log *lg = s->lg;
+	uint64_t fit = KVT_MIN(room / lg->seg_bytes, (uint64_t)lg->nmax);
+	return (fit >= 3 ? nv_log_live(lg, (uint32_t)fit) : 0) + (room - fit * lg->seg_bytes);
+}
+
 bool nv_log_takes(struct nv *s, const struct nv_op *op)
 {
 	struct nv_log *lg = s->lg;

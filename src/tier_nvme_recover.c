@@ -70,9 +70,20 @@ int nv_scan_anomalies(struct kvt_tier *t, void (*fn)(void *arg, const char *path
 
 /* The file systems under nvme.dirs can hold what is stored there plus their free space;
  * nvme.bytes above that, less 2 % of each file system kept free, would fill them to the
- * last block (and fail other programs' writes): clamp it, with a warning. */
+ * last block (and fail other programs' writes): clamp it, with a warning.
+ * With the log (docs/NVME_LOG.md) the capacity counts live bytes, held inside the segment
+ * files, which are created once and kept: their bytes are the tier's own room, and the
+ * objects in them take none besides. The limit is then the live bytes of the segments that
+ * fit in that room, plus what is left of it for objects in files of their own. Until
+ * 2026-12-06 the segments counted as free space used by others and log objects as files,
+ * so an open with few live objects on a disk sized for the segments clamped the capacity
+ * to the disk's few free bytes, for good (found by review: every write refused). */
 static void clamp_capacity(struct nv *s)
 {
+	bool lg = nv_log_max(s) > 0;
+	struct stat d0;
+	if (fstat(s->dirs[0].fd, &d0) < 0)
+		return;
 	uint64_t room = 0;
 	dev_t devs[64];
 	uint32_t ndevs = 0;
@@ -93,10 +104,14 @@ static void clamp_capacity(struct nv *s)
 		uint64_t ours = 0;
 		for (struct nv_ent *e = s->lru_head; e; e = e->next) {
 			struct stat ds;
+			if (lg && e->lseg) /* inside a segment, counted below */
+				continue;
 			if (e->dir == i ||
 			    (!fstat(s->dirs[e->dir].fd, &ds) && ds.st_dev == st.st_dev))
 				ours += e->bytes;
 		}
+		if (lg && st.st_dev == d0.st_dev) /* the log lives under the first directory */
+			ours += nv_log_disk_bytes(s);
 		for (uint32_t j = 0; j < s->nslots; j++) { /* preallocated slots are ours too */
 			struct stat ds;
 			if (s->slots[j].dir == i ||
@@ -107,8 +122,10 @@ static void clamp_capacity(struct nv *s)
 		uint64_t keep = (uint64_t)vfs.f_blocks * vfs.f_frsize / 50;
 		room += avail + ours > keep ? avail + ours - keep : 0;
 	}
-	if (room >= s->capacity)
+	uint64_t limit = lg ? nv_log_capacity_in(s, room) : room;
+	if (limit >= s->capacity)
 		return;
+	room = limit;
 	KVT_WARN(s->log,
 		 "nvme: nvme.bytes (%" PRIu64 ") is more than the file system(s) under nvme.dirs "
 		 "can hold while keeping 2 %% free: capacity clamped to %" PRIu64 " bytes%s",
