@@ -798,6 +798,20 @@ def test_layer_count_must_match_vllm_group(tdir):
                            "dram.hugepages": False}, model=MODEL, layout="cpu-vec")
 
 
+def test_geometry_smaller_than_vllm_page_is_refused(tdir):
+    """A geometry needing fewer bytes than vLLM's page (KV heads given per TP rank, or a
+    head_dim that is not hidden_size / heads, from the `model` option or a config.json)
+    passed the start check: the rest of each page was taken for padding, so a store kept
+    part of each page and a restore wrote part back, leaving the rest of the page stale,
+    with the load reported whole."""
+    buf, view = primary()
+    with pytest.raises(ValueError, match="needs 8192 bytes per 16-token block; vLLM allocates 16384"):
+        KvtierTier(spec(), view, "KvtierTier",
+                   config={"store.tiers": "dram", "dram.bytes": "8MiB",
+                           "dram.hugepages": False},
+                   model={**MODEL, "kv_heads": 1}, layout="cpu-vec")
+
+
 def test_a_load_that_cannot_start_fails_its_job_not_the_scheduler(tdir, monkeypatch):
     """submit_load caught only KvtierError and ValueError: anything else raised by the
     rows handle's start (an OverflowError, a bug) went into vLLM's scheduler thread."""

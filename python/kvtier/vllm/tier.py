@@ -400,7 +400,13 @@ class KvtierTier(SecondaryTierManager):
                              f"layers' tensors, the model has {layers} layers; a group with "
                              "other layers in it (a speculative drafter's) is not supported")
         need = layers * 2 * block_tokens * (kv_heads // max(par.tp_size, 1)) * head_dim * itemsize
-        if oc.worker_kv_bytes_per_block % layers or need > oc.worker_kv_bytes_per_block \
+        # Exactly: with one KV cache group of one page per layer, vLLM's pages are unpadded
+        # (it pads only to unify the groups of hybrid models). A geometry needing fewer bytes
+        # than vLLM allocates (KV heads given per rank, a head_dim that is not hidden_size /
+        # heads) made the rest of each page look like padding: rows stored and restored in
+        # part, the rest of a restored page stale, the load reported whole (until
+        # 2026-12-06, found by review).
+        if oc.worker_kv_bytes_per_block % layers or need != oc.worker_kv_bytes_per_block \
                 or kv_heads % max(par.tp_size, 1):
             raise ValueError(
                 f"KvtierTier: a geometry of {layers} layers, {kv_heads} KV heads x {head_dim} "
