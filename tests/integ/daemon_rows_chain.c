@@ -43,19 +43,7 @@ int main(void)
 	for (int i = 0; i < 3; i++)
 		CHECKM(tiers[i] == 1, "A[%d] pushed out to NVMe (tier %d)", i, tiers[i]);
 
-	struct kvt_row_layout lay = test_dense_layout(g);
-	CHECK_EQ(kvt_row_layout_chunk_bytes(&lay), len);
-	uint8_t *rows = calloc(3, lay.row_bytes);
-	CHECK(rows);
-	struct kvt_rows *r;
-	CHECK_RC(kvt_rows_open(s, &lay, rows, 3, 2, &r), 0);
-	uint64_t ids[3] = {0, 1, 2};
-	struct kvt_rows_result res;
-	CHECK_EQ(kvt_rows_load(r, a, ids, 3, 0, &res), 3);
-	for (int i = 0; i < 3; i++)
-		CHECKM(!memcmp(rows + (size_t)i * lay.row_bytes, buf, len), "row %d exact", i);
-	kvt_rows_close(r);
-	free(rows);
+	test_rows_load_exact(s, a, 3, 2, buf, len);
 
 	for (int i = 7; i < 12; i++)
 		CHECK_RC(kvt_put_sync(s, &o[i], NULL, tokens, buf, len), 0);

@@ -27,22 +27,6 @@ static struct kvt_tier *fs_open(const char *dir, const char *mode, const char *b
 	return t;
 }
 
-static int th_flush(struct kvt_tier *t)
-{
-	struct th_wait w;
-	th_wait_init(&w);
-	int rc = (int)th_wait_done(&w, t->ops->flush(t, th_cb, &w), TH_TIMEOUT);
-	th_wait_fini(&w);
-	return rc;
-}
-
-static int present(struct kvt_tier *t, const struct kvt_key *k)
-{
-	uint8_t p = 0;
-	CHECK_EQ(th_exists(t, k, 1, &p), 0);
-	return p;
-}
-
 static void swept_then_removed(const char *mnt, const char *img, const char *mode,
 			       const char *what, uint64_t salt)
 {
@@ -59,14 +43,14 @@ static void swept_then_removed(const char *mnt, const char *img, const char *mod
 	CHECK_EQ(th_flush(t), 0);
 	sleep(1); /* older than the rest: the sweep's first victim */
 	int n = 0;
-	for (; n < 32 && present(t, &old); n++) {
+	for (; n < 32 && th_present(t, &old); n++) {
 		th_key(&k, (uint64_t)n, salt + 7);
 		th_obj_fill(buf, OBJ, (uint64_t)n + 2);
 		CHECK_EQ(th_write(t, &k, buf, OBJ), 0);
-		for (int i = 0; i < 50 && present(t, &old); i++)
+		for (int i = 0; i < 50 && th_present(t, &old); i++)
 			usleep(10000);
 	}
-	CHECKM(!present(t, &old), "%s: the sweep never evicted the key", what);
+	CHECKM(!th_present(t, &old), "%s: the sweep never evicted the key", what);
 	CHECK_EQ(th_flush(t), 0);
 	int r = th_remove(t, &old); /* -ENOENT: the sweep took the name */
 	CHECK(r == 0 || r == -ENOENT);
@@ -75,7 +59,7 @@ static void swept_then_removed(const char *mnt, const char *img, const char *mod
 	th_close(t);
 	sh("mount -o loop %s/snap.img %s/snapmnt", g_root, g_root);
 	struct kvt_tier *s = fs_open(snap, mode, "0", true);
-	CHECKM(!present(s, &old),
+	CHECKM(!th_present(s, &old),
 	       "%s, fs.fsync=%s: a key swept, removed (%d) and flushed is back after a power cut",
 	       what, mode, r);
 	th_close(s);
@@ -113,7 +97,7 @@ static void fresh_store(const char *mnt, const char *img, const char *mode, cons
 		struct kvt_tier *r = fs_open(snap, mode, "0", true);
 		for (int i = 0; i < KEYS; i++) {
 			th_key(&k, (uint64_t)i, salt);
-			there += present(r, &k);
+			there += th_present(r, &k);
 		}
 		th_close(r);
 	}

@@ -15,7 +15,7 @@
 #include "testlib.h"
 
 #include "format.h"
-#include "store_key.h"
+#include "lib/fs_object.h"
 
 static const char *dir;
 static char keydir[4096];
@@ -79,11 +79,9 @@ static int read_back(const char *mac, const char *enc, const struct kvt_key *k, 
 
 static void object_path(struct kvt_store *s, const struct kvt_key *k, char *path, size_t n)
 {
-	struct kvt_key sk;
-	char hex[65];
-	kvt__storage_key(kvt_store_ns_id(s), k, &sk);
-	kvt_key_to_hex(&sk, hex);
-	snprintf(path, n, "%s/fs/v1/%.2s/%.2s/%s", dir, hex, hex + 2, hex);
+	char fsdir[2048];
+	snprintf(fsdir, sizeof(fsdir), "%s/fs", dir);
+	test_fs_object_path(s, fsdir, k, path, n);
 }
 
 int main(void)

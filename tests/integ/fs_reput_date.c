@@ -31,22 +31,6 @@ static struct kvt_tier *open_fs(const char *dir)
 	return t;
 }
 
-static int flush(struct kvt_tier *t)
-{
-	struct th_wait w;
-	th_wait_init(&w);
-	int rc = (int)th_wait_done(&w, t->ops->flush(t, th_cb, &w), TH_TIMEOUT);
-	th_wait_fini(&w);
-	return rc;
-}
-
-static int present(struct kvt_tier *t, const struct kvt_key *k)
-{
-	uint8_t p = 0;
-	CHECK_EQ(th_exists(t, k, 1, &p), 0);
-	return p;
-}
-
 static void set_times(const char *dir, const struct kvt_key *k, time_t at, time_t mt)
 {
 	char hex[65], p[4200];
@@ -94,15 +78,15 @@ static void chain_date(void)
 	int n = 18;
 	for (int i = 0; i < 1000 && n > 16; i++) {
 		usleep(10000);
-		n = present(t, &P) + present(t, &C);
+		n = th_present(t, &P) + th_present(t, &C);
 		for (int j = 0; j < 16; j++)
-			n += present(t, &X[j]);
+			n += th_present(t, &X[j]);
 	}
 	usleep(200000); /* the rest of that sweep */
 	int gone = 0;
 	for (int i = 0; i < 14; i++)
-		gone += !present(t, &X[i]);
-	int pc = present(t, &C), pp = present(t, &P);
+		gone += !th_present(t, &X[i]);
+	int pc = th_present(t, &C), pp = th_present(t, &P);
 	printf("after the sweep: C (new child of P) %s, P %s, %d of the 14 idle X evicted\n",
 	       pc ? "present" : "evicted", pp ? "present" : "evicted", gone);
 	CHECKM(pc && pp && gone >= 2, "the sweep should take idle X's, not the new chain");
@@ -129,22 +113,22 @@ int main(void)
 		th_obj_fill(buf, OBJ, 100 + (uint64_t)i);
 		CHECK_EQ(th_write(a, &k[i], buf, OBJ), 0);
 	}
-	CHECK_EQ(flush(a), 0);
+	CHECK_EQ(th_flush(a), 0);
 	sleep(1);
 	th_obj_fill(buf, OBJ, 100);
 	CHECK_EQ(th_write(b, &k[0], buf, OBJ), 0); /* B's put of K0, the most recent */
-	CHECK_EQ(flush(b), 0);
+	CHECK_EQ(th_flush(b), 0);
 	sleep(1);
 	for (int i = 15; i < 17; i++) {
 		th_obj_fill(buf, OBJ, 100 + (uint64_t)i);
 		CHECK_EQ(th_write(a, &k[i], buf, OBJ), 0);
 	}
-	CHECK_EQ(flush(a), 0);
+	CHECK_EQ(th_flush(a), 0);
 	/* the sweep runs in the background: until two of the three are gone, up to 10 s */
-	for (int i = 0; i < 1000 && present(a, &k[0]) + present(a, &k[1]) + present(a, &k[2]) > 1;
+	for (int i = 0; i < 1000 && th_present(a, &k[0]) + th_present(a, &k[1]) + th_present(a, &k[2]) > 1;
 	     i++)
 		usleep(10000);
-	int p0 = present(a, &k[0]), p1 = present(a, &k[1]), p2 = present(a, &k[2]);
+	int p0 = th_present(a, &k[0]), p1 = th_present(a, &k[1]), p2 = th_present(a, &k[2]);
 	printf("after the sweep: K0 (put by B last) %s, K1 %s, K2 %s\n",
 	       p0 ? "present" : "evicted", p1 ? "present" : "evicted",
 	       p2 ? "present" : "evicted");

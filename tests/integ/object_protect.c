@@ -18,7 +18,7 @@
 #include "testlib.h"
 
 #include "format.h"
-#include "store_key.h"
+#include "lib/fs_object.h"
 
 static const char *DIR_;
 static char KEYDIR[4096];
@@ -107,11 +107,7 @@ static int get(struct kvt_store *s, const struct kvt_key *k, uint32_t nt, uint64
 
 static void object_path(struct kvt_store *s, const struct kvt_key *k, char *path, size_t n)
 {
-	struct kvt_key sk;
-	char hex[65];
-	kvt__storage_key(kvt_store_ns_id(s), k, &sk);
-	kvt_key_to_hex(&sk, hex);
-	snprintf(path, n, "%s/v1/%.2s/%.2s/%s", DIR_, hex, hex + 2, hex);
+	test_fs_object_path(s, DIR_, k, path, n);
 }
 
 static uint8_t *slurp(const char *path, size_t *len)

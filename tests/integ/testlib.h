@@ -305,4 +305,28 @@ static inline struct kvt_row_layout test_dense_layout(const struct kvt_geometry 
 	return lay;
 }
 
+/* Load the n chunks of keys with a rows handle of the dense layout (test_dense_layout, staging
+ * buffers) and check that each row holds payload (len bytes: every chunk was put with it). */
+static inline void test_rows_load_exact(struct kvt_store *s, const struct kvt_key *keys,
+					uint32_t n, uint32_t staging, const void *payload,
+					size_t len)
+{
+	struct kvt_row_layout lay = test_dense_layout(kvt_store_geometry(s));
+	CHECK_EQ(kvt_row_layout_chunk_bytes(&lay), len);
+	uint8_t *rows = calloc(n, lay.row_bytes);
+	uint64_t *ids = calloc(n, sizeof(*ids));
+	CHECK(rows && ids);
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = i;
+	struct kvt_rows *r;
+	CHECK_RC(kvt_rows_open(s, &lay, rows, n, staging, &r), 0);
+	struct kvt_rows_result res;
+	CHECK_EQ(kvt_rows_load(r, keys, ids, n, 0, &res), (int)n);
+	for (uint32_t i = 0; i < n; i++)
+		CHECKM(!memcmp(rows + (size_t)i * lay.row_bytes, payload, len), "row %u exact", i);
+	kvt_rows_close(r);
+	free(rows);
+	free(ids);
+}
+
 #endif

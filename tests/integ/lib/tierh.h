@@ -257,6 +257,24 @@ static inline uint64_t th_rand(uint64_t *x)
 	return *x;
 }
 
+/* flush, waited for: its result */
+static inline int th_flush(struct kvt_tier *t)
+{
+	struct th_wait w;
+	th_wait_init(&w);
+	int rc = (int)th_wait_done(&w, t->ops->flush(t, th_cb, &w), TH_TIMEOUT);
+	th_wait_fini(&w);
+	return rc;
+}
+
+/* 1 if the tier holds k, else 0 (its exists must answer) */
+static inline int th_present(struct kvt_tier *t, const struct kvt_key *k)
+{
+	uint8_t p = 0;
+	CHECK_EQ(th_exists(t, k, 1, &p), 0);
+	return p;
+}
+
 static inline void th_key(struct kvt_key *k, uint64_t id, uint64_t salt)
 {
 	uint64_t x = id * 0x9e3779b97f4a7c15ull + salt + 1;
