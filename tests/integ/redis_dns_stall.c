@@ -24,6 +24,7 @@
 #include "engine.h"
 #include "testlib.h"
 #include "tier.h"
+#include "lib/dns_blackhole.h"
 
 #define HOST "kvt-dns-stall.invalid"
 #define NS_ADDR "127.0.0.77"
@@ -39,45 +40,6 @@ static void log_cb(void *arg, int level, const char *msg)
 		lookup_lines++;
 	if (getenv("KVT_TEST_VERBOSE") || level <= KVT_LOG_WARN)
 		fprintf(stderr, "  [lib %d] %s\n", level, msg);
-}
-
-/* A name server that reads every query and answers none. */
-static int blackhole_fd = -1;
-
-static void *blackhole(void *arg)
-{
-	(void)arg;
-	char buf[1500];
-	for (;;)
-		if (recv(blackhole_fd, buf, sizeof(buf), 0) < 0 && errno != EINTR)
-			return NULL;
-}
-
-static void private_resolver(const char *dir)
-{
-	blackhole_fd = socket(AF_INET, SOCK_DGRAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(53)};
-	inet_pton(AF_INET, NS_ADDR, &a.sin_addr);
-	CHECK(blackhole_fd >= 0);
-	if (bind(blackhole_fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		fprintf(stderr, "FAIL: bind %s:53: %s (root needed)\n", NS_ADDR, strerror(errno));
-		exit(1);
-	}
-	pthread_t th;
-	CHECK_EQ(pthread_create(&th, NULL, blackhole, NULL), 0);
-	pthread_detach(th);
-	char conf[300];
-	snprintf(conf, sizeof(conf), "%s/resolv.conf", dir);
-	FILE *f = fopen(conf, "w");
-	CHECK(f != NULL);
-	fprintf(f, "nameserver %s\noptions timeout:2 attempts:1\n", NS_ADDR);
-	fclose(f);
-	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount(conf, "/etc/resolv.conf", NULL, MS_BIND, NULL) < 0) {
-		fprintf(stderr, "FAIL: a private /etc/resolv.conf: %s (root needed)\n",
-			strerror(errno));
-		exit(1);
-	}
 }
 
 static int count_key(void *arg, const struct kvt_key *key, uint64_t bytes)
@@ -101,7 +63,7 @@ static struct kvt_config *config(const char *dir)
 int main(void)
 {
 	char *dir = test_tmpdir("redis_dns_stall");
-	private_resolver(dir);
+	private_resolver(dir, NS_ADDR);
 
 	struct kvt_store *s = test_open(config(dir));
 	const struct kvt_geometry *g = kvt_store_geometry(s);
