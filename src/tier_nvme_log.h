@@ -168,7 +168,9 @@ struct nv_log {
 	 * put again. nv_log_settle voids the log on disk (voided) before a remove is reported
 	 * done, and fails the remove where it cannot. */
 	bool owed, voided;
-	bool drain_evicted; /* the drain of drain_seg evicted objects (advance) */
+	/* the drain of drain_seg evicted objects whose records still stand (advance; until
+	 * the segment's new header, or its truncation, ends them) */
+	bool drain_evicted;
 	bool have_cur;
 	uint32_t cur, start; /* segment appended to; where the first append of a run goes */
 	uint64_t cur_off;
