@@ -63,7 +63,7 @@ void nv_budget_save(struct nv *s)
 	pthread_mutex_unlock(&s->block);
 	int dfd = s->dirs[0].fd;
 	snprintf(tmp, sizeof(tmp), NV_TMP_PREFIX "budget.%d", (int)s->pid);
-	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, s->file_mode);
+	int fd = nv_tmp_create(dfd, tmp, 0, s->file_mode);
 	if (fd < 0)
 		goto fail;
 	bool ok = write(fd, text, n) == (ssize_t)n;

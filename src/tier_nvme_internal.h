@@ -39,6 +39,12 @@
 #define NV_LEADER_BUCKETS 1024		/* in-flight writes by key */
 #define NV_LOCK_NAME ".kvtier.lock"
 #define NV_TMP_PREFIX ".tmp."
+/* Create the side file name (an NV_TMP_PREFIX name: budget, chains, probe) in dfd afresh for
+ * writing: whatever holds the name goes first, and the open never follows a symbolic link
+ * nor opens a FIFO (O_EXCL | O_NOFOLLOW). Planted there, one truncated a file outside the
+ * store, or blocked the ring thread or the open for ever (until 2026-12-06; found by
+ * review, integ.nvme_tmp_links). A descriptor, or -1 with errno. */
+int nv_tmp_create(int dfd, const char *name, int flags, mode_t mode);
 #define NV_REFUSED 1024 /* remembered refusals: their chains' later chunks are refused too */
 #define NV_CHAINS_NAME ".kvtier.chains" /* parent links, saved at close */
 #define NV_CHAINS_MAGIC "kvtier-chains-v1\n"

@@ -33,13 +33,19 @@ static int mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
+int nv_tmp_create(int dfd, const char *name, int flags, mode_t mode)
+{
+	(void)unlinkat(dfd, name, 0); /* (a directory stays, and the open then fails) */
+	return openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | flags,
+		      mode);
+}
+
 /* 1 if the directory takes O_DIRECT I/O, 0 if the file system refuses it, <0 error. */
 static int probe_direct(struct nv *s, struct nv_dir *d)
 {
 	char name[64];
 	snprintf(name, sizeof(name), NV_TMP_PREFIX "probe.%d", (int)s->pid);
-	int fd =
-	    openat(d->fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, s->file_mode);
+	int fd = nv_tmp_create(d->fd, name, O_DIRECT, s->file_mode);
 	if (fd < 0) {
 		int e = errno;
 		unlinkat(d->fd, name, 0); /* some file systems create it before refusing */

@@ -339,7 +339,7 @@ void nv_chains_save(struct nv *s)
 	int dfd = s->dirs[0].fd;
 	snprintf(tmp, sizeof(tmp), NV_TMP_PREFIX "chains.%d", (int)s->pid);
 	FILE *f = NULL;
-	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, s->file_mode);
+	int fd = nv_tmp_create(dfd, tmp, 0, s->file_mode);
 	if (fd >= 0 && !(f = fdopen(fd, "w")))
 		close(fd);
 	bool ok = f && fputs(NV_CHAINS_MAGIC, f) >= 0;
