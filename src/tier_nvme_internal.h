@@ -137,6 +137,11 @@ struct nv_ent {
 	struct nv_ent *sprev, *snext;
 	uint64_t used_at; /* s->lru_clock when last put at the LRU head: MRU order in a segment */
 	bool hot; /* read since written or last re-appended: kept when its log segment is reused */
+	/* indexed by the open's scan from its name alone, not written in this run: after a
+	 * power cut the name of an object whose file was recycled can hold the new object of
+	 * another key (the rename was not durable, the data was), so a put of its key writes
+	 * the object again rather than trusting the name (nv_start_write) */
+	bool scanned;
 };
 
 /* Which copy (entry gen) the reads of a key served since its last drop_corrupt

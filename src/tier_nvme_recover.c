@@ -303,6 +303,7 @@ static int scan_dir(struct nv *s, uint32_t di, struct scan_item **items, size_t 
 				rc = -ENOMEM;
 				goto out;
 			}
+			e->scanned = true;
 			(*items)[*n].e = e;
 			(*items)[*n].mtime_ns =
 			    (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;

@@ -193,9 +193,13 @@ void nv_start_write(struct nv *s, struct nv_op *op)
 	s->wtail = op;
 
 	struct nv_ent *e = nv_ent_find(s, &op->key);
-	if (e && e->bytes >= KVT_HEADER_BYTES && e->bytes % KVT_ALIGN == 0) {
+	if (e && e->bytes >= KVT_HEADER_BYTES && e->bytes % KVT_ALIGN == 0 && !e->scanned) {
 		/* Content-addressed: the same key is the same bytes. (A file too short or
-		 * misaligned to be an object is damage: it gets overwritten.) */
+		 * misaligned to be an object is damage: it gets overwritten. So is a file the
+		 * open found under the name, once: after a power cut it may hold another key's
+		 * object - a recycled file's rename lost, its new data kept - and until
+		 * 2026-12-06 a put of the key was acknowledged without storing anything,
+		 * integ.nvme_recycle_powercut.) */
 		nv_lru_touch(s, e);
 		if (op->has_parent && !e->parent_uid) /* (re)learn it, counting on it now */
 			nv_chain_link(s, e, &op->parent);
