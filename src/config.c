@@ -615,6 +615,19 @@ static int ini_check_line(const char *path, int ln, const char *p, size_t len, c
 				snprintf(err, errlen, "%s:%d: '[' without a closing ']'", path, ln);
 			return -EINVAL;
 		}
+		/* libinih drops what follows the ']': "[nvme] bytes = 4G" set nothing and said
+		 * nothing (until 2026-12-06). Only blanks or a comment may follow. */
+		const char *after = end + 1;
+		while (isspace((unsigned char)*after))
+			after++;
+		if (*after && *after != ';' && *after != '#') {
+			if (err && errlen)
+				snprintf(err, errlen,
+					 "%s:%d: text after [%.*s]: '%.40s' (a section line holds "
+					 "only its name; put name = value on a line of its own)",
+					 path, ln, (int)KVT_MIN(end - start - 1, 60), start + 1, after);
+			return -EINVAL;
+		}
 		snprintf(section, INI_MAX_LINE, "%.*s", (int)(end - start - 1), start + 1);
 		name[0] = 0;
 		return INI_SECTION;
