@@ -45,6 +45,12 @@
  * store, or blocked the ring thread or the open for ever (until 2026-12-06; found by
  * review, integ.nvme_tmp_links). A descriptor, or -1 with errno. */
 int nv_tmp_create(int dfd, const char *name, int flags, mode_t mode);
+/* openat that, in a read-only open (store.read_only: kvtier ls, stat, verify), leaves the
+ * file's atime alone (O_NOATIME; a file of another owner refuses it, EPERM: opened without
+ * it). An inspection must not change the store: until 2026-12-06 its O_DIRECT probe, the
+ * log's segments and log/head were opened without it (found by review). */
+struct nv;
+int nv_openat_look(const struct nv *s, int dfd, const char *name, int flags, mode_t mode);
 #define NV_REFUSED 1024 /* remembered refusals: their chains' later chunks are refused too */
 #define NV_CHAINS_NAME ".kvtier.chains" /* parent links, saved at close */
 #define NV_CHAINS_MAGIC "kvtier-chains-v1\n"

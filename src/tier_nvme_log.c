@@ -56,7 +56,7 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 		fl |= O_DIRECT;
 	if (create)
 		fl |= O_CREAT | O_EXCL;
-	int fd = openat(lg->dfd, name, fl, s->file_mode);
+	int fd = nv_openat_look(s, lg->dfd, name, fl, s->file_mode);
 	if (fd < 0)
 		return -errno;
 	struct stat st;

@@ -460,7 +460,7 @@ static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq, b
 {
 	char name[32];
 	snprintf(name, sizeof(name), "%u.kvl", n);
-	int fd = openat(s->lg->dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	int fd = nv_openat_look(s, s->lg->dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
 	if (fd < 0) /* not a file that can become a segment, or the open fails */
 		return seg_open_failed(s, n, -errno);
 	struct stat st;
@@ -490,7 +490,7 @@ static int read_head(struct nv *s, struct nv_log_head *h)
 	struct nv_log *lg = s->lg;
 	_Alignas(uint64_t) uint8_t blk[NV_LOG_BLOCK];
 	int fl = (s->ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
-	lg->hfd = openat(lg->dfd, NV_LOG_HEAD, fl);
+	lg->hfd = nv_openat_look(s, lg->dfd, NV_LOG_HEAD, fl, 0);
 	int err = 0;
 	if (lg->hfd < 0 && errno != ENOENT && errno != ELOOP && errno != EISDIR && errno != ENXIO)
 		err = -errno;

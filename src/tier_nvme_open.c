@@ -33,6 +33,16 @@ static int mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
+int nv_openat_look(const struct nv *s, int dfd, const char *name, int flags, mode_t mode)
+{
+	if (s->ro && !(flags & O_CREAT)) {
+		int fd = openat(dfd, name, flags | O_NOATIME, mode);
+		if (fd >= 0 || errno != EPERM)
+			return fd;
+	}
+	return openat(dfd, name, flags, mode);
+}
+
 int nv_tmp_create(int dfd, const char *name, int flags, mode_t mode)
 {
 	(void)unlinkat(dfd, name, 0); /* (a directory stays, and the open then fails) */
@@ -177,8 +187,8 @@ static void probe_direct_ro(struct nv *s, const char *direct_mode)
 		char path[NV_NAME_MAX];
 		nv_object_path(&e->key, path);
 		/* O_NONBLOCK: a FIFO put in its place since the scan must not hang the open */
-		int fd = openat(s->dirs[i].fd, path,
-				O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT | O_NONBLOCK);
+		int fd = nv_openat_look(s, s->dirs[i].fd, path,
+					O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT | O_NONBLOCK, 0);
 		if (fd < 0)
 			continue;
 		s->dirs[i].direct = pread(fd, buf, KVT_ALIGN, 0) == KVT_ALIGN;
