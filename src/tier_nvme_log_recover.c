@@ -289,6 +289,28 @@ static uint64_t newer_lap(const uint8_t *blk, uint32_t n, uint64_t gen, uint64_t
  * never make an old lap's records check again: from 0, a reuse wrote generation 1, and
  * the first lap's leftover records were valid again. A read-only open (no lock) reads the
  * header once more first: a writer may have been writing it. */
+/* Segment n (g), too short to hold a record, was cut from outside. A segment file is created
+ * empty and given its whole size at once (fallocate), so only the newest segment file can
+ * be this short honestly: 0 bytes, its creation killed before the fallocate. Any other was
+ * cut, and the removals it held are lost: voided as a cut (until 2026-12-06 it passed for a
+ * segment that never held a batch, and keys it had removed came back from older segments;
+ * found by review). Its hdr_bytes stays 0: the reports say "too short for its header". A
+ * crash inside short_seg_renew, between its truncate and its fallocate, also leaves a short
+ * file in the cycle (one already cut, its objects drained): voided too, which costs the
+ * log's objects, never a removed key. */
+static bool short_seg_cut(struct nv *s, const struct nv_seg *g, uint32_t n)
+{
+	bool newest = true;
+	for (uint32_t i = n + 1; i < s->lg->nsegs && newest; i++) {
+		char later[32];
+		struct stat st;
+		snprintf(later, sizeof(later), "%u.kvl", i);
+		newest = s->lg->segs[i].fd < 0 &&
+			 fstatat(s->lg->dfd, later, &st, AT_SYMLINK_NOFOLLOW) != 0;
+	}
+	return !(newest && g->bytes == 0);
+}
+
 static int walk_bad_header(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk)
 {
 	ssize_t got;
@@ -300,8 +322,10 @@ static int walk_bad_header(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *
 			return 1; /* it checks now: walk it */
 	}
 	g->hdr_bad = true;
-	if (g->bytes < 2 * NV_LOG_BLOCK)
+	if (g->bytes < 2 * NV_LOG_BLOCK) {
+		g->cut = short_seg_cut(s, g, n); /* no room for a record */
 		return 0;
+	}
 	if ((got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, NV_LOG_BLOCK)) < 0)
 		return (int)got;
 	uint64_t rg = got == NV_LOG_BLOCK ? newer_lap(blk, n, 0, NV_LOG_BLOCK, g->bytes) : 0;
@@ -342,8 +366,10 @@ static int walk(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk, struct
 	ssize_t got = seg_pread(s, g, n, blk, NV_LOG_BLOCK, 0);
 	if (got < 0)
 		return (int)got;
-	if (got != NV_LOG_BLOCK)
-		return 0; /* empty: used from generation 1 */
+	if (got != NV_LOG_BLOCK) { /* empty: used from generation 1, unless it was cut */
+		g->cut = short_seg_cut(s, g, n);
+		return 0;
+	}
 	struct nv_log_seghdr *h = (struct nv_log_seghdr *)blk;
 	if (!nv_log_seghdr_ok(blk, n)) {
 		int rc = walk_bad_header(s, g, n, blk);
@@ -688,6 +714,11 @@ static int void_anomaly(struct nv *s)
 		snprintf(name, sizeof(name), "%s", NV_LOG_HEAD);
 		n = snprintf(why, sizeof(why),
 			     "missing, and the segments were written with one");
+	} else if (w->cut && !s->lg->segs[w->cut_seg].hdr_bytes) {
+		snprintf(name, sizeof(name), "%u.kvl", w->cut_seg);
+		n = snprintf(why, sizeof(why),
+			     "%" PRIu64 " bytes, too short for its header (cut from outside)",
+			     s->lg->segs[w->cut_seg].bytes);
 	} else if (w->cut) {
 		snprintf(name, sizeof(name), "%u.kvl", w->cut_seg);
 		n = snprintf(why, sizeof(why),
@@ -1127,7 +1158,13 @@ void nv_log_open_writes(struct nv *s)
 			 "reuse wrote the header, or damage): its objects are not indexed, the "
 			 "rest of the log is",
 			 w->oldest_cut);
-	if (w->cut)
+	if (w->cut && !lg->segs[w->cut_seg].hdr_bytes)
+		KVT_WARN(s->log,
+			 "nvme: log: %u.kvl is %" PRIu64 " bytes, too short for its header (cut "
+			 "from outside?): the removals it held are lost: nothing of the log is "
+			 "indexed, %u segment(s) emptied",
+			 w->cut_seg, lg->segs[w->cut_seg].bytes, voided);
+	else if (w->cut)
 		KVT_WARN(s->log,
 			 "nvme: log: %u.kvl is %" PRIu64 " bytes, its header says %" PRIu64
 			 " (cut from outside?): removals past the cut are lost: nothing of the log "

@@ -12,6 +12,11 @@
  *     only what lay past the cut is lost; the other segments' objects stay, no void.
  *  3. The newest segment cut above what it holds (its walk ends at a block that is no
  *     record, before the cut): nothing lost, no void.
+ *  4. A middle segment cut below one block (0 or 4095 bytes: its header gone with the
+ *     rest): voided as a cut, the removed key not served, verify's open says so. Until
+ *     2026-12-06 (found by review) it passed for a segment that never held a batch.
+ *  5. But a 0-byte file after the newest segment (a creation killed before its
+ *     fallocate) is what it looks like: nothing lost, no void.
  */
 #include "nvme_util.h"
 #include "tier_nvme_log.h"
@@ -144,6 +149,51 @@ static void newest_cut_above(const char *root)
 	CHECKM(kept == 2 && voids == 0, "a cut above what was written voided the log");
 }
 
+static void middle_cut_headless(const char *root, uint64_t bytes)
+{
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s/headless-%llu", root, (unsigned long long)bytes);
+	three_segments(dir);
+	cut(dir, 1, bytes); /* 1.kvl, K's tombstone in it, down to less than its header */
+	log_clear();
+	struct kvt_tier *t;
+	CHECK_EQ(open_log_as(&t, dir, true), 0);
+	int ro_back = nv_test_served(t, 1, 0);
+	kvt__tier_close(t);
+	int ro_lines = log_count("too short for its header");
+	log_clear();
+	CHECK_EQ(open_log(&t, dir), 0);
+	int back = nv_test_served(t, 1, 0);
+	int lines = log_count("too short for its header (cut from outside?)");
+	kvt__tier_close(t);
+	printf("nvme_log_cut: a middle segment cut to %llu bytes: removed key served %d "
+	       "(read-only %d); void lines %d (read-only %d)\n",
+	       (unsigned long long)bytes, back, ro_back, lines, ro_lines);
+	CHECKM(!back && !ro_back, "a key removed in the cut segment came back");
+	CHECK_EQ(lines, 1);
+	CHECK_EQ(ro_lines, 1);
+}
+
+static void killed_creation(const char *root)
+{
+	char dir[300], p[400];
+	snprintf(dir, sizeof(dir), "%s/killed", root);
+	three_segments(dir);
+	snprintf(p, sizeof(p), "%s/log/3.kvl", dir); /* created, killed before its fallocate */
+	int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	CHECK(fd >= 0);
+	close(fd);
+	log_clear();
+	struct kvt_tier *t;
+	CHECK_EQ(open_log(&t, dir), 0);
+	int kept = nv_test_served(t, 2, 0) + nv_test_served(t, 3, 0);
+	int voids = log_count("nothing of the log is indexed");
+	kvt__tier_close(t);
+	printf("nvme_log_cut: a 0-byte segment after the newest: %d of 2 kept, voids %d\n", kept,
+	       voids);
+	CHECKM(kept == 2 && voids == 0, "a killed segment creation voided the log");
+}
+
 int main(void)
 {
 	char root[] = "/var/tmp/kvt-nvme-log-cut-XXXXXX";
@@ -151,6 +201,9 @@ int main(void)
 	middle_cut(root);
 	oldest_cut(root);
 	newest_cut_above(root);
+	middle_cut_headless(root, 0);
+	middle_cut_headless(root, NV_LOG_BLOCK - 1);
+	killed_creation(root);
 	rm_rf(root);
 	printf("nvme_log_cut: ok\n");
 	return 0;
