@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,9 +23,14 @@ int cli_fail(const char *cmd, const char *fmt, ...)
 	return 1;
 }
 
+/* errors the library logged: a failed open then says nothing more (its reason is said) */
+static _Atomic unsigned cli_errors_logged;
+
 void cli_log(void *arg, int level, const char *msg)
 {
 	static const char *names[] = {"error", "warning", "info", "debug"};
+	if (level <= KVT_LOG_ERROR)
+		atomic_fetch_add(&cli_errors_logged, 1);
 	fprintf(stderr, "kvtier: %s: %s\n", names[level < 0 ? 0 : level > 3 ? 3 : level], msg);
 }
 
@@ -189,10 +195,15 @@ struct kvt_store *cli_open_store(const struct cli_store_opts *o)
 	if (!cfg)
 		return NULL;
 	struct kvt_store *s;
+	unsigned logged = atomic_load(&cli_errors_logged);
 	int rc = kvt_store_open(cfg, &s);
 	kvt_config_destroy(cfg);
 	if (rc < 0) {
-		fprintf(stderr, "kvtier: cannot open the store: %s\n", kvt_strerror(rc));
+		/* One line: the library's error names the tier and the reason ("nvme: cannot open
+		 * D: No such file or directory"); a second one from here said only "not found
+		 * (miss)" (until 2026-12-06). */
+		if (atomic_load(&cli_errors_logged) == logged)
+			fprintf(stderr, "kvtier: cannot open the store: %s\n", kvt_strerror(rc));
 		return NULL;
 	}
 	return s;
