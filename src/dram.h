@@ -79,6 +79,8 @@ uint64_t kvt__dram_slot_bytes(const struct kvt_dram *d);
 /* Is key resident and published? touch: a lookup found it - the policy keeps it from going
  * first until its get, which is the use (kvt__evict_refresh: hd counts no hit for it). */
 bool kvt__dram_contains(struct kvt_dram *d, const struct kvt_key *key, bool touch);
+/* The published slot key is indexed under, or -1. */
+int32_t kvt__dram_indexed(struct kvt_dram *d, const struct kvt_key *key);
 /* Pin a resident, published slot (and touch it). 0 or -ENOENT. */
 int kvt__dram_get(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot_ref *ref);
 /* Reserve a slot for key, evicting by policy if needed; returned pinned and unpublished.

@@ -520,7 +520,8 @@ static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
 	 * pool never takes wb_lock): a remove that unlinks the slot after this check takes
 	 * wb_lock after this hold, and finds the job. If a put of the key since linked a new
 	 * slot, this job is written: keys are content-addressed, its bytes are that put's. */
-	if (ref->id >= 0 && !kvt__dram_contains(s->dram, key, false)) {
+	int32_t indexed = ref->id >= 0 ? kvt__dram_indexed(s->dram, key) : -1;
+	if (ref->id >= 0 && indexed < 0) {
 		pthread_mutex_unlock(&s->wb_lock);
 		kvt__dram_unpin(s->dram, ref->id); /* the slot is freed here */
 		atomic_fetch_sub(&s->wb_holds, 1); /* after the unpin: see kvt__e_do_put */
@@ -545,7 +546,13 @@ static struct wb *wb_register(struct kvt_store *s, const struct kvt_key *key,
 		w->blocked = kvt__e_keyrec_blocked(w->rec);
 		if (ref->id >= 0) /* a slot that skips a tier is written again (rewrite_claim) */
 			w->rec->redo |= w->blocked;
-		if (!reoffer) /* a second offer owns nothing: the newest owner still decides */
+		/* A second offer owns nothing: the newest owner still decides. Nor does the job of
+		 * a slot the key is no longer indexed under (a flush picked it, a remove and a
+		 * new put came before it registered): it writes the same bytes, but taking
+		 * last_put from the new slot's own job left that slot dirty after its write
+		 * (wb_complete's `newer`), unevictable under write-through until a flush (until
+		 * 2026-12-06; found by review, integ.store_wb_stale_slot). */
+		if (!reoffer && (ref->id < 0 || indexed == ref->id))
 			w->rec->last_put = w->seq;
 		w->rec->pending++;
 		if (tail)
