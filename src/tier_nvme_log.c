@@ -64,7 +64,11 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 		close(fd);
 		return -EINVAL;
 	}
-	fcntl(fd, F_SETFL, fl & ~(O_NONBLOCK | O_CREAT | O_EXCL)); /* io_uring would honour it */
+	/* io_uring would honour O_NONBLOCK: cleared, and only it (F_SETFL also sets O_NOATIME,
+	 * O_DIRECT: taken from the open file as it is, or an inspection's O_NOATIME went) */
+	int cur = fcntl(fd, F_GETFL);
+	if (cur >= 0)
+		fcntl(fd, F_SETFL, cur & ~O_NONBLOCK);
 	g->bytes = (uint64_t)st.st_size;
 	if (create) {
 		int rc = fallocate(fd, 0, 0, (off_t)lg->seg_bytes) < 0 ? -errno : 0;

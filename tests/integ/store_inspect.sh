@@ -42,7 +42,7 @@ echo "$out" | tail -1 | jqe '.objects == 8 and .bad == 5 and .dropped == 0' ||
 for why in "corrupt header" "truncated" "empty" "symbolic link" "a directory"; do
 	grep -q "$why" <<<"$out" || fail "verify does not report '$why': $out"
 done
-[ "$before" = "$(snap "$T/s")" ] || fail "verify changed the store: $(diff <(echo "$before") <(snap "$T/s") | head -5)"
+[ "$before" = "$(snap "$T/s")" ] || fail "verify changed the store: $(diff <(echo "$before") <(snap "$T/s") | head -12)"
 # --drop removes the bad objects (not the symlink or the directory), and only them.
 "$K" verify --dir "$T/s" "${SMALL[@]}" --drop --json >"$T/out" 2>"$T/err" || true
 tail -1 "$T/out" | jqe '.dropped == 3' || fail "verify --drop: $(cat "$T/out" "$T/err")"
@@ -111,16 +111,17 @@ for cmd in ls stat verify; do
 done
 exec 9<&-
 [ "$before" = "$(snap "$T/s")" ] || fail "ls/stat/verify changed the store"
-# the same with the small-object log: segments and log/head untouched, atimes included
-"$K" session save --synthetic 2560 --dir "$T/lg" "${SMALL[@]}" --set nvme.log_max=256K \
-	--set nvme.segment_bytes=16MiB --set nvme.bytes=96MiB >/dev/null
-[ -e "$T/lg/log/head" ] || fail "the log store has no log/head"
+# the same with the small-object log (16-token chunks of 32 KiB go to it): segments and
+# log/head untouched, atimes included
+LOG=(--set model.chunk_tokens=16 --set nvme.log_max=256K --set nvme.segment_bytes=16MiB --set nvme.bytes=96MiB)
+"$K" session save --synthetic 2560 --dir "$T/lg" "${SMALL[@]}" "${LOG[@]}" >/dev/null
+[ -e "$T/lg/log/head" ] && [ -e "$T/lg/log/0.kvl" ] || fail "the log store has no log/head or 0.kvl"
 lbefore=$(snap "$T/lg")
 for cmd in ls stat verify; do
-	"$K" $cmd --dir "$T/lg" "${SMALL[@]}" --set nvme.log_max=256K --set nvme.segment_bytes=16MiB \
-		--set nvme.bytes=96MiB --json >/dev/null 2>"$T/err" || fail "$cmd of a log store: $(cat "$T/err")"
+	"$K" $cmd --dir "$T/lg" "${SMALL[@]}" "${LOG[@]}" --json >/dev/null 2>"$T/err" ||
+		fail "$cmd of a log store: $(cat "$T/err")"
 done
-[ "$lbefore" = "$(snap "$T/lg")" ] || fail "ls/stat/verify changed the log store: $(diff <(echo "$lbefore") <(snap "$T/lg") | head -5)"
+[ "$lbefore" = "$(snap "$T/lg")" ] || fail "ls/stat/verify changed the log store: $(diff <(echo "$lbefore") <(snap "$T/lg") | head -12)"
 mkdir "$T/ro"
 if mount --bind "$T/s" "$T/ro" 2>/dev/null && mount -o remount,bind,ro "$T/ro" 2>/dev/null; then
 	RO="$T/ro"
