@@ -215,6 +215,7 @@ struct nv_log {
 	 * nv_log_open_writes only once nothing can fail the tier's open any more. */
 	struct {
 		bool voids, gap, lost, headless; /* the log is voided: why */
+		bool head_there; /* headless: log/head exists but does not check (damaged) */
 		bool head;			 /* log/head is written, naming hs (generation hgen) */
 		uint32_t end, top, outside, out_first, hd_seg, hs;
 		uint64_t hd_gen, hgen;

@@ -538,6 +538,7 @@ static int read_head(struct nv *s, struct nv_log_head *h)
 		lg->hfd = -1;
 		return -EINVAL;
 	}
+	lg->ow.head_there = lg->hfd >= 0; /* (kept only if the log turns out headless) */
 	bool ok = false;
 	for (int i = 0; lg->hfd >= 0 && i < 2; i++) {
 		ssize_t got = pread(lg->hfd, blk, NV_LOG_BLOCK, (off_t)i * NV_LOG_BLOCK);
@@ -712,8 +713,8 @@ static int void_anomaly(struct nv *s)
 			     "the newest segment by log/head is missing or older");
 	} else if (w->headless) {
 		snprintf(name, sizeof(name), "%s", NV_LOG_HEAD);
-		n = snprintf(why, sizeof(why),
-			     "missing, and the segments were written with one");
+		n = snprintf(why, sizeof(why), "%s, and the segments were written with one",
+			     w->head_there ? "damaged (it does not check)" : "missing");
 	} else if (w->cut && !s->lg->segs[w->cut_seg].hdr_bytes) {
 		snprintf(name, sizeof(name), "%u.kvl", w->cut_seg);
 		n = snprintf(why, sizeof(why),
@@ -1001,6 +1002,7 @@ int nv_log_recover(struct nv *s)
 	lg->ow.gap = gap;
 	lg->ow.lost = lost;
 	lg->ow.headless = headless;
+	lg->ow.head_there = headless && lg->ow.head_there; /* there, but it did not check */
 	lg->ow.end = end;
 	lg->ow.top = top;
 	lg->ow.outside = outside;
@@ -1141,9 +1143,10 @@ void nv_log_open_writes(struct nv *s)
 			 w->hd_seg, w->hd_gen, voided);
 	if (w->headless)
 		KVT_WARN(s->log,
-			 "nvme: log: log/head is missing (deleted from outside?) and the segments "
-			 "were written with one: the newest segment cannot be checked, nothing of "
-			 "the log is indexed, %u segment(s) emptied",
+			 "nvme: log: log/head is %s and the segments were written with one: the "
+			 "newest segment cannot be checked, nothing of the log is indexed, %u "
+			 "segment(s) emptied",
+			 w->head_there ? "damaged (it does not check)" : "missing (deleted from outside?)",
 			 voided);
 	if (w->badhdr)
 		KVT_WARN(s->log,

@@ -158,6 +158,26 @@ int main(void)
 	unlink_log(dir, "head");
 	check_open(dir, 4, 10, 20, "log/head deleted", "log/head is missing");
 
+	/* (4b) log/head there but garbage: voided the same, and said to be damaged, not
+	 * missing (until 2026-12-06 the line said "missing" of a file that was there) */
+	snprintf(dir, sizeof(dir), "%s/d2", root);
+	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
+	st_write(t, 14, 0, 500);
+	st_overwrite_remove(t, 14, 10, 20);
+	kvt__tier_close(t);
+	{
+		char hp[600];
+		uint8_t junk[8192];
+		for (size_t i = 0; i < sizeof(junk); i++)
+			junk[i] = (uint8_t)(i * 131u + 7u);
+		snprintf(hp, sizeof(hp), "%s/log/head", dir);
+		int fd = open(hp, O_WRONLY | O_TRUNC);
+		CHECK(fd >= 0);
+		CHECK(write(fd, junk, sizeof(junk)) == (ssize_t)sizeof(junk));
+		close(fd);
+	}
+	check_open(dir, 14, 10, 20, "log/head garbage", "log/head is damaged (it does not check)");
+
 	/* (5) As (1), with version-0 headers and no log/head: indexed whole, given a head. */
 	snprintf(dir, sizeof(dir), "%s/e", root);
 	CHECK_EQ(st_open(&t, dir, "80MiB", 0), 0);
