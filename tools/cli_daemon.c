@@ -44,9 +44,12 @@ struct kvt_store *cli_open_daemon(const char *cmd, int argc, char **argv, const 
 		return cli_fail(cmd, "unexpected argument '%s' (see --help)", argv[first]), NULL;
 	if (!d.path)
 		return cli_fail(cmd, "--daemon PATH is required"), NULL;
-	if (snprintf(set, sizeof(set), "store.daemon=%s", d.path) >= (int)sizeof(set) ||
-	    o->n_sets >= (int)(sizeof(o->sets) / sizeof(o->sets[0])))
+	if (snprintf(set, sizeof(set), "store.daemon=%s", d.path) >= (int)sizeof(set))
 		return cli_fail(cmd, "--daemon: path too long"), NULL;
+	if (o->n_sets >= (int)(sizeof(o->sets) / sizeof(o->sets[0])))
+		return cli_fail(cmd, "too many --set options (at most %d with --daemon)",
+				(int)(sizeof(o->sets) / sizeof(o->sets[0])) - 1),
+		       NULL;
 	o->sets[o->n_sets++] = set;
 	*path = d.path;
 	*exit_code = 1;
