@@ -130,6 +130,7 @@ int main(void)
 	printf("C. put over a damaged copy: read back exact\n");
 
 	test_rmdir(dir);
+	free((void *)dir);
 	printf("fs_put_taken: ok\n");
 	return 0;
 }

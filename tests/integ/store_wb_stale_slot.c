@@ -100,6 +100,7 @@ int main(void)
 	fprintf(stderr, "kvt_flush: %d; new slot afterwards %s\n", rf, after_flush ? "DIRTY" : "clean");
 	kvt_store_close(s);
 	test_rmdir(dir);
+	free(dir);
 	CHECKM(!dirty, "the new slot stayed dirty although its own job wrote nvme");
 	printf("store_wb_stale_slot: ok\n");
 	return 0;
