@@ -426,6 +426,8 @@ void nv_pool_kick(struct nv *s);
 void nv_pool_laid(struct nv *s, struct nv_op *op);
 void nv_pool_layout_fail(struct nv *s, struct nv_op *op);
 uint64_t nv_pool_pending(const struct nv *s);
+/* Bytes the free slots on file system dev hold on disk (holes left out): the open's clamp. */
+uint64_t nv_pool_disk_bytes(const struct nv *s, dev_t dev);
 
 /* tier_nvme_fdc.c */
 void nv_fdc_list_unlink(struct nv *s, struct nv_fdc *c);
@@ -494,7 +496,8 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t batch_bytes, uint64_t s
 void nv_log_close(struct nv *s);
 bool nv_log_takes(struct nv *s, const struct nv_op *op);
 uint64_t nv_log_max(const struct nv *s); /* objects up to this size may go to the log (0: none) */
-/* Bytes of the log's segment files on disk (created once, kept: the tier's own room). */
+/* Bytes the log's segment files hold on disk, holes left out (created once, kept: the tier's
+ * own room). */
 uint64_t nv_log_disk_bytes(const struct nv *s);
 /* The capacity (live bytes) room bytes of disk give: the live bytes of the cycle's segments
  * that fit in it, plus the rest for objects in files of their own (clamp_capacity). */

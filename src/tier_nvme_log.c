@@ -265,12 +265,20 @@ uint64_t nv_log_max(const struct nv *s)
 	return s->lg ? s->lg->log_max : 0; /* set at open, constant until close */
 }
 
+/* What a segment holds on disk, not its size: a segment with holes (punched, or a copy of
+ * the store made with `cp --sparse`) allocates its holes from the free space when a lap
+ * writes them. Until 2026-12-06 its size counted, so the open-time clamp took the holes
+ * for room it already had and left nvme.bytes above what the disk could hold (found by
+ * review; integ.nvme_log_clamp's sparse run). */
 uint64_t nv_log_disk_bytes(const struct nv *s)
 {
 	uint64_t n = 0;
-	for (uint32_t i = 0; s->lg && i < s->lg->nsegs; i++)
-		if (s->lg->segs[i].fd >= 0)
-			n += s->lg->segs[i].bytes;
+	for (uint32_t i = 0; s->lg && i < s->lg->nsegs; i++) {
+		const struct nv_seg *g = &s->lg->segs[i];
+		struct stat st;
+		if (g->fd >= 0 && fstat(g->fd, &st) == 0)
+			n += KVT_MIN(g->bytes, (uint64_t)st.st_blocks * 512);
+	}
 	return n;
 }
 

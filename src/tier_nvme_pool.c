@@ -159,6 +159,24 @@ int nv_pool_scan(struct nv *s, const void *objects, size_t nobjects)
 	return 0;
 }
 
+/* Allocated, not sized: a slot file with holes (a copy of the store made with `cp --sparse`)
+ * takes its holes from the free space when an object overwrites it, so only what it holds
+ * is room the tier already has (as nv_log_disk_bytes for segments). */
+uint64_t nv_pool_disk_bytes(const struct nv *s, dev_t dev)
+{
+	uint64_t n = 0;
+	for (uint32_t j = 0; j < s->nslots; j++) {
+		const struct nv_slot *sl = &s->slots[j];
+		char name[NV_NAME_MAX];
+		struct stat st;
+		slot_path(sl->id, name);
+		if (fstatat(s->dirs[sl->dir].fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    st.st_dev == dev)
+			n += KVT_MIN(sl->bytes, (uint64_t)st.st_blocks * 512);
+	}
+	return n;
+}
+
 /* A free slot of op's size in op's directory becomes op's file, overwritten in place. */
 bool nv_pool_take(struct nv *s, struct nv_op *op)
 {

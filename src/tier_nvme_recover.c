@@ -112,12 +112,7 @@ static void clamp_capacity(struct nv *s)
 		}
 		if (lg && st.st_dev == d0.st_dev) /* the log lives under the first directory */
 			ours += nv_log_disk_bytes(s);
-		for (uint32_t j = 0; j < s->nslots; j++) { /* preallocated slots are ours too */
-			struct stat ds;
-			if (s->slots[j].dir == i ||
-			    (!fstat(s->dirs[s->slots[j].dir].fd, &ds) && ds.st_dev == st.st_dev))
-				ours += s->slots[j].bytes;
-		}
+		ours += nv_pool_disk_bytes(s, st.st_dev); /* preallocated slots are ours too */
 		uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 		uint64_t keep = (uint64_t)vfs.f_blocks * vfs.f_frsize / 50;
 		room += avail + ours > keep ? avail + ours - keep : 0;
