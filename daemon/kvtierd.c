@@ -47,6 +47,9 @@ struct conn {
 	pid_t pid;
 	int pidfd;
 	uint32_t next_lease; /* lease ids of this connection: 1, 2, ... (never 0) */
+	/* the store's unsaved evictions this client's flushes have reported (from its
+	 * connect): each client hears of a loss at its next flush (kvt__store_flush_direct) */
+	_Atomic uint64_t unsaved_seen;
 	bool tp; /* it sent a TP_RESERVE: its thread also ends the leases of TP objects */
 	bool cut; /* a request was answered at its deadline with its call still running: the
 		   * connection ends after that answer (held_wait), once its TP claims and pins
@@ -447,7 +450,7 @@ static int call_start(struct conn *c, const struct kvtd_req *r, struct held *h)
 	case KVTD_REMOVE:
 		return kvt__store_remove_direct(s, &r->key, held_cb, h);
 	default: /* KVTD_FLUSH */
-		return kvt__store_flush_direct(s, held_cb, h);
+		return kvt__store_flush_direct(s, held_cb, h, &c->unsaved_seen);
 	}
 }
 
@@ -1178,6 +1181,7 @@ static void accept_one(int lfd)
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&at, 256 << 10);
 	c->sock = s;
+	atomic_init(&c->unsaved_seen, kvt__store_evicted_unsaved(g_st.store));
 	/* Who is at the other end, to know when it is gone (quarantine_drain): a pidfd
 	 * (Linux 5.3) opened now, while the connection is fresh. Set before the connection is
 	 * listed: other threads read pid under g_lock (quarantined_of). */

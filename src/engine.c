@@ -1099,13 +1099,19 @@ int kvt__store_remove_direct(struct kvt_store *s, const struct kvt_key *key, kvt
 	return gated_end(s, g, kvt__e_do_remove(s, kvt__e_skey(s, key, &sk), gated_cb, g, true));
 }
 
-int kvt__store_flush_direct(struct kvt_store *s, kvt_cb cb, void *arg)
+int kvt__store_flush_direct(struct kvt_store *s, kvt_cb cb, void *arg,
+			    _Atomic uint64_t *unsaved_seen)
 {
 	int rc;
 	struct gated *g = gated_start(s, cb, arg, &rc);
 	if (!g)
 		return rc;
-	return gated_end(s, g, kvt__e_do_flush(s, gated_cb, g, true));
+	return gated_end(s, g, kvt__e_do_flush(s, gated_cb, g, true, unsaved_seen));
+}
+
+uint64_t kvt__store_evicted_unsaved(struct kvt_store *s)
+{
+	return s->dram ? kvt__dram_evicted_unsaved(s->dram) : 0;
 }
 
 /* A prefetch_sync with a deadline: waited for until then at most, the prefetch left to
@@ -1259,7 +1265,7 @@ static int flush_sync(struct kvt_store *s)
 	if (s->client) return kvt__client_flush_sync(s->client);
 	struct waiter w;
 	waiter_init(&w);
-	return waiter_wait(&w, kvt__e_do_flush(s, waiter_cb, &w, true), NULL);
+	return waiter_wait(&w, kvt__e_do_flush(s, waiter_cb, &w, true, NULL), NULL);
 }
 
 int kvt_flush_sync(struct kvt_store *s)

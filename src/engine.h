@@ -6,6 +6,9 @@
 #ifndef KVT_ENGINE_H
 #define KVT_ENGINE_H
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 #include "dram.h"
 #include "kvtier.h"
 
@@ -130,7 +133,12 @@ int kvt__store_lookup_direct(struct kvt_store *s, const struct kvt_key *keys, si
 			     int8_t *tiers, kvt_cb cb, void *arg);
 int kvt__store_remove_direct(struct kvt_store *s, const struct kvt_key *key, kvt_cb cb,
 			     void *arg);
-int kvt__store_flush_direct(struct kvt_store *s, kvt_cb cb, void *arg);
+/* A flush reports the unsaved evictions its caller has not heard of yet (*unsaved_seen, a
+ * count of kvt__store_evicted_unsaved; NULL: the store's own count): kvtierd keeps one per
+ * connection, so that every client flushing hears of a loss. */
+int kvt__store_flush_direct(struct kvt_store *s, kvt_cb cb, void *arg,
+			    _Atomic uint64_t *unsaved_seen);
+uint64_t kvt__store_evicted_unsaved(struct kvt_store *s);
 /* A prefetch (keys copied), the same way: kvtierd counts the ones it stops waiting for. */
 int kvt__store_prefetch_direct(struct kvt_store *s, const struct kvt_key *keys, size_t n,
 			       uint64_t deadline_ns, kvt_cb cb, void *arg);

@@ -515,7 +515,10 @@ bool kvt__e_keyrec_any_removing(struct kvt_store *s);
 void kvt__e_keyrec_free_all(struct kvt_store *s);
 
 /* engine_wb.c */
-int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct);
+/* unsaved_seen: the caller's count of unsaved evictions already reported to it (NULL: the
+ * store's own, for its one in-process user; kvtierd keeps one per connection). */
+int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,
+		    _Atomic uint64_t *unsaved_seen);
 uint64_t kvt__e_wb_dirty_all(struct kvt_store *s);
 void kvt__e_wb_submit(struct kvt_store *s, const struct kvt_key *key, const struct kvt_slot_ref *ref, int end, kvt_cb cb, void *arg, bool direct);
 /* A DRAM hit's second offer of a chunk admission declined (engine_wb.c). */

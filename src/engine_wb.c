@@ -901,7 +901,8 @@ static void flush_tiers(struct flush_waiter *f)
 	flush_release(f);
 }
 
-int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
+int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,
+		    _Atomic uint64_t *unsaved_seen)
 {
 	if (!s || !cb)
 		return -EINVAL;
@@ -949,10 +950,20 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct)
 	if (s->dram && s->n_links > s->dram_pos + 1) {
 		f->nomem = kvt__e_wb_dirty_all(s);
 		/* Unsaved slots still in DRAM were just written again (the jobs' outcome is the
-		 * flush's); those evicted since the last flush that reported them are lost. */
+		 * flush's); those evicted since the last flush that reported them to this caller
+		 * are lost. Per caller: until 2026-12-06 the store kept one count, so of the
+		 * kvtierd clients flushing one store only the first to flush after a loss heard
+		 * of it - the others' flushes answered 0 over the chunks gone. */
+		_Atomic uint64_t *seen_by = unsaved_seen ? unsaved_seen : &s->flush_unsaved_seen;
 		uint64_t n = kvt__dram_evicted_unsaved(s->dram);
-		uint64_t seen = atomic_load(&s->flush_unsaved_seen);
-		while (seen < n && !atomic_compare_exchange_weak(&s->flush_unsaved_seen, &seen, n))
+		uint64_t seen = atomic_load(seen_by);
+		while (seen < n && !atomic_compare_exchange_weak(seen_by, &seen, n))
+			;
+		/* and the store's: a flush of the store's own (kvtierd's at its stop) reports
+		 * only losses no caller has heard of */
+		uint64_t own = atomic_load(&s->flush_unsaved_seen);
+		while (seen_by != &s->flush_unsaved_seen && own < n &&
+		       !atomic_compare_exchange_weak(&s->flush_unsaved_seen, &own, n))
 			;
 		if (seen < n) {
 			f->lost = n - seen;
@@ -977,7 +988,7 @@ int kvt_flush(struct kvt_store *s, kvt_cb cb, void *arg)
 	int rc = kvt__store_enter(s);
 	if (rc < 0)
 		return rc;
-	rc = s->client ? kvt__client_flush(s->client, cb, arg) : kvt__e_do_flush(s, cb, arg, false);
+	rc = s->client ? kvt__client_flush(s->client, cb, arg) : kvt__e_do_flush(s, cb, arg, false, NULL);
 	kvt__store_leave(s);
 	return rc;
 }
