@@ -193,7 +193,7 @@ struct wb {
 	/* parked (kvt__e_wb_start) while a remove of its key is out on a tier, in time */
 	struct wb *park_next; /* the key record's parked list */
 	int end;              /* the chain position it writes up to (set at registration) */
-	bool keep_dirty;      /* a tier was never tried (no memory, blocked): stay dirty */
+	bool keep_dirty;      /* a tier was never tried (no memory): stay dirty */
 	/* a hit's second offer of a clean slot (kvt__e_wb_reoffer): written only to these
 	 * positions (bits), whose admission declined it before; 0 for every other job */
 	uint8_t reoffer;

@@ -100,9 +100,10 @@ static void wb_tier_failed(struct wb *w, struct link *l, int rc)
 static void wb_complete(struct wb *w)
 {
 	struct kvt_store *s = w->s;
-	/* Clean unless a tier was never tried (no memory, or skipped for an older call of the
-	 * key still out there): then it stays dirty for flush or write-back to retry, and in
-	 * the second case it is written again once that call is answered (kvt__e_wb_rewrite).
+	/* Clean unless a tier was never tried for lack of memory: then it stays dirty for
+	 * flush or write-back to retry. A tier skipped for an older call of the key still out
+	 * there counts as failed here, and the slot, if dirty, is written again once that call
+	 * is answered (kvt__e_wb_rewrite).
 	 * A tier that failed or missed its deadline simply lacks the object - but if no
 	 * deeper tier took it, the DRAM copy is the only one: it stays dirty, marked unsaved,
 	 * so that flush and close write it again and an eviction of it is counted and
@@ -630,12 +631,16 @@ void kvt__e_wb_start(struct wb *w, int end)
 			/* An earlier write of the key is still out on this tier past its deadline
 			 * (or being removed again, or a remove call of it is): this one waits for
 			 * no one and is not written there. A put told -EAGAIN retries once the tier
-			 * has answered; a DRAM slot stays dirty (clean, it could be evicted while no
-			 * deeper tier holds it) and is written again once the tier has answered
-			 * (the key's record has its link in redo: kvt__e_wb_rewrite_claim). */
+			 * has answered; a DRAM slot is marked as after a failed write (wb_complete):
+			 * unsaved if no deeper tier took it - dirty, written again once the tier
+			 * has answered if it is still in DRAM (the key's record has its link in
+			 * redo: kvt__e_wb_rewrite_claim), and evictable with the loss counted. Until
+			 * 2026-12-06 it stayed plainly dirty, which the pool never evicts: on a hung
+			 * tier, removes whose calls were late and puts of the same keys again
+			 * filled a small DRAM with such slots, and every put after was refused
+			 * -ENOSPC for as long as the tier hung (a review; store_blocked_pool). */
 			atomic_fetch_add(&l->writes_skipped, 1);
 			wb_tier_failed(w, l, -EAGAIN);
-			w->keep_dirty = true;
 			continue;
 		}
 		/* circuit open, or it holds what it may in late calls: the tier is unwell */
