@@ -621,11 +621,19 @@ static int ini_check_line(const char *path, int ln, const char *p, size_t len, c
 		while (isspace((unsigned char)*after))
 			after++;
 		if (*after && *after != ';' && *after != '#') {
+			/* quoted up to its '=' or ':' only: the rest may be a secret
+			 * ("[redis] url = redis://:password@host"; until 2026-12-06 the first 40
+			 * characters were quoted, the password with them - a review) */
+			size_t shown = strcspn(after, "=:");
+			while (shown && isspace((unsigned char)after[shown - 1]))
+				shown--;
 			if (err && errlen)
 				snprintf(err, errlen,
-					 "%s:%d: text after [%.*s]: '%.40s' (a section line holds "
+					 "%s:%d: text after [%.*s]: '%.*s%s' (a section line holds "
 					 "only its name; put name = value on a line of its own)",
-					 path, ln, (int)KVT_MIN(end - start - 1, 60), start + 1, after);
+					 path, ln, (int)KVT_MIN(end - start - 1, 60), start + 1,
+					 (int)KVT_MIN(shown, 40), after,
+					 after[shown] ? " ..." : "");
 			return -EINVAL;
 		}
 		snprintf(section, INI_MAX_LINE, "%.*s", (int)(end - start - 1), start + 1);

@@ -109,7 +109,7 @@ printf '[dram\nbytes = 8GiB\n' >"$T/bracket.ini"
 expect_err "config no ]" "bracket.ini:1: '\[' without a closing '\]'" "$K" config --config "$T/bracket.ini"
 # text after a section's ']' (libinih drops it: "[nvme] bytes = 4G" set nothing, exit 0)
 printf '[nvme] bytes = 4G\n' >"$T/after.ini"
-expect_err "config text after ]" "after.ini:1: text after \[nvme\]: 'bytes = 4G'" "$K" config --config "$T/after.ini"
+expect_err "config text after ]" "after.ini:1: text after \[nvme\]: 'bytes ...'" "$K" config --config "$T/after.ini"
 printf '[nvme] ; a comment may follow\nbytes = 4GiB\n' >"$T/aftercomment.ini"
 out=$("$K" config --config "$T/aftercomment.ini")
 grep -q '^nvme.bytes *= 4294967296 ' <<<"$out" || { echo "a comment after [nvme] broke the section"; exit 1; }
