@@ -57,6 +57,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "format.h"
 #include "tier.h"
 
 #define FS_LAYOUT "v1"
@@ -1236,11 +1237,60 @@ static int run_remove(struct fs_state *s, struct fs_op *op)
 	return 0;
 }
 
+/* Is the file under name in dfd - still the one the corrupt read was served (id) - sound
+ * when read again? The read may have been damaged on its way (NFS, CephFS, a FUSE daemon,
+ * a bad NIC) while the stored copy is good, and dropping it costs every node that shares
+ * the directory a miss: it is read again, its cached pages dropped first so that the
+ * bytes come from the file system's server where it has one, and checked as the engine
+ * checks (header and every layer CRC for this store's geometry and key; a MAC the engine
+ * refused passes, the tier has no key). Without a geometry (a tier opened outside a
+ * store), a size no object can have, or no memory: not sound, as before the check. Until
+ * 2026-12-06 every report dropped the copy (a review: one flipped byte in a read's buffer
+ * deleted a sound shared chunk; S3 and Redis already read again). */
+static bool copy_sound(struct fs_state *s, int dfd, const char *name, const struct fs_ident *id,
+		       const struct kvt_key *key)
+{
+	if (!s->t->geometry)
+		return false;
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return false;
+	struct stat st;
+	struct fs_ident now;
+	bool sound = false;
+	uint8_t *buf = NULL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		goto out;
+	ident_of(s, fd, &st, &now);
+	if (!ident_eq(&now, id) || (uint64_t)st.st_size < KVT_HEADER_BYTES ||
+	    (uint64_t)st.st_size > s->t->object_max)
+		goto out;
+	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	if (!(buf = kvt__malloc((size_t)st.st_size)))
+		goto out;
+	uint64_t got = 0;
+	while (got < (uint64_t)st.st_size) {
+		ssize_t r = pread(fd, buf + got, (size_t)st.st_size - got, (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			goto out;
+		got += (uint64_t)r;
+	}
+	struct kvt_expect exp = {.geometry = s->t->geometry, .key = key,
+				 .max_object_bytes = s->t->object_max};
+	sound = kvt__object_verify(buf, got, &exp, NULL) == 0;
+out:
+	kvt__free(buf);
+	close(fd);
+	return sound;
+}
+
 /* Drop a corrupt object the engine read. A good copy may have been published under the same
  * name since (by another node, or by this one after a remove), and that copy must survive.
  * The file under the name is opened (which pins its inode: its number cannot be reused
  * while we hold it) and compared with the one the read served (struct fs_ident); only if it
- * is that file is the name moved aside to a temporary name (atomic; never over another
+ * is that file, and damaged when read again (copy_sound), is the name moved aside to a temporary name (atomic; never over another
  * writer's temporary where RENAME_NOREPLACE works) and removed. What was moved goes even if
  * it is not that file: a copy published in the instant between the look and the move (after
  * someone else removed the corrupt one) is lost, as a copy written while a remove runs may
@@ -1278,6 +1328,13 @@ static int run_drop(struct fs_state *s, struct fs_op *op)
 		close(dfd);
 		KVT_INFO(&s->t->log, "fs: %s/%s was rewritten since the corrupt read; left in "
 				     "place", s->dir, path);
+		return 0;
+	}
+	if (copy_sound(s, dfd, name, &id, &op->key)) {
+		close(fd);
+		close(dfd);
+		KVT_INFO(&s->t->log, "fs: %s/%s is sound when read again (the corrupt read was "
+				     "damaged on its way); left in place", s->dir, path);
 		return 0;
 	}
 	tmp_name(s, name, aside, sizeof(aside));
