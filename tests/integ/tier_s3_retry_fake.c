@@ -129,6 +129,16 @@ static const char server_py[] =
     "            counts['/endless'] += 1\n"
     "            t = b'%012d' % counts['/endless'] + b'T' * 16000\n"
     "            return self.listing(b'true', t, [])\n"
+    "        if self.path.startswith('/cut?'):  # no Content-Length, closed after 2 of 4\n"
+    "            self.send_response(200)\n"
+    "            self.send_header('Connection', 'close')\n"
+    "            self.end_headers()\n"
+    "            self.close_connection = True\n"
+    "            self.wfile.write(b'<ListBucketResult><IsTruncated>false</IsTruncated>'\n"
+    "                + b''.join(b'<Contents><Key>kvtier/' + k * 32 + b'</Key><Size>4096'\n"
+    "                           b'</Size></Contents>' for k in (b'01', b'02'))\n"
+    "                + b'<Contents><Key>kvtier/03')\n"
+    "            return\n"
     "        if self.path.startswith('/html?'):\n"
     "            return self.reply(200, b'<html><body>Service Unavailable</body></html>')\n"
     "        if self.path.startswith('/err200?'):\n"
@@ -1296,6 +1306,11 @@ int main(void)
 	CHECK(rc == -EPROTO && listed == 0, "a 200 HTML page: %d, %d objects", rc, listed);
 	rc = list_bucket(ep, "err200", &listed);
 	CHECK(rc == -EPROTO && listed == 0, "a 200 <Error>: %d, %d objects", rc, listed);
+	/* A 200 without a Content-Length whose connection closed after 2 of 4 entries (curl
+	 * calls it complete): -EPROTO - it was a complete listing of two */
+	rc = list_bucket(ep, "cut", &listed);
+	CHECK(rc == -EPROTO && listed == 0, "a page cut by its connection's close: %d, %d objects",
+	      rc, listed);
 	endless_listing(ep);
 	queued_deadlines(ep);
 	signed_put_deadlines(ep);
