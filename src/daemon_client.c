@@ -62,6 +62,11 @@ struct cop {
 	void *dst;
 	size_t len;
 	const struct kvt_key *keys;
+	/* a queued call's own copy of keys (submit), freed once it has run: kvt_lookup and
+	 * kvt_prefetch return before the worker sends the keys, and a caller may reuse its
+	 * array then, as in process (until 2026-12-06 the worker read the caller's array
+	 * after the call had returned: a review's heap-use-after-free, daemon_async_keys) */
+	struct kvt_key *keys_copy;
 	size_t n;
 	int8_t *tiers;
 	uint64_t deadline_ns; /* prefetch: the daemon's deadline for it */
@@ -655,6 +660,8 @@ static void failed(struct cop *o, int rc)
 	if (o->op == KVTD_GET) {
 		o->res.status = -ENOENT;
 		o->res.cause = cause;
+	} else if (o->op == KVTD_PREFETCH && o->by_ns && rc == -ETIME) {
+		o->res.status = -ETIME; /* kvt_prefetch_sync's deadline: as in process */
 	} else if (o->op == KVTD_LOOKUP || o->op == KVTD_PREFETCH) {
 		o->res.status = 0;
 		if (o->op == KVTD_LOOKUP)
@@ -701,9 +708,16 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 				break;
 			rc = 0;
 		}
+		/* kvt_prefetch_sync past its own deadline (o->by_ns): -ETIME, as in process */
+		bool sync_late = o->op == KVTD_PREFETCH && o->by_ns &&
+				 (rc == -ETIME || (rc == 0 && rep.res.status == -ETIME));
 		if (rc < 0) {
 			failed(o, rc);
-			o->res.status = (int)total;
+			o->res.status = sync_late ? -ETIME : (int)total;
+			return;
+		}
+		if (sync_late) {
+			o->res.status = -ETIME;
 			return;
 		}
 		/* a lookup cut at its budget: the rest is not known, as when a tier cannot say;
@@ -1016,6 +1030,9 @@ static void *worker_main(void *arg)
 			c->q_tail = NULL;
 		pthread_mutex_unlock(&c->q_lock);
 		run_op(c, o);
+		kvt__free(o->keys_copy);
+		o->keys_copy = NULL;
+		o->keys = NULL;
 		pthread_mutex_lock(&c->q_lock);
 		c->ran = o->ticket;
 		pthread_cond_broadcast(&c->ran_cond);
@@ -1033,11 +1050,18 @@ static int submit(struct kvt_client *c, struct cop *o)
 		return -EAGAIN;
 	}
 	struct cop *n = kvt__malloc(sizeof(*n));
-	if (!n) {
+	struct kvt_key *keys = o->keys && o->n ? kvt__malloc(o->n * sizeof(*keys)) : NULL;
+	if (!n || (o->keys && o->n && !keys)) {
 		pthread_mutex_unlock(&c->q_lock);
+		kvt__free(n);
+		kvt__free(keys);
 		return -ENOMEM;
 	}
 	*n = *o;
+	if (keys) {
+		memcpy(keys, o->keys, o->n * sizeof(*keys));
+		n->keys = n->keys_copy = keys;
+	}
 	n->next = NULL;
 	n->ticket = ++c->tickets;
 	if (n->op == KVTD_REMOVE)
@@ -1519,7 +1543,11 @@ int kvt__client_prefetch_sync(struct kvt_client *c, const struct kvt_key *keys, 
 {
 	if (!keys && n)
 		return -EINVAL;
-	struct cop o = {.op = KVTD_PREFETCH, .keys = keys, .n = n, .deadline_ns = deadline_ns};
+	/* bounded by its deadline as in process (include/kvtier.h), not only by
+	 * store.daemon_timeout_ms (until 2026-12-06: a review, 2 s past a 100 ms deadline
+	 * with the daemon stopped) */
+	struct cop o = {.op = KVTD_PREFETCH, .keys = keys, .n = n, .deadline_ns = deadline_ns,
+			.by_ns = deadline_ns};
 	return run_sync(c, &o, NULL, SYNC_REMOVES);
 }
 
