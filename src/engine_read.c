@@ -603,9 +603,15 @@ static int acquire(struct kvt_store *s, const struct kvt_key *key, const struct 
 		kvt__dram_unpin(s->dram, ref.id);
 		return 0;
 	}
+	/* A miss is counted where it is answered, as kvt_get counts its own (until 2026-12-06
+	 * none was: a device restore's and kvtierd GET_PIN's DRAM hit ratio read 100 %, a
+	 * review); a prefetch (!use) counts none, its get will. One that fails to start is
+	 * asked again elsewhere (GET_PIN falls back to a GET), which counts it. */
 	int rc = fill_start(s, key, parent, cb, arg, cause, use);
 	if (rc == -ENOENT) /* a remove of the key is still out */
-		return deferred_miss(s, cb, arg);
+		rc = deferred_miss(s, cb, arg);
+	if (rc == 0 && use)
+		atomic_fetch_add(&s->links[s->dram_pos].misses, 1);
 	if (rc == -EBUSY) {
 		/* A put of this key is being published right now; it is a hit once it lands. */
 		if (kvt__dram_get(s->dram, key, &ref) == 0) {
