@@ -253,7 +253,7 @@ int kvt_store_open(const struct kvt_config *cfg, struct kvt_store **out)
 	s->write_policy = !strcmp(wp, "write-back") ? WP_BACK
 			  : !strcmp(wp, "selective") ? WP_SELECTIVE
 						     : WP_THROUGH;
-	s->selective_hits = (uint32_t)KVT_MIN(kvt__cfg_u64(cfg, "store.selective_hits"), 250);
+	s->selective_hits = (uint32_t)kvt__cfg_u64(cfg, "store.selective_hits"); /* <= 1000000 */
 	s->promote = kvt__cfg_bool(cfg, "store.promote");
 	s->promote_local = kvt__cfg_bool(cfg, "store.promote_local");
 	s->max_inflight = kvt__cfg_u64(cfg, "store.max_inflight");

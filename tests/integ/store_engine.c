@@ -278,6 +278,31 @@ static void test_selective_again(const char *dir)
 	kvt_config_destroy(c);
 }
 
+/* Selective, 300 hits (above 250): written deeper at the 300th hit, not before. Until
+ * 2026-12-06 the setting was capped at 250 without a word (a review). */
+static void test_selective_many(const char *dir)
+{
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "store.write_policy", "selective");
+	test_set(c, "store.selective_hits", "300");
+	struct kvt_store *s = open_store(c);
+	struct kvt_key k[1];
+	make_keys(s, k, 1, 97);
+	put_n(s, k, 1, 970);
+	for (int i = 0; i < 299; i++)
+		CHECK_RC(get_check(s, &k[0], 970, NULL), 0);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	struct kvt_stats st;
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].objects == 0, "written deeper after 299 of 300 hits");
+	CHECK_RC(get_check(s, &k[0], 970, NULL), 0);
+	CHECK_RC(kvt_flush_sync(s), 0);
+	kvt_stats(s, &st);
+	CHECKM(st.tier[1].objects == 1, "not written deeper after 300 hits");
+	kvt_store_close(s);
+	kvt_config_destroy(c);
+}
+
 /* A prefetch takes one in-flight place: with store.max_inflight=1 a prefetch of a stored
  * chunk (not in DRAM after a reopen, so that it is read from NVMe) answers 1. Until 2026-12-06 its
  * lookup took a second place and every prefetch at this bound was -EAGAIN. */
@@ -1112,7 +1137,7 @@ int main(void)
 			       "corruption-log", "admission-predict", "async-put-nodram",
 			       "admission-reoffer", "admission-sightings", "reoffer-flush",
 			       "budget-reoffer", "reoffer-dirty-flush", "flush-nomem", "reoffer-marks", "acquire-sighting",
-			       "selective-again", "prefetch-one-place"};
+			       "selective-again", "prefetch-one-place", "selective-many"};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", dir, steps[i]);
@@ -1141,6 +1166,7 @@ int main(void)
 		case 21: test_acquire_sighting(sub); break;
 		case 22: test_selective_again(sub); break;
 		case 23: test_prefetch_one_place(sub); break;
+		case 24: test_selective_many(sub); break;
 		}
 	}
 	test_rmdir(dir);
