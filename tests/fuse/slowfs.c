@@ -20,9 +20,11 @@
  *                  page cache would otherwise serve what it read before);
  *   --eio-rename S   a rename or link either of whose paths contains S fails with EIO (a
  *                  server that fails a publish);
- *   --eio-readdir S  listing a directory whose path contains S fails with EIO.
+ *   --eio-readdir S  listing a directory whose path contains S fails with EIO;
+ *   --eio-getattr S  a stat of a path that contains S fails with EIO (a damaged inode, an
+ *                  NFS server's error for one file).
  * Usage: slowfs BACKING_DIR MOUNTPOINT [--delay-ms N] [--stall-only OP] [--stall-path S]
- * [--stalled] [--eio-path S --eio-at OFF] [--eio-rename S] [--eio-readdir S] (runs in the foreground, multithreaded; unmount with
+ * [--stalled] [--eio-path S --eio-at OFF] [--eio-rename S] [--eio-readdir S] [--eio-getattr S] (runs in the foreground, multithreaded; unmount with
  * `fusermount3 -u MOUNTPOINT` or `umount -l`).
  * Test-only: it is built when libfuse3 is found and installed nowhere.
  */
@@ -55,6 +57,7 @@ static const char *eio_path;	/* NULL: no read fails */
 static off_t eio_at;		/* the byte whose reads fail */
 static const char *eio_rename;	/* NULL: no rename or link fails */
 static const char *eio_readdir; /* NULL: no directory listing fails */
+static const char *eio_getattr; /* NULL: no stat fails */
 
 static void on_signal(int sig)
 {
@@ -100,6 +103,8 @@ static const char *rel(const char *path)
 static int s_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
 {
 	gate(0);
+	if (eio_getattr && path && strstr(path, eio_getattr))
+		return -EIO;
 	if (fi)
 		RET(fstat((int)fi->fh, st));
 	RET(fstatat(bfd, rel(path), st, AT_SYMLINK_NOFOLLOW));
@@ -367,7 +372,7 @@ int main(int argc, char **argv)
 	if (argc < 3) {
 		fprintf(stderr, "usage: slowfs BACKING_DIR MOUNTPOINT [--delay-ms N] "
 				"[--stall-only OP] [--stall-path S] [--stalled] [--eio-path S "
-				"--eio-at OFF] [--eio-rename S] [--eio-readdir S]\n");
+				"--eio-at OFF] [--eio-rename S] [--eio-readdir S] [--eio-getattr S]\n");
 		return 2;
 	}
 	for (int i = 3; i < argc; i++) {
@@ -381,6 +386,8 @@ int main(int argc, char **argv)
 			eio_path = argv[++i];
 		} else if (!strcmp(argv[i], "--eio-readdir") && i + 1 < argc) {
 			eio_readdir = argv[++i];
+		} else if (!strcmp(argv[i], "--eio-getattr") && i + 1 < argc) {
+			eio_getattr = argv[++i];
 		} else if (!strcmp(argv[i], "--eio-rename") && i + 1 < argc) {
 			eio_rename = argv[++i];
 		} else if (!strcmp(argv[i], "--eio-at") && i + 1 < argc) {

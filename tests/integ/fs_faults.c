@@ -10,6 +10,8 @@
  *     auto: the first put succeeds (before: -EEXIST, its O_DIRECT create had created the
  *     file, then failed EINVAL, and the buffered retry met it) and no temporary is left;
  *     with fs.direct on a put fails with one line and leaves nothing behind.
+ *  3b. An object whose stat fails (slowfs --eio-getattr): the listing lists the rest and
+ *     fails -EIO (the object vanished from it before).
  *  3. A leaf directory whose listing fails (slowfs --eio-readdir): the tier's listing
  *     fails with EIO (it returned 0 with the objects of the other leaves, so `kvtier
  *     verify` said "0 bad" over a store it had not seen whole).
@@ -189,9 +191,47 @@ static void listing_fails(void)
 	fprintf(stderr, "3: a listing cut short fails\n");
 }
 
+/* 3b. An object whose stat fails with EIO (slowfs --eio-getattr on its name): the listing
+ * lists the others and fails -EIO; until 2026-12-06 the object vanished from it and the
+ * scan answered 0. The objects are written through the backing directory, so that the
+ * mount has cached nothing of them. */
+static void entry_stat_fails(void)
+{
+	struct kvt_key keys[9];
+	for (int i = 0; i < 9; i++)
+		th_key(&keys[i], (uint64_t)i + 1, 17);
+	char hex[2 * KVT_KEY_BYTES + 1];
+	for (int i = 0; i < KVT_KEY_BYTES; i++)
+		snprintf(hex + 2 * i, 3, "%02x", keys[4].bytes[i]);
+	struct slowfs fs = {0};
+	const char *opts[] = {"--eio-getattr", hex, NULL};
+	int rc = slowfs_mount_opts(&fs, "fs_stat_fail", opts);
+	if (rc == 77) {
+		check_part_runs(false, "entry stat fails", "slowfs or /dev/fuse missing");
+		return;
+	}
+	CHECK_EQ(rc, 0);
+	struct kvt_tier *b = open_tier(fs.back, "off");
+	void *obj = new_obj(6);
+	for (int i = 0; i < 9; i++)
+		CHECK_EQ(th_write(b, &keys[i], obj, OBJ), 0);
+	CHECK_EQ(th_flush(b), 0);
+	th_close(b);
+	struct kvt_tier *t = open_tier(fs.mnt, "off");
+	int n = 0;
+	rc = t->ops->scan(t, count_listed, &n);
+	CHECKM(rc == -EIO && n == 8,
+	       "3b: an object whose stat fails: scan %d with %d of 9 objects listed", rc, n);
+	th_close(t);
+	free(obj);
+	slowfs_stop(&fs);
+	fprintf(stderr, "3b: a listing with an entry it cannot stat fails (the rest listed)\n");
+}
+
 int main(void)
 {
 	listing_fails();
+	entry_stat_fails();
 	publish_fails();
 	direct_refused();
 	printf("fs_faults: ok\n");
