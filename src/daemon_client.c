@@ -271,6 +271,7 @@ static void admit_end(struct kvt_client *c, bool probe)
 }
 
 static void retire_pool(struct kvt_client *c);
+static void unmap_pool(struct kvt_client *c);
 
 static void disconnect(struct kvt_client *c)
 {
@@ -280,8 +281,16 @@ static void disconnect(struct kvt_client *c)
 	 * for anonymous memory before the close - once mmap returns no CPU can store into the
 	 * old pages through this mapping - so no late byte lands after the daemon can reuse the
 	 * slot (closing first left that window open). */
-	if (c->tp_writes && c->pool)
+	/* And the pool is let go of whatever runs: the daemon may be gone (a restart), and a
+	 * pool lives as long as a mapping of it, so a client holding on to the dead daemon's
+	 * until its next attach made the node hold two pools while the new daemon set up its
+	 * own - its huge pages refused (it falls back to 4 KiB pages), or twice the memory
+	 * (until 2026-12-06, a review; daemon_restart_pool). A copy that may still run from
+	 * it keeps reading or writing anonymous pages instead (retire_pool). */
+	if ((c->tp_writes || c->pins_out) && c->pool)
 		retire_pool(c);
+	else
+		unmap_pool(c);
 	atomic_fetch_add(&c->drops, 1); /* before the close: see kvt__client_pin_holds */
 	if (c->sock >= 0)
 		close(c->sock);
