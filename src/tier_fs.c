@@ -1290,8 +1290,9 @@ out:
  * name since (by another node, or by this one after a remove), and that copy must survive.
  * The file under the name is opened (which pins its inode: its number cannot be reused
  * while we hold it) and compared with the one the read served (struct fs_ident); only if it
- * is that file, and damaged when read again (copy_sound), is the name moved aside to a temporary name (atomic; never over another
- * writer's temporary where RENAME_NOREPLACE works) and removed. What was moved goes even if
+ * is that file, and damaged when read again (copy_sound), is the name moved aside to a
+ * temporary name (atomic; never over another writer's temporary where RENAME_NOREPLACE
+ * works) and removed. What was moved goes even if
  * it is not that file: a copy published in the instant between the look and the move (after
  * someone else removed the corrupt one) is lost, as a copy written while a remove runs may
  * be. Linking it back would undo a remove that came meanwhile: it found no name and
