@@ -129,6 +129,9 @@ struct kvt_client {
 	/* connections dropped by this side, counted before the socket closes: a pin taken on
 	 * an earlier count may have been released by the daemon (kvt__client_pin_holds) */
 	_Atomic uint64_t drops;
+	/* every live client, for the fork handlers (atfork_child); under g_clients_mu */
+	struct kvt_client *fork_next;
+	bool listed;
 	struct retired {
 		struct retired *next;
 		void *p;
@@ -1637,10 +1640,75 @@ static int my_namespace(struct kvt_client *c, const struct kvt_config *cfg)
 	return kvt_namespace_id(&ns, c->my_ns);
 }
 
+/* fork() without exec: the child inherits the daemon connection (SOCK_CLOEXEC closes it at
+ * exec only), and while any process holds it the daemon sees no EOF - the connection keeps
+ * its thread, region, pins, quarantine and daemon.max_clients place after the parent's
+ * store closes (until 2026-12-06: three open/fork/close cycles with a sleeping child each
+ * and a fourth store could not attach; a review, daemon_fork_conn). So the child closes its
+ * copy of every live client's socket; a call the child makes reconnects on a connection
+ * (and a region) of its own. The list is locked across the fork (prepare /
+ * parent / child), so the child sees it whole. A reconnect racing the fork may leave the
+ * child one new socket it does not know of (rare: the parent's next disconnect ends it
+ * for the daemon only once the child exits). */
+static pthread_mutex_t g_clients_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct kvt_client *g_clients;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_prepare(void)
+{
+	pthread_mutex_lock(&g_clients_mu);
+}
+
+static void atfork_parent(void)
+{
+	pthread_mutex_unlock(&g_clients_mu);
+}
+
+static void atfork_child(void)
+{
+	for (struct kvt_client *c = g_clients; c; c = c->fork_next) {
+		if (c->sock >= 0)
+			close(c->sock);
+		c->sock = -1;
+		c->region_dirty = true; /* a call in the child brings a region of its own */
+	}
+	pthread_mutex_unlock(&g_clients_mu);
+}
+
+static void atfork_install(void)
+{
+	(void)pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+static void clients_add(struct kvt_client *c)
+{
+	pthread_once(&g_atfork_once, atfork_install);
+	pthread_mutex_lock(&g_clients_mu);
+	c->fork_next = g_clients;
+	g_clients = c;
+	c->listed = true;
+	pthread_mutex_unlock(&g_clients_mu);
+}
+
+static void clients_remove(struct kvt_client *c)
+{
+	if (!c->listed)
+		return;
+	pthread_mutex_lock(&g_clients_mu);
+	for (struct kvt_client **p = &g_clients; *p; p = &(*p)->fork_next)
+		if (*p == c) {
+			*p = c->fork_next;
+			break;
+		}
+	c->listed = false;
+	pthread_mutex_unlock(&g_clients_mu);
+}
+
 void kvt__client_close(struct kvt_client *c)
 {
 	if (!c)
 		return;
+	clients_remove(c);
 	pthread_mutex_lock(&c->q_lock);
 	c->stopping = true;
 	pthread_cond_signal(&c->q_cond);
@@ -1728,6 +1796,7 @@ int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out)
 		rc = -rc;
 		goto fail;
 	}
+	clients_add(c);
 	rc = kvt__store_new_client(c, &c->log, out);
 	if (rc < 0) {
 		kvt__client_close(c);
