@@ -1025,13 +1025,39 @@ static void cq_push(struct kvt_client *c, struct cop *o)
 	(void)w;
 }
 
+/* An idle client notices a daemon that went away (its end of the socket hung up) and drops
+ * the connection - and with it the dead daemon's DRAM pool (disconnect) - without waiting
+ * for its next call: a restarted daemon sets up its own pool first, and a client that
+ * stayed idle held the old one as long as it stayed idle (until 2026-12-06, a review;
+ * daemon_restart_pool 2). Only when no call holds the connection (io_lock free). */
+static void idle_check(struct kvt_client *c)
+{
+	if (pthread_mutex_trylock(&c->io_lock))
+		return;
+	if (c->sock >= 0) {
+		struct pollfd p = {.fd = c->sock, .events = POLLRDHUP};
+		if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)))
+			disconnect(c);
+	}
+	pthread_mutex_unlock(&c->io_lock);
+}
+
 static void *worker_main(void *arg)
 {
 	struct kvt_client *c = arg;
 	for (;;) {
 		pthread_mutex_lock(&c->q_lock);
-		while (!c->q_head && !c->stopping)
-			pthread_cond_wait(&c->q_cond, &c->q_lock);
+		while (!c->q_head && !c->stopping) {
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_sec += 1;
+			if (pthread_cond_timedwait(&c->q_cond, &c->q_lock, &ts) == ETIMEDOUT &&
+			    !c->q_head && !c->stopping) {
+				pthread_mutex_unlock(&c->q_lock);
+				idle_check(c);
+				pthread_mutex_lock(&c->q_lock);
+			}
+		}
 		struct cop *o = c->q_head;
 		if (!o) {
 			pthread_mutex_unlock(&c->q_lock);
@@ -1761,10 +1787,10 @@ int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out)
 	}
 	pthread_mutex_init(&c->io_lock, NULL);
 	pthread_mutex_init(&c->q_lock, NULL);
-	pthread_cond_init(&c->q_cond, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->q_cond, &ca); /* the worker's idle wait (worker_main) */
 	pthread_cond_init(&c->ran_cond, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&c->cq_lock, NULL);

@@ -7,7 +7,8 @@
  * pools: with huge pages reserved for one, the new one silently falls back to 4K shared
  * memory (and twice the memory), or a large pool OOMs the node.
  *  1. a store attached, a round trip through the pool; the daemon stopped (SIGTERM);
- *  2. a get on the store finds the daemon gone (a miss, cause -ENOTCONN);
+ *  2. with no call, the store lets go of the pool within about a second (2a: its worker
+ *     sees the socket hang up); a get then finds the daemon gone (a miss, -ENOTCONN);
  *  3. the dead daemon's pool must no longer be mapped (until 2026-12-06 it was, until the
  *     next attach); /proc/meminfo Shmem before and after a new daemon starts shows what
  *     the node holds meanwhile;
@@ -56,6 +57,15 @@ int main(void)
 	kvtd_check_roundtrip(s, &k, 5);
 	printf("1. attached: %d pool mapping(s), Shmem %ld MiB\n", pool_maps(), shmem_mib());
 	kvtd_stop();
+	/* 2a. the store idle: its worker notices the hang-up and lets go of the pool within
+	 * about a second (until 2026-12-06 only a call did) */
+	uint64_t t0 = test_now_ns();
+	while (pool_maps() && test_ms_since(t0) < 5000)
+		usleep(50 * 1000);
+	int maps_idle = pool_maps();
+	printf("2a. daemon gone, store idle: %d pool mapping(s) after %.0f ms\n", maps_idle,
+	       test_ms_since(t0));
+	CHECKM(maps_idle == 0, "an idle store still maps the dead daemon's pool after 5 s");
 
 	size_t payload = kvt_payload_bytes(kvt_store_geometry(s), 16);
 	uint8_t *out = malloc(payload);
