@@ -584,6 +584,18 @@ def test_integer_arguments_are_checked_not_masked(tdir):
         assert s.get(k, layers=(np.int64(0), np.uint32(2))).result(10).n_tokens == 16
 
 
+@pytest.mark.parametrize("tok", [-1, 2**32 + 5, 1.5])
+def test_token_ids_out_of_range_are_refused_by_both_key_functions(tok):
+    """ctypes stores into a c_uint32 array without a range check: key_next took 2**32 + 5
+    as 5 (and -1 as 0xFFFFFFFF), another prompt's key, where keys_from_tokens refused it."""
+    ns = bytes(32)
+    with pytest.raises(ValueError):
+        kvtier.key_next(ns, None, [tok])
+    with pytest.raises(ValueError):
+        kvtier.keys_from_tokens(ns, 16, [tok])
+    assert kvtier.key_next(ns, None, [5]) != kvtier.key_next(ns, None, [0xFFFFFFFF])
+
+
 def test_results_completed_by_close_name_their_tier(tdir):
     """Store.close() runs the completions still queued; their tier was named "none" once
     the C store was gone (and Store.tiers was empty after close)."""
