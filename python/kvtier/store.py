@@ -480,7 +480,16 @@ class Store:
         core.enter()
         try:
             n = core.poll(timeout_ms)
-            core.drain_logs()  # a manual poller's lines arrive here
+            # a manual poller's lines arrive here too: counted as running on this thread,
+            # as kvt_poll is, so that a log function's close() is deferred to the finally
+            # below (until 2026-12-06 it ran here, under the log lock and this call's own
+            # enter(), and waited for itself for ever - a review)
+            tls = core.tls
+            tls.depth = getattr(tls, "depth", 0) + 1
+            try:
+                core.drain_logs()
+            finally:
+                tls.depth -= 1
         finally:
             core.leave()  # first: a close below waits for every call to have left
             if core.closing and not getattr(core.tls, "depth", 0):

@@ -584,6 +584,37 @@ def test_integer_arguments_are_checked_not_masked(tdir):
         assert s.get(k, layers=(np.int64(0), np.uint32(2))).result(10).n_tokens == 16
 
 
+def test_a_log_function_may_close_the_store_from_poll(tdir, monkeypatch):
+    """A log line delivered by Store.poll() (it drains the log queue too) whose log function
+    closes the store: the close is finished when poll() returns. It used to run inside
+    poll(), under the log lock and poll's own use of the store, and wait for itself for
+    ever. The kvtier-log thread is kept from draining, so that poll() delivers the line."""
+    import select
+    import threading
+    monkeypatch.setattr(kvtier.store._Core, "log_loop",
+                        lambda self: select.select([self.log_wake_r], [], []))
+    box = {}
+
+    def log_fn(level, msg):
+        if "missed its deadline" in msg and "s" in box:
+            box["s"].close()
+            box["closed"] = True
+
+    s = box["s"] = kvtier.Store(cfg(**{"store.tiers": "dram,faulty", "faulty.inner": "fs",
+                                       "fs.dir": tdir, "faulty.delay_ms": "3000",
+                                       "store.tier_timeout_ms": "100",
+                                       "store.deadline_floor_ms": "100"}),
+                                poller="manual", log_fn=log_fn)
+    s.lookup([kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]])
+    time.sleep(0.5)  # the deadline's line is queued
+    t = threading.Thread(target=lambda: s.poll(0), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "a close from a log function inside Store.poll() hung"
+    assert box.get("closed")
+    assert s._s is None
+
+
 @pytest.mark.parametrize("tok", [-1, 2**32 + 5, 1.5])
 def test_token_ids_out_of_range_are_refused_by_both_key_functions(tok):
     """ctypes stores into a c_uint32 array without a range check: key_next took 2**32 + 5
