@@ -64,7 +64,10 @@ int main(void)
 	memset(k.bytes, 0x42, sizeof(k.bytes));
 	kvtd_check_roundtrip(s, &k, 7); /* the connection is up */
 
-	kill(kvtd_pid, SIGSTOP);
+	/* stopped for sure before the get (kvtd_pause waits for state T): a plain kill()
+	 * returns before the stop lands, and under ASan once the daemon answered the get
+	 * first - "0 (success) after 0 ms" (CI, 2026-12-06) */
+	kvtd_pause();
 	pthread_t t;
 	CHECK(pthread_create(&t, NULL, signaller, NULL) == 0);
 	size_t payload = kvt_payload_bytes(kvt_store_geometry(s), 16);
