@@ -249,6 +249,7 @@ struct nv_spare {
 struct nv_slot {
 	uint32_t dir, id;
 	uint64_t bytes;
+	uint64_t disk; /* what it holds on disk: bytes, less the holes of one found so at open */
 };
 
 struct nv_stats {

@@ -39,7 +39,8 @@ static void slot_path(uint32_t id, char *out)
 	snprintf(out, NV_NAME_MAX, NV_POOL_DIR "/%u.slot", id);
 }
 
-static int slot_add(struct nv *s, uint32_t dir, uint32_t id, uint64_t bytes)
+/* disk: what the file holds on disk (bytes, but for one found with holes at open) */
+static int slot_add(struct nv *s, uint32_t dir, uint32_t id, uint64_t bytes, uint64_t disk)
 {
 	if (s->nslots == s->slots_cap) {
 		uint32_t nc = s->slots_cap ? 2 * s->slots_cap : 64;
@@ -49,7 +50,7 @@ static int slot_add(struct nv *s, uint32_t dir, uint32_t id, uint64_t bytes)
 		s->slots = n;
 		s->slots_cap = nc;
 	}
-	s->slots[s->nslots++] = (struct nv_slot){.dir = dir, .id = id, .bytes = bytes};
+	s->slots[s->nslots++] = (struct nv_slot){.dir = dir, .id = id, .bytes = bytes, .disk = disk};
 	s->pool_bytes += bytes;
 	ST_SET(s, pool_bytes, s->pool_bytes);
 	return 0;
@@ -142,7 +143,8 @@ int nv_pool_scan(struct nv *s, const void *objects, size_t nobjects)
 					    d->path, NV_POOL_DIR, nm);
 				continue;
 			}
-			int rc = slot_add(s, di, (uint32_t)id, (uint64_t)st.st_size);
+			int rc = slot_add(s, di, (uint32_t)id, (uint64_t)st.st_size,
+					  KVT_MIN((uint64_t)st.st_size, (uint64_t)st.st_blocks * 512));
 			if (rc < 0) {
 				closedir(dir);
 				return rc;
@@ -161,18 +163,16 @@ int nv_pool_scan(struct nv *s, const void *objects, size_t nobjects)
 
 /* Allocated, not sized: a slot file with holes (a copy of the store made with `cp --sparse`)
  * takes its holes from the free space when an object overwrites it, so only what it holds
- * is room the tier already has (as nv_log_disk_bytes for segments). */
+ * is room the tier already has (as nv_log_disk_bytes for segments). From the open's scan
+ * (nv_slot.disk), not a stat of every slot again. */
 uint64_t nv_pool_disk_bytes(const struct nv *s, dev_t dev)
 {
 	uint64_t n = 0;
 	for (uint32_t j = 0; j < s->nslots; j++) {
 		const struct nv_slot *sl = &s->slots[j];
-		char name[NV_NAME_MAX];
 		struct stat st;
-		slot_path(sl->id, name);
-		if (fstatat(s->dirs[sl->dir].fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    st.st_dev == dev)
-			n += KVT_MIN(sl->bytes, (uint64_t)st.st_blocks * 512);
+		if (fstat(s->dirs[sl->dir].fd, &st) == 0 && st.st_dev == dev)
+			n += sl->disk;
 	}
 	return n;
 }
@@ -200,7 +200,7 @@ bool nv_pool_untake(struct nv *s, struct nv_op *op)
 {
 	if (!op->slot)
 		return false;
-	if (slot_add(s, op->dir, op->slot, op->len) < 0)
+	if (slot_add(s, op->dir, op->slot, op->len, op->len) < 0)
 		nv_unlink_async(s, &s->dirs[op->dir], op->name);
 	op->slot = 0;
 	op->recycled = false;
@@ -227,7 +227,7 @@ bool nv_pool_keep(struct nv *s, struct nv_ent *e)
 	uint32_t dir = e->dir;
 	uint64_t bytes = e->bytes;
 	nv_ent_remove(s, e);
-	if (slot_add(s, dir, id, bytes) < 0)
+	if (slot_add(s, dir, id, bytes, bytes) < 0)
 		nv_unlink_async(s, d, slot);
 	return true;
 }
@@ -349,7 +349,7 @@ void nv_pool_laid(struct nv *s, struct nv_op *op)
 		nv_pool_layout_fail(s, op);
 		return;
 	}
-	if (slot_add(s, op->dir, op->slot, op->len) < 0)
+	if (slot_add(s, op->dir, op->slot, op->len, op->len) < 0)
 		nv_unlink_async(s, d, slot);
 	layout_end(s, op);
 }
