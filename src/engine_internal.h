@@ -188,6 +188,9 @@ struct wb {
 	_Atomic int ok;
 	_Atomic int first_err;
 	_Atomic int failed_link; /* 1 + a link whose write failed or was skipped unwell; 0 */
+	/* links whose failure a flush must report (bits; wb_tier_failed, under wb_lock): a
+	 * flush starting while the job is out takes them into its window */
+	uint32_t flush_failed;
 	struct keyrec *rec;   /* the key's order record (NULL: no memory for it) */
 	uint32_t blocked;     /* links this job must not write (kvt__e_keyrec_blocked) */
 	/* parked (kvt__e_wb_start) while a remove of its key is out on a tier, in time */
@@ -290,10 +293,6 @@ struct kvt_store {
 	struct kvt_cost *cost; /* for admission's restore-vs-recompute check; may be NULL */
 	int n_links;
 	struct link links[KVT_MAX_TIERS];
-	/* per link: the newest write-behind job whose write there failed or was skipped
-	 * because the tier was unwell, under wb_lock; a flush starting takes it for the jobs
-	 * that failed before it, its first_fail for those after */
-	uint64_t wb_fail_seq[KVT_MAX_TIERS];
 	/* the link whose failure last left a DRAM slot unsaved (no deeper tier took it), and
 	 * how many unsaved evictions flushes have reported */
 	_Atomic int unsaved_link;

@@ -82,8 +82,7 @@ static void wb_tier_failed(struct wb *w, struct link *l, int rc)
 		return;
 	}
 	pthread_mutex_lock(&s->wb_lock);
-	if (s->wb_fail_seq[i] < w->seq)
-		s->wb_fail_seq[i] = w->seq;
+	w->flush_failed |= 1u << i;
 	struct kvt_list *p;
 	kvt_list_for_each(p, &s->flushes)
 	{
@@ -926,28 +925,38 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,
 	atomic_store(&f->remaining, 1);
 	atomic_store(&f->bad_tier, KVT_TIER_NONE);
 	/* The window opens before the dirty slots are written, so that the failures of those
-	 * writes are the flush's: from the oldest job out (or the next), failures before now
-	 * from wb_fail_seq, later ones told by wb_tier_failed. Until 2026-12-05 only the newest
-	 * failure per tier was kept and compared with the window at the end: a rewrite that
-	 * failed at once (circuit open) fell before it, and a later put failing hid an earlier
-	 * one inside it - the flush said 0 over chunks only DRAM held. */
+	 * writes are the flush's: from the oldest job out (or the next); failures of the jobs
+	 * out now from their flush_failed, later ones told by wb_tier_failed. A job complete
+	 * before now is not the flush's: if no deeper tier took its chunk, the slot is unsaved
+	 * and written again below (that write's outcome is the flush's), or was evicted and is
+	 * counted lost; if one did, the chunk is held. Until 2026-12-05 only the newest failure
+	 * per tier was kept and compared with the window at the end: a rewrite that failed at
+	 * once (circuit open) fell before it, and a later put failing hid an earlier one inside
+	 * it - the flush said 0 over chunks only DRAM held. Until 2026-12-06 the failures of
+	 * jobs complete before the flush counted from the oldest job out: -EIO over a chunk the
+	 * flush had just written again, and 0 for the same failure when no job was out. */
 	pthread_mutex_lock(&s->wb_lock);
 	/* A second offer's or a promotion's job owes the flush nothing (wb_owes_flush): it
 	 * does not open the window either (until 2026-12-05 one out on a slow tier made a put's failure from
 	 * before the flush the flush's, -EIO after the flush had written that chunk again). */
 	f->from = s->wb_seq + 1;
+	for (int i = 0; i < KVT_MAX_TIERS; i++)
+		f->first_fail[i] = UINT64_MAX;
 	struct kvt_list *p;
 	kvt_list_for_each(p, &s->wb)
 	{
 		struct wb *w = kvt_list_entry(p, struct wb, node);
-		if (wb_owes_flush(w)) {
+		if (!wb_owes_flush(w))
+			continue;
+		if (f->from > w->seq)
 			f->from = w->seq;
-			break;
+		for (uint32_t m = w->flush_failed; m; m &= m - 1) {
+			int i = __builtin_ctz(m);
+			if (f->first_fail[i] > w->seq)
+				f->first_fail[i] = w->seq;
 		}
 	}
 	f->target = UINT64_MAX;
-	for (int i = 0; i < KVT_MAX_TIERS; i++)
-		f->first_fail[i] = s->wb_fail_seq[i] >= f->from ? s->wb_fail_seq[i] : UINT64_MAX;
 	kvt_list_add_tail(&s->flushes, &f->node);
 	pthread_mutex_unlock(&s->wb_lock);
 	/* Dirty slots (write-back, or left dirty for lack of memory) are part of "everything

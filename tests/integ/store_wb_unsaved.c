@@ -23,6 +23,12 @@
  *  7. A tier with no durability call of its own (Redis, here one nobody listens for) and
  *     its circuit open: the flush's own write of the unsaved chunk is skipped at once, and
  *     the flush fails -EIO - it used to open its window after that write, and said 0.
+ *  8. A put's write fails and its job completes while an older put's write is still out
+ *     (slow, within its deadline); the tier heals and a flush writes the unsaved chunk
+ *     again: 0, and the chunk reads back from the tier once evicted. Until 2026-12-06 the
+ *     window counted every failure from the oldest job out, the completed one's too: -EIO
+ *     over a chunk the flush itself had just written (with no job out, the same failure
+ *     was not counted: 0).
  */
 #include "engine.h"
 #include "testlib.h"
@@ -266,6 +272,46 @@ int main(void)
 	rc = kvt_flush_sync(s);
 	printf("store_wb_unsaved: flush, the Redis tier's circuit open: %d\n", rc);
 	CHECKM(rc == -EIO, "flush over chunks no tier took: %d", rc);
+	kvt_store_close(s);
+	test_rmdir(dir);
+	free(dir);
+
+	/* 8. */
+	dir = test_tmpdir("wb_unsaved_rewritten");
+	struct kvt_config *c8 = test_config("dram,faulty", dir);
+	test_set(c8, "faulty.inner", "nvme");
+	test_set(c8, "store.write_policy", "write-through");
+	test_set_deadline(c8, "10000", "5000"); /* the slow write stays within its deadline */
+	CHECK_RC(kvt_store_open(c8, &s), 0);
+	kvt_config_destroy(c8);
+	t = kvt__store_tier(s, 1);
+	kvt__faulty_set_write_delay(t, 1500);
+	struct kvt_key h, k8;
+	new_key(s, &h);
+	test_put_seed(s, &h, 14); /* its job stays out 1.5 s */
+	kvt__faulty_set_write_delay(t, 0);
+	kvt__faulty_set(t, 100, 0, 0);
+	uint64_t inj8 = kvt__faulty_injected(t);
+	new_key(s, &k8);
+	test_put_seed(s, &k8, 15); /* fails at once: unsaved */
+	while (kvt__faulty_injected(t) == inj8)
+		usleep(1000);
+	kvt__faulty_set(t, 0, 0, 0);
+	usleep(200 * 1000); /* its job completes (h's is still out) */
+	rc = flush_box(s, &res);
+	printf("store_wb_unsaved: flush rewriting a chunk whose write failed before it, an "
+	       "older write still out: %d, tier %d\n",
+	       rc, res.tier);
+	CHECKM(rc == 0, "flush that wrote the unsaved chunk again: %d, tier %d (want 0)", rc,
+	       res.tier);
+	evict(s, &k8);
+	CHECK_EQ(evicted_unsaved(s), 0);
+	CHECK_RC(kvt_get_sync(s, &k8, 0, 0, buf, PAYLOAD, &res), 0);
+	CHECK_EQ(res.tier, 1);
+	CHECK(test_check(buf, PAYLOAD, 15));
+	evict(s, &h);
+	CHECK_RC(kvt_get_sync(s, &h, 0, 0, buf, PAYLOAD, &res), 0);
+	CHECK(test_check(buf, PAYLOAD, 14));
 	kvt_store_close(s);
 	test_rmdir(dir);
 	free(dir);
