@@ -521,6 +521,21 @@ bool kvt__dram_contains(struct kvt_dram *d, const struct kvt_key *key, bool touc
 	return yes;
 }
 
+int32_t kvt__dram_pin_resident(struct kvt_dram *d, const struct kvt_key *key)
+{
+	uint64_t h = kvt__key_hash(key);
+	pthread_mutex_lock(&d->mu);
+	int32_t id = index_find(d, key, h);
+	if (id >= 0 && d->slots[id].state == S_PUBLISHED) {
+		d->slots[id].pins++;
+		refresh(d, &d->slots[id]);
+	} else {
+		id = -1;
+	}
+	pthread_mutex_unlock(&d->mu);
+	return id;
+}
+
 int32_t kvt__dram_indexed(struct kvt_dram *d, const struct kvt_key *key)
 {
 	uint64_t h = kvt__key_hash(key);

@@ -81,6 +81,9 @@ uint64_t kvt__dram_slot_bytes(const struct kvt_dram *d);
 bool kvt__dram_contains(struct kvt_dram *d, const struct kvt_key *key, bool touch);
 /* The published slot key is indexed under, or -1. */
 int32_t kvt__dram_indexed(struct kvt_dram *d, const struct kvt_key *key);
+/* Pin a resident, published slot without touching it or counting a hit (a prefetch holds
+ * what it found staged until it answers): its id, or -1. */
+int32_t kvt__dram_pin_resident(struct kvt_dram *d, const struct kvt_key *key);
 /* Pin a resident, published slot (and touch it). 0 or -ENOENT. */
 int kvt__dram_get(struct kvt_dram *d, const struct kvt_key *key, struct kvt_slot_ref *ref);
 /* Reserve a slot for key, evicting by policy if needed; returned pinned and unpublished.

@@ -594,8 +594,8 @@ static int acquire(struct kvt_store *s, const struct kvt_key *key, const struct 
 			kvt__free(d);
 			return rc;
 		}
-		atomic_fetch_add(&s->links[s->dram_pos].hits, 1);
-		if (use) {
+		if (use) { /* a prefetch's get counts its own (as for a miss, below) */
+			atomic_fetch_add(&s->links[s->dram_pos].hits, 1);
 			kvt__e_admission_record(s, key);
 			if (ref.reoffer)
 				kvt__e_wb_reoffer(s, key, &ref);
@@ -880,28 +880,44 @@ int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin
 
 /* ------------------------------------------------------------ prefetch */
 
+/* A prefetch keeps every chunk of the prefix it finds or stages in DRAM pinned until it
+ * answers, so that its status counts chunks resident when it answers and its own fills
+ * cannot evict them: until 2026-12-06 it counted the chunks found resident without holding
+ * them, and the fills of the chain's tail evicted its head to make room (a pool of 7 slots
+ * holding a 12-chunk chain's first 5: status 12, the 7 resident the tail's; a review).
+ * Fills once the pool is full of the prefix fail (-ENOSPC) and are not counted: a chain
+ * longer than the pool stages its head. */
 struct prefetch_op {
 	struct kvt_store *s;
 	struct kvt_key *keys;
 	size_t n;
 	uint64_t deadline;
 	_Atomic size_t remaining;
-	_Atomic size_t resident;
-	size_t prefix;
+	_Atomic size_t resident; /* pinned[0..resident) */
+	int32_t *pinned;
 	kvt_cb cb;
 	void *arg;
 	bool direct;
 };
 
+static void prefetch_free(struct prefetch_op *p)
+{
+	kvt__free(p->pinned);
+	kvt__free(p->keys);
+	kvt__free(p);
+}
+
 static void prefetch_finish(struct prefetch_op *p)
 {
-	struct kvt_result res = {.status = (int)atomic_load(&p->resident), .tier = KVT_TIER_NONE};
+	size_t n = atomic_load(&p->resident);
+	struct kvt_result res = {.status = (int)n, .tier = KVT_TIER_NONE};
 	struct kvt_store *s = p->s;
+	for (size_t i = 0; i < n; i++)
+		kvt__dram_unpin(s->dram, p->pinned[i]);
 	kvt_cb cb = p->cb;
 	void *arg = p->arg;
 	bool direct = p->direct;
-	kvt__free(p->keys);
-	kvt__free(p);
+	prefetch_free(p);
 	kvt__e_complete(s, cb, arg, direct, &res);
 }
 
@@ -913,8 +929,9 @@ static void prefetch_one_done(void *arg, int rc, const struct kvt_slot_ref *ref,
 		 * remove, but never enters DRAM: not resident (it was counted so until
 		 * 2026-12-03; integ.store_fill_races section 4). */
 		if (!ref->discarded)
-			atomic_fetch_add(&p->resident, 1);
-		kvt__dram_unpin(p->s->dram, ref->id);
+			p->pinned[atomic_fetch_add(&p->resident, 1)] = ref->id; /* its pin kept */
+		else
+			kvt__dram_unpin(p->s->dram, ref->id);
 	}
 	if (atomic_fetch_sub(&p->remaining, 1) == 1)
 		prefetch_finish(p);
@@ -926,13 +943,19 @@ static void prefetch_looked_up(void *arg, const struct kvt_result *res)
 	struct kvt_store *s = p->s;
 	size_t prefix = res->status > 0 ? (size_t)res->status : 0;
 	atomic_store(&p->remaining, 1);
+	bool late = false;
 	for (size_t i = 0; i < prefix; i++) {
-		if (kvt__dram_contains(s->dram, &p->keys[i], false)) {
-			atomic_fetch_add(&p->resident, 1);
+		int32_t id = kvt__dram_pin_resident(s->dram, &p->keys[i]);
+		if (id >= 0) {
+			p->pinned[atomic_fetch_add(&p->resident, 1)] = id;
 			continue;
 		}
-		if (p->deadline && kvt__now_ns() >= p->deadline)
-			break; /* not started by the deadline: dropped */
+		/* not started by the deadline: dropped (the rest already resident still counts:
+		 * until 2026-12-06 the walk stopped there) */
+		if (late || (p->deadline && kvt__now_ns() >= p->deadline)) {
+			late = true;
+			continue;
+		}
 		atomic_fetch_add(&p->remaining, 1);
 		/* keys is a chain: the one before is the parent */
 		if (acquire(s, &p->keys[i], i ? &p->keys[i - 1] : NULL, prefetch_one_done, p, NULL,
@@ -951,7 +974,10 @@ int kvt__e_do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n
 	if (!s->dram)
 		return -ENOTSUP;
 	struct prefetch_op *p = kvt__calloc(1, sizeof(*p));
-	if (!p || !(p->keys = kvt__malloc((n ? n : 1) * sizeof(*keys)))) {
+	if (!p || !(p->keys = kvt__malloc((n ? n : 1) * sizeof(*keys))) ||
+	    !(p->pinned = kvt__malloc((n ? n : 1) * sizeof(*p->pinned)))) {
+		if (p)
+			kvt__free(p->keys);
 		kvt__free(p);
 		return -ENOMEM;
 	}
@@ -965,8 +991,7 @@ int kvt__e_do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n
 	p->direct = direct;
 	int arc = kvt__e_admit_inflight(s);
 	if (arc < 0) {
-		kvt__free(p->keys);
-		kvt__free(p);
+		prefetch_free(p);
 		return arc;
 	}
 	atomic_fetch_add(&s->prefetches, 1);
@@ -974,8 +999,7 @@ int kvt__e_do_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n
 	int rc = kvt__e_do_lookup_inner(s, p->keys, n, prefetch_looked_up, p);
 	if (rc < 0) {
 		kvt__e_unadmit(s);
-		kvt__free(p->keys);
-		kvt__free(p);
+		prefetch_free(p);
 	}
 	return rc;
 }
