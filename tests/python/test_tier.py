@@ -1517,3 +1517,50 @@ def test_a_check_sent_before_a_store_does_not_announce_it_removed(tdir, monkeypa
     finally:
         monkeypatch.undo()
         t.shutdown()
+
+
+def test_a_load_miss_older_than_a_store_does_not_announce_it_removed(tdir, monkeypatch):
+    """A load of [k0, k1] finds k1 gone, but is not over yet (k0 still on its way from a
+    slow tier); meanwhile another request recomputes k1 and its store job is reaped (a
+    stored event). The load's answer, older than that store, used to announce k1 removed
+    and mark it a miss while kvtier held it - and nothing announced it again. A load's
+    miss is now ignored for a chunk stored since the load started."""
+    buf, view = primary(8)
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=3600.0,
+             config={"store.tiers": "dram"})
+    try:
+        rc = ReqContext("a")
+        t.on_new_request(rc)
+        keys = okeys(2, seed=40)
+        t.submit_store(TransferJob(1, keys, np.arange(2), False, rc))
+        assert wait_jobs(t, 1)[0].success
+        list(t.take_events())
+        k1 = t._key(keys[1], rc)
+        assert _remove_now(t, k1) == 1
+        list(t.take_events())
+        t.submit_load(TransferJob(2, keys, np.array([4, 5]), True, rc))
+        rj = t._load_jobs[2][0]
+        real_poll, gate = rj.poll, {"open": False}
+        monkeypatch.setattr(rj, "poll", lambda ms=0: real_poll(ms) if gate["open"] else None)
+        rc2 = ReqContext("b")
+        t.on_new_request(rc2)
+        t.submit_store(TransferJob(3, keys[1:], np.array([1]), False, rc2))
+        (res,) = wait_jobs(t, 1)
+        assert res.job_id == 3 and res.success
+        stored = list(t.take_events())
+        assert [k for e in stored if not e.removed for k in e.keys] == [keys[1]]
+        gate["open"] = True
+        (r,) = wait_jobs(t, 1)
+        assert r.job_id == 2 and not r.success  # it did miss k1
+        events = []
+        for _ in range(3):
+            events += list(t.take_events())
+        assert not [k for e in events if e.removed for k in e.keys], events
+        assert k1 in t._announced
+        f = t._store.lookup([k1])
+        while not f.done():
+            t._store.poll(10)
+        assert f.result().hits == 1
+    finally:
+        monkeypatch.undo()
+        t.shutdown()

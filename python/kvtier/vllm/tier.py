@@ -507,7 +507,8 @@ class KvtierTier(SecondaryTierManager):
         self._store_rows = kvtier.Rows(self._store, lay_c, self._view, 2)
         self._store_pool = cf.ThreadPoolExecutor(1, thread_name_prefix="kvtier-store")
         # loads: started and polled on the scheduler thread (submit_load)
-        self._load_jobs: dict = {}  # job_id -> (RowsJob, TransferJob, t submitted, t started)
+        # job_id -> (RowsJob, TransferJob, t submitted, t started, _stores_reaped then)
+        self._load_jobs: dict = {}
         self._client_mode = bool(cfg.get("store.daemon"))
 
         # events and metrics
@@ -807,15 +808,17 @@ class KvtierTier(SecondaryTierManager):
             log.warning("kvtier load job %d not started: %s",  # scheduler
                         job_metadata.job_id, e)
             rj = None
-        self._load_jobs[job_metadata.job_id] = (rj, job_metadata, t0, time.monotonic())
+        self._load_jobs[job_metadata.job_id] = (rj, job_metadata, t0, time.monotonic(),
+                                                self._stores_reaped)
 
     def has_pending_work(self) -> bool:
         return bool(self._jobs or self._load_jobs)
 
     def _poll_loads(self, timeout_ms: int = 0) -> list:
-        """(job_id, _Done, job) of the started loads that are over."""
+        """(job_id, _Done, job, stores reaped at its start) of the started loads that are
+        over."""
         out = []
-        for job_id, (rj, job, t0, t1) in list(self._load_jobs.items()):
+        for job_id, (rj, job, t0, t1, since) in list(self._load_jobs.items()):
             try:
                 r = rj.poll(timeout_ms) if rj is not None else None
             except Exception as e:  # a bug or a closing store: fail this job, not the rest
@@ -843,12 +846,13 @@ class KvtierTier(SecondaryTierManager):
                 if r.reason:
                     log.info("kvtier load of chunk %d/%d: %s; vLLM recomputes from there",
                              r.done + 1, n, r.reason)
-            out.append((job_id, d, job))
+            out.append((job_id, d, job, since))
         return out
 
     def get_finished_jobs(self) -> Iterable[JobResult]:
         self._store.poll(0)  # lookups' completions, on this thread
-        results = [self._reap(job_id, d, job, True) for job_id, d, job in self._poll_loads()]
+        results = [self._reap(job_id, d, job, True, since)
+                   for job_id, d, job, since in self._poll_loads()]
         while True:
             try:
                 d: _Done = self._done.get_nowait()
@@ -858,7 +862,10 @@ class KvtierTier(SecondaryTierManager):
             results.append(self._reap(d.job_id, d, job, is_load))
         return results
 
-    def _reap(self, job_id: JobId, d: _Done, job: TransferJob, is_load: bool) -> JobResult:
+    def _reap(self, job_id: JobId, d: _Done, job: TransferJob, is_load: bool,
+              since: int | None = None) -> JobResult:
+        """since: for a load, _stores_reaped when it started - a chunk whose store was
+        reaped after that is held again whatever the load found."""
         okeys = list(job.keys)
         ok = d.ok == d.n
         if _PROFILE:
@@ -873,9 +880,16 @@ class KvtierTier(SecondaryTierManager):
             if d.reason == "deadline":
                 self._deadline_misses += 1
             failed = okeys[d.ok:] if not self._uncached(job.req_context) else ()
+            # A chunk stored again since the load started (another request recomputed it,
+            # its store reaped first) is held whatever the load found: neither a miss nor
+            # removed. Until 2026-12-06 the load's late answer announced it removed while
+            # kvtier held it, and nothing announced it again (a review's reproducer).
+            def renewed(k: bytes) -> bool:
+                return since is not None and self._stored_at.get(k, 0) > since
             for okey in failed:  # a failed load marks its chunks a miss
-                v = self._verdicts.get(self._key(okey, job.req_context))
-                if v is not None:
+                k = self._key(okey, job.req_context)
+                v = self._verdicts.get(k)
+                if v is not None and not renewed(k):
                     v.hit = False
             # A removed event only for what is known to be gone: the chunk the load found
             # absent or corrupt (dropped). A tier past its deadline or failing still holds
@@ -883,7 +897,9 @@ class KvtierTier(SecondaryTierManager):
             # announcing them removed told routers kvtier had lost what it still serves
             # (the periodic check catches any that really went).
             if failed and d.reason in ("miss", "corrupt"):
-                self._announce_removed(self._key(failed[0], job.req_context))
+                k = self._key(failed[0], job.req_context)
+                if not renewed(k):
+                    self._announce_removed(k)
         if not is_load and d.stored:
             for okey in d.stored:
                 k = self._key(okey, job.req_context)
@@ -913,7 +929,7 @@ class KvtierTier(SecondaryTierManager):
 
     def drain_jobs(self) -> None:
         cf.wait([f for f, _, _ in list(self._jobs.values()) if f is not None])
-        for rj, _, _, _ in list(self._load_jobs.values()):
+        for rj, *_ in list(self._load_jobs.values()):
             if rj is not None:
                 rj.poll(-1)  # over (its result stays for get_finished_jobs)
 
@@ -1137,7 +1153,7 @@ class KvtierTier(SecondaryTierManager):
         self._store_pool.shutdown(wait=True)
         if self._stats_pool is not None:  # a daemon call ends by its own timeout
             self._stats_pool.shutdown(wait=True)
-        for rj, _, _, _ in self._load_jobs.values():
+        for rj, *_ in self._load_jobs.values():
             if rj is not None:
                 rj.free()
         self._load_jobs.clear()
