@@ -487,7 +487,9 @@ static int conn_up(struct rd_conn *c)
 	int n = 0;
 	if (s->url.db && !(pre[n++] = handshake_op(s, OP_SELECT)))
 		return -ENOMEM;
-	if (s->url.pass[0] && !(pre[n++] = handshake_op(s, OP_AUTH))) {
+	/* A user without a password (redis://user:@host, an ACL nopass user) authenticates too:
+	 * until 2026-12-06 it was skipped and every command ran as the default user. */
+	if ((s->url.user[0] || s->url.pass[0]) && !(pre[n++] = handshake_op(s, OP_AUTH))) {
 		if (n > 1)
 			kvt__free(pre[0]);
 		return -ENOMEM;
@@ -1064,7 +1066,7 @@ static int rd_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	pthread_cond_init(&s->drop_cond, NULL);
 	/* Connections open on first use; the tier works once the server comes up. */
 	KVT_INFO(&t->log, "redis: %s:%d db %d%s, prefix '%s', %u connections, timeout %llu ms",
-		 s->url.host, s->url.port, s->url.db, s->url.pass[0] ? " (auth)" : "", s->prefix, s->nconns,
+		 s->url.host, s->url.port, s->url.db, s->url.user[0] || s->url.pass[0] ? " (auth)" : "", s->prefix, s->nconns,
 		 (unsigned long long)(s->timeout_ns / 1000000));
 	return 0;
 undo:
@@ -1499,7 +1501,7 @@ static int sync_connect(struct rd_state *s, int stop_fd, uint64_t end, redisCont
 	}
 	if (rc < 0)
 		goto fail;
-	if (s->url.pass[0] &&
+	if ((s->url.user[0] || s->url.pass[0]) &&
 	    (rc = s->url.user[0]
 		      ? sync_cmd(s, c, stop_fd, end, &cap_small, NULL, "AUTH %s %s", s->url.user,
 				 s->url.pass)

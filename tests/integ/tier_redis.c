@@ -186,6 +186,14 @@ static void test_many_in_flight(struct kvt_tier *t)
 		(unsigned long long)(th_now_ms() - t0));
 }
 
+static int count_one(void *arg, const struct kvt_key *key, uint64_t bytes)
+{
+	(void)key;
+	(void)bytes;
+	(*(int *)arg)++;
+	return 0;
+}
+
 static void test_auth(void)
 {
 	struct rs r;
@@ -214,6 +222,32 @@ static void test_auth(void)
 	CHECK_EQ(th_read_all(t, &k, obj, sizeof(obj)), -EACCES);
 	th_close(t);
 	fprintf(stderr, "  wrong or missing password: -EACCES (%s)\n", kvt_strerror(-EACCES));
+
+	/* An ACL user without a password (redis://alice:@host): the tier authenticates as
+	 * that user - on its connections and on the listing's own. Until 2026-12-06 AUTH was
+	 * sent only with a password: here NOAUTH (-EACCES), and where the default user is
+	 * open every command ran as it, not as the user the operator named. */
+	redisContext *ac = redisConnect("127.0.0.1", r.port);
+	CHECK(ac && !ac->err);
+	redisReply *rr = redisCommand(ac, "AUTH s3cret-pw");
+	CHECK(rr && rr->type == REDIS_REPLY_STATUS);
+	freeReplyObject(rr);
+	rr = redisCommand(ac, "ACL SETUSER alice on nopass ~* &* +@all");
+	CHECK(rr && rr->type == REDIS_REPLY_STATUS);
+	freeReplyObject(rr);
+	snprintf(url, sizeof(url), "redis://alice:@127.0.0.1:%d/2", r.port);
+	t = open_redis(url, "2000", "1");
+	struct kvt_key ka;
+	th_key(&ka, 2, 14);
+	int wrc = th_write(t, &ka, obj, sizeof(obj));
+	fprintf(stderr, "  a user without a password: put %s\n", wrc < 0 ? kvt_strerror(wrc) : "ok");
+	CHECK_EQ(wrc, 0);
+	CHECK_EQ(th_read_all(t, &ka, obj, sizeof(obj)), (int)sizeof(obj));
+	int listed = 0;
+	CHECK_EQ(t->ops->scan(t, count_one, &listed), 0);
+	CHECK(listed >= 2); /* k and ka, in database 2 */
+	th_close(t);
+	redisFree(ac);
 	rs_stop(&r);
 }
 
