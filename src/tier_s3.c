@@ -651,21 +651,33 @@ static void drop_reread(struct s3_state *s, struct s3_xfer *x, curl_off_t clen)
 	 * who can write the bucket can plant corrupt objects: past S3_DROP_CHECKS at once the
 	 * copy is left (reads of it keep failing their checks, so it is never served, and a
 	 * later read reports it again). Until 2026-12-06 their number had no bound. */
+	/* A HEAD without a length (a proxy that strips it) says nothing about the copy: it
+	 * is left, as one no memory is left for checking is (until 2026-12-06 both were
+	 * deleted unchecked, a sound copy among them - a review). */
+	if (clen < 0) {
+		drop_left_why(s, x, "was not checked again: the HEAD gave no length");
+		return;
+	}
 	bool checkable = s->t->geometry && clen >= (curl_off_t)KVT_HEADER_BYTES &&
 			 (uint64_t)clen <= s->t->object_max;
 	if (checkable && atomic_load(&s->checks) >= S3_DROP_CHECKS) {
 		drop_left_why(s, x, "was not checked again: too many drops are checking copies");
 		return;
 	}
-	if (checkable && (op->check = kvt__malloc((size_t)clen))) {
+	if (checkable && !(op->check = kvt__malloc((size_t)clen))) {
+		drop_left_why(s, x, "was not checked again: no memory to read it");
+		return;
+	}
+	if (checkable) {
 		atomic_fetch_add(&s->checks, 1); /* given back where op->check is freed */
 		x->method = M_GET;
 		x->buf = op->check;
 		x->off = 0;
 		x->len = (uint64_t)clen;
 	} else {
-		/* damaged as it stands - or no geometry to check it with (a tier opened
-		 * outside a store) or no memory for the check: as before the check existed */
+		/* damaged as it stands (too short for a header, longer than any object) - or no
+		 * geometry to check it with (a tier opened outside a store): as before the
+		 * check existed */
 		x->method = M_DELETE;
 	}
 	x->attempt = 0;
