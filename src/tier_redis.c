@@ -1031,6 +1031,7 @@ static int rd_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	if (s->prefix_len >= sizeof(s->prefix)) {
 		KVT_ERR(&t->log, "redis: redis.prefix is longer than %zu bytes",
 			sizeof(s->prefix) - 1);
+		explicit_bzero(s->url.pass, sizeof(s->url.pass)); /* as rd_close does */
 		return -EINVAL;
 	}
 	memcpy(s->prefix, prefix, s->prefix_len + 1);
@@ -1075,6 +1076,7 @@ undo:
 		close(s->conns[i].efd);
 	kvt__free(s->conns[i].rbuf);
 	stop_conns(s, i);
+	explicit_bzero(s->url.pass, sizeof(s->url.pass));
 	return rc;
 }
 
@@ -1085,7 +1087,7 @@ static void rd_close(struct kvt_tier *t)
 	pthread_cond_destroy(&s->drop_cond);
 	pthread_mutex_destroy(&s->drop_lock);
 	stop_conns(s, s->nconns);
-	memset(s->url.pass, 0, sizeof(s->url.pass));
+	explicit_bzero(s->url.pass, sizeof(s->url.pass)); /* a memset may be optimised away */
 }
 
 static int submit(struct rd_state *s, struct rd_op *op)
