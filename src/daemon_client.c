@@ -101,6 +101,10 @@ struct kvt_client {
 	uint8_t *shm;
 	size_t shm_len;
 	bool region_dirty; /* a daemon thread may still write the current region */
+	/* this process is a fork() child of the one that opened the client (atfork_child):
+	 * every call fails -ENOTCONN, close frees only memory */
+	bool forked;
+	struct kvt_log_limit fork_limit;
 	uint64_t seq;
 	uint64_t gen; /* connections made: TP claims belong to one */
 	/* the deadline of the call running its exchanges now (kvt__now_ns; 0: none, only
@@ -634,8 +638,18 @@ static int attach(struct kvt_client *c)
 
 /* Connected, or not while a backoff runs (a call that has just timed out does not wait
  * again on a reconnect: at most one timeout per call). */
+static int forked_refused(struct kvt_client *c)
+{
+	kvt__logf_limited(&c->log, &c->fork_limit, KVT_LOG_ERROR,
+			  "kvtierd %s: a store opened before fork() cannot be used in the child "
+			  "process: open one there", c->path);
+	return -ENOTCONN;
+}
+
 static int ensure(struct kvt_client *c)
 {
+	if (c->forked)
+		return forked_refused(c);
 	if (c->sock >= 0)
 		return 0;
 	int rc = backing_off(c);
@@ -1082,6 +1096,8 @@ static void *worker_main(void *arg)
 
 static int submit(struct kvt_client *c, struct cop *o)
 {
+	if (c->forked) /* no worker thread in a child: queued, it would never run */
+		return forked_refused(c);
 	pthread_mutex_lock(&c->q_lock);
 	if (c->queued >= c->max_queued) {
 		pthread_mutex_unlock(&c->q_lock);
@@ -1696,7 +1712,18 @@ static void atfork_child(void)
 		if (c->sock >= 0)
 			close(c->sock);
 		c->sock = -1;
-		c->region_dirty = true; /* a call in the child brings a region of its own */
+		/* The child has none of the parent's threads (the worker, callers mid-call
+		 * holding io_lock) and no pool: the pool is MADV_DONTFORK, so c->pool names a
+		 * hole there. Until 2026-12-06 a call in the child reconnected: its new region
+		 * could be mapped in that hole, unmapped again with the stale pool, and the new
+		 * pool mapped over it - the child's puts then wrote into the shared pool over
+		 * other clients' objects, and its async calls queued for a worker that does not
+		 * exist (a review's reproducer, daemon_fork_conn 4). The child is refused. */
+		c->forked = true;
+		c->pool = NULL;
+		c->pool_len = 0;
+		c->pins_out = 0;
+		c->tp_writes = 0;
 	}
 	pthread_mutex_unlock(&g_clients_mu);
 }
@@ -1735,12 +1762,14 @@ void kvt__client_close(struct kvt_client *c)
 	if (!c)
 		return;
 	clients_remove(c);
-	pthread_mutex_lock(&c->q_lock);
-	c->stopping = true;
-	pthread_cond_signal(&c->q_cond);
-	pthread_mutex_unlock(&c->q_lock);
-	pthread_join(c->worker, NULL); /* runs what was queued first */
-	kvt__client_poll(c, 0);        /* completions not yet polled are delivered */
+	if (!c->forked) { /* a child has no worker, and its locks may be the parent's held */
+		pthread_mutex_lock(&c->q_lock);
+		c->stopping = true;
+		pthread_cond_signal(&c->q_cond);
+		pthread_mutex_unlock(&c->q_lock);
+		pthread_join(c->worker, NULL); /* runs what was queued first */
+		kvt__client_poll(c, 0);        /* completions not yet polled are delivered */
+	}
 	disconnect(c);
 	unmap_pool(c);
 	while (c->retired) {
@@ -1753,12 +1782,14 @@ void kvt__client_close(struct kvt_client *c)
 	close(c->memfd);
 	close(c->efd);
 	free_tiers(c);
-	pthread_mutex_destroy(&c->io_lock);
-	pthread_mutex_destroy(&c->q_lock);
-	pthread_cond_destroy(&c->q_cond);
-	pthread_cond_destroy(&c->ran_cond);
-	pthread_mutex_destroy(&c->cq_lock);
-	pthread_mutex_destroy(&c->down_lock);
+	if (!c->forked) { /* a child's copies record the parent's waiters: destroy would wait */
+		pthread_mutex_destroy(&c->io_lock);
+		pthread_mutex_destroy(&c->q_lock);
+		pthread_cond_destroy(&c->q_cond);
+		pthread_cond_destroy(&c->ran_cond);
+		pthread_mutex_destroy(&c->cq_lock);
+		pthread_mutex_destroy(&c->down_lock);
+	}
 	kvt__free(c);
 }
 
@@ -1840,12 +1871,14 @@ fail:
 	if (c->efd >= 0)
 		close(c->efd);
 	free_tiers(c);
-	pthread_mutex_destroy(&c->io_lock);
-	pthread_mutex_destroy(&c->q_lock);
-	pthread_cond_destroy(&c->q_cond);
-	pthread_cond_destroy(&c->ran_cond);
-	pthread_mutex_destroy(&c->cq_lock);
-	pthread_mutex_destroy(&c->down_lock);
+	if (!c->forked) { /* a child's copies record the parent's waiters: destroy would wait */
+		pthread_mutex_destroy(&c->io_lock);
+		pthread_mutex_destroy(&c->q_lock);
+		pthread_cond_destroy(&c->q_cond);
+		pthread_cond_destroy(&c->ran_cond);
+		pthread_mutex_destroy(&c->cq_lock);
+		pthread_mutex_destroy(&c->down_lock);
+	}
 	kvt__free(c);
 	return rc;
 }

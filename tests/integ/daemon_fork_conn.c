@@ -12,6 +12,13 @@
  *  2. STATUS from a fresh raw connection must show only itself;
  *  3. with daemon.max_clients=3: each of three open/fork/close cycles leaves one connection
  *     behind, and a fourth store cannot attach at all.
+ *  4. a forked child that calls the store it inherited: every call fails -ENOTCONN at once
+ *     (a get misses)
+ *     (it has none of the parent's threads, and no pool: MADV_DONTFORK) and its close
+ *     returns; the parent's store works on, and nothing the child tried reached the pool.
+ *     Until 2026-12-06 the child reconnected, its new region could be unmapped with the
+ *     pool's stale range and the new pool mapped there: its puts wrote into the shared pool
+ *     over other clients' objects and its gets returned pool bytes (a review's reproducer).
  */
 #include <signal.h>
 #include <sys/wait.h>
@@ -79,6 +86,48 @@ int main(void)
 	CHECKM(leaked == 0, "the closed store's connection stays open while a forked child "
 			    "lives (%d left)", leaked);
 	CHECKM(rc == 0, "a store cannot attach: the daemon's places are held by closed stores");
+
+	/* 4. */
+	s = kvtd_client_store(dir);
+	struct kvt_key pk, ck;
+	memset(pk.bytes, 0x61, sizeof(pk.bytes));
+	memset(ck.bytes, 0x62, sizeof(ck.bytes));
+	kvtd_check_roundtrip(s, &pk, 7);
+	size_t payload = kvt_payload_bytes(kvt_store_geometry(s), 16);
+	uint8_t *buf = malloc(payload), *out = malloc(payload);
+	CHECK(buf && out);
+	fflush(NULL);
+	pid_t p = fork();
+	if (p == 0) {
+		alarm(20); /* a hang is a failure, not a stuck test */
+		test_fill(buf, payload, 8);
+		uint64_t t0 = test_now_ns();
+		int prc = kvt_put_sync(s, &ck, NULL, 16, buf, payload);
+		struct kvt_result res;
+		int grc = kvt_get_sync(s, &pk, 0, 0, out, payload, &res);
+		struct kvt_stats cst;
+		int src = kvt_stats(s, &cst);
+		double ms = test_ms_since(t0);
+		kvt_store_close(s);
+		printf("4. child: put %d, get %d, stats %d after %.0f ms; closed\n", prc, grc, src,
+		       ms);
+		fflush(NULL);
+		/* a get that cannot be asked reads as a miss, as through a dead daemon */
+		_exit(prc == -ENOTCONN && grc == -ENOENT && src == -ENOTCONN && ms < 1000 ? 0 : 1);
+	}
+	CHECK(p > 0);
+	int wst;
+	CHECK(waitpid(p, &wst, 0) == p);
+	CHECKM(WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "the child's calls: status %d", wst);
+	struct kvt_result pres;
+	CHECK_RC(kvt_get_sync(s, &pk, 0, 0, out, payload, &pres), 0);
+	test_fill(buf, payload, 7);
+	CHECKM(!memcmp(out, buf, payload), "the parent's chunk changed under the child's calls");
+	CHECK_EQ(kvt_get_sync(s, &ck, 0, 0, out, payload, &pres), -ENOENT);
+	kvtd_check_roundtrip(s, &ck, 9);
+	kvt_store_close(s);
+	free(buf);
+	free(out);
 	kvtd_stop();
 	test_rmdir(dir);
 	free(dir);
