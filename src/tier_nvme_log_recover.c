@@ -995,6 +995,26 @@ int nv_log_recover(struct nv *s)
 		for (struct nv_ent *e = s->lru_head; e; e = e->next)
 			objs += e->lseg != 0;
 	}
+	/* log/head names a segment whose lap holds no batch yet (the run that moved to it was
+	 * stopped, or its first batch failed or was cut, before one landed): the batches go on
+	 * in it, under the header it has - not into a new lap of it. Starting after the newest
+	 * batch's segment rewrote that same header (advance) while log/head still named the
+	 * old generation, and a power cut tearing that write made the head's segment look
+	 * lost: the whole log voided for a segment that held nothing (until 2026-12-06; a
+	 * review's reproducer, integ.nvme_log_header). */
+	bool head_empty = !rc && !voids && !s->ro && have_head && hd.seg != NV_LOG_NONE &&
+			  hd.seg < top && hd.seg < lg->nmax;
+	for (size_t i = 0; head_empty && i < nb; i++)
+		head_empty = bs[i].seg != hd.seg;
+	if (head_empty) {
+		const struct nv_seg *g = &lg->segs[hd.seg];
+		if (g->fd >= 0 && !g->hdr_bad && g->gen == hd.gen && g->hdr_gen == hd.gen &&
+		    !g->ents && g->bytes >= NV_LOG_BLOCK + NV_LOG_BUF) {
+			lg->cur = hd.seg;
+			lg->cur_off = NV_LOG_BLOCK;
+			lg->have_cur = true;
+		}
+	}
 	/* What to write, once the open cannot fail (nv_log_open_writes). A voided log has
 	 * nothing to check (the head named a segment it may not have); a log without a head
 	 * (written before it existed) gets one, naming its newest segment. */

@@ -20,6 +20,14 @@
  *     again: the damaged segment's header is written last, so the reason is still there.
  *     (Until 2026-12-05 the headers went from 0.kvl up: 0.kvl and 1.kvl voided, the
  *     damage gone with 0.kvl's, and the next open indexed 2-4.kvl and served K.)
+ *  4. log/head names a segment whose lap holds no batch: run 1 puts 5 objects (0.kvl); run
+ *     2 moves to 1.kvl (its header and log/head written) and puts one, whose batch never
+ *     lands (its record zeroed: killed before the write); run 3 opens and puts nothing;
+ *     run 4 puts one object. Run 4 appends in 1.kvl under the header it has: the header's
+ *     bytes are unchanged (until 2026-12-06 run 4 wrote 1.kvl's header again while
+ *     log/head named the old generation, and a power cut tearing that write voided the
+ *     whole log at the next open - every object lost for a segment that held none; a
+ *     review's reproducer), and the next open serves all six.
  */
 #include "format.h"
 #include "lib/slowfs.h"
@@ -183,12 +191,68 @@ static int void_cut_short(void)
 	return 0;
 }
 
+/* Segment n's header block (4 KiB) into out. */
+static void read_header(const char *dir, uint32_t n, uint8_t *out)
+{
+	char p[400];
+	snprintf(p, sizeof(p), "%s/log/%u.kvl", dir, n);
+	int fd = open(p, O_RDONLY);
+	CHECK(fd >= 0);
+	CHECK_EQ(pread(fd, out, 4096, 0), 4096);
+	close(fd);
+}
+
+static void head_segment_without_batch(const char *root)
+{
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s/head-empty", root);
+	CHECK_EQ(mkdir(dir, 0700), 0);
+	struct kvt_tier *t;
+	CHECK_EQ(open_log(&t, dir), 0);
+	for (int i = 0; i < 5; i++)
+		nv_test_put(t, 41, (uint64_t)i); /* 0.kvl */
+	kvt__tier_close(t);
+	CHECK_EQ(open_log(&t, dir), 0);
+	nv_test_put(t, 42, 0); /* 1.kvl: its header and log/head, one batch */
+	kvt__tier_close(t);
+	char p[400];
+	snprintf(p, sizeof(p), "%s/log/1.kvl", dir);
+	int fd = open(p, O_RDWR);
+	CHECK(fd >= 0);
+	static uint8_t zero[4096];
+	CHECK_EQ(pwrite(fd, zero, sizeof(zero), 4096), 4096); /* that batch never landed */
+	close(fd);
+	CHECK_EQ(open_log(&t, dir), 0); /* run 3: nothing put */
+	kvt__tier_close(t);
+	static uint8_t before[4096], after[4096];
+	read_header(dir, 1, before);
+	CHECK_EQ(open_log(&t, dir), 0); /* run 4 */
+	nv_test_put(t, 43, 0);
+	kvt__tier_close(t);
+	read_header(dir, 1, after);
+	bool same = !memcmp(before, after, sizeof(before));
+	log_clear();
+	CHECK_EQ(open_log(&t, dir), 0);
+	int served = nv_test_served(t, 43, 0);
+	for (int i = 0; i < 5; i++)
+		served += nv_test_served(t, 41, (uint64_t)i);
+	kvt__tier_close(t);
+	printf("nvme_log_header: the head's segment held no batch: its header %s by the next "
+	       "run's put; then %d of 6 objects served\n",
+	       same ? "kept" : "written again", served);
+	CHECKM(same, "1.kvl's header was written again while log/head named it: a power cut "
+		     "tearing it voids the log");
+	CHECK_EQ(served, 6);
+	CHECK_EQ(log_count("nothing of the log is indexed"), 0);
+}
+
 int main(void)
 {
 	char root[] = "/var/tmp/kvt-nvme-log-header-XXXXXX";
 	CHECK(mkdtemp(root));
 	damaged_header(root);
 	torn_header_at_reuse(root);
+	head_segment_without_batch(root);
 	rm_rf(root);
 	if (void_cut_short() == 77)
 		return 77;
