@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -110,6 +111,7 @@ struct conn {
 static struct kvtd_state g_st;
 static struct kvt_geometry g_geo;
 static uint8_t g_ns[KVT_NS_ID_BYTES];
+static uint64_t g_instance; /* this run (KVTD_CAP_LOSS_SEEN): random, not 0 */
 static uint64_t g_shm_max;
 static uint64_t g_max_clients;
 static uint64_t g_lease_ns; /* daemon.lease_ms */
@@ -198,8 +200,16 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	atomic_fetch_add(&g_st.regions_mapped, 1);
 	struct kvtd_info info = {.version = KVTD_VERSION,
 				 .geo = g_geo,
-				 .caps = KVTD_CAP_CUT_MARK | KVTD_CAP_LEASE_MS,
+				 .caps = KVTD_CAP_CUT_MARK | KVTD_CAP_LEASE_MS | KVTD_CAP_LOSS_SEEN,
 				 .lease_ms = (uint32_t)(g_lease_ns / 1000000ull)};
+	/* A reconnect of a client of this run: its next flush reports the losses since the
+	 * count it was last told (never more than there are), not only those from now on. */
+	if (r->off && r->off == g_instance) {
+		uint64_t now = kvt__store_evicted_unsaved(g_st.store);
+		atomic_store(&c->unsaved_seen, KVT_MIN(r->n, now));
+	}
+	info.instance = g_instance;
+	info.loss_seen = atomic_load(&c->unsaved_seen);
 	memcpy(info.ns_id, g_ns, sizeof(g_ns));
 	int n = kvt_store_tier_count(g_st.store);
 	info.n_tiers = (uint32_t)KVT_MIN(n, KVT_MAX_TIERS);
@@ -892,6 +902,8 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 	case KVTD_REMOVE:
 	case KVTD_FLUSH:
 		held_call(c, r, res);
+		if (r->op == KVTD_FLUSH) /* the losses this connection has been told of */
+			rep->slot_off = atomic_load(&c->unsaved_seen);
 		break;
 	case KVTD_PREFETCH:
 		/* the retries end at the deadline too: the client has stopped waiting by then, and
@@ -1495,6 +1507,10 @@ int main(int argc, char **argv)
 	struct kvt_config *cfg;
 	if (kvt_config_create(&cfg) < 0)
 		return 1;
+	/* a run of its own: a client of an earlier one that reconnects starts a new count */
+	if (getrandom(&g_instance, sizeof(g_instance), 0) != sizeof(g_instance))
+		g_instance = (uint64_t)getpid() << 32 ^ kvt__now_ns();
+	g_instance |= 1;
 	int rc = run(cfg, argc, argv);
 	kvt_config_destroy(cfg);
 	return rc;

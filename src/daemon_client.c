@@ -105,6 +105,10 @@ struct kvt_client {
 	 * every call fails -ENOTCONN, close frees only memory */
 	bool forked;
 	struct kvt_log_limit fork_limit;
+	/* KVTD_CAP_LOSS_SEEN: the daemon run attached to (0: none) and the loss count its
+	 * flushes have told this client of; under io_lock */
+	uint64_t instance;
+	uint64_t loss_seen;
 	uint64_t seq;
 	uint64_t gen; /* connections made: TP claims belong to one */
 	/* the deadline of the call running its exchanges now (kvt__now_ns; 0: none, only
@@ -576,7 +580,8 @@ static int attach(struct kvt_client *c)
 		setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	c->sock = s;
 	c->gen++;
-	struct kvtd_req req = {.op = KVTD_HELLO, .version = KVTD_VERSION};
+	struct kvtd_req req = {.op = KVTD_HELLO, .version = KVTD_VERSION,
+			       .off = c->instance, .n = c->loss_seen};
 	memcpy(req.ns_id, c->my_ns, sizeof(req.ns_id));
 	struct kvtd_rep rep;
 	int pfd = -1;
@@ -605,6 +610,10 @@ static int attach(struct kvt_client *c)
 	}
 	for (uint32_t i = 0; i < c->info.n_tiers; i++)
 		c->info.tier[i][KVTD_MAX_TIER_NAME - 1] = '\0';
+	/* the loss count this connection's flushes report from, kept across reconnects
+	 * (KVTD_CAP_LOSS_SEEN: chunks lost while reconnecting are reported to the next flush) */
+	c->instance = c->info.caps & KVTD_CAP_LOSS_SEEN ? c->info.instance : 0;
+	c->loss_seen = c->instance ? c->info.loss_seen : 0;
 	if ((rc = publish_tiers(c)) < 0) {
 		if (pfd >= 0)
 			close(pfd);
@@ -960,6 +969,8 @@ static void run_op_locked(struct kvt_client *c, struct cop *o)
 		failed(o, rc);
 	} else {
 		o->res = rep.res;
+		if (o->op == KVTD_FLUSH && c->instance)
+			c->loss_seen = rep.slot_off;
 		if (o->op == KVTD_GET && rep.res.status >= 0) {
 			if (rep.res.bytes > req.len)
 				o->res.status = -EPROTO;

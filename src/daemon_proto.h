@@ -91,8 +91,9 @@ struct kvtd_req {
 	uint32_t version; /* HELLO */
 	uint32_t lease;   /* UNPIN, PUT_COMMIT: the lease GET_PIN / PUT_RESERVE answered */
 	uint32_t flags;   /* TP_WRITTEN: 1 = the rank's copy failed */
-	uint64_t off, len; /* a byte range of the shared region */
-	uint64_t n;        /* keys (LOOKUP, PREFETCH) */
+	uint64_t off, len; /* a byte range of the shared region; HELLO: off, the daemon run n
+			    * is of (kvtd_info.instance; 0: none) */
+	uint64_t n;        /* keys (LOOKUP, PREFETCH); HELLO: the loss count it was told of */
 	/* PREFETCH: the deadline kvt_prefetch is given (CLOCK_MONOTONIC). GET, PUT, GET_PIN:
 	 * the time the client still gives the call when it sends it, in ns (0: none). Past
 	 * it the client has dropped the connection, and the daemon stops waiting for the call:
@@ -110,7 +111,8 @@ struct kvtd_rep {
 			    * KVTD_SLOT_CUT: answered -ETIME at the request's deadline_ns with
 			    * its call still running, and the daemon closes the connection */
 	uint32_t lease;    /* GET_PIN, PUT_RESERVE: the lease's id, for UNPIN / PUT_COMMIT */
-	uint64_t slot_off; /* GET_PIN: byte offset of the slot's object in the pool */
+	uint64_t slot_off; /* GET_PIN: byte offset of the slot's object in the pool; FLUSH:
+			    * the loss count told (KVTD_CAP_LOSS_SEEN) */
 };
 
 #define KVTD_SLOT_CUT (-2)
@@ -141,6 +143,10 @@ struct kvtd_info {
 	uint32_t pool_writable; /* daemon.shared_writes: PUT_RESERVE / PUT_COMMIT */
 	uint32_t caps;		/* KVTD_CAP_* (a daemon before them wrote 0 here) */
 	uint32_t lease_ms;	/* daemon.lease_ms, with KVTD_CAP_LEASE_MS */
+	/* With KVTD_CAP_LOSS_SEEN: this daemon's run (random, not 0), and the count of chunks
+	 * lost from DRAM (evicted unsaved) the connection's next flush reports from. */
+	uint64_t instance;
+	uint64_t loss_seen;
 };
 
 /* The daemon marks an answer it gave at the request's deadline_ns with its call still
@@ -152,6 +158,12 @@ struct kvtd_info {
  * the pinned object: a device load marks a layer ready only then (src/device_store.c).
  * Without it a client trusts nothing it copied until the UNPIN is accepted. */
 #define KVTD_CAP_LEASE_MS 2u
+/* kvtd_info.instance and .loss_seen are set; a FLUSH reply's slot_off is the loss count
+ * its connection has been told of; a HELLO whose off names this run takes n for that
+ * count. A client carries the count across reconnects, so that chunks lost while it was
+ * reconnecting are reported to its next flush (a connection's count started at the
+ * current one, and a reconnect between the loss and the flush answered 0). */
+#define KVTD_CAP_LOSS_SEEN 4u
 
 /* What TP_RESERVE writes: heads of the object still missing, then one byte per head of the
  * model (1: claimed by this call; only heads of the request's range can be). */

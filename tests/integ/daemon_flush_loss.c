@@ -11,13 +11,29 @@
  * puts 120 chunks (DRAM holds ~30: the rest are evicted unsaved), then a real redis-server
  * starts on that port. A flushes until it answers 0 (its first answers are the circuit's,
  * then the loss). B, attached before the puts, then flushes: -EIO naming the Redis tier,
- * and 0 the time after. C, attached after the loss, flushes 0 at once.
+ * and 0 the time after. C, attached after the loss, flushes 0 at once. D, attached before
+ * the loss, reconnects after it (its connection dropped, as any cut or timeout does): its
+ * flush still fails -EIO - until 2026-12-06 a connection's count started at the losses of
+ * the moment it was made, and D's flush answered 0 (a review's reproducer); and B,
+ * reconnected after it heard, flushes 0 (the count it was told of is carried over).
  * Exit 0 pass, 1 fail, 77 when redis-server is not installed (a failure under CI=true).
  */
 #include <signal.h>
 
+#include "daemon_client.h"
+#include "internal.h"
 #include "lib/daemon_harness.h"
 #include "lib/redis_server.h"
+
+/* Drop s's connection to the daemon and make a new one: an UNPIN of a pin it does not hold,
+ * which the daemon answers by closing; the next call reconnects. */
+static void reconnect(struct kvt_store *s)
+{
+	struct kvt_client_pin bogus = {.slot = 0, .lease = 99999, .gen = 1};
+	(void)kvt__client_unpin(kvt__store_client(s), &bogus);
+	struct kvt_stats st;
+	CHECK_RC(kvt_stats(s, &st), 0);
+}
 
 static int flush_status(struct kvt_store *s, struct kvt_result *res)
 {
@@ -42,6 +58,7 @@ int main(void)
 			       "--set", "redis.timeout_ms=300", "--set", "dram.bytes=1MiB", NULL};
 	kvtd_start_test(sock, dir, extra);
 	struct kvt_store *a = kvtd_client_store(dir), *b = kvtd_client_store(dir);
+	struct kvt_store *d = kvtd_client_store(dir);
 	const struct kvt_geometry *g = kvt_store_geometry(a);
 	size_t len = kvt_payload_bytes(g, g->chunk_tokens);
 	uint8_t *buf = malloc(len);
@@ -60,6 +77,7 @@ int main(void)
 	       (unsigned long long)st.evicted_unsaved);
 	CHECK(st.evicted_unsaved > 0);
 	struct kvt_store *c = kvtd_client_store(dir); /* attached after the loss */
+	reconnect(d);
 
 	int rc = rs_launch(&r);
 	if (rc == 77) {
@@ -87,6 +105,16 @@ int main(void)
 	       tb);
 	CHECK_EQ(rb2, 0);
 	CHECK_EQ(rcc, 0);
+	int rd = flush_status(d, &res);
+	int td = res.tier;
+	reconnect(b);
+	int rb3 = flush_status(b, &res);
+	printf("daemon_flush_loss: D (attached before, reconnected after the loss) %d (tier %d); "
+	       "B reconnected after it heard: %d\n",
+	       rd, td, rb3);
+	CHECKM(rd == -EIO && td == 1, "client D's flush after a reconnect: %d, tier %d", rd, td);
+	CHECK_EQ(rb3, 0);
+	kvt_store_close(d);
 	kvt_store_close(a);
 	kvt_store_close(b);
 	kvt_store_close(c);
