@@ -1388,6 +1388,10 @@ static int run(struct kvt_config *cfg, int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &ss, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	int sfd = signalfd(-1, &ss, SFD_CLOEXEC);
+	if (sfd < 0) { /* SIGINT and SIGTERM stay blocked: only SIGKILL, no final flush */
+		fprintf(stderr, "kvtierd: cannot take signals (signalfd): %s\n", strerror(errno));
+		return 1;
+	}
 
 	int rc = kvt_store_open(cfg, &g_st.store);
 	if (rc < 0) {
