@@ -449,8 +449,13 @@ static void fill_read_done(struct chain_read *cr, int rc, const struct kvt_heade
 	 * leaves the index and is freed at their last unpin. */
 	pthread_mutex_lock(&s->fill_lock);
 	bool removed = f->removed;
+	/* Published clean even when it is to be written to local tiers (local): a promotion
+	 * owes no flush (the tier it came from holds it), and its pins keep it until that job
+	 * is done. Published dirty (until 2026-12-06), a flush could take it for a put's
+	 * chunk in the moment before its job registered, write it as owed, and a failure of
+	 * that write marked it unsaved: -EIO, and its eviction counted as lost (a review). */
 	if (!removed)
-		kvt__dram_publish(s->dram, f->ref.id, h->object_bytes, h->n_tokens, local);
+		kvt__dram_publish(s->dram, f->ref.id, h->object_bytes, h->n_tokens, false);
 	pthread_mutex_unlock(&s->fill_lock);
 	if (removed) {
 		kvt__dram_pin(s->dram, f->ref.id); /* the first waiter's: abort drops the fill's */
