@@ -200,7 +200,8 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	atomic_fetch_add(&g_st.regions_mapped, 1);
 	struct kvtd_info info = {.version = KVTD_VERSION,
 				 .geo = g_geo,
-				 .caps = KVTD_CAP_CUT_MARK | KVTD_CAP_LEASE_MS | KVTD_CAP_LOSS_SEEN,
+				 .caps = KVTD_CAP_CUT_MARK | KVTD_CAP_LEASE_MS | KVTD_CAP_LOSS_SEEN |
+					 KVTD_CAP_PF_RELATIVE,
 				 .lease_ms = (uint32_t)(g_lease_ns / 1000000ull)};
 	/* A reconnect of a client of this run: its next flush reports the losses since the
 	 * count it was last told (never more than there are), not only those from now on. */
@@ -388,7 +389,8 @@ static bool held_wait(struct conn *c, struct held *h, uint64_t by, bool region)
 	return true;
 }
 
-/* A PREFETCH, waited for until its deadline (absolute, kvt__now_ns; 0: none). Answered
+/* A PREFETCH, waited for until its deadline (absolute, kvt__now_ns, or the time left with
+ * KVTD_PF_RELATIVE; 0: none). Answered
  * -ETIME then, it runs on (a prefetch is a hint, and the connection stays), counted in
  * g_pf_left until it ends; past daemon.max_clients of them a PREFETCH is refused at once
  * (-EBUSY). Until 2026-12-06 they were not counted: one client looping on PREFETCHes
@@ -398,6 +400,10 @@ static bool held_wait(struct conn *c, struct held *h, uint64_t by, bool region)
 static void prefetch_call(const struct kvtd_req *r, const uint8_t *p, struct kvt_result *res)
 {
 	uint64_t by = r->deadline_ns;
+	if (r->flags & KVTD_PF_RELATIVE) { /* the time left, on our clock */
+		uint64_t now = kvt__now_ns();
+		by = !by ? 0 : by < UINT64_MAX - now ? now + by : UINT64_MAX;
+	}
 	/* a place taken now (given back unless the prefetch is left running), so that
 	 * connections at once cannot pass the bound */
 	if (atomic_fetch_add(&g_pf_left, 1) >= g_max_clients) {

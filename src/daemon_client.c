@@ -727,6 +727,14 @@ static void run_lookup_like(struct kvt_client *c, struct cop *o)
 			uint64_t by = kvt__now_ns() + cut_budget_ns(c);
 			req.deadline_ns = req.deadline_ns ? KVT_MIN(req.deadline_ns, by) : by;
 		}
+		/* sent as the time left where the daemon reads it so (its clock need not be
+		 * ours); a deadline already past is 1 ns left, not none */
+		if (rc == 0 && o->op == KVTD_PREFETCH && req.deadline_ns &&
+		    (c->info.caps & KVTD_CAP_PF_RELATIVE)) {
+			uint64_t now = kvt__now_ns();
+			req.deadline_ns = req.deadline_ns > now ? req.deadline_ns - now : 1;
+			req.flags = KVTD_PF_RELATIVE;
+		}
 		for (int tries = 0; rc == 0; tries++) {
 			m = KVT_MIN(o->n - done, c->shm_len / (KVT_KEY_BYTES + 1));
 			if (!m) {

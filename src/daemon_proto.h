@@ -90,11 +90,12 @@ struct kvtd_req {
 	uint32_t layer_begin, layer_end;
 	uint32_t version; /* HELLO */
 	uint32_t lease;   /* UNPIN, PUT_COMMIT: the lease GET_PIN / PUT_RESERVE answered */
-	uint32_t flags;   /* TP_WRITTEN: 1 = the rank's copy failed */
+	uint32_t flags;   /* TP_WRITTEN: 1 = the rank's copy failed; PREFETCH: KVTD_PF_RELATIVE */
 	uint64_t off, len; /* a byte range of the shared region; HELLO: off, the daemon run n
 			    * is of (kvtd_info.instance; 0: none) */
 	uint64_t n;        /* keys (LOOKUP, PREFETCH); HELLO: the loss count it was told of */
-	/* PREFETCH: the deadline kvt_prefetch is given (CLOCK_MONOTONIC). GET, PUT, GET_PIN:
+	/* PREFETCH: the deadline kvt_prefetch is given (CLOCK_MONOTONIC; with
+	 * KVTD_PF_RELATIVE, the time left to it). GET, PUT, GET_PIN:
 	 * the time the client still gives the call when it sends it, in ns (0: none). Past
 	 * it the client has dropped the connection, and the daemon stops waiting for the call:
 	 * it answers -ETIME and closes the connection, and the call, left to finish, gives
@@ -164,6 +165,13 @@ struct kvtd_info {
  * reconnecting are reported to its next flush (a connection's count started at the
  * current one, and a reconnect between the loss and the flush answered 0). */
 #define KVTD_CAP_LOSS_SEEN 4u
+/* A PREFETCH with KVTD_PF_RELATIVE in flags gives its deadline_ns as the time left (ns;
+ * 0: none), which the daemon reads against its own clock, as every other budget: an
+ * absolute CLOCK_MONOTONIC reading means another time to a daemon in another time
+ * namespace (unshare -T, a restored checkpoint) - prefetches cut at once, or answered
+ * past the client's timeout, which then took the daemon for dead. */
+#define KVTD_CAP_PF_RELATIVE 8u
+#define KVTD_PF_RELATIVE 1u
 
 /* What TP_RESERVE writes: heads of the object still missing, then one byte per head of the
  * model (1: claimed by this call; only heads of the request's range can be). */
