@@ -145,6 +145,15 @@ struct kvt_rows_job;
 KVT_EXPORT int kvt_rows_load_start(struct kvt_rows *r, const struct kvt_key *keys,
 				   const uint64_t *row_ids, size_t n, uint64_t deadline_ns,
 				   struct kvt_rows_job **out);
+/* kvt_rows_load_start for keys that are not one chain: linked[i] (i > 0) says keys[i-1] is
+ * chunk i's parent, the chunk right before it in its prompt; 0, that the chunk before it
+ * in the prompt is not in this load (a primary tier that holds it: the load names only
+ * what it misses), so a promotion names no parent. linked NULL: every chunk after the
+ * first is linked, as kvt_rows_load_start. */
+KVT_EXPORT int kvt_rows_load_start_linked(struct kvt_rows *r, const struct kvt_key *keys,
+					  const uint8_t *linked, const uint64_t *row_ids,
+					  size_t n, uint64_t deadline_ns,
+					  struct kvt_rows_job **out);
 KVT_EXPORT int kvt_rows_job_poll(struct kvt_rows_job *j, int timeout_ms,
 				 struct kvt_rows_result *res);
 KVT_EXPORT void kvt_rows_job_free(struct kvt_rows_job *j);

@@ -72,7 +72,15 @@ typedef int (*submit_fn)(struct kvt_rows *r, struct slot *sl, const void *ctx);
 
 struct load_ctx {
 	const struct kvt_key *keys;
+	const uint8_t *linked; /* linked[i]: keys[i-1] is chunk i's parent (NULL: every i > 0) */
 };
+
+/* Chunk i's parent in a load: the key before it, where the caller says it precedes it. */
+static const struct kvt_key *load_parent(const struct kvt_key *keys, const uint8_t *linked,
+					 size_t i)
+{
+	return i && (!linked || linked[i]) ? &keys[i - 1] : NULL;
+}
 
 struct batch {
 	struct kvt_rows *r;
@@ -95,7 +103,8 @@ struct batch {
 	submit_fn submit;
 	const void *ctx;
 	uint64_t deadline, t_wait, t_submit, conv_here;
-	struct kvt_key *own_keys; /* a started job's copies of its keys and rows */
+	struct kvt_key *own_keys; /* a started job's copies of its keys, links and rows */
+	uint8_t *own_linked;
 	uint64_t *own_rows;
 	struct load_ctx lc;
 };
@@ -111,6 +120,7 @@ struct serial_job {
 	struct serial_job *next; /* the handle's queue */
 	struct kvt_rows *r;
 	struct kvt_key *keys;
+	uint8_t *linked; /* NULL: every chunk's parent is the one before */
 	uint64_t *ids;
 	size_t n;
 	uint64_t deadline;
@@ -251,6 +261,7 @@ static struct batch *batch_new(struct kvt_rows *r, size_t n, const uint64_t *row
 static void batch_free(struct batch *b)
 {
 	kvt__free(b->own_keys);
+	kvt__free(b->own_linked);
 	kvt__free(b->own_rows);
 	kvt__free(b->state);
 	kvt__free(b->slots);
@@ -415,7 +426,8 @@ static int submit_get(struct kvt_rows *r, struct slot *sl, const void *ctx)
 	/* A load names a chain in order (its result counts leading chunks): the chunk before
 	 * is the parent a promotion links this one to in DRAM, as a put's is, so that DRAM
 	 * evicts a restored chain from its end (docs/COST_MODEL.md, difference 3). */
-	const struct kvt_key *p = sl->idx ? kvt__e_skey(r->s, &lc->keys[sl->idx - 1], &sp) : NULL;
+	const struct kvt_key *pk = load_parent(lc->keys, lc->linked, sl->idx);
+	const struct kvt_key *p = pk ? kvt__e_skey(r->s, pk, &sp) : NULL;
 	if (r->sink)
 		return kvt__e_do_get_sink(r->s, k, p, load_sink, sl, load_cb, sl, true);
 	return kvt__e_do_get(r->s, k, p, 0, 0, sl->buf, r->chunk_bytes, load_cb, sl, true);
@@ -674,9 +686,10 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 		uint64_t t0 = kvt__now_ns(), t1;
 		if (load) {
 			struct kvt_result kr = {0};
-			/* keys[i-1]: its parent, as submit_get names it */
-			int rc = kvt__client_get_sync(r->s->client, &keys[i], i ? &keys[i - 1] : NULL,
-						      0, 0, buf, r->chunk_bytes, deadline, &kr);
+			/* its parent, as submit_get names it */
+			int rc = kvt__client_get_sync(r->s->client, &keys[i],
+						      load_parent(keys, has_parent, i), 0, 0, buf,
+						      r->chunk_bytes, deadline, &kr);
 			if (rc == -ENOENT && kr.cause < 0) /* as load_cb: a bad copy, a late tier, */
 				rc = kr.cause;             /* the daemon unreachable: say so */
 			if (rc == 0 && kr.n_tokens != r->chunk_tokens)
@@ -790,6 +803,7 @@ static void serial_job_destroy(struct serial_job *sj)
 	pthread_mutex_destroy(&sj->m);
 	pthread_cond_destroy(&sj->c);
 	kvt__free(sj->keys);
+	kvt__free(sj->linked);
 	kvt__free(sj->ids);
 	kvt__free(sj);
 }
@@ -800,7 +814,7 @@ static void serial_run(struct serial_job *sj)
 	struct kvt_rows *r = sj->r;
 	struct kvt_rows_result res = {0};
 	/* (a job given up while queued makes no call: run_serial looks first) */
-	run_serial(r, sj->keys, NULL, NULL, sj->ids, sj->n, true, sj->deadline, &res, sj);
+	run_serial(r, sj->keys, NULL, sj->linked, sj->ids, sj->n, true, sj->deadline, &res, sj);
 	kvt__store_leave(r->s); /* the gate serial_start took for it */
 	pthread_mutex_lock(&sj->m);
 	sj->res = res;
@@ -836,18 +850,22 @@ static void *serial_worker(void *arg)
 /* A started load of a client-mode store: queued for the handle's workers. Called inside
  * the caller's store gate, so the job's own kvt__store_enter is taken while the store is
  * open. */
-static int serial_start(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
-			size_t n, uint64_t deadline_ns, struct kvt_rows_job **out)
+static int serial_start(struct kvt_rows *r, const struct kvt_key *keys, const uint8_t *linked,
+			const uint64_t *row_ids, size_t n, uint64_t deadline_ns,
+			struct kvt_rows_job **out)
 {
 	struct kvt_rows_job *j = kvt__calloc(1, sizeof(*j));
 	struct serial_job *sj = kvt__calloc(1, sizeof(*sj));
 	if (sj) {
 		sj->keys = kvt__malloc((n ? n : 1) * sizeof(*sj->keys));
 		sj->ids = kvt__malloc((n ? n : 1) * sizeof(*sj->ids));
+		if (linked)
+			sj->linked = kvt__malloc(n ? n : 1);
 	}
-	if (!j || !sj || !sj->keys || !sj->ids) {
+	if (!j || !sj || !sj->keys || !sj->ids || (linked && !sj->linked)) {
 		if (sj) {
 			kvt__free(sj->keys);
+			kvt__free(sj->linked);
 			kvt__free(sj->ids);
 		}
 		kvt__free(sj);
@@ -857,6 +875,8 @@ static int serial_start(struct kvt_rows *r, const struct kvt_key *keys, const ui
 	if (n) {
 		memcpy(sj->keys, keys, n * sizeof(*keys));
 		memcpy(sj->ids, row_ids, n * sizeof(*row_ids));
+		if (linked)
+			memcpy(sj->linked, linked, n);
 	}
 	sj->r = r;
 	sj->n = n;
@@ -949,31 +969,39 @@ static void *pump_main(void *arg)
 	return NULL;
 }
 
-static int rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
-			   size_t n, uint64_t deadline_ns, struct kvt_rows_job **out)
+static int rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const uint8_t *linked,
+			   const uint64_t *row_ids, size_t n, uint64_t deadline_ns,
+			   struct kvt_rows_job **out)
 {
 	if (!out || (n && (!keys || !row_ids)) || check_rows(r, row_ids, n))
 		return -EINVAL;
 	if (r->s->client)
-		return serial_start(r, keys, row_ids, n, deadline_ns, out);
+		return serial_start(r, keys, linked, row_ids, n, deadline_ns, out);
 	struct kvt_rows_job *j = kvt__calloc(1, sizeof(*j));
 	struct kvt_key *k = kvt__malloc((n ? n : 1) * sizeof(*k));
 	uint64_t *ids = kvt__malloc((n ? n : 1) * sizeof(*ids));
-	struct batch *b = j && k && ids ? batch_start(r, n, ids, true, submit_get, NULL, deadline_ns)
-					: NULL;
+	uint8_t *lk = linked ? kvt__malloc(n ? n : 1) : NULL;
+	struct batch *b = j && k && ids && (!linked || lk)
+				  ? batch_start(r, n, ids, true, submit_get, NULL, deadline_ns)
+				  : NULL;
 	if (!b) {
 		kvt__free(j);
 		kvt__free(k);
 		kvt__free(ids);
+		kvt__free(lk);
 		return -ENOMEM;
 	}
 	if (n) {
 		memcpy(k, keys, n * sizeof(*k));
 		memcpy(ids, row_ids, n * sizeof(*ids));
+		if (lk)
+			memcpy(lk, linked, n);
 	}
 	b->own_keys = k;
+	b->own_linked = lk;
 	b->own_rows = ids;
 	b->lc.keys = k;
+	b->lc.linked = lk;
 	b->ctx = &b->lc;
 	pthread_mutex_lock(&r->m);
 	if (!r->pump_made && !r->closing)
@@ -1003,10 +1031,17 @@ static int rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const
 int kvt_rows_load_start(struct kvt_rows *r, const struct kvt_key *keys, const uint64_t *row_ids,
 			size_t n, uint64_t deadline_ns, struct kvt_rows_job **out)
 {
+	return kvt_rows_load_start_linked(r, keys, NULL, row_ids, n, deadline_ns, out);
+}
+
+int kvt_rows_load_start_linked(struct kvt_rows *r, const struct kvt_key *keys,
+			       const uint8_t *linked, const uint64_t *row_ids, size_t n,
+			       uint64_t deadline_ns, struct kvt_rows_job **out)
+{
 	int rc = r ? kvt__store_enter(r->s) : -EINVAL;
 	if (rc < 0)
 		return rc;
-	rc = rows_load_start(r, keys, row_ids, n, deadline_ns, out);
+	rc = rows_load_start(r, keys, linked, row_ids, n, deadline_ns, out);
 	kvt__store_leave(r->s);
 	return rc;
 }

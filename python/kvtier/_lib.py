@@ -189,6 +189,8 @@ _PROTOS = {
                                      ctypes.POINTER(RowsResult)]),
     "kvt_rows_load_start": (ctypes.c_int, [_P, _KEYP, _P, _SZ, ctypes.c_uint64,
                                            ctypes.POINTER(_P)]),
+    "kvt_rows_load_start_linked": (ctypes.c_int, [_P, _KEYP, _P, _P, _SZ, ctypes.c_uint64,
+                                                  ctypes.POINTER(_P)]),
     "kvt_rows_job_poll": (ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(RowsResult)]),
     "kvt_rows_job_free": (None, [_P]),
     "kvt_rows_store": (ctypes.c_int, [_P, _KEYP, _KEYP, _P, _P, _SZ, ctypes.c_uint64,

@@ -200,18 +200,27 @@ class Rows:
         return self._result(n, res, time.monotonic() - t0)
 
     def load_start(self, keys: Sequence[bytes], row_ids: Sequence[int],
-                   deadline: float | None = None) -> "RowsJob":
-        """The same load without waiting: the reads are submitted now; poll the job."""
+                   deadline: float | None = None,
+                   linked: Sequence[bool] | None = None) -> "RowsJob":
+        """The same load without waiting: the reads are submitted now; poll the job.
+        linked[i] (i > 0): keys[i-1] is the chunk right before keys[i] in its prompt (None:
+        every chunk after the first), the parent a promotion into DRAM names."""
         self._check()
         self._check_writable()
         ids = self._ids(keys, row_ids)
         karr = key_array(keys)
+        lk = None
+        if linked is not None:
+            if len(linked) != len(keys):
+                raise ValueError(f"{len(keys)} keys but {len(linked)} links")
+            lk = np.array([bool(x) for x in linked], dtype=np.uint8)
         dl = 0 if deadline is None else max(1, int(deadline * 1e9))
         p = ctypes.c_void_p()
         h, r = self._h, self._enter()
         try:  # registered before a concurrent close (which waits for leave) takes the jobs
-            check(lib.kvt_rows_load_start(r, karr, ids.ctypes.data, len(keys), dl,
-                                          ctypes.byref(p)), "kvt_rows_load_start")
+            check(lib.kvt_rows_load_start_linked(
+                r, karr, None if lk is None else lk.ctypes.data, ids.ctypes.data, len(keys),
+                dl, ctypes.byref(p)), "kvt_rows_load_start")
             with h.lock:
                 job_id = next(self._job_ids)
                 h.jobs[job_id] = p

@@ -14,6 +14,11 @@
  * The same with A brought back by a rows load (kvt_rows_load, what the vLLM connector
  * restores with), whose gets name no parent to the public API but whose keys are a chain:
  * until 2026-12-06 its promotions had no parent and A[0] went first.
+ * And a started rows load of A[0] and A[2] only (what a vLLM primary tier misses when it
+ * holds A[1]) whose links say A[2] does not follow A[0] (kvt_rows_load_start_linked): A[2]
+ * is promoted with no parent, so after a get of A[2] LRU evicts A[0] first; until
+ * 2026-12-06 every chunk of a load was linked to the one before it, A[2] counted as
+ * A[0]'s child, and A[0] was kept while A[2] went (a review).
  */
 #include "dram.h"
 #include "engine.h"
@@ -97,10 +102,68 @@ static void run(int how)
 	free(dir);
 }
 
+/* A started load of A[0] and A[2], not linked: A[2] names no parent in DRAM. */
+static void unlinked_load(void)
+{
+	char *dir = test_tmpdir("store_prefetch_unlinked");
+	struct kvt_config *c = test_config("dram,nvme", dir);
+	test_set(c, "store.write_policy", "write-through");
+	test_set(c, "dram.policy", "lru");
+	test_set(c, "dram.bytes", "256KiB");
+	struct kvt_store *s = test_open(c);
+	CHECK_EQ(kvt__dram_slots(kvt__store_dram(s)), 7);
+	const struct kvt_geometry *g = kvt_store_geometry(s);
+	uint32_t tokens = g->chunk_tokens;
+	size_t len = kvt_payload_bytes(g, tokens);
+	void *buf = malloc(len);
+	CHECK(buf);
+	test_fill(buf, len, 7);
+	struct kvt_key a[3], b[7], d[6];
+	test_chain_keys(s, a, 3, 0xa8);
+	for (int i = 0; i < 7; i++)
+		test_chain_keys(s, &b[i], 1, 0xb8 + (uint32_t)i);
+	for (int i = 0; i < 6; i++)
+		test_chain_keys(s, &d[i], 1, 0xd8 + (uint32_t)i);
+	put_all(s, a, 3, buf, len, tokens);
+	for (int i = 0; i < 7; i++)
+		put_all(s, &b[i], 1, buf, len, tokens);
+	struct kvt_key two[2] = {a[0], a[2]};
+	uint8_t linked[2] = {0, 0};
+	struct kvt_row_layout lay = test_dense_layout(g);
+	uint8_t *rows = calloc(2, lay.row_bytes);
+	uint64_t ids[2] = {0, 1};
+	CHECK(rows);
+	struct kvt_rows *r;
+	CHECK_RC(kvt_rows_open(s, &lay, rows, 2, 2, &r), 0);
+	struct kvt_rows_job *j;
+	CHECK_RC(kvt_rows_load_start_linked(r, two, linked, ids, 2, 0, &j), 0);
+	struct kvt_rows_result res;
+	CHECK_EQ(kvt_rows_job_poll(j, -1, &res), 1);
+	CHECK_EQ(res.done, 2);
+	kvt_rows_job_free(j);
+	kvt_rows_close(r);
+	free(rows);
+	CHECK(resident(s, &a[0]) && resident(s, &a[2]));
+	struct kvt_result gr;
+	CHECK_RC(kvt_get_sync(s, &a[2], 0, 0, buf, len, &gr), 0); /* A[2] the newest */
+	for (int i = 0; i < 6; i++) /* the 5 B's left, then one of A[0], A[2] */
+		put_all(s, &d[i], 1, buf, len, tokens);
+	bool in0 = resident(s, &a[0]), in2 = resident(s, &a[2]);
+	printf("  a load of A[0] and A[2], not linked, A[2] read again, then 6 puts: A[0] %s, "
+	       "A[2] %s\n",
+	       in0 ? "resident" : "evicted", in2 ? "resident" : "evicted");
+	CHECKM(!in0 && in2, "A[2] was promoted as A[0]'s child: LRU's choice refused");
+	kvt_store_close(s);
+	free(buf);
+	test_rmdir(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	run(0);
 	run(1);
+	unlinked_load();
 	printf("store_prefetch_chain: ok\n");
 	return 0;
 }

@@ -801,9 +801,13 @@ class KvtierTier(SecondaryTierManager):
         keys = [self._key(k, job_metadata.req_context) for k in job_metadata.keys]
         t0 = time.monotonic()
         try:
+            # a load names only what the primary tier misses: chunk i's parent is the one
+            # before it only where that one directly precedes it (until 2026-12-06 every
+            # chunk was linked to the one before, and [k1, k3] promoted k3 as k1's child)
+            linked = [p is not None for p in self._parents(job_metadata, keys)]
             rj = self._load_rows.load_start(
                 keys, [int(c) for c in job_metadata.chunk_ids],
-                deadline=job_metadata.submit_time + self._deadline_s)
+                deadline=job_metadata.submit_time + self._deadline_s, linked=linked)
         except Exception as e:  # a bug, not an I/O failure: fail the job, never the
             log.warning("kvtier load job %d not started: %s",  # scheduler
                         job_metadata.job_id, e)
