@@ -213,26 +213,15 @@ void nv_start_write(struct nv *s, struct nv_op *op)
 		(*slot)->followers = op;
 		return;
 	}
-	/* A damaged file under K's name (left indexed by open for reads to judge) goes now,
-	 * before this write evicts anything: indexed, it could be chosen as a victim or
-	 * removed while K's publish is in flight and take the new file with it (the rename
-	 * comment at the top). Its uid and the children counted on it pass to this write. */
-	uint64_t uid = 0;
-	if (e) {
-		uid = e->uid;
-		op->children += e->children;
-		e->children = 0;
-		nv_ent_unlink(s, e, false);
-		e = NULL;
-	}
-	/* K's write from here on, under the uid the children counted on: a child that the
-	 * room made below evicts is uncounted from it, and a failure below (nv_finish) hands
-	 * them back to the orphans. (Registered after the room was made until 2026-12-05: an
-	 * evicted child then stayed counted, and the parent was never a leaf again.) */
+	/* K's write from here on, under the uid the children counted on (the uid of a file
+	 * under K's name, if there is one): a child that the room made below evicts is
+	 * uncounted from it, and a failure below (nv_finish) hands them back to the orphans.
+	 * (Registered after the room was made until 2026-12-05: an evicted child then stayed
+	 * counted, and the parent was never a leaf again.) */
 	op->leader = true;
 	op->lnext = NULL;
 	*slot = op;
-	op->uid = uid ? uid : ++s->uids;
+	op->uid = e ? e->uid : ++s->uids;
 	op->dir = nv_key_dir(s, &op->key);
 	op->fd = -1;
 	tmp_name(s, op);
@@ -259,6 +248,20 @@ void nv_start_write(struct nv *s, struct nv_op *op)
 		report_skip(s, rc);
 		nv_finish(s, op, rc);
 		return;
+	}
+	/* A file under K's name the open found (possibly another key's bytes after a power
+	 * cut), or a damaged one left indexed for reads to judge, goes now that the write is
+	 * admitted and before it is issued: indexed, it could be removed while K's publish is
+	 * in flight and take the new file with it (the rename comment at the top). Its
+	 * children pass to this write. Until 2026-12-06 it went before the admission: a put
+	 * refused for room or write budget, or one failing, lost a flushed copy found at open
+	 * (a review's reproducer, nvme_recycle_powercut 3). The room made above may have
+	 * evicted it already. */
+	if ((e = nv_ent_find(s, &op->key))) {
+		op->children += e->children;
+		e->children = 0;
+		nv_ent_unlink(s, e, false);
+		e = NULL;
 	}
 	s->reserved += op->len;
 	/* Counted now, not at publish: its ancestors must stop being victims while it is in
