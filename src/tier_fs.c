@@ -1338,6 +1338,19 @@ static int run_drop(struct fs_state *s, struct fs_op *op)
 				     "damaged on its way); left in place", s->dir, path);
 		return 0;
 	}
+	/* Looked at again just before the move: the re-read above takes round trips on a
+	 * shared file system, and a copy another node put meanwhile (a put over the name
+	 * replaces it) must not go with the move (until 2026-12-06 it did; a review). What
+	 * is left is the instant between this look and the move. */
+	struct stat again;
+	if (fstatat(dfd, name, &again, AT_SYMLINK_NOFOLLOW) < 0 || again.st_dev != st.st_dev ||
+	    again.st_ino != st.st_ino) {
+		close(fd);
+		close(dfd);
+		KVT_INFO(&s->t->log, "fs: %s/%s was rewritten while it was read again; left in "
+				     "place", s->dir, path);
+		return 0;
+	}
 	tmp_name(s, name, aside, sizeof(aside));
 	unlink_marked(s, &op->key);
 	int rc = rename_aside(s, dfd, name, aside);
@@ -1946,6 +1959,8 @@ struct sweep_item {
 	struct kvt_key key;
 	uint64_t bytes;
 	int64_t age_ns; /* max(atime, mtime) */
+	dev_t dev;	/* the file listed */
+	ino_t ino;
 };
 
 struct sweep {
@@ -1990,7 +2005,8 @@ static int sweep_entry(int dfd, const char *name, void *arg)
 	}
 	int64_t a = (int64_t)st.st_atim.tv_sec * 1000000000ll + st.st_atim.tv_nsec;
 	int64_t m = (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
-	w->v[w->n++] = (struct sweep_item){key, (uint64_t)st.st_size, a > m ? a : m};
+	w->v[w->n++] = (struct sweep_item){key, (uint64_t)st.st_size, a > m ? a : m, st.st_dev,
+					   st.st_ino};
 	return 0;
 }
 
@@ -2012,6 +2028,18 @@ static uint64_t sweep_threshold(const struct fs_state *s)
 	return s->capacity ? KVT_MAX(s->capacity / 16, 1) : UINT64_MAX;
 }
 
+/* Is the file under name the one the sweep listed (it), unchanged and unused since? A
+ * name gone is "listed" (the unlink then finds it gone: freed all the same). */
+static bool sweep_still_listed(int dfd, const char *name, const struct sweep_item *it)
+{
+	struct stat st;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return true;
+	int64_t a = (int64_t)st.st_atim.tv_sec * 1000000000ll + st.st_atim.tv_nsec;
+	int64_t m = (int64_t)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+	return st.st_dev == it->dev && st.st_ino == it->ino && (a > m ? a : m) <= it->age_ns;
+}
+
 static void sweep_once(struct fs_state *s)
 {
 	atomic_store(&s->written_since, 0);
@@ -2026,6 +2054,16 @@ static void sweep_once(struct fs_state *s)
 			char path[72];
 			key_path(&w.v[i].key, path);
 			int dfd = leaf_open(s, path, false);
+			/* Still the file listed, and not used since? The walk and the removals
+			 * before this one take a while (minutes on a large shared tree), and
+			 * another node may have put the key again meanwhile: its acknowledged copy
+			 * is not the least recently used one. Until 2026-12-06 the name was removed
+			 * whatever it held by then (a review's reproducer). What is left is the
+			 * instant between this look and the unlink, as for any removal. */
+			if (dfd >= 0 && !sweep_still_listed(dfd, leaf_name(path), &w.v[i])) {
+				close(dfd);
+				continue;
+			}
 			if (dfd >= 0)
 				unlink_marked(s, &w.v[i].key);
 			int r = dfd < 0 ? -1 : unlinkat(dfd, leaf_name(path), 0);
