@@ -100,6 +100,14 @@ int kvt__cost_params_preset(const char *model, const char *gpu, double mfu, int 
 int kvt__cost_create_params(const struct kvt_cost_params *p, struct kvt_cost **out);
 const struct kvt_cost_params *kvt__cost_params(const struct kvt_cost *c);
 
+/* Prefill tokens a plan spares the GPU: the tokens it loads, less the last prompt token,
+ * which the engine recomputes whatever is loaded (it needs its logits). */
+static inline uint64_t kvt__cost_plan_saved(const struct kvt_cost_plan *p, uint64_t prompt_tokens)
+{
+	uint64_t must = prompt_tokens ? prompt_tokens - 1 : 0;
+	return p->load_tokens < must ? p->load_tokens : must;
+}
+
 /* Restore time of a set of chunks read from several tiers at once: bytes_per_tier[i] bytes
  * from tier i (0 = unused). Pipelined layer by layer with the host->GPU copy. */
 double kvt__cost_restore_mix(const struct kvt_cost *c, const uint64_t *bytes_per_tier);

@@ -571,7 +571,7 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 			struct kvt_cost_plan plan;
 			kvt_cost_plan(o->cost, tiers, hit, t->block_tokens, q->input_len, &plan);
 			load = plan.load_chunks;
-			out->prefill_tokens_saved += plan.load_tokens;
+			out->prefill_tokens_saved += kvt__cost_plan_saved(&plan, q->input_len);
 			double arrive = q->ts_ms / 1000.0;
 			double start = KVT_MAX(arrive, gfree[0]), wait = start - arrive;
 			double restore = plan.restore_s;

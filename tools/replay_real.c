@@ -390,7 +390,7 @@ int replay_real_run(const struct replay_real_opts *o, const struct kvt_trace *t,
 
 		struct kvt_cost_plan plan;
 		kvt_cost_plan(cost, cost_tiers, served, 512, q->input_len, &plan);
-		saved += plan.load_tokens;
+		saved += kvt__cost_plan_saved(&plan, q->input_len);
 		double service = (plan.load_chunks ? KVT_MAX(restore_meas, plan.restore_s) : 0) +
 				 plan.recompute_s;
 		kvt__sim_fleet_replace_first(gfree, ngpu, start + service);

@@ -91,6 +91,7 @@ static void test_plan(void **state)
 	int8_t dram[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 	assert_int_equal(kvt_cost_plan(c, dram, 8, 512, 8 * 512, &plan), 8);
 	assert_int_equal(plan.load_tokens, 4096);
+	assert_int_equal(kvt__cost_plan_saved(&plan, 4096), 4095); /* the last is recomputed */
 	assert_true(plan.total_s < plan.no_cache_s);
 	NEAR(plan.recompute_s, kvt_cost_recompute_s(c, 4095, 4096), 1e-9);
 	/* S3 over 1 GB/s with 20 ms latency loses to an 8B recompute at short context */
