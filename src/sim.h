@@ -112,8 +112,9 @@ int kvt__sim_run(const struct kvt_trace *t, const struct kvt_sim_opts *o,
 		 struct kvt_sim_result *out);
 /* MIN alone: block and token hit ratios of an offline-optimal cache of capacity blocks
  * under the same prefix-hit rule (evicts the block used farthest in the future, never
- * stores one it would evict first), blocks as kvt__sim_check_trace says: an upper bound
- * for every policy. */
+ * stores one it would evict first), blocks as kvt__sim_check_trace says: its block ratio
+ * is an upper bound for every policy's; its token ratio is that cache's own, not a bound
+ * (MIN maximises hit blocks, and a partial last block holds fewer tokens than a full one). */
 int kvt__sim_belady(const struct kvt_trace *t, uint64_t capacity_blocks, double *block_ratio,
 		    double *token_ratio);
 
