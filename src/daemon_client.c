@@ -1776,6 +1776,20 @@ static void clients_remove(struct kvt_client *c)
 	pthread_mutex_unlock(&g_clients_mu);
 }
 
+/* The client's locks and the client itself (its resources let go already). */
+static void client_free(struct kvt_client *c)
+{
+	if (!c->forked) { /* a child's copies record the parent's waiters: destroy would wait */
+		pthread_mutex_destroy(&c->io_lock);
+		pthread_mutex_destroy(&c->q_lock);
+		pthread_cond_destroy(&c->q_cond);
+		pthread_cond_destroy(&c->ran_cond);
+		pthread_mutex_destroy(&c->cq_lock);
+		pthread_mutex_destroy(&c->down_lock);
+	}
+	kvt__free(c);
+}
+
 void kvt__client_close(struct kvt_client *c)
 {
 	if (!c)
@@ -1801,15 +1815,7 @@ void kvt__client_close(struct kvt_client *c)
 	close(c->memfd);
 	close(c->efd);
 	free_tiers(c);
-	if (!c->forked) { /* a child's copies record the parent's waiters: destroy would wait */
-		pthread_mutex_destroy(&c->io_lock);
-		pthread_mutex_destroy(&c->q_lock);
-		pthread_cond_destroy(&c->q_cond);
-		pthread_cond_destroy(&c->ran_cond);
-		pthread_mutex_destroy(&c->cq_lock);
-		pthread_mutex_destroy(&c->down_lock);
-	}
-	kvt__free(c);
+	client_free(c);
 }
 
 int kvt__client_open(const struct kvt_config *cfg, struct kvt_store **out)
@@ -1890,14 +1896,6 @@ fail:
 	if (c->efd >= 0)
 		close(c->efd);
 	free_tiers(c);
-	if (!c->forked) { /* a child's copies record the parent's waiters: destroy would wait */
-		pthread_mutex_destroy(&c->io_lock);
-		pthread_mutex_destroy(&c->q_lock);
-		pthread_cond_destroy(&c->q_cond);
-		pthread_cond_destroy(&c->ran_cond);
-		pthread_mutex_destroy(&c->cq_lock);
-		pthread_mutex_destroy(&c->down_lock);
-	}
-	kvt__free(c);
+	client_free(c);
 	return rc;
 }
