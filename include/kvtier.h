@@ -283,7 +283,8 @@ KVT_EXPORT int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t 
 /* Stage chunks into DRAM from deeper tiers, stopping at the first miss. A deadline
  * (CLOCK_MONOTONIC ns; 0 = none) drops the part not started by then. status = number of
  * chunks resident in DRAM when it answers (counting those already there; it holds them
- * until then, so a chain longer than DRAM stages its head and keeps what was there). */
+ * until then, at most three quarters of DRAM: a longer chain stages its head and keeps what
+ * was there). */
 KVT_EXPORT int kvt_prefetch(struct kvt_store *s, const struct kvt_key *keys, size_t n,
 			    uint64_t deadline_ns, kvt_cb cb, void *arg);
 

@@ -890,8 +890,8 @@ int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin
  * cannot evict them: until 2026-12-06 it counted the chunks found resident without holding
  * them, and the fills of the chain's tail evicted its head to make room (a pool of 7 slots
  * holding a 12-chunk chain's first 5: status 12, the 7 resident the tail's; a review).
- * Fills once the pool is full of the prefix fail (-ENOSPC) and are not counted: a chain
- * longer than the pool stages its head. */
+ * It holds at most three quarters of the pool (prefetch_looked_up): a chain longer than
+ * that stages its head. */
 struct prefetch_op {
 	struct kvt_store *s;
 	struct kvt_key *keys;
@@ -949,18 +949,25 @@ static void prefetch_looked_up(void *arg, const struct kvt_result *res)
 	size_t prefix = res->status > 0 ? (size_t)res->status : 0;
 	atomic_store(&p->remaining, 1);
 	bool late = false;
+	/* What it holds is bounded: at most three quarters of the pool (at least one slot), so
+	 * that puts and gets meanwhile still find room (a chain longer than that stages its
+	 * head, and what was resident of it stays counted). */
+	uint32_t slots = kvt__dram_slots(s->dram);
+	size_t cap = KVT_MAX(1u, slots - KVT_MAX(1u, slots / 4)), held = 0;
 	for (size_t i = 0; i < prefix; i++) {
 		int32_t id = kvt__dram_pin_resident(s->dram, &p->keys[i]);
 		if (id >= 0) {
 			p->pinned[atomic_fetch_add(&p->resident, 1)] = id;
+			held++;
 			continue;
 		}
 		/* not started by the deadline: dropped (the rest already resident still counts:
 		 * until 2026-12-06 the walk stopped there) */
-		if (late || (p->deadline && kvt__now_ns() >= p->deadline)) {
+		if (late || held >= cap || (p->deadline && kvt__now_ns() >= p->deadline)) {
 			late = true;
 			continue;
 		}
+		held++;
 		atomic_fetch_add(&p->remaining, 1);
 		/* keys is a chain: the one before is the parent */
 		if (acquire(s, &p->keys[i], i ? &p->keys[i - 1] : NULL, prefetch_one_done, p, NULL,
