@@ -40,22 +40,35 @@ static bool resident(struct kvt_store *s, const struct kvt_key *k)
 				  false);
 }
 
-/* A's 3 chunks brought back into DRAM by how: 0 a prefetch, 1 a rows load. */
-static void run(int how)
+/* DRAM of 7 slots under LRU, write-through to NVMe, in a fresh directory (*dir); *buf
+ * holds one chunk's payload (*len bytes, *tokens tokens). */
+static struct kvt_store *open_seven(const char *name, char **dir, void **buf, size_t *len,
+				    uint32_t *tokens)
 {
-	char *dir = test_tmpdir("store_prefetch_chain");
-	struct kvt_config *c = test_config("dram,nvme", dir);
+	*dir = test_tmpdir(name);
+	struct kvt_config *c = test_config("dram,nvme", *dir);
 	test_set(c, "store.write_policy", "write-through");
 	test_set(c, "dram.policy", "lru");
 	test_set(c, "dram.bytes", "256KiB");
 	struct kvt_store *s = test_open(c);
 	CHECK_EQ(kvt__dram_slots(kvt__store_dram(s)), 7);
 	const struct kvt_geometry *g = kvt_store_geometry(s);
-	uint32_t tokens = g->chunk_tokens;
-	size_t len = kvt_payload_bytes(g, tokens);
-	void *buf = malloc(len);
-	CHECK(buf);
-	test_fill(buf, len, 7);
+	*tokens = g->chunk_tokens;
+	*len = kvt_payload_bytes(g, *tokens);
+	*buf = malloc(*len);
+	CHECK(*buf);
+	test_fill(*buf, *len, 7);
+	return s;
+}
+
+/* A's 3 chunks brought back into DRAM by how: 0 a prefetch, 1 a rows load. */
+static void run(int how)
+{
+	char *dir;
+	void *buf;
+	size_t len;
+	uint32_t tokens;
+	struct kvt_store *s = open_seven("store_prefetch_chain", &dir, &buf, &len, &tokens);
 
 	struct kvt_key a[3], b[7], d[5];
 	test_chain_keys(s, a, 3, 0xa0);
@@ -105,19 +118,11 @@ static void run(int how)
 /* A started load of A[0] and A[2], not linked: A[2] names no parent in DRAM. */
 static void unlinked_load(void)
 {
-	char *dir = test_tmpdir("store_prefetch_unlinked");
-	struct kvt_config *c = test_config("dram,nvme", dir);
-	test_set(c, "store.write_policy", "write-through");
-	test_set(c, "dram.policy", "lru");
-	test_set(c, "dram.bytes", "256KiB");
-	struct kvt_store *s = test_open(c);
-	CHECK_EQ(kvt__dram_slots(kvt__store_dram(s)), 7);
-	const struct kvt_geometry *g = kvt_store_geometry(s);
-	uint32_t tokens = g->chunk_tokens;
-	size_t len = kvt_payload_bytes(g, tokens);
-	void *buf = malloc(len);
-	CHECK(buf);
-	test_fill(buf, len, 7);
+	char *dir;
+	void *buf;
+	size_t len;
+	uint32_t tokens;
+	struct kvt_store *s = open_seven("store_prefetch_unlinked", &dir, &buf, &len, &tokens);
 	struct kvt_key a[3], b[7], d[6];
 	test_chain_keys(s, a, 3, 0xa8);
 	for (int i = 0; i < 7; i++)
@@ -129,7 +134,7 @@ static void unlinked_load(void)
 		put_all(s, &b[i], 1, buf, len, tokens);
 	struct kvt_key two[2] = {a[0], a[2]};
 	uint8_t linked[2] = {0, 0};
-	struct kvt_row_layout lay = test_dense_layout(g);
+	struct kvt_row_layout lay = test_dense_layout(kvt_store_geometry(s));
 	uint8_t *rows = calloc(2, lay.row_bytes);
 	uint64_t ids[2] = {0, 1};
 	CHECK(rows);
