@@ -514,6 +514,10 @@ bool kvt__e_keyrec_any_removing(struct kvt_store *s);
 void kvt__e_keyrec_free_all(struct kvt_store *s);
 
 /* engine_wb.c */
+/* Test hook (NULL: none): a job's completion calls it with the job once the job has
+ * decided its DRAM slot's marks, before it lets flushes and removes go - a test runs a
+ * newer job of the same slot there (integ.store_wb_newer_marks). */
+extern void (*_Atomic kvt__test_wb_decided)(struct wb *w);
 /* unsaved_seen: the caller's count of unsaved evictions already reported to it (NULL: the
  * store's own, for its one in-process user; kvtierd keeps one per connection). */
 int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,

@@ -95,6 +95,8 @@ static void wb_tier_failed(struct wb *w, struct link *l, int rc)
 	wb_set_err(w, rc);
 }
 
+void (*_Atomic kvt__test_wb_decided)(struct wb *w);
+
 /* The job is complete: every tier answered or missed its deadline. */
 static void wb_complete(struct wb *w)
 {
@@ -117,6 +119,9 @@ static void wb_complete(struct wb *w)
 		newer = w->rec->last_put > w->seq;
 		pthread_mutex_unlock(&s->wb_lock);
 	}
+	void (*decided)(struct wb *) = atomic_load(&kvt__test_wb_decided);
+	if (decided)
+		decided(w);
 	/* A hit's second offer of a declined chunk (w->reoffer) changes no mark: the slot was
 	 * clean, a tier that took it at its put still holds it, none owes it, and a job that
 	 * owns the slot's state (a selective write, a flush's rewrite) decides. */

@@ -11,6 +11,10 @@
  * A delay holds each answer back on the tier's own delay thread, not on the inner tier's
  * I/O thread: a slow device, whose calls each take delay_ms while others proceed. A very
  * long delay is a stalled device; close cancels (-ECANCELED) the answers still held.
+ *
+ * A gate (kvt__faulty_gate) holds writes by key until the test lets each one go, written
+ * or failed: the engine's races between jobs of one key are forced step by step with it,
+ * where a delay would leave their order to the clock.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,7 +35,8 @@ struct fcall {
 	void *arg;
 	bool is_read;
 	struct kvt_seg seg0; /* first segment of a read, for corruption */
-	/* a write held back before it reaches the inner tier (kvt__faulty_set_write_delay) */
+	/* a write held back before it reaches the inner tier (kvt__faulty_set_write_delay, or
+	 * the gate's list: kvt__faulty_gate) */
 	bool submit;
 	struct kvt_key key;
 	const void *obj;
@@ -50,6 +55,9 @@ struct faulty {
 	pthread_mutex_t m;
 	pthread_cond_t cv; /* CLOCK_MONOTONIC */
 	struct fcall *held;
+	struct fcall *gated; /* writes the shut gate holds (m), till released or close */
+	uint32_t n_gated;
+	bool gate_shut;
 	bool closing; /* held writes are cancelled, never submitted */
 	bool stop;
 	bool thread_started;
@@ -227,6 +235,14 @@ static void faulty_close(struct kvt_tier *t)
 	struct faulty *f = t->state;
 	if (f->thread_started) { /* writes still held never reach the inner tier */
 		pthread_mutex_lock(&f->m);
+		while (f->gated) { /* the gate's too: cancelled by the delay thread */
+			struct fcall *c = f->gated;
+			f->gated = c->next;
+			c->due = 0;
+			c->next = f->held;
+			f->held = c;
+		}
+		f->n_gated = 0;
 		f->closing = true;
 		pthread_cond_signal(&f->cv);
 		pthread_mutex_unlock(&f->m);
@@ -271,6 +287,24 @@ static int faulty_write(struct kvt_tier *t, const struct kvt_key *key, const voi
 	struct faulty *fw = t->state;
 	uint32_t wd = atomic_load(&fw->write_delay_ms);
 	uint64_t rate = atomic_load(&fw->write_rate);
+	pthread_mutex_lock(&fw->m);
+	bool gate = fw->gate_shut;
+	pthread_mutex_unlock(&fw->m);
+	if (gate) { /* held as it is until kvt__faulty_gate_release (or close) */
+		struct fcall *c = fcall_new(fw, cb, arg);
+		if (!c)
+			return -ENOMEM;
+		c->submit = true;
+		c->key = *key;
+		c->obj = obj;
+		c->len = len;
+		pthread_mutex_lock(&fw->m);
+		c->next = fw->gated;
+		fw->gated = c;
+		fw->n_gated++;
+		pthread_mutex_unlock(&fw->m);
+		return 0;
+	}
 	if (wd || rate) { /* a slow device: the write lands only after wd ms, or its turn */
 		struct fcall *c = fcall_new(fw, cb, arg);
 		if (!c)
@@ -351,6 +385,44 @@ void kvt__faulty_set_write_rate(struct kvt_tier *t, uint64_t bytes_per_s)
 {
 	struct faulty *f = t->state;
 	atomic_store(&f->write_rate, bytes_per_s);
+}
+
+void kvt__faulty_gate(struct kvt_tier *t, bool shut)
+{
+	struct faulty *f = t->state;
+	pthread_mutex_lock(&f->m);
+	f->gate_shut = shut;
+	pthread_mutex_unlock(&f->m);
+}
+
+uint32_t kvt__faulty_gated(struct kvt_tier *t)
+{
+	struct faulty *f = t->state;
+	pthread_mutex_lock(&f->m);
+	uint32_t n = f->n_gated;
+	pthread_mutex_unlock(&f->m);
+	return n;
+}
+
+int kvt__faulty_gate_release(struct kvt_tier *t, const struct kvt_key *key, int rc)
+{
+	struct faulty *f = t->state;
+	pthread_mutex_lock(&f->m);
+	struct fcall **pp = &f->gated;
+	while (*pp && !kvt__key_eq(&(*pp)->key, key))
+		pp = &(*pp)->next;
+	struct fcall *c = *pp;
+	if (c) {
+		*pp = c->next;
+		f->n_gated--;
+	}
+	pthread_mutex_unlock(&f->m);
+	if (!c)
+		return -ENOENT;
+	/* Through the delay thread, as every held call: never answered on the caller's. */
+	c->submit = rc == 0;
+	hold(f, c, rc, 0);
+	return 0;
 }
 
 uint64_t kvt__faulty_injected(struct kvt_tier *t)
