@@ -310,8 +310,9 @@ KVT_EXPORT int kvt_remove(struct kvt_store *s, const struct kvt_key *key, kvt_cb
  * write-behind submitted before it finishes, then each tier's durability op runs, each
  * under its deadline. status 0; or < 0 (-ETIMEDOUT: a deadline was missed, -EIO: a tier
  * failed or was skipped as unwell, or chunks that no deeper tier took have been evicted
- * from DRAM since the flush that last reported such a loss: kvt_stats.evicted_unsaved)
- * with res.tier naming the tier that could not. */
+ * from DRAM since the last flush that had answered reporting such a loss when this one
+ * was called - flushes called at once each report it: kvt_stats.evicted_unsaved) with
+ * res.tier naming the tier that could not. */
 KVT_EXPORT int kvt_flush(struct kvt_store *s, kvt_cb cb, void *arg);
 
 struct kvt_tier_stats {

@@ -265,6 +265,9 @@ struct flush_waiter {
 	 * link whose failure last left one unsaved */
 	uint64_t lost;
 	int lost_link;
+	/* the store's count of unsaved evictions this flush reports up to, taken as reported
+	 * when it answers (a flush with the store's own count: kvt__e_do_flush); 0: none */
+	uint64_t lost_upto;
 	uint64_t nomem; /* dirty slots it had no memory to start a write of */
 };
 

@@ -824,6 +824,12 @@ static void flush_release(struct flush_waiter *f)
 	if (atomic_fetch_sub(&f->remaining, 1) != 1)
 		return;
 	struct kvt_store *s = f->s;
+	/* The store's losses are reported once this flush answers, not when it counted them:
+	 * a flush called before then reports them too (kvt__e_do_flush) */
+	uint64_t seen = atomic_load(&s->flush_unsaved_seen);
+	while (seen < f->lost_upto &&
+	       !atomic_compare_exchange_weak(&s->flush_unsaved_seen, &seen, f->lost_upto))
+		;
 	struct kvt_result res = {.status = atomic_load(&f->status),
 				 .tier = atomic_load(&f->bad_tier)};
 	kvt_cb cb = f->cb;
@@ -929,6 +935,8 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,
 	f->direct = direct;
 	atomic_store(&f->remaining, 1);
 	atomic_store(&f->bad_tier, KVT_TIER_NONE);
+	/* The store's own count of losses reported, as it is when the flush is called (below) */
+	uint64_t seen_at_call = atomic_load(&s->flush_unsaved_seen);
 	/* The window opens before the dirty slots are written, so that the failures of those
 	 * writes are the flush's: from the oldest job out (or the next); failures of the jobs
 	 * out now from their flush_failed, later ones told by wb_tier_failed. A job complete
@@ -973,17 +981,29 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,
 		 * are lost. Per caller: until 2026-12-06 the store kept one count, so of the
 		 * kvtierd clients flushing one store only the first to flush after a loss heard
 		 * of it - the others' flushes answered 0 over the chunks gone. */
-		_Atomic uint64_t *seen_by = unsaved_seen ? unsaved_seen : &s->flush_unsaved_seen;
-		uint64_t n = kvt__dram_evicted_unsaved(s->dram);
-		uint64_t seen = atomic_load(seen_by);
-		while (seen < n && !atomic_compare_exchange_weak(seen_by, &seen, n))
-			;
-		/* and the store's: a flush of the store's own (kvtierd's at its stop) reports
-		 * only losses no caller has heard of */
-		uint64_t own = atomic_load(&s->flush_unsaved_seen);
-		while (seen_by != &s->flush_unsaved_seen && own < n &&
-		       !atomic_compare_exchange_weak(&s->flush_unsaved_seen, &own, n))
-			;
+		uint64_t n = kvt__dram_evicted_unsaved(s->dram), seen;
+		if (unsaved_seen) {
+			/* A kvtierd connection's flushes come one at a time (its thread waits for
+			 * each), and one cut off may outlive the connection: its count moves now */
+			seen = atomic_load(unsaved_seen);
+			while (seen < n && !atomic_compare_exchange_weak(unsaved_seen, &seen, n))
+				;
+			/* and the store's: a flush of the store's own (kvtierd's at its stop)
+			 * reports only losses no caller has heard of */
+			uint64_t own = atomic_load(&s->flush_unsaved_seen);
+			while (own < n &&
+			       !atomic_compare_exchange_weak(&s->flush_unsaved_seen, &own, n))
+				;
+		} else {
+			/* The store's one count, which flushes of several threads at once share:
+			 * this flush reports every loss not reported when it was called, and they
+			 * count as reported once it answers (flush_release). Until 2026-12-06 the
+			 * first flush to count a loss took it at once: another flush called before
+			 * that one answered said 0 over it, and could answer first (a review;
+			 * integ.store_flush_loss_shared). */
+			seen = seen_at_call;
+			f->lost_upto = n;
+		}
 		if (seen < n) {
 			f->lost = n - seen;
 			f->lost_link = atomic_load(&s->unsaved_link);
