@@ -112,16 +112,17 @@ static void wb_complete(struct wb *w)
 	 * that declined it (admission, write budget, full) leaves it clean: a choice, not a
 	 * failure. */
 	/* With a newer job of the key out (a flush's rewrite, a selective write), the newest
-	 * decides: an older one that failed must not mark unsaved a slot the newer one wrote. */
+	 * decides: an older one that failed must not mark unsaved a slot the newer one wrote.
+	 * The look and the marks in one hold of wb_lock (then the pool's mutex), in which a
+	 * newer job neither registers nor completes: until 2026-12-06 the marks came after the
+	 * lock was let go, and a newer job registered, written and marked clean in between was
+	 * marked unsaved again (a review: a false loss, -EIO from a flush;
+	 * integ.store_wb_newer_marks). */
 	bool newer = false;
 	if (w->rec) {
 		pthread_mutex_lock(&s->wb_lock);
 		newer = w->rec->last_put > w->seq;
-		pthread_mutex_unlock(&s->wb_lock);
 	}
-	void (*decided)(struct wb *) = atomic_load(&kvt__test_wb_decided);
-	if (decided)
-		decided(w);
 	/* A hit's second offer of a declined chunk (w->reoffer) changes no mark: the slot was
 	 * clean, a tier that took it at its put still holds it, none owes it, and a job that
 	 * owns the slot's state (a selective write, a flush's rewrite) decides. */
@@ -138,6 +139,11 @@ static void wb_complete(struct wb *w)
 			kvt__dram_set_dirty(s->dram, w->ref.id, false);
 		}
 	}
+	if (w->rec)
+		pthread_mutex_unlock(&s->wb_lock);
+	void (*decided)(struct wb *) = atomic_load(&kvt__test_wb_decided);
+	if (decided)
+		decided(w);
 	if (w->ref.id >= 0 && !w->reoffer) /* after its marks: a flush that sees no job sees them */
 		kvt__dram_job(s->dram, w->ref.id, false);
 	/* Unlink; wake flushes whose target is now below every outstanding job, and the
