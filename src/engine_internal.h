@@ -188,6 +188,7 @@ struct wb {
 	_Atomic int ok;
 	_Atomic int first_err;
 	_Atomic int failed_link; /* 1 + a link whose write failed or was skipped unwell; 0 */
+	_Atomic uint32_t wrote;  /* links that took the write in time (bits) */
 	/* links whose failure a flush must report (bits; wb_tier_failed, under wb_lock): a
 	 * flush starting while the job is out takes them into its window */
 	uint32_t flush_failed;
@@ -241,7 +242,18 @@ struct keyrec {
 	/* links a job of the key's DRAM slot was to skip as blocked (the slot stays dirty):
 	 * once a link is no longer blocked, its bit goes and the slot is written again */
 	uint32_t redo;
+	/* per link: the newest job of the key complete that wrote it in time (its seq; 0:
+	 * none) - a failure of an older job there is repaired (flush_tiers) */
+	uint64_t wrote[KVT_MAX_TIERS];
 	struct wb *parked; /* jobs of the key waiting for rm_on to drain (kvt__e_wb_start) */
+};
+
+/* A write-behind's failure on one link in a flush's window, held with its key's record
+ * (a reference) until the flush looks at it (flush_tiers). */
+struct flush_fail {
+	struct keyrec *rec;
+	uint64_t seq; /* the job's */
+	int link;
 };
 
 struct flush_waiter {
@@ -255,6 +267,10 @@ struct flush_waiter {
 	 * under wb_lock. The oldest, not the newest: a job after the window failing first
 	 * must not hide one inside it. */
 	uint64_t first_fail[KVT_MAX_TIERS];
+	/* failures of its window kept with their key's record instead (under wb_lock), so
+	 * that one a newer job of the key has repaired does not fail the flush */
+	struct flush_fail *fails;
+	uint32_t n_fails, cap_fails;
 	kvt_cb cb;
 	void *arg;
 	bool direct;

@@ -53,6 +53,38 @@ static void wb_set_err(struct wb *w, int rc)
 	atomic_compare_exchange_strong(&w->first_err, &zero, rc);
 }
 
+/* Failures a flush keeps with their key's record, at most (then, as those of a job without
+ * a record, as they are: a failure a newer job repaired still fails the flush) */
+#define FLUSH_FAILS_MAX 4096u
+
+/* Job w's write to link i failed, and w is in flush f's window (wb_lock held). Kept with the
+ * key's record, so that flush_tiers can tell whether a newer job of the key wrote link i
+ * in time since: then the tier holds the chunk (content-addressed: the same bytes) and the
+ * failure is no longer the flush's. */
+static void flush_note_fail(struct flush_waiter *f, struct wb *w, int i)
+{
+	if (w->seq > f->target) /* after its window closed: not the flush's */
+		return;
+	if (w->rec && f->n_fails < FLUSH_FAILS_MAX) {
+		if (f->n_fails == f->cap_fails) {
+			uint32_t cap = f->cap_fails ? f->cap_fails * 2 : 16;
+			struct flush_fail *p = kvt__realloc(f->fails, cap * sizeof(*p));
+			if (p) {
+				f->fails = p;
+				f->cap_fails = cap;
+			}
+		}
+		if (f->n_fails < f->cap_fails) {
+			f->fails[f->n_fails++] =
+			    (struct flush_fail){.rec = w->rec, .seq = w->seq, .link = i};
+			w->rec->refs++;
+			return;
+		}
+	}
+	if (f->first_fail[i] > w->seq)
+		f->first_fail[i] = w->seq;
+}
+
 /* Whether a flush answers for this job: not a hit's second offer of a clean chunk
  * (w->reoffer) nor a promotion (a hit from a deeper tier, written only to the tiers above
  * it: w->end), whose chunk that deeper tier holds whatever happens here. */
@@ -87,8 +119,8 @@ static void wb_tier_failed(struct wb *w, struct link *l, int rc)
 	kvt_list_for_each(p, &s->flushes)
 	{
 		struct flush_waiter *f = kvt_list_entry(p, struct flush_waiter, node);
-		if (w->seq >= f->from && w->seq < f->first_fail[i])
-			f->first_fail[i] = w->seq;
+		if (w->seq >= f->from)
+			flush_note_fail(f, w, i);
 	}
 	pthread_mutex_unlock(&s->wb_lock);
 	atomic_store(&w->failed_link, i + 1);
@@ -117,11 +149,17 @@ static void wb_complete(struct wb *w)
 	 * newer job neither registers nor completes: until 2026-12-06 the marks came after the
 	 * lock was let go, and a newer job registered, written and marked clean in between was
 	 * marked unsaved again (a review: a false loss, -EIO from a flush;
-	 * integ.store_wb_newer_marks). */
+	 * integ.store_wb_newer_marks). The links this job wrote go on the key's record in the
+	 * same hold, before any flush waiting for the job can be ready (flush_tiers). */
 	bool newer = false;
 	if (w->rec) {
 		pthread_mutex_lock(&s->wb_lock);
 		newer = w->rec->last_put > w->seq;
+		for (uint32_t m = atomic_load(&w->wrote); m; m &= m - 1) {
+			int i = __builtin_ctz(m);
+			if (w->rec->wrote[i] < w->seq)
+				w->rec->wrote[i] = w->seq;
+		}
 	}
 	/* A hit's second offer of a declined chunk (w->reoffer) changes no mark: the slot was
 	 * clean, a tier that took it at its put still holds it, none owes it, and a job that
@@ -227,6 +265,7 @@ static void wb_leg_account(struct wb *w, struct link *l, int rc)
 		KVT_DEBUG(&s->log, "write-behind to %s failed: %s", l->name, kvt_strerror(rc));
 	} else {
 		atomic_fetch_add(&w->ok, 1);
+		atomic_fetch_or(&w->wrote, 1u << (l - s->links));
 		kvt__e_event(s, KVT_EVENT_STORED, KVT_REASON_NONE, (int)(l - s->links), &w->key,
 			     w->ref.object_bytes);
 	}
@@ -870,6 +909,23 @@ static void flush_leg_expire(struct guard *g)
 static void flush_tiers(struct flush_waiter *f)
 {
 	struct kvt_store *s = f->s;
+	/* The failures kept with their keys' records: each fails the flush unless a newer job
+	 * of its key wrote that link in time since (until 2026-12-06 every one did: a job out
+	 * when the flush was called failed it -EIO although a flush's rewrite of the same slot
+	 * had written the tier before this one answered; a review, integ.store_flush_repaired) */
+	if (f->n_fails) {
+		pthread_mutex_lock(&s->wb_lock);
+		for (uint32_t j = 0; j < f->n_fails; j++) {
+			struct flush_fail *x = &f->fails[j];
+			if (x->rec->wrote[x->link] <= x->seq && f->first_fail[x->link] > x->seq)
+				f->first_fail[x->link] = x->seq;
+			kvt__e_keyrec_put(s, x->rec);
+		}
+		pthread_mutex_unlock(&s->wb_lock);
+	}
+	kvt__free(f->fails);
+	f->fails = NULL;
+	f->n_fails = f->cap_fails = 0;
 	if (f->lost) {
 		KVT_WARN(&s->log, "flush: %llu chunk(s) left DRAM before any deeper tier took them",
 			 (unsigned long long)f->lost);
@@ -969,11 +1025,8 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,
 			continue;
 		if (f->from > w->seq)
 			f->from = w->seq;
-		for (uint32_t m = w->flush_failed; m; m &= m - 1) {
-			int i = __builtin_ctz(m);
-			if (f->first_fail[i] > w->seq)
-				f->first_fail[i] = w->seq;
-		}
+		for (uint32_t m = w->flush_failed; m; m &= m - 1)
+			flush_note_fail(f, w, __builtin_ctz(m));
 	}
 	f->target = UINT64_MAX;
 	kvt_list_add_tail(&s->flushes, &f->node);
