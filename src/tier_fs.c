@@ -18,7 +18,8 @@
  *
  * Capacity and debris (fs.bytes, fs.tmp_max_age_s): every *writing* instance sweeps the
  * directory now and then - at its first write, then whenever it has written fs.bytes/16
- * since its last sweep (or 10 minutes passed). A sweep walks the tree once, removes
+ * since its last sweep (or 10 minutes passed), and when a write is refused for room
+ * (ENOSPC, EDQUOT: at most once a minute, then the write is tried once more). A sweep walks the tree once, removes
  * temporaries older than fs.tmp_max_age_s (a dead writer's), adds up the objects' sizes,
  * and if they exceed fs.bytes removes the oldest (by max(atime, mtime)) until 15/16 of it
  * is used. Any number of nodes may sweep at once: removal is one unlink of a published
@@ -63,6 +64,9 @@
 #define FS_LAYOUT "v1"
 #define FS_EXISTS_PIECE 16    /* fewest keys worth handing to another worker */
 #define FS_SWEEP_PERIOD_NS (600ull * 1000000000ull) /* a writer sweeps at least this often */
+/* A write refused for room sweeps at most this often (or every fs.tmp_max_age_s, if that is
+ * shorter: no temporary turns stale sooner): a walk of a large shared tree takes minutes. */
+#define FS_FULL_SWEEP_NS (60ull * 1000000000ull)
 #define FS_SWEEP_LOCK ".sweep.lock"
 
 #define FS_LEAVES 65536 /* leaf directories: <hex[0:2]>/<hex[2:4]> */
@@ -172,6 +176,7 @@ struct fs_state {
 	uint64_t tmp_max_age;  /* seconds */
 	atomic_uint_fast64_t written_since; /* bytes since the last sweep started */
 	atomic_uint_fast64_t last_sweep_ns; /* 0: never */
+	atomic_uint_fast64_t full_sweep_ns; /* the last sweep a refused write ran (0: never) */
 	atomic_bool sweep_queued;
 	atomic_uint_fast64_t sweeps, sweep_evictions, sweep_temps;
 
@@ -1083,6 +1088,17 @@ static void date_in_chain(struct fs_state *s, int dfd, const char *tmp,
 }
 
 static int write_object(struct fs_state *s, struct fs_op *op);
+static void run_sweep(struct fs_state *s, bool queued);
+
+/* A write was refused for room: is a sweep due (at most one per FS_FULL_SWEEP_NS, or per
+ * fs.tmp_max_age_s if shorter, over all workers)? Claims it if so. */
+static bool full_sweep_due(struct fs_state *s)
+{
+	uint64_t now = kvt__now_ns(), last = atomic_load(&s->full_sweep_ns);
+	uint64_t period = KVT_MIN(FS_FULL_SWEEP_NS, s->tmp_max_age * 1000000000ull);
+	return (!last || now - last >= period) &&
+	       atomic_compare_exchange_strong(&s->full_sweep_ns, &last, now);
+}
 
 static int run_write(struct fs_state *s, struct fs_op *op)
 {
@@ -1097,6 +1113,25 @@ static int run_write(struct fs_state *s, struct fs_op *op)
 		}
 	pthread_mutex_unlock(&s->lock);
 	int rc = write_object(s, op);
+	/* No room: sweep now, then try once more. Sweeps otherwise follow successful writes
+	 * only, so a file system filled by dead writers' temporaries (writers killed
+	 * mid-write) refused every write for ever, its debris never collected (until
+	 * 2026-12-06; fs_full_sweep). The sweep also brings the directory under fs.bytes. */
+	if ((rc == -ENOSPC || rc == -EDQUOT) && full_sweep_due(s)) {
+		KVT_DEBUG(&s->t->log, "fs: %s is full: sweeping before writing again", s->dir);
+		run_sweep(s, false);
+		rc = write_object(s, op);
+	}
+	if (rc == -ENOSPC || rc == -EDQUOT) {
+		/* A quota (CephFS ceph.quota.max_bytes, an NFS or XFS user or project quota) or
+		 * a full file system: -ENOSPC, a write refused. Passed on as -EDQUOT the engine
+		 * took it for the NVMe tier's daily write budget and offered the chunk again at
+		 * every hit, each offer a doomed write and a warning line (until 2026-12-06). */
+		kvt__logf_limited(&s->t->log, &s->full_warn, KVT_LOG_WARN,
+				  "fs: %s is full (%s): writes are refused until it has room", s->dir,
+				  rc == -EDQUOT ? "its quota" : "no space");
+		rc = -ENOSPC;
+	}
 	if (slot < KVT_ARRAY_SIZE(s->writing)) {
 		pthread_mutex_lock(&s->lock);
 		s->writing_used[slot] = false;
@@ -1164,16 +1199,8 @@ fail_unlink:
 fail:
 	if (dfd >= 0)
 		close(dfd);
-	if (rc == -EDQUOT || rc == -ENOSPC) {
-		/* A quota (CephFS ceph.quota.max_bytes, an NFS or XFS user or project quota) or a
-		 * full file system: -ENOSPC, a write refused. Passed on as -EDQUOT the engine took
-		 * it for the NVMe tier's daily write budget and offered the chunk again at every
-		 * hit, each offer a doomed write and a warning line (until 2026-12-06). */
-		kvt__logf_limited(&s->t->log, &s->full_warn, KVT_LOG_WARN,
-				  "fs: %s is full (%s): writes are refused until it has room", s->dir,
-				  rc == -EDQUOT ? "its quota" : "no space");
-		return -ENOSPC;
-	}
+	if (rc == -EDQUOT || rc == -ENOSPC) /* a quota or no space: a write refused (run_write) */
+		return rc;
 	atomic_fetch_add(&s->cnt.errors, 1);
 	KVT_WARN(&s->t->log, "fs: write %s/%s: %s", s->dir, path,
 		 rc == -ENOTDIR ? "its directory is not a directory of ours (a symbolic link?)"
@@ -1387,7 +1414,6 @@ static void run_flush(struct fs_state *s, struct fs_op *op, bool cancel)
 }
 
 static void maybe_sweep(struct fs_state *s);
-static void run_sweep(struct fs_state *s);
 
 static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 {
@@ -1434,7 +1460,7 @@ static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 	case OP_SWEEP:
 		/* Even while closing: the writes that called for it are done, and a writer's
 		 * last sweep is what keeps the directory under fs.bytes. */
-		run_sweep(s);
+		run_sweep(s, true);
 		kvt__free(op);
 		return;
 	}
@@ -2106,9 +2132,10 @@ static void sweep_once(struct fs_state *s)
 }
 
 /* One sweep at a time per instance, and per directory where flock works (a node that
- * finds another sweeping leaves it to that one). Repeats while writes arrived meanwhile
- * that call for another. */
-static void run_sweep(struct fs_state *s)
+ * finds another sweeping leaves it to that one). queued: the sweep maybe_sweep queued,
+ * which repeats while writes arrived meanwhile that call for another; else a refused
+ * write's (run_write), which sweeps once and leaves the queued one's flag alone. */
+static void run_sweep(struct fs_state *s, bool queued)
 {
 	int lfd = openat(s->rootfd, FS_SWEEP_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
 			 s->file_mode);
@@ -2116,11 +2143,14 @@ static void run_sweep(struct fs_state *s)
 		KVT_DEBUG(&s->t->log, "fs: %s: another instance is sweeping", s->dir);
 		close(lfd);
 		atomic_store(&s->last_sweep_ns, kvt__now_ns());
-		atomic_store(&s->sweep_queued, false);
+		if (queued)
+			atomic_store(&s->sweep_queued, false);
 		return;
 	}
 	for (;;) {
 		sweep_once(s);
+		if (!queued)
+			break;
 		atomic_store(&s->sweep_queued, false);
 		if (atomic_load(&s->written_since) < sweep_threshold(s) ||
 		    atomic_exchange(&s->sweep_queued, true))

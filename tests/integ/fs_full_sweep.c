@@ -1,0 +1,150 @@
+/*
+ * fs_full_sweep.c - a file system filled by dead writers' temporaries (writers killed
+ * mid-write) gets its room back. Sweeps followed successful writes only, so once such
+ * debris filled it every write failed with ENOSPC for ever and nothing ever swept (until
+ * 2026-12-06). Now a write refused for room sweeps (at most once a minute, or once per
+ * fs.tmp_max_age_s if that is shorter) and tries once more. On a real 1 MiB tmpfs:
+ *  A. temporaries still young (fs.tmp_max_age_s 3600): 20 writes are refused, -ENOSPC, with
+ *     one sweep among them (rate-limited), and no temporary is touched;
+ *  B. the same temporaries, stale (fs.tmp_max_age_s 1): the write sweeps them away and
+ *     lands, and reads back.
+ * Needs root to mount the tmpfs (skips otherwise, exit 77).
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+
+#include "lib/tierh.h"
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(p);
+	return 0;
+}
+
+static inline void rm_rf(const char *path)
+{
+	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+#include "lib/tmpfs.h"
+
+extern const struct kvt_tier_ops kvt__tier_fs_ops;
+
+#define OBJ 65536
+
+static _Atomic int sweeps_called; /* "sweeping before writing again" lines */
+
+static void count_log(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (strstr(msg, "sweeping before writing again"))
+		atomic_fetch_add(&sweeps_called, 1);
+	else if (level <= KVT_LOG_WARN || getenv("KVT_TEST_VERBOSE"))
+		fprintf(stderr, "  [tier %d] %s\n", level, msg);
+}
+
+static struct kvt_tier *open_fs(const char *dir, const char *max_age)
+{
+	const char *kv[] = {"fs.dir", dir, "fs.direct", "off", "fs.fsync", "none",
+			    "fs.threads", "2", "fs.tmp_max_age_s", max_age, NULL};
+	struct kvt_config *c = th_config(kv);
+	struct kvt_tier *t;
+	CHECK_EQ(th_open(&kvt__tier_fs_ops, c, &t), 0);
+	kvt_config_destroy(c);
+	t->log.fn = count_log;
+	t->log.level = KVT_LOG_DEBUG;
+	return t;
+}
+
+/* Dead writers' temporaries in leaf, 64 KiB each, until the file system is full. */
+static void fill_with_temps(const char *leaf, const char *hex)
+{
+	static char junk[OBJ];
+	for (int n = 0;; n++) {
+		char p[1200];
+		snprintf(p, sizeof(p), "%s/.%s.tmp.deadhost.%d.00000000deadbeef.0", leaf, hex, n);
+		int fd = open(p, O_CREAT | O_EXCL | O_WRONLY, 0600);
+		if (fd < 0) {
+			CHECK(errno == ENOSPC);
+			break;
+		}
+		ssize_t w = write(fd, junk, sizeof(junk));
+		close(fd);
+		if (w != (ssize_t)sizeof(junk)) {
+			CHECK(w >= 0 || errno == ENOSPC);
+			break;
+		}
+	}
+}
+
+static int temps_in(const char *leaf)
+{
+	DIR *d = opendir(leaf);
+	CHECK(d);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += strstr(e->d_name, ".tmp.deadhost.") != NULL;
+	closedir(d);
+	return n;
+}
+
+int main(void)
+{
+	const char *mnt = tmpfs_mount("fs_full_sweep", "1m");
+	char dir[400], leaf[600], hex[65], cmd[800];
+	snprintf(dir, sizeof(dir), "%s/store", mnt);
+	struct kvt_key k;
+	th_key(&k, 1, 77);
+	kvt_key_to_hex(&k, hex);
+	snprintf(leaf, sizeof(leaf), "%s/v1/%.2s/%.2s", dir, hex, hex + 2);
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", leaf);
+	CHECK_EQ(system(cmd), 0);
+	fill_with_temps(leaf, hex);
+	int planted = temps_in(leaf); /* the last one cut short by ENOSPC too */
+	printf("fs_full_sweep: %d dead temporaries fill the file system\n", planted);
+	CHECK(planted >= 8);
+	uint8_t *obj = malloc(OBJ), *back = malloc(OBJ);
+	CHECK(obj && back);
+	th_obj_fill(obj, OBJ, 5);
+
+	/* A. Young temporaries: refused, one sweep for 20 writes, nothing removed. */
+	struct kvt_tier *t = open_fs(dir, "3600");
+	for (int i = 0; i < 20; i++) {
+		struct kvt_key ki;
+		th_key(&ki, (uint64_t)(100 + i), 77);
+		int rc = th_write(t, &ki, obj, OBJ);
+		CHECKM(rc == -ENOSPC, "A: write %d into a full file system answered %d", i, rc);
+	}
+	th_close(t);
+	int left = temps_in(leaf);
+	printf("  A. young temporaries: 20 writes refused, %d sweep(s), %d of %d temporaries "
+	       "left\n", atomic_load(&sweeps_called), left, planted);
+	CHECK_EQ(left, planted);
+	int sweeps_a = atomic_load(&sweeps_called); /* checked after B, the failure that matters */
+
+	/* B. The same temporaries, stale: the write sweeps them away and lands. */
+	sleep(2);
+	atomic_store(&sweeps_called, 0);
+	t = open_fs(dir, "1");
+	int rc = th_write(t, &k, obj, OBJ);
+	left = temps_in(leaf);
+	printf("  B. stale temporaries: the write answered %d after %d sweep(s), %d of %d "
+	       "temporaries left\n", rc, atomic_load(&sweeps_called), left, planted);
+	CHECKM(rc == 0, "a write into a file system full of stale temporaries: %d", rc);
+	CHECK_EQ(left, 0);
+	CHECK_EQ(th_read_all(t, &k, back, OBJ), OBJ);
+	CHECK(!memcmp(back, obj, OBJ));
+	th_close(t);
+	CHECKM(sweeps_a == 1,
+	       "A: %d sweeps for 20 refused writes, wanted 1 (a refused write sweeps, "
+	       "rate-limited)", sweeps_a);
+	free(obj);
+	free(back);
+	printf("fs_full_sweep: ok\n");
+	return 0;
+}
