@@ -96,7 +96,7 @@
 	X(k, "fs.direct", ENUM, "auto", 0, 0, "auto|on|off", PLAIN, "O_DIRECT: auto falls back to buffered I/O where the file system refuses it") \
 	X(k, "fs.fsync", ENUM, "data", 0, 0, "none|data|full", PLAIN, "before publishing: none (a flush then runs syncfs), fdatasync of the object (its leaf directory, and the parent of any directory a put made, fsynced at the next flush), or fdatasync plus fsync of its directory (and of a new directory's parent)") \
 	X(k, "fs.bytes", SIZE, "0", 0, 1e18, NULL, PLAIN, "capacity of the shared directory (0: unbounded); every writing node removes the least recently used objects beyond it") \
-	X(k, "fs.tmp_max_age_s", U64, "3600", 1, 1e9, NULL, PLAIN, "a temporary file unchanged (ctime) for this long belongs to a dead writer and is removed by writers' sweeps; keep it well above the longest write") \
+	X(k, "fs.tmp_max_age_s", U64, "3600", 1, 1e9, NULL, PLAIN, "a temporary file that a writer's sweeps have seen unchanged for this long (by that node's own clock, whatever the file's dates) belongs to a dead writer and is removed; keep it well above the longest write") \
 	X(k, "fs.file_mode", ENUM, "0600", 0, 0, "0600|0640|0660|0644", PLAIN, "permissions of the object files created; several users sharing the directory need group access (0660, with fs.dir_mode 0770 and a umask that allows it)") \
 	X(k, "fs.dir_mode", ENUM, "0700", 0, 0, "0700|0750|0770|0755", PLAIN, "permissions of the directories created (the umask still applies)") \
 	/* ---- end fs ---- */ \

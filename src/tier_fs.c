@@ -19,8 +19,9 @@
  * Capacity and debris (fs.bytes, fs.tmp_max_age_s): every *writing* instance sweeps the
  * directory now and then - at its first write, then whenever it has written fs.bytes/16
  * since its last sweep (or 10 minutes passed), and when a write is refused for room
- * (ENOSPC, EDQUOT: at most once a minute, then the write is tried once more). A sweep walks the tree once, removes
- * temporaries older than fs.tmp_max_age_s (a dead writer's), adds up the objects' sizes,
+ * (ENOSPC, EDQUOT: at most once a minute, then the write is tried once more). A sweep
+ * walks the tree once, removes temporaries its instance's sweeps have seen unchanged for
+ * fs.tmp_max_age_s (a dead writer's; struct fs_temp_seen), adds up the objects' sizes,
  * and if they exceed fs.bytes removes the oldest (by max(atime, mtime)) until 15/16 of it
  * is used. Any number of nodes may sweep at once: removal is one unlink of a published
  * name, a name already gone counts as freed, a reader that has the file open keeps
@@ -152,6 +153,22 @@ struct fs_op {
 	uint32_t i0, i1;
 };
 
+/* A temporary as a sweep saw it. It is stale (a dead writer's) once this node's sweeps
+ * have seen it unchanged - same file, size, mtime and ctime - for fs.tmp_max_age_s by this
+ * node's monotonic clock. Comparing its ctime with this node's clock, as until 2026-12-06,
+ * compared two clocks on a shared file system (CephFS dates a file by the writing client's
+ * clock): a live writer whose clock was behind had its temporary removed under it, and a
+ * dead one whose clock was ahead left debris nobody ever removed. */
+struct fs_temp_seen {
+	uint64_t name; /* FNV-1a of its name (unique: key, host, pid, nonce, counter) */
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime, ctime;
+	uint64_t since_ns; /* kvt__now_ns() when first seen as it is */
+};
+#define FS_TEMPS_SEEN_MAX 65536 /* watched at once: more wait until some are gone */
+
 struct fs_state {
 	struct kvt_tier *t;
 	int rootfd; /* <fs.dir>/v1 */
@@ -179,6 +196,11 @@ struct fs_state {
 	atomic_uint_fast64_t full_sweep_ns; /* the last sweep a refused write ran (0: never) */
 	atomic_bool sweep_queued;
 	atomic_uint_fast64_t sweeps, sweep_evictions, sweep_temps;
+	/* The temporaries the last sweep saw, sorted (temp_cmp), and a sweep's own lock: one
+	 * at a time per instance even where flock does not work (sweep_lock). */
+	pthread_mutex_t sweep_lock;
+	struct fs_temp_seen *temps_seen;
+	size_t ntemps_seen;
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -1574,6 +1596,7 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->served_lock, NULL);
+	pthread_mutex_init(&s->sweep_lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
 	pthread_cond_init(&s->wcond, NULL);
 	for (unsigned i = 0; i < s->nthreads; i++) {
@@ -1590,6 +1613,7 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 			pthread_cond_destroy(&s->wcond);
 			pthread_mutex_destroy(&s->lock);
 			pthread_mutex_destroy(&s->served_lock);
+			pthread_mutex_destroy(&s->sweep_lock);
 			close(s->rootfd);
 			return rc;
 		}
@@ -1620,6 +1644,8 @@ static void fs_close(struct kvt_tier *t)
 	pthread_cond_destroy(&s->wcond);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->served_lock);
+	pthread_mutex_destroy(&s->sweep_lock);
+	kvt__free(s->temps_seen);
 	close(s->rootfd);
 }
 
@@ -1995,8 +2021,62 @@ struct sweep {
 	size_t n, cap;
 	uint64_t total, temps;
 	bool collect, nomem;
-	time_t now;
+	uint64_t now_ns;
+	struct fs_temp_seen *tv; /* the temporaries this sweep saw and left */
+	size_t tn, tcap;
 };
+
+static int temp_cmp(const void *a, const void *b)
+{
+	const struct fs_temp_seen *x = a, *y = b;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	if (x->name != y->name)
+		return x->name < y->name ? -1 : 1;
+	return x->dev < y->dev ? -1 : x->dev > y->dev;
+}
+
+static bool ts_eq(struct timespec a, struct timespec b)
+{
+	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+/* A temporary (name, st) the walk found: removed if stale (struct fs_temp_seen), else
+ * remembered for the next sweep. */
+static void sweep_temp(struct sweep *w, int dfd, const char *name, const struct stat *st)
+{
+	struct fs_state *s = w->s;
+	uint64_t h = 14695981039346656037ull;
+	for (const char *p = name; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	struct fs_temp_seen cur = {.name = h, .dev = st->st_dev, .ino = st->st_ino,
+				   .size = st->st_size, .mtime = st->st_mtim,
+				   .ctime = st->st_ctim, .since_ns = w->now_ns};
+	const struct fs_temp_seen *was =
+		s->ntemps_seen ? bsearch(&cur, s->temps_seen, s->ntemps_seen, sizeof(cur), temp_cmp)
+			       : NULL;
+	/* ctime too: a live writer dates its temporary into the past just before publishing
+	 * it (chains), which changes ctime, and ctime cannot be set back */
+	if (was && was->size == cur.size && ts_eq(was->mtime, cur.mtime) &&
+	    ts_eq(was->ctime, cur.ctime))
+		cur.since_ns = was->since_ns;
+	if (w->now_ns - cur.since_ns >= s->tmp_max_age * 1000000000ull) {
+		if (unlinkat(dfd, name, 0) == 0)
+			w->temps++;
+		return;
+	}
+	if (w->tn == w->tcap) {
+		size_t nc = w->tcap ? w->tcap * 2 : 256;
+		struct fs_temp_seen *nv = nc <= FS_TEMPS_SEEN_MAX
+						  ? kvt__realloc(w->tv, nc * sizeof(*nv))
+						  : NULL;
+		if (!nv)
+			return; /* not watched: its watch starts in a later sweep */
+		w->tv = nv;
+		w->tcap = nc;
+	}
+	w->tv[w->tn++] = cur;
+}
 
 static int sweep_entry(int dfd, const char *name, void *arg)
 {
@@ -2004,13 +2084,9 @@ static int sweep_entry(int dfd, const char *name, void *arg)
 	struct stat st;
 	struct kvt_key key;
 	if (name[0] == '.') {
-		/* A temporary nobody has changed for fs.tmp_max_age_s belongs to a dead writer.
-		 * ctime, not mtime: a live writer dates its temporary into the past just before
-		 * publishing it (chains), and ctime cannot be set back. */
 		if (strstr(name, ".tmp.") && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    S_ISREG(st.st_mode) && w->now - st.st_ctime > (time_t)w->s->tmp_max_age &&
-		    unlinkat(dfd, name, 0) == 0)
-			w->temps++;
+		    S_ISREG(st.st_mode))
+			sweep_temp(w, dfd, name, &st);
 		return 0;
 	}
 	if (!object_name(name, &key) || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
@@ -2070,8 +2146,15 @@ static void sweep_once(struct fs_state *s)
 {
 	atomic_store(&s->written_since, 0);
 	atomic_store(&s->last_sweep_ns, kvt__now_ns());
-	struct sweep w = {.s = s, .collect = s->capacity > 0, .now = time(NULL)};
+	struct sweep w = {.s = s, .collect = s->capacity > 0, .now_ns = kvt__now_ns()};
 	walk_leaves(s, sweep_leaf, &w);
+	/* What this walk saw replaces what the last one saw: a temporary not seen now is gone
+	 * (or in a leaf the walk could not read: its watch starts again) */
+	if (w.tn)
+		qsort(w.tv, w.tn, sizeof(*w.tv), temp_cmp);
+	kvt__free(s->temps_seen);
+	s->temps_seen = w.tv;
+	s->ntemps_seen = w.tn;
 	uint64_t removed = 0, freed = 0, before = w.total;
 	if (s->capacity && w.total > s->capacity && !w.nomem) {
 		uint64_t low = s->capacity - s->capacity / 16;
@@ -2124,6 +2207,9 @@ static void sweep_once(struct fs_state *s)
 			 "objects (%llu bytes) and %llu stale temporary files",
 			 s->dir, (unsigned long long)before, (unsigned long long)removed,
 			 (unsigned long long)freed, (unsigned long long)w.temps);
+	else
+		KVT_DEBUG(&s->t->log, "fs: sweep of %s: %llu bytes stored, nothing removed, %zu "
+				      "temporaries watched", s->dir, (unsigned long long)before, w.tn);
 	if (w.nomem)
 		KVT_WARN(&s->t->log, "fs: sweep of %s: out of memory listing objects", s->dir);
 	else if (s->capacity && w.total > s->capacity)
@@ -2137,11 +2223,17 @@ static void sweep_once(struct fs_state *s)
  * write's (run_write), which sweeps once and leaves the queued one's flag alone. */
 static void run_sweep(struct fs_state *s, bool queued)
 {
+	if (pthread_mutex_trylock(&s->sweep_lock)) { /* this instance is sweeping */
+		if (queued)
+			atomic_store(&s->sweep_queued, false);
+		return;
+	}
 	int lfd = openat(s->rootfd, FS_SWEEP_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
 			 s->file_mode);
 	if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
 		KVT_DEBUG(&s->t->log, "fs: %s: another instance is sweeping", s->dir);
 		close(lfd);
+		pthread_mutex_unlock(&s->sweep_lock);
 		atomic_store(&s->last_sweep_ns, kvt__now_ns());
 		if (queued)
 			atomic_store(&s->sweep_queued, false);
@@ -2158,6 +2250,7 @@ static void run_sweep(struct fs_state *s, bool queued)
 	}
 	if (lfd >= 0)
 		close(lfd); /* releases the flock */
+	pthread_mutex_unlock(&s->sweep_lock);
 }
 
 /* After a write: queue a sweep if one is due (see the top of the file). */

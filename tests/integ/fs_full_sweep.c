@@ -6,8 +6,10 @@
  * fs.tmp_max_age_s if that is shorter) and tries once more. On a real 1 MiB tmpfs:
  *  A. temporaries still young (fs.tmp_max_age_s 3600): 20 writes are refused, -ENOSPC, with
  *     one sweep among them (rate-limited), and no temporary is touched;
- *  B. the same temporaries, stale (fs.tmp_max_age_s 1): the write sweeps them away and
- *     lands, and reads back.
+ *  B. the same temporaries with fs.tmp_max_age_s 1: a first write is refused (its sweep is
+ *     the first to see them: a temporary is stale once this node has seen it unchanged
+ *     for fs.tmp_max_age_s), a write 1.5 s later sweeps them away and lands, and reads
+ *     back.
  * Needs root to mount the tmpfs (skips otherwise, exit 77).
  */
 #include <dirent.h>
@@ -127,14 +129,17 @@ int main(void)
 	CHECK_EQ(left, planted);
 	int sweeps_a = atomic_load(&sweeps_called); /* checked after B, the failure that matters */
 
-	/* B. The same temporaries, stale: the write sweeps them away and lands. */
-	sleep(2);
+	/* B. The same temporaries, seen, then stale: the write sweeps them away and lands. */
 	atomic_store(&sweeps_called, 0);
 	t = open_fs(dir, "1");
 	int rc = th_write(t, &k, obj, OBJ);
+	CHECKM(rc == -ENOSPC, "B: a write before the temporaries were seen for 1 s: %d", rc);
+	CHECK_EQ(temps_in(leaf), planted);
+	usleep(1500 * 1000);
+	rc = th_write(t, &k, obj, OBJ);
 	left = temps_in(leaf);
-	printf("  B. stale temporaries: the write answered %d after %d sweep(s), %d of %d "
-	       "temporaries left\n", rc, atomic_load(&sweeps_called), left, planted);
+	printf("  B. temporaries seen 1.5 s before: the write answered %d after %d sweep(s), %d "
+	       "of %d temporaries left\n", rc, atomic_load(&sweeps_called), left, planted);
 	CHECKM(rc == 0, "a write into a file system full of stale temporaries: %d", rc);
 	CHECK_EQ(left, 0);
 	CHECK_EQ(th_read_all(t, &k, back, OBJ), OBJ);

@@ -114,6 +114,25 @@ static void anom_cb(void *arg, const char *path, const char *why)
 	strncat(text, ";", 1000 - strlen(text));
 }
 
+/* Sweeps log one line each ("fs: sweep of ...": what it removed, or nothing). */
+static _Atomic int sweeps_logged;
+
+static void sweep_log(void *arg, int level, const char *msg)
+{
+	if (strstr(msg, "fs: sweep of"))
+		atomic_fetch_add(&sweeps_logged, 1);
+	if (level <= KVT_LOG_WARN)
+		th_log(arg, level, msg);
+}
+
+/* Wait (up to 10 s) for a sweep after the first `before`. */
+static void wait_sweep(int before)
+{
+	for (int i = 0; i < 1000 && atomic_load(&sweeps_logged) == before; i++)
+		usleep(10000);
+	CHECKM(atomic_load(&sweeps_logged) > before, "no sweep within 10 s");
+}
+
 static void test_modes_read_only_temps(void)
 {
 	char dir[400], path[700];
@@ -128,7 +147,7 @@ static void test_modes_read_only_temps(void)
 	CHECK(stat(dir, &sb) < 0);
 
 	CHECK_EQ(open_fs(&t, dir, NULL), 0);
-	struct kvt_key k[4];
+	struct kvt_key k[5];
 	for (int i = 0; i < 4; i++) {
 		th_key(&k[i], (uint64_t)i, 60);
 		th_obj_fill(obj, OBJ, (uint64_t)i);
@@ -157,7 +176,6 @@ static void test_modes_read_only_temps(void)
 	int fd = open(stale, O_CREAT | O_WRONLY, 0600);
 	CHECK(fd >= 0);
 	close(fd);
-	sleep(3); /* staleness is by ctime, which cannot be set back: let it age */
 	struct kvt_key ks, kd;
 	th_key(&ks, 100, 60);
 	th_key(&kd, 101, 60);
@@ -176,8 +194,11 @@ static void test_modes_read_only_temps(void)
 	key_file(dir, &kd, path, sizeof(path));
 	CHECK_EQ(mkdir(path, 0700), 0);
 
-	/* Inspection changes nothing, even with a writer open beside it. */
-	CHECK_EQ(open_fs(&t, dir, "fs.tmp_max_age_s", "2", NULL), 0);
+	/* Inspection changes nothing, even with a writer open beside it (one whose every write
+	 * sweeps: fs.bytes is 16 objects). */
+	char cap[32];
+	snprintf(cap, sizeof(cap), "%d", 16 * OBJ);
+	CHECK_EQ(open_fs(&t, dir, "fs.tmp_max_age_s", "2", "fs.bytes", cap, NULL), 0);
 	char *before = snapshot(dir);
 	CHECK_EQ(open_fs(&ro, dir, "store.read_only", "true", NULL), 0);
 	CHECK_EQ(usage_of(ro).n, 4);
@@ -200,15 +221,32 @@ static void test_modes_read_only_temps(void)
 	free(before);
 	free(after);
 
-	/* A writer's first write sweeps: the stale temporary goes, a fresh one stays. */
+	/* A writer's sweeps remove a temporary they have seen unchanged for fs.tmp_max_age_s
+	 * (2 s): its first write's sweep sees both and keeps them; the live writer then dates
+	 * its temporary into the past, as it does just before publishing; a sweep 2.5 s after
+	 * the first removes the dead writer's only. */
 	fd = open(fresh, O_CREAT | O_WRONLY, 0600);
 	CHECK(fd >= 0);
-	struct timespec past[2] = {{1, 0}, {1, 0}}; /* dated into the past, as a live writer */
-	CHECK_EQ(futimens(fd, past), 0);            /* does just before publishing */
 	close(fd);
+	t->log.fn = sweep_log;
+	t->log.level = KVT_LOG_DEBUG;
 	th_key(&k[3], 3, 61);
 	th_obj_fill(obj, OBJ, 33);
+	int swept = atomic_load(&sweeps_logged);
 	CHECK_EQ(th_write(t, &k[3], obj, OBJ), 0);
+	wait_sweep(swept);
+	CHECK_EQ(stat(stale, &sb), 0);
+	CHECK_EQ(stat(fresh, &sb), 0);
+	fd = open(fresh, O_WRONLY);
+	CHECK(fd >= 0);
+	struct timespec past[2] = {{1, 0}, {1, 0}};
+	CHECK_EQ(futimens(fd, past), 0);
+	close(fd);
+	usleep(2500 * 1000);
+	th_key(&k[4], 4, 61);
+	swept = atomic_load(&sweeps_logged);
+	CHECK_EQ(th_write(t, &k[4], obj, OBJ), 0);
+	wait_sweep(swept);
 	th_close(t);
 	CHECK(stat(stale, &sb) < 0);
 	CHECK_EQ(stat(fresh, &sb), 0);
