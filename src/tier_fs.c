@@ -55,6 +55,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -181,6 +182,7 @@ struct fs_state {
 	atomic_int link_ok;    /* cleared when link() is refused: use rename() */
 	atomic_int handle_ok;  /* cleared when name_to_handle_at is refused (fs_ident) */
 	struct kvt_log_limit full_warn; /* "is full" (a quota, no space): once a while */
+	struct kvt_log_limit foreign_warn; /* inspection refused another user's file */
 	/* Temporary names: a random value per open and a counter. The host and pid alone are
 	 * not unique: a restarted container's instance is pid 1 again, and two opens in one
 	 * process share both; with a counter restarting at 0 such an instance collided with a
@@ -877,10 +879,10 @@ static int64_t run_read(struct fs_state *s, struct fs_op *op)
 	bool direct = true;
 	for (uint32_t i = 0; i < op->nsegs; i++)
 		direct = direct && aligned(op->segs[i].buf, op->segs[i].off, op->segs[i].len);
-	/* Inspection leaves atime alone: it is the sweeps' measure of recent use. O_NOATIME
-	 * needs the file's owner (EPERM otherwise): then read without it. */
-	/* O_NONBLOCK: a FIFO planted in an object's place (anyone can write the shared
-	 * directory) would block the open, and this worker with it, until a writer came. */
+	/* Inspection leaves atime alone: it is the sweeps' measure of recent use (see the
+	 * EPERM case below). O_NONBLOCK: a FIFO planted in an object's place (anyone can write
+	 * the shared directory) would block the open, and this worker with it, until a writer
+	 * came. */
 	int dfd = leaf_open(s, path, false);
 	if (dfd < 0) {
 		if (dfd == -ENOTDIR)
@@ -897,8 +899,27 @@ static int64_t run_read(struct fs_state *s, struct fs_op *op)
 	const char *name = leaf_name(path);
 	int fd = open_maybe_direct(s, dfd, name,
 				   O_RDONLY | O_NONBLOCK | (s->ro ? O_NOATIME : 0), direct);
-	if (fd < 0 && errno == EPERM && s->ro)
-		fd = open_maybe_direct(s, dfd, name, O_RDONLY | O_NONBLOCK, direct);
+	if (fd < 0 && errno == EPERM && s->ro) {
+		/* O_NOATIME needs the file's owner or CAP_FOWNER. A read without it moves the
+		 * atime wherever the mount updates atimes, and the sweeps evict by it: a look
+		 * would change what the store evicts next (until 2026-12-06 inspection read so).
+		 * Putting the atime back after the read (futimens) needs the same owner or
+		 * capability. So such a file is read only where the mount never updates atimes
+		 * (noatime), else refused (-EPERM: `kvtier verify` names it, unchecked). */
+		struct statvfs vfs;
+		if (fstatvfs(dfd, &vfs) == 0 && (vfs.f_flag & ST_NOATIME)) {
+			fd = open_maybe_direct(s, dfd, name, O_RDONLY | O_NONBLOCK, direct);
+		} else {
+			close(dfd);
+			atomic_fetch_add(&s->cnt.errors, 1);
+			kvt__logf_limited(&s->t->log, &s->foreign_warn, KVT_LOG_WARN,
+					  "fs: %s/%s belongs to another user: not read, as reading "
+					  "it would change its atime, which the sweeps evict by (run "
+					  "as its owner, with CAP_FOWNER, or on a noatime mount)",
+					  s->dir, path);
+			return -EPERM;
+		}
+	}
 	int open_errno = errno;
 	close(dfd);
 	errno = open_errno;
