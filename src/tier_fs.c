@@ -2188,8 +2188,9 @@ static void sweep_once(struct fs_state *s)
 			 * before this one take a while (minutes on a large shared tree), and
 			 * another node may have put the key again meanwhile: its acknowledged copy
 			 * is not the least recently used one. Until 2026-12-06 the name was removed
-			 * whatever it held by then (a review's reproducer). What is left is the
-			 * instant between this look and the unlink, as for any removal. */
+			 * whatever it held by then (a review's reproducer; fs_sweep_relook holds
+			 * the sweep here). What is left is the instant between this look and the
+			 * unlink, as for any removal. */
 			if (dfd >= 0 && !sweep_still_listed(dfd, leaf_name(path), &w.v[i])) {
 				close(dfd);
 				continue;
