@@ -193,6 +193,7 @@ struct fs_state {
 	mode_t file_mode, dir_mode;
 	uint64_t capacity;     /* fs.bytes, 0: unbounded */
 	uint64_t tmp_max_age;  /* seconds */
+	uint64_t tmp_grace;    /* seconds (fs.tmp_grace_s; sweep_temp) */
 	atomic_uint_fast64_t written_since; /* bytes since the last sweep started */
 	atomic_uint_fast64_t last_sweep_ns; /* 0: never */
 	atomic_uint_fast64_t full_sweep_ns; /* the last sweep a refused write ran (0: never) */
@@ -1570,6 +1571,7 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	s->dir_mode = (mode_t)strtoul(kvt__cfg_str(cfg, "fs.dir_mode"), NULL, 8);
 	s->capacity = kvt__cfg_u64(cfg, "fs.bytes");
 	s->tmp_max_age = kvt__cfg_u64(cfg, "fs.tmp_max_age_s");
+	s->tmp_grace = kvt__cfg_u64(cfg, "fs.tmp_grace_s");
 	if (!s->ro && s->capacity && s->capacity < t->object_max) {
 		KVT_ERR(&t->log,
 			"fs: fs.bytes (%llu) is smaller than one object (%llu bytes at this "
@@ -2043,6 +2045,7 @@ struct sweep {
 	uint64_t total, temps;
 	bool collect, nomem;
 	uint64_t now_ns;
+	time_t wall_s; /* this node's clock, for a temporary's dates */
 	struct fs_temp_seen *tv; /* the temporaries this sweep saw and left */
 	size_t tn, tcap;
 };
@@ -2081,7 +2084,16 @@ static void sweep_temp(struct sweep *w, int dfd, const char *name, const struct 
 	if (was && was->size == cur.size && ts_eq(was->mtime, cur.mtime) &&
 	    ts_eq(was->ctime, cur.ctime))
 		cur.since_ns = was->since_ns;
-	if (w->now_ns - cur.since_ns >= s->tmp_max_age * 1000000000ull) {
+	/* Stale: seen unchanged for fs.tmp_max_age_s; or dated older than that by this node's
+	 * clock and seen unchanged for fs.tmp_grace_s (two minutes) - so that after a restart, a
+	 * file system filled by dead writers' temporaries is cleared by the refused writes'
+	 * sweeps a minute or two apart, not an hour later, while a live writer whose clock is
+	 * behind still gets the grace without progress before its temporary goes (its write's
+	 * own deadline is seconds) */
+	uint64_t max_ns = s->tmp_max_age * 1000000000ull, seen_ns = w->now_ns - cur.since_ns;
+	uint64_t grace_ns = KVT_MIN(max_ns, s->tmp_grace * 1000000000ull);
+	bool dated_old = w->wall_s - st->st_ctim.tv_sec > (time_t)s->tmp_max_age;
+	if (seen_ns >= max_ns || (dated_old && seen_ns >= grace_ns)) {
 		if (unlinkat(dfd, name, 0) == 0)
 			w->temps++;
 		return;
@@ -2167,7 +2179,8 @@ static void sweep_once(struct fs_state *s)
 {
 	atomic_store(&s->written_since, 0);
 	atomic_store(&s->last_sweep_ns, kvt__now_ns());
-	struct sweep w = {.s = s, .collect = s->capacity > 0, .now_ns = kvt__now_ns()};
+	struct sweep w = {.s = s, .collect = s->capacity > 0, .now_ns = kvt__now_ns(),
+			 .wall_s = time(NULL)};
 	walk_leaves(s, sweep_leaf, &w);
 	/* What this walk saw replaces what the last one saw: a temporary not seen now is gone
 	 * (or in a leaf the walk could not read: its watch starts again) */

@@ -13,7 +13,9 @@
  *  1. the first sweep keeps both (it has not seen them before);
  *  2. the "live" one grows (its writer writes on), then a sweep 2.5 s after the first
  *     removes the dead one (unchanged since) and keeps the live one (changed since);
- *  3. a sweep 2.5 s later removes the live one too (its writer died meanwhile).
+ *  3. a sweep 2.5 s later removes the live one too (its writer died meanwhile);
+ *  4. after a restart with fs.tmp_max_age_s an hour, a temporary dated a month ago by this
+ *     node's clock goes once seen unchanged for fs.tmp_grace_s, one dated now stays.
  * Needs root (mount, debugfs); skips otherwise (exit 77).
  */
 #include <fcntl.h>
@@ -134,6 +136,44 @@ int main(void)
 	printf("  3. 2.5 s later, unchanged: the live writer's temporary %s\n",
 	       present(live) ? "KEPT" : "removed");
 	CHECK(!present(live));
+	th_close(t);
+
+	/* 4. A restarted writer (fs.tmp_max_age_s an hour) finds debris dated a month ago by
+	 * this node's clock and a temporary dated now: the old one goes once its sweeps have
+	 * seen it unchanged for fs.tmp_grace_s (1 s here), the new one waits for the hour.
+	 * Without the grace a file system filled by dead writers stayed full for an hour after
+	 * a restart (every temporary first seen then). */
+	char oldrel[300], newrel[300], oldp[800], newp[800];
+	snprintf(oldrel, sizeof(oldrel), "%s/.%s.tmp.died.3.0000000000000003.0", leafrel, hex);
+	snprintf(newrel, sizeof(newrel), "%s/.%s.tmp.busy.4.0000000000000004.0", leafrel, hex);
+	snprintf(oldp, sizeof(oldp), "%s/mnt/%s", g_root, oldrel);
+	snprintf(newp, sizeof(newp), "%s/mnt/%s", g_root, newrel);
+	sh("head -c 4096 /dev/zero > %s && head -c 4096 /dev/zero > %s", oldp, newp);
+	now = (long)time(NULL);
+	sh("umount %s/mnt && debugfs -w -R 'set_inode_field /%s ctime @%ld' %s/img >/dev/null 2>&1"
+	   " && mount -o loop %s/img %s/mnt",
+	   g_root, oldrel, now - month, g_root, g_root, g_root);
+	CHECK_EQ(lstat(oldp, &st), 0);
+	CHECK(st.st_ctime < now - month / 2);
+	const char *kv2[] = {"fs.dir", dir, "fs.direct", "off", "fs.fsync", "none",
+			     "fs.threads", "2", "fs.tmp_max_age_s", "3600", "fs.tmp_grace_s", "1",
+			     "fs.bytes", bytes, NULL};
+	c = th_config(kv2);
+	CHECK_EQ(th_open(&kvt__tier_fs_ops, c, &t), 0);
+	kvt_config_destroy(c);
+	t->log.fn = count_log;
+	t->log.level = KVT_LOG_DEBUG;
+	write_and_sweep(t, 20, obj);
+	printf("  4. restart, first sweep: the month-old temporary %s, the new one %s\n",
+	       present(oldp) ? "kept" : "REMOVED", present(newp) ? "kept" : "REMOVED");
+	CHECK(present(oldp) && present(newp));
+	usleep(1500 * 1000);
+	write_and_sweep(t, 21, obj);
+	printf("     1.5 s later, both unchanged: the month-old one %s, the new one %s\n",
+	       present(oldp) ? "KEPT" : "removed", present(newp) ? "kept" : "REMOVED");
+	CHECKM(!present(oldp), "a temporary dated a month ago, unchanged for 1.5 s with "
+			       "fs.tmp_grace_s 1, was kept");
+	CHECKM(present(newp), "a temporary dated now was removed before fs.tmp_max_age_s");
 	th_close(t);
 	free(obj);
 	printf("fs_tmp_skew: ok\n");
