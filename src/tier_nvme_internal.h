@@ -185,6 +185,14 @@ struct nv_op {
 	bool syncing_moved;  /* nvme.fsync=full: the directory fsync is that leaf's */
 	bool has_parent; /* write: parent is the chunk before this one in its prompt */
 	struct kvt_key parent;
+	/* write: the file under its key's name that the open found, renamed to aside_name at
+	 * the write's admission (tier_nvme_write.c, aside_take): removed once the new copy is
+	 * indexed, put back under its name and indexed again if the write fails */
+	bool aside;
+	bool aside_has_parent;
+	uint32_t aside_dir;
+	uint64_t aside_bytes;
+	struct kvt_key aside_parent;
 	uint64_t uid;	     /* leader write: the entry it publishes gets this uid */
 	uint32_t children;   /* leader write: writes naming its key as parent, counted here */
 	uint64_t parent_uid; /* the parent entry or write counting this one (0: none) */
@@ -224,6 +232,7 @@ struct nv_op {
 	struct kvt_seg seg_inline[NV_SEG_INLINE];
 	char name[NV_NAME_MAX]; /* temp name (write) or final name (read) */
 	char final[NV_NAME_MAX]; /* write: the object's name, while its publish is in flight */
+	char aside_name[NV_NAME_MAX]; /* write: see aside */
 };
 
 struct nv_io {
@@ -453,6 +462,9 @@ void nv_write_publish_prep(struct nv *s, struct nv_op *op, struct io_uring_sqe *
 int nv_write_published(struct nv *s, struct nv_op *op, int res);
 bool nv_write_fail(struct nv *s, struct nv_op *op);
 void nv_start_write(struct nv *s, struct nv_op *op);
+/* A leader write is over (stored: it indexed its object): the copy it set aside goes, or
+ * (not stored) comes back (nv_finish). */
+void nv_write_aside_end(struct nv *s, struct nv_op *op, bool stored);
 
 /* tier_nvme_ops.c */
 void nv_pump(struct nv *s, struct nv_op *op);

@@ -107,6 +107,8 @@ void nv_finish(struct nv *s, struct nv_op *op, int64_t res)
 	bool was_write = op->type == OP_WRITE;
 	struct nv_op *followers = NULL;
 	ready_remove(s, op);
+	if (was_write) /* before its children and parent count are let go: they may be its */
+		nv_write_aside_end(s, op, res >= 0);
 	if (op->lseg) { /* a read from a log segment: the segment may be reused again */
 		nv_log_read_ref(s, op->lseg, -1);
 		op->lseg = 0;

@@ -182,6 +182,73 @@ bool nv_write_fail(struct nv *s, struct nv_op *op)
 	return true;
 }
 
+/* Set e, the file under op's key's name that the open found, aside for op: renamed to a
+ * temp name in its leaf (no data moves; a crash leaves a ".tmp." file, which the next open
+ * deletes - as the unlink it replaces would have lost the copy) and out of the index, so
+ * nothing takes K's name away while op's publish is in flight. false: not an object's
+ * shape (damage, nothing to keep), in the log, or the rename failed. */
+static bool aside_take(struct nv *s, struct nv_op *op, struct nv_ent *e)
+{
+	if (!e->scanned || e->lseg || e->bytes < KVT_HEADER_BYTES || e->bytes % KVT_ALIGN)
+		return false;
+	char path[NV_NAME_MAX];
+	int dfd = s->dirs[e->dir].fd;
+	nv_object_path(&e->key, path);
+	snprintf(op->aside_name, sizeof(op->aside_name), "%.2s/" NV_TMP_PREFIX "aside.%d.%u", path,
+		 (int)s->pid, ++s->tmpseq);
+	if (renameat(dfd, path, dfd, op->aside_name) < 0)
+		return false;
+	op->aside = true;
+	op->aside_dir = e->dir;
+	op->aside_bytes = e->bytes;
+	op->aside_has_parent = e->has_parent;
+	op->aside_parent = e->parent;
+	nv_ent_remove(s, e); /* (a read holding its fd reads on: the same file) */
+	return true;
+}
+
+void nv_write_aside_end(struct nv *s, struct nv_op *op, bool stored)
+{
+	if (!op->aside)
+		return;
+	op->aside = false;
+	struct nv_dir *d = &s->dirs[op->aside_dir];
+	if (stored) { /* the new copy is indexed (under K's name, or in the log) */
+		/* K's name held the found copy until its admission: the name's change is synced
+		 * by the next flush, as nv_ent_unlink's removal is (a copy put in the log and
+		 * removed there leaves the name alone: the old file must not come back) */
+		nv_dirty(s, op->aside_dir, &op->key);
+		nv_unlink_async(s, d, op->aside_name);
+		return;
+	}
+	/* Indexed first (memory), then renamed back: a name nothing accounts for must not be
+	 * left (nv_write_published's rule). The name is free: the failed write's publish never
+	 * happened or was undone. */
+	char path[NV_NAME_MAX];
+	nv_object_path(&op->key, path);
+	struct nv_ent *e = nv_ent_insert(s, &op->key, op->aside_dir, op->aside_bytes);
+	if (!e || renameat(d->fd, op->aside_name, d->fd, path) < 0) {
+		KVT_WARN(s->log, "nvme: cannot put back the copy of a key found at open (%s/%s): %s",
+			 d->path, path, e ? strerror(errno) : "no memory");
+		if (e)
+			nv_ent_remove(s, e);
+		nv_unlink_async(s, d, op->aside_name);
+		return;
+	}
+	e->scanned = true; /* still found by its name only: its next put writes it again */
+	e->uid = op->uid;  /* the children counted on the write counted on it before */
+	if ((e->children = op->children) > 0)
+		nv_leaf_unlink(s, e);
+	op->children = 0;
+	if (op->aside_has_parent || op->has_parent) {
+		e->parent = op->aside_has_parent ? op->aside_parent : op->parent;
+		e->has_parent = true;
+	}
+	nv_chain_take(s, e, op); /* its count on its parent, or an orphan */
+	nv_orphans_adopt(s, e);
+	nv_dirty(s, op->aside_dir, &op->key); /* the name back: synced by a flush */
+}
+
 void nv_start_write(struct nv *s, struct nv_op *op)
 {
 	op->wnext = NULL;
@@ -250,17 +317,21 @@ void nv_start_write(struct nv *s, struct nv_op *op)
 		return;
 	}
 	/* A file under K's name the open found (possibly another key's bytes after a power
-	 * cut), or a damaged one left indexed for reads to judge, goes now that the write is
-	 * admitted and before it is issued: indexed, it could be removed while K's publish is
-	 * in flight and take the new file with it (the rename comment at the top). Its
-	 * children pass to this write. Until 2026-12-06 it went before the admission: a put
-	 * refused for room or write budget, or one failing, lost a flushed copy found at open
-	 * (a review's reproducer, nvme_recycle_powercut 3). The room made above may have
-	 * evicted it already. */
+	 * cut), or a damaged one left indexed for reads to judge, leaves the index now that
+	 * the write is admitted and before it is issued: indexed, it could be removed while
+	 * K's publish is in flight and take the new file with it (the rename comment at the
+	 * top). Its children pass to this write. A found file of an object's shape is only
+	 * set aside (aside_take), and comes back if the write fails (nv_write_aside_end);
+	 * a damaged one goes. Until 2026-12-06 the found file went before the admission (a
+	 * put refused for room or write budget lost a flushed copy found at open, a review's
+	 * reproducer), then at it: a write failing after its admission (a publish the file
+	 * system failed, a full disk) still lost it (nvme_reput_refused 2). The room made
+	 * above may have evicted it already. */
 	if ((e = nv_ent_find(s, &op->key))) {
 		op->children += e->children;
 		e->children = 0;
-		nv_ent_unlink(s, e, false);
+		if (!aside_take(s, op, e))
+			nv_ent_unlink(s, e, false);
 		e = NULL;
 	}
 	s->reserved += op->len;

@@ -7,8 +7,15 @@
  * no tier at all although it had been written and flushed (a review's reproducer).
  *  1. nvme.write_budget of one object: K written and flushed; reopened; a put of K is
  *     refused (-EDQUOT: the budget is spent) and K still reads back exact.
+ *  2. A put that fails after its admission: K written and flushed in a directory, which is
+ *     then opened through tests/fuse/slowfs failing the publish of K's temp files
+ *     (--eio-rename ".tmp.<K>"); the put of K fails (-EIO) and K still reads back exact,
+ *     there and after a reopen, and no temp file is left. Until 2026-12-06 the found copy
+ *     was dropped at the admission, and a write failing after it lost it (a miss). Needs
+ *     slowfs and /dev/fuse (exit 77 without, a failure under CI=true).
  */
 #include "nvme_util.h"
+#include "lib/slowfs.h"
 
 #define OBJ 20480
 
@@ -16,6 +23,63 @@ static int open_budget(struct kvt_tier **t, const char *dir)
 {
 	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", "1MiB", "nvme.log_max", "0",
 			 "nvme.write_budget", "20480", NULL);
+}
+
+static int open_plain(struct kvt_tier **t, const char *dir)
+{
+	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", "1MiB", "nvme.log_max", "0",
+			 "nvme.direct", "off", "nvme.preallocate", "0", NULL);
+}
+
+/* 2: the put's publish fails (slowfs --eio-rename). 0, or 77 without slowfs. */
+static int publish_fails(void)
+{
+	struct kvt_key k = make_key(5, 2);
+	char hex[2 * KVT_KEY_BYTES + 1], pat[64];
+	kvt_key_to_hex(&k, hex);
+	/* the publish's source (<leaf>/.tmp.<K>.<pid>.<seq>) only: not K's name itself */
+	snprintf(pat, sizeof(pat), ".tmp.%.32s", hex);
+	const char *opts[] = {"--eio-rename", pat, NULL};
+	static struct slowfs fs;
+	int rc = slowfs_mount_opts(&fs, "reput", opts);
+	if (rc == 77)
+		return 77;
+	CHECK_EQ(rc, 0);
+	char back[512], mnt[512];
+	int nb = snprintf(back, sizeof(back), "%s/d", fs.back);
+	int nm = snprintf(mnt, sizeof(mnt), "%s/d", fs.mnt);
+	CHECK(nb > 0 && nb < (int)sizeof(back) && nm > 0 && nm < (int)sizeof(mnt));
+	uint8_t *buf = abuf(OBJ);
+	struct kvt_tier *t;
+	/* written on the backing directory itself: nothing fails there */
+	CHECK_EQ(open_plain(&t, back), 0);
+	fill_object(buf, OBJ, &k);
+	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
+	CHECK_EQ(t_flush(t), 0);
+	kvt__tier_close(t);
+
+	CHECK_EQ(open_plain(&t, mnt), 0);
+	fill_object(buf, OBJ, &k);
+	int w = t_write(t, &k, buf, OBJ);
+	memset(buf, 0, OBJ);
+	int r = t_read1(t, &k, buf, 0, OBJ);
+	int ok = r == OBJ && check_object(buf, OBJ, &k) == 0;
+	printf("nvme_reput_refused: a put of a key found at open, its publish failing: %d; then a "
+	       "read: %d (%s)\n",
+	       w, r, ok ? "exact" : "the stored copy is gone");
+	CHECK_EQ(w, -EIO);
+	CHECKM(ok, "a put of a key found at open that failed after its admission lost the copy");
+	kvt__tier_close(t);
+
+	CHECK_EQ(count_files(back, ".tmp.", ""), 0);
+	CHECK_EQ(open_plain(&t, back), 0);
+	memset(buf, 0, OBJ);
+	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), OBJ);
+	CHECK_EQ(check_object(buf, OBJ, &k), 0);
+	kvt__tier_close(t);
+	free(buf);
+	slowfs_stop(&fs);
+	return 0;
 }
 
 int main(void)
@@ -45,6 +109,9 @@ int main(void)
 	kvt__tier_close(t);
 	free(buf);
 	rm_rf(root);
+	int rc = publish_fails();
+	if (rc)
+		return rc;
 	printf("nvme_reput_refused: ok\n");
 	return 0;
 }
