@@ -314,6 +314,9 @@ struct nv {
 	uint64_t wake_val;
 	bool wake_armed;
 	struct nv_op *ready_head, *ready_tail;
+	/* short reads and writes whose rest found the SQ full, oldest first (linked through
+	 * next_free): issued by nv_io_resume once submissions made room */
+	struct nv_io *resub_head, *resub_tail;
 	struct nv_op *whead, *wtail;
 	struct nv_op *leaders[NV_LEADER_BUCKETS];
 	struct nv_op *flush_head, *flush_tail; /* linked through next */
@@ -471,6 +474,8 @@ void nv_pump(struct nv *s, struct nv_op *op);
 void nv_on_cqe(struct nv *s, struct nv_io *io, int res);
 void nv_start_op(struct nv *s, struct nv_op *op);
 void nv_cancel_unissued(struct nv *s);
+/* Issue the rests of short I/Os that found no free SQE, while SQEs are free (ring loop). */
+void nv_io_resume(struct nv *s);
 
 /* tier_nvme_ring.c */
 struct nv_io *nv_io_start(struct nv *s, struct nv_op *op, enum nv_kind kind,

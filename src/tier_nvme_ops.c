@@ -71,6 +71,55 @@ static void prep_split_write(struct nv_op *op, struct nv_io *io, struct io_uring
 	io_uring_prep_writev(sqe, op->fd, io->iov, len > in_head ? 2 : 1, off);
 }
 
+/* The rest of a short read or write (io's off, buf and len moved past what completed):
+ * into sqe, or, with no SQE free, on the list nv_io_resume issues from. The op keeps
+ * waiting for it either way (pending). Until 2026-12-06 a full SQ failed the op with -EIO:
+ * the SQ holds queue_depth + 8 and data I/Os take at most queue_depth of it, but the
+ * background closes of removed objects' cached fds (tier_nvme_fdc.c) are not bounded, and
+ * a submission the kernel refused (-EBUSY, -EAGAIN) leaves its SQEs in place. */
+static void prep_rest(struct nv *s, struct nv_op *op, struct nv_io *io, struct io_uring_sqe *sqe)
+{
+	if (io->kind == IO_READ) {
+		io_uring_prep_read(sqe, read_fd(s, op), io->buf, io->len, op->base + io->off);
+	} else {
+		if (op->tail) /* the rest, from the pieces themselves */
+			prep_split_write(op, io, sqe);
+		else
+			io_uring_prep_write(sqe, op->fd, io->buf, io->len, io->off);
+		if (op->dsync)
+			sqe->rw_flags = RWF_DSYNC;
+	}
+	io_uring_sqe_set_data(sqe, io);
+}
+
+static void resubmit(struct nv *s, struct nv_op *op, struct nv_io *io)
+{
+	op->pending++;
+	struct io_uring_sqe *sqe = s->resub_head ? NULL : io_uring_get_sqe(&s->ring);
+	if (sqe) {
+		prep_rest(s, op, io, sqe);
+		return;
+	}
+	io->next_free = NULL; /* (not free: the link is unused meanwhile) */
+	if (s->resub_tail)
+		s->resub_tail->next_free = io;
+	else
+		s->resub_head = io;
+	s->resub_tail = io;
+}
+
+void nv_io_resume(struct nv *s)
+{
+	struct io_uring_sqe *sqe;
+	while (s->resub_head && (sqe = io_uring_get_sqe(&s->ring))) {
+		struct nv_io *io = s->resub_head;
+		if (!(s->resub_head = io->next_free))
+			s->resub_tail = NULL;
+		io->next_free = NULL;
+		prep_rest(s, io->op, io, sqe);
+	}
+}
+
 /* Issue what the op can issue now. Returns with the op waiting for CQEs, parked in the
  * ready list (no free slot), or finished. */
 void nv_pump(struct nv *s, struct nv_op *op)
@@ -422,15 +471,8 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 				io->off += (uint64_t)res;
 				io->buf += res;
 				io->len -= (uint32_t)res;
-				struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-				if (sqe) {
-					op->pending++;
-					io_uring_prep_read(sqe, read_fd(s, op), io->buf, io->len,
-							   op->base + io->off);
-					io_uring_sqe_set_data(sqe, io);
-					return;
-				}
-				op->err = -EIO;
+				resubmit(s, op, io);
+				return;
 			}
 		} else if ((uint32_t)res < io->len && !op->err) {
 			if (res == 0) {
@@ -439,20 +481,8 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 				io->off += (uint64_t)res;
 				io->buf += res;
 				io->len -= (uint32_t)res;
-				struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-				if (sqe) {
-					op->pending++;
-					if (op->tail) /* the rest, from the pieces themselves */
-						prep_split_write(op, io, sqe);
-					else
-						io_uring_prep_write(sqe, op->fd, io->buf, io->len,
-								    io->off);
-					if (op->dsync)
-						sqe->rw_flags = RWF_DSYNC;
-					io_uring_sqe_set_data(sqe, io);
-					return;
-				}
-				op->err = -EIO;
+				resubmit(s, op, io);
+				return;
 			}
 		}
 		nv_io_put(s, io);

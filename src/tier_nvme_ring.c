@@ -21,8 +21,9 @@ struct nv_io *nv_io_start(struct nv *s, struct nv_op *op, enum nv_kind kind,
 	struct nv_io *io = s->free_ios;
 	if (!io)
 		return NULL;
-	/* The SQ holds queue_depth + 8 entries and we never have more than queue_depth + 1
-	 * unsubmitted, so this cannot fail; be defensive anyway. */
+	/* The SQ holds queue_depth + 8 entries and data I/Os take at most queue_depth of them,
+	 * but not all of the rest is bounded (the background closes of tier_nvme_fdc.c, SQEs
+	 * a refused submission left): none free, the op waits in the ready list. */
 	if (!(*sqe = io_uring_get_sqe(&s->ring)))
 		return NULL;
 	s->free_ios = io->next_free;
@@ -273,6 +274,7 @@ void *nv_ring_main(void *arg)
 	s->ring_ready = true;
 	arm_wake(s);
 	for (;;) {
+		nv_io_resume(s); /* short I/Os' rests first: their ops hold slots already */
 		bool closing = drain_queue(s);
 		pump_ready(s);
 		if (s->lg) {
