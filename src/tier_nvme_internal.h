@@ -207,6 +207,7 @@ struct nv_op {
 	const uint8_t *tail;
 	uint64_t head_len;
 	uint64_t len, cursor;
+	uint64_t wrote; /* write: bytes its data I/Os wrote, this attempt (the ENOSPC retry) */
 	int fd;
 	uint32_t dir;
 	uint32_t budget_hour;

@@ -460,6 +460,8 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 	}
 	case IO_WRITE:
 	case IO_READ:
+		if (res > 0 && io->kind == IO_WRITE)
+			op->wrote += (uint64_t)res;
 		if (res < 0) {
 			if (!op->err)
 				op->err = res;

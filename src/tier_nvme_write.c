@@ -149,6 +149,15 @@ bool nv_write_fail(struct nv *s, struct nv_op *op)
 	if (unlinkat(d->fd, op->name, 0) < 0 && errno != ENOENT)
 		KVT_WARN(s->log, "nvme: cannot remove temp file %s/%s: %s", d->path, op->name,
 			 strerror(errno));
+	/* The retry writes the whole object again, which its admission charged to the write
+	 * budget once: what this attempt wrote before the disk filled is charged on top (a
+	 * budget it does not fit in refuses the retry, -EDQUOT). Until 2026-12-06 it was not
+	 * counted, and every retried write got up to its own size through unbudgeted
+	 * (integ.nvme_budget_enospc). */
+	uint32_t extra_hour = 0;
+	if (op->err == -ENOSPC && !op->retried && !s->cancelled &&
+	    nv_budget_take(s, op->wrote, &extra_hour) < 0)
+		op->err = -EDQUOT;
 	if (op->err == -ENOSPC && !op->retried && !s->cancelled) {
 		uint32_t dropped = s->nspares + nv_pool_drop_dir(s, op->dir, op->len);
 		nv_spare_drop_all(s, true);
@@ -163,18 +172,20 @@ bool nv_write_fail(struct nv *s, struct nv_op *op)
 			op->moved = op->syncing_moved = false;
 			op->slot = 0;
 			op->err = 0;
-			op->cursor = 0;
+			op->cursor = op->wrote = 0;
 			tmp_name(s, op);
 			op->stage = ST_W_OPEN;
 			return false;
 		}
+		/* no retry: what it wrote is covered by the admission's charge */
+		nv_budget_refund(s, op->wrote, extra_hour);
 	}
 	nv_write_release(s, op);
 	/* Only what was never issued goes back: issued bytes may have reached the media (a
 	 * publish that failed after the data was written: all of them). */
 	nv_budget_refund(s, op->len - op->cursor, op->budget_hour);
-	if (op->err == -ENOSPC) {
-		report_skip(s, -ENOSPC);
+	if (op->err == -ENOSPC || op->err == -EDQUOT) {
+		report_skip(s, op->err);
 	} else {
 		ST_ADD(s, errors, 1);
 		KVT_WARN(s->log, "nvme: write to %s failed: %s", d->path, strerror(-op->err));
