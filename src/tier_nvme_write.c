@@ -105,6 +105,10 @@ int nv_write_index(struct nv *s, struct nv_op *op, uint32_t lseg, uint64_t loff)
 		nv_ent_set_lseg(s, e, lseg);
 		e->loff = loff;
 		e->hot = false; /* a new object: not read yet */
+		/* Read opens in flight are the old copy's: each sees the new gen when it
+		 * completes and counts nothing down (nv_on_cqe, IO_OPEN). Carried over, they
+		 * kept the new copy from ever being recycled, kept spare or as a pool slot. */
+		e->opening = 0;
 		nv_fdc_detach(s, e);
 		pthread_mutex_lock(&s->ilock);
 		s->used = s->used - e->bytes + op->len;
