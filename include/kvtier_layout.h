@@ -166,6 +166,15 @@ KVT_EXPORT int kvt_rows_store(struct kvt_rows *r, const struct kvt_key *keys,
 			      const struct kvt_key *parents, const uint8_t *has_parent,
 			      const uint64_t *row_ids, size_t n, uint64_t deadline_ns,
 			      struct kvt_rows_result *res);
+/* The keys of store chunks (kvt_rows_store on this handle) that were stored but not
+ * counted in their call's result: puts still in flight when the call returned (at its
+ * deadline, or at an earlier chunk's failure) that succeeded since, and puts that had
+ * succeeded out of order after the first chunk not done. Each is reported once, oldest
+ * first; up to max are copied into keys and taken, and their number returned (0: none). At
+ * most 4096 are kept between two calls (the oldest are dropped). A store in client mode
+ * (store.daemon) reports none: its one put cut at the deadline may still land in kvtierd,
+ * and only kvtierd's own events (where it publishes them) say so. */
+KVT_EXPORT size_t kvt_rows_store_late(struct kvt_rows *r, struct kvt_key *keys, size_t max);
 
 #ifdef __cplusplus
 }

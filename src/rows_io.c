@@ -15,6 +15,10 @@
  * Staging buffers (or, where loads need none, just the permits to have an operation in
  * flight) belong to the handle; one whose operation is still in flight when its batch
  * returns goes back to the pool from the operation's callback.
+ * A store's put still in flight when its call returns goes on: one that succeeds stored its
+ * chunk though the call's result does not count it, and its key is kept for
+ * kvt_rows_store_late (until 2026-12-06 nothing said so, and the vLLM tier never announced
+ * such chunks).
  *
  * A started load (kvt_rows_load_start, an engine's scheduler thread) is submitted by the
  * handle's pump thread as permits come back (pump_main), so it goes on between its
@@ -31,6 +35,11 @@
  * whole); two let one job's conversion overlap the other's exchange, as the Python load
  * threads they replace did. */
 #define SERIAL_WORKERS 2
+
+/* Keys of store chunks that landed after their call returned (kvt_rows_store_late), kept
+ * until taken: beyond this many the oldest are dropped. A caller takes them every engine
+ * step; this many between two of its looks means a tier answering thousands at once. */
+#define LATE_MAX 4096u
 
 struct kvt_rows {
 	struct kvt_store *s;
@@ -57,6 +66,11 @@ struct kvt_rows {
 	pthread_cond_t pump_c; /* CLOCK_MONOTONIC: a job started, a permit came back, closing */
 	pthread_t pump;
 	bool pump_made;
+	/* stores: the keys of chunks whose put succeeded but was not counted in its call's
+	 * result (in flight or done out of order when the call returned), oldest first, a ring
+	 * of LATE_MAX made at the first; under m */
+	struct kvt_key *late;
+	uint32_t late_head, late_n;
 };
 
 enum { ST_PENDING = 0, ST_DONE = 1 }; /* else a -errno */
@@ -66,6 +80,8 @@ struct slot {
 	struct batch *b;
 	uint32_t idx;
 	void *buf;
+	struct kvt_key key; /* a store's: the caller's key, for a late report (its array is
+			     * the caller's, gone once the call returns) */
 };
 
 typedef int (*submit_fn)(struct kvt_rows *r, struct slot *sl, const void *ctx);
@@ -233,6 +249,7 @@ void kvt_rows_close(struct kvt_rows *r)
 	pthread_cond_destroy(&r->sq_c);
 	pthread_cond_destroy(&r->pump_c);
 	kvt__free(r->free_bufs);
+	kvt__free(r->late);
 	kvt__free(r);
 }
 
@@ -364,11 +381,28 @@ static void load_cb(void *arg, const struct kvt_result *res)
 		batch_free(b);
 }
 
+/* Under r->m: a store chunk's put succeeded after its call stopped counting (the call
+ * returned at its deadline or at an earlier chunk's failure): the chunk is stored all the
+ * same, and its caller learns it from kvt_rows_store_late. */
+static void late_push(struct kvt_rows *r, const struct kvt_key *key)
+{
+	if (!r->late && !(r->late = kvt__malloc(LATE_MAX * sizeof(*r->late))))
+		return; /* no memory: this one goes unreported */
+	if (r->late_n == LATE_MAX) { /* full: the oldest goes */
+		r->late_head = (r->late_head + 1) % LATE_MAX;
+		r->late_n--;
+	}
+	r->late[(r->late_head + r->late_n++) % LATE_MAX] = *key;
+}
+
 static void store_cb(void *arg, const struct kvt_result *res)
 {
 	struct slot *sl = arg;
 	struct kvt_rows *r = sl->b->r;
 	pthread_mutex_lock(&r->m);
+	/* the batch was finished: its result did not count this chunk */
+	if (sl->b->finished && res->status >= 0)
+		late_push(r, &sl->key);
 	bool last = slot_finish(sl, res->status < 0 ? res->status : ST_DONE);
 	pthread_mutex_unlock(&r->m);
 	if (last)
@@ -445,6 +479,7 @@ static int submit_put(struct kvt_rows *r, struct slot *sl, const void *ctx)
 	uint32_t i = sl->idx;
 	struct kvt_key sk, sp;
 	const struct kvt_key *par = NULL;
+	sl->key = sc->keys[i];
 	if (sc->parents && (!sc->has_parent || sc->has_parent[i]))
 		par = kvt__e_skey(r->s, &sc->parents[i], &sp);
 	return kvt__e_do_put(r->s, kvt__e_skey(r->s, &sc->keys[i], &sk), par, r->chunk_tokens,
@@ -552,6 +587,12 @@ static void batch_finish(struct batch *b, struct kvt_rows_result *res)
 	while (b->converting || b->pumping) /* the pump thread's loop: it lets r->m go */
 		pthread_cond_wait(&r->c, &r->m);
 	b->finished = true;
+	/* a store's chunks put after the first one not done (done out of order) are stored
+	 * though the result does not count them: reported late, as those still in flight will
+	 * be when they land (store_cb) */
+	for (size_t i = b->done; !b->load && i < b->n; i++)
+		if (b->state[i] == ST_DONE)
+			late_push(r, &b->slots[i].key);
 	if (b->queued) {
 		struct batch **pp = &r->jobs, *prev = NULL;
 		while (*pp != b) {
@@ -796,6 +837,20 @@ int kvt_rows_store(struct kvt_rows *r, const struct kvt_key *keys, const struct 
 	rc = rows_store(r, keys, parents, has_parent, row_ids, n, deadline_ns, res);
 	kvt__store_leave(r->s);
 	return rc;
+}
+
+size_t kvt_rows_store_late(struct kvt_rows *r, struct kvt_key *keys, size_t max)
+{
+	if (!r || !keys)
+		return 0;
+	pthread_mutex_lock(&r->m);
+	size_t n = KVT_MIN((size_t)r->late_n, max);
+	for (size_t i = 0; i < n; i++)
+		keys[i] = r->late[(r->late_head + i) % LATE_MAX];
+	r->late_head = n ? (uint32_t)((r->late_head + n) % LATE_MAX) : r->late_head;
+	r->late_n -= (uint32_t)n;
+	pthread_mutex_unlock(&r->m);
+	return n;
 }
 
 static void serial_job_destroy(struct serial_job *sj)

@@ -195,6 +195,7 @@ _PROTOS = {
     "kvt_rows_job_free": (None, [_P]),
     "kvt_rows_store": (ctypes.c_int, [_P, _KEYP, _KEYP, _P, _P, _SZ, ctypes.c_uint64,
                                       ctypes.POINTER(RowsResult)]),
+    "kvt_rows_store_late": (_SZ, [_P, _KEYP, _SZ]),
 }
 
 

@@ -254,6 +254,23 @@ class Rows:
             h.leave()
         return self._result(n, res, time.monotonic() - t0)
 
+    def store_late(self, max_keys: int = 1024) -> list[bytes]:
+        """The keys of chunks a store() put but did not count in its result (done): puts
+        still in flight when it returned (its deadline, an earlier chunk's failure) that
+        succeeded since, and puts done out of order after the first chunk not done. Each is
+        reported once, oldest first, up to max_keys per call. [] once closed. A client-mode
+        store reports none (include/kvtier_layout.h)."""
+        h = getattr(self, "_h", None)
+        r = h.enter() if h is not None else None
+        if not r:
+            return []
+        try:
+            arr = (_lib.Key * max_keys)()
+            n = lib.kvt_rows_store_late(r, arr, max_keys)
+        finally:
+            h.leave()
+        return [bytes(arr[i].bytes) for i in range(n)]
+
     def _check(self):
         if not self._r:
             raise ValueError("rows handle is closed" if self._store._s else

@@ -9,6 +9,8 @@
  *   - a read slower than the batch's deadline: the call returns at the deadline with
  *     "deadline", and the row is still untouched after the late read completes; close
  *     waits for that read;
+ *   - a store past its deadline: the puts still in flight land afterwards, and
+ *     kvt_rows_store_late reports each of them once (the chunk never submitted, not);
  *   - more chunks than staging buffers, and two threads sharing one handle, still exact;
  *   - a job started and polled (kvt_rows_load_start / kvt_rows_job_poll) is the same load:
  *     exact; not over before its deadline, over with "deadline" after it; freed while
@@ -669,6 +671,36 @@ int main(void)
 	kvt_rows_close(r);
 	for (uint64_t b = 0; b < NR * rb; b++)
 		CHECKM(dst[b] == 0xEE, "byte %llu written after the deadline", (unsigned long long)b);
+	kvt_store_close(s);
+
+	/* Late stores: no DRAM, every write answered after 600 ms, a 200 ms deadline, 2
+	 * staging buffers for 3 chunks. The call returns at its deadline, done 0; its two puts
+	 * in flight land afterwards, and kvt_rows_store_late reports each of them once (the
+	 * third was never submitted). Nothing said so before, so the vLLM tier never announced
+	 * chunks kvtier held. */
+	s = open_store(dir, "faulty", NULL, "600");
+	CHECK_RC(kvt_rows_open(s, &lay, src, NR, 2, &r), 0);
+	struct kvt_key lk[3] = {key_of(60), key_of(61), key_of(62)}, late[8];
+	t0 = now_ns();
+	CHECK_RC(kvt_rows_store(r, lk, NULL, NULL, src_ids, 3, t0 + 200000000ull, &res), 0);
+	CHECK_EQ(res.failure, KVT_ROWS_DEADLINE);
+	CHECK_EQ(kvt_rows_store_late(r, late, 8), 0); /* not landed yet */
+	size_t n_late = 0;
+	while (n_late < 2 && test_ms_since(t0) < 5000) {
+		n_late += kvt_rows_store_late(r, late + n_late, 8 - n_late);
+		usleep(10 * 1000);
+	}
+	printf("  store past its deadline: %zu late puts reported after %.0f ms\n", n_late,
+	       test_ms_since(t0));
+	CHECK_EQ(n_late, 2);
+	struct kvt_key swapped[2] = {lk[1], lk[0]}; /* the order they landed in */
+	CHECK(!memcmp(late, lk, sizeof(swapped)) || !memcmp(late, swapped, sizeof(swapped)));
+	usleep(200 * 1000);
+	CHECK_EQ(kvt_rows_store_late(r, late, 8), 0); /* each once */
+	int8_t where[3];
+	CHECK_RC(kvt_lookup_sync(s, lk, 3, where), 2); /* the two reported are stored */
+	CHECK(where[0] != KVT_TIER_NONE && where[1] != KVT_TIER_NONE && where[2] == KVT_TIER_NONE);
+	kvt_rows_close(r);
 	kvt_store_close(s);
 
 	/* Two started jobs share the handle's 2 permits, every read 10 ms late: the second,
