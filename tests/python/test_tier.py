@@ -553,6 +553,39 @@ def test_store_backlog_behind_a_stalled_tier_ends_by_submission_deadlines(tdir):
         t.shutdown()
 
 
+def test_store_chunks_that_land_after_the_deadline_are_announced(tdir):
+    """A store job whose puts are still in flight at its deadline is reported failed, but
+    those puts go on and land: kvtier holds the chunks. They were never announced (no
+    stored event, and the tier's hit verdicts not updated), so routers were never offered
+    them. Now each is noted stored at the first poll after it lands."""
+    buf, view = primary()
+    # no DRAM: a put completes once written, and the tier answers writes after 800 ms
+    t = tier(view, tdir, events=True, enable_kv_events=True, events_reconcile_s=3600.0,
+             load_deadline_ms=300,
+             config={"store.tiers": "faulty", "faulty.inner": "nvme",
+                     "faulty.delay_ms": 800, "store.tier_timeout_ms": 5000})
+    try:
+        rc = ReqContext("late")
+        t.on_new_request(rc)
+        keys = okeys(2, seed=50)  # two chunks: both in flight at once (two staging buffers)
+        t.submit_store(TransferJob(1, keys, np.arange(2), False, rc))
+        (res,) = wait_jobs(t, 1)
+        assert not res.success  # over at its deadline, nothing stored by then
+        assert not [k for e in t.take_events() for k in e.keys]
+        stored, end = [], time.monotonic() + 10
+        while len(stored) < 2 and time.monotonic() < end:
+            assert not list(t.get_finished_jobs())
+            stored += [k for e in t.take_events() if not e.removed for k in e.keys]
+            time.sleep(0.01)
+        assert sorted(stored) == sorted(keys), stored
+        assert not [k for e in t.take_events() for k in e.keys]  # each announced once
+        assert set(t._announced.values()) == set(keys)
+        for k in keys:  # kvtier does hold them
+            assert resolve(t, k, rc) is LookupResult.HIT
+    finally:
+        t.shutdown()
+
+
 def test_client_mode_stats_never_block_or_raise_with_the_daemon_gone(tdir, kvtierd):
     """get_stats runs on vLLM's scheduler thread. In client mode (store.daemon) it asked
     kvtierd itself: with the daemon gone each call blocked up to store.daemon_timeout_ms,

@@ -549,6 +549,13 @@ class KvtierTier(SecondaryTierManager):
         # Oldest first, at most EVENTS_QUEUED (an older one costs a needless lookup, never
         # a missed one: the check asks the store)
         self._unannounced_gone: dict[bytes, None] = {}
+        # Chunks of store jobs over that may yet land (their put was in flight when the job
+        # ended, or done out of order after the first chunk not done): kvtier key ->
+        # OffloadKey until the rows handle reports it stored (_take_late); and such reports
+        # that came before their job was reaped. Both oldest first, at most EVENTS_QUEUED
+        # (a put that failed is never reported: its entry waits to be pushed out).
+        self._late: dict[bytes, OffloadKey] = {}
+        self._landed: dict[bytes, None] = {}
         # suspects whose check said nothing (a tier failed, was late, or the lookup could
         # not be sent): asked again at _deferred_at, when no full check will
         self._deferred: dict[bytes, None] = {}
@@ -864,6 +871,7 @@ class KvtierTier(SecondaryTierManager):
                 break
             _, job, is_load = self._jobs.pop(d.job_id)
             results.append(self._reap(d.job_id, d, job, is_load))
+        self._take_late()
         return results
 
     def _reap(self, job_id: JobId, d: _Done, job: TransferJob, is_load: bool,
@@ -905,31 +913,72 @@ class KvtierTier(SecondaryTierManager):
                 if not renewed(k):
                     self._announce_removed(k)
         if not is_load and d.stored:
-            for okey in d.stored:
+            self._note_stored([(okey, self._key(okey, job.req_context))
+                               for okey in d.stored])
+        if not is_load and d.ok < d.n and not self._uncached(job.req_context):
+            # The chunks after the first not stored may be stored all the same: a put in
+            # flight at the deadline (or when an earlier chunk failed) lands later, and one
+            # done out of order was not counted. The rows handle reports each such chunk
+            # (_take_late); until 2026-12-06 none was ever announced or marked a hit, so
+            # kvtier held chunks no router was told of.
+            for okey in okeys[d.ok:]:
                 k = self._key(okey, job.req_context)
-                v = self._verdicts.get(k)
-                if v is not None:
-                    v.hit = True
-                if self._events is not None:
-                    if self._announced.get(k) is None:
-                        self._okey_held[okey] = self._okey_held.get(okey, 0) + 1
-                    self._announced[k] = okey
-                    self._stores_reaped += 1
-                    self._stored_at[k] = self._stores_reaped
-                    if self._evq is not None:
-                        sk = self._store.storage_key(k)
-                        self._by_skey[sk] = k
-                        if self._unannounced_gone.pop(sk, 0) is None:  # gone before this
-                            self._suspects[k] = None
-            if self._events is not None:
-                self._events.append(OffloadingEvent(
-                    keys=list(d.stored), medium=self.medium, removed=False,
-                    locality=self.locality, ownership=self._owner,
-                    removal_expected=True))
+                if self._landed.pop(k, 0) is None:  # reported before this reap
+                    self._note_stored([(okey, k)])
+                else:
+                    self._late.pop(k, None)
+                    self._late[k] = okey
+                    if len(self._late) > self.EVENTS_QUEUED:
+                        del self._late[next(iter(self._late))]
         return JobResult(
             job_id=job_id, success=ok,
             successful_keys=tuple(okeys[:d.ok]) if (is_load and not ok and d.ok) else None,
             transfer_time=d.seconds, transfer_bytes=nbytes or None)
+
+    def _note_stored(self, stored: list) -> None:
+        """(OffloadKey, kvtier key) pairs kvtier now holds: their verdicts say hit, and
+        with events on they are announced (one stored event)."""
+        for okey, k in stored:
+            v = self._verdicts.get(k)
+            if v is not None:
+                v.hit = True
+            if self._events is not None:
+                if self._announced.get(k) is None:
+                    self._okey_held[okey] = self._okey_held.get(okey, 0) + 1
+                self._announced[k] = okey
+                self._stores_reaped += 1
+                self._stored_at[k] = self._stores_reaped
+                if self._evq is not None:
+                    sk = self._store.storage_key(k)
+                    self._by_skey[sk] = k
+                    if self._unannounced_gone.pop(sk, 0) is None:  # gone before this
+                        self._suspects[k] = None
+        if self._events is not None and stored:
+            self._events.append(OffloadingEvent(
+                keys=[okey for okey, _ in stored], medium=self.medium, removed=False,
+                locality=self.locality, ownership=self._owner,
+                removal_expected=True))
+
+    def _take_late(self) -> None:
+        """Store chunks that landed after their job was over (Rows.store_late): each one
+        a reaped job left in _late is noted stored now; one whose job is not reaped yet
+        (it landed between the job's end and its reap) waits in _landed for that reap."""
+        try:
+            while True:
+                ks = self._store_rows.store_late()
+                for k in ks:
+                    okey = self._late.pop(k, None)
+                    if okey is not None:
+                        self._note_stored([(okey, k)])
+                    else:
+                        self._landed.pop(k, None)
+                        self._landed[k] = None
+                        if len(self._landed) > self.EVENTS_QUEUED:
+                            del self._landed[next(iter(self._landed))]
+                if len(ks) < 1024:
+                    return
+        except Exception as e:  # noqa: BLE001 - never raise into vLLM's scheduler
+            log.warning("kvtier: late stores not taken: %s", e)
 
     def drain_jobs(self) -> None:
         cf.wait([f for f, _, _ in list(self._jobs.values()) if f is not None])
@@ -962,6 +1011,7 @@ class KvtierTier(SecondaryTierManager):
         if self._events is None:
             return
         self._store.poll(0)  # the reconcile lookups' completions
+        self._take_late()  # stores that landed after their job, announced with this batch
         now = time.monotonic()
         if self._evq is not None:
             evs, lost = self._evq.drain()
