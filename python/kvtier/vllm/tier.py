@@ -327,6 +327,9 @@ class KvtierTier(SecondaryTierManager):
             if pool is not None:
                 pool.shutdown(wait=False)
             store = getattr(self, "_store", None)
+            check = getattr(self, "_check_store", None)
+            if check is not None and check is not store:
+                check.close()
             if store is not None:
                 store.close()  # closes its Rows handles first
                 self._store = None
@@ -578,6 +581,18 @@ class KvtierTier(SecondaryTierManager):
         self._reconcile: list[tuple[bytes, cf.Future, int]] | None = None
         self._reconcile_todo: deque[bytes] = deque()
         self._reconcile_cap = max(1, min(64, int(cfg.get("store.max_inflight")) // 4))
+        # The check's lookups go to this store. In client mode it is a second connection to
+        # kvtierd: the store's own runs its calls one exchange at a time, in order, so a
+        # request's lookup made during a check waited behind every check lookup queued
+        # before it (until 2026-12-06: 24 lookups of a 100 ms tier held one for 2.5 s,
+        # vLLM getting RETRY meanwhile); kvtierd serves each connection on its own thread.
+        self._check_store = self._store
+        if self._events is not None and self._client_mode:
+            try:
+                self._check_store = kvtier.Store(cfg, poller="manual")
+            except kvtier.KvtierError as e:
+                log.warning("kvtier: no connection of its own for the check of announced "
+                            "chunks (%s): its lookups share the store's", e)
         self._last_stats = self._store.stats()
         self._stats_pool: cf.ThreadPoolExecutor | None = None  # client mode: see _stats_now
         self._stats_future: cf.Future | None = None
@@ -1010,7 +1025,9 @@ class KvtierTier(SecondaryTierManager):
         own: DRAM pressure, the NVMe capacity bound)."""
         if self._events is None:
             return
-        self._store.poll(0)  # the reconcile lookups' completions
+        self._store.poll(0)
+        if self._check_store is not self._store:
+            self._check_store.poll(0)  # the reconcile lookups' completions
         self._take_late()  # stores that landed after their job, announced with this batch
         now = time.monotonic()
         if self._evq is not None:
@@ -1079,7 +1096,7 @@ class KvtierTier(SecondaryTierManager):
                 todo.popleft()
                 continue
             try:
-                f = self._store.lookup([k])
+                f = self._check_store.lookup([k])
             except kvtier.Busy:  # back-pressure: the rest on a later call
                 break
             except kvtier.KvtierError as e:  # not checkable now: later
@@ -1213,6 +1230,9 @@ class KvtierTier(SecondaryTierManager):
         self._load_jobs.clear()
         self._load_rows.close()  # before the store: they wait for reads still in flight
         self._store_rows.close()
+        if self._check_store is not self._store:
+            self._check_store.close()
+        self._check_store = None
         self._store.close()
         self._store = None
         self._view = None  # release the primary tier's buffer before vLLM unmaps it
