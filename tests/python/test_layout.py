@@ -146,10 +146,21 @@ def test_cpu_amx_against_vllm_kernel(Tb, D):
     """The "amx" pages (vLLM's CPU attention in bf16 on a CPU with AMX, block sizes that
     are multiples of 32) as the kernel itself writes them: rows it wrote convert to the
     canonical chunk, and back to the same bytes. (The kernel's cache write is a plain copy:
-    it runs on CPUs without AMX too.) Until 2026-12-05 the tier refused these pages, so
-    on a Sapphire Rapids host no engine with kvtier could start."""
+    it runs on AVX-512 CPUs without AMX too, not on AVX2-only ones.) Until 2026-12-05 the
+    tier refused these pages, so on a Sapphire Rapids host no engine with kvtier could
+    start."""
     L, H, bpc = 2, 2, 2
-    row, _, K, V = kernel_rows("amx", L, H, D, Tb, bpc)
+    try:
+        row, _, K, V = kernel_rows("amx", L, H, D, Tb, bpc)
+    except RuntimeError as e:
+        # vLLM's CPU build dispatches its "amx" cache write by the CPU it runs on: an
+        # AVX-512 host without AMX runs it (the earlier CI machines), an AVX2-only one (AMD
+        # EPYC without AVX-512, 2026-12-06) refuses it - and vLLM itself then never picks
+        # these pages, so there is nothing of vLLM's to compare with on this host. The
+        # layout is still checked against its definition (test_layout_matches_definition).
+        if "Unsupported CPU attention configuration" not in str(e):
+            raise
+        pytest.skip(f"this CPU cannot run vLLM's amx kernel: {e}")
     rl = RowLayout("cpu-amx", L, H, D, Tb, bpc)
     out = np.zeros(rl.payload_bytes, dtype=np.uint8)
     rl.row_to_canonical(row, out)
