@@ -320,15 +320,22 @@ bool nv_refused_has(const struct nv *s, const struct kvt_key *k)
 }
 
 /* The next object to evict for a write of op (NULL op: no write): the least recently used
- * leaf that is not op's parent. NULL when op's own ancestors are all that is left - or no
- * leaf at all: every stored object has a child stored or in flight (the leaves to be are
- * still being written), and evicting any would cut a chain. (Only a caller naming parents
- * in a cycle could leave no leaf for good; then writes are refused, nothing is lost.) */
+ * leaf that is neither op's parent nor the copy of op's own key that its admission sets
+ * aside (nv_ent_aside_kept: evicted, or recycled as op's temp file, it was gone for good
+ * if op then failed - until 2026-12-06, integ.nvme_reput_refused 3). NULL when those are
+ * all that is left - or no leaf at all: every stored object has a child stored or in
+ * flight (the leaves to be are still being written), and evicting any would cut a chain.
+ * (Only a caller naming parents in a cycle could leave no leaf for good; then writes are
+ * refused, nothing is lost.) room_possible counts what this may return. */
 struct nv_ent *nv_victim(struct nv *s, const struct nv_op *op)
 {
-	for (struct nv_ent *e = s->leaf_tail; e; e = e->lprev)
-		if (!op || !op->has_parent || !kvt__key_eq(&e->key, &op->parent))
-			return e;
+	for (struct nv_ent *e = s->leaf_tail; e; e = e->lprev) {
+		if (op && op->has_parent && kvt__key_eq(&e->key, &op->parent))
+			continue;
+		if (op && nv_ent_aside_kept(e) && kvt__key_eq(&e->key, &op->key))
+			continue;
+		return e;
+	}
 	return NULL;
 }
 

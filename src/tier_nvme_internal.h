@@ -150,6 +150,16 @@ struct nv_ent {
 	bool scanned;
 };
 
+/* Is e, under the key of a write being admitted, a copy that the admission sets aside
+ * (tier_nvme_write.c, aside_take) and puts back if the write fails: found by the open, of
+ * an object's shape, in a file of its own. Such a copy is no victim of its own key's
+ * room-making (nv_victim, room_possible); a damaged file is dropped at the admission
+ * anyway, and may go there. */
+static inline bool nv_ent_aside_kept(const struct nv_ent *e)
+{
+	return e->scanned && !e->lseg && e->bytes >= KVT_HEADER_BYTES && e->bytes % KVT_ALIGN == 0;
+}
+
 /* Which copy (entry gen) the reads of a key served since its last drop_corrupt
  * (tier_nvme_index.c, nv_served_note): a report names a key, not the copy its read found. */
 struct nv_served {

@@ -233,21 +233,28 @@ bool nv_spare_take(struct nv *s, struct nv_op *op)
  * object but op's parent and its ancestors, which evicting the leaves cannot reach (the
  * parent is never a victim, so nothing above it becomes a leaf). Before 2026-12-06 the
  * eviction loop found out by trying: it evicted every other leaf and then refused the
- * write, the cache copies lost for nothing. */
+ * write, the cache copies lost for nothing. The copy of op's own key that its admission
+ * sets aside is no victim either (nv_victim) and counts in neither: it stays on disk until
+ * op has stored its new copy. */
 static bool room_possible(struct nv *s, uint64_t need, const struct nv_op *op)
 {
 	if (!nv_victim(s, op))
 		return false; /* nothing to evict at all: refused at once, as before */
 	bool parent = op && op->has_parent && !kvt__key_eq(&op->parent, &op->key);
+	struct nv_ent *own = op ? nv_ent_find(s, &op->key) : NULL;
+	if (own && !nv_ent_aside_kept(own))
+		own = NULL;
 	uint64_t leaves = 0;
 	for (struct nv_ent *e = s->leaf_tail; e; e = e->lprev)
-		if (!parent || !kvt__key_eq(&e->key, &op->parent))
+		if ((!parent || !kvt__key_eq(&e->key, &op->parent)) && e != own)
 			if ((leaves += e->bytes) >= need)
 				return true;
 	uint64_t chain = 0, n = 0;
+	bool own_in_chain = false;
 	struct nv_ent *e = parent ? nv_ent_find(s, &op->parent) : NULL;
 	for (; e && n <= s->nents; n++) {
 		chain += e->bytes;
+		own_in_chain |= e == own; /* (links in a cycle: counted once) */
 		e = e->has_parent && !kvt__key_eq(&e->parent, &e->key) ? nv_ent_find(s, &e->parent)
 								       : NULL;
 	}
@@ -255,6 +262,8 @@ static bool room_possible(struct nv *s, uint64_t need, const struct nv_op *op)
 	 * .kvtier.chains (its bytes counted over and over): no answer, try evicting */
 	if (n > s->nents)
 		return true;
+	if (own && !own_in_chain)
+		chain += own->bytes;
 	return s->used > chain && s->used - chain >= need;
 }
 

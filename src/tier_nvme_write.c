@@ -204,7 +204,7 @@ bool nv_write_fail(struct nv *s, struct nv_op *op)
  * shape (damage, nothing to keep), in the log, or the rename failed. */
 static bool aside_take(struct nv *s, struct nv_op *op, struct nv_ent *e)
 {
-	if (!e->scanned || e->lseg || e->bytes < KVT_HEADER_BYTES || e->bytes % KVT_ALIGN)
+	if (!nv_ent_aside_kept(e)) /* (the copies nv_victim leaves to it) */
 		return false;
 	char path[NV_NAME_MAX];
 	int dfd = s->dirs[e->dir].fd;
@@ -341,7 +341,9 @@ void nv_start_write(struct nv *s, struct nv_op *op)
 	 * put refused for room or write budget lost a flushed copy found at open, a review's
 	 * reproducer), then at it: a write failing after its admission (a publish the file
 	 * system failed, a full disk) still lost it (nvme_reput_refused 2). The room made
-	 * above may have evicted it already. */
+	 * above leaves such a copy alone (nv_victim); until 2026-12-06 it could evict it, or
+	 * recycle its file for this write, and a failure then lost it all the same
+	 * (nvme_reput_refused 3). A damaged file may have gone there already. */
 	if ((e = nv_ent_find(s, &op->key))) {
 		op->children += e->children;
 		e->children = 0;

@@ -13,6 +13,12 @@
  *     there and after a reopen, and no temp file is left. Until 2026-12-06 the found copy
  *     was dropped at the admission, and a write failing after it lost it (a miss). Needs
  *     slowfs and /dev/fuse (exit 77 without, a failure under CI=true).
+ *  3. As 2, in a store exactly full (nvme.bytes of two objects: K, then J) in which K's
+ *     found copy is the least recently used (J read after the reopen): the put of K must
+ *     make room, and the room-making must not take K's own copy - it takes J. Until
+ *     2026-12-06 it evicted K's copy (or recycled its file as the put's temp file), the
+ *     publish failed, and K was on no tier (a miss, also after a reopen). Here slowfs fails
+ *     the recycling's rename too (either path of a rename counts), so it was the eviction.
  */
 #include "nvme_util.h"
 #include "lib/slowfs.h"
@@ -25,30 +31,47 @@ static int open_budget(struct kvt_tier **t, const char *dir)
 			 "nvme.write_budget", "20480", NULL);
 }
 
+/* Open on a directory of nvme.bytes bytes. */
+static int open_sized(struct kvt_tier **t, const char *dir, const char *bytes)
+{
+	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", bytes, "nvme.log_max", "0",
+			 "nvme.direct", "off", "nvme.preallocate", "0", NULL);
+}
+
 static int open_plain(struct kvt_tier **t, const char *dir)
 {
-	return open_tier(t, "nvme.dirs", dir, "nvme.bytes", "1MiB", "nvme.log_max", "0",
-			 "nvme.direct", "off", "nvme.preallocate", "0", NULL);
+	return open_sized(t, dir, "1MiB");
+}
+
+/* fs mounted through slowfs failing the renames of K's temp files (--eio-rename
+ * ".tmp.<K>"), back and mnt its directory "d" on each side. 0, or 77 without slowfs. */
+static int mount_failing(struct slowfs *fs, const struct kvt_key *k, char *back, char *mnt,
+			 size_t len)
+{
+	char hex[2 * KVT_KEY_BYTES + 1], pat[64];
+	kvt_key_to_hex(k, hex);
+	/* the publish's source (<leaf>/.tmp.<K>.<pid>.<seq>) only: not K's name itself */
+	snprintf(pat, sizeof(pat), ".tmp.%.32s", hex);
+	const char *opts[] = {"--eio-rename", pat, NULL};
+	int rc = slowfs_mount_opts(fs, "reput", opts);
+	if (rc == 77)
+		return 77;
+	CHECK_EQ(rc, 0);
+	int nb = snprintf(back, len, "%s/d", fs->back);
+	int nm = snprintf(mnt, len, "%s/d", fs->mnt);
+	CHECK(nb > 0 && nb < (int)len && nm > 0 && nm < (int)len);
+	return 0;
 }
 
 /* 2: the put's publish fails (slowfs --eio-rename). 0, or 77 without slowfs. */
 static int publish_fails(void)
 {
 	struct kvt_key k = make_key(5, 2);
-	char hex[2 * KVT_KEY_BYTES + 1], pat[64];
-	kvt_key_to_hex(&k, hex);
-	/* the publish's source (<leaf>/.tmp.<K>.<pid>.<seq>) only: not K's name itself */
-	snprintf(pat, sizeof(pat), ".tmp.%.32s", hex);
-	const char *opts[] = {"--eio-rename", pat, NULL};
 	static struct slowfs fs;
-	int rc = slowfs_mount_opts(&fs, "reput", opts);
-	if (rc == 77)
-		return 77;
-	CHECK_EQ(rc, 0);
 	char back[512], mnt[512];
-	int nb = snprintf(back, sizeof(back), "%s/d", fs.back);
-	int nm = snprintf(mnt, sizeof(mnt), "%s/d", fs.mnt);
-	CHECK(nb > 0 && nb < (int)sizeof(back) && nm > 0 && nm < (int)sizeof(mnt));
+	int rc = mount_failing(&fs, &k, back, mnt, sizeof(back));
+	if (rc)
+		return rc;
 	uint8_t *buf = abuf(OBJ);
 	struct kvt_tier *t;
 	/* written on the backing directory itself: nothing fails there */
@@ -73,6 +96,56 @@ static int publish_fails(void)
 
 	CHECK_EQ(count_files(back, ".tmp.", ""), 0);
 	CHECK_EQ(open_plain(&t, back), 0);
+	memset(buf, 0, OBJ);
+	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), OBJ);
+	CHECK_EQ(check_object(buf, OBJ, &k), 0);
+	kvt__tier_close(t);
+	free(buf);
+	slowfs_stop(&fs);
+	return 0;
+}
+
+/* 3: as 2, the put making room in a full store where K's found copy is the LRU leaf. */
+static int room_from_own_copy(void)
+{
+	struct kvt_key k = make_key(5, 3), j = make_key(5, 4);
+	static struct slowfs fs;
+	char back[512], mnt[512], full[32];
+	int rc = mount_failing(&fs, &k, back, mnt, sizeof(back));
+	if (rc)
+		return rc;
+	snprintf(full, sizeof(full), "%d", 2 * OBJ); /* K and J: exactly full */
+	uint8_t *buf = abuf(OBJ);
+	struct kvt_tier *t;
+	CHECK_EQ(open_sized(&t, back, full), 0);
+	fill_object(buf, OBJ, &k);
+	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
+	fill_object(buf, OBJ, &j);
+	CHECK_EQ(t_write(t, &j, buf, OBJ), 0);
+	CHECK_EQ(t_flush(t), 0);
+	kvt__tier_close(t);
+
+	CHECK_EQ(open_sized(&t, mnt, full), 0);
+	/* J read: K is the least recently used, whatever order the open gave them (their
+	 * mtimes may be equal) */
+	CHECK_EQ(t_read1(t, &j, buf, 0, OBJ), OBJ);
+	CHECK_EQ(check_object(buf, OBJ, &j), 0);
+	fill_object(buf, OBJ, &k);
+	int w = t_write(t, &k, buf, OBJ);
+	memset(buf, 0, OBJ);
+	int r = t_read1(t, &k, buf, 0, OBJ);
+	int ok = r == OBJ && check_object(buf, OBJ, &k) == 0;
+	printf("nvme_reput_refused: a put of a key found at open making room in a full store, "
+	       "its publish failing: %d; then a read: %d (%s)\n",
+	       w, r, ok ? "exact" : "the stored copy is gone");
+	CHECK_EQ(w, -EIO);
+	CHECKM(ok, "the room made for a put of a key found at open took its own copy");
+	/* the room came from J, the only other object */
+	CHECK_EQ(t_read1(t, &j, buf, 0, OBJ), -ENOENT);
+	kvt__tier_close(t);
+
+	CHECK_EQ(count_files(back, ".tmp.", ""), 0);
+	CHECK_EQ(open_sized(&t, back, full), 0);
 	memset(buf, 0, OBJ);
 	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), OBJ);
 	CHECK_EQ(check_object(buf, OBJ, &k), 0);
@@ -110,6 +183,8 @@ int main(void)
 	free(buf);
 	rm_rf(root);
 	int rc = publish_fails();
+	if (!rc)
+		rc = room_from_own_copy();
 	if (rc)
 		return rc;
 	printf("nvme_reput_refused: ok\n");
