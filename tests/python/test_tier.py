@@ -1575,6 +1575,12 @@ def test_a_load_miss_older_than_a_store_does_not_announce_it_removed(tdir, monke
         rj = t._load_jobs[2][0]
         real_poll, gate = rj.poll, {"open": False}
         monkeypatch.setattr(rj, "poll", lambda ms=0: real_poll(ms) if gate["open"] else None)
+        # The gate stands for the slow k0: the tier does not see the load over. But the load
+        # itself runs on the rows handle's pump thread: wait until it has read (missed) k1
+        # before the store below puts k1 back, or it may find k1 held and succeed (1 run in
+        # 3-5 under load). A job's result stays once over: the tier's poll gets it again.
+        early = real_poll(10_000)
+        assert early is not None and (early.done, early.reason) == (1, "miss"), early
         rc2 = ReqContext("b")
         t.on_new_request(rc2)
         t.submit_store(TransferJob(3, keys[1:], np.array([1]), False, rc2))
