@@ -219,6 +219,9 @@ static bool aside_take(struct nv *s, struct nv_op *op, struct nv_ent *e)
 	op->aside_has_parent = e->has_parent;
 	op->aside_parent = e->parent;
 	nv_ent_remove(s, e); /* (a read holding its fd reads on: the same file) */
+	/* Its bytes stay on the disk until the write ends: still counted (as reserved), or
+	 * writes admitted meanwhile would take the store past nvme.bytes by as much */
+	s->reserved += op->aside_bytes;
 	return true;
 }
 
@@ -227,6 +230,7 @@ void nv_write_aside_end(struct nv *s, struct nv_op *op, bool stored)
 	if (!op->aside)
 		return;
 	op->aside = false;
+	s->reserved -= op->aside_bytes; /* (aside_take) */
 	struct nv_dir *d = &s->dirs[op->aside_dir];
 	if (stored) { /* the new copy is indexed (under K's name, or in the log) */
 		/* K's name held the found copy until its admission: the name's change is synced

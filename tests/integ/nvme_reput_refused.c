@@ -19,6 +19,10 @@
  *     2026-12-06 it evicted K's copy (or recycled its file as the put's temp file), the
  *     publish failed, and K was on no tier (a miss, also after a reopen). Here slowfs fails
  *     the recycling's rename too (either path of a rename counts), so it was the eviction.
+ *  4. While the re-put of K is in flight (slowfs holds the writes into its temp file) in
+ *     that store of two objects, the copy set aside still counts: a put of L is refused
+ *     for room (-ENOSPC). Until 2026-12-07 it was admitted, and the store held three
+ *     objects' bytes under an nvme.bytes of two.
  */
 #include "nvme_util.h"
 #include "lib/slowfs.h"
@@ -41,6 +45,17 @@ static int open_sized(struct kvt_tier **t, const char *dir, const char *bytes)
 static int open_plain(struct kvt_tier **t, const char *dir)
 {
 	return open_sized(t, dir, "1MiB");
+}
+
+/* Open on the backing directory of a store just closed through slowfs: the store's lock
+ * there is let go when slowfs handles the file's release, which FUSE sends after the close
+ * returns - until then the open finds the store in use (-EBUSY); it gets 5 s. */
+static int reopen_back(struct kvt_tier **t, const char *dir, const char *bytes)
+{
+	int rc = -EBUSY;
+	for (int i = 0; i < 250 && (rc = open_sized(t, dir, bytes)) == -EBUSY; i++)
+		usleep(20000);
+	return rc;
 }
 
 /* fs mounted through slowfs failing the renames of K's temp files (--eio-rename
@@ -95,7 +110,7 @@ static int publish_fails(void)
 	kvt__tier_close(t);
 
 	CHECK_EQ(count_files(back, ".tmp.", ""), 0);
-	CHECK_EQ(open_plain(&t, back), 0);
+	CHECK_EQ(reopen_back(&t, back, "1MiB"), 0);
 	memset(buf, 0, OBJ);
 	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), OBJ);
 	CHECK_EQ(check_object(buf, OBJ, &k), 0);
@@ -145,12 +160,66 @@ static int room_from_own_copy(void)
 	kvt__tier_close(t);
 
 	CHECK_EQ(count_files(back, ".tmp.", ""), 0);
-	CHECK_EQ(open_sized(&t, back, full), 0);
+	CHECK_EQ(reopen_back(&t, back, full), 0);
 	memset(buf, 0, OBJ);
 	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), OBJ);
 	CHECK_EQ(check_object(buf, OBJ, &k), 0);
 	kvt__tier_close(t);
 	free(buf);
+	slowfs_stop(&fs);
+	return 0;
+}
+
+/* 4: while the put of K is in flight (its temp file's writes held by slowfs), the copy
+ * set aside still counts: a store of two objects holding K's old copy and its new temp file
+ * is full, and a put of L is refused for room. 0, or 77 without slowfs. */
+static int aside_counted(void)
+{
+	struct kvt_key k = make_key(5, 5), j = make_key(5, 6), l = make_key(5, 7);
+	static struct slowfs fs;
+	char hex[2 * KVT_KEY_BYTES + 1], pat[64], back[4200], mnt[4200], full[32];
+	kvt_key_to_hex(&k, hex);
+	snprintf(pat, sizeof(pat), ".tmp.%.32s", hex);
+	/* only the data writes into K's temp files wait (not the recycling's rename, which
+	 * runs on the tier's ring thread, nor the set-aside rename, named K's own) */
+	const char *opts[] = {"--stall-path", pat, "--stall-only", "write", "--stalled", NULL};
+	int rc = slowfs_mount_opts(&fs, "aside", opts);
+	if (rc == 77)
+		return 77;
+	CHECK_EQ(rc, 0);
+	snprintf(back, sizeof(back), "%s/d", fs.back);
+	snprintf(mnt, sizeof(mnt), "%s/d", fs.mnt);
+	snprintf(full, sizeof(full), "%d", 2 * OBJ);
+	uint8_t *buf = abuf(OBJ), *kbuf = abuf(OBJ);
+	struct kvt_tier *t;
+	CHECK_EQ(open_sized(&t, back, full), 0);
+	fill_object(buf, OBJ, &k);
+	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
+	fill_object(buf, OBJ, &j);
+	CHECK_EQ(t_write(t, &j, buf, OBJ), 0);
+	CHECK_EQ(t_flush(t), 0);
+	kvt__tier_close(t);
+
+	CHECK_EQ(open_sized(&t, mnt, full), 0);
+	CHECK_EQ(t_read1(t, &j, buf, 0, OBJ), OBJ); /* K the least recently used */
+	fill_object(kbuf, OBJ, &k);
+	struct waiter wk = WAITER_INIT;
+	CHECK_EQ(t->ops->write(t, &k, kbuf, OBJ, waiter_cb, &wk), 0);
+	usleep(300 * 1000); /* K admitted (J's room taken), its temp file's write held */
+	fill_object(buf, OBJ, &l);
+	int wl = t_write(t, &l, buf, OBJ);
+	printf("nvme_reput_refused: a put of L while the re-put of K is in flight, its old copy "
+	       "set aside, in a store of two objects: %d\n", wl);
+	CHECKM(wl == -ENOSPC, "a put was admitted into the bytes of a copy set aside, past "
+			      "nvme.bytes");
+	kill(fs.pid, SIGUSR2);
+	CHECK_EQ(waiter_wait(&wk, 0), 0);
+	memset(buf, 0, OBJ);
+	CHECK_EQ(t_read1(t, &k, buf, 0, OBJ), OBJ);
+	CHECK_EQ(check_object(buf, OBJ, &k), 0);
+	kvt__tier_close(t);
+	free(buf);
+	free(kbuf);
 	slowfs_stop(&fs);
 	return 0;
 }
@@ -185,6 +254,8 @@ int main(void)
 	int rc = publish_fails();
 	if (!rc)
 		rc = room_from_own_copy();
+	if (!rc)
+		rc = aside_counted();
 	if (rc)
 		return rc;
 	printf("nvme_reput_refused: ok\n");
