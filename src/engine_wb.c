@@ -1017,6 +1017,9 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,
 	f->from = s->wb_seq + 1;
 	for (int i = 0; i < KVT_MAX_TIERS; i++)
 		f->first_fail[i] = UINT64_MAX;
+	/* Open until the dirty slots are written (then s->wb_seq, below): set before the jobs
+	 * out are looked at, or flush_note_fail takes each for one after the window */
+	f->target = UINT64_MAX;
 	struct kvt_list *p;
 	kvt_list_for_each(p, &s->wb)
 	{
@@ -1028,7 +1031,6 @@ int kvt__e_do_flush(struct kvt_store *s, kvt_cb cb, void *arg, bool direct,
 		for (uint32_t m = w->flush_failed; m; m &= m - 1)
 			flush_note_fail(f, w, __builtin_ctz(m));
 	}
-	f->target = UINT64_MAX;
 	kvt_list_add_tail(&s->flushes, &f->node);
 	pthread_mutex_unlock(&s->wb_lock);
 	/* Dirty slots (write-back, or left dirty for lack of memory) are part of "everything
