@@ -19,7 +19,7 @@
  * Capacity and debris (fs.bytes, fs.tmp_max_age_s): every *writing* instance sweeps the
  * directory now and then - at its first write, then whenever it has written fs.bytes/16
  * since its last sweep (or 10 minutes passed), and when a write is refused for room
- * (ENOSPC, EDQUOT: at most once a minute, then the write is tried once more). A sweep
+ * (ENOSPC, EDQUOT: at most once a minute, queued; the write answers at once). A sweep
  * walks the tree once, removes temporaries its instance's sweeps have seen unchanged for
  * fs.tmp_max_age_s (a dead writer's; struct fs_temp_seen), adds up the objects' sizes,
  * and if they exceed fs.bytes removes the oldest (by max(atime, mtime)) until 15/16 of it
@@ -152,6 +152,7 @@ struct fs_op {
 	struct fs_batch *batch;
 	struct fs_dirsync *dirsync;
 	uint32_t i0, i1;
+	bool full_sweep; /* OP_SWEEP: a refused write's (queue_sweep) */
 };
 
 /* A temporary as a sweep saw it. It is stale (a dead writer's) once this node's sweeps
@@ -1132,6 +1133,7 @@ static void date_in_chain(struct fs_state *s, int dfd, const char *tmp,
 }
 
 static int write_object(struct fs_state *s, struct fs_op *op);
+static void queue_sweep(struct fs_state *s, bool full);
 static void run_sweep(struct fs_state *s, bool queued);
 
 /* A write was refused for room: is a sweep due (at most one per FS_FULL_SWEEP_NS, or per
@@ -1157,14 +1159,16 @@ static int run_write(struct fs_state *s, struct fs_op *op)
 		}
 	pthread_mutex_unlock(&s->lock);
 	int rc = write_object(s, op);
-	/* No room: sweep now, then try once more. Sweeps otherwise follow successful writes
-	 * only, so a file system filled by dead writers' temporaries (writers killed
-	 * mid-write) refused every write for ever, its debris never collected (until
-	 * 2026-12-06; fs_full_sweep). The sweep also brings the directory under fs.bytes. */
+	/* No room: a sweep is queued, and the write answers at once. Sweeps otherwise follow
+	 * successful writes only, so a file system filled by dead writers' temporaries
+	 * (writers killed mid-write) refused every write for ever, its debris never collected
+	 * (until 2026-12-06; fs_full_sweep). The sweep also brings the directory under
+	 * fs.bytes. Not run here: a walk of a large shared tree takes minutes, and this write
+	 * is on the pending list that flushes wait for (a review: a flush behind it missed its
+	 * deadline; fs_full_sweep part C). */
 	if ((rc == -ENOSPC || rc == -EDQUOT) && full_sweep_due(s)) {
-		KVT_DEBUG(&s->t->log, "fs: %s is full: sweeping before writing again", s->dir);
-		run_sweep(s, false);
-		rc = write_object(s, op);
+		KVT_DEBUG(&s->t->log, "fs: %s is full: sweeping", s->dir);
+		queue_sweep(s, true);
 	}
 	if (rc == -ENOSPC || rc == -EDQUOT) {
 		/* A quota (CephFS ceph.quota.max_bytes, an NFS or XFS user or project quota) or
@@ -1504,7 +1508,7 @@ static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 	case OP_SWEEP:
 		/* Even while closing: the writes that called for it are done, and a writer's
 		 * last sweep is what keeps the directory under fs.bytes. */
-		run_sweep(s, true);
+		run_sweep(s, !op->full_sweep);
 		kvt__free(op);
 		return;
 	}
@@ -2296,12 +2300,22 @@ static void maybe_sweep(struct fs_state *s)
 		   kvt__now_ns() - last >= FS_SWEEP_PERIOD_NS;
 	if (!due || atomic_exchange(&s->sweep_queued, true))
 		return;
+	queue_sweep(s, false);
+}
+
+/* Hand a sweep to a worker: the one maybe_sweep claimed (sweep_queued set), or (full) a
+ * refused write's, which full_sweep_due rate-limits and which leaves sweep_queued alone. */
+static void queue_sweep(struct fs_state *s, bool full)
+{
 	struct fs_op *op = kvt__calloc(1, sizeof(*op));
-	if (op)
+	if (op) {
 		op->kind = OP_SWEEP;
+		op->full_sweep = full;
+	}
 	if (!op || submit(s, op) < 0) {
 		kvt__free(op);
-		atomic_store(&s->sweep_queued, false);
+		if (!full)
+			atomic_store(&s->sweep_queued, false);
 	}
 }
 

@@ -2,17 +2,21 @@
  * fs_full_sweep.c - a file system filled by dead writers' temporaries (writers killed
  * mid-write) gets its room back. Sweeps followed successful writes only, so once such
  * debris filled it every write failed with ENOSPC for ever and nothing ever swept (until
- * 2026-12-06). Now a write refused for room sweeps (at most once a minute, or once per
- * fs.tmp_max_age_s if that is shorter) and tries once more. On a real 1 MiB tmpfs:
+ * 2026-12-06). Now a write refused for room queues a sweep (at most one a minute, or one
+ * per fs.tmp_max_age_s if that is shorter) and answers at once. On a real 1 MiB tmpfs:
  *  A. temporaries still young (fs.tmp_max_age_s 3600): 20 writes are refused, -ENOSPC, with
  *     one sweep among them (rate-limited), and no temporary is touched;
  *  B. the same temporaries with fs.tmp_max_age_s 1: a first write is refused (its sweep is
  *     the first to see them: a temporary is stale once this node has seen it unchanged
- *     for fs.tmp_max_age_s), a write 1.5 s later sweeps them away and lands, and reads
- *     back.
+ *     for fs.tmp_max_age_s); a write 1.5 s later is refused too, and answers while its
+ *     sweep - which removes them - is held (unlinkat interposed: the sweep's first removal
+ *     of a temporary waits): until 2026-12-07 the sweep ran inside the write, on the pending list flushes
+ *     wait for, for as long as a walk of the tree took (minutes on a large shared one; a
+ *     review); then a write lands, and reads back.
  * Needs root to mount the tmpfs (skips otherwise, exit 77).
  */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
@@ -39,12 +43,41 @@ extern const struct kvt_tier_ops kvt__tier_fs_ops;
 
 #define OBJ 65536
 
-static _Atomic int sweeps_called; /* "sweeping before writing again" lines */
+static _Atomic int sweeps_called; /* "is full: sweeping" lines */
+static _Atomic int sweeps_over;	  /* "fs: sweep of" lines, one per sweep */
+static _Atomic int armed, held, released;
+
+typedef int (*unlinkat_fn)(int, const char *, int);
+
+/* A sweep removes a stale temporary (a planted one) with unlinkat: armed, the first such
+ * removal is held until released (at most 5 s). */
+int unlinkat(int dfd, const char *name, int flags)
+{
+	if (strstr(name, ".tmp.deadhost.") && atomic_exchange(&armed, 0)) {
+		atomic_store(&held, 1);
+		for (int i = 0; i < 500 && !atomic_load(&released); i++)
+			usleep(10000);
+	}
+	static unlinkat_fn real;
+	if (!real)
+		real = (unlinkat_fn)dlsym(RTLD_NEXT, "unlinkat");
+	return real(dfd, name, flags);
+}
+
+static void wait_sweeps(int n)
+{
+	for (int i = 0; i < 1000 && atomic_load(&sweeps_over) < n; i++)
+		usleep(10000);
+	CHECKM(atomic_load(&sweeps_over) >= n, "%d sweep(s) over in 10 s, want %d",
+	       atomic_load(&sweeps_over), n);
+}
 
 static void count_log(void *arg, int level, const char *msg)
 {
 	(void)arg;
-	if (strstr(msg, "sweeping before writing again"))
+	if (strstr(msg, "fs: sweep of"))
+		atomic_fetch_add(&sweeps_over, 1);
+	if (strstr(msg, "is full: sweeping"))
 		atomic_fetch_add(&sweeps_called, 1);
 	else if (level <= KVT_LOG_WARN || getenv("KVT_TEST_VERBOSE"))
 		fprintf(stderr, "  [tier %d] %s\n", level, msg);
@@ -129,19 +162,36 @@ int main(void)
 	CHECK_EQ(left, planted);
 	int sweeps_a = atomic_load(&sweeps_called); /* checked after B, the failure that matters */
 
-	/* B. The same temporaries, seen, then stale: the write sweeps them away and lands. */
+	/* B. The same temporaries, seen, then stale: a refused write's sweep takes them away
+	 * without holding the write, and the next write lands. */
 	atomic_store(&sweeps_called, 0);
+	atomic_store(&sweeps_over, 0);
 	t = open_fs(dir, "1");
 	int rc = th_write(t, &k, obj, OBJ);
 	CHECKM(rc == -ENOSPC, "B: a write before the temporaries were seen for 1 s: %d", rc);
+	wait_sweeps(1);
 	CHECK_EQ(temps_in(leaf), planted);
 	usleep(1500 * 1000);
+	atomic_store(&armed, 1);
+	uint64_t t0 = th_now_ms();
 	rc = th_write(t, &k, obj, OBJ);
+	uint64_t took = th_now_ms() - t0;
+	for (int i = 0; i < 500 && !atomic_load(&held); i++)
+		usleep(10000);
+	printf("  B. temporaries seen 1.5 s before: a write refused (%d) in %llu ms, its sweep "
+	       "%s\n", rc, (unsigned long long)took, atomic_load(&held) ? "held" : "NOT HELD");
+	CHECK_EQ(rc, -ENOSPC);
+	CHECKM(atomic_load(&held), "the refused write queued no sweep");
+	CHECKM(took < 1000, "a refused write waited %llu ms for its sweep (held 5 s)",
+	       (unsigned long long)took);
+	atomic_store(&released, 1);
+	wait_sweeps(2);
 	left = temps_in(leaf);
-	printf("  B. temporaries seen 1.5 s before: the write answered %d after %d sweep(s), %d "
-	       "of %d temporaries left\n", rc, atomic_load(&sweeps_called), left, planted);
-	CHECKM(rc == 0, "a write into a file system full of stale temporaries: %d", rc);
+	rc = th_write(t, &k, obj, OBJ);
+	printf("     after the sweep (%d of %d temporaries left) the write answered %d\n", left,
+	       planted, rc);
 	CHECK_EQ(left, 0);
+	CHECKM(rc == 0, "a write after the sweep of stale temporaries: %d", rc);
 	CHECK_EQ(th_read_all(t, &k, back, OBJ), OBJ);
 	CHECK(!memcmp(back, obj, OBJ));
 	th_close(t);
