@@ -199,6 +199,7 @@ struct nv_op {
 	 * the write's admission (tier_nvme_write.c, aside_take): removed once the new copy is
 	 * indexed, put back under its name and indexed again if the write fails */
 	bool aside;
+	bool aside_removed; /* a remove of the key came meanwhile: never put back */
 	bool aside_has_parent;
 	uint32_t aside_dir;
 	uint64_t aside_bytes;

@@ -649,6 +649,19 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 			if (rc == 0 && file)
 				nv_dirty(s, dir, &op->key); /* its name's removal: synced by a flush */
 		}
+		/* A write of the key in flight holding the copy the open found, set aside (out
+		 * of the index): that copy is removed too - it is unlinked when the write ends,
+		 * whatever its outcome. Until 2026-12-07 a write failing after this remove put it
+		 * back (a refusal, or a close cancelling it), and the key removed came back (a
+		 * review; nvme_reput_refused 5). */
+		struct nv_op *w = *nv_leader_slot(s, &op->key);
+		if (w && w->aside && !w->aside_removed) {
+			w->aside_removed = true;
+			if (rc == -ENOENT) {
+				rc = 0;
+				ST_ADD(s, removes, 1);
+			}
+		}
 		/* Unless the log's writes stopped and it owes a tombstone - maybe of this key,
 		 * even one not indexed now (evicted or dropped from the log while it was
 		 * stopped): then the log is voided on disk first, or the remove fails (not

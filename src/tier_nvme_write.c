@@ -232,7 +232,9 @@ void nv_write_aside_end(struct nv *s, struct nv_op *op, bool stored)
 	op->aside = false;
 	s->reserved -= op->aside_bytes; /* (aside_take) */
 	struct nv_dir *d = &s->dirs[op->aside_dir];
-	if (stored) { /* the new copy is indexed (under K's name, or in the log) */
+	/* stored: the new copy is indexed (under K's name, or in the log); aside_removed: K
+	 * was removed while the write was in flight (OP_REMOVE) */
+	if (stored || op->aside_removed) {
 		/* K's name held the found copy until its admission: the name's change is synced
 		 * by the next flush, as nv_ent_unlink's removal is (a copy put in the log and
 		 * removed there leaves the name alone: the old file must not come back) */

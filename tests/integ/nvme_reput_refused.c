@@ -23,6 +23,10 @@
  *     that store of two objects, the copy set aside still counts: a put of L is refused
  *     for room (-ENOSPC). Until 2026-12-07 it was admitted, and the store held three
  *     objects' bytes under an nvme.bytes of two.
+ *  5. A remove of K while its re-put is in flight (slowfs holds the writes into its temp
+ *     file, then fails its publish): the remove answers 0 and the failed put does not put
+ *     the set-aside copy back - K stays removed, also after a reopen. Until 2026-12-07 the
+ *     remove found nothing indexed (-ENOENT) and the failure brought K back.
  */
 #include "nvme_util.h"
 #include "lib/slowfs.h"
@@ -224,6 +228,56 @@ static int aside_counted(void)
 	return 0;
 }
 
+/* 5: a remove of K while its re-put is in flight (slowfs holding the writes into its temp
+ * file) takes the copy set aside too: the write, let go and failing at its publish, does
+ * not put it back. 0, or 77 without slowfs. */
+static int aside_removed(void)
+{
+	struct kvt_key k = make_key(5, 8);
+	static struct slowfs fs;
+	char hex[2 * KVT_KEY_BYTES + 1], pat[64], back[4200], mnt[4200];
+	kvt_key_to_hex(&k, hex);
+	snprintf(pat, sizeof(pat), ".tmp.%.32s", hex);
+	const char *opts[] = {"--stall-path", pat, "--stall-only", "write", "--stalled",
+			      "--eio-rename", pat, NULL};
+	int rc = slowfs_mount_opts(&fs, "removed", opts);
+	if (rc == 77)
+		return 77;
+	CHECK_EQ(rc, 0);
+	snprintf(back, sizeof(back), "%s/d", fs.back);
+	snprintf(mnt, sizeof(mnt), "%s/d", fs.mnt);
+	uint8_t *buf = abuf(OBJ);
+	struct kvt_tier *t;
+	CHECK_EQ(open_plain(&t, back), 0);
+	fill_object(buf, OBJ, &k);
+	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
+	CHECK_EQ(t_flush(t), 0);
+	kvt__tier_close(t);
+
+	CHECK_EQ(open_plain(&t, mnt), 0);
+	struct waiter wk = WAITER_INIT;
+	CHECK_EQ(t->ops->write(t, &k, buf, OBJ, waiter_cb, &wk), 0);
+	usleep(300 * 1000); /* admitted, the found copy set aside, its temp file's write held */
+	int rm = t_remove(t, &k);
+	kill(fs.pid, SIGUSR2); /* the write goes on; its publish fails */
+	int w = waiter_wait(&wk, 0);
+	memset(buf, 0, OBJ);
+	int r = t_read1(t, &k, buf, 0, OBJ);
+	printf("nvme_reput_refused: a remove of K during its re-put: %d; the put: %d; then a "
+	       "read: %d\n", rm, w, r);
+	CHECK_EQ(w, -EIO);
+	CHECKM(r == -ENOENT, "a key removed while its re-put was in flight came back when the "
+			     "put failed");
+	CHECK_EQ(rm, 0);
+	kvt__tier_close(t);
+	CHECK_EQ(reopen_back(&t, back, "1MiB"), 0);
+	CHECKM(t_read1(t, &k, buf, 0, OBJ) == -ENOENT, "the removed key is back after a reopen");
+	kvt__tier_close(t);
+	free(buf);
+	slowfs_stop(&fs);
+	return 0;
+}
+
 int main(void)
 {
 	char root[] = "/var/tmp/kvt-nvme-reput-XXXXXX";
@@ -256,6 +310,8 @@ int main(void)
 		rc = room_from_own_copy();
 	if (!rc)
 		rc = aside_counted();
+	if (!rc)
+		rc = aside_removed();
 	if (rc)
 		return rc;
 	printf("nvme_reput_refused: ok\n");
