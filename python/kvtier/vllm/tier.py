@@ -32,7 +32,7 @@ import os
 import queue
 import sys
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -557,8 +557,10 @@ class KvtierTier(SecondaryTierManager):
         # OffloadKey until the rows handle reports it stored (_take_late); and such reports
         # that came before their job was reaped. Both oldest first, at most EVENTS_QUEUED
         # (a put that failed is never reported: its entry waits to be pushed out).
-        self._late: dict[bytes, OffloadKey] = {}
-        self._landed: dict[bytes, None] = {}
+        # (ordered dicts: the oldest goes first when one is full, in O(1) - a plain dict's
+        # next(iter()) walks the holes its deletions left, on the scheduler's thread)
+        self._late: OrderedDict[bytes, OffloadKey] = OrderedDict()
+        self._landed: OrderedDict[bytes, None] = OrderedDict()
         # suspects whose check said nothing (a tier failed, was late, or the lookup could
         # not be sent): asked again at _deferred_at, when no full check will
         self._deferred: dict[bytes, None] = {}
@@ -944,7 +946,7 @@ class KvtierTier(SecondaryTierManager):
                     self._late.pop(k, None)
                     self._late[k] = okey
                     if len(self._late) > self.EVENTS_QUEUED:
-                        del self._late[next(iter(self._late))]
+                        self._late.popitem(last=False)
         return JobResult(
             job_id=job_id, success=ok,
             successful_keys=tuple(okeys[:d.ok]) if (is_load and not ok and d.ok) else None,
@@ -989,7 +991,7 @@ class KvtierTier(SecondaryTierManager):
                         self._landed.pop(k, None)
                         self._landed[k] = None
                         if len(self._landed) > self.EVENTS_QUEUED:
-                            del self._landed[next(iter(self._landed))]
+                            self._landed.popitem(last=False)
                 if len(ks) < 1024:
                     return
         except Exception as e:  # noqa: BLE001 - never raise into vLLM's scheduler
