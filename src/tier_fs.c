@@ -1507,8 +1507,11 @@ static void run_op(struct fs_state *s, struct fs_op *op, bool cancel)
 		break;
 	case OP_SWEEP:
 		/* Even while closing: the writes that called for it are done, and a writer's
-		 * last sweep is what keeps the directory under fs.bytes. */
-		run_sweep(s, !op->full_sweep);
+		 * last sweep is what keeps the directory under fs.bytes. Not a refused write's:
+		 * it is for the writes that would follow, and a close after a full file system
+		 * would walk the tree for nothing (minutes on a large shared one) */
+		if (!(cancel && op->full_sweep))
+			run_sweep(s, !op->full_sweep);
 		kvt__free(op);
 		return;
 	}
