@@ -281,6 +281,20 @@ static int faulty_read(struct kvt_tier *t, const struct kvt_key *key, const stru
 	return rc;
 }
 
+/* A write passed to the inner tier later (held at the gate, or a slow device's). */
+static struct fcall *write_call_new(struct faulty *fw, const struct kvt_key *key, const void *obj,
+				    uint64_t len, kvt_tier_cb cb, void *arg)
+{
+	struct fcall *c = fcall_new(fw, cb, arg);
+	if (c) {
+		c->submit = true;
+		c->key = *key;
+		c->obj = obj;
+		c->len = len;
+	}
+	return c;
+}
+
 static int faulty_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj,
 			uint64_t len, kvt_tier_cb cb, void *arg)
 {
@@ -291,13 +305,9 @@ static int faulty_write(struct kvt_tier *t, const struct kvt_key *key, const voi
 	bool gate = fw->gate_shut;
 	pthread_mutex_unlock(&fw->m);
 	if (gate) { /* held as it is until kvt__faulty_gate_release (or close) */
-		struct fcall *c = fcall_new(fw, cb, arg);
+		struct fcall *c = write_call_new(fw, key, obj, len, cb, arg);
 		if (!c)
 			return -ENOMEM;
-		c->submit = true;
-		c->key = *key;
-		c->obj = obj;
-		c->len = len;
 		pthread_mutex_lock(&fw->m);
 		c->next = fw->gated;
 		fw->gated = c;
@@ -306,13 +316,9 @@ static int faulty_write(struct kvt_tier *t, const struct kvt_key *key, const voi
 		return 0;
 	}
 	if (wd || rate) { /* a slow device: the write lands only after wd ms, or its turn */
-		struct fcall *c = fcall_new(fw, cb, arg);
+		struct fcall *c = write_call_new(fw, key, obj, len, cb, arg);
 		if (!c)
 			return -ENOMEM;
-		c->submit = true;
-		c->key = *key;
-		c->obj = obj;
-		c->len = len;
 		uint64_t delay = (uint64_t)wd * 1000000ull;
 		if (rate) {
 			pthread_mutex_lock(&fw->m);

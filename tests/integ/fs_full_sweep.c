@@ -21,21 +21,9 @@
 #include <ftw.h>
 #include <sys/stat.h>
 
+#include "lib/rm_rf.h"
 #include "lib/tierh.h"
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	remove(p);
-	return 0;
-}
-
-static inline void rm_rf(const char *path)
-{
-	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 #include "lib/tmpfs.h"
 

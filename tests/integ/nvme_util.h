@@ -285,19 +285,7 @@ static inline void *abuf(uint64_t len)
 }
 
 /* ---- directories */
-static inline int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	remove(p);
-	return 0;
-}
-
-static inline void rm_rf(const char *path)
-{
-	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
+#include "lib/rm_rf.h"   /* rm_rf */
 
 /* Files under a tier directory whose name starts with prefix (e.g. ".tmp." or "" for
  * objects ending in suffix ".kvt"). */

@@ -18,16 +18,9 @@
 #include "testlib.h"
 #include "tier.h"
 #include "tier_faulty.h"
+#include "lib/faulty_gate.h"
 
 #include <sys/stat.h>
-
-static void wait_gated(struct kvt_tier *t, uint32_t n)
-{
-	uint64_t t0 = test_now_ns();
-	while (kvt__faulty_gated(t) != n)
-		CHECKM(test_ms_since(t0) < 10000, "the gate holds %u writes, want %u",
-		       kvt__faulty_gated(t), n);
-}
 
 int main(void)
 {
@@ -56,7 +49,7 @@ int main(void)
 	CHECK(system(cmd) == 0);
 	kvt__faulty_gate(t2, true);
 	test_put_seed(s, &k, 5);
-	wait_gated(t2, 1);
+	gate_wait_held(t2, 1);
 	uint64_t t0 = test_now_ns();
 	struct kvt_stats st;
 	do { /* tier 1's failure reaches the job */

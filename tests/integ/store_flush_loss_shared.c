@@ -19,56 +19,27 @@
 #include "testlib.h"
 #include "tier.h"
 #include "tier_faulty.h"
-
-static uint32_t next_tok = 1;
-
-static void new_key(struct kvt_store *s, struct kvt_key *k, struct kvt_key *sk)
-{
-	uint32_t tok = next_tok++;
-	kvt_key_next(kvt_store_ns_id(s), NULL, &tok, 1, k);
-	kvt_storage_key(kvt_store_ns_id(s), k, sk); /* what DRAM and the tiers see */
-}
-
-static void wait_gated(struct kvt_tier *t, uint32_t n)
-{
-	uint64_t t0 = test_now_ns();
-	while (kvt__faulty_gated(t) != n)
-		CHECKM(test_ms_since(t0) < 10000, "the gate holds %u writes, want %u",
-		       kvt__faulty_gated(t), n);
-}
-
-static void wait_done(struct kvt_store *s, struct test_box *b)
-{
-	uint64_t t0 = test_now_ns();
-	while (!b->done) {
-		CHECKM(test_ms_since(t0) < 10000, "a flush did not answer in 10 s");
-		kvt_poll(s, 50);
-	}
-}
+#include "lib/faulty_gate.h"
 
 int main(void)
 {
 	char *dir = test_tmpdir("flush_loss_shared");
-	struct kvt_config *c = test_config("dram,faulty", dir);
-	test_set(c, "faulty.inner", "nvme");
-	test_set(c, "store.write_policy", "write-through");
-	test_set_deadline(c, "10000", "5000"); /* a held write stays within its deadline */
-	struct kvt_store *s = test_open(c);
+	struct kvt_store *s = gate_store_open(dir);
 	struct kvt_tier *t = kvt__store_tier(s, 1);
 	struct kvt_dram *d = kvt__store_dram(s);
 
 	/* 1. */
 	struct kvt_key l, sl;
-	new_key(s, &l, &sl);
+	gate_new_key(s, &l, &sl);
 	kvt__faulty_gate(t, true);
 	test_put_seed(s, &l, 7);
-	wait_gated(t, 1);
+	gate_wait_held(t, 1);
 	kvt__faulty_gate(t, false);
 	CHECK_RC(kvt__faulty_gate_release(t, &sl, -EIO), 0);
 	test_wb_settle(s);
 	for (int i = 0; i < 200 && kvt__dram_contains(d, &sl, false); i++) {
 		struct kvt_key o, so;
-		new_key(s, &o, &so);
+		gate_new_key(s, &o, &so);
 		test_put_seed(s, &o, 1000 + (uint64_t)i);
 	}
 	test_wb_settle(s);
@@ -81,10 +52,10 @@ int main(void)
 
 	/* 2. */
 	struct kvt_key k, sk;
-	new_key(s, &k, &sk);
+	gate_new_key(s, &k, &sk);
 	kvt__faulty_gate(t, true);
 	test_put_seed(s, &k, 8);
-	wait_gated(t, 1);
+	gate_wait_held(t, 1);
 	struct test_box a = {0}, b = {0};
 	CHECK_RC(kvt_flush(s, test_box_cb, &a), 0);
 	CHECK_RC(kvt_flush(s, test_box_cb, &b), 0);
@@ -94,8 +65,8 @@ int main(void)
 	/* 3. */
 	kvt__faulty_gate(t, false);
 	CHECK_RC(kvt__faulty_gate_release(t, &sk, 0), 0);
-	wait_done(s, &a);
-	wait_done(s, &b);
+	gate_wait_flush(s, &a);
+	gate_wait_flush(s, &b);
 	printf("store_flush_loss_shared: flush A %d (tier %d), flush B %d (tier %d)\n",
 	       a.res.status, a.res.tier, b.res.status, b.res.tier);
 	CHECKM(a.res.status == -EIO && a.res.tier == 1, "flush A: %d, tier %d (want -EIO, 1)",

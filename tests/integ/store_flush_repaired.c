@@ -18,23 +18,7 @@
 #include "testlib.h"
 #include "tier.h"
 #include "tier_faulty.h"
-
-static uint32_t next_tok = 1;
-
-static void new_key(struct kvt_store *s, struct kvt_key *k, struct kvt_key *sk)
-{
-	uint32_t tok = next_tok++;
-	kvt_key_next(kvt_store_ns_id(s), NULL, &tok, 1, k);
-	kvt_storage_key(kvt_store_ns_id(s), k, sk); /* what DRAM and the tiers see */
-}
-
-static void wait_gated(struct kvt_tier *t, uint32_t n)
-{
-	uint64_t t0 = test_now_ns();
-	while (kvt__faulty_gated(t) != n)
-		CHECKM(test_ms_since(t0) < 10000, "the gate holds %u writes, want %u",
-		       kvt__faulty_gated(t), n);
-}
+#include "lib/faulty_gate.h"
 
 static void wait_pending(struct kvt_store *s, uint64_t n)
 {
@@ -50,23 +34,10 @@ static void wait_pending(struct kvt_store *s, uint64_t n)
 	}
 }
 
-static void wait_done(struct kvt_store *s, struct test_box *b)
-{
-	uint64_t t0 = test_now_ns();
-	while (!b->done) {
-		CHECKM(test_ms_since(t0) < 10000, "a flush did not answer in 10 s");
-		kvt_poll(s, 50);
-	}
-}
-
 int main(void)
 {
 	char *dir = test_tmpdir("flush_repaired");
-	struct kvt_config *c = test_config("dram,faulty", dir);
-	test_set(c, "faulty.inner", "nvme");
-	test_set(c, "store.write_policy", "write-through");
-	test_set_deadline(c, "10000", "5000"); /* a held write stays within its deadline */
-	struct kvt_store *s = test_open(c);
+	struct kvt_store *s = gate_store_open(dir);
 	struct kvt_tier *t = kvt__store_tier(s, 1);
 	struct kvt_dram *d = kvt__store_dram(s);
 	const struct kvt_geometry *g = kvt_store_geometry(s);
@@ -74,12 +45,12 @@ int main(void)
 
 	/* 1. */
 	struct kvt_key k0, sk0, k1, sk1;
-	new_key(s, &k0, &sk0);
-	new_key(s, &k1, &sk1);
+	gate_new_key(s, &k0, &sk0);
+	gate_new_key(s, &k1, &sk1);
 	kvt__faulty_gate(t, true);
 	test_put_seed(s, &k0, 7);
 	test_put_seed(s, &k1, 8);
-	wait_gated(t, 2);
+	gate_wait_held(t, 2);
 	struct test_box f = {0}, gb = {0};
 	CHECK_RC(kvt_flush(s, test_box_cb, &f), 0);
 
@@ -101,8 +72,8 @@ int main(void)
 
 	/* 4. */
 	CHECK_RC(kvt__faulty_gate_release(t, &sk0, 0), 0);
-	wait_done(s, &f);
-	wait_done(s, &gb);
+	gate_wait_flush(s, &f);
+	gate_wait_flush(s, &gb);
 	printf("store_flush_repaired: flush F %d (tier %d), flush G %d (tier %d)\n", f.res.status,
 	       f.res.tier, gb.res.status, gb.res.tier);
 	CHECKM(gb.res.status == 0, "flush G: %d, tier %d", gb.res.status, gb.res.tier);
@@ -112,7 +83,7 @@ int main(void)
 	       f.res.status, f.res.tier);
 	for (int i = 0; i < 200 && kvt__dram_contains(d, &sk1, false); i++) {
 		struct kvt_key o, so;
-		new_key(s, &o, &so);
+		gate_new_key(s, &o, &so);
 		test_put_seed(s, &o, 1000 + (uint64_t)i);
 	}
 	test_wb_settle(s);

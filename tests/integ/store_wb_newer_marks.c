@@ -21,6 +21,7 @@
 #include "testlib.h"
 #include "tier.h"
 #include "tier_faulty.h"
+#include "lib/faulty_gate.h"
 
 static struct kvt_store *S;
 static struct kvt_key SK; /* K's storage key */
@@ -53,11 +54,7 @@ static void decided(struct wb *w)
 int main(void)
 {
 	char *dir = test_tmpdir("wb_newer_marks");
-	struct kvt_config *c = test_config("dram,faulty", dir);
-	test_set(c, "faulty.inner", "nvme");
-	test_set(c, "store.write_policy", "write-through");
-	test_set_deadline(c, "10000", "5000"); /* a held write stays within its deadline */
-	S = test_open(c);
+	S = gate_store_open(dir);
 	struct kvt_tier *t = kvt__store_tier(S, 1);
 	struct kvt_dram *d = kvt__store_dram(S);
 	const struct kvt_geometry *g = kvt_store_geometry(S);

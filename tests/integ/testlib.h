@@ -49,17 +49,11 @@ static inline char *test_tmpdir(const char *name)
 	return p;
 }
 
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
-}
+#include "lib/rm_rf.h"
 
 static inline void test_rmdir(const char *dir)
 {
-	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	rm_rf(dir);
 }
 
 /* Payload bytes that depend on (seed, position) only. */
