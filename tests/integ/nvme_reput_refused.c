@@ -62,17 +62,35 @@ static int reopen_back(struct kvt_tier **t, const char *dir, const char *bytes)
 	return rc;
 }
 
-/* fs mounted through slowfs failing the renames of K's temp files (--eio-rename
- * ".tmp.<K>"), back and mnt its directory "d" on each side. 0, or 77 without slowfs. */
-static int mount_failing(struct slowfs *fs, const struct kvt_key *k, char *back, char *mnt,
-			 size_t len)
+/* What slowfs does to K's temp files (".tmp.<K>" in their names): fail their publish
+ * (--eio-rename), hold the writes into them until SIGUSR2 (--stall-path, --stall-only
+ * write, --stalled; not the recycling's rename, which runs on the tier's ring thread, nor
+ * the set-aside rename, named K's own). */
+enum { FAIL_PUBLISH = 1, HOLD_WRITES = 2 };
+
+/* fs mounted through slowfs doing `how` to K's temp files, back and mnt its directory "d"
+ * on each side. 0, or 77 without slowfs. */
+static int mount_for(struct slowfs *fs, const char *name, const struct kvt_key *k, int how,
+		     char *back, char *mnt, size_t len)
 {
 	char hex[2 * KVT_KEY_BYTES + 1], pat[64];
 	kvt_key_to_hex(k, hex);
-	/* the publish's source (<leaf>/.tmp.<K>.<pid>.<seq>) only: not K's name itself */
 	snprintf(pat, sizeof(pat), ".tmp.%.32s", hex);
-	const char *opts[] = {"--eio-rename", pat, NULL};
-	int rc = slowfs_mount_opts(fs, "reput", opts);
+	const char *opts[9];
+	int n = 0;
+	if (how & FAIL_PUBLISH) {
+		opts[n++] = "--eio-rename";
+		opts[n++] = pat;
+	}
+	if (how & HOLD_WRITES) {
+		opts[n++] = "--stall-path";
+		opts[n++] = pat;
+		opts[n++] = "--stall-only";
+		opts[n++] = "write";
+		opts[n++] = "--stalled";
+	}
+	opts[n] = NULL;
+	int rc = slowfs_mount_opts(fs, name, opts);
 	if (rc == 77)
 		return 77;
 	CHECK_EQ(rc, 0);
@@ -82,23 +100,33 @@ static int mount_failing(struct slowfs *fs, const struct kvt_key *k, char *back,
 	return 0;
 }
 
+/* keys[0..n) written and flushed on dir (nvme.bytes `bytes`), then closed: written on the
+ * backing directory itself, where nothing fails. */
+static void stored_on(const char *dir, const char *bytes, const struct kvt_key *keys, int n,
+		      uint8_t *buf)
+{
+	struct kvt_tier *t;
+	CHECK_EQ(open_sized(&t, dir, bytes), 0);
+	for (int i = 0; i < n; i++) {
+		fill_object(buf, OBJ, &keys[i]);
+		CHECK_EQ(t_write(t, &keys[i], buf, OBJ), 0);
+	}
+	CHECK_EQ(t_flush(t), 0);
+	kvt__tier_close(t);
+}
+
 /* 2: the put's publish fails (slowfs --eio-rename). 0, or 77 without slowfs. */
 static int publish_fails(void)
 {
 	struct kvt_key k = make_key(5, 2);
 	static struct slowfs fs;
-	char back[512], mnt[512];
-	int rc = mount_failing(&fs, &k, back, mnt, sizeof(back));
+	char back[4200], mnt[4200];
+	int rc = mount_for(&fs, "reput", &k, FAIL_PUBLISH, back, mnt, sizeof(back));
 	if (rc)
 		return rc;
 	uint8_t *buf = abuf(OBJ);
 	struct kvt_tier *t;
-	/* written on the backing directory itself: nothing fails there */
-	CHECK_EQ(open_plain(&t, back), 0);
-	fill_object(buf, OBJ, &k);
-	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
-	CHECK_EQ(t_flush(t), 0);
-	kvt__tier_close(t);
+	stored_on(back, "1MiB", &k, 1, buf);
 
 	CHECK_EQ(open_plain(&t, mnt), 0);
 	fill_object(buf, OBJ, &k);
@@ -127,22 +155,16 @@ static int publish_fails(void)
 /* 3: as 2, the put making room in a full store where K's found copy is the LRU leaf. */
 static int room_from_own_copy(void)
 {
-	struct kvt_key k = make_key(5, 3), j = make_key(5, 4);
+	struct kvt_key kj[2] = {make_key(5, 3), make_key(5, 4)}, k = kj[0], j = kj[1];
 	static struct slowfs fs;
-	char back[512], mnt[512], full[32];
-	int rc = mount_failing(&fs, &k, back, mnt, sizeof(back));
+	char back[4200], mnt[4200], full[32];
+	int rc = mount_for(&fs, "reput", &k, FAIL_PUBLISH, back, mnt, sizeof(back));
 	if (rc)
 		return rc;
 	snprintf(full, sizeof(full), "%d", 2 * OBJ); /* K and J: exactly full */
 	uint8_t *buf = abuf(OBJ);
 	struct kvt_tier *t;
-	CHECK_EQ(open_sized(&t, back, full), 0);
-	fill_object(buf, OBJ, &k);
-	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
-	fill_object(buf, OBJ, &j);
-	CHECK_EQ(t_write(t, &j, buf, OBJ), 0);
-	CHECK_EQ(t_flush(t), 0);
-	kvt__tier_close(t);
+	stored_on(back, full, kj, 2, buf);
 
 	CHECK_EQ(open_sized(&t, mnt, full), 0);
 	/* J read: K is the least recently used, whatever order the open gave them (their
@@ -179,30 +201,17 @@ static int room_from_own_copy(void)
  * is full, and a put of L is refused for room. 0, or 77 without slowfs. */
 static int aside_counted(void)
 {
-	struct kvt_key k = make_key(5, 5), j = make_key(5, 6), l = make_key(5, 7);
+	struct kvt_key kj[2] = {make_key(5, 5), make_key(5, 6)}, k = kj[0], j = kj[1];
+	struct kvt_key l = make_key(5, 7);
 	static struct slowfs fs;
-	char hex[2 * KVT_KEY_BYTES + 1], pat[64], back[4200], mnt[4200], full[32];
-	kvt_key_to_hex(&k, hex);
-	snprintf(pat, sizeof(pat), ".tmp.%.32s", hex);
-	/* only the data writes into K's temp files wait (not the recycling's rename, which
-	 * runs on the tier's ring thread, nor the set-aside rename, named K's own) */
-	const char *opts[] = {"--stall-path", pat, "--stall-only", "write", "--stalled", NULL};
-	int rc = slowfs_mount_opts(&fs, "aside", opts);
-	if (rc == 77)
-		return 77;
-	CHECK_EQ(rc, 0);
-	snprintf(back, sizeof(back), "%s/d", fs.back);
-	snprintf(mnt, sizeof(mnt), "%s/d", fs.mnt);
+	char back[4200], mnt[4200], full[32];
+	int rc = mount_for(&fs, "aside", &k, HOLD_WRITES, back, mnt, sizeof(back));
+	if (rc)
+		return rc;
 	snprintf(full, sizeof(full), "%d", 2 * OBJ);
 	uint8_t *buf = abuf(OBJ), *kbuf = abuf(OBJ);
 	struct kvt_tier *t;
-	CHECK_EQ(open_sized(&t, back, full), 0);
-	fill_object(buf, OBJ, &k);
-	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
-	fill_object(buf, OBJ, &j);
-	CHECK_EQ(t_write(t, &j, buf, OBJ), 0);
-	CHECK_EQ(t_flush(t), 0);
-	kvt__tier_close(t);
+	stored_on(back, full, kj, 2, buf);
 
 	CHECK_EQ(open_sized(&t, mnt, full), 0);
 	CHECK_EQ(t_read1(t, &j, buf, 0, OBJ), OBJ); /* K the least recently used */
@@ -235,24 +244,14 @@ static int aside_removed(void)
 {
 	struct kvt_key k = make_key(5, 8);
 	static struct slowfs fs;
-	char hex[2 * KVT_KEY_BYTES + 1], pat[64], back[4200], mnt[4200];
-	kvt_key_to_hex(&k, hex);
-	snprintf(pat, sizeof(pat), ".tmp.%.32s", hex);
-	const char *opts[] = {"--stall-path", pat, "--stall-only", "write", "--stalled",
-			      "--eio-rename", pat, NULL};
-	int rc = slowfs_mount_opts(&fs, "removed", opts);
-	if (rc == 77)
-		return 77;
-	CHECK_EQ(rc, 0);
-	snprintf(back, sizeof(back), "%s/d", fs.back);
-	snprintf(mnt, sizeof(mnt), "%s/d", fs.mnt);
+	char back[4200], mnt[4200];
+	int rc = mount_for(&fs, "removed", &k, HOLD_WRITES | FAIL_PUBLISH, back, mnt,
+			   sizeof(back));
+	if (rc)
+		return rc;
 	uint8_t *buf = abuf(OBJ);
 	struct kvt_tier *t;
-	CHECK_EQ(open_plain(&t, back), 0);
-	fill_object(buf, OBJ, &k);
-	CHECK_EQ(t_write(t, &k, buf, OBJ), 0);
-	CHECK_EQ(t_flush(t), 0);
-	kvt__tier_close(t);
+	stored_on(back, "1MiB", &k, 1, buf);
 
 	CHECK_EQ(open_plain(&t, mnt), 0);
 	struct waiter wk = WAITER_INIT;
