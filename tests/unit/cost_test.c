@@ -1,6 +1,8 @@
 /*
  * cost_test.c - the cost model against hand-computed numbers (the worked example of
  * docs/COST_MODEL.md), presets, the plan's choice, break-even, and profile files.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <errno.h>
 #include <math.h>

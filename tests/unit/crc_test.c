@@ -1,6 +1,8 @@
 /*
  * crc_test.c - kvt__crc32c (src/util.c) against published CRC32C (Castagnoli) check
  * values, so that object CRCs stay readable by any other CRC32C implementation.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -4,6 +4,8 @@
  * LRU on the same trace, ARC's adaptation on ghost hits, the ok() filter, peek order,
  * capacity 1, that no operation after create allocates, and that kvt__evict_victim_marked
  * chooses what kvt__evict_victim does with ok() answering from the same marks.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <errno.h>
 #include <setjmp.h>

@@ -5,6 +5,8 @@
  *
  * The header offsets below are written out from docs/FORMAT.md rather than taken from
  * format.c, so a silent layout change in the code fails here.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <dirent.h>
 #include <errno.h>

@@ -2,6 +2,8 @@
  * ghost_test.c - the approximate ghost list (src/ghost.h): a key added is remembered for at
  * least window / 2 further additions and forgotten after window; false positives stay
  * near the 1 % its sizing promises.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <errno.h>
 #include <setjmp.h>

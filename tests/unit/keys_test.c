@@ -5,6 +5,8 @@
  * implementation of docs/FORMAT.md; they are also printed in docs/FORMAT.md. If a vector
  * fails, the key algorithm or the canonical namespace text changed: every stored object
  * in the world becomes unreachable, so that is a format version bump, not a test update.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <errno.h>
 #include <setjmp.h>

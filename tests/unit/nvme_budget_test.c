@@ -4,6 +4,8 @@
  * a clock stepped back (re-dating, not a refusal until it catches up), refunds, and the
  * saved file read back by a restart. The integration test (integ.nvme_budget) covers the
  * budget through the tier; this one covers time, which it cannot move.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <errno.h>
 #include <fcntl.h>

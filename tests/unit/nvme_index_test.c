@@ -5,6 +5,8 @@
  * insert and remove across several doublings, in the middle of each. Why a unit test:
  * the integration tests store a few thousand objects at most, and a key lost in the old
  * table while its bucket moves reads as a miss, not an error.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <setjmp.h>
 #include <stdarg.h>

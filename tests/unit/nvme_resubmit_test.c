@@ -8,6 +8,8 @@
  * -EIO; now it waits until submissions make room, reads the rest, and returns every byte.
  * Why a unit test: the tier's ring submits its SQEs on every turn of its loop, so a full SQ
  * at the moment a short I/O completes cannot be forced from outside it.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <errno.h>
 #include <fcntl.h>

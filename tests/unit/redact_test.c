@@ -1,6 +1,8 @@
 /*
  * redact_test.c - kvt__redact_url (src/redact.c): every URL shape the tiers accept shows
  * its host but never its password, even when the output buffer is too short.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <setjmp.h>
 #include <stdarg.h>

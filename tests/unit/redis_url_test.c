@@ -3,6 +3,8 @@
  * (src/redis_url.c): defaults, an IPv6 address, a password holding '@', a URL without
  * the scheme, and what must be refused - a sign or blank in a number (strtol took
  * "+6379" and " 6379"), a port or database out of range, trailing bytes, another scheme.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <errno.h>
 #include <setjmp.h>

@@ -7,6 +7,8 @@
  * bytes go to the tier the lookup found a block in; requests that all arrive at once are
  * an unbounded load; the fleet's min-heap agrees with a scan; leaf-first eviction through
  * the policies' marks picks the very victims the walk picks, at a bounded cost per victim.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <errno.h>
 #include <math.h>

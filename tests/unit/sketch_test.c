@@ -2,6 +2,8 @@
  * sketch_test.c - the frequency sketch's error bounds (never under the true count before a
  * halving, over-estimates within the count-min bound), halving, the doorkeeper, and each
  * admission verdict.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <errno.h>
 #include <setjmp.h>

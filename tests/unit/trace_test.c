@@ -5,6 +5,8 @@
  * no token) end at the request count instead of running forever, and one that makes them
  * long ends them at KVT_GEN_MAX_TURNS; the widest length range is not read as empty; a
  * FIFO is refused, not waited on.
+ * kvt-test-labels: onethread (no second thread, so nothing for TSan to check: scripts/test.sh
+ * leaves it out of the TSan pass)
  */
 #include <errno.h>
 #include <setjmp.h>
