@@ -37,7 +37,7 @@ if [ "${KVT_QUICK:-0}" != 1 ]; then
 	echo "== libFuzzer: each fuzz target for ${KVT_FUZZ_SECONDS:-25} s from its corpus"
 	F=$ROOT/build-fuzz
 	cmake -S "$ROOT" -B "$F" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
-		-DKVT_LIBFUZZER=ON -DKVT_WERROR=OFF -DKVT_CUDA=OFF \
+		"-DCMAKE_C_FLAGS_DEBUG=-g -O1" "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1" -DKVT_LIBFUZZER=ON -DKVT_WERROR=OFF -DKVT_CUDA=OFF \
 		-DKVT_FUZZ_SECONDS="${KVT_FUZZ_SECONDS:-25}" >/dev/null
 	targets=$(cd "$ROOT/tests/fuzz" && ls *_fuzz.c | sed 's/\.c$/_libfuzzer/')
 	# shellcheck disable=SC2086
