@@ -98,6 +98,7 @@
 	X(k, "fs.bytes", SIZE, "0", 0, 1e18, NULL, PLAIN, "capacity of the shared directory (0: unbounded); every writing node removes the least recently used objects beyond it") \
 	X(k, "fs.tmp_max_age_s", U64, "3600", 1, 1e9, NULL, PLAIN, "a temporary file that a writer's sweeps have seen unchanged for this long (by that node's own clock, whatever the file's dates) belongs to a dead writer and is removed; keep it well above the longest write") \
 	X(k, "fs.tmp_grace_s", U64, "120", 1, 1e9, NULL, PLAIN, "a temporary dated older than fs.tmp_max_age_s by this node's clock is removed once a writer's sweeps have seen it unchanged for this long (at most fs.tmp_max_age_s): a restarted writer clears a dead one's debris in minutes; keep it well above the file system's attribute cache time (NFS: up to 60 s)") \
+	X(k, "fs.live_dir", STR, "/dev/shm", 0, 0, NULL, PLAIN, "node-local directory where each writing instance holds a locked file for as long as it lives, so that this node's sweeps remove a dead writer's temporaries at once instead of after fs.tmp_max_age_s (\"\": off); only a file of the temporary's owner that is not locked counts as proof") \
 	X(k, "fs.file_mode", ENUM, "0600", 0, 0, "0600|0640|0660|0644", PLAIN, "permissions of the object files created; several users sharing the directory need group access (0660, with fs.dir_mode 0770 and a umask that allows it)") \
 	X(k, "fs.dir_mode", ENUM, "0700", 0, 0, "0700|0750|0770|0755", PLAIN, "permissions of the directories created (the umask still applies)") \
 	/* ---- end fs ---- */ \

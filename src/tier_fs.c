@@ -21,7 +21,8 @@
  * since its last sweep (or 10 minutes passed), and when a write is refused for room
  * (ENOSPC, EDQUOT: at most once a minute, queued; the write answers at once). A sweep
  * walks the tree once, removes temporaries its instance's sweeps have seen unchanged for
- * fs.tmp_max_age_s (a dead writer's; struct fs_temp_seen), adds up the objects' sizes,
+ * fs.tmp_max_age_s (a dead writer's; struct fs_temp_seen) or whose writer ran on this node
+ * and is dead (fs.live_dir, fs_live.h), adds up the objects' sizes,
  * and if they exceed fs.bytes removes the oldest (by max(atime, mtime)) until 15/16 of it
  * is used. Any number of nodes may sweep at once: removal is one unlink of a published
  * name, a name already gone counts as freed, a reader that has the file open keeps
@@ -61,6 +62,7 @@
 
 #include "config.h"
 #include "format.h"
+#include "fs_live.h"
 #include "tier.h"
 
 #define FS_LAYOUT "v1"
@@ -190,6 +192,10 @@ struct fs_state {
 	 * temporary another left (EEXIST, until a sweep took it) or one it was writing. */
 	uint64_t tmp_nonce;
 	atomic_uint_fast64_t tmp_counter;
+	/* fs.live_dir: this instance's flock on live_dir's file for tmp_nonce (-1: none) says
+	 * it is alive to this node's sweeps (fs_live.h) */
+	char live_dir[4096];
+	int live_fd;
 	bool ro;
 	mode_t file_mode, dir_mode;
 	uint64_t capacity;     /* fs.bytes, 0: unbounded */
@@ -1563,6 +1569,7 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	struct fs_state *s = t->state;
 	s->t = t;
 	s->rootfd = -1;
+	s->live_fd = -1;
 	const char *dir = kvt__cfg_str(cfg, "fs.dir");
 	if (!*dir) {
 		KVT_ERR(&t->log, "fs: fs.dir is not set (the shared directory to use)");
@@ -1579,6 +1586,12 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	s->capacity = kvt__cfg_u64(cfg, "fs.bytes");
 	s->tmp_max_age = kvt__cfg_u64(cfg, "fs.tmp_max_age_s");
 	s->tmp_grace = kvt__cfg_u64(cfg, "fs.tmp_grace_s");
+	const char *live = kvt__cfg_str(cfg, "fs.live_dir");
+	if (strlen(live) >= sizeof(s->live_dir)) {
+		KVT_ERR(&t->log, "fs: fs.live_dir is too long");
+		return -ENAMETOOLONG;
+	}
+	strcpy(s->live_dir, live);
 	if (!s->ro && s->capacity && s->capacity < t->object_max) {
 		KVT_ERR(&t->log,
 			"fs: fs.bytes (%llu) is smaller than one object (%llu bytes at this "
@@ -1612,6 +1625,13 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	atomic_store(&s->handle_ok, 1);
 	if (getrandom(&s->tmp_nonce, sizeof(s->tmp_nonce), GRND_NONBLOCK) != sizeof(s->tmp_nonce))
 		s->tmp_nonce = kvt__now_ns() ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)s;
+	if (!s->ro && s->live_dir[0]) {
+		s->live_fd = kvt__fs_live_claim(s->live_dir, s->tmp_nonce);
+		if (s->live_fd < 0)
+			KVT_INFO(&t->log, "fs: %s: cannot hold this writer's liveness file (%s): if it "
+					  "dies, this node's sweeps wait fs.tmp_max_age_s for its "
+					  "temporaries", s->live_dir, strerror(-s->live_fd));
+	}
 	/* The host name makes temporaries unique across nodes; keep it to safe characters. */
 	char host[256] = "host";
 	gethostname(host, sizeof(host) - 1);
@@ -1644,6 +1664,7 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 			pthread_mutex_destroy(&s->lock);
 			pthread_mutex_destroy(&s->served_lock);
 			pthread_mutex_destroy(&s->sweep_lock);
+			kvt__fs_live_release(s->live_dir, s->tmp_nonce, s->live_fd);
 			close(s->rootfd);
 			return rc;
 		}
@@ -1676,6 +1697,7 @@ static void fs_close(struct kvt_tier *t)
 	pthread_mutex_destroy(&s->served_lock);
 	pthread_mutex_destroy(&s->sweep_lock);
 	kvt__free(s->temps_seen);
+	kvt__fs_live_release(s->live_dir, s->tmp_nonce, s->live_fd);
 	close(s->rootfd);
 }
 
@@ -2055,7 +2077,44 @@ struct sweep {
 	time_t wall_s; /* this node's clock, for a temporary's dates */
 	struct fs_temp_seen *tv; /* the temporaries this sweep saw and left */
 	size_t tn, tcap;
+	/* this node's writers the walk asked about (fs_live.h), so that each is asked once;
+	 * a dead one's file stays locked by fd until the walk is over */
+	struct {
+		uint64_t nonce;
+		uid_t owner;
+		enum kvt_fs_writer verdict;
+		int fd;
+	} writers[32];
+	unsigned nwriters;
+	uint64_t dead_temps; /* of temps: those a dead writer of this node left */
 };
+
+/* Is the writer of a temporary (its name, its owner) known to be dead? Only for a writer
+ * of this node whose liveness file this sweep could lock; never this instance itself. */
+static bool writer_dead(struct sweep *w, const char *name, uid_t owner)
+{
+	struct fs_state *s = w->s;
+	uint64_t nonce;
+	if (!s->live_dir[0] || !kvt__fs_live_nonce(name, &nonce) || nonce == s->tmp_nonce)
+		return false;
+	for (unsigned i = 0; i < w->nwriters; i++)
+		if (w->writers[i].nonce == nonce && w->writers[i].owner == owner)
+			return w->writers[i].verdict == FS_WRITER_DEAD;
+	if (w->nwriters == KVT_ARRAY_SIZE(w->writers))
+		return false; /* a next sweep asks */
+	int fd;
+	enum kvt_fs_writer v = kvt__fs_live_probe(s->live_dir, nonce, owner, &fd);
+	w->writers[w->nwriters++] = (typeof(w->writers[0])){nonce, owner, v, fd};
+	return v == FS_WRITER_DEAD;
+}
+
+/* After the walk: a dead writer's liveness file goes with its temporaries. */
+static void writers_done(struct sweep *w)
+{
+	for (unsigned i = 0; i < w->nwriters; i++)
+		if (w->writers[i].verdict == FS_WRITER_DEAD)
+			kvt__fs_live_release(w->s->live_dir, w->writers[i].nonce, w->writers[i].fd);
+}
 
 static int temp_cmp(const void *a, const void *b)
 {
@@ -2100,9 +2159,13 @@ static void sweep_temp(struct sweep *w, int dfd, const char *name, const struct 
 	uint64_t max_ns = s->tmp_max_age * 1000000000ull, seen_ns = w->now_ns - cur.since_ns;
 	uint64_t grace_ns = KVT_MIN(max_ns, s->tmp_grace * 1000000000ull);
 	bool dated_old = w->wall_s - st->st_ctim.tv_sec > (time_t)s->tmp_max_age;
-	if (seen_ns >= max_ns || (dated_old && seen_ns >= grace_ns)) {
-		if (unlinkat(dfd, name, 0) == 0)
+	/* Or its writer ran on this node and is dead: no watch needed (fs_live.h) */
+	bool dead = writer_dead(w, name, st->st_uid);
+	if (dead || seen_ns >= max_ns || (dated_old && seen_ns >= grace_ns)) {
+		if (unlinkat(dfd, name, 0) == 0) {
 			w->temps++;
+			w->dead_temps += dead;
+		}
 		return;
 	}
 	if (w->tn == w->tcap) {
@@ -2189,6 +2252,7 @@ static void sweep_once(struct fs_state *s)
 	struct sweep w = {.s = s, .collect = s->capacity > 0, .now_ns = kvt__now_ns(),
 			 .wall_s = time(NULL)};
 	walk_leaves(s, sweep_leaf, &w);
+	writers_done(&w);
 	/* What this walk saw replaces what the last one saw: a temporary not seen now is gone
 	 * (or in a leaf the walk could not read: its watch starts again) */
 	if (w.tn)
@@ -2246,9 +2310,11 @@ static void sweep_once(struct fs_state *s)
 	if (removed || w.temps)
 		KVT_INFO(&s->t->log,
 			 "fs: sweep of %s: %llu bytes stored, removed %llu least recently used "
-			 "objects (%llu bytes) and %llu stale temporary files",
+			 "objects (%llu bytes) and %llu stale temporary files (%llu of them left "
+			 "by dead writers of this node)",
 			 s->dir, (unsigned long long)before, (unsigned long long)removed,
-			 (unsigned long long)freed, (unsigned long long)w.temps);
+			 (unsigned long long)freed, (unsigned long long)w.temps,
+			 (unsigned long long)w.dead_temps);
 	else
 		KVT_DEBUG(&s->t->log, "fs: sweep of %s: %llu bytes stored, nothing removed, %zu "
 				      "temporaries watched", s->dir, (unsigned long long)before, w.tn);

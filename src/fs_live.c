@@ -1,0 +1,103 @@
+/*
+ * fs_live.c - proof that an fs-tier writer is dead, on the node it ran on (fs_live.h says
+ * why). One file per writing instance, "<fs.live_dir>/kvtier-fs-writer.<nonce>", created
+ * exclusively and flock()ed for the instance's life. flock locks belong to the open file,
+ * so a probe from the same process (another open) is refused like anyone's while the owner
+ * holds it, and the kernel drops the lock when the owner's last descriptor closes - at
+ * exit, kill or crash.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs_live.h"
+
+#define LIVE_NAME "kvtier-fs-writer.%016llx"
+
+static int live_path(char *out, size_t cap, const char *dir, uint64_t nonce)
+{
+	int n = snprintf(out, cap, "%s/" LIVE_NAME, dir, (unsigned long long)nonce);
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+int kvt__fs_live_claim(const char *dir, uint64_t nonce)
+{
+	char p[4200];
+	int rc = live_path(p, sizeof(p), dir, nonce);
+	if (rc < 0)
+		return rc;
+	int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = -errno;
+		unlink(p);
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+void kvt__fs_live_release(const char *dir, uint64_t nonce, int fd)
+{
+	char p[4200];
+	if (fd < 0)
+		return;
+	/* unlink first: a probe that opened the file before this still finds it locked */
+	if (live_path(p, sizeof(p), dir, nonce) == 0)
+		unlink(p);
+	close(fd);
+}
+
+enum kvt_fs_writer kvt__fs_live_probe(const char *dir, uint64_t nonce, uid_t owner, int *fd)
+{
+	char p[4200];
+	*fd = -1;
+	if (live_path(p, sizeof(p), dir, nonce) < 0)
+		return FS_WRITER_UNKNOWN;
+	int f = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (f < 0)
+		return FS_WRITER_UNKNOWN; /* not a writer of this node (or gone already) */
+	struct stat st;
+	/* Only the temporary's owner could have been its writer: a file anyone else put
+	 * there proves nothing about that writer. */
+	if (fstat(f, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != owner) {
+		close(f);
+		return FS_WRITER_UNKNOWN;
+	}
+	if (flock(f, LOCK_EX | LOCK_NB) == 0) {
+		*fd = f;
+		return FS_WRITER_DEAD;
+	}
+	int e = errno;
+	close(f);
+	return e == EWOULDBLOCK ? FS_WRITER_LIVE : FS_WRITER_UNKNOWN;
+}
+
+int kvt__fs_live_nonce(const char *name, uint64_t *nonce)
+{
+	const char *t = strstr(name, ".tmp.");
+	const char *last = strrchr(name, '.');
+	if (!t || !last || last <= t + 4)
+		return 0;
+	const char *q = last; /* the nonce ends here; find where it starts */
+	while (q > t + 4 && q[-1] != '.')
+		q--;
+	if (last - q != 16 || q[-1] != '.')
+		return 0;
+	uint64_t v = 0;
+	for (const char *c = q; c < last; c++) {
+		int d = *c >= '0' && *c <= '9'   ? *c - '0'
+			: *c >= 'a' && *c <= 'f' ? *c - 'a' + 10
+						 : -1;
+		if (d < 0)
+			return 0;
+		v = v << 4 | (uint64_t)d;
+	}
+	*nonce = v;
+	return 1;
+}
