@@ -6,17 +6,20 @@
  * holds it, and the kernel drops the lock when the owner's last descriptor closes - at
  * exit, kill or crash.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs_live.h"
 
-#define LIVE_NAME "kvtier-fs-writer.%016llx"
+#define LIVE_PREFIX "kvtier-fs-writer."
+#define LIVE_NAME LIVE_PREFIX "%016llx"
 
 static int live_path(char *out, size_t cap, const char *dir, uint64_t nonce)
 {
@@ -26,16 +29,20 @@ static int live_path(char *out, size_t cap, const char *dir, uint64_t nonce)
 
 int kvt__fs_live_claim(const char *dir, uint64_t nonce)
 {
-	char p[4200];
+	char p[4200], tmp[4210];
 	int rc = live_path(p, sizeof(p), dir, nonce);
 	if (rc < 0)
 		return rc;
-	int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	/* Locked under another name, then renamed: a probe never sees the file unlocked
+	 * while its writer lives (between the creation and the flock it would have). */
+	snprintf(tmp, sizeof(tmp), "%s.new", p);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0 || renameat2(AT_FDCWD, tmp, AT_FDCWD, p,
+							  RENAME_NOREPLACE) < 0) {
 		rc = -errno;
-		unlink(p);
+		unlink(tmp);
 		close(fd);
 		return rc;
 	}
@@ -64,8 +71,9 @@ enum kvt_fs_writer kvt__fs_live_probe(const char *dir, uint64_t nonce, uid_t own
 		return FS_WRITER_UNKNOWN; /* not a writer of this node (or gone already) */
 	struct stat st;
 	/* Only the temporary's owner could have been its writer: a file anyone else put
-	 * there proves nothing about that writer. */
-	if (fstat(f, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != owner) {
+	 * there proves nothing about that writer, nor does a second link to one of the
+	 * owner's files (where fs.protected_hardlinks is off, anyone may make one). */
+	if (fstat(f, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != owner || st.st_nlink != 1) {
 		close(f);
 		return FS_WRITER_UNKNOWN;
 	}
@@ -78,9 +86,35 @@ enum kvt_fs_writer kvt__fs_live_probe(const char *dir, uint64_t nonce, uid_t own
 	return e == EWOULDBLOCK ? FS_WRITER_LIVE : FS_WRITER_UNKNOWN;
 }
 
-int kvt__fs_live_nonce(const char *name, uint64_t *nonce)
+void kvt__fs_live_prune(const char *dir, uint64_t max_age_s)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	time_t now = time(NULL);
+	for (struct dirent *e; (e = readdir(d));) {
+		if (strncmp(e->d_name, LIVE_PREFIX, sizeof(LIVE_PREFIX) - 1))
+			continue;
+		int f = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+		struct stat st;
+		if (f < 0)
+			continue;
+		if (fstat(f, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+		    now - st.st_mtime > (time_t)max_age_s && flock(f, LOCK_EX | LOCK_NB) == 0)
+			unlinkat(dirfd(d), e->d_name, 0);
+		close(f);
+	}
+	closedir(d);
+}
+
+int kvt__fs_live_nonce(const char *name, const char *host, uint64_t *nonce)
 {
 	const char *t = strstr(name, ".tmp.");
+	size_t hl = strlen(host);
+	/* a writer of this node only: of another host it cannot be known here, and asking
+	 * would only crowd the sweep's table (fs_live.h) */
+	if (t && (strncmp(t + 5, host, hl) || t[5 + hl] != '.'))
+		return 0;
 	const char *last = strrchr(name, '.');
 	if (!t || !last || last <= t + 4)
 		return 0;

@@ -12,7 +12,8 @@
  * sweep that finds that file and can take its lock knows the writer is gone.
  *
  * Only a positive proof counts: no file (another node, another container, a reboot), a
- * file owned by someone other than the temporary's owner, or any error says "unknown", and
+ * file owned by someone other than the temporary's owner (or linked twice), or any error
+ * says "unknown", and
  * the temporary waits for the watch as before. A forked child that inherited the lock keeps
  * its parent's temporaries alive, which is only ever conservative.
  */
@@ -33,8 +34,13 @@ void kvt__fs_live_release(const char *dir, uint64_t nonce, int fd);
  * locked by *fd (release it once that writer's temporaries are removed); otherwise *fd is
  * -1. */
 enum kvt_fs_writer kvt__fs_live_probe(const char *dir, uint64_t nonce, uid_t owner, int *fd);
-/* The nonce of a temporary named ".<key>.tmp.<host>.<pid>.<nonce: 16 hex>.<n>"; false if
- * the name is not of that form. */
-int kvt__fs_live_nonce(const char *name, uint64_t *nonce);
+/* The nonce of a temporary named ".<key>.tmp.<host>.<pid>.<nonce: 16 hex>.<n>" written on
+ * host (this node's name as the tier writes it); false if the name is not of that form or
+ * names another host. */
+int kvt__fs_live_nonce(const char *name, const char *host, uint64_t *nonce);
+/* Removes this user's files of writers dead for over max_age_s (found unlocked): those
+ * that died with no temporary left for a sweep to find. By then a sweep's watch removes
+ * whatever temporary such a writer might still have. */
+void kvt__fs_live_prune(const char *dir, uint64_t max_age_s);
 
 #endif

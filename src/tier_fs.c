@@ -2084,18 +2084,19 @@ struct sweep {
 		uid_t owner;
 		enum kvt_fs_writer verdict;
 		int fd;
-	} writers[32];
+	} writers[64];
 	unsigned nwriters;
 	uint64_t dead_temps; /* of temps: those a dead writer of this node left */
 };
 
 /* Is the writer of a temporary (its name, its owner) known to be dead? Only for a writer
- * of this node whose liveness file this sweep could lock; never this instance itself. */
+ * of this node (by the host in the name) whose liveness file this sweep could lock; never
+ * this instance itself. */
 static bool writer_dead(struct sweep *w, const char *name, uid_t owner)
 {
 	struct fs_state *s = w->s;
 	uint64_t nonce;
-	if (!s->live_dir[0] || !kvt__fs_live_nonce(name, &nonce) || nonce == s->tmp_nonce)
+	if (!s->live_dir[0] || !kvt__fs_live_nonce(name, s->host, &nonce) || nonce == s->tmp_nonce)
 		return false;
 	for (unsigned i = 0; i < w->nwriters; i++)
 		if (w->writers[i].nonce == nonce && w->writers[i].owner == owner)
@@ -2114,6 +2115,8 @@ static void writers_done(struct sweep *w)
 	for (unsigned i = 0; i < w->nwriters; i++)
 		if (w->writers[i].verdict == FS_WRITER_DEAD)
 			kvt__fs_live_release(w->s->live_dir, w->writers[i].nonce, w->writers[i].fd);
+	if (w->s->live_dir[0])
+		kvt__fs_live_prune(w->s->live_dir, w->s->tmp_max_age);
 }
 
 static int temp_cmp(const void *a, const void *b)

@@ -13,7 +13,11 @@
  *     file, and keeps the other node's;
  *  3. a liveness file not owned by the temporary's owner proves nothing (root only): kept
  *     until the file is the owner's again;
- *  4. a writer that closes cleanly leaves no liveness file, nor does the sweeping instance.
+ *     nor does one linked twice (anyone may link where fs.protected_hardlinks is off);
+ *  4. a second instance in the sweeping process is alive to it (flock, not fcntl, locks);
+ *  5. the liveness file of a writer that died with no temporary on the directory goes once
+ *     older than fs.tmp_max_age_s; a recent one stays;
+ *  6. a writer that closes cleanly leaves no liveness file, nor does the sweeping instance.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -74,17 +78,31 @@ static void kill_writers(void)
 			kill(g_writers[i], SIGKILL);
 }
 
-/* A writer process: puts 4 MiB objects (fsync data) until it is killed, or closes cleanly
- * after one put if once. */
-static pid_t writer(int salt, bool once)
+/* A writer process: once started (start_writer), puts 4 MiB objects (fsync data) until it
+ * is killed, or closes cleanly after one put if once. All are forked before the sweeping
+ * instance starts its threads: a child of a process with threads that starts threads
+ * itself is refused by TSan, and fragile anywhere. */
+struct writer {
+	pid_t pid;
+	int go; /* a byte written here starts it */
+};
+
+static struct writer writer(int salt, bool once)
 {
+	int p[2];
+	CHECK_EQ(pipe(p), 0);
 	pid_t pid = fork();
 	CHECK(pid >= 0);
 	if (pid) {
+		close(p[0]);
 		if (g_nwriters < 8)
 			g_writers[g_nwriters++] = pid;
-		return pid;
+		return (struct writer){pid, p[1]};
 	}
+	close(p[1]);
+	char go;
+	if (read(p[0], &go, 1) != 1)
+		_exit(0); /* the parent ended without starting it */
 	struct kvt_tier *t = open_fs("0", "data");
 	uint8_t *obj = malloc(CHILD_OBJ);
 	if (!obj)
@@ -122,22 +140,47 @@ static bool present(const char *p)
 }
 
 /* Stops writer pid while a temporary of its own exists; that temporary's path in out. */
+static void start_writer(struct writer w)
+{
+	CHECK_EQ(write(w.go, "g", 1), 1);
+	close(w.go);
+}
+
+/* Does a stopped writer hold the directory's sweep lock (stopped mid-sweep)? The sweeping
+ * instance would then skip every sweep. */
+static bool sweep_lock_held(void)
+{
+	char p[700];
+	snprintf(p, sizeof(p), "%s/v1/.sweep.lock", g_dir);
+	int f = open(p, O_RDONLY);
+	if (f < 0)
+		return false;
+	bool held = flock(f, LOCK_EX | LOCK_NB) < 0;
+	close(f); /* (releases it if taken) */
+	return held;
+}
+
+/* Stops writer pid while a temporary of its own exists (and it holds no sweep lock); that
+ * temporary's path in out. */
 static void catch_writer(pid_t pid, char *out, size_t n)
 {
-	uint64_t end = th_now_ms() + 30000;
+	uint64_t end = th_now_ms() + 60000;
 	while (th_now_ms() < end) {
 		g_found[0] = 0;
 		if (nftw(g_dir, find_one, 16, FTW_PHYS) == 1) {
 			kill(pid, SIGSTOP);
-			if (present(g_found)) {
+			int st;
+			CHECK_EQ(waitpid(pid, &st, WUNTRACED), pid); /* stopped now, not later */
+			CHECK(WIFSTOPPED(st));
+			if (present(g_found) && !sweep_lock_held()) {
 				snprintf(out, n, "%s", g_found);
 				return;
 			}
-			kill(pid, SIGCONT); /* published meanwhile: the next one */
+			kill(pid, SIGCONT); /* published meanwhile, or sweeping: the next one */
 		}
 		usleep(500);
 	}
-	CHECKM(false, "writer %d: no temporary of its seen in 30 s", (int)pid);
+	CHECKM(false, "writer %d: no temporary of its seen in 60 s", (int)pid);
 }
 
 static int live_files(void)
@@ -149,6 +192,33 @@ static int live_files(void)
 		n += !strncmp(e->d_name, "kvtier-fs-writer.", 17);
 	closedir(d);
 	return n;
+}
+
+/* The names of the liveness files now (at most max). */
+static int list_live(char (*out)[80], int max)
+{
+	DIR *d = opendir(g_live);
+	CHECK(d);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d)) && n < max;)
+		if (!strncmp(e->d_name, "kvtier-fs-writer.", 17))
+			snprintf(out[n++], 80, "%.79s", e->d_name);
+	closedir(d);
+	return n;
+}
+
+/* The host name as the tier puts it in a temporary name (safe characters only). */
+static void host_part(char *out, size_t n)
+{
+	char host[256] = "host";
+	gethostname(host, sizeof(host) - 1);
+	size_t o = 0;
+	for (const char *p = host; *p && o < n - 1 && o < 63; p++)
+		out[o++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+					  (*p >= '0' && *p <= '9') || *p == '-'
+				      ? *p
+				      : '_');
+	out[o] = 0;
 }
 
 static void kill_writer(pid_t pid)
@@ -187,9 +257,12 @@ int main(void)
 	snprintf(g_live, sizeof(g_live), "%s/live", root);
 	CHECK_EQ(mkdir(g_live, 0700), 0);
 
+	struct writer wa = writer(1, false), wb = writer(2, false), wc = writer(3, true);
+
 	/* 1. A live (stopped) writer's temporary, and another node's. */
-	pid_t a = writer(1, false);
+	pid_t a = wa.pid;
 	char ta[1200], other[1300];
+	start_writer(wa);
 	catch_writer(a, ta, sizeof(ta));
 	snprintf(other, sizeof(other), "%s", ta);
 	char *dot = strstr(other, ".tmp.");
@@ -232,8 +305,9 @@ int main(void)
 
 	/* 3. A liveness file someone else owns proves nothing. */
 	if (geteuid() == 0) {
-		pid_t b = writer(2, false);
+		pid_t b = wb.pid;
 		char tb[1200];
+		start_writer(wb);
 		catch_writer(b, tb, sizeof(tb));
 		kill_writer(b);
 		char lf[900];
@@ -261,23 +335,87 @@ int main(void)
 		       present(tb) ? "kept" : "REMOVED");
 		CHECKM(present(tb), "a liveness file of another owner was taken as proof");
 		CHECK_EQ(chown(lf, 0, 0), 0);
+		char lf2[1000];
+		snprintf(lf2, sizeof(lf2), "%s/a-second-link", g_live);
+		CHECK_EQ(link(lf, lf2), 0);
 		write_and_sweep(t, 4, obj);
-		printf("     owned by the writer again: temporary %s\n",
-		       present(tb) ? "KEPT" : "removed");
+		printf("     the writer's again but linked twice: temporary %s\n",
+		       present(tb) ? "kept" : "REMOVED");
+		CHECKM(present(tb), "a liveness file with a second link was taken as proof");
+		CHECK_EQ(unlink(lf2), 0);
+		write_and_sweep(t, 5, obj);
+		printf("     linked once: temporary %s\n", present(tb) ? "KEPT" : "removed");
 		CHECK(!present(tb));
 	} else {
+		kill_writer(wb.pid);
 		printf("  3. skipped: chown needs root\n");
 	}
 
-	/* 4. Clean closes leave no liveness file. */
-	pid_t c = writer(3, true);
+	/* 4. Another instance of this very process is alive to the sweeps: a lock of this
+	 * process's own (fcntl's would be) must not read as its writer's death. Its temporary
+	 * is planted under its nonce and this host. */
+	char before[64][80];
+	int nb = list_live(before, 64);
+	struct kvt_tier *t2 = open_fs("0", "none");
+	char after[64][80];
+	int na = list_live(after, 64);
+	CHECK_EQ(na, nb + 1);
+	const char *mine = NULL;
+	for (int i = 0; i < na && !mine; i++) {
+		bool old = false;
+		for (int j = 0; j < nb; j++)
+			old |= !strcmp(after[i], before[j]);
+		if (!old)
+			mine = after[i];
+	}
+	CHECK(mine);
+	char planted[1300], host[64];
+	host_part(host, sizeof(host));
+	snprintf(planted, sizeof(planted), "%s", other);
+	dot = strstr(planted, ".tmp.");
+	snprintf(dot, sizeof(planted) - (size_t)(dot - planted), ".tmp.%s.%ld.%s.0", host,
+		 (long)getpid(), mine + 17);
+	fd = open(planted, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	close(fd);
+	write_and_sweep(t, 6, obj);
+	printf("  4. a temporary of a second instance of this process: %s\n",
+	       present(planted) ? "kept" : "REMOVED");
+	CHECKM(present(planted), "the temporary of a live instance of the sweeping process "
+				 "was removed");
+	th_close(t2);
+	unlink(planted);
+
+	/* 5. A writer that died with no temporary left: its file goes once older than
+	 * fs.tmp_max_age_s (an hour), a recent one stays. */
+	char aged[900], recent[900];
+	snprintf(aged, sizeof(aged), "%s/kvtier-fs-writer.%016llx", g_live, 0xa9edull);
+	snprintf(recent, sizeof(recent), "%s/kvtier-fs-writer.%016llx", g_live, 0x7ecee7ull);
+	fd = open(aged, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	close(fd);
+	fd = open(recent, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	CHECK(fd >= 0);
+	close(fd);
+	struct timespec two_h[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+	CHECK_EQ(utimensat(AT_FDCWD, aged, two_h, 0), 0);
+	write_and_sweep(t, 7, obj);
+	printf("  5. liveness files of dead writers with no temporary: 2 h old %s, new %s\n",
+	       present(aged) ? "KEPT" : "removed", present(recent) ? "kept" : "REMOVED");
+	CHECK(!present(aged));
+	CHECK(present(recent));
+	unlink(recent);
+
+	/* 6. Clean closes leave no liveness file. */
+	pid_t c = wc.pid;
+	start_writer(wc);
 	int st;
 	CHECK_EQ(waitpid(c, &st, 0), c);
 	g_writers[g_nwriters - 1] = 0;
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	CHECK_EQ(live_files(), 1);
 	th_close(t);
-	printf("  4. a writer closed cleanly, then the sweeping instance: %d liveness files left\n",
+	printf("  6. a writer closed cleanly, then the sweeping instance: %d liveness files left\n",
 	       live_files());
 	CHECK_EQ(live_files(), 0);
 	free(obj);
