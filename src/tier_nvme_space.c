@@ -228,14 +228,31 @@ bool nv_spare_take(struct nv *s, struct nv_op *op)
 	return false;
 }
 
+/* The parent of e in its chain, or NULL (none, or not here). */
+static struct nv_ent *chain_up(struct nv *s, const struct nv_ent *e)
+{
+	return e->has_parent && !kvt__key_eq(&e->parent, &e->key) ? nv_ent_find(s, &e->parent)
+								  : NULL;
+}
+
+/* Entries from e up its chain (e included), at most limit + 1 counted. */
+static uint64_t chain_len(struct nv *s, struct nv_ent *e, uint64_t limit)
+{
+	uint64_t n = 0;
+	for (; e && n <= limit; e = chain_up(s, e))
+		n++;
+	return n;
+}
+
 /* Could evicting free need bytes for op? Never an underestimate: the leaves (bar op's
  * parent) first - almost always enough, in a step or two - and where they are not, every
- * object but op's parent and its ancestors, which evicting the leaves cannot reach (the
- * parent is never a victim, so nothing above it becomes a leaf). Before 2026-12-06 the
+ * object but those evicting the leaves cannot reach: op's parent and its ancestors (the
+ * parent is never a victim, so nothing above it becomes a leaf), and the copy of op's own
+ * key that its admission sets aside (no victim either, nv_victim: it stays on disk until op
+ * has stored its new copy) with its ancestors, for the same reason. Before 2026-12-06 the
  * eviction loop found out by trying: it evicted every other leaf and then refused the
- * write, the cache copies lost for nothing. The copy of op's own key that its admission
- * sets aside is no victim either (nv_victim) and counts in neither: it stays on disk until
- * op has stored its new copy. */
+ * write, the cache copies lost for nothing; until 2026-12-07 the set-aside copy's ancestors
+ * were counted as evictable, with the same result (nvme_reput_chain). */
 static bool room_possible(struct nv *s, uint64_t need, const struct nv_op *op)
 {
 	if (!nv_victim(s, op))
@@ -249,22 +266,25 @@ static bool room_possible(struct nv *s, uint64_t need, const struct nv_op *op)
 		if ((!parent || !kvt__key_eq(&e->key, &op->parent)) && e != own)
 			if ((leaves += e->bytes) >= need)
 				return true;
-	uint64_t chain = 0, n = 0;
-	bool own_in_chain = false;
-	struct nv_ent *e = parent ? nv_ent_find(s, &op->parent) : NULL;
-	for (; e && n <= s->nents; n++) {
-		chain += e->bytes;
-		own_in_chain |= e == own; /* (links in a cycle: counted once) */
-		e = e->has_parent && !kvt__key_eq(&e->parent, &e->key) ? nv_ent_find(s, &e->parent)
-								       : NULL;
-	}
+	/* The two chains (from op's parent, from its own kept copy) join where they share an
+	 * ancestor, and are one chain above it: walked in step once the longer one has been
+	 * walked down to the other's length, they meet there, and each entry counts once. */
+	struct nv_ent *a = parent ? nv_ent_find(s, &op->parent) : NULL, *b = own;
+	uint64_t la = chain_len(s, a, s->nents), lb = chain_len(s, b, s->nents);
 	/* a walk longer than the index is a cycle in links restored from a damaged
 	 * .kvtier.chains (its bytes counted over and over): no answer, try evicting */
-	if (n > s->nents)
+	if (la > s->nents || lb > s->nents)
 		return true;
-	if (own && !own_in_chain)
-		chain += own->bytes;
-	return s->used > chain && s->used - chain >= need;
+	uint64_t kept = 0;
+	for (; la > lb; la--, a = chain_up(s, a))
+		kept += a->bytes;
+	for (; lb > la; lb--, b = chain_up(s, b))
+		kept += b->bytes;
+	for (; a && a != b; a = chain_up(s, a), b = chain_up(s, b))
+		kept += a->bytes + b->bytes;
+	for (; a; a = chain_up(s, a)) /* the shared part, once */
+		kept += a->bytes;
+	return s->used > kept && s->used - kept >= need;
 }
 
 /* Evict LRU objects until len more bytes fit under the capacity, recycling one victim's
