@@ -171,9 +171,11 @@ KVT_EXPORT int kvt_rows_store(struct kvt_rows *r, const struct kvt_key *keys,
  * deadline, or at an earlier chunk's failure) that succeeded since, and puts that had
  * succeeded out of order after the first chunk not done. Each is reported once, oldest
  * first; up to max are copied into keys and taken, and their number returned (0: none). At
- * most 4096 are kept between two calls (the oldest are dropped). A store in client mode
- * (store.daemon) reports none: its one put cut at the deadline may still land in kvtierd,
- * and only kvtierd's own events (where it publishes them) say so. */
+ * most 4096 are kept between two calls (the oldest are dropped). In client mode
+ * (store.daemon) a put cut at its call's deadline may still land in kvtierd: such a chunk
+ * is looked up after a later kvt_rows_store on the handle that went through (on that
+ * call's thread, within 50 ms of its time) and reported here once found, up to a minute
+ * after its cut (until 2026-12-07 client mode reported none). */
 KVT_EXPORT size_t kvt_rows_store_late(struct kvt_rows *r, struct kvt_key *keys, size_t max);
 
 #ifdef __cplusplus

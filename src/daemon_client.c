@@ -1603,11 +1603,11 @@ int kvt__client_get_sync(struct kvt_client *c, const struct kvt_key *key,
 }
 
 int kvt__client_lookup_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
-			    int8_t *tiers, struct kvt_result *res)
+			    int8_t *tiers, uint64_t by_ns, struct kvt_result *res)
 {
 	if (!keys && n)
 		return -EINVAL;
-	struct cop o = {.op = KVTD_LOOKUP, .keys = keys, .n = n, .tiers = tiers};
+	struct cop o = {.op = KVTD_LOOKUP, .keys = keys, .n = n, .tiers = tiers, .by_ns = by_ns};
 	return run_sync(c, &o, res, SYNC_REMOVES);
 }
 

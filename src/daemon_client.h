@@ -56,8 +56,9 @@ int kvt__client_stats(struct kvt_client *c, struct kvt_stats *out);
 int kvt__client_put_sync(struct kvt_client *c, const struct kvt_key *key,
 			 const struct kvt_key *parent, uint32_t n_tokens, const void *buf,
 			 size_t len, uint64_t by_ns);
+/* by_ns as a put's (0: store.daemon_timeout_ms only) */
 int kvt__client_lookup_sync(struct kvt_client *c, const struct kvt_key *keys, size_t n,
-			    int8_t *tiers, struct kvt_result *res);
+			    int8_t *tiers, uint64_t by_ns, struct kvt_result *res);
 /* parent (may be NULL): the chunk before key in its chain (a rows load's keys[i-1]), which
  * the daemon links a promotion of key to in its DRAM (a daemon from before 2026-12-06
  * ignores it). */

@@ -943,7 +943,7 @@ int kvt_put_sync(struct kvt_store *s, const struct kvt_key *key, const struct kv
 static int lookup_sync(struct kvt_store *s, const struct kvt_key *keys, size_t n, int8_t *tiers,
 		       struct kvt_result *res)
 {
-	if (s->client) return kvt__client_lookup_sync(s->client, keys, n, tiers, res);
+	if (s->client) return kvt__client_lookup_sync(s->client, keys, n, tiers, 0, res);
 	struct waiter w;
 	waiter_init(&w);
 	struct kvt_storage_keys b;

@@ -40,6 +40,12 @@
  * until taken: beyond this many the oldest are dropped. A caller takes them every engine
  * step; this many between two of its looks means a tier answering thousands at once. */
 #define LATE_MAX 4096u
+/* Client mode's cut puts watched at once (the oldest give way), looked up per store call
+ * at most (one exchange each, within UNSURE_LOOKUP_NS in all), and for how long. */
+#define UNSURE_MAX 64u
+#define UNSURE_PER_CALL 8u
+#define UNSURE_LOOKUP_NS (50ull * 1000000)
+#define UNSURE_MAX_NS (60ull * 1000000000)
 
 struct kvt_rows {
 	struct kvt_store *s;
@@ -71,6 +77,15 @@ struct kvt_rows {
 	 * of LATE_MAX made at the first; under m */
 	struct kvt_key *late;
 	uint32_t late_head, late_n;
+	/* client mode: store chunks whose put was cut at its call's deadline, which kvtierd
+	 * may still store (a cut does not stop the daemon's write: daemon_cut 6). Looked up
+	 * after a later store call that went through, and reported with the late ones once
+	 * found (unsure_resolve); given up after UNSURE_MAX_NS. Under m. */
+	struct unsure {
+		struct kvt_key key;
+		uint64_t since_ns;
+	} unsure[UNSURE_MAX];
+	uint32_t unsure_n;
 };
 
 enum { ST_PENDING = 0, ST_DONE = 1 }; /* else a -errno */
@@ -393,6 +408,55 @@ static void late_push(struct kvt_rows *r, const struct kvt_key *key)
 		r->late_n--;
 	}
 	r->late[(r->late_head + r->late_n++) % LATE_MAX] = *key;
+}
+
+/* Under r->m: a client-mode put of key was cut at its deadline (struct kvt_rows, unsure). */
+static void unsure_push(struct kvt_rows *r, const struct kvt_key *key, uint64_t since_ns)
+{
+	if (r->unsure_n == UNSURE_MAX) { /* full: the oldest goes */
+		memmove(r->unsure, r->unsure + 1, (UNSURE_MAX - 1) * sizeof(r->unsure[0]));
+		r->unsure_n--;
+	}
+	r->unsure[r->unsure_n++] = (struct unsure){*key, since_ns};
+}
+
+/* Client mode, after a store call that went through (the daemon answers): look up the oldest
+ * cut puts, within what is left of that call's deadline (UNSURE_LOOKUP_NS at most); one
+ * found was stored after all, and is reported by kvt_rows_store_late. One not found stays
+ * watched until UNSURE_MAX_NS. The lookups run on the store call's thread, never on the
+ * caller of kvt_rows_store_late (an engine's scheduler). */
+static void unsure_resolve(struct kvt_rows *r, uint64_t deadline)
+{
+	struct unsure u[UNSURE_PER_CALL];
+	pthread_mutex_lock(&r->m);
+	uint32_t n = KVT_MIN(r->unsure_n, UNSURE_PER_CALL);
+	memcpy(u, r->unsure, n * sizeof(u[0]));
+	memmove(r->unsure, r->unsure + n, (r->unsure_n - n) * sizeof(u[0]));
+	r->unsure_n -= n;
+	pthread_mutex_unlock(&r->m);
+	if (!n)
+		return;
+	uint64_t now = kvt__now_ns(), by = now + UNSURE_LOOKUP_NS;
+	if (deadline && deadline < by)
+		by = deadline;
+	int found[UNSURE_PER_CALL];
+	for (uint32_t i = 0; i < n; i++) {
+		int8_t tier;
+		/* 1: present; 0: not (yet); < 0: not asked (the budget is spent, the daemon
+		 * failed): watched on */
+		found[i] = kvt__now_ns() < by
+				   ? kvt__client_lookup_sync(r->s->client, &u[i].key, 1, &tier, by, NULL)
+				   : -ETIME;
+	}
+	now = kvt__now_ns();
+	pthread_mutex_lock(&r->m);
+	for (uint32_t i = 0; i < n; i++) {
+		if (found[i] == 1)
+			late_push(r, &u[i].key);
+		else if (found[i] < 0 || now - u[i].since_ns < UNSURE_MAX_NS)
+			unsure_push(r, &u[i].key, u[i].since_ns);
+	}
+	pthread_mutex_unlock(&r->m);
 }
 
 static void store_cb(void *arg, const struct kvt_result *res)
@@ -762,6 +826,11 @@ static int run_serial(struct kvt_rows *r, const struct kvt_key *keys,
 						      hp ? &parents[i] : NULL, r->chunk_tokens,
 						      buf, r->chunk_bytes, deadline);
 			out.wait_ns += kvt__now_ns() - t1;
+			if (rc == -ETIME) { /* cut: the daemon may store it yet */
+				pthread_mutex_lock(&r->m);
+				unsure_push(r, &keys[i], kvt__now_ns());
+				pthread_mutex_unlock(&r->m);
+			}
 			if (rc < 0) {
 				fail = rc;
 				break;
@@ -819,9 +888,15 @@ static int rows_store(struct kvt_rows *r, const struct kvt_key *keys, const stru
 {
 	if ((n && (!keys || !row_ids)) || check_rows(r, row_ids, n))
 		return -EINVAL;
-	if (r->s->client)
-		return run_serial(r, keys, parents, has_parent, row_ids, n, false, deadline_ns, res,
-				  NULL);
+	if (r->s->client) {
+		struct kvt_rows_result own;
+		res = res ? res : &own;
+		int rc = run_serial(r, keys, parents, has_parent, row_ids, n, false, deadline_ns,
+				    res, NULL);
+		if (res->status == 0)
+			unsure_resolve(r, deadline_ns);
+		return rc;
+	}
 	struct store_ctx sc = {
 		.keys = keys, .parents = parents, .has_parent = has_parent, .row_ids = row_ids};
 	return run_batch(r, n, row_ids, false, submit_put, &sc, deadline_ns, res);

@@ -258,8 +258,9 @@ class Rows:
         """The keys of chunks a store() put but did not count in its result (done): puts
         still in flight when it returned (its deadline, an earlier chunk's failure) that
         succeeded since, and puts done out of order after the first chunk not done. Each is
-        reported once, oldest first, up to max_keys per call. [] once closed. A client-mode
-        store reports none (include/kvtier_layout.h)."""
+        reported once, oldest first, up to max_keys per call. [] once closed. In client mode
+        a put cut at the deadline that kvtierd stored since is found by a lookup after a
+        later store() that went through (include/kvtier_layout.h)."""
         h = getattr(self, "_h", None)
         r = h.enter() if h is not None else None
         if not r:
