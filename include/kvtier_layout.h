@@ -174,8 +174,8 @@ KVT_EXPORT int kvt_rows_store(struct kvt_rows *r, const struct kvt_key *keys,
  * most 4096 are kept between two calls (the oldest are dropped). In client mode
  * (store.daemon) a put cut at its call's deadline may still land in kvtierd: such a chunk
  * is looked up after a later kvt_rows_store on the handle that went through (on that
- * call's thread, within 50 ms of its time) and reported here once found, up to a minute
- * after its cut (until 2026-12-07 client mode reported none). */
+ * call's thread, within 200 ms of its time, if 20 ms of it are left) and reported here once
+ * found, up to a minute after its cut (until 2026-12-07 client mode reported none). */
 KVT_EXPORT size_t kvt_rows_store_late(struct kvt_rows *r, struct kvt_key *keys, size_t max);
 
 #ifdef __cplusplus

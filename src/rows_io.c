@@ -44,7 +44,9 @@
  * at most (one exchange each, within UNSURE_LOOKUP_NS in all), and for how long. */
 #define UNSURE_MAX 64u
 #define UNSURE_PER_CALL 8u
-#define UNSURE_LOOKUP_NS (50ull * 1000000)
+#define UNSURE_LOOKUP_NS (200ull * 1000000)
+#define UNSURE_MIN_LEFT_NS (20ull * 1000000) /* less left: no lookups (a cut one drops the
+					       * connection, which the next call pays for) */
 #define UNSURE_MAX_NS (60ull * 1000000000)
 
 struct kvt_rows {
@@ -413,6 +415,9 @@ static void late_push(struct kvt_rows *r, const struct kvt_key *key)
 /* Under r->m: a client-mode put of key was cut at its deadline (struct kvt_rows, unsure). */
 static void unsure_push(struct kvt_rows *r, const struct kvt_key *key, uint64_t since_ns)
 {
+	for (uint32_t i = 0; i < r->unsure_n; i++)
+		if (kvt__key_eq(&r->unsure[i].key, key))
+			return; /* cut again (a retried store): watched once, reported once */
 	if (r->unsure_n == UNSURE_MAX) { /* full: the oldest goes */
 		memmove(r->unsure, r->unsure + 1, (UNSURE_MAX - 1) * sizeof(r->unsure[0]));
 		r->unsure_n--;
@@ -439,11 +444,18 @@ static void unsure_resolve(struct kvt_rows *r, uint64_t deadline)
 	uint64_t now = kvt__now_ns(), by = now + UNSURE_LOOKUP_NS;
 	if (deadline && deadline < by)
 		by = deadline;
+	if (by < now + UNSURE_MIN_LEFT_NS) { /* no time for them: all put back as they were */
+		pthread_mutex_lock(&r->m);
+		for (uint32_t i = 0; i < n; i++)
+			unsure_push(r, &u[i].key, u[i].since_ns);
+		pthread_mutex_unlock(&r->m);
+		return;
+	}
 	int found[UNSURE_PER_CALL];
 	for (uint32_t i = 0; i < n; i++) {
 		int8_t tier;
-		/* 1: present; 0: not (yet); < 0: not asked (the budget is spent, the daemon
-		 * failed): watched on */
+		/* 1: present; 0: not (yet), or the lookup failed; < 0: not asked (the budget
+		 * is spent) or refused: watched on until UNSURE_MAX_NS either way */
 		found[i] = kvt__now_ns() < by
 				   ? kvt__client_lookup_sync(r->s->client, &u[i].key, 1, &tier, by, NULL)
 				   : -ETIME;
@@ -453,7 +465,7 @@ static void unsure_resolve(struct kvt_rows *r, uint64_t deadline)
 	for (uint32_t i = 0; i < n; i++) {
 		if (found[i] == 1)
 			late_push(r, &u[i].key);
-		else if (found[i] < 0 || now - u[i].since_ns < UNSURE_MAX_NS)
+		else if (now - u[i].since_ns < UNSURE_MAX_NS)
 			unsure_push(r, &u[i].key, u[i].since_ns);
 	}
 	pthread_mutex_unlock(&r->m);

@@ -8,7 +8,11 @@
  * The daemon's one tier writes one object per second (faulty.write_bytes_per_s):
  *  1. a store of chunk A with 200 ms left is cut (-ETIME, 0 done); nothing is late yet;
  *  2. once A's write has landed (1.5 s), a store of B with 5 s left goes through - and
- *     then A is reported late, once; B (counted by its call) is not.
+ *     then A is reported late, once; B (counted by its call) is not;
+ *  3. a store of C cut the same way, then a remove of C (which waits for C's write): the
+ *     next stores go through, and C, not there when looked up, is never reported.
+ * A lookup after a store gets at most 200 ms: two stores follow each cut, so that a slow
+ * (sanitizer) daemon has two chances to answer.
  */
 #include "lib/daemon_harness.h" /* includes testlib.h */
 
@@ -30,9 +34,9 @@ int main(void)
 		rows[i] = (uint8_t)(i * 7 + 3);
 	struct kvt_rows *r;
 	CHECK_RC(kvt_rows_open(s, &lay, rows, 2, 1, &r), 0);
-	struct kvt_key ab[2];
-	test_chain_keys(s, &ab[0], 1, 0xa1);
-	test_chain_keys(s, &ab[1], 1, 0xb1);
+	struct kvt_key ab[6];
+	for (int i = 0; i < 6; i++)
+		test_chain_keys(s, &ab[i], 1, 0xa1 + (uint32_t)i);
 	uint64_t row0 = 0, row1 = 1;
 	struct kvt_rows_result res;
 
@@ -50,6 +54,10 @@ int main(void)
 	usleep(1500 * 1000); /* A's write lands (one object a second) */
 	done = kvt_rows_store(r, &ab[1], NULL, NULL, &row1, 1, test_now_ns() + 5000ull * 1000000,
 			      &res);
+	struct kvt_rows_result res2;
+	int done2 = kvt_rows_store(r, &ab[2], NULL, NULL, &row1, 1,
+				   test_now_ns() + 5000ull * 1000000, &res2);
+	CHECK_EQ(done2, 1);
 	nl = kvt_rows_store_late(r, late, 4);
 	printf("  2. 1.5 s later, a store of B with 5 s left: %d done, status %d; late: %zu (%s)\n",
 	       done, res.status, nl,
@@ -59,6 +67,18 @@ int main(void)
 	CHECKM(nl == 1 && !memcmp(&late[0], &ab[0], sizeof(ab[0])),
 	       "A, cut at its deadline and stored by the daemon since, was not reported late");
 	CHECK_EQ(kvt_rows_store_late(r, late, 4), 0); /* once */
+
+	done = kvt_rows_store(r, &ab[3], NULL, NULL, &row0, 1, test_now_ns() + 200ull * 1000000,
+			      &res);
+	CHECK_EQ(res.status, -ETIME);
+	int rm = kvt_remove_sync(s, &ab[3]);
+	for (int i = 4; i < 6; i++)
+		CHECK_EQ(kvt_rows_store(r, &ab[i], NULL, NULL, &row1, 1,
+					test_now_ns() + 5000ull * 1000000, &res), 1);
+	nl = kvt_rows_store_late(r, late, 4);
+	printf("  3. store of C cut, C removed from %d tier, two stores through: late: %zu\n", rm, nl);
+	CHECK_EQ(rm, 1); /* from the one tier, where its write had landed */
+	CHECKM(nl == 0, "a cut put that was removed before it could be looked up was reported");
 
 	kvt_rows_close(r);
 	kvt_store_close(s);
