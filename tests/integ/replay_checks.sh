@@ -24,6 +24,8 @@
 #   - end_prob=1e-9 with the default 12,000 requests: one conversation of 15,064 turns,
 #     105 M blocks, 2.3 GB and 150 s (a session now ends after KVT_GEN_MAX_TURNS turns).
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary or no jq).
+# kvt-test-labels: heavy (mostly the single-threaded simulator: 66 s under TSan on 2 cores,
+# so scripts/test.sh leaves it out there; release and ASan run it)
 set -u
 . "$(dirname "$0")/lib/jq.sh"
 K=${KVT_BIN:-build}/kvtier

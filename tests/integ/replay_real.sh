@@ -7,6 +7,9 @@
 # are within 0.003 of it, and with NVMe admission within 0.005; malformed inputs fail with
 # one line and a non-zero exit; the --dir it creates is 0700 (it was 0755).
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary or no jq).
+# kvt-test-labels: heavy (a workload run for its hit ratios: 255 s under TSan on 2 cores, so
+# scripts/test.sh leaves it out there; the store's threads it runs are TSan-checked by the
+# store and daemon tests, and release and ASan run it)
 set -u
 . "$(dirname "$0")/lib/jq.sh"
 KVT=${KVT_BIN:-build}/kvtier
