@@ -30,6 +30,7 @@
 
 #include "lib/rm_rf.h"
 #include "lib/tierh.h"
+#include "lib/fs_sweep.h"
 
 extern const struct kvt_tier_ops kvt__tier_fs_ops;
 
@@ -37,18 +38,16 @@ extern const struct kvt_tier_ops kvt__tier_fs_ops;
 #define CHILD_OBJ (4u << 20)
 
 static char g_dir[600], g_live[600];
-static _Atomic int sweeps_over, dead_removed;
+static _Atomic int dead_removed;
 
 static void count_log(void *arg, int level, const char *msg)
 {
 	(void)arg;
-	if (strstr(msg, "fs: sweep of")) {
-		unsigned long long n = 0;
-		if (strstr(msg, "left by dead writers") &&
-		    sscanf(strrchr(msg, '(') + 1, "%llu", &n) == 1)
-			atomic_fetch_add(&dead_removed, (int)n);
-		atomic_fetch_add(&sweeps_over, 1);
-	}
+	unsigned long long n = 0;
+	if (strstr(msg, "fs: sweep of") && strstr(msg, "left by dead writers") &&
+	    sscanf(strrchr(msg, '(') + 1, "%llu", &n) == 1)
+		atomic_fetch_add(&dead_removed, (int)n);
+	fs_sweep_log_line(msg);
 	if (level <= KVT_LOG_WARN || getenv("KVT_TEST_VERBOSE"))
 		fprintf(stderr, "  [tier %d] %s\n", level, msg);
 }
@@ -207,20 +206,6 @@ static int list_live(char (*out)[80], int max)
 	return n;
 }
 
-/* The host name as the tier puts it in a temporary name (safe characters only). */
-static void host_part(char *out, size_t n)
-{
-	char host[256] = "host";
-	gethostname(host, sizeof(host) - 1);
-	size_t o = 0;
-	for (const char *p = host; *p && o < n - 1 && o < 63; p++)
-		out[o++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-					  (*p >= '0' && *p <= '9') || *p == '-'
-				      ? *p
-				      : '_');
-	out[o] = 0;
-}
-
 static void kill_writer(pid_t pid)
 {
 	kill(pid, SIGKILL);
@@ -234,15 +219,7 @@ static void kill_writer(pid_t pid)
 /* A write of the sweeping instance, and the sweep it sets off (fs.bytes is 16 objects). */
 static void write_and_sweep(struct kvt_tier *t, uint64_t i, const uint8_t *obj)
 {
-	int before = atomic_load(&sweeps_over);
-	struct kvt_key k;
-	th_key(&k, i, 77);
-	CHECK_EQ(th_write(t, &k, obj, OBJ), 0);
-	uint64_t end = th_now_ms() + 10000;
-	while (atomic_load(&sweeps_over) == before && th_now_ms() < end)
-		usleep(10000);
-	CHECKM(atomic_load(&sweeps_over) > before, "write %llu: no sweep within 10 s",
-	       (unsigned long long)i);
+	fs_write_and_sweep(t, i, 77, obj, OBJ);
 }
 
 int main(void)
@@ -370,7 +347,7 @@ int main(void)
 	}
 	CHECK(mine);
 	char planted[1300], host[64];
-	host_part(host, sizeof(host));
+	fs_host_part(host, sizeof(host));
 	snprintf(planted, sizeof(planted), "%s", other);
 	dot = strstr(planted, ".tmp.");
 	snprintf(dot, sizeof(planted) - (size_t)(dot - planted), ".tmp.%s.%ld.%s.0", host,

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "lib/tierh.h"
+#include "lib/fs_sweep.h"
 
 extern const struct kvt_tier_ops kvt__tier_fs_ops;
 
@@ -33,27 +34,13 @@ static struct kvt_tier *fs_open(const char *dir)
 	return t;
 }
 
-/* The host name as the tier puts it in a temporary name (safe characters only). */
-static void host_part(char *out, size_t n)
-{
-	char host[256] = "host";
-	gethostname(host, sizeof(host) - 1);
-	size_t o = 0;
-	for (const char *p = host; *p && o < n - 1 && o < 63; p++)
-		out[o++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-					  (*p >= '0' && *p <= '9') || *p == '-'
-				      ? *p
-				      : '_');
-	out[o] = 0;
-}
-
 /* Plant, in k's leaf, the temporaries an earlier instance with this host and pid left
  * (old names, n = 0 .. LEFT-1), each holding 100 bytes. The leaf's path in leaf. */
 static void plant_leftovers(const char *dir, const struct kvt_key *k, char *leaf, size_t n)
 {
 	char hex[65], host[64], p[1200], cmd[1300];
 	kvt_key_to_hex(k, hex);
-	host_part(host, sizeof(host));
+	fs_host_part(host, sizeof(host));
 	snprintf(leaf, n, "%s/v1/%.2s/%.2s", dir, hex, hex + 2);
 	snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", leaf);
 	CHECK_EQ(system(cmd), 0);

@@ -22,19 +22,18 @@
 #include <sys/stat.h>
 
 #include "lib/tierh.h"
+#include "lib/fs_sweep.h"
 #include "lib/loop_image.h"
 
 extern const struct kvt_tier_ops kvt__tier_fs_ops;
 
 #define OBJ 65536
 
-static _Atomic int sweeps_over;
 
 static void count_log(void *arg, int level, const char *msg)
 {
 	(void)arg;
-	if (strstr(msg, "fs: sweep of")) /* one line per sweep: what it removed, or nothing */
-		atomic_fetch_add(&sweeps_over, 1);
+	fs_sweep_log_line(msg);
 	if (level <= KVT_LOG_WARN || getenv("KVT_TEST_VERBOSE"))
 		fprintf(stderr, "  [tier %d] %s\n", level, msg);
 }
@@ -42,15 +41,7 @@ static void count_log(void *arg, int level, const char *msg)
 /* A write that sweeps after it (every write: fs.bytes is 16 objects), and the sweep over. */
 static void write_and_sweep(struct kvt_tier *t, uint64_t i, const uint8_t *obj)
 {
-	int before = atomic_load(&sweeps_over);
-	struct kvt_key k;
-	th_key(&k, i, 91);
-	CHECK_EQ(th_write(t, &k, obj, OBJ), 0);
-	uint64_t end = th_now_ms() + 10000;
-	while (atomic_load(&sweeps_over) == before && th_now_ms() < end)
-		usleep(10000);
-	CHECKM(atomic_load(&sweeps_over) > before, "write %llu: no sweep within 10 s",
-	       (unsigned long long)i);
+	fs_write_and_sweep(t, i, 91, obj, OBJ);
 }
 
 static bool present(const char *path)
