@@ -3,9 +3,9 @@
  * written, so the sweep (oldest max(atime, mtime) first) does not take it for the least
  * recently used. Why: until 2026-12-06 the put kept the old file and its old date, and the
  * key most recently put and flushed was the first a sweep removed (found by review).
- * Two instances on one directory, fs.bytes = 16 objects: A writes K0, then K1..K14 a
- * second later; B puts K0 a second after that; A writes K15 and K16, and its sweep removes
- * two objects: K1 and K2, never K0.
+ * Two instances on one directory, fs.bytes = 16 objects: A writes K0..K14, dated by hand
+ * K0 200 s ago, then K1..K14 a second apart; B puts K0; A writes K15 and K16, and its sweep
+ * removes two objects: K1 and K2, never K0.
  * Part 2, the same measure for a chain: a new child is dated just before its parent's age,
  * max(atime, mtime). Parent P written 1000 s ago and read since, 14 objects X idle for
  * 500 s, then child C of P, then two more X: the sweep removes X's, not C (until
@@ -106,19 +106,22 @@ int main(void)
 	for (int i = 0; i < 17; i++)
 		th_key(&k[i], (uint64_t)i, 77);
 	struct kvt_tier *a = open_fs(dir), *b = open_fs(dir);
-	th_obj_fill(buf, OBJ, 100);
-	CHECK_EQ(th_write(a, &k[0], buf, OBJ), 0);
-	sleep(1);
-	for (int i = 1; i < 15; i++) {
+	for (int i = 0; i < 15; i++) {
 		th_obj_fill(buf, OBJ, 100 + (uint64_t)i);
 		CHECK_EQ(th_write(a, &k[i], buf, OBJ), 0);
 	}
 	CHECK_EQ(th_flush(a), 0);
-	sleep(1);
+	/* Dated by hand, a second apart: K0 first, 200 s ago, then K1..K14. Written a few ms
+	 * apart, they shared the file system's coarse timestamps (a clock tick), and the
+	 * sweep's oldest-first order among equal dates is arbitrary: under TSan it once took
+	 * K1 and K3 (2026-12-07). */
+	time_t now = time(NULL);
+	set_times(dir, &k[0], now - 200, now - 200);
+	for (int i = 1; i < 15; i++)
+		set_times(dir, &k[i], now - 100 + i, now - 100 + i);
 	th_obj_fill(buf, OBJ, 100);
 	CHECK_EQ(th_write(b, &k[0], buf, OBJ), 0); /* B's put of K0, the most recent */
 	CHECK_EQ(th_flush(b), 0);
-	sleep(1);
 	for (int i = 15; i < 17; i++) {
 		th_obj_fill(buf, OBJ, 100 + (uint64_t)i);
 		CHECK_EQ(th_write(a, &k[i], buf, OBJ), 0);
