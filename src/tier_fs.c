@@ -196,6 +196,7 @@ struct fs_state {
 	 * it is alive to this node's sweeps (fs_live.h) */
 	char live_dir[4096];
 	int live_fd;
+	uint64_t live_pruned_ns; /* the last kvt__fs_live_prune (0: never); under sweep_lock */
 	bool ro;
 	mode_t file_mode, dir_mode;
 	uint64_t capacity;     /* fs.bytes, 0: unbounded */
@@ -2115,8 +2116,14 @@ static void writers_done(struct sweep *w)
 	for (unsigned i = 0; i < w->nwriters; i++)
 		if (w->writers[i].verdict == FS_WRITER_DEAD)
 			kvt__fs_live_release(w->s->live_dir, w->writers[i].nonce, w->writers[i].fd);
-	if (w->s->live_dir[0])
-		kvt__fs_live_prune(w->s->live_dir, w->s->tmp_max_age);
+	/* at most every 10 minutes: it lists the whole directory (/dev/shm holds others'
+	 * files too), and removes only files older than fs.tmp_max_age_s */
+	struct fs_state *s = w->s;
+	if (s->live_dir[0] && (!s->live_pruned_ns || w->now_ns - s->live_pruned_ns >=
+							  FS_SWEEP_PERIOD_NS)) {
+		s->live_pruned_ns = w->now_ns;
+		kvt__fs_live_prune(s->live_dir, s->tmp_max_age);
+	}
 }
 
 static int temp_cmp(const void *a, const void *b)

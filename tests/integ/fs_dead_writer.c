@@ -16,7 +16,7 @@
  *     nor does one linked twice (anyone may link where fs.protected_hardlinks is off);
  *  4. a second instance in the sweeping process is alive to it (flock, not fcntl, locks);
  *  5. the liveness file of a writer that died with no temporary on the directory goes once
- *     older than fs.tmp_max_age_s; a recent one stays;
+ *     older than fs.tmp_max_age_s (at an instance's first sweep); a recent one stays;
  *  6. a writer that closes cleanly leaves no liveness file, nor does the sweeping instance.
  */
 #include <dirent.h>
@@ -376,7 +376,12 @@ int main(void)
 	close(fd);
 	struct timespec two_h[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
 	CHECK_EQ(utimensat(AT_FDCWD, aged, two_h, 0), 0);
-	write_and_sweep(t, 7, obj);
+	/* pruned by an instance's first sweep, then at most every 10 minutes: a new one */
+	struct kvt_tier *t3 = open_fs(bytes, "none");
+	t3->log.fn = count_log;
+	t3->log.level = KVT_LOG_DEBUG;
+	write_and_sweep(t3, 7, obj);
+	th_close(t3);
 	printf("  5. liveness files of dead writers with no temporary: 2 h old %s, new %s\n",
 	       present(aged) ? "KEPT" : "removed", present(recent) ? "kept" : "REMOVED");
 	CHECK(!present(aged));
