@@ -79,14 +79,17 @@ static int read_tokens(const char *path, uint32_t **out, size_t *n, char *why, s
 	size_t cap = 4096, len = 0;
 	uint32_t *t = malloc(cap * sizeof(*t));
 	int rc = t ? 0 : -ENOMEM, c = 0;
+	/* one lock for the whole read: getc() locks the stream per byte, which made a 128 MiB
+	 * file take 21 s under TSan (3 s without) */
+	flockfile(f);
 	while (!rc) {
 		char word[24];
 		size_t w = 0;
-		while ((c = getc(f)) != EOF && isspace(c))
+		while ((c = getc_unlocked(f)) != EOF && isspace(c))
 			;
 		/* a word too long for any id is marked, and reported without reading on (it
 		 * could be /dev/zero) */
-		for (; c != EOF && !isspace(c) && w < sizeof(word); c = getc(f), w++)
+		for (; c != EOF && !isspace(c) && w < sizeof(word); c = getc_unlocked(f), w++)
 			word[w] = (char)(isprint(c) ? c : '?');
 		if (!w)
 			break; /* end of file (or a read error, below) */
@@ -95,8 +98,16 @@ static int read_tokens(const char *path, uint32_t **out, size_t *n, char *why, s
 			snprintf(word + sizeof(word) - 4, 4, "...");
 		else
 			word[w] = 0;
+		/* decimal digits only, by hand: strtoull per word was half the time of a 64M-token
+		 * file (and takes a sign, which would negate) */
 		uint64_t v = 0;
-		if (cut || kvt__parse_u64(word, &v) < 0 || v > UINT32_MAX) {
+		bool digits = !cut;
+		for (size_t i = 0; digits && i < w; i++) {
+			digits = word[i] >= '0' && word[i] <= '9';
+			v = v * 10 + (uint64_t)(word[i] - '0');
+			digits = digits && v <= UINT32_MAX;
+		}
+		if (!digits) {
 			snprintf(why, whylen, "token %zu: '%s' is not a token id (an integer "
 					      "in [0, 4294967295])", len + 1, word);
 			rc = -EINVAL;
@@ -112,6 +123,7 @@ static int read_tokens(const char *path, uint32_t **out, size_t *n, char *why, s
 		if (!rc)
 			t[len++] = (uint32_t)v;
 	}
+	funlockfile(f);
 	if (!rc && ferror(f)) { /* a directory, an I/O error */
 		int e = errno;
 		snprintf(why, whylen, "%s", strerror(e ? e : EIO));
