@@ -659,7 +659,10 @@ int kvt_bench_mlperf(int argc, char **argv)
 		struct statvfs vfs;
 		uint64_t room = statvfs(dir, &vfs) == 0 ? (uint64_t)vfs.f_bavail * vfs.f_frsize / 10 * 8
 							: want;
-		nvme = KVT_MAX(KVT_MIN(want, room), 1ull << 30);
+		/* at least 1 GiB (small scales), never more than the room: the message below
+		 * says 80% of the free space, and the tier would clamp it anyway (1 MiB at least:
+		 * nvme.bytes is not 0, and a full disk is then the tier's to report) */
+		nvme = KVT_MAX(KVT_MIN(KVT_MAX(want, 1ull << 30), room), 1ull << 20);
 		capped = want > room;
 	}
 	uint64_t dram_pool = (uint64_t)((double)dram * scale);
@@ -690,7 +693,7 @@ int kvt_bench_mlperf(int argc, char **argv)
 	}
 	if (capped)
 		fprintf(stderr, "kvtier bench: the users' working set (~%.1f GiB) does not fit in %s: "
-				"NVMe capacity %.1f GiB (80%% of the free space); expect evictions\n",
+				"NVMe capacity %.2f GiB (80%% of the free space); expect evictions\n",
 			(double)want / 1073741824.0, dir, (double)nvme / 1073741824.0);
 	/* The DRAM pool is faulted in at open (dram.prefault, as kvtierd does), untimed: a
 	 * serving process maps its pool once at start, and first touches inside the run cost
