@@ -53,7 +53,7 @@ expect_err "gen empty docs" "generator: invalid argument" "$K" replay --simulate
 # 1-token documents stop at a request's block count (4e9 of them: 0.4 s, 280 MB each)
 expect_err "gen docs from 0" "generator: invalid argument" "$K" replay --simulate --workload rag \
 	--requests 1 --seed 2 --gen docs=1 --gen doc_min=0 --gen doc_max=1 --gen docs_per_req=4000000000
-(timeout 20 "$K" replay --simulate --workload rag --requests 3 --gen docs=1 --gen doc_min=1 \
+(timeout $HANG_S "$K" replay --simulate --workload rag --requests 3 --gen docs=1 --gen doc_min=1 \
 	--gen doc_max=1 --gen docs_per_req=4000000000 --json >"$T/out" 2>"$T/err") ||
 	fail "gen 1-token docs: $(tail -2 "$T/err")"
 # a [section] name libinih would cut to 49 bytes reaches the handler whole (it was cut:
@@ -67,7 +67,7 @@ expect_err "gen hex knob" "think_s=0x1p3: bad value" "$K" replay --simulate --wo
 	--requests 1 --gen think_s=0x1p3
 expect_err "gen signed knob" "rate= +4: bad value" "$K" replay --simulate --workload chat \
 	--requests 1 --gen 'rate= +4'
-(timeout 60 "$K" replay --simulate --workload rag --requests 1 --gen docs_per_req=4000000000 \
+(timeout $((3 * HANG_S)) "$K" replay --simulate --workload rag --requests 1 --gen docs_per_req=4000000000 \
 	--gen doc_min=4096 --gen doc_max=8192 --json >"$T/out" 2>"$T/err") || fail "gen docs_per_req=4e9: $(tail -2 "$T/err")"
 tail -1 "$T/out" | jqe '.requests == 1 and .input_tokens == 16777216' >/dev/null || fail "gen docs_per_req=4e9: $(tail -c 300 "$T/out")"
 expect_err "trace empty" "empty.jsonl: no requests (empty trace)" "$K" replay --trace "$T/empty.jsonl" --simulate
@@ -84,7 +84,7 @@ expect_err "crossover plot pipe" "a name starting with '|' is a command to gnupl
 # a tier name carrying a newline: its title's line ended inside the quotes and gnuplot ran
 # the next line, a '!' line, as a shell command (until 2026-12-05)
 # (a name under 16 bytes: the command runs in gnuplot's directory, here $T)
-rc=0; (cd "$T" && timeout 20 "$K" crossover --tiers $'dram,a\n!touch Q;#' --plot x.png \
+rc=0; (cd "$T" && timeout $HANG_S "$K" crossover --tiers $'dram,a\n!touch Q;#' --plot x.png \
 	>/dev/null 2>"$T/err") || rc=$?
 [ $rc != 0 ] && [ $rc != 124 ] || fail "crossover with a newline in a tier name: exit $rc"
 [ -e "$T/Q" ] && fail "crossover: a tier name ran a shell command through gnuplot"
@@ -137,13 +137,13 @@ expect_err "tokens too many" "many.tok: more than 67108864 token ids" "$K" sessi
 rm -f "$T/many.tok"
 # the s3 credentials file goes through the same bounded loader (the store then refuses to open)
 rc=0
-timeout 20 "$K" stat --dir "$T/s" --tiers dram,s3 --set s3.endpoint=http://127.0.0.1:1 \
+timeout $HANG_S "$K" stat --dir "$T/s" --tiers dram,s3 --set s3.endpoint=http://127.0.0.1:1 \
 	--set s3.bucket=kvt-bucket --set s3.credentials_file=/dev/zero >/dev/null 2>"$T/err" || rc=$?
 [ $rc != 124 ] && [ $rc != 0 ] || fail "s3 credentials /dev/zero: exit $rc"
 grep -q "credentials file /dev/zero: not a regular file" "$T/err" || fail "s3 credentials: $(cat "$T/err")"
 # so does the cost profile
 rc=0
-timeout 20 "$K" crossover --set cost.profile=/dev/zero >/dev/null 2>"$T/err" || rc=$?
+timeout $HANG_S "$K" crossover --set cost.profile=/dev/zero >/dev/null 2>"$T/err" || rc=$?
 [ $rc != 124 ] && [ $rc != 0 ] || fail "cost.profile /dev/zero: exit $rc"
 grep -q "/dev/zero: not a regular file" "$T/err" || fail "cost.profile: $(cat "$T/err")"
 # input echoed in an error carries no control character out of it (until 2026-12-06 a

@@ -297,7 +297,15 @@ int main(void)
 	while (kvt__faulty_injected(t) == inj8)
 		usleep(1000);
 	kvt__faulty_set(t, 0, 0, 0);
-	usleep(200 * 1000); /* its job completes (h's is still out) */
+	/* its job completes (h's is still out, until 1.5 s): polled, a fixed 200 ms was one
+	 * slow scheduling away from a flush that saw k8's job still failing */
+	for (uint64_t tw = test_now_ns();;) {
+		struct kvt_stats sw;
+		CHECK_RC(kvt_stats(s, &sw), 0);
+		if (sw.write_behind_pending <= 1 || test_ms_since(tw) > 1000)
+			break;
+		usleep(5000);
+	}
 	rc = flush_box(s, &res);
 	printf("store_wb_unsaved: flush rewriting a chunk whose write failed before it, an "
 	       "older write still out: %d, tier %d\n",

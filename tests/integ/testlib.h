@@ -7,6 +7,7 @@
 #define KVT_TESTLIB_H
 
 #include "lib/check.h"
+#include "lib/sanitized.h"
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
