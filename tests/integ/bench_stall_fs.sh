@@ -25,7 +25,7 @@ trap 'slowfs_stop; rm -rf "$tmp"' EXIT
 SECONDS_RUN=4
 SYNC_MS=2000
 # Slack for a loaded machine: alone the fs run printed its JSON 8.2 s after t0 (4.5 s of
-# run, 1.5 s for the stuck calls' capped deadline, 2 s for close's sync, 0.2 s), next to
+# run, 1.5 s for close's wait for the late removes, 2 s for close's sync, 0.2 s), next to
 # two other tests in CI 10.5 s (2026-12-05, on a slower VM).
 SLACK_MS=4000
 # Under a sanitizer the store's start-up and the writes through FUSE before the stall are
@@ -90,12 +90,15 @@ for tier in fs nvme; do
 	wait $bench
 	brc=$?
 	echo "$tier: JSON after $ms ms (--seconds $SECONDS_RUN), exit $brc once the mount answered"
-	# --seconds and its ramp (the run is as long whenever the stall comes), the stuck calls'
-	# capped deadline, close giving up on the stuck tier (store.sync_timeout_ms), and slack.
-	# (Until 2026-12-05 the bound had the stall's 1.5 s offset in place of the sync
-	# timeout, which the comment at the top names: 0.5 s less, and a loaded CI run took
-	# 10,508 ms against its 10,500.)
-	[ "$ms" -lt $((SECONDS_RUN * 1000 + 500 + CAP_MS + SYNC_MS + SLACK_MS)) ] || fail "$tier: took $ms ms"
+	# --seconds and its ramp (the run is as long whenever the stall comes), two capped
+	# waits - the circuit breaker's probe (or the flush after the phase) still out when the
+	# phase ends, and close's wait for the removes the stalled tier owes
+	# (src/engine.c, close step 3b: the whole cap whenever a remove is late, as this write
+	# phase's are) - then close giving up on the stuck tier (store.sync_timeout_ms), and
+	# slack. (Until 2026-12-05 the bound had the stall's 1.5 s offset in place of the sync
+	# timeout; until 2026-12-07 it had one cap, not two, and a loaded CI run took 12,083 ms
+	# against its 12,000: the slack was absorbing a term of the design - a review.)
+	[ "$ms" -lt $((SECONDS_RUN * 1000 + 500 + 2 * CAP_MS + SYNC_MS + SLACK_MS)) ] || fail "$tier: took $ms ms"
 	j=$(tail -1 "$tmp/out")
 	# (writes before the stall: objects on the device; write_iops can be 0 when a loaded
 	# machine's start-up ran into the stall before the measured phase)
