@@ -280,6 +280,15 @@ KVT_EXPORT int kvt_lookup(struct kvt_store *s, const struct kvt_key *keys, size_
 KVT_EXPORT int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
 		       uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg);
 
+/* kvt_get of a chunk whose parent (the chunk before it in its prompt, as kvt_put's) the
+ * caller knows: a hit in a deeper tier promoted into DRAM is linked there as the parent's
+ * child, as a put is, so DRAM evicts the chain from its end. kvt_get's promotion has no
+ * parent: restored chunk by chunk with it, a chain's first chunk could go first and leave
+ * the rest of it in DRAM unreachable by a lookup. parent NULL: kvt_get. */
+KVT_EXPORT int kvt_get_linked(struct kvt_store *s, const struct kvt_key *key,
+			      const struct kvt_key *parent, uint32_t layer_begin,
+			      uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg);
+
 /* Stage chunks into DRAM from deeper tiers, stopping at the first miss. A deadline
  * (CLOCK_MONOTONIC ns; 0 = none) drops the part not started by then. status = number of
  * chunks resident in DRAM when it answers (counting those already there; it holds them

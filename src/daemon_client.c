@@ -1486,8 +1486,9 @@ static int check_get(const struct kvt_client *c, const struct kvt_key *key, uint
 	return 0;
 }
 
-int kvt__client_get(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
-		    uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg)
+int kvt__client_get(struct kvt_client *c, const struct kvt_key *key, const struct kvt_key *parent,
+		    uint32_t layer_begin, uint32_t layer_end, void *buf, size_t len, kvt_cb cb,
+		    void *arg)
 {
 	NEED_CB(cb);
 	if (check_get(c, key, layer_begin, layer_end, buf, len) < 0)
@@ -1495,6 +1496,10 @@ int kvt__client_get(struct kvt_client *c, const struct kvt_key *key, uint32_t la
 	struct cop o = get_op(key, layer_begin, layer_end, buf, len);
 	o.cb = cb;
 	o.arg = arg;
+	if (parent) { /* the daemon links its promotion there (kvt_get_linked) */
+		o.parent = *parent;
+		o.has_parent = true;
+	}
 	return submit(c, &o);
 }
 

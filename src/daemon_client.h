@@ -40,8 +40,9 @@ int kvt__client_put(struct kvt_client *c, const struct kvt_key *key, const struc
 		    uint32_t n_tokens, const void *buf, size_t len, kvt_cb cb, void *arg);
 int kvt__client_lookup(struct kvt_client *c, const struct kvt_key *keys, size_t n, int8_t *tiers,
 		       kvt_cb cb, void *arg);
-int kvt__client_get(struct kvt_client *c, const struct kvt_key *key, uint32_t layer_begin,
-		    uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg);
+int kvt__client_get(struct kvt_client *c, const struct kvt_key *key, const struct kvt_key *parent,
+		    uint32_t layer_begin, uint32_t layer_end, void *buf, size_t len, kvt_cb cb,
+		    void *arg);
 int kvt__client_prefetch(struct kvt_client *c, const struct kvt_key *keys, size_t n,
 			 uint64_t deadline_ns, kvt_cb cb, void *arg);
 int kvt__client_remove(struct kvt_client *c, const struct kvt_key *key, kvt_cb cb, void *arg);

@@ -869,18 +869,27 @@ static int do_get(struct kvt_store *s, const struct kvt_key *key, const struct k
 	return rc;
 }
 
-int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
-	    uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg)
+int kvt_get_linked(struct kvt_store *s, const struct kvt_key *key, const struct kvt_key *parent,
+		   uint32_t layer_begin, uint32_t layer_end, void *buf, size_t len, kvt_cb cb,
+		   void *arg)
 {
 	int rc = kvt__store_enter(s);
 	if (rc < 0)
 		return rc;
-	struct kvt_key sk;
-	rc = s->client ? kvt__client_get(s->client, key, layer_begin, layer_end, buf, len, cb, arg)
-		       : kvt__e_do_get(s, kvt__e_skey(s, key, &sk), NULL, layer_begin, layer_end,
-				       buf, len, cb, arg, false);
+	struct kvt_key sk, sp;
+	rc = s->client ? kvt__client_get(s->client, key, parent, layer_begin, layer_end, buf, len,
+					 cb, arg)
+		       : kvt__e_do_get(s, kvt__e_skey(s, key, &sk),
+				       parent ? kvt__e_skey(s, parent, &sp) : NULL, layer_begin,
+				       layer_end, buf, len, cb, arg, false);
 	kvt__store_leave(s);
 	return rc;
+}
+
+int kvt_get(struct kvt_store *s, const struct kvt_key *key, uint32_t layer_begin,
+	    uint32_t layer_end, void *buf, size_t len, kvt_cb cb, void *arg)
+{
+	return kvt_get_linked(s, key, NULL, layer_begin, layer_end, buf, len, cb, arg);
 }
 
 /* ------------------------------------------------------------ prefetch */

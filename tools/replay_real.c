@@ -138,8 +138,10 @@ static size_t get_all(struct rr *r, size_t n)
 		sl->busy = true;
 		r->inflight++;
 		int rc;
-		while ((rc = kvt_get(r->s, &r->keys[i], 0, 0, sl->buf, r->payload_max, get_done,
-				     sl)) == -EAGAIN)
+		/* each names its parent, so a promotion is linked in DRAM as the simulator
+		 * links every block (a get without one could lose a chain's first chunk first) */
+		while ((rc = kvt_get_linked(r->s, &r->keys[i], i ? &r->keys[i - 1] : NULL, 0, 0,
+					    sl->buf, r->payload_max, get_done, sl)) == -EAGAIN)
 			kvt_poll(r->s, 1);
 		r->gets++;
 		if (rc < 0) {

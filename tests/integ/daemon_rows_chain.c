@@ -8,9 +8,68 @@
  *
  * The daemon: DRAM of 7 slots, LRU, write-through to NVMe. Chain A (3 chunks) put, 7 others
  * push it out of DRAM, a rows load of A brings it back (exact), 5 more puts: a lookup of A
- * then finds A[0] and A[1] in DRAM and A[2] on NVMe.
+ * then finds A[0] and A[1] in DRAM and A[2] on NVMe. The same with A brought back by
+ * kvt_get_linked (each get names its parent, which GET_PIN carries to the daemon), and - the
+ * contrast that shows the parent is what decides - by kvt_get, whose promotions name none:
+ * A[0] goes first.
  */
 #include "lib/daemon_harness.h" /* includes testlib.h */
+
+static const char *how_name[] = {"rows load", "kvt_get_linked", "kvt_get"};
+
+/* Chain A (3 chunks) put, 7 others push it out of DRAM, A brought back by how (0 a rows
+ * load, 1 gets naming their parents, 2 gets naming none), 5 more puts: a lookup of A. */
+static void pass(struct kvt_store *s, int how, uint32_t seed, uint8_t *buf, size_t len,
+		 uint32_t tokens)
+{
+	struct kvt_key a[3], o[12];
+	test_chain_keys(s, a, 3, seed);
+	for (int i = 0; i < 12; i++)
+		test_chain_keys(s, &o[i], 1, seed + 0x10 + (uint32_t)i); /* chains of one */
+	/* each put flushed: written to NVMe, so clean and evictable before the next (a dirty
+	 * slot is passed over, and the LRU order would depend on the write's timing) */
+	for (int i = 0; i < 3; i++) {
+		CHECK_RC(kvt_put_sync(s, &a[i], i ? &a[i - 1] : NULL, tokens, buf, len), 0);
+		CHECK_RC(kvt_flush_sync(s), 0);
+	}
+	for (int i = 0; i < 7; i++) {
+		CHECK_RC(kvt_put_sync(s, &o[i], NULL, tokens, buf, len), 0);
+		CHECK_RC(kvt_flush_sync(s), 0);
+	}
+	int8_t tiers[3];
+	CHECK_EQ(kvt_lookup_sync(s, a, 3, tiers), 3);
+	for (int i = 0; i < 3; i++)
+		CHECKM(tiers[i] == 1, "A[%d] pushed out to NVMe (tier %d)", i, tiers[i]);
+
+	if (how == 0)
+		test_rows_load_exact(s, a, 3, 2, buf, len);
+	for (int i = 0; how && i < 3; i++) { /* through GET_PIN, which carries the parent */
+		struct test_box b = {0};
+		CHECK_RC(kvt_get_linked(s, &a[i], how == 1 && i ? &a[i - 1] : NULL, 0, 0, buf, len,
+					test_box_cb, &b),
+			 0);
+		for (uint64_t t0 = test_now_ns(); !b.done;) {
+			kvt_poll(s, 50);
+			CHECKM(test_ms_since(t0) < 10000, "the get of A[%d] never completed", i);
+		}
+		CHECK_RC(b.res.status, 0);
+		CHECK(test_check(buf, len, 11));
+	}
+
+	for (int i = 7; i < 12; i++) {
+		CHECK_RC(kvt_put_sync(s, &o[i], NULL, tokens, buf, len), 0);
+		CHECK_RC(kvt_flush_sync(s), 0);
+	}
+	CHECK_EQ(kvt_lookup_sync(s, a, 3, tiers), 3);
+	printf("  %s through the daemon, then 5 puts into 7 slots: A in tiers %d %d %d "
+	       "(0 DRAM, 1 NVMe)\n", how_name[how], tiers[0], tiers[1], tiers[2]);
+	if (how == 2) /* the contrast: no parent, LRU's order, the oldest promotion first */
+		CHECKM(tiers[0] == 1 && tiers[1] == 0 && tiers[2] == 0,
+		       "kvt_get's promotions were linked after all");
+	else
+		CHECKM(tiers[0] == 0 && tiers[1] == 0 && tiers[2] == 1,
+		       "the restored chain is evicted from its end");
+}
 
 int main(void)
 {
@@ -29,36 +88,8 @@ int main(void)
 	CHECK(buf);
 	test_fill(buf, len, 11);
 
-	struct kvt_key a[3], o[12];
-	test_chain_keys(s, a, 3, 0xa0);
-	for (int i = 0; i < 12; i++)
-		test_chain_keys(s, &o[i], 1, 0xb0 + (uint32_t)i); /* chains of one */
-	/* each put flushed: written to NVMe, so clean and evictable before the next (a dirty
-	 * slot is passed over, and the LRU order would depend on the write's timing) */
-	for (int i = 0; i < 3; i++) {
-		CHECK_RC(kvt_put_sync(s, &a[i], i ? &a[i - 1] : NULL, tokens, buf, len), 0);
-		CHECK_RC(kvt_flush_sync(s), 0);
-	}
-	for (int i = 0; i < 7; i++) {
-		CHECK_RC(kvt_put_sync(s, &o[i], NULL, tokens, buf, len), 0);
-		CHECK_RC(kvt_flush_sync(s), 0);
-	}
-	int8_t tiers[3];
-	CHECK_EQ(kvt_lookup_sync(s, a, 3, tiers), 3);
-	for (int i = 0; i < 3; i++)
-		CHECKM(tiers[i] == 1, "A[%d] pushed out to NVMe (tier %d)", i, tiers[i]);
-
-	test_rows_load_exact(s, a, 3, 2, buf, len);
-
-	for (int i = 7; i < 12; i++) {
-		CHECK_RC(kvt_put_sync(s, &o[i], NULL, tokens, buf, len), 0);
-		CHECK_RC(kvt_flush_sync(s), 0);
-	}
-	CHECK_EQ(kvt_lookup_sync(s, a, 3, tiers), 3);
-	printf("  rows load through the daemon, then 5 puts into 7 slots: A in tiers %d %d %d "
-	       "(0 DRAM, 1 NVMe)\n", tiers[0], tiers[1], tiers[2]);
-	CHECKM(tiers[0] == 0 && tiers[1] == 0 && tiers[2] == 1,
-	       "the restored chain is evicted from its end");
+	for (int how = 0; how < 3; how++)
+		pass(s, how, 0xa0 + 0x20 * (uint32_t)how, buf, len, tokens);
 
 	kvt_store_close(s);
 	kvtd_stop();

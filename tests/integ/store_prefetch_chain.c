@@ -61,7 +61,30 @@ static struct kvt_store *open_seven(const char *name, char **dir, void **buf, si
 	return s;
 }
 
-/* A's 3 chunks brought back into DRAM by how: 0 a prefetch, 1 a rows load. */
+/* A's chunks got one by one, each naming its parent (kvt_get_linked) or not (kvt_get) */
+static void get_each(struct kvt_store *s, const struct kvt_key *a, int n, void *buf, size_t len,
+		     bool linked)
+{
+	for (int i = 0; i < n; i++) {
+		struct test_box b = {0};
+		CHECK_RC(kvt_get_linked(s, &a[i], linked && i ? &a[i - 1] : NULL, 0, 0, buf, len,
+					test_box_cb, &b),
+			 0);
+		for (uint64_t t0 = test_now_ns(); !b.done;) {
+			kvt_poll(s, 50);
+			CHECKM(test_ms_since(t0) < 10000, "the get of A[%d] never completed", i);
+		}
+		CHECK_RC(b.res.status, 0);
+		CHECK_EQ(b.res.tier, 1); /* from NVMe: promoted */
+		CHECK(test_check(buf, len, 7));
+	}
+}
+
+static const char *how_name[] = {"prefetch", "rows load", "kvt_get_linked", "kvt_get"};
+
+/* A's 3 chunks brought back into DRAM by how: 0 a prefetch, 1 a rows load, 2 gets naming
+ * their parents (kvt_get_linked), 3 gets that do not (kvt_get: its promotions have no
+ * parent, so LRU takes A[0] first - the contrast that shows the others linked). */
 static void run(int how)
 {
 	char *dir;
@@ -85,11 +108,12 @@ static void run(int how)
 	int8_t tiers[3];
 	CHECK_EQ(kvt_lookup_sync(s, a, 3, tiers), 3); /* on NVMe */
 
-	if (how == 0) {
+	if (how == 0)
 		CHECK_EQ(kvt_prefetch_sync(s, a, 3, 0), 3);
-	} else {
+	else if (how == 1)
 		test_rows_load_exact(s, a, 3, 3, buf, len);
-	}
+	else
+		get_each(s, a, 3, buf, len, how == 2);
 	for (int i = 0; i < 3; i++)
 		CHECKM(resident(s, &a[i]), "A[%d] promoted", i);
 
@@ -100,9 +124,17 @@ static void run(int how)
 	for (int i = 0; i < 7; i++)
 		others += resident(s, &b[i]);
 	printf("  %s, then 5 puts into 7 slots: A[0] %s, A[1] %s, A[2] %s; %d of the 7 others\n",
-	       how ? "rows load" : "prefetch", in[0] ? "resident" : "evicted", in[1] ? "resident" : "evicted",
+	       how_name[how], in[0] ? "resident" : "evicted", in[1] ? "resident" : "evicted",
 	       in[2] ? "resident" : "evicted", others);
 	CHECK_EQ(others, 0);
+	if (how == 3) { /* unlinked: LRU's own order, the oldest promotion first */
+		CHECKM(!in[0] && in[1] && in[2], "kvt_get's promotions were linked after all");
+		kvt_store_close(s);
+		free(buf);
+		test_rmdir(dir);
+		free(dir);
+		return;
+	}
 	CHECKM(in[0] && in[1] && !in[2], "the promoted chain is evicted from its end");
 	/* and what stays is a usable prefix */
 	CHECK_EQ(kvt_lookup_sync(s, a, 3, tiers), 3);
@@ -166,8 +198,8 @@ static void unlinked_load(void)
 
 int main(void)
 {
-	run(0);
-	run(1);
+	for (int how = 0; how < 4; how++)
+		run(how);
 	unlinked_load();
 	printf("store_prefetch_chain: ok\n");
 	return 0;
