@@ -658,11 +658,11 @@ int kvt_bench_mlperf(int argc, char **argv)
 	if (!nvme) {
 		struct statvfs vfs;
 		uint64_t room = statvfs(dir, &vfs) == 0 ? (uint64_t)vfs.f_bavail * vfs.f_frsize / 10 * 8
-							: want;
+							: UINT64_MAX; /* unknown: not capped */
 		/* at least 1 GiB (small scales), never more than the room: the message below
-		 * says 80% of the free space, and the tier would clamp it anyway (1 MiB at least:
-		 * nvme.bytes is not 0, and a full disk is then the tier's to report) */
-		nvme = KVT_MAX(KVT_MIN(KVT_MAX(want, 1ull << 30), room), 1ull << 20);
+		 * says 80% of the free space, and the tier would clamp it anyway (one object at
+		 * least, the tier's own minimum: a full disk is then the tier's to report) */
+		nvme = KVT_MAX(KVT_MIN(KVT_MAX(want, 1ull << 30), room), obj);
 		capped = want > room;
 	}
 	uint64_t dram_pool = (uint64_t)((double)dram * scale);
@@ -693,8 +693,10 @@ int kvt_bench_mlperf(int argc, char **argv)
 	}
 	if (capped)
 		fprintf(stderr, "kvtier bench: the users' working set (~%.1f GiB) does not fit in %s: "
-				"NVMe capacity %.2f GiB (80%% of the free space); expect evictions\n",
-			(double)want / 1073741824.0, dir, (double)nvme / 1073741824.0);
+				"NVMe capacity %.2f GiB (%s); expect evictions\n",
+			(double)want / 1073741824.0, dir, (double)nvme / 1073741824.0,
+			nvme == obj ? "one object: the free space holds less"
+				    : "80% of the free space");
 	/* The DRAM pool is faulted in at open (dram.prefault, as kvtierd does), untimed: a
 	 * serving process maps its pool once at start, and first touches inside the run cost
 	 * a zeroed huge page per 2 MiB written (65-80 % of the CPU of a short run on this VM) -

@@ -43,18 +43,8 @@ static void pass(struct kvt_store *s, int how, uint32_t seed, uint8_t *buf, size
 
 	if (how == 0)
 		test_rows_load_exact(s, a, 3, 2, buf, len);
-	for (int i = 0; how && i < 3; i++) { /* through GET_PIN, which carries the parent */
-		struct test_box b = {0};
-		CHECK_RC(kvt_get_linked(s, &a[i], how == 1 && i ? &a[i - 1] : NULL, 0, 0, buf, len,
-					test_box_cb, &b),
-			 0);
-		for (uint64_t t0 = test_now_ns(); !b.done;) {
-			kvt_poll(s, 50);
-			CHECKM(test_ms_since(t0) < 10000, "the get of A[%d] never completed", i);
-		}
-		CHECK_RC(b.res.status, 0);
-		CHECK(test_check(buf, len, 11));
-	}
+	else /* through GET_PIN, which carries the parent */
+		test_get_chain(s, a, 3, buf, len, how == 1, 11);
 
 	for (int i = 7; i < 12; i++) {
 		CHECK_RC(kvt_put_sync(s, &o[i], NULL, tokens, buf, len), 0);

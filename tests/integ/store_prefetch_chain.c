@@ -61,25 +61,6 @@ static struct kvt_store *open_seven(const char *name, char **dir, void **buf, si
 	return s;
 }
 
-/* A's chunks got one by one, each naming its parent (kvt_get_linked) or not (kvt_get) */
-static void get_each(struct kvt_store *s, const struct kvt_key *a, int n, void *buf, size_t len,
-		     bool linked)
-{
-	for (int i = 0; i < n; i++) {
-		struct test_box b = {0};
-		CHECK_RC(kvt_get_linked(s, &a[i], linked && i ? &a[i - 1] : NULL, 0, 0, buf, len,
-					test_box_cb, &b),
-			 0);
-		for (uint64_t t0 = test_now_ns(); !b.done;) {
-			kvt_poll(s, 50);
-			CHECKM(test_ms_since(t0) < 10000, "the get of A[%d] never completed", i);
-		}
-		CHECK_RC(b.res.status, 0);
-		CHECK_EQ(b.res.tier, 1); /* from NVMe: promoted */
-		CHECK(test_check(buf, len, 7));
-	}
-}
-
 static const char *how_name[] = {"prefetch", "rows load", "kvt_get_linked", "kvt_get"};
 
 /* A's 3 chunks brought back into DRAM by how: 0 a prefetch, 1 a rows load, 2 gets naming
@@ -112,8 +93,8 @@ static void run(int how)
 		CHECK_EQ(kvt_prefetch_sync(s, a, 3, 0), 3);
 	else if (how == 1)
 		test_rows_load_exact(s, a, 3, 3, buf, len);
-	else
-		get_each(s, a, 3, buf, len, how == 2);
+	else /* from NVMe: promoted */
+		CHECK_EQ(test_get_chain(s, a, 3, buf, len, how == 2, 7), 1);
 	for (int i = 0; i < 3; i++)
 		CHECKM(resident(s, &a[i]), "A[%d] promoted", i);
 

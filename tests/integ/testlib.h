@@ -204,6 +204,29 @@ static inline void test_get_burst(struct kvt_store *s, const struct kvt_key *k, 
 	}
 }
 
+/* Gets k[0..n) one at a time into buf, each naming k[i - 1] as its parent when linked
+ * (kvt_get_linked; without, as kvt_get, none), polling for each (10 s at most); each must
+ * be served test_fill(seed)'s bytes. Returns the tier that served the last. */
+static inline int test_get_chain(struct kvt_store *s, const struct kvt_key *k, int n, void *buf,
+				 size_t payload, bool linked, uint64_t seed)
+{
+	int tier = -1;
+	for (int i = 0; i < n; i++) {
+		struct test_box b = {0};
+		CHECK_RC(kvt_get_linked(s, &k[i], linked && i ? &k[i - 1] : NULL, 0, 0, buf,
+					payload, test_box_cb, &b),
+			 0);
+		for (uint64_t t0 = test_now_ns(); !b.done;) {
+			kvt_poll(s, 50);
+			CHECKM(test_ms_since(t0) < 10000, "the get of chunk %d never completed", i);
+		}
+		CHECK_RC(b.res.status, 0);
+		CHECK(test_check(buf, payload, seed));
+		tier = b.res.tier;
+	}
+	return tier;
+}
+
 /* Puts n chunks along the chain k[] (each the parent of the next), chunk i filled with
  * seed0 + i; each put must succeed. */
 static inline void test_put_chain(struct kvt_store *s, const struct kvt_key *k, int n, void *buf,
