@@ -492,7 +492,8 @@ static void usage(void)
 	       "  --set-bytes N       working set (default 2G; dram 512M); nvme capacity holds it\n"
 	       "                      plus two queue depths of objects\n"
 	       "  --rounds N          kvtier and the reference alternate N times per phase,\n"
-	       "                      each for seconds/N (default 3): both see the same noise\n"
+	       "                      each for seconds/N (default 3): both see the same noise;\n"
+	       "                      kvtier goes first in odd rounds, the reference in even\n"
 	       "  --no-ref            skip the reference\n"
 	       "  --key-set N         mixed into this run's key salt (default 0): clients sharing\n"
 	       "                      one store (store.daemon) are sure to use disjoint keys\n"
@@ -617,6 +618,48 @@ static void dev_acc(const char *path, const struct devstat *before, struct devst
 	acc->flushes += now.flushes - before->flushes;
 	acc->dsect += now.dsect - before->dsect, acc->dticks += now.dticks - before->dticks;
 	acc->t_ms += now.t_ms - before->t_ms;
+}
+
+/* Where a kvtier slice's device counters go: the block device's stat file (NULL: none),
+ * the phase's sum, and the write phase's device bytes and stored bytes (write
+ * amplification, counted over kvtier's slices only). */
+struct slice_dev {
+	const char *path;
+	struct devstat *acc;
+	long long *wa_dev;
+	uint64_t *wa_stored;
+};
+
+/* One kvtier slice of a round: the phase run for pa->seconds, flushed, and (remove_round:
+ * rados' new objects) the slice's objects removed, untimed, but - in the write phase - the
+ * last n_keys, the working set to come, so a small test cluster does not fill up over a
+ * phase. Within a slice nothing is removed: the pool needs room for one slice's writes on
+ * top of the working set. */
+static void kvtier_slice(struct phase_args *pa, bool remove_round, const struct slice_dev *sd,
+			 struct phase_result *out)
+{
+	struct kvt_stats sa;
+	struct devstat d0;
+	kvt_stats(pa->s, &sa);
+	uint64_t wbytes0 = sa.tier[0].write_bytes;
+	bool have_dev = sd->path && dev_stat(sd->path, &d0) == 0;
+	uint64_t round_id = *pa->next_id;
+	run_phase(pa, out);
+	kvt_flush_sync(pa->s);
+	if (remove_round) {
+		bool w = pa->read_pct == 0;
+		remove_ids(pa->s, pa->kg, round_id, *pa->next_id, w ? pa->done_ids : NULL,
+			   w ? (size_t)KVT_MIN(*pa->n_done, (uint64_t)pa->n_keys) : 0);
+	}
+	if (!have_dev)
+		return;
+	struct devstat before = *sd->acc;
+	dev_acc(sd->path, &d0, sd->acc);
+	kvt_stats(pa->s, &sa);
+	if (pa->read_pct == 0) {
+		*sd->wa_dev += sd->acc->wsect - before.wsect;
+		*sd->wa_stored += sa.tier[0].write_bytes - wbytes0;
+	}
 }
 
 /* The share of the wall time the device had a request in flight. The interval is the
@@ -1025,12 +1068,6 @@ int kvt_cmd_bench(int argc, char **argv)
 			memset(&kround[r], 0, sizeof(kround[r]));
 			memset(&rround[r], 0, sizeof(rround[r]));
 			memset(&dround[r], 0, sizeof(dround[r]));
-			struct kvt_stats sa;
-			uint64_t wbytes0 = 0;
-			kvt_stats(s, &sa);
-			wbytes0 = sa.tier[0].write_bytes;
-			if (have_dev)
-				dev_stat(devp, &d0);
 			struct phase_args pa = {.s = s, .keys = keys, .n_keys = n_keys,
 						.payload = payload, .op_bytes = op_bytes,
 						.n_tokens = n_tokens,
@@ -1039,29 +1076,15 @@ int kvt_cmd_bench(int argc, char **argv)
 						.in_place = in_place, .kg = &kg,
 						.next_id = &next_id, .done_ids = done_ids,
 						.n_done = &n_done};
-			uint64_t round_id = next_id;
-			run_phase(&pa, &kround[r]);
-			kvt_flush_sync(s);
-			/* rados: drop the round's objects, untimed, but (write phase) the last
-			 * n_keys - the working set to come - so a small test cluster does not fill
-			 * up over a phase. Within a round nothing is removed: the pool needs room
-			 * for one round's writes on top of the working set. */
-			if (fresh && rados) {
-				bool w = phases[p] == 0;
-				remove_ids(s, &kg, round_id, next_id, w ? done_ids : NULL,
-					   w ? (size_t)KVT_MIN(n_done, (uint64_t)n_keys) : 0);
-			}
-			if (have_dev) {
-				struct devstat before = kd[p];
-				dev_acc(devp, &d0, &kd[p]);
-				/* Write amplification of the write phase: device bytes over bytes
-				 * the tier stored, counted over kvtier's rounds only. */
-				kvt_stats(s, &sa);
-				if (phases[p] == 0) {
-					wa_dev += kd[p].wsect - before.wsect;
-					wa_stored += sa.tier[0].write_bytes - wbytes0;
-				}
-			}
+			struct slice_dev sd = {.path = have_dev ? devp : NULL, .acc = &kd[p],
+					       .wa_dev = &wa_dev, .wa_stored = &wa_stored};
+			/* Who goes first alternates by round. The side that runs second inherits
+			 * the first one's aftermath (a server's background work after a write
+			 * round, the device's write-back), and a fixed order gave it to the same
+			 * side every round (docs/BENCHMARKS.md, "S3 reads"). */
+			bool ref_first = (r & 1) && !o.no_ref;
+			if (!ref_first)
+				kvtier_slice(&pa, fresh && rados, &sd, &kround[r]);
 			if (o.no_ref)
 				continue;
 			if (have_dev)
@@ -1148,6 +1171,8 @@ int kvt_cmd_bench(int argc, char **argv)
 			else if (rrc < 0)
 				fprintf(stderr, "kvtier bench: the %s reference failed: %s\n",
 					reference_name(o.tier), kvt_strerror(rrc));
+			if (ref_first)
+				kvtier_slice(&pa, fresh && rados, &sd, &kround[r]);
 		}
 		combine(kround, o.rounds, &kr[p]);
 		/* the references over the rounds they measured (ref_round_ok) */

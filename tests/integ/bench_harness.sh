@@ -5,7 +5,8 @@
 # the one asked for, bytes in flight are queue depth x object on both sides, fio's file set
 # is laid out once and removed at the end, a directory whose name has a quote, a space and
 # a colon works (no shell, no fio directory-list parsing), an earlier run's objects are
-# reported, and the Redis password never appears on any process's command line.
+# reported, the Redis password never appears on any process's command line, and who goes
+# first alternates by round.
 # Exit 0 pass, 1 fail, 77 skip (no kvtier binary).
 set -u
 . "$(dirname "$0")/lib/jq.sh"
@@ -131,4 +132,21 @@ PATH="$tmp/shim:$PATH" "$KVT" bench --tier nvme --dir "$tmp/g" --chunk-bytes 64K
 	fail "nvme bench for (g): $(cat "$tmp/err3")"
 grep -q -- "--iomem_align=2m .*glibc.malloc.hugetlb=1" "$tmp/fioargs" ||
 	fail "fio without 2 MiB-aligned huge-page buffers: $(sort -u "$tmp/fioargs")"
+# (h) who goes first alternates by round: kvtier in odd rounds, the reference in even ones
+# (the side that runs second inherits the first one's aftermath, e.g. a server's background
+# work after a write round). fio's wrapper counts the store's files written since fio last
+# ran: with 3 rounds, the second reference run follows the first with no kvtier slice
+# between them, the third follows two (fio runs: the layout, then rounds 1, 2, 3).
+: >"$tmp/order"
+touch "$tmp/mark"
+printf '#!/bin/sh\nn=$(find "%s" -path "*/fio-ref" -prune -o -type f -newer "%s" -print | wc -l)\ntouch "%s"\necho "$n" >>"%s"\nexec "%s" "$@"\n' \
+	"$tmp/h" "$tmp/mark" "$tmp/mark" "$tmp/order" "$(command -v fio)" >"$tmp/shim/fio"
+chmod +x "$tmp/shim/fio"
+PATH="$tmp/shim:$PATH" "$KVT" bench --tier fs --dir "$tmp/h" --chunk-bytes 256K --set-bytes 8M \
+	--queue-depth 4 --seconds 1.2 --rounds 3 --ramp 0.1 --read-pct 0 --fsync none --json \
+	>"$tmp/out4" 2>"$tmp/err4" || fail "fs bench for (h): $(cat "$tmp/err4")"
+order=$(tr '\n' ' ' <"$tmp/order")
+read -r -a n <<<"$order"
+[ ${#n[@]} -eq 4 ] && [ "${n[1]}" -gt 0 ] && [ "${n[2]}" -eq 0 ] && [ "${n[3]}" -gt 0 ] ||
+	fail "rounds not alternating who goes first: store files written before each fio run: $order"
 echo "pass"
