@@ -164,6 +164,8 @@ _PROTOS = {
     "kvt_lookup": (ctypes.c_int, [_P, _KEYP, _SZ, ctypes.POINTER(ctypes.c_int8), CB, _P]),
     "kvt_get": (ctypes.c_int,
                 [_P, _KEYP, ctypes.c_uint32, ctypes.c_uint32, _P, _SZ, CB, _P]),
+    "kvt_get_linked": (ctypes.c_int,
+                       [_P, _KEYP, _KEYP, ctypes.c_uint32, ctypes.c_uint32, _P, _SZ, CB, _P]),
     "kvt_prefetch": (ctypes.c_int, [_P, _KEYP, _SZ, ctypes.c_uint64, CB, _P]),
     "kvt_remove": (ctypes.c_int, [_P, _KEYP, CB, _P]),
     "kvt_flush": (ctypes.c_int, [_P, CB, _P]),

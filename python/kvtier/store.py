@@ -598,12 +598,16 @@ class Store:
                                             ctypes.byref(par) if par is not None else None,
                                             n, addr, length, self._core.cb, a), finish, keep)
 
-    def get(self, key: bytes, out: Any = None, layers: tuple[int, int] | None = None) -> Future:
+    def get(self, key: bytes, out: Any = None, layers: tuple[int, int] | None = None,
+            parent: bytes | None = None) -> Future:
         """Read a chunk (or layers [begin, end)) into out (a writable buffer large enough
         for them; default: a new bytearray sized for a full chunk). Result: GetResult.
         A miss completes with NotFound, a corrupt object with Corrupt. A NotFound's .cause
         is why no tier served the key (0 absent everywhere, errno.EBADMSG a copy was
-        corrupt and dropped, errno.ETIMEDOUT a tier missed its deadline)."""
+        corrupt and dropped, errno.ETIMEDOUT a tier missed its deadline). parent, the
+        chunk before this one in its prompt (as put's): a hit in a deeper tier promoted
+        into DRAM is linked as its child, so a chain restored chunk by chunk is evicted
+        from its end, not from its first chunk (kvt_get_linked)."""
         lb, le = layers if layers is not None else (0, 0)
         lb, le = _u32(lb, "layers"), _u32(le, "layers")
         if out is None:
@@ -611,7 +615,8 @@ class Store:
             out = bytearray(max(nl, 0) * self.geometry.layer_bytes(self.geometry.chunk_tokens))
         addr, length, keep = _buffer(out, writable=True)
         k = key_struct(key)
-        keep = (keep, k)
+        par = key_struct(parent) if parent is not None else None
+        keep = (keep, k, par)
 
         def finish(r):
             if r.status < 0:
@@ -622,8 +627,9 @@ class Store:
             return GetResult(out, r.n_tokens, self._tier_name(r.tier), r.tier, r.bytes)
 
         return self._submit(
-            "get", lambda s, a: lib.kvt_get(s, ctypes.byref(k), lb, le, addr, length,
-                                            self._core.cb, a), finish, keep)
+            "get", lambda s, a: lib.kvt_get_linked(
+                s, ctypes.byref(k), ctypes.byref(par) if par is not None else None, lb, le,
+                addr, length, self._core.cb, a), finish, keep)
 
     def lookup(self, keys: Sequence[bytes]) -> Future:
         """Longest contiguous prefix of keys present in some tier. Result: LookupResult. A

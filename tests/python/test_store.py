@@ -716,3 +716,52 @@ def test_a_busy_interpreter_does_not_delay_a_stalled_tiers_deadlines(tdir):
         assert any("missed its deadline" in t for lv, t in lines if lv == 1), lines
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("linked", [True, False])
+def test_get_with_parent_evicts_a_restored_chain_from_its_end(tdir, linked):
+    """get(key, parent=...) (kvt_get_linked): a chain restored chunk by chunk from fs is
+    linked in DRAM as a put links it, so DRAM (LRU) evicts it from its end and a lookup
+    still finds its start in DRAM. get without a parent is the contrast: its promotions
+    are not linked, and LRU takes the chain's first chunk first."""
+    c = cfg(**{"fs.dir": tdir, "dram.bytes": "256KiB", "dram.policy": "lru",
+               "store.write_policy": "write-through"})
+    with kvtier.Store(c) as s:
+        data = chunk(s, 1)
+
+        def put(k, parent=None):  # a slot still held by its fs write: told to retry
+            for _ in range(1000):
+                try:
+                    return s.put(k, data, parent=parent).result(10)
+                except kvtier.Busy:
+                    time.sleep(0.005)
+            raise AssertionError("put refused for 5 s")
+        # DRAM's slots, counted: it holds that many after more puts than it can hold
+        filler = kvtier.keys_from_tokens(s.ns_id, 16, list(range(1000, 1000 + 16 * 64)))
+        for k in filler:
+            put(k)
+        s.flush().result(10)
+        slots = s.stats()["tiers"][0]["objects"]
+        assert 3 < slots < 40, slots
+        a = kvtier.keys_from_tokens(s.ns_id, 16, list(range(48)))
+        for i, k in enumerate(a):
+            put(k, a[i - 1] if i else None)
+        s.flush().result(10)
+        others = kvtier.keys_from_tokens(s.ns_id, 16, list(range(5000, 5000 + 16 * 2 * slots)))
+        for k in others[:slots]:  # push A out of DRAM: it stays in fs
+            put(k)
+        s.flush().result(10)
+        assert s.lookup(a).result(10).tiers == ["fs"] * 3
+        for i, k in enumerate(a):  # restored chunk by chunk, each promoted into DRAM
+            r = s.get(k, parent=(a[i - 1] if i else None) if linked else None).result(10)
+            assert r.tier == "fs" and bytes(r.data) == data.tobytes()
+        # slots - 3 puts fill DRAM's free slots' worth of older chunks, then one more
+        # evicts one of A's: its last when linked, its first when not
+        for k in others[slots:2 * slots - 2]:
+            put(k)
+        s.flush().result(10)
+        tiers = [s.lookup([k]).result(10).tiers[0] for k in a]
+        if linked:
+            assert tiers == ["dram", "dram", "fs"], tiers
+        else:
+            assert tiers[0] == "fs", tiers
