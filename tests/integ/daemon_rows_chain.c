@@ -11,7 +11,8 @@
  * then finds A[0] and A[1] in DRAM and A[2] on NVMe. The same with A brought back by
  * kvt_get_linked (each get names its parent, which GET_PIN carries to the daemon), and - the
  * contrast that shows the parent is what decides - by kvt_get, whose promotions name none:
- * A[0] goes first.
+ * A[0] goes first. All of it twice: with the daemon's DRAM pool mapped by the client (GET_PIN)
+ * and with a daemon that shares none (an encrypting store), where gets are plain GETs.
  */
 #include "lib/daemon_harness.h" /* includes testlib.h */
 
@@ -80,7 +81,30 @@ int main(void)
 
 	for (int how = 0; how < 3; how++)
 		pass(s, how, 0xa0 + 0x20 * (uint32_t)how, buf, len, tokens);
+	kvt_store_close(s);
+	kvtd_stop();
 
+	/* Again with a daemon that shares no DRAM pool (a store that encrypts at rest keeps
+	 * its pool to itself): the client's gets fall back to plain GETs, copied through its
+	 * region, which carry the parent too. */
+	char key_file[4200];
+	snprintf(key_file, sizeof(key_file), "%s/enc.key", dir);
+	int kfd = open(key_file, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	CHECK(kfd >= 0);
+	const char hex[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+	CHECK(write(kfd, hex, 64) == 64);
+	close(kfd);
+	char key_set[4300];
+	snprintf(key_set, sizeof(key_set), "security.encryption_key_file=%s", key_file);
+	const char *enc_args[] = {"--set", "dram.bytes=256KiB", "--set", "dram.policy=lru",
+				  "--set", "store.write_policy=write-through", "--set", key_set,
+				  NULL};
+	kvtd_start_test(sock, dir, enc_args);
+	s = kvtd_client_store(dir);
+	for (int how = 0; how < 3; how++) {
+		printf("  (no shared pool: plain GETs)\n");
+		pass(s, how, 0x10 + 0x20 * (uint32_t)how, buf, len, tokens);
+	}
 	kvt_store_close(s);
 	kvtd_stop();
 	free(buf);
