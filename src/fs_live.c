@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,6 +21,49 @@
 
 #define LIVE_PREFIX "kvtier-fs-writer."
 #define LIVE_NAME LIVE_PREFIX "%016llx"
+
+/* Node-local file systems by their statfs magic (linux/magic.h's values, spelled out: not
+ * every one is in the headers of every distribution). */
+static const struct {
+	unsigned long magic;
+	const char *name;
+} local_fs[] = {
+    {0x01021994, "tmpfs"},  {0x858458f6, "ramfs"},     {0xef53, "ext4"},
+    {0x58465342, "xfs"},    {0x9123683e, "btrfs"},     {0xf2f52010, "f2fs"},
+    {0x794c7630, "overlay"}, {0x2fc12fc1, "zfs"},      {0xca451a4e, "bcachefs"},
+    {0x3153464a, "jfs"},    {0x52654973, "reiserfs"},
+};
+
+/* Names for the common file systems that are not (a message says which one it was). */
+static const struct {
+	unsigned long magic;
+	const char *name;
+} other_fs[] = {
+    {0x6969, "nfs"},        {0x00c36400, "cephfs"}, {0x65735546, "fuse"},
+    {0xff534d42, "cifs"},   {0xfe534d42, "smb2"},   {0x01161970, "gfs2"},
+    {0x7461636f, "ocfs2"},  {0x0bd00bd0, "lustre"}, {0x5346414f, "afs"},
+    {0x01021997, "9p"},     {0x6a656a63, "virtiofs"},
+};
+
+int kvt__fs_live_local(const char *dir, char *type, size_t n)
+{
+	struct statfs st;
+	if (statfs(dir, &st) < 0)
+		return -errno;
+	unsigned long m = (unsigned long)(uint32_t)st.f_type;
+	for (size_t i = 0; i < sizeof(local_fs) / sizeof(local_fs[0]); i++)
+		if (local_fs[i].magic == m)
+			return 1;
+	const char *name = NULL;
+	for (size_t i = 0; i < sizeof(other_fs) / sizeof(other_fs[0]); i++)
+		if (other_fs[i].magic == m)
+			name = other_fs[i].name;
+	if (name)
+		snprintf(type, n, "%s", name);
+	else
+		snprintf(type, n, "type 0x%lx", m);
+	return 0;
+}
 
 static int live_path(char *out, size_t cap, const char *dir, uint64_t nonce)
 {

@@ -25,6 +25,13 @@
 
 enum kvt_fs_writer { FS_WRITER_UNKNOWN, FS_WRITER_LIVE, FS_WRITER_DEAD };
 
+/* Whether dir is on a file system known to be node-local (tmpfs, ramfs, a local disk's
+ * ext4, xfs, btrfs, f2fs, overlayfs, ...): 1; 0 for any other (a network or cluster file
+ * system, FUSE, one not known), whose name (or "type 0x<magic>") goes to type; -errno when
+ * dir cannot be looked at. A lock there may not be seen by another node's probe, or a
+ * remote file of a writer with this host's name (containers) may be taken for a local
+ * one: the tier then offers and trusts no proof (fs.live_dir off). */
+int kvt__fs_live_local(const char *dir, char *type, size_t n);
 /* Creates and locks dir's file for nonce (held until kvt__fs_live_release): the fd, or
  * -errno (the instance then just has no such proof to offer). */
 int kvt__fs_live_claim(const char *dir, uint64_t nonce);

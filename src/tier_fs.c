@@ -1626,6 +1626,18 @@ static int fs_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	atomic_store(&s->handle_ok, 1);
 	if (getrandom(&s->tmp_nonce, sizeof(s->tmp_nonce), GRND_NONBLOCK) != sizeof(s->tmp_nonce))
 		s->tmp_nonce = kvt__now_ns() ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)s;
+	/* A liveness file is proof only where every writer that could own it runs on this
+	 * node and its lock is this kernel's: a node-local file system. Elsewhere no proof is
+	 * offered or trusted, and dead writers' temporaries wait for the watch. */
+	char fstype[32];
+	int local = !s->ro && s->live_dir[0]
+			    ? kvt__fs_live_local(s->live_dir, fstype, sizeof(fstype)) : 1;
+	if (local == 0) {
+		KVT_WARN(&t->log, "fs: fs.live_dir %s is on %s, not a node-local file system: "
+				  "not used (a dead writer's temporaries wait fs.tmp_max_age_s); "
+				  "set a tmpfs such as /dev/shm", s->live_dir, fstype);
+		s->live_dir[0] = '\0';
+	}
 	if (!s->ro && s->live_dir[0]) {
 		s->live_fd = kvt__fs_live_claim(s->live_dir, s->tmp_nonce);
 		if (s->live_fd < 0)
