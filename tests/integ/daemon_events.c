@@ -600,20 +600,30 @@ static void test_replay_queue_full(void *zc)
 		CHECK(zmq_send(d[i], "", 0, ZMQ_SNDMORE) == 0);
 		CHECK(zmq_send(d[i], zero, 8, 0) == 8);
 	}
-	usleep(1000 * 1000); /* taken (4 a pass); no replay can finish unread, none stalls yet */
+	/* Taken 4 a pass, each running replay's first batch sent: polled (a sanitizer's daemon
+	 * is slower than the 1 s once slept here) until 16 run and one was refused, and for
+	 * 300 ms more, to see no seventeenth start. Within 4 s: no replay stalls yet (5 s). */
 	int busy = 0, running = 0, quiet = 0;
-	for (int i = 0; i < N_FULL; i++) {
-		zmq_msg_t parts[3];
-		if (recv_parts(d[i], 3, 0, parts)) {
-			quiet++;
-			continue;
+	bool answered[N_FULL] = {false};
+	uint64_t t_sent = test_now_ns(), t_full = 0;
+	while (test_ms_since(t_sent) < 4000 && (!t_full || test_ms_since(t_full) < 300)) {
+		for (int i = 0; i < N_FULL; i++) {
+			zmq_msg_t parts[3];
+			if (answered[i] || recv_parts(d[i], 3, 0, parts))
+				continue;
+			answered[i] = true;
+			uint64_t seq = seq_of(&parts[1]);
+			for (int j = 0; j < 3; j++)
+				zmq_msg_close(&parts[j]);
+			busy += seq == SEQ_BUSY;
+			running += seq != SEQ_BUSY && seq != UINT64_MAX;
 		}
-		uint64_t seq = seq_of(&parts[1]);
-		for (int j = 0; j < 3; j++)
-			zmq_msg_close(&parts[j]);
-		busy += seq == SEQ_BUSY;
-		running += seq != SEQ_BUSY && seq != UINT64_MAX;
+		if (!t_full && running >= 16 && busy >= 1)
+			t_full = test_now_ns();
+		usleep(20 * 1000);
 	}
+	for (int i = 0; i < N_FULL; i++)
+		quiet += !answered[i];
 	printf("  %d peers asking at once, reading nothing: %d replays running, %d waiting, %d "
 	       "busy\n", N_FULL, running, quiet, busy);
 	CHECK_EQ(running, 16);

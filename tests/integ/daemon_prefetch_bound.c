@@ -50,9 +50,18 @@ int main(void)
 
 	pthread_t t;
 	CHECK(pthread_create(&t, NULL, stalled_get, NULL) == 0);
-	usleep(300 * 1000); /* the GET holds the store's one place */
-
+	/* The GET holds the store's one place: seen in progress at the daemon (a status call
+	 * does not count itself), polled - a fixed 300 ms was a guess a slow attach could
+	 * miss, and a PREFETCH run with the place free tests nothing - then given 100 ms to
+	 * reach the store. */
 	struct raw r = raw_attach();
+	struct kvtd_status st = raw_status(&r);
+	for (int i = 0; i < 1000 && st.ops_in_progress < 1; i++) {
+		usleep(10 * 1000);
+		st = raw_status(&r);
+	}
+	CHECKM(st.ops_in_progress >= 1, "the stalled GET never reached the daemon");
+	usleep(100 * 1000);
 	struct kvt_key k;
 	memset(k.bytes, 0x6b, sizeof(k.bytes));
 	memcpy(r.shm + 64, &k, sizeof(k));

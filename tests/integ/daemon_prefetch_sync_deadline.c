@@ -41,6 +41,7 @@ int main(void)
 	kvtd_start_test(sock_path, dir, extra);
 	S = kvtd_client_store(dir); /* store.daemon_timeout_ms=2000 */
 	PAYLOAD = kvt_payload_bytes(kvt_store_geometry(S), 16);
+	memcpy(kvtd_ns, kvt_store_ns_id(S), sizeof(kvtd_ns)); /* for raw_attach's HELLO */
 	struct kvt_key k;
 	memset(k.bytes, 0x42, sizeof(k.bytes));
 	uint8_t *buf = malloc(PAYLOAD);
@@ -62,7 +63,17 @@ int main(void)
 	/* 2 */
 	pthread_t t;
 	CHECK(pthread_create(&t, NULL, slow_get, NULL) == 0);
-	usleep(100 * 1000); /* the get holds the connection */
+	/* The get holds the connection: seen in progress at the daemon (polled from a
+	 * connection of its own; a status call does not count itself). A fixed 100 ms was a
+	 * guess: a prefetch sent first would find the chunk in DRAM and return 1. */
+	struct raw r = raw_attach();
+	struct kvtd_status st = raw_status(&r);
+	for (int i = 0; i < 1000 && st.ops_in_progress < 1; i++) {
+		usleep(5 * 1000);
+		st = raw_status(&r);
+	}
+	raw_close(&r);
+	CHECKM(st.ops_in_progress >= 1, "the slow get never reached the daemon");
 	t0 = test_now_ns();
 	rc = kvt_prefetch_sync(S, &k, 1, kvt__now_ns() + 100 * 1000000ull);
 	double ms2 = test_ms_since(t0);
