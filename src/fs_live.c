@@ -28,21 +28,19 @@ static const struct {
 	unsigned long magic;
 	const char *name;
 } local_fs[] = {
-    {0x01021994, "tmpfs"},  {0x858458f6, "ramfs"},     {0xef53, "ext4"},
-    {0x58465342, "xfs"},    {0x9123683e, "btrfs"},     {0xf2f52010, "f2fs"},
-    {0x794c7630, "overlay"}, {0x2fc12fc1, "zfs"},      {0xca451a4e, "bcachefs"},
-    {0x3153464a, "jfs"},    {0x52654973, "reiserfs"},
+    {0x01021994, "tmpfs"},    {0x858458f6, "ramfs"}, {0xef53, "ext4"},	       {0x58465342, "xfs"},
+    {0x9123683e, "btrfs"},    {0xf2f52010, "f2fs"},  {0x794c7630, "overlay"},  {0x2fc12fc1, "zfs"},
+    {0xca451a4e, "bcachefs"}, {0x3153464a, "jfs"},   {0x52654973, "reiserfs"},
 };
 
-/* Names for the common file systems that are not (a message says which one it was). */
+/* Names of common file systems that are not node-local, for the warning. */
 static const struct {
 	unsigned long magic;
 	const char *name;
 } other_fs[] = {
-    {0x6969, "nfs"},        {0x00c36400, "cephfs"}, {0x65735546, "fuse"},
-    {0xff534d42, "cifs"},   {0xfe534d42, "smb2"},   {0x01161970, "gfs2"},
-    {0x7461636f, "ocfs2"},  {0x0bd00bd0, "lustre"}, {0x5346414f, "afs"},
-    {0x01021997, "9p"},     {0x6a656a63, "virtiofs"},
+    {0x6969, "nfs"},	  {0x00c36400, "cephfs"}, {0x65735546, "fuse"},	    {0xff534d42, "cifs"},
+    {0xfe534d42, "smb2"}, {0x01161970, "gfs2"},	  {0x7461636f, "ocfs2"},    {0x0bd00bd0, "lustre"},
+    {0x5346414f, "afs"},  {0x01021997, "9p"},	  {0x6a656a63, "virtiofs"},
 };
 
 int kvt__fs_live_local(const char *dir, char *type, size_t n)
@@ -83,8 +81,8 @@ int kvt__fs_live_claim(const char *dir, uint64_t nonce)
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0 || renameat2(AT_FDCWD, tmp, AT_FDCWD, p,
-							  RENAME_NOREPLACE) < 0) {
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0 ||
+	    renameat2(AT_FDCWD, tmp, AT_FDCWD, p, RENAME_NOREPLACE) < 0) {
 		rc = -errno;
 		unlink(tmp);
 		close(fd);
@@ -169,7 +167,7 @@ int kvt__fs_live_nonce(const char *name, const char *host, uint64_t *nonce)
 		return 0;
 	uint64_t v = 0;
 	for (const char *c = q; c < last; c++) {
-		int d = *c >= '0' && *c <= '9'   ? *c - '0'
+		int d = *c >= '0' && *c <= '9'	 ? *c - '0'
 			: *c >= 'a' && *c <= 'f' ? *c - 'a' + 10
 						 : -1;
 		if (d < 0)
