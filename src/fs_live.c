@@ -38,9 +38,9 @@ static const struct {
 	unsigned long magic;
 	const char *name;
 } other_fs[] = {
-    {0x6969, "nfs"},	  {0x00c36400, "cephfs"}, {0x65735546, "fuse"},	    {0xff534d42, "cifs"},
-    {0xfe534d42, "smb2"}, {0x01161970, "gfs2"},	  {0x7461636f, "ocfs2"},    {0x0bd00bd0, "lustre"},
-    {0x5346414f, "afs"},  {0x01021997, "9p"},	  {0x6a656a63, "virtiofs"},
+    {0x6969, "nfs"},	  {0x00c36400, "cephfs"}, {0x65735546, "fuse"},	     {0xff534d42, "cifs"},
+    {0xfe534d42, "smb2"}, {0x01161970, "gfs2"},	  {0x7461636f, "ocfs2"},     {0x0bd00bd0, "lustre"},
+    {0x5346414f, "afs"},  {0x01021997, "9p"},	  {0x6a656a63, "fakeowner"}, {0x6b414653, "kafs"},
 };
 
 int kvt__fs_live_local(const char *dir, char *type, size_t n)

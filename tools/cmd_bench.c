@@ -493,7 +493,8 @@ static void usage(void)
 	       "                      plus two queue depths of objects\n"
 	       "  --rounds N          kvtier and the reference alternate N times per phase,\n"
 	       "                      each for seconds/N (default 3): both see the same noise;\n"
-	       "                      kvtier goes first in odd rounds, the reference in even\n"
+	       "                      who goes first alternates from round to round, across\n"
+	       "                      phases (kvtier first in the very first)\n"
 	       "  --no-ref            skip the reference\n"
 	       "  --key-set N         mixed into this run's key salt (default 0): clients sharing\n"
 	       "                      one store (store.daemon) are sure to use disjoint keys\n"
@@ -1048,6 +1049,7 @@ int kvt_cmd_bench(int argc, char **argv)
 	char rados_pool[256] = "";
 	long long wa_dev = 0;
 	uint64_t wa_stored = 0;
+	int turn = 0; /* rounds so far, over every phase: who goes first alternates on it */
 	for (int p = 0; p < n_ph; p++) {
 		struct phase_result kround[100], rround[100], dround[100], packed[100];
 		bool rok[100] = {false}, dok[100] = {false};
@@ -1078,11 +1080,14 @@ int kvt_cmd_bench(int argc, char **argv)
 						.n_done = &n_done};
 			struct slice_dev sd = {.path = have_dev ? devp : NULL, .acc = &kd[p],
 					       .wa_dev = &wa_dev, .wa_stored = &wa_stored};
-			/* Who goes first alternates by round. The side that runs second inherits
-			 * the first one's aftermath (a server's background work after a write
-			 * round, the device's write-back), and a fixed order gave it to the same
-			 * side every round (docs/BENCHMARKS.md, "S3 reads"). */
-			bool ref_first = (r & 1) && !o.no_ref;
+			/* Who goes first alternates by round, counted across phases (a count
+			 * that started again each phase gave every phase's first slice to kvtier,
+			 * right after the reference's last write slice, with odd --rounds). The
+			 * side that runs second inherits the first one's aftermath (a server's
+			 * background work after a write round, the device's write-back), and a
+			 * fixed order gave it to the same side every round (docs/BENCHMARKS.md,
+			 * "S3 reads"). */
+			bool ref_first = (turn++ & 1) && !o.no_ref;
 			if (!ref_first)
 				kvtier_slice(&pa, fresh && rados, &sd, &kround[r]);
 			if (o.no_ref)

@@ -81,6 +81,11 @@ int main(void)
 
 	for (int how = 0; how < 3; how++)
 		pass(s, how, 0xa0 + 0x20 * (uint32_t)how, buf, len, tokens);
+	memcpy(kvtd_ns, kvt_store_ns_id(s), sizeof(kvtd_ns)); /* for raw_attach's HELLO */
+	struct raw r = raw_attach();
+	struct kvtd_status st = raw_status(&r);
+	raw_close(&r);
+	CHECKM(st.pinned_gets > 0, "no get went through the shared pool (GET_PIN)");
 	kvt_store_close(s);
 	kvtd_stop();
 
@@ -105,6 +110,11 @@ int main(void)
 		printf("  (no shared pool: plain GETs)\n");
 		pass(s, how, 0x10 + 0x20 * (uint32_t)how, buf, len, tokens);
 	}
+	r = raw_attach();
+	st = raw_status(&r);
+	raw_close(&r);
+	CHECKM(st.pinned_gets == 0, "%llu gets went through a pool the daemon should not share",
+	       (unsigned long long)st.pinned_gets);
 	kvt_store_close(s);
 	kvtd_stop();
 	free(buf);

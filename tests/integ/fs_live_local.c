@@ -9,8 +9,8 @@
  *
  *  1. fs.live_dir on a FUSE mount (tests/fuse/slowfs): the store opens and stores, the
  *     warning names fuse, and no liveness file is created there;
- *  2. fs.live_dir on the test directory's local file system: the store holds its liveness
- *     file there while open, and no warning.
+ *  2. fs.live_dir on tmpfs (/dev/shm): the store holds its liveness file there while open,
+ *     and no warning.
  */
 #include <dirent.h>
 
@@ -83,10 +83,10 @@ int main(void)
 	       "no warning naming the file system: '%s'", warned);
 	slowfs_stop(&f);
 
-	/* 2. on the test directory's own (local) file system: used while open */
-	char live[4200];
-	snprintf(live, sizeof(live), "%s/live", dir);
-	CHECK(mkdir(live, 0700) == 0);
+	/* 2. on tmpfs (a directory in /dev/shm, fs.live_dir's default): used while open.
+	 * Not under the test directory, which may be on any file system. */
+	char live[] = "/dev/shm/kvt-fs_live_local-XXXXXX";
+	CHECKM(mkdtemp(live), "mkdtemp in /dev/shm: %s", strerror(errno));
 	warned[0] = '\0';
 	n = open_and_count(dir, live);
 	printf("  fs.live_dir on %s: %d liveness file(s) while open, %d after close\n", live, n,
@@ -94,6 +94,7 @@ int main(void)
 	CHECKM(n == 1, "the store held no liveness file on a local file system");
 	CHECKM(writer_files(live) == 0, "a liveness file left after close");
 	CHECKM(!strstr(warned, "not a node-local"), "warned on a local file system: %s", warned);
+	CHECK(rmdir(live) == 0);
 
 	test_rmdir(dir);
 	free(dir);
