@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -22,25 +23,26 @@
 #define LIVE_PREFIX "kvtier-fs-writer."
 #define LIVE_NAME LIVE_PREFIX "%016llx"
 
-/* Node-local file systems by their statfs magic (linux/magic.h's values, spelled out: not
- * every one is in the headers of every distribution). */
+/* File systems by their statfs magic (linux/magic.h's values, spelled out: not every one is
+ * in the headers of every distribution): the node-local ones, and common others named for
+ * the warning. */
 static const struct {
 	unsigned long magic;
 	const char *name;
-} local_fs[] = {
-    {0x01021994, "tmpfs"},    {0x858458f6, "ramfs"}, {0xef53, "ext4"},	       {0x58465342, "xfs"},
-    {0x9123683e, "btrfs"},    {0xf2f52010, "f2fs"},  {0x794c7630, "overlay"},  {0x2fc12fc1, "zfs"},
-    {0xca451a4e, "bcachefs"}, {0x3153464a, "jfs"},   {0x52654973, "reiserfs"},
-};
-
-/* Names of common file systems that are not node-local, for the warning. */
-static const struct {
-	unsigned long magic;
-	const char *name;
-} other_fs[] = {
-    {0x6969, "nfs"},	  {0x00c36400, "cephfs"}, {0x65735546, "fuse"},	     {0xff534d42, "cifs"},
-    {0xfe534d42, "smb2"}, {0x01161970, "gfs2"},	  {0x7461636f, "ocfs2"},     {0x0bd00bd0, "lustre"},
-    {0x5346414f, "afs"},  {0x01021997, "9p"},	  {0x6a656a63, "fakeowner"}, {0x6b414653, "kafs"},
+	bool local;
+} known_fs[] = {
+    {0x01021994, "tmpfs", true},    {0x858458f6, "ramfs", true},
+    {0xef53, "ext4", true},	    {0x58465342, "xfs", true},
+    {0x9123683e, "btrfs", true},    {0xf2f52010, "f2fs", true},
+    {0x794c7630, "overlay", true},  {0x2fc12fc1, "zfs", true},
+    {0xca451a4e, "bcachefs", true}, {0x3153464a, "jfs", true},
+    {0x52654973, "reiserfs", true}, {0x6969, "nfs", false},
+    {0x00c36400, "cephfs", false},  {0x65735546, "fuse", false},
+    {0xff534d42, "cifs", false},    {0xfe534d42, "smb2", false},
+    {0x01161970, "gfs2", false},    {0x7461636f, "ocfs2", false},
+    {0x0bd00bd0, "lustre", false},  {0x5346414f, "afs", false},
+    {0x01021997, "9p", false},	    {0x6a656a63, "fakeowner", false},
+    {0x6b414653, "kafs", false},
 };
 
 int kvt__fs_live_local(const char *dir, char *type, size_t n)
@@ -49,17 +51,15 @@ int kvt__fs_live_local(const char *dir, char *type, size_t n)
 	if (statfs(dir, &st) < 0)
 		return -errno;
 	unsigned long m = (unsigned long)(uint32_t)st.f_type;
-	for (size_t i = 0; i < sizeof(local_fs) / sizeof(local_fs[0]); i++)
-		if (local_fs[i].magic == m)
+	for (size_t i = 0; i < sizeof(known_fs) / sizeof(known_fs[0]); i++) {
+		if (known_fs[i].magic != m)
+			continue;
+		if (known_fs[i].local)
 			return 1;
-	const char *name = NULL;
-	for (size_t i = 0; i < sizeof(other_fs) / sizeof(other_fs[0]); i++)
-		if (other_fs[i].magic == m)
-			name = other_fs[i].name;
-	if (name)
-		snprintf(type, n, "%s", name);
-	else
-		snprintf(type, n, "type 0x%lx", m);
+		snprintf(type, n, "%s", known_fs[i].name);
+		return 0;
+	}
+	snprintf(type, n, "type 0x%lx", m);
 	return 0;
 }
 

@@ -386,7 +386,7 @@ def test_close_from_another_thread_waits_for_calls_on_the_store(tdir, monkeypatc
     from free_race import FreeRace
     from kvtier import store as store_mod
     race = FreeRace(monkeypatch, store_mod.lib,
-                    ["kvt_poll", "kvt_put", "kvt_get", "kvt_flush", "kvt_stats", "kvt_store_fd"],
+                    ["kvt_poll", "kvt_put", "kvt_get_linked", "kvt_flush", "kvt_stats", "kvt_store_fd"],
                     "kvt_store_close", no_hold=("kvt_poll",))  # a real poll blocks by itself
     s = kvtier.Store(cfg(**{"fs.dir": tdir}), poller="manual")
     k = kvtier.keys_from_tokens(s.ns_id, 16, list(range(16)))[0]
