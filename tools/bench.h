@@ -45,7 +45,7 @@ void bench_ref_memcpy(size_t chunk, size_t n_bufs, unsigned qd, double seconds, 
 		      struct phase_result *out);
 /* fio's file set (dir/fio-ref, one file of bs bytes per object, written in full) is laid
  * out once per run and removed at its end; each measurement overwrites it in place. */
-int bench_ref_fio_layout(const char *dir, size_t bs, size_t n_files, unsigned qd);
+int bench_ref_fio_layout(const char *dir, size_t bs, size_t n_files);
 void bench_ref_fio_remove(const char *dir);
 /* How the fio reference makes its writes durable: not at all; --fdatasync=1 (an
  * fdatasync after each write, issued as an I/O of its own in the iodepth, the issue's

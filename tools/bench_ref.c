@@ -294,20 +294,25 @@ static void fmt_num(char *buf, size_t n, const char *fmt, unsigned long long v)
 
 /* The reference's file set, laid out once per bench run: n_files files of bs bytes in
  * dir/fio-ref, each written in full, so that every measured write overwrites allocated
- * blocks and no round pays for layout. */
-int bench_ref_fio_layout(const char *dir, size_t bs, size_t n_files, unsigned qd)
+ * blocks and no round pays for layout. Written as kvtier lays out its slots
+ * (nvme.preallocate, tier_nvme_pool.c): through the page cache, each file fdatasync'ed
+ * once written and given its blocks then (no fallocate: each file starts on a 2 MiB
+ * boundary, as a slot does). On the virtual disk measured, how a file is first written
+ * decides how fast it is overwritten ever after (docs/BENCHMARKS.md, "How a slot is first
+ * written"), so both sides' files are made alike. The caller lets the disk settle after it
+ * (BENCH_SETTLE_S). */
+int bench_ref_fio_layout(const char *dir, size_t bs, size_t n_files)
 {
-	char path[4096], a_bs[48], a_qd[48], a_nr[48], a_fs[48], a_sz[48];
+	char path[4096], a_bs[48], a_nr[48], a_fs[48], a_sz[48];
 	snprintf(path, sizeof(path), "%s/" FIO_SUBDIR, dir);
 	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		return -errno;
 	fmt_num(a_bs, sizeof(a_bs), "--bs=%llu", bs);
-	fmt_num(a_qd, sizeof(a_qd), "--iodepth=%llu", qd);
 	fmt_num(a_nr, sizeof(a_nr), "--nrfiles=%llu", n_files);
 	fmt_num(a_fs, sizeof(a_fs), "--filesize=%llu", bs);
 	fmt_num(a_sz, sizeof(a_sz), "--size=%llu", (unsigned long long)bs * n_files);
-	char *argv[] = {"fio", "--name=ref", "--directory=" FIO_SUBDIR, "--ioengine=io_uring",
-			"--direct=1", FIO_MEM_ALIGN, a_bs, a_qd, "--rw=write", a_nr, a_fs, a_sz,
+	char *argv[] = {"fio", "--name=ref", "--directory=" FIO_SUBDIR, "--ioengine=psync",
+			"--fdatasync=1", "--fallocate=none", a_bs, "--rw=write", a_nr, a_fs, a_sz,
 			"--output-format=terse", NULL};
 	char *out = run_capture_env(argv, dir, fio_environ());
 	if (!out)

@@ -35,7 +35,7 @@ struct bench_opts {
 	const char *tier;
 	unsigned long long chunk_bytes;
 	unsigned queue_depth;
-	double seconds, ramp;
+	double seconds, ramp, settle;
 	int read_pct;  /* -1: all phases */
 	int mixed_pct;
 	int rounds; /* kvtier and reference alternate, so both see the same machine noise */
@@ -484,6 +484,8 @@ static void usage(void)
 	       "  --seconds S         measured time per phase (default 5)\n"
 	       "  --ramp S            unmeasured warm-up before each measured slice, on both\n"
 	       "                      sides (default 0.5)\n"
+	       "  --settle S          nvme, fs: seconds the disk rests after both sides' files\n"
+	       "                      are laid out, before the first round (default 3)\n"
 	       "  --fsync MODE        none | data | full for nvme and fs (default: the configured\n"
 	       "                      nvme.fsync / fs.fsync, shipped default data); fio gets\n"
 	       "                      --fdatasync=1 unless none\n"
@@ -683,7 +685,7 @@ static double kib_per_req(long long sect, long long ios)
 }
 
 enum {
-	O_NO_REF = CLI_O_FIRST_FREE, O_TIER, O_CHUNK_BYTES, O_QUEUE_DEPTH, O_SECONDS, O_RAMP,
+	O_NO_REF = CLI_O_FIRST_FREE, O_TIER, O_CHUNK_BYTES, O_QUEUE_DEPTH, O_SECONDS, O_RAMP, O_SETTLE,
 	O_FSYNC, O_READ_PCT, O_MIXED_PCT, O_KEY_SET, O_ROUNDS, O_SET_BYTES
 };
 
@@ -722,6 +724,11 @@ static int bench_opt(void *arg, int c, const char *v)
 					c == O_RAMP ? "ramp" : "seconds", v, c == O_RAMP ? "[0" : "(0"),
 			       -1;
 		*(c == O_RAMP ? &o->ramp : &o->seconds) = d;
+		return 0;
+	case O_SETTLE:
+		if (cli_parse_number(v, &d) < 0 || !(d >= 0) || d > 600)
+			return cli_fail("bench", "--settle: '%s' is not in [0, 600]", v), -1;
+		o->settle = d;
 		return 0;
 	case O_FSYNC:
 		if (strcmp(v, "none") && strcmp(v, "data") && strcmp(v, "full"))
@@ -787,8 +794,8 @@ static int wait_layout(struct kvt_store *s, uint64_t stall_ns)
 int kvt_cmd_bench(int argc, char **argv)
 {
 	struct bench_opts o = {.tier = "nvme", .chunk_bytes = 2ull << 20, .queue_depth = 0,
-			       .seconds = 5, .ramp = 0.5, .read_pct = -1, .mixed_pct = 70,
-			       .rounds = 3};
+			       .seconds = 5, .ramp = 0.5, .settle = 3, .read_pct = -1,
+			       .mixed_pct = 70, .rounds = 3};
 	for (int i = 1; i < argc; i++) /* --workload W or --workload=W */
 		if (!strncmp(argv[i], "--workload", 10) && (!argv[i][10] || argv[i][10] == '='))
 			return kvt_bench_mlperf(argc, argv);
@@ -799,6 +806,7 @@ int kvt_cmd_bench(int argc, char **argv)
 	    {"queue-depth", required_argument, NULL, O_QUEUE_DEPTH},
 	    {"seconds", required_argument, NULL, O_SECONDS},
 	    {"ramp", required_argument, NULL, O_RAMP},
+	    {"settle", required_argument, NULL, O_SETTLE},
 	    {"fsync", required_argument, NULL, O_FSYNC},
 	    {"read-pct", required_argument, NULL, O_READ_PCT},
 	    {"mixed-pct", required_argument, NULL, O_MIXED_PCT},
@@ -1030,9 +1038,20 @@ int kvt_cmd_bench(int argc, char **argv)
 		have_set = true;
 	}
 	int rrc = 0;
-	if (local && !o.no_ref && (rrc = bench_ref_fio_layout(dir, obj, n_keys, o.queue_depth)) < 0)
+	if (local && !o.no_ref && (rrc = bench_ref_fio_layout(dir, obj, n_keys)) < 0)
 		fprintf(stderr, "kvtier bench: laying out fio's files failed: %s\n",
 			kvt_strerror(rrc));
+	/* Both sides' files are laid out (kvtier's slots first, then fio's): the disk is let
+	 * settle before the first round, untimed. Gigabytes first written leave this machine's
+	 * virtual disk slower for a second or two after (docs/BENCHMARKS.md, "How a slot is
+	 * first written"), which fell on the first round alone - whichever side it was. */
+	if (local && o.settle > 0) {
+		sync();
+		struct timespec ts = {.tv_sec = (time_t)o.settle,
+				      .tv_nsec = (long)((o.settle - (double)(time_t)o.settle) * 1e9)};
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
 	/* device requests under kvtier and under the reference, per phase */
 	struct devstat kd[3] = {{0}}, rd[3] = {{0}}, d0;
 	bool have_dev = local && dev_stat(devp, &d0) == 0;

@@ -9,6 +9,7 @@
  */
 #include <fcntl.h>
 #include <ftw.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include "nvme_pool_util.h"
@@ -126,6 +127,43 @@ static void check_read_only(const char *dir, const struct kvt_key *k, uint8_t *b
 	free(after);
 }
 
+
+/* Pages of dir/pool's slot files in the page cache, and bytes of them not allocated on disk
+ * (holes). A slot is laid out through the page cache and written in full (tier_nvme_pool.c),
+ * then its pages are dropped: they are zeros never read. */
+static void slots_cached(const char *dir, long *resident, long *holes)
+{
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/pool", dir);
+	DIR *d = opendir(p);
+	CHECK(d != NULL);
+	*resident = *holes = 0;
+	long page = sysconf(_SC_PAGESIZE);
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		if (n < 6 || strcmp(de->d_name + n - 5, ".slot"))
+			continue;
+		snprintf(p, sizeof(p), "%s/pool/%s", dir, de->d_name);
+		int fd = open(p, O_RDONLY);
+		struct stat st;
+		CHECK(fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0);
+		if ((long long)st.st_blocks * 512 < (long long)st.st_size)
+			*holes += (long)(st.st_size - st.st_blocks * 512);
+		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+		CHECK(m != MAP_FAILED);
+		size_t pages = ((size_t)st.st_size + (size_t)page - 1) / (size_t)page;
+		unsigned char *vec = malloc(pages);
+		CHECK(vec && mincore(m, (size_t)st.st_size, vec) == 0);
+		for (size_t i = 0; i < pages; i++)
+			*resident += vec[i] & 1;
+		free(vec);
+		munmap(m, (size_t)st.st_size);
+		close(fd);
+	}
+	closedir(d);
+}
+
 int main(void)
 {
 	char root[] = "/var/tmp/kvt-nvme-pool-XXXXXX";
@@ -171,6 +209,12 @@ int main(void)
 	CHECK_EQ(pl.n, (int)NSLOTS);
 	CHECK_EQ(pl.temps, 0);
 	CHECK(disk_bytes(dir) <= CAP);
+	/* Each slot written in full (no hole: an overwrite allocates nothing), and none of
+	 * its pages left in the page cache by the layout. */
+	long resident, holes;
+	slots_cached(dir, &resident, &holes);
+	CHECKM(holes == 0, "laid-out slots have %ld bytes of holes", holes);
+	CHECKM(resident == 0, "the layout left %ld pages of slots in the page cache", resident);
 
 	/* Writes of the slot size overwrite slots: each object is a former slot's inode. */
 	struct kvt_key keys[100];
