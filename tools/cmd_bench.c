@@ -485,7 +485,8 @@ static void usage(void)
 	       "  --ramp S            unmeasured warm-up before each measured slice, on both\n"
 	       "                      sides (default 0.5)\n"
 	       "  --settle S          nvme, fs: seconds the disk rests after both sides' files\n"
-	       "                      are laid out, before the first round (default 3)\n"
+	       "                      are laid out, before the first round (default 3; none\n"
+	       "                      with --no-ref)\n"
 	       "  --fsync MODE        none | data | full for nvme and fs (default: the configured\n"
 	       "                      nvme.fsync / fs.fsync, shipped default data); fio gets\n"
 	       "                      --fdatasync=1 unless none\n"
@@ -1044,9 +1045,10 @@ int kvt_cmd_bench(int argc, char **argv)
 	/* Both sides' files are laid out (kvtier's slots first, then fio's): the disk is let
 	 * settle before the first round, untimed. Gigabytes first written leave this machine's
 	 * virtual disk slower for a second or two after (docs/BENCHMARKS.md, "How a slot is
-	 * first written"), which fell on the first round alone - whichever side it was. */
-	if (local && o.settle > 0) {
-		sync();
+	 * first written"), which fell on the first round alone - whichever side it was. Both
+	 * layouts fdatasync'ed every file: nothing is left to sync (a sync() here would also
+	 * wait on every other file system of the machine, a stalled one included). */
+	if (local && !o.no_ref && o.settle > 0) {
 		struct timespec ts = {.tv_sec = (time_t)o.settle,
 				      .tv_nsec = (long)((o.settle - (double)(time_t)o.settle) * 1e9)};
 		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)

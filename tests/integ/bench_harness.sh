@@ -59,6 +59,8 @@ grep -q "already holds" "$tmp/err" || fail "no warning about a non-empty store: 
 [ "$(wc -l <"$tmp/err")" = 1 ] || fail "--fsync error is not one line: $(cat "$tmp/err")"
 "$KVT" bench --tier redis --fsync none >/dev/null 2>&1 && fail "--fsync accepted for redis"
 "$KVT" bench --tier nvme --dir "$d" --ramp -1 >/dev/null 2>&1 && fail "--ramp -1 accepted"
+"$KVT" bench --tier nvme --dir "$d" --settle -1 >/dev/null 2>"$tmp/err" && fail "--settle -1 accepted"
+grep -q "settle: '-1' is not in" "$tmp/err" || fail "--settle -1: $(cat "$tmp/err")"
 
 # (d) a Redis password stays off every command line (the server reads it from a file)
 PW="kvt-secret-$RANDOM$RANDOM"
