@@ -68,6 +68,7 @@ enum nv_stage {
 	ST_W_ALLOC,   /* give a new temp file its size first (fallocate) */
 	ST_W_DATA,    /* write pieces */
 	ST_W_SYNC,    /* fdatasync */
+	ST_W_DROP,    /* a layout: its clean zeros leave the page cache (fadvise, io-wq) */
 	ST_W_CLOSE,   /* close */
 	ST_W_PUBLISH, /* rename the temp file onto the object's name (io_uring, async) */
 	ST_W_DIRSYNC, /* fsync the subdirectory (nvme.fsync=full), then index the object */
@@ -84,6 +85,7 @@ enum nv_kind {
 	IO_WRITE,
 	IO_READ,
 	IO_FSYNC,
+	IO_DROP, /* a layout's fadvise(DONTNEED): advice, its result ignored */
 	IO_CLOSE,
 	IO_DIRSYNC,
 	IO_RENAME, /* a write's publish */

@@ -143,7 +143,8 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			 * out its files): on the virtual disks measured, blocks first written
 			 * with O_DIRECT overwrite at 0.5-0.6x the speed of blocks first written
 			 * back from the page cache, for good (docs/BENCHMARKS.md, "How a slot
-			 * is first written"). Its writes stay O_DIRECT: overwrites. */
+			 * is first written"). The object writes that later overwrite the slot
+			 * stay O_DIRECT. */
 			if (s->dirs[op->dir].direct && op->type != OP_LAYOUT)
 				fl |= O_DIRECT;
 			io_uring_prep_openat(sqe, s->dirs[op->dir].fd, op->name, fl, s->file_mode);
@@ -201,14 +202,20 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			io_uring_prep_fsync(sqe, op->fd, IORING_FSYNC_DATASYNC);
 			op->stage = ST_WAIT;
 			return;
+		case ST_W_DROP:
+			/* A laid-out slot's zeros, clean since its fdatasync, leave the page
+			 * cache: they are never read, and the first O_DIRECT overwrite would
+			 * otherwise have to drop them. Through io_uring (always run by a worker
+			 * for DONTNEED): dropping pages can wait on every CPU's page batches,
+			 * which the ring thread must not. */
+			if (!(io = nv_io_start(s, op, IO_DROP, &sqe)))
+				goto blocked;
+			io_uring_prep_fadvise(sqe, op->fd, 0, 0, POSIX_FADV_DONTNEED);
+			op->stage = ST_WAIT;
+			return;
 		case ST_W_CLOSE:
 			if (!(io = nv_io_start(s, op, IO_CLOSE, &sqe)))
 				goto blocked;
-			/* a laid-out slot's zeros, clean since its fdatasync, leave the page
-			 * cache now (a few microseconds): they are never read, and the first
-			 * O_DIRECT overwrite would otherwise have to drop them */
-			if (op->type == OP_LAYOUT)
-				(void)posix_fadvise(op->fd, 0, 0, POSIX_FADV_DONTNEED);
 			io_uring_prep_close(sqe, op->fd);
 			op->fd = -1;
 			op->stage = ST_WAIT;
@@ -431,9 +438,14 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 				/* A new file of more than two pieces is given its size first:
 				 * pieces past the end of the file would each extend it, which
 				 * ext4 does only under the inode's exclusive lock, so io_uring
-				 * punts every one to a worker and they run one after another. */
-				op->stage = !op->recycled && op->len > 2ull * NV_IO_MAX ? ST_W_ALLOC
-											: ST_W_DATA;
+				 * punts every one to a worker and they run one after another. Not a
+				 * layout's: its writes go through the page cache (the inode lock
+				 * either way), and its blocks are allocated at its fdatasync, in one
+				 * piece, as fio's files are (tools/bench_ref.c). */
+				op->stage = !op->recycled && op->type != OP_LAYOUT &&
+							    op->len > 2ull * NV_IO_MAX
+						? ST_W_ALLOC
+						: ST_W_DATA;
 			}
 		} else if (res < 0) {
 			if (res == -ENOENT) {
@@ -514,8 +526,12 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 			op->err = res;
 			op->stage = ST_W_FAIL;
 		} else {
-			op->stage = ST_W_CLOSE;
+			op->stage = op->type == OP_LAYOUT ? ST_W_DROP : ST_W_CLOSE;
 		}
+		break;
+	case IO_DROP:
+		nv_io_put(s, io); /* advice: a slot whose pages stay cached is still a slot */
+		op->stage = ST_W_CLOSE;
 		break;
 	case IO_CLOSE:
 		nv_io_put(s, io);

@@ -297,7 +297,9 @@ static void fmt_num(char *buf, size_t n, const char *fmt, unsigned long long v)
  * blocks and no round pays for layout. Written as kvtier lays out its slots
  * (nvme.preallocate, tier_nvme_pool.c): through the page cache, each file fdatasync'ed
  * once written and given its blocks then (no fallocate: each file starts on a 2 MiB
- * boundary, as a slot does). On the virtual disk measured, how a file is first written
+ * boundary, as a slot does; file by file, so that each fdatasync is the file just written
+ * - with fio's default round-robin the sync went to the next file, and half the files
+ * stayed dirty in the page cache). On the virtual disk measured, how a file is first written
  * decides how fast it is overwritten ever after (docs/BENCHMARKS.md, "How a slot is first
  * written"), so both sides' files are made alike. The caller lets the disk settle after it
  * (BENCH_SETTLE_S). */
@@ -312,7 +314,7 @@ int bench_ref_fio_layout(const char *dir, size_t bs, size_t n_files)
 	fmt_num(a_fs, sizeof(a_fs), "--filesize=%llu", bs);
 	fmt_num(a_sz, sizeof(a_sz), "--size=%llu", (unsigned long long)bs * n_files);
 	char *argv[] = {"fio", "--name=ref", "--directory=" FIO_SUBDIR, "--ioengine=psync",
-			"--fdatasync=1", "--fallocate=none", a_bs, "--rw=write", a_nr, a_fs, a_sz,
+			"--fdatasync=1", "--file_service_type=sequential", "--fallocate=none", a_bs, "--rw=write", a_nr, a_fs, a_sz,
 			"--output-format=terse", NULL};
 	char *out = run_capture_env(argv, dir, fio_environ());
 	if (!out)

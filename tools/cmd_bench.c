@@ -484,9 +484,9 @@ static void usage(void)
 	       "  --seconds S         measured time per phase (default 5)\n"
 	       "  --ramp S            unmeasured warm-up before each measured slice, on both\n"
 	       "                      sides (default 0.5)\n"
-	       "  --settle S          nvme, fs: seconds the disk rests after both sides' files\n"
-	       "                      are laid out, before the first round (default 3; none\n"
-	       "                      with --no-ref)\n"
+	       "  --settle S          nvme, fs: seconds the disk rests after the files are laid\n"
+	       "                      out (fio's; nvme: and the slots), before the first round\n"
+	       "                      (default 3; none with --no-ref)\n"
 	       "  --fsync MODE        none | data | full for nvme and fs (default: the configured\n"
 	       "                      nvme.fsync / fs.fsync, shipped default data); fio gets\n"
 	       "                      --fdatasync=1 unless none\n"
@@ -1048,7 +1048,9 @@ int kvt_cmd_bench(int argc, char **argv)
 	 * first written"), which fell on the first round alone - whichever side it was. Both
 	 * layouts fdatasync'ed every file: nothing is left to sync (a sync() here would also
 	 * wait on every other file system of the machine, a stalled one included). */
-	if (local && !o.no_ref && o.settle > 0) {
+	double settled = 0; /* the rest taken (JSON "settle") */
+	if (local && !o.no_ref && rrc >= 0 && o.settle > 0) {
+		settled = o.settle;
 		struct timespec ts = {.tv_sec = (time_t)o.settle,
 				      .tv_nsec = (long)((o.settle - (double)(time_t)o.settle) * 1e9)};
 		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
@@ -1341,9 +1343,10 @@ int kvt_cmd_bench(int argc, char **argv)
 	}
 	printf("{\"tier\":\"%s\",\"chunk_bytes\":%llu,\"object_bytes\":%llu,\"queue_depth\":%u,"
 	       "\"bytes_in_flight\":%llu,\"objects\":%zu,\"seconds\":%.1f,\"ramp\":%.1f,"
+	       "\"settle\":%.1f,"
 	       "\"rounds\":%d,\"read_pct\":%d,\"fsync\":\"%s\",\"reference\":\"%s%s\"",
 	       o.tier, o.chunk_bytes, (unsigned long long)obj, o.queue_depth,
-	       (unsigned long long)obj * o.queue_depth, n_keys, o.seconds, o.ramp, o.rounds,
+	       (unsigned long long)obj * o.queue_depth, n_keys, o.seconds, o.ramp, settled, o.rounds,
 	       o.read_pct, local ? fsync_mode : "", reference_name(o.tier),
 	       ref_sync ? " --fdatasync=1" : "");
 	json_phase("", &head);
