@@ -301,8 +301,8 @@ static void fmt_num(char *buf, size_t n, const char *fmt, unsigned long long v)
  * - with fio's default round-robin the sync went to the next file, and half the files
  * stayed dirty in the page cache). On the virtual disk measured, how a file is first written
  * decides how fast it is overwritten ever after (docs/BENCHMARKS.md, "How a slot is first
- * written"), so both sides' files are made alike. The caller lets the disk settle after it
- * (BENCH_SETTLE_S). */
+ * written"), so both sides' files are made alike. The caller lets the disk rest after it
+ * (kvtier bench --settle). */
 int bench_ref_fio_layout(const char *dir, size_t bs, size_t n_files)
 {
 	char path[4096], a_bs[48], a_nr[48], a_fs[48], a_sz[48];
@@ -314,8 +314,8 @@ int bench_ref_fio_layout(const char *dir, size_t bs, size_t n_files)
 	fmt_num(a_fs, sizeof(a_fs), "--filesize=%llu", bs);
 	fmt_num(a_sz, sizeof(a_sz), "--size=%llu", (unsigned long long)bs * n_files);
 	char *argv[] = {"fio", "--name=ref", "--directory=" FIO_SUBDIR, "--ioengine=psync",
-			"--fdatasync=1", "--file_service_type=sequential", "--fallocate=none", a_bs, "--rw=write", a_nr, a_fs, a_sz,
-			"--output-format=terse", NULL};
+			"--fdatasync=1", "--file_service_type=sequential", "--fallocate=none",
+			a_bs, "--rw=write", a_nr, a_fs, a_sz, "--output-format=terse", NULL};
 	char *out = run_capture_env(argv, dir, fio_environ());
 	if (!out)
 		return -EIO;

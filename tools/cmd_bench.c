@@ -686,8 +686,8 @@ static double kib_per_req(long long sect, long long ios)
 }
 
 enum {
-	O_NO_REF = CLI_O_FIRST_FREE, O_TIER, O_CHUNK_BYTES, O_QUEUE_DEPTH, O_SECONDS, O_RAMP, O_SETTLE,
-	O_FSYNC, O_READ_PCT, O_MIXED_PCT, O_KEY_SET, O_ROUNDS, O_SET_BYTES
+	O_NO_REF = CLI_O_FIRST_FREE, O_TIER, O_CHUNK_BYTES, O_QUEUE_DEPTH, O_SECONDS, O_RAMP,
+	O_SETTLE, O_FSYNC, O_READ_PCT, O_MIXED_PCT, O_KEY_SET, O_ROUNDS, O_SET_BYTES
 };
 
 /* One option of kvtier bench (cli_getopt): 0, 1 after --help, -1 after an error line. */
@@ -1346,8 +1346,8 @@ int kvt_cmd_bench(int argc, char **argv)
 	       "\"settle\":%.1f,"
 	       "\"rounds\":%d,\"read_pct\":%d,\"fsync\":\"%s\",\"reference\":\"%s%s\"",
 	       o.tier, o.chunk_bytes, (unsigned long long)obj, o.queue_depth,
-	       (unsigned long long)obj * o.queue_depth, n_keys, o.seconds, o.ramp, settled, o.rounds,
-	       o.read_pct, local ? fsync_mode : "", reference_name(o.tier),
+	       (unsigned long long)obj * o.queue_depth, n_keys, o.seconds, o.ramp, settled,
+	       o.rounds, o.read_pct, local ? fsync_mode : "", reference_name(o.tier),
 	       ref_sync ? " --fdatasync=1" : "");
 	json_phase("", &head);
 	json_phase("ref_", &ref);

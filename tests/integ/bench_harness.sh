@@ -30,7 +30,7 @@ small=(--chunk-bytes 256K --set-bytes 16M --queue-depth 4 --seconds 0.6 --rounds
 d="$tmp/it's a:dir"
 j=$("$KVT" bench --tier nvme --dir "$d" "${small[@]}" --json 2>"$tmp/err" | tail -1) ||
 	fail "nvme bench: $(cat "$tmp/err")"
-echo "$j" | jqe '.fsync == "data" and (.reference | test("fdatasync=1"))
+echo "$j" | jqe '.fsync == "data" and (.reference | test("fdatasync=1")) and .settle == 3
 	and .object_bytes == 266240 and .bytes_in_flight == 4 * 266240
 	and .write_gibps > 0 and .read_gibps > 0 and .ref_write_gibps > 0
 	and .ref_read_gibps > 0 and .ref_write_p50_us > 0 and .read_ratio > 0

@@ -127,7 +127,6 @@ static void check_read_only(const char *dir, const struct kvt_key *k, uint8_t *b
 	free(after);
 }
 
-
 /* Pages of dir/pool's slot files in the page cache, and bytes of them not allocated on disk
  * (holes). A slot is laid out through the page cache and written in full (tier_nvme_pool.c),
  * then its pages are dropped: they are zeros never read. */
