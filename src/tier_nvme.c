@@ -17,9 +17,10 @@
  *   tier_nvme_fdc.c      cached read descriptors
  *   tier_nvme_budget.c   the daily write budget
  *   tier_nvme_log.c      small objects appended in batches to log segments (nvme.log_max)
+ *   tier_nvme_log_turn.c  the log's segment turns: creation, FIFO reuse, a new generation
  *   tier_nvme_log_recover.c  the log's open-time scan
  *   tier_nvme_log_reinsert.c  hot objects re-appended before their segment is reused
- *   (tier_nvme_log.h holds the log's on-disk format, shared by those three only)
+ *   (tier_nvme_log.h holds the log's on-disk format, shared by those four only)
  */
 #include "tier_nvme_internal.h"
 

@@ -38,7 +38,7 @@ uint32_t nv_log_crc(const void *block)
 	return kvt__crc32c(0, tmp, sizeof(tmp));
 }
 
-static void seg_name(uint32_t n, char *out, size_t len)
+void nv_log_seg_name(uint32_t n, char *out, size_t len)
 {
 	snprintf(out, len, "%u.kvl", n);
 }
@@ -49,7 +49,7 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 	struct nv_log *lg = s->lg;
 	struct nv_seg *g = &lg->segs[n];
 	char name[32];
-	seg_name(n, name, sizeof(name));
+	nv_log_seg_name(n, name, sizeof(name));
 	/* O_NONBLOCK: a FIFO in a segment's place fails the S_ISREG check, not hangs the open */
 	int fl = (s->ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
 	if (lg->direct)
@@ -141,7 +141,7 @@ int nv_log_open(struct nv *s, uint64_t log_max, uint64_t batch_bytes, uint64_t s
 	 * than with a file each (half of it at the default spare, docs/NVME_LOG.md); files
 	 * of objects above log_max count in the same capacity and come on top of the
 	 * segments on disk. A segment the file system cannot hold shortens the cycle during
-	 * the run, and the capacity with it (advance). */
+	 * the run, and the capacity with it (nv_log_advance). */
 	lg->spare_pct = KVT_MIN(spare_pct, 400);
 	uint64_t fit = s->capacity / lg->seg_bytes;
 	lg->nmax = (uint32_t)KVT_MIN(KVT_MAX(fit, 3), 1u << 20);
@@ -226,9 +226,9 @@ void nv_log_close(struct nv *s)
 	s->lg = NULL;
 }
 
-/* A segment's list of entries: what its reuse evicts (tier_nvme_log.c advance) and what
- * reinsertion copies (tier_nvme_log_reinsert.c collect). Both used to walk the whole LRU
- * list for the entries of one segment at every segment turn, on the ring thread: at
+/* A segment's list of entries: what its reuse evicts (nv_log_advance, tier_nvme_log_turn.c)
+ * and what reinsertion copies (tier_nvme_log_reinsert.c collect). Both used to walk the
+ * whole LRU list for the entries of one segment at every segment turn, on the ring thread: at
  * 131,072 objects of 64 KiB that walk was 87 % of the ring's time in nv_log_seal, writes
  * 1.37-1.59 GiB/s against 2.13 at 16,384 objects (docs/BENCHMARKS.md), and it grows with
  * the store. Ring thread only (the log's state is), like every index mutation. */
@@ -302,7 +302,7 @@ int nv_log_read_fd(struct nv *s, uint32_t lseg)
 
 /* A read-only open (no lock: a writer may be running) has read from segment lseg: does the
  * segment still hold the lap it was indexed in? A writer rewrites a segment's header, and
- * syncs it, before it writes any record of the next lap over the old one (advance), so a
+ * syncs it, before it writes any record of the next lap over the old one (nv_log_advance), so a
  * header still at the generation the open read, after the read, means the bytes read were
  * the indexed object's: 1. A whole header of another generation: the object was evicted
  * meanwhile, 0 (a miss, not damage: `kvtier verify` on a live store called hundreds of
@@ -482,7 +482,7 @@ int nv_log_settle(struct nv *s)
 		if (lg->segs[i].fd < 0 || (i == hi - 1 && i != lo))
 			continue; /* the highest, with others below it: no gap */
 		char name[32];
-		seg_name(i, name, sizeof(name));
+		nv_log_seg_name(i, name, sizeof(name));
 		if (unlinkat(lg->dfd, name, 0) == 0 || errno == ENOENT) {
 			done = true;
 			if (s->fsync_mode != NV_FSYNC_NONE)
@@ -509,20 +509,6 @@ int nv_log_settle(struct nv *s)
 	return 0;
 }
 
-/* Does a segment file numbered above n exist (opened or not: the open does not index the
- * segments past a gap)? */
-static bool segs_after(const struct nv_log *lg, uint32_t n)
-{
-	for (uint32_t i = n + 1; i < lg->nsegs; i++) {
-		char name[32];
-		struct stat st;
-		seg_name(i, name, sizeof(name));
-		if (lg->segs[i].fd >= 0 || fstatat(lg->dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-			return true;
-	}
-	return false;
-}
-
 /* Log writes stop for the rest of the run. Tombstones queued or staged in the filling
  * batch will never be written, and some are of removes already reported done: the void is
  * owed, at once. So is it when a segment's drain evicted objects whose records its new
@@ -543,196 +529,6 @@ void nv_log_stop(struct nv *s)
 	nv_log_settle(s);
 }
 
-/* Some segment of the cycle can take a batch (or is still to be created). */
-static bool cycle_usable(const struct nv_log *lg)
-{
-	for (uint32_t i = 0; i < lg->nmax; i++)
-		if (lg->segs[i].fd < 0 || lg->segs[i].bytes >= NV_LOG_BLOCK + NV_LOG_BUF)
-			return true;
-	return false;
-}
-
-/* Segment `next`, too short to be appended to (advance): its objects evicted, truncated to
- * nothing, then given its whole size again so that the cycle keeps the segments its live
- * capacity counts (fallocate: as at its creation). false: not now (reads of it in flight)
- * or log writes stopped; true with g->bytes still short: the file system has no room for
- * it (passed over; tried again next lap). */
-static bool short_seg_renew(struct nv *s, uint32_t next)
-{
-	struct nv_log *lg = s->lg;
-	struct nv_seg *g = &lg->segs[next];
-	if (g->bytes) {
-		if (lg->drain_seg != next || lg->drain_gen != g->gen) {
-			lg->drain_seg = next; /* set first: these evictions need no tombstone */
-			lg->drain_gen = g->gen;
-			lg->drain_evicted = false;
-		}
-		while (g->ents) {
-			nv_evict(s, g->ents, false);
-			lg->drain_evicted = true;
-		}
-		if (g->readers || g->movers ||
-		    (lg->rd_state != NV_RD_IDLE && lg->rd_seg == next))
-			return false;
-		if (ftruncate(g->fd, 0) < 0 ||
-		    (s->fsync_mode != NV_FSYNC_NONE && fdatasync(g->fd) < 0)) {
-			int err = errno;
-			KVT_WARN(s->log, "nvme: log segment %u, shorter than one batch: cannot "
-					 "empty it (%s): log writes stop",
-				 next, strerror(err));
-			lg->owed |= lg->drain_evicted; /* its records still name them */
-			nv_log_stop(s);
-			return false;
-		}
-		g->bytes = 0;
-		lg->drain_evicted = false; /* their records are gone with the bytes */
-		nv_dirty_fs(s, 0); /* with fsync=none, a flush's syncfs makes it durable */
-	}
-	if (fallocate(g->fd, 0, 0, (off_t)lg->seg_bytes) == 0) {
-		g->bytes = lg->seg_bytes;
-		KVT_INFO(s->log, "nvme: log segment %u was shorter than one batch (cut from "
-				 "outside, or its creation interrupted): emptied and allocated again",
-			 next);
-	} else {
-		(void)ftruncate(g->fd, 0); /* what a failed fallocate left */
-	}
-	return true;
-}
-
-/* Move the append point to the next segment of the cycle: create it, or evict what is left
- * in it and start its next generation. false: not now (reads or batches of it in flight) or
- * never (lg->broken). */
-static bool advance(struct nv *s)
-{
-	struct nv_log *lg = s->lg;
-	for (uint32_t tries = 0;; tries++) {
-		if (tries > lg->nmax + 1) {
-			KVT_WARN(s->log, "nvme: no usable log segment: log writes stop");
-			nv_log_stop(s);
-			return false;
-		}
-		uint32_t next = lg->have_cur ? (lg->cur + 1) % lg->nmax : lg->start % lg->nmax;
-		struct nv_seg *g = &lg->segs[next];
-		if (g->fd < 0) {
-			int rc = nv_log_seg_open(s, next, true);
-			if (rc < 0 && segs_after(lg, next)) {
-				/* Segments past it exist (the gap an open voided, still there): a
-				 * shorter cycle would leave the gap, and the next open would void
-				 * again everything this run wrote - flushed puts included (until
-				 * 2026-12-05). Puts take the file path instead. */
-				KVT_WARN(s->log, "nvme: log segment %u: %s, and segments after it "
-						 "exist: log writes stop",
-					 next, strerror(-rc));
-				nv_log_stop(s);
-				return false;
-			}
-			if (rc < 0) {
-				/* The file system is full (or refuses): cycle over the segments
-				 * that exist. The live capacity follows the shorter cycle at once:
-				 * left at the longer cycle's, the index admitted objects that
-				 * reusing a segment then evicted below the capacity the tier
-				 * reports. (Below 3 segments the formula leaves no live room: the
-				 * capacity stays, as before.) Read without a lock by nv_can_write
-				 * and nv_stats on other threads: atomic. */
-				KVT_WARN(s->log, "nvme: log segment %u: %s: the log keeps %u segments",
-					 next, strerror(-rc), next);
-				lg->nmax = next;
-				if (!lg->nmax) {
-					nv_log_stop(s);
-					return false;
-				}
-				if (next >= 3 && nv_log_live(lg, next) < s->capacity)
-					atomic_store_explicit(&s->capacity, nv_log_live(lg, next),
-							      memory_order_relaxed);
-				lg->have_cur = false;
-				lg->start = 0;
-				continue;
-			}
-		}
-		if (g->bytes < NV_LOG_BLOCK + NV_LOG_BUF) {
-			/* Shorter than one batch (cut from outside; 0 bytes: its creation
-			 * killed before its fallocate): emptied and given its size again, then
-			 * reused as any segment (short_seg_renew). Until 2026-12-06 it was passed
-			 * over forever: its records never ended (a reuse's new generation is what
-			 * ends them), so a put in it outlived its tombstone once the tombstone's
-			 * segment was reused and the next open indexed the removed key again, and
-			 * the cycle was a segment shorter than the live capacity counted. Passed
-			 * over where the file system has no room for it, and where no segment of
-			 * the cycle can take a batch: the log stops, its objects stay served, and
-			 * a removal then voids the log on disk (nv_log_settle). */
-			if (cycle_usable(lg) && !short_seg_renew(s, next))
-				return false;
-			if (g->bytes < NV_LOG_BLOCK + NV_LOG_BUF) {
-				lg->cur = next;
-				lg->cur_off = g->bytes; /* never appended to */
-				lg->have_cur = true;
-				continue;
-			}
-			/* given its size again: reused below as any segment (a new generation) */
-		}
-		if (g->batches || g->movers || (lg->rd_state != NV_RD_IDLE && lg->rd_seg == next) ||
-		    (lg->reins_seg == next && lg->reins_gen == g->gen && lg->rq_head < lg->rq_n))
-			return false; /* its copies are still being made */
-		/* FIFO reuse: what is left of the segment's objects goes (region eviction) -
-		 * before waiting for its reads in flight, so that no new read of it starts:
-		 * under a steady random read load some read of it is nearly always in flight,
-		 * and waiting for a moment with none stalled every write behind it. */
-		if (lg->drain_seg != next || lg->drain_gen != g->gen) {
-			/* Set first: these evictions need no tombstone (nv_log_tombstone). */
-			lg->drain_seg = next;
-			lg->drain_gen = g->gen;
-			lg->drain_evicted = false;
-			while (g->ents) { /* each eviction takes its entry off the list */
-				nv_evict(s, g->ents, false);
-				lg->drain_evicted = true;
-			}
-		}
-		if (g->readers)
-			return false; /* reads started before: they finish first */
-		/* nvme.fsync=none through the page cache (nvme.direct off, or a file system that
-		 * refuses O_DIRECT): copies moved here from segment `next` (reinsertion) are
-		 * acknowledged from the page cache, and the durable header below ends their old
-		 * place. Synced first, or a power cut after the header lost them from both
-		 * places (from a review; not reproduced: a test cannot drop the page cache as a
-		 * power cut does). With O_DIRECT they are at the device already. */
-		if (s->fsync_mode == NV_FSYNC_NONE && !lg->direct && lg->have_cur &&
-		    lg->segs[lg->cur].fd >= 0)
-			(void)fdatasync(lg->segs[lg->cur].fd);
-		/* cut from outside but still longer than a batch: its whole size again, as
-		 * short_seg_renew gives a shorter one (kept as it is where there is no room) */
-		if (g->bytes < lg->seg_bytes && fallocate(g->fd, 0, 0, (off_t)lg->seg_bytes) == 0)
-			g->bytes = lg->seg_bytes;
-		int rc = nv_log_write_header(s, next, g->gen + 1);
-		if (rc < 0) {
-			KVT_WARN(s->log, "nvme: log segment %u header: %s: log writes stop", next,
-				 strerror(-rc));
-			/* the old header still holds: the objects drained above left no tombstone */
-			lg->owed |= lg->drain_evicted;
-			nv_log_stop(s);
-			return false;
-		}
-		g->gen++;
-		lg->drain_evicted = false; /* the new header ended the records naming them */
-		if ((rc = nv_log_write_head(s, next, g->gen)) < 0) {
-			/* Written on, the segment would hold acknowledged objects whose loss
-			 * with the file (deleted from outside) the next open could not tell. */
-			KVT_WARN(s->log, "nvme: log head (segment %u): %s: log writes stop", next,
-				 strerror(-rc));
-			nv_log_stop(s);
-			return false;
-		}
-		if (lg->rd_state == NV_RD_IDLE) {
-			/* copies still listed were for a segment before: none kept for them */
-			lg->rq_head = lg->rq_n;
-			lg->reins_left = 0;
-		}
-		lg->cur = next;
-		lg->cur_off = NV_LOG_BLOCK;
-		lg->have_cur = true;
-		return true;
-	}
-}
-
 /* Seal batch b and issue its write. false: it stays the filling batch for now. */
 bool nv_log_seal(struct nv *s, struct nv_batch *b)
 {
@@ -749,7 +545,7 @@ bool nv_log_seal(struct nv *s, struct nv_batch *b)
 		return false;
 	}
 	if (!lg->have_cur || lg->cur_off + b->used > lg->segs[lg->cur].bytes)
-		if (!advance(s))
+		if (!nv_log_advance(s))
 			return false;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
 	if (!sqe) {
@@ -922,10 +718,10 @@ void nv_log_tombstone(struct nv *s, const struct nv_ent *e)
 	struct nv_log *lg = s->lg;
 	if (!lg || !lg->b[0].buf || !e->lseg || lg->voided)
 		return;
-	/* Not for an object of the segment being reused (advance): the header of its next
+	/* Not for an object of the segment being reused (nv_log_advance): the header of its next
 	 * generation, written before anything else goes into it (and close waits for the batch
 	 * that needs it), voids every put it holds; a tombstone for each would cost a record
-	 * entry per object of the segment, for nothing. (If that header fails, advance owes
+	 * entry per object of the segment, for nothing. (If that header fails, the turn owes
 	 * them.) */
 	if (lg->drain_seg == e->lseg - 1 && lg->drain_gen == lg->segs[e->lseg - 1].gen)
 		return;

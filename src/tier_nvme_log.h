@@ -153,7 +153,7 @@ struct nv_log {
 	uint32_t nmax;	 /* segments in the cycle: as many as fit in nvme.bytes (at least 3), or
 			  * fewer where an entry that cannot be a segment ends it at open (the
 			  * capacity follows: tier_nvme_log_recover.c) or a full file system
-			  * during a run (advance; the capacity follows at once, from 3
+			  * during a run (nv_log_advance; the capacity follows at once, from 3
 			  * segments up) */
 	uint32_t nsegs;	 /* entries in segs[] (>= nmax when an earlier run had more) */
 	struct nv_seg *segs;
@@ -168,7 +168,7 @@ struct nv_log {
 	 * put again. nv_log_settle voids the log on disk (voided) before a remove is reported
 	 * done, and fails the remove where it cannot. */
 	bool owed, voided;
-	/* the drain of drain_seg evicted objects whose records still stand (advance; until
+	/* the drain of drain_seg evicted objects whose records still stand (nv_log_advance; until
 	 * the segment's new header, or its truncation, ends them) */
 	bool drain_evicted;
 	bool have_cur;
@@ -207,7 +207,7 @@ struct nv_log {
 	/* bytes of listed objects not yet copied nor dropped: the current segment's tail is
 	 * kept for them (puts wait rather than take it, nv_log_copy_room) */
 	uint64_t reins_left;
-	/* the segment (and its generation) whose objects advance() evicted ahead of its reuse,
+	/* the segment (and its generation) whose objects nv_log_advance evicted ahead of its reuse,
 	 * waiting for the reads already in flight */
 	uint32_t drain_seg;
 	uint64_t drain_gen;
@@ -258,6 +258,8 @@ void nv_log_read_done(struct nv *s, int res);
 uint64_t nv_log_copy_room(const struct nv_log *lg);
 uint64_t nv_log_live(const struct nv_log *lg, uint32_t nseg);
 int nv_log_seg_open(struct nv *s, uint32_t n, bool create);
+void nv_log_seg_name(uint32_t n, char *out, size_t len);
+bool nv_log_advance(struct nv *s); /* tier_nvme_log_turn.c */
 int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen);
 int nv_log_write_head(struct nv *s, uint32_t seg, uint64_t gen);
 void nv_log_stop(struct nv *s); /* log writes stop for the run (lg->broken) */

@@ -339,7 +339,7 @@ static int walk_bad_header(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *
 /* The segment the cycle reuses next after the one log/head names (hd): the oldest of the
  * log, whose batches precede every other segment's. Its removals can undo no put of
  * another segment, so a header of it that does not check loses only its own objects -
- * and that is the state a power cut leaves while a reuse writes its header (advance: the
+ * and that is the state a power cut leaves while a reuse writes its header (nv_log_advance: the
  * segment's objects drained, then its header, then log/head), which until 2026-12-06
  * voided the whole log. The cycle goes on after hd's segment into the next file, or
  * wraps to 0 where there is none (a next file not yet created would get a new header
@@ -903,7 +903,7 @@ int nv_log_recover(struct nv *s)
 	 * like a whole log one segment shorter - until 2026-12-03 indexed as such, so a key
 	 * removed or replaced in the deleted segment came back as its older copy
 	 * (integ.nvme_log_newest). log/head names the segment appended to, made durable after
-	 * its header and before anything in it is acknowledged (advance): if that segment is
+	 * its header and before anything in it is acknowledged (nv_log_advance): if that segment is
 	 * not among those indexed with at least that generation, the newest segment (and the
 	 * tombstones in it) is gone, and the log is voided as for a gap. With no log/head, a
 	 * segment header of NV_LOG_SEG_VER says the head was deleted (a log gets its head at
@@ -998,7 +998,7 @@ int nv_log_recover(struct nv *s)
 	/* log/head names a segment whose lap holds no batch yet (the run that moved to it was
 	 * stopped, or its first batch failed or was cut, before one landed): the batches go on
 	 * in it, under the header it has - not into a new lap of it. Starting after the newest
-	 * batch's segment rewrote that same header (advance) while log/head still named the
+	 * batch's segment rewrote that same header (nv_log_advance) while log/head still named the
 	 * old generation, and a power cut tearing that write made the head's segment look
 	 * lost: the whole log voided for a segment that held nothing (until 2026-12-06; a
 	 * review's reproducer, integ.nvme_log_header). */
@@ -1222,7 +1222,7 @@ void nv_log_open_writes(struct nv *s)
 	/* The head after the void's headers: a crash between leaves the old head (or none,
 	 * with headers that say there was one), and the next open voids again. A log's first
 	 * head comes before any header of NV_LOG_SEG_VER is written (the run's first
-	 * advance). */
+	 * nv_log_advance). */
 	if (w->head && !s->ro && !lg->broken) {
 		int rc = nv_log_write_head(s, w->hs, w->hgen);
 		if (rc < 0) {
