@@ -45,14 +45,19 @@ echo "$j" | jqe '.fsync == "data" and (.reference | test("fdatasync=1")) and .se
 [ -e "$d/fio-ref" ] && fail "fio's file set was left in $d"
 echo "default: $(echo "$j" | jq -c '{fsync,reference,write_ratio,read_ratio}')"
 
-# (b) --fsync none is said, and fio runs without fsync; the earlier run's objects are reported
-j=$("$KVT" bench --tier nvme --dir "$d" "${small[@]}" --read-pct 0 --fsync none --json \
-	2>"$tmp/err" | tail -1) || fail "fsync none: $(cat "$tmp/err")"
+# (b) --fsync none is said, and fio runs without fsync; the earlier run's objects are
+# reported; the rest asked for (--settle) is the one taken, and none without a reference
+j=$("$KVT" bench --tier nvme --dir "$d" "${small[@]}" --read-pct 0 --fsync none --settle 0.5 \
+	--json 2>"$tmp/err" | tail -1) || fail "fsync none: $(cat "$tmp/err")"
 echo "$j" | jqe '.fsync == "none" and (.reference | test("fdatasync") | not)
-	and .write_gibps > 0 and .ref_write_gibps > 0
+	and .write_gibps > 0 and .ref_write_gibps > 0 and .settle == 0.5
 	and .ref_write_sync_p50_us == null and .dsync_run_ratio == null' >/dev/null ||
 	fail "fsync none: $j"
 grep -q "already holds" "$tmp/err" || fail "no warning about a non-empty store: $(cat "$tmp/err")"
+j=$("$KVT" bench --tier nvme --dir "$d" "${small[@]}" --read-pct 0 --fsync none --no-ref \
+	--json 2>"$tmp/err" | tail -1) || fail "--no-ref: $(cat "$tmp/err")"
+echo "$j" | jqe '.settle == 0 and .write_gibps > 0 and (.ref_write_gibps // 0) == 0' \
+	>/dev/null || fail "--no-ref rested or measured a reference: $j"
 
 # (c) bad options: one line, exit 2
 "$KVT" bench --tier nvme --dir "$d" --fsync sometimes >/dev/null 2>"$tmp/err" && fail "--fsync sometimes accepted"
