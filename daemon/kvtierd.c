@@ -233,6 +233,8 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 		int _r, _tries = 0;                                                                \
 		uint64_t _by = (by);                                                               \
 		while ((_r = (expr)) == -EAGAIN && _tries++ < 5000) {                              \
+			if (_tries == 1)                                                           \
+				atomic_fetch_add(&g_st.busy_waits, 1);                             \
 			if (_by && kvt__now_ns() >= _by) {                                         \
 				_r = -ETIME;                                                       \
 				break;                                                             \
@@ -503,6 +505,8 @@ static void held_call(struct conn *c, const struct kvtd_req *r, struct kvt_resul
 		held_free(h);
 		if (!again || res->status != -EAGAIN || tries >= 5000 || (by && kvt__now_ns() >= by))
 			break;
+		if (!tries)
+			atomic_fetch_add(&g_st.busy_waits, 1);
 		usleep(200);
 	}
 	if (r->op == KVTD_PUT) {
@@ -941,6 +945,7 @@ static void serve_one(struct conn *c, const struct kvtd_req *r, struct kvtd_rep 
 			.quarantined_bytes = atomic_load(&g_st.quarantined_bytes),
 			.cut = atomic_load(&g_st.cut),
 			.cut_running = atomic_load(&g_st.cut_running),
+			.busy_waits = atomic_load(&g_st.busy_waits),
 		};
 		kvtd_tp_counts(&st.tp_partials, &st.tp_published, &st.tp_cancelled,
 			       &st.tp_quarantined, &st.tp_quarantined_bytes);

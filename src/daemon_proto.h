@@ -208,6 +208,9 @@ struct kvtd_status {
 	/* Appended since: requests answered -ETIME at their client's deadline (the daemon
 	 * stopped waiting for the tier), and of those the calls still running. */
 	uint64_t cut, cut_running;
+	/* Appended since: calls the store refused at its in-flight bound (store.max_inflight)
+	 * that the daemon retried, one per call. */
+	uint64_t busy_waits;
 };
 /* The smallest STATUS len a daemon accepts: the fields before the appended ones. */
 #define KVTD_STATUS_MIN_BYTES offsetof(struct kvtd_status, tp_quarantined)

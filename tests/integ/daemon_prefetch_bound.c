@@ -7,7 +7,8 @@
  * included, then fails for the backoff: a busy daemon taken for a dead one).
  *  1. the one in-flight place held by a GET from another connection, stalled on a tier that
  *     answers after 3 s;
- *  2. a PREFETCH with a 300 ms deadline: answered within 700 ms (before: after ~1 s).
+ *  2. a PREFETCH with a 300 ms deadline: answered within 700 ms (before: after ~1 s), and
+ *     seen to meet the bound (STATUS busy_waits), or it tested nothing.
  *  3. PREFETCHes answered at their deadline run on, and at most daemon.max_clients of
  *     them: one connection sends 200 with a deadline 1 ms away, each of a key only the
  *     stalled tier could hold; another client's lookup of a chunk it put is then answered
@@ -77,6 +78,10 @@ int main(void)
 	       (unsigned long long)took_ms);
 	CHECKM(rep.res.status == -ETIME || rep.res.status == -EAGAIN,
 	       "a PREFETCH that could not start: status %d", rep.res.status);
+	/* and it met the bound: the store refused it at least once (a PREFETCH that found
+	 * the place free would pass the checks above and test nothing) */
+	st = raw_status(&r);
+	CHECKM(st.busy_waits >= 1, "the PREFETCH never met the store's in-flight bound");
 	raw_close(&r);
 	pthread_join(t, NULL);
 	kvtd_stop();
