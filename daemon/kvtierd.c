@@ -226,15 +226,26 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 	return 0;
 }
 
-/* The store answers -EAGAIN when its in-flight bound is reached: retry briefly (up to 1 s),
- * giving up at by (kvt__now_ns; 0: never) with -ETIME: the client's deadline passed. */
-#define RETRY_BY(expr, by)                                                                         \
+/* Counts a call the store refused for now (busy_waits), once per call: *counted says it was. */
+static void busy_wait_once(bool *counted)
+{
+	if (!*counted) {
+		*counted = true;
+		atomic_fetch_add(&g_st.busy_waits, 1);
+	}
+}
+
+/* The store answers -EAGAIN when it cannot take a call now (its in-flight bound, a deeper
+ * tier backlogged, a slot being filled): retry briefly (up to 1 s), giving up at by
+ * (kvt__now_ns; 0: never) with -ETIME: the client's deadline passed. The call is counted
+ * in busy_waits at its first refusal (RETRY_COUNTED: counted shared by a caller that
+ * retries the whole call too, held_call). */
+#define RETRY_COUNTED(expr, by, counted)                                                           \
 	({                                                                                         \
 		int _r, _tries = 0;                                                                \
 		uint64_t _by = (by);                                                               \
 		while ((_r = (expr)) == -EAGAIN && _tries++ < 5000) {                              \
-			if (_tries == 1)                                                           \
-				atomic_fetch_add(&g_st.busy_waits, 1);                             \
+			busy_wait_once(counted);                                                   \
 			if (_by && kvt__now_ns() >= _by) {                                         \
 				_r = -ETIME;                                                       \
 				break;                                                             \
@@ -242,6 +253,11 @@ static int map_region(struct conn *c, int fd, const struct kvtd_req *r)
 			usleep(200);                                                               \
 		}                                                                                  \
 		_r;                                                                                \
+	})
+#define RETRY_BY(expr, by)                                                                         \
+	({                                                                                         \
+		bool _once = false;                                                                \
+		RETRY_COUNTED(expr, by, &_once);                                                   \
 	})
 #define RETRY(expr) RETRY_BY(expr, 0)
 
@@ -485,13 +501,14 @@ static void held_call(struct conn *c, const struct kvtd_req *r, struct kvt_resul
 	uint64_t by = deadline_of(r);
 	bool region = r->op == KVTD_GET || r->op == KVTD_PUT || r->op == KVTD_LOOKUP;
 	bool again = r->op != KVTD_GET && r->op != KVTD_PUT;
+	bool counted = false; /* busy_waits: once for the whole call */
 	for (int tries = 0;; tries++) {
 		struct held *h = held_new();
 		if (!h) {
 			res->status = -ENOMEM;
 			return;
 		}
-		int rc = RETRY_BY(call_start(c, r, h), by);
+		int rc = RETRY_COUNTED(call_start(c, r, h), by, &counted);
 		if (rc < 0) {
 			held_free(h);
 			res->status = rc;
@@ -505,8 +522,7 @@ static void held_call(struct conn *c, const struct kvtd_req *r, struct kvt_resul
 		held_free(h);
 		if (!again || res->status != -EAGAIN || tries >= 5000 || (by && kvt__now_ns() >= by))
 			break;
-		if (!tries)
-			atomic_fetch_add(&g_st.busy_waits, 1);
+		busy_wait_once(&counted);
 		usleep(200);
 	}
 	if (r->op == KVTD_PUT) {

@@ -37,9 +37,10 @@ struct kvtd_state {
 	/* requests answered -ETIME at their client's deadline (kvtd_req.deadline_ns), and of
 	 * those the calls still running (each holding its client's region or a slot) */
 	_Atomic uint64_t cut, cut_running;
-	/* calls the store refused at its in-flight bound (store.max_inflight, -EAGAIN) and the
-	 * daemon retried (RETRY_BY, held_call), one count per call: a daemon at its bound
-	 * is told from one that never reached it */
+	/* calls the store refused for now (-EAGAIN: its in-flight bound store.max_inflight, a
+	 * deeper tier backlogged, a slot being filled) and the daemon retried (RETRY_COUNTED,
+	 * held_call), one count per call: a daemon at its bounds is told from one that never
+	 * reached them */
 	_Atomic uint64_t busy_waits;
 	struct kvtd_hist hist[KVTD_H_N];
 };

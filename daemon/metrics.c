@@ -152,7 +152,7 @@ static char *render(struct kvtd_state *s, size_t *len)
 	    "Cut requests whose call is still running (each holds its client's region or a slot).",
 	    atomic_load(&s->cut_running));
 	ONE("kvtier_daemon_busy_waits_total", "counter",
-	    "Calls the store refused at its in-flight bound (store.max_inflight) and the daemon retried.",
+	    "Calls the store refused for now (in-flight bound, backlog, slot being filled), retried.",
 	    atomic_load(&s->busy_waits));
 	ONE("kvtier_daemon_lease_expired_pins_total", "counter",
 	    "Pins released because the client held them past daemon.lease_ms.",

@@ -208,8 +208,9 @@ struct kvtd_status {
 	/* Appended since: requests answered -ETIME at their client's deadline (the daemon
 	 * stopped waiting for the tier), and of those the calls still running. */
 	uint64_t cut, cut_running;
-	/* Appended since: calls the store refused at its in-flight bound (store.max_inflight)
-	 * that the daemon retried, one per call. */
+	/* Appended since: calls the store refused for now (-EAGAIN: its in-flight bound
+	 * store.max_inflight, a deeper tier backlogged, a slot being filled) that the daemon
+	 * retried, one per call. */
 	uint64_t busy_waits;
 };
 /* The smallest STATUS len a daemon accepts: the fields before the appended ones. */

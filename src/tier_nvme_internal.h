@@ -288,7 +288,7 @@ struct nv {
 	struct nv_dir *dirs;
 	uint32_t ndirs;
 	/* live bytes the index admits: set at open, lowered by the ring thread when the log's
-	 * cycle shrinks (tier_nvme_log.c advance); read by other threads without a lock */
+	 * cycle shrinks (nv_log_advance, tier_nvme_log_turn.c); read by other threads without a lock */
 	_Atomic uint64_t capacity;
 	uint64_t budget;
 	uint32_t qd, open_files;

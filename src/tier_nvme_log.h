@@ -1,7 +1,9 @@
 /*
  * tier_nvme_log.h - the on-disk format and the in-memory state of the NVMe tier's
- * small-object log, shared by its writer (tier_nvme_log.c) and its open-time scan
- * (tier_nvme_log_recover.c) and its reinsertion (tier_nvme_log_reinsert.c) only. Why a log, and its crash-safety argument: docs/NVME_LOG.md.
+ * small-object log, shared by its writer (tier_nvme_log.c), its segment turns
+ * (tier_nvme_log_turn.c), its open-time scan (tier_nvme_log_recover.c) and its
+ * reinsertion (tier_nvme_log_reinsert.c) only. Why a log, and its crash-safety argument:
+ * docs/NVME_LOG.md.
  *
  * A segment <first dir>/log/<n>.kvl is a 4 KiB header (magic, segment number, generation,
  * format version, CRC32C) followed by batches. A batch is one write: a 4 KiB commit record

@@ -40,7 +40,7 @@ static const struct {
     ROW(tp_quarantined_bytes, "tp_quarantined_bytes", "tensor-parallel bytes quarantined"),
     ROW(cut, "cut_requests", "requests cut at their client's deadline"),
     ROW(cut_running, "cut_requests_running", "cut requests whose call still runs"),
-    ROW(busy_waits, "busy_waits", "calls retried at the store's in-flight bound"),
+    ROW(busy_waits, "busy_waits", "calls the store refused for now, retried"),
 };
 #undef ROW
 

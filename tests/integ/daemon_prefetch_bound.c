@@ -22,6 +22,9 @@
 #include "lib/daemon_harness.h"
 
 static char *dir, sock_path[100];
+/* the stalled GET's answer and how long it took */
+static int get_status;
+static uint64_t get_ms;
 
 static void *stalled_get(void *arg)
 {
@@ -30,7 +33,9 @@ static void *stalled_get(void *arg)
 	struct kvtd_req q = {.op = KVTD_GET, .off = 0, .len = 4096};
 	memset(q.key.bytes, 0x5a, sizeof(q.key.bytes));
 	struct kvtd_rep rep;
-	(void)raw_call(r.sock, &q, -1, &rep); /* a miss, after the tier's 3 s */
+	uint64_t t0 = kvt__now_ns();
+	get_status = raw_call(r.sock, &q, -1, &rep) < 0 ? -EPIPE : rep.res.status;
+	get_ms = (kvt__now_ns() - t0) / 1000000; /* a miss, after the tier's 3 s */
 	raw_close(&r);
 	return NULL;
 }
@@ -63,6 +68,7 @@ int main(void)
 	}
 	CHECKM(st.ops_in_progress >= 1, "the stalled GET never reached the daemon");
 	usleep(100 * 1000);
+	uint64_t busy_before = raw_status(&r).busy_waits;
 	struct kvt_key k;
 	memset(k.bytes, 0x6b, sizeof(k.bytes));
 	memcpy(r.shm + 64, &k, sizeof(k));
@@ -78,12 +84,20 @@ int main(void)
 	       (unsigned long long)took_ms);
 	CHECKM(rep.res.status == -ETIME || rep.res.status == -EAGAIN,
 	       "a PREFETCH that could not start: status %d", rep.res.status);
-	/* and it met the bound: the store refused it at least once (a PREFETCH that found
-	 * the place free would pass the checks above and test nothing) */
+	/* and it met the bound: the store refused a call while it ran (a PREFETCH that found
+	 * the place free would pass the checks above and test nothing), and that call was the
+	 * PREFETCH: the GET held the place from before and ran its 3 s (a GET the PREFETCH
+	 * had beaten to the place would have been the one refused, and answered -EAGAIN) */
 	st = raw_status(&r);
-	CHECKM(st.busy_waits >= 1, "the PREFETCH never met the store's in-flight bound");
 	raw_close(&r);
 	pthread_join(t, NULL);
+	printf("the stalled GET: status %d after %llu ms; busy waits %llu -> %llu\n", get_status,
+	       (unsigned long long)get_ms, (unsigned long long)busy_before,
+	       (unsigned long long)st.busy_waits);
+	CHECKM(get_status != -EAGAIN && get_status != -EPIPE && get_ms >= 2500,
+	       "the GET did not hold the store's place: status %d after %llu ms", get_status,
+	       (unsigned long long)get_ms);
+	CHECKM(st.busy_waits > busy_before, "the PREFETCH never met the store's in-flight bound");
 	kvtd_stop();
 
 	const char *extra3[] = {"--set", "store.tiers=dram,faulty", "--set", "faulty.inner=nvme",

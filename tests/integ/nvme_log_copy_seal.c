@@ -6,7 +6,7 @@
  * refusing to take it, as the kernel does when it cannot allocate requests) it stayed the
  * filling batch, to be sealed on a later turn. A batch write of the current segment failing
  * meanwhile gives that segment up (ack: the append point moves to its end), so the copies no
- * longer fitted: sealing them needed advance() into the next segment - the one they held.
+ * longer fitted: sealing them needed nv_log_advance into the next segment - the one they held.
  * Every put from then on waited, and close and flush with them, forever.
  *
  * The test drives the ring thread into that state for real, from inside the ring thread:
