@@ -304,7 +304,7 @@ static bool short_seg_cut(struct nv *s, const struct nv_seg *g, uint32_t n)
 	for (uint32_t i = n + 1; i < s->lg->nsegs && newest; i++) {
 		char later[32];
 		struct stat st;
-		snprintf(later, sizeof(later), "%u.kvl", i);
+		nv_log_seg_name(i, later, sizeof(later));
 		newest = s->lg->segs[i].fd < 0 &&
 			 fstatat(s->lg->dfd, later, &st, AT_SYMLINK_NOFOLLOW) != 0;
 	}
@@ -485,7 +485,7 @@ static int newest_seq(struct nv *s, struct nv_seg *g, uint32_t n, uint8_t *blk, 
 static int past_gap_seq(struct nv *s, uint32_t n, uint8_t *blk, uint64_t *seq, bool *had)
 {
 	char name[32];
-	snprintf(name, sizeof(name), "%u.kvl", n);
+	nv_log_seg_name(n, name, sizeof(name));
 	int fd = nv_openat_look(s, s->lg->dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
 	if (fd < 0) /* not a file that can become a segment, or the open fails */
 		return seg_open_failed(s, n, -errno);
@@ -700,15 +700,15 @@ static int void_anomaly(struct nv *s)
 	char name[32], why[256];
 	int n;
 	if (w->gap) {
-		snprintf(name, sizeof(name), "%u.kvl", w->top);
+		nv_log_seg_name(w->top, name, sizeof(name));
 		n = snprintf(why, sizeof(why), "missing, with segments after it (a gap)");
 	} else if (w->outside) {
-		snprintf(name, sizeof(name), "%u.kvl", w->out_first);
+		nv_log_seg_name(w->out_first, name, sizeof(name));
 		n = snprintf(why, sizeof(why),
 			     "holds batches but is outside the cycle (a file before it is missing "
 			     "or not a segment)");
 	} else if (w->lost) {
-		snprintf(name, sizeof(name), "%u.kvl", w->hd_seg);
+		nv_log_seg_name(w->hd_seg, name, sizeof(name));
 		n = snprintf(why, sizeof(why),
 			     "the newest segment by log/head is missing or older");
 	} else if (w->headless) {
@@ -716,21 +716,21 @@ static int void_anomaly(struct nv *s)
 		n = snprintf(why, sizeof(why), "%s, and the segments were written with one",
 			     w->head_there ? "damaged (it does not check)" : "missing");
 	} else if (w->cut && !s->lg->segs[w->cut_seg].hdr_bytes) {
-		snprintf(name, sizeof(name), "%u.kvl", w->cut_seg);
+		nv_log_seg_name(w->cut_seg, name, sizeof(name));
 		n = snprintf(why, sizeof(why),
 			     "%" PRIu64 " bytes, too short for its header (cut from outside)",
 			     s->lg->segs[w->cut_seg].bytes);
 	} else if (w->cut) {
-		snprintf(name, sizeof(name), "%u.kvl", w->cut_seg);
+		nv_log_seg_name(w->cut_seg, name, sizeof(name));
 		n = snprintf(why, sizeof(why),
 			     "%" PRIu64 " bytes, its header says %" PRIu64 " (cut from outside)",
 			     s->lg->segs[w->cut_seg].bytes, s->lg->segs[w->cut_seg].hdr_bytes);
 	} else if (w->badhdr) {
-		snprintf(name, sizeof(name), "%u.kvl", w->badhdr_seg);
+		nv_log_seg_name(w->badhdr_seg, name, sizeof(name));
 		n = snprintf(why, sizeof(why),
 			     "its header does not check and it holds batches (torn or damaged)");
 	} else {
-		snprintf(name, sizeof(name), "%u.kvl", w->dmg_seg);
+		nv_log_seg_name(w->dmg_seg, name, sizeof(name));
 		n = snprintf(why, sizeof(why),
 			     "commit record at offset %" PRIu64 " damaged, %" PRIu64
 			     " newer batches after it in its segment (not a torn tail)",
@@ -1120,7 +1120,7 @@ void nv_log_open_writes(struct nv *s)
 	int kept_err = 0;
 	for (size_t i = 0; w->outside && i < w->nout && !s->ro && !lg->broken; i++) {
 		char name[32];
-		snprintf(name, sizeof(name), "%u.kvl", w->out[i]);
+		nv_log_seg_name(w->out[i], name, sizeof(name));
 		if (w->out[i] == NV_LOG_NONE)
 			continue;
 		if (unlinkat(lg->dfd, name, 0) == 0) {
