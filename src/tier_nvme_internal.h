@@ -189,7 +189,9 @@ struct nv_op {
 	bool noatime;	 /* its read open asked for O_NOATIME */
 	bool recycled;	 /* the temp file is an evicted object's file, overwritten in place */
 	bool dsync;	 /* write: one RWF_DSYNC I/O stands in for the fdatasync (tier_nvme_ops.c) */
-	uint32_t slot;	 /* write: the pool slot overwritten in place; layout: the slot made */
+	uint32_t slot;	 /* write: the pool slot overwritten in place; layout: the slot made,
+			  * or the log segment laid out (log_layout) */
+	bool log_layout; /* layout: a log segment's (tier_nvme_log_layout.c), not a slot's */
 	/* write: its file was renamed out of another leaf (an evicted object's, a spare's, a
 	 * pool slot's), which the put's durability also needs synced (tier_nvme_flush.c) */
 	bool moved;
@@ -450,6 +452,8 @@ bool nv_pool_keep(struct nv *s, struct nv_ent *e);
 bool nv_pool_drop_one(struct nv *s, bool now);
 uint32_t nv_pool_drop_dir(struct nv *s, uint32_t dir, uint64_t len);
 void nv_pool_kick(struct nv *s);
+bool nv_zero_ready(struct nv *s);
+void nv_layout_publish(struct nv *s);
 void nv_pool_laid(struct nv *s, struct nv_op *op);
 void nv_pool_layout_fail(struct nv *s, struct nv_op *op);
 uint64_t nv_pool_pending(const struct nv *s);
@@ -551,6 +555,12 @@ void nv_log_read_ref(struct nv *s, uint32_t lseg, int delta);
 int nv_log_recover(struct nv *s);
 bool nv_log_seghdr_ok(const uint8_t *blk, uint32_t n);
 void nv_log_open_writes(struct nv *s); /* the ring thread, once it is set up */
+/* segments laid out ahead of the append point (tier_nvme_log_layout.c) */
+void nv_log_layout_scan(struct nv *s, bool enabled);
+uint64_t nv_log_layout_pending(const struct nv *s);
+void nv_log_layout_kick(struct nv *s);
+void nv_log_laid(struct nv *s, struct nv_op *op);
+void nv_log_layout_fail(struct nv *s, struct nv_op *op);
 
 /* tier_nvme_open.c */
 int nv_open(struct kvt_tier *t, const struct kvt_config *cfg);

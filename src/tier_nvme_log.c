@@ -43,7 +43,8 @@ void nv_log_seg_name(uint32_t n, char *out, size_t len)
 	snprintf(out, len, "%u.kvl", n);
 }
 
-/* Open segment n (its file exists), or create it preallocated (create). */
+/* Open segment n (its file exists), or create it preallocated (create): from its laid-out
+ * file where the layout made one (tier_nvme_log_layout.c), else a new file. */
 int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 {
 	struct nv_log *lg = s->lg;
@@ -54,7 +55,7 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 	int fl = (s->ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
 	if (lg->direct)
 		fl |= O_DIRECT;
-	if (create)
+	if (create && !nv_log_layout_take(s, n))
 		fl |= O_CREAT | O_EXCL;
 	int fd = nv_openat_look(s, lg->dfd, name, fl, s->file_mode);
 	if (fd < 0)
@@ -71,6 +72,7 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 		fcntl(fd, F_SETFL, cur & ~O_NONBLOCK);
 	g->bytes = (uint64_t)st.st_size;
 	if (create) {
+		/* (a laid-out file has its size and its blocks: a no-op for it) */
 		int rc = fallocate(fd, 0, 0, (off_t)lg->seg_bytes) < 0 ? -errno : 0;
 		/* The new name must survive a crash before objects in it are acknowledged, and
 		 * before log/head names it, whatever nvme.fsync: a head naming a segment that
@@ -278,6 +280,8 @@ uint64_t nv_log_disk_bytes(const struct nv *s)
 		struct stat st;
 		if (g->fd >= 0 && fstat(g->fd, &st) == 0)
 			n += KVT_MIN(g->bytes, (uint64_t)st.st_blocks * 512);
+		else if (g->fd < 0)
+			n += nv_log_laid_disk_bytes(s, i); /* laid out ahead: the cycle's too */
 	}
 	return n;
 }

@@ -113,6 +113,8 @@ struct nv_seg {
 	uint32_t batches; /* batches written and not yet acknowledged */
 	uint32_t movers;  /* unacknowledged batches re-appending its objects: not reused meanwhile */
 	struct nv_ent *ents; /* index entries of objects in it (nv_ent_set_lseg), newest first */
+	/* no file yet: log/<n>.laid is laid out for it, or being laid out (tier_nvme_log_layout.c) */
+	bool laid, laying;
 };
 
 enum nv_bstate { NV_B_FREE, NV_B_FILL, NV_B_FLIGHT, NV_B_DONE };
@@ -182,6 +184,12 @@ struct nv_log {
 	uint32_t fail_seg; /* after a failed batch, later batches of its segment fail too */
 	uint64_t fail_upto;
 	uint8_t *zero; /* one zeroed block */
+	/* segments laid out ahead of the append point (tier_nvme_log_layout.c): on
+	 * (nvme.log_layout), done for the run, the next to look at, layouts in flight, segments
+	 * still to lay out, and the bytes of those in flight */
+	bool lay_on, lay_done;
+	uint32_t lay_next, lay_flight, lay_left;
+	uint64_t lay_bytes;
 	struct kvt_key *tombs; /* removals not yet in a batch, oldest first from tomb_head */
 	uint32_t ntombs, tomb_head, tomb_cap;
 	/* removals ever queued, and those in acknowledged batches (queued ones go into
@@ -265,5 +273,8 @@ bool nv_log_advance(struct nv *s); /* tier_nvme_log_turn.c */
 int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen);
 int nv_log_write_head(struct nv *s, uint32_t seg, uint64_t gen);
 void nv_log_stop(struct nv *s); /* log writes stop for the run (lg->broken) */
+/* tier_nvme_log_layout.c */
+bool nv_log_layout_take(struct nv *s, uint32_t n);
+uint64_t nv_log_laid_disk_bytes(const struct nv *s, uint32_t n);
 
 #endif

@@ -343,7 +343,8 @@ int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	/* What the background layout has to do, known before open returns (a caller waiting
 	 * for pool_pending_bytes to reach 0 must not see 0 before the ring thread starts). */
 	s->layout_done = !nv_pool_pending(s);
-	ST_SET(s, pool_pending, nv_pool_pending(s));
+	nv_log_layout_scan(s, kvt__cfg_bool(cfg, "nvme.log_layout"));
+	nv_layout_publish(s);
 	if (s->ro)
 		probe_direct_ro(s, direct_mode);
 	for (uint32_t i = 0; i < s->ndirs; i++) {

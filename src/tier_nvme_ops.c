@@ -120,6 +120,15 @@ void nv_io_resume(struct nv *s)
 	}
 }
 
+/* A layout (a pool slot's or a log segment's) failed or was cancelled. */
+static void layout_failed(struct nv *s, struct nv_op *op)
+{
+	if (op->log_layout)
+		nv_log_layout_fail(s, op);
+	else
+		nv_pool_layout_fail(s, op);
+}
+
 /* Issue what the op can issue now. Returns with the op waiting for CQEs, parked in the
  * ready list (no free slot), or finished. */
 void nv_pump(struct nv *s, struct nv_op *op)
@@ -258,7 +267,7 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			return;
 		case ST_W_FAIL:
 			if (op->type == OP_LAYOUT) {
-				nv_pool_layout_fail(s, op);
+				layout_failed(s, op);
 				return;
 			}
 			if (nv_write_fail(s, op)) {
@@ -541,7 +550,10 @@ void nv_on_cqe(struct nv *s, struct nv_io *io, int res)
 			break;
 		}
 		if (op->type == OP_LAYOUT) {
-			nv_pool_laid(s, op); /* a slot, not an object */
+			if (op->log_layout)
+				nv_log_laid(s, op); /* a log segment to be */
+			else
+				nv_pool_laid(s, op); /* a slot, not an object */
 			return;
 		}
 		op->stage = ST_W_PUBLISH;
@@ -709,7 +721,7 @@ void nv_start_op(struct nv *s, struct nv_op *op)
 		}
 		nv_finish(s, op, 0);
 		break;
-	case OP_LAYOUT: /* started by nv_pool_kick, never queued */
+	case OP_LAYOUT: /* started by nv_pool_kick or nv_log_layout_kick, never queued */
 		nv_finish(s, op, -EINVAL);
 		break;
 	case OP_FLUSH:
@@ -738,7 +750,7 @@ void nv_cancel_unissued(struct nv *s)
 			continue; /* a flush syncing only waits for I/O slots: it finishes */
 		if (op->type == OP_LAYOUT) {
 			op->err = -ECANCELED; /* nothing issued: no file to remove */
-			nv_pool_layout_fail(s, op);
+			layout_failed(s, op);
 			continue;
 		}
 		if (op->type == OP_WRITE) {

@@ -303,17 +303,31 @@ static void layout_start(struct nv *s)
 
 /* Ring thread, each turn of its loop: start laying out more slots if there is capacity
  * for them and no operation waits for an I/O slot; publish what is left. */
+/* The layouts' source of zeros (a slot's and a log segment's), allocated at the first
+ * layout. false: out of memory. */
+bool nv_zero_ready(struct nv *s)
+{
+	if (!s->zero) {
+		if (!(s->zero = kvt__aligned_alloc(NV_ZERO_BYTES)))
+			return false;
+		memset(s->zero, 0, NV_ZERO_BYTES);
+	}
+	return true;
+}
+
+/* stats.pool_pending_bytes: what the slots' and the log's layouts have left to do. */
+void nv_layout_publish(struct nv *s)
+{
+	ST_SET(s, pool_pending, nv_pool_pending(s) + nv_log_layout_pending(s));
+}
+
 void nv_pool_kick(struct nv *s)
 {
 	if (!s->prealloc || s->layout_done)
 		return;
-	if (!s->zero) {
-		if (!(s->zero = kvt__aligned_alloc(NV_ZERO_BYTES))) {
-			s->layout_done = true;
-			ST_SET(s, pool_pending, 0);
-			return;
-		}
-		memset(s->zero, 0, NV_ZERO_BYTES);
+	if (!nv_zero_ready(s)) {
+		s->layout_done = true;
+		return;
 	}
 	while (!s->cancelled && s->layouts < NV_LAYOUTS && !s->ready_head && s->free_ios) {
 		uint64_t held =
@@ -331,7 +345,6 @@ void nv_pool_kick(struct nv *s)
 				 s->nslots, s->pool_bytes);
 		}
 	}
-	ST_SET(s, pool_pending, nv_pool_pending(s));
 }
 
 static void layout_end(struct nv *s, struct nv_op *op)

@@ -282,6 +282,8 @@ void *nv_ring_main(void *arg)
 			check_flushes(s); /* one waiting for the log's removals */
 		}
 		nv_pool_kick(s); /* lay out preallocated slots in the background */
+		nv_log_layout_kick(s); /* and log segments ahead of the append point */
+		nv_layout_publish(s);
 		if (closing && !s->active && !s->trash_inflight && !nv_log_busy(s))
 			break;
 		rc = io_uring_submit_and_wait(&s->ring, 1);

@@ -764,14 +764,16 @@ static int bench_opt(void *arg, int c, const char *v)
 	}
 }
 
-/* Wait for the nvme tier's background layout of preallocated slots (nvme.preallocate),
- * the counterpart of fio laying out its files: neither is timed. -1 if it makes no
+/* Wait for the nvme tier's background layout - preallocated slots (nvme.preallocate) and
+ * the log's segments (nvme.log_layout) - the counterpart of fio laying out its files:
+ * neither is timed. -1 if it makes no
  * progress for stall_ns (store.sync_timeout_ms: a device that stops answering during the
  * layout must not hold the run past the store's own bound; tests/integ/bench_stall_fs.sh
  * waited out a fixed minute when its stall came during a slow layout). */
 static int wait_layout(struct kvt_store *s, uint64_t stall_ns)
 {
 	uint64_t t0 = kvt__now_ns(), last = UINT64_MAX, since = t0;
+	bool waited = false;
 	for (;;) {
 		struct kvt_stats st;
 		kvt_stats(s, &st);
@@ -783,8 +785,13 @@ static int wait_layout(struct kvt_store *s, uint64_t stall_ns)
 						"(laid out in %.1f s, untimed)\n",
 					(double)st.tier[0].pool_bytes / 1073741824.0,
 					(double)(now - t0) / 1e9);
+			else if (waited)
+				fprintf(stderr, "kvtier bench: log segments laid out in %.1f s "
+						"(untimed)\n",
+					(double)(now - t0) / 1e9);
 			return 0;
 		}
+		waited = true;
 		if (left != last) {
 			last = left;
 			since = now;

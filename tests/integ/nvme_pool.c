@@ -9,7 +9,6 @@
  */
 #include <fcntl.h>
 #include <ftw.h>
-#include <linux/fiemap.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -66,21 +65,6 @@ static char *snapshot(const char *dir)
 	return strdup(g_snap);
 }
 
-/* The kvtier CLI next to this program (ctest sets KVT_BIN; run by hand: its directory). */
-static void kvtier_bin(char *out, size_t n) /* n: at least 4104 */
-{
-	const char *b = getenv("KVT_BIN");
-	char self[4096];
-	ssize_t l = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	CHECK(b || l > 0);
-	if (!b) {
-		self[l] = 0;
-		*strrchr(self, '/') = 0;
-		b = self;
-	}
-	snprintf(out, n, "%s/kvtier", b);
-}
-
 /* A read-only open with nvme.preallocate set changes nothing, reads what is there and
  * counts the free slots (pool bytes): the tier opened with store.read_only, and the
  * inspection commands (kvtier ls, stat, verify). */
@@ -128,42 +112,6 @@ static void check_read_only(const char *dir, const struct kvt_key *k, uint8_t *b
 	}
 	free(before);
 	free(after);
-}
-
-/* Bytes of fd's first `size` bytes that are not written blocks on disk: holes, and extents
- * allocated but "unwritten" (fallocate's), whose first write converts them - the slow first
- * write a layout exists to take out of the measured path. st_blocks counts unwritten
- * extents as allocated, so FIEMAP (ext4, xfs: the file systems these tests run on). */
-static long not_written(int fd, off_t size)
-{
-	enum { N = 256 };
-	struct fiemap *fm = calloc(1, sizeof(*fm) + N * sizeof(struct fiemap_extent));
-	CHECK(fm != NULL);
-	long written = 0;
-	uint64_t start = 0;
-	for (;;) {
-		memset(fm, 0, sizeof(*fm));
-		fm->fm_start = start;
-		fm->fm_length = (uint64_t)size - start;
-		fm->fm_flags = FIEMAP_FLAG_SYNC;
-		fm->fm_extent_count = N;
-		CHECKM(ioctl(fd, FS_IOC_FIEMAP, fm) == 0, "FIEMAP: %s", strerror(errno));
-		if (!fm->fm_mapped_extents)
-			break;
-		const struct fiemap_extent *x = NULL;
-		for (uint32_t i = 0; i < fm->fm_mapped_extents; i++) {
-			x = &fm->fm_extents[i];
-			uint64_t a = KVT_MAX(x->fe_logical, start);
-			uint64_t b = KVT_MIN(x->fe_logical + x->fe_length, (uint64_t)size);
-			if (b > a && !(x->fe_flags & FIEMAP_EXTENT_UNWRITTEN))
-				written += (long)(b - a);
-		}
-		start = x->fe_logical + x->fe_length;
-		if ((x->fe_flags & FIEMAP_EXTENT_LAST) || start >= (uint64_t)size)
-			break;
-	}
-	free(fm);
-	return (long)size - written;
 }
 
 /* Pages of dir/pool's slot files in the page cache, and bytes of them not written on disk

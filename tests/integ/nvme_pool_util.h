@@ -1,12 +1,16 @@
 /*
- * nvme_pool_util.h - what the preallocated-pool tests (nvme_pool.c, nvme_pool_crash.c)
- * share: waiting for the background layout through the tier's statistics, and listing the
- * slot files of <dir>/pool as the file system sees them. Include after nvme_util.h.
+ * nvme_pool_util.h - what the background-layout tests (nvme_pool.c, nvme_pool_crash.c for
+ * preallocated slots, nvme_log_layout.c for log segments) share: waiting for the layout
+ * through the tier's statistics, listing the slot files of <dir>/pool as the file system
+ * sees them, finding blocks a layout left unwritten, and the kvtier CLI's path. Include
+ * after nvme_util.h.
  */
 #ifndef KVT_NVME_POOL_UTIL_H
 #define KVT_NVME_POOL_UTIL_H
 
 #include "nvme_util.h"
+
+#include <linux/fiemap.h>
 
 /* Until the tier has laid out everything it will (pool_pending_bytes 0); fails the test
  * after 60 s. Returns the free slots' bytes. */
@@ -97,6 +101,57 @@ static inline uint64_t disk_bytes(const char *dir)
 	g_disk_bytes = 0;
 	nftw(dir, disk_add, 16, FTW_PHYS);
 	return g_disk_bytes;
+}
+
+/* Bytes of fd's first `size` bytes that are not written blocks on disk: holes, and extents
+ * allocated but "unwritten" (fallocate's), whose first write converts them - the slow first
+ * write a layout exists to take out of the measured path. st_blocks counts unwritten
+ * extents as allocated, so FIEMAP (ext4, xfs: the file systems these tests run on). */
+static inline long not_written(int fd, off_t size)
+{
+	enum { N = 256 };
+	struct fiemap *fm = calloc(1, sizeof(*fm) + N * sizeof(struct fiemap_extent));
+	CHECK(fm != NULL);
+	long written = 0;
+	uint64_t start = 0;
+	for (;;) {
+		memset(fm, 0, sizeof(*fm));
+		fm->fm_start = start;
+		fm->fm_length = (uint64_t)size - start;
+		fm->fm_flags = FIEMAP_FLAG_SYNC;
+		fm->fm_extent_count = N;
+		CHECKM(ioctl(fd, FS_IOC_FIEMAP, fm) == 0, "FIEMAP: %s", strerror(errno));
+		if (!fm->fm_mapped_extents)
+			break;
+		const struct fiemap_extent *x = NULL;
+		for (uint32_t i = 0; i < fm->fm_mapped_extents; i++) {
+			x = &fm->fm_extents[i];
+			uint64_t a = KVT_MAX(x->fe_logical, start);
+			uint64_t b = KVT_MIN(x->fe_logical + x->fe_length, (uint64_t)size);
+			if (b > a && !(x->fe_flags & FIEMAP_EXTENT_UNWRITTEN))
+				written += (long)(b - a);
+		}
+		start = x->fe_logical + x->fe_length;
+		if ((x->fe_flags & FIEMAP_EXTENT_LAST) || start >= (uint64_t)size)
+			break;
+	}
+	free(fm);
+	return (long)size - written;
+}
+
+/* The kvtier CLI next to this program (ctest sets KVT_BIN; run by hand: its directory). */
+static inline void kvtier_bin(char *out, size_t n) /* n: at least 4104 */
+{
+	const char *b = getenv("KVT_BIN");
+	char self[4096];
+	ssize_t l = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	CHECK(b || l > 0);
+	if (!b) {
+		self[l] = 0;
+		*strrchr(self, '/') = 0;
+		b = self;
+	}
+	snprintf(out, n, "%s/kvtier", b);
 }
 
 #endif

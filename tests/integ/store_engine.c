@@ -332,9 +332,12 @@ static char files[64][4096];
 static int collect(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
 	(void)ftw;
-	size_t n = strlen(p); /* log/head (the log's 8 KiB metadata) holds no object */
+	/* log/head (the log's 8 KiB metadata) and segments laid out ahead (log/<n>.laid,
+	 * nvme.log_layout) hold no object */
+	size_t n = strlen(p);
 	if (flag == FTW_F && sb->st_size >= 4096 && n_files < 64 &&
-	    !(n >= 9 && !strcmp(p + n - 9, "/log/head")))
+	    !(n >= 9 && !strcmp(p + n - 9, "/log/head")) &&
+	    !(n >= 5 && !strcmp(p + n - 5, ".laid")))
 		snprintf(files[n_files++], 4096, "%s", p);
 	return 0;
 }
