@@ -343,7 +343,8 @@ struct kvt_tier_stats {
 	uint64_t write_budget_used_bytes; /* bytes charged to it over the last 24 h */
 	uint64_t reinsert_bytes; /* rewritten by the tier itself to keep hot objects (NVMe log) */
 	uint64_t pool_bytes;	     /* NVMe nvme.preallocate: free preallocated slots */
-	uint64_t pool_pending_bytes; /* NVMe: slots still to lay out (0: the layout is done) */
+	uint64_t pool_pending_bytes; /* NVMe: slots and log segments still to lay out (0: the
+				      * background layout is done) */
 	/* calls to a local device past their first deadline that were given more time
 	 * because the device kept answering others (queued, not stalled) */
 	uint64_t deadline_extensions;

@@ -556,11 +556,13 @@ int nv_log_recover(struct nv *s);
 bool nv_log_seghdr_ok(const uint8_t *blk, uint32_t n);
 void nv_log_open_writes(struct nv *s); /* the ring thread, once it is set up */
 /* segments laid out ahead of the append point (tier_nvme_log_layout.c) */
-void nv_log_layout_scan(struct nv *s, bool enabled);
+void nv_log_layout_want(struct nv *s, bool on); /* nvme.log_layout, before the scan */
+void nv_log_layout_scan(struct nv *s); /* in nv_rebuild_index, before the clamp */
 uint64_t nv_log_layout_pending(const struct nv *s);
 void nv_log_layout_kick(struct nv *s);
 void nv_log_laid(struct nv *s, struct nv_op *op);
 void nv_log_layout_fail(struct nv *s, struct nv_op *op);
+bool nv_log_layout_aborted(const struct nv *s);
 
 /* tier_nvme_open.c */
 int nv_open(struct kvt_tier *t, const struct kvt_config *cfg);

@@ -55,11 +55,16 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 	int fl = (s->ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
 	if (lg->direct)
 		fl |= O_DIRECT;
-	if (create && !nv_log_layout_take(s, n))
+	bool taken = create && nv_log_layout_take(s, n);
+	if (create && !taken)
 		fl |= O_CREAT | O_EXCL;
 	int fd = nv_openat_look(s, lg->dfd, name, fl, s->file_mode);
-	if (fd < 0)
-		return -errno;
+	if (fd < 0) {
+		int err = errno;
+		if (taken)
+			nv_log_layout_untake(s, n);
+		return -err;
+	}
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
@@ -74,6 +79,10 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 	if (create) {
 		/* (a laid-out file has its size and its blocks: a no-op for it) */
 		int rc = fallocate(fd, 0, 0, (off_t)lg->seg_bytes) < 0 ? -errno : 0;
+		/* segments laid out for later in the cycle may hold the room (the layout runs
+		 * ahead of the turns): theirs goes first, so that the cycle stays segments 0..k */
+		while (rc == -ENOSPC && nv_log_layout_drop_after(s, n))
+			rc = fallocate(fd, 0, 0, (off_t)lg->seg_bytes) < 0 ? -errno : 0;
 		/* The new name must survive a crash before objects in it are acknowledged, and
 		 * before log/head names it, whatever nvme.fsync: a head naming a segment that
 		 * a power cut left without its name voids the log at the next open (flushed
@@ -83,6 +92,10 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 		if (rc < 0) {
 			close(fd);
 			unlinkat(lg->dfd, name, 0);
+			/* a layout in flight may hold the room: stopped, and the turn waits for it
+			 * to go rather than shorten the cycle (tier_nvme_log_layout.c) */
+			if (rc == -ENOSPC && nv_log_layout_yield(s))
+				return -EAGAIN;
 			return rc;
 		}
 		g->bytes = lg->seg_bytes;

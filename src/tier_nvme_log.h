@@ -185,11 +185,13 @@ struct nv_log {
 	uint64_t fail_upto;
 	uint8_t *zero; /* one zeroed block */
 	/* segments laid out ahead of the append point (tier_nvme_log_layout.c): on
-	 * (nvme.log_layout), done for the run, the next to look at, layouts in flight, segments
-	 * still to lay out, and the bytes of those in flight */
-	bool lay_on, lay_done;
+	 * (nvme.log_layout: wanted, and on where the log writes), done for the run, the next
+	 * to look at, layouts in flight, segments still to lay out */
+	bool lay_want, lay_on, lay_done;
+	bool lay_abort; /* stopped for a turn's room (nv_log_layout_yield) */
 	uint32_t lay_next, lay_flight, lay_left;
-	uint64_t lay_bytes;
+	uint32_t lay_first; /* the first turn's segment at open: never counted in lay_left */
+	struct nv_op *lay_op; /* the layout in flight (NV_LOG_LAYOUTS is 1) */
 	struct kvt_key *tombs; /* removals not yet in a batch, oldest first from tomb_head */
 	uint32_t ntombs, tomb_head, tomb_cap;
 	/* removals ever queued, and those in acknowledged batches (queued ones go into
@@ -275,6 +277,9 @@ int nv_log_write_head(struct nv *s, uint32_t seg, uint64_t gen);
 void nv_log_stop(struct nv *s); /* log writes stop for the run (lg->broken) */
 /* tier_nvme_log_layout.c */
 bool nv_log_layout_take(struct nv *s, uint32_t n);
+void nv_log_layout_untake(struct nv *s, uint32_t n);
+bool nv_log_layout_yield(struct nv *s);
+bool nv_log_layout_drop_after(struct nv *s, uint32_t n);
 uint64_t nv_log_laid_disk_bytes(const struct nv *s, uint32_t n);
 
 #endif

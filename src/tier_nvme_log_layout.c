@@ -21,7 +21,8 @@
  * (else removed). A read-only open neither lays out nor removes anything.
  *
  * Background: started only while no operation waits for an I/O slot, one segment at a
- * time, in cycle order from the first segment still to be created; stopped for the run by
+ * time, in cycle order from the first segment still to be created, never the one the next
+ * turn reaches (created at its turn, as before); stopped for the run by
  * a failure (ENOSPC: the cycle shortens at its turn as before). What is left is counted
  * in stats.pool_pending_bytes with the slots' (`kvtier bench` waits for 0 before it
  * measures). nvme.log_layout off: segments are created at their turn, as before.
@@ -68,6 +69,13 @@ uint64_t nv_log_laid_disk_bytes(const struct nv *s, uint32_t n)
 	return KVT_MIN(s->lg->seg_bytes, (uint64_t)st.st_blocks * 512);
 }
 
+/* The segment the next turn reaches (nv_log_advance): never laid out - the turn would find
+ * it being laid out and create it anyway - but created at its turn, as before. */
+static uint32_t next_turn(const struct nv_log *lg)
+{
+	return lg->have_cur ? (lg->cur + 1) % lg->nmax : lg->start % lg->nmax;
+}
+
 /* Is segment n one the layout still has to do (no file, none laid out, none being)? */
 static bool to_lay(const struct nv_log *lg, uint32_t n)
 {
@@ -75,7 +83,13 @@ static bool to_lay(const struct nv_log *lg, uint32_t n)
 	return g->fd < 0 && !g->laid && !g->laying;
 }
 
-void nv_log_layout_scan(struct nv *s, bool enabled)
+void nv_log_layout_want(struct nv *s, bool on)
+{
+	if (s->lg)
+		s->lg->lay_want = on; /* nv_log_layout_scan turns the layout on where it can */
+}
+
+void nv_log_layout_scan(struct nv *s)
 {
 	struct nv_log *lg = s->lg;
 	if (!lg || s->ro)
@@ -111,11 +125,12 @@ void nv_log_layout_scan(struct nv *s, bool enabled)
 			(void)unlinkat(lg->dfd, nm, 0); /* its segment exists, or a stray */
 	}
 	closedir(dir);
-	lg->lay_on = enabled && log_on;
+	lg->lay_on = lg->lay_want && log_on;
 	lg->lay_left = 0;
+	lg->lay_first = next_turn(lg);
 	if (lg->lay_on)
 		for (uint32_t n = 0; n < lg->nmax; n++)
-			lg->lay_left += to_lay(lg, n);
+			lg->lay_left += to_lay(lg, n) && n != next_turn(lg);
 }
 
 uint64_t nv_log_layout_pending(const struct nv *s)
@@ -123,7 +138,14 @@ uint64_t nv_log_layout_pending(const struct nv *s)
 	const struct nv_log *lg = s->lg;
 	if (!lg || !lg->lay_on || lg->lay_done)
 		return 0;
-	return (uint64_t)lg->lay_left * lg->seg_bytes + lg->lay_bytes;
+	/* The one in flight by what it has still to write - at least 1 until it is named, so
+	 * that 0 means done: a waiter (kvtier bench's wait_layout) sees progress within a
+	 * segment, not only at its end. */
+	uint64_t flight = lg->lay_op ? KVT_MAX(lg->lay_op->len - KVT_MIN(lg->lay_op->wrote,
+									 lg->lay_op->len),
+					       1)
+				     : 0;
+	return (uint64_t)lg->lay_left * lg->seg_bytes + flight;
 }
 
 static void layout_start(struct nv *s, uint32_t n)
@@ -131,7 +153,8 @@ static void layout_start(struct nv *s, uint32_t n)
 	struct nv_log *lg = s->lg;
 	struct nv_op *op = kvt__calloc(1, sizeof(*op));
 	if (!op) {
-		lg->lay_done = true;
+		lg->lay_left = 0; /* out of memory: segments are created at their turn */
+		lg->lay_next = lg->nmax;
 		return;
 	}
 	op->type = OP_LAYOUT;
@@ -143,7 +166,7 @@ static void layout_start(struct nv *s, uint32_t n)
 	snprintf(op->name, sizeof(op->name), NV_LOG_DIR "/" LAYOUT_TMP "%d.%u", (int)s->pid, n);
 	lg->segs[n].laying = true;
 	lg->lay_left--;
-	lg->lay_bytes += op->len;
+	lg->lay_op = op;
 	lg->lay_flight++;
 	s->active++; /* close waits for it (or cancels it) */
 	op->stage = ST_W_OPEN;
@@ -165,9 +188,20 @@ void nv_log_layout_kick(struct nv *s)
 		lg->lay_done = true;
 		return;
 	}
+	/* Never the segment the next turn reaches (next_turn): a segment of zeros written for
+	 * nothing, and on a nearly full file system two segments' room taken at once. */
+	uint32_t turn = next_turn(lg);
 	while (lg->lay_flight < NV_LOG_LAYOUTS && !s->ready_head && s->free_ios) {
 		while (lg->lay_next < lg->nmax && !to_lay(lg, lg->lay_next))
 			lg->lay_next++;
+		if (lg->lay_next < lg->nmax && lg->lay_next == turn) {
+			/* passed over: no longer the layout's to do (counted at the scan unless it
+			 * was the first turn's) */
+			if (lg->lay_left && turn != lg->lay_first)
+				lg->lay_left--;
+			lg->lay_next++;
+			continue;
+		}
 		if (lg->lay_next >= lg->nmax)
 			break;
 		layout_start(s, lg->lay_next++);
@@ -183,13 +217,59 @@ static void layout_end(struct nv *s, struct nv_op *op)
 {
 	struct nv_log *lg = s->lg;
 	lg->segs[op->slot].laying = false;
-	lg->lay_bytes -= op->len;
+	lg->lay_op = NULL;
 	lg->lay_flight--;
 	nv_finish(s, op, op->err);
 }
 
+/* A turn found no room to create its segment (ENOSPC): if a layout is in flight, its file
+ * may hold that room. It is stopped - cancelled at its next write, or removed when it ends
+ * - and the layout with it (the cycle needs the room more than a faster first lap): true,
+ * and the turn tries again once the layout is gone (nv_log_advance: not now). false: no
+ * layout in flight, the file system is full. */
+bool nv_log_layout_yield(struct nv *s)
+{
+	struct nv_log *lg = s->lg;
+	lg->lay_left = 0;
+	lg->lay_next = lg->nmax;
+	if (!lg->lay_flight)
+		return false;
+	lg->lay_abort = true;
+	return true;
+}
+
+/* A turn found no room to create segment n (ENOSPC): a segment laid out for later in the
+ * cycle may hold it - the layout ran ahead of the turns. The highest-numbered such file is
+ * removed (its segment is created at its turn, if there is room then, or the cycle ends
+ * before it, as without a layout): true, try again; false: none is left. */
+bool nv_log_layout_drop_after(struct nv *s, uint32_t n)
+{
+	struct nv_log *lg = s->lg;
+	for (uint32_t i = lg->nsegs; i-- > n + 1;) {
+		struct nv_seg *g = &lg->segs[i];
+		if (!g->laid)
+			continue;
+		char name[32];
+		laid_name(i, name, sizeof(name));
+		g->laid = false;
+		if (unlinkat(lg->dfd, name, 0) == 0) {
+			KVT_INFO(s->log, "nvme: log segment %u: no room to create it: the file laid "
+					 "out for segment %u removed for it",
+				 n, i);
+			return true;
+		}
+	}
+	return false;
+}
+
+bool nv_log_layout_aborted(const struct nv *s)
+{
+	return s->lg && s->lg->lay_abort;
+}
+
 /* A segment's zeros are written, fdatasync'ed and its file closed: name it laid out - or
- * remove it, where the turn reached the segment meanwhile and created it. */
+ * remove it, where the turn reached the segment meanwhile and created it, or stopped the
+ * layout for room (nv_log_layout_yield). */
 void nv_log_laid(struct nv *s, struct nv_op *op)
 {
 	struct nv_log *lg = s->lg;
@@ -198,7 +278,7 @@ void nv_log_laid(struct nv *s, struct nv_op *op)
 	snprintf(name, sizeof(name), NV_LOG_DIR "/");
 	laid_name(op->slot, name + strlen(name), sizeof(name) - strlen(name));
 	int dfd = s->dirs[0].fd;
-	if (g->fd >= 0 || op->slot >= lg->nmax || lg->broken) {
+	if (g->fd >= 0 || op->slot >= lg->nmax || lg->broken || lg->lay_abort) {
 		(void)unlinkat(dfd, op->name, 0);
 	} else if (renameat(dfd, op->name, dfd, name) < 0) {
 		op->err = -errno;
@@ -235,15 +315,17 @@ void nv_log_layout_fail(struct nv *s, struct nv_op *op)
 }
 
 /* The turn creating segment n (nv_log_seg_open): a laid-out file is renamed into its place
- * (true: <n>.kvl exists now, to be opened without O_CREAT); false: none, or the rename
- * failed (the file is then created as before). */
+ * (true: <n>.kvl exists now, to be opened without O_CREAT; nv_log_layout_untake if that
+ * open fails); false: none, or the rename failed (the file is then created as before). A
+ * segment still being laid out (the turn caught up with the layout) is created: the
+ * layout's file is removed when it ends (nv_log_laid). */
 bool nv_log_layout_take(struct nv *s, uint32_t n)
 {
 	struct nv_log *lg = s->lg;
 	struct nv_seg *g = &lg->segs[n];
 	if (!g->laid) {
 		if (lg->lay_on && !lg->lay_done && !g->laying && n >= lg->lay_next &&
-		    lg->lay_left) {
+		    n != lg->lay_first && lg->lay_left) {
 			lg->lay_left--; /* created at its turn: no longer the layout's to do */
 		}
 		return false;
@@ -259,4 +341,19 @@ bool nv_log_layout_take(struct nv *s, uint32_t n)
 		 n, strerror(errno));
 	(void)unlinkat(lg->dfd, from, 0);
 	return false;
+}
+
+/* The open of a segment taken from its laid-out file failed: the file goes back to its
+ * laid-out name (or, failing that, away), so that no headerless <n>.kvl is left outside the
+ * cycle the failed turn shortens. */
+void nv_log_layout_untake(struct nv *s, uint32_t n)
+{
+	struct nv_log *lg = s->lg;
+	char from[32], to[32];
+	nv_log_seg_name(n, from, sizeof(from));
+	laid_name(n, to, sizeof(to));
+	if (renameat2(lg->dfd, from, lg->dfd, to, RENAME_NOREPLACE) == 0)
+		lg->segs[n].laid = true;
+	else
+		(void)unlinkat(lg->dfd, from, 0);
 }

@@ -334,6 +334,7 @@ int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 		KVT_ERR(s->log, "nvme: log: %s", strerror(-rc));
 		goto fail;
 	}
+	nv_log_layout_want(s, kvt__cfg_bool(cfg, "nvme.log_layout"));
 	if ((rc = nv_rebuild_index(s)) < 0) {
 		KVT_ERR(s->log, "nvme: index rebuild failed: %s", strerror(-rc));
 		goto fail;
@@ -343,7 +344,6 @@ int nv_open(struct kvt_tier *t, const struct kvt_config *cfg)
 	/* What the background layout has to do, known before open returns (a caller waiting
 	 * for pool_pending_bytes to reach 0 must not see 0 before the ring thread starts). */
 	s->layout_done = !nv_pool_pending(s);
-	nv_log_layout_scan(s, kvt__cfg_bool(cfg, "nvme.log_layout"));
 	nv_layout_publish(s);
 	if (s->ro)
 		probe_direct_ro(s, direct_mode);

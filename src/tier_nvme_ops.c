@@ -167,8 +167,9 @@ void nv_pump(struct nv *s, struct nv_op *op)
 			op->stage = ST_WAIT;
 			return;
 		case ST_W_DATA:
-			if (op->type == OP_LAYOUT && s->cancelled && !op->err)
-				op->err = -ECANCELED; /* close: stop laying out */
+			if (op->type == OP_LAYOUT && !op->err &&
+			    (s->cancelled || (op->log_layout && nv_log_layout_aborted(s))))
+				op->err = -ECANCELED; /* close (or a turn's room): stop laying out */
 			while (!op->err && op->cursor < op->len) {
 				if (op->type == OP_LAYOUT && op->pending >= NV_LAYOUT_DEPTH)
 					return; /* a background layout leaves room to others */

@@ -301,8 +301,6 @@ static void layout_start(struct nv *s)
 	nv_pump(s, op);
 }
 
-/* Ring thread, each turn of its loop: start laying out more slots if there is capacity
- * for them and no operation waits for an I/O slot; publish what is left. */
 /* The layouts' source of zeros (a slot's and a log segment's), allocated at the first
  * layout. false: out of memory. */
 bool nv_zero_ready(struct nv *s)
@@ -321,6 +319,9 @@ void nv_layout_publish(struct nv *s)
 	ST_SET(s, pool_pending, nv_pool_pending(s) + nv_log_layout_pending(s));
 }
 
+/* Ring thread, each turn of its loop: start laying out more slots if there is capacity
+ * for them and no operation waits for an I/O slot (nv_layout_publish, after it, says what is
+ * left). */
 void nv_pool_kick(struct nv *s)
 {
 	if (!s->prealloc || s->layout_done)

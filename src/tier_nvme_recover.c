@@ -407,6 +407,8 @@ int nv_rebuild_index(struct nv *s)
 	}
 	if (!rc)
 		rc = nv_log_recover(s); /* objects in log segments (tier_nvme_log_recover.c) */
+	if (!rc) /* laid-out segments kept or removed: before the clamp counts them */
+		nv_log_layout_scan(s);
 	if (!rc && !s->ro)
 		chains_load(s);
 	/* Preallocated slots (tier_nvme_pool.c; read-only: counted), told from the object

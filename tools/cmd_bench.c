@@ -993,8 +993,9 @@ int kvt_cmd_bench(int argc, char **argv)
 				"measured from an empty store\n",
 			dir, (unsigned long long)st0.tier[0].objects);
 	if (nvme && wait_layout(s, stall_ns) < 0)
-		fprintf(stderr, "kvtier bench: the nvme tier's preallocated slots are not all laid "
-				"out: writes may find no free slot\n");
+		fprintf(stderr, "kvtier bench: the nvme tier's background layout (preallocated "
+				"slots, log segments) made no progress: writes may find no free slot "
+				"or unwritten segments\n");
 	char c1[4200], c2[4200], c3[256];
 
 	size_t payload = (size_t)o.chunk_bytes;

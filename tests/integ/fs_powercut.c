@@ -63,7 +63,8 @@ static void swept_then_removed(const char *mnt, const char *img, const char *mod
 	       "%s, fs.fsync=%s: a key swept, removed (%d) and flushed is back after a power cut",
 	       what, mode, r);
 	th_close(s);
-	sh("umount %s/snapmnt && rm -f %s/snap.img", g_root, g_root);
+	loop_umount("snapmnt");
+	sh("rm -f %s/snap.img", g_root);
 	free(buf);
 }
 
@@ -101,7 +102,8 @@ static void fresh_store(const char *mnt, const char *img, const char *mode, cons
 		}
 		th_close(r);
 	}
-	sh("umount %s/snapmnt && rm -f %s/snap.img", g_root, g_root);
+	loop_umount("snapmnt");
+	sh("rm -f %s/snap.img", g_root);
 	CHECKM(there == KEYS,
 	       "%s, fs.fsync=%s: a new store's flushed puts after a power cut: %d of %d there%s",
 	       what, mode, there, KEYS, there ? "" : " (its directory is gone)");

@@ -64,7 +64,8 @@ static void one_mode(const char *mode)
 		}
 	}
 	kvt__tier_close(t);
-	sh("umount %s/snapmnt && rm -f %s/snap.img", g_root, g_root);
+	loop_umount("snapmnt");
+	sh("rm -f %s/snap.img", g_root);
 	free(buf);
 }
 
@@ -195,7 +196,8 @@ static void moved_files(const char *mode)
 	snprintf(what, sizeof(what), "no journal, nvme.fsync=%s, slot", mode);
 	check_key(tp, &k[5], true, what);
 	kvt__tier_close(tp);
-	sh("umount %s/snapmnt && rm -f %s/snap.img", g_root, g_root);
+	loop_umount("snapmnt");
+	sh("rm -f %s/snap.img", g_root);
 	free(buf);
 }
 

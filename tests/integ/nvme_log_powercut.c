@@ -108,7 +108,8 @@ static void check_copy(const char *snapdir, const char *mode, uint64_t seed, con
 		bad += t_read1(t, &k, buf, 0, OBJ) != (int)OBJ || check_object(buf, OBJ, &k) != 0;
 	}
 	kvt__tier_close(t);
-	sh("umount %s/snapmnt && rm -f %s/snap.img", g_root, g_root);
+	loop_umount("snapmnt");
+	sh("rm -f %s/snap.img", g_root);
 	free(buf);
 	CHECKM(
 	    !lost && !back && !bad,
@@ -186,7 +187,8 @@ static void evicted_file(const char *mnt, const char *img)
 	p = 0;
 	CHECK_EQ(t_exists(t, &k, 1, &p), 0);
 	kvt__tier_close(t);
-	sh("umount %s/snapmnt && rm -f %s/snap.img", g_root, g_root);
+	loop_umount("snapmnt");
+	sh("rm -f %s/snap.img", g_root);
 	CHECKM(p == 0, "an evicted file's key, put into the log and removed, is back after a "
 		       "flush and a power cut");
 }

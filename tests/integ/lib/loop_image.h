@@ -30,6 +30,17 @@ static void sh(const char *fmt, ...)
 	CHECKM(system(cmd) == 0, "failed: %s", cmd);
 }
 
+/* Unmount <root>/<mnt>, retried for up to 5 s: a tier just closed can still hold files
+ * there for a moment - io_uring's workers drop their last references to closed files
+ * asynchronously (a background layout's fadvise and close run on them) - and umount then
+ * says "target is busy" (nvme_log_powercut, 2026-12-07). Fails the test if it never goes. */
+static inline void loop_umount(const char *mnt)
+{
+	sh("for i in $(seq 50); do umount %s/%s 2>/dev/null && exit 0; sleep 0.1; done; "
+	   "umount %s/%s",
+	   g_root, mnt, g_root, mnt);
+}
+
 static void loop_cleanup(void)
 {
 	char cmd[1400];
