@@ -44,7 +44,8 @@ void nv_log_seg_name(uint32_t n, char *out, size_t len)
 }
 
 /* Open segment n (its file exists), or create it preallocated (create): from its laid-out
- * file where the layout made one (tier_nvme_log_layout.c), else a new file. */
+ * file where the layout made one (tier_nvme_log_layout.c), else a new file. 0, -errno, or
+ * NV_LOG_NOT_NOW (create: no room while a layout in flight may hold it). */
 int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 {
 	struct nv_log *lg = s->lg;
@@ -68,6 +69,8 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
+		if (taken)
+			nv_log_layout_untake(s, n);
 		return -EINVAL;
 	}
 	/* io_uring would honour O_NONBLOCK: cleared, and only it (F_SETFL also sets O_NOATIME,
@@ -79,9 +82,14 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 	if (create) {
 		/* (a laid-out file has its size and its blocks: a no-op for it) */
 		int rc = fallocate(fd, 0, 0, (off_t)lg->seg_bytes) < 0 ? -errno : 0;
-		/* segments laid out for later in the cycle may hold the room (the layout runs
-		 * ahead of the turns): theirs goes first, so that the cycle stays segments 0..k */
-		while (rc == -ENOSPC && nv_log_layout_drop_after(s, n))
+		/* No room: the layout (tier_nvme_log_layout.c) runs ahead of the turns, so the
+		 * room may be in segments laid out for later in the cycle - it stops, and theirs
+		 * goes first, so that the cycle stays segments 0..k - or in a layout in flight
+		 * (below). */
+		bool flying = false;
+		if (rc == -ENOSPC || rc == -EDQUOT)
+			flying = nv_log_layout_yield(s);
+		while ((rc == -ENOSPC || rc == -EDQUOT) && nv_log_layout_drop_after(s, n))
 			rc = fallocate(fd, 0, 0, (off_t)lg->seg_bytes) < 0 ? -errno : 0;
 		/* The new name must survive a crash before objects in it are acknowledged, and
 		 * before log/head names it, whatever nvme.fsync: a head naming a segment that
@@ -93,9 +101,9 @@ int nv_log_seg_open(struct nv *s, uint32_t n, bool create)
 			close(fd);
 			unlinkat(lg->dfd, name, 0);
 			/* a layout in flight may hold the room: stopped, and the turn waits for it
-			 * to go rather than shorten the cycle (tier_nvme_log_layout.c) */
-			if (rc == -ENOSPC && nv_log_layout_yield(s))
-				return -EAGAIN;
+			 * to go (its completion wakes the ring) rather than shorten the cycle */
+			if ((rc == -ENOSPC || rc == -EDQUOT) && flying)
+				return NV_LOG_NOT_NOW;
 			return rc;
 		}
 		g->bytes = lg->seg_bytes;

@@ -269,6 +269,7 @@ void nv_log_moved(struct nv *s, struct nv_batch *b);
 void nv_log_read_done(struct nv *s, int res);
 uint64_t nv_log_copy_room(const struct nv_log *lg);
 uint64_t nv_log_live(const struct nv_log *lg, uint32_t nseg);
+#define NV_LOG_NOT_NOW 1 /* nv_log_seg_open: try the turn again once the layout is gone */
 int nv_log_seg_open(struct nv *s, uint32_t n, bool create);
 void nv_log_seg_name(uint32_t n, char *out, size_t len);
 bool nv_log_advance(struct nv *s); /* tier_nvme_log_turn.c */

@@ -165,7 +165,8 @@ static void layout_start(struct nv *s, uint32_t n)
 	op->dir = 0; /* the log lives in the first directory */
 	snprintf(op->name, sizeof(op->name), NV_LOG_DIR "/" LAYOUT_TMP "%d.%u", (int)s->pid, n);
 	lg->segs[n].laying = true;
-	lg->lay_left--;
+	if (lg->lay_left) /* (one the scan did not count: a kept file removed for room) */
+		lg->lay_left--;
 	lg->lay_op = op;
 	lg->lay_flight++;
 	s->active++; /* close waits for it (or cancels it) */
@@ -222,11 +223,10 @@ static void layout_end(struct nv *s, struct nv_op *op)
 	nv_finish(s, op, op->err);
 }
 
-/* A turn found no room to create its segment (ENOSPC): if a layout is in flight, its file
- * may hold that room. It is stopped - cancelled at its next write, or removed when it ends
- * - and the layout with it (the cycle needs the room more than a faster first lap): true,
- * and the turn tries again once the layout is gone (nv_log_advance: not now). false: no
- * layout in flight, the file system is full. */
+/* A turn found no room to create its segment (ENOSPC, EDQUOT): the layout stops for the run
+ * (the cycle needs the room more than a faster first lap). true: one is in flight, whose
+ * file may hold that room - cancelled at its next write, or removed when it ends - and the
+ * turn tries again once it is gone (nv_log_advance: not now). false: none in flight. */
 bool nv_log_layout_yield(struct nv *s)
 {
 	struct nv_log *lg = s->lg;
@@ -245,7 +245,7 @@ bool nv_log_layout_yield(struct nv *s)
 bool nv_log_layout_drop_after(struct nv *s, uint32_t n)
 {
 	struct nv_log *lg = s->lg;
-	for (uint32_t i = lg->nsegs; i-- > n + 1;) {
+	for (uint32_t i = lg->nmax; i-- > n + 1;) { /* (none is laid out past nmax) */
 		struct nv_seg *g = &lg->segs[i];
 		if (!g->laid)
 			continue;
@@ -279,6 +279,10 @@ void nv_log_laid(struct nv *s, struct nv_op *op)
 	laid_name(op->slot, name + strlen(name), sizeof(name) - strlen(name));
 	int dfd = s->dirs[0].fd;
 	if (g->fd >= 0 || op->slot >= lg->nmax || lg->broken || lg->lay_abort) {
+		/* emptied first: its blocks free at once (see nv_log_layout_fail) */
+		int fd = openat(dfd, op->name, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+		if (fd >= 0)
+			close(fd);
 		(void)unlinkat(dfd, op->name, 0);
 	} else if (renameat(dfd, op->name, dfd, name) < 0) {
 		op->err = -errno;
@@ -296,6 +300,9 @@ void nv_log_layout_fail(struct nv *s, struct nv_op *op)
 {
 	struct nv_log *lg = s->lg;
 	if (op->fd >= 0) {
+		/* its blocks freed now, not when io_uring's workers drop their last reference
+		 * to the file (asynchronously): a turn may be waiting for the room */
+		(void)ftruncate(op->fd, 0);
 		close(op->fd);
 		op->fd = -1;
 	}
@@ -306,7 +313,7 @@ void nv_log_layout_fail(struct nv *s, struct nv_op *op)
 		KVT_WARN(s->log, "nvme: laying out log segment %u failed: %s; the rest are "
 				 "created when the log reaches them",
 			 op->slot, strerror(-op->err));
-		if (op->err != -ENOSPC) /* a full file system is the cycle's to meet */
+		if (op->err != -ENOSPC && op->err != -EDQUOT) /* the cycle's to meet */
 			ST_ADD(s, errors, 1);
 	}
 	lg->lay_done = true;

@@ -95,7 +95,7 @@ bool nv_log_advance(struct nv *s)
 		struct nv_seg *g = &lg->segs[next];
 		if (g->fd < 0) {
 			int rc = nv_log_seg_open(s, next, true);
-			if (rc == -EAGAIN)
+			if (rc == NV_LOG_NOT_NOW)
 				return false; /* a layout in flight holds the room: not now */
 			if (rc < 0 && segs_after(lg, next)) {
 				/* Segments past it exist (the gap an open voided, still there): a
