@@ -43,6 +43,23 @@ void nv_log_seg_name(uint32_t n, char *out, size_t len)
 	snprintf(out, len, "%u.kvl", n);
 }
 
+/* "<n><suffix>" with n in canonical decimal (no leading zero) below 2^20: the log's names
+ * for segments (".kvl", nv_log_seg_name) and laid-out segments (".laid"). */
+bool nv_log_parse_name(const char *nm, const char *suffix, uint32_t *out)
+{
+	uint32_t v = 0;
+	const char *p = nm;
+	if (*p < '0' || *p > '9' || (*p == '0' && p[1] >= '0' && p[1] <= '9'))
+		return false;
+	for (; *p >= '0' && *p <= '9'; p++)
+		if ((v = v * 10 + (uint32_t)(*p - '0')) >= (1u << 20))
+			return false;
+	if (strcmp(p, suffix))
+		return false;
+	*out = v;
+	return true;
+}
+
 /* Open segment n (its file exists), or create it preallocated (create): from its laid-out
  * file where the layout made one (tier_nvme_log_layout.c), else a new file. 0, -errno, or
  * NV_LOG_NOT_NOW (create: no room while a layout in flight may hold it). */

@@ -272,6 +272,7 @@ uint64_t nv_log_live(const struct nv_log *lg, uint32_t nseg);
 #define NV_LOG_NOT_NOW 1 /* nv_log_seg_open: try the turn again once the layout is gone */
 int nv_log_seg_open(struct nv *s, uint32_t n, bool create);
 void nv_log_seg_name(uint32_t n, char *out, size_t len);
+bool nv_log_parse_name(const char *nm, const char *suffix, uint32_t *out);
 bool nv_log_advance(struct nv *s); /* tier_nvme_log_turn.c */
 int nv_log_write_header(struct nv *s, uint32_t n, uint64_t gen);
 int nv_log_write_head(struct nv *s, uint32_t seg, uint64_t gen);

@@ -40,22 +40,6 @@ static void laid_name(uint32_t n, char *out, size_t len)
 	snprintf(out, len, "%u" LAID_SUFFIX, n);
 }
 
-/* "<n>.laid", n below 2^20 written without leading zeros */
-static bool parse_laid(const char *nm, uint32_t *out)
-{
-	uint32_t v = 0;
-	const char *p = nm;
-	if (*p < '0' || *p > '9' || (*p == '0' && p[1] >= '0' && p[1] <= '9'))
-		return false;
-	for (; *p >= '0' && *p <= '9'; p++)
-		if ((v = v * 10 + (uint32_t)(*p - '0')) >= (1u << 20))
-			return false;
-	if (strcmp(p, LAID_SUFFIX))
-		return false;
-	*out = v;
-	return true;
-}
-
 /* Bytes on disk of segment n's laid-out file (0: none, or not a regular file), at most a
  * segment's: the open's clamp to the free space counts them as the tier's own room
  * (nv_log_disk_bytes), before nv_log_layout_scan decides which stay. */
@@ -113,7 +97,7 @@ void nv_log_layout_scan(struct nv *s)
 			(void)unlinkat(lg->dfd, nm, 0); /* a layout a crash or kill cut short */
 			continue;
 		}
-		if (!parse_laid(nm, &n))
+		if (!nv_log_parse_name(nm, LAID_SUFFIX, &n))
 			continue;
 		struct stat st;
 		bool keep = log_on && n < lg->nmax && lg->segs[n].fd < 0 &&

@@ -61,17 +61,7 @@ static int cmp_u32(const void *a, const void *b)
  * leaked by the second open), and two files cannot both be segment 7. */
 static bool parse_seg(const char *nm, uint32_t *out)
 {
-	uint32_t v = 0;
-	const char *p = nm;
-	if (*p < '0' || *p > '9' || (*p == '0' && p[1] >= '0' && p[1] <= '9'))
-		return false;
-	for (; *p >= '0' && *p <= '9'; p++)
-		if ((v = v * 10 + (uint32_t)(*p - '0')) >= (1u << 20))
-			return false;
-	if (strcmp(p, ".kvl"))
-		return false;
-	*out = v;
-	return true;
+	return nv_log_parse_name(nm, ".kvl", out);
 }
 
 /* Did file n fail to open (err, -errno) because it cannot be a segment - a symlink (ELOOP:
