@@ -22,8 +22,10 @@
  *
  * Background: started only while no operation waits for an I/O slot, one segment at a
  * time, in cycle order from the first segment still to be created, never the one the next
- * turn reaches (created at its turn, as before); stopped for the run by
- * a failure (ENOSPC: the cycle shortens at its turn as before). What is left is counted
+ * turn reaches (created at its turn, as before); stopped for the run by a failure, or by a
+ * turn short of room, which first takes back the room of segments laid out later in the
+ * cycle, or waits for the layout in flight to go (nv_log_layout_yield, _drop_after), so
+ * that the cycle stays segments 0..k as without a layout. What is left is counted
  * in stats.pool_pending_bytes with the slots' (`kvtier bench` waits for 0 before it
  * measures). nvme.log_layout off: segments are created at their turn, as before.
  */
