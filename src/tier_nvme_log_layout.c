@@ -196,7 +196,8 @@ void nv_log_layout_kick(struct nv *s)
 	if (lg->lay_next >= lg->nmax && !lg->lay_flight) {
 		lg->lay_done = true;
 		lg->lay_left = 0;
-		KVT_INFO(s->log, "nvme: log: segments laid out");
+		KVT_INFO(s->log, "nvme: log: background layout ended (%s)",
+			 lg->lay_abort ? "stopped for a turn's room" : "every segment it could");
 	}
 }
 
