@@ -24,7 +24,7 @@
 	X(k, "store.tiers", STR, "dram,nvme", 0, 0, NULL, PLAIN, "ordered tier chain, fastest first: dram,nvme,fs,s3,rados,redis") \
 	X(k, "store.write_policy", ENUM, "write-through", 0, 0, "write-through|write-back|selective", PLAIN, "when deeper tiers are written: at put (behind the DRAM copy), when DRAM evicts, or after store.selective_hits hits") \
 	X(k, "store.selective_hits", U64, "2", 1, 1000000, NULL, PLAIN, "hits before a chunk is written deeper under the selective policy") \
-	X(k, "store.zero_copy_puts", BOOL, "true", 0, 0, NULL, PLAIN, "without a DRAM tier, a put of an object of 512 KiB or more from a buffer on a 2 MiB boundary (a huge-page allocation) is written from that buffer, no copy (unprotected objects; tiers that support it: nvme)") \
+	X(k, "store.zero_copy_puts", BOOL, "true", 0, 0, NULL, PLAIN, "without a DRAM tier, a put is written from the caller's buffer, no copy, where that buffer is 4 KiB-aligned (objects under 512 KiB) or on a 2 MiB boundary, as a huge-page allocation is (larger ones) (unprotected objects; tiers that support it: nvme)") \
 	X(k, "store.promote", BOOL, "true", 0, 0, NULL, PLAIN, "copy a deeper-tier hit into DRAM") \
 	X(k, "store.promote_local", BOOL, "true", 0, 0, NULL, PLAIN, "also write a hit from a deeper tier into the tiers above it (e.g. an s3 hit into nvme)") \
 	X(k, "store.max_inflight", U64, "4096", 1, 1048576, NULL, PLAIN, "operations in flight before calls return -EAGAIN") \

@@ -18,22 +18,29 @@ struct put_ctx {
 /* Zero-copy put: without a DRAM tier the copy into a staging buffer is the put's main
  * cost, and on a machine whose disk is a host process it slows the disk itself
  * (docs/BENCHMARKS.md, "The guest's own copying slows this disk"). It applies when the
- * object is large (a small one costs little to copy, and its buffer is rarely on a 2 MiB
- * boundary), its payload follows its header verbatim, objects are not
- * protected (a MAC or encryption rewrites the bytes), every deeper tier writes split
- * objects (s->zero_copy, set at open), and the caller's buffer starts on a 2 MiB boundary,
- * as huge-page allocations do (kvt__huge_alloc, aligned_alloc(2 MiB, ...)): a device
- * request holds a bounded number of separate pages, so from 4 KiB pages the disk gets
- * small requests (on the build VM ~0.5 MiB, 2.5 GiB/s against 4.2 with the copy into the
- * staging buffer, which is on huge pages). */
-#define ZERO_COPY_MIN_BYTES (512u << 10)
+ * object's payload follows its header verbatim, objects are not protected (a MAC or
+ * encryption rewrites the bytes), every deeper tier writes split objects (s->zero_copy,
+ * set at open), and the caller's buffer is aligned enough:
+ *  - an object under 512 KiB: on a KVT_ALIGN (4 KiB) boundary, as O_DIRECT needs. Its
+ *    payload spans at most 128 pages, well under the 254 segments a device request
+ *    holds, so it reaches the device as one request whichever pages hold it. Until
+ *    2026-12-07 these were copied ("a small one costs little to copy"): at 64 KiB the copy
+ *    was 45 % of the submitting thread, which it saturated (docs/BENCHMARKS.md, "64 KiB
+ *    puts without the copy").
+ *  - a larger one: on a 2 MiB boundary, as huge-page allocations are (kvt__huge_alloc,
+ *    aligned_alloc(2 MiB, ...)): from 4 KiB pages a request holds at most 254 separate
+ *    pages, so the disk gets small requests (on the build VM ~0.5 MiB, 2.5 GiB/s against
+ *    4.2 with the copy into the staging buffer, which is on huge pages). */
+#define ZERO_COPY_SMALL_BYTES (512u << 10)
 #define ZERO_COPY_BUF_ALIGN (2u << 20)
 
 static bool zero_copy(const struct kvt_store *s, uint32_t n_tokens, const void *buf,
 		      uint64_t obj_bytes)
 {
-	return s->zero_copy && obj_bytes >= ZERO_COPY_MIN_BYTES &&
-	       (uintptr_t)buf % ZERO_COPY_BUF_ALIGN == 0 && kvt__object_contiguous(&s->geo, n_tokens);
+	if (!s->zero_copy || !kvt__object_contiguous(&s->geo, n_tokens))
+		return false;
+	uintptr_t align = obj_bytes < ZERO_COPY_SMALL_BYTES ? KVT_ALIGN : ZERO_COPY_BUF_ALIGN;
+	return (uintptr_t)buf % align == 0;
 }
 
 uint64_t kvt__store_zero_copy_puts(const struct kvt_store *s)

@@ -4,7 +4,8 @@
  * src/engine_ops.c; the NVMe tier's write_split gathers header and payload in its first
  * I/O, src/tier_nvme_ops.c). Real files, O_DIRECT and io_uring in a temporary directory.
  * Checked, with nvme.fsync none and data:
- *  - objects of one I/O (1 MiB payload) and of several (4 MiB) go the zero-copy way
+ *  - objects of one I/O (1 MiB payload) and of several (4 MiB) from a buffer on a 2 MiB
+ *    boundary, and small ones (64 KiB) from any 4 KiB-aligned buffer, go the zero-copy way
  *    (kvt__store_zero_copy_puts counts them) and read back exact, before and after the
  *    store is closed and opened again (the header on disk is the one kvt_put would have
  *    encoded: its CRCs match the payload written after it);
@@ -13,9 +14,10 @@
  *  - with the small-object log taking objects that large (nvme.log_max), a zero-copy put's
  *    header and payload go into a log batch as two pieces of its write: no file of its
  *    own, read back exact, also after a reopen;
- *  - the copy path stays for what it must take: a buffer not 4 KiB-aligned, one not on a
- *    2 MiB boundary (likely 4 KiB pages, which make small device requests), an object
- *    under 512 KiB, store.zero_copy_puts=false, and a store with a DRAM tier.
+ *  - the copy path stays for what it must take: a buffer not 4 KiB-aligned (large or
+ *    small, also into the log), an object of 512 KiB or more not on a 2 MiB boundary
+ *    (likely 4 KiB pages, which make small device requests),
+ *    store.zero_copy_puts=false, and a store with a DRAM tier.
  * Exit 0 pass, 1 fail.
  */
 #include <ftw.h>
@@ -26,7 +28,7 @@
 
 #define FULL 128 /* tokens: 8 layers x 512 KiB = 4 MiB, several I/Os */
 #define PART 32	 /* 8 x 128 KiB = 1 MiB, one I/O */
-#define SMALL 2	 /* 8 x 8 KiB = 64 KiB: under the zero-copy floor */
+#define SMALL 2	 /* 8 x 8 KiB = 64 KiB: zero-copy from any 4 KiB-aligned buffer */
 
 static const char *log_max; /* nvme.log_max for open_store (NULL: the default, off) */
 
@@ -129,21 +131,28 @@ int main(void)
 		put_one(s, 3, FULL, unaligned, false);
 		/* 4 KiB-aligned but not on a 2 MiB boundary: likely small pages, copied */
 		put_one(s, 7, PART, aligned + 4096, false);
-		put_one(s, 4, SMALL, aligned, false);
+		put_one(s, 4, SMALL, aligned, true);
+		/* small: one device request from any pages, so 4 KiB alignment is enough */
+		put_one(s, 10, SMALL, aligned + 4096, true);
+		put_one(s, 11, SMALL, unaligned, false);
 		get_one(s, 1, FULL);
 		get_one(s, 2, PART);
 		get_one(s, 3, FULL);
 		get_one(s, 4, SMALL);
 		get_one(s, 7, PART);
+		get_one(s, 10, SMALL);
+		get_one(s, 11, SMALL);
 		kvt_store_close(s);
 		/* the objects on disk, found and read by a store that never saw them written */
 		s = open_store("nvme", dir, modes[m], NULL);
 		get_one(s, 1, FULL);
 		get_one(s, 2, PART);
+		get_one(s, 4, SMALL);
+		get_one(s, 10, SMALL);
 		CHECK_EQ(kvt__store_zero_copy_puts(s), 0);
 		kvt_store_close(s);
-		printf("fsync=%s: zero-copy puts of 1 and 4 MiB read back exact, also after a "
-		       "reopen; copies where they must be\n",
+		printf("fsync=%s: zero-copy puts of 64 KiB, 1 and 4 MiB read back exact, also "
+		       "after a reopen; copies where they must be\n",
 		       modes[m]);
 	}
 	/* off by configuration, and never with a DRAM tier (its slot is the copy) */
@@ -165,9 +174,11 @@ int main(void)
 		test_rmdir(dir);
 		s = open_store("nvme", dir, modes[m], NULL);
 		put_one(s, 8, PART, aligned, true);
-		put_one(s, 9, SMALL, aligned, false);
+		put_one(s, 9, SMALL, aligned, true);
+		put_one(s, 12, SMALL, unaligned, false);
 		get_one(s, 8, PART);
 		get_one(s, 9, SMALL);
+		get_one(s, 12, SMALL);
 		kvt_store_close(s);
 		char seg[8192];
 		snprintf(seg, sizeof(seg), "%s/log/0.kvl", dir);
@@ -177,6 +188,7 @@ int main(void)
 		s = open_store("nvme", dir, modes[m], NULL);
 		get_one(s, 8, PART);
 		get_one(s, 9, SMALL);
+		get_one(s, 12, SMALL);
 		kvt_store_close(s);
 	}
 	log_max = NULL;
