@@ -257,8 +257,9 @@ typedef void (*kvt_cb)(void *arg, const struct kvt_result *res);
  * unknown): DRAM evicts a suffix before its prefix. buf must stay unchanged until the
  * callback runs; then the caller may reuse it. The bytes are copied into a DRAM slot, and
  * deeper tiers are written behind according to the write policy; without a DRAM tier the
- * put completes when the deeper tiers have the chunk, and a large chunk from a buffer on a
- * 2 MiB boundary is written from buf itself (store.zero_copy_puts). status 0; -EINVAL bad
+ * put completes when the deeper tiers have the chunk, and a chunk from a buffer on a 4 KiB
+ * boundary (an object under 512 KiB) or on a 2 MiB boundary (a larger one) is written from
+ * buf itself (store.zero_copy_puts). status 0; -EINVAL bad
  * length/n_tokens; -ENOSPC no slot; without a DRAM tier, -EAGAIN when an earlier write of
  * the same key is still out (a zero-copy put of it in flight, or one past its deadline that
  * the tier has not answered): retry later. */
