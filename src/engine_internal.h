@@ -211,6 +211,7 @@ struct wb {
 	 * the payload is the caller's, written from where it is (tier write_split) */
 	const void *tail;
 	uint64_t tail_bytes;
+	uint32_t obj_crc; /* and the whole object's CRC32C (kvt__object_crc) */
 };
 
 struct wb_leg {

@@ -103,12 +103,18 @@ int kvt__e_do_put(struct kvt_store *s, const struct kvt_key *key, const struct k
 			kvt__e_unadmit(s);
 			return -ENOMEM;
 		}
-		if (zero_copy(s, n_tokens, buf, obj_bytes)) {
-			/* Only the header is built; the tiers write the payload from buf, which the
-			 * caller keeps unchanged until the callback (kvt_put's contract). */
-			kvt__object_header(ref.buf, &s->geo, s->ns_id, key, n_tokens, buf, len);
+		uint32_t crc;
+		if (zero_copy(s, n_tokens, buf, obj_bytes) &&
+		    kvt__object_header(ref.buf, &s->geo, s->ns_id, key, n_tokens, buf, len) == 0 &&
+		    kvt__object_crc(ref.buf, &crc) == 0) {
+			/* Only the header is built (neither call fails on what zero_copy() lets
+			 * through; if one did, the encode below builds the whole object instead),
+			 * with the whole object's CRC from it, for the tiers that record one; they
+			 * write the payload from buf, which the caller keeps unchanged until the
+			 * callback (kvt_put's contract). */
 			struct wb *w = kvt__e_wb_register(s, key, &ref, buf, len, cb, arg, direct);
 			if (w) {
+				w->obj_crc = crc;
 				atomic_fetch_add(&s->zero_copy_puts, 1);
 				kvt__e_wb_start(w, s->n_links);
 			}

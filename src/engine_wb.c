@@ -719,7 +719,7 @@ void kvt__e_wb_start(struct wb *w, int end)
 		const struct kvt_key *parent = ref->has_parent ? &ref->parent : NULL;
 		int rc = w->tail ? l->t->ops->write_split(l->t, key, parent, ref->buf,
 							  ref->object_bytes - w->tail_bytes,
-							  w->tail, w->tail_bytes,
+							  w->tail, w->tail_bytes, w->obj_crc,
 							  kvt__e_guard_cb, g)
 			 : l->t->ops->write_chained
 			     ? l->t->ops->write_chained(l->t, key, parent, ref->buf,

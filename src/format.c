@@ -418,3 +418,21 @@ int64_t kvt__object_copy_layers(const struct kvt_header *h, const void *obj, uin
 			memcpy(d + (l - l0) * lb, o + KVT_HEADER_BYTES + l * seg, lb);
 	return (int64_t)need;
 }
+
+int kvt__object_crc(const void *hdr, uint32_t *crc)
+{
+	struct kvt_header h;
+	uint64_t seg = 0;
+	if (!hdr || !crc || kvt__header_decode(hdr, &h, &(struct kvt_expect){0}) < 0)
+		return -EINVAL;
+	uint64_t lb = header_layer_bytes(&h, &seg);
+	if (!lb || seg != lb || h.flags)
+		return -EINVAL;
+	uint32_t op = kvt__crc32c_shift_op(lb);
+	uint32_t payload = h.layer_crc[0];
+	for (uint32_t l = 1; l < h.geometry.layers; l++)
+		payload = kvt__crc32c_combine_op(op, payload, h.layer_crc[l]);
+	*crc = kvt__crc32c_combine(kvt__crc32c(0, hdr, KVT_HEADER_BYTES), payload,
+				   lb * h.geometry.layers);
+	return 0;
+}

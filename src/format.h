@@ -72,6 +72,13 @@ bool kvt__object_contiguous(const struct kvt_geometry *g, uint32_t n_tokens);
 int kvt__object_header(void *hdr, const struct kvt_geometry *g,
 		       const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
 		       uint32_t n_tokens, const void *payload, uint64_t payload_len);
+/* The CRC32C of the whole object (header, then payload) of such an object, from its header
+ * alone (KVT_HEADER_BYTES at hdr, as kvt__object_header wrote it): the header's own bytes
+ * and its layer CRCs combined (kvt__crc32c_combine), so the payload is not read again -
+ * the value a pass over the object's bytes gives when they match their layer CRCs. 0, or
+ * -EINVAL when hdr does not decode, the object is not contiguous, or it is protected (its
+ * layers are not what the CRCs cover). */
+int kvt__object_crc(const void *hdr, uint32_t *crc);
 int kvt__object_seal(void *obj, uint64_t obj_len, const struct kvt_geometry *g,
 		     const uint8_t ns_id[KVT_NS_ID_BYTES], const struct kvt_key *key,
 		     uint32_t n_tokens);

@@ -95,5 +95,12 @@ int kvt__key_from_lowerhex(const char *hex, struct kvt_key *key);
 /* ---- CRC32C (Castagnoli), through ISA-L ---- */
 /* Standard CRC32C of buf continuing from crc (start with 0). crc32c("123456789") = 0xe3069283. */
 uint32_t kvt__crc32c(uint32_t crc, const void *buf, size_t len);
+/* The CRC32C of A then B, from crc1 = CRC of A, crc2 = CRC of B and len2 = B's bytes,
+ * without reading either. _shift_op(len2) is the factor that depends only on len2: with
+ * it, _combine_op(op, crc1, crc2) does the same in a few dozen operations, for many pieces
+ * of one length. */
+uint32_t kvt__crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
+uint32_t kvt__crc32c_shift_op(uint64_t len2);
+uint32_t kvt__crc32c_combine_op(uint32_t op, uint32_t crc1, uint32_t crc2);
 
 #endif

@@ -96,10 +96,14 @@ struct kvt_tier_ops {
 	 * header, head_len bytes) then its tail (the payload, tail_len bytes), each
 	 * KVT_ALIGN-aligned in address and length, written from where they are: the put of
 	 * a store without DRAM sends the caller's payload to the device without copying it
-	 * (store.zero_copy_puts). Same contract as write() for both pieces. */
+	 * (store.zero_copy_puts). Same contract as write() for both pieces. crc is the CRC32C
+	 * of the whole object (head, then tail), which the caller has without reading the tail
+	 * (kvt__object_crc): a tier that records one per object (the NVMe log) takes it rather
+	 * than pass over the payload again. */
 	int (*write_split)(struct kvt_tier *t, const struct kvt_key *key,
 			   const struct kvt_key *parent, const void *head, uint64_t head_len,
-			   const void *tail, uint64_t tail_len, kvt_tier_cb cb, void *arg);
+			   const void *tail, uint64_t tail_len, uint32_t crc, kvt_tier_cb cb,
+			   void *arg);
 	/* Optional, may be NULL: list, synchronously, entries that sit where an object would
 	 * but cannot be read as one (a symlink, a directory, a special file), with a short
 	 * reason. For `kvtier verify`; scan() does not list them. */

@@ -68,10 +68,11 @@ static int op_submit(struct nv *s, struct nv_op *op)
 }
 
 /* A write op of len bytes: the object at obj, or (tail non-NULL) its first head_len bytes
- * at obj and the rest at tail. Arguments already checked. */
+ * at obj and the rest at tail; crc, where not NULL, the CRC32C of all of it. Arguments
+ * already checked. */
 static int submit_write(struct nv *s, const struct kvt_key *key, const struct kvt_key *parent,
 			const void *obj, uint64_t head_len, const void *tail, uint64_t len,
-			kvt_tier_cb cb, void *arg)
+			const uint32_t *crc, kvt_tier_cb cb, void *arg)
 {
 	if (s->ro)
 		return -EROFS;
@@ -83,11 +84,14 @@ static int submit_write(struct nv *s, const struct kvt_key *key, const struct kv
 	op->head_len = head_len;
 	op->tail = tail;
 	op->len = len;
-	/* A write the log may take needs a CRC32C of its bytes for the log's entry: computed
-	 * here, on the caller's thread, so the ring thread only lists the object. */
+	/* A write the log may take needs a CRC32C of its bytes for the log's entry: the
+	 * caller's (a split write's, combined from the object's layer CRCs: the payload is not
+	 * read again), or computed here, on the caller's thread, so the ring thread only lists
+	 * the object. */
 	if (len <= nv_log_max(s)) {
-		op->lcrc = tail ? kvt__crc32c(kvt__crc32c(0, obj, head_len), tail, len - head_len)
-				: kvt__crc32c(0, obj, len);
+		op->lcrc = crc	? *crc
+			   : tail ? kvt__crc32c(kvt__crc32c(0, obj, head_len), tail, len - head_len)
+				  : kvt__crc32c(0, obj, len);
 	}
 	if (parent) {
 		op->has_parent = true;
@@ -102,7 +106,7 @@ static int nv_write_chained(struct kvt_tier *t, const struct kvt_key *key,
 {
 	if (!len || len % KVT_ALIGN || (uintptr_t)obj % KVT_ALIGN || !cb)
 		return -EINVAL;
-	return submit_write(t->state, key, parent, obj, 0, NULL, len, cb, arg);
+	return submit_write(t->state, key, parent, obj, 0, NULL, len, NULL, cb, arg);
 }
 
 /* The object in two pieces (header, payload), written from where they are: the first
@@ -110,13 +114,14 @@ static int nv_write_chained(struct kvt_tier *t, const struct kvt_key *key,
  * pieces are two pieces of the batch's gathered write (tier_nvme_log.c). */
 static int nv_write_split(struct kvt_tier *t, const struct kvt_key *key,
 			  const struct kvt_key *parent, const void *head, uint64_t head_len,
-			  const void *tail, uint64_t tail_len, kvt_tier_cb cb, void *arg)
+			  const void *tail, uint64_t tail_len, uint32_t crc, kvt_tier_cb cb,
+			  void *arg)
 {
 	if (!head_len || head_len % KVT_ALIGN || (uintptr_t)head % KVT_ALIGN || !tail_len ||
 	    tail_len % KVT_ALIGN || (uintptr_t)tail % KVT_ALIGN || !cb)
 		return -EINVAL;
 	return submit_write(t->state, key, parent, head, head_len, tail, head_len + tail_len,
-			    cb, arg);
+			    &crc, cb, arg);
 }
 
 static int nv_write(struct kvt_tier *t, const struct kvt_key *key, const void *obj, uint64_t len,

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <isa-l/crc.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -268,6 +269,59 @@ uint32_t kvt__crc32c(uint32_t crc, const void *buf, size_t len)
 		len -= (size_t)n;
 	}
 	return ~crc;
+}
+
+/* Combining CRC32Cs (ISA-L has no combine): the CRC of A then B from the CRCs of A and B
+ * and B's length, as zlib's crc32_combine does for its own polynomial. The arithmetic is
+ * on polynomials over GF(2) modulo the Castagnoli polynomial, in the CRC's reflected bit
+ * order (bit 31 is x^0). Appending n bytes multiplies the register by x^(8n), whatever the
+ * initial and final inversions (they cancel), so crc(A.B) = crc(A) * x^(8|B|) + crc(B). */
+#define CRC32C_POLY_REFLECTED 0x82f63b78u
+
+/* a * b modulo the polynomial */
+static uint32_t gf2_mulmod(uint32_t a, uint32_t b)
+{
+	uint32_t p = 0;
+	for (uint32_t m = 1u << 31; m && a; m >>= 1) {
+		if (a & m) {
+			p ^= b;
+			a ^= m;
+		}
+		b = (b & 1) ? (b >> 1) ^ CRC32C_POLY_REFLECTED : b >> 1;
+	}
+	return p;
+}
+
+/* x^(2^k) modulo the polynomial, k < 67 (enough for x^(8n) of any 64-bit n) */
+static uint32_t x_pow2k[67];
+static pthread_once_t x_pow2k_once = PTHREAD_ONCE_INIT;
+
+static void x_pow2k_init(void)
+{
+	uint32_t p = 1u << 30; /* x^1 */
+	x_pow2k[0] = p;
+	for (unsigned k = 1; k < 67; k++)
+		x_pow2k[k] = p = gf2_mulmod(p, p);
+}
+
+uint32_t kvt__crc32c_shift_op(uint64_t len)
+{
+	pthread_once(&x_pow2k_once, x_pow2k_init);
+	uint32_t p = 1u << 31; /* x^0 */
+	for (unsigned k = 3; len; len >>= 1, k++) /* x^(8 len) = product of x^(2^k), bits of 8 len */
+		if (len & 1)
+			p = gf2_mulmod(x_pow2k[k], p);
+	return p;
+}
+
+uint32_t kvt__crc32c_combine_op(uint32_t op, uint32_t crc1, uint32_t crc2)
+{
+	return gf2_mulmod(op, crc1) ^ crc2;
+}
+
+uint32_t kvt__crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+	return kvt__crc32c_combine_op(kvt__crc32c_shift_op(len2), crc1, crc2);
 }
 
 uint64_t kvt__key_hash(const struct kvt_key *key)

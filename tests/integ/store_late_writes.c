@@ -98,6 +98,7 @@ struct held {
 	bool has_parent;
 	const void *head, *tail;
 	uint64_t head_len, tail_len;
+	uint32_t crc; /* a split write's whole-object CRC32C */
 };
 
 static void answer_held(void *arg, int64_t rc)
@@ -122,7 +123,7 @@ static void *submit_later(void *p)
 	atomic_fetch_add(&held_out, 1);
 	int rc = h->remove ? inner_ops->remove(h->t, &h->key, answer_held, h)
 		 : h->split ? inner_ops->write_split(h->t, &h->key, parent, h->head, h->head_len,
-						   h->tail, h->tail_len, answer_held, h)
+						   h->tail, h->tail_len, h->crc, answer_held, h)
 			  : inner_ops->write_chained(h->t, &h->key, parent, h->head, h->head_len,
 						     answer_held, h);
 	if (rc < 0) {
@@ -144,16 +145,18 @@ static bool hold(struct held *h)
 
 static int held_write_split(struct kvt_tier *t, const struct kvt_key *key,
 			    const struct kvt_key *parent, const void *head, uint64_t head_len,
-			    const void *tail, uint64_t tail_len, kvt_tier_cb cb, void *arg)
+			    const void *tail, uint64_t tail_len, uint32_t crc, kvt_tier_cb cb,
+			    void *arg)
 {
 	int ms = atomic_exchange(&hold_next_ms, 0);
 	struct held *h = ms ? calloc(1, sizeof(*h)) : NULL;
 	if (!h)
-		return inner_ops->write_split(t, key, parent, head, head_len, tail, tail_len, cb,
-					      arg);
+		return inner_ops->write_split(t, key, parent, head, head_len, tail, tail_len, crc,
+					      cb, arg);
 	*h = (struct held){.a = {.cb = cb, .arg = arg}, .ms = ms, .split = true, .t = t,
 			   .key = *key, .has_parent = parent != NULL, .head = head,
-			   .head_len = head_len, .tail = tail, .tail_len = tail_len};
+			   .head_len = head_len, .tail = tail, .tail_len = tail_len,
+			   .crc = crc};
 	if (parent)
 		h->parent = *parent;
 	return hold(h) ? 0 : -ENOMEM;

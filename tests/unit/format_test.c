@@ -192,6 +192,16 @@ static void round_trip(struct kvt_geometry g, uint32_t n_tokens)
 	for (int i = H_RESERVED2; i < H_CRC; i++)
 		assert_int_equal(o.bytes[i], 0);
 
+	/* the whole object's CRC from its header alone (kvt__object_crc): a contiguous
+	 * object's equals a pass over its bytes; one with padding has none */
+	uint32_t whole = 0;
+	if (kvt__object_contiguous(&g, n_tokens)) {
+		assert_int_equal(kvt__object_crc(o.bytes, &whole), 0);
+		assert_int_equal(whole, kvt__crc32c(0, o.bytes, o.len));
+	} else {
+		assert_int_equal(kvt__object_crc(o.bytes, &whole), -EINVAL);
+	}
+
 	uint8_t *dst = malloc(o.payload_len + 1);
 	assert_non_null(dst);
 	assert_int_equal(kvt__object_extract(&h, o.bytes, 0, g.layers, dst, o.payload_len),
@@ -577,6 +587,35 @@ static void test_protection_flags(void **state)
 	obj_free(&o);
 }
 
+/* kvt__object_crc refuses what it cannot answer from the header: a protected object (its
+ * layers are not the bytes the CRCs cover), a header that does not decode. */
+static void test_object_crc_refusals(void **state)
+{
+	struct obj o;
+	uint32_t crc;
+	obj_make(&o, (struct kvt_geometry){3, 2, 64, 8, KVT_DTYPE_BF16, KVT_KIND_KV}, 8);
+	assert_true(kvt__object_contiguous(&o.g, 8));
+	assert_int_equal(kvt__object_crc(o.bytes, &crc), 0);
+	assert_int_equal(crc, kvt__crc32c(0, o.bytes, o.len));
+	uint8_t *hdr = malloc(KVT_HEADER_BYTES);
+	assert_non_null(hdr);
+	memcpy(hdr, o.bytes, KVT_HEADER_BYTES);
+	hdr[KVT_HDR_OFF_FLAGS] = KVT_FLAG_MAC;
+	memset(hdr + KVT_HDR_OFF_MAC, 0xa5, 32);
+	fix_crc(hdr);
+	assert_int_equal(kvt__object_crc(hdr, &crc), -EINVAL);
+	memcpy(hdr, o.bytes, KVT_HEADER_BYTES);
+	hdr[KVT_HDR_OFF_LAYER_CRC] ^= 1; /* not fixed: the header's own CRC fails */
+	assert_int_equal(kvt__object_crc(hdr, &crc), -EINVAL);
+	fix_crc(hdr); /* a layer CRC changed: the combined CRC follows it */
+	assert_int_equal(kvt__object_crc(hdr, &crc), 0);
+	assert_int_not_equal(crc, kvt__crc32c(0, o.bytes, o.len));
+	assert_int_equal(kvt__object_crc(NULL, &crc), -EINVAL);
+	assert_int_equal(kvt__object_crc(o.bytes, NULL), -EINVAL);
+	free(hdr);
+	obj_free(&o);
+}
+
 static void test_python_object(void **state)
 {
 	const char *src = getenv("KVT_SRC");
@@ -657,6 +696,7 @@ int main(void)
 		cmocka_unit_test(test_wrong_expectations),
 		cmocka_unit_test(test_crafted_headers),
 		cmocka_unit_test(test_protection_flags),
+		cmocka_unit_test(test_object_crc_refusals),
 		cmocka_unit_test(test_python_object),
 		cmocka_unit_test(test_python_corpus),
 	};
