@@ -259,6 +259,7 @@ void nv_log_close(struct nv *s)
 	kvt__free(lg->tombs);
 	kvt__free(lg->ow.out);
 	kvt__free(lg->ow.wipe);
+	kvt__free(lg->ow.vent);
 	if (lg->hfd >= 0)
 		close(lg->hfd);
 	close(lg->dfd);

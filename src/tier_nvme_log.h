@@ -36,6 +36,13 @@
 #define NV_LOG_NONE UINT32_MAX /* log/head: no segment to check (nothing of the log indexed) */
 #define NV_LOG_PUT 1
 #define NV_LOG_TOMB 2
+/* A put whose object did not match its entry's CRC when an open read it back - a write
+ * torn by a crash, or a late zero-copy write whose caller had its buffer back at the
+ * deadline and changed it before the device read it. The open rewrites the entry with
+ * this type, so that no later scan indexes it, and keeps the rest of its batch and the
+ * batches after it (docs/NVME_LOG.md, "Recovery"). Builds before 2026-12-08 skip it as a
+ * type they do not know. */
+#define NV_LOG_VOID 3
 /* Segment header versions: 0 (the field was zero) before log/head existed; from 2 on the
  * log keeps a log/head, so a header of that version with no valid log/head means the head
  * was deleted. Older binaries ignore the field (it lies in the header's zeroed rest, under
@@ -256,6 +263,12 @@ struct nv_log {
 			uint64_t off;
 		} *wipe;
 		uint32_t nwipe, wipe_cap;
+		/* put entries to rewrite as NV_LOG_VOID: entry idx of the record at (seg, off) */
+		struct nv_log_void {
+			uint32_t seg, idx;
+			uint64_t off;
+		} *vent;
+		uint32_t nvent, vent_cap;
 	} ow;
 };
 

@@ -559,13 +559,37 @@ static int read_head(struct nv *s, struct nv_log_head *h)
 	return ok;
 }
 
-/* Read back and verify every object batch b lists: 1 whole, 0 not, or -errno where a read
- * fails (seg_pread: a failed read is no torn batch, whose records would be zeroed). */
-static int batch_whole(struct nv *s, const struct rbatch *b, uint8_t *buf)
+/* Entry idx of the record at (seg, off) to be rewritten as NV_LOG_VOID by the open's
+ * writes (nv_log_open_writes). */
+static int void_add(struct nv_log *lg, uint32_t seg, uint64_t off, uint32_t idx)
+{
+	typeof(lg->ow) *w = &lg->ow;
+	if (w->nvent == w->vent_cap) {
+		uint32_t nc = w->vent_cap ? 2 * w->vent_cap : 8;
+		struct nv_log_void *x = kvt__realloc(w->vent, nc * sizeof(*x));
+		if (!x)
+			return -ENOMEM;
+		w->vent = x;
+		w->vent_cap = nc;
+	}
+	w->vent[w->nvent++] = (struct nv_log_void){.seg = seg, .idx = idx, .off = off};
+	return 0;
+}
+
+/* Read back and verify every object batch b lists: 1 whole, 0 not (an object runs past
+ * the segment file's end), or -errno where a read fails (seg_pread: a failed read is no
+ * torn batch, whose records would be zeroed). An object that reads in full but does not
+ * match its entry's CRC is voided alone (its entry's type set to NV_LOG_VOID here, and on
+ * disk by the open's writes; *voided counted), not its batch: its record checked, so the
+ * batch's other objects and removals are what was written, each object checked by its own
+ * CRC. Until 2026-12-08 the batch was dropped with every later batch of its segment, and a
+ * late zero-copy write whose caller had changed its buffer (allowed once the put's
+ * deadline answered it) took other keys' acknowledged objects with it at the next open. */
+static int batch_whole(struct nv *s, struct rbatch *b, uint8_t *buf, uint64_t *voided)
 {
 	struct nv_seg *g = &s->lg->segs[b->seg];
 	for (uint32_t i = 0; i < b->n; i++) {
-		const struct nv_log_rent *en = &b->ent[i];
+		struct nv_log_rent *en = &b->ent[i];
 		if (en->type != NV_LOG_PUT)
 			continue;
 		if (!ent_ok(g, en))
@@ -574,8 +598,17 @@ static int batch_whole(struct nv *s, const struct rbatch *b, uint8_t *buf)
 		ssize_t got = seg_pread(s, g, b->seg, buf, len, en->off);
 		if (got < 0)
 			return (int)got;
-		if (got != (ssize_t)len || kvt__crc32c(0, buf, en->len) != en->crc)
+		if (got != (ssize_t)len)
 			return 0;
+		if (kvt__crc32c(0, buf, en->len) != en->crc) {
+			en->type = NV_LOG_VOID; /* apply() passes it over */
+			(*voided)++;
+			if (!s->ro) {
+				int rc = void_add(s->lg, b->seg, b->off, i);
+				if (rc < 0)
+					return rc;
+			}
+		}
 	}
 	return 1;
 }
@@ -939,7 +972,8 @@ int nv_log_recover(struct nv *s)
 	bool cut = cut_seg != NV_LOG_NONE;
 	bool voids = gap || outside || lost || headless || damaged || badhdr || cut;
 	if (voids)
-		lg->ow.nwipe = 0; /* every segment gets a new generation: nothing to zero */
+		lg->ow.nwipe = lg->ow.nvent = 0; /* every segment gets a new generation: nothing
+						    * to zero or void */
 	/* Every segment of the cycle is voided (nv_log_open_writes): read for its generation
 	 * and its newest batch now. */
 	for (uint32_t i = 0; voids && i < end && !rc; i++)
@@ -956,14 +990,14 @@ int nv_log_recover(struct nv *s)
 	for (uint32_t i = 0; i < end; i++) /* saturated: a crafted 2^64-1 must not wrap */
 		if (lg->segs[i].hdr_bad)
 			lg->segs[i].gen = maxgen >= NV_LOG_GEN_MAX ? NV_LOG_GEN_MAX : maxgen + 1;
-	uint64_t torn = 0, objs = 0, bad = 0;
+	uint64_t torn = 0, objs = 0, bad = 0, voided = 0;
 	if (!rc && nb) {
 		qsort(bs, nb, sizeof(*bs), cmp_seq);
 		lg->seq = KVT_MAX(lg->seq, bs[nb - 1].seq);
 		lg->start = bs[nb - 1].seg + 1;
 		/* The newest batches may be incomplete: check every object they list. */
 		for (size_t i = nb > NV_LOG_BUFS ? nb - NV_LOG_BUFS : 0; i < nb && !rc; i++) {
-			int whole = bs[i].cut ? 1 : batch_whole(s, &bs[i], blk);
+			int whole = bs[i].cut ? 1 : batch_whole(s, &bs[i], blk, &voided);
 			if (whole < 0) {
 				rc = whole;
 				break;
@@ -1048,8 +1082,9 @@ int nv_log_recover(struct nv *s)
 	if (!rc)
 		KVT_INFO(s->log,
 			 "nvme: log: %" PRIu64 " batches, %" PRIu64 " objects, %" PRIu64
-			 " incomplete batches dropped",
-			 (uint64_t)nb, objs, torn);
+			 " incomplete batches dropped, %" PRIu64 " objects that did not match "
+			 "their CRC voided",
+			 (uint64_t)nb, objs, torn, voided);
 	return rc;
 }
 
@@ -1191,6 +1226,42 @@ void nv_log_open_writes(struct nv *s)
 			 " newer batches follow it in its segment (damage, not a torn tail: removals in its batch "
 			 "are lost): nothing of the log is indexed, %u segment(s) emptied",
 			 w->dmg_seg, w->dmg_off, w->dmg_newer, voided);
+	/* Objects that did not match their CRC (batch_whole): their entries rewritten as
+	 * NV_LOG_VOID in their records, so that no later open indexes them once their batch
+	 * is no longer among the newest it reads back. Where that fails the log stops, as for
+	 * a wipe: appending on would push the record out of the newest batches. */
+	uint8_t *rb = w->nvent && !s->ro ? kvt__aligned_alloc(NV_LOG_BLOCK) : NULL;
+	for (uint32_t i = 0; i < w->nvent && !s->ro && !lg->broken; i++) {
+		const struct nv_log_void *v = &w->vent[i];
+		const struct nv_seg *g = &lg->segs[v->seg];
+		struct nv_log_rec *r = (struct nv_log_rec *)rb;
+		int err = 0;
+		if (!rb)
+			err = ENOMEM;
+		else if (pread(g->fd, rb, NV_LOG_BLOCK, (off_t)v->off) != NV_LOG_BLOCK)
+			err = errno ? errno : EIO;
+		else if (!rec_ok(rb, v->seg, g->gen, v->off, g->bytes) || v->idx >= r->n)
+			err = EBADMSG; /* not the record the scan read */
+		else if (r->ent[v->idx].type == NV_LOG_PUT) {
+			r->ent[v->idx].type = NV_LOG_VOID;
+			r->crc = nv_log_crc(rb);
+			if (pwrite(g->fd, rb, NV_LOG_BLOCK, (off_t)v->off) != NV_LOG_BLOCK ||
+			    fdatasync(g->fd) < 0)
+				err = errno ? errno : EIO;
+		}
+		if (err) {
+			KVT_WARN(s->log, "nvme: log: %u.kvl: cannot void the object that did not "
+					 "match its CRC in the batch at offset %" PRIu64 " (%s): log "
+					 "writes stop",
+				 v->seg, (uint64_t)v->off, strerror(err));
+			nv_log_stop(s);
+		}
+	}
+	if (rb)
+		kvt__free_aligned(rb, NV_LOG_BLOCK);
+	kvt__free(w->vent);
+	w->vent = NULL;
+	w->nvent = w->vent_cap = 0;
 	for (uint32_t i = 0; i < w->nwipe && !s->ro && !lg->broken; i++) {
 		int fd = lg->segs[w->wipe[i].seg].fd;
 		if (pwrite(fd, lg->zero, NV_LOG_BLOCK, (off_t)w->wipe[i].off) != NV_LOG_BLOCK ||
