@@ -610,6 +610,13 @@ static void test_object_crc_refusals(void **state)
 	fix_crc(hdr); /* a layer CRC changed: the combined CRC follows it */
 	assert_int_equal(kvt__object_crc(hdr, &crc), 0);
 	assert_int_not_equal(crc, kvt__crc32c(0, o.bytes, o.len));
+	/* ... to the value the header's three layer CRCs give folded the other way round */
+	uint64_t lb = kvt_layer_bytes(&o.g, 8);
+	uint32_t lc[3];
+	memcpy(lc, hdr + KVT_HDR_OFF_LAYER_CRC, sizeof(lc)); /* little-endian, as written */
+	uint32_t payload = kvt__crc32c_combine(lc[0], kvt__crc32c_combine(lc[1], lc[2], lb), 2 * lb);
+	assert_int_equal(crc, kvt__crc32c_combine(kvt__crc32c(0, hdr, KVT_HEADER_BYTES), payload,
+						  3 * lb));
 	assert_int_equal(kvt__object_crc(NULL, &crc), -EINVAL);
 	assert_int_equal(kvt__object_crc(o.bytes, NULL), -EINVAL);
 	free(hdr);
