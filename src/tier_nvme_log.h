@@ -78,7 +78,7 @@ struct nv_log_rent {
 	uint64_t off; /* in the segment */
 	uint32_t len;
 	uint32_t crc;  /* CRC32C of the object's len bytes: the scan checks the newest batches */
-	uint32_t type; /* NV_LOG_PUT | NV_LOG_TOMB */
+	uint32_t type; /* NV_LOG_PUT | NV_LOG_TOMB | NV_LOG_VOID (written only by an open) */
 	uint32_t pad;
 };
 
@@ -263,10 +263,11 @@ struct nv_log {
 			uint64_t off;
 		} *wipe;
 		uint32_t nwipe, wipe_cap;
-		/* put entries to rewrite as NV_LOG_VOID: entry idx of the record at (seg, off) */
+		/* put entries to rewrite as NV_LOG_VOID: entry idx of the record at (seg, off),
+		 * batch sequence seq */
 		struct nv_log_void {
 			uint32_t seg, idx;
-			uint64_t off;
+			uint64_t off, seq;
 		} *vent;
 		uint32_t nvent, vent_cap;
 	} ow;

@@ -12,9 +12,10 @@
  * does. Batches are acknowledged in sequence order and at most NV_LOG_BUFS are
  * unacknowledged at once, so only the NV_LOG_BUFS newest batches can be incomplete: every
  * object of those is read back and checked against the CRC32C its entry records before it
- * is indexed (the engine checks the object format on every read), and the records of one
- * that fails and of those after it in its segment are zeroed so that no later scan trusts
- * them. Entries are then applied in sequence order (puts, tombstones); a key also
+ * is indexed (the engine checks the object format on every read): one that does not match
+ * is voided alone (its entry rewritten as NV_LOG_VOID, so that no later scan indexes it),
+ * and the records of a batch with an object past its segment file's end, and of those
+ * after it in its segment, are zeroed so that no later scan trusts them. Entries are then applied in sequence order (puts, tombstones); a key also
  * stored as its own file keeps the file. A put entry of a valid record that does not lie in
  * its segment is damage, not a tear: skipped and counted (ent_ok). Segments are canonical
  * names 0.kvl, 1.kvl, ... up to the cycle's end. Whatever says a segment with batches is
@@ -561,7 +562,7 @@ static int read_head(struct nv *s, struct nv_log_head *h)
 
 /* Entry idx of the record at (seg, off) to be rewritten as NV_LOG_VOID by the open's
  * writes (nv_log_open_writes). */
-static int void_add(struct nv_log *lg, uint32_t seg, uint64_t off, uint32_t idx)
+static int void_add(struct nv_log *lg, uint32_t seg, uint64_t off, uint64_t seq, uint32_t idx)
 {
 	typeof(lg->ow) *w = &lg->ow;
 	if (w->nvent == w->vent_cap) {
@@ -572,7 +573,7 @@ static int void_add(struct nv_log *lg, uint32_t seg, uint64_t off, uint32_t idx)
 		w->vent = x;
 		w->vent_cap = nc;
 	}
-	w->vent[w->nvent++] = (struct nv_log_void){.seg = seg, .idx = idx, .off = off};
+	w->vent[w->nvent++] = (struct nv_log_void){.seg = seg, .idx = idx, .off = off, .seq = seq};
 	return 0;
 }
 
@@ -604,7 +605,7 @@ static int batch_whole(struct nv *s, struct rbatch *b, uint8_t *buf, uint64_t *v
 			en->type = NV_LOG_VOID; /* apply() passes it over */
 			(*voided)++;
 			if (!s->ro) {
-				int rc = void_add(s->lg, b->seg, b->off, i);
+				int rc = void_add(s->lg, b->seg, b->off, b->seq, i);
 				if (rc < 0)
 					return rc;
 			}
@@ -1240,8 +1241,11 @@ void nv_log_open_writes(struct nv *s)
 			err = ENOMEM;
 		else if (pread(g->fd, rb, NV_LOG_BLOCK, (off_t)v->off) != NV_LOG_BLOCK)
 			err = errno ? errno : EIO;
-		else if (!rec_ok(rb, v->seg, g->gen, v->off, g->bytes) || v->idx >= r->n)
+		else if (!rec_ok(rb, v->seg, r->gen, v->off, g->bytes) || r->seq != v->seq ||
+			 v->idx >= r->n)
 			err = EBADMSG; /* not the record the scan read */
+		/* (its own generation, not g->gen: a walk that found a newer lap's record at a
+		 * stop has raised g->gen above that of the records before the stop) */
 		else if (r->ent[v->idx].type == NV_LOG_PUT) {
 			r->ent[v->idx].type = NV_LOG_VOID;
 			r->crc = nv_log_crc(rb);
