@@ -129,8 +129,11 @@ int main(void)
 
 	/* (1) the whole cycle pending at once, then laid out, each file written in full */
 	CHECK_EQ(open_log(&t, dir, "true", "false"), 0);
+	/* more than one segment pending: the whole cycle counted at once, not one segment at a
+	 * time (the ring thread may have begun by the time the open returns: 4.5 of 5 segments
+	 * were left once, in a CI run) */
 	uint64_t pending = tier_stats(t).pool_pending_bytes;
-	CHECKM(pending == (uint64_t)(NSEG - 1) * SEG, "pending after open: %llu",
+	CHECKM(pending > SEG && pending <= (uint64_t)(NSEG - 1) * SEG, "pending after open: %llu",
 	       (unsigned long long)pending);
 	pool_wait(t);
 	ino_t laid[NSEG] = {0};
