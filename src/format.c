@@ -432,7 +432,11 @@ int kvt__object_crc(const void *hdr, uint32_t *crc)
 	uint32_t payload = h.layer_crc[0];
 	for (uint32_t l = 1; l < h.geometry.layers; l++)
 		payload = kvt__crc32c_combine_op(op, payload, h.layer_crc[l]);
-	*crc = kvt__crc32c_combine(kvt__crc32c(0, hdr, KVT_HEADER_BYTES), payload,
-				   lb * h.geometry.layers);
+	/* the header's CRC: its stored CRC of the bytes before it (checked by the decode),
+	 * continued over the 4 bytes that hold it - no second pass over the header */
+	const uint8_t *p = hdr;
+	uint32_t head = kvt__crc32c(get32(p + OFF_HEADER_CRC), p + OFF_HEADER_CRC,
+				    KVT_HEADER_BYTES - OFF_HEADER_CRC);
+	*crc = kvt__crc32c_combine(head, payload, lb * h.geometry.layers);
 	return 0;
 }

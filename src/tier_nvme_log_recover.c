@@ -15,8 +15,9 @@
  * is indexed (the engine checks the object format on every read): one that does not match
  * is voided alone (its entry rewritten as NV_LOG_VOID, so that no later scan indexes it),
  * and the records of a batch with an object past its segment file's end, and of those
- * after it in its segment, are zeroed so that no later scan trusts them. Entries are then applied in sequence order (puts, tombstones); a key also
- * stored as its own file keeps the file. A put entry of a valid record that does not lie in
+ * after it in its segment, are zeroed so that no later scan trusts them. Entries are then
+ * applied in sequence order (puts, tombstones); a key also stored as its own file keeps
+ * the file. A put entry of a valid record that does not lie in
  * its segment is damage, not a tear: skipped and counted (ent_ok). Segments are canonical
  * names 0.kvl, 1.kvl, ... up to the cycle's end. Whatever says a segment with batches is
  * gone voids the whole log (nothing indexed: its tombstones went with it, and with them the
@@ -589,6 +590,9 @@ static int void_add(struct nv_log *lg, uint32_t seg, uint64_t off, uint64_t seq,
 static int batch_whole(struct nv *s, struct rbatch *b, uint8_t *buf, uint64_t *voided)
 {
 	struct nv_seg *g = &s->lg->segs[b->seg];
+	/* a batch dropped after all leaves no void behind (its record is zeroed instead) */
+	uint32_t nvent0 = s->lg->ow.nvent;
+	uint64_t voided0 = *voided;
 	for (uint32_t i = 0; i < b->n; i++) {
 		struct nv_log_rent *en = &b->ent[i];
 		if (en->type != NV_LOG_PUT)
@@ -599,8 +603,11 @@ static int batch_whole(struct nv *s, struct rbatch *b, uint8_t *buf, uint64_t *v
 		ssize_t got = seg_pread(s, g, b->seg, buf, len, en->off);
 		if (got < 0)
 			return (int)got;
-		if (got != (ssize_t)len)
+		if (got != (ssize_t)len) {
+			s->lg->ow.nvent = nvent0;
+			*voided = voided0;
 			return 0;
+		}
 		if (kvt__crc32c(0, buf, en->len) != en->crc) {
 			en->type = NV_LOG_VOID; /* apply() passes it over */
 			(*voided)++;
@@ -1239,13 +1246,14 @@ void nv_log_open_writes(struct nv *s)
 		int err = 0;
 		if (!rb)
 			err = ENOMEM;
+		/* The record the scan read: same place and sequence, checked under its own
+		 * generation - not g->gen, which a walk that found a newer lap's record at a
+		 * stop has raised above that of the records before the stop. */
 		else if (pread(g->fd, rb, NV_LOG_BLOCK, (off_t)v->off) != NV_LOG_BLOCK)
 			err = errno ? errno : EIO;
 		else if (!rec_ok(rb, v->seg, r->gen, v->off, g->bytes) || r->seq != v->seq ||
 			 v->idx >= r->n)
-			err = EBADMSG; /* not the record the scan read */
-		/* (its own generation, not g->gen: a walk that found a newer lap's record at a
-		 * stop has raised g->gen above that of the records before the stop) */
+			err = EBADMSG;
 		else if (r->ent[v->idx].type == NV_LOG_PUT) {
 			r->ent[v->idx].type = NV_LOG_VOID;
 			r->crc = nv_log_crc(rb);
